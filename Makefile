@@ -1,0 +1,105 @@
+# Makefile: builds build/cdc; `make check` installs what is missing and runs every test.
+# Quiet unless V=1. SANITIZE=address,undefined builds everything with sanitizers.
+
+PREFIX ?= /usr/local
+CC ?= cc
+V ?= 0
+Q := $(if $(filter 1,$(V)),,@)
+PYTHON := /usr/bin/python3
+
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+VERSION := $(shell cat VERSION)
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
+	  -Idecoder -Icdc -Isinks -Ibuild/gen -DCDC_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
+LDLIBS += $(PKG_LIBS) -lm
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+PROTOS := proto/cdc/v1/event.proto
+PROTO_C := $(PROTOS:proto/%.proto=build/gen/%.pb-c.c)
+PROTO_H := $(PROTO_C:.c=.h)
+
+# The library: everything but main, shared by the daemon, unit tests and fuzzers.
+LIB_SRCS := \
+	decoder/util.c decoder/arena.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
+	decoder/event.c \
+	sinks/json.c sinks/stdout_sink.c \
+	cdc/log.c cdc/config.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c
+MAIN_SRCS := cdc/main.c
+UNIT_TESTS := pgoutput txn event config rules
+FUZZERS := pgoutput config
+
+LIB_OBJS := $(PROTO_C:%.c=%.o) $(LIB_SRCS:%.c=build/%.o)
+DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=build/%.d) $(UNIT_TESTS:%=build/tests/unit/test_%.d)
+
+.PHONY: all deps check check-unit check-integration demo bench fuzz install clean format
+all: build/cdc
+
+build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p build/gen
+	@$(if $(Q),echo "  PROTOC  $<")
+	$(Q)protoc-c --c_out=build/gen -Iproto $<
+
+build/%.o: %.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+build/libcdc.a: $(LIB_OBJS)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+build/cdc: build/cdc/main.o build/libcdc.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+build/tests/unit/test_%: build/tests/unit/test_%.o build/libcdc.a
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Installs the Debian packages that building and testing need, when any is missing.
+deps:
+	$(Q)deploy/deps.sh build test
+
+check-unit: $(UNIT_TESTS:%=build/tests/unit/test_%)
+	$(Q)for t in $^; do $$t || exit 1; done
+
+check-integration: build/cdc
+	$(Q)$(PYTHON) -m pytest -q tests/integration
+
+check: deps
+	$(Q)$(MAKE) --no-print-directory all check-unit
+	$(Q)$(MAKE) --no-print-directory check-integration
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(PYTHON) tests/demo.py
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(PYTHON) tests/bench/bench.py
+
+# libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
+FUZZ_SECONDS ?= 30
+FUZZ_CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS)) -fsanitize=fuzzer,address,undefined
+build/fuzz/%: tests/fuzz/fuzz_%.c $(LIB_SRCS) $(PROTO_C)
+	@mkdir -p build/fuzz
+	$(Q)clang $(FUZZ_CFLAGS) -o $@ $^ $(LDLIBS)
+fuzz: deps $(FUZZERS:%=build/fuzz/%)
+	$(Q)for f in $(FUZZERS); do mkdir -p build/fuzz/corpus-$$f && \
+		build/fuzz/$$f -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done
+
+install: build/cdc
+	install -D -m 0755 build/cdc $(DESTDIR)$(PREFIX)/bin/cdc
+
+format:
+	clang-format -i $(wildcard */*.c */*.h tests/*/*.c tests/*/*.h)
+
+clean:
+	rm -rf build
+
+-include $(DEPS)

@@ -1,0 +1,115 @@
+/* config.h: the YAML configuration file (see README "Configuration" and shared CONTRACT.md).
+ * cfg_load() validates everything and reports every error as "FILE:LINE:COL: message". */
+#ifndef CDC_CONFIG_H
+#define CDC_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "util.h"
+
+enum cfg_op {
+	CFG_OP_INSERT = 1 << 0,
+	CFG_OP_UPDATE = 1 << 1,
+	CFG_OP_DELETE = 1 << 2,
+	CFG_OP_TRUNCATE = 1 << 3,
+	CFG_OP_MESSAGE = 1 << 4,
+};
+
+typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_sink;
+typedef enum cfg_consumers { CFG_CONSUMERS_FAILOVER, CFG_CONSUMERS_SHARED, CFG_CONSUMERS_KEY_SHARED } cfg_consumers;
+typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
+typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
+typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
+typedef enum cfg_log_level { CFG_LOG_DEBUG, CFG_LOG_INFO, CFG_LOG_WARN, CFG_LOG_ERROR } cfg_log_level;
+
+typedef struct cfg_strlist {
+	char **v;
+	size_t n;
+} cfg_strlist;
+
+typedef struct cfg_kv {
+	char *key, *value;
+} cfg_kv;
+
+typedef struct cfg_subscription {
+	char *name;
+	int line, col;       /* where it is defined, for messages */
+	cfg_strlist tables;  /* "schema.table" patterns with * globs */
+	unsigned ops;        /* enum cfg_op bits; default: insert|update|delete|truncate */
+	char *tag;           /* NULL if none */
+	cfg_sink sink;       /* default: socket */
+	cfg_strlist changed; /* update matches only if one of these changed */
+	char *where;         /* predicate text, NULL if none */
+	cfg_strlist columns; /* projection; empty: all */
+	char *topic;         /* kafka: template, default "cdc.{schema}.{table}" */
+	bool tombstones;     /* kafka: tombstone after delete */
+	cfg_consumers consumers;
+	uint64_t ack_timeout_ms; /* default 30s */
+	uint32_t max_deliveries; /* default 0: unlimited */
+	uint32_t max_unacked;    /* default 1000 */
+	cfg_batch batch;
+	struct {
+		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
+		cfg_when_full when_full;                    /* default block */
+	} retention;
+} cfg_subscription;
+
+typedef struct cfg {
+	char *path;
+	struct {
+		char *dsn;          /* default "" (PG* variables apply) */
+		char *slot;         /* default "cdc_slot" */
+		char *publication;  /* default "cdc_pub" */
+		bool create;        /* default false */
+		cfg_strlist publish;  /* default ["public.*"] */
+		uint64_t heartbeat_ms;  /* default 0: off */
+		uint64_t status_interval_ms; /* standby status updates at least this often; default 10s */
+	} source;
+	char *state_dir; /* default "/var/lib/cdc" */
+	struct {
+		char *socket; /* default "/run/cdc/status.sock" */
+		char *listen; /* NULL if none */
+		bool tcp_control;
+		uid_t *control_uids;
+		size_t ncontrol_uids;
+	} status;
+	struct {
+		char *socket; /* default "/run/cdc/events.sock" */
+		mode_t mode;  /* default 0660; applies to both sockets */
+	} subscribers;
+	struct {
+		bool enabled; /* a kafka: section is present */
+		char *brokers;
+		cfg_kv *properties;
+		size_t nproperties;
+		char *transactions_topic; /* NULL if none */
+	} kafka;
+	struct {
+		cfg_log_level level;   /* default info */
+		cfg_log_format format; /* default text */
+	} log;
+	cfg_subscription *subs;
+	size_t nsubs;
+} cfg;
+
+/* Loads and validates path. On failure returns NULL and appends one "FILE:LINE:COL: message\n"
+ * line per problem to errors (every problem found, not only the first). */
+cfg *cfg_load(const char *path, buf *errors);
+/* The same from a string (path is used in messages only): for tests and fuzzing. */
+cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
+void cfg_free(cfg *c);
+/* Prints the effective configuration (defaults filled in) as YAML; the DSN's password and
+ * secret-looking kafka properties (*password*, *secret*, sasl.*) are masked as "********". */
+void cfg_print(const cfg *c, FILE *out);
+
+/* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
+bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
+/* "512", "64KiB", "64MiB", "1GiB" (also kB, MB, GB as powers of 1000). */
+bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
+/* The connection string with any password replaced by ********, for logs and status. */
+char *cfg_mask_dsn(const char *dsn);
+
+#endif

@@ -1,0 +1,21 @@
+/* arena.h: a bump allocator for per-change and per-transaction memory.
+ * Everything built for one change (protobuf structs, converted values) is allocated here and
+ * released at once by arena_reset(), so the hot path does no malloc/free per row. */
+#ifndef CDC_ARENA_H
+#define CDC_ARENA_H
+
+#include <stddef.h>
+
+typedef struct arena arena;
+
+arena *arena_new(size_t chunk_size);
+void arena_free(arena *a);
+/* Returns zeroed memory aligned for any type; aborts on out-of-memory like the rest of cdc. */
+void *arena_alloc(arena *a, size_t size);
+char *arena_strndup(arena *a, const char *s, size_t len);
+/* Releases everything; keeps the first chunk for reuse. */
+void arena_reset(arena *a);
+/* Bytes held in chunks (for memory accounting in status). */
+size_t arena_capacity(const arena *a);
+
+#endif

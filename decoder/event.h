@@ -1,0 +1,28 @@
+/* event.h: builds cdc.v1.Event messages from decoded changes, converting each column from
+ * PostgreSQL's text form to a typed value (see proto/cdc/v1/event.proto).
+ * Everything is allocated in the caller's arena; nothing here outlives arena_reset(). */
+#ifndef CDC_EVENT_H
+#define CDC_EVENT_H
+
+#include "arena.h"
+#include "cdc/v1/event.pb-c.h"
+#include "pgoutput.h"
+
+/* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,
+ * table, relation_id, op, key (replica identity columns: from the new row for insert and update
+ * unless the update sent an old key 'K', from the old row for delete), new_row, old_row.
+ * Transaction fields (lsn, commit_lsn, xid, tx_index, commit_time, origin) and subscription
+ * fields are left for the caller. Fails if the tuple's column count does not match rel. */
+bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const pgo_msg *m,
+		     Cdc__V1__Event **out, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* One event for one relation of a PGO_TRUNCATE message. */
+Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags);
+
+/* The event of a PGO_MESSAGE message (schema and table empty). */
+Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m);
+
+/* Converts one column sent by the server into a typed value. */
+Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, const pgo_datum *d);
+
+#endif

@@ -1,0 +1,42 @@
+/* util.h: allocation that cannot fail silently, a growable byte buffer, and LSN formatting.
+ * The lowest layer of cdc: every module may use it. */
+#ifndef CDC_UTIL_H
+#define CDC_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CDC_MUST_CHECK __attribute__((warn_unused_result))
+#define CDC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Out of memory is not recoverable for a CDC daemon: these abort with a message. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* A growable byte buffer; data is always NUL-terminated (not counted in len). */
+typedef struct buf {
+	char *data;
+	size_t len, cap;
+} buf;
+
+void buf_reserve(buf *b, size_t extra);
+void buf_append(buf *b, const void *p, size_t n);
+void buf_puts(buf *b, const char *s);
+void buf_putc(buf *b, char c);
+void buf_printf(buf *b, const char *fmt, ...) CDC_PRINTF(2, 3);
+void buf_reset(buf *b);
+void buf_free(buf *b);
+
+/* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. */
+#define LSN_STRLEN 18
+void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
+bool lsn_parse(const char *s, uint64_t *lsn) CDC_MUST_CHECK;
+
+/* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
+bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);
+
+#endif

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages cdc needs for the named purposes, when any is missing.
+# Usage: deploy/deps.sh [build] [test] [bench] [runtime]   (no argument: build test)
+# Does nothing, quickly and without apt-get update, when everything is already installed.
+set -euo pipefail
+
+build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
+	libevent-dev libyaml-dev clang)
+test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf protobuf-compiler jq kcat valgrind)
+# bench drives the same server and client tools as the tests (pg_recvlogical comes with postgresql).
+bench_pkgs=(postgresql python3-psycopg2)
+runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2)
+
+usage() {
+	echo "usage: $0 [build] [test] [bench] [runtime]" >&2
+	exit 2
+}
+
+purposes=("$@")
+[ ${#purposes[@]} -eq 0 ] && purposes=(build test)
+
+wanted=()
+for p in "${purposes[@]}"; do
+	case "$p" in
+	build) wanted+=("${build_pkgs[@]}") ;;
+	test) wanted+=("${test_pkgs[@]}") ;;
+	bench) wanted+=("${bench_pkgs[@]}") ;;
+	runtime) wanted+=("${runtime_pkgs[@]}") ;;
+	-h | --help) usage ;;
+	*)
+		echo "deps.sh: unknown purpose '$p'" >&2
+		usage
+		;;
+	esac
+done
+
+# A package is present when its status is "install ok installed".
+missing=()
+for pkg in "${wanted[@]}"; do
+	status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+	if [ "$status" != "install ok installed" ]; then
+		case " ${missing[*]-} " in
+		*" $pkg "*) ;;
+		*) missing+=("$pkg") ;;
+		esac
+	fi
+done
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps.sh: installing ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then
+		sudo=(sudo)
+	else
+		echo "deps.sh: missing packages (${missing[*]}) and not root; install them as root" >&2
+		exit 1
+	fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+if ! "${sudo[@]}" apt-get update -q; then
+	echo "deps.sh: apt-get update failed; cannot install: ${missing[*]}" >&2
+	exit 1
+fi
+if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+	echo "deps.sh: apt-get install failed for: ${missing[*]}" >&2
+	exit 1
+fi
+echo "deps.sh: installed ${missing[*]}" >&2

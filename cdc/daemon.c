@@ -1,0 +1,597 @@
+/* daemon.c: `cdc run`. One event loop moves changes one way: source -> decoder (txn assembler)
+ * -> rules -> sinks; what every sink has delivered flows back as the flushed position that is
+ * recorded in state_dir and then confirmed to the slot. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "event.h"
+#include "log.h"
+#include "progress.h"
+#include "rules.h"
+#include "source.h"
+#include "state.h"
+#include "stdout_sink.h"
+#include "txn.h"
+
+#define TICK_MS 100
+#define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */
+#define BACKOFF_FIRST_MS 500
+#define BACKOFF_MAX_MS 30000
+
+typedef struct sidecar {
+	cfg *cfg;
+	const char *cfg_path;
+	uint64_t endpos;
+	int exit_code;
+
+	struct event_base *base;
+	struct event *ev_read, *ev_write, *ev_tick, *ev_retry, *ev_sig[3];
+	int read_fd;
+
+	source *src;
+	state st;      /* st.flushed_lsn: recorded in state_dir, may be sent */
+	char spill_dir[4096];
+	int lock_fd;
+	pgo_relcache *rc;
+	txn_assembler *asm_; /* per connection: it depends on the negotiated protocol */
+	txn_handler handler;
+	rules *rules;
+	sink *stdout_sink;
+	sink **sinks; /* per subscription, parallel to cfg->subs */
+	arena *arena;
+	progress prog;
+
+	bool streaming, reload_pending, reply_requested;
+	uint64_t backoff_ms;
+	uint64_t seq, cur_seq; /* transactions numbered in commit order */
+	uint32_t tx_index;
+	uint64_t received_lsn, flushed_lsn, sent_flush_lsn;
+	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
+	bool heartbeat_warned;
+	char err[1024];
+} sidecar;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void fail(sidecar *d, int code, const char *what)
+{
+	log_error(what, "error=\"%s\"", d->err);
+	d->exit_code = code;
+	event_base_loopbreak(d->base);
+}
+
+/* Delivery -------------------------------------------------------------------------------- */
+
+static bool deliver(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		const cfg_subscription *s = &d->cfg->subs[subs[i]];
+		ev->subscription = s->name;
+		ev->tag_present_case = s->tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
+		ev->tag = s->tag;
+		sink *k = d->sinks[subs[i]];
+		if (!k->ops->deliver(k, ev, d->cur_seq, err, errlen))
+			return false;
+	}
+	return true;
+}
+
+static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn, uint32_t tx_index)
+{
+	ev->lsn = lsn;
+	ev->commit_lsn = t ? t->commit_lsn : lsn;
+	ev->xid = t ? t->xid : 0;
+	ev->commit_time = t ? t->commit_time : 0;
+	ev->tx_index = tx_index;
+	ev->origin = t && t->origin ? (char *)t->origin : "";
+}
+
+static const pgo_rel *relation(sidecar *d, const pgo_msg *m, uint32_t relid, char *err, size_t errlen)
+{
+	const pgo_rel *rel = pgo_relcache_get(d->rc, relid);
+	if (!rel)
+		errf(err, errlen, "%s for relation %u that no Relation message described", pgo_type_name(m->type), relid);
+	return rel;
+}
+
+static const unsigned change_op[] = {[PGO_INSERT] = CFG_OP_INSERT, [PGO_UPDATE] = CFG_OP_UPDATE, [PGO_DELETE] = CFG_OP_DELETE};
+
+/* One change: match it, build its event only if some subscription wants it, deliver. */
+static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen)
+{
+	const uint32_t *subs;
+	size_t n;
+	Cdc__V1__Event *ev;
+	switch (m->type) {
+	case PGO_INSERT:
+	case PGO_UPDATE:
+	case PGO_DELETE: {
+		const pgo_rel *rel = relation(d, m, m->change.relid, err, errlen);
+		if (!rel)
+			return false;
+		if ((n = rules_match(d->rules, rel, change_op[m->type], &subs)) == 0)
+			break;
+		if (!evt_from_change(d->arena, d->rc, rel, m, &ev, err, errlen))
+			return false;
+		stamp(ev, t, lsn, d->tx_index);
+		if (!deliver(d, ev, subs, n, err, errlen))
+			return false;
+		break;
+	}
+	case PGO_TRUNCATE:
+		for (uint32_t i = 0; i < m->truncate.nrels; i++) {
+			const pgo_rel *rel = relation(d, m, pgo_truncate_relid(m, i), err, errlen);
+			if (!rel)
+				return false;
+			if ((n = rules_match(d->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
+				ev = evt_from_truncate(d->arena, rel, m->truncate.flags);
+				stamp(ev, t, lsn, d->tx_index);
+				if (!deliver(d, ev, subs, n, err, errlen))
+					return false;
+			}
+			if (i + 1 < m->truncate.nrels)
+				d->tx_index++;
+		}
+		break;
+	case PGO_MESSAGE:
+		if (strcmp(m->message.prefix, SOURCE_HEARTBEAT_PREFIX) == 0)
+			return true; /* not a change: takes no tx_index */
+		if ((n = rules_match(d->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
+			break;
+		ev = evt_from_message(d->arena, m);
+		stamp(ev, t, lsn, d->tx_index);
+		if (!deliver(d, ev, subs, n, err, errlen))
+			return false;
+		break;
+	default:
+		return errf(err, errlen, "unexpected %s message inside a transaction", pgo_type_name(m->type));
+	}
+	d->tx_index++;
+	arena_reset(d->arena);
+	return true;
+}
+
+static void end_txn(sidecar *d, uint64_t end_lsn)
+{
+	progress_push(&d->prog, d->cur_seq, end_lsn);
+	if (d->stdout_sink)
+		d->stdout_sink->ops->end_txn(d->stdout_sink, d->cur_seq);
+}
+
+static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
+{
+	(void)t, (void)err, (void)errlen;
+	sidecar *d = ctx;
+	d->cur_seq = ++d->seq;
+	d->tx_index = 0;
+	return true;
+}
+
+static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen)
+{
+	sidecar *d = ctx;
+	if (t)
+		return change_events(d, t, m, lsn, err, errlen);
+	/* A non-transactional message is a transaction of its own, positioned at its LSN. */
+	on_begin(ctx, NULL, err, errlen);
+	if (!change_events(d, NULL, m, lsn, err, errlen))
+		return false;
+	end_txn(d, lsn);
+	return true;
+}
+
+static bool apply_reload(sidecar *d);
+
+static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	sidecar *d = ctx;
+	end_txn(d, t->end_lsn);
+	if (d->reload_pending)
+		apply_reload(d);
+	return true;
+}
+
+static const txn_handler txn_callbacks = {.begin = on_begin, .change = on_change, .commit = on_commit};
+
+/* Progress and feedback ----------------------------------------------------------------- */
+
+/* The assembler exists only while connected; between connections nothing is held. */
+static bool in_txn(const sidecar *d)
+{
+	return d->asm_ && txn_in_progress(d->asm_);
+}
+
+static uint64_t oldest_prepared(const sidecar *d)
+{
+	return d->asm_ ? txn_oldest_prepared(d->asm_) : 0;
+}
+
+static uint64_t sinks_delivered(const sidecar *d)
+{
+	return d->stdout_sink ? d->stdout_sink->ops->delivered(d->stdout_sink) : d->seq;
+}
+
+/* Moves flushed_lsn as far as every sink has delivered, but never past a held prepared
+ * transaction (the server would not send its changes again). */
+static void advance(sidecar *d)
+{
+	uint64_t lsn = progress_advance(&d->prog, sinks_delivered(d));
+	uint64_t prepared = oldest_prepared(d);
+	if (prepared && lsn > prepared)
+		lsn = prepared;
+	if (lsn > d->flushed_lsn)
+		d->flushed_lsn = lsn;
+}
+
+static bool send_feedback(sidecar *d, bool force)
+{
+	uint64_t now = now_ms();
+	bool moved = d->flushed_lsn != d->sent_flush_lsn;
+	if (!force && !(moved && now - d->last_feedback_ms >= FEEDBACK_MIN_MS) &&
+	    now - d->last_feedback_ms < d->cfg->source.status_interval_ms)
+		return true;
+	if (d->flushed_lsn > d->st.flushed_lsn) {
+		state next = d->st;
+		next.flushed_lsn = d->flushed_lsn;
+		if (!state_write(d->cfg->state_dir, &next, d->err, sizeof(d->err))) {
+			fail(d, 1, "cannot record the position in state_dir; stopping so nothing is confirmed unrecorded");
+			return false;
+		}
+		d->st = next;
+	}
+	source_result r = source_send_status(d->src, d->received_lsn, d->flushed_lsn, false, d->err, sizeof(d->err));
+	if (r != SOURCE_OK)
+		return false;
+	d->sent_flush_lsn = d->flushed_lsn;
+	d->last_feedback_ms = now;
+	if (source_output_pending(d->src))
+		event_add(d->ev_write, NULL);
+	return true;
+}
+
+static bool at_endpos(const sidecar *d)
+{
+	return d->endpos && d->flushed_lsn >= d->endpos;
+}
+
+/* Source callbacks ---------------------------------------------------------------------- */
+
+static bool on_xlogdata(void *ctx, const uint8_t *data, size_t len, uint64_t lsn, char *err, size_t errlen)
+{
+	sidecar *d = ctx;
+	if (lsn > d->received_lsn)
+		d->received_lsn = lsn;
+	d->last_data_ms = now_ms();
+	if (txn_feed(d->asm_, data, len, lsn, err, errlen))
+		return true;
+	char at[LSN_STRLEN];
+	lsn_format(lsn, at);
+	size_t used = strlen(err);
+	snprintf(err + used, errlen - used, " (WAL position %s)", at);
+	return false;
+}
+
+static bool on_keepalive(void *ctx, uint64_t wal_end, bool reply, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	sidecar *d = ctx;
+	if (wal_end > d->received_lsn)
+		d->received_lsn = wal_end;
+	advance(d);
+	/* Nothing in flight anywhere: everything up to wal_end is delivered, so an idle slot (or one
+	 * whose WAL is all other databases' or unpublished tables') never pins WAL. */
+	if (!in_txn(d) && progress_pending(&d->prog) == 0 && !oldest_prepared(d) &&
+	    sinks_delivered(d) == d->seq && wal_end > d->flushed_lsn)
+		d->flushed_lsn = wal_end;
+	/* Answered right after this drain, in the same wakeup. */
+	d->reply_requested |= reply;
+	return true;
+}
+
+static const source_handler source_callbacks = {.xlogdata = on_xlogdata, .keepalive = on_keepalive};
+
+/* Connection lifecycle ------------------------------------------------------------------ */
+
+static void schedule_retry(sidecar *d)
+{
+	if (d->ev_read) {
+		event_free(d->ev_read);
+		d->ev_read = NULL;
+	}
+	event_del(d->ev_write);
+	d->streaming = false;
+	source_disconnect(d->src);
+	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_FIRST_MS;
+	if (d->backoff_ms > BACKOFF_MAX_MS)
+		d->backoff_ms = BACKOFF_MAX_MS;
+	/* Jitter keeps a fleet of sidecars from reconnecting in step. */
+	uint64_t delay = d->backoff_ms / 2 + (uint64_t)rand() % (d->backoff_ms / 2 + 1);
+	log_warn("not streaming; retrying", "in_ms=%llu error=\"%s\"", (unsigned long long)delay, d->err);
+	struct timeval tv = {.tv_sec = (time_t)(delay / 1000), .tv_usec = (suseconds_t)(delay % 1000) * 1000};
+	event_add(d->ev_retry, &tv);
+}
+
+static bool flush_sinks(sidecar *d)
+{
+	if (d->stdout_sink && !d->stdout_sink->ops->flush(d->stdout_sink, d->err, sizeof(d->err))) {
+		fail(d, 1, "sink failed");
+		return false;
+	}
+	advance(d);
+	return true;
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	source_result r = source_read(d->src, &source_callbacks, d->err, sizeof(d->err));
+	if (r == SOURCE_FATAL) {
+		fail(d, 1, "cannot process the replication stream");
+		return;
+	}
+	if (!flush_sinks(d))
+		return;
+	if (r == SOURCE_RETRY) {
+		schedule_retry(d);
+		return;
+	}
+	bool reply = d->reply_requested;
+	d->reply_requested = false;
+	if (!send_feedback(d, reply)) {
+		if (!d->exit_code)
+			schedule_retry(d);
+		return;
+	}
+	d->backoff_ms = 0;
+	if (at_endpos(d))
+		event_base_loopbreak(d->base);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	if (source_output_pending(d->src))
+		event_add(d->ev_write, NULL);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	bool have_st = false;
+	state st;
+	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err))) {
+		fail(d, 1, "cannot read the recorded position");
+		return;
+	}
+	source_result r = source_start(d->src, &st, have_st, d->err, sizeof(d->err));
+	if (r == SOURCE_FATAL) {
+		fail(d, 1, "cannot stream from the replication slot");
+		return;
+	}
+	if (r == SOURCE_RETRY) {
+		schedule_retry(d);
+		return;
+	}
+	if (!have_st && !state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
+		fail(d, 1, "cannot record the position in state_dir");
+		return;
+	}
+	txn_free(d->asm_);
+	if (!(d->asm_ = txn_new(d->spill_dir, source_protocol(d->src), d->rc, &d->handler, d->err, sizeof(d->err)))) {
+		fail(d, 1, "cannot set up transaction spill files");
+		return;
+	}
+	d->st = st;
+	d->flushed_lsn = d->sent_flush_lsn = d->received_lsn = st.flushed_lsn;
+	progress_clear(&d->prog);
+	d->streaming = true;
+	d->read_fd = source_fd(d->src);
+	d->ev_read = event_new(d->base, d->read_fd, EV_READ | EV_PERSIST, on_read, d);
+	event_free(d->ev_write);
+	d->ev_write = event_new(d->base, d->read_fd, EV_WRITE, on_write, d);
+	event_add(d->ev_read, NULL);
+	/* libpq may already hold data read during the handshake. */
+	event_active(d->ev_read, EV_READ, 0);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	if (!d->streaming)
+		return;
+	if (!send_feedback(d, false)) {
+		if (!d->exit_code)
+			schedule_retry(d);
+		return;
+	}
+	uint64_t hb = d->cfg->source.heartbeat_ms, now = now_ms();
+	if (hb && now - d->last_data_ms >= hb && now - d->last_heartbeat_ms >= hb) {
+		d->last_heartbeat_ms = now;
+		char err[512];
+		if (!source_heartbeat(d->src, err, sizeof(err))) {
+			if (!d->heartbeat_warned)
+				log_warn("heartbeat failed", "error=\"%s\"", err);
+			d->heartbeat_warned = true;
+		} else {
+			d->heartbeat_warned = false;
+		}
+	}
+}
+
+/* Configuration ------------------------------------------------------------------------- */
+
+/* Checks that this build can serve every subscription and builds the rules for them. */
+static rules *prepare(cfg *c, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < c->nsubs; i++)
+		if (c->subs[i].sink != CFG_SINK_STDOUT) {
+			errf(err, errlen, "subscription %s: sink %s is not available in this build of cdc yet", c->subs[i].name,
+			     c->subs[i].sink == CFG_SINK_KAFKA ? "kafka" : "socket");
+			return NULL;
+		}
+	return rules_new(c->subs, c->nsubs, err, errlen);
+}
+
+static void bind_sinks(sidecar *d)
+{
+	free(d->sinks);
+	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {
+		if (!d->stdout_sink)
+			d->stdout_sink = stdout_sink_new(STDOUT_FILENO);
+		d->sinks[i] = d->stdout_sink;
+	}
+}
+
+/* SIGHUP: subscriptions are swapped at a transaction boundary; source settings need a restart. */
+static bool apply_reload(sidecar *d)
+{
+	d->reload_pending = false;
+	buf errors = {0};
+	cfg *next = cfg_load(d->cfg_path, &errors);
+	rules *r = next ? prepare(next, d->err, sizeof(d->err)) : NULL;
+	if (!r) {
+		log_error("reload refused; keeping the running configuration", "errors=\"%s\"",
+			  next ? d->err : errors.data);
+		buf_free(&errors);
+		cfg_free(next);
+		return false;
+	}
+	buf_free(&errors);
+	if (strcmp(next->source.dsn, d->cfg->source.dsn) || strcmp(next->source.slot, d->cfg->source.slot) ||
+	    strcmp(next->source.publication, d->cfg->source.publication) || strcmp(next->state_dir, d->cfg->state_dir))
+		log_warn("source and state_dir changes take effect at the next restart", "config=%s", d->cfg_path);
+	rules_free(d->rules);
+	d->rules = r;
+	/* Keep the source settings in use; take everything else. */
+	cfg *old = d->cfg;
+	d->cfg = next;
+	bind_sinks(d);
+	cfg_free(old);
+	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
+	return true;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	(void)what;
+	sidecar *d = arg;
+	if (sig == SIGHUP) {
+		d->reload_pending = true;
+		if (!in_txn(d))
+			apply_reload(d);
+		return;
+	}
+	log_info("stopping", "signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	event_base_loopbreak(d->base);
+}
+
+/* Setup and teardown -------------------------------------------------------------------- */
+
+static void shutdown_flush(sidecar *d)
+{
+	if (d->exit_code)
+		return;
+	if (!flush_sinks(d))
+		return;
+	char lsn[LSN_STRLEN];
+	if (d->streaming && send_feedback(d, true)) {
+		/* Let the final status update reach the server before the connection closes. */
+		while (source_output_pending(d->src))
+			usleep(1000);
+	}
+	lsn_format(d->st.flushed_lsn, lsn);
+	log_info("stopped", "flushed_lsn=%s", lsn);
+}
+
+int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
+{
+	sidecar d = {.cfg = c, .cfg_path = cfg_path, .endpos = endpos, .lock_fd = -1};
+	log_setup(c->log.level, c->log.format);
+	if (!(d.rules = prepare(c, d.err, sizeof(d.err)))) {
+		log_error("configuration not supported", "error=\"%s\"", d.err);
+		cfg_free(c);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	srand((unsigned)time(NULL) ^ (unsigned)getpid());
+	if ((d.lock_fd = state_lock(c->state_dir, d.err, sizeof(d.err))) < 0) {
+		d.exit_code = 1;
+		log_error("cannot use state_dir", "error=\"%s\"", d.err);
+		goto out;
+	}
+	snprintf(d.spill_dir, sizeof(d.spill_dir), "%s/spill", c->state_dir);
+	if (mkdir(d.spill_dir, 0700) != 0 && errno != EEXIST) {
+		d.exit_code = 1;
+		log_error("cannot create spill directory", "dir=%s error=\"%s\"", d.spill_dir, strerror(errno));
+		goto out;
+	}
+	bind_sinks(&d);
+	d.handler = txn_callbacks;
+	d.handler.ctx = &d;
+	d.arena = arena_new(64 * 1024);
+	d.rc = pgo_relcache_new();
+	d.src = source_new(c);
+	d.base = event_base_new();
+	d.ev_write = event_new(d.base, -1, 0, on_write, &d);
+	d.ev_retry = evtimer_new(d.base, on_retry, &d);
+	d.ev_tick = event_new(d.base, -1, EV_PERSIST, on_tick, &d);
+	int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+	for (int i = 0; i < 3; i++) {
+		d.ev_sig[i] = evsignal_new(d.base, sigs[i], on_signal, &d);
+		event_add(d.ev_sig[i], NULL);
+	}
+	struct timeval tick = {.tv_sec = 0, .tv_usec = TICK_MS * 1000};
+	event_add(d.ev_tick, &tick);
+	log_info("starting", "version=" CDC_VERSION " slot=%s state_dir=%s subscriptions=%zu", c->source.slot,
+		 c->state_dir, c->nsubs);
+	event_active(d.ev_retry, EV_TIMEOUT, 0);
+	event_base_dispatch(d.base);
+	shutdown_flush(&d);
+out:
+	if (d.ev_read)
+		event_free(d.ev_read);
+	for (int i = 0; i < 3; i++)
+		if (d.ev_sig[i])
+			event_free(d.ev_sig[i]);
+	if (d.ev_write)
+		event_free(d.ev_write);
+	if (d.ev_retry)
+		event_free(d.ev_retry);
+	if (d.ev_tick)
+		event_free(d.ev_tick);
+	if (d.base)
+		event_base_free(d.base);
+	txn_free(d.asm_);
+	source_free(d.src);
+	pgo_relcache_free(d.rc);
+	arena_free(d.arena);
+	progress_free(&d.prog);
+	rules_free(d.rules);
+	if (d.stdout_sink)
+		d.stdout_sink->ops->free(d.stdout_sink);
+	free(d.sinks);
+	cfg_free(d.cfg);
+	if (d.lock_fd >= 0)
+		close(d.lock_fd);
+	return d.exit_code;
+}

@@ -1,0 +1,569 @@
+/* source.c: the PostgreSQL connections; see source.h. The replication loop follows
+ * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
+#include "source.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "log.h"
+
+/* Session settings of the walsender: output functions then produce the text forms that
+ * decoder/event.c parses, whatever the server's defaults. */
+#define WALSENDER_OPTIONS \
+	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c bytea_output=hex"
+
+struct source {
+	char *dsn, *slot, *publication;
+	bool create;
+	cfg_strlist publish;
+	PGconn *repl;  /* replication=database, streaming */
+	PGconn *admin; /* ordinary: setup queries and heartbeats */
+	bool heartbeat_busy;
+	pgo_options proto;
+	char system_id[32];
+};
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+source *source_new(const cfg *c)
+{
+	source *s = xcalloc(1, sizeof(*s));
+	s->dsn = xstrdup(c->source.dsn);
+	s->slot = xstrdup(c->source.slot);
+	s->publication = xstrdup(c->source.publication);
+	s->create = c->source.create;
+	s->publish.n = c->source.publish.n;
+	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
+	for (size_t i = 0; i < s->publish.n; i++)
+		s->publish.v[i] = dup_or_null(c->source.publish.v[i]);
+	return s;
+}
+
+void source_disconnect(source *s)
+{
+	PQfinish(s->repl);
+	PQfinish(s->admin);
+	s->repl = s->admin = NULL;
+	s->heartbeat_busy = false;
+}
+
+void source_free(source *s)
+{
+	if (!s)
+		return;
+	source_disconnect(s);
+	for (size_t i = 0; i < s->publish.n; i++)
+		free(s->publish.v[i]);
+	free(s->publish.v);
+	free(s->dsn);
+	free(s->slot);
+	free(s->publication);
+	free(s);
+}
+
+/* The user's connection string, with what cdc needs added: replication mode, walsender session
+ * settings appended to the user's options, a default connect_timeout and application name.
+ * Everything else (TLS, passwords, PG* variables, .pgpass) passes through to libpq untouched. */
+static PGconn *connect_db(const source *s, bool replication, char *err, size_t errlen)
+{
+	char *perr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(s->dsn, &perr);
+	if (!opts) {
+		errf(err, errlen, "source.dsn is not a valid connection string: %s", perr ? perr : "out of memory");
+		PQfreemem(perr);
+		return NULL;
+	}
+	size_t n = 0;
+	for (PQconninfoOption *o = opts; o->keyword; o++)
+		n++;
+	const char **keys = xcalloc(n + 5, sizeof(char *));
+	const char **vals = xcalloc(n + 5, sizeof(char *));
+	size_t k = 0;
+	const char *user_options = getenv("PGOPTIONS");
+	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val)
+			continue;
+		if (strcmp(o->keyword, "options") == 0) {
+			user_options = o->val;
+			continue;
+		}
+		if (strcmp(o->keyword, "replication") == 0)
+			continue;
+		if (strcmp(o->keyword, "connect_timeout") == 0)
+			has_timeout = true;
+		keys[k] = o->keyword;
+		vals[k++] = o->val;
+	}
+	buf options = {0};
+	if (user_options && *user_options)
+		buf_printf(&options, "%s ", user_options);
+	if (replication)
+		buf_puts(&options, WALSENDER_OPTIONS);
+	if (options.len) {
+		keys[k] = "options";
+		vals[k++] = options.data;
+	}
+	if (replication) {
+		keys[k] = "replication";
+		vals[k++] = "database";
+	}
+	if (!has_timeout) {
+		keys[k] = "connect_timeout";
+		vals[k++] = "10";
+	}
+	keys[k] = "fallback_application_name";
+	vals[k++] = "cdc";
+	keys[k] = NULL;
+	vals[k] = NULL;
+	PGconn *conn = PQconnectdbParams(keys, vals, 0);
+	buf_free(&options);
+	free(keys);
+	free(vals);
+	PQconninfoFree(opts);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		char *msg = PQerrorMessage(conn);
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"), msg);
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
+}
+
+static const char *one_line(const char *msg)
+{
+	static char line[512];
+	snprintf(line, sizeof(line), "%.*s", (int)strcspn(msg, "\n"), msg);
+	return line;
+}
+
+/* A failed query: transient if the connection is gone or the object is busy, else fatal. */
+static source_result query_failed(PGconn *conn, PGresult *res, const char *what, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	errf(err, errlen, "%s failed: %s", what, one_line(PQerrorMessage(conn)));
+	PQclear(res);
+	if (PQstatus(conn) != CONNECTION_OK || (sqlstate && strcmp(sqlstate, "55006") == 0))
+		return SOURCE_RETRY;
+	return SOURCE_FATAL;
+}
+
+static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *const *params)
+{
+	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+}
+
+static void append_ident(buf *b, PGconn *conn, const char *name)
+{
+	char *q = PQescapeIdentifier(conn, name, strlen(name));
+	buf_puts(b, q);
+	PQfreemem(q);
+}
+
+/* Appends "TABLE a.b, c.d" / "TABLES IN SCHEMA s" items for one publish pattern. Patterns with
+ * globs other than "schema.*" are expanded against the tables that exist now. */
+static source_result publish_items(source *s, const char *pattern, buf *sql, bool *first, char *err,
+				   size_t errlen)
+{
+	const char *dot = strchr(pattern, '.');
+	bool schema_only = dot && strcmp(dot + 1, "*") == 0 && !strpbrk(pattern, "?[") &&
+			   memchr(pattern, '*', (size_t)(dot - pattern)) == NULL;
+	if (schema_only && PQserverVersion(s->admin) >= 150000) {
+		buf_puts(sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
+		char schema[256];
+		snprintf(schema, sizeof(schema), "%.*s", (int)(dot - pattern), pattern);
+		append_ident(sql, s->admin, schema);
+		*first = false;
+		return SOURCE_OK;
+	}
+	PGresult *res = PQexec(s->admin, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
+					 "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
+	int matched = 0;
+	for (int i = 0; i < PQntuples(res); i++) {
+		char name[300];
+		snprintf(name, sizeof(name), "%s.%s", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+		if (fnmatch(pattern, name, 0) != 0)
+			continue;
+		buf_puts(sql, *first ? " FOR TABLE " : ", TABLE ");
+		append_ident(sql, s->admin, PQgetvalue(res, i, 0));
+		buf_putc(sql, '.');
+		append_ident(sql, s->admin, PQgetvalue(res, i, 1));
+		*first = false;
+		matched++;
+	}
+	PQclear(res);
+	if (!matched)
+		log_warn("source.publish pattern matches no table yet", "pattern=%s", pattern);
+	return SOURCE_OK;
+}
+
+static source_result ensure_publication(source *s, char *err, size_t errlen)
+{
+	const char *params[] = {s->publication};
+	PGresult *res = exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up the publication", err, errlen);
+	bool exists = PQntuples(res) > 0;
+	PQclear(res);
+	if (exists)
+		return SOURCE_OK;
+	if (!s->create) {
+		errf(err, errlen,
+		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set source.create: true",
+		     s->publication, s->publication);
+		return SOURCE_FATAL;
+	}
+	buf sql = {0};
+	buf_puts(&sql, "CREATE PUBLICATION ");
+	append_ident(&sql, s->admin, s->publication);
+	bool first = true, all = false;
+	source_result r = SOURCE_OK;
+	for (size_t i = 0; i < s->publish.n && r == SOURCE_OK; i++) {
+		const char *p = s->publish.v[i];
+		if (strcmp(p, "*.*") == 0 || strcmp(p, "*") == 0)
+			all = true;
+		else
+			r = publish_items(s, p, &sql, &first, err, errlen);
+	}
+	if (r == SOURCE_OK) {
+		if (all) {
+			buf_reset(&sql);
+			buf_puts(&sql, "CREATE PUBLICATION ");
+			append_ident(&sql, s->admin, s->publication);
+			buf_puts(&sql, " FOR ALL TABLES");
+		}
+		res = PQexec(s->admin, sql.data);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			r = query_failed(s->admin, res, "creating the publication", err, errlen);
+		else {
+			PQclear(res);
+			log_info("created publication", "publication=%s sql=\"%s\"", s->publication, sql.data);
+		}
+	}
+	buf_free(&sql);
+	return r;
+}
+
+typedef struct slot_row {
+	bool exists;
+	char plugin[64], type[16], database[128], wal_status[16];
+	uint64_t confirmed_flush;
+	int active_pid;
+} slot_row;
+
+static source_result read_slot(source *s, slot_row *row, char *err, size_t errlen)
+{
+	const char *params[] = {s->slot};
+	PGresult *res = exec_params(s->admin,
+				    "SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), "
+				    "coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'), "
+				    "coalesce(active_pid, 0), current_database() "
+				    "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+				    1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up the replication slot", err, errlen);
+	memset(row, 0, sizeof(*row));
+	row->exists = PQntuples(res) > 0;
+	if (row->exists) {
+		snprintf(row->plugin, sizeof(row->plugin), "%s", PQgetvalue(res, 0, 0));
+		snprintf(row->type, sizeof(row->type), "%s", PQgetvalue(res, 0, 1));
+		snprintf(row->database, sizeof(row->database), "%s", PQgetvalue(res, 0, 2));
+		snprintf(row->wal_status, sizeof(row->wal_status), "%s", PQgetvalue(res, 0, 3));
+		if (!lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
+			row->confirmed_flush = 0;
+		row->active_pid = atoi(PQgetvalue(res, 0, 5));
+		if (strcmp(row->database, PQgetvalue(res, 0, 6)) != 0 && strcmp(row->type, "logical") == 0) {
+			errf(err, errlen, "replication slot %s belongs to database %s, but source.dsn connects to %s",
+			     s->slot, row->database, PQgetvalue(res, 0, 6));
+			PQclear(res);
+			return SOURCE_FATAL;
+		}
+	}
+	PQclear(res);
+	return SOURCE_OK;
+}
+
+static source_result create_slot(source *s, char *err, size_t errlen)
+{
+	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). */
+	const char *params[] = {s->slot, PQserverVersion(s->admin) >= 150000 ? "true" : "false"};
+	const char *sql = PQserverVersion(s->admin) >= 140000
+				  ? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', false, $2::bool)"
+				  : "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
+	PGresult *res = exec_params(s->admin, sql, PQserverVersion(s->admin) >= 140000 ? 2 : 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
+	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot, PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return SOURCE_OK;
+}
+
+/* Every way the slot can be unusable, each with what to do about it. */
+static source_result check_slot(source *s, const slot_row *row, const state *st, bool have_st, char *err,
+				size_t errlen)
+{
+	char rec[LSN_STRLEN], cur[LSN_STRLEN];
+	lsn_format(have_st ? st->flushed_lsn : 0, rec);
+	lsn_format(row->confirmed_flush, cur);
+	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
+		errf(err, errlen,
+		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin pgoutput: "
+		     "choose another source.slot, or drop this one if nothing else uses it",
+		     s->slot, row->plugin[0] ? row->plugin : "none", row->type);
+		return SOURCE_FATAL;
+	}
+	if (strcmp(row->wal_status, "lost") == 0) {
+		errf(err, errlen,
+		     "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are gone from the "
+		     "server. Drop the slot (SELECT pg_drop_replication_slot('%s')), resynchronise consumers from the "
+		     "tables, and start again",
+		     s->slot, cur, s->slot);
+		return SOURCE_FATAL;
+	}
+	if (have_st && row->confirmed_flush > st->flushed_lsn) {
+		errf(err, errlen,
+		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): something else "
+		     "consumed or advanced the slot, or it was dropped and recreated, so changes in between may never "
+		     "have been delivered. Resynchronise consumers, then remove %s to accept the slot's position",
+		     s->slot, cur, rec, "state_dir/position");
+		return SOURCE_FATAL;
+	}
+	if (row->active_pid) {
+		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying", s->slot,
+		     row->active_pid);
+		return SOURCE_RETRY;
+	}
+	return SOURCE_OK;
+}
+
+static source_result identify(source *s, state *st, bool have_st, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(s->repl, "IDENTIFY_SYSTEM");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) < 1 || PQntuples(res) != 1)
+		return query_failed(s->repl, res, "IDENTIFY_SYSTEM", err, errlen);
+	snprintf(s->system_id, sizeof(s->system_id), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	if (have_st && strcmp(st->system_id, s->system_id) != 0) {
+		errf(err, errlen,
+		     "state_dir belongs to database system %s, but the server is system %s: give this server its "
+		     "own state_dir",
+		     st->system_id, s->system_id);
+		return SOURCE_FATAL;
+	}
+	if (have_st && strcmp(st->slot, s->slot) != 0) {
+		errf(err, errlen, "state_dir records the position of slot %s, but source.slot is %s: use another state_dir",
+		     st->slot, s->slot);
+		return SOURCE_FATAL;
+	}
+	return SOURCE_OK;
+}
+
+static source_result start_replication(source *s, uint64_t start, char *err, size_t errlen)
+{
+	int v = PQserverVersion(s->repl);
+	s->proto.proto_version = v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
+	s->proto.stream_abort_info = s->proto.proto_version >= 4;
+	char lsn[LSN_STRLEN];
+	lsn_format(start, lsn);
+	buf sql = {0};
+	buf_printf(&sql, "START_REPLICATION SLOT \"%s\" LOGICAL %s (proto_version '%d', publication_names '\"%s\"'",
+		   s->slot, lsn, s->proto.proto_version, s->publication);
+	if (s->proto.proto_version >= 2)
+		buf_printf(&sql, ", messages 'true', streaming '%s'", s->proto.proto_version >= 4 ? "parallel" : "on");
+	if (s->proto.proto_version >= 3)
+		buf_puts(&sql, ", two_phase 'on'");
+	buf_putc(&sql, ')');
+	PGresult *res = PQexec(s->repl, sql.data);
+	buf_free(&sql);
+	if (PQresultStatus(res) != PGRES_COPY_BOTH)
+		return query_failed(s->repl, res, "START_REPLICATION", err, errlen);
+	PQclear(res);
+	if (PQsetnonblocking(s->repl, 1) != 0) {
+		errf(err, errlen, "cannot make the replication connection non-blocking");
+		return SOURCE_RETRY;
+	}
+	log_info("streaming", "slot=%s publication=%s from=%s protocol=%d server=%d", s->slot, s->publication, lsn,
+		 s->proto.proto_version, v);
+	return SOURCE_OK;
+}
+
+source_result source_start(source *s, state *st, bool have_st, char *err, size_t errlen)
+{
+	source_disconnect(s);
+	source_result r = SOURCE_RETRY;
+	slot_row row;
+	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen)))
+		goto out;
+	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK || (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (!row.exists) {
+		if (have_st) {
+			char rec[LSN_STRLEN];
+			lsn_format(st->flushed_lsn, rec);
+			errf(err, errlen,
+			     "replication slot %s does not exist, but cdc recorded position %s in it: the slot was dropped "
+			     "and changes after %s are lost. cdc does not recreate it silently: resynchronise consumers, "
+			     "then remove state_dir/position to start from a new slot",
+			     s->slot, rec, rec);
+			r = SOURCE_FATAL;
+			goto out;
+		}
+		if (!s->create) {
+			errf(err, errlen, "replication slot %s does not exist: create it with "
+					  "SELECT pg_create_logical_replication_slot('%s', 'pgoutput') or set source.create: true",
+			     s->slot, s->slot);
+			r = SOURCE_FATAL;
+			goto out;
+		}
+		if ((r = create_slot(s, err, errlen)) != SOURCE_OK || (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+			goto out;
+	}
+	if ((r = check_slot(s, &row, st, have_st, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (have_st && row.confirmed_flush < st->flushed_lsn) {
+		char rec[LSN_STRLEN], cur[LSN_STRLEN];
+		lsn_format(st->flushed_lsn, rec);
+		lsn_format(row.confirmed_flush, cur);
+		/* The server saves confirmed positions lazily; after its crash the slot can be behind. */
+		log_info("slot is behind the recorded position (the server restarted without saving it); resuming from the recorded one",
+			 "slot=%s slot_lsn=%s recorded=%s", s->slot, cur, rec);
+	}
+	if (!have_st || row.confirmed_flush > st->flushed_lsn)
+		st->flushed_lsn = row.confirmed_flush;
+	snprintf(st->system_id, sizeof(st->system_id), "%s", s->system_id);
+	snprintf(st->slot, sizeof(st->slot), "%s", s->slot);
+	r = start_replication(s, st->flushed_lsn, err, errlen);
+out:
+	if (r != SOURCE_OK)
+		source_disconnect(s);
+	return r;
+}
+
+int source_fd(const source *s)
+{
+	return s->repl ? PQsocket(s->repl) : -1;
+}
+
+const pgo_options *source_protocol(const source *s)
+{
+	return &s->proto;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static source_result lost(source *s, const char *what, char *err, size_t errlen)
+{
+	errf(err, errlen, "replication connection lost (%s): %s", what, one_line(PQerrorMessage(s->repl)));
+	return SOURCE_RETRY;
+}
+
+source_result source_read(source *s, const source_handler *h, char *err, size_t errlen)
+{
+	if (!PQconsumeInput(s->repl))
+		return lost(s, "read", err, errlen);
+	for (;;) {
+		char *msg = NULL;
+		int n = PQgetCopyData(s->repl, &msg, 1);
+		if (n == 0)
+			return SOURCE_OK;
+		if (n == -2)
+			return lost(s, "read", err, errlen);
+		if (n == -1) {
+			PGresult *res = PQgetResult(s->repl);
+			source_result r = lost(s, "the server ended the stream", err, errlen);
+			PQclear(res);
+			return r;
+		}
+		const uint8_t *p = (const uint8_t *)msg;
+		bool ok;
+		if (p[0] == 'w' && n >= 25) {
+			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_u64(p + 1), err, errlen);
+		} else if (p[0] == 'k' && n >= 18) {
+			ok = h->keepalive(h->ctx, get_u64(p + 1), p[17] != 0, err, errlen);
+		} else {
+			ok = errf(err, errlen, "unexpected replication message '%c' of %d bytes from the server",
+				  p[0] >= 0x20 && p[0] < 0x7f ? p[0] : '?', n);
+		}
+		PQfreemem(msg);
+		if (!ok)
+			return SOURCE_FATAL;
+	}
+}
+
+source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
+				 size_t errlen)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec - PGO_EPOCH_OFFSET_US;
+	uint8_t m[34];
+	m[0] = 'r';
+	put_u64(m + 1, write_lsn);          /* received and written */
+	put_u64(m + 9, flush_lsn);          /* delivered to every sink that wants it: the slot may move here */
+	put_u64(m + 17, flush_lsn);         /* applied: the same as flushed, cdc applies nothing itself */
+	put_u64(m + 25, (uint64_t)now);     /* client clock, microseconds since 2000-01-01 */
+	m[33] = reply ? 1 : 0;              /* ask for an immediate keepalive back */
+	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
+		return lost(s, "write", err, errlen);
+	return SOURCE_OK;
+}
+
+bool source_output_pending(source *s)
+{
+	return s->repl && PQflush(s->repl) == 1;
+}
+
+bool source_heartbeat(source *s, char *err, size_t errlen)
+{
+	bool ok = true;
+	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
+		PQfinish(s->admin);
+		s->heartbeat_busy = false;
+		if (!(s->admin = connect_db(s, false, err, errlen)))
+			return false;
+	}
+	if (s->heartbeat_busy) {
+		if (!PQconsumeInput(s->admin))
+			return errf(err, errlen, "heartbeat: %s", one_line(PQerrorMessage(s->admin)));
+		if (PQisBusy(s->admin))
+			return true; /* the previous one is still running: do not pile up */
+		PGresult *res;
+		while ((res = PQgetResult(s->admin))) {
+			if (PQresultStatus(res) != PGRES_TUPLES_OK)
+				ok = errf(err, errlen,
+					  "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
+					  "pg_logical_emit_message(boolean, text, text))",
+					  one_line(PQresultErrorMessage(res)));
+			PQclear(res);
+		}
+		s->heartbeat_busy = false;
+	}
+	if (!PQsendQuery(s->admin, "SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')"))
+		return errf(err, errlen, "heartbeat: %s", one_line(PQerrorMessage(s->admin)));
+	s->heartbeat_busy = true;
+	return ok;
+}

@@ -1,0 +1,53 @@
+/* source.h: the PostgreSQL side. Checks (and with source.create makes) the publication and the
+ * pgoutput slot, compares the slot with the position recorded in state_dir, streams with
+ * START_REPLICATION at the highest pgoutput protocol the server has, and sends standby status
+ * updates. A second, ordinary connection runs the setup queries and the heartbeat. */
+#ifndef CDC_SOURCE_H
+#define CDC_SOURCE_H
+
+#include "config.h"
+#include "pgoutput.h"
+#include "state.h"
+
+/* Prefix of the logical messages source.heartbeat writes; they are never delivered as events. */
+#define SOURCE_HEARTBEAT_PREFIX "cdc.heartbeat"
+
+typedef enum source_result {
+	SOURCE_OK,
+	SOURCE_RETRY, /* transient: connection lost or refused, slot busy: try again later */
+	SOURCE_FATAL, /* needs a human: the message says what happened and what to do */
+} source_result;
+
+typedef struct source_handler {
+	void *ctx;
+	/* One XLogData payload (a pgoutput message) that starts at WAL position lsn. */
+	bool (*xlogdata)(void *ctx, const uint8_t *data, size_t len, uint64_t lsn, char *err, size_t errlen);
+	/* A keepalive: the server has sent everything up to wal_end. */
+	bool (*keepalive)(void *ctx, uint64_t wal_end, bool reply_requested, char *err, size_t errlen);
+} source_handler;
+
+typedef struct source source;
+
+/* Copies what it needs from c. */
+source *source_new(const cfg *c);
+void source_free(source *s);
+
+/* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
+ * success it holds the position streaming starts from, to be recorded by the caller. */
+source_result source_start(source *s, state *st, bool have_st, char *err, size_t errlen);
+/* The replication connection's socket while streaming, else -1. */
+int source_fd(const source *s);
+const pgo_options *source_protocol(const source *s);
+/* Drains everything the server has sent, calling h for each message. */
+source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
+/* Sends a standby status update: received up to write_lsn, durable up to flush_lsn. */
+source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
+				 size_t errlen);
+/* True while output is queued in libpq (wait for the socket to be writable, then call again). */
+bool source_output_pending(source *s);
+/* Writes a heartbeat message through the ordinary connection, without blocking; reports the
+ * outcome of the previous one by its return value (false: it failed, err says why). */
+bool source_heartbeat(source *s, char *err, size_t errlen);
+void source_disconnect(source *s);
+
+#endif

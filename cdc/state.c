@@ -1,0 +1,93 @@
+/* state.c: see state.h. The file is a few "key value" lines, easy to read by a human. */
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_FILE "position"
+
+int state_lock(const char *dir, char *err, size_t errlen)
+{
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		errf(err, errlen, "cannot create state_dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		errf(err, errlen, "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
+		     dir, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+bool state_read(const char *dir, state *st, bool *found, char *err, size_t errlen)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	memset(st, 0, sizeof(*st));
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		if (errno == ENOENT) {
+			*found = false;
+			return true;
+		}
+		return errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+	}
+	char line[256], lsn[32] = "";
+	bool ok = true;
+	while (ok && fgets(line, sizeof(line), f)) {
+		if (line[0] == '#' || line[0] == '\n')
+			continue;
+		if (sscanf(line, "system_identifier %31s", st->system_id) == 1 ||
+		    sscanf(line, "slot %63s", st->slot) == 1 || sscanf(line, "flushed_lsn %31s", lsn) == 1)
+			continue;
+		ok = errf(err, errlen, "%s: unexpected line \"%.*s\"", path, (int)strcspn(line, "\n"), line);
+	}
+	fclose(f);
+	if (ok && (!st->system_id[0] || !st->slot[0] || !lsn_parse(lsn, &st->flushed_lsn)))
+		ok = errf(err, errlen, "%s is incomplete or corrupt; if the slot is intact, remove the file to start from the slot's position",
+			  path);
+	*found = ok;
+	return ok;
+}
+
+bool state_write(const char *dir, const state *st, char *err, size_t errlen)
+{
+	char path[4096], tmp[4200], lsn[LSN_STRLEN];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	lsn_format(st->flushed_lsn, lsn);
+	char text[512];
+	int n = snprintf(text, sizeof(text),
+			 "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
+			 "system_identifier %s\nslot %s\nflushed_lsn %s\n",
+			 st->system_id, st->slot, lsn);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+	bool ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+	int saved = errno;
+	close(fd);
+	if (!ok || rename(tmp, path) != 0)
+		return errf(err, errlen, "cannot write %s: %s", path, strerror(ok ? errno : saved));
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		ok = fsync(dfd) == 0;
+		close(dfd);
+	}
+	return ok ? true : errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
+}

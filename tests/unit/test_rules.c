@@ -1,0 +1,168 @@
+/* test_rules.c: subscription matching, the progress queue and the state_dir position file. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "rules.h"
+#include "state.h"
+#include "test.h"
+
+static pgo_rel rel(uint32_t relid, const char *schema, const char *table, uint64_t version)
+{
+	return (pgo_rel){.relid = relid, .nspname = (char *)schema, .relname = (char *)table, .version = version};
+}
+
+static cfg_subscription sub(const char *name, char **tables, size_t ntables, unsigned ops)
+{
+	return (cfg_subscription){.name = (char *)name, .tables = {tables, ntables}, .ops = ops};
+}
+
+static void test_matching(void)
+{
+	char *orders[] = {"public.orders"}, *all_public[] = {"public.*"}, *two[] = {"app.job?", "*.audit_*"};
+	cfg_subscription subs[] = {
+		sub("orders", orders, 1, CFG_OP_INSERT | CFG_OP_UPDATE),
+		sub("public", all_public, 1, CFG_OP_INSERT | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_MESSAGE),
+		sub("globs", two, 2, CFG_OP_DELETE),
+	};
+	char err[256];
+	rules *r = rules_new(subs, 3, err, sizeof(err));
+	CHECK(r != NULL);
+	const uint32_t *idx;
+	static const struct {
+		uint32_t relid;
+		const char *schema, *table;
+		unsigned op;
+		size_t n;
+		uint32_t first, second;
+	} cases[] = {
+		{1, "public", "orders", CFG_OP_INSERT, 2, 0, 1},
+		{1, "public", "orders", CFG_OP_UPDATE, 1, 0, 0},
+		{1, "public", "orders", CFG_OP_DELETE, 1, 1, 0},
+		{1, "public", "orders", CFG_OP_TRUNCATE, 1, 1, 0},
+		{2, "public", "orders_archive", CFG_OP_UPDATE, 0, 0, 0},
+		{3, "app", "jobs", CFG_OP_DELETE, 1, 2, 0},
+		{4, "app", "jobs_old", CFG_OP_DELETE, 0, 0, 0},
+		{5, "billing", "audit_log", CFG_OP_DELETE, 1, 2, 0},
+		{5, "billing", "audit_log", CFG_OP_INSERT, 0, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		pgo_rel x = rel(cases[i].relid, cases[i].schema, cases[i].table, 1);
+		size_t n = rules_match(r, &x, cases[i].op, &idx);
+		CHECK_INT(n, cases[i].n);
+		if (n >= 1)
+			CHECK_INT(idx[0], cases[i].first);
+		if (n >= 2)
+			CHECK_INT(idx[1], cases[i].second);
+	}
+	/* A relation id whose schema changed (new version) is matched again by its new name. */
+	pgo_rel renamed = rel(1, "public", "orders_v2", 2);
+	CHECK_INT(rules_match(r, &renamed, CFG_OP_INSERT, &idx), 1);
+	CHECK_INT(idx[0], 1);
+	/* Logical messages: the subscriptions with the message operation. */
+	CHECK_INT(rules_match(r, NULL, CFG_OP_MESSAGE, &idx), 1);
+	CHECK_INT(idx[0], 1);
+	/* Many relations: the cache grows and keeps answering right. */
+	for (uint32_t id = 100; id < 1100; id++) {
+		pgo_rel x = rel(id, id % 2 ? "public" : "other", "t", 1);
+		CHECK_INT(rules_match(r, &x, CFG_OP_INSERT, &idx), id % 2 ? 1 : 0);
+	}
+	rules_free(r);
+
+	/* Rule features of a later build are refused by name, not ignored. */
+	cfg_subscription w = sub("paid", orders, 1, CFG_OP_UPDATE);
+	w.where = "new.status = 'paid'";
+	CHECK(rules_new(&w, 1, err, sizeof(err)) == NULL);
+	CHECK_STR(err, "subscription paid: 'where' is not supported by this build of cdc yet");
+}
+
+static void test_progress(void)
+{
+	progress p = {0};
+	CHECK_INT(progress_advance(&p, 10), 0);
+	/* More than the initial capacity, with the ring wrapping. */
+	for (uint64_t seq = 1; seq <= 3000; seq++)
+		progress_push(&p, seq, 1000 + seq * 10);
+	CHECK_INT(progress_pending(&p), 3000);
+	CHECK_INT(progress_advance(&p, 0), 0);
+	CHECK_INT(progress_advance(&p, 5), 1050);
+	CHECK_INT(progress_pending(&p), 2995);
+	for (uint64_t seq = 3001; seq <= 4000; seq++)
+		progress_push(&p, seq, 1000 + seq * 10);
+	CHECK_INT(progress_advance(&p, 3999), 1000 + 3999 * 10);
+	CHECK_INT(progress_pending(&p), 1);
+	/* Transactions skipped by seq (none of the sinks saw them) do not block the queue. */
+	progress_push(&p, 4100, 99999);
+	CHECK_INT(progress_advance(&p, 4050), 1000 + 4000 * 10);
+	CHECK_INT(progress_advance(&p, 4100), 99999);
+	CHECK_INT(progress_pending(&p), 0);
+	progress_free(&p);
+}
+
+static void test_state(void)
+{
+	char dir[] = "/tmp/cdc-test-state-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	char err[512];
+	int lock = state_lock(dir, err, sizeof(err));
+	CHECK(lock >= 0);
+	CHECK(state_lock(dir, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "is in use by another cdc process") != NULL);
+
+	state st;
+	bool found = true;
+	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(!found);
+	state w = {.system_id = "7312345678901234567", .slot = "cdc_slot", .flushed_lsn = 0x1A2B3C4DULL | (3ULL << 32)};
+	CHECK(state_write(dir, &w, err, sizeof(err)));
+	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(found);
+	CHECK_STR(st.system_id, "7312345678901234567");
+	CHECK_STR(st.slot, "cdc_slot");
+	CHECK_INT(st.flushed_lsn, w.flushed_lsn);
+
+	char path[600];
+	snprintf(path, sizeof(path), "%s/position", dir);
+	FILE *f = fopen(path, "w");
+	fputs("system_identifier 1\nslot s\nflushed_lsn nonsense\n", f);
+	fclose(f);
+	CHECK(!state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(strstr(err, "is incomplete or corrupt") != NULL);
+	f = fopen(path, "w");
+	fputs("garbage here\n", f);
+	fclose(f);
+	CHECK(!state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(strstr(err, "unexpected line \"garbage here\"") != NULL);
+
+	close(lock);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_lsn(void)
+{
+	char s[LSN_STRLEN];
+	lsn_format(0x16B3748, s);
+	CHECK_STR(s, "0/16B3748");
+	lsn_format(0xFFFFFFFFFFFFFFFFULL, s);
+	CHECK_STR(s, "FFFFFFFF/FFFFFFFF");
+	uint64_t v;
+	CHECK(lsn_parse("1A/2B3C", &v));
+	CHECK_INT(v, 0x1A00002B3CLL);
+	CHECK(!lsn_parse("1A/", &v));
+	CHECK(!lsn_parse("1A/2B3C ", &v));
+	CHECK(!lsn_parse("x/1", &v));
+	CHECK(!lsn_parse("", &v));
+}
+
+int main(void)
+{
+	test_matching();
+	test_progress();
+	test_state();
+	test_lsn();
+	return TEST_SUMMARY("test_rules");
+}

@@ -27,7 +27,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pg import TempPostgres, lsn_to_int  # noqa: E402
+from pg import TempPostgres  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
@@ -109,6 +109,9 @@ class CdcProcess:
         self.proc = subprocess.Popen(args, stdout=self._out, stderr=self._err,
                                      stdin=subprocess.DEVNULL, env=env)
         self.pid = self.proc.pid
+        self._pos = 0
+        self._lines = 0
+        self._events = []
 
     @property
     def returncode(self):
@@ -133,21 +136,24 @@ class CdcProcess:
         return f"cdc ({' '.join(self.args)}) {state}; stderr tail:\n" + "\n".join(lines)
 
     def events(self):
-        """Every complete JSON line written to stdout so far (a partial last line is left out)."""
+        """Every complete JSON line written to stdout so far (a partial last line is left out).
+        Parses incrementally: polling a long stream stays cheap. Returns a new list each time."""
         with open(self.stdout_path, "rb") as f:
+            f.seek(self._pos)
             data = f.read()
         end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        out = []
-        for n, line in enumerate(data[:end].split(b"\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError as e:
-                raise AssertionError(f"stdout line {n} is not JSON ({e}): {line[:300]!r}")
-        return out
+        if end >= 0:
+            for line in data[:end].split(b"\n"):
+                self._lines += 1
+                if not line.strip():
+                    continue
+                try:
+                    self._events.append(json.loads(line))
+                except ValueError as e:
+                    raise AssertionError(
+                        f"stdout line {self._lines} is not JSON ({e}): {line[:300]!r}")
+            self._pos += end + 1
+        return list(self._events)
 
     def wait_events(self, n, timeout=30.0, pred=None):
         """Waits until at least n events (matching pred, if given) are on stdout; returns them all
@@ -345,7 +351,7 @@ def schema(pg, request):
 
 @pytest.fixture
 def cdc(pg, schema, tmp_path, request):
-    if not os.access(CDC_BIN, os.X_OK):
+    if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
         pytest.fail(f"{CDC_BIN} not built (run make)")
     f = CdcFactory(pg, tmp_path, schema, request.node.name)
     yield f

@@ -31,7 +31,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 
 import psycopg2
 

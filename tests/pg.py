@@ -294,8 +294,11 @@ class TempPostgres:
             raise
 
     def current_wal_lsn(self):
-        """pg_current_wal_lsn() as its 'X/X' text."""
-        return self.sql("select pg_current_wal_lsn()::text")[0][0]
+        """The end of the WAL written so far, as 'X/X' text: past every transaction that has
+        committed, so a safe --endpos. This is pg_current_wal_insert_lsn(), not
+        pg_current_wal_lsn(): with synchronous_commit=off the latter (the write position) can
+        still be behind a commit that has returned."""
+        return self.sql("select pg_current_wal_insert_lsn()::text")[0][0]
 
 
 def lsn_to_int(lsn):

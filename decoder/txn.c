@@ -1,0 +1,951 @@
+/* txn.c: the transaction assembler (see txn.h). Plain transactions pass straight through; streamed
+ * and prepared ones are held in one spill file each ("txn-<xid>.spill") and replayed record by
+ * record when the server reports their commit, so memory stays bounded whatever their size. */
+#include "txn.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The write buffer of the one open spill file, reused as the read buffer during replay. */
+#define TXN_IO_SIZE (64 * 1024)
+/* A spill record: [flags: 1 byte][lsn: 8 bytes][length: 4 bytes][payload: one pgoutput message]. */
+#define TXN_REC_HDR 13
+#define TXN_REC_IN_STREAM 0x01 /* the message was sent inside a stream block: it carries an xid */
+
+/* Where a subtransaction's first message landed in its top-level transaction's file. */
+typedef struct txn_subxact {
+	uint32_t xid;
+	uint64_t offset;
+} txn_subxact;
+
+typedef enum txn_held_kind {
+	TXN_HELD_STREAMED,  /* Stream Start seen, no Stream Commit / Abort / Prepare yet */
+	TXN_HELD_PREPARING, /* between Begin Prepare and Prepare */
+	TXN_HELD_PREPARED,  /* prepared (Prepare or Stream Prepare), awaiting Commit/Rollback Prepared */
+} txn_held_kind;
+
+/* A transaction held in a spill file. */
+typedef struct txn_held {
+	uint32_t xid;
+	txn_held_kind kind;
+	/* A write or truncate failed: the file may be incomplete and must never be replayed. */
+	bool broken;
+	uint64_t size; /* logical file size, including bytes still in the write buffer */
+	char *gid;     /* prepared only */
+	pgo_lsn prepare_lsn;
+	/* Streamed only: first offset of each subtransaction, in order of first appearance. */
+	txn_subxact *subs;
+	size_t nsubs, capsubs;
+	uint32_t sub_last; /* the xid of the last message: skips the lookup for runs of one xid */
+} txn_held;
+
+typedef enum txn_state {
+	TXN_IDLE,
+	TXN_PLAIN,     /* between Begin and Commit */
+	TXN_PREPARING, /* between Begin Prepare and Prepare */
+} txn_state;
+
+struct txn_assembler {
+	char *dir;
+	pgo_options opt;
+	pgo_relcache *rc;
+	txn_handler h;
+	/* pgo_msg holds two full tuples (about 100 KB): one on the heap, reused for every message. */
+	pgo_msg *msg;
+
+	txn_state state;
+	bool in_stream;
+	txn_info info; /* the plain transaction being passed through, or the one being replayed */
+	buf origin;    /* info.origin points here when set */
+
+	/* The one open spill file: cur's, during a stream block or Begin Prepare ... Prepare. At most
+	 * one file is open at a time, so memory does not grow with the number of held transactions. */
+	txn_held *cur;
+	int fd;
+	uint64_t flushed; /* bytes of cur's file on disk; the rest of cur->size is in io */
+	uint8_t *io;	  /* TXN_IO_SIZE bytes */
+	size_t iolen;	  /* writing: bytes buffered; reading: bytes loaded */
+	size_t iopos;	  /* reading: bytes of io consumed */
+	uint8_t *rec;	  /* replay: one record's payload; grows only to the largest record */
+	size_t reccap;
+
+	txn_held **held;
+	size_t nheld, capheld;
+	uint64_t aborted;
+	char path[PATH_MAX];
+};
+
+/* ---- spill file names ---- */
+
+static const char *spill_path(txn_assembler *a, uint32_t xid)
+{
+	snprintf(a->path, sizeof(a->path), "%s/txn-%" PRIu32 ".spill", a->dir, xid);
+	return a->path;
+}
+
+/* True for the names spill_path() makes: "txn-", 1 to 10 digits, ".spill". */
+static bool spill_name(const char *name)
+{
+	size_t digits = 0;
+	if (strncmp(name, "txn-", 4) != 0)
+		return false;
+	for (name += 4; *name >= '0' && *name <= '9'; name++)
+		digits++;
+	return digits >= 1 && digits <= 10 && strcmp(name, ".spill") == 0;
+}
+
+static bool io_error(txn_assembler *a, uint32_t xid, const char *op, char *err, size_t errlen)
+{
+	int e = errno;
+	return errf(err, errlen, "spill file %s: %s: %s", spill_path(a, xid), op, strerror(e));
+}
+
+/* ---- held transactions ---- */
+
+static txn_held *held_find(const txn_assembler *a, uint32_t xid)
+{
+	for (size_t i = 0; i < a->nheld; i++)
+		if (a->held[i]->xid == xid)
+			return a->held[i];
+	return NULL;
+}
+
+static txn_held *held_add(txn_assembler *a, uint32_t xid, txn_held_kind kind)
+{
+	if (a->nheld == a->capheld) {
+		a->capheld = a->capheld ? a->capheld * 2 : 8;
+		a->held = xrealloc(a->held, a->capheld * sizeof(*a->held));
+	}
+	txn_held *t = xcalloc(1, sizeof(*t));
+	t->xid = xid;
+	t->kind = kind;
+	a->held[a->nheld++] = t;
+	return t;
+}
+
+static void held_forget(txn_assembler *a, txn_held *t)
+{
+	for (size_t i = 0; i < a->nheld; i++) {
+		if (a->held[i] == t) {
+			a->held[i] = a->held[--a->nheld];
+			break;
+		}
+	}
+	free(t->gid);
+	free(t->subs);
+	free(t);
+}
+
+/* Deletes a held transaction's file and state. The file must not be open. */
+static bool held_drop(txn_assembler *a, txn_held *t, char *err, size_t errlen)
+{
+	uint32_t xid = t->xid;
+	held_forget(a, t);
+	if (unlink(spill_path(a, xid)) != 0 && errno != ENOENT)
+		return io_error(a, xid, "unlink", err, errlen);
+	return true;
+}
+
+/* Remembers where subtransaction xid's first message goes, the way PostgreSQL's apply worker
+ * does (subxact_info_add in worker.c): a run of messages of one xid is the common case. */
+static void held_note_subxact(txn_held *t, uint32_t xid)
+{
+	if (xid == t->xid || xid == t->sub_last)
+		return;
+	t->sub_last = xid;
+	for (size_t i = t->nsubs; i > 0; i--)
+		if (t->subs[i - 1].xid == xid)
+			return;
+	if (t->nsubs == t->capsubs) {
+		t->capsubs = t->capsubs ? t->capsubs * 2 : 16;
+		t->subs = xrealloc(t->subs, t->capsubs * sizeof(*t->subs));
+	}
+	t->subs[t->nsubs++] = (txn_subxact){.xid = xid, .offset = t->size};
+}
+
+/* ---- the open spill file ---- */
+
+static bool file_open(txn_assembler *a, txn_held *t, bool create, char *err, size_t errlen)
+{
+	int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+	int fd = open(spill_path(a, t->xid), flags, 0600);
+	if (fd < 0) {
+		t->broken = true;
+		return io_error(a, t->xid, create ? "create" : "open", err, errlen);
+	}
+	a->fd = fd;
+	a->cur = t;
+	a->flushed = t->size;
+	a->iolen = 0;
+	return true;
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwrite(fd, p, n, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		if (w == 0) {
+			errno = ENOSPC;
+			return false;
+		}
+		p += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return true;
+}
+
+static bool file_flush(txn_assembler *a, char *err, size_t errlen)
+{
+	if (a->iolen == 0)
+		return true;
+	if (!write_all(a->fd, a->io, a->iolen, a->flushed)) {
+		a->cur->broken = true;
+		return io_error(a, a->cur->xid, "write", err, errlen);
+	}
+	a->flushed += a->iolen;
+	a->iolen = 0;
+	return true;
+}
+
+static bool file_write(txn_assembler *a, const void *p, size_t n, char *err, size_t errlen)
+{
+	const uint8_t *src = p;
+	while (n > 0) {
+		if (a->iolen == TXN_IO_SIZE && !file_flush(a, err, errlen))
+			return false;
+		size_t k = TXN_IO_SIZE - a->iolen;
+		if (k > n)
+			k = n;
+		memcpy(a->io + a->iolen, src, k);
+		a->iolen += k;
+		a->cur->size += k;
+		src += k;
+		n -= k;
+	}
+	return true;
+}
+
+/* Flushes and closes the open file. No fsync: after a crash the slot resends what was held. A
+ * broken file is not flushed: it will never be replayed, and the failure was already reported. */
+static bool file_close(txn_assembler *a, char *err, size_t errlen)
+{
+	bool ok = a->cur->broken || file_flush(a, err, errlen);
+	if (close(a->fd) != 0 && ok) {
+		a->cur->broken = true;
+		ok = io_error(a, a->cur->xid, "close", err, errlen);
+	}
+	a->fd = -1;
+	a->cur = NULL;
+	a->iolen = 0;
+	return ok;
+}
+
+/* Closes the open file without writing what is buffered: its transaction is being discarded. */
+static void file_discard(txn_assembler *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	a->fd = -1;
+	a->cur = NULL;
+	a->iolen = 0;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Appends one message to the open file (the current held transaction's). */
+static bool spill(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
+{
+	txn_held *t = a->cur;
+	const pgo_msg *m = a->msg;
+	uint8_t hdr[TXN_REC_HDR];
+
+	if (t->broken)
+		return errf(err, errlen,
+			    "spill file %s: an earlier write failed, transaction %" PRIu32 " cannot be held",
+			    spill_path(a, t->xid), t->xid);
+	if (len > UINT32_MAX)
+		return errf(err, errlen,
+			    "%s message of %zu bytes in transaction %" PRIu32 " is too large to spill",
+			    pgo_type_name(m->type), len, t->xid);
+	if (a->in_stream && m->type != PGO_ORIGIN) {
+		if (m->xid == 0)
+			return errf(err, errlen,
+				    "%s message in the stream block of transaction %" PRIu32
+				    " has invalid transaction ID 0",
+				    pgo_type_name(m->type), t->xid);
+		held_note_subxact(t, m->xid);
+	}
+	hdr[0] = a->in_stream ? TXN_REC_IN_STREAM : 0;
+	put_be32(hdr + 1, (uint32_t)(lsn >> 32));
+	put_be32(hdr + 5, (uint32_t)lsn);
+	put_be32(hdr + 9, (uint32_t)len);
+	return file_write(a, hdr, sizeof(hdr), err, errlen) && file_write(a, data, len, err, errlen);
+}
+
+/* ---- replay ---- */
+
+/* Reads exactly n bytes of the file being replayed through the io buffer. */
+static bool replay_read(txn_assembler *a, int fd, uint64_t *off, void *dst, size_t n, uint32_t xid, char *err,
+			size_t errlen)
+{
+	uint8_t *p = dst;
+	while (n > 0) {
+		if (a->iopos == a->iolen) {
+			ssize_t r = pread(fd, a->io, TXN_IO_SIZE, (off_t)*off);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				return io_error(a, xid, "read", err, errlen);
+			}
+			if (r == 0)
+				return errf(err, errlen,
+					    "spill file %s: read: unexpected end of file at offset %" PRIu64,
+					    spill_path(a, xid), *off);
+			a->iolen = (size_t)r;
+			a->iopos = 0;
+			*off += (uint64_t)r;
+		}
+		size_t k = a->iolen - a->iopos;
+		if (k > n)
+			k = n;
+		memcpy(p, a->io + a->iopos, k);
+		a->iopos += k;
+		p += k;
+		n -= k;
+	}
+	return true;
+}
+
+/* Handler calls. A handler that fails without saying why still gets an error message. */
+static bool handler_failed(const char *what, uint32_t xid, char *err, size_t errlen)
+{
+	if (err && errlen && err[0] == '\0')
+		errf(err, errlen, "handler %s failed for transaction %" PRIu32, what, xid);
+	return false;
+}
+
+static void clear_err(char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+}
+
+static bool call_begin(txn_assembler *a, const txn_info *t, char *err, size_t errlen)
+{
+	clear_err(err, errlen);
+	return a->h.begin(a->h.ctx, t, err, errlen) || handler_failed("begin", t->xid, err, errlen);
+}
+
+static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err,
+			size_t errlen)
+{
+	clear_err(err, errlen);
+	return a->h.change(a->h.ctx, t, m, lsn, err, errlen) ||
+	       handler_failed("change", t ? t->xid : 0, err, errlen);
+}
+
+static bool call_commit(txn_assembler *a, const txn_info *t, char *err, size_t errlen)
+{
+	clear_err(err, errlen);
+	return a->h.commit(a->h.ctx, t, err, errlen) || handler_failed("commit", t->xid, err, errlen);
+}
+
+/* Applies one replayed record: schema to the relation cache, Origin to a->info, changes to the handler. */
+static bool replay_record(txn_assembler *a, const uint8_t *data, size_t len, bool in_stream, pgo_lsn lsn,
+			  uint64_t at, uint32_t xid, char *err, size_t errlen)
+{
+	pgo_msg *m = a->msg;
+	char perr[256];
+	if (!pgo_parse(data, len, &a->opt, in_stream, m, perr, sizeof(perr)))
+		return errf(err, errlen, "spill file %s: record at offset %" PRIu64 ": %s",
+			    spill_path(a, xid), at, perr);
+	switch (m->type) {
+	case PGO_RELATION:
+		pgo_relcache_put(a->rc, m);
+		return true;
+	case PGO_TYPE:
+		pgo_relcache_put_type(a->rc, m);
+		return true;
+	case PGO_ORIGIN:
+		buf_reset(&a->origin);
+		buf_puts(&a->origin, m->origin.name);
+		a->info.origin = a->origin.data;
+		return true;
+	case PGO_INSERT:
+	case PGO_UPDATE:
+	case PGO_DELETE:
+	case PGO_TRUNCATE:
+	case PGO_MESSAGE:
+		return call_change(a, &a->info, m, lsn, err, errlen);
+	default:
+		return errf(err, errlen, "spill file %s: record at offset %" PRIu64 ": unexpected %s message",
+			    spill_path(a, xid), at, pgo_type_name(m->type));
+	}
+}
+
+/* Delivers a held transaction: begin with a->info, every change in the order it arrived, commit. */
+static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
+{
+	bool ok = false;
+	uint64_t off = 0, pos = 0;
+	int fd;
+
+	if (t->broken)
+		return errf(err, errlen,
+			    "spill file %s: an earlier write failed, transaction %" PRIu32
+			    " cannot be replayed",
+			    spill_path(a, t->xid), t->xid);
+	fd = open(spill_path(a, t->xid), O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return io_error(a, t->xid, "open", err, errlen);
+	a->iolen = a->iopos = 0;
+	buf_reset(&a->origin);
+	a->info.origin = NULL;
+
+	if (!call_begin(a, &a->info, err, errlen))
+		goto out;
+	while (pos < t->size) {
+		uint8_t hdr[TXN_REC_HDR];
+		uint32_t len = 0;
+		pgo_lsn lsn;
+		if (t->size - pos >= TXN_REC_HDR) {
+			if (!replay_read(a, fd, &off, hdr, sizeof(hdr), t->xid, err, errlen))
+				goto out;
+			len = get_be32(hdr + 9);
+		}
+		if (t->size - pos < TXN_REC_HDR || (hdr[0] & ~TXN_REC_IN_STREAM) != 0 ||
+		    len > t->size - pos - TXN_REC_HDR) {
+			errf(err, errlen, "spill file %s: corrupt record at offset %" PRIu64,
+			     spill_path(a, t->xid), pos);
+			goto out;
+		}
+		lsn = (pgo_lsn)get_be32(hdr + 1) << 32 | get_be32(hdr + 5);
+		if (len > a->reccap) {
+			a->reccap = len;
+			a->rec = xrealloc(a->rec, a->reccap);
+		}
+		if (!replay_read(a, fd, &off, a->rec, len, t->xid, err, errlen))
+			goto out;
+		if (!replay_record(a, a->rec, len, hdr[0] & TXN_REC_IN_STREAM, lsn, pos, t->xid, err, errlen))
+			goto out;
+		pos += TXN_REC_HDR + (uint64_t)len;
+	}
+	ok = call_commit(a, &a->info, err, errlen);
+out:
+	close(fd);
+	a->iolen = a->iopos = 0;
+	buf_reset(&a->origin);
+	a->info = (txn_info){0};
+	return ok;
+}
+
+/* ---- message handling ---- */
+
+/* Transaction-control messages that may only arrive between transactions and stream blocks. */
+static bool expect_idle(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	if (a->in_stream)
+		return errf(err, errlen,
+			    "%s for transaction %" PRIu32 " inside the stream block of transaction %" PRIu32,
+			    pgo_type_name(m->type), m->xid, a->cur->xid);
+	if (a->state == TXN_PLAIN)
+		return errf(err, errlen,
+			    "%s for transaction %" PRIu32 " while transaction %" PRIu32 " is in progress",
+			    pgo_type_name(m->type), m->xid, a->info.xid);
+	if (a->state == TXN_PREPARING)
+		return errf(err, errlen,
+			    "%s for transaction %" PRIu32 " while prepared transaction %" PRIu32
+			    " is in progress (no Prepare yet)",
+			    pgo_type_name(m->type), m->xid, a->cur->xid);
+	return true;
+}
+
+static bool on_begin(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	if (!expect_idle(a, err, errlen))
+		return false;
+	a->state = TXN_PLAIN;
+	buf_reset(&a->origin);
+	a->info = (txn_info){
+	    .xid = m->xid,
+	    .commit_lsn = m->begin.final_lsn,
+	    .commit_time = m->begin.commit_time,
+	};
+	return call_begin(a, &a->info, err, errlen);
+}
+
+static bool on_commit(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	char got[LSN_STRLEN], want[LSN_STRLEN];
+	bool ok;
+
+	if (a->in_stream)
+		return errf(err, errlen, "Commit inside the stream block of transaction %" PRIu32,
+			    a->cur->xid);
+	if (a->state == TXN_PREPARING)
+		return errf(err, errlen, "Commit inside prepared transaction %" PRIu32 " (expected Prepare)",
+			    a->cur->xid);
+	if (a->state != TXN_PLAIN)
+		return errf(err, errlen, "Commit without Begin");
+	if (m->commit.commit_lsn != a->info.commit_lsn) {
+		lsn_format(m->commit.commit_lsn, got);
+		lsn_format(a->info.commit_lsn, want);
+		return errf(err, errlen,
+			    "Commit of transaction %" PRIu32
+			    " at %s does not match the final LSN %s of its Begin",
+			    a->info.xid, got, want);
+	}
+	a->state = TXN_IDLE;
+	a->info.end_lsn = m->commit.end_lsn;
+	ok = call_commit(a, &a->info, err, errlen);
+	buf_reset(&a->origin);
+	a->info = (txn_info){0};
+	return ok;
+}
+
+static bool on_stream_start(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+
+	if (!expect_idle(a, err, errlen))
+		return false;
+	if (m->xid == 0)
+		return errf(err, errlen, "Stream Start with invalid transaction ID 0");
+	t = held_find(a, m->xid);
+	if (m->stream_start.first_segment) {
+		if (t)
+			return errf(err, errlen,
+				    "Stream Start (first segment) for transaction %" PRIu32
+				    " that is already held",
+				    m->xid);
+		t = held_add(a, m->xid, TXN_HELD_STREAMED);
+	} else {
+		if (!t)
+			return errf(err, errlen,
+				    "Stream Start for transaction %" PRIu32
+				    " whose first segment was never received",
+				    m->xid);
+		if (t->kind != TXN_HELD_STREAMED)
+			return errf(err, errlen,
+				    "Stream Start for transaction %" PRIu32 " that is already prepared",
+				    m->xid);
+		if (t->broken)
+			return errf(err, errlen,
+				    "spill file %s: an earlier write failed, transaction %" PRIu32
+				    " cannot be held",
+				    spill_path(a, t->xid), t->xid);
+	}
+	if (!file_open(a, t, m->stream_start.first_segment, err, errlen))
+		return false;
+	a->in_stream = true;
+	return true;
+}
+
+static bool on_stream_stop(txn_assembler *a, char *err, size_t errlen)
+{
+	if (!a->in_stream)
+		return errf(err, errlen, "Stream Stop outside a stream block");
+	a->in_stream = false;
+	return file_close(a, err, errlen);
+}
+
+/* The held streamed transaction a Stream Commit / Abort / Prepare names. */
+static txn_held *streamed(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+	if (!expect_idle(a, err, errlen))
+		return NULL;
+	t = held_find(a, m->xid);
+	if (!t) {
+		errf(err, errlen, "%s for transaction %" PRIu32 " that was never streamed",
+		     pgo_type_name(m->type), m->xid);
+		return NULL;
+	}
+	if (t->kind != TXN_HELD_STREAMED) {
+		errf(err, errlen, "%s for transaction %" PRIu32 " that is prepared, not streaming",
+		     pgo_type_name(m->type), m->xid);
+		return NULL;
+	}
+	return t;
+}
+
+static bool on_stream_commit(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t = streamed(a, err, errlen);
+	if (!t)
+		return false;
+	a->info = (txn_info){
+	    .xid = t->xid,
+	    .commit_lsn = m->commit.commit_lsn,
+	    .end_lsn = m->commit.end_lsn,
+	    .commit_time = m->commit.commit_time,
+	};
+	return replay(a, t, err, errlen) && held_drop(a, t, err, errlen);
+}
+
+/* A subtransaction abort truncates the file back to where that subtransaction's first message
+ * went and forgets the subtransactions first seen after it, as PostgreSQL's apply worker does
+ * (stream_abort_internal in worker.c). Changes reach the stream in WAL order and subtransactions
+ * nest, so until a subtransaction ends everything after its first message is its own or its
+ * descendants'. One that ended by RELEASE can only abort with an ancestor, and that abort record
+ * lists the released children, each of which gets its own Stream Abort (DecodeAbort): whichever
+ * offset is lowest wins, in either order. A subtransaction with no messages is not found. */
+static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	uint32_t subxid = m->stream_abort.subxid;
+	txn_held *t = streamed(a, err, errlen);
+	size_t i;
+
+	if (!t)
+		return false;
+	if (subxid == t->xid) {
+		a->aborted++;
+		return held_drop(a, t, err, errlen);
+	}
+	for (i = t->nsubs; i > 0; i--)
+		if (t->subs[i - 1].xid == subxid)
+			break;
+	if (i == 0)
+		return true;
+	i--;
+	if (truncate(spill_path(a, t->xid), (off_t)t->subs[i].offset) != 0) {
+		t->broken = true;
+		return io_error(a, t->xid, "truncate", err, errlen);
+	}
+	t->size = t->subs[i].offset;
+	t->nsubs = i;
+	t->sub_last = 0;
+	return true;
+}
+
+static bool on_stream_prepare(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t = streamed(a, err, errlen);
+	if (!t)
+		return false;
+	t->kind = TXN_HELD_PREPARED;
+	t->gid = xstrdup(m->prepare.gid);
+	t->prepare_lsn = m->prepare.prepare_lsn;
+	free(t->subs);
+	t->subs = NULL;
+	t->nsubs = t->capsubs = 0;
+	return true;
+}
+
+static bool on_begin_prepare(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+	if (!expect_idle(a, err, errlen))
+		return false;
+	if (held_find(a, m->xid))
+		return errf(err, errlen, "Begin Prepare for transaction %" PRIu32 " that is already held",
+			    m->xid);
+	t = held_add(a, m->xid, TXN_HELD_PREPARING);
+	if (!file_open(a, t, true, err, errlen))
+		return false;
+	a->state = TXN_PREPARING;
+	return true;
+}
+
+static bool on_prepare(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t = a->cur;
+	if (a->in_stream)
+		return errf(err, errlen, "Prepare inside the stream block of transaction %" PRIu32,
+			    a->cur->xid);
+	if (a->state != TXN_PREPARING)
+		return errf(err, errlen, "Prepare for transaction %" PRIu32 " without Begin Prepare", m->xid);
+	if (m->xid != t->xid)
+		return errf(err, errlen,
+			    "Prepare for transaction %" PRIu32 " inside prepared transaction %" PRIu32,
+			    m->xid, t->xid);
+	a->state = TXN_IDLE;
+	t->kind = TXN_HELD_PREPARED;
+	t->gid = xstrdup(m->prepare.gid);
+	t->prepare_lsn = m->prepare.prepare_lsn;
+	return file_close(a, err, errlen);
+}
+
+/* The held prepared transaction a Commit / Rollback Prepared names, checking its GID. */
+static bool prepared(txn_assembler *a, uint32_t xid, const char *gid, txn_held **out, char *err,
+		     size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+	*out = NULL;
+	if (!expect_idle(a, err, errlen))
+		return false;
+	t = held_find(a, xid);
+	if (!t)
+		return true;
+	if (t->kind != TXN_HELD_PREPARED)
+		return errf(err, errlen, "%s for transaction %" PRIu32 " that is not prepared",
+			    pgo_type_name(m->type), xid);
+	if (strcmp(t->gid, gid) != 0)
+		return errf(err, errlen,
+			    "%s for transaction %" PRIu32 " with GID \"%s\", but it was prepared as \"%s\"",
+			    pgo_type_name(m->type), xid, gid, t->gid);
+	*out = t;
+	return true;
+}
+
+static bool on_commit_prepared(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+	if (!prepared(a, m->xid, m->commit_prepared.gid, &t, err, errlen))
+		return false;
+	if (!t)
+		return errf(err, errlen,
+			    "Commit Prepared for transaction %" PRIu32 " that was never prepared", m->xid);
+	a->info = (txn_info){
+	    .xid = t->xid,
+	    .commit_lsn = m->commit_prepared.commit_lsn,
+	    .end_lsn = m->commit_prepared.end_lsn,
+	    .commit_time = m->commit_prepared.commit_time,
+	    .gid = t->gid,
+	};
+	return replay(a, t, err, errlen) && held_drop(a, t, err, errlen);
+}
+
+/* A Rollback Prepared for a transaction never seen is not an error: the server also sends it when
+ * the PREPARE came before decoding reached a consistent point or two_phase was enabled, as
+ * PostgreSQL's apply worker notes (apply_handle_rollback_prepared). Nothing is held to discard. */
+static bool on_rollback_prepared(txn_assembler *a, char *err, size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	txn_held *t;
+	if (!prepared(a, m->xid, m->rollback_prepared.gid, &t, err, errlen))
+		return false;
+	if (!t)
+		return true;
+	a->aborted++;
+	return held_drop(a, t, err, errlen);
+}
+
+static bool on_origin(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+		      size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	if (a->in_stream || a->state == TXN_PREPARING)
+		return spill(a, data, len, lsn, err, errlen);
+	if (a->state != TXN_PLAIN)
+		return errf(err, errlen, "Origin outside a transaction");
+	buf_reset(&a->origin);
+	buf_puts(&a->origin, m->origin.name);
+	a->info.origin = a->origin.data;
+	return true;
+}
+
+/* Relation and Type: applied now (the server does not resend a schema it already sent) and, in a
+ * held transaction, also spilled so that replay decodes its changes with the schema of their time. */
+static bool on_schema(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+		      size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	if (m->type == PGO_RELATION)
+		pgo_relcache_put(a->rc, m);
+	else
+		pgo_relcache_put_type(a->rc, m);
+	if (a->in_stream || a->state == TXN_PREPARING)
+		return spill(a, data, len, lsn, err, errlen);
+	return true;
+}
+
+static bool on_change(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+		      size_t errlen)
+{
+	const pgo_msg *m = a->msg;
+	if (m->type == PGO_MESSAGE && !(m->message.flags & 1))
+		return call_change(a, NULL, m, lsn, err, errlen);
+	if (a->in_stream || a->state == TXN_PREPARING)
+		return spill(a, data, len, lsn, err, errlen);
+	if (a->state != TXN_PLAIN)
+		return errf(err, errlen, "%s outside a transaction", pgo_type_name(m->type));
+	return call_change(a, &a->info, m, lsn, err, errlen);
+}
+
+bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
+{
+	if (!pgo_parse(data, len, &a->opt, a->in_stream, a->msg, err, errlen))
+		return false;
+	switch (a->msg->type) {
+	case PGO_BEGIN:
+		return on_begin(a, err, errlen);
+	case PGO_COMMIT:
+		return on_commit(a, err, errlen);
+	case PGO_ORIGIN:
+		return on_origin(a, data, len, lsn, err, errlen);
+	case PGO_RELATION:
+	case PGO_TYPE:
+		return on_schema(a, data, len, lsn, err, errlen);
+	case PGO_INSERT:
+	case PGO_UPDATE:
+	case PGO_DELETE:
+	case PGO_TRUNCATE:
+	case PGO_MESSAGE:
+		return on_change(a, data, len, lsn, err, errlen);
+	case PGO_STREAM_START:
+		return on_stream_start(a, err, errlen);
+	case PGO_STREAM_STOP:
+		return on_stream_stop(a, err, errlen);
+	case PGO_STREAM_COMMIT:
+		return on_stream_commit(a, err, errlen);
+	case PGO_STREAM_ABORT:
+		return on_stream_abort(a, err, errlen);
+	case PGO_STREAM_PREPARE:
+		return on_stream_prepare(a, err, errlen);
+	case PGO_BEGIN_PREPARE:
+		return on_begin_prepare(a, err, errlen);
+	case PGO_PREPARE:
+		return on_prepare(a, err, errlen);
+	case PGO_COMMIT_PREPARED:
+		return on_commit_prepared(a, err, errlen);
+	case PGO_ROLLBACK_PREPARED:
+		return on_rollback_prepared(a, err, errlen);
+	}
+	return errf(err, errlen, "unexpected %s message", pgo_type_name(a->msg->type));
+}
+
+/* ---- lifecycle ---- */
+
+/* Removes spill files a previous run left: the slot resends their transactions. */
+static bool remove_stale(const char *dir, char *err, size_t errlen)
+{
+	bool ok = false;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	if (!d)
+		return errf(err, errlen, "spill directory %s: %s", dir, strerror(errno));
+	while ((errno = 0, e = readdir(d)) != NULL) {
+		if (!spill_name(e->d_name))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
+			errf(err, errlen, "spill file %s/%s: unlink: %s", dir, e->d_name, strerror(errno));
+			goto out;
+		}
+	}
+	if (errno != 0) {
+		errf(err, errlen, "spill directory %s: readdir: %s", dir, strerror(errno));
+		goto out;
+	}
+	ok = true;
+out:
+	closedir(d);
+	return ok;
+}
+
+txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc, const txn_handler *h,
+		       char *err, size_t errlen)
+{
+	txn_assembler *a;
+	if (strlen(spill_dir) + sizeof("/txn-4294967295.spill") > PATH_MAX) {
+		errf(err, errlen, "spill directory %s: path too long", spill_dir);
+		return NULL;
+	}
+	if (!remove_stale(spill_dir, err, errlen))
+		return NULL;
+	a = xcalloc(1, sizeof(*a));
+	a->dir = xstrdup(spill_dir);
+	a->opt = *opt;
+	a->rc = rc;
+	a->h = *h;
+	a->msg = xmalloc(sizeof(*a->msg));
+	a->io = xmalloc(TXN_IO_SIZE);
+	a->fd = -1;
+	return a;
+}
+
+void txn_reset(txn_assembler *a)
+{
+	file_discard(a);
+	while (a->nheld > 0) {
+		uint32_t xid = a->held[a->nheld - 1]->xid;
+		held_forget(a, a->held[a->nheld - 1]);
+		/* Best effort: a file left behind is removed by the next txn_new, or truncated if its
+		 * xid is held again. */
+		(void)unlink(spill_path(a, xid));
+	}
+	a->state = TXN_IDLE;
+	a->in_stream = false;
+	a->info = (txn_info){0};
+	buf_reset(&a->origin);
+}
+
+void txn_free(txn_assembler *a)
+{
+	if (!a)
+		return;
+	txn_reset(a);
+	free(a->held);
+	free(a->dir);
+	free(a->msg);
+	free(a->io);
+	free(a->rec);
+	buf_free(&a->origin);
+	free(a);
+}
+
+bool txn_in_progress(const txn_assembler *a)
+{
+	return a->in_stream || a->state != TXN_IDLE;
+}
+
+pgo_lsn txn_oldest_prepared(const txn_assembler *a)
+{
+	pgo_lsn oldest = 0;
+	for (size_t i = 0; i < a->nheld; i++) {
+		const txn_held *t = a->held[i];
+		if (t->kind == TXN_HELD_PREPARED && (oldest == 0 || t->prepare_lsn < oldest))
+			oldest = t->prepare_lsn;
+	}
+	return oldest;
+}
+
+txn_stats txn_get_stats(const txn_assembler *a)
+{
+	txn_stats s = {.aborted = a->aborted};
+	for (size_t i = 0; i < a->nheld; i++) {
+		const txn_held *t = a->held[i];
+		if (t->kind == TXN_HELD_STREAMED)
+			s.streamed_open++;
+		else
+			s.prepared_open++;
+		s.spilled_bytes += t->size;
+	}
+	return s;
+}

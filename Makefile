@@ -35,9 +35,10 @@ MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config rules
 FUZZERS := pgoutput config
 
-LIB_OBJS := $(PROTO_C:%.c=%.o) $(LIB_SRCS:%.c=build/%.o)
-DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=build/%.d) $(UNIT_TESTS:%=build/tests/unit/test_%.d)
+LIB_OBJS := $(PROTO_C:build/%.c=build/obj/%.o) $(LIB_SRCS:%.c=build/obj/%.o)
+DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=build/obj/%.d) $(UNIT_TESTS:%=build/obj/tests/unit/test_%.d)
 
+.SECONDARY: $(PROTO_C) $(PROTO_H)
 .PHONY: all deps check check-unit check-integration demo bench fuzz install clean format
 all: build/cdc
 
@@ -46,7 +47,11 @@ build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 	@$(if $(Q),echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=build/gen -Iproto $<
 
-build/%.o: %.c $(PROTO_H)
+build/obj/gen/%.o: build/gen/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+build/obj/%.o: %.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
@@ -54,11 +59,12 @@ build/%.o: %.c $(PROTO_H)
 build/libcdc.a: $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-build/cdc: build/cdc/main.o build/libcdc.a
+build/cdc: build/obj/cdc/main.o build/libcdc.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-build/tests/unit/test_%: build/tests/unit/test_%.o build/libcdc.a
+build/tests/unit/test_%: build/obj/tests/unit/test_%.o build/libcdc.a
+	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Installs the Debian packages that building and testing need, when any is missing.

@@ -44,6 +44,7 @@ typedef struct sidecar {
 	pgo_relcache *rc;
 	txn_assembler *asm_; /* per connection: it depends on the negotiated protocol */
 	txn_handler handler;
+	source_handler source_handler;
 	rules *rules;
 	sink *stdout_sink;
 	sink **sinks; /* per subscription, parallel to cfg->subs */
@@ -340,7 +341,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	source_result r = source_read(d->src, &source_callbacks, d->err, sizeof(d->err));
+	source_result r = source_read(d->src, &d->source_handler, d->err, sizeof(d->err));
 	if (r == SOURCE_FATAL) {
 		fail(d, 1, "cannot process the replication stream");
 		return;
@@ -548,6 +549,8 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	bind_sinks(&d);
 	d.handler = txn_callbacks;
 	d.handler.ctx = &d;
+	d.source_handler = source_callbacks;
+	d.source_handler.ctx = &d;
 	d.arena = arena_new(64 * 1024);
 	d.rc = pgo_relcache_new();
 	d.src = source_new(c);

@@ -52,6 +52,7 @@ typedef struct sidecar {
 	progress prog;
 
 	bool streaming, reload_pending, reply_requested;
+	bool past_endpos; /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t backoff_ms;
 	uint64_t seq, cur_seq; /* transactions numbered in commit order */
 	uint32_t tx_index;
@@ -173,10 +174,20 @@ static void end_txn(sidecar *d, uint64_t end_lsn)
 		d->stdout_sink->ops->end_txn(d->stdout_sink, d->cur_seq);
 }
 
+/* Like pg_recvlogical --endpos: a transaction that commits after endpos is not delivered. */
+static bool beyond_endpos(sidecar *d, uint64_t commit_lsn)
+{
+	if (d->endpos && commit_lsn > d->endpos)
+		d->past_endpos = true;
+	return d->past_endpos;
+}
+
 static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 {
-	(void)t, (void)err, (void)errlen;
+	(void)err, (void)errlen;
 	sidecar *d = ctx;
+	if (t && beyond_endpos(d, t->commit_lsn))
+		return true;
 	d->cur_seq = ++d->seq;
 	d->tx_index = 0;
 	return true;
@@ -185,6 +196,8 @@ static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen)
 {
 	sidecar *d = ctx;
+	if (beyond_endpos(d, t ? t->commit_lsn : lsn))
+		return true;
 	if (t)
 		return change_events(d, t, m, lsn, err, errlen);
 	/* A non-transactional message is a transaction of its own, positioned at its LSN. */
@@ -201,6 +214,8 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 {
 	(void)err, (void)errlen;
 	sidecar *d = ctx;
+	if (d->past_endpos)
+		return true;
 	end_txn(d, t->end_lsn);
 	if (d->reload_pending)
 		apply_reload(d);
@@ -267,7 +282,7 @@ static bool send_feedback(sidecar *d, bool force)
 
 static bool at_endpos(const sidecar *d)
 {
-	return d->endpos && d->flushed_lsn >= d->endpos;
+	return d->endpos && (d->flushed_lsn >= d->endpos || d->past_endpos);
 }
 
 /* Source callbacks ---------------------------------------------------------------------- */
@@ -278,6 +293,8 @@ static bool on_xlogdata(void *ctx, const uint8_t *data, size_t len, uint64_t lsn
 	if (lsn > d->received_lsn)
 		d->received_lsn = lsn;
 	d->last_data_ms = now_ms();
+	if (d->past_endpos)
+		return true;
 	if (txn_feed(d->asm_, data, len, lsn, err, errlen))
 		return true;
 	char at[LSN_STRLEN];

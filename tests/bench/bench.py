@@ -28,6 +28,7 @@ from pg import TempPostgres  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
+GNU_TIME = "/usr/bin/time"  # Debian package "time" (deploy/deps.sh bench)
 T0 = time.monotonic()
 
 
@@ -48,14 +49,22 @@ def pgoutput_options(server_version):
 
 
 def timed_run(args, stdout, stderr_path):
-    """Runs args to completion; returns (exit code, seconds, peak RSS in MiB)."""
+    """Runs args to completion; returns (exit code, seconds, peak RSS in MiB).
+
+    The peak RSS comes from GNU time (%M), not from os.wait4(): Linux carries a process's RSS
+    high-water mark across execve(), so a direct child of this Python process would report at
+    least Python's own RSS. GNU time is small, so what it measures is the program's own."""
+    rss_path = stderr_path + ".rss"
     with open(stderr_path, "wb") as err:
         start = time.monotonic()
-        p = subprocess.Popen(args, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL)
-        _, status, ru = os.wait4(p.pid, 0)
+        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", rss_path] + args, stdout=stdout,
+                             stderr=err, stdin=subprocess.DEVNULL)
+        rc = p.wait()
         elapsed = time.monotonic() - start
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, elapsed, ru.ru_maxrss / 1024.0
+    with open(rss_path) as f:
+        # GNU time writes "Command exited with non-zero status N" before %M on failure.
+        kib = int(f.read().split()[-1])
+    return rc, elapsed, kib / 1024.0
 
 
 def tail(path, n=15):
@@ -92,6 +101,8 @@ def main():
 
     if not os.access(CDC_BIN, os.X_OK) or not os.path.isfile(CDC_BIN):
         sys.exit(f"bench: {CDC_BIN} not built (run make)")
+    if not os.access(GNU_TIME, os.X_OK):
+        sys.exit(f"bench: {GNU_TIME} missing (deploy/deps.sh bench installs it)")
 
     work = tempfile.mkdtemp(prefix="cdc-bench-")
     progress(f"starting PostgreSQL (work dir {work})")

@@ -12,15 +12,16 @@
 #include <sys/un.h>
 #include <yaml.h>
 
-#define CFG_MAX_DEPTH 32          /* our schema needs 5; deeper input is hostile or a mistake */
-#define CFG_MAX_FILE (16u << 20)  /* a config file, not a data set */
-#define CFG_MAX_NAME 63           /* PostgreSQL's NAMEDATALEN - 1 */
+#define CFG_MAX_DEPTH 32	 /* our schema needs 5; deeper input is hostile or a mistake */
+#define CFG_MAX_FILE (16u << 20) /* a config file, not a data set */
+#define CFG_MAX_NAME 63		 /* PostgreSQL's NAMEDATALEN - 1 */
 #define CFG_MASK "********"
+#define CFG_MAX_ERRORS 100 /* a wrong file (a binary, a log) would otherwise give megabytes */
 
 /* Setters store enums through an int pointer: make sure that is what they are. */
 _Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
-		       sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
-		       sizeof(cfg_log_format) == sizeof(int) && sizeof(cfg_log_level) == sizeof(int),
+		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
+		   sizeof(cfg_log_format) == sizeof(int) && sizeof(cfg_log_level) == sizeof(int),
 	       "enums are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t), "uid_t is 32 bits");
 
@@ -30,9 +31,9 @@ typedef enum node_kind { N_SCALAR, N_MAP, N_SEQ } node_kind;
 
 typedef struct node {
 	node_kind kind;
-	bool plain;         /* scalar written without quotes: may be null */
-	int line, col;      /* 1-based */
-	char *text;         /* scalar: NUL-terminated copy (may hold a NUL from a "\0" escape) */
+	bool plain;    /* scalar written without quotes: may be null */
+	int line, col; /* 1-based */
+	char *text;    /* scalar: NUL-terminated copy (may hold a NUL from a "\0" escape) */
 	size_t len;
 	struct node **kids; /* map: key, value, key, value...; seq: items */
 	size_t n, cap;
@@ -73,6 +74,12 @@ typedef struct ctx {
 
 static void CDC_PRINTF(4, 0) verr(ctx *x, int line, int col, const char *fmt, va_list ap)
 {
+	if (x->nerr++ >= CFG_MAX_ERRORS) {
+		if (x->nerr == CFG_MAX_ERRORS + 1)
+			buf_printf(x->errors, "%s:%d:%d: too many errors, stopped reporting\n", x->file, line,
+				   col);
+		return;
+	}
 	buf_printf(x->errors, "%s:%d:%d: ", x->file, line, col);
 	if (x->path.len)
 		buf_printf(x->errors, "%s: ", x->path.data);
@@ -86,7 +93,14 @@ static void CDC_PRINTF(4, 0) verr(ctx *x, int line, int col, const char *fmt, va
 	}
 	va_end(ap2);
 	buf_putc(x->errors, '\n');
-	x->nerr++;
+}
+
+static void CDC_PRINTF(4, 5) err_pos(ctx *x, int line, int col, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	verr(x, line, col, fmt, ap);
+	va_end(ap);
 }
 
 static void CDC_PRINTF(3, 4) err_at(ctx *x, const node *n, const char *fmt, ...)
@@ -137,6 +151,8 @@ static const char *quoted(ctx *x, const char *s, size_t len)
 	buf_reset(q);
 	buf_putc(q, '"');
 	size_t max = len > 64 ? 60 : len;
+	while (max < len && max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+		max--; /* don't cut a UTF-8 sequence */
 	for (size_t i = 0; i < max; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (c == '"' || c == '\\')
@@ -146,15 +162,7 @@ static const char *quoted(ctx *x, const char *s, size_t len)
 		else
 			buf_putc(q, (char)c);
 	}
-	if (max < len) {
-		while (q->len > 1 && ((unsigned char)q->data[q->len - 1] & 0xC0) == 0x80)
-			q->len--; /* don't cut a UTF-8 sequence: drop its tail, then its lead */
-		if (q->len > 1 && ((unsigned char)q->data[q->len - 1] & 0x80))
-			q->len--;
-		q->data[q->len] = '\0';
-		buf_puts(q, "...");
-	}
-	buf_putc(q, '"');
+	buf_puts(q, max < len ? "...\"" : "\"");
 	return q->data;
 }
 
@@ -193,7 +201,10 @@ static const char *scalar(ctx *x, const node *v, const char *want)
 
 static void yaml_error(ctx *x, yaml_parser_t *p, const char *text, size_t len)
 {
-	if (p->error == YAML_READER_ERROR) {
+	const char *problem = p->problem ? p->problem : "invalid YAML";
+	if (p->error == YAML_MEMORY_ERROR) {
+		err_pos(x, 1, 1, "out of memory while parsing");
+	} else if (p->error == YAML_READER_ERROR) {
 		/* The reader reports a byte offset, not a mark: count lines and characters up to it. */
 		size_t off = p->problem_offset < len ? p->problem_offset : len;
 		int line = 1, col = 1;
@@ -203,26 +214,18 @@ static void yaml_error(ctx *x, yaml_parser_t *p, const char *text, size_t len)
 			else if (((unsigned char)text[i] & 0xC0) != 0x80)
 				col++;
 		}
-		buf_printf(x->errors, "%s:%d:%d: syntax error: %s", x->file, line, col,
-			   p->problem ? p->problem : "cannot read input");
 		if (p->problem_value != -1)
-			buf_printf(x->errors, " (#%X)", (unsigned)p->problem_value);
-		buf_putc(x->errors, '\n');
-		x->nerr++;
-		return;
+			err_pos(x, line, col, "syntax error: %s (#%X)", problem, (unsigned)p->problem_value);
+		else
+			err_pos(x, line, col, "syntax error: %s", problem);
+	} else if (p->context) {
+		err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,
+			"syntax error: %s (%s at %zu:%zu)", problem, p->context, p->context_mark.line + 1,
+			p->context_mark.column + 1);
+	} else {
+		err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1, "syntax error: %s",
+			problem);
 	}
-	if (p->error == YAML_MEMORY_ERROR) {
-		buf_printf(x->errors, "%s:1:1: out of memory while parsing\n", x->file);
-		x->nerr++;
-		return;
-	}
-	buf_printf(x->errors, "%s:%zu:%zu: syntax error: %s", x->file, p->problem_mark.line + 1,
-		   p->problem_mark.column + 1, p->problem ? p->problem : "invalid YAML");
-	if (p->context)
-		buf_printf(x->errors, " (%s at %zu:%zu)", p->context, p->context_mark.line + 1,
-			   p->context_mark.column + 1);
-	buf_putc(x->errors, '\n');
-	x->nerr++;
 }
 
 static void node_add(node *parent, node *kid)
@@ -247,8 +250,7 @@ static bool build_tree(ctx *x, const char *text, size_t len, node **root)
 
 	*root = NULL;
 	if (!yaml_parser_initialize(&p)) {
-		buf_printf(x->errors, "%s:1:1: out of memory while parsing\n", x->file);
-		x->nerr++;
+		err_pos(x, 1, 1, "out of memory while parsing");
 		return false;
 	}
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -266,17 +268,14 @@ static bool build_tree(ctx *x, const char *text, size_t len, node **root)
 			break;
 		case YAML_DOCUMENT_START_EVENT:
 			if (docs++) {
-				buf_printf(x->errors, "%s:%d:%d: only one YAML document is allowed\n", x->file,
-					   line, col);
-				x->nerr++;
+				err_pos(x, line, col, "only one YAML document is allowed");
 				yaml_event_delete(&ev);
 				goto out;
 			}
 			break;
 		case YAML_ALIAS_EVENT:
-			buf_printf(x->errors, "%s:%d:%d: aliases (*%s) are not allowed\n", x->file, line, col,
-				   (const char *)ev.data.alias.anchor);
-			x->nerr++;
+			err_pos(x, line, col, "aliases (*%s) are not allowed",
+				(const char *)ev.data.alias.anchor);
 			yaml_event_delete(&ev);
 			goto out;
 		case YAML_SCALAR_EVENT:
@@ -304,9 +303,8 @@ static bool build_tree(ctx *x, const char *text, size_t len, node **root)
 			break;
 		}
 		if (tag) {
-			buf_printf(x->errors, "%s:%d:%d: explicit tags (%s) are not allowed\n", x->file, line,
-				   col, (const char *)tag);
-			x->nerr++;
+			err_pos(x, line, col, "explicit tags (%s) are not allowed",
+				quoted(x, (const char *)tag, strlen((const char *)tag)));
 			node_free(n);
 			yaml_event_delete(&ev);
 			goto out;
@@ -322,9 +320,7 @@ static bool build_tree(ctx *x, const char *text, size_t len, node **root)
 			*root = n;
 		if (n->kind != N_SCALAR) {
 			if (depth == CFG_MAX_DEPTH) {
-				buf_printf(x->errors, "%s:%d:%d: nested deeper than %d levels\n", x->file, line,
-					   col, CFG_MAX_DEPTH);
-				x->nerr++;
+				err_pos(x, line, col, "nested deeper than %d levels", CFG_MAX_DEPTH);
 				goto out;
 			}
 			stack[depth++] = n;
@@ -389,9 +385,17 @@ static const struct {
 	const char *unit;
 	uint64_t mult;
 } size_units[] = {
-	{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10},
-	{"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull}, {"kB", 1000}, {"KB", 1000},
-	{"B", 1}, {"", 1},
+    {"TiB", 1ull << 40},
+    {"GiB", 1ull << 30},
+    {"MiB", 1ull << 20},
+    {"KiB", 1ull << 10},
+    {"TB", 1000000000000ull},
+    {"GB", 1000000000ull},
+    {"MB", 1000000ull},
+    {"kB", 1000},
+    {"KB", 1000},
+    {"B", 1},
+    {"", 1},
 };
 
 bool cfg_parse_size(const char *s, uint64_t *bytes)
@@ -416,7 +420,8 @@ bool cfg_parse_size(const char *s, uint64_t *bytes)
 }
 
 /* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
- * at most 63 bytes once unquoted; unquoted parts use PostgreSQL's identifier characters. NULL if ok. */
+ * at most 63 bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier characters
+ * plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if ok. */
 static const char *pattern_problem(const char *s, char *why, size_t whylen)
 {
 	size_t part_len[2] = {0, 0};
@@ -429,9 +434,13 @@ static const char *pattern_problem(const char *s, char *why, size_t whylen)
 				p++;
 			else if (c == '"') {
 				inq = false;
+				if (p[1] && p[1] != '.')
+					return "double quotes must surround a whole schema or table name";
 				continue;
 			}
 		} else if (c == '"') {
+			if (p != s && p[-1] != '.')
+				return "double quotes must surround a whole schema or table name";
 			inq = true;
 			continue;
 		} else if (c == '.') {
@@ -470,9 +479,8 @@ static const char *listen_problem(const char *s)
 		if (!end || end == s + 1 || end[1] != ':')
 			return "expected [IPv6]:PORT";
 		for (const char *p = s + 1; p < end; p++)
-			if (!strchr("0123456789abcdefABCDEF:.%", *p) && !(*p == '_' || *p == '-' ||
-									   (*p >= 'g' && *p <= 'z') ||
-									   (*p >= 'G' && *p <= 'Z')))
+			if (!strchr("0123456789abcdefABCDEF:.%", *p) &&
+			    !(*p == '_' || *p == '-' || (*p >= 'g' && *p <= 'z') || (*p >= 'G' && *p <= 'Z')))
 				return "invalid character in IPv6 address";
 		if (!memchr(s + 1, ':', (size_t)(end - s - 1)))
 			return "expected an IPv6 address inside [ ]";
@@ -484,8 +492,8 @@ static const char *listen_problem(const char *s)
 		for (const char *p = s; p < colon; p++) {
 			if (*p == ':')
 				return "an IPv6 address needs brackets: [IPv6]:PORT";
-			if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-			      *p == '.' || *p == '-' || *p == '_'))
+			if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
 				return "invalid character in host name";
 		}
 		port = colon + 1;
@@ -513,17 +521,20 @@ static const char *topic_problem(const char *s, char *why, size_t whylen)
 					break;
 			if (i == 4) {
 				size_t end = strcspn(p, "}");
-				errf(why, whylen, "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
-				     "{subscription}, {tag})", (int)(end < 40 ? end + (p[end] != 0) : 40), p);
+				errf(why, whylen,
+				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+				     "{subscription}, {tag})",
+				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
 				return why;
 			}
 			p += n;
 			continue;
 		}
 		unsigned char c = (unsigned char)*p++;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-		      c == '_' || c == '-')) {
-			errf(why, whylen, "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-')) {
+			errf(why, whylen,
+			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
 			     c >= 0x20 && c < 0x7f ? c : '?');
 			return why;
 		}
@@ -552,7 +563,7 @@ struct key {
 	unsigned flags;
 };
 
-#define CFG_MAX_KEYS 24
+#define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 16) */
 typedef struct keys {
 	const key *k;
 	size_t n;
@@ -566,6 +577,14 @@ typedef struct ename {
 	const char *name;
 	int value;
 } ename;
+
+static const ename *ename_find(const ename *e, const char *name)
+{
+	for (; e->name; e++)
+		if (strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
 
 static const char *ename_of(const ename *e, int value)
 {
@@ -581,13 +600,15 @@ static void ename_list(buf *b, const ename *e)
 		buf_printf(b, "%s%s", p == e ? "" : ", ", p->name);
 }
 
-static bool walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
+/* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its setter,
+ * then t->check sees the whole mapping. */
+static void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (is_null(m))
 		goto check; /* "kafka:" with everything commented out: an empty mapping */
 	if (m->kind != N_MAP) {
 		wrong_kind(x, m, "a mapping");
-		return false;
+		return;
 	}
 	for (size_t i = 0; i + 1 < m->n; i += 2) {
 		const node *kn = m->kids[i], *v = m->kids[i + 1];
@@ -607,8 +628,8 @@ static bool walk_map(ctx *x, const node *m, void *base, const keys *t, pair *see
 			       qnode(x, kn), allowed.data);
 			buf_free(&allowed);
 		} else if (seen[j].k) {
-			err_key(x, kn, t->k[j].name, "duplicate key (first at line %d, column %d)", seen[j].k->line,
-				seen[j].k->col);
+			err_key(x, kn, t->k[j].name, "duplicate key (first at line %d, column %d)",
+				seen[j].k->line, seen[j].k->col);
 		} else {
 			seen[j] = (pair){kn, v};
 			size_t old = path_push(x, t->k[j].name);
@@ -622,7 +643,6 @@ check:
 			err_at(x, m, "missing required key \"%s\"", t->k[j].name);
 	if (t->check)
 		t->check(x, base, seen);
-	return true;
 }
 
 static void set_section(ctx *x, const node *v, void *base, const key *k)
@@ -706,7 +726,8 @@ static void set_bool(ctx *x, const node *v, void *base, const key *k)
 	if (!s)
 		return;
 	if (strcmp(s, "true") && strcmp(s, "false")) {
-		err_at(x, v, "expected true or false, got %s (YAML 1.2 booleans: yes/no/on/off are not accepted)",
+		err_at(x, v,
+		       "expected true or false, got %s (YAML 1.2 booleans: yes/no/on/off are not accepted)",
 		       qnode(x, v));
 		return;
 	}
@@ -737,7 +758,8 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 	if (!s)
 		return;
 	if (!cfg_parse_size(s, &n)) {
-		err_at(x, v, "invalid size %s (expected bytes, or e.g. 64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)",
+		err_at(x, v,
+		       "invalid size %s (expected bytes, or e.g. 64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)",
 		       qnode(x, v));
 		return;
 	}
@@ -793,11 +815,10 @@ static void set_enum(ctx *x, const node *v, void *base, const key *k)
 	const char *s = scalar(x, v, "a name");
 	if (!s)
 		return;
-	for (const ename *e = k->arg; e->name; e++) {
-		if (strcmp(e->name, s) == 0) {
-			*FIELD(base, k, int) = e->value;
-			return;
-		}
+	const ename *e = ename_find(k->arg, s);
+	if (e) {
+		*FIELD(base, k, int) = e->value;
+		return;
 	}
 	buf names = {0};
 	ename_list(&names, k->arg);
@@ -836,7 +857,8 @@ static void set_mode(ctx *x, const node *v, void *base, const key *k)
 		return;
 	}
 	if (m & 0002) {
-		err_at(x, v, "mode %s lets any local user write to the sockets (use e.g. \"0660\" and a group)",
+		err_at(x, v,
+		       "mode %s lets any local user write to the sockets (use e.g. \"0660\" and a group)",
 		       qnode(x, v));
 		return;
 	}
@@ -887,8 +909,8 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 		else if (!*s || strlen(s) > CFG_MAX_NAME)
 			problem = "a column name is 1 to 63 bytes long";
 		if (problem) {
-			err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name", qnode(x, it),
-			       problem);
+			err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name",
+			       qnode(x, it), problem);
 			continue;
 		}
 		l.v[l.n++] = xstrdup(s);
@@ -903,8 +925,8 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 }
 
 static const ename op_names[] = {
-	{"insert", CFG_OP_INSERT}, {"update", CFG_OP_UPDATE},   {"delete", CFG_OP_DELETE},
-	{"truncate", CFG_OP_TRUNCATE}, {"message", CFG_OP_MESSAGE}, {NULL, 0},
+    {"insert", CFG_OP_INSERT},	   {"update", CFG_OP_UPDATE},	{"delete", CFG_OP_DELETE},
+    {"truncate", CFG_OP_TRUNCATE}, {"message", CFG_OP_MESSAGE}, {NULL, 0},
 };
 
 static void set_ops(ctx *x, const node *v, void *base, const key *k)
@@ -915,13 +937,10 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 	for (size_t i = 0; i < v->n; i++) {
 		const node *it = v->kids[i];
 		const char *s = scalar(x, it, "an operation");
-		const ename *e;
 		if (!s)
 			continue;
-		for (e = op_names; e->name; e++)
-			if (strcmp(e->name, s) == 0)
-				break;
-		if (!e->name) {
+		const ename *e = ename_find(op_names, s);
+		if (!e) {
 			buf names = {0};
 			ename_list(&names, op_names);
 			err_at(x, it, "unknown operation %s (expected %s)", qnode(x, it), names.data);
@@ -929,7 +948,7 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 		} else if (ops & (unsigned)e->value) {
 			err_at(x, it, "operation %s is listed twice", qnode(x, it));
 		}
-		ops |= e->name ? (unsigned)e->value : 0;
+		ops |= e ? (unsigned)e->value : 0;
 	}
 	if (x->nerr == before)
 		*FIELD(base, k, unsigned) = ops;
@@ -1035,65 +1054,89 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	for (size_t i = 0; i < n; i++)
 		if (first[i] != i)
 			err_at(x, v->kids[2 * i], "duplicate property %s (first at line %d, column %d)",
-			       qnode(x, v->kids[2 * i]), v->kids[2 * first[i]]->line, v->kids[2 * first[i]]->col);
+			       qnode(x, v->kids[2 * i]), v->kids[2 * first[i]]->line,
+			       v->kids[2 * first[i]]->col);
 	free(first);
 	free(names);
 	if (x->nerr != before)
 		return;
 	c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
 	for (size_t i = 0; i < n; i++)
-		c->kafka.properties[i] = (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
+		c->kafka.properties[i] =
+		    (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
 	c->kafka.nproperties = n;
 }
 
 /* ---- the schema ---- */
 
 static const ename sink_names[] = {
-	{"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};
+    {"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};
 static const ename consumers_names[] = {{"failover", CFG_CONSUMERS_FAILOVER},
 					{"shared", CFG_CONSUMERS_SHARED},
 					{"key_shared", CFG_CONSUMERS_KEY_SHARED},
 					{NULL, 0}};
-static const ename batch_names[] = {{"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
-static const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
-static const ename level_names[] = {
-	{"debug", CFG_LOG_DEBUG}, {"info", CFG_LOG_INFO}, {"warn", CFG_LOG_WARN}, {"error", CFG_LOG_ERROR}, {NULL, 0}};
+static const ename batch_names[] = {
+    {"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
+static const ename full_names[] = {
+    {"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
+static const ename level_names[] = {{"debug", CFG_LOG_DEBUG},
+				    {"info", CFG_LOG_INFO},
+				    {"warn", CFG_LOG_WARN},
+				    {"error", CFG_LOG_ERROR},
+				    {NULL, 0}};
 static const ename format_names[] = {{"text", CFG_LOG_TEXT}, {"json", CFG_LOG_JSON}, {NULL, 0}};
 
 #define SUB(f) offsetof(cfg_subscription, f)
 #define TOP(f) offsetof(cfg, f)
-#define KEYS(a, check) {a, sizeof a / sizeof *a, check}
+#define KEYS(a, check)                                                                                       \
+	{                                                                                                    \
+		a, sizeof a / sizeof *a, check                                                               \
+	}
 
 static const key retention_k[] = {
-	{"max_events", set_u64, SUB(retention.max_events)},
-	{"max_age", set_duration, SUB(retention.max_age_ms)},
-	{"max_bytes", set_size, SUB(retention.max_bytes)},
-	{"when_full", set_enum, SUB(retention.when_full), full_names},
+    {"max_events", set_u64, SUB(retention.max_events)},
+    {"max_age", set_duration, SUB(retention.max_age_ms)},
+    {"max_bytes", set_size, SUB(retention.max_bytes)},
+    {"when_full", set_enum, SUB(retention.when_full), full_names},
 };
 static const keys retention_keys = KEYS(retention_k, NULL);
 
 enum sub_key {
-	SK_NAME, SK_TABLES, SK_OPS, SK_TAG, SK_SINK, SK_CHANGED, SK_WHERE, SK_COLUMNS, SK_TOPIC,
-	SK_TOMBSTONES, SK_CONSUMERS, SK_ACK_TIMEOUT, SK_MAX_DELIVERIES, SK_MAX_UNACKED, SK_BATCH,
-	SK_RETENTION, SK_N
+	SK_NAME,
+	SK_TABLES,
+	SK_OPS,
+	SK_TAG,
+	SK_SINK,
+	SK_CHANGED,
+	SK_WHERE,
+	SK_COLUMNS,
+	SK_TOPIC,
+	SK_TOMBSTONES,
+	SK_CONSUMERS,
+	SK_ACK_TIMEOUT,
+	SK_MAX_DELIVERIES,
+	SK_MAX_UNACKED,
+	SK_BATCH,
+	SK_RETENTION,
+	SK_N
 };
 static const key sub_k[] = {
-	[SK_NAME] = {"name", set_ident, SUB(name), &sub_rule, K_REQUIRED},
-	[SK_TABLES] = {"tables", set_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS},
-	[SK_OPS] = {"operations", set_ops, SUB(ops)},
-	[SK_TAG] = {"tag", set_string, SUB(tag)},
-	[SK_SINK] = {"sink", set_enum, SUB(sink), sink_names},
-	[SK_CHANGED] = {"changed", set_strlist, SUB(changed)},
-	[SK_WHERE] = {"where", set_string, SUB(where), NULL, K_NONEMPTY},
-	[SK_COLUMNS] = {"columns", set_strlist, SUB(columns)},
-	[SK_TOPIC] = {"topic", set_topic, SUB(topic)},
-	[SK_TOMBSTONES] = {"tombstones", set_bool, SUB(tombstones)},
-	[SK_CONSUMERS] = {"consumers", set_enum, SUB(consumers), consumers_names},
-	[SK_ACK_TIMEOUT] = {"ack_timeout", set_duration, SUB(ack_timeout_ms), NULL, K_POSITIVE},
-	[SK_MAX_DELIVERIES] = {"max_deliveries", set_u32, SUB(max_deliveries)},
-	[SK_MAX_UNACKED] = {"max_unacked", set_u32, SUB(max_unacked), NULL, K_POSITIVE},
-	[SK_BATCH] = {"batch", set_enum, SUB(batch), batch_names},
-	[SK_RETENTION] = {"retention", set_section, 0, &retention_keys},
+    [SK_NAME] = {"name", set_ident, SUB(name), &sub_rule, K_REQUIRED},
+    [SK_TABLES] = {"tables", set_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS},
+    [SK_OPS] = {"operations", set_ops, SUB(ops)},
+    [SK_TAG] = {"tag", set_string, SUB(tag)},
+    [SK_SINK] = {"sink", set_enum, SUB(sink), sink_names},
+    [SK_CHANGED] = {"changed", set_strlist, SUB(changed)},
+    [SK_WHERE] = {"where", set_string, SUB(where), NULL, K_NONEMPTY},
+    [SK_COLUMNS] = {"columns", set_strlist, SUB(columns)},
+    [SK_TOPIC] = {"topic", set_topic, SUB(topic)},
+    [SK_TOMBSTONES] = {"tombstones", set_bool, SUB(tombstones)},
+    [SK_CONSUMERS] = {"consumers", set_enum, SUB(consumers), consumers_names},
+    [SK_ACK_TIMEOUT] = {"ack_timeout", set_duration, SUB(ack_timeout_ms), NULL, K_POSITIVE},
+    [SK_MAX_DELIVERIES] = {"max_deliveries", set_u32, SUB(max_deliveries)},
+    [SK_MAX_UNACKED] = {"max_unacked", set_u32, SUB(max_unacked), NULL, K_POSITIVE},
+    [SK_BATCH] = {"batch", set_enum, SUB(batch), batch_names},
+    [SK_RETENTION] = {"retention", set_section, 0, &retention_keys},
 };
 _Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
 
@@ -1101,13 +1144,17 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 {
 	cfg_subscription *s = base;
 	const char *sink = ename_of(sink_names, (int)s->sink);
+	const node *sv = seen[SK_SINK].v;
 	if (s->sink == CFG_SINK_KAFKA && !x->have_kafka)
-		err_key(x, seen[SK_SINK].v, "sink", "sink kafka needs a top-level kafka section (brokers)");
-	for (int i = SK_TOPIC; i <= SK_RETENTION; i++) {
+		err_key(x, sv, "sink", "sink kafka needs a top-level kafka section (brokers)");
+	/* an invalid sink was reported already: what goes with it is unknown */
+	bool sink_ok = !sv || (sv->kind == N_SCALAR && ename_find(sink_names, sv->text));
+	for (int i = SK_TOPIC; i <= SK_RETENTION && sink_ok; i++) {
 		bool kafka_only = i <= SK_TOMBSTONES;
 		cfg_sink want = kafka_only ? CFG_SINK_KAFKA : CFG_SINK_SOCKET;
 		if (seen[i].k && s->sink != want)
-			err_key(x, seen[i].k, sub_k[i].name, "only valid with sink: %s (this subscription's sink is %s)",
+			err_key(x, seen[i].k, sub_k[i].name,
+				"only valid with sink: %s (this subscription's sink is %s)",
 				ename_of(sink_names, (int)want), sink);
 	}
 	if (seen[SK_CHANGED].k && !(s->ops & CFG_OP_UPDATE))
@@ -1159,7 +1206,8 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 		if (first[i] == i)
 			continue;
 		size_t old = path_index(x, i);
-		err_key(x, name_nodes[i], "name", "duplicate subscription name %s (first at line %d, column %d)",
+		err_key(x, name_nodes[i], "name",
+			"duplicate subscription name %s (first at line %d, column %d)",
 			qnode(x, name_nodes[i]), name_nodes[first[i]]->line, name_nodes[first[i]]->col);
 		path_pop(x, old);
 	}
@@ -1169,39 +1217,39 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 }
 
 static const key source_k[] = {
-	{"dsn", set_string, TOP(source.dsn)},
-	{"slot", set_ident, TOP(source.slot), &slot_rule},
-	{"publication", set_ident, TOP(source.publication), &pub_rule},
-	{"create", set_bool, TOP(source.create)},
-	{"publish", set_strlist, TOP(source.publish), NULL, K_PATTERNS},
-	{"heartbeat", set_duration, TOP(source.heartbeat_ms)},
-	{"status_interval", set_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE},
+    {"dsn", set_string, TOP(source.dsn)},
+    {"slot", set_ident, TOP(source.slot), &slot_rule},
+    {"publication", set_ident, TOP(source.publication), &pub_rule},
+    {"create", set_bool, TOP(source.create)},
+    {"publish", set_strlist, TOP(source.publish), NULL, K_PATTERNS},
+    {"heartbeat", set_duration, TOP(source.heartbeat_ms)},
+    {"status_interval", set_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
 static const key status_k[] = {
-	[ST_SOCKET] = {"socket", set_socket, TOP(status.socket)},
-	[ST_LISTEN] = {"listen", set_listen, TOP(status.listen)},
-	[ST_TCP_CONTROL] = {"tcp_control", set_bool, TOP(status.tcp_control)},
-	[ST_CONTROL_UIDS] = {"control_uids", set_uids, 0},
+    [ST_SOCKET] = {"socket", set_socket, TOP(status.socket)},
+    [ST_LISTEN] = {"listen", set_listen, TOP(status.listen)},
+    [ST_TCP_CONTROL] = {"tcp_control", set_bool, TOP(status.tcp_control)},
+    [ST_CONTROL_UIDS] = {"control_uids", set_uids, 0},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
 {
 	cfg *c = base;
-	if (c->status.tcp_control && !c->status.listen && seen[ST_TCP_CONTROL].k)
+	if (c->status.tcp_control && !seen[ST_LISTEN].k)
 		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
 }
 
 static const key subscribers_k[] = {
-	{"socket", set_socket, TOP(subscribers.socket)},
-	{"mode", set_mode, TOP(subscribers.mode)},
+    {"socket", set_socket, TOP(subscribers.socket)},
+    {"mode", set_mode, TOP(subscribers.mode)},
 };
 
 static const key kafka_k[] = {
-	{"brokers", set_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY},
-	{"properties", set_props, 0},
-	{"transactions_topic", set_topic, TOP(kafka.transactions_topic), &topic_rule},
+    {"brokers", set_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY},
+    {"properties", set_props, 0},
+    {"transactions_topic", set_topic, TOP(kafka.transactions_topic), &topic_rule},
 };
 
 static void check_kafka(ctx *x, void *base, const pair *seen)
@@ -1211,8 +1259,8 @@ static void check_kafka(ctx *x, void *base, const pair *seen)
 }
 
 static const key log_k[] = {
-	{"level", set_enum, TOP(log.level), level_names},
-	{"format", set_enum, TOP(log.format), format_names},
+    {"level", set_enum, TOP(log.level), level_names},
+    {"format", set_enum, TOP(log.format), format_names},
 };
 
 static const keys source_keys = KEYS(source_k, NULL), status_keys = KEYS(status_k, check_status),
@@ -1220,13 +1268,10 @@ static const keys source_keys = KEYS(source_k, NULL), status_keys = KEYS(status_
 		  log_keys = KEYS(log_k, NULL);
 
 static const key top_k[] = {
-	{"source", set_section, 0, &source_keys},
-	{"state_dir", set_string, TOP(state_dir), NULL, K_NONEMPTY},
-	{"status", set_section, 0, &status_keys},
-	{"subscribers", set_section, 0, &subscribers_keys},
-	{"kafka", set_section, 0, &kafka_keys},
-	{"log", set_section, 0, &log_keys},
-	{"subscriptions", set_subs, 0},
+    {"source", set_section, 0, &source_keys}, {"state_dir", set_string, TOP(state_dir), NULL, K_NONEMPTY},
+    {"status", set_section, 0, &status_keys}, {"subscribers", set_section, 0, &subscribers_keys},
+    {"kafka", set_section, 0, &kafka_keys},   {"log", set_section, 0, &log_keys},
+    {"subscriptions", set_subs, 0},
 };
 static const keys top_keys = KEYS(top_k, NULL);
 
@@ -1293,6 +1338,8 @@ cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 	node *root = NULL;
 	cfg *c = NULL;
 
+	if (!text)
+		text = "", len = 0;
 	if (!build_tree(&x, text, len, &root))
 		goto out;
 	c = cfg_new(x.file);
@@ -1331,7 +1378,8 @@ cfg *cfg_load(const char *path, buf *errors)
 	if (ferror(f))
 		buf_printf(errors, "%s:1:1: cannot read: %s\n", path, strerror(errno));
 	else if (text.len > CFG_MAX_FILE)
-		buf_printf(errors, "%s:1:1: larger than %u MiB: not a configuration file\n", path, CFG_MAX_FILE >> 20);
+		buf_printf(errors, "%s:1:1: larger than %u MiB: not a configuration file\n", path,
+			   CFG_MAX_FILE >> 20);
 	else
 		c = cfg_parse(path, text.data ? text.data : "", text.len, errors);
 	fclose(f);
@@ -1491,7 +1539,11 @@ static void put_str(FILE *out, const char *s)
 	fputc('"', out);
 	for (const unsigned char *p = (const unsigned char *)s; *p;) {
 		uint32_t cp = *p;
-		size_t n = cp < 0x80 ? 1 : (cp & 0xE0) == 0xC0 ? 2 : (cp & 0xF0) == 0xE0 ? 3 : (cp & 0xF8) == 0xF0 ? 4 : 0;
+		size_t n = cp < 0x80		 ? 1
+			   : (cp & 0xE0) == 0xC0 ? 2
+			   : (cp & 0xF0) == 0xE0 ? 3
+			   : (cp & 0xF8) == 0xF0 ? 4
+						 : 0;
 		if (n > 1) {
 			cp &= 0x3Fu >> (n - 1);
 			for (size_t i = 1; i < n; i++) {
@@ -1506,9 +1558,10 @@ static void put_str(FILE *out, const char *s)
 			fprintf(out, "\\x%02X", *p++);
 			continue;
 		}
-		bool printable = (cp >= 0x20 && cp < 0x7F) || (cp >= 0xA0 && cp <= 0xD7FF && cp != 0x2028 &&
-								cp != 0x2029) ||
-				 (cp >= 0xE000 && cp <= 0xFFFD && cp != 0xFEFF) || (cp >= 0x10000 && cp <= 0x10FFFF);
+		bool printable = (cp >= 0x20 && cp < 0x7F) ||
+				 (cp >= 0xA0 && cp <= 0xD7FF && cp != 0x2028 && cp != 0x2029) ||
+				 (cp >= 0xE000 && cp <= 0xFFFD && cp != 0xFEFF) ||
+				 (cp >= 0x10000 && cp <= 0x10FFFF);
 		if (cp == '"' || cp == '\\')
 			fprintf(out, "\\%c", (char)cp);
 		else if (cp == '\n')
@@ -1607,9 +1660,11 @@ static void put_sub(FILE *out, const cfg_subscription *s)
 		fprintf(out, "\n    tombstones: %s\n", s->tombstones ? "true" : "false");
 	}
 	if (s->sink == CFG_SINK_SOCKET) {
-		fprintf(out, "    consumers: %s\n    ack_timeout: ", ename_of(consumers_names, (int)s->consumers));
+		fprintf(out,
+			"    consumers: %s\n    ack_timeout: ", ename_of(consumers_names, (int)s->consumers));
 		put_duration(out, s->ack_timeout_ms);
-		fprintf(out, "\n    max_deliveries: %" PRIu32 "\n    max_unacked: %" PRIu32 "\n    batch: %s\n",
+		fprintf(out,
+			"\n    max_deliveries: %" PRIu32 "\n    max_unacked: %" PRIu32 "\n    batch: %s\n",
 			s->max_deliveries, s->max_unacked, ename_of(batch_names, (int)s->batch));
 		fprintf(out, "    retention: {max_events: %" PRIu64 ", max_age: ", s->retention.max_events);
 		put_duration(out, s->retention.max_age_ms);
@@ -1669,8 +1724,9 @@ void cfg_print(const cfg *c, FILE *out)
 			fputc('\n', out);
 		}
 	}
-	fprintf(out, "log:\n  level: %s\n  format: %s\nsubscriptions:%s\n", ename_of(level_names, (int)c->log.level),
-		ename_of(format_names, (int)c->log.format), c->nsubs ? "" : " []");
+	fprintf(out, "log:\n  level: %s\n  format: %s\nsubscriptions:%s\n",
+		ename_of(level_names, (int)c->log.level), ename_of(format_names, (int)c->log.format),
+		c->nsubs ? "" : " []");
 	for (size_t i = 0; i < c->nsubs; i++)
 		put_sub(out, &c->subs[i]);
 }

@@ -37,7 +37,7 @@ typedef struct cfg_kv {
 typedef struct cfg_subscription {
 	char *name;
 	int line, col;       /* where it is defined, for messages */
-	cfg_strlist tables;  /* "schema.table" patterns with * globs */
+	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
 	unsigned ops;        /* enum cfg_op bits; default: insert|update|delete|truncate */
 	char *tag;           /* NULL if none */
 	cfg_sink sink;       /* default: socket */
@@ -101,8 +101,9 @@ cfg *cfg_load(const char *path, buf *errors);
 /* The same from a string (path is used in messages only): for tests and fuzzing. */
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
 void cfg_free(cfg *c);
-/* Prints the effective configuration (defaults filled in) as YAML; the DSN's password and
- * secret-looking kafka properties (*password*, *secret*, sasl.*) are masked as "********". */
+/* Prints the effective configuration (defaults filled in) as YAML that cfg_parse accepts again; the
+ * DSN's password and secret-looking kafka properties (*password*, *secret*, sasl.*, *.key, *key*.pem)
+ * are masked as "********". */
 void cfg_print(const cfg *c, FILE *out);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */

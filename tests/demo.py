@@ -38,8 +38,12 @@ _print_lock = threading.Lock()
 
 
 def say(line, stream=sys.stdout):
+    # A closed terminal or pipe (the reader got the Ctrl-C too) must not keep us from cleaning up.
     with _print_lock:
-        print(line, file=stream, flush=True)
+        try:
+            print(line, file=stream, flush=True)
+        except (BrokenPipeError, OSError, ValueError):
+            pass
 
 
 def pump(src, fmt, stream):
@@ -159,7 +163,9 @@ def main():
     except (KeyboardInterrupt, Stop):
         say("")
     finally:
-        say("== stopping")
+        # Stop first, report after: nothing may come between Ctrl-C and the cleanup.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if cdc is not None and cdc.poll() is None:
             cdc.send_signal(signal.SIGTERM)
             try:
@@ -167,9 +173,10 @@ def main():
             except subprocess.TimeoutExpired:
                 cdc.kill()
                 cdc.wait()
+        pg.cleanup()
+        say("== stopped")
         if cdc is not None:
             say(f"   cdc exited with status {cdc.returncode}")
-        pg.cleanup()
         say(f"   PostgreSQL stopped, {pg.basedir} removed")
 
 

@@ -100,7 +100,7 @@ def of_sub(events, sub=STDOUT_SUB):
     return [e for e in events if e["subscription"] == sub]
 
 
-def finish(proc, n, timeout=60, sub=None):
+def finish(proc, n, timeout=30, sub=None):
     """Waits for n events (of subscription sub, if given), stops cdc with SIGTERM (exit 0 expected)
     and returns every event it wrote."""
     pred = (lambda e: e["subscription"] == sub) if sub else None
@@ -447,7 +447,7 @@ def test_streamed_transaction_committed(pg, schema, cdc):
     n = 20000  # far over logical_decoding_work_mem=64kB: the server streams it in chunks
     pg.sql(f"insert into {schema}.t select g, md5(g::text) from generate_series(1, {n}) g")
     pg.sql(f"insert into {schema}.t values (0, 'after')")
-    events = finish(p, n + 1, timeout=120)
+    events = finish(p, n + 1, timeout=60)
     assert len(events) == n + 1
     txs = check_transactions(events)
     assert [len(t) for t in txs] == [n, 1]
@@ -492,7 +492,7 @@ def test_streamed_transaction_with_rollback_to_savepoint(pg, schema, cdc):
     pg.sql(f"insert into {schema}.t values (0, 'after')")
     expected = [(g, "a") for g in range(1, 4001)] + [(g, "c") for g in range(8001, 12001)] + \
         [(g, "d") for g in range(12001, 14001)] + [(0, "after")]
-    events = finish(p, len(expected), timeout=120)
+    events = finish(p, len(expected), timeout=60)
     assert [(e["new"]["id"], e["new"]["v"]) for e in events] == expected
     txs = check_transactions(events)
     assert [len(t) for t in txs] == [10000, 1]
@@ -530,7 +530,7 @@ def test_kill9_mid_stream_then_restart_loses_nothing(pg, schema, cdc):
     conn.close()
     p2 = c.start()
     write_batches(50, 20)
-    p2.wait_events(1, pred=lambda e: e["new"]["id"] == next_id - 1, timeout=120)
+    p2.wait_events(1, pred=lambda e: e["new"]["id"] == next_id - 1, timeout=60)
     assert p2.terminate() == 0, p2.describe()
 
     seen = {}

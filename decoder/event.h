@@ -9,8 +9,15 @@
 #include "pgoutput.h"
 
 /* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,
- * table, relation_id, op, key (replica identity columns: from the new row for insert and update
- * unless the update sent an old key 'K', from the old row for delete), new_row, old_row.
+ * table, relation_id, op, key, new_row, old_row.
+ * key holds the replica identity columns (flags & 1) as they identified the row *before* the
+ * change, so a consumer can find the row it already has: from the new row for insert; for update
+ * from the old tuple when the server sent one ('K' when the key changed, 'O' with REPLICA IDENTITY
+ * FULL), else from the new row (the key did not change); from the old tuple for delete. A key
+ * column that is unchanged TOAST in the old tuple is taken from the new row. key is unset when
+ * the relation has no identity columns. Its Column structs are shared with new_row/old_row.
+ * old_row: with 'K' only the key columns (the server sends the others as NULLs that are not
+ * values); with 'O' the whole old row; unset when the server sent no old tuple.
  * Transaction fields (lsn, commit_lsn, xid, tx_index, commit_time, origin) and subscription
  * fields are left for the caller. Fails if the tuple's column count does not match rel. */
 bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const pgo_msg *m,
@@ -19,7 +26,7 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 /* One event for one relation of a PGO_TRUNCATE message. */
 Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags);
 
-/* The event of a PGO_MESSAGE message (schema and table empty). */
+/* The event of a PGO_MESSAGE message (schema and table empty, lsn the message's own). */
 Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m);
 
 /* Converts one column sent by the server into a typed value. */

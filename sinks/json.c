@@ -1,0 +1,794 @@
+/* json.c: renders cdc.v1.Event as the contract's one-line event JSON (CONTRACT.md "Event JSON").
+ * Appends straight into the caller's buf: no intermediate allocations, no printf for integers.
+ * The output is valid UTF-8 JSON on one line whatever bytes the event holds. */
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USECS_PER_SEC INT64_C(1000000)
+#define USECS_PER_DAY INT64_C(86400000000)
+/* json/jsonb nested deeper than this is rendered as a string rather than embedded. */
+#define JSON_MAX_DEPTH 4096
+
+/* Writers below rely on buf_reserve() having made room; the NUL terminator that buf promises is
+ * written once at the end of json_event() and json_string(). */
+static inline void reserve(buf *b, size_t n)
+{
+	if (b->cap - b->len <= n)
+		buf_reserve(b, n);
+}
+
+static inline void put(buf *b, const void *p, size_t n)
+{
+	reserve(b, n);
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+}
+
+#define PUT_LIT(b, lit) put((b), (lit), sizeof(lit) - 1)
+
+static inline void put_c(buf *b, char c)
+{
+	reserve(b, 1);
+	b->data[b->len++] = c;
+}
+
+static void put_u64(buf *b, uint64_t v)
+{
+	char tmp[20], *p = tmp + sizeof(tmp);
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	put(b, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+static void put_i64(buf *b, int64_t v)
+{
+	if (v < 0) {
+		put_c(b, '-');
+		put_u64(b, (uint64_t)0 - (uint64_t)v);
+	} else {
+		put_u64(b, (uint64_t)v);
+	}
+}
+
+/* v in exactly width digits (v < 10^width). */
+static void put_fixed(buf *b, uint64_t v, int width)
+{
+	reserve(b, (size_t)width);
+	for (int i = width - 1; i >= 0; i--) {
+		b->data[b->len + (size_t)i] = (char)('0' + v % 10);
+		v /= 10;
+	}
+	b->len += (size_t)width;
+}
+
+/* JSON strings ------------------------------------------------------------------------------ */
+
+/* Bytes that go into a JSON string as they are: printable ASCII but '"' and '\\'. */
+static inline bool plain(unsigned char c)
+{
+	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
+}
+
+/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
+ * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
+ * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
+static size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
+{
+	unsigned c = p[0], lo = 0x80, hi = 0xBF;
+	size_t need;
+	if (c >= 0xC2 && c <= 0xDF) {
+		need = 1;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		need = 2;
+		if (c == 0xE0)
+			lo = 0xA0;
+		else if (c == 0xED)
+			hi = 0x9F;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		need = 3;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F;
+	} else {
+		*skip = 1;
+		return 0;
+	}
+	for (size_t i = 1; i <= need; i++) {
+		if (i >= avail || p[i] < lo || p[i] > hi) {
+			*skip = i;
+			return 0;
+		}
+		lo = 0x80;
+		hi = 0xBF;
+	}
+	return need + 1;
+}
+
+void json_string(buf *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	/* Invariant: room for the rest of the input unescaped, the closing quote and the NUL. */
+	reserve(out, len + 2);
+	out->data[out->len++] = '"';
+	while (p < end) {
+		const unsigned char *run = p;
+		while (p < end && plain(*p))
+			p++;
+		memcpy(out->data + out->len, run, (size_t)(p - run));
+		out->len += (size_t)(p - run);
+		if (p == end)
+			break;
+		/* Every byte below writes at most 6 bytes per byte it consumes, and at most 6 at once. */
+		reserve(out, 6 + (size_t)(end - p) + 1);
+		char *w = out->data + out->len;
+		unsigned c = *p;
+		if (c == '"' || c == '\\') {
+			w[0] = '\\';
+			w[1] = (char)c;
+			out->len += 2;
+			p++;
+		} else if (c < 0x20) {
+			char esc = c == '\n'   ? 'n'
+				   : c == '\r' ? 'r'
+				   : c == '\t' ? 't'
+				   : c == '\b' ? 'b'
+				   : c == '\f' ? 'f'
+					       : 0;
+			w[0] = '\\';
+			if (esc) {
+				w[1] = esc;
+				out->len += 2;
+			} else {
+				memcpy(w + 1, "u00", 3);
+				w[4] = hex[c >> 4];
+				w[5] = hex[c & 15];
+				out->len += 6;
+			}
+			p++;
+		} else {
+			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			if (n) {
+				memcpy(w, p, n);
+				out->len += n;
+				p += n;
+			} else {
+				memcpy(w, "\xEF\xBF\xBD", 3); /* U+FFFD */
+				out->len += 3;
+				p += skip;
+			}
+		}
+	}
+	out->data[out->len++] = '"';
+	out->data[out->len] = '\0';
+}
+
+static void put_str(buf *b, const char *s)
+{
+	if (!s)
+		s = "";
+	json_string(b, s, strlen(s));
+}
+
+/* Embedded json/jsonb --------------------------------------------------------------------------- */
+
+static const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* A JSON string starting at p (the opening quote); returns the byte after it or NULL. */
+static const unsigned char *scan_string(const unsigned char *p, const unsigned char *end)
+{
+	for (p++; p < end;) {
+		unsigned c = *p;
+		if (c == '"')
+			return p + 1;
+		if (c < 0x20)
+			return NULL;
+		if (c == '\\') {
+			if (++p == end)
+				return NULL;
+			if (*p == 'u') {
+				if (end - p < 5)
+					return NULL;
+				for (int i = 1; i <= 4; i++)
+					if (!((p[i] >= '0' && p[i] <= '9') ||
+					      ((p[i] | 0x20) >= 'a' && (p[i] | 0x20) <= 'f')))
+						return NULL;
+				p += 5;
+			} else if (strchr("\"\\/bfnrt", *p) && *p) {
+				p++;
+			} else {
+				return NULL;
+			}
+		} else if (c >= 0x80) {
+			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			if (!n)
+				return NULL;
+			p += n;
+		} else {
+			p++;
+		}
+	}
+	return NULL;
+}
+
+static const unsigned char *scan_digits(const unsigned char *p, const unsigned char *end)
+{
+	const unsigned char *start = p;
+	while (p < end && *p >= '0' && *p <= '9')
+		p++;
+	return p > start ? p : NULL;
+}
+
+static const unsigned char *scan_number(const unsigned char *p, const unsigned char *end)
+{
+	if (*p == '-')
+		p++;
+	if (p < end && *p == '0')
+		p++;
+	else if (!(p = scan_digits(p, end)))
+		return NULL;
+	if (p < end && *p == '.' && !(p = scan_digits(p + 1, end)))
+		return NULL;
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < end && (*p == '+' || *p == '-'))
+			p++;
+		if (!(p = scan_digits(p, end)))
+			return NULL;
+	}
+	return p;
+}
+
+/* Whether s is one valid JSON text (RFC 8259, UTF-8, nesting up to JSON_MAX_DEPTH). */
+static bool json_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + n;
+	uint8_t in_object[JSON_MAX_DEPTH / 8]; /* one bit per open container */
+	int depth = 0;
+
+value:
+	p = skip_ws(p, end);
+	if (p == end)
+		return false;
+	switch (*p) {
+	case '{':
+	case '[':
+		if (depth == JSON_MAX_DEPTH)
+			return false;
+		if (*p == '{')
+			in_object[depth / 8] |= (uint8_t)(1u << (depth % 8));
+		else
+			in_object[depth / 8] &= (uint8_t) ~(1u << (depth % 8));
+		depth++;
+		p = skip_ws(p + 1, end);
+		if (p < end && (*p == '}' || *p == ']')) {
+			if ((*p == '}') != (bool)(in_object[(depth - 1) / 8] & (1u << ((depth - 1) % 8))))
+				return false;
+			depth--;
+			p++;
+			goto after;
+		}
+		if (in_object[(depth - 1) / 8] & (1u << ((depth - 1) % 8)))
+			goto key;
+		goto value;
+	case '"':
+		p = scan_string(p, end);
+		break;
+	case 't':
+		p = end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+		break;
+	case 'f':
+		p = end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+		break;
+	case 'n':
+		p = end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+		break;
+	default:
+		p = (*p == '-' || (*p >= '0' && *p <= '9')) ? scan_number(p, end) : NULL;
+		break;
+	}
+	if (!p)
+		return false;
+after:
+	p = skip_ws(p, end);
+	if (depth == 0)
+		return p == end;
+	if (p == end)
+		return false;
+	bool obj = in_object[(depth - 1) / 8] & (1u << ((depth - 1) % 8));
+	if (*p == ',') {
+		p++;
+		if (obj)
+			goto key;
+		goto value;
+	}
+	if (*p != (obj ? '}' : ']'))
+		return false;
+	depth--;
+	p++;
+	goto after;
+key:
+	p = skip_ws(p, end);
+	if (p == end || *p != '"' || !(p = scan_string(p, end)))
+		return false;
+	p = skip_ws(p, end);
+	if (p == end || *p != ':')
+		return false;
+	p++;
+	goto value;
+}
+
+/* json/jsonb text embedded as JSON. Line breaks can only be whitespace between tokens in a valid
+ * text, so they become spaces to keep the event on one line. Text that is not valid JSON (it
+ * cannot come from the server, but the Event may come from anywhere) is written as a string. */
+static void put_json(buf *b, const char *s)
+{
+	if (!s)
+		s = "";
+	size_t n = strlen(s);
+	if (!json_valid(s, n)) {
+		json_string(b, s, n);
+		return;
+	}
+	reserve(b, n);
+	char *w = b->data + b->len;
+	memcpy(w, s, n);
+	for (char *q = w; (q = memchr(q, '\n', (size_t)(w + n - q))); q++)
+		*q = ' ';
+	for (char *q = w; (q = memchr(q, '\r', (size_t)(w + n - q))); q++)
+		*q = ' ';
+	b->len += n;
+}
+
+/* Other values ----------------------------------------------------------------------------------- */
+
+static void put_base64(buf *b, const uint8_t *d, size_t n)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	reserve(b, (n + 2) / 3 * 4 + 2);
+	char *w = b->data + b->len;
+	*w++ = '"';
+	size_t i = 0;
+	for (; i + 3 <= n; i += 3) {
+		uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
+		w[0] = tab[v >> 18];
+		w[1] = tab[(v >> 12) & 63];
+		w[2] = tab[(v >> 6) & 63];
+		w[3] = tab[v & 63];
+		w += 4;
+	}
+	if (i < n) {
+		uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
+		w[0] = tab[v >> 18];
+		w[1] = tab[(v >> 12) & 63];
+		w[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+		w[3] = '=';
+		w += 4;
+	}
+	*w++ = '"';
+	b->len = (size_t)(w - b->data);
+}
+
+/* The fast path of put_double(): v = m / 10^k exactly as a double, for an integer m < 10^15 and
+ * k <= 6, in plain decimal. Division of two exactly representable numbers is correctly rounded,
+ * so the decimal reads back as v; having at most 15 digits, it is also what "%.15g" prints.
+ * Covers integers and the usual amounts and measurements without printf and strtod. */
+static bool put_short_decimal(buf *b, double v)
+{
+	static const double pow10[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
+	double a = fabs(v);
+	if (!(a >= 1e-4 && a < 1e15))
+		return false;
+	for (int k = 0; k <= 6; k++) {
+		double m = a * pow10[k];
+		if (m >= 1e15)
+			return false;
+		if (m != floor(m) || m / pow10[k] != a)
+			continue;
+		uint64_t mi = (uint64_t)m;
+		while (k && mi % 10 == 0) { /* a*10^(k-1) may have rounded off an integer */
+			mi /= 10;
+			k--;
+		}
+		uint64_t p = (uint64_t)pow10[k];
+		if (v < 0)
+			put_c(b, '-');
+		put_u64(b, mi / p);
+		if (k) {
+			put_c(b, '.');
+			put_fixed(b, mi % p, k);
+		}
+		return true;
+	}
+	return false;
+}
+
+/* Shortest of 15, 16 or 17 significant digits that reads back as the same double. Assumes the
+ * "C" LC_NUMERIC locale (cdc never calls setlocale for it). */
+static void put_double(buf *b, double v)
+{
+	if (isnan(v)) {
+		PUT_LIT(b, "\"NaN\"");
+		return;
+	}
+	if (isinf(v)) {
+		if (v > 0)
+			PUT_LIT(b, "\"Infinity\"");
+		else
+			PUT_LIT(b, "\"-Infinity\"");
+		return;
+	}
+	if (put_short_decimal(b, v))
+		return;
+	char tmp[32];
+	int n = 0;
+	for (int prec = 15; prec <= 17; prec++) {
+		n = snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+		if (prec == 17 || strtod(tmp, NULL) == v)
+			break;
+	}
+	put(b, tmp, (size_t)n);
+}
+
+static void put_uuid(buf *b, const ProtobufCBinaryData *u)
+{
+	static const char hex[] = "0123456789abcdef";
+	if (u->len != 16) {
+		put_base64(b, u->data, u->len);
+		return;
+	}
+	reserve(b, 38);
+	char *w = b->data + b->len;
+	*w++ = '"';
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*w++ = '-';
+		*w++ = hex[u->data[i] >> 4];
+		*w++ = hex[u->data[i] & 15];
+	}
+	*w++ = '"';
+	b->len = (size_t)(w - b->data);
+}
+
+static int64_t floor_div(int64_t a, int64_t d)
+{
+	int64_t q = a / d;
+	return (a % d < 0) ? q - 1 : q;
+}
+
+/* Year, month, day of a day count since 1970-01-01 (Howard Hinnant's civil_from_days), proleptic
+ * Gregorian with astronomical years (year 0 is 1 BC). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+	z += 719468;
+	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+	int64_t doe = z - era * 146097;
+	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	int64_t mp = (5 * doy + 2) / 153;
+	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
+	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
+/* "YYYY-MM-DD". ISO 8601 astronomical years: 1 BC is 0000, 44 BC is -0043; years past 9999 take
+ * the expanded form's sign (+10000), as RFC 3339's four digits cannot hold them. */
+static void put_ymd(buf *b, int64_t days)
+{
+	int64_t y;
+	int m, d;
+	civil_from_days(days, &y, &m, &d);
+	if (y < 0) {
+		put_c(b, '-');
+		y = -y;
+	} else if (y > 9999) {
+		put_c(b, '+');
+	}
+	if (y > 9999)
+		put_u64(b, (uint64_t)y);
+	else
+		put_fixed(b, (uint64_t)y, 4);
+	put_c(b, '-');
+	put_fixed(b, (uint64_t)m, 2);
+	put_c(b, '-');
+	put_fixed(b, (uint64_t)d, 2);
+}
+
+/* "HH:MM:SS", then ".ffffff" when the microseconds are not zero or always_frac. */
+static void put_hms(buf *b, uint64_t us, bool always_frac)
+{
+	uint64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
+	if (s / 3600 > 99)
+		put_u64(b, s / 3600);
+	else
+		put_fixed(b, s / 3600, 2);
+	put_c(b, ':');
+	put_fixed(b, s / 60 % 60, 2);
+	put_c(b, ':');
+	put_fixed(b, s % 60, 2);
+	if (frac || always_frac) {
+		put_c(b, '.');
+		put_fixed(b, frac, 6);
+	}
+}
+
+static void put_date(buf *b, int32_t days)
+{
+	if (days == INT32_MAX) {
+		PUT_LIT(b, "\"infinity\"");
+		return;
+	}
+	if (days == INT32_MIN) {
+		PUT_LIT(b, "\"-infinity\"");
+		return;
+	}
+	put_c(b, '"');
+	put_ymd(b, days);
+	put_c(b, '"');
+}
+
+static void put_time(buf *b, int64_t us)
+{
+	put_c(b, '"');
+	if (us < 0) { /* not a time of day: cannot come from the server */
+		put_c(b, '-');
+		put_hms(b, (uint64_t)0 - (uint64_t)us, false);
+	} else {
+		put_hms(b, (uint64_t)us, false);
+	}
+	put_c(b, '"');
+}
+
+/* RFC 3339: "YYYY-MM-DDTHH:MM:SS[.ffffff]" and "Z" for an instant; no suffix for wall-clock time. */
+static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+{
+	if (us == INT64_MAX) {
+		PUT_LIT(b, "\"infinity\"");
+		return;
+	}
+	if (us == INT64_MIN) {
+		PUT_LIT(b, "\"-infinity\"");
+		return;
+	}
+	int64_t days = floor_div(us, USECS_PER_DAY);
+	put_c(b, '"');
+	put_ymd(b, days);
+	put_c(b, 'T');
+	put_hms(b, (uint64_t)(us - days * USECS_PER_DAY), always_frac);
+	if (with_zone)
+		put_c(b, 'Z');
+	put_c(b, '"');
+}
+
+static void put_value(buf *b, const Cdc__V1__Value *v)
+{
+	if (!v) {
+		PUT_LIT(b, "null");
+		return;
+	}
+	switch (v->kind_case) {
+	case CDC__V1__VALUE__KIND_INT_VALUE:
+		put_i64(b, v->int_value);
+		break;
+	case CDC__V1__VALUE__KIND_FLOAT_VALUE:
+		put_double(b, v->float_value);
+		break;
+	case CDC__V1__VALUE__KIND_BOOL_VALUE:
+		if (v->bool_value)
+			PUT_LIT(b, "true");
+		else
+			PUT_LIT(b, "false");
+		break;
+	case CDC__V1__VALUE__KIND_NUMERIC_VALUE:
+		put_str(b, v->numeric_value);
+		break;
+	case CDC__V1__VALUE__KIND_TEXT_VALUE:
+		put_str(b, v->text_value);
+		break;
+	case CDC__V1__VALUE__KIND_BYTES_VALUE:
+		put_base64(b, v->bytes_value.data, v->bytes_value.len);
+		break;
+	case CDC__V1__VALUE__KIND_UUID_VALUE:
+		put_uuid(b, &v->uuid_value);
+		break;
+	case CDC__V1__VALUE__KIND_DATE_VALUE:
+		put_date(b, v->date_value);
+		break;
+	case CDC__V1__VALUE__KIND_TIME_VALUE:
+		put_time(b, v->time_value);
+		break;
+	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
+		if (v->timestamp_value)
+			put_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
+		else
+			PUT_LIT(b, "null");
+		break;
+	case CDC__V1__VALUE__KIND_JSON_VALUE:
+		put_json(b, v->json_value);
+		break;
+	case CDC__V1__VALUE__KIND_OTHER_VALUE:
+		put_str(b, v->other_value ? v->other_value->text : "");
+		break;
+	case CDC__V1__VALUE__KIND_BINARY_VALUE:
+		put_base64(b, v->binary_value.data, v->binary_value.len);
+		break;
+	case CDC__V1__VALUE__KIND_NULL_VALUE:
+	case CDC__V1__VALUE__KIND_UNCHANGED_TOAST: /* callers leave these columns out */
+	default:
+		PUT_LIT(b, "null");
+		break;
+	}
+}
+
+/* The event ------------------------------------------------------------------------------------ */
+
+static bool col_is_toast(const Cdc__V1__Column *c)
+{
+	return c && c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
+}
+
+/* {"name":value,...} without unchanged TOAST columns (they are listed in "unchanged_toast"). */
+static void put_row(buf *b, const Cdc__V1__Row *r)
+{
+	if (!r) {
+		PUT_LIT(b, "null");
+		return;
+	}
+	put_c(b, '{');
+	bool first = true;
+	for (size_t i = 0; i < r->n_columns; i++) {
+		const Cdc__V1__Column *c = r->columns[i];
+		if (!c || col_is_toast(c))
+			continue;
+		if (!first)
+			put_c(b, ',');
+		first = false;
+		put_str(b, c->name);
+		put_c(b, ':');
+		put_value(b, c->value);
+	}
+	put_c(b, '}');
+}
+
+static bool row_has_toast(const Cdc__V1__Row *r, const char *name)
+{
+	for (size_t i = 0; r && i < r->n_columns; i++) {
+		const Cdc__V1__Column *c = r->columns[i];
+		if (col_is_toast(c) && c->name && name && strcmp(c->name, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Names of the unchanged TOAST columns of new_row, then those only old_row has. */
+static void put_toast_names(buf *b, const Cdc__V1__Event *e)
+{
+	put_c(b, '[');
+	bool first = true;
+	const Cdc__V1__Row *rows[2] = {e->new_row, e->old_row};
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; rows[k] && i < rows[k]->n_columns; i++) {
+			const Cdc__V1__Column *c = rows[k]->columns[i];
+			if (!col_is_toast(c) || (k == 1 && row_has_toast(e->new_row, c->name)))
+				continue;
+			if (!first)
+				put_c(b, ',');
+			first = false;
+			put_str(b, c->name);
+		}
+	}
+	put_c(b, ']');
+}
+
+static void put_bool(buf *b, bool v)
+{
+	if (v)
+		PUT_LIT(b, "true");
+	else
+		PUT_LIT(b, "false");
+}
+
+static void put_lsn(buf *b, uint64_t lsn)
+{
+	char tmp[LSN_STRLEN];
+	lsn_format(lsn, tmp);
+	put_c(b, '"');
+	put(b, tmp, strlen(tmp));
+	put_c(b, '"');
+}
+
+static const char *op_name(Cdc__V1__Op op)
+{
+	switch (op) {
+	case CDC__V1__OP__OP_INSERT:
+		return "\"insert\"";
+	case CDC__V1__OP__OP_UPDATE:
+		return "\"update\"";
+	case CDC__V1__OP__OP_DELETE:
+		return "\"delete\"";
+	case CDC__V1__OP__OP_TRUNCATE:
+		return "\"truncate\"";
+	case CDC__V1__OP__OP_MESSAGE:
+		return "\"message\"";
+	default:
+		return "null";
+	}
+}
+
+void json_event(buf *out, const Cdc__V1__Event *e)
+{
+	PUT_LIT(out, "{\"subscription\":");
+	put_str(out, e->subscription);
+	PUT_LIT(out, ",\"offset\":");
+	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET)
+		put_u64(out, e->offset);
+	else
+		PUT_LIT(out, "null");
+	PUT_LIT(out, ",\"tag\":");
+	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG)
+		put_str(out, e->tag);
+	else
+		PUT_LIT(out, "null");
+	PUT_LIT(out, ",\"op\":");
+	const char *op = op_name(e->op);
+	put(out, op, strlen(op));
+	PUT_LIT(out, ",\"schema\":");
+	put_str(out, e->schema);
+	PUT_LIT(out, ",\"table\":");
+	put_str(out, e->table);
+	PUT_LIT(out, ",\"lsn\":");
+	put_lsn(out, e->lsn);
+	PUT_LIT(out, ",\"commit_lsn\":");
+	put_lsn(out, e->commit_lsn);
+	PUT_LIT(out, ",\"xid\":");
+	put_u64(out, e->xid);
+	PUT_LIT(out, ",\"tx_index\":");
+	put_u64(out, e->tx_index);
+	PUT_LIT(out, ",\"commit_time\":");
+	put_timestamp(out, e->commit_time, true, true);
+	PUT_LIT(out, ",\"key\":");
+	put_row(out, e->key);
+	PUT_LIT(out, ",\"new\":");
+	put_row(out, e->new_row);
+	PUT_LIT(out, ",\"old\":");
+	put_row(out, e->old_row);
+	PUT_LIT(out, ",\"unchanged_toast\":");
+	put_toast_names(out, e);
+	PUT_LIT(out, ",\"delivery_count\":");
+	if (e->delivery_count)
+		put_u64(out, e->delivery_count);
+	else
+		PUT_LIT(out, "null");
+	if (e->op == CDC__V1__OP__OP_TRUNCATE) {
+		PUT_LIT(out, ",\"truncate\":{\"cascade\":");
+		put_bool(out, e->truncate && e->truncate->cascade);
+		PUT_LIT(out, ",\"restart_identity\":");
+		put_bool(out, e->truncate && e->truncate->restart_identity);
+		put_c(out, '}');
+	} else if (e->op == CDC__V1__OP__OP_MESSAGE) {
+		PUT_LIT(out, ",\"message\":{\"prefix\":");
+		put_str(out, e->message ? e->message->prefix : "");
+		PUT_LIT(out, ",\"content\":");
+		if (e->message)
+			put_base64(out, e->message->content.data, e->message->content.len);
+		else
+			PUT_LIT(out, "\"\"");
+		PUT_LIT(out, ",\"transactional\":");
+		put_bool(out, e->message && e->message->transactional);
+		put_c(out, '}');
+	}
+	PUT_LIT(out, "}\n");
+	out->data[out->len] = '\0';
+}

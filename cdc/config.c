@@ -3,6 +3,7 @@
  * reporting every problem as "FILE:LINE:COL: message". cfg_print writes the effective config back. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -419,6 +420,34 @@ bool cfg_parse_size(const char *s, uint64_t *bytes)
 	return false;
 }
 
+/* One part of a pattern, unquoted into out; false if it is not a well-formed part. */
+static bool pattern_part(const char **pp, char out[CFG_MAX_NAME + 1], bool *quoted)
+{
+	const char *p = *pp;
+	size_t n = 0;
+	*quoted = *p == '"';
+	if (*quoted) {
+		for (p++;; p++) {
+			if (!*p)
+				return false;
+			if (*p == '"' && *++p != '"')
+				break;
+			if (n == CFG_MAX_NAME)
+				return false;
+			out[n++] = *p;
+		}
+	} else {
+		for (; *p && *p != '.'; p++) {
+			if (*p == '"' || n == CFG_MAX_NAME)
+				return false;
+			out[n++] = *p;
+		}
+	}
+	out[n] = '\0';
+	*pp = p;
+	return n > 0;
+}
+
 /* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
  * at most 63 bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier characters
  * plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if ok. */
@@ -467,7 +496,50 @@ static const char *pattern_problem(const char *s, char *why, size_t whylen)
 		return "empty table name";
 	if (part_len[0] > CFG_MAX_NAME || part_len[1] > CFG_MAX_NAME)
 		return "schema and table names are at most 63 bytes";
+	/* what passes here, cfg_table_match must understand */
+	char name[CFG_MAX_NAME + 1];
+	bool quoted;
+	const char *p = s;
+	if (!pattern_part(&p, name, &quoted) || *p++ != '.' || !pattern_part(&p, name, &quoted) || *p)
+		return "not of the form schema.table";
 	return NULL;
+}
+
+/* * and ? globs, byte-wise; linear backtracking, so no pattern can make it slow. */
+static bool glob_match(const char *pat, const char *s)
+{
+	const char *star = NULL, *resume = NULL;
+	while (*s) {
+		if (*pat == '*') {
+			star = pat++;
+			resume = s;
+		} else if (*pat && (*pat == '?' || *pat == *s)) {
+			pat++;
+			s++;
+		} else if (star) {
+			pat = star + 1;
+			s = ++resume;
+		} else {
+			return false;
+		}
+	}
+	while (*pat == '*')
+		pat++;
+	return !*pat;
+}
+
+bool cfg_table_match(const char *pattern, const char *schema, const char *table)
+{
+	char part[2][CFG_MAX_NAME + 1];
+	bool quoted[2];
+	const char *p = pattern;
+	if (!pattern_part(&p, part[0], &quoted[0]) || *p != '.')
+		return false;
+	p++;
+	if (!pattern_part(&p, part[1], &quoted[1]) || *p)
+		return false;
+	return (quoted[0] ? strcmp(part[0], schema) == 0 : glob_match(part[0], schema)) &&
+	       (quoted[1] ? strcmp(part[1], table) == 0 : glob_match(part[1], table));
 }
 
 /* "HOST:PORT" or "[IPv6]:PORT", port 1-65535. NULL if ok. */
@@ -1397,7 +1469,25 @@ static bool prop_is_secret(const char *k)
 	       (n >= 4 && strcasecmp(k + n - 4, ".pem") == 0 && strcasestr(k, "key")); /* ssl.key.pem */
 }
 
-static void mask_kv(buf *out, const char *s);
+/* Whether the URI query parameter at p (n bytes up to its '=') is "password", %-escapes decoded as
+ * libpq decodes them ("pass%77ord"). */
+static bool uri_param_is_password(const char *p, size_t n)
+{
+	static const char want[] = "password";
+	size_t i = 0, j = 0;
+	for (; i < n && j < sizeof want - 1; j++) {
+		int c = (unsigned char)p[i++];
+		if (c == '%' && i + 1 < n && isxdigit((unsigned char)p[i]) &&
+		    isxdigit((unsigned char)p[i + 1])) {
+			char hex[3] = {p[i], p[i + 1], '\0'};
+			c = (int)strtol(hex, NULL, 16);
+			i += 2;
+		}
+		if (c != want[j])
+			return false;
+	}
+	return i == n && j == sizeof want - 1;
+}
 
 /* postgresql://user:PASSWORD@host/db?password=PASSWORD&... */
 static void mask_uri(buf *out, const char *s)
@@ -1423,11 +1513,13 @@ static void mask_uri(buf *out, const char *s)
 	}
 	buf_append(out, s, (size_t)(q + 1 - s));
 	for (const char *p = q + 1; *p;) {
-		size_t n = strcspn(p, "&");
-		if (n >= 9 && strncmp(p, "password=", 9) == 0) {
-			buf_puts(out, "password=" CFG_MASK);
-		} else
+		size_t n = strcspn(p, "&"), keylen = strcspn(p, "=&");
+		if (keylen < n && uri_param_is_password(p, keylen)) {
+			buf_append(out, p, keylen + 1);
+			buf_puts(out, CFG_MASK);
+		} else {
 			buf_append(out, p, n);
+		}
 		p += n;
 		if (*p)
 			buf_putc(out, *p++);
@@ -1712,9 +1804,12 @@ void cfg_print(const cfg *c, FILE *out)
 			fputs(" {}", out);
 		for (size_t i = 0; i < c->kafka.nproperties; i++) {
 			const cfg_kv *kv = &c->kafka.properties[i];
-			fputs("\n    ", out);
+			/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key"
+			 */
+			bool explicit_key = strlen(kv->key) > 100;
+			fputs(explicit_key ? "\n    ? " : "\n    ", out);
 			put_str(out, kv->key);
-			fputs(": ", out);
+			fputs(explicit_key ? "\n    : " : ": ", out);
 			put_str(out, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
 		}
 		fputc('\n', out);

@@ -110,6 +110,9 @@ void cfg_print(const cfg *c, FILE *out);
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
 /* "512", "64KiB", "64MiB", "1GiB" (also kB, MB, GB as powers of 1000). */
 bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
+/* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
+ * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */
+bool cfg_table_match(const char *pattern, const char *schema, const char *table);
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);
 

@@ -1,12 +1,25 @@
-/* fuzz_config.c: libFuzzer harness for the configuration loader: arbitrary bytes through cfg_parse,
- * then cfg_print of whatever was accepted, which must parse again, and cfg_free. */
+/* fuzz_config.c: libFuzzer harness for the configuration loader: arbitrary bytes through cfg_parse;
+ * whatever is accepted is printed, and the printed form must parse again and print the same. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char *print(const cfg *c)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		abort();
+	cfg_print(c, f);
+	fclose(f);
+	return text;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -18,20 +31,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg *c = cfg_parse("fuzz.yaml", (const char *)data, size, &errors);
 	if (!c && !errors.len)
 		abort(); /* a rejection always says why */
+	/* The validator and cfg_table_match disagree on a pattern. (User text in messages is quoted, so it
+	 * cannot end a line with this.) */
+	if (errors.len && strstr(errors.data, ": not of the form schema.table\n"))
+		abort();
 	if (c) {
 		cfg_print(c, devnull);
-		/* The printed form of an accepted config is itself accepted. */
-		char *text = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&text, &len);
-		cfg_print(c, f);
-		fclose(f);
+		/* Accepted patterns go to the matcher; it must cope with whatever the validator lets by. */
+		for (size_t i = 0; i < c->nsubs; i++)
+			for (size_t j = 0; j < c->subs[i].tables.n; j++)
+				(void)cfg_table_match(c->subs[i].tables.v[j], "public", "t");
+		char *text = print(c);
 		buf e2 = {0};
-		cfg *again = cfg_parse("printed.yaml", text, len, &e2);
+		cfg *again = cfg_parse("printed.yaml", text, strlen(text), &e2);
 		if (!again) {
 			fprintf(stderr, "printed config rejected:\n%s---\n%s", text, e2.data);
 			abort();
 		}
+		char *text2 = print(again);
+		if (strcmp(text, text2) != 0) {
+			fprintf(stderr, "print, parse, print differs:\n%s---\n%s", text, text2);
+			abort();
+		}
+		free(text2);
 		cfg_free(again);
 		buf_free(&e2);
 		free(text);

@@ -768,6 +768,9 @@ static void test_mask(void)
 	    {"postgresql://u@h/db?sslmode=require&password=x&user=y",
 	     "postgresql://u@h/db?sslmode=require&password=********&user=y"},
 	    {"postgresql://h/db?password=x", "postgresql://h/db?password=********"},
+	    {"postgresql://h/db?pass%77ord=x&%70assword=y&password%3d=z&passwordx=1&password",
+	     "postgresql://h/db?pass%77ord=********&%70assword=********&password%3d=z&passwordx=1&password"},
+	    {"postgresql://h/db?pass%7=x&pass%=y&%", "postgresql://h/db?pass%7=x&pass%=y&%"},
 	    {"postgresql:///db?host=/tmp", "postgresql:///db?host=/tmp"},
 	    {"dbname='postgresql://u:p@h/db' user=x", "dbname='postgresql://u:********@h/db' user=x"},
 	    {"dbname='host=h password=p' user=x", "dbname='host=h password=********' user=x"},
@@ -784,6 +787,50 @@ static void test_mask(void)
 	char *m = cfg_mask_dsn(NULL);
 	CHECK_STR(m, "");
 	free(m);
+}
+
+static void test_table_match(void)
+{
+	static const struct {
+		const char *pattern, *schema, *table;
+		bool match;
+	} t[] = {
+	    {"public.orders", "public", "orders", true},
+	    {"public.orders", "public", "Orders", false},
+	    {"public.*", "public", "orders", true},
+	    {"public.*", "other", "orders", false},
+	    {"*.*", "s", "t", true},
+	    {"pub*.ord?rs", "public", "orders", true},
+	    {"pub*.ord?rs", "public", "ordrs", false},
+	    {"*s*s*s*s*s*s*s*s*s*s*s*s.t", "sssssssssssssssssssssssssssssssssssssssssx", "t", false},
+	    {"*s*s*s*s*s*s*s*s*s*s*s*s*.t", "sssssssssssssssssssssssssssssssssssssssssx", "t", true},
+	    {"a*.*b", "a", "b", true},
+	    {"\"Odd.Schema\".t?", "Odd.Schema", "t1", true},
+	    {"\"Odd.Schema\".t?", "odd.schema", "t1", false},
+	    {"\"a*\".t", "a*", "t", true},
+	    {"\"a*\".t", "ab", "t", false}, /* quoted: no globs */
+	    {"\"say \"\"hi\"\"\".\"my-table\"", "say \"hi\"", "my-table", true},
+	    /* malformed: never matches, never crashes */
+	    {"", "", "", false},
+	    {"nodot", "nodot", "", false},
+	    {"a.b.c", "a", "b.c", false},
+	    {"\"a.b", "a", "b", false},
+	    {"a\"b\".c", "ab", "c", false},
+	    {".t", "", "t", false},
+	    {"s.", "s", "", false},
+	    {"\"\".t", "", "t", false},
+	    {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.t",
+	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "t", false},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+		if (cfg_table_match(t[i].pattern, t[i].schema, t[i].table) == t[i].match) {
+			test_passed++;
+		} else {
+			test_failed++;
+			fprintf(stderr, "cfg_table_match(%s, %s, %s) != %d\n", t[i].pattern, t[i].schema,
+				t[i].table, t[i].match);
+		}
+	}
 }
 
 static char *roundtrip(const char *yaml, const char *what)
@@ -995,6 +1042,16 @@ static void test_fuzz_regressions(void)
 	/* a tag is user text: a %0A escape in it must not split the error line */
 	expect_errors(__LINE__, "state_dir: !<a%0Ab> x\n",
 		      "t.yaml:1:12: explicit tags (\"a\\x0Ab\") are not allowed\n");
+	/* fuzz: a kafka property name that prints longer than YAML's 1024-character implicit key limit */
+	buf y = {0};
+	buf_puts(&y, "kafka:\n  brokers: b\n  properties:\n    ? \"");
+	for (int i = 0; i < 600; i++)
+		buf_puts(&y, "\\\\"); /* one backslash in the key, two when printed */
+	buf_puts(&y, "\"\n    : v\n");
+	char *p = roundtrip(y.data, "long property name");
+	CHECK(p && strstr(p, "\n  properties:\n    ? \"\\\\\\\\") && strstr(p, "\\\\\"\n    : v\nlog:\n"));
+	free(p);
+	buf_free(&y);
 	/* several subscriptions without a name: the duplicate-name check sorts NULL names */
 	expect_errors(__LINE__,
 		      "subscriptions:\n  - tables: [a.b]\n  - tables: [a.b]\n  - {name: a, tables: [a.b]}\n",
@@ -1014,6 +1071,7 @@ int main(void)
 	test_durations();
 	test_sizes();
 	test_mask();
+	test_table_match();
 	test_print();
 	test_print_strings();
 	test_load();

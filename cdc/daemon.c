@@ -49,6 +49,7 @@ typedef struct sidecar {
 	sink *stdout_sink;
 	sink **sinks; /* per subscription, parallel to cfg->subs */
 	arena *arena;
+	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
 	bool streaming, reload_pending, reply_requested;
@@ -76,9 +77,40 @@ static void fail(sidecar *d, int code, const char *what)
 	event_base_loopbreak(d->base);
 }
 
+/* The assembler exists only while connected; between connections nothing is held. */
+static bool in_txn(const sidecar *d)
+{
+	return d->asm_ && txn_in_progress(d->asm_);
+}
+
+static uint64_t oldest_prepared(const sidecar *d)
+{
+	return d->asm_ ? txn_oldest_prepared(d->asm_) : 0;
+}
+
 /* Delivery -------------------------------------------------------------------------------- */
 
-static bool deliver(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, char *err, size_t errlen)
+/* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
+ * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
+ * Events are rendered as they arrive; replay only adds the commit fields. */
+#define HOLD_ENTRY 12
+
+static void put_u32(char *p, uint32_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Hands ev to the sinks of the matching subscriptions: delivered now with commit fields c in a
+ * plain transaction, rendered into the change's record in a held one. */
+static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c, uint32_t slot,
+		 buf *hold, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
 		const cfg_subscription *s = &d->cfg->subs[subs[i]];
@@ -86,19 +118,31 @@ static bool deliver(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t
 		ev->tag_present_case = s->tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
 		ev->tag = s->tag;
 		sink *k = d->sinks[subs[i]];
-		if (!k->ops->deliver(k, ev, d->cur_seq, err, errlen))
+		if (hold) {
+			size_t at = hold->len;
+			buf_reserve(hold, HOLD_ENTRY);
+			hold->len += HOLD_ENTRY;
+			k->ops->render(k, ev, hold);
+			put_u32(hold->data + at, subs[i]);
+			put_u32(hold->data + at + 4, slot);
+			put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+			continue;
+		}
+		buf_reset(&d->scratch);
+		k->ops->render(k, ev, &d->scratch);
+		sink_commit at = *c;
+		at.tx_index += slot;
+		if (!k->ops->deliver(k, d->scratch.data, d->scratch.len, &at, d->cur_seq, err, errlen))
 			return false;
 	}
 	return true;
 }
 
-static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn, uint32_t tx_index)
+/* The fields known when the change arrives; the commit fields are the sinks' to add. */
+static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn)
 {
 	ev->lsn = lsn;
-	ev->commit_lsn = t ? t->commit_lsn : lsn;
 	ev->xid = t ? t->xid : 0;
-	ev->commit_time = t ? t->commit_time : 0;
-	ev->tx_index = tx_index;
 	ev->origin = t && t->origin ? (char *)t->origin : "";
 }
 
@@ -112,12 +156,18 @@ static const pgo_rel *relation(sidecar *d, const pgo_msg *m, uint32_t relid, cha
 
 static const unsigned change_op[] = {[PGO_INSERT] = CFG_OP_INSERT, [PGO_UPDATE] = CFG_OP_UPDATE, [PGO_DELETE] = CFG_OP_DELETE};
 
-/* One change: match it, build its event only if some subscription wants it, deliver. */
-static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen)
+/* One change: match it, build its event only if some subscription wants it, emit it. Sets *slots
+ * to the number of tx_index values it takes (one per truncated relation; none for a heartbeat). */
+static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, uint32_t *slots,
+			  char *err, size_t errlen)
 {
 	const uint32_t *subs;
 	size_t n;
 	Cdc__V1__Event *ev;
+	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn, .commit_time = t ? t->commit_time : 0,
+			 .tx_index = d->tx_index};
+	bool ok = true;
+	*slots = 1;
 	switch (m->type) {
 	case PGO_INSERT:
 	case PGO_UPDATE:
@@ -129,42 +179,39 @@ static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_l
 			break;
 		if (!evt_from_change(d->arena, d->rc, rel, m, &ev, err, errlen))
 			return false;
-		stamp(ev, t, lsn, d->tx_index);
-		if (!deliver(d, ev, subs, n, err, errlen))
-			return false;
+		stamp(ev, t, lsn);
+		ok = emit(d, ev, subs, n, &c, 0, hold, err, errlen);
 		break;
 	}
 	case PGO_TRUNCATE:
-		for (uint32_t i = 0; i < m->truncate.nrels; i++) {
+		*slots = m->truncate.nrels;
+		for (uint32_t i = 0; i < m->truncate.nrels && ok; i++) {
 			const pgo_rel *rel = relation(d, m, pgo_truncate_relid(m, i), err, errlen);
 			if (!rel)
 				return false;
 			if ((n = rules_match(d->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
 				ev = evt_from_truncate(d->arena, rel, m->truncate.flags);
-				stamp(ev, t, lsn, d->tx_index);
-				if (!deliver(d, ev, subs, n, err, errlen))
-					return false;
+				stamp(ev, t, lsn);
+				ok = emit(d, ev, subs, n, &c, i, hold, err, errlen);
 			}
-			if (i + 1 < m->truncate.nrels)
-				d->tx_index++;
 		}
 		break;
 	case PGO_MESSAGE:
-		if (strcmp(m->message.prefix, SOURCE_HEARTBEAT_PREFIX) == 0)
-			return true; /* not a change: takes no tx_index */
+		if (strcmp(m->message.prefix, SOURCE_HEARTBEAT_PREFIX) == 0) {
+			*slots = 0; /* not a change */
+			break;
+		}
 		if ((n = rules_match(d->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
 			break;
 		ev = evt_from_message(d->arena, m);
-		stamp(ev, t, lsn, d->tx_index);
-		if (!deliver(d, ev, subs, n, err, errlen))
-			return false;
+		stamp(ev, t, lsn);
+		ok = emit(d, ev, subs, n, &c, 0, hold, err, errlen);
 		break;
 	default:
 		return errf(err, errlen, "unexpected %s message inside a transaction", pgo_type_name(m->type));
 	}
-	d->tx_index++;
 	arena_reset(d->arena);
-	return true;
+	return ok;
 }
 
 static void end_txn(sidecar *d, uint64_t end_lsn)
@@ -193,22 +240,74 @@ static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 	return true;
 }
 
-static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen)
+static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
+		      size_t errlen)
 {
 	sidecar *d = ctx;
-	if (beyond_endpos(d, t ? t->commit_lsn : lsn))
+	uint32_t slots;
+	if (!hold && beyond_endpos(d, t ? t->commit_lsn : lsn))
 		return true;
-	if (t)
-		return change_events(d, t, m, lsn, err, errlen);
+	if (hold) {
+		buf_reserve(hold, 4);
+		hold->len = 4;
+		if (!change_events(d, t, m, lsn, hold, &slots, err, errlen))
+			return false;
+		put_u32(hold->data, slots);
+		return true;
+	}
+	if (t) {
+		if (!change_events(d, t, m, lsn, NULL, &slots, err, errlen))
+			return false;
+		d->tx_index += slots;
+		return true;
+	}
 	/* A non-transactional message is a transaction of its own, positioned at its LSN. */
 	on_begin(ctx, NULL, err, errlen);
-	if (!change_events(d, NULL, m, lsn, err, errlen))
+	if (!change_events(d, NULL, m, lsn, NULL, &slots, err, errlen))
 		return false;
 	end_txn(d, lsn);
 	return true;
 }
 
+/* Delivers the events rendered into a held change's record, now with their commit fields. */
+static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err, size_t errlen)
+{
+	sidecar *d = ctx;
+	if (d->past_endpos)
+		return true;
+	if (len < 4)
+		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
+	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
+	for (size_t pos = 4; pos < len;) {
+		uint32_t sub = len - pos >= HOLD_ENTRY ? get_u32(rec + pos) : UINT32_MAX;
+		uint32_t n = sub != UINT32_MAX ? get_u32(rec + pos + 8) : 0;
+		if (sub >= d->cfg->nsubs || n > len - pos - HOLD_ENTRY)
+			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu", t->xid, pos);
+		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
+		sink *k = d->sinks[sub];
+		if (!k->ops->deliver(k, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
+			return false;
+		pos += HOLD_ENTRY + n;
+	}
+	d->tx_index += get_u32(rec);
+	return true;
+}
+
 static bool apply_reload(sidecar *d);
+
+/* A reload applies between transactions, and not while a streamed or prepared transaction is held:
+ * its records were rendered for the subscriptions in force when its changes arrived. */
+static void maybe_reload(sidecar *d)
+{
+	if (!d->reload_pending || in_txn(d))
+		return;
+	if (d->asm_) {
+		txn_stats st = txn_get_stats(d->asm_);
+		if (st.streamed_open + st.prepared_open)
+			return;
+	}
+	apply_reload(d);
+}
 
 static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 {
@@ -217,25 +316,14 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 	if (d->past_endpos)
 		return true;
 	end_txn(d, t->end_lsn);
-	if (d->reload_pending)
-		apply_reload(d);
+	maybe_reload(d);
 	return true;
 }
 
-static const txn_handler txn_callbacks = {.begin = on_begin, .change = on_change, .commit = on_commit};
+static const txn_handler txn_callbacks = {
+	.begin = on_begin, .change = on_change, .replay = on_replay, .commit = on_commit};
 
 /* Progress and feedback ----------------------------------------------------------------- */
-
-/* The assembler exists only while connected; between connections nothing is held. */
-static bool in_txn(const sidecar *d)
-{
-	return d->asm_ && txn_in_progress(d->asm_);
-}
-
-static uint64_t oldest_prepared(const sidecar *d)
-{
-	return d->asm_ ? txn_oldest_prepared(d->asm_) : 0;
-}
 
 static uint64_t sinks_delivered(const sidecar *d)
 {
@@ -434,6 +522,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
+	maybe_reload(d);
 	if (!d->streaming)
 		return;
 	if (!send_feedback(d, false)) {
@@ -515,8 +604,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	sidecar *d = arg;
 	if (sig == SIGHUP) {
 		d->reload_pending = true;
-		if (!in_txn(d))
-			apply_reload(d);
+		maybe_reload(d);
+		if (d->reload_pending)
+			log_info("reload waits for the transactions in progress", "config=%s", d->cfg_path);
 		return;
 	}
 	log_info("stopping", "signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -605,6 +695,7 @@ out:
 	source_free(d.src);
 	pgo_relcache_free(d.rc);
 	arena_free(d.arena);
+	buf_free(&d.scratch);
 	progress_free(&d.prog);
 	rules_free(d.rules);
 	if (d.stdout_sink)

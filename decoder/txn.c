@@ -1,6 +1,7 @@
-/* txn.c: the transaction assembler (see txn.h). Plain transactions pass straight through; streamed
- * and prepared ones are held in one spill file each ("txn-<xid>.spill") and replayed record by
- * record when the server reports their commit, so memory stays bounded whatever their size. */
+/* txn.c: the transaction assembler (see txn.h). Plain transactions pass straight through; the
+ * handler's records of streamed and prepared ones are held in one spill file each
+ * ("txn-<xid>.spill") and replayed record by record when the server reports their commit, so
+ * memory stays bounded whatever their size. */
 #include "txn.h"
 
 #include <dirent.h>
@@ -15,9 +16,8 @@
 
 /* The write buffer of the one open spill file, reused as the read buffer during replay. */
 #define TXN_IO_SIZE (64 * 1024)
-/* A spill record: [flags: 1 byte][lsn: 8 bytes][length: 4 bytes][payload: one pgoutput message]. */
-#define TXN_REC_HDR 13
-#define TXN_REC_IN_STREAM 0x01 /* the message was sent inside a stream block: it carries an xid */
+/* A spill record: [length: 4 bytes][the handler's bytes for one change]. */
+#define TXN_REC_HDR 4
 
 /* Where a subtransaction's first message landed in its top-level transaction's file. */
 typedef struct txn_subxact {
@@ -39,6 +39,7 @@ typedef struct txn_held {
 	bool broken;
 	uint64_t size; /* logical file size, including bytes still in the write buffer */
 	char *gid;     /* prepared only */
+	char *origin;  /* from an Origin message inside the transaction, or NULL */
 	pgo_lsn prepare_lsn;
 	/* Streamed only: first offset of each subtransaction, in order of first appearance. */
 	txn_subxact *subs;
@@ -59,6 +60,7 @@ struct txn_assembler {
 	txn_handler h;
 	/* pgo_msg holds two full tuples (about 100 KB): one on the heap, reused for every message. */
 	pgo_msg *msg;
+	buf hold; /* the handler's record for the held change being processed */
 
 	txn_state state;
 	bool in_stream;
@@ -139,6 +141,7 @@ static void held_forget(txn_assembler *a, txn_held *t)
 		}
 	}
 	free(t->gid);
+	free(t->origin);
 	free(t->subs);
 	free(t);
 }
@@ -276,8 +279,11 @@ static uint32_t get_be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Appends one message to the open file (the current held transaction's). */
-static bool spill(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
+static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+			char *err, size_t errlen);
+
+/* A change of the current held transaction: the handler sees it now, its record goes to the file. */
+static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 {
 	txn_held *t = a->cur;
 	const pgo_msg *m = a->msg;
@@ -287,11 +293,7 @@ static bool spill(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn
 		return errf(err, errlen,
 			    "spill file %s: an earlier write failed, transaction %" PRIu32 " cannot be held",
 			    spill_path(a, t->xid), t->xid);
-	if (len > UINT32_MAX)
-		return errf(err, errlen,
-			    "%s message of %zu bytes in transaction %" PRIu32 " is too large to spill",
-			    pgo_type_name(m->type), len, t->xid);
-	if (a->in_stream && m->type != PGO_ORIGIN) {
+	if (a->in_stream) {
 		if (m->xid == 0)
 			return errf(err, errlen,
 				    "%s message in the stream block of transaction %" PRIu32
@@ -299,11 +301,15 @@ static bool spill(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn
 				    pgo_type_name(m->type), t->xid);
 		held_note_subxact(t, m->xid);
 	}
-	hdr[0] = a->in_stream ? TXN_REC_IN_STREAM : 0;
-	put_be32(hdr + 1, (uint32_t)(lsn >> 32));
-	put_be32(hdr + 5, (uint32_t)lsn);
-	put_be32(hdr + 9, (uint32_t)len);
-	return file_write(a, hdr, sizeof(hdr), err, errlen) && file_write(a, data, len, err, errlen);
+	txn_info info = {.xid = t->xid, .origin = t->origin};
+	buf_reset(&a->hold);
+	if (!call_change(a, &info, m, lsn, &a->hold, err, errlen))
+		return false;
+	if (a->hold.len > UINT32_MAX)
+		return errf(err, errlen, "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
+			    pgo_type_name(m->type), a->hold.len, t->xid);
+	put_be32(hdr, (uint32_t)a->hold.len);
+	return file_write(a, hdr, sizeof(hdr), err, errlen) && file_write(a, a->hold.data, a->hold.len, err, errlen);
 }
 
 /* ---- replay ---- */
@@ -360,11 +366,11 @@ static bool call_begin(txn_assembler *a, const txn_info *t, char *err, size_t er
 	return a->h.begin(a->h.ctx, t, err, errlen) || handler_failed("begin", t->xid, err, errlen);
 }
 
-static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err,
-			size_t errlen)
+static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+			char *err, size_t errlen)
 {
 	clear_err(err, errlen);
-	return a->h.change(a->h.ctx, t, m, lsn, err, errlen) ||
+	return a->h.change(a->h.ctx, t, m, lsn, hold, err, errlen) ||
 	       handler_failed("change", t ? t->xid : 0, err, errlen);
 }
 
@@ -374,40 +380,7 @@ static bool call_commit(txn_assembler *a, const txn_info *t, char *err, size_t e
 	return a->h.commit(a->h.ctx, t, err, errlen) || handler_failed("commit", t->xid, err, errlen);
 }
 
-/* Applies one replayed record: schema to the relation cache, Origin to a->info, changes to the handler. */
-static bool replay_record(txn_assembler *a, const uint8_t *data, size_t len, bool in_stream, pgo_lsn lsn,
-			  uint64_t at, uint32_t xid, char *err, size_t errlen)
-{
-	pgo_msg *m = a->msg;
-	char perr[256];
-	if (!pgo_parse(data, len, &a->opt, in_stream, m, perr, sizeof(perr)))
-		return errf(err, errlen, "spill file %s: record at offset %" PRIu64 ": %s",
-			    spill_path(a, xid), at, perr);
-	switch (m->type) {
-	case PGO_RELATION:
-		pgo_relcache_put(a->rc, m);
-		return true;
-	case PGO_TYPE:
-		pgo_relcache_put_type(a->rc, m);
-		return true;
-	case PGO_ORIGIN:
-		buf_reset(&a->origin);
-		buf_puts(&a->origin, m->origin.name);
-		a->info.origin = a->origin.data;
-		return true;
-	case PGO_INSERT:
-	case PGO_UPDATE:
-	case PGO_DELETE:
-	case PGO_TRUNCATE:
-	case PGO_MESSAGE:
-		return call_change(a, &a->info, m, lsn, err, errlen);
-	default:
-		return errf(err, errlen, "spill file %s: record at offset %" PRIu64 ": unexpected %s message",
-			    spill_path(a, xid), at, pgo_type_name(m->type));
-	}
-}
-
-/* Delivers a held transaction: begin with a->info, every change in the order it arrived, commit. */
+/* Delivers a held transaction: begin with a->info, every record in the order it arrived, commit. */
 static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 {
 	bool ok = false;
@@ -423,42 +396,40 @@ static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 	if (fd < 0)
 		return io_error(a, t->xid, "open", err, errlen);
 	a->iolen = a->iopos = 0;
-	buf_reset(&a->origin);
-	a->info.origin = NULL;
+	a->info.origin = t->origin;
 
 	if (!call_begin(a, &a->info, err, errlen))
 		goto out;
 	while (pos < t->size) {
 		uint8_t hdr[TXN_REC_HDR];
 		uint32_t len = 0;
-		pgo_lsn lsn;
 		if (t->size - pos >= TXN_REC_HDR) {
 			if (!replay_read(a, fd, &off, hdr, sizeof(hdr), t->xid, err, errlen))
 				goto out;
-			len = get_be32(hdr + 9);
+			len = get_be32(hdr);
 		}
-		if (t->size - pos < TXN_REC_HDR || (hdr[0] & ~TXN_REC_IN_STREAM) != 0 ||
-		    len > t->size - pos - TXN_REC_HDR) {
+		if (t->size - pos < TXN_REC_HDR || len > t->size - pos - TXN_REC_HDR) {
 			errf(err, errlen, "spill file %s: corrupt record at offset %" PRIu64,
 			     spill_path(a, t->xid), pos);
 			goto out;
 		}
-		lsn = (pgo_lsn)get_be32(hdr + 1) << 32 | get_be32(hdr + 5);
 		if (len > a->reccap) {
 			a->reccap = len;
 			a->rec = xrealloc(a->rec, a->reccap);
 		}
 		if (!replay_read(a, fd, &off, a->rec, len, t->xid, err, errlen))
 			goto out;
-		if (!replay_record(a, a->rec, len, hdr[0] & TXN_REC_IN_STREAM, lsn, pos, t->xid, err, errlen))
+		clear_err(err, errlen);
+		if (!a->h.replay(a->h.ctx, &a->info, a->rec, len, err, errlen)) {
+			handler_failed("replay", t->xid, err, errlen);
 			goto out;
+		}
 		pos += TXN_REC_HDR + (uint64_t)len;
 	}
 	ok = call_commit(a, &a->info, err, errlen);
 out:
 	close(fd);
 	a->iolen = a->iopos = 0;
-	buf_reset(&a->origin);
 	a->info = (txn_info){0};
 	return ok;
 }
@@ -757,12 +728,14 @@ static bool on_rollback_prepared(txn_assembler *a, char *err, size_t errlen)
 	return held_drop(a, t, err, errlen);
 }
 
-static bool on_origin(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
-		      size_t errlen)
+static bool on_origin(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
-	if (a->in_stream || a->state == TXN_PREPARING)
-		return spill(a, data, len, lsn, err, errlen);
+	if (a->in_stream || a->state == TXN_PREPARING) {
+		free(a->cur->origin);
+		a->cur->origin = xstrdup(m->origin.name);
+		return true;
+	}
 	if (a->state != TXN_PLAIN)
 		return errf(err, errlen, "Origin outside a transaction");
 	buf_reset(&a->origin);
@@ -771,32 +744,27 @@ static bool on_origin(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn
 	return true;
 }
 
-/* Relation and Type: applied now (the server does not resend a schema it already sent) and, in a
- * held transaction, also spilled so that replay decodes its changes with the schema of their time. */
-static bool on_schema(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
-		      size_t errlen)
+/* Relation and Type: applied at once. Held changes are handled as they arrive, so each sees the
+ * schema of its time (an ALTER TABLE inside a streamed transaction resends it before the next). */
+static void on_schema(txn_assembler *a)
 {
 	const pgo_msg *m = a->msg;
 	if (m->type == PGO_RELATION)
 		pgo_relcache_put(a->rc, m);
 	else
 		pgo_relcache_put_type(a->rc, m);
-	if (a->in_stream || a->state == TXN_PREPARING)
-		return spill(a, data, len, lsn, err, errlen);
-	return true;
 }
 
-static bool on_change(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
-		      size_t errlen)
+static bool on_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
 	if (m->type == PGO_MESSAGE && !(m->message.flags & 1))
-		return call_change(a, NULL, m, lsn, err, errlen);
+		return call_change(a, NULL, m, lsn, NULL, err, errlen);
 	if (a->in_stream || a->state == TXN_PREPARING)
-		return spill(a, data, len, lsn, err, errlen);
+		return hold_change(a, lsn, err, errlen);
 	if (a->state != TXN_PLAIN)
 		return errf(err, errlen, "%s outside a transaction", pgo_type_name(m->type));
-	return call_change(a, &a->info, m, lsn, err, errlen);
+	return call_change(a, &a->info, m, lsn, NULL, err, errlen);
 }
 
 bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
@@ -809,16 +777,17 @@ bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, ch
 	case PGO_COMMIT:
 		return on_commit(a, err, errlen);
 	case PGO_ORIGIN:
-		return on_origin(a, data, len, lsn, err, errlen);
+		return on_origin(a, err, errlen);
 	case PGO_RELATION:
 	case PGO_TYPE:
-		return on_schema(a, data, len, lsn, err, errlen);
+		on_schema(a);
+		return true;
 	case PGO_INSERT:
 	case PGO_UPDATE:
 	case PGO_DELETE:
 	case PGO_TRUNCATE:
 	case PGO_MESSAGE:
-		return on_change(a, data, len, lsn, err, errlen);
+		return on_change(a, lsn, err, errlen);
 	case PGO_STREAM_START:
 		return on_stream_start(a, err, errlen);
 	case PGO_STREAM_STOP:
@@ -890,7 +859,8 @@ txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcac
 	return a;
 }
 
-void txn_reset(txn_assembler *a)
+/* Forgets held transactions and stream state. */
+static void reset(txn_assembler *a)
 {
 	file_discard(a);
 	while (a->nheld > 0) {
@@ -910,8 +880,9 @@ void txn_free(txn_assembler *a)
 {
 	if (!a)
 		return;
-	txn_reset(a);
+	reset(a);
 	free(a->held);
+	buf_free(&a->hold);
 	free(a->dir);
 	free(a->msg);
 	free(a->io);

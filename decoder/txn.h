@@ -1,9 +1,11 @@
 /* txn.h: assembles the pgoutput message stream into committed transactions.
- * Feeds every message to a handler in commit order, each change inside begin/commit of a
- * transaction that is known to be committed: plain transactions pass straight through; streamed
- * (in-progress) transactions and prepared transactions are held in spill files under a directory
- * until Stream Commit / Commit Prepared, and discarded on Stream Abort (whole or subtransaction) /
- * Rollback Prepared. Memory does not grow with transaction size. */
+ * Plain transactions pass straight through to the handler. Streamed (in-progress) and prepared
+ * transactions are "held": each change still reaches the handler as it arrives, so the handler
+ * does its work (matching, rendering) while the server is still sending, and the bytes it puts in
+ * the change's hold buffer go to a spill file under a directory. At Stream Commit / Commit
+ * Prepared the records come back in order through replay(); on Stream Abort (whole transaction
+ * or subtransaction) / Rollback Prepared they are discarded. Memory does not grow with
+ * transaction size. */
 #ifndef CDC_TXN_H
 #define CDC_TXN_H
 
@@ -20,12 +22,18 @@ typedef struct txn_info {
 
 typedef struct txn_handler {
 	void *ctx;
-	/* Transaction start. For plain transactions end_lsn is still 0 here. */
+	/* Transaction start, once the commit is known: plain transactions at Begin (end_lsn still 0
+	 * then), held ones at their Stream Commit / Commit Prepared, before their replay() calls. */
 	bool (*begin)(void *ctx, const txn_info *t, char *err, size_t errlen);
-	/* A change (PGO_INSERT/UPDATE/DELETE/TRUNCATE/MESSAGE) at WAL position lsn; for plain
-	 * transactions lsn is the XLogData position, for held ones the one recorded when it arrived.
-	 * t is NULL for a non-transactional message. The relation cache is current for it. */
-	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, char *err, size_t errlen);
+	/* A change (PGO_INSERT/UPDATE/DELETE/TRUNCATE/MESSAGE) at WAL position lsn, as it arrives;
+	 * the relation cache is current for it. t is NULL for a non-transactional message. hold is
+	 * NULL in a plain transaction: the change is committed, deliver it. In a held transaction t
+	 * has only xid (the top-level one), origin and gid, and what the handler appends to hold is
+	 * this change's record (possibly empty), replayed if the transaction commits. */
+	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
+		       size_t errlen);
+	/* One record of a held transaction, in the order the changes arrived. */
+	bool (*replay)(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err, size_t errlen);
 	bool (*commit)(void *ctx, const txn_info *t, char *err, size_t errlen);
 } txn_handler;
 
@@ -54,7 +62,5 @@ bool txn_in_progress(const txn_assembler *a);
  * confirmed past it: the server would not send the prepared changes again. */
 pgo_lsn txn_oldest_prepared(const txn_assembler *a);
 txn_stats txn_get_stats(const txn_assembler *a);
-/* Forgets held transactions and stream state (after a reconnect the server resends them). */
-void txn_reset(txn_assembler *a);
 
 #endif

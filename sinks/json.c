@@ -727,7 +727,7 @@ static const char *op_name(Cdc__V1__Op op)
 	}
 }
 
-void json_event(buf *out, const Cdc__V1__Event *e)
+void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
@@ -750,14 +750,8 @@ void json_event(buf *out, const Cdc__V1__Event *e)
 	put_str(out, e->table);
 	PUT_LIT(out, ",\"lsn\":");
 	put_lsn(out, e->lsn);
-	PUT_LIT(out, ",\"commit_lsn\":");
-	put_lsn(out, e->commit_lsn);
 	PUT_LIT(out, ",\"xid\":");
 	put_u64(out, e->xid);
-	PUT_LIT(out, ",\"tx_index\":");
-	put_u64(out, e->tx_index);
-	PUT_LIT(out, ",\"commit_time\":");
-	put_timestamp(out, e->commit_time, true, true);
 	PUT_LIT(out, ",\"key\":");
 	put_row(out, e->key);
 	PUT_LIT(out, ",\"new\":");
@@ -789,6 +783,23 @@ void json_event(buf *out, const Cdc__V1__Event *e)
 		put_bool(out, e->message && e->message->transactional);
 		put_c(out, '}');
 	}
+	out->data[out->len] = '\0';
+}
+
+void json_event_tail(buf *out, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time)
+{
+	PUT_LIT(out, ",\"commit_lsn\":");
+	put_lsn(out, commit_lsn);
+	PUT_LIT(out, ",\"tx_index\":");
+	put_u64(out, tx_index);
+	PUT_LIT(out, ",\"commit_time\":");
+	put_timestamp(out, commit_time, true, true);
 	PUT_LIT(out, "}\n");
 	out->data[out->len] = '\0';
+}
+
+void json_event(buf *out, const Cdc__V1__Event *e)
+{
+	json_event_head(out, e);
+	json_event_tail(out, e->commit_lsn, e->tx_index, e->commit_time);
 }

@@ -5,8 +5,14 @@
 #include "cdc/v1/event.pb-c.h"
 #include "util.h"
 
-/* Appends the event as one JSON object and a newline. */
+/* Appends the event as one JSON object and a newline. The commit fields (commit_lsn, tx_index,
+ * commit_time) come last, so that json_event_head() can render an event before its transaction
+ * commits and json_event_tail() complete it cheaply once it has. */
 void json_event(buf *out, const Cdc__V1__Event *e);
+/* Everything but the commit fields and the closing brace. */
+void json_event_head(buf *out, const Cdc__V1__Event *e);
+/* Completes json_event_head()'s output: commit_lsn, tx_index, commit_time, "}\n". */
+void json_event_tail(buf *out, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time);
 
 /* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
  * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */

@@ -35,11 +35,19 @@ static bool write_all(stdout_sink *s, char *err, size_t errlen)
 	return true;
 }
 
-static bool stdout_deliver(sink *base, const Cdc__V1__Event *e, uint64_t seq, char *err, size_t errlen)
+static void stdout_render(sink *base, const Cdc__V1__Event *e, buf *out)
+{
+	(void)base;
+	json_event_head(out, e);
+}
+
+static bool stdout_deliver(sink *base, const char *rendered, size_t len, const sink_commit *c, uint64_t seq,
+			   char *err, size_t errlen)
 {
 	(void)seq;
 	stdout_sink *s = (stdout_sink *)base;
-	json_event(&s->out, e);
+	buf_append(&s->out, rendered, len);
+	json_event_tail(&s->out, c->commit_lsn, c->tx_index, c->commit_time);
 	/* A transaction larger than the buffer is written in parts; it is delivered at its end. */
 	return s->out.len < STDOUT_SINK_HIGH_WATER || write_all(s, err, errlen);
 }
@@ -72,6 +80,7 @@ static void stdout_free(sink *base)
 
 static const sink_ops stdout_ops = {
 	.name = "stdout",
+	.render = stdout_render,
 	.deliver = stdout_deliver,
 	.end_txn = stdout_end_txn,
 	.flush = stdout_flush,

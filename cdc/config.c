@@ -1489,30 +1489,30 @@ static bool uri_param_is_password(const char *p, size_t n)
 	return i == n && j == sizeof want - 1;
 }
 
-/* postgresql://user:PASSWORD@host/db?password=PASSWORD&... */
+/* postgresql://user:PASSWORD@host/db?password=PASSWORD&...: user info before an '@' that comes
+ * before any '/' or '?', the password after its first ':', the query after the next '?', its
+ * parameters split at '&'. libpq ends the user info at the first '@'; this masks up to the last one,
+ * so that a password with a raw '@' (a common mistake) does not leak its end. A raw '/' or '?' in a
+ * password (RFC 3986 wants them %-encoded) is not recognised: stopping there keeps masking
+ * idempotent, since masking a query value can remove a '/' or an '@'. */
 static void mask_uri(buf *out, const char *s)
 {
-	const char *auth = strstr(s, "://") + 3;
-	size_t authlen = strcspn(auth, "/");
-	const char *at = NULL;
-	for (const char *p = auth; p < auth + authlen; p++)
-		if (*p == '@')
-			at = p; /* the last one: a stray '@' in a password must not leak the rest */
+	const char *p = strstr(s, "://") + 3, *at = NULL;
+	for (const char *c = p; *c && *c != '/' && *c != '?'; c++)
+		if (*c == '@')
+			at = c;
 	if (at) {
-		const char *colon = memchr(auth, ':', (size_t)(at - auth));
+		const char *colon = memchr(p, ':', (size_t)(at - p));
 		if (colon) {
 			buf_append(out, s, (size_t)(colon + 1 - s));
 			buf_puts(out, CFG_MASK);
 			s = at;
 		}
+		p = at + 1;
 	}
-	const char *q = strchr(s, '?');
-	if (!q) {
-		buf_puts(out, s);
-		return;
-	}
-	buf_append(out, s, (size_t)(q + 1 - s));
-	for (const char *p = q + 1; *p;) {
+	const char *q = strchr(p, '?');
+	buf_append(out, s, q ? (size_t)(q + 1 - s) : strlen(s));
+	for (p = q ? q + 1 : ""; *p;) {
 		size_t n = strcspn(p, "&"), keylen = strcspn(p, "=&");
 		if (keylen < n && uri_param_is_password(p, keylen)) {
 			buf_append(out, p, keylen + 1);
@@ -1572,7 +1572,8 @@ static void mask_kv(buf *out, const char *s)
 			}
 		}
 		if (keylen == 8 && strncmp(kw, "password", 8) == 0) {
-			buf_puts(out, CFG_MASK);
+			/* keep the quotes: what follows a quoted value must stay apart from the mask */
+			buf_puts(out, *val == '\'' ? "'" CFG_MASK "'" : CFG_MASK);
 		} else if (keylen == 6 && strncmp(kw, "dbname", 6) == 0 && raw.data &&
 			   (is_uri(raw.data) || strchr(raw.data, '='))) {
 			/* libpq expands a dbname that is itself a connection string */

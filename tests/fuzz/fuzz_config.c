@@ -1,5 +1,6 @@
 /* fuzz_config.c: libFuzzer harness for the configuration loader: arbitrary bytes through cfg_parse;
- * whatever is accepted is printed, and the printed form must parse again and print the same. */
+ * whatever is accepted is printed, and the printed form must parse again and print the same. The
+ * bytes also go through cfg_mask_dsn, which must be idempotent. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!devnull && !(devnull = fopen("/dev/null", "w")))
 		abort();
+	/* The bytes as a DSN: masking is idempotent, or cfg_print's output would not print the same. */
+	char *dsn = xmalloc(size + 1);
+	memcpy(dsn, data, size);
+	dsn[size] = '\0';
+	char *m1 = cfg_mask_dsn(dsn), *m2 = cfg_mask_dsn(m1);
+	if (strcmp(m1, m2) != 0) {
+		fprintf(stderr, "masking is not idempotent:\n%s\n%s\n", m1, m2);
+		abort();
+	}
+	free(dsn);
+	free(m1);
+	free(m2);
+
 	cfg *c = cfg_parse("fuzz.yaml", (const char *)data, size, &errors);
 	if (!c && !errors.len)
 		abort(); /* a rejection always says why */

@@ -754,8 +754,8 @@ static void test_mask(void)
 	    {"host=db password=secret user=x", "host=db password=******** user=x"},
 	    {"password=secret", "password=********"},
 	    {"  password = secret  host=h", "  password = ********  host=h"},
-	    {"password='a b\\'c d' host=h", "password=******** host=h"},
-	    {"password='unterminated host=h", "password=********"},
+	    {"password='a b\\'c d' host=h", "password='********' host=h"},
+	    {"password='unterminated host=h", "password='********'"},
 	    {"password=a\\ b host=h", "password=******** host=h"},
 	    {"password= host=h", "password= ********"}, /* libpq: the value is "host=h" */
 	    {"passwordx=1 xpassword=2", "passwordx=1 xpassword=2"},
@@ -765,6 +765,11 @@ static void test_mask(void)
 	    {"postgresql://user@host/db", "postgresql://user@host/db"},
 	    {"postgresql://host:5432/db", "postgresql://host:5432/db"},
 	    {"postgresql://u:p@ss@h1:5432,h2/db", "postgresql://u:********@h1:5432,h2/db"},
+	    {"postgresql://h:1/db?a=b@c&password=x", "postgresql://h:1/db?a=b@c&password=********"},
+	    /* libpq: no user info before the first '/', so "pa" would be a port: not a password */
+	    {"postgresql://u:pa/ss@h/db", "postgresql://u:pa/ss@h/db"},
+	    /* fuzz: masking a masked string changes nothing */
+	    {"postgres://:?password=/&@", "postgres://:?password=********&@"},
 	    {"postgresql://u@h/db?sslmode=require&password=x&user=y",
 	     "postgresql://u@h/db?sslmode=require&password=********&user=y"},
 	    {"postgresql://h/db?password=x", "postgresql://h/db?password=********"},
@@ -776,13 +781,18 @@ static void test_mask(void)
 	    {"dbname='host=h password=p' user=x", "dbname='host=h password=********' user=x"},
 	    {"dbname=app", "dbname=app"},
 	    {"host=h ", "host=h "},
+	    /* fuzz: masking a masked string changes nothing, even when it is not a valid conninfo */
+	    {"password=t: password='t: co so password='t:o", "password=******** password='********'t:o"},
+	    {"password='********'t:o", "password='********'t:o"},
 	    {"dbname='host=h password=p application_name=it\\'s'",
 	     "dbname='host=h password=******** application_name=it\\'s'"},
 	};
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
-		char *m = cfg_mask_dsn(t[i].in);
+		char *m = cfg_mask_dsn(t[i].in), *m2 = cfg_mask_dsn(m);
 		CHECK_STR(m, t[i].out);
+		CHECK_STR(m2, m); /* cfg_print's output must print the same again */
 		free(m);
+		free(m2);
 	}
 	char *m = cfg_mask_dsn(NULL);
 	CHECK_STR(m, "");

@@ -1,5 +1,6 @@
 # Makefile: builds build/cdc; `make check` installs what is missing and runs every test.
-# Quiet unless V=1. SANITIZE=address,undefined builds everything with sanitizers.
+# Quiet unless V=1. SANITIZE=address,undefined builds (and tests) everything with sanitizers, in
+# build/sanitize/ so that normal and sanitized objects never mix.
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -13,12 +14,14 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 VERSION := $(shell cat VERSION)
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
 	  -Idecoder -Icdc -Isinks -Ibuild/gen -DCDC_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 LDLIBS += $(PKG_LIBS) -lm
+B := build
 ifneq ($(SANITIZE),)
-CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
-LDFLAGS += -fsanitize=$(SANITIZE)
+B := build/sanitize
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+override LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 PROTOS := proto/cdc/v1/event.proto
@@ -35,35 +38,35 @@ MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config rules
 FUZZERS := pgoutput config
 
-LIB_OBJS := $(PROTO_C:build/%.c=build/obj/%.o) $(LIB_SRCS:%.c=build/obj/%.o)
-DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=build/obj/%.d) $(UNIT_TESTS:%=build/obj/tests/unit/test_%.d)
+LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
+DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/tests/unit/test_%.d)
 
 .SECONDARY: $(PROTO_C) $(PROTO_H)
 .PHONY: all deps check check-unit check-integration demo bench fuzz install clean format
-all: build/cdc
+all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p build/gen
 	@$(if $(Q),echo "  PROTOC  $<")
 	$(Q)protoc-c --c_out=build/gen -Iproto $<
 
-build/obj/gen/%.o: build/gen/%.c $(PROTO_H)
+$(B)/obj/gen/%.o: build/gen/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-build/obj/%.o: %.c $(PROTO_H)
+$(B)/obj/%.o: %.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-build/libcdc.a: $(LIB_OBJS)
+$(B)/libcdc.a: $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-build/cdc: build/obj/cdc/main.o build/libcdc.a
+$(B)/cdc: $(B)/obj/cdc/main.o $(B)/libcdc.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-build/tests/unit/test_%: build/obj/tests/unit/test_%.o build/libcdc.a
+$(B)/tests/unit/test_%: $(B)/obj/tests/unit/test_%.o $(B)/libcdc.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -71,11 +74,11 @@ build/tests/unit/test_%: build/obj/tests/unit/test_%.o build/libcdc.a
 deps:
 	$(Q)deploy/deps.sh build test
 
-check-unit: $(UNIT_TESTS:%=build/tests/unit/test_%)
+check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 	$(Q)for t in $^; do $$t || exit 1; done
 
-check-integration: build/cdc
-	$(Q)$(PYTHON) -m pytest -q tests/integration
+check-integration: $(B)/cdc
+	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/integration
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory all check-unit
@@ -85,9 +88,10 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(PYTHON) tests/demo.py
 
-bench: deps
+bench:
+	$(Q)deploy/deps.sh build bench
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)$(PYTHON) tests/bench/bench.py
+	$(Q)$(PYTHON) tests/bench/bench.py $(BENCH_ARGS)
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30
@@ -99,8 +103,8 @@ fuzz: deps $(FUZZERS:%=build/fuzz/%)
 	$(Q)for f in $(FUZZERS); do mkdir -p build/fuzz/corpus-$$f && \
 		build/fuzz/$$f -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done
 
-install: build/cdc
-	install -D -m 0755 build/cdc $(DESTDIR)$(PREFIX)/bin/cdc
+install: $(B)/cdc
+	install -D -m 0755 $(B)/cdc $(DESTDIR)$(PREFIX)/bin/cdc
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tests/*/*.c tests/*/*.h)

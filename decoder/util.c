@@ -69,18 +69,24 @@ void buf_putc(buf *b, char c)
 
 void buf_printf(buf *b, const char *fmt, ...)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	va_list ap2;
-	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n > 0) {
+	/* Format into the spare room; only if it does not fit, grow and format again. */
+	buf_reserve(b, 64);
+	for (;;) {
+		size_t room = b->cap - b->len;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->data + b->len, room, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->data[b->len] = '\0';
+			return;
+		}
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		}
 		buf_reserve(b, (size_t)n);
-		vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
-		b->len += (size_t)n;
 	}
-	va_end(ap2);
 }
 
 void buf_reset(buf *b)

@@ -10,12 +10,14 @@ subscription on the table (stdout to /dev/null), both with the pgoutput options 
 server (proto_version 3, messages, streaming, two_phase on PostgreSQL 15). The consumers run one
 after the other, never together (the machine has two cores). Each is timed from start to exit.
 
-Prints one progress line per phase, then a table: rows, events/s of each consumer, the ratio
-cdc / pg_recvlogical, and peak RSS. Options: --scale 0.1 for a quick run, --keep to leave the
-server's temp dir (printed) in place.
+Each consumer drains the backlog --repeat times (default 3, each from a slot of its own, the two
+consumers taking turns); the table shows the median run. Prints one progress line per phase, then
+a table: rows, events/s of each consumer, the ratio cdc / pg_recvlogical, and peak RSS. Options:
+--scale 0.1 for a quick run, --keep to leave the server's temp dir (printed) in place.
 """
 
 import argparse
+from statistics import median
 import os
 import subprocess
 import sys
@@ -95,6 +97,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies both backlog sizes")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per consumer (median reported)")
     args = ap.parse_args()
     big_rows = int(1_000_000 * args.scale)
     small_txns = int(100_000 * args.scale)
@@ -132,9 +135,10 @@ def main():
             pg.sql(f"create table {table} (id int8 primary key, name text not null, "
                    "amount numeric(12,2), created timestamptz not null)")
             pg.sql(f"create publication {pub} for table {table}")
-            slots = (f"bench_{name}_recvlogical", f"bench_{name}_cdc")
-            for s in slots:
-                pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
+            slots = [(f"bench_{name}_recvlogical_{i}", f"bench_{name}_cdc_{i}") for i in range(args.repeat)]
+            for pair in slots:
+                for s in pair:
+                    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
             progress(f"backlog {name}: writing {label}")
             t = time.monotonic()
             pg.sql(gen)
@@ -143,38 +147,42 @@ def main():
             plan.append((name, label, rows, table, pub, slots, endpos))
 
         results = []
-        for name, label, rows, table, pub, (slot_r, slot_c), endpos in plan:
-            cmd = [recvlogical, "-d", pg.dsn, "--start", "-S", slot_r, "-f", "/dev/null",
-                   "--endpos", endpos, "--no-loop", "-o", f"publication_names={pub}"]
-            for k, v in opts.items():
-                cmd += ["-o", f"{k}={v}"]
-            progress(f"backlog {name}: pg_recvlogical draining {slot_r}")
-            err = os.path.join(work, f"recvlogical_{name}.stderr")
-            rc, secs_r, rss_r = timed_run(cmd, subprocess.DEVNULL, err)
-            if rc != 0:
-                sys.exit(f"bench: pg_recvlogical exited {rc}:\n{tail(err)}")
-            progress(f"backlog {name}: pg_recvlogical done in {secs_r:.2f}s")
+        for name, label, rows, table, pub, slots, endpos in plan:
+            runs_r, runs_c = [], []
+            for i, (slot_r, slot_c) in enumerate(slots):
+                cmd = [recvlogical, "-d", pg.dsn, "--start", "-S", slot_r, "-f", "/dev/null",
+                       "--endpos", endpos, "--no-loop", "-o", f"publication_names={pub}"]
+                for k, v in opts.items():
+                    cmd += ["-o", f"{k}={v}"]
+                err = os.path.join(work, f"recvlogical_{name}_{i}.stderr")
+                rc, secs, rss = timed_run(cmd, subprocess.DEVNULL, err)
+                if rc != 0:
+                    sys.exit(f"bench: pg_recvlogical exited {rc}:\n{tail(err)}")
+                runs_r.append((secs, rss))
 
-            state = os.path.join(work, f"state_{name}")
-            os.makedirs(state)
-            cfg = os.path.join(work, f"cdc_{name}.yaml")
-            write_config(cfg, pg, slot_c, pub, table, state)
-            progress(f"backlog {name}: cdc draining {slot_c}")
-            err = os.path.join(work, f"cdc_{name}.stderr")
-            rc, secs_c, rss_c = timed_run([CDC_BIN, "run", "-c", cfg, "--endpos", endpos],
+                state = os.path.join(work, f"state_{name}_{i}")
+                os.makedirs(state)
+                cfg = os.path.join(work, f"cdc_{name}_{i}.yaml")
+                write_config(cfg, pg, slot_c, pub, table, state)
+                err = os.path.join(work, f"cdc_{name}_{i}.stderr")
+                rc, secs, rss = timed_run([CDC_BIN, "run", "-c", cfg, "--endpos", endpos],
                                           subprocess.DEVNULL, err)
-            if rc != 0:
-                sys.exit(f"bench: cdc exited {rc}:\n{tail(err)}")
-            progress(f"backlog {name}: cdc done in {secs_c:.2f}s")
+                if rc != 0:
+                    sys.exit(f"bench: cdc exited {rc}:\n{tail(err)}")
+                runs_c.append((secs, rss))
+                progress(f"backlog {name}, run {i + 1}/{len(slots)}: pg_recvlogical "
+                         f"{runs_r[-1][0]:.2f}s, cdc {secs:.2f}s")
 
-            # Both consumed the whole backlog: nothing is left to decode in their slots up to
-            # endpos (the confirmed position itself may stop short of endpos, at the last commit).
-            for s in (slot_r, slot_c):
-                left = pg.sql("select count(*) from pg_logical_slot_peek_binary_changes("
-                              "%s, %s, null, 'proto_version', '1', 'publication_names', %s)",
-                              (s, endpos, pub))[0][0]
-                if left:
-                    sys.exit(f"bench: slot {s} still has {left} messages before {endpos}")
+                # Both consumed the whole backlog: nothing is left to decode in their slots up to
+                # endpos (the confirmed position itself may stop short of endpos, at the last commit).
+                for s in (slot_r, slot_c):
+                    left = pg.sql("select count(*) from pg_logical_slot_peek_binary_changes("
+                                  "%s, %s, null, 'proto_version', '1', 'publication_names', %s)",
+                                  (s, endpos, pub))[0][0]
+                    if left:
+                        sys.exit(f"bench: slot {s} still has {left} messages before {endpos}")
+            secs_r, secs_c = median([r[0] for r in runs_r]), median([r[0] for r in runs_c])
+            rss_r, rss_c = max(r[1] for r in runs_r), max(r[1] for r in runs_c)
             results.append((name, label, rows, secs_r, secs_c, rss_r, rss_c))
 
     if args.keep:
@@ -184,6 +192,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     print()
+    print(f"median of {args.repeat} runs per consumer; peak RSS: the highest of them")
     hdr = ("backlog", "rows", "pg_recvlogical ev/s", "cdc ev/s", "cdc/pg_recvlogical",
            "cdc peak RSS", "pg_recvlogical RSS")
     rows_out = []

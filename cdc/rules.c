@@ -1,7 +1,6 @@
 /* rules.c: subscription matching; see rules.h. */
 #include "rules.h"
 
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +30,8 @@ static int op_index(unsigned op)
 
 static bool table_matches(const cfg_subscription *s, const char *schema, const char *table)
 {
-	char name[256];
-	snprintf(name, sizeof(name), "%s.%s", schema, table);
 	for (size_t i = 0; i < s->tables.n; i++)
-		if (fnmatch(s->tables.v[i], name, 0) == 0)
+		if (cfg_table_match(s->tables.v[i], schema, table))
 			return true;
 	return false;
 }

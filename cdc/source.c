@@ -3,7 +3,6 @@
 #include "source.h"
 
 #include <errno.h>
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -169,18 +168,17 @@ static void append_ident(buf *b, PGconn *conn, const char *name)
 	PQfreemem(q);
 }
 
-/* Appends "TABLE a.b, c.d" / "TABLES IN SCHEMA s" items for one publish pattern. Patterns with
- * globs other than "schema.*" are expanded against the tables that exist now. */
+/* Appends "TABLE a.b, c.d" / "TABLES IN SCHEMA s" items for one publish pattern. A plain
+ * "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables created later are published too;
+ * other patterns are expanded against the tables that exist now. */
 static source_result publish_items(source *s, const char *pattern, buf *sql, bool *first, char *err,
 				   size_t errlen)
 {
-	const char *dot = strchr(pattern, '.');
-	bool schema_only = dot && strcmp(dot + 1, "*") == 0 && !strpbrk(pattern, "?[") &&
-			   memchr(pattern, '*', (size_t)(dot - pattern)) == NULL;
-	if (schema_only && PQserverVersion(s->admin) >= 150000) {
+	size_t schema_len = strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 && PQserverVersion(s->admin) >= 150000) {
 		buf_puts(sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
-		char schema[256];
-		snprintf(schema, sizeof(schema), "%.*s", (int)(dot - pattern), pattern);
+		char schema[64];
+		snprintf(schema, sizeof(schema), "%.*s", (int)schema_len, pattern);
 		append_ident(sql, s->admin, schema);
 		*first = false;
 		return SOURCE_OK;
@@ -191,9 +189,7 @@ static source_result publish_items(source *s, const char *pattern, buf *sql, boo
 		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
 	int matched = 0;
 	for (int i = 0; i < PQntuples(res); i++) {
-		char name[300];
-		snprintf(name, sizeof(name), "%s.%s", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
-		if (fnmatch(pattern, name, 0) != 0)
+		if (!cfg_table_match(pattern, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)))
 			continue;
 		buf_puts(sql, *first ? " FOR TABLE " : ", TABLE ");
 		append_ident(sql, s->admin, PQgetvalue(res, i, 0));

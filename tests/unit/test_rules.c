@@ -70,6 +70,16 @@ static void test_matching(void)
 	}
 	rules_free(r);
 
+	/* Quoted parts match exactly: a schema with a dot, a table with a literal star. */
+	char *quoted[] = {"\"my.app\".\"t*\""};
+	cfg_subscription q = sub("quoted", quoted, 1, CFG_OP_INSERT);
+	r = rules_new(&q, 1, err, sizeof(err));
+	pgo_rel dotted = rel(7, "my.app", "t*", 1), starry = rel(8, "my.app", "tx", 1), other = rel(9, "myXapp", "t*", 1);
+	CHECK_INT(rules_match(r, &dotted, CFG_OP_INSERT, &idx), 1);
+	CHECK_INT(rules_match(r, &starry, CFG_OP_INSERT, &idx), 0);
+	CHECK_INT(rules_match(r, &other, CFG_OP_INSERT, &idx), 0);
+	rules_free(r);
+
 	/* Rule features of a later build are refused by name, not ignored. */
 	cfg_subscription w = sub("paid", orders, 1, CFG_OP_UPDATE);
 	w.where = "new.status = 'paid'";

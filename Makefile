@@ -41,7 +41,8 @@ FUZZERS := pgoutput config
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/tests/unit/test_%.d)
 
-.SECONDARY: $(PROTO_C) $(PROTO_H)
+# Keep generated protobuf C and test objects (make would delete them as intermediates).
+.SECONDARY:
 .PHONY: all deps check check-unit check-integration demo bench fuzz install clean format
 all: $(B)/cdc
 

@@ -142,35 +142,19 @@ static msg *enc_type(uint32_t sx, uint32_t oid, const char *nsp, const char *nam
 	return &M;
 }
 
-static msg *enc_insert(uint32_t sx, uint32_t relid, int n, const char *const *vals)
+/* Insert and Update carry the new row ('N'), Delete the key ('K'): one tuple after the relation id. */
+static msg *enc_row(char type, char kind, uint32_t sx, uint32_t relid, int n, const char *const *vals)
 {
-	m_start('I');
+	m_start(type);
 	pxid(sx);
 	p32(relid);
-	p8('N');
+	p8((uint8_t)kind);
 	ptuple(n, vals);
 	return &M;
 }
-
-static msg *enc_update(uint32_t sx, uint32_t relid, int n, const char *const *vals)
-{
-	m_start('U');
-	pxid(sx);
-	p32(relid);
-	p8('N');
-	ptuple(n, vals);
-	return &M;
-}
-
-static msg *enc_delete(uint32_t sx, uint32_t relid, int n, const char *const *key)
-{
-	m_start('D');
-	pxid(sx);
-	p32(relid);
-	p8('K');
-	ptuple(n, key);
-	return &M;
-}
+#define enc_insert(sx, relid, ...) enc_row('I', 'N', (sx), (relid), __VA_ARGS__)
+#define enc_update(sx, relid, ...) enc_row('U', 'N', (sx), (relid), __VA_ARGS__)
+#define enc_delete(sx, relid, ...) enc_row('D', 'K', (sx), (relid), __VA_ARGS__)
 
 static msg *enc_truncate(uint32_t sx, uint32_t rel1, uint32_t rel2)
 {

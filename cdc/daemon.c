@@ -26,6 +26,8 @@
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
+#define PROGRESS_LOG_MS 30000                 /* a progress line at most this often while changes flow */
+#define LARGE_TXN_BYTES (64 * 1024 * 1024)    /* held transactions this large are logged as delivered */
 
 typedef struct sidecar {
 	cfg *cfg;
@@ -59,6 +61,8 @@ typedef struct sidecar {
 	uint32_t tx_index;
 	uint64_t received_lsn, flushed_lsn, sent_flush_lsn;
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
+	/* progress: totals, and what the last progress line reported */
+	uint64_t events, logged_events, logged_seq, last_progress_ms, large_txn_start_ms;
 	bool heartbeat_warned;
 	char err[1024];
 } sidecar;
@@ -128,6 +132,7 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 			put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
 			continue;
 		}
+		d->events++;
 		buf_reset(&d->scratch);
 		k->ops->render(k, ev, &d->scratch);
 		sink_commit at = *c;
@@ -237,6 +242,11 @@ static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 		return true;
 	d->cur_seq = ++d->seq;
 	d->tx_index = 0;
+	if (t && t->held_bytes >= LARGE_TXN_BYTES) {
+		d->large_txn_start_ms = now_ms();
+		log_info("delivering a large transaction held until its commit", "xid=%u spilled_mib=%llu", t->xid,
+			 (unsigned long long)(t->held_bytes >> 20));
+	}
 	return true;
 }
 
@@ -285,6 +295,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu", t->xid, pos);
 		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
 		sink *k = d->sinks[sub];
+		d->events++;
 		if (!k->ops->deliver(k, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
 			return false;
 		pos += HOLD_ENTRY + n;
@@ -316,6 +327,9 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 	if (d->past_endpos)
 		return true;
 	end_txn(d, t->end_lsn);
+	if (t->held_bytes >= LARGE_TXN_BYTES)
+		log_info("delivered the large transaction", "xid=%u in_ms=%llu", t->xid,
+			 (unsigned long long)(now_ms() - d->large_txn_start_ms));
 	maybe_reload(d);
 	return true;
 }
@@ -509,6 +523,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	d->flushed_lsn = d->sent_flush_lsn = d->received_lsn = st.flushed_lsn;
 	progress_clear(&d->prog);
 	d->streaming = true;
+	if (!d->last_progress_ms)
+		d->last_progress_ms = now_ms();
 	d->read_fd = source_fd(d->src);
 	d->ev_read = event_new(d->base, d->read_fd, EV_READ | EV_PERSIST, on_read, d);
 	event_free(d->ev_write);
@@ -516,6 +532,26 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	event_add(d->ev_read, NULL);
 	/* libpq may already hold data read during the handshake. */
 	event_active(d->ev_read, EV_READ, 0);
+}
+
+/* While changes flow, one line every PROGRESS_LOG_MS says how far cdc got. */
+static void log_progress(sidecar *d, uint64_t now)
+{
+	if (d->seq == d->logged_seq || now - d->last_progress_ms < PROGRESS_LOG_MS)
+		return;
+	char received[LSN_STRLEN], flushed[LSN_STRLEN];
+	lsn_format(d->received_lsn, received);
+	lsn_format(d->flushed_lsn, flushed);
+	txn_stats st = d->asm_ ? txn_get_stats(d->asm_) : (txn_stats){0};
+	double secs = d->last_progress_ms ? (double)(now - d->last_progress_ms) / 1000 : 0;
+	log_info("progress", "received_lsn=%s flushed_lsn=%s transactions=%llu events=%llu events_per_s=%.0f held=%llu spilled_mib=%llu",
+		 received, flushed, (unsigned long long)(d->seq - d->logged_seq),
+		 (unsigned long long)(d->events - d->logged_events),
+		 secs > 0 ? (double)(d->events - d->logged_events) / secs : 0.0,
+		 (unsigned long long)(st.streamed_open + st.prepared_open), (unsigned long long)(st.spilled_bytes >> 20));
+	d->logged_seq = d->seq;
+	d->logged_events = d->events;
+	d->last_progress_ms = now;
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -531,6 +567,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	uint64_t hb = d->cfg->source.heartbeat_ms, now = now_ms();
+	log_progress(d, now);
 	if (hb && now - d->last_data_ms >= hb && now - d->last_heartbeat_ms >= hb) {
 		d->last_heartbeat_ms = now;
 		char err[512];

@@ -397,6 +397,7 @@ static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 		return io_error(a, t->xid, "open", err, errlen);
 	a->iolen = a->iopos = 0;
 	a->info.origin = t->origin;
+	a->info.held_bytes = t->size;
 
 	if (!call_begin(a, &a->info, err, errlen))
 		goto out;

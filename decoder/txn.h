@@ -18,6 +18,7 @@ typedef struct txn_info {
 	int64_t commit_time;
 	const char *origin; /* NULL if none */
 	const char *gid;    /* prepared transactions: the GID; else NULL */
+	uint64_t held_bytes; /* held transactions at begin(): the size of their records; else 0 */
 } txn_info;
 
 typedef struct txn_handler {

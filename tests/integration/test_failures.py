@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -221,3 +222,20 @@ def test_second_cdc_on_the_same_state_dir_is_refused(pg, schema, cdc):
     assert "is in use by another cdc process" in p2.stderr()
     assert p1.running()
     assert p1.terminate() == 0
+
+
+def test_keepalives_are_answered_so_wal_sender_timeout_never_trips(pg, schema, cdc):
+    """The server asks for a reply after half of wal_sender_timeout without one; cdc's own status
+    updates come only every 10s, so only immediate answers keep a 1s timeout from tripping."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc(source={"dsn": pg.dsn + " options='-c wal_sender_timeout=1000'"})
+    p = c.start()
+    pid = walsender_pid(pg, c.slot)
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        assert walsender_pid(pg, c.slot) == pid, f"the walsender was replaced\n{p.describe()}"
+        time.sleep(0.1)
+    pg.sql(f"insert into {schema}.t values (1)")
+    assert [e["new"] for e in p.wait_events(1)] == [{"id": 1}]
+    assert "retrying" not in p.stderr(), p.describe()
+    assert p.terminate() == 0

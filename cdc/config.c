@@ -1630,26 +1630,16 @@ static void put_str(FILE *out, const char *s)
 		return;
 	}
 	fputc('"', out);
-	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+	for (const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s); p < end;) {
 		uint32_t cp = *p;
-		size_t n = cp < 0x80		 ? 1
-			   : (cp & 0xE0) == 0xC0 ? 2
-			   : (cp & 0xF0) == 0xE0 ? 3
-			   : (cp & 0xF8) == 0xF0 ? 4
-						 : 0;
-		if (n > 1) {
-			cp &= 0x3Fu >> (n - 1);
-			for (size_t i = 1; i < n; i++) {
-				if ((p[i] & 0xC0) != 0x80) {
-					n = 0;
-					break;
-				}
-				cp = cp << 6 | (p[i] & 0x3Fu);
+		size_t n = 1, skip;
+		if (cp >= 0x80) {
+			if (!(n = utf8_seq(p, (size_t)(end - p), &skip))) {
+				/* not UTF-8: cannot come from libyaml, but never print it raw */
+				fprintf(out, "\\x%02X", *p++);
+				continue;
 			}
-		}
-		if (!n) { /* not UTF-8: cannot come from libyaml, but never print it raw */
-			fprintf(out, "\\x%02X", *p++);
-			continue;
+			cp = utf8_codepoint(p, n);
 		}
 		bool printable = (cp >= 0x20 && cp < 0x7F) ||
 				 (cp >= 0xA0 && cp <= 0xD7FF && cp != 0x2028 && cp != 0x2029) ||

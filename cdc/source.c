@@ -227,7 +227,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	source_result r = SOURCE_OK;
 	for (size_t i = 0; i < s->publish.n && r == SOURCE_OK; i++) {
 		const char *p = s->publish.v[i];
-		if (strcmp(p, "*.*") == 0 || strcmp(p, "*") == 0)
+		if (strcmp(p, "*.*") == 0)
 			all = true;
 		else
 			r = publish_items(s, p, &sql, &first, err, errlen);

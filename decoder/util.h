@@ -36,6 +36,13 @@ void buf_free(buf *b);
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
 bool lsn_parse(const char *s, uint64_t *lsn) CDC_MUST_CHECK;
 
+/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
+ * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
+ * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
+size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip);
+/* The code point of a well-formed sequence of n bytes (as utf8_seq measured it). */
+uint32_t utf8_codepoint(const unsigned char *p, size_t n);
+
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
 bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);
 

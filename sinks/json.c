@@ -75,41 +75,6 @@ static inline bool plain(unsigned char c)
 	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
 }
 
-/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
- * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
- * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
-static size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
-{
-	unsigned c = p[0], lo = 0x80, hi = 0xBF;
-	size_t need;
-	if (c >= 0xC2 && c <= 0xDF) {
-		need = 1;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		need = 2;
-		if (c == 0xE0)
-			lo = 0xA0;
-		else if (c == 0xED)
-			hi = 0x9F;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		need = 3;
-		if (c == 0xF0)
-			lo = 0x90;
-		else if (c == 0xF4)
-			hi = 0x8F;
-	} else {
-		*skip = 1;
-		return 0;
-	}
-	for (size_t i = 1; i <= need; i++) {
-		if (i >= avail || p[i] < lo || p[i] > hi) {
-			*skip = i;
-			return 0;
-		}
-		lo = 0x80;
-		hi = 0xBF;
-	}
-	return need + 1;
-}
 
 void json_string(buf *out, const char *s, size_t len)
 {

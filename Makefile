@@ -30,9 +30,9 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/arena.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
+	decoder/util.c decoder/arena.c decoder/hist.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
 	decoder/event.c \
-	sinks/json.c sinks/stdout_sink.c \
+	sinks/json.c sinks/stdout_sink.c sinks/kafka_sink.c \
 	cdc/log.c cdc/config.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config rules
@@ -78,8 +78,14 @@ deps:
 check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 	$(Q)for t in $^; do $$t || exit 1; done
 
-check-integration: $(B)/cdc
-	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/integration
+# A librdkafka mock cluster as a process of its own: the Kafka broker of the integration tests.
+$(B)/tests/kafka_mock: tests/kafka/mock_cluster.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
+check-integration: $(B)/cdc $(B)/tests/kafka_mock
+	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory all check-unit

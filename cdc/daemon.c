@@ -19,6 +19,7 @@
 #include "rules.h"
 #include "source.h"
 #include "state.h"
+#include "kafka_sink.h"
 #include "stdout_sink.h"
 #include "txn.h"
 
@@ -36,7 +37,7 @@ typedef struct sidecar {
 	int exit_code;
 
 	struct event_base *base;
-	struct event *ev_read, *ev_write, *ev_tick, *ev_retry, *ev_sig[3];
+	struct event *ev_read, *ev_write, *ev_tick, *ev_retry, *ev_sig[3], *ev_kafka;
 	int read_fd;
 
 	source *src;
@@ -48,13 +49,14 @@ typedef struct sidecar {
 	txn_handler handler;
 	source_handler source_handler;
 	rules *rules;
-	sink *stdout_sink;
+	sink *stdout_sink, *kafka_sink; /* each created when a subscription needs it */
 	sink **sinks; /* per subscription, parallel to cfg->subs */
 	arena *arena;
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
 	bool streaming, reload_pending, reply_requested;
+	bool paused; /* a sink is busy: the slot is not read until it catches up */
 	bool past_endpos; /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t backoff_ms;
 	uint64_t seq, cur_seq; /* transactions numbered in commit order */
@@ -93,6 +95,17 @@ static uint64_t oldest_prepared(const sidecar *d)
 }
 
 /* Delivery -------------------------------------------------------------------------------- */
+
+/* The sink instances, whichever exist. */
+static sink **sinks_begin(sidecar *d)
+{
+	return &d->stdout_sink;
+}
+
+static sink **sinks_end(sidecar *d)
+{
+	return &d->kafka_sink + 1;
+}
 
 /* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
  * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
@@ -222,8 +235,9 @@ static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_l
 static void end_txn(sidecar *d, uint64_t end_lsn)
 {
 	progress_push(&d->prog, d->cur_seq, end_lsn);
-	if (d->stdout_sink)
-		d->stdout_sink->ops->end_txn(d->stdout_sink, d->cur_seq);
+	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
+		if (*k)
+			(*k)->ops->end_txn(*k, d->cur_seq);
 }
 
 /* Like pg_recvlogical --endpos: a transaction that commits after endpos is not delivered. */
@@ -339,9 +353,13 @@ static const txn_handler txn_callbacks = {
 
 /* Progress and feedback ----------------------------------------------------------------- */
 
-static uint64_t sinks_delivered(const sidecar *d)
+static uint64_t sinks_delivered(sidecar *d)
 {
-	return d->stdout_sink ? d->stdout_sink->ops->delivered(d->stdout_sink) : d->seq;
+	uint64_t delivered = d->seq;
+	for (sink *const *k = sinks_begin(d); k < sinks_end(d); k++)
+		if (*k && (*k)->ops->delivered(*k) < delivered)
+			delivered = (*k)->ops->delivered(*k);
+	return delivered;
 }
 
 /* Moves flushed_lsn as far as every sink has delivered, but never past a held prepared
@@ -435,6 +453,7 @@ static void schedule_retry(sidecar *d)
 	}
 	event_del(d->ev_write);
 	d->streaming = false;
+	d->paused = false;
 	source_disconnect(d->src);
 	d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_FIRST_MS;
 	if (d->backoff_ms > BACKOFF_MAX_MS)
@@ -446,14 +465,68 @@ static void schedule_retry(sidecar *d)
 	event_add(d->ev_retry, &tv);
 }
 
+/* A sink lost messages in flight: forget everything not confirmed yet, give the sink a fresh
+ * client and stream again from the slot's confirmed position, which the server resends from. */
+static bool restart_from_slot(sidecar *d, sink *k)
+{
+	log_warn("a sink failed; it restarts and streaming resumes from the slot's confirmed position",
+		 "sink=%s error=\"%s\"", k->ops->name, d->err);
+	progress_clear(&d->prog);
+	if (!k->ops->restart || !k->ops->restart(k, d->err, sizeof(d->err))) {
+		fail(d, 1, "the sink cannot restart");
+		return false;
+	}
+	if (d->streaming)
+		schedule_retry(d);
+	return false;
+}
+
+/* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. */
 static bool flush_sinks(sidecar *d)
 {
-	if (d->stdout_sink && !d->stdout_sink->ops->flush(d->stdout_sink, d->err, sizeof(d->err))) {
-		fail(d, 1, "sink failed");
-		return false;
+	for (sink **k = sinks_begin(d); k < sinks_end(d); k++) {
+		if (!*k)
+			continue;
+		switch ((*k)->ops->flush(*k, d->err, sizeof(d->err))) {
+		case SINK_OK:
+			break;
+		case SINK_RESTART:
+			return restart_from_slot(d, *k);
+		case SINK_FATAL:
+			fail(d, 1, "sink failed");
+			return false;
+		}
 	}
 	advance(d);
 	return true;
+}
+
+static bool sinks_busy(sidecar *d)
+{
+	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
+		if (*k && (*k)->ops->busy && (*k)->ops->busy(*k))
+			return true;
+	return false;
+}
+
+/* Stops reading the slot while a sink is busy (memory stays bounded by the sink's queue); the
+ * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
+static void pause_or_resume(sidecar *d)
+{
+	if (!d->ev_read)
+		return;
+	bool busy = sinks_busy(d);
+	char received[LSN_STRLEN];
+	lsn_format(d->received_lsn, received);
+	if (busy && !d->paused) {
+		event_del(d->ev_read);
+		log_info("paused reading the slot: a sink is busy", "received_lsn=%s", received);
+	} else if (!busy && d->paused) {
+		event_add(d->ev_read, NULL);
+		event_active(d->ev_read, EV_READ, 0);
+		log_info("resumed reading the slot", "received_lsn=%s", received);
+	}
+	d->paused = busy;
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -479,6 +552,25 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	d->backoff_ms = 0;
+	pause_or_resume(d);
+	if (at_endpos(d))
+		event_base_loopbreak(d->base);
+}
+
+/* Delivery reports of an asynchronous sink. */
+static void on_sink_event(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	d->kafka_sink->ops->poll(d->kafka_sink);
+	if (!flush_sinks(d) || !d->streaming)
+		return;
+	if (!send_feedback(d, false)) {
+		if (!d->exit_code)
+			schedule_retry(d);
+		return;
+	}
+	pause_or_resume(d);
 	if (at_endpos(d))
 		event_base_loopbreak(d->base);
 }
@@ -534,6 +626,18 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	event_active(d->ev_read, EV_READ, 0);
 }
 
+/* The Kafka sink's counters and its commit-to-delivery latency since the start. */
+static void log_kafka(sidecar *d)
+{
+	if (!d->kafka_sink)
+		return;
+	const kafka_stats *k = kafka_sink_stats(d->kafka_sink);
+	log_info("kafka", "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f latency_p99_ms=%.2f latency_max_ms=%.2f",
+		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered, (unsigned long long)k->errors,
+		 (unsigned long long)k->restarts, (double)hist_quantile(&k->latency, 0.5) / 1000,
+		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+}
+
 /* While changes flow, one line every PROGRESS_LOG_MS says how far cdc got. */
 static void log_progress(sidecar *d, uint64_t now)
 {
@@ -552,6 +656,7 @@ static void log_progress(sidecar *d, uint64_t now)
 	d->logged_seq = d->seq;
 	d->logged_events = d->events;
 	d->last_progress_ms = now;
+	log_kafka(d);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -587,23 +692,41 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static rules *prepare(cfg *c, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < c->nsubs; i++)
-		if (c->subs[i].sink != CFG_SINK_STDOUT) {
-			errf(err, errlen, "subscription %s: sink %s is not available in this build of cdc yet", c->subs[i].name,
-			     c->subs[i].sink == CFG_SINK_KAFKA ? "kafka" : "socket");
+		if (c->subs[i].sink == CFG_SINK_SOCKET) {
+			errf(err, errlen, "subscription %s: sink socket is not available in this build of cdc yet",
+			     c->subs[i].name);
 			return NULL;
 		}
 	return rules_new(c->subs, c->nsubs, err, errlen);
 }
 
-static void bind_sinks(sidecar *d)
+static void on_sink_event(evutil_socket_t fd, short what, void *arg);
+
+/* Points each subscription at its sink, creating sinks on first use. */
+static bool bind_sinks(sidecar *d)
 {
 	free(d->sinks);
 	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
-		if (!d->stdout_sink)
-			d->stdout_sink = stdout_sink_new(STDOUT_FILENO);
-		d->sinks[i] = d->stdout_sink;
+		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
+			if (!d->stdout_sink)
+				d->stdout_sink = stdout_sink_new(STDOUT_FILENO);
+			d->sinks[i] = d->stdout_sink;
+			continue;
+		}
+		if (!d->kafka_sink) {
+			if (!(d->kafka_sink = kafka_sink_new(d->cfg, d->err, sizeof(d->err))))
+				return false;
+			d->ev_kafka = event_new(d->base, d->kafka_sink->ops->fd(d->kafka_sink), EV_READ | EV_PERSIST,
+						on_sink_event, d);
+			event_add(d->ev_kafka, NULL);
+		}
+		d->sinks[i] = d->kafka_sink;
 	}
+	/* Even with no Kafka subscription left: the sink must not keep the old configuration. */
+	if (d->kafka_sink)
+		kafka_sink_bind(d->kafka_sink, d->cfg);
+	return true;
 }
 
 /* SIGHUP: subscriptions are swapped at a transaction boundary; source settings need a restart. */
@@ -629,7 +752,10 @@ static bool apply_reload(sidecar *d)
 	/* Keep the source settings in use; take everything else. */
 	cfg *old = d->cfg;
 	d->cfg = next;
-	bind_sinks(d);
+	if (!bind_sinks(d)) {
+		fail(d, 1, "cannot start a sink the new configuration needs");
+		return false;
+	}
 	cfg_free(old);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
 	return true;
@@ -652,10 +778,16 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* Setup and teardown -------------------------------------------------------------------- */
 
+#define FINISH_TIMEOUT_MS 30000 /* how long a stop waits for messages in flight */
+
 static void shutdown_flush(sidecar *d)
 {
-	if (d->exit_code)
+	if (d->exit_code || !flush_sinks(d))
 		return;
+	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
+		if (*k && (*k)->ops->finish && !(*k)->ops->finish(*k, FINISH_TIMEOUT_MS))
+			log_warn("stopping with messages in flight: they are delivered again after the restart",
+				 "sink=%s", (*k)->ops->name);
 	if (!flush_sinks(d))
 		return;
 	char lsn[LSN_STRLEN];
@@ -665,6 +797,7 @@ static void shutdown_flush(sidecar *d)
 			usleep(1000);
 	}
 	lsn_format(d->st.flushed_lsn, lsn);
+	log_kafka(d);
 	log_info("stopped", "flushed_lsn=%s", lsn);
 }
 
@@ -690,7 +823,6 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 		log_error("cannot create spill directory", "dir=%s error=\"%s\"", d.spill_dir, strerror(errno));
 		goto out;
 	}
-	bind_sinks(&d);
 	d.handler = txn_callbacks;
 	d.handler.ctx = &d;
 	d.source_handler = source_callbacks;
@@ -699,6 +831,11 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	d.rc = pgo_relcache_new();
 	d.src = source_new(c);
 	d.base = event_base_new();
+	if (!bind_sinks(&d)) {
+		d.exit_code = 2;
+		log_error("cannot start a sink", "error=\"%s\"", d.err);
+		goto out;
+	}
 	d.ev_write = event_new(d.base, -1, 0, on_write, &d);
 	d.ev_retry = evtimer_new(d.base, on_retry, &d);
 	d.ev_tick = event_new(d.base, -1, EV_PERSIST, on_tick, &d);
@@ -735,8 +872,11 @@ out:
 	buf_free(&d.scratch);
 	progress_free(&d.prog);
 	rules_free(d.rules);
-	if (d.stdout_sink)
-		d.stdout_sink->ops->free(d.stdout_sink);
+	if (d.ev_kafka)
+		event_free(d.ev_kafka);
+	for (sink **k = sinks_begin(&d); k < sinks_end(&d); k++)
+		if (*k)
+			(*k)->ops->free(*k);
 	free(d.sinks);
 	cfg_free(d.cfg);
 	if (d.lock_fd >= 0)

@@ -24,20 +24,38 @@ typedef struct sink_commit {
 	uint32_t tx_index;
 } sink_commit;
 
+/* What flush() says about the sink. */
+typedef enum sink_status {
+	SINK_OK,
+	/* Something in flight failed for good (or the sink's client failed): what it had not delivered
+	 * is lost to it. The daemon forgets everything not yet confirmed, calls restart(), and streams
+	 * again from the slot's confirmed position, so the server sends those changes again. */
+	SINK_RESTART,
+	SINK_FATAL, /* cannot go on: the daemon exits */
+} sink_status;
+
 typedef struct sink_ops {
 	const char *name;
 	/* Appends the event, without its commit fields, in the sink's format to out. */
 	void (*render)(sink *s, const Cdc__V1__Event *e, buf *out);
-	/* Takes one rendered event of transaction seq with its commit fields. */
+	/* Takes one rendered event of transaction seq with its commit fields. false: a permanent,
+	 * local failure (the daemon exits); failures a restart can cure are reported by flush(). */
 	bool (*deliver)(sink *s, const char *rendered, size_t len, const sink_commit *c, uint64_t seq, char *err,
 			size_t errlen);
-	/* Transaction seq has no more events for this sink. */
+	/* Transaction seq has no more events for this sink (and every earlier one has ended too). */
 	void (*end_txn)(sink *s, uint64_t seq);
-	/* Called when the input is drained: push out what is buffered. false: a permanent failure. */
-	bool (*flush)(sink *s, char *err, size_t errlen);
+	/* Called when the input is drained: push out what is buffered, report failures. */
+	sink_status (*flush)(sink *s, char *err, size_t errlen);
 	/* The highest seq such that every transaction up to it is safely delivered. */
 	uint64_t (*delivered)(const sink *s);
 	void (*free)(sink *s);
+
+	/* Optional, for sinks that deliver asynchronously (NULL otherwise). */
+	int (*fd)(const sink *s);       /* readable when poll() has work (delivery reports) */
+	void (*poll)(sink *s);
+	bool (*busy)(const sink *s);    /* too much in flight: stop reading the slot for now */
+	bool (*finish)(sink *s, int timeout_ms); /* waits for everything in flight; false on timeout */
+	bool (*restart)(sink *s, char *err, size_t errlen); /* after SINK_RESTART: a fresh client */
 } sink_ops;
 
 struct sink {

@@ -57,13 +57,13 @@ static void stdout_end_txn(sink *base, uint64_t seq)
 	((stdout_sink *)base)->ended = seq;
 }
 
-static bool stdout_flush(sink *base, char *err, size_t errlen)
+static sink_status stdout_flush(sink *base, char *err, size_t errlen)
 {
 	stdout_sink *s = (stdout_sink *)base;
 	if (!write_all(s, err, errlen))
-		return false;
+		return SINK_FATAL;
 	s->delivered = s->ended;
-	return true;
+	return SINK_OK;
 }
 
 static uint64_t stdout_delivered(const sink *base)

@@ -1,8 +1,10 @@
-/* test_rules.c: subscription matching, the progress queue and the state_dir position file. */
+/* test_rules.c: subscription matching, the progress queue, the state_dir position file, and the
+ * latency histogram. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "hist.h"
 #include "progress.h"
 #include "rules.h"
 #include "state.h"
@@ -168,8 +170,32 @@ static void test_lsn(void)
 	CHECK(!lsn_parse("", &v));
 }
 
+static void test_hist(void)
+{
+	static hist h;
+	CHECK_INT(hist_quantile(&h, 0.5), 0);
+	for (uint64_t v = 0; v < 16; v++)
+		hist_add(&h, v);
+	CHECK_INT(hist_quantile(&h, 0.5), 7); /* small values are exact */
+	CHECK_INT(hist_quantile(&h, 1.0), 15);
+	static hist u;
+	for (uint64_t v = 1; v <= 100000; v++)
+		hist_add(&u, v);
+	/* Within the bucket width (1/16 of the power of two) of the true quantile. */
+	uint64_t p50 = hist_quantile(&u, 0.5), p99 = hist_quantile(&u, 0.99);
+	CHECK(p50 >= 50000 && p50 <= 50000 + 50000 / 16 + 1);
+	CHECK(p99 >= 99000 && p99 <= 99000 + 99000 / 16 + 1);
+	CHECK_INT(hist_quantile(&u, 1.0), 100000);
+	CHECK_INT(u.count, 100000);
+	CHECK_INT(u.max, 100000);
+	static hist big;
+	hist_add(&big, UINT64_MAX);
+	CHECK_INT(hist_quantile(&big, 0.5), UINT64_MAX);
+}
+
 int main(void)
 {
+	test_hist();
 	test_matching();
 	test_progress();
 	test_state();

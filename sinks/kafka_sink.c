@@ -1,0 +1,598 @@
+/* kafka_sink.c: the Kafka sink; see kafka_sink.h. Delivery reports come through librdkafka's
+ * main queue, which signals a pipe the daemon's event loop watches: no thread, no busy poll.
+ * Transactions in flight are tracked in commit order with a count of unacknowledged messages. */
+#include "kafka_sink.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
+ * in use; a transaction being delivered may still fill the rest. */
+#define BUSY_SHARE 2
+
+/* A transaction with messages in flight. */
+typedef struct kafka_txn {
+	uint64_t seq;
+	uint64_t outstanding;
+	int64_t commit_time; /* for the commit-to-delivery latency */
+} kafka_txn;
+
+typedef struct table_count {
+	char *schema, *table;
+	uint64_t events;
+} table_count;
+
+typedef struct kafka_sink {
+	sink base;
+	const cfg *cfg;
+	rd_kafka_t *rk;
+	int pipe[2]; /* the main queue's event signal */
+	size_t busy_at;
+
+	kafka_txn *q; /* ring, in seq order */
+	size_t head, len, cap;
+	uint64_t last_ended;
+
+	bool failed;
+	char failure[1100];
+	kafka_stats stats;
+
+	/* The transaction being delivered, for its transactions_topic record. */
+	uint64_t cur_seq;
+	uint32_t cur_xid;
+	sink_commit cur_commit;
+	table_count *tables;
+	size_t ntables, captables;
+	uint64_t cur_events;
+
+	buf value; /* one message value: rendered head + commit tail */
+} kafka_sink;
+
+/* The rendered form (sink-private, may be spilled to disk): a header, then the fields, then the
+ * packed cdc.v1.Event without its commit fields. */
+typedef struct rendered {
+	uint32_t topic_len, key_len, sub_len, schema_len, table_len;
+	uint32_t xid;
+	uint64_t lsn;
+	uint8_t op, tombstone;
+} rendered;
+
+/* ---- small helpers ---- */
+
+static const char *op_header(int op)
+{
+	switch (op) {
+	case CDC__V1__OP__OP_INSERT:
+		return "insert";
+	case CDC__V1__OP__OP_UPDATE:
+		return "update";
+	case CDC__V1__OP__OP_DELETE:
+		return "delete";
+	case CDC__V1__OP__OP_TRUNCATE:
+		return "truncate";
+	case CDC__V1__OP__OP_MESSAGE:
+		return "message";
+	}
+	return "unknown";
+}
+
+static const cfg_subscription *subscription(const kafka_sink *k, const char *name)
+{
+	for (size_t i = 0; i < k->cfg->nsubs; i++)
+		if (strcmp(k->cfg->subs[i].name, name) == 0)
+			return &k->cfg->subs[i];
+	return NULL;
+}
+
+/* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
+static void put_topic_part(buf *b, const char *s)
+{
+	for (; *s; s++) {
+		char c = *s;
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+			  c == '_' || c == '-';
+		buf_putc(b, ok ? c : '_');
+	}
+}
+
+static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
+{
+	static const struct {
+		const char *name;
+		size_t len;
+	} vars[] = {{"{schema}", 8}, {"{table}", 7}, {"{subscription}", 14}, {"{tag}", 5}};
+	while (*tmpl) {
+		size_t i;
+		for (i = 0; i < 4; i++)
+			if (strncmp(tmpl, vars[i].name, vars[i].len) == 0)
+				break;
+		if (i == 4) {
+			buf_putc(b, *tmpl++);
+			continue;
+		}
+		const char *v = i == 0 ? e->schema : i == 1 ? e->table : i == 2 ? e->subscription : e->tag ? e->tag : "";
+		put_topic_part(b, v);
+		tmpl += vars[i].len;
+	}
+}
+
+/* Protobuf varint with its field tag: the commit fields appended to a packed Event. Fields of a
+ * message may come in any order, so a packed head plus this tail is a valid cdc.v1.Event. */
+static void put_varint_field(buf *b, unsigned field, uint64_t v)
+{
+	uint8_t tmp[11];
+	size_t n = 0;
+	tmp[n++] = (uint8_t)(field << 3);
+	do {
+		tmp[n] = (uint8_t)(v & 0x7F);
+		v >>= 7;
+		if (v)
+			tmp[n] |= 0x80;
+		n++;
+	} while (v);
+	buf_append(b, tmp, n);
+}
+
+/* ---- in-flight transactions ---- */
+
+static kafka_txn *txn_entry(kafka_sink *k, uint64_t seq, bool create)
+{
+	/* Entries are in seq order: the newest is the common case. */
+	for (size_t i = k->len; i > 0; i--) {
+		kafka_txn *t = &k->q[(k->head + i - 1) % k->cap];
+		if (t->seq == seq)
+			return t;
+		if (t->seq < seq)
+			break;
+	}
+	if (!create)
+		return NULL;
+	if (k->len == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 256;
+		kafka_txn *q = xmalloc(cap * sizeof(*q));
+		for (size_t i = 0; i < k->len; i++)
+			q[i] = k->q[(k->head + i) % k->cap];
+		free(k->q);
+		k->q = q;
+		k->cap = cap;
+		k->head = 0;
+	}
+	kafka_txn *t = &k->q[(k->head + k->len++) % k->cap];
+	*t = (kafka_txn){.seq = seq, .commit_time = k->cur_commit.commit_time};
+	return t;
+}
+
+static void settle(kafka_sink *k)
+{
+	while (k->len && k->q[k->head].outstanding == 0 && k->q[k->head].seq <= k->last_ended) {
+		k->head = (k->head + 1) % k->cap;
+		k->len--;
+	}
+}
+
+/* ---- librdkafka callbacks ---- */
+
+static void fail(kafka_sink *k, const char *what, const char *reason)
+{
+	if (!k->failed)
+		snprintf(k->failure, sizeof(k->failure), "%s: %s", what, reason);
+	k->failed = true;
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	(void)rk;
+	kafka_sink *k = opaque;
+	uint64_t seq = (uint64_t)(uintptr_t)m->_private;
+	kafka_txn *t = txn_entry(k, seq, false);
+	if (t && t->outstanding)
+		t->outstanding--;
+	k->stats.in_flight--;
+	if (m->err) {
+		/* librdkafka has retried already: this message is lost to the broker. */
+		k->stats.errors++;
+		fail(k, "a message could not be delivered", rd_kafka_err2str(m->err));
+		return;
+	}
+	k->stats.delivered++;
+	if (t) {
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		int64_t us = (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000 - t->commit_time;
+		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
+	}
+	settle(k);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	kafka_sink *k = opaque;
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		char why[512];
+		rd_kafka_fatal_error(rk, why, sizeof(why));
+		fail(k, "fatal producer error", why);
+		return;
+	}
+	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
+	log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *text)
+{
+	(void)rk;
+	if (level <= 4)
+		log_warn("kafka client", "facility=%s message=\"%s\"", fac, text);
+	else
+		log_debug("kafka client", "facility=%s message=\"%s\"", fac, text);
+}
+
+/* ---- producer lifecycle ---- */
+
+static bool set(rd_kafka_conf_t *conf, const char *key, const char *value, char *err, size_t errlen)
+{
+	char why[512];
+	if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
+		return true;
+	/* The value is not repeated: it may be a secret. */
+	return errf(err, errlen, "kafka property %s: %s", key, why);
+}
+
+static bool producer_new(kafka_sink *k, char *err, size_t errlen)
+{
+	char why[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	/* cdc's defaults first; kafka.properties override them. */
+	bool ok = set(conf, "bootstrap.servers", k->cfg->kafka.brokers, err, errlen) &&
+		  set(conf, "enable.idempotence", "true", err, errlen) && set(conf, "acks", "all", err, errlen) &&
+		  set(conf, "client.id", "cdc", err, errlen);
+	for (size_t i = 0; ok && i < k->cfg->kafka.nproperties; i++)
+		ok = set(conf, k->cfg->kafka.properties[i].key, k->cfg->kafka.properties[i].value, err, errlen);
+	if (!ok) {
+		rd_kafka_conf_destroy(conf);
+		return false;
+	}
+	char max[32];
+	size_t maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
+	rd_kafka_conf_set_opaque(conf, k);
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	if (!k->rk) {
+		rd_kafka_conf_destroy(conf);
+		return errf(err, errlen, "cannot create the Kafka producer: %s", why);
+	}
+	rd_kafka_queue_t *q = rd_kafka_queue_get_main(k->rk);
+	rd_kafka_queue_io_event_enable(q, k->pipe[1], "1", 1);
+	rd_kafka_queue_destroy(q);
+	return true;
+}
+
+static void tables_clear(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->ntables; i++) {
+		free(k->tables[i].schema);
+		free(k->tables[i].table);
+	}
+	k->ntables = 0;
+	k->cur_events = 0;
+}
+
+/* ---- sink operations ---- */
+
+static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	const cfg_subscription *s = subscription(k, e->subscription);
+	buf topic = {0};
+	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
+
+	Cdc__V1__Key key = CDC__V1__KEY__INIT;
+	key.schema = e->schema;
+	key.table = e->table;
+	if (e->key) {
+		key.n_columns = e->key->n_columns;
+		key.columns = e->key->columns;
+	}
+	rendered r = {
+		.topic_len = (uint32_t)topic.len,
+		.key_len = (uint32_t)cdc__v1__key__get_packed_size(&key),
+		.sub_len = (uint32_t)strlen(e->subscription),
+		.schema_len = (uint32_t)strlen(e->schema),
+		.table_len = (uint32_t)strlen(e->table),
+		.xid = e->xid,
+		.lsn = e->lsn,
+		.op = (uint8_t)e->op,
+		.tombstone = s && s->tombstones && e->op == CDC__V1__OP__OP_DELETE,
+	};
+	size_t value_len = cdc__v1__event__get_packed_size(e);
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, topic.data, topic.len);
+	buf_reserve(out, r.key_len + value_len);
+	out->len += cdc__v1__key__pack(&key, (uint8_t *)out->data + out->len);
+	buf_append(out, e->subscription, r.sub_len);
+	buf_append(out, e->schema, r.schema_len);
+	buf_append(out, e->table, r.table_len);
+	buf_reserve(out, value_len);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	buf_free(&topic);
+}
+
+/* Produces one message, waiting while librdkafka's queue is full (the daemon stops reading before
+ * that, but one large transaction can fill it alone). */
+static bool produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
+		    const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq)
+{
+	for (;;) {
+		rd_kafka_resp_err_t err = rd_kafka_producev(
+			k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition), RD_KAFKA_V_KEY(key, key_len),
+			RD_KAFKA_V_VALUE((void *)value, value_len),
+			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+			RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+			txn_entry(k, seq, true)->outstanding++;
+			k->stats.in_flight++;
+			return true;
+		}
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || k->failed) {
+			rd_kafka_headers_destroy(h);
+			fail(k, "a message could not be queued", rd_kafka_err2str(err));
+			return false;
+		}
+		rd_kafka_poll(k->rk, 100);
+	}
+}
+
+static rd_kafka_headers_t *headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type)
+{
+	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16];
+	lsn_format(r->lsn, lsn);
+	lsn_format(commit_lsn, commit);
+	snprintf(xid, sizeof(xid), "%" PRIu32, r->xid);
+	rd_kafka_headers_t *h = rd_kafka_headers_new(6);
+	if (type[0] == 'E') { /* events; the transaction record has only the commit's */
+		rd_kafka_header_add(h, "cdc-op", -1, op_header(r->op), -1);
+		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
+		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
+	}
+	rd_kafka_header_add(h, "cdc-commit-lsn", -1, commit, -1);
+	rd_kafka_header_add(h, "cdc-xid", -1, xid, -1);
+	char ct[96];
+	snprintf(ct, sizeof(ct), "application/x-protobuf; messageType=cdc.v1.%s", type);
+	rd_kafka_header_add(h, "content-type", -1, ct, -1);
+	return h;
+}
+
+static void count_table(kafka_sink *k, const char *schema, size_t slen, const char *table, size_t tlen)
+{
+	k->cur_events++;
+	for (size_t i = 0; i < k->ntables; i++)
+		if (strlen(k->tables[i].schema) == slen && strlen(k->tables[i].table) == tlen &&
+		    memcmp(k->tables[i].schema, schema, slen) == 0 && memcmp(k->tables[i].table, table, tlen) == 0) {
+			k->tables[i].events++;
+			return;
+		}
+	if (k->ntables == k->captables) {
+		k->captables = k->captables ? k->captables * 2 : 8;
+		k->tables = xrealloc(k->tables, k->captables * sizeof(*k->tables));
+	}
+	table_count *t = &k->tables[k->ntables++];
+	t->schema = xmalloc(slen + 1);
+	memcpy(t->schema, schema, slen);
+	t->schema[slen] = '\0';
+	t->table = xmalloc(tlen + 1);
+	memcpy(t->table, table, tlen);
+	t->table[tlen] = '\0';
+	t->events = 1;
+}
+
+static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_commit *c, uint64_t seq, char *err,
+			  size_t errlen)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	rendered r;
+	if (k->failed)
+		return true; /* a restart is coming: the slot will send this again */
+	if (len < sizeof(r))
+		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
+	memcpy(&r, data, sizeof(r));
+	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.sub_len + r.schema_len + r.table_len;
+	if (fixed > len)
+		return errf(err, errlen, "kafka sink: rendered event is corrupt");
+	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *sub = key + r.key_len;
+	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *head = table + r.table_len;
+	char topic[256];
+	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
+
+	if (seq != k->cur_seq) {
+		tables_clear(k);
+		k->cur_seq = seq;
+	}
+	k->cur_xid = r.xid;
+	k->cur_commit = *c;
+	count_table(k, schema, r.schema_len, table, r.table_len);
+
+	buf_reset(&k->value);
+	buf_append(&k->value, head, len - fixed);
+	put_varint_field(&k->value, 9, c->commit_lsn);
+	put_varint_field(&k->value, 11, c->tx_index);
+	put_varint_field(&k->value, 12, (uint64_t)c->commit_time);
+	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
+	if (!produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
+		     headers(&r, sub, c->commit_lsn, "Event"), seq))
+		return true;
+	if (r.tombstone)
+		produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0, headers(&r, sub, c->commit_lsn, "Event"),
+			seq);
+	return true;
+}
+
+/* The transactions_topic record of the transaction that just ended, if it had Kafka events. */
+static void transaction_record(kafka_sink *k, uint64_t seq)
+{
+	if (!k->cfg->kafka.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
+		return;
+	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+	t.xid = k->cur_xid;
+	t.commit_lsn = k->cur_commit.commit_lsn;
+	t.commit_time = k->cur_commit.commit_time;
+	t.events = k->cur_events;
+	Cdc__V1__Transaction__TableCount *counts = xcalloc(k->ntables, sizeof(*counts));
+	Cdc__V1__Transaction__TableCount **ptrs = xcalloc(k->ntables, sizeof(*ptrs));
+	for (size_t i = 0; i < k->ntables; i++) {
+		cdc__v1__transaction__table_count__init(&counts[i]);
+		counts[i].schema = k->tables[i].schema;
+		counts[i].table = k->tables[i].table;
+		counts[i].events = k->tables[i].events;
+		ptrs[i] = &counts[i];
+	}
+	t.n_tables = k->ntables;
+	t.tables = ptrs;
+	buf_reset(&k->value);
+	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
+	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
+	char key[LSN_STRLEN];
+	lsn_format(t.commit_lsn, key);
+	rendered r = {.xid = t.xid};
+	/* All in partition 0: in commit order, like the transactions they describe. */
+	produce(k, k->cfg->kafka.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
+		headers(&r, "", t.commit_lsn, "Transaction"), seq);
+	free(ptrs);
+	free(counts);
+}
+
+static void kafka_end_txn(sink *base, uint64_t seq)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	transaction_record(k, seq);
+	tables_clear(k);
+	if (seq > k->last_ended)
+		k->last_ended = seq;
+	settle(k);
+}
+
+static void kafka_poll(sink *base)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	char drain[64];
+	while (read(k->pipe[0], drain, sizeof(drain)) > 0)
+		;
+	rd_kafka_poll(k->rk, 0);
+}
+
+static sink_status kafka_flush(sink *base, char *err, size_t errlen)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	rd_kafka_poll(k->rk, 0);
+	if (!k->failed)
+		return SINK_OK;
+	errf(err, errlen, "kafka: %s", k->failure);
+	return SINK_RESTART;
+}
+
+static uint64_t kafka_delivered(const sink *base)
+{
+	const kafka_sink *k = (const kafka_sink *)base;
+	if (k->failed)
+		return 0;
+	return k->len && k->q[k->head].seq <= k->last_ended ? k->q[k->head].seq - 1 : k->last_ended;
+}
+
+static int kafka_fd(const sink *base)
+{
+	return ((const kafka_sink *)base)->pipe[0];
+}
+
+static bool kafka_busy(const sink *base)
+{
+	const kafka_sink *k = (const kafka_sink *)base;
+	return k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at;
+}
+
+static bool kafka_finish(sink *base, int timeout_ms)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	return rd_kafka_flush(k->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR && !k->failed;
+}
+
+static bool kafka_restart(sink *base, char *err, size_t errlen)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	/* Whatever can still be delivered is (a consumer may see it twice: at least once). */
+	rd_kafka_flush(k->rk, 5000);
+	rd_kafka_destroy(k->rk);
+	k->rk = NULL;
+	k->len = k->head = 0;
+	k->failed = false;
+	k->stats.in_flight = 0;
+	k->stats.restarts++;
+	tables_clear(k);
+	return producer_new(k, err, errlen);
+}
+
+static void kafka_free(sink *base)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	if (k->rk)
+		rd_kafka_destroy(k->rk);
+	tables_clear(k);
+	free(k->tables);
+	free(k->q);
+	buf_free(&k->value);
+	close(k->pipe[0]);
+	close(k->pipe[1]);
+	free(k);
+}
+
+static const sink_ops kafka_ops = {
+	.name = "kafka",
+	.render = kafka_render,
+	.deliver = kafka_deliver,
+	.end_txn = kafka_end_txn,
+	.flush = kafka_flush,
+	.delivered = kafka_delivered,
+	.free = kafka_free,
+	.fd = kafka_fd,
+	.poll = kafka_poll,
+	.busy = kafka_busy,
+	.finish = kafka_finish,
+	.restart = kafka_restart,
+};
+
+sink *kafka_sink_new(const cfg *c, char *err, size_t errlen)
+{
+	kafka_sink *k = xcalloc(1, sizeof(*k));
+	k->base.ops = &kafka_ops;
+	k->cfg = c;
+	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
+		free(k);
+		return NULL;
+	}
+	if (!producer_new(k, err, errlen)) {
+		kafka_free(&k->base);
+		return NULL;
+	}
+	return &k->base;
+}
+
+void kafka_sink_bind(sink *s, const cfg *c)
+{
+	((kafka_sink *)s)->cfg = c;
+}
+
+const kafka_stats *kafka_sink_stats(const sink *s)
+{
+	return &((const kafka_sink *)s)->stats;
+}

@@ -28,6 +28,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg import TempPostgres  # noqa: E402
+from kafka_fixtures import kafka, kafka_mock, kafka_reader, proto  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))

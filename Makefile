@@ -97,7 +97,7 @@ demo: deps
 
 bench:
 	$(Q)deploy/deps.sh build bench
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
 	$(Q)$(PYTHON) tests/bench/bench.py $(BENCH_ARGS)
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60

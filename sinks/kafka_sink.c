@@ -144,18 +144,28 @@ static void put_varint_field(buf *b, unsigned field, uint64_t v)
 
 /* ---- in-flight transactions ---- */
 
-static kafka_txn *txn_entry(kafka_sink *k, uint64_t seq, bool create)
+/* The in-flight entry of transaction seq. Entries are in seq order: producing appends to the
+ * newest, delivery reports mostly come for the oldest, so look at both ends, then bisect. */
+static kafka_txn *txn_find(kafka_sink *k, uint64_t seq)
 {
-	/* Entries are in seq order: the newest is the common case. */
-	for (size_t i = k->len; i > 0; i--) {
-		kafka_txn *t = &k->q[(k->head + i - 1) % k->cap];
+	size_t lo = 0, hi = k->len;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		kafka_txn *t = &k->q[(k->head + mid) % k->cap];
 		if (t->seq == seq)
 			return t;
 		if (t->seq < seq)
-			break;
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	if (!create)
-		return NULL;
+	return NULL;
+}
+
+static kafka_txn *txn_entry(kafka_sink *k, uint64_t seq)
+{
+	if (k->len && k->q[(k->head + k->len - 1) % k->cap].seq == seq)
+		return &k->q[(k->head + k->len - 1) % k->cap];
 	if (k->len == k->cap) {
 		size_t cap = k->cap ? k->cap * 2 : 256;
 		kafka_txn *q = xmalloc(cap * sizeof(*q));
@@ -193,7 +203,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	(void)rk;
 	kafka_sink *k = opaque;
 	uint64_t seq = (uint64_t)(uintptr_t)m->_private;
-	kafka_txn *t = txn_entry(k, seq, false);
+	kafka_txn *t = k->len && k->q[k->head].seq == seq ? &k->q[k->head] : txn_find(k, seq);
 	if (t && t->outstanding)
 		t->outstanding--;
 	k->stats.in_flight--;
@@ -341,7 +351,7 @@ static bool produce(kafka_sink *k, const char *topic, int32_t partition, const v
 			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
 			RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-			txn_entry(k, seq, true)->outstanding++;
+			txn_entry(k, seq)->outstanding++;
 			k->stats.in_flight++;
 			return true;
 		}

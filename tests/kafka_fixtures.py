@@ -5,7 +5,8 @@ what it reads, and kcat as a second, non-Python client.
 
 Fixtures (conftest.py imports them):
   kafka_mock    session-scoped KafkaMock: .bootstrap, .command("down 1"), down/up/all_down/all_up,
-                push_errors, create_topic, set_rtt. Started once, stopped at the end of the session.
+                push_errors, push_broker_errors, pending_errors, create_topic, set_rtt. Started
+                once, stopped at the end of the session.
   kafka         the same KafkaMock for one test, put back afterwards (every broker up, queued
                 errors cleared, no added latency) so a test's outage never leaks into the next.
   proto         the module compiled from proto/cdc/v1/event.proto (protoc --python_out, once a session)
@@ -86,12 +87,13 @@ class KafkaMock:
         return line.decode()
 
     def command(self, line, timeout=10.0):
-        """Sends one command; returns "ok", raises AssertionError with the mock's answer otherwise."""
+        """Sends one command; returns the answer ("ok" or "ok VALUE"), raises AssertionError with
+        the mock's answer otherwise."""
         with self._lock:
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
             answer = self._readline(timeout)
-        if answer != "ok":
+        if answer != "ok" and not answer.startswith("ok "):
             raise AssertionError(f"kafka_mock {line!r}: {answer}")
         return answer
 
@@ -109,12 +111,23 @@ class KafkaMock:
 
     def push_errors(self, error, count, api_key=API_PRODUCE):
         """The next count requests of api_key fail with error (a number or a name such as
-        REQUEST_TIMED_OUT)."""
+        REQUEST_TIMED_OUT), on whichever broker gets them; not on a broker that ever had
+        push_broker_errors for api_key (a quirk of librdkafka's mock), so the session's tests use
+        push_broker_errors, which can also be waited for (pending_errors)."""
         self.api_keys_with_errors.add(api_key)
         return self.command(f"error {api_key} {error} {count}")
 
     def clear_errors(self, api_key=API_PRODUCE):
         return self.command(f"clear {api_key}")
+
+    def push_broker_errors(self, broker, error, count, api_key=API_PRODUCE):
+        """The next count requests of api_key to this broker fail with error."""
+        self.api_keys_with_errors.add(api_key)
+        return self.command(f"brokererror {broker} {api_key} {error} {count}")
+
+    def pending_errors(self, broker, api_key=API_PRODUCE):
+        """How many errors of push_broker_errors this broker has not served yet."""
+        return int(self.command(f"pending {broker} {api_key}").split()[1])
 
     def set_rtt(self, ms, broker=-1):
         return self.command(f"rtt {broker} {ms}")
@@ -122,13 +135,30 @@ class KafkaMock:
     def create_topic(self, name, partitions):
         return self.command(f"topic {name} {partitions}")
 
+    def leaders(self, topics, timeout=10.0):
+        """The ids of the brokers that lead a partition of one of topics (from the metadata)."""
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=timeout)
+        out = set()
+        for t in topics:
+            tm = md.topics.get(t)
+            assert tm is not None and tm.error is None, f"topic {t} not in the metadata: {tm}"
+            out |= {p.leader for p in tm.partitions.values()}
+        return out
+
     def reset(self):
-        """Every broker up, queued errors dropped, no added latency."""
+        """Every broker up, queued errors dropped, no added latency. A broker's own errors cannot
+        be dropped (librdkafka has no call for it): a test must wait until they are served."""
         self.all_up()
+        left = {}
         for k in sorted(self.api_keys_with_errors):
             self.clear_errors(k)
+            for b in range(1, self.brokers + 1):
+                if self.pending_errors(b, k):
+                    left[(b, k)] = self.pending_errors(b, k)
         self.api_keys_with_errors.clear()
         self.set_rtt(0)
+        assert not left, f"kafka_mock: broker errors (broker, api key): count still queued: {left}"
 
     def close(self):
         if self.proc.poll() is None:

@@ -1,6 +1,7 @@
 /* mock_cluster.c: a librdkafka mock Kafka cluster as a process of its own, the broker of the
  * integration tests. Prints "bootstrap=HOST:PORT,..." as its first line, then obeys one command
- * per line on stdin (answering "ok" or "error: ..." per line) until "quit" or end of input.
+ * per line on stdin (answering "ok", "ok VALUE" or "error: ..." per line) until "quit" or end of
+ * input.
  *
  * Usage: kafka_mock [--brokers N] [--partitions N]
  *
@@ -9,10 +10,18 @@
  *   down ID | up ID           disconnect a broker and refuse its connections / accept them again
  *   alldown | allup           the same for every broker
  *   error APIKEY ERR COUNT    the next COUNT requests of APIKEY, on any broker, fail with ERR
- *   clear APIKEY              forget the errors still queued for APIKEY
+ *   clear APIKEY              forget the errors still queued for APIKEY (those of "error")
+ *   brokererror ID APIKEY ERR COUNT
+ *                             the next COUNT requests of APIKEY to broker ID fail with ERR
+ *                             (before any of "error")
+ *   pending ID APIKEY         answers "ok N": N errors of "brokererror" still queued
  *   rtt ID MS                 delay every response of broker ID (-1: all) by MS milliseconds
  *   topic NAME [PARTITIONS]   create a topic (default: --partitions, else 4)
  *   quit
+ *
+ * A broker that was given errors of its own for an api key ("brokererror") keeps an error stack for
+ * it, empty or not, and librdkafka's mock then never applies the cluster's errors ("error") of that
+ * api key to it: in one mock's lifetime, use one kind or the other per api key.
  *
  * Topics a client auto-creates get the mock's own default of 4 partitions (librdkafka 2.0.2 has
  * no setter for it): tests that depend on a partition count create their topics first. */
@@ -169,6 +178,35 @@ static bool run_command(mock *m, char *line)
 			free(errs);
 			reply("ok");
 		}
+	} else if (strcmp(argv[0], "brokererror") == 0 && argc == 5) {
+		if (!parse_int(argv[1], 1, m->brokers, &id))
+			reply("error: broker id must be 1..%d", m->brokers);
+		else if (!parse_int(argv[2], 0, INT16_MAX, &api))
+			reply("error: bad api key '%s'", argv[2]);
+		else if (!parse_err(argv[3], &err))
+			reply("error: unknown error code '%s'", argv[3]);
+		else if (!parse_int(argv[4], 1, 100000, &count))
+			reply("error: count must be 1..100000");
+		else {
+			rd_kafka_resp_err_t r = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+			/* One (error, rtt) pair per call: the count is not known at compile time. */
+			for (long i = 0; i < count && !r; i++)
+				r = rd_kafka_mock_broker_push_request_error_rtts(m->mcluster, (int32_t)id, (int16_t)api,
+										 1, err, 0);
+			reply_err(r);
+		}
+	} else if (strcmp(argv[0], "pending") == 0 && argc == 3) {
+		size_t n = 0;
+
+		if (!parse_int(argv[1], 1, m->brokers, &id))
+			reply("error: broker id must be 1..%d", m->brokers);
+		else if (!parse_int(argv[2], 0, INT16_MAX, &api))
+			reply("error: bad api key '%s'", argv[2]);
+		else if ((err = rd_kafka_mock_broker_error_stack_cnt(m->mcluster, (int32_t)id, (int16_t)api, &n)))
+			reply_err(err);
+		else
+			reply("ok %zu", n);
 	} else if (strcmp(argv[0], "clear") == 0 && argc == 2) {
 		if (!parse_int(argv[1], 0, INT16_MAX, &api))
 			reply("error: bad api key '%s'", argv[1]);

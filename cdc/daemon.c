@@ -130,16 +130,19 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 		 buf *hold, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
+		if (!rules_accept(d->rules, subs[i], ev))
+			continue;
+		Cdc__V1__Event *e = rules_project(d->rules, subs[i], ev, d->arena);
 		const cfg_subscription *s = &d->cfg->subs[subs[i]];
-		ev->subscription = s->name;
-		ev->tag_present_case = s->tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
-		ev->tag = s->tag;
+		e->subscription = s->name;
+		e->tag_present_case = s->tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
+		e->tag = s->tag;
 		sink *k = d->sinks[subs[i]];
 		if (hold) {
 			size_t at = hold->len;
 			buf_reserve(hold, HOLD_ENTRY);
 			hold->len += HOLD_ENTRY;
-			k->ops->render(k, ev, hold);
+			k->ops->render(k, e, hold);
 			put_u32(hold->data + at, subs[i]);
 			put_u32(hold->data + at + 4, slot);
 			put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
@@ -147,7 +150,7 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 		}
 		d->events++;
 		buf_reset(&d->scratch);
-		k->ops->render(k, ev, &d->scratch);
+		k->ops->render(k, e, &d->scratch);
 		sink_commit at = *c;
 		at.tx_index += slot;
 		if (!k->ops->deliver(k, d->scratch.data, d->scratch.len, &at, d->cur_seq, err, errlen))

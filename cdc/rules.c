@@ -38,13 +38,7 @@ static bool table_matches(const cfg_subscription *s, const char *schema, const c
 
 static const char *unsupported_key(const cfg_subscription *s)
 {
-	if (s->changed.n)
-		return "changed";
-	if (s->where)
-		return "where";
-	if (s->columns.n)
-		return "columns";
-	return NULL;
+	return s->where ? "where" : NULL;
 }
 
 rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t errlen)
@@ -145,4 +139,106 @@ size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **o
 	int i = op_index(op);
 	*out = e->idx[i];
 	return e->n[i];
+}
+
+static bool listed(const cfg_strlist *l, const char *name)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], name) == 0)
+			return true;
+	return false;
+}
+
+static const Cdc__V1__Value *column_value(const Cdc__V1__Row *row, const char *name)
+{
+	for (size_t i = 0; row && i < row->n_columns; i++)
+		if (strcmp(row->columns[i]->name, name) == 0)
+			return row->columns[i]->value;
+	return NULL;
+}
+
+static bool same_bytes(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
+{
+	return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+/* Two values as sent are the same: same kind and same content. */
+static bool same_value(const Cdc__V1__Value *a, const Cdc__V1__Value *b)
+{
+	if (a->kind_case != b->kind_case)
+		return false;
+	switch (a->kind_case) {
+	case CDC__V1__VALUE__KIND_INT_VALUE:
+		return a->int_value == b->int_value;
+	case CDC__V1__VALUE__KIND_FLOAT_VALUE:
+		return memcmp(&a->float_value, &b->float_value, sizeof(double)) == 0;
+	case CDC__V1__VALUE__KIND_BOOL_VALUE:
+		return a->bool_value == b->bool_value;
+	case CDC__V1__VALUE__KIND_DATE_VALUE:
+		return a->date_value == b->date_value;
+	case CDC__V1__VALUE__KIND_TIME_VALUE:
+		return a->time_value == b->time_value;
+	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
+		return a->timestamp_value->micros == b->timestamp_value->micros &&
+		       a->timestamp_value->with_zone == b->timestamp_value->with_zone;
+	case CDC__V1__VALUE__KIND_NUMERIC_VALUE:
+		return strcmp(a->numeric_value, b->numeric_value) == 0;
+	case CDC__V1__VALUE__KIND_TEXT_VALUE:
+		return strcmp(a->text_value, b->text_value) == 0;
+	case CDC__V1__VALUE__KIND_JSON_VALUE:
+		return strcmp(a->json_value, b->json_value) == 0;
+	case CDC__V1__VALUE__KIND_OTHER_VALUE:
+		return strcmp(a->other_value->text, b->other_value->text) == 0;
+	case CDC__V1__VALUE__KIND_BYTES_VALUE:
+		return same_bytes(&a->bytes_value, &b->bytes_value);
+	case CDC__V1__VALUE__KIND_UUID_VALUE:
+		return same_bytes(&a->uuid_value, &b->uuid_value);
+	case CDC__V1__VALUE__KIND_BINARY_VALUE:
+		return same_bytes(&a->binary_value, &b->binary_value);
+	default: /* null: the same; unchanged TOAST: the same value by definition */
+		return true;
+	}
+}
+
+bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e)
+{
+	const cfg_subscription *s = &r->subs[sub];
+	if (!s->changed.n || e->op != CDC__V1__OP__OP_UPDATE)
+		return true;
+	for (size_t i = 0; i < s->changed.n; i++) {
+		const Cdc__V1__Value *o = column_value(e->old_row, s->changed.v[i]);
+		const Cdc__V1__Value *n = column_value(e->new_row, s->changed.v[i]);
+		if (o && n && !same_value(o, n))
+			return true;
+	}
+	return false;
+}
+
+/* The columns of row that the projection keeps: listed ones and key ones. */
+static Cdc__V1__Row *project_row(const cfg_strlist *cols, const Cdc__V1__Row *key, const Cdc__V1__Row *row,
+				 arena *a)
+{
+	if (!row)
+		return NULL;
+	Cdc__V1__Row *out = arena_alloc(a, sizeof(*out));
+	cdc__v1__row__init(out);
+	out->columns = arena_alloc(a, (row->n_columns ? row->n_columns : 1) * sizeof(*out->columns));
+	for (size_t i = 0; i < row->n_columns; i++) {
+		const char *name = row->columns[i]->name;
+		if (listed(cols, name) || column_value(key, name))
+			out->columns[out->n_columns++] = row->columns[i];
+	}
+	return out;
+}
+
+Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a)
+{
+	const cfg_subscription *s = &r->subs[sub];
+	if (!s->columns.n || (!e->new_row && !e->old_row))
+		return e;
+	Cdc__V1__Event *p = arena_alloc(a, sizeof(*p));
+	*p = *e;
+	p->new_row = project_row(&s->columns, e->key, e->new_row, a);
+	p->old_row = project_row(&s->columns, e->key, e->old_row, a);
+	return p;
 }

@@ -1,9 +1,12 @@
-/* rules.h: which subscriptions want a change. Matches a relation ("schema.table", globs) and an
- * operation against each subscription; results are cached per relation and schema version, so
- * the per-row cost is one lookup. */
+/* rules.h: which subscriptions want a change, in two stages. rules_match() matches a relation
+ * ("schema.table", globs) and an operation, cached per relation and schema version so the per-row
+ * cost is one lookup; rules_accept() then applies the rules that need the event's values
+ * (`changed`), and rules_project() its `columns`. */
 #ifndef CDC_RULES_H
 #define CDC_RULES_H
 
+#include "arena.h"
+#include "cdc/v1/event.pb-c.h"
 #include "config.h"
 #include "pgoutput.h"
 
@@ -17,5 +20,14 @@ void rules_free(rules *r);
 /* Indexes (into subs) of the subscriptions that want operation op (one enum cfg_op bit) on rel,
  * or, with rel NULL, a logical message. Returns the count; *out stays valid until the next call. */
 size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out);
+
+/* Whether subscription sub (an index rules_match returned) wants event e: with `changed`, an
+ * update matches only if one of those columns differs between the old and the new row (an update
+ * without an old row, or whose value is unchanged TOAST, changed nothing it can see). */
+bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e);
+
+/* e as subscription sub delivers it: with `columns`, its rows hold only those columns and the key
+ * columns (a copy in arena a); otherwise e itself. */
+Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a);
 
 #endif

@@ -21,6 +21,9 @@ struct source {
 	char *dsn, *slot, *publication;
 	bool create;
 	cfg_strlist publish;
+	/* Subscriptions with `changed` need the old row of updates: their tables must have
+	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
+	cfg_strlist full_identity;
 	PGconn *repl;  /* replication=database, streaming */
 	PGconn *admin; /* ordinary: setup queries and heartbeats */
 	bool heartbeat_busy;
@@ -44,6 +47,14 @@ source *source_new(const cfg *c)
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
 		s->publish.v[i] = dup_or_null(c->source.publish.v[i]);
+	for (size_t i = 0; i < c->nsubs; i++) {
+		const cfg_subscription *sub = &c->subs[i];
+		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {
+			s->full_identity.v = xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
+			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->name);
+			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->tables.v[t]);
+		}
+	}
 	return s;
 }
 
@@ -63,6 +74,9 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->publish.n; i++)
 		free(s->publish.v[i]);
 	free(s->publish.v);
+	for (size_t i = 0; i < s->full_identity.n; i++)
+		free(s->full_identity.v[i]);
+	free(s->full_identity.v);
 	free(s->dsn);
 	free(s->slot);
 	free(s->publication);
@@ -251,6 +265,35 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	return r;
 }
 
+/* A `changed` rule on a table that does not send old rows could never see a change: refused. */
+static source_result check_identities(source *s, char *err, size_t errlen)
+{
+	if (!s->full_identity.n)
+		return SOURCE_OK;
+	PGresult *res = PQexec(s->admin, "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
+					 "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+					 "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "checking replica identities", err, errlen);
+	source_result r = SOURCE_OK;
+	for (int i = 0; i < PQntuples(res) && r == SOURCE_OK; i++) {
+		if (PQgetvalue(res, i, 2)[0] == 'f')
+			continue;
+		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
+			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0), PQgetvalue(res, i, 1))) {
+				errf(err, errlen,
+				     "subscription %s uses changed: on table %s.%s, whose replica identity does not send "
+				     "the old row of an update: ALTER TABLE %s.%s REPLICA IDENTITY FULL",
+				     s->full_identity.v[k], PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 0),
+				     PQgetvalue(res, i, 1));
+				r = SOURCE_FATAL;
+				break;
+			}
+	}
+	PQclear(res);
+	return r;
+}
+
 typedef struct slot_row {
 	bool exists;
 	char plugin[64], type[16], database[128], wal_status[16];
@@ -402,6 +445,7 @@ source_result source_start(source *s, state *st, bool have_st, char *err, size_t
 	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen)))
 		goto out;
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK || (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
+	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
 	if (!row.exists) {

@@ -596,7 +596,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		fail(d, 1, "cannot read the recorded position");
 		return;
 	}
-	source_result r = source_start(d->src, &st, have_st, d->err, sizeof(d->err));
+	source_result r = source_start(d->src, &st, have_st, d->rc, d->err, sizeof(d->err));
 	if (r == SOURCE_FATAL) {
 		fail(d, 1, "cannot stream from the replication slot");
 		return;

@@ -294,6 +294,36 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 	return r;
 }
 
+/* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
+ * the server marks all their columns as identity, but a row's key is its primary key. */
+static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, size_t errlen)
+{
+	const char *params[] = {s->publication};
+	PGresult *res = exec_params(s->admin,
+				    "SELECT c.oid, a.attname FROM pg_catalog.pg_publication_tables pt "
+				    "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
+				    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+				    "JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+				    "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey) "
+				    "WHERE pt.pubname = $1 AND c.relreplident = 'f' ORDER BY c.oid",
+				    1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up primary keys", err, errlen);
+	int n = PQntuples(res);
+	const char **names = xcalloc((size_t)n + 1, sizeof(char *));
+	for (int i = 0, first = 0; i < n; i++) {
+		names[i - first] = PQgetvalue(res, i, 1);
+		if (i + 1 == n || strcmp(PQgetvalue(res, i + 1, 0), PQgetvalue(res, i, 0)) != 0) {
+			pgo_relcache_set_primary_key(rc, (uint32_t)strtoul(PQgetvalue(res, i, 0), NULL, 10), names,
+						     (size_t)(i + 1 - first));
+			first = i + 1;
+		}
+	}
+	free(names);
+	PQclear(res);
+	return SOURCE_OK;
+}
+
 typedef struct slot_row {
 	bool exists;
 	char plugin[64], type[16], database[128], wal_status[16];
@@ -437,7 +467,7 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	return SOURCE_OK;
 }
 
-source_result source_start(source *s, state *st, bool have_st, char *err, size_t errlen)
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen)
 {
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
@@ -445,7 +475,7 @@ source_result source_start(source *s, state *st, bool have_st, char *err, size_t
 	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen)))
 		goto out;
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK || (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
-	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
+	    (r = check_identities(s, err, errlen)) != SOURCE_OK || (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
 	if (!row.exists) {

@@ -33,8 +33,9 @@ source *source_new(const cfg *c);
 void source_free(source *s);
 
 /* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
- * success it holds the position streaming starts from, to be recorded by the caller. */
-source_result source_start(source *s, state *st, bool have_st, char *err, size_t errlen);
+ * success it holds the position streaming starts from, to be recorded by the caller. The primary
+ * keys of published REPLICA IDENTITY FULL tables go to rc. */
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen);
 /* The replication connection's socket while streaming, else -1. */
 int source_fd(const source *s);
 const pgo_options *source_protocol(const source *s);

@@ -642,6 +642,7 @@ typedef struct relent {
 struct pgo_relcache {
 	pgo_map rels;  /* relid -> relent */
 	pgo_map types; /* type oid -> "nspname.typname" */
+	pgo_map pkeys; /* relid -> primary key column names, each NUL-terminated, then an empty one */
 };
 
 pgo_relcache *pgo_relcache_new(void)
@@ -662,6 +663,7 @@ void pgo_relcache_free(pgo_relcache *c)
 		return;
 	map_free(&c->rels, relent_free);
 	map_free(&c->types, free);
+	map_free(&c->pkeys, free);
 	free(c);
 }
 
@@ -696,6 +698,23 @@ static void relent_fill(relent *e, const pgo_msg *m)
 	}
 }
 
+/* Under REPLICA IDENTITY FULL the server flags every column as identity; the key is then the
+ * primary key, when one was given with pgo_relcache_set_primary_key(). */
+static void apply_primary_key(const pgo_relcache *c, relent *e)
+{
+	const char *names = e->rel.replident == 'f' ? map_get(&c->pkeys, e->rel.relid) : NULL;
+	if (!names)
+		return;
+	e->rel.nkeys = 0;
+	for (uint16_t i = 0; i < e->rel.ncols; i++) {
+		bool key = false;
+		for (const char *n = names; *n && !key; n += strlen(n) + 1)
+			key = strcmp(n, e->rel.cols[i].name) == 0;
+		e->rel.cols[i].flags = key ? 1 : 0;
+		e->rel.nkeys += key;
+	}
+}
+
 void pgo_relcache_put(pgo_relcache *c, const pgo_msg *relation)
 {
 	relent *e = map_get(&c->rels, relation->relation.relid);
@@ -705,13 +724,38 @@ void pgo_relcache_put(pgo_relcache *c, const pgo_msg *relation)
 		uint64_t version = e->rel.version + 1;
 		free(e->mem);
 		relent_fill(e, relation);
+		apply_primary_key(c, e);
 		e->rel.version = version;
 		return;
 	}
 	e = xcalloc(1, sizeof(*e));
 	relent_fill(e, relation);
+	apply_primary_key(c, e);
 	e->rel.version = 1;
 	map_put_new(&c->rels, relation->relation.relid, e);
+}
+
+void pgo_relcache_set_primary_key(pgo_relcache *c, uint32_t relid, const char *const *names, size_t n)
+{
+	size_t size = 1;
+	for (size_t i = 0; i < n; i++)
+		size += strlen(names[i]) + 1;
+	char *list = xmalloc(size), *p = list;
+	for (size_t i = 0; i < n; i++)
+		p = stpcpy(p, names[i]) + 1;
+	*p = '\0';
+	void **slot = map_find(&c->pkeys, relid);
+	if (slot) {
+		free(*slot);
+		*slot = list;
+	} else {
+		map_put_new(&c->pkeys, relid, list);
+	}
+	relent *e = map_get(&c->rels, relid);
+	if (e && e->rel.replident == 'f') {
+		apply_primary_key(c, e);
+		e->rel.version++;
+	}
 }
 
 const pgo_rel *pgo_relcache_get(const pgo_relcache *c, uint32_t relid)

@@ -39,8 +39,6 @@ def test_changed_needs_replica_identity_full(pg, schema, cdc):
 
 
 def test_columns_projects_rows_and_keeps_the_key(pg, schema, cdc):
-    # Default replica identity: the key is the primary key. (Under REPLICA IDENTITY FULL the server
-    # flags every column as identity, so every column is "key" and kept.)
     pg.sql(f"create table {schema}.orders (id int, region text, status text, amount numeric, note text, "
            "primary key (id, region))")
     c, p = cdc.start(subscriptions=[

@@ -1070,6 +1070,49 @@ static char *col_names(const pgo_rel *r)
 	return s;
 }
 
+/* A FULL relation: the server flags every column as identity. */
+static const pgo_rel *put_full(pgo_relcache *c, mb *m, uint32_t relid, const char *const *cols)
+{
+	relation_msg(m, relid, "full", 3, cols);
+	CHECK(parse(m->b, m->n, 1, false, false));
+	msg.relation.replident = 'f';
+	for (int i = 0; i < 3; i++)
+		msg.relation.cols[i].flags = 1;
+	pgo_relcache_put(c, &msg);
+	return pgo_relcache_get(c, relid);
+}
+
+/* Under REPLICA IDENTITY FULL the key is the primary key, when the cache was told it. */
+static void test_primary_key(void)
+{
+	static mb m;
+	pgo_relcache *c = pgo_relcache_new();
+	const char *cols[] = {"id", "region", "v"}, *pk[] = {"region", "id"}, *pk2[] = {"v"};
+
+	pgo_relcache_set_primary_key(c, 500, pk, 2); /* known before the Relation message */
+	const pgo_rel *r = put_full(c, &m, 500, cols);
+	CHECK_INT(r->nkeys, 2);
+	CHECK_INT(r->cols[0].flags + 2 * r->cols[1].flags + 4 * r->cols[2].flags, 3);
+
+	r = put_full(c, &m, 501, cols); /* no primary key known: the server's flags stand */
+	CHECK_INT(r->nkeys, 3);
+	pgo_relcache_set_primary_key(c, 501, pk2, 1); /* learnt later: applied at once */
+	r = pgo_relcache_get(c, 501);
+	CHECK_INT(r->nkeys, 1);
+	CHECK_INT(r->cols[0].flags + 2 * r->cols[1].flags + 4 * r->cols[2].flags, 4);
+	CHECK_INT(r->version, 2);
+
+	relation_msg(&m, 502, "dflt", 3, cols); /* not FULL: untouched */
+	CHECK(parse(m.b, m.n, 1, false, false));
+	pgo_relcache_put(c, &msg);
+	pgo_relcache_set_primary_key(c, 502, pk2, 1);
+	r = pgo_relcache_get(c, 502);
+	CHECK_INT(r->nkeys, 1);
+	CHECK_INT(r->cols[0].flags, 1);
+	CHECK_INT(r->version, 1);
+	pgo_relcache_free(c);
+}
+
 static void test_relcache(void)
 {
 	static mb m;
@@ -1575,6 +1618,7 @@ static void test_fixture(void)
 
 int main(void)
 {
+	test_primary_key();
 	test_type_names();
 	test_valid();
 	test_bad();

@@ -1,0 +1,32 @@
+/* predicate.h: the `where` predicate of a subscription, a small SQL-like condition over an event's
+ * rows (new.status = 'paid' and new.amount >= 100): parsed once from the config, evaluated per
+ * event with SQL's three-valued logic. */
+#ifndef CDC_PREDICATE_H
+#define CDC_PREDICATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "arena.h"
+#include "cdc/v1/event.pb-c.h"
+#include "util.h"
+
+#define PRED_MAX_TEXT 4096 /* bytes of predicate text */
+#define PRED_MAX_DEPTH 64  /* nested parentheses and `not`s */
+#define PRED_MAX_TERMS 256 /* operands: column references and literals, list items included */
+
+typedef struct pred pred;
+
+/* Parses text (see README "where"). On error returns NULL and writes "position N: what is wrong"
+ * to err, N the 1-based character (UTF-8 code point) where the problem starts: the offending token,
+ * or for "... after 'X'" messages the X that lacks what should follow it. */
+pred *pred_parse(const char *text, char *err, size_t errlen) CDC_MUST_CHECK;
+void pred_free(pred *p);
+
+/* True only if the predicate is true for e; false when it is false or unknown (a comparison with
+ * NULL, an absent column or row, unchanged TOAST, a type mismatch or a literal that does not
+ * convert to the column's type). new.X reads e->new_row, old.X e->old_row. Scratch memory (literals
+ * converted to a column's type) comes from a; nothing else is allocated. */
+bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a);
+
+#endif

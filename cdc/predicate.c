@@ -34,14 +34,14 @@ enum cmp_op { OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
 
 typedef struct tok {
 	enum tok_type type;
-	enum kw kw;	   /* T_IDENT */
-	enum cmp_op op;	   /* T_OP */
+	enum kw kw;	    /* T_IDENT */
+	enum cmp_op op;	    /* T_OP */
 	size_t off, srclen; /* where it is in the text */
-	const char *s;	   /* T_IDENT folded, T_QIDENT and T_STR unescaped, T_NUM as written */
+	const char *s;	    /* T_IDENT folded, T_QIDENT and T_STR unescaped, T_NUM as written */
 	size_t len;
-	dec num;	   /* T_NUM */
-	double dbl;	   /* T_NUM as a double, for float columns */
-	bool dbl_ok;	   /* false: out of double's range */
+	dec num;     /* T_NUM */
+	double dbl;  /* T_NUM as a double, for float columns */
+	bool dbl_ok; /* false: out of double's range */
 } tok;
 
 enum node_kind { N_OR, N_AND, N_NOT, N_CMP, N_IN, N_ISNULL, N_COL, N_NUM, N_STR, N_BOOL, N_NULL };
@@ -164,21 +164,19 @@ static int dec_parse(const char *s, size_t n, dec *d)
 	return 0;
 }
 
-static int cmp3(bool lt, bool gt)
-{
-	return lt ? -1 : gt ? 1 : 0;
-}
+/* -1, 0 or 1 as x is below, equal to or above y. */
+#define CMP(x, y) (((x) > (y)) - ((x) < (y)))
 
 static int dec_cmp(const dec *x, const dec *y)
 {
 	if (x->cls != DEC_FINITE || y->cls != DEC_FINITE)
-		return cmp3(x->cls < y->cls, x->cls > y->cls);
+		return CMP(x->cls, y->cls);
 	int sx = !x->dig ? 0 : x->neg ? -1 : 1, sy = !y->dig ? 0 : y->neg ? -1 : 1;
 	if (sx != sy || sx == 0)
-		return cmp3(sx < sy, sx > sy);
+		return CMP(sx, sy);
 	int m = 0;
 	if (x->exp != y->exp) {
-		m = cmp3(x->exp < y->exp, x->exp > y->exp);
+		m = CMP(x->exp, y->exp);
 	} else {
 		const char *p = x->dig, *q = y->dig;
 		for (;;) {
@@ -187,11 +185,11 @@ static int dec_cmp(const dec *x, const dec *y)
 			q += q < y->end && *q == '.';
 			bool pe = p >= x->end, qe = q >= y->end;
 			if (pe || qe) {
-				m = cmp3(pe && !qe, qe && !pe);
+				m = CMP(qe, pe);
 				break;
 			}
 			if (*p != *q) {
-				m = cmp3(*p < *q, *p > *q);
+				m = CMP(*p, *q);
 				break;
 			}
 			p++;
@@ -205,8 +203,8 @@ static int dec_cmp(const dec *x, const dec *y)
 static int dbl_cmp(double x, double y)
 {
 	if (isnan(x) || isnan(y))
-		return cmp3(!isnan(x), !isnan(y));
-	return cmp3(x < y, x > y);
+		return CMP(isnan(x) != 0, isnan(y) != 0);
+	return CMP(x, y);
 }
 
 /* strtod of a NUL-terminated decimal, refusing overflow and underflow to zero as float8in does. */
@@ -262,7 +260,7 @@ static enum kw keyword(const char *s, size_t n)
 		const char *word;
 		enum kw kw;
 	} words[] = {
-	    {"and", KW_AND},   {"or", KW_OR},	  {"not", KW_NOT}, {"in", KW_IN},   {"is", KW_IS},
+	    {"and", KW_AND},   {"or", KW_OR},	  {"not", KW_NOT},     {"in", KW_IN},	{"is", KW_IS},
 	    {"null", KW_NULL}, {"true", KW_TRUE}, {"false", KW_FALSE}, {"new", KW_NEW}, {"old", KW_OLD},
 	};
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
@@ -342,8 +340,8 @@ static bool lex(parser *ps)
 {
 	char *s = ps->s;
 	size_t i = ps->pos, n = ps->len;
-	while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' ||
-			 s[i] == '\v'))
+	while (i < n &&
+	       (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' || s[i] == '\v'))
 		i++;
 	tok *t = &ps->t;
 	*t = (tok){.type = T_END, .off = i, .s = s + i};
@@ -546,7 +544,8 @@ static int32_t parse_cmp(parser *ps)
 			return -1;
 		if (!is_kw(ps, KW_NULL))
 			return perr(ps, t.off,
-				    neg ? "expected 'null' after 'is not'" : "expected 'null' or 'not null' after 'is'"),
+				    neg ? "expected 'null' after 'is not'"
+					: "expected 'null' or 'not null' after 'is'"),
 			       -1;
 		if (!lex(ps))
 			return -1;
@@ -703,7 +702,8 @@ static opnd resolve(const ev *x, int32_t i)
 		return (opnd){0};
 	for (size_t k = 0; k < r->n_columns; k++) {
 		const Cdc__V1__Column *c = r->columns[k];
-		if (c && c->name && c->value && strlen(c->name) == nd->len && memcmp(c->name, nd->s, nd->len) == 0)
+		if (c && c->name && c->value && strlen(c->name) == nd->len &&
+		    memcmp(c->name, nd->s, nd->len) == 0)
 			return (opnd){.col = c};
 	}
 	return (opnd){0};
@@ -714,8 +714,8 @@ static int bytes_cmp(const void *x, size_t xn, const void *y, size_t yn)
 	size_t n = xn < yn ? xn : yn;
 	int c = n ? memcmp(x, y, n) : 0;
 	if (c)
-		return cmp3(c < 0, c > 0);
-	return cmp3(xn < yn, xn > yn);
+		return CMP(c, 0);
+	return CMP(xn, yn);
 }
 
 static int str_cmp(const char *x, const char *y)
@@ -775,7 +775,7 @@ static int same_cmp(const Cdc__V1__Value *x, const Cdc__V1__Value *y)
 	dec a, b;
 	switch (x->kind_case) {
 	case CDC__V1__VALUE__KIND_INT_VALUE:
-		return cmp3(x->int_value < y->int_value, x->int_value > y->int_value);
+		return CMP(x->int_value, y->int_value);
 	case CDC__V1__VALUE__KIND_FLOAT_VALUE:
 		return dbl_cmp(x->float_value, y->float_value);
 	case CDC__V1__VALUE__KIND_NUMERIC_VALUE:
@@ -783,24 +783,25 @@ static int same_cmp(const Cdc__V1__Value *x, const Cdc__V1__Value *y)
 			return CMP_UNKNOWN;
 		return dec_cmp(&a, &b);
 	case CDC__V1__VALUE__KIND_BOOL_VALUE:
-		return cmp3(!x->bool_value && y->bool_value, x->bool_value && !y->bool_value);
+		return CMP(x->bool_value, y->bool_value);
 	case CDC__V1__VALUE__KIND_TEXT_VALUE:
 		return str_cmp(x->text_value, y->text_value);
 	case CDC__V1__VALUE__KIND_JSON_VALUE:
 		return str_cmp(x->json_value, y->json_value);
 	case CDC__V1__VALUE__KIND_BYTES_VALUE:
-		return bytes_cmp(x->bytes_value.data, x->bytes_value.len, y->bytes_value.data, y->bytes_value.len);
+		return bytes_cmp(x->bytes_value.data, x->bytes_value.len, y->bytes_value.data,
+				 y->bytes_value.len);
 	case CDC__V1__VALUE__KIND_UUID_VALUE:
-		return bytes_cmp(x->uuid_value.data, x->uuid_value.len, y->uuid_value.data, y->uuid_value.len);
+		return bytes_cmp(x->uuid_value.data, x->uuid_value.len, y->uuid_value.data,
+				 y->uuid_value.len);
 	case CDC__V1__VALUE__KIND_DATE_VALUE:
-		return cmp3(x->date_value < y->date_value, x->date_value > y->date_value);
+		return CMP(x->date_value, y->date_value);
 	case CDC__V1__VALUE__KIND_TIME_VALUE:
-		return cmp3(x->time_value < y->time_value, x->time_value > y->time_value);
+		return CMP(x->time_value, y->time_value);
 	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		if (!x->timestamp_value || !y->timestamp_value)
 			return CMP_UNKNOWN;
-		return cmp3(x->timestamp_value->micros < y->timestamp_value->micros,
-			    x->timestamp_value->micros > y->timestamp_value->micros);
+		return CMP(x->timestamp_value->micros, y->timestamp_value->micros);
 	case CDC__V1__VALUE__KIND_OTHER_VALUE:
 		if (!x->other_value || !y->other_value)
 			return CMP_UNKNOWN;
@@ -826,7 +827,7 @@ static int col_lit_cmp(const ev *x, const Cdc__V1__Column *c, const node *lit)
 	case N_BOOL:
 		if (v->kind_case != CDC__V1__VALUE__KIND_BOOL_VALUE)
 			return CMP_UNKNOWN;
-		return cmp3(!v->bool_value && lit->flag, v->bool_value && !lit->flag);
+		return CMP(v->bool_value, lit->flag);
 	case N_STR:
 		switch (v->kind_case) {
 		case CDC__V1__VALUE__KIND_TEXT_VALUE:
@@ -886,7 +887,7 @@ static int lit_lit_cmp(const node *l, const node *m)
 	case N_STR:
 		return bytes_cmp(l->s, l->len, m->s, m->len);
 	case N_BOOL:
-		return cmp3(!l->flag && m->flag, l->flag && !m->flag);
+		return CMP(l->flag, m->flag);
 	default:
 		return CMP_UNKNOWN;
 	}

@@ -17,9 +17,16 @@
 
 typedef struct pred pred;
 
-/* Parses text (see README "where"). On error returns NULL and writes "position N: what is wrong"
- * to err, N the 1-based character (UTF-8 code point) where the problem starts: the offending token,
- * or for "... after 'X'" messages the X that lacks what should follow it. */
+/* Parses text:
+ *   or: and {"or" and}   and: not {"and" not}   not: "not" not | cmp
+ *   cmp: "(" or ")" | operand (= | != | <> | < | <= | > | >=) operand
+ *      | operand ["not"] "in" "(" operand {"," operand} ")" | operand "is" ["not"] "null"
+ *   operand: ("new" | "old") "." name | number | 'string' | true | false | null
+ * Names are identifiers folded to lower case or "quoted" exactly; keywords are case-insensitive;
+ * numbers are -?digits[.digits][e[+-]digits]; '' is a quote inside a string.
+ * On error returns NULL and writes "position N: what is wrong" to err, N the 1-based character
+ * (UTF-8 code point) where the problem starts: the offending token, or for "... after 'X'"
+ * messages the X that lacks what should follow it. */
 pred *pred_parse(const char *text, char *err, size_t errlen) CDC_MUST_CHECK;
 void pred_free(pred *p);
 

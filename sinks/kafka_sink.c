@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "pgoutput.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
  * in use; a transaction being delivered may still fill the rest. */
@@ -60,10 +61,10 @@ typedef struct kafka_sink {
 /* The rendered form (sink-private, may be spilled to disk): a header, then the fields, then the
  * packed cdc.v1.Event without its commit fields. */
 typedef struct rendered {
-	uint32_t topic_len, key_len, sub_len, schema_len, table_len;
+	uint32_t topic_len, key_len, prev_key_len, sub_len, schema_len, table_len;
 	uint32_t xid;
 	uint64_t lsn;
-	uint8_t op, tombstone;
+	uint8_t op, tombstone; /* tombstone: after a delete; for prev_key when an update changed the key */
 } rendered;
 
 /* ---- small helpers ---- */
@@ -301,6 +302,22 @@ static void tables_clear(kafka_sink *k)
 
 /* ---- sink operations ---- */
 
+/* The key columns as the new row has them (an update may change the key); a key column the row
+ * does not carry, or carries as unchanged TOAST, keeps its old value. */
+static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Column **cols)
+{
+	for (size_t i = 0; i < e->key->n_columns; i++) {
+		cols[i] = e->key->columns[i];
+		for (size_t j = 0; e->new_row && j < e->new_row->n_columns; j++) {
+			const Cdc__V1__Column *c = e->new_row->columns[j];
+			if (strcmp(c->name, cols[i]->name) == 0 && c->value &&
+			    c->value->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST)
+				cols[i] = (Cdc__V1__Column *)c;
+		}
+	}
+	return cols;
+}
+
 static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
 {
 	kafka_sink *k = (kafka_sink *)base;
@@ -308,29 +325,41 @@ static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
 	buf topic = {0};
 	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
 
-	Cdc__V1__Key key = CDC__V1__KEY__INIT;
-	key.schema = e->schema;
-	key.table = e->table;
+	/* The message is keyed by the row's key after the change, so a compacted topic holds each
+	 * row under its current key; an update that changed the key also tombstones the old one. */
+	Cdc__V1__Key key = CDC__V1__KEY__INIT, prev = CDC__V1__KEY__INIT;
+	key.schema = prev.schema = e->schema;
+	key.table = prev.table = e->table;
+	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
 	if (e->key) {
-		key.n_columns = e->key->n_columns;
-		key.columns = e->key->columns;
+		prev.n_columns = key.n_columns = e->key->n_columns;
+		prev.columns = e->key->columns;
+		key.columns = e->op == CDC__V1__OP__OP_UPDATE ? new_key_columns(e, cols) : e->key->columns;
 	}
+	size_t key_len = cdc__v1__key__get_packed_size(&key), prev_len = cdc__v1__key__get_packed_size(&prev);
+	buf keys = {0};
+	buf_reserve(&keys, key_len + prev_len);
+	keys.len = cdc__v1__key__pack(&key, (uint8_t *)keys.data);
+	keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
+	bool moved = e->op == CDC__V1__OP__OP_UPDATE &&
+		     (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
 	rendered r = {
 		.topic_len = (uint32_t)topic.len,
-		.key_len = (uint32_t)cdc__v1__key__get_packed_size(&key),
+		.key_len = (uint32_t)key_len,
+		.prev_key_len = moved ? (uint32_t)prev_len : 0,
 		.sub_len = (uint32_t)strlen(e->subscription),
 		.schema_len = (uint32_t)strlen(e->schema),
 		.table_len = (uint32_t)strlen(e->table),
 		.xid = e->xid,
 		.lsn = e->lsn,
 		.op = (uint8_t)e->op,
-		.tombstone = s && s->tombstones && e->op == CDC__V1__OP__OP_DELETE,
+		.tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
 	};
 	size_t value_len = cdc__v1__event__get_packed_size(e);
 	buf_append(out, &r, sizeof(r));
 	buf_append(out, topic.data, topic.len);
-	buf_reserve(out, r.key_len + value_len);
-	out->len += cdc__v1__key__pack(&key, (uint8_t *)out->data + out->len);
+	buf_append(out, keys.data, key_len + r.prev_key_len);
+	buf_free(&keys);
 	buf_append(out, e->subscription, r.sub_len);
 	buf_append(out, e->schema, r.schema_len);
 	buf_append(out, e->table, r.table_len);
@@ -417,10 +446,12 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 	if (len < sizeof(r))
 		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
-	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.sub_len + r.schema_len + r.table_len;
+	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.prev_key_len + r.sub_len + r.schema_len +
+		       r.table_len;
 	if (fixed > len)
 		return errf(err, errlen, "kafka sink: rendered event is corrupt");
-	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *sub = key + r.key_len;
+	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *prev_key = key + r.key_len;
+	const char *sub = prev_key + r.prev_key_len;
 	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *head = table + r.table_len;
 	char topic[256];
 	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
@@ -442,7 +473,10 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 	if (!produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
 		     headers(&r, sub, c->commit_lsn, "Event"), seq))
 		return true;
-	if (r.tombstone)
+	if (r.tombstone && r.prev_key_len) /* the row left its old key */
+		produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
+			headers(&r, sub, c->commit_lsn, "Event"), seq);
+	else if (r.tombstone)
 		produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0, headers(&r, sub, c->commit_lsn, "Event"),
 			seq);
 	return true;

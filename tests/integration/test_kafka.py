@@ -378,6 +378,28 @@ def test_tombstones_follow_deletes(pg, schema, cdc, kafka, kafka_reader, proto):
         assert stone.value is None
 
 
+def test_update_that_changes_the_key_moves_the_row(pg, schema, cdc, kafka, kafka_reader, proto):
+    """Keyed by the key after the change, so a compacted topic holds the row under its current key;
+    with tombstones the old key gets one (the event's own key field stays the identity before)."""
+    pg.sql(f"create table {schema}.t (id int primary key, v text)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 2)
+    reader = kafka_reader([topic], group=False)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], tombstones=True)], kafka=kafka_section(kafka))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (3, 'a')")
+    pg.sql(f"update {schema}.t set id = 30 where id = 3")
+    pg.sql(f"update {schema}.t set v = 'b' where id = 30")
+    reader.wait(4, describe=p.describe)
+    assert p.terminate() == 0, p.describe()
+    keyed = by_key(reader.snapshot())
+    assert set(keyed) == {expected_key(proto, schema, "t", 3), expected_key(proto, schema, "t", 30)}
+    old, new = keyed[expected_key(proto, schema, "t", 3)], keyed[expected_key(proto, schema, "t", 30)]
+    assert [("tombstone" if m.is_tombstone else m.event.op) for m in old] == [1, "tombstone"]
+    assert [(m.event.op, row_plain(m.event.new_row)["id"], row_plain(m.event.key)["id"]) for m in new] == \
+        [(2, 30, 3), (2, 30, 30)]
+
+
 def test_transaction_records(pg, schema, cdc, kafka, kafka_reader, proto):
     for t in ("a", "b", "x"):
         pg.sql(f"create table {schema}.{t} (id int primary key, v int)")

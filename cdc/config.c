@@ -3,6 +3,8 @@
  * reporting every problem as "FILE:LINE:COL: message". cfg_print writes the effective config back. */
 #include "config.h"
 
+#include "predicate.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -737,6 +739,22 @@ static void set_string(ctx *x, const node *v, void *base, const key *k)
 	*f = xstrdup(s);
 }
 
+/* A where predicate: parsed here too, so check-config reports it where it stands. */
+static void set_where(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a predicate");
+	if (!s)
+		return;
+	char why[256];
+	pred *p = *s ? pred_parse(s, why, sizeof(why)) : NULL;
+	if (*s && !p) {
+		err_at(x, v, "%s", why);
+		return;
+	}
+	pred_free(p);
+	set_string(x, v, base, k); /* reports an empty one */
+}
+
 static void set_socket(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = scalar(x, v, "a socket path");
@@ -1199,7 +1217,7 @@ static const key sub_k[] = {
     [SK_TAG] = {"tag", set_string, SUB(tag)},
     [SK_SINK] = {"sink", set_enum, SUB(sink), sink_names},
     [SK_CHANGED] = {"changed", set_strlist, SUB(changed)},
-    [SK_WHERE] = {"where", set_string, SUB(where), NULL, K_NONEMPTY},
+    [SK_WHERE] = {"where", set_where, SUB(where), NULL, K_NONEMPTY},
     [SK_COLUMNS] = {"columns", set_strlist, SUB(columns)},
     [SK_TOPIC] = {"topic", set_topic, SUB(topic)},
     [SK_TOMBSTONES] = {"tombstones", set_bool, SUB(tombstones)},

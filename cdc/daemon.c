@@ -130,7 +130,7 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 		 buf *hold, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (!rules_accept(d->rules, subs[i], ev))
+		if (!rules_accept(d->rules, subs[i], ev, d->arena))
 			continue;
 		Cdc__V1__Event *e = rules_project(d->rules, subs[i], ev, d->arena);
 		const cfg_subscription *s = &d->cfg->subs[subs[i]];

@@ -1,6 +1,8 @@
 /* rules.c: subscription matching; see rules.h. */
 #include "rules.h"
 
+#include "predicate.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ typedef struct rel_match {
 struct rules {
 	const cfg_subscription *subs;
 	size_t nsubs;
+	pred **where; /* per subscription, NULL without a where */
 	rel_match *tab; /* open addressing on relid */
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */
@@ -36,27 +39,23 @@ static bool table_matches(const cfg_subscription *s, const char *schema, const c
 	return false;
 }
 
-static const char *unsupported_key(const cfg_subscription *s)
-{
-	return s->where ? "where" : NULL;
-}
-
 rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < nsubs; i++) {
-		const char *key = unsupported_key(&subs[i]);
-		if (key) {
-			errf(err, errlen, "subscription %s: '%s' is not supported by this build of cdc yet", subs[i].name,
-			     key);
-			return NULL;
-		}
-	}
 	rules *r = xcalloc(1, sizeof(*r));
 	r->subs = subs;
 	r->nsubs = nsubs;
+	r->where = xcalloc(nsubs ? nsubs : 1, sizeof(pred *));
+	for (size_t i = 0; i < nsubs; i++) {
+		char why[256];
+		if (subs[i].where && !(r->where[i] = pred_parse(subs[i].where, why, sizeof(why)))) {
+			errf(err, errlen, "subscription %s: where: %s", subs[i].name, why);
+			rules_free(r);
+			return NULL;
+		}
+	}
 	r->cap = 64;
 	r->tab = xcalloc(r->cap, sizeof(rel_match));
-	r->msg_idx = xcalloc(nsubs, sizeof(uint32_t));
+	r->msg_idx = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	for (size_t i = 0; i < nsubs; i++)
 		if (subs[i].ops & CFG_OP_MESSAGE)
 			r->msg_idx[r->msg_n++] = (uint32_t)i;
@@ -75,6 +74,9 @@ void rules_free(rules *r)
 		return;
 	for (size_t i = 0; i < r->cap; i++)
 		entry_clear(&r->tab[i]);
+	for (size_t i = 0; i < r->nsubs; i++)
+		pred_free(r->where[i]);
+	free(r->where);
 	free(r->tab);
 	free(r->msg_idx);
 	free(r);
@@ -200,9 +202,9 @@ static bool same_value(const Cdc__V1__Value *a, const Cdc__V1__Value *b)
 	}
 }
 
-bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e)
+/* With `changed`, an update matches only if one of those columns differs. */
+static bool changed(const cfg_subscription *s, const Cdc__V1__Event *e)
 {
-	const cfg_subscription *s = &r->subs[sub];
 	if (!s->changed.n || e->op != CDC__V1__OP__OP_UPDATE)
 		return true;
 	for (size_t i = 0; i < s->changed.n; i++) {
@@ -212,6 +214,11 @@ bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e)
 			return true;
 	}
 	return false;
+}
+
+bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
+{
+	return changed(&r->subs[sub], e) && (!r->where[sub] || pred_eval(r->where[sub], e, a));
 }
 
 /* The columns of row that the projection keeps: listed ones and key ones. */

@@ -12,8 +12,8 @@
 
 typedef struct rules rules;
 
-/* The subscriptions stay owned by the caller and must outlive the rules. Fails (with a message
- * naming the subscription and key) for rule features this build does not have yet. */
+/* The subscriptions stay owned by the caller and must outlive the rules. Fails with a message
+ * naming the subscription when a where predicate does not parse. */
 rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t errlen);
 void rules_free(rules *r);
 
@@ -23,8 +23,9 @@ size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **o
 
 /* Whether subscription sub (an index rules_match returned) wants event e: with `changed`, an
  * update matches only if one of those columns differs between the old and the new row (an update
- * without an old row, or whose value is unchanged TOAST, changed nothing it can see). */
-bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e);
+ * without an old row, or whose value is unchanged TOAST, changed nothing it can see); with
+ * `where`, only if the predicate is true (scratch memory from a). */
+bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a);
 
 /* e as subscription sub delivers it: with `columns`, its rows hold only those columns and the key
  * columns (a copy in arena a); otherwise e itself. */

@@ -2,6 +2,7 @@
 one of the named columns changed) and `columns` (projection, key columns always kept)."""
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,3 +61,34 @@ def test_columns_projects_rows_and_keeps_the_key(pg, schema, cdc):
     ]
     # The other subscription of the same change still gets every column.
     assert full[0] == {"id": 1, "region": "eu", "status": "new", "amount": "10", "note": "x"}
+
+
+def test_where_filters_by_values(pg, schema, cdc):
+    """The contract's example: numeric compares as a number, text as text, old.* under FULL."""
+    pg.sql(f"create table {schema}.orders (id int primary key, status text, amount numeric(12,2))")
+    pg.sql(f"alter table {schema}.orders replica identity full")
+    c, p = cdc.start(subscriptions=[
+        {"name": "paid", "tables": [f"{schema}.orders"], "operations": ["insert", "update"],
+         "where": "new.status = 'paid' and new.amount >= 100", "sink": "stdout"},
+        {"name": "unpaid", "tables": [f"{schema}.orders"], "operations": ["update"],
+         "where": "old.status = 'paid' and new.status <> 'paid'", "sink": "stdout"}])
+    pg.sql(f"insert into {schema}.orders values (1, 'paid', 100.00), (2, 'paid', 99.99), "
+           f"(3, 'new', 500), (4, 'paid', 1000000000.5)")
+    pg.sql(f"update {schema}.orders set status = 'paid' where id = 3")   # paid: yes
+    pg.sql(f"update {schema}.orders set status = 'refunded' where id = 1")  # unpaid: yes
+    pg.sql(f"update {schema}.orders set amount = 150 where id = 2")      # paid: yes (now >= 100)
+    pg.sql(f"insert into {schema}.orders values (5, null, 200)")          # null status: unknown, no
+    events = finish(p, 5)
+    assert [(e["subscription"], e["op"], e["new"]["id"]) for e in events] == [
+        ("paid", "insert", 1), ("paid", "insert", 4), ("paid", "update", 3),
+        ("unpaid", "update", 1), ("paid", "update", 2)]
+
+
+def test_bad_where_is_a_config_error_with_its_position(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('subscriptions:\n  - name: x\n    tables: ["public.t"]\n    sink: stdout\n'
+                    '    where: "new.amount >= 100 and (new.status = \'paid\'"\n')
+    out = subprocess.run([os.environ.get("CDC_BIN", "build/cdc"), "check-config", "-c", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"{path}:5:12: subscriptions[0].where: position "), out.stderr

@@ -524,6 +524,8 @@ static const struct {
 	    "t.yaml:2:32: subscriptions[0].tables: invalid table pattern \"\\\"a\\\"b.c\": double quotes must surround a "
 	    "whole schema or table name\n"
 	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout)\n"),
+	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
+	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
 	    "t.yaml:1:37: status.listen: invalid address \"bad\": expected HOST:PORT or [IPv6]:PORT\n"),
 	BAD("subscriptions:\n  - name: a\n    tables: [a.b]\n    changed: []\n    columns: [\"\"]\n    where: \"\"\n",

@@ -336,13 +336,15 @@ static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
 		prev.columns = e->key->columns;
 		key.columns = e->op == CDC__V1__OP__OP_UPDATE ? new_key_columns(e, cols) : e->key->columns;
 	}
-	size_t key_len = cdc__v1__key__get_packed_size(&key), prev_len = cdc__v1__key__get_packed_size(&prev);
+	/* Only an update can move a row to another key: only then is the key before it packed too. */
+	bool update = e->op == CDC__V1__OP__OP_UPDATE;
+	size_t key_len = cdc__v1__key__get_packed_size(&key), prev_len = update ? cdc__v1__key__get_packed_size(&prev) : 0;
 	buf keys = {0};
 	buf_reserve(&keys, key_len + prev_len);
 	keys.len = cdc__v1__key__pack(&key, (uint8_t *)keys.data);
-	keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
-	bool moved = e->op == CDC__V1__OP__OP_UPDATE &&
-		     (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
+	if (update)
+		keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
+	bool moved = update && (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
 	rendered r = {
 		.topic_len = (uint32_t)topic.len,
 		.key_len = (uint32_t)key_len,

@@ -732,6 +732,19 @@ static bool bind_sinks(sidecar *d)
 	return true;
 }
 
+/* Whether two configurations give the Kafka producer the same settings. */
+static bool same_kafka(const cfg *a, const cfg *b)
+{
+	if (a->kafka.enabled != b->kafka.enabled || a->kafka.nproperties != b->kafka.nproperties ||
+	    (a->kafka.enabled && strcmp(a->kafka.brokers, b->kafka.brokers)))
+		return false;
+	for (size_t i = 0; i < a->kafka.nproperties; i++)
+		if (strcmp(a->kafka.properties[i].key, b->kafka.properties[i].key) ||
+		    strcmp(a->kafka.properties[i].value, b->kafka.properties[i].value))
+			return false;
+	return true;
+}
+
 /* SIGHUP: subscriptions are swapped at a transaction boundary; source settings need a restart. */
 static bool apply_reload(sidecar *d)
 {
@@ -750,6 +763,8 @@ static bool apply_reload(sidecar *d)
 	if (strcmp(next->source.dsn, d->cfg->source.dsn) || strcmp(next->source.slot, d->cfg->source.slot) ||
 	    strcmp(next->source.publication, d->cfg->source.publication) || strcmp(next->state_dir, d->cfg->state_dir))
 		log_warn("source and state_dir changes take effect at the next restart", "config=%s", d->cfg_path);
+	if (d->kafka_sink && !same_kafka(next, d->cfg))
+		log_warn("kafka brokers and properties take effect at the next restart", "config=%s", d->cfg_path);
 	rules_free(d->rules);
 	d->rules = r;
 	/* Keep the source settings in use; take everything else. */

@@ -30,6 +30,8 @@
 #define PROGRESS_LOG_MS 30000                 /* a progress line at most this often while changes flow */
 #define LARGE_TXN_BYTES (64 * 1024 * 1024)    /* held transactions this large are logged as delivered */
 
+enum { STDOUT, KAFKA, NSINKS }; /* the sink instances */
+
 typedef struct sidecar {
 	cfg *cfg;
 	const char *cfg_path;
@@ -38,7 +40,6 @@ typedef struct sidecar {
 
 	struct event_base *base;
 	struct event *ev_read, *ev_write, *ev_tick, *ev_retry, *ev_sig[3], *ev_kafka;
-	int read_fd;
 
 	source *src;
 	state st;      /* st.flushed_lsn: recorded in state_dir, may be sent */
@@ -49,7 +50,7 @@ typedef struct sidecar {
 	txn_handler handler;
 	source_handler source_handler;
 	rules *rules;
-	sink *stdout_sink, *kafka_sink; /* each created when a subscription needs it */
+	sink *instances[NSINKS]; /* each created when a subscription needs it */
 	sink **sinks; /* per subscription, parallel to cfg->subs */
 	arena *arena;
 	buf scratch; /* one rendered event of a plain transaction */
@@ -63,6 +64,7 @@ typedef struct sidecar {
 	uint32_t tx_index;
 	uint64_t received_lsn, flushed_lsn, sent_flush_lsn;
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
+	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
 	/* progress: totals, and what the last progress line reported */
 	uint64_t events, logged_events, logged_seq, last_progress_ms, large_txn_start_ms;
 	bool heartbeat_warned;
@@ -96,16 +98,10 @@ static uint64_t oldest_prepared(const sidecar *d)
 
 /* Delivery -------------------------------------------------------------------------------- */
 
-/* The sink instances, whichever exist. */
-static sink **sinks_begin(sidecar *d)
-{
-	return &d->stdout_sink;
-}
-
-static sink **sinks_end(sidecar *d)
-{
-	return &d->kafka_sink + 1;
-}
+/* Iterates k over the sink instances that exist. */
+#define FOR_SINKS(d, k)                                                           \
+	for (sink **k##_at = (d)->instances, *k; k##_at < (d)->instances + NSINKS; k##_at++) \
+		if ((k = *k##_at) != NULL)
 
 /* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
  * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
@@ -238,9 +234,8 @@ static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_l
 static void end_txn(sidecar *d, uint64_t end_lsn)
 {
 	progress_push(&d->prog, d->cur_seq, end_lsn);
-	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
-		if (*k)
-			(*k)->ops->end_txn(*k, d->cur_seq);
+	FOR_SINKS(d, k)
+		k->ops->end_txn(k, d->cur_seq);
 }
 
 /* Like pg_recvlogical --endpos: a transaction that commits after endpos is not delivered. */
@@ -306,10 +301,10 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t pos = 4; pos < len;) {
-		uint32_t sub = len - pos >= HOLD_ENTRY ? get_u32(rec + pos) : UINT32_MAX;
-		uint32_t n = sub != UINT32_MAX ? get_u32(rec + pos + 8) : 0;
-		if (sub >= d->cfg->nsubs || n > len - pos - HOLD_ENTRY)
+		if (len - pos < HOLD_ENTRY || get_u32(rec + pos) >= d->cfg->nsubs ||
+		    get_u32(rec + pos + 8) > len - pos - HOLD_ENTRY)
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu", t->xid, pos);
+		uint32_t sub = get_u32(rec + pos), n = get_u32(rec + pos + 8);
 		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
 		sink *k = d->sinks[sub];
 		d->events++;
@@ -359,9 +354,9 @@ static const txn_handler txn_callbacks = {
 static uint64_t sinks_delivered(sidecar *d)
 {
 	uint64_t delivered = d->seq;
-	for (sink *const *k = sinks_begin(d); k < sinks_end(d); k++)
-		if (*k && (*k)->ops->delivered(*k) < delivered)
-			delivered = (*k)->ops->delivered(*k);
+	FOR_SINKS(d, k)
+		if (k->ops->delivered(k) < delivered)
+			delivered = k->ops->delivered(k);
 	return delivered;
 }
 
@@ -415,7 +410,7 @@ static bool on_xlogdata(void *ctx, const uint8_t *data, size_t len, uint64_t lsn
 	sidecar *d = ctx;
 	if (lsn > d->received_lsn)
 		d->received_lsn = lsn;
-	d->last_data_ms = now_ms();
+	d->got_data = true;
 	if (d->past_endpos)
 		return true;
 	if (txn_feed(d->asm_, data, len, lsn, err, errlen))
@@ -487,14 +482,12 @@ static bool restart_from_slot(sidecar *d, sink *k)
 /* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. */
 static bool flush_sinks(sidecar *d)
 {
-	for (sink **k = sinks_begin(d); k < sinks_end(d); k++) {
-		if (!*k)
-			continue;
-		switch ((*k)->ops->flush(*k, d->err, sizeof(d->err))) {
+	FOR_SINKS(d, k) {
+		switch (k->ops->flush(k, d->err, sizeof(d->err))) {
 		case SINK_OK:
 			break;
 		case SINK_RESTART:
-			return restart_from_slot(d, *k);
+			return restart_from_slot(d, k);
 		case SINK_FATAL:
 			fail(d, 1, "sink failed");
 			return false;
@@ -506,8 +499,8 @@ static bool flush_sinks(sidecar *d)
 
 static bool sinks_busy(sidecar *d)
 {
-	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
-		if (*k && (*k)->ops->busy && (*k)->ops->busy(*k))
+	FOR_SINKS(d, k)
+		if (k->ops->busy && k->ops->busy(k))
 			return true;
 	return false;
 }
@@ -532,11 +525,34 @@ static void pause_or_resume(sidecar *d)
 	d->paused = busy;
 }
 
+/* Status update (a lost connection is retried); false when streaming stopped. */
+static bool feedback(sidecar *d, bool force)
+{
+	if (send_feedback(d, force))
+		return true;
+	if (!d->exit_code)
+		schedule_retry(d);
+	return false;
+}
+
+/* After input from the slot or a sink: report progress, pause or resume reading, stop at endpos. */
+static void progressed(sidecar *d, bool force)
+{
+	if (!feedback(d, force))
+		return;
+	pause_or_resume(d);
+	if (at_endpos(d))
+		event_base_loopbreak(d->base);
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
+	d->got_data = false;
 	source_result r = source_read(d->src, &d->source_handler, d->err, sizeof(d->err));
+	if (d->got_data)
+		d->last_data_ms = now_ms();
 	if (r == SOURCE_FATAL) {
 		fail(d, 1, "cannot process the replication stream");
 		return;
@@ -549,15 +565,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	}
 	bool reply = d->reply_requested;
 	d->reply_requested = false;
-	if (!send_feedback(d, reply)) {
-		if (!d->exit_code)
-			schedule_retry(d);
-		return;
-	}
 	d->backoff_ms = 0;
-	pause_or_resume(d);
-	if (at_endpos(d))
-		event_base_loopbreak(d->base);
+	progressed(d, reply);
 }
 
 /* Delivery reports of an asynchronous sink. */
@@ -565,17 +574,9 @@ static void on_sink_event(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	d->kafka_sink->ops->poll(d->kafka_sink);
-	if (!flush_sinks(d) || !d->streaming)
-		return;
-	if (!send_feedback(d, false)) {
-		if (!d->exit_code)
-			schedule_retry(d);
-		return;
-	}
-	pause_or_resume(d);
-	if (at_endpos(d))
-		event_base_loopbreak(d->base);
+	d->instances[KAFKA]->ops->poll(d->instances[KAFKA]);
+	if (flush_sinks(d) && d->streaming)
+		progressed(d, false);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -620,10 +621,10 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	d->streaming = true;
 	if (!d->last_progress_ms)
 		d->last_progress_ms = now_ms();
-	d->read_fd = source_fd(d->src);
-	d->ev_read = event_new(d->base, d->read_fd, EV_READ | EV_PERSIST, on_read, d);
+	int sock = source_fd(d->src);
+	d->ev_read = event_new(d->base, sock, EV_READ | EV_PERSIST, on_read, d);
 	event_free(d->ev_write);
-	d->ev_write = event_new(d->base, d->read_fd, EV_WRITE, on_write, d);
+	d->ev_write = event_new(d->base, sock, EV_WRITE, on_write, d);
 	event_add(d->ev_read, NULL);
 	/* libpq may already hold data read during the handshake. */
 	event_active(d->ev_read, EV_READ, 0);
@@ -632,9 +633,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 /* The Kafka sink's counters and its commit-to-delivery latency since the start. */
 static void log_kafka(sidecar *d)
 {
-	if (!d->kafka_sink)
+	if (!d->instances[KAFKA])
 		return;
-	const kafka_stats *k = kafka_sink_stats(d->kafka_sink);
+	const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
 	log_info("kafka", "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f latency_p99_ms=%.2f latency_max_ms=%.2f",
 		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered, (unsigned long long)k->errors,
 		 (unsigned long long)k->restarts, (double)hist_quantile(&k->latency, 0.5) / 1000,
@@ -651,11 +652,14 @@ static void log_progress(sidecar *d, uint64_t now)
 	lsn_format(d->flushed_lsn, flushed);
 	txn_stats st = d->asm_ ? txn_get_stats(d->asm_) : (txn_stats){0};
 	double secs = d->last_progress_ms ? (double)(now - d->last_progress_ms) / 1000 : 0;
-	log_info("progress", "received_lsn=%s flushed_lsn=%s transactions=%llu events=%llu events_per_s=%.0f held=%llu spilled_mib=%llu",
+	log_info("progress",
+		 "received_lsn=%s flushed_lsn=%s transactions=%llu events=%llu events_per_s=%.0f held=%llu "
+		 "spilled_mib=%llu aborted_held=%llu",
 		 received, flushed, (unsigned long long)(d->seq - d->logged_seq),
 		 (unsigned long long)(d->events - d->logged_events),
 		 secs > 0 ? (double)(d->events - d->logged_events) / secs : 0.0,
-		 (unsigned long long)(st.streamed_open + st.prepared_open), (unsigned long long)(st.spilled_bytes >> 20));
+		 (unsigned long long)(st.streamed_open + st.prepared_open), (unsigned long long)(st.spilled_bytes >> 20),
+		 (unsigned long long)st.aborted);
 	d->logged_seq = d->seq;
 	d->logged_events = d->events;
 	d->last_progress_ms = now;
@@ -667,13 +671,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	sidecar *d = arg;
 	maybe_reload(d);
-	if (!d->streaming)
+	if (!d->streaming || !feedback(d, false))
 		return;
-	if (!send_feedback(d, false)) {
-		if (!d->exit_code)
-			schedule_retry(d);
-		return;
-	}
 	uint64_t hb = d->cfg->source.heartbeat_ms, now = now_ms();
 	log_progress(d, now);
 	if (hb && now - d->last_data_ms >= hb && now - d->last_heartbeat_ms >= hb) {
@@ -712,23 +711,23 @@ static bool bind_sinks(sidecar *d)
 	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
-			if (!d->stdout_sink)
-				d->stdout_sink = stdout_sink_new(STDOUT_FILENO);
-			d->sinks[i] = d->stdout_sink;
+			if (!d->instances[STDOUT])
+				d->instances[STDOUT] = stdout_sink_new(STDOUT_FILENO);
+			d->sinks[i] = d->instances[STDOUT];
 			continue;
 		}
-		if (!d->kafka_sink) {
-			if (!(d->kafka_sink = kafka_sink_new(d->cfg, d->err, sizeof(d->err))))
+		if (!d->instances[KAFKA]) {
+			if (!(d->instances[KAFKA] = kafka_sink_new(d->cfg, d->err, sizeof(d->err))))
 				return false;
-			d->ev_kafka = event_new(d->base, d->kafka_sink->ops->fd(d->kafka_sink), EV_READ | EV_PERSIST,
+			d->ev_kafka = event_new(d->base, d->instances[KAFKA]->ops->fd(d->instances[KAFKA]), EV_READ | EV_PERSIST,
 						on_sink_event, d);
 			event_add(d->ev_kafka, NULL);
 		}
-		d->sinks[i] = d->kafka_sink;
+		d->sinks[i] = d->instances[KAFKA];
 	}
 	/* Even with no Kafka subscription left: the sink must not keep the old configuration. */
-	if (d->kafka_sink)
-		kafka_sink_bind(d->kafka_sink, d->cfg);
+	if (d->instances[KAFKA])
+		kafka_sink_bind(d->instances[KAFKA], d->cfg);
 	return true;
 }
 
@@ -763,7 +762,7 @@ static bool apply_reload(sidecar *d)
 	if (strcmp(next->source.dsn, d->cfg->source.dsn) || strcmp(next->source.slot, d->cfg->source.slot) ||
 	    strcmp(next->source.publication, d->cfg->source.publication) || strcmp(next->state_dir, d->cfg->state_dir))
 		log_warn("source and state_dir changes take effect at the next restart", "config=%s", d->cfg_path);
-	if (d->kafka_sink && !same_kafka(next, d->cfg))
+	if (d->instances[KAFKA] && !same_kafka(next, d->cfg))
 		log_warn("kafka brokers and properties take effect at the next restart", "config=%s", d->cfg_path);
 	rules_free(d->rules);
 	d->rules = r;
@@ -802,10 +801,10 @@ static void shutdown_flush(sidecar *d)
 {
 	if (d->exit_code || !flush_sinks(d))
 		return;
-	for (sink **k = sinks_begin(d); k < sinks_end(d); k++)
-		if (*k && (*k)->ops->finish && !(*k)->ops->finish(*k, FINISH_TIMEOUT_MS))
+	FOR_SINKS(d, k)
+		if (k->ops->finish && !k->ops->finish(k, FINISH_TIMEOUT_MS))
 			log_warn("stopping with messages in flight: they are delivered again after the restart",
-				 "sink=%s", (*k)->ops->name);
+				 "sink=%s", k->ops->name);
 	if (!flush_sinks(d))
 		return;
 	char lsn[LSN_STRLEN];
@@ -892,9 +891,8 @@ out:
 	rules_free(d.rules);
 	if (d.ev_kafka)
 		event_free(d.ev_kafka);
-	for (sink **k = sinks_begin(&d); k < sinks_end(&d); k++)
-		if (*k)
-			(*k)->ops->free(*k);
+	FOR_SINKS(&d, k)
+		k->ops->free(k);
 	free(d.sinks);
 	cfg_free(d.cfg);
 	if (d.lock_fd >= 0)

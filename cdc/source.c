@@ -31,11 +31,6 @@ struct source {
 	char system_id[32];
 };
 
-static char *dup_or_null(const char *s)
-{
-	return s ? xstrdup(s) : NULL;
-}
-
 source *source_new(const cfg *c)
 {
 	source *s = xcalloc(1, sizeof(*s));
@@ -46,7 +41,7 @@ source *source_new(const cfg *c)
 	s->publish.n = c->source.publish.n;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
-		s->publish.v[i] = dup_or_null(c->source.publish.v[i]);
+		s->publish.v[i] = xstrdup(c->source.publish.v[i]);
 	for (size_t i = 0; i < c->nsubs; i++) {
 		const cfg_subscription *sub = &c->subs[i];
 		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {

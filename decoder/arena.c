@@ -83,11 +83,3 @@ void arena_reset(arena *a)
 	c->used = 0;
 	a->head = c;
 }
-
-size_t arena_capacity(const arena *a)
-{
-	size_t n = 0;
-	for (const chunk *c = a->head; c; c = c->next)
-		n += c->size;
-	return n;
-}

@@ -15,7 +15,5 @@ void *arena_alloc(arena *a, size_t size);
 char *arena_strndup(arena *a, const char *s, size_t len);
 /* Releases everything; keeps the first chunk for reuse. */
 void arena_reset(arena *a);
-/* Bytes held in chunks (for memory accounting in status). */
-size_t arena_capacity(const arena *a);
 
 #endif

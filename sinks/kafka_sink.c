@@ -464,7 +464,8 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 	}
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
-	count_table(k, schema, r.schema_len, table, r.table_len);
+	if (k->cfg->kafka.transactions_topic) /* only the transaction record needs the counts */
+		count_table(k, schema, r.schema_len, table, r.table_len);
 
 	buf_reset(&k->value);
 	buf_append(&k->value, head, len - fixed);

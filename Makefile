@@ -29,7 +29,7 @@ override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 override LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-PROTOS := proto/cdc/v1/event.proto
+PROTOS := proto/cdc/v1/event.proto proto/cdc/v1/subscriber.proto
 PROTO_C := $(PROTOS:proto/%.proto=build/gen/%.pb-c.c)
 PROTO_H := $(PROTO_C:.c=.h)
 

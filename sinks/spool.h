@@ -1,0 +1,89 @@
+/* spool.h: one subscription's durable event log in a directory of state_dir: append-only segment
+ * files of checksummed records, group-committed fsync, count/age/bytes retention, and the acked
+ * cursor. Offsets are dense, start at 1 and are never reused. Events become visible to readers
+ * when the transaction they belong to is durably complete (spool_commit + spool_sync). */
+#ifndef CDC_SPOOL_H
+#define CDC_SPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct spool spool;
+
+typedef struct spool_limits {
+	uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
+	bool drop_oldest;                           /* else block: spool_full() tells the caller to stop */
+	uint64_t segment_bytes;                     /* a segment is closed once this large; 0: 64 MiB */
+} spool_limits;
+
+/* A record read back. data is valid until the next spool_read or spool_append on this spool. */
+typedef struct spool_record {
+	uint64_t offset;
+	uint64_t commit_lsn;
+	uint32_t tx_index;
+	uint32_t key_hash;  /* key_shared routing: a hash of the row's key (0 for keyless events) */
+	int64_t time_ms;    /* wall clock when appended (max_age) */
+	const uint8_t *data; /* the event: a packed cdc.v1.Event */
+	size_t len;
+} spool_record;
+
+/* What spool_open found and repaired, for the log. */
+typedef struct spool_recovery {
+	uint64_t torn_bytes;    /* bytes cut off the last segment: a torn or corrupt tail */
+	uint64_t uncommitted;   /* records after the last transaction end: kept, but invisible until it ends */
+} spool_recovery;
+
+/* Opens (creating if needed, mode 0700) the spool in dir and recovers it: scans the last segment,
+ * cuts off a torn or corrupt tail at the last good record, and finds the durable head. */
+spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err, size_t errlen);
+void spool_close(spool *s);
+/* Limits may change on reload. */
+void spool_set_limits(spool *s, const spool_limits *lim);
+/* Removes the directory and everything in it (a deleted subscription). */
+bool spool_destroy(const char *dir, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* Appends one event (buffered; not durable until spool_sync). Returns its offset in *offset. */
+bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
+		  int64_t now_ms, uint64_t *offset, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Ends the transaction the appended events belong to (a marker record; nothing if none since the
+ * last one). Its events become visible at the next spool_sync. */
+bool spool_commit(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Writes what is buffered and fsyncs it (and the cursor, if it moved). */
+bool spool_sync(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+/* The identity of the newest appended event, durable or not: after a restart the slot resends
+ * changes the spool may already hold; the caller skips those at or before this. false if empty. */
+bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index);
+
+/* Reads the event at offset (first <= offset <= head). */
+bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* The oldest retained offset (head + 1 when none is retained). */
+uint64_t spool_first(const spool *s);
+/* The newest visible (durable, transaction complete) offset; 0 when none. */
+uint64_t spool_head(const spool *s);
+/* Every offset up to this is acknowledged (or dropped, or dead). */
+uint64_t spool_acked(const spool *s);
+/* Moves the acked cursor forward (never back); recorded in the cursor file at once (a write that
+ * survives the process being killed; fsynced at the next spool_sync). */
+bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* block: whether the unacknowledged events exceed a limit (stop reading the slot until they don't). */
+bool spool_full(const spool *s, int64_t now_ms);
+/* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the
+ * discarded range in [*from, *to] (false if nothing was discarded). Both modes: deletes segment
+ * files that hold only acknowledged or discarded events. */
+bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err, size_t errlen) CDC_MUST_CHECK;
+
+typedef struct spool_stats {
+	uint64_t events;     /* retained: head - first + 1 */
+	uint64_t bytes;      /* on disk */
+	uint64_t dropped;    /* discarded by drop_oldest since the spool was created (persisted) */
+	uint64_t segments;
+	int64_t oldest_ms;   /* time_ms of the oldest retained event, 0 if none */
+} spool_stats;
+spool_stats spool_get_stats(const spool *s);
+
+#endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "pbwire.h"
 #include "pgoutput.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
@@ -124,23 +125,6 @@ static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
 		put_topic_part(b, v);
 		tmpl += vars[i].len;
 	}
-}
-
-/* Protobuf varint with its field tag: the commit fields appended to a packed Event. Fields of a
- * message may come in any order, so a packed head plus this tail is a valid cdc.v1.Event. */
-static void put_varint_field(buf *b, unsigned field, uint64_t v)
-{
-	uint8_t tmp[11];
-	size_t n = 0;
-	tmp[n++] = (uint8_t)(field << 3);
-	do {
-		tmp[n] = (uint8_t)(v & 0x7F);
-		v >>= 7;
-		if (v)
-			tmp[n] |= 0x80;
-		n++;
-	} while (v);
-	buf_append(b, tmp, n);
 }
 
 /* ---- in-flight transactions ---- */
@@ -469,9 +453,7 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 
 	buf_reset(&k->value);
 	buf_append(&k->value, head, len - fixed);
-	put_varint_field(&k->value, 9, c->commit_lsn);
-	put_varint_field(&k->value, 11, c->tx_index);
-	put_varint_field(&k->value, 12, (uint64_t)c->commit_time);
+	pb_put_commit(&k->value, c);
 	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
 	if (!produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
 		     headers(&r, sub, c->commit_lsn, "Event"), seq))

@@ -1,0 +1,25 @@
+/* pbwire.h: the few protobuf wire-format pieces sinks write by hand: fields appended to an already
+ * packed message (protobuf merges fields of a message that arrive in any order), and the headers of
+ * length-delimited fields whose contents are copied as bytes instead of packed again. */
+#ifndef CDC_PBWIRE_H
+#define CDC_PBWIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sink.h"
+#include "util.h"
+
+/* Bytes of v as a varint. */
+size_t pb_varint_size(uint64_t v);
+void pb_put_varint(buf *b, uint64_t v);
+/* A varint field (wire type 0), and its size. */
+void pb_put_varint_field(buf *b, unsigned field, uint64_t v);
+size_t pb_varint_field_size(unsigned field, uint64_t v);
+/* The tag and length of a length-delimited field (wire type 2) of len bytes, and their size. */
+void pb_put_len_header(buf *b, unsigned field, size_t len);
+size_t pb_len_header_size(unsigned field, size_t len);
+/* Completes an Event packed without its commit fields: commit_lsn, tx_index, commit_time. */
+void pb_put_commit(buf *b, const sink_commit *c);
+
+#endif

@@ -20,6 +20,7 @@
 #include "source.h"
 #include "state.h"
 #include "kafka_sink.h"
+#include "socket_sink.h"
 #include "stdout_sink.h"
 #include "txn.h"
 
@@ -30,7 +31,7 @@
 #define PROGRESS_LOG_MS 30000                 /* a progress line at most this often while changes flow */
 #define LARGE_TXN_BYTES (64 * 1024 * 1024)    /* held transactions this large are logged as delivered */
 
-enum { STDOUT, KAFKA, NSINKS }; /* the sink instances */
+enum { STDOUT, KAFKA, SOCKET, NSINKS }; /* the sink instances */
 
 typedef struct sidecar {
 	cfg *cfg;
@@ -690,19 +691,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* Configuration ------------------------------------------------------------------------- */
 
-/* Checks that this build can serve every subscription and builds the rules for them. */
-static rules *prepare(cfg *c, char *err, size_t errlen)
-{
-	for (size_t i = 0; i < c->nsubs; i++)
-		if (c->subs[i].sink == CFG_SINK_SOCKET) {
-			errf(err, errlen, "subscription %s: sink socket is not available in this build of cdc yet",
-			     c->subs[i].name);
-			return NULL;
-		}
-	return rules_new(c->subs, c->nsubs, err, errlen);
-}
-
 static void on_sink_event(evutil_socket_t fd, short what, void *arg);
+
+/* Consumers made room in a spool that was full: reading the slot may resume. */
+static void on_consumers_acked(void *ctx)
+{
+	sidecar *d = ctx;
+	if (d->paused)
+		pause_or_resume(d);
+}
 
 /* Points each subscription at its sink, creating sinks on first use. */
 static bool bind_sinks(sidecar *d)
@@ -714,6 +711,14 @@ static bool bind_sinks(sidecar *d)
 			if (!d->instances[STDOUT])
 				d->instances[STDOUT] = stdout_sink_new(STDOUT_FILENO);
 			d->sinks[i] = d->instances[STDOUT];
+			continue;
+		}
+		if (d->cfg->subs[i].sink == CFG_SINK_SOCKET) {
+			if (!d->instances[SOCKET] &&
+			    !(d->instances[SOCKET] = socket_sink_new(d->cfg, d->base, on_consumers_acked, d, d->err,
+								     sizeof(d->err))))
+				return false;
+			d->sinks[i] = d->instances[SOCKET];
 			continue;
 		}
 		if (!d->instances[KAFKA]) {
@@ -728,7 +733,7 @@ static bool bind_sinks(sidecar *d)
 	/* Even with no Kafka subscription left: the sink must not keep the old configuration. */
 	if (d->instances[KAFKA])
 		kafka_sink_bind(d->instances[KAFKA], d->cfg);
-	return true;
+	return !d->instances[SOCKET] || socket_sink_bind(d->instances[SOCKET], d->cfg, d->err, sizeof(d->err));
 }
 
 /* Whether two configurations give the Kafka producer the same settings. */
@@ -750,7 +755,7 @@ static bool apply_reload(sidecar *d)
 	d->reload_pending = false;
 	buf errors = {0};
 	cfg *next = cfg_load(d->cfg_path, &errors);
-	rules *r = next ? prepare(next, d->err, sizeof(d->err)) : NULL;
+	rules *r = next ? rules_new(next->subs, next->nsubs, d->err, sizeof(d->err)) : NULL;
 	if (!r) {
 		log_error("reload refused; keeping the running configuration", "errors=\"%s\"",
 			  next ? d->err : errors.data);
@@ -822,7 +827,7 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 {
 	sidecar d = {.cfg = c, .cfg_path = cfg_path, .endpos = endpos, .lock_fd = -1};
 	log_setup(c->log.level, c->log.format);
-	if (!(d.rules = prepare(c, d.err, sizeof(d.err)))) {
+	if (!(d.rules = rules_new(c->subs, c->nsubs, d.err, sizeof(d.err)))) {
 		log_error("configuration not supported", "error=\"%s\"", d.err);
 		cfg_free(c);
 		return 2;

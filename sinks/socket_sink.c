@@ -1,0 +1,1158 @@
+/* socket_sink.c: see socket_sink.h. Per subscription two queues, its events and its dead letters,
+ * each a spool plus the consumers attached to it and a window of per-offset delivery state for the
+ * offsets from the first unacknowledged one to the first never sent. */
+#include "socket_sink.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "log.h"
+#include "pbwire.h"
+#include "spool.h"
+
+#define MAX_CONSUMERS 1024
+#define TICK_MS 100
+#define TRIM_EVERY_MS 1000
+#define HEARTBEAT_DEFAULT_MS 5000
+#define KEY_BUCKETS 256
+#define RENDER_HEADER 8 /* [u32 subscription index][u32 key hash] before the packed event */
+
+/* ServerFrame and Delivery field numbers (subscriber.proto), and the Event's offset fields. */
+enum { SF_SUBSCRIBED = 1, SF_DELIVERY = 2, DELIVERY_EVENTS = 1, EVENT_OFFSET = 2, EVENT_DELIVERY_COUNT = 16 };
+
+typedef struct consumer consumer;
+typedef struct subscription subscription;
+typedef struct socket_sink socket_sink;
+
+enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
+
+typedef struct slot {
+	uint64_t deadline_ms; /* SENT: redelivered after this */
+	consumer *c;          /* SENT: to whom */
+	uint32_t deliveries;
+	uint8_t state;
+} slot;
+
+/* Delivery state of the offsets [base, next): a ring that grows by doubling. */
+typedef struct window {
+	slot *v;
+	size_t cap, head; /* v[head] is base's slot */
+	uint64_t base;
+} window;
+
+typedef struct queue {
+	subscription *sub;
+	bool dead_letters;
+	spool *sp;
+	consumer *consumers; /* in attach order; failover: the first one is active */
+	size_t nconsumers;
+	window w;
+	uint64_t next;       /* the lowest offset not sent yet (offsets from here on are implicitly unsent) */
+	uint64_t returned;   /* slots in the window back to UNSENT, waiting for redelivery */
+	uint64_t min_deadline;
+	uint64_t drop_from, drop_to; /* a discarded range the next consumer is told of (drop_to 0: none) */
+	consumer *bucket[KEY_BUCKETS];
+	size_t rr;
+} queue;
+
+struct subscription {
+	socket_sink *s;
+	char *name;
+	const cfg_subscription *cfg;
+	queue q, dead;
+	bool in_txn, dirty, have_last;
+	uint64_t last_lsn;
+	uint32_t last_txi;
+	uint64_t matched, delivered, redelivered;
+};
+
+struct consumer {
+	socket_sink *s;
+	queue *q; /* NULL until subscribed */
+	consumer *next;
+	struct bufferevent *bev;
+	char name[256];
+	uid_t uid;
+	pid_t pid;
+	uint32_t max_unacked, in_flight;
+	uint64_t heartbeat_ms, last_send_ms;
+	bool closing;
+};
+
+struct socket_sink {
+	sink base;
+	const cfg *cfg;
+	struct event_base *evb;
+	struct evconnlistener *listener;
+	struct event *ev_tick;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	void (*wake)(void *);
+	void *wake_ctx;
+	subscription **subs; /* every subscription ever bound, by name */
+	size_t nsubs;
+	subscription **by_index; /* cfg->subs index -> subscription (NULL: not a socket one) */
+	size_t nindex;
+	consumer *pending; /* connected, not subscribed yet */
+	size_t nconnections;
+	uint64_t ended_seq, durable_seq, last_trim_ms;
+	buf scratch, events;
+	char err[512];
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint32_t get_u32(const void *p)
+{
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Window ------------------------------------------------------------------------------- */
+
+static slot *window_at(window *w, uint64_t off)
+{
+	return &w->v[(w->head + (off - w->base)) & (w->cap - 1)];
+}
+
+/* Makes room for the slots up to off (exclusive end: off + 1), new ones unsent. */
+static void window_extend(window *w, uint64_t next, uint64_t end)
+{
+	size_t need = (size_t)(end - w->base);
+	if (need > w->cap) {
+		size_t cap = w->cap ? w->cap : 64;
+		while (cap < need)
+			cap *= 2;
+		slot *v = xcalloc(cap, sizeof(slot));
+		for (uint64_t o = w->base; o < next; o++)
+			v[o - w->base] = *window_at(w, o);
+		free(w->v);
+		w->v = v;
+		w->cap = cap;
+		w->head = 0;
+	}
+	for (uint64_t o = next; o < end; o++)
+		*window_at(w, o) = (slot){0};
+}
+
+static void window_reset(window *w, uint64_t base)
+{
+	w->base = base;
+	w->head = 0;
+}
+
+/* Consumers ---------------------------------------------------------------------------- */
+
+static cfg_consumers mode(const queue *q)
+{
+	return q->dead_letters ? CFG_CONSUMERS_FAILOVER : q->sub->cfg->consumers;
+}
+
+/* failover: only the first consumer receives; the others wait their turn. */
+static bool is_active(const consumer *c)
+{
+	return mode(c->q) != CFG_CONSUMERS_FAILOVER || c->q->consumers == c;
+}
+
+static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
+{
+	buf b = {0};
+	frame_put_server(&b, f);
+	bufferevent_write(c->bev, b.data, b.len);
+	buf_free(&b);
+	c->last_send_ms = mono_ms();
+}
+
+static void consumer_free(consumer *c);
+
+static void on_drained(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	consumer_free(arg);
+}
+
+/* Answers with an Error frame and closes once it is written; this connection only. */
+static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
+{
+	if (c->closing)
+		return;
+	log_warn("closing a subscriber connection", "consumer=%s pid=%ld uid=%ld subscription=%s error=\"%s\"", c->name,
+		 (long)c->pid, (long)c->uid, c->q ? c->q->sub->name : "-", msg);
+	Cdc__V1__Error e = CDC__V1__ERROR__INIT;
+	e.code = code;
+	e.message = (char *)msg;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ERROR;
+	f.error = &e;
+	send_frame(c, &f);
+	c->closing = true;
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_setcb(c->bev, NULL, on_drained, NULL, c);
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+}
+
+static void heartbeat(consumer *c)
+{
+	Cdc__V1__Heartbeat h = CDC__V1__HEARTBEAT__INIT;
+	h.head_offset = spool_head(c->q->sp);
+	h.acked_offset = spool_acked(c->q->sp);
+	h.active = is_active(c);
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_HEARTBEAT;
+	f.heartbeat = &h;
+	send_frame(c, &f);
+}
+
+/* Dispatch ------------------------------------------------------------------------------ */
+
+static bool has_room(const consumer *c)
+{
+	return !c->closing && c->in_flight < c->max_unacked;
+}
+
+static consumer *least_loaded(queue *q)
+{
+	consumer *best = NULL;
+	for (consumer *c = q->consumers; c; c = c->next)
+		if (has_room(c) && (!best || c->in_flight < best->in_flight))
+			best = c;
+	return best;
+}
+
+/* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
+ * now. */
+static consumer *choose(queue *q, uint32_t key_hash)
+{
+	switch (mode(q)) {
+	case CFG_CONSUMERS_FAILOVER:
+		return q->consumers;
+	case CFG_CONSUMERS_SHARED:
+		for (size_t i = 0; i < q->nconsumers; i++) {
+			consumer *c = q->consumers;
+			size_t k = (q->rr + i) % q->nconsumers;
+			while (k--)
+				c = c->next;
+			if (has_room(c)) {
+				q->rr = (q->rr + i + 1) % q->nconsumers;
+				return c;
+			}
+		}
+		return NULL;
+	case CFG_CONSUMERS_KEY_SHARED: {
+		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
+		consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
+		if (!*b)
+			*b = least_loaded(q);
+		return *b;
+	}
+	}
+	return NULL;
+}
+
+static bool slot_unsent(queue *q, uint64_t off)
+{
+	return off >= q->next || window_at(&q->w, off)->state == SLOT_UNSENT;
+}
+
+/* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
+static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t now)
+{
+	if (r->offset >= q->next) {
+		window_extend(&q->w, q->next, r->offset + 1);
+		q->next = r->offset + 1;
+	} else {
+		q->returned--;
+	}
+	slot *sl = window_at(&q->w, r->offset);
+	sl->state = SLOT_SENT;
+	sl->c = c;
+	sl->deliveries++;
+	sl->deadline_ms = now + q->sub->cfg->ack_timeout_ms;
+	if (sl->deadline_ms < q->min_deadline || !q->min_deadline)
+		q->min_deadline = sl->deadline_ms;
+	c->in_flight++;
+	if (!q->dead_letters) {
+		q->sub->delivered++;
+		q->sub->redelivered += sl->deliveries > 1;
+	}
+	size_t len = r->len + pb_varint_field_size(EVENT_OFFSET, r->offset) +
+		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
+	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
+	buf_append(&s->events, r->data, r->len);
+	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
+	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
+}
+
+/* Writes the Delivery gathered in s->events to c (after any discarded range it must hear of). */
+static void push_delivery(socket_sink *s, queue *q, consumer *c)
+{
+	if (q->drop_to) {
+		Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
+		dr.from_offset = q->drop_from;
+		dr.to_offset = q->drop_to;
+		Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+		f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
+		f.dropped = &dr;
+		send_frame(c, &f);
+		q->drop_from = q->drop_to = 0;
+	}
+	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
+	uint8_t hdr[FRAME_HEADER] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+	buf_reset(&s->scratch);
+	buf_append(&s->scratch, hdr, sizeof(hdr));
+	pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evbuffer_add(out, s->scratch.data, s->scratch.len);
+	evbuffer_add(out, s->events.data, s->events.len);
+	buf_reset(&s->events);
+	c->last_send_ms = mono_ms();
+}
+
+static void fatal_read(socket_sink *s, queue *q)
+{
+	log_error("cannot read a spooled event; its consumers wait until cdc restarts", "subscription=%s error=\"%s\"",
+		  q->sub->name, s->err);
+}
+
+/* Sends one delivery starting at off if someone can take it. Returns the offset after the group,
+ * or 0 when nothing more can be sent now (stop scanning). */
+static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
+{
+	spool_record r;
+	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+		fatal_read(s, q);
+		return 0;
+	}
+	consumer *c = choose(q, r.key_hash);
+	if (!c || !has_room(c)) {
+		/* key_shared: this key's consumer is full; other keys may go on. */
+		if (mode(q) != CFG_CONSUMERS_KEY_SHARED || !least_loaded(q))
+			return 0;
+		if (off >= q->next) {
+			window_extend(&q->w, q->next, off + 1);
+			q->next = off + 1;
+			q->returned++;
+		}
+		return off + 1;
+	}
+	bool batch = !q->dead_letters && q->sub->cfg->batch == CFG_BATCH_TRANSACTION;
+	uint64_t commit_lsn = r.commit_lsn;
+	put_event(s, q, c, &r, now);
+	for (off++; batch && off <= head && slot_unsent(q, off); off++) {
+		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+			fatal_read(s, q);
+			break;
+		}
+		if (r.commit_lsn != commit_lsn)
+			break;
+		put_event(s, q, c, &r, now);
+	}
+	push_delivery(s, q, c);
+	return off;
+}
+
+/* Pushes what the consumers have room for: returned offsets first (in order), then new ones. */
+static void dispatch(socket_sink *s, queue *q)
+{
+	if (!q->consumers || (mode(q) == CFG_CONSUMERS_FAILOVER && q->consumers->closing))
+		return;
+	uint64_t head = spool_head(q->sp), now = mono_ms();
+	uint64_t off = q->returned ? q->w.base : q->next;
+	while (off && off <= head) {
+		if (!slot_unsent(q, off)) {
+			off++;
+			continue;
+		}
+		off = send_group(s, q, off, head, now);
+	}
+}
+
+/* Acknowledgement and redelivery ------------------------------------------------------- */
+
+static void wake(socket_sink *s)
+{
+	if (s->wake)
+		s->wake(s->wake_ctx);
+}
+
+/* Moves the acked cursor over the acknowledged slots at the window's start. */
+static void advance_base(socket_sink *s, queue *q)
+{
+	window *w = &q->w;
+	while (w->base < q->next && window_at(w, w->base)->state == SLOT_ACKED) {
+		w->base++;
+		w->head = (w->head + 1) & (w->cap - 1);
+	}
+	if (w->base == q->next)
+		window_reset(w, q->next);
+	if (w->base - 1 > spool_acked(q->sp) && !spool_set_acked(q->sp, w->base - 1, s->err, sizeof(s->err)))
+		log_error("cannot record acknowledged offsets; they may be delivered again after a restart",
+			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
+}
+
+static void ack_slot(queue *q, slot *sl)
+{
+	if (sl->state == SLOT_SENT)
+		sl->c->in_flight--;
+	else if (sl->state == SLOT_UNSENT)
+		q->returned--;
+	sl->state = SLOT_ACKED;
+	sl->c = NULL;
+}
+
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off);
+
+/* A delivery that was not acknowledged in time or whose consumer went away: sent again, or moved
+ * to the dead letters once it was delivered max_deliveries times. */
+static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl)
+{
+	sl->c->in_flight--;
+	sl->c = NULL;
+	sl->state = SLOT_UNSENT;
+	q->returned++;
+	uint32_t max = q->sub->cfg->max_deliveries;
+	if (!q->dead_letters && max && sl->deliveries >= max)
+		move_to_dead(s, q, off);
+}
+
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off)
+{
+	subscription *sub = q->sub;
+	spool_record r;
+	uint64_t dead_off;
+	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err)) ||
+	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, r.data, r.len, wall_ms(), &dead_off, s->err,
+			  sizeof(s->err)) ||
+	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) || !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
+		log_error("cannot move an event to the dead letters; it stays in the subscription",
+			  "subscription=%s offset=%llu error=\"%s\"", sub->name, (unsigned long long)off, s->err);
+		return;
+	}
+	log_warn("moved an event to the dead letters", "subscription=%s offset=%llu deliveries=%u dead_offset=%llu",
+		 sub->name, (unsigned long long)off, sub->cfg->max_deliveries, (unsigned long long)dead_off);
+	ack_slot(q, window_at(&q->w, off));
+	dispatch(s, &sub->dead);
+}
+
+/* Returns every delivery c holds (it went away, or lost the failover). */
+static void return_all(socket_sink *s, queue *q, consumer *c)
+{
+	for (uint64_t o = q->w.base; o < q->next && c->in_flight; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state == SLOT_SENT && sl->c == c)
+			return_slot(s, q, o, sl);
+	}
+	advance_base(s, q);
+}
+
+static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
+{
+	queue *q = c->q;
+	bool cumulative = mode(q) == CFG_CONSUMERS_FAILOVER;
+	if (cumulative && !is_active(c))
+		return; /* it lost the failover: its deliveries went to another */
+	for (size_t i = 0; i < a->n_offsets; i++) {
+		uint64_t off = a->offsets[i];
+		uint64_t from = cumulative ? q->w.base : off, to = off < q->next ? off : q->next - 1;
+		for (uint64_t o = from > q->w.base ? from : q->w.base; o <= to; o++) {
+			slot *sl = window_at(&q->w, o);
+			if (sl->state != SLOT_ACKED)
+				ack_slot(q, sl);
+		}
+	}
+	advance_base(s, q);
+	dispatch(s, q);
+	wake(s);
+}
+
+/* ack_timeout: shared modes redeliver the late event; failover hands over to a waiting consumer. */
+static void check_timeouts(socket_sink *s, queue *q, uint64_t now)
+{
+	if (!q->min_deadline || q->min_deadline > now)
+		return;
+	q->min_deadline = 0;
+	if (mode(q) == CFG_CONSUMERS_FAILOVER) {
+		consumer *active = q->consumers;
+		if (!active || !active->in_flight)
+			return;
+		if (!active->next) {
+			q->min_deadline = now + q->sub->cfg->ack_timeout_ms; /* nobody to hand over to */
+			return;
+		}
+		log_warn("the active consumer did not acknowledge in time; the next one takes over",
+			 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
+		q->consumers = active->next;
+		consumer **tail = &q->consumers;
+		while (*tail)
+			tail = &(*tail)->next;
+		*tail = active;
+		active->next = NULL;
+		return_all(s, q, active);
+		dispatch(s, q);
+		return;
+	}
+	for (uint64_t o = q->w.base; o < q->next; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state != SLOT_SENT)
+			continue;
+		if (sl->deadline_ms <= now)
+			return_slot(s, q, o, sl);
+		else if (!q->min_deadline || sl->deadline_ms < q->min_deadline)
+			q->min_deadline = sl->deadline_ms;
+	}
+	advance_base(s, q);
+	dispatch(s, q);
+}
+
+/* Retention: drop_oldest discards; both modes delete segments nobody needs any more. */
+static void trim(socket_sink *s, queue *q)
+{
+	uint64_t from, to;
+	s->err[0] = '\0';
+	if (!spool_trim(q->sp, wall_ms(), &from, &to, s->err, sizeof(s->err))) {
+		if (s->err[0])
+			log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
+		return;
+	}
+	log_warn("retention discarded events nobody acknowledged", "subscription=%s from_offset=%llu to_offset=%llu",
+		 q->sub->name, (unsigned long long)from, (unsigned long long)to);
+	q->drop_from = q->drop_to ? q->drop_from : from;
+	q->drop_to = to;
+	/* Deliveries in flight of discarded events are forgotten: acks for them change nothing. */
+	for (uint64_t o = q->w.base; o < q->next && o <= to; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state != SLOT_ACKED)
+			ack_slot(q, sl);
+	}
+	if (q->next <= to) {
+		q->next = to + 1;
+		window_reset(&q->w, q->next);
+	} else {
+		advance_base(s, q);
+	}
+}
+
+/* Connections --------------------------------------------------------------------------- */
+
+static void unlink_consumer(consumer **list, consumer *c)
+{
+	for (consumer **p = list; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			return;
+		}
+}
+
+static void detach(consumer *c)
+{
+	queue *q = c->q;
+	if (!q) {
+		unlink_consumer(&c->s->pending, c);
+		return;
+	}
+	bool was_active = q->consumers == c;
+	unlink_consumer(&q->consumers, c);
+	q->nconsumers--;
+	q->rr = 0;
+	for (size_t i = 0; i < KEY_BUCKETS; i++)
+		if (q->bucket[i] == c)
+			q->bucket[i] = NULL;
+	return_all(c->s, q, c);
+	c->q = NULL;
+	if (was_active && q->consumers && mode(q) == CFG_CONSUMERS_FAILOVER)
+		log_info("failover: another consumer is active now", "subscription=%s consumer=%s from_offset=%llu",
+			 q->sub->name, q->consumers->name, (unsigned long long)q->w.base);
+	dispatch(c->s, q);
+}
+
+static void consumer_free(consumer *c)
+{
+	log_info("subscriber disconnected", "consumer=%s pid=%ld subscription=%s in_flight=%u", c->name, (long)c->pid,
+		 c->q ? c->q->sub->name : "-", c->in_flight);
+	socket_sink *s = c->s;
+	detach(c);
+	bufferevent_free(c->bev);
+	s->nconnections--;
+	free(c);
+}
+
+/* Positions a queue for a consumer that attaches while no other is: the start it asked for. */
+static uint64_t position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
+{
+	uint64_t first = spool_first(q->sp), head = spool_head(q->sp), acked = spool_acked(q->sp);
+	uint64_t start;
+	switch (sub->start) {
+	case CDC__V1__START_FROM__START_EARLIEST:
+		start = first;
+		break;
+	case CDC__V1__START_FROM__START_LATEST:
+		start = head + 1;
+		break;
+	case CDC__V1__START_FROM__START_OFFSET:
+		start = sub->start_offset < first ? first : sub->start_offset > head + 1 ? head + 1 : sub->start_offset;
+		break;
+	default:
+		if (q->w.base > acked)
+			return q->returned ? q->w.base : q->next;
+		start = acked + 1; /* after a replay that did not get that far */
+		break;
+	}
+	/* Skipping forward acknowledges what is skipped; going back replays acknowledged events. */
+	if (start - 1 > acked && !spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
+		log_error("cannot record acknowledged offsets", "subscription=%s error=\"%s\"", q->sub->name, s->err);
+	q->next = start;
+	q->returned = 0;
+	window_reset(&q->w, start);
+	return start;
+}
+
+static subscription *find(socket_sink *s, const char *name)
+{
+	for (size_t i = 0; i < s->nsubs; i++)
+		if (s->subs[i]->cfg && strcmp(s->subs[i]->name, name) == 0)
+			return s->subs[i];
+	return NULL;
+}
+
+static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscribe *m)
+{
+	subscription *sub = find(s, m->subscription);
+	if (!sub) {
+		bool other = false;
+		for (size_t i = 0; i < s->cfg->nsubs; i++)
+			other |= strcmp(s->cfg->subs[i].name, m->subscription) == 0;
+		char msg[512];
+		snprintf(msg, sizeof(msg), other ? "subscription %s does not deliver to the socket (its sink is another)" :
+						   "no subscription named %s",
+			 m->subscription);
+		consumer_error(c,
+			       other ? CDC__V1__ERROR__CODE__NOT_A_SOCKET_SUBSCRIPTION :
+				       CDC__V1__ERROR__CODE__UNKNOWN_SUBSCRIPTION,
+			       msg);
+		return;
+	}
+	queue *q = m->dead_letters ? &sub->dead : &sub->q;
+	if (m->consumer && m->consumer[0])
+		snprintf(c->name, sizeof(c->name), "%s", m->consumer);
+	uint32_t max = m->dead_letters ? 1000 : sub->cfg->max_unacked;
+	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
+	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
+	unlink_consumer(&s->pending, c);
+	uint64_t next = q->consumers ? (q->returned ? q->w.base : q->next) : position(s, q, m);
+	c->q = q;
+	consumer **tail = &q->consumers;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = c;
+	q->nconsumers++;
+
+	Cdc__V1__Subscribed a = CDC__V1__SUBSCRIBED__INIT;
+	a.subscription = sub->name;
+	a.mode = (Cdc__V1__ConsumerMode)mode(q);
+	a.first_offset = spool_first(q->sp);
+	a.head_offset = spool_head(q->sp);
+	a.acked_offset = spool_acked(q->sp);
+	a.next_offset = next;
+	a.max_unacked = c->max_unacked;
+	a.active = is_active(c);
+	a.batch_transaction = !q->dead_letters && sub->cfg->batch == CFG_BATCH_TRANSACTION;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_SUBSCRIBED;
+	f.subscribed = &a;
+	send_frame(c, &f);
+	log_info("subscriber attached", "consumer=%s pid=%ld uid=%ld subscription=%s dead_letters=%s next_offset=%llu active=%s",
+		 c->name, (long)c->pid, (long)c->uid, sub->name, m->dead_letters ? "true" : "false",
+		 (unsigned long long)next, a.active ? "true" : "false");
+	dispatch(s, q);
+}
+
+static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len)
+{
+	char err[256];
+	Cdc__V1__ClientFrame *f = frame_decode_client(msg, len, err, sizeof(err));
+	if (!f) {
+		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
+		return false;
+	}
+	bool subscribe = f->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE;
+	if (subscribe == (c->q != NULL))
+		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME,
+			       subscribe ? "already subscribed: one Subscribe per connection" :
+					   "Ack before Subscribe: the first frame must be a Subscribe");
+	else if (subscribe)
+		handle_subscribe(s, c, f->subscribe);
+	else
+		handle_ack(s, c, f->ack);
+	frame_client_free(f);
+	return !c->closing;
+}
+
+static void on_consumer_read(struct bufferevent *bev, void *arg)
+{
+	consumer *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	char err[256];
+	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
+		const uint8_t *msg;
+		size_t msglen, consumed, avail = evbuffer_get_length(in);
+		/* The length is checked before the frame is waited for: an oversized one is refused now. */
+		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, &msg, &msglen, &consumed, err,
+					    sizeof(err));
+		if (r == FRAME_MORE) {
+			const uint8_t *h = evbuffer_pullup(in, FRAME_HEADER);
+			size_t whole = FRAME_HEADER + ((size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3]);
+			if (avail < whole)
+				return;
+			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, &msg, &msglen, &consumed, err, sizeof(err));
+		}
+		if (r != FRAME_OK) {
+			consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
+			return;
+		}
+		bool go_on = handle_frame(c->s, c, msg, msglen);
+		evbuffer_drain(in, consumed);
+		if (!go_on)
+			return;
+	}
+}
+
+static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		consumer_free(arg);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
+{
+	(void)l, (void)addr, (void)len;
+	socket_sink *s = arg;
+	struct ucred cred = {0};
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+		cred.pid = 0;
+	consumer *c = xcalloc(1, sizeof(*c));
+	c->s = s;
+	c->uid = cred.uid;
+	c->pid = cred.pid;
+	c->last_send_ms = mono_ms();
+	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
+	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
+	bufferevent_setcb(c->bev, on_consumer_read, NULL, on_consumer_event, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	c->next = s->pending;
+	s->pending = c;
+	s->nconnections++;
+	log_info("subscriber connected", "pid=%ld uid=%ld gid=%ld", (long)cred.pid, (long)cred.uid, (long)cred.gid);
+	if (s->nconnections > MAX_CONSUMERS)
+		consumer_error(c, CDC__V1__ERROR__CODE__UNSPECIFIED, "too many subscriber connections");
+}
+
+/* Creates the listening socket with the configured mode: a stale file from a crashed cdc is
+ * replaced, a socket another process listens on is not. */
+static int listen_unix(const char *path, mode_t mode, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errf(err, errlen, "subscribers.socket %s: path longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		errf(err, errlen, "socket: %s", strerror(errno));
+		return -1;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		errf(err, errlen, "subscribers.socket %s: another process is listening on it (a second cdc?)", path);
+		goto fail;
+	}
+	unlink(path);
+	mode_t old = umask(0177); /* never reachable by others, even before the chmod */
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
+		errf(err, errlen, "subscribers.socket %s: %s (does its directory exist and is it writable?)", path,
+		     strerror(errno));
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+/* Timer: ack timeouts, heartbeats, retention. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	socket_sink *s = arg;
+	uint64_t now = mono_ms();
+	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
+	if (trim_now)
+		s->last_trim_ms = now;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (!sub->cfg)
+			continue;
+		queue *qs[2] = {&sub->q, &sub->dead};
+		for (int k = 0; k < 2; k++) {
+			check_timeouts(s, qs[k], now);
+			for (consumer *c = qs[k]->consumers; c; c = c->next)
+				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms)
+					heartbeat(c);
+			if (trim_now)
+				trim(s, qs[k]);
+		}
+	}
+	if (trim_now)
+		wake(s);
+}
+
+/* Subscriptions ------------------------------------------------------------------------- */
+
+static spool_limits limits_of(const cfg_subscription *c)
+{
+	return (spool_limits){.max_events = c->retention.max_events,
+			      .max_age_ms = c->retention.max_age_ms,
+			      .max_bytes = c->retention.max_bytes,
+			      .drop_oldest = c->retention.when_full == CFG_FULL_DROP_OLDEST};
+}
+
+static bool open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool/%s/%s", s->cfg->state_dir, sub->name, dead ? "dead" : "events");
+	spool_limits none = {0}, lim = limits_of(sub->cfg);
+	spool_recovery rec = {0};
+	q->sub = sub;
+	q->dead_letters = dead;
+	if (!(q->sp = spool_open(dir, dead ? &none : &lim, &rec, err, errlen)))
+		return false;
+	if (rec.torn_bytes || rec.uncommitted)
+		log_warn("spool recovered", "subscription=%s dir=%s torn_bytes_cut=%llu uncommitted_events=%llu", sub->name,
+			 dir, (unsigned long long)rec.torn_bytes, (unsigned long long)rec.uncommitted);
+	q->next = spool_acked(q->sp) + 1;
+	window_reset(&q->w, q->next);
+	return true;
+}
+
+static bool make_dir(const char *path, char *err, size_t errlen)
+{
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return errf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+	return true;
+}
+
+static subscription *open_subscription(socket_sink *s, const cfg_subscription *c, char *err, size_t errlen)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool", s->cfg->state_dir);
+	if (!make_dir(dir, err, errlen))
+		return NULL;
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->cfg->state_dir, c->name);
+	if (!make_dir(dir, err, errlen))
+		return NULL;
+	subscription *sub = xcalloc(1, sizeof(*sub));
+	sub->s = s;
+	sub->name = xstrdup(c->name);
+	sub->cfg = c;
+	if (!open_queue(s, sub, &sub->q, false, err, errlen) || !open_queue(s, sub, &sub->dead, true, err, errlen)) {
+		spool_close(sub->q.sp);
+		free(sub->name);
+		free(sub);
+		return NULL;
+	}
+	sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+	return sub;
+}
+
+static void close_consumers(queue *q, const char *why)
+{
+	while (q->consumers) {
+		consumer *c = q->consumers;
+		detach(c);
+		c->next = c->s->pending;
+		c->s->pending = c;
+		consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED, why);
+	}
+}
+
+bool socket_sink_bind(sink *base, const cfg *c, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	s->cfg = c;
+	for (size_t i = 0; i < s->nsubs; i++)
+		s->subs[i]->cfg = NULL;
+	free(s->by_index);
+	s->nindex = c->nsubs;
+	s->by_index = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(subscription *));
+	for (size_t i = 0; i < c->nsubs; i++) {
+		if (c->subs[i].sink != CFG_SINK_SOCKET)
+			continue;
+		subscription *sub = NULL;
+		for (size_t k = 0; k < s->nsubs && !sub; k++)
+			if (strcmp(s->subs[k]->name, c->subs[i].name) == 0)
+				sub = s->subs[k];
+		if (!sub) {
+			if (!(sub = open_subscription(s, &c->subs[i], err, errlen)))
+				return false;
+			s->subs = xrealloc(s->subs, (s->nsubs + 1) * sizeof(subscription *));
+			s->subs[s->nsubs++] = sub;
+		}
+		sub->cfg = &c->subs[i];
+		spool_limits lim = limits_of(sub->cfg);
+		spool_set_limits(sub->q.sp, &lim);
+		s->by_index[i] = sub;
+	}
+	for (size_t i = 0; i < s->nsubs; i++)
+		if (!s->subs[i]->cfg) {
+			close_consumers(&s->subs[i]->q, "the subscription was removed from the configuration");
+			close_consumers(&s->subs[i]->dead, "the subscription was removed from the configuration");
+		}
+	return true;
+}
+
+/* The sink interface --------------------------------------------------------------------- */
+
+/* FNV-1a over the packed key: the same row key always lands in the same bucket. */
+static uint32_t key_hash(const Cdc__V1__Event *e)
+{
+	if (!e->key)
+		return 0;
+	size_t n = cdc__v1__row__get_packed_size(e->key);
+	uint8_t stack[512], *p = n <= sizeof(stack) ? stack : xmalloc(n);
+	cdc__v1__row__pack(e->key, p);
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	if (p != stack)
+		free(p);
+	return h;
+}
+
+static void socket_render(sink *base, const Cdc__V1__Event *e, buf *out)
+{
+	socket_sink *s = (socket_sink *)base;
+	uint32_t idx = 0;
+	while (idx < s->nindex && s->cfg->subs[idx].name != e->subscription &&
+	       strcmp(s->cfg->subs[idx].name, e->subscription) != 0)
+		idx++;
+	uint32_t h = idx < s->nindex && s->cfg->subs[idx].consumers == CFG_CONSUMERS_KEY_SHARED ? key_hash(e) : 0;
+	buf_reserve(out, RENDER_HEADER);
+	memcpy(out->data + out->len, &idx, 4);
+	memcpy(out->data + out->len + 4, &h, 4);
+	out->len += RENDER_HEADER;
+	size_t n = cdc__v1__event__get_packed_size(e);
+	buf_reserve(out, n);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+}
+
+static bool socket_deliver(sink *base, const char *rendered, size_t len, const sink_commit *c, uint64_t seq, char *err,
+			   size_t errlen)
+{
+	(void)seq;
+	socket_sink *s = (socket_sink *)base;
+	uint32_t idx = len >= RENDER_HEADER ? get_u32(rendered) : UINT32_MAX;
+	if (idx >= s->nindex || !s->by_index[idx])
+		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+	subscription *sub = s->by_index[idx];
+	/* After a restart the slot resends what the spool may already hold: skip that. */
+	if (sub->have_last && (c->commit_lsn < sub->last_lsn ||
+			       (c->commit_lsn == sub->last_lsn && c->tx_index <= sub->last_txi)))
+		return true;
+	buf_reset(&s->scratch);
+	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
+	pb_put_commit(&s->scratch, c);
+	uint64_t off;
+	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, get_u32(rendered + 4), s->scratch.data, s->scratch.len,
+			  wall_ms(), &off, err, errlen))
+		return false;
+	sub->have_last = true;
+	sub->last_lsn = c->commit_lsn;
+	sub->last_txi = c->tx_index;
+	sub->in_txn = sub->dirty = true;
+	sub->matched++;
+	return true;
+}
+
+static void socket_end_txn(sink *base, uint64_t seq)
+{
+	socket_sink *s = (socket_sink *)base;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (sub->in_txn && !spool_commit(sub->q.sp, s->err, sizeof(s->err)))
+			log_error("cannot end a transaction in the spool", "subscription=%s error=\"%s\"", sub->name, s->err);
+		sub->in_txn = false;
+	}
+	s->ended_seq = seq;
+}
+
+static sink_status socket_flush(sink *base, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	uint64_t ended = s->ended_seq;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (!sub->dirty)
+			continue;
+		if (!spool_sync(sub->q.sp, err, errlen))
+			return SINK_FATAL;
+		sub->dirty = sub->in_txn;
+		dispatch(s, &sub->q);
+	}
+	s->durable_seq = ended;
+	return SINK_OK;
+}
+
+static uint64_t socket_delivered(const sink *base)
+{
+	return ((const socket_sink *)base)->durable_seq;
+}
+
+static bool socket_busy(const sink *base)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	int64_t now = wall_ms();
+	for (size_t i = 0; i < s->nsubs; i++) {
+		const subscription *sub = s->subs[i];
+		if (sub->cfg && sub->cfg->retention.when_full == CFG_FULL_BLOCK && spool_full(sub->q.sp, now))
+			return true;
+	}
+	return false;
+}
+
+static void free_queue(queue *q)
+{
+	while (q->consumers) {
+		consumer *c = q->consumers;
+		q->consumers = c->next;
+		bufferevent_free(c->bev);
+		free(c);
+	}
+	spool_close(q->sp);
+	free(q->w.v);
+}
+
+static void socket_free(sink *base)
+{
+	socket_sink *s = (socket_sink *)base;
+	while (s->pending) {
+		consumer *c = s->pending;
+		s->pending = c->next;
+		bufferevent_free(c->bev);
+		free(c);
+	}
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		free_queue(&sub->q);
+		free_queue(&sub->dead);
+		free(sub->name);
+		free(sub);
+	}
+	free(s->subs);
+	free(s->by_index);
+	if (s->listener) {
+		evconnlistener_free(s->listener);
+		unlink(s->path);
+	}
+	if (s->ev_tick)
+		event_free(s->ev_tick);
+	buf_free(&s->scratch);
+	buf_free(&s->events);
+	free(s);
+}
+
+static const sink_ops socket_ops = {
+	.name = "socket",
+	.render = socket_render,
+	.deliver = socket_deliver,
+	.end_txn = socket_end_txn,
+	.flush = socket_flush,
+	.delivered = socket_delivered,
+	.busy = socket_busy,
+	.free = socket_free,
+};
+
+sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake_fn)(void *), void *ctx, char *err,
+		      size_t errlen)
+{
+	socket_sink *s = xcalloc(1, sizeof(*s));
+	s->base.ops = &socket_ops;
+	s->cfg = c;
+	s->evb = base;
+	s->wake = wake_fn;
+	s->wake_ctx = ctx;
+	snprintf(s->path, sizeof(s->path), "%s", c->subscribers.socket);
+	int fd = listen_unix(c->subscribers.socket, c->subscribers.mode, err, errlen);
+	if (fd < 0)
+		goto fail;
+	evutil_make_socket_nonblocking(fd);
+	s->listener = evconnlistener_new(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (!s->listener) {
+		close(fd);
+		errf(err, errlen, "subscribers.socket %s: cannot listen", c->subscribers.socket);
+		goto fail;
+	}
+	s->ev_tick = event_new(base, -1, EV_PERSIST, on_tick, s);
+	struct timeval tv = {.tv_sec = 0, .tv_usec = TICK_MS * 1000};
+	event_add(s->ev_tick, &tv);
+	if (!socket_sink_bind(&s->base, c, err, errlen))
+		goto fail;
+	log_info("serving subscribers", "socket=%s mode=%04o", c->subscribers.socket, (unsigned)c->subscribers.mode);
+	return &s->base;
+fail:
+	socket_free(&s->base);
+	return NULL;
+}
+
+bool socket_sink_stats(const sink *base, size_t i, socket_sub_stats *out)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	size_t n = 0;
+	for (size_t k = 0; k < s->nsubs; k++) {
+		const subscription *sub = s->subs[k];
+		if (!sub->cfg || n++ != i)
+			continue;
+		spool_stats st = spool_get_stats(sub->q.sp);
+		*out = (socket_sub_stats){
+			.name = sub->name,
+			.matched = sub->matched,
+			.delivered = sub->delivered,
+			.redelivered = sub->redelivered,
+			.head_offset = spool_head(sub->q.sp),
+			.acked_offset = spool_acked(sub->q.sp),
+			.first_offset = spool_first(sub->q.sp),
+			.consumers = sub->q.nconsumers,
+			.dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
+			.dropped = st.dropped,
+			.spool_bytes = st.bytes,
+			.full = sub->cfg->retention.when_full == CFG_FULL_BLOCK && spool_full(sub->q.sp, wall_ms()),
+		};
+		return true;
+	}
+	return false;
+}

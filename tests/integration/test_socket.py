@@ -1,0 +1,481 @@
+"""test_socket.py: `sink: socket` end to end: a real PostgreSQL, cdc, and consumers on the real
+subscriber socket speaking proto/cdc/v1/subscriber.proto through tests/subscriber_client.py (a
+client built only from the .proto files). Covers the spool (durability, restart, torn tail,
+retention), the consumer modes (failover, shared, key_shared), acks, flow control, batches,
+dead letters, start positions and malformed frames."""
+
+import glob
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import time
+
+import pytest
+
+from conftest import CDC_BIN, wait_for
+from pg import lsn_to_int
+from subscriber_client import Subscriber, pb
+
+OP = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message"}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+def value(v):
+    kind = v.WhichOneof("kind")
+    if kind == "null_value":
+        return None
+    return getattr(v, kind)
+
+
+def row(r):
+    return {c.name: value(c.value) for c in r.columns}
+
+
+def ids(events):
+    """(offset, delivery_count, op, id) of each event."""
+    return [(e.offset, e.delivery_count, OP[e.op], row(e.new_row if e.op != 3 else e.key)["id"]) for e in events]
+
+
+def socket_sub(schema, name="jobs", table="jobs", **kw):
+    s = {"name": name, "tables": [f"{schema}.{table}"], "operations": ["insert", "update", "delete"],
+         "sink": "socket"}
+    s.update(kw)
+    return s
+
+
+def make_jobs(pg, schema, table="jobs"):
+    pg.sql(f"create table {schema}.{table} (id int primary key, k int, note text)")
+
+
+def insert(pg, schema, first, last, table="jobs", k=None):
+    pg.sql(f"insert into {schema}.{table} select i, {k if k is not None else 'i'}, 'n' || i "
+           f"from generate_series({first}, {last}) i")
+
+
+def sock(c):
+    return c.config["subscribers"]["socket"]
+
+
+def attach(c, sub="jobs", **kw):
+    s = Subscriber(sock(c), sub, **kw)
+    return s
+
+
+def collect(s, n, timeout=20):
+    """Receives until n events arrived; returns them (fails with what it has on timeout)."""
+    return s.events(n, timeout)
+
+
+def wait_acked(s, offset, timeout=20):
+    """Waits until a heartbeat says the server has every ack up to offset."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        f = s.recv(timeout=1)
+        if f is not None and f.WhichOneof("kind") == "heartbeat" and f.heartbeat.acked_offset >= offset:
+            return
+    raise AssertionError(f"the server did not report offset {offset} acknowledged")
+
+
+def confirmed(c):
+    row_ = c.slot_row()
+    return lsn_to_int(row_[1]) if row_ and row_[1] else 0
+
+
+def wal_lsn(pg):
+    return lsn_to_int(pg.sql("select pg_current_wal_lsn()::text")[0][0])
+
+
+# --- delivery and the spool ---------------------------------------------------------------------
+
+def test_events_arrive_with_dense_offsets_and_exact_fields(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, tag="send")])
+    s = attach(c, consumer="worker-1", heartbeat_ms=200)
+    assert s.subscribed.subscription == "jobs"
+    assert s.subscribed.mode == pb.FAILOVER and s.subscribed.active
+    assert (s.subscribed.head_offset, s.subscribed.acked_offset, s.subscribed.next_offset) == (0, 0, 1)
+    insert(pg, schema, 1, 3)
+    pg.sql(f"update {schema}.jobs set note = 'x' where id = 2")
+    pg.sql(f"delete from {schema}.jobs where id = 3")
+    evs = collect(s, 5)
+    assert ids(evs) == [(1, 1, "insert", 1), (2, 1, "insert", 2), (3, 1, "insert", 3), (4, 1, "update", 2),
+                        (5, 1, "delete", 3)]
+    e = evs[3]
+    assert (e.subscription, e.tag, e.schema, e.table) == ("jobs", "send", schema, "jobs")
+    assert row(e.new_row) == {"id": 2, "k": 2, "note": "x"} and row(e.key) == {"id": 2}
+    assert [x.tx_index for x in evs] == [0, 1, 2, 0, 0]
+    assert len({x.commit_lsn for x in evs}) == 3 and evs[0].commit_lsn == evs[2].commit_lsn
+    assert all(x.lsn <= x.commit_lsn and x.commit_time > 0 and x.xid > 0 for x in evs)
+    s.ack([5])
+    wait_acked(s, 5)
+    s.close()
+    # Reattaching from the acked position: nothing is delivered again.
+    s2 = attach(c, heartbeat_ms=200)
+    assert (s2.subscribed.head_offset, s2.subscribed.acked_offset, s2.subscribed.next_offset) == (5, 5, 6)
+    insert(pg, schema, 10, 10)
+    assert ids(collect(s2, 1)) == [(6, 1, "insert", 10)]
+    assert "subscriber attached" in p.stderr() and "consumer=worker-1" in p.stderr()
+    assert p.terminate() == 0
+
+
+def test_absent_consumer_does_not_pin_the_slot_and_gets_everything_later(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 200)
+    end = wal_lsn(pg)
+    # Durably spooled is delivered for the slot: it moves on with nobody attached.
+    wait_for(lambda: confirmed(c) >= end, 30, what="the slot to pass the spooled changes")
+    assert p.terminate() == 0
+    p = c.start()
+    s = attach(c)
+    evs = collect(s, 200)
+    assert [e.offset for e in evs] == list(range(1, 201))
+    assert [row(e.new_row)["id"] for e in evs] == list(range(1, 201))
+    assert p.terminate() == 0
+
+
+def test_socket_file_mode_and_peer_logged(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c = cdc(subscriptions=[socket_sub(schema)])
+    c.config["subscribers"]["mode"] = "0600"
+    from conftest import to_yaml
+    with open(c.path, "w") as f:
+        f.write(to_yaml(c.config))
+    p = c.start()
+    assert stat.S_IMODE(os.stat(sock(c)).st_mode) == 0o600
+    s = attach(c)
+    s.close()
+    wait_for(lambda: f"pid={os.getpid()} uid={os.getuid()}" in p.stderr(), 10, what="peer pid and uid in the log")
+    assert p.terminate() == 0
+    assert not os.path.exists(sock(c))
+
+
+def test_unknown_subscription_and_non_socket_subscription_are_refused(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema),
+                                    {"name": "out", "tables": [f"{schema}.*"], "sink": "stdout"}])
+    for name, code, msg in [("nope", pb.Error.UNKNOWN_SUBSCRIPTION, "no subscription named nope"),
+                            ("out", pb.Error.NOT_A_SOCKET_SUBSCRIPTION,
+                             "subscription out does not deliver to the socket (its sink is another)")]:
+        s = Subscriber(sock(c), name, expect_subscribed=False)
+        f = s.recv(timeout=10)
+        assert f.WhichOneof("kind") == "error" and (f.error.code, f.error.message) == (code, msg)
+        assert s.recv(timeout=10) is None and s.closed
+    assert p.terminate() == 0
+
+
+# --- failover -----------------------------------------------------------------------------------
+
+def test_failover_next_consumer_continues_from_last_ack(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    a = attach(c, consumer="a", heartbeat_ms=200)
+    b = attach(c, consumer="b", heartbeat_ms=200)
+    assert a.subscribed.active and not b.subscribed.active
+    insert(pg, schema, 1, 10)
+    got = collect(a, 10)
+    assert [e.offset for e in got] == list(range(1, 11))
+    a.ack([6])
+    wait_acked(a, 6)
+    assert b.recv(timeout=0.5) is None or b.last_kind == "heartbeat"
+    a.kill()  # the active consumer dies with 7..10 unacked
+    evs = collect(b, 4)
+    assert ids(evs) == [(7, 2, "insert", 7), (8, 2, "insert", 8), (9, 2, "insert", 9), (10, 2, "insert", 10)]
+    b.ack([10])
+    insert(pg, schema, 11, 11)
+    assert ids(collect(b, 1)) == [(11, 1, "insert", 11)]
+    assert "failover: another consumer is active now" in p.stderr()
+    assert p.terminate() == 0
+
+
+def test_failover_hands_over_when_active_holds_past_ack_timeout(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, ack_timeout="500ms")])
+    a = attach(c, consumer="a")
+    b = attach(c, consumer="b")
+    insert(pg, schema, 1, 3)
+    assert [e.offset for e in collect(a, 3)] == [1, 2, 3]  # a never acks
+    evs = collect(b, 3, timeout=15)
+    assert ids(evs) == [(1, 2, "insert", 1), (2, 2, "insert", 2), (3, 2, "insert", 3)]
+    assert "the active consumer did not acknowledge in time" in p.stderr()
+    assert p.terminate() == 0
+
+
+def test_max_unacked_limits_what_is_in_flight(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    s = attach(c, max_unacked=3)
+    assert s.subscribed.max_unacked == 3
+    insert(pg, schema, 1, 10)
+    assert [e.offset for e in collect(s, 3)] == [1, 2, 3]
+    assert s.events(1, timeout=1, fail=False) == []
+    s.ack([2])
+    assert [e.offset for e in collect(s, 2)] == [4, 5]
+    assert s.events(1, timeout=1, fail=False) == []
+    assert p.terminate() == 0
+
+
+# --- shared and key_shared ----------------------------------------------------------------------
+
+def test_shared_each_event_to_exactly_one_consumer(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared")])
+    subs = [attach(c, consumer=f"w{i}", max_unacked=5) for i in range(3)]
+    assert all(s.subscribed.mode == pb.SHARED for s in subs)
+    insert(pg, schema, 1, 300)
+    seen = {i: [] for i in range(3)}
+    deadline = time.monotonic() + 30
+    while sum(len(v) for v in seen.values()) < 300 and time.monotonic() < deadline:
+        for i, s in enumerate(subs):
+            for e in s.events(1, timeout=0.05, fail=False, all_available=True):
+                seen[i].append(e.offset)
+                s.ack([e.offset])
+    offsets = sorted(o for v in seen.values() for o in v)
+    assert offsets == list(range(1, 301))  # every event exactly once
+    assert all(len(v) > 0 for v in seen.values()), {i: len(v) for i, v in seen.items()}
+    assert p.terminate() == 0
+
+
+def test_shared_redelivers_after_ack_timeout_then_dead_letters(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", ack_timeout="300ms",
+                                               max_deliveries=2)])
+    lazy = attach(c, consumer="lazy", max_unacked=1)
+    insert(pg, schema, 1, 1)
+    first = collect(lazy, 1)
+    assert ids(first) == [(1, 1, "insert", 1)]
+    good = attach(c, consumer="good", max_unacked=10)
+    again = collect(good, 1, timeout=10)  # lazy never acks: after ack_timeout it goes to another
+    assert ids(again) == [(1, 2, "insert", 1)]
+    # good does not ack either: the second timeout is the last delivery (max_deliveries 2).
+    wait_for(lambda: "moved an event to the dead letters" in p.stderr(), 10, what="dead letter")
+    insert(pg, schema, 2, 2)
+    nxt = collect(good, 1, timeout=10) if True else None
+    assert ids(nxt) == [(2, 1, "insert", 2)]
+    good.ack([2])
+    dead = attach(c, dead_letters=True)
+    devs = collect(dead, 1)
+    assert [(row(e.new_row)["id"], e.offset, e.delivery_count) for e in devs] == [(1, 1, 1)]
+    # cdc tail --dead reads the same.
+    out = subprocess.run([CDC_BIN, "tail", "-s", sock(c), "jobs", "--dead", "--from", "earliest", "--count", "1",
+                          "--timeout", "10"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert '"id":1' in out.stdout and '"subscription":"jobs"' in out.stdout
+    assert p.terminate() == 0
+
+
+def test_key_shared_keeps_per_key_order(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="key_shared")])
+    subs = [attach(c, consumer=f"w{i}", max_unacked=1000) for i in range(3)]
+    insert(pg, schema, 1, 30)
+    for r in range(5):
+        pg.sql(f"update {schema}.jobs set note = 'r{r}'")
+    per = {i: [] for i in range(3)}
+    total = 30 * 6
+    deadline = time.monotonic() + 30
+    while sum(len(v) for v in per.values()) < total and time.monotonic() < deadline:
+        for i, s in enumerate(subs):
+            for e in s.events(1, timeout=0.05, fail=False, all_available=True):
+                per[i].append(e)
+                s.ack([e.offset])
+    assert sum(len(v) for v in per.values()) == total
+    owner = {}
+    for i, evs in per.items():
+        for e in evs:
+            k = row(e.key)["id"]
+            assert owner.setdefault(k, i) == i, f"key {k} went to two consumers"
+        for k in {row(e.key)["id"] for e in evs}:
+            notes = [row(e.new_row)["note"] for e in evs if row(e.key)["id"] == k]
+            assert notes == [f"n{k}"] + [f"r{r}" for r in range(5)]
+    assert len(set(owner.values())) >= 2
+    assert p.terminate() == 0
+
+
+# --- batches, start positions -------------------------------------------------------------------
+
+def test_batch_transaction_delivers_one_frame_per_transaction(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, batch="transaction")])
+    s = attach(c)
+    assert s.subscribed.batch_transaction
+    insert(pg, schema, 1, 4)
+    insert(pg, schema, 5, 5)
+    insert(pg, schema, 6, 8)
+    batches = [s.delivery(timeout=10) for _ in range(3)]
+    assert [[e.offset for e in b] for b in batches] == [[1, 2, 3, 4], [5], [6, 7, 8]]
+    assert p.terminate() == 0
+
+
+def test_start_positions(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 5)
+    s = attach(c, heartbeat_ms=200)
+    collect(s, 5)
+    s.ack([3])
+    wait_acked(s, 3)
+    s.close()
+    s = attach(c, start="earliest")
+    assert s.subscribed.next_offset == 1
+    assert [e.offset for e in collect(s, 5)] == [1, 2, 3, 4, 5]
+    s.close()
+    s = attach(c, start="offset", start_offset=5)
+    assert [e.offset for e in collect(s, 1)] == [5]
+    s.close()
+    s = attach(c)  # offset 5 skipped 4: acked is 4 now
+    assert (s.subscribed.acked_offset, s.subscribed.next_offset) == (4, 5)
+    s.close()
+    s = attach(c, start="latest")
+    assert s.subscribed.next_offset == 6 and s.subscribed.acked_offset == 5
+    insert(pg, schema, 6, 6)
+    assert [e.offset for e in collect(s, 1)] == [6]
+    assert p.terminate() == 0
+
+
+# --- crashes and the spool ------------------------------------------------------------------------
+
+def test_kill_9_during_load_loses_nothing_and_redelivers_only_unacked(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    s = attach(c, heartbeat_ms=100)
+    load = subprocess.Popen(["/usr/bin/python3", "-c", f"""
+import psycopg2, time
+conn = psycopg2.connect({pg.dsn!r}); conn.autocommit = True
+cur = conn.cursor()
+for i in range(1, 401):
+    cur.execute("insert into {schema}.jobs values (%s, %s, 'x')", (i, i))
+    time.sleep(0.005)
+"""])
+    got = collect(s, 100, timeout=30)
+    s.ack([got[-1].offset])
+    acked = got[-1].offset
+    wait_acked(s, acked)
+    # More arrives unacknowledged, then the daemon dies mid-load.
+    more = collect(s, 20, timeout=30)
+    p.kill()
+    s.close()
+    assert load.wait(60) == 0
+    p = c.start()
+    s = attach(c)
+    assert s.subscribed.acked_offset == acked
+    n = 400 - acked
+    evs = collect(s, n, timeout=60)
+    assert [e.offset for e in evs] == list(range(acked + 1, 401))  # nothing acked again, nothing lost
+    assert sorted(row(e.new_row)["id"] for e in evs) == list(range(acked + 1, 401))
+    assert {e.offset for e in more} <= {e.offset for e in evs}
+    assert s.events(1, timeout=1, fail=False) == []  # the spool did not append a resent change twice
+    assert p.terminate() == 0
+
+
+def test_consumer_killed_mid_batch_gets_redelivery_from_last_ack(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, batch="transaction")])
+    s = attach(c, heartbeat_ms=100)
+    insert(pg, schema, 1, 3)
+    insert(pg, schema, 4, 6)
+    b1 = s.delivery(timeout=10)
+    s.ack([b1[-1].offset])
+    wait_acked(s, 3)
+    b2 = s.delivery(timeout=10)
+    assert [e.offset for e in b2] == [4, 5, 6]
+    s.kill()  # dies before acknowledging the second batch
+    s = attach(c)
+    again = s.delivery(timeout=10)
+    assert [(e.offset, e.delivery_count) for e in again] == [(4, 2), (5, 2), (6, 2)]
+    assert p.terminate() == 0
+
+
+def test_torn_spool_tail_is_cut_at_restart(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 3)
+    wait_for(lambda: confirmed(c) >= wal_lsn(pg), 30, what="spooled")
+    assert p.terminate() == 0
+    segs = sorted(glob.glob(os.path.join(c.state_dir, "spool", "jobs", "events", "*.seg")))
+    assert segs
+    with open(segs[-1], "ab") as f:
+        f.write(b"\x01\x02torn record that never finished")
+    p = c.start()
+    wait_for(lambda: "spool recovered" in p.stderr(), 10, what="recovery log")
+    assert "torn_bytes_cut=32" in p.stderr()
+    insert(pg, schema, 4, 4)
+    s = attach(c)
+    assert ids(collect(s, 4)) == [(1, 1, "insert", 1), (2, 1, "insert", 2), (3, 1, "insert", 3),
+                                  (4, 1, "insert", 4)]
+    assert p.terminate() == 0
+
+
+# --- retention ------------------------------------------------------------------------------------
+
+def test_drop_oldest_reports_the_dropped_range(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, retention={"max_events": 5, "when_full": "drop_oldest"})])
+    insert(pg, schema, 1, 12)
+    wait_for(lambda: "retention discarded events" in p.stderr(), 15, what="retention")
+    s = attach(c)
+    f = s.recv(timeout=10)
+    assert f.WhichOneof("kind") == "dropped"
+    assert (f.dropped.from_offset, f.dropped.to_offset) == (1, 7)
+    assert [e.offset for e in collect(s, 5)] == [8, 9, 10, 11, 12]
+    assert p.terminate() == 0
+
+
+def test_block_stops_the_slot_until_consumers_catch_up(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, retention={"max_events": 5, "when_full": "block"})])
+    for i in range(1, 11):
+        insert(pg, schema, i, i)
+    end = wal_lsn(pg)
+    wait_for(lambda: "paused reading the slot" in p.stderr(), 15, what="pause")
+    time.sleep(1)
+    assert confirmed(c) < end  # the slot holds the changes not spooled
+    s = attach(c)
+    got = []
+    while len(got) < 10:
+        evs = s.events(1, timeout=15, all_available=True)
+        got += evs
+        s.ack([evs[-1].offset])
+    assert [row(e.new_row)["id"] for e in got] == list(range(1, 11))  # nothing lost
+    wait_for(lambda: confirmed(c) >= end, 30, what="the slot to move on")
+    assert p.terminate() == 0
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+def test_malformed_and_oversized_frames_close_only_that_connection(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared")])
+    good = attach(c)
+    cases = [
+        (struct.pack(">I", 3) + b"\xff\xff\xff", "malformed ClientFrame protobuf"),
+        (struct.pack(">I", 16 * 1024 * 1024 + 1), "over the 16 MiB limit"),
+        (struct.pack(">I", 0), "frame has no message kind"),
+    ]
+    for raw, msg in cases:
+        bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bad.connect(sock(c))
+        bad.sendall(raw)
+        bad.settimeout(10)
+        data = b""
+        while True:
+            chunk = bad.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        bad.close()
+        (n,) = struct.unpack(">I", data[:4])
+        f = pb.ServerFrame.FromString(data[4:4 + n])
+        assert f.WhichOneof("kind") == "error" and f.error.code == pb.Error.BAD_FRAME
+        assert msg in f.error.message, f.error.message
+    # An ack before subscribing.
+    raw = Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[1])))
+    bad = Subscriber.raw(sock(c), raw)
+    assert "Ack before Subscribe" in bad.error.message
+    insert(pg, schema, 1, 2)
+    assert [e.offset for e in collect(good, 2)] == [1, 2]  # the good consumer never noticed
+    assert p.terminate() == 0

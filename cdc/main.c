@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "tail.h"
 
 static const char usage_main[] =
 	"cdc: change data capture from a PostgreSQL logical replication slot\n"
@@ -15,6 +16,7 @@ static const char usage_main[] =
 	"commands:\n"
 	"  run -c FILE           stream changes to the configured sinks (foreground, logs on stderr)\n"
 	"  check-config -c FILE  validate FILE and print the effective configuration\n"
+	"  tail SUBSCRIPTION     print a socket subscription's events as JSON lines, acking each\n"
 	"\n"
 	"  cdc COMMAND --help    options of one command\n"
 	"  cdc --version         the version\n";
@@ -135,5 +137,7 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "check-config") == 0)
 		return cmd_check_config(argc - 1, argv + 1);
+	if (strcmp(cmd, "tail") == 0)
+		return tail_main(argc - 1, argv + 1);
 	return usage_error(usage_main, "unknown command \"%s\"", cmd);
 }

@@ -1,0 +1,507 @@
+/* tail.c: `cdc tail`, a client of the subscriber socket: subscribes, prints every delivered event
+ * as one JSON line on stdout and acknowledges it only once the line is written (and synced when
+ * stdout is a file), so an event is never acknowledged that did not reach its reader. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "frame.h"
+#include "json.h"
+#include "tail.h"
+
+#define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
+#define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
+#define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
+#define DEFAULT_SOCKET "/run/cdc/events.sock"
+
+static const char usage_tail[] =
+    "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
+    "\n"
+    "Attaches to a socket subscription of a running cdc and prints its events on stdout, one JSON\n"
+    "object per line. Each event is acknowledged once its line is written (and synced, when stdout is\n"
+    "a file); an interrupted tail leaves the rest pending for the next consumer.\n"
+    "\n"
+    "  -c, --config FILE       take the socket from FILE's subscribers.socket\n"
+    "  -s, --socket SOCKET     the subscriber socket (default: $CDC_SUBSCRIBER_SOCKET,\n"
+    "                          else " DEFAULT_SOCKET ")\n"
+    "      --from POSITION     acked (default: after the acknowledged offset, unacked events first),\n"
+    "                          earliest, latest, or an offset (1 or more)\n"
+    "      --count N           exit 0 after N events\n"
+    "      --timeout SECONDS   exit 0 after SECONDS without an event (heartbeats do not count)\n"
+    "      --no-ack            print without acknowledging: the events stay pending\n"
+    "      --consumer NAME     this consumer's name in cdc's logs and status (default tail-PID)\n"
+    "      --dead              read the subscription's dead letters instead of its events\n";
+
+typedef struct tail_opts {
+	const char *config, *socket, *subscription, *consumer;
+	Cdc__V1__StartFrom start;
+	uint64_t start_offset;
+	uint64_t count; /* 0: no limit */
+	int timeout_ms; /* -1: none */
+	bool no_ack, dead;
+} tail_opts;
+
+/* One connection's state. */
+typedef struct tail {
+	const tail_opts *o;
+	const char *path;
+	int fd;
+	buf in; /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	size_t in_pos;
+	buf out;	 /* scratch: an outgoing frame, then a delivery's JSON lines */
+	bool cumulative; /* acks name the highest offset (failover, dead letters) */
+	bool sync_out;	 /* stdout is a regular file: fdatasync before acking */
+	uint64_t printed;
+	int64_t deadline_ms; /* monotonic; -1: none */
+} tail;
+
+static int tail_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "cdc tail: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n\n%s", usage_tail);
+	return 2;
+}
+
+/* A decimal of 1 or more, digits only. */
+static bool parse_positive(const char *s, uint64_t *v)
+{
+	if (!*s)
+		return false;
+	uint64_t n = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9' || n > (UINT64_MAX - 9) / 10)
+			return false;
+		n = n * 10 + (uint64_t)(*p - '0');
+	}
+	*v = n;
+	return n > 0;
+}
+
+/* Returns -1 to go on, else an exit status. */
+static int parse_tail_options(int argc, char **argv, tail_opts *o)
+{
+	static const struct option longopts[] = {
+	    {"config", required_argument, NULL, 'c'},	{"socket", required_argument, NULL, 's'},
+	    {"from", required_argument, NULL, 'F'},	{"count", required_argument, NULL, 'N'},
+	    {"timeout", required_argument, NULL, 'T'},	{"no-ack", no_argument, NULL, 'A'},
+	    {"consumer", required_argument, NULL, 'C'}, {"dead", no_argument, NULL, 'D'},
+	    {"help", no_argument, NULL, 'h'},		{NULL, 0, NULL, 0},
+	};
+	int ch;
+	optind = 1;
+	opterr = 0;
+	/* A leading '-': operands come back as option 1, so SUBSCRIPTION may stand among the options
+	 * (as the contract writes it) whatever POSIXLY_CORRECT says. */
+	while ((ch = getopt_long(argc, argv, "-c:s:h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 1:
+			if (o->subscription)
+				return tail_usage("unexpected argument %s", optarg);
+			o->subscription = optarg;
+			break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'F':
+			if (strcmp(optarg, "acked") == 0) {
+				o->start = CDC__V1__START_FROM__START_ACKED;
+			} else if (strcmp(optarg, "earliest") == 0) {
+				o->start = CDC__V1__START_FROM__START_EARLIEST;
+			} else if (strcmp(optarg, "latest") == 0) {
+				o->start = CDC__V1__START_FROM__START_LATEST;
+			} else if (parse_positive(optarg, &o->start_offset)) {
+				o->start = CDC__V1__START_FROM__START_OFFSET;
+			} else {
+				return tail_usage(
+				    "--from: \"%s\" is not acked, earliest, latest or an offset of 1 or more",
+				    optarg);
+			}
+			break;
+		case 'N':
+			if (!parse_positive(optarg, &o->count))
+				return tail_usage("--count: \"%s\" is not a number of 1 or more", optarg);
+			break;
+		case 'T': {
+			char *end;
+			errno = 0;
+			double s = strtod(optarg, &end);
+			/* poll() takes an int of milliseconds: about 24 days at most */
+			if (errno || end == optarg || *end || !(s > 0) || s * 1000 > 2e9)
+				return tail_usage("--timeout: \"%s\" is not a number of seconds above 0",
+						  optarg);
+			o->timeout_ms = (int)ceil(s * 1000);
+			break;
+		}
+		case 'A':
+			o->no_ack = true;
+			break;
+		case 'C':
+			if (!*optarg || strlen(optarg) > TAIL_NAME_MAX)
+				return tail_usage("--consumer: a name of 1 to 255 bytes, not \"%s\"", optarg);
+			o->consumer = optarg;
+			break;
+		case 'D':
+			o->dead = true;
+			break;
+		case 'h':
+			fputs(usage_tail, stdout);
+			return 0;
+		default:
+			return tail_usage("unknown or incomplete option %s", argv[optind - 1]);
+		}
+	}
+	if (!o->subscription)
+		return tail_usage("%s", "missing SUBSCRIPTION");
+	if (!*o->subscription || strlen(o->subscription) > TAIL_NAME_MAX)
+		return tail_usage("a subscription name has 1 to 255 bytes, not \"%s\"", o->subscription);
+	return -1;
+}
+
+/* The socket's path as the contract orders the sources; NULL (after a message) if the config is
+ * invalid. The result is malloc'd. */
+static char *socket_path(const tail_opts *o)
+{
+	if (o->socket)
+		return xstrdup(o->socket);
+	if (o->config) {
+		buf errors = {0};
+		cfg *c = cfg_load(o->config, &errors);
+		if (!c) {
+			fputs(errors.data ? errors.data : "cdc tail: invalid configuration\n", stderr);
+			buf_free(&errors);
+			return NULL;
+		}
+		char *p = xstrdup(c->subscribers.socket);
+		cfg_free(c);
+		buf_free(&errors);
+		return p;
+	}
+	const char *env = getenv("CDC_SUBSCRIBER_SOCKET");
+	return xstrdup(env && *env ? env : DEFAULT_SOCKET);
+}
+
+/* Connects, or says why not in terms of what the user can do about it. Returns the fd or -1. */
+static int tail_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "cdc tail: socket path %s is longer than %zu bytes\n", path,
+			sizeof(sa.sun_path) - 1);
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		fprintf(stderr, "cdc tail: socket: %s\n", strerror(errno));
+		return -1;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		return fd;
+	int e = errno;
+	if (e == ENOENT)
+		fprintf(stderr,
+			"cdc tail: no subscriber socket at %s: is cdc running? (the path comes from -s, -c "
+			"FILE's "
+			"subscribers.socket or CDC_SUBSCRIBER_SOCKET)\n",
+			path);
+	else if (e == ECONNREFUSED)
+		fprintf(stderr,
+			"cdc tail: nothing listens on %s: cdc is not running (the socket is left over)\n",
+			path);
+	else if (e == EACCES)
+		fprintf(stderr,
+			"cdc tail: permission denied on %s: join the socket's group (subscribers.mode)\n",
+			path);
+	else
+		fprintf(stderr, "cdc tail: cannot connect to %s: %s\n", path, strerror(e));
+	close(fd);
+	return -1;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool write_all(int fd, const char *p, size_t n, bool socket)
+{
+	while (n > 0) {
+		/* MSG_NOSIGNAL: a daemon gone away is an error to report, not a SIGPIPE */
+		ssize_t w = socket ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+static bool send_frame(tail *t, const Cdc__V1__ClientFrame *f)
+{
+	buf_reset(&t->out);
+	frame_put_client(&t->out, f);
+	if (write_all(t->fd, t->out.data, t->out.len, true))
+		return true;
+	fprintf(stderr, "cdc tail: sending to %s: %s\n", t->path, strerror(errno));
+	return false;
+}
+
+static bool send_subscribe(tail *t)
+{
+	const tail_opts *o = t->o;
+	char consumer[32];
+	snprintf(consumer, sizeof(consumer), "tail-%ld", (long)getpid());
+	uint64_t max_unacked = TAIL_MAX_UNACKED;
+	/* no more in flight than we will print: the rest stays free for other consumers */
+	if (o->count && o->count < max_unacked)
+		max_unacked = o->count;
+	Cdc__V1__Subscribe s = CDC__V1__SUBSCRIBE__INIT;
+	s.subscription = (char *)o->subscription;
+	s.consumer = (char *)(o->consumer ? o->consumer : consumer);
+	s.start = o->start;
+	s.start_offset = o->start_offset;
+	s.max_unacked = (uint32_t)max_unacked;
+	s.dead_letters = o->dead;
+	Cdc__V1__ClientFrame f = CDC__V1__CLIENT_FRAME__INIT;
+	f.kind_case = CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE;
+	f.subscribe = &s;
+	return send_frame(t, &f);
+}
+
+/* Acknowledges the first n events of d: the highest offset when acks are cumulative, else every
+ * offset, in as many frames as the per-frame limit needs. */
+static bool send_ack(tail *t, Cdc__V1__Event *const *events, size_t n)
+{
+	uint64_t *offsets = xmalloc((n ? n : 1) * sizeof(*offsets));
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (t->cumulative) {
+			if (k == 0)
+				offsets[k++] = events[i]->offset;
+			else if (events[i]->offset > offsets[0])
+				offsets[0] = events[i]->offset;
+		} else {
+			offsets[k++] = events[i]->offset;
+		}
+	}
+	bool ok = true;
+	for (size_t from = 0; ok && from < k; from += TAIL_ACK_MAX) {
+		Cdc__V1__Ack a = CDC__V1__ACK__INIT;
+		a.offsets = offsets + from;
+		a.n_offsets = k - from < TAIL_ACK_MAX ? k - from : TAIL_ACK_MAX;
+		Cdc__V1__ClientFrame f = CDC__V1__CLIENT_FRAME__INIT;
+		f.kind_case = CDC__V1__CLIENT_FRAME__KIND_ACK;
+		f.ack = &a;
+		ok = send_frame(t, &f);
+	}
+	free(offsets);
+	return ok;
+}
+
+typedef enum next_result { NEXT_FRAME, NEXT_TIMEOUT, NEXT_FAIL } next_result;
+
+/* Waits for the next whole frame until the deadline. */
+static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
+{
+	for (;;) {
+		const uint8_t *msg;
+		size_t msglen, consumed;
+		char err[128];
+		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos,
+					    &msg, &msglen, &consumed, err, sizeof(err));
+		if (r == FRAME_BAD) {
+			fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
+			return NEXT_FAIL;
+		}
+		if (r == FRAME_OK) {
+			*out = frame_decode_server(msg, msglen, err, sizeof(err));
+			t->in_pos += consumed;
+			if (!*out) {
+				fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
+				return NEXT_FAIL;
+			}
+			return NEXT_FRAME;
+		}
+		/* Keep the partial frame at the front so the buffer never grows past one frame. */
+		if (t->in_pos > 0) {
+			memmove(t->in.data, t->in.data + t->in_pos, t->in.len - t->in_pos);
+			t->in.len -= t->in_pos;
+			t->in_pos = 0;
+		}
+		int wait = -1;
+		if (t->deadline_ms >= 0) {
+			int64_t left = t->deadline_ms - now_ms();
+			if (left <= 0)
+				return NEXT_TIMEOUT;
+			wait = (int)left;
+		}
+		struct pollfd p = {.fd = t->fd, .events = POLLIN};
+		int n = poll(&p, 1, wait);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "cdc tail: poll: %s\n", strerror(errno));
+			return NEXT_FAIL;
+		}
+		if (n == 0)
+			continue; /* the deadline check above decides */
+		buf_reserve(&t->in, 65536);
+		ssize_t got = read(t->fd, t->in.data + t->in.len, t->in.cap - t->in.len - 1);
+		if (got < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			fprintf(stderr, "cdc tail: connection to %s lost: %s\n", t->path, strerror(errno));
+			return NEXT_FAIL;
+		}
+		if (got == 0) {
+			fprintf(stderr, "cdc tail: cdc closed the connection on %s\n", t->path);
+			return NEXT_FAIL;
+		}
+		t->in.len += (size_t)got;
+	}
+}
+
+/* Prints up to the events still wanted, then acks them. Returns false on failure. */
+static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
+{
+	size_t n = d->n_events;
+	if (t->o->count && n > t->o->count - t->printed)
+		n = (size_t)(t->o->count - t->printed);
+	buf_reset(&t->out);
+	for (size_t i = 0; i < n; i++) {
+		/* without an offset the event could never be acknowledged */
+		if (d->events[i]->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
+			fprintf(stderr, "cdc tail: %s delivered an event without an offset\n", t->path);
+			return false;
+		}
+		json_event(&t->out, d->events[i]);
+	}
+	if (!write_all(STDOUT_FILENO, t->out.data, t->out.len, false)) {
+		fprintf(stderr, "cdc tail: writing to stdout: %s\n", strerror(errno));
+		return false;
+	}
+	/* Acking tells cdc it may forget the events: into a file, only once they are on disk. */
+	if (t->sync_out && fdatasync(STDOUT_FILENO) != 0) {
+		fprintf(stderr, "cdc tail: syncing stdout: %s\n", strerror(errno));
+		return false;
+	}
+	t->printed += n;
+	if (!t->o->no_ack && n > 0 && !send_ack(t, d->events, n))
+		return false;
+	return true;
+}
+
+static void reset_deadline(tail *t)
+{
+	t->deadline_ms = t->o->timeout_ms >= 0 ? now_ms() + t->o->timeout_ms : -1;
+}
+
+static int tail_run(tail *t)
+{
+	const tail_opts *o = t->o;
+	if (!send_subscribe(t))
+		return 1;
+	reset_deadline(t);
+	bool subscribed = false;
+	for (;;) {
+		Cdc__V1__ServerFrame *f = NULL;
+		next_result r = next_frame(t, &f);
+		if (r == NEXT_TIMEOUT) {
+			if (subscribed)
+				return 0;
+			fprintf(stderr, "cdc tail: no answer from %s within the timeout\n", t->path);
+			return 1;
+		}
+		if (r == NEXT_FAIL)
+			return 1;
+		int rc = -1;
+		switch (f->kind_case) {
+		case CDC__V1__SERVER_FRAME__KIND_SUBSCRIBED: {
+			const Cdc__V1__Subscribed *s = f->subscribed;
+			subscribed = true;
+			t->cumulative = o->dead || s->mode == CDC__V1__CONSUMER_MODE__FAILOVER;
+			if (s->mode == CDC__V1__CONSUMER_MODE__FAILOVER && !s->active && !o->dead)
+				fprintf(stderr,
+					"cdc tail: another consumer of %s is active; waiting until it goes "
+					"away\n",
+					o->subscription);
+			break;
+		}
+		case CDC__V1__SERVER_FRAME__KIND_DELIVERY:
+			if (!subscribed) {
+				fprintf(stderr, "cdc tail: %s sent a delivery before answering Subscribe\n",
+					t->path);
+				rc = 1;
+			} else if (!handle_delivery(t, f->delivery)) {
+				rc = 1;
+			} else if (o->count && t->printed >= o->count) {
+				rc = 0;
+			} else if (f->delivery->n_events > 0) {
+				reset_deadline(t);
+			}
+			break;
+		case CDC__V1__SERVER_FRAME__KIND_DROPPED:
+			fprintf(stderr, "cdc tail: events %llu..%llu were dropped by retention\n",
+				(unsigned long long)f->dropped->from_offset,
+				(unsigned long long)f->dropped->to_offset);
+			break;
+		case CDC__V1__SERVER_FRAME__KIND_ERROR: {
+			const char *m = f->error->message;
+			if (!*m) {
+				const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+				    &cdc__v1__error__code__descriptor, f->error->code);
+				m = v ? v->name : "unknown error";
+			}
+			fprintf(stderr, "cdc tail: %s\n", m);
+			rc = 1;
+			break;
+		}
+		default:
+			break; /* heartbeats, and kinds newer than this client */
+		}
+		frame_server_free(f);
+		if (rc >= 0)
+			return rc;
+	}
+}
+
+int tail_main(int argc, char **argv)
+{
+	tail_opts o = {.start = CDC__V1__START_FROM__START_ACKED, .timeout_ms = -1};
+	int rc = parse_tail_options(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	char *path = socket_path(&o);
+	if (!path)
+		return 2;
+	tail t = {.o = &o, .path = path, .fd = -1};
+	struct stat st;
+	t.sync_out = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+	t.fd = tail_connect(path);
+	rc = t.fd < 0 ? 1 : tail_run(&t);
+	if (t.fd >= 0)
+		close(t.fd);
+	buf_free(&t.in);
+	buf_free(&t.out);
+	free(path);
+	return rc;
+}

@@ -1,0 +1,296 @@
+"""subscriber_client.py: a minimal client of cdc's subscriber socket built from the .proto files alone
+(protoc --python_out at import, nothing from cdc's C code), for the integration tests and as an example
+for clients in other languages. Run it to print a subscription's events:
+    python3 tests/subscriber_client.py /run/cdc/events.sock SUBSCRIPTION [--from earliest] [--no-ack]
+"""
+import json
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
+FRAME_MAX = 16 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+_modules = None
+
+
+def protos():
+    """(event_pb2, subscriber_pb2), compiled from proto/ once per process."""
+    global _modules
+    if _modules is None:
+        out = tempfile.mkdtemp(prefix="cdc-proto-py-")
+        subprocess.run(
+            ["protoc", "-I" + os.path.normpath(PROTO_DIR), "--python_out=" + out,
+             "cdc/v1/event.proto", "cdc/v1/subscriber.proto"],
+            check=True)
+        # cdc/ and cdc/v1/ stay namespace packages (no __init__.py) so that they merge with, rather
+        # than lose to, any other directory called cdc on sys.path, such as the repository's C sources.
+        sys.path.insert(0, out)
+        from cdc.v1 import event_pb2, subscriber_pb2
+        _modules = (event_pb2, subscriber_pb2)
+    return _modules
+
+
+class ProtocolError(Exception):
+    """The server broke the protocol (bad framing, unexpected frame)."""
+
+
+class ConnectionClosed(EOFError):
+    """The server closed the connection."""
+
+
+class ServerError(Exception):
+    """An Error frame: .code (the enum's name), .message; the server closes the connection after it."""
+
+    def __init__(self, error):
+        _, spb = protos()
+        self.error = error
+        self.code = spb.Error.Code.Name(error.code)
+        self.message = error.message
+        super().__init__("%s: %s" % (self.code, self.message))
+
+
+def encode_frame(msg):
+    """A message as one frame: 4-byte big-endian length, then its bytes."""
+    data = msg.SerializeToString()
+    return _HEADER.pack(len(data)) + data
+
+
+_STARTS = {"acked": 0, "earliest": 1, "latest": 2, "offset": 3}
+
+
+class Subscriber:
+    """One connection to the subscriber socket, subscribed on construction.
+
+    start: 'acked', 'earliest', 'latest', or an int offset (START_OFFSET; start_offset is then ignored),
+    or 'offset' with start_offset. Raises ServerError if the server answers Subscribe with an Error,
+    ConnectionClosed/ProtocolError/TimeoutError for a server that misbehaves. Not thread-safe.
+    """
+
+    def __init__(self, path, subscription, consumer=None, start="acked", start_offset=0, max_unacked=0,
+                 dead_letters=False, heartbeat_ms=0, timeout=10.0):
+        _, spb = protos()
+        self.path = path
+        self._buf = bytearray()
+        self.dropped = []          # (from_offset, to_offset) of each Dropped frame seen
+        self.last_heartbeat = None
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        if isinstance(start, int):
+            start_offset, start = start, "offset"
+        sub = spb.Subscribe(subscription=subscription, consumer=consumer or "py-%d" % os.getpid(),
+                            start=_STARTS[start], start_offset=start_offset, max_unacked=max_unacked,
+                            dead_letters=dead_letters, heartbeat_ms=heartbeat_ms)
+        self.dead_letters = dead_letters
+        try:
+            self.send(spb.ClientFrame(subscribe=sub))
+            f = self.recv(timeout)
+            if f is None:
+                raise TimeoutError("no answer to Subscribe within %ss" % timeout)
+            kind = f.WhichOneof("kind")
+            if kind == "error":
+                raise ServerError(f.error)
+            if kind != "subscribed":
+                raise ProtocolError("expected Subscribed, got %s" % kind)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.subscribed = f.subscribed
+
+    # --- framing ---
+
+    def send(self, client_frame):
+        self.sock.sendall(encode_frame(client_frame))
+
+    def send_raw(self, data):
+        """Sends bytes as they are, no header added: for malformed-frame tests."""
+        self.sock.sendall(data)
+
+    def recv(self, timeout=5.0):
+        """The next ServerFrame, or None if none is complete within timeout seconds (None: wait)."""
+        _, spb = protos()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if len(self._buf) >= 4:
+                (n,) = _HEADER.unpack_from(self._buf)
+                if n > FRAME_MAX:
+                    raise ProtocolError("frame of %d bytes is over the 16 MiB limit" % n)
+                if len(self._buf) >= 4 + n:
+                    data = bytes(self._buf[4:4 + n])
+                    del self._buf[:4 + n]
+                    f = spb.ServerFrame()
+                    try:
+                        f.ParseFromString(data)
+                    except Exception as e:  # DecodeError; the message varies between versions
+                        raise ProtocolError("malformed ServerFrame: %s" % e) from e
+                    return f
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                return None
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except ConnectionResetError:
+                chunk = b""
+            except (socket.timeout, BlockingIOError):
+                continue
+            if not chunk:
+                raise ConnectionClosed("server closed the connection" +
+                                       (" mid-frame" if self._buf else ""))
+            self._buf += chunk
+
+    # --- helpers on top of recv ---
+
+    def _next_delivery(self, deadline):
+        """The next Delivery's events before deadline (None if none), noting Dropped and Heartbeat."""
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            f = self.recv(left)
+            if f is None:
+                return None
+            kind = f.WhichOneof("kind")
+            if kind == "delivery":
+                return list(f.delivery.events)
+            if kind == "error":
+                raise ServerError(f.error)
+            if kind == "dropped":
+                self.dropped.append((f.dropped.from_offset, f.dropped.to_offset))
+            elif kind == "heartbeat":
+                self.last_heartbeat = f.heartbeat
+            elif kind == "subscribed":
+                raise ProtocolError("a second Subscribed")
+            if left == 0:
+                return None
+
+    def delivery(self, timeout=5.0):
+        """The events of the next Delivery, or None if none arrives within timeout."""
+        return self._next_delivery(time.monotonic() + timeout)
+
+    def deliveries(self, timeout=1.0):
+        """Every Delivery (a list of events each) until timeout seconds pass without one."""
+        out = []
+        while True:
+            d = self.delivery(timeout)
+            if d is None:
+                return out
+            out.append(d)
+
+    def events(self, n, timeout=5.0, ack=False):
+        """Up to n events within timeout seconds (fewer if they do not come); each Delivery acked
+        as soon as it arrives when ack is true. A Delivery is never split, so more than n may
+        arrive: the extra ones are returned too, so that none is silently lost."""
+        deadline = time.monotonic() + timeout
+        out = []
+        while len(out) < n:
+            d = self._next_delivery(deadline)
+            if d is None:
+                break
+            if ack:
+                self.ack_events(d)
+            out.extend(d)
+        return out
+
+    def ack(self, offsets):
+        """One Ack frame of these offsets (an int or an iterable), sent as given."""
+        _, spb = protos()
+        if isinstance(offsets, int):
+            offsets = [offsets]
+        self.send(spb.ClientFrame(ack=spb.Ack(offsets=list(offsets))))
+
+    def ack_events(self, events):
+        """Acknowledges events as the consumer mode wants: the highest offset when acks are
+        cumulative (failover, dead letters), else every offset."""
+        _, spb = protos()
+        offsets = [e.offset for e in events]
+        if not offsets:
+            return
+        if self.dead_letters or self.subscribed.mode == spb.FAILOVER:
+            offsets = [max(offsets)]
+        self.ack(offsets)
+
+    def wait_closed(self, timeout=5.0):
+        """Frames received until the server closes the connection; TimeoutError if it does not."""
+        frames = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                f = self.recv(max(0.0, deadline - time.monotonic()))
+            except ConnectionClosed:
+                return frames
+            if f is None:
+                raise TimeoutError("connection still open after %ss" % timeout)
+            frames.append(f)
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def event_dict(e):
+    """An Event as a dict with proto field names (uint64 as strings, as protobuf's JSON mapping has it)."""
+    from google.protobuf import json_format
+    return json_format.MessageToDict(e, preserving_proto_field_name=True)
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description="Print a cdc socket subscription's events, one JSON object per line.")
+    p.add_argument("socket")
+    p.add_argument("subscription")
+    p.add_argument("--from", dest="start", default="acked",
+                   help="acked, earliest, latest or an offset")
+    p.add_argument("--consumer")
+    p.add_argument("--count", type=int, default=0, help="exit after N events")
+    p.add_argument("--timeout", type=float, default=None, help="exit after SECONDS without an event")
+    p.add_argument("--no-ack", action="store_true")
+    p.add_argument("--dead", action="store_true", help="read the dead letters")
+    a = p.parse_args(argv)
+    start = int(a.start) if a.start.isdigit() else a.start
+    try:
+        s = Subscriber(a.socket, a.subscription, consumer=a.consumer, start=start, dead_letters=a.dead)
+    except (OSError, ServerError, ProtocolError) as e:
+        print("subscriber_client: %s" % e, file=sys.stderr)
+        return 1
+    printed = 0
+    with s:
+        while True:
+            try:
+                d = s.delivery(a.timeout if a.timeout is not None else 1e9)
+            except (ServerError, ConnectionClosed, ProtocolError) as e:
+                print("subscriber_client: %s" % e, file=sys.stderr)
+                return 1
+            for f, t in s.dropped:
+                print("subscriber_client: events %d..%d were dropped by retention" % (f, t), file=sys.stderr)
+            s.dropped.clear()
+            if d is None:
+                return 0
+            if a.count:
+                d = d[:a.count - printed]
+            for e in d:
+                print(json.dumps(event_dict(e)))
+            sys.stdout.flush()
+            if not a.no_ack:
+                s.ack_events(d)
+            printed += len(d)
+            if a.count and printed >= a.count:
+                return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

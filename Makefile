@@ -37,10 +37,10 @@ PROTO_H := $(PROTO_C:.c=.h)
 LIB_SRCS := \
 	decoder/util.c decoder/arena.c decoder/hist.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
 	decoder/event.c \
-	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c \
+	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/spool.c \
 	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool
 FUZZERS := pgoutput config predicate frame
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

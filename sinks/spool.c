@@ -1,0 +1,1128 @@
+/* spool.c: see spool.h. Segment files of CRC-32C checked records named by their first offset, an
+ * in-memory write buffer that spool_sync writes and fsyncs (group commit), a sparse in-memory index
+ * per segment for random reads, and a two-slot cursor file so that a torn write never loses both. */
+#include "spool.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A record: magic u8, type u8, zero u16, crc u32 (of every other header byte and the payload), len
+ * u32, offset u64, commit_lsn u64, tx_index u32, key_hash u32, time_ms i64; then len payload bytes.
+ * Little-endian. A marker's offset is the last event offset it declares committed; its id fields
+ * repeat the newest event before it, so a segment that starts with one still knows the last id. */
+#define REC_HDR 44
+#define REC_MAGIC 0xC5
+#define REC_EVENT 1
+#define REC_MARK 2
+#define REC_MAX_LEN (1u << 30)
+
+#define INDEX_EVERY 128	      /* index the file position of every 128th event of a segment */
+#define WBUF_EARLY (1u << 20) /* write (not fsync) the buffer once it holds this much */
+#define WIN_BYTES (64u << 10) /* read-ahead: one pread serves the next records in order */
+#define SEGMENT_DEFAULT (64ull << 20)
+#define SEG_DIGITS 20
+#define CURSOR_FILE "cursor"
+#define CURSOR_SLOT 64 /* two slots: seq, acked, first, dropped, crc */
+
+typedef struct rec_hdr {
+	uint8_t type;
+	uint32_t len;
+	uint64_t offset, commit_lsn;
+	uint32_t tx_index, key_hash;
+	int64_t time_ms;
+} rec_hdr;
+
+typedef struct seg {
+	uint64_t first; /* its name: the offset of its first event */
+	uint64_t bytes; /* in the file (the last segment's buffered bytes are not counted) */
+	uint64_t *idx;	/* idx[k]: file position of event first + k * INDEX_EVERY; a prefix, grown lazily */
+	size_t nidx, cidx;
+} seg;
+
+/* A read-ahead window over one segment plus where the last record read ended, so that reading
+ * offsets in order neither searches nor preads per record. */
+typedef struct reader {
+	uint64_t seg_first; /* the segment of fd, window and cursor; 0: none */
+	int fd;		    /* own descriptor for a closed segment; -1 for the write segment */
+	uint8_t *win;
+	size_t win_len, win_cap;
+	uint64_t win_pos;
+	uint64_t next_off, next_pos; /* the event after the last one found, and its position */
+} reader;
+
+struct spool {
+	char *dir;
+	spool_limits lim;
+	seg *segs; /* oldest first; the last is the one appended to */
+	size_t nsegs, csegs;
+	int wfd;
+	uint64_t written; /* == segs[nsegs - 1].bytes */
+	bool unsynced;	  /* written since the last fsync of wfd */
+	buf wbuf;
+	int cfd;
+	uint64_t cseq;
+	bool cursor_dirty; /* written since its last fsync */
+	uint64_t next, head, marked, acked, first, dropped;
+	bool pending; /* events appended since the last marker */
+	bool have_last;
+	uint64_t last_lsn;
+	uint32_t last_tx;
+	int64_t first_ms, ack_ms;      /* time_ms of event first and of event acked + 1, when appended */
+	uint64_t first_seg, first_pos; /* where event first is (or will be) */
+	uint64_t ack_seg, ack_pos;     /* where event acked + 1 is, when appended */
+	reader rd, meta;	       /* rd serves spool_read; meta the lookups that must not move r->data */
+	char *broken;		       /* a failed write left the file in an unknown state: reopen */
+};
+
+/* ---- encoding ---- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* Filled by spool_open, which the daemon calls from its one main thread. */
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+	if (crc_table[1])
+		return;
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+/* CRC-32C; pass the previous result as crc to continue over more bytes (0 to start). */
+static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
+{
+	crc = ~crc;
+	while (n--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return ~crc;
+}
+
+static uint32_t rec_crc(const uint8_t *hdr, const uint8_t *payload, size_t len)
+{
+	uint32_t c = crc32c(0, hdr, 4);
+	c = crc32c(c, hdr + 8, REC_HDR - 8);
+	return crc32c(c, payload, len);
+}
+
+static void rec_encode(uint8_t *p, const rec_hdr *h, const void *payload)
+{
+	p[0] = REC_MAGIC;
+	p[1] = h->type;
+	p[2] = p[3] = 0;
+	put32(p + 8, h->len);
+	put64(p + 12, h->offset);
+	put64(p + 20, h->commit_lsn);
+	put32(p + 28, h->tx_index);
+	put32(p + 32, h->key_hash);
+	put64(p + 36, (uint64_t)h->time_ms);
+	if (h->len)
+		memcpy(p + REC_HDR, payload, h->len);
+	put32(p + 4, rec_crc(p, p + REC_HDR, h->len));
+}
+
+/* Header fields only; NULL if sane, else what is wrong. The CRC is checked once the payload is in. */
+static const char *rec_decode(const uint8_t *p, rec_hdr *h)
+{
+	if (p[0] != REC_MAGIC)
+		return "bad magic";
+	if ((p[1] != REC_EVENT && p[1] != REC_MARK) || p[2] || p[3])
+		return "bad record type";
+	h->type = p[1];
+	h->len = get32(p + 8);
+	h->offset = get64(p + 12);
+	h->commit_lsn = get64(p + 20);
+	h->tx_index = get32(p + 28);
+	h->key_hash = get32(p + 32);
+	h->time_ms = (int64_t)get64(p + 36);
+	if (h->len > REC_MAX_LEN || (h->type == REC_MARK && h->len))
+		return "bad payload length";
+	return NULL;
+}
+
+/* ---- files ---- */
+
+static void seg_path(const spool *s, uint64_t first, char *out, size_t n)
+{
+	snprintf(out, n, "%s/%0*" PRIu64 ".seg", s->dir, SEG_DIGITS, first);
+}
+
+static bool fsync_dir(const char *dir, char *err, size_t errlen)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	bool ok = fd >= 0 && fsync(fd) == 0;
+	int saved = errno;
+	if (fd >= 0)
+		close(fd);
+	return ok ? true
+		  : errf(err, errlen, "spool %s: cannot fsync the directory: %s", dir, strerror(saved));
+}
+
+static bool pread_full(int fd, void *dst, size_t n, uint64_t pos)
+{
+	uint8_t *p = dst;
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)pos);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = EIO; /* the file is shorter than its bookkeeping says */
+			return false;
+		}
+		p += r, n -= (size_t)r, pos += (uint64_t)r;
+	}
+	return true;
+}
+
+static bool write_full(int fd, const void *src, size_t n)
+{
+	const uint8_t *p = src;
+	while (n) {
+		ssize_t r = write(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return false;
+		p += r, n -= (size_t)r;
+	}
+	return true;
+}
+
+/* mkdir -p, mode 0700: state_dir/spool may not exist yet. */
+static bool make_dirs(const char *dir, char *err, size_t errlen)
+{
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return errf(err, errlen, "spool %s: path too long", dir);
+	for (char *p = path + 1;; p++) {
+		if (*p && *p != '/')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(path, 0700) != 0 && errno != EEXIST)
+			return errf(err, errlen, "spool %s: cannot create %s: %s", dir, path,
+				    strerror(errno));
+		if (!c)
+			return true;
+		*p = c;
+	}
+}
+
+/* ---- segments and the sparse index ---- */
+
+static seg *last_seg(spool *s)
+{
+	return &s->segs[s->nsegs - 1];
+}
+
+static bool is_current(const spool *s, const seg *sg)
+{
+	return sg == &s->segs[s->nsegs - 1];
+}
+
+/* Bytes of the segment including what is still buffered for it. */
+static uint64_t seg_size(const spool *s, const seg *sg)
+{
+	return is_current(s, sg) ? s->written + s->wbuf.len : sg->bytes;
+}
+
+/* The last event offset in the segment (first - 1 if it has none). */
+static uint64_t seg_last(const spool *s, const seg *sg)
+{
+	return is_current(s, sg) ? s->next - 1 : sg[1].first - 1;
+}
+
+/* The segment holding offset: the last whose first is <= offset. */
+static seg *seg_find(spool *s, uint64_t offset)
+{
+	size_t lo = 0, hi = s->nsegs;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (s->segs[mid].first <= offset)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &s->segs[lo];
+}
+
+static void seg_push(spool *s, uint64_t first, uint64_t bytes)
+{
+	if (s->nsegs == s->csegs) {
+		s->csegs = s->csegs ? 2 * s->csegs : 8;
+		s->segs = xrealloc(s->segs, s->csegs * sizeof(*s->segs));
+	}
+	s->segs[s->nsegs++] = (seg){.first = first, .bytes = bytes};
+}
+
+/* Records pos as event offset's position if it is the next index entry the segment lacks. */
+static void idx_note(seg *sg, uint64_t offset, uint64_t pos)
+{
+	uint64_t rel = offset - sg->first;
+	if (rel % INDEX_EVERY || rel / INDEX_EVERY != sg->nidx)
+		return;
+	if (sg->nidx == sg->cidx) {
+		sg->cidx = sg->cidx ? 2 * sg->cidx : 16;
+		sg->idx = xrealloc(sg->idx, sg->cidx * sizeof(*sg->idx));
+	}
+	sg->idx[sg->nidx++] = pos;
+}
+
+/* ---- reading ---- */
+
+static void reader_close(reader *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	r->seg_first = 0;
+	r->win_len = 0;
+}
+
+/* Switches the reader to segment sg, opening it unless it is the write segment. */
+static bool reader_use(spool *s, reader *r, const seg *sg, char *err, size_t errlen)
+{
+	if (r->seg_first == sg->first && (r->fd >= 0 || is_current(s, sg)))
+		return true;
+	reader_close(r);
+	if (!is_current(s, sg)) {
+		char path[4200];
+		seg_path(s, sg->first, path, sizeof(path));
+		r->fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (r->fd < 0)
+			return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+	}
+	r->seg_first = sg->first;
+	r->next_off = 0;
+	return true;
+}
+
+/* Makes bytes [pos, pos + n) of sg available at *p. 1: done; 0: the segment ends before; -1: error.
+ * The write segment's bytes past what is written come from the write buffer. */
+static int win_get(spool *s, reader *r, const seg *sg, uint64_t pos, size_t n, const uint8_t **p, char *err,
+		   size_t errlen)
+{
+	if (!reader_use(s, r, sg, err, errlen))
+		return -1;
+	if (pos >= r->win_pos && pos + n <= r->win_pos + r->win_len) {
+		*p = r->win + (pos - r->win_pos);
+		return 1;
+	}
+	uint64_t size = seg_size(s, sg);
+	if (pos + n > size)
+		return 0;
+	size_t want = n > WIN_BYTES ? n : WIN_BYTES;
+	if (want > size - pos)
+		want = (size_t)(size - pos);
+	if (want > r->win_cap) {
+		free(r->win);
+		r->win = xmalloc(want);
+		r->win_cap = want;
+	}
+	r->win_len = 0;
+	uint64_t disk_end = is_current(s, sg) ? s->written : size;
+	size_t from_disk = pos < disk_end ? (size_t)(disk_end - pos < want ? disk_end - pos : want) : 0;
+	if (from_disk && !pread_full(r->fd >= 0 ? r->fd : s->wfd, r->win, from_disk, pos)) {
+		char path[4200];
+		seg_path(s, sg->first, path, sizeof(path));
+		errf(err, errlen, "spool %s: cannot read at byte %" PRIu64 ": %s", path, pos,
+		     strerror(errno));
+		return -1;
+	}
+	if (want > from_disk)
+		memcpy(r->win + from_disk, s->wbuf.data + (pos + from_disk - s->written), want - from_disk);
+	r->win_pos = pos;
+	r->win_len = want;
+	*p = r->win;
+	return 1;
+}
+
+/* The record at pos, checksum verified. 1: *h and *payload set; 0: *why says what is wrong (a
+ * short record says "truncated record"); -1: I/O error in err. */
+static int rec_at(spool *s, reader *r, const seg *sg, uint64_t pos, rec_hdr *h, const uint8_t **payload,
+		  const char **why, char *err, size_t errlen)
+{
+	const uint8_t *p;
+	int got = win_get(s, r, sg, pos, REC_HDR, &p, err, errlen);
+	if (got <= 0) {
+		*why = "truncated record";
+		return got;
+	}
+	if ((*why = rec_decode(p, h)) != NULL)
+		return 0;
+	got = win_get(s, r, sg, pos, REC_HDR + (size_t)h->len, &p, err, errlen);
+	if (got <= 0) {
+		*why = "truncated record";
+		return got;
+	}
+	if (get32(p + 4) != rec_crc(p, p + REC_HDR, h->len)) {
+		*why = "checksum mismatch";
+		return 0;
+	}
+	*payload = p + REC_HDR;
+	return 1;
+}
+
+static bool corrupt(spool *s, const seg *sg, uint64_t pos, const char *why, char *err, size_t errlen)
+{
+	char path[4200];
+	seg_path(s, sg->first, path, sizeof(path));
+	return errf(err, errlen, "spool %s: record at byte %" PRIu64 ": %s", path, pos, why);
+}
+
+/* Where to start scanning for offset in sg: the nearest index entry or the reader's cursor. */
+static void scan_start(const seg *sg, const reader *r, uint64_t offset, uint64_t *off, uint64_t *pos)
+{
+	uint64_t k = (offset - sg->first) / INDEX_EVERY;
+	*off = sg->first, *pos = 0;
+	if (sg->nidx) {
+		if (k >= sg->nidx)
+			k = sg->nidx - 1;
+		*off = sg->first + k * INDEX_EVERY, *pos = sg->idx[k];
+	}
+	if (r->seg_first == sg->first && r->next_off && r->next_off <= offset && r->next_off > *off)
+		*off = r->next_off, *pos = r->next_pos;
+}
+
+/* Finds event offset (which must exist): seeks near it with the index, scans forward through the
+ * read-ahead window and extends the index on the way. */
+static bool locate(spool *s, reader *r, uint64_t offset, rec_hdr *h, const uint8_t **payload, seg **where,
+		   uint64_t *at, char *err, size_t errlen)
+{
+	seg *sg = seg_find(s, offset);
+	if (!reader_use(s, r, sg, err, errlen))
+		return false;
+	uint64_t expect, pos;
+	scan_start(sg, r, offset, &expect, &pos);
+	for (;;) {
+		const char *why;
+		int got = rec_at(s, r, sg, pos, h, payload, &why, err, errlen);
+		if (got < 0)
+			return false;
+		if (got == 0)
+			return corrupt(s, sg, pos, why, err, errlen);
+		if (h->type == REC_EVENT) {
+			if (h->offset != expect)
+				return corrupt(s, sg, pos, "offset out of sequence", err, errlen);
+			idx_note(sg, expect, pos);
+			if (expect == offset)
+				break;
+			expect++;
+		}
+		pos += REC_HDR + h->len;
+	}
+	r->next_off = offset + 1;
+	r->next_pos = pos + REC_HDR + h->len;
+	*where = sg;
+	*at = pos;
+	return true;
+}
+
+/* ---- the cursor file ---- */
+
+static bool cursor_write(spool *s, char *err, size_t errlen)
+{
+	uint8_t slot[CURSOR_SLOT] = {0};
+	s->cseq++;
+	put64(slot, s->cseq);
+	put64(slot + 8, s->acked);
+	put64(slot + 16, s->first);
+	put64(slot + 24, s->dropped);
+	put32(slot + 32, crc32c(0, slot, 32));
+	off_t at = (off_t)(s->cseq & 1) * CURSOR_SLOT;
+	if (pwrite(s->cfd, slot, sizeof(slot), at) != (ssize_t)sizeof(slot))
+		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot write: %s", s->dir,
+			    strerror(errno));
+	s->cursor_dirty = true;
+	return true;
+}
+
+/* Opens the cursor file and loads the valid slot with the higher sequence; *found is false when
+ * neither slot is valid (a new spool, or both torn: then the caller derives the cursor). */
+static bool cursor_open(spool *s, bool *found, char *err, size_t errlen)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" CURSOR_FILE, s->dir);
+	s->cfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s->cfd < 0)
+		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+	uint8_t d[2 * CURSOR_SLOT] = {0};
+	ssize_t n = pread(s->cfd, d, sizeof(d), 0);
+	if (n < 0)
+		return errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
+	*found = false;
+	for (int i = 0; i < 2; i++) {
+		const uint8_t *p = d + i * CURSOR_SLOT;
+		if ((i + 1) * CURSOR_SLOT > n || get32(p + 32) != crc32c(0, p, 32) || get64(p) == 0)
+			continue;
+		if (*found && get64(p) < s->cseq)
+			continue;
+		*found = true;
+		s->cseq = get64(p);
+		s->acked = get64(p + 8);
+		s->first = get64(p + 16);
+		s->dropped = get64(p + 24);
+	}
+	return true;
+}
+
+/* ---- recovery ---- */
+
+typedef struct scan {
+	uint64_t end;  /* position after the last good record */
+	uint64_t next; /* the offset after the last event */
+	bool marked;   /* a marker was seen; mark is the last one's offset */
+	uint64_t mark;
+	bool have_id; /* id of the newest event (or of the one a marker repeats) */
+	uint64_t lsn;
+	uint32_t tx;
+	const char *why; /* the first bad record, NULL if the segment ended cleanly */
+} scan;
+
+/* Validates every record of sg from the start, building its index. An I/O error fails; a bad
+ * record stops the scan with sc->why set and sc->end at its position. */
+static bool scan_seg(spool *s, seg *sg, scan *sc, char *err, size_t errlen)
+{
+	*sc = (scan){.next = sg->first};
+	sg->nidx = 0;
+	for (;;) {
+		rec_hdr h;
+		const uint8_t *payload;
+		int got = rec_at(s, &s->meta, sg, sc->end, &h, &payload, &sc->why, err, errlen);
+		if (got < 0)
+			return false;
+		if (got == 0) {
+			if (sc->end == seg_size(s, sg))
+				sc->why = NULL; /* a clean end */
+			return true;
+		}
+		if (h.type == REC_EVENT && h.offset != sc->next) {
+			sc->why = "offset out of sequence";
+			return true;
+		}
+		if (h.type == REC_MARK && (h.offset >= sc->next || (sc->marked && h.offset < sc->mark))) {
+			sc->why = "marker offset out of sequence";
+			return true;
+		}
+		if (h.type == REC_EVENT)
+			idx_note(sg, sc->next++, sc->end);
+		else
+			sc->marked = true, sc->mark = h.offset;
+		sc->have_id = true, sc->lsn = h.commit_lsn, sc->tx = h.tx_index;
+		sc->end += REC_HDR + h.len;
+	}
+}
+
+/* Cuts the write segment at the first bad record. */
+static bool cut_tail(spool *s, const scan *sc, spool_recovery *rec, char *err, size_t errlen)
+{
+	seg *sg = last_seg(s);
+	if (!sc->why)
+		return true;
+	char path[4200];
+	seg_path(s, sg->first, path, sizeof(path));
+	if (ftruncate(s->wfd, (off_t)sc->end) != 0 || fsync(s->wfd) != 0)
+		return errf(err, errlen, "spool %s: cannot cut the torn tail at byte %" PRIu64 ": %s", path,
+			    sc->end, strerror(errno));
+	rec->torn_bytes = sg->bytes - sc->end;
+	sg->bytes = s->written = sc->end;
+	reader_close(&s->meta);
+	return true;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Parses "<20 digits>.seg"; -1 for another file, 0 for a malformed segment name. */
+static int seg_name(const char *name, uint64_t *first)
+{
+	size_t n = strlen(name);
+	if (n < 4 || strcmp(name + n - 4, ".seg") != 0)
+		return -1;
+	if (n != SEG_DIGITS + 4)
+		return 0;
+	uint64_t v = 0;
+	for (size_t i = 0; i < SEG_DIGITS; i++) {
+		if (name[i] < '0' || name[i] > '9' || v > (UINT64_MAX - 9) / 10)
+			return 0;
+		v = v * 10 + (uint64_t)(name[i] - '0');
+	}
+	*first = v;
+	return v ? 1 : 0;
+}
+
+static bool list_segs(spool *s, char *err, size_t errlen)
+{
+	DIR *d = opendir(s->dir);
+	if (!d)
+		return errf(err, errlen, "spool %s: cannot list: %s", s->dir, strerror(errno));
+	uint64_t *firsts = NULL;
+	size_t n = 0, cap = 0;
+	bool ok = true;
+	struct dirent *e;
+	while (ok && (e = readdir(d)) != NULL) {
+		uint64_t first;
+		int kind = seg_name(e->d_name, &first);
+		if (kind == 0)
+			ok = errf(
+			    err, errlen,
+			    "spool %s: malformed segment name \"%s\" (want %d digits, from 1, then .seg)",
+			    s->dir, e->d_name, SEG_DIGITS);
+		if (kind != 1)
+			continue;
+		if (n == cap)
+			firsts = xrealloc(firsts, (cap = cap ? 2 * cap : 16) * sizeof(*firsts));
+		firsts[n++] = first;
+	}
+	closedir(d);
+	if (ok && n)
+		qsort(firsts, n, sizeof(*firsts), cmp_u64);
+	for (size_t i = 0; ok && i < n; i++) {
+		char path[4200];
+		struct stat st;
+		seg_path(s, firsts[i], path, sizeof(path));
+		if (stat(path, &st) != 0)
+			ok = errf(err, errlen, "spool %s: %s", path, strerror(errno));
+		else
+			seg_push(s, firsts[i], (uint64_t)st.st_size);
+	}
+	free(firsts);
+	return ok;
+}
+
+static bool create_seg(spool *s, uint64_t first, char *err, size_t errlen)
+{
+	char path[4200];
+	seg_path(s, first, path, sizeof(path));
+	s->wfd = open(path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (s->wfd < 0)
+		return errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
+	seg_push(s, first, 0);
+	s->written = 0;
+	return fsync_dir(s->dir, err, errlen);
+}
+
+static bool open_last(spool *s, char *err, size_t errlen)
+{
+	char path[4200];
+	seg_path(s, last_seg(s)->first, path, sizeof(path));
+	s->wfd = open(path, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (s->wfd < 0)
+		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+	s->written = last_seg(s)->bytes;
+	return true;
+}
+
+/* The head and the last id when the write segment holds no marker (a crash in a transaction that
+ * spans a rollover, or an empty new segment): the newest marker of an earlier, intact segment. */
+static bool scan_back(spool *s, scan *last, char *err, size_t errlen)
+{
+	for (size_t i = s->nsegs - 1; i-- > 0 && (!last->marked || !last->have_id);) {
+		seg *sg = &s->segs[i];
+		scan sc;
+		if (!scan_seg(s, sg, &sc, err, errlen))
+			return false;
+		if (sc.why || sc.next != sg[1].first)
+			return corrupt(s, sg, sc.end,
+				       sc.why ? sc.why : "segment ends before the next one starts", err,
+				       errlen);
+		if (!last->have_id && sc.have_id)
+			last->have_id = true, last->lsn = sc.lsn, last->tx = sc.tx;
+		if (!last->marked && sc.marked)
+			last->marked = true, last->mark = sc.mark;
+	}
+	if (!last->marked) /* all before the oldest segment was committed, or it would not be gone */
+		last->mark = s->segs[0].first - 1;
+	return true;
+}
+
+static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst, uint64_t *pos, char *err,
+		      size_t errlen);
+static bool acked_moved(spool *s, char *err, size_t errlen);
+
+/* Reconciles the cursor with what the segments hold: nothing below the oldest segment is retained
+ * and nothing above head can be acked or dropped. */
+static bool settle_cursor(spool *s, bool found, char *err, size_t errlen)
+{
+	uint64_t oldest = s->segs[0].first;
+	if (!found || s->first < oldest)
+		s->first = oldest;
+	if (s->first > s->head + 1)
+		s->first = s->head + 1;
+	if (s->acked < s->first - 1)
+		s->acked = s->first - 1;
+	if (s->acked > s->head)
+		s->acked = s->head;
+	if (s->first < s->next &&
+	    !read_time(s, s->first, &s->first_ms, &s->first_seg, &s->first_pos, err, errlen))
+		return false;
+	if (s->first == s->next)
+		s->first_seg = last_seg(s)->first, s->first_pos = s->written;
+	if (!acked_moved(s, err, errlen))
+		return false;
+	return found ? true : cursor_write(s, err, errlen);
+}
+
+static bool recover(spool *s, spool_recovery *rec, char *err, size_t errlen)
+{
+	bool found;
+	if (!list_segs(s, err, errlen) || !cursor_open(s, &found, err, errlen))
+		return false;
+	if (s->nsegs == 0) {
+		uint64_t first = found && s->first ? s->first : 1;
+		if (!create_seg(s, first, err, errlen))
+			return false;
+	} else if (!open_last(s, err, errlen)) {
+		return false;
+	}
+	scan sc;
+	if (!scan_seg(s, last_seg(s), &sc, err, errlen) || !cut_tail(s, &sc, rec, err, errlen))
+		return false;
+	s->next = sc.next;
+	if ((!sc.marked || !sc.have_id) && !scan_back(s, &sc, err, errlen))
+		return false;
+	s->head = s->marked = sc.mark;
+	s->have_last = sc.have_id, s->last_lsn = sc.lsn, s->last_tx = sc.tx;
+	rec->uncommitted = s->next - 1 - s->head;
+	s->pending = rec->uncommitted > 0;
+	return settle_cursor(s, found, err, errlen);
+}
+
+/* ---- lifecycle ---- */
+
+static void set_limits(spool *s, const spool_limits *lim)
+{
+	s->lim = *lim;
+	if (!s->lim.segment_bytes)
+		s->lim.segment_bytes = SEGMENT_DEFAULT;
+}
+
+spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err, size_t errlen)
+{
+	crc_init();
+	*rec = (spool_recovery){0};
+	if (!make_dirs(dir, err, errlen))
+		return NULL;
+	spool *s = xcalloc(1, sizeof(*s));
+	s->dir = xstrdup(dir);
+	s->wfd = s->cfd = s->rd.fd = s->meta.fd = -1;
+	set_limits(s, lim);
+	if (!recover(s, rec, err, errlen)) {
+		spool_close(s);
+		return NULL;
+	}
+	return s;
+}
+
+void spool_close(spool *s)
+{
+	if (!s)
+		return;
+	reader_close(&s->rd);
+	reader_close(&s->meta);
+	free(s->rd.win);
+	free(s->meta.win);
+	if (s->wfd >= 0)
+		close(s->wfd);
+	if (s->cfd >= 0)
+		close(s->cfd);
+	for (size_t i = 0; i < s->nsegs; i++)
+		free(s->segs[i].idx);
+	free(s->segs);
+	buf_free(&s->wbuf);
+	free(s->broken);
+	free(s->dir);
+	free(s);
+}
+
+void spool_set_limits(spool *s, const spool_limits *lim)
+{
+	set_limits(s, lim);
+}
+
+bool spool_destroy(const char *dir, char *err, size_t errlen)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		if (errno == ENOENT)
+			return true;
+		return errf(err, errlen, "spool %s: cannot list: %s", dir, strerror(errno));
+	}
+	bool ok = true;
+	struct dirent *e;
+	while (ok && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (unlink(path) != 0)
+			ok = errf(err, errlen, "spool %s: cannot remove %s: %s", dir, e->d_name,
+				  strerror(errno));
+	}
+	closedir(d);
+	if (ok && rmdir(dir) != 0)
+		ok = errf(err, errlen, "spool %s: cannot remove the directory: %s", dir, strerror(errno));
+	return ok;
+}
+
+/* ---- writing ---- */
+
+static bool fail(spool *s, const char *err)
+{
+	if (!s->broken)
+		s->broken = xstrdup(err);
+	return false;
+}
+
+static bool check_broken(const spool *s, char *err, size_t errlen)
+{
+	return s->broken ? errf(err, errlen, "%s (the spool must be reopened)", s->broken) : true;
+}
+
+/* Writes the buffer to the write segment (no fsync). A failed write leaves an unknown tail: the
+ * spool refuses further writes and the next spool_open cuts it. */
+static bool flush_wbuf(spool *s, char *err, size_t errlen)
+{
+	if (!s->wbuf.len)
+		return true;
+	if (!write_full(s->wfd, s->wbuf.data, s->wbuf.len)) {
+		char path[4200];
+		seg_path(s, last_seg(s)->first, path, sizeof(path));
+		errf(err, errlen, "spool %s: cannot write: %s", path, strerror(errno));
+		return fail(s, err);
+	}
+	s->written += s->wbuf.len;
+	last_seg(s)->bytes = s->written;
+	s->unsynced = true;
+	buf_reset(&s->wbuf);
+	return true;
+}
+
+static void put_record(spool *s, const rec_hdr *h, const void *payload)
+{
+	buf_reserve(&s->wbuf, REC_HDR + h->len);
+	rec_encode((uint8_t *)s->wbuf.data + s->wbuf.len, h, payload);
+	s->wbuf.len += REC_HDR + h->len;
+}
+
+static void put_marker(spool *s, uint64_t offset)
+{
+	rec_hdr h = {.type = REC_MARK, .offset = offset, .commit_lsn = s->last_lsn, .tx_index = s->last_tx};
+	put_record(s, &h, NULL);
+}
+
+/* Closes the write segment durably before starting the next, so that only the last segment can
+ * have a torn tail; the new one starts with a marker repeating the (now durable) committed offset
+ * and the last id, so recovery rarely needs to look at an earlier segment. */
+static bool roll(spool *s, char *err, size_t errlen)
+{
+	char path[4200];
+	seg_path(s, last_seg(s)->first, path, sizeof(path));
+	if (!flush_wbuf(s, err, errlen))
+		return false;
+	if (fsync(s->wfd) != 0) {
+		errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+		return fail(s, err);
+	}
+	close(s->wfd);
+	s->wfd = -1;
+	s->unsynced = false;
+	reader_close(&s->rd); /* their windows stay valid, but they read through the closed descriptor */
+	reader_close(&s->meta);
+	if (!create_seg(s, s->next, err, errlen))
+		return fail(s, err);
+	put_marker(s, s->marked);
+	return true;
+}
+
+bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data,
+		  size_t len, int64_t now_ms, uint64_t *offset, char *err, size_t errlen)
+{
+	if (!check_broken(s, err, errlen))
+		return false;
+	if (len > REC_MAX_LEN)
+		return errf(err, errlen, "spool %s: event of %zu bytes is too large", s->dir, len);
+	seg *sg = last_seg(s);
+	if (s->next > sg->first && seg_size(s, sg) >= s->lim.segment_bytes && !roll(s, err, errlen))
+		return false;
+	sg = last_seg(s);
+	uint64_t pos = seg_size(s, sg);
+	rec_hdr h = {REC_EVENT, (uint32_t)len, s->next, commit_lsn, tx_index, key_hash, now_ms};
+	idx_note(sg, s->next, pos);
+	put_record(s, &h, data);
+	if (s->next == s->first)
+		s->first_ms = now_ms, s->first_seg = sg->first, s->first_pos = pos;
+	if (s->next == s->acked + 1)
+		s->ack_ms = now_ms, s->ack_seg = sg->first, s->ack_pos = pos;
+	*offset = s->next++;
+	s->pending = s->have_last = true;
+	s->last_lsn = commit_lsn, s->last_tx = tx_index;
+	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
+}
+
+bool spool_commit(spool *s, char *err, size_t errlen)
+{
+	if (!check_broken(s, err, errlen))
+		return false;
+	if (!s->pending)
+		return true;
+	put_marker(s, s->next - 1);
+	s->marked = s->next - 1;
+	s->pending = false;
+	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
+}
+
+bool spool_sync(spool *s, char *err, size_t errlen)
+{
+	if (!check_broken(s, err, errlen) || !flush_wbuf(s, err, errlen))
+		return false;
+	if (s->unsynced && fsync(s->wfd) != 0) {
+		char path[4200];
+		seg_path(s, last_seg(s)->first, path, sizeof(path));
+		errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+		return fail(s, err); /* after a failed fsync the page cache cannot be trusted */
+	}
+	s->unsynced = false;
+	s->head = s->marked;
+	if (s->cursor_dirty && fsync(s->cfd) != 0)
+		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
+			    strerror(errno));
+	s->cursor_dirty = false;
+	return true;
+}
+
+bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index)
+{
+	if (!s->have_last)
+		return false;
+	*commit_lsn = s->last_lsn;
+	*tx_index = s->last_tx;
+	return true;
+}
+
+/* ---- reading and the cursor ---- */
+
+bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen)
+{
+	if (offset < s->first || offset > s->head)
+		return errf(err, errlen,
+			    "spool %s: offset %" PRIu64 " is not readable (retained and committed: %" PRIu64
+			    "..%" PRIu64 ")",
+			    s->dir, offset, s->first, s->head);
+	rec_hdr h;
+	const uint8_t *payload;
+	seg *sg;
+	uint64_t pos;
+	if (!locate(s, &s->rd, offset, &h, &payload, &sg, &pos, err, errlen))
+		return false;
+	*r = (spool_record){h.offset, h.commit_lsn, h.tx_index, h.key_hash, h.time_ms, payload, h.len};
+	return true;
+}
+
+/* time_ms and position of an appended event, through the reader that spool_read does not use. */
+static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst, uint64_t *pos, char *err,
+		      size_t errlen)
+{
+	rec_hdr h;
+	const uint8_t *payload;
+	seg *sg;
+	uint64_t at;
+	if (!locate(s, &s->meta, offset, &h, &payload, &sg, &at, err, errlen))
+		return false;
+	*ms = h.time_ms;
+	if (segfirst)
+		*segfirst = sg->first, *pos = at;
+	return true;
+}
+
+uint64_t spool_first(const spool *s)
+{
+	return s->first;
+}
+
+uint64_t spool_head(const spool *s)
+{
+	return s->head;
+}
+
+uint64_t spool_acked(const spool *s)
+{
+	return s->acked;
+}
+
+/* acked moved: keep the time of the oldest unacknowledged event for max_age. */
+static bool acked_moved(spool *s, char *err, size_t errlen)
+{
+	if (s->acked + 1 < s->next)
+		return read_time(s, s->acked + 1, &s->ack_ms, &s->ack_seg, &s->ack_pos, err, errlen);
+	return true;
+}
+
+bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen)
+{
+	if (acked > s->head)
+		return errf(err, errlen, "spool %s: cannot acknowledge %" PRIu64 " beyond the head %" PRIu64,
+			    s->dir, acked, s->head);
+	if (acked <= s->acked)
+		return true;
+	s->acked = acked;
+	return acked_moved(s, err, errlen) && cursor_write(s, err, errlen);
+}
+
+/* ---- limits ---- */
+
+/* Bytes from position pos of segment segfirst to the end, buffered ones included. */
+static uint64_t bytes_from(const spool *s, uint64_t segfirst, uint64_t pos)
+{
+	uint64_t n = 0;
+	for (size_t i = s->nsegs; i-- > 0 && s->segs[i].first >= segfirst;)
+		n += seg_size(s, &s->segs[i]);
+	return n - pos;
+}
+
+bool spool_full(const spool *s, int64_t now_ms)
+{
+	uint64_t unacked = s->next - 1 - s->acked; /* uncommitted too: a huge transaction counts */
+	if (!unacked)
+		return false;
+	if (s->lim.max_events && unacked >= s->lim.max_events)
+		return true;
+	if (s->lim.max_bytes && bytes_from(s, s->ack_seg, s->ack_pos) >= s->lim.max_bytes)
+		return true;
+	return s->lim.max_age_ms && now_ms - s->ack_ms >= (int64_t)s->lim.max_age_ms;
+}
+
+static bool over_limits(const spool *s, int64_t now_ms)
+{
+	const spool_limits *l = &s->lim;
+	return (l->max_events && s->next - s->first > l->max_events) ||
+	       (l->max_bytes && bytes_from(s, s->first_seg, s->first_pos) > l->max_bytes) ||
+	       (l->max_age_ms && now_ms - s->first_ms > (int64_t)l->max_age_ms);
+}
+
+/* Moves first forward past events beyond the limits, never past head (uncommitted events stay). */
+static bool drop_oldest(spool *s, int64_t now_ms, char *err, size_t errlen)
+{
+	uint64_t first = s->first;
+	if (s->lim.max_events && s->next - first > s->lim.max_events)
+		first = s->next - s->lim.max_events; /* skip ahead: no need to visit each one */
+	if (first > s->head + 1)
+		first = s->head + 1;
+	for (;;) {
+		if (first < s->next && first != s->first &&
+		    !read_time(s, first, &s->first_ms, &s->first_seg, &s->first_pos, err, errlen))
+			return false;
+		if (first >= s->next)
+			s->first_seg = last_seg(s)->first, s->first_pos = seg_size(s, last_seg(s));
+		s->first = first;
+		if (first > s->head || !over_limits(s, now_ms))
+			return true;
+		first++;
+	}
+}
+
+/* Deletes the oldest segments whose every event is acknowledged (never the write segment); the
+ * cursor is made durable first so that a crash cannot bring back an acked position below them. */
+static bool delete_acked(spool *s, char *err, size_t errlen)
+{
+	size_t n = 0;
+	while (n + 1 < s->nsegs && seg_last(s, &s->segs[n]) <= s->acked)
+		n++;
+	if (!n)
+		return true;
+	if (s->cursor_dirty && fsync(s->cfd) != 0)
+		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
+			    strerror(errno));
+	s->cursor_dirty = false;
+	reader_close(&s->rd);
+	reader_close(&s->meta);
+	for (size_t i = 0; i < n; i++) {
+		char path[4200];
+		seg_path(s, s->segs[i].first, path, sizeof(path));
+		if (unlink(path) != 0 && errno != ENOENT)
+			return errf(err, errlen, "spool %s: cannot delete: %s", path, strerror(errno));
+		free(s->segs[i].idx);
+		s->segs[i].idx = NULL;
+	}
+	memmove(s->segs, s->segs + n, (s->nsegs - n) * sizeof(*s->segs));
+	s->nsegs -= n;
+	if (!fsync_dir(s->dir, err, errlen))
+		return false;
+	if (s->first >= s->segs[0].first)
+		return true;
+	/* acked events that were kept only because they shared a file: no longer retained */
+	s->first = s->segs[0].first;
+	if (s->first >= s->next) {
+		s->first_seg = s->first, s->first_pos = seg_size(s, last_seg(s));
+		return true;
+	}
+	return read_time(s, s->first, &s->first_ms, &s->first_seg, &s->first_pos, err, errlen);
+}
+
+bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err, size_t errlen)
+{
+	*from = *to = 0;
+	uint64_t before = s->first;
+	if (s->lim.drop_oldest && !drop_oldest(s, now_ms, err, errlen))
+		return false;
+	if (s->first > before) {
+		*from = before, *to = s->first - 1;
+		s->dropped += *to - *from + 1;
+		if (s->acked < *to) {
+			s->acked = *to;
+			if (!acked_moved(s, err, errlen))
+				return false;
+		}
+		if (!cursor_write(s, err, errlen))
+			return false;
+	}
+	return delete_acked(s, err, errlen);
+}
+
+spool_stats spool_get_stats(const spool *s)
+{
+	spool_stats st = {.dropped = s->dropped, .segments = s->nsegs};
+	if (s->head >= s->first)
+		st.events = s->head - s->first + 1, st.oldest_ms = s->first_ms;
+	for (size_t i = 0; i < s->nsegs; i++)
+		st.bytes += s->segs[i].bytes;
+	return st;
+}

@@ -1,0 +1,676 @@
+/* test_spool.c: unit tests for the spool. Each test works in its own directory under a mkdtemp
+ * directory, reopens spools to check recovery and damages files by hand (torn tails, flipped
+ * bytes, torn cursor slots) to check what spool_open cuts and reports. */
+#include "spool.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define HDR 44 /* record header bytes, as spool.c writes them */
+
+static char tmp[64];
+static char err[512];
+
+static const char *dir_for(const char *name)
+{
+	static char path[256];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	return path;
+}
+
+static spool *sp_open(const char *dir, const spool_limits *lim, spool_recovery *rec)
+{
+	spool_limits none = {0};
+	spool_recovery r;
+	err[0] = '\0';
+	spool *s = spool_open(dir, lim ? lim : &none, rec ? rec : &r, err, sizeof(err));
+	if (!s)
+		fprintf(stderr, "spool_open %s: %s\n", dir, err);
+	return s;
+}
+
+/* The event at offset o: fields derived from o so that any read can be checked exactly. */
+static size_t payload_of(uint64_t o, char *out)
+{
+	return (size_t)sprintf(out, "event-%" PRIu64 "%.*s", o, (int)(o % 13), "xxxxxxxxxxxxx");
+}
+
+static uint64_t lsn_of(uint64_t o)
+{
+	return 0x1000000 + o * 16;
+}
+static uint32_t tx_of(uint64_t o)
+{
+	return (uint32_t)(o % 5);
+}
+static uint32_t key_of(uint64_t o)
+{
+	return (uint32_t)(o * 2654435761u);
+}
+static int64_t time_of(uint64_t o)
+{
+	return 1700000000000 + (int64_t)o;
+}
+
+/* Appends events from..to (checking the offsets the spool hands out). */
+static void add(spool *s, uint64_t from, uint64_t to)
+{
+	for (uint64_t o = from; o <= to; o++) {
+		char p[64];
+		size_t n = payload_of(o, p);
+		uint64_t got = 0;
+		CHECK(spool_append(s, lsn_of(o), tx_of(o), key_of(o), p, n, time_of(o), &got, err,
+				   sizeof(err)));
+		CHECK_INT(got, o);
+	}
+}
+
+static void commit_sync(spool *s)
+{
+	CHECK(spool_commit(s, err, sizeof(err)));
+	CHECK(spool_sync(s, err, sizeof(err)));
+}
+
+/* Reads offset and checks every field. */
+static void check_read(spool *s, uint64_t o)
+{
+	spool_record r;
+	char p[64];
+	size_t n = payload_of(o, p);
+	bool ok = spool_read(s, o, &r, err, sizeof(err));
+	CHECK(ok);
+	if (!ok) {
+		fprintf(stderr, "  read %" PRIu64 ": %s\n", o, err);
+		return;
+	}
+	CHECK_INT(r.offset, o);
+	CHECK_INT(r.commit_lsn, lsn_of(o));
+	CHECK_INT(r.tx_index, tx_of(o));
+	CHECK_INT(r.key_hash, key_of(o));
+	CHECK_INT(r.time_ms, time_of(o));
+	CHECK_INT(r.len, n);
+	CHECK(r.len == n && memcmp(r.data, p, n) == 0);
+}
+
+static void check_range(spool *s, uint64_t from, uint64_t to)
+{
+	for (uint64_t o = from; o <= to; o++)
+		check_read(s, o);
+}
+
+static uint64_t rec_bytes(uint64_t o)
+{
+	char p[64];
+	return HDR + payload_of(o, p);
+}
+
+static void check_last_id(spool *s, uint64_t o)
+{
+	uint64_t lsn = 0;
+	uint32_t tx = 99;
+	CHECK(spool_last_id(s, &lsn, &tx));
+	CHECK_INT(lsn, lsn_of(o));
+	CHECK_INT(tx, tx_of(o));
+}
+
+static const char *seg_file(const char *dir, uint64_t first)
+{
+	static char path[512];
+	snprintf(path, sizeof(path), "%s/%020" PRIu64 ".seg", dir, first);
+	return path;
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static int count_segs(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+		n += strstr(e->d_name, ".seg") != NULL;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b = 0;
+	CHECK(pread(fd, &b, 1, at) == 1);
+	b ^= 0x40;
+	CHECK(pwrite(fd, &b, 1, at) == 1);
+	close(fd);
+}
+
+/* ---- tests ---- */
+
+static void test_round_trip(void)
+{
+	const char *dir = dir_for("round");
+	spool *s = sp_open(dir, NULL, NULL);
+	CHECK_INT(spool_head(s), 0);
+	CHECK_INT(spool_first(s), 1);
+	CHECK_INT(spool_acked(s), 0);
+	uint64_t lsn;
+	uint32_t tx;
+	CHECK(!spool_last_id(s, &lsn, &tx));
+	add(s, 1, 3);
+	uint64_t off = 0;
+	CHECK(spool_append(s, 77, 3, 0, "", 0, 5, &off, err, sizeof(err))); /* an empty event */
+	CHECK_INT(off, 4);
+	commit_sync(s);
+	CHECK_INT(spool_head(s), 4);
+	check_range(s, 1, 3);
+	spool_record r;
+	CHECK(spool_read(s, 4, &r, err, sizeof(err)));
+	CHECK_INT(r.offset, 4);
+	CHECK_INT(r.commit_lsn, 77);
+	CHECK_INT(r.tx_index, 3);
+	CHECK_INT(r.key_hash, 0);
+	CHECK_INT(r.time_ms, 5);
+	CHECK_INT(r.len, 0);
+	spool_stats st = spool_get_stats(s);
+	CHECK_INT(st.events, 4);
+	CHECK_INT(st.bytes, rec_bytes(1) + rec_bytes(2) + rec_bytes(3) + HDR + HDR);
+	CHECK_INT(st.bytes, file_size(seg_file(dir, 1)));
+	CHECK_INT(st.segments, 1);
+	CHECK_INT(st.dropped, 0);
+	CHECK_INT(st.oldest_ms, time_of(1));
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+static void test_visibility(void)
+{
+	const char *dir = dir_for("visible");
+	spool *s = sp_open(dir, NULL, NULL);
+	spool_record r;
+	add(s, 1, 2);
+	CHECK(!spool_read(s, 1, &r, err, sizeof(err)));
+	char want[512];
+	snprintf(want, sizeof(want), "spool %s: offset 1 is not readable (retained and committed: 1..0)",
+		 dir);
+	CHECK_STR(err, want);
+	CHECK(spool_sync(s, err, sizeof(err))); /* durable but not committed */
+	CHECK_INT(spool_head(s), 0);
+	CHECK(spool_commit(s, err, sizeof(err))); /* committed but not durable */
+	CHECK_INT(spool_head(s), 0);
+	CHECK(!spool_read(s, 2, &r, err, sizeof(err)));
+	CHECK(spool_sync(s, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 2);
+	check_range(s, 1, 2);
+	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
+	CHECK(!spool_read(s, 0, &r, err, sizeof(err)));
+	/* a commit with nothing appended writes no marker */
+	off_t size = file_size(seg_file(dir, 1));
+	commit_sync(s);
+	CHECK_INT(file_size(seg_file(dir, 1)), size);
+	add(s, 3, 3);
+	CHECK(spool_sync(s, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 2);
+	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
+	commit_sync(s);
+	check_read(s, 3); /* just synced, read right after */
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+static void test_reopen(void)
+{
+	const char *dir = dir_for("reopen");
+	spool *s = sp_open(dir, NULL, NULL);
+	add(s, 1, 3);
+	commit_sync(s);
+	add(s, 4, 5);
+	commit_sync(s);
+	spool_close(s);
+	spool_recovery rec = {9, 9};
+	s = sp_open(dir, NULL, &rec);
+	CHECK_INT(rec.torn_bytes, 0);
+	CHECK_INT(rec.uncommitted, 0);
+	CHECK_INT(spool_head(s), 5);
+	CHECK_INT(spool_first(s), 1);
+	check_last_id(s, 5);
+	check_range(s, 1, 5);
+	add(s, 6, 6);
+	commit_sync(s);
+	check_range(s, 1, 6);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+/* Three transactions of one event each: E1 M E2 M E3 M; then damage to the tail. */
+static void test_torn_tail(void)
+{
+	const uint64_t e3 = rec_bytes(1) + rec_bytes(2) + 2 * HDR; /* where E3 starts */
+	const uint64_t end = e3 + rec_bytes(3) + HDR;
+	static const struct {
+		const char *name;
+		int how;	    /* 0: truncate to at, 1: flip the byte at at, 2: append at zero bytes */
+		int64_t at_from_e3; /* at, relative to E3's start (how 2: a count) */
+		uint64_t torn, head, next, uncommitted;
+	} cases[] = {
+	    {"marker cut", 0, 0, 0, 2, 4, 1}, /* at filled in below: end - 10 */
+	    {"payload flipped", 1, HDR + 2, 0, 2, 3, 0},
+	    {"header cut", 0, 20, 20, 2, 3, 0},
+	    {"zero tail", 2, 7, 7, 3, 4, 0},
+	    {"crc flipped", 1, 5, 0, 2, 3, 0},
+	    {"offset flipped", 1, 13, 0, 2, 3, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *dir = dir_for(cases[i].name);
+		spool *s = sp_open(dir, NULL, NULL);
+		for (uint64_t o = 1; o <= 3; o++) {
+			add(s, o, o);
+			commit_sync(s);
+		}
+		spool_close(s);
+		const char *path = seg_file(dir, 1);
+		CHECK_INT(file_size(path), end);
+		uint64_t torn = cases[i].torn;
+		if (i == 0) {
+			CHECK(truncate(path, (off_t)(end - 10)) == 0);
+			torn = HDR - 10;
+		} else if (cases[i].how == 0) {
+			CHECK(truncate(path, (off_t)e3 + cases[i].at_from_e3) == 0);
+		} else if (cases[i].how == 1) {
+			flip_byte(path, (off_t)e3 + cases[i].at_from_e3);
+			torn = end - e3;
+		} else {
+			CHECK(truncate(path, (off_t)end + cases[i].at_from_e3) == 0);
+		}
+		spool_recovery rec;
+		s = sp_open(dir, NULL, &rec);
+		if (!s) {
+			test_failed++;
+			continue;
+		}
+		CHECK_INT(rec.torn_bytes, torn);
+		CHECK_INT(rec.uncommitted, cases[i].uncommitted);
+		CHECK_INT(spool_head(s), cases[i].head);
+		check_range(s, 1, cases[i].head);
+		check_last_id(s, cases[i].next - 1);
+		uint64_t next = cases[i].next;
+		add(s, next, next + 1);
+		commit_sync(s);
+		check_range(s, 1, next + 1);
+		spool_close(s);
+		s = sp_open(dir, NULL, &rec); /* the repaired file is clean */
+		CHECK_INT(rec.torn_bytes, 0);
+		CHECK_INT(spool_head(s), next + 1);
+		spool_close(s);
+		CHECK(spool_destroy(dir, err, sizeof(err)));
+	}
+}
+
+static void test_uncommitted(void)
+{
+	const char *dir = dir_for("uncommitted");
+	spool *s = sp_open(dir, NULL, NULL);
+	add(s, 1, 2);
+	commit_sync(s);
+	add(s, 3, 5);
+	CHECK(spool_sync(s, err, sizeof(err)));
+	spool_close(s);
+	spool_recovery rec;
+	s = sp_open(dir, NULL, &rec);
+	CHECK_INT(rec.torn_bytes, 0);
+	CHECK_INT(rec.uncommitted, 3);
+	CHECK_INT(spool_head(s), 2);
+	check_last_id(s, 5);
+	spool_record r;
+	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
+	add(s, 6, 6); /* the rest of the transaction, resent by the slot */
+	commit_sync(s);
+	CHECK_INT(spool_head(s), 6);
+	check_range(s, 1, 6);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+/* Many small segments: reads across them in every order, and recovery when the write segment has
+ * no commit marker of its own. */
+static void test_rollover_and_random_reads(void)
+{
+	const char *dir = dir_for("rollover");
+	spool_limits lim = {.segment_bytes = 2000};
+	spool *s = sp_open(dir, &lim, NULL);
+	const uint64_t n = 1000;
+	for (uint64_t o = 1; o <= n; o += 10) {
+		add(s, o, o + 9);
+		commit_sync(s);
+	}
+	spool_stats st = spool_get_stats(s);
+	CHECK(st.segments > 20);
+	CHECK_INT(st.segments, count_segs(dir));
+	CHECK_INT(st.events, n);
+	check_range(s, 1, n);
+	for (uint64_t o = n; o >= 1; o--)
+		check_read(s, o);
+	uint64_t o = 1;
+	for (int i = 0; i < 3000; i++) {
+		o = (o * 48271) % 2147483647;
+		check_read(s, 1 + o % n);
+	}
+	/* a transaction spanning a rollover, cut short by a crash */
+	add(s, n + 1, n + 60);
+	CHECK(spool_sync(s, err, sizeof(err)));
+	spool_close(s);
+	spool_recovery rec;
+	s = sp_open(dir, &lim, &rec);
+	CHECK_INT(rec.uncommitted, 60);
+	CHECK_INT(spool_head(s), n);
+	check_last_id(s, n + 60);
+	CHECK_INT(spool_get_stats(s).segments, count_segs(dir));
+	check_read(s, 1);
+	check_read(s, n);
+	add(s, n + 61, n + 61);
+	commit_sync(s);
+	spool_close(s);
+	/* an empty write segment (a crash right after creating it): the head and the last id come
+	 * from the segment before */
+	int fd = open(seg_file(dir, n + 62), O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	s = sp_open(dir, &lim, &rec);
+	CHECK_INT(rec.uncommitted, 0);
+	CHECK_INT(spool_head(s), n + 61);
+	check_last_id(s, n + 61);
+	add(s, n + 62, n + 62);
+	commit_sync(s);
+	check_range(s, n - 5, n + 62);
+	CHECK_INT(spool_get_stats(s).events, n + 62);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+static void test_bad_names(void)
+{
+	const char *dir = dir_for("names");
+	spool *s = sp_open(dir, NULL, NULL);
+	add(s, 1, 1);
+	commit_sync(s);
+	spool_close(s);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/notes.txt", dir);
+	FILE *f = fopen(path, "w");
+	fclose(f);
+	s = sp_open(dir, NULL, NULL); /* unrelated files are ignored */
+	CHECK(s != NULL);
+	spool_close(s);
+	snprintf(path, sizeof(path), "%s/12.seg", dir);
+	f = fopen(path, "w");
+	fclose(f);
+	spool_recovery rec;
+	CHECK(spool_open(dir, &(spool_limits){0}, &rec, err, sizeof(err)) == NULL);
+	char want[512];
+	snprintf(want, sizeof(want),
+		 "spool %s: malformed segment name \"12.seg\" (want 20 digits, from 1, then .seg)", dir);
+	CHECK_STR(err, want);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+	CHECK(spool_destroy(dir, err, sizeof(err))); /* already gone */
+	CHECK(access(dir, F_OK) != 0);
+}
+
+static void check_cursor(const char *dir, uint64_t acked)
+{
+	spool *s = sp_open(dir, NULL, NULL);
+	CHECK_INT(spool_acked(s), acked);
+	spool_close(s);
+}
+
+/* Flips a byte in the cursor slot with the higher sequence number (the newer one). */
+static void tear_newest_slot(const char *dir)
+{
+	char path[512];
+	uint8_t d[128];
+	snprintf(path, sizeof(path), "%s/cursor", dir);
+	int fd = open(path, O_RDONLY);
+	CHECK(pread(fd, d, sizeof(d), 0) == (ssize_t)sizeof(d));
+	close(fd);
+	uint64_t a = 0, b = 0;
+	memcpy(&a, d, 8); /* little-endian hosts only, as the tests run */
+	memcpy(&b, d + 64, 8);
+	flip_byte(path, a > b ? 8 : 64 + 8);
+}
+
+static void test_acked(void)
+{
+	const char *dir = dir_for("acked");
+	spool *s = sp_open(dir, NULL, NULL);
+	add(s, 1, 5);
+	commit_sync(s);
+	CHECK(spool_set_acked(s, 2, err, sizeof(err)));
+	CHECK(spool_set_acked(s, 3, err, sizeof(err)));
+	CHECK(spool_set_acked(s, 1, err, sizeof(err))); /* never back */
+	CHECK_INT(spool_acked(s), 3);
+	CHECK(!spool_set_acked(s, 6, err, sizeof(err)));
+	char want[512];
+	snprintf(want, sizeof(want), "spool %s: cannot acknowledge 6 beyond the head 5", dir);
+	CHECK_STR(err, want);
+	spool_close(s); /* no spool_sync: the written cursor survives a process exit */
+	check_cursor(dir, 3);
+	tear_newest_slot(dir);
+	check_cursor(dir, 2); /* the other slot */
+	s = sp_open(dir, NULL, NULL);
+	CHECK(spool_set_acked(s, 4, err, sizeof(err)));
+	CHECK(spool_sync(s, err, sizeof(err)));
+	spool_close(s);
+	check_cursor(dir, 4);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/cursor", dir);
+	flip_byte(path, 8);
+	flip_byte(path, 64 + 8);
+	check_cursor(dir, 0); /* both torn: from the oldest segment */
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+static void test_full(void)
+{
+	static const struct {
+		const char *name;
+		spool_limits lim;
+	} cases[] = {
+	    {"full events", {.max_events = 3}},
+	    {"full bytes", {.max_bytes = 3 * HDR + 8 + 9 + 10}}, /* events 1..3 exactly */
+	    {"full age", {.max_age_ms = 100}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *dir = dir_for(cases[i].name);
+		spool *s = sp_open(dir, &cases[i].lim, NULL);
+		int64_t t0 = time_of(1);
+		CHECK(!spool_full(s, t0 + 1000));
+		add(s, 1, 2);
+		CHECK(!spool_full(s, t0 + 99));
+		add(s, 3, 3); /* uncommitted events count */
+		/* events: 3 >= 3; bytes: 3 records; age: from event 1 */
+		bool want = i != 2;
+		CHECK_INT(spool_full(s, t0 + 99), want);
+		CHECK_INT(spool_full(s, t0 + 100), true);
+		commit_sync(s);
+		CHECK(spool_set_acked(s, 1, err, sizeof(err)));
+		CHECK_INT(spool_full(s, t0 + 100), false); /* oldest unacked is event 2, 99 ms old */
+		CHECK_INT(spool_full(s, t0 + 101), i == 2);
+		CHECK(spool_set_acked(s, 3, err, sizeof(err)));
+		CHECK_INT(spool_full(s, t0 + 10000), false);
+		add(s, 4, 4);
+		CHECK_INT(spool_full(s, time_of(4) + 100), i == 2);
+		spool_close(s);
+		CHECK(spool_destroy(dir, err, sizeof(err)));
+	}
+}
+
+static void test_trim(void)
+{
+	const char *dir = dir_for("trim");
+	spool_limits lim = {.max_events = 5, .drop_oldest = true};
+	spool *s = sp_open(dir, &lim, NULL);
+	add(s, 1, 10);
+	commit_sync(s);
+	CHECK(spool_set_acked(s, 2, err, sizeof(err)));
+	uint64_t from = 9, to = 9;
+	CHECK(spool_trim(s, time_of(10), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 1);
+	CHECK_INT(to, 5);
+	CHECK_INT(spool_first(s), 6);
+	CHECK_INT(spool_acked(s), 5);
+	spool_stats st = spool_get_stats(s);
+	CHECK_INT(st.dropped, 5);
+	CHECK_INT(st.events, 5);
+	CHECK_INT(st.oldest_ms, time_of(6));
+	spool_record r;
+	CHECK(!spool_read(s, 5, &r, err, sizeof(err)));
+	check_range(s, 6, 10);
+	CHECK(spool_trim(s, time_of(10), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 0); /* nothing more */
+	CHECK_INT(to, 0);
+	spool_close(s);
+
+	s = sp_open(dir, &lim, NULL);
+	CHECK_INT(spool_first(s), 6);
+	CHECK_INT(spool_acked(s), 5);
+	CHECK_INT(spool_get_stats(s).dropped, 5);
+	CHECK_INT(spool_get_stats(s).oldest_ms, time_of(6));
+	/* uncommitted events are not discarded, even beyond the limit */
+	add(s, 11, 18);
+	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 6);
+	CHECK_INT(to, 10);
+	CHECK_INT(spool_first(s), 11);
+	CHECK_INT(spool_get_stats(s).events, 0);
+	CHECK_INT(spool_get_stats(s).dropped, 10);
+	commit_sync(s);
+	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 11);
+	CHECK_INT(to, 13);
+	check_range(s, 14, 18);
+
+	/* by age: events older than 3 ms at time_of(18) go, 15 stays (exactly 3 ms old) */
+	lim = (spool_limits){.max_age_ms = 3, .drop_oldest = true};
+	spool_set_limits(s, &lim);
+	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 14);
+	CHECK_INT(to, 14);
+	CHECK_INT(spool_get_stats(s).oldest_ms, time_of(15));
+
+	/* by bytes: keep what fits, from event 17 on */
+	lim = (spool_limits){.max_bytes = rec_bytes(17) + rec_bytes(18) + HDR, .drop_oldest = true};
+	spool_set_limits(s, &lim);
+	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 15);
+	CHECK_INT(to, 16);
+	CHECK_INT(spool_first(s), 17);
+	CHECK_INT(spool_get_stats(s).dropped, 16);
+	check_range(s, 17, 18);
+	spool_close(s);
+	s = sp_open(dir, &lim, NULL);
+	CHECK_INT(spool_first(s), 17);
+	CHECK_INT(spool_acked(s), 16);
+	CHECK_INT(spool_get_stats(s).dropped, 16);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+static void test_delete_acked(void)
+{
+	const char *dir = dir_for("delete");
+	spool_limits lim = {.segment_bytes = 500}; /* block mode: nothing is discarded */
+	spool *s = sp_open(dir, &lim, NULL);
+	for (uint64_t o = 1; o <= 100; o += 4) {
+		add(s, o, o + 3);
+		commit_sync(s);
+	}
+	int segs = count_segs(dir);
+	CHECK(segs > 10);
+	uint64_t from, to;
+	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK_INT(count_segs(dir), segs); /* nothing acked */
+	CHECK(spool_set_acked(s, 50, err, sizeof(err)));
+	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK_INT(from, 0);
+	CHECK_INT(spool_get_stats(s).dropped, 0);
+	/* the oldest remaining segment holds 51, and first is where it starts */
+	uint64_t first = spool_first(s);
+	CHECK(first <= 51 && first > 40);
+	CHECK(access(seg_file(dir, first), F_OK) == 0);
+	CHECK_INT(spool_get_stats(s).segments, count_segs(dir));
+	CHECK(count_segs(dir) < segs);
+	CHECK_INT(spool_get_stats(s).events, 100 - first + 1);
+	check_range(s, first, 100);
+	spool_close(s);
+	s = sp_open(dir, &lim, NULL);
+	CHECK_INT(spool_first(s), first);
+	CHECK_INT(spool_acked(s), 50);
+	check_range(s, first, 100);
+	/* everything acked: the write segment stays */
+	CHECK(spool_set_acked(s, 100, err, sizeof(err)));
+	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK_INT(count_segs(dir), 1);
+	CHECK_INT(spool_get_stats(s).segments, 1);
+	add(s, 101, 101);
+	commit_sync(s);
+	check_read(s, 101);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+/* Events larger than the read-ahead window and a write buffer that is written before spool_sync. */
+static void test_large(void)
+{
+	const char *dir = dir_for("large");
+	spool *s = sp_open(dir, NULL, NULL);
+	const size_t n = 400000;
+	uint8_t *p = malloc(n);
+	for (uint64_t o = 1; o <= 4; o++) {
+		memset(p, (int)o, n);
+		uint64_t got;
+		CHECK(spool_append(s, o, 0, 0, p, n, 0, &got, err, sizeof(err)));
+	}
+	CHECK(file_size(seg_file(dir, 1)) >= (off_t)(3 * (HDR + n))); /* written early, not yet durable */
+	CHECK_INT(spool_head(s), 0);
+	commit_sync(s);
+	for (uint64_t o = 4; o >= 1; o--) {
+		spool_record r;
+		memset(p, (int)o, n);
+		CHECK(spool_read(s, o, &r, err, sizeof(err)));
+		CHECK(r.len == n && memcmp(r.data, p, n) == 0);
+	}
+	free(p);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+int main(void)
+{
+	snprintf(tmp, sizeof(tmp), "/tmp/test_spool.XXXXXX");
+	if (!mkdtemp(tmp)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_round_trip();
+	test_visibility();
+	test_reopen();
+	test_torn_tail();
+	test_uncommitted();
+	test_rollover_and_random_reads();
+	test_bad_names();
+	test_acked();
+	test_full();
+	test_trim();
+	test_delete_acked();
+	test_large();
+	if (rmdir(tmp) != 0)
+		fprintf(stderr, "leftovers in %s\n", tmp), test_failed++;
+	return TEST_SUMMARY("test_spool");
+}

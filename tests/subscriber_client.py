@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
 FRAME_MAX = 16 * 1024 * 1024
@@ -37,21 +38,34 @@ def protos():
     return _modules
 
 
+def _namespace():
+    """Both generated modules' messages and enum values in one place: pb.Event, pb.ServerFrame,
+    pb.FAILOVER, pb.OP_INSERT, pb.Error.BAD_FRAME..."""
+    ns = types.ModuleType("pb")
+    for m in protos():
+        for k in dir(m):
+            if not k.startswith("_") and k != "DESCRIPTOR":
+                setattr(ns, k, getattr(m, k))
+    return ns
+
+
+pb = _namespace()
+
+
 class ProtocolError(Exception):
     """The server broke the protocol (bad framing, unexpected frame)."""
 
 
 class ConnectionClosed(EOFError):
-    """The server closed the connection."""
+    """The server closed the connection where an answer was due."""
 
 
 class ServerError(Exception):
     """An Error frame: .code (the enum's name), .message; the server closes the connection after it."""
 
     def __init__(self, error):
-        _, spb = protos()
         self.error = error
-        self.code = spb.Error.Code.Name(error.code)
+        self.code = pb.Error.Code.Name(error.code)
         self.message = error.message
         super().__init__("%s: %s" % (self.code, self.message))
 
@@ -62,53 +76,87 @@ def encode_frame(msg):
     return _HEADER.pack(len(data)) + data
 
 
-_STARTS = {"acked": 0, "earliest": 1, "latest": 2, "offset": 3}
+_STARTS = {"acked": pb.START_ACKED, "earliest": pb.START_EARLIEST, "latest": pb.START_LATEST,
+           "offset": pb.START_OFFSET}
 
 
 class Subscriber:
     """One connection to the subscriber socket, subscribed on construction.
 
-    start: 'acked', 'earliest', 'latest', or an int offset (START_OFFSET; start_offset is then ignored),
-    or 'offset' with start_offset. Raises ServerError if the server answers Subscribe with an Error,
-    ConnectionClosed/ProtocolError/TimeoutError for a server that misbehaves. Not thread-safe.
+    start: 'acked', 'earliest', 'latest', 'offset' (with start_offset), or an int offset.
+    With expect_subscribed (the default) the answer is read at once: .subscribed is the Subscribed
+    message, and an Error answer raises ServerError. Without it .subscribed is None and the answer
+    is the first recv(). recv() returns None once the server has closed the connection, and
+    .closed tells so. Not thread-safe.
     """
 
     def __init__(self, path, subscription, consumer=None, start="acked", start_offset=0, max_unacked=0,
-                 dead_letters=False, heartbeat_ms=0, timeout=10.0):
-        _, spb = protos()
+                 dead_letters=False, heartbeat_ms=0, timeout=10.0, expect_subscribed=True):
         self.path = path
-        self._buf = bytearray()
-        self.dropped = []          # (from_offset, to_offset) of each Dropped frame seen
+        self.dead_letters = dead_letters
+        self.subscribed = None
+        self.closed = False
+        self.last_kind = None        # kind of the last frame recv() returned
+        self.dropped = []            # (from_offset, to_offset) of each Dropped frame seen by the helpers
         self.last_heartbeat = None
+        self._buf = bytearray()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(timeout)  # bounds sends; receiving uses select with its own timeout
         try:
             self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
-        if isinstance(start, int):
-            start_offset, start = start, "offset"
-        sub = spb.Subscribe(subscription=subscription, consumer=consumer or "py-%d" % os.getpid(),
-                            start=_STARTS[start], start_offset=start_offset, max_unacked=max_unacked,
-                            dead_letters=dead_letters, heartbeat_ms=heartbeat_ms)
-        self.dead_letters = dead_letters
-        try:
-            self.send(spb.ClientFrame(subscribe=sub))
-            f = self.recv(timeout)
-            if f is None:
-                raise TimeoutError("no answer to Subscribe within %ss" % timeout)
-            kind = f.WhichOneof("kind")
-            if kind == "error":
-                raise ServerError(f.error)
-            if kind != "subscribed":
-                raise ProtocolError("expected Subscribed, got %s" % kind)
+            if isinstance(start, int):
+                start_offset, start = start, "offset"
+            sub = pb.Subscribe(subscription=subscription, consumer=consumer or "py-%d" % os.getpid(),
+                               start=_STARTS[start], start_offset=start_offset, max_unacked=max_unacked,
+                               dead_letters=dead_letters, heartbeat_ms=heartbeat_ms)
+            self.send(pb.ClientFrame(subscribe=sub))
+            if expect_subscribed:
+                f = self.recv(timeout)
+                if f is None:
+                    if self.closed:
+                        raise ConnectionClosed("the server closed the connection instead of answering Subscribe")
+                    raise TimeoutError("no answer to Subscribe within %ss" % timeout)
+                if f.WhichOneof("kind") == "error":
+                    raise ServerError(f.error)
+                if f.WhichOneof("kind") != "subscribed":
+                    raise ProtocolError("expected Subscribed, got %s" % f.WhichOneof("kind"))
+                self.subscribed = f.subscribed
         except BaseException:
             self.sock.close()
             raise
-        self.subscribed = f.subscribed
 
     # --- framing ---
+
+    encode = staticmethod(encode_frame)
+
+    @staticmethod
+    def raw(path, data, timeout=10.0):
+        """Connects, sends data as it is and reads until the server closes the connection.
+        Returns the last ServerFrame received (an Error, for bad input), or None."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(path)
+            s.sendall(data)
+            got = bytearray()
+            while True:
+                try:
+                    chunk = s.recv(1 << 16)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+        finally:
+            s.close()
+        last = None
+        while len(got) >= 4:
+            (n,) = _HEADER.unpack_from(got)
+            if len(got) < 4 + n:
+                raise ProtocolError("the connection closed mid-frame")
+            last = pb.ServerFrame.FromString(bytes(got[4:4 + n]))
+            del got[:4 + n]
+        return last
 
     def send(self, client_frame):
         self.sock.sendall(encode_frame(client_frame))
@@ -118,8 +166,8 @@ class Subscriber:
         self.sock.sendall(data)
 
     def recv(self, timeout=5.0):
-        """The next ServerFrame, or None if none is complete within timeout seconds (None: wait)."""
-        _, spb = protos()
+        """The next ServerFrame; None if none is complete within timeout seconds (None: wait for
+        ever) or the server closed the connection (then .closed is true)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if len(self._buf) >= 4:
@@ -129,31 +177,36 @@ class Subscriber:
                 if len(self._buf) >= 4 + n:
                     data = bytes(self._buf[4:4 + n])
                     del self._buf[:4 + n]
-                    f = spb.ServerFrame()
+                    f = pb.ServerFrame()
                     try:
                         f.ParseFromString(data)
-                    except Exception as e:  # DecodeError; the message varies between versions
+                    except Exception as e:  # DecodeError; its module moved between versions
                         raise ProtocolError("malformed ServerFrame: %s" % e) from e
+                    self.last_kind = f.WhichOneof("kind")
                     return f
+            if self.closed:
+                if self._buf:
+                    raise ProtocolError("the connection closed mid-frame")
+                return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.sock], [], [], left)
             if not ready:
                 return None
             try:
                 chunk = self.sock.recv(1 << 16)
-            except ConnectionResetError:
+            except (ConnectionResetError, BrokenPipeError):
                 chunk = b""
-            except (socket.timeout, BlockingIOError):
+            except (socket.timeout, BlockingIOError, InterruptedError):
                 continue
             if not chunk:
-                raise ConnectionClosed("server closed the connection" +
-                                       (" mid-frame" if self._buf else ""))
+                self.closed = True
             self._buf += chunk
 
     # --- helpers on top of recv ---
 
     def _next_delivery(self, deadline):
-        """The next Delivery's events before deadline (None if none), noting Dropped and Heartbeat."""
+        """The next Delivery's events before deadline (None at the deadline or once closed), noting
+        Dropped and Heartbeat frames on the way."""
         while True:
             left = max(0.0, deadline - time.monotonic())
             f = self.recv(left)
@@ -170,8 +223,6 @@ class Subscriber:
                 self.last_heartbeat = f.heartbeat
             elif kind == "subscribed":
                 raise ProtocolError("a second Subscribed")
-            if left == 0:
-                return None
 
     def delivery(self, timeout=5.0):
         """The events of the next Delivery, or None if none arrives within timeout."""
@@ -186,53 +237,62 @@ class Subscriber:
                 return out
             out.append(d)
 
-    def events(self, n, timeout=5.0, ack=False):
-        """Up to n events within timeout seconds (fewer if they do not come); each Delivery acked
-        as soon as it arrives when ack is true. A Delivery is never split, so more than n may
-        arrive: the extra ones are returned too, so that none is silently lost."""
+    def events(self, n, timeout=5.0, fail=True, all_available=False):
+        """At least n events within timeout seconds, whole Deliveries (so possibly more than n);
+        with all_available, also every Delivery already at hand. Fewer than n: AssertionError
+        with fail, else what arrived. Nothing is acknowledged."""
         deadline = time.monotonic() + timeout
         out = []
         while len(out) < n:
             d = self._next_delivery(deadline)
             if d is None:
                 break
-            if ack:
-                self.ack_events(d)
             out.extend(d)
+        if all_available:
+            while True:
+                d = self._next_delivery(time.monotonic())
+                if d is None:
+                    break
+                out.extend(d)
+        if fail and len(out) < n:
+            raise AssertionError("%d of %d events within %ss%s; offsets %s" % (
+                len(out), n, timeout, " (connection closed)" if self.closed else "",
+                [e.offset for e in out]))
         return out
 
     def ack(self, offsets):
         """One Ack frame of these offsets (an int or an iterable), sent as given."""
-        _, spb = protos()
         if isinstance(offsets, int):
             offsets = [offsets]
-        self.send(spb.ClientFrame(ack=spb.Ack(offsets=list(offsets))))
+        self.send(pb.ClientFrame(ack=pb.Ack(offsets=list(offsets))))
 
     def ack_events(self, events):
         """Acknowledges events as the consumer mode wants: the highest offset when acks are
         cumulative (failover, dead letters), else every offset."""
-        _, spb = protos()
         offsets = [e.offset for e in events]
         if not offsets:
             return
-        if self.dead_letters or self.subscribed.mode == spb.FAILOVER:
-            offsets = [max(offsets)]
-        self.ack(offsets)
+        cumulative = self.dead_letters or self.subscribed is None or self.subscribed.mode == pb.FAILOVER
+        self.ack([max(offsets)] if cumulative else offsets)
 
     def wait_closed(self, timeout=5.0):
         """Frames received until the server closes the connection; TimeoutError if it does not."""
         frames = []
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                f = self.recv(max(0.0, deadline - time.monotonic()))
-            except ConnectionClosed:
-                return frames
+            f = self.recv(max(0.0, deadline - time.monotonic()))
             if f is None:
+                if self.closed:
+                    return frames
                 raise TimeoutError("connection still open after %ss" % timeout)
             frames.append(f)
 
     def close(self):
+        self.sock.close()
+
+    def kill(self):
+        """Goes away without a word, as a crashed consumer does (a Unix socket has no reset to send:
+        closing is all a dying process does)."""
         self.sock.close()
 
     def __enter__(self):
@@ -264,16 +324,19 @@ def main(argv=None):
     start = int(a.start) if a.start.isdigit() else a.start
     try:
         s = Subscriber(a.socket, a.subscription, consumer=a.consumer, start=start, dead_letters=a.dead)
-    except (OSError, ServerError, ProtocolError) as e:
+    except (OSError, EOFError, ServerError, ProtocolError) as e:
         print("subscriber_client: %s" % e, file=sys.stderr)
         return 1
     printed = 0
     with s:
         while True:
             try:
-                d = s.delivery(a.timeout if a.timeout is not None else 1e9)
-            except (ServerError, ConnectionClosed, ProtocolError) as e:
+                d = s.delivery(a.timeout if a.timeout is not None else 1e7)
+            except (ServerError, ProtocolError) as e:
                 print("subscriber_client: %s" % e, file=sys.stderr)
+                return 1
+            if d is None and s.closed:
+                print("subscriber_client: the server closed the connection", file=sys.stderr)
                 return 1
             for f, t in s.dropped:
                 print("subscriber_client: events %d..%d were dropped by retention" % (f, t), file=sys.stderr)

@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -38,10 +38,10 @@ LIB_SRCS := \
 	decoder/util.c decoder/arena.c decoder/hist.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
 	decoder/event.c \
 	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/spool.c \
-	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c
+	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c cdc/status.c cdc/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool
-FUZZERS := pgoutput config predicate frame
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status
+FUZZERS := pgoutput config predicate frame http
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/tests/unit/test_%.d)

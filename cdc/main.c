@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "status_cmd.h"
 #include "tail.h"
 
 static const char usage_main[] =
@@ -16,6 +17,7 @@ static const char usage_main[] =
 	"commands:\n"
 	"  run -c FILE           stream changes to the configured sinks (foreground, logs on stderr)\n"
 	"  check-config -c FILE  validate FILE and print the effective configuration\n"
+	"  status [-c FILE]      summary of a running cdc (its status socket)\n"
 	"  tail SUBSCRIPTION     print a socket subscription's events as JSON lines, acking each\n"
 	"\n"
 	"  cdc COMMAND --help    options of one command\n"
@@ -137,6 +139,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "check-config") == 0)
 		return cmd_check_config(argc - 1, argv + 1);
+	if (strcmp(cmd, "status") == 0)
+		return status_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "tail") == 0)
 		return tail_main(argc - 1, argv + 1);
 	return usage_error(usage_main, "unknown command \"%s\"", cmd);

@@ -5,13 +5,13 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
-	libevent-dev libyaml-dev libjemalloc-dev clang)
+	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev clang)
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka protobuf-compiler jq kcat
 	valgrind)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), and GNU time for peak RSS.
 bench_pkgs=(postgresql python3-psycopg2 time)
-runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2)
+runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5)
 
 usage() {
 	echo "usage: $0 [build] [test] [bench] [runtime]" >&2

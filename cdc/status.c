@@ -1,0 +1,821 @@
+/* status.c: see status.h. libmicrohttpd serves both listeners from its own threads; GETs read the
+ * last published snapshot under a mutex, and PUT/DELETE suspend their connection until the
+ * daemon's loop (reached through a pipe watched by its event_base) answers them. */
+#include "status.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "log.h"
+
+#define CONNECTION_LIMIT 64
+#define PER_IP_LIMIT 16
+#define CONNECTION_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
+#define PENDING_MAX 32		/* mutating requests waiting for the loop; well below a pipe's capacity */
+#define STALL_MS 10000		/* /healthz: a loop that has not published for this long is stuck */
+#define FREE_WAIT_MS 2000	/* status_free: how long pending 503s get to reach their clients */
+
+typedef struct listener {
+	status_server *s;
+	bool unix_socket; /* else TCP */
+	struct MHD_Daemon *mhd;
+} listener;
+
+/* One HTTP request, from the access handler's first call to MHD's completion callback. */
+typedef struct conn_ctx {
+	status_request req; /* what the daemon sees; conn_ctx is found from it by container_of */
+	status_server *s;
+	struct MHD_Connection *conn;
+	status_match m;
+	buf body;
+	bool too_large;
+	bool pending;  /* handed to the loop, not yet answered: on the server's pending list */
+	bool answered; /* status_answer() ran: the next handler call sends the answer */
+	unsigned answer_status;
+	char *answer_body;
+	struct conn_ctx *prev, *next;
+} conn_ctx;
+
+struct status_server {
+	pthread_mutex_t mu; /* guards everything below up to the loop-only fields */
+	pthread_cond_t done;
+	char *status_json, *metrics, *subs_json, *reason;
+	bool ready;
+	int64_t published_ms;
+	conn_ctx *pending; /* suspended connections waiting for status_answer() */
+	size_t in_flight;  /* handed to the loop and not yet completed by MHD */
+	bool closing;
+
+	/* Set up before the listeners start; read-only afterwards. */
+	uid_t *uids;
+	size_t nuids;
+	bool tcp_control;
+	char *socket_path;
+	dev_t sock_dev;
+	ino_t sock_ino;
+	int tcp_port;
+	listener unix_l, tcp_l;
+	int pipe_rd, pipe_wr;
+
+	/* Loop-only. */
+	struct event *ev;
+	status_request_fn on_request;
+	void *ctx;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static conn_ctx *ctx_of(status_request *r)
+{
+	return (conn_ctx *)((char *)r - offsetof(conn_ctx, req));
+}
+
+/* ---- routing: pure functions ---- */
+
+bool status_name_valid(const char *name, size_t len)
+{
+	if (len < 1 || len > STATUS_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char ch = name[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '_' || ch == '.' || ch == '-'))
+			return false;
+	}
+	return true;
+}
+
+static bool route_error(status_match *m, unsigned code, const char *allow, const char *message)
+{
+	m->route = STATUS_ROUTE_ERROR;
+	m->http_status = code;
+	m->allow = allow;
+	snprintf(m->message, sizeof(m->message), "%s", message);
+	return false;
+}
+
+static const struct {
+	const char *path;
+	status_route route;
+} GET_ROUTES[] = {
+    {"/status", STATUS_ROUTE_STATUS},
+    {"/metrics", STATUS_ROUTE_METRICS},
+    {"/subscriptions", STATUS_ROUTE_SUBSCRIPTIONS},
+    {"/healthz", STATUS_ROUTE_HEALTHZ},
+    {"/readyz", STATUS_ROUTE_READYZ},
+};
+
+static bool route_one_subscription(const char *method, const char *name, status_match *m)
+{
+	bool put = strcmp(method, "PUT") == 0, del = strcmp(method, "DELETE") == 0;
+	if (!put && !del)
+		return route_error(m, 405, "PUT, DELETE",
+				   "method not allowed: use PUT or DELETE /subscriptions/NAME");
+	size_t len = strlen(name);
+	if (!status_name_valid(name, len))
+		return route_error(
+		    m, 400, NULL,
+		    "invalid subscription name: expected 1 to 63 characters of A-Z a-z 0-9 _ . -");
+	memcpy(m->name, name, len + 1);
+	m->route = put ? STATUS_ROUTE_PUT : STATUS_ROUTE_DELETE;
+	return true;
+}
+
+bool status_route_request(const char *method, const char *path, status_match *m)
+{
+	memset(m, 0, sizeof(*m));
+	static const char prefix[] = "/subscriptions/";
+	if (strncmp(path, prefix, sizeof(prefix) - 1) == 0)
+		return route_one_subscription(method, path + sizeof(prefix) - 1, m);
+	for (size_t i = 0; i < sizeof(GET_ROUTES) / sizeof(GET_ROUTES[0]); i++) {
+		if (strcmp(path, GET_ROUTES[i].path) != 0)
+			continue;
+		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+			return route_error(m, 405, "GET, HEAD", "method not allowed: use GET");
+		m->route = GET_ROUTES[i].route;
+		return true;
+	}
+	return route_error(m, 404, NULL,
+			   "no such endpoint: try /status, /metrics, /healthz, /readyz, /subscriptions");
+}
+
+static bool only_space(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strchr(" \t\r\n", p[i]))
+			return false;
+	return true;
+}
+
+bool status_check_body(const char *body, size_t len, status_match *m)
+{
+	if (len > STATUS_BODY_MAX)
+		return route_error(m, 413, NULL, "request body too large: at most 64 KiB");
+	if (memchr(body, '\0', len))
+		return route_error(m, 400, NULL, "invalid body: contains a NUL byte");
+	if (only_space(body, len))
+		return route_error(m, 400, NULL, "missing body: expected a JSON object");
+	/* Strict, depth-limited: the daemon parses it again, and must only ever see plain JSON. */
+	json_tokener *tok = json_tokener_new_ex(32);
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	json_object *o = json_tokener_parse_ex(tok, body, (int)len);
+	enum json_tokener_error e = json_tokener_get_error(tok);
+	size_t end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
+	bool object = o && json_object_get_type(o) == json_type_object;
+	json_object_put(o);
+	if (e == json_tokener_continue)
+		return route_error(m, 400, NULL, "invalid JSON body: unexpected end of the body");
+	if (e != json_tokener_success) {
+		snprintf(m->message, sizeof(m->message), "invalid JSON body at byte %zu: %s", end,
+			 json_tokener_error_desc(e));
+		m->route = STATUS_ROUTE_ERROR;
+		m->http_status = 400;
+		return false;
+	}
+	if (!object)
+		return route_error(m, 400, NULL, "invalid body: expected a JSON object");
+	if (!only_space(body + end, len - end))
+		return route_error(m, 400, NULL, "invalid body: data after the JSON object");
+	return true;
+}
+
+/* ---- responses (MHD's thread) ---- */
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type, const char *body,
+			     const char *allow)
+{
+	size_t len = body ? strlen(body) : 0;
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(len, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (allow)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+	enum MHD_Result ret = MHD_queue_response(conn, code, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static const char JSON_TYPE[] = "application/json";
+static const char TEXT_TYPE[] = "text/plain; charset=utf-8";
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned code, const char *message,
+				   const char *allow)
+{
+	buf b = {0};
+	buf_puts(&b, "{\"error\":");
+	json_string(&b, message, strlen(message));
+	buf_puts(&b, "}\n");
+	enum MHD_Result ret = reply(conn, code, JSON_TYPE, b.data, allow);
+	buf_free(&b);
+	return ret;
+}
+
+/* A GET from the last snapshot, copied under the lock (MHD copies the body again, so the lock
+ * is never held across a write to a client). */
+static enum MHD_Result reply_get(status_server *s, struct MHD_Connection *conn, status_route route)
+{
+	unsigned code = 200;
+	const char *type = JSON_TYPE;
+	char *body = NULL;
+	pthread_mutex_lock(&s->mu);
+	switch (route) {
+	case STATUS_ROUTE_STATUS:
+	case STATUS_ROUTE_SUBSCRIPTIONS: {
+		const char *src = route == STATUS_ROUTE_STATUS ? s->status_json : s->subs_json;
+		code = src ? 200 : 503;
+		body = xstrdup(src ? src : "{\"error\":\"starting: no status published yet\"}\n");
+		break;
+	}
+	case STATUS_ROUTE_METRICS:
+		type = "text/plain; version=0.0.4; charset=utf-8";
+		code = s->metrics ? 200 : 503;
+		body = xstrdup(s->metrics ? s->metrics : "starting: no metrics published yet\n");
+		break;
+	case STATUS_ROUTE_HEALTHZ:
+		type = TEXT_TYPE;
+		code = now_ms() - s->published_ms <= STALL_MS ? 200 : 503;
+		body = xstrdup(code == 200 ? "ok\n" : "event loop stalled\n");
+		break;
+	default: /* STATUS_ROUTE_READYZ */
+		type = TEXT_TYPE;
+		code = s->ready ? 200 : 503;
+		if (s->ready) {
+			body = xstrdup("ready\n");
+		} else {
+			buf b = {0};
+			buf_printf(&b, "%s\n", s->reason && *s->reason ? s->reason : "not ready");
+			body = b.data;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&s->mu);
+	enum MHD_Result ret = reply(conn, code, type, body, NULL);
+	free(body);
+	return ret;
+}
+
+/* ---- who may mutate ---- */
+
+/* NULL if the peer may mutate, else why not. Fills uid/pid for the logs. */
+static const char *refusal(const listener *l, struct MHD_Connection *conn, uid_t *uid, pid_t *pid, char *why,
+			   size_t whylen)
+{
+	*uid = (uid_t)-1;
+	*pid = 0;
+	if (!l->unix_socket) {
+		if (l->s->tcp_control)
+			return NULL;
+		return "changing subscriptions over TCP needs status.tcp_control: true; use the Unix socket";
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		return "cannot identify the peer (SO_PEERCRED failed)";
+	*uid = cred.uid;
+	*pid = cred.pid;
+	for (size_t i = 0; i < l->s->nuids; i++)
+		if (l->s->uids[i] == cred.uid)
+			return NULL;
+	snprintf(why, whylen, "uid %lu may not change subscriptions (status.control_uids)",
+		 (unsigned long)cred.uid);
+	return why;
+}
+
+static const char *peer_addr(struct MHD_Connection *conn, char *out, size_t outlen)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	snprintf(out, outlen, "?");
+	if (ci && ci->client_addr) {
+		socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+								       : sizeof(struct sockaddr_in);
+		if (getnameinfo(ci->client_addr, len, out, (socklen_t)outlen, NULL, 0, NI_NUMERICHOST) != 0)
+			snprintf(out, outlen, "?");
+	}
+	return out;
+}
+
+static void log_control(const listener *l, struct MHD_Connection *conn, const conn_ctx *c,
+			const char *refused)
+{
+	const char *method = c->m.route == STATUS_ROUTE_PUT ? "PUT" : "DELETE";
+	if (l->unix_socket) {
+		if (refused)
+			log_warn("control request refused",
+				 "method=%s subscription=%s uid=%lu pid=%ld reason=\"%s\"", method, c->m.name,
+				 (unsigned long)c->req.uid, (long)c->req.pid, refused);
+		else
+			log_info("control request", "method=%s subscription=%s uid=%lu pid=%ld", method,
+				 c->m.name, (unsigned long)c->req.uid, (long)c->req.pid);
+		return;
+	}
+	char addr[NI_MAXHOST];
+	peer_addr(conn, addr, sizeof(addr));
+	if (refused)
+		log_warn("control request refused", "method=%s subscription=%s peer=%s reason=\"%s\"", method,
+			 c->m.name, addr, refused);
+	else
+		log_info("control request", "method=%s subscription=%s peer=%s", method, c->m.name, addr);
+}
+
+/* ---- the handover to the loop ---- */
+
+static void pending_unlink(status_server *s, conn_ctx *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->pending = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+	c->pending = false;
+}
+
+/* The request is complete and allowed: suspend it and wake the loop. */
+static enum MHD_Result hand_to_loop(status_server *s, conn_ctx *c)
+{
+	pthread_mutex_lock(&s->mu);
+	const char *busy = s->closing			 ? "shutting down"
+			   : s->in_flight >= PENDING_MAX ? "too many pending requests"
+							 : NULL;
+	if (!busy) {
+		c->pending = true;
+		c->next = s->pending;
+		if (s->pending)
+			s->pending->prev = c;
+		s->pending = c;
+		s->in_flight++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (busy)
+		return reply_error(c->conn, 503, busy, NULL);
+	c->req.put = c->m.route == STATUS_ROUTE_PUT;
+	c->req.name = c->m.name;
+	c->req.body = c->req.put ? c->body.data : NULL;
+	c->req.body_len = c->req.put ? c->body.len : 0;
+	MHD_suspend_connection(c->conn);
+	/* An 8-byte write to a pipe is atomic, and at most PENDING_MAX pointers are ever in it. */
+	ssize_t w = write(s->pipe_wr, &c, sizeof(c));
+	if (w != (ssize_t)sizeof(c))
+		log_error("status: cannot wake the event loop", "error=\"%s\"", strerror(errno));
+	return MHD_YES;
+}
+
+static void on_pipe(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	status_server *s = arg;
+	conn_ctx *c;
+	while (read(fd, &c, sizeof(c)) == (ssize_t)sizeof(c)) {
+		pthread_mutex_lock(&s->mu);
+		bool live = c->pending && !c->answered;
+		pthread_mutex_unlock(&s->mu);
+		if (live)
+			s->on_request(s->ctx, &c->req);
+	}
+}
+
+/* Stores the answer; the caller then resumes the connection (outside s->mu: MHD takes its own locks)
+ * and the handler sends the answer on MHD's thread. False if c was answered already. */
+static bool answer_locked(status_server *s, conn_ctx *c, unsigned code, const char *body)
+{
+	if (!c->pending || c->answered)
+		return false;
+	pending_unlink(s, c);
+	c->answered = true;
+	c->answer_status = code;
+	c->answer_body = xstrdup(body ? body : "");
+	return true;
+}
+
+void status_answer(status_server *s, status_request *r, unsigned http_status, const char *json_body)
+{
+	conn_ctx *c = ctx_of(r);
+	pthread_mutex_lock(&s->mu);
+	bool resume = answer_locked(s, c, http_status, json_body);
+	pthread_mutex_unlock(&s->mu);
+	/* Still suspended, so MHD cannot have completed (and freed) c in between. */
+	if (resume)
+		MHD_resume_connection(c->conn);
+}
+
+/* ---- the access handler ---- */
+
+/* First call: route and authorise on the headers alone, so that a refused or oversized request is
+ * answered before its body is read. */
+static enum MHD_Result first_call(listener *l, struct MHD_Connection *conn, const char *url,
+				  const char *method, void **con_cls)
+{
+	status_match m;
+	if (!status_route_request(method, url, &m))
+		return reply_error(conn, m.http_status, m.message, m.allow);
+	if (m.route != STATUS_ROUTE_PUT && m.route != STATUS_ROUTE_DELETE)
+		return reply_get(l->s, conn, m.route);
+	conn_ctx *c = xcalloc(1, sizeof(*c));
+	c->s = l->s;
+	c->conn = conn;
+	c->m = m;
+	*con_cls = c;
+	char why[128];
+	const char *refused = refusal(l, conn, &c->req.uid, &c->req.pid, why, sizeof(why));
+	if (refused) {
+		log_control(l, conn, c, refused);
+		return reply_error(conn, 403, refused, NULL);
+	}
+	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl && strtoull(cl, NULL, 10) > STATUS_BODY_MAX)
+		return reply_error(conn, 413, "request body too large: at most 64 KiB", NULL);
+	log_control(l, conn, c, NULL);
+	return MHD_YES;
+}
+
+static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+			       const char *version, const char *upload_data, size_t *upload_data_size,
+			       void **con_cls)
+{
+	(void)version;
+	listener *l = cls;
+	conn_ctx *c = *con_cls;
+	if (!c)
+		return first_call(l, conn, url, method, con_cls);
+	if (c->answered)
+		return reply(conn, c->answer_status, JSON_TYPE, c->answer_body, NULL);
+	if (*upload_data_size) {
+		/* A chunked body has no Content-Length to refuse up front: discard past the limit and
+		 * answer 413 once it ends (MHD cannot queue a response in the middle of a body). */
+		if (c->body.len + *upload_data_size > STATUS_BODY_MAX)
+			c->too_large = true;
+		else
+			buf_append(&c->body, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (c->too_large)
+		return reply_error(conn, 413, "request body too large: at most 64 KiB", NULL);
+	if (c->m.route == STATUS_ROUTE_PUT &&
+	    !status_check_body(c->body.data ? c->body.data : "", c->body.len, &c->m))
+		return reply_error(conn, c->m.http_status, c->m.message, NULL);
+	return hand_to_loop(l->s, c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	(void)conn;
+	(void)toe;
+	listener *l = cls;
+	conn_ctx *c = *con_cls;
+	if (!c)
+		return;
+	status_server *s = l->s;
+	pthread_mutex_lock(&s->mu);
+	bool counted = c->pending || c->answered;
+	if (c->pending) /* only when MHD stops with a request still suspended */
+		pending_unlink(s, c);
+	if (counted) {
+		s->in_flight--;
+		pthread_cond_signal(&s->done);
+	}
+	pthread_mutex_unlock(&s->mu);
+	buf_free(&c->body);
+	free(c->answer_body);
+	free(c);
+	*con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_warn("status http", "detail=\"%s\"", msg);
+}
+
+/* ---- listeners ---- */
+
+/* bind() found path in use: replace it only if it is a socket nobody listens on. */
+static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0)
+		return errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return errf(err, errlen, "status socket %s: exists and is not a socket", path);
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe < 0)
+		return errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+	int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa)), e = errno;
+	close(probe);
+	if (rc == 0)
+		return errf(err, errlen,
+			    "status socket %s: another process is listening on it (is cdc already running?)",
+			    path);
+	if (e != ECONNREFUSED)
+		return errf(err, errlen, "status socket %s: cannot tell whether it is in use: %s", path,
+			    strerror(e));
+	if (unlink(path) != 0)
+		return errf(err, errlen, "status socket %s: cannot remove the stale socket: %s", path,
+			    strerror(errno));
+	log_info("removed a stale status socket", "path=%s", path);
+	return true;
+}
+
+/* A listening Unix socket at path with the given mode, or -1. bound gets the file's identity, so
+ * that status_free removes only its own socket. */
+static int bind_unix(const char *path, mode_t mode, struct stat *bound, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return errf(err, errlen, "status socket %s: path longer than %zu bytes", path,
+			    sizeof(sa.sun_path) - 1),
+		       -1;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errf(err, errlen, "status socket %s: %s", path, strerror(errno)), -1;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		if (errno != EADDRINUSE) {
+			errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+			goto fail;
+		}
+		if (!remove_stale(path, &sa, err, errlen))
+			goto fail;
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+			errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+			goto fail;
+		}
+	}
+	/* No one can connect before listen(), so the umask's mode is never exposed. */
+	if (chmod(path, mode) != 0 || stat(path, bound) != 0 || listen(fd, CONNECTION_LIMIT) != 0) {
+		errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+		unlink(path);
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+/* "HOST:PORT" or "[IPv6]:PORT" (config.c checked the form). */
+static bool split_listen(const char *s, char *host, size_t hostlen, const char **port)
+{
+	const char *end = s[0] == '[' ? strchr(s, ']') : strrchr(s, ':');
+	if (!end)
+		return false;
+	const char *h = s[0] == '[' ? s + 1 : s;
+	*port = s[0] == '[' ? end + 2 : end + 1;
+	if (s[0] == '[' && end[1] != ':')
+		return false;
+	if ((size_t)(end - h) >= hostlen)
+		return false;
+	memcpy(host, h, (size_t)(end - h));
+	host[end - h] = '\0';
+	return true;
+}
+
+static int bind_tcp(const char *listen_s, int *port, char *err, size_t errlen)
+{
+	char host[256];
+	const char *portstr;
+	if (!split_listen(listen_s, host, sizeof(host), &portstr))
+		return errf(err, errlen, "status.listen %s: expected HOST:PORT or [IPv6]:PORT", listen_s), -1;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+			*res;
+	int rc = getaddrinfo(host, portstr, &hints, &res);
+	if (rc != 0)
+		return errf(err, errlen, "status.listen %s: %s", listen_s, gai_strerror(rc)), -1;
+	int fd = -1, e = 0;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, CONNECTION_LIMIT) != 0) {
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return errf(err, errlen, "status.listen %s: %s", listen_s, strerror(e)), -1;
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	getsockname(fd, (struct sockaddr *)&ss, &sslen);
+	*port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					       : ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+/* Takes ownership of fd: MHD closes it when it stops, and so do we if it does not start. */
+static bool start_listener(listener *l, status_server *s, bool unix_socket, int fd, char *err, size_t errlen)
+{
+	l->s = s;
+	l->unix_socket = unix_socket;
+	l->mhd = MHD_start_daemon(
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+	    NULL, NULL, on_http, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+	    /* One TCP peer cannot take every slot (0: no limit; a Unix peer has no address to count). */
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT, MHD_OPTION_END);
+	if (!l->mhd) {
+		close(fd);
+		return errf(err, errlen, "status: cannot start the HTTP server on %s",
+			    unix_socket ? s->socket_path : "status.listen");
+	}
+	return true;
+}
+
+static void copy_uids(status_server *s, const cfg *c)
+{
+	if (c->status.ncontrol_uids) {
+		s->nuids = c->status.ncontrol_uids;
+		s->uids = xcalloc(s->nuids, sizeof(uid_t));
+		memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
+		return;
+	}
+	/* The default: the daemon's own uid and root. */
+	s->nuids = 2;
+	s->uids = xcalloc(2, sizeof(uid_t));
+	s->uids[0] = geteuid();
+	s->uids[1] = 0;
+}
+
+static bool open_pipe(status_server *s, struct event_base *base, char *err, size_t errlen)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+		return errf(err, errlen, "status: pipe: %s", strerror(errno));
+	s->pipe_rd = p[0];
+	s->pipe_wr = p[1];
+	s->ev = event_new(base, s->pipe_rd, EV_READ | EV_PERSIST, on_pipe, s);
+	if (!s->ev || event_add(s->ev, NULL) != 0)
+		return errf(err, errlen, "status: cannot watch the request pipe");
+	return true;
+}
+
+status_server *status_new(const cfg *c, struct event_base *base, status_request_fn on_request, void *ctx,
+			  char *err, size_t errlen)
+{
+	status_server *s = xcalloc(1, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->done, &ca);
+	pthread_condattr_destroy(&ca);
+	s->pipe_rd = s->pipe_wr = -1;
+	s->on_request = on_request;
+	s->ctx = ctx;
+	s->published_ms = now_ms();
+	s->reason = xstrdup("starting");
+	s->tcp_control = c->status.tcp_control;
+	copy_uids(s, c);
+	if (!open_pipe(s, base, err, errlen))
+		goto fail;
+	struct stat st;
+	int fd = bind_unix(c->status.socket, c->subscribers.mode, &st, err, errlen);
+	if (fd < 0)
+		goto fail;
+	s->socket_path = xstrdup(c->status.socket);
+	s->sock_dev = st.st_dev;
+	s->sock_ino = st.st_ino;
+	if (!start_listener(&s->unix_l, s, true, fd, err, errlen))
+		goto fail;
+	if (c->status.listen) {
+		fd = bind_tcp(c->status.listen, &s->tcp_port, err, errlen);
+		if (fd < 0 || !start_listener(&s->tcp_l, s, false, fd, err, errlen))
+			goto fail;
+	}
+	log_info("status socket listening", "path=%s mode=%04o listen=%s tcp_control=%s", s->socket_path,
+		 (unsigned)c->subscribers.mode, c->status.listen ? c->status.listen : "-",
+		 s->tcp_control ? "true" : "false");
+	return s;
+fail:
+	status_free(s);
+	return NULL;
+}
+
+int status_tcp_port(const status_server *s)
+{
+	return s->tcp_port;
+}
+
+/* Answers every request the loop has not answered with 503, then gives the answers a moment to
+ * reach their clients: MHD must not stop with a connection still suspended. */
+static void fail_pending(status_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->closing = true;
+	conn_ctx *resume = NULL;
+	while (s->pending) {
+		conn_ctx *c = s->pending;
+		answer_locked(s, c, 503, "{\"error\":\"shutting down\"}\n");
+		c->next = resume; /* off the pending list now: reuse the link */
+		resume = c;
+	}
+	pthread_mutex_unlock(&s->mu);
+	while (resume) {
+		conn_ctx *c = resume;
+		resume = c->next;
+		c->next = NULL;
+		MHD_resume_connection(c->conn);
+	}
+	struct timespec deadline;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += FREE_WAIT_MS / 1000;
+	pthread_mutex_lock(&s->mu);
+	while (s->in_flight && pthread_cond_timedwait(&s->done, &s->mu, &deadline) == 0)
+		;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void remove_socket(status_server *s)
+{
+	struct stat st;
+	/* Only our own file: another process may have replaced it since. */
+	if (s->socket_path && stat(s->socket_path, &st) == 0 && st.st_dev == s->sock_dev &&
+	    st.st_ino == s->sock_ino)
+		unlink(s->socket_path);
+}
+
+void status_free(status_server *s)
+{
+	if (!s)
+		return;
+	fail_pending(s);
+	if (s->tcp_l.mhd)
+		MHD_stop_daemon(s->tcp_l.mhd);
+	if (s->unix_l.mhd)
+		MHD_stop_daemon(s->unix_l.mhd);
+	remove_socket(s);
+	if (s->ev)
+		event_free(s->ev);
+	if (s->pipe_rd >= 0)
+		close(s->pipe_rd);
+	if (s->pipe_wr >= 0)
+		close(s->pipe_wr);
+	pthread_cond_destroy(&s->done);
+	pthread_mutex_destroy(&s->mu);
+	free(s->status_json);
+	free(s->metrics);
+	free(s->subs_json);
+	free(s->reason);
+	free(s->uids);
+	free(s->socket_path);
+	free(s);
+}
+
+void status_publish(status_server *s, const char *status_json, const char *metrics,
+		    const char *subscriptions_json, bool ready, const char *reason)
+{
+	/* Copies made outside the lock keep GETs from waiting on the allocator. */
+	char *st = status_json ? xstrdup(status_json) : NULL, *me = metrics ? xstrdup(metrics) : NULL;
+	char *su = subscriptions_json ? xstrdup(subscriptions_json) : NULL,
+	     *re = reason ? xstrdup(reason) : NULL;
+	char *old[4];
+	pthread_mutex_lock(&s->mu);
+	old[0] = s->status_json, old[1] = s->metrics, old[2] = s->subs_json, old[3] = s->reason;
+	s->status_json = st, s->metrics = me, s->subs_json = su, s->reason = re;
+	s->ready = ready;
+	s->published_ms = now_ms();
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; i < 4; i++)
+		free(old[i]);
+}

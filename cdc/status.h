@@ -1,0 +1,84 @@
+/* status.h: the status socket: HTTP/1.1 on a Unix socket (status.socket) and optionally on TCP
+ * (status.listen), served by libmicrohttpd on its own thread so that a slow or malformed client
+ * never stalls streaming. The daemon's loop publishes snapshots of what GET answers; mutating
+ * requests are handed to the loop through a pipe and answered once the loop has applied them. */
+#ifndef CDC_STATUS_H
+#define CDC_STATUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "util.h"
+
+struct event_base;
+typedef struct status_server status_server;
+
+/* A mutating request (PUT or DELETE /subscriptions/NAME) waiting for the daemon's loop. */
+typedef struct status_request {
+	bool put;	  /* else delete */
+	const char *name; /* NAME from the path (validated: 1..63 of [A-Za-z0-9_.-]) */
+	const char
+	    *body; /* PUT: the JSON body (checked to be one JSON object), NUL-terminated; NULL for DELETE */
+	size_t body_len;
+	uid_t uid; /* the peer, for the daemon's own logs: (uid_t)-1 and pid 0 over TCP */
+	pid_t pid;
+} status_request;
+
+/* Called on the daemon's loop for each mutating request from an allowed peer; the daemon answers
+ * it with status_answer(), at once or later (at the next transaction boundary). */
+typedef void (*status_request_fn)(void *ctx, status_request *r);
+
+/* Binds status.socket (mode subscribers.mode; a stale socket file is replaced, a live one refused)
+ * and status.listen if set, and starts serving. Call on the loop's thread; base must outlive it. */
+status_server *status_new(const cfg *c, struct event_base *base, status_request_fn on_request, void *ctx,
+			  char *err, size_t errlen) CDC_MUST_CHECK;
+/* Stops serving, removes the socket file. Requests not yet answered get 503: the daemon must drop
+ * every status_request pointer it still holds. */
+void status_free(status_server *s);
+/* The TCP port status.listen is bound to (useful with port 0 in tests), or 0 without a listener. */
+int status_tcp_port(const status_server *s);
+
+/* What GET answers from now on (copied; callable only from the daemon's loop):
+ * /status: status_json; /metrics: metrics (Prometheus text); /subscriptions: subscriptions_json;
+ * /readyz: 200 "ready\n" if ready, else 503 with reason; /healthz: 200 while the loop publishes
+ * (a snapshot older than 10 s means the loop is stuck: 503). */
+void status_publish(status_server *s, const char *status_json, const char *metrics,
+		    const char *subscriptions_json, bool ready, const char *reason);
+/* Answers r (from the daemon's loop) with an HTTP status and a JSON body; r is freed. */
+void status_answer(status_server *s, status_request *r, unsigned http_status, const char *json_body);
+
+/* The routing of one request, a pure function of its method, path and body (exposed for tests and
+ * the fuzzer). The server checks the route first, then who asks (403), then the body. */
+typedef enum status_route {
+	STATUS_ROUTE_ERROR, /* http_status and message say why */
+	STATUS_ROUTE_STATUS,
+	STATUS_ROUTE_METRICS,
+	STATUS_ROUTE_SUBSCRIPTIONS,
+	STATUS_ROUTE_HEALTHZ,
+	STATUS_ROUTE_READYZ,
+	STATUS_ROUTE_PUT,    /* PUT /subscriptions/NAME */
+	STATUS_ROUTE_DELETE, /* DELETE /subscriptions/NAME */
+} status_route;
+
+#define STATUS_NAME_MAX 63
+#define STATUS_BODY_MAX (64 * 1024)
+
+typedef struct status_match {
+	status_route route;
+	unsigned http_status; /* 0 when routed, else 400, 404, 405 or 413 */
+	char message[160];    /* the error, for a JSON body; never echoes the request */
+	const char *allow;    /* with 405: the Allow header */
+	char name[STATUS_NAME_MAX + 1];
+} status_match;
+
+/* Routes method and path (as libmicrohttpd passes them: query string removed, %XX decoded).
+ * HEAD is routed like GET. False with http_status and message set if there is no such route. */
+bool status_route_request(const char *method, const char *path, status_match *m);
+/* A PUT body must be at most STATUS_BODY_MAX bytes (413) holding one JSON object (400). */
+bool status_check_body(const char *body, size_t len, status_match *m);
+/* 1..63 characters of [A-Za-z0-9_.-]. */
+bool status_name_valid(const char *name, size_t len);
+
+#endif

@@ -1,0 +1,478 @@
+/* status_cmd.c: see status_cmd.h. The server always sends Content-Length, but the client also
+ * reads chunked answers and answers without a length (read to EOF), as any HTTP/1.1 peer may send. */
+#include "status_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define DEFAULT_SOCKET "/run/cdc/status.sock"
+#define TIMEOUT_S 10
+#define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
+
+static const char usage[] =
+    "usage: cdc status [-c FILE | -s SOCKET] [--json]\n"
+    "\n"
+    "Asks a running cdc for its status (GET /status on the status socket) and prints a summary:\n"
+    "the source (streaming, slot, server, positions, lag), one row per subscription, and Kafka.\n"
+    "Exit 0, or 1 if cdc cannot be reached or answers with an error.\n"
+    "\n"
+    "  -c, --config FILE   take the socket from FILE's status.socket\n"
+    "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " DEFAULT_SOCKET ")\n"
+    "      --json          print the JSON of GET /status as it is\n";
+
+/* ---- HTTP ---- */
+
+static const char *find(const char *p, size_t len, const char *needle)
+{
+	return memmem(p, len, needle, strlen(needle));
+}
+
+/* The value of header name in the header block [p, end), or NULL; *vlen gets its length. */
+static const char *header(const char *p, const char *end, const char *name, size_t *vlen)
+{
+	size_t n = strlen(name);
+	while (p < end) {
+		const char *eol = find(p, (size_t)(end - p), "\r\n");
+		if (!eol)
+			eol = end;
+		if ((size_t)(eol - p) > n && p[n] == ':' && strncasecmp(p, name, n) == 0) {
+			const char *v = p + n + 1;
+			while (v < eol && (*v == ' ' || *v == '\t'))
+				v++;
+			*vlen = (size_t)(eol - v);
+			return v;
+		}
+		p = eol + 2;
+	}
+	return NULL;
+}
+
+static int hexval(char ch)
+{
+	return ch >= '0' && ch <= '9'	? ch - '0'
+	       : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+	       : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+					: -1;
+}
+
+/* Chunks: HEX[;ext]\r\n DATA\r\n ... 0\r\n; trailers after the last chunk are ignored. */
+static bool dechunk(const char *p, const char *end, buf *body, char *err, size_t errlen)
+{
+	for (;;) {
+		const char *eol = find(p, (size_t)(end - p), "\r\n"), *q = p;
+		size_t n = 0;
+		for (; eol && q < eol && hexval(*q) >= 0 && n <= ANSWER_MAX; q++)
+			n = n * 16 + (size_t)hexval(*q);
+		if (!eol || q == p || (q < eol && *q != ';') || n > ANSWER_MAX)
+			return errf(err, errlen, "malformed chunked body");
+		p = eol + 2;
+		if (n == 0)
+			return true;
+		if ((size_t)(end - p) < n + 2 || memcmp(p + n, "\r\n", 2) != 0)
+			return errf(err, errlen, "truncated chunked body");
+		buf_append(body, p, n);
+		p += n + 2;
+	}
+}
+
+bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf *body, char *err,
+		       size_t errlen)
+{
+	const char *end = resp + len;
+	if (len < 12 || memcmp(resp, "HTTP/1.", 7) != 0 || resp[8] != ' ' || resp[9] < '1' || resp[9] > '5' ||
+	    resp[10] < '0' || resp[10] > '9' || resp[11] < '0' || resp[11] > '9')
+		return errf(err, errlen, "not an HTTP answer");
+	*http_status = (unsigned)((resp[9] - '0') * 100 + (resp[10] - '0') * 10 + (resp[11] - '0'));
+	const char *hdr_end = find(resp, len, "\r\n\r\n");
+	if (!hdr_end)
+		return errf(err, errlen, "truncated HTTP answer (no end of headers)");
+	const char *p = hdr_end + 4, *hdrs = find(resp, len, "\r\n") + 2;
+	size_t vlen;
+	const char *te = header(hdrs, hdr_end + 2, "Transfer-Encoding", &vlen);
+	if (te && vlen == 7 && strncasecmp(te, "chunked", 7) == 0)
+		return dechunk(p, end, body, err, errlen);
+	const char *cl = header(hdrs, hdr_end + 2, "Content-Length", &vlen);
+	if (cl) {
+		unsigned long long n = strtoull(cl, NULL, 10);
+		if (n > (unsigned long long)(end - p))
+			return errf(err, errlen, "truncated HTTP answer (%zu of %llu bytes)",
+				    (size_t)(end - p), n);
+		end = p + n;
+	}
+	buf_append(body, p, (size_t)(end - p));
+	return true;
+}
+
+static bool connect_unix(const char *path, int *fd, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return errf(err, errlen, "socket path %s is too long", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	*fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*fd < 0)
+		return errf(err, errlen, "socket: %s", strerror(errno));
+	struct timeval tv = {.tv_sec = TIMEOUT_S};
+	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(*fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(*fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		return true;
+	int e = errno;
+	close(*fd);
+	*fd = -1;
+	if (e == ENOENT)
+		return errf(err, errlen,
+			    "%s does not exist: is cdc running? (the path comes from -s, status.socket of -c "
+			    "FILE, or CDC_STATUS_SOCKET)",
+			    path);
+	if (e == ECONNREFUSED)
+		return errf(err, errlen,
+			    "nothing listens on %s: cdc is not running (the socket file is stale)", path);
+	if (e == EACCES)
+		return errf(err, errlen,
+			    "%s: permission denied (the socket's mode is subscribers.mode: join its group or "
+			    "use sudo)",
+			    path);
+	return errf(err, errlen, "cannot connect to %s: %s", path, strerror(e));
+}
+
+static bool read_all(int fd, buf *resp, char *err, size_t errlen)
+{
+	for (;;) {
+		buf_reserve(resp, 65536);
+		ssize_t n = read(fd, resp->data + resp->len, resp->cap - resp->len - 1);
+		if (n == 0)
+			return true;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errf(err, errlen, "reading the answer: %s",
+				    errno == EAGAIN ? "timed out" : strerror(errno));
+		resp->len += (size_t)n;
+		resp->data[resp->len] = '\0';
+		if (resp->len > ANSWER_MAX)
+			return errf(err, errlen, "the answer is larger than %u MiB", ANSWER_MAX >> 20);
+	}
+}
+
+bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
+		     size_t errlen)
+{
+	int fd = -1;
+	if (!connect_unix(socket_path, &fd, err, errlen))
+		return false;
+	buf req = {0}, resp = {0};
+	buf_printf(&req, "GET %s HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n\r\n", path);
+	bool ok = false;
+	for (size_t off = 0; off < req.len;) {
+		ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			errf(err, errlen, "sending to %s: %s", socket_path, strerror(errno));
+			goto out;
+		}
+		off += (size_t)n;
+	}
+	if (!read_all(fd, &resp, err, errlen))
+		goto out;
+	ok = status_http_parse(resp.data ? resp.data : "", resp.len, http_status, body, err, errlen);
+out:
+	close(fd);
+	buf_free(&req);
+	buf_free(&resp);
+	return ok;
+}
+
+/* ---- the summary ---- */
+
+/* A field as text: "-" when missing or null; control characters (a terminal's escapes) as '?'. */
+static const char *field(json_object *o, const char *key, char *out, size_t n)
+{
+	json_object *v = NULL;
+	snprintf(out, n, "-");
+	if (!o || !json_object_object_get_ex(o, key, &v) || !v)
+		return out;
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		snprintf(out, n, "%s", json_object_get_string(v));
+		break;
+	case json_type_int:
+		snprintf(out, n, "%" PRId64, json_object_get_int64(v));
+		break;
+	case json_type_double:
+		snprintf(out, n, "%.1f", json_object_get_double(v));
+		break;
+	case json_type_boolean:
+		snprintf(out, n, "%s", json_object_get_boolean(v) ? "yes" : "no");
+		break;
+	default:
+		break;
+	}
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return out;
+}
+
+static json_object *member(json_object *o, const char *key, json_type type)
+{
+	json_object *v = NULL;
+	if (!o || !json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, type))
+		return NULL;
+	return v;
+}
+
+static void put_duration(buf *out, int64_t s)
+{
+	if (s < 60)
+		buf_printf(out, "%" PRId64 "s", s);
+	else if (s < 3600)
+		buf_printf(out, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		buf_printf(out, "%" PRId64 "h%02" PRId64 "m", s / 3600, s % 3600 / 60);
+	else
+		buf_printf(out, "%" PRId64 "d%02" PRId64 "h", s / 86400, s % 86400 / 3600);
+}
+
+static void put_bytes(buf *out, json_object *o, const char *key)
+{
+	json_object *v = member(o, key, json_type_int);
+	if (!v) {
+		buf_puts(out, "-");
+		return;
+	}
+	int64_t b = json_object_get_int64(v);
+	if (b < 1024 && b > -1024)
+		buf_printf(out, "%" PRId64 " B", b);
+	else if (b < (1 << 20))
+		buf_printf(out, "%.1f KiB", (double)b / 1024);
+	else if (b < (1 << 30))
+		buf_printf(out, "%.1f MiB", (double)b / (1 << 20));
+	else
+		buf_printf(out, "%.1f GiB", (double)b / (1 << 30));
+}
+
+static void summary_head(buf *out, json_object *root)
+{
+	char f[256];
+	buf_printf(out, "cdc %s", field(root, "version", f, sizeof(f)));
+	json_object *up = member(root, "uptime_s", json_type_int);
+	if (up) {
+		buf_puts(out, "  up ");
+		put_duration(out, json_object_get_int64(up));
+	}
+	json_object *ready = member(root, "ready", json_type_boolean);
+	if (ready && json_object_get_boolean(ready))
+		buf_puts(out, "  ready\n");
+	else
+		buf_printf(out, "  not ready: %s\n", field(root, "reason", f, sizeof(f)));
+}
+
+static void summary_source(buf *out, json_object *root)
+{
+	json_object *src = member(root, "source", json_type_object);
+	json_object *conn = member(src, "connected", json_type_boolean);
+	char f[256];
+	buf_printf(out, "source  %s",
+		   !conn			   ? "-"
+		   : json_object_get_boolean(conn) ? "streaming"
+						   : "not streaming");
+	buf_printf(out, "  slot=%s", field(src, "slot", f, sizeof(f)));
+	buf_printf(out, "  server=%s", field(src, "server_version", f, sizeof(f)));
+	buf_printf(out, "  received=%s", field(src, "received_lsn", f, sizeof(f)));
+	buf_printf(out, "  flushed=%s", field(src, "flushed_lsn", f, sizeof(f)));
+	buf_puts(out, "  lag=");
+	put_bytes(out, src, "lag_bytes");
+	json_object *lag_s = member(src, "lag_s", json_type_double);
+	if (!lag_s)
+		lag_s = member(src, "lag_s", json_type_int);
+	if (lag_s)
+		buf_printf(out, "/%.1fs", json_object_get_double(lag_s));
+	else
+		buf_puts(out, "/-");
+	buf_printf(out, "  wal_status=%s\n", field(src, "wal_status", f, sizeof(f)));
+	json_object *warnings = member(src, "warnings", json_type_array);
+	for (size_t i = 0; warnings && i < json_object_array_length(warnings); i++) {
+		const char *w = json_object_get_string(json_object_array_get_idx(warnings, i));
+		buf_printf(out, "warning: %s\n", w ? w : "-");
+	}
+}
+
+#define NCOLS 9
+static const char *const COLS[NCOLS] = {"name",		"sink",	     "matched", "delivered", "pending",
+					"acked_offset", "consumers", "dead",	"dropped"};
+static const char *const HEADS[NCOLS] = {"SUBSCRIPTION", "SINK",      "MATCHED", "DELIVERED", "PENDING",
+					 "ACKED",	 "CONSUMERS", "DEAD",	 "DROPPED"};
+
+static void put_row(buf *out, char cells[NCOLS][64], const int width[NCOLS])
+{
+	for (int c = 0; c < NCOLS; c++)
+		/* Names left-aligned, numbers right-aligned, as a table of figures reads best. */
+		buf_printf(out, c < 2 ? "%-*s%s" : "%*s%s", width[c], cells[c], c + 1 < NCOLS ? "  " : "\n");
+}
+
+static void summary_subscriptions(buf *out, json_object *root)
+{
+	json_object *subs = member(root, "subscriptions", json_type_array);
+	size_t n = subs ? json_object_array_length(subs) : 0;
+	if (!n) {
+		buf_puts(out, "no subscriptions\n");
+		return;
+	}
+	char(*cells)[NCOLS][64] = xcalloc(n + 1, sizeof(*cells));
+	int width[NCOLS] = {0};
+	for (int c = 0; c < NCOLS; c++)
+		snprintf(cells[0][c], sizeof(cells[0][c]), "%s", HEADS[c]);
+	for (size_t i = 0; i < n; i++) {
+		json_object *s = json_object_array_get_idx(subs, i);
+		for (int c = 0; c < NCOLS; c++)
+			field(json_object_is_type(s, json_type_object) ? s : NULL, COLS[c], cells[i + 1][c],
+			      64);
+	}
+	for (size_t i = 0; i <= n; i++)
+		for (int c = 0; c < NCOLS; c++)
+			if ((int)strlen(cells[i][c]) > width[c])
+				width[c] = (int)strlen(cells[i][c]);
+	for (size_t i = 0; i <= n; i++)
+		put_row(out, cells[i], width);
+	free(cells);
+}
+
+bool status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen)
+{
+	json_tokener *tok = json_tokener_new();
+	json_object *root = json_tokener_parse_ex(tok, json, (int)len);
+	enum json_tokener_error e = json_tokener_get_error(tok);
+	json_tokener_free(tok);
+	if (e != json_tokener_success || !json_object_is_type(root, json_type_object)) {
+		json_object_put(root);
+		return errf(err, errlen, "the status is not a JSON object (%s)",
+			    e == json_tokener_success ? "another JSON value" : json_tokener_error_desc(e));
+	}
+	summary_head(out, root);
+	summary_source(out, root);
+	summary_subscriptions(out, root);
+	json_object *kafka = member(root, "kafka", json_type_object);
+	char f[3][64];
+	if (kafka)
+		buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
+			   field(kafka, "in_flight", f[0], 64), field(kafka, "delivered", f[1], 64),
+			   field(kafka, "errors", f[2], 64));
+	json_object_put(root);
+	return true;
+}
+
+/* ---- the command ---- */
+
+static int usage_error(const char *what, const char *arg)
+{
+	fprintf(stderr, "cdc status: %s%s\n\n%s", what, arg, usage);
+	return 2;
+}
+
+/* -s, else status.socket of -c FILE, else $CDC_STATUS_SOCKET, else the default. NULL: exit 2. */
+static char *socket_path(const char *sock, const char *config)
+{
+	if (sock)
+		return xstrdup(sock);
+	if (config) {
+		buf errors = {0};
+		cfg *c = cfg_load(config, &errors);
+		if (!c)
+			fputs(errors.data ? errors.data : "cdc status: invalid configuration\n", stderr);
+		buf_free(&errors);
+		char *p = c ? xstrdup(c->status.socket) : NULL;
+		cfg_free(c);
+		return p;
+	}
+	const char *env = getenv("CDC_STATUS_SOCKET");
+	return xstrdup(env && *env ? env : DEFAULT_SOCKET);
+}
+
+static int show(const char *sock, bool json)
+{
+	unsigned code = 0;
+	buf body = {0}, out = {0};
+	char err[512];
+	int rc = 1;
+	if (!status_http_get(sock, "/status", &code, &body, err, sizeof(err))) {
+		fprintf(stderr, "cdc status: %s\n", err);
+		goto out;
+	}
+	if (code != 200) {
+		fprintf(stderr, "cdc status: %s answered %u: %s%s", sock, code,
+			body.len ? body.data : "(no body)\n",
+			body.len && body.data[body.len - 1] == '\n' ? "" : "\n");
+		goto out;
+	}
+	if (json) {
+		fwrite(body.data, 1, body.len, stdout);
+		rc = 0;
+	} else if (status_summary(body.data ? body.data : "", body.len, &out, err, sizeof(err))) {
+		fwrite(out.data, 1, out.len, stdout);
+		rc = 0;
+	} else {
+		fprintf(stderr, "cdc status: %s\n", err);
+	}
+out:
+	buf_free(&body);
+	buf_free(&out);
+	return rc;
+}
+
+int status_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"config", required_argument, NULL, 'c'},
+	    {"socket", required_argument, NULL, 's'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *config = NULL, *sock = NULL;
+	bool json = false;
+	int ch;
+	optind = 1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			config = optarg;
+			break;
+		case 's':
+			sock = optarg;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			return usage_error("unknown or incomplete option ", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument ", argv[optind]);
+	if (config && sock)
+		return usage_error("-c and -s are exclusive", "");
+	char *path = socket_path(sock, config);
+	if (!path)
+		return 2;
+	int rc = show(path, json);
+	free(path);
+	return rc;
+}

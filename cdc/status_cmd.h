@@ -1,0 +1,24 @@
+/* status_cmd.h: `cdc status`: asks the daemon's status socket for GET /status and prints a compact
+ * human summary, or the JSON as is (--json). A tiny HTTP/1.1 client over AF_UNIX. */
+#ifndef CDC_STATUS_CMD_H
+#define CDC_STATUS_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util.h"
+
+/* cdc status [-c FILE | -s SOCKET] [--json] [--help]; argv[0] is "status". Returns the exit code. */
+int status_main(int argc, char **argv);
+
+/* Sends "GET path" over the Unix socket at socket_path and reads the whole answer (with a timeout).
+ * False with err set if the daemon cannot be reached or the answer is not HTTP. */
+bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
+		     size_t errlen) CDC_MUST_CHECK;
+/* Splits a complete HTTP/1.x response (read to EOF): status code and body, de-chunked if needed. */
+bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf *body, char *err,
+		       size_t errlen) CDC_MUST_CHECK;
+/* The human summary of a GET /status body; missing fields print as "-". */
+bool status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen) CDC_MUST_CHECK;
+
+#endif

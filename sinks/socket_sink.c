@@ -39,7 +39,7 @@ enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
 
 typedef struct slot {
 	uint64_t deadline_ms; /* SENT: redelivered after this */
-	consumer *c;          /* SENT: to whom */
+	consumer *c;          /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
 	uint32_t deliveries;
 	uint8_t state;
 } slot;
@@ -243,24 +243,29 @@ static consumer *least_loaded(queue *q)
 }
 
 /* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
- * now. */
-static consumer *choose(queue *q, uint32_t key_hash)
+ * now. shared: round robin, but a redelivery goes to another consumer than the last one if any
+ * has room. */
+static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 {
 	switch (mode(q)) {
 	case CFG_CONSUMERS_FAILOVER:
 		return q->consumers;
-	case CFG_CONSUMERS_SHARED:
-		for (size_t i = 0; i < q->nconsumers; i++) {
-			consumer *c = q->consumers;
-			size_t k = (q->rr + i) % q->nconsumers;
-			while (k--)
-				c = c->next;
-			if (has_room(c)) {
-				q->rr = (q->rr + i + 1) % q->nconsumers;
-				return c;
+	case CFG_CONSUMERS_SHARED: {
+		consumer *c = q->consumers, *fallback = NULL;
+		for (size_t k = q->rr % q->nconsumers; k--;)
+			c = c->next;
+		for (size_t i = 0; i < q->nconsumers; i++, c = c->next ? c->next : q->consumers) {
+			if (!has_room(c))
+				continue;
+			if (c == last && q->nconsumers > 1) {
+				fallback = c;
+				continue;
 			}
+			q->rr = (q->rr + i + 1) % q->nconsumers;
+			return c;
 		}
-		return NULL;
+		return fallback;
+	}
 	case CFG_CONSUMERS_KEY_SHARED: {
 		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
 		consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
@@ -346,7 +351,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		fatal_read(s, q);
 		return 0;
 	}
-	consumer *c = choose(q, r.key_hash);
+	consumer *c = choose(q, r.key_hash, off < q->next ? window_at(&q->w, off)->c : NULL);
 	if (!c || !has_room(c)) {
 		/* key_shared: this key's consumer is full; other keys may go on. */
 		if (mode(q) != CFG_CONSUMERS_KEY_SHARED || !least_loaded(q))
@@ -430,7 +435,6 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off);
 static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl)
 {
 	sl->c->in_flight--;
-	sl->c = NULL;
 	sl->state = SLOT_UNSENT;
 	q->returned++;
 	uint32_t max = q->sub->cfg->max_deliveries;
@@ -531,12 +535,12 @@ static void check_timeouts(socket_sink *s, queue *q, uint64_t now)
 static void trim(socket_sink *s, queue *q)
 {
 	uint64_t from, to;
-	s->err[0] = '\0';
 	if (!spool_trim(q->sp, wall_ms(), &from, &to, s->err, sizeof(s->err))) {
-		if (s->err[0])
-			log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
+		log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
 		return;
 	}
+	if (!to)
+		return;
 	log_warn("retention discarded events nobody acknowledged", "subscription=%s from_offset=%llu to_offset=%llu",
 		 q->sub->name, (unsigned long long)from, (unsigned long long)to);
 	q->drop_from = q->drop_to ? q->drop_from : from;
@@ -581,6 +585,9 @@ static void detach(consumer *c)
 		if (q->bucket[i] == c)
 			q->bucket[i] = NULL;
 	return_all(c->s, q, c);
+	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone: nobody had those last */
+		if (window_at(&q->w, o)->c == c)
+			window_at(&q->w, o)->c = NULL;
 	c->q = NULL;
 	if (was_active && q->consumers && mode(q) == CFG_CONSUMERS_FAILOVER)
 		log_info("failover: another consumer is active now", "subscription=%s consumer=%s from_offset=%llu",

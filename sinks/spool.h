@@ -73,8 +73,8 @@ bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUS
 /* block: whether the unacknowledged events exceed a limit (stop reading the slot until they don't). */
 bool spool_full(const spool *s, int64_t now_ms);
 /* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the
- * discarded range in [*from, *to] (false if nothing was discarded). Both modes: deletes segment
- * files that hold only acknowledged or discarded events. */
+ * discarded range in [*from, *to] (both 0 when nothing was). Both modes: deletes segment files
+ * that hold only acknowledged or discarded events. false with err on an I/O error. */
 bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err, size_t errlen) CDC_MUST_CHECK;
 
 typedef struct spool_stats {

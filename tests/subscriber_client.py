@@ -3,6 +3,7 @@
 for clients in other languages. Run it to print a subscription's events:
     python3 tests/subscriber_client.py /run/cdc/events.sock SUBSCRIPTION [--from earliest] [--no-ack]
 """
+import collections
 import json
 import os
 import select
@@ -100,6 +101,7 @@ class Subscriber:
         self.dropped = []            # (from_offset, to_offset) of each Dropped frame seen by the helpers
         self.last_heartbeat = None
         self._buf = bytearray()
+        self._held = collections.deque()  # frames read past by wait_acked, returned by recv first
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)  # bounds sends; receiving uses select with its own timeout
         try:
@@ -168,6 +170,8 @@ class Subscriber:
     def recv(self, timeout=5.0):
         """The next ServerFrame; None if none is complete within timeout seconds (None: wait for
         ever) or the server closed the connection (then .closed is true)."""
+        if self._held:
+            return self._held.popleft()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if len(self._buf) >= 4:
@@ -223,6 +227,23 @@ class Subscriber:
                 self.last_heartbeat = f.heartbeat
             elif kind == "subscribed":
                 raise ProtocolError("a second Subscribed")
+
+    def wait_acked(self, offset, timeout=10.0):
+        """Waits for a Heartbeat saying the server has every ack up to offset (ask for short
+        heartbeats with heartbeat_ms); the frames that arrive meanwhile stay queued for recv."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        try:
+            while time.monotonic() < deadline:
+                f = self.recv(max(0.0, deadline - time.monotonic()))
+                if f is None:
+                    break
+                if f.WhichOneof("kind") == "heartbeat" and f.heartbeat.acked_offset >= offset:
+                    return
+                seen.append(f)
+        finally:
+            self._held.extendleft(reversed(seen))
+        raise AssertionError("the server did not report offset %d acknowledged within %ss" % (offset, timeout))
 
     def delivery(self, timeout=5.0):
         """The events of the next Delivery, or None if none arrives within timeout."""

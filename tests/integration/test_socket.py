@@ -71,13 +71,7 @@ def collect(s, n, timeout=20):
 
 
 def wait_acked(s, offset, timeout=20):
-    """Waits until a heartbeat says the server has every ack up to offset."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        f = s.recv(timeout=1)
-        if f is not None and f.WhichOneof("kind") == "heartbeat" and f.heartbeat.acked_offset >= offset:
-            return
-    raise AssertionError(f"the server did not report offset {offset} acknowledged")
+    s.wait_acked(offset, timeout)
 
 
 def confirmed(c):
@@ -253,9 +247,9 @@ def test_shared_redelivers_after_ack_timeout_then_dead_letters(pg, schema, cdc):
     assert ids(again) == [(1, 2, "insert", 1)]
     # good does not ack either: the second timeout is the last delivery (max_deliveries 2).
     wait_for(lambda: "moved an event to the dead letters" in p.stderr(), 10, what="dead letter")
+    lazy.close()
     insert(pg, schema, 2, 2)
-    nxt = collect(good, 1, timeout=10) if True else None
-    assert ids(nxt) == [(2, 1, "insert", 2)]
+    assert ids(collect(good, 1, timeout=10)) == [(2, 1, "insert", 2)]  # offset 1 is gone from the queue
     good.ack([2])
     dead = attach(c, dead_letters=True)
     devs = collect(dead, 1)
@@ -398,11 +392,12 @@ def test_torn_spool_tail_is_cut_at_restart(pg, schema, cdc):
     assert p.terminate() == 0
     segs = sorted(glob.glob(os.path.join(c.state_dir, "spool", "jobs", "events", "*.seg")))
     assert segs
+    torn = b"\x01\x02torn record that never finished"
     with open(segs[-1], "ab") as f:
-        f.write(b"\x01\x02torn record that never finished")
+        f.write(torn)
     p = c.start()
     wait_for(lambda: "spool recovered" in p.stderr(), 10, what="recovery log")
-    assert "torn_bytes_cut=32" in p.stderr()
+    assert f"torn_bytes_cut={len(torn)}" in p.stderr()
     insert(pg, schema, 4, 4)
     s = attach(c)
     assert ids(collect(s, 4)) == [(1, 1, "insert", 1), (2, 1, "insert", 2), (3, 1, "insert", 3),
@@ -428,12 +423,15 @@ def test_drop_oldest_reports_the_dropped_range(pg, schema, cdc):
 def test_block_stops_the_slot_until_consumers_catch_up(pg, schema, cdc):
     make_jobs(pg, schema)
     c, p = cdc.start(subscriptions=[socket_sub(schema, retention={"max_events": 5, "when_full": "block"})])
-    for i in range(1, 11):
+    for i in range(1, 6):
+        insert(pg, schema, i, i)
+    wait_for(lambda: "paused reading the slot" in p.stderr(), 15, what="pause")
+    held = wal_lsn(pg)
+    for i in range(6, 11):
         insert(pg, schema, i, i)
     end = wal_lsn(pg)
-    wait_for(lambda: "paused reading the slot" in p.stderr(), 15, what="pause")
     time.sleep(1)
-    assert confirmed(c) < end  # the slot holds the changes not spooled
+    assert confirmed(c) <= held  # the five changes after the pause are not read, so not confirmed
     s = attach(c)
     got = []
     while len(got) < 10:

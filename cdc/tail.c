@@ -326,7 +326,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos,
+		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos, FRAME_SERVER_MAX,
 					    &msg, &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_BAD) {
 			fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);

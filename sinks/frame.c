@@ -8,15 +8,15 @@
 #define NAME_MAX_BYTES 255     /* subscription and consumer names */
 #define ACK_MAX_OFFSETS 65536u /* bounds the work one Ack can ask of the server */
 
-frame_result frame_next(const uint8_t *data, size_t len, const uint8_t **msg, size_t *msglen,
+frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
 			size_t *consumed, char *err, size_t errlen)
 {
 	if (len < FRAME_HEADER)
 		return FRAME_MORE;
 	uint32_t n = (uint32_t)data[0] << 24 | (uint32_t)data[1] << 16 | (uint32_t)data[2] << 8 | data[3];
-	/* Checked before waiting for the body: a peer must not make us buffer more than FRAME_MAX. */
-	if (n > FRAME_MAX) {
-		errf(err, errlen, "frame of %u bytes is over the 16 MiB limit", n);
+	/* Checked before waiting for the body: a peer must not make us buffer more than max. */
+	if (n > max) {
+		errf(err, errlen, "frame of %u bytes is over the %u MiB limit", n, max >> 20);
 		return FRAME_BAD;
 	}
 	if (len - FRAME_HEADER < n)

@@ -12,15 +12,17 @@
 #include "util.h"
 
 #define FRAME_HEADER 4
-#define FRAME_MAX (16u * 1024 * 1024) /* the largest message a frame may carry */
+#define FRAME_MAX (16u * 1024 * 1024)          /* the largest message a client may send */
+#define FRAME_SERVER_MAX (1024u * 1024 * 1024) /* a Delivery of one event larger than FRAME_MAX */
 
 typedef enum frame_result { FRAME_OK, FRAME_MORE, FRAME_BAD } frame_result;
 
 /* Looks at the first len bytes received: FRAME_OK with the message in [*msg, *msg + *msglen) and
  * the frame's whole size in *consumed; FRAME_MORE when the frame is not complete yet; FRAME_BAD
- * (with err) when its length is over FRAME_MAX. */
-frame_result frame_next(const uint8_t *data, size_t len, const uint8_t **msg, size_t *msglen, size_t *consumed,
-			char *err, size_t errlen);
+ * (with err) when its length is over max: FRAME_MAX for what clients send. The server splits
+ * batches at FRAME_MAX, but one event can be larger: clients accept up to FRAME_SERVER_MAX. */
+frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
+			size_t *consumed, char *err, size_t errlen);
 
 /* Decodes and validates a client's message: exactly one kind set; Subscribe with a subscription
  * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack with 1..65536 offsets,

@@ -371,7 +371,8 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 			fatal_read(s, q);
 			break;
 		}
-		if (r.commit_lsn != commit_lsn)
+		/* A transaction's batch is split where a frame would pass FRAME_MAX. */
+		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX)
 			break;
 		put_event(s, q, c, &r, now);
 	}
@@ -726,14 +727,14 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 		const uint8_t *msg;
 		size_t msglen, consumed, avail = evbuffer_get_length(in);
 		/* The length is checked before the frame is waited for: an oversized one is refused now. */
-		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, &msg, &msglen, &consumed, err,
+		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX, &msg, &msglen, &consumed, err,
 					    sizeof(err));
 		if (r == FRAME_MORE) {
 			const uint8_t *h = evbuffer_pullup(in, FRAME_HEADER);
 			size_t whole = FRAME_HEADER + ((size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3]);
 			if (avail < whole)
 				return;
-			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, &msg, &msglen, &consumed, err, sizeof(err));
+			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err));
 		}
 		if (r != FRAME_OK) {
 			consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);

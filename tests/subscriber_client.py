@@ -16,7 +16,8 @@ import time
 import types
 
 PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
-FRAME_MAX = 16 * 1024 * 1024
+FRAME_MAX = 16 * 1024 * 1024  # what a client may send
+FRAME_SERVER_MAX = 1024 * 1024 * 1024  # a Delivery of one event larger than FRAME_MAX
 _HEADER = struct.Struct(">I")
 
 _modules = None
@@ -176,8 +177,8 @@ class Subscriber:
         while True:
             if len(self._buf) >= 4:
                 (n,) = _HEADER.unpack_from(self._buf)
-                if n > FRAME_MAX:
-                    raise ProtocolError("frame of %d bytes is over the 16 MiB limit" % n)
+                if n > FRAME_SERVER_MAX:
+                    raise ProtocolError("frame of %d bytes is over the 1024 MiB limit" % n)
                 if len(self._buf) >= 4 + n:
                     data = bytes(self._buf[4:4 + n])
                     del self._buf[:4 + n]

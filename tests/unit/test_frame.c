@@ -27,7 +27,7 @@ static const uint8_t *whole(const buf *b, size_t *msglen)
 	size_t consumed = 0;
 	char err[128] = "";
 	frame_result r =
-	    frame_next((const uint8_t *)b->data, b->len, &msg, msglen, &consumed, err, sizeof(err));
+	    frame_next((const uint8_t *)b->data, b->len, FRAME_MAX, &msg, msglen, &consumed, err, sizeof(err));
 	CHECK_INT(r, FRAME_OK);
 	CHECK_INT(consumed, b->len);
 	CHECK_INT(*msglen, b->len - FRAME_HEADER);
@@ -51,7 +51,7 @@ static void test_partial(void)
 		size_t msglen = 0, consumed = 0;
 		char err[128] = "";
 		CHECK_INT(
-		    frame_next((const uint8_t *)b.data, len, &msg, &msglen, &consumed, err, sizeof(err)),
+		    frame_next((const uint8_t *)b.data, len, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
 		    FRAME_MORE);
 		CHECK_STR(err, "");
 	}
@@ -64,7 +64,7 @@ static void test_partial(void)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)b.data + pos, b.len - pos, &msg, &msglen,
+		frame_result r = frame_next((const uint8_t *)b.data + pos, b.len - pos, FRAME_MAX, &msg, &msglen,
 					    &consumed, err, sizeof(err));
 		if (r != FRAME_OK) {
 			CHECK_INT(r, FRAME_MORE);
@@ -102,7 +102,7 @@ static void test_length(void)
 		const uint8_t *msg = NULL;
 		size_t msglen = 99, consumed = 99;
 		char err[128] = "";
-		CHECK_INT(frame_next(cases[i].header, 4, &msg, &msglen, &consumed, err, sizeof(err)),
+		CHECK_INT(frame_next(cases[i].header, 4, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
 			  cases[i].want);
 		CHECK_STR(err, cases[i].err);
 		if (cases[i].want == FRAME_OK) {

@@ -1,15 +1,11 @@
 """demo.py (`make demo`): cdc streaming a live table, end to end, on a throwaway PostgreSQL.
 
 Starts a temporary PostgreSQL (tests/pg.py: wal_level=logical, temp dir, free port), creates a
-demo table public.orders, writes a cdc config with two stdout subscriptions (every change of
-public.orders; and only new orders, tagged "welcome_email"), runs `build/cdc run`, then inserts,
-updates and deletes a few rows about once a second, printing each statement ("->") and each event
-line cdc writes ("<-") as it arrives. Ctrl-C (or SIGTERM) stops cdc gracefully, then the server,
-and removes the temp dir.
-
-The events shown are those of the stdout sink: one JSON object per line, exactly what
-`cdc run` prints. The contract's `cdc tail` attaches to socket subscriptions, which this release
-does not have yet; once it does, this demo shows the same events through `cdc tail`.
+demo table public.orders, writes a cdc config with two socket subscriptions (every change of
+public.orders; and only new orders, tagged "welcome_email"), runs `build/cdc run` and one
+`cdc tail` per subscription, then inserts, updates and deletes a few rows about once a second,
+printing each statement ("->") and each event line `cdc tail` prints ("<-") as it arrives. Ctrl-C
+(or SIGTERM) stops the tails and cdc gracefully, then the server, and removes the temp dir.
 
 Options: --duration SECONDS stops by itself (for unattended runs); --interval SECONDS between
 writes (default 1).
@@ -65,6 +61,16 @@ class Stop(Exception):
     pass
 
 
+def wait_until(cond, cdc, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if cdc.poll() is not None:
+            raise SystemExit(f"demo: cdc exited with status {cdc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: cdc did not {what} within {timeout}s")
+        time.sleep(0.1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=0, help="stop after this many seconds")
@@ -78,6 +84,7 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
 
     cdc = None
+    tails = []
     say("== starting a throwaway PostgreSQL")
     pg = TempPostgres()
     try:
@@ -105,35 +112,35 @@ def main():
                 "subscriptions:\n"
                 "  - name: orders\n"
                 '    tables: ["public.orders"]\n'
-                "    sink: stdout\n"
+                "    sink: socket\n"
                 "  - name: new_orders\n"
                 '    tables: ["public.*"]\n'
                 "    operations: [insert]\n"
                 "    tag: welcome_email\n"
-                "    sink: stdout\n")
+                "    sink: socket\n")
         say(f"== config {cfg_path}:")
         with open(cfg_path) as f:
             for line in f:
                 say("   " + line.rstrip("\n"))
         say(f"== running {CDC_BIN} run -c {cfg_path}")
         # Its own session: a terminal's Ctrl-C reaches us, and we stop cdc in order.
-        cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg_path], stdout=subprocess.PIPE,
+        cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg_path], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                start_new_session=True)
-        threading.Thread(target=pump, args=(cdc.stdout, event_line, sys.stdout),
-                         daemon=True).start()
         threading.Thread(target=pump, args=(cdc.stderr, lambda s: f"   cdc: {s}", sys.stderr),
                          daemon=True).start()
+        wait_until(lambda: os.path.exists(os.path.join(pg.basedir, "events.sock")), cdc,
+                   "open its subscriber socket")
+        for sub in ("orders", "new_orders"):
+            say(f"== running {CDC_BIN} tail -c {cfg_path} {sub}")
+            t = subprocess.Popen([CDC_BIN, "tail", "-c", cfg_path, sub], stdout=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+            tails.append(t)
+            threading.Thread(target=pump, args=(t.stdout, event_line, sys.stdout), daemon=True).start()
 
         # Writes start once cdc streams from its slot, so none is missed.
-        deadline = time.monotonic() + 30
-        while not pg.sql("select active from pg_replication_slots where slot_name = 'demo_slot'"
-                         " and active"):
-            if cdc.poll() is not None:
-                raise SystemExit(f"demo: cdc exited with status {cdc.returncode}")
-            if time.monotonic() > deadline:
-                raise SystemExit("demo: cdc did not start streaming within 30s")
-            time.sleep(0.1)
+        wait_until(lambda: pg.sql("select active from pg_replication_slots "
+                                  "where slot_name = 'demo_slot' and active"), cdc, "start streaming")
         say("== writing to public.orders about every second; Ctrl-C stops everything")
 
         rng = random.Random()
@@ -166,6 +173,10 @@ def main():
         # Stop first, report after: nothing may come between Ctrl-C and the cleanup.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for t in tails:
+            if t.poll() is None:
+                t.terminate()
+                t.wait(10)
         if cdc is not None and cdc.poll() is None:
             cdc.send_signal(signal.SIGTERM)
             try:

@@ -477,3 +477,37 @@ def test_malformed_and_oversized_frames_close_only_that_connection(pg, schema, c
     insert(pg, schema, 1, 2)
     assert [e.offset for e in collect(good, 2)] == [1, 2]  # the good consumer never noticed
     assert p.terminate() == 0
+
+
+# --- cdc tail -----------------------------------------------------------------------------------
+
+def tail(c, *args, timeout=60):
+    return subprocess.run([CDC_BIN, "tail", "-c", c.path] + list(args), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cdc_tail_prints_acks_and_stops(pg, schema, cdc):
+    import json
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, tag="t")])
+    insert(pg, schema, 1, 3)
+    out = tail(c, "jobs", "--count", "2", "--no-ack")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert [(e["offset"], e["delivery_count"], e["new"]["id"], e["tag"]) for e in lines] == [
+        (1, 1, 1, "t"), (2, 1, 2, "t")]
+    assert lines[0]["subscription"] == "jobs" and lines[0]["op"] == "insert" and lines[0]["key"] == {"id": 1}
+    # --no-ack: delivered again (count 2), then acked this time; --timeout ends the wait for more.
+    out = tail(c, "jobs", "--timeout", "1")
+    assert out.returncode == 0, out.stderr
+    assert [(e["offset"], e["delivery_count"]) for e in map(json.loads, out.stdout.splitlines())] == [
+        (1, 2), (2, 2), (3, 1)]
+    out = tail(c, "jobs", "--timeout", "1")
+    assert (out.returncode, out.stdout) == (0, "")  # everything was acknowledged
+    out = tail(c, "jobs", "--from", "2", "--count", "1")
+    assert [e["offset"] for e in map(json.loads, out.stdout.splitlines())] == [2]
+    out = tail(c, "nope", "--timeout", "1")
+    assert out.returncode == 1 and "no subscription named nope" in out.stderr
+    assert p.terminate() == 0
+    out = tail(c, "jobs", "--timeout", "1")
+    assert out.returncode == 1 and sock(c) in out.stderr

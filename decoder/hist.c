@@ -1,6 +1,11 @@
 /* hist.c: see hist.h. Values below 16 have a bucket each; above, 16 buckets per power of two. */
 #include "hist.h"
 
+const uint64_t hist_le_us[HIST_LE_N] = {
+    500,    1000,   2500,    5000,    10000,   25000,	 50000,	   100000,
+    250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
+};
+
 static unsigned bucket(uint64_t v)
 {
 	if (v < 16)
@@ -21,6 +26,11 @@ static uint64_t upper_bound(unsigned i)
 void hist_add(hist *h, uint64_t us)
 {
 	h->buckets[bucket(us)]++;
+	unsigned i = 0;
+	while (i < HIST_LE_N && us > hist_le_us[i])
+		i++;
+	if (i < HIST_LE_N)
+		h->le[i]++;
 	h->count++;
 	h->sum += us;
 	if (us > h->max)
@@ -43,4 +53,12 @@ uint64_t hist_quantile(const hist *h, double q)
 		}
 	}
 	return h->max;
+}
+
+uint64_t hist_count_le(const hist *h, unsigned i)
+{
+	uint64_t n = 0;
+	for (unsigned k = 0; k <= i && k < HIST_LE_N; k++)
+		n += h->le[k];
+	return n;
 }

@@ -7,13 +7,22 @@
 
 #define HIST_BUCKETS 640
 
+/* Fixed decimal bounds (µs) at which samples are also counted exactly, for Prometheus histograms:
+ * the log-linear buckets' edges never fall on 1 ms or 1 s, so deriving `le` counts from them would
+ * misplace samples near a bound. */
+#define HIST_LE_N 16
+extern const uint64_t hist_le_us[HIST_LE_N];
+
 typedef struct hist {
 	uint64_t count, sum, max;
 	uint64_t buckets[HIST_BUCKETS];
+	uint64_t le[HIST_LE_N]; /* le[i]: samples in (hist_le_us[i-1], hist_le_us[i]]; not cumulative */
 } hist;
 
 void hist_add(hist *h, uint64_t us);
 /* The value at or below which the fraction q (0..1) of samples lie (a bucket's upper bound). */
 uint64_t hist_quantile(const hist *h, double q);
+/* Samples at or below hist_le_us[i]. */
+uint64_t hist_count_le(const hist *h, unsigned i);
 
 #endif

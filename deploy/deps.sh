@@ -6,8 +6,8 @@ set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
 	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev clang)
-test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka protobuf-compiler jq kcat
-	valgrind)
+test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
+	python3-prometheus-client protobuf-compiler jq kcat valgrind)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), and GNU time for peak RSS.
 bench_pkgs=(postgresql python3-psycopg2 time)

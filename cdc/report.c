@@ -1,0 +1,643 @@
+/* report.c: see report.h. /status and /subscriptions are compact JSON (strings escaped by
+ * json_string), /metrics the Prometheus text format 0.0.4: "# HELP" and "# TYPE" before every
+ * family, counters named *_total, label values escaped and always valid UTF-8. */
+#include "report.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+
+/* ---- shared formatting ---- */
+
+/* µs as seconds, exactly: 2500 -> "0.0025", 1000000 -> "1". */
+static const char *us_as_s(uint64_t us, char out[32])
+{
+	int n = snprintf(out, 32, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
+	while (n > 0 && out[n - 1] == '0')
+		out[--n] = '\0';
+	if (n > 0 && out[n - 1] == '.')
+		out[--n] = '\0';
+	return out;
+}
+
+/* ---- JSON ---- */
+
+static void j_key(buf *out, bool *first, const char *key)
+{
+	if (!*first)
+		buf_putc(out, ',');
+	*first = false;
+	json_string(out, key, strlen(key));
+	buf_putc(out, ':');
+}
+
+static void j_str(buf *out, bool *first, const char *key, const char *v)
+{
+	j_key(out, first, key);
+	if (v)
+		json_string(out, v, strlen(v));
+	else
+		buf_puts(out, "null");
+}
+
+static void j_u64(buf *out, bool *first, const char *key, uint64_t v)
+{
+	j_key(out, first, key);
+	buf_printf(out, "%" PRIu64, v);
+}
+
+/* v, or null when !known. */
+static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, uint64_t v)
+{
+	j_key(out, first, key);
+	if (known)
+		buf_printf(out, "%" PRIu64, v);
+	else
+		buf_puts(out, "null");
+}
+
+static void j_bool(buf *out, bool *first, const char *key, bool v)
+{
+	j_key(out, first, key);
+	buf_puts(out, v ? "true" : "false");
+}
+
+/* Always with a decimal point, so that JSON readers see a double; null when not finite. */
+static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
+{
+	j_key(out, first, key);
+	if (known && isfinite(v))
+		buf_printf(out, "%.3f", v);
+	else
+		buf_puts(out, "null");
+}
+
+/* An LSN as PostgreSQL prints it; 0 (InvalidXLogRecPtr) is unknown: null. */
+static void j_lsn(buf *out, bool *first, const char *key, uint64_t lsn)
+{
+	char s[LSN_STRLEN];
+	if (!lsn) {
+		j_str(out, first, key, NULL);
+		return;
+	}
+	lsn_format(lsn, s);
+	j_str(out, first, key, s);
+}
+
+/* RFC 3339 in UTC with microseconds: "2024-05-01T12:34:56.000123Z"; 0 is unknown: null. */
+static void j_time(buf *out, bool *first, const char *key, int64_t us)
+{
+	j_key(out, first, key);
+	int64_t secs = us / 1000000, frac = us % 1000000;
+	if (frac < 0) {
+		secs--;
+		frac += 1000000;
+	}
+	time_t t = (time_t)secs;
+	struct tm tm;
+	char ts[64];
+	if (!us || !gmtime_r(&t, &tm) || !strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm)) {
+		buf_puts(out, "null");
+		return;
+	}
+	buf_printf(out, "\"%s.%06" PRId64 "Z\"", ts, frac);
+}
+
+static void j_latency(buf *out, bool *first, const char *key, const hist *h)
+{
+	j_key(out, first, key);
+	bool f = true;
+	buf_putc(out, '{');
+	j_u64(out, &f, "count", h->count);
+	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
+	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
+	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
+	buf_putc(out, '}');
+}
+
+static void status_source(const report *r, buf *out)
+{
+	bool f = true;
+	buf_putc(out, '{');
+	j_bool(out, &f, "connected", r->source.connected);
+	j_str(out, &f, "slot", r->source.slot);
+	j_str(out, &f, "publication", r->source.publication);
+	j_str(out, &f, "server_version", r->source.server_version);
+	j_lsn(out, &f, "received_lsn", r->source.received_lsn);
+	j_lsn(out, &f, "flushed_lsn", r->source.flushed_lsn);
+	j_lsn(out, &f, "server_wal_lsn", r->source.server_wal_lsn);
+	uint64_t wal = r->source.server_wal_lsn, flushed = r->source.flushed_lsn;
+	j_u64(out, &f, "lag_bytes", wal && flushed && wal > flushed ? wal - flushed : 0);
+	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
+	j_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
+	j_str(out, &f, "wal_status", r->source.wal_status);
+	j_key(out, &f, "safe_wal_size");
+	if (r->source.safe_wal_size_known)
+		buf_printf(out, "%" PRId64, r->source.safe_wal_size);
+	else
+		buf_puts(out, "null");
+	j_u64(out, &f, "reconnects", r->source.reconnects);
+	j_u64(out, &f, "transactions", r->source.transactions);
+	j_u64(out, &f, "events", r->source.events);
+	j_key(out, &f, "errors");
+	bool fe = true;
+	buf_putc(out, '{');
+	j_u64(out, &fe, "stream", r->source.errors_stream);
+	j_u64(out, &fe, "connect", r->source.errors_connect);
+	buf_putc(out, '}');
+	j_key(out, &f, "warnings");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < r->nwarnings; i++) {
+		if (i)
+			buf_putc(out, ',');
+		const char *w = r->warnings[i] ? r->warnings[i] : "";
+		json_string(out, w, strlen(w));
+	}
+	buf_puts(out, "]}");
+}
+
+static void status_sub(const report_sub *s, buf *out)
+{
+	bool f = true, o = s->has_offsets;
+	buf_putc(out, '{');
+	j_str(out, &f, "name", s->name);
+	j_str(out, &f, "sink", s->sink);
+	j_u64(out, &f, "matched", s->matched);
+	j_u64(out, &f, "delivered", s->delivered);
+	j_u64(out, &f, "bytes", s->bytes);
+	j_u64_or_null(out, &f, "head_offset", o, s->head_offset);
+	j_u64_or_null(out, &f, "acked_offset", o, s->acked_offset);
+	j_u64_or_null(out, &f, "first_offset", o, s->first_offset);
+	j_u64_or_null(out, &f, "pending", o,
+		      s->head_offset > s->acked_offset ? s->head_offset - s->acked_offset : 0);
+	j_u64_or_null(out, &f, "consumers", o, s->consumers);
+	j_u64_or_null(out, &f, "dead", o, s->dead);
+	j_u64_or_null(out, &f, "dropped", o, s->dropped);
+	j_u64_or_null(out, &f, "redelivered", o, s->redelivered);
+	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
+	j_key(out, &f, "full");
+	buf_puts(out, !o ? "null" : s->full ? "true" : "false");
+	buf_putc(out, '}');
+}
+
+/* {"version", "uptime_s" (whole seconds), "ready", "reason" (null when ready),
+ *  "source": {"connected", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
+ *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
+ *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
+ *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "transactions", "events",
+ *             "errors": {"stream", "connect"}, "warnings": [...]},
+ *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
+ *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
+ *                     "spool_bytes", "full"}] (from head_offset on: null unless a socket sink),
+ *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
+ *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
+void report_status_json(const report *r, buf *out)
+{
+	bool f = true;
+	buf_putc(out, '{');
+	j_str(out, &f, "version", r->version);
+	j_u64(out, &f, "uptime_s", r->uptime_s > 0 && isfinite(r->uptime_s) ? (uint64_t)r->uptime_s : 0);
+	j_bool(out, &f, "ready", r->ready);
+	j_str(out, &f, "reason", r->ready ? NULL : r->reason ? r->reason : "unknown");
+	j_key(out, &f, "source");
+	status_source(r, out);
+	j_key(out, &f, "subscriptions");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < r->nsubs; i++) {
+		if (i)
+			buf_putc(out, ',');
+		status_sub(&r->subs[i], out);
+	}
+	buf_putc(out, ']');
+	if (r->has_kafka) {
+		bool fk = true;
+		j_key(out, &f, "kafka");
+		buf_putc(out, '{');
+		j_u64(out, &fk, "in_flight", r->kafka.in_flight);
+		j_u64(out, &fk, "delivered", r->kafka.delivered);
+		j_u64(out, &fk, "errors", r->kafka.errors);
+		j_u64(out, &fk, "restarts", r->kafka.restarts);
+		buf_putc(out, '}');
+	}
+	bool fl = true;
+	j_key(out, &f, "latency_ms");
+	buf_putc(out, '{');
+	if (r->has_kafka && r->kafka.latency)
+		j_latency(out, &fl, "kafka", r->kafka.latency);
+	if (r->socket_latency)
+		j_latency(out, &fl, "socket", r->socket_latency);
+	buf_puts(out, "}}\n");
+}
+
+/* ---- /subscriptions ---- */
+
+static const char *const sink_names[] = {
+    [CFG_SINK_STDOUT] = "stdout", [CFG_SINK_SOCKET] = "socket", [CFG_SINK_KAFKA] = "kafka"};
+static const char *const consumers_names[] = {[CFG_CONSUMERS_FAILOVER] = "failover",
+					      [CFG_CONSUMERS_SHARED] = "shared",
+					      [CFG_CONSUMERS_KEY_SHARED] = "key_shared"};
+static const char *const batch_names[] = {[CFG_BATCH_NONE] = "none", [CFG_BATCH_TRANSACTION] = "transaction"};
+static const char *const full_names[] = {[CFG_FULL_BLOCK] = "block", [CFG_FULL_DROP_OLDEST] = "drop_oldest"};
+static const struct {
+	const char *name;
+	unsigned bit;
+} op_names[] = {{"insert", CFG_OP_INSERT},
+		{"update", CFG_OP_UPDATE},
+		{"delete", CFG_OP_DELETE},
+		{"truncate", CFG_OP_TRUNCATE},
+		{"message", CFG_OP_MESSAGE}};
+
+#define NAME_OF(table, v) ((unsigned)(v) < sizeof(table) / sizeof(*(table)) ? (table)[v] : "?")
+
+static void j_list(buf *out, bool *first, const char *key, const cfg_strlist *l)
+{
+	j_key(out, first, key);
+	buf_putc(out, '[');
+	for (size_t i = 0; i < l->n; i++) {
+		if (i)
+			buf_putc(out, ',');
+		json_string(out, l->v[i], strlen(l->v[i]));
+	}
+	buf_putc(out, ']');
+}
+
+/* As cfg_print writes them, so that cfg_parse_duration reads them back: "1h30m", "250ms", "0". */
+static void j_duration(buf *out, bool *first, const char *key, uint64_t ms)
+{
+	static const struct {
+		const char *unit;
+		uint64_t ms;
+	} units[] = {{"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+	j_key(out, first, key);
+	buf_putc(out, '"');
+	if (!ms)
+		buf_putc(out, '0');
+	for (size_t i = 0; i < sizeof(units) / sizeof(*units); i++) {
+		if (ms >= units[i].ms) {
+			buf_printf(out, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
+			ms %= units[i].ms;
+		}
+	}
+	buf_putc(out, '"');
+}
+
+/* The largest unit that divides n exactly, as cfg_parse_size reads it: "1GiB", "10MB", "1000001". */
+static void j_size(buf *out, bool *first, const char *key, uint64_t n)
+{
+	static const struct {
+		const char *unit;
+		uint64_t mult;
+	} units[] = {
+	    {"TiB", 1ull << 40},      {"GiB", 1ull << 30},   {"MiB", 1ull << 20}, {"KiB", 1ull << 10},
+	    {"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull},  {"kB", 1000}};
+	j_key(out, first, key);
+	for (size_t i = 0; n && i < sizeof(units) / sizeof(*units); i++) {
+		if (n % units[i].mult == 0) {
+			buf_printf(out, "\"%" PRIu64 "%s\"", n / units[i].mult, units[i].unit);
+			return;
+		}
+	}
+	buf_printf(out, "\"%" PRIu64 "\"", n);
+}
+
+void report_subscription_json(const cfg_subscription *s, buf *out)
+{
+	bool f = true;
+	buf_putc(out, '{');
+	j_str(out, &f, "name", s->name);
+	j_list(out, &f, "tables", &s->tables);
+	j_key(out, &f, "operations");
+	buf_putc(out, '[');
+	bool fo = true;
+	for (size_t i = 0; i < sizeof(op_names) / sizeof(*op_names); i++) {
+		if (s->ops & op_names[i].bit) {
+			buf_puts(out, fo ? "\"" : ",\"");
+			buf_puts(out, op_names[i].name);
+			buf_putc(out, '"');
+			fo = false;
+		}
+	}
+	buf_putc(out, ']');
+	if (s->tag)
+		j_str(out, &f, "tag", s->tag);
+	j_str(out, &f, "sink", NAME_OF(sink_names, s->sink));
+	/* changed is refused unless operations include update: absent when empty. */
+	if (s->changed.n)
+		j_list(out, &f, "changed", &s->changed);
+	if (s->where)
+		j_str(out, &f, "where", s->where);
+	if (s->columns.n)
+		j_list(out, &f, "columns", &s->columns);
+	/* Keys of another sink are refused by the config: only this sink's. */
+	if (s->sink == CFG_SINK_KAFKA) {
+		j_str(out, &f, "topic", s->topic ? s->topic : "cdc.{schema}.{table}");
+		j_bool(out, &f, "tombstones", s->tombstones);
+	}
+	if (s->sink == CFG_SINK_SOCKET) {
+		j_str(out, &f, "consumers", NAME_OF(consumers_names, s->consumers));
+		j_duration(out, &f, "ack_timeout", s->ack_timeout_ms);
+		j_u64(out, &f, "max_deliveries", s->max_deliveries);
+		j_u64(out, &f, "max_unacked", s->max_unacked);
+		j_str(out, &f, "batch", NAME_OF(batch_names, s->batch));
+		bool fr = true;
+		j_key(out, &f, "retention");
+		buf_putc(out, '{');
+		j_u64(out, &fr, "max_events", s->retention.max_events);
+		j_duration(out, &fr, "max_age", s->retention.max_age_ms);
+		j_size(out, &fr, "max_bytes", s->retention.max_bytes);
+		j_str(out, &fr, "when_full", NAME_OF(full_names, s->retention.when_full));
+		buf_putc(out, '}');
+	}
+	buf_putc(out, '}');
+}
+
+void report_subscriptions_json(const cfg *c, buf *out)
+{
+	buf_puts(out, "{\"subscriptions\":[");
+	for (size_t i = 0; i < c->nsubs; i++) {
+		if (i)
+			buf_putc(out, ',');
+		report_subscription_json(&c->subs[i], out);
+	}
+	buf_puts(out, "]}\n");
+}
+
+/* ---- /metrics ---- */
+
+static void family(buf *out, const char *name, const char *type, const char *help)
+{
+	buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: \ " and newline escaped; bytes that are not UTF-8 replaced with U+FFFD, as the
+ * format requires UTF-8. */
+static void label_value(buf *out, const char *v)
+{
+	const unsigned char *p = (const unsigned char *)(v ? v : ""), *end = p + strlen((const char *)p);
+	buf_putc(out, '"');
+	while (p < end) {
+		size_t n, skip;
+		if (*p == '\\' || *p == '"') {
+			buf_putc(out, '\\');
+			buf_putc(out, (char)*p++);
+		} else if (*p == '\n') {
+			buf_puts(out, "\\n");
+			p++;
+		} else if (*p < 0x80) {
+			buf_putc(out, (char)*p++);
+		} else if ((n = utf8_seq(p, (size_t)(end - p), &skip))) {
+			buf_append(out, p, n);
+			p += n;
+		} else {
+			buf_puts(out, "\xEF\xBF\xBD");
+			p += skip;
+		}
+	}
+	buf_putc(out, '"');
+}
+
+/* name{k1="v1",k2="v2"} (k2 NULL: one label; k1 NULL: none), then the caller's " value\n". */
+static void sample(buf *out, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
+{
+	buf_puts(out, name);
+	if (!k1)
+		return;
+	buf_printf(out, "{%s=", k1);
+	label_value(out, v1);
+	if (k2) {
+		buf_printf(out, ",%s=", k2);
+		label_value(out, v2);
+	}
+	buf_putc(out, '}');
+}
+
+static void m_u64(buf *out, const char *name, const char *type, const char *help, uint64_t v)
+{
+	family(out, name, type, help);
+	buf_printf(out, "%s %" PRIu64 "\n", name, v);
+}
+
+static void m_bool(buf *out, const char *name, const char *help, bool v)
+{
+	m_u64(out, name, "gauge", help, v ? 1 : 0);
+}
+
+/* A gauge in seconds with millisecond precision; no sample when unknown. */
+static void m_seconds(buf *out, const char *name, const char *help, bool known, double v)
+{
+	family(out, name, "gauge", help);
+	if (known && isfinite(v))
+		buf_printf(out, "%s %.3f\n", name, v);
+}
+
+enum sub_field {
+	SF_MATCHED,
+	SF_DELIVERED,
+	SF_BYTES,
+	SF_PENDING,
+	SF_CONSUMERS,
+	SF_DEAD,
+	SF_DROPPED,
+	SF_REDELIVERED,
+	SF_SPOOL_BYTES,
+	SF_HEAD,
+	SF_ACKED,
+	SF_FULL,
+};
+
+static uint64_t sub_field(const report_sub *s, enum sub_field f)
+{
+	switch (f) {
+	case SF_MATCHED:
+		return s->matched;
+	case SF_DELIVERED:
+		return s->delivered;
+	case SF_BYTES:
+		return s->bytes;
+	case SF_PENDING:
+		return s->head_offset > s->acked_offset ? s->head_offset - s->acked_offset : 0;
+	case SF_CONSUMERS:
+		return s->consumers;
+	case SF_DEAD:
+		return s->dead;
+	case SF_DROPPED:
+		return s->dropped;
+	case SF_REDELIVERED:
+		return s->redelivered;
+	case SF_SPOOL_BYTES:
+		return s->spool_bytes;
+	case SF_HEAD:
+		return s->head_offset;
+	case SF_ACKED:
+		return s->acked_offset;
+	case SF_FULL:
+		return s->full;
+	}
+	return 0;
+}
+
+/* Per-subscription families: by subscription and sink for every sink, by subscription for the
+ * socket sink's spool figures. */
+static const struct {
+	const char *name, *type, *help;
+	enum sub_field field;
+	bool socket_only;
+} sub_metrics[] = {
+    {"cdc_subscription_matched_events_total", "counter", "Events the subscription's rules matched.",
+     SF_MATCHED, false},
+    {"cdc_subscription_delivered_events_total", "counter",
+     "Events the sink delivered (socket: pushed to consumers, redeliveries included).", SF_DELIVERED, false},
+    {"cdc_subscription_delivered_bytes_total", "counter", "Rendered bytes the sink delivered.", SF_BYTES,
+     false},
+    {"cdc_subscription_pending_events", "gauge", "Events spooled and not yet acknowledged.", SF_PENDING,
+     true},
+    {"cdc_subscription_consumers", "gauge", "Consumers attached to the subscription.", SF_CONSUMERS, true},
+    {"cdc_subscription_dead_events", "gauge", "Dead letters retained (max_deliveries reached).", SF_DEAD,
+     true},
+    {"cdc_subscription_dropped_events_total", "counter",
+     "Events discarded by retention before acknowledgement.", SF_DROPPED, true},
+    {"cdc_subscription_redelivered_events_total", "counter",
+     "Events delivered again after a timeout or a nack.", SF_REDELIVERED, true},
+    {"cdc_subscription_head_offset", "gauge", "Newest durable offset in the subscription's spool.", SF_HEAD,
+     true},
+    {"cdc_subscription_acked_offset", "gauge", "Offset up to which everything is acknowledged.", SF_ACKED,
+     true},
+    {"cdc_subscription_full", "gauge",
+     "1 while the spool is at a retention limit with when_full: block (the slot is paused).", SF_FULL, true},
+    {"cdc_spool_bytes", "gauge", "Bytes on disk in the subscription's spool.", SF_SPOOL_BYTES, true},
+};
+
+static void metrics_subs(const report *r, buf *out)
+{
+	for (size_t m = 0; m < sizeof(sub_metrics) / sizeof(*sub_metrics); m++) {
+		family(out, sub_metrics[m].name, sub_metrics[m].type, sub_metrics[m].help);
+		for (size_t i = 0; i < r->nsubs; i++) {
+			const report_sub *s = &r->subs[i];
+			if (sub_metrics[m].socket_only && !s->has_offsets)
+				continue;
+			if (sub_metrics[m].socket_only)
+				sample(out, sub_metrics[m].name, "subscription", s->name, NULL, NULL);
+			else
+				sample(out, sub_metrics[m].name, "subscription", s->name, "sink", s->sink);
+			buf_printf(out, " %" PRIu64 "\n", sub_field(s, sub_metrics[m].field));
+		}
+	}
+}
+
+static void histogram(buf *out, const char *name, const char *sink, const hist *h)
+{
+	char metric[128], le[32];
+	snprintf(metric, sizeof(metric), "%s_bucket", name);
+	for (unsigned i = 0; i < HIST_LE_N; i++) {
+		sample(out, metric, "sink", sink, "le", us_as_s(hist_le_us[i], le));
+		buf_printf(out, " %" PRIu64 "\n", hist_count_le(h, i));
+	}
+	sample(out, metric, "sink", sink, "le", "+Inf");
+	buf_printf(out, " %" PRIu64 "\n", h->count);
+	snprintf(metric, sizeof(metric), "%s_sum", name);
+	sample(out, metric, "sink", sink, NULL, NULL);
+	buf_printf(out, " %s\n", us_as_s(h->sum, le));
+	snprintf(metric, sizeof(metric), "%s_count", name);
+	sample(out, metric, "sink", sink, NULL, NULL);
+	buf_printf(out, " %" PRIu64 "\n", h->count);
+}
+
+static const char *const wal_statuses[] = {"reserved", "extended", "unreserved", "lost"};
+
+void report_metrics(const report *r, buf *out)
+{
+	m_u64(out, "cdc_up", "gauge", "1 while cdc answers.", 1);
+	family(out, "cdc_build_info", "gauge", "The running cdc's version.");
+	sample(out, "cdc_build_info", "version", r->version, NULL, NULL);
+	buf_puts(out, " 1\n");
+	m_seconds(out, "cdc_uptime_seconds", "Seconds since cdc started.", true, r->uptime_s);
+	m_bool(out, "cdc_ready", "1 while streaming from the slot with healthy sinks (as /readyz).",
+	       r->ready);
+
+	m_bool(out, "cdc_source_connected", "1 while the replication connection streams.",
+	       r->source.connected);
+	family(out, "cdc_source_info", "gauge", "The replication slot, publication and server version.");
+	buf_puts(out, "cdc_source_info{slot=");
+	label_value(out, r->source.slot);
+	buf_puts(out, ",publication=");
+	label_value(out, r->source.publication);
+	buf_puts(out, ",server_version=");
+	label_value(out, r->source.server_version);
+	buf_puts(out, "} 1\n");
+	m_u64(out, "cdc_source_received_lsn", "gauge",
+	      "Newest WAL position received from the slot (an LSN as a number).", r->source.received_lsn);
+	m_u64(out, "cdc_source_flushed_lsn", "gauge",
+	      "WAL position every sink has made durable, reported to the server (an LSN as a number).",
+	      r->source.flushed_lsn);
+	family(out, "cdc_source_server_wal_lsn", "gauge",
+	       "The server's current WAL position (an LSN as a number).");
+	if (r->source.server_wal_lsn)
+		buf_printf(out, "cdc_source_server_wal_lsn %" PRIu64 "\n", r->source.server_wal_lsn);
+	uint64_t wal = r->source.server_wal_lsn, flushed = r->source.flushed_lsn;
+	m_u64(out, "cdc_source_lag_bytes", "gauge",
+	      "Bytes of WAL between the server's position and the flushed one.",
+	      wal && flushed && wal > flushed ? wal - flushed : 0);
+	m_seconds(out, "cdc_source_lag_seconds",
+		  "Seconds since the commit time of the last delivered change.", r->source.lag_s >= 0,
+		  r->source.lag_s);
+	family(out, "cdc_source_last_commit_timestamp_seconds", "gauge",
+	       "Commit time of the last delivered change (Unix time).");
+	char secs[32];
+	if (r->source.last_commit_time_us > 0)
+		buf_printf(out, "cdc_source_last_commit_timestamp_seconds %s\n",
+			   us_as_s((uint64_t)r->source.last_commit_time_us, secs));
+	family(out, "cdc_source_wal_status", "gauge",
+	       "The slot's wal_status in pg_replication_slots (1 for the current one).");
+	if (r->source.wal_status) {
+		bool known = false;
+		for (size_t i = 0; i < sizeof(wal_statuses) / sizeof(*wal_statuses); i++) {
+			known |= strcmp(r->source.wal_status, wal_statuses[i]) == 0;
+			sample(out, "cdc_source_wal_status", "status", wal_statuses[i], NULL, NULL);
+			buf_printf(out, " %d\n", strcmp(r->source.wal_status, wal_statuses[i]) == 0);
+		}
+		if (!known) {
+			sample(out, "cdc_source_wal_status", "status", r->source.wal_status, NULL, NULL);
+			buf_puts(out, " 1\n");
+		}
+	}
+	family(out, "cdc_source_safe_wal_size_bytes", "gauge",
+	       "Bytes of WAL that can still be written before the slot is in danger of being lost.");
+	if (r->source.safe_wal_size_known)
+		buf_printf(out, "cdc_source_safe_wal_size_bytes %" PRId64 "\n", r->source.safe_wal_size);
+	m_u64(out, "cdc_source_reconnects_total", "counter",
+	      "Reconnections to the server after a lost connection.", r->source.reconnects);
+	m_u64(out, "cdc_transactions_total", "counter", "Transactions decoded from the slot.",
+	      r->source.transactions);
+	m_u64(out, "cdc_events_total", "counter", "Change events decoded from the slot.", r->source.events);
+	family(
+	    out, "cdc_errors_total", "counter",
+	    "Errors by kind (stream: the replication stream broke; connect: a connection attempt failed).");
+	buf_printf(out, "cdc_errors_total{kind=\"stream\"} %" PRIu64 "\n", r->source.errors_stream);
+	buf_printf(out, "cdc_errors_total{kind=\"connect\"} %" PRIu64 "\n", r->source.errors_connect);
+	m_u64(out, "cdc_warnings", "gauge", "Warnings shown in /status (source.warnings).", r->nwarnings);
+
+	metrics_subs(r, out);
+
+	if (r->has_kafka) {
+		m_u64(out, "cdc_kafka_in_flight_messages", "gauge",
+		      "Messages produced and awaiting a delivery report.", r->kafka.in_flight);
+		m_u64(out, "cdc_kafka_delivered_messages_total", "counter",
+		      "Messages the brokers acknowledged.", r->kafka.delivered);
+		m_u64(out, "cdc_kafka_errors_total", "counter", "Kafka delivery and producer errors.",
+		      r->kafka.errors);
+		m_u64(out, "cdc_kafka_restarts_total", "counter",
+		      "Producer restarts (after a fatal error, from the last flushed position).",
+		      r->kafka.restarts);
+	}
+
+	family(out, "cdc_delivery_latency_seconds", "histogram",
+	       "Seconds from a change's commit to its delivery (kafka: delivery report; socket: durably "
+	       "spooled).");
+	if (r->has_kafka && r->kafka.latency)
+		histogram(out, "cdc_delivery_latency_seconds", "kafka", r->kafka.latency);
+	if (r->socket_latency)
+		histogram(out, "cdc_delivery_latency_seconds", "socket", r->socket_latency);
+}

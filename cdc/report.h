@@ -1,0 +1,76 @@
+/* report.h: renders what the status socket answers (GET /status, /metrics, /subscriptions) from
+ * plain numbers the daemon fills in. Pure functions: no clock, no I/O, no daemon internals, so the
+ * exact output is unit-tested and the daemon only gathers figures. */
+#ifndef CDC_REPORT_H
+#define CDC_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "hist.h"
+#include "util.h"
+
+/* One subscription. Strings are borrowed for the duration of the call. */
+typedef struct report_sub {
+	const char *name;
+	const char *sink; /* "socket", "kafka" or "stdout" */
+	uint64_t matched; /* events the rules matched */
+	/* Events the sink delivered (socket: pushed to consumers, redeliveries included). */
+	uint64_t delivered;
+	uint64_t bytes; /* rendered bytes delivered */
+	/* Socket subscriptions only (has_offsets); rendered as null / left out of /metrics otherwise.
+	 * Offsets are spool offsets as socket_sub_stats has them; pending = head_offset - acked_offset. */
+	bool has_offsets;
+	uint64_t head_offset, acked_offset, first_offset;
+	uint64_t consumers, dead, dropped, redelivered, spool_bytes;
+	bool full; /* when_full: block and at a retention limit: the slot is paused for it */
+} report_sub;
+
+typedef struct report {
+	const char *version;
+	double uptime_s;
+	bool ready;
+	const char *reason; /* why not ready (ignored when ready) */
+	struct {
+		bool connected;
+		const char *slot, *publication;
+		const char *server_version; /* NULL: unknown (never connected) */
+		/* LSNs; 0 (InvalidXLogRecPtr) is unknown and rendered as null. */
+		uint64_t received_lsn, flushed_lsn, server_wal_lsn;
+		/* Commit time of the last delivered change, µs since the Unix epoch; 0: unknown. */
+		int64_t last_commit_time_us;
+		double lag_s;		/* now - last_commit_time while behind; < 0: unknown */
+		const char *wal_status; /* pg_replication_slots.wal_status; NULL: unknown */
+		bool safe_wal_size_known;
+		int64_t safe_wal_size; /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
+		uint64_t reconnects;
+		uint64_t transactions, events; /* decoded from the slot since the start */
+		uint64_t errors_stream, errors_connect;
+	} source;
+	const report_sub *subs;
+	size_t nsubs;
+	bool has_kafka; /* a kafka: section is configured */
+	struct {
+		uint64_t in_flight, delivered, errors, restarts;
+		const hist *latency; /* commit time to delivery report; NULL: none */
+	} kafka;
+	const hist *socket_latency;  /* commit time to durably spooled; NULL: none */
+	const char *const *warnings; /* e.g. safe_wal_size running low; shown in source.warnings */
+	size_t nwarnings;
+} report;
+
+/* GET /status: one JSON object and a newline (see the comment above report_status_json in
+ * report.c for every field). Appends to out. */
+void report_status_json(const report *r, buf *out);
+/* GET /metrics: Prometheus text format 0.0.4. Appends to out. */
+void report_metrics(const report *r, buf *out);
+/* GET /subscriptions: {"subscriptions":[...]} with one object per subscription holding the keys of
+ * its YAML (defaults filled in; keys that do not apply to its sink or are unset left out, so that
+ * an object can be PUT back as it is), durations as "30s", sizes as "1GiB". Appends to out. */
+void report_subscriptions_json(const cfg *c, buf *out);
+/* One subscription's object, as in report_subscriptions_json(). */
+void report_subscription_json(const cfg_subscription *s, buf *out);
+
+#endif

@@ -1,0 +1,509 @@
+/* test_report.c: what the status socket answers, rendered from known figures: the exact /status
+ * JSON (full, nothing known, odd names), that `cdc status` reads it, /metrics lines and their
+ * HELP/TYPE structure, histogram buckets for known samples, and /subscriptions read back by the
+ * config loader. */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "report.h"
+#include "status_cmd.h"
+#include "test.h"
+
+static hist kafka_h, socket_h;
+static const char *const warnings[] = {"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost"};
+static const report_sub subs[] = {
+    {.name = "orders",
+     .sink = "socket",
+     .matched = 120,
+     .delivered = 118,
+     .bytes = 40960,
+     .has_offsets = true,
+     .head_offset = 120,
+     .acked_offset = 100,
+     .first_offset = 90,
+     .consumers = 2,
+     .dead = 1,
+     .dropped = 3,
+     .redelivered = 4,
+     .spool_bytes = 1048576,
+     .full = true},
+    {.name = "audit", .sink = "kafka", .matched = 7, .delivered = 6, .bytes = 700},
+};
+
+/* Samples around the bounds: 500 µs and 1 ms are counted at their own `le`, 501 µs and 1.001 ms
+ * at the next; 60 s is the last bound and 60.000001 s only in +Inf. */
+static const uint64_t kafka_samples[] = {0, 500, 501, 1000, 1001, 2500000, 60000000, 60000001};
+
+static report full_report(void)
+{
+	memset(&kafka_h, 0, sizeof(kafka_h));
+	memset(&socket_h, 0, sizeof(socket_h));
+	for (size_t i = 0; i < sizeof(kafka_samples) / sizeof(*kafka_samples); i++)
+		hist_add(&kafka_h, kafka_samples[i]);
+	hist_add(&socket_h, 3000);
+	return (report){
+	    .version = "0.1.0",
+	    .uptime_s = 3725.75,
+	    .ready = true,
+	    .reason = "ignored when ready",
+	    .source = {.connected = true,
+		       .slot = "cdc_slot",
+		       .publication = "cdc_pub",
+		       .server_version = "16.3",
+		       .received_lsn = 0x16B3748,
+		       .flushed_lsn = 0x16B3700,
+		       .server_wal_lsn = 0x100016B3800,
+		       .last_commit_time_us = 1714566896000123, /* 2024-05-01T12:34:56.000123Z */
+		       .lag_s = 0.25,
+		       .wal_status = "reserved",
+		       .safe_wal_size = 10485760,
+		       .safe_wal_size_known = true,
+		       .reconnects = 2,
+		       .transactions = 50,
+		       .events = 128,
+		       .errors_stream = 1,
+		       .errors_connect = 3},
+	    .subs = subs,
+	    .nsubs = 2,
+	    .has_kafka = true,
+	    .kafka = {.in_flight = 5, .delivered = 6, .errors = 1, .restarts = 0, .latency = &kafka_h},
+	    .socket_latency = &socket_h,
+	    .warnings = warnings,
+	    .nwarnings = 1,
+	};
+}
+
+/* Nothing known yet: never connected, no subscriptions, no Kafka. */
+static const report empty_report = {
+    .version = "0.1.0", .reason = "connecting to PostgreSQL", .source.lag_s = -1};
+
+static bool json_ok(const char *s)
+{
+	json_tokener *tok = json_tokener_new();
+	json_object *o = json_tokener_parse_ex(tok, s, (int)strlen(s));
+	bool ok =
+	    json_tokener_get_error(tok) == json_tokener_success && json_object_is_type(o, json_type_object);
+	json_tokener_free(tok);
+	json_object_put(o);
+	return ok;
+}
+
+static void test_status_full(void)
+{
+	report r = full_report();
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK_STR(
+	    b.data,
+	    "{\"version\":\"0.1.0\",\"uptime_s\":3725,\"ready\":true,\"reason\":null,"
+	    "\"source\":{\"connected\":true,\"slot\":\"cdc_slot\",\"publication\":\"cdc_pub\","
+	    "\"server_version\":\"16.3\",\"received_lsn\":\"0/16B3748\",\"flushed_lsn\":\"0/16B3700\","
+	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
+	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
+	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"transactions\":50,\"events\":128,"
+	    "\"errors\":{\"stream\":1,\"connect\":3},"
+	    "\"warnings\":[\"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\"]},"
+	    "\"subscriptions\":["
+	    "{\"name\":\"orders\",\"sink\":\"socket\",\"matched\":120,\"delivered\":118,\"bytes\":40960,"
+	    "\"head_offset\":120,\"acked_offset\":100,\"first_offset\":90,\"pending\":20,\"consumers\":2,"
+	    "\"dead\":1,\"dropped\":3,\"redelivered\":4,\"spool_bytes\":1048576,\"full\":true},"
+	    "{\"name\":\"audit\",\"sink\":\"kafka\",\"matched\":7,\"delivered\":6,\"bytes\":700,"
+	    "\"head_offset\":null,\"acked_offset\":null,\"first_offset\":null,\"pending\":null,"
+	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"spool_bytes\":null,"
+	    "\"full\":null}],"
+	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0},"
+	    "\"latency_ms\":{\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001},"
+	    "\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000}}}\n");
+	CHECK(json_ok(b.data));
+
+	/* What `cdc status` makes of it. */
+	buf s = {0};
+	char err[256];
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK_STR(s.data,
+		  "cdc 0.1.0  up 1h02m  ready\n"
+		  "source  streaming  slot=cdc_slot  server=16.3  received=0/16B3748  flushed=0/16B3700  "
+		  "lag=1024.0 GiB/0.2s  wal_status=reserved\n"
+		  "warning: safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\n"
+		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  ACKED  CONSUMERS  DEAD  DROPPED\n"
+		  "orders        socket      120        118       20    100          2     1        3\n"
+		  "audit         kafka         7          6        -      -          -     -        -\n"
+		  "kafka   in_flight=5  delivered=6  errors=1\n");
+	buf_free(&s);
+	buf_free(&b);
+}
+
+static void test_status_nulls(void)
+{
+	buf b = {0};
+	report_status_json(&empty_report, &b);
+	CHECK_STR(
+	    b.data,
+	    "{\"version\":\"0.1.0\",\"uptime_s\":0,\"ready\":false,\"reason\":\"connecting to PostgreSQL\","
+	    "\"source\":{\"connected\":false,\"slot\":null,\"publication\":null,\"server_version\":null,"
+	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
+	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
+	    "\"reconnects\":0,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,\"connect\":0},"
+	    "\"warnings\":[]},\"subscriptions\":[],\"latency_ms\":{}}\n");
+	CHECK(json_ok(b.data));
+	buf s = {0};
+	char err[256];
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK_STR(s.data, "cdc 0.1.0  up 0s  not ready: connecting to PostgreSQL\n"
+			  "source  not streaming  slot=-  server=-  received=-  flushed=-  lag=0 B/-  "
+			  "wal_status=-\n"
+			  "no subscriptions\n");
+	buf_free(&s);
+
+	/* Not ready without a reason; a flushed position past the sampled server position is no lag;
+	 * a negative safe_wal_size (past max_slot_wal_keep_size) is shown as it is; a commit time
+	 * before the epoch and a non-finite lag are not hidden as something else. */
+	report r = empty_report;
+	r.reason = NULL;
+	r.source.flushed_lsn = 0x200;
+	r.source.server_wal_lsn = 0x100;
+	r.source.safe_wal_size = -4096;
+	r.source.safe_wal_size_known = true;
+	r.source.last_commit_time_us = -1;
+	r.source.lag_s = INFINITY;
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"reason\":\"unknown\"") != NULL);
+	CHECK(strstr(b.data,
+		     "\"flushed_lsn\":\"0/200\",\"server_wal_lsn\":\"0/100\",\"lag_bytes\":0,\"lag_s\":null,"
+		     "\"last_commit_time\":\"1969-12-31T23:59:59.999999Z\"") != NULL);
+	CHECK(strstr(b.data, "\"safe_wal_size\":-4096,") != NULL);
+	CHECK(json_ok(b.data));
+	buf_free(&b);
+}
+
+/* Names the config would refuse still never break the JSON or the exposition format. */
+static void test_escaping(void)
+{
+	static const report_sub odd[] = {
+	    {.name = "we\"ird\\name\nx\xff", .sink = "stdout", .matched = 1, .delivered = 1, .bytes = 10},
+	    {.name = "caf\xc3\xa9\t",
+	     .sink = "socket",
+	     .has_offsets = true,
+	     .head_offset = 5,
+	     .acked_offset = 7},
+	};
+	report r = empty_report;
+	r.subs = odd;
+	r.nsubs = 2;
+	r.source.wal_status = "weird\"status";
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(json_ok(b.data));
+	CHECK(strstr(b.data, "\"name\":\"we\\\"ird\\\\name\\nx\xef\xbf\xbd\"") != NULL);
+	CHECK(strstr(b.data, "\"name\":\"caf\xc3\xa9\\t\"") != NULL);
+	/* acked past head (a race between two reads) is nothing pending, not 2^64 - 2. */
+	CHECK(strstr(b.data, "\"head_offset\":5,\"acked_offset\":7,\"first_offset\":0,\"pending\":0,") !=
+	      NULL);
+
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(
+	    strstr(
+		b.data,
+		"\ncdc_subscription_matched_events_total{subscription=\"we\\\"ird\\\\name\\nx\xef\xbf\xbd\","
+		"sink=\"stdout\"} 1\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_subscription_pending_events{subscription=\"caf\xc3\xa9\t\"} 0\n") !=
+	      NULL);
+	/* An unknown wal_status gets a series of its own beside the four known ones at 0. */
+	CHECK(strstr(b.data, "cdc_source_wal_status{status=\"lost\"} 0\n"
+			     "cdc_source_wal_status{status=\"weird\\\"status\"} 1\n") != NULL);
+	buf_free(&b);
+}
+
+/* Every sample belongs to the family whose "# HELP" and "# TYPE" lines come just before it (a
+ * histogram's as NAME_bucket/_sum/_count), no family appears twice, every value is a number. */
+static void check_exposition(const char *text)
+{
+	char family[128] = "", type[16] = "";
+	char seen[64][128];
+	size_t nseen = 0;
+	bool ok = true;
+	for (const char *p = text; *p && ok;) {
+		const char *eol = strchr(p, '\n');
+		if (!eol) {
+			ok = false; /* the last line ends with a newline too */
+			break;
+		}
+		char line[512];
+		snprintf(line, sizeof(line), "%.*s", (int)(eol - p), p);
+		p = eol + 1;
+		if (strncmp(line, "# HELP ", 7) == 0) {
+			char name[128];
+			ok = sscanf(line + 7, "%127s", name) == 1 && nseen < 64;
+			for (size_t i = 0; ok && i < nseen; i++)
+				ok = strcmp(seen[i], name) != 0;
+			if (ok)
+				snprintf(seen[nseen++], sizeof(seen[0]), "%s", name);
+			/* TYPE must follow at once, for the same name */
+			char want[160], got[160];
+			const char *eol2 = strchr(p, '\n');
+			snprintf(want, sizeof(want), "# TYPE %s ", name);
+			snprintf(got, sizeof(got), "%.*s", eol2 ? (int)(eol2 - p) : 0, p);
+			ok = ok && eol2 && strncmp(got, want, strlen(want)) == 0;
+			if (ok) {
+				snprintf(family, sizeof(family), "%s", name);
+				snprintf(type, sizeof(type), "%s", got + strlen(want));
+				p = eol2 + 1;
+			}
+			continue;
+		}
+		size_t n = strcspn(line, "{ ");
+		char name[128];
+		snprintf(name, sizeof(name), "%.*s", (int)n, line);
+		bool mine = strcmp(name, family) == 0;
+		if (strcmp(type, "histogram") == 0) {
+			size_t fl = strlen(family);
+			mine = strncmp(name, family, fl) == 0 &&
+			       (strcmp(name + fl, "_bucket") == 0 || strcmp(name + fl, "_sum") == 0 ||
+				strcmp(name + fl, "_count") == 0);
+		}
+		if (strcmp(type, "counter") == 0)
+			ok = ok && n > 6 && strcmp(name + n - 6, "_total") == 0;
+		const char *value = strrchr(line, ' ');
+		char *end = NULL;
+		if (value)
+			strtod(value + 1, &end);
+		ok = ok && mine && value && end && *end == '\0' && end > value + 1;
+		if (!ok)
+			fprintf(stderr, "bad exposition line: %s\n", line);
+	}
+	CHECK(ok);
+}
+
+static void test_metrics(void)
+{
+	report r = full_report();
+	buf b = {0};
+	report_metrics(&r, &b);
+	check_exposition(b.data);
+	static const char *const lines[] = {
+	    "# HELP cdc_up 1 while cdc answers.\n# TYPE cdc_up gauge\ncdc_up 1\n",
+	    "\ncdc_build_info{version=\"0.1.0\"} 1\n",
+	    "\ncdc_uptime_seconds 3725.750\n",
+	    "\ncdc_ready 1\n",
+	    "\ncdc_source_connected 1\n",
+	    "\ncdc_source_info{slot=\"cdc_slot\",publication=\"cdc_pub\",server_version=\"16.3\"} 1\n",
+	    "\ncdc_source_received_lsn 23803720\n",
+	    "\ncdc_source_flushed_lsn 23803648\n",
+	    "\ncdc_source_server_wal_lsn 1099535431680\n",
+	    "\ncdc_source_lag_bytes 1099511628032\n",
+	    "\ncdc_source_lag_seconds 0.250\n",
+	    "\ncdc_source_last_commit_timestamp_seconds 1714566896.000123\n",
+	    "\ncdc_source_wal_status{status=\"reserved\"} 1\ncdc_source_wal_status{status=\"extended\"} 0\n"
+	    "cdc_source_wal_status{status=\"unreserved\"} 0\ncdc_source_wal_status{status=\"lost\"} 0\n#",
+	    "\ncdc_source_safe_wal_size_bytes 10485760\n",
+	    "\n# TYPE cdc_source_reconnects_total counter\ncdc_source_reconnects_total 2\n",
+	    "\ncdc_transactions_total 50\n",
+	    "\ncdc_events_total 128\n",
+	    "\n# TYPE cdc_errors_total counter\ncdc_errors_total{kind=\"stream\"} 1\n"
+	    "cdc_errors_total{kind=\"connect\"} 3\n",
+	    "\ncdc_warnings 1\n",
+	    "\ncdc_subscription_matched_events_total{subscription=\"orders\",sink=\"socket\"} 120\n"
+	    "cdc_subscription_matched_events_total{subscription=\"audit\",sink=\"kafka\"} 7\n#",
+	    "\ncdc_subscription_delivered_events_total{subscription=\"orders\",sink=\"socket\"} 118\n"
+	    "cdc_subscription_delivered_events_total{subscription=\"audit\",sink=\"kafka\"} 6\n#",
+	    "\ncdc_subscription_delivered_bytes_total{subscription=\"orders\",sink=\"socket\"} 40960\n"
+	    "cdc_subscription_delivered_bytes_total{subscription=\"audit\",sink=\"kafka\"} 700\n#",
+	    /* socket figures: for the socket subscription only */
+	    "\ncdc_subscription_pending_events{subscription=\"orders\"} 20\n#",
+	    "\ncdc_subscription_consumers{subscription=\"orders\"} 2\n#",
+	    "\ncdc_subscription_dead_events{subscription=\"orders\"} 1\n#",
+	    "\ncdc_subscription_dropped_events_total{subscription=\"orders\"} 3\n#",
+	    "\ncdc_subscription_redelivered_events_total{subscription=\"orders\"} 4\n#",
+	    "\ncdc_subscription_head_offset{subscription=\"orders\"} 120\n#",
+	    "\ncdc_subscription_acked_offset{subscription=\"orders\"} 100\n#",
+	    "\ncdc_subscription_full{subscription=\"orders\"} 1\n#",
+	    "\ncdc_spool_bytes{subscription=\"orders\"} 1048576\n#",
+	    "\ncdc_kafka_in_flight_messages 5\n",
+	    "\ncdc_kafka_delivered_messages_total 6\n",
+	    "\ncdc_kafka_errors_total 1\n",
+	    "\ncdc_kafka_restarts_total 0\n",
+	    "\n# TYPE cdc_delivery_latency_seconds histogram\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.0005\"} 2\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.001\"} 4\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.0025\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.005\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.01\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.025\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.05\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.1\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.25\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.5\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"1\"} 5\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"2.5\"} 6\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"5\"} 6\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"10\"} 6\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"30\"} 6\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"60\"} 7\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"+Inf\"} 8\n"
+	    "cdc_delivery_latency_seconds_sum{sink=\"kafka\"} 122.503003\n"
+	    "cdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0005\"} 0\n",
+	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0025\"} 0\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.005\"} 1\n",
+	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"+Inf\"} 1\n"
+	    "cdc_delivery_latency_seconds_sum{sink=\"socket\"} 0.003\n"
+	    "cdc_delivery_latency_seconds_count{sink=\"socket\"} 1\n",
+	};
+	for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++) {
+		if (strstr(b.data, lines[i])) {
+			test_passed++;
+		} else {
+			test_failed++;
+			fprintf(stderr, "%s:%d: /metrics lacks:\n%s\n", __FILE__, __LINE__, lines[i]);
+		}
+	}
+	/* The histogram ends the exposition (nothing after the socket series). */
+	const char *tail = "\ncdc_delivery_latency_seconds_count{sink=\"socket\"} 1\n";
+	CHECK(b.len >= strlen(tail) && strcmp(b.data + b.len - strlen(tail), tail) == 0);
+
+	/* Nothing known: families are all declared, unknown gauges have no sample (absent, not 0), Kafka
+	 * families and histogram series are left out. */
+	buf_reset(&b);
+	report_metrics(&empty_report, &b);
+	check_exposition(b.data);
+	CHECK(strstr(b.data, "\ncdc_ready 0\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_source_connected 0\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_source_info{slot=\"\",publication=\"\",server_version=\"\"} 1\n") !=
+	      NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_source_lag_seconds gauge\n# HELP") != NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_source_server_wal_lsn gauge\n# HELP") != NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_source_safe_wal_size_bytes gauge\n# HELP") != NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_source_wal_status gauge\n# HELP") != NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_source_last_commit_timestamp_seconds gauge\n# HELP") != NULL);
+	CHECK(strstr(b.data, "cdc_kafka") == NULL);
+	CHECK(strstr(b.data, "_bucket") == NULL);
+	CHECK(strstr(b.data, "\ncdc_source_lag_bytes 0\n") != NULL);
+	buf_free(&b);
+}
+
+/* hist counts exactly at the fixed bounds, whatever its log-linear buckets are. */
+static void test_hist_le(void)
+{
+	static hist h;
+	static const struct {
+		uint64_t us;
+		unsigned first_le; /* the first bound index it counts in; HIST_LE_N: only +Inf */
+	} T[] = {
+	    {0, 0},
+	    {499, 0},
+	    {500, 0},
+	    {501, 1},
+	    {999, 1},
+	    {1000, 1},
+	    {1001, 2},
+	    {9999999, 13},
+	    {10000000, 13},
+	    {10000001, 14},
+	    {60000000, 15},
+	    {60000001, HIST_LE_N},
+	    {UINT64_MAX, HIST_LE_N},
+	};
+	for (size_t t = 0; t < sizeof(T) / sizeof(*T); t++) {
+		memset(&h, 0, sizeof(h));
+		hist_add(&h, T[t].us);
+		for (unsigned i = 0; i < HIST_LE_N; i++)
+			CHECK_INT(hist_count_le(&h, i), i >= T[t].first_le);
+	}
+	CHECK_INT(hist_le_us[0], 500);
+	CHECK_INT(hist_le_us[HIST_LE_N - 1], 60000000);
+}
+
+static const char subs_yaml[] =
+    "kafka: {brokers: k:9092}\n"
+    "subscriptions:\n"
+    "  - name: orders\n"
+    "    tables: [public.orders, \"\\\"Odd\\\".t*\"]\n"
+    "    operations: [insert, update]\n"
+    "    tag: billing\n"
+    "    changed: [status]\n"
+    "    where: \"new.status = 'paid' and new.amount >= 100\"\n"
+    "    columns: [id, status]\n"
+    "    consumers: key_shared\n"
+    "    ack_timeout: 1h30m\n"
+    "    max_deliveries: 5\n"
+    "    max_unacked: 10\n"
+    "    batch: transaction\n"
+    "    retention: {max_events: 1000000, max_age: 250ms, max_bytes: 1GiB, when_full: drop_oldest}\n"
+    "  - {name: audit, tables: [audit.*], sink: kafka, topic: \"audit.{table}\", tombstones: true}\n"
+    "  - {name: plain, tables: [a.b], sink: stdout}\n"
+    "  - {name: defaults, tables: [a.b], retention: {max_bytes: 1000001}}\n";
+
+static void test_subscriptions(void)
+{
+	buf e = {0}, b = {0};
+	cfg *c = cfg_parse("t.yaml", subs_yaml, strlen(subs_yaml), &e);
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "%s", e.data ? e.data : "");
+		buf_free(&e);
+		return;
+	}
+	report_subscriptions_json(c, &b);
+	CHECK_STR(
+	    b.data,
+	    "{\"subscriptions\":["
+	    "{\"name\":\"orders\",\"tables\":[\"public.orders\",\"\\\"Odd\\\".t*\"],"
+	    "\"operations\":[\"insert\",\"update\"],\"tag\":\"billing\",\"sink\":\"socket\","
+	    "\"changed\":[\"status\"],\"where\":\"new.status = 'paid' and new.amount >= 100\","
+	    "\"columns\":[\"id\",\"status\"],\"consumers\":\"key_shared\",\"ack_timeout\":\"1h30m\","
+	    "\"max_deliveries\":5,\"max_unacked\":10,\"batch\":\"transaction\","
+	    "\"retention\":{\"max_events\":1000000,\"max_age\":\"250ms\",\"max_bytes\":\"1GiB\","
+	    "\"when_full\":\"drop_oldest\"}},"
+	    "{\"name\":\"audit\",\"tables\":[\"audit.*\"],\"operations\":[\"insert\",\"update\",\"delete\","
+	    "\"truncate\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":true},"
+	    "{\"name\":\"plain\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
+	    "\"truncate\"],\"sink\":\"stdout\"},"
+	    "{\"name\":\"defaults\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
+	    "\"truncate\"],\"sink\":\"socket\",\"consumers\":\"failover\",\"ack_timeout\":\"30s\","
+	    "\"max_deliveries\":0,\"max_unacked\":1000,\"batch\":\"none\",\"retention\":{\"max_events\":0,"
+	    "\"max_age\":\"0\",\"max_bytes\":\"1000001\",\"when_full\":\"block\"}}]}\n");
+	CHECK(json_ok(b.data));
+
+	/* JSON is YAML: the answer, as a configuration, loads back to the same subscriptions. */
+	buf yaml = {0}, again = {0};
+	buf_puts(&yaml, "{\"kafka\":{\"brokers\":\"k:9092\"},");
+	buf_puts(&yaml, b.data + 1); /* {"subscriptions":...} without its opening brace */
+	buf_reset(&e);
+	cfg *c2 = cfg_parse("again.yaml", yaml.data, yaml.len, &e);
+	CHECK(c2 != NULL);
+	if (c2) {
+		report_subscriptions_json(c2, &again);
+		CHECK_STR(again.data, b.data);
+	} else {
+		fprintf(stderr, "%s", e.data ? e.data : "");
+	}
+	cfg_free(c2);
+
+	/* No subscriptions at all. */
+	cfg empty = {0};
+	buf_reset(&b);
+	report_subscriptions_json(&empty, &b);
+	CHECK_STR(b.data, "{\"subscriptions\":[]}\n");
+
+	cfg_free(c);
+	buf_free(&b);
+	buf_free(&e);
+	buf_free(&yaml);
+	buf_free(&again);
+}
+
+int main(void)
+{
+	test_status_full();
+	test_status_nulls();
+	test_escaping();
+	test_metrics();
+	test_hist_le();
+	test_subscriptions();
+	return TEST_SUMMARY("test_report");
+}

@@ -16,9 +16,11 @@
 #include "event.h"
 #include "log.h"
 #include "progress.h"
+#include "report.h"
 #include "rules.h"
 #include "source.h"
 #include "state.h"
+#include "status.h"
 #include "kafka_sink.h"
 #include "socket_sink.h"
 #include "stdout_sink.h"
@@ -30,6 +32,7 @@
 #define BACKOFF_MAX_MS 30000
 #define PROGRESS_LOG_MS 30000                 /* a progress line at most this often while changes flow */
 #define LARGE_TXN_BYTES (64 * 1024 * 1024)    /* held transactions this large are logged as delivered */
+#define PUBLISH_MS 1000                       /* the status socket's figures are this fresh */
 
 enum { STDOUT, KAFKA, SOCKET, NSINKS }; /* the sink instances */
 
@@ -51,6 +54,8 @@ typedef struct sidecar {
 	txn_handler handler;
 	source_handler source_handler;
 	rules *rules;
+	status_server *status;
+	uint64_t *matched; /* per subscription (parallel to cfg->subs): events handed to its sink */
 	sink *instances[NSINKS]; /* each created when a subscription needs it */
 	sink **sinks; /* per subscription, parallel to cfg->subs */
 	arena *arena;
@@ -68,6 +73,10 @@ typedef struct sidecar {
 	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
 	/* progress: totals, and what the last progress line reported */
 	uint64_t events, logged_events, logged_seq, last_progress_ms, large_txn_start_ms;
+	/* status: figures no other part keeps */
+	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
+	int64_t last_commit_time;
+	char server_version[32];
 	bool heartbeat_warned;
 	char err[1024];
 } sidecar;
@@ -146,6 +155,7 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 			continue;
 		}
 		d->events++;
+		d->matched[subs[i]]++;
 		buf_reset(&d->scratch);
 		k->ops->render(k, e, &d->scratch);
 		sink_commit at = *c;
@@ -309,6 +319,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
 		sink *k = d->sinks[sub];
 		d->events++;
+		d->matched[sub]++;
 		if (!k->ops->deliver(k, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
 			return false;
 		pos += HOLD_ENTRY + n;
@@ -340,6 +351,7 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 	if (d->past_endpos)
 		return true;
 	end_txn(d, t->end_lsn);
+	d->last_commit_time = t->commit_time;
 	if (t->held_bytes >= LARGE_TXN_BYTES)
 		log_info("delivered the large transaction", "xid=%u in_ms=%llu", t->xid,
 			 (unsigned long long)(now_ms() - d->large_txn_start_ms));
@@ -429,6 +441,8 @@ static bool on_keepalive(void *ctx, uint64_t wal_end, bool reply, char *err, siz
 	sidecar *d = ctx;
 	if (wal_end > d->received_lsn)
 		d->received_lsn = wal_end;
+	if (wal_end > d->server_wal_lsn)
+		d->server_wal_lsn = wal_end;
 	advance(d);
 	/* Nothing in flight anywhere: everything up to wal_end is delivered, so an idle slot (or one
 	 * whose WAL is all other databases' or unpublished tables') never pins WAL. */
@@ -561,6 +575,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	if (!flush_sinks(d))
 		return;
 	if (r == SOURCE_RETRY) {
+		d->errors_stream++;
 		schedule_retry(d);
 		return;
 	}
@@ -604,6 +619,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (r == SOURCE_RETRY) {
+		d->errors_connect++;
 		schedule_retry(d);
 		return;
 	}
@@ -619,6 +635,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	d->st = st;
 	d->flushed_lsn = d->sent_flush_lsn = d->received_lsn = st.flushed_lsn;
 	progress_clear(&d->prog);
+	d->reconnects += d->last_progress_ms != 0;
+	snprintf(d->server_version, sizeof(d->server_version), "%d.%d", source_server_version(d->src) / 10000,
+		 source_server_version(d->src) % 10000);
 	d->streaming = true;
 	if (!d->last_progress_ms)
 		d->last_progress_ms = now_ms();
@@ -667,11 +686,111 @@ static void log_progress(sidecar *d, uint64_t now)
 	log_kafka(d);
 }
 
+/* Status socket ------------------------------------------------------------------------- */
+
+static const char *sink_name(cfg_sink k)
+{
+	return k == CFG_SINK_SOCKET ? "socket" : k == CFG_SINK_KAFKA ? "kafka" : "stdout";
+}
+
+/* Why /readyz says 503, or NULL when streaming with every sink able to take changes. */
+static const char *not_ready(const sidecar *d)
+{
+	if (!d->streaming)
+		return d->last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
+	if (d->paused)
+		return "paused: a sink is busy or a spool is full (when_full: block)";
+	return NULL;
+}
+
+/* Renders the figures for the status socket: every PUBLISH_MS, or now with force. */
+static void publish(sidecar *d, bool force)
+{
+	uint64_t now = now_ms();
+	if (!d->status || (!force && now - d->last_publish_ms < PUBLISH_MS))
+		return;
+	d->last_publish_ms = now;
+	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {
+		const cfg_subscription *c = &d->cfg->subs[i];
+		subs[i] = (report_sub){.name = c->name, .sink = sink_name(c->sink), .matched = d->matched[i],
+				       .delivered = d->matched[i]};
+	}
+	socket_sub_stats st;
+	for (size_t k = 0; d->instances[SOCKET] && socket_sink_stats(d->instances[SOCKET], k, &st); k++)
+		for (size_t i = 0; i < d->cfg->nsubs; i++) {
+			if (strcmp(d->cfg->subs[i].name, st.name) != 0)
+				continue;
+			report_sub *r = &subs[i];
+			r->delivered = st.delivered;
+			r->has_offsets = true;
+			r->head_offset = st.head_offset;
+			r->acked_offset = st.acked_offset;
+			r->first_offset = st.first_offset;
+			r->consumers = st.consumers;
+			r->dead = st.dead;
+			r->dropped = st.dropped;
+			r->redelivered = st.redelivered;
+			r->spool_bytes = st.spool_bytes;
+			r->full = st.full;
+		}
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t wall_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	const char *why = not_ready(d);
+	report r = {
+		.version = CDC_VERSION,
+		.uptime_s = (double)(now - d->start_ms) / 1000,
+		.ready = !why,
+		.reason = why,
+		.source = {.connected = d->streaming, .slot = d->cfg->source.slot,
+			   .publication = d->cfg->source.publication,
+			   .server_version = d->server_version[0] ? d->server_version : NULL,
+			   .received_lsn = d->received_lsn, .flushed_lsn = d->flushed_lsn,
+			   .server_wal_lsn = d->server_wal_lsn, .last_commit_time_us = d->last_commit_time,
+			   .lag_s = !d->last_commit_time ? -1 :
+				    d->flushed_lsn >= d->server_wal_lsn ? 0 :
+				    (double)(wall_us - d->last_commit_time) / 1e6,
+			   .reconnects = d->reconnects, .transactions = d->seq, .events = d->events,
+			   .errors_stream = d->errors_stream, .errors_connect = d->errors_connect},
+		.subs = subs,
+		.nsubs = d->cfg->nsubs,
+		.has_kafka = d->instances[KAFKA] != NULL,
+	};
+	if (d->instances[KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
+		r.kafka.in_flight = k->in_flight;
+		r.kafka.delivered = k->delivered;
+		r.kafka.errors = k->errors;
+		r.kafka.restarts = k->restarts;
+		r.kafka.latency = &k->latency;
+	}
+	buf status = {0}, metrics = {0}, list = {0};
+	report_status_json(&r, &status);
+	report_metrics(&r, &metrics);
+	report_subscriptions_json(d->cfg, &list);
+	status_publish(d->status, status.data, metrics.data, list.data, !why, why ? why : "");
+	buf_free(&status);
+	buf_free(&metrics);
+	buf_free(&list);
+	free(subs);
+}
+
+/* PUT and DELETE /subscriptions/NAME: not in this release; the YAML file and SIGHUP change them. */
+static void on_control(void *ctx, status_request *req)
+{
+	sidecar *d = ctx;
+	status_answer(d->status, req, 501,
+		      "{\"error\":\"changing subscriptions over the status socket is not available in this release; "
+		      "edit the configuration file and send SIGHUP\"}\n");
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
 	maybe_reload(d);
+	publish(d, false);
 	if (!d->streaming || !feedback(d, false))
 		return;
 	uint64_t hb = d->cfg->source.heartbeat_ms, now = now_ms();
@@ -706,6 +825,8 @@ static bool bind_sinks(sidecar *d)
 {
 	free(d->sinks);
 	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
+	free(d->matched); /* counts start again with a new set of subscriptions */
+	d->matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(uint64_t));
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
 			if (!d->instances[STDOUT])
@@ -858,6 +979,13 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 		log_error("cannot start a sink", "error=\"%s\"", d.err);
 		goto out;
 	}
+	if (!(d.status = status_new(c, d.base, on_control, &d, d.err, sizeof(d.err)))) {
+		d.exit_code = 1;
+		log_error("cannot serve the status socket", "error=\"%s\"", d.err);
+		goto out;
+	}
+	d.start_ms = now_ms();
+	publish(&d, true);
 	d.ev_write = event_new(d.base, -1, 0, on_write, &d);
 	d.ev_retry = evtimer_new(d.base, on_retry, &d);
 	d.ev_tick = event_new(d.base, -1, EV_PERSIST, on_tick, &d);
@@ -885,6 +1013,12 @@ out:
 		event_free(d.ev_retry);
 	if (d.ev_tick)
 		event_free(d.ev_tick);
+	/* Whatever has events on the loop goes before the loop. */
+	status_free(d.status);
+	if (d.ev_kafka)
+		event_free(d.ev_kafka);
+	FOR_SINKS(&d, k)
+		k->ops->free(k);
 	if (d.base)
 		event_base_free(d.base);
 	txn_free(d.asm_);
@@ -894,10 +1028,7 @@ out:
 	buf_free(&d.scratch);
 	progress_free(&d.prog);
 	rules_free(d.rules);
-	if (d.ev_kafka)
-		event_free(d.ev_kafka);
-	FOR_SINKS(&d, k)
-		k->ops->free(k);
+	free(d.matched);
 	free(d.sinks);
 	cfg_free(d.cfg);
 	if (d.lock_fd >= 0)

@@ -521,6 +521,11 @@ int source_fd(const source *s)
 	return s->repl ? PQsocket(s->repl) : -1;
 }
 
+int source_server_version(const source *s)
+{
+	return s->repl ? PQserverVersion(s->repl) : 0;
+}
+
 const pgo_options *source_protocol(const source *s)
 {
 	return &s->proto;

@@ -39,6 +39,8 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 /* The replication connection's socket while streaming, else -1. */
 int source_fd(const source *s);
 const pgo_options *source_protocol(const source *s);
+/* The server's version number (150008 for 15.8) while connected, else 0. */
+int source_server_version(const source *s);
 /* Drains everything the server has sent, calling h for each message. */
 source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
 /* Sends a standby status update: received up to write_lsn, durable up to flush_lsn. */

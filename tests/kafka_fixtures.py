@@ -9,7 +9,7 @@ Fixtures (conftest.py imports them):
                 once, stopped at the end of the session.
   kafka         the same KafkaMock for one test, put back afterwards (every broker up, queued
                 errors cleared, no added latency) so a test's outage never leaks into the next.
-  proto         the module compiled from proto/cdc/v1/event.proto (protoc --python_out, once a session)
+  proto         event_pb2, compiled from proto/cdc/v1/event.proto by subscriber_client (once a process)
   kafka_reader  a factory: kafka_reader(topics, transactions_topic=None, group=True) returns a
                 running KafkaReader; every reader is closed when the test ends.
 
@@ -17,21 +17,19 @@ Waiting is polling against a deadline. The mock binary is $KAFKA_MOCK_BIN, else
 build/tests/kafka_mock at the repository root.
 """
 
-import importlib.util
 import os
 import select
-import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import pytest
 
+from subscriber_client import protos
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KAFKA_MOCK_BIN = os.environ.get("KAFKA_MOCK_BIN", os.path.join(ROOT, "build", "tests", "kafka_mock"))
-EVENT_PROTO = os.path.join(ROOT, "proto", "cdc", "v1", "event.proto")
 
 CONTENT_TYPE_EVENT = "application/x-protobuf; messageType=cdc.v1.Event"
 CONTENT_TYPE_TXN = "application/x-protobuf; messageType=cdc.v1.Transaction"
@@ -176,23 +174,6 @@ class KafkaMock:
 
 
 # --- protobuf -----------------------------------------------------------------------------------
-
-def compile_proto(outdir):
-    """Compiles event.proto with protoc --python_out into outdir and imports it as event_pb2."""
-    protoc = shutil.which("protoc")
-    if not protoc:
-        raise RuntimeError("protoc not found (deploy/deps.sh test installs protobuf-compiler)")
-    r = subprocess.run([protoc, f"--python_out={outdir}", f"-I{os.path.dirname(EVENT_PROTO)}",
-                        EVENT_PROTO], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=60)
-    if r.returncode != 0:
-        raise RuntimeError(f"protoc failed: {r.stdout}")
-    spec = importlib.util.spec_from_file_location("event_pb2", os.path.join(outdir, "event_pb2.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["event_pb2"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def lsn_text(v):
     """PostgreSQL's text form of an LSN: "X/X", upper-case hex."""
@@ -454,8 +435,10 @@ def kafka(kafka_mock):
 
 
 @pytest.fixture(scope="session")
-def proto(tmp_path_factory):
-    return compile_proto(str(tmp_path_factory.mktemp("proto")))
+def proto():
+    # One compile per process, shared with the subscriber client: protobuf's descriptor pool takes
+    # each .proto file once.
+    return protos()[0]
 
 
 @pytest.fixture

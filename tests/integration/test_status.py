@@ -1,0 +1,120 @@
+"""test_status.py: the status socket of a running cdc (HTTP/1.1 over the Unix socket): /status
+figures against what happened, /metrics through Prometheus' own text parser, /healthz and /readyz
+across a PostgreSQL outage, `cdc status`, and no password anywhere."""
+
+import json
+import socket
+import subprocess
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import CDC_BIN, wait_for
+from subscriber_client import Subscriber
+
+
+def http(path, method="GET", body=None, timeout=10):
+    """(status code, body text) of one request over the Unix socket."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path[0])
+    req = f"{method} {path[1]} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
+    data = (body or "").encode()
+    if body is not None:
+        req += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    s.sendall(req.encode() + b"\r\n" + data)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    head, _, rest = out.partition(b"\r\n\r\n")
+    return int(head.split()[1]), rest.decode()
+
+
+def status_sock(c):
+    return c.config["status"]["socket"]
+
+
+def get(c, path):
+    return http((status_sock(c), path))
+
+
+def test_status_metrics_and_cdc_status(pg, schema, cdc):
+    pg.sql(f"create table {schema}.jobs (id int primary key)")
+    c, p = cdc.start(subscriptions=[
+        {"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket"},
+        {"name": "all", "tables": [f"{schema}.*"], "sink": "stdout"}],
+        source={"dsn": pg.dsn + " password=hunter2-secret"})
+    s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
+    pg.sql(f"insert into {schema}.jobs select generate_series(1, 5)")
+    evs = s.events(5, 20)
+    s.ack([evs[2].offset])
+    s.wait_acked(3)
+
+    def figures():
+        code, body = get(c, "/status")
+        assert code == 200, body
+        st = json.loads(body)
+        subs = {x["name"]: x for x in st["subscriptions"]}
+        return st if subs["jobs"]["delivered"] == 5 and subs["jobs"]["acked_offset"] == 3 else None
+    wait_for(figures, 10, what="status figures")
+    st = figures()
+    assert st["ready"] is True and st["source"]["connected"] is True
+    assert st["source"]["slot"] == c.slot and st["source"]["publication"] == c.publication
+    assert st["source"]["server_version"].startswith("15.")
+    subs = {x["name"]: x for x in st["subscriptions"]}
+    assert {k: subs["jobs"][k] for k in ("sink", "matched", "delivered", "head_offset", "acked_offset",
+                                          "pending", "consumers", "dead", "dropped")} == {
+        "sink": "socket", "matched": 5, "delivered": 5, "head_offset": 5, "acked_offset": 3, "pending": 2,
+        "consumers": 1, "dead": 0, "dropped": 0}
+    assert subs["all"]["sink"] == "stdout" and subs["all"]["matched"] == 5 and subs["all"]["head_offset"] is None
+    assert "kafka" not in st
+
+    code, body = get(c, "/metrics")
+    assert code == 200
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    samples = {(s_.name, tuple(sorted(s_.labels.items()))): s_.value for f in fams.values() for s_ in f.samples}
+    assert samples[("cdc_subscription_matched_events_total", (("sink", "socket"), ("subscription", "jobs")))] == 5
+    assert samples[("cdc_subscription_pending_events", (("subscription", "jobs"),))] == 2
+    assert samples[("cdc_ready", ())] == 1
+
+    assert get(c, "/healthz") == (200, "ok\n")
+    assert get(c, "/readyz") == (200, "ready\n")
+    code, body = get(c, "/subscriptions")
+    assert code == 200 and [x["name"] for x in json.loads(body)["subscriptions"]] == ["jobs", "all"]
+    code, body = http((status_sock(c), "/subscriptions/new"), "PUT", "{}")
+    assert code == 501 and "SIGHUP" in json.loads(body)["error"]
+
+    out = subprocess.run([CDC_BIN, "status", "-c", c.path], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("jobs "))
+    assert line.split()[:7] == ["jobs", "socket", "5", "5", "2", "3", "1"]
+    out = subprocess.run([CDC_BIN, "status", "-s", status_sock(c), "--json"], capture_output=True, text=True,
+                         timeout=30)
+    assert json.loads(out.stdout)["source"]["slot"] == c.slot
+
+    everything = p.stderr() + json.dumps(st) + body
+    assert "hunter2-secret" not in everything
+    assert p.terminate() == 0
+
+
+def test_readyz_follows_the_database(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start()
+    wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 10, what="ready")
+    pg.stop(mode="fast")
+    try:
+        wait_for(lambda: get(c, "/readyz")[0] == 503, 30, what="503 while PostgreSQL is down")
+        code, body = get(c, "/readyz")
+        assert "not streaming" in body
+        assert get(c, "/healthz") == (200, "ok\n")  # the loop itself is fine
+        assert json.loads(get(c, "/status")[1])["source"]["connected"] is False
+    finally:
+        pg.start()
+    wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 60, what="ready again")
+    time.sleep(0.1)
+    assert p.running()
+    assert p.terminate() == 0

@@ -6,14 +6,11 @@ dead letters, start positions and malformed frames."""
 
 import glob
 import os
-import signal
 import socket
 import stat
 import struct
 import subprocess
 import time
-
-import pytest
 
 from conftest import CDC_BIN, wait_for
 from pg import lsn_to_int

@@ -1834,3 +1834,21 @@ void cfg_print(const cfg *c, FILE *out)
 	for (size_t i = 0; i < c->nsubs; i++)
 		put_sub(out, &c->subs[i]);
 }
+
+char *cfg_client_socket(const char *sock, const char *config, bool status)
+{
+	if (sock)
+		return xstrdup(sock);
+	if (config) {
+		buf errors = {0};
+		cfg *c = cfg_load(config, &errors);
+		if (!c)
+			fputs(errors.data ? errors.data : "cdc: invalid configuration\n", stderr);
+		buf_free(&errors);
+		char *p = c ? xstrdup(status ? c->status.socket : c->subscribers.socket) : NULL;
+		cfg_free(c);
+		return p;
+	}
+	const char *env = getenv(status ? "CDC_STATUS_SOCKET" : "CDC_SUBSCRIBER_SOCKET");
+	return xstrdup(env && *env ? env : status ? "/run/cdc/status.sock" : "/run/cdc/events.sock");
+}

@@ -383,25 +383,6 @@ static int usage_error(const char *what, const char *arg)
 	return 2;
 }
 
-/* -s, else status.socket of -c FILE, else $CDC_STATUS_SOCKET, else the default. NULL: exit 2. */
-static char *socket_path(const char *sock, const char *config)
-{
-	if (sock)
-		return xstrdup(sock);
-	if (config) {
-		buf errors = {0};
-		cfg *c = cfg_load(config, &errors);
-		if (!c)
-			fputs(errors.data ? errors.data : "cdc status: invalid configuration\n", stderr);
-		buf_free(&errors);
-		char *p = c ? xstrdup(c->status.socket) : NULL;
-		cfg_free(c);
-		return p;
-	}
-	const char *env = getenv("CDC_STATUS_SOCKET");
-	return xstrdup(env && *env ? env : DEFAULT_SOCKET);
-}
-
 static int show(const char *sock, bool json)
 {
 	unsigned code = 0;
@@ -469,7 +450,7 @@ int status_main(int argc, char **argv)
 		return usage_error("unexpected argument ", argv[optind]);
 	if (config && sock)
 		return usage_error("-c and -s are exclusive", "");
-	char *path = socket_path(sock, config);
+	char *path = cfg_client_socket(sock, config, true);
 	if (!path)
 		return 2;
 	int rc = show(path, json);

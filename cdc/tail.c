@@ -171,29 +171,6 @@ static int parse_tail_options(int argc, char **argv, tail_opts *o)
 	return -1;
 }
 
-/* The socket's path as the contract orders the sources; NULL (after a message) if the config is
- * invalid. The result is malloc'd. */
-static char *socket_path(const tail_opts *o)
-{
-	if (o->socket)
-		return xstrdup(o->socket);
-	if (o->config) {
-		buf errors = {0};
-		cfg *c = cfg_load(o->config, &errors);
-		if (!c) {
-			fputs(errors.data ? errors.data : "cdc tail: invalid configuration\n", stderr);
-			buf_free(&errors);
-			return NULL;
-		}
-		char *p = xstrdup(c->subscribers.socket);
-		cfg_free(c);
-		buf_free(&errors);
-		return p;
-	}
-	const char *env = getenv("CDC_SUBSCRIBER_SOCKET");
-	return xstrdup(env && *env ? env : DEFAULT_SOCKET);
-}
-
 /* Connects, or says why not in terms of what the user can do about it. Returns the fd or -1. */
 static int tail_connect(const char *path)
 {
@@ -490,7 +467,7 @@ int tail_main(int argc, char **argv)
 	int rc = parse_tail_options(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
-	char *path = socket_path(&o);
+	char *path = cfg_client_socket(o.socket, o.config, false);
 	if (!path)
 		return 2;
 	tail t = {.o = &o, .path = path, .fd = -1};

@@ -130,6 +130,7 @@ def test_lost_slot_is_refused(tmp_path):
         cfg = {"source": {"dsn": srv.dsn, "slot": "lost_slot", "publication": "lost_pub", "create": True,
                           "publish": ["public.*"]},
                "state_dir": str(tmp_path / "state"),
+               "status": {"socket": str(tmp_path / "status.sock")},
                "subscriptions": [{"name": "all", "tables": ["public.*"], "sink": "stdout"}]}
         path = tmp_path / "cdc.yaml"
         path.write_text(to_yaml(cfg))

@@ -346,15 +346,20 @@ static void fatal_read(socket_sink *s, queue *q)
  * or 0 when nothing more can be sent now (stop scanning). */
 static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
 {
+	const consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
+	bool by_key = mode(q) == CFG_CONSUMERS_KEY_SHARED;
+	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
+	consumer *c = by_key ? NULL : choose(q, 0, last);
+	if (!by_key && (!c || !has_room(c)))
+		return 0;
 	spool_record r;
 	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 		fatal_read(s, q);
 		return 0;
 	}
-	consumer *c = choose(q, r.key_hash, off < q->next ? window_at(&q->w, off)->c : NULL);
-	if (!c || !has_room(c)) {
-		/* key_shared: this key's consumer is full; other keys may go on. */
-		if (mode(q) != CFG_CONSUMERS_KEY_SHARED || !least_loaded(q))
+	if (by_key && (!(c = choose(q, r.key_hash, last)) || !has_room(c))) {
+		/* This key's consumer is full; other keys may go on. */
+		if (!least_loaded(q))
 			return 0;
 		if (off >= q->next) {
 			window_extend(&q->w, q->next, off + 1);

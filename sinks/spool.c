@@ -55,6 +55,7 @@ typedef struct reader {
 	size_t win_len, win_cap;
 	uint64_t win_pos;
 	uint64_t next_off, next_pos; /* the event after the last one found, and its position */
+	uint64_t last_pos;           /* where the last one found (next_off - 1) starts */
 } reader;
 
 struct spool {
@@ -415,8 +416,12 @@ static void scan_start(const seg *sg, const reader *r, uint64_t offset, uint64_t
 			k = sg->nidx - 1;
 		*off = sg->first + k * INDEX_EVERY, *pos = sg->idx[k];
 	}
-	if (r->seg_first == sg->first && r->next_off && r->next_off <= offset && r->next_off > *off)
+	if (r->seg_first != sg->first || !r->next_off)
+		return;
+	if (r->next_off <= offset && r->next_off > *off)
 		*off = r->next_off, *pos = r->next_pos;
+	else if (r->next_off - 1 == offset) /* the same one again: a consumer that had no room before */
+		*off = offset, *pos = r->last_pos;
 }
 
 /* Finds event offset (which must exist): seeks near it with the index, scans forward through the
@@ -448,6 +453,7 @@ static bool locate(spool *s, reader *r, uint64_t offset, rec_hdr *h, const uint8
 	}
 	r->next_off = offset + 1;
 	r->next_pos = pos + REC_HDR + h->len;
+	r->last_pos = pos;
 	*where = sg;
 	*at = pos;
 	return true;

@@ -9,8 +9,8 @@ build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-de
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
 	python3-prometheus-client protobuf-compiler jq kcat valgrind)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
-# postgresql), and GNU time for peak RSS.
-bench_pkgs=(postgresql python3-psycopg2 time)
+# postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
+bench_pkgs=(postgresql python3-psycopg2 python3-protobuf protobuf-compiler time)
 runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5)
 
 usage() {

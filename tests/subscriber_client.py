@@ -3,10 +3,12 @@
 for clients in other languages. Run it to print a subscription's events:
     python3 tests/subscriber_client.py /run/cdc/events.sock SUBSCRIPTION [--from earliest] [--no-ack]
 """
+import atexit
 import collections
 import json
 import os
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -28,6 +30,7 @@ def protos():
     global _modules
     if _modules is None:
         out = tempfile.mkdtemp(prefix="cdc-proto-py-")
+        atexit.register(shutil.rmtree, out, True)
         subprocess.run(
             ["protoc", "-I" + os.path.normpath(PROTO_DIR), "--python_out=" + out,
              "cdc/v1/event.proto", "cdc/v1/subscriber.proto"],

@@ -1379,8 +1379,8 @@ static cfg *cfg_new(const char *path)
 	c->source.publish.n = 1;
 	c->source.status_interval_ms = 10000;
 	c->state_dir = xstrdup("/var/lib/cdc");
-	c->status.socket = xstrdup("/run/cdc/status.sock");
-	c->subscribers.socket = xstrdup("/run/cdc/events.sock");
+	c->status.socket = xstrdup(CFG_DEFAULT_STATUS_SOCKET);
+	c->subscribers.socket = xstrdup(CFG_DEFAULT_SUBSCRIBER_SOCKET);
 	c->subscribers.mode = 0660;
 	c->log.level = CFG_LOG_INFO;
 	c->log.format = CFG_LOG_TEXT;
@@ -1850,5 +1850,5 @@ char *cfg_client_socket(const char *sock, const char *config, bool status)
 		return p;
 	}
 	const char *env = getenv(status ? "CDC_STATUS_SOCKET" : "CDC_SUBSCRIBER_SOCKET");
-	return xstrdup(env && *env ? env : status ? "/run/cdc/status.sock" : "/run/cdc/events.sock");
+	return xstrdup(env && *env ? env : status ? CFG_DEFAULT_STATUS_SOCKET : CFG_DEFAULT_SUBSCRIBER_SOCKET);
 }

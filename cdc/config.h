@@ -18,6 +18,10 @@ enum cfg_op {
 	CFG_OP_MESSAGE = 1 << 4,
 };
 
+/* Where the sockets are when neither the config nor the environment says. */
+#define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
+#define CFG_DEFAULT_SUBSCRIBER_SOCKET "/run/cdc/events.sock"
+
 typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_sink;
 typedef enum cfg_consumers { CFG_CONSUMERS_FAILOVER, CFG_CONSUMERS_SHARED, CFG_CONSUMERS_KEY_SHARED } cfg_consumers;
 typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;

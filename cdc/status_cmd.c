@@ -17,7 +17,6 @@
 
 #include "config.h"
 
-#define DEFAULT_SOCKET "/run/cdc/status.sock"
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
 
@@ -29,7 +28,7 @@ static const char usage[] =
     "Exit 0, or 1 if cdc cannot be reached or answers with an error.\n"
     "\n"
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
-    "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " DEFAULT_SOCKET ")\n"
+    "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET ")\n"
     "      --json          print the JSON of GET /status as it is\n";
 
 /* ---- HTTP ---- */

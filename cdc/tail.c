@@ -22,7 +22,6 @@
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
-#define DEFAULT_SOCKET "/run/cdc/events.sock"
 
 static const char usage_tail[] =
     "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
@@ -33,7 +32,7 @@ static const char usage_tail[] =
     "\n"
     "  -c, --config FILE       take the socket from FILE's subscribers.socket\n"
     "  -s, --socket SOCKET     the subscriber socket (default: $CDC_SUBSCRIBER_SOCKET,\n"
-    "                          else " DEFAULT_SOCKET ")\n"
+    "                          else " CFG_DEFAULT_SUBSCRIBER_SOCKET ")\n"
     "      --from POSITION     acked (default: after the acknowledged offset, unacked events first),\n"
     "                          earliest, latest, or an offset (1 or more)\n"
     "      --count N           exit 0 after N events\n"

@@ -277,6 +277,12 @@ static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 	return NULL;
 }
 
+/* Where the next delivery comes from: returned offsets first, then those never sent. */
+static uint64_t resume_at(const queue *q)
+{
+	return q->returned ? q->w.base : q->next;
+}
+
 static bool slot_unsent(queue *q, uint64_t off)
 {
 	return off >= q->next || window_at(&q->w, off)->state == SLOT_UNSENT;
@@ -391,7 +397,7 @@ static void dispatch(socket_sink *s, queue *q)
 	if (!q->consumers || (mode(q) == CFG_CONSUMERS_FAILOVER && q->consumers->closing))
 		return;
 	uint64_t head = spool_head(q->sp), now = mono_ms();
-	uint64_t off = q->returned ? q->w.base : q->next;
+	uint64_t off = resume_at(q);
 	while (off && off <= head) {
 		if (!slot_unsent(q, off)) {
 			off++;
@@ -629,7 +635,7 @@ static uint64_t position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub
 		break;
 	default:
 		if (q->w.base > acked)
-			return q->returned ? q->w.base : q->next;
+			return resume_at(q);
 		start = acked + 1; /* after a replay that did not get that far */
 		break;
 	}
@@ -674,7 +680,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
 	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
 	unlink_consumer(&s->pending, c);
-	uint64_t next = q->consumers ? (q->returned ? q->w.base : q->next) : position(s, q, m);
+	uint64_t next = q->consumers ? resume_at(q) : position(s, q, m);
 	c->q = q;
 	consumer **tail = &q->consumers;
 	while (*tail)

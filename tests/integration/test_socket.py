@@ -6,7 +6,6 @@ dead letters, start positions and malformed frames."""
 
 import glob
 import os
-import socket
 import stat
 import struct
 import subprocess
@@ -452,19 +451,7 @@ def test_malformed_and_oversized_frames_close_only_that_connection(pg, schema, c
         (struct.pack(">I", 0), "frame has no message kind"),
     ]
     for raw, msg in cases:
-        bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        bad.connect(sock(c))
-        bad.sendall(raw)
-        bad.settimeout(10)
-        data = b""
-        while True:
-            chunk = bad.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        bad.close()
-        (n,) = struct.unpack(">I", data[:4])
-        f = pb.ServerFrame.FromString(data[4:4 + n])
+        f = Subscriber.raw(sock(c), raw)
         assert f.WhichOneof("kind") == "error" and f.error.code == pb.Error.BAD_FRAME
         assert msg in f.error.message, f.error.message
     # An ack before subscribing.

@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #define CFG_MAX_DEPTH 32	 /* our schema needs 5; deeper input is hostile or a mistake */
@@ -676,6 +678,8 @@ static void ename_list(buf *b, const ename *e)
 
 /* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its setter,
  * then t->check sees the whole mapping. */
+static const keys top_keys;
+
 static void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (is_null(m))
@@ -698,7 +702,7 @@ static void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *see
 			buf allowed = {0};
 			for (size_t a = 0; a < t->n; a++)
 				buf_printf(&allowed, "%s%s", a ? ", " : "", t->k[a].name);
-			err_at(x, kn, "unknown %skey %s (allowed: %s)", x->path.len ? "" : "top-level ",
+			err_at(x, kn, "unknown %skey %s (allowed: %s)", t == &top_keys ? "top-level " : "",
 			       qnode(x, kn), allowed.data);
 			buf_free(&allowed);
 		} else if (seen[j].k) {
@@ -1264,11 +1268,11 @@ static void sub_defaults(cfg_subscription *s)
 	s->retention.when_full = CFG_FULL_BLOCK;
 }
 
+static const keys sub_keys = KEYS(sub_k, check_sub);
+
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
-	static const keys sub_keys = KEYS(sub_k, check_sub);
-	cfg *c = base;
-	(void)k;
+	cfg *c = FIELD(base, k, cfg);
 	if (is_null(v))
 		return;
 	if (v->kind != N_SEQ) {
@@ -1387,6 +1391,24 @@ static cfg *cfg_new(const char *path)
 	return c;
 }
 
+static void sub_clear(cfg_subscription *s)
+{
+	free(s->name);
+	strlist_free(&s->tables);
+	free(s->tag);
+	strlist_free(&s->changed);
+	free(s->where);
+	strlist_free(&s->columns);
+	free(s->topic);
+}
+
+void cfg_subscription_free(cfg_subscription *s)
+{
+	if (s)
+		sub_clear(s);
+	free(s);
+}
+
 void cfg_free(cfg *c)
 {
 	if (!c)
@@ -1408,16 +1430,8 @@ void cfg_free(cfg *c)
 	}
 	free(c->kafka.properties);
 	free(c->kafka.transactions_topic);
-	for (size_t i = 0; i < c->nsubs; i++) {
-		cfg_subscription *s = &c->subs[i];
-		free(s->name);
-		strlist_free(&s->tables);
-		free(s->tag);
-		strlist_free(&s->changed);
-		free(s->where);
-		strlist_free(&s->columns);
-		free(s->topic);
-	}
+	for (size_t i = 0; i < c->nsubs; i++)
+		sub_clear(&c->subs[i]);
 	free(c->subs);
 	free(c);
 }
@@ -1452,27 +1466,34 @@ out:
 	return c;
 }
 
-cfg *cfg_load(const char *path, buf *errors)
+/* A file's text, up to CFG_MAX_FILE bytes. */
+static bool read_text(const char *path, buf *text, buf *errors)
 {
-	buf text = {0};
-	cfg *c = NULL;
 	FILE *f = fopen(path, "rb");
 	if (!f) {
 		buf_printf(errors, "%s:1:1: cannot open: %s\n", path, strerror(errno));
-		return NULL;
+		return false;
 	}
 	char chunk[65536];
 	size_t n;
-	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && text.len <= CFG_MAX_FILE)
-		buf_append(&text, chunk, n);
+	bool ok = false;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && text->len <= CFG_MAX_FILE)
+		buf_append(text, chunk, n);
 	if (ferror(f))
 		buf_printf(errors, "%s:1:1: cannot read: %s\n", path, strerror(errno));
-	else if (text.len > CFG_MAX_FILE)
+	else if (text->len > CFG_MAX_FILE)
 		buf_printf(errors, "%s:1:1: larger than %u MiB: not a configuration file\n", path,
 			   CFG_MAX_FILE >> 20);
 	else
-		c = cfg_parse(path, text.data ? text.data : "", text.len, errors);
+		ok = true;
 	fclose(f);
+	return ok;
+}
+
+cfg *cfg_load(const char *path, buf *errors)
+{
+	buf text = {0};
+	cfg *c = read_text(path, &text, errors) ? cfg_parse(path, text.data ? text.data : "", text.len, errors) : NULL;
 	buf_free(&text);
 	return c;
 }
@@ -1851,4 +1872,306 @@ char *cfg_client_socket(const char *sock, const char *config, bool status)
 	}
 	const char *env = getenv(status ? "CDC_STATUS_SOCKET" : "CDC_SUBSCRIBER_SOCKET");
 	return xstrdup(env && *env ? env : status ? CFG_DEFAULT_STATUS_SOCKET : CFG_DEFAULT_SUBSCRIBER_SOCKET);
+}
+
+/* ---- live subscriptions: PUT bodies and the overlay in state_dir ---- */
+
+static node *scalar_node(const char *text, int line, int col)
+{
+	node *n = xcalloc(1, sizeof *n);
+	n->kind = N_SCALAR;
+	n->text = xstrdup(text);
+	n->len = strlen(text);
+	n->line = line;
+	n->col = col;
+	return n;
+}
+
+cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
+					 buf *errors)
+{
+	ctx x = {.file = "body", .errors = errors, .have_kafka = c->kafka.enabled};
+	node *root = NULL;
+	cfg_subscription *s = xcalloc(1, sizeof *s);
+	sub_defaults(s);
+	s->line = s->col = 1;
+	if (!build_tree(&x, text ? text : "", text ? len : 0, &root))
+		goto out;
+	if (!root || root->kind != N_MAP) {
+		err_pos(&x, 1, 1, "must be one JSON object with the keys of a subscription");
+		goto out;
+	}
+	const node *given = NULL;
+	for (size_t i = 0; i + 1 < root->n; i += 2)
+		if (root->kids[i]->kind == N_SCALAR && strcmp(root->kids[i]->text, "name") == 0)
+			given = root->kids[i + 1];
+	if (given && (given->kind != N_SCALAR || strcmp(given->text, name) != 0)) {
+		err_key(&x, given, "name", "must be %s (the name in the path) or left out",
+			quoted(&x, name, strlen(name)));
+		goto out;
+	}
+	if (!given) {
+		node_add(root, scalar_node("name", root->line, root->col));
+		node_add(root, scalar_node(name, root->line, root->col));
+	}
+	pair seen[CFG_MAX_KEYS] = {0};
+	walk_map(&x, root, s, &sub_keys, seen);
+out:
+	node_free(root);
+	buf_free(&x.path);
+	buf_free(&x.quote);
+	if (x.nerr) {
+		cfg_subscription_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
+{
+	dst->n = src->n;
+	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	for (size_t i = 0; i < src->n; i++)
+		dst->v[i] = xstrdup(src->v[i]);
+}
+
+static char *strdup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+static void sub_copy(cfg_subscription *dst, const cfg_subscription *src)
+{
+	*dst = *src;
+	dst->name = xstrdup(src->name);
+	strlist_copy(&dst->tables, &src->tables);
+	dst->tag = strdup_or_null(src->tag);
+	strlist_copy(&dst->changed, &src->changed);
+	dst->where = strdup_or_null(src->where);
+	strlist_copy(&dst->columns, &src->columns);
+	dst->topic = strdup_or_null(src->topic);
+}
+
+cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)
+{
+	for (size_t i = 0; i < c->nsubs; i++)
+		if (strcmp(c->subs[i].name, name) == 0)
+			return &c->subs[i];
+	return NULL;
+}
+
+/* The overlay file: {subscriptions: [...], deleted: [names]}. */
+typedef struct overlay_doc {
+	cfg puts; /* only subs and nsubs */
+	cfg_strlist deleted;
+} overlay_doc;
+
+static void set_names(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg_strlist *l = FIELD(base, k, cfg_strlist);
+	if (v->kind != N_SEQ) {
+		wrong_kind(x, v, "a list of subscription names");
+		return;
+	}
+	strlist_free(l);
+	l->v = xcalloc(v->n ? v->n : 1, sizeof *l->v);
+	for (size_t i = 0; i < v->n; i++) {
+		const char *s = scalar(x, v->kids[i], "a subscription name");
+		if (s && !ident_ok(s, &sub_rule))
+			err_at(x, v->kids[i], "invalid name %s (expected %s)", qnode(x, v->kids[i]), sub_rule.expect);
+		else if (s)
+			l->v[l->n++] = xstrdup(s);
+	}
+}
+
+static const key overlay_k[] = {
+    {"subscriptions", set_subs, offsetof(overlay_doc, puts)},
+    {"deleted", set_names, offsetof(overlay_doc, deleted)},
+};
+static const keys overlay_keys = KEYS(overlay_k, NULL);
+
+static void overlay_path(buf *b, const char *state_dir, const char *suffix)
+{
+	buf_printf(b, "%s/%s%s", state_dir, CFG_OVERLAY_FILE, suffix);
+}
+
+cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
+{
+	buf path = {0};
+	overlay_path(&path, state_dir, "");
+	cfg_overlay *o = xcalloc(1, sizeof *o);
+	if (access(path.data, F_OK) != 0 && errno == ENOENT) {
+		buf_free(&path);
+		return o;
+	}
+	overlay_doc doc = {0};
+	ctx x = {.file = path.data, .errors = errors, .have_kafka = true};
+	buf text = {0};
+	if (!read_text(path.data, &text, errors))
+		x.nerr++;
+	node *root = NULL;
+	if (!x.nerr && build_tree(&x, text.data ? text.data : "", text.len, &root) && root) {
+		pair seen[CFG_MAX_KEYS] = {0};
+		walk_map(&x, root, &doc, &overlay_keys, seen);
+	}
+	node_free(root);
+	buf_free(&x.path);
+	buf_free(&x.quote);
+	buf_free(&text);
+	buf_free(&path);
+	o->put = doc.puts.subs;
+	o->nput = doc.puts.nsubs;
+	o->deleted = doc.deleted;
+	if (x.nerr) {
+		cfg_overlay_free(o);
+		return NULL;
+	}
+	return o;
+}
+
+bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, size_t errlen)
+{
+	buf path = {0}, tmp = {0};
+	overlay_path(&path, state_dir, "");
+	overlay_path(&tmp, state_dir, ".tmp");
+	bool ok = false;
+	int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		errf(err, errlen, "cannot write %s: %s", tmp.data, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	fputs("# Subscriptions changed over the status socket (PUT and DELETE /subscriptions/NAME), laid over\n"
+	      "# the configuration file's at every start and reload. Written by cdc; remove this file (with cdc\n"
+	      "# stopped) to go back to the file's subscriptions alone.\n",
+	      f);
+	fprintf(f, "subscriptions:%s\n", o->nput ? "" : " []");
+	for (size_t i = 0; i < o->nput; i++)
+		put_sub(f, &o->put[i]);
+	fputs("deleted: ", f);
+	put_list(f, &o->deleted);
+	fputc('\n', f);
+	bool written = fflush(f) == 0 && fsync(fileno(f)) == 0;
+	int saved = errno;
+	if (fclose(f) != 0 && written)
+		written = false, saved = errno;
+	if (!written || rename(tmp.data, path.data) != 0) {
+		errf(err, errlen, "cannot write %s: %s", written ? path.data : tmp.data,
+		     strerror(written ? errno : saved));
+		unlink(tmp.data);
+		goto out;
+	}
+	int dfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ok = dfd >= 0 && fsync(dfd) == 0;
+	if (!ok)
+		errf(err, errlen, "cannot sync %s: %s", state_dir, strerror(errno));
+	if (dfd >= 0)
+		close(dfd);
+out:
+	buf_free(&path);
+	buf_free(&tmp);
+	return ok;
+}
+
+static void strlist_remove(cfg_strlist *l, const char *s)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0) {
+			free(l->v[i]);
+			memmove(&l->v[i], &l->v[i + 1], (l->n - i - 1) * sizeof *l->v);
+			l->n--;
+			return;
+		}
+}
+
+static void strlist_add(cfg_strlist *l, const char *s)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0)
+			return;
+	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+	l->v[l->n++] = xstrdup(s);
+}
+
+/* Removes the subscription of that name from an array; true if there was one. */
+static bool subs_remove(cfg_subscription *v, size_t *n, const char *name)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp(v[i].name, name) == 0) {
+			sub_clear(&v[i]);
+			memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof *v);
+			(*n)--;
+			return true;
+		}
+	return false;
+}
+
+/* Replaces the subscription of s's name in place, or appends s; takes s's contents. */
+static void subs_set(cfg_subscription **v, size_t *n, cfg_subscription *s)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp((*v)[i].name, s->name) == 0) {
+			sub_clear(&(*v)[i]);
+			(*v)[i] = *s;
+			return;
+		}
+	*v = xrealloc(*v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = *s;
+}
+
+void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s)
+{
+	strlist_remove(&o->deleted, s->name);
+	subs_set(&o->put, &o->nput, s);
+	free(s);
+}
+
+void cfg_overlay_delete(cfg_overlay *o, const char *name)
+{
+	subs_remove(o->put, &o->nput, name);
+	strlist_add(&o->deleted, name);
+}
+
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors)
+{
+	for (size_t i = 0; i < o->nput; i++)
+		if (o->put[i].sink == CFG_SINK_KAFKA && !c->kafka.enabled) {
+			buf_printf(errors,
+				   "%s/%s: subscription %s has sink kafka, but the configuration has no kafka section "
+				   "(add one, or DELETE the subscription)\n",
+				   c->state_dir, CFG_OVERLAY_FILE, o->put[i].name);
+			return false;
+		}
+	for (size_t i = 0; i < o->deleted.n; i++)
+		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
+	for (size_t i = 0; i < o->nput; i++) {
+		cfg_subscription s;
+		sub_copy(&s, &o->put[i]);
+		subs_set(&c->subs, &c->nsubs, &s);
+	}
+	return true;
+}
+
+cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)
+{
+	cfg_overlay *d = xcalloc(1, sizeof *d);
+	d->nput = o->nput;
+	d->put = o->nput ? xcalloc(o->nput, sizeof *d->put) : NULL;
+	for (size_t i = 0; i < o->nput; i++)
+		sub_copy(&d->put[i], &o->put[i]);
+	strlist_copy(&d->deleted, &o->deleted);
+	return d;
+}
+
+void cfg_overlay_free(cfg_overlay *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < o->nput; i++)
+		sub_clear(&o->put[i]);
+	free(o->put);
+	strlist_free(&o->deleted);
+	free(o);
 }

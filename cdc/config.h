@@ -105,6 +105,40 @@ cfg *cfg_load(const char *path, buf *errors);
 /* The same from a string (path is used in messages only): for tests and fuzzing. */
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
 void cfg_free(cfg *c);
+/* A subscription from the body of PUT /subscriptions/NAME: a JSON (or YAML) object with the keys
+ * of a subscription in the file; "name" may be left out and must be NAME if present. c is the
+ * running configuration (sink: kafka needs its kafka section). NULL after appending one
+ * "PUT /subscriptions/NAME:LINE:COL: key: message" line per problem to errors. */
+cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
+					 buf *errors);
+void cfg_subscription_free(cfg_subscription *s); /* frees s too */
+
+/* Subscriptions changed over the status socket, kept in state_dir (CFG_OVERLAY_FILE) and laid over
+ * the file's subscriptions at every start and reload: a put adds or replaces the subscription of
+ * its name, a deleted name removes it. */
+#define CFG_OVERLAY_FILE "subscriptions.yaml"
+typedef struct cfg_overlay {
+	cfg_subscription *put;
+	size_t nput;
+	cfg_strlist deleted;
+} cfg_overlay;
+/* Reads state_dir's overlay; a missing file is an empty overlay. NULL after appending the file's
+ * errors to errors. */
+cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors);
+/* Writes it to state_dir atomically and durably (temporary file, fsync, rename, fsync of the
+ * directory). */
+bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Records a PUT (takes s) or a DELETE of name. */
+void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
+void cfg_overlay_delete(cfg_overlay *o, const char *name);
+/* Applies o to c's subscriptions. False, with a message in errors, when a put needs what c lacks
+ * (sink: kafka without a kafka section). */
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors);
+cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
+void cfg_overlay_free(cfg_overlay *o);
+/* The subscription named name in c, or NULL. */
+cfg_subscription *cfg_find_subscription(const cfg *c, const char *name);
+
 /* Prints the effective configuration (defaults filled in) as YAML that cfg_parse accepts again; the
  * DSN's password and secret-looking kafka properties (*password*, *secret*, sasl.*, *.key, *key*.pem)
  * are masked as "********". */

@@ -14,6 +14,7 @@
 
 #include "arena.h"
 #include "event.h"
+#include "json.h"
 #include "log.h"
 #include "progress.h"
 #include "report.h"
@@ -54,6 +55,14 @@ typedef struct sidecar {
 	txn_handler handler;
 	source_handler source_handler;
 	rules *rules;
+	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
+	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
+	 * hold their parsed subscription */
+	struct live_change {
+		status_request *req;
+		cfg_subscription *put; /* NULL: delete */
+	} *changes;
+	size_t nchanges;
 	status_server *status;
 	uint64_t *matched; /* per subscription (parallel to cfg->subs): events handed to its sink */
 	sink *instances[NSINKS]; /* each created when a subscription needs it */
@@ -69,6 +78,9 @@ typedef struct sidecar {
 	uint64_t seq, cur_seq; /* transactions numbered in commit order */
 	uint32_t tx_index;
 	uint64_t received_lsn, flushed_lsn, sent_flush_lsn;
+	/* Where the last transaction processed ended (or the idle server's position): a change of the
+	 * subscriptions applies to every transaction committing at or after it. */
+	uint64_t boundary_lsn;
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
 	/* progress: totals, and what the last progress line reported */
@@ -245,6 +257,8 @@ static bool change_events(sidecar *d, const txn_info *t, const pgo_msg *m, pgo_l
 static void end_txn(sidecar *d, uint64_t end_lsn)
 {
 	progress_push(&d->prog, d->cur_seq, end_lsn);
+	if (end_lsn > d->boundary_lsn)
+		d->boundary_lsn = end_lsn;
 	FOR_SINKS(d, k)
 		k->ops->end_txn(k, d->cur_seq);
 }
@@ -443,6 +457,8 @@ static bool on_keepalive(void *ctx, uint64_t wal_end, bool reply, char *err, siz
 		d->received_lsn = wal_end;
 	if (wal_end > d->server_wal_lsn)
 		d->server_wal_lsn = wal_end;
+	if (!in_txn(d) && wal_end > d->boundary_lsn)
+		d->boundary_lsn = wal_end;
 	advance(d);
 	/* Nothing in flight anywhere: everything up to wal_end is delivered, so an idle slot (or one
 	 * whose WAL is all other databases' or unpublished tables') never pins WAL. */
@@ -603,6 +619,8 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 		event_add(d->ev_write, NULL);
 }
 
+static void publish(sidecar *d, bool force);
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -634,6 +652,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	d->st = st;
 	d->flushed_lsn = d->sent_flush_lsn = d->received_lsn = st.flushed_lsn;
+	if (st.flushed_lsn > d->boundary_lsn)
+		d->boundary_lsn = st.flushed_lsn;
 	progress_clear(&d->prog);
 	d->reconnects += d->last_progress_ms != 0;
 	snprintf(d->server_version, sizeof(d->server_version), "%d.%d", source_server_version(d->src) / 10000,
@@ -641,6 +661,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	d->streaming = true;
 	if (!d->last_progress_ms)
 		d->last_progress_ms = now_ms();
+	publish(d, true); /* /readyz turns 200 now, not at the next tick */
 	int sock = source_fd(d->src);
 	d->ev_read = event_new(d->base, sock, EV_READ | EV_PERSIST, on_read, d);
 	event_free(d->ev_write);
@@ -756,6 +777,7 @@ static void publish(sidecar *d, bool force)
 		.subs = subs,
 		.nsubs = d->cfg->nsubs,
 		.has_kafka = d->instances[KAFKA] != NULL,
+		.socket_latency = d->instances[SOCKET] ? socket_sink_latency(d->instances[SOCKET]) : NULL,
 	};
 	if (d->instances[KAFKA]) {
 		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
@@ -776,13 +798,58 @@ static void publish(sidecar *d, bool force)
 	free(subs);
 }
 
-/* PUT and DELETE /subscriptions/NAME: not in this release; the YAML file and SIGHUP change them. */
+static void answer_error(sidecar *d, status_request *req, unsigned code, const char *error, const char *details)
+{
+	buf b = {0};
+	buf_puts(&b, "{\"error\":");
+	json_string(&b, error, strlen(error));
+	if (details) {
+		buf_puts(&b, ",\"details\":[");
+		for (const char *line = details; *line;) {
+			const char *nl = strchr(line, '\n');
+			size_t n = nl ? (size_t)(nl - line) : strlen(line);
+			if (line != details)
+				buf_putc(&b, ',');
+			json_string(&b, line, n);
+			line += n + (nl != NULL);
+		}
+		buf_putc(&b, ']');
+	}
+	buf_puts(&b, "}\n");
+	status_answer(d->status, req, code, b.data);
+	buf_free(&b);
+}
+
+static bool pending_put(const sidecar *d, const char *name)
+{
+	bool put = false;
+	for (size_t i = 0; i < d->nchanges; i++)
+		if (strcmp(d->changes[i].req->name, name) == 0)
+			put = d->changes[i].put != NULL;
+	return put;
+}
+
+/* PUT and DELETE /subscriptions/NAME: checked now, applied at the next transaction boundary. */
 static void on_control(void *ctx, status_request *req)
 {
 	sidecar *d = ctx;
-	status_answer(d->status, req, 501,
-		      "{\"error\":\"changing subscriptions over the status socket is not available in this release; "
-		      "edit the configuration file and send SIGHUP\"}\n");
+	cfg_subscription *put = NULL;
+	if (req->put) {
+		buf errors = {0};
+		if (!(put = cfg_parse_subscription(d->cfg, req->name, req->body, req->body_len, &errors))) {
+			answer_error(d, req, 400, "invalid subscription", errors.data);
+			buf_free(&errors);
+			return;
+		}
+		buf_free(&errors);
+	} else if (!cfg_find_subscription(d->cfg, req->name) && !pending_put(d, req->name)) {
+		answer_error(d, req, 404, "no such subscription", NULL);
+		return;
+	}
+	d->changes = xrealloc(d->changes, (d->nchanges + 1) * sizeof(*d->changes));
+	d->changes[d->nchanges++] = (struct live_change){req, put};
+	d->reload_pending = true;
+	maybe_reload(d);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -820,15 +887,21 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
-/* Points each subscription at its sink, creating sinks on first use. */
-static bool bind_sinks(sidecar *d)
+/* Points each subscription at its sink, creating sinks on first use. The counts of subscriptions
+ * that were in old (NULL at the start) carry over. */
+static bool bind_sinks(sidecar *d, const cfg *old)
 {
 	free(d->sinks);
 	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
-	free(d->matched); /* counts start again with a new set of subscriptions */
-	d->matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(uint64_t));
-	for (size_t i = 0; i < d->cfg->nsubs; i++) {
-		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
+	uint64_t *matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(uint64_t));
+	for (size_t i = 0; old && i < d->cfg->nsubs; i++) {
+		const cfg_subscription *was = cfg_find_subscription(old, d->cfg->subs[i].name);
+		if (was)
+			matched[i] = d->matched[was - old->subs];
+	}
+	free(d->matched);
+	d->matched = matched;
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
 			if (!d->instances[STDOUT])
 				d->instances[STDOUT] = stdout_sink_new(STDOUT_FILENO);
 			d->sinks[i] = d->instances[STDOUT];
@@ -870,18 +943,90 @@ static bool same_kafka(const cfg *a, const cfg *b)
 	return true;
 }
 
-/* SIGHUP: subscriptions are swapped at a transaction boundary; source settings need a restart. */
+/* The configuration file with the subscriptions of ov laid over it, and its rules. NULL with the
+ * problems in errors and the HTTP status a change waiting for it gets: 500 when the file itself is
+ * broken, 400 when the subscriptions are. */
+static cfg *load_config(sidecar *d, const cfg_overlay *ov, rules **r, buf *errors, unsigned *code)
+{
+	cfg *next = cfg_load(d->cfg_path, errors);
+	*code = 500;
+	if (!next)
+		return NULL;
+	*code = 400;
+	if (cfg_overlay_apply(ov, next, errors) &&
+	    (*r = rules_new(next->subs, next->nsubs, d->err, sizeof(d->err))))
+		return next;
+	if (!errors->len)
+		buf_printf(errors, "%s\n", d->err);
+	cfg_free(next);
+	return NULL;
+}
+
+/* Answers the changes that waited for the reload: 200 with the LSN they apply from, or the error. */
+static void settle_changes(sidecar *d, unsigned code, const char *error, const char *details)
+{
+	char lsn[LSN_STRLEN];
+	lsn_format(d->boundary_lsn, lsn);
+	for (size_t i = 0; i < d->nchanges; i++) {
+		status_request *req = d->changes[i].req;
+		cfg_subscription_free(d->changes[i].put);
+		if (code != 200) {
+			answer_error(d, req, code, error, details);
+			continue;
+		}
+		log_info(req->put ? "subscription changed" : "subscription removed", "subscription=%s applied_lsn=%s",
+			 req->name, lsn);
+		buf b = {0};
+		buf_puts(&b, "{\"subscription\":");
+		json_string(&b, req->name, strlen(req->name));
+		buf_printf(&b, ",\"action\":\"%s\",\"applied_lsn\":\"%s\"", req->put ? "put" : "delete", lsn);
+		const cfg_subscription *now = cfg_find_subscription(d->cfg, req->name);
+		if (req->put && now) {
+			buf_puts(&b, ",\"config\":");
+			report_subscription_json(now, &b);
+		}
+		buf_puts(&b, "}\n");
+		status_answer(d->status, req, 200, b.data);
+		buf_free(&b);
+	}
+	free(d->changes);
+	d->changes = NULL;
+	d->nchanges = 0;
+}
+
+/* SIGHUP, PUT and DELETE: the file is read again and the overlay (with the changes waiting) laid
+ * over it; subscriptions are swapped at a transaction boundary; source settings need a restart. */
 static bool apply_reload(sidecar *d)
 {
 	d->reload_pending = false;
+	cfg_overlay *ov = cfg_overlay_copy(d->overlay);
+	for (size_t i = 0; i < d->nchanges; i++) {
+		if (d->changes[i].put) {
+			cfg_overlay_put(ov, d->changes[i].put);
+			d->changes[i].put = NULL;
+		} else {
+			cfg_overlay_delete(ov, d->changes[i].req->name);
+		}
+	}
 	buf errors = {0};
-	cfg *next = cfg_load(d->cfg_path, &errors);
-	rules *r = next ? rules_new(next->subs, next->nsubs, d->err, sizeof(d->err)) : NULL;
-	if (!r) {
-		log_error("reload refused; keeping the running configuration", "errors=\"%s\"",
-			  next ? d->err : errors.data);
-		buf_free(&errors);
+	rules *r = NULL;
+	unsigned code;
+	cfg *next = load_config(d, ov, &r, &errors, &code);
+	if (next && d->nchanges && !cfg_overlay_save(ov, d->cfg->state_dir, d->err, sizeof(d->err))) {
+		buf_printf(&errors, "%s\n", d->err);
+		code = 500;
+		rules_free(r);
 		cfg_free(next);
+		next = NULL;
+	}
+	if (!next) {
+		log_error("reload refused; keeping the running configuration", "errors=\"%s\"", errors.data);
+		settle_changes(d, code,
+			       code == 500 ? "cannot apply: the configuration file or state_dir has a problem; fix it and retry"
+					   : "invalid subscription",
+			       errors.data);
+		buf_free(&errors);
+		cfg_overlay_free(ov);
 		return false;
 	}
 	buf_free(&errors);
@@ -892,15 +1037,28 @@ static bool apply_reload(sidecar *d)
 		log_warn("kafka brokers and properties take effect at the next restart", "config=%s", d->cfg_path);
 	rules_free(d->rules);
 	d->rules = r;
-	/* Keep the source settings in use; take everything else. */
+	cfg_overlay_free(d->overlay);
+	d->overlay = ov;
 	cfg *old = d->cfg;
 	d->cfg = next;
-	if (!bind_sinks(d)) {
+	if (!bind_sinks(d, old)) {
+		cfg_free(old);
+		settle_changes(d, 500, "cannot start a sink the new configuration needs", d->err);
 		fail(d, 1, "cannot start a sink the new configuration needs");
 		return false;
 	}
+	/* A deleted socket subscription's spool goes with it. */
+	for (size_t i = 0; i < d->nchanges; i++) {
+		const char *name = d->changes[i].req->name;
+		if (!d->changes[i].req->put && d->instances[SOCKET] && !cfg_find_subscription(d->cfg, name) &&
+		    !socket_sink_forget(d->instances[SOCKET], name, d->err, sizeof(d->err)))
+			log_warn("cannot remove the spool of a deleted subscription", "subscription=%s error=\"%s\"", name,
+				 d->err);
+	}
 	cfg_free(old);
+	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
+	publish(d, true); /* GET answers with the new subscriptions from now on */
 	return true;
 }
 
@@ -948,16 +1106,28 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 {
 	sidecar d = {.cfg = c, .cfg_path = cfg_path, .endpos = endpos, .lock_fd = -1};
 	log_setup(c->log.level, c->log.format);
-	if (!(d.rules = rules_new(c->subs, c->nsubs, d.err, sizeof(d.err)))) {
-		log_error("configuration not supported", "error=\"%s\"", d.err);
-		cfg_free(c);
-		return 2;
-	}
 	signal(SIGPIPE, SIG_IGN);
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	if ((d.lock_fd = state_lock(c->state_dir, d.err, sizeof(d.err))) < 0) {
 		d.exit_code = 1;
 		log_error("cannot use state_dir", "error=\"%s\"", d.err);
+		goto out;
+	}
+	buf errors = {0};
+	if (!(d.overlay = cfg_overlay_load(c->state_dir, &errors)) || !cfg_overlay_apply(d.overlay, c, &errors)) {
+		d.exit_code = 2;
+		log_error("the subscriptions changed over the status socket cannot be used", "errors=\"%s\"",
+			  errors.data);
+		buf_free(&errors);
+		goto out;
+	}
+	buf_free(&errors);
+	if (d.overlay->nput || d.overlay->deleted.n)
+		log_info("subscriptions changed over the status socket apply", "file=%s/" CFG_OVERLAY_FILE
+			 " changed=%zu deleted=%zu", c->state_dir, d.overlay->nput, d.overlay->deleted.n);
+	if (!(d.rules = rules_new(c->subs, c->nsubs, d.err, sizeof(d.err)))) {
+		d.exit_code = 2;
+		log_error("configuration not supported", "error=\"%s\"", d.err);
 		goto out;
 	}
 	snprintf(d.spill_dir, sizeof(d.spill_dir), "%s/spill", c->state_dir);
@@ -974,7 +1144,7 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	d.rc = pgo_relcache_new();
 	d.src = source_new(c);
 	d.base = event_base_new();
-	if (!bind_sinks(&d)) {
+	if (!bind_sinks(&d, NULL)) {
 		d.exit_code = 2;
 		log_error("cannot start a sink", "error=\"%s\"", d.err);
 		goto out;
@@ -1014,6 +1184,9 @@ out:
 	if (d.ev_tick)
 		event_free(d.ev_tick);
 	/* Whatever has events on the loop goes before the loop. */
+	for (size_t i = 0; i < d.nchanges; i++)
+		cfg_subscription_free(d.changes[i].put);
+	free(d.changes);
 	status_free(d.status);
 	if (d.ev_kafka)
 		event_free(d.ev_kafka);
@@ -1028,6 +1201,7 @@ out:
 	buf_free(&d.scratch);
 	progress_free(&d.prog);
 	rules_free(d.rules);
+	cfg_overlay_free(d.overlay);
 	free(d.matched);
 	free(d.sinks);
 	cfg_free(d.cfg);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <ftw.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -107,6 +108,10 @@ struct socket_sink {
 	size_t nconnections;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	buf scratch, events;
+	/* commit times (µs) of the events appended since the last sync, for the latency histogram */
+	int64_t *commit_times;
+	size_t ncommit_times, commit_times_cap;
+	hist latency;
 	char err[512];
 };
 
@@ -168,7 +173,7 @@ static void window_reset(window *w, uint64_t base)
 
 static cfg_consumers mode(const queue *q)
 {
-	return q->dead_letters ? CFG_CONSUMERS_FAILOVER : q->sub->cfg->consumers;
+	return q->dead_letters || !q->sub->cfg ? CFG_CONSUMERS_FAILOVER : q->sub->cfg->consumers;
 }
 
 /* failover: only the first consumer receives; the others wait their turn. */
@@ -394,8 +399,8 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 /* Pushes what the consumers have room for: returned offsets first (in order), then new ones. */
 static void dispatch(socket_sink *s, queue *q)
 {
-	if (!q->consumers || (mode(q) == CFG_CONSUMERS_FAILOVER && q->consumers->closing))
-		return;
+	if (!q->sub->cfg || !q->consumers || (mode(q) == CFG_CONSUMERS_FAILOVER && q->consumers->closing))
+		return; /* removed from the configuration: nothing more is sent */
 	uint64_t head = spool_head(q->sp), now = mono_ms();
 	uint64_t off = resume_at(q);
 	while (off && off <= head) {
@@ -449,7 +454,7 @@ static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	sl->c->in_flight--;
 	sl->state = SLOT_UNSENT;
 	q->returned++;
-	uint32_t max = q->sub->cfg->max_deliveries;
+	uint32_t max = q->sub->cfg ? q->sub->cfg->max_deliveries : 0; /* no cfg: being removed */
 	if (!q->dead_letters && max && sl->deliveries >= max)
 		move_to_dead(s, q, off);
 }
@@ -1015,6 +1020,12 @@ static bool socket_deliver(sink *base, const char *rendered, size_t len, const s
 	sub->last_txi = c->tx_index;
 	sub->in_txn = sub->dirty = true;
 	sub->matched++;
+	if (c->commit_time > 0 && s->ncommit_times == s->commit_times_cap) {
+		s->commit_times_cap = s->commit_times_cap ? 2 * s->commit_times_cap : 1024;
+		s->commit_times = xrealloc(s->commit_times, s->commit_times_cap * sizeof(*s->commit_times));
+	}
+	if (c->commit_time > 0)
+		s->commit_times[s->ncommit_times++] = c->commit_time;
 	return true;
 }
 
@@ -1044,6 +1055,10 @@ static sink_status socket_flush(sink *base, char *err, size_t errlen)
 		dispatch(s, &sub->q);
 	}
 	s->durable_seq = ended;
+	int64_t now_us = wall_ms() * 1000;
+	for (size_t i = 0; i < s->ncommit_times; i++)
+		hist_add(&s->latency, now_us > s->commit_times[i] ? (uint64_t)(now_us - s->commit_times[i]) : 0);
+	s->ncommit_times = 0;
 	return SINK_OK;
 }
 
@@ -1102,6 +1117,7 @@ static void socket_free(sink *base)
 		event_free(s->ev_tick);
 	buf_free(&s->scratch);
 	buf_free(&s->events);
+	free(s->commit_times);
 	free(s);
 }
 
@@ -1146,6 +1162,40 @@ sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake_fn)(voi
 fail:
 	socket_free(&s->base);
 	return NULL;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (sub->cfg || strcmp(sub->name, name) != 0)
+			continue;
+		free_queue(&sub->q);
+		free_queue(&sub->dead);
+		free(sub->name);
+		free(sub);
+		memmove(&s->subs[i], &s->subs[i + 1], (s->nsubs - i - 1) * sizeof(*s->subs));
+		s->nsubs--;
+		break;
+	}
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->cfg->state_dir, name);
+	if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+		return errf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+	log_info("removed the spool of a deleted subscription", "subscription=%s dir=%s", name, dir);
+	return true;
+}
+
+const hist *socket_sink_latency(const sink *base)
+{
+	return &((const socket_sink *)base)->latency;
 }
 
 bool socket_sink_stats(const sink *base, size_t i, socket_sub_stats *out)

@@ -6,6 +6,7 @@
 #define CDC_SOCKET_SINK_H
 
 #include "config.h"
+#include "hist.h"
 #include "sink.h"
 
 struct event_base;
@@ -18,6 +19,10 @@ sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake)(void *
  * bind): opens the spool of each new one in state_dir/spool/NAME, recovering it; consumers of a
  * subscription that is gone are told so and disconnected (its spool stays on disk). */
 bool socket_sink_bind(sink *s, const cfg *c, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Closes the spools of a subscription the last bind removed and deletes state_dir/spool/NAME. */
+bool socket_sink_forget(sink *s, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Commit time to durably spooled, per event, in microseconds. */
+const hist *socket_sink_latency(const sink *s);
 
 typedef struct socket_sub_stats {
 	const char *name;

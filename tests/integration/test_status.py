@@ -86,7 +86,7 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     code, body = get(c, "/subscriptions")
     assert code == 200 and [x["name"] for x in json.loads(body)["subscriptions"]] == ["jobs", "all"]
     code, body = http((status_sock(c), "/subscriptions/new"), "PUT", "{}")
-    assert code == 501 and "SIGHUP" in json.loads(body)["error"]
+    assert code == 400 and json.loads(body)["details"] == ['body:1:1: missing required key "tables"']
 
     out = subprocess.run([CDC_BIN, "status", "-c", c.path], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr

@@ -1,0 +1,262 @@
+"""test_live.py: subscriptions changed over the status socket while cdc streams: PUT under load
+(events from the answered LSN on, none before), persistence across restarts, DELETE (and the
+socket spool going with it), 400s that name the field, 403 for a peer not in status.control_uids,
+and malformed or slow HTTP clients never stalling the stream."""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import psycopg2
+
+from conftest import wait_for
+from pg import lsn_to_int
+from subscriber_client import Subscriber, pb
+from test_status import get, http, status_sock
+
+
+def put(c, name, body):
+    code, text = http((status_sock(c), f"/subscriptions/{name}"), "PUT", json.dumps(body), timeout=60)
+    return code, json.loads(text)
+
+
+def delete(c, name):
+    code, text = http((status_sock(c), f"/subscriptions/{name}"), "DELETE", timeout=60)
+    return code, json.loads(text)
+
+
+def names(c):
+    code, body = get(c, "/subscriptions")
+    assert code == 200, body
+    return [s["name"] for s in json.loads(body)["subscriptions"]]
+
+
+class Load:
+    """Inserts rows 1, 2, 3... into a table, one transaction each, until stopped."""
+
+    def __init__(self, pg, table):
+        self.conn = psycopg2.connect(pg.dsn)
+        self.conn.autocommit = True
+        self.table = table
+        self.n = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        cur = self.conn.cursor()
+        while not self.stop.is_set():
+            self.n += 1
+            cur.execute(f"insert into {self.table} values (%s)", (self.n,))
+            time.sleep(0.002)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(30)
+        self.conn.close()
+        return self.n
+
+
+def ids(events, sub):
+    return sorted(e["new"]["id"] for e in events if e["subscription"] == sub)
+
+
+def test_put_under_load_then_restart_and_delete(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start(subscriptions=[{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"}])
+    load = Load(pg, f"{schema}.t")
+    wait_for(lambda: len(p.events()) >= 200, 60, what="load flowing")
+    code, ans = put(c, "late", {"tables": [f"{schema}.t"], "sink": "stdout", "operations": ["insert"]})
+    assert code == 200, ans
+    assert ans["subscription"] == "late" and ans["action"] == "put"
+    assert ans["config"]["tables"] == [f"{schema}.t"] and ans["config"]["operations"] == ["insert"]
+    applied = lsn_to_int(ans["applied_lsn"])
+    wait_for(lambda: len(ids(p.events(), "late")) >= 200, 60, what="the new subscription receiving")
+    total = load.finish()
+    events = p.wait_events(total, 60, pred=lambda e: e["subscription"] == "all")
+    assert ids(events, "all") == list(range(1, total + 1))
+    # Exactly the rows committed at or after the answered LSN, and none before it.
+    late = [e for e in p.events() if e["subscription"] == "late"]
+    after = [e["new"]["id"] for e in events if e["subscription"] == "all" and lsn_to_int(e["commit_lsn"]) >= applied]
+    assert all(lsn_to_int(e["commit_lsn"]) >= applied for e in late)
+    assert sorted(e["new"]["id"] for e in late) == sorted(after)
+    assert 200 <= len(after) < total
+    assert names(c) == ["all", "late"]
+    assert os.path.exists(os.path.join(c.state_dir, "subscriptions.yaml"))
+
+    # A restart keeps it: the file still says only "all".
+    assert p.terminate() == 0
+    p = c.start()
+    assert names(c) == ["all", "late"]
+    pg.sql(f"insert into {schema}.t values (-1)")
+    evs = p.wait_events(2, 30, pred=lambda e: e["new"]["id"] == -1)
+    assert sorted(e["subscription"] for e in evs) == ["all", "late"]
+
+    code, ans = delete(c, "late")
+    assert code == 200 and ans["action"] == "delete", ans
+    assert lsn_to_int(ans["applied_lsn"]) > lsn_to_int(evs[0]["commit_lsn"])
+    pg.sql(f"insert into {schema}.t values (-2)")
+    assert [e["subscription"] for e in p.wait_events(1, 30, pred=lambda e: e["new"]["id"] == -2)] == ["all"]
+    assert p.terminate() == 0
+    p = c.start()
+    assert names(c) == ["all"]
+    pg.sql(f"insert into {schema}.t values (-3)")
+    p.wait_events(1, 30, pred=lambda e: e["new"]["id"] == -3)
+    time.sleep(0.3)
+    assert [e["subscription"] for e in p.events() if e["new"]["id"] == -3] == ["all"]
+    assert p.terminate() == 0
+
+
+def test_delete_socket_subscription_removes_its_spool(pg, schema, cdc):
+    pg.sql(f"create table {schema}.q (id int primary key)")
+    c, p = cdc.start(subscriptions=[
+        {"name": "jobs", "tables": [f"{schema}.q"], "sink": "socket", "consumers": "shared"},
+        {"name": "all", "tables": [f"{schema}.q"], "sink": "stdout"}])
+    sock = c.config["subscribers"]["socket"]
+    a, b = Subscriber(sock, "jobs", consumer="a"), Subscriber(sock, "jobs", consumer="b")
+    pg.sql(f"insert into {schema}.q select generate_series(1, 10)")
+    got = a.events(1, 20, all_available=True) + b.events(1, 20, all_available=True)
+    assert len(got) == 10  # shared: each consumer has some, none acknowledged
+    spool = os.path.join(c.state_dir, "spool", "jobs")
+    assert os.path.isdir(spool)
+
+    code, ans = delete(c, "jobs")
+    assert code == 200, ans
+    for s in (a, b):
+        errors = [f.error for f in s.wait_closed(10) if f.WhichOneof("kind") == "error"]
+        assert [pb.Error.Code.Name(e.code) for e in errors] == ["SUBSCRIPTION_REMOVED"]
+    assert not os.path.exists(spool)
+    assert names(c) == ["all"]
+    st = json.loads(get(c, "/status")[1])
+    assert [s["name"] for s in st["subscriptions"]] == ["all"]
+    assert delete(c, "jobs")[0] == 404
+    # Streaming goes on, and the subscription stays deleted across a restart (the file still has it).
+    pg.sql(f"insert into {schema}.q values (11)")
+    p.wait_events(11, 30)
+    assert p.running()
+    assert p.terminate() == 0
+    p = c.start()
+    assert names(c) == ["all"]
+    assert not os.path.exists(spool)
+    assert p.terminate() == 0
+
+
+def test_invalid_changes_are_refused_with_the_field(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start(subscriptions=[{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"}])
+    sock = status_sock(c)
+
+    def refused(name, body):
+        code, text = http((sock, f"/subscriptions/{name}"), "PUT", body)
+        assert code == 400, (code, text)
+        return " ".join([json.loads(text)["error"]] + json.loads(text).get("details", []))
+
+    assert "where" in refused("x", json.dumps({"tables": [f"{schema}.t"], "where": "id >"}))
+    assert "unknown key \"colour\"" in refused("x", json.dumps({"tables": [f"{schema}.t"], "colour": "red"}))
+    assert "missing required key \"tables\"" in refused("x", json.dumps({"sink": "stdout"}))
+    assert "name" in refused("x", json.dumps({"name": "y", "tables": [f"{schema}.t"]}))
+    assert "kafka" in refused("x", json.dumps({"tables": [f"{schema}.t"], "sink": "kafka"}))
+    assert "ack_timeout" in refused("x", json.dumps({"tables": [f"{schema}.t"], "ack_timeout": "soon"}))
+    assert "JSON" in refused("x", "[1, 2]")
+    assert refused("x", "{not json")
+    assert http((sock, "/subscriptions/bad%20name"), "PUT", "{}")[0] == 400
+    assert delete(c, "nope")[0] == 404
+    assert names(c) == ["all"]
+    assert not os.path.exists(os.path.join(c.state_dir, "subscriptions.yaml"))
+    assert p.running()
+    assert p.terminate() == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tcp(port, path, method="GET", body=None):
+    """(status code, body) of one request over TCP."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        data = (body or "").encode()
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
+                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    head, _, rest = out.partition(b"\r\n\r\n")
+    return int(head.split()[1]), rest.decode()
+
+
+def test_control_uids_and_tcp(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    body = {"tables": [f"{schema}.t"], "sink": "stdout"}
+    subs = [{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"}]
+    # Only uid 54321 may change subscriptions: this test's uid (root in CI, or the user) may not.
+    port = free_port()
+    c, p = cdc.start(subscriptions=subs, status={"socket": cdc.sockdir + "/st-uids.sock",
+                                                 "listen": f"127.0.0.1:{port}", "control_uids": [54321]})
+    code, ans = put(c, "x", body)
+    assert code == 403 and f"uid {os.geteuid()} may not change subscriptions" in ans["error"], ans
+    assert delete(c, "all")[0] == 403
+    # Over TCP: every read-only endpoint; mutations refused without status.tcp_control.
+    code, text = tcp(port, "/status")
+    assert code == 200 and json.loads(text)["source"]["slot"] == c.slot
+    wait_for(lambda: tcp(port, "/readyz") == (200, "ready\n"), 10, what="ready over TCP")
+    assert tcp(port, "/healthz") == (200, "ok\n")
+    assert tcp(port, "/metrics")[1].count("# TYPE cdc_") > 10
+    assert [s["name"] for s in json.loads(tcp(port, "/subscriptions")[1])["subscriptions"]] == ["all"]
+    code, text = tcp(port, "/subscriptions/x", "PUT", json.dumps(body))
+    assert code == 403 and "tcp_control" in json.loads(text)["error"]
+    assert names(c) == ["all"]
+    assert p.terminate() == 0
+
+    # With tcp_control: true, anyone who can reach the port may.
+    port = free_port()
+    c, p = cdc.start(subscriptions=subs, status={"socket": cdc.sockdir + "/st-tcp.sock",
+                                                 "listen": f"127.0.0.1:{port}", "tcp_control": True})
+    code, text = tcp(port, "/subscriptions/x", "PUT", json.dumps(body))
+    assert code == 200 and json.loads(text)["subscription"] == "x", text
+    assert tcp(port, "/subscriptions/x", "DELETE")[0] == 200
+    assert names(c) == ["all"]
+    assert p.terminate() == 0
+
+
+def test_malformed_and_slow_http_never_stall_streaming(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start(subscriptions=[{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"}])
+    sock = status_sock(c)
+    # A client that never finishes its request, and one whose request line holds NUL bytes (which
+    # libmicrohttpd leaves unanswered until the connection times out): both only hold their own
+    # connection.
+    stuck = []
+    for partial in (b"GET /sta", b"\x00\x01\x02 nonsense\r\n\r\n"):
+        stuck.append(socket.socket(socket.AF_UNIX))
+        stuck[-1].connect(sock)
+        stuck[-1].sendall(partial)
+    load = Load(pg, f"{schema}.t")
+    answers = []
+    for garbage in (b"nonsense\r\n\r\n", b"GET /status\r\n\r\n",
+                    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+                    b"BREW /coffee HTCPCP/1.0\r\n\r\n", b"GET /status HTTP/9.9\r\n\r\n",
+                    b"GET /status HTTP/1.1\r\n" + b"X: " + b"y" * 100000 + b"\r\n\r\n",
+                    b"PUT /subscriptions/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{\"a\":"):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(sock)
+        s.sendall(garbage)
+        s.shutdown(socket.SHUT_WR)
+        answers.append(s.recv(4096).split(b"\r\n")[0])
+        s.close()
+    # The first line has no version: closed without an answer.
+    assert answers == [b"", b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 400 Bad Request",
+                       b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 505 HTTP Version Not Supported",
+                       b"HTTP/1.1 431 Request Header Fields Too Large", b"HTTP/1.1 400 Bad Request"]
+    n = load.n
+    wait_for(lambda: len(p.events()) >= n + 100, 60, what="streaming to go on")
+    assert get(c, "/readyz") == (200, "ready\n")
+    total = load.finish()
+    assert ids(p.wait_events(total, 60), "all") == list(range(1, total + 1))
+    for x in stuck:
+        x.close()
+    assert p.terminate() == 0

@@ -4,6 +4,7 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <event2/event.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -34,6 +35,8 @@
 #define PROGRESS_LOG_MS 30000                 /* a progress line at most this often while changes flow */
 #define LARGE_TXN_BYTES (64 * 1024 * 1024)    /* held transactions this large are logged as delivered */
 #define PUBLISH_MS 1000                       /* the status socket's figures are this fresh */
+#define HEALTH_MS 5000                        /* pg_replication_slots is asked this often */
+#define SAFE_WAL_LOW_PERCENT 20 /* warn when less than this share of max_slot_wal_keep_size is left */
 
 enum { STDOUT, KAFKA, SOCKET, NSINKS }; /* the sink instances */
 
@@ -90,6 +93,9 @@ typedef struct sidecar {
 	int64_t last_commit_time;
 	char server_version[32];
 	bool heartbeat_warned;
+	uint64_t last_health_ms;
+	source_slot_health health;
+	char slot_warning[256]; /* why the slot is in danger of losing WAL; "" when it is not */
 	char err[1024];
 } sidecar;
 
@@ -721,6 +727,11 @@ static const char *not_ready(const sidecar *d)
 		return d->last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
 	if (d->paused)
 		return "paused: a sink is busy or a spool is full (when_full: block)";
+	if (d->instances[KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
+		if (k->brokers_down && k->in_flight)
+			return "kafka: every broker is down; messages wait in flight";
+	}
 	return NULL;
 }
 
@@ -773,12 +784,20 @@ static void publish(sidecar *d, bool force)
 				    d->flushed_lsn >= d->server_wal_lsn ? 0 :
 				    (double)(wall_us - d->last_commit_time) / 1e6,
 			   .reconnects = d->reconnects, .transactions = d->seq, .events = d->events,
-			   .errors_stream = d->errors_stream, .errors_connect = d->errors_connect},
+			   .errors_stream = d->errors_stream, .errors_connect = d->errors_connect,
+			   .wal_status = d->health.known ? d->health.wal_status : NULL,
+			   .safe_wal_size_known = d->health.known && d->health.safe_wal_size_known,
+			   .safe_wal_size = d->health.safe_wal_size},
 		.subs = subs,
 		.nsubs = d->cfg->nsubs,
 		.has_kafka = d->instances[KAFKA] != NULL,
 		.socket_latency = d->instances[SOCKET] ? socket_sink_latency(d->instances[SOCKET]) : NULL,
 	};
+	const char *warnings[] = {d->slot_warning};
+	if (d->slot_warning[0]) {
+		r.warnings = warnings;
+		r.nwarnings = 1;
+	}
 	if (d->instances[KAFKA]) {
 		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
 		r.kafka.in_flight = k->in_flight;
@@ -852,6 +871,40 @@ static void on_control(void *ctx, status_request *req)
 	maybe_reload(d);
 }
 
+/* The slot's wal_status and safe_wal_size: a warning in the log (once) and in /status while the
+ * slot is in danger of losing the WAL it needs (max_slot_wal_keep_size). */
+static void check_slot_health(sidecar *d)
+{
+	char err[512], warning[sizeof(d->slot_warning)] = "";
+	if (!source_poll_slot_health(d->src, &d->health, err, sizeof(err))) {
+		log_debug("cannot read the slot's health", "error=\"%s\"", err);
+		return;
+	}
+	const source_slot_health *h = &d->health;
+	if (!h->known)
+		return;
+	if (strcmp(h->wal_status, "lost") == 0)
+		snprintf(warning, sizeof(warning),
+			 "the slot lost WAL it needs (wal_status lost): drop and recreate it, then resynchronise consumers");
+	else if (strcmp(h->wal_status, "unreserved") == 0)
+		snprintf(warning, sizeof(warning),
+			 "the slot's WAL is no longer reserved (wal_status unreserved): it is lost at the next checkpoint "
+			 "unless cdc catches up");
+	else if (h->safe_wal_size_known && h->max_keep_size > 0 &&
+		 h->safe_wal_size < h->max_keep_size / 100 * SAFE_WAL_LOW_PERCENT)
+		snprintf(warning, sizeof(warning),
+			 "safe_wal_size is low: %" PRId64 " of max_slot_wal_keep_size %" PRId64
+			 " bytes left before the slot loses WAL; find what holds cdc back (a full spool, a Kafka outage)",
+			 h->safe_wal_size, h->max_keep_size);
+	if (warning[0] && !d->slot_warning[0])
+		log_warn("the replication slot is in danger", "slot=%s wal_status=%s warning=\"%s\"", d->cfg->source.slot,
+			 h->wal_status, warning);
+	else if (!warning[0] && d->slot_warning[0])
+		log_info("the replication slot is out of danger", "slot=%s wal_status=%s", d->cfg->source.slot,
+			 h->wal_status);
+	memcpy(d->slot_warning, warning, sizeof(warning));
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -862,6 +915,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		return;
 	uint64_t hb = d->cfg->source.heartbeat_ms, now = now_ms();
 	log_progress(d, now);
+	if (now - d->last_health_ms >= HEALTH_MS) {
+		d->last_health_ms = now;
+		check_slot_health(d);
+	}
 	if (hb && now - d->last_data_ms >= hb && now - d->last_heartbeat_ms >= hb) {
 		d->last_heartbeat_ms = now;
 		char err[512];

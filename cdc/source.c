@@ -25,8 +25,10 @@ struct source {
 	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
 	cfg_strlist full_identity;
 	PGconn *repl;  /* replication=database, streaming */
-	PGconn *admin; /* ordinary: setup queries and heartbeats */
-	bool heartbeat_busy;
+	PGconn *admin; /* ordinary: setup queries, then heartbeats and slot health, one at a time */
+	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH } admin_busy;
+	char heartbeat_error[512]; /* the last heartbeat's failure, not reported yet */
+	source_slot_health health;
 	pgo_options proto;
 	char system_id[32];
 };
@@ -58,7 +60,8 @@ void source_disconnect(source *s)
 	PQfinish(s->repl);
 	PQfinish(s->admin);
 	s->repl = s->admin = NULL;
-	s->heartbeat_busy = false;
+	s->admin_busy = ADMIN_IDLE;
+	s->health = (source_slot_health){0};
 }
 
 void source_free(source *s)
@@ -607,33 +610,83 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-bool source_heartbeat(source *s, char *err, size_t errlen)
+/* Takes the result of a heartbeat or slot health query. */
+static void admin_result(source *s, PGresult *res)
 {
-	bool ok = true;
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (s->admin_busy == ADMIN_HEARTBEAT) {
+		if (!ok)
+			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
+				 "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
+				 "pg_logical_emit_message(boolean, text, text))",
+				 one_line(PQresultErrorMessage(res)));
+		return;
+	}
+	s->health = (source_slot_health){0};
+	if (!ok || PQntuples(res) != 1)
+		return; /* no such slot any more: streaming will say so */
+	s->health.known = true;
+	snprintf(s->health.wal_status, sizeof(s->health.wal_status), "%s", PQgetvalue(res, 0, 0));
+	s->health.safe_wal_size_known = !PQgetisnull(res, 0, 1);
+	s->health.safe_wal_size = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	s->health.max_keep_size = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+}
+
+/* Sends a query on the ordinary connection without waiting, after collecting the answer of the
+ * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
+static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params, bool *sent,
+		       char *err, size_t errlen)
+{
+	*sent = false;
 	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
 		PQfinish(s->admin);
-		s->heartbeat_busy = false;
+		s->admin_busy = ADMIN_IDLE;
 		if (!(s->admin = connect_db(s, false, err, errlen)))
 			return false;
 	}
-	if (s->heartbeat_busy) {
+	if (s->admin_busy != ADMIN_IDLE) {
 		if (!PQconsumeInput(s->admin))
-			return errf(err, errlen, "heartbeat: %s", one_line(PQerrorMessage(s->admin)));
+			return errf(err, errlen, "%s", one_line(PQerrorMessage(s->admin)));
 		if (PQisBusy(s->admin))
-			return true; /* the previous one is still running: do not pile up */
+			return true; /* still running: do not pile up */
 		PGresult *res;
 		while ((res = PQgetResult(s->admin))) {
-			if (PQresultStatus(res) != PGRES_TUPLES_OK)
-				ok = errf(err, errlen,
-					  "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
-					  "pg_logical_emit_message(boolean, text, text))",
-					  one_line(PQresultErrorMessage(res)));
+			admin_result(s, res);
 			PQclear(res);
 		}
-		s->heartbeat_busy = false;
+		s->admin_busy = ADMIN_IDLE;
 	}
-	if (!PQsendQuery(s->admin, "SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')"))
-		return errf(err, errlen, "heartbeat: %s", one_line(PQerrorMessage(s->admin)));
-	s->heartbeat_busy = true;
+	if (!PQsendQueryParams(s->admin, sql, nparams, NULL, params, NULL, NULL, 0))
+		return errf(err, errlen, "%s", one_line(PQerrorMessage(s->admin)));
+	s->admin_busy = kind;
+	*sent = true;
+	return true;
+}
+
+bool source_heartbeat(source *s, char *err, size_t errlen)
+{
+	bool sent;
+	char why[512];
+	if (!admin_send(s, ADMIN_HEARTBEAT,
+			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')", 0, NULL,
+			&sent, why, sizeof(why)))
+		return errf(err, errlen, "heartbeat: %s", why);
+	if (!s->heartbeat_error[0])
+		return true;
+	errf(err, errlen, "%s", s->heartbeat_error);
+	s->heartbeat_error[0] = '\0';
+	return false;
+}
+
+bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen)
+{
+	bool sent;
+	const char *params[] = {s->slot};
+	bool ok = admin_send(s, ADMIN_HEALTH,
+			     "SELECT wal_status, safe_wal_size, "
+			     "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')) "
+			     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+			     1, params, &sent, err, errlen);
+	*h = s->health;
 	return ok;
 }

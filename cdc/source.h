@@ -51,6 +51,18 @@ bool source_output_pending(source *s);
 /* Writes a heartbeat message through the ordinary connection, without blocking; reports the
  * outcome of the previous one by its return value (false: it failed, err says why). */
 bool source_heartbeat(source *s, char *err, size_t errlen);
+
+/* The slot's health as pg_replication_slots tells it. */
+typedef struct source_slot_health {
+	bool known;
+	char wal_status[16]; /* reserved, extended, unreserved, lost */
+	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
+	int64_t safe_wal_size;    /* bytes that may still be written before the slot risks losing WAL */
+	int64_t max_keep_size;    /* max_slot_wal_keep_size in bytes; -1: unlimited */
+} source_slot_health;
+/* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
+ * answer (known false until one came). False with err if the connection failed. */
+bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen);
 void source_disconnect(source *s);
 
 #endif

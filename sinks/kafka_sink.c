@@ -199,6 +199,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		return;
 	}
 	k->stats.delivered++;
+	k->stats.brokers_down = false;
 	if (t) {
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
@@ -218,6 +219,8 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		return;
 	}
 	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		k->stats.brokers_down = true;
 	log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
 }
 

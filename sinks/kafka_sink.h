@@ -20,6 +20,7 @@ void kafka_sink_bind(sink *s, const cfg *c);
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;
 	hist latency; /* commit time to delivery report, microseconds */
+	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
 } kafka_stats;
 const kafka_stats *kafka_sink_stats(const sink *s);
 

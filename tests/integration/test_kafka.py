@@ -24,6 +24,7 @@ from conftest import wait_for  # noqa: E402
 from kafka_fixtures import (CONTENT_TYPE_EVENT, CONTENT_TYPE_TXN, kcat, lsn_text,  # noqa: E402
                             row_plain, row_typed)
 from pg import lsn_to_int  # noqa: E402
+from test_status import get  # noqa: E402
 
 EVENT_HEADERS = {"cdc-op", "cdc-lsn", "cdc-commit-lsn", "cdc-xid", "cdc-subscription", "content-type"}
 TXN_HEADERS = {"cdc-xid", "cdc-commit-lsn", "content-type"}
@@ -483,12 +484,16 @@ def test_all_brokers_down_holds_the_slot(pg, schema, cdc, kafka, kafka_reader):
     before = load.count()
     deadline = time.monotonic() + 20
     highest = 0
+    readyz = set()
     while time.monotonic() < deadline:
         assert p.running(), p.describe()
         highest = max(highest, slot_confirmed(c))
         assert highest <= down_at, \
             f"slot confirmed {lsn_text(highest)} past {lsn_text(down_at)} while every broker is down"
+        readyz.add(get(c, "/readyz"))
         time.sleep(0.25)
+    # Kubernetes sees the outage: not ready, saying why.
+    assert (503, "kafka: every broker is down; messages wait in flight\n") in readyz, readyz
     during = load.count() - before
     assert during >= 20, f"only {during} transactions while the brokers were down"
     assert lsn_to_int(pg.current_wal_lsn()) > down_at
@@ -498,6 +503,7 @@ def test_all_brokers_down_holds_the_slot(pg, schema, cdc, kafka, kafka_reader):
     check_counters(msgs, load, strict=RESTART_LOG not in p.stderr())
     end = lsn_to_int(pg.current_wal_lsn())
     wait_for(lambda: slot_confirmed(c) >= end, timeout=60, what=f"the slot to pass {lsn_text(end)}\n{p.describe()}")
+    wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 10, what="ready again")
     assert p.terminate() == 0, p.describe()
 
 

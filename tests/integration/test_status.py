@@ -118,3 +118,47 @@ def test_readyz_follows_the_database(pg, schema, cdc):
     time.sleep(0.1)
     assert p.running()
     assert p.terminate() == 0
+
+
+def test_slot_health_warns_when_safe_wal_size_runs_low(pg, schema, cdc):
+    """max_slot_wal_keep_size of 64MB lets a slot keep 5 segments (80 MiB) past its restart_lsn's
+    segment; a consumer-less socket subscription whose spool is full (when_full: block) holds the
+    slot while ~75 MB of WAL is written: safe_wal_size falls under a fifth of 64MB (or below 0)."""
+    pg.sql(f"create table {schema}.jobs (id int primary key)")
+    pg.sql(f"create table {schema}.filler (b text)")
+    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket",
+                                     "retention": {"max_events": 5, "when_full": "block"}}],
+                     publish=[f"{schema}.jobs"])
+    wait_for(lambda: json.loads(get(c, "/status")[1])["source"]["wal_status"] == "reserved", 20,
+             what="wal_status")
+    assert json.loads(get(c, "/status")[1])["source"]["safe_wal_size"] is None  # no limit set
+    pg.sql("alter system set max_slot_wal_keep_size = '64MB'")
+    pg.sql("select pg_reload_conf()")
+    try:
+        pg.sql(f"insert into {schema}.jobs select generate_series(1, 10)")
+        wait_for(lambda: get(c, "/readyz")[0] == 503, 20, what="the spool to fill")
+        for _ in range(5):
+            pg.sql(f"insert into {schema}.filler select repeat('x', 1900) from generate_series(1, 7500)")
+
+        def warned():
+            src = json.loads(get(c, "/status")[1])["source"]
+            return src if src["warnings"] else None
+        wait_for(warned, 30, what="a warning in /status")
+        src = warned()
+        keep = 64 << 20
+        if src["wal_status"] in ("reserved", "extended"):
+            assert src["safe_wal_size"] < keep // 5
+            assert src["warnings"] == [
+                f"safe_wal_size is low: {src['safe_wal_size']} of max_slot_wal_keep_size {keep} bytes left before "
+                "the slot loses WAL; find what holds cdc back (a full spool, a Kafka outage)"]
+        else:
+            assert src["wal_status"] in ("unreserved", "lost")
+            assert "wal_status " + src["wal_status"] in src["warnings"][0]
+        assert "the replication slot is in danger" in p.stderr()
+        code, body = get(c, "/metrics")
+        fams = {f.name: f for f in text_string_to_metric_families(body)}
+        assert fams["cdc_source_safe_wal_size_bytes"].samples[0].value < keep // 5
+    finally:
+        pg.sql("alter system reset max_slot_wal_keep_size")
+        pg.sql("select pg_reload_conf()")
+    p.kill()

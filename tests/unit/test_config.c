@@ -1071,6 +1071,145 @@ static void test_fuzz_regressions(void)
 		      "t.yaml:3:5: subscriptions[1]: missing required key \"name\"\n");
 }
 
+
+/* PUT bodies: JSON objects of subscription keys, the name from the path. */
+static void test_parse_subscription(void)
+{
+	buf e = {0};
+	cfg *c = parse(example, &e);
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	const char *body = "{\"tables\": [\"public.orders\"], \"operations\": [\"insert\", \"update\"],\n"
+			   "\t\"changed\": [\"status\"], \"where\": \"new.amount > 5\", \"sink\": \"kafka\", \"tombstones\": true}";
+	cfg_subscription *s = cfg_parse_subscription(c, "orders", body, strlen(body), &e);
+	CHECK(s != NULL);
+	if (s) {
+		CHECK_STR(s->name, "orders");
+		CHECK_INT(s->tables.n, 1);
+		CHECK_STR(s->tables.v[0], "public.orders");
+		CHECK_INT(s->ops, CFG_OP_INSERT | CFG_OP_UPDATE);
+		CHECK_STR(s->where, "new.amount > 5");
+		CHECK_INT(s->sink, CFG_SINK_KAFKA);
+		CHECK_STR(s->topic, "cdc.{schema}.{table}");
+		CHECK(s->tombstones);
+	}
+	cfg_subscription_free(s);
+	/* the name may be given, and must then be the path's */
+	s = cfg_parse_subscription(c, "a", "{\"name\": \"a\", \"tables\": [\"x.y\"]}", strlen("{\"name\": \"a\", \"tables\": [\"x.y\"]}"), &e);
+	CHECK(s && strcmp(s->name, "a") == 0 && s->sink == CFG_SINK_SOCKET && s->max_unacked == 1000);
+	cfg_subscription_free(s);
+	static const struct {
+		const char *body, *errors;
+	} bodies[] = {
+	    {"{\"name\": \"b\", \"tables\": [\"x.y\"]}",
+	     "body:1:10: name: must be \"a\" (the name in the path) or left out\n"},
+	    {"{\"tables\": [\"x.y\"], \"where\": \"id >\"}", "body:1:30: where: position 1: unknown name 'id' (columns are new.<name> or old.<name>)\n"},
+	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
+	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, where, columns, "
+	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention)\n"},
+	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
+	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
+	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
+	    {"{\"tables\": [\"x.y\"], \"topic\": \"t\"}",
+	     "body:1:21: topic: only valid with sink: kafka (this subscription's sink is socket)\n"},
+	    {"{\"tables\": [\"x.y\"], \"retention\": {\"max_age\": \"soon\"}}",
+	     "body:1:46: retention.max_age: invalid duration \"soon\" (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)\n"},
+	};
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+		buf_reset(&e);
+		s = cfg_parse_subscription(c, "a", bodies[i].body, strlen(bodies[i].body), &e);
+		CHECK(s == NULL);
+		CHECK_STR(e.data ? e.data : "", bodies[i].errors);
+		cfg_subscription_free(s);
+	}
+	/* sink kafka needs the running configuration's kafka section */
+	cfg *plain = parse("state_dir: /tmp\n", &e);
+	buf_reset(&e);
+	s = cfg_parse_subscription(plain, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}", strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
+	CHECK(s == NULL);
+	CHECK_STR(e.data ? e.data : "", "body:1:29: sink: sink kafka needs a top-level kafka section (brokers)\n");
+	cfg_free(plain);
+	cfg_free(c);
+	buf_free(&e);
+}
+
+static char **sub_names(const cfg *c)
+{
+	static char *names[8];
+	for (size_t i = 0; i < 8; i++)
+		names[i] = i < c->nsubs ? c->subs[i].name : NULL;
+	return names;
+}
+
+/* The overlay: puts and deletes laid over the file, saved and loaded again. */
+static void test_overlay(void)
+{
+	char dir[] = "/tmp/test_overlay_XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	buf e = {0};
+	cfg_overlay *o = cfg_overlay_load(dir, &e);
+	CHECK(o && o->nput == 0 && o->deleted.n == 0);
+	cfg *c = parse(example, &e);
+	cfg_subscription *s = cfg_parse_subscription(c, "late", "{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}", strlen("{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}"), &e);
+	cfg_overlay_put(o, s);
+	s = cfg_parse_subscription(c, "jobs", "{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}", strlen("{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}"), &e);
+	cfg_overlay_put(o, s);
+	cfg_overlay_delete(o, "new_languages");
+	cfg_overlay_delete(o, "late");
+	s = cfg_parse_subscription(c, "late", "{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}", strlen("{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}"), &e);
+	cfg_overlay_put(o, s);
+	CHECK_INT(o->nput, 2);
+	CHECK_INT(o->deleted.n, 1);
+	char err[256];
+	CHECK(cfg_overlay_save(o, dir, err, sizeof err));
+	cfg_overlay *back = cfg_overlay_load(dir, &e);
+	CHECK(back != NULL);
+	CHECK_STR(e.data ? e.data : "", "");
+	if (back) {
+		CHECK(cfg_overlay_apply(back, c, &e));
+		char **n = sub_names(c);
+		CHECK_STR(n[0], "paid_orders");
+		CHECK_STR(n[1], "jobs");
+		CHECK_STR(n[2], "late");
+		CHECK(n[3] == NULL);
+		CHECK_STR(c->subs[1].tables.v[0], "public.jobs2");
+		CHECK_INT(c->subs[1].consumers, CFG_CONSUMERS_KEY_SHARED);
+		CHECK_STR(c->subs[2].where, "new.a = 'it''s'");
+		CHECK_STR(c->subs[2].tables.v[0], "public.y");
+	}
+	/* a kafka subscription in the overlay and no kafka section in the file */
+	cfg_overlay *k = cfg_overlay_copy(back);
+	s = cfg_parse_subscription(c, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}", strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
+	cfg_overlay_put(k, s);
+	cfg *plain = parse("state_dir: /s\n", &e);
+	buf_reset(&e);
+	CHECK(!cfg_overlay_apply(k, plain, &e));
+	CHECK_STR(e.data ? e.data : "", "/s/subscriptions.yaml: subscription k has sink kafka, but the configuration has no "
+				       "kafka section (add one, or DELETE the subscription)\n");
+	/* a damaged file is an error with its position */
+	char path[300];
+	snprintf(path, sizeof path, "%s/subscriptions.yaml", dir);
+	FILE *f = fopen(path, "w");
+	fputs("subscriptions: []\ndeleted: [\"no spaces\"]\n", f);
+	fclose(f);
+	buf_reset(&e);
+	CHECK(cfg_overlay_load(dir, &e) == NULL);
+	buf want = {0};
+	buf_printf(&want, "%s:2:11: deleted: invalid name \"no spaces\" (expected 1 to 64 characters from [A-Za-z0-9_.-])\n",
+		   path);
+	CHECK_STR(e.data ? e.data : "", want.data);
+	buf_free(&want);
+	unlink(path);
+	rmdir(dir);
+	cfg_free(plain);
+	cfg_overlay_free(k);
+	cfg_overlay_free(back);
+	cfg_overlay_free(o);
+	cfg_free(c);
+	buf_free(&e);
+}
+
 int main(void)
 {
 	test_example();
@@ -1088,5 +1227,7 @@ int main(void)
 	test_print_strings();
 	test_load();
 	test_fuzz_regressions();
+	test_parse_subscription();
+	test_overlay();
 	return TEST_SUMMARY("test_config");
 }

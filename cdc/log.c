@@ -24,6 +24,44 @@ bool log_enabled(cfg_log_level level)
 	return level >= min_level;
 }
 
+/* The length of a key= at p (lower-case letters, digits, _ and .), or 0. */
+static size_t key_at(const char *p)
+{
+	size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_.");
+	return n && p[n] == '=' ? n : 0;
+}
+
+/* Context "k=v k2=\"a b\"" as JSON members ,"k":"v","k2":"a b". A quoted value ends at the quote
+ * that is followed by the end or by " key=", so quotes inside a value (an error message quoting a
+ * name) survive. Text that is not key=value goes to "context". */
+static void json_fields(buf *line, const char *ctx)
+{
+	const char *p = ctx;
+	while (*p) {
+		size_t k = key_at(p);
+		if (!k) {
+			buf_puts(line, ",\"context\":");
+			json_string(line, p, strlen(p));
+			return;
+		}
+		buf_putc(line, ',');
+		json_string(line, p, k);
+		buf_putc(line, ':');
+		const char *v = p + k + 1, *end;
+		if (*v == '"') {
+			end = v + 1;
+			while (*end && !(end[0] == '"' && (!end[1] || (end[1] == ' ' && key_at(end + 2)))))
+				end++;
+			json_string(line, v + 1, (size_t)(end - v - 1));
+			end += *end == '"';
+		} else {
+			end = v + strcspn(v, " ");
+			json_string(line, v, (size_t)(end - v));
+		}
+		p = end + (*end == ' ');
+	}
+}
+
 void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
 {
 	if (!log_enabled(level))
@@ -48,10 +86,7 @@ void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
 	if (out_format == CFG_LOG_JSON) {
 		buf_printf(&line, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
 		json_string(&line, msg, strlen(msg));
-		if (*ctx) {
-			buf_puts(&line, ",\"context\":");
-			json_string(&line, ctx, strlen(ctx));
-		}
+		json_fields(&line, ctx);
 		buf_puts(&line, "}\n");
 	} else {
 		buf_printf(&line, "%s %-5s %s%s%s\n", ts, level_names[level], msg, *ctx ? " " : "", ctx);

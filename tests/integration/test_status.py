@@ -162,3 +162,21 @@ def test_slot_health_warns_when_safe_wal_size_runs_low(pg, schema, cdc):
         pg.sql("alter system reset max_slot_wal_keep_size")
         pg.sql("select pg_reload_conf()")
     p.kill()
+
+
+def test_json_logs_have_fields_and_no_password(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start(log={"format": "json", "level": "debug"},
+                     source={"dsn": pg.dsn + " password=hunter2-secret"})
+    pg.sql(f"insert into {schema}.t values (1)")
+    p.wait_events(1, 20)
+    assert p.terminate() == 0
+    lines = [json.loads(x) for x in p.stderr().splitlines()]
+    assert all(set(x) >= {"time", "level", "msg"} for x in lines)
+    by_msg = {x["msg"]: x for x in lines}
+    assert by_msg["starting"]["slot"] == c.slot and by_msg["starting"]["state_dir"] == c.state_dir
+    # A quoted value that itself holds quotes comes out whole.
+    assert by_msg["created publication"]["sql"] == \
+        f'CREATE PUBLICATION "{c.publication}" FOR TABLES IN SCHEMA "{schema}"'
+    assert by_msg["stopped"]["flushed_lsn"].count("/") == 1
+    assert "hunter2-secret" not in p.stderr()

@@ -1113,9 +1113,9 @@ static bool apply_reload(sidecar *d)
 				 d->err);
 	}
 	cfg_free(old);
+	publish(d, true); /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
-	publish(d, true); /* GET answers with the new subscriptions from now on */
 	return true;
 }
 

@@ -67,7 +67,9 @@ typedef struct sidecar {
 	} *changes;
 	size_t nchanges;
 	status_server *status;
-	uint64_t *matched; /* per subscription (parallel to cfg->subs): events handed to its sink */
+	struct sub_count {
+		uint64_t events, bytes;
+	} *matched; /* per subscription (parallel to cfg->subs): events handed to its sink, rendered bytes */
 	sink *instances[NSINKS]; /* each created when a subscription needs it */
 	sink **sinks; /* per subscription, parallel to cfg->subs */
 	arena *arena;
@@ -173,9 +175,10 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 			continue;
 		}
 		d->events++;
-		d->matched[subs[i]]++;
 		buf_reset(&d->scratch);
 		k->ops->render(k, e, &d->scratch);
+		d->matched[subs[i]].events++;
+		d->matched[subs[i]].bytes += d->scratch.len;
 		sink_commit at = *c;
 		at.tx_index += slot;
 		if (!k->ops->deliver(k, d->scratch.data, d->scratch.len, &at, d->cur_seq, err, errlen))
@@ -339,7 +342,8 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
 		sink *k = d->sinks[sub];
 		d->events++;
-		d->matched[sub]++;
+		d->matched[sub].events++;
+		d->matched[sub].bytes += n;
 		if (!k->ops->deliver(k, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
 			return false;
 		pos += HOLD_ENTRY + n;
@@ -745,8 +749,8 @@ static void publish(sidecar *d, bool force)
 	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *c = &d->cfg->subs[i];
-		subs[i] = (report_sub){.name = c->name, .sink = sink_name(c->sink), .matched = d->matched[i],
-				       .delivered = d->matched[i]};
+		subs[i] = (report_sub){.name = c->name, .sink = sink_name(c->sink), .matched = d->matched[i].events,
+				       .delivered = d->matched[i].events, .bytes = d->matched[i].bytes};
 	}
 	socket_sub_stats st;
 	for (size_t k = 0; d->instances[SOCKET] && socket_sink_stats(d->instances[SOCKET], k, &st); k++)
@@ -950,7 +954,7 @@ static bool bind_sinks(sidecar *d, const cfg *old)
 {
 	free(d->sinks);
 	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
-	uint64_t *matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(uint64_t));
+	struct sub_count *matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*matched));
 	for (size_t i = 0; old && i < d->cfg->nsubs; i++) {
 		const cfg_subscription *was = cfg_find_subscription(old, d->cfg->subs[i].name);
 		if (was)

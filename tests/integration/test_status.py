@@ -80,6 +80,12 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     assert samples[("cdc_subscription_matched_events_total", (("sink", "socket"), ("subscription", "jobs")))] == 5
     assert samples[("cdc_subscription_pending_events", (("subscription", "jobs"),))] == 2
     assert samples[("cdc_ready", ())] == 1
+    # Rendered bytes: the stdout sink's are the JSON lines without their commit fields.
+    assert 5 * 100 < subs["all"]["bytes"] < 5 * 1000 and subs["jobs"]["bytes"] > 5 * 10
+    assert samples[("cdc_subscription_delivered_bytes_total", (("sink", "stdout"), ("subscription", "all")))] == \
+        subs["all"]["bytes"]
+    assert fams["cdc_delivery_latency_seconds"].samples  # socket: commit to durably spooled
+    assert samples[("cdc_delivery_latency_seconds_count", (("sink", "socket"),))] == 5
 
     assert get(c, "/healthz") == (200, "ok\n")
     assert get(c, "/readyz") == (200, "ready\n")

@@ -1,0 +1,622 @@
+"""test_deploy.py: the Kubernetes manifests (deploy/kubernetes) and the image (deploy/Dockerfile).
+
+- Both kustomizations render with `kubectl kustomize`, and every rendered object validates offline
+  against the Kubernetes API schemas: tests/deploy/validate.js, with kubernetes-models and
+  TypeScript pinned by tests/deploy/package-lock.json and installed here by `npm ci`. Broken
+  objects (a misspelled or misplaced field, a bad enum value, a wrong type, a missing required
+  field, an unknown kind) are rejected.
+- The pod specs meet the restricted Pod Security Standard, and what refers to what agrees: probe
+  ports and status.listen, the sockets and the volume the application shares, the Secret keys of
+  both containers, state_dir on a persistent volume, the image's uid.
+- build/cdc needs no library outside deploy/deps.sh's runtime list (what the image installs).
+- The cdc container and the example application run here exactly as rendered (command or the
+  image's ENTRYPOINT, args, env with the Secrets' values, the ConfigMap's cdc.yaml), against a
+  PostgreSQL configured with the rendered postgres arguments and set up by the rendered init
+  script, and the probes answer as the kubelet sees them: /healthz and /readyz 200 while
+  streaming, /readyz 503 (and /healthz still 200) once PostgreSQL stops; cdc stops with 0 on SIGTERM
+  within the pod's grace period.
+
+What running "exactly as rendered" cannot keep, and how it is remapped (nothing else is):
+- each volume becomes a local directory: a ConfigMap's keys are written into one, an emptyDir or
+  a PersistentVolumeClaim is an empty temporary directory; every path under a container's
+  mountPath, in args and in cdc.yaml, is rewritten to the same place under that directory;
+- the image's /usr/local/bin/cdc (its ENTRYPOINT, from deploy/Dockerfile) is $CDC_BIN;
+- status.listen 0.0.0.0:PORT becomes 127.0.0.1:FREE_PORT (the kubelet connects to the pod's IP;
+  here that is the loopback, and the port must not collide with other tests), and the probes and
+  the Prometheus annotation, which name PORT, are sent to FREE_PORT;
+- the base's dsn names the pod's loopback on port 5432; the test server has a free port of its own,
+  so the dsn's port is rewritten (the managed overlay's dsn is empty: its PG* variables come
+  from the Secret, whose values this test provides, as a user would).
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import psycopg2
+import pytest
+import yaml
+
+from conftest import CDC_BIN, ROOT, CdcProcess, drop_slot, wait_for
+from pg import TempPostgres
+
+KUBECTL = "/usr/bin/kubectl"
+DEPLOY = os.path.join(ROOT, "deploy")
+VALIDATOR_DIR = os.path.join(ROOT, "tests", "deploy")
+KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "managed": "deploy/kubernetes/overlays/managed"}
+WORKLOADS = {"base": "StatefulSet", "managed": "Deployment"}
+
+# The Secrets a user creates (README, "Deploy on Kubernetes"); the cdc password has a quote and a
+# space, so quoting in the init script and in libpq is exercised too.
+CDC_PASSWORD = "cdc 'pw' " + secrets.token_hex(6)
+SECRETS = {
+    "db-passwords": {"postgres-password": "pg-" + secrets.token_hex(8), "cdc-password": CDC_PASSWORD},
+    # cdc-source (managed): PGHOST and PGPORT are filled in with the test server's.
+    "cdc-source": {"PGDATABASE": "app", "PGUSER": "cdc", "PGPASSWORD": CDC_PASSWORD},
+}
+
+
+# --- rendering and validation ----------------------------------------------------------------------
+
+def render(which):
+    if not os.access(KUBECTL, os.X_OK):
+        pytest.fail(f"{KUBECTL} not found: the deploy tests render the manifests with kubectl kustomize")
+    p = subprocess.run([KUBECTL, "kustomize", os.path.join(ROOT, KUSTOMIZATIONS[which])],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"kubectl kustomize {KUSTOMIZATIONS[which]} failed:\n{p.stderr}"
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {which: render(which) for which in KUSTOMIZATIONS}
+
+
+def npm_ci():
+    """`npm ci` in tests/deploy, unless node_modules already holds exactly the locked packages."""
+    lock = os.path.join(VALIDATOR_DIR, "package-lock.json")
+    with open(lock, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    marker = os.path.join(VALIDATOR_DIR, "node_modules", ".cdc-installed-lock")
+    try:
+        with open(marker) as f:
+            if f.read().strip() == digest:
+                return
+    except OSError:
+        pass
+    if shutil.which("npm") is None:
+        # Debian's nodejs comes without npm; where npm is missing, Debian's npm fits that nodejs.
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"],
+                           check=True, timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        else:
+            pytest.fail("npm not found: install Node.js (18 or later) with npm")
+    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=VALIDATOR_DIR,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"npm ci in tests/deploy failed:\n{p.stdout}\n{p.stderr}"
+    with open(marker, "w") as f:
+        f.write(digest + "\n")
+
+
+@pytest.fixture(scope="session")
+def validate():
+    npm_ci()
+
+    def run(objs):
+        p = subprocess.run(["node", os.path.join(VALIDATOR_DIR, "validate.js")], input=json.dumps(objs),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode in (0, 1), f"validate.js failed (exit {p.returncode}):\n{p.stderr}"
+        out = json.loads(p.stdout)
+        assert len(out) == len(objs)
+        return out
+    return run
+
+
+def test_kustomizations_render(rendered):
+    kinds = {w: sorted((o["kind"], o["metadata"]["name"]) for o in objs) for w, objs in rendered.items()}
+    assert kinds["base"] == [("ConfigMap", "cdc-config"), ("ConfigMap", "db-init"), ("Service", "db"),
+                             ("StatefulSet", "db")]
+    assert [k for k, _ in kinds["managed"]] == ["ConfigMap", "Deployment", "PersistentVolumeClaim"]
+
+
+def test_rendered_objects_validate(rendered, validate):
+    for which, objs in rendered.items():
+        results = validate(objs)
+        bad = [r for r in results if r["errors"]]
+        assert not bad, f"{which}: invalid objects:\n{json.dumps(bad, indent=1)}"
+
+
+def _sidecar_of(workload):
+    return next(c for c in workload["spec"]["template"]["spec"]["initContainers"] if c["name"] == "cdc")
+
+
+def test_validation_rejects_broken_objects(rendered, validate):
+    sts = next(o for o in rendered["base"] if o["kind"] == "StatefulSet")
+
+    def broken(change):
+        o = json.loads(json.dumps(sts))
+        change(o)
+        return o
+
+    def rename(d, old, new):
+        d[new] = d.pop(old)
+
+    cases = [
+        ("the unchanged StatefulSet", sts, None),
+        ("a misspelled field", broken(lambda o: rename(_sidecar_of(o), "readinessProbe", "readinesProbe")),
+         "readinesProbe"),
+        ("a container field in the pod spec",
+         broken(lambda o: o["spec"]["template"]["spec"].update(readOnlyRootFilesystem=True)),
+         "readOnlyRootFilesystem"),
+        ("a misspelled field in a securityContext",
+         broken(lambda o: rename(_sidecar_of(o)["securityContext"], "allowPrivilegeEscalation",
+                                 "allowPrivilegeEscalaton")), "allowPrivilegeEscalaton"),
+        ("a value outside an enum", broken(lambda o: _sidecar_of(o).update(imagePullPolicy="Sometimes")),
+         "imagePullPolicy"),
+        ("a string for an integer",
+         broken(lambda o: _sidecar_of(o)["ports"][0].update(containerPort="9187")), "containerPort"),
+        ("a bad quantity",
+         broken(lambda o: _sidecar_of(o)["resources"]["limits"].update(memory="256 megs")), "memory"),
+        ("a missing required field", broken(lambda o: _sidecar_of(o).pop("name")), "name"),
+        ("a probe without a port", broken(lambda o: _sidecar_of(o)["livenessProbe"]["httpGet"].pop("port")),
+         "port"),
+        ("an unknown kind", broken(lambda o: o.update(kind="StatefulSets")), "no schema"),
+    ]
+    results = validate([c[1] for c in cases])
+    for (what, _, culprit), r in zip(cases, results):
+        if culprit is None:
+            assert r["errors"] == [], f"{what}: {r['errors']}"
+        else:
+            assert r["errors"], f"{what}: accepted by the validator"
+            assert any(culprit in e for e in r["errors"]), f"{what}: errors do not name {culprit}: {r['errors']}"
+    # Not covered by the schema: a container's restartPolicy is a plain string in the API's OpenAPI
+    # spec (the API server checks "Always" in code), so test_pod_specs checks the sidecar's itself.
+
+
+# --- what the pod specs say --------------------------------------------------------------------------
+
+def dockerfile():
+    """ENTRYPOINT, CMD and USER of the final stage of deploy/Dockerfile."""
+    with open(os.path.join(DEPLOY, "Dockerfile")) as f:
+        final = re.split(r"^FROM\s", f.read(), flags=re.M)[-1]
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", final, re.M).group(1))
+    cmd = json.loads(re.search(r"^CMD\s+(\[.*\])\s*$", final, re.M).group(1))
+    user = re.search(r"^USER\s+(\d+)(?::(\d+))?\s*$", final, re.M)
+    assert re.search(r"^COPY\s+--from=build\s+\S+\s+" + re.escape(entrypoint[0]) + r"\s*$", final, re.M), \
+        "the ENTRYPOINT is not the binary the build stage copies in"
+    return entrypoint, cmd, int(user.group(1)), int(user.group(2) or user.group(1))
+
+
+def workload(objs, which):
+    return next(o for o in objs if o["kind"] == WORKLOADS[which])
+
+
+def configmap(objs, name):
+    return next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)
+
+
+def container_port(c, port):
+    """A probe's port (a number or a container port's name) as a number."""
+    if isinstance(port, int):
+        return port
+    return next(p["containerPort"] for p in c.get("ports", []) if p.get("name") == port)
+
+
+def volume_of(pod, claim_templates, c, mount_path):
+    """(kind, volume) of the volume a container mounts at mount_path."""
+    name = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == mount_path)
+    for v in pod.get("volumes", []):
+        if v["name"] == name:
+            kind = next(k for k in v if k != "name")
+            return kind, v
+    if any(t["metadata"]["name"] == name for t in claim_templates):
+        return "volumeClaimTemplate", name
+    raise AssertionError(f"volume {name} of {c['name']} is not defined")
+
+
+def config_of(objs, pod, c):
+    """The cdc.yaml a cdc container reads (through its -c argument and the ConfigMap mounted there)."""
+    path = c["args"][c["args"].index("-c") + 1]
+    mount = os.path.dirname(path)
+    kind, v = volume_of(pod, [], c, mount)
+    assert kind == "configMap", f"{path} is not on a ConfigMap"
+    return yaml.safe_load(configmap(objs, v["configMap"]["name"])["data"][os.path.basename(path)])
+
+
+@pytest.mark.parametrize("which", list(KUSTOMIZATIONS))
+def test_pod_specs(rendered, which):
+    objs = rendered[which]
+    w = workload(objs, which)
+    pod = w["spec"]["template"]["spec"]
+    claims = w["spec"].get("volumeClaimTemplates", [])
+    _, _, image_uid, image_gid = dockerfile()
+
+    # Pod Security Standards, restricted.
+    sc = pod["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["fsGroup"] == image_gid
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert not any("hostPath" in v for v in pod.get("volumes", []))
+    containers = pod["containers"] + pod.get("initContainers", [])
+    for c in containers:
+        csc = c["securityContext"]
+        assert csc["allowPrivilegeEscalation"] is False, c["name"]
+        assert csc["capabilities"] == {"drop": ["ALL"]}, c["name"]
+        assert csc["readOnlyRootFilesystem"] is True, c["name"]
+        assert not csc.get("privileged") and csc["runAsUser"] != 0, c["name"]
+        for k in ("requests", "limits"):
+            assert set(c["resources"][k]) >= {"cpu", "memory"}, f"{c['name']}: resources.{k}"
+
+    # cdc is a native sidecar, running the image's uid; the pod leaves it time to flush on SIGTERM.
+    cdc = _sidecar_of(w)
+    assert cdc["restartPolicy"] == "Always"
+    assert cdc["securityContext"]["runAsUser"] == image_uid
+    assert pod["terminationGracePeriodSeconds"] >= 40
+    cfg = config_of(objs, pod, cdc)
+
+    # Probes and Prometheus reach status.listen, on every interface (the kubelet uses the pod's IP).
+    host, port = cfg["status"]["listen"].rsplit(":", 1)
+    assert host == "0.0.0.0" and not cfg["status"].get("tcp_control")
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = cdc[probe]["httpGet"]
+        assert get["path"] == path and container_port(cdc, get["port"]) == int(port), probe
+    ann = w["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == port
+    assert ann["prometheus.io/path"] == "/metrics"
+
+    # state_dir on a persistent volume; the sockets on an emptyDir that the application mounts at
+    # the same place and connects to.
+    state = volume_of(pod, claims, cdc, cfg["state_dir"])
+    assert state[0] in ("volumeClaimTemplate", "persistentVolumeClaim"), state
+    sockdir = os.path.dirname(cfg["subscribers"]["socket"])
+    assert os.path.dirname(cfg["status"]["socket"]) == sockdir
+    assert volume_of(pod, claims, cdc, sockdir)[0] == "emptyDir"
+    app = next(c for c in pod["containers"] if c["name"] == "app")
+    assert volume_of(pod, claims, app, sockdir) == volume_of(pod, claims, cdc, sockdir)
+    assert app["args"][:3] == ["tail", "-s", cfg["subscribers"]["socket"]]
+    assert app["args"][3] in [s["name"] for s in cfg["subscriptions"]]
+
+    # No password in a ConfigMap: the connection string has none, the SQL takes it from the environment.
+    assert "password" not in re.sub(r"\s", "", cfg["source"]["dsn"]).lower()
+    for cm in (o for o in objs if o["kind"] == "ConfigMap"):
+        for text in cm["data"].values():
+            assert not re.search(r"\bPASSWORD\s*'", text, re.I), cm["metadata"]["name"]
+    for c in containers:
+        for e in c.get("env", []):
+            assert "PASSWORD" not in e["name"] or "secretKeyRef" in e.get("valueFrom", {}), (c["name"], e)
+
+    if which == "base":
+        pg = next(c for c in pod["containers"] if c["name"] == "postgres")
+        assert pg["image"] == "postgres:15"
+        assert "wal_level=logical" in pg["args"]
+        assert cdc["env"] == [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {
+            "name": "db-passwords", "key": "cdc-password"}}}]
+        # The init script's CDC_PASSWORD is the Secret key cdc logs in with.
+        assert {"name": "CDC_PASSWORD", "valueFrom": cdc["env"][0]["valueFrom"]} in pg["env"]
+        kind, v = volume_of(pod, claims, pg, "/docker-entrypoint-initdb.d")
+        assert kind == "configMap" and v["configMap"]["name"] == "db-init"
+    else:
+        assert w["spec"]["replicas"] == 1 and w["spec"]["strategy"] == {"type": "Recreate"}
+        assert cdc["envFrom"] == [{"secretRef": {"name": "cdc-source"}}]
+
+
+# --- the image's libraries ----------------------------------------------------------------------------
+
+def test_runtime_packages_cover_the_binary():
+    """Every library build/cdc links against comes from a package of `deploy/deps.sh runtime` (the
+    final image installs just those, with their dependencies) or from libc6."""
+    with open(os.path.join(DEPLOY, "deps.sh")) as f:
+        runtime = set(re.search(r"^runtime_pkgs=\(([^)]*)\)", f.read(), re.M).group(1).split())
+    out = subprocess.run(["readelf", "-d", CDC_BIN], capture_output=True, text=True, check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    assert needed
+    ldd = subprocess.run(["ldd", CDC_BIN], capture_output=True, text=True, check=True).stdout
+    paths = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.M))
+    for lib in needed:
+        owner = subprocess.run(["dpkg-query", "-S", os.path.realpath(paths[lib])], capture_output=True,
+                               text=True)
+        if owner.returncode != 0:  # /lib is a symlink to /usr/lib on Debian 12; dpkg knows one name
+            owner = subprocess.run(["dpkg-query", "-S", paths[lib]], capture_output=True, text=True)
+        assert owner.returncode == 0, f"{lib} ({paths[lib]}) belongs to no package"
+        pkg = owner.stdout.split(":")[0]
+        if re.match(r"^lib(a|ub|l|t)san\d*$", pkg):
+            continue  # a sanitizer's runtime (make check SANITIZE=...): never in the image
+        assert pkg in runtime | {"libc6"}, f"{lib} comes from {pkg}, not in deploy/deps.sh runtime"
+
+
+# --- running the pod's containers here, as rendered ----------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_settings(objs):
+    """The -c settings of the rendered postgres container."""
+    args = next(c for c in workload(objs, "base")["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "postgres")["args"]
+    return dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-c")
+
+
+@pytest.fixture(scope="module")
+def db(rendered):
+    """A PostgreSQL started with the rendered postgres settings, its database created and the
+    rendered init script run as the image's entrypoint runs it (psql as the superuser, in
+    POSTGRES_DB, CDC_PASSWORD from the Secret); role cdc must give its password (scram)."""
+    objs = rendered["base"]
+    pod = workload(objs, "base")["spec"]["template"]["spec"]
+    pgc = next(c for c in pod["containers"] if c["name"] == "postgres")
+    env = {e["name"]: e for e in pgc["env"]}
+    dbname = env["POSTGRES_DB"]["value"]
+    with TempPostgres(**postgres_settings(objs)) as server:
+        server.sql(f'create database "{dbname}"')
+        hba = os.path.join(server.datadir, "pg_hba.conf")
+        with open(hba) as f:
+            rest = f.read()
+        with open(hba, "w") as f:
+            f.write("host all cdc 127.0.0.1/32 scram-sha-256\nhost replication cdc 127.0.0.1/32 scram-sha-256\n"
+                    + rest)
+        server.sql("select pg_reload_conf()")
+        ref = env["CDC_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        init = configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == next(
+            m["name"] for m in pgc["volumeMounts"] if m["mountPath"] == "/docker-entrypoint-initdb.d")))
+        for name, sql in sorted(init["data"].items()):
+            assert name.endswith(".sql")
+            p = subprocess.run([os.path.join(server.bindir, "psql"), "-v", "ON_ERROR_STOP=1", "--no-psqlrc",
+                                "-h", server.host, "-p", str(server.port), "-U", "postgres", "-d", dbname],
+                               input=sql, capture_output=True, text=True, timeout=60,
+                               env={"PATH": os.environ["PATH"],
+                                    "CDC_PASSWORD": SECRETS[ref["name"]][ref["key"]]})
+            assert p.returncode == 0, f"{name} failed:\n{p.stdout}\n{p.stderr}"
+        server.dbname = dbname
+        yield server
+
+
+class Pod:
+    """The volumes of one pod as local directories, and its containers as local processes."""
+
+    def __init__(self, objs, which, tmp_path, pg):
+        self.objs = objs
+        self.w = workload(objs, which)
+        self.spec = self.w["spec"]["template"]["spec"]
+        self.claims = {t["metadata"]["name"] for t in self.w["spec"].get("volumeClaimTemplates", [])}
+        self.tmp = str(tmp_path)
+        self.pg = pg
+        self.dirs = {}
+        # Unix socket paths are limited to 107 bytes: emptyDirs live under a short /tmp name.
+        self.short = tempfile.mkdtemp(prefix="cdc-k8s-")
+        self.ports = {}  # container port -> local port
+        self.processes = []
+
+    def volume_dir(self, name):
+        if name in self.dirs:
+            return self.dirs[name]
+        v = next((v for v in self.spec.get("volumes", []) if v["name"] == name), None)
+        assert v is not None or name in self.claims, f"volume {name} is not defined"
+        d = os.path.join(self.short if v and "emptyDir" in v else self.tmp, "vol-" + name)
+        os.makedirs(d)
+        if v and "configMap" in v:
+            for key, text in configmap(self.objs, v["configMap"]["name"])["data"].items():
+                with open(os.path.join(d, key), "w") as f:
+                    f.write(text)
+        elif v:
+            assert "emptyDir" in v or "persistentVolumeClaim" in v, f"volume {name}: unexpected kind"
+        self.dirs[name] = d
+        return d
+
+    def mounts(self, c):
+        """(mountPath, local dir) of a container's volumes, longest path first."""
+        m = [(vm["mountPath"], self.volume_dir(vm["name"])) for vm in c.get("volumeMounts", [])]
+        return sorted(m, key=lambda x: -len(x[0]))
+
+    @staticmethod
+    def remap(s, mounts):
+        for mp, d in mounts:
+            if s == mp or s.startswith(mp + "/"):
+                return d + s[len(mp):]
+        return s
+
+    def env(self, c):
+        env = {"PATH": "/usr/bin:/bin", "HOME": self.tmp}
+        for ef in c.get("envFrom", []):
+            env.update(SECRETS[ef["secretRef"]["name"]])
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            else:
+                ref = e["valueFrom"]["secretKeyRef"]
+                env[e["name"]] = SECRETS[ref["name"]][ref["key"]]
+        return env
+
+    def argv(self, c):
+        """What the container runs: command, else the image's ENTRYPOINT; args, else its CMD (only
+        without a command), as the kubelet combines them."""
+        entrypoint, cmd, _, _ = dockerfile()
+        argv = c["command"] + c.get("args", []) if "command" in c else entrypoint + c.get("args", cmd)
+        assert argv[0] in ("/usr/local/bin/cdc", "cdc"), argv
+        return [CDC_BIN] + [self.remap(a, self.mounts(c)) for a in argv[1:]]
+
+    def prepare_config(self, c):
+        """Rewrites the cdc.yaml that c reads (in its local ConfigMap directory): paths under c's
+        mounts, status.listen's address, and the dsn's port; returns the rewritten config."""
+        mounts = self.mounts(c)
+        path = self.remap(c["args"][c["args"].index("-c") + 1], mounts)
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+        for key in ("state_dir",):
+            cfg[key] = self.remap(cfg[key], mounts)
+            assert cfg[key].startswith(self.tmp), f"{key} {cfg[key]} is not on a volume"
+        for section in ("status", "subscribers"):
+            cfg[section]["socket"] = self.remap(cfg[section]["socket"], mounts)
+            assert cfg[section]["socket"].startswith(self.short), f"{section}.socket is not on an emptyDir"
+        host, port = cfg["status"]["listen"].rsplit(":", 1)
+        self.ports[int(port)] = free_port()
+        cfg["status"]["listen"] = f"127.0.0.1:{self.ports[int(port)]}"
+        if re.search(r"\bport=5432\b", cfg["source"]["dsn"]):
+            cfg["source"]["dsn"] = re.sub(r"\bport=5432\b", f"port={self.pg.port}", cfg["source"]["dsn"])
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        return cfg
+
+    def start(self, c):
+        n = len(self.processes)
+        env = self.env(c)
+        p = CdcProcess(self.argv(c), os.path.join(self.tmp, f"{c['name']}{n}.stdout"),
+                       os.path.join(self.tmp, f"{c['name']}{n}.stderr"), env=env)
+        self.processes.append(p)
+        return p
+
+    def http_get(self, c, probe):
+        """(ok, status, body) of one httpGet probe, as the kubelet runs it: to the pod's address
+        (here the loopback) on the probe's port, within timeoutSeconds; ok is 200 <= status < 400."""
+        spec = c[probe]
+        get = spec["httpGet"]
+        assert get.get("scheme", "HTTP") == "HTTP" and "host" not in get
+        port = self.ports[container_port(c, get["port"])]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=spec.get("timeoutSeconds", 1))
+        try:
+            conn.request("GET", get["path"], headers={h["name"]: h["value"] for h in get.get("httpHeaders", [])})
+            r = conn.getresponse()
+            body = r.read().decode()
+            return 200 <= r.status < 400, r.status, body
+        except OSError as e:
+            return False, None, str(e)
+        finally:
+            conn.close()
+
+    def wait_probe(self, proc, c, probe, want=True, timeout=None):
+        """Waits until the probe passes (want=True) or fails; by default no longer than the kubelet
+        would wait (periodSeconds * failureThreshold)."""
+        spec = c[probe]
+        if timeout is None:
+            timeout = spec.get("periodSeconds", 10) * spec.get("failureThreshold", 3)
+
+        def check():
+            if not proc.running():
+                raise AssertionError(f"{c['name']} exited\n{proc.describe()}")
+            r = self.http_get(c, probe)
+            return r if r[0] == want else None
+        return wait_for(check, timeout, 0.1, f"{probe} of {c['name']} to {'pass' if want else 'fail'}\n"
+                        f"{proc.describe()}")
+
+    def close(self):
+        for p in self.processes:
+            p.close()
+        shutil.rmtree(self.short, ignore_errors=True)
+
+
+@pytest.fixture
+def pod_factory(tmp_path):
+    pods = []
+
+    def make(objs, which, pg):
+        p = Pod(objs, which, tmp_path / which, pg)
+        os.makedirs(p.tmp)
+        pods.append(p)
+        return p
+    yield make
+    for p in pods:
+        p.close()
+
+
+def check_role(pg):
+    """cdc's role, logged in with the Secret's password: replication, nothing more, and the
+    heartbeat's function granted."""
+    conn = psycopg2.connect(host=pg.host, port=pg.port, dbname=pg.dbname, user="cdc", password=CDC_PASSWORD,
+                            connect_timeout=10)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("select rolsuper, rolcreatedb, rolcreaterole, rolreplication, "
+                        "has_database_privilege(current_user, current_database(), 'CREATE') "
+                        "from pg_roles where rolname = current_user")
+            assert cur.fetchone() == (False, False, False, True, False)
+            cur.execute("select pg_logical_emit_message(true, 'cdc.test', '')")
+            cur.execute("select count(*) from public.orders")
+    finally:
+        conn.close()
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        psycopg2.connect(host=pg.host, port=pg.port, dbname=pg.dbname, user="cdc", password="wrong",
+                         connect_timeout=10).close()
+
+
+@pytest.mark.parametrize("which", list(KUSTOMIZATIONS))
+def test_pod_runs_as_rendered(rendered, db, pod_factory, which):
+    if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
+        pytest.fail(f"{CDC_BIN} not built (run make)")
+    if not db.running:
+        db.start()
+    SECRETS["cdc-source"].update(PGHOST=db.host, PGPORT=str(db.port))
+    objs = rendered[which]
+    pod = pod_factory(objs, which, db)
+    cdc = _sidecar_of(pod.w)
+    app = next(c for c in pod.spec["containers"] if c["name"] == "app")
+    cfg = pod.prepare_config(cdc)
+    if which == "base":
+        check_role(db)
+
+    # The sidecar starts first; the kubelet starts the other containers once its startupProbe passes.
+    sidecar = pod.start(cdc)
+    pod.wait_probe(sidecar, cdc, "startupProbe")
+    assert pod.http_get(cdc, "livenessProbe")[:2] == (True, 200)
+    assert pod.wait_probe(sidecar, cdc, "readinessProbe")[1:] == (200, "ready\n")
+    consumer = pod.start(app)
+
+    conn = psycopg2.connect(host=db.host, port=db.port, dbname=db.dbname, user="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("insert into public.orders (amount) values (10), (20) returning id")
+        ids = [r[0] for r in cur.fetchall()]
+        cur.execute("update public.orders set status = 'paid' where id = %s", (ids[0],))
+        cur.execute("delete from public.orders where id = %s", (ids[1],))
+    conn.close()
+    evs = consumer.wait_events(4, timeout=30)
+    assert [(e["subscription"], e["op"], e["table"], e["key"]["id"]) for e in evs[:4]] == [
+        ("orders", "insert", "orders", ids[0]), ("orders", "insert", "orders", ids[1]),
+        ("orders", "update", "orders", ids[0]), ("orders", "delete", "orders", ids[1])]
+    assert evs[2]["new"]["status"] == "paid"
+
+    # What the README has users run: kubectl exec POD -c cdc -- cdc status (default socket path,
+    # here remapped), and Prometheus' scrape of the annotated port and path.
+    status_sock = cfg["status"]["socket"]
+    out = subprocess.run([CDC_BIN, "status", "-s", status_sock, "--json"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    st = json.loads(out.stdout)
+    assert st["source"]["slot"] == cfg["source"]["slot"] and st["source"]["connected"] is True
+    assert "orders" in [s["name"] for s in st["subscriptions"]]
+    ann = pod.w["spec"]["template"]["metadata"]["annotations"]
+    c = http.client.HTTPConnection("127.0.0.1", pod.ports[int(ann["prometheus.io/port"])], timeout=5)
+    c.request("GET", ann["prometheus.io/path"])
+    r = c.getresponse()
+    metrics = r.read().decode()
+    c.close()
+    assert r.status == 200 and re.search(r"^cdc_ready 1$", metrics, re.M), metrics[:500]
+
+    # The database goes away (in the base pod, it is stopped first on deletion): not ready, still alive.
+    db.stop("fast")
+    ok, code, body = pod.wait_probe(sidecar, cdc, "readinessProbe", want=False)
+    assert code == 503 and "not streaming" in body
+    assert pod.http_get(cdc, "livenessProbe")[:2] == (True, 200)
+
+    # Pod deletion: the application containers get SIGTERM first, then the sidecar, which must
+    # exit 0 within the grace period.
+    consumer.signal(15)
+    consumer.wait_exit(10)
+    t0 = time.monotonic()
+    assert sidecar.terminate(timeout=pod.spec["terminationGracePeriodSeconds"]) == 0, sidecar.describe()
+    assert time.monotonic() - t0 < pod.spec["terminationGracePeriodSeconds"]
+    logs = sidecar.stderr() + consumer.stderr() + json.dumps(st)
+    assert CDC_PASSWORD not in logs and SECRETS["db-passwords"]["postgres-password"] not in logs
+
+    db.start()
+    drop_slot(db, cfg["source"]["slot"])

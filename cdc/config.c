@@ -783,8 +783,9 @@ typedef struct ident_rule {
 #define DIGIT "0123456789"
 static const ident_rule slot_rule = {LOWER DIGIT "_", LOWER DIGIT "_", 63,
 				     "[a-z0-9_]{1,63}, PostgreSQL's rule for slot names"};
-static const ident_rule pub_rule = {LOWER UPPER "_", LOWER UPPER DIGIT "_", 63,
-				    "an identifier [A-Za-z_][A-Za-z0-9_]{0,62}"};
+/* Any name PostgreSQL can hold (cdc always quotes it), but no control characters, which would
+ * forge log lines. */
+static const ident_rule pub_rule = {NULL, NULL, 63, "1 to 63 bytes without control characters"};
 static const ident_rule sub_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 64,
 				    "1 to 64 characters from [A-Za-z0-9_.-]"};
 static const ident_rule topic_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 249,
@@ -796,7 +797,7 @@ static bool ident_ok(const char *s, const ident_rule *r)
 	if (n < 1 || n > r->max)
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if (!strchr(i ? r->rest : r->first, s[i]))
+		if (r->first ? !strchr(i ? r->rest : r->first, s[i]) : (unsigned char)s[i] < 0x20 || s[i] == 0x7f)
 			return false;
 	return true;
 }
@@ -1508,13 +1509,12 @@ static bool prop_is_secret(const char *k)
 	       (n >= 4 && strcasecmp(k + n - 4, ".pem") == 0 && strcasestr(k, "key")); /* ssl.key.pem */
 }
 
-/* Whether the URI query parameter at p (n bytes up to its '=') is "password", %-escapes decoded as
+/* Whether the URI query parameter at p (n bytes up to its '=') is want, %-escapes decoded as
  * libpq decodes them ("pass%77ord"). */
-static bool uri_param_is_password(const char *p, size_t n)
+static bool uri_param_is(const char *p, size_t n, const char *want)
 {
-	static const char want[] = "password";
-	size_t i = 0, j = 0;
-	for (; i < n && j < sizeof want - 1; j++) {
+	size_t i = 0, j = 0, wn = strlen(want);
+	for (; i < n && j < wn; j++) {
 		int c = (unsigned char)p[i++];
 		if (c == '%' && i + 1 < n && isxdigit((unsigned char)p[i]) &&
 		    isxdigit((unsigned char)p[i + 1])) {
@@ -1525,7 +1525,13 @@ static bool uri_param_is_password(const char *p, size_t n)
 		if (c != want[j])
 			return false;
 	}
-	return i == n && j == sizeof want - 1;
+	return i == n && j == wn;
+}
+
+/* libpq's secrets: the password, and the passphrase of the client key (sslpassword). */
+static bool uri_param_is_password(const char *p, size_t n)
+{
+	return uri_param_is(p, n, "password") || uri_param_is(p, n, "sslpassword");
 }
 
 /* postgresql://user:PASSWORD@host/db?password=PASSWORD&...: user info before an '@' that comes
@@ -1610,7 +1616,7 @@ static void mask_kv(buf *out, const char *s)
 				buf_putc(&raw, *p);
 			}
 		}
-		if (keylen == 8 && strncmp(kw, "password", 8) == 0) {
+		if ((keylen == 8 && strncmp(kw, "password", 8) == 0) || (keylen == 11 && strncmp(kw, "sslpassword", 11) == 0)) {
 			/* keep the quotes: what follows a quoted value must stay apart from the mask */
 			buf_puts(out, *val == '\'' ? "'" CFG_MASK "'" : CFG_MASK);
 		} else if (keylen == 6 && strncmp(kw, "dbname", 6) == 0 && raw.data &&

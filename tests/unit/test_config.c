@@ -405,11 +405,24 @@ static const struct {
 	BAD("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
 	    "t.yaml:1:33: nested deeper than 32 levels\n"),
 	/* source */
-	BAD("source:\n  slot: Bad-Slot\n  publication: 1pub\n",
+	BAD("source:\n  slot: Bad-Slot\n  publication: \"pub\\nx\"\n",
 	    "t.yaml:2:9: source.slot: invalid name \"Bad-Slot\" (expected [a-z0-9_]{1,63}, PostgreSQL's rule for "
 	    "slot names)\n"
-	    "t.yaml:3:16: source.publication: invalid name \"1pub\" (expected an identifier "
-	    "[A-Za-z_][A-Za-z0-9_]{0,62})\n"),
+	    "t.yaml:3:16: source.publication: invalid name \"pub\\x0Ax\" (expected 1 to 63 bytes without control "
+	    "characters)\n"),
+	/* a publication name is quoted wherever cdc uses it: anything PostgreSQL can hold, up to 63 bytes */
+	BAD("source:\n  publication: \"\"\n  slot: Cdc_Slot\n",
+	    "t.yaml:2:16: source.publication: invalid name \"\" (expected 1 to 63 bytes without control "
+	    "characters)\n"
+	    "t.yaml:3:9: source.slot: invalid name \"Cdc_Slot\" (expected [a-z0-9_]{1,63}, PostgreSQL's rule for "
+	    "slot names)\n"),
+	BAD("source:\n  publication: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+	    "t.yaml:2:16: source.publication: invalid name "
+	    "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" (expected 1 to 63 bytes without "
+	    "control characters)\n"),
+	BAD("source:\n  slot: cdc-slot\n",
+	    "t.yaml:2:9: source.slot: invalid name \"cdc-slot\" (expected [a-z0-9_]{1,63}, PostgreSQL's rule for "
+	    "slot names)\n"),
 	BAD("source:\n  slot: \"a;drop table x\"\n",
 	    "t.yaml:2:9: source.slot: invalid name \"a;drop table x\" (expected [a-z0-9_]{1,63}, PostgreSQL's rule "
 	    "for slot names)\n"),
@@ -782,6 +795,11 @@ static void test_mask(void)
 	    {"dbname='postgresql://u:p@h/db' user=x", "dbname='postgresql://u:********@h/db' user=x"},
 	    {"dbname='host=h password=p' user=x", "dbname='host=h password=********' user=x"},
 	    {"dbname=app", "dbname=app"},
+	    /* the passphrase of the client key is a secret too */
+	    {"host=h sslpassword=abc sslkey=k", "host=h sslpassword=******** sslkey=k"},
+	    {"sslpassword='a b' password=c", "sslpassword='********' password=********"},
+	    {"postgresql://h/db?sslpassword=x&ssl%70assword=y&sslpasswordx=z",
+	     "postgresql://h/db?sslpassword=********&ssl%70assword=********&sslpasswordx=z"},
 	    {"host=h ", "host=h "},
 	    /* fuzz: masking a masked string changes nothing, even when it is not a valid conninfo */
 	    {"password=t: password='t: co so password='t:o", "password=******** password='********'t:o"},
@@ -1210,6 +1228,35 @@ static void test_overlay(void)
 	buf_free(&e);
 }
 
+/* Publication names PostgreSQL accepts, however hostile: kept byte for byte and printed back. */
+static void test_hostile_publications(void)
+{
+	static const char *const names[] = {
+	    "pub\"; DROP TABLE t; --", "Pub With Space", "'x'", "back\\slash", "p\xc3\xbc" "b \xe2\x82\xac", "UPPER",
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", /* 63 bytes */
+	};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		buf y = {0}, e = {0};
+		buf_puts(&y, "source:\n  publication: \"");
+		for (const char *c = names[i]; *c; c++) {
+			if (*c == '"' || *c == '\\')
+				buf_putc(&y, '\\');
+			buf_putc(&y, *c);
+		}
+		buf_puts(&y, "\"\n");
+		cfg *c = parse(y.data, &e);
+		CHECK(c != NULL);
+		if (c)
+			CHECK_STR(c->source.publication, names[i]);
+		else
+			fprintf(stderr, "%s", e.data);
+		cfg_free(c);
+		free(roundtrip(y.data, names[i]));
+		buf_free(&y);
+		buf_free(&e);
+	}
+}
+
 int main(void)
 {
 	test_example();
@@ -1222,6 +1269,7 @@ int main(void)
 	test_durations();
 	test_sizes();
 	test_mask();
+	test_hostile_publications();
 	test_table_match();
 	test_print();
 	test_print_strings();

@@ -17,8 +17,17 @@
 #define WALSENDER_OPTIONS \
 	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c bytea_output=hex"
 
+/* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
+#define SECRET_MIN 4
+#define MAX_SECRETS 8
+#define SECRET_MASK "********" /* as check-config masks them */
+
 struct source {
 	char *dsn, *slot, *publication;
+	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
+	 * quotes back. */
+	char *secrets[MAX_SECRETS];
+	size_t nsecrets;
 	bool create;
 	cfg_strlist publish;
 	/* Subscriptions with `changed` need the old row of updates: their tables must have
@@ -33,10 +42,55 @@ struct source {
 	char system_id[32];
 };
 
+static void add_secret(source *s, const char *v)
+{
+	if (v && strlen(v) >= SECRET_MIN && s->nsecrets < MAX_SECRETS)
+		s->secrets[s->nsecrets++] = xstrdup(v);
+}
+
+/* The password-like values of a connection string, and of a dbname that is one itself. */
+static void collect_secrets(source *s, const char *dsn, int depth)
+{
+	PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+	if (!opts)
+		return;
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val)
+			continue;
+		if (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0)
+			add_secret(s, o->val);
+		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strchr(o->val, '='))
+			collect_secrets(s, o->val, 1);
+		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strstr(o->val, "://"))
+			collect_secrets(s, o->val, 1);
+	}
+	PQconninfoFree(opts);
+}
+
+/* Replaces every secret in err by the mask, in place. */
+static void redact(const source *s, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < s->nsecrets; i++) {
+		const char *secret = s->secrets[i];
+		size_t n = strlen(secret), m = strlen(SECRET_MASK);
+		char *at;
+		while ((at = strstr(err, secret))) {
+			size_t tail = strlen(at + n);
+			if (m > n && (size_t)(at - err) + m + tail >= errlen)
+				tail = errlen - 1 - (size_t)(at - err) - m; /* the message is cut short, never the mask */
+			memmove(at + m, at + n, tail);
+			memcpy(at, SECRET_MASK, m);
+			at[m + tail] = '\0';
+		}
+	}
+}
+
 source *source_new(const cfg *c)
 {
 	source *s = xcalloc(1, sizeof(*s));
 	s->dsn = xstrdup(c->source.dsn);
+	collect_secrets(s, s->dsn, 0);
+	add_secret(s, getenv("PGPASSWORD"));
 	s->slot = xstrdup(c->source.slot);
 	s->publication = xstrdup(c->source.publication);
 	s->create = c->source.create;
@@ -75,10 +129,24 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->full_identity.n; i++)
 		free(s->full_identity.v[i]);
 	free(s->full_identity.v);
+	for (size_t i = 0; i < s->nsecrets; i++)
+		free(s->secrets[i]);
 	free(s->dsn);
 	free(s->slot);
 	free(s->publication);
 	free(s);
+}
+
+/* What to do about a failed connection, for the failures whose fix is in source.dsn. */
+static const char *connect_hint(const char *msg)
+{
+	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
+		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are; with "
+		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the server's "
+		       "certificate, and verify-full also needs the host name to match it)";
+	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
+		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
+	return "";
 }
 
 /* The user's connection string, with what cdc needs added: replication mode, walsender session
@@ -89,8 +157,20 @@ static PGconn *connect_db(const source *s, bool replication, char *err, size_t e
 	char *perr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(s->dsn, &perr);
 	if (!opts) {
-		errf(err, errlen, "source.dsn is not a valid connection string: %s", perr ? perr : "out of memory");
+		/* libpq quotes the part it could not parse, or a whole URI, password included: the
+		 * message comes from the masked string instead. */
 		PQfreemem(perr);
+		perr = NULL;
+		char *masked = cfg_mask_dsn(s->dsn);
+		PQconninfoOption *again = PQconninfoParse(masked, &perr);
+		errf(err, errlen, "source.dsn is not a valid connection string: %.*s", perr ? (int)strcspn(perr, "\n") : 0,
+		     perr ? perr : "");
+		if (!perr)
+			errf(err, errlen, "source.dsn is not a valid connection string (check the quoting of its password: "
+					  "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
+		PQconninfoFree(again);
+		PQfreemem(perr);
+		free(masked);
 		return NULL;
 	}
 	size_t n = 0;
@@ -143,7 +223,7 @@ static PGconn *connect_db(const source *s, bool replication, char *err, size_t e
 	PQconninfoFree(opts);
 	if (PQstatus(conn) != CONNECTION_OK) {
 		char *msg = PQerrorMessage(conn);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"), msg);
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg, connect_hint(msg));
 		PQfinish(conn);
 		return NULL;
 	}
@@ -173,10 +253,26 @@ static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *c
 	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
 }
 
+/* s between quote characters q, each q inside doubled: an SQL identifier ('"'), an SQL or
+ * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
+static void append_quoted(buf *b, const char *s, char q)
+{
+	buf_putc(b, q);
+	for (; *s; s++) {
+		if (*s == q)
+			buf_putc(b, q);
+		buf_putc(b, *s);
+	}
+	buf_putc(b, q);
+}
+
 static void append_ident(buf *b, PGconn *conn, const char *name)
 {
 	char *q = PQescapeIdentifier(conn, name, strlen(name));
-	buf_puts(b, q);
+	if (q)
+		buf_puts(b, q);
+	else
+		append_quoted(b, name, '"'); /* not valid in the client encoding: the server will say so */
 	PQfreemem(q);
 }
 
@@ -227,9 +323,12 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	if (exists)
 		return SOURCE_OK;
 	if (!s->create) {
+		buf q = {0};
+		append_quoted(&q, s->publication, '"');
 		errf(err, errlen,
 		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set source.create: true",
-		     s->publication, s->publication);
+		     q.data, q.data);
+		buf_free(&q);
 		return SOURCE_FATAL;
 	}
 	buf sql = {0};
@@ -279,11 +378,16 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 			continue;
 		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
 			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0), PQgetvalue(res, i, 1))) {
+				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
+				buf q = {0};
+				append_quoted(&q, PQgetvalue(res, i, 0), '"');
+				buf_putc(&q, '.');
+				append_quoted(&q, PQgetvalue(res, i, 1), '"');
 				errf(err, errlen,
-				     "subscription %s uses changed: on table %s.%s, whose replica identity does not send "
-				     "the old row of an update: ALTER TABLE %s.%s REPLICA IDENTITY FULL",
-				     s->full_identity.v[k], PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 0),
-				     PQgetvalue(res, i, 1));
+				     "subscription %s uses changed: on table %s, whose replica identity does not send "
+				     "the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL",
+				     s->full_identity.v[k], q.data, q.data);
+				buf_free(&q);
 				r = SOURCE_FATAL;
 				break;
 			}
@@ -443,9 +547,16 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	s->proto.stream_abort_info = s->proto.proto_version >= 4;
 	char lsn[LSN_STRLEN];
 	lsn_format(start, lsn);
-	buf sql = {0};
-	buf_printf(&sql, "START_REPLICATION SLOT \"%s\" LOGICAL %s (proto_version '%d', publication_names '\"%s\"'",
-		   s->slot, lsn, s->proto.proto_version, s->publication);
+	/* The slot is a quoted identifier of the replication grammar; publication_names is a string
+	 * literal holding a list of identifiers that pgoutput splits at commas, so the publication is
+	 * quoted twice: as an identifier ("" for a quote), then as a literal ('' for a quote). */
+	buf pubs = {0}, sql = {0};
+	append_quoted(&pubs, s->publication, '"');
+	buf_puts(&sql, "START_REPLICATION SLOT ");
+	append_quoted(&sql, s->slot, '"');
+	buf_printf(&sql, " LOGICAL %s (proto_version '%d', publication_names ", lsn, s->proto.proto_version);
+	append_quoted(&sql, pubs.data, '\'');
+	buf_free(&pubs);
 	if (s->proto.proto_version >= 2)
 		buf_printf(&sql, ", messages 'true', streaming '%s'", s->proto.proto_version >= 4 ? "parallel" : "on");
 	if (s->proto.proto_version >= 3)
@@ -514,8 +625,10 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	snprintf(st->slot, sizeof(st->slot), "%s", s->slot);
 	r = start_replication(s, st->flushed_lsn, err, errlen);
 out:
-	if (r != SOURCE_OK)
+	if (r != SOURCE_OK) {
 		source_disconnect(s);
+		redact(s, err, errlen);
+	}
 	return r;
 }
 
@@ -551,6 +664,7 @@ static void put_u64(uint8_t *p, uint64_t v)
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
 {
 	errf(err, errlen, "replication connection lost (%s): %s", what, one_line(PQerrorMessage(s->repl)));
+	redact(s, err, errlen);
 	return SOURCE_RETRY;
 }
 
@@ -669,12 +783,16 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 	char why[512];
 	if (!admin_send(s, ADMIN_HEARTBEAT,
 			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')", 0, NULL,
-			&sent, why, sizeof(why)))
-		return errf(err, errlen, "heartbeat: %s", why);
+			&sent, why, sizeof(why))) {
+		errf(err, errlen, "heartbeat: %s", why);
+		redact(s, err, errlen);
+		return false;
+	}
 	if (!s->heartbeat_error[0])
 		return true;
 	errf(err, errlen, "%s", s->heartbeat_error);
 	s->heartbeat_error[0] = '\0';
+	redact(s, err, errlen);
 	return false;
 }
 
@@ -688,5 +806,7 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 			     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
 			     1, params, &sent, err, errlen);
 	*h = s->health;
+	if (!ok)
+		redact(s, err, errlen);
 	return ok;
 }

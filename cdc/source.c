@@ -28,6 +28,7 @@ struct source {
 	 * quotes back. */
 	char *secrets[MAX_SECRETS];
 	size_t nsecrets;
+	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
 	cfg_strlist publish;
 	/* Subscriptions with `changed` need the old row of updates: their tables must have
@@ -152,7 +153,7 @@ static const char *connect_hint(const char *msg)
 /* The user's connection string, with what cdc needs added: replication mode, walsender session
  * settings appended to the user's options, a default connect_timeout and application name.
  * Everything else (TLS, passwords, PG* variables, .pgpass) passes through to libpq untouched. */
-static PGconn *connect_db(const source *s, bool replication, char *err, size_t errlen)
+static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 {
 	char *perr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(s->dsn, &perr);
@@ -171,6 +172,7 @@ static PGconn *connect_db(const source *s, bool replication, char *err, size_t e
 		PQconninfoFree(again);
 		PQfreemem(perr);
 		free(masked);
+		s->dsn_invalid = true;
 		return NULL;
 	}
 	size_t n = 0;
@@ -581,8 +583,11 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
 	slot_row row;
-	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen)))
+	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen))) {
+		if (s->dsn_invalid)
+			r = SOURCE_FATAL;
 		goto out;
+	}
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK || (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = check_identities(s, err, errlen)) != SOURCE_OK || (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)

@@ -269,7 +269,10 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!k->rk) {
 		rd_kafka_conf_destroy(conf);
-		return errf(err, errlen, "cannot create the Kafka producer: %s", why);
+		return errf(err, errlen,
+			    "cannot create the Kafka producer: %s (kafka.properties go to librdkafka as they are; "
+			    "its own messages above name the file or setting)",
+			    why);
 	}
 	rd_kafka_queue_t *q = rd_kafka_queue_get_main(k->rk);
 	rd_kafka_queue_io_event_enable(q, k->pipe[1], "1", 1);

@@ -40,7 +40,7 @@ LIB_SRCS := \
 	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c sinks/spool.c \
 	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c cdc/status.c cdc/status_cmd.c cdc/report.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log
 FUZZERS := pgoutput config predicate frame http
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

@@ -1,4 +1,6 @@
-/* log.c: see log.h. Lines are written with one write(2) so concurrent writers never interleave. */
+/* log.c: see log.h. Lines are written with one write(2) so concurrent writers never interleave.
+ * In text form, control characters (a newline in a server's error, a name or a reload's error list)
+ * are escaped, so one event is always one line and no input can forge another. */
 #include "log.h"
 
 #include <stdio.h>
@@ -62,6 +64,24 @@ static void json_fields(buf *line, const char *ctx)
 	}
 }
 
+/* s with control characters as C escapes (\n, \t, \r, \xNN). */
+static void put_text(buf *b, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 0x20 && c != 0x7f)
+			buf_putc(b, (char)c);
+		else if (c == '\n')
+			buf_puts(b, "\\n");
+		else if (c == '\t')
+			buf_puts(b, "\\t");
+		else if (c == '\r')
+			buf_puts(b, "\\r");
+		else
+			buf_printf(b, "\\x%02X", c);
+	}
+}
+
 void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
 {
 	if (!log_enabled(level))
@@ -89,7 +109,13 @@ void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
 		json_fields(&line, ctx);
 		buf_puts(&line, "}\n");
 	} else {
-		buf_printf(&line, "%s %-5s %s%s%s\n", ts, level_names[level], msg, *ctx ? " " : "", ctx);
+		buf_printf(&line, "%s %-5s ", ts, level_names[level]);
+		put_text(&line, msg);
+		if (*ctx) {
+			buf_putc(&line, ' ');
+			put_text(&line, ctx);
+		}
+		buf_putc(&line, '\n');
 	}
 	ssize_t w = write(STDERR_FILENO, line.data, line.len);
 	(void)w; /* nowhere left to report a failing stderr */

@@ -44,11 +44,14 @@ UNIT_TESTS := pgoutput txn event config predicate rules frame spool status repor
 FUZZERS := pgoutput config predicate frame http
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
-DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/tests/unit/test_%.d)
+FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)
+
+DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/tests/unit/test_%.d) \
+	$(FUZZERS:%=$(B)/obj/tests/fuzz/fuzz_%.d) $(B)/obj/tests/fuzz/replay.d
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-unit check-integration demo bench fuzz install clean format
+.PHONY: all deps check check-unit check-fuzz-corpus check-integration demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -83,6 +86,24 @@ deps:
 check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 	$(Q)for t in $^; do $$t || exit 1; done
 
+# The fuzz harnesses linked with tests/fuzz/replay.c's main() instead of libFuzzer (any compiler):
+# each replays its kept corpus, so an input that once found a bug fails `make check` if it returns.
+$(B)/tests/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(B)/libcdc.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+check-fuzz-corpus: $(FUZZ_REPLAYS)
+	$(Q)for f in $(FUZZERS); do $(B)/tests/fuzz/replay_$$f tests/fuzz/corpus/$$f || exit 1; done
+
+# The unit tests and the corpus replays under valgrind's memcheck: an invalid access, a use of
+# uninitialised memory or a leak fails. Not with SANITIZE (the two do not mix).
+VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full
+valgrind: deps
+	$(if $(SANITIZE),$(error make valgrind does not mix with SANITIZE))
+	$(Q)$(MAKE) --no-print-directory -s $(UNIT_TESTS:%=$(B)/tests/unit/test_%) $(FUZZ_REPLAYS)
+	$(Q)for t in $(UNIT_TESTS); do $(VALGRIND) $(B)/tests/unit/test_$$t || exit 1; done
+	$(Q)for f in $(FUZZERS); do $(VALGRIND) $(B)/tests/fuzz/replay_$$f tests/fuzz/corpus/$$f || exit 1; done
+
 # A librdkafka mock cluster as a process of its own: the Kafka broker of the integration tests.
 $(B)/tests/kafka_mock: tests/kafka/mock_cluster.c
 	@mkdir -p $(dir $@)
@@ -93,7 +114,7 @@ check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
 check: deps
-	$(Q)$(MAKE) --no-print-directory all check-unit
+	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
 	$(Q)$(MAKE) --no-print-directory check-integration
 
 demo: deps

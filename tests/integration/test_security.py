@@ -518,6 +518,9 @@ def test_secrets_stay_out_of_logs_commands_and_status(spg, scdc, kafka, certs, t
         out = run_cdc("status", "-c", c.path)
         seen[f"status -c ({what})"] = out.stdout + out.stderr
     assert p.stderr().count("reload refused; keeping the running configuration") == 2
+    # One event, one line: the multi-line error lists of the refused reloads are escaped.
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (debug|info |warn |error) ", ln)
+               for ln in p.stderr().splitlines()), p.stderr()
     assert "source and state_dir changes take effect at the next restart" in p.stderr()
     with open(c.path, "w") as f:
         f.write(good)

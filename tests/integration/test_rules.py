@@ -35,8 +35,8 @@ def test_changed_needs_replica_identity_full(pg, schema, cdc):
                             "changed": ["status"], "sink": "stdout"}])
     p = c.run()
     assert p.wait_exit(30) == 1, p.describe()
-    assert (f"subscription status uses changed: on table {schema}.orders, whose replica identity does not "
-            f"send the old row of an update: ALTER TABLE {schema}.orders REPLICA IDENTITY FULL") in p.stderr()
+    assert (f'subscription status uses changed: on table "{schema}"."orders", whose replica identity does not '
+            f'send the old row of an update: ALTER TABLE "{schema}"."orders" REPLICA IDENTITY FULL') in p.stderr()
 
 
 def test_columns_projects_rows_and_keeps_the_key(pg, schema, cdc):

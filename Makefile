@@ -25,8 +25,13 @@ B := build
 ifneq ($(SANITIZE),)
 ALLOC_LIBS :=
 B := build/sanitize
-override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
-override LDFLAGS += -fsanitize=$(SANITIZE)
+# gcc's flow-based warnings see the paths the instrumentation adds (a pointer it has checked for
+# NULL "may be NULL" afterwards) and misfire; the normal build, without sanitizers, keeps them errors.
+# -fno-sanitize-recover: a UBSan finding aborts, so the test that caused it fails (by default it
+# only prints, in a cdc stderr file no one reads).
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	-Wno-error=nonnull -Wno-error=format-overflow -Wno-error=maybe-uninitialized -Wno-error=stringop-overflow
+override LDFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 endif
 
 PROTOS := proto/cdc/v1/event.proto proto/cdc/v1/subscriber.proto
@@ -40,7 +45,7 @@ LIB_SRCS := \
 	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c sinks/spool.c \
 	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c cdc/status.c cdc/status_cmd.c cdc/report.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source
 FUZZERS := pgoutput config predicate frame http
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

@@ -68,21 +68,22 @@ static void collect_secrets(source *s, const char *dsn, int depth)
 	PQconninfoFree(opts);
 }
 
-/* Replaces every secret in err by the mask, in place. */
-static void redact(const source *s, char *err, size_t errlen)
+void source_redact(const source *s, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < s->nsecrets; i++) {
-		const char *secret = s->secrets[i];
-		size_t n = strlen(secret), m = strlen(SECRET_MASK);
-		char *at;
-		while ((at = strstr(err, secret))) {
-			size_t tail = strlen(at + n);
-			if (m > n && (size_t)(at - err) + m + tail >= errlen)
-				tail = errlen - 1 - (size_t)(at - err) - m; /* the message is cut short, never the mask */
-			memmove(at + m, at + n, tail);
-			memcpy(at, SECRET_MASK, m);
-			at[m + tail] = '\0';
+		const char *secret = s->secrets[i], *p = err, *at;
+		if (!strstr(err, secret))
+			continue;
+		/* one pass into a copy: a mask that contains the secret is not searched again */
+		buf out = {0};
+		while ((at = strstr(p, secret))) {
+			buf_append(&out, p, (size_t)(at - p));
+			buf_puts(&out, SECRET_MASK);
+			p = at + strlen(secret);
 		}
+		buf_puts(&out, p);
+		snprintf(err, errlen, "%s", out.data);
+		buf_free(&out);
 	}
 }
 
@@ -632,7 +633,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 out:
 	if (r != SOURCE_OK) {
 		source_disconnect(s);
-		redact(s, err, errlen);
+		source_redact(s, err, errlen);
 	}
 	return r;
 }
@@ -669,7 +670,7 @@ static void put_u64(uint8_t *p, uint64_t v)
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
 {
 	errf(err, errlen, "replication connection lost (%s): %s", what, one_line(PQerrorMessage(s->repl)));
-	redact(s, err, errlen);
+	source_redact(s, err, errlen);
 	return SOURCE_RETRY;
 }
 
@@ -790,14 +791,14 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')", 0, NULL,
 			&sent, why, sizeof(why))) {
 		errf(err, errlen, "heartbeat: %s", why);
-		redact(s, err, errlen);
+		source_redact(s, err, errlen);
 		return false;
 	}
 	if (!s->heartbeat_error[0])
 		return true;
 	errf(err, errlen, "%s", s->heartbeat_error);
 	s->heartbeat_error[0] = '\0';
-	redact(s, err, errlen);
+	source_redact(s, err, errlen);
 	return false;
 }
 
@@ -812,6 +813,6 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 			     1, params, &sent, err, errlen);
 	*h = s->health;
 	if (!ok)
-		redact(s, err, errlen);
+		source_redact(s, err, errlen);
 	return ok;
 }

@@ -32,6 +32,12 @@ typedef struct source source;
 source *source_new(const cfg *c);
 void source_free(source *s);
 
+/* Replaces in err (NUL-terminated, errlen bytes) every password of source.dsn (password and
+ * sslpassword, also inside a dbname that is a connection string) and of PGPASSWORD, when 4 bytes or
+ * longer, by "********", cutting the message short if it must. Every error the source returns has
+ * been through it already; for messages about the source made elsewhere. */
+void source_redact(const source *s, char *err, size_t errlen);
+
 /* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
  * success it holds the position streaming starts from, to be recorded by the caller. The primary
  * keys of published REPLICA IDENTITY FULL tables go to rc. */

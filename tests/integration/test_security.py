@@ -755,3 +755,22 @@ def test_control_uids_admits_the_uid_named(scdc):
     code, text = http(socket_paths(c)[0], "/subscriptions/nosuch", "DELETE")
     assert code == 403 and json.loads(text)["error"] == "uid 0 may not change subscriptions (status.control_uids)"
     assert p.terminate() == 0
+
+
+def test_state_dir_is_private(scdc):
+    """Spooled rows, spill files and positions are data at rest: owner only."""
+    c, p = start_with_sockets(scdc)
+    scdc.pg.sql("insert into public.sock_t select generate_series(1, 3)")
+    wait_for(lambda: json.loads(http(socket_paths(c)[0], "/status")[1])["subscriptions"][0]["head_offset"] == 3,
+             10, what="three events spooled")
+    assert p.terminate() == 0
+    seen = []
+    for root, dirs, files in os.walk(c.state_dir):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            seen.append(os.path.relpath(path, c.state_dir))
+            assert mode & 0o077 == 0, (path, oct(mode))
+    assert stat.S_IMODE(os.stat(c.state_dir).st_mode) == 0o700
+    assert {"position", "spool", "spill"} <= set(seen) and any(s.startswith("spool/jobs/") for s in seen), seen
+    scdc.pg.sql("delete from public.sock_t")

@@ -14,7 +14,8 @@ every statement and replication command in the server log):
   command output or status answer, through authentication failures, bad hosts, bad connection
   strings, config errors and a refused reload;
 - sockets: the status and subscriber sockets get subscribers.mode, a uid without access gets
-  EACCES, and a uid outside status.control_uids gets 403 for PUT and DELETE.
+  EACCES, and a uid outside status.control_uids gets 403 for PUT and DELETE; state_dir (spool,
+  spill files, position) is owner-only.
 
 Tests that need another uid (EACCES, 403) run a child as `nobody` and so need root; as another user
 they are skipped (and say so), and a skipped test has shown nothing.

@@ -349,9 +349,11 @@ def test_libpq_tls_options_pass_through(spg, scdc, certs):
     spg.sql("insert into public.tls_t values (1)")
     assert [(e["table"], e["new"]) for e in p.wait_events(1)] == [("tls_t", {"id": 1})]
     # Both of cdc's connections, the walsender included, are TLS.
-    rows = spg.sql("select a.backend_type, s.ssl from pg_stat_activity a join pg_stat_ssl s using (pid) "
-                   "where a.application_name = 'cdc' order by 1")
-    assert rows == [("client backend", True), ("walsender", True)]
+    def cdc_backends():  # a backend of an earlier test's cdc may take a moment to go
+        return spg.sql("select a.backend_type, s.ssl from pg_stat_activity a join pg_stat_ssl s using (pid) "
+                       "where a.application_name = 'cdc' order by 1")
+    wait_for(lambda: cdc_backends() == [("client backend", True), ("walsender", True)], 10,
+             what=f"cdc's two connections over TLS: {cdc_backends()}")
     walsender = spg.sql("select active_pid from pg_replication_slots where slot_name = %s", (c.slot,))[0][0]
     assert spg.sql("select ssl from pg_stat_ssl where pid = %s", (walsender,)) == [(True,)]
     assert p.terminate() == 0, p.describe()
@@ -501,12 +503,14 @@ def test_secrets_stay_out_of_logs_commands_and_status(spg, scdc, kafka, certs, t
     # Reloads: a file with errors beside the secrets, a YAML syntax error, a new password.
     good = open(c.path).read()
     broken = {
-        "errors": good.replace('"sink": "stdout"', '"sink": "stdout", "operations": ["explode"]') +
+        "errors": good.replace('    sink: "stdout"\n', '    sink: "stdout"\n    operations: ["explode"]\n') +
         f'bogus_key: "{SASL_PASSWORD}"\n',
         "syntax": good.replace("subscriptions:", f'oops: [unterminated, "{ROLE_PASSWORD}"\nsubscriptions:'),
         "new dsn": good.replace(f"password={ROLE_PASSWORD}", f"password={WRONG_PASSWORD}"),
     }
     for what, text in broken.items():
+        assert text.count("\n") > good.count("\n") or what == "new dsn", what
+        assert text != good, what
         with open(c.path, "w") as f:
             f.write(text)
         n = p.stderr().count("reload")
@@ -515,6 +519,8 @@ def test_secrets_stay_out_of_logs_commands_and_status(spg, scdc, kafka, certs, t
                  10, what=f"reload ({what})\n{p.describe()}")
         out = run_cdc("check-config", "-c", c.path)
         assert out.returncode == (0 if what == "new dsn" else 2), out
+        if what == "errors":
+            assert 'subscriptions[0].operations: unknown' in out.stderr and '"bogus_key"' in out.stderr, out
         seen[f"check-config ({what})"] = out.stdout + out.stderr
         out = run_cdc("status", "-c", c.path)
         seen[f"status -c ({what})"] = out.stdout + out.stderr

@@ -46,7 +46,7 @@ LIB_SRCS := \
 	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c cdc/status.c cdc/status_cmd.c cdc/report.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source
-FUZZERS := pgoutput config predicate frame http redact
+FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)

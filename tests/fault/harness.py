@@ -86,6 +86,14 @@ def log(msg):
     print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
 
+def peak_rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
 def lsn_text(v):
     return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
@@ -260,7 +268,6 @@ class Harness:
         self.pg = self.kafka = self.reader = self.cdc = self.sup = self.load = None
         self.wm_consumer = None
         self.sinks = {}
-        self.kafka_seen = 0
         self.stdout_files = []
 
     # --- setup ---
@@ -288,7 +295,7 @@ class Harness:
             "state_dir": os.path.join(self.workdir, "state"),
             "status": {"socket": os.path.join(self.workdir, "status.sock")},
             "subscribers": {"socket": self.sock},
-            "log": {"level": "info"},
+            "log": {"level": "debug" if a.kafka_debug else "info"},
             "kafka": {"brokers": self.kafka.bootstrap,
                       "properties": {"linger.ms": "5", "reconnect.backoff.max.ms": "1000"}},
             "subscriptions": [
@@ -300,6 +307,8 @@ class Harness:
                 {"name": "out_all", "tables": tables, "sink": "stdout"},
             ],
         }
+        if a.kafka_debug:
+            cfg["kafka"]["properties"]["debug"] = a.kafka_debug
         self.cfg_path = os.path.join(self.workdir, "cdc.yaml")
         with open(self.cfg_path, "w") as f:
             f.write(to_yaml(cfg))
@@ -517,6 +526,7 @@ class Harness:
         log(f"load running ({a.workers} workers); injecting faults for {a.duration}s")
         end = time.monotonic() + a.duration
         next_fault = time.monotonic() + self.rng.uniform(1, 5)
+        next_collect = time.monotonic() + 2
         while time.monotonic() < end:
             if not self.cdc.check():
                 self.faults["cdc_exit (not injected)"] += 1
@@ -524,6 +534,9 @@ class Harness:
             if time.monotonic() >= next_fault:
                 self.inject(self.deal())
                 next_fault = time.monotonic() + self.rng.uniform(1, 5)
+            elif time.monotonic() >= next_collect:
+                self.collect()  # as it goes: Kafka's raw messages are dropped once decoded
+                next_collect = time.monotonic() + 2
             time.sleep(0.05)
         self.wind_down()
 
@@ -553,7 +566,11 @@ class Harness:
         """Adds what arrived since the last call to the sinks' streams."""
         k = self.sinks["k_all"]
         msgs = self.reader.snapshot()
-        for m in msgs[self.kafka_seen:]:
+        # Decoded, the raw messages are not needed any more: dropped from the reader's list (the
+        # reader only appends to it, so deleting what was read loses nothing), which keeps a long
+        # run's memory to the Recs.
+        del self.reader.messages[:len(msgs)]
+        for m in msgs:
             if m.is_tombstone:
                 self.errors.append(f"unexpected tombstone at {m.where()}")
                 continue
@@ -562,7 +579,6 @@ class Harness:
             if st and st[-1].where[1] >= m.offset:
                 self.errors.append(f"the Kafka reader went back: {m.where()} after offset {st[-1].where[1]}")
             st.append(from_proto(m.event, (tp, m.offset)))
-        self.kafka_seen = len(msgs)
         out = self.sinks["out_all"]
         while len(self.stdout_files) < len(self.cdc.runs):
             self.stdout_files.append(LineFile(self.cdc.stdout_path(len(self.stdout_files) + 1)))
@@ -607,8 +623,38 @@ class Harness:
             if time.monotonic() > deadline:
                 self.errors.append(f"not drained after {self.args.drain_timeout}s: changes missing per sink "
                                    f"{missing}; slot at {lsn_text(confirmed)}, WAL end {lsn_text(end_lsn)}")
+                if missing["k_all"]:
+                    self.diagnose_kafka(want["k_all"] - got["k_all"])
                 return
             time.sleep(1)
+
+    def diagnose_kafka(self, missing):
+        """Reads every topic again with a fresh consumer, up to the high watermarks, to tell a
+        message the broker does not have from one the harness's reader missed, and shows the
+        neighbours of each missing change in the harness's reader: the key's other versions
+        and the rest of its transaction."""
+        from verify import rec_ident
+        wm = self.watermarks() or {}
+        fresh = KafkaReader(self.kafka.bootstrap, self.topics, self.pb, group=False)
+        try:
+            fresh.wait(sum(wm.values()), timeout=120)
+        except AssertionError as e:
+            self.errors.append(f"fresh Kafka read: {e}")
+        msgs = fresh.snapshot()
+        fresh.close()
+        found = {rec_ident(from_proto(m.event)) for m in msgs if not m.is_tombstone} & missing
+        self.errors.append(f"a fresh consumer read {len(msgs)} messages (high watermarks add up to "
+                           f"{sum(wm.values())}): {len(found)} of the {len(missing)} changes missing are there"
+                           + (" (the harness's reader missed them)" if found else " (not in the topics: lost)"))
+        led = self.load.ledger
+        recs = [r for st in self.sinks["k_all"].streams.values() for r in st]
+        for ident in sorted(missing, key=str)[:5]:
+            xid = next((x for x, t in led.committed.items()
+                        if any((c.table, c.id, c.op, None if c.op == "delete" else c.ver) == ident for c in t.changes)), None)
+            same_key = [(r.where, r.op, r.ver) for r in recs if (r.table, r.id) == ident[:2]]
+            same_txn = sorted({(r.where, r.ti, r.table, r.id) for r in recs if r.xid == xid})
+            self.errors.append(f"  missing {ident} (xid {xid}): the key's messages {same_key}; its transaction's "
+                               f"messages (partition, offset, tx_index): {same_txn[:40]}")
 
     def cleanup(self):
         for what in (lambda: self.sup and self.sup.stop(), lambda: self.cdc and self.cdc.close(),
@@ -665,7 +711,7 @@ class Harness:
             print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         print()
         print(f"cdc runs: {len(self.cdc.runs)}; kills checked against the slot: {len(self.kills)}; "
-              f"exits nobody asked for: {len(self.cdc.unexpected_exits)}")
+              f"exits nobody asked for: {len(self.cdc.unexpected_exits)}; harness peak RSS {peak_rss_mib()} MiB")
         for r in results:
             if r.unexpected:
                 print(f"  {r.name}: unexpected by kind {dict(r.unexpected)}")
@@ -708,6 +754,7 @@ def parse_args(argv=None):
     p.add_argument("--faults", default=",".join(FAULTS), help="kinds to inject (comma-separated; default all)")
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")
     a = p.parse_args(argv)
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 1 << 31)

@@ -121,16 +121,15 @@ class SinkData:
         self.streams = {}
         self.cuts = {}
         self.snap_recs = {}
-        self._snaps = {}
 
     def order_groups(self):
         if self.kind == "kafka":
             return [self.streams[k] for k in sorted(self.streams)]
         return [[r for k in sorted(self.streams) for r in self.streams[k]]]
 
-    def present(self, k, where, ident):
+    def present(self, k, where, ident, snaps):
         """Whether the first delivery at where (None: never delivered) counts as delivered at
-        kill k."""
+        kill k; snaps: {kill index: set of idents} of the spool reads."""
         cut = self.cuts.get(k)
         if self.kind == "kafka":
             if cut is None:
@@ -140,11 +139,9 @@ class SinkData:
             return where is not None and where[0] <= cut
         if where is not None and cut is not None and where <= cut:
             return True
-        if k not in self.snap_recs:  # the spool read failed: what was delivered by the end
+        if k not in snaps:  # the spool read failed: what was delivered by the end
             return where is not None
-        if k not in self._snaps:
-            self._snaps[k] = {rec_ident(r) for r in self.snap_recs[k]}
-        return ident in self._snaps[k]
+        return ident in snaps[k]
 
 
 class Result:
@@ -217,6 +214,8 @@ def analyse(sink, index, kills, cl_by_xid):
     _check_order(sink, index, expected, first_ok, bad_keys, res)
     if sink.kind == "socket":
         _check_offsets(sink, res)
+    if sink.kind == "kafka":
+        _check_partition_offsets(sink, res)
     _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res)
     return res
 
@@ -295,6 +294,17 @@ def _check_offsets(sink, res):
             res.note("gaps", f"offsets never read between {lo} and {hi}: {missing[:20]}")
 
 
+def _check_partition_offsets(sink, res):
+    """Each Kafka partition was read without a hole: a broker numbers every message, so an offset
+    the reader never saw means the reader skipped it (not that the broker lost it)."""
+    for tp, recs in sorted(sink.streams.items()):
+        seen = {r.where[1] for r in recs}
+        missing = [o for o in range(0, max(seen) + 1) if o not in seen] if seen else []
+        if missing:
+            res.gaps += len(missing)
+            res.note("gaps", f"partition {tp}: offsets never read: {missing[:20]}")
+
+
 def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):
     if not kills:
         return
@@ -306,13 +316,14 @@ def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):
             items.append((cl, False, ident, first_ok.get(ident)))
         else:
             items.append((index.committed[xid].hi_lsn, True, ident, first_ok.get(ident)))
+    snaps = {k: {rec_ident(r) for r in recs} for k, recs in sink.snap_recs.items()}
     for k, confirmed in kills:
         for lsn, bound, ident, where in items:
             # Exact commit LSN: passed when below C. Upper bound only: passed when <= C.
             if lsn is None or lsn > confirmed or (lsn == confirmed and not bound):
                 continue
             res.slot_checked += 1
-            if not sink.present(k, where, ident):
+            if not sink.present(k, where, ident, snaps):
                 res.slot += 1
                 res.note("slot", f"kill #{k}: slot confirmed {confirmed:X}, change {ident} (commit "
                                  f"{'<' if bound else ''}{lsn:X}) was {'delivered only later, at ' + str(where) if where else 'never delivered'}")

@@ -1,0 +1,177 @@
+"""test_verify.py: the fault harness's checker against hand-made streams, so that a clean report
+from a fault run means the checks looked, not that they cannot fail. Run by `make check-fault`
+(python3 -m pytest tests/fault/test_verify.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from events import Rec  # noqa: E402
+from load import Change, Txn  # noqa: E402
+from verify import SinkData, verify  # noqa: E402
+
+# Two committed transactions and an aborted one:
+#   xid 100 (commit_lsn 0x1000): insert acct 1 (v1), insert ord 7 (v1), update acct 1 (v2)
+#   xid 101 (commit_lsn 0x2000): update acct 1 (v3), delete ord 7 (v2)
+#   xid 102 aborted: update acct 1 to v4
+CL = {100: 0x1000, 101: 0x2000, 102: 0x3000}
+
+
+def txn(xid, changes, hi):
+    t = Txn("small")
+    t.xid, t.changes, t.hi_lsn = xid, changes, hi
+    return t
+
+
+def ledger():
+    committed = {
+        100: txn(100, [Change("acct", 1, "insert", 1, 0, "ok"), Change("ord", 7, "insert", 1, 5, "ok"),
+                       Change("acct", 1, "update", 2, 1, "ok")], 0x1100),
+        101: txn(101, [Change("acct", 1, "update", 3, 2, "ok"), Change("ord", 7, "delete", 2, 5, "ok")], 0x2100),
+    }
+    aborted = {102: txn(102, [Change("acct", 1, "update", 4, 0, "ABORT")], None)}
+    return committed, aborted
+
+
+# (xid, tx_index) -> Rec fields
+EV = {
+    (100, 0): ("acct", 1, "insert", 1, "ok", 0),
+    (100, 1): ("ord", 7, "insert", 1, "ok", 5),
+    (100, 2): ("acct", 1, "update", 2, "ok", 1),
+    (101, 0): ("acct", 1, "update", 3, "ok", 2),
+    (101, 1): ("ord", 7, "delete", None, None, None),  # no old row: version from the ledger
+    (102, 0): ("acct", 1, "update", 4, "ABORT", 0),
+}
+ALL = [(100, 0), (100, 1), (100, 2), (101, 0), (101, 1)]
+
+
+def rec(x, ti, where, off=None, **over):
+    table, id_, op, ver, note, grp = EV[(x, ti)]
+    f = dict(table=table, id=id_, op=op, ver=ver, note=note, grp=grp, xid=x, cl=CL[x], ti=ti, off=off,
+             where=where)
+    f.update(over)
+    return Rec(**f)
+
+
+def stdout_sink(*runs, wants=lambda c: True):
+    """A stdout sink whose run n delivered runs[n - 1] (a list of (xid, tx_index)); kill #n ended
+    run n."""
+    s = SinkData("out", "stdout", wants)
+    for n, evs in enumerate(runs, 1):
+        s.streams[n] = [rec(x, t, (n, i)) for i, (x, t) in enumerate(evs, 1)]
+        s.cuts[n] = n
+    return s
+
+
+def run(sink, kills=()):
+    committed, aborted = ledger()
+    results, errors = verify(committed, aborted, [sink], list(kills))
+    assert errors == []
+    return results[0]
+
+
+def test_clean_stream():
+    r = run(stdout_sink(ALL))
+    assert (r.expected, r.delivered, r.unique, r.lost, r.duplicated, r.out_of_order, r.slot) == (5, 5, 5, 0, 0, 0, 0)
+    assert not r.unexpected and not r.failed
+
+
+def test_redelivery_after_a_crash_is_duplication_not_disorder():
+    r = run(stdout_sink(ALL[:4], ALL[2:]))
+    assert (r.lost, r.duplicated, r.out_of_order) == (0, 2, 0) and not r.failed
+
+
+def test_a_lost_change():
+    r = run(stdout_sink([e for e in ALL if e != (100, 2)]))
+    assert r.lost == 1 and r.failed
+    assert "('acct', 1, 'update', 2)" in r.examples["lost"][0]
+
+
+def test_versions_going_backwards():
+    r = run(stdout_sink([(100, 0), (100, 1), (101, 0), (100, 2), (101, 1)]))
+    assert r.out_of_order == 2 and r.failed  # v2 after v3, and the key's last event is v2
+    assert "version 2" in r.examples["order"][0] and "after version 3" in r.examples["order"][0]
+
+
+def test_backwards_then_redelivered_still_counts():
+    # v3 v2 v3: a consumer dropping repeats by (commit_lsn, tx_index) would end at v2.
+    r = run(stdout_sink([(100, 0), (100, 1), (101, 0)], [(100, 2), (101, 0), (101, 1)]))
+    assert r.out_of_order == 1 and r.lost == 0
+
+
+def test_a_stale_last_event():
+    # Everything in order, then an old event again at the very end: a compacted topic keeps v2.
+    r = run(stdout_sink(ALL, [(100, 2)]))
+    assert r.out_of_order == 1 and "final is 3" in r.examples["order"][0]
+
+
+def test_delete_version_from_the_ledger():
+    # The delete (no old row) of ord 7 is version 2: an insert of ord 7 after it goes backwards.
+    r = run(stdout_sink([(100, 0), (100, 2), (101, 0), (101, 1), (100, 1)]))
+    assert r.out_of_order == 2  # backwards, and the key's last event is not its final version
+
+
+def test_aborted_change_leaks():
+    r = run(stdout_sink(ALL + [(102, 0)]))
+    assert r.unexpected == {"aborted": 1} and r.failed
+
+
+def test_committed_version_under_another_xid():
+    s = stdout_sink(ALL)
+    s.streams[1][3] = rec(101, 0, (1, 4), xid=555)
+    r = run(s)
+    assert r.unexpected == {"phantom": 1} and r.lost == 1
+
+
+def test_filtered_out_change():
+    r = run(stdout_sink(ALL, wants=lambda c: c.op == "insert"))
+    assert r.expected == 2 and r.unexpected == {"filter": 3}
+
+
+def test_slot_passed_a_change_delivered_only_after_the_kill():
+    # Kill #1 ends run 1 with the slot at 0x2001: past xid 101, which only run 2 delivered.
+    r = run(stdout_sink(ALL[:3], ALL[2:]), kills=[(1, 0x2001)])
+    assert r.lost == 0 and r.slot == 2 and r.slot_checked == 5 and r.failed
+    # At 0x2000 (xid 101's commit record itself) the slot has not passed it.
+    r = run(stdout_sink(ALL[:3], ALL[2:]), kills=[(1, 0x2000)])
+    assert r.slot == 0 and r.slot_checked == 3
+
+
+def test_slot_upper_bound_for_a_change_no_sink_delivered():
+    r = run(stdout_sink(ALL[:3]), kills=[(1, 0x2100)])
+    assert r.lost == 2 and r.slot == 2  # the ledger's bound 0x2100 <= C: it was passed
+    r = run(stdout_sink(ALL[:3]), kills=[(1, 0x20FF)])
+    assert r.lost == 2 and r.slot == 0
+
+
+def test_kafka_high_watermark():
+    s = SinkData("k", "kafka", lambda c: True)
+    tp = ("cdc.fault.acct", 0)
+    s.streams[tp] = [rec(x, t, (tp, off)) for off, (x, t) in enumerate(ALL)]
+    s.cuts[1] = {tp: 3}  # offsets 0..2 (xid 100) were there at the kill
+    assert run(s, kills=[(1, 0x1001)]).slot == 0
+    assert run(s, kills=[(1, 0x2001)]).slot == 2
+    s.cuts[1] = None  # watermarks unknown: delivered by the end counts
+    assert run(s, kills=[(1, 0x2001)]).slot == 0
+
+
+def test_socket_consumer_cut_and_spool_read():
+    s = SinkData("s", "socket", lambda c: True)
+    s.streams[1] = [rec(x, t, (1, i), off=i) for i, (x, t) in enumerate(ALL[:3], 1)]
+    s.streams[2] = [rec(x, t, (2, i), off=i + 2) for i, (x, t) in enumerate(ALL[2:], 1)]
+    s.cuts[1] = (1, 3)
+    s.snap_recs[1] = []  # the spool read after the restart was empty: xid 101 was nowhere
+    assert run(s, kills=[(1, 0x2001)]).slot == 2
+    s.snap_recs[1] = [rec(x, t, ("spool", i + 3), off=i + 3) for i, (x, t) in enumerate(ALL[3:], 1)]
+    r = run(s, kills=[(1, 0x2001)])
+    assert (r.slot, r.duplicated, r.gaps, r.out_of_order) == (0, 1, 0, 0) and not r.failed
+
+
+def test_socket_offsets():
+    s = SinkData("s", "socket", lambda c: True)
+    s.streams[1] = [rec(x, t, (1, i), off=i) for i, (x, t) in enumerate(ALL, 1)]
+    s.streams[1][4] = s.streams[1][4]._replace(off=7)
+    r = run(s)
+    assert r.gaps == 2 and r.failed
+    s.streams[2] = [rec(100, 2, (2, 1), off=2)]  # offset 2 is (0x1000, 1), not (0x1000, 2)
+    assert run(s).unexpected == {"phantom": 1}

@@ -123,6 +123,8 @@ check-integration: $(B)/cdc $(B)/tests/kafka_mock
 # SEED a random seed is used and printed.
 FAULT_DURATION ?= 80
 DURATION ?= 600
+# A lighter load for the long run: the harness keeps every event it received until the end.
+TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock)
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(PYTHON) -m pytest -q tests/fault/test_verify.py

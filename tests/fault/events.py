@@ -35,10 +35,16 @@ def _version(op, new, old):
     return None
 
 
+def _str(v):
+    # Interned: a long run keeps millions of Recs, most of them naming the same few tables, ops
+    # and markers.
+    return sys.intern(v) if isinstance(v, str) else v
+
+
 def _rec(table, key, op, new, old, xid, cl, ti, off, where):
     row = new if new else (old or {})
-    return Rec(table, key.get("id"), op, _version(op, new, old), row.get("note"), row.get("grp"),
-               xid, cl, ti, off, where)
+    return Rec(_str(table), key.get("id"), _str(op), _version(op, new, old), _str(row.get("note")),
+               row.get("grp"), xid, cl, ti, off, where)
 
 
 def from_json(e, where=None):
@@ -62,7 +68,7 @@ def to_line(r):
 
 
 def from_line(line, where=None):
-    return Rec(*json.loads(line), where)
+    return Rec(*(_str(v) for v in json.loads(line)), where)
 
 
 class LineFile:

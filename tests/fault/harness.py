@@ -14,7 +14,7 @@ cluster (3 brokers) and `cdc run` with four subscriptions on the tables of schem
 
 While load.py's workers commit (and abort) transactions for --duration seconds, the harness
 injects one fault after another, every 1-5 s, dealt from a shuffled deck so that each kind comes
-up within the first 18 faults:
+up within the first 19 faults:
 
   cdc_kill9          kill -9 of cdc; the slot's confirmed_flush_lsn is sampled once the walsender
                      let go, the consumers are stopped, Kafka's high watermarks read; cdc restarts
@@ -28,9 +28,14 @@ up within the first 18 faults:
   kafka_all_down     every broker down for 2-8 s
   kafka_produce_error
                      the next 1-5 produce requests fail with one of NOT_ENOUGH_REPLICAS,
-                     NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, MSG_SIZE_TOO_LARGE (permanent:
-                     the sink restarts) or OUT_OF_ORDER_SEQUENCE_NUMBER (fatal to the idempotent
-                     producer: it is rebuilt)
+                     NOT_LEADER_FOR_PARTITION (retried; or, with later batches in flight, fatal
+                     to the idempotent producer), MSG_SIZE_TOO_LARGE (permanent: the sink
+                     restarts) or OUT_OF_ORDER_SEQUENCE_NUMBER (fatal: the producer is rebuilt)
+  kafka_slow         every broker answers 3 s late, for 2-6 s: past the producer's request.timeout.ms
+                     (2 s), so requests the broker did append time out and are sent again. This is
+                     the realistic "possibly persisted" case; an injected REQUEST_TIMED_OUT is not:
+                     the mock does not append such a request, yet librdkafka may report it delivered
+                     (tests/fault/mock_timeout_loss.py shows it without cdc)
   consumer_kill      kill -9 of a socket consumer, mid-batch or not; the next starts 0.2-2 s later
 
 Then every fault is undone, the load stops, and the harness waits until every sink has every
@@ -72,12 +77,15 @@ from verify import SinkData, verify  # noqa: E402
 PARTITIONS = 4
 SLOT, PUBLICATION = "fault_slot", "fault_pub"
 GRP_BELOW = 3  # s_grp: where new.grp < 3
-PRODUCE_ERRORS = ["NOT_ENOUGH_REPLICAS", "NOT_LEADER_FOR_PARTITION", "REQUEST_TIMED_OUT",
-                  "MSG_SIZE_TOO_LARGE", "OUT_OF_ORDER_SEQUENCE_NUMBER"]
+# Not REQUEST_TIMED_OUT: see kafka_slow and tests/fault/mock_timeout_loss.py.
+PRODUCE_ERRORS = ["NOT_ENOUGH_REPLICAS", "NOT_LEADER_FOR_PARTITION", "MSG_SIZE_TOO_LARGE",
+                  "OUT_OF_ORDER_SEQUENCE_NUMBER"]
+REQUEST_TIMEOUT_MS = 2000  # cdc's producer request.timeout.ms; kafka_slow answers later than that
 # kind: cards in the deck (how often it comes up)
 FAULTS = {"cdc_kill9": 3, "cdc_term": 1, "pg_stop_fast": 1, "pg_stop_immediate": 1, "walsender_kill": 2,
-          "kafka_broker_down": 2, "kafka_all_down": 1, "kafka_produce_error": 2, "consumer_kill": 3}
-KAFKA_OUTAGES = ("kafka_broker_down", "kafka_all_down")
+          "kafka_broker_down": 2, "kafka_all_down": 1, "kafka_produce_error": 2, "kafka_slow": 1,
+          "consumer_kill": 3}
+KAFKA_OUTAGES = ("kafka_broker_down", "kafka_all_down", "kafka_slow")
 
 T0 = time.monotonic()
 
@@ -297,7 +305,8 @@ class Harness:
             "subscribers": {"socket": self.sock},
             "log": {"level": "debug" if a.kafka_debug else "info"},
             "kafka": {"brokers": self.kafka.bootstrap,
-                      "properties": {"linger.ms": "5", "reconnect.backoff.max.ms": "1000"}},
+                      "properties": {"linger.ms": "5", "reconnect.backoff.max.ms": "1000",
+                                     "request.timeout.ms": str(REQUEST_TIMEOUT_MS)}},
             "subscriptions": [
                 {"name": "k_all", "tables": tables, "sink": "kafka"},
                 {"name": "s_all", "tables": tables, "sink": "socket", "max_unacked": 10000000},
@@ -418,6 +427,11 @@ class Harness:
             log(f"fault {kind}: next {n} produce requests fail with {err}")
             self.fault_details[f"{kind} {err}"] += 1
             self.kafka.push_errors(err, n)
+        elif kind == "kafka_slow":
+            d = rng.uniform(2, 6)
+            log(f"fault {kind}: every broker answers {REQUEST_TIMEOUT_MS + 1000} ms late for {d:.1f}s")
+            self.kafka.set_rtt(REQUEST_TIMEOUT_MS + 1000)
+            self.restore_later(d, "kafka brokers answer at once", lambda: self.kafka.set_rtt(0))
         elif kind == "consumer_kill":
             c = rng.choice(self.consumers)
             was = self.sup.kill_one(c)
@@ -544,6 +558,7 @@ class Harness:
         log("faults over: every broker up, queued produce errors dropped; stopping the load")
         self.restore_all()
         self.kafka.all_up()
+        self.kafka.set_rtt(0)
         self.kafka.clear_errors()
         if not self.pg.running:
             self.pg.start()
@@ -649,7 +664,7 @@ class Harness:
         led = self.load.ledger
         recs = [r for st in self.sinks["k_all"].streams.values() for r in st]
         for ident in sorted(missing, key=str)[:5]:
-            xid = next((x for x, t in led.committed.items()
+            xid = next((t.xid for t in led.committed.values()
                         if any((c.table, c.id, c.op, None if c.op == "delete" else c.ver) == ident for c in t.changes)), None)
             same_key = [(r.where, r.op, r.ver) for r in recs if (r.table, r.id) == ident[:2]]
             same_txn = sorted({(r.where, r.ti, r.table, r.id) for r in recs if r.xid == xid})

@@ -16,9 +16,13 @@ Worker threads (a connection each) commit transactions of these shapes:
   abort      small or large, note = 'ABORT', then ROLLBACK
 Every statement says what it changed (RETURNING id, ver, grp) and the ledger records a committed
 transaction's changes only once its COMMIT returned, with its top-level xid (the event's xid) and
-an upper bound of its commit LSN (pg_current_wal_insert_lsn() after COMMIT). A transaction whose
-fate is unknown (the connection broke, say while the server was stopped) is resolved by its xid
-with pg_xact_status() once the server is back, and recorded as committed or aborted accordingly.
+an upper bound of its commit LSN (pg_current_wal_insert_lsn() after COMMIT). Transactions are
+keyed by a token of the harness's own: an xid is not unique here, since after an immediate stop
+the server hands out again the xids of transactions that never reached the WAL. Each
+transaction also inserts its token into fault_meta.txlog (not published): when the connection
+breaks during COMMIT (the server was stopped), the transaction committed if and only if its token
+is there once the server is back and the old backend is gone. A failure before COMMIT was sent is
+an abort.
 """
 
 import collections
@@ -31,6 +35,7 @@ import psycopg2
 from pg import PostgresError, lsn_to_int
 
 SCHEMA = "fault"
+META = "fault_meta"  # the transactions' tokens: not in the publication
 TABLES = ("acct", "ord", "item")
 FULL_IDENTITY = {"acct"}
 MARK_OK, MARK_ABORT, MARK_RB = "ok", "ABORT", "RB"
@@ -40,12 +45,12 @@ Change = collections.namedtuple("Change", "table id op ver grp note")
 
 
 class Txn:
-    __slots__ = ("kind", "xid", "xid8", "changes", "rolled_back", "hi_lsn", "committing")
+    __slots__ = ("kind", "token", "xid", "changes", "rolled_back", "hi_lsn", "committing")
 
-    def __init__(self, kind):
+    def __init__(self, kind, token=None):
         self.kind = kind
+        self.token = token    # unique over the run
         self.xid = None       # 32-bit xid, as events carry it
-        self.xid8 = None
         self.changes = []     # Change, in statement order
         self.rolled_back = []  # changes of a rolled-back savepoint (never visible)
         self.hi_lsn = None    # commit record < hi_lsn
@@ -53,6 +58,8 @@ class Txn:
 
 
 def create_tables(pg):
+    pg.sql(f"create schema {META}")
+    pg.sql(f"create table {META}.txlog (token bigint primary key)")
     pg.sql(f"create schema {SCHEMA}")
     for t in TABLES:
         pg.sql(f"create table {SCHEMA}.{t} (id bigint primary key, ver int not null, grp int not null, "
@@ -69,6 +76,11 @@ class Keys:
         self.lock = threading.Lock()
         self.alive = {t: {} for t in TABLES}  # dict as an ordered set
         self._ids = itertools.count(1)
+        self._tokens = itertools.count(1)
+
+    def token(self):
+        with self.lock:
+            return next(self._tokens)
 
     def new_ids(self, n):
         with self.lock:
@@ -95,7 +107,7 @@ class Keys:
 
 
 class Ledger:
-    """What the load generator knows committed and aborted, by 32-bit xid."""
+    """What the load generator knows committed and aborted, by token."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -107,14 +119,14 @@ class Ledger:
 
     def commit(self, t):
         with self.lock:
-            assert t.xid not in self.committed and t.xid not in self.aborted, t.xid
-            self.committed[t.xid] = t
+            assert t.token not in self.committed and t.token not in self.aborted, t.token
+            self.committed[t.token] = t
             self.kinds[t.kind] += 1
 
     def abort(self, t):
         with self.lock:
-            assert t.xid not in self.committed and t.xid not in self.aborted, t.xid
-            self.aborted[t.xid] = t
+            assert t.token not in self.committed and t.token not in self.aborted, t.token
+            self.aborted[t.token] = t
             self.abort_kinds[t.kind] += 1
 
     def changes(self):
@@ -134,6 +146,7 @@ class LoadWorker(threading.Thread):
         self.stop_event = stop
         self.errors = errors
         self.conn = None
+        self.backend = None  # (pid, backend_start): a pid alone may be reused after a restart
 
     # --- connection ---
 
@@ -141,8 +154,12 @@ class LoadWorker(threading.Thread):
         """A working connection; retries while the server is down (until deadline, if given)."""
         while self.conn is None:
             try:
-                self.conn = self.pg.connect()
-            except _CONN_ERRORS:
+                conn = self.pg.connect()
+                cur = conn.cursor()
+                cur.execute("select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()")
+                self.backend = cur.fetchone()
+                self.conn = conn
+            except (psycopg2.Error, PostgresError):
                 if deadline is not None and time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -223,14 +240,14 @@ class LoadWorker(threading.Thread):
         return "small"
 
     def _run_txn(self, kind):
-        t = Txn(kind)
+        t = Txn(kind, self.keys.token())
         mark = MARK_ABORT if kind.startswith("abort") else MARK_OK
         try:
             cur = self._connect()
             cur.execute("begin")
-            cur.execute("select pg_current_xact_id()::text")
-            t.xid8 = int(cur.fetchone()[0])
-            t.xid = t.xid8 & 0xFFFFFFFF
+            cur.execute(f"insert into {META}.txlog values (%s) returning pg_current_xact_id()::text",
+                        (t.token,))
+            t.xid = int(cur.fetchone()[0]) & 0xFFFFFFFF
             if kind in ("large", "abort_large"):
                 t.changes += self._large_ops(cur, mark, t)
             else:
@@ -255,11 +272,9 @@ class LoadWorker(threading.Thread):
         self.ledger.commit(t)
 
     def _resolve(self, t, err):
-        """A statement failed: the transaction's fate from its xid (a COMMIT whose answer was
-        lost may have committed)."""
-        if t.xid8 is None:
-            self._drop()
-            return
+        """A statement failed. Before COMMIT: an abort. During COMMIT (the connection broke): the
+        transaction committed if its token is in fault_meta.txlog, once its backend is gone."""
+        backend = self.backend
         if isinstance(err, _CONN_ERRORS):
             self._drop()
         else:
@@ -267,32 +282,34 @@ class LoadWorker(threading.Thread):
                 self.conn.cursor().execute("rollback")
             except psycopg2.Error:
                 self._drop()
+        if t.xid is None or not t.committing:
+            if t.xid is not None:
+                self.ledger.abort(t)
+            return
         deadline = time.monotonic() + 300
         while True:
             try:
                 cur = self._connect(deadline)
-                cur.execute("select pg_xact_status(%s::text::xid8), pg_current_wal_insert_lsn()::text",
-                            (str(t.xid8),))
-                status, lsn = cur.fetchone()
+                cur.execute("select exists (select 1 from pg_stat_activity where pid = %s and backend_start = %s), "
+                            f"exists (select 1 from {META}.txlog where token = %s), "
+                            "pg_current_wal_insert_lsn()::text", (backend[0], backend[1], t.token))
+                running, committed, lsn = cur.fetchone()
             except _CONN_ERRORS:
                 self._drop()
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
                 continue
-            if status != "in progress":
+            if not running:
                 break
             time.sleep(0.1)
-        if status == "committed":
-            if not t.committing:
-                self.errors.append(f"xid {t.xid} committed though it failed before COMMIT: {err}")
+        if committed:
             t.hi_lsn = lsn_to_int(lsn)
             self.keys.apply(t.changes)
             self.ledger.in_doubt["committed"] += 1
             self.ledger.commit(t)
         else:
-            if t.committing:
-                self.ledger.in_doubt["aborted"] += 1
+            self.ledger.in_doubt["aborted"] += 1
             self.ledger.abort(t)
 
     def run(self):

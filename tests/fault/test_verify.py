@@ -175,3 +175,16 @@ def test_socket_offsets():
     assert r.gaps == 2 and r.failed
     s.streams[2] = [rec(100, 2, (2, 1), off=2)]  # offset 2 is (0x1000, 1), not (0x1000, 2)
     assert run(s).unexpected == {"phantom": 1}
+
+
+def test_xid_of_an_aborted_transaction_reused_by_a_committed_one():
+    # After an immediate stop the server hands out again an xid that never reached the WAL.
+    committed, aborted = ledger()
+    committed[101].xid = 102
+    s = stdout_sink([(100, 0), (100, 1), (100, 2)])
+    s.streams[1] += [rec(101, 0, (1, 4), xid=102), rec(101, 1, (1, 5), xid=102)]
+    results, errors = verify(committed, aborted, [s], [])
+    assert errors == [] and not results[0].failed, dict(results[0].examples)
+    s.streams[1].append(rec(102, 0, (1, 6)))  # the aborted transaction's own change still counts
+    results, _ = verify(committed, aborted, [s], [])
+    assert results[0].unexpected == {"aborted": 1}

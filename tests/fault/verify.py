@@ -62,19 +62,20 @@ def rec_ident(r):
 
 
 class LedgerIndex:
-    """The ledger, indexed by change identity."""
+    """The ledger ({token: Txn} committed and aborted), indexed by change identity."""
 
     def __init__(self, committed, aborted):
         self.committed = committed
-        self.aborted = aborted
-        self.by_ident = {}  # ident -> (xid, Change)
+        self.aborted_xids = {t.xid for t in aborted.values()}
+        self.by_ident = {}  # ident -> (Txn, Change)
         self.errors = []
-        for xid, t in committed.items():
+        for t in committed.values():
             for c in t.changes:
                 i = change_ident(c)
                 if i in self.by_ident:
-                    self.errors.append(f"ledger: change {i} recorded twice (xids {self.by_ident[i][0]} and {xid})")
-                self.by_ident[i] = (xid, c)
+                    self.errors.append(f"ledger: change {i} recorded twice (xids {self.by_ident[i][0].xid} "
+                                       f"and {t.xid})")
+                self.by_ident[i] = (t, c)
 
     def version(self, r):
         """The version of an event's change, for ordering (a delete without an old row: the
@@ -85,22 +86,28 @@ class LedgerIndex:
         return hit[1].ver if hit else None
 
     def judge(self, r, wants):
-        """None if r carries a committed change that the sink wants, else (category, text)."""
+        """None if r carries a committed change that the sink wants, else (category, text). An
+        xid can belong to an aborted and to a committed transaction (reused after a crash), so
+        an event is matched against the committed changes first."""
         hit = self.by_ident.get(rec_ident(r))
-        if r.xid in self.aborted or r.note in (MARK_ABORT, MARK_RB):
-            return "aborted", f"change of an aborted transaction or savepoint (xid {r.xid}, note {r.note})"
+        why = None
         if hit is None:
-            return "phantom", f"no committed change {rec_ident(r)} in the ledger (xid {r.xid})"
-        xid, c = hit
-        if xid != r.xid:
-            return "phantom", f"ledger has {rec_ident(r)} from xid {xid}, the event says xid {r.xid}"
-        if r.op != "delete" and r.note != MARK_OK:
-            return "phantom", f"note {r.note!r}, the ledger's change wrote {c.note!r}"
-        if r.op == "delete" and r.ver is not None and r.ver != c.ver:
-            return "phantom", f"delete of version {r.ver - 1}, the ledger deleted version {c.ver - 1}"
-        if not wants(c):
-            return "filter", f"{rec_ident(r)} does not match the subscription"
-        return None
+            why = f"no committed change {rec_ident(r)} in the ledger (xid {r.xid})"
+        else:
+            t, c = hit
+            if t.xid != r.xid:
+                why = f"ledger has {rec_ident(r)} from xid {t.xid}, the event says xid {r.xid}"
+            elif r.op != "delete" and r.note != MARK_OK:
+                why = f"note {r.note!r}, the ledger's change wrote {c.note!r}"
+            elif r.op == "delete" and r.ver is not None and r.ver != c.ver:
+                why = f"delete of version {r.ver - 1}, the ledger deleted version {c.ver - 1}"
+        if why is None:
+            if not wants(c):
+                return "filter", f"{rec_ident(r)} does not match the subscription"
+            return None
+        if r.xid in self.aborted_xids or r.note in (MARK_ABORT, MARK_RB):
+            return "aborted", f"change of an aborted transaction or savepoint (xid {r.xid}, note {r.note}): {why}"
+        return "phantom", why
 
 
 class SinkData:
@@ -169,7 +176,7 @@ def commit_lsns(sinks, index):
         for stream in s.streams.values():
             for r in stream:
                 prev = out.setdefault(r.xid, r.cl)
-                if prev != r.cl and r.xid in index.committed:
+                if prev != r.cl and r.xid not in index.aborted_xids:
                     errors.append(f"{s.name}: xid {r.xid} with commit_lsn {r.cl:X} and {prev:X}")
     return out, errors
 
@@ -208,9 +215,8 @@ def analyse(sink, index, kills, cl_by_xid):
     lost = expected - first_ok.keys()
     res.lost = len(lost)
     for i in sorted(lost, key=lambda i: (i[0], i[1], str(i[3])))[:MAX_EXAMPLES]:
-        xid = index.by_ident[i][0]
-        res.note("lost", f"{i} of xid {xid} (commit_lsn {cl_by_xid.get(xid, 0):X}, kind "
-                         f"{index.committed[xid].kind})")
+        t = index.by_ident[i][0]
+        res.note("lost", f"{i} of xid {t.xid} (commit_lsn {cl_by_xid.get(t.xid, 0):X}, kind {t.kind})")
     _check_order(sink, index, expected, first_ok, bad_keys, res)
     if sink.kind == "socket":
         _check_offsets(sink, res)
@@ -310,12 +316,12 @@ def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):
         return
     items = []
     for ident in expected:
-        xid = index.by_ident[ident][0]
-        cl = cl_by_xid.get(xid)
+        t = index.by_ident[ident][0]
+        cl = cl_by_xid.get(t.xid)
         if cl is not None:
             items.append((cl, False, ident, first_ok.get(ident)))
         else:
-            items.append((index.committed[xid].hi_lsn, True, ident, first_ok.get(ident)))
+            items.append((t.hi_lsn, True, ident, first_ok.get(ident)))
     snaps = {k: {rec_ident(r) for r in recs} for k, recs in sink.snap_recs.items()}
     for k, confirmed in kills:
         for lsn, bound, ident, where in items:

@@ -450,7 +450,11 @@ class Harness:
         p = self.cdc.current
         run = len(self.cdc.runs)
         if kind == "cdc_term":
-            rc = p.terminate(timeout=120)
+            try:
+                rc = p.terminate(timeout=120)
+            except AssertionError as e:  # still running after 120 s
+                self.errors.append(f"cdc run {run} did not stop on SIGTERM: {e}")
+                rc = p.kill()
             if rc != 0:
                 self.errors.append(f"cdc run {run} exited {rc} on SIGTERM\n{p.describe(15)}")
         elif kind == "cdc_kill9":
@@ -577,7 +581,11 @@ class Harness:
             f"WAL at {lsn_text(end_lsn)}; draining")
         self.drain(end_lsn)
         p = self.cdc.current
-        rc = p.terminate(timeout=120)
+        try:
+            rc = p.terminate(timeout=120)
+        except AssertionError as e:
+            self.errors.append(f"final SIGTERM: {e}")
+            rc = p.kill()
         if rc != 0:
             self.errors.append(f"final SIGTERM: cdc exited {rc}\n{p.describe(15)}")
         self.sup.stop()

@@ -127,7 +127,7 @@ DURATION ?= 600
 TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock)
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
-	$(Q)$(PYTHON) -m pytest -q tests/fault/test_verify.py
+	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
 	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_DURATION) $(if $(SEED),--seed $(SEED))
 
 torture: deps

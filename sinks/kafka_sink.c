@@ -214,8 +214,9 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	kafka_sink *k = opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
 		char why[512];
-		rd_kafka_fatal_error(rk, why, sizeof(why));
-		fail(k, "fatal producer error", why);
+		/* A failed batch stops the producer by design (enable.gapless.guarantee): say so. */
+		bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+		fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
 		return;
 	}
 	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
@@ -252,8 +253,20 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	bool ok = set(conf, "bootstrap.servers", k->cfg->kafka.brokers, err, errlen) &&
 		  set(conf, "enable.idempotence", "true", err, errlen) && set(conf, "acks", "all", err, errlen) &&
 		  set(conf, "client.id", "cdc", err, errlen);
-	for (size_t i = 0; ok && i < k->cfg->kafka.nproperties; i++)
+	bool gapless_set = false;
+	for (size_t i = 0; ok && i < k->cfg->kafka.nproperties; i++) {
 		ok = set(conf, k->cfg->kafka.properties[i].key, k->cfg->kafka.properties[i].value, err, errlen);
+		gapless_set |= strcmp(k->cfg->kafka.properties[i].key, "enable.gapless.guarantee") == 0;
+	}
+	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
+	 * slot sends the failed messages again). Otherwise librdkafka goes on delivering the batches
+	 * queued behind it, and the failed messages, sent again, land after later changes of the same
+	 * rows: a row's versions would go backwards in its partition. */
+	char idem[16];
+	size_t idemlen = sizeof(idem);
+	if (ok && !gapless_set && rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
+	    strcmp(idem, "true") == 0)
+		ok = set(conf, "enable.gapless.guarantee", "true", err, errlen);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return false;

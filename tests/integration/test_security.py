@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import CDC_BIN, CdcFactory, drop_slot, to_yaml, wait_for  # noqa: E402
 from pg import TempPostgres  # noqa: E402
+from test_status import http as status_http  # noqa: E402
 
 ROLE, ROLE_PASSWORD = "cdc_pw", "Pw-kv-S3cr3t-7d1e"
 URI_PASSWORD = "Pw-uri-S3cr3t-4b2a"   # the same role's password, changed for the URI phase
@@ -172,23 +173,7 @@ def ident(*names):
 
 def http(sock, path, method="GET", body=None, timeout=10):
     """(status code, body text) of one request over a Unix socket."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(sock)
-    data = (body or "").encode()
-    req = f"{method} {path} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
-    if body is not None:
-        req += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-    s.sendall(req.encode() + b"\r\n" + data)
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        out += chunk
-    s.close()
-    head, _, rest = out.partition(b"\r\n\r\n")
-    return int(head.split()[1]), rest.decode()
+    return status_http((sock, path), method, body, timeout)
 
 
 def run_cdc(*args, timeout=30):

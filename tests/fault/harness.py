@@ -61,7 +61,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -73,7 +72,7 @@ sys.path.insert(0, HERE)
 from events import LineFile, from_json, from_line, from_proto  # noqa: E402
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
-from load import NGROUPS, SCHEMA, TABLES, Load, create_tables  # noqa: E402
+from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import TempPostgres, lsn_to_int  # noqa: E402
 from subscriber_client import Subscriber, protos  # noqa: E402
 from verify import SinkData, verify  # noqa: E402

@@ -753,23 +753,23 @@ static void publish(sidecar *d, bool force)
 				       .delivered = d->matched[i].events, .bytes = d->matched[i].bytes};
 	}
 	socket_sub_stats st;
-	for (size_t k = 0; d->instances[SOCKET] && socket_sink_stats(d->instances[SOCKET], k, &st); k++)
-		for (size_t i = 0; i < d->cfg->nsubs; i++) {
-			if (strcmp(d->cfg->subs[i].name, st.name) != 0)
-				continue;
-			report_sub *r = &subs[i];
-			r->delivered = st.delivered;
-			r->has_offsets = true;
-			r->head_offset = st.head_offset;
-			r->acked_offset = st.acked_offset;
-			r->first_offset = st.first_offset;
-			r->consumers = st.consumers;
-			r->dead = st.dead;
-			r->dropped = st.dropped;
-			r->redelivered = st.redelivered;
-			r->spool_bytes = st.spool_bytes;
-			r->full = st.full;
-		}
+	for (size_t k = 0; d->instances[SOCKET] && socket_sink_stats(d->instances[SOCKET], k, &st); k++) {
+		const cfg_subscription *c = cfg_find_subscription(d->cfg, st.name);
+		if (!c)
+			continue;
+		report_sub *r = &subs[c - d->cfg->subs];
+		r->delivered = st.delivered;
+		r->has_offsets = true;
+		r->head_offset = st.head_offset;
+		r->acked_offset = st.acked_offset;
+		r->first_offset = st.first_offset;
+		r->consumers = st.consumers;
+		r->dead = st.dead;
+		r->dropped = st.dropped;
+		r->redelivered = st.redelivered;
+		r->spool_bytes = st.spool_bytes;
+		r->full = st.full;
+	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	int64_t wall_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;

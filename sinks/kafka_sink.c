@@ -87,14 +87,6 @@ static const char *op_header(int op)
 	return "unknown";
 }
 
-static const cfg_subscription *subscription(const kafka_sink *k, const char *name)
-{
-	for (size_t i = 0; i < k->cfg->nsubs; i++)
-		if (strcmp(k->cfg->subs[i].name, name) == 0)
-			return &k->cfg->subs[i];
-	return NULL;
-}
-
 /* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
 static void put_topic_part(buf *b, const char *s)
 {
@@ -324,7 +316,7 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	const cfg_subscription *s = subscription(k, e->subscription);
+	const cfg_subscription *s = cfg_find_subscription(k->cfg, e->subscription);
 	buf topic = {0};
 	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
 

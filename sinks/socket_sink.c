@@ -665,9 +665,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 {
 	subscription *sub = find(s, m->subscription);
 	if (!sub) {
-		bool other = false;
-		for (size_t i = 0; i < s->cfg->nsubs; i++)
-			other |= strcmp(s->cfg->subs[i].name, m->subscription) == 0;
+		bool other = cfg_find_subscription(s->cfg, m->subscription) != NULL;
 		char msg[512];
 		snprintf(msg, sizeof(msg), other ? "subscription %s does not deliver to the socket (its sink is another)" :
 						   "no subscription named %s",

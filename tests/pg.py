@@ -58,7 +58,7 @@ def find_bindir():
     return max(candidates)[1]
 
 
-def _free_port():
+def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -199,7 +199,7 @@ class TempPostgres:
         fixed_port = self.port is not None
         for attempt in range(5):
             if not fixed_port:
-                self.port = _free_port()
+                self.port = free_port()
             self._write_conf()
             p = subprocess.run(
                 self._cmd([os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-l",

@@ -7,20 +7,9 @@
 #include <string.h>
 
 #include "config.h"
+#include "roundtrip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char *print(const cfg *c)
-{
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	if (!f)
-		abort();
-	cfg_print(c, f);
-	fclose(f);
-	return text;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -55,22 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < c->nsubs; i++)
 			for (size_t j = 0; j < c->subs[i].tables.n; j++)
 				(void)cfg_table_match(c->subs[i].tables.v[j], "public", "t");
-		char *text = print(c);
-		buf e2 = {0};
-		cfg *again = cfg_parse("printed.yaml", text, strlen(text), &e2);
-		if (!again) {
-			fprintf(stderr, "printed config rejected:\n%s---\n%s", text, e2.data);
-			abort();
-		}
-		char *text2 = print(again);
-		if (strcmp(text, text2) != 0) {
-			fprintf(stderr, "print, parse, print differs:\n%s---\n%s", text, text2);
-			abort();
-		}
-		free(text2);
-		cfg_free(again);
-		buf_free(&e2);
-		free(text);
+		check_roundtrip(c);
 	}
 	cfg_free(c);
 	buf_free(&errors);

@@ -36,7 +36,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -46,7 +45,7 @@ import pytest
 import yaml
 
 from conftest import CDC_BIN, ROOT, CdcProcess, drop_slot, wait_for
-from pg import TempPostgres
+from pg import TempPostgres, free_port
 
 KUBECTL = "/usr/bin/kubectl"
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -333,12 +332,6 @@ def test_runtime_packages_cover_the_binary():
 
 
 # --- running the pod's containers here, as rendered ----------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def postgres_settings(objs):
     """The -c settings of the rendered postgres container."""

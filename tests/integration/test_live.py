@@ -12,7 +12,7 @@ import time
 import psycopg2
 
 from conftest import wait_for
-from pg import lsn_to_int
+from pg import free_port, lsn_to_int
 from subscriber_client import Subscriber, pb
 from test_status import get, http, status_sock
 
@@ -169,23 +169,9 @@ def test_invalid_changes_are_refused_with_the_field(pg, schema, cdc):
     assert p.terminate() == 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tcp(port, path, method="GET", body=None):
     """(status code, body) of one request over TCP."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        data = (body or "").encode()
-        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
-                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-    head, _, rest = out.partition(b"\r\n\r\n")
-    return int(head.split()[1]), rest.decode()
+    return http((("127.0.0.1", port), path), method, body, timeout=30)
 
 
 def test_control_uids_and_tcp(pg, schema, cdc):

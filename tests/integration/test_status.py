@@ -14,11 +14,16 @@ from subscriber_client import Subscriber
 
 
 def http(path, method="GET", body=None, timeout=10):
-    """(status code, body text) of one request over the Unix socket."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(path[0])
-    req = f"{method} {path[1]} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
+    """(status code, body text) of one request: path is (address, target), the address a Unix
+    socket's path or a (host, port) pair."""
+    addr, target = path
+    if isinstance(addr, tuple):
+        s = socket.create_connection(addr, timeout=timeout)
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(addr)
+    req = f"{method} {target} HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n"
     data = (body or "").encode()
     if body is not None:
         req += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"

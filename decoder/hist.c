@@ -25,14 +25,21 @@ static uint64_t upper_bound(unsigned i)
 
 void hist_add(hist *h, uint64_t us)
 {
-	h->buckets[bucket(us)]++;
+	hist_add_n(h, us, 1);
+}
+
+void hist_add_n(hist *h, uint64_t us, uint64_t n)
+{
+	if (!n)
+		return;
+	h->buckets[bucket(us)] += n;
 	unsigned i = 0;
 	while (i < HIST_LE_N && us > hist_le_us[i])
 		i++;
 	if (i < HIST_LE_N)
-		h->le[i]++;
-	h->count++;
-	h->sum += us;
+		h->le[i] += n;
+	h->count += n;
+	h->sum += us * n;
 	if (us > h->max)
 		h->max = us;
 }

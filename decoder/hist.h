@@ -20,6 +20,8 @@ typedef struct hist {
 } hist;
 
 void hist_add(hist *h, uint64_t us);
+/* n samples of the same duration. */
+void hist_add_n(hist *h, uint64_t us, uint64_t n);
 /* The value at or below which the fraction q (0..1) of samples lie (a bucket's upper bound). */
 uint64_t hist_quantile(const hist *h, double q);
 /* Samples at or below hist_le_us[i]. */

@@ -108,9 +108,13 @@ struct socket_sink {
 	size_t nconnections;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	buf scratch, events;
-	/* commit times (µs) of the events appended since the last sync, for the latency histogram */
-	int64_t *commit_times;
-	size_t ncommit_times, commit_times_cap;
+	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
+	 * run per transaction, since its events share their commit time */
+	struct commit_run {
+		int64_t commit_time;
+		uint64_t events;
+	} *runs;
+	size_t nruns, runs_cap;
 	hist latency;
 	char err[512];
 };
@@ -993,6 +997,20 @@ static void socket_render(sink *base, const Cdc__V1__Event *e, buf *out)
 	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
 }
 
+/* One more event committed at commit_time (µs), for the latency histogram at the next sync. */
+static void count_commit(socket_sink *s, int64_t commit_time)
+{
+	if (s->nruns && s->runs[s->nruns - 1].commit_time == commit_time) {
+		s->runs[s->nruns - 1].events++;
+		return;
+	}
+	if (s->nruns == s->runs_cap) {
+		s->runs_cap = s->runs_cap ? 2 * s->runs_cap : 64;
+		s->runs = xrealloc(s->runs, s->runs_cap * sizeof(*s->runs));
+	}
+	s->runs[s->nruns++] = (struct commit_run){commit_time, 1};
+}
+
 static bool socket_deliver(sink *base, const char *rendered, size_t len, const sink_commit *c, uint64_t seq, char *err,
 			   size_t errlen)
 {
@@ -1018,12 +1036,8 @@ static bool socket_deliver(sink *base, const char *rendered, size_t len, const s
 	sub->last_txi = c->tx_index;
 	sub->in_txn = sub->dirty = true;
 	sub->matched++;
-	if (c->commit_time > 0 && s->ncommit_times == s->commit_times_cap) {
-		s->commit_times_cap = s->commit_times_cap ? 2 * s->commit_times_cap : 1024;
-		s->commit_times = xrealloc(s->commit_times, s->commit_times_cap * sizeof(*s->commit_times));
-	}
 	if (c->commit_time > 0)
-		s->commit_times[s->ncommit_times++] = c->commit_time;
+		count_commit(s, c->commit_time);
 	return true;
 }
 
@@ -1054,9 +1068,10 @@ static sink_status socket_flush(sink *base, char *err, size_t errlen)
 	}
 	s->durable_seq = ended;
 	int64_t now_us = wall_ms() * 1000;
-	for (size_t i = 0; i < s->ncommit_times; i++)
-		hist_add(&s->latency, now_us > s->commit_times[i] ? (uint64_t)(now_us - s->commit_times[i]) : 0);
-	s->ncommit_times = 0;
+	for (size_t i = 0; i < s->nruns; i++)
+		hist_add_n(&s->latency, now_us > s->runs[i].commit_time ? (uint64_t)(now_us - s->runs[i].commit_time) : 0,
+			   s->runs[i].events);
+	s->nruns = 0;
 	return SINK_OK;
 }
 
@@ -1115,7 +1130,7 @@ static void socket_free(sink *base)
 		event_free(s->ev_tick);
 	buf_free(&s->scratch);
 	buf_free(&s->events);
-	free(s->commit_times);
+	free(s->runs);
 	free(s);
 }
 

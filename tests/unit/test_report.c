@@ -416,6 +416,15 @@ static void test_hist_le(void)
 	}
 	CHECK_INT(hist_le_us[0], 500);
 	CHECK_INT(hist_le_us[HIST_LE_N - 1], 60000000);
+	/* n samples at once are n samples one by one */
+	hist one = {0}, many = {0};
+	for (int i = 0; i < 3; i++)
+		hist_add(&one, 1500);
+	hist_add(&one, 70000000);
+	hist_add_n(&many, 1500, 3);
+	hist_add_n(&many, 70000000, 1);
+	hist_add_n(&many, 42, 0);
+	CHECK(memcmp(&one, &many, sizeof(one)) == 0);
 }
 
 static const char subs_yaml[] =

@@ -180,6 +180,27 @@ static cfg_consumers mode(const queue *q)
 	return q->dead_letters || !q->sub->cfg ? CFG_CONSUMERS_FAILOVER : q->sub->cfg->consumers;
 }
 
+/* A connection is on exactly one list: the pending ones (not subscribed) or one queue's consumers.
+ * Both share c->next, so a connection leaves a list with its link cleared: a stale link would make
+ * the connection after it on the old list a member of the new one. */
+static void unlink_consumer(consumer **list, consumer *c)
+{
+	for (consumer **p = list; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	c->next = NULL;
+}
+
+static void append_consumer(consumer **list, consumer *c)
+{
+	while (*list)
+		list = &(*list)->next;
+	*list = c;
+	c->next = NULL;
+}
+
 /* failover: only the first consumer receives; the others wait their turn. */
 static bool is_active(const consumer *c)
 {
@@ -529,12 +550,8 @@ static void check_timeouts(socket_sink *s, queue *q, uint64_t now)
 		}
 		log_warn("the active consumer did not acknowledge in time; the next one takes over",
 			 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
-		q->consumers = active->next;
-		consumer **tail = &q->consumers;
-		while (*tail)
-			tail = &(*tail)->next;
-		*tail = active;
-		active->next = NULL;
+		unlink_consumer(&q->consumers, active);
+		append_consumer(&q->consumers, active);
 		return_all(s, q, active);
 		dispatch(s, q);
 		return;
@@ -581,15 +598,6 @@ static void trim(socket_sink *s, queue *q)
 }
 
 /* Connections --------------------------------------------------------------------------- */
-
-static void unlink_consumer(consumer **list, consumer *c)
-{
-	for (consumer **p = list; *p; p = &(*p)->next)
-		if (*p == c) {
-			*p = c->next;
-			return;
-		}
-}
 
 static void detach(consumer *c)
 {
@@ -689,10 +697,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	unlink_consumer(&s->pending, c);
 	uint64_t next = q->consumers ? resume_at(q) : position(s, q, m);
 	c->q = q;
-	consumer **tail = &q->consumers;
-	while (*tail)
-		tail = &(*tail)->next;
-	*tail = c;
+	append_consumer(&q->consumers, c);
 	q->nconsumers++;
 
 	Cdc__V1__Subscribed a = CDC__V1__SUBSCRIBED__INIT;

@@ -495,3 +495,72 @@ def test_cdc_tail_prints_acks_and_stops(pg, schema, cdc):
     assert p.terminate() == 0
     out = tail(c, "jobs", "--timeout", "1")
     assert out.returncode == 1 and sock(c) in out.stderr
+
+
+# --- connections that never subscribe (issue: SIGSEGV when a consumer left beside one) -----------
+
+def silent(c):
+    """A connection to the subscriber socket that sends nothing, as a client still starting does."""
+    import socket as socket_
+    s = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
+    s.connect(sock(c))
+    return s
+
+
+def test_consumer_leaving_beside_an_unsubscribed_connection_keeps_cdc_running(pg, schema, cdc):
+    """The reported story: a failover subscription, a connection that never subscribes, `cdc tail`
+    receives one event, acks it and leaves. cdc used to hand the failover to the silent connection
+    (it took the connection after the leaving consumer on the pending list for the next consumer)
+    and die with SIGSEGV."""
+    import json
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    idle = silent(c)
+    wait_for(lambda: "subscriber connected" in p.stderr(), what="the silent connection to be accepted")
+    insert(pg, schema, 1, 1)
+    out = tail(c, "jobs", "--count", "1")
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(x)["offset"] for x in out.stdout.splitlines()] == [1]
+    insert(pg, schema, 2, 2)
+    out = tail(c, "jobs", "--count", "1")
+    assert out.returncode == 0, out.stderr
+    assert [(e["offset"], e["new"]["id"]) for e in map(json.loads, out.stdout.splitlines())] == [(2, 2)]
+    assert p.running(), p.stderr()
+    assert "another consumer is active now" not in p.stderr()
+    idle.close()
+    assert p.terminate() == 0
+
+
+def test_shared_and_key_shared_consumers_beside_unsubscribed_connections(pg, schema, cdc):
+    """The same in the shared modes: consumers that subscribe while silent connections are open,
+    ack and leave; the silent ones never receive and cdc keeps serving."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared"),
+                                    socket_sub(schema, name="keyed", consumers="key_shared")])
+    idle = [silent(c)]
+    a = attach(c, consumer="a")
+    idle.append(silent(c))
+    b = attach(c, "keyed", consumer="b")
+    idle.append(silent(c))
+    insert(pg, schema, 1, 4)
+    ea, eb = collect(a, 4), collect(b, 4)
+    assert [e.offset for e in ea] == [1, 2, 3, 4] and sorted(e.offset for e in eb) == [1, 2, 3, 4]
+    a.ack([e.offset for e in ea])
+    b.ack([e.offset for e in eb])
+    wait_acked(a, 4)
+    wait_acked(b, 4)
+    a.close()
+    b.close()
+    a2, b2 = attach(c, consumer="a2"), attach(c, "keyed", consumer="b2")
+    insert(pg, schema, 5, 5)
+    assert [e.offset for e in collect(a2, 1)] == [5] and [e.offset for e in collect(b2, 1)] == [5]
+    for s in idle:
+        s.setblocking(False)
+        try:
+            got = s.recv(1)
+            raise AssertionError("a silent connection was sent %r" % got if got else "was closed")
+        except BlockingIOError:
+            pass  # open, and nothing was sent to it
+        s.close()
+    assert p.running(), p.stderr()
+    assert p.terminate() == 0

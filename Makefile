@@ -15,7 +15,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 VERSION := $(shell cat VERSION)
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
-	  -Idecoder -Icdc -Isinks -Ibuild/gen -DCDC_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
+	  -I. -Ibuild/gen -DCDC_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 LDLIBS += $(PKG_LIBS) -lm
 # The daemon allocates with jemalloc: librdkafka makes several small allocations per message, freed
 # on its own threads, which glibc's malloc serialises. Sanitizer builds and the unit tests keep
@@ -38,10 +38,14 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/arena.c decoder/hist.c decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c \
-	decoder/event.c \
-	sinks/json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c sinks/spool.c \
-	cdc/log.c cdc/config.c cdc/predicate.c cdc/rules.c cdc/state.c cdc/progress.c cdc/source.c cdc/daemon.c cdc/tail.c cdc/status.c cdc/status_cmd.c cdc/report.c
+	decoder/util.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c \
+	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
+	sinks/event_json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c \
+	sinks/spool.c \
+	cdc/config/config.c cdc/config/predicate.c \
+	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c cdc/daemon/daemon.c \
+	cdc/status/status.c cdc/status/report.c \
+	cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source
 FUZZERS := pgoutput config predicate frame http redact put

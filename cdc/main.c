@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "daemon.h"
-#include "status_cmd.h"
-#include "tail.h"
+#include "cdc/config/config.h"
+#include "cdc/daemon/daemon.h"
+#include "cdc/cli/status_cmd.h"
+#include "cdc/cli/tail.h"
 
 static const char usage_main[] =
 	"cdc: change data capture from a PostgreSQL logical replication slot\n"

@@ -1,11 +1,11 @@
 /* arena.c: chunked bump allocator; see arena.h. */
-#include "arena.h"
+#include "decoder/arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "decoder/util.h"
 
 typedef struct chunk {
 	struct chunk *next;

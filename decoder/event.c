@@ -1,14 +1,14 @@
 /* event.c: turns decoded pgoutput changes into cdc.v1.Event messages, converting each column from
  * PostgreSQL's text output (DateStyle=ISO, TimeZone=UTC, extra_float_digits=3, bytea_output=hex)
  * to a typed Value. Hot path: arena memory only, small length-aware parsers, no malloc or sscanf. */
-#include "event.h"
+#include "decoder/event.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pgtypes.h"
+#include "decoder/pgtypes.h"
 
 #define USECS_PER_SEC INT64_C(1000000)
 #define USECS_PER_DAY INT64_C(86400000000)

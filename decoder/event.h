@@ -4,9 +4,9 @@
 #ifndef CDC_EVENT_H
 #define CDC_EVENT_H
 
-#include "arena.h"
+#include "decoder/arena.h"
 #include "cdc/v1/event.pb-c.h"
-#include "pgoutput.h"
+#include "decoder/pgoutput.h"
 
 /* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,
  * table, relation_id, op, key, new_row, old_row.

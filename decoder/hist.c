@@ -1,5 +1,5 @@
 /* hist.c: see hist.h. Values below 16 have a bucket each; above, 16 buckets per power of two. */
-#include "hist.h"
+#include "decoder/hist.h"
 
 const uint64_t hist_le_us[HIST_LE_N] = {
     500,    1000,   2500,    5000,    10000,   25000,	 50000,	   100000,

@@ -1,7 +1,7 @@
 /* pgoutput.c: parser for pgoutput logical replication messages (protocol versions 1 to 4) and
  * the relation cache that maps relation and type ids to their latest Relation/Type message.
  * The parser is the hot path: it allocates nothing and checks every length before reading. */
-#include "pgoutput.h"
+#include "decoder/pgoutput.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pgtypes.h"
+#include "decoder/pgtypes.h"
 
 /* ---- the reader ---- */
 

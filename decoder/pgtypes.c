@@ -1,6 +1,6 @@
 /* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
  * types cdc has no typed form for. Built-in OIDs (< 10000) are fixed across server versions. */
-#include "pgtypes.h"
+#include "decoder/pgtypes.h"
 
 #include <stddef.h>
 

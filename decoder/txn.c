@@ -2,7 +2,7 @@
  * handler's records of streamed and prepared ones are held in one spill file each
  * ("txn-<xid>.spill") and replayed record by record when the server reports their commit, so
  * memory stays bounded whatever their size. */
-#include "txn.h"
+#include "decoder/txn.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
 #ifndef CDC_TXN_H
 #define CDC_TXN_H
 
-#include "pgoutput.h"
+#include "decoder/pgoutput.h"
 
 typedef struct txn_info {
 	uint32_t xid;

@@ -1,5 +1,5 @@
 /* util.c: see util.h. */
-#include "util.h"
+#include "decoder/util.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * is checked field by field so the socket sink only ever sees well-formed requests. */
 #include <string.h>
 
-#include "frame.h"
+#include "sinks/frame.h"
 
 #define NAME_MAX_BYTES 255     /* subscription and consumer names */
 #define ACK_MAX_OFFSETS 65536u /* bounds the work one Ack can ask of the server */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "cdc/v1/subscriber.pb-c.h"
-#include "util.h"
+#include "decoder/util.h"
 
 #define FRAME_HEADER 4
 #define FRAME_MAX (16u * 1024 * 1024)          /* the largest message a client may send */

@@ -1,7 +1,7 @@
 /* kafka_sink.c: the Kafka sink; see kafka_sink.h. Delivery reports come through librdkafka's
  * main queue, which signals a pipe the daemon's event loop watches: no thread, no busy poll.
  * Transactions in flight are tracked in commit order with a count of unacknowledged messages. */
-#include "kafka_sink.h"
+#include "sinks/kafka_sink.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "pbwire.h"
-#include "pgoutput.h"
+#include "decoder/log.h"
+#include "sinks/pbwire.h"
+#include "decoder/pgoutput.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
  * in use; a transaction being delivered may still fill the rest. */

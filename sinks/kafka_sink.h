@@ -6,9 +6,9 @@
 #ifndef CDC_KAFKA_SINK_H
 #define CDC_KAFKA_SINK_H
 
-#include "config.h"
-#include "hist.h"
-#include "sink.h"
+#include "cdc/config/config.h"
+#include "decoder/hist.h"
+#include "sinks/sink.h"
 
 /* Uses c->kafka (brokers, properties passed to librdkafka unchanged, transactions_topic) and the
  * kafka subscriptions of c (topic, tombstones), which must outlive the sink or be replaced with

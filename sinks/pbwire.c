@@ -1,5 +1,5 @@
 /* pbwire.c: see pbwire.h. Field numbers are those of proto/cdc/v1/event.proto. */
-#include "pbwire.h"
+#include "sinks/pbwire.h"
 
 enum { WIRE_VARINT = 0, WIRE_LEN = 2 };
 enum { EVENT_COMMIT_LSN = 9, EVENT_TX_INDEX = 11, EVENT_COMMIT_TIME = 12 };

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "cdc/v1/event.pb-c.h"
-#include "util.h"
+#include "decoder/util.h"
 
 typedef struct sink sink;
 

@@ -1,7 +1,7 @@
 /* socket_sink.c: see socket_sink.h. Per subscription two queues, its events and its dead letters,
  * each a spool plus the consumers attached to it and a window of per-offset delivery state for the
  * offsets from the first unacknowledged one to the first never sent. */
-#include "socket_sink.h"
+#include "sinks/socket_sink.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -17,10 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "log.h"
-#include "pbwire.h"
-#include "spool.h"
+#include "sinks/frame.h"
+#include "decoder/log.h"
+#include "sinks/pbwire.h"
+#include "sinks/spool.h"
 
 #define MAX_CONSUMERS 1024
 #define TICK_MS 100

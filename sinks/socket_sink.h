@@ -5,9 +5,9 @@
 #ifndef CDC_SOCKET_SINK_H
 #define CDC_SOCKET_SINK_H
 
-#include "config.h"
-#include "hist.h"
-#include "sink.h"
+#include "cdc/config/config.h"
+#include "decoder/hist.h"
+#include "sinks/sink.h"
 
 struct event_base;
 

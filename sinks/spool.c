@@ -1,7 +1,7 @@
 /* spool.c: see spool.h. Segment files of CRC-32C checked records named by their first offset, an
  * in-memory write buffer that spool_sync writes and fsyncs (group commit), a sparse in-memory index
  * per segment for random reads, and a two-slot cursor file so that a torn write never loses both. */
-#include "spool.h"
+#include "sinks/spool.h"
 
 #include <dirent.h>
 #include <errno.h>

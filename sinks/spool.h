@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "decoder/util.h"
 
 typedef struct spool spool;
 

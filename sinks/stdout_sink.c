@@ -1,14 +1,14 @@
 /* stdout_sink.c: see stdout_sink.h. Lines are gathered in one buffer and written when the daemon
  * drains its input (or the buffer fills), so a burst of small transactions costs few syscalls. */
-#include "stdout_sink.h"
+#include "sinks/stdout_sink.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "util.h"
+#include "sinks/event_json.h"
+#include "decoder/util.h"
 
 #define STDOUT_SINK_HIGH_WATER (256 * 1024)
 

@@ -3,7 +3,7 @@
 #ifndef CDC_STDOUT_SINK_H
 #define CDC_STDOUT_SINK_H
 
-#include "sink.h"
+#include "sinks/sink.h"
 
 sink *stdout_sink_new(int fd);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "cdc/config/config.h"
 #include "roundtrip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

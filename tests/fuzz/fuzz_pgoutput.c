@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pgoutput.h"
+#include "decoder/pgoutput.h"
 
 static pgo_msg msg;
 static pgo_relcache *cache;

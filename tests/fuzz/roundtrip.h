@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "cdc/config/config.h"
 
 static char *print(const cfg *c)
 {

@@ -1,6 +1,6 @@
 /* test_config.c: the configuration loader: the contract's example, defaults, every kind of bad input
  * with its exact "FILE:LINE:COL: message" lines, durations, sizes, masking and the print round trip. */
-#include "config.h"
+#include "cdc/config/config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -115,8 +115,8 @@ static void test_example(void)
 	CHECK_STR(c->kafka.properties[0].key, "compression.type");
 	CHECK_STR(c->kafka.properties[0].value, "lz4");
 	CHECK(c->kafka.transactions_topic == NULL);
-	CHECK_INT(c->log.level, CFG_LOG_INFO);
-	CHECK_INT(c->log.format, CFG_LOG_TEXT);
+	CHECK_INT(c->log.level, LOG_LEVEL_INFO);
+	CHECK_INT(c->log.format, LOG_FORMAT_TEXT);
 	CHECK_INT(c->nsubs, 3);
 
 	const cfg_subscription *s = &c->subs[0];
@@ -191,8 +191,8 @@ static void check_defaults(const cfg *c)
 	CHECK_STR(c->subscribers.socket, "/run/cdc/events.sock");
 	CHECK_INT(c->subscribers.mode, 0660);
 	CHECK(!c->kafka.enabled);
-	CHECK_INT(c->log.level, CFG_LOG_INFO);
-	CHECK_INT(c->log.format, CFG_LOG_TEXT);
+	CHECK_INT(c->log.level, LOG_LEVEL_INFO);
+	CHECK_INT(c->log.format, LOG_FORMAT_TEXT);
 	CHECK_INT(c->nsubs, 0);
 }
 
@@ -342,8 +342,8 @@ static void test_everything(void)
 	CHECK_STR(c->kafka.properties[4].value, "5");
 	CHECK_STR(c->kafka.properties[6].value, "");
 	CHECK_STR(c->kafka.transactions_topic, "cdc.transactions");
-	CHECK_INT(c->log.level, CFG_LOG_DEBUG);
-	CHECK_INT(c->log.format, CFG_LOG_JSON);
+	CHECK_INT(c->log.level, LOG_LEVEL_DEBUG);
+	CHECK_INT(c->log.format, LOG_FORMAT_JSON);
 	const cfg_subscription *s = &c->subs[0];
 	CHECK_INT(s->ops, CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_MESSAGE);
 	CHECK_STR(s->tag, "multi\nline \"tag\" \xc3\xa9\xe2\x80\xa8\t");

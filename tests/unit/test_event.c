@@ -1,4 +1,4 @@
-/* test_event.c: unit tests for typed values (decoder/event.c), their JSON (sinks/json.c) and the
+/* test_event.c: unit tests for typed values (decoder/event.c), their JSON (sinks/event_json.c) and the
  * built-in type names (decoder/pgtypes.c): one table row per type and text form, then whole
  * events built from hand-made relations and messages, checked as exact JSON lines and protobuf. */
 #include <math.h>
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "event.h"
-#include "json.h"
-#include "pgtypes.h"
+#include "decoder/event.h"
+#include "sinks/event_json.h"
+#include "decoder/pgtypes.h"
 #include "test.h"
 
 static arena *A;

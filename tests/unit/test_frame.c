@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "sinks/frame.h"
 #include "test.h"
 
 /* Strings and offset arrays of the cases below are built in these and live for the whole run. */

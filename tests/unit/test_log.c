@@ -1,6 +1,6 @@
 /* test_log.c: log lines, text and JSON: one event is one line whatever its text holds (newlines in
  * a server's error or a reload's error list are escaped, so no input can forge a log line). */
-#include "log.h"
+#include "decoder/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,13 +10,13 @@
 #include "test.h"
 
 /* What log_at writes to stderr, without the timestamp (the first field). */
-static char *capture(cfg_log_format format, cfg_log_level level, const char *msg, const char *ctx)
+static char *capture(log_format format, log_level level, const char *msg, const char *ctx)
 {
 	fflush(stderr);
 	FILE *tmp = tmpfile();
 	int saved = dup(STDERR_FILENO);
 	dup2(fileno(tmp), STDERR_FILENO);
-	log_setup(CFG_LOG_DEBUG, format);
+	log_setup(LOG_LEVEL_DEBUG, format);
 	if (ctx)
 		log_at(level, msg, "%s", ctx);
 	else
@@ -29,8 +29,8 @@ static char *capture(cfg_log_format format, cfg_log_level level, const char *msg
 	if (fread(out, 1, (size_t)n, tmp) != (size_t)n)
 		out[0] = '\0';
 	fclose(tmp);
-	char *rest = format == CFG_LOG_JSON ? strstr(out, "\"level\"") : strchr(out, ' ');
-	char *r = strdup(rest ? rest + (format == CFG_LOG_JSON ? 0 : 1) : out);
+	char *rest = format == LOG_FORMAT_JSON ? strstr(out, "\"level\"") : strchr(out, ' ');
+	char *r = strdup(rest ? rest + (format == LOG_FORMAT_JSON ? 0 : 1) : out);
 	free(out);
 	return r;
 }
@@ -38,21 +38,21 @@ static char *capture(cfg_log_format format, cfg_log_level level, const char *msg
 int main(void)
 {
 	static const struct {
-		cfg_log_format format;
-		cfg_log_level level;
+		log_format format;
+		log_level level;
 		const char *msg, *ctx, *want;
 	} t[] = {
-	    {CFG_LOG_TEXT, CFG_LOG_INFO, "streaming", "slot=s lsn=0/1", "info  streaming slot=s lsn=0/1\n"},
-	    {CFG_LOG_TEXT, CFG_LOG_WARN, "no context", NULL, "warn  no context\n"},
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "streaming", "slot=s lsn=0/1", "info  streaming slot=s lsn=0/1\n"},
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_WARN, "no context", NULL, "warn  no context\n"},
 	    /* a reload's error list ends with a newline; a server error may hold several lines */
-	    {CFG_LOG_TEXT, CFG_LOG_ERROR, "reload refused", "errors=\"c.yaml:1:1: a\nc.yaml:2:1: b\n\"",
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_ERROR, "reload refused", "errors=\"c.yaml:1:1: a\nc.yaml:2:1: b\n\"",
 	     "error reload refused errors=\"c.yaml:1:1: a\\nc.yaml:2:1: b\\n\"\n"},
 	    /* a name that tries to forge a line of its own */
-	    {CFG_LOG_TEXT, CFG_LOG_INFO, "created publication",
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "created publication",
 	     "publication=p\n2026-01-01T00:00:00.000Z error forged\r\t\x1b[31m\x7f",
 	     "info  created publication publication=p\\n2026-01-01T00:00:00.000Z error forged\\r\\t\\x1B[31m\\x7F\n"},
-	    {CFG_LOG_TEXT, CFG_LOG_INFO, "multi\nline msg", "k=\xc3\xbc", "info  multi\\nline msg k=\xc3\xbc\n"},
-	    {CFG_LOG_JSON, CFG_LOG_ERROR, "reload refused", "errors=\"a\nb\"",
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "multi\nline msg", "k=\xc3\xbc", "info  multi\\nline msg k=\xc3\xbc\n"},
+	    {LOG_FORMAT_JSON, LOG_LEVEL_ERROR, "reload refused", "errors=\"a\nb\"",
 	     "\"level\":\"error\",\"msg\":\"reload refused\",\"errors\":\"a\\nb\"}\n"},
 	};
 	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
@@ -66,7 +66,7 @@ int main(void)
 	FILE *tmp = tmpfile();
 	int saved = dup(STDERR_FILENO);
 	dup2(fileno(tmp), STDERR_FILENO);
-	log_setup(CFG_LOG_WARN, CFG_LOG_TEXT);
+	log_setup(LOG_LEVEL_WARN, LOG_FORMAT_TEXT);
 	log_info("quiet", "k=v");
 	log_debug("quiet", "k=v");
 	dup2(saved, STDERR_FILENO);

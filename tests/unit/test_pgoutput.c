@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pgoutput.h"
+#include "decoder/pgoutput.h"
 #include "test.h"
 
 #define FIXTURE "tests/fixtures/pgoutput/pg15.bin"

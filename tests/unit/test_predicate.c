@@ -1,4 +1,4 @@
-/* test_predicate.c: unit tests for `where` predicates (cdc/predicate.c): tables of expressions
+/* test_predicate.c: unit tests for `where` predicates (cdc/config/predicate.c): tables of expressions
  * against hand-built events with typed values, each checked as true, false or unknown (unknown:
  * neither the expression nor its negation matches), and malformed expressions with their errors. */
 #include <math.h>
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "event.h"
-#include "pgtypes.h"
-#include "predicate.h"
+#include "decoder/event.h"
+#include "decoder/pgtypes.h"
+#include "cdc/config/predicate.h"
 #include "test.h"
 
 static arena *A;

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "report.h"
-#include "status_cmd.h"
+#include "cdc/config/config.h"
+#include "cdc/status/report.h"
+#include "cdc/cli/status_cmd.h"
 #include "test.h"
 
 static hist kafka_h, socket_h;

@@ -4,10 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "hist.h"
-#include "progress.h"
-#include "rules.h"
-#include "state.h"
+#include "decoder/hist.h"
+#include "cdc/daemon/progress.h"
+#include "cdc/daemon/rules.h"
+#include "cdc/daemon/state.h"
 #include "test.h"
 
 static pgo_rel rel(uint32_t relid, const char *schema, const char *table, uint64_t version)

@@ -1,7 +1,7 @@
 /* test_spool.c: unit tests for the spool. Each test works in its own directory under a mkdtemp
  * directory, reopens spools to check recovery and damages files by hand (torn tails, flipped
  * bytes, torn cursor slots) to check what spool_open cuts and reports. */
-#include "spool.h"
+#include "sinks/spool.h"
 
 #include <dirent.h>
 #include <fcntl.h>

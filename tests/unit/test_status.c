@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "status.h"
-#include "status_cmd.h"
+#include "decoder/log.h"
+#include "cdc/status/status.h"
+#include "cdc/cli/status_cmd.h"
 #include "test.h"
 
 /* ---- pure functions ---- */
@@ -703,7 +703,7 @@ static void test_socket_files(void)
 
 int main(void)
 {
-	log_setup(CFG_LOG_ERROR, CFG_LOG_TEXT);
+	log_setup(LOG_LEVEL_ERROR, LOG_FORMAT_TEXT);
 	char dir[] = "/tmp/cdc-test-status-XXXXXX";
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");

@@ -1,6 +1,6 @@
 /* test_txn.c: unit tests for the transaction assembler. Feeds hand-built pgoutput messages
  * (encoded as PostgreSQL's proto.c writes them) and asserts the exact handler calls. */
-#include "txn.h"
+#include "decoder/txn.h"
 
 #include <dirent.h>
 #include <signal.h>

@@ -1,14 +1,14 @@
 /* report.c: see report.h. /status and /subscriptions are compact JSON (strings escaped by
  * json_string), /metrics the Prometheus text format 0.0.4: "# HELP" and "# TYPE" before every
  * family, counters named *_total, label values escaped and always valid UTF-8. */
-#include "report.h"
+#include "cdc/status/report.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
 
-#include "json.h"
+#include "decoder/json.h"
 
 /* ---- shared formatting ---- */
 

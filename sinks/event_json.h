@@ -1,9 +1,9 @@
-/* json.h: the contract's event JSON (one object per line), used by the stdout sink and cdc tail. */
-#ifndef CDC_JSON_H
-#define CDC_JSON_H
+/* event_json.h: the contract's event JSON (one object per line), used by the stdout sink and cdc tail. */
+#ifndef CDC_EVENT_JSON_H
+#define CDC_EVENT_JSON_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "util.h"
+#include "decoder/json.h"
 
 /* Appends the event as one JSON object and a newline. The commit fields (commit_lsn, tx_index,
  * commit_time) come last, so that json_event_head() can render an event before its transaction
@@ -13,9 +13,5 @@ void json_event(buf *out, const Cdc__V1__Event *e);
 void json_event_head(buf *out, const Cdc__V1__Event *e);
 /* Completes json_event_head()'s output: commit_lsn, tx_index, commit_time, "}\n". */
 void json_event_tail(buf *out, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time);
-
-/* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
- * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */
-void json_string(buf *out, const char *s, size_t len);
 
 #endif

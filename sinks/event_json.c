@@ -1,7 +1,7 @@
-/* json.c: renders cdc.v1.Event as the contract's one-line event JSON (CONTRACT.md "Event JSON").
+/* event_json.c: renders cdc.v1.Event as the contract's one-line event JSON (CONTRACT.md "Event JSON").
  * Appends straight into the caller's buf: no intermediate allocations, no printf for integers.
  * The output is valid UTF-8 JSON on one line whatever bytes the event holds. */
-#include "json.h"
+#include "sinks/event_json.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,74 +65,6 @@ static void put_fixed(buf *b, uint64_t v, int width)
 		v /= 10;
 	}
 	b->len += (size_t)width;
-}
-
-/* JSON strings ------------------------------------------------------------------------------ */
-
-/* Bytes that go into a JSON string as they are: printable ASCII but '"' and '\\'. */
-static inline bool plain(unsigned char c)
-{
-	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
-}
-
-
-void json_string(buf *out, const char *s, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	const unsigned char *p = (const unsigned char *)s, *end = p + len;
-	/* Invariant: room for the rest of the input unescaped, the closing quote and the NUL. */
-	reserve(out, len + 2);
-	out->data[out->len++] = '"';
-	while (p < end) {
-		const unsigned char *run = p;
-		while (p < end && plain(*p))
-			p++;
-		memcpy(out->data + out->len, run, (size_t)(p - run));
-		out->len += (size_t)(p - run);
-		if (p == end)
-			break;
-		/* Every byte below writes at most 6 bytes per byte it consumes, and at most 6 at once. */
-		reserve(out, 6 + (size_t)(end - p) + 1);
-		char *w = out->data + out->len;
-		unsigned c = *p;
-		if (c == '"' || c == '\\') {
-			w[0] = '\\';
-			w[1] = (char)c;
-			out->len += 2;
-			p++;
-		} else if (c < 0x20) {
-			char esc = c == '\n'   ? 'n'
-				   : c == '\r' ? 'r'
-				   : c == '\t' ? 't'
-				   : c == '\b' ? 'b'
-				   : c == '\f' ? 'f'
-					       : 0;
-			w[0] = '\\';
-			if (esc) {
-				w[1] = esc;
-				out->len += 2;
-			} else {
-				memcpy(w + 1, "u00", 3);
-				w[4] = hex[c >> 4];
-				w[5] = hex[c & 15];
-				out->len += 6;
-			}
-			p++;
-		} else {
-			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
-			if (n) {
-				memcpy(w, p, n);
-				out->len += n;
-				p += n;
-			} else {
-				memcpy(w, "\xEF\xBF\xBD", 3); /* U+FFFD */
-				out->len += 3;
-				p += skip;
-			}
-		}
-	}
-	out->data[out->len++] = '"';
-	out->data[out->len] = '\0';
 }
 
 static void put_str(buf *b, const char *s)

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "config.h"
-#include "util.h"
+#include "cdc/config/config.h"
+#include "decoder/util.h"
 
 struct event_base;
 typedef struct status_server status_server;

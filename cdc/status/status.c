@@ -1,7 +1,7 @@
 /* status.c: see status.h. libmicrohttpd serves both listeners from its own threads; GETs read the
  * last published snapshot under a mutex, and PUT/DELETE suspend their connection until the
  * daemon's loop (reached through a pipe watched by its event_base) answers them. */
-#include "status.h"
+#include "cdc/status/status.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "log.h"
+#include "decoder/json.h"
+#include "decoder/log.h"
 
 #define CONNECTION_LIMIT 64
 #define PER_IP_LIMIT 16

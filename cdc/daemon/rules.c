@@ -1,7 +1,7 @@
 /* rules.c: subscription matching; see rules.h. */
-#include "rules.h"
+#include "cdc/daemon/rules.h"
 
-#include "predicate.h"
+#include "cdc/config/predicate.h"
 
 #include <stdio.h>
 #include <stdlib.h>

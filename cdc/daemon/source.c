@@ -1,6 +1,6 @@
 /* source.c: the PostgreSQL connections; see source.h. The replication loop follows
  * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
-#include "source.h"
+#include "cdc/daemon/source.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "log.h"
+#include "decoder/log.h"
 
 /* Session settings of the walsender: output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */

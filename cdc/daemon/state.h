@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "decoder/util.h"
 
 typedef struct state {
 	char system_id[32]; /* the database system identifier, decimal */

@@ -1,9 +1,9 @@
 /* progress.c: a ring buffer of (seq, end_lsn); see progress.h. */
-#include "progress.h"
+#include "cdc/daemon/progress.h"
 
 #include <stdlib.h>
 
-#include "util.h"
+#include "decoder/util.h"
 
 void progress_push(progress *p, uint64_t seq, uint64_t end_lsn)
 {

@@ -1,9 +1,9 @@
 /* config.c: loads the YAML configuration (see config.h): libyaml events become a small node tree with
  * line/column marks, then tables of keys (one setter per value type) fill and validate a cfg,
  * reporting every problem as "FILE:LINE:COL: message". cfg_print writes the effective config back. */
-#include "config.h"
+#include "cdc/config/config.h"
 
-#include "predicate.h"
+#include "cdc/config/predicate.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -26,7 +26,7 @@
 /* Setters store enums through an int pointer: make sure that is what they are. */
 _Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
 		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
-		   sizeof(cfg_log_format) == sizeof(int) && sizeof(cfg_log_level) == sizeof(int),
+		   sizeof(log_format) == sizeof(int) && sizeof(log_level) == sizeof(int),
 	       "enums are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t), "uid_t is 32 bits");
 
@@ -1174,12 +1174,12 @@ static const ename batch_names[] = {
     {"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
 static const ename full_names[] = {
     {"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
-static const ename level_names[] = {{"debug", CFG_LOG_DEBUG},
-				    {"info", CFG_LOG_INFO},
-				    {"warn", CFG_LOG_WARN},
-				    {"error", CFG_LOG_ERROR},
+static const ename level_names[] = {{"debug", LOG_LEVEL_DEBUG},
+				    {"info", LOG_LEVEL_INFO},
+				    {"warn", LOG_LEVEL_WARN},
+				    {"error", LOG_LEVEL_ERROR},
 				    {NULL, 0}};
-static const ename format_names[] = {{"text", CFG_LOG_TEXT}, {"json", CFG_LOG_JSON}, {NULL, 0}};
+static const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
 
 #define SUB(f) offsetof(cfg_subscription, f)
 #define TOP(f) offsetof(cfg, f)
@@ -1387,8 +1387,8 @@ static cfg *cfg_new(const char *path)
 	c->status.socket = xstrdup(CFG_DEFAULT_STATUS_SOCKET);
 	c->subscribers.socket = xstrdup(CFG_DEFAULT_SUBSCRIBER_SOCKET);
 	c->subscribers.mode = 0660;
-	c->log.level = CFG_LOG_INFO;
-	c->log.format = CFG_LOG_TEXT;
+	c->log.level = LOG_LEVEL_INFO;
+	c->log.format = LOG_FORMAT_TEXT;
 	return c;
 }
 

@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "hist.h"
-#include "util.h"
+#include "cdc/config/config.h"
+#include "decoder/hist.h"
+#include "decoder/util.h"
 
 /* One subscription. Strings are borrowed for the duration of the call. */
 typedef struct report_sub {

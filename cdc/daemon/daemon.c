@@ -1,7 +1,7 @@
 /* daemon.c: `cdc run`. One event loop moves changes one way: source -> decoder (txn assembler)
  * -> rules -> sinks; what every sink has delivered flows back as the flushed position that is
  * recorded in state_dir and then confirmed to the slot. */
-#include "daemon.h"
+#include "cdc/daemon/daemon.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,20 +13,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arena.h"
-#include "event.h"
-#include "json.h"
-#include "log.h"
-#include "progress.h"
-#include "report.h"
-#include "rules.h"
-#include "source.h"
-#include "state.h"
-#include "status.h"
-#include "kafka_sink.h"
-#include "socket_sink.h"
-#include "stdout_sink.h"
-#include "txn.h"
+#include "decoder/arena.h"
+#include "decoder/event.h"
+#include "decoder/json.h"
+#include "decoder/log.h"
+#include "cdc/daemon/progress.h"
+#include "cdc/status/report.h"
+#include "cdc/daemon/rules.h"
+#include "cdc/daemon/source.h"
+#include "cdc/daemon/state.h"
+#include "cdc/status/status.h"
+#include "sinks/kafka_sink.h"
+#include "sinks/socket_sink.h"
+#include "sinks/stdout_sink.h"
+#include "decoder/txn.h"
 
 #define TICK_MS 100
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */

@@ -5,10 +5,10 @@
 #ifndef CDC_RULES_H
 #define CDC_RULES_H
 
-#include "arena.h"
+#include "decoder/arena.h"
 #include "cdc/v1/event.pb-c.h"
-#include "config.h"
-#include "pgoutput.h"
+#include "cdc/config/config.h"
+#include "decoder/pgoutput.h"
 
 typedef struct rules rules;
 

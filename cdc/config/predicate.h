@@ -7,9 +7,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "arena.h"
+#include "decoder/arena.h"
 #include "cdc/v1/event.pb-c.h"
-#include "util.h"
+#include "decoder/util.h"
 
 #define PRED_MAX_TEXT 4096 /* bytes of predicate text */
 #define PRED_MAX_DEPTH 64  /* nested parentheses and `not`s */

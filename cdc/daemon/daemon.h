@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "config.h"
+#include "cdc/config/config.h"
 
 /* Takes ownership of c. endpos: stop once everything up to this LSN is confirmed (0: never).
  * Returns the process exit code: 0 after a clean stop, 1 on a runtime failure, 2 on a config

@@ -1,7 +1,7 @@
 /* predicate.c: the `where` predicate: a one-token lexer, a recursive-descent parser into one node
  * array, and an evaluator with SQL's three-valued logic. Literals and names point into the pred's
  * own copy of the text (unescaped and folded in place); evaluation allocates only in the arena. */
-#include "predicate.h"
+#include "cdc/config/predicate.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "event.h"
+#include "decoder/event.h"
 
 /* Decimal exponents beyond this are refused in literals (PostgreSQL's numeric stops far sooner). */
 #define DEC_MAX_EXP 1000000

@@ -1,6 +1,6 @@
 /* status_cmd.c: see status_cmd.h. The server always sends Content-Length, but the client also
  * reads chunked answers and answers without a length (read to EOF), as any HTTP/1.1 peer may send. */
-#include "status_cmd.h"
+#include "cdc/cli/status_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -15,7 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "cdc/config/config.h"
 
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */

@@ -1,7 +1,7 @@
 /* log.c: see log.h. Lines are written with one write(2) so concurrent writers never interleave.
  * In text form, control characters (a newline in a server's error, a name or a reload's error list)
  * are escaped, so one event is always one line and no input can forge another. */
-#include "log.h"
+#include "decoder/log.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,19 +9,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "decoder/json.h"
 
-static cfg_log_level min_level = CFG_LOG_INFO;
-static cfg_log_format out_format = CFG_LOG_TEXT;
+static log_level min_level = LOG_LEVEL_INFO;
+static log_format out_format = LOG_FORMAT_TEXT;
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
-void log_setup(cfg_log_level level, cfg_log_format format)
+void log_setup(log_level level, log_format format)
 {
 	min_level = level;
 	out_format = format;
 }
 
-bool log_enabled(cfg_log_level level)
+bool log_enabled(log_level level)
 {
 	return level >= min_level;
 }
@@ -82,7 +82,7 @@ static void put_text(buf *b, const char *s)
 	}
 }
 
-void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
+void log_at(log_level level, const char *msg, const char *ctx_fmt, ...)
 {
 	if (!log_enabled(level))
 		return;
@@ -103,7 +103,7 @@ void log_at(cfg_log_level level, const char *msg, const char *ctx_fmt, ...)
 	}
 
 	buf line = {0};
-	if (out_format == CFG_LOG_JSON) {
+	if (out_format == LOG_FORMAT_JSON) {
 		buf_printf(&line, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
 		json_string(&line, msg, strlen(msg));
 		json_fields(&line, ctx);

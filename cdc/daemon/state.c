@@ -1,5 +1,5 @@
 /* state.c: see state.h. The file is a few "key value" lines, easy to read by a human. */
-#include "state.h"
+#include "cdc/daemon/state.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "util.h"
+#include "decoder/log.h"
+#include "decoder/util.h"
 
 enum cfg_op {
 	CFG_OP_INSERT = 1 << 0,
@@ -26,8 +27,6 @@ typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_s
 typedef enum cfg_consumers { CFG_CONSUMERS_FAILOVER, CFG_CONSUMERS_SHARED, CFG_CONSUMERS_KEY_SHARED } cfg_consumers;
 typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
 typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
-typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
-typedef enum cfg_log_level { CFG_LOG_DEBUG, CFG_LOG_INFO, CFG_LOG_WARN, CFG_LOG_ERROR } cfg_log_level;
 
 typedef struct cfg_strlist {
 	char **v;
@@ -92,8 +91,8 @@ typedef struct cfg {
 		char *transactions_topic; /* NULL if none */
 	} kafka;
 	struct {
-		cfg_log_level level;   /* default info */
-		cfg_log_format format; /* default text */
+		log_level level;   /* default info */
+		log_format format; /* default text */
 	} log;
 	cfg_subscription *subs;
 	size_t nsubs;

@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "frame.h"
-#include "json.h"
-#include "tail.h"
+#include "cdc/config/config.h"
+#include "sinks/frame.h"
+#include "sinks/event_json.h"
+#include "cdc/cli/tail.h"
 
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */

@@ -5,9 +5,9 @@
 #ifndef CDC_SOURCE_H
 #define CDC_SOURCE_H
 
-#include "config.h"
-#include "pgoutput.h"
-#include "state.h"
+#include "cdc/config/config.h"
+#include "decoder/pgoutput.h"
+#include "cdc/daemon/state.h"
 
 /* Prefix of the logical messages source.heartbeat writes; they are never delivered as events. */
 #define SOURCE_HEARTBEAT_PREFIX "cdc.heartbeat"

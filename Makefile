@@ -58,7 +58,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-unit check-fuzz-corpus check-integration check-fault torture demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-unit check-fuzz-corpus check-integration check-fault probe-kafka-txn torture demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -116,6 +116,11 @@ $(B)/tests/kafka_mock: tests/kafka/mock_cluster.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
+# What the mock supports of Kafka transactions (issue 17). Not part of make check: it exits 1 while
+# the mock lacks what the exactly-once verification needs (aborted records, LSO, fencing).
+probe-kafka-txn: $(B)/tests/kafka_mock
+	$(Q)KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) tests/kafka/probe_transactions.py
 
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration

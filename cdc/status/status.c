@@ -219,8 +219,9 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned code, c
 				   const char *allow)
 {
 	buf b = {0};
-	buf_puts(&b, "{\"error\":");
-	json_string(&b, message, strlen(message));
+	bool first = true;
+	buf_putc(&b, '{');
+	json_key_str(&b, &first, "error", message);
 	buf_puts(&b, "}\n");
 	enum MHD_Result ret = reply(conn, code, JSON_TYPE, b.data, allow);
 	buf_free(&b);

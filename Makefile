@@ -38,16 +38,16 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c \
+	decoder/util.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
 	sinks/event_json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c \
 	sinks/spool.c \
 	cdc/config/config.c cdc/config/predicate.c \
 	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c cdc/daemon/daemon.c \
 	cdc/status/status.c cdc/status/report.c \
-	cdc/cli/tail.c cdc/cli/status_cmd.c
+	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json
 FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

@@ -1,5 +1,5 @@
-/* json.c: see json.h. The one JSON string writer: the event renderer, the status documents and the
- * JSON log lines all quote text through it. */
+/* json.c: see json.h. The one JSON writer: the event renderer, the status documents and the JSON
+ * log lines all write their text through it. */
 #include "decoder/json.h"
 
 #include <string.h>
@@ -15,7 +15,6 @@ static inline bool plain(unsigned char c)
 {
 	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
 }
-
 
 void json_string(buf *out, const char *s, size_t len)
 {
@@ -76,3 +75,73 @@ void json_string(buf *out, const char *s, size_t len)
 	out->data[out->len] = '\0';
 }
 
+void json_str(buf *out, const char *s)
+{
+	if (s)
+		json_string(out, s, strlen(s));
+	else
+		json_null(out);
+}
+
+void json_u64(buf *out, uint64_t v)
+{
+	/* Digits backwards into a scratch: no printf on the event renderer's path. */
+	char tmp[20], *p = tmp + sizeof(tmp);
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	buf_append(out, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+void json_i64(buf *out, int64_t v)
+{
+	if (v < 0) {
+		buf_putc(out, '-');
+		json_u64(out, (uint64_t)0 - (uint64_t)v);
+	} else {
+		json_u64(out, (uint64_t)v);
+	}
+}
+
+void json_boolean(buf *out, bool v)
+{
+	buf_puts(out, v ? "true" : "false");
+}
+
+void json_null(buf *out)
+{
+	buf_append(out, "null", 4);
+}
+
+void json_sep(buf *out, bool *first)
+{
+	if (!*first)
+		buf_putc(out, ',');
+	*first = false;
+}
+
+void json_key(buf *out, bool *first, const char *key)
+{
+	json_sep(out, first);
+	json_string(out, key, strlen(key));
+	buf_putc(out, ':');
+}
+
+void json_key_str(buf *out, bool *first, const char *key, const char *v)
+{
+	json_key(out, first, key);
+	json_str(out, v);
+}
+
+void json_key_u64(buf *out, bool *first, const char *key, uint64_t v)
+{
+	json_key(out, first, key);
+	json_u64(out, v);
+}
+
+void json_key_boolean(buf *out, bool *first, const char *key, bool v)
+{
+	json_key(out, first, key);
+	json_boolean(out, v);
+}

@@ -21,6 +21,11 @@ void log_setup(log_level level, log_format format)
 	out_format = format;
 }
 
+const char *log_level_name(log_level level)
+{
+	return (unsigned)level < sizeof(level_names) / sizeof(*level_names) ? level_names[level] : "?";
+}
+
 bool log_enabled(log_level level)
 {
 	return level >= min_level;
@@ -36,17 +41,16 @@ static size_t key_at(const char *p)
 /* Context "k=v k2=\"a b\"" as JSON members ,"k":"v","k2":"a b". A quoted value ends at the quote
  * that is followed by the end or by " key=", so quotes inside a value (an error message quoting a
  * name) survive. Text that is not key=value goes to "context". */
-static void json_fields(buf *line, const char *ctx)
+static void json_fields(buf *line, bool *first, const char *ctx)
 {
 	const char *p = ctx;
 	while (*p) {
 		size_t k = key_at(p);
 		if (!k) {
-			buf_puts(line, ",\"context\":");
-			json_string(line, p, strlen(p));
+			json_key_str(line, first, "context", p);
 			return;
 		}
-		buf_putc(line, ',');
+		json_sep(line, first);
 		json_string(line, p, k);
 		buf_putc(line, ':');
 		const char *v = p + k + 1, *end;
@@ -104,12 +108,15 @@ void log_at(log_level level, const char *msg, const char *ctx_fmt, ...)
 
 	buf line = {0};
 	if (out_format == LOG_FORMAT_JSON) {
-		buf_printf(&line, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
-		json_string(&line, msg, strlen(msg));
-		json_fields(&line, ctx);
+		bool first = true;
+		buf_putc(&line, '{');
+		json_key_str(&line, &first, "time", ts);
+		json_key_str(&line, &first, "level", log_level_name(level));
+		json_key_str(&line, &first, "msg", msg);
+		json_fields(&line, &first, ctx);
 		buf_puts(&line, "}\n");
 	} else {
-		buf_printf(&line, "%s %-5s ", ts, level_names[level]);
+		buf_printf(&line, "%s %-5s ", ts, log_level_name(level));
 		put_text(&line, msg);
 		if (*ctx) {
 			buf_putc(&line, ' ');

@@ -11,6 +11,8 @@ typedef enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LE
 typedef enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON } log_format;
 
 void log_setup(log_level level, log_format format);
+/* "debug", "info", "warn" or "error": as log lines and the configuration's log.level spell it. */
+const char *log_level_name(log_level level);
 bool log_enabled(log_level level);
 /* msg is a short fixed sentence; ctx_fmt builds the key=value context ("slot=%s lsn=%s"). */
 void log_at(log_level level, const char *msg, const char *ctx_fmt, ...) CDC_PRINTF(3, 4);

@@ -1,5 +1,5 @@
-/* util.h: allocation that cannot fail silently, a growable byte buffer, and LSN formatting.
- * The lowest layer of cdc: every module may use it. */
+/* util.h: allocation that cannot fail silently, a growable byte buffer, LSN formatting and the
+ * clocks. The lowest layer of cdc: every module may use it. */
 #ifndef CDC_UTIL_H
 #define CDC_UTIL_H
 
@@ -42,6 +42,12 @@ bool lsn_parse(const char *s, uint64_t *lsn) CDC_MUST_CHECK;
 size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip);
 /* The code point of a well-formed sequence of n bytes (as utf8_seq measured it). */
 uint32_t utf8_codepoint(const unsigned char *p, size_t n);
+
+/* Milliseconds of CLOCK_MONOTONIC: for timeouts and intervals, which a clock step must not bend. */
+uint64_t now_ms(void);
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME): for what is compared with commit times and
+ * stored (spool retention by age). */
+int64_t wall_ms(void);
 
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
 bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);

@@ -36,26 +36,6 @@ static inline void put_c(buf *b, char c)
 	b->data[b->len++] = c;
 }
 
-static void put_u64(buf *b, uint64_t v)
-{
-	char tmp[20], *p = tmp + sizeof(tmp);
-	do {
-		*--p = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	put(b, p, (size_t)(tmp + sizeof(tmp) - p));
-}
-
-static void put_i64(buf *b, int64_t v)
-{
-	if (v < 0) {
-		put_c(b, '-');
-		put_u64(b, (uint64_t)0 - (uint64_t)v);
-	} else {
-		put_u64(b, (uint64_t)v);
-	}
-}
-
 /* v in exactly width digits (v < 10^width). */
 static void put_fixed(buf *b, uint64_t v, int width)
 {
@@ -302,7 +282,7 @@ static bool put_short_decimal(buf *b, double v)
 		uint64_t p = (uint64_t)pow10[k];
 		if (v < 0)
 			put_c(b, '-');
-		put_u64(b, mi / p);
+		json_u64(b, mi / p);
 		if (k) {
 			put_c(b, '.');
 			put_fixed(b, mi % p, k);
@@ -394,7 +374,7 @@ static void put_ymd(buf *b, int64_t days)
 		put_c(b, '+');
 	}
 	if (y > 9999)
-		put_u64(b, (uint64_t)y);
+		json_u64(b, (uint64_t)y);
 	else
 		put_fixed(b, (uint64_t)y, 4);
 	put_c(b, '-');
@@ -408,7 +388,7 @@ static void put_hms(buf *b, uint64_t us, bool always_frac)
 {
 	uint64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
 	if (s / 3600 > 99)
-		put_u64(b, s / 3600);
+		json_u64(b, s / 3600);
 	else
 		put_fixed(b, s / 3600, 2);
 	put_c(b, ':');
@@ -472,21 +452,18 @@ static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 static void put_value(buf *b, const Cdc__V1__Value *v)
 {
 	if (!v) {
-		PUT_LIT(b, "null");
+		json_null(b);
 		return;
 	}
 	switch (v->kind_case) {
 	case CDC__V1__VALUE__KIND_INT_VALUE:
-		put_i64(b, v->int_value);
+		json_i64(b, v->int_value);
 		break;
 	case CDC__V1__VALUE__KIND_FLOAT_VALUE:
 		put_double(b, v->float_value);
 		break;
 	case CDC__V1__VALUE__KIND_BOOL_VALUE:
-		if (v->bool_value)
-			PUT_LIT(b, "true");
-		else
-			PUT_LIT(b, "false");
+		json_boolean(b, v->bool_value);
 		break;
 	case CDC__V1__VALUE__KIND_NUMERIC_VALUE:
 		put_str(b, v->numeric_value);
@@ -510,7 +487,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		if (v->timestamp_value)
 			put_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
 		else
-			PUT_LIT(b, "null");
+			json_null(b);
 		break;
 	case CDC__V1__VALUE__KIND_JSON_VALUE:
 		put_json(b, v->json_value);
@@ -524,7 +501,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 	case CDC__V1__VALUE__KIND_NULL_VALUE:
 	case CDC__V1__VALUE__KIND_UNCHANGED_TOAST: /* callers leave these columns out */
 	default:
-		PUT_LIT(b, "null");
+		json_null(b);
 		break;
 	}
 }
@@ -540,7 +517,7 @@ static bool col_is_toast(const Cdc__V1__Column *c)
 static void put_row(buf *b, const Cdc__V1__Row *r)
 {
 	if (!r) {
-		PUT_LIT(b, "null");
+		json_null(b);
 		return;
 	}
 	put_c(b, '{');
@@ -589,14 +566,6 @@ static void put_toast_names(buf *b, const Cdc__V1__Event *e)
 	put_c(b, ']');
 }
 
-static void put_bool(buf *b, bool v)
-{
-	if (v)
-		PUT_LIT(b, "true");
-	else
-		PUT_LIT(b, "false");
-}
-
 static void put_lsn(buf *b, uint64_t lsn)
 {
 	char tmp[LSN_STRLEN];
@@ -630,14 +599,14 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	put_str(out, e->subscription);
 	PUT_LIT(out, ",\"offset\":");
 	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET)
-		put_u64(out, e->offset);
+		json_u64(out, e->offset);
 	else
-		PUT_LIT(out, "null");
+		json_null(out);
 	PUT_LIT(out, ",\"tag\":");
 	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG)
 		put_str(out, e->tag);
 	else
-		PUT_LIT(out, "null");
+		json_null(out);
 	PUT_LIT(out, ",\"op\":");
 	const char *op = op_name(e->op);
 	put(out, op, strlen(op));
@@ -648,7 +617,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	PUT_LIT(out, ",\"lsn\":");
 	put_lsn(out, e->lsn);
 	PUT_LIT(out, ",\"xid\":");
-	put_u64(out, e->xid);
+	json_u64(out, e->xid);
 	PUT_LIT(out, ",\"key\":");
 	put_row(out, e->key);
 	PUT_LIT(out, ",\"new\":");
@@ -659,14 +628,14 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	put_toast_names(out, e);
 	PUT_LIT(out, ",\"delivery_count\":");
 	if (e->delivery_count)
-		put_u64(out, e->delivery_count);
+		json_u64(out, e->delivery_count);
 	else
-		PUT_LIT(out, "null");
+		json_null(out);
 	if (e->op == CDC__V1__OP__OP_TRUNCATE) {
 		PUT_LIT(out, ",\"truncate\":{\"cascade\":");
-		put_bool(out, e->truncate && e->truncate->cascade);
+		json_boolean(out, e->truncate && e->truncate->cascade);
 		PUT_LIT(out, ",\"restart_identity\":");
-		put_bool(out, e->truncate && e->truncate->restart_identity);
+		json_boolean(out, e->truncate && e->truncate->restart_identity);
 		put_c(out, '}');
 	} else if (e->op == CDC__V1__OP__OP_MESSAGE) {
 		PUT_LIT(out, ",\"message\":{\"prefix\":");
@@ -677,7 +646,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 		else
 			PUT_LIT(out, "\"\"");
 		PUT_LIT(out, ",\"transactional\":");
-		put_bool(out, e->message && e->message->transactional);
+		json_boolean(out, e->message && e->message->transactional);
 		put_c(out, '}');
 	}
 	out->data[out->len] = '\0';
@@ -688,7 +657,7 @@ void json_event_tail(buf *out, uint64_t commit_lsn, uint32_t tx_index, int64_t c
 	PUT_LIT(out, ",\"commit_lsn\":");
 	put_lsn(out, commit_lsn);
 	PUT_LIT(out, ",\"tx_index\":");
-	put_u64(out, tx_index);
+	json_u64(out, tx_index);
 	PUT_LIT(out, ",\"commit_time\":");
 	put_timestamp(out, commit_time, true, true);
 	PUT_LIT(out, "}\n");

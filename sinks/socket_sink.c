@@ -19,6 +19,7 @@
 
 #include "sinks/frame.h"
 #include "decoder/log.h"
+#include "decoder/net.h"
 #include "sinks/pbwire.h"
 #include "sinks/spool.h"
 
@@ -124,13 +125,6 @@ static uint64_t mono_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static uint32_t get_u32(const void *p)
@@ -802,40 +796,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		consumer_error(c, CDC__V1__ERROR__CODE__UNSPECIFIED, "too many subscriber connections");
 }
 
-/* Creates the listening socket with the configured mode: a stale file from a crashed cdc is
- * replaced, a socket another process listens on is not. */
-static int listen_unix(const char *path, mode_t mode, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		errf(err, errlen, "subscribers.socket %s: path longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
-		return -1;
-	}
-	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		errf(err, errlen, "socket: %s", strerror(errno));
-		return -1;
-	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		errf(err, errlen, "subscribers.socket %s: another process is listening on it (a second cdc?)", path);
-		goto fail;
-	}
-	unlink(path);
-	mode_t old = umask(0177); /* never reachable by others, even before the chmod */
-	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	umask(old);
-	if (rc != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
-		errf(err, errlen, "subscribers.socket %s: %s (does its directory exist and is it writable?)", path,
-		     strerror(errno));
-		goto fail;
-	}
-	return fd;
-fail:
-	close(fd);
-	return -1;
-}
-
 /* Timer: ack timeouts, heartbeats, retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
@@ -1160,9 +1120,12 @@ sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake_fn)(voi
 	s->wake = wake_fn;
 	s->wake_ctx = ctx;
 	snprintf(s->path, sizeof(s->path), "%s", c->subscribers.socket);
-	int fd = listen_unix(c->subscribers.socket, c->subscribers.mode, err, errlen);
-	if (fd < 0)
+	char why[512];
+	int fd = net_unix_listen(c->subscribers.socket, c->subscribers.mode, 128, why, sizeof(why));
+	if (fd < 0) {
+		errf(err, errlen, "subscribers.socket %s", why);
 		goto fail;
+	}
 	evutil_make_socket_nonblocking(fd);
 	s->listener = evconnlistener_new(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (!s->listener) {

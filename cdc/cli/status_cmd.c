@@ -3,7 +3,6 @@
 #include "cdc/cli/status_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -11,11 +10,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "cdc/config/config.h"
+#include "cdc/cli/cli.h"
 
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
@@ -28,7 +25,8 @@ static const char usage[] =
     "Exit 0, or 1 if cdc cannot be reached or answers with an error.\n"
     "\n"
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
-    "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET ")\n"
+    "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
+    ")\n"
     "      --json          print the JSON of GET /status as it is\n";
 
 /* ---- HTTP ---- */
@@ -114,39 +112,6 @@ bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf 
 	return true;
 }
 
-static bool connect_unix(const char *path, int *fd, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return errf(err, errlen, "socket path %s is too long", path);
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	*fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (*fd < 0)
-		return errf(err, errlen, "socket: %s", strerror(errno));
-	struct timeval tv = {.tv_sec = TIMEOUT_S};
-	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(*fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(*fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-		return true;
-	int e = errno;
-	close(*fd);
-	*fd = -1;
-	if (e == ENOENT)
-		return errf(err, errlen,
-			    "%s does not exist: is cdc running? (the path comes from -s, status.socket of -c "
-			    "FILE, or CDC_STATUS_SOCKET)",
-			    path);
-	if (e == ECONNREFUSED)
-		return errf(err, errlen,
-			    "nothing listens on %s: cdc is not running (the socket file is stale)", path);
-	if (e == EACCES)
-		return errf(err, errlen,
-			    "%s: permission denied (the socket's mode is subscribers.mode: join its group or "
-			    "use sudo)",
-			    path);
-	return errf(err, errlen, "cannot connect to %s: %s", path, strerror(e));
-}
-
 static bool read_all(int fd, buf *resp, char *err, size_t errlen)
 {
 	for (;;) {
@@ -169,8 +134,8 @@ static bool read_all(int fd, buf *resp, char *err, size_t errlen)
 bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
 		     size_t errlen)
 {
-	int fd = -1;
-	if (!connect_unix(socket_path, &fd, err, errlen))
+	int fd = cli_connect(socket_path, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, err, errlen);
+	if (fd < 0)
 		return false;
 	buf req = {0}, resp = {0};
 	buf_printf(&req, "GET %s HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n\r\n", path);
@@ -376,12 +341,6 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 
 /* ---- the command ---- */
 
-static int usage_error(const char *what, const char *arg)
-{
-	fprintf(stderr, "cdc status: %s%s\n\n%s", what, arg, usage);
-	return 2;
-}
-
 static int show(const char *sock, bool json)
 {
 	unsigned code = 0;
@@ -413,46 +372,33 @@ out:
 	return rc;
 }
 
+static int status_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
+{
+	(void)cmd, (void)ch, (void)arg; /* only --json */
+	*(bool *)ctx = true;
+	return CLI_GO_ON;
+}
+
 int status_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"config", required_argument, NULL, 'c'},
-	    {"socket", required_argument, NULL, 's'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    CLI_OPT_CONFIG, CLI_OPT_SOCKET,	{"json", no_argument, NULL, 'j'},
+	    CLI_OPT_HELP,   {NULL, 0, NULL, 0},
 	};
-	const char *config = NULL, *sock = NULL;
+	static const cli_command cmd = {.name = "cdc status",
+					.usage = usage,
+					.shortopts = "c:s:h",
+					.longopts = longopts,
+					.option = status_option};
+	cli_args args = {0};
 	bool json = false;
-	int ch;
-	optind = 1;
-	opterr = 0;
-	while ((ch = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 'c':
-			config = optarg;
-			break;
-		case 's':
-			sock = optarg;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return 0;
-		default:
-			return usage_error("unknown or incomplete option ", argv[optind - 1]);
-		}
-	}
-	if (optind < argc)
-		return usage_error("unexpected argument ", argv[optind]);
-	if (config && sock)
-		return usage_error("-c and -s are exclusive", "");
-	char *path = cfg_client_socket(sock, config, true);
+	int rc = cli_parse(&cmd, argc, argv, &args, &json);
+	if (rc != CLI_GO_ON)
+		return rc;
+	char *path = cli_socket_path(&args, CLI_STATUS_SOCKET);
 	if (!path)
 		return 2;
-	int rc = show(path, json);
+	rc = show(path, json);
 	free(path);
 	return rc;
 }

@@ -2,7 +2,6 @@
  * as one JSON line on stdout and acknowledges it only once the line is written (and synced when
  * stdout is a file), so an event is never acknowledged that did not reach its reader. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
@@ -10,14 +9,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cdc/config/config.h"
-#include "sinks/frame.h"
-#include "sinks/event_json.h"
+#include "cdc/cli/cli.h"
 #include "cdc/cli/tail.h"
+#include "sinks/event_json.h"
+#include "sinks/frame.h"
 
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
@@ -42,7 +39,7 @@ static const char usage_tail[] =
     "      --dead              read the subscription's dead letters instead of its events\n";
 
 typedef struct tail_opts {
-	const char *config, *socket, *subscription, *consumer;
+	const char *subscription, *consumer;
 	Cdc__V1__StartFrom start;
 	uint64_t start_offset;
 	uint64_t count; /* 0: no limit */
@@ -64,14 +61,6 @@ typedef struct tail {
 	int64_t deadline_ms; /* monotonic; -1: none */
 } tail;
 
-static int tail_usage(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "cdc tail: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n\n%s", usage_tail);
-	return 2;
-}
-
 /* A decimal of 1 or more, digits only. */
 static bool parse_positive(const char *s, uint64_t *v)
 {
@@ -87,132 +76,92 @@ static bool parse_positive(const char *s, uint64_t *v)
 	return n > 0;
 }
 
-/* Returns -1 to go on, else an exit status. */
-static int parse_tail_options(int argc, char **argv, tail_opts *o)
+/* tail's own options and its operand, SUBSCRIPTION. */
+static int tail_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
 {
-	static const struct option longopts[] = {
-	    {"config", required_argument, NULL, 'c'},	{"socket", required_argument, NULL, 's'},
-	    {"from", required_argument, NULL, 'F'},	{"count", required_argument, NULL, 'N'},
-	    {"timeout", required_argument, NULL, 'T'},	{"no-ack", no_argument, NULL, 'A'},
-	    {"consumer", required_argument, NULL, 'C'}, {"dead", no_argument, NULL, 'D'},
-	    {"help", no_argument, NULL, 'h'},		{NULL, 0, NULL, 0},
-	};
-	int ch;
-	optind = 1;
-	opterr = 0;
-	/* A leading '-': operands come back as option 1, so SUBSCRIPTION may stand among the options
-	 * (as the contract writes it) whatever POSIXLY_CORRECT says. */
-	while ((ch = getopt_long(argc, argv, "-c:s:h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 1:
-			if (o->subscription)
-				return tail_usage("unexpected argument %s", optarg);
-			o->subscription = optarg;
-			break;
-		case 'c':
-			o->config = optarg;
-			break;
-		case 's':
-			o->socket = optarg;
-			break;
-		case 'F':
-			if (strcmp(optarg, "acked") == 0) {
-				o->start = CDC__V1__START_FROM__START_ACKED;
-			} else if (strcmp(optarg, "earliest") == 0) {
-				o->start = CDC__V1__START_FROM__START_EARLIEST;
-			} else if (strcmp(optarg, "latest") == 0) {
-				o->start = CDC__V1__START_FROM__START_LATEST;
-			} else if (parse_positive(optarg, &o->start_offset)) {
-				o->start = CDC__V1__START_FROM__START_OFFSET;
-			} else {
-				return tail_usage(
-				    "--from: \"%s\" is not acked, earliest, latest or an offset of 1 or more",
-				    optarg);
-			}
-			break;
-		case 'N':
-			if (!parse_positive(optarg, &o->count))
-				return tail_usage("--count: \"%s\" is not a number of 1 or more", optarg);
-			break;
-		case 'T': {
-			char *end;
-			errno = 0;
-			double s = strtod(optarg, &end);
-			/* poll() takes an int of milliseconds: about 24 days at most */
-			if (errno || end == optarg || *end || !(s > 0) || s * 1000 > 2e9)
-				return tail_usage("--timeout: \"%s\" is not a number of seconds above 0",
-						  optarg);
-			o->timeout_ms = (int)ceil(s * 1000);
-			break;
+	tail_opts *o = ctx;
+	switch (ch) {
+	case 1:
+		if (o->subscription)
+			return cli_usage(cmd, "unexpected argument %s", arg);
+		o->subscription = arg;
+		break;
+	case 'F':
+		if (strcmp(arg, "acked") == 0) {
+			o->start = CDC__V1__START_FROM__START_ACKED;
+		} else if (strcmp(arg, "earliest") == 0) {
+			o->start = CDC__V1__START_FROM__START_EARLIEST;
+		} else if (strcmp(arg, "latest") == 0) {
+			o->start = CDC__V1__START_FROM__START_LATEST;
+		} else if (parse_positive(arg, &o->start_offset)) {
+			o->start = CDC__V1__START_FROM__START_OFFSET;
+		} else {
+			return cli_usage(
+			    cmd, "--from: \"%s\" is not acked, earliest, latest or an offset of 1 or more",
+			    arg);
 		}
-		case 'A':
-			o->no_ack = true;
-			break;
-		case 'C':
-			if (!*optarg || strlen(optarg) > TAIL_NAME_MAX)
-				return tail_usage("--consumer: a name of 1 to 255 bytes, not \"%s\"", optarg);
-			o->consumer = optarg;
-			break;
-		case 'D':
-			o->dead = true;
-			break;
-		case 'h':
-			fputs(usage_tail, stdout);
-			return 0;
-		default:
-			return tail_usage("unknown or incomplete option %s", argv[optind - 1]);
-		}
+		break;
+	case 'N':
+		if (!parse_positive(arg, &o->count))
+			return cli_usage(cmd, "--count: \"%s\" is not a number of 1 or more", arg);
+		break;
+	case 'T': {
+		char *end;
+		errno = 0;
+		double s = strtod(arg, &end);
+		/* poll() takes an int of milliseconds: about 24 days at most */
+		if (errno || end == arg || *end || !(s > 0) || s * 1000 > 2e9)
+			return cli_usage(cmd, "--timeout: \"%s\" is not a number of seconds above 0", arg);
+		o->timeout_ms = (int)ceil(s * 1000);
+		break;
 	}
+	case 'A':
+		o->no_ack = true;
+		break;
+	case 'C':
+		if (!*arg || strlen(arg) > TAIL_NAME_MAX)
+			return cli_usage(cmd, "--consumer: a name of 1 to 255 bytes, not \"%s\"", arg);
+		o->consumer = arg;
+		break;
+	case 'D':
+		o->dead = true;
+		break;
+	}
+	return CLI_GO_ON;
+}
+
+static const struct option tail_longopts[] = {
+    CLI_OPT_CONFIG,
+    CLI_OPT_SOCKET,
+    {"from", required_argument, NULL, 'F'},
+    {"count", required_argument, NULL, 'N'},
+    {"timeout", required_argument, NULL, 'T'},
+    {"no-ack", no_argument, NULL, 'A'},
+    {"consumer", required_argument, NULL, 'C'},
+    {"dead", no_argument, NULL, 'D'},
+    CLI_OPT_HELP,
+    {NULL, 0, NULL, 0},
+};
+
+static const cli_command tail_command = {.name = "cdc tail",
+					 .usage = usage_tail,
+					 .shortopts = "c:s:h",
+					 .longopts = tail_longopts,
+					 .operands = true,
+					 .option = tail_option};
+
+/* Returns CLI_GO_ON, else an exit status. */
+static int parse_tail_options(int argc, char **argv, cli_args *args, tail_opts *o)
+{
+	int rc = cli_parse(&tail_command, argc, argv, args, o);
+	if (rc != CLI_GO_ON)
+		return rc;
 	if (!o->subscription)
-		return tail_usage("%s", "missing SUBSCRIPTION");
+		return cli_usage(&tail_command, "%s", "missing SUBSCRIPTION");
 	if (!*o->subscription || strlen(o->subscription) > TAIL_NAME_MAX)
-		return tail_usage("a subscription name has 1 to 255 bytes, not \"%s\"", o->subscription);
-	return -1;
-}
-
-/* Connects, or says why not in terms of what the user can do about it. Returns the fd or -1. */
-static int tail_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "cdc tail: socket path %s is longer than %zu bytes\n", path,
-			sizeof(sa.sun_path) - 1);
-		return -1;
-	}
-	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		fprintf(stderr, "cdc tail: socket: %s\n", strerror(errno));
-		return -1;
-	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-		return fd;
-	int e = errno;
-	if (e == ENOENT)
-		fprintf(stderr,
-			"cdc tail: no subscriber socket at %s: is cdc running? (the path comes from -s, -c "
-			"FILE's "
-			"subscribers.socket or CDC_SUBSCRIBER_SOCKET)\n",
-			path);
-	else if (e == ECONNREFUSED)
-		fprintf(stderr,
-			"cdc tail: nothing listens on %s: cdc is not running (the socket is left over)\n",
-			path);
-	else if (e == EACCES)
-		fprintf(stderr,
-			"cdc tail: permission denied on %s: join the socket's group (subscribers.mode)\n",
-			path);
-	else
-		fprintf(stderr, "cdc tail: cannot connect to %s: %s\n", path, strerror(e));
-	close(fd);
-	return -1;
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+		return cli_usage(&tail_command, "a subscription name has 1 to 255 bytes, not \"%s\"",
+				 o->subscription);
+	return CLI_GO_ON;
 }
 
 static bool write_all(int fd, const char *p, size_t n, bool socket)
@@ -302,8 +251,8 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos, FRAME_SERVER_MAX,
-					    &msg, &msglen, &consumed, err, sizeof(err));
+		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos,
+					    FRAME_SERVER_MAX, &msg, &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_BAD) {
 			fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
 			return NEXT_FAIL;
@@ -325,7 +274,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 		}
 		int wait = -1;
 		if (t->deadline_ms >= 0) {
-			int64_t left = t->deadline_ms - now_ms();
+			int64_t left = t->deadline_ms - (int64_t)now_ms();
 			if (left <= 0)
 				return NEXT_TIMEOUT;
 			wait = (int)left;
@@ -388,7 +337,7 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 
 static void reset_deadline(tail *t)
 {
-	t->deadline_ms = t->o->timeout_ms >= 0 ? now_ms() + t->o->timeout_ms : -1;
+	t->deadline_ms = t->o->timeout_ms >= 0 ? (int64_t)now_ms() + t->o->timeout_ms : -1;
 }
 
 static int tail_run(tail *t)
@@ -463,16 +412,20 @@ static int tail_run(tail *t)
 int tail_main(int argc, char **argv)
 {
 	tail_opts o = {.start = CDC__V1__START_FROM__START_ACKED, .timeout_ms = -1};
-	int rc = parse_tail_options(argc, argv, &o);
-	if (rc >= 0)
+	cli_args args = {0};
+	int rc = parse_tail_options(argc, argv, &args, &o);
+	if (rc != CLI_GO_ON)
 		return rc;
-	char *path = cfg_client_socket(o.socket, o.config, false);
+	char *path = cli_socket_path(&args, CLI_SUBSCRIBER_SOCKET);
 	if (!path)
 		return 2;
 	tail t = {.o = &o, .path = path, .fd = -1};
 	struct stat st;
 	t.sync_out = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
-	t.fd = tail_connect(path);
+	char err[512];
+	t.fd = cli_connect(path, CLI_SUBSCRIBER_SOCKET, 0, err, sizeof(err));
+	if (t.fd < 0)
+		fprintf(stderr, "cdc tail: %s\n", err);
 	rc = t.fd < 0 ? 1 : tail_run(&t);
 	if (t.fd >= 0)
 		close(t.fd);

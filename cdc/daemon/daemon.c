@@ -101,13 +101,6 @@ typedef struct sidecar {
 	char err[1024];
 } sidecar;
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void fail(sidecar *d, int code, const char *what)
 {
 	log_error(what, "error=\"%s\"", d->err);

@@ -25,54 +25,24 @@ static const char *us_as_s(uint64_t us, char out[32])
 
 /* ---- JSON ---- */
 
-static void j_key(buf *out, bool *first, const char *key)
-{
-	if (!*first)
-		buf_putc(out, ',');
-	*first = false;
-	json_string(out, key, strlen(key));
-	buf_putc(out, ':');
-}
-
-static void j_str(buf *out, bool *first, const char *key, const char *v)
-{
-	j_key(out, first, key);
-	if (v)
-		json_string(out, v, strlen(v));
-	else
-		buf_puts(out, "null");
-}
-
-static void j_u64(buf *out, bool *first, const char *key, uint64_t v)
-{
-	j_key(out, first, key);
-	buf_printf(out, "%" PRIu64, v);
-}
-
 /* v, or null when !known. */
 static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, uint64_t v)
 {
-	j_key(out, first, key);
+	json_key(out, first, key);
 	if (known)
-		buf_printf(out, "%" PRIu64, v);
+		json_u64(out, v);
 	else
-		buf_puts(out, "null");
-}
-
-static void j_bool(buf *out, bool *first, const char *key, bool v)
-{
-	j_key(out, first, key);
-	buf_puts(out, v ? "true" : "false");
+		json_null(out);
 }
 
 /* Always with a decimal point, so that JSON readers see a double; null when not finite. */
 static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
 {
-	j_key(out, first, key);
+	json_key(out, first, key);
 	if (known && isfinite(v))
 		buf_printf(out, "%.3f", v);
 	else
-		buf_puts(out, "null");
+		json_null(out);
 }
 
 /* An LSN as PostgreSQL prints it; 0 (InvalidXLogRecPtr) is unknown: null. */
@@ -80,17 +50,17 @@ static void j_lsn(buf *out, bool *first, const char *key, uint64_t lsn)
 {
 	char s[LSN_STRLEN];
 	if (!lsn) {
-		j_str(out, first, key, NULL);
+		json_key_str(out, first, key, NULL);
 		return;
 	}
 	lsn_format(lsn, s);
-	j_str(out, first, key, s);
+	json_key_str(out, first, key, s);
 }
 
 /* RFC 3339 in UTC with microseconds: "2024-05-01T12:34:56.000123Z"; 0 is unknown: null. */
 static void j_time(buf *out, bool *first, const char *key, int64_t us)
 {
-	j_key(out, first, key);
+	json_key(out, first, key);
 	int64_t secs = us / 1000000, frac = us % 1000000;
 	if (frac < 0) {
 		secs--;
@@ -100,7 +70,7 @@ static void j_time(buf *out, bool *first, const char *key, int64_t us)
 	struct tm tm;
 	char ts[64];
 	if (!us || !gmtime_r(&t, &tm) || !strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm)) {
-		buf_puts(out, "null");
+		json_null(out);
 		return;
 	}
 	buf_printf(out, "\"%s.%06" PRId64 "Z\"", ts, frac);
@@ -108,10 +78,10 @@ static void j_time(buf *out, bool *first, const char *key, int64_t us)
 
 static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 {
-	j_key(out, first, key);
+	json_key(out, first, key);
 	bool f = true;
 	buf_putc(out, '{');
-	j_u64(out, &f, "count", h->count);
+	json_key_u64(out, &f, "count", h->count);
 	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
 	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
 	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
@@ -122,39 +92,38 @@ static void status_source(const report *r, buf *out)
 {
 	bool f = true;
 	buf_putc(out, '{');
-	j_bool(out, &f, "connected", r->source.connected);
-	j_str(out, &f, "slot", r->source.slot);
-	j_str(out, &f, "publication", r->source.publication);
-	j_str(out, &f, "server_version", r->source.server_version);
+	json_key_boolean(out, &f, "connected", r->source.connected);
+	json_key_str(out, &f, "slot", r->source.slot);
+	json_key_str(out, &f, "publication", r->source.publication);
+	json_key_str(out, &f, "server_version", r->source.server_version);
 	j_lsn(out, &f, "received_lsn", r->source.received_lsn);
 	j_lsn(out, &f, "flushed_lsn", r->source.flushed_lsn);
 	j_lsn(out, &f, "server_wal_lsn", r->source.server_wal_lsn);
 	uint64_t wal = r->source.server_wal_lsn, flushed = r->source.flushed_lsn;
-	j_u64(out, &f, "lag_bytes", wal && flushed && wal > flushed ? wal - flushed : 0);
+	json_key_u64(out, &f, "lag_bytes", wal && flushed && wal > flushed ? wal - flushed : 0);
 	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
 	j_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
-	j_str(out, &f, "wal_status", r->source.wal_status);
-	j_key(out, &f, "safe_wal_size");
+	json_key_str(out, &f, "wal_status", r->source.wal_status);
+	json_key(out, &f, "safe_wal_size");
 	if (r->source.safe_wal_size_known)
-		buf_printf(out, "%" PRId64, r->source.safe_wal_size);
+		json_i64(out, r->source.safe_wal_size);
 	else
-		buf_puts(out, "null");
-	j_u64(out, &f, "reconnects", r->source.reconnects);
-	j_u64(out, &f, "transactions", r->source.transactions);
-	j_u64(out, &f, "events", r->source.events);
-	j_key(out, &f, "errors");
+		json_null(out);
+	json_key_u64(out, &f, "reconnects", r->source.reconnects);
+	json_key_u64(out, &f, "transactions", r->source.transactions);
+	json_key_u64(out, &f, "events", r->source.events);
+	json_key(out, &f, "errors");
 	bool fe = true;
 	buf_putc(out, '{');
-	j_u64(out, &fe, "stream", r->source.errors_stream);
-	j_u64(out, &fe, "connect", r->source.errors_connect);
+	json_key_u64(out, &fe, "stream", r->source.errors_stream);
+	json_key_u64(out, &fe, "connect", r->source.errors_connect);
 	buf_putc(out, '}');
-	j_key(out, &f, "warnings");
+	json_key(out, &f, "warnings");
 	buf_putc(out, '[');
+	bool fw = true;
 	for (size_t i = 0; i < r->nwarnings; i++) {
-		if (i)
-			buf_putc(out, ',');
-		const char *w = r->warnings[i] ? r->warnings[i] : "";
-		json_string(out, w, strlen(w));
+		json_sep(out, &fw);
+		json_str(out, r->warnings[i] ? r->warnings[i] : "");
 	}
 	buf_puts(out, "]}");
 }
@@ -163,11 +132,11 @@ static void status_sub(const report_sub *s, buf *out)
 {
 	bool f = true, o = s->has_offsets;
 	buf_putc(out, '{');
-	j_str(out, &f, "name", s->name);
-	j_str(out, &f, "sink", s->sink);
-	j_u64(out, &f, "matched", s->matched);
-	j_u64(out, &f, "delivered", s->delivered);
-	j_u64(out, &f, "bytes", s->bytes);
+	json_key_str(out, &f, "name", s->name);
+	json_key_str(out, &f, "sink", s->sink);
+	json_key_u64(out, &f, "matched", s->matched);
+	json_key_u64(out, &f, "delivered", s->delivered);
+	json_key_u64(out, &f, "bytes", s->bytes);
 	j_u64_or_null(out, &f, "head_offset", o, s->head_offset);
 	j_u64_or_null(out, &f, "acked_offset", o, s->acked_offset);
 	j_u64_or_null(out, &f, "first_offset", o, s->first_offset);
@@ -178,8 +147,11 @@ static void status_sub(const report_sub *s, buf *out)
 	j_u64_or_null(out, &f, "dropped", o, s->dropped);
 	j_u64_or_null(out, &f, "redelivered", o, s->redelivered);
 	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
-	j_key(out, &f, "full");
-	buf_puts(out, !o ? "null" : s->full ? "true" : "false");
+	json_key(out, &f, "full");
+	if (o)
+		json_boolean(out, s->full);
+	else
+		json_null(out);
 	buf_putc(out, '}');
 }
 
@@ -198,32 +170,33 @@ void report_status_json(const report *r, buf *out)
 {
 	bool f = true;
 	buf_putc(out, '{');
-	j_str(out, &f, "version", r->version);
-	j_u64(out, &f, "uptime_s", r->uptime_s > 0 && isfinite(r->uptime_s) ? (uint64_t)r->uptime_s : 0);
-	j_bool(out, &f, "ready", r->ready);
-	j_str(out, &f, "reason", r->ready ? NULL : r->reason ? r->reason : "unknown");
-	j_key(out, &f, "source");
+	json_key_str(out, &f, "version", r->version);
+	json_key_u64(out, &f, "uptime_s",
+		     r->uptime_s > 0 && isfinite(r->uptime_s) ? (uint64_t)r->uptime_s : 0);
+	json_key_boolean(out, &f, "ready", r->ready);
+	json_key_str(out, &f, "reason", r->ready ? NULL : r->reason ? r->reason : "unknown");
+	json_key(out, &f, "source");
 	status_source(r, out);
-	j_key(out, &f, "subscriptions");
+	json_key(out, &f, "subscriptions");
 	buf_putc(out, '[');
+	bool fs = true;
 	for (size_t i = 0; i < r->nsubs; i++) {
-		if (i)
-			buf_putc(out, ',');
+		json_sep(out, &fs);
 		status_sub(&r->subs[i], out);
 	}
 	buf_putc(out, ']');
 	if (r->has_kafka) {
 		bool fk = true;
-		j_key(out, &f, "kafka");
+		json_key(out, &f, "kafka");
 		buf_putc(out, '{');
-		j_u64(out, &fk, "in_flight", r->kafka.in_flight);
-		j_u64(out, &fk, "delivered", r->kafka.delivered);
-		j_u64(out, &fk, "errors", r->kafka.errors);
-		j_u64(out, &fk, "restarts", r->kafka.restarts);
+		json_key_u64(out, &fk, "in_flight", r->kafka.in_flight);
+		json_key_u64(out, &fk, "delivered", r->kafka.delivered);
+		json_key_u64(out, &fk, "errors", r->kafka.errors);
+		json_key_u64(out, &fk, "restarts", r->kafka.restarts);
 		buf_putc(out, '}');
 	}
 	bool fl = true;
-	j_key(out, &f, "latency_ms");
+	json_key(out, &f, "latency_ms");
 	buf_putc(out, '{');
 	if (r->has_kafka && r->kafka.latency)
 		j_latency(out, &fl, "kafka", r->kafka.latency);
@@ -254,12 +227,12 @@ static const struct {
 
 static void j_list(buf *out, bool *first, const char *key, const cfg_strlist *l)
 {
-	j_key(out, first, key);
+	json_key(out, first, key);
 	buf_putc(out, '[');
+	bool fl = true;
 	for (size_t i = 0; i < l->n; i++) {
-		if (i)
-			buf_putc(out, ',');
-		json_string(out, l->v[i], strlen(l->v[i]));
+		json_sep(out, &fl);
+		json_str(out, l->v[i]);
 	}
 	buf_putc(out, ']');
 }
@@ -271,7 +244,7 @@ static void j_duration(buf *out, bool *first, const char *key, uint64_t ms)
 		const char *unit;
 		uint64_t ms;
 	} units[] = {{"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
-	j_key(out, first, key);
+	json_key(out, first, key);
 	buf_putc(out, '"');
 	if (!ms)
 		buf_putc(out, '0');
@@ -293,7 +266,7 @@ static void j_size(buf *out, bool *first, const char *key, uint64_t n)
 	} units[] = {
 	    {"TiB", 1ull << 40},      {"GiB", 1ull << 30},   {"MiB", 1ull << 20}, {"KiB", 1ull << 10},
 	    {"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull},  {"kB", 1000}};
-	j_key(out, first, key);
+	json_key(out, first, key);
 	for (size_t i = 0; n && i < sizeof(units) / sizeof(*units); i++) {
 		if (n % units[i].mult == 0) {
 			buf_printf(out, "\"%" PRIu64 "%s\"", n / units[i].mult, units[i].unit);
@@ -307,48 +280,46 @@ void report_subscription_json(const cfg_subscription *s, buf *out)
 {
 	bool f = true;
 	buf_putc(out, '{');
-	j_str(out, &f, "name", s->name);
+	json_key_str(out, &f, "name", s->name);
 	j_list(out, &f, "tables", &s->tables);
-	j_key(out, &f, "operations");
+	json_key(out, &f, "operations");
 	buf_putc(out, '[');
 	bool fo = true;
 	for (size_t i = 0; i < sizeof(op_names) / sizeof(*op_names); i++) {
 		if (s->ops & op_names[i].bit) {
-			buf_puts(out, fo ? "\"" : ",\"");
-			buf_puts(out, op_names[i].name);
-			buf_putc(out, '"');
-			fo = false;
+			json_sep(out, &fo);
+			json_str(out, op_names[i].name);
 		}
 	}
 	buf_putc(out, ']');
 	if (s->tag)
-		j_str(out, &f, "tag", s->tag);
-	j_str(out, &f, "sink", NAME_OF(sink_names, s->sink));
+		json_key_str(out, &f, "tag", s->tag);
+	json_key_str(out, &f, "sink", NAME_OF(sink_names, s->sink));
 	/* changed is refused unless operations include update: absent when empty. */
 	if (s->changed.n)
 		j_list(out, &f, "changed", &s->changed);
 	if (s->where)
-		j_str(out, &f, "where", s->where);
+		json_key_str(out, &f, "where", s->where);
 	if (s->columns.n)
 		j_list(out, &f, "columns", &s->columns);
 	/* Keys of another sink are refused by the config: only this sink's. */
 	if (s->sink == CFG_SINK_KAFKA) {
-		j_str(out, &f, "topic", s->topic ? s->topic : "cdc.{schema}.{table}");
-		j_bool(out, &f, "tombstones", s->tombstones);
+		json_key_str(out, &f, "topic", s->topic ? s->topic : "cdc.{schema}.{table}");
+		json_key_boolean(out, &f, "tombstones", s->tombstones);
 	}
 	if (s->sink == CFG_SINK_SOCKET) {
-		j_str(out, &f, "consumers", NAME_OF(consumers_names, s->consumers));
+		json_key_str(out, &f, "consumers", NAME_OF(consumers_names, s->consumers));
 		j_duration(out, &f, "ack_timeout", s->ack_timeout_ms);
-		j_u64(out, &f, "max_deliveries", s->max_deliveries);
-		j_u64(out, &f, "max_unacked", s->max_unacked);
-		j_str(out, &f, "batch", NAME_OF(batch_names, s->batch));
+		json_key_u64(out, &f, "max_deliveries", s->max_deliveries);
+		json_key_u64(out, &f, "max_unacked", s->max_unacked);
+		json_key_str(out, &f, "batch", NAME_OF(batch_names, s->batch));
 		bool fr = true;
-		j_key(out, &f, "retention");
+		json_key(out, &f, "retention");
 		buf_putc(out, '{');
-		j_u64(out, &fr, "max_events", s->retention.max_events);
+		json_key_u64(out, &fr, "max_events", s->retention.max_events);
 		j_duration(out, &fr, "max_age", s->retention.max_age_ms);
 		j_size(out, &fr, "max_bytes", s->retention.max_bytes);
-		j_str(out, &fr, "when_full", NAME_OF(full_names, s->retention.when_full));
+		json_key_str(out, &fr, "when_full", NAME_OF(full_names, s->retention.when_full));
 		buf_putc(out, '}');
 	}
 	buf_putc(out, '}');
@@ -357,9 +328,9 @@ void report_subscription_json(const cfg_subscription *s, buf *out)
 void report_subscriptions_json(const cfg *c, buf *out)
 {
 	buf_puts(out, "{\"subscriptions\":[");
+	bool f = true;
 	for (size_t i = 0; i < c->nsubs; i++) {
-		if (i)
-			buf_putc(out, ',');
+		json_sep(out, &f);
 		report_subscription_json(&c->subs[i], out);
 	}
 	buf_puts(out, "]}\n");

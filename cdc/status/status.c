@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "decoder/json.h"
 #include "decoder/log.h"
+#include "decoder/net.h"
 
 #define CONNECTION_LIMIT 64
 #define PER_IP_LIMIT 16
@@ -56,7 +56,7 @@ struct status_server {
 	pthread_cond_t done;
 	char *status_json, *metrics, *subs_json, *reason;
 	bool ready;
-	int64_t published_ms;
+	uint64_t published_ms;
 	conn_ctx *pending; /* suspended connections waiting for status_answer() */
 	size_t in_flight;  /* handed to the loop and not yet completed by MHD */
 	bool closing;
@@ -77,13 +77,6 @@ struct status_server {
 	status_request_fn on_request;
 	void *ctx;
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static conn_ctx *ctx_of(status_request *r)
 {
@@ -226,8 +219,9 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned code, c
 				   const char *allow)
 {
 	buf b = {0};
-	buf_puts(&b, "{\"error\":");
-	json_string(&b, message, strlen(message));
+	bool first = true;
+	buf_putc(&b, '{');
+	json_key_str(&b, &first, "error", message);
 	buf_puts(&b, "}\n");
 	enum MHD_Result ret = reply(conn, code, JSON_TYPE, b.data, allow);
 	buf_free(&b);
@@ -522,68 +516,21 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- listeners ---- */
 
-/* bind() found path in use: replace it only if it is a socket nobody listens on. */
-static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
-{
-	struct stat st;
-	if (lstat(path, &st) != 0)
-		return errf(err, errlen, "status socket %s: %s", path, strerror(errno));
-	if (!S_ISSOCK(st.st_mode))
-		return errf(err, errlen, "status socket %s: exists and is not a socket", path);
-	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (probe < 0)
-		return errf(err, errlen, "status socket %s: %s", path, strerror(errno));
-	int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa)), e = errno;
-	close(probe);
-	if (rc == 0)
-		return errf(err, errlen,
-			    "status socket %s: another process is listening on it (is cdc already running?)",
-			    path);
-	if (e != ECONNREFUSED)
-		return errf(err, errlen, "status socket %s: cannot tell whether it is in use: %s", path,
-			    strerror(e));
-	if (unlink(path) != 0)
-		return errf(err, errlen, "status socket %s: cannot remove the stale socket: %s", path,
-			    strerror(errno));
-	log_info("removed a stale status socket", "path=%s", path);
-	return true;
-}
-
 /* A listening Unix socket at path with the given mode, or -1. bound gets the file's identity, so
  * that status_free removes only its own socket. */
 static int bind_unix(const char *path, mode_t mode, struct stat *bound, char *err, size_t errlen)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return errf(err, errlen, "status socket %s: path longer than %zu bytes", path,
-			    sizeof(sa.sun_path) - 1),
-		       -1;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char why[512];
+	int fd = net_unix_listen(path, mode, CONNECTION_LIMIT, why, sizeof(why));
 	if (fd < 0)
-		return errf(err, errlen, "status socket %s: %s", path, strerror(errno)), -1;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		if (errno != EADDRINUSE) {
-			errf(err, errlen, "status socket %s: %s", path, strerror(errno));
-			goto fail;
-		}
-		if (!remove_stale(path, &sa, err, errlen))
-			goto fail;
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-			errf(err, errlen, "status socket %s: %s", path, strerror(errno));
-			goto fail;
-		}
-	}
-	/* No one can connect before listen(), so the umask's mode is never exposed. */
-	if (chmod(path, mode) != 0 || stat(path, bound) != 0 || listen(fd, CONNECTION_LIMIT) != 0) {
+		return errf(err, errlen, "status socket %s", why), -1;
+	if (stat(path, bound) != 0) {
 		errf(err, errlen, "status socket %s: %s", path, strerror(errno));
 		unlink(path);
-		goto fail;
+		close(fd);
+		return -1;
 	}
 	return fd;
-fail:
-	close(fd);
-	return -1;
 }
 
 /* "HOST:PORT" or "[IPv6]:PORT" (config.c checked the form). */
@@ -649,8 +596,8 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	l->unix_socket = unix_socket;
 	l->mhd = MHD_start_daemon(
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
-	    NULL, NULL, on_http, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+	    NULL, NULL, on_http, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+	    fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
 	    /* One TCP peer cannot take every slot (0: no limit; a Unix peer has no address to count). */
 	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT, MHD_OPTION_END);

@@ -633,6 +633,23 @@ def test_socket_modes(scdc, mode, want):
     assert p.terminate() == 0
 
 
+def test_subscriber_socket_path_that_is_not_a_socket_is_refused(scdc):
+    """A regular file at subscribers.socket is someone's data, not a socket left by a crashed cdc:
+    cdc refuses to start, names the path, and leaves the file as it was (never unlinks it)."""
+    scdc.pg.sql("create table if not exists public.sock_t (id int primary key)")
+    path = os.path.join(scdc.sockdir, "events.sock")
+    with open(path, "w") as f:
+        f.write("not a socket\n")
+    c = scdc(publish=["public.sock_t"], subscribers={"socket": path},
+             subscriptions=[{"name": "jobs", "tables": ["public.sock_t"], "sink": "socket"}])
+    p = c.run()
+    assert p.wait_exit(30) != 0, p.describe()
+    assert f"subscribers.socket {path}: exists and is not a socket" in p.stderr(), p.describe()
+    assert stat.S_ISREG(os.lstat(path).st_mode)
+    with open(path) as f:
+        assert f.read() == "not a socket\n"
+
+
 def test_world_writable_mode_is_refused(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(to_yaml({"subscribers": {"mode": "0666"}}))

@@ -1,0 +1,117 @@
+/* cli.c: see cli.h. */
+#include "cdc/cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "decoder/net.h"
+
+int cli_usage(const cli_command *cmd, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "%s: ", cmd->name);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n\n%s", cmd->usage);
+	return 2;
+}
+
+static int operand(const cli_command *cmd, void *ctx, const char *arg)
+{
+	if (!cmd->operands)
+		return cli_usage(cmd, "unexpected argument %s", arg);
+	return cmd->option(cmd, ctx, 1, arg);
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, void *ctx)
+{
+	char shortopts[32];
+	/* A leading '-': operands come back as option 1, so they may stand among the options (as
+	 * the contract writes `cdc tail SUBSCRIPTION [OPTIONS]`) whatever POSIXLY_CORRECT says. */
+	snprintf(shortopts, sizeof(shortopts), "-%s", cmd->shortopts);
+	int ch, rc = CLI_GO_ON;
+	optind = 1;
+	opterr = 0;
+	while (rc == CLI_GO_ON && (ch = getopt_long(argc, argv, shortopts, cmd->longopts, NULL)) != -1) {
+		switch (ch) {
+		case 1:
+			rc = operand(cmd, ctx, optarg);
+			break;
+		case 'c':
+			args->config = optarg;
+			break;
+		case 's':
+			args->socket = optarg;
+			break;
+		case 'h':
+			fputs(cmd->usage, stdout);
+			return 0;
+		case '?':
+			return cli_usage(cmd, "unknown or incomplete option %s", argv[optind - 1]);
+		default:
+			rc = cmd->option(cmd, ctx, ch, optarg);
+			break;
+		}
+	}
+	/* After "--", everything is an operand. */
+	for (; rc == CLI_GO_ON && optind < argc; optind++)
+		rc = operand(cmd, ctx, argv[optind]);
+	if (rc == CLI_GO_ON && args->config && args->socket)
+		return cli_usage(cmd, "%s", "-c and -s are exclusive");
+	return rc;
+}
+
+cfg *cli_load_config(const char *path)
+{
+	buf errors = {0};
+	cfg *c = cfg_load(path, &errors);
+	if (!c)
+		fputs(errors.data ? errors.data : "cdc: invalid configuration\n", stderr);
+	buf_free(&errors);
+	return c;
+}
+
+/* Where each socket's path comes from, for the lookup and for the hints of cli_connect. */
+static const struct {
+	const char *what, *key, *env, *fallback;
+} SOCKETS[] = {
+    [CLI_STATUS_SOCKET] = {"status", "status.socket", "CDC_STATUS_SOCKET", CFG_DEFAULT_STATUS_SOCKET},
+    [CLI_SUBSCRIBER_SOCKET] = {"subscriber", "subscribers.socket", "CDC_SUBSCRIBER_SOCKET",
+			       CFG_DEFAULT_SUBSCRIBER_SOCKET},
+};
+
+char *cli_socket_path(const cli_args *a, cli_socket which)
+{
+	if (a->socket)
+		return xstrdup(a->socket);
+	if (a->config) {
+		cfg *c = cli_load_config(a->config);
+		if (!c)
+			return NULL;
+		char *p = xstrdup(which == CLI_STATUS_SOCKET ? c->status.socket : c->subscribers.socket);
+		cfg_free(c);
+		return p;
+	}
+	const char *env = getenv(SOCKETS[which].env);
+	return xstrdup(env && *env ? env : SOCKETS[which].fallback);
+}
+
+int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen)
+{
+	char why[512];
+	int fd = net_unix_connect_timeout(path, timeout_ms, why, sizeof(why));
+	if (fd >= 0)
+		return fd;
+	if (errno == ENOENT)
+		errf(err, errlen,
+		     "no %s socket at %s: is cdc running? (the path comes from -s, -c FILE's %s or %s)",
+		     SOCKETS[which].what, path, SOCKETS[which].key, SOCKETS[which].env);
+	else if (errno == ECONNREFUSED)
+		errf(err, errlen, "nothing listens on %s: cdc is not running (the socket file is left over)",
+		     path);
+	else if (errno == EACCES)
+		errf(err, errlen,
+		     "permission denied on %s: join the socket's group (subscribers.mode) or use sudo", path);
+	else
+		errf(err, errlen, "cannot connect to %s", why);
+	return -1;
+}

@@ -1,0 +1,66 @@
+/* cli.h: what the `cdc` commands share, as PostgreSQL's streamutil.c is shared by its tools: option
+ * parsing with --help and usage errors, loading the configuration, finding the daemon's sockets and
+ * connecting to them. Exit statuses: 0 ok, 1 runtime failure, 2 usage or configuration error. */
+#ifndef CDC_CLI_H
+#define CDC_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cdc/config/config.h"
+
+#define CLI_GO_ON (-1) /* from cli_parse and option handlers: no exit status yet, go on */
+
+/* The options every command spells the same way; each command's table lists those it takes. */
+#define CLI_OPT_CONFIG                                                                                       \
+	{                                                                                                    \
+		"config", required_argument, NULL, 'c'                                                       \
+	}
+#define CLI_OPT_SOCKET                                                                                       \
+	{                                                                                                    \
+		"socket", required_argument, NULL, 's'                                                       \
+	}
+#define CLI_OPT_HELP                                                                                         \
+	{                                                                                                    \
+		"help", no_argument, NULL, 'h'                                                               \
+	}
+
+/* What the shared options gave: -c FILE and -s SOCKET (NULL when not given). */
+typedef struct cli_args {
+	const char *config, *socket;
+} cli_args;
+
+typedef struct cli_command cli_command;
+struct cli_command {
+	const char *name;      /* messages start with it: "cdc", "cdc tail" */
+	const char *usage;     /* --help prints it on stdout; a usage error after the message on stderr */
+	const char *shortopts; /* getopt's, e.g. "c:s:h" */
+	const struct option *longopts;
+	bool operands; /* else an operand is a usage error */
+	/* The command's own options, and its operands as ch 1 (NULL: it has neither). Returns
+	 * CLI_GO_ON, or an exit status (cli_usage's) that ends parsing. */
+	int (*option)(const cli_command *cmd, void *ctx, int ch, const char *arg);
+};
+
+/* Parses argv (argv[0] is the command's name): -c, -s and -h here, the rest through cmd->option.
+ * Options and operands may come in any order. Returns CLI_GO_ON, or the exit status to return:
+ * 0 after --help, 2 after a usage error. */
+int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, void *ctx);
+/* "NAME: " fmt (with arg), then the usage, on stderr. Returns 2. */
+int cli_usage(const cli_command *cmd, const char *fmt, const char *arg);
+
+/* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). */
+cfg *cli_load_config(const char *path);
+
+typedef enum cli_socket { CLI_STATUS_SOCKET, CLI_SUBSCRIBER_SOCKET } cli_socket;
+
+/* The socket to talk to: -s, else -c FILE's status.socket or subscribers.socket, else
+ * $CDC_STATUS_SOCKET or $CDC_SUBSCRIBER_SOCKET, else the configuration's default. NULL after
+ * printing FILE's errors (exit 2). The caller frees it. */
+char *cli_socket_path(const cli_args *a, cli_socket which);
+/* Connects to the socket at path (timeout_ms > 0: on the connect and every send and receive).
+ * -1 with err saying why in terms of what the user can do about it. */
+int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen) CDC_MUST_CHECK;
+
+#endif

@@ -1,0 +1,113 @@
+/* test_net.c: the Unix socket module: a listener's mode, the stale-socket rule (a stale socket is
+ * replaced, a live one and anything that is not a socket are refused and left as they are) and the
+ * errors a client gets, which name the path. */
+#include "decoder/net.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "decoder/log.h"
+#include "test.h"
+
+static char dir[] = "/tmp/cdc-test-net-XXXXXX";
+static char path[256];
+
+static void test_listen_and_connect(void)
+{
+	char err[512] = "", want[512];
+	int l = net_unix_listen(path, 0640, 8, err, sizeof(err));
+	CHECK(l >= 0);
+	struct stat st;
+	CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+	CHECK_INT(st.st_mode & 07777, 0640);
+	int c = net_unix_connect(path, err, sizeof(err));
+	CHECK(c >= 0);
+	close(c);
+
+	/* A second listener on a live socket is refused; the live one keeps serving. */
+	CHECK_INT(net_unix_listen(path, 0600, 8, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s: another process is listening on it (is cdc already running?)",
+		 path);
+	CHECK_STR(err, want);
+	c = net_unix_connect_timeout(path, 1000, err, sizeof(err));
+	CHECK(c >= 0);
+	close(c);
+	close(l);
+
+	/* Nobody listens now: the client learns so from errno, the next listener replaces the file. */
+	CHECK_INT(net_unix_connect(path, err, sizeof(err)), -1);
+	CHECK_INT(errno, ECONNREFUSED);
+	snprintf(want, sizeof(want), "%s: %s", path, strerror(ECONNREFUSED));
+	CHECK_STR(err, want);
+	l = net_unix_listen(path, 0600, 8, err, sizeof(err));
+	CHECK(l >= 0);
+	CHECK(lstat(path, &st) == 0 && (st.st_mode & 07777) == 0600);
+	close(l);
+	unlink(path);
+
+	CHECK_INT(net_unix_connect(path, err, sizeof(err)), -1);
+	CHECK_INT(errno, ENOENT);
+}
+
+/* A file that is not a socket is someone's data: refused with its path, never removed. */
+static void test_not_a_socket(void)
+{
+	char err[512] = "", want[512];
+	FILE *f = fopen(path, "w");
+	fputs("data\n", f);
+	fclose(f);
+	CHECK_INT(net_unix_listen(path, 0600, 8, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s: exists and is not a socket", path);
+	CHECK_STR(err, want);
+	struct stat st;
+	CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 5);
+	unlink(path);
+
+	CHECK(mkdir(path, 0700) == 0);
+	CHECK_INT(net_unix_listen(path, 0600, 8, err, sizeof(err)), -1);
+	CHECK_STR(err, want);
+	CHECK(lstat(path, &st) == 0 && S_ISDIR(st.st_mode));
+	rmdir(path);
+}
+
+static void test_bad_paths(void)
+{
+	char err[512] = "", want[512], long_path[200];
+	memset(long_path, 'x', sizeof(long_path) - 1);
+	long_path[0] = '/';
+	long_path[sizeof(long_path) - 1] = '\0';
+	snprintf(want, sizeof(want), "%s: path longer than %zu bytes", long_path,
+		 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+	CHECK_INT(net_unix_listen(long_path, 0600, 8, err, sizeof(err)), -1);
+	CHECK_STR(err, want);
+	CHECK_INT(net_unix_connect(long_path, err, sizeof(err)), -1);
+	CHECK_STR(err, want);
+
+	char missing[300];
+	snprintf(missing, sizeof(missing), "%s/no/such/dir.sock", dir);
+	CHECK_INT(net_unix_listen(missing, 0600, 8, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s: %s (does its directory exist and is it writable?)", missing,
+		 strerror(ENOENT));
+	CHECK_STR(err, want);
+}
+
+int main(void)
+{
+	log_setup(LOG_LEVEL_ERROR, LOG_FORMAT_TEXT); /* not the stale socket's info line */
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	test_listen_and_connect();
+	test_not_a_socket();
+	test_bad_paths();
+	rmdir(dir);
+	return TEST_SUMMARY("test_net");
+}

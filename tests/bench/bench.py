@@ -709,7 +709,7 @@ def growth_subscriptions(args, pg, work, counts=(1, 10, 100, 1000)):
     """One table, N stdout subscriptions on it; every second one has a where that never matches
     (amount is never negative). Backlog: rows in 100-row transactions, one slot per N made
     before it. Returns [(N, matching subscriptions, rows, seconds, RSS)]."""
-    rows = max(1000, int(10_000 * args.scale))
+    rows = max(1000, int(50_000 * args.scale))
     pg.sql(f"create table bench_gs {BENCH_COLUMNS}")
     pg.sql("create publication bench_pub_gs for table bench_gs")
     for n in counts:
@@ -818,7 +818,7 @@ def trigger_queue(args, pg, work):
     claimed rows and reading the changed rows, one transaction per claim, 1 row per claim (as in
     the seeds) and 100. cdc on trig_plain's identical workload: a socket subscription with
     shared consumers, 1 and 4 `cdc tail`."""
-    txns = max(1000, int(20_000 * args.scale))
+    txns = max(1000, int(50_000 * args.scale))
     big = max(1000, int(200_000 * args.scale))
     pg.sql(f"create table trig_plain {BENCH_COLUMNS}; create table trig_src {BENCH_COLUMNS}")
     pg.sql(TRIGGER_SCHEMA)
@@ -867,7 +867,7 @@ def trigger_queue(args, pg, work):
         if done != txns or left:
             sys.exit(f"bench: {nw} workers took {done} events of {txns}, {left} left")
         wal_bytes = pg.sql("select %s::pg_lsn - %s::pg_lsn", (pg.current_wal_lsn(), lsn0))[0][0]
-        progress(f"trigger queue: {nw} workers x {batch}/claim: {secs:.2f}s, "
+        progress(f"trigger queue: {nw} worker(s) x {batch}/claim: {secs:.2f}s, "
                  f"{float(wal_bytes) / txns:.0f} WAL bytes per event consumed")
         workers.append((nw, batch, txns, secs, float(wal_bytes)))
     cdc_runs = []

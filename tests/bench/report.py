@@ -186,7 +186,12 @@ def plots(r, out_dir):
         if lat.get("kafka", {}).get("buckets"):
             b = lat["kafka"]["buckets"]
             total = b[-1][1]
-            pts = [(le * 1000, n / total) for le, n in b if le != float("inf") and total]
+            pts = []
+            for le, n in b:  # up to the first bucket holding every event
+                if le != float("inf") and total:
+                    pts.append((le * 1000, n / total))
+                    if n == total:
+                        break
             ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o", ms=3,
                     color="#ff7f0e", label=f"Kafka delivery report ({total:,} events; cdc's histogram buckets)")
         ax.set_xscale("log")
@@ -219,10 +224,13 @@ def plots(r, out_dir):
             if rows_s:
                 ax.plot(xs, [y / 1000 for y in rows_s], "s--", color="#17becf", label="source rows/s")
             ax.set_xscale("log")
+            if rows_s:  # events out grow with the matching subscriptions: a log scale shows both
+                ax.set_yscale("log")
             ax.set_xticks(xs)
             ax.set_xticklabels([str(x) for x in xs])
             ax.set_ylabel("thousand per second")
-            ax.set_ylim(bottom=0)
+            if not rows_s:
+                ax.set_ylim(bottom=0)
             ax.set_title(title, fontsize=10)
             ax2 = ax.twinx()
             ax2.plot(xs, rss, "^:", color="#d62728", label="cdc peak RSS")

@@ -25,13 +25,38 @@ commit time to Kafka delivery report (measured by cdc itself), and commit time t
 of the subscriber socket (tests/subscriber_client.py, acking each Delivery) reading the event,
 measured by that consumer from the event's commit_time (same machine, same clock).
 
-Options: --scale 0.1 for a quick run, --keep to leave the server's temp dir (printed) in place.
+Besides, on the same backlogs and in turn with the others: wal2json (format-version 2) through
+pg_recvlogical, from a wal2json slot made at the same point.
+
+Sections (--only, comma-separated; default all; "peers" = drain,trigger and "growth" =
+subscriptions,consumers,tables):
+  drain          the backlogs above;
+  latency        the two latency runs above;
+  trigger        the seeds' design (seeds 000 and 002) rebuilt on PostgreSQL: a trigger writing
+                 one event_log row per subscription per change, drained by 1 and 4 Python
+                 workers claiming with FOR UPDATE SKIP LOCKED (1 and 100 rows per claim); the
+                 WAL each change costs with and without the trigger (pg_current_wal_lsn), the WAL
+                 the workers' deletes cost, and cdc with 1 and 4 shared `cdc tail` consumers on
+                 the same workload;
+  subscriptions  1, 10, 100, 1,000 stdout subscriptions on one table, every second one with a
+                 where that never matches;
+  consumers      1, 10, 100 shared `cdc tail` consumers on one socket subscription;
+  tables         1, 10, 100, 1,000 tables in the publication, one busy and the rest quiet.
+The growth and trigger sections run each point once.
+
+Writes build/bench/results.md (with the machine: nproc, memory, CPU model, PostgreSQL version,
+date), results.json, latency_socket_us.txt (the socket consumer's samples) and the charts
+throughput.png, latency_cdf.png and growth.png (report.py, matplotlib).
+
+Options: --scale 0.1 for a quick run (every workload), --only SECTIONS, --repeat N, --out DIR,
+--note TEXT (a line in results.md), --keep to leave the server's temp dir (printed) in place.
 """
 
 import argparse
 import math
 import re
 import select
+import shlex
 import shutil
 import signal
 from statistics import median
@@ -948,7 +973,7 @@ def machine(pg):
             "kernel": "Linux " + os.uname().release,
             "postgres": pg.sql("select version()")[0][0].split(" on ")[0],
             "cdc": out([CDC_BIN, "--version"]) or "?", "git": out(["git", "rev-parse", "--short", "HEAD"]),
-            "command": "tests/bench/bench.py " + " ".join(sys.argv[1:])}
+            "command": shlex.join(["tests/bench/bench.py"] + sys.argv[1:])}
 
 
 def main():

@@ -12,7 +12,8 @@ test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-c
 	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
-bench_pkgs=(postgresql python3-psycopg2 python3-protobuf protobuf-compiler time)
+bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg2 python3-protobuf protobuf-compiler
+	time python3-matplotlib)
 runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5)
 
 usage() {

@@ -25,13 +25,38 @@ commit time to Kafka delivery report (measured by cdc itself), and commit time t
 of the subscriber socket (tests/subscriber_client.py, acking each Delivery) reading the event,
 measured by that consumer from the event's commit_time (same machine, same clock).
 
-Options: --scale 0.1 for a quick run, --keep to leave the server's temp dir (printed) in place.
+Besides, on the same backlogs and in turn with the others: wal2json (format-version 2) through
+pg_recvlogical, from a wal2json slot made at the same point.
+
+Sections (--only, comma-separated; default all; "peers" = drain,trigger and "growth" =
+subscriptions,consumers,tables):
+  drain          the backlogs above;
+  latency        the two latency runs above;
+  trigger        the seeds' design (seeds 000 and 002) rebuilt on PostgreSQL: a trigger writing
+                 one event_log row per subscription per change, drained by 1 and 4 Python
+                 workers claiming with FOR UPDATE SKIP LOCKED (1 and 100 rows per claim); the
+                 WAL each change costs with and without the trigger (pg_current_wal_lsn), the WAL
+                 the workers' deletes cost, and cdc with 1 and 4 shared `cdc tail` consumers on
+                 the same workload;
+  subscriptions  1, 10, 100, 1,000 stdout subscriptions on one table, every second one with a
+                 where that never matches;
+  consumers      1, 10, 100 shared `cdc tail` consumers on one socket subscription;
+  tables         1, 10, 100, 1,000 tables in the publication, one busy and the rest quiet.
+The growth and trigger sections run each point once.
+
+Writes build/bench/results.md (with the machine: nproc, memory, CPU model, PostgreSQL version,
+date), results.json, latency_socket_us.txt (the socket consumer's samples) and the charts
+throughput.png, latency_cdf.png and growth.png (report.py, matplotlib).
+
+Options: --scale 0.1 for a quick run (every workload), --only SECTIONS, --repeat N, --out DIR,
+--note TEXT (a line in results.md), --keep to leave the server's temp dir (printed) in place.
 """
 
 import argparse
 import math
 import re
 import select
+import shlex
 import shutil
 import signal
 from statistics import median
@@ -221,11 +246,14 @@ def start_kafka_mock(work):
     return p, line.split("=", 1)[1]
 
 
-def slot_backlog(pg, slot, endpos, pub):
+def slot_backlog(pg, slot, endpos, pub, plugin="pgoutput"):
     """Messages left in slot up to endpos, once the consumer's walsender has let go of it."""
     deadline = time.monotonic() + 30
     while True:
         try:
+            if plugin == "wal2json":
+                return pg.sql("select count(*) from pg_logical_slot_peek_changes("
+                              "%s, %s, null, 'format-version', '2')", (slot, endpos))[0][0]
             return pg.sql("select count(*) from pg_logical_slot_peek_binary_changes("
                           "%s, %s, null, 'proto_version', '1', 'publication_names', %s)",
                           (slot, endpos, pub))[0][0]
@@ -233,6 +261,10 @@ def slot_backlog(pg, slot, endpos, pub):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def plugin_of(consumer):
+    return "wal2json" if consumer == "wal2json" else "pgoutput"
 
 
 def drain_backlogs(args, pg, work, kafka):
@@ -253,7 +285,7 @@ def drain_backlogs(args, pg, work, kafka):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("pg_recvlogical", "cdc_stdout", "cdc_kafka", "cdc_socket")
+    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_socket")
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
@@ -262,8 +294,8 @@ def drain_backlogs(args, pg, work, kafka):
         pg.sql(f"create publication {pub} for table {table}")
         slots = [{c: f"bench_{name}_{c}_{i}" for c in consumers} for i in range(args.repeat)]
         for run in slots:
-            for slot in run.values():
-                pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            for c, slot in run.items():
+                pg.sql("select pg_create_logical_replication_slot(%s, %s)", (slot, plugin_of(c)))
         progress(f"backlog {name}: writing {label}")
         t = time.monotonic()
         pg.sql(gen)
@@ -283,6 +315,13 @@ def drain_backlogs(args, pg, work, kafka):
                            "--endpos", endpos, "--no-loop", "-o", f"publication_names={pub}"]
                     for k, v in opts.items():
                         cmd += ["-o", f"{k}={v}"]
+                elif c == "wal2json":
+                    # One JSON document per change (format 2), like pgoutput's one message per
+                    # change; wal2json cannot stream, so the server decodes a large transaction
+                    # only at its commit (spilling it to pg_replslot past logical_decoding_work_mem).
+                    cmd = [recvlogical, "-d", pg.dsn, "--start", "-S", slot, "-f", "/dev/null",
+                           "--endpos", endpos, "--no-loop", "-o", "format-version=2",
+                           "-o", f"add-tables=public.{table}"]
                 else:
                     state = os.path.join(work, f"state_{c}_{name}_{i}")
                     os.makedirs(state)
@@ -301,7 +340,7 @@ def drain_backlogs(args, pg, work, kafka):
                 runs[c].append((secs, rss))
                 # It consumed the whole backlog: nothing is left to decode in its slot up to
                 # endpos (the confirmed position itself may stop short of endpos, at the last commit).
-                left = slot_backlog(pg, slot, endpos, pub)
+                left = slot_backlog(pg, slot, endpos, pub, plugin_of(c))
                 if left:
                     sys.exit(f"bench: slot {slot} still has {left} messages before {endpos}")
             progress(f"backlog {name}, run {i + 1}/{len(slots)}: " +
@@ -309,6 +348,48 @@ def drain_backlogs(args, pg, work, kafka):
         results.append((name, label, rows,
                         {c: (median([r[0] for r in runs[c]]), max(r[1] for r in runs[c])) for c in consumers}))
     return results
+
+
+def http_get(sock_path, path, timeout=10):
+    """GET path on cdc's status socket (HTTP/1.0: the server closes after the answer)."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(sock_path)
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: cdc\r\n\r\n".encode())
+        chunks = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            chunks.append(b)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.") or b" 200 " not in head.split(b"\r\n")[0]:
+        sys.exit(f"bench: GET {path} on {sock_path}: {head[:200]!r}")
+    return body.decode()
+
+
+BUCKET_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
+
+
+def latency_buckets(status_sock, sink):
+    """cdc's commit-to-delivery histogram for sink from GET /metrics: [(le seconds, cumulative
+    count)], the last le being inf."""
+    return [(float(le), int(n)) for s, le, n in BUCKET_RE.findall(http_get(status_sock, "/metrics"))
+            if s == sink]
+
+
+def wait_published(status_sock, sink, count, timeout=10):
+    """cdc publishes its figures every second: waits until the histogram holds count samples."""
+    deadline = time.monotonic() + timeout
+    while True:
+        b = latency_buckets(status_sock, sink)
+        if b and b[-1][1] >= count:
+            return b
+        if time.monotonic() > deadline:
+            sys.exit(f"bench: /metrics shows {b[-1][1] if b else 0} {sink} latency samples, "
+                     f"not {count}")
+        time.sleep(0.2)
 
 
 LATENCY_RE = re.compile(r"latency_p50_ms=([0-9.]+) latency_p99_ms=([0-9.]+) latency_max_ms=([0-9.]+)")
@@ -341,7 +422,7 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10):
     state = os.path.join(work, "state_l")
     os.makedirs(state)
     cfg = os.path.join(work, "cdc_l.yaml")
-    write_config(cfg, pg, "bench_l", "bench_pub_l", "bench_l", state, "kafka", kafka)
+    sock_l = write_config(cfg, pg, "bench_l", "bench_pub_l", "bench_l", state, "kafka", kafka)
     err_path = os.path.join(work, "cdc_l.stderr")
     cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg], stdout=subprocess.DEVNULL,
                            stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
@@ -361,9 +442,16 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10):
     # Warm up: topic metadata and the idempotent producer's id, before the clock runs.
     pg.sql("insert into bench_l (name, amount, created) values ('warm-up', 0, now())")
     wait_confirmed(pg.current_wal_lsn(), 60)
+    # The histogram behind cdc's latency line, before and after the run: the difference is the
+    # distribution of the run's events (16 buckets; kept for the CDF in results).
+    status_sock = os.path.join(os.path.dirname(sock_l), "status.sock")
+    before = wait_published(status_sock, "kafka", 1)
     progress(f"latency: {rate} transactions/s for {seconds}s through cdc into the mock cluster")
     tps = run_pgbench(pg, work, "bench_l", rate, seconds)
     wait_confirmed(pg.current_wal_lsn(), 120)
+    total = pg.sql("select count(*) from bench_l")[0][0]
+    after = wait_published(status_sock, "kafka", total)
+    buckets = [(le, n - n0) for (le, n), (_, n0) in zip(after, before)]
     cdc.send_signal(signal.SIGTERM)
     if cdc.wait(60) != 0:
         sys.exit(f"bench: cdc exited {cdc.returncode}:\n{tail(err_path)}")
@@ -372,7 +460,7 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10):
     if not m:
         sys.exit(f"bench: no latency line from cdc:\n{tail(err_path)}")
     p50, p99, mx = (float(x) for x in m[-1])
-    return tps, p50, p99, mx
+    return (tps, p50, p99, mx), buckets
 
 
 def read_line(p, timeout, what, err_path):
@@ -450,7 +538,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200):
     p50, p99, mx = (percentile(v, 0.5) / 1000, percentile(v, 0.99) / 1000, v[-1] / 1000)
     progress(f"latency: socket consumer used {float(done['cpu']):.1f}s of CPU in "
              f"{float(done['wall']):.1f}s for {len(v)} events in {done['deliveries']} deliveries")
-    return tps, p50, p99, mx
+    return (tps, p50, p99, mx), v
 
 
 def latency_consumer(sock, warmup, out_path):
@@ -514,36 +602,436 @@ def latency_consumer(sock, warmup, out_path):
           flush=True)
 
 
-def print_table(hdr, rows_out):
-    widths = [max(len(r[i]) for r in rows_out + [hdr]) for i in range(len(hdr))]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(hdr, widths))))
-    for r in rows_out:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+# --- growth and peers: helpers ------------------------------------------------------------------
+
+BENCH_COLUMNS = "(id int8 primary key, name text not null, amount numeric(12,2), created timestamptz not null)"
+
+
+def cdc_config(path, pg, slot, pub, state_dir, subscriptions):
+    """A cdc config on slot/pub with the given subscriptions (dicts of YAML scalars, lists as
+    Python lists). Returns (subscriber socket, status socket)."""
+    socks = socket_dir(state_dir)
+    lines = ["source:", f'  dsn: "{pg.dsn}"', f"  slot: {slot}", f"  publication: {pub}",
+             "  create: false", f"state_dir: {state_dir}", "status:",
+             f"  socket: {os.path.join(socks, 'status.sock')}", "subscribers:",
+             f"  socket: {os.path.join(socks, 'events.sock')}", "subscriptions:"]
+    for sub in subscriptions:
+        first = True
+        for k, v in sub.items():
+            if isinstance(v, list):
+                v = "[" + ", ".join(f'"{x}"' for x in v) + "]"
+            elif k == "where":
+                v = f'"{v}"'
+            lines.append(("  - " if first else "    ") + f"{k}: {v}")
+            first = False
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return os.path.join(socks, "events.sock"), os.path.join(socks, "status.sock")
+
+
+def batched_inserts(table, rows, per_txn, first_id=1):
+    """A DO block inserting rows rows into table, per_txn rows per transaction."""
+    return (f"do $$ begin for i in 0..{rows - 1} loop "
+            f"insert into {table} (id, name, amount, created) "
+            f"values (i + {first_id}, 'customer ' || i, (i % 100000) / 100.0, now()); "
+            f"if i % {per_txn} = {per_txn - 1} then commit; end if; end loop; end $$")
+
+
+def new_slot(pg, slot):
+    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+
+def drop_slot(pg, slot):
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pg.sql("select pg_drop_replication_slot(%s)", (slot,))
+            return
+        except psycopg2.errors.ObjectInUse:  # the walsender has not let go yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def stdout_run(pg, work, tag, slot, pub, endpos, subscriptions):
+    """`cdc run --endpos` with stdout subscriptions (to /dev/null); returns (seconds, RSS MiB)."""
+    state = os.path.join(work, f"state_{tag}")
+    os.makedirs(state)
+    cfg = os.path.join(work, f"{tag}.yaml")
+    cdc_config(cfg, pg, slot, pub, state, subscriptions)
+    err = os.path.join(work, f"{tag}.stderr")
+    rc, secs, rss = timed_run([CDC_BIN, "run", "-c", cfg, "--endpos", endpos], subprocess.DEVNULL, err)
+    if rc != 0:
+        sys.exit(f"bench: cdc ({tag}) exited {rc}:\n{tail(err)}")
+    return secs, rss
+
+
+def shared_run(pg, work, tag, slot, pub, table, rows, consumers):
+    """`cdc run` with one socket subscription (consumers: shared) and, once its socket exists,
+    `consumers` processes of `cdc tail` on it, each acking what it prints to a pipe this process
+    reads. Timed from cdc's start until the tails together have printed rows events; returns
+    (seconds, cdc's peak RSS in MiB, events printed)."""
+    state = os.path.join(work, f"state_{tag}")
+    os.makedirs(state)
+    cfg = os.path.join(work, f"{tag}.yaml")
+    sock, _ = cdc_config(cfg, pg, slot, pub, state,
+                         [{"name": "bench", "tables": [f"public.{table}"], "sink": "socket",
+                           "consumers": "shared"}])
+    err = os.path.join(work, f"{tag}.stderr")
+    start = time.monotonic()
+    with open(err, "wb") as e:
+        cdc = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
+                               stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
+    tails, fds, got = [], {}, 0
+
+    def start_tail(i):
+        t = subprocess.Popen([CDC_BIN, "tail", "-s", sock, "bench", "--consumer", f"c{i}",
+                              "--timeout", "300"], stdout=subprocess.PIPE,
+                             stderr=open(f"{err}.tail{i}", "wb"), stdin=subprocess.DEVNULL)
+        tails.append(t)
+        fds[t.stdout.fileno()] = (t, i)
+
+    try:
+        wait_socket(sock, cdc, err, start)
+        for i in range(consumers):
+            start_tail(i)
+        while got < rows:
+            if cdc.poll() is not None:
+                sys.exit(f"bench: cdc ({tag}) exited {cdc.returncode}:\n{tail(err)}")
+            if time.monotonic() - start > 300 or not fds:
+                sys.exit(f"bench: {tag}: {got} of {rows} events after "
+                         f"{time.monotonic() - start:.0f}s\n{tail(err)}")
+            ready, _, _ = select.select(list(fds), [], [], 1)
+            for fd in ready:
+                b = os.read(fd, 1 << 20)
+                got += b.count(b"\n")
+                if not b:
+                    t, i = fds.pop(fd)
+                    t.wait()
+                    # bind() makes the file before listen(): a connect() in between is refused.
+                    with open(f"{err}.tail{i}", errors="replace") as f:
+                        if "cannot connect" in f.read():
+                            time.sleep(0.005)
+                            start_tail(i)
+                            continue
+                    sys.exit(f"bench: {tag}: cdc tail c{i} exited {t.returncode}:\n"
+                             f"{tail(f'{err}.tail{i}')}")
+        secs = time.monotonic() - start
+    finally:
+        for t in tails:
+            if t.poll() is None:
+                t.terminate()
+                t.wait()
+            t.stdout.close()
+        if cdc.poll() is not None and cdc.returncode != 0:
+            sys.exit(f"bench: cdc ({tag}) exited {cdc.returncode}:\n{tail(err)}")
+    return secs, stop_cdc(cdc, err), got
+
+
+# --- growth ---------------------------------------------------------------------------------------
+
+def growth_subscriptions(args, pg, work, counts=(1, 10, 100, 1000)):
+    """One table, N stdout subscriptions on it; every second one has a where that never matches
+    (amount is never negative). Backlog: rows in 100-row transactions, one slot per N made
+    before it. Returns [(N, matching subscriptions, rows, seconds, RSS)]."""
+    rows = max(1000, int(50_000 * args.scale))
+    pg.sql(f"create table bench_gs {BENCH_COLUMNS}")
+    pg.sql("create publication bench_pub_gs for table bench_gs")
+    for n in counts:
+        new_slot(pg, f"bench_gs_{n}")
+    progress(f"subscriptions: writing {rows:,} rows in 100-row transactions")
+    pg.sql(batched_inserts("bench_gs", rows, 100))
+    endpos = pg.current_wal_lsn()
+    out = []
+    for n in counts:
+        subs = []
+        for i in range(n):
+            sub = {"name": f"s{i}", "tables": ["public.bench_gs"], "sink": "stdout"}
+            if i % 2:
+                sub["where"] = "new.amount < 0"
+            subs.append(sub)
+        secs, rss = stdout_run(pg, work, f"gs_{n}", f"bench_gs_{n}", "bench_pub_gs", endpos, subs)
+        drop_slot(pg, f"bench_gs_{n}")
+        matching = (n + 1) // 2
+        progress(f"subscriptions: {n} ({matching} matching): {secs:.2f}s, {rss:.1f} MiB")
+        out.append((n, matching, rows, secs, rss))
+    return out
+
+
+def growth_consumers(args, pg, work, counts=(1, 10, 100)):
+    """One socket subscription (consumers: shared), N `cdc tail` consumers all acking. Backlog:
+    rows in 100-row transactions. Returns [(N, rows, seconds, RSS, events printed)]."""
+    rows = max(1000, int(100_000 * args.scale))
+    pg.sql(f"create table bench_gc {BENCH_COLUMNS}")
+    pg.sql("create publication bench_pub_gc for table bench_gc")
+    for n in counts:
+        new_slot(pg, f"bench_gc_{n}")
+    progress(f"consumers: writing {rows:,} rows in 100-row transactions")
+    pg.sql(batched_inserts("bench_gc", rows, 100))
+    out = []
+    for n in counts:
+        secs, rss, got = shared_run(pg, work, f"gc_{n}", f"bench_gc_{n}", "bench_pub_gc",
+                                    "bench_gc", rows, n)
+        drop_slot(pg, f"bench_gc_{n}")
+        progress(f"consumers: {n} shared: {secs:.2f}s, {rss:.1f} MiB, {got - rows} duplicates")
+        out.append((n, rows, secs, rss, got))
+    return out
+
+
+def growth_tables(args, pg, work, counts=(1, 10, 100, 1000)):
+    """N tables in the publication, one subscription on all of them (a glob): one row in each
+    quiet table (so cdc sees every relation), then rows in the busy one in 100-row transactions.
+    Returns [(N, rows, seconds, RSS)]."""
+    rows = max(1000, int(100_000 * args.scale))
+    out = []
+    for n in counts:
+        names = [f"bench_gt{n}_{i}" for i in range(n)]
+        pg.sql("; ".join(f"create table {t} {BENCH_COLUMNS}" for t in names))
+        pg.sql(f"create publication bench_pub_gt{n} for table {', '.join(names)}")
+        new_slot(pg, f"bench_gt_{n}")
+        pg.sql("; ".join(f"insert into {t} values (0, 'quiet', 0, now())" for t in names[1:]) or "select 1")
+        pg.sql(batched_inserts(names[0], rows, 100))
+        endpos = pg.current_wal_lsn()
+        secs, rss = stdout_run(pg, work, f"gt_{n}", f"bench_gt_{n}", f"bench_pub_gt{n}", endpos,
+                               [{"name": "all", "tables": [f"public.bench_gt{n}_*"], "sink": "stdout"}])
+        drop_slot(pg, f"bench_gt_{n}")
+        progress(f"tables: {n} in the publication: {secs:.2f}s, {rss:.1f} MiB")
+        out.append((n, rows + n - 1, secs, rss))
+    return out
+
+
+# --- the seeds' design on PostgreSQL: a trigger-fed event log and SKIP LOCKED workers -------------
+
+TRIGGER_SCHEMA = """
+create table event_subscriber (sub_id serial primary key, target_table text not null,
+                               action char(1) not null, tag text);
+create table event_log (log_id bigserial primary key, sub_id int not null, pk int8 not null,
+                        work_update timestamptz);
+create index event_log_sub_id on event_log (sub_id);
+create function event_log_write() returns trigger language plpgsql as $$
+begin
+  if tg_op = 'DELETE' then
+    insert into event_log (sub_id, pk) select sub_id, old.id from event_subscriber
+      where target_table = tg_table_name and action = 'D';
+    return old;
+  end if;
+  insert into event_log (sub_id, pk) select sub_id, new.id from event_subscriber
+    where target_table = tg_table_name and action = left(tg_op, 1);
+  return new;
+end $$;
+"""
+
+
+def wal_of(pg, sql):
+    """Bytes of WAL and seconds that sql takes, from a checkpoint (both sides pay the same
+    first-touch full-page images)."""
+    pg.sql("checkpoint")
+    lsn0 = pg.current_wal_lsn()
+    t = time.monotonic()
+    pg.sql(sql)
+    secs = time.monotonic() - t
+    lsn1 = pg.current_wal_lsn()
+    return pg.sql("select %s::pg_lsn - %s::pg_lsn", (lsn1, lsn0))[0][0], secs
+
+
+def trigger_queue(args, pg, work):
+    """Seeds 000 and 002 on PostgreSQL. Two tables with the bench columns: trig_plain (what cdc
+    needs: nothing) and trig_src (an AFTER INSERT/UPDATE/DELETE trigger writes one event_log row
+    per subscription, here one). The same workloads on each, WAL measured with
+    pg_current_wal_lsn(); then the event log of the single-row workload is drained by 1 and 4
+    workers (this file, --trigger-worker), claiming with FOR UPDATE SKIP LOCKED, deleting the
+    claimed rows and reading the changed rows, one transaction per claim, 1 row per claim (as in
+    the seeds) and 100. cdc on trig_plain's identical workload: a socket subscription with
+    shared consumers, 1 and 4 `cdc tail`."""
+    txns = max(1000, int(50_000 * args.scale))
+    big = max(1000, int(200_000 * args.scale))
+    pg.sql(f"create table trig_plain {BENCH_COLUMNS}; create table trig_src {BENCH_COLUMNS}")
+    pg.sql(TRIGGER_SCHEMA)
+    pg.sql("create trigger trig_src_event after insert or update or delete on trig_src "
+           "for each row execute function event_log_write()")
+    pg.sql("insert into event_subscriber (target_table, action, tag) values ('trig_src', 'I', 'bench')")
+    pg.sql("create publication bench_pub_tq for table trig_plain")
+    wal = {}
+    progress(f"trigger queue: WAL of {big:,} rows in 1 transaction and {txns:,} single-row "
+             "transactions, with and without the trigger")
+    for table in ("trig_plain", "trig_src"):
+        wal[table, "big"] = wal_of(pg, f"insert into {table} (id, name, amount, created) "
+                                       f"select g, 'customer ' || g, (g % 100000) / 100.0, now() "
+                                       f"from generate_series(1, {big}) g")
+    pg.sql("truncate trig_plain, trig_src, event_log")
+    for n in (1, 4):  # cdc's slots see only the single-row workload
+        new_slot(pg, f"bench_tq_{n}")
+    for table in ("trig_plain", "trig_src"):
+        wal[table, "small"] = wal_of(pg, batched_inserts(table, txns, 1))
+    pg.sql("create table event_log_copy as select * from event_log")
+    dsn = pg.dsn
+    workers = []
+    for nw, batch in ((1, 1), (4, 1), (1, 100), (4, 100)):
+        pg.sql("truncate event_log; insert into event_log select * from event_log_copy")
+        pg.sql("vacuum analyze event_log")
+        pg.sql("checkpoint")
+        lsn0 = pg.current_wal_lsn()
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--trigger-worker",
+                                   dsn, "1", str(batch)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=open(os.path.join(work, f"worker_{nw}_{batch}_{i}.stderr"), "wb"),
+                                  text=True) for i in range(nw)]
+        for i, p in enumerate(procs):
+            read_line(p, 30, "ready", os.path.join(work, f"worker_{nw}_{batch}_{i}.stderr"))
+        t = time.monotonic()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        done = 0
+        for i, p in enumerate(procs):
+            line = read_line(p, 600, "count", os.path.join(work, f"worker_{nw}_{batch}_{i}.stderr"))
+            done += int(line[1])
+            p.wait(30)
+        secs = time.monotonic() - t
+        left = pg.sql("select count(*) from event_log")[0][0]
+        if done != txns or left:
+            sys.exit(f"bench: {nw} workers took {done} events of {txns}, {left} left")
+        wal_bytes = pg.sql("select %s::pg_lsn - %s::pg_lsn", (pg.current_wal_lsn(), lsn0))[0][0]
+        progress(f"trigger queue: {nw} worker(s) x {batch}/claim: {secs:.2f}s, "
+                 f"{float(wal_bytes) / txns:.0f} WAL bytes per event consumed")
+        workers.append((nw, batch, txns, secs, float(wal_bytes)))
+    cdc_runs = []
+    for n in (1, 4):
+        secs, rss, got = shared_run(pg, work, f"tq_{n}", f"bench_tq_{n}", "bench_pub_tq",
+                                    "trig_plain", txns, n)
+        drop_slot(pg, f"bench_tq_{n}")
+        progress(f"trigger queue: cdc, {n} shared cdc tail: {secs:.2f}s")
+        cdc_runs.append((n, txns, secs, rss))
+    return {"txns": txns, "big": big, "wal": {f"{k[0]}/{k[1]}": (float(v[0]), v[1]) for k, v in wal.items()},
+            "workers": workers, "cdc": cdc_runs}
+
+
+def trigger_worker(dsn, sub_id, batch):
+    """A worker of the trigger design, run as `bench.py --trigger-worker DSN SUB BATCH`: prints
+    "ready", waits for a line on stdin, then claims up to BATCH events of subscription SUB at a
+    time (oldest first, SKIP LOCKED), deletes them and reads their rows in the same transaction,
+    until a claim finds nothing; prints "count N"."""
+    import psycopg2
+    con = psycopg2.connect(dsn)
+    cur = con.cursor()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    n = 0
+    while True:
+        cur.execute("delete from event_log e using (select log_id from event_log where sub_id = %s "
+                    "order by log_id limit %s for update skip locked) c "
+                    "where e.log_id = c.log_id returning e.pk", (sub_id, batch))
+        pks = [r[0] for r in cur.fetchall()]
+        if not pks:
+            con.commit()
+            break
+        cur.execute("select id, name, amount, created from trig_src where id = any(%s)", (pks,))
+        cur.fetchall()
+        con.commit()
+        n += len(pks)
+    print(f"count {n}", flush=True)
+
+
+SECTIONS = ("drain", "latency", "trigger", "subscriptions", "consumers", "tables")
+ALIASES = {"peers": ("drain", "trigger"), "growth": ("subscriptions", "consumers", "tables"),
+           "all": SECTIONS}
+
+
+def sections_of(spec):
+    out = []
+    for name in spec.split(","):
+        name = name.strip()
+        for s in ALIASES.get(name, (name,)):
+            if s not in SECTIONS:
+                sys.exit(f"bench: unknown section {s!r} (sections: {', '.join(SECTIONS)}; "
+                         f"aliases: {', '.join(ALIASES)})")
+            if s not in out:
+                out.append(s)
+    return [s for s in SECTIONS if s in out]
+
+
+def machine(pg):
+    def first(path, key):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
+
+    def out(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        except OSError:
+            return "?"
+
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "nproc": os.cpu_count(),
+            "cpu": first("/proc/cpuinfo", "model name"),
+            "mem_gib": int(first("/proc/meminfo", "MemTotal").split()[0]) / 1024 / 1024,
+            "kernel": "Linux " + os.uname().release,
+            "postgres": pg.sql("select version()")[0][0].split(" on ")[0],
+            "cdc": out([CDC_BIN, "--version"]) or "?", "git": out(["git", "rev-parse", "--short", "HEAD"]),
+            "command": shlex.join(["tests/bench/bench.py"] + sys.argv[1:])}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies both backlog sizes")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload size")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--repeat", type=int, default=3, help="runs per consumer (median reported)")
+    ap.add_argument("--only", default="all",
+                    help="comma-separated sections: " + ", ".join(SECTIONS) +
+                    "; peers = drain,trigger; growth = subscriptions,consumers,tables")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"),
+                    help="where results.md, results.json and the PNGs go")
+    ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
     args = ap.parse_args()
+    sections = sections_of(args.only)
     for binary in (CDC_BIN, KAFKA_MOCK_BIN, GNU_TIME):
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             sys.exit(f"bench: {binary} missing (make bench builds and installs what it needs)")
+    os.makedirs(args.out, exist_ok=True)
 
     work = tempfile.mkdtemp(prefix="cdc-bench-")
-    progress(f"starting PostgreSQL and the Kafka mock cluster (work dir {work})")
+    progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
+             f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
+    results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog (4 x 3 x 2 by default), and two for latency.
-        slots = 4 * args.repeat * 2 + 2
+        # backlog (5 x 3 x 2 by default), two for latency, and the growth sections' (dropped
+        # after use, at most 4 at a time).
+        slots = 5 * args.repeat * 2 + 2 + 4
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
-            results = drain_backlogs(args, pg, work, kafka)
-            latency = kafka_latency(args, pg, work, kafka)
-            socket_lat = socket_latency(args, pg, work)
+            results["machine"] = machine(pg)
+            results["machine"]["note"] = args.note
+            if "drain" in sections:
+                results["drain"] = [
+                    {"name": name, "label": label, "rows": rows,
+                     "consumers": {c: {"secs": secs, "rss": rss} for c, (secs, rss) in r.items()}}
+                    for name, label, rows, r in drain_backlogs(args, pg, work, kafka)]
+            if "latency" in sections:
+                (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
+                lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}
+                (tps, p50, p99, mx), _ = socket_latency(args, pg, work)
+                # The consumer's samples (offset, microseconds), kept for the CDF.
+                shutil.copy(os.path.join(work, "latency_consumer.txt"),
+                            os.path.join(args.out, "latency_socket_us.txt"))
+                lat["socket"] = {"tps": tps, "p50": p50, "p99": p99, "max": mx}
+                lat["socket_samples_file"] = "latency_socket_us.txt"
+                results["latency"] = lat
+            if "trigger" in sections:
+                results["trigger"] = trigger_queue(args, pg, work)
+            if "subscriptions" in sections:
+                results["subscriptions"] = growth_subscriptions(args, pg, work)
+            if "consumers" in sections:
+                results["consumers"] = growth_consumers(args, pg, work)
+            if "tables" in sections:
+                results["tables"] = growth_tables(args, pg, work)
     finally:
         mock.stdin.close()
         mock.wait(30)
@@ -554,34 +1042,17 @@ def main():
         for d in [work] + SHORT_DIRS:
             shutil.rmtree(d, ignore_errors=True)
 
+    import report
+    md = report.write(results, args.out)
     print()
-    print(f"Draining a backlog: median of {args.repeat} runs per consumer; ratio: to pg_recvlogical")
-    rows_out = []
-    for name, label, rows, r in results:
-        base = r["pg_recvlogical"][0]
-        row = [f"{name}: {label}", f"{rows:,}", f"{rows / base:,.0f}"]
-        for c in ("cdc_stdout", "cdc_kafka", "cdc_socket"):
-            row += [f"{rows / r[c][0]:,.0f}", f"{base / r[c][0]:.2f}"]
-        rows_out.append(row)
-    print_table(("backlog", "rows", "pg_recvlogical ev/s", "cdc->stdout ev/s", "ratio", "cdc->kafka ev/s",
-                 "ratio", "cdc->socket->tail ev/s", "ratio"), rows_out)
-    print()
-    print("Peak RSS (the highest of the runs; for the socket: cdc's, not tail's)")
-    print_table(("backlog", "RSS stdout", "RSS kafka", "RSS socket", "RSS pg_recvlogical"),
-                [[f"{name}: {label}"] + [f"{r[c][1]:.1f} MiB" for c in
-                                         ("cdc_stdout", "cdc_kafka", "cdc_socket", "pg_recvlogical")]
-                 for name, label, rows, r in results])
-    print()
-    print("Commit time to delivery, single-row transactions:")
-    print_table(("path", "rate (pgbench tps)", "p50", "p99", "max"),
-                [(what, f"{tps:,.0f}", f"{p50:.2f} ms", f"{p99:.2f} ms", f"{mx:.2f} ms")
-                 for what, (tps, p50, p99, mx) in
-                 (("Kafka delivery report (mock cluster)", latency),
-                  ("socket, read by a Python consumer", socket_lat))])
+    print(md)
+    progress(f"wrote {os.path.join(args.out, 'results.md')} and its charts")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--latency-consumer"]:
         latency_consumer(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1:2] == ["--trigger-worker"]:
+        trigger_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         main()

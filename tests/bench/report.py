@@ -1,0 +1,268 @@
+"""report.py: renders bench.py's results as markdown (results.md) and PNG charts (matplotlib, Agg).
+
+Pure: takes the results dict bench.py builds (also saved as results.json) and writes files;
+`python3 tests/bench/report.py build/bench/results.json` redraws from a saved run.
+"""
+
+import json
+import os
+import sys
+
+CONSUMERS = (("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
+             ("cdc_stdout", "cdc → stdout"), ("cdc_kafka", "cdc → Kafka (mock)"),
+             ("cdc_socket", "cdc → socket → cdc tail"))
+
+
+def table(hdr, rows, align=None):
+    align = align or ["---"] + ["---:"] * (len(hdr) - 1)
+    out = ["| " + " | ".join(hdr) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def n0(x):
+    return f"{x:,.0f}"
+
+
+def markdown(r):
+    m = r["machine"]
+    md = [f"# cdc benchmark ({m['date']})", "",
+          f"Machine: {m['cpu']}, {m['nproc']} CPUs (`nproc`), {m['mem_gib']:.1f} GiB RAM, "
+          f"{m['kernel']}; {m['postgres']}; cdc {m['cdc']} (git {m['git']}). "
+          f"Command: `{m['command']}`.", ""]
+    if m.get("note"):
+        md += [m["note"], ""]
+    if "drain" in r:
+        md += ["## Draining a backlog", "",
+               f"Median of {r['args']['repeat']} runs per consumer, each from a slot of its own "
+               "made before the backlog was written; ratio: events/s over pg_recvlogical with "
+               "pgoutput. wal2json: format-version 2 (one JSON document per change), add-tables "
+               "on the backlog's table, through pg_recvlogical to /dev/null.", ""]
+        hdr = ["backlog", "rows"]
+        for key, label in CONSUMERS:
+            hdr += [f"{label} ev/s"] + ([] if key == "pg_recvlogical" else ["ratio"])
+        rows = []
+        for b in r["drain"]:
+            base = b["consumers"]["pg_recvlogical"]["secs"]
+            row = [f"{b['name']}: {b['label']}", n0(b["rows"])]
+            for key, _ in CONSUMERS:
+                secs = b["consumers"][key]["secs"]
+                row += [n0(b["rows"] / secs)] + ([] if key == "pg_recvlogical" else [f"{base / secs:.2f}"])
+            rows.append(row)
+        md += [table(hdr, rows), "", "Peak RSS (highest of the runs; for the socket: cdc's, not tail's):", ""]
+        md += [table(["backlog"] + [label for _, label in CONSUMERS],
+                     [[f"{b['name']}: {b['label']}"] + [f"{b['consumers'][k]['rss']:.1f} MiB"
+                                                         for k, _ in CONSUMERS] for b in r["drain"]]),
+               "", "(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
+    if "latency" in r:
+        lat = r["latency"]
+        md += ["## Latency, commit to delivery", "",
+               "Single-row transactions at a steady rate (pgbench --rate, synchronous_commit=on).", ""]
+        rows = []
+        for key, label in (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
+                           ("socket", "socket, read by a Python consumer that acks")):
+            if key in lat:
+                x = lat[key]
+                rows.append([label, n0(x["tps"]), f"{x['p50']:.2f} ms", f"{x['p99']:.2f} ms",
+                             f"{x['max']:.2f} ms"])
+        md += [table(["path", "rate (pgbench tps)", "p50", "p99", "max"], rows), "",
+               "![latency CDF](latency_cdf.png)", ""]
+    if "trigger" in r:
+        t = r["trigger"]
+        w = t["wal"]
+        md += ["## The seeds' design on PostgreSQL: trigger, event log, SKIP LOCKED workers", "",
+               "An AFTER INSERT/UPDATE/DELETE row trigger writes one `event_log (log_id bigserial, "
+               "sub_id, pk, work_update)` row per matching row of `event_subscriber` (here one "
+               "subscription); an index on `sub_id`. The same workloads on a twin table without "
+               "the trigger (all cdc needs), each from a checkpoint; WAL from "
+               "`pg_current_wal_lsn()` before and after.", ""]
+        rows = []
+        for kind, label, n in (("big", f"1 txn x {t['big']:,} rows", t["big"]),
+                               ("small", f"{t['txns']:,} txns x 1 row", t["txns"])):
+            pb, ps = w[f"trig_plain/{kind}"]
+            tb, ts = w[f"trig_src/{kind}"]
+            rows.append([label, f"{pb / n:,.0f}", f"{tb / n:,.0f}", f"+{(tb - pb) / n:,.0f}",
+                         f"{tb / pb:.2f}x", f"{ps:.2f}s / {ts:.2f}s"])
+        md += [table(["workload", "WAL bytes/change, no trigger (cdc)", "with trigger",
+                      "extra per change", "WAL x", "write time without / with"], rows), "",
+               f"Delivering the {t['txns']:,} events of the single-row workload. Workers: Python "
+               "(psycopg2) processes, each looping over one transaction per claim: `DELETE FROM "
+               "event_log USING (SELECT log_id ... ORDER BY log_id LIMIT k FOR UPDATE SKIP LOCKED)"
+               " RETURNING pk`, then reading the claimed rows from the table (cdc delivers the "
+               "row, so the workers fetch it too); k = 1 as in the seeds, and k = 100. cdc: the "
+               "same workload on the twin table, a socket subscription with `consumers: shared` "
+               "and 1 or 4 `cdc tail` processes acking every event (JSON to a pipe), timed from "
+               "cdc's start (it reads the slot's backlog) until every event is printed.", ""]
+        rows = []
+        for nw, batch, n, secs, walb in t["workers"]:
+            rows.append([f"trigger + event log, {nw} worker{'s' if nw > 1 else ''}, {batch}/claim",
+                         n0(n / secs), f"{walb / n:,.0f}"])
+        for nc, n, secs, rss in t["cdc"]:
+            rows.append([f"cdc, socket, {nc} shared consumer{'s' if nc > 1 else ''}", n0(n / secs), "0"])
+        md += [table(["consumer", "events/s", "WAL bytes written per event consumed"], rows), ""]
+    growth = []
+    if "subscriptions" in r:
+        rows = [[n, m_, n0(rows_), n0(rows_ / secs), n0(rows_ * m_ / secs), f"{rss:.1f} MiB"]
+                for n, m_, rows_, secs, rss in r["subscriptions"]]
+        growth += ["### Subscriptions on one table", "",
+                   f"N stdout subscriptions (to /dev/null) on one table; every second one has "
+                   f"`where: \"new.amount < 0\"`, which never matches. Backlog: {rows[0][2]} rows in "
+                   "100-row transactions; `cdc run --endpos`.", "",
+                   table(["subscriptions", "matching", "rows", "rows/s", "events out/s", "peak RSS"], rows), ""]
+    if "consumers" in r:
+        rows = [[n, n0(rows_), n0(rows_ / secs), got - rows_, f"{rss:.1f} MiB"]
+                for n, rows_, secs, rss, got in r["consumers"]]
+        growth += ["### Consumers on one socket subscription", "",
+                   "`consumers: shared`: N `cdc tail` processes, all attached and acking, each "
+                   "event to one of them. Timed from cdc's start (backlog in the slot, 100-row "
+                   "transactions) until the consumers together printed every event.", "",
+                   table(["consumers", "events", "events/s", "duplicates", "cdc peak RSS"], rows), ""]
+    if "tables" in r:
+        rows = [[n, n0(rows_), n0(rows_ / secs), f"{rss:.1f} MiB"] for n, rows_, secs, rss in r["tables"]]
+        growth += ["### Tables in the publication", "",
+                   "N tables in the publication, one stdout subscription on all of them (a glob); "
+                   "one row in each quiet table, then the backlog in the busy one (100-row "
+                   "transactions).", "",
+                   table(["tables", "events", "events/s", "peak RSS"], rows), ""]
+    if growth:
+        md += ["## How cost grows", "", "One run per point.", ""] + growth + ["![growth](growth.png)", ""]
+    if "drain" in r or "trigger" in r:
+        md += ["![throughput](throughput.png)", ""]
+    return "\n".join(md)
+
+
+def plots(r, out_dir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#2ca02c"]
+    if "drain" in r or "trigger" in r:
+        panels = [k for k in ("drain", "trigger") if k in r]
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+        for ax, key in zip(axes[0], panels):
+            if key == "drain":
+                width = 0.16
+                for i, (c, label) in enumerate(CONSUMERS):
+                    xs = [j + (i - 2) * width for j in range(len(r["drain"]))]
+                    ys = [b["rows"] / b["consumers"][c]["secs"] / 1000 for b in r["drain"]]
+                    bars = ax.bar(xs, ys, width, label=label, color=colors[i])
+                    ax.bar_label(bars, fmt="%.0f", fontsize=7)
+                ax.set_xticks(range(len(r["drain"])))
+                ax.set_xticklabels([b["label"] for b in r["drain"]])
+                ax.set_ylabel("thousand events/s")
+                ax.set_title("Draining a backlog")
+                ax.legend(fontsize=7)
+            else:
+                t = r["trigger"]
+                labels, ys, cs = [], [], []
+                for nw, batch, n, secs, _ in t["workers"]:
+                    labels.append(f"trigger queue\n{nw}w x {batch}/claim")
+                    ys.append(n / secs)
+                    cs.append("#d62728")
+                for nc, n, secs, _ in t["cdc"]:
+                    labels.append(f"cdc socket\n{nc} shared")
+                    ys.append(n / secs)
+                    cs.append("#2ca02c")
+                bars = ax.bar(range(len(ys)), [y / 1000 for y in ys], color=cs)
+                ax.bar_label(bars, fmt="%.1f", fontsize=7)
+                ax.set_xticks(range(len(ys)))
+                ax.set_xticklabels(labels, fontsize=7)
+                ax.set_ylabel("thousand events/s")
+                ax.set_title(f"{t['txns']:,} single-row transactions: trigger design vs cdc")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=90)
+        plt.close(fig)
+        made.append("throughput.png")
+    if "latency" in r:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        lat = r["latency"]
+        if lat.get("socket_samples_file"):
+            with open(os.path.join(out_dir, lat["socket_samples_file"])) as f:
+                v = sorted(int(line.split()[1]) / 1000 for line in f if line.strip())
+            ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], color="#2ca02c",
+                    label=f"socket → Python consumer ({len(v):,} events)")
+        if lat.get("kafka", {}).get("buckets"):
+            b = lat["kafka"]["buckets"]
+            total = b[-1][1]
+            pts = []
+            for le, n in b:  # up to the first bucket holding every event
+                if le != float("inf") and total:
+                    pts.append((le * 1000, n / total))
+                    if n == total:
+                        break
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o", ms=3,
+                    color="#ff7f0e", label=f"Kafka delivery report ({total:,} events; cdc's histogram buckets)")
+        ax.set_xscale("log")
+        ax.set_xlabel("commit to delivery, ms (log scale)")
+        ax.set_ylabel("fraction of events")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title("Latency at a steady rate of single-row transactions")
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "latency_cdf.png"), dpi=90)
+        plt.close(fig)
+        made.append("latency_cdf.png")
+    panels = []
+    if "subscriptions" in r:
+        panels.append(("subscriptions on one table", [p[0] for p in r["subscriptions"]],
+                       [p[2] * p[1] / p[3] for p in r["subscriptions"]], [p[4] for p in r["subscriptions"]],
+                       "events out/s", [p[2] / p[3] for p in r["subscriptions"]]))
+    if "consumers" in r:
+        panels.append(("shared consumers on one subscription", [p[0] for p in r["consumers"]],
+                       [p[1] / p[2] for p in r["consumers"]], [p[3] for p in r["consumers"]],
+                       "events/s", None))
+    if "tables" in r:
+        panels.append(("tables in the publication", [p[0] for p in r["tables"]],
+                       [p[1] / p[2] for p in r["tables"]], [p[3] for p in r["tables"]], "events/s", None))
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+        for ax, (title, xs, ys, rss, ylabel, rows_s) in zip(axes[0], panels):
+            ax.plot(xs, [y / 1000 for y in ys], "o-", color="#1f77b4", label=ylabel)
+            if rows_s:
+                ax.plot(xs, [y / 1000 for y in rows_s], "s--", color="#17becf", label="source rows/s")
+            ax.set_xscale("log")
+            if rows_s:  # events out grow with the matching subscriptions: a log scale shows both
+                ax.set_yscale("log")
+            ax.set_xticks(xs)
+            ax.set_xticklabels([str(x) for x in xs])
+            ax.set_ylabel("thousand per second")
+            if not rows_s:
+                ax.set_ylim(bottom=0)
+            ax.set_title(title, fontsize=10)
+            ax2 = ax.twinx()
+            ax2.plot(xs, rss, "^:", color="#d62728", label="cdc peak RSS")
+            ax2.set_ylabel("MiB", color="#d62728")
+            ax2.set_ylim(bottom=0)
+            h1, l1 = ax.get_legend_handles_labels()
+            h2, l2 = ax2.get_legend_handles_labels()
+            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower left")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "growth.png"), dpi=90)
+        plt.close(fig)
+        made.append("growth.png")
+    return made
+
+
+def write(r, out_dir):
+    """Writes results.json, results.md and the PNGs into out_dir; returns the markdown."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(r, f, indent=1)
+    md = markdown(r)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(md + "\n")
+    try:
+        plots(r, out_dir)
+    except ImportError as e:
+        print(f"bench: no charts ({e}); deploy/deps.sh bench installs python3-matplotlib",
+              file=sys.stderr)
+    return md
+
+
+if __name__ == "__main__":
+    path = sys.argv[1] if len(sys.argv) > 1 else "build/bench/results.json"
+    with open(path) as f:
+        print(write(json.load(f), os.path.dirname(os.path.abspath(path))))

@@ -9,16 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* All of data to fd, through short writes and signals. */
-static bool write_all(int fd, const char *data, size_t len)
+bool file_write_all(int fd, const void *data, size_t len)
 {
+	const char *p = data;
 	while (len) {
-		ssize_t n = write(fd, data, len);
+		ssize_t n = write(fd, p, len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return false;
-		data += n;
+		p += n;
 		len -= (size_t)n;
 	}
 	return true;
@@ -44,7 +44,7 @@ bool file_replace(const char *path, const void *data, size_t len, mode_t mode, c
 		errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
 		goto out;
 	}
-	bool written = write_all(fd, data, len) && fsync(fd) == 0;
+	bool written = file_write_all(fd, data, len) && fsync(fd) == 0;
 	int saved = errno;
 	if (close(fd) != 0 && written)
 		written = false, saved = errno;

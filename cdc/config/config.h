@@ -168,11 +168,6 @@ bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
 /* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
  * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */
 bool cfg_table_match(const char *pattern, const char *schema, const char *table);
-/* Which socket a client command (cdc tail, cdc status) talks to: sock (-s) if given, else the
- * socket of config (-c; subscribers.socket, or status.socket with status), else the environment
- * variable CDC_SUBSCRIBER_SOCKET / CDC_STATUS_SOCKET, else the default under /run/cdc. NULL after
- * the config's errors went to stderr. The result is malloc'd. */
-char *cfg_client_socket(const char *sock, const char *config, bool status);
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);
 

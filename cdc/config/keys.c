@@ -513,23 +513,3 @@ cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)
 			return &c->subs[i];
 	return NULL;
 }
-
-char *cfg_client_socket(const char *sock, const char *config, bool status)
-{
-	if (sock)
-		return xstrdup(sock);
-	if (config) {
-		buf errors = {0};
-		cfg *c = cfg_load(config, &errors);
-		if (!c)
-			fputs(errors.data ? errors.data : "cdc: invalid configuration\n", stderr);
-		buf_free(&errors);
-		char *p = c ? xstrdup(status ? c->status.socket : c->subscribers.socket) : NULL;
-		cfg_free(c);
-		return p;
-	}
-	const char *env = getenv(status ? "CDC_STATUS_SOCKET" : "CDC_SUBSCRIBER_SOCKET");
-	return xstrdup(env && *env ? env
-		       : status	   ? CFG_DEFAULT_STATUS_SOCKET
-				   : CFG_DEFAULT_SUBSCRIBER_SOCKET);
-}

@@ -242,10 +242,7 @@ void emit_line(emit *e, int indent)
 void emit_key(emit *e, const char *name)
 {
 	if (e->json) {
-		if (!e->first)
-			buf_putc(e->b, ',');
-		json_string(e->b, name, strlen(name));
-		buf_putc(e->b, ':');
+		json_key(e->b, &e->first, name);
 	} else if (e->flow) {
 		buf_printf(e->b, "%s%s:", e->first ? "" : ", ", name);
 		e->space = true;
@@ -263,7 +260,7 @@ void emit_str(emit *e, const char *s)
 {
 	lead(e);
 	if (e->json)
-		json_string(e->b, s, strlen(s));
+		json_str(e->b, s);
 	else
 		yaml_str(e->b, s);
 }
@@ -272,7 +269,7 @@ void emit_word(emit *e, const char *s)
 {
 	lead(e);
 	if (e->json)
-		json_string(e->b, s, strlen(s));
+		json_str(e->b, s);
 	else
 		buf_puts(e->b, s);
 }
@@ -286,7 +283,7 @@ void emit_raw(emit *e, const char *s)
 void emit_u64(emit *e, uint64_t v)
 {
 	lead(e);
-	buf_printf(e->b, "%" PRIu64, v);
+	json_u64(e->b, v); /* a number is written the same in YAML */
 }
 
 emit emit_open(emit *e, char c)

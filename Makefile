@@ -38,11 +38,12 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
+	decoder/util.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
 	sinks/event_json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c \
 	sinks/spool.c \
-	cdc/config/config.c cdc/config/predicate.c \
+	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
+	cdc/config/overlay.c cdc/config/predicate.c \
 	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c cdc/daemon/daemon.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c

@@ -1,5 +1,6 @@
 /* config.h: the YAML configuration file (see README "Configuration" and shared CONTRACT.md).
- * cfg_load() validates everything and reports every error as "FILE:LINE:COL: message". */
+ * cfg_load() validates everything and reports every error as "FILE:LINE:COL: message"; one table of
+ * keys per section (cdc/config/keys.c) drives parsing, defaults, printing and reloads. */
 #ifndef CDC_CONFIG_H
 #define CDC_CONFIG_H
 
@@ -24,7 +25,11 @@ enum cfg_op {
 #define CFG_DEFAULT_SUBSCRIBER_SOCKET "/run/cdc/events.sock"
 
 typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_sink;
-typedef enum cfg_consumers { CFG_CONSUMERS_FAILOVER, CFG_CONSUMERS_SHARED, CFG_CONSUMERS_KEY_SHARED } cfg_consumers;
+typedef enum cfg_consumers {
+	CFG_CONSUMERS_FAILOVER,
+	CFG_CONSUMERS_SHARED,
+	CFG_CONSUMERS_KEY_SHARED
+} cfg_consumers;
 typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
 typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
 
@@ -39,36 +44,36 @@ typedef struct cfg_kv {
 
 typedef struct cfg_subscription {
 	char *name;
-	int line, col;       /* where it is defined, for messages */
+	int line, col;	     /* where it is defined, for messages */
 	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;        /* enum cfg_op bits; default: insert|update|delete|truncate */
-	char *tag;           /* NULL if none */
-	cfg_sink sink;       /* default: socket */
+	unsigned ops;	     /* enum cfg_op bits; default: insert|update|delete|truncate */
+	char *tag;	     /* NULL if none */
+	cfg_sink sink;	     /* default: socket */
 	cfg_strlist changed; /* update matches only if one of these changed */
-	char *where;         /* predicate text, NULL if none */
+	char *where;	     /* predicate text, NULL if none */
 	cfg_strlist columns; /* projection; empty: all */
-	char *topic;         /* kafka: template, default "cdc.{schema}.{table}" */
+	char *topic;	     /* kafka: template, default "cdc.{schema}.{table}" */
 	bool tombstones;     /* kafka: tombstone after delete */
 	cfg_consumers consumers;
 	uint64_t ack_timeout_ms; /* default 30s */
 	uint32_t max_deliveries; /* default 0: unlimited */
-	uint32_t max_unacked;    /* default 1000 */
+	uint32_t max_unacked;	 /* default 1000 */
 	cfg_batch batch;
 	struct {
 		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
-		cfg_when_full when_full;                    /* default block */
+		cfg_when_full when_full;		    /* default block */
 	} retention;
 } cfg_subscription;
 
 typedef struct cfg {
 	char *path;
 	struct {
-		char *dsn;          /* default "" (PG* variables apply) */
-		char *slot;         /* default "cdc_slot" */
-		char *publication;  /* default "cdc_pub" */
-		bool create;        /* default false */
-		cfg_strlist publish;  /* default ["public.*"] */
-		uint64_t heartbeat_ms;  /* default 0: off */
+		char *dsn;		     /* default "" (PG* variables apply) */
+		char *slot;		     /* default "cdc_slot" */
+		char *publication;	     /* default "cdc_pub" */
+		bool create;		     /* default false */
+		cfg_strlist publish;	     /* default ["public.*"] */
+		uint64_t heartbeat_ms;	     /* default 0: off */
 		uint64_t status_interval_ms; /* standby status updates at least this often; default 10s */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
@@ -124,8 +129,7 @@ typedef struct cfg_overlay {
 /* Reads state_dir's overlay; a missing file is an empty overlay. NULL after appending the file's
  * errors to errors. */
 cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors);
-/* Writes it to state_dir atomically and durably (temporary file, fsync, rename, fsync of the
- * directory). */
+/* Writes it to state_dir atomically and durably (file_replace). */
 bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Records a PUT (takes s) or a DELETE of name. */
 void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
@@ -143,6 +147,20 @@ cfg_subscription *cfg_find_subscription(const cfg *c, const char *name);
  * are masked as "********". */
 void cfg_print(const cfg *c, FILE *out);
 
+/* A subscription as the JSON object of GET /subscriptions: the keys cfg_print prints for it. */
+void cfg_subscription_json(const cfg_subscription *s, buf *out);
+
+/* Calls fn with the dotted name ("source.dsn", "kafka.properties") of every key whose value differs
+ * between old and next and that a reload does not apply (it takes effect at the next restart), in
+ * the order of the file; returns how many. */
+size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *key, void *arg), void *arg);
+
+/* The names the file uses for these values ("?" for a value out of range). */
+const char *cfg_sink_name(cfg_sink v);
+const char *cfg_consumers_name(cfg_consumers v);
+const char *cfg_when_full_name(cfg_when_full v);
+const char *cfg_batch_name(cfg_batch v);
+
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
 /* "512", "64KiB", "64MiB", "1GiB" (also kB, MB, GB as powers of 1000). */
@@ -150,11 +168,6 @@ bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
 /* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
  * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */
 bool cfg_table_match(const char *pattern, const char *schema, const char *table);
-/* Which socket a client command (cdc tail, cdc status) talks to: sock (-s) if given, else the
- * socket of config (-c; subscribers.socket, or status.socket with status), else the environment
- * variable CDC_SUBSCRIBER_SOCKET / CDC_STATUS_SOCKET, else the default under /run/cdc. NULL after
- * the config's errors went to stderr. The result is malloc'd. */
-char *cfg_client_socket(const char *sock, const char *config, bool status);
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);
 

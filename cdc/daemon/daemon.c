@@ -985,16 +985,17 @@ static bool bind_sinks(sidecar *d, const cfg *old)
 }
 
 /* Whether two configurations give the Kafka producer the same settings. */
-static bool same_kafka(const cfg *a, const cfg *b)
+/* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for. */
+enum { RESTART_SOURCE = 1, RESTART_KAFKA = 2, RESTART_OTHER = 4 };
+static void note_restart(const char *key, void *arg)
 {
-	if (a->kafka.enabled != b->kafka.enabled || a->kafka.nproperties != b->kafka.nproperties ||
-	    (a->kafka.enabled && strcmp(a->kafka.brokers, b->kafka.brokers)))
-		return false;
-	for (size_t i = 0; i < a->kafka.nproperties; i++)
-		if (strcmp(a->kafka.properties[i].key, b->kafka.properties[i].key) ||
-		    strcmp(a->kafka.properties[i].value, b->kafka.properties[i].value))
-			return false;
-	return true;
+	unsigned *restart = arg;
+	if (strncmp(key, "kafka.", 6) == 0)
+		*restart |= RESTART_KAFKA;
+	else if (strncmp(key, "source.", 7) == 0 || strcmp(key, "state_dir") == 0)
+		*restart |= RESTART_SOURCE;
+	else
+		*restart |= RESTART_OTHER;
 }
 
 /* The configuration file with the subscriptions of ov laid over it, and its rules. NULL with the
@@ -1084,11 +1085,15 @@ static bool apply_reload(sidecar *d)
 		return false;
 	}
 	buf_free(&errors);
-	if (strcmp(next->source.dsn, d->cfg->source.dsn) || strcmp(next->source.slot, d->cfg->source.slot) ||
-	    strcmp(next->source.publication, d->cfg->source.publication) || strcmp(next->state_dir, d->cfg->state_dir))
+	unsigned restart = 0;
+	cfg_restart_keys(d->cfg, next, note_restart, &restart);
+	if (restart & RESTART_SOURCE)
 		log_warn("source and state_dir changes take effect at the next restart", "config=%s", d->cfg_path);
-	if (d->instances[KAFKA] && !same_kafka(next, d->cfg))
+	if (d->instances[KAFKA] && (restart & RESTART_KAFKA))
 		log_warn("kafka brokers and properties take effect at the next restart", "config=%s", d->cfg_path);
+	if (restart & RESTART_OTHER)
+		log_warn("status, subscribers and log changes take effect at the next restart", "config=%s",
+			 d->cfg_path);
 	rules_free(d->rules);
 	d->rules = r;
 	cfg_overlay_free(d->overlay);

@@ -1,6 +1,8 @@
 /* state.c: see state.h. The file is a few "key value" lines, easy to read by a human. */
 #include "cdc/daemon/state.h"
 
+#include "decoder/fsutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -67,27 +69,13 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 
 bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 {
-	char path[4096], tmp[4200], lsn[LSN_STRLEN];
+	char path[4096], lsn[LSN_STRLEN];
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	lsn_format(st->flushed_lsn, lsn);
 	char text[512];
 	int n = snprintf(text, sizeof(text),
 			 "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
 			 "system_identifier %s\nslot %s\nflushed_lsn %s\n",
 			 st->system_id, st->slot, lsn);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-	bool ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
-	int saved = errno;
-	close(fd);
-	if (!ok || rename(tmp, path) != 0)
-		return errf(err, errlen, "cannot write %s: %s", path, strerror(ok ? errno : saved));
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		ok = fsync(dfd) == 0;
-		close(dfd);
-	}
-	return ok ? true : errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
+	return file_replace(path, text, (size_t)n, 0600, err, errlen);
 }

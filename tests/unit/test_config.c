@@ -1,6 +1,9 @@
 /* test_config.c: the configuration loader: the contract's example, defaults, every kind of bad input
- * with its exact "FILE:LINE:COL: message" lines, durations, sizes, masking and the print round trip. */
+ * with its exact "FILE:LINE:COL: message" lines, durations, sizes, masking, the print round trip, and
+ * what the key tables decide: defaults by sink, the keys a reload cannot apply, enum names. */
 #include "cdc/config/config.h"
+
+#include "decoder/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -1257,6 +1260,150 @@ static void test_hostile_publications(void)
 	}
 }
 
+/* The defaults a subscription gets from the key table, by sink: a sink's own string keys (topic) only
+ * with that sink, the rest whatever the sink. */
+static void test_sink_defaults(void)
+{
+	static const struct {
+		const char *sub;
+		const char *topic; /* NULL: none */
+		uint64_t ack_timeout_ms;
+		uint32_t max_unacked;
+	} cases[] = {
+	    {"{name: a, tables: [a.b]}", NULL, 30000, 1000},
+	    {"{name: a, tables: [a.b], sink: stdout}", NULL, 30000, 1000},
+	    {"{name: a, tables: [a.b], sink: kafka}", "cdc.{schema}.{table}", 30000, 1000},
+	    {"{name: a, tables: [a.b], sink: kafka, topic: t}", "t", 30000, 1000},
+	    {"{name: a, tables: [a.b], ack_timeout: 1s, max_unacked: 5}", NULL, 1000, 5},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		buf y = {0}, e = {0};
+		buf_printf(&y, "kafka: {brokers: k}\nsubscriptions: [%s]\n", cases[i].sub);
+		cfg *c = parse(y.data, &e);
+		CHECK(c != NULL);
+		if (c) {
+			const cfg_subscription *s = &c->subs[0];
+			if (cases[i].topic)
+				CHECK_STR(s->topic, cases[i].topic);
+			else
+				CHECK(s->topic == NULL);
+			CHECK_INT(s->ack_timeout_ms, cases[i].ack_timeout_ms);
+			CHECK_INT(s->max_unacked, cases[i].max_unacked);
+		} else {
+			fprintf(stderr, "case %zu: %s", i, e.data);
+		}
+		/* the same from a PUT body */
+		cfg_subscription *p = c ? cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e) : NULL;
+		CHECK(p != NULL);
+		if (p)
+			CHECK(cases[i].topic ? p->topic && strcmp(p->topic, cases[i].topic) == 0 : p->topic == NULL);
+		cfg_subscription_free(p);
+		cfg_free(c);
+		buf_free(&y);
+		buf_free(&e);
+	}
+}
+
+static void note_key(const char *key, void *arg)
+{
+	buf *b = arg;
+	buf_printf(b, "%s%s", b->len ? "," : "", key);
+}
+
+/* Which changed keys a reload cannot apply, from the key tables' restart flags. */
+static void test_restart_keys(void)
+{
+	static const char base[] = "source: {dsn: \"host=a\", heartbeat: 1s}\n"
+				   "status: {control_uids: [1]}\n"
+				   "kafka: {brokers: k, properties: {acks: all}, transactions_topic: tx}\n"
+				   "subscriptions: [{name: a, tables: [a.b]}]\n";
+	static const struct {
+		const char *next;
+		const char *want; /* the keys, in file order */
+	} cases[] = {
+	    {base, ""},
+	    {"source: {dsn: \"host=b\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n"
+	     "kafka: {brokers: k, properties: {acks: all}, transactions_topic: tx}\n",
+	     "source.dsn"},
+	    /* live: the heartbeat, the transactions topic, subscriptions */
+	    {"source: {dsn: \"host=a\", heartbeat: 5s}\nstatus: {control_uids: [1]}\n"
+	     "kafka: {brokers: k, properties: {acks: all}}\nsubscriptions: []\n",
+	     ""},
+	    {"source: {dsn: \"host=a\", heartbeat: 1s, slot: s2, publish: [x.y], create: true}\n"
+	     "state_dir: /tmp/x\nstatus: {control_uids: [1, 2]}\n"
+	     "kafka: {brokers: k, properties: {acks: \"1\"}, transactions_topic: tx}\n",
+	     "source.slot,source.create,source.publish,state_dir,status.control_uids,kafka.properties"},
+	    {"source: {dsn: \"host=a\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n", "kafka.brokers,kafka.properties"},
+	    {"source: {dsn: \"host=a\", heartbeat: 1s}\n"
+	     "status: {control_uids: [1], socket: /tmp/s, listen: \"127.0.0.1:1\", tcp_control: true}\n"
+	     "subscribers: {socket: /tmp/e, mode: \"0600\"}\nlog: {level: debug, format: json}\n"
+	     "kafka: {brokers: k, properties: {acks: all}, transactions_topic: tx}\n",
+	     "status.socket,status.listen,status.tcp_control,subscribers.socket,subscribers.mode,log.level,"
+	     "log.format"},
+	};
+	buf e = {0};
+	cfg *old = parse(base, &e);
+	CHECK(old != NULL);
+	for (size_t i = 0; old && i < sizeof cases / sizeof *cases; i++) {
+		cfg *next = parse(cases[i].next, &e);
+		CHECK(next != NULL);
+		if (!next) {
+			fprintf(stderr, "case %zu: %s", i, e.data);
+			continue;
+		}
+		buf got = {0};
+		size_t n = cfg_restart_keys(old, next, note_key, &got);
+		CHECK_STR(got.data ? got.data : "", cases[i].want);
+		size_t want_n = *cases[i].want ? 1 : 0;
+		for (const char *p = cases[i].want; *p; p++)
+			want_n += *p == ',';
+		CHECK_INT(n, want_n);
+		buf_free(&got);
+		cfg_free(next);
+	}
+	cfg_free(old);
+	buf_free(&e);
+}
+
+static void test_enum_names(void)
+{
+	CHECK_STR(cfg_sink_name(CFG_SINK_STDOUT), "stdout");
+	CHECK_STR(cfg_sink_name(CFG_SINK_SOCKET), "socket");
+	CHECK_STR(cfg_sink_name(CFG_SINK_KAFKA), "kafka");
+	CHECK_STR(cfg_sink_name((cfg_sink)7), "?");
+	CHECK_STR(cfg_consumers_name(CFG_CONSUMERS_FAILOVER), "failover");
+	CHECK_STR(cfg_consumers_name(CFG_CONSUMERS_SHARED), "shared");
+	CHECK_STR(cfg_consumers_name(CFG_CONSUMERS_KEY_SHARED), "key_shared");
+	CHECK_STR(cfg_when_full_name(CFG_FULL_BLOCK), "block");
+	CHECK_STR(cfg_when_full_name(CFG_FULL_DROP_OLDEST), "drop_oldest");
+	CHECK_STR(cfg_batch_name(CFG_BATCH_NONE), "none");
+	CHECK_STR(cfg_batch_name(CFG_BATCH_TRANSACTION), "transaction");
+}
+
+/* file_replace (decoder/fsutil.c), which the overlay file is written with. */
+static void test_file_replace(void)
+{
+	char dir[] = "/tmp/test_config_XXXXXX", path[64], got[16] = "", err[256] = "";
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/f", dir);
+	CHECK(file_replace(path, "one", 3, 0600, err, sizeof err));
+	CHECK(file_replace(path, "two", 3, 0600, err, sizeof err));
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK_INT(fread(got, 1, sizeof got - 1, f), 3);
+		fclose(f);
+	}
+	CHECK_STR(got, "two");
+	snprintf(path, sizeof path, "%s/no/f", dir);
+	CHECK(!file_replace(path, "x", 1, 0600, err, sizeof err));
+	char want[128];
+	snprintf(want, sizeof want, "cannot write %s/no/f.tmp: No such file or directory", dir);
+	CHECK_STR(err, want);
+	snprintf(path, sizeof path, "%s/f", dir);
+	CHECK(unlink(path) == 0 && rmdir(dir) == 0);
+}
+
 int main(void)
 {
 	test_example();
@@ -1277,5 +1424,9 @@ int main(void)
 	test_fuzz_regressions();
 	test_parse_subscription();
 	test_overlay();
+	test_sink_defaults();
+	test_restart_keys();
+	test_enum_names();
+	test_file_replace();
 	return TEST_SUMMARY("test_config");
 }

@@ -1,0 +1,216 @@
+/* internal.h: what the files of cdc/config share, and nothing outside cdc/config uses: the YAML node
+ * tree with FILE:LINE:COL marks (tree.c), value checks and formats (values.c), the printer (print.c),
+ * the value types (types.c) and the key tables that drive parsing, defaults, printing and reloads
+ * (keys.c). */
+#ifndef CDC_CONFIG_INTERNAL_H
+#define CDC_CONFIG_INTERNAL_H
+
+#include "cdc/config/config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#define CFG_MAX_NAME 63 /* PostgreSQL's NAMEDATALEN - 1 */
+#define CFG_MASK "********"
+#define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 16) */
+#define LOWER "abcdefghijklmnopqrstuvwxyz"
+#define UPPER "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#define DIGIT "0123456789"
+
+/* ---- the node tree (tree.c) ---- */
+
+typedef enum node_kind { N_SCALAR, N_MAP, N_SEQ } node_kind;
+
+typedef struct node {
+	node_kind kind;
+	bool plain;    /* scalar written without quotes: may be null */
+	int line, col; /* 1-based */
+	char *text;    /* scalar: NUL-terminated copy (may hold a NUL from a "\0" escape) */
+	size_t len;
+	struct node **kids; /* map: key, value, key, value...; seq: items */
+	size_t n, cap;
+} node;
+
+void node_free(node *n);
+bool is_null(const node *n);
+void node_add(node *parent, node *kid);
+node *scalar_node(const char *text, int line, int col);
+
+/* The state of one check: where messages go and the key path they name. */
+typedef struct ctx {
+	const char *file;
+	buf *errors;
+	unsigned nerr;
+	buf path;  /* key path of the node being checked, e.g. "subscriptions[1].tables" */
+	buf quote; /* scratch for quoting user text in one message */
+	bool have_kafka;
+} ctx;
+
+void ctx_free(ctx *x);
+void err_pos(ctx *x, int line, int col, const char *fmt, ...) CDC_PRINTF(4, 5);
+void err_at(ctx *x, const node *n, const char *fmt, ...) CDC_PRINTF(3, 4);
+/* An error about key `name` of the mapping being checked. */
+void err_key(ctx *x, const node *n, const char *name, const char *fmt, ...) CDC_PRINTF(4, 5);
+size_t path_push(ctx *x, const char *name);
+size_t path_index(ctx *x, size_t i);
+void path_pop(ctx *x, size_t old);
+/* User text for a message: double-quoted, escaped so that it stays on one line, shortened. */
+const char *quoted(ctx *x, const char *s, size_t len);
+const char *qnode(ctx *x, const node *n);
+void wrong_kind(ctx *x, const node *n, const char *want);
+/* The text of a scalar value, or NULL (and an error) for anything else, null included. */
+const char *scalar(ctx *x, const node *v, const char *want);
+/* Parses one YAML document into *root (NULL for an empty stream). */
+bool build_tree(ctx *x, const char *text, size_t len, node **root);
+/* A file's text, up to 16 MiB; false after a "FILE:1:1: ..." line in errors. */
+bool read_text(const char *path, buf *text, buf *errors);
+
+/* ---- values (values.c) ---- */
+
+typedef struct ename {
+	const char *name;
+	int value;
+} ename;
+
+extern const ename op_names[], sink_names[], consumers_names[], batch_names[], full_names[], level_names[],
+    format_names[];
+const ename *ename_find(const ename *e, const char *name);
+const char *ename_of(const ename *e, int value);
+void ename_list(buf *b, const ename *e);
+
+typedef struct ident_rule {
+	const char *first, *rest; /* allowed characters; NULL: any but control characters */
+	size_t max;
+	const char *expect;
+} ident_rule;
+
+extern const ident_rule slot_rule, pub_rule, sub_rule, topic_rule;
+bool ident_ok(const char *s, const ident_rule *r);
+/* NULL if ok, else why not (static text, or why filled in). */
+const char *pattern_problem(const char *s, char *why, size_t whylen);
+const char *listen_problem(const char *s);
+const char *topic_problem(const char *s, char *why, size_t whylen);
+/* As cfg_parse_duration and cfg_parse_size read them back: "1h30m", "0"; "1GiB", "1000001". */
+void fmt_duration(buf *b, uint64_t ms);
+void fmt_size(buf *b, uint64_t n);
+
+/* ---- the printer (print.c): YAML for check-config and the overlay file, JSON for the API ---- */
+
+typedef struct emit {
+	buf *b;
+	bool json;
+	bool flow;	 /* YAML: inside { }: keys separated by ", " (JSON is always flow) */
+	bool first;	 /* no key written yet in the current mapping */
+	bool space;	 /* YAML: a key was written; its value goes after a space */
+	bool inline_key; /* YAML block: the next key goes on the line already started ("- ") */
+	int indent;	 /* YAML block: spaces before a key */
+} emit;
+
+void emit_key(emit *e, const char *name);
+void emit_str(emit *e, const char *s);	/* a string, quoted when YAML needs it */
+void emit_word(emit *e, const char *s); /* a token YAML reads as itself (10s, key_shared): a string in JSON */
+void emit_raw(emit *e, const char *s);	/* the same in YAML and JSON: true, 5, [] */
+void emit_u64(emit *e, uint64_t v);
+/* [ or { (a flow mapping); returns the state that emit_close restores */
+emit emit_open(emit *e, char c);
+void emit_close(emit *e, char c, const emit *saved);
+void emit_item(emit *e, size_t i);   /* before the i-th item of a list */
+void emit_line(emit *e, int indent); /* YAML block: a new line at this indent */
+bool prop_is_secret(const char *k);
+
+/* ---- keys and value types (types.c, keys.c) ---- */
+
+typedef struct key key;
+typedef struct pair {
+	const node *k, *v;
+} pair;
+/* Checks v and stores it into the field at base + k->off. */
+typedef void (*setter)(ctx *x, const node *v, void *base, const key *k);
+
+/* How a type holds its value: what giving the default, freeing, copying and comparing do. */
+typedef enum kstore {
+	ST_VALUE,   /* size bytes held in place */
+	ST_STR,	    /* char *, NULL when unset */
+	ST_LIST,    /* cfg_strlist */
+	ST_SECTION, /* a mapping whose keys (arg) are fields of the same base */
+	ST_OWN,	    /* the type's clear and same know where the value is */
+} kstore;
+
+typedef struct ktype {
+	setter set;
+	void (*print)(emit *e, const void *base, const key *k);
+	kstore store;
+	size_t size;						  /* ST_VALUE */
+	void (*clear)(void *base, const key *k);		  /* ST_OWN */
+	bool (*same)(const void *a, const void *b, const key *k); /* ST_OWN, for restart keys */
+} ktype;
+
+enum {
+	K_REQUIRED = 1,
+	K_NONEMPTY = 2,
+	K_POSITIVE = 4,
+	K_PATTERNS = 8,
+	K_OPTIONAL = 16, /* printed only when set (not NULL, not empty) */
+	K_KAFKA = 32,	 /* subscription: only with sink kafka; top level: only with a kafka section */
+	K_SOCKET = 64,	 /* subscription: only with sink socket */
+	K_FLOW = 128,	 /* a section printed on one line: {a: 1, b: 2} */
+	K_BY_SINK = 256, /* the default is given only with the key's sink (else NULL), once it is known */
+};
+
+struct key {
+	const char *name;
+	const ktype *type;
+	size_t off;
+	const void *arg; /* type-specific: names of an enum, the keys of a section, an ident_rule... */
+	unsigned flags;
+	union {
+		uint64_t n;    /* ST_VALUE */
+		const char *s; /* ST_STR; ST_LIST: its one item */
+	} def;		       /* the default; zero: none */
+	bool restart;	       /* a reload does not apply a change: cdc must restart */
+};
+
+typedef struct keys {
+	const key *k;
+	size_t n;
+	bool top; /* the top level, for "unknown top-level key" */
+	/* cross-field checks once every key of the mapping is stored; seen[i] is keys k[i], if present */
+	void (*check)(ctx *x, void *base, const pair *seen);
+	/* whether key k of base is printed (NULL: all) */
+	bool (*shown)(const void *base, const key *k);
+} keys;
+
+#define FIELD(base, k, type) ((type *)(void *)((char *)(base) + (k)->off))
+#define CFIELD(base, k, type) ((const type *)(const void *)((const char *)(base) + (k)->off))
+#define KEYS(a, ...)                                                                                         \
+	{                                                                                                    \
+		a, sizeof a / sizeof *a, __VA_ARGS__                                                         \
+	}
+
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_bool,
+    t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
+extern const keys top_keys, sub_keys;
+
+/* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its
+ * setter, then t->check sees the whole mapping. */
+void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen);
+void keys_default(void *base, const keys *t);
+void keys_clear(void *base, const keys *t);
+void keys_copy(void *dst, const void *src, const keys *t); /* after *dst = *src: owns its copies */
+void keys_print(emit *e, const void *base, const keys *t);
+/* A list of subscriptions (sub_keys), held in a cfg's subs and nsubs: the top level's and the
+ * overlay file's. */
+extern const ktype t_subs;
+
+void strlist_free(cfg_strlist *l);
+void strlist_copy(cfg_strlist *dst, const cfg_strlist *src);
+
+/* For each entry (by its i), the i of the first entry with the same name: itself if none. Entries
+ * without a name (s == NULL) are skipped. O(n log n), so that a huge file cannot make it quadratic. */
+typedef struct named {
+	const char *s;
+	size_t i;
+} named;
+size_t *first_of(named *v, size_t n);
+
+#endif

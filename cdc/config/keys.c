@@ -1,0 +1,515 @@
+/* keys.c: the configuration's schema: one table of keys per section, each key with its type, its
+ * default and whether a reload applies it, and the generic walks over those tables that parse,
+ * default, free, copy, print and compare a configuration (cf. pgbouncer's bouncer_params[]). */
+#include "cdc/config/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the walks ---- */
+
+void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
+{
+	if (is_null(m))
+		goto check; /* "kafka:" with everything commented out: an empty mapping */
+	if (m->kind != N_MAP) {
+		wrong_kind(x, m, "a mapping");
+		return;
+	}
+	for (size_t i = 0; i + 1 < m->n; i += 2) {
+		const node *kn = m->kids[i], *v = m->kids[i + 1];
+		if (kn->kind != N_SCALAR) {
+			wrong_kind(x, kn, "a string key");
+			continue;
+		}
+		size_t j;
+		for (j = 0; j < t->n; j++)
+			if (strlen(t->k[j].name) == kn->len && strcmp(t->k[j].name, kn->text) == 0)
+				break;
+		if (j == t->n) {
+			buf allowed = {0};
+			for (size_t a = 0; a < t->n; a++)
+				buf_printf(&allowed, "%s%s", a ? ", " : "", t->k[a].name);
+			err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
+			       qnode(x, kn), allowed.data);
+			buf_free(&allowed);
+		} else if (seen[j].k) {
+			err_key(x, kn, t->k[j].name, "duplicate key (first at line %d, column %d)",
+				seen[j].k->line, seen[j].k->col);
+		} else {
+			seen[j] = (pair){kn, v};
+			size_t old = path_push(x, t->k[j].name);
+			t->k[j].type->set(x, v, base, &t->k[j]);
+			path_pop(x, old);
+		}
+	}
+check:
+	for (size_t j = 0; j < t->n; j++)
+		if ((t->k[j].flags & K_REQUIRED) && !seen[j].k)
+			err_at(x, m, "missing required key \"%s\"", t->k[j].name);
+	if (t->check)
+		t->check(x, base, seen);
+}
+
+/* Stores v in the size bytes of a ST_VALUE field. */
+static void store_value(void *f, size_t size, uint64_t v)
+{
+	if (size == sizeof(uint64_t)) {
+		memcpy(f, &v, size);
+	} else if (size == sizeof(uint32_t)) {
+		uint32_t u = (uint32_t)v;
+		memcpy(f, &u, size);
+	} else {
+		bool b = v != 0;
+		memcpy(f, &b, sizeof b);
+	}
+}
+
+static void key_default(void *base, const key *k)
+{
+	switch (k->type->store) {
+	case ST_VALUE:
+		store_value(FIELD(base, k, char), k->type->size, k->def.n);
+		break;
+	case ST_STR:
+		*FIELD(base, k, char *) = k->def.s ? xstrdup(k->def.s) : NULL;
+		break;
+	case ST_LIST:
+		if (k->def.s) {
+			cfg_strlist *l = FIELD(base, k, cfg_strlist);
+			l->v = xmalloc(sizeof *l->v);
+			l->v[0] = xstrdup(k->def.s);
+			l->n = 1;
+		}
+		break;
+	case ST_SECTION:
+		keys_default(base, k->arg);
+		break;
+	case ST_OWN:
+		break;
+	}
+}
+
+void keys_default(void *base, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++)
+		if (!(k->flags & K_BY_SINK))
+			key_default(base, k);
+}
+
+void keys_clear(void *base, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		switch (k->type->store) {
+		case ST_STR:
+			free(*FIELD(base, k, char *));
+			break;
+		case ST_LIST:
+			strlist_free(FIELD(base, k, cfg_strlist));
+			break;
+		case ST_SECTION:
+			keys_clear(base, k->arg);
+			break;
+		case ST_OWN:
+			k->type->clear(base, k);
+			break;
+		case ST_VALUE:
+			break;
+		}
+	}
+}
+
+void keys_copy(void *dst, const void *src, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		switch (k->type->store) {
+		case ST_STR: {
+			const char *s = *CFIELD(src, k, char *);
+			*FIELD(dst, k, char *) = s ? xstrdup(s) : NULL;
+			break;
+		}
+		case ST_LIST:
+			strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
+			break;
+		case ST_SECTION:
+			keys_copy(dst, src, k->arg);
+			break;
+		case ST_VALUE: /* copied with the struct */
+		case ST_OWN:   /* not in a subscription, the one thing copied */
+			break;
+		}
+	}
+}
+
+static bool is_set(const void *base, const key *k)
+{
+	if (k->type->store == ST_STR)
+		return *CFIELD(base, k, char *) != NULL;
+	if (k->type->store == ST_LIST)
+		return CFIELD(base, k, cfg_strlist)->n != 0;
+	return true;
+}
+
+void keys_print(emit *e, const void *base, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		if ((t->shown && !t->shown(base, k)) || ((k->flags & K_OPTIONAL) && !is_set(base, k)))
+			continue;
+		emit_key(e, k->name);
+		k->type->print(e, base, k);
+	}
+}
+
+static bool key_same(const void *a, const void *b, const key *k)
+{
+	switch (k->type->store) {
+	case ST_VALUE:
+		return memcmp(CFIELD(a, k, char), CFIELD(b, k, char), k->type->size) == 0;
+	case ST_STR: {
+		const char *x = *CFIELD(a, k, char *), *y = *CFIELD(b, k, char *);
+		return x == y || (x && y && strcmp(x, y) == 0);
+	}
+	case ST_LIST: {
+		const cfg_strlist *x = CFIELD(a, k, cfg_strlist), *y = CFIELD(b, k, cfg_strlist);
+		if (x->n != y->n)
+			return false;
+		for (size_t i = 0; i < x->n; i++)
+			if (strcmp(x->v[i], y->v[i]) != 0)
+				return false;
+		return true;
+	}
+	case ST_OWN:
+		return k->type->same(a, b, k);
+	case ST_SECTION:
+		break;
+	}
+	return true; /* a section's keys are compared one by one */
+}
+
+static size_t restart_walk(const cfg *a, const cfg *b, const keys *t, const char *prefix,
+			   void (*fn)(const char *key, void *arg), void *arg)
+{
+	size_t n = 0;
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		char name[64];
+		snprintf(name, sizeof name, "%s%s", prefix, k->name);
+		if (k->type->store == ST_SECTION) {
+			strcat(name, ".");
+			n += restart_walk(a, b, k->arg, name, fn, arg);
+		} else if (k->restart && !key_same(a, b, k)) {
+			fn(name, arg);
+			n++;
+		}
+	}
+	return n;
+}
+
+size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *key, void *arg), void *arg)
+{
+	return restart_walk(old, next, &top_keys, "", fn, arg);
+}
+
+/* ---- the schema ---- */
+
+#define SUB(f) offsetof(cfg_subscription, f)
+#define TOP(f) offsetof(cfg, f)
+
+static const key retention_k[] = {
+    {"max_events", &t_u64, SUB(retention.max_events)},
+    {"max_age", &t_duration, SUB(retention.max_age_ms)},
+    {"max_bytes", &t_size, SUB(retention.max_bytes)},
+    {"when_full", &t_enum, SUB(retention.when_full), full_names, .def.n = CFG_FULL_BLOCK},
+};
+static const keys retention_keys = KEYS(retention_k);
+
+enum sub_key {
+	SK_NAME,
+	SK_TABLES,
+	SK_OPS,
+	SK_TAG,
+	SK_SINK,
+	SK_CHANGED,
+	SK_WHERE,
+	SK_COLUMNS,
+	SK_TOPIC,
+	SK_TOMBSTONES,
+	SK_CONSUMERS,
+	SK_ACK_TIMEOUT,
+	SK_MAX_DELIVERIES,
+	SK_MAX_UNACKED,
+	SK_BATCH,
+	SK_RETENTION,
+	SK_N
+};
+/* A subscription's keys apply at the next transaction boundary after a reload: none needs a restart. */
+static const key sub_k[] = {
+    [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED},
+    [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS},
+    [SK_OPS] = {"operations", &t_ops, SUB(ops),
+		.def.n = CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE},
+    [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL},
+    [SK_SINK] = {"sink", &t_enum, SUB(sink), sink_names, .def.n = CFG_SINK_SOCKET},
+    [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL},
+    [SK_WHERE] = {"where", &t_where, SUB(where), NULL, K_NONEMPTY | K_OPTIONAL},
+    [SK_COLUMNS] = {"columns", &t_strlist, SUB(columns), NULL, K_OPTIONAL},
+    [SK_TOPIC] = {"topic", &t_topic, SUB(topic), NULL, K_KAFKA | K_BY_SINK, .def.s = "cdc.{schema}.{table}"},
+    [SK_TOMBSTONES] = {"tombstones", &t_bool, SUB(tombstones), NULL, K_KAFKA},
+    [SK_CONSUMERS] = {"consumers", &t_enum, SUB(consumers), consumers_names, K_SOCKET,
+		      .def.n = CFG_CONSUMERS_FAILOVER},
+    [SK_ACK_TIMEOUT] = {"ack_timeout", &t_duration, SUB(ack_timeout_ms), NULL, K_SOCKET | K_POSITIVE,
+			.def.n = 30000},
+    [SK_MAX_DELIVERIES] = {"max_deliveries", &t_u32, SUB(max_deliveries), NULL, K_SOCKET},
+    [SK_MAX_UNACKED] = {"max_unacked", &t_u32, SUB(max_unacked), NULL, K_SOCKET | K_POSITIVE, .def.n = 1000},
+    [SK_BATCH] = {"batch", &t_enum, SUB(batch), batch_names, K_SOCKET, .def.n = CFG_BATCH_NONE},
+    [SK_RETENTION] = {"retention", &t_section, 0, &retention_keys, K_SOCKET | K_FLOW},
+};
+_Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
+
+/* The sink a K_KAFKA or K_SOCKET key of a subscription goes with. */
+static cfg_sink key_sink(const key *k)
+{
+	return (k->flags & K_KAFKA) ? CFG_SINK_KAFKA : CFG_SINK_SOCKET;
+}
+
+static void check_sub(ctx *x, void *base, const pair *seen)
+{
+	cfg_subscription *s = base;
+	const node *sv = seen[SK_SINK].v;
+	if (s->sink == CFG_SINK_KAFKA && !x->have_kafka)
+		err_key(x, sv, "sink", "sink kafka needs a top-level kafka section (brokers)");
+	/* an invalid sink was reported already: what goes with it is unknown */
+	bool sink_ok = !sv || (sv->kind == N_SCALAR && ename_find(sink_names, sv->text));
+	for (size_t i = 0; i < SK_N && sink_ok; i++)
+		if (seen[i].k && (sub_k[i].flags & (K_KAFKA | K_SOCKET)) && s->sink != key_sink(&sub_k[i]))
+			err_key(x, seen[i].k, sub_k[i].name,
+				"only valid with sink: %s (this subscription's sink is %s)",
+				cfg_sink_name(key_sink(&sub_k[i])), cfg_sink_name(s->sink));
+	if (seen[SK_CHANGED].k && !(s->ops & CFG_OP_UPDATE))
+		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
+	for (size_t i = 0; i < SK_N; i++)
+		if ((sub_k[i].flags & K_BY_SINK) && !seen[i].k && s->sink == key_sink(&sub_k[i]))
+			key_default(s, &sub_k[i]);
+}
+
+/* Keys of another sink are refused by the parser: only this sink's are printed. */
+static bool sub_shown(const void *base, const key *k)
+{
+	const cfg_subscription *s = base;
+	return !(k->flags & (K_KAFKA | K_SOCKET)) || s->sink == key_sink(k);
+}
+
+const keys sub_keys = KEYS(sub_k, .check = check_sub, .shown = sub_shown);
+
+static void set_subs(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg *c = FIELD(base, k, cfg);
+	if (is_null(v))
+		return;
+	if (v->kind != N_SEQ) {
+		wrong_kind(x, v, "a list of subscriptions");
+		return;
+	}
+	c->nsubs = v->n;
+	c->subs = v->n ? xcalloc(v->n, sizeof *c->subs) : NULL;
+	named *names = xcalloc(v->n, sizeof *names);
+	const node **name_nodes = xcalloc(v->n, sizeof *name_nodes);
+	for (size_t i = 0; i < v->n; i++) {
+		cfg_subscription *s = &c->subs[i];
+		pair seen[CFG_MAX_KEYS] = {0};
+		size_t old = path_index(x, i);
+		keys_default(s, &sub_keys);
+		s->line = v->kids[i]->line;
+		s->col = v->kids[i]->col;
+		walk_map(x, v->kids[i], s, &sub_keys, seen);
+		names[i] = (named){s->name, i};
+		name_nodes[i] = seen[SK_NAME].v;
+		path_pop(x, old);
+	}
+	size_t *first = first_of(names, v->n);
+	for (size_t i = 0; i < v->n; i++) {
+		if (first[i] == i)
+			continue;
+		size_t old = path_index(x, i);
+		err_key(x, name_nodes[i], "name",
+			"duplicate subscription name %s (first at line %d, column %d)",
+			qnode(x, name_nodes[i]), name_nodes[first[i]]->line, name_nodes[first[i]]->col);
+		path_pop(x, old);
+	}
+	free(first);
+	free(names);
+	free(name_nodes);
+}
+
+static void print_subs(emit *e, const void *base, const key *k)
+{
+	const cfg *c = CFIELD(base, k, cfg);
+	if (!c->nsubs) {
+		emit_raw(e, "[]");
+		return;
+	}
+	e->space = false;
+	int indent = e->indent;
+	for (size_t i = 0; i < c->nsubs; i++) {
+		emit_line(e, indent + 2);
+		buf_puts(e->b, "- ");
+		e->indent = indent + 4;
+		e->inline_key = true;
+		keys_print(e, &c->subs[i], &sub_keys);
+	}
+	e->indent = indent;
+}
+
+static void clear_subs(void *base, const key *k)
+{
+	cfg *c = FIELD(base, k, cfg);
+	for (size_t i = 0; i < c->nsubs; i++)
+		keys_clear(&c->subs[i], &sub_keys);
+	free(c->subs);
+}
+
+const ktype t_subs = {set_subs, print_subs, ST_OWN, 0, clear_subs, NULL};
+
+/* What a reload cannot change (the replication connection, the sockets, the Kafka producer, the
+ * log's setup) needs a restart. */
+static const key source_k[] = {
+    {"dsn", &t_dsn, TOP(source.dsn), .def.s = "", .restart = true},
+    {"slot", &t_ident, TOP(source.slot), &slot_rule, .def.s = "cdc_slot", .restart = true},
+    {"publication", &t_ident, TOP(source.publication), &pub_rule, .def.s = "cdc_pub", .restart = true},
+    {"create", &t_bool, TOP(source.create), .restart = true},
+    {"publish", &t_strlist, TOP(source.publish), NULL, K_PATTERNS, .def.s = "public.*", .restart = true},
+    {"heartbeat", &t_duration, TOP(source.heartbeat_ms)},
+    {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
+};
+
+enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
+static const key status_k[] = {
+    [ST_SOCKET] = {"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET,
+		   .restart = true},
+    [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true},
+    [ST_TCP_CONTROL] = {"tcp_control", &t_bool, TOP(status.tcp_control), .restart = true},
+    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true},
+};
+
+static void check_status(ctx *x, void *base, const pair *seen)
+{
+	cfg *c = base;
+	if (c->status.tcp_control && !seen[ST_LISTEN].k)
+		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+}
+
+static const key subscribers_k[] = {
+    {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true},
+    {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true},
+};
+
+static const key kafka_k[] = {
+    {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true},
+    {"properties", &t_props, 0, .restart = true},
+    {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL},
+};
+
+static void check_kafka(ctx *x, void *base, const pair *seen)
+{
+	(void)x, (void)seen;
+	((cfg *)base)->kafka.enabled = true;
+}
+
+static const key log_k[] = {
+    {"level", &t_enum, TOP(log.level), level_names, .def.n = LOG_LEVEL_INFO, .restart = true},
+    {"format", &t_enum, TOP(log.format), format_names, .def.n = LOG_FORMAT_TEXT, .restart = true},
+};
+
+static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
+		  subscribers_keys = KEYS(subscribers_k), kafka_keys = KEYS(kafka_k, .check = check_kafka),
+		  log_keys = KEYS(log_k);
+
+static const key top_k[] = {
+    {"source", &t_section, 0, &source_keys},
+    {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true},
+    {"status", &t_section, 0, &status_keys},
+    {"subscribers", &t_section, 0, &subscribers_keys},
+    {"kafka", &t_section, 0, &kafka_keys, K_KAFKA},
+    {"log", &t_section, 0, &log_keys},
+    {"subscriptions", &t_subs, 0},
+};
+
+/* The kafka section is printed when the file has one. */
+static bool top_shown(const void *base, const key *k)
+{
+	return !(k->flags & K_KAFKA) || ((const cfg *)base)->kafka.enabled;
+}
+
+const keys top_keys = KEYS(top_k, .top = true, .shown = top_shown);
+
+/* ---- load, free ---- */
+
+static cfg *cfg_new(const char *path)
+{
+	cfg *c = xcalloc(1, sizeof *c);
+	c->path = xstrdup(path);
+	keys_default(c, &top_keys);
+	return c;
+}
+
+void cfg_subscription_free(cfg_subscription *s)
+{
+	if (s)
+		keys_clear(s, &sub_keys);
+	free(s);
+}
+
+void cfg_free(cfg *c)
+{
+	if (!c)
+		return;
+	free(c->path);
+	keys_clear(c, &top_keys);
+	free(c);
+}
+
+cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
+{
+	ctx x = {.file = path ? path : "<config>", .errors = errors};
+	node *root = NULL;
+	cfg *c = NULL;
+
+	if (!text)
+		text = "", len = 0;
+	if (!build_tree(&x, text, len, &root))
+		goto out;
+	c = cfg_new(x.file);
+	if (!root)
+		goto out; /* an empty file: every default */
+	if (root->kind == N_MAP)
+		for (size_t i = 0; i + 1 < root->n; i += 2)
+			if (root->kids[i]->kind == N_SCALAR && strcmp(root->kids[i]->text, "kafka") == 0)
+				x.have_kafka = true;
+	pair seen[CFG_MAX_KEYS] = {0};
+	walk_map(&x, root, c, &top_keys, seen);
+out:
+	node_free(root);
+	ctx_free(&x);
+	if (x.nerr) {
+		cfg_free(c);
+		return NULL;
+	}
+	return c;
+}
+
+cfg *cfg_load(const char *path, buf *errors)
+{
+	buf text = {0};
+	cfg *c = read_text(path, &text, errors)
+		     ? cfg_parse(path, text.data ? text.data : "", text.len, errors)
+		     : NULL;
+	buf_free(&text);
+	return c;
+}
+
+cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)
+{
+	for (size_t i = 0; i < c->nsubs; i++)
+		if (strcmp(c->subs[i].name, name) == 0)
+			return &c->subs[i];
+	return NULL;
+}

@@ -1,0 +1,228 @@
+/* overlay.c: subscriptions changed over the status socket: the body of PUT /subscriptions/NAME,
+ * and the overlay of puts and deletes kept in state_dir and laid over the file's subscriptions. */
+#include "cdc/config/internal.h"
+
+#include "decoder/fsutil.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
+					 buf *errors)
+{
+	ctx x = {.file = "body", .errors = errors, .have_kafka = c->kafka.enabled};
+	node *root = NULL;
+	cfg_subscription *s = xcalloc(1, sizeof *s);
+	keys_default(s, &sub_keys);
+	s->line = s->col = 1;
+	if (!build_tree(&x, text ? text : "", text ? len : 0, &root))
+		goto out;
+	if (!root || root->kind != N_MAP) {
+		err_pos(&x, 1, 1, "must be one JSON object with the keys of a subscription");
+		goto out;
+	}
+	const node *given = NULL;
+	for (size_t i = 0; i + 1 < root->n; i += 2)
+		if (root->kids[i]->kind == N_SCALAR && strcmp(root->kids[i]->text, "name") == 0)
+			given = root->kids[i + 1];
+	if (given && (given->kind != N_SCALAR || strcmp(given->text, name) != 0)) {
+		err_key(&x, given, "name", "must be %s (the name in the path) or left out",
+			quoted(&x, name, strlen(name)));
+		goto out;
+	}
+	if (!given) {
+		node_add(root, scalar_node("name", root->line, root->col));
+		node_add(root, scalar_node(name, root->line, root->col));
+	}
+	pair seen[CFG_MAX_KEYS] = {0};
+	walk_map(&x, root, s, &sub_keys, seen);
+out:
+	node_free(root);
+	ctx_free(&x);
+	if (x.nerr) {
+		cfg_subscription_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* The overlay file: {subscriptions: [...], deleted: [names]}. */
+typedef struct overlay_doc {
+	cfg puts; /* only subs and nsubs */
+	cfg_strlist deleted;
+} overlay_doc;
+
+static const key overlay_k[] = {
+    {"subscriptions", &t_subs, offsetof(overlay_doc, puts)},
+    {"deleted", &t_names, offsetof(overlay_doc, deleted)},
+};
+static const keys overlay_keys = KEYS(overlay_k);
+
+static void overlay_path(buf *b, const char *state_dir)
+{
+	buf_printf(b, "%s/%s", state_dir, CFG_OVERLAY_FILE);
+}
+
+cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
+{
+	buf path = {0};
+	overlay_path(&path, state_dir);
+	cfg_overlay *o = xcalloc(1, sizeof *o);
+	if (access(path.data, F_OK) != 0 && errno == ENOENT) {
+		buf_free(&path);
+		return o;
+	}
+	overlay_doc doc = {0};
+	ctx x = {.file = path.data, .errors = errors, .have_kafka = true};
+	buf text = {0};
+	if (!read_text(path.data, &text, errors))
+		x.nerr++;
+	node *root = NULL;
+	if (!x.nerr && build_tree(&x, text.data ? text.data : "", text.len, &root) && root) {
+		pair seen[CFG_MAX_KEYS] = {0};
+		walk_map(&x, root, &doc, &overlay_keys, seen);
+	}
+	node_free(root);
+	ctx_free(&x);
+	buf_free(&text);
+	buf_free(&path);
+	o->put = doc.puts.subs;
+	o->nput = doc.puts.nsubs;
+	o->deleted = doc.deleted;
+	if (x.nerr) {
+		cfg_overlay_free(o);
+		return NULL;
+	}
+	return o;
+}
+
+bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, size_t errlen)
+{
+	buf path = {0}, text = {0};
+	overlay_path(&path, state_dir);
+	buf_puts(
+	    &text,
+	    "# Subscriptions changed over the status socket (PUT and DELETE /subscriptions/NAME), laid over\n"
+	    "# the configuration file's at every start and reload. Written by cdc; remove this file (with "
+	    "cdc\n"
+	    "# stopped) to go back to the file's subscriptions alone.\n");
+	overlay_doc doc = {.puts = {.subs = o->put, .nsubs = o->nput}, .deleted = o->deleted};
+	emit e = {.b = &text, .first = true};
+	keys_print(&e, &doc, &overlay_keys);
+	buf_putc(&text, '\n');
+	bool ok = file_replace(path.data, text.data, text.len, 0600, err, errlen);
+	buf_free(&path);
+	buf_free(&text);
+	return ok;
+}
+
+/* A copy that owns its strings. */
+static void sub_copy(cfg_subscription *dst, const cfg_subscription *src)
+{
+	*dst = *src;
+	keys_copy(dst, src, &sub_keys);
+}
+
+static void strlist_remove(cfg_strlist *l, const char *s)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0) {
+			free(l->v[i]);
+			memmove(&l->v[i], &l->v[i + 1], (l->n - i - 1) * sizeof *l->v);
+			l->n--;
+			return;
+		}
+}
+
+static void strlist_add(cfg_strlist *l, const char *s)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i], s) == 0)
+			return;
+	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+	l->v[l->n++] = xstrdup(s);
+}
+
+/* Removes the subscription of that name from an array; true if there was one. */
+static bool subs_remove(cfg_subscription *v, size_t *n, const char *name)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp(v[i].name, name) == 0) {
+			keys_clear(&v[i], &sub_keys);
+			memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof *v);
+			(*n)--;
+			return true;
+		}
+	return false;
+}
+
+/* Replaces the subscription of s's name in place, or appends s; takes s's contents. */
+static void subs_set(cfg_subscription **v, size_t *n, cfg_subscription *s)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp((*v)[i].name, s->name) == 0) {
+			keys_clear(&(*v)[i], &sub_keys);
+			(*v)[i] = *s;
+			return;
+		}
+	*v = xrealloc(*v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = *s;
+}
+
+void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s)
+{
+	strlist_remove(&o->deleted, s->name);
+	subs_set(&o->put, &o->nput, s);
+	free(s);
+}
+
+void cfg_overlay_delete(cfg_overlay *o, const char *name)
+{
+	subs_remove(o->put, &o->nput, name);
+	strlist_add(&o->deleted, name);
+}
+
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors)
+{
+	for (size_t i = 0; i < o->nput; i++)
+		if (o->put[i].sink == CFG_SINK_KAFKA && !c->kafka.enabled) {
+			buf_printf(errors,
+				   "%s/%s: subscription %s has sink kafka, but the configuration has no "
+				   "kafka section "
+				   "(add one, or DELETE the subscription)\n",
+				   c->state_dir, CFG_OVERLAY_FILE, o->put[i].name);
+			return false;
+		}
+	for (size_t i = 0; i < o->deleted.n; i++)
+		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
+	for (size_t i = 0; i < o->nput; i++) {
+		cfg_subscription s;
+		sub_copy(&s, &o->put[i]);
+		subs_set(&c->subs, &c->nsubs, &s);
+	}
+	return true;
+}
+
+cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)
+{
+	cfg_overlay *d = xcalloc(1, sizeof *d);
+	d->nput = o->nput;
+	d->put = o->nput ? xcalloc(o->nput, sizeof *d->put) : NULL;
+	for (size_t i = 0; i < o->nput; i++)
+		sub_copy(&d->put[i], &o->put[i]);
+	strlist_copy(&d->deleted, &o->deleted);
+	return d;
+}
+
+void cfg_overlay_free(cfg_overlay *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < o->nput; i++)
+		keys_clear(&o->put[i], &sub_keys);
+	free(o->put);
+	strlist_free(&o->deleted);
+	free(o);
+}

@@ -1,0 +1,638 @@
+/* types.c: the value types of the key tables: for each, a setter that checks a node and stores it
+ * (reporting FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
+#include "cdc/config/internal.h"
+
+#include "cdc/config/predicate.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+/* Setters store enums through an int pointer: make sure that is what they are. */
+_Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
+		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
+		   sizeof(log_format) == sizeof(int) && sizeof(log_level) == sizeof(int),
+	       "enums are stored as int");
+_Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(mode_t) == sizeof(uint32_t),
+	       "uid_t and mode_t are 32 bits");
+
+static void set_section(ctx *x, const node *v, void *base, const key *k)
+{
+	pair seen[CFG_MAX_KEYS] = {0};
+	walk_map(x, v, base, k->arg, seen);
+}
+
+static void set_string(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a string");
+	if (!s)
+		return;
+	if ((k->flags & K_NONEMPTY) && !*s) {
+		err_at(x, v, "must not be empty");
+		return;
+	}
+	char **f = FIELD(base, k, char *);
+	free(*f);
+	*f = xstrdup(s);
+}
+
+/* A where predicate: parsed here too, so check-config reports it where it stands. */
+static void set_where(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a predicate");
+	if (!s)
+		return;
+	char why[256];
+	pred *p = *s ? pred_parse(s, why, sizeof(why)) : NULL;
+	if (*s && !p) {
+		err_at(x, v, "%s", why);
+		return;
+	}
+	pred_free(p);
+	set_string(x, v, base, k); /* reports an empty one */
+}
+
+static void set_socket(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a socket path");
+	if (!s)
+		return;
+	if (!*s || strlen(s) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		err_at(x, v, "a socket path must be 1 to %zu bytes long",
+		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
+static void set_ident(ctx *x, const node *v, void *base, const key *k)
+{
+	const ident_rule *r = k->arg;
+	const char *s = scalar(x, v, "a name");
+	if (!s)
+		return;
+	if (!ident_ok(s, r)) {
+		err_at(x, v, "invalid name %s (expected %s)", qnode(x, v), r->expect);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
+static void set_bool(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "true or false");
+	if (!s)
+		return;
+	if (strcmp(s, "true") && strcmp(s, "false")) {
+		err_at(x, v,
+		       "expected true or false, got %s (YAML 1.2 booleans: yes/no/on/off are not accepted)",
+		       qnode(x, v));
+		return;
+	}
+	*FIELD(base, k, bool) = strcmp(s, "true") == 0;
+}
+
+static void set_duration(ctx *x, const node *v, void *base, const key *k)
+{
+	uint64_t ms;
+	const char *s = scalar(x, v, "a duration");
+	if (!s)
+		return;
+	if (!cfg_parse_duration(s, &ms)) {
+		err_at(x, v, "invalid duration %s (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)", qnode(x, v));
+		return;
+	}
+	if ((k->flags & K_POSITIVE) && !ms) {
+		err_at(x, v, "must be longer than 0");
+		return;
+	}
+	*FIELD(base, k, uint64_t) = ms;
+}
+
+static void set_size(ctx *x, const node *v, void *base, const key *k)
+{
+	uint64_t n;
+	const char *s = scalar(x, v, "a size");
+	if (!s)
+		return;
+	if (!cfg_parse_size(s, &n)) {
+		err_at(x, v,
+		       "invalid size %s (expected bytes, or e.g. 64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)",
+		       qnode(x, v));
+		return;
+	}
+	*FIELD(base, k, uint64_t) = n;
+}
+
+/* A decimal integer within [min, max]; false after reporting an error. */
+static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+	const char *s = scalar(x, v, "an integer");
+	if (!s)
+		return false;
+	uint64_t n = 0;
+	bool big = false;
+	if (*s == '-' && s[1]) {
+		err_at(x, v, "must not be negative, got %s", qnode(x, v));
+		return false;
+	}
+	if (!*s || strspn(s, DIGIT) != strlen(s)) {
+		err_at(x, v, "expected a non-negative integer, got %s", qnode(x, v));
+		return false;
+	}
+	for (; *s; s++) {
+		if (n > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			big = true;
+		else
+			n = n * 10 + (uint64_t)(*s - '0');
+	}
+	if (big || n < min || n > max) {
+		err_at(x, v, "%s is out of range (%" PRIu64 " to %" PRIu64 ")", qnode(x, v), min, max);
+		return false;
+	}
+	*out = n;
+	return true;
+}
+
+static void set_u32(ctx *x, const node *v, void *base, const key *k)
+{
+	uint64_t n;
+	if (get_uint(x, v, (k->flags & K_POSITIVE) ? 1 : 0, UINT32_MAX, &n))
+		*FIELD(base, k, uint32_t) = (uint32_t)n;
+}
+
+static void set_u64(ctx *x, const node *v, void *base, const key *k)
+{
+	uint64_t n;
+	if (get_uint(x, v, 0, UINT64_MAX, &n))
+		*FIELD(base, k, uint64_t) = n;
+}
+
+static void set_enum(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a name");
+	if (!s)
+		return;
+	const ename *e = ename_find(k->arg, s);
+	if (e) {
+		*FIELD(base, k, int) = e->value;
+		return;
+	}
+	buf names = {0};
+	ename_list(&names, k->arg);
+	err_at(x, v, "invalid value %s (expected %s)", qnode(x, v), names.data);
+	buf_free(&names);
+}
+
+static void set_listen(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "HOST:PORT");
+	if (!s)
+		return;
+	const char *why = listen_problem(s);
+	if (why) {
+		err_at(x, v, "invalid address %s: %s", qnode(x, v), why);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
+static void set_mode(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "an octal mode like \"0660\"");
+	if (!s)
+		return;
+	unsigned long m = 0;
+	if (!*s || strspn(s, "01234567") != strlen(s)) {
+		err_at(x, v, "invalid mode %s (expected an octal mode like \"0660\")", qnode(x, v));
+		return;
+	}
+	for (; *s; s++)
+		if ((m = m * 8 + (unsigned long)(*s - '0')) > 07777)
+			break;
+	if (m & ~0777ul) {
+		err_at(x, v, "mode %s has bits outside 0777", qnode(x, v));
+		return;
+	}
+	if (m & 0002) {
+		err_at(x, v,
+		       "mode %s lets any local user write to the sockets (use e.g. \"0660\" and a group)",
+		       qnode(x, v));
+		return;
+	}
+	*FIELD(base, k, mode_t) = (mode_t)m;
+}
+
+void strlist_free(cfg_strlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+void strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
+{
+	dst->n = src->n;
+	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	for (size_t i = 0; i < src->n; i++)
+		dst->v[i] = xstrdup(src->v[i]);
+}
+
+/* The items of a non-empty list, or NULL after an error. */
+static const node *list(ctx *x, const node *v)
+{
+	if (v->kind != N_SEQ) {
+		wrong_kind(x, v, "a list");
+		return NULL;
+	}
+	if (!v->n) {
+		err_at(x, v, "must not be empty");
+		return NULL;
+	}
+	return v;
+}
+
+/* A list of strings: table patterns (K_PATTERNS) or column names. */
+static void set_strlist(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg_strlist l = {0};
+	if (!list(x, v))
+		return;
+	l.v = xcalloc(v->n, sizeof *l.v);
+	unsigned before = x->nerr;
+	for (size_t i = 0; i < v->n; i++) {
+		const node *it = v->kids[i];
+		bool pat = k->flags & K_PATTERNS;
+		const char *s = scalar(x, it, pat ? "a \"schema.table\" pattern" : "a column name");
+		char why[160];
+		const char *problem = NULL;
+		if (!s)
+			continue;
+		if (pat)
+			problem = pattern_problem(s, why, sizeof why);
+		else if (!*s || strlen(s) > CFG_MAX_NAME)
+			problem = "a column name is 1 to 63 bytes long";
+		if (problem) {
+			err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name",
+			       qnode(x, it), problem);
+			continue;
+		}
+		l.v[l.n++] = xstrdup(s);
+	}
+	if (x->nerr != before) {
+		strlist_free(&l);
+		return;
+	}
+	cfg_strlist *f = FIELD(base, k, cfg_strlist);
+	strlist_free(f);
+	*f = l;
+}
+
+static void set_ops(ctx *x, const node *v, void *base, const key *k)
+{
+	unsigned ops = 0, before = x->nerr;
+	if (!list(x, v))
+		return;
+	for (size_t i = 0; i < v->n; i++) {
+		const node *it = v->kids[i];
+		const char *s = scalar(x, it, "an operation");
+		if (!s)
+			continue;
+		const ename *e = ename_find(op_names, s);
+		if (!e) {
+			buf names = {0};
+			ename_list(&names, op_names);
+			err_at(x, it, "unknown operation %s (expected %s)", qnode(x, it), names.data);
+			buf_free(&names);
+		} else if (ops & (unsigned)e->value) {
+			err_at(x, it, "operation %s is listed twice", qnode(x, it));
+		}
+		ops |= e ? (unsigned)e->value : 0;
+	}
+	if (x->nerr == before)
+		*FIELD(base, k, unsigned) = ops;
+}
+
+static void set_uids(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg *c = base;
+	(void)k;
+	if (v->kind != N_SEQ) {
+		wrong_kind(x, v, "a list of user ids");
+		return;
+	}
+	uid_t *uids = xcalloc(v->n, sizeof *uids);
+	size_t n = 0;
+	for (size_t i = 0; i < v->n; i++) {
+		uint64_t u;
+		if (get_uint(x, v->kids[i], 0, UINT32_MAX - 1, &u)) /* (uid_t)-1 means "no uid" */
+			uids[n++] = (uid_t)u;
+	}
+	if (n != v->n) {
+		free(uids);
+		return;
+	}
+	free(c->status.control_uids);
+	c->status.control_uids = uids;
+	c->status.ncontrol_uids = n;
+}
+
+static void set_topic(ctx *x, const node *v, void *base, const key *k)
+{
+	char why[160];
+	const char *s = scalar(x, v, "a topic name");
+	if (!s)
+		return;
+	if (!*s) {
+		err_at(x, v, "must not be empty");
+		return;
+	}
+	const char *problem = k->arg ? (ident_ok(s, k->arg) ? NULL : ((const ident_rule *)k->arg)->expect)
+				     : topic_problem(s, why, sizeof why);
+	if (problem) {
+		err_at(x, v, "invalid topic %s: %s", qnode(x, v), problem);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
+static int named_cmp(const void *a, const void *b)
+{
+	const named *p = a, *q = b;
+	int r = !p->s || !q->s ? (q->s == NULL) - (p->s == NULL) : strcmp(p->s, q->s); /* NULLs first */
+	return r ? r : (p->i > q->i) - (p->i < q->i);
+}
+
+size_t *first_of(named *v, size_t n)
+{
+	size_t *first = xcalloc(n, sizeof *first);
+	for (size_t i = 0; i < n; i++)
+		first[i] = i;
+	qsort(v, n, sizeof *v, named_cmp);
+	for (size_t i = 1; i < n; i++)
+		if (v[i].s && v[i - 1].s && strcmp(v[i].s, v[i - 1].s) == 0)
+			first[v[i].i] = first[v[i - 1].i];
+	return first;
+}
+
+static void set_props(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg *c = base;
+	(void)k;
+	if (is_null(v))
+		return;
+	if (v->kind != N_MAP) {
+		wrong_kind(x, v, "a mapping of librdkafka properties");
+		return;
+	}
+	size_t n = v->n / 2;
+	named *names = xcalloc(n, sizeof *names);
+	unsigned before = x->nerr;
+	for (size_t i = 0; i < n; i++) {
+		const node *kn = v->kids[2 * i], *val = v->kids[2 * i + 1];
+		names[i].i = i;
+		if (kn->kind != N_SCALAR || !kn->len || strlen(kn->text) != kn->len) {
+			wrong_kind(x, kn, "a property name");
+			continue;
+		}
+		names[i].s = kn->text;
+		if (val->kind != N_SCALAR)
+			err_at(x, val, "property %s: expected a scalar value, got a %s", qnode(x, kn),
+			       val->kind == N_MAP ? "mapping" : "list");
+		else if (strlen(val->text) != val->len)
+			err_at(x, val, "property %s: must not contain a NUL character", qnode(x, kn));
+	}
+	size_t *first = first_of(names, n);
+	for (size_t i = 0; i < n; i++)
+		if (first[i] != i)
+			err_at(x, v->kids[2 * i], "duplicate property %s (first at line %d, column %d)",
+			       qnode(x, v->kids[2 * i]), v->kids[2 * first[i]]->line,
+			       v->kids[2 * first[i]]->col);
+	free(first);
+	free(names);
+	if (x->nerr != before)
+		return;
+	c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+	for (size_t i = 0; i < n; i++)
+		c->kafka.properties[i] =
+		    (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
+	c->kafka.nproperties = n;
+}
+
+/* The overlay file's deleted subscriptions. */
+static void set_names(ctx *x, const node *v, void *base, const key *k)
+{
+	cfg_strlist *l = FIELD(base, k, cfg_strlist);
+	if (v->kind != N_SEQ) {
+		wrong_kind(x, v, "a list of subscription names");
+		return;
+	}
+	strlist_free(l);
+	l->v = xcalloc(v->n ? v->n : 1, sizeof *l->v);
+	for (size_t i = 0; i < v->n; i++) {
+		const char *s = scalar(x, v->kids[i], "a subscription name");
+		if (s && !ident_ok(s, &sub_rule))
+			err_at(x, v->kids[i], "invalid name %s (expected %s)", qnode(x, v->kids[i]),
+			       sub_rule.expect);
+		else if (s)
+			l->v[l->n++] = xstrdup(s);
+	}
+}
+
+/* ---- printers ---- */
+
+static void print_section(emit *e, const void *base, const key *k)
+{
+	if (e->json || (k->flags & K_FLOW)) {
+		emit saved = emit_open(e, '{');
+		keys_print(e, base, k->arg);
+		emit_close(e, '}', &saved);
+		return;
+	}
+	e->space = false;
+	e->indent += 2;
+	keys_print(e, base, k->arg);
+	e->indent -= 2;
+}
+
+static void print_string(emit *e, const void *base, const key *k)
+{
+	emit_str(e, *CFIELD(base, k, char *));
+}
+
+static void print_dsn(emit *e, const void *base, const key *k)
+{
+	char *dsn = cfg_mask_dsn(*CFIELD(base, k, char *));
+	emit_str(e, dsn);
+	free(dsn);
+}
+
+static void print_bool(emit *e, const void *base, const key *k)
+{
+	emit_raw(e, *CFIELD(base, k, bool) ? "true" : "false");
+}
+
+static void print_duration(emit *e, const void *base, const key *k)
+{
+	buf b = {0};
+	fmt_duration(&b, *CFIELD(base, k, uint64_t));
+	emit_word(e, b.data);
+	buf_free(&b);
+}
+
+static void print_size(emit *e, const void *base, const key *k)
+{
+	buf b = {0};
+	fmt_size(&b, *CFIELD(base, k, uint64_t));
+	emit_word(e, b.data);
+	buf_free(&b);
+}
+
+static void print_u32(emit *e, const void *base, const key *k)
+{
+	emit_u64(e, *CFIELD(base, k, uint32_t));
+}
+
+static void print_u64(emit *e, const void *base, const key *k)
+{
+	emit_u64(e, *CFIELD(base, k, uint64_t));
+}
+
+static void print_enum(emit *e, const void *base, const key *k)
+{
+	emit_word(e, ename_of(k->arg, *CFIELD(base, k, int)));
+}
+
+static void print_mode(emit *e, const void *base, const key *k)
+{
+	char mode[8];
+	snprintf(mode, sizeof mode, "%04o", (unsigned)*CFIELD(base, k, mode_t));
+	emit_str(e, mode);
+}
+
+static void print_strlist(emit *e, const void *base, const key *k)
+{
+	const cfg_strlist *l = CFIELD(base, k, cfg_strlist);
+	emit saved = emit_open(e, '[');
+	for (size_t i = 0; i < l->n; i++) {
+		emit_item(e, i);
+		emit_str(e, l->v[i]);
+	}
+	emit_close(e, ']', &saved);
+}
+
+static void print_ops(emit *e, const void *base, const key *k)
+{
+	unsigned ops = *CFIELD(base, k, unsigned);
+	size_t n = 0;
+	emit saved = emit_open(e, '[');
+	for (const ename *o = op_names; o->name; o++) {
+		if (ops & (unsigned)o->value) {
+			emit_item(e, n++);
+			emit_word(e, o->name);
+		}
+	}
+	emit_close(e, ']', &saved);
+}
+
+static void print_uids(emit *e, const void *base, const key *k)
+{
+	const cfg *c = base;
+	(void)k;
+	emit saved = emit_open(e, '[');
+	for (size_t i = 0; i < c->status.ncontrol_uids; i++) {
+		emit_item(e, i);
+		emit_u64(e, c->status.control_uids[i]);
+	}
+	emit_close(e, ']', &saved);
+}
+
+/* A block mapping, one property a line; secret-looking values masked. */
+static void print_props(emit *e, const void *base, const key *k)
+{
+	const cfg *c = base;
+	(void)k;
+	if (!c->kafka.nproperties) {
+		emit_raw(e, "{}");
+		return;
+	}
+	e->space = false;
+	for (size_t i = 0; i < c->kafka.nproperties; i++) {
+		const cfg_kv *kv = &c->kafka.properties[i];
+		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
+		bool explicit_key = strlen(kv->key) > 100;
+		emit_line(e, e->indent + 2);
+		if (explicit_key)
+			buf_puts(e->b, "? ");
+		emit_str(e, kv->key);
+		if (explicit_key)
+			emit_line(e, e->indent + 2);
+		buf_puts(e->b, ": ");
+		emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
+	}
+}
+
+/* ---- values held apart from their key's offset ---- */
+
+static void clear_uids(void *base, const key *k)
+{
+	cfg *c = base;
+	(void)k;
+	free(c->status.control_uids);
+}
+
+static bool same_uids(const void *a, const void *b, const key *k)
+{
+	const cfg *x = a, *y = b;
+	(void)k;
+	return x->status.ncontrol_uids == y->status.ncontrol_uids &&
+	       (!x->status.ncontrol_uids || memcmp(x->status.control_uids, y->status.control_uids,
+						   x->status.ncontrol_uids * sizeof(uid_t)) == 0);
+}
+
+static void clear_props(void *base, const key *k)
+{
+	cfg *c = base;
+	(void)k;
+	for (size_t i = 0; i < c->kafka.nproperties; i++) {
+		free(c->kafka.properties[i].key);
+		free(c->kafka.properties[i].value);
+	}
+	free(c->kafka.properties);
+}
+
+static bool same_props(const void *a, const void *b, const key *k)
+{
+	const cfg *x = a, *y = b;
+	(void)k;
+	if (x->kafka.nproperties != y->kafka.nproperties)
+		return false;
+	for (size_t i = 0; i < x->kafka.nproperties; i++)
+		if (strcmp(x->kafka.properties[i].key, y->kafka.properties[i].key) ||
+		    strcmp(x->kafka.properties[i].value, y->kafka.properties[i].value))
+			return false;
+	return true;
+}
+
+/* ---- the types ---- */
+
+const ktype t_section = {set_section, print_section, ST_SECTION},
+	    t_string = {set_string, print_string, ST_STR}, t_dsn = {set_string, print_dsn, ST_STR},
+	    t_where = {set_where, print_string, ST_STR}, t_socket = {set_socket, print_string, ST_STR},
+	    t_ident = {set_ident, print_string, ST_STR}, t_listen = {set_listen, print_string, ST_STR},
+	    t_topic = {set_topic, print_string, ST_STR},
+	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool)},
+	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t)},
+	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t)},
+	    t_u32 = {set_u32, print_u32, ST_VALUE, sizeof(uint32_t)},
+	    t_u64 = {set_u64, print_u64, ST_VALUE, sizeof(uint64_t)},
+	    t_enum = {set_enum, print_enum, ST_VALUE, sizeof(int)},
+	    t_mode = {set_mode, print_mode, ST_VALUE, sizeof(mode_t)},
+	    t_strlist = {set_strlist, print_strlist, ST_LIST},
+	    t_ops = {set_ops, print_ops, ST_VALUE, sizeof(unsigned)},
+	    t_names = {set_names, print_strlist, ST_LIST},
+	    t_uids = {set_uids, print_uids, ST_OWN, 0, clear_uids, same_uids},
+	    t_props = {set_props, print_props, ST_OWN, 0, clear_props, same_props};

@@ -1,0 +1,399 @@
+/* values.c: the values a configuration holds, each read and written by one implementation here:
+ * durations, sizes, "schema.table" patterns (and matching them), addresses, topics, names, and the
+ * names of enums (the parser's tables, which cfg_sink_name and the like also answer from). */
+#include "cdc/config/internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* ---- value checks shared by setters and tests ---- */
+
+bool cfg_parse_duration(const char *s, uint64_t *ms)
+{
+	static const struct {
+		const char *unit;
+		uint64_t ms;
+	} units[] = {{"h", 3600000}, {"ms", 1}, {"m", 60000}, {"s", 1000}};
+	uint64_t total = 0;
+	int last = -1; /* units must come in decreasing order, each once: "1h30m", not "30m1h" */
+
+	if (!s || !*s)
+		return false;
+	if (strcmp(s, "0") == 0) {
+		*ms = 0;
+		return true;
+	}
+	while (*s) {
+		uint64_t v = 0;
+		if (*s < '0' || *s > '9')
+			return false;
+		for (; *s >= '0' && *s <= '9'; s++) {
+			if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+				return false;
+			v = v * 10 + (uint64_t)(*s - '0');
+		}
+		int u;
+		for (u = 0; u < 4; u++)
+			if (strncmp(s, units[u].unit, strlen(units[u].unit)) == 0)
+				break;
+		if (u == 4)
+			return false;
+		int rank = u == 0 ? 0 : u == 2 ? 1 : u == 3 ? 2 : 3; /* h, m, s, ms */
+		if (rank <= last)
+			return false;
+		last = rank;
+		s += strlen(units[u].unit);
+		if (v > UINT64_MAX / units[u].ms || total > UINT64_MAX - v * units[u].ms)
+			return false;
+		total += v * units[u].ms;
+	}
+	*ms = total;
+	return true;
+}
+
+/* Largest first: the printer takes the first unit that divides a size exactly. */
+static const struct {
+	const char *unit;
+	uint64_t mult;
+} size_units[] = {
+    {"TiB", 1ull << 40},
+    {"GiB", 1ull << 30},
+    {"MiB", 1ull << 20},
+    {"KiB", 1ull << 10},
+    {"TB", 1000000000000ull},
+    {"GB", 1000000000ull},
+    {"MB", 1000000ull},
+    {"kB", 1000},
+    {"KB", 1000},
+    {"B", 1},
+    {"", 1},
+};
+
+bool cfg_parse_size(const char *s, uint64_t *bytes)
+{
+	uint64_t v = 0;
+	if (!s || *s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return false;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	for (size_t i = 0; i < sizeof size_units / sizeof *size_units; i++) {
+		if (strcmp(s, size_units[i].unit) != 0)
+			continue;
+		if (v > UINT64_MAX / size_units[i].mult)
+			return false;
+		*bytes = v * size_units[i].mult;
+		return true;
+	}
+	return false;
+}
+
+void fmt_duration(buf *b, uint64_t ms)
+{
+	static const struct {
+		const char *unit;
+		uint64_t ms;
+	} units[] = {{"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+	if (!ms)
+		buf_putc(b, '0');
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+		if (ms >= units[i].ms) {
+			buf_printf(b, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
+			ms %= units[i].ms;
+		}
+	}
+}
+
+void fmt_size(buf *b, uint64_t n)
+{
+	for (size_t i = 0; n && size_units[i].mult > 1; i++) {
+		if (n % size_units[i].mult == 0) {
+			buf_printf(b, "%" PRIu64 "%s", n / size_units[i].mult, size_units[i].unit);
+			return;
+		}
+	}
+	buf_printf(b, "%" PRIu64, n);
+}
+
+/* One part of a pattern, unquoted into out; false if it is not a well-formed part. */
+static bool pattern_part(const char **pp, char out[CFG_MAX_NAME + 1], bool *quoted)
+{
+	const char *p = *pp;
+	size_t n = 0;
+	*quoted = *p == '"';
+	if (*quoted) {
+		for (p++;; p++) {
+			if (!*p)
+				return false;
+			if (*p == '"' && *++p != '"')
+				break;
+			if (n == CFG_MAX_NAME)
+				return false;
+			out[n++] = *p;
+		}
+	} else {
+		for (; *p && *p != '.'; p++) {
+			if (*p == '"' || n == CFG_MAX_NAME)
+				return false;
+			out[n++] = *p;
+		}
+	}
+	out[n] = '\0';
+	*pp = p;
+	return n > 0;
+}
+
+/* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
+ * at most 63 bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier characters
+ * plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if ok. */
+const char *pattern_problem(const char *s, char *why, size_t whylen)
+{
+	size_t part_len[2] = {0, 0};
+	int part = 0;
+	bool inq = false;
+	for (const char *p = s; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (inq) {
+			if (c == '"' && p[1] == '"')
+				p++;
+			else if (c == '"') {
+				inq = false;
+				if (p[1] && p[1] != '.')
+					return "double quotes must surround a whole schema or table name";
+				continue;
+			}
+		} else if (c == '"') {
+			if (p != s && p[-1] != '.')
+				return "double quotes must surround a whole schema or table name";
+			inq = true;
+			continue;
+		} else if (c == '.') {
+			if (part++)
+				return "expected schema.table with exactly one dot outside double quotes";
+			continue;
+		} else if (!(c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			     (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '*' || c == '?')) {
+			errf(why, whylen, "character '%c' is only allowed inside double quotes",
+			     c >= 0x20 && c < 0x7f ? c : '?');
+			return why;
+		}
+		if (c < 0x20 || c == 0x7f)
+			return "control characters are not allowed";
+		part_len[part]++;
+	}
+	if (inq)
+		return "unterminated double quote";
+	if (part == 0)
+		return "expected schema.table (no dot)";
+	if (!part_len[0])
+		return "empty schema name";
+	if (!part_len[1])
+		return "empty table name";
+	if (part_len[0] > CFG_MAX_NAME || part_len[1] > CFG_MAX_NAME)
+		return "schema and table names are at most 63 bytes";
+	/* what passes here, cfg_table_match must understand */
+	char name[CFG_MAX_NAME + 1];
+	bool quoted;
+	const char *p = s;
+	if (!pattern_part(&p, name, &quoted) || *p++ != '.' || !pattern_part(&p, name, &quoted) || *p)
+		return "not of the form schema.table";
+	return NULL;
+}
+
+/* * and ? globs, byte-wise; linear backtracking, so no pattern can make it slow. */
+static bool glob_match(const char *pat, const char *s)
+{
+	const char *star = NULL, *resume = NULL;
+	while (*s) {
+		if (*pat == '*') {
+			star = pat++;
+			resume = s;
+		} else if (*pat && (*pat == '?' || *pat == *s)) {
+			pat++;
+			s++;
+		} else if (star) {
+			pat = star + 1;
+			s = ++resume;
+		} else {
+			return false;
+		}
+	}
+	while (*pat == '*')
+		pat++;
+	return !*pat;
+}
+
+bool cfg_table_match(const char *pattern, const char *schema, const char *table)
+{
+	char part[2][CFG_MAX_NAME + 1];
+	bool quoted[2];
+	const char *p = pattern;
+	if (!pattern_part(&p, part[0], &quoted[0]) || *p != '.')
+		return false;
+	p++;
+	if (!pattern_part(&p, part[1], &quoted[1]) || *p)
+		return false;
+	return (quoted[0] ? strcmp(part[0], schema) == 0 : glob_match(part[0], schema)) &&
+	       (quoted[1] ? strcmp(part[1], table) == 0 : glob_match(part[1], table));
+}
+
+/* "HOST:PORT" or "[IPv6]:PORT", port 1-65535. NULL if ok. */
+const char *listen_problem(const char *s)
+{
+	const char *port;
+	if (*s == '[') {
+		const char *end = strchr(s, ']');
+		if (!end || end == s + 1 || end[1] != ':')
+			return "expected [IPv6]:PORT";
+		for (const char *p = s + 1; p < end; p++)
+			if (!strchr("0123456789abcdefABCDEF:.%", *p) &&
+			    !(*p == '_' || *p == '-' || (*p >= 'g' && *p <= 'z') || (*p >= 'G' && *p <= 'Z')))
+				return "invalid character in IPv6 address";
+		if (!memchr(s + 1, ':', (size_t)(end - s - 1)))
+			return "expected an IPv6 address inside [ ]";
+		port = end + 2;
+	} else {
+		const char *colon = strrchr(s, ':');
+		if (!colon || colon == s)
+			return "expected HOST:PORT or [IPv6]:PORT";
+		for (const char *p = s; p < colon; p++) {
+			if (*p == ':')
+				return "an IPv6 address needs brackets: [IPv6]:PORT";
+			if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
+				return "invalid character in host name";
+		}
+		port = colon + 1;
+	}
+	unsigned long v = 0;
+	size_t digits = strspn(port, "0123456789");
+	if (!digits || port[digits] || digits > 5)
+		return "port must be a number from 1 to 65535";
+	for (size_t i = 0; i < digits; i++)
+		v = v * 10 + (unsigned long)(port[i] - '0');
+	if (v < 1 || v > 65535)
+		return "port must be a number from 1 to 65535";
+	return NULL;
+}
+
+/* Kafka topic templates: the names Kafka allows, and the placeholders we expand. NULL if ok. */
+const char *topic_problem(const char *s, char *why, size_t whylen)
+{
+	static const char *const ph[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
+	for (const char *p = s; *p;) {
+		if (*p == '{') {
+			size_t i, n = 0;
+			for (i = 0; i < 4; i++)
+				if (strncmp(p, ph[i], n = strlen(ph[i])) == 0)
+					break;
+			if (i == 4) {
+				size_t end = strcspn(p, "}");
+				errf(why, whylen,
+				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+				     "{subscription}, {tag})",
+				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
+				return why;
+			}
+			p += n;
+			continue;
+		}
+		unsigned char c = (unsigned char)*p++;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-')) {
+			errf(why, whylen,
+			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
+			     c >= 0x20 && c < 0x7f ? c : '?');
+			return why;
+		}
+	}
+	if (strlen(s) > 249)
+		return "a Kafka topic name is at most 249 characters";
+	return NULL;
+}
+
+/* ---- names ---- */
+
+const ident_rule slot_rule = {LOWER DIGIT "_", LOWER DIGIT "_", 63,
+			      "[a-z0-9_]{1,63}, PostgreSQL's rule for slot names"};
+/* Any name PostgreSQL can hold (cdc always quotes it), but no control characters, which would
+ * forge log lines. */
+const ident_rule pub_rule = {NULL, NULL, 63, "1 to 63 bytes without control characters"};
+const ident_rule sub_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 64,
+			     "1 to 64 characters from [A-Za-z0-9_.-]"};
+const ident_rule topic_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 249,
+			       "a Kafka topic name [a-zA-Z0-9._-]{1,249}"};
+
+bool ident_ok(const char *s, const ident_rule *r)
+{
+	size_t n = strlen(s);
+	if (n < 1 || n > r->max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (r->first ? !strchr(i ? r->rest : r->first, s[i])
+			     : (unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+const ename *ename_find(const ename *e, const char *name)
+{
+	for (; e->name; e++)
+		if (strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
+
+const char *ename_of(const ename *e, int value)
+{
+	for (; e->name; e++)
+		if (e->value == value)
+			return e->name;
+	return "?";
+}
+
+void ename_list(buf *b, const ename *e)
+{
+	for (const ename *p = e; p->name; p++)
+		buf_printf(b, "%s%s", p == e ? "" : ", ", p->name);
+}
+
+const ename op_names[] = {
+    {"insert", CFG_OP_INSERT},	   {"update", CFG_OP_UPDATE},	{"delete", CFG_OP_DELETE},
+    {"truncate", CFG_OP_TRUNCATE}, {"message", CFG_OP_MESSAGE}, {NULL, 0},
+};
+const ename sink_names[] = {
+    {"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};
+const ename consumers_names[] = {{"failover", CFG_CONSUMERS_FAILOVER},
+				 {"shared", CFG_CONSUMERS_SHARED},
+				 {"key_shared", CFG_CONSUMERS_KEY_SHARED},
+				 {NULL, 0}};
+const ename batch_names[] = {{"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
+const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
+const ename level_names[] = {{"debug", LOG_LEVEL_DEBUG},
+			     {"info", LOG_LEVEL_INFO},
+			     {"warn", LOG_LEVEL_WARN},
+			     {"error", LOG_LEVEL_ERROR},
+			     {NULL, 0}};
+const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
+
+const char *cfg_sink_name(cfg_sink v)
+{
+	return ename_of(sink_names, (int)v);
+}
+
+const char *cfg_consumers_name(cfg_consumers v)
+{
+	return ename_of(consumers_names, (int)v);
+}
+
+const char *cfg_when_full_name(cfg_when_full v)
+{
+	return ename_of(full_names, (int)v);
+}
+
+const char *cfg_batch_name(cfg_batch v)
+{
+	return ename_of(batch_names, (int)v);
+}

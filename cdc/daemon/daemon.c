@@ -25,7 +25,7 @@
 #include "cdc/status/status.h"
 #include "sinks/kafka_sink.h"
 #include "sinks/socket_sink.h"
-#include "sinks/stdout_sink.h"
+#include "cdc/daemon/sinks_setup.h"
 #include "decoder/txn.h"
 
 #define TICK_MS 100
@@ -37,8 +37,6 @@
 #define PUBLISH_MS 1000                       /* the status socket's figures are this fresh */
 #define HEALTH_MS 5000                        /* pg_replication_slots is asked this often */
 #define SAFE_WAL_LOW_PERCENT 20 /* warn when less than this share of max_slot_wal_keep_size is left */
-
-enum { STDOUT, KAFKA, SOCKET, NSINKS }; /* the sink instances */
 
 typedef struct sidecar {
 	cfg *cfg;
@@ -70,8 +68,7 @@ typedef struct sidecar {
 	struct sub_count {
 		uint64_t events, bytes;
 	} *matched; /* per subscription (parallel to cfg->subs): events handed to its sink, rendered bytes */
-	sink *instances[NSINKS]; /* each created when a subscription needs it */
-	sink **sinks; /* per subscription, parallel to cfg->subs */
+	sink_set sinks;
 	arena *arena;
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
@@ -123,7 +120,7 @@ static uint64_t oldest_prepared(const sidecar *d)
 
 /* Iterates k over the sink instances that exist. */
 #define FOR_SINKS(d, k)                                                           \
-	for (sink **k##_at = (d)->instances, *k; k##_at < (d)->instances + NSINKS; k##_at++) \
+	for (sink **k##_at = (d)->sinks.k, *k; k##_at < (d)->sinks.k + SINKS_N; k##_at++) \
 		if ((k = *k##_at) != NULL)
 
 /* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
@@ -156,12 +153,12 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 		e->subscription = s->name;
 		e->tag_present_case = s->tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
 		e->tag = s->tag;
-		sink *k = d->sinks[subs[i]];
+		sink *k = d->sinks.of_sub[subs[i]];
 		if (hold) {
 			size_t at = hold->len;
 			buf_reserve(hold, HOLD_ENTRY);
 			hold->len += HOLD_ENTRY;
-			k->ops->render(k, e, hold);
+			k->ops->render(k, subs[i], e, hold);
 			put_u32(hold->data + at, subs[i]);
 			put_u32(hold->data + at + 4, slot);
 			put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
@@ -169,12 +166,12 @@ static bool emit(sidecar *d, Cdc__V1__Event *ev, const uint32_t *subs, size_t n,
 		}
 		d->events++;
 		buf_reset(&d->scratch);
-		k->ops->render(k, e, &d->scratch);
+		k->ops->render(k, subs[i], e, &d->scratch);
 		d->matched[subs[i]].events++;
 		d->matched[subs[i]].bytes += d->scratch.len;
 		sink_commit at = *c;
 		at.tx_index += slot;
-		if (!k->ops->deliver(k, d->scratch.data, d->scratch.len, &at, d->cur_seq, err, errlen))
+		if (!k->ops->deliver(k, subs[i], d->scratch.data, d->scratch.len, &at, d->cur_seq, err, errlen))
 			return false;
 	}
 	return true;
@@ -333,11 +330,11 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu", t->xid, pos);
 		uint32_t sub = get_u32(rec + pos), n = get_u32(rec + pos + 8);
 		c.tx_index = d->tx_index + get_u32(rec + pos + 4);
-		sink *k = d->sinks[sub];
+		sink *k = d->sinks.of_sub[sub];
 		d->events++;
 		d->matched[sub].events++;
 		d->matched[sub].bytes += n;
-		if (!k->ops->deliver(k, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
+		if (!k->ops->deliver(k, sub, (const char *)rec + pos + HOLD_ENTRY, n, &c, d->cur_seq, err, errlen))
 			return false;
 		pos += HOLD_ENTRY + n;
 	}
@@ -609,7 +606,7 @@ static void on_sink_event(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	d->instances[KAFKA]->ops->poll(d->instances[KAFKA]);
+	d->sinks.k[SINKS_KAFKA]->ops->poll(d->sinks.k[SINKS_KAFKA]);
 	if (flush_sinks(d) && d->streaming)
 		progressed(d, false);
 }
@@ -677,9 +674,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 /* The Kafka sink's counters and its commit-to-delivery latency since the start. */
 static void log_kafka(sidecar *d)
 {
-	if (!d->instances[KAFKA])
+	if (!d->sinks.k[SINKS_KAFKA])
 		return;
-	const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
+	const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
 	log_info("kafka", "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f latency_p99_ms=%.2f latency_max_ms=%.2f",
 		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered, (unsigned long long)k->errors,
 		 (unsigned long long)k->restarts, (double)hist_quantile(&k->latency, 0.5) / 1000,
@@ -724,8 +721,8 @@ static const char *not_ready(const sidecar *d)
 		return d->last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
 	if (d->paused)
 		return "paused: a sink is busy or a spool is full (when_full: block)";
-	if (d->instances[KAFKA]) {
-		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
+	if (d->sinks.k[SINKS_KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
 		if (k->brokers_down && k->in_flight)
 			return "kafka: every broker is down; messages wait in flight";
 	}
@@ -746,11 +743,10 @@ static void publish(sidecar *d, bool force)
 				       .delivered = d->matched[i].events, .bytes = d->matched[i].bytes};
 	}
 	socket_sub_stats st;
-	for (size_t k = 0; d->instances[SOCKET] && socket_sink_stats(d->instances[SOCKET], k, &st); k++) {
-		const cfg_subscription *c = cfg_find_subscription(d->cfg, st.name);
-		if (!c)
+	for (uint32_t i = 0; d->sinks.k[SINKS_SOCKET] && i < d->cfg->nsubs; i++) {
+		if (!socket_sink_stats(d->sinks.k[SINKS_SOCKET], i, &st))
 			continue;
-		report_sub *r = &subs[c - d->cfg->subs];
+		report_sub *r = &subs[i];
 		r->delivered = st.delivered;
 		r->has_offsets = true;
 		r->head_offset = st.head_offset;
@@ -787,16 +783,16 @@ static void publish(sidecar *d, bool force)
 			   .safe_wal_size = d->health.safe_wal_size},
 		.subs = subs,
 		.nsubs = d->cfg->nsubs,
-		.has_kafka = d->instances[KAFKA] != NULL,
-		.socket_latency = d->instances[SOCKET] ? socket_sink_latency(d->instances[SOCKET]) : NULL,
+		.has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
+		.socket_latency = d->sinks.k[SINKS_SOCKET] ? socket_sink_latency(d->sinks.k[SINKS_SOCKET]) : NULL,
 	};
 	const char *warnings[] = {d->slot_warning};
 	if (d->slot_warning[0]) {
 		r.warnings = warnings;
 		r.nwarnings = 1;
 	}
-	if (d->instances[KAFKA]) {
-		const kafka_stats *k = kafka_sink_stats(d->instances[KAFKA]);
+	if (d->sinks.k[SINKS_KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
 		r.kafka.in_flight = k->in_flight;
 		r.kafka.delivered = k->delivered;
 		r.kafka.errors = k->errors;
@@ -945,8 +941,6 @@ static void on_consumers_acked(void *ctx)
  * that were in old (NULL at the start) carry over. */
 static bool bind_sinks(sidecar *d, const cfg *old)
 {
-	free(d->sinks);
-	d->sinks = xcalloc(d->cfg->nsubs, sizeof(sink *));
 	struct sub_count *matched = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*matched));
 	for (size_t i = 0; old && i < d->cfg->nsubs; i++) {
 		const cfg_subscription *was = cfg_find_subscription(old, d->cfg->subs[i].name);
@@ -955,33 +949,14 @@ static bool bind_sinks(sidecar *d, const cfg *old)
 	}
 	free(d->matched);
 	d->matched = matched;
-	for (size_t i = 0; i < d->cfg->nsubs; i++) {		if (d->cfg->subs[i].sink == CFG_SINK_STDOUT) {
-			if (!d->instances[STDOUT])
-				d->instances[STDOUT] = stdout_sink_new(STDOUT_FILENO);
-			d->sinks[i] = d->instances[STDOUT];
-			continue;
-		}
-		if (d->cfg->subs[i].sink == CFG_SINK_SOCKET) {
-			if (!d->instances[SOCKET] &&
-			    !(d->instances[SOCKET] = socket_sink_new(d->cfg, d->base, on_consumers_acked, d, d->err,
-								     sizeof(d->err))))
-				return false;
-			d->sinks[i] = d->instances[SOCKET];
-			continue;
-		}
-		if (!d->instances[KAFKA]) {
-			if (!(d->instances[KAFKA] = kafka_sink_new(d->cfg, d->err, sizeof(d->err))))
-				return false;
-			d->ev_kafka = event_new(d->base, d->instances[KAFKA]->ops->fd(d->instances[KAFKA]), EV_READ | EV_PERSIST,
-						on_sink_event, d);
-			event_add(d->ev_kafka, NULL);
-		}
-		d->sinks[i] = d->instances[KAFKA];
+	if (!sink_set_bind(&d->sinks, d->cfg, d->err, sizeof(d->err)))
+		return false;
+	if (d->sinks.k[SINKS_KAFKA] && !d->ev_kafka) {
+		d->ev_kafka = event_new(d->base, d->sinks.k[SINKS_KAFKA]->ops->fd(d->sinks.k[SINKS_KAFKA]),
+					EV_READ | EV_PERSIST, on_sink_event, d);
+		event_add(d->ev_kafka, NULL);
 	}
-	/* Even with no Kafka subscription left: the sink must not keep the old configuration. */
-	if (d->instances[KAFKA])
-		kafka_sink_bind(d->instances[KAFKA], d->cfg);
-	return !d->instances[SOCKET] || socket_sink_bind(d->instances[SOCKET], d->cfg, d->err, sizeof(d->err));
+	return true;
 }
 
 /* Whether two configurations give the Kafka producer the same settings. */
@@ -1087,7 +1062,7 @@ static bool apply_reload(sidecar *d)
 	if (strcmp(next->source.dsn, d->cfg->source.dsn) || strcmp(next->source.slot, d->cfg->source.slot) ||
 	    strcmp(next->source.publication, d->cfg->source.publication) || strcmp(next->state_dir, d->cfg->state_dir))
 		log_warn("source and state_dir changes take effect at the next restart", "config=%s", d->cfg_path);
-	if (d->instances[KAFKA] && !same_kafka(next, d->cfg))
+	if (d->sinks.k[SINKS_KAFKA] && !same_kafka(next, d->cfg))
 		log_warn("kafka brokers and properties take effect at the next restart", "config=%s", d->cfg_path);
 	rules_free(d->rules);
 	d->rules = r;
@@ -1104,8 +1079,8 @@ static bool apply_reload(sidecar *d)
 	/* A deleted socket subscription's spool goes with it. */
 	for (size_t i = 0; i < d->nchanges; i++) {
 		const char *name = d->changes[i].req->name;
-		if (!d->changes[i].req->put && d->instances[SOCKET] && !cfg_find_subscription(d->cfg, name) &&
-		    !socket_sink_forget(d->instances[SOCKET], name, d->err, sizeof(d->err)))
+		if (!d->changes[i].req->put && d->sinks.k[SINKS_SOCKET] && !cfg_find_subscription(d->cfg, name) &&
+		    !socket_sink_forget(d->sinks.k[SINKS_SOCKET], name, d->err, sizeof(d->err)))
 			log_warn("cannot remove the spool of a deleted subscription", "subscription=%s error=\"%s\"", name,
 				 d->err);
 	}
@@ -1198,6 +1173,7 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	d.rc = pgo_relcache_new();
 	d.src = source_new(c);
 	d.base = event_base_new();
+	d.sinks = (sink_set){.base = d.base, .wake = on_consumers_acked, .ctx = &d};
 	if (!bind_sinks(&d, NULL)) {
 		d.exit_code = 2;
 		log_error("cannot start a sink", "error=\"%s\"", d.err);
@@ -1244,8 +1220,7 @@ out:
 	status_free(d.status);
 	if (d.ev_kafka)
 		event_free(d.ev_kafka);
-	FOR_SINKS(&d, k)
-		k->ops->free(k);
+	sink_set_free(&d.sinks);
 	if (d.base)
 		event_base_free(d.base);
 	txn_free(d.asm_);
@@ -1257,7 +1232,6 @@ out:
 	rules_free(d.rules);
 	cfg_overlay_free(d.overlay);
 	free(d.matched);
-	free(d.sinks);
 	cfg_free(d.cfg);
 	if (d.lock_fd >= 0)
 		close(d.lock_fd);

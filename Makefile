@@ -43,7 +43,8 @@ LIB_SRCS := \
 	sinks/event_json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c \
 	sinks/spool.c \
 	cdc/config/config.c cdc/config/predicate.c \
-	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c cdc/daemon/sinks_setup.c cdc/daemon/daemon.c \
+	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c

@@ -48,7 +48,7 @@ LIB_SRCS := \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline
 FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "sinks/frame.h"
@@ -121,13 +120,6 @@ struct socket_sink {
 	char err[512];
 };
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static uint32_t get_u32(const void *p)
 {
 	uint32_t v;
@@ -208,7 +200,7 @@ static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 	frame_put_server(&b, f);
 	bufferevent_write(c->bev, b.data, b.len);
 	buf_free(&b);
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 }
 
 static void consumer_free(consumer *c);
@@ -364,7 +356,7 @@ static void push_delivery(socket_sink *s, queue *q, consumer *c)
 	evbuffer_add(out, s->scratch.data, s->scratch.len);
 	evbuffer_add(out, s->events.data, s->events.len);
 	buf_reset(&s->events);
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 }
 
 static void fatal_read(socket_sink *s, queue *q)
@@ -421,7 +413,7 @@ static void dispatch(socket_sink *s, queue *q)
 {
 	if (!q->sub->set || !q->consumers || (mode(q) == SOCKET_FAILOVER && q->consumers->closing))
 		return; /* removed from the configuration: nothing more is sent */
-	uint64_t head = spool_head(q->sp), now = mono_ms();
+	uint64_t head = spool_head(q->sp), now = now_ms();
 	uint64_t off = resume_at(q);
 	while (off && off <= head) {
 		if (!slot_unsent(q, off)) {
@@ -786,7 +778,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->s = s;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(c->bev, on_consumer_read, NULL, on_consumer_event, c);
@@ -804,7 +796,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	socket_sink *s = arg;
-	uint64_t now = mono_ms();
+	uint64_t now = now_ms();
 	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
 	if (trim_now)
 		s->last_trim_ms = now;

@@ -44,11 +44,12 @@ LIB_SRCS := \
 	sinks/spool.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/predicate.c \
-	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c cdc/daemon/daemon.c \
+	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline
 FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

@@ -485,7 +485,7 @@ Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, c
 	return v;
 }
 
-static Cdc__V1__Event *event_new(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
+static Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
 	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
@@ -579,7 +579,7 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 			    pgo_type_name(m->type), rel->nspname, rel->relname, m->change.old.ncols,
 			    rel->ncols);
 
-	Cdc__V1__Event *e = event_new(a, op, rel);
+	Cdc__V1__Event *e = evt_alloc(a, op, rel);
 	size_t ncols = rel->ncols, nkeys = 0;
 	/* Names are copied: the relation cache may replace the entry while the event still lives. */
 	char **names = arena_alloc(a, (ncols ? ncols : 1) * sizeof(*names));
@@ -621,7 +621,7 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 
 Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags)
 {
-	Cdc__V1__Event *e = event_new(a, CDC__V1__OP__OP_TRUNCATE, rel);
+	Cdc__V1__Event *e = evt_alloc(a, CDC__V1__OP__OP_TRUNCATE, rel);
 	Cdc__V1__Truncate *t = arena_alloc(a, sizeof(*t));
 	*t = (Cdc__V1__Truncate)CDC__V1__TRUNCATE__INIT;
 	t->cascade = (flags & 1) != 0;
@@ -632,7 +632,7 @@ Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags)
 
 Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m)
 {
-	Cdc__V1__Event *e = event_new(a, CDC__V1__OP__OP_MESSAGE, NULL);
+	Cdc__V1__Event *e = evt_alloc(a, CDC__V1__OP__OP_MESSAGE, NULL);
 	Cdc__V1__LogicalMessage *lm = arena_alloc(a, sizeof(*lm));
 	*lm = (Cdc__V1__LogicalMessage)CDC__V1__LOGICAL_MESSAGE__INIT;
 	const char *prefix = m->message.prefix ? m->message.prefix : "";

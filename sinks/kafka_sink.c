@@ -35,7 +35,10 @@ typedef struct table_count {
 
 typedef struct kafka_sink {
 	sink base;
-	const cfg *cfg;
+	/* copies of the settings last bound */
+	kafka_sink_settings set;
+	kafka_sub_settings *subs;
+	size_t nsubs;
 	rd_kafka_t *rk;
 	int pipe[2]; /* the main queue's event signal */
 	size_t busy_at;
@@ -242,13 +245,13 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	/* cdc's defaults first; kafka.properties override them. */
-	bool ok = set(conf, "bootstrap.servers", k->cfg->kafka.brokers, err, errlen) &&
+	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen) &&
 		  set(conf, "enable.idempotence", "true", err, errlen) && set(conf, "acks", "all", err, errlen) &&
 		  set(conf, "client.id", "cdc", err, errlen);
 	bool gapless_set = false;
-	for (size_t i = 0; ok && i < k->cfg->kafka.nproperties; i++) {
-		ok = set(conf, k->cfg->kafka.properties[i].key, k->cfg->kafka.properties[i].value, err, errlen);
-		gapless_set |= strcmp(k->cfg->kafka.properties[i].key, "enable.gapless.guarantee") == 0;
+	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
+		ok = set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
+		gapless_set |= strcmp(k->set.properties[i].key, "enable.gapless.guarantee") == 0;
 	}
 	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
 	 * slot sends the failed messages again). Otherwise librdkafka goes on delivering the batches
@@ -313,10 +316,10 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 	return cols;
 }
 
-static void kafka_render(sink *base, const Cdc__V1__Event *e, buf *out)
+static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	const cfg_subscription *s = cfg_find_subscription(k->cfg, e->subscription);
+	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : NULL;
 	buf topic = {0};
 	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
 
@@ -433,9 +436,10 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	t->events = 1;
 }
 
-static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_commit *c, uint64_t seq, char *err,
-			  size_t errlen)
+static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
+			  uint64_t seq, char *err, size_t errlen)
 {
+	(void)subscription; /* the rendered event says all */
 	kafka_sink *k = (kafka_sink *)base;
 	rendered r;
 	if (k->failed)
@@ -459,7 +463,7 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 	}
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
-	if (k->cfg->kafka.transactions_topic) /* only the transaction record needs the counts */
+	if (k->set.transactions_topic) /* only the transaction record needs the counts */
 		count_table(k, schema, r.schema_len, table, r.table_len);
 
 	buf_reset(&k->value);
@@ -481,7 +485,7 @@ static bool kafka_deliver(sink *base, const char *data, size_t len, const sink_c
 /* The transactions_topic record of the transaction that just ended, if it had Kafka events. */
 static void transaction_record(kafka_sink *k, uint64_t seq)
 {
-	if (!k->cfg->kafka.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
+	if (!k->set.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
 		return;
 	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
 	t.xid = k->cur_xid;
@@ -506,7 +510,7 @@ static void transaction_record(kafka_sink *k, uint64_t seq)
 	lsn_format(t.commit_lsn, key);
 	rendered r = {.xid = t.xid};
 	/* All in partition 0: in commit order, like the transactions they describe. */
-	produce(k, k->cfg->kafka.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
+	produce(k, k->set.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
 		headers(&r, "", t.commit_lsn, "Transaction"), seq);
 	free(ptrs);
 	free(counts);
@@ -581,11 +585,48 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	return producer_new(k, err, errlen);
 }
 
+static void free_settings(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->set.nproperties; i++) {
+		free((char *)k->set.properties[i].key);
+		free((char *)k->set.properties[i].value);
+	}
+	free((kafka_property *)k->set.properties);
+	free((char *)k->set.brokers);
+	free((char *)k->set.transactions_topic);
+	for (size_t i = 0; i < k->nsubs; i++)
+		free((char *)k->subs[i].topic);
+	free(k->subs);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs)
+{
+	kafka_sink *k = (kafka_sink *)s;
+	free_settings(k);
+	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
+				       .nproperties = settings->nproperties,
+				       .transactions_topic = dup_or_null(settings->transactions_topic)};
+	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
+	for (size_t i = 0; i < settings->nproperties; i++)
+		props[i] = (kafka_property){xstrdup(settings->properties[i].key), xstrdup(settings->properties[i].value)};
+	k->set.properties = props;
+	k->nsubs = nsubs;
+	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
+	for (size_t i = 0; i < nsubs; i++)
+		k->subs[i] = (kafka_sub_settings){dup_or_null(subs[i].topic), subs[i].tombstones};
+}
+
 static void kafka_free(sink *base)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	if (k->rk)
 		rd_kafka_destroy(k->rk);
+	free_settings(k);
 	tables_clear(k);
 	free(k->tables);
 	free(k->q);
@@ -610,13 +651,15 @@ static const sink_ops kafka_ops = {
 	.restart = kafka_restart,
 };
 
-sink *kafka_sink_new(const cfg *c, char *err, size_t errlen)
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs, char *err,
+		     size_t errlen)
 {
 	kafka_sink *k = xcalloc(1, sizeof(*k));
 	k->base.ops = &kafka_ops;
-	k->cfg = c;
+	kafka_sink_bind(&k->base, settings, subs, nsubs);
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
 		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
+		free_settings(k);
 		free(k);
 		return NULL;
 	}
@@ -625,11 +668,6 @@ sink *kafka_sink_new(const cfg *c, char *err, size_t errlen)
 		return NULL;
 	}
 	return &k->base;
-}
-
-void kafka_sink_bind(sink *s, const cfg *c)
-{
-	((kafka_sink *)s)->cfg = c;
 }
 
 const kafka_stats *kafka_sink_stats(const sink *s)

@@ -6,16 +6,33 @@
 #ifndef CDC_KAFKA_SINK_H
 #define CDC_KAFKA_SINK_H
 
-#include "cdc/config/config.h"
 #include "decoder/hist.h"
 #include "sinks/sink.h"
 
-/* Uses c->kafka (brokers, properties passed to librdkafka unchanged, transactions_topic) and the
- * kafka subscriptions of c (topic, tombstones), which must outlive the sink or be replaced with
- * kafka_sink_bind(). NULL with err on a property librdkafka refuses. */
-sink *kafka_sink_new(const cfg *c, char *err, size_t errlen);
-/* After a reload: the subscriptions to take topics and tombstones from. */
-void kafka_sink_bind(sink *s, const cfg *c);
+typedef struct kafka_property {
+	const char *key, *value;
+} kafka_property;
+
+/* The producer's settings; strings are copied. */
+typedef struct kafka_sink_settings {
+	const char *brokers;
+	const kafka_property *properties; /* handed to librdkafka unchanged, after cdc's defaults */
+	size_t nproperties;
+	const char *transactions_topic; /* NULL: no record per transaction */
+} kafka_sink_settings;
+
+/* One subscription, at the index render() and deliver() receive. */
+typedef struct kafka_sub_settings {
+	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */
+	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
+} kafka_sub_settings;
+
+/* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs, char *err,
+		     size_t errlen);
+/* After a reload: the settings a restart of the producer takes, and the subscriptions to take
+ * topics and tombstones from (copied). */
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs);
 
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;

@@ -36,12 +36,14 @@ typedef enum sink_status {
 
 typedef struct sink_ops {
 	const char *name;
-	/* Appends the event, without its commit fields, in the sink's format to out. */
-	void (*render)(sink *s, const Cdc__V1__Event *e, buf *out);
-	/* Takes one rendered event of transaction seq with its commit fields. false: a permanent,
-	 * local failure (the daemon exits); failures a restart can cure are reported by flush(). */
-	bool (*deliver)(sink *s, const char *rendered, size_t len, const sink_commit *c, uint64_t seq, char *err,
-			size_t errlen);
+	/* Appends the event of subscription sub (the index of the subscription in the settings the
+	 * sink was bound with), without its commit fields, in the sink's format to out. */
+	void (*render)(sink *s, uint32_t sub, const Cdc__V1__Event *e, buf *out);
+	/* Takes one event of subscription sub rendered by render(), of transaction seq, with its
+	 * commit fields. false: a permanent, local failure (the daemon exits); failures a restart can
+	 * cure are reported by flush(). */
+	bool (*deliver)(sink *s, uint32_t sub, const char *rendered, size_t len, const sink_commit *c, uint64_t seq,
+			char *err, size_t errlen);
 	/* Transaction seq has no more events for this sink (and every earlier one has ended too). */
 	void (*end_txn)(sink *s, uint64_t seq);
 	/* Called when the input is drained: push out what is buffered, report failures. */

@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "sinks/frame.h"
@@ -28,7 +27,7 @@
 #define TRIM_EVERY_MS 1000
 #define HEARTBEAT_DEFAULT_MS 5000
 #define KEY_BUCKETS 256
-#define RENDER_HEADER 8 /* [u32 subscription index][u32 key hash] before the packed event */
+#define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
 
 /* ServerFrame and Delivery field numbers (subscriber.proto), and the Event's offset fields. */
 enum { SF_SUBSCRIBED = 1, SF_DELIVERY = 2, DELIVERY_EVENTS = 1, EVENT_OFFSET = 2, EVENT_DELIVERY_COUNT = 16 };
@@ -71,7 +70,7 @@ typedef struct queue {
 struct subscription {
 	socket_sink *s;
 	char *name;
-	const cfg_subscription *cfg;
+	const socket_sub_settings *set; /* NULL: no longer bound */
 	queue q, dead;
 	bool in_txn, dirty, have_last;
 	uint64_t last_lsn;
@@ -94,7 +93,7 @@ struct consumer {
 
 struct socket_sink {
 	sink base;
-	const cfg *cfg;
+	char *state_dir;
 	struct event_base *evb;
 	struct evconnlistener *listener;
 	struct event *ev_tick;
@@ -103,7 +102,8 @@ struct socket_sink {
 	void *wake_ctx;
 	subscription **subs; /* every subscription ever bound, by name */
 	size_t nsubs;
-	subscription **by_index; /* cfg->subs index -> subscription (NULL: not a socket one) */
+	socket_sub_settings *settings; /* copies of the last bind's, by subscription index */
+	subscription **by_index;       /* subscription index -> subscription (NULL: not a socket one) */
 	size_t nindex;
 	consumer *pending; /* connected, not subscribed yet */
 	size_t nconnections;
@@ -119,13 +119,6 @@ struct socket_sink {
 	hist latency;
 	char err[512];
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static uint32_t get_u32(const void *p)
 {
@@ -169,9 +162,9 @@ static void window_reset(window *w, uint64_t base)
 
 /* Consumers ---------------------------------------------------------------------------- */
 
-static cfg_consumers mode(const queue *q)
+static socket_consumers mode(const queue *q)
 {
-	return q->dead_letters || !q->sub->cfg ? CFG_CONSUMERS_FAILOVER : q->sub->cfg->consumers;
+	return q->dead_letters || !q->sub->set ? SOCKET_FAILOVER : q->sub->set->consumers;
 }
 
 /* A connection is on exactly one list: the pending ones (not subscribed) or one queue's consumers.
@@ -198,7 +191,7 @@ static void append_consumer(consumer **list, consumer *c)
 /* failover: only the first consumer receives; the others wait their turn. */
 static bool is_active(const consumer *c)
 {
-	return mode(c->q) != CFG_CONSUMERS_FAILOVER || c->q->consumers == c;
+	return mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
 }
 
 static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
@@ -207,7 +200,7 @@ static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 	frame_put_server(&b, f);
 	bufferevent_write(c->bev, b.data, b.len);
 	buf_free(&b);
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 }
 
 static void consumer_free(consumer *c);
@@ -272,9 +265,9 @@ static consumer *least_loaded(queue *q)
 static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 {
 	switch (mode(q)) {
-	case CFG_CONSUMERS_FAILOVER:
+	case SOCKET_FAILOVER:
 		return q->consumers;
-	case CFG_CONSUMERS_SHARED: {
+	case SOCKET_SHARED: {
 		consumer *c = q->consumers, *fallback = NULL;
 		for (size_t k = q->rr % q->nconsumers; k--;)
 			c = c->next;
@@ -290,7 +283,7 @@ static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 		}
 		return fallback;
 	}
-	case CFG_CONSUMERS_KEY_SHARED: {
+	case SOCKET_KEY_SHARED: {
 		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
 		consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
 		if (!*b)
@@ -325,7 +318,7 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	sl->state = SLOT_SENT;
 	sl->c = c;
 	sl->deliveries++;
-	sl->deadline_ms = now + q->sub->cfg->ack_timeout_ms;
+	sl->deadline_ms = now + q->sub->set->ack_timeout_ms;
 	if (sl->deadline_ms < q->min_deadline || !q->min_deadline)
 		q->min_deadline = sl->deadline_ms;
 	c->in_flight++;
@@ -363,7 +356,7 @@ static void push_delivery(socket_sink *s, queue *q, consumer *c)
 	evbuffer_add(out, s->scratch.data, s->scratch.len);
 	evbuffer_add(out, s->events.data, s->events.len);
 	buf_reset(&s->events);
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 }
 
 static void fatal_read(socket_sink *s, queue *q)
@@ -377,7 +370,7 @@ static void fatal_read(socket_sink *s, queue *q)
 static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
 {
 	const consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
-	bool by_key = mode(q) == CFG_CONSUMERS_KEY_SHARED;
+	bool by_key = mode(q) == SOCKET_KEY_SHARED;
 	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
 	consumer *c = by_key ? NULL : choose(q, 0, last);
 	if (!by_key && (!c || !has_room(c)))
@@ -398,7 +391,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		}
 		return off + 1;
 	}
-	bool batch = !q->dead_letters && q->sub->cfg->batch == CFG_BATCH_TRANSACTION;
+	bool batch = !q->dead_letters && q->sub->set->batch_transaction;
 	uint64_t commit_lsn = r.commit_lsn;
 	put_event(s, q, c, &r, now);
 	for (off++; batch && off <= head && slot_unsent(q, off); off++) {
@@ -418,9 +411,9 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 /* Pushes what the consumers have room for: returned offsets first (in order), then new ones. */
 static void dispatch(socket_sink *s, queue *q)
 {
-	if (!q->sub->cfg || !q->consumers || (mode(q) == CFG_CONSUMERS_FAILOVER && q->consumers->closing))
+	if (!q->sub->set || !q->consumers || (mode(q) == SOCKET_FAILOVER && q->consumers->closing))
 		return; /* removed from the configuration: nothing more is sent */
-	uint64_t head = spool_head(q->sp), now = mono_ms();
+	uint64_t head = spool_head(q->sp), now = now_ms();
 	uint64_t off = resume_at(q);
 	while (off && off <= head) {
 		if (!slot_unsent(q, off)) {
@@ -473,7 +466,7 @@ static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	sl->c->in_flight--;
 	sl->state = SLOT_UNSENT;
 	q->returned++;
-	uint32_t max = q->sub->cfg ? q->sub->cfg->max_deliveries : 0; /* no cfg: being removed */
+	uint32_t max = q->sub->set ? q->sub->set->max_deliveries : 0; /* no settings: being removed */
 	if (!q->dead_letters && max && sl->deliveries >= max)
 		move_to_dead(s, q, off);
 }
@@ -492,7 +485,7 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off)
 		return;
 	}
 	log_warn("moved an event to the dead letters", "subscription=%s offset=%llu deliveries=%u dead_offset=%llu",
-		 sub->name, (unsigned long long)off, sub->cfg->max_deliveries, (unsigned long long)dead_off);
+		 sub->name, (unsigned long long)off, sub->set->max_deliveries, (unsigned long long)dead_off);
 	ack_slot(q, window_at(&q->w, off));
 	dispatch(s, &sub->dead);
 }
@@ -511,7 +504,7 @@ static void return_all(socket_sink *s, queue *q, consumer *c)
 static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
-	bool cumulative = mode(q) == CFG_CONSUMERS_FAILOVER;
+	bool cumulative = mode(q) == SOCKET_FAILOVER;
 	if (cumulative && !is_active(c))
 		return; /* it lost the failover: its deliveries went to another */
 	for (size_t i = 0; i < a->n_offsets; i++) {
@@ -534,12 +527,12 @@ static void check_timeouts(socket_sink *s, queue *q, uint64_t now)
 	if (!q->min_deadline || q->min_deadline > now)
 		return;
 	q->min_deadline = 0;
-	if (mode(q) == CFG_CONSUMERS_FAILOVER) {
+	if (mode(q) == SOCKET_FAILOVER) {
 		consumer *active = q->consumers;
 		if (!active || !active->in_flight)
 			return;
 		if (!active->next) {
-			q->min_deadline = now + q->sub->cfg->ack_timeout_ms; /* nobody to hand over to */
+			q->min_deadline = now + q->sub->set->ack_timeout_ms; /* nobody to hand over to */
 			return;
 		}
 		log_warn("the active consumer did not acknowledge in time; the next one takes over",
@@ -612,7 +605,7 @@ static void detach(consumer *c)
 		if (window_at(&q->w, o)->c == c)
 			window_at(&q->w, o)->c = NULL;
 	c->q = NULL;
-	if (was_active && q->consumers && mode(q) == CFG_CONSUMERS_FAILOVER)
+	if (was_active && q->consumers && mode(q) == SOCKET_FAILOVER)
 		log_info("failover: another consumer is active now", "subscription=%s consumer=%s from_offset=%llu",
 			 q->sub->name, q->consumers->name, (unsigned long long)q->w.base);
 	dispatch(c->s, q);
@@ -662,7 +655,7 @@ static uint64_t position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub
 static subscription *find(socket_sink *s, const char *name)
 {
 	for (size_t i = 0; i < s->nsubs; i++)
-		if (s->subs[i]->cfg && strcmp(s->subs[i]->name, name) == 0)
+		if (s->subs[i]->set && strcmp(s->subs[i]->name, name) == 0)
 			return s->subs[i];
 	return NULL;
 }
@@ -671,7 +664,9 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 {
 	subscription *sub = find(s, m->subscription);
 	if (!sub) {
-		bool other = cfg_find_subscription(s->cfg, m->subscription) != NULL;
+		bool other = false;
+		for (size_t i = 0; i < s->nindex && !other; i++)
+			other = strcmp(s->settings[i].name, m->subscription) == 0;
 		char msg[512];
 		snprintf(msg, sizeof(msg), other ? "subscription %s does not deliver to the socket (its sink is another)" :
 						   "no subscription named %s",
@@ -685,7 +680,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	queue *q = m->dead_letters ? &sub->dead : &sub->q;
 	if (m->consumer && m->consumer[0])
 		snprintf(c->name, sizeof(c->name), "%s", m->consumer);
-	uint32_t max = m->dead_letters ? 1000 : sub->cfg->max_unacked;
+	uint32_t max = m->dead_letters ? 1000 : sub->set->max_unacked;
 	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
 	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
 	unlink_consumer(&s->pending, c);
@@ -703,7 +698,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	a.next_offset = next;
 	a.max_unacked = c->max_unacked;
 	a.active = is_active(c);
-	a.batch_transaction = !q->dead_letters && sub->cfg->batch == CFG_BATCH_TRANSACTION;
+	a.batch_transaction = !q->dead_letters && sub->set->batch_transaction;
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_SUBSCRIBED;
 	f.subscribed = &a;
@@ -783,7 +778,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->s = s;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->last_send_ms = mono_ms();
+	c->last_send_ms = now_ms();
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(c->bev, on_consumer_read, NULL, on_consumer_event, c);
@@ -801,13 +796,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	socket_sink *s = arg;
-	uint64_t now = mono_ms();
+	uint64_t now = now_ms();
 	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
 	if (trim_now)
 		s->last_trim_ms = now;
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
-		if (!sub->cfg)
+		if (!sub->set)
 			continue;
 		queue *qs[2] = {&sub->q, &sub->dead};
 		for (int k = 0; k < 2; k++) {
@@ -825,23 +820,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* Subscriptions ------------------------------------------------------------------------- */
 
-static spool_limits limits_of(const cfg_subscription *c)
-{
-	return (spool_limits){.max_events = c->retention.max_events,
-			      .max_age_ms = c->retention.max_age_ms,
-			      .max_bytes = c->retention.max_bytes,
-			      .drop_oldest = c->retention.when_full == CFG_FULL_DROP_OLDEST};
-}
-
 static bool open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen)
 {
 	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s/spool/%s/%s", s->cfg->state_dir, sub->name, dead ? "dead" : "events");
-	spool_limits none = {0}, lim = limits_of(sub->cfg);
+	snprintf(dir, sizeof(dir), "%s/spool/%s/%s", s->state_dir, sub->name, dead ? "dead" : "events");
+	spool_limits none = {0};
 	spool_recovery rec = {0};
 	q->sub = sub;
 	q->dead_letters = dead;
-	if (!(q->sp = spool_open(dir, dead ? &none : &lim, &rec, err, errlen)))
+	if (!(q->sp = spool_open(dir, dead ? &none : &sub->set->retention, &rec, err, errlen)))
 		return false;
 	if (rec.torn_bytes || rec.uncommitted)
 		log_warn("spool recovered", "subscription=%s dir=%s torn_bytes_cut=%llu uncommitted_events=%llu", sub->name,
@@ -858,19 +845,19 @@ static bool make_dir(const char *path, char *err, size_t errlen)
 	return true;
 }
 
-static subscription *open_subscription(socket_sink *s, const cfg_subscription *c, char *err, size_t errlen)
+static subscription *open_subscription(socket_sink *s, const socket_sub_settings *c, char *err, size_t errlen)
 {
 	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s/spool", s->cfg->state_dir);
+	snprintf(dir, sizeof(dir), "%s/spool", s->state_dir);
 	if (!make_dir(dir, err, errlen))
 		return NULL;
-	snprintf(dir, sizeof(dir), "%s/spool/%s", s->cfg->state_dir, c->name);
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, c->name);
 	if (!make_dir(dir, err, errlen))
 		return NULL;
 	subscription *sub = xcalloc(1, sizeof(*sub));
 	sub->s = s;
 	sub->name = xstrdup(c->name);
-	sub->cfg = c;
+	sub->set = c;
 	if (!open_queue(s, sub, &sub->q, false, err, errlen) || !open_queue(s, sub, &sub->dead, true, err, errlen)) {
 		spool_close(sub->q.sp);
 		free(sub->name);
@@ -892,35 +879,47 @@ static void close_consumers(queue *q, const char *why)
 	}
 }
 
-bool socket_sink_bind(sink *base, const cfg *c, char *err, size_t errlen)
+static void free_settings(socket_sink *s)
+{
+	for (size_t i = 0; i < s->nindex; i++)
+		free((char *)s->settings[i].name);
+	free(s->settings);
+	free(s->by_index);
+}
+
+bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs, char *err, size_t errlen)
 {
 	socket_sink *s = (socket_sink *)base;
-	s->cfg = c;
 	for (size_t i = 0; i < s->nsubs; i++)
-		s->subs[i]->cfg = NULL;
-	free(s->by_index);
-	s->nindex = c->nsubs;
-	s->by_index = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(subscription *));
-	for (size_t i = 0; i < c->nsubs; i++) {
-		if (c->subs[i].sink != CFG_SINK_SOCKET)
+		s->subs[i]->set = NULL;
+	free_settings(s);
+	s->nindex = nsubs;
+	s->settings = xcalloc(nsubs ? nsubs : 1, sizeof(*s->settings));
+	s->by_index = xcalloc(nsubs ? nsubs : 1, sizeof(subscription *));
+	for (size_t i = 0; i < nsubs; i++) {
+		s->settings[i] = subs[i];
+		s->settings[i].name = xstrdup(subs[i].name);
+	}
+	for (size_t i = 0; i < nsubs; i++) {
+		const socket_sub_settings *set = &s->settings[i];
+		if (!set->serve)
 			continue;
 		subscription *sub = NULL;
 		for (size_t k = 0; k < s->nsubs && !sub; k++)
-			if (strcmp(s->subs[k]->name, c->subs[i].name) == 0)
+			if (strcmp(s->subs[k]->name, set->name) == 0)
 				sub = s->subs[k];
 		if (!sub) {
-			if (!(sub = open_subscription(s, &c->subs[i], err, errlen)))
+			if (!(sub = open_subscription(s, set, err, errlen)))
 				return false;
 			s->subs = xrealloc(s->subs, (s->nsubs + 1) * sizeof(subscription *));
 			s->subs[s->nsubs++] = sub;
 		}
-		sub->cfg = &c->subs[i];
-		spool_limits lim = limits_of(sub->cfg);
-		spool_set_limits(sub->q.sp, &lim);
+		sub->set = set;
+		spool_set_limits(sub->q.sp, &set->retention);
 		s->by_index[i] = sub;
 	}
 	for (size_t i = 0; i < s->nsubs; i++)
-		if (!s->subs[i]->cfg) {
+		if (!s->subs[i]->set) {
 			close_consumers(&s->subs[i]->q, "the subscription was removed from the configuration");
 			close_consumers(&s->subs[i]->dead, "the subscription was removed from the configuration");
 		}
@@ -945,17 +944,12 @@ static uint32_t key_hash(const Cdc__V1__Event *e)
 	return h;
 }
 
-static void socket_render(sink *base, const Cdc__V1__Event *e, buf *out)
+static void socket_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	socket_sink *s = (socket_sink *)base;
-	uint32_t idx = 0;
-	while (idx < s->nindex && s->cfg->subs[idx].name != e->subscription &&
-	       strcmp(s->cfg->subs[idx].name, e->subscription) != 0)
-		idx++;
-	uint32_t h = idx < s->nindex && s->cfg->subs[idx].consumers == CFG_CONSUMERS_KEY_SHARED ? key_hash(e) : 0;
+	uint32_t h = sub < s->nindex && s->settings[sub].consumers == SOCKET_KEY_SHARED ? key_hash(e) : 0;
 	buf_reserve(out, RENDER_HEADER);
-	memcpy(out->data + out->len, &idx, 4);
-	memcpy(out->data + out->len + 4, &h, 4);
+	memcpy(out->data + out->len, &h, 4);
 	out->len += RENDER_HEADER;
 	size_t n = cdc__v1__event__get_packed_size(e);
 	buf_reserve(out, n);
@@ -976,13 +970,12 @@ static void count_commit(socket_sink *s, int64_t commit_time)
 	s->runs[s->nruns++] = (struct commit_run){commit_time, 1};
 }
 
-static bool socket_deliver(sink *base, const char *rendered, size_t len, const sink_commit *c, uint64_t seq, char *err,
-			   size_t errlen)
+static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_t len, const sink_commit *c,
+			   uint64_t seq, char *err, size_t errlen)
 {
 	(void)seq;
 	socket_sink *s = (socket_sink *)base;
-	uint32_t idx = len >= RENDER_HEADER ? get_u32(rendered) : UINT32_MAX;
-	if (idx >= s->nindex || !s->by_index[idx])
+	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
 		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
 	subscription *sub = s->by_index[idx];
 	/* After a restart the slot resends what the spool may already hold: skip that. */
@@ -993,7 +986,7 @@ static bool socket_deliver(sink *base, const char *rendered, size_t len, const s
 	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
 	pb_put_commit(&s->scratch, c);
 	uint64_t off;
-	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, get_u32(rendered + 4), s->scratch.data, s->scratch.len,
+	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, get_u32(rendered), s->scratch.data, s->scratch.len,
 			  wall_ms(), &off, err, errlen))
 		return false;
 	sub->have_last = true;
@@ -1051,7 +1044,7 @@ static bool socket_busy(const sink *base)
 	int64_t now = wall_ms();
 	for (size_t i = 0; i < s->nsubs; i++) {
 		const subscription *sub = s->subs[i];
-		if (sub->cfg && sub->cfg->retention.when_full == CFG_FULL_BLOCK && spool_full(sub->q.sp, now))
+		if (sub->set && !sub->set->retention.drop_oldest && spool_full(sub->q.sp, now))
 			return true;
 	}
 	return false;
@@ -1086,7 +1079,8 @@ static void socket_free(sink *base)
 		free(sub);
 	}
 	free(s->subs);
-	free(s->by_index);
+	free_settings(s);
+	free(s->state_dir);
 	if (s->listener) {
 		evconnlistener_free(s->listener);
 		unlink(s->path);
@@ -1110,18 +1104,18 @@ static const sink_ops socket_ops = {
 	.free = socket_free,
 };
 
-sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake_fn)(void *), void *ctx, char *err,
-		      size_t errlen)
+sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,
+		      struct event_base *base, void (*wake_fn)(void *), void *ctx, char *err, size_t errlen)
 {
 	socket_sink *s = xcalloc(1, sizeof(*s));
 	s->base.ops = &socket_ops;
-	s->cfg = c;
+	s->state_dir = xstrdup(settings->state_dir);
 	s->evb = base;
 	s->wake = wake_fn;
 	s->wake_ctx = ctx;
-	snprintf(s->path, sizeof(s->path), "%s", c->subscribers.socket);
+	snprintf(s->path, sizeof(s->path), "%s", settings->socket_path);
 	char why[512];
-	int fd = net_unix_listen(c->subscribers.socket, c->subscribers.mode, 128, why, sizeof(why));
+	int fd = net_unix_listen(settings->socket_path, settings->mode, 128, why, sizeof(why));
 	if (fd < 0) {
 		errf(err, errlen, "subscribers.socket %s", why);
 		goto fail;
@@ -1130,15 +1124,15 @@ sink *socket_sink_new(const cfg *c, struct event_base *base, void (*wake_fn)(voi
 	s->listener = evconnlistener_new(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (!s->listener) {
 		close(fd);
-		errf(err, errlen, "subscribers.socket %s: cannot listen", c->subscribers.socket);
+		errf(err, errlen, "subscribers.socket %s: cannot listen", settings->socket_path);
 		goto fail;
 	}
 	s->ev_tick = event_new(base, -1, EV_PERSIST, on_tick, s);
 	struct timeval tv = {.tv_sec = 0, .tv_usec = TICK_MS * 1000};
 	event_add(s->ev_tick, &tv);
-	if (!socket_sink_bind(&s->base, c, err, errlen))
+	if (!socket_sink_bind(&s->base, subs, nsubs, err, errlen))
 		goto fail;
-	log_info("serving subscribers", "socket=%s mode=%04o", c->subscribers.socket, (unsigned)c->subscribers.mode);
+	log_info("serving subscribers", "socket=%s mode=%04o", settings->socket_path, (unsigned)settings->mode);
 	return &s->base;
 fail:
 	socket_free(&s->base);
@@ -1156,7 +1150,7 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 	socket_sink *s = (socket_sink *)base;
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
-		if (sub->cfg || strcmp(sub->name, name) != 0)
+		if (sub->set || strcmp(sub->name, name) != 0)
 			continue;
 		free_queue(&sub->q);
 		free_queue(&sub->dead);
@@ -1167,7 +1161,7 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 		break;
 	}
 	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s/spool/%s", s->cfg->state_dir, name);
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, name);
 	if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
 		return errf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
 	log_info("removed the spool of a deleted subscription", "subscription=%s dir=%s", name, dir);
@@ -1179,17 +1173,14 @@ const hist *socket_sink_latency(const sink *base)
 	return &((const socket_sink *)base)->latency;
 }
 
-bool socket_sink_stats(const sink *base, size_t i, socket_sub_stats *out)
+bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 {
 	const socket_sink *s = (const socket_sink *)base;
-	size_t n = 0;
-	for (size_t k = 0; k < s->nsubs; k++) {
-		const subscription *sub = s->subs[k];
-		if (!sub->cfg || n++ != i)
-			continue;
-		spool_stats st = spool_get_stats(sub->q.sp);
-		*out = (socket_sub_stats){
-			.name = sub->name,
+	const subscription *sub = i < s->nindex ? s->by_index[i] : NULL;
+	if (!sub)
+		return false;
+	spool_stats st = spool_get_stats(sub->q.sp);
+	*out = (socket_sub_stats){
 			.matched = sub->matched,
 			.delivered = sub->delivered,
 			.redelivered = sub->redelivered,
@@ -1200,9 +1191,7 @@ bool socket_sink_stats(const sink *base, size_t i, socket_sub_stats *out)
 			.dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
 			.dropped = st.dropped,
 			.spool_bytes = st.bytes,
-			.full = sub->cfg->retention.when_full == CFG_FULL_BLOCK && spool_full(sub->q.sp, wall_ms()),
+			.full = !sub->set->retention.drop_oldest && spool_full(sub->q.sp, wall_ms()),
 		};
-		return true;
-	}
-	return false;
+	return true;
 }

@@ -35,16 +35,16 @@ static bool write_all(stdout_sink *s, char *err, size_t errlen)
 	return true;
 }
 
-static void stdout_render(sink *base, const Cdc__V1__Event *e, buf *out)
+static void stdout_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
-	(void)base;
+	(void)base, (void)sub;
 	json_event_head(out, e);
 }
 
-static bool stdout_deliver(sink *base, const char *rendered, size_t len, const sink_commit *c, uint64_t seq,
-			   char *err, size_t errlen)
+static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,
+			   uint64_t seq, char *err, size_t errlen)
 {
-	(void)seq;
+	(void)sub, (void)seq;
 	stdout_sink *s = (stdout_sink *)base;
 	buf_append(&s->out, rendered, len);
 	json_event_tail(&s->out, c->commit_lsn, c->tx_index, c->commit_time);

@@ -1,0 +1,212 @@
+/* figures.c: what `cdc run` tells about itself: the status socket's /status, /metrics and
+ * /subscriptions (rendered by cdc/status/report.c from the figures gathered here), the progress
+ * and Kafka log lines, and the replication slot's health. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cdc/daemon/sidecar.h"
+#include "cdc/status/report.h"
+#include "decoder/log.h"
+#include "sinks/kafka_sink.h"
+#include "sinks/socket_sink.h"
+
+#define PROGRESS_LOG_MS 30000	/* a progress line at most this often while changes flow */
+#define PUBLISH_MS 1000		/* the status socket's figures are this fresh */
+#define HEALTH_MS 5000		/* pg_replication_slots is asked this often */
+#define SAFE_WAL_LOW_PERCENT 20 /* warn when less than this share of max_slot_wal_keep_size is left */
+
+void figures_log_kafka(sidecar *d)
+{
+	if (!d->sinks.k[SINKS_KAFKA])
+		return;
+	const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
+	log_info("kafka",
+		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
+		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
+		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
+		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
+		 (double)hist_quantile(&k->latency, 0.5) / 1000,
+		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+}
+
+void figures_log_progress(sidecar *d, uint64_t now)
+{
+	figures *f = &d->fig;
+	pipeline_figures pf = pipeline_get_figures(d->pipe);
+	if (pf.transactions == f->logged_seq || now - f->last_progress_ms < PROGRESS_LOG_MS)
+		return;
+	char received[LSN_STRLEN], flushed[LSN_STRLEN];
+	lsn_format(d->conn.received_lsn, received);
+	lsn_format(pipeline_flushed(d->pipe), flushed);
+	txn_stats st = pipeline_held(d->pipe);
+	double secs = f->last_progress_ms ? (double)(now - f->last_progress_ms) / 1000 : 0;
+	log_info("progress",
+		 "received_lsn=%s flushed_lsn=%s transactions=%llu events=%llu events_per_s=%.0f held=%llu "
+		 "spilled_mib=%llu aborted_held=%llu",
+		 received, flushed, (unsigned long long)(pf.transactions - f->logged_seq),
+		 (unsigned long long)(pf.events - f->logged_events),
+		 secs > 0 ? (double)(pf.events - f->logged_events) / secs : 0.0,
+		 (unsigned long long)(st.streamed_open + st.prepared_open),
+		 (unsigned long long)(st.spilled_bytes >> 20), (unsigned long long)st.aborted);
+	f->logged_seq = pf.transactions;
+	f->logged_events = pf.events;
+	f->last_progress_ms = now;
+	figures_log_kafka(d);
+}
+
+/* Why /readyz says 503, or NULL when streaming with every sink able to take changes. */
+static const char *not_ready(const sidecar *d)
+{
+	if (!d->conn.streaming)
+		return d->fig.last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
+	if (d->conn.paused)
+		return "paused: a sink is busy or a spool is full (when_full: block)";
+	if (d->sinks.k[SINKS_KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
+		if (k->brokers_down && k->in_flight)
+			return "kafka: every broker is down; messages wait in flight";
+	}
+	return NULL;
+}
+
+/* Per subscription: what the pipeline handed its sink, and the socket sink's offsets. */
+static report_sub *sub_figures(const sidecar *d)
+{
+	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
+	socket_sub_stats st;
+	for (uint32_t i = 0; i < d->cfg->nsubs; i++) {
+		const cfg_subscription *c = &d->cfg->subs[i];
+		pipeline_count n = pipeline_sub_count(d->pipe, i);
+		report_sub *r = &subs[i];
+		*r = (report_sub){.name = c->name,
+				  .sink = cfg_sink_name(c->sink),
+				  .matched = n.events,
+				  .delivered = n.events,
+				  .bytes = n.bytes};
+		if (!d->sinks.k[SINKS_SOCKET] || !socket_sink_stats(d->sinks.k[SINKS_SOCKET], i, &st))
+			continue;
+		r->delivered = st.delivered;
+		r->has_offsets = true;
+		r->head_offset = st.head_offset;
+		r->acked_offset = st.acked_offset;
+		r->first_offset = st.first_offset;
+		r->consumers = st.consumers;
+		r->dead = st.dead;
+		r->dropped = st.dropped;
+		r->redelivered = st.redelivered;
+		r->spool_bytes = st.spool_bytes;
+		r->full = st.full;
+	}
+	return subs;
+}
+
+void figures_publish(sidecar *d, bool force)
+{
+	figures *f = &d->fig;
+	uint64_t now = now_ms();
+	if (!d->status || (!force && now - f->last_publish_ms < PUBLISH_MS))
+		return;
+	f->last_publish_ms = now;
+	report_sub *subs = sub_figures(d);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t wall_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	const char *why = not_ready(d);
+	pipeline_figures pf = pipeline_get_figures(d->pipe);
+	uint64_t flushed = pipeline_flushed(d->pipe);
+	report r = {
+	    .version = CDC_VERSION,
+	    .uptime_s = (double)(now - f->start_ms) / 1000,
+	    .ready = !why,
+	    .reason = why,
+	    .source = {.connected = d->conn.streaming,
+		       .slot = d->cfg->source.slot,
+		       .publication = d->cfg->source.publication,
+		       .server_version = f->server_version[0] ? f->server_version : NULL,
+		       .received_lsn = d->conn.received_lsn,
+		       .flushed_lsn = flushed,
+		       .server_wal_lsn = f->server_wal_lsn,
+		       .last_commit_time_us = pf.last_commit_time,
+		       .lag_s = !pf.last_commit_time ? -1
+				: flushed >= f->server_wal_lsn
+				    ? 0
+				    : (double)(wall_us - pf.last_commit_time) / 1e6,
+		       .reconnects = f->reconnects,
+		       .transactions = pf.transactions,
+		       .events = pf.events,
+		       .errors_stream = f->errors_stream,
+		       .errors_connect = f->errors_connect,
+		       .wal_status = f->health.known ? f->health.wal_status : NULL,
+		       .safe_wal_size_known = f->health.known && f->health.safe_wal_size_known,
+		       .safe_wal_size = f->health.safe_wal_size},
+	    .subs = subs,
+	    .nsubs = d->cfg->nsubs,
+	    .has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
+	    .socket_latency = d->sinks.k[SINKS_SOCKET] ? socket_sink_latency(d->sinks.k[SINKS_SOCKET]) : NULL,
+	};
+	const char *warnings[] = {f->slot_warning};
+	if (f->slot_warning[0]) {
+		r.warnings = warnings;
+		r.nwarnings = 1;
+	}
+	if (d->sinks.k[SINKS_KAFKA]) {
+		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
+		r.kafka.in_flight = k->in_flight;
+		r.kafka.delivered = k->delivered;
+		r.kafka.errors = k->errors;
+		r.kafka.restarts = k->restarts;
+		r.kafka.latency = &k->latency;
+	}
+	buf status = {0}, metrics = {0}, list = {0};
+	report_status_json(&r, &status);
+	report_metrics(&r, &metrics);
+	report_subscriptions_json(d->cfg, &list);
+	status_publish(d->status, status.data, metrics.data, list.data, !why, why ? why : "");
+	buf_free(&status);
+	buf_free(&metrics);
+	buf_free(&list);
+	free(subs);
+}
+
+/* A warning in the log (once) and in /status while the slot is in danger of losing the WAL it
+ * needs (max_slot_wal_keep_size). */
+void figures_slot_health(sidecar *d, uint64_t now)
+{
+	figures *f = &d->fig;
+	if (now - f->last_health_ms < HEALTH_MS)
+		return;
+	f->last_health_ms = now;
+	char err[512], warning[sizeof(f->slot_warning)] = "";
+	if (!source_poll_slot_health(d->conn.src, &f->health, err, sizeof(err))) {
+		log_debug("cannot read the slot's health", "error=\"%s\"", err);
+		return;
+	}
+	const source_slot_health *h = &f->health;
+	if (!h->known)
+		return;
+	if (strcmp(h->wal_status, "lost") == 0)
+		snprintf(warning, sizeof(warning),
+			 "the slot lost WAL it needs (wal_status lost): drop and recreate it, then "
+			 "resynchronise consumers");
+	else if (strcmp(h->wal_status, "unreserved") == 0)
+		snprintf(warning, sizeof(warning),
+			 "the slot's WAL is no longer reserved (wal_status unreserved): it is lost at the "
+			 "next checkpoint "
+			 "unless cdc catches up");
+	else if (h->safe_wal_size_known && h->max_keep_size > 0 &&
+		 h->safe_wal_size < h->max_keep_size / 100 * SAFE_WAL_LOW_PERCENT)
+		snprintf(warning, sizeof(warning),
+			 "safe_wal_size is low: %" PRId64 " of max_slot_wal_keep_size %" PRId64
+			 " bytes left before the slot loses WAL; find what holds cdc back (a full spool, a "
+			 "Kafka outage)",
+			 h->safe_wal_size, h->max_keep_size);
+	if (warning[0] && !f->slot_warning[0])
+		log_warn("the replication slot is in danger", "slot=%s wal_status=%s warning=\"%s\"",
+			 d->cfg->source.slot, h->wal_status, warning);
+	else if (!warning[0] && f->slot_warning[0])
+		log_info("the replication slot is out of danger", "slot=%s wal_status=%s",
+			 d->cfg->source.slot, h->wal_status);
+	memcpy(f->slot_warning, warning, sizeof(warning));
+}

@@ -1,0 +1,100 @@
+/* sidecar.h: the state of `cdc run` that its files share, one struct per job: the replication
+ * connection and the loop (daemon.c), reloads and live changes (reload.c), and the figures for
+ * the status server and the log (figures.c). The data path is pipeline.h's. Internal to
+ * cdc/daemon/. */
+#ifndef CDC_SIDECAR_H
+#define CDC_SIDECAR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cdc/config/config.h"
+#include "cdc/daemon/pipeline.h"
+#include "cdc/daemon/sinks_setup.h"
+#include "cdc/daemon/source.h"
+#include "cdc/daemon/state.h"
+#include "cdc/status/status.h"
+
+/* The replication connection (daemon.c). */
+typedef struct connection {
+	source *src;
+	state st; /* st.flushed_lsn: recorded in state_dir, may be sent */
+	struct event *ev_read, *ev_write, *ev_retry;
+	bool streaming, reply_requested;
+	bool paused;   /* a sink is busy: the slot is not read until it catches up */
+	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
+	uint64_t backoff_ms;
+	uint64_t received_lsn, sent_flush_lsn;
+	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
+	bool heartbeat_warned;
+} connection;
+
+/* SIGHUP, PUT and DELETE, applied at a transaction boundary (reload.c). */
+typedef struct reloads {
+	bool pending;
+	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
+	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
+	 * hold their parsed subscription */
+	struct live_change {
+		status_request *req;
+		cfg_subscription *put; /* NULL: delete */
+	} * changes;
+	size_t nchanges;
+} reloads;
+
+/* Figures no other part keeps (figures.c). */
+typedef struct figures {
+	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
+	char server_version[32];
+	/* what the last progress line reported */
+	uint64_t logged_events, logged_seq, last_progress_ms;
+	uint64_t last_health_ms;
+	source_slot_health health;
+	char slot_warning[256]; /* why the slot is in danger of losing WAL; "" when it is not */
+} figures;
+
+typedef struct sidecar {
+	cfg *cfg;
+	const char *cfg_path;
+	int exit_code;
+	struct event_base *base;
+	struct event *ev_tick, *ev_sig[3], *ev_kafka;
+	int lock_fd;
+	pipeline *pipe;
+	sink_set sinks;
+	status_server *status;
+	connection conn;
+	reloads rl;
+	figures fig;
+	char err[1024];
+} sidecar;
+
+/* daemon.c */
+/* Logs d->err under what and stops the loop with exit code code. */
+void sidecar_fail(sidecar *d, int code, const char *what);
+/* Binds the sinks and the pipeline to d->cfg with rules r (taken), creating the sinks it needs
+ * first. False with d->err when a sink cannot start. */
+bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;
+
+/* reload.c */
+/* The overlay of state_dir laid over d->cfg at the start: false (exit code 2) if unusable. */
+bool reload_init(sidecar *d);
+void reload_free(sidecar *d);
+/* SIGHUP: reloads now if at a transaction boundary, else at the next one. */
+void reload_request(sidecar *d);
+/* Applies a pending reload if at a transaction boundary. */
+void reload_maybe(sidecar *d);
+/* PUT and DELETE /subscriptions/NAME (the status server's control callback, ctx = d). */
+void reload_on_control(void *ctx, status_request *req);
+
+/* figures.c */
+/* Renders the figures for the status socket: every second, or now with force. */
+void figures_publish(sidecar *d, bool force);
+/* While changes flow, a progress line every 30 s. */
+void figures_log_progress(sidecar *d, uint64_t now);
+/* The Kafka sink's counters and its commit-to-delivery latency since the start. */
+void figures_log_kafka(sidecar *d);
+/* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
+void figures_slot_health(sidecar *d, uint64_t now);
+
+#endif

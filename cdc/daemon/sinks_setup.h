@@ -1,0 +1,29 @@
+/* sinks_setup.h: the daemon's sink instances: one per kind, created when a subscription first needs
+ * it, and bound again after every reload. The settings each sink takes are derived here from the
+ * configuration, so no sink reads the daemon's config. */
+#ifndef CDC_SINKS_SETUP_H
+#define CDC_SINKS_SETUP_H
+
+#include "cdc/config/config.h"
+#include "sinks/sink.h"
+
+struct event_base;
+
+enum { SINKS_STDOUT, SINKS_KAFKA, SINKS_SOCKET, SINKS_N };
+
+typedef struct sink_set {
+	sink *k[SINKS_N]; /* by kind; NULL until a subscription needs it */
+	sink **of_sub;	  /* per subscription, parallel to the bound cfg's subs */
+	/* for the socket sink: its loop, and whom to tell that consumers made room */
+	struct event_base *base;
+	void (*wake)(void *ctx);
+	void *ctx;
+} sink_set;
+
+/* Points each subscription of c at its sink, creating sinks on first use, and hands every sink
+ * that exists the settings c gives it (even with none of its subscriptions left: a sink must not
+ * keep an old configuration). */
+bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen) CDC_MUST_CHECK;
+void sink_set_free(sink_set *s);
+
+#endif

@@ -160,8 +160,11 @@ class Model:
         self.log = log
         self.reload_every = reload_every
         self.schema = "model_%d" % (seed % 1000000)
-        self.t_ins = [None]          # offset -> time before its insert was sent
-        self.key = [None]            # offset -> key column k
+        self.t_ins = [None]          # offset -> time before its transaction was sent
+        self.key = [None]            # offset -> the row's key (id): key_shared keeps its order
+        self.version = [None]        # offset -> the row's v after the change
+        self.rows_v = {}             # id -> current v
+        self.by_key = {}             # id -> its offsets
         self.queues = {(s, d): Queue(s, d) for s in SUBS for d in (False, True)}
         self.conns = []
         self.history = []
@@ -176,13 +179,13 @@ class Model:
     def start(self):
         self.pg.sql('drop schema if exists "%s" cascade' % self.schema)
         self.pg.sql('create schema "%s"' % self.schema)
-        self.pg.sql('create table "%s".jobs (id int primary key, k int)' % self.schema)
+        self.pg.sql('create table "%s".jobs (id int primary key, v int)' % self.schema)
         sockdir = tempfile.mkdtemp(prefix="cdc-model-")
         self.sock = os.path.join(sockdir, "events.sock")
         self.status = os.path.join(sockdir, "status.sock")
         subs = []
         for name, (mode, timeout, batch) in SUBS.items():
-            s = {"name": name, "tables": ["%s.jobs" % self.schema], "operations": ["insert"], "sink": "socket",
+            s = {"name": name, "tables": ["%s.jobs" % self.schema], "operations": ["insert", "update"], "sink": "socket",
                  "consumers": mode, "ack_timeout": "%ds" % timeout, "max_deliveries": MAX_DELIVERIES,
                  "max_unacked": MAX_UNACKED}
             if batch:
@@ -324,14 +327,15 @@ class Model:
         self.stats["redelivered"] += n > 1
         self.expect(n >= 1, what + ": delivery_count < 1")
         if not q.dead:
-            self.expect(rid == o, what + ": carries row %d" % rid)
-            self.expect(column(row, "k") == self.key[o], what + ": wrong key")
+            self.expect((rid, column(row, "v")) == (self.key[o], self.version[o]),
+                        what + ": carries row %d v %d" % (rid, column(row, "v")))
             self.expect(n <= MAX_DELIVERIES, what + ": delivered more than max_deliveries")
         else:
-            self.expect(1 <= rid < len(self.t_ins), what + ": row %d never inserted" % rid)
-            self.expect(q.rows.setdefault(o, rid) == rid, what + ": row %d, before row %d" % (rid, q.rows[o]))
-            owner = self.dead_rows.setdefault((q.sub, rid), o)
-            self.expect(owner == o, what + ": row %d already dead letter %d" % (rid, owner))
+            change = (rid, column(row, "v"))
+            self.expect(change in self.changes, what + ": change %s never made" % (change,))
+            self.expect(q.rows.setdefault(o, change) == change, what + ": %s, before %s" % (change, q.rows[o]))
+            owner = self.dead_rows.setdefault((q.sub, self.changes[change]), o)
+            self.expect(owner == o, what + ": change %s already dead letter %d" % (change, owner))
         self.expect(o > c.acked_seen, what + ": after this connection was told %d is acknowledged" % c.acked_seen)
         t = q.confirmed_at(o)
         self.expect(L <= t, what + ": acknowledged by %.3f, sent again after %.3f" % (t, L))
@@ -350,9 +354,9 @@ class Model:
 
     def check_key(self, c, q, o, x):
         k = self.key[o]
-        for o2 in range(o - 1, 0, -1):
-            if self.key[o2] != k:
-                continue
+        for o2 in self.by_key[k]:
+            if o2 >= o:
+                break
             for p in q.deliveries.get(o2, ()):
                 if p.conn is c:
                     continue
@@ -466,16 +470,29 @@ class Model:
 
     # --- actions -------------------------------------------------------------------------------
 
-    def do_insert(self):
+    def do_write(self):
+        """One transaction of 1-5 changes: inserts of new rows, updates of recent ones (so that
+        keys repeat, for key_shared's per-key order)."""
         rng = self.rng
-        n = rng.choice([1, 1, 2, 3, 5])
         first = len(self.t_ins)
-        keys = [rng.randrange(5) for _ in range(n)]
-        self.t_ins.extend([time.monotonic()] * n)
-        self.key.extend(keys)
-        values = ", ".join("(%d, %d)" % (first + i, k) for i, k in enumerate(keys))
-        self.pg.sql('insert into "%s".jobs (id, k) values %s' % (self.schema, values))
-        return "insert %d..%d keys %s" % (first, first + n - 1, keys)
+        stmts, done = [], []
+        for _ in range(rng.choice([1, 1, 2, 3, 5])):
+            if self.rows_v and rng.random() < 0.6:
+                rid = rng.choice(sorted(self.rows_v)[-6:])
+                self.rows_v[rid] += 1
+                stmts.append('update "%s".jobs set v = %d where id = %d' % (self.schema, self.rows_v[rid], rid))
+            else:
+                rid = len(self.rows_v) + 1
+                self.rows_v[rid] = 0
+                stmts.append('insert into "%s".jobs values (%d, 0)' % (self.schema, rid))
+            self.key.append(rid)
+            self.by_key.setdefault(rid, []).append(len(self.key) - 1)
+            self.version.append(self.rows_v[rid])
+            self.changes[(rid, self.rows_v[rid])] = len(self.key) - 1
+            done.append("%d:%d" % (rid, self.rows_v[rid]))
+        self.t_ins.extend([time.monotonic()] * len(stmts))
+        self.pg.sql("begin; %s; commit" % "; ".join(stmts))
+        return "write offsets %d.. rows:versions %s" % (first, " ".join(done))
 
     def consumers(self, pred=lambda c: True):
         return [c for c in self.conns if c.kind == "consumer" and c.poisoned == INF and pred(c)]
@@ -605,8 +622,8 @@ class Model:
         return "DELETE extra"
 
     def step(self):
-        actions = [(self.do_insert, 20), (self.do_subscribe, 8), (self.do_silent, 2), (self.do_ack, 25),
-                   (self.do_wrong_ack, 5), (self.do_garbage, 4), (self.do_close, 6), (self.do_wait, 6),
+        actions = [(self.do_write, 20), (self.do_subscribe, 8), (self.do_silent, 2), (self.do_ack, 25),
+                   (self.do_wrong_ack, 8), (self.do_garbage, 6), (self.do_close, 6), (self.do_wait, 6),
                    (self.do_reload, 10 * self.reload_every)]
         if len(self.consumers()) > 14:
             actions = [a for a in actions if a[0] is not self.do_subscribe]
@@ -655,7 +672,7 @@ class Model:
         for q in self.queues.values():
             if q.dead or q.mode == "failover":
                 continue
-            dead = {rid for (s, rid) in self.dead_rows if s == q.sub}
+            dead = {o for (s, o) in self.dead_rows if s == q.sub}
             lost = [o for o in range(1, head + 1) if o not in q.deliveries and o not in dead
                     and o not in q.maybe_acked]
             self.expect(not lost, "%s: offsets acknowledged without ever being delivered: %s" % (q.name, lost[:20]))
@@ -675,6 +692,7 @@ class Model:
 
     def run(self, steps=None, duration=None, settle_every=60):
         self.dead_rows = {}
+        self.changes = {}            # (id, v) -> offset
         self.pending = []
         self.log("socket model: seed %d (replay: --seed %d or CDC_MODEL_SEED=%d)" % (self.seed, self.seed, self.seed))
         t0 = time.monotonic()

@@ -217,6 +217,7 @@ static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 }
 
 static void consumer_free(consumer *c);
+static void detach(consumer *c);
 
 static void on_drained(struct bufferevent *bev, void *arg)
 {
@@ -224,7 +225,18 @@ static void on_drained(struct bufferevent *bev, void *arg)
 	consumer_free(arg);
 }
 
-/* Answers with an Error frame and closes once it is written; this connection only. */
+static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		consumer_free(arg);
+}
+
+/* Answers with an Error frame and closes once it is written; this connection only. It leaves its
+ * queue at once, so what it holds goes to the others now rather than when (if ever) its peer reads
+ * the Error; and a peer that hangs up first (the write fails) still frees it: without the event
+ * callback such a connection stayed forever, and as the failover's active consumer stalled the
+ * subscription. */
 static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
 {
 	if (c->closing)
@@ -239,8 +251,12 @@ static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *m
 	f.error = &e;
 	send_frame(c, &f);
 	c->closing = true;
+	if (c->q) {
+		detach(c);
+		append_consumer(&c->s->pending, c);
+	}
 	bufferevent_disable(c->bev, EV_READ);
-	bufferevent_setcb(c->bev, NULL, on_drained, NULL, c);
+	bufferevent_setcb(c->bev, NULL, on_drained, on_consumer_event, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 }
 
@@ -770,13 +786,6 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	}
 }
 
-static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
-{
-	(void)bev;
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		consumer_free(arg);
-}
-
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
 {
 	(void)l, (void)addr, (void)len;
@@ -923,13 +932,8 @@ static subscription *open_subscription(socket_sink *s, const cfg_subscription *c
 
 static void close_consumers(queue *q, const char *why)
 {
-	while (q->consumers) {
-		consumer *c = q->consumers;
-		detach(c);
-		c->next = c->s->pending;
-		c->s->pending = c;
-		consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED, why);
-	}
+	while (q->consumers)
+		consumer_error(q->consumers, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED, why); /* detaches it */
 }
 
 bool socket_sink_bind(sink *base, const cfg *c, char *err, size_t errlen)

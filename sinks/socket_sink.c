@@ -323,6 +323,16 @@ static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 	return NULL;
 }
 
+/* key_shared: whether c may take an event of this key hash (its bucket is c's, or nobody's and
+ * now c's). */
+static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
+{
+	consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
+	if (!*b)
+		*b = c;
+	return *b == c;
+}
+
 /* Where the next delivery comes from: returned offsets first, then those never sent. */
 static uint64_t resume_at(const queue *q)
 {
@@ -428,8 +438,12 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 			fatal_read(s, q);
 			break;
 		}
-		/* A transaction's batch is split where a frame would pass FRAME_MAX. */
-		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX)
+		/* A transaction's batch is split where a frame would pass FRAME_MAX, and in key_shared
+		 * where the next event's key is another consumer's: sending it along to c put one key in
+		 * flight to two consumers (c received a row's later change while the other still held
+		 * an earlier one). The rest of the transaction is dispatched key by key. */
+		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
+		    (by_key && !claim_key(q, r.key_hash, c)))
 			break;
 		put_event(s, q, c, &r, now);
 	}

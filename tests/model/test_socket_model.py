@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from socket_model import Model  # noqa: E402
 from conftest import wait_for  # noqa: E402
 from subscriber_client import FRAME_MAX  # noqa: E402
-from test_socket import attach, collect, make_jobs, socket_sub  # noqa: E402
+from test_socket import attach, collect, make_jobs, row, socket_sub  # noqa: E402
 
 
 def test_socket_model_bounded_run(pg, tmp_path):
@@ -71,4 +71,24 @@ def test_bad_frame_returns_what_the_consumer_held_at_once(pg, schema, cdc):
     a.send_raw(b"\x00\x00\x00\x03\x12\xff\xff")
     assert sorted((e.offset, e.delivery_count) for e in collect(b, 2, timeout=30)) == [(1, 2), (2, 2)]
     a.close()
+    assert p.terminate() == 0
+
+
+def test_key_shared_batch_keeps_a_key_with_its_consumer(pg, schema, cdc):
+    """key_shared with batch: transaction. a holds row 1's insert; a transaction then inserts row 2
+    (a new key: it goes to b, the least loaded) and updates row 1. The update used to ride along in
+    b's batch while a still held the insert: row 1 in flight to two consumers, its order lost. Now the
+    batch ends where the key is another consumer's."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="key_shared", batch="transaction",
+                                               ack_timeout="1h")])
+    a = attach(c, consumer="a")
+    pg.sql(f"insert into {schema}.jobs values (1, 1, 'a')")
+    assert [e.offset for e in collect(a, 1)] == [1]
+    b = attach(c, consumer="b")
+    pg.sql(f"begin; insert into {schema}.jobs values (2, 2, 'b'); "
+           f"update {schema}.jobs set note = 'c' where id = 1; commit")
+    assert [(e.offset, row(e.new_row)["id"]) for e in collect(b, 1)] == [(2, 2)]
+    assert [(e.offset, row(e.new_row)["id"]) for e in collect(a, 1)] == [(3, 1)]
+    assert b.events(1, timeout=1, fail=False) == []
     assert p.terminate() == 0

@@ -141,6 +141,7 @@ class Conn:
         self.expect_error = None    # the Error code cdc must answer before closing
         self.active = None
         self.first_recv = None      # when its first Delivery arrived
+        self.mute = False           # sent half a frame: anything more would be read as its rest
 
     def __repr__(self):
         return "c%d(%s%s)" % (self.id, self.q.name if self.q else self.kind,
@@ -495,7 +496,7 @@ class Model:
         return "write offsets %d.. rows:versions %s" % (first, " ".join(done))
 
     def consumers(self, pred=lambda c: True):
-        return [c for c in self.conns if c.kind == "consumer" and c.poisoned == INF and pred(c)]
+        return [c for c in self.conns if c.kind == "consumer" and c.poisoned == INF and not c.mute and pred(c)]
 
     def do_subscribe(self):
         q = self.queues[(self.rng.choice(list(SUBS)), self.rng.random() < 0.25)]
@@ -543,7 +544,7 @@ class Model:
         return "wrong ack (%s) %r %s" % (kind, c, offs)
 
     def do_garbage(self):
-        cs = [c for c in self.conns if c.kind in ("consumer", "silent") and c.poisoned == INF]
+        cs = [c for c in self.conns if c.kind in ("consumer", "silent") and c.poisoned == INF and not c.mute]
         if not cs:
             return None
         c = self.rng.choice(cs)
@@ -562,6 +563,7 @@ class Model:
             "ack_first": encode_frame(pb.ClientFrame(ack=pb.Ack(offsets=[1]))),
         }[kind]
         self.stats["garbage"] += 1
+        c.mute = kind == "half"
         if kind != "half":
             c.poisoned = time.monotonic()
             c.expect_error = ("BAD_FRAME",)

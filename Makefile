@@ -144,7 +144,7 @@ torture: deps
 # every frame is checked against a model of what each consumer holds. check-model is the bounded run
 # of make check (MODEL_STEPS steps, about a minute); torture-model the long one by DURATION. SEED
 # replays a run (the seed is printed first and on failure).
-MODEL_STEPS ?= 400
+MODEL_STEPS ?= 700
 SAN := build/sanitize
 check-model:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all

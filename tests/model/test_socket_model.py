@@ -1,7 +1,7 @@
 """test_socket_model.py: the subscriber socket's randomized state-machine test (socket_model.py), a
 bounded run for `make check`, and focused regressions of the bugs it found.
 
-CDC_MODEL_SEED replays a seed; CDC_MODEL_STEPS bounds the run (default 400)."""
+CDC_MODEL_SEED replays a seed; CDC_MODEL_STEPS bounds the run (default 400; make check-model: 700)."""
 
 import os
 import random

@@ -60,7 +60,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-unit check-fuzz-corpus check-integration check-fault probe-kafka-txn torture demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-unit check-fuzz-corpus check-integration check-fault check-model probe-kafka-txn torture torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -144,11 +144,30 @@ check-fault: $(B)/cdc $(B)/tests/kafka_mock
 torture: deps
 	$(Q)$(MAKE) --no-print-directory all $(B)/tests/kafka_mock
 	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
+	$(Q)$(MAKE) --no-print-directory torture-model
+
+# The subscriber socket's state-machine test (tests/model/socket_model.py) against the sanitizer
+# build: clients subscribe, ack rightly and wrongly, send garbage and leave while rows are written;
+# every frame is checked against a model of what each consumer holds. check-model is the bounded run
+# of make check (MODEL_STEPS steps, about a minute); torture-model the long one by DURATION. SEED
+# replays a run (the seed is printed first and on failure).
+MODEL_STEPS ?= 700
+SAN := build/sanitize
+check-model:
+	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all
+	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) CDC_MODEL_STEPS=$(MODEL_STEPS) $(if $(SEED),CDC_MODEL_SEED=$(SEED)) \
+		$(PYTHON) -m pytest -q tests/model
+
+torture-model: deps
+	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all
+	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) $(PYTHON) tests/model/socket_model.py --duration $(DURATION) \
+		$(if $(SEED),--seed $(SEED))
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-fault
+	$(Q)$(MAKE) --no-print-directory check-model
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -204,6 +204,7 @@ static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 }
 
 static void consumer_free(consumer *c);
+static void detach(consumer *c);
 
 static void on_drained(struct bufferevent *bev, void *arg)
 {
@@ -211,7 +212,18 @@ static void on_drained(struct bufferevent *bev, void *arg)
 	consumer_free(arg);
 }
 
-/* Answers with an Error frame and closes once it is written; this connection only. */
+static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		consumer_free(arg);
+}
+
+/* Answers with an Error frame and closes once it is written; this connection only. It leaves its
+ * queue at once, so what it holds goes to the others now rather than when (if ever) its peer reads
+ * the Error; and a peer that hangs up first (the write fails) still frees it: without the event
+ * callback such a connection stayed forever, and as the failover's active consumer stalled the
+ * subscription. */
 static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
 {
 	if (c->closing)
@@ -226,8 +238,12 @@ static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *m
 	f.error = &e;
 	send_frame(c, &f);
 	c->closing = true;
+	if (c->q) {
+		detach(c);
+		append_consumer(&c->s->pending, c);
+	}
 	bufferevent_disable(c->bev, EV_READ);
-	bufferevent_setcb(c->bev, NULL, on_drained, NULL, c);
+	bufferevent_setcb(c->bev, NULL, on_drained, on_consumer_event, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 }
 
@@ -292,6 +308,16 @@ static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
 	}
 	}
 	return NULL;
+}
+
+/* key_shared: whether c may take an event of this key hash (its bucket is c's, or nobody's and
+ * now c's). */
+static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
+{
+	consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
+	if (!*b)
+		*b = c;
+	return *b == c;
 }
 
 /* Where the next delivery comes from: returned offsets first, then those never sent. */
@@ -399,8 +425,12 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 			fatal_read(s, q);
 			break;
 		}
-		/* A transaction's batch is split where a frame would pass FRAME_MAX. */
-		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX)
+		/* A transaction's batch is split where a frame would pass FRAME_MAX, and in key_shared
+		 * where the next event's key is another consumer's: sending it along to c put one key in
+		 * flight to two consumers (c received a row's later change while the other still held
+		 * an earlier one). The rest of the transaction is dispatched key by key. */
+		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
+		    (by_key && !claim_key(q, r.key_hash, c)))
 			break;
 		put_event(s, q, c, &r, now);
 	}
@@ -759,13 +789,6 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	}
 }
 
-static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
-{
-	(void)bev;
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		consumer_free(arg);
-}
-
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
 {
 	(void)l, (void)addr, (void)len;
@@ -870,13 +893,8 @@ static subscription *open_subscription(socket_sink *s, const socket_sub_settings
 
 static void close_consumers(queue *q, const char *why)
 {
-	while (q->consumers) {
-		consumer *c = q->consumers;
-		detach(c);
-		c->next = c->s->pending;
-		c->s->pending = c;
-		consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED, why);
-	}
+	while (q->consumers)
+		consumer_error(q->consumers, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED, why); /* detaches it */
 }
 
 static void free_settings(socket_sink *s)

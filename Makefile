@@ -38,7 +38,7 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
+	decoder/util.c decoder/ring.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
 	sinks/event_json.c sinks/pbwire.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/frame.c sinks/socket_sink.c \
 	sinks/spool.c \
@@ -49,7 +49,7 @@ LIB_SRCS := \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring
 FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

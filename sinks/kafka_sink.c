@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "decoder/log.h"
+#include "decoder/ring.h"
 #include "sinks/pbwire.h"
 #include "decoder/pgoutput.h"
 
@@ -43,8 +44,7 @@ typedef struct kafka_sink {
 	int pipe[2]; /* the main queue's event signal */
 	size_t busy_at;
 
-	kafka_txn *q; /* ring, in seq order */
-	size_t head, len, cap;
+	ring q; /* of kafka_txn, in seq order */
 	uint64_t last_ended;
 
 	bool failed;
@@ -128,10 +128,10 @@ static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
  * newest, delivery reports mostly come for the oldest, so look at both ends, then bisect. */
 static kafka_txn *txn_find(kafka_sink *k, uint64_t seq)
 {
-	size_t lo = 0, hi = k->len;
+	size_t lo = 0, hi = k->q.len;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		kafka_txn *t = &k->q[(k->head + mid) % k->cap];
+		kafka_txn *t = ring_at(&k->q, mid);
 		if (t->seq == seq)
 			return t;
 		if (t->seq < seq)
@@ -144,29 +144,24 @@ static kafka_txn *txn_find(kafka_sink *k, uint64_t seq)
 
 static kafka_txn *txn_entry(kafka_sink *k, uint64_t seq)
 {
-	if (k->len && k->q[(k->head + k->len - 1) % k->cap].seq == seq)
-		return &k->q[(k->head + k->len - 1) % k->cap];
-	if (k->len == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 256;
-		kafka_txn *q = xmalloc(cap * sizeof(*q));
-		for (size_t i = 0; i < k->len; i++)
-			q[i] = k->q[(k->head + i) % k->cap];
-		free(k->q);
-		k->q = q;
-		k->cap = cap;
-		k->head = 0;
-	}
-	kafka_txn *t = &k->q[(k->head + k->len++) % k->cap];
+	kafka_txn *last = k->q.len ? ring_at(&k->q, k->q.len - 1) : NULL;
+	if (last && last->seq == seq)
+		return last;
+	kafka_txn *t = ring_push(&k->q);
 	*t = (kafka_txn){.seq = seq, .commit_time = k->cur_commit.commit_time};
 	return t;
 }
 
 static void settle(kafka_sink *k)
 {
-	while (k->len && k->q[k->head].outstanding == 0 && k->q[k->head].seq <= k->last_ended) {
-		k->head = (k->head + 1) % k->cap;
-		k->len--;
+	size_t n = 0;
+	while (n < k->q.len) {
+		const kafka_txn *t = ring_at(&k->q, n);
+		if (t->outstanding || t->seq > k->last_ended)
+			break;
+		n++;
 	}
+	ring_pop(&k->q, n);
 }
 
 /* ---- librdkafka callbacks ---- */
@@ -183,7 +178,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	(void)rk;
 	kafka_sink *k = opaque;
 	uint64_t seq = (uint64_t)(uintptr_t)m->_private;
-	kafka_txn *t = k->len && k->q[k->head].seq == seq ? &k->q[k->head] : txn_find(k, seq);
+	kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
+	kafka_txn *t = first && first->seq == seq ? first : txn_find(k, seq);
 	if (t && t->outstanding)
 		t->outstanding--;
 	k->stats.in_flight--;
@@ -550,7 +546,8 @@ static uint64_t kafka_delivered(const sink *base)
 	const kafka_sink *k = (const kafka_sink *)base;
 	if (k->failed)
 		return 0;
-	return k->len && k->q[k->head].seq <= k->last_ended ? k->q[k->head].seq - 1 : k->last_ended;
+	const kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
+	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
 }
 
 static int kafka_fd(const sink *base)
@@ -577,7 +574,7 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	rd_kafka_flush(k->rk, 5000);
 	rd_kafka_destroy(k->rk);
 	k->rk = NULL;
-	k->len = k->head = 0;
+	ring_clear(&k->q);
 	k->failed = false;
 	k->stats.in_flight = 0;
 	k->stats.restarts++;
@@ -629,7 +626,7 @@ static void kafka_free(sink *base)
 	free_settings(k);
 	tables_clear(k);
 	free(k->tables);
-	free(k->q);
+	ring_free(&k->q);
 	buf_free(&k->value);
 	close(k->pipe[0]);
 	close(k->pipe[1]);
@@ -655,6 +652,7 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 		     size_t errlen)
 {
 	kafka_sink *k = xcalloc(1, sizeof(*k));
+	k->q = RING_INIT(kafka_txn);
 	k->base.ops = &kafka_ops;
 	kafka_sink_bind(&k->base, settings, subs, nsubs);
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {

@@ -433,6 +433,7 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 	pipeline *p = xcalloc(1, sizeof(*p));
 	p->spill_dir = xstrdup(spill_dir);
 	p->endpos = endpos;
+	p->prog = PROGRESS_INIT;
 	p->at_boundary = at_boundary;
 	p->ctx = ctx;
 	p->handler = (txn_handler){

@@ -9,19 +9,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decoder/ring.h"
+
+struct progress_entry {
+	uint64_t seq, end_lsn;
+};
 typedef struct progress {
-	struct progress_entry {
-		uint64_t seq, end_lsn;
-	} *q;
-	size_t head, len, cap;
+	ring q; /* of struct progress_entry, in seq order */
 } progress;
+
+#define PROGRESS_INIT ((progress){.q = RING_INIT(struct progress_entry)})
 
 void progress_push(progress *p, uint64_t seq, uint64_t end_lsn);
 /* Drops the transactions with seq <= delivered; returns the highest end LSN dropped, or 0. */
 uint64_t progress_advance(progress *p, uint64_t delivered);
 static inline size_t progress_pending(const progress *p)
 {
-	return p->len;
+	return p->q.len;
 }
 void progress_clear(progress *p);
 void progress_free(progress *p);

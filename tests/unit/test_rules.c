@@ -91,7 +91,7 @@ static void test_matching(void)
 
 static void test_progress(void)
 {
-	progress p = {0};
+	progress p = PROGRESS_INIT;
 	CHECK_INT(progress_advance(&p, 10), 0);
 	/* More than the initial capacity, with the ring wrapping. */
 	for (uint64_t seq = 1; seq <= 3000; seq++)

@@ -1,0 +1,30 @@
+/* ring.h: a FIFO of fixed-size elements in one growable circular array, for queues that are pushed
+ * at the back and drained from the front in order (transactions awaiting delivery). Grows by
+ * doubling; never shrinks until freed. */
+#ifndef CDC_RING_H
+#define CDC_RING_H
+
+#include <stddef.h>
+
+typedef struct ring {
+	unsigned char *v;
+	size_t size;           /* of one element */
+	size_t head, len, cap; /* cap is 0 or a power of two */
+} ring;
+
+#define RING_INIT(type) ((ring){.size = sizeof(type)})
+
+/* The i-th element from the front (i < len). */
+static inline void *ring_at(const ring *r, size_t i)
+{
+	return r->v + ((r->head + i) & (r->cap - 1)) * r->size;
+}
+/* Appends one element at the back and returns it, zeroed. */
+void *ring_push(ring *r);
+/* Drops n elements (n <= len) from the front. */
+void ring_pop(ring *r, size_t n);
+/* Empties the ring, keeping its array. */
+void ring_clear(ring *r);
+void ring_free(ring *r);
+
+#endif

@@ -126,11 +126,16 @@ uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int64_t wall_ms(void)
+int64_t wall_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t wall_ms(void)
+{
+	return wall_us() / 1000;
 }
 
 bool errf(char *err, size_t errlen, const char *fmt, ...)

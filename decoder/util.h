@@ -48,6 +48,8 @@ uint64_t now_ms(void);
 /* Milliseconds since the Unix epoch (CLOCK_REALTIME): for what is compared with commit times and
  * stored (spool retention by age). */
 int64_t wall_ms(void);
+/* The same in microseconds, the unit of commit times: commit-to-delivery latency. */
+int64_t wall_us(void);
 
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
 bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "decoder/log.h"
@@ -192,9 +191,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	k->stats.delivered++;
 	k->stats.brokers_down = false;
 	if (t) {
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
-		int64_t us = (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000 - t->commit_time;
+		int64_t us = wall_us() - t->commit_time;
 		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
 	}
 	settle(k);

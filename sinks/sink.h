@@ -1,4 +1,4 @@
-/* sink.h: the one small interface every sink implements (stdout now; socket spool and Kafka next).
+/* sink.h: the one small interface every sink implements (stdout, Kafka, the socket spool).
  * A sink renders an event in its own format without the fields known only at commit (commit_lsn,
  * tx_index, commit_time), so the events of a large streamed transaction are rendered while the
  * server is still sending it and spilled as bytes; at commit they are delivered with those fields.

@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
@@ -110,9 +109,7 @@ void figures_publish(sidecar *d, bool force)
 		return;
 	f->last_publish_ms = now;
 	report_sub *subs = sub_figures(d);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	int64_t wall_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	int64_t now_us = wall_us();
 	const char *why = not_ready(d);
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
 	uint64_t flushed = pipeline_flushed(d->pipe);
@@ -132,7 +129,7 @@ void figures_publish(sidecar *d, bool force)
 		       .lag_s = !pf.last_commit_time ? -1
 				: flushed >= f->server_wal_lsn
 				    ? 0
-				    : (double)(wall_us - pf.last_commit_time) / 1e6,
+				    : (double)(now_us - pf.last_commit_time) / 1e6,
 		       .reconnects = f->reconnects,
 		       .transactions = pf.transactions,
 		       .events = pf.events,

@@ -28,6 +28,18 @@
 #define HEARTBEAT_DEFAULT_MS 5000
 #define KEY_BUCKETS 256
 #define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
+/* A connection must send its Subscribe this soon after it is accepted (a config key to come:
+ * subscribers.first_frame_timeout), so connections that never subscribe cannot fill the table. */
+#define FIRST_FRAME_TIMEOUT_MS 10000
+/* A connection closed with an Error stays this long (at most, between reads or writes) to let the
+ * client finish sending and read the Error, instead of meeting a reset or a broken pipe. */
+#define CLOSE_LINGER_MS 2000
+/* Closing connections beyond MAX_CONSUMERS; past this a new connection is closed without a word. */
+#define MAX_CLOSING 256
+/* Output buffered for one connection: above the high mark nothing more is dispatched to it (nor a
+ * heartbeat) until it drains to the low mark. */
+#define OUT_HIGH_WATER (1u << 20)
+#define OUT_LOW_WATER (256u << 10)
 
 /* ServerFrame and Delivery field numbers (subscriber.proto), and the Event's offset fields. */
 enum { SF_SUBSCRIBED = 1, SF_DELIVERY = 2, DELIVERY_EVENTS = 1, EVENT_OFFSET = 2, EVENT_DELIVERY_COUNT = 16 };
@@ -88,7 +100,9 @@ struct consumer {
 	pid_t pid;
 	uint32_t max_unacked, in_flight;
 	uint64_t heartbeat_ms, last_send_ms;
+	uint64_t accepted_ms;
 	bool closing;
+	bool stalled; /* its output reached OUT_HIGH_WATER: dispatch waits for the drain */
 };
 
 struct socket_sink {
@@ -105,8 +119,8 @@ struct socket_sink {
 	socket_sub_settings *settings; /* copies of the last bind's, by subscription index */
 	subscription **by_index;       /* subscription index -> subscription (NULL: not a socket one) */
 	size_t nindex;
-	consumer *pending; /* connected, not subscribed yet */
-	size_t nconnections;
+	consumer *pending; /* connected, not subscribed yet (and closing ones), oldest first */
+	size_t nconnections, nclosing;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	buf scratch, events;
 	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
@@ -206,9 +220,29 @@ static void send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 static void consumer_free(consumer *c);
 static void detach(consumer *c);
 
-static void on_drained(struct bufferevent *bev, void *arg)
+/* A closing connection: what the client still sends is read and dropped, so that it is not met
+ * with a broken pipe before it reads the Error, and so that closing with unread input does not
+ * reset the connection; within CLOSE_LINGER_MS. */
+static void on_closing_read(struct bufferevent *bev, void *arg)
 {
-	(void)bev;
+	consumer *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	if (now_ms() - c->last_send_ms >= CLOSE_LINGER_MS)
+		consumer_free(c);
+}
+
+/* The Error is written: the client reads it, then the end of the stream. */
+static void on_closing_written(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	shutdown(bufferevent_getfd(bev), SHUT_WR);
+}
+
+/* The client closed too, or the linger ran out (no progress reading or writing). */
+static void on_closing_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev, (void)what;
 	consumer_free(arg);
 }
 
@@ -219,11 +253,10 @@ static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
 		consumer_free(arg);
 }
 
-/* Answers with an Error frame and closes once it is written; this connection only. It leaves its
- * queue at once, so what it holds goes to the others now rather than when (if ever) its peer reads
- * the Error; and a peer that hangs up first (the write fails) still frees it: without the event
- * callback such a connection stayed forever, and as the failover's active consumer stalled the
- * subscription. */
+/* Answers with an Error frame and closes once the client has had it; this connection only. It
+ * leaves its queue at once, so what it holds goes to the others now rather than when (if ever) its
+ * peer reads the Error; and a peer that hangs up first still frees it (on_closing_event): a closing
+ * connection that stayed forever, as the failover's active consumer, stalled the subscription. */
 static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
 {
 	if (c->closing)
@@ -238,13 +271,16 @@ static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *m
 	f.error = &e;
 	send_frame(c, &f);
 	c->closing = true;
+	c->s->nclosing++;
 	if (c->q) {
 		detach(c);
 		append_consumer(&c->s->pending, c);
 	}
-	bufferevent_disable(c->bev, EV_READ);
-	bufferevent_setcb(c->bev, NULL, on_drained, on_consumer_event, c);
+	struct timeval linger = {.tv_sec = CLOSE_LINGER_MS / 1000, .tv_usec = CLOSE_LINGER_MS % 1000 * 1000};
+	bufferevent_setcb(c->bev, on_closing_read, on_closing_written, on_closing_event, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	bufferevent_set_timeouts(c->bev, &linger, &linger);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 
 static void heartbeat(consumer *c)
@@ -261,9 +297,18 @@ static void heartbeat(consumer *c)
 
 /* Dispatch ------------------------------------------------------------------------------ */
 
-static bool has_room(const consumer *c)
+/* Whether c's output is over the high-water mark; then it waits (stalled) until it drains. */
+static bool out_full(consumer *c)
 {
-	return !c->closing && c->in_flight < c->max_unacked;
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < OUT_HIGH_WATER)
+		return false;
+	c->stalled = true;
+	return true;
+}
+
+static bool has_room(consumer *c)
+{
+	return !c->closing && c->in_flight < c->max_unacked && !out_full(c);
 }
 
 static consumer *least_loaded(queue *q)
@@ -649,6 +694,7 @@ static void consumer_free(consumer *c)
 	detach(c);
 	bufferevent_free(c->bev);
 	s->nconnections--;
+	s->nclosing -= c->closing;
 	free(c);
 }
 
@@ -789,6 +835,65 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	}
 }
 
+/* The output drained to OUT_LOW_WATER: a stalled consumer is dispatched to again. Its input is
+ * read all along: a client that waits to send its acks before it reads must not deadlock. */
+static void on_consumer_written(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	consumer *c = arg;
+	if (!c->stalled)
+		return;
+	c->stalled = false;
+	if (c->q && !c->closing)
+		dispatch(c->s, c->q);
+}
+
+/* Closing connections fill their share of the table: one of them loses the rest of its linger
+ * (its Error is written, or as much of it as it would read), a new connection counts more. */
+static void shed_closing(socket_sink *s)
+{
+	consumer *c = s->pending; /* a closing connection has left its queue */
+	while (c && !c->closing)
+		c = c->next;
+	if (!c)
+		return;
+	/* What is still buffered (the Error, usually) gets the one write the socket takes now; the
+	 * bufferevent keeps its output to itself (frozen: no evbuffer_write), but it can be peeked. */
+	struct evbuffer_iovec v[4]; /* the same layout as struct iovec where there is one */
+	struct msghdr m = {.msg_iov = (struct iovec *)v};
+	m.msg_iovlen = (size_t)evbuffer_peek(bufferevent_get_output(c->bev), -1, NULL, v, 4);
+	if (m.msg_iovlen > 4)
+		m.msg_iovlen = 4;
+	if (m.msg_iovlen && sendmsg(bufferevent_getfd(c->bev), &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("could not write a closing connection's last bytes", "error=\"%s\"",
+			  strerror(errno));
+	consumer_free(c);
+}
+
+/* The table is full: the oldest connection that has not subscribed yet gives way to c; if every
+ * other one has subscribed, c is refused. Either is told so in an Error it can read. */
+static void make_room(socket_sink *s, consumer *c)
+{
+	consumer *old = s->pending;
+	while (old && (old->closing || old == c))
+		old = old->next;
+	if (old)
+		consumer_error(old, CDC__V1__ERROR__CODE__CONNECTION_LIMIT,
+			       "too many subscriber connections: closed to make room (no Subscribe yet)");
+	else
+		consumer_error(c, CDC__V1__ERROR__CODE__CONNECTION_LIMIT, "too many subscriber connections");
+}
+
+/* Connections that did not subscribe within FIRST_FRAME_TIMEOUT_MS are closed. */
+static void check_first_frames(socket_sink *s, uint64_t now)
+{
+	char msg[64];
+	snprintf(msg, sizeof(msg), "no Subscribe within %d s", FIRST_FRAME_TIMEOUT_MS / 1000);
+	for (consumer *c = s->pending; c; c = c->next)
+		if (!c->closing && now - c->accepted_ms >= FIRST_FRAME_TIMEOUT_MS)
+			consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIBE_TIMEOUT, msg);
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
 {
 	(void)l, (void)addr, (void)len;
@@ -797,21 +902,23 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	socklen_t cl = sizeof(cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
 		cred.pid = 0;
+	if (s->nconnections >= MAX_CONSUMERS + MAX_CLOSING)
+		shed_closing(s);
 	consumer *c = xcalloc(1, sizeof(*c));
 	c->s = s;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->last_send_ms = now_ms();
+	c->accepted_ms = c->last_send_ms = now_ms();
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
-	bufferevent_setcb(c->bev, on_consumer_read, NULL, on_consumer_event, c);
+	bufferevent_setcb(c->bev, on_consumer_read, on_consumer_written, on_consumer_event, c);
+	bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATER, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-	c->next = s->pending;
-	s->pending = c;
+	append_consumer(&s->pending, c);
 	s->nconnections++;
 	log_info("subscriber connected", "pid=%ld uid=%ld gid=%ld", (long)cred.pid, (long)cred.uid, (long)cred.gid);
-	if (s->nconnections > MAX_CONSUMERS)
-		consumer_error(c, CDC__V1__ERROR__CODE__UNSPECIFIED, "too many subscriber connections");
+	if (s->nconnections - s->nclosing > MAX_CONSUMERS)
+		make_room(s, c);
 }
 
 /* Timer: ack timeouts, heartbeats, retention. */
@@ -823,6 +930,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
 	if (trim_now)
 		s->last_trim_ms = now;
+	check_first_frames(s, now);
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
 		if (!sub->set)
@@ -831,7 +939,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		for (int k = 0; k < 2; k++) {
 			check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next)
-				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms)
+				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms && !out_full(c))
 					heartbeat(c);
 			if (trim_now)
 				trim(s, qs[k]);

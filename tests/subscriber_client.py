@@ -197,8 +197,10 @@ class Subscriber:
                     raise ProtocolError("the connection closed mid-frame")
                 return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.sock], [], [], left)
-            if not ready:
+            # poll, not select: a test may hold more than FD_SETSIZE descriptors
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            if not poller.poll(None if left is None else left * 1000):
                 return None
             try:
                 chunk = self.sock.recv(1 << 16)

@@ -77,8 +77,8 @@ static bool check_nack(const Cdc__V1__Nack *n, char *err, size_t errlen)
 	/* protobuf-c does not check it, and the reason goes out again in a dead letter's string field,
 	 * which other clients' parsers reject if it is not UTF-8 */
 	const unsigned char *p = (const unsigned char *)n->reason;
-	for (size_t i = 0, n, skip; i < len; i += n)
-		if (!(n = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i, &skip)))
+	for (size_t i = 0, seq, skip; i < len; i += seq)
+		if (!(seq = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i, &skip)))
 			return errf(err, errlen, "Nack: reason is not UTF-8 (byte %zu)", i);
 	return true;
 }

@@ -41,8 +41,23 @@
 #define OUT_HIGH_WATER (1u << 20)
 #define OUT_LOW_WATER (256u << 10)
 
-/* ServerFrame and Delivery field numbers (subscriber.proto), and the Event's offset fields. */
-enum { SF_SUBSCRIBED = 1, SF_DELIVERY = 2, DELIVERY_EVENTS = 1, EVENT_OFFSET = 2, EVENT_DELIVERY_COUNT = 16 };
+/* ServerFrame, Delivery and DeadLetter field numbers (subscriber.proto), and the Event's offset fields. */
+enum {
+	SF_SUBSCRIBED = 1,
+	SF_DELIVERY = 2,
+	DELIVERY_EVENTS = 1,
+	DELIVERY_DEAD_LETTERS = 2,
+	DEAD_LETTER_OFFSET = 1,
+	EVENT_OFFSET = 2,
+	EVENT_DELIVERY_COUNT = 16
+};
+/* A dead letter's record in the dead letters' spool: a 0 byte (never the first byte of a packed
+ * Event, whose field numbers start at 1: records from before have the Event alone), the length of
+ * the packed DeadLetter (u32, little-endian), the DeadLetter without its offset (known only once
+ * it is read), then the Event. */
+#define DEAD_HEADER 5
+/* Refused offsets one Acked lists at most; more are answered but not listed. */
+#define REPLY_MAX_REFUSED 65536
 
 typedef struct consumer consumer;
 typedef struct subscription subscription;
@@ -50,11 +65,16 @@ typedef struct socket_sink socket_sink;
 
 enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
 
+/* Why a delivery was given back, for the dead letter it may become. */
+enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK };
+
 typedef struct slot {
-	uint64_t deadline_ms; /* SENT: redelivered after this */
+	uint64_t deadline_ms; /* SENT: redelivered after this; UNSENT: not delivered before this */
 	consumer *c;          /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
+	char *reason;         /* BACK_NACK: the Nack's reason (owned) */
 	uint32_t deliveries;
 	uint8_t state;
+	uint8_t why; /* enum back_why: why it was last given back */
 } slot;
 
 /* Delivery state of the offsets [base, next): a ring that grows by doubling. */
@@ -103,6 +123,13 @@ struct consumer {
 	uint64_t accepted_ms;
 	bool closing;
 	bool stalled; /* its output reached OUT_HIGH_WATER: dispatch waits for the drain */
+	/* The Acked owed for the Ack, Nack and Progress frames read since the last one. */
+	struct reply {
+		uint32_t answered;
+		size_t n, cap;
+		uint64_t *offsets;
+		uint8_t *reasons; /* Cdc__V1__Refused__Reason */
+	} reply;
 };
 
 struct socket_sink {
@@ -371,9 +398,40 @@ static uint64_t resume_at(const queue *q)
 	return q->returned ? q->w.base : q->next;
 }
 
-static bool slot_unsent(queue *q, uint64_t off)
+/* Whether off can be delivered now: never sent, or given back and not held back by a Nack's delay. */
+static bool slot_ready(queue *q, uint64_t off, uint64_t now)
 {
-	return off >= q->next || window_at(&q->w, off)->state == SLOT_UNSENT;
+	if (off >= q->next)
+		return true;
+	const slot *sl = window_at(&q->w, off);
+	return sl->state == SLOT_UNSENT && sl->deadline_ms <= now;
+}
+
+/* The next time check_timeouts has something to do. */
+static void note_deadline(queue *q, uint64_t t)
+{
+	if (!q->min_deadline || t < q->min_deadline)
+		q->min_deadline = t;
+}
+
+/* A dead letter's record (see dead_record): the packed DeadLetter and the Event. A record from
+ * before dead letters had a history is the Event alone (no DeadLetter). false if the lengths do
+ * not add up (then the record is taken as an Event). */
+static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *deadlen, const uint8_t **ev,
+		       size_t *evlen)
+{
+	if (r->len == 0 || r->data[0] != 0)
+		return true;
+	if (r->len < DEAD_HEADER)
+		return false;
+	size_t n = (size_t)r->data[1] | (size_t)r->data[2] << 8 | (size_t)r->data[3] << 16 | (size_t)r->data[4] << 24;
+	if (n > r->len - DEAD_HEADER)
+		return false;
+	*dead = r->data + DEAD_HEADER;
+	*deadlen = n;
+	*ev = *dead + n;
+	*evlen = r->len - DEAD_HEADER - n;
+	return true;
 }
 
 /* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
@@ -390,19 +448,30 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	sl->c = c;
 	sl->deliveries++;
 	sl->deadline_ms = now + q->sub->set->ack_timeout_ms;
-	if (sl->deadline_ms < q->min_deadline || !q->min_deadline)
-		q->min_deadline = sl->deadline_ms;
+	note_deadline(q, sl->deadline_ms);
 	c->in_flight++;
 	if (!q->dead_letters) {
 		q->sub->delivered++;
 		q->sub->redelivered += sl->deliveries > 1;
 	}
-	size_t len = r->len + pb_varint_field_size(EVENT_OFFSET, r->offset) +
+	const uint8_t *ev = r->data, *dead = NULL;
+	size_t evlen = r->len, deadlen = 0;
+	if (q->dead_letters && !dead_split(r, &dead, &deadlen, &ev, &evlen))
+		log_warn("a dead letter's history is unreadable; it is delivered without", "subscription=%s offset=%llu",
+			 q->sub->name, (unsigned long long)r->offset);
+	size_t len = evlen + pb_varint_field_size(EVENT_OFFSET, r->offset) +
 		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
 	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
-	buf_append(&s->events, r->data, r->len);
+	buf_append(&s->events, ev, evlen);
 	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
 	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
+	if (q->dead_letters) {
+		/* one DeadLetter per Event, in the same order; its offset goes last (any order is valid) */
+		pb_put_len_header(&s->events, DELIVERY_DEAD_LETTERS,
+				  deadlen + pb_varint_field_size(DEAD_LETTER_OFFSET, r->offset));
+		buf_append(&s->events, dead, deadlen);
+		pb_put_varint_field(&s->events, DEAD_LETTER_OFFSET, r->offset);
+	}
 }
 
 /* Writes the Delivery gathered in s->events to c (after any discarded range it must hear of). */
@@ -465,7 +534,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 	bool batch = !q->dead_letters && q->sub->set->batch_transaction;
 	uint64_t commit_lsn = r.commit_lsn;
 	put_event(s, q, c, &r, now);
-	for (off++; batch && off <= head && slot_unsent(q, off); off++) {
+	for (off++; batch && off <= head && slot_ready(q, off, now); off++) {
 		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 			fatal_read(s, q);
 			break;
@@ -491,7 +560,7 @@ static void dispatch(socket_sink *s, queue *q)
 	uint64_t head = spool_head(q->sp), now = now_ms();
 	uint64_t off = resume_at(q);
 	while (off && off <= head) {
-		if (!slot_unsent(q, off)) {
+		if (!slot_ready(q, off, now)) {
 			off++;
 			continue;
 		}
@@ -522,6 +591,12 @@ static void advance_base(socket_sink *s, queue *q)
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
 
+static void slot_forget_reason(slot *sl)
+{
+	free(sl->reason);
+	sl->reason = NULL;
+}
+
 static void ack_slot(queue *q, slot *sl)
 {
 	if (sl->state == SLOT_SENT)
@@ -530,62 +605,178 @@ static void ack_slot(queue *q, slot *sl)
 		q->returned--;
 	sl->state = SLOT_ACKED;
 	sl->c = NULL;
+	slot_forget_reason(sl);
 }
 
-static void move_to_dead(socket_sink *s, queue *q, uint64_t off);
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl);
 
-/* A delivery that was not acknowledged in time or whose consumer went away: sent again, or moved
- * to the dead letters once it was delivered max_deliveries times. */
-static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl)
+/* A delivery that was not acknowledged in time, whose consumer went away or that it gave back
+ * (why): sent again from not_before on, or moved to the dead letters once it was delivered
+ * max_deliveries times. */
+static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum back_why why, uint64_t not_before)
 {
 	sl->c->in_flight--;
 	sl->state = SLOT_UNSENT;
+	sl->why = (uint8_t)why;
+	sl->deadline_ms = not_before;
+	if (not_before)
+		note_deadline(q, not_before);
 	q->returned++;
 	uint32_t max = q->sub->set ? q->sub->set->max_deliveries : 0; /* no settings: being removed */
 	if (!q->dead_letters && max && sl->deliveries >= max)
-		move_to_dead(s, q, off);
+		move_to_dead(s, q, off, sl);
 }
 
-static void move_to_dead(socket_sink *s, queue *q, uint64_t off)
+static const char *back_reason(const slot *sl)
+{
+	switch ((enum back_why)sl->why) {
+	case BACK_TIMEOUT:
+		return "ack timeout";
+	case BACK_GONE:
+		return "consumer went away";
+	case BACK_NACK:
+		return sl->reason;
+	case BACK_NONE:
+		break;
+	}
+	return "";
+}
+
+/* The dead letters' record of event r (off in the subscription) given back as sl says. */
+static void dead_record(buf *out, const spool_record *r, uint64_t off, const slot *sl)
+{
+	Cdc__V1__DeadLetter d = CDC__V1__DEAD_LETTER__INIT;
+	d.original_offset = off;
+	d.deliveries = sl->deliveries;
+	d.reason = (char *)back_reason(sl);
+	d.dead_time = wall_ms() * 1000;
+	uint32_t n = (uint32_t)cdc__v1__dead_letter__get_packed_size(&d);
+	uint8_t hdr[DEAD_HEADER] = {0, (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+	buf_reset(out);
+	buf_append(out, hdr, sizeof(hdr));
+	buf_reserve(out, n);
+	out->len += cdc__v1__dead_letter__pack(&d, (uint8_t *)out->data + out->len);
+	buf_append(out, r->data, r->len);
+}
+
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 {
 	subscription *sub = q->sub;
 	spool_record r;
 	uint64_t dead_off;
-	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err)) ||
-	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, r.data, r.len, wall_ms(), &dead_off, s->err,
-			  sizeof(s->err)) ||
+	buf rec = {0};
+	bool ok = spool_read(q->sp, off, &r, s->err, sizeof(s->err));
+	if (ok)
+		dead_record(&rec, &r, off, sl);
+	if (!ok ||
+	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len, wall_ms(), &dead_off,
+			  s->err, sizeof(s->err)) ||
 	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) || !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
 		log_error("cannot move an event to the dead letters; it stays in the subscription",
 			  "subscription=%s offset=%llu error=\"%s\"", sub->name, (unsigned long long)off, s->err);
+		buf_free(&rec);
 		return;
 	}
-	log_warn("moved an event to the dead letters", "subscription=%s offset=%llu deliveries=%u dead_offset=%llu",
-		 sub->name, (unsigned long long)off, sub->set->max_deliveries, (unsigned long long)dead_off);
-	ack_slot(q, window_at(&q->w, off));
+	buf_free(&rec);
+	log_warn("moved an event to the dead letters",
+		 "subscription=%s offset=%llu deliveries=%u dead_offset=%llu reason=\"%s\"", sub->name,
+		 (unsigned long long)off, sl->deliveries, (unsigned long long)dead_off, back_reason(sl));
+	ack_slot(q, sl);
 	dispatch(s, &sub->dead);
 }
 
 /* Returns every delivery c holds (it went away, or lost the failover). */
-static void return_all(socket_sink *s, queue *q, consumer *c)
+static void return_all(socket_sink *s, queue *q, consumer *c, enum back_why why)
 {
 	for (uint64_t o = q->w.base; o < q->next && c->in_flight; o++) {
 		slot *sl = window_at(&q->w, o);
-		if (sl->state == SLOT_SENT && sl->c == c)
-			return_slot(s, q, o, sl);
+		if (sl->state == SLOT_SENT && sl->c == c) {
+			slot_forget_reason(sl);
+			return_slot(s, q, o, sl, why, 0);
+		}
 	}
 	advance_base(s, q);
 }
 
+/* Acks, Nacks and Progress ---------------------------------------------------------------- */
+
+/* Whether off is in flight to c (0), else why an Ack, Nack or Progress of it has no effect. An
+ * Ack (late_ok) also counts for a delivery given back after c's ack timeout that nobody else has
+ * had since: the work is done, sending it again would only repeat it. */
+static Cdc__V1__Refused__Reason refusal(queue *q, const consumer *c, uint64_t off, bool late_ok)
+{
+	if (off < q->w.base)
+		return CDC__V1__REFUSED__REASON__ALREADY_ACKED;
+	if (off >= q->next)
+		return CDC__V1__REFUSED__REASON__NOT_DELIVERED;
+	const slot *sl = window_at(&q->w, off);
+	switch (sl->state) {
+	case SLOT_ACKED:
+		return CDC__V1__REFUSED__REASON__ALREADY_ACKED;
+	case SLOT_SENT:
+		return sl->c == c ? 0 : CDC__V1__REFUSED__REASON__OTHER_CONSUMER;
+	default:
+		return late_ok && sl->c == c ? 0 : CDC__V1__REFUSED__REASON__NOT_DELIVERED;
+	}
+}
+
+static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
+{
+	struct reply *r = &c->reply;
+	if (r->n == REPLY_MAX_REFUSED)
+		return;
+	if (r->n == r->cap) {
+		r->cap = r->cap ? 2 * r->cap : 16;
+		r->offsets = xrealloc(r->offsets, r->cap * sizeof(*r->offsets));
+		r->reasons = xrealloc(r->reasons, r->cap * sizeof(*r->reasons));
+	}
+	r->offsets[r->n] = off;
+	r->reasons[r->n++] = (uint8_t)why;
+}
+
+/* Sends the Acked owed, unless c's output is over the high-water mark (then once it drains). */
+static void flush_reply(consumer *c)
+{
+	struct reply *r = &c->reply;
+	if (!r->answered || !c->q || c->closing || out_full(c))
+		return;
+	Cdc__V1__Refused *v = xcalloc(r->n ? r->n : 1, sizeof(*v));
+	Cdc__V1__Refused **pv = xcalloc(r->n ? r->n : 1, sizeof(*pv));
+	for (size_t i = 0; i < r->n; i++) {
+		v[i] = (Cdc__V1__Refused)CDC__V1__REFUSED__INIT;
+		v[i].offset = r->offsets[i];
+		v[i].reason = (Cdc__V1__Refused__Reason)r->reasons[i];
+		pv[i] = &v[i];
+	}
+	Cdc__V1__Acked a = CDC__V1__ACKED__INIT;
+	a.acked_offset = spool_acked(c->q->sp);
+	a.answered = r->answered;
+	a.n_refused = r->n;
+	a.refused = pv;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ACKED;
+	f.acked = &a;
+	send_frame(c, &f);
+	free(v);
+	free(pv);
+	r->answered = 0;
+	r->n = 0;
+}
+
+/* failover (and dead letters): cumulative, from the active consumer only; shared modes: each offset. */
 static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
 	bool cumulative = mode(q) == SOCKET_FAILOVER;
-	if (cumulative && !is_active(c))
-		return; /* it lost the failover: its deliveries went to another */
 	for (size_t i = 0; i < a->n_offsets; i++) {
 		uint64_t off = a->offsets[i];
-		uint64_t from = cumulative ? q->w.base : off, to = off < q->next ? off : q->next - 1;
-		for (uint64_t o = from > q->w.base ? from : q->w.base; o <= to; o++) {
+		Cdc__V1__Refused__Reason why =
+		    cumulative && !is_active(c) ? CDC__V1__REFUSED__REASON__NOT_ACTIVE : refusal(q, c, off, true);
+		if (why) {
+			refuse(c, off, why);
+			continue;
+		}
+		for (uint64_t o = cumulative ? q->w.base : off; o <= off; o++) {
 			slot *sl = window_at(&q->w, o);
 			if (sl->state != SLOT_ACKED)
 				ack_slot(q, sl);
@@ -596,37 +787,78 @@ static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 	wake(s);
 }
 
-/* ack_timeout: shared modes redeliver the late event; failover hands over to a waiting consumer. */
+static void handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
+{
+	queue *q = c->q;
+	uint64_t now = now_ms();
+	for (size_t i = 0; i < n->n_offsets; i++) {
+		uint64_t off = n->offsets[i];
+		Cdc__V1__Refused__Reason why = refusal(q, c, off, false);
+		if (why) {
+			refuse(c, off, why);
+			continue;
+		}
+		slot *sl = window_at(&q->w, off);
+		slot_forget_reason(sl);
+		sl->reason = xstrdup(n->reason[0] ? n->reason : "nack");
+		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? now + n->delay_ms : 0);
+	}
+	advance_base(s, q);
+	dispatch(s, q);
+	wake(s);
+}
+
+static void handle_progress(consumer *c, const Cdc__V1__Progress *p)
+{
+	queue *q = c->q;
+	uint64_t deadline = now_ms() + q->sub->set->ack_timeout_ms;
+	for (size_t i = 0; i < p->n_offsets; i++) {
+		Cdc__V1__Refused__Reason why = refusal(q, c, p->offsets[i], false);
+		if (why)
+			refuse(c, p->offsets[i], why);
+		else
+			window_at(&q->w, p->offsets[i])->deadline_ms = deadline;
+	}
+}
+
+/* failover: the active consumer held a delivery past its deadline; the next one takes over. */
+static void hand_over(socket_sink *s, queue *q, uint64_t now)
+{
+	consumer *active = q->consumers;
+	if (!active->next) {
+		note_deadline(q, now + q->sub->set->ack_timeout_ms); /* nobody to hand over to */
+		return;
+	}
+	log_warn("the active consumer did not acknowledge in time; the next one takes over",
+		 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
+	unlink_consumer(&q->consumers, active);
+	append_consumer(&q->consumers, active);
+	return_all(s, q, active, BACK_TIMEOUT);
+}
+
+/* ack_timeout: shared modes redeliver the late event; failover hands over to a waiting consumer.
+ * Deliveries held back by a Nack's delay are dispatched once it has passed. */
 static void check_timeouts(socket_sink *s, queue *q, uint64_t now)
 {
 	if (!q->min_deadline || q->min_deadline > now)
 		return;
 	q->min_deadline = 0;
-	if (mode(q) == SOCKET_FAILOVER) {
-		consumer *active = q->consumers;
-		if (!active || !active->in_flight)
-			return;
-		if (!active->next) {
-			q->min_deadline = now + q->sub->set->ack_timeout_ms; /* nobody to hand over to */
-			return;
-		}
-		log_warn("the active consumer did not acknowledge in time; the next one takes over",
-			 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
-		unlink_consumer(&q->consumers, active);
-		append_consumer(&q->consumers, active);
-		return_all(s, q, active);
-		dispatch(s, q);
-		return;
-	}
+	bool failover = mode(q) == SOCKET_FAILOVER, late = false;
 	for (uint64_t o = q->w.base; o < q->next; o++) {
 		slot *sl = window_at(&q->w, o);
-		if (sl->state != SLOT_SENT)
+		if (sl->state == SLOT_ACKED)
 			continue;
-		if (sl->deadline_ms <= now)
-			return_slot(s, q, o, sl);
-		else if (!q->min_deadline || sl->deadline_ms < q->min_deadline)
-			q->min_deadline = sl->deadline_ms;
+		if (sl->state == SLOT_SENT && sl->deadline_ms <= now && failover) {
+			late = true;
+		} else if (sl->state == SLOT_SENT && sl->deadline_ms <= now) {
+			slot_forget_reason(sl);
+			return_slot(s, q, o, sl, BACK_TIMEOUT, 0);
+		} else if (sl->deadline_ms > now) {
+			note_deadline(q, sl->deadline_ms);
+		}
 	}
+	if (late && q->consumers)
+		hand_over(s, q, now);
 	advance_base(s, q);
 	dispatch(s, q);
 }
@@ -675,7 +907,7 @@ static void detach(consumer *c)
 	for (size_t i = 0; i < KEY_BUCKETS; i++)
 		if (q->bucket[i] == c)
 			q->bucket[i] = NULL;
-	return_all(c->s, q, c);
+	return_all(c->s, q, c, BACK_GONE);
 	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone: nobody had those last */
 		if (window_at(&q->w, o)->c == c)
 			window_at(&q->w, o)->c = NULL;
@@ -686,16 +918,24 @@ static void detach(consumer *c)
 	dispatch(c->s, q);
 }
 
+/* The connection and what the consumer owns; nothing else is told. */
+static void consumer_release(consumer *c)
+{
+	bufferevent_free(c->bev);
+	free(c->reply.offsets);
+	free(c->reply.reasons);
+	free(c);
+}
+
 static void consumer_free(consumer *c)
 {
 	log_info("subscriber disconnected", "consumer=%s pid=%ld subscription=%s in_flight=%u", c->name, (long)c->pid,
 		 c->q ? c->q->sub->name : "-", c->in_flight);
 	socket_sink *s = c->s;
 	detach(c);
-	bufferevent_free(c->bev);
 	s->nconnections--;
 	s->nclosing -= c->closing;
-	free(c);
+	consumer_release(c);
 }
 
 /* Positions a queue for a consumer that attaches while no other is: the start it asked for. */
@@ -722,6 +962,8 @@ static uint64_t position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub
 	/* Skipping forward acknowledges what is skipped; going back replays acknowledged events. */
 	if (start - 1 > acked && !spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
 		log_error("cannot record acknowledged offsets", "subscription=%s error=\"%s\"", q->sub->name, s->err);
+	for (uint64_t o = q->w.base; o < q->next; o++)
+		slot_forget_reason(window_at(&q->w, o));
 	q->next = start;
 	q->returned = 0;
 	window_reset(&q->w, start);
@@ -794,14 +1036,25 @@ static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t
 		return false;
 	}
 	bool subscribe = f->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE;
-	if (subscribe == (c->q != NULL))
-		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME,
-			       subscribe ? "already subscribed: one Subscribe per connection" :
-					   "Ack before Subscribe: the first frame must be a Subscribe");
-	else if (subscribe)
+	if (subscribe == (c->q != NULL)) {
+		char why[128];
+		snprintf(why, sizeof(why), subscribe ? "already subscribed: one Subscribe per connection" :
+						       "%s before Subscribe: the first frame must be a Subscribe",
+			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK    ? "Ack" :
+			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK ? "Nack" :
+									    "Progress");
+		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, why);
+	} else if (subscribe) {
 		handle_subscribe(s, c, f->subscribe);
-	else
-		handle_ack(s, c, f->ack);
+	} else {
+		c->reply.answered++;
+		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
+			handle_ack(s, c, f->ack);
+		else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK)
+			handle_nack(s, c, f->nack);
+		else
+			handle_progress(c, f->progress);
+	}
 	frame_client_free(f);
 	return !c->closing;
 }
@@ -833,6 +1086,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 		if (!go_on)
 			return;
 	}
+	flush_reply(c);
 }
 
 /* The output drained to OUT_LOW_WATER: a stalled consumer is dispatched to again. Its input is
@@ -844,6 +1098,7 @@ static void on_consumer_written(struct bufferevent *bev, void *arg)
 	if (!c->stalled)
 		return;
 	c->stalled = false;
+	flush_reply(c);
 	if (c->q && !c->closing)
 		dispatch(c->s, c->q);
 }
@@ -1181,10 +1436,11 @@ static void free_queue(queue *q)
 	while (q->consumers) {
 		consumer *c = q->consumers;
 		q->consumers = c->next;
-		bufferevent_free(c->bev);
-		free(c);
+		consumer_release(c);
 	}
 	spool_close(q->sp);
+	for (uint64_t o = q->w.base; o < q->next; o++)
+		slot_forget_reason(window_at(&q->w, o));
 	free(q->w.v);
 }
 
@@ -1194,8 +1450,7 @@ static void socket_free(sink *base)
 	while (s->pending) {
 		consumer *c = s->pending;
 		s->pending = c->next;
-		bufferevent_free(c->bev);
-		free(c);
+		consumer_release(c);
 	}
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];

@@ -434,19 +434,28 @@ static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *dead
 	return true;
 }
 
+/* Takes the offsets up to off into the window, unsent, with the delivery counts the spool kept
+ * (from before a restart). */
+static void extend_to(queue *q, uint64_t off)
+{
+	window_extend(&q->w, q->next, off + 1);
+	for (uint64_t o = q->next; o <= off; o++)
+		window_at(&q->w, o)->deliveries = spool_deliveries(q->sp, o);
+	q->next = off + 1;
+}
+
 /* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
 static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t now)
 {
-	if (r->offset >= q->next) {
-		window_extend(&q->w, q->next, r->offset + 1);
-		q->next = r->offset + 1;
-	} else {
+	if (r->offset >= q->next)
+		extend_to(q, r->offset);
+	else
 		q->returned--;
-	}
 	slot *sl = window_at(&q->w, r->offset);
 	sl->state = SLOT_SENT;
 	sl->c = c;
 	sl->deliveries++;
+	spool_note_delivery(q->sp, r->offset, sl->deliveries);
 	sl->deadline_ms = now + q->sub->set->ack_timeout_ms;
 	note_deadline(q, sl->deadline_ms);
 	c->in_flight++;
@@ -525,8 +534,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		if (!least_loaded(q))
 			return 0;
 		if (off >= q->next) {
-			window_extend(&q->w, q->next, off + 1);
-			q->next = off + 1;
+			extend_to(q, off);
 			q->returned++;
 		}
 		return off + 1;
@@ -566,6 +574,10 @@ static void dispatch(socket_sink *s, queue *q)
 		}
 		off = send_group(s, q, off, head, now);
 	}
+	/* the counts go to disk before the deliveries go out (written when the loop runs again) */
+	if (!spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
+		log_error("cannot record delivery counts; after a restart they may start again from 1",
+			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
 
 /* Acknowledgement and redelivery ------------------------------------------------------- */

@@ -144,3 +144,29 @@ def test_dead_letter_after_ack_timeouts_says_so(pg, schema, cdc):
     h = dead.dead_letter[d.offset]
     assert (h.original_offset, h.deliveries, h.reason) == (1, 1, "consumer went away")
     assert p.terminate() == 0
+
+
+# --- delivery counts across restarts ----------------------------------------------------------
+
+def test_delivery_counts_survive_kill_9_so_max_deliveries_holds(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, max_deliveries=2)])
+    a = attach(c, consumer="a")
+    insert(pg, schema, 1, 3)
+    assert [(e.offset, e.delivery_count) for e in collect(a, 3)] == [(1, 1), (2, 1), (3, 1)]
+    a.ack([1])
+    assert one_answer(a).acked_offset == 1
+    p.kill()  # kill -9 with 2 and 3 delivered once, unacknowledged
+    a.close()
+    p = c.start()
+    b = attach(c, consumer="b")
+    assert [(e.offset, e.delivery_count) for e in collect(b, 2)] == [(2, 2), (3, 2)]
+    b.close()  # the second delivery failed too: max_deliveries
+    dead = attach(c, dead_letters=True)
+    got = collect(dead, 2, timeout=10)
+    assert [(dead.dead_letter[d.offset].original_offset, dead.dead_letter[d.offset].deliveries,
+             dead.dead_letter[d.offset].reason) for d in got] == [(2, 2, "consumer went away"),
+                                                                 (3, 2, "consumer went away")]
+    s = attach(c, consumer="c")
+    assert s.subscribed.acked_offset == 3 and s.events(1, timeout=0.5, fail=False) == []
+    assert p.terminate() == 0

@@ -40,6 +40,12 @@
  * heartbeat) until it drains to the low mark. */
 #define OUT_HIGH_WATER (1u << 20)
 #define OUT_LOW_WATER (256u << 10)
+/* shared and key_shared: a consumer is handed at most what it can start on before its deadline,
+ * its window: the acks it made per ack_timeout / 2, measured over RATE_PERIOD_MS (at most
+ * max_unacked, at least WINDOW_MIN); a new consumer starts at WINDOW_START. */
+#define WINDOW_START 16
+#define WINDOW_MIN 1
+#define RATE_PERIOD_MS 500
 
 /* ServerFrame, Delivery and DeadLetter field numbers (subscriber.proto), and the Event's offset fields. */
 enum {
@@ -119,6 +125,10 @@ struct consumer {
 	uid_t uid;
 	pid_t pid;
 	uint32_t max_unacked, in_flight;
+	uint32_t window;       /* shared modes: in flight at most (see WINDOW_START) */
+	uint32_t acks;         /* of its deliveries since rate_since_ms */
+	uint64_t rate_since_ms;
+	bool window_full;      /* in_flight reached the window since rate_since_ms */
 	uint64_t heartbeat_ms, last_send_ms;
 	uint64_t accepted_ms;
 	bool closing;
@@ -333,43 +343,78 @@ static bool out_full(consumer *c)
 	return true;
 }
 
+/* How many deliveries c may hold now: its window in the shared modes, else max_unacked. */
+static uint32_t limit(const consumer *c)
+{
+	return mode(c->q) == SOCKET_FAILOVER || c->window > c->max_unacked ? c->max_unacked : c->window;
+}
+
 static bool has_room(consumer *c)
 {
-	return !c->closing && c->in_flight < c->max_unacked && !out_full(c);
+	if (c->closing || out_full(c))
+		return false;
+	if (c->in_flight < limit(c))
+		return true;
+	c->window_full = true;
+	return false;
+}
+
+/* The consumer with the most room (the first of equals after the round-robin position). */
+static consumer *most_room(queue *q, const consumer *avoid)
+{
+	consumer *best = NULL, *c = q->consumers;
+	uint32_t room = 0;
+	for (size_t k = q->rr % q->nconsumers; k--;)
+		c = c->next;
+	for (size_t i = 0; i < q->nconsumers; i++, c = c->next ? c->next : q->consumers)
+		if (c != avoid && has_room(c) && (!best || limit(c) - c->in_flight > room)) {
+			best = c;
+			room = limit(c) - c->in_flight;
+		}
+	return best;
 }
 
 static consumer *least_loaded(queue *q)
 {
-	consumer *best = NULL;
-	for (consumer *c = q->consumers; c; c = c->next)
-		if (has_room(c) && (!best || c->in_flight < best->in_flight))
-			best = c;
-	return best;
+	return most_room(q, NULL);
+}
+
+/* Every RATE_PERIOD_MS: a shared consumer's window becomes what it acknowledged per
+ * ack_timeout / 2, so that what it is handed can be started on before its deadline, however slow
+ * or fast its work. It grows with the consumer's pace; it shrinks only if the consumer was held
+ * by its window (a consumer that had little to do says nothing of its pace). */
+static void update_window(consumer *c, uint64_t now)
+{
+	uint64_t elapsed = now - c->rate_since_ms;
+	if (elapsed < RATE_PERIOD_MS)
+		return;
+	uint64_t target = (uint64_t)c->acks * (c->q->sub->set->ack_timeout_ms / 2) / elapsed;
+	if (target < WINDOW_MIN)
+		target = WINDOW_MIN;
+	if (target > c->max_unacked)
+		target = c->max_unacked;
+	if (target > c->window || c->window_full)
+		c->window = (uint32_t)target;
+	c->acks = 0;
+	c->window_full = false;
+	c->rate_since_ms = now;
 }
 
 /* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
  * now. shared: round robin, but a redelivery goes to another consumer than the last one if any
  * has room. */
-static consumer *choose(queue *q, uint32_t key_hash, const consumer *last)
+static consumer *choose(queue *q, uint32_t key_hash, consumer *last)
 {
 	switch (mode(q)) {
 	case SOCKET_FAILOVER:
 		return q->consumers;
 	case SOCKET_SHARED: {
-		consumer *c = q->consumers, *fallback = NULL;
-		for (size_t k = q->rr % q->nconsumers; k--;)
-			c = c->next;
-		for (size_t i = 0; i < q->nconsumers; i++, c = c->next ? c->next : q->consumers) {
-			if (!has_room(c))
-				continue;
-			if (c == last && q->nconsumers > 1) {
-				fallback = c;
-				continue;
-			}
-			q->rr = (q->rr + i + 1) % q->nconsumers;
-			return c;
-		}
-		return fallback;
+		/* the most room first; the round robin decides between equals */
+		consumer *c = most_room(q, last);
+		if (!c && last && has_room(last))
+			c = last;
+		q->rr = (q->rr + 1) % q->nconsumers;
+		return c;
 	}
 	case SOCKET_KEY_SHARED: {
 		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
@@ -518,7 +563,7 @@ static void fatal_read(socket_sink *s, queue *q)
  * or 0 when nothing more can be sent now (stop scanning). */
 static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
 {
-	const consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
+	consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
 	bool by_key = mode(q) == SOCKET_KEY_SHARED;
 	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
 	consumer *c = by_key ? NULL : choose(q, 0, last);
@@ -790,6 +835,7 @@ static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 		}
 		for (uint64_t o = cumulative ? q->w.base : off; o <= off; o++) {
 			slot *sl = window_at(&q->w, o);
+			c->acks += sl->c == c;
 			if (sl->state != SLOT_ACKED)
 				ack_slot(q, sl);
 		}
@@ -1013,6 +1059,8 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	uint32_t max = m->dead_letters ? 1000 : sub->set->max_unacked;
 	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
 	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
+	c->window = WINDOW_START;
+	c->rate_since_ms = now_ms();
 	unlink_consumer(&s->pending, c);
 	uint64_t next = q->consumers ? resume_at(q) : position(s, q, m);
 	c->q = q;
@@ -1205,9 +1253,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		queue *qs[2] = {&sub->q, &sub->dead};
 		for (int k = 0; k < 2; k++) {
 			check_timeouts(s, qs[k], now);
-			for (consumer *c = qs[k]->consumers; c; c = c->next)
+			for (consumer *c = qs[k]->consumers; c; c = c->next) {
 				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms && !out_full(c))
 					heartbeat(c);
+				update_window(c, now);
+			}
 			if (trim_now)
 				trim(s, qs[k]);
 		}

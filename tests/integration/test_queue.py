@@ -12,6 +12,13 @@ from subscriber_client import Subscriber, pb
 from test_socket import attach, collect, insert, make_jobs, row, socket_sub
 
 
+def spooled(c):
+    s = attach(c, consumer="probe", max_unacked=1)
+    head = s.subscribed.head_offset
+    s.close()
+    return head
+
+
 def refused(acked):
     return [(r.offset, pb.Refused.Reason.Name(r.reason)) for r in acked.refused]
 
@@ -169,4 +176,94 @@ def test_delivery_counts_survive_kill_9_so_max_deliveries_holds(pg, schema, cdc)
                                                                  (3, 2, "consumer went away")]
     s = attach(c, consumer="c")
     assert s.subscribed.acked_offset == 3 and s.events(1, timeout=0.5, fail=False) == []
+    assert p.terminate() == 0
+
+
+# --- fair dispatch ----------------------------------------------------------------------------
+
+def run_workers(c, n_workers, job_s, total, consumers_limit=0, deadline_s=60):
+    """n_workers threads, each its own connection, taking deliveries and acking each job after
+    job_s seconds of work, until every one of total jobs was acknowledged. Returns the offsets each
+    worker executed (in order) and the seconds it all took."""
+    done = {i: [] for i in range(n_workers)}
+    acked = set()
+    lock = threading.Lock()
+    start = threading.Barrier(n_workers)
+    errors = []
+
+    def work(i):
+        try:
+            s = attach(c, consumer=f"w{i}", max_unacked=consumers_limit)
+            start.wait()
+            end = time.monotonic() + deadline_s
+            while time.monotonic() < end:
+                with lock:
+                    if len(acked) >= total:
+                        break
+                d = s.delivery(timeout=0.2)
+                for e in d or []:
+                    time.sleep(job_s)
+                    done[i].append(e.offset)
+                    s.ack([e.offset])
+                    with lock:
+                        acked.add(e.offset)
+            s.close()
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return done, time.monotonic() - t0
+
+
+def test_shared_workers_each_get_a_fair_share_and_no_job_runs_twice(pg, schema, cdc):
+    """The issue's story: 3 workers taking 50 ms per job (ack after the work), a backlog of 300
+    jobs, ack_timeout 5s. A worker is handed only what it can start on before its deadline: each
+    job runs exactly once and each worker does at least a fifth."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", ack_timeout="5s")])
+    insert(pg, schema, 1, 300)
+    wait_for(lambda: spooled(c) >= 300, 30, what="the backlog to be spooled")
+    done, took = run_workers(c, 3, 0.05, 300)
+    runs = sum(len(v) for v in done.values())
+    print(f"\n300 jobs of 50 ms, 3 workers, ack_timeout 5s: {runs} executions in {took:.1f} s; per worker "
+          f"{[len(v) for v in done.values()]}")
+    assert sorted(o for v in done.values() for o in v) == list(range(1, 301))  # each exactly once
+    assert all(len(v) >= 60 for v in done.values()), {i: len(v) for i, v in done.items()}
+    assert "redeliver" not in p.stderr()
+    assert p.terminate() == 0
+
+
+def test_a_fast_shared_consumer_still_gets_full_throughput(pg, schema, cdc):
+    """The window of a consumer that acknowledges at once grows to max_unacked within a period or
+    two: it receives as fast as a failover consumer (which has no window)."""
+    make_jobs(pg, schema)
+    make_jobs(pg, schema, table="jobs2")
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared"),
+                                    socket_sub(schema, name="solo", table="jobs2")])
+    n = 60000
+    insert(pg, schema, 1, n)
+    insert(pg, schema, 1, n, table="jobs2")
+    wait_for(lambda: spooled(c) >= n, 60, what="the backlog to be spooled")
+    figures = {}
+    for name in ("jobs", "solo"):
+        s = attach(c, name, consumer="fast")
+        got, held, t0 = 0, 0, time.monotonic()
+        while got < n:
+            evs = s.events(1, timeout=10, all_available=True)
+            held = max(held, len(evs))
+            got += len(evs)
+            s.ack_events(evs)
+        figures[name] = (time.monotonic() - t0, held)
+        s.close()
+    (shared_s, shared_held), (solo_s, _) = figures["jobs"], figures["solo"]
+    print(f"\n{n} events to one consumer acking at once: shared {shared_s:.2f} s (at most {shared_held} "
+          f"in flight), failover {solo_s:.2f} s")
+    assert shared_held >= 500  # the window grew from 16 towards max_unacked (1000)
+    assert shared_s < 2 * solo_s + 1
     assert p.terminate() == 0

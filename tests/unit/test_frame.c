@@ -135,15 +135,22 @@ static client_case subscribe_case(const char *what, const char *name, const char
 	return c;
 }
 
-static client_case ack_case(const char *what, uint64_t *offsets, size_t n, const char *err)
+/* An Ack, or with progress a Progress (the same offsets field). */
+static client_case offsets_case(const char *what, bool progress, uint64_t *offsets, size_t n, const char *err)
 {
 	client_case c = {.what = what, .err = err};
 	c.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
 	c.ack = (Cdc__V1__Ack)CDC__V1__ACK__INIT;
-	c.ack.offsets = offsets;
-	c.ack.n_offsets = n;
-	c.frame.kind_case = CDC__V1__CLIENT_FRAME__KIND_ACK;
+	c.progress = (Cdc__V1__Progress)CDC__V1__PROGRESS__INIT;
+	c.ack.offsets = c.progress.offsets = offsets;
+	c.ack.n_offsets = c.progress.n_offsets = n;
+	c.frame.kind_case = progress ? CDC__V1__CLIENT_FRAME__KIND_PROGRESS : CDC__V1__CLIENT_FRAME__KIND_ACK;
 	return c;
+}
+
+static client_case ack_case(const char *what, uint64_t *offsets, size_t n, const char *err)
+{
+	return offsets_case(what, false, offsets, n, err);
 }
 
 static client_case nack_case(const char *what, uint64_t *offsets, size_t n, uint32_t delay_ms, const char *reason,
@@ -162,13 +169,7 @@ static client_case nack_case(const char *what, uint64_t *offsets, size_t n, uint
 
 static client_case progress_case(const char *what, uint64_t *offsets, size_t n, const char *err)
 {
-	client_case c = {.what = what, .err = err};
-	c.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
-	c.progress = (Cdc__V1__Progress)CDC__V1__PROGRESS__INIT;
-	c.progress.offsets = offsets;
-	c.progress.n_offsets = n;
-	c.frame.kind_case = CDC__V1__CLIENT_FRAME__KIND_PROGRESS;
-	return c;
+	return offsets_case(what, true, offsets, n, err);
 }
 
 static void test_client_validation(void)

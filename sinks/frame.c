@@ -58,7 +58,8 @@ static bool check_offsets(const char *what, const uint64_t *offsets, size_t n, c
 	if (n == 0)
 		return errf(err, errlen, "%s: no offsets", what);
 	if (n > ACK_MAX_OFFSETS)
-		return errf(err, errlen, "%s: %zu offsets, at most %u in one frame", what, n, ACK_MAX_OFFSETS);
+		return errf(err, errlen, "%s: %zu offsets, at most %u in one frame", what, n,
+			    ACK_MAX_OFFSETS);
 	for (size_t i = 0; i < n; i++)
 		if (offsets[i] == 0)
 			return errf(err, errlen, "%s: offset 0", what);
@@ -70,7 +71,8 @@ static bool check_nack(const Cdc__V1__Nack *n, char *err, size_t errlen)
 	if (!check_offsets("Nack", n->offsets, n->n_offsets, err, errlen))
 		return false;
 	if (n->delay_ms > FRAME_NACK_MAX_DELAY_MS)
-		return errf(err, errlen, "Nack: delay_ms %u is over %u", n->delay_ms, FRAME_NACK_MAX_DELAY_MS);
+		return errf(err, errlen, "Nack: delay_ms %u is over %u", n->delay_ms,
+			    FRAME_NACK_MAX_DELAY_MS);
 	size_t len = strlen(n->reason);
 	if (len > FRAME_REASON_MAX_BYTES)
 		return errf(err, errlen, "Nack: reason of %zu bytes is over %d", len, FRAME_REASON_MAX_BYTES);

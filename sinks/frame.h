@@ -25,7 +25,7 @@ frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uin
 			size_t *consumed, char *err, size_t errlen);
 
 #define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay: an hour at most */
-#define FRAME_REASON_MAX_BYTES 1024      /* a Nack's reason, kept with the event */
+#define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
 
 /* Decodes and validates a client's message: exactly one kind set; Subscribe with a subscription
  * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack, Nack and Progress with

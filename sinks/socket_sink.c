@@ -77,7 +77,7 @@ enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK };
 typedef struct slot {
 	uint64_t deadline_ms; /* SENT: redelivered after this; UNSENT: not delivered before this */
 	consumer *c;          /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
-	char *reason;         /* BACK_NACK: the Nack's reason (owned) */
+	char *reason;	      /* BACK_NACK: the Nack's reason (owned) */
 	uint32_t deliveries;
 	uint8_t state;
 	uint8_t why; /* enum back_why: why it was last given back */
@@ -125,10 +125,10 @@ struct consumer {
 	uid_t uid;
 	pid_t pid;
 	uint32_t max_unacked, in_flight;
-	uint32_t window;       /* shared modes: in flight at most (see WINDOW_START) */
-	uint32_t acks;         /* of its deliveries since rate_since_ms */
+	uint32_t window; /* shared modes: in flight at most (see WINDOW_START) */
+	uint32_t acks;	 /* of its deliveries since rate_since_ms */
 	uint64_t rate_since_ms;
-	bool window_full;      /* in_flight reached the window since rate_since_ms */
+	bool window_full; /* in_flight reached the window since rate_since_ms */
 	uint64_t heartbeat_ms, last_send_ms;
 	uint64_t accepted_ms;
 	bool closing;
@@ -469,7 +469,8 @@ static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *dead
 		return true;
 	if (r->len < DEAD_HEADER)
 		return false;
-	size_t n = (size_t)r->data[1] | (size_t)r->data[2] << 8 | (size_t)r->data[3] << 16 | (size_t)r->data[4] << 24;
+	size_t n = (size_t)r->data[1] | (size_t)r->data[2] << 8 | (size_t)r->data[3] << 16 |
+		   (size_t)r->data[4] << 24;
 	if (n > r->len - DEAD_HEADER)
 		return false;
 	*dead = r->data + DEAD_HEADER;
@@ -511,8 +512,8 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	const uint8_t *ev = r->data, *dead = NULL;
 	size_t evlen = r->len, deadlen = 0;
 	if (q->dead_letters && !dead_split(r, &dead, &deadlen, &ev, &evlen))
-		log_warn("a dead letter's history is unreadable; it is delivered without", "subscription=%s offset=%llu",
-			 q->sub->name, (unsigned long long)r->offset);
+		log_warn("a dead letter's history is unreadable; it is delivered without",
+			 "subscription=%s offset=%llu", q->sub->name, (unsigned long long)r->offset);
 	size_t len = evlen + pb_varint_field_size(EVENT_OFFSET, r->offset) +
 		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
 	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
@@ -670,7 +671,8 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl);
 /* A delivery that was not acknowledged in time, whose consumer went away or that it gave back
  * (why): sent again from not_before on, or moved to the dead letters once it was delivered
  * max_deliveries times. */
-static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum back_why why, uint64_t not_before)
+static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum back_why why,
+			uint64_t not_before)
 {
 	sl->c->in_flight--;
 	sl->state = SLOT_UNSENT;
@@ -726,9 +728,10 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	if (ok)
 		dead_record(&rec, &r, off, sl);
 	if (!ok ||
-	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len, wall_ms(), &dead_off,
-			  s->err, sizeof(s->err)) ||
-	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) || !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
+	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len, wall_ms(),
+			  &dead_off, s->err, sizeof(s->err)) ||
+	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) ||
+	    !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
 		log_error("cannot move an event to the dead letters; it stays in the subscription",
 			  "subscription=%s offset=%llu error=\"%s\"", sub->name, (unsigned long long)off, s->err);
 		buf_free(&rec);
@@ -827,8 +830,9 @@ static void handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 	bool cumulative = mode(q) == SOCKET_FAILOVER;
 	for (size_t i = 0; i < a->n_offsets; i++) {
 		uint64_t off = a->offsets[i];
-		Cdc__V1__Refused__Reason why =
-		    cumulative && !is_active(c) ? CDC__V1__REFUSED__REASON__NOT_ACTIVE : refusal(q, c, off, true);
+		Cdc__V1__Refused__Reason why = cumulative && !is_active(c)
+						   ? CDC__V1__REFUSED__REASON__NOT_ACTIVE
+						   : refusal(q, c, off, true);
 		if (why) {
 			refuse(c, off, why);
 			continue;
@@ -1098,11 +1102,12 @@ static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t
 	bool subscribe = f->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE;
 	if (subscribe == (c->q != NULL)) {
 		char why[128];
-		snprintf(why, sizeof(why), subscribe ? "already subscribed: one Subscribe per connection" :
-						       "%s before Subscribe: the first frame must be a Subscribe",
-			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK    ? "Ack" :
-			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK ? "Nack" :
-									    "Progress");
+		snprintf(why, sizeof(why),
+			 subscribe ? "already subscribed: one Subscribe per connection"
+				   : "%s before Subscribe: the first frame must be a Subscribe",
+			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK    ? "Ack"
+			 : f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK ? "Nack"
+									    : "Progress");
 		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, why);
 	} else if (subscribe) {
 		handle_subscribe(s, c, f->subscribe);

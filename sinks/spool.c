@@ -893,7 +893,8 @@ bool spool_save_deliveries(spool *s, char *err, size_t errlen)
 		/* every delivery it counted is acknowledged: nothing in it is needed any more */
 		buf_reset(&s->dc_out);
 		if (s->dc_bytes && ftruncate(s->dfd, 0) != 0)
-			return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir, strerror(errno));
+			return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir,
+				    strerror(errno));
 		s->dc_bytes = 0;
 		s->dc_empty = false;
 		return true;
@@ -901,11 +902,13 @@ bool spool_save_deliveries(spool *s, char *err, size_t errlen)
 	if (!s->dc_out.len)
 		return true;
 	if (!write_full(s->dfd, s->dc_out.data, s->dc_out.len))
-		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir, strerror(errno));
+		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
+			    strerror(errno));
 	s->dc_bytes += s->dc_out.len;
 	s->dc_dirty = true;
 	buf_reset(&s->dc_out);
-	if (s->dc_bytes >= COUNTS_COMPACT_MIN && s->dc_bytes > COUNTS_COMPACT * COUNTS_REC * (uint64_t)s->dc_len)
+	if (s->dc_bytes >= COUNTS_COMPACT_MIN &&
+	    s->dc_bytes > COUNTS_COMPACT * COUNTS_REC * (uint64_t)s->dc_len)
 		return counts_compact(s, err, errlen);
 	return true;
 }
@@ -1115,7 +1118,8 @@ bool spool_sync(spool *s, char *err, size_t errlen)
 			    strerror(errno));
 	s->cursor_dirty = false;
 	if (s->dc_dirty && fsync(s->dfd) != 0)
-		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot fsync: %s", s->dir, strerror(errno));
+		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot fsync: %s", s->dir,
+			    strerror(errno));
 	s->dc_dirty = false;
 	return true;
 }

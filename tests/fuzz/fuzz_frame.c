@@ -83,7 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_offsets("accepted an invalid Ack or Progress", o, n);
 		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK) {
 			check_offsets("accepted an invalid Nack", f->nack->offsets, f->nack->n_offsets);
-			if (f->nack->delay_ms > FRAME_NACK_MAX_DELAY_MS || strlen(f->nack->reason) > FRAME_REASON_MAX_BYTES)
+			if (f->nack->delay_ms > FRAME_NACK_MAX_DELAY_MS ||
+			    strlen(f->nack->reason) > FRAME_REASON_MAX_BYTES)
 				fail("accepted an invalid Nack", f->nack->reason);
 		} else {
 			fail("accepted a frame without a kind", "");
@@ -133,7 +134,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			      g->subscribe->max_unacked != sub.max_unacked
 			: n1 != n2 || memcmp(o1, o2, n1 * sizeof(uint64_t)) != 0 ||
 			      (g->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK &&
-			       (g->nack->delay_ms != nack.delay_ms || strcmp(g->nack->reason, nack.reason) != 0)))
+			       (g->nack->delay_ms != nack.delay_ms ||
+				strcmp(g->nack->reason, nack.reason) != 0)))
 			fail("re-encoded frame differs", "");
 		frame_client_free(g);
 		buf_free(&b);

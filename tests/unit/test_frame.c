@@ -153,8 +153,8 @@ static client_case ack_case(const char *what, uint64_t *offsets, size_t n, const
 	return offsets_case(what, false, offsets, n, err);
 }
 
-static client_case nack_case(const char *what, uint64_t *offsets, size_t n, uint32_t delay_ms, const char *reason,
-			     const char *err)
+static client_case nack_case(const char *what, uint64_t *offsets, size_t n, uint32_t delay_ms,
+			     const char *reason, const char *err)
 {
 	client_case c = {.what = what, .err = err};
 	c.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
@@ -204,12 +204,15 @@ static void test_client_validation(void)
 	    nack_case("empty nack", NULL, 0, 0, "", "Nack: no offsets"),
 	    nack_case("nack with a 0", zero_mid, 3, 0, "", "Nack: offset 0"),
 	    nack_case("nack over an hour", ok3, 3, 3600001, "", "Nack: delay_ms 3600001 is over 3600000"),
-	    nack_case("nack, 1025-byte reason", ok3, 1, 0, reason1025, "Nack: reason of 1025 bytes is over 1024"),
-	    nack_case("65537 nacks", many_offsets, 65537, 0, "", "Nack: 65537 offsets, at most 65536 in one frame"),
+	    nack_case("nack, 1025-byte reason", ok3, 1, 0, reason1025,
+		      "Nack: reason of 1025 bytes is over 1024"),
+	    nack_case("65537 nacks", many_offsets, 65537, 0, "",
+		      "Nack: 65537 offsets, at most 65536 in one frame"),
 	    progress_case("progress", ok3, 3, NULL),
 	    progress_case("empty progress", NULL, 0, "Progress: no offsets"),
 	    progress_case("progress of 0", zero, 1, "Progress: offset 0"),
-	    progress_case("65537 progress", many_offsets, 65537, "Progress: 65537 offsets, at most 65536 in one frame"),
+	    progress_case("65537 progress", many_offsets, 65537,
+			  "Progress: 65537 offsets, at most 65536 in one frame"),
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		client_case *c = &cases[i];
@@ -263,7 +266,8 @@ static void test_client_bytes(void)
 	    {"ack, packed", "\x12\x04\x0a\x02\x01\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_ACK},
 	    {"ack, unpacked", "\x12\x04\x08\x01\x08\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_ACK},
 	    {"ack packed with a 0", "\x12\x04\x0a\x02\x01\x00", 6, "Ack: offset 0", 0},
-	    {"nack, reason not UTF-8", "\x1a\x05\x08\x01\x1a\x01\xff", 7, "Nack: reason is not UTF-8 (byte 0)", 0},
+	    {"nack, reason not UTF-8", "\x1a\x05\x08\x01\x1a\x01\xff", 7,
+	     "Nack: reason is not UTF-8 (byte 0)", 0},
 	    {"nack, reason cut short", "\x1a\x05\x08\x01\x1a\x05a", 7, "malformed ClientFrame protobuf", 0},
 	    {"progress, packed", "\x22\x04\x0a\x02\x01\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_PROGRESS},
 	    {"progress without offsets", "\x22\x00", 2, "Progress: no offsets", 0},

@@ -52,16 +52,36 @@ static bool check_subscribe(const Cdc__V1__Subscribe *s, char *err, size_t errle
 	return true;
 }
 
-static bool check_ack(const Cdc__V1__Ack *a, char *err, size_t errlen)
+/* The offsets of an Ack, Nack or Progress. */
+static bool check_offsets(const char *what, const uint64_t *offsets, size_t n, char *err, size_t errlen)
 {
-	if (a->n_offsets == 0)
-		return errf(err, errlen, "Ack: no offsets");
-	if (a->n_offsets > ACK_MAX_OFFSETS)
-		return errf(err, errlen, "Ack: %zu offsets, at most %u in one frame", a->n_offsets,
+	if (n == 0)
+		return errf(err, errlen, "%s: no offsets", what);
+	if (n > ACK_MAX_OFFSETS)
+		return errf(err, errlen, "%s: %zu offsets, at most %u in one frame", what, n,
 			    ACK_MAX_OFFSETS);
-	for (size_t i = 0; i < a->n_offsets; i++)
-		if (a->offsets[i] == 0)
-			return errf(err, errlen, "Ack: offset 0");
+	for (size_t i = 0; i < n; i++)
+		if (offsets[i] == 0)
+			return errf(err, errlen, "%s: offset 0", what);
+	return true;
+}
+
+static bool check_nack(const Cdc__V1__Nack *n, char *err, size_t errlen)
+{
+	if (!check_offsets("Nack", n->offsets, n->n_offsets, err, errlen))
+		return false;
+	if (n->delay_ms > FRAME_NACK_MAX_DELAY_MS)
+		return errf(err, errlen, "Nack: delay_ms %u is over %u", n->delay_ms,
+			    FRAME_NACK_MAX_DELAY_MS);
+	size_t len = strlen(n->reason);
+	if (len > FRAME_REASON_MAX_BYTES)
+		return errf(err, errlen, "Nack: reason of %zu bytes is over %d", len, FRAME_REASON_MAX_BYTES);
+	/* protobuf-c does not check it, and the reason goes out again in a dead letter's string field,
+	 * which other clients' parsers reject if it is not UTF-8 */
+	const unsigned char *p = (const unsigned char *)n->reason;
+	for (size_t i = 0, seq, skip; i < len; i += seq)
+		if (!(seq = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i, &skip)))
+			return errf(err, errlen, "Nack: reason is not UTF-8 (byte %zu)", i);
 	return true;
 }
 
@@ -78,7 +98,13 @@ Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *
 		ok = check_subscribe(f->subscribe, err, errlen);
 		break;
 	case CDC__V1__CLIENT_FRAME__KIND_ACK:
-		ok = check_ack(f->ack, err, errlen);
+		ok = check_offsets("Ack", f->ack->offsets, f->ack->n_offsets, err, errlen);
+		break;
+	case CDC__V1__CLIENT_FRAME__KIND_NACK:
+		ok = check_nack(f->nack, err, errlen);
+		break;
+	case CDC__V1__CLIENT_FRAME__KIND_PROGRESS:
+		ok = check_offsets("Progress", f->progress->offsets, f->progress->n_offsets, err, errlen);
 		break;
 	default:
 		ok = errf(err, errlen, "frame has no message kind");

@@ -24,9 +24,13 @@ typedef enum frame_result { FRAME_OK, FRAME_MORE, FRAME_BAD } frame_result;
 frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
 			size_t *consumed, char *err, size_t errlen);
 
+#define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay: an hour at most */
+#define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
+
 /* Decodes and validates a client's message: exactly one kind set; Subscribe with a subscription
- * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack with 1..65536 offsets,
- * none 0. NULL with err naming the problem otherwise. Free with frame_client_free. */
+ * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack, Nack and Progress with
+ * 1..65536 offsets, none 0; a Nack's delay and reason within the limits above. NULL with err naming
+ * the problem otherwise. Free with frame_client_free. */
 Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
 void frame_client_free(Cdc__V1__ClientFrame *f);
 /* Decodes a server's message (for clients: cdc tail, tests); NULL with err if malformed. Free with

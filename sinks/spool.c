@@ -3,6 +3,8 @@
  * per segment for random reads, and a two-slot cursor file so that a torn write never loses both. */
 #include "sinks/spool.h"
 
+#include "decoder/fsutil.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +32,14 @@
 #define SEG_DIGITS 20
 #define CURSOR_FILE "cursor"
 #define CURSOR_SLOT 64 /* two slots: seq, acked, first, dropped, crc */
+/* Delivery counts: records of from u64, n u32, count u32, zero u32, crc u32 (of the 20 bytes
+ * before): offsets from..from+n-1 were delivered count times. Appended as deliveries are made;
+ * the newest record of an offset wins; rewritten with only the offsets after acked once it is
+ * COUNTS_COMPACT times larger than that (and at least COUNTS_COMPACT_MIN). */
+#define COUNTS_FILE "deliveries"
+#define COUNTS_REC 24
+#define COUNTS_COMPACT 4
+#define COUNTS_COMPACT_MIN (64u << 10)
 
 typedef struct rec_hdr {
 	uint8_t type;
@@ -80,6 +90,16 @@ struct spool {
 	uint64_t ack_seg, ack_pos;     /* where event acked + 1 is, when appended */
 	reader rd, meta;	       /* rd serves spool_read; meta the lookups that must not move r->data */
 	char *broken;		       /* a failed write left the file in an unknown state: reopen */
+	/* delivery counts of the offsets dc_base..dc_base + dc_len - 1 (0: never delivered), and the
+	 * file they are kept in */
+	uint32_t *dc;
+	size_t dc_len, dc_cap;
+	uint64_t dc_base;
+	int dfd;
+	buf dc_out;	   /* records not written yet */
+	uint64_t dc_bytes; /* the file's size */
+	bool dc_dirty;	   /* written since its last fsync */
+	bool dc_empty;	   /* every count was acknowledged: the file can be emptied */
 };
 
 /* ---- encoding ---- */
@@ -732,6 +752,167 @@ static bool recover(spool *s, spool_recovery *rec, char *err, size_t errlen)
 	return settle_cursor(s, found, err, errlen);
 }
 
+/* ---- delivery counts ---- */
+
+static void counts_set(spool *s, uint64_t offset, uint32_t count)
+{
+	if (offset <= s->acked)
+		return;
+	if (!s->dc_len)
+		s->dc_base = offset;
+	uint64_t base = offset < s->dc_base ? offset : s->dc_base;
+	uint64_t end = offset >= s->dc_base + s->dc_len ? offset + 1 : s->dc_base + s->dc_len;
+	if (end - base > s->dc_cap) {
+		s->dc_cap = s->dc_cap ? s->dc_cap : 64;
+		while (s->dc_cap < end - base)
+			s->dc_cap *= 2;
+		s->dc = xrealloc(s->dc, s->dc_cap * sizeof(*s->dc));
+	}
+	if (base < s->dc_base) {
+		size_t shift = (size_t)(s->dc_base - base);
+		memmove(s->dc + shift, s->dc, s->dc_len * sizeof(*s->dc));
+		memset(s->dc, 0, shift * sizeof(*s->dc));
+		s->dc_len += shift;
+		s->dc_base = base;
+	}
+	if (end - base > s->dc_len) {
+		memset(s->dc + s->dc_len, 0, (size_t)(end - base - s->dc_len) * sizeof(*s->dc));
+		s->dc_len = (size_t)(end - base);
+	}
+	s->dc[offset - base] = count;
+	s->dc_empty = false;
+}
+
+/* The acked cursor moved: counts at or before it are of no use any more. */
+static void counts_prune(spool *s)
+{
+	if (!s->dc_len || s->acked < s->dc_base)
+		return;
+	uint64_t drop = s->acked + 1 - s->dc_base;
+	if (drop >= s->dc_len) {
+		s->dc_len = 0;
+		s->dc_empty = true;
+		return;
+	}
+	memmove(s->dc, s->dc + drop, (size_t)(s->dc_len - drop) * sizeof(*s->dc));
+	s->dc_len -= (size_t)drop;
+	s->dc_base += drop;
+}
+
+static void counts_put(buf *out, uint64_t from, uint32_t n, uint32_t count)
+{
+	uint8_t r[COUNTS_REC] = {0};
+	put64(r, from);
+	put32(r + 8, n);
+	put32(r + 12, count);
+	put32(r + 20, crc32c(0, r, 20));
+	buf_append(out, r, sizeof(r));
+}
+
+/* The file rewritten with the counts after acked only (runs of equal counts). */
+static bool counts_compact(spool *s, char *err, size_t errlen)
+{
+	buf out = {0};
+	for (size_t i = 0, j; i < s->dc_len; i = j) {
+		for (j = i + 1; j < s->dc_len && s->dc[j] == s->dc[i]; j++)
+			;
+		if (s->dc[i])
+			counts_put(&out, s->dc_base + i, (uint32_t)(j - i), s->dc[i]);
+	}
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" COUNTS_FILE, s->dir);
+	bool ok = file_replace(path, out.data ? out.data : "", out.len, 0600, err, errlen);
+	if (ok) {
+		close(s->dfd);
+		s->dfd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+		if (s->dfd < 0)
+			ok = errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+		s->dc_bytes = out.len;
+		s->dc_dirty = false;
+	}
+	buf_free(&out);
+	return ok;
+}
+
+/* Loads the counts of the offsets after acked; a torn or corrupt tail is cut off. */
+static bool counts_open(spool *s, char *err, size_t errlen)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" COUNTS_FILE, s->dir);
+	s->dfd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	struct stat st;
+	if (s->dfd < 0 || fstat(s->dfd, &st) != 0)
+		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+	uint8_t *d = xmalloc((size_t)st.st_size + 1);
+	bool ok = pread_full(s->dfd, d, (size_t)st.st_size, 0);
+	size_t good = 0;
+	for (; ok && good + COUNTS_REC <= (size_t)st.st_size; good += COUNTS_REC) {
+		const uint8_t *r = d + good;
+		if (get32(r + 16) || get32(r + 20) != crc32c(0, r, 20))
+			break;
+		uint64_t from = get64(r);
+		uint32_t n = get32(r + 8), count = get32(r + 12);
+		/* only what the spool holds: a count for an offset it never had is noise */
+		for (uint64_t o = from; o - from < n && o < s->next; o++)
+			counts_set(s, o, count);
+	}
+	free(d);
+	if (!ok)
+		return errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
+	s->dc_bytes = good;
+	if (good < (uint64_t)st.st_size && ftruncate(s->dfd, (off_t)good) != 0)
+		return errf(err, errlen, "spool %s: cannot cut its torn tail: %s", path, strerror(errno));
+	return true;
+}
+
+void spool_note_delivery(spool *s, uint64_t offset, uint32_t count)
+{
+	counts_set(s, offset, count);
+	/* deliveries of consecutive offsets (a batch, the first delivery of a backlog) share a record */
+	buf *o = &s->dc_out;
+	if (o->len) {
+		uint8_t *last = (uint8_t *)o->data + o->len - COUNTS_REC;
+		uint32_t n = get32(last + 8);
+		if (get64(last) + n == offset && get32(last + 12) == count) {
+			put32(last + 8, n + 1);
+			put32(last + 20, crc32c(0, last, 20));
+			return;
+		}
+	}
+	counts_put(o, offset, 1, count);
+}
+
+uint32_t spool_deliveries(const spool *s, uint64_t offset)
+{
+	return offset >= s->dc_base && offset - s->dc_base < s->dc_len ? s->dc[offset - s->dc_base] : 0;
+}
+
+bool spool_save_deliveries(spool *s, char *err, size_t errlen)
+{
+	if (s->dc_empty && !s->dc_len) {
+		/* every delivery it counted is acknowledged: nothing in it is needed any more */
+		buf_reset(&s->dc_out);
+		if (s->dc_bytes && ftruncate(s->dfd, 0) != 0)
+			return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir,
+				    strerror(errno));
+		s->dc_bytes = 0;
+		s->dc_empty = false;
+		return true;
+	}
+	if (!s->dc_out.len)
+		return true;
+	if (!write_full(s->dfd, s->dc_out.data, s->dc_out.len))
+		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
+			    strerror(errno));
+	s->dc_bytes += s->dc_out.len;
+	s->dc_dirty = true;
+	buf_reset(&s->dc_out);
+	if (s->dc_bytes >= COUNTS_COMPACT_MIN &&
+	    s->dc_bytes > COUNTS_COMPACT * COUNTS_REC * (uint64_t)s->dc_len)
+		return counts_compact(s, err, errlen);
+	return true;
+}
+
 /* ---- lifecycle ---- */
 
 static void set_limits(spool *s, const spool_limits *lim)
@@ -749,9 +930,9 @@ spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec,
 		return NULL;
 	spool *s = xcalloc(1, sizeof(*s));
 	s->dir = xstrdup(dir);
-	s->wfd = s->cfd = s->rd.fd = s->meta.fd = -1;
+	s->wfd = s->cfd = s->dfd = s->rd.fd = s->meta.fd = -1;
 	set_limits(s, lim);
-	if (!recover(s, rec, err, errlen)) {
+	if (!recover(s, rec, err, errlen) || !counts_open(s, err, errlen)) {
 		spool_close(s);
 		return NULL;
 	}
@@ -770,6 +951,10 @@ void spool_close(spool *s)
 		close(s->wfd);
 	if (s->cfd >= 0)
 		close(s->cfd);
+	if (s->dfd >= 0)
+		close(s->dfd);
+	free(s->dc);
+	buf_free(&s->dc_out);
 	for (size_t i = 0; i < s->nsegs; i++)
 		free(s->segs[i].idx);
 	free(s->segs);
@@ -932,6 +1117,10 @@ bool spool_sync(spool *s, char *err, size_t errlen)
 		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
 			    strerror(errno));
 	s->cursor_dirty = false;
+	if (s->dc_dirty && fsync(s->dfd) != 0)
+		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot fsync: %s", s->dir,
+			    strerror(errno));
+	s->dc_dirty = false;
 	return true;
 }
 
@@ -1010,6 +1199,7 @@ bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen)
 	if (acked <= s->acked)
 		return true;
 	s->acked = acked;
+	counts_prune(s);
 	return acked_moved(s, err, errlen) && cursor_write(s, err, errlen);
 }
 

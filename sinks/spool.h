@@ -70,6 +70,15 @@ uint64_t spool_acked(const spool *s);
  * survives the process being killed; fsynced at the next spool_sync). */
 bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
 
+/* Delivery counts, kept beside the events so that max_deliveries holds across a restart: each
+ * delivery of an offset after the acked cursor is noted, written (not fsynced: it survives the
+ * process being killed) by spool_save_deliveries and fsynced at the next spool_sync. Memory and
+ * file are bounded by the offsets delivered and not acknowledged. */
+void spool_note_delivery(spool *s, uint64_t offset, uint32_t count);
+bool spool_save_deliveries(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+/* How often offset was delivered (as last noted); 0: never, or acknowledged. */
+uint32_t spool_deliveries(const spool *s, uint64_t offset);
+
 /* block: whether the unacknowledged events exceed a limit (stop reading the slot until they don't). */
 bool spool_full(const spool *s, int64_t now_ms);
 /* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the

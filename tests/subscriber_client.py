@@ -104,6 +104,8 @@ class Subscriber:
         self.last_kind = None        # kind of the last frame recv() returned
         self.dropped = []            # (from_offset, to_offset) of each Dropped frame seen by the helpers
         self.last_heartbeat = None
+        self.dead_letter = {}        # dead letters' offset -> DeadLetter (their history), from Deliveries
+        self.refused = []            # (offset, reason name) of each Refused in the Acked frames seen
         self._buf = bytearray()
         self._held = collections.deque()  # frames read past by wait_acked, returned by recv first
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -197,8 +199,10 @@ class Subscriber:
                     raise ProtocolError("the connection closed mid-frame")
                 return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.sock], [], [], left)
-            if not ready:
+            # poll, not select: a test may hold more than FD_SETSIZE descriptors
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            if not poller.poll(None if left is None else left * 1000):
                 return None
             try:
                 chunk = self.sock.recv(1 << 16)
@@ -222,6 +226,8 @@ class Subscriber:
                 return None
             kind = f.WhichOneof("kind")
             if kind == "delivery":
+                for d in f.delivery.dead_letters:
+                    self.dead_letter[d.offset] = d
                 return list(f.delivery.events)
             if kind == "error":
                 raise ServerError(f.error)
@@ -229,12 +235,17 @@ class Subscriber:
                 self.dropped.append((f.dropped.from_offset, f.dropped.to_offset))
             elif kind == "heartbeat":
                 self.last_heartbeat = f.heartbeat
+            elif kind == "acked":
+                self._note_refused(f.acked)
             elif kind == "subscribed":
                 raise ProtocolError("a second Subscribed")
 
+    def _note_refused(self, acked):
+        self.refused.extend((r.offset, pb.Refused.Reason.Name(r.reason)) for r in acked.refused)
+
     def wait_acked(self, offset, timeout=10.0):
-        """Waits for a Heartbeat saying the server has every ack up to offset (ask for short
-        heartbeats with heartbeat_ms); the frames that arrive meanwhile stay queued for recv."""
+        """Waits for an Acked or a Heartbeat saying the server has every ack up to offset; the
+        frames that arrive meanwhile stay queued for recv."""
         deadline = time.monotonic() + timeout
         seen = []
         try:
@@ -242,12 +253,35 @@ class Subscriber:
                 f = self.recv(max(0.0, deadline - time.monotonic()))
                 if f is None:
                     break
-                if f.WhichOneof("kind") == "heartbeat" and f.heartbeat.acked_offset >= offset:
+                kind = f.WhichOneof("kind")
+                if kind in ("heartbeat", "acked") and getattr(f, kind).acked_offset >= offset:
+                    if kind == "acked":
+                        self._note_refused(f.acked)
                     return
                 seen.append(f)
         finally:
             self._held.extendleft(reversed(seen))
         raise AssertionError("the server did not report offset %d acknowledged within %ss" % (offset, timeout))
+
+    def answers(self, frames=1, timeout=10.0):
+        """The Acked frames answering the next `frames` Ack, Nack and Progress frames (they are
+        answered in order, several at once at times); other frames stay queued for recv."""
+        deadline = time.monotonic() + timeout
+        seen, out, answered = [], [], 0
+        try:
+            while answered < frames:
+                f = self.recv(max(0.0, deadline - time.monotonic()))
+                if f is None:
+                    raise AssertionError("%d of %d frames answered within %ss" % (answered, frames, timeout))
+                if f.WhichOneof("kind") == "acked":
+                    self._note_refused(f.acked)
+                    out.append(f.acked)
+                    answered += f.acked.answered
+                else:
+                    seen.append(f)
+        finally:
+            self._held.extendleft(reversed(seen))
+        return out
 
     def delivery(self, timeout=5.0):
         """The events of the next Delivery, or None if none arrives within timeout."""
@@ -290,6 +324,18 @@ class Subscriber:
         if isinstance(offsets, int):
             offsets = [offsets]
         self.send(pb.ClientFrame(ack=pb.Ack(offsets=list(offsets))))
+
+    def nack(self, offsets, delay_ms=0, reason=""):
+        """Gives these offsets back: delivered again after delay_ms; reason goes with a dead letter."""
+        if isinstance(offsets, int):
+            offsets = [offsets]
+        self.send(pb.ClientFrame(nack=pb.Nack(offsets=list(offsets), delay_ms=delay_ms, reason=reason)))
+
+    def progress(self, offsets):
+        """Still working on these offsets: their ack timeouts start again."""
+        if isinstance(offsets, int):
+            offsets = [offsets]
+        self.send(pb.ClientFrame(progress=pb.Progress(offsets=list(offsets))))
 
     def ack_events(self, events):
         """Acknowledges events as the consumer mode wants: the highest offset when acks are

@@ -1,6 +1,7 @@
 /* fuzz_frame.c: libFuzzer harness for the subscriber socket's framing: arbitrary bytes as a client
- * would send them, cut into frames by frame_next and decoded by frame_decode_client in a loop as the
- * socket sink does, until a bad frame (which closes a connection) or the bytes run out. */
+ * would send them, cut into frames by frame_next and decoded by frame_decode_client (Subscribe, Ack,
+ * Nack, Progress) in a loop as the socket sink does, until a bad frame (which closes a connection)
+ * or the bytes run out. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,35 @@ static void fail(const char *what, const char *err)
 {
 	fprintf(stderr, "%s: \"%s\"\n", what, err);
 	abort();
+}
+
+/* What validation lets through in an Ack, Nack or Progress. */
+static void check_offsets(const char *what, const uint64_t *offsets, size_t n)
+{
+	if (n == 0 || n > 65536)
+		fail(what, "offset count");
+	for (size_t i = 0; i < n; i++)
+		if (offsets[i] == 0)
+			fail(what, "offset 0");
+}
+
+/* The offsets of the Ack, Nack or Progress in f (NULL for a Subscribe). */
+static const uint64_t *offsets_of(const Cdc__V1__ClientFrame *f, size_t *n)
+{
+	switch (f->kind_case) {
+	case CDC__V1__CLIENT_FRAME__KIND_ACK:
+		*n = f->ack->n_offsets;
+		return f->ack->offsets;
+	case CDC__V1__CLIENT_FRAME__KIND_NACK:
+		*n = f->nack->n_offsets;
+		return f->nack->offsets;
+	case CDC__V1__CLIENT_FRAME__KIND_PROGRESS:
+		*n = f->progress->n_offsets;
+		return f->progress->offsets;
+	default:
+		*n = 0;
+		return NULL;
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -46,12 +76,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (n == 0 || n > 255 || strlen(f->subscribe->consumer) > 255 ||
 			    (unsigned)f->subscribe->start > CDC__V1__START_FROM__START_OFFSET)
 				fail("accepted an invalid Subscribe", f->subscribe->subscription);
-		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK) {
-			if (f->ack->n_offsets == 0 || f->ack->n_offsets > 65536)
-				fail("accepted an invalid Ack", "offset count");
-			for (size_t i = 0; i < f->ack->n_offsets; i++)
-				if (f->ack->offsets[i] == 0)
-					fail("accepted an invalid Ack", "offset 0");
+		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK ||
+			   f->kind_case == CDC__V1__CLIENT_FRAME__KIND_PROGRESS) {
+			size_t n;
+			const uint64_t *o = offsets_of(f, &n);
+			check_offsets("accepted an invalid Ack or Progress", o, n);
+		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK) {
+			check_offsets("accepted an invalid Nack", f->nack->offsets, f->nack->n_offsets);
+			if (f->nack->delay_ms > FRAME_NACK_MAX_DELAY_MS ||
+			    strlen(f->nack->reason) > FRAME_REASON_MAX_BYTES)
+				fail("accepted an invalid Nack", f->nack->reason);
 		} else {
 			fail("accepted a frame without a kind", "");
 		}
@@ -60,15 +94,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		Cdc__V1__ClientFrame c = CDC__V1__CLIENT_FRAME__INIT;
 		Cdc__V1__Subscribe sub = CDC__V1__SUBSCRIBE__INIT;
 		Cdc__V1__Ack ack = CDC__V1__ACK__INIT;
+		Cdc__V1__Nack nack = CDC__V1__NACK__INIT;
+		Cdc__V1__Progress progress = CDC__V1__PROGRESS__INIT;
 		c.kind_case = f->kind_case;
 		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE) {
 			sub = *f->subscribe;
 			sub.base.n_unknown_fields = 0;
 			c.subscribe = &sub;
-		} else {
+		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK) {
 			ack = *f->ack;
 			ack.base.n_unknown_fields = 0;
 			c.ack = &ack;
+		} else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK) {
+			nack = *f->nack;
+			nack.base.n_unknown_fields = 0;
+			c.nack = &nack;
+		} else {
+			progress = *f->progress;
+			progress.base.n_unknown_fields = 0;
+			c.progress = &progress;
 		}
 		buf b = {0};
 		frame_put_client(&b, &c);
@@ -80,14 +124,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		Cdc__V1__ClientFrame *g = frame_decode_client(m2, l2, err, sizeof(err));
 		if (!g || g->kind_case != f->kind_case)
 			fail("re-encoded frame does not decode", err);
+		size_t n1, n2;
+		const uint64_t *o1 = offsets_of(f, &n1), *o2 = offsets_of(g, &n2);
 		if (g->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE
 			? strcmp(g->subscribe->subscription, sub.subscription) != 0 ||
 			      strcmp(g->subscribe->consumer, sub.consumer) != 0 ||
 			      g->subscribe->start != sub.start ||
 			      g->subscribe->start_offset != sub.start_offset ||
 			      g->subscribe->max_unacked != sub.max_unacked
-			: g->ack->n_offsets != ack.n_offsets ||
-			      memcmp(g->ack->offsets, ack.offsets, ack.n_offsets * sizeof(uint64_t)) != 0)
+			: n1 != n2 || memcmp(o1, o2, n1 * sizeof(uint64_t)) != 0 ||
+			      (g->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK &&
+			       (g->nack->delay_ms != nack.delay_ms ||
+				strcmp(g->nack->reason, nack.reason) != 0)))
 			fail("re-encoded frame differs", "");
 		frame_client_free(g);
 		buf_free(&b);

@@ -564,3 +564,147 @@ def test_shared_and_key_shared_consumers_beside_unsubscribed_connections(pg, sch
         s.close()
     assert p.running(), p.stderr()
     assert p.terminate() == 0
+
+
+# --- connections that cannot wear the socket down -------------------------------------------------
+
+def read_closing(s, timeout=5.0):
+    """Everything a connection cdc closes sends until the end of its stream: the ServerFrames."""
+    import socket as socket_
+    s.settimeout(timeout)
+    got = bytearray()
+    while True:
+        try:
+            chunk = s.recv(1 << 16)
+        except (socket_.timeout, BlockingIOError):
+            raise AssertionError("still open; received %r" % bytes(got))
+        except ConnectionResetError:
+            raise AssertionError("reset instead of closed; received %r" % bytes(got))
+        if not chunk:
+            break
+        got += chunk
+    frames = []
+    while len(got) >= 4:
+        (n,) = struct.unpack_from(">I", got)
+        frames.append(pb.ServerFrame.FromString(bytes(got[4:4 + n])))
+        del got[:4 + n]
+    return frames
+
+
+def cdc_rss_kib(p):
+    with open(f"/proc/{p.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_connection_flood_gives_way_to_a_consumer_and_silent_ones_are_closed(pg, schema, cdc):
+    """2,000 connections that never subscribe (the consumer's uid): the table (1,024) is full, so the
+    oldest silent connections make room, each told why; a real consumer attaches at once and
+    receives; every silent connection is closed by the first-frame deadline (10 s)."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    idle = []
+    t0 = time.monotonic()
+    for _ in range(2000):
+        idle.append(silent(c))
+    opened = time.monotonic()
+    # connect() succeeds once the kernel queues a connection; wait until cdc has taken them all.
+    wait_for(lambda: p.stderr().count("subscriber connected") >= 2000, 30, interval=0.5,
+             what="cdc to accept the 2000 connections")
+    opened = time.monotonic()
+    t = time.monotonic()
+    s = attach(c, consumer="real")
+    insert(pg, schema, 1, 3)
+    assert [e.offset for e in collect(s, 3)] == [1, 2, 3]
+    attach_s = time.monotonic() - t
+    print(f"\n2000 silent connections opened in {opened - t0:.1f} s; a consumer attached and received in "
+          f"{attach_s:.2f} s")
+    assert attach_s < 5
+    # The oldest gave way to newer ones, with an Error they can read.
+    frames = read_closing(idle[0])
+    assert [(f.WhichOneof("kind"), f.error.code) for f in frames] == [("error", pb.Error.CONNECTION_LIMIT)]
+    assert "closed to make room" in frames[0].error.message
+    # The rest are closed by the deadline: 10 s after they were accepted.
+    deadline = opened + 10 + 10
+    codes = {}
+    for i, x in enumerate(idle[1:]):
+        frames = read_closing(x, timeout=max(0.5, deadline - time.monotonic()))
+        assert len(frames) == 1 and frames[0].WhichOneof("kind") == "error", (i, frames)
+        codes[frames[0].error.code] = codes.get(frames[0].error.code, 0) + 1
+        x.close()
+    closed_s = time.monotonic() - opened
+    print(f"all silent connections closed {closed_s:.1f} s after they were opened: {codes}")
+    assert set(codes) == {pb.Error.CONNECTION_LIMIT, pb.Error.SUBSCRIBE_TIMEOUT}
+    assert codes[pb.Error.SUBSCRIBE_TIMEOUT] <= 1023
+    assert closed_s >= 9
+    # The consumer was never disturbed.
+    insert(pg, schema, 4, 4)
+    assert [e.offset for e in collect(s, 1)] == [4]
+    assert p.running(), p.stderr()
+    assert p.terminate() == 0
+
+
+def test_refused_client_that_writes_subscribe_first_reads_the_error(pg, schema, cdc):
+    """Every place of the table taken by subscribed consumers: a new client sends its Subscribe and
+    gets to read the Error (no broken pipe, no reset)."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared")])
+    subs = [attach(c, consumer=f"w{i}") for i in range(1024)]
+    try:
+        attach(c, consumer="one-too-many")
+        raise AssertionError("a 1025th consumer was let in")
+    except Exception as e:  # ServerError, from the Subscribed it expected
+        assert getattr(e, "code", None) == "CONNECTION_LIMIT", repr(e)
+        assert "too many subscriber connections" in e.message
+    subs.pop().close()
+    wait_for(lambda: p.stderr().count("subscriber disconnected") >= 2, 10, what="the refused and the closed one")
+    late = attach(c, consumer="late")  # a place is free again
+    assert late.subscribed.mode == pb.SHARED
+    for x in subs:
+        x.close()
+    assert p.terminate() == 0
+
+
+def test_a_consumer_that_stops_reading_does_not_hold_up_the_others(pg, schema, cdc):
+    """A shared subscription, a consumer that stops reading, another that reads and acks: the second
+    receives everything (the first's deliveries time out and come to it), and what cdc buffers for
+    the stalled one stays bounded (1 MiB high-water mark) instead of growing by each redelivery."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", ack_timeout="1s")])
+    stalled = attach(c, consumer="stalled", max_unacked=1000)
+    good = attach(c, consumer="good", max_unacked=1000)
+    rss0 = cdc_rss_kib(p)
+    n = 3000
+    pg.sql(f"insert into {schema}.jobs select i, i, repeat('x', 4000) from generate_series(1, {n}) i")
+    seen = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < n and time.monotonic() < deadline:
+        evs = good.events(1, timeout=1, fail=False, all_available=True)
+        if evs:
+            good.ack([e.offset for e in evs])
+            seen.update(e.offset for e in evs)
+    rss1 = cdc_rss_kib(p)
+    assert seen == set(range(1, n + 1)), f"{len(seen)} of {n}"
+    # Everything waiting for the stalled consumer, read now: bounded by the high-water mark (and
+    # the socket's own buffers).
+    stalled.sock.setblocking(False)
+    backlog = 0
+    while True:
+        try:
+            chunk = stalled.sock.recv(1 << 20)
+        except BlockingIOError:
+            time.sleep(0.2)
+            try:
+                chunk = stalled.sock.recv(1 << 20)
+            except BlockingIOError:
+                break
+        if not chunk:
+            break
+        backlog += len(chunk)
+    print(f"\nstalled consumer's backlog {backlog >> 10} KiB; cdc RSS {rss0} KiB before, {rss1} KiB after "
+          f"{n} events of 4 KB")
+    assert backlog < 3 * 1024 * 1024
+    assert rss1 - rss0 < 64 * 1024
+    assert p.terminate() == 0

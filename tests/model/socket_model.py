@@ -12,8 +12,9 @@ Only the clients' own clock is known, so each check is one that no interleaving 
 pass legitimately: a frame's send time is bounded below by what caused it (the row's insert, the
 consumer's Subscribe, earlier frames on the same connection) and above by its receipt; an ack is
 known processed once a later barrier (a Subscribe to an unknown subscription, answered with an
-Error) or an acked_offset says so. Known behaviours kept as they are (issue 12): a connection that
-never subscribes stays open; an ack of an offset in flight to another consumer counts.
+Error) or an acked_offset says so, and an ack counts unless cdc's Acked answer refuses it (issue 15:
+an ack of an offset in flight to another consumer is refused). A connection that never subscribes
+is closed with SUBSCRIBE_TIMEOUT after 10 s.
 """
 
 import argparse
@@ -142,6 +143,8 @@ class Conn:
         self.active = None
         self.first_recv = None      # when its first Delivery arrived
         self.mute = False           # sent half a frame: anything more would be read as its rest
+        self.unanswered = 0         # Ack frames sent that no Acked has answered yet
+        self.refused = set()        # offsets cdc refused in this connection's acks
 
     def __repr__(self):
         return "c%d(%s%s)" % (self.id, self.q.name if self.q else self.kind,
@@ -258,6 +261,16 @@ class Model:
             self.expect(c.expect_error is not None and code in c.expect_error,
                         "%r got Error %s (%s); expected %s" % (c, code, f.error.message, c.expect_error))
             c.expect_error = ("<closed>",)
+        elif kind == "acked":
+            a = f.acked
+            self.expect(a.answered <= c.unanswered, "%r: Acked answers %d acks of %d sent" %
+                        (c, a.answered, c.unanswered))
+            c.unanswered -= a.answered
+            c.refused.update(r.offset for r in a.refused)
+            self.expect(a.acked_offset >= c.acked_seen, "%r: acked_offset went back from %d to %d" %
+                        (c, c.acked_seen, a.acked_offset))
+            c.acked_seen = a.acked_offset
+            q.note_cursor(a.acked_offset, recv)
         elif kind == "dropped":
             raise ModelError("%r got Dropped %s without retention limits" % (c, f.dropped))
         else:
@@ -433,6 +446,7 @@ class Model:
         q = c.q
         t = time.monotonic()
         c.sub.ack(offsets)
+        c.unanswered += 1
         self.stats["acks"] += 1
         self.stats["wrong_acks"] += wrong
         counts = c.poisoned == INF
@@ -450,7 +464,7 @@ class Model:
             if o in q.deliveries:
                 if counts:
                     q.ack_sent.setdefault(o, t)
-                    self.pending.append((q, o))
+                    self.pending.append((q, o, c))
                     if any(o in y.held for y in self.conns if y is not c and y.q is q):
                         self.stats["cross_acks"] += 1
             elif o < HUGE and counts:
@@ -465,8 +479,16 @@ class Model:
         else:
             raise ModelError("barrier: subscribed to a subscription that does not exist")
         t = time.monotonic()
-        for q, o in self.pending:
-            q.confirmed[o] = min(q.confirmed.get(o, INF), t)
+        # cdc answered every ack before the barrier's Error; an ack it refused does not count
+        for c in {c for _, _, c in self.pending}:
+            deadline = time.monotonic() + 30
+            while c.unanswered and c.closed == INF and c.poisoned == INF and not self.drain(c, 0.05):
+                self.expect(time.monotonic() < deadline, "%r: %d acks not answered" % (c, c.unanswered))
+        for q, o, c in self.pending:
+            if o in c.refused:
+                q.ack_sent.pop(o, None)
+            else:
+                q.confirmed[o] = min(q.confirmed.get(o, INF), t)
         self.pending = []
 
     # --- actions -------------------------------------------------------------------------------
@@ -505,6 +527,7 @@ class Model:
 
     def do_silent(self):
         c = Conn("silent")
+        c.expect_error = ("SUBSCRIBE_TIMEOUT",)  # after 10 s
         c.sub = unsubscribed(self.sock)
         self.conns.append(c)
         return "silent connection %r" % c
@@ -566,7 +589,7 @@ class Model:
         c.mute = kind == "half"
         if kind != "half":
             c.poisoned = time.monotonic()
-            c.expect_error = ("BAD_FRAME",)
+            c.expect_error = ("BAD_FRAME", "SUBSCRIBE_TIMEOUT") if c.kind == "silent" else ("BAD_FRAME",)
         try:
             c.sub.send_raw(data)
         except OSError:

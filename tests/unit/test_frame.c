@@ -117,6 +117,8 @@ typedef struct client_case {
 	Cdc__V1__ClientFrame frame;
 	Cdc__V1__Subscribe sub;
 	Cdc__V1__Ack ack;
+	Cdc__V1__Nack nack;
+	Cdc__V1__Progress progress;
 	const char *err; /* NULL: accepted */
 } client_case;
 
@@ -133,19 +135,48 @@ static client_case subscribe_case(const char *what, const char *name, const char
 	return c;
 }
 
-static client_case ack_case(const char *what, uint64_t *offsets, size_t n, const char *err)
+/* An Ack, or with progress a Progress (the same offsets field). */
+static client_case offsets_case(const char *what, bool progress, uint64_t *offsets, size_t n, const char *err)
 {
 	client_case c = {.what = what, .err = err};
 	c.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
 	c.ack = (Cdc__V1__Ack)CDC__V1__ACK__INIT;
-	c.ack.offsets = offsets;
-	c.ack.n_offsets = n;
-	c.frame.kind_case = CDC__V1__CLIENT_FRAME__KIND_ACK;
+	c.progress = (Cdc__V1__Progress)CDC__V1__PROGRESS__INIT;
+	c.ack.offsets = c.progress.offsets = offsets;
+	c.ack.n_offsets = c.progress.n_offsets = n;
+	c.frame.kind_case = progress ? CDC__V1__CLIENT_FRAME__KIND_PROGRESS : CDC__V1__CLIENT_FRAME__KIND_ACK;
 	return c;
+}
+
+static client_case ack_case(const char *what, uint64_t *offsets, size_t n, const char *err)
+{
+	return offsets_case(what, false, offsets, n, err);
+}
+
+static client_case nack_case(const char *what, uint64_t *offsets, size_t n, uint32_t delay_ms,
+			     const char *reason, const char *err)
+{
+	client_case c = {.what = what, .err = err};
+	c.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
+	c.nack = (Cdc__V1__Nack)CDC__V1__NACK__INIT;
+	c.nack.offsets = offsets;
+	c.nack.n_offsets = n;
+	c.nack.delay_ms = delay_ms;
+	c.nack.reason = (char *)reason;
+	c.frame.kind_case = CDC__V1__CLIENT_FRAME__KIND_NACK;
+	return c;
+}
+
+static client_case progress_case(const char *what, uint64_t *offsets, size_t n, const char *err)
+{
+	return offsets_case(what, true, offsets, n, err);
 }
 
 static void test_client_validation(void)
 {
+	static char reason1024[1025], reason1025[1026];
+	memset(reason1024, 'r', 1024);
+	memset(reason1025, 'r', 1025);
 	static uint64_t ok3[] = {5, 6, 7}, zero_mid[] = {5, 0, 7}, zero[] = {0};
 	client_case none = {.what = "no kind", .err = "frame has no message kind"};
 	none.frame = (Cdc__V1__ClientFrame)CDC__V1__CLIENT_FRAME__INIT;
@@ -168,6 +199,20 @@ static void test_client_validation(void)
 	    ack_case("ack with a 0", zero_mid, 3, "Ack: offset 0"),
 	    ack_case("65536 offsets", many_offsets, 65536, NULL),
 	    ack_case("65537 offsets", many_offsets, 65537, "Ack: 65537 offsets, at most 65536 in one frame"),
+	    nack_case("nack", ok3, 3, 0, "", NULL),
+	    nack_case("nack, an hour, 1024-byte reason", ok3, 3, 3600000, reason1024, NULL),
+	    nack_case("empty nack", NULL, 0, 0, "", "Nack: no offsets"),
+	    nack_case("nack with a 0", zero_mid, 3, 0, "", "Nack: offset 0"),
+	    nack_case("nack over an hour", ok3, 3, 3600001, "", "Nack: delay_ms 3600001 is over 3600000"),
+	    nack_case("nack, 1025-byte reason", ok3, 1, 0, reason1025,
+		      "Nack: reason of 1025 bytes is over 1024"),
+	    nack_case("65537 nacks", many_offsets, 65537, 0, "",
+		      "Nack: 65537 offsets, at most 65536 in one frame"),
+	    progress_case("progress", ok3, 3, NULL),
+	    progress_case("empty progress", NULL, 0, "Progress: no offsets"),
+	    progress_case("progress of 0", zero, 1, "Progress: offset 0"),
+	    progress_case("65537 progress", many_offsets, 65537,
+			  "Progress: 65537 offsets, at most 65536 in one frame"),
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		client_case *c = &cases[i];
@@ -176,6 +221,10 @@ static void test_client_validation(void)
 			c->frame.subscribe = &c->sub;
 		else if (c->frame.kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
 			c->frame.ack = &c->ack;
+		else if (c->frame.kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK)
+			c->frame.nack = &c->nack;
+		else if (c->frame.kind_case == CDC__V1__CLIENT_FRAME__KIND_PROGRESS)
+			c->frame.progress = &c->progress;
 		buf b = client_bytes(&c->frame);
 		size_t msglen;
 		const uint8_t *msg = whole(&b, &msglen);
@@ -217,6 +266,11 @@ static void test_client_bytes(void)
 	    {"ack, packed", "\x12\x04\x0a\x02\x01\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_ACK},
 	    {"ack, unpacked", "\x12\x04\x08\x01\x08\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_ACK},
 	    {"ack packed with a 0", "\x12\x04\x0a\x02\x01\x00", 6, "Ack: offset 0", 0},
+	    {"nack, reason not UTF-8", "\x1a\x05\x08\x01\x1a\x01\xff", 7,
+	     "Nack: reason is not UTF-8 (byte 0)", 0},
+	    {"nack, reason cut short", "\x1a\x05\x08\x01\x1a\x05a", 7, "malformed ClientFrame protobuf", 0},
+	    {"progress, packed", "\x22\x04\x0a\x02\x01\x02", 6, NULL, CDC__V1__CLIENT_FRAME__KIND_PROGRESS},
+	    {"progress without offsets", "\x22\x00", 2, "Progress: no offsets", 0},
 	    {"subscribe with unknown field", "\x0a\x08\x0a\x04jobs\x78\x01", 10, NULL,
 	     CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE},
 	    /* a oneof keeps the last member on the wire, so "exactly one kind" holds by construction */

@@ -651,6 +651,70 @@ static void test_large(void)
 	CHECK(spool_destroy(dir, err, sizeof(err)));
 }
 
+/* Delivery counts: noted, saved, back after a reopen (also after a kill: nothing is fsynced), the
+ * newest count of an offset wins, acknowledged ones are forgotten, a torn record is cut off, and
+ * the file is compacted to the counts still needed. */
+static void test_delivery_counts(void)
+{
+	const char *dir = dir_for("counts");
+	char path[300];
+	snprintf(path, sizeof(path), "%s/deliveries", dir);
+	spool *s = sp_open(dir, NULL, NULL);
+	add(s, 1, 10);
+	commit_sync(s);
+	for (uint64_t o = 1; o <= 6; o++) /* a first delivery of 1..6: one record */
+		spool_note_delivery(s, o, 1);
+	spool_note_delivery(s, 3, 2);
+	spool_note_delivery(s, 5, 3);
+	CHECK(spool_save_deliveries(s, err, sizeof(err)));
+	CHECK_INT(file_size(path), 3 * 24);
+	CHECK_INT(spool_deliveries(s, 3), 2);
+	CHECK_INT(spool_deliveries(s, 7), 0);
+	spool_close(s);
+	s = sp_open(dir, NULL, NULL);
+	uint32_t want[] = {0, 1, 1, 2, 1, 3, 1, 0, 0, 0, 0, 0};
+	for (uint64_t o = 0; o <= 11; o++)
+		CHECK_INT(spool_deliveries(s, o), want[o]);
+	/* acknowledged: forgotten, and once nothing is left the file is emptied */
+	CHECK(spool_set_acked(s, 3, err, sizeof(err)));
+	CHECK_INT(spool_deliveries(s, 3), 0);
+	CHECK_INT(spool_deliveries(s, 5), 3);
+	spool_close(s);
+	s = sp_open(dir, NULL, NULL);
+	CHECK_INT(spool_deliveries(s, 2), 0);
+	CHECK_INT(spool_deliveries(s, 4), 1);
+	CHECK(spool_set_acked(s, 10, err, sizeof(err)));
+	CHECK(spool_save_deliveries(s, err, sizeof(err)));
+	CHECK_INT(file_size(path), 0);
+	/* a torn record at the end is cut off, the ones before it stay */
+	spool_note_delivery(s, 11, 1); /* not retained: ignored when loaded */
+	add(s, 11, 12);
+	commit_sync(s);
+	spool_note_delivery(s, 12, 4);
+	CHECK(spool_save_deliveries(s, err, sizeof(err)));
+	spool_close(s);
+	int fd = open(path, O_WRONLY | O_APPEND);
+	CHECK(fd >= 0 && write(fd, "torn", 4) == 4);
+	close(fd);
+	s = sp_open(dir, NULL, NULL);
+	CHECK_INT(spool_deliveries(s, 12), 4);
+	CHECK_INT(file_size(path) % 24, 0);
+	/* many redeliveries of a few offsets: the file stays small */
+	add(s, 13, 20);
+	commit_sync(s);
+	for (uint32_t k = 1; k <= 5000; k++) {
+		spool_note_delivery(s, 13 + k % 8, k);
+		CHECK(spool_save_deliveries(s, err, sizeof(err)));
+	}
+	CHECK(file_size(path) < 70 * 1024);
+	spool_close(s);
+	s = sp_open(dir, NULL, NULL);
+	for (uint64_t o = 13; o <= 20; o++)
+		CHECK_INT(spool_deliveries(s, o), 5000 - (21 - o) % 8);
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
 int main(void)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/test_spool.XXXXXX");
@@ -670,6 +734,7 @@ int main(void)
 	test_trim();
 	test_delete_acked();
 	test_large();
+	test_delivery_counts();
 	if (rmdir(tmp) != 0)
 		fprintf(stderr, "leftovers in %s\n", tmp), test_failed++;
 	return TEST_SUMMARY("test_spool");

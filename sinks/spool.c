@@ -230,20 +230,6 @@ static bool pread_full(int fd, void *dst, size_t n, uint64_t pos)
 	return true;
 }
 
-static bool write_full(int fd, const void *src, size_t n)
-{
-	const uint8_t *p = src;
-	while (n) {
-		ssize_t r = write(fd, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return false;
-		p += r, n -= (size_t)r;
-	}
-	return true;
-}
-
 /* mkdir -p, mode 0700: state_dir/spool may not exist yet. */
 static bool make_dirs(const char *dir, char *err, size_t errlen)
 {
@@ -901,7 +887,7 @@ bool spool_save_deliveries(spool *s, char *err, size_t errlen)
 	}
 	if (!s->dc_out.len)
 		return true;
-	if (!write_full(s->dfd, s->dc_out.data, s->dc_out.len))
+	if (!file_write_all(s->dfd, s->dc_out.data, s->dc_out.len))
 		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
 			    strerror(errno));
 	s->dc_bytes += s->dc_out.len;
@@ -1014,7 +1000,7 @@ static bool flush_wbuf(spool *s, char *err, size_t errlen)
 {
 	if (!s->wbuf.len)
 		return true;
-	if (!write_full(s->wfd, s->wbuf.data, s->wbuf.len)) {
+	if (!file_write_all(s->wfd, s->wbuf.data, s->wbuf.len)) {
 		char path[4200];
 		seg_path(s, last_seg(s)->first, path, sizeof(path));
 		errf(err, errlen, "spool %s: cannot write: %s", path, strerror(errno));

@@ -10,6 +10,9 @@
 const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_privilege("
 				"'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')";
 
+const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables "
+			   "WHERE pubname = $1 ORDER BY 1, 2";
+
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "
     "k.name, c.relkind, pg_catalog.has_table_privilege(c.oid, 'SELECT'), c.reltuples "

@@ -33,6 +33,8 @@ void bfsql_quote_literal(buf *out, const char *s, size_t len);
 /* Requirements of the role, no parameters; one row: current_user, and whether it may execute
  * pg_logical_emit_message(boolean, text, text). */
 extern const char bfsql_privileges[];
+/* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
+extern const char bfsql_tables[];
 /* A table's description, parameters $1 schema and $2 table; one row per column in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may

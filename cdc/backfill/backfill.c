@@ -6,16 +6,15 @@
 #include "cdc/backfill/backfill.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cdc/config/config.h"
 #include "cdc/config/predicate.h"
+#include "decoder/fsutil.h"
 #include "decoder/json.h"
 
 #define BF_FILE_VERSION 1
@@ -381,35 +380,6 @@ static void save_backfill(buf *out, const backfill *f)
 	buf_puts(out, "]}");
 }
 
-/* Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory. */
-static bool replace_file(const char *path, const char *data, size_t len, char *err, size_t errlen)
-{
-	char tmp[4096], dir[4096];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-	bool ok = write(fd, data, len) == (ssize_t)len && fsync(fd) == 0;
-	int saved = errno;
-	close(fd);
-	if (!ok || rename(tmp, path) != 0) {
-		saved = ok ? errno : saved;
-		unlink(tmp);
-		return errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
-	}
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash)
-		*(slash == dir ? slash + 1 : slash) = '\0';
-	else
-		snprintf(dir, sizeof(dir), ".");
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	ok = dfd >= 0 && fsync(dfd) == 0;
-	if (dfd >= 0)
-		close(dfd);
-	return ok ? true : errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
-}
-
 static bool save(bf_set *b, char *err, size_t errlen)
 {
 	if (!b->path)
@@ -427,7 +397,7 @@ static bool save(bf_set *b, char *err, size_t errlen)
 		save_backfill(&out, b->list[i]);
 	}
 	buf_puts(&out, "]}\n");
-	bool ok = replace_file(b->path, out.data, out.len, err, errlen);
+	bool ok = file_replace(b->path, out.data, out.len, 0600, err, errlen);
 	buf_free(&out);
 	return ok;
 }

@@ -52,7 +52,7 @@ MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c
-UNIT_TESTS += backfill_window backfill_sql
+UNIT_TESTS += backfill_window backfill_sql backfill
 FUZZERS := pgoutput config predicate frame http redact put
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)

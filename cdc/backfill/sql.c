@@ -11,7 +11,7 @@ const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_pr
 				"'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')";
 
 const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables "
-			   "WHERE pubname = $1 ORDER BY 1, 2";
+			    "WHERE pubname = $1 ORDER BY 1, 2";
 
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "

@@ -54,6 +54,7 @@ typedef struct table {
 	size_t *keys;
 	size_t nkeys;
 	char *strings; /* the names the cols point to */
+	buf where_sql; /* the `where`s' parts that translate (bfsql_where) */
 	/* the run */
 	enum step step;
 	bool busy;
@@ -72,7 +73,7 @@ typedef struct table {
 
 typedef struct backfill {
 	char id[BF_ID_SIZE];
-	char *sub, *where, *error, *role;
+	char *sub, *sub_where, *where, *error, *role;
 	char **sub_pat, **req_pat;
 	size_t nsub_pat, nreq_pat;
 	bool snapshot, resolved;
@@ -207,6 +208,7 @@ static void table_free(table *t)
 	buf_free(&t->cursor);
 	buf_free(&t->sql);
 	buf_free(&t->wm);
+	buf_free(&t->where_sql);
 }
 
 static void backfill_free(backfill *f)
@@ -217,6 +219,7 @@ static void backfill_free(backfill *f)
 	strv_free(f->sub_pat, f->nsub_pat);
 	strv_free(f->req_pat, f->nreq_pat);
 	free(f->sub);
+	free(f->sub_where);
 	free(f->where);
 	free(f->error);
 	free(f->role);
@@ -361,6 +364,7 @@ static void save_backfill(buf *out, const backfill *f)
 	json_key_str(out, &first, "subscription", f->sub);
 	json_strv(out, &first, "subscription_tables", f->sub_pat, f->nsub_pat);
 	json_strv(out, &first, "tables_asked", f->req_pat, f->nreq_pat);
+	json_key_str(out, &first, "subscription_where", f->sub_where);
 	json_key_str(out, &first, "where", f->where);
 	json_key_boolean(out, &first, "snapshot", f->snapshot);
 	json_key_str(out, &first, "state", bf_state_name(f->state));
@@ -470,6 +474,7 @@ static backfill *load_backfill(json_object *o)
 	json_object *id = member(o, "id", json_type_string), *st = member(o, "state", json_type_string);
 	json_object *tables = member(o, "tables", json_type_array);
 	f->sub = member_str(o, "subscription");
+	f->sub_where = member_str(o, "subscription_where");
 	f->where = member_str(o, "where");
 	f->error = member_str(o, "error");
 	f->sub_pat = member_strv(o, "subscription_tables", &f->nsub_pat);
@@ -539,28 +544,34 @@ bool backfill_set_load(bf_set *b, char *err, size_t errlen)
 
 /* ---- creating, cancelling ---- */
 
-bool backfill_add(bf_set *b, const char *sub, const char *const *sub_tables, size_t nsub,
-		  const char *const *tables, size_t ntables, const char *where, bool snapshot, bf_now now,
-		  char id[BF_ID_SIZE], char *err, size_t errlen)
+/* Checks a `where` as pred_parse does. */
+static bool where_ok(const char *what, const char *where, char *err, size_t errlen)
 {
-	if (where) {
-		char perr[256];
-		pred *p = pred_parse(where, perr, sizeof(perr));
-		if (!p)
-			return errf(err, errlen, "where: %s", perr);
-		pred_free(p);
-	}
+	char perr[256];
+	pred *p = where ? pred_parse(where, perr, sizeof(perr)) : NULL;
+	if (where && !p)
+		return errf(err, errlen, "%s: %s", what, perr);
+	pred_free(p);
+	return true;
+}
+
+bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err, size_t errlen)
+{
+	if (!where_ok("where", req->where, err, errlen) ||
+	    !where_ok("the subscription's where", req->sub_where, err, errlen))
+		return false;
 	backfill *f = xcalloc(1, sizeof(*f));
 	do
 		random_hex(b, f->id);
 	while (find(b, f->id));
-	f->sub = xstrdup(sub);
-	f->sub_pat = strv_dup(sub_tables, nsub);
-	f->nsub_pat = nsub;
-	f->req_pat = strv_dup(tables, ntables);
-	f->nreq_pat = ntables;
-	f->where = where ? xstrdup(where) : NULL;
-	f->snapshot = snapshot;
+	f->sub = xstrdup(req->subscription);
+	f->sub_pat = strv_dup(req->sub_tables, req->nsub_tables);
+	f->nsub_pat = req->nsub_tables;
+	f->req_pat = strv_dup(req->tables, req->ntables);
+	f->nreq_pat = req->ntables;
+	f->sub_where = req->sub_where ? xstrdup(req->sub_where) : NULL;
+	f->where = req->where ? xstrdup(req->where) : NULL;
+	f->snapshot = req->snapshot;
 	f->state = BF_QUEUED;
 	f->created_ms = now.wall_ms;
 	append(b, f);
@@ -720,8 +731,8 @@ static void chunk_stmt(bf_set *b, table *t, bf_stmt *out)
 		free(d);
 	}
 	buf_reset(&t->sql);
-	bfsql_chunk(&t->sql, t->schema, t->name, t->cols, t->ncols, t->keys, t->nkeys, has_cursor, NULL,
-		    t->limit);
+	bfsql_chunk(&t->sql, t->schema, t->name, t->cols, t->ncols, t->keys, t->nkeys, has_cursor,
+		    t->where_sql.len ? t->where_sql.data : NULL, t->limit);
 	stmt(b, out, BF_STMT_CHUNK, t->sql.data, (int)t->nparams, (const char *const *)t->params, &t->ticket,
 	     &t->kind);
 }
@@ -864,6 +875,24 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 	buf_free(&msg);
 }
 
+/* The parts of the subscription's and the request's `where` that translate, for the chunk query. */
+static void where_pushdown(table *t)
+{
+	buf_reset(&t->where_sql);
+	const char *wheres[] = {t->bf->sub_where, t->bf->where};
+	buf part = {0};
+	for (size_t i = 0; i < 2; i++) {
+		pred *p = wheres[i] ? pred_parse(wheres[i], NULL, 0) : NULL;
+		buf_reset(&part);
+		if (p)
+			bfsql_where(&part, p, t->cols, t->ncols);
+		if (part.len)
+			buf_printf(&t->where_sql, "%s%s", t->where_sql.len ? " AND " : "", part.data);
+		pred_free(p);
+	}
+	buf_free(&part);
+}
+
 /* The table's columns and key from its description; false with the reason in msg. */
 static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 {
@@ -919,6 +948,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 	}
 	t->ncols = n;
 	t->key_index = xstrdup(r->value(r->ctx, 0, 5));
+	where_pushdown(t);
 	double est = strtod(r->value(r->ctx, 0, 8), NULL);
 	t->estimate = est < 0 ? -1 : (int64_t)est;
 	if (!t->w)

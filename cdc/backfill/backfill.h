@@ -51,14 +51,25 @@ void backfill_set_free(bf_set *b);
 bool backfill_set_load(bf_set *b, char *err, size_t errlen) CDC_MUST_CHECK;
 void backfill_set_settings(bf_set *b, const bf_settings *s);
 
-/* Queues a backfill of subscription sub over the publication's tables that sub_tables (its
- * patterns, "schema.table" with globs) match and, given any, one of tables (the request's).
- * where: NULL, or a further `where` the reads must satisfy (the request's). snapshot: made by
- * the subscription's `snapshot: true` (see backfill_has_snapshot). id gets the new id.
- * False with a message for a pattern or where that does not parse. Persisted. */
-bool backfill_add(bf_set *b, const char *sub, const char *const *sub_tables, size_t nsub,
-		  const char *const *tables, size_t ntables, const char *where, bool snapshot, bf_now now,
-		  char id[BF_ID_SIZE], char *err, size_t errlen) CDC_MUST_CHECK;
+/* What a backfill reads: the publication's tables that sub_tables (the subscription's patterns,
+ * "schema.table" with globs) match and, given any, one of tables (the request's); the rows that
+ * satisfy sub_where (the subscription's `where`) and where (the request's), either NULL. The parts
+ * of the `where`s that translate exactly go into the chunk query (bfsql_where); the daemon still
+ * evaluates both on every read. */
+typedef struct bf_request {
+	const char *subscription;
+	const char *const *sub_tables;
+	size_t nsub_tables;
+	const char *const *tables;
+	size_t ntables;
+	const char *sub_where, *where;
+	bool snapshot; /* made by the subscription's `snapshot: true` (see backfill_has_snapshot) */
+} bf_request;
+
+/* Queues a backfill; id gets its id. False with a message for a `where` that does not parse.
+ * Persisted. */
+bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err,
+		  size_t errlen) CDC_MUST_CHECK;
 /* Cancels backfill id of sub. False with a message when there is no such backfill or it has
  * finished already. */
 bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, char *err,

@@ -179,6 +179,187 @@ void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_co
 	buf_printf(out, " LIMIT %" PRIu64, limit);
 }
 
+/* ---- where ---- */
+
+enum {
+	OID_BOOL = 16,
+	OID_INT8 = 20,
+	OID_INT2 = 21,
+	OID_INT4 = 23,
+	OID_TEXT = 25,
+	OID_VARCHAR = 1043,
+	OID_NUMERIC = 1700
+};
+
+/* Whether a literal of kind k compares with a column of type oid as pred_eval compares it. */
+static bool literal_fits(uint32_t oid, pred_kind k)
+{
+	switch (oid) {
+	case OID_INT2:
+	case OID_INT4:
+	case OID_INT8:
+	case OID_NUMERIC:
+		return k == PRED_NUM || k == PRED_NULL;
+	case OID_TEXT:
+	case OID_VARCHAR:
+		return k == PRED_STR || k == PRED_NULL;
+	case OID_BOOL:
+		return k == PRED_BOOL || k == PRED_NULL;
+	default:
+		return false;
+	}
+}
+
+/* The table's column a new.column node names, or NULL. */
+static const bfsql_col *column(const pred_node *n, const bfsql_col *cols, size_t ncols)
+{
+	if (n->kind != PRED_COL || n->flag)
+		return NULL;
+	for (size_t i = 0; i < ncols; i++)
+		if (strlen(cols[i].name) == n->len && memcmp(cols[i].name, n->s, n->len) == 0)
+			return &cols[i];
+	return NULL;
+}
+
+/* A column in byte order where its type is text. */
+static void sql_column(buf *out, const bfsql_col *c)
+{
+	bfsql_quote_ident(out, c->name);
+	if (c->type_oid == OID_TEXT || c->type_oid == OID_VARCHAR)
+		buf_puts(out, " COLLATE \"C\"");
+}
+
+static void sql_literal(buf *out, const pred_node *n)
+{
+	switch (n->kind) {
+	case PRED_NUM:
+		buf_printf(out, n->s[0] == '-' ? "(%.*s)" : "%.*s", (int)n->len, n->s);
+		break;
+	case PRED_STR:
+		bfsql_quote_literal(out, n->s, n->len);
+		break;
+	case PRED_BOOL:
+		buf_puts(out, n->flag ? "true" : "false");
+		break;
+	default:
+		buf_puts(out, "NULL");
+		break;
+	}
+}
+
+typedef struct where_ctx {
+	const pred *p;
+	const bfsql_col *cols;
+	size_t ncols;
+} where_ctx;
+
+static bool where_node(const where_ctx *x, int32_t i, buf *out);
+
+/* Children of an and/or joined by op. */
+static bool where_list(const where_ctx *x, int32_t first, const char *op, buf *out)
+{
+	buf_putc(out, '(');
+	for (int32_t k = first; k >= 0; k = pred_node_at(x->p, k).next) {
+		if (k != first)
+			buf_puts(out, op);
+		if (!where_node(x, k, out))
+			return false;
+	}
+	buf_putc(out, ')');
+	return true;
+}
+
+static bool where_node(const where_ctx *x, int32_t i, buf *out)
+{
+	static const char *const ops[] = {" = ", " <> ", " < ", " <= ", " > ", " >= "};
+	pred_node n = pred_node_at(x->p, i), l, r;
+	const bfsql_col *c;
+	switch (n.kind) {
+	case PRED_OR:
+	case PRED_AND:
+		return where_list(x, n.a, n.kind == PRED_OR ? " OR " : " AND ", out);
+	case PRED_NOT:
+		buf_puts(out, "(NOT ");
+		if (!where_node(x, n.a, out))
+			return false;
+		buf_putc(out, ')');
+		return true;
+	case PRED_CMP: {
+		l = pred_node_at(x->p, n.a);
+		r = pred_node_at(x->p, n.b);
+		bool col_left = l.kind == PRED_COL;
+		c = column(col_left ? &l : &r, x->cols, x->ncols);
+		if (!c || !literal_fits(c->type_oid, col_left ? r.kind : l.kind))
+			return false;
+		buf_putc(out, '(');
+		if (col_left)
+			sql_column(out, c);
+		else
+			sql_literal(out, &l);
+		buf_puts(out, ops[n.op]);
+		if (col_left)
+			sql_literal(out, &r);
+		else
+			sql_column(out, c);
+		buf_putc(out, ')');
+		return true;
+	}
+	case PRED_IN:
+		l = pred_node_at(x->p, n.a);
+		c = column(&l, x->cols, x->ncols);
+		if (!c)
+			return false;
+		buf_putc(out, '(');
+		sql_column(out, c);
+		buf_puts(out, n.flag ? " NOT IN (" : " IN (");
+		for (int32_t k = n.b; k >= 0; k = r.next) {
+			r = pred_node_at(x->p, k);
+			if (!literal_fits(c->type_oid, r.kind))
+				return false;
+			buf_puts(out, k == n.b ? "" : ", ");
+			sql_literal(out, &r);
+		}
+		buf_puts(out, "))");
+		return true;
+	case PRED_ISNULL:
+		l = pred_node_at(x->p, n.a);
+		c = column(&l, x->cols, x->ncols);
+		if (!c)
+			return false;
+		buf_putc(out, '(');
+		bfsql_quote_ident(out, c->name);
+		buf_puts(out, n.flag ? " IS NOT NULL)" : " IS NULL)");
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols)
+{
+	where_ctx x = {p, cols, ncols};
+	int32_t root = pred_root(p);
+	pred_node n = pred_node_at(p, root);
+	/* The top-level conjuncts one by one: those that translate narrow the chunk, cdc checks the
+	 * rest. */
+	int32_t first = n.kind == PRED_AND ? n.a : root;
+	bool all = true, any = false;
+	buf one = {0};
+	for (int32_t k = first; k >= 0; k = n.kind == PRED_AND ? pred_node_at(p, k).next : -1) {
+		buf_reset(&one);
+		if (!where_node(&x, k, &one)) {
+			all = false;
+			continue;
+		}
+		if (any)
+			buf_puts(out, " AND ");
+		buf_append(out, one.data, one.len);
+		any = true;
+	}
+	buf_free(&one);
+	return all;
+}
+
 void bfsql_watermark_content(buf *out, const char *id, const char *nonce, bool high)
 {
 	buf_printf(out, "%s:%s:%s", id, nonce, high ? "high" : "low");

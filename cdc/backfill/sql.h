@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cdc/config/predicate.h"
 #include "decoder/util.h"
 
 /* The prefix of the logical messages that carry watermarks. */
@@ -62,6 +63,16 @@ void bfsql_no_table(buf *out, const char *schema, const char *table);
  * keys holds the indexes into cols of the key columns, in key order. */
 void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_col *cols, size_t ncols,
 		 const size_t *keys, size_t nkeys, bool has_cursor, const char *where, uint64_t limit);
+
+/* The `where` p as SQL for a table of columns cols, for the chunk query: the conjuncts of p (its
+ * top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).
+ * Exactly means the SQL is true for a row exactly when pred_eval is true for the row's read:
+ * comparisons of a new.column with a literal of a kind its type compares alike in both (integers
+ * and numeric with numbers, text and varchar with strings in byte order, boolean with true and
+ * false), null literals, `in` lists of those, `is [not] null`, and/or/not of translatable parts.
+ * old.columns (a read has no old row), columns the table lacks, column-to-column comparisons and
+ * other types do not translate. Returns whether all of p did; if not, cdc evaluates p itself. */
+bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols);
 
 /* Watermark contents: "<backfill id>:<chunk nonce>:low" or ":high". Neither id nor nonce holds a
  * ':'. */

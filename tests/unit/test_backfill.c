@@ -166,7 +166,8 @@ static void test_life(void)
 	bf_now now = {1000, 1700000000000};
 	bf_set *b = backfill_set_new(&settings, path, 42);
 	const char *pats[] = {"public.*"};
-	CHECK(backfill_add(b, "s", pats, 1, NULL, 0, NULL, true, now, id, err, sizeof(err)));
+	bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .snapshot = true};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 	CHECK_INT(strlen(id), 16);
 	CHECK(backfill_has_snapshot(b, "s"));
 	CHECK(!backfill_has_snapshot(b, "t"));
@@ -330,7 +331,8 @@ static bf_set *started(const bf_settings *st, bf_now now, char id[BF_ID_SIZE])
 	char err[256];
 	bf_set *b = backfill_set_new(st, NULL, 1);
 	const char *pats[] = {"public.a"};
-	CHECK(backfill_add(b, "s", pats, 1, NULL, 0, NULL, false, now, id, err, sizeof(err)));
+	bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
@@ -490,7 +492,8 @@ static void test_failures(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bf_set *b = backfill_set_new(&settings, NULL, 1);
-		CHECK(backfill_add(b, "s", pats, 1, NULL, 0, NULL, false, now, id, err, sizeof(err)));
+		bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
+		CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 		bf_stmt s = next(b, BF_STMT_CHECK, now);
 		answer(b, &s, 1, 2, cases[i].check, now);
 		if (!cases[i].backfill_error || cases[i].check[1][0] == 't') {
@@ -516,7 +519,9 @@ static void test_failures(void)
 	}
 	/* an asked-for table that is not the subscription's */
 	bf_set *b = backfill_set_new(&settings, NULL, 1);
-	CHECK(backfill_add(b, "s", pats, 1, asked, 1, NULL, false, now, id, err, sizeof(err)));
+	bf_request req = {
+	    .subscription = "s", .sub_tables = pats, .nsub_tables = 1, .tables = asked, .ntables = 1};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
@@ -525,7 +530,8 @@ static void test_failures(void)
 	backfill_info(b, 0, now, &info);
 	CHECK_STR(info.error, "table public.nope is not one of subscription s's tables in publication pub");
 	/* a where that does not parse */
-	CHECK(!backfill_add(b, "s", pats, 1, NULL, 0, "new.a = ", false, now, id, err, sizeof(err)));
+	req = (bf_request){.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .where = "new.a = "};
+	CHECK(!backfill_add(b, &req, now, id, err, sizeof(err)));
 	CHECK_STR(err, "where: position 7: expected a value after '='");
 	backfill_set_free(b);
 
@@ -662,8 +668,37 @@ static void test_changes(void)
 	backfill_set_free(b);
 }
 
+/* The translatable parts of the subscription's and the request's `where` go into the chunk query. */
+static void test_where(void)
+{
+	char err[256], id[BF_ID_SIZE];
+	bf_now now = {1000, 9};
+	bf_set *b = backfill_set_new(&settings, NULL, 1);
+	const char *pats[] = {"public.a"};
+	bf_request req = {.subscription = "s",
+			  .sub_tables = pats,
+			  .nsub_tables = 1,
+			  .sub_where = "new.v = 'x'",
+			  .where = "new.id > 1 and old.id = 1"};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	bf_stmt s = next(b, BF_STMT_CHECK, now);
+	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	s = next(b, BF_STMT_TABLES, now);
+	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
+	s = next(b, BF_STMT_DESCRIBE, now);
+	answer(b, &s, 2, 9, describe_a, now);
+	wmstmt low = next_wm(b, BF_STMT_LOW, now);
+	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
+	s = next(b, BF_STMT_CHUNK, now);
+	CHECK_STR(s.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
+			 "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
+			 "\"id\" LIMIT 2");
+	backfill_set_free(b);
+}
+
 int main(void)
 {
+	test_where();
 	test_life();
 	test_chunk_size();
 	test_rate_limit();

@@ -160,8 +160,63 @@ static void test_watermarks(void)
 	}
 }
 
+static void test_where(void)
+{
+	bfsql_col cols[] = {
+	    {"id", 23, "pg_catalog", "int4"},	       {"status", 25, "pg_catalog", "text"},
+	    {"amount", 1700, "pg_catalog", "numeric"}, {"paid", 16, "pg_catalog", "bool"},
+	    {"doc", 3802, "pg_catalog", "jsonb"},      {"ratio", 701, "pg_catalog", "float8"},
+	    {"Code", 1043, "pg_catalog", "varchar"},
+	};
+	static const struct {
+		const char *where, *sql;
+		bool all;
+	} cases[] = {
+	    {"new.id = 7", "(\"id\" = 7)", true},
+	    {"new.status = 'paid' and new.amount >= 100",
+	     "(\"status\" COLLATE \"C\" = 'paid') AND (\"amount\" >= 100)", true},
+	    {"new.amount > -1.5e2", "(\"amount\" > (-1.5e2))", true},
+	    {"100 <= new.amount", "(100 <= \"amount\")", true},
+	    {"new.status < 'it''s'", "(\"status\" COLLATE \"C\" < 'it''s')", true},
+	    {"new.\"Code\" <> 'a\\b'", "(\"Code\" COLLATE \"C\" <> E'a\\\\b')", true},
+	    {"new.paid = true or not new.id != 3", "((\"paid\" = true) OR (NOT (\"id\" <> 3)))", true},
+	    {"new.id in (1, 2, null)", "(\"id\" IN (1, 2, NULL))", true},
+	    {"new.status not in ('a', 'b')", "(\"status\" COLLATE \"C\" NOT IN ('a', 'b'))", true},
+	    {"new.doc is null and new.ratio is not null", "(\"doc\" IS NULL) AND (\"ratio\" IS NOT NULL)",
+	     true},
+	    {"new.id = null", "(\"id\" = NULL)", true},
+	    /* conjuncts that do not translate are left to cdc */
+	    {"new.id > 5 and old.id < 5", "(\"id\" > 5)", false},
+	    {"new.ratio > 0.1 and new.id = 1", "(\"id\" = 1)", false},
+	    {"new.id = '5'", "", false},	  /* a string for an integer: pred_eval says unknown */
+	    {"new.status = 5", "", false},	  /* a number for text */
+	    {"new.paid = 't'", "", false},	  /* a string for a boolean */
+	    {"new.doc = null", "", false},	  /* jsonb has no = */
+	    {"new.missing = 1", "", false},	  /* no such column */
+	    {"new.id = new.amount", "", false},	  /* column to column */
+	    {"1 = 1", "", false},		  /* literals only */
+	    {"new.id in (1, new.id)", "", false}, /* a column in the list */
+	    {"new.id = 1 or new.ratio = 2", "", false},
+	    {"old.id is null", "", false},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[256];
+		pred *p = pred_parse(cases[i].where, err, sizeof(err));
+		CHECK(p != NULL);
+		if (!p)
+			continue;
+		buf b = {0};
+		bool all = bfsql_where(&b, p, cols, sizeof(cols) / sizeof(cols[0]));
+		CHECK_STR(b.data ? b.data : "", cases[i].sql);
+		CHECK_INT(all, cases[i].all);
+		buf_free(&b);
+		pred_free(p);
+	}
+}
+
 int main(void)
 {
+	test_where();
 	test_quoting();
 	test_chunk();
 	test_messages();

@@ -1345,6 +1345,14 @@ size_t backfill_count(const bf_set *b)
 	return b->n;
 }
 
+bool backfill_active(const bf_set *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (!finished(b->list[i]->state))
+			return true;
+	return false;
+}
+
 void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out)
 {
 	const backfill *f = b->list[i];

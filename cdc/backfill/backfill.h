@@ -194,6 +194,8 @@ typedef struct bf_table_info {
 } bf_table_info;
 
 size_t backfill_count(const bf_set *b);
+/* Whether a backfill is queued or running. */
+bool backfill_active(const bf_set *b);
 /* Backfill i (oldest first); NULL-safe strings. */
 void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out);
 void backfill_table_info(const bf_set *b, size_t i, size_t t, bf_now now, bf_table_info *out);

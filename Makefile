@@ -54,6 +54,11 @@ UNIT_TESTS := pgoutput txn event config predicate rules frame spool status repor
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/reader.c
 UNIT_TESTS += backfill_window backfill_sql backfill
 FUZZERS := pgoutput config predicate frame http redact put
+# Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
+LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/reader.c \
+	cdc/backfill/request.c
+UNIT_TESTS += backfill_window backfill_sql backfill
+FUZZERS += backfill
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)

@@ -89,7 +89,8 @@ static void lost(bf_reader *r, const char *why)
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", why && *why ? why : "connection lost");
 	msg[strcspn(msg, "\n")] = '\0';
-	log_warn("backfill connection lost", "error=\"%s\" retry_ms=%llu", msg, (unsigned long long)r->backoff_ms);
+	log_warn("backfill connection lost", "error=\"%s\" retry_ms=%llu", msg,
+		 (unsigned long long)r->backoff_ms);
 	if (r->state == R_BUSY)
 		backfill_error(r->set, r->ticket, msg, true, now());
 	drop_connection(r);
@@ -220,7 +221,8 @@ static void take_results(bf_reader *r)
 		r->state = R_IDLE;
 		bf_now t = now();
 		if (done && PQresultStatus(done) == PGRES_TUPLES_OK) {
-			bf_result br = {PQntuples(done), PQnfields(done), done, res_value, res_length, res_isnull};
+			bf_result br = {PQntuples(done), PQnfields(done), done,
+					res_value,	 res_length,	  res_isnull};
 			backfill_result(r->set, r->ticket, &br, t);
 		} else {
 			char msg[1024];

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cdc/backfill/backfill.h"
+#include "cdc/backfill/request.h"
 #include "test.h"
 
 /* A result: nrows x ncols cells, NULL for SQL NULL. */
@@ -696,8 +697,51 @@ static void test_where(void)
 	backfill_set_free(b);
 }
 
+/* The POST body: what is accepted, and the message of each refusal. */
+static void test_request(void)
+{
+	static const struct {
+		const char *body, *err, *json;
+	} cases[] = {
+	    {"", NULL, "{\"tables\":[],\"where\":null}"},
+	    {" \n", NULL, "{\"tables\":[],\"where\":null}"},
+	    {"{}", NULL, "{\"tables\":[],\"where\":null}"},
+	    {"{\"tables\":[\"public.orders\",\"app.*\"],\"where\":\"new.id > 5\"}\n", NULL,
+	     "{\"tables\":[\"public.orders\",\"app.*\"],\"where\":\"new.id > 5\"}"},
+	    {"{\"tables\":[\"\\\"Odd.Name\\\".t\"],\"where\":null}", NULL,
+	     "{\"tables\":[\"\\\"Odd.Name\\\".t\"],\"where\":null}"},
+	    {"[1]", "body: expected an object with \"tables\" and \"where\""},
+	    {"{\"tables\":", "body: not JSON (unexpected end of data)"},
+	    {"{} {}", "body: not JSON (bytes after the object)"},
+	    {"{\"tables\":\"public.a\"}", "tables: expected an array of \"schema.table\" strings"},
+	    {"{\"tables\":[\"public.a\",2]}", "tables[1]: expected a string"},
+	    {"{\"tables\":[\"public\"]}", "tables[0]: not of the form schema.table"},
+	    {"{\"tables\":[\"a.b.c\"]}", "tables[0]: not of the form schema.table"},
+	    {"{\"tables\":[\".t\"]}", "tables[0]: not of the form schema.table"},
+	    {"{\"where\":5}", "where: expected a string"},
+	    {"{\"where\":\"new.a =\"}", "where: position 7: expected a value after '='"},
+	    {"{\"table\":[]}", "unknown key 'table' (a backfill takes \"tables\" and \"where\")"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bf_request_body r;
+		char err[256] = "";
+		bool ok = bf_request_parse(cases[i].body, strlen(cases[i].body), &r, err, sizeof(err));
+		CHECK_INT(ok, cases[i].err == NULL);
+		if (!ok) {
+			CHECK_STR(err, cases[i].err);
+			continue;
+		}
+		buf j = {0};
+		bf_request_json(&r, &j);
+		CHECK_STR(j.data, cases[i].json);
+		buf_free(&j);
+		bf_request_free(&r);
+	}
+}
+
 int main(void)
 {
+	test_request();
 	test_where();
 	test_life();
 	test_chunk_size();

@@ -56,7 +56,7 @@ UNIT_TESTS += backfill_window backfill_sql backfill
 FUZZERS := pgoutput config predicate frame http redact put
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/reader.c \
-	cdc/backfill/request.c
+	cdc/backfill/request.c cdc/cli/backfill_cmd.c
 UNIT_TESTS += backfill_window backfill_sql backfill
 FUZZERS += backfill
 

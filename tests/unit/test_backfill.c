@@ -9,6 +9,7 @@
 
 #include "cdc/backfill/backfill.h"
 #include "cdc/backfill/request.h"
+#include "cdc/cli/backfill_cmd.h"
 #include "test.h"
 
 /* A result: nrows x ncols cells, NULL for SQL NULL. */
@@ -739,8 +740,51 @@ static void test_request(void)
 	}
 }
 
+/* cdc backfill --wait's lines, from the JSON of GET /backfills. */
+static void test_progress(void)
+{
+	static const char json[] =
+	    "[{\"id\":\"aa\",\"subscription\":\"s\",\"state\":\"done\"},"
+	    "{\"id\":\"4f2a\",\"subscription\":\"orders\",\"state\":\"running\",\"where\":null,"
+	    "\"error\":null,\"rows_read\":12345,\"rows_emitted\":12000,\"rows_dropped\":345,\"chunks_"
+	    "retried\":0,"
+	    "\"estimate\":50000,\"rows_per_second\":1234,\"eta_seconds\":31,\"tables\":["
+	    "{\"schema\":\"public\",\"table\":\"orders\",\"state\":\"running\",\"key\":\"orders_pkey\","
+	    "\"error\":null,\"rows_read\":12345,\"estimate\":50000,\"rows_per_second\":1234,\"eta_seconds\":"
+	    "31},"
+	    "{\"schema\":\"public\",\"table\":\"items\",\"state\":\"queued\",\"key\":null,\"error\":null,"
+	    "\"rows_read\":0,\"estimate\":null,\"rows_per_second\":0,\"eta_seconds\":null},"
+	    "{\"schema\":\"public\",\"table\":\"log\",\"state\":\"failed\",\"key\":null,"
+	    "\"error\":\"no key\",\"rows_read\":0,\"estimate\":7200000,\"rows_per_second\":0,"
+	    "\"eta_seconds\":null}]}]";
+	buf out = {0};
+	char state[32], err[128];
+	CHECK(backfill_progress(json, strlen(json), "4f2a", false, &out, state, sizeof(state), err,
+				sizeof(err)));
+	CHECK_STR(state, "running");
+	CHECK_STR(out.data,
+		  "backfill 4f2a of orders: running, 12,345 of 50,000 rows (24%), 1,234 rows/s, ETA 0:31\n"
+		  "  public.orders  running, 12,345 of 50,000 rows (24%), 1,234 rows/s, ETA 0:31\n"
+		  "  public.items  queued, 0 rows\n"
+		  "  public.log  failed, 0 of 7,200,000 rows (0%)\n"
+		  "    no key\n");
+	buf_reset(&out);
+	CHECK(backfill_progress(json, strlen(json), "4f2a", true, &out, state, sizeof(state), err,
+				sizeof(err)));
+	CHECK(strstr(out.data, "  public.orders  [#######.......................] running") != NULL);
+	CHECK(strstr(out.data, "  public.items  [..............................] queued") != NULL);
+	buf_reset(&out);
+	CHECK(backfill_progress(json, strlen(json), "gone", false, &out, state, sizeof(state), err,
+				sizeof(err)));
+	CHECK_STR(state, "");
+	CHECK(!backfill_progress("{}", 2, "x", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK_STR(err, "GET /backfills: not a JSON array");
+	buf_free(&out);
+}
+
 int main(void)
 {
+	test_progress();
 	test_request();
 	test_where();
 	test_life();

@@ -1249,7 +1249,7 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 			}
 			buf_reset(&k1);
 			buf_reset(&k2);
-			bool whole = true;
+			bool whole = !c->partial;
 			for (size_t j = 0; c->new_values && j < c->ncols; j++)
 				whole &= c->new_values[j].len != BF_ABSENT;
 			bool has1 = c->old_values && change_key(t, c, c->old_values, c->new_values, &k1);
@@ -1262,6 +1262,103 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 		}
 	buf_free(&k1);
 	buf_free(&k2);
+}
+
+enum { CH_TRUNCATE = 1, CH_PARTIAL = 2, CH_OLD = 4, CH_NEW = 8 };
+
+void backfill_change_encode(const bf_change *c, buf *out)
+{
+	buf_append(out, c->schema, strlen(c->schema) + 1);
+	buf_append(out, c->table, strlen(c->table) + 1);
+	uint8_t head[5] = {(uint8_t)((c->truncate ? CH_TRUNCATE : 0) | (c->partial ? CH_PARTIAL : 0) |
+				     (c->old_values ? CH_OLD : 0) | (c->new_values ? CH_NEW : 0)),
+			   (uint8_t)(c->ncols >> 24), (uint8_t)(c->ncols >> 16), (uint8_t)(c->ncols >> 8),
+			   (uint8_t)c->ncols};
+	buf_append(out, head, sizeof(head));
+	for (size_t i = 0; i < c->ncols; i++)
+		buf_append(out, c->names[i], strlen(c->names[i]) + 1);
+	if (c->old_values)
+		bf_encode(out, c->old_values, c->ncols);
+	if (c->new_values)
+		bf_encode(out, c->new_values, c->ncols);
+}
+
+/* A NUL-terminated string at *pos of [p, p + len); *pos moves past it. */
+static const char *take_cstr(const char *p, size_t len, size_t *pos)
+{
+	const char *nul = *pos < len ? memchr(p + *pos, '\0', len - *pos) : NULL;
+	if (!nul)
+		return NULL;
+	const char *s = p + *pos;
+	*pos = (size_t)(nul - p) + 1;
+	return s;
+}
+
+/* The length of n datums bf_encode wrote at p, or 0 if they do not fit in len. */
+static size_t encoded_len(const uint8_t *p, size_t len, size_t n)
+{
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (len - off < 4)
+			return 0;
+		uint32_t l = (uint32_t)p[off] << 24 | (uint32_t)p[off + 1] << 16 | (uint32_t)p[off + 2] << 8 |
+			     p[off + 3];
+		off += 4;
+		if (l >= UINT32_MAX - 1)
+			continue;
+		if (len - off < l)
+			return 0;
+		off += l;
+	}
+	return off;
+}
+
+bool backfill_change_decode(const void *data, size_t len, bf_change *out)
+{
+	const char *p = data;
+	size_t pos = 0;
+	*out = (bf_change){0};
+	out->schema = take_cstr(p, len, &pos);
+	out->table = take_cstr(p, len, &pos);
+	if (!out->table || len - pos < 5)
+		return false;
+	const uint8_t *h = (const uint8_t *)p + pos;
+	size_t n = (size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4];
+	pos += 5;
+	if (n > len - pos)
+		return false; /* each name takes a byte at least */
+	out->truncate = h[0] & CH_TRUNCATE;
+	out->partial = h[0] & CH_PARTIAL;
+	/* one block: the names, then the old and the new values */
+	const char **names = xcalloc(1, (n + 1) * sizeof(*names) + (2 * n + 1) * sizeof(bf_datum));
+	bf_datum *vals = (bf_datum *)(names + n + 1);
+	out->owned = names;
+	out->names = names;
+	out->ncols = n;
+	for (size_t i = 0; i < n; i++)
+		if (!(names[i] = take_cstr(p, len, &pos)))
+			goto bad;
+	for (int side = 0; side < 2; side++) {
+		if (!(h[0] & (side ? CH_NEW : CH_OLD)))
+			continue;
+		size_t used = encoded_len((const uint8_t *)p + pos, len - pos, n);
+		if ((!used && n) || !bf_decode(p + pos, used, vals + side * n, n))
+			goto bad;
+		*(side ? &out->new_values : &out->old_values) = vals + side * n;
+		pos += used;
+	}
+	if (pos == len)
+		return true;
+bad:
+	free(names);
+	*out = (bf_change){0};
+	return false;
+}
+
+void backfill_change_free(bf_change *c)
+{
+	free(c->owned);
+	*c = (bf_change){0};
 }
 
 bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen)

@@ -144,18 +144,25 @@ typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, char *err, size_t e
 bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t lsn, bf_now now,
 			 bf_emit_fn emit, void *ctx, char *err, size_t errlen) CDC_MUST_CHECK;
 
-/* A change as the stream delivers it, at its transaction's commit: column names and values of the
- * old tuple (NULL if none was sent) and the new (NULL for a delete); a value with len
- * BF_ABSENT was not sent (unchanged TOAST, a non-key column of a key-only old tuple). */
-#define BF_ABSENT (-2)
+/* A change as the stream delivers it, at its transaction's commit: the names and values of (at
+ * least) the key columns in the old tuple (NULL if none was sent) and the new (NULL for a delete);
+ * a value with len BF_ABSENT was not sent. partial: the new row lacks some column's value
+ * (unchanged TOAST), so it cannot stand in for a read of the row. */
 typedef struct bf_change {
 	const char *schema, *table;
 	uint32_t xid; /* top-level */
-	bool truncate;
+	bool truncate, partial;
 	size_t ncols;
 	const char *const *names;
 	const bf_datum *old_values, *new_values;
+	void *owned; /* backfill_change_decode's arrays */
 } bf_change;
+
+/* A change as bytes, for a streamed or prepared transaction's spill record (xid not included), and
+ * back: out points into p, its arrays are allocated (backfill_change_free). */
+void backfill_change_encode(const bf_change *c, buf *out);
+bool backfill_change_decode(const void *p, size_t len, bf_change *out) CDC_MUST_CHECK;
+void backfill_change_free(bf_change *c);
 
 /* Whether any backfill reads schema.table now (only those changes need reporting). */
 bool backfill_watching(const bf_set *b, const char *schema, const char *table);

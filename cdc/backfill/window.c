@@ -55,7 +55,7 @@ struct bf_window {
 void bf_encode(buf *out, const bf_datum *d, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		uint32_t len = d[i].len < 0 ? UINT32_MAX : (uint32_t)d[i].len;
+		uint32_t len = d[i].len < 0 ? UINT32_MAX - (uint32_t)(-1 - d[i].len) : (uint32_t)d[i].len;
 		uint8_t be[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
 				 (uint8_t)len};
 		buf_append(out, be, sizeof(be));
@@ -74,8 +74,8 @@ bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n)
 		uint32_t l = (uint32_t)s[off] << 24 | (uint32_t)s[off + 1] << 16 | (uint32_t)s[off + 2] << 8 |
 			     s[off + 3];
 		off += 4;
-		if (l == UINT32_MAX) {
-			d[i] = (bf_datum){.data = NULL, .len = -1};
+		if (l >= UINT32_MAX - 1) {
+			d[i] = (bf_datum){.data = NULL, .len = l == UINT32_MAX ? -1 : -2};
 			continue;
 		}
 		if (l > INT32_MAX || len - off < l)

@@ -14,10 +14,12 @@
 /* One column value in PostgreSQL's text form, as both the chunk's SELECT and pgoutput send it. */
 typedef struct bf_datum {
 	const char *data;
-	int32_t len; /* -1: NULL */
+	int32_t len; /* -1: NULL; BF_ABSENT: no value sent (unchanged TOAST) */
 } bf_datum;
+#define BF_ABSENT (-2)
 
-/* Key and row bytes: per datum a 4-byte big-endian length (0xFFFFFFFF for NULL), then the bytes.
+/* Key and row bytes: per datum a 4-byte big-endian length (0xFFFFFFFF for NULL, 0xFFFFFFFE for no
+ * value), then the bytes.
  * The same values encode to the same bytes wherever they came from, so a change's key compares
  * with a read row's key by memcmp. */
 void bf_encode(buf *out, const bf_datum *d, size_t n);

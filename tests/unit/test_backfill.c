@@ -782,8 +782,52 @@ static void test_progress(void)
 	buf_free(&out);
 }
 
+/* A change through a spill record and back. */
+static void test_change_encoding(void)
+{
+	const char *names[] = {"id", "v"};
+	bf_datum oldv[] = {{"1", 1}, {NULL, BF_ABSENT}}, newv[] = {{"2", 1}, {NULL, -1}};
+	bf_change in[] = {
+	    {.schema = "public",
+	     .table = "a",
+	     .ncols = 2,
+	     .names = names,
+	     .old_values = oldv,
+	     .new_values = newv,
+	     .partial = true},
+	    {.schema = "s", .table = "t", .ncols = 2, .names = names, .new_values = newv},
+	    {.schema = "s", .table = "t", .truncate = true},
+	};
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		buf b = {0};
+		backfill_change_encode(&in[i], &b);
+		bf_change out;
+		CHECK(backfill_change_decode(b.data, b.len, &out));
+		CHECK_STR(out.schema, in[i].schema);
+		CHECK_STR(out.table, in[i].table);
+		CHECK_INT(out.ncols, in[i].ncols);
+		CHECK_INT(out.truncate, in[i].truncate);
+		CHECK_INT(out.partial, in[i].partial);
+		CHECK_INT(out.old_values != NULL, in[i].old_values != NULL);
+		CHECK_INT(out.new_values != NULL, in[i].new_values != NULL);
+		for (size_t k = 0; k < out.ncols; k++) {
+			CHECK_STR(out.names[k], names[k]);
+			if (out.old_values)
+				CHECK_INT(out.old_values[k].len, in[i].old_values[k].len);
+			if (out.new_values)
+				CHECK_INT(out.new_values[k].len, in[i].new_values[k].len);
+		}
+		backfill_change_free(&out);
+		/* every cut is refused */
+		for (size_t cut = 0; cut < b.len; cut++)
+			CHECK(!backfill_change_decode(b.data, cut, &out));
+		buf_free(&b);
+	}
+}
+
 int main(void)
 {
+	test_change_encoding();
 	test_progress();
 	test_request();
 	test_where();

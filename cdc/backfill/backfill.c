@@ -1139,6 +1139,7 @@ static bool chunk_closed(bf_set *b, table *t, uint64_t lsn, bf_now now, bf_emit_
 	size_t rows = bfw_rows(t->w), dropped = bfw_dropped(t->w);
 	bf_batch batch = {.id = t->bf->id,
 			  .subscription = t->bf->sub,
+			  .where = t->bf->where,
 			  .schema = t->schema,
 			  .table = t->name,
 			  .cols = t->cols,

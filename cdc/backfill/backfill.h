@@ -124,6 +124,7 @@ void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, 
 /* The surviving rows of a chunk, emitted at its high watermark. */
 typedef struct bf_batch {
 	const char *id, *subscription, *schema, *table;
+	const char *where; /* the backfill's own `where` (the request's): the reads must satisfy it */
 	const bfsql_col *cols;
 	size_t ncols;
 	const size_t *keys; /* indexes into cols, key order */

@@ -108,6 +108,7 @@ void figures_publish(sidecar *d, bool force)
 	if (!d->status || (!force && now - f->last_publish_ms < PUBLISH_MS))
 		return;
 	f->last_publish_ms = now;
+	backfills_publish(d);
 	report_sub *subs = sub_figures(d);
 	int64_t now_us = wall_us();
 	const char *why = not_ready(d);

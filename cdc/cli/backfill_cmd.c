@@ -152,6 +152,35 @@ static const char *str_member(json_object *o, const char *key)
 	return v ? json_object_get_string(v) : NULL;
 }
 
+/* A string member for display: "-" when missing. */
+static const char *txt(json_object *o, const char *key)
+{
+	const char *s = str_member(o, key);
+	return s ? s : "-";
+}
+
+/* One backfill: a line of figures, then one per table. */
+static void render(json_object *bf, bool bars, buf *out)
+{
+	buf_printf(out, "backfill %s of %s: %s, ", txt(bf, "id"), txt(bf, "subscription"), txt(bf, "state"));
+	put_figures(out, bf);
+	buf_putc(out, '\n');
+	if (str_member(bf, "error"))
+		buf_printf(out, "  %s\n", str_member(bf, "error"));
+	json_object *tables = member(bf, "tables", json_type_array);
+	for (size_t k = 0; tables && k < json_object_array_length(tables); k++) {
+		json_object *t = json_object_array_get_idx(tables, k);
+		buf_printf(out, "  %s.%s  ", txt(t, "schema"), txt(t, "table"));
+		if (bars)
+			put_bar(out, t);
+		buf_printf(out, "%s, ", txt(t, "state"));
+		put_figures(out, t);
+		buf_putc(out, '\n');
+		if (str_member(t, "error"))
+			buf_printf(out, "    %s\n", str_member(t, "error"));
+	}
+}
+
 bool backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
 		       size_t statelen, char *err, size_t errlen)
 {
@@ -168,27 +197,16 @@ bool backfill_progress(const char *json, size_t len, const char *id, bool bars, 
 			bf = json_object_array_get_idx(root, i);
 	}
 	snprintf(state, statelen, "%s", bf && str_member(bf, "state") ? str_member(bf, "state") : "");
-	if (bf) {
-		buf_printf(out, "backfill %s of %s: %s, ", id, str_member(bf, "subscription"), state);
-		put_figures(out, bf);
-		buf_putc(out, '\n');
-		if (str_member(bf, "error"))
-			buf_printf(out, "  %s\n", str_member(bf, "error"));
-		json_object *tables = member(bf, "tables", json_type_array);
-		for (size_t k = 0; tables && k < json_object_array_length(tables); k++) {
-			json_object *t = json_object_array_get_idx(tables, k);
-			buf_printf(out, "  %s.%s  ", str_member(t, "schema"), str_member(t, "table"));
-			if (bars)
-				put_bar(out, t);
-			buf_printf(out, "%s, ", str_member(t, "state"));
-			put_figures(out, t);
-			buf_putc(out, '\n');
-			if (str_member(t, "error"))
-				buf_printf(out, "    %s\n", str_member(t, "error"));
-		}
-	}
+	if (bf)
+		render(bf, bars, out);
 	json_object_put(root);
 	return true;
+}
+
+void backfill_summary(json_object *backfills, buf *out)
+{
+	for (size_t i = 0; i < json_object_array_length(backfills); i++)
+		render(json_object_array_get_idx(backfills, i), false, out);
 }
 
 /* Polls GET /backfills until the backfill finishes; on a terminal the lines are redrawn. */

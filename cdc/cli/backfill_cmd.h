@@ -19,4 +19,8 @@ int backfill_main(int argc, char **argv);
 bool backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
 		       size_t statelen, char *err, size_t errlen) CDC_MUST_CHECK;
 
+/* Every backfill of a GET /status "backfills" array, for `cdc status`. */
+struct json_object;
+void backfill_summary(struct json_object *backfills, buf *out);
+
 #endif

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
 
 #define TIMEOUT_S 10
@@ -340,6 +341,9 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	summary_head(out, root);
 	summary_source(out, root);
 	summary_subscriptions(out, root);
+	json_object *backfills = member(root, "backfills", json_type_array);
+	if (backfills)
+		backfill_summary(backfills, out);
 	json_object *kafka = member(root, "kafka", json_type_object);
 	char f[3][64];
 	if (kafka)

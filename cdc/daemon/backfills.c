@@ -126,13 +126,43 @@ void backfills_kick(sidecar *d)
 
 void backfills_publish(sidecar *d)
 {
-	if (!d->bf)
-		return;
+	report_backfill *rows = NULL;
 	buf b = {0};
-	backfill_json(d->bf, &b, NULL, now());
-	buf_putc(&b, '\n');
-	status_publish_backfills(d->status, b.data);
+	backfills_report(d, &rows, &b);
+	free(rows);
 	buf_free(&b);
+}
+
+size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
+{
+	*rows = NULL;
+	if (!d->bf)
+		return 0;
+	bf_now t = now();
+	size_t n = 0;
+	for (size_t i = 0; i < backfill_count(d->bf); i++) {
+		bf_info f;
+		backfill_info(d->bf, i, t, &f);
+		*rows = xrealloc(*rows, (n + f.ntables + 1) * sizeof(**rows));
+		for (size_t k = 0; k < f.ntables; k++) {
+			bf_table_info ti;
+			backfill_table_info(d->bf, i, k, t, &ti);
+			(*rows)[n++] = (report_backfill){.subscription = f.subscription,
+							 .id = f.id,
+							 .schema = ti.schema,
+							 .table = ti.table,
+							 .state = bf_state_name(ti.state),
+							 .read = ti.p.read,
+							 .emitted = ti.p.emitted,
+							 .dropped = ti.p.dropped,
+							 .estimate = ti.p.estimate};
+		}
+	}
+	backfill_json(d->bf, json, NULL, t);
+	buf_putc(json, '\n');
+	status_publish_backfills(d->status, json->data);
+	json->data[--json->len] = '\0';
+	return n;
 }
 
 /* {"id":...,"subscription":...,"state":...} */

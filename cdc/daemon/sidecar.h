@@ -14,6 +14,7 @@
 #include "cdc/daemon/sinks_setup.h"
 #include "cdc/daemon/source.h"
 #include "cdc/daemon/state.h"
+#include "cdc/status/report.h"
 #include "cdc/status/status.h"
 
 /* The replication connection (daemon.c). */
@@ -111,6 +112,9 @@ void backfills_restart(sidecar *d);
 void backfills_kick(sidecar *d);
 /* GET /backfills from now on. */
 void backfills_publish(sidecar *d);
+/* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON
+ * array (published as GET /backfills too). Returns the rows' count. */
+size_t backfills_report(sidecar *d, report_backfill **rows, buf *json);
 
 /* figures.c */
 /* Renders the figures for the status socket: every second, or now with force. */

@@ -1369,7 +1369,7 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 		for (size_t k = 0; k < f->ntables; k++) {
 			table *t = &f->tables[k];
 			size_t n = 0;
-			while (n < t->npend && t->pend[n].lsn < flushed) {
+			while (n < t->npend && t->pend[n].lsn <= flushed) {
 				pending *p = &t->pend[n++];
 				buf_reset(&t->cursor_d);
 				buf_append(&t->cursor_d, p->cursor.data, p->cursor.len);

@@ -43,7 +43,6 @@ struct pipeline {
 
 	bf_set *bf;	    /* backfills, or NULL */
 	pgo_msg *read_msg;  /* a backfill's read, as an Insert for evt_from_change */
-	bool watermark;	    /* the non-transactional message at hand is a backfill's watermark */
 	bool past_endpos; /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
@@ -348,8 +347,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		}
 		if (strcmp(m->message.prefix, BFSQL_PREFIX) == 0) {
 			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
-			p->watermark = !t && !hold;
-			if (p->watermark && p->bf)
+			if (!t && !hold && p->bf)
 				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
 							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err, errlen);
 			break;
@@ -422,14 +420,13 @@ static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn ls
 		p->tx_index += slots;
 		return true;
 	}
-	/* A non-transactional message is a transaction of its own, positioned at its LSN. A backfill's
-	 * watermark ends just past it: its reads are durable once the flushed position passes it,
-	 * and a restart from there does not deliver them again. */
+	/* A non-transactional message is a transaction of its own, positioned at its LSN (the end of
+	 * its record: a restart from there does not decode it again). A backfill's reads are such a
+	 * transaction too, durable once the flushed position reaches the watermark. */
 	on_begin(ctx, NULL, err, errlen);
-	p->watermark = false;
 	if (!change_events(p, NULL, m, lsn, NULL, &slots, err, errlen))
 		return false;
-	end_txn(p, p->watermark ? lsn + 1 : lsn);
+	end_txn(p, lsn);
 	return true;
 }
 

@@ -18,7 +18,7 @@ import psycopg2
 
 from conftest import CDC_BIN, wait_for
 from kafka_fixtures import row_plain
-from subscriber_client import ConnectionClosed, Subscriber, pb
+from subscriber_client import Subscriber, pb
 from test_kafka import kafka_section, ksub
 from test_status import http
 
@@ -68,7 +68,8 @@ class SocketConsumer:
         while not self._stop.is_set():
             try:
                 s = Subscriber(self.path, self.subscription, timeout=2)
-            except (OSError, ConnectionClosed, TimeoutError):
+            except Exception as e:  # cdc restarting: not listening yet, or not serving it yet
+                self.errors.append(e)
                 self._stop.wait(0.1)
                 continue
             try:
@@ -84,7 +85,7 @@ class SocketConsumer:
                         apply(self.model, op, row_plain(e.key),
                               row_plain(e.new_row) if e.HasField("new_row") else None)
                     s.ack_events(d)
-            except (OSError, ConnectionClosed) as e:
+            except Exception as e:  # cdc killed under the connection
                 self.errors.append(e)
             finally:
                 s.close()
@@ -107,13 +108,14 @@ def stdout_model(processes, subscription):
 
 
 def kafka_model(reader):
-    """Kafka gives order per partition only: every message once by (commit_lsn, tx_index), applied
-    in that order, which is the stream's."""
+    """Kafka gives order per partition only: every message once, applied in the stream's order.
+    Reads carry their high watermark's LSN (the end of its record) as commit_lsn and xid 0; a
+    transaction whose commit record starts right there has the same commit_lsn and comes after."""
     seen = {}
     for m in reader.snapshot():
         e = m.event
         if e is not None:
-            seen[(e.commit_lsn, e.tx_index)] = e
+            seen[(e.commit_lsn, e.op != pb.OP_READ, e.xid, e.tx_index)] = e
     model, reads = {}, 0
     for k in sorted(seen):
         e = seen[k]
@@ -204,6 +206,14 @@ class LongestTransaction:
         self.conn.close()
 
 
+def diff(model, want):
+    """What differs between a consumer's rows and the table's, for failure messages."""
+    extra = sorted(set(model) - set(want))[:10]
+    missing = sorted(set(want) - set(model))[:10]
+    changed = [(k, model[k], want[k]) for k in sorted(set(model) & set(want)) if model[k] != want[k]][:5]
+    return f"{len(model)} rows, {len(want)} in the table; extra {extra} missing {missing} changed {changed}"
+
+
 def table_rows(pg, table):
     return {r[0]: {"id": r[0], "v": r[1], "n": r[2]} for r in pg.sql(f"select id, v, n from {table}")}
 
@@ -243,12 +253,16 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
         wait_for(lambda: c.slot_row()[1] and
                  [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
                  timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
-        wait_for(lambda: consumer.model == want, timeout=60,
-                 what=f"the socket consumer's rows to be the table's ({len(consumer.model)} of {len(want)})")
-        wait_for(lambda: kafka_model(reader)[0] == want, timeout=60,
-                 what=f"the Kafka consumer's rows to be the table's ({len(kafka_model(reader)[0])} of {len(want)})")
         model, reads = stdout_model(c.processes, "so")
-        assert model == want, f"stdout: {len(model)} rows, {len(want)} in the table"
+        assert model == want, "stdout: " + diff(model, want)
+        try:
+            wait_for(lambda: consumer.model == want, timeout=60, what="the socket consumer's rows")
+        except AssertionError:
+            raise AssertionError("socket: " + diff(consumer.model, want) + f"; errors {consumer.errors[-3:]}")
+        try:
+            wait_for(lambda: kafka_model(reader)[0] == want, timeout=60, what="the Kafka consumer's rows")
+        except AssertionError:
+            raise AssertionError("kafka: " + diff(kafka_model(reader)[0], want))
         assert reads > 0 and consumer.reads > 0 and kafka_model(reader)[1] > 0
         assert stdout_model(c.processes, "other") == (stdout_model(c.processes, "other")[0], 0)
         assert load.transactions > 100

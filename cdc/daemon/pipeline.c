@@ -229,7 +229,11 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 }
 
 /* The reads of a chunk whose window closed: one event each, for the backfill's subscription only,
- * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. */
+ * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. Their
+ * commit_lsn is the watermark's LSN (the end of its record) minus one: inside the watermark's
+ * record, so no transaction's commit_lsn (a record's start) nor another message's can equal it,
+ * and (commit_lsn, tx_index) stays unique and in stream order: a transaction whose commit record
+ * starts right after the watermark has the watermark's LSN, and comes after the reads. */
 static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
@@ -257,7 +261,7 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 	m->change.new.ncols = (uint16_t)b->ncols;
 	bf_datum *vals = xcalloc(b->ncols + 1, sizeof(*vals));
 	pred *where = b->where ? pred_parse(b->where, NULL, 0) : NULL;
-	sink_commit c = {.commit_lsn = b->lsn, .commit_time = wall_ms() * 1000};
+	sink_commit c = {.commit_lsn = b->lsn - 1, .commit_time = wall_ms() * 1000};
 	uint32_t slot = 0;
 	size_t pos = 0;
 	bool ok = true;
@@ -271,7 +275,7 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 		ok = evt_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
 		if (ok) {
 			ev->op = CDC__V1__OP__OP_READ;
-			ev->lsn = b->lsn;
+			ev->lsn = c.commit_lsn;
 			ev->origin = "";
 			if (!where || pred_eval(where, ev, p->arena))
 				ok = emit(p, ev, &sub, 1, &c, slot++, NULL, err, errlen);

@@ -59,7 +59,7 @@ class SocketConsumer:
 
     def __init__(self, path, subscription):
         self.path, self.subscription = path, subscription
-        self.model, self.reads, self.errors = {}, 0, []
+        self.model, self.reads, self.errors, self.log = {}, 0, [], []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -81,6 +81,7 @@ class SocketConsumer:
                         continue
                     for e in d:
                         op = pb_op(e)
+                        self.log.append(e.offset)
                         self.reads += op == "read"
                         apply(self.model, op, row_plain(e.key),
                               row_plain(e.new_row) if e.HasField("new_row") else None)
@@ -107,21 +108,27 @@ def stdout_model(processes, subscription):
     return model, reads
 
 
-def kafka_model(reader):
-    """Kafka gives order per partition only: every message once, applied in the stream's order.
-    Reads carry their high watermark's LSN (the end of its record) as commit_lsn and xid 0; a
-    transaction whose commit record starts right there has the same commit_lsn and comes after."""
-    seen = {}
-    for m in reader.snapshot():
-        e = m.event
-        if e is not None:
-            seen[(e.commit_lsn, e.op != pb.OP_READ, e.xid, e.tx_index)] = e
-    model, reads = {}, 0
-    for k in sorted(seen):
-        e = seen[k]
-        reads += pb_op(e) == "read"
-        apply(model, pb_op(e), row_plain(e.key), row_plain(e.new_row) if e.HasField("new_row") else None)
-    return model, reads
+class KafkaModel:
+    """Kafka gives order per partition only: every message once by (commit_lsn, tx_index), applied
+    in that order, which is the stream's (reads included). Messages are decoded once."""
+
+    def __init__(self, reader):
+        self.reader, self.seen, self.count = reader, {}, 0
+
+    def model(self):
+        msgs = self.reader.snapshot()
+        for m in msgs[self.count:]:
+            e = m.event
+            if e is not None:
+                self.seen[(e.commit_lsn, e.tx_index)] = e
+        self.count = len(msgs)
+        model, reads = {}, 0
+        for k in sorted(self.seen):
+            e = self.seen[k]
+            reads += pb_op(e) == "read"
+            apply(model, pb_op(e), row_plain(e.key), row_plain(e.new_row) if e.HasField("new_row") else None)
+        self.reads = reads
+        return model
 
 
 # --- the load -----------------------------------------------------------------------------------
@@ -214,6 +221,22 @@ def diff(model, want):
     return f"{len(model)} rows, {len(want)} in the table; extra {extra} missing {missing} changed {changed}"
 
 
+def converge(progress, model, want, what):
+    """Waits until model() equals want, as long as progress() keeps moving (a consumer in Python is
+    slower than cdc: a large table's events take a while); fails with the difference otherwise."""
+    last, moved = None, time.monotonic()
+    while True:
+        m = model()
+        if m == want:
+            return
+        p = progress()
+        if p != last:
+            last, moved = p, time.monotonic()
+        elif time.monotonic() - moved > 30:
+            raise AssertionError(f"{what}: " + diff(m, want))
+        time.sleep(0.2)
+
+
 def table_rows(pg, table):
     return {r[0]: {"id": r[0], "v": r[1], "n": r[2]} for r in pg.sql(f"select id, v, n from {table}")}
 
@@ -255,15 +278,11 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
                  timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
         model, reads = stdout_model(c.processes, "so")
         assert model == want, "stdout: " + diff(model, want)
-        try:
-            wait_for(lambda: consumer.model == want, timeout=60, what="the socket consumer's rows")
-        except AssertionError:
-            raise AssertionError("socket: " + diff(consumer.model, want) + f"; errors {consumer.errors[-3:]}")
-        try:
-            wait_for(lambda: kafka_model(reader)[0] == want, timeout=60, what="the Kafka consumer's rows")
-        except AssertionError:
-            raise AssertionError("kafka: " + diff(kafka_model(reader)[0], want))
-        assert reads > 0 and consumer.reads > 0 and kafka_model(reader)[1] > 0
+        converge(lambda: len(consumer.log), lambda: consumer.model, want,
+                 f"socket (errors {consumer.errors[-3:]})")
+        km = KafkaModel(reader)
+        converge(lambda: len(reader.snapshot()), km.model, want, "kafka")
+        assert reads > 0 and consumer.reads > 0 and km.reads > 0
         assert stdout_model(c.processes, "other") == (stdout_model(c.processes, "other")[0], 0)
         assert load.transactions > 100
         for b in backfills(c):

@@ -165,7 +165,8 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 	return n;
 }
 
-/* {"id":...,"subscription":...,"state":...} */
+/* {"id":...,"subscription":...,"state":...}. GET /backfills is published first: a client that
+ * asks for it right after the answer finds the backfill there. */
 static void answer_backfill(sidecar *d, status_request *req, const char *id, const char *what)
 {
 	buf b = {0};
@@ -193,6 +194,7 @@ void backfills_on_control(sidecar *d, status_request *req)
 			return;
 		}
 		log_info("backfill cancelled", "subscription=%s backfill=%s", req->name, req->id);
+		backfills_publish(d);
 		answer_backfill(d, req, req->id, "cancelled");
 	} else {
 		bf_request_body body;
@@ -206,7 +208,7 @@ void backfills_on_control(sidecar *d, status_request *req)
 			sidecar_answer_error(d, req, 400, err, NULL);
 			return;
 		}
+		backfills_publish(d);
 		answer_backfill(d, req, id, "queued");
 	}
-	backfills_publish(d);
 }

@@ -601,7 +601,9 @@ static void fail_table(table *t, const char *msg)
 	set_str(&t->error, msg);
 }
 
-static void fail_backfill(backfill *f, const char *msg, bf_now now)
+/* Ends f before its tables finished: those not finished are cancelled. msg: why it failed, NULL
+ * for a cancel. */
+static void end_backfill(backfill *f, const char *msg, bf_now now)
 {
 	for (size_t i = 0; i < f->ntables; i++)
 		if (!finished(f->tables[i].state)) {
@@ -609,9 +611,10 @@ static void fail_backfill(backfill *f, const char *msg, bf_now now)
 			f->tables[i].state = BF_CANCELLED;
 		}
 	f->busy = false;
-	f->state = BF_FAILED;
+	f->state = msg ? BF_FAILED : BF_CANCELLED;
 	f->finished_ms = now.wall_ms;
-	set_str(&f->error, msg);
+	if (msg)
+		set_str(&f->error, msg);
 }
 
 bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, char *err, size_t errlen)
@@ -622,14 +625,7 @@ bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, cha
 	if (finished(f->state))
 		return errf(err, errlen, "backfill %s has finished already (%s)", id,
 			    bf_state_name(f->state));
-	for (size_t i = 0; i < f->ntables; i++)
-		if (!finished(f->tables[i].state)) {
-			stop_run(&f->tables[i]);
-			f->tables[i].state = BF_CANCELLED;
-		}
-	f->busy = false;
-	f->state = BF_CANCELLED;
-	f->finished_ms = now.wall_ms;
+	end_backfill(f, NULL, now);
 	return save(b, err, errlen);
 }
 
@@ -826,12 +822,12 @@ static bool cell_true(const bf_result *r, int row, int col)
 static void check_result(backfill *f, const bf_result *r, bf_now now)
 {
 	if (r->nrows != 1 || r->ncols != 2)
-		return fail_backfill(f, "the privileges check returned an unexpected result", now);
+		return end_backfill(f, "the privileges check returned an unexpected result", now);
 	set_str(&f->role, r->value(r->ctx, 0, 0));
 	if (!cell_true(r, 0, 1)) {
 		buf msg = {0};
 		bfsql_no_emit_message(&msg, f->role);
-		fail_backfill(f, msg.data, now);
+		end_backfill(f, msg.data, now);
 		buf_free(&msg);
 		return;
 	}
@@ -871,7 +867,7 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 		buf_printf(&msg, "subscription %s has no table in publication %s", f->sub, b->publication);
 	f->resolved = true;
 	if (msg.len)
-		fail_backfill(f, msg.data, now);
+		end_backfill(f, msg.data, now);
 	buf_free(&msg);
 }
 
@@ -1097,7 +1093,7 @@ void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, 
 	if (f) {
 		f->busy = false;
 		if (!lost) {
-			fail_backfill(f, message, now);
+			end_backfill(f, message, now);
 			b->dirty = true;
 		}
 		return;

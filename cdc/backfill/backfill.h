@@ -170,9 +170,10 @@ bool backfill_watching(const bf_set *b, const char *schema, const char *table);
 void backfill_on_change(bf_set *b, const bf_change *c);
 
 /* The sinks made everything up to flushed durable: chunks whose high watermark lies at or before
- * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). Writes the state file when anything changed since it
- * was last written (also a failure reported by backfill_result or backfill_error). False if it
- * cannot be written (the message names it); the state stays in memory and is written next time. */
+ * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). Writes the
+ * state file when anything changed since it was last written (also a failure reported by backfill_result or
+ * backfill_error). False if it cannot be written (the message names it); the state stays in memory and is
+ * written next time. */
 bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
  * read again, since what the stream delivers again would otherwise overtake their reads. */

@@ -327,14 +327,14 @@ static void test_life(void)
 	unlink(path);
 }
 
-/* Starts a backfill of table public.a and runs it to its first chunk statement. */
-static bf_set *started(const bf_settings *st, bf_now now, char id[BF_ID_SIZE])
+static const char *only_a[] = {"public.a"};
+
+/* Starts backfill req (of public.a) and runs it to its first chunk statement. */
+static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_now now, char id[BF_ID_SIZE])
 {
 	char err[256];
 	bf_set *b = backfill_set_new(st, NULL, 1);
-	const char *pats[] = {"public.a"};
-	bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
-	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	CHECK(backfill_add(b, req, now, id, err, sizeof(err)));
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
@@ -342,6 +342,13 @@ static bf_set *started(const bf_settings *st, bf_now now, char id[BF_ID_SIZE])
 	s = next(b, BF_STMT_DESCRIBE, now);
 	answer(b, &s, 2, 9, describe_a, now);
 	return b;
+}
+
+/* A backfill of public.a, every row. */
+static bf_set *started(const bf_settings *st, bf_now now, char id[BF_ID_SIZE])
+{
+	bf_request req = {.subscription = "s", .sub_tables = only_a, .nsub_tables = 1};
+	return start_request(st, &req, now, id);
 }
 
 /* n rows "i", "v" after snapshot text. */
@@ -358,23 +365,31 @@ static const char **rows(int n)
 	return cells;
 }
 
+/* A chunk of n rows read: its low watermark written, its SELECT answered (taking took ms), its
+ * high watermark asked for, not yet answered. */
+static void read_chunk(bf_set *b, int n, uint64_t took, bf_now *now, wmstmt *low, wmstmt *high)
+{
+	*low = next_wm(b, BF_STMT_LOW, *now);
+	answer(b, &low->s, 1, 1, (const char *[]){"0/1"}, *now);
+	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
+	now->ms += took;
+	answer(b, &c, n, 3, rows(n), *now);
+	*high = next_wm(b, BF_STMT_HIGH, *now);
+}
+
 /* One chunk of n rows whose SELECT takes took ms; returns the next chunk's limit. */
 static uint64_t chunk_of(bf_set *b, int n, uint64_t took, bf_now *now)
 {
 	sink k = {0};
-	wmstmt low = next_wm(b, BF_STMT_LOW, *now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, *now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
-	now->ms += took;
-	answer(b, &c, n, 3, rows(n), *now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, *now);
+	wmstmt low, high;
+	read_chunk(b, n, took, now, &low, &high);
 	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, *now);
 	deliver(b, &low, 1, &k, *now);
 	deliver(b, &high, 2, &k, *now);
 	buf_free(&k.got);
 	low = next_wm(b, BF_STMT_LOW, *now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/3"}, *now);
-	c = next(b, BF_STMT_CHUNK, *now);
+	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
 	return strtoull(strrchr(c.sql, ' ') + 1, NULL, 10);
 }
 
@@ -432,12 +447,8 @@ static void test_rate_limit(void)
 	char id[BF_ID_SIZE];
 	bf_set *b = started(&st, now, id);
 	sink k = {0};
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	now.ms += 20;
-	answer(b, &c, 2, 3, rows(2), now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+	wmstmt low, high;
+	read_chunk(b, 2, 20, &now, &low, &high);
 	answer(b, &high.s, 1, 1, (const char *[]){"0/1"}, now);
 	deliver(b, &low, 1, &k, now);
 	deliver(b, &high, 2, &k, now);
@@ -572,11 +583,8 @@ static void test_cancel_restart(void)
 	bf_set *b = started(&settings, now, id);
 	sink k = {0};
 	/* chunk 1 emitted, not durable; the stream reconnects: chunk 1 is read again */
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	answer(b, &c, 2, 3, rows(2), now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+	wmstmt low, high;
+	read_chunk(b, 2, 0, &now, &low, &high);
 	answer(b, &high.s, 1, 1, (const char *[]){"0/1"}, now);
 	deliver(b, &low, 1, &k, now);
 	deliver(b, &high, 2, &k, now);
@@ -584,7 +592,7 @@ static void test_cancel_restart(void)
 	backfill_restart(b);
 	low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	c = next(b, BF_STMT_CHUNK, now);
+	bf_stmt c = next(b, BF_STMT_CHUNK, now);
 	CHECK_INT(c.nparams, 0);
 	/* cancelled: its watermarks are ignored, it never runs again */
 	CHECK(!backfill_cancel(b, "other", id, now, err, sizeof(err)));
@@ -625,11 +633,8 @@ static void test_changes(void)
 		bf_now now = {1000, 9};
 		bf_set *b = started(&st, now, id);
 		sink k = {0};
-		wmstmt low = next_wm(b, BF_STMT_LOW, now);
-		answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-		bf_stmt c = next(b, BF_STMT_CHUNK, now);
-		answer(b, &c, 3, 3, rows(3), now);
-		wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+		wmstmt low, high;
+		read_chunk(b, 3, 0, &now, &low, &high);
 		deliver(b, &low, 1, &k, now);
 		update(b, "a", cases[i].from, cases[i].to, 5);
 		update(b, "other", "2", "2", 5);
@@ -649,11 +654,8 @@ static void test_changes(void)
 	bf_now now = {1000, 9};
 	bf_set *b = started(&settings, now, id);
 	sink k = {0};
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	answer(b, &c, 2, 3, rows(2), now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+	wmstmt low, high;
+	read_chunk(b, 2, 0, &now, &low, &high);
 	deliver(b, &low, 1, &k, now);
 	const char *names[] = {"id", "v"};
 	bf_datum newv[] = {{"1", 1}, {NULL, BF_ABSENT}};
@@ -673,25 +675,17 @@ static void test_changes(void)
 /* The translatable parts of the subscription's and the request's `where` go into the chunk query. */
 static void test_where(void)
 {
-	char err[256], id[BF_ID_SIZE];
+	char id[BF_ID_SIZE];
 	bf_now now = {1000, 9};
-	bf_set *b = backfill_set_new(&settings, NULL, 1);
-	const char *pats[] = {"public.a"};
 	bf_request req = {.subscription = "s",
-			  .sub_tables = pats,
+			  .sub_tables = only_a,
 			  .nsub_tables = 1,
 			  .sub_where = "new.v = 'x'",
 			  .where = "new.id > 1 and old.id = 1"};
-	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
-	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
-	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
-	s = next(b, BF_STMT_DESCRIBE, now);
-	answer(b, &s, 2, 9, describe_a, now);
+	bf_set *b = start_request(&settings, &req, now, id);
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	s = next(b, BF_STMT_CHUNK, now);
+	bf_stmt s = next(b, BF_STMT_CHUNK, now);
 	CHECK_STR(s.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
 			 "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
 			 "\"id\" LIMIT 2");

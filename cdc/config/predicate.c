@@ -1004,7 +1004,8 @@ bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
 
 /* ---- the view ---- */
 
-_Static_assert((int)N_NULL == (int)PRED_NULL && (int)N_COL == (int)PRED_COL, "node kinds and pred_kind differ");
+_Static_assert((int)N_NULL == (int)PRED_NULL && (int)N_COL == (int)PRED_COL,
+	       "node kinds and pred_kind differ");
 _Static_assert((int)OP_GE == (int)PRED_GE, "cmp_op and pred_op differ");
 
 int32_t pred_root(const pred *p)

@@ -41,9 +41,9 @@ struct pipeline {
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
-	bf_set *bf;	    /* backfills, or NULL */
-	pgo_msg *read_msg;  /* a backfill's read, as an Insert for evt_from_change */
-	bool past_endpos; /* a transaction committing after endpos arrived: deliver nothing more */
+	bf_set *bf;	   /* backfills, or NULL */
+	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
+	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint64_t flushed_lsn, boundary_lsn;
@@ -219,7 +219,8 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 {
 	bf_change c;
 	if (!backfill_change_decode(data, len, &c))
-		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry", t->xid);
+		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
+			    t->xid);
 	if (p->bf && backfill_watching(p->bf, c.schema, c.table)) {
 		c.xid = t->xid;
 		backfill_on_change(p->bf, &c);
@@ -244,7 +245,8 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 		return true; /* the subscription is gone */
 	pgo_relcol *cols = xcalloc(b->ncols + 1, sizeof(*cols));
 	for (size_t i = 0; i < b->ncols; i++)
-		cols[i] = (pgo_relcol){.name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = -1};
+		cols[i] =
+		    (pgo_relcol){.name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = -1};
 	for (size_t k = 0; k < b->nkeys; k++)
 		cols[b->keys[k]].flags = 1;
 	pgo_rel rel = {.nspname = (char *)b->schema,
@@ -267,10 +269,10 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 	bool ok = true;
 	while (ok && bf_batch_next(b, &pos, vals)) {
 		for (size_t i = 0; i < b->ncols; i++)
-			m->change.new.cols[i] = vals[i].len < 0
-						    ? (pgo_datum){.kind = PGO_NULL}
-						    : (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)vals[i].len,
-								  .data = vals[i].data};
+			m->change.new.cols[i] = vals[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
+								: (pgo_datum){.kind = PGO_TEXT,
+									      .len = (uint32_t)vals[i].len,
+									      .data = vals[i].data};
 		Cdc__V1__Event *ev;
 		ok = evt_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
 		if (ok) {
@@ -353,7 +355,8 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
 			if (!t && !hold && p->bf)
 				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
-							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err, errlen);
+							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err,
+							 errlen);
 			break;
 		}
 		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)

@@ -93,7 +93,8 @@ void reload_maybe(sidecar *d);
 void reload_on_control(void *ctx, status_request *req);
 
 /* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
-void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error, const char *details);
+void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+			  const char *details);
 
 /* backfills.c */
 /* The backfills kept in state_dir, their reader, and the `snapshot: true` subscriptions seen for

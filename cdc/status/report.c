@@ -425,7 +425,8 @@ static void metrics_backfills(const report *r, buf *out)
 	     "Rows a backfill read but dropped, changed between the chunk's watermarks (their changes "
 	     "carry them).",
 	     offsetof(report_backfill, dropped)},
-	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).", SIZE_MAX},
+	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
+	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
 	};
 	if (!r->nbackfills)
@@ -444,9 +445,10 @@ static void metrics_backfills(const report *r, buf *out)
 			label_value(out, b->id);
 			buf_puts(out, ",table=");
 			label_value(out, table);
-			uint64_t v = M[m].field == SIZE_MAX		? (uint64_t)b->estimate
-				     : M[m].field == SIZE_MAX - 1 ? strcmp(b->state, "running") == 0
-								  : *(const uint64_t *)((const char *)b + M[m].field);
+			uint64_t v = M[m].field == SIZE_MAX ? (uint64_t)b->estimate
+				     : M[m].field == SIZE_MAX - 1
+					 ? strcmp(b->state, "running") == 0
+					 : *(const uint64_t *)((const char *)b + M[m].field);
 			buf_printf(out, "} %" PRIu64 "\n", v);
 		}
 	}

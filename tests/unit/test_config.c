@@ -1139,7 +1139,8 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"where\": \"id >\"}", "body:1:30: where: position 1: unknown name 'id' (columns are new.<name> or old.<name>)\n"},
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, where, columns, "
-	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, snapshot)\n"},
+	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
+	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},

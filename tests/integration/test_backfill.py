@@ -282,6 +282,8 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
                  f"socket (errors {consumer.errors[-3:]})")
         km = KafkaModel(reader)
         converge(lambda: len(reader.snapshot()), km.model, want, "kafka")
+        read_msg = next(m for m in reader.snapshot() if m.event is not None and m.event.op == pb.OP_READ)
+        assert read_msg.header("cdc-op") == "read" and read_msg.key_pb is not None
         assert reads > 0 and consumer.reads > 0 and km.reads > 0
         assert stdout_model(c.processes, "other") == (stdout_model(c.processes, "other")[0], 0)
         assert load.transactions > 100

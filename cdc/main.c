@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
 #include "cdc/cli/status_cmd.h"
 #include "cdc/cli/tail.h"
@@ -19,6 +20,7 @@ static const char usage_main[] =
     "  check-config -c FILE  validate FILE and print the effective configuration\n"
     "  status [-c FILE]      summary of a running cdc (its status socket)\n"
     "  tail SUBSCRIPTION     print a socket subscription's events as JSON lines, acking each\n"
+    "  backfill SUBSCRIPTION read a subscription's tables into its sink while the stream flows\n"
     "\n"
     "  cdc COMMAND --help    options of one command\n"
     "  cdc --version         the version\n";
@@ -129,5 +131,7 @@ int main(int argc, char **argv)
 		return status_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "tail") == 0)
 		return tail_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "backfill") == 0)
+		return backfill_main(argc - 1, argv + 1);
 	return cli_usage(&cmd_main, "unknown command \"%s\"", cmd);
 }

@@ -588,6 +588,8 @@ static const char *op_name(Cdc__V1__Op op)
 		return "\"truncate\"";
 	case CDC__V1__OP__OP_MESSAGE:
 		return "\"message\"";
+	case CDC__V1__OP__OP_READ:
+		return "\"read\"";
 	default:
 		return "null";
 	}

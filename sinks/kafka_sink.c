@@ -85,6 +85,8 @@ static const char *op_header(int op)
 		return "truncate";
 	case CDC__V1__OP__OP_MESSAGE:
 		return "message";
+	case CDC__V1__OP__OP_READ:
+		return "read";
 	}
 	return "unknown";
 }

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
 
 #define TIMEOUT_S 10
@@ -134,11 +135,22 @@ static bool read_all(int fd, buf *resp, char *err, size_t errlen)
 bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
 		     size_t errlen)
 {
+	return status_http_request(socket_path, "GET", path, NULL, http_status, body, err, errlen);
+}
+
+bool status_http_request(const char *socket_path, const char *method, const char *path, const char *req_body,
+			 unsigned *http_status, buf *body, char *err, size_t errlen)
+{
 	int fd = cli_connect(socket_path, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, err, errlen);
 	if (fd < 0)
 		return false;
 	buf req = {0}, resp = {0};
-	buf_printf(&req, "GET %s HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n\r\n", path);
+	buf_printf(&req, "%s %s HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n", method, path);
+	if (req_body)
+		buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+			   strlen(req_body), req_body);
+	else
+		buf_puts(&req, "\r\n");
 	bool ok = false;
 	for (size_t off = 0; off < req.len;) {
 		ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
@@ -329,6 +341,9 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	summary_head(out, root);
 	summary_source(out, root);
 	summary_subscriptions(out, root);
+	json_object *backfills = member(root, "backfills", json_type_array);
+	if (backfills)
+		backfill_summary(backfills, out);
 	json_object *kafka = member(root, "kafka", json_type_object);
 	char f[3][64];
 	if (kafka)

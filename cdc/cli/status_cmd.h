@@ -15,6 +15,9 @@ int status_main(int argc, char **argv);
  * False with err set if the daemon cannot be reached or the answer is not HTTP. */
 bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
 		     size_t errlen) CDC_MUST_CHECK;
+/* The same for any method, with a JSON request body (NULL: none). */
+bool status_http_request(const char *socket_path, const char *method, const char *path, const char *req_body,
+			 unsigned *http_status, buf *body, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Splits a complete HTTP/1.x response (read to EOF): status code and body, de-chunked if needed. */
 bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf *body, char *err,
 		       size_t errlen) CDC_MUST_CHECK;

@@ -63,6 +63,7 @@ typedef struct cfg_subscription {
 		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
 		cfg_when_full when_full;		    /* default block */
 	} retention;
+	bool snapshot; /* backfilled when first seen (a fresh state_dir, a reload or PUT adding it) */
 } cfg_subscription;
 
 typedef struct cfg {
@@ -99,6 +100,14 @@ typedef struct cfg {
 		log_level level;   /* default info */
 		log_format format; /* default text */
 	} log;
+	struct {
+		bool present;		     /* a backfill: section is in the file (it is printed then) */
+		uint64_t chunk_time_ms;	     /* a chunk's SELECT aims at this; default 250ms */
+		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 100000 */
+		uint64_t max_bytes;	     /* a chunk's rows and changed keys; default 64MiB */
+		uint64_t rate_limit;	     /* rows read per second; default 0: none */
+		uint32_t tables;	     /* tables read at once; default 1 */
+	} backfill;
 	cfg_subscription *subs;
 	size_t nsubs;
 } cfg;

@@ -239,6 +239,7 @@ enum sub_key {
 	SK_MAX_UNACKED,
 	SK_BATCH,
 	SK_RETENTION,
+	SK_SNAPSHOT,
 	SK_N
 };
 /* A subscription's keys apply at the next transaction boundary after a reload: none needs a restart. */
@@ -262,6 +263,7 @@ static const key sub_k[] = {
     [SK_MAX_UNACKED] = {"max_unacked", &t_u32, SUB(max_unacked), NULL, K_SOCKET | K_POSITIVE, .def.n = 1000},
     [SK_BATCH] = {"batch", &t_enum, SUB(batch), batch_names, K_SOCKET, .def.n = CFG_BATCH_NONE},
     [SK_RETENTION] = {"retention", &t_section, 0, &retention_keys, K_SOCKET | K_FLOW},
+    [SK_SNAPSHOT] = {"snapshot", &t_bool, SUB(snapshot)},
 };
 _Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
 
@@ -291,10 +293,13 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 			key_default(s, &sub_k[i]);
 }
 
-/* Keys of another sink are refused by the parser: only this sink's are printed. */
+/* Keys of another sink are refused by the parser: only this sink's are printed; snapshot only when
+ * on (configurations without it print as they did before it existed). */
 static bool sub_shown(const void *base, const key *k)
 {
 	const cfg_subscription *s = base;
+	if (k == &sub_k[SK_SNAPSHOT])
+		return s->snapshot;
 	return !(k->flags & (K_KAFKA | K_SOCKET)) || s->sink == key_sink(k);
 }
 
@@ -419,9 +424,32 @@ static const key log_k[] = {
     {"format", &t_enum, TOP(log.format), format_names, .def.n = LOG_FORMAT_TEXT, .restart = true},
 };
 
+/* Backfills (cdc/backfill): a reload applies these to the chunks that follow. */
+static const key backfill_k[] = {
+    {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250},
+    {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100},
+    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 100000},
+    {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20},
+    {"rate_limit", &t_u64, TOP(backfill.rate_limit)},
+    {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1},
+};
+
+enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2 };
+
+static void check_backfill(ctx *x, void *base, const pair *seen)
+{
+	cfg *c = base;
+	c->backfill.present = true;
+	/* the defaults are in order: one of the two was given */
+	int i = seen[BK_MAX_ROWS].k ? BK_MAX_ROWS : BK_MIN_ROWS;
+	if (c->backfill.min_rows > c->backfill.max_rows)
+		err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
+			(unsigned long long)c->backfill.min_rows, (unsigned long long)c->backfill.max_rows);
+}
+
 static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
 		  subscribers_keys = KEYS(subscribers_k), kafka_keys = KEYS(kafka_k, .check = check_kafka),
-		  log_keys = KEYS(log_k);
+		  log_keys = KEYS(log_k), backfill_keys = KEYS(backfill_k, .check = check_backfill);
 
 static const key top_k[] = {
     {"source", &t_section, 0, &source_keys},
@@ -430,13 +458,17 @@ static const key top_k[] = {
     {"subscribers", &t_section, 0, &subscribers_keys},
     {"kafka", &t_section, 0, &kafka_keys, K_KAFKA},
     {"log", &t_section, 0, &log_keys},
+    {"backfill", &t_section, 0, &backfill_keys},
     {"subscriptions", &t_subs, 0},
 };
 
-/* The kafka section is printed when the file has one. */
+/* The kafka and backfill sections are printed when the file has them. */
 static bool top_shown(const void *base, const key *k)
 {
-	return !(k->flags & K_KAFKA) || ((const cfg *)base)->kafka.enabled;
+	const cfg *c = base;
+	if (k->arg == &backfill_keys)
+		return c->backfill.present;
+	return !(k->flags & K_KAFKA) || c->kafka.enabled;
 }
 
 const keys top_keys = KEYS(top_k, .top = true, .shown = top_shown);

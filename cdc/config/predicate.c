@@ -1001,3 +1001,27 @@ bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
 	ev x = {.p = p, .e = e, .a = a};
 	return p && eval(&x, p->root) == TV_TRUE;
 }
+
+/* ---- the view ---- */
+
+_Static_assert((int)N_NULL == (int)PRED_NULL && (int)N_COL == (int)PRED_COL,
+	       "node kinds and pred_kind differ");
+_Static_assert((int)OP_GE == (int)PRED_GE, "cmp_op and pred_op differ");
+
+int32_t pred_root(const pred *p)
+{
+	return p->root;
+}
+
+pred_node pred_node_at(const pred *p, int32_t i)
+{
+	const node *nd = &p->nodes[i];
+	return (pred_node){.kind = (pred_kind)nd->kind,
+			   .op = (pred_op)nd->op,
+			   .flag = nd->flag,
+			   .a = nd->a,
+			   .b = nd->b,
+			   .next = nd->next,
+			   .s = nd->s,
+			   .len = nd->len};
+}

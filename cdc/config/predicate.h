@@ -36,4 +36,33 @@ void pred_free(pred *p);
  * converted to a column's type) comes from a; nothing else is allocated. */
 bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a);
 
+/* A read-only view of the parsed tree, for translators (a backfill pushes `where` into its SQL).
+ * Nodes are numbered from 0; pred_root() is the top one. The enums follow the grammar above. */
+typedef enum pred_kind {
+	PRED_OR,
+	PRED_AND,
+	PRED_NOT,
+	PRED_CMP,
+	PRED_IN,
+	PRED_ISNULL,
+	PRED_COL,
+	PRED_NUM,
+	PRED_STR,
+	PRED_BOOL,
+	PRED_NULL,
+} pred_kind;
+typedef enum pred_op { PRED_EQ, PRED_NE, PRED_LT, PRED_LE, PRED_GT, PRED_GE } pred_op;
+typedef struct pred_node {
+	pred_kind kind;
+	pred_op op;    /* PRED_CMP */
+	bool flag;     /* PRED_IN: not in; PRED_ISNULL: is not null; PRED_COL: old.; PRED_BOOL: the value */
+	int32_t a, b;  /* PRED_OR, PRED_AND, PRED_NOT: first child; PRED_CMP: operands; PRED_IN: operand,
+			* first item; PRED_ISNULL: operand */
+	int32_t next;  /* the next child of the same parent, or -1 */
+	const char *s; /* PRED_COL: name; PRED_STR: text; PRED_NUM: as written */
+	size_t len;
+} pred_node;
+int32_t pred_root(const pred *p);
+pred_node pred_node_at(const pred *p, int32_t i);
+
 #endif

@@ -50,6 +50,8 @@ static bool send_feedback(sidecar *d, bool force)
 		}
 		c->st = next;
 	}
+	if (moved)
+		backfills_delivered(d, flushed);
 	source_result r = source_send_status(c->src, c->received_lsn, flushed, false, d->err, sizeof(d->err));
 	if (r != SOURCE_OK)
 		return false;
@@ -202,6 +204,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	c->reply_requested = false;
 	c->backoff_ms = 0;
 	progressed(d, reply);
+	backfills_kick(d); /* a watermark may have closed a chunk: the next one is due */
 }
 
 /* Delivery reports of an asynchronous sink. */
@@ -254,6 +257,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	c->st = st;
 	c->sent_flush_lsn = c->received_lsn = st.flushed_lsn;
+	backfills_restart(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
@@ -404,7 +408,7 @@ static int setup(sidecar *d, uint64_t endpos)
 		log_error("cannot serve the status socket", "error=\"%s\"", d->err);
 		return 1;
 	}
-	return 0;
+	return backfills_init(d) ? 0 : 1;
 }
 
 int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
@@ -446,6 +450,7 @@ out:
 		event_free(d.ev_tick);
 	/* Whatever has events on the loop goes before the loop. */
 	reload_free(&d);
+	backfills_free(&d);
 	status_free(d.status);
 	if (d.ev_kafka)
 		event_free(d.ev_kafka);

@@ -156,7 +156,11 @@ void figures_publish(sidecar *d, bool force)
 		r.kafka.restarts = k->restarts;
 		r.kafka.latency = &k->latency;
 	}
-	buf status = {0}, metrics = {0}, list = {0};
+	buf status = {0}, metrics = {0}, list = {0}, backfills = {0};
+	report_backfill *bf_rows = NULL;
+	r.nbackfills = backfills_report(d, &bf_rows, &backfills);
+	r.backfills = bf_rows;
+	r.backfills_json = backfills.data;
 	report_status_json(&r, &status);
 	report_metrics(&r, &metrics);
 	report_subscriptions_json(d->cfg, &list);
@@ -164,6 +168,8 @@ void figures_publish(sidecar *d, bool force)
 	buf_free(&status);
 	buf_free(&metrics);
 	buf_free(&list);
+	buf_free(&backfills);
+	free(bf_rows);
 	free(subs);
 }
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/backfill/backfill.h"
+#include "cdc/config/predicate.h"
 #include "cdc/daemon/progress.h"
 #include "cdc/daemon/source.h"
 #include "decoder/arena.h"
@@ -39,7 +41,9 @@ struct pipeline {
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
-	bool past_endpos; /* a transaction committing after endpos arrived: deliver nothing more */
+	bf_set *bf;	   /* backfills, or NULL */
+	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
+	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint64_t flushed_lsn, boundary_lsn;
@@ -75,6 +79,9 @@ bool pipeline_between_txns(const pipeline *p)
  * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
  * Events are rendered as they arrive; replay only adds the commit fields. */
 #define HOLD_ENTRY 12
+/* An entry whose subscription is this holds a change's keys for the backfills
+ * (backfill_change_encode), reported at the replay, where the change is delivered. */
+#define HOLD_BACKFILL UINT32_MAX
 
 static void put_u32(char *p, uint32_t v)
 {
@@ -144,6 +151,150 @@ static const pgo_rel *relation(pipeline *p, const pgo_msg *m, uint32_t relid, ch
 	return rel;
 }
 
+/* Backfills -------------------------------------------------------------------------------- */
+
+static bf_datum datum_of(const pgo_datum *d)
+{
+	switch (d->kind) {
+	case PGO_NULL:
+		return (bf_datum){.data = NULL, .len = -1};
+	case PGO_TOAST:
+		return (bf_datum){.data = NULL, .len = BF_ABSENT};
+	default:
+		return (bf_datum){.data = d->data, .len = (int32_t)d->len};
+	}
+}
+
+/* The replica identity columns of a change (its key as the stream sends it), in the arena. */
+static void change_of(pipeline *p, const pgo_rel *rel, const pgo_msg *m, bf_change *c)
+{
+	size_t n = 0;
+	const char **names = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*names));
+	bf_datum *oldv = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*oldv));
+	bf_datum *newv = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*newv));
+	bool has_old = m->change.old_kind && m->change.old.ncols == rel->ncols;
+	bool has_new = m->type != PGO_DELETE && m->change.new.ncols == rel->ncols;
+	*c = (bf_change){.schema = rel->nspname, .table = rel->relname, .names = names};
+	for (size_t i = 0; i < rel->ncols; i++) {
+		if (has_new && m->change.new.cols[i].kind == PGO_TOAST)
+			c->partial = true;
+		if (!(rel->cols[i].flags & 1))
+			continue;
+		names[n] = rel->cols[i].name;
+		oldv[n] = has_old ? datum_of(&m->change.old.cols[i]) : (bf_datum){NULL, BF_ABSENT};
+		newv[n] = has_new ? datum_of(&m->change.new.cols[i]) : (bf_datum){NULL, BF_ABSENT};
+		n++;
+	}
+	c->ncols = n;
+	c->old_values = has_old ? oldv : NULL;
+	c->new_values = has_new ? newv : NULL;
+}
+
+/* A change's keys to the backfills where it is delivered: now in a plain transaction, into the
+ * spill record of a held one (replayed at its commit; a backfill may start before that). */
+static void report_change(pipeline *p, const txn_info *t, const bf_change *c, buf *hold)
+{
+	if (!p->bf)
+		return;
+	if (hold) {
+		size_t at = hold->len;
+		buf_reserve(hold, HOLD_ENTRY);
+		hold->len += HOLD_ENTRY;
+		backfill_change_encode(c, hold);
+		put_u32(hold->data + at, HOLD_BACKFILL);
+		put_u32(hold->data + at + 4, 0);
+		put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		return;
+	}
+	if (t && backfill_watching(p->bf, c->schema, c->table)) {
+		bf_change x = *c;
+		x.xid = t->xid;
+		backfill_on_change(p->bf, &x);
+	}
+}
+
+/* A held change's keys, at its transaction's commit. */
+static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, size_t len, char *err,
+			  size_t errlen)
+{
+	bf_change c;
+	if (!backfill_change_decode(data, len, &c))
+		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
+			    t->xid);
+	if (p->bf && backfill_watching(p->bf, c.schema, c.table)) {
+		c.xid = t->xid;
+		backfill_on_change(p->bf, &c);
+	}
+	backfill_change_free(&c);
+	return true;
+}
+
+/* The reads of a chunk whose window closed: one event each, for the backfill's subscription only,
+ * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. Their
+ * commit_lsn is the watermark's LSN (the end of its record) minus one: inside the watermark's
+ * record, so no transaction's commit_lsn (a record's start) nor another message's can equal it,
+ * and (commit_lsn, tx_index) stays unique and in stream order: a transaction whose commit record
+ * starts right after the watermark has the watermark's LSN, and comes after the reads. */
+static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	uint32_t sub = 0;
+	while (sub < p->nsubs && strcmp(p->subs[sub].sub.name, b->subscription) != 0)
+		sub++;
+	if (sub == p->nsubs)
+		return true; /* the subscription is gone */
+	pgo_relcol *cols = xcalloc(b->ncols + 1, sizeof(*cols));
+	for (size_t i = 0; i < b->ncols; i++)
+		cols[i] =
+		    (pgo_relcol){.name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = -1};
+	for (size_t k = 0; k < b->nkeys; k++)
+		cols[b->keys[k]].flags = 1;
+	pgo_rel rel = {.nspname = (char *)b->schema,
+		       .relname = (char *)b->table,
+		       .ncols = (uint16_t)b->ncols,
+		       .cols = cols,
+		       .nkeys = (uint16_t)b->nkeys};
+	if (!p->read_msg)
+		p->read_msg = xmalloc(sizeof(*p->read_msg));
+	pgo_msg *m = p->read_msg;
+	m->type = PGO_INSERT;
+	m->change.relid = 0;
+	m->change.old_kind = 0;
+	m->change.new.ncols = (uint16_t)b->ncols;
+	bf_datum *vals = xcalloc(b->ncols + 1, sizeof(*vals));
+	pred *where = b->where ? pred_parse(b->where, NULL, 0) : NULL;
+	sink_commit c = {.commit_lsn = b->lsn - 1, .commit_time = wall_ms() * 1000};
+	uint32_t slot = 0;
+	size_t pos = 0;
+	bool ok = true;
+	while (ok && bf_batch_next(b, &pos, vals)) {
+		for (size_t i = 0; i < b->ncols; i++)
+			m->change.new.cols[i] = vals[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
+								: (pgo_datum){.kind = PGO_TEXT,
+									      .len = (uint32_t)vals[i].len,
+									      .data = vals[i].data};
+		Cdc__V1__Event *ev;
+		ok = evt_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
+		if (ok) {
+			ev->op = CDC__V1__OP__OP_READ;
+			ev->lsn = c.commit_lsn;
+			ev->origin = "";
+			if (!where || pred_eval(where, ev, p->arena))
+				ok = emit(p, ev, &sub, 1, &c, slot++, NULL, err, errlen);
+		}
+		arena_reset(p->arena);
+	}
+	pred_free(where);
+	free(vals);
+	free(cols);
+	return ok;
+}
+
+void pipeline_set_backfills(pipeline *p, bf_set *b)
+{
+	p->bf = b;
+}
+
 static const unsigned change_op[] = {
     [PGO_INSERT] = CFG_OP_INSERT, [PGO_UPDATE] = CFG_OP_UPDATE, [PGO_DELETE] = CFG_OP_DELETE};
 
@@ -167,6 +318,11 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		const pgo_rel *rel = relation(p, m, m->change.relid, err, errlen);
 		if (!rel)
 			return false;
+		if (p->bf) {
+			bf_change bc;
+			change_of(p, rel, m, &bc);
+			report_change(p, t, &bc, hold);
+		}
 		if ((n = rules_match(p->rules, rel, change_op[m->type], &subs)) == 0)
 			break;
 		if (!evt_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
@@ -181,6 +337,8 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			const pgo_rel *rel = relation(p, m, pgo_truncate_relid(m, i), err, errlen);
 			if (!rel)
 				return false;
+			bf_change bc = {.schema = rel->nspname, .table = rel->relname, .truncate = true};
+			report_change(p, t, &bc, hold);
 			if ((n = rules_match(p->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
 				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
 				stamp(ev, t, lsn);
@@ -191,6 +349,14 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 	case PGO_MESSAGE:
 		if (strcmp(m->message.prefix, SOURCE_HEARTBEAT_PREFIX) == 0) {
 			*slots = 0; /* not a change */
+			break;
+		}
+		if (strcmp(m->message.prefix, BFSQL_PREFIX) == 0) {
+			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
+			if (!t && !hold && p->bf)
+				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
+							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err,
+							 errlen);
 			break;
 		}
 		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
@@ -261,7 +427,9 @@ static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn ls
 		p->tx_index += slots;
 		return true;
 	}
-	/* A non-transactional message is a transaction of its own, positioned at its LSN. */
+	/* A non-transactional message is a transaction of its own, positioned at its LSN (the end of
+	 * its record: a restart from there does not decode it again). A backfill's reads are such a
+	 * transaction too, durable once the flushed position reaches the watermark. */
 	on_begin(ctx, NULL, err, errlen);
 	if (!change_events(p, NULL, m, lsn, NULL, &slots, err, errlen))
 		return false;
@@ -279,11 +447,18 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t pos = 4; pos < len;) {
-		if (len - pos < HOLD_ENTRY || get_u32(rec + pos) >= p->nsubs ||
+		if (len - pos < HOLD_ENTRY ||
+		    (get_u32(rec + pos) >= p->nsubs && get_u32(rec + pos) != HOLD_BACKFILL) ||
 		    get_u32(rec + pos + 8) > len - pos - HOLD_ENTRY)
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
 				    t->xid, pos);
 		uint32_t sub = get_u32(rec + pos), n = get_u32(rec + pos + 8);
+		if (sub == HOLD_BACKFILL) {
+			if (!replay_change(p, t, rec + pos + HOLD_ENTRY, n, err, errlen))
+				return false;
+			pos += HOLD_ENTRY + n;
+			continue;
+		}
 		c.tx_index = p->tx_index + get_u32(rec + pos + 4);
 		sub_state *s = &p->subs[sub];
 		p->events++;
@@ -489,6 +664,7 @@ void pipeline_free(pipeline *p)
 	txn_free(p->asm_);
 	pgo_relcache_free(p->rc);
 	arena_free(p->arena);
+	free(p->read_msg);
 	buf_free(&p->scratch);
 	progress_free(&p->prog);
 	rules_free(p->rules);

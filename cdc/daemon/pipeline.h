@@ -6,6 +6,7 @@
 #ifndef CDC_PIPELINE_H
 #define CDC_PIPELINE_H
 
+#include "cdc/backfill/backfill.h"
 #include "cdc/daemon/rules.h"
 #include "decoder/txn.h"
 #include "sinks/sink.h"
@@ -77,6 +78,13 @@ uint64_t pipeline_flushed(const pipeline *p);
 uint64_t pipeline_boundary(const pipeline *p);
 /* With endpos: everything up to it is flushed, or a transaction beyond it arrived. */
 bool pipeline_at_endpos(const pipeline *p);
+
+/* Backfills (cdc/backfill): the stream's watermarks (logical messages with prefix BFSQL_PREFIX)
+ * close their chunks, whose reads are delivered to the subscription's sink at the watermark's
+ * place as a transaction of their own, durable once the flushed position passes the watermark; the
+ * keys of every change are reported where it is delivered, at its commit (a held transaction's in
+ * its spill record). NULL: none. */
+void pipeline_set_backfills(pipeline *p, bf_set *b);
 
 pipeline_figures pipeline_get_figures(const pipeline *p);
 pipeline_count pipeline_sub_count(const pipeline *p, size_t sub);

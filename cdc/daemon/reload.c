@@ -39,8 +39,8 @@ void reload_free(sidecar *d)
 	d->rl = (reloads){0};
 }
 
-static void answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
-			 const char *details)
+void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+			  const char *details)
 {
 	buf b = {0};
 	buf_puts(&b, "{\"error\":");
@@ -103,7 +103,7 @@ static void settle_changes(sidecar *d, unsigned code, const char *error, const c
 		status_request *req = d->rl.changes[i].req;
 		cfg_subscription_free(d->rl.changes[i].put);
 		if (code != 200) {
-			answer_error(d, req, code, error, details);
+			sidecar_answer_error(d, req, code, error, details);
 			continue;
 		}
 		log_info(req->put ? "subscription changed" : "subscription removed",
@@ -188,6 +188,8 @@ static bool apply_reload(sidecar *d)
 	d->cfg = next;
 	/* The pipeline carries its counts over by name: old's names are still valid here. */
 	bool bound = sidecar_bind(d, r);
+	if (bound)
+		backfills_reloaded(d, old);
 	cfg_free(old);
 	if (!bound) {
 		settle_changes(d, 500, "cannot start a sink the new configuration needs", d->err);
@@ -238,16 +240,20 @@ void reload_on_control(void *ctx, status_request *req)
 {
 	sidecar *d = ctx;
 	cfg_subscription *put = NULL;
+	if (req->route == STATUS_ROUTE_BACKFILL || req->route == STATUS_ROUTE_BACKFILL_CANCEL) {
+		backfills_on_control(d, req);
+		return;
+	}
 	if (req->put) {
 		buf errors = {0};
 		if (!(put = cfg_parse_subscription(d->cfg, req->name, req->body, req->body_len, &errors))) {
-			answer_error(d, req, 400, "invalid subscription", errors.data);
+			sidecar_answer_error(d, req, 400, "invalid subscription", errors.data);
 			buf_free(&errors);
 			return;
 		}
 		buf_free(&errors);
 	} else if (!cfg_find_subscription(d->cfg, req->name) && !pending_put(d, req->name)) {
-		answer_error(d, req, 404, "no such subscription", NULL);
+		sidecar_answer_error(d, req, 404, "no such subscription", NULL);
 		return;
 	}
 	d->rl.changes = xrealloc(d->rl.changes, (d->rl.nchanges + 1) * sizeof(*d->rl.changes));

@@ -8,11 +8,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cdc/backfill/reader.h"
 #include "cdc/config/config.h"
 #include "cdc/daemon/pipeline.h"
 #include "cdc/daemon/sinks_setup.h"
 #include "cdc/daemon/source.h"
 #include "cdc/daemon/state.h"
+#include "cdc/status/report.h"
 #include "cdc/status/status.h"
 
 /* The replication connection (daemon.c). */
@@ -63,6 +65,9 @@ typedef struct sidecar {
 	pipeline *pipe;
 	sink_set sinks;
 	status_server *status;
+	bf_set *bf; /* backfills (backfills.c) */
+	bf_reader *bf_reader;
+	bool bf_warned; /* the backfills' state file could not be written */
 	connection conn;
 	reloads rl;
 	figures fig;
@@ -86,6 +91,31 @@ void reload_request(sidecar *d);
 void reload_maybe(sidecar *d);
 /* PUT and DELETE /subscriptions/NAME (the status server's control callback, ctx = d). */
 void reload_on_control(void *ctx, status_request *req);
+
+/* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
+void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+			  const char *details);
+
+/* backfills.c */
+/* The backfills kept in state_dir, their reader, and the `snapshot: true` subscriptions seen for
+ * the first time: false (logged) if state_dir's backfill file is unusable. */
+bool backfills_init(sidecar *d);
+void backfills_free(sidecar *d);
+/* After a reload (old: the configuration before): settings, removed and added subscriptions. */
+void backfills_reloaded(sidecar *d, const cfg *old);
+/* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
+void backfills_on_control(sidecar *d, status_request *req);
+/* The sinks made everything before flushed durable. */
+void backfills_delivered(sidecar *d, uint64_t flushed);
+/* The stream starts again from the slot's confirmed position. */
+void backfills_restart(sidecar *d);
+/* Something may be due for the reader. */
+void backfills_kick(sidecar *d);
+/* GET /backfills from now on. */
+void backfills_publish(sidecar *d);
+/* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON
+ * array (published as GET /backfills too). Returns the rows' count. */
+size_t backfills_report(sidecar *d, report_backfill **rows, buf *json);
 
 /* figures.c */
 /* Renders the figures for the status socket: every second, or now with force. */

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -185,6 +186,10 @@ void report_status_json(const report *r, buf *out)
 		status_sub(&r->subs[i], out);
 	}
 	buf_putc(out, ']');
+	if (r->backfills_json && strcmp(r->backfills_json, "[]") != 0) {
+		json_key(out, &f, "backfills");
+		buf_puts(out, r->backfills_json);
+	}
 	if (r->has_kafka) {
 		bool fk = true;
 		json_key(out, &f, "kafka");
@@ -405,6 +410,50 @@ static void histogram(buf *out, const char *name, const char *sink, const hist *
 
 static const char *const wal_statuses[] = {"reserved", "extended", "unreserved", "lost"};
 
+/* Per table of each backfill, labelled subscription, backfill and table (schema.table). */
+static void metrics_backfills(const report *r, buf *out)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t field; /* offset of a uint64_t in report_backfill; SIZE_MAX: the estimate */
+	} M[] = {
+	    {"cdc_backfill_rows_read_total", "counter", "Rows a backfill read from the table.",
+	     offsetof(report_backfill, read)},
+	    {"cdc_backfill_rows_emitted_total", "counter", "Rows a backfill delivered as reads.",
+	     offsetof(report_backfill, emitted)},
+	    {"cdc_backfill_rows_dropped_total", "counter",
+	     "Rows a backfill read but dropped, changed between the chunk's watermarks (their changes "
+	     "carry them).",
+	     offsetof(report_backfill, dropped)},
+	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
+	     SIZE_MAX},
+	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
+	};
+	if (!r->nbackfills)
+		return;
+	for (size_t m = 0; m < sizeof(M) / sizeof(M[0]); m++) {
+		family(out, M[m].name, M[m].type, M[m].help);
+		for (size_t i = 0; i < r->nbackfills; i++) {
+			const report_backfill *b = &r->backfills[i];
+			if (M[m].field == SIZE_MAX && b->estimate < 0)
+				continue;
+			char table[2 * 64 + 2];
+			snprintf(table, sizeof(table), "%s.%s", b->schema, b->table);
+			buf_printf(out, "%s{subscription=", M[m].name);
+			label_value(out, b->subscription);
+			buf_puts(out, ",backfill=");
+			label_value(out, b->id);
+			buf_puts(out, ",table=");
+			label_value(out, table);
+			uint64_t v = M[m].field == SIZE_MAX ? (uint64_t)b->estimate
+				     : M[m].field == SIZE_MAX - 1
+					 ? strcmp(b->state, "running") == 0
+					 : *(const uint64_t *)((const char *)b + M[m].field);
+			buf_printf(out, "} %" PRIu64 "\n", v);
+		}
+	}
+}
+
 void report_metrics(const report *r, buf *out)
 {
 	m_u64(out, "cdc_up", "gauge", "1 while cdc answers.", 1);
@@ -478,6 +527,7 @@ void report_metrics(const report *r, buf *out)
 	m_u64(out, "cdc_warnings", "gauge", "Warnings shown in /status (source.warnings).", r->nwarnings);
 
 	metrics_subs(r, out);
+	metrics_backfills(r, out);
 
 	if (r->has_kafka) {
 		m_u64(out, "cdc_kafka_in_flight_messages", "gauge",

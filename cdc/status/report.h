@@ -28,6 +28,13 @@ typedef struct report_sub {
 	bool full; /* when_full: block and at a retention limit: the slot is paused for it */
 } report_sub;
 
+/* One table of one backfill, for /metrics. Strings are borrowed. */
+typedef struct report_backfill {
+	const char *subscription, *id, *schema, *table, *state;
+	uint64_t read, emitted, dropped;
+	int64_t estimate; /* rows; < 0: unknown */
+} report_backfill;
+
 typedef struct report {
 	const char *version;
 	double uptime_s;
@@ -59,6 +66,11 @@ typedef struct report {
 	const hist *socket_latency;  /* commit time to durably spooled; NULL: none */
 	const char *const *warnings; /* e.g. safe_wal_size running low; shown in source.warnings */
 	size_t nwarnings;
+	/* Backfills: /status's "backfills" (backfill_json's array; left out when NULL or "[]") and
+	 * /metrics' rows, one per table (none: left out). */
+	const char *backfills_json;
+	const report_backfill *backfills;
+	size_t nbackfills;
 } report;
 
 /* GET /status: one JSON object and a newline (see the comment above report_status_json in

@@ -54,7 +54,7 @@ typedef struct conn_ctx {
 struct status_server {
 	pthread_mutex_t mu; /* guards everything below up to the loop-only fields */
 	pthread_cond_t done;
-	char *status_json, *metrics, *subs_json, *reason;
+	char *status_json, *metrics, *subs_json, *reason, *backfills_json;
 	bool ready;
 	uint64_t published_ms;
 	conn_ctx *pending; /* suspended connections waiting for status_answer() */
@@ -116,20 +116,52 @@ static const struct {
     {"/subscriptions", STATUS_ROUTE_SUBSCRIPTIONS},
     {"/healthz", STATUS_ROUTE_HEALTHZ},
     {"/readyz", STATUS_ROUTE_READYZ},
+    {"/backfills", STATUS_ROUTE_BACKFILLS},
 };
 
-static bool route_one_subscription(const char *method, const char *name, status_match *m)
+/* /subscriptions/NAME/backfill[/ID]: rest is what follows NAME. */
+static bool route_backfill(const char *method, const char *rest, status_match *m)
 {
+	static const char seg[] = "/backfill";
+	const char *id = rest + sizeof(seg) - 1;
+	if (!*id) {
+		if (strcmp(method, "POST") != 0)
+			return route_error(m, 405, "POST",
+					   "method not allowed: use POST /subscriptions/NAME/backfill");
+		m->route = STATUS_ROUTE_BACKFILL;
+		return true;
+	}
+	id++;
+	if (strcmp(method, "DELETE") != 0)
+		return route_error(m, 405, "DELETE",
+				   "method not allowed: use DELETE /subscriptions/NAME/backfill/ID");
+	size_t len = strlen(id);
+	if (!status_name_valid(id, len))
+		return route_error(m, 400, NULL, "invalid backfill id");
+	memcpy(m->id, id, len + 1);
+	m->route = STATUS_ROUTE_BACKFILL_CANCEL;
+	return true;
+}
+
+static bool route_one_subscription(const char *method, const char *path, status_match *m)
+{
+	const char *slash = strchr(path, '/');
+	bool backfill = slash && strncmp(slash, "/backfill", 9) == 0 && (!slash[9] || slash[9] == '/');
+	size_t len = backfill ? (size_t)(slash - path) : strlen(path);
 	bool put = strcmp(method, "PUT") == 0, del = strcmp(method, "DELETE") == 0;
-	if (!put && !del)
+	if (!backfill && !put && !del)
 		return route_error(m, 405, "PUT, DELETE",
 				   "method not allowed: use PUT or DELETE /subscriptions/NAME");
-	size_t len = strlen(name);
-	if (!status_name_valid(name, len))
+	if (!status_name_valid(path, len))
 		return route_error(
 		    m, 400, NULL,
 		    "invalid subscription name: expected 1 to 63 characters of A-Z a-z 0-9 _ . -");
-	memcpy(m->name, name, len + 1);
+	if (backfill && !route_backfill(method, slash, m))
+		return false;
+	memcpy(m->name, path, len);
+	m->name[len] = '\0';
+	if (backfill)
+		return true;
 	m->route = put ? STATUS_ROUTE_PUT : STATUS_ROUTE_DELETE;
 	return true;
 }
@@ -249,6 +281,9 @@ static enum MHD_Result reply_get(status_server *s, struct MHD_Connection *conn, 
 		code = s->metrics ? 200 : 503;
 		body = xstrdup(s->metrics ? s->metrics : "starting: no metrics published yet\n");
 		break;
+	case STATUS_ROUTE_BACKFILLS:
+		body = xstrdup(s->backfills_json ? s->backfills_json : "[]\n");
+		break;
 	case STATUS_ROUTE_HEALTHZ:
 		type = TEXT_TYPE;
 		code = now_ms() - s->published_ms <= STALL_MS ? 200 : 503;
@@ -317,7 +352,9 @@ static const char *peer_addr(struct MHD_Connection *conn, char *out, size_t outl
 static void log_control(const listener *l, struct MHD_Connection *conn, const conn_ctx *c,
 			const char *refused)
 {
-	const char *method = c->m.route == STATUS_ROUTE_PUT ? "PUT" : "DELETE";
+	const char *method = c->m.route == STATUS_ROUTE_PUT	   ? "PUT"
+			     : c->m.route == STATUS_ROUTE_BACKFILL ? "POST"
+								   : "DELETE";
 	if (l->unix_socket) {
 		if (refused)
 			log_warn("control request refused",
@@ -370,9 +407,12 @@ static enum MHD_Result hand_to_loop(status_server *s, conn_ctx *c)
 	if (busy)
 		return reply_error(c->conn, 503, busy, NULL);
 	c->req.put = c->m.route == STATUS_ROUTE_PUT;
+	c->req.route = c->m.route;
 	c->req.name = c->m.name;
-	c->req.body = c->req.put ? c->body.data : NULL;
-	c->req.body_len = c->req.put ? c->body.len : 0;
+	c->req.id = c->m.route == STATUS_ROUTE_BACKFILL_CANCEL ? c->m.id : NULL;
+	bool body = c->req.put || c->m.route == STATUS_ROUTE_BACKFILL;
+	c->req.body = body ? (c->body.data ? c->body.data : "") : NULL;
+	c->req.body_len = body ? c->body.len : 0;
 	MHD_suspend_connection(c->conn);
 	/* An 8-byte write to a pipe is atomic, and at most PENDING_MAX pointers are ever in it. */
 	ssize_t w = write(s->pipe_wr, &c, sizeof(c));
@@ -429,7 +469,8 @@ static enum MHD_Result first_call(listener *l, struct MHD_Connection *conn, cons
 	status_match m;
 	if (!status_route_request(method, url, &m))
 		return reply_error(conn, m.http_status, m.message, m.allow);
-	if (m.route != STATUS_ROUTE_PUT && m.route != STATUS_ROUTE_DELETE)
+	if (m.route != STATUS_ROUTE_PUT && m.route != STATUS_ROUTE_DELETE &&
+	    m.route != STATUS_ROUTE_BACKFILL && m.route != STATUS_ROUTE_BACKFILL_CANCEL)
 		return reply_get(l->s, conn, m.route);
 	conn_ctx *c = xcalloc(1, sizeof(*c));
 	c->s = l->s;
@@ -472,8 +513,10 @@ static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn, const cha
 	}
 	if (c->too_large)
 		return reply_error(conn, 413, "request body too large: at most 64 KiB", NULL);
-	if (c->m.route == STATUS_ROUTE_PUT &&
-	    !status_check_body(c->body.data ? c->body.data : "", c->body.len, &c->m))
+	/* A backfill's body is optional: none asks for every table. */
+	bool body_needed = c->m.route == STATUS_ROUTE_PUT ||
+			   (c->m.route == STATUS_ROUTE_BACKFILL && !only_space(c->body.data, c->body.len));
+	if (body_needed && !status_check_body(c->body.data ? c->body.data : "", c->body.len, &c->m))
 		return reply_error(conn, c->m.http_status, c->m.message, NULL);
 	return hand_to_loop(l->s, c);
 }
@@ -744,9 +787,20 @@ void status_free(status_server *s)
 	free(s->metrics);
 	free(s->subs_json);
 	free(s->reason);
+	free(s->backfills_json);
 	free(s->uids);
 	free(s->socket_path);
 	free(s);
+}
+
+void status_publish_backfills(status_server *s, const char *json)
+{
+	char *copy = xstrdup(json), *old;
+	pthread_mutex_lock(&s->mu);
+	old = s->backfills_json;
+	s->backfills_json = copy;
+	pthread_mutex_unlock(&s->mu);
+	free(old);
 }
 
 void status_publish(status_server *s, const char *status_json, const char *metrics,

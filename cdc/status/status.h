@@ -15,12 +15,15 @@
 struct event_base;
 typedef struct status_server status_server;
 
-/* A mutating request (PUT or DELETE /subscriptions/NAME) waiting for the daemon's loop. */
+/* A mutating request waiting for the daemon's loop: PUT or DELETE /subscriptions/NAME, POST
+ * /subscriptions/NAME/backfill, DELETE /subscriptions/NAME/backfill/ID. */
 typedef struct status_request {
-	bool put;	  /* else delete */
+	bool put;	  /* PUT /subscriptions/NAME */
+	int route;	  /* the status_route */
 	const char *name; /* NAME from the path (validated: 1..63 of [A-Za-z0-9_.-]) */
-	const char
-	    *body; /* PUT: the JSON body (checked to be one JSON object), NUL-terminated; NULL for DELETE */
+	const char *id;	  /* ID from a backfill's path (validated like NAME), else NULL */
+	const char *body; /* PUT, POST: the JSON body (checked to be one JSON object, or empty for
+			   * POST), NUL-terminated; NULL for DELETE */
 	size_t body_len;
 	uid_t uid; /* the peer, for the daemon's own logs: (uid_t)-1 and pid 0 over TCP */
 	pid_t pid;
@@ -46,6 +49,9 @@ int status_tcp_port(const status_server *s);
  * (a snapshot older than 10 s means the loop is stuck: 503). */
 void status_publish(status_server *s, const char *status_json, const char *metrics,
 		    const char *subscriptions_json, bool ready, const char *reason);
+/* What GET /backfills answers from now on (copied; from the daemon's loop): backfill_json's array
+ * and a newline. "[]\n" until first published. */
+void status_publish_backfills(status_server *s, const char *json);
 /* Answers r (from the daemon's loop) with an HTTP status and a JSON body; r is freed. */
 void status_answer(status_server *s, status_request *r, unsigned http_status, const char *json_body);
 
@@ -58,8 +64,11 @@ typedef enum status_route {
 	STATUS_ROUTE_SUBSCRIPTIONS,
 	STATUS_ROUTE_HEALTHZ,
 	STATUS_ROUTE_READYZ,
-	STATUS_ROUTE_PUT,    /* PUT /subscriptions/NAME */
-	STATUS_ROUTE_DELETE, /* DELETE /subscriptions/NAME */
+	STATUS_ROUTE_PUT,	      /* PUT /subscriptions/NAME */
+	STATUS_ROUTE_DELETE,	      /* DELETE /subscriptions/NAME */
+	STATUS_ROUTE_BACKFILLS,	      /* GET /backfills */
+	STATUS_ROUTE_BACKFILL,	      /* POST /subscriptions/NAME/backfill */
+	STATUS_ROUTE_BACKFILL_CANCEL, /* DELETE /subscriptions/NAME/backfill/ID */
 } status_route;
 
 #define STATUS_NAME_MAX 63
@@ -71,6 +80,7 @@ typedef struct status_match {
 	char message[160];    /* the error, for a JSON body; never echoes the request */
 	const char *allow;    /* with 405: the Allow header */
 	char name[STATUS_NAME_MAX + 1];
+	char id[STATUS_NAME_MAX + 1]; /* STATUS_ROUTE_BACKFILL_CANCEL */
 } status_match;
 
 /* Routes method and path (as libmicrohttpd passes them: query string removed, %XX decoded).

@@ -289,6 +289,13 @@ static const char everything[] =
 	"log:\n"
 	"  level: debug\n"
 	"  format: json\n"
+	"backfill:\n"
+	"  chunk_time: 1s\n"
+	"  min_rows: 10\n"
+	"  max_rows: 10\n"
+	"  max_bytes: 1MiB\n"
+	"  rate_limit: 5000\n"
+	"  tables: 4\n"
 	"subscriptions:\n"
 	"  - name: everything.0-A\n"
 	"    tables: [\"s.*\", \"a?.b\"]\n"
@@ -317,7 +324,8 @@ static const char everything[] =
 	"  - name: out\n"
 	"    tables: [a.b]\n"
 	"    operations: [insert]\n"
-	"    sink: stdout\n";
+	"    sink: stdout\n"
+	"    snapshot: true\n";
 /* clang-format on */
 
 static void test_everything(void)
@@ -375,7 +383,7 @@ static const struct {
 	/* structure */
 	BAD("sourc:\n  dsn: x\n",
 	    "t.yaml:1:1: unknown top-level key \"sourc\" (allowed: source, state_dir, status, subscribers, kafka, "
-	    "log, subscriptions)\n"),
+	    "log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
 	    "status_interval)\n"),
@@ -390,6 +398,9 @@ static const struct {
 	BAD("state_dir: ~\n", "t.yaml:1:12: state_dir: expected a string, got null\n"),
 	BAD("state_dir: \"\"\n", "t.yaml:1:12: state_dir: must not be empty\n"),
 	BAD("state_dir: \"a\\0b\"\n", "t.yaml:1:12: state_dir: must not contain a NUL character\n"),
+	BAD("backfill:\n  min_rows: 5000\n  max_rows: 10\n  tables: 0\n",
+	    "t.yaml:4:11: backfill.tables: \"0\" is out of range (1 to 4294967295)\n"
+	    "t.yaml:3:3: backfill.max_rows: min_rows (5000) is above max_rows (10)\n"),
 	BAD("log:\n  level: verbose\n  format: xml\n",
 	    "t.yaml:2:10: log.level: invalid value \"verbose\" (expected debug, info, warn, error)\n"
 	    "t.yaml:3:11: log.format: invalid value \"xml\" (expected text, json)\n"),
@@ -608,7 +619,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, "
-	    "batch, retention)\n"),
+	    "batch, retention, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -638,7 +649,7 @@ static void test_many_errors(void)
 	    "t.yaml:4:12: state_dir: expected a string, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
-	    "kafka, log, subscriptions)\n"
+	    "kafka, log, backfill, subscriptions)\n"
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
@@ -657,7 +668,7 @@ static void test_too_many_errors(void)
 	for (int i = 1; i <= 100; i++)
 		buf_printf(&want,
 			   "t.yaml:%d:1: unknown top-level key \"k%d\" (allowed: source, state_dir, status, "
-			   "subscribers, kafka, log, subscriptions)\n",
+			   "subscribers, kafka, log, backfill, subscriptions)\n",
 			   i, i);
 	buf_puts(&want, "t.yaml:101:1: too many errors, stopped reporting\n");
 	expect_errors(__LINE__, y.data, want.data);
@@ -1128,7 +1139,8 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"where\": \"id >\"}", "body:1:30: where: position 1: unknown name 'id' (columns are new.<name> or old.<name>)\n"},
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, where, columns, "
-	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention)\n"},
+	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
+	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},

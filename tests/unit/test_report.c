@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/cli/status_cmd.h"
 #include "cdc/config/config.h"
 #include "cdc/status/report.h"
-#include "cdc/cli/status_cmd.h"
 #include "test.h"
 
 static hist kafka_h, socket_h;
@@ -506,8 +506,50 @@ static void test_subscriptions(void)
 	buf_free(&again);
 }
 
+/* Backfills: in /status as given, and per table in /metrics (the estimate only when known). */
+static void test_backfills(void)
+{
+	static const report_backfill rows[] = {
+	    {"orders", "4f2a", "public", "orders", "running", 1200, 1150, 50, 5000},
+	    {"orders", "4f2a", "public", "items", "queued", 0, 0, 0, -1},
+	};
+	report r = empty_report;
+	r.backfills_json = "[{\"id\":\"4f2a\"}]";
+	r.backfills = rows;
+	r.nbackfills = 2;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, ",\"backfills\":[{\"id\":\"4f2a\"}]") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "# TYPE cdc_backfill_rows_read_total counter\n"
+			     "cdc_backfill_rows_read_total{subscription=\"orders\",backfill=\"4f2a\",table="
+			     "\"public.orders\"} 1200\n"
+			     "cdc_backfill_rows_read_total{subscription=\"orders\",backfill=\"4f2a\",table="
+			     "\"public.items\"} 0\n") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_rows_dropped_total{subscription=\"orders\",backfill=\"4f2a\","
+			     "table=\"public.orders\"} 50\n") != NULL);
+	CHECK(strstr(b.data, "# TYPE cdc_backfill_rows_estimate gauge\n"
+			     "cdc_backfill_rows_estimate{subscription=\"orders\",backfill=\"4f2a\",table="
+			     "\"public.orders\"} 5000\n"
+			     "# HELP cdc_backfill_running") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_running{subscription=\"orders\",backfill=\"4f2a\",table=\"public."
+			     "items\"} 0\n") != NULL);
+	/* none: nothing of it */
+	buf_reset(&b);
+	r.nbackfills = 0;
+	r.backfills_json = "[]";
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "cdc_backfill") == NULL);
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "backfills") == NULL);
+	buf_free(&b);
+}
+
 int main(void)
 {
+	test_backfills();
 	test_status_full();
 	test_status_nulls();
 	test_escaping();

@@ -52,6 +52,16 @@ static void test_routes(void)
 	    {"GET", "/", STATUS_ROUTE_ERROR, 404, ""},
 	    {"GET", "", STATUS_ROUTE_ERROR, 404, ""},
 	    {"GET", "/statusx", STATUS_ROUTE_ERROR, 404, ""},
+	    {"GET", "/backfills", STATUS_ROUTE_BACKFILLS, 0, ""},
+	    {"POST", "/subscriptions/jobs/backfill", STATUS_ROUTE_BACKFILL, 0, "jobs"},
+	    {"DELETE", "/subscriptions/jobs/backfill/4f2a9c1e0b3d5e7f", STATUS_ROUTE_BACKFILL_CANCEL, 0,
+	     "jobs"},
+	    {"GET", "/subscriptions/jobs/backfill", STATUS_ROUTE_ERROR, 405, ""},
+	    {"POST", "/subscriptions/jobs/backfill/4f2a", STATUS_ROUTE_ERROR, 405, ""},
+	    {"DELETE", "/subscriptions/jobs/backfill/a b", STATUS_ROUTE_ERROR, 400, ""},
+	    {"DELETE", "/subscriptions/jobs/backfill/", STATUS_ROUTE_ERROR, 400, ""},
+	    {"POST", "/subscriptions/jobs/backfills", STATUS_ROUTE_ERROR, 405, ""},
+	    {"POST", "/subscriptions/a b/backfill", STATUS_ROUTE_ERROR, 400, ""},
 	};
 	for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) {
 		status_match m;

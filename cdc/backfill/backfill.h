@@ -1,0 +1,216 @@
+/* backfill.h: snapshots and backfills while the stream keeps flowing. A backfill reads the tables
+ * of one subscription in key order, chunk by chunk, each chunk one short SELECT between a low and a
+ * high watermark written into the WAL (window.h has the rule); what survives of a chunk is emitted
+ * at the high watermark's place in the stream as reads into that subscription's sink only. This is
+ * the state machine of every backfill of the daemon: it says which statement a reader should run
+ * next, takes the results, the watermarks and changes the stream delivers and the position the
+ * sinks made durable, keeps progress figures, and persists itself so that a backfill resumes after
+ * a crash from its last durable chunk and a finished one never runs again. No libpq, no clock: the
+ * caller passes the time. */
+#ifndef CDC_BACKFILL_H
+#define CDC_BACKFILL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cdc/backfill/sql.h"
+#include "cdc/backfill/window.h"
+#include "decoder/util.h"
+
+/* Ids and nonces: 16 lower-case hex digits. */
+#define BF_ID_SIZE 17
+
+/* The time, both clocks: monotonic for durations and due times, wall for what is shown. */
+typedef struct bf_now {
+	uint64_t ms;
+	int64_t wall_ms;
+} bf_now;
+
+typedef enum bf_state { BF_QUEUED, BF_RUNNING, BF_DONE, BF_CANCELLED, BF_FAILED } bf_state;
+const char *bf_state_name(bf_state s);
+
+typedef struct bf_settings {
+	uint64_t chunk_ms;	     /* a chunk's SELECT should take about this long */
+	uint64_t min_rows, max_rows; /* bounds of a chunk's size */
+	size_t max_bytes;	     /* a chunk's rows and the keys changed while it is open */
+	uint64_t rate;		     /* rows read per second at most, 0: no limit */
+	unsigned tables;	     /* tables read at once, over all backfills */
+	const char *publication;     /* the stream's: a backfill reads only its tables */
+} bf_settings;
+
+typedef struct bf_set bf_set;
+
+/* path: the state file (written with an atomic replace), NULL to keep nothing. seed: randomness
+ * for ids and chunk nonces; a restarted daemon must use another, so the watermarks it replays
+ * from before are foreign. The settings are copied. */
+bf_set *backfill_set_new(const bf_settings *s, const char *path, uint64_t seed);
+void backfill_set_free(bf_set *b);
+/* Reads the state file, if there is one; backfills that were running resume from their last
+ * durable chunk. False with a message naming the file if it cannot be read or parsed. */
+bool backfill_set_load(bf_set *b, char *err, size_t errlen) CDC_MUST_CHECK;
+void backfill_set_settings(bf_set *b, const bf_settings *s);
+
+/* What a backfill reads: the publication's tables that sub_tables (the subscription's patterns,
+ * "schema.table" with globs) match and, given any, one of tables (the request's); the rows that
+ * satisfy sub_where (the subscription's `where`) and where (the request's), either NULL. The parts
+ * of the `where`s that translate exactly go into the chunk query (bfsql_where); the daemon still
+ * evaluates both on every read. */
+typedef struct bf_request {
+	const char *subscription;
+	const char *const *sub_tables;
+	size_t nsub_tables;
+	const char *const *tables;
+	size_t ntables;
+	const char *sub_where, *where;
+	bool snapshot; /* made by the subscription's `snapshot: true` (see backfill_has_snapshot) */
+} bf_request;
+
+/* Queues a backfill; id gets its id. False with a message for a `where` that does not parse.
+ * Persisted. */
+bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err,
+		  size_t errlen) CDC_MUST_CHECK;
+/* Cancels backfill id of sub. False with a message when there is no such backfill or it has
+ * finished already. */
+bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, char *err,
+		     size_t errlen) CDC_MUST_CHECK;
+/* The subscription is gone: its backfills stop and are forgotten, so one added again later under
+ * the same name counts as new. */
+bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Whether sub had its `snapshot: true` backfill already (whatever became of it). */
+bool backfill_has_snapshot(const bf_set *b, const char *sub);
+
+/* ---- the reader: statements on a connection of its own ---- */
+
+typedef enum bf_stmt_kind {
+	BF_STMT_CHECK,	  /* bfsql_privileges */
+	BF_STMT_TABLES,	  /* the publication's tables */
+	BF_STMT_DESCRIBE, /* bfsql_describe */
+	BF_STMT_LOW,	  /* bfsql_watermark */
+	BF_STMT_CHUNK,
+	BF_STMT_HIGH, /* bfsql_watermark */
+} bf_stmt_kind;
+
+typedef struct bf_stmt {
+	bf_stmt_kind kind;
+	const char *sql;
+	int nparams;
+	const char *const *params; /* text; valid until the result is reported */
+	uint64_t ticket;	   /* hands the result back */
+} bf_stmt;
+
+/* The next statement to run, if one is due at now_ms: false if none, with *wake_ms the time one
+ * becomes due (0: none until something else happens). Statements of one table come one at a time:
+ * report a result before asking for that table's next. */
+bool backfill_next(bf_set *b, bf_now now, bf_stmt *out, uint64_t *wake_ms);
+
+/* A statement's rows, text format. */
+typedef struct bf_result {
+	int nrows, ncols;
+	void *ctx;
+	const char *(*value)(void *ctx, int row, int col);
+	int (*length)(void *ctx, int row, int col);
+	bool (*isnull)(void *ctx, int row, int col);
+} bf_result;
+
+/* The result of the statement of ticket (an unknown or stale ticket is ignored). */
+void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now);
+/* The statement of ticket failed. lost: the connection went away (the work is done again on a
+ * new one); otherwise the table (or, for the checks, the backfill) fails with message. */
+void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now);
+
+/* ---- the stream ---- */
+
+/* The surviving rows of a chunk, emitted at its high watermark. */
+typedef struct bf_batch {
+	const char *id, *subscription, *schema, *table;
+	const char *where; /* the backfill's own `where` (the request's): the reads must satisfy it */
+	const bfsql_col *cols;
+	size_t ncols;
+	const size_t *keys; /* indexes into cols, key order */
+	size_t nkeys;
+	uint64_t lsn; /* the high watermark's: the reads' commit_lsn */
+	size_t nrows; /* rows to emit */
+	const bf_window *w;
+} bf_batch;
+
+/* The next row to emit: values gets ncols datums. *pos starts at 0. */
+bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values);
+
+typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, char *err, size_t errlen);
+
+/* A logical message with prefix BFSQL_PREFIX delivered at lsn. At a chunk's high watermark emit
+ * gets its surviving rows (not called when none survive); its failure is returned. Watermarks
+ * of unknown backfills and other chunks are ignored. */
+bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t lsn, bf_now now,
+			 bf_emit_fn emit, void *ctx, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* A change as the stream delivers it, at its transaction's commit: the names and values of (at
+ * least) the key columns in the old tuple (NULL if none was sent) and the new (NULL for a delete);
+ * a value with len BF_ABSENT was not sent. partial: the new row lacks some column's value
+ * (unchanged TOAST), so it cannot stand in for a read of the row. */
+typedef struct bf_change {
+	const char *schema, *table;
+	uint32_t xid; /* top-level */
+	bool truncate, partial;
+	size_t ncols;
+	const char *const *names;
+	const bf_datum *old_values, *new_values;
+	void *owned; /* backfill_change_decode's arrays */
+} bf_change;
+
+/* A change as bytes, for a streamed or prepared transaction's spill record (xid not included), and
+ * back: out points into p, its arrays are allocated (backfill_change_free). */
+void backfill_change_encode(const bf_change *c, buf *out);
+bool backfill_change_decode(const void *p, size_t len, bf_change *out) CDC_MUST_CHECK;
+void backfill_change_free(bf_change *c);
+
+/* Whether any backfill reads schema.table now (only those changes need reporting). */
+bool backfill_watching(const bf_set *b, const char *schema, const char *table);
+void backfill_on_change(bf_set *b, const bf_change *c);
+
+/* The sinks made everything up to flushed durable: chunks whose high watermark lies at or before
+ * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). Writes the
+ * state file when anything changed since it was last written (also a failure reported by backfill_result or
+ * backfill_error). False if it cannot be written (the message names it); the state stays in memory and is
+ * written next time. */
+bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
+/* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
+ * read again, since what the stream delivers again would otherwise overtake their reads. */
+void backfill_restart(bf_set *b);
+
+/* ---- progress ---- */
+
+typedef struct bf_progress {
+	uint64_t read, emitted, dropped, retries;
+	int64_t estimate; /* rows, -1 unknown */
+	double rate;	  /* rows read per second while running */
+	int64_t eta_s;	  /* -1 unknown */
+} bf_progress;
+
+typedef struct bf_info {
+	const char *id, *subscription, *where, *error;
+	bf_state state;
+	int64_t created_ms, finished_ms; /* wall clock; finished 0 while not */
+	size_t ntables;
+	bf_progress p;
+} bf_info;
+
+typedef struct bf_table_info {
+	const char *schema, *table, *key, *error; /* key: the index read by; NULL until known */
+	bf_state state;
+	bf_progress p;
+} bf_table_info;
+
+size_t backfill_count(const bf_set *b);
+/* Whether a backfill is queued or running. */
+bool backfill_active(const bf_set *b);
+/* Backfill i (oldest first); NULL-safe strings. */
+void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out);
+void backfill_table_info(const bf_set *b, size_t i, size_t t, bf_now now, bf_table_info *out);
+/* Index of backfill id, or -1. */
+long backfill_find(const bf_set *b, const char *id);
+/* The backfills as JSON (GET /backfills): an array, oldest first; only sub's when sub is given. */
+void backfill_json(const bf_set *b, buf *out, const char *sub, bf_now now);
+
+#endif

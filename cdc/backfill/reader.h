@@ -1,0 +1,24 @@
+/* reader.h: the backfills' own database connection: non-blocking libpq in the daemon's event loop.
+ * It runs the statements backfill_next() hands out, one at a time and each in autocommit (so no
+ * transaction of cdc's stays open longer than one statement), hands their results back, and
+ * connects again with backoff when the connection drops. Connected only while a backfill runs. */
+#ifndef CDC_BACKFILL_READER_H
+#define CDC_BACKFILL_READER_H
+
+#include <stdbool.h>
+
+#include "cdc/backfill/backfill.h"
+
+struct event_base;
+typedef struct bf_reader bf_reader;
+
+/* dsn: the source's connection string (a regular connection, not a replication one). */
+bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set);
+void bf_reader_free(bf_reader *r);
+/* Something may have become due (a backfill added or cancelled, a chunk closed by the stream):
+ * runs the next statement if the connection is free, connecting first if need be. */
+void bf_reader_kick(bf_reader *r);
+/* Whether the connection is up and idle, or down with nothing to do. */
+bool bf_reader_idle(const bf_reader *r);
+
+#endif

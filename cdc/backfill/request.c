@@ -1,0 +1,160 @@
+/* request.c: the backfill request body; see request.h. json-c parses, with its own depth limit;
+ * the parts are then checked one by one. */
+#include "cdc/backfill/request.h"
+
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/backfill/sql.h"
+#include "cdc/config/predicate.h"
+#include "decoder/json.h"
+
+/* "schema.table": two parts of at most 63 bytes, a '.' between (a part may be "quoted", with dots
+ * inside; cfg_table_match reads the globs). */
+static bool pattern_ok(const char *s, size_t len)
+{
+	bool quoted = false;
+	size_t dots = 0, part = 0;
+	if (len == 0 || len > 2 * (2 * 63 + 2) + 1 || memchr(s, '\0', len))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '"')
+			quoted = !quoted;
+		else if (s[i] == '.' && !quoted) {
+			if (part == 0)
+				return false;
+			dots++;
+			part = 0;
+			continue;
+		}
+		part++;
+	}
+	return !quoted && dots == 1 && part > 0;
+}
+
+static bool utf8_ok(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t skip, n = (unsigned char)s[i] < 0x80
+				     ? 1
+				     : utf8_seq((const unsigned char *)s + i, len - i, &skip);
+		if (n == 0)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+static bool take_tables(json_object *v, bf_request_body *out, char *err, size_t errlen)
+{
+	if (!json_object_is_type(v, json_type_array))
+		return errf(err, errlen, "tables: expected an array of \"schema.table\" strings");
+	size_t n = json_object_array_length(v);
+	if (n > BF_REQUEST_MAX_TABLES)
+		return errf(err, errlen, "tables: more than %d", BF_REQUEST_MAX_TABLES);
+	out->tables = xcalloc(n ? n : 1, sizeof(*out->tables));
+	for (size_t i = 0; i < n; i++) {
+		json_object *t = json_object_array_get_idx(v, i);
+		if (!json_object_is_type(t, json_type_string))
+			return errf(err, errlen, "tables[%zu]: expected a string", i);
+		const char *s = json_object_get_string(t);
+		size_t len = (size_t)json_object_get_string_len(t);
+		if (!utf8_ok(s, len) || !pattern_ok(s, len))
+			return errf(err, errlen, "tables[%zu]: not of the form schema.table", i);
+		out->tables[out->ntables++] = xstrdup(s);
+	}
+	return true;
+}
+
+static bool take_where(json_object *v, bf_request_body *out, char *err, size_t errlen)
+{
+	if (json_object_is_type(v, json_type_null))
+		return true;
+	if (!json_object_is_type(v, json_type_string))
+		return errf(err, errlen, "where: expected a string");
+	const char *s = json_object_get_string(v);
+	size_t len = (size_t)json_object_get_string_len(v);
+	if (memchr(s, '\0', len) || !utf8_ok(s, len))
+		return errf(err, errlen, "where: not valid UTF-8 text");
+	char perr[256];
+	pred *p = pred_parse(s, perr, sizeof(perr));
+	if (!p)
+		return errf(err, errlen, "where: %s", perr);
+	pred_free(p);
+	out->where = xstrdup(s);
+	return true;
+}
+
+bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *err, size_t errlen)
+{
+	*out = (bf_request_body){0};
+	size_t i = 0;
+	while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+		i++;
+	if (i == len)
+		return true; /* no body: every table, no further where */
+	if (len > INT32_MAX)
+		return errf(err, errlen, "body: too large");
+	json_tokener *tok = json_tokener_new();
+	json_object *root = json_tokener_parse_ex(tok, body, (int)len);
+	enum json_tokener_error jerr = json_tokener_get_error(tok);
+	size_t end = root ? json_tokener_get_parse_end(tok) : 0;
+	while (end < len && (body[end] == ' ' || body[end] == '\t' || body[end] == '\r' || body[end] == '\n'))
+		end++;
+	bool ok = false;
+	if (!root || jerr != json_tokener_success || end != len) {
+		errf(err, errlen, "body: not JSON (%s)",
+		     root			     ? "bytes after the object"
+		     : jerr == json_tokener_continue ? "unexpected end of data"
+						     : json_tokener_error_desc(jerr));
+		goto out;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		errf(err, errlen, "body: expected an object with \"tables\" and \"where\"");
+		goto out;
+	}
+	ok = true;
+	json_object_object_foreach(root, key, val)
+	{
+		if (!ok)
+			break;
+		if (strcmp(key, "tables") == 0)
+			ok = take_tables(val, out, err, errlen);
+		else if (strcmp(key, "where") == 0)
+			ok = take_where(val, out, err, errlen);
+		else
+			ok = errf(err, errlen,
+				  "unknown key '%.64s' (a backfill takes \"tables\" and \"where\")", key);
+	}
+out:
+	json_object_put(root);
+	json_tokener_free(tok);
+	if (!ok)
+		bf_request_free(out);
+	return ok;
+}
+
+void bf_request_free(bf_request_body *r)
+{
+	for (size_t i = 0; i < r->ntables; i++)
+		free(r->tables[i]);
+	free(r->tables);
+	free(r->where);
+	*r = (bf_request_body){0};
+}
+
+void bf_request_json(const bf_request_body *r, buf *out)
+{
+	bool first = true, tf = true;
+	buf_putc(out, '{');
+	json_key(out, &first, "tables");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < r->ntables; i++) {
+		json_sep(out, &tf);
+		json_str(out, r->tables[i]);
+	}
+	buf_putc(out, ']');
+	json_key_str(out, &first, "where", r->where);
+	buf_putc(out, '}');
+}

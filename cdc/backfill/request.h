@@ -1,0 +1,29 @@
+/* request.h: the body of POST /subscriptions/NAME/backfill, {"tables": [...], "where": "..."}, both
+ * optional and an empty body allowed: parsed and checked, with a message naming what is wrong for
+ * the 400 answer. Untrusted bytes: every part is checked before it is used. */
+#ifndef CDC_BACKFILL_REQUEST_H
+#define CDC_BACKFILL_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "decoder/util.h"
+
+/* Tables one request may name. */
+#define BF_REQUEST_MAX_TABLES 1024
+
+typedef struct bf_request_body {
+	char **tables; /* "schema.table" patterns */
+	size_t ntables;
+	char *where; /* NULL: none */
+} bf_request_body;
+
+/* False with a message in err ("tables[1]: expected a string", "where: position 5: ...",
+ * "unknown key 'x'"); out is then empty. */
+bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *err,
+		      size_t errlen) CDC_MUST_CHECK;
+void bf_request_free(bf_request_body *r);
+/* The body as JSON, the form bf_request_parse reads. */
+void bf_request_json(const bf_request_body *r, buf *out);
+
+#endif

@@ -1,0 +1,85 @@
+/* sql.h: the SQL a backfill runs: the requirement checks, the description of a table (columns,
+ * key, estimate), the chunk query with its keyset cursor and pushed-down `where`, and the
+ * watermarks. Identifiers are validated and always quoted; values travel as parameters, literals of
+ * a translated `where` quoted. Text only: the statements run elsewhere (libpq). */
+#ifndef CDC_BACKFILL_SQL_H
+#define CDC_BACKFILL_SQL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cdc/config/predicate.h"
+#include "decoder/util.h"
+
+/* The prefix of the logical messages that carry watermarks. */
+#define BFSQL_PREFIX "cdc.backfill"
+
+/* A column of a table being backfilled, as the description reports it. */
+typedef struct bfsql_col {
+	const char *name;
+	uint32_t type_oid;
+	const char *type_schema, *type_name; /* for the cursor's casts */
+} bfsql_col;
+
+/* A name PostgreSQL would keep as given: 1 to 63 bytes of valid UTF-8. err names what is wrong
+ * ("... is longer than 63 bytes"), with what (e.g. "table name") in front. */
+bool bfsql_ident_ok(const char *name, const char *what, char *err, size_t errlen) CDC_MUST_CHECK;
+/* "name" with every " doubled. */
+void bfsql_quote_ident(buf *out, const char *name);
+/* 'text' with every ' doubled; E'...' with backslashes doubled if it holds one, so the literal
+ * means the same whatever standard_conforming_strings is. */
+void bfsql_quote_literal(buf *out, const char *s, size_t len);
+
+/* Requirements of the role, no parameters; one row: current_user, and whether it may execute
+ * pg_logical_emit_message(boolean, text, text). */
+extern const char bfsql_privileges[];
+/* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
+extern const char bfsql_tables[];
+/* A table's description, parameters $1 schema and $2 table; one row per column in column order:
+ *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
+ *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may
+ *   SELECT from it, 8 reltuples (-1: never counted).
+ * The key is the primary key, else the replica identity index, else the unique index with fewest
+ * columns (then by name); only unique indexes that are valid, not partial, without expressions
+ * and on NOT NULL columns qualify. No rows: no such table. */
+extern const char bfsql_describe[];
+/* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
+ * stream delivers it at its place in the WAL at once. Returns its LSN. */
+extern const char bfsql_watermark[];
+
+/* The message that names what is missing, and the statement that grants it: for the role that
+ * lacks EXECUTE on pg_logical_emit_message, the table it may not read, the table without a key,
+ * a relation that is not a plain table, one that does not exist. */
+void bfsql_no_emit_message(buf *out, const char *role);
+void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
+void bfsql_no_key(buf *out, const char *schema, const char *table);
+void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
+void bfsql_no_table(buf *out, const char *schema, const char *table);
+
+/* The chunk query: pg_current_snapshot() as text in column 0, then cols in their order, rows
+ * after the cursor ($1..$nkeys, the last key read, cast to the key columns' types) when
+ * has_cursor, that satisfy where (SQL, NULL for none), in key order, at most limit of them.
+ * keys holds the indexes into cols of the key columns, in key order. */
+void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_col *cols, size_t ncols,
+		 const size_t *keys, size_t nkeys, bool has_cursor, const char *where, uint64_t limit);
+
+/* The `where` p as SQL for a table of columns cols, for the chunk query: the conjuncts of p (its
+ * top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).
+ * Exactly means the SQL is true for a row exactly when pred_eval is true for the row's read:
+ * comparisons of a new.column with a literal of a kind its type compares alike in both (integers
+ * and numeric with numbers, text and varchar with strings in byte order, boolean with true and
+ * false), null literals, `in` lists of those, `is [not] null`, and/or/not of translatable parts.
+ * old.columns (a read has no old row), columns the table lacks, column-to-column comparisons and
+ * other types do not translate. Returns whether all of p did; if not, cdc evaluates p itself. */
+bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols);
+
+/* Watermark contents: "<backfill id>:<chunk nonce>:low" or ":high". Neither id nor nonce holds a
+ * ':'. */
+void bfsql_watermark_content(buf *out, const char *id, const char *nonce, bool high);
+/* Splits a watermark's content; false if it is not one. id and nonce are copied into buffers of
+ * idlen and noncelen bytes (false if they do not fit). */
+bool bfsql_watermark_parse(const char *content, size_t len, char *id, size_t idlen, char *nonce,
+			   size_t noncelen, bool *high) CDC_MUST_CHECK;
+
+#endif

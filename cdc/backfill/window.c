@@ -1,0 +1,428 @@
+/* window.c: the watermark rule of one backfill chunk; see window.h. Rows and changed keys live in
+ * one arena reset per chunk; the changed keys in an open-addressing hash set over it. Besides the
+ * keys, the window remembers which transactions touched the table since the last high watermark,
+ * to catch the one race the watermarks alone miss: a commit that reaches the stream before the low
+ * watermark while the chunk's snapshot still sees it in progress. */
+#include "cdc/backfill/window.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder/arena.h"
+
+/* Recent commits kept at most; past it the oldest are forgotten and a chunk that might have needed
+ * them is read again. */
+#define BFW_MAX_RECENT 65536
+
+typedef struct bfw_rowent {
+	const uint8_t *key, *row;
+	uint32_t keylen, rowlen;
+	bool dropped;
+} bfw_rowent;
+
+typedef struct bfw_keyent {
+	uint64_t hash;
+	const uint8_t *key; /* NULL: empty slot */
+	uint32_t len;
+} bfw_keyent;
+
+enum bfw_state { BFW_IDLE, BFW_ARMED, BFW_OPEN, BFW_DONE };
+
+struct bf_window {
+	size_t max_bytes, bytes;
+	arena *mem;
+	enum bfw_state state;
+	char *nonce;
+	bfw_rowent *rows;
+	size_t nrows, rowcap, ndropped;
+	bfw_keyent *keys; /* power-of-two slots */
+	size_t nkeys, keycap;
+	bool drop_all;
+	bfw_retry retry;
+	bf_snapshot snap;
+	bool has_snap;
+	/* Top-level xids of the commits that touched the table since the last high watermark (and
+	 * those the last snapshot did not see yet), in stream order; before_low of them came before
+	 * the open chunk's low watermark. */
+	uint32_t *recent;
+	size_t nrecent, before_low;
+	bool lost; /* some were forgotten; lost_max is the newest of those */
+	uint32_t lost_max;
+};
+
+/* ---- encoding ---- */
+
+void bf_encode(buf *out, const bf_datum *d, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t len = d[i].len < 0 ? UINT32_MAX - (uint32_t)(-1 - d[i].len) : (uint32_t)d[i].len;
+		uint8_t be[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+				 (uint8_t)len};
+		buf_append(out, be, sizeof(be));
+		if (d[i].len > 0)
+			buf_append(out, d[i].data, (size_t)d[i].len);
+	}
+}
+
+bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n)
+{
+	const uint8_t *s = p;
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (len - off < 4)
+			return false;
+		uint32_t l = (uint32_t)s[off] << 24 | (uint32_t)s[off + 1] << 16 | (uint32_t)s[off + 2] << 8 |
+			     s[off + 3];
+		off += 4;
+		if (l >= UINT32_MAX - 1) {
+			d[i] = (bf_datum){.data = NULL, .len = l == UINT32_MAX ? -1 : -2};
+			continue;
+		}
+		if (l > INT32_MAX || len - off < l)
+			return false;
+		d[i] = (bf_datum){.data = (const char *)s + off, .len = (int32_t)l};
+		off += l;
+	}
+	return off == len;
+}
+
+/* ---- snapshots ---- */
+
+/* a comes before b in the circular xid space, as PostgreSQL's TransactionIdPrecedes. */
+static bool xid_precedes(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
+/* One decimal xid8 of a snapshot's text, cut to 32 bits; *p moves past it. */
+static bool snap_xid(const char **p, const char *end, uint32_t *out)
+{
+	const char *s = *p;
+	uint64_t v = 0;
+	if (s == end || *s < '0' || *s > '9')
+		return false;
+	for (; s < end && *s >= '0' && *s <= '9'; s++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return false;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*out = (uint32_t)v;
+	*p = s;
+	return true;
+}
+
+bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err, size_t errlen)
+{
+	const char *p = text, *end = text + len;
+	*out = (bf_snapshot){0};
+	size_t cap = 0;
+	if (!snap_xid(&p, end, &out->xmin) || p == end || *p++ != ':' || !snap_xid(&p, end, &out->xmax) ||
+	    p == end || *p++ != ':')
+		goto bad;
+	while (p < end) {
+		if (out->nxip == cap) {
+			cap = cap ? 2 * cap : 8;
+			out->xip = xrealloc(out->xip, cap * sizeof(*out->xip));
+		}
+		if (!snap_xid(&p, end, &out->xip[out->nxip++]))
+			goto bad;
+		if (p < end && *p++ != ',')
+			goto bad;
+		if (p == end && p[-1] == ',')
+			goto bad;
+	}
+	return true;
+bad:
+	bf_snapshot_free(out);
+	return errf(err, errlen, "malformed snapshot '%.*s'", len > 64 ? 64 : (int)len, text);
+}
+
+void bf_snapshot_free(bf_snapshot *s)
+{
+	free(s->xip);
+	*s = (bf_snapshot){0};
+}
+
+bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid)
+{
+	if (xid_precedes(xid, s->xmin))
+		return true;
+	if (!xid_precedes(xid, s->xmax))
+		return false;
+	for (size_t i = 0; i < s->nxip; i++)
+		if (s->xip[i] == xid)
+			return false;
+	return true;
+}
+
+/* ---- the window ---- */
+
+bf_window *bfw_new(size_t max_bytes)
+{
+	bf_window *w = xcalloc(1, sizeof(*w));
+	w->max_bytes = max_bytes;
+	w->mem = arena_new(64 * 1024);
+	return w;
+}
+
+static void forget_chunk(bf_window *w)
+{
+	arena_reset(w->mem);
+	free(w->nonce);
+	w->nonce = NULL;
+	w->nrows = w->ndropped = w->bytes = 0;
+	free(w->keys);
+	w->keys = NULL;
+	w->nkeys = w->keycap = 0;
+	w->drop_all = false;
+	w->retry = BFW_RETRY_NONE;
+	bf_snapshot_free(&w->snap);
+	w->has_snap = false;
+	w->state = BFW_IDLE;
+}
+
+void bfw_free(bf_window *w)
+{
+	if (!w)
+		return;
+	forget_chunk(w);
+	arena_free(w->mem);
+	free(w->rows);
+	free(w->recent);
+	free(w);
+}
+
+void bfw_begin(bf_window *w, const char *nonce)
+{
+	forget_chunk(w);
+	w->nonce = xstrdup(nonce);
+	w->state = BFW_ARMED;
+}
+
+void bfw_reset(bf_window *w)
+{
+	forget_chunk(w);
+}
+
+const char *bfw_nonce(const bf_window *w)
+{
+	return w->state == BFW_IDLE ? NULL : w->nonce;
+}
+
+static uint8_t *copy_in(bf_window *w, const void *p, size_t n)
+{
+	w->bytes += n;
+	return memcpy(arena_alloc(w->mem, n ? n : 1), p, n);
+}
+
+bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)
+{
+	/* The first row always fits: a chunk of one row must be possible whatever its size. */
+	if (w->nrows && w->bytes + keylen + rowlen > w->max_bytes)
+		return false;
+	if (w->nrows == w->rowcap) {
+		w->rowcap = w->rowcap ? 2 * w->rowcap : 256;
+		w->rows = xrealloc(w->rows, w->rowcap * sizeof(*w->rows));
+	}
+	w->rows[w->nrows++] = (bfw_rowent){.key = copy_in(w, key, keylen),
+					   .row = copy_in(w, row, rowlen),
+					   .keylen = (uint32_t)keylen,
+					   .rowlen = (uint32_t)rowlen};
+	return true;
+}
+
+void bfw_set_snapshot(bf_window *w, bf_snapshot *s)
+{
+	bf_snapshot_free(&w->snap);
+	w->snap = *s;
+	w->has_snap = true;
+	*s = (bf_snapshot){0};
+}
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+	const uint8_t *s = p;
+	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ s[i]) * 0x100000001b3u;
+	return h;
+}
+
+static bfw_keyent *key_slot(bfw_keyent *keys, size_t cap, uint64_t h, const void *key, size_t len)
+{
+	for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+		bfw_keyent *e = &keys[i];
+		if (!e->key || (e->hash == h && e->len == len && memcmp(e->key, key, len) == 0))
+			return e;
+	}
+}
+
+static bool key_seen(const bf_window *w, const void *key, size_t len)
+{
+	return w->keycap && key_slot(w->keys, w->keycap, hash_bytes(key, len), key, len)->key;
+}
+
+static void key_add(bf_window *w, const void *key, size_t len)
+{
+	if (w->retry)
+		return;
+	if (2 * (w->nkeys + 1) > w->keycap) {
+		size_t cap = w->keycap ? 2 * w->keycap : 64;
+		bfw_keyent *keys = xcalloc(cap, sizeof(*keys));
+		for (size_t i = 0; i < w->keycap; i++)
+			if (w->keys[i].key)
+				*key_slot(keys, cap, w->keys[i].hash, w->keys[i].key, w->keys[i].len) =
+				    w->keys[i];
+		free(w->keys);
+		w->keys = keys;
+		w->keycap = cap;
+	}
+	uint64_t h = hash_bytes(key, len);
+	bfw_keyent *e = key_slot(w->keys, w->keycap, h, key, len);
+	if (e->key)
+		return;
+	if (w->bytes + len > w->max_bytes) {
+		w->retry = BFW_RETRY_MEMORY;
+		return;
+	}
+	*e = (bfw_keyent){.hash = h, .key = copy_in(w, key, len), .len = (uint32_t)len};
+	w->nkeys++;
+}
+
+static void recent_add(bf_window *w, uint32_t xid)
+{
+	if (w->nrecent && w->recent[w->nrecent - 1] == xid)
+		return;
+	if (!w->recent)
+		w->recent = xmalloc(BFW_MAX_RECENT * sizeof(*w->recent));
+	if (w->nrecent == BFW_MAX_RECENT) {
+		/* Forget the older half at once, remembering the newest xid forgotten. */
+		size_t half = BFW_MAX_RECENT / 2;
+		for (size_t i = 0; i < half; i++)
+			if (!w->lost || xid_precedes(w->lost_max, w->recent[i])) {
+				w->lost_max = w->recent[i];
+				w->lost = true;
+			}
+		memmove(w->recent, w->recent + half, (w->nrecent - half) * sizeof(*w->recent));
+		w->nrecent -= half;
+		w->before_low = w->before_low > half ? w->before_low - half : 0;
+	}
+	w->recent[w->nrecent++] = xid;
+}
+
+void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
+		bool whole)
+{
+	recent_add(w, xid);
+	if (w->state != BFW_OPEN)
+		return;
+	if (!key || !whole) {
+		w->retry = w->retry ? w->retry : BFW_RETRY_UNKEYED;
+		return;
+	}
+	key_add(w, key, keylen);
+	if (key2 && (key2len != keylen || memcmp(key, key2, keylen) != 0))
+		key_add(w, key2, key2len);
+}
+
+void bfw_truncate(bf_window *w, uint32_t xid)
+{
+	recent_add(w, xid);
+	if (w->state == BFW_OPEN)
+		w->drop_all = true;
+}
+
+/* At the high watermark: did a commit reach the stream before the low watermark while the
+ * snapshot still saw its transaction in progress? Then the chunk may hold a row's older version
+ * than the stream delivered, with no change inside the window to drop it by. Afterwards only the
+ * commits the snapshot did not see are kept: every later snapshot sees the others. */
+static bool snapshot_race(bf_window *w)
+{
+	if (!w->has_snap)
+		return false;
+	bool race = w->lost && !xid_precedes(w->lost_max, w->snap.xmin);
+	for (size_t i = 0; i < w->before_low && !race; i++)
+		race = !bf_snapshot_sees(&w->snap, w->recent[i]);
+	size_t keep = 0;
+	for (size_t i = 0; i < w->nrecent; i++)
+		if (!bf_snapshot_sees(&w->snap, w->recent[i]))
+			w->recent[keep++] = w->recent[i];
+	w->nrecent = keep;
+	if (!race)
+		w->lost = false;
+	return race;
+}
+
+bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high)
+{
+	if (w->state == BFW_IDLE || w->state == BFW_DONE || strcmp(nonce, w->nonce) != 0)
+		return BFW_FOREIGN;
+	if (!high) {
+		if (w->state != BFW_ARMED)
+			return BFW_FOREIGN; /* a low watermark delivered twice */
+		w->state = BFW_OPEN;
+		w->before_low = w->nrecent;
+		return BFW_OPENED;
+	}
+	if (w->state == BFW_ARMED)
+		w->retry = BFW_RETRY_NO_LOW;
+	w->state = BFW_DONE;
+	if (snapshot_race(w) && !w->retry)
+		w->retry = BFW_RETRY_SNAPSHOT;
+	w->before_low = 0;
+	if (w->retry)
+		return BFW_RETRY;
+	for (size_t i = 0; i < w->nrows; i++) {
+		bfw_rowent *r = &w->rows[i];
+		r->dropped = w->drop_all || key_seen(w, r->key, r->keylen);
+		w->ndropped += r->dropped;
+	}
+	return BFW_CLOSED;
+}
+
+size_t bfw_rows(const bf_window *w)
+{
+	return w->nrows;
+}
+
+void bfw_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped)
+{
+	*row = w->rows[i].row;
+	*rowlen = w->rows[i].rowlen;
+	*dropped = w->rows[i].dropped;
+}
+
+size_t bfw_dropped(const bf_window *w)
+{
+	return w->ndropped;
+}
+
+const void *bfw_last_key(const bf_window *w, size_t *len)
+{
+	if (!w->nrows)
+		return NULL;
+	*len = w->rows[w->nrows - 1].keylen;
+	return w->rows[w->nrows - 1].key;
+}
+
+size_t bfw_bytes(const bf_window *w)
+{
+	return w->bytes;
+}
+
+bfw_retry bfw_retry_reason(const bf_window *w)
+{
+	return w->retry;
+}
+
+const char *bfw_retry_name(bfw_retry r)
+{
+	static const char *const names[] = {
+	    [BFW_RETRY_NONE] = "none",
+	    [BFW_RETRY_MEMORY] = "the chunk's rows and changed keys passed the memory cap",
+	    [BFW_RETRY_UNKEYED] = "a change without its key or whole row",
+	    [BFW_RETRY_SNAPSHOT] = "a commit before the low watermark that the chunk's snapshot did not see",
+	    [BFW_RETRY_NO_LOW] = "the high watermark without the low one",
+	};
+	return r <= BFW_RETRY_NO_LOW ? names[r] : "unknown";
+}

@@ -1,0 +1,106 @@
+/* window.h: the watermark rule of one backfill chunk (DBLog): holds the rows a chunk's SELECT read,
+ * records the keys of the table's changes the stream delivers between the chunk's low and high
+ * watermarks, and at the high watermark yields the rows whose key no such change touched, in the
+ * order they were read. Pure: no libpq, no clock; memory bounded by the caller. */
+#ifndef CDC_BACKFILL_WINDOW_H
+#define CDC_BACKFILL_WINDOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decoder/util.h"
+
+/* One column value in PostgreSQL's text form, as both the chunk's SELECT and pgoutput send it. */
+typedef struct bf_datum {
+	const char *data;
+	int32_t len; /* -1: NULL; BF_ABSENT: no value sent (unchanged TOAST) */
+} bf_datum;
+#define BF_ABSENT (-2)
+
+/* Key and row bytes: per datum a 4-byte big-endian length (0xFFFFFFFF for NULL, 0xFFFFFFFE for no
+ * value), then the bytes.
+ * The same values encode to the same bytes wherever they came from, so a change's key compares
+ * with a read row's key by memcmp. */
+void bf_encode(buf *out, const bf_datum *d, size_t n);
+/* Splits bytes made by bf_encode into n datums pointing into p. False if they do not hold n. */
+bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n) CDC_MUST_CHECK;
+
+/* The snapshot a chunk's SELECT ran under (pg_current_snapshot(): "xmin:xmax:xip,..."), xids cut
+ * to the 32 bits the stream carries. */
+typedef struct bf_snapshot {
+	uint32_t xmin, xmax;
+	uint32_t *xip; /* owned */
+	size_t nxip;
+} bf_snapshot;
+
+bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err,
+		       size_t errlen) CDC_MUST_CHECK;
+void bf_snapshot_free(bf_snapshot *s);
+/* Whether a committed transaction's changes are visible under s. */
+bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid);
+
+/* What a watermark did to the window. */
+typedef enum bfw_mark {
+	BFW_FOREIGN, /* not this chunk's (another nonce, a replay from before a crash): ignored */
+	BFW_OPENED,  /* this chunk's low: changes count from here */
+	BFW_CLOSED,  /* this chunk's high: the surviving rows are ready (bfw_row) */
+	BFW_RETRY,   /* this chunk's high, but its rows cannot be trusted: read the chunk again */
+} bfw_mark;
+
+/* Why a closed window asks for the chunk again (bfw_retry_reason). */
+typedef enum bfw_retry {
+	BFW_RETRY_NONE,
+	BFW_RETRY_MEMORY,   /* the rows and changed keys outgrew max_bytes */
+	BFW_RETRY_UNKEYED,  /* a change whose key or whole row the stream did not carry */
+	BFW_RETRY_SNAPSHOT, /* a transaction delivered before the low watermark that the chunk's
+			     * snapshot did not see yet (its commit was still in flight) */
+	BFW_RETRY_NO_LOW,   /* the high watermark came without the low one */
+} bfw_retry;
+
+typedef struct bf_window bf_window;
+
+/* max_bytes bounds the rows and changed keys of one chunk together. */
+bf_window *bfw_new(size_t max_bytes);
+void bfw_free(bf_window *w);
+
+/* Starts a chunk: forgets the previous chunk's rows and keys and waits for the low watermark of
+ * nonce (copied). The record of recent commits (see bfw_change) stays. */
+void bfw_begin(bf_window *w, const char *nonce);
+/* Forgets the chunk in progress (cancel, a failed statement): its watermarks become foreign. */
+void bfw_reset(bf_window *w);
+/* The nonce of the chunk in progress, or NULL. */
+const char *bfw_nonce(const bf_window *w);
+
+/* A row the chunk's SELECT read, in key order; key and row bytes from bf_encode (copied). False
+ * when it would pass max_bytes and the window holds a row already: read a smaller chunk. */
+bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen) CDC_MUST_CHECK;
+/* The snapshot the SELECT ran under (takes ownership). Without one no snapshot check is made. */
+void bfw_set_snapshot(bf_window *w, bf_snapshot *s);
+
+/* A watermark of the chunk's backfill: nonce and whether it is the high one. */
+bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high);
+
+/* A change of the table delivered by the stream (at its transaction's commit), by top-level
+ * transaction xid. key: the row's key (bf_encode) before and, with key2 (may be NULL), after the
+ * change. key NULL or whole false (the change lacks a column's value, e.g. unchanged TOAST): the
+ * window cannot tell which row it touched, or the row's new version is not all in the stream,
+ * so a chunk open now is read again. */
+void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
+		bool whole);
+/* A truncate of the table delivered by the stream: every row of an open chunk is dropped. */
+void bfw_truncate(bf_window *w, uint32_t xid);
+
+/* After BFW_CLOSED: the rows read, and row i in read order with whether the rule dropped it. */
+size_t bfw_rows(const bf_window *w);
+void bfw_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped);
+size_t bfw_dropped(const bf_window *w);
+/* The key of the last row read (the next chunk's cursor), or NULL if none. */
+const void *bfw_last_key(const bf_window *w, size_t *len);
+/* Bytes of rows held in the chunk in progress. */
+size_t bfw_bytes(const bf_window *w);
+/* After BFW_RETRY: why. */
+bfw_retry bfw_retry_reason(const bf_window *w);
+const char *bfw_retry_name(bfw_retry r);
+
+#endif

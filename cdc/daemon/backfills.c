@@ -1,0 +1,214 @@
+/* backfills.c: `cdc run`'s side of backfills (cdc/backfill): the set of backfills kept in state_dir
+ * and their reader connection, the `snapshot: true` subscriptions seen for the first time, the
+ * control requests (POST /subscriptions/NAME/backfill, DELETE .../backfill/ID), the durable
+ * position handed on, and GET /backfills. The stream's side is the pipeline's. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cdc/backfill/request.h"
+#include "cdc/daemon/sidecar.h"
+#include "decoder/json.h"
+#include "decoder/log.h"
+
+#define BACKFILL_FILE "backfills.json"
+
+static bf_settings settings_of(const cfg *c)
+{
+	return (bf_settings){.chunk_ms = c->backfill.chunk_time_ms,
+			     .min_rows = c->backfill.min_rows,
+			     .max_rows = c->backfill.max_rows,
+			     .max_bytes = c->backfill.max_bytes,
+			     .rate = c->backfill.rate_limit,
+			     .tables = c->backfill.tables,
+			     .publication = c->source.publication};
+}
+
+static bf_now now(void)
+{
+	return (bf_now){.ms = now_ms(), .wall_ms = wall_ms()};
+}
+
+/* Queues a backfill of s: every table, or those of req. */
+static bool queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
+		  char id[BF_ID_SIZE], char *err, size_t errlen)
+{
+	bf_request r = {.subscription = s->name,
+			.sub_tables = (const char *const *)s->tables.v,
+			.nsub_tables = s->tables.n,
+			.tables = req ? (const char *const *)req->tables : NULL,
+			.ntables = req ? req->ntables : 0,
+			.sub_where = s->where,
+			.where = req ? req->where : NULL,
+			.snapshot = snapshot};
+	if (!backfill_add(d->bf, &r, now(), id, err, errlen))
+		return false;
+	log_info("backfill queued", "subscription=%s backfill=%s snapshot=%s", s->name, id,
+		 snapshot ? "true" : "false");
+	bf_reader_kick(d->bf_reader);
+	return true;
+}
+
+/* `snapshot: true` subscriptions without their snapshot yet: first seen. */
+static void snapshots(sidecar *d)
+{
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {
+		const cfg_subscription *s = &d->cfg->subs[i];
+		char id[BF_ID_SIZE];
+		if (s->snapshot && !backfill_has_snapshot(d->bf, s->name) &&
+		    !queue(d, s, NULL, true, id, d->err, sizeof(d->err)))
+			log_warn("cannot queue the subscription's snapshot", "subscription=%s error=\"%s\"",
+				 s->name, d->err);
+	}
+}
+
+bool backfills_init(sidecar *d)
+{
+	uint64_t seed;
+	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+		seed = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/" BACKFILL_FILE, d->cfg->state_dir);
+	bf_settings s = settings_of(d->cfg);
+	d->bf = backfill_set_new(&s, path, seed);
+	if (!backfill_set_load(d->bf, d->err, sizeof(d->err))) {
+		log_error("cannot use the backfills' state", "error=\"%s\"", d->err);
+		return false;
+	}
+	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf);
+	pipeline_set_backfills(d->pipe, d->bf);
+	snapshots(d);
+	return true;
+}
+
+void backfills_free(sidecar *d)
+{
+	bf_reader_free(d->bf_reader);
+	backfill_set_free(d->bf);
+	d->bf_reader = NULL;
+	d->bf = NULL;
+}
+
+void backfills_reloaded(sidecar *d, const cfg *old)
+{
+	bf_settings s = settings_of(d->cfg);
+	backfill_set_settings(d->bf, &s);
+	for (size_t i = 0; i < old->nsubs; i++)
+		if (!cfg_find_subscription(d->cfg, old->subs[i].name) &&
+		    !backfill_forget(d->bf, old->subs[i].name, d->err, sizeof(d->err)))
+			log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"",
+				 d->err);
+	snapshots(d);
+}
+
+void backfills_delivered(sidecar *d, uint64_t flushed)
+{
+	char err[512];
+	bool ok = backfill_delivered(d->bf, flushed, now(), err, sizeof(err));
+	if (!ok && !d->bf_warned)
+		log_warn("cannot record the backfills' progress; retrying", "error=\"%s\"", err);
+	d->bf_warned = !ok;
+	bf_reader_kick(d->bf_reader);
+}
+
+void backfills_restart(sidecar *d)
+{
+	backfill_restart(d->bf);
+	bf_reader_kick(d->bf_reader);
+}
+
+void backfills_kick(sidecar *d)
+{
+	bf_reader_kick(d->bf_reader);
+}
+
+void backfills_publish(sidecar *d)
+{
+	report_backfill *rows = NULL;
+	buf b = {0};
+	backfills_report(d, &rows, &b);
+	free(rows);
+	buf_free(&b);
+}
+
+size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
+{
+	*rows = NULL;
+	if (!d->bf)
+		return 0;
+	bf_now t = now();
+	size_t n = 0;
+	for (size_t i = 0; i < backfill_count(d->bf); i++) {
+		bf_info f;
+		backfill_info(d->bf, i, t, &f);
+		*rows = xrealloc(*rows, (n + f.ntables + 1) * sizeof(**rows));
+		for (size_t k = 0; k < f.ntables; k++) {
+			bf_table_info ti;
+			backfill_table_info(d->bf, i, k, t, &ti);
+			(*rows)[n++] = (report_backfill){.subscription = f.subscription,
+							 .id = f.id,
+							 .schema = ti.schema,
+							 .table = ti.table,
+							 .state = bf_state_name(ti.state),
+							 .read = ti.p.read,
+							 .emitted = ti.p.emitted,
+							 .dropped = ti.p.dropped,
+							 .estimate = ti.p.estimate};
+		}
+	}
+	backfill_json(d->bf, json, NULL, t);
+	buf_putc(json, '\n');
+	status_publish_backfills(d->status, json->data);
+	json->data[--json->len] = '\0';
+	return n;
+}
+
+/* {"id":...,"subscription":...,"state":...}. GET /backfills is published first: a client that
+ * asks for it right after the answer finds the backfill there. */
+static void answer_backfill(sidecar *d, status_request *req, const char *id, const char *what)
+{
+	buf b = {0};
+	bool first = true;
+	buf_putc(&b, '{');
+	json_key_str(&b, &first, "id", id);
+	json_key_str(&b, &first, "subscription", req->name);
+	json_key_str(&b, &first, "state", what);
+	buf_puts(&b, "}\n");
+	status_answer(d->status, req, 200, b.data);
+	buf_free(&b);
+}
+
+void backfills_on_control(sidecar *d, status_request *req)
+{
+	char err[512], id[BF_ID_SIZE];
+	const cfg_subscription *s = cfg_find_subscription(d->cfg, req->name);
+	if (!s) {
+		sidecar_answer_error(d, req, 404, "no such subscription", NULL);
+		return;
+	}
+	if (req->route == STATUS_ROUTE_BACKFILL_CANCEL) {
+		if (!backfill_cancel(d->bf, req->name, req->id, now(), err, sizeof(err))) {
+			sidecar_answer_error(d, req, 404, err, NULL);
+			return;
+		}
+		log_info("backfill cancelled", "subscription=%s backfill=%s", req->name, req->id);
+		backfills_publish(d);
+		answer_backfill(d, req, req->id, "cancelled");
+	} else {
+		bf_request_body body;
+		if (!bf_request_parse(req->body, req->body_len, &body, err, sizeof(err))) {
+			sidecar_answer_error(d, req, 400, err, NULL);
+			return;
+		}
+		bool ok = queue(d, s, &body, false, id, err, sizeof(err));
+		bf_request_free(&body);
+		if (!ok) {
+			sidecar_answer_error(d, req, 400, err, NULL);
+			return;
+		}
+		backfills_publish(d);
+		answer_backfill(d, req, id, "queued");
+	}
+}

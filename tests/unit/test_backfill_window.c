@@ -1,0 +1,274 @@
+/* test_backfill_window.c: the watermark rule of a backfill chunk (cdc/backfill/window.c), driven by
+ * scripts of rows, watermarks and changes in stream order, and the key/row encoding and snapshot
+ * parsing it relies on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/backfill/window.h"
+#include "test.h"
+
+/* A key of one text column. */
+static void key_of(buf *b, const char *k, size_t n)
+{
+	bf_datum d = {.data = k, .len = (int32_t)n};
+	buf_reset(b);
+	bf_encode(b, &d, 1);
+}
+
+/* Runs a script against a window begun with nonce "n1"; tokens separated by spaces:
+ *   Rk       the SELECT read the row of key k
+ *   L / Lx   the low watermark of n1 / of the foreign nonce x
+ *   H / Hx   the high watermark of n1 / of x
+ *   Ck@x     a change of key k committed by xid x (@x optional: xid 100)
+ *   Mk>j@x   a change moving key k to j
+ *   Uk@x     a change of key k lacking a column (unchanged TOAST)
+ *   N@x      a change without a key
+ *   T@x      a truncate
+ *   Pxmin:xmax:xip  the SELECT's snapshot
+ *   B        a new chunk (n1 again) on the same window
+ * Returns the mark of the last watermark; *out gets the surviving keys, space-separated. */
+static bfw_mark run(bf_window *w, const char *script, char *out, size_t outlen)
+{
+	char *copy = strdup(script), *save = NULL;
+	bfw_mark last = BFW_FOREIGN;
+	buf k = {0}, k2 = {0};
+	bfw_begin(w, "n1");
+	for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+		char *at = strchr(t, '@');
+		uint32_t xid = at ? (uint32_t)strtoul(at + 1, NULL, 10) : 100;
+		size_t n = at ? (size_t)(at - t) - 1 : strlen(t) - 1;
+		char *gt = memchr(t + 1, '>', n);
+		switch (t[0]) {
+		case 'R': {
+			char row[64];
+			snprintf(row, sizeof(row), "row-%.*s", (int)n, t + 1);
+			bf_datum d = {.data = row, .len = (int32_t)strlen(row)};
+			buf r = {0};
+			bf_encode(&r, &d, 1);
+			key_of(&k, t + 1, n);
+			CHECK(bfw_add_row(w, k.data, k.len, r.data, r.len));
+			buf_free(&r);
+			break;
+		}
+		case 'L':
+		case 'H':
+			last = bfw_watermark(w, n ? t + 1 : "n1", t[0] == 'H');
+			break;
+		case 'C':
+		case 'U':
+			key_of(&k, t + 1, n);
+			bfw_change(w, xid, k.data, k.len, NULL, 0, t[0] == 'C');
+			break;
+		case 'M':
+			key_of(&k, t + 1, (size_t)(gt - t - 1));
+			key_of(&k2, gt + 1, n - (size_t)(gt - t));
+			bfw_change(w, xid, k.data, k.len, k2.data, k2.len, true);
+			break;
+		case 'N':
+			bfw_change(w, xid, NULL, 0, NULL, 0, true);
+			break;
+		case 'T':
+			bfw_truncate(w, xid);
+			break;
+		case 'P': {
+			bf_snapshot s;
+			char err[128];
+			CHECK(bf_snapshot_parse(t + 1, strlen(t + 1), &s, err, sizeof(err)));
+			bfw_set_snapshot(w, &s);
+			break;
+		}
+		case 'B':
+			bfw_begin(w, "n1");
+			break;
+		}
+	}
+	out[0] = '\0';
+	if (last == BFW_CLOSED) {
+		for (size_t i = 0; i < bfw_rows(w); i++) {
+			const void *row;
+			size_t len;
+			bool dropped;
+			bfw_row(w, i, &row, &len, &dropped);
+			bf_datum d;
+			CHECK(bf_decode(row, len, &d, 1));
+			if (!dropped)
+				snprintf(out + strlen(out), outlen - strlen(out), "%s%.*s", out[0] ? " " : "",
+					 d.len - 4, d.data + 4);
+		}
+	}
+	buf_free(&k);
+	buf_free(&k2);
+	free(copy);
+	return last;
+}
+
+static void test_rule(void)
+{
+	static const struct {
+		const char *script;
+		bfw_mark mark;
+		const char *survivors;
+		bfw_retry why;
+	} cases[] = {
+	    /* nothing changed: every row, in read order */
+	    {"R1 R2 R3 L H", BFW_CLOSED, "1 2 3"},
+	    /* changes before the low watermark and after the high one do not drop */
+	    {"C2 R1 R2 R3 L H C3", BFW_CLOSED, "1 2 3"},
+	    {"R1 R2 L H C1", BFW_CLOSED, "1 2"},
+	    /* a change between the watermarks drops its row, whether the rows came before or after it */
+	    {"R1 R2 R3 L C2 H", BFW_CLOSED, "1 3"},
+	    {"L C2 R1 R2 R3 H", BFW_CLOSED, "1 3"},
+	    {"L R1 C3 R2 R3 H", BFW_CLOSED, "1 2"},
+	    /* a key changed twice, and changes of keys the chunk does not hold */
+	    {"R1 R2 L C2@101 C2@102 C9 H", BFW_CLOSED, "1"},
+	    /* a key change drops both the old and the new key */
+	    {"R1 R2 R3 L M1>3 H", BFW_CLOSED, "2"},
+	    {"R1 R2 L M7>2 H", BFW_CLOSED, "1"},
+	    /* a streamed transaction counts at its commit: a commit inside the window drops, the same
+	     * transaction's commit after the high watermark does not (its changes came before) */
+	    {"R1 R2 L C1@500 H", BFW_CLOSED, "2"},
+	    {"R1 R2 L H C1@500", BFW_CLOSED, "1 2"},
+	    /* watermarks of other chunks are ignored: no window opens or closes */
+	    {"R1 R2 Lold Cx Hold C1", BFW_FOREIGN, ""},
+	    {"R1 R2 Lold L C1 Hold H", BFW_CLOSED, "2"},
+	    {"R1 R2 L Lold C1 H", BFW_CLOSED, "2"},
+	    /* a truncate inside the window drops everything, outside nothing */
+	    {"R1 R2 L T H", BFW_CLOSED, ""},
+	    {"T R1 R2 L H", BFW_CLOSED, "1 2"},
+	    /* a change the window cannot key, or lacking a column, makes the chunk be read again */
+	    {"R1 R2 L N H", BFW_RETRY, "", BFW_RETRY_UNKEYED},
+	    {"R1 R2 L U1 H", BFW_RETRY, "", BFW_RETRY_UNKEYED},
+	    {"N R1 R2 L H U1", BFW_CLOSED, "1 2"},
+	    /* the high watermark without the low one */
+	    {"R1 H", BFW_RETRY, "", BFW_RETRY_NO_LOW},
+	    /* an empty chunk */
+	    {"L H", BFW_CLOSED, ""},
+	    /* the snapshot race: xid 150 reached the stream before the low watermark but the
+	     * snapshot (xmin 140, xmax 160, 150 in progress) did not see it */
+	    {"C1@150 R1 R2 P140:160:150 L H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
+	    {"C1@150 R1 R2 P140:160: L H", BFW_CLOSED, "1 2"},
+	    {"C1@150 R1 R2 P151:160: L H", BFW_CLOSED, "1 2"},
+	    {"C1@150 R1 R2 P140:150: L H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
+	    /* ... inside the window it is an ordinary change: its row is dropped */
+	    {"R1 R2 P140:160:150 L C1@150 H", BFW_CLOSED, "2"},
+	    /* a commit the previous chunk's snapshot did not see is checked again by the next one */
+	    {"R1 P140:160:150 L C1@150 H B R2 P140:160:150 L H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
+	    {"R1 P140:160:150 L C1@150 H B R2 P151:160: L H", BFW_CLOSED, "2"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bf_window *w = bfw_new(1 << 20);
+		char got[256];
+		bfw_mark m = run(w, cases[i].script, got, sizeof(got));
+		if (m != cases[i].mark)
+			fprintf(stderr, "case %zu: %s\n", i, cases[i].script);
+		CHECK_INT(m, cases[i].mark);
+		CHECK_STR(got, cases[i].survivors);
+		CHECK_INT(bfw_retry_reason(w), cases[i].why);
+		bfw_free(w);
+	}
+}
+
+/* The memory cap: rows past it are refused (the first always fits), changed keys past it make the
+ * chunk be read again. */
+static void test_memory(void)
+{
+	bf_window *w = bfw_new(40);
+	char got[256];
+	CHECK_INT(run(w, "R1 R2 L H", got, sizeof(got)), BFW_CLOSED);
+	CHECK_STR(got, "1 2");
+	CHECK_INT(bfw_bytes(w), 2 * (5 + 9));
+	buf k = {0};
+	key_of(&k, "3", 1);
+	CHECK(!bfw_add_row(w, k.data, k.len, "0123456789abc", 13));
+	bfw_begin(w, "n1");
+	CHECK(bfw_add_row(w, k.data, k.len, "a row far longer than the cap of forty bytes", 44));
+	CHECK_INT(run(w, "R1 L C5 C6 C7 C8 C9 Ca Cb H", got, sizeof(got)), BFW_RETRY);
+	CHECK_INT(bfw_retry_reason(w), BFW_RETRY_MEMORY);
+	buf_free(&k);
+	bfw_free(w);
+}
+
+static void test_reset(void)
+{
+	bf_window *w = bfw_new(1 << 20);
+	char got[256];
+	bfw_begin(w, "n1");
+	CHECK_STR(bfw_nonce(w), "n1");
+	bfw_reset(w);
+	CHECK(bfw_nonce(w) == NULL);
+	CHECK_INT(bfw_watermark(w, "n1", false), BFW_FOREIGN);
+	CHECK_INT(bfw_watermark(w, "n1", true), BFW_FOREIGN);
+	/* a closed window ignores its own watermarks replayed */
+	CHECK_INT(run(w, "R1 L H", got, sizeof(got)), BFW_CLOSED);
+	CHECK_INT(bfw_watermark(w, "n1", true), BFW_FOREIGN);
+	size_t len;
+	const void *last = bfw_last_key(w, &len);
+	bf_datum d;
+	CHECK(last && bf_decode(last, len, &d, 1) && d.len == 1 && d.data[0] == '1');
+	bfw_free(w);
+}
+
+static void test_encoding(void)
+{
+	bf_datum in[] = {{"abc", 3}, {NULL, -1}, {"", 0}}, out[3];
+	buf b = {0};
+	bf_encode(&b, in, 3);
+	CHECK_INT(b.len, 4 + 3 + 4 + 4);
+	CHECK(memcmp(b.data, "\0\0\0\3abc\377\377\377\377\0\0\0\0", b.len) == 0);
+	CHECK(bf_decode(b.data, b.len, out, 3));
+	CHECK(out[0].len == 3 && memcmp(out[0].data, "abc", 3) == 0 && out[1].len == -1 && out[2].len == 0);
+	CHECK(!bf_decode(b.data, b.len, out, 2));     /* bytes left over */
+	CHECK(!bf_decode(b.data, b.len - 1, out, 3)); /* cut short */
+	CHECK(!bf_decode(b.data, 6, out, 1));
+	buf_free(&b);
+
+	static const struct {
+		const char *text;
+		bool ok;
+		uint32_t xmin, xmax;
+		size_t nxip;
+	} snaps[] = {
+	    {"740:745:740,742", true, 740, 745, 2},
+	    {"740:740:", true, 740, 740, 0},
+	    {"4294967396:4294967400:4294967397", true, 100, 104, 1}, /* an epoch past the first */
+	    {"740:745", false},
+	    {"740:745:740,", false},
+	    {"x:745:", false},
+	    {"740::", false},
+	    {"99999999999999999999:1:", false},
+	};
+	for (size_t i = 0; i < sizeof(snaps) / sizeof(snaps[0]); i++) {
+		bf_snapshot s;
+		char err[128];
+		bool ok = bf_snapshot_parse(snaps[i].text, strlen(snaps[i].text), &s, err, sizeof(err));
+		CHECK_INT(ok, snaps[i].ok);
+		if (ok) {
+			CHECK_INT(s.xmin, snaps[i].xmin);
+			CHECK_INT(s.xmax, snaps[i].xmax);
+			CHECK_INT(s.nxip, snaps[i].nxip);
+		} else {
+			CHECK(strstr(err, "malformed snapshot") != NULL);
+		}
+		bf_snapshot_free(&s);
+	}
+	/* visibility, across the wrap of 32-bit xids */
+	bf_snapshot s;
+	char err[128];
+	CHECK(bf_snapshot_parse("4294967290:4294967300:4294967295", 32, &s, err, sizeof(err)));
+	CHECK(bf_snapshot_sees(&s, 4294967280u));
+	CHECK(bf_snapshot_sees(&s, 4294967294u));
+	CHECK(!bf_snapshot_sees(&s, 4294967295u));
+	CHECK(bf_snapshot_sees(&s, 2));
+	CHECK(!bf_snapshot_sees(&s, 4));
+	CHECK(!bf_snapshot_sees(&s, 5000));
+	bf_snapshot_free(&s);
+}
+
+int main(void)
+{
+	test_rule();
+	test_memory();
+	test_reset();
+	test_encoding();
+	return TEST_SUMMARY("test_backfill_window");
+}

@@ -4,8 +4,8 @@
 #ifndef CDC_EVENT_H
 #define CDC_EVENT_H
 
-#include "decoder/arena.h"
 #include "cdc/v1/event.pb-c.h"
+#include "decoder/arena.h"
 #include "decoder/pgoutput.h"
 
 /* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,

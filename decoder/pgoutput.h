@@ -55,7 +55,7 @@ typedef enum pgo_datum_kind {
 
 typedef struct pgo_datum {
 	pgo_datum_kind kind;
-	uint32_t len;     /* PGO_TEXT, PGO_BINARY */
+	uint32_t len;	  /* PGO_TEXT, PGO_BINARY */
 	const char *data; /* points into the message; not NUL-terminated */
 } pgo_datum;
 
@@ -65,7 +65,7 @@ typedef struct pgo_tuple {
 } pgo_tuple;
 
 typedef struct pgo_relcol {
-	uint8_t flags;    /* 1: part of the replica identity key */
+	uint8_t flags;	  /* 1: part of the replica identity key */
 	const char *name; /* NUL-terminated, points into the message */
 	uint32_t type_oid;
 	int32_t typmod;
@@ -123,7 +123,7 @@ typedef struct pgo_msg {
 			bool first_segment;
 		} stream_start;
 		struct {
-			uint32_t subxid; /* == xid when the whole transaction aborted */
+			uint32_t subxid;     /* == xid when the whole transaction aborted */
 			bool has_abort_info; /* protocol 4 with parallel streaming */
 			pgo_lsn abort_lsn;
 			int64_t abort_time;
@@ -159,8 +159,8 @@ typedef struct pgo_options {
  * Relation, Type, Insert, Update, Delete, Truncate and Message carry a leading xid.
  * On error returns false and writes "<Type> message at offset N: what is wrong" to err.
  * The message must outlive every pointer in *out. */
-bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_stream,
-	       pgo_msg *out, char *err, size_t errlen) CDC_MUST_CHECK;
+bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_stream, pgo_msg *out,
+	       char *err, size_t errlen) CDC_MUST_CHECK;
 
 uint32_t pgo_truncate_relid(const pgo_msg *m, uint32_t i);
 
@@ -171,7 +171,7 @@ typedef struct pgo_rel {
 	char replident;
 	uint16_t ncols;
 	pgo_relcol *cols; /* names owned by the entry */
-	uint16_t nkeys;   /* columns with flags & 1 */
+	uint16_t nkeys;	  /* columns with flags & 1 */
 	/* Bumped each time the entry is replaced, so callers can cache per-relation work. */
 	uint64_t version;
 } pgo_rel;

@@ -8,7 +8,7 @@
 
 typedef struct ring {
 	unsigned char *v;
-	size_t size;           /* of one element */
+	size_t size;	       /* of one element */
 	size_t head, len, cap; /* cap is 0 or a power of two */
 } ring;
 

@@ -306,10 +306,12 @@ static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 	if (!call_change(a, &info, m, lsn, &a->hold, err, errlen))
 		return false;
 	if (a->hold.len > UINT32_MAX)
-		return errf(err, errlen, "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
+		return errf(err, errlen,
+			    "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
 			    pgo_type_name(m->type), a->hold.len, t->xid);
 	put_be32(hdr, (uint32_t)a->hold.len);
-	return file_write(a, hdr, sizeof(hdr), err, errlen) && file_write(a, a->hold.data, a->hold.len, err, errlen);
+	return file_write(a, hdr, sizeof(hdr), err, errlen) &&
+	       file_write(a, a->hold.data, a->hold.len, err, errlen);
 }
 
 /* ---- replay ---- */

@@ -16,8 +16,8 @@ typedef struct txn_info {
 	pgo_lsn commit_lsn; /* commit record (or COMMIT PREPARED record) position */
 	pgo_lsn end_lsn;    /* end of that record: the position to confirm once delivered; 0 until known */
 	int64_t commit_time;
-	const char *origin; /* NULL if none */
-	const char *gid;    /* prepared transactions: the GID; else NULL */
+	const char *origin;  /* NULL if none */
+	const char *gid;     /* prepared transactions: the GID; else NULL */
 	uint64_t held_bytes; /* held transactions at begin(): the size of their records; else 0 */
 } txn_info;
 
@@ -34,28 +34,29 @@ typedef struct txn_handler {
 	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
 		       size_t errlen);
 	/* One record of a held transaction, in the order the changes arrived. */
-	bool (*replay)(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err, size_t errlen);
+	bool (*replay)(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err,
+		       size_t errlen);
 	bool (*commit)(void *ctx, const txn_info *t, char *err, size_t errlen);
 } txn_handler;
 
 typedef struct txn_stats {
-	uint64_t streamed_open;   /* streamed transactions being held */
-	uint64_t prepared_open;   /* prepared transactions being held */
-	uint64_t spilled_bytes;   /* bytes currently in spill files */
-	uint64_t aborted;         /* streamed or prepared transactions discarded */
+	uint64_t streamed_open; /* streamed transactions being held */
+	uint64_t prepared_open; /* prepared transactions being held */
+	uint64_t spilled_bytes; /* bytes currently in spill files */
+	uint64_t aborted;	/* streamed or prepared transactions discarded */
 } txn_stats;
 
 typedef struct txn_assembler txn_assembler;
 
 /* spill_dir must exist; stale spill files in it are removed (the slot will resend them). */
-txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc,
-		       const txn_handler *h, char *err, size_t errlen);
+txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc, const txn_handler *h,
+		       char *err, size_t errlen);
 void txn_free(txn_assembler *a);
 
 /* Feeds one XLogData payload received at WAL position lsn. Errors (malformed message, protocol
  * violation, handler failure, spill I/O) return false with a message naming what happened. */
-bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
-	CDC_MUST_CHECK;
+bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+	      size_t errlen) CDC_MUST_CHECK;
 
 /* True between Begin and Commit of a plain transaction or inside a stream block. */
 bool txn_in_progress(const txn_assembler *a);

@@ -12,7 +12,7 @@
 #include "decoder/util.h"
 
 #define FRAME_HEADER 4
-#define FRAME_MAX (16u * 1024 * 1024)          /* the largest message a client may send */
+#define FRAME_MAX (16u * 1024 * 1024)	       /* the largest message a client may send */
 #define FRAME_SERVER_MAX (1024u * 1024 * 1024) /* a Delivery of one event larger than FRAME_MAX */
 
 typedef enum frame_result { FRAME_OK, FRAME_MORE, FRAME_BAD } frame_result;

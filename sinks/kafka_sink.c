@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "decoder/log.h"
+#include "decoder/pgoutput.h"
 #include "decoder/ring.h"
 #include "sinks/pbwire.h"
-#include "decoder/pgoutput.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
  * in use; a transaction being delivered may still fill the rest. */
@@ -96,8 +96,8 @@ static void put_topic_part(buf *b, const char *s)
 {
 	for (; *s; s++) {
 		char c = *s;
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-			  c == '_' || c == '-';
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
 		buf_putc(b, ok ? c : '_');
 	}
 }
@@ -117,7 +117,11 @@ static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
 			buf_putc(b, *tmpl++);
 			continue;
 		}
-		const char *v = i == 0 ? e->schema : i == 1 ? e->table : i == 2 ? e->subscription : e->tag ? e->tag : "";
+		const char *v = i == 0	 ? e->schema
+				: i == 1 ? e->table
+				: i == 2 ? e->subscription
+				: e->tag ? e->tag
+					 : "";
 		put_topic_part(b, v);
 		tmpl += vars[i].len;
 	}
@@ -241,8 +245,8 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	/* cdc's defaults first; kafka.properties override them. */
 	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen) &&
-		  set(conf, "enable.idempotence", "true", err, errlen) && set(conf, "acks", "all", err, errlen) &&
-		  set(conf, "client.id", "cdc", err, errlen);
+		  set(conf, "enable.idempotence", "true", err, errlen) &&
+		  set(conf, "acks", "all", err, errlen) && set(conf, "client.id", "cdc", err, errlen);
 	bool gapless_set = false;
 	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
 		ok = set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
@@ -254,7 +258,8 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	 * rows: a row's versions would go backwards in its partition. */
 	char idem[16];
 	size_t idemlen = sizeof(idem);
-	if (ok && !gapless_set && rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
+	if (ok && !gapless_set &&
+	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
 	    strcmp(idem, "true") == 0)
 		ok = set(conf, "enable.gapless.guarantee", "true", err, errlen);
 	if (!ok) {
@@ -272,10 +277,11 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!k->rk) {
 		rd_kafka_conf_destroy(conf);
-		return errf(err, errlen,
-			    "cannot create the Kafka producer: %s (kafka.properties go to librdkafka as they are; "
-			    "its own messages above name the file or setting)",
-			    why);
+		return errf(
+		    err, errlen,
+		    "cannot create the Kafka producer: %s (kafka.properties go to librdkafka as they are; "
+		    "its own messages above name the file or setting)",
+		    why);
 	}
 	rd_kafka_queue_t *q = rd_kafka_queue_get_main(k->rk);
 	rd_kafka_queue_io_event_enable(q, k->pipe[1], "1", 1);
@@ -331,7 +337,8 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 	}
 	/* Only an update can move a row to another key: only then is the key before it packed too. */
 	bool update = e->op == CDC__V1__OP__OP_UPDATE;
-	size_t key_len = cdc__v1__key__get_packed_size(&key), prev_len = update ? cdc__v1__key__get_packed_size(&prev) : 0;
+	size_t key_len = cdc__v1__key__get_packed_size(&key),
+	       prev_len = update ? cdc__v1__key__get_packed_size(&prev) : 0;
 	buf keys = {0};
 	buf_reserve(&keys, key_len + prev_len);
 	keys.len = cdc__v1__key__pack(&key, (uint8_t *)keys.data);
@@ -339,16 +346,16 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 		keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
 	bool moved = update && (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
 	rendered r = {
-		.topic_len = (uint32_t)topic.len,
-		.key_len = (uint32_t)key_len,
-		.prev_key_len = moved ? (uint32_t)prev_len : 0,
-		.sub_len = (uint32_t)strlen(e->subscription),
-		.schema_len = (uint32_t)strlen(e->schema),
-		.table_len = (uint32_t)strlen(e->table),
-		.xid = e->xid,
-		.lsn = e->lsn,
-		.op = (uint8_t)e->op,
-		.tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
+	    .topic_len = (uint32_t)topic.len,
+	    .key_len = (uint32_t)key_len,
+	    .prev_key_len = moved ? (uint32_t)prev_len : 0,
+	    .sub_len = (uint32_t)strlen(e->subscription),
+	    .schema_len = (uint32_t)strlen(e->schema),
+	    .table_len = (uint32_t)strlen(e->table),
+	    .xid = e->xid,
+	    .lsn = e->lsn,
+	    .op = (uint8_t)e->op,
+	    .tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
 	};
 	size_t value_len = cdc__v1__event__get_packed_size(e);
 	buf_append(out, &r, sizeof(r));
@@ -370,10 +377,10 @@ static bool produce(kafka_sink *k, const char *topic, int32_t partition, const v
 {
 	for (;;) {
 		rd_kafka_resp_err_t err = rd_kafka_producev(
-			k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition), RD_KAFKA_V_KEY(key, key_len),
-			RD_KAFKA_V_VALUE((void *)value, value_len),
-			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-			RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
+		    k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+		    RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *)value, value_len),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+		    RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 			txn_entry(k, seq)->outstanding++;
 			k->stats.in_flight++;
@@ -413,7 +420,8 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	k->cur_events++;
 	for (size_t i = 0; i < k->ntables; i++)
 		if (strlen(k->tables[i].schema) == slen && strlen(k->tables[i].table) == tlen &&
-		    memcmp(k->tables[i].schema, schema, slen) == 0 && memcmp(k->tables[i].table, table, tlen) == 0) {
+		    memcmp(k->tables[i].schema, schema, slen) == 0 &&
+		    memcmp(k->tables[i].table, table, tlen) == 0) {
 			k->tables[i].events++;
 			return;
 		}
@@ -431,8 +439,8 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	t->events = 1;
 }
 
-static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
-			  uint64_t seq, char *err, size_t errlen)
+static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
+			  const sink_commit *c, uint64_t seq, char *err, size_t errlen)
 {
 	(void)subscription; /* the rendered event says all */
 	kafka_sink *k = (kafka_sink *)base;
@@ -442,8 +450,8 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 	if (len < sizeof(r))
 		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
-	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.prev_key_len + r.sub_len + r.schema_len +
-		       r.table_len;
+	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.prev_key_len + r.sub_len +
+		       r.schema_len + r.table_len;
 	if (fixed > len)
 		return errf(err, errlen, "kafka sink: rendered event is corrupt");
 	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *prev_key = key + r.key_len;
@@ -472,8 +480,8 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 		produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
 			headers(&r, sub, c->commit_lsn, "Event"), seq);
 	else if (r.tombstone)
-		produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0, headers(&r, sub, c->commit_lsn, "Event"),
-			seq);
+		produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0,
+			headers(&r, sub, c->commit_lsn, "Event"), seq);
 	return true;
 }
 
@@ -600,7 +608,8 @@ static char *dup_or_null(const char *s)
 	return s ? xstrdup(s) : NULL;
 }
 
-void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs)
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
+		     size_t nsubs)
 {
 	kafka_sink *k = (kafka_sink *)s;
 	free_settings(k);
@@ -609,7 +618,8 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 				       .transactions_topic = dup_or_null(settings->transactions_topic)};
 	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
 	for (size_t i = 0; i < settings->nproperties; i++)
-		props[i] = (kafka_property){xstrdup(settings->properties[i].key), xstrdup(settings->properties[i].value)};
+		props[i] = (kafka_property){xstrdup(settings->properties[i].key),
+					    xstrdup(settings->properties[i].value)};
 	k->set.properties = props;
 	k->nsubs = nsubs;
 	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
@@ -633,22 +643,22 @@ static void kafka_free(sink *base)
 }
 
 static const sink_ops kafka_ops = {
-	.name = "kafka",
-	.render = kafka_render,
-	.deliver = kafka_deliver,
-	.end_txn = kafka_end_txn,
-	.flush = kafka_flush,
-	.delivered = kafka_delivered,
-	.free = kafka_free,
-	.fd = kafka_fd,
-	.poll = kafka_poll,
-	.busy = kafka_busy,
-	.finish = kafka_finish,
-	.restart = kafka_restart,
+    .name = "kafka",
+    .render = kafka_render,
+    .deliver = kafka_deliver,
+    .end_txn = kafka_end_txn,
+    .flush = kafka_flush,
+    .delivered = kafka_delivered,
+    .free = kafka_free,
+    .fd = kafka_fd,
+    .poll = kafka_poll,
+    .busy = kafka_busy,
+    .finish = kafka_finish,
+    .restart = kafka_restart,
 };
 
-sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs, char *err,
-		     size_t errlen)
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs,
+		     char *err, size_t errlen)
 {
 	kafka_sink *k = xcalloc(1, sizeof(*k));
 	k->q = RING_INIT(kafka_txn);

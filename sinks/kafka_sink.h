@@ -28,15 +28,16 @@ typedef struct kafka_sub_settings {
 } kafka_sub_settings;
 
 /* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
-sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs, char *err,
-		     size_t errlen);
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs,
+		     char *err, size_t errlen);
 /* After a reload: the settings a restart of the producer takes, and the subscriptions to take
  * topics and tombstones from (copied). */
-void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs);
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
+		     size_t nsubs);
 
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;
-	hist latency; /* commit time to delivery report, microseconds */
+	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
 } kafka_stats;
 const kafka_stats *kafka_sink_stats(const sink *s);

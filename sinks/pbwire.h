@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sinks/sink.h"
 #include "decoder/util.h"
+#include "sinks/sink.h"
 
 /* Bytes of v as a varint. */
 size_t pb_varint_size(uint64_t v);

@@ -42,8 +42,8 @@ typedef struct sink_ops {
 	/* Takes one event of subscription sub rendered by render(), of transaction seq, with its
 	 * commit fields. false: a permanent, local failure (the daemon exits); failures a restart can
 	 * cure are reported by flush(). */
-	bool (*deliver)(sink *s, uint32_t sub, const char *rendered, size_t len, const sink_commit *c, uint64_t seq,
-			char *err, size_t errlen);
+	bool (*deliver)(sink *s, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,
+			uint64_t seq, char *err, size_t errlen);
 	/* Transaction seq has no more events for this sink (and every earlier one has ended too). */
 	void (*end_txn)(sink *s, uint64_t seq);
 	/* Called when the input is drained: push out what is buffered, report failures. */
@@ -53,9 +53,9 @@ typedef struct sink_ops {
 	void (*free)(sink *s);
 
 	/* Optional, for sinks that deliver asynchronously (NULL otherwise). */
-	int (*fd)(const sink *s);       /* readable when poll() has work (delivery reports) */
+	int (*fd)(const sink *s); /* readable when poll() has work (delivery reports) */
 	void (*poll)(sink *s);
-	bool (*busy)(const sink *s);    /* too much in flight: stop reading the slot for now */
+	bool (*busy)(const sink *s);		 /* too much in flight: stop reading the slot for now */
 	bool (*finish)(sink *s, int timeout_ms); /* waits for everything in flight; false on timeout */
 	bool (*restart)(sink *s, char *err, size_t errlen); /* after SINK_RESTART: a fresh client */
 } sink_ops;

@@ -65,7 +65,7 @@ typedef struct reader {
 	size_t win_len, win_cap;
 	uint64_t win_pos;
 	uint64_t next_off, next_pos; /* the event after the last one found, and its position */
-	uint64_t last_pos;           /* where the last one found (next_off - 1) starts */
+	uint64_t last_pos;	     /* where the last one found (next_off - 1) starts */
 } reader;
 
 struct spool {

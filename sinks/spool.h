@@ -15,8 +15,8 @@ typedef struct spool spool;
 
 typedef struct spool_limits {
 	uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
-	bool drop_oldest;                           /* else block: spool_full() tells the caller to stop */
-	uint64_t segment_bytes;                     /* a segment is closed once this large; 0: 64 MiB */
+	bool drop_oldest;			    /* else block: spool_full() tells the caller to stop */
+	uint64_t segment_bytes;			    /* a segment is closed once this large; 0: 64 MiB */
 } spool_limits;
 
 /* A record read back. data is valid until the next spool_read or spool_append on this spool. */
@@ -24,16 +24,16 @@ typedef struct spool_record {
 	uint64_t offset;
 	uint64_t commit_lsn;
 	uint32_t tx_index;
-	uint32_t key_hash;  /* key_shared routing: a hash of the row's key (0 for keyless events) */
-	int64_t time_ms;    /* wall clock when appended (max_age) */
+	uint32_t key_hash;   /* key_shared routing: a hash of the row's key (0 for keyless events) */
+	int64_t time_ms;     /* wall clock when appended (max_age) */
 	const uint8_t *data; /* the event: a packed cdc.v1.Event */
 	size_t len;
 } spool_record;
 
 /* What spool_open found and repaired, for the log. */
 typedef struct spool_recovery {
-	uint64_t torn_bytes;    /* bytes cut off the last segment: a torn or corrupt tail */
-	uint64_t uncommitted;   /* records after the last transaction end: kept, but invisible until it ends */
+	uint64_t torn_bytes;  /* bytes cut off the last segment: a torn or corrupt tail */
+	uint64_t uncommitted; /* records after the last transaction end: kept, but invisible until it ends */
 } spool_recovery;
 
 /* Opens (creating if needed, mode 0700) the spool in dir and recovers it: scans the last segment,
@@ -46,8 +46,8 @@ void spool_set_limits(spool *s, const spool_limits *lim);
 bool spool_destroy(const char *dir, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* Appends one event (buffered; not durable until spool_sync). Returns its offset in *offset. */
-bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
-		  int64_t now_ms, uint64_t *offset, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data,
+		  size_t len, int64_t now_ms, uint64_t *offset, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Ends the transaction the appended events belong to (a marker record; nothing if none since the
  * last one). Its events become visible at the next spool_sync. */
 bool spool_commit(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
@@ -84,14 +84,15 @@ bool spool_full(const spool *s, int64_t now_ms);
 /* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the
  * discarded range in [*from, *to] (both 0 when nothing was). Both modes: deletes segment files
  * that hold only acknowledged or discarded events. false with err on an I/O error. */
-bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err,
+		size_t errlen) CDC_MUST_CHECK;
 
 typedef struct spool_stats {
-	uint64_t events;     /* retained: head - first + 1 */
-	uint64_t bytes;      /* on disk */
-	uint64_t dropped;    /* discarded by drop_oldest since the spool was created (persisted) */
+	uint64_t events;  /* retained: head - first + 1 */
+	uint64_t bytes;	  /* on disk */
+	uint64_t dropped; /* discarded by drop_oldest since the spool was created (persisted) */
 	uint64_t segments;
-	int64_t oldest_ms;   /* time_ms of the oldest retained event, 0 if none */
+	int64_t oldest_ms; /* time_ms of the oldest retained event, 0 if none */
 } spool_stats;
 spool_stats spool_get_stats(const spool *s);
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sinks/event_json.h"
 #include "decoder/util.h"
+#include "sinks/event_json.h"
 
 #define STDOUT_SINK_HIGH_WATER (256 * 1024)
 
@@ -16,7 +16,7 @@ typedef struct stdout_sink {
 	sink base;
 	int fd;
 	buf out;
-	uint64_t ended;     /* last transaction whose events are all in out */
+	uint64_t ended;	    /* last transaction whose events are all in out */
 	uint64_t delivered; /* last transaction written out */
 } stdout_sink;
 
@@ -79,13 +79,13 @@ static void stdout_free(sink *base)
 }
 
 static const sink_ops stdout_ops = {
-	.name = "stdout",
-	.render = stdout_render,
-	.deliver = stdout_deliver,
-	.end_txn = stdout_end_txn,
-	.flush = stdout_flush,
-	.delivered = stdout_delivered,
-	.free = stdout_free,
+    .name = "stdout",
+    .render = stdout_render,
+    .deliver = stdout_deliver,
+    .end_txn = stdout_end_txn,
+    .flush = stdout_flush,
+    .delivered = stdout_delivered,
+    .free = stdout_free,
 };
 
 sink *stdout_sink_new(int fd)

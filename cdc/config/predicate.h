@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "decoder/arena.h"
 #include "cdc/v1/event.pb-c.h"
+#include "decoder/arena.h"
 #include "decoder/util.h"
 
 #define PRED_MAX_TEXT 4096 /* bytes of predicate text */

@@ -126,10 +126,9 @@ void figures_publish(sidecar *d, bool force)
 		       .flushed_lsn = flushed,
 		       .server_wal_lsn = f->server_wal_lsn,
 		       .last_commit_time_us = pf.last_commit_time,
-		       .lag_s = !pf.last_commit_time ? -1
-				: flushed >= f->server_wal_lsn
-				    ? 0
-				    : (double)(now_us - pf.last_commit_time) / 1e6,
+		       .lag_s = !pf.last_commit_time	       ? -1
+				: flushed >= f->server_wal_lsn ? 0
+							       : (double)(now_us - pf.last_commit_time) / 1e6,
 		       .reconnects = f->reconnects,
 		       .transactions = pf.transactions,
 		       .events = pf.events,

@@ -19,7 +19,7 @@ typedef struct rel_match {
 struct rules {
 	const cfg_subscription *subs;
 	size_t nsubs;
-	pred **where; /* per subscription, NULL without a where */
+	pred **where;	/* per subscription, NULL without a where */
 	rel_match *tab; /* open addressing on relid */
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */

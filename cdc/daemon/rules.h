@@ -5,9 +5,9 @@
 #ifndef CDC_RULES_H
 #define CDC_RULES_H
 
-#include "decoder/arena.h"
-#include "cdc/v1/event.pb-c.h"
 #include "cdc/config/config.h"
+#include "cdc/v1/event.pb-c.h"
+#include "decoder/arena.h"
 #include "decoder/pgoutput.h"
 
 typedef struct rules rules;

@@ -14,8 +14,9 @@
 
 /* Session settings of the walsender: output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */
-#define WALSENDER_OPTIONS \
-	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c bytea_output=hex"
+#define WALSENDER_OPTIONS                                                                                    \
+	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c "             \
+	"bytea_output=hex"
 
 /* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
 #define SECRET_MIN 4
@@ -103,7 +104,8 @@ source *source_new(const cfg *c)
 	for (size_t i = 0; i < c->nsubs; i++) {
 		const cfg_subscription *sub = &c->subs[i];
 		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {
-			s->full_identity.v = xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
+			s->full_identity.v =
+			    xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
 			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->name);
 			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->tables.v[t]);
 		}
@@ -143,8 +145,10 @@ void source_free(source *s)
 static const char *connect_hint(const char *msg)
 {
 	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
-		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are; with "
-		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the server's "
+		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they "
+		       "are; with "
+		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the "
+		       "server's "
 		       "certificate, and verify-full also needs the host name to match it)";
 	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
 		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
@@ -165,11 +169,13 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 		perr = NULL;
 		char *masked = cfg_mask_dsn(s->dsn);
 		PQconninfoOption *again = PQconninfoParse(masked, &perr);
-		errf(err, errlen, "source.dsn is not a valid connection string: %.*s", perr ? (int)strcspn(perr, "\n") : 0,
-		     perr ? perr : "");
+		errf(err, errlen, "source.dsn is not a valid connection string: %.*s",
+		     perr ? (int)strcspn(perr, "\n") : 0, perr ? perr : "");
 		if (!perr)
-			errf(err, errlen, "source.dsn is not a valid connection string (check the quoting of its password: "
-					  "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
+			errf(
+			    err, errlen,
+			    "source.dsn is not a valid connection string (check the quoting of its password: "
+			    "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
 		PQconninfoFree(again);
 		PQfreemem(perr);
 		free(masked);
@@ -226,7 +232,8 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 	PQconninfoFree(opts);
 	if (PQstatus(conn) != CONNECTION_OK) {
 		char *msg = PQerrorMessage(conn);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg, connect_hint(msg));
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg,
+		     connect_hint(msg));
 		PQfinish(conn);
 		return NULL;
 	}
@@ -285,8 +292,10 @@ static void append_ident(buf *b, PGconn *conn, const char *name)
 static source_result publish_items(source *s, const char *pattern, buf *sql, bool *first, char *err,
 				   size_t errlen)
 {
-	size_t schema_len = strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
-	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 && PQserverVersion(s->admin) >= 150000) {
+	size_t schema_len =
+	    strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 &&
+	    PQserverVersion(s->admin) >= 150000) {
 		buf_puts(sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
 		char schema[64];
 		snprintf(schema, sizeof(schema), "%.*s", (int)schema_len, pattern);
@@ -294,8 +303,9 @@ static source_result publish_items(source *s, const char *pattern, buf *sql, boo
 		*first = false;
 		return SOURCE_OK;
 	}
-	PGresult *res = PQexec(s->admin, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
-					 "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
+	PGresult *res =
+	    PQexec(s->admin, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
+			     "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
 	int matched = 0;
@@ -318,7 +328,8 @@ static source_result publish_items(source *s, const char *pattern, buf *sql, boo
 static source_result ensure_publication(source *s, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res = exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	PGresult *res =
+	    exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the publication", err, errlen);
 	bool exists = PQntuples(res) > 0;
@@ -329,7 +340,8 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		buf q = {0};
 		append_quoted(&q, s->publication, '"');
 		errf(err, errlen,
-		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set source.create: true",
+		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set "
+		     "source.create: true",
 		     q.data, q.data);
 		buf_free(&q);
 		return SOURCE_FATAL;
@@ -358,7 +370,8 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 			r = query_failed(s->admin, res, "creating the publication", err, errlen);
 		else {
 			PQclear(res);
-			log_info("created publication", "publication=%s sql=\"%s\"", s->publication, sql.data);
+			log_info("created publication", "publication=%s sql=\"%s\"", s->publication,
+				 sql.data);
 		}
 	}
 	buf_free(&sql);
@@ -370,9 +383,11 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 {
 	if (!s->full_identity.n)
 		return SOURCE_OK;
-	PGresult *res = PQexec(s->admin, "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-					 "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-					 "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
+	PGresult *res =
+	    PQexec(s->admin,
+		   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
+		   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+		   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "checking replica identities", err, errlen);
 	source_result r = SOURCE_OK;
@@ -380,14 +395,16 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 		if (PQgetvalue(res, i, 2)[0] == 'f')
 			continue;
 		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
-			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0), PQgetvalue(res, i, 1))) {
+			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0),
+					    PQgetvalue(res, i, 1))) {
 				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
 				buf q = {0};
 				append_quoted(&q, PQgetvalue(res, i, 0), '"');
 				buf_putc(&q, '.');
 				append_quoted(&q, PQgetvalue(res, i, 1), '"');
 				errf(err, errlen,
-				     "subscription %s uses changed: on table %s, whose replica identity does not send "
+				     "subscription %s uses changed: on table %s, whose replica identity does "
+				     "not send "
 				     "the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL",
 				     s->full_identity.v[k], q.data, q.data);
 				buf_free(&q);
@@ -404,14 +421,15 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res = exec_params(s->admin,
-				    "SELECT c.oid, a.attname FROM pg_catalog.pg_publication_tables pt "
-				    "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
-				    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-				    "JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary "
-				    "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey) "
-				    "WHERE pt.pubname = $1 AND c.relreplident = 'f' ORDER BY c.oid",
-				    1, params);
+	PGresult *res =
+	    exec_params(s->admin,
+			"SELECT c.oid, a.attname FROM pg_catalog.pg_publication_tables pt "
+			"JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
+			"JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+			"JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+			"JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey) "
+			"WHERE pt.pubname = $1 AND c.relreplident = 'f' ORDER BY c.oid",
+			1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up primary keys", err, errlen);
 	int n = PQntuples(res);
@@ -419,8 +437,8 @@ static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, s
 	for (int i = 0, first = 0; i < n; i++) {
 		names[i - first] = PQgetvalue(res, i, 1);
 		if (i + 1 == n || strcmp(PQgetvalue(res, i + 1, 0), PQgetvalue(res, i, 0)) != 0) {
-			pgo_relcache_set_primary_key(rc, (uint32_t)strtoul(PQgetvalue(res, i, 0), NULL, 10), names,
-						     (size_t)(i + 1 - first));
+			pgo_relcache_set_primary_key(rc, (uint32_t)strtoul(PQgetvalue(res, i, 0), NULL, 10),
+						     names, (size_t)(i + 1 - first));
 			first = i + 1;
 		}
 	}
@@ -458,7 +476,8 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 			row->confirmed_flush = 0;
 		row->active_pid = atoi(PQgetvalue(res, 0, 5));
 		if (strcmp(row->database, PQgetvalue(res, 0, 6)) != 0 && strcmp(row->type, "logical") == 0) {
-			errf(err, errlen, "replication slot %s belongs to database %s, but source.dsn connects to %s",
+			errf(err, errlen,
+			     "replication slot %s belongs to database %s, but source.dsn connects to %s",
 			     s->slot, row->database, PQgetvalue(res, 0, 6));
 			PQclear(res);
 			return SOURCE_FATAL;
@@ -472,13 +491,16 @@ static source_result create_slot(source *s, char *err, size_t errlen)
 {
 	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). */
 	const char *params[] = {s->slot, PQserverVersion(s->admin) >= 150000 ? "true" : "false"};
-	const char *sql = PQserverVersion(s->admin) >= 140000
-				  ? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', false, $2::bool)"
-				  : "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
+	const char *sql =
+	    PQserverVersion(s->admin) >= 140000
+		? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', "
+		  "false, $2::bool)"
+		: "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
 	PGresult *res = exec_params(s->admin, sql, PQserverVersion(s->admin) >= 140000 ? 2 : 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
-	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot, PQgetvalue(res, 0, 0));
+	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot,
+		 PQgetvalue(res, 0, 0));
 	PQclear(res);
 	return SOURCE_OK;
 }
@@ -492,30 +514,36 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	lsn_format(row->confirmed_flush, cur);
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
 		errf(err, errlen,
-		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin pgoutput: "
+		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
+		     "pgoutput: "
 		     "choose another source.slot, or drop this one if nothing else uses it",
 		     s->slot, row->plugin[0] ? row->plugin : "none", row->type);
 		return SOURCE_FATAL;
 	}
 	if (strcmp(row->wal_status, "lost") == 0) {
 		errf(err, errlen,
-		     "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are gone from the "
-		     "server. Drop the slot (SELECT pg_drop_replication_slot('%s')), resynchronise consumers from the "
+		     "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
+		     "gone from the "
+		     "server. Drop the slot (SELECT pg_drop_replication_slot('%s')), resynchronise consumers "
+		     "from the "
 		     "tables, and start again",
 		     s->slot, cur, s->slot);
 		return SOURCE_FATAL;
 	}
 	if (have_st && row->confirmed_flush > st->flushed_lsn) {
 		errf(err, errlen,
-		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): something else "
-		     "consumed or advanced the slot, or it was dropped and recreated, so changes in between may never "
-		     "have been delivered. Resynchronise consumers, then remove %s to accept the slot's position",
+		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
+		     "something else "
+		     "consumed or advanced the slot, or it was dropped and recreated, so changes in between "
+		     "may never "
+		     "have been delivered. Resynchronise consumers, then remove %s to accept the slot's "
+		     "position",
 		     s->slot, cur, rec, "state_dir/position");
 		return SOURCE_FATAL;
 	}
 	if (row->active_pid) {
-		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying", s->slot,
-		     row->active_pid);
+		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying",
+		     s->slot, row->active_pid);
 		return SOURCE_RETRY;
 	}
 	return SOURCE_OK;
@@ -530,14 +558,17 @@ static source_result identify(source *s, state *st, bool have_st, char *err, siz
 	PQclear(res);
 	if (have_st && strcmp(st->system_id, s->system_id) != 0) {
 		errf(err, errlen,
-		     "state_dir belongs to database system %s, but the server is system %s: give this server its "
+		     "state_dir belongs to database system %s, but the server is system %s: give this server "
+		     "its "
 		     "own state_dir",
 		     st->system_id, s->system_id);
 		return SOURCE_FATAL;
 	}
 	if (have_st && strcmp(st->slot, s->slot) != 0) {
-		errf(err, errlen, "state_dir records the position of slot %s, but source.slot is %s: use another state_dir",
-		     st->slot, s->slot);
+		errf(
+		    err, errlen,
+		    "state_dir records the position of slot %s, but source.slot is %s: use another state_dir",
+		    st->slot, s->slot);
 		return SOURCE_FATAL;
 	}
 	return SOURCE_OK;
@@ -561,7 +592,8 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	append_quoted(&sql, pubs.data, '\'');
 	buf_free(&pubs);
 	if (s->proto.proto_version >= 2)
-		buf_printf(&sql, ", messages 'true', streaming '%s'", s->proto.proto_version >= 4 ? "parallel" : "on");
+		buf_printf(&sql, ", messages 'true', streaming '%s'",
+			   s->proto.proto_version >= 4 ? "parallel" : "on");
 	if (s->proto.proto_version >= 3)
 		buf_puts(&sql, ", two_phase 'on'");
 	buf_putc(&sql, ')');
@@ -574,8 +606,8 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 		errf(err, errlen, "cannot make the replication connection non-blocking");
 		return SOURCE_RETRY;
 	}
-	log_info("streaming", "slot=%s publication=%s from=%s protocol=%d server=%d", s->slot, s->publication, lsn,
-		 s->proto.proto_version, v);
+	log_info("streaming", "slot=%s publication=%s from=%s protocol=%d server=%d", s->slot, s->publication,
+		 lsn, s->proto.proto_version, v);
 	return SOURCE_OK;
 }
 
@@ -584,13 +616,16 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
 	slot_row row;
-	if (!(s->admin = connect_db(s, false, err, errlen)) || !(s->repl = connect_db(s, true, err, errlen))) {
+	if (!(s->admin = connect_db(s, false, err, errlen)) ||
+	    !(s->repl = connect_db(s, true, err, errlen))) {
 		if (s->dsn_invalid)
 			r = SOURCE_FATAL;
 		goto out;
 	}
-	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK || (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
-	    (r = check_identities(s, err, errlen)) != SOURCE_OK || (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
+	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
+	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
+	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
+	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
 	if (!row.exists) {
@@ -598,21 +633,26 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			char rec[LSN_STRLEN];
 			lsn_format(st->flushed_lsn, rec);
 			errf(err, errlen,
-			     "replication slot %s does not exist, but cdc recorded position %s in it: the slot was dropped "
-			     "and changes after %s are lost. cdc does not recreate it silently: resynchronise consumers, "
+			     "replication slot %s does not exist, but cdc recorded position %s in it: the "
+			     "slot was dropped "
+			     "and changes after %s are lost. cdc does not recreate it silently: "
+			     "resynchronise consumers, "
 			     "then remove state_dir/position to start from a new slot",
 			     s->slot, rec, rec);
 			r = SOURCE_FATAL;
 			goto out;
 		}
 		if (!s->create) {
-			errf(err, errlen, "replication slot %s does not exist: create it with "
-					  "SELECT pg_create_logical_replication_slot('%s', 'pgoutput') or set source.create: true",
+			errf(err, errlen,
+			     "replication slot %s does not exist: create it with "
+			     "SELECT pg_create_logical_replication_slot('%s', 'pgoutput') or set "
+			     "source.create: true",
 			     s->slot, s->slot);
 			r = SOURCE_FATAL;
 			goto out;
 		}
-		if ((r = create_slot(s, err, errlen)) != SOURCE_OK || (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+		if ((r = create_slot(s, err, errlen)) != SOURCE_OK ||
+		    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 			goto out;
 	}
 	if ((r = check_slot(s, &row, st, have_st, err, errlen)) != SOURCE_OK)
@@ -622,7 +662,8 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		lsn_format(st->flushed_lsn, rec);
 		lsn_format(row.confirmed_flush, cur);
 		/* The server saves confirmed positions lazily; after its crash the slot can be behind. */
-		log_info("slot is behind the recorded position (the server restarted without saving it); resuming from the recorded one",
+		log_info("slot is behind the recorded position (the server restarted without saving it); "
+			 "resuming from the recorded one",
 			 "slot=%s slot_lsn=%s recorded=%s", s->slot, cur, rec);
 	}
 	if (!have_st || row.confirmed_flush > st->flushed_lsn)
@@ -698,7 +739,8 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 		} else if (p[0] == 'k' && n >= 18) {
 			ok = h->keepalive(h->ctx, get_u64(p + 1), p[17] != 0, err, errlen);
 		} else {
-			ok = errf(err, errlen, "unexpected replication message '%c' of %d bytes from the server",
+			ok = errf(err, errlen,
+				  "unexpected replication message '%c' of %d bytes from the server",
 				  p[0] >= 0x20 && p[0] < 0x7f ? p[0] : '?', n);
 		}
 		PQfreemem(msg);
@@ -715,11 +757,11 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 	int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec - PGO_EPOCH_OFFSET_US;
 	uint8_t m[34];
 	m[0] = 'r';
-	put_u64(m + 1, write_lsn);          /* received and written */
-	put_u64(m + 9, flush_lsn);          /* delivered to every sink that wants it: the slot may move here */
-	put_u64(m + 17, flush_lsn);         /* applied: the same as flushed, cdc applies nothing itself */
-	put_u64(m + 25, (uint64_t)now);     /* client clock, microseconds since 2000-01-01 */
-	m[33] = reply ? 1 : 0;              /* ask for an immediate keepalive back */
+	put_u64(m + 1, write_lsn);	/* received and written */
+	put_u64(m + 9, flush_lsn);	/* delivered to every sink that wants it: the slot may move here */
+	put_u64(m + 17, flush_lsn);	/* applied: the same as flushed, cdc applies nothing itself */
+	put_u64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
+	m[33] = reply ? 1 : 0;		/* ask for an immediate keepalive back */
 	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
 		return lost(s, "write", err, errlen);
 	return SOURCE_OK;
@@ -737,9 +779,9 @@ static void admin_result(source *s, PGresult *res)
 	if (s->admin_busy == ADMIN_HEARTBEAT) {
 		if (!ok)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
-				 "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
-				 "pg_logical_emit_message(boolean, text, text))",
-				 one_line(PQresultErrorMessage(res)));
+			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
+			     "pg_logical_emit_message(boolean, text, text))",
+			     one_line(PQresultErrorMessage(res)));
 		return;
 	}
 	s->health = (source_slot_health){0};
@@ -754,8 +796,8 @@ static void admin_result(source *s, PGresult *res)
 
 /* Sends a query on the ordinary connection without waiting, after collecting the answer of the
  * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
-static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params, bool *sent,
-		       char *err, size_t errlen)
+static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params,
+		       bool *sent, char *err, size_t errlen)
 {
 	*sent = false;
 	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
@@ -788,8 +830,8 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 	bool sent;
 	char why[512];
 	if (!admin_send(s, ADMIN_HEARTBEAT,
-			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')", 0, NULL,
-			&sent, why, sizeof(why))) {
+			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')",
+			0, NULL, &sent, why, sizeof(why))) {
 		errf(err, errlen, "heartbeat: %s", why);
 		source_redact(s, err, errlen);
 		return false;

@@ -6,8 +6,8 @@
 #define CDC_SOURCE_H
 
 #include "cdc/config/config.h"
-#include "decoder/pgoutput.h"
 #include "cdc/daemon/state.h"
+#include "decoder/pgoutput.h"
 
 /* Prefix of the logical messages source.heartbeat writes; they are never delivered as events. */
 #define SOURCE_HEARTBEAT_PREFIX "cdc.heartbeat"
@@ -61,10 +61,10 @@ bool source_heartbeat(source *s, char *err, size_t errlen);
 /* The slot's health as pg_replication_slots tells it. */
 typedef struct source_slot_health {
 	bool known;
-	char wal_status[16]; /* reserved, extended, unreserved, lost */
+	char wal_status[16];	  /* reserved, extended, unreserved, lost */
 	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
-	int64_t safe_wal_size;    /* bytes that may still be written before the slot risks losing WAL */
-	int64_t max_keep_size;    /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
+	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
 } source_slot_health;
 /* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
  * answer (known false until one came). False with err if the connection failed. */

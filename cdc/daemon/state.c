@@ -28,7 +28,8 @@ int state_lock(const char *dir, char *err, size_t errlen)
 		return -1;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		errf(err, errlen, "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
+		errf(err, errlen,
+		     "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
 		     dir, strerror(errno));
 		close(fd);
 		return -1;
@@ -61,7 +62,9 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 	}
 	fclose(f);
 	if (ok && (!st->system_id[0] || !st->slot[0] || !lsn_parse(lsn, &st->flushed_lsn)))
-		ok = errf(err, errlen, "%s is incomplete or corrupt; if the slot is intact, remove the file to start from the slot's position",
+		ok = errf(err, errlen,
+			  "%s is incomplete or corrupt; if the slot is intact, remove the file to start from "
+			  "the slot's position",
 			  path);
 	*found = ok;
 	return ok;
@@ -73,9 +76,10 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 	lsn_format(st->flushed_lsn, lsn);
 	char text[512];
-	int n = snprintf(text, sizeof(text),
-			 "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
-			 "system_identifier %s\nslot %s\nflushed_lsn %s\n",
-			 st->system_id, st->slot, lsn);
+	int n = snprintf(
+	    text, sizeof(text),
+	    "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
+	    "system_identifier %s\nslot %s\nflushed_lsn %s\n",
+	    st->system_id, st->slot, lsn);
 	return file_replace(path, text, (size_t)n, 0600, err, errlen);
 }

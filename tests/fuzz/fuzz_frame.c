@@ -118,7 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		frame_put_client(&b, &c);
 		const uint8_t *m2;
 		size_t l2, c2;
-		if (frame_next((const uint8_t *)b.data, b.len, FRAME_MAX, &m2, &l2, &c2, err, sizeof(err)) != FRAME_OK ||
+		if (frame_next((const uint8_t *)b.data, b.len, FRAME_MAX, &m2, &l2, &c2, err, sizeof(err)) !=
+			FRAME_OK ||
 		    c2 != b.len)
 			fail("re-encoded frame", err);
 		Cdc__V1__ClientFrame *g = frame_decode_client(m2, l2, err, sizeof(err));

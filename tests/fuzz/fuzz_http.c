@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/status/status.h"
 #include "cdc/cli/status_cmd.h"
+#include "cdc/status/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -37,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (o->val && strlen(o->val) >= 4 && strstr(err, o->val) &&
 		    (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0) &&
 		    !strchr(o->val, '*'))
-			abort(); /* a password survived (one with the mask's '*' can seem to, next to a mask) */
+			abort(); /* a password survived (one with the mask's '*' can seem to, next to a mask)
+				  */
 	PQconninfoFree(opts);
 	free(err);
 	source_free(s);

@@ -174,7 +174,8 @@ static bool run_command(mock *m, char *line)
 			}
 			for (long i = 0; i < count; i++)
 				errs[i] = err;
-			rd_kafka_mock_push_request_errors_array(m->mcluster, (int16_t)api, (size_t)count, errs);
+			rd_kafka_mock_push_request_errors_array(m->mcluster, (int16_t)api, (size_t)count,
+								errs);
 			free(errs);
 			reply("ok");
 		}
@@ -192,8 +193,8 @@ static bool run_command(mock *m, char *line)
 
 			/* One (error, rtt) pair per call: the count is not known at compile time. */
 			for (long i = 0; i < count && !r; i++)
-				r = rd_kafka_mock_broker_push_request_error_rtts(m->mcluster, (int32_t)id, (int16_t)api,
-										 1, err, 0);
+				r = rd_kafka_mock_broker_push_request_error_rtts(m->mcluster, (int32_t)id,
+										 (int16_t)api, 1, err, 0);
 			reply_err(r);
 		}
 	} else if (strcmp(argv[0], "pending") == 0 && argc == 3) {
@@ -203,7 +204,8 @@ static bool run_command(mock *m, char *line)
 			reply("error: broker id must be 1..%d", m->brokers);
 		else if (!parse_int(argv[2], 0, INT16_MAX, &api))
 			reply("error: bad api key '%s'", argv[2]);
-		else if ((err = rd_kafka_mock_broker_error_stack_cnt(m->mcluster, (int32_t)id, (int16_t)api, &n)))
+		else if ((err = rd_kafka_mock_broker_error_stack_cnt(m->mcluster, (int32_t)id, (int16_t)api,
+								     &n)))
 			reply_err(err);
 		else
 			reply("ok %zu", n);
@@ -249,7 +251,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
 			return 0;
-		} else if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc && parse_int(argv[i + 1], 1, 64, &v)) {
+		} else if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc &&
+			   parse_int(argv[i + 1], 1, 64, &v)) {
 			m.brokers = (int)v;
 			i++;
 		} else if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc &&

@@ -1103,7 +1103,6 @@ static void test_fuzz_regressions(void)
 		      "t.yaml:3:5: subscriptions[1]: missing required key \"name\"\n");
 }
 
-
 /* PUT bodies: JSON objects of subscription keys, the name from the path. */
 static void test_parse_subscription(void)
 {
@@ -1113,7 +1112,8 @@ static void test_parse_subscription(void)
 	if (!c)
 		return;
 	const char *body = "{\"tables\": [\"public.orders\"], \"operations\": [\"insert\", \"update\"],\n"
-			   "\t\"changed\": [\"status\"], \"where\": \"new.amount > 5\", \"sink\": \"kafka\", \"tombstones\": true}";
+			   "\t\"changed\": [\"status\"], \"where\": \"new.amount > 5\", \"sink\": \"kafka\", "
+			   "\"tombstones\": true}";
 	cfg_subscription *s = cfg_parse_subscription(c, "orders", body, strlen(body), &e);
 	CHECK(s != NULL);
 	if (s) {
@@ -1128,7 +1128,8 @@ static void test_parse_subscription(void)
 	}
 	cfg_subscription_free(s);
 	/* the name may be given, and must then be the path's */
-	s = cfg_parse_subscription(c, "a", "{\"name\": \"a\", \"tables\": [\"x.y\"]}", strlen("{\"name\": \"a\", \"tables\": [\"x.y\"]}"), &e);
+	s = cfg_parse_subscription(c, "a", "{\"name\": \"a\", \"tables\": [\"x.y\"]}",
+				   strlen("{\"name\": \"a\", \"tables\": [\"x.y\"]}"), &e);
 	CHECK(s && strcmp(s->name, "a") == 0 && s->sink == CFG_SINK_SOCKET && s->max_unacked == 1000);
 	cfg_subscription_free(s);
 	static const struct {
@@ -1136,9 +1137,11 @@ static void test_parse_subscription(void)
 	} bodies[] = {
 	    {"{\"name\": \"b\", \"tables\": [\"x.y\"]}",
 	     "body:1:10: name: must be \"a\" (the name in the path) or left out\n"},
-	    {"{\"tables\": [\"x.y\"], \"where\": \"id >\"}", "body:1:30: where: position 1: unknown name 'id' (columns are new.<name> or old.<name>)\n"},
+	    {"{\"tables\": [\"x.y\"], \"where\": \"id >\"}",
+	     "body:1:30: where: position 1: unknown name 'id' (columns are new.<name> or old.<name>)\n"},
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
-	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, where, columns, "
+	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
+	     "where, columns, "
 	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
 	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
@@ -1147,7 +1150,8 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"topic\": \"t\"}",
 	     "body:1:21: topic: only valid with sink: kafka (this subscription's sink is socket)\n"},
 	    {"{\"tables\": [\"x.y\"], \"retention\": {\"max_age\": \"soon\"}}",
-	     "body:1:46: retention.max_age: invalid duration \"soon\" (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)\n"},
+	     "body:1:46: retention.max_age: invalid duration \"soon\" (expected e.g. 250ms, 10s, 5m, 24h or "
+	     "1h30m)\n"},
 	};
 	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
 		buf_reset(&e);
@@ -1159,9 +1163,11 @@ static void test_parse_subscription(void)
 	/* sink kafka needs the running configuration's kafka section */
 	cfg *plain = parse("state_dir: /tmp\n", &e);
 	buf_reset(&e);
-	s = cfg_parse_subscription(plain, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}", strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
+	s = cfg_parse_subscription(plain, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}",
+				   strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
 	CHECK(s == NULL);
-	CHECK_STR(e.data ? e.data : "", "body:1:29: sink: sink kafka needs a top-level kafka section (brokers)\n");
+	CHECK_STR(e.data ? e.data : "",
+		  "body:1:29: sink: sink kafka needs a top-level kafka section (brokers)\n");
 	cfg_free(plain);
 	cfg_free(c);
 	buf_free(&e);
@@ -1184,13 +1190,19 @@ static void test_overlay(void)
 	cfg_overlay *o = cfg_overlay_load(dir, &e);
 	CHECK(o && o->nput == 0 && o->deleted.n == 0);
 	cfg *c = parse(example, &e);
-	cfg_subscription *s = cfg_parse_subscription(c, "late", "{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}", strlen("{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}"), &e);
+	cfg_subscription *s =
+	    cfg_parse_subscription(c, "late", "{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}",
+				   strlen("{\"tables\": [\"public.x\"], \"sink\": \"stdout\"}"), &e);
 	cfg_overlay_put(o, s);
-	s = cfg_parse_subscription(c, "jobs", "{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}", strlen("{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}"), &e);
+	s = cfg_parse_subscription(
+	    c, "jobs", "{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}",
+	    strlen("{\"tables\": [\"public.jobs2\"], \"consumers\": \"key_shared\"}"), &e);
 	cfg_overlay_put(o, s);
 	cfg_overlay_delete(o, "new_languages");
 	cfg_overlay_delete(o, "late");
-	s = cfg_parse_subscription(c, "late", "{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}", strlen("{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}"), &e);
+	s = cfg_parse_subscription(c, "late", "{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}",
+				   strlen("{\"tables\": [\"public.y\"], \"where\": \"new.a = 'it''s'\"}"),
+				   &e);
 	cfg_overlay_put(o, s);
 	CHECK_INT(o->nput, 2);
 	CHECK_INT(o->deleted.n, 1);
@@ -1213,13 +1225,15 @@ static void test_overlay(void)
 	}
 	/* a kafka subscription in the overlay and no kafka section in the file */
 	cfg_overlay *k = cfg_overlay_copy(back);
-	s = cfg_parse_subscription(c, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}", strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
+	s = cfg_parse_subscription(c, "k", "{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}",
+				   strlen("{\"tables\": [\"x.y\"], \"sink\": \"kafka\"}"), &e);
 	cfg_overlay_put(k, s);
 	cfg *plain = parse("state_dir: /s\n", &e);
 	buf_reset(&e);
 	CHECK(!cfg_overlay_apply(k, plain, &e));
-	CHECK_STR(e.data ? e.data : "", "/s/subscriptions.yaml: subscription k has sink kafka, but the configuration has no "
-				       "kafka section (add one, or DELETE the subscription)\n");
+	CHECK_STR(e.data ? e.data : "",
+		  "/s/subscriptions.yaml: subscription k has sink kafka, but the configuration has no "
+		  "kafka section (add one, or DELETE the subscription)\n");
 	/* a damaged file is an error with its position */
 	char path[300];
 	snprintf(path, sizeof path, "%s/subscriptions.yaml", dir);
@@ -1229,7 +1243,9 @@ static void test_overlay(void)
 	buf_reset(&e);
 	CHECK(cfg_overlay_load(dir, &e) == NULL);
 	buf want = {0};
-	buf_printf(&want, "%s:2:11: deleted: invalid name \"no spaces\" (expected 1 to 64 characters from [A-Za-z0-9_.-])\n",
+	buf_printf(&want,
+		   "%s:2:11: deleted: invalid name \"no spaces\" (expected 1 to 64 characters from "
+		   "[A-Za-z0-9_.-])\n",
 		   path);
 	CHECK_STR(e.data ? e.data : "", want.data);
 	buf_free(&want);
@@ -1247,7 +1263,13 @@ static void test_overlay(void)
 static void test_hostile_publications(void)
 {
 	static const char *const names[] = {
-	    "pub\"; DROP TABLE t; --", "Pub With Space", "'x'", "back\\slash", "p\xc3\xbc" "b \xe2\x82\xac", "UPPER",
+	    "pub\"; DROP TABLE t; --",
+	    "Pub With Space",
+	    "'x'",
+	    "back\\slash",
+	    "p\xc3\xbc"
+	    "b \xe2\x82\xac",
+	    "UPPER",
 	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", /* 63 bytes */
 	};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
@@ -1305,10 +1327,12 @@ static void test_sink_defaults(void)
 			fprintf(stderr, "case %zu: %s", i, e.data);
 		}
 		/* the same from a PUT body */
-		cfg_subscription *p = c ? cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e) : NULL;
+		cfg_subscription *p =
+		    c ? cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e) : NULL;
 		CHECK(p != NULL);
 		if (p)
-			CHECK(cases[i].topic ? p->topic && strcmp(p->topic, cases[i].topic) == 0 : p->topic == NULL);
+			CHECK(cases[i].topic ? p->topic && strcmp(p->topic, cases[i].topic) == 0
+					     : p->topic == NULL);
 		cfg_subscription_free(p);
 		cfg_free(c);
 		buf_free(&y);
@@ -1345,7 +1369,8 @@ static void test_restart_keys(void)
 	     "state_dir: /tmp/x\nstatus: {control_uids: [1, 2]}\n"
 	     "kafka: {brokers: k, properties: {acks: \"1\"}, transactions_topic: tx}\n",
 	     "source.slot,source.create,source.publish,state_dir,status.control_uids,kafka.properties"},
-	    {"source: {dsn: \"host=a\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n", "kafka.brokers,kafka.properties"},
+	    {"source: {dsn: \"host=a\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n",
+	     "kafka.brokers,kafka.properties"},
 	    {"source: {dsn: \"host=a\", heartbeat: 1s}\n"
 	     "status: {control_uids: [1], socket: /tmp/s, listen: \"127.0.0.1:1\", tcp_control: true}\n"
 	     "subscribers: {socket: /tmp/e, mode: \"0600\"}\nlog: {level: debug, format: json}\n"

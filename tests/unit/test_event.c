@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "decoder/event.h"
-#include "sinks/event_json.h"
 #include "decoder/pgtypes.h"
+#include "sinks/event_json.h"
 #include "test.h"
 
 static arena *A;
@@ -727,8 +727,11 @@ static void test_events(void)
 	e = evt_from_message(A, &M);
 	buf b = {0};
 	json_event(&b, e);
-	CHECK(strstr(b.data,
-		     "\"message\":{\"prefix\":\"app\",\"content\":\"\",\"transactional\":false},\"commit_lsn\"") != NULL);
+	CHECK(
+	    strstr(
+		b.data,
+		"\"message\":{\"prefix\":\"app\",\"content\":\"\",\"transactional\":false},\"commit_lsn\"") !=
+	    NULL);
 	buf_free(&b);
 	arena_reset(A);
 }
@@ -785,7 +788,8 @@ static void test_roundtrip_all_kinds(void)
 		    "00\","
 		    "\"ts\":\"1970-01-01T00:00:00\",\"j\":{\"a\": []},\"iv\":\"00:00:00\",\"null\":null,"
 		    "\"bin\":\"AAAAAQ==\"},\"old\":null,\"unchanged_toast\":[\"toast\"],\"delivery_count\":"
-		    "null,\"commit_lsn\":\"0/0\",\"tx_index\":0,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
+		    "null,\"commit_lsn\":\"0/"
+		    "0\",\"tx_index\":0,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
 		check_roundtrip(e, b.data);
 		/* the oneof survives with its default value */
 		size_t n = cdc__v1__event__get_packed_size(e);
@@ -853,7 +857,8 @@ static void test_json_odd_events(void)
 	buf_reset(&b);
 	e.op = CDC__V1__OP__OP_TRUNCATE;
 	json_event(&b, &e);
-	CHECK(strstr(b.data, "\"truncate\":{\"cascade\":false,\"restart_identity\":false},\"commit_lsn\"") != NULL);
+	CHECK(strstr(b.data, "\"truncate\":{\"cascade\":false,\"restart_identity\":false},\"commit_lsn\"") !=
+	      NULL);
 	buf_free(&b);
 }
 

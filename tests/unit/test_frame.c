@@ -26,8 +26,8 @@ static const uint8_t *whole(const buf *b, size_t *msglen)
 	const uint8_t *msg = NULL;
 	size_t consumed = 0;
 	char err[128] = "";
-	frame_result r =
-	    frame_next((const uint8_t *)b->data, b->len, FRAME_MAX, &msg, msglen, &consumed, err, sizeof(err));
+	frame_result r = frame_next((const uint8_t *)b->data, b->len, FRAME_MAX, &msg, msglen, &consumed, err,
+				    sizeof(err));
 	CHECK_INT(r, FRAME_OK);
 	CHECK_INT(consumed, b->len);
 	CHECK_INT(*msglen, b->len - FRAME_HEADER);
@@ -50,9 +50,9 @@ static void test_partial(void)
 		const uint8_t *msg = NULL;
 		size_t msglen = 0, consumed = 0;
 		char err[128] = "";
-		CHECK_INT(
-		    frame_next((const uint8_t *)b.data, len, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
-		    FRAME_MORE);
+		CHECK_INT(frame_next((const uint8_t *)b.data, len, FRAME_MAX, &msg, &msglen, &consumed, err,
+				     sizeof(err)),
+			  FRAME_MORE);
 		CHECK_STR(err, "");
 	}
 	/* Two frames back to back, then half a third: the server's read loop. */
@@ -64,8 +64,8 @@ static void test_partial(void)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)b.data + pos, b.len - pos, FRAME_MAX, &msg, &msglen,
-					    &consumed, err, sizeof(err));
+		frame_result r = frame_next((const uint8_t *)b.data + pos, b.len - pos, FRAME_MAX, &msg,
+					    &msglen, &consumed, err, sizeof(err));
 		if (r != FRAME_OK) {
 			CHECK_INT(r, FRAME_MORE);
 			break;
@@ -102,8 +102,9 @@ static void test_length(void)
 		const uint8_t *msg = NULL;
 		size_t msglen = 99, consumed = 99;
 		char err[128] = "";
-		CHECK_INT(frame_next(cases[i].header, 4, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
-			  cases[i].want);
+		CHECK_INT(
+		    frame_next(cases[i].header, 4, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
+		    cases[i].want);
 		CHECK_STR(err, cases[i].err);
 		if (cases[i].want == FRAME_OK) {
 			CHECK_INT(msglen, 0);

@@ -42,7 +42,8 @@ int main(void)
 		log_level level;
 		const char *msg, *ctx, *want;
 	} t[] = {
-	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "streaming", "slot=s lsn=0/1", "info  streaming slot=s lsn=0/1\n"},
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "streaming", "slot=s lsn=0/1",
+	     "info  streaming slot=s lsn=0/1\n"},
 	    {LOG_FORMAT_TEXT, LOG_LEVEL_WARN, "no context", NULL, "warn  no context\n"},
 	    /* a reload's error list ends with a newline; a server error may hold several lines */
 	    {LOG_FORMAT_TEXT, LOG_LEVEL_ERROR, "reload refused", "errors=\"c.yaml:1:1: a\nc.yaml:2:1: b\n\"",
@@ -50,8 +51,10 @@ int main(void)
 	    /* a name that tries to forge a line of its own */
 	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "created publication",
 	     "publication=p\n2026-01-01T00:00:00.000Z error forged\r\t\x1b[31m\x7f",
-	     "info  created publication publication=p\\n2026-01-01T00:00:00.000Z error forged\\r\\t\\x1B[31m\\x7F\n"},
-	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "multi\nline msg", "k=\xc3\xbc", "info  multi\\nline msg k=\xc3\xbc\n"},
+	     "info  created publication publication=p\\n2026-01-01T00:00:00.000Z error "
+	     "forged\\r\\t\\x1B[31m\\x7F\n"},
+	    {LOG_FORMAT_TEXT, LOG_LEVEL_INFO, "multi\nline msg", "k=\xc3\xbc",
+	     "info  multi\\nline msg k=\xc3\xbc\n"},
 	    {LOG_FORMAT_JSON, LOG_LEVEL_ERROR, "reload refused", "errors=\"a\nb\"",
 	     "\"level\":\"error\",\"msg\":\"reload refused\",\"errors\":\"a\\nb\"}\n"},
 	};

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/config/predicate.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
-#include "cdc/config/predicate.h"
 #include "test.h"
 
 static arena *A;

@@ -4,15 +4,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "decoder/hist.h"
 #include "cdc/daemon/progress.h"
 #include "cdc/daemon/rules.h"
 #include "cdc/daemon/state.h"
+#include "decoder/hist.h"
 #include "test.h"
 
 static pgo_rel rel(uint32_t relid, const char *schema, const char *table, uint64_t version)
 {
-	return (pgo_rel){.relid = relid, .nspname = (char *)schema, .relname = (char *)table, .version = version};
+	return (pgo_rel){
+	    .relid = relid, .nspname = (char *)schema, .relname = (char *)table, .version = version};
 }
 
 static cfg_subscription sub(const char *name, char **tables, size_t ntables, unsigned ops)
@@ -24,9 +25,9 @@ static void test_matching(void)
 {
 	char *orders[] = {"public.orders"}, *all_public[] = {"public.*"}, *two[] = {"app.job?", "*.audit_*"};
 	cfg_subscription subs[] = {
-		sub("orders", orders, 1, CFG_OP_INSERT | CFG_OP_UPDATE),
-		sub("public", all_public, 1, CFG_OP_INSERT | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_MESSAGE),
-		sub("globs", two, 2, CFG_OP_DELETE),
+	    sub("orders", orders, 1, CFG_OP_INSERT | CFG_OP_UPDATE),
+	    sub("public", all_public, 1, CFG_OP_INSERT | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_MESSAGE),
+	    sub("globs", two, 2, CFG_OP_DELETE),
 	};
 	char err[256];
 	rules *r = rules_new(subs, 3, err, sizeof(err));
@@ -39,15 +40,15 @@ static void test_matching(void)
 		size_t n;
 		uint32_t first, second;
 	} cases[] = {
-		{1, "public", "orders", CFG_OP_INSERT, 2, 0, 1},
-		{1, "public", "orders", CFG_OP_UPDATE, 1, 0, 0},
-		{1, "public", "orders", CFG_OP_DELETE, 1, 1, 0},
-		{1, "public", "orders", CFG_OP_TRUNCATE, 1, 1, 0},
-		{2, "public", "orders_archive", CFG_OP_UPDATE, 0, 0, 0},
-		{3, "app", "jobs", CFG_OP_DELETE, 1, 2, 0},
-		{4, "app", "jobs_old", CFG_OP_DELETE, 0, 0, 0},
-		{5, "billing", "audit_log", CFG_OP_DELETE, 1, 2, 0},
-		{5, "billing", "audit_log", CFG_OP_INSERT, 0, 0, 0},
+	    {1, "public", "orders", CFG_OP_INSERT, 2, 0, 1},
+	    {1, "public", "orders", CFG_OP_UPDATE, 1, 0, 0},
+	    {1, "public", "orders", CFG_OP_DELETE, 1, 1, 0},
+	    {1, "public", "orders", CFG_OP_TRUNCATE, 1, 1, 0},
+	    {2, "public", "orders_archive", CFG_OP_UPDATE, 0, 0, 0},
+	    {3, "app", "jobs", CFG_OP_DELETE, 1, 2, 0},
+	    {4, "app", "jobs_old", CFG_OP_DELETE, 0, 0, 0},
+	    {5, "billing", "audit_log", CFG_OP_DELETE, 1, 2, 0},
+	    {5, "billing", "audit_log", CFG_OP_INSERT, 0, 0, 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		pgo_rel x = rel(cases[i].relid, cases[i].schema, cases[i].table, 1);
@@ -76,7 +77,8 @@ static void test_matching(void)
 	char *quoted[] = {"\"my.app\".\"t*\""};
 	cfg_subscription q = sub("quoted", quoted, 1, CFG_OP_INSERT);
 	r = rules_new(&q, 1, err, sizeof(err));
-	pgo_rel dotted = rel(7, "my.app", "t*", 1), starry = rel(8, "my.app", "tx", 1), other = rel(9, "myXapp", "t*", 1);
+	pgo_rel dotted = rel(7, "my.app", "t*", 1), starry = rel(8, "my.app", "tx", 1),
+		other = rel(9, "myXapp", "t*", 1);
 	CHECK_INT(rules_match(r, &dotted, CFG_OP_INSERT, &idx), 1);
 	CHECK_INT(rules_match(r, &starry, CFG_OP_INSERT, &idx), 0);
 	CHECK_INT(rules_match(r, &other, CFG_OP_INSERT, &idx), 0);
@@ -126,7 +128,9 @@ static void test_state(void)
 	bool found = true;
 	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(!found);
-	state w = {.system_id = "7312345678901234567", .slot = "cdc_slot", .flushed_lsn = 0x1A2B3C4DULL | (3ULL << 32)};
+	state w = {.system_id = "7312345678901234567",
+		   .slot = "cdc_slot",
+		   .flushed_lsn = 0x1A2B3C4DULL | (3ULL << 32)};
 	CHECK(state_write(dir, &w, err, sizeof(err)));
 	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(found);

@@ -52,13 +52,15 @@ int main(void)
 	unsetenv("PGPASSWORD");
 	check(__LINE__, "host=h password=Sekr3t-1 user=u", "FATAL: Sekr3t-1 and Sekr3t-1!", 256,
 	      "FATAL: ******** and ********!");
-	check(__LINE__, "password='with space\\'s' host=h", "got with space's here", 256, "got ******** here");
+	check(__LINE__, "password='with space\\'s' host=h", "got with space's here", 256,
+	      "got ******** here");
 	check(__LINE__, "postgresql://u:Uri-pw-2@h/db?sslpassword=Ssl-pw-3", "Uri-pw-2 Ssl-pw-3 u@h", 256,
 	      "******** ******** u@h");
 	check(__LINE__, "postgresql://u:p%40ss-word@h/db", "libpq decodes it: p@ss-word", 256,
 	      "libpq decodes it: ********");
-	check(__LINE__, "dbname='postgresql://u:Inner-pw-4@h/db' user=x", "database \"postgresql://u:Inner-pw-4@h/db\"",
-	      256, "database \"postgresql://u:********@h/db\"");
+	check(__LINE__, "dbname='postgresql://u:Inner-pw-4@h/db' user=x",
+	      "database \"postgresql://u:Inner-pw-4@h/db\"", 256,
+	      "database \"postgresql://u:********@h/db\"");
 	check(__LINE__, "dbname='host=h password=Inner-pw-5'", "x Inner-pw-5", 256, "x ********");
 	/* shorter than 4 bytes: left alone, or every "abc" in a message would go */
 	check(__LINE__, "password=abc", "abc def", 256, "abc def");
@@ -66,11 +68,13 @@ int main(void)
 	check(__LINE__, "password=****", "a **** b ***", 256, "a ******** b ***");
 	check(__LINE__, "password=********", "x ******** y", 256, "x ******** y");
 	/* the mask is longer than the secret and the buffer is full: cut short, never overrun */
-	check(__LINE__, "password=Sek4", "xxxxxxxxxxxxxxxxxxxxxxxxxxxSek4", 32, "xxxxxxxxxxxxxxxxxxxxxxxxxxx****");
+	check(__LINE__, "password=Sek4", "xxxxxxxxxxxxxxxxxxxxxxxxxxxSek4", 32,
+	      "xxxxxxxxxxxxxxxxxxxxxxxxxxx****");
 	check(__LINE__, "password=Sek4", "Sek4Sek4Sek4Sek4", 17, "****************");
 	check(__LINE__, "password=Sek4", "", 1, "");
 	/* nothing to hide */
-	check(__LINE__, "host=h user=u", "password authentication failed", 256, "password authentication failed");
+	check(__LINE__, "host=h user=u", "password authentication failed", 256,
+	      "password authentication failed");
 	check(__LINE__, "host=h password=", "empty", 256, "empty");
 	/* a DSN libpq cannot parse yields no secrets (its message is made from the masked DSN instead) */
 	check(__LINE__, "host=h password='unterminated", "unterminated", 256, "unterminated");

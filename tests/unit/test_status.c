@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "decoder/log.h"
-#include "cdc/status/status.h"
 #include "cdc/cli/status_cmd.h"
+#include "cdc/status/status.h"
+#include "decoder/log.h"
 #include "test.h"
 
 /* ---- pure functions ---- */

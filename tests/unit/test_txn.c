@@ -425,7 +425,8 @@ static bool h_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t le
 	return true;
 }
 
-static const txn_handler handler = {.begin = h_begin, .change = h_change, .replay = h_replay, .commit = h_commit};
+static const txn_handler handler = {
+    .begin = h_begin, .change = h_change, .replay = h_replay, .commit = h_commit};
 static const pgo_options opts = {.proto_version = 4};
 
 static void fx_init(fixture *f)

@@ -4,6 +4,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "decoder/pgtypes.h"
+
 /* NAMEDATALEN - 1: PostgreSQL truncates longer names, which would then name something else. */
 #define BFSQL_MAX_IDENT 63
 
@@ -181,29 +183,19 @@ void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_co
 
 /* ---- where ---- */
 
-enum {
-	OID_BOOL = 16,
-	OID_INT8 = 20,
-	OID_INT2 = 21,
-	OID_INT4 = 23,
-	OID_TEXT = 25,
-	OID_VARCHAR = 1043,
-	OID_NUMERIC = 1700
-};
-
 /* Whether a literal of kind k compares with a column of type oid as pred_eval compares it. */
 static bool literal_fits(uint32_t oid, pred_kind k)
 {
 	switch (oid) {
-	case OID_INT2:
-	case OID_INT4:
-	case OID_INT8:
-	case OID_NUMERIC:
+	case PGT_INT2:
+	case PGT_INT4:
+	case PGT_INT8:
+	case PGT_NUMERIC:
 		return k == PRED_NUM || k == PRED_NULL;
-	case OID_TEXT:
-	case OID_VARCHAR:
+	case PGT_TEXT:
+	case PGT_VARCHAR:
 		return k == PRED_STR || k == PRED_NULL;
-	case OID_BOOL:
+	case PGT_BOOL:
 		return k == PRED_BOOL || k == PRED_NULL;
 	default:
 		return false;
@@ -225,7 +217,7 @@ static const bfsql_col *column(const pred_node *n, const bfsql_col *cols, size_t
 static void sql_column(buf *out, const bfsql_col *c)
 {
 	bfsql_quote_ident(out, c->name);
-	if (c->type_oid == OID_TEXT || c->type_oid == OID_VARCHAR)
+	if (c->type_oid == PGT_TEXT || c->type_oid == PGT_VARCHAR)
 		buf_puts(out, " COLLATE \"C\"");
 }
 

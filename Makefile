@@ -66,7 +66,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-fault check-model probe-kafka-txn torture torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -133,6 +133,11 @@ probe-kafka-txn: $(B)/tests/kafka_mock
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
+# The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and tsc) and
+# their example workers, against a real PostgreSQL and cdc.
+check-clients: $(B)/cdc
+	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/clients
+
 # Fault injection (tests/fault/harness.py): load on PostgreSQL while cdc, the server, the walsender,
 # Kafka's brokers and the socket consumers fail; exits non-zero on any loss, leaked aborted change,
 # per-key order violation or slot that passed an undelivered change. check-fault is the short run
@@ -178,6 +183,7 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory check-format
 	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
 	$(Q)$(MAKE) --no-print-directory check-integration
+	$(Q)$(MAKE) --no-print-directory check-clients
 	$(Q)$(MAKE) --no-print-directory check-fault
 	$(Q)$(MAKE) --no-print-directory check-model
 

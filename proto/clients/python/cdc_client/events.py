@@ -1,0 +1,148 @@
+"""events.py: cdc.v1.Event as a Python object with native values (int, Decimal, datetime, UUID,
+parsed JSON...), the same fields as cdc's JSON events. The generated message stays at Event.pb."""
+import dataclasses
+import datetime
+import decimal
+import json
+import uuid
+from typing import Any, Dict, List, Optional
+
+from ._proto import pb
+
+
+
+def op_name(op: int) -> str:
+    """"insert", "update"... as in cdc's JSON: the enum's name without OP_, in lower case; an op
+    newer than the compiled schema: its number as text."""
+    try:
+        return pb.Op.Name(op)[3:].lower()
+    except ValueError:
+        return str(op)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_EPOCH_DATE = datetime.date(1970, 1, 1)
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def format_lsn(lsn: int) -> str:
+    """An LSN as PostgreSQL writes it: "0/1A2B3C8"."""
+    return "%X/%X" % (lsn >> 32, lsn & 0xFFFFFFFF)
+
+
+def _timestamp(ts):
+    tz = datetime.timezone.utc if ts.with_zone else None
+    # PostgreSQL's infinities have no datetime: the nearest representable instants stand for them.
+    if ts.micros == _INT64_MAX:
+        return datetime.datetime.max.replace(tzinfo=tz)
+    if ts.micros == _INT64_MIN:
+        return datetime.datetime.min.replace(tzinfo=tz)
+    d = _EPOCH + datetime.timedelta(microseconds=ts.micros)
+    return d.replace(tzinfo=tz)
+
+
+def _date(days):
+    if days == _INT32_MAX:
+        return datetime.date.max
+    if days == _INT32_MIN:
+        return datetime.date.min
+    return _EPOCH_DATE + datetime.timedelta(days=days)
+
+
+def _time(micros):
+    s, us = divmod(micros, 1_000_000)
+    if s >= 86400:  # 24:00:00, which PostgreSQL allows and datetime.time does not
+        return datetime.time.max
+    return datetime.time(s // 3600, s // 60 % 60, s % 60, us)
+
+
+_CONVERT = {
+    "null_value": lambda v: None,
+    "int_value": lambda v: v.int_value,
+    "float_value": lambda v: v.float_value,
+    "bool_value": lambda v: v.bool_value,
+    "numeric_value": lambda v: decimal.Decimal(v.numeric_value),  # "NaN", "Infinity" included
+    "text_value": lambda v: v.text_value,
+    "bytes_value": lambda v: v.bytes_value,
+    "uuid_value": lambda v: uuid.UUID(bytes=v.uuid_value),
+    "date_value": lambda v: _date(v.date_value),
+    "time_value": lambda v: _time(v.time_value),
+    "timestamp_value": lambda v: _timestamp(v.timestamp_value),
+    "json_value": lambda v: json.loads(v.json_value),
+    "other_value": lambda v: v.other_value.text,  # PostgreSQL's text form; type_name in Event.pb
+    "binary_value": lambda v: v.binary_value,
+}
+
+
+def value(v) -> Any:
+    """A cdc.v1.Value as a native Python value (see the README for the mapping). An unchanged
+    TOAST value has none: row() leaves such columns out."""
+    kind = v.WhichOneof("kind")
+    if kind is None or kind == "unchanged_toast":
+        raise ValueError("value has no native form: %s" % (kind or "no member set"))
+    return _CONVERT[kind](v)
+
+
+def row(r) -> Dict[str, Any]:
+    """A cdc.v1.Row as {column: native value}, unchanged TOAST columns left out."""
+    return {c.name: value(c.value) for c in r.columns if c.value.WhichOneof("kind") != "unchanged_toast"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One change. key/new/old are dicts of native values (None where the event has no such row);
+    unchanged_toast names the columns of new whose TOASTed value did not change and was not sent.
+    pb is the cdc.v1.Event as received (truncate, message, type OIDs, other_value type names)."""
+    subscription: str
+    offset: Optional[int]
+    tag: Optional[str]
+    op: str
+    schema: str
+    table: str
+    lsn: int
+    commit_lsn: int
+    xid: int
+    tx_index: int
+    commit_time: datetime.datetime
+    key: Optional[Dict[str, Any]]
+    new: Optional[Dict[str, Any]]
+    old: Optional[Dict[str, Any]]
+    unchanged_toast: List[str]
+    delivery_count: int
+    origin: str
+    pb: Any = dataclasses.field(repr=False, compare=False)
+    # Which connection delivered it: an ack on a later connection is not sent (cdc redelivers it).
+    connection_id: int = dataclasses.field(default=0, repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, e, connection_id=0) -> "Event":
+        return cls(
+            subscription=e.subscription,
+            offset=e.offset if e.HasField("offset") else None,
+            tag=e.tag if e.HasField("tag") else None,
+            op=op_name(e.op),
+            schema=e.schema,
+            table=e.table,
+            lsn=e.lsn,
+            commit_lsn=e.commit_lsn,
+            xid=e.xid,
+            tx_index=e.tx_index,
+            commit_time=_EPOCH.replace(tzinfo=datetime.timezone.utc)
+            + datetime.timedelta(microseconds=e.commit_time),
+            key=row(e.key) if e.HasField("key") else None,
+            new=row(e.new_row) if e.HasField("new_row") else None,
+            old=row(e.old_row) if e.HasField("old_row") else None,
+            unchanged_toast=[c.name for c in e.new_row.columns if c.value.WhichOneof("kind") == "unchanged_toast"],
+            delivery_count=e.delivery_count,
+            origin=e.origin,
+            pb=e,
+            connection_id=connection_id,
+        )
+
+    @property
+    def row(self) -> Optional[Dict[str, Any]]:
+        """The row the change leaves (new), or for a delete the row it removed (old if sent, else key)."""
+        if self.new is not None:
+            return self.new
+        return self.old if self.old is not None else self.key

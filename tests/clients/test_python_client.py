@@ -1,0 +1,185 @@
+"""test_python_client.py: proto/clients/python (cdc_client) against a real PostgreSQL and cdc:
+typed events with native values, acks per consumer mode, reconnection across a cdc restart
+(unacknowledged events come again, acknowledged ones do not), an Error frame raised as
+ServerError, and the example worker run as a process."""
+
+import datetime
+import decimal
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from conftest import wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
+sys.path.insert(0, PY_CLIENT)
+from cdc_client import Connection, Consumer, ServerError, pb  # noqa: E402
+
+
+def socket_sub(schema, name="jobs", table="jobs", **kw):
+    s = {"name": name, "tables": [f"{schema}.{table}"], "operations": ["insert", "update", "delete"],
+         "sink": "socket"}
+    s.update(kw)
+    return s
+
+
+def sock(c):
+    return c.config["subscribers"]["socket"]
+
+
+def make_jobs(pg, schema):
+    pg.sql(f"create table {schema}.jobs (id int primary key, note text)")
+
+
+def insert(pg, schema, first, last):
+    pg.sql(f"insert into {schema}.jobs select i, 'n' || i from generate_series({first}, {last}) i")
+
+
+def take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_events_have_native_values_and_acks_stick(pg, schema, cdc):
+    pg.sql(f"""create table {schema}.t (id int primary key, big bigint, amount numeric, ok boolean,
+               f float8, note text, at timestamptz, ts timestamp, d date, tm time, u uuid, b bytea,
+               doc jsonb, ip inet, nothing text)""")
+    c, p = cdc.start(subscriptions=[socket_sub(schema, table="t", tag="typed")])
+    pg.sql(f"""insert into {schema}.t values (1, 9007199254740993, 120.50, true, 1.5, 'héllo',
+               '2026-11-22 10:00:00.123456+00', '2026-11-22 10:00:00', '2026-11-22', '10:11:12.5',
+               'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x0001ff', '{{"a": [1, null]}}', '10.0.0.1', null)""")
+    pg.sql(f"update {schema}.t set ok = false where id = 1")
+    pg.sql(f"delete from {schema}.t where id = 1")
+    with Consumer(sock(c), "jobs", consumer="py-test", heartbeat_ms=200) as con:
+        it = con.events(idle_timeout=20)
+        ins, upd, dele = take(it, 3)
+        assert con.mode == "failover" and con.active and con.subscribed.next_offset == 1
+        assert [(e.offset, e.op, e.delivery_count, e.tag) for e in (ins, upd, dele)] == [
+            (1, "insert", 1, "typed"), (2, "update", 1, "typed"), (3, "delete", 1, "typed")]
+        assert (ins.subscription, ins.schema, ins.table, ins.tx_index) == ("jobs", schema, "t", 0)
+        assert ins.new == {
+            "id": 1, "big": 9007199254740993, "amount": decimal.Decimal("120.50"), "ok": True, "f": 1.5,
+            "note": "héllo",
+            "at": datetime.datetime(2026, 11, 22, 10, 0, 0, 123456, tzinfo=datetime.timezone.utc),
+            "ts": datetime.datetime(2026, 11, 22, 10, 0, 0), "d": datetime.date(2026, 11, 22),
+            "tm": datetime.time(10, 11, 12, 500000), "u": uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+            "b": b"\x00\x01\xff", "doc": {"a": [1, None]}, "ip": "10.0.0.1", "nothing": None}
+        assert ins.key == {"id": 1} and ins.old is None and ins.unchanged_toast == []
+        assert upd.new["ok"] is False and upd.row is upd.new
+        assert dele.new is None and dele.key == {"id": 1} and dele.row == {"id": 1}
+        assert ins.lsn <= ins.commit_lsn < upd.commit_lsn < dele.commit_lsn
+        assert ins.commit_time.tzinfo is datetime.timezone.utc and ins.commit_time.year >= 2024
+        assert ins.pb.new_row.columns[12].value.json_value  # the message as received is kept
+        con.ack(ins, upd)  # failover: one cumulative Ack of offset 2
+        wait_for(lambda: next(con.events(idle_timeout=0.3), None) is None and con.server_acked_offset == 2,
+                 10, what="the server to report offset 2 acknowledged")
+    # A new consumer starts after the acknowledged offset: the delete again, first delivery on
+    # this connection (counts live in cdc's memory: 2).
+    with Consumer(sock(c), "jobs") as con:
+        evs = list(con.events(idle_timeout=1.0))
+        assert [(e.offset, e.op, e.delivery_count) for e in evs] == [(3, "delete", 2)]
+        assert con.subscribed.acked_offset == 2
+    assert p.terminate() == 0
+
+
+def test_shared_mode_acks_each_offset(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared")])
+    insert(pg, schema, 1, 4)
+    with Consumer(sock(c), "jobs", heartbeat_ms=200) as con:
+        evs = take(con.events(idle_timeout=20), 4)
+        assert con.mode == "shared" and not con.cumulative
+        assert [e.new["id"] for e in evs] == [1, 2, 3, 4]
+        con.ack(evs[0], evs[2])  # per offset: 2 and 4 stay unacknowledged
+        wait_for(lambda: next(con.events(idle_timeout=0.3), None) is None and con.server_acked_offset == 1,
+                 10, what="the server to report offset 1 acknowledged")
+    with Consumer(sock(c), "jobs") as con:
+        assert [(e.offset, e.new["id"]) for e in con.events(idle_timeout=1.0)] == [(2, 2), (4, 4)]
+    assert p.terminate() == 0
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "kill9"])
+def test_worker_survives_a_cdc_restart(pg, schema, cdc, stop):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 4)
+    got = queue.Queue()
+    con = Consumer(sock(c), "jobs", consumer="survivor", heartbeat_ms=200, backoff_initial=0.05,
+                   backoff_max=0.5, give_up_after=60)
+
+    def worker():
+        # Acknowledges 1 and 2 only; stops after the events of the second life.
+        try:
+            for e in con.events(idle_timeout=60):
+                got.put((e.offset, e.delivery_count, e.new["id"], con.connections))
+                if e.offset <= 2:
+                    con.ack(e)
+                if e.offset == 6:
+                    break
+        except BaseException as exc:  # the test fails with it below
+            got.put(exc)
+        finally:
+            con.close()
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    first = [got.get(timeout=20) for _ in range(4)]
+    assert first == [(1, 1, 1, 1), (2, 1, 2, 1), (3, 1, 3, 1), (4, 1, 4, 1)]
+    wait_for(lambda: con.server_acked_offset == 2, 10, what="the server to report offset 2 acknowledged")
+    if stop == "sigterm":
+        assert p.terminate() == 0
+    else:
+        p.kill()
+    p2 = c.start()
+    insert(pg, schema, 5, 6)
+    second = [got.get(timeout=30) for _ in range(4)]
+    t.join(10)
+    assert not t.is_alive()
+    # 3 and 4 were never acknowledged: delivered again (counts restart with cdc); 1 and 2 not.
+    assert second == [(3, 1, 3, 2), (4, 1, 4, 2), (5, 1, 5, 2), (6, 1, 6, 2)]
+    assert got.empty()
+    assert p2.terminate() == 0
+
+
+def test_error_frame_is_raised_with_its_code(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    with pytest.raises(ServerError) as err:
+        with Consumer(sock(c), "nope") as con:
+            next(iter(con))
+    assert (err.value.code, err.value.code_value, err.value.message) == (
+        "UNKNOWN_SUBSCRIPTION", pb.Error.UNKNOWN_SUBSCRIPTION, "no subscription named nope")
+    assert str(err.value) == "UNKNOWN_SUBSCRIPTION: no subscription named nope"
+    # The raw connection says the same, and the server closes it afterwards.
+    conn = Connection(sock(c))
+    with pytest.raises(ServerError) as err:
+        conn.subscribe("nope")
+    assert err.value.code == "UNKNOWN_SUBSCRIPTION"
+    assert conn.recv(10) is None and conn.closed
+    conn.close()
+    assert p.terminate() == 0
+
+
+def test_example_worker_processes_inserted_rows(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    n = 50
+    w = subprocess.Popen([sys.executable, os.path.join(PY_CLIENT, "examples", "worker.py"), sock(c), "jobs",
+                          "--count", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    insert(pg, schema, 1, n)
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert lines == [{"offset": i, "op": "insert", "table": "jobs", "row": {"id": i, "note": f"n{i}"}}
+                     for i in range(1, n + 1)]
+    # Everything was acknowledged: a new consumer gets nothing old.
+    with Consumer(sock(c), "jobs") as con:
+        assert list(con.events(idle_timeout=0.5)) == []
+        assert con.subscribed.acked_offset == n
+    assert p.terminate() == 0

@@ -1,0 +1,92 @@
+"""test_typescript_client.py: proto/clients/typescript (@cdc/client), built here (npm ci of the
+locked protobufjs and TypeScript, then tsc), tested against a real PostgreSQL and cdc:
+tests/clients/typescript/*.test.mjs with node's test runner (they run and restart cdc from the
+config written here), and the example worker run as a process processing N inserted rows."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import CDC_BIN
+from pg import find_bindir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TS_CLIENT = os.path.join(ROOT, "proto", "clients", "typescript")
+TS_TESTS = os.path.join(ROOT, "tests", "clients", "typescript")
+
+
+def npm_ci():
+    """`npm ci` in proto/clients/typescript unless node_modules holds exactly the locked packages."""
+    with open(os.path.join(TS_CLIENT, "package-lock.json"), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    marker = os.path.join(TS_CLIENT, "node_modules", ".cdc-installed-lock")
+    try:
+        with open(marker) as f:
+            if f.read().strip() == digest:
+                return
+    except OSError:
+        pass
+    if shutil.which("npm") is None:
+        # Debian's nodejs comes without npm; where npm is missing, Debian's npm fits that nodejs.
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"],
+                           check=True, timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        else:
+            pytest.fail("npm not found: install Node.js (18 or later) with npm")
+    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TS_CLIENT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"npm ci in {TS_CLIENT} failed:\n{p.stdout}\n{p.stderr}"
+    with open(marker, "w") as f:
+        f.write(digest + "\n")
+
+
+@pytest.fixture(scope="module")
+def ts_client():
+    """The TypeScript client, installed and compiled (dist/)."""
+    npm_ci()
+    p = subprocess.run([os.path.join(TS_CLIENT, "node_modules", ".bin", "tsc"), "-p", TS_CLIENT],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"tsc failed:\n{p.stdout}\n{p.stderr}"
+    return os.path.join(TS_CLIENT, "dist")
+
+
+def socket_sub(schema, name, table, **kw):
+    s = {"name": name, "tables": [f"{schema}.{table}"], "operations": ["insert", "update", "delete"],
+         "sink": "socket"}
+    s.update(kw)
+    return s
+
+
+def test_typescript_client(pg, schema, cdc, ts_client):
+    c = cdc(subscriptions=[socket_sub(schema, "typed", "typed", tag="t1"), socket_sub(schema, "jobs", "jobs"),
+                           socket_sub(schema, "shared", "shared", consumers="shared")])
+    env = dict(os.environ, CDC_BIN=CDC_BIN, CDC_CONFIG=c.path, CDC_SOCKET=c.config["subscribers"]["socket"],
+               CDC_SLOT=c.slot, CDC_SCHEMA=schema, PSQL=os.path.join(find_bindir(), "psql"), PG_DSN=pg.dsn)
+    tests = sorted(os.path.join(TS_TESTS, f) for f in os.listdir(TS_TESTS) if f.endswith(".test.mjs"))
+    p = subprocess.run(["node", "--test", "--test-reporter=spec"] + tests, env=env, capture_output=True,
+                       text=True, timeout=300)
+    print(p.stdout)
+    assert p.returncode == 0, f"node --test failed:\n{p.stdout}\n{p.stderr}"
+
+
+def test_typescript_example_worker_processes_inserted_rows(pg, schema, cdc, ts_client):
+    pg.sql(f"create table {schema}.jobs (id int primary key, note text)")
+    c, p = cdc.start(subscriptions=[socket_sub(schema, "jobs", "jobs")])
+    n = 50
+    sock = c.config["subscribers"]["socket"]
+    w = subprocess.Popen(["node", os.path.join(ts_client, "examples", "worker.js"), sock, "jobs", "--count", str(n)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pg.sql(f"insert into {schema}.jobs select i, 'n' || i from generate_series(1, {n}) i")
+    out, err = w.communicate(timeout=60)
+    assert w.returncode == 0, err
+    assert [json.loads(x) for x in out.splitlines()] == [
+        {"offset": str(i), "op": "insert", "table": "jobs", "row": {"id": i, "note": f"n{i}"}} for i in range(1, n + 1)]
+    # Everything was acknowledged: a second run sees nothing within a second and exits 0.
+    w2 = subprocess.run(["node", os.path.join(ts_client, "examples", "worker.js"), sock, "jobs", "--idle", "1"],
+                        capture_output=True, text=True, timeout=60)
+    assert (w2.returncode, w2.stdout) == (0, ""), w2.stderr
+    assert p.terminate() == 0

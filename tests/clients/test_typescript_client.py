@@ -3,15 +3,14 @@ locked protobufjs and TypeScript, then tsc), tested against a real PostgreSQL an
 tests/clients/typescript/*.test.mjs with node's test runner (they run and restart cdc from the
 config written here), and the example worker run as a process processing N inserted rows."""
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from conftest import CDC_BIN
+from npm import npm_ci
 from pg import find_bindir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,35 +18,10 @@ TS_CLIENT = os.path.join(ROOT, "proto", "clients", "typescript")
 TS_TESTS = os.path.join(ROOT, "tests", "clients", "typescript")
 
 
-def npm_ci():
-    """`npm ci` in proto/clients/typescript unless node_modules holds exactly the locked packages."""
-    with open(os.path.join(TS_CLIENT, "package-lock.json"), "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    marker = os.path.join(TS_CLIENT, "node_modules", ".cdc-installed-lock")
-    try:
-        with open(marker) as f:
-            if f.read().strip() == digest:
-                return
-    except OSError:
-        pass
-    if shutil.which("npm") is None:
-        # Debian's nodejs comes without npm; where npm is missing, Debian's npm fits that nodejs.
-        if os.geteuid() == 0 and shutil.which("apt-get"):
-            subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"],
-                           check=True, timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-        else:
-            pytest.fail("npm not found: install Node.js (18 or later) with npm")
-    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TS_CLIENT,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, f"npm ci in {TS_CLIENT} failed:\n{p.stdout}\n{p.stderr}"
-    with open(marker, "w") as f:
-        f.write(digest + "\n")
-
-
 @pytest.fixture(scope="module")
 def ts_client():
     """The TypeScript client, installed and compiled (dist/)."""
-    npm_ci()
+    npm_ci(TS_CLIENT)
     p = subprocess.run([os.path.join(TS_CLIENT, "node_modules", ".bin", "tsc"), "-p", TS_CLIENT],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"tsc failed:\n{p.stdout}\n{p.stderr}"

@@ -29,7 +29,6 @@ What running "exactly as rendered" cannot keep, and how it is remapped (nothing 
   from the Secret, whose values this test provides, as a user would).
 """
 
-import hashlib
 import http.client
 import json
 import os
@@ -45,6 +44,7 @@ import pytest
 import yaml
 
 from conftest import CDC_BIN, ROOT, CdcProcess, drop_slot, wait_for
+from npm import npm_ci
 from pg import TempPostgres, free_port
 
 KUBECTL = "/usr/bin/kubectl"
@@ -79,35 +79,9 @@ def rendered():
     return {which: render(which) for which in KUSTOMIZATIONS}
 
 
-def npm_ci():
-    """`npm ci` in tests/deploy, unless node_modules already holds exactly the locked packages."""
-    lock = os.path.join(VALIDATOR_DIR, "package-lock.json")
-    with open(lock, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    marker = os.path.join(VALIDATOR_DIR, "node_modules", ".cdc-installed-lock")
-    try:
-        with open(marker) as f:
-            if f.read().strip() == digest:
-                return
-    except OSError:
-        pass
-    if shutil.which("npm") is None:
-        # Debian's nodejs comes without npm; where npm is missing, Debian's npm fits that nodejs.
-        if os.geteuid() == 0 and shutil.which("apt-get"):
-            subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"],
-                           check=True, timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-        else:
-            pytest.fail("npm not found: install Node.js (18 or later) with npm")
-    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=VALIDATOR_DIR,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, f"npm ci in tests/deploy failed:\n{p.stdout}\n{p.stderr}"
-    with open(marker, "w") as f:
-        f.write(digest + "\n")
-
-
 @pytest.fixture(scope="session")
 def validate():
-    npm_ci()
+    npm_ci(VALIDATOR_DIR)
 
     def run(objs):
         p = subprocess.run(["node", os.path.join(VALIDATOR_DIR, "validate.js")], input=json.dumps(objs),

@@ -9,7 +9,7 @@ Fixtures (conftest.py imports them):
                 once, stopped at the end of the session.
   kafka         the same KafkaMock for one test, put back afterwards (every broker up, queued
                 errors cleared, no added latency) so a test's outage never leaks into the next.
-  proto         event_pb2, compiled from proto/cdc/v1/event.proto by subscriber_client (once a process)
+  proto         event_pb2, compiled from proto/cdc/v1/event.proto by cdc_client (once a process)
   kafka_reader  a factory: kafka_reader(topics, transactions_topic=None, group=True) returns a
                 running KafkaReader; every reader is closed when the test ends.
 
@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from subscriber_client import protos
+from subscriber_helpers import protos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KAFKA_MOCK_BIN = os.environ.get("KAFKA_MOCK_BIN", os.path.join(ROOT, "build", "tests", "kafka_mock"))

@@ -22,7 +22,7 @@ a table: rows, events/s of each consumer and the ratio cdc / pg_recvlogical; and
 
 Then latency at a steady 5,000 single-row transactions/s (pgbench --rate, synchronous commit):
 commit time to Kafka delivery report (measured by cdc itself), and commit time to a Python consumer
-of the subscriber socket (tests/subscriber_client.py, acking each Delivery) reading the event,
+of the subscriber socket (cdc_client via tests/subscriber_helpers.py, acking each Delivery) reading the event,
 measured by that consumer from the event's commit_time (same machine, same clock).
 
 Besides, on the same backlogs and in turn with the others: wal2json (format-version 2) through
@@ -500,7 +500,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200):
     consumer = None
     try:
         wait_socket(sock, cdc, err_path, start)
-        # TMPDIR: subscriber_client compiles the .proto files into a temp dir it leaves behind.
+        # TMPDIR: cdc_client compiles the .proto files into a temp dir it leaves behind.
         consumer = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--latency-consumer",
                                      sock, str(warmup), out_path],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -547,7 +547,7 @@ def latency_consumer(sock, warmup, out_path):
     to expect on stdin; once they are all in, writes "offset latency_us" lines to OUT (events past
     the warm-up) and prints "done cpu=S wall=S deliveries=N"."""
     import resource
-    import subscriber_client as sc
+    import subscriber_helpers as sc
 
     deadline = time.monotonic() + 60
     while True:

@@ -1,5 +1,5 @@
 """consumer.py: a socket-subscription consumer for the fault harness, run as a process of its own
-so that the harness can kill -9 it mid-batch. Built on tests/subscriber_client.py: subscribes from
+so that the harness can kill -9 it mid-batch. Built on tests/subscriber_helpers.py (cdc_client): subscribes from
 the acknowledged position, writes each delivered event as one line to OUT (flushed to the kernel,
 so a kill -9 keeps it), and acknowledges a Delivery only after all of its events are written. It
 exits 1 when cdc closes the connection (the harness starts the next consumer).
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from events import from_proto, to_line
-from subscriber_client import ServerError, Subscriber
+from subscriber_helpers import ServerError, Subscriber
 
 
 def main():

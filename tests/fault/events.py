@@ -16,7 +16,7 @@ import sys
 from collections import namedtuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/: pg, kafka_fixtures, subscriber_client, conftest
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: pg, kafka_fixtures, subscriber_helpers, conftest
 
 from kafka_fixtures import row_plain  # noqa: E402
 from pg import lsn_to_int  # noqa: E402

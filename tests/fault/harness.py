@@ -9,7 +9,7 @@ cluster (3 brokers) and `cdc run` with four subscriptions on the tables of schem
   k_all    sink kafka, every change (topics cdc.fault.TABLE, 4 partitions each)
   s_all    sink socket, every change, drained by `cdc tail` processes
   s_grp    sink socket, inserts and updates with `where: new.grp < 3`, batch: transaction,
-           drained by tests/fault/consumer.py processes (tests/subscriber_client.py)
+           drained by tests/fault/consumer.py processes (cdc_client, via tests/subscriber_helpers.py)
   out_all  sink stdout, every change (each cdc run's stdout in a file of its own)
 
 While load.py's workers commit (and abort) transactions for --duration seconds, the harness
@@ -74,7 +74,7 @@ from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
 from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import TempPostgres, lsn_to_int  # noqa: E402
-from subscriber_client import Subscriber, protos  # noqa: E402
+from subscriber_helpers import Subscriber, protos  # noqa: E402
 from verify import SinkData, verify  # noqa: E402
 
 PARTITIONS = 4

@@ -18,7 +18,7 @@ import psycopg2
 
 from conftest import CDC_BIN, wait_for
 from kafka_fixtures import row_plain
-from subscriber_client import Subscriber, pb
+from subscriber_helpers import Subscriber, pb
 from test_kafka import kafka_section, ksub
 from test_status import http
 

@@ -13,7 +13,7 @@ import psycopg2
 
 from conftest import wait_for
 from pg import free_port, lsn_to_int
-from subscriber_client import Subscriber, pb
+from subscriber_helpers import Subscriber, pb
 from test_status import get, http, status_sock
 
 

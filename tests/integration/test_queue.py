@@ -2,13 +2,13 @@
 offset is not in flight to the consumer (answered by Acked), Nack with a delay and a reason,
 Progress, dead letters that keep their history, delivery counts across a kill -9, and fair
 dispatch among shared workers. A real PostgreSQL, cdc, and consumers through
-tests/subscriber_client.py (a client built from the .proto files alone)."""
+tests/subscriber_helpers.py (cdc_client, the Python client library, plus test helpers)."""
 
 import threading
 import time
 
 from conftest import wait_for
-from subscriber_client import Subscriber, pb
+from subscriber_helpers import Subscriber, pb
 from test_socket import attach, collect, insert, make_jobs, row, socket_sub
 
 

@@ -1,8 +1,8 @@
 """test_socket.py: `sink: socket` end to end: a real PostgreSQL, cdc, and consumers on the real
-subscriber socket speaking proto/cdc/v1/subscriber.proto through tests/subscriber_client.py (a
-client built only from the .proto files). Covers the spool (durability, restart, torn tail,
-retention), the consumer modes (failover, shared, key_shared), acks, flow control, batches,
-dead letters, start positions and malformed frames."""
+subscriber socket speaking proto/cdc/v1/subscriber.proto through cdc_client (proto/clients/python,
+built only from the .proto files) and the test helpers of tests/subscriber_helpers.py. Covers the
+spool (durability, restart, torn tail, retention), the consumer modes (failover, shared,
+key_shared), acks, flow control, batches, dead letters, start positions and malformed frames."""
 
 import glob
 import os
@@ -13,7 +13,7 @@ import time
 
 from conftest import CDC_BIN, wait_for
 from pg import lsn_to_int
-from subscriber_client import Subscriber, pb
+from subscriber_helpers import Subscriber, pb
 
 OP = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message"}
 

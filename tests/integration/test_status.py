@@ -10,7 +10,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import CDC_BIN, wait_for
-from subscriber_client import Subscriber
+from subscriber_helpers import Subscriber
 
 
 def http(path, method="GET", body=None, timeout=10):

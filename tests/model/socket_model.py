@@ -18,7 +18,6 @@ is closed with SUBSCRIBE_TIMEOUT after 10 s.
 """
 
 import argparse
-import collections
 import http.client
 import itertools
 import json
@@ -34,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from pg import TempPostgres  # noqa: E402
-from subscriber_client import FRAME_MAX, Subscriber, ServerError, encode_frame, pb  # noqa: E402
+from subscriber_helpers import FRAME_MAX, Subscriber, ServerError, encode_frame, pb  # noqa: E402
 
 INF = float("inf")
 EPS = 0.03            # ms rounding of cdc's deadlines, and clock reads on either side
@@ -746,14 +745,7 @@ def seed_tag(seed):
 
 def unsubscribed(path):
     """A Subscriber object on a connection that sends nothing (recv, send_raw and close work)."""
-    s = Subscriber.__new__(Subscriber)
-    s.path, s.dead_letters, s.subscribed, s.closed = path, False, None, False
-    s.last_kind, s.dropped, s.last_heartbeat = None, [], None
-    s._buf, s._held = bytearray(), collections.deque()
-    s.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.sock.settimeout(30)
-    s.sock.connect(path)
-    return s
+    return Subscriber.unsubscribed(path, timeout=30)
 
 
 def main(argv=None):

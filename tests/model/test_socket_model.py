@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from socket_model import Model  # noqa: E402
 from conftest import wait_for  # noqa: E402
-from subscriber_client import FRAME_MAX  # noqa: E402
+from subscriber_helpers import FRAME_MAX  # noqa: E402
 from test_socket import attach, collect, make_jobs, row, socket_sub  # noqa: E402
 
 

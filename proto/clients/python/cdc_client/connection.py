@@ -1,6 +1,6 @@
 """connection.py: one connection to cdc's subscriber socket: framing (4-byte big-endian length, one
-protobuf message), Subscribe and its answer, Ack. No policy: Consumer (consumer.py) adds
-reconnection, heartbeats and typed events on top."""
+protobuf message), Subscribe and its answer, Ack, Nack, Progress. No policy: Consumer
+(consumer.py) adds reconnection, heartbeats and typed events on top."""
 import os
 import select
 import socket
@@ -106,6 +106,15 @@ class Connection:
         """One Ack frame of these offsets, sent as given."""
         self.send(pb.ClientFrame(ack=pb.Ack(offsets=list(offsets))))
 
+    def nack(self, offsets: Iterable[int], delay_ms: int = 0, reason: str = "") -> None:
+        """One Nack frame: these offsets are given back, delivered again after delay_ms (at most
+        an hour); reason (at most 1 KiB of UTF-8) goes with a dead letter."""
+        self.send(pb.ClientFrame(nack=pb.Nack(offsets=list(offsets), delay_ms=delay_ms, reason=reason)))
+
+    def progress(self, offsets: Iterable[int]) -> None:
+        """One Progress frame: still working on these offsets, their ack timeouts start again."""
+        self.send(pb.ClientFrame(progress=pb.Progress(offsets=list(offsets))))
+
     def recv(self, timeout: Optional[float] = 5.0):
         """The next ServerFrame; None if none is complete within timeout seconds (None: wait for
         ever) or the server closed the connection (then .closed is true)."""
@@ -119,8 +128,10 @@ class Connection:
                     raise ProtocolError("the connection closed mid-frame")
                 return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.sock], [], [], left)
-            if not ready:
+            # poll, not select: a process may hold more than FD_SETSIZE (1024) descriptors
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            if not poller.poll(None if left is None else left * 1000):
                 return None
             try:
                 chunk = self.sock.recv(1 << 16)

@@ -1,7 +1,9 @@
 """test_python_client.py: proto/clients/python (cdc_client) against a real PostgreSQL and cdc:
 typed events with native values, acks per consumer mode, reconnection across a cdc restart
 (unacknowledged events come again, acknowledged ones do not), an Error frame raised as
-ServerError, and the example worker run as a process."""
+ServerError, Nack with a delay and a reason up to a dead letter with its history, Progress keeping
+a long job, a refused ack reported, and the example worker run as a process (nacking the rows it
+cannot process)."""
 
 import datetime
 import decimal
@@ -11,6 +13,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -20,7 +23,7 @@ from conftest import wait_for
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
 sys.path.insert(0, PY_CLIENT)
-from cdc_client import Connection, Consumer, ServerError, pb  # noqa: E402
+from cdc_client import Connection, Consumer, Refused, ServerError, pb  # noqa: E402
 
 
 def socket_sub(schema, name="jobs", table="jobs", **kw):
@@ -183,4 +186,113 @@ def test_example_worker_processes_inserted_rows(pg, schema, cdc):
     with Consumer(sock(c), "jobs") as con:
         assert list(con.events(idle_timeout=0.5)) == []
         assert con.subscribed.acked_offset == n
+    assert p.terminate() == 0
+
+
+def test_nack_with_delay_and_reason_comes_again_then_becomes_a_dead_letter(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, max_deliveries=2)])
+    insert(pg, schema, 1, 3)
+    with Consumer(sock(c), "jobs", consumer="nacker", heartbeat_ms=200) as con:
+        it = con.events(idle_timeout=20)
+        e1, e2, e3 = take(it, 3)
+        assert [(e.offset, e.delivery_count) for e in (e1, e2, e3)] == [(1, 1), (2, 1), (3, 1)]
+        t0 = time.monotonic()
+        con.ack(e1)
+        con.nack(e2, delay=1.0, reason="card declined")
+        con.ack(e3)  # failover acks are cumulative: held below 2 while 2 is given back
+        assert con.wait_answered() == []
+        assert con.server_acked_offset == 1
+        (again,) = take(it, 1)
+        waited = time.monotonic() - t0
+        assert (again.offset, again.delivery_count, again.new["id"]) == (2, 2, 2)
+        assert 0.8 <= waited < 5, waited
+        con.nack(again, reason="gateway timeout \u2014 gave up")  # the second delivery: max_deliveries
+        # 2 is a dead letter now, so the ack of 3 held back goes out.
+        assert con.wait_answered() == []
+        assert con.server_acked_offset == 3
+    with Consumer(sock(c), "jobs", dead_letters=True) as dead:
+        (d,) = list(dead.events(idle_timeout=2.0))
+        h = d.dead_letter
+        assert (d.offset, d.delivery_count, d.new["id"]) == (1, 1, 2)
+        assert (h.offset, h.original_offset, h.deliveries, h.reason) == (1, 2, 2, "gateway timeout \u2014 gave up")
+        assert abs(h.dead_time.timestamp() - time.time()) < 30 and h.dead_time.tzinfo is datetime.timezone.utc
+        dead.ack(d)
+        assert dead.wait_answered() == [] and dead.server_acked_offset == 1
+    with Consumer(sock(c), "jobs") as con:  # nothing left in the subscription
+        assert list(con.events(idle_timeout=0.5)) == [] and con.subscribed.acked_offset == 3
+        assert all(e.dead_letter is None for e in (e1, e2, e3))
+    assert p.terminate() == 0
+
+
+def first_delivery(conn, seconds):
+    """The events of the first Delivery a raw Connection receives within seconds, else []."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        f = conn.recv(left)
+        if f is not None and f.WhichOneof("kind") == "delivery":
+            return list(f.delivery.events)
+    return []
+
+
+def test_progress_keeps_a_long_job_from_being_delivered_again(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", ack_timeout="1s")])
+    insert(pg, schema, 1, 1)
+    with Consumer(sock(c), "jobs", consumer="worker", max_unacked=1, heartbeat_ms=200) as con:
+        it = con.events(idle_timeout=20)
+        (job,) = take(it, 1)
+        with Connection(sock(c)) as spare:
+            spare.subscribe("jobs", consumer="spare", max_unacked=1)  # would take the job if it came back
+            with con.keep_alive(job, every=0.3):
+                time.sleep(2.5)  # the job: 2.5 ack timeouts
+            assert first_delivery(spare, 0.2) == []
+            con.ack(job)
+            assert con.wait_answered() == [] and con.server_acked_offset == 1 and job.delivery_count == 1
+        # Without Progress the next job is taken away after the ack timeout.
+        insert(pg, schema, 2, 2)
+        (job2,) = take(it, 1)
+        with Connection(sock(c)) as spare:
+            spare.subscribe("jobs", consumer="spare2", max_unacked=1)
+            assert [(e.offset, e.delivery_count) for e in first_delivery(spare, 5)] == [(2, 2)]
+            con.progress(job2)  # too late: it is the spare's now
+            assert con.wait_answered() == [Refused(2, "OTHER_CONSUMER")]
+    assert p.terminate() == 0
+
+
+def test_a_refused_ack_is_reported(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 1)
+    seen = []
+    with Consumer(sock(c), "jobs", heartbeat_ms=200, on_refused=seen.append) as con:
+        (e,) = take(con.events(idle_timeout=20), 1)
+        con.ack(99)  # never delivered
+        assert con.wait_answered() == [Refused(99, "NOT_DELIVERED")]
+        assert seen == [[Refused(99, "NOT_DELIVERED")]] and con.server_acked_offset == 0
+        con.ack(e)
+        assert con.wait_answered() == [] and con.server_acked_offset == 1
+        con.ack(e)  # again
+        assert con.wait_answered() == [Refused(1, "ALREADY_ACKED")] and con.unanswered == 0
+    assert p.terminate() == 0
+
+
+def test_example_worker_nacks_what_it_cannot_process(pg, schema, cdc):
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, max_deliveries=2)])
+    insert(pg, schema, 1, 5)
+    worker = [sys.executable, os.path.join(PY_CLIENT, "examples", "worker.py"), sock(c), "jobs"]
+    w = subprocess.run(worker + ["--fail-on", "id=3", "--nack-delay", "0.2", "--idle", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert w.returncode == 0, w.stderr
+    assert [json.loads(x)["row"]["id"] for x in w.stdout.splitlines()] == [1, 2, 4, 5]
+    assert w.stderr.count("id=3 is not supported; given back") == 2
+    # 3 went to the dead letters with the worker's reason; everything else was acknowledged.
+    d = subprocess.run(worker + ["--dead-letters", "--idle", "1"], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 0, d.stderr
+    (line,) = [json.loads(x) for x in d.stdout.splitlines()]
+    assert (line["row"], line["dead_letter"]["original_offset"], line["dead_letter"]["deliveries"],
+            line["dead_letter"]["reason"]) == ({"id": 3, "note": "n3"}, 3, 2, "id=3 is not supported")
+    with Consumer(sock(c), "jobs") as con:
+        assert list(con.events(idle_timeout=0.5)) == [] and con.subscribed.acked_offset == 5
     assert p.terminate() == 0

@@ -6,16 +6,16 @@
     with Consumer("/run/cdc/events.sock", "jobs", consumer="worker-1") as c:
         for event in c:                 # reconnects with backoff when cdc restarts
             print(event.op, event.new)  # native values: int, Decimal, datetime, UUID, dict...
-            c.ack(event)
+            c.ack(event)                # or c.nack(event, delay=30, reason="...")
 
-Consumer is the worker's API; Connection is one raw connection (framing, Subscribe, Ack) for
-tools and tests; pb holds the generated messages and enums."""
+Consumer is the worker's API; Connection is one raw connection (framing, Subscribe, Ack, Nack,
+Progress) for tools and tests; pb holds the generated messages and enums."""
 from ._proto import pb
 from .connection import (FRAME_MAX, FRAME_SERVER_MAX, Connection, ConnectionClosed, ProtocolError,
                          ServerError, encode_frame, subscribe_frame)
 from .consumer import Consumer
-from .events import Event, format_lsn, op_name, row, value
+from .events import DeadLetter, Event, Refused, format_lsn, op_name, row, value
 
-__all__ = ["Consumer", "Connection", "Event", "ServerError", "ConnectionClosed", "ProtocolError",
-           "pb", "row", "value", "op_name", "format_lsn", "encode_frame", "subscribe_frame",
+__all__ = ["Consumer", "Connection", "Event", "DeadLetter", "Refused", "ServerError", "ConnectionClosed",
+           "ProtocolError", "pb", "row", "value", "op_name", "format_lsn", "encode_frame", "subscribe_frame",
            "FRAME_MAX", "FRAME_SERVER_MAX"]

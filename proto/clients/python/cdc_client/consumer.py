@@ -1,22 +1,33 @@
-"""consumer.py: a worker's view of a socket subscription: iterate over typed events, ack them;
-reconnects with exponential backoff when cdc restarts or the connection breaks, and handles
-heartbeats. Built on Connection (connection.py)."""
+"""consumer.py: a worker's view of a socket subscription: iterate over typed events, ack, nack or
+report progress on them; reconnects with exponential backoff when cdc restarts or the connection
+breaks, handles heartbeats and the Acked answers to acks. Built on Connection (connection.py)."""
+import collections
+import contextlib
 import logging
 import random
+import threading
 import time
-from typing import Callable, Iterator, List, Optional, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Union
 
 from ._proto import pb
 from .connection import MODES, ConnectionClosed, Connection, ProtocolError, ServerError
-from .events import Event
+from .events import DeadLetter, Event, Refused
 
 log = logging.getLogger("cdc_client")
 
-# Error codes after which connecting again may succeed: cdc is stopping (a restart, a rollout).
-# Every other code (an unknown or removed subscription, a frame the server refused) is raised.
-RETRYABLE_CODES = frozenset({pb.Error.SHUTTING_DOWN})
+# Error codes after which connecting again may succeed: cdc is stopping (a restart, a rollout),
+# its connection table is full, or this client's Subscribe came too late (a process stopped for
+# seconds). Every other code (an unknown or removed subscription, a frame the server refused) is
+# raised.
+RETRYABLE_CODES = frozenset({pb.Error.SHUTTING_DOWN, pb.Error.CONNECTION_LIMIT, pb.Error.SUBSCRIBE_TIMEOUT})
 
 DEFAULT_HEARTBEAT_MS = 5000
+OFFSETS_MAX = 65536          # offsets in one Ack, Nack or Progress frame
+NACK_DELAY_MAX = 3600.0      # seconds
+REASON_MAX = 1024            # bytes of UTF-8
+REFUSALS_KEPT = 65536        # refusals kept for wait_answered()
+
+Item = Union[Event, int, Iterable[Union[Event, int]]]
 
 
 class Consumer:
@@ -34,19 +45,27 @@ class Consumer:
     silent for three of those is taken as dead and replaced.
 
     reconnect: connect again with exponential backoff (backoff_initial doubling up to backoff_max
-    seconds, with jitter) when the socket is absent, refuses, closes, or cdc says SHUTTING_DOWN;
-    give_up_after (seconds, None: never) bounds one outage. Without reconnect those raise
+    seconds, with jitter) when the socket is absent, refuses, closes, or cdc says SHUTTING_DOWN,
+    CONNECTION_LIMIT or SUBSCRIBE_TIMEOUT; give_up_after (seconds, None: never) bounds one outage. Without reconnect those raise
     (OSError, ConnectionClosed, ServerError). Any other Error frame raises ServerError at once.
 
     on_dropped(from_offset, to_offset) is called when retention discarded events before they
-    reached this consumer (default: a warning on the "cdc_client" logger). Not thread-safe: iterate
-    and ack from one thread."""
+    reached this consumer (default: a warning on the "cdc_client" logger).
+
+    cdc answers every Ack, Nack and Progress with an Acked frame: server_acked_offset follows it,
+    and offsets it refused (never delivered, acknowledged already, another consumer's, or this
+    consumer not active) go to on_refused(list of Refused) (default: a warning on the logger);
+    wait_answered() waits for the answers and returns those refusals.
+
+    Iterate from one thread. ack, nack and progress may be called from other threads too (a job's
+    own thread, keep_alive's)."""
 
     def __init__(self, path: str, subscription: str, *, consumer: Optional[str] = None,
                  start: Union[str, int] = "acked", max_unacked: int = 0, heartbeat_ms: int = 0,
                  dead_letters: bool = False, reconnect: bool = True, backoff_initial: float = 0.1,
                  backoff_max: float = 10.0, give_up_after: Optional[float] = None,
-                 on_dropped: Optional[Callable[[int, int], None]] = None):
+                 on_dropped: Optional[Callable[[int, int], None]] = None,
+                 on_refused: Optional[Callable[[List[Refused]], None]] = None):
         self.path = path
         self.subscription = subscription
         self.consumer = consumer
@@ -59,20 +78,36 @@ class Consumer:
         self.backoff_max = backoff_max
         self.give_up_after = give_up_after
         self.on_dropped = on_dropped or self._log_dropped
+        self.on_refused = on_refused or self._log_refused
         self.subscribed = None          # the last Subscribed answer
-        self.server_acked_offset = 0    # from Subscribed and Heartbeat: acks the server has
+        self.server_acked_offset = 0    # from Subscribed, Acked and Heartbeat: acks the server has
         self.active = False             # failover: whether this consumer receives now
         self.connections = 0            # how many times it connected
         self._conn: Optional[Connection] = None
         self._closed = False
-        # One entry per ServerFrame kind: a new kind (such as an answer to acks) is one more entry.
+        self._lock = threading.Lock()   # sends and the per-connection state below
+        self._pending = collections.deque()  # batches read by wait_answered, yielded first
+        self._reset_connection_state()
+        # One entry per ServerFrame kind.
         self._handlers = {
             "subscribed": self._on_subscribed,
             "delivery": self._on_delivery,
             "heartbeat": self._on_heartbeat,
             "dropped": self._on_dropped,
             "error": self._on_error,
+            "acked": self._on_acked,
         }
+
+    def _reset_connection_state(self):
+        self._sent = 0                  # Ack, Nack and Progress frames sent on this connection
+        self._answered = 0              # of those, answered by Acked frames
+        self._refusals = collections.deque(maxlen=REFUSALS_KEPT)  # since the last wait_answered
+        # Cumulative acks (failover, dead letters) must not pass an offset given back by a Nack:
+        # it is held back until delivered again, and acks stop below it meanwhile.
+        self._held_back = set()
+        self._ack_wanted = 0            # the highest delivered offset the worker acked
+        self._ack_sent = 0              # the highest cumulative ack sent
+        self._delivered_max = 0         # the highest offset delivered on this connection
 
     # --- what a worker calls ---
 
@@ -89,6 +124,11 @@ class Consumer:
         (or until idle_timeout seconds pass without one). Acknowledge a batch with ack(*batch)."""
         deadline = None if idle_timeout is None else time.monotonic() + idle_timeout
         while not self._closed:
+            if self._pending:
+                yield self._pending.popleft()
+                if idle_timeout is not None:
+                    deadline = time.monotonic() + idle_timeout
+                continue
             conn = self._connection(deadline)
             if conn is None:
                 return
@@ -115,24 +155,128 @@ class Consumer:
                 if idle_timeout is not None:
                     deadline = time.monotonic() + idle_timeout
 
-    def ack(self, *items: Union[Event, int]) -> None:
-        """Acknowledges events (Event objects or offsets) in one Ack frame. In failover mode and for
-        dead letters acks are cumulative, so only the highest offset is sent; in shared and
-        key_shared modes every offset is. Events delivered on an earlier connection are not acked
-        (cdc delivers them again). A broken connection is noticed, and replaced, by the iterator."""
-        offsets = []
-        for it in items:
-            if isinstance(it, Event):
-                if it.connection_id != self.connections or it.offset is None:
-                    continue
-                offsets.append(it.offset)
-            else:
-                offsets.append(int(it))
-        if not offsets or self._conn is None:
+    def ack(self, *items: Item) -> None:
+        """Acknowledges events (Event objects, offsets, or lists of them such as a batch) in one Ack
+        frame (more past 65,536 offsets). In failover mode and for dead letters acks are
+        cumulative, so only the highest offset is sent, and never one past an event given back by
+        nack() until that event has come back; in shared and key_shared modes every offset is.
+        Events delivered on an earlier connection are not acked (cdc delivers them again). A broken
+        connection is noticed, and replaced, by the iterator."""
+        offsets = self._offsets(items)
+        if not offsets:
             return
-        if self.cumulative:
-            offsets = [max(offsets)]
-        self._send(pb.ClientFrame(ack=pb.Ack(offsets=offsets)))
+        with self._lock:
+            if self._conn is None:
+                return
+            if not self.cumulative:
+                self._send_offsets("ack", offsets)
+                return
+            top = max(offsets)
+            if top <= self._delivered_max:
+                self._ack_wanted = max(self._ack_wanted, top)
+                top = self._ack_wanted
+            if self._held_back:
+                top = min(top, min(self._held_back) - 1)
+                if top <= self._ack_sent:
+                    return  # nothing new below the event given back
+            self._ack_sent = max(self._ack_sent, top)
+            self._send_offsets("ack", [top])
+
+    def nack(self, *items: Item, delay: float = 0.0, reason: str = "") -> None:
+        """Gives events (or offsets) back: cdc delivers each again after delay seconds (at most an
+        hour), to another consumer where the mode allows (shared); the delivery given back counts
+        towards the subscription's max_deliveries, and an event that reaches it becomes a dead letter
+        carrying reason (cut to 1 KiB of UTF-8). One Nack frame of every offset, in every mode."""
+        if not 0 <= delay <= NACK_DELAY_MAX:
+            raise ValueError("delay must be 0 to %d seconds, not %r" % (NACK_DELAY_MAX, delay))
+        raw = reason.encode("utf-8")
+        if len(raw) > REASON_MAX:
+            reason = raw[:REASON_MAX].decode("utf-8", errors="ignore")
+        offsets = self._offsets(items)
+        if not offsets:
+            return
+        with self._lock:
+            if self._conn is None:
+                return
+            if self.cumulative:
+                self._held_back.update(offsets)
+            self._send_offsets("nack", offsets, delay_ms=round(delay * 1000), reason=reason)
+
+    def progress(self, *items: Item) -> None:
+        """Still working on these events (or offsets): each one's ack_timeout starts again. A job
+        longer than the subscription's ack_timeout sends one every ack_timeout / 3 or so (see
+        keep_alive)."""
+        offsets = self._offsets(items)
+        if not offsets:
+            return
+        with self._lock:
+            if self._conn is not None:
+                self._send_offsets("progress", offsets)
+
+    @contextlib.contextmanager
+    def keep_alive(self, *items: Item, every: float):
+        """While the block runs, a thread sends progress(items) every `every` seconds (a third of
+        the subscription's ack_timeout, say), so that a long job is not delivered again elsewhere:
+
+            with c.keep_alive(event, every=1.0):
+                run_long_job(event)
+            c.ack(event)
+        """
+        if every <= 0:
+            raise ValueError("every must be positive")
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(every):
+                self.progress(*items)
+
+        t = threading.Thread(target=beat, name="cdc_client keep_alive", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+
+    def wait_answered(self, timeout: float = 10.0) -> List[Refused]:
+        """Waits until cdc has answered every Ack, Nack and Progress sent on this connection, and
+        returns the offsets it refused since the last call (each was also passed to on_refused).
+        Call it from the loop that iterates (events that arrive meanwhile are kept for the
+        iterator). TimeoutError if the answers do not come within timeout seconds;
+        ConnectionClosed if the connection is lost first (what it did not answer had no effect:
+        those events come again)."""
+        deadline = time.monotonic() + timeout
+        conn = self._conn
+        while True:
+            with self._lock:
+                if self._answered >= self._sent:
+                    out = list(self._refusals)
+                    self._refusals.clear()
+                    return out
+                if self._conn is not conn or conn is None:
+                    raise ConnectionClosed("the connection was lost before cdc answered %d frames" %
+                                           (self._sent - self._answered))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("cdc answered %d of %d frames within %ss" % (
+                    self._answered, self._sent, timeout))
+            try:
+                f = conn.recv(left)
+            except ProtocolError:
+                self._drop_connection()
+                raise
+            if f is None:
+                if conn.closed:
+                    self._drop_connection()
+                continue
+            batch = self._handle(f)
+            if batch:
+                self._pending.append(batch)
+
+    @property
+    def unanswered(self) -> int:
+        """Ack, Nack and Progress frames sent on this connection that cdc has not answered yet."""
+        return self._sent - self._answered
 
     @property
     def mode(self) -> Optional[str]:
@@ -168,11 +312,45 @@ class Consumer:
         raise ProtocolError("a second Subscribed")
 
     def _on_delivery(self, m):
-        return [Event.from_pb(e, self.connections) for e in m.events]
+        history = {d.offset: DeadLetter.from_pb(d) for d in m.dead_letters}
+        events = [Event.from_pb(e, self.connections, history.get(e.offset)) for e in m.events]
+        with self._lock:
+            for e in events:
+                if e.offset is not None:
+                    self._delivered_max = max(self._delivered_max, e.offset)
+                    self._held_back.discard(e.offset)
+        return events
+
+    def _on_acked(self, m):
+        self.server_acked_offset = m.acked_offset
+        refused = [Refused.from_pb(r) for r in m.refused]
+        with self._lock:
+            self._answered += m.answered
+            for r in refused:
+                self._held_back.discard(r.offset)  # a refused Nack gave nothing back
+            self._refusals.extend(refused)
+            self._release_held_back(m.acked_offset)
+        if refused:
+            self.on_refused(refused)
 
     def _on_heartbeat(self, m):
         self.server_acked_offset = m.acked_offset
         self.active = m.active
+        with self._lock:
+            self._release_held_back(m.acked_offset)
+
+    def _release_held_back(self, acked_offset):
+        """Events given back that cdc counts as done (acknowledged, or moved to the dead letters)
+        will not come back: the acks held below them go out now. Holds _lock."""
+        if not self._held_back or min(self._held_back) > acked_offset:
+            return
+        self._held_back = {o for o in self._held_back if o > acked_offset}
+        top = self._ack_wanted
+        if self._held_back:
+            top = min(top, min(self._held_back) - 1)
+        if top > self._ack_sent and top > acked_offset and self._conn is not None:
+            self._ack_sent = top
+            self._send_offsets("ack", [top])
 
     def _on_dropped(self, m):
         self.on_dropped(m.from_offset, m.to_offset)
@@ -188,13 +366,37 @@ class Consumer:
         log.warning("cdc_client: subscription %s: events %d..%d were dropped by retention before "
                     "this consumer received them", self.subscription, first, last)
 
-    def _send(self, frame):
-        try:
-            self._conn.send(frame)
-        except OSError as e:
-            # The iterator notices the closed connection and connects again; an unsent ack means
-            # a redelivery, never a loss.
-            log.info("cdc_client: send failed (%s); the connection will be replaced", e)
+    def _log_refused(self, refused):
+        log.warning("cdc_client: subscription %s: cdc refused %s", self.subscription,
+                    ", ".join("%d (%s)" % (r.offset, r.reason) for r in refused[:20])
+                    + (" and %d more" % (len(refused) - 20) if len(refused) > 20 else ""))
+
+    def _offsets(self, items) -> List[int]:
+        """The offsets of Events (those of this connection), ints, and lists of either."""
+        out = []
+        for it in items:
+            if isinstance(it, Event):
+                if it.connection_id == self.connections and it.offset is not None:
+                    out.append(it.offset)
+            elif isinstance(it, int):
+                out.append(it)
+            else:
+                out.extend(self._offsets(it))
+        return out
+
+    def _send_offsets(self, kind, offsets, **fields):
+        """Ack, Nack or Progress frames of offsets, 65,536 a frame. Holds _lock."""
+        message = {"ack": pb.Ack, "nack": pb.Nack, "progress": pb.Progress}[kind]
+        for i in range(0, len(offsets), OFFSETS_MAX):
+            frame = pb.ClientFrame(**{kind: message(offsets=offsets[i:i + OFFSETS_MAX], **fields)})
+            try:
+                self._conn.send(frame)
+            except OSError as e:
+                # The iterator notices the closed connection and connects again; an unsent ack
+                # means a redelivery, never a loss.
+                log.info("cdc_client: send failed (%s); the connection will be replaced", e)
+                return
+            self._sent += 1
 
     # --- connections ---
 
@@ -239,8 +441,10 @@ class Consumer:
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
-        self.connections += 1
+        with self._lock:
+            self._conn = conn
+            self.connections += 1
+            self._reset_connection_state()
         self.subscribed = sub
         self.server_acked_offset = sub.acked_offset
         self.active = sub.active
@@ -255,6 +459,8 @@ class Consumer:
         log.info("cdc_client: %s; connecting again", why)
 
     def _drop_connection(self):
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        self._pending.clear()  # read on the lost connection (by wait_answered): they come again

@@ -1,5 +1,7 @@
 """events.py: cdc.v1.Event as a Python object with native values (int, Decimal, datetime, UUID,
-parsed JSON...), the same fields as cdc's JSON events. The generated message stays at Event.pb."""
+parsed JSON...), the same fields as cdc's JSON events; a dead letter's history (DeadLetter) and an
+offset the server refused to ack, nack or progress (Refused). The generated message stays at
+Event.pb."""
 import dataclasses
 import datetime
 import decimal
@@ -8,7 +10,6 @@ import uuid
 from typing import Any, Dict, List, Optional
 
 from ._proto import pb
-
 
 
 def op_name(op: int) -> str:
@@ -89,6 +90,46 @@ def row(r) -> Dict[str, Any]:
     return {c.name: value(c.value) for c in r.columns if c.value.WhichOneof("kind") != "unchanged_toast"}
 
 
+def _micros(us: int) -> datetime.datetime:
+    return _EPOCH.replace(tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=us)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """What a dead letter went through in the subscription before it became one (read with
+    dead_letters=True: Event.dead_letter). offset: among the dead letters (the Event's offset);
+    original_offset: in the subscription; deliveries: how often it was delivered there; reason:
+    why the last delivery failed (a Nack's reason, "ack timeout", "consumer went away"; "" for dead
+    letters from before cdc kept it); dead_time: when it was moved (aware, UTC)."""
+    offset: int
+    original_offset: int
+    deliveries: int
+    reason: str
+    dead_time: datetime.datetime
+
+    @classmethod
+    def from_pb(cls, d) -> "DeadLetter":
+        return cls(offset=d.offset, original_offset=d.original_offset, deliveries=d.deliveries,
+                   reason=d.reason, dead_time=_micros(d.dead_time))
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """An offset of an Ack, Nack or Progress that had no effect, and why: reason is the name of
+    cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE"; a
+    reason newer than this client: its number as text)."""
+    offset: int
+    reason: str
+
+    @classmethod
+    def from_pb(cls, r) -> "Refused":
+        try:
+            name = pb.Refused.Reason.Name(r.reason)
+        except ValueError:
+            name = str(r.reason)
+        return cls(offset=r.offset, reason=name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Event:
     """One change. key/new/old are dicts of native values (None where the event has no such row);
@@ -114,9 +155,11 @@ class Event:
     pb: Any = dataclasses.field(repr=False, compare=False)
     # Which connection delivered it: an ack on a later connection is not sent (cdc redelivers it).
     connection_id: int = dataclasses.field(default=0, repr=False, compare=False)
+    # Read from the dead letters: its history in the subscription; else None.
+    dead_letter: Optional[DeadLetter] = None
 
     @classmethod
-    def from_pb(cls, e, connection_id=0) -> "Event":
+    def from_pb(cls, e, connection_id=0, dead_letter=None) -> "Event":
         return cls(
             subscription=e.subscription,
             offset=e.offset if e.HasField("offset") else None,
@@ -128,8 +171,7 @@ class Event:
             commit_lsn=e.commit_lsn,
             xid=e.xid,
             tx_index=e.tx_index,
-            commit_time=_EPOCH.replace(tzinfo=datetime.timezone.utc)
-            + datetime.timedelta(microseconds=e.commit_time),
+            commit_time=_micros(e.commit_time),
             key=row(e.key) if e.HasField("key") else None,
             new=row(e.new_row) if e.HasField("new_row") else None,
             old=row(e.old_row) if e.HasField("old_row") else None,
@@ -138,6 +180,7 @@ class Event:
             origin=e.origin,
             pb=e,
             connection_id=connection_id,
+            dead_letter=dead_letter,
         )
 
     @property

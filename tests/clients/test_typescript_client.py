@@ -1,7 +1,8 @@
 """test_typescript_client.py: proto/clients/typescript (@cdc/client), built here (npm ci of the
 locked protobufjs and TypeScript, then tsc), tested against a real PostgreSQL and cdc:
 tests/clients/typescript/*.test.mjs with node's test runner (they run and restart cdc from the
-config written here), and the example worker run as a process processing N inserted rows."""
+config written here), and the example worker run as a process processing N inserted rows, and
+nacking the rows it cannot process up to a dead letter."""
 
 import json
 import os
@@ -37,7 +38,10 @@ def socket_sub(schema, name, table, **kw):
 
 def test_typescript_client(pg, schema, cdc, ts_client):
     c = cdc(subscriptions=[socket_sub(schema, "typed", "typed", tag="t1"), socket_sub(schema, "jobs", "jobs"),
-                           socket_sub(schema, "shared", "shared", consumers="shared")])
+                           socket_sub(schema, "shared", "shared", consumers="shared"),
+                           socket_sub(schema, "nacked", "nacked", max_deliveries=2),
+                           socket_sub(schema, "long", "long", consumers="shared", ack_timeout="1s"),
+                           socket_sub(schema, "refusals", "refusals")])
     env = dict(os.environ, CDC_BIN=CDC_BIN, CDC_CONFIG=c.path, CDC_SOCKET=c.config["subscribers"]["socket"],
                CDC_SLOT=c.slot, CDC_SCHEMA=schema, PSQL=os.path.join(find_bindir(), "psql"), PG_DSN=pg.dsn)
     tests = sorted(os.path.join(TS_TESTS, f) for f in os.listdir(TS_TESTS) if f.endswith(".test.mjs"))
@@ -62,5 +66,26 @@ def test_typescript_example_worker_processes_inserted_rows(pg, schema, cdc, ts_c
     # Everything was acknowledged: a second run sees nothing within a second and exits 0.
     w2 = subprocess.run(["node", os.path.join(ts_client, "examples", "worker.js"), sock, "jobs", "--idle", "1"],
                         capture_output=True, text=True, timeout=60)
+    assert (w2.returncode, w2.stdout) == (0, ""), w2.stderr
+    assert p.terminate() == 0
+
+
+def test_typescript_example_worker_nacks_what_it_cannot_process(pg, schema, cdc, ts_client):
+    pg.sql(f"create table {schema}.jobs (id int primary key, note text)")
+    c, p = cdc.start(subscriptions=[socket_sub(schema, "jobs", "jobs", max_deliveries=2)])
+    pg.sql(f"insert into {schema}.jobs select i, 'n' || i from generate_series(1, 5) i")
+    worker = ["node", os.path.join(ts_client, "examples", "worker.js"), c.config["subscribers"]["socket"], "jobs"]
+    w = subprocess.run(worker + ["--fail-on", "id=3", "--nack-delay", "0.2", "--idle", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert w.returncode == 0, w.stderr
+    assert [json.loads(x)["row"]["id"] for x in w.stdout.splitlines()] == [1, 2, 4, 5]
+    assert w.stderr.count("id=3 is not supported; given back") == 2
+    # 3 went to the dead letters with the worker's reason; everything else was acknowledged.
+    d = subprocess.run(worker + ["--dead-letters", "--idle", "1"], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 0, d.stderr
+    (line,) = [json.loads(x) for x in d.stdout.splitlines()]
+    assert (line["row"], line["deadLetter"]["originalOffset"], line["deadLetter"]["deliveries"],
+            line["deadLetter"]["reason"]) == ({"id": 3, "note": "n3"}, "3", 2, "id=3 is not supported")
+    w2 = subprocess.run(worker + ["--idle", "1"], capture_output=True, text=True, timeout=60)
     assert (w2.returncode, w2.stdout) == (0, ""), w2.stderr
     assert p.terminate() == 0

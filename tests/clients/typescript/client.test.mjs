@@ -64,6 +64,7 @@ before(async () => {
        at timestamptz, d date, u uuid, b bytea, doc jsonb, nothing text)`);
   sql(`create table ${SCHEMA}.jobs (id int primary key, note text)`);
   sql(`create table ${SCHEMA}.shared (id int primary key)`);
+  for (const t of ["nacked", "long", "refusals"]) sql(`create table ${SCHEMA}.${t} (id int primary key)`);
   await startCdc();
 });
 
@@ -174,4 +175,98 @@ test("an Error frame becomes a ServerError with its code, and the server closes 
   await assert.rejects(conn.subscribe("nope"), (e) => e instanceof ServerError && e.code === "UNKNOWN_SUBSCRIPTION");
   assert.equal(await conn.next(10000), null);
   assert.equal(conn.closed, true);
+});
+
+test("nack with a delay and a reason: delivered again later, then a dead letter carrying the reason", async () => {
+  sql(`insert into ${SCHEMA}.nacked select generate_series(1, 3)`);
+  const c = new Consumer(SOCKET, "nacked", { consumer: "nacker", heartbeatMs: 200 });
+  const it = c.events(20000);
+  const [e1, e2, e3] = await take(it, 3);
+  assert.deepEqual([e1, e2, e3].map((e) => [e.offset, e.deliveryCount]), [[1n, 1], [2n, 1], [3n, 1]]);
+  const t0 = Date.now();
+  c.ack(e1);
+  c.nack(e2, { delayMs: 1000, reason: "card declined" });
+  c.ack(e3); // failover acks are cumulative: held below 2 while 2 is given back
+  assert.deepEqual(await c.waitAnswered(), []);
+  assert.equal(c.serverAckedOffset, 1n);
+  const [again] = await take(it, 1);
+  const waited = Date.now() - t0;
+  assert.deepEqual([again.offset, again.deliveryCount, again.new.id], [2n, 2, 2]);
+  assert.ok(waited >= 800 && waited < 5000, `waited ${waited} ms`);
+  c.nack(again, { reason: "gateway timeout \u2014 gave up" }); // the second delivery: max_deliveries
+  // 2 is a dead letter now, so the ack of 3 held back goes out.
+  assert.deepEqual(await c.waitAnswered(), []);
+  assert.equal(c.serverAckedOffset, 3n);
+  c.close();
+  const dead = new Consumer(SOCKET, "nacked", { deadLetters: true });
+  const got = [];
+  for await (const d of dead.events(2000)) got.push(d);
+  assert.equal(got.length, 1);
+  const [d] = got;
+  assert.deepEqual([d.offset, d.deliveryCount, d.new.id], [1n, 1, 2]);
+  const h = d.deadLetter;
+  assert.deepEqual([h.offset, h.originalOffset, h.deliveries, h.reason], [1n, 2n, 2, "gateway timeout \u2014 gave up"]);
+  assert.ok(Math.abs(h.deadTime.getTime() - Date.now()) < 30000 && h.deadTimeMicros / 1000n === BigInt(h.deadTime.getTime()));
+  dead.ack(d);
+  assert.deepEqual(await dead.waitAnswered(), []);
+  assert.equal(dead.serverAckedOffset, 1n);
+  dead.close();
+  assert.deepEqual([e1, e2, e3].map((e) => e.deadLetter), [null, null, null]);
+});
+
+/** The events of the first Delivery a raw Connection receives within ms, else []. */
+async function firstDelivery(conn, ms) {
+  const end = Date.now() + ms;
+  for (let left = ms; left > 0; left = end - Date.now()) {
+    const f = await conn.next(left);
+    if (f && f.kind === "delivery") return f.delivery.events;
+    if (f === null && conn.closed) break;
+  }
+  return [];
+}
+
+test("progress keeps a long job (2.5 s, ack_timeout 1 s) from being delivered again", async () => {
+  sql(`insert into ${SCHEMA}.long values (1)`);
+  const c = new Consumer(SOCKET, "long", { consumer: "worker", maxUnacked: 1, heartbeatMs: 200 });
+  const it = c.events(20000);
+  const [job] = await take(it, 1);
+  let spare = await Connection.connect(SOCKET);
+  await spare.subscribe("long", { consumer: "spare", maxUnacked: 1 }); // would take the job if it came back
+  const stop = c.keepAlive(job, 300);
+  await sleep(2500); // the job
+  stop();
+  assert.deepEqual(await firstDelivery(spare, 200), []);
+  spare.close();
+  c.ack(job);
+  assert.deepEqual(await c.waitAnswered(), []);
+  assert.deepEqual([c.serverAckedOffset, job.deliveryCount], [1n, 1]);
+  // Without Progress the next job is taken away after the ack timeout.
+  sql(`insert into ${SCHEMA}.long values (2)`);
+  const [job2] = await take(it, 1);
+  spare = await Connection.connect(SOCKET);
+  await spare.subscribe("long", { consumer: "spare2", maxUnacked: 1 });
+  const taken = await firstDelivery(spare, 5000);
+  assert.deepEqual(taken.map((e) => [BigInt(e.offset.toString()), e.deliveryCount]), [[2n, 2]]);
+  c.progress(job2); // too late: it is the spare's now
+  assert.deepEqual(await c.waitAnswered(), [{ offset: 2n, reason: "OTHER_CONSUMER" }]);
+  spare.close();
+  c.close();
+});
+
+test("a refused ack (an offset never delivered) is reported to onRefused and by waitAnswered", async () => {
+  sql(`insert into ${SCHEMA}.refusals values (1)`);
+  const seen = [];
+  const c = new Consumer(SOCKET, "refusals", { heartbeatMs: 200, onRefused: (r) => seen.push(r) });
+  const [e] = await take(c.events(20000), 1);
+  c.ack(99);
+  assert.deepEqual(await c.waitAnswered(), [{ offset: 99n, reason: "NOT_DELIVERED" }]);
+  assert.deepEqual(seen, [[{ offset: 99n, reason: "NOT_DELIVERED" }]]);
+  assert.equal(c.serverAckedOffset, 0n);
+  c.ack(e);
+  assert.deepEqual(await c.waitAnswered(), []);
+  assert.equal(c.serverAckedOffset, 1n);
+  c.ack([e]); // again, as a batch
+  assert.deepEqual(await c.waitAnswered(), [{ offset: 1n, reason: "ALREADY_ACKED" }]);
+  assert.equal(c.unanswered, 0);
+  c.close();
 });

@@ -1,8 +1,11 @@
 // worker.ts: an example worker on @cdc/client. Prints each event of a socket subscription as one
-// JSON line, then acknowledges it; survives cdc restarts. Exits after --count events or --idle
-// seconds without one.
+// JSON line, then acknowledges it; an event it cannot process is given back (nack) with the reason,
+// to be delivered again after --nack-delay seconds and, once the subscription's max_deliveries is
+// reached, moved to the dead letters. Survives cdc restarts. Exits after --count events or --idle
+// seconds without one. With --dead-letters it reads the dead letters and prints each one's history.
 //   node proto/clients/typescript/dist/examples/worker.js /run/cdc/events.sock jobs [--count N] [--idle S]
-import { Consumer, ServerError, rowOf } from "../src";
+//        [--fail-on COLUMN=VALUE] [--nack-delay S] [--dead-letters]
+import { Consumer, Event, ServerError, rowOf } from "../src";
 
 function json(v: unknown): string {
   return JSON.stringify(v, (_k, x) => {
@@ -12,6 +15,21 @@ function json(v: unknown): string {
   });
 }
 
+class CannotProcess extends Error {}
+
+/** The work: one JSON line. A row matching --fail-on COLUMN=VALUE stands for one the worker
+ * cannot handle. */
+function processEvent(e: Event, failOn: [string, string] | null): void {
+  const row = rowOf(e);
+  if (failOn && row && String(row[failOn[0]]) === failOn[1]) throw new CannotProcess(`${failOn[0]}=${failOn[1]} is not supported`);
+  const line: Record<string, unknown> = { offset: e.offset, op: e.op, table: e.table, row };
+  if (e.deadLetter) {
+    const d = e.deadLetter;
+    line.deadLetter = { originalOffset: d.originalOffset, deliveries: d.deliveries, reason: d.reason, deadTime: d.deadTime };
+  }
+  process.stdout.write(json(line) + "\n");
+}
+
 async function main(argv: string[]): Promise<number> {
   const [socket, subscription] = argv;
   const opt = (name: string) => {
@@ -19,14 +37,19 @@ async function main(argv: string[]): Promise<number> {
     return i >= 0 ? argv[i + 1] : undefined;
   };
   if (!socket || !subscription) {
-    console.error("usage: worker SOCKET SUBSCRIPTION [--consumer NAME] [--count N] [--idle SECONDS]");
+    console.error("usage: worker SOCKET SUBSCRIPTION [--consumer NAME] [--count N] [--idle SECONDS] [--fail-on COLUMN=VALUE] [--nack-delay SECONDS] [--dead-letters]");
     return 2;
   }
   const count = Number(opt("--count") ?? 0);
   const idle = opt("--idle");
+  const failOnArg = opt("--fail-on");
+  const failOn: [string, string] | null = failOnArg
+    ? [failOnArg.slice(0, failOnArg.indexOf("=")), failOnArg.slice(failOnArg.indexOf("=") + 1)] : null;
+  const nackDelayMs = Number(opt("--nack-delay") ?? 5) * 1000;
   const consumer = new Consumer(socket, subscription, {
     consumer: opt("--consumer") ?? "example-worker",
     maxUnacked: 100,
+    deadLetters: argv.includes("--dead-letters"),
     log: (m) => console.error(m),
   });
   process.once("SIGINT", () => consumer.close());
@@ -34,12 +57,25 @@ async function main(argv: string[]): Promise<number> {
   let done = 0;
   try {
     for await (const batch of consumer.batches(idle ? Number(idle) * 1000 : undefined)) {
+      const ok: Event[] = [];
       for (const e of batch) {
-        process.stdout.write(json({ offset: e.offset, op: e.op, table: e.table, row: rowOf(e) }) + "\n");
+        try {
+          processEvent(e, failOn);
+          ok.push(e);
+        } catch (err) {
+          if (!(err instanceof CannotProcess)) throw err;
+          console.error(`offset ${e.offset} (delivery ${e.deliveryCount}): ${err.message}; given back`);
+          consumer.nack(e, { delayMs: nackDelayMs, reason: err.message });
+        }
       }
-      consumer.ack(...batch); // one Ack frame for the whole delivery
-      done += batch.length;
+      consumer.ack(ok); // one Ack frame for the delivery's processed events
+      done += ok.length;
       if (count && done >= count) break;
+    }
+    try {
+      await consumer.waitAnswered(); // cdc has every ack before the worker leaves
+    } catch (e) {
+      console.error(`acks not confirmed (${(e as Error).message}): those events come again`);
     }
   } catch (e) {
     if (e instanceof ServerError) {

@@ -1,6 +1,6 @@
 // connection.ts: one connection to cdc's subscriber socket: framing (4-byte big-endian length, one
-// protobuf message), Subscribe and its answer, Ack. No policy: Consumer (consumer.ts) adds
-// reconnection, heartbeats and typed events on top.
+// protobuf message), Subscribe and its answer, Ack, Nack, Progress. No policy: Consumer
+// (consumer.ts) adds reconnection, heartbeats, answers to acks and typed events on top.
 import * as net from "node:net";
 import * as os from "node:os";
 import { ConnectionClosed, ProtocolError, ServerError } from "./errors";
@@ -108,8 +108,20 @@ export class Connection {
     return f.subscribed;
   }
 
+  /** One Ack frame of these offsets, sent as given. */
   ack(offsets: Iterable<bigint | number>): void {
     this.send({ ack: { offsets: [...offsets].map(long) } });
+  }
+
+  /** One Nack frame: these offsets are given back, delivered again after delayMs (at most an
+   * hour); reason (at most 1 KiB of UTF-8) goes with a dead letter. */
+  nack(offsets: Iterable<bigint | number>, delayMs = 0, reason = ""): void {
+    this.send({ nack: { offsets: [...offsets].map(long), delayMs, reason } });
+  }
+
+  /** One Progress frame: still working on these offsets, their ack timeouts start again. */
+  progress(offsets: Iterable<bigint | number>): void {
+    this.send({ progress: { offsets: [...offsets].map(long) } });
   }
 
   /** The next frame; null when closed, or when timeoutMs passes first (undefined: no limit). */

@@ -25,6 +25,14 @@ export class ProtocolError extends Error {
   }
 }
 
+/** An answer (Acked) did not come in time. */
+export class TimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "TimeoutError";
+  }
+}
+
 /** The connection closed (or could not be made, or stayed silent) where the client needed it. */
 export class ConnectionClosed extends Error {
   constructor(message: string) {

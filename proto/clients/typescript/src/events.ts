@@ -1,10 +1,35 @@
 // events.ts: cdc.v1.Event as a plain object with native values, the same fields as cdc's JSON
-// events (camelCase). The decoded protobuf message stays at Event.raw.
-import { Op, big } from "./proto";
+// events (camelCase); a dead letter's history (DeadLetter) and an offset the server refused to ack,
+// nack or progress (Refused). The decoded protobuf message stays at Event.raw.
+import { Op, RefusedReason, big } from "./proto";
 
 /** A column's value: see the README for the mapping from PostgreSQL types. */
 export type Value = null | boolean | number | bigint | string | Buffer | Date | unknown;
 export type Row = Record<string, Value>;
+
+/** What a dead letter went through in the subscription before it became one (Event.deadLetter,
+ * reading with deadLetters: true). */
+export interface DeadLetter {
+  /** Its offset among the dead letters (the Event's offset). */
+  offset: bigint;
+  /** Its offset in the subscription. */
+  originalOffset: bigint;
+  /** How often it was delivered there. */
+  deliveries: number;
+  /** Why the last delivery failed: the Nack's reason, "ack timeout", "consumer went away"; "" for
+   * dead letters from before cdc kept it. */
+  reason: string;
+  /** When it was moved (milliseconds; deadTimeMicros has the microseconds). */
+  deadTime: Date;
+  deadTimeMicros: bigint;
+}
+
+/** An offset of an Ack, Nack or Progress that had no effect, and why: reason is the name of
+ * cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE"). */
+export interface Refused {
+  offset: bigint;
+  reason: string;
+}
 
 export interface Event {
   subscription: string;
@@ -33,6 +58,8 @@ export interface Event {
   raw: any;
   /** Which connection delivered it: an ack on a later connection is not sent (cdc redelivers it). */
   connectionId: number;
+  /** Read from the dead letters: its history in the subscription; else null. */
+  deadLetter: DeadLetter | null;
 }
 
 const INT32_MIN = -2147483648;
@@ -121,8 +148,26 @@ export function opName(op: number): string {
   return name ? name.slice(3).toLowerCase() : String(op);
 }
 
+/** A decoded cdc.v1.DeadLetter as a DeadLetter. */
+export function deadLetterFromMessage(d: any): DeadLetter {
+  const micros = big(d.deadTime);
+  return {
+    offset: big(d.offset),
+    originalOffset: big(d.originalOffset),
+    deliveries: d.deliveries,
+    reason: d.reason,
+    deadTime: timestamp({ micros }),
+    deadTimeMicros: micros,
+  };
+}
+
+/** A decoded cdc.v1.Refused as a Refused. */
+export function refusedFromMessage(r: any): Refused {
+  return { offset: big(r.offset), reason: RefusedReason.valuesById[r.reason] ?? String(r.reason) };
+}
+
 /** A decoded cdc.v1.Event as an Event. */
-export function fromMessage(e: any, connectionId = 0): Event {
+export function fromMessage(e: any, connectionId = 0, deadLetter: DeadLetter | null = null): Event {
   const micros = big(e.commitTime);
   return {
     subscription: e.subscription,
@@ -145,6 +190,7 @@ export function fromMessage(e: any, connectionId = 0): Event {
     origin: e.origin,
     raw: e,
     connectionId,
+    deadLetter,
   };
 }
 

@@ -33,6 +33,7 @@ export const Op = root.lookupEnum("cdc.v1.Op");
 export const StartFrom = root.lookupEnum("cdc.v1.StartFrom");
 export const ConsumerMode = root.lookupEnum("cdc.v1.ConsumerMode");
 export const ErrorCode = root.lookupEnum("cdc.v1.Error.Code");
+export const RefusedReason = root.lookupEnum("cdc.v1.Refused.Reason");
 
 /** A uint64/int64 as decoded (a number or a Long) as a bigint. */
 export function big(v: unknown): bigint {

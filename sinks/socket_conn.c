@@ -15,15 +15,11 @@
 #include "decoder/log.h"
 #include "sinks/frame.h"
 
-#define MAX_CONSUMERS 1024
 #define HEARTBEAT_DEFAULT_MS 5000
-/* A connection must send its Subscribe this soon after it is accepted (a config key to come:
- * subscribers.first_frame_timeout), so connections that never subscribe cannot fill the table. */
-#define FIRST_FRAME_TIMEOUT_MS 10000
 /* A connection closed with an Error stays this long (at most, between reads or writes) to let the
  * client finish sending and read the Error, instead of meeting a reset or a broken pipe. */
 #define CLOSE_LINGER_MS 2000
-/* Closing connections beyond MAX_CONSUMERS; past this a new connection is closed without a word. */
+/* Closing connections beyond subscribers.max_connections; past this a new connection is closed without a word. */
 #define MAX_CLOSING 256
 
 void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
@@ -288,7 +284,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	flush_reply(c);
 }
 
-/* The output drained to OUT_LOW_WATER: a stalled consumer is dispatched to again. Its input is
+/* The output drained to out_low: a stalled consumer is dispatched to again. Its input is
  * read all along: a client that waits to send its acks before it reads must not deadlock. */
 static void on_consumer_written(struct bufferevent *bev, void *arg)
 {
@@ -338,13 +334,15 @@ static void make_room(socket_sink *s, consumer *c)
 		consumer_error(c, CDC__V1__ERROR__CODE__CONNECTION_LIMIT, "too many subscriber connections");
 }
 
-/* Connections that did not subscribe within FIRST_FRAME_TIMEOUT_MS are closed. */
+/* Connections that did not subscribe within subscribers.first_frame_timeout are closed, so
+ * connections that never subscribe cannot fill the table. */
 void sc_check_first_frames(socket_sink *s, uint64_t now)
 {
-	char msg[64];
-	snprintf(msg, sizeof(msg), "no Subscribe within %d s", FIRST_FRAME_TIMEOUT_MS / 1000);
+	char msg[96];
+	snprintf(msg, sizeof(msg), "no Subscribe within %llu ms (subscribers.first_frame_timeout)",
+		 (unsigned long long)s->first_frame_timeout_ms);
 	for (consumer *c = s->pending; c; c = c->next)
-		if (!c->closing && now - c->accepted_ms >= FIRST_FRAME_TIMEOUT_MS)
+		if (!c->closing && now - c->accepted_ms >= s->first_frame_timeout_ms)
 			consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIBE_TIMEOUT, msg);
 }
 
@@ -356,7 +354,7 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	socklen_t cl = sizeof(cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
 		cred.pid = 0;
-	if (s->nconnections >= MAX_CONSUMERS + MAX_CLOSING)
+	if (s->nconnections >= s->max_connections + MAX_CLOSING)
 		shed_closing(s);
 	consumer *c = xcalloc(1, sizeof(*c));
 	c->s = s;
@@ -366,13 +364,13 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(c->bev, on_consumer_read, on_consumer_written, on_consumer_event, c);
-	bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATER, 0);
+	bufferevent_setwatermark(c->bev, EV_WRITE, s->out_low, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	sq_append_consumer(&s->pending, c);
 	s->nconnections++;
 	log_info("subscriber connected", "pid=%ld uid=%ld gid=%ld", (long)cred.pid, (long)cred.uid,
 		 (long)cred.gid);
-	if (s->nconnections - s->nclosing > MAX_CONSUMERS)
+	if (s->nconnections - s->nclosing > s->max_connections)
 		make_room(s, c);
 }
 

@@ -27,8 +27,6 @@ struct sockaddr;
 #define KEY_BUCKETS 256
 /* Output buffered for one connection: above the high mark nothing more is dispatched to it (nor a
  * heartbeat) until it drains to the low mark. */
-#define OUT_HIGH_WATER (1u << 20)
-#define OUT_LOW_WATER (256u << 10)
 /* shared and key_shared: a consumer is handed at most what it can start on before its deadline,
  * its window: the acks it made per ack_timeout / 2, measured over RATE_PERIOD_MS (at most
  * max_unacked, at least WINDOW_MIN); a new consumer starts at WINDOW_START. */
@@ -90,7 +88,7 @@ struct consumer {
 	uint64_t heartbeat_ms, last_send_ms;
 	uint64_t accepted_ms;
 	bool closing;
-	bool stalled; /* its output reached OUT_HIGH_WATER: dispatch waits for the drain */
+	bool stalled; /* its output reached out_high: dispatch waits for the drain */
 	/* The Acked owed for the Ack, Nack and Progress frames read since the last one. */
 	struct reply {
 		uint32_t answered;
@@ -103,6 +101,9 @@ struct consumer {
 struct socket_sink {
 	sink base;
 	char *state_dir;
+	uint64_t first_frame_timeout_ms;
+	uint32_t max_connections;
+	size_t out_high, out_low; /* a consumer's output: dispatch stops at high, resumes at low */
 	struct event_base *evb;
 	struct evconnlistener *listener;
 	struct event *ev_tick;

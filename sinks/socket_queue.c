@@ -116,7 +116,7 @@ bool sq_is_active(const consumer *c)
 /* Whether c's output is over the high-water mark; then it waits (stalled) until it drains. */
 bool sq_out_full(consumer *c)
 {
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < OUT_HIGH_WATER)
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < c->s->out_high)
 		return false;
 	c->stalled = true;
 	return true;

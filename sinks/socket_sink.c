@@ -314,6 +314,10 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 	socket_sink *s = xcalloc(1, sizeof(*s));
 	s->base.ops = &socket_ops;
 	s->state_dir = xstrdup(settings->state_dir);
+	s->first_frame_timeout_ms = settings->first_frame_timeout_ms;
+	s->max_connections = settings->max_connections;
+	s->out_high = settings->max_output;
+	s->out_low = settings->max_output / 4;
 	s->evb = base;
 	s->wake = wake_fn;
 	s->wake_ctx = ctx;

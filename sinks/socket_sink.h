@@ -18,6 +18,9 @@ typedef struct socket_sink_settings {
 	const char *socket_path; /* where consumers connect */
 	mode_t mode;		 /* the socket's file mode */
 	const char *state_dir;	 /* spools live in state_dir/spool/NAME */
+	uint64_t first_frame_timeout_ms; /* a connection must Subscribe this soon */
+	uint32_t max_connections;	 /* then the oldest that has not subscribed gives way */
+	size_t max_output; /* a consumer's unread output; dispatch resumes when a quarter is left */
 } socket_sink_settings;
 
 /* How the consumers of one subscription share its events (values as cdc.v1.ConsumerMode). */

@@ -88,6 +88,9 @@ typedef struct cfg {
 	struct {
 		char *socket; /* default "/run/cdc/events.sock" */
 		mode_t mode;  /* default 0660; applies to both sockets */
+		uint64_t first_frame_timeout_ms; /* default 10 s */
+		uint32_t max_connections;	 /* default 1024 */
+		uint64_t max_output;		 /* bytes; default 1 MiB */
 	} subscribers;
 	struct {
 		bool enabled; /* a kafka: section is present */

@@ -405,6 +405,12 @@ static void check_status(ctx *x, void *base, const pair *seen)
 static const key subscribers_k[] = {
     {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true},
     {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true},
+    {"first_frame_timeout", &t_duration, TOP(subscribers.first_frame_timeout_ms), NULL, K_POSITIVE,
+     .def.n = 10000, .restart = true},
+    {"max_connections", &t_u32, TOP(subscribers.max_connections), NULL, K_POSITIVE, .def.n = 1024,
+     .restart = true},
+    {"max_output", &t_size, TOP(subscribers.max_output), NULL, K_POSITIVE, .def.n = 1u << 20,
+     .restart = true},
 };
 
 static const key kafka_k[] = {

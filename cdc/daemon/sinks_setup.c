@@ -79,7 +79,11 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 		if (!s->k[kind] && kind == SINKS_SOCKET) {
 			socket_sink_settings set = {.socket_path = c->subscribers.socket,
 						    .mode = c->subscribers.mode,
-						    .state_dir = c->state_dir};
+						    .state_dir = c->state_dir,
+						    .first_frame_timeout_ms =
+							c->subscribers.first_frame_timeout_ms,
+						    .max_connections = c->subscribers.max_connections,
+						    .max_output = c->subscribers.max_output};
 			if (!(s->k[kind] = socket_sink_new(&set, socket, c->nsubs, s->base, s->wake, s->ctx,
 							   err, errlen)))
 				goto out;

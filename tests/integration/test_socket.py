@@ -667,6 +667,32 @@ def test_refused_client_that_writes_subscribe_first_reads_the_error(pg, schema, 
     assert p.terminate() == 0
 
 
+def test_first_frame_timeout_and_max_connections_are_settings(pg, schema, cdc):
+    """subscribers.first_frame_timeout: 1s closes a silent connection after a second, with an Error
+    naming the setting; subscribers.max_connections: 2 refuses a third subscribed consumer."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared")],
+                     subscribers={"socket": os.path.join(cdc.sockdir, "limits.sock"),
+                                  "first_frame_timeout": "1s", "max_connections": 2})
+    quiet = silent(c)
+    frames = read_closing(quiet, timeout=10)
+    assert [(f.WhichOneof("kind"), f.error.code) for f in frames] == [("error", pb.Error.SUBSCRIBE_TIMEOUT)]
+    assert frames[0].error.message == "no Subscribe within 1000 ms (subscribers.first_frame_timeout)"
+    subs = [attach(c, consumer=f"w{i}") for i in range(2)]
+    try:
+        attach(c, consumer="third")
+        raise AssertionError("a third consumer was let in past max_connections: 2")
+    except Exception as e:
+        assert getattr(e, "code", None) == "CONNECTION_LIMIT", repr(e)
+    insert(pg, schema, 1, 2)
+    got = subs[0].events(1, timeout=20, fail=False, all_available=True) + \
+        subs[1].events(1, timeout=20, fail=False, all_available=True)
+    assert sorted(e.offset for e in got) == [1, 2]
+    for x in subs:
+        x.close()
+    assert p.terminate() == 0
+
+
 def test_a_consumer_that_stops_reading_does_not_hold_up_the_others(pg, schema, cdc):
     """A shared subscription, a consumer that stops reading, another that reads and acks: the second
     receives everything (the first's deliveries time out and come to it), and what cdc buffers for

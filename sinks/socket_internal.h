@@ -70,6 +70,7 @@ struct subscription {
 	uint64_t last_lsn;
 	uint32_t last_txi;
 	uint64_t matched, delivered, redelivered;
+	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
 };
 
 struct consumer {

@@ -564,6 +564,7 @@ static Cdc__V1__Refused__Reason refusal(queue *q, const consumer *c, uint64_t of
 static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
 {
 	struct reply *r = &c->reply;
+	c->q->sub->refused++;
 	if (r->n == REPLY_MAX_REFUSED)
 		return;
 	if (r->n == r->cap) {
@@ -592,8 +593,10 @@ void sq_handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 		for (uint64_t o = cumulative ? q->w.base : off; o <= off; o++) {
 			slot *sl = window_at(&q->w, o);
 			c->acks += sl->c == c;
-			if (sl->state != SLOT_ACKED)
+			if (sl->state != SLOT_ACKED) {
 				ack_slot(q, sl);
+				q->sub->acked++;
+			}
 		}
 	}
 	advance_base(s, q);
@@ -616,6 +619,7 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 		slot_forget_reason(sl);
 		sl->reason = xstrdup(n->reason[0] ? n->reason : "nack");
 		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? now + n->delay_ms : 0);
+		q->sub->nacked++;
 	}
 	advance_base(s, q);
 	sq_dispatch(s, q);
@@ -630,8 +634,10 @@ void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
 		Cdc__V1__Refused__Reason why = refusal(q, c, p->offsets[i], false);
 		if (why)
 			refuse(c, p->offsets[i], why);
-		else
+		else {
 			window_at(&q->w, p->offsets[i])->deadline_ms = deadline;
+			q->sub->progressed++;
+		}
 	}
 }
 

@@ -389,10 +389,18 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	if (!sub)
 		return false;
 	spool_stats st = spool_get_stats(sub->q.sp);
+	uint64_t in_flight = 0;
+	for (const consumer *c = sub->q.consumers; c; c = c->next)
+		in_flight += c->in_flight;
 	*out = (socket_sub_stats){
 	    .matched = sub->matched,
 	    .delivered = sub->delivered,
 	    .redelivered = sub->redelivered,
+	    .in_flight = in_flight,
+	    .acked = sub->acked,
+	    .nacked = sub->nacked,
+	    .progressed = sub->progressed,
+	    .refused = sub->refused,
 	    .head_offset = spool_head(sub->q.sp),
 	    .acked_offset = spool_acked(sub->q.sp),
 	    .first_offset = spool_first(sub->q.sp),

@@ -15,9 +15,9 @@ struct event_base;
 
 /* The sink's own settings; strings are copied. */
 typedef struct socket_sink_settings {
-	const char *socket_path; /* where consumers connect */
-	mode_t mode;		 /* the socket's file mode */
-	const char *state_dir;	 /* spools live in state_dir/spool/NAME */
+	const char *socket_path;	 /* where consumers connect */
+	mode_t mode;			 /* the socket's file mode */
+	const char *state_dir;		 /* spools live in state_dir/spool/NAME */
 	uint64_t first_frame_timeout_ms; /* a connection must Subscribe this soon */
 	uint32_t max_connections;	 /* then the oldest that has not subscribed gives way */
 	size_t max_output; /* a consumer's unread output; dispatch resumes when a quarter is left */
@@ -57,6 +57,10 @@ typedef struct socket_sub_stats {
 	uint64_t matched;   /* events appended since the start */
 	uint64_t delivered; /* deliveries pushed to consumers (redeliveries included) */
 	uint64_t redelivered;
+	uint64_t in_flight; /* delivered to the attached consumers, not acknowledged yet */
+	/* offsets acknowledged, given back (Nack), kept in progress (Progress), and refused (not in
+	 * flight to the consumer that sent them) */
+	uint64_t acked, nacked, progressed, refused;
 	uint64_t head_offset, acked_offset, first_offset;
 	uint64_t consumers;
 	uint64_t dead;	  /* dead letters retained */

@@ -287,11 +287,13 @@ static void summary_source(buf *out, json_object *root)
 	}
 }
 
-#define NCOLS 9
-static const char *const COLS[NCOLS] = {"name",		"sink",	     "matched", "delivered", "pending",
-					"acked_offset", "consumers", "dead",	"dropped"};
-static const char *const HEADS[NCOLS] = {"SUBSCRIPTION", "SINK",      "MATCHED", "DELIVERED", "PENDING",
-					 "ACKED",	 "CONSUMERS", "DEAD",	 "DROPPED"};
+#define NCOLS 11
+static const char *const COLS[NCOLS] = {"name",	   "sink",	"matched",	"delivered",
+					"pending", "in_flight", "acked_offset", "consumers",
+					"nacked",  "dead",	"dropped"};
+static const char *const HEADS[NCOLS] = {"SUBSCRIPTION", "SINK",      "MATCHED", "DELIVERED",
+					 "PENDING",	 "IN_FLIGHT", "ACKED",	 "CONSUMERS",
+					 "NACKED",	 "DEAD",      "DROPPED"};
 
 static void put_row(buf *out, char cells[NCOLS][64], const int width[NCOLS])
 {

@@ -95,6 +95,11 @@ static report_sub *sub_figures(const sidecar *d)
 		r->dead = st.dead;
 		r->dropped = st.dropped;
 		r->redelivered = st.redelivered;
+		r->in_flight = st.in_flight;
+		r->acked = st.acked;
+		r->nacked = st.nacked;
+		r->progressed = st.progressed;
+		r->refused = st.refused;
 		r->spool_bytes = st.spool_bytes;
 		r->full = st.full;
 	}

@@ -147,6 +147,11 @@ static void status_sub(const report_sub *s, buf *out)
 	j_u64_or_null(out, &f, "dead", o, s->dead);
 	j_u64_or_null(out, &f, "dropped", o, s->dropped);
 	j_u64_or_null(out, &f, "redelivered", o, s->redelivered);
+	j_u64_or_null(out, &f, "in_flight", o, s->in_flight);
+	j_u64_or_null(out, &f, "acked", o, s->acked);
+	j_u64_or_null(out, &f, "nacked", o, s->nacked);
+	j_u64_or_null(out, &f, "progressed", o, s->progressed);
+	j_u64_or_null(out, &f, "refused", o, s->refused);
 	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
 	json_key(out, &f, "full");
 	if (o)
@@ -164,7 +169,8 @@ static void status_sub(const report_sub *s, buf *out)
  *             "errors": {"stream", "connect"}, "warnings": [...]},
  *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
- *                     "spool_bytes", "full"}] (from head_offset on: null unless a socket sink),
+ *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",
+ *                     "full"}] (from head_offset on: null unless a socket sink),
  *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
  *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
 void report_status_json(const report *r, buf *out)
@@ -305,6 +311,11 @@ enum sub_field {
 	SF_DEAD,
 	SF_DROPPED,
 	SF_REDELIVERED,
+	SF_IN_FLIGHT,
+	SF_ACKED_EVENTS,
+	SF_NACKED,
+	SF_PROGRESSED,
+	SF_REFUSED,
 	SF_SPOOL_BYTES,
 	SF_HEAD,
 	SF_ACKED,
@@ -330,6 +341,16 @@ static uint64_t sub_field(const report_sub *s, enum sub_field f)
 		return s->dropped;
 	case SF_REDELIVERED:
 		return s->redelivered;
+	case SF_IN_FLIGHT:
+		return s->in_flight;
+	case SF_ACKED_EVENTS:
+		return s->acked;
+	case SF_NACKED:
+		return s->nacked;
+	case SF_PROGRESSED:
+		return s->progressed;
+	case SF_REFUSED:
+		return s->refused;
 	case SF_SPOOL_BYTES:
 		return s->spool_bytes;
 	case SF_HEAD:
@@ -364,6 +385,17 @@ static const struct {
      "Events discarded by retention before acknowledgement.", SF_DROPPED, true},
     {"cdc_subscription_redelivered_events_total", "counter",
      "Events delivered again after a timeout or a nack.", SF_REDELIVERED, true},
+    {"cdc_subscription_in_flight_events", "gauge",
+     "Events delivered to attached consumers and not acknowledged yet.", SF_IN_FLIGHT, true},
+    {"cdc_subscription_acked_events_total", "counter", "Offsets consumers acknowledged.", SF_ACKED_EVENTS,
+     true},
+    {"cdc_subscription_nacked_events_total", "counter", "Offsets consumers gave back with a Nack.", SF_NACKED,
+     true},
+    {"cdc_subscription_progress_total", "counter",
+     "Offsets whose ack_timeout a consumer's Progress restarted.", SF_PROGRESSED, true},
+    {"cdc_subscription_refused_total", "counter",
+     "Offsets in Ack, Nack or Progress frames refused: not in flight to the consumer that sent them.",
+     SF_REFUSED, true},
     {"cdc_subscription_head_offset", "gauge", "Newest durable offset in the subscription's spool.", SF_HEAD,
      true},
     {"cdc_subscription_acked_offset", "gauge", "Offset up to which everything is acknowledged.", SF_ACKED,

@@ -25,6 +25,7 @@ typedef struct report_sub {
 	bool has_offsets;
 	uint64_t head_offset, acked_offset, first_offset;
 	uint64_t consumers, dead, dropped, redelivered, spool_bytes;
+	uint64_t in_flight, acked, nacked, progressed, refused; /* as socket_sub_stats */
 	bool full; /* when_full: block and at a retention limit: the slot is paused for it */
 } report_sub;
 

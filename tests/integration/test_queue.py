@@ -4,12 +4,14 @@ Progress, dead letters that keep their history, delivery counts across a kill -9
 dispatch among shared workers. A real PostgreSQL, cdc, and consumers through
 tests/subscriber_helpers.py (cdc_client, the Python client library, plus test helpers)."""
 
+import json
 import threading
 import time
 
 from conftest import wait_for
 from subscriber_helpers import Subscriber, pb
 from test_socket import attach, collect, insert, make_jobs, row, socket_sub
+from test_status import get
 
 
 def spooled(c):
@@ -51,6 +53,18 @@ def test_ack_of_another_consumers_delivery_is_refused_and_it_is_redelivered_when
     b.ack([again.offset])
     ans = one_answer(b)
     assert (refused(ans), ans.acked_offset) == ([], 2)
+    # The operator sees the same: 2 acked, 3 refused, nothing in flight, in /status and /metrics.
+    figures = ("acked", "refused", "nacked", "progressed", "in_flight", "redelivered")
+
+    def jobs():
+        return next(s for s in json.loads(get(c, "/status")[1])["subscriptions"] if s["name"] == "jobs")
+    wait_for(lambda: jobs()["acked"] == 2, 10, what="the figures to be published")
+    assert {k: jobs()[k] for k in figures} == dict(zip(figures, (2, 3, 0, 0, 0, 1)))
+    metrics = get(c, "/metrics")[1]
+    for line in ('cdc_subscription_acked_events_total{subscription="jobs"} 2',
+                 'cdc_subscription_refused_total{subscription="jobs"} 3',
+                 'cdc_subscription_in_flight_events{subscription="jobs"} 0'):
+        assert line in metrics.splitlines(), line
     assert p.terminate() == 0
 
 
@@ -102,6 +116,11 @@ def test_progress_keeps_a_long_job_from_being_redelivered(pg, schema, cdc):
     assert (again.offset, again.delivery_count) == (e2.offset, 2)
     worker.progress([e2.offset])  # too late: it is another's now
     assert refused(one_answer(worker)) == [(e2.offset, "OTHER_CONSUMER")]
+    def jobs():
+        return json.loads(get(c, "/status")[1])["subscriptions"][0]
+    wait_for(lambda: jobs()["refused"] == 1, 10, what="the refused Progress in /status")
+    st = jobs()  # e2 is in flight to spare2 only: it was taken from the worker at its deadline
+    assert st["progressed"] >= 5 and (st["in_flight"], st["acked"], st["redelivered"]) == (1, 1, 1), st
     assert p.terminate() == 0
 
 
@@ -136,6 +155,10 @@ def test_nack_with_delay_and_reason_then_a_dead_letter_with_its_history(pg, sche
     assert abs(h.dead_time / 1e6 - time.time()) < 30
     dead.ack([d.offset])
     assert one_answer(dead).acked_offset == 1
+    # Two nacks took effect, the third was refused (the dead letter's ack is its own queue's).
+    wait_for(lambda: [(s["nacked"], s["refused"], s["dead"]) for s in
+                      json.loads(get(c, "/status")[1])["subscriptions"]] == [(2, 1, 0)], 10,
+             what="nacked 2, refused 1 in /status")
     assert p.terminate() == 0
 
 

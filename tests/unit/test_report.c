@@ -28,6 +28,11 @@ static const report_sub subs[] = {
      .dead = 1,
      .dropped = 3,
      .redelivered = 4,
+     .in_flight = 5,
+     .acked = 100,
+     .nacked = 6,
+     .progressed = 7,
+     .refused = 8,
      .spool_bytes = 1048576,
      .full = true},
     {.name = "audit", .sink = "kafka", .matched = 7, .delivered = 6, .bytes = 700},
@@ -109,10 +114,12 @@ static void test_status_full(void)
 	    "\"subscriptions\":["
 	    "{\"name\":\"orders\",\"sink\":\"socket\",\"matched\":120,\"delivered\":118,\"bytes\":40960,"
 	    "\"head_offset\":120,\"acked_offset\":100,\"first_offset\":90,\"pending\":20,\"consumers\":2,"
-	    "\"dead\":1,\"dropped\":3,\"redelivered\":4,\"spool_bytes\":1048576,\"full\":true},"
+	    "\"dead\":1,\"dropped\":3,\"redelivered\":4,\"in_flight\":5,\"acked\":100,\"nacked\":6,"
+	    "\"progressed\":7,\"refused\":8,\"spool_bytes\":1048576,\"full\":true},"
 	    "{\"name\":\"audit\",\"sink\":\"kafka\",\"matched\":7,\"delivered\":6,\"bytes\":700,"
 	    "\"head_offset\":null,\"acked_offset\":null,\"first_offset\":null,\"pending\":null,"
-	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"spool_bytes\":null,"
+	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"in_flight\":null,"
+	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
 	    "\"full\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0},"
 	    "\"latency_ms\":{\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001},"
@@ -128,9 +135,12 @@ static void test_status_full(void)
 		  "source  streaming  slot=cdc_slot  server=16.3  received=0/16B3748  flushed=0/16B3700  "
 		  "lag=1024.0 GiB/0.2s  wal_status=reserved\n"
 		  "warning: safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\n"
-		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  ACKED  CONSUMERS  DEAD  DROPPED\n"
-		  "orders        socket      120        118       20    100          2     1        3\n"
-		  "audit         kafka         7          6        -      -          -     -        -\n"
+		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  IN_FLIGHT  ACKED  CONSUMERS  NACKED  "
+		  "DEAD  DROPPED\n"
+		  "orders        socket      120        118       20          5    100          2       6    "
+		  " 1        3\n"
+		  "audit         kafka         7          6        -          -      -          -       -    "
+		  " -        -\n"
 		  "kafka   in_flight=5  delivered=6  errors=1\n");
 	buf_free(&s);
 	buf_free(&b);
@@ -319,6 +329,11 @@ static void test_metrics(void)
 	    "\ncdc_subscription_dead_events{subscription=\"orders\"} 1\n#",
 	    "\ncdc_subscription_dropped_events_total{subscription=\"orders\"} 3\n#",
 	    "\ncdc_subscription_redelivered_events_total{subscription=\"orders\"} 4\n#",
+	    "\ncdc_subscription_in_flight_events{subscription=\"orders\"} 5\n#",
+	    "\ncdc_subscription_acked_events_total{subscription=\"orders\"} 100\n#",
+	    "\ncdc_subscription_nacked_events_total{subscription=\"orders\"} 6\n#",
+	    "\ncdc_subscription_progress_total{subscription=\"orders\"} 7\n#",
+	    "\ncdc_subscription_refused_total{subscription=\"orders\"} 8\n#",
 	    "\ncdc_subscription_head_offset{subscription=\"orders\"} 120\n#",
 	    "\ncdc_subscription_acked_offset{subscription=\"orders\"} 100\n#",
 	    "\ncdc_subscription_full{subscription=\"orders\"} 1\n#",

@@ -172,7 +172,8 @@ static const char STATUS_JSON[] =
     "\"safe_wal_size\":null,\"warnings\":[\"safe_wal_size is low\"]},"
     "\"subscriptions\":[{\"name\":\"jobs\",\"sink\":\"socket\",\"matched\":10,\"delivered\":10,\"head_"
     "offset\":10,"
-    "\"acked_offset\":7,\"pending\":3,\"consumers\":2,\"dead\":0,\"dropped\":0},"
+    "\"acked_offset\":7,\"pending\":3,\"in_flight\":1,\"consumers\":2,\"nacked\":4,\"dead\":0,"
+    "\"dropped\":0},"
     "{\"name\":\"paid_orders\",\"sink\":\"kafka\",\"matched\":123456,\"delivered\":123450}],"
     "\"kafka\":{\"in_flight\":6,\"delivered\":123450,\"errors\":0}}\n";
 
@@ -187,9 +188,12 @@ static void test_summary(void)
 		  "lag=56 B/0.4s  "
 		  "wal_status=reserved\n"
 		  "warning: safe_wal_size is low\n"
-		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  ACKED  CONSUMERS  DEAD  DROPPED\n"
-		  "jobs          socket       10         10        3      7          2     0        0\n"
-		  "paid_orders   kafka    123456     123450        -      -          -     -        -\n"
+		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  IN_FLIGHT  ACKED  CONSUMERS  NACKED  "
+		  "DEAD  DROPPED\n"
+		  "jobs          socket       10         10        3          1      7          2       4    "
+		  " 0        0\n"
+		  "paid_orders   kafka    123456     123450        -          -      -          -       -    "
+		  " -        -\n"
 		  "kafka   in_flight=6  delivered=123450  errors=0\n");
 	buf_reset(&out);
 	static const char sparse[] = "{\"ready\":false,\"reason\":\"source: connection \\u001b[31mrefused\","

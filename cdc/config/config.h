@@ -31,6 +31,9 @@ typedef enum cfg_consumers {
 	CFG_CONSUMERS_KEY_SHARED
 } cfg_consumers;
 typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
+/* What cdc does when the slot cannot send what follows its position (lost, or older than the
+ * publication): stop and say what to do, or re-sync (move the slot on and backfill). */
+typedef enum cfg_on_gap { CFG_GAP_STOP, CFG_GAP_RESYNC } cfg_on_gap;
 typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
 
 typedef struct cfg_strlist {
@@ -69,13 +72,15 @@ typedef struct cfg_subscription {
 typedef struct cfg {
 	char *path;
 	struct {
-		char *dsn;		     /* default "" (PG* variables apply) */
-		char *slot;		     /* default "cdc_slot" */
-		char *publication;	     /* default "cdc_pub" */
-		bool create;		     /* default false */
-		cfg_strlist publish;	     /* default ["public.*"] */
-		uint64_t heartbeat_ms;	     /* default 0: off */
-		uint64_t status_interval_ms; /* standby status updates at least this often; default 10s */
+		char *dsn;			 /* default "" (PG* variables apply) */
+		char *slot;			 /* default "cdc_slot" */
+		char *publication;		 /* default "cdc_pub" */
+		bool create;			 /* default false */
+		cfg_strlist publish;		 /* default ["public.*"] */
+		uint64_t heartbeat_ms;		 /* default 0: off */
+		uint64_t status_interval_ms;	 /* standby status updates at least this often; default 10s */
+		cfg_on_gap on_slot_lost;	 /* default stop */
+		cfg_on_gap on_publication_newer; /* default stop */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {
@@ -86,8 +91,8 @@ typedef struct cfg {
 		size_t ncontrol_uids;
 	} status;
 	struct {
-		char *socket; /* default "/run/cdc/events.sock" */
-		mode_t mode;  /* default 0660; applies to both sockets */
+		char *socket;			 /* default "/run/cdc/events.sock" */
+		mode_t mode;			 /* default 0660; applies to both sockets */
 		uint64_t first_frame_timeout_ms; /* default 10 s */
 		uint32_t max_connections;	 /* default 1024 */
 		uint64_t max_output;		 /* bytes; default 1 MiB */

@@ -72,8 +72,8 @@ typedef struct ename {
 	int value;
 } ename;
 
-extern const ename op_names[], sink_names[], consumers_names[], batch_names[], full_names[], level_names[],
-    format_names[];
+extern const ename op_names[], sink_names[], consumers_names[], batch_names[], full_names[], gap_names[],
+    level_names[], format_names[];
 const ename *ename_find(const ename *e, const char *name);
 const char *ename_of(const ename *e, int value);
 void ename_list(buf *b, const ename *e);

@@ -384,6 +384,8 @@ static const key source_k[] = {
     {"publish", &t_strlist, TOP(source.publish), NULL, K_PATTERNS, .def.s = "public.*", .restart = true},
     {"heartbeat", &t_duration, TOP(source.heartbeat_ms)},
     {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
+    {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names},
+    {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };

@@ -51,6 +51,26 @@ static bool queue(sidecar *d, const cfg_subscription *s, const bf_request_body *
 	return true;
 }
 
+bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen)
+{
+	bool first = true;
+	buf_putc(ids, '[');
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {
+		const cfg_subscription *s = &d->cfg->subs[i];
+		char id[BF_ID_SIZE];
+		if (!queue(d, s, NULL, false, id, err, errlen))
+			return false;
+		bool f = true;
+		json_sep(ids, &first);
+		buf_putc(ids, '{');
+		json_key_str(ids, &f, "subscription", s->name);
+		json_key_str(ids, &f, "backfill", id);
+		buf_putc(ids, '}');
+	}
+	buf_putc(ids, ']');
+	return true;
+}
+
 /* `snapshot: true` subscriptions without their snapshot yet: first seen. */
 static void snapshots(sidecar *d)
 {

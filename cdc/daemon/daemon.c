@@ -110,6 +110,24 @@ static void schedule_retry(sidecar *d)
 	event_add(c->ev_retry, &tv);
 }
 
+/* The slot cannot send what follows cdc's position: stop, or re-sync and stream again. */
+static void on_gap(sidecar *d)
+{
+	switch (resync(d)) {
+	case RESYNC_STOP:
+		sidecar_fail(d, 1, "the replication slot cannot send the changes that follow cdc's position");
+		return;
+	case RESYNC_RETRY:
+		d->fig.errors_connect++;
+		schedule_retry(d);
+		return;
+	case RESYNC_DONE:
+		d->conn.backoff_ms = 0;
+		schedule_retry(d);
+		return;
+	}
+}
+
 /* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
  * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
  * position, which the server resends from. */
@@ -200,6 +218,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		schedule_retry(d);
 		return;
 	}
+	if (r == SOURCE_GAP) {
+		on_gap(d);
+		return;
+	}
 	bool reply = c->reply_requested;
 	c->reply_requested = false;
 	c->backoff_ms = 0;
@@ -245,6 +267,10 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	if (r == SOURCE_RETRY) {
 		d->fig.errors_connect++;
 		schedule_retry(d);
+		return;
+	}
+	if (r == SOURCE_GAP) {
+		on_gap(d);
 		return;
 	}
 	if (!have_st && !state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
@@ -397,6 +423,7 @@ static int setup(sidecar *d, uint64_t endpos)
 		return 1;
 	}
 	d->pipe = pipeline_new(spill_dir, endpos, at_boundary, d);
+	pipeline_on_resync(d->pipe, resync_reached);
 	d->conn.src = source_new(c);
 	d->base = event_base_new();
 	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .ctx = d};

@@ -135,6 +135,7 @@ void figures_publish(sidecar *d, bool force)
 				: flushed >= f->server_wal_lsn ? 0
 							       : (double)(now_us - pf.last_commit_time) / 1e6,
 		       .reconnects = f->reconnects,
+		       .resyncs = f->resyncs,
 		       .transactions = pf.transactions,
 		       .events = pf.events,
 		       .errors_stream = f->errors_stream,

@@ -26,6 +26,7 @@ struct pipeline {
 	char *spill_dir;
 	uint64_t endpos;
 	void (*at_boundary)(void *ctx);
+	void (*resync_reached)(void *ctx);
 	void *ctx;
 
 	rules *rules;
@@ -95,42 +96,46 @@ static uint32_t get_u32(const uint8_t *p)
 	return v;
 }
 
-/* Hands ev to the sinks of the matching subscriptions: delivered now with commit fields c in a
- * plain transaction, rendered into the change's record in a held one. */
+/* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction,
+ * rendered into the change's record in a held one. */
+static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_commit *c, uint32_t slot,
+		    buf *hold, char *err, size_t errlen)
+{
+	sub_state *s = &p->subs[sub];
+	e->subscription = (char *)s->sub.name;
+	e->tag_present_case =
+	    s->sub.tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
+	e->tag = (char *)s->sub.tag;
+	sink *k = s->sub.sink;
+	if (hold) {
+		size_t at = hold->len;
+		buf_reserve(hold, HOLD_ENTRY);
+		hold->len += HOLD_ENTRY;
+		k->ops->render(k, sub, e, hold);
+		put_u32(hold->data + at, sub);
+		put_u32(hold->data + at + 4, slot);
+		put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		return true;
+	}
+	p->events++;
+	buf_reset(&p->scratch);
+	k->ops->render(k, sub, e, &p->scratch);
+	s->count.events++;
+	s->count.bytes += p->scratch.len;
+	sink_commit at = *c;
+	at.tx_index += slot;
+	return k->ops->deliver(k, sub, p->scratch.data, p->scratch.len, &at, p->cur_seq, err, errlen);
+}
+
+/* Hands ev to the matching subscriptions that accept it, each with its projection. */
 static bool emit(pipeline *p, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c,
 		 uint32_t slot, buf *hold, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (!rules_accept(p->rules, subs[i], ev, p->arena))
-			continue;
-		Cdc__V1__Event *e = rules_project(p->rules, subs[i], ev, p->arena);
-		sub_state *s = &p->subs[subs[i]];
-		e->subscription = (char *)s->sub.name;
-		e->tag_present_case =
-		    s->sub.tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
-		e->tag = (char *)s->sub.tag;
-		sink *k = s->sub.sink;
-		if (hold) {
-			size_t at = hold->len;
-			buf_reserve(hold, HOLD_ENTRY);
-			hold->len += HOLD_ENTRY;
-			k->ops->render(k, subs[i], e, hold);
-			put_u32(hold->data + at, subs[i]);
-			put_u32(hold->data + at + 4, slot);
-			put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
-			continue;
-		}
-		p->events++;
-		buf_reset(&p->scratch);
-		k->ops->render(k, subs[i], e, &p->scratch);
-		s->count.events++;
-		s->count.bytes += p->scratch.len;
-		sink_commit at = *c;
-		at.tx_index += slot;
-		if (!k->ops->deliver(k, subs[i], p->scratch.data, p->scratch.len, &at, p->cur_seq, err,
-				     errlen))
+	for (size_t i = 0; i < n; i++)
+		if (rules_accept(p->rules, subs[i], ev, p->arena) &&
+		    !emit_to(p, rules_project(p->rules, subs[i], ev, p->arena), subs[i], c, slot, hold, err,
+			     errlen))
 			return false;
-	}
 	return true;
 }
 
@@ -357,6 +362,17 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
 							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err,
 							 errlen);
+			break;
+		}
+		if (strcmp(m->message.prefix, SOURCE_RESYNC_PREFIX) == 0 && !t && !hold) {
+			/* The re-sync marker cdc wrote (non-transactional): every subscription gets it,
+			 * whatever its operations and where, so every consumer learns of the gap. */
+			ev = evt_from_message(p->arena, m);
+			stamp(ev, t, lsn);
+			for (uint32_t i = 0; i < p->nsubs && ok; i++)
+				ok = emit_to(p, ev, i, &c, 0, NULL, err, errlen);
+			if (ok && p->resync_reached)
+				p->resync_reached(p->ctx);
 			break;
 		}
 		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
@@ -616,6 +632,11 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 	p->arena = arena_new(64 * 1024);
 	p->rc = pgo_relcache_new();
 	return p;
+}
+
+void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx))
+{
+	p->resync_reached = reached;
 }
 
 pgo_relcache *pipeline_relcache(pipeline *p)

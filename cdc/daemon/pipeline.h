@@ -36,6 +36,9 @@ typedef struct pipeline_figures {
  * the subscriptions may be applied (see pipeline_between_txns). */
 pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx);
 void pipeline_free(pipeline *p);
+/* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after it
+ * went to every subscription: what a re-sync backfills is read after it. */
+void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx));
 /* The relation cache the decoder keeps; the source adds the keys of REPLICA IDENTITY FULL tables. */
 pgo_relcache *pipeline_relcache(pipeline *p);
 

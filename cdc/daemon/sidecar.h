@@ -47,6 +47,7 @@ typedef struct reloads {
 /* Figures no other part keeps (figures.c). */
 typedef struct figures {
 	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
+	uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
 	char server_version[32];
 	/* what the last progress line reported */
 	uint64_t logged_events, logged_seq, last_progress_ms;
@@ -105,6 +106,9 @@ void backfills_free(sidecar *d);
 void backfills_reloaded(sidecar *d, const cfg *old);
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
 void backfills_on_control(sidecar *d, status_request *req);
+/* A re-sync marker reached: queues a backfill of every subscription (every table of it),
+ * appending [{"subscription", "backfill": ID}] to ids. */
+bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen);
 /* The sinks made everything before flushed durable. */
 void backfills_delivered(sidecar *d, uint64_t flushed);
 /* The stream starts again from the slot's confirmed position. */
@@ -116,6 +120,15 @@ void backfills_publish(sidecar *d);
 /* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON
  * array (published as GET /backfills too). Returns the rows' count. */
 size_t backfills_report(sidecar *d, report_backfill **rows, buf *json);
+
+/* resync.c */
+typedef enum resync_result { RESYNC_DONE, RESYNC_RETRY, RESYNC_STOP } resync_result;
+/* The slot cannot send what follows cdc's position (SOURCE_GAP): STOP unless the matching
+ * source.on_* setting says resync; else the slot is moved on, the marker written after its new
+ * position and the position recorded (DONE), or a step failed and d->err says why (RETRY). */
+resync_result resync(sidecar *d);
+/* The stream passed a re-sync marker: every subscription is backfilled (pipeline_on_resync). */
+void resync_reached(void *ctx);
 
 /* figures.c */
 /* Renders the figures for the status socket: every second, or now with force. */

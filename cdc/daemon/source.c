@@ -42,6 +42,7 @@ struct source {
 	source_slot_health health;
 	pgo_options proto;
 	char system_id[32];
+	source_gap_kind gap; /* why the last SOURCE_GAP came */
 };
 
 static void add_secret(source *s, const char *v)
@@ -521,25 +522,26 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		return SOURCE_FATAL;
 	}
 	if (strcmp(row->wal_status, "lost") == 0) {
-		errf(err, errlen,
-		     "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
-		     "gone from the "
-		     "server. Drop the slot (SELECT pg_drop_replication_slot('%s')), resynchronise consumers "
-		     "from the "
-		     "tables, and start again",
-		     s->slot, cur, s->slot);
-		return SOURCE_FATAL;
+		errf(
+		    err, errlen,
+		    "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
+		    "gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot and "
+		    "backfill every subscription, or drop the slot (SELECT pg_drop_replication_slot('%s')), "
+		    "resynchronise consumers from the tables, and start again",
+		    s->slot, cur, s->slot);
+		s->gap = SOURCE_GAP_SLOT_LOST;
+		return SOURCE_GAP;
 	}
 	if (have_st && row->confirmed_flush > st->flushed_lsn) {
 		errf(err, errlen,
 		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
-		     "something else "
-		     "consumed or advanced the slot, or it was dropped and recreated, so changes in between "
-		     "may never "
-		     "have been delivered. Resynchronise consumers, then remove %s to accept the slot's "
-		     "position",
+		     "something else consumed or advanced the slot, or it was dropped and recreated, so "
+		     "changes in between may never have been delivered. Set source.on_slot_lost: resync to "
+		     "have cdc recreate the slot and backfill every subscription, or resynchronise "
+		     "consumers, then remove %s to accept the slot's position",
 		     s->slot, cur, rec, "state_dir/position");
-		return SOURCE_FATAL;
+		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost: what it skipped is gone */
+		return SOURCE_GAP;
 	}
 	if (row->active_pid) {
 		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying",
@@ -634,12 +636,13 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			lsn_format(st->flushed_lsn, rec);
 			errf(err, errlen,
 			     "replication slot %s does not exist, but cdc recorded position %s in it: the "
-			     "slot was dropped "
-			     "and changes after %s are lost. cdc does not recreate it silently: "
-			     "resynchronise consumers, "
-			     "then remove state_dir/position to start from a new slot",
+			     "slot was dropped and changes after %s are lost. cdc does not recreate it "
+			     "silently: set source.on_slot_lost: resync to have it recreate the slot and "
+			     "backfill every subscription, or resynchronise consumers, then remove "
+			     "state_dir/position to start from a new slot",
 			     s->slot, rec, rec);
-			r = SOURCE_FATAL;
+			s->gap = SOURCE_GAP_SLOT_LOST;
+			r = SOURCE_GAP;
 			goto out;
 		}
 		if (!s->create) {
@@ -708,6 +711,28 @@ static void put_u64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)v;
 }
 
+/* The walsender decodes each change with the catalog as of that change: a publication created
+ * after the slot's position does not exist there yet, and every start fails the same way. */
+static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
+		return false;
+	errf(err, errlen,
+	     "the server cannot decode the slot's changes: %s. The publication was created after the "
+	     "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
+	     "it was then, so every start fails the same way. Ways out: set "
+	     "source.on_publication_newer: resync to have cdc move the slot to the current WAL position "
+	     "and backfill every subscription (the changes in between arrive as reads of the rows as "
+	     "they are now); or drop the slot and remove state_dir/position to start afresh; or, if "
+	     "nothing else needs them, move the slot yourself past the publication's creation",
+	     one_line(msg), s->slot);
+	source_redact(s, err, errlen);
+	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
+	return true;
+}
+
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
 {
 	errf(err, errlen, "replication connection lost (%s): %s", what, one_line(PQerrorMessage(s->repl)));
@@ -728,7 +753,9 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 			return lost(s, "read", err, errlen);
 		if (n == -1) {
 			PGresult *res = PQgetResult(s->repl);
-			source_result r = lost(s, "the server ended the stream", err, errlen);
+			source_result r = publication_newer(s, res, err, errlen)
+					      ? SOURCE_GAP
+					      : lost(s, "the server ended the stream", err, errlen);
 			PQclear(res);
 			return r;
 		}
@@ -857,4 +884,76 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 	if (!ok)
 		source_redact(s, err, errlen);
 	return ok;
+}
+
+source_gap_kind source_gap(const source *s)
+{
+	return s->gap;
+}
+
+/* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
+ * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
+ * publication does not matter). */
+source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen)
+{
+	source_disconnect(s);
+	source_result r = SOURCE_RETRY;
+	slot_row row;
+	const char *params[] = {s->slot};
+	PGresult *res = NULL;
+	if (!(s->admin = connect_db(s, false, err, errlen)) ||
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (row.active_pid) {
+		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying",
+		     s->slot, row.active_pid);
+		r = SOURCE_RETRY;
+		goto out;
+	}
+	if (gap == SOURCE_GAP_SLOT_LOST && row.exists) {
+		res = exec_params(s->admin, "SELECT pg_catalog.pg_drop_replication_slot($1)", 1, params);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+			r = query_failed(s->admin, res, "dropping the lost replication slot", err, errlen);
+			res = NULL;
+			goto out;
+		}
+	}
+	if (gap == SOURCE_GAP_SLOT_LOST)
+		r = create_slot(s, err, errlen);
+	else {
+		res = exec_params(s->admin,
+				  "SELECT end_lsn FROM pg_catalog.pg_replication_slot_advance($1, "
+				  "pg_catalog.pg_current_wal_lsn())",
+				  1, params);
+		r = PQresultStatus(res) == PGRES_TUPLES_OK
+			? SOURCE_OK
+			: query_failed(s->admin, res, "moving the replication slot", err, errlen);
+		if (r != SOURCE_OK)
+			res = NULL;
+	}
+	if (r == SOURCE_OK && (r = read_slot(s, &row, err, errlen)) == SOURCE_OK)
+		*lsn = row.confirmed_flush;
+out:
+	PQclear(res);
+	if (r != SOURCE_OK) {
+		source_disconnect(s);
+		source_redact(s, err, errlen);
+	}
+	return r;
+}
+
+source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen)
+{
+	const char *params[] = {json};
+	PGresult *res = exec_params(
+	    s->admin, "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX "', $1)", 1,
+	    params);
+	source_result r = PQresultStatus(res) == PGRES_TUPLES_OK
+			      ? SOURCE_OK
+			      : query_failed(s->admin, res, "writing the re-sync marker", err, errlen);
+	if (r == SOURCE_OK)
+		PQclear(res);
+	source_disconnect(s);
+	source_redact(s, err, errlen);
+	return r;
 }

@@ -11,12 +11,22 @@
 
 /* Prefix of the logical messages source.heartbeat writes; they are never delivered as events. */
 #define SOURCE_HEARTBEAT_PREFIX "cdc.heartbeat"
+/* Prefix of the logical message a re-sync writes: delivered to every subscription as its marker. */
+#define SOURCE_RESYNC_PREFIX "cdc.resync"
 
 typedef enum source_result {
 	SOURCE_OK,
 	SOURCE_RETRY, /* transient: connection lost or refused, slot busy: try again later */
 	SOURCE_FATAL, /* needs a human: the message says what happened and what to do */
+	/* The slot cannot send what follows cdc's position (source_gap() says why): a human, or a
+	 * re-sync (source_resync), must decide; the message says what happened and the ways out. */
+	SOURCE_GAP,
 } source_result;
+
+typedef enum source_gap_kind {
+	SOURCE_GAP_SLOT_LOST,	      /* dropped, or its WAL is gone (wal_status lost) */
+	SOURCE_GAP_PUBLICATION_NEWER, /* created after the slot's position: the server cannot decode */
+} source_gap_kind;
 
 typedef struct source_handler {
 	void *ctx;
@@ -54,6 +64,15 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 				 size_t errlen);
 /* True while output is queued in libpq (wait for the socket to be writable, then call again). */
 bool source_output_pending(source *s);
+/* Why the last SOURCE_GAP came. */
+source_gap_kind source_gap(const source *s);
+/* Re-syncs after a gap: recreates a lost slot, or moves the slot to the server's current WAL
+ * position (past the publication's creation); *lsn gets the slot's new position. Changes before it
+ * are skipped: the caller backfills the tables, then writes the marker (source_resync_marker). */
+source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen);
+/* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
+ * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
+source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
 /* Writes a heartbeat message through the ordinary connection, without blocking; reports the
  * outcome of the previous one by its return value (false: it failed, err says why). */
 bool source_heartbeat(source *s, char *err, size_t errlen);

@@ -111,6 +111,7 @@ static void status_source(const report *r, buf *out)
 	else
 		json_null(out);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
+	json_key_u64(out, &f, "resyncs", r->source.resyncs);
 	json_key_u64(out, &f, "transactions", r->source.transactions);
 	json_key_u64(out, &f, "events", r->source.events);
 	json_key(out, &f, "errors");
@@ -165,7 +166,8 @@ static void status_sub(const report_sub *s, buf *out)
  *  "source": {"connected", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
  *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
- *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "transactions", "events",
+ *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "resyncs", "transactions",
+ *             "events",
  *             "errors": {"stream", "connect"}, "warnings": [...]},
  *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
@@ -548,6 +550,10 @@ void report_metrics(const report *r, buf *out)
 		buf_printf(out, "cdc_source_safe_wal_size_bytes %" PRId64 "\n", r->source.safe_wal_size);
 	m_u64(out, "cdc_source_reconnects_total", "counter",
 	      "Reconnections to the server after a lost connection.", r->source.reconnects);
+	m_u64(out, "cdc_source_resyncs_total", "counter",
+	      "Re-syncs (source.on_slot_lost or on_publication_newer: resync): the slot moved on and every "
+	      "subscription was backfilled.",
+	      r->source.resyncs);
 	m_u64(out, "cdc_transactions_total", "counter", "Transactions decoded from the slot.",
 	      r->source.transactions);
 	m_u64(out, "cdc_events_total", "counter", "Change events decoded from the slot.", r->source.events);

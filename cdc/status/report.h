@@ -54,6 +54,7 @@ typedef struct report {
 		bool safe_wal_size_known;
 		int64_t safe_wal_size; /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
 		uint64_t reconnects;
+		uint64_t resyncs;	       /* re-syncs after a lost slot or a publication newer than it */
 		uint64_t transactions, events; /* decoded from the slot since the start */
 		uint64_t errors_stream, errors_connect;
 	} source;

@@ -122,6 +122,113 @@ def test_dropped_slot_is_not_recreated(pg, schema, cdc):
     assert c.slot_row() is None
 
 
+# --- a publication newer than the slot, a lost slot: stop with the ways out, or re-sync --------
+
+def resync_markers(p, sub="all"):
+    import base64
+    import json
+    return [json.loads(base64.b64decode(e["message"]["content"])) for e in p.events()
+            if e["subscription"] == sub and e["op"] == "message" and e["message"]["prefix"] == "cdc.resync"]
+
+
+def rows_after_resync(p, sub="all"):
+    """The model a consumer keeps from the marker on: reads and inserts/updates as upserts, deletes
+    as deletes; also the ops seen after the marker, in order."""
+    model, ops, after = {}, [], False
+    for e in p.events():
+        if e["subscription"] != sub:
+            continue
+        if e["op"] == "message" and e["message"]["prefix"] == "cdc.resync":
+            after = True
+            continue
+        if not after:
+            continue
+        ops.append(e["op"])
+        if e["op"] == "delete":
+            model.pop(e["key"]["id"], None)
+        else:
+            model[e["new"]["id"]] = e["new"]["v"]
+    return model, ops
+
+
+def test_publication_newer_than_the_slot_stops_with_the_ways_out(pg, schema, cdc):
+    """The slot exists before cdc creates the publication: the server cannot decode the change
+    between them, every start would fail the same way, so cdc stops at once and says why."""
+    pg.sql(f"create table {schema}.t (id int primary key, v text)")
+    c = cdc()
+    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (c.slot,))
+    pg.sql(f"insert into {schema}.t values (1, 'before the publication')")
+    p = c.run()
+    assert p.wait_exit(30) == 1, p.describe()
+    err = p.stderr()
+    assert f'publication "{c.publication}" does not exist' in err, err
+    assert "created after the position of replication slot" in err
+    assert "source.on_publication_newer: resync" in err
+    assert "not streaming; retrying" not in err
+    assert p.events() == []
+
+
+def test_publication_newer_than_the_slot_is_resynced_when_told(pg, schema, cdc):
+    """on_publication_newer: resync: the slot moves on, every consumer gets the marker, then the
+    table's rows as reads (the changes in the gap included, as the rows are now), then the stream."""
+    pg.sql(f"create table {schema}.t (id int primary key, v text)")
+    pg.sql(f"insert into {schema}.t select g, 'old' from generate_series(1, 5) g")
+    c = cdc(subscriptions=[{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"},
+                           {"name": "inserts", "tables": [f"{schema}.t"], "operations": ["insert"],
+                            "where": "new.id > 100", "sink": "stdout"}],
+            source={"on_publication_newer": "resync"})
+    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (c.slot,))
+    pg.sql(f"insert into {schema}.t values (6, 'gap')")
+    pg.sql(f"update {schema}.t set v = 'gap' where id = 1")
+    pg.sql(f"delete from {schema}.t where id = 2")
+    p = c.run()
+    wait_for(lambda: rows_after_resync(p)[0] == {1: "gap", 3: "old", 4: "old", 5: "old", 6: "gap"}, 60,
+             what="the marker, then the rows as reads: " + p.describe())
+    pg.sql(f"insert into {schema}.t values (7, 'after')")
+    wait_for(lambda: rows_after_resync(p)[0].get(7) == "after", 30, what="the stream after the re-sync")
+    (m,) = resync_markers(p)
+    assert (m["reason"], m["slot"]) == ("publication_newer", c.slot), m
+    assert lsn_to_int(m["resumed_at"]) > lsn_to_int(m["skipped_from"]) > 0, m
+    model, ops = rows_after_resync(p)
+    assert ops == ["read"] * 5 + ["insert"], ops
+    # Every subscription gets the marker, whatever its operations and where; reads as its rules say.
+    assert [e["op"] for e in p.events() if e["subscription"] == "inserts"] == ["message"]
+    assert "re-synced" in p.stderr() and "reason=publication_newer" in p.stderr()
+    assert p.terminate() == 0
+
+
+def test_dropped_slot_is_resynced_when_told(pg, schema, cdc):
+    """on_slot_lost: resync: a dropped slot is made again, consumers get the marker, the rows as
+    reads (what changed while there was no slot included), then the stream; counted in /metrics."""
+    pg.sql(f"create table {schema}.t (id int primary key, v text)")
+    c = cdc(source={"on_slot_lost": "resync"})
+    p0 = c.start()
+    pg.sql(f"insert into {schema}.t select g, 'v1' from generate_series(1, 4) g")
+    wait_for(lambda: len(p0.events()) == 4, what="the first rows")
+    assert p0.terminate() == 0
+    pg.sql("select pg_drop_replication_slot(%s)", (c.slot,))
+    pg.sql(f"update {schema}.t set v = 'v2' where id = 2")
+    pg.sql(f"delete from {schema}.t where id = 3")
+    pg.sql(f"insert into {schema}.t values (5, 'v2')")
+    p = c.run()
+    wait_for(lambda: rows_after_resync(p)[0] == {1: "v1", 2: "v2", 4: "v1", 5: "v2"}, 60,
+             what="the marker, then the rows as reads: " + p.describe())
+    (m,) = resync_markers(p)
+    assert m["reason"] == "slot_lost" and lsn_to_int(m["resumed_at"]) > lsn_to_int(m["skipped_from"]) > 0, m
+    assert c.slot_row() is not None
+    sock = c.config["status"]["socket"]
+    from test_status import http
+    wait_for(lambda: "cdc_source_resyncs_total 1" in http((sock, "/metrics"))[1].splitlines(), 10,
+             what="cdc_source_resyncs_total 1")
+    assert p.terminate() == 0
+    # The new position is recorded: the next start streams on, with no second re-sync.
+    p2 = c.start()
+    pg.sql(f"insert into {schema}.t values (6, 'v3')")
+    wait_for(lambda: [e["new"]["id"] for e in p2.events() if e["op"] == "insert"] == [6], 30, what=p2.describe())
+    assert resync_markers(p2) == [] and "re-sync" not in p2.stderr()
+    assert p2.terminate() == 0
+
+
 def test_lost_slot_is_refused(tmp_path):
     """A slot whose WAL the server removed (max_slot_wal_keep_size) is refused with what to do."""
     with TempPostgres(max_slot_wal_keep_size="1MB", wal_keep_size="0", max_wal_size="32MB",
@@ -156,7 +263,19 @@ def test_lost_slot_is_refused(tmp_path):
         assert p.wait_exit(30) == 1, p.describe()
         assert "has lost WAL it needed (wal_status = lost)" in p.stderr()
         assert "pg_drop_replication_slot('lost_slot')" in p.stderr()
+        assert "source.on_slot_lost: resync" in p.stderr()
         p.close()
+        # Told to re-sync: the slot is made again, and the table arrives whole as reads after the marker.
+        cfg["source"]["on_slot_lost"] = "resync"
+        path.write_text(to_yaml(cfg))
+        p = run()
+        want = srv.sql("select count(*) from t")[0][0]
+        wait_for(lambda: sum(1 for e in p.events() if e["op"] == "read") == want, 120,
+                 what=f"{want} reads after the re-sync: " + p.describe())
+        ops = [e["op"] for e in p.events()]
+        assert ops[0] == "message" and set(ops[1:]) == {"read"}, ops[:3]
+        assert status() == "reserved" and "reason=slot_lost" in p.stderr()
+        assert p.terminate() == 0, p.describe()
 
 
 def test_heartbeat_moves_slot_and_is_not_delivered(pg, schema, cdc):

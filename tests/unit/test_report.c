@@ -67,6 +67,7 @@ static report full_report(void)
 		       .safe_wal_size = 10485760,
 		       .safe_wal_size_known = true,
 		       .reconnects = 2,
+		       .resyncs = 1,
 		       .transactions = 50,
 		       .events = 128,
 		       .errors_stream = 1,
@@ -108,7 +109,7 @@ static void test_status_full(void)
 	    "\"server_version\":\"16.3\",\"received_lsn\":\"0/16B3748\",\"flushed_lsn\":\"0/16B3700\","
 	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
 	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
-	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"transactions\":50,\"events\":128,"
+	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"resyncs\":1,\"transactions\":50,\"events\":128,"
 	    "\"errors\":{\"stream\":1,\"connect\":3},"
 	    "\"warnings\":[\"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\"]},"
 	    "\"subscriptions\":["
@@ -156,7 +157,8 @@ static void test_status_nulls(void)
 	    "\"source\":{\"connected\":false,\"slot\":null,\"publication\":null,\"server_version\":null,"
 	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
 	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
-	    "\"reconnects\":0,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,\"connect\":0},"
+	    "\"reconnects\":0,\"resyncs\":0,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"
+	    "\"connect\":0},"
 	    "\"warnings\":[]},\"subscriptions\":[],\"latency_ms\":{}}\n");
 	CHECK(json_ok(b.data));
 	buf s = {0};
@@ -312,6 +314,7 @@ static void test_metrics(void)
 	    "cdc_source_wal_status{status=\"unreserved\"} 0\ncdc_source_wal_status{status=\"lost\"} 0\n#",
 	    "\ncdc_source_safe_wal_size_bytes 10485760\n",
 	    "\n# TYPE cdc_source_reconnects_total counter\ncdc_source_reconnects_total 2\n",
+	    "\ncdc_source_resyncs_total 1\n",
 	    "\ncdc_transactions_total 50\n",
 	    "\ncdc_events_total 128\n",
 	    "\n# TYPE cdc_errors_total counter\ncdc_errors_total{kind=\"stream\"} 1\n"

@@ -154,6 +154,8 @@ void sq_free_queue(queue *q);
 /* socket_conn.c */
 void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f);
 void sc_heartbeat(consumer *c);
+/* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
+void sc_flush_reply(consumer *c);
 void sc_consumer_release(consumer *c);
 void sc_check_first_frames(socket_sink *s, uint64_t now);
 void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg);

@@ -46,6 +46,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		for (int k = 0; k < 2; k++) {
 			sq_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
+				sc_flush_reply(c); /* answers held back while c had events in flight */
 				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms &&
 				    !sq_out_full(c))
 					sc_heartbeat(c);

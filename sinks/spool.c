@@ -98,7 +98,6 @@ struct spool {
 	int dfd;
 	buf dc_out;	   /* records not written yet */
 	uint64_t dc_bytes; /* the file's size */
-	bool dc_dirty;	   /* written since its last fsync */
 	bool dc_empty;	   /* every count was acknowledged: the file can be emptied */
 };
 
@@ -814,7 +813,6 @@ static bool counts_compact(spool *s, char *err, size_t errlen)
 		if (s->dfd < 0)
 			ok = errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
 		s->dc_bytes = out.len;
-		s->dc_dirty = false;
 	}
 	buf_free(&out);
 	return ok;
@@ -891,7 +889,6 @@ bool spool_save_deliveries(spool *s, char *err, size_t errlen)
 		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
 			    strerror(errno));
 	s->dc_bytes += s->dc_out.len;
-	s->dc_dirty = true;
 	buf_reset(&s->dc_out);
 	if (s->dc_bytes >= COUNTS_COMPACT_MIN &&
 	    s->dc_bytes > COUNTS_COMPACT * COUNTS_REC * (uint64_t)s->dc_len)
@@ -1103,10 +1100,6 @@ bool spool_sync(spool *s, char *err, size_t errlen)
 		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
 			    strerror(errno));
 	s->cursor_dirty = false;
-	if (s->dc_dirty && fsync(s->dfd) != 0)
-		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot fsync: %s", s->dir,
-			    strerror(errno));
-	s->dc_dirty = false;
 	return true;
 }
 

@@ -70,10 +70,12 @@ uint64_t spool_acked(const spool *s);
  * survives the process being killed; fsynced at the next spool_sync). */
 bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
 
-/* Delivery counts, kept beside the events so that max_deliveries holds across a restart: each
- * delivery of an offset after the acked cursor is noted, written (not fsynced: it survives the
- * process being killed) by spool_save_deliveries and fsynced at the next spool_sync. Memory and
- * file are bounded by the offsets delivered and not acknowledged. */
+/* Delivery counts, kept beside the events so that max_deliveries holds across a restart of cdc:
+ * each delivery of an offset after the acked cursor is noted and written by spool_save_deliveries.
+ * Written, not fsynced (only a compaction's rewrite is): it survives cdc being killed, and an
+ * fsync per delivery batch would cost the socket path a fifth of its throughput; after a power loss
+ * the latest counts may be lower (max_deliveries then allows a few more). Memory and file are
+ * bounded by the offsets delivered and not acknowledged. */
 void spool_note_delivery(spool *s, uint64_t offset, uint32_t count);
 bool spool_save_deliveries(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
 /* How often offset was delivered (as last noted); 0: never, or acknowledged. */

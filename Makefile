@@ -67,7 +67,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -156,7 +156,14 @@ check-fault: $(B)/cdc $(B)/tests/kafka_mock
 torture: deps
 	$(Q)$(MAKE) --no-print-directory all $(B)/tests/kafka_mock
 	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
-	$(Q)$(MAKE) --no-print-directory torture-model
+	$(Q)$(MAKE) --no-print-directory torture-backfill torture-model
+
+# The backfill-under-load test (three subscriptions: stdout, Kafka, socket; cdc killed with -9
+# twice while they run) at BACKFILL_ROWS rows instead of make check's 3,000.
+BACKFILL_ROWS ?= 100000
+torture-backfill: $(B)/cdc $(B)/tests/kafka_mock
+	$(Q)$(FAULT_ENV) CDC_BACKFILL_ROWS=$(BACKFILL_ROWS) $(PYTHON) -m pytest -q -s \
+		tests/integration/test_backfill.py -k test_backfill_under_load_with_kills
 
 # The subscriber socket's state-machine test (tests/model/socket_model.py) against the sanitizer
 # build: clients subscribe, ack rightly and wrongly, send garbage and leave while rows are written;

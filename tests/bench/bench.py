@@ -53,6 +53,7 @@ Options: --scale 0.1 for a quick run (every workload), --only SECTIONS, --repeat
 """
 
 import argparse
+import json
 import math
 import re
 import select
@@ -478,22 +479,26 @@ def percentile(sorted_values, q):
     return sorted_values[max(0, math.ceil(len(sorted_values) * q) - 1)]
 
 
-def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200):
+def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", also=(), extra_yaml=""):
     """Commit time to a Python consumer of the subscriber socket at a steady rate of single-row
     transactions (pgbench --rate): the consumer (latency_consumer, a process of its own) notes
     the time each Delivery is read, acks it, and reports every event's receive time minus its
-    commit_time. The first warmup events (connection, first spool segment) are left out."""
-    pg.sql("create table bench_s (id bigserial primary key, name text not null, "
+    commit_time. The first warmup events (connection, first spool segment) are left out. also:
+    more tables for the publication, extra_yaml: appended to the config (more subscriptions)."""
+    table, pub = f"bench_{tag}", f"bench_pub_{tag}"
+    pg.sql(f"create table {table} (id bigserial primary key, name text not null, "
            "amount numeric(12,2), created timestamptz not null)")
-    pg.sql("create publication bench_pub_s for table bench_s")
-    pg.sql("select pg_create_logical_replication_slot('bench_s', 'pgoutput')")
-    state = os.path.join(work, "state_s")
+    pg.sql(f"create publication {pub} for table " + ", ".join((table,) + tuple(also)))
+    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (table,))
+    state = os.path.join(work, f"state_{tag}")
     os.makedirs(state)
-    cfg = os.path.join(work, "cdc_s.yaml")
-    sock = write_config(cfg, pg, "bench_s", "bench_pub_s", "bench_s", state, "socket")
-    err_path = os.path.join(work, "cdc_s.stderr")
-    cons_err = os.path.join(work, "latency_consumer.stderr")
-    out_path = os.path.join(work, "latency_consumer.txt")
+    cfg = os.path.join(work, f"cdc_{tag}.yaml")
+    sock = write_config(cfg, pg, table, pub, table, state, "socket")
+    with open(cfg, "a") as f:
+        f.write(extra_yaml)
+    err_path = os.path.join(work, f"cdc_{tag}.stderr")
+    cons_err = os.path.join(work, f"latency_consumer_{tag}.stderr")
+    out_path = os.path.join(work, f"latency_consumer_{tag}.txt")
     start = time.monotonic()
     cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg], stdout=subprocess.DEVNULL,
                            stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
@@ -507,12 +512,14 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200):
                                     stderr=open(cons_err, "wb"), text=True,
                                     env=dict(os.environ, TMPDIR=work))
         read_line(consumer, 60, "subscription", cons_err)
-        pg.sql(f"do $$ begin for i in 1..{warmup} loop insert into bench_s (name, amount, created) "
+        pg.sql(f"do $$ begin for i in 1..{warmup} loop insert into {table} (name, amount, created) "
                f"values ('warm-up', 0, now()); commit; end loop; end $$")
         read_line(consumer, 60, "warm-up events", cons_err)
         progress(f"latency: {rate} transactions/s for {seconds}s through cdc to a socket consumer")
-        tps = run_pgbench(pg, work, "bench_s", rate, seconds)
-        total = pg.sql("select count(*) from bench_s")[0][0]
+        tps = run_pgbench(pg, work, table, rate, seconds)
+        status_sock = os.path.join(os.path.dirname(sock), "status.sock")
+        during = json.loads(http_get(status_sock, "/backfills")) if also else []
+        total = pg.sql(f"select count(*) from {table}")[0][0]
         consumer.stdin.write(f"{total}\n")
         consumer.stdin.flush()
         done = dict(kv.split("=") for kv in read_line(consumer, 120, "end of the events", cons_err)[1:])
@@ -538,7 +545,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200):
     p50, p99, mx = (percentile(v, 0.5) / 1000, percentile(v, 0.99) / 1000, v[-1] / 1000)
     progress(f"latency: socket consumer used {float(done['cpu']):.1f}s of CPU in "
              f"{float(done['wall']):.1f}s for {len(v)} events in {done['deliveries']} deliveries")
-    return (tps, p50, p99, mx), v
+    return (tps, p50, p99, mx), v, during
 
 
 def latency_consumer(sock, warmup, out_path):
@@ -822,6 +829,72 @@ end $$;
 """
 
 
+def backfill_run(pg, work, tag, table):
+    """`cdc run` with one stdout subscription (to /dev/null) on table with `snapshot: true`, until
+    its backfill is done; returns (seconds from cdc's start, cdc's peak RSS in MiB)."""
+    slot = f"bench_{tag}"
+    new_slot(pg, slot)
+    state = os.path.join(work, f"state_{tag}")
+    os.makedirs(state)
+    cfg = os.path.join(work, f"{tag}.yaml")
+    _, status_sock = cdc_config(cfg, pg, slot, f"bench_pub_{table}", state,
+                                [{"name": "bench", "tables": [f"public.{table}"], "sink": "stdout",
+                                  "snapshot": "true"}])
+    err = os.path.join(work, f"{tag}.stderr")
+    start = time.monotonic()
+    with open(err, "wb") as e:
+        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
+                             stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
+    wait_socket(status_sock, p, err, start)
+    while True:
+        states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]
+        if states and all(st == "done" for st in states):
+            break
+        if p.poll() is not None or any(st in ("failed", "cancelled") for st in states):
+            sys.exit(f"bench: backfill {states}:\n{tail(err)}")
+        time.sleep(0.02)
+    secs = time.monotonic() - start
+    rss = stop_cdc(p, err)
+    drop_slot(pg, slot)
+    return secs, rss
+
+
+def backfills(args, pg, work, rate_limit=50_000):
+    """A backfill of a table into the stdout sink against reading it with psql's \\copy (the cost of
+    just reading it), peak RSS on a table 10 times smaller, and the socket latency of live
+    single-row transactions at 1,000/s while a rate-limited backfill of the large table runs."""
+    sizes = {"bf_small": int(100_000 * args.scale), "bf_big": int(1_000_000 * args.scale)}
+    for table, rows in sizes.items():
+        pg.sql(f"create table {table} (id int8 primary key, name text not null, "
+               "amount numeric(12,2), created timestamptz not null)")
+        pg.sql(f"insert into {table} select g, 'customer ' || g, (g % 100000) / 100.0, now() "
+               f"from generate_series(1, {rows}) g")
+        pg.sql(f"vacuum analyze {table}")
+        pg.sql(f"create publication bench_pub_{table} for table {table}")
+    psql = os.path.join(pg.bindir, "psql")
+    copy, runs = [], {t: [] for t in sizes}
+    for i in range(args.repeat):
+        t = time.monotonic()
+        subprocess.run([psql, "-d", pg.dsn, "-qAtc", r"\copy (select * from bf_big) to /dev/null"],
+                       check=True)
+        copy.append(time.monotonic() - t)
+        for table in sizes:
+            runs[table].append(backfill_run(pg, work, f"{table}_{i}", table))
+        progress(f"backfill, run {i + 1}/{args.repeat}: psql \\copy {copy[-1]:.2f}s, " +
+                 ", ".join(f"{t} {runs[t][-1][0]:.2f}s" for t in sizes))
+    progress(f"backfill: live transactions at 1000/s to a socket consumer while bf_big is backfilled "
+             f"(rate_limit {rate_limit} rows/s)")
+    extra = ("  - name: snapshot\n    tables: [\"public.bf_big\"]\n    sink: stdout\n    snapshot: true\n"
+             f"backfill:\n  rate_limit: {rate_limit}\n")
+    (tps, p50, p99, mx), _, during = socket_latency(args, pg, work, rate=1000, tag="lb", also=("bf_big",),
+                                                    extra_yaml=extra)
+    return {"rows": sizes, "copy_secs": median(copy),
+            "cdc": {t: {"secs": median(r[0] for r in runs[t]), "rss": max(r[1] for r in runs[t])}
+                    for t in sizes},
+            "latency": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "rate_limit": rate_limit,
+                        "backfill_state": [b["state"] for b in during]}}
+
+
 def wal_of(pg, sql):
     """Bytes of WAL and seconds that sql takes, from a checkpoint (both sides pay the same
     first-touch full-page images)."""
@@ -932,7 +1005,7 @@ def trigger_worker(dsn, sub_id, batch):
     print(f"count {n}", flush=True)
 
 
-SECTIONS = ("drain", "latency", "trigger", "subscriptions", "consumers", "tables")
+SECTIONS = ("drain", "latency", "backfill", "trigger", "subscriptions", "consumers", "tables")
 ALIASES = {"peers": ("drain", "trigger"), "growth": ("subscriptions", "consumers", "tables"),
            "all": SECTIONS}
 
@@ -1004,7 +1077,7 @@ def main():
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
         # backlog (5 x 3 x 2 by default), two for latency, and the growth sections' (dropped
         # after use, at most 4 at a time).
-        slots = 5 * args.repeat * 2 + 2 + 4
+        slots = 5 * args.repeat * 2 + 3 + 4
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
@@ -1017,13 +1090,15 @@ def main():
             if "latency" in sections:
                 (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
                 lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}
-                (tps, p50, p99, mx), _ = socket_latency(args, pg, work)
+                (tps, p50, p99, mx), _, _ = socket_latency(args, pg, work)
                 # The consumer's samples (offset, microseconds), kept for the CDF.
-                shutil.copy(os.path.join(work, "latency_consumer.txt"),
+                shutil.copy(os.path.join(work, "latency_consumer_s.txt"),
                             os.path.join(args.out, "latency_socket_us.txt"))
                 lat["socket"] = {"tps": tps, "p50": p50, "p99": p99, "max": mx}
                 lat["socket_samples_file"] = "latency_socket_us.txt"
                 results["latency"] = lat
+            if "backfill" in sections:
+                results["backfill"] = backfills(args, pg, work)
             if "trigger" in sections:
                 results["trigger"] = trigger_queue(args, pg, work)
             if "subscriptions" in sections:

@@ -67,6 +67,26 @@ def markdown(r):
                              f"{x['max']:.2f} ms"])
         md += [table(["path", "rate (pgbench tps)", "p50", "p99", "max"], rows), "",
                "![latency CDF](latency_cdf.png)", ""]
+    if "backfill" in r:
+        b = r["backfill"]
+        big, small = b["rows"]["bf_big"], b["rows"]["bf_small"]
+        md += ["## Backfills", "",
+               f"A `snapshot: true` stdout subscription (to /dev/null) on a table of {big:,} rows "
+               "(4 columns), timed from cdc's start until `GET /backfills` says done, against `psql "
+               "-c \"\\copy (select * from t) to /dev/null\"` on the same table (the cost of just "
+               f"reading it); median of {r['args']['repeat']}. Peak RSS also on a table of "
+               f"{small:,} rows.", ""]
+        rows = [[f"{b['rows'][t]:,} rows", n0(b["rows"][t] / b["cdc"][t]["secs"]),
+                 f"{b['cdc'][t]['rss']:.1f} MiB"] for t in ("bf_small", "bf_big")]
+        md += [table(["table", "cdc backfill rows/s", "cdc peak RSS"], rows), "",
+               f"psql \\copy: {n0(big / b['copy_secs'])} rows/s; cdc backfill / copy: "
+               f"**{b['copy_secs'] / b['cdc']['bf_big']['secs']:.2f}**.", ""]
+        x = b["latency"]
+        md += [f"Live single-row transactions at 1,000/s to a socket consumer while a backfill of the "
+               f"{big:,}-row table (rate_limit {x['rate_limit']:,} rows/s) runs in the same cdc "
+               f"(backfill state when the load ended: {', '.join(x['backfill_state']) or 'none'}): "
+               f"{n0(x['tps'])} tps, p50 {x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max "
+               f"{x['max']:.2f} ms.", ""]
     if "trigger" in r:
         t = r["trigger"]
         w = t["wal"]

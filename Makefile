@@ -54,7 +54,8 @@ MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring
 FUZZERS := pgoutput config predicate frame http redact put
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
-LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/reader.c \
+LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
+	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
 	cdc/backfill/request.c cdc/cli/backfill_cmd.c
 UNIT_TESTS += backfill_window backfill_sql backfill
 FUZZERS += backfill

@@ -1,0 +1,243 @@
+/* state_file.c: the backfills kept in state_dir/backfills.json: written atomically whenever one
+ * changes in a way a restart must know (a chunk made durable, a state change), read at start. A
+ * table's durable cursor and counters are what a restart resumes from. */
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/backfill/internal.h"
+#include "decoder/fsutil.h"
+#include "decoder/json.h"
+
+/* ---- persistence ---- */
+
+static void json_hex(buf *out, bool *first, const char *key, const buf *bytes)
+{
+	json_key(out, first, key);
+	if (!bytes->len) {
+		json_null(out);
+		return;
+	}
+	buf_putc(out, '"');
+	for (size_t i = 0; i < bytes->len; i++)
+		buf_printf(out, "%02x", (unsigned char)bytes->data[i]);
+	buf_putc(out, '"');
+}
+
+static void json_strv(buf *out, bool *first, const char *key, char **v, size_t n)
+{
+	json_key(out, first, key);
+	buf_putc(out, '[');
+	bool f = true;
+	for (size_t i = 0; i < n; i++) {
+		json_sep(out, &f);
+		json_str(out, v[i]);
+	}
+	buf_putc(out, ']');
+}
+
+static void save_table(buf *out, const table *t)
+{
+	bool first = true;
+	buf_putc(out, '{');
+	json_key_str(out, &first, "schema", t->schema);
+	json_key_str(out, &first, "table", t->name);
+	json_key_str(out, &first, "state", bf_state_name(t->state));
+	json_key_str(out, &first, "error", t->error);
+	json_hex(out, &first, "cursor", &t->cursor_d);
+	json_key_u64(out, &first, "read", t->done_d.read);
+	json_key_u64(out, &first, "emitted", t->done_d.emitted);
+	json_key_u64(out, &first, "dropped", t->done_d.dropped);
+	json_key(out, &first, "estimate");
+	json_i64(out, t->estimate);
+	buf_putc(out, '}');
+}
+
+static void save_backfill(buf *out, const backfill *f)
+{
+	bool first = true;
+	buf_putc(out, '{');
+	json_key_str(out, &first, "id", f->id);
+	json_key_str(out, &first, "subscription", f->sub);
+	json_strv(out, &first, "subscription_tables", f->sub_pat, f->nsub_pat);
+	json_strv(out, &first, "tables_asked", f->req_pat, f->nreq_pat);
+	json_key_str(out, &first, "subscription_where", f->sub_where);
+	json_key_str(out, &first, "where", f->where);
+	json_key_boolean(out, &first, "snapshot", f->snapshot);
+	json_key_str(out, &first, "state", bf_state_name(f->state));
+	json_key_str(out, &first, "error", f->error);
+	json_key(out, &first, "created");
+	json_i64(out, f->created_ms);
+	json_key(out, &first, "finished");
+	json_i64(out, f->finished_ms);
+	json_key_boolean(out, &first, "resolved", f->resolved);
+	json_key(out, &first, "tables");
+	buf_putc(out, '[');
+	bool tf = true;
+	for (size_t i = 0; i < f->ntables; i++) {
+		json_sep(out, &tf);
+		save_table(out, &f->tables[i]);
+	}
+	buf_puts(out, "]}");
+}
+
+bool bf_save(bf_set *b, char *err, size_t errlen)
+{
+	if (!b->path)
+		return true;
+	bf_trim_history(b);
+	buf out = {0};
+	bool first = true;
+	buf_putc(&out, '{');
+	json_key_u64(&out, &first, "version", BF_FILE_VERSION);
+	json_key(&out, &first, "backfills");
+	buf_putc(&out, '[');
+	bool bf = true;
+	for (size_t i = 0; i < b->n; i++) {
+		json_sep(&out, &bf);
+		save_backfill(&out, b->list[i]);
+	}
+	buf_puts(&out, "]}\n");
+	bool ok = file_replace(b->path, out.data, out.len, 0600, err, errlen);
+	buf_free(&out);
+	return ok;
+}
+
+/* Members of the state file, by type; NULL when absent or of another type. */
+static json_object *member(json_object *o, const char *key, json_type type)
+{
+	json_object *v;
+	return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, type) ? v : NULL;
+}
+
+static char *member_str(json_object *o, const char *key)
+{
+	json_object *v = member(o, key, json_type_string);
+	return v ? xstrdup(json_object_get_string(v)) : NULL;
+}
+
+static int64_t member_i64(json_object *o, const char *key)
+{
+	json_object *v = member(o, key, json_type_int);
+	return v ? json_object_get_int64(v) : 0;
+}
+
+static char **member_strv(json_object *o, const char *key, size_t *n)
+{
+	json_object *a = member(o, key, json_type_array);
+	*n = a ? json_object_array_length(a) : 0;
+	char **v = xcalloc(*n ? *n : 1, sizeof(*v));
+	for (size_t i = 0; i < *n; i++) {
+		json_object *s = json_object_array_get_idx(a, i);
+		v[i] = xstrdup(json_object_is_type(s, json_type_string) ? json_object_get_string(s) : "");
+	}
+	return v;
+}
+
+static bool hex_bytes(const char *s, buf *out)
+{
+	size_t n = strlen(s);
+	if (n % 2)
+		return false;
+	for (size_t i = 0; i < n; i += 2) {
+		unsigned v;
+		if (sscanf(s + i, "%2x", &v) != 1)
+			return false;
+		buf_putc(out, (char)v);
+	}
+	return true;
+}
+
+static bool load_table(json_object *o, table *t)
+{
+	t->schema = member_str(o, "schema");
+	t->name = member_str(o, "table");
+	t->error = member_str(o, "error");
+	json_object *st = member(o, "state", json_type_string), *cur = member(o, "cursor", json_type_string);
+	if (!t->schema || !t->name || !st || !bf_state_parse(json_object_get_string(st), &t->state))
+		return false;
+	if (cur && !hex_bytes(json_object_get_string(cur), &t->cursor_d))
+		return false;
+	t->done_d = (counters){(uint64_t)member_i64(o, "read"), (uint64_t)member_i64(o, "emitted"),
+			       (uint64_t)member_i64(o, "dropped")};
+	t->estimate = member(o, "estimate", json_type_int) ? member_i64(o, "estimate") : -1;
+	bf_rewind_table(t);
+	return true;
+}
+
+static backfill *load_backfill(json_object *o)
+{
+	backfill *f = xcalloc(1, sizeof(*f));
+	json_object *id = member(o, "id", json_type_string), *st = member(o, "state", json_type_string);
+	json_object *tables = member(o, "tables", json_type_array);
+	f->sub = member_str(o, "subscription");
+	f->sub_where = member_str(o, "subscription_where");
+	f->where = member_str(o, "where");
+	f->error = member_str(o, "error");
+	f->sub_pat = member_strv(o, "subscription_tables", &f->nsub_pat);
+	f->req_pat = member_strv(o, "tables_asked", &f->nreq_pat);
+	json_object *snap = member(o, "snapshot", json_type_boolean),
+		    *res = member(o, "resolved", json_type_boolean);
+	f->snapshot = snap && json_object_get_boolean(snap);
+	f->resolved = res && json_object_get_boolean(res);
+	f->created_ms = member_i64(o, "created");
+	f->finished_ms = member_i64(o, "finished");
+	if (!id || strlen(json_object_get_string(id)) != BF_ID_SIZE - 1 || !f->sub || !st ||
+	    !bf_state_parse(json_object_get_string(st), &f->state) || !tables)
+		goto bad;
+	snprintf(f->id, sizeof(f->id), "%s", json_object_get_string(id));
+	f->ntables = json_object_array_length(tables);
+	f->tables = xcalloc(f->ntables ? f->ntables : 1, sizeof(*f->tables));
+	for (size_t i = 0; i < f->ntables; i++) {
+		f->tables[i].bf = f;
+		if (!load_table(json_object_array_get_idx(tables, i), &f->tables[i]))
+			goto bad;
+	}
+	return f;
+bad:
+	bf_free(f);
+	return NULL;
+}
+
+bool backfill_set_load(bf_set *b, char *err, size_t errlen)
+{
+	if (!b->path)
+		return true;
+	FILE *fp = fopen(b->path, "r");
+	if (!fp)
+		return errno == ENOENT ? true
+				       : errf(err, errlen, "cannot read %s: %s", b->path, strerror(errno));
+	buf text = {0};
+	char chunk[8192];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+		buf_append(&text, chunk, n);
+	bool ok = !ferror(fp);
+	fclose(fp);
+	json_object *root = ok && text.data ? json_tokener_parse(text.data) : NULL;
+	json_object *ver = root ? member(root, "version", json_type_int) : NULL;
+	json_object *list = root ? member(root, "backfills", json_type_array) : NULL;
+	ok = ver && json_object_get_int64(ver) == BF_FILE_VERSION && list;
+	for (size_t i = 0; ok && i < json_object_array_length(list); i++) {
+		backfill *f = load_backfill(json_object_array_get_idx(list, i));
+		if (f)
+			bf_append(b, f);
+		ok = f != NULL;
+	}
+	json_object_put(root);
+	buf_free(&text);
+	if (!ok)
+		return errf(err, errlen, "%s: not a backfill state file of version %d", b->path,
+			    BF_FILE_VERSION);
+	/* Running tables start again at their durable cursor; the checks run again. */
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			table *t = &b->list[i]->tables[k];
+			if (t->state == BF_RUNNING)
+				t->step = S_DESCRIBE;
+		}
+	return true;
+}

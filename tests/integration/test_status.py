@@ -102,7 +102,7 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     out = subprocess.run([CDC_BIN, "status", "-c", c.path], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("jobs "))
-    assert line.split()[:7] == ["jobs", "socket", "5", "5", "2", "3", "1"]
+    assert line.split()[:9] == ["jobs", "socket", "5", "5", "2", "2", "3", "1", "0"]
     out = subprocess.run([CDC_BIN, "status", "-s", status_sock(c), "--json"], capture_output=True, text=True,
                          timeout=30)
     assert json.loads(out.stdout)["source"]["slot"] == c.slot

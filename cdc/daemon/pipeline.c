@@ -311,7 +311,11 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 	const uint32_t *subs;
 	size_t n;
 	Cdc__V1__Event *ev;
-	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn,
+	/* A non-transactional message's commit_lsn is its LSN (the end of its record) minus one: inside
+	 * its record, so it never equals the commit_lsn (a record's start) of a transaction committing
+	 * right after it, and (commit_lsn, tx_index) stays unique: the spool skips what it already
+	 * holds by it after a restart. */
+	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn - 1,
 			 .commit_time = t ? t->commit_time : 0,
 			 .tx_index = p->tx_index};
 	bool ok = true;

@@ -196,7 +196,19 @@ def test_logical_messages(pg, schema, cdc):
     cur.execute("select pg_logical_emit_message(false, 'cdc.raw', '\\x00ff10'::bytea)")
     cur.execute("rollback")
     pg.sql(f"insert into {schema}.t values (3)")
-    events = finish(p, 4)
+    # A non-transactional message as the last record before a commit: the transaction's commit_lsn
+    # (its commit record's start) is the message's LSN (its record's end); the message's commit_lsn
+    # is one less, so (commit_lsn, tx_index) tells them apart.
+    cur.execute("begin")
+    cur.execute(f"insert into {schema}.t values (4)")
+    cur.execute("select pg_logical_emit_message(false, 'cdc.raw', 'last')")
+    cur.execute("commit")
+    events = finish(p, 6)
+    msg, row4 = events[4], events[5]
+    assert (msg["op"], row4["op"], row4["new"]) == ("message", "insert", {"id": 4})
+    assert lsn_to_int(msg["commit_lsn"]) == lsn_to_int(msg["lsn"]) - 1 < lsn_to_int(row4["commit_lsn"])
+    assert (msg["commit_lsn"], msg["tx_index"]) != (row4["commit_lsn"], row4["tx_index"])
+    events = events[:4]
     assert [sem(e) for e in events] == [
         ev("insert", schema, "t", {"id": 1}, {"id": 1}),
         ev("message", "", "", message={"prefix": "cdc.test", "content": b64(b"hello"),

@@ -261,11 +261,13 @@ static void summary_source(buf *out, json_object *root)
 {
 	json_object *src = member(root, "source", json_type_object);
 	json_object *conn = member(src, "connected", json_type_boolean);
+	json_object *standby = member(src, "standby", json_type_boolean);
 	char f[256];
 	buf_printf(out, "source  %s",
-		   !conn			   ? "-"
-		   : json_object_get_boolean(conn) ? "streaming"
-						   : "not streaming");
+		   !conn					 ? "-"
+		   : json_object_get_boolean(conn)		 ? "streaming"
+		   : standby && json_object_get_boolean(standby) ? "standby"
+								 : "not streaming");
 	buf_printf(out, "  slot=%s", field(src, "slot", f, sizeof(f)));
 	buf_printf(out, "  server=%s", field(src, "server_version", f, sizeof(f)));
 	buf_printf(out, "  received=%s", field(src, "received_lsn", f, sizeof(f)));

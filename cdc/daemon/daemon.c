@@ -19,6 +19,7 @@
 #define TICK_MS 100
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */
 #define BACKOFF_FIRST_MS 500
+#define STANDBY_POLL_MS 1000
 #define BACKOFF_MAX_MS 30000
 #define FINISH_TIMEOUT_MS 30000 /* how long a stop waits for messages in flight */
 
@@ -107,6 +108,23 @@ static void schedule_retry(sidecar *d)
 	uint64_t delay = c->backoff_ms / 2 + (uint64_t)rand() % (c->backoff_ms / 2 + 1);
 	log_warn("not streaming; retrying", "in_ms=%llu error=\"%s\"", (unsigned long long)delay, d->err);
 	struct timeval tv = {.tv_sec = (time_t)(delay / 1000), .tv_usec = (suseconds_t)(delay % 1000) * 1000};
+	event_add(c->ev_retry, &tv);
+}
+
+/* Another process streams the slot: wait as a standby, asking again every STANDBY_POLL_MS (not
+ * backing off: the takeover should come within seconds of the active one's end), quietly. */
+static void standby(sidecar *d)
+{
+	connection *c = &d->conn;
+	source_disconnect(c->src);
+	if (!c->standby)
+		log_info("standby: another process streams the replication slot; this cdc takes over when it "
+			 "lets go",
+			 "slot=%s holder_walsender_pid=%d", d->cfg->source.slot, source_holder(c->src));
+	c->standby = source_holder(c->src);
+	source_after_standby(c->src, true);
+	c->backoff_ms = 0;
+	struct timeval tv = {.tv_sec = STANDBY_POLL_MS / 1000, .tv_usec = STANDBY_POLL_MS % 1000 * 1000};
 	event_add(c->ev_retry, &tv);
 }
 
@@ -272,6 +290,16 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	if (r == SOURCE_GAP) {
 		on_gap(d);
 		return;
+	}
+	if (r == SOURCE_BUSY) {
+		standby(d);
+		return;
+	}
+	if (c->standby) {
+		log_info("taking over: the slot was let go, this cdc streams it now", "slot=%s",
+			 d->cfg->source.slot);
+		c->standby = 0;
+		source_after_standby(c->src, false);
 	}
 	if (!have_st && !state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
 		sidecar_fail(d, 1, "cannot record the position in state_dir");

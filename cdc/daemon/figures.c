@@ -56,8 +56,14 @@ void figures_log_progress(sidecar *d, uint64_t now)
 }
 
 /* Why /readyz says 503, or NULL when streaming with every sink able to take changes. */
-static const char *not_ready(const sidecar *d)
+static const char *not_ready(sidecar *d)
 {
+	if (d->conn.standby) {
+		snprintf(d->fig.not_ready, sizeof(d->fig.not_ready),
+			 "standby: replication slot %s is streamed by another process (walsender PID %d)",
+			 d->cfg->source.slot, d->conn.standby);
+		return d->fig.not_ready;
+	}
 	if (!d->conn.streaming)
 		return d->fig.last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
 	if (d->conn.paused)
@@ -124,6 +130,7 @@ void figures_publish(sidecar *d, bool force)
 	    .ready = !why,
 	    .reason = why,
 	    .source = {.connected = d->conn.streaming,
+		       .standby = d->conn.standby != 0,
 		       .slot = d->cfg->source.slot,
 		       .publication = d->cfg->source.publication,
 		       .server_version = f->server_version[0] ? f->server_version : NULL,

@@ -26,6 +26,7 @@ typedef struct connection {
 	bool paused;   /* a sink is busy: the slot is not read until it catches up */
 	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
 	uint64_t backoff_ms;
+	int standby; /* the PID of the walsender that streams the slot for another process; 0: none */
 	uint64_t received_lsn, sent_flush_lsn;
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool heartbeat_warned;
@@ -54,6 +55,7 @@ typedef struct figures {
 	uint64_t last_health_ms;
 	source_slot_health health;
 	char slot_warning[256]; /* why the slot is in danger of losing WAL; "" when it is not */
+	char not_ready[192];	/* /readyz's reason when it is made up */
 } figures;
 
 typedef struct sidecar {

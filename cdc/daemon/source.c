@@ -43,6 +43,8 @@ struct source {
 	pgo_options proto;
 	char system_id[32];
 	source_gap_kind gap; /* why the last SOURCE_GAP came */
+	int holder;	     /* who held the slot at the last SOURCE_BUSY */
+	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
 };
 
 static void add_secret(source *s, const char *v)
@@ -506,6 +508,15 @@ static source_result create_slot(source *s, char *err, size_t errlen)
 	return SOURCE_OK;
 }
 
+/* PostgreSQL lets one connection stream a slot: whoever holds it is active, this cdc a standby. */
+static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
+{
+	errf(err, errlen, "replication slot %s is streamed by another process (walsender PID %d)", s->slot,
+	     pid);
+	s->holder = pid;
+	return SOURCE_BUSY;
+}
+
 /* Every way the slot can be unusable, each with what to do about it. */
 static source_result check_slot(source *s, const slot_row *row, const state *st, bool have_st, char *err,
 				size_t errlen)
@@ -532,7 +543,10 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		s->gap = SOURCE_GAP_SLOT_LOST;
 		return SOURCE_GAP;
 	}
-	if (have_st && row->confirmed_flush > st->flushed_lsn) {
+	/* Before the position: a standby's record is behind a slot that another cdc streams. */
+	if (row->active_pid)
+		return slot_busy(s, row->active_pid, err, errlen);
+	if (have_st && row->confirmed_flush > st->flushed_lsn && !s->after_standby) {
 		errf(err, errlen,
 		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
 		     "something else consumed or advanced the slot, or it was dropped and recreated, so "
@@ -542,11 +556,6 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		     s->slot, cur, rec, "state_dir/position");
 		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost: what it skipped is gone */
 		return SOURCE_GAP;
-	}
-	if (row->active_pid) {
-		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying",
-		     s->slot, row->active_pid);
-		return SOURCE_RETRY;
 	}
 	return SOURCE_OK;
 }
@@ -905,9 +914,7 @@ source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char 
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
 	if (row.active_pid) {
-		errf(err, errlen, "replication slot %s is in use by another process (PID %d); retrying",
-		     s->slot, row.active_pid);
-		r = SOURCE_RETRY;
+		r = slot_busy(s, row.active_pid, err, errlen);
 		goto out;
 	}
 	if (gap == SOURCE_GAP_SLOT_LOST && row.exists) {
@@ -956,4 +963,14 @@ source_result source_resync_marker(source *s, const char *json, char *err, size_
 	source_disconnect(s);
 	source_redact(s, err, errlen);
 	return r;
+}
+
+int source_holder(const source *s)
+{
+	return s->holder;
+}
+
+void source_after_standby(source *s, bool yes)
+{
+	s->after_standby = yes;
 }

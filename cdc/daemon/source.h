@@ -21,6 +21,8 @@ typedef enum source_result {
 	/* The slot cannot send what follows cdc's position (source_gap() says why): a human, or a
 	 * re-sync (source_resync), must decide; the message says what happened and the ways out. */
 	SOURCE_GAP,
+	/* Another process streams the slot (source_holder() says which): wait as a standby. */
+	SOURCE_BUSY,
 } source_result;
 
 typedef enum source_gap_kind {
@@ -64,6 +66,11 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 				 size_t errlen);
 /* True while output is queued in libpq (wait for the socket to be writable, then call again). */
 bool source_output_pending(source *s);
+/* The PID (on the server) of the walsender that held the slot at the last SOURCE_BUSY. */
+int source_holder(const source *s);
+/* A standby saw another process stream the slot: the slot's position may then be ahead of the
+ * one recorded in state_dir (the other cdc moved it), which a start otherwise refuses. */
+void source_after_standby(source *s, bool yes);
 /* Why the last SOURCE_GAP came. */
 source_gap_kind source_gap(const source *s);
 /* Re-syncs after a gap: recreates a lost slot, or moves the slot to the server's current WAL

@@ -94,6 +94,7 @@ static void status_source(const report *r, buf *out)
 	bool f = true;
 	buf_putc(out, '{');
 	json_key_boolean(out, &f, "connected", r->source.connected);
+	json_key_boolean(out, &f, "standby", r->source.standby);
 	json_key_str(out, &f, "slot", r->source.slot);
 	json_key_str(out, &f, "publication", r->source.publication);
 	json_key_str(out, &f, "server_version", r->source.server_version);
@@ -163,7 +164,7 @@ static void status_sub(const report_sub *s, buf *out)
 }
 
 /* {"version", "uptime_s" (whole seconds), "ready", "reason" (null when ready),
- *  "source": {"connected", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
+ *  "source": {"connected", "standby", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
  *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
  *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "resyncs", "transactions",
@@ -500,6 +501,9 @@ void report_metrics(const report *r, buf *out)
 
 	m_bool(out, "cdc_source_connected", "1 while the replication connection streams.",
 	       r->source.connected);
+	m_bool(out, "cdc_standby",
+	       "1 while another process streams the slot and this cdc waits to take over.",
+	       r->source.standby);
 	family(out, "cdc_source_info", "gauge", "The replication slot, publication and server version.");
 	buf_puts(out, "cdc_source_info{slot=");
 	label_value(out, r->source.slot);

@@ -43,6 +43,7 @@ typedef struct report {
 	const char *reason; /* why not ready (ignored when ready) */
 	struct {
 		bool connected;
+		bool standby; /* another process streams the slot; this cdc waits to take over */
 		const char *slot, *publication;
 		const char *server_version; /* NULL: unknown (never connected) */
 		/* LSNs; 0 (InvalidXLogRecPtr) is unknown and rendered as null. */

@@ -82,7 +82,8 @@ def test_busy_slot_is_retried_until_free(pg, schema, cdc):
     try:
         wait_for(lambda: walsender_pid(pg, c.slot), what="pg_recvlogical to hold the slot")
         p = c.run()
-        wait_for(lambda: "is in use by another process" in p.stderr(), timeout=30, what=p.describe())
+        wait_for(lambda: "standby: another process streams the replication slot" in p.stderr(), timeout=30,
+                 what=p.describe())
         assert p.running()
     finally:
         other.terminate()
@@ -91,6 +92,52 @@ def test_busy_slot_is_retried_until_free(pg, schema, cdc):
     pg.sql(f"insert into {schema}.t values (1)")
     assert [e["new"] for e in p.wait_events(1, timeout=30)] == [{"id": 1}]
     assert p.terminate() == 0
+
+
+def test_standby_waits_then_takes_over_when_the_active_cdc_dies(pg, schema, cdc):
+    """A second cdc on the same slot (its own state_dir) waits as a standby, says so in /status,
+    /readyz, /metrics and cdc status, and takes over within seconds of the active one's kill -9
+    under a write load: every committed row reaches one of the two."""
+    import json
+    from test_status import http
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    a = cdc()
+    pa = a.start()
+    b = cdc(source={"slot": a.slot, "publication": a.publication})
+    pb = b.run()
+    wait_for(lambda: "standby: another process streams the replication slot" in pb.stderr(), 30,
+             what=pb.describe())
+    sock = b.config["status"]["socket"]
+    wait_for(lambda: json.loads(http((sock, "/status"))[1])["source"]["standby"], 10, what="standby in /status")
+    st = json.loads(http((sock, "/status"))[1])
+    assert (st["ready"], st["source"]["connected"]) == (False, False), st
+    assert st["reason"].startswith(f"standby: replication slot {a.slot} is streamed by another process"), st
+    code, body = http((sock, "/readyz"))
+    assert code == 503 and body.startswith("standby: "), (code, body)
+    assert "cdc_standby 1" in http((sock, "/metrics"))[1].splitlines()
+    out = subprocess.run([os.environ.get("CDC_BIN", "build/cdc"), "status", "-s", sock], capture_output=True,
+                         text=True, timeout=30)
+    assert out.stdout.splitlines()[1].startswith("source  standby"), out.stdout
+    ids = insert_batches(pg, f"{schema}.t", 1, 20)
+    wait_for(lambda: len(ids_seen(pa)) >= 50, 30, what=pa.describe())
+    pa.kill()
+    ids |= insert_batches(pg, f"{schema}.t", 1001, 20)
+    wait_for(lambda: "taking over" in pb.stderr(), 30, what=pb.describe())
+    ids |= insert_batches(pg, f"{schema}.t", 2001, 20)
+    wait_for(lambda: ids <= ids_seen(pa, pb), 60, what=f"{len(ids - ids_seen(pa, pb))} rows missing; {pb.describe()}")
+    assert ids_seen(pa, pb) == ids
+    assert "not streaming; retrying" not in pb.stderr()  # waiting is quiet
+    wait_for(lambda: json.loads(http((sock, "/status"))[1])["ready"], 10, what="the new active one ready")
+    # And back: the first one, restarted, waits; its record is behind the slot that b moved on,
+    # which a standby accepts when it takes over.
+    pa2 = a.run()
+    wait_for(lambda: "standby: another process streams" in pa2.stderr(), 30, what=pa2.describe())
+    pb.kill()
+    ids |= insert_batches(pg, f"{schema}.t", 3001, 20)
+    wait_for(lambda: ids <= ids_seen(pa, pb, pa2), 60,
+             what=f"{len(ids - ids_seen(pa, pb, pa2))} rows missing; {pa2.describe()}")
+    assert ids_seen(pa, pb, pa2) == ids
+    assert pa2.terminate() == 0
 
 
 def test_slot_ahead_of_recorded_position_is_refused(pg, schema, cdc):

@@ -105,7 +105,8 @@ static void test_status_full(void)
 	CHECK_STR(
 	    b.data,
 	    "{\"version\":\"0.1.0\",\"uptime_s\":3725,\"ready\":true,\"reason\":null,"
-	    "\"source\":{\"connected\":true,\"standby\":false,\"slot\":\"cdc_slot\",\"publication\":\"cdc_pub\","
+	    "\"source\":{\"connected\":true,\"standby\":false,\"slot\":\"cdc_slot\",\"publication\":\"cdc_"
+	    "pub\","
 	    "\"server_version\":\"16.3\",\"received_lsn\":\"0/16B3748\",\"flushed_lsn\":\"0/16B3700\","
 	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
 	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
@@ -154,7 +155,8 @@ static void test_status_nulls(void)
 	CHECK_STR(
 	    b.data,
 	    "{\"version\":\"0.1.0\",\"uptime_s\":0,\"ready\":false,\"reason\":\"connecting to PostgreSQL\","
-	    "\"source\":{\"connected\":false,\"standby\":false,\"slot\":null,\"publication\":null,\"server_version\":null,"
+	    "\"source\":{\"connected\":false,\"standby\":false,\"slot\":null,\"publication\":null,\"server_"
+	    "version\":null,"
 	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
 	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
 	    "\"reconnects\":0,\"resyncs\":0,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"

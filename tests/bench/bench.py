@@ -673,22 +673,29 @@ def stdout_run(pg, work, tag, slot, pub, endpos, subscriptions):
     return secs, rss
 
 
+def timed_cdc(pg, work, tag, slot, pub, subscriptions):
+    """Starts `cdc run` (under GNU time, for its peak RSS) with subscriptions on slot/pub; returns
+    (the process, subscriber socket, status socket, stderr path, start time)."""
+    state = os.path.join(work, f"state_{tag}")
+    os.makedirs(state)
+    cfg = os.path.join(work, f"{tag}.yaml")
+    sock, status_sock = cdc_config(cfg, pg, slot, pub, state, subscriptions)
+    err = os.path.join(work, f"{tag}.stderr")
+    start = time.monotonic()
+    with open(err, "wb") as e:
+        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
+                             stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
+    return p, sock, status_sock, err, start
+
+
 def shared_run(pg, work, tag, slot, pub, table, rows, consumers):
     """`cdc run` with one socket subscription (consumers: shared) and, once its socket exists,
     `consumers` processes of `cdc tail` on it, each acking what it prints to a pipe this process
     reads. Timed from cdc's start until the tails together have printed rows events; returns
     (seconds, cdc's peak RSS in MiB, events printed)."""
-    state = os.path.join(work, f"state_{tag}")
-    os.makedirs(state)
-    cfg = os.path.join(work, f"{tag}.yaml")
-    sock, _ = cdc_config(cfg, pg, slot, pub, state,
-                         [{"name": "bench", "tables": [f"public.{table}"], "sink": "socket",
-                           "consumers": "shared"}])
-    err = os.path.join(work, f"{tag}.stderr")
-    start = time.monotonic()
-    with open(err, "wb") as e:
-        cdc = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
-                               stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
+    cdc, sock, _, err, start = timed_cdc(pg, work, tag, slot, pub,
+                                         [{"name": "bench", "tables": [f"public.{table}"],
+                                           "sink": "socket", "consumers": "shared"}])
     tails, fds, got = [], {}, 0
 
     def start_tail(i):
@@ -834,17 +841,9 @@ def backfill_run(pg, work, tag, table):
     its backfill is done; returns (seconds from cdc's start, cdc's peak RSS in MiB)."""
     slot = f"bench_{tag}"
     new_slot(pg, slot)
-    state = os.path.join(work, f"state_{tag}")
-    os.makedirs(state)
-    cfg = os.path.join(work, f"{tag}.yaml")
-    _, status_sock = cdc_config(cfg, pg, slot, f"bench_pub_{table}", state,
-                                [{"name": "bench", "tables": [f"public.{table}"], "sink": "stdout",
-                                  "snapshot": "true"}])
-    err = os.path.join(work, f"{tag}.stderr")
-    start = time.monotonic()
-    with open(err, "wb") as e:
-        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
-                             stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
+    p, _, status_sock, err, start = timed_cdc(pg, work, tag, slot, f"bench_pub_{table}",
+                                              [{"name": "bench", "tables": [f"public.{table}"],
+                                                "sink": "stdout", "snapshot": "true"}])
     wait_socket(status_sock, p, err, start)
     while True:
         states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]

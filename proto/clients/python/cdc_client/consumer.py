@@ -136,11 +136,7 @@ class Consumer:
             # mean a dead peer (the socket would not tell), so connect again.
             silence = 3 * self.heartbeat_ms / 1000.0
             wait = silence if deadline is None else min(silence, max(0.0, deadline - time.monotonic()))
-            try:
-                f = conn.recv(wait)
-            except ProtocolError:
-                self._drop_connection()
-                raise
+            f = self._recv(conn, wait)
             if f is None:
                 if conn.closed:
                     self._lost("the server closed the connection")
@@ -260,11 +256,7 @@ class Consumer:
             if left <= 0:
                 raise TimeoutError("cdc answered %d of %d frames within %ss" % (
                     self._answered, self._sent, timeout))
-            try:
-                f = conn.recv(left)
-            except ProtocolError:
-                self._drop_connection()
-                raise
+            f = self._recv(conn, left)
             if f is None:
                 if conn.closed:
                     self._drop_connection()
@@ -272,6 +264,15 @@ class Consumer:
             batch = self._handle(f)
             if batch:
                 self._pending.append(batch)
+
+    def _recv(self, conn, timeout):
+        """The next frame (None: none within timeout, or the connection closed); a malformed one
+        drops the connection and raises."""
+        try:
+            return conn.recv(timeout)
+        except ProtocolError:
+            self._drop_connection()
+            raise
 
     @property
     def unanswered(self) -> int:

@@ -389,8 +389,8 @@ static void watermark_stmt(bf_set *b, table *t, bool high, bf_stmt *out)
 	t->params = xcalloc(1, sizeof(*t->params));
 	t->params[0] = xstrdup(t->wm.data);
 	t->nparams = 1;
-	stmt(b, out, high ? BF_STMT_HIGH : BF_STMT_LOW, bfsql_watermark, 1, (const char *const *)t->params,
-	     &t->ticket, &t->kind);
+	stmt(b, out, high ? BF_STMT_HIGH : BF_STMT_LOW, high ? bfsql_watermark_high : bfsql_watermark, 1,
+	     (const char *const *)t->params, &t->ticket, &t->kind);
 }
 
 /* The chunk query after the cursor, its values as parameters. */

@@ -47,6 +47,8 @@ extern const char bfsql_describe[];
 /* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
  * stream delivers it at its place in the WAL at once. Returns its LSN. */
 extern const char bfsql_watermark[];
+/* The same for a high watermark, which a chunk waits for: its statement also flushes the WAL. */
+extern const char bfsql_watermark_high[];
 
 /* The message that names what is missing, and the statement that grants it: for the role that
  * lacks EXECUTE on pg_logical_emit_message, the table it may not read, the table without a key,

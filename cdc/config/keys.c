@@ -436,7 +436,7 @@ static const key log_k[] = {
 static const key backfill_k[] = {
     {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250},
     {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100},
-    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 100000},
+    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 5000},
     {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20},
     {"rate_limit", &t_u64, TOP(backfill.rate_limit)},
     {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1},

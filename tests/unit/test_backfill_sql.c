@@ -118,6 +118,7 @@ static void test_messages(void)
 	CHECK_STR(b.data, "table public.gone does not exist");
 	buf_free(&b);
 	CHECK_STR(bfsql_watermark, "SELECT pg_catalog.pg_logical_emit_message(false, 'cdc.backfill', $1)");
+	CHECK(strstr(bfsql_watermark_high, "pg_logical_emit_message(false, 'cdc.backfill', $1), ") != NULL);
 }
 
 static void test_watermarks(void)

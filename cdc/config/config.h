@@ -32,8 +32,8 @@ typedef enum cfg_consumers {
 } cfg_consumers;
 typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
 /* What cdc does when the slot cannot send what follows its position (lost, or older than the
- * publication): stop and say what to do, or re-sync (move the slot on and backfill). */
-typedef enum cfg_on_gap { CFG_GAP_STOP, CFG_GAP_RESYNC } cfg_on_gap;
+ * publication): fail, saying what to do, or re-sync (move the slot on and backfill). */
+typedef enum cfg_on_gap { CFG_GAP_FAIL, CFG_GAP_RESYNC } cfg_on_gap;
 typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
 
 typedef struct cfg_strlist {
@@ -79,8 +79,8 @@ typedef struct cfg {
 		cfg_strlist publish;		 /* default ["public.*"] */
 		uint64_t heartbeat_ms;		 /* default 0: off */
 		uint64_t status_interval_ms;	 /* standby status updates at least this often; default 10s */
-		cfg_on_gap on_slot_lost;	 /* default stop */
-		cfg_on_gap on_publication_newer; /* default stop */
+		cfg_on_gap on_slot_lost;	 /* default fail */
+		cfg_on_gap on_publication_newer; /* default fail */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {

@@ -370,7 +370,7 @@ const ename consumers_names[] = {{"failover", CFG_CONSUMERS_FAILOVER},
 				 {"key_shared", CFG_CONSUMERS_KEY_SHARED},
 				 {NULL, 0}};
 const ename batch_names[] = {{"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
-const ename gap_names[] = {{"stop", CFG_GAP_STOP}, {"resync", CFG_GAP_RESYNC}, {NULL, 0}};
+const ename gap_names[] = {{"fail", CFG_GAP_FAIL}, {"resync", CFG_GAP_RESYNC}, {NULL, 0}};
 const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
 const ename level_names[] = {{"debug", LOG_LEVEL_DEBUG},
 			     {"info", LOG_LEVEL_INFO},

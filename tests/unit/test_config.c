@@ -388,7 +388,7 @@ static const struct {
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
 	    "status_interval, on_slot_lost, on_publication_newer)\n"),
 	BAD("source:\n  on_slot_lost: recreate\n",
-	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected stop, resync)\n"),
+	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected fail, resync)\n"),
 	BAD("source:\n  slot: a\n  slot: b\n", "t.yaml:3:3: source.slot: duplicate key (first at line 2, column 3)\n"),
 	BAD("source: [1]\n", "t.yaml:1:9: source: expected a mapping, got a list\n"),
 	BAD("- a\n", "t.yaml:1:1: expected a mapping, got a list\n"),
@@ -918,8 +918,8 @@ static void test_print(void)
 		     "  publish: [\"public.*\"]\n"
 		     "  heartbeat: 0\n"
 		     "  status_interval: 10s\n"
-		     "  on_slot_lost: stop\n"
-		     "  on_publication_newer: stop\n"
+		     "  on_slot_lost: fail\n"
+		     "  on_publication_newer: fail\n"
 		     "state_dir: /var/lib/cdc\n"
 		     "status:\n"
 		     "  socket: /run/cdc/status.sock\n"

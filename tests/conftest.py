@@ -238,12 +238,16 @@ class Cdc:
         return rows[0] if rows else None
 
     def wait_streaming(self, proc, timeout=30.0):
-        """Waits until the slot exists and a walsender streams from it (cdc is past START_REPLICATION)."""
+        """Waits until this process logged that it streams and a walsender streams from the slot
+        (cdc is past START_REPLICATION). The log line counts: after a kill -9 the dead process's
+        walsender can keep the slot active for a moment."""
         def ready():
             if not proc.running():
                 raise AssertionError(f"cdc exited before streaming\n{proc.describe()}")
             row = self.slot_row()
-            return row is not None and row[0]
+            err = proc.stderr()
+            logged = " streaming slot=" in err or '"msg":"streaming"' in err  # text or JSON logs
+            return logged and row is not None and row[0]
         wait_for(ready, timeout, what=f"slot {self.slot} to be active\n{proc.describe()}")
 
     def start(self, *extra, endpos=None, env=None):

@@ -223,10 +223,13 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 			  size_t errlen)
 {
 	bf_change c;
+	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
+	if (!p->bf || !backfill_active(p->bf))
+		return true;
 	if (!backfill_change_decode(data, len, &c))
 		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
 			    t->xid);
-	if (p->bf && backfill_watching(p->bf, c.schema, c.table)) {
+	if (backfill_watching(p->bf, c.schema, c.table)) {
 		c.xid = t->xid;
 		backfill_on_change(p->bf, &c);
 	}

@@ -131,6 +131,7 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 static bool emit(pipeline *p, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c,
 		 uint32_t slot, buf *hold, char *err, size_t errlen)
 {
+	rules_event(p->rules);
 	for (size_t i = 0; i < n; i++)
 		if (rules_accept(p->rules, subs[i], ev, p->arena) &&
 		    !emit_to(p, rules_project(p->rules, subs[i], ev, p->arena), subs[i], c, slot, hold, err,

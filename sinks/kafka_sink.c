@@ -439,10 +439,9 @@ static rd_kafka_headers_t *headers(const rendered *r, const char *sub, uint64_t 
 	}
 	rd_kafka_header_add(h, "cdc-commit-lsn", -1, commit, -1);
 	rd_kafka_header_add(h, "cdc-xid", -1, xid, -1);
-	rd_kafka_header_add(h, "content-type", -1,
-			    type[0] == 'E' ? "application/x-protobuf; messageType=cdc.v1.Event"
-					   : "application/x-protobuf; messageType=cdc.v1.Transaction",
-			    -1);
+	char ct[96];
+	snprintf(ct, sizeof(ct), "application/x-protobuf; messageType=cdc.v1.%s", type);
+	rd_kafka_header_add(h, "content-type", -1, ct, -1);
 	return h;
 }
 
@@ -488,10 +487,8 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *prev_key = key + r.key_len;
 	const char *sub = prev_key + r.prev_key_len;
 	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *head = table + r.table_len;
-	char topic[256]; /* Kafka's limit is 249 */
-	size_t topic_len = r.topic_len < sizeof(topic) ? r.topic_len : sizeof(topic) - 1;
-	memcpy(topic, topic_p, topic_len);
-	topic[topic_len] = '\0';
+	char topic[256];
+	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
 
 	if (seq != k->cur_seq) {
 		tables_clear(k);

@@ -10,6 +10,14 @@
 #include "cdc/config/config.h"
 #include "cdc/daemon/daemon.h"
 
+/* jemalloc's options, read at its start (the daemon links it; with libc's allocator, as in the
+ * sanitizer builds, this is an unused variable). With an arena per thread, librdkafka's messages,
+ * made on this thread and their request buffers on the broker threads, left far more memory
+ * resident than they use: 85 MiB for 10 MiB live while a large transaction went to Kafka. One
+ * arena (the thread caches still spare the lock) and a background thread that returns freed pages
+ * within a second keep resident memory near what is in use (31 MiB), off the event loop. */
+const char *malloc_conf = "narenas:1,background_thread:true,dirty_decay_ms:1000";
+
 static const char usage_main[] =
     "cdc: change data capture from a PostgreSQL logical replication slot\n"
     "\n"

@@ -17,9 +17,25 @@
 #include "decoder/ring.h"
 #include "sinks/pbwire.h"
 
-/* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages) is
- * in use; a transaction being delivered may still fill the rest. */
+/* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
+ * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
 #define BUSY_SHARE 2
+
+/* cdc's producer defaults (kafka.properties override each): a queue bounded in messages and bytes,
+ * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
+ * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
+ * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
+ * seconds per million events on the broker threads, the bottleneck of a large transaction's
+ * delivery (bench, mock cluster). README "Kafka" documents them. */
+static const kafka_property producer_defaults[] = {
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
+    {"client.id", "cdc"},
+    {"linger.ms", "5"},
+    {"batch.num.messages", "10000"},
+    {"queue.buffering.max.messages", "10000"},
+    {"queue.buffering.max.kbytes", "16384"},
+};
 
 /* A transaction with messages in flight. */
 typedef struct kafka_txn {
@@ -41,7 +57,9 @@ typedef struct kafka_sink {
 	size_t nsubs;
 	rd_kafka_t *rk;
 	int pipe[2]; /* the main queue's event signal */
-	size_t busy_at;
+	size_t busy_at, busy_bytes;
+	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
+	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
 
 	ring q; /* of kafka_txn, in seq order */
 	uint64_t last_ended;
@@ -188,6 +206,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	if (t && t->outstanding)
 		t->outstanding--;
 	k->stats.in_flight--;
+	k->queued_bytes -= m->len + m->key_len;
 	if (m->err) {
 		/* librdkafka has retried already: this message is lost to the broker. */
 		k->stats.errors++;
@@ -221,10 +240,14 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *text)
 {
-	(void)rk;
-	/* librdkafka calls enable.gapless.guarantee experimental at every start; cdc sets it itself,
-	 * for the reason producer_new gives, so the warning tells the operator nothing to act on. */
-	if (level <= 4 && !(strcmp(fac, "CONFWARN") == 0 && strstr(text, "enable.gapless.guarantee")))
+	const kafka_sink *k = rd_kafka_opaque(rk);
+	/* librdkafka 2.0.2 calls every set experimental property out at each start. cdc sets
+	 * enable.gapless.guarantee itself, on purpose (see producer_new and the README): a warning the
+	 * user can do nothing about is noise. Set in kafka.properties, it is the user's, and warned. */
+	if (k && k->own_gapless && strcmp(fac, "CONFWARN") == 0 &&
+	    strstr(text, "enable.gapless.guarantee is experimental"))
+		return;
+	if (level <= 4)
 		log_warn("kafka client", "facility=%s message=\"%s\"", fac, text);
 	else
 		log_debug("kafka client", "facility=%s message=\"%s\"", fac, text);
@@ -246,13 +269,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	/* cdc's defaults first; kafka.properties override them. */
-	/* At most 20,000 messages queued (librdkafka's default of 100,000 took a one-million-row
-	 * transaction to 170 MiB of RSS, 20,000 to 100 MiB at the same speed; its byte limit is not what
-	 * binds); a full queue makes produce() wait for deliveries. */
-	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen) &&
-		  set(conf, "enable.idempotence", "true", err, errlen) &&
-		  set(conf, "acks", "all", err, errlen) && set(conf, "client.id", "cdc", err, errlen) &&
-		  set(conf, "queue.buffering.max.messages", "20000", err, errlen);
+	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
+	for (size_t i = 0; ok && i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++)
+		ok = set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
 	bool gapless_set = false;
 	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
 		ok = set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
@@ -266,8 +285,10 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	size_t idemlen = sizeof(idem);
 	if (ok && !gapless_set &&
 	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
-	    strcmp(idem, "true") == 0)
+	    strcmp(idem, "true") == 0) {
 		ok = set(conf, "enable.gapless.guarantee", "true", err, errlen);
+		k->own_gapless = true;
+	}
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return false;
@@ -276,6 +297,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	size_t maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
+	maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->busy_bytes = strtoull(max, NULL, 10) * 1024 / BUSY_SHARE;
 	rd_kafka_conf_set_opaque(conf, k);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
@@ -390,6 +414,7 @@ static bool produce(kafka_sink *k, const char *topic, int32_t partition, const v
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 			txn_entry(k, seq)->outstanding++;
 			k->stats.in_flight++;
+			k->queued_bytes += key_len + value_len;
 			return true;
 		}
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || k->failed) {
@@ -571,7 +596,8 @@ static int kafka_fd(const sink *base)
 static bool kafka_busy(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;
-	return k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at;
+	return (k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at) ||
+	       (k->busy_bytes && k->queued_bytes >= k->busy_bytes);
 }
 
 static bool kafka_finish(sink *base, int timeout_ms)
@@ -590,6 +616,7 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	ring_clear(&k->q);
 	k->failed = false;
 	k->stats.in_flight = 0;
+	k->queued_bytes = 0;
 	k->stats.restarts++;
 	tables_clear(k);
 	return producer_new(k, err, errlen);

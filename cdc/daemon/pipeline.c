@@ -131,6 +131,7 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 static bool emit(pipeline *p, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c,
 		 uint32_t slot, buf *hold, char *err, size_t errlen)
 {
+	rules_event(p->rules);
 	for (size_t i = 0; i < n; i++)
 		if (rules_accept(p->rules, subs[i], ev, p->arena) &&
 		    !emit_to(p, rules_project(p->rules, subs[i], ev, p->arena), subs[i], c, slot, hold, err,
@@ -223,10 +224,13 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 			  size_t errlen)
 {
 	bf_change c;
+	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
+	if (!p->bf || !backfill_active(p->bf))
+		return true;
 	if (!backfill_change_decode(data, len, &c))
 		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
 			    t->xid);
-	if (p->bf && backfill_watching(p->bf, c.schema, c.table)) {
+	if (backfill_watching(p->bf, c.schema, c.table)) {
 		c.xid = t->xid;
 		backfill_on_change(p->bf, &c);
 	}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define NOPS 5 /* insert, update, delete, truncate, message */
+#define NO_WHERE UINT32_MAX
 
 typedef struct rel_match {
 	uint32_t relid; /* 0: empty slot */
@@ -16,10 +17,21 @@ typedef struct rel_match {
 	size_t n[NOPS];
 } rel_match;
 
+/* One compiled `where` for every subscription with the same text, evaluated at most once per
+ * event: many subscriptions with the same condition cost one evaluation, not one each. */
+typedef struct where {
+	pred *pred;
+	uint64_t event; /* the event `verdict` is for (rules_event's count) */
+	bool verdict;
+} where;
+
 struct rules {
 	const cfg_subscription *subs;
 	size_t nsubs;
-	pred **where;	/* per subscription, NULL without a where */
+	uint32_t *where_of; /* per subscription, an index into wheres, or NO_WHERE */
+	where *wheres;
+	size_t nwheres;
+	uint64_t event; /* counts rules_event calls; 0: none yet */
 	rel_match *tab; /* open addressing on relid */
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */
@@ -44,14 +56,24 @@ rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t e
 	rules *r = xcalloc(1, sizeof(*r));
 	r->subs = subs;
 	r->nsubs = nsubs;
-	r->where = xcalloc(nsubs ? nsubs : 1, sizeof(pred *));
+	r->where_of = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
+	r->wheres = xcalloc(nsubs ? nsubs : 1, sizeof(where));
 	for (size_t i = 0; i < nsubs; i++) {
 		char why[256];
-		if (subs[i].where && !(r->where[i] = pred_parse(subs[i].where, why, sizeof(why)))) {
+		r->where_of[i] = NO_WHERE;
+		if (!subs[i].where)
+			continue;
+		for (size_t k = 0; k < i && r->where_of[i] == NO_WHERE; k++)
+			if (subs[k].where && strcmp(subs[k].where, subs[i].where) == 0)
+				r->where_of[i] = r->where_of[k];
+		if (r->where_of[i] != NO_WHERE)
+			continue;
+		if (!(r->wheres[r->nwheres].pred = pred_parse(subs[i].where, why, sizeof(why)))) {
 			errf(err, errlen, "subscription %s: where: %s", subs[i].name, why);
 			rules_free(r);
 			return NULL;
 		}
+		r->where_of[i] = (uint32_t)r->nwheres++;
 	}
 	r->cap = 64;
 	r->tab = xcalloc(r->cap, sizeof(rel_match));
@@ -74,9 +96,10 @@ void rules_free(rules *r)
 		return;
 	for (size_t i = 0; i < r->cap; i++)
 		entry_clear(&r->tab[i]);
-	for (size_t i = 0; i < r->nsubs; i++)
-		pred_free(r->where[i]);
-	free(r->where);
+	for (size_t i = 0; i < r->nwheres; i++)
+		pred_free(r->wheres[i].pred);
+	free(r->wheres);
+	free(r->where_of);
 	free(r->tab);
 	free(r->msg_idx);
 	free(r);
@@ -216,9 +239,23 @@ static bool changed(const cfg_subscription *s, const Cdc__V1__Event *e)
 	return false;
 }
 
-bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
+void rules_event(rules *r)
 {
-	return changed(&r->subs[sub], e) && (!r->where[sub] || pred_eval(r->where[sub], e, a));
+	r->event++;
+}
+
+bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
+{
+	if (!changed(&r->subs[sub], e))
+		return false;
+	if (r->where_of[sub] == NO_WHERE)
+		return true;
+	where *w = &r->wheres[r->where_of[sub]];
+	if (w->event != r->event || !r->event) {
+		w->verdict = pred_eval(w->pred, e, a);
+		w->event = r->event;
+	}
+	return w->verdict;
 }
 
 /* The columns of row that the projection keeps: listed ones and key ones. */

@@ -21,11 +21,15 @@ void rules_free(rules *r);
  * or, with rel NULL, a logical message. Returns the count; *out stays valid until the next call. */
 size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out);
 
-/* Whether subscription sub (an index rules_match returned) wants event e: with `changed`, an
- * update matches only if one of those columns differs between the old and the new row (an update
- * without an old row, or whose value is unchanged TOAST, changed nothing it can see); with
- * `where`, only if the predicate is true (scratch memory from a). */
-bool rules_accept(const rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a);
+/* Starts a new event for rules_accept: call it once per event, before asking about it. */
+void rules_event(rules *r);
+
+/* Whether subscription sub (an index rules_match returned) wants event e, the one since the last
+ * rules_event: with `changed`, an update matches only if one of those columns differs between the
+ * old and the new row (an update without an old row, or whose value is unchanged TOAST, changed
+ * nothing it can see); with `where`, only if the predicate is true (scratch memory from a).
+ * Subscriptions with the same `where` text share one evaluation per event. */
+bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a);
 
 /* e as subscription sub delivers it: with `columns`, its rows hold only those columns and the key
  * columns (a copy in arena a); otherwise e itself. */

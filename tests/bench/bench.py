@@ -38,8 +38,8 @@ subscriptions,consumers,tables):
                  WAL each change costs with and without the trigger (pg_current_wal_lsn), the WAL
                  the workers' deletes cost, and cdc with 1 and 4 shared `cdc tail` consumers on
                  the same workload;
-  subscriptions  1, 10, 100, 1,000 stdout subscriptions on one table, every second one with a
-                 where that never matches;
+  subscriptions  1, 10, 100, 1,000 stdout subscriptions on one table: every second one with a
+                 where that never matches; all but one with it; all but one on other tables;
   consumers      1, 10, 100 shared `cdc tail` consumers on one socket subscription;
   tables         1, 10, 100, 1,000 tables in the publication, one busy and the rest quiet.
 The growth and trigger sections run each point once.
@@ -744,31 +744,41 @@ def shared_run(pg, work, tag, slot, pub, table, rows, consumers):
 
 # --- growth ---------------------------------------------------------------------------------------
 
+# The N - 1 subscriptions beside the first, by variant (report.py describes each): the i-th one.
+SUBSCRIPTION_VARIANTS = {
+    "half": lambda i: {"where": "new.amount < 0"} if i % 2 else {},
+    "where": lambda i: {"where": "new.amount < 0"} if i else {},
+    "other": lambda i: {"tables": [f"public.other_{i}"]} if i else {},
+}
+
+
 def growth_subscriptions(args, pg, work, counts=(1, 10, 100, 1000)):
-    """One table, N stdout subscriptions on it; every second one has a where that never matches
-    (amount is never negative). Backlog: rows in 100-row transactions, one slot per N made
-    before it. Returns [(N, matching subscriptions, rows, seconds, RSS)]."""
+    """One table, N stdout subscriptions, in three variants (SUBSCRIPTION_VARIANTS): every second
+    one with a where that never matches (amount is never negative), all but one with it, all but one
+    on other tables. Only the matching ones should cost: events out, not subscriptions, set the
+    pace. Backlog: rows in 100-row transactions, one slot per variant and N made before it.
+    Returns {variant: [(N, matching subscriptions, rows, seconds, RSS)]}."""
     rows = max(1000, int(50_000 * args.scale))
     pg.sql(f"create table bench_gs {BENCH_COLUMNS}")
     pg.sql("create publication bench_pub_gs for table bench_gs")
-    for n in counts:
-        new_slot(pg, f"bench_gs_{n}")
+    for v in SUBSCRIPTION_VARIANTS:
+        for n in counts:
+            new_slot(pg, f"bench_gs_{v}_{n}")
     progress(f"subscriptions: writing {rows:,} rows in 100-row transactions")
     pg.sql(batched_inserts("bench_gs", rows, 100))
     endpos = pg.current_wal_lsn()
-    out = []
-    for n in counts:
-        subs = []
-        for i in range(n):
-            sub = {"name": f"s{i}", "tables": ["public.bench_gs"], "sink": "stdout"}
-            if i % 2:
-                sub["where"] = "new.amount < 0"
-            subs.append(sub)
-        secs, rss = stdout_run(pg, work, f"gs_{n}", f"bench_gs_{n}", "bench_pub_gs", endpos, subs)
-        drop_slot(pg, f"bench_gs_{n}")
-        matching = (n + 1) // 2
-        progress(f"subscriptions: {n} ({matching} matching): {secs:.2f}s, {rss:.1f} MiB")
-        out.append((n, matching, rows, secs, rss))
+    out = {}
+    for v, extra in SUBSCRIPTION_VARIANTS.items():
+        out[v] = []
+        for n in counts:
+            subs = [dict({"name": f"s{i}", "tables": ["public.bench_gs"], "sink": "stdout"}, **extra(i))
+                    for i in range(n)]
+            secs, rss = stdout_run(pg, work, f"gs_{v}_{n}", f"bench_gs_{v}_{n}", "bench_pub_gs", endpos,
+                                   subs)
+            drop_slot(pg, f"bench_gs_{v}_{n}")
+            matching = (n + 1) // 2 if v == "half" else 1
+            progress(f"subscriptions ({v}): {n} ({matching} matching): {secs:.2f}s, {rss:.1f} MiB")
+            out[v].append((n, matching, rows, secs, rss))
     return out
 
 
@@ -1075,8 +1085,8 @@ def main():
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
         # backlog (5 x 3 x 2 by default), two for latency, and the growth sections' (dropped
-        # after use, at most 4 at a time).
-        slots = 5 * args.repeat * 2 + 3 + 4
+        # after use, at most 4 per subscription variant at a time).
+        slots = 5 * args.repeat * 2 + 3 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
@@ -1101,7 +1111,9 @@ def main():
             if "trigger" in sections:
                 results["trigger"] = trigger_queue(args, pg, work)
             if "subscriptions" in sections:
-                results["subscriptions"] = growth_subscriptions(args, pg, work)
+                variants = growth_subscriptions(args, pg, work)
+                results["subscriptions"] = variants.pop("half")
+                results.update({f"subscriptions_{v}": r for v, r in variants.items()})
             if "consumers" in sections:
                 results["consumers"] = growth_consumers(args, pg, work)
             if "tables" in sections:

@@ -632,3 +632,45 @@ def test_sigterm_delivers_in_flight_then_exits_0(pg, schema, cdc, kafka, kafka_r
     assert f"flushed_lsn={lsn_text(confirmed)}" in p.stderr(), p.describe()
     msgs = reader.wait(21, describe=p.describe)
     assert sorted(row_plain(m.event.new_row)["id"] for m in msgs) == list(range(21))
+
+
+def test_a_transaction_larger_than_the_queue_waits_for_room_and_loses_nothing(pg, schema, cdc, kafka,
+                                                                              kafka_reader):
+    """librdkafka's queue (queue.buffering.max.messages, here 20 from kafka.properties, over cdc's
+    default) is far smaller than one transaction: cdc waits for delivery reports to make room
+    instead of failing the message or growing, and every row arrives once, in order per key."""
+    pg.sql(f"create table {schema}.big (id int primary key, n int not null)")
+    topic = f"cdc.{schema}.big"
+    kafka.create_topic(topic, 1)  # one partition: the whole transaction in commit order
+    reader = kafka_reader([topic], group=False)
+    section = kafka_section(kafka)
+    section["properties"]["queue.buffering.max.messages"] = "20"
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.big"])], kafka=section)
+    p = c.start()
+    pg.sql(f"insert into {schema}.big select g, g * 2 from generate_series(1, 2000) g")
+    pg.sql(f"update {schema}.big set n = -1 where id = 7")
+    end = lsn_to_int(pg.current_wal_lsn())
+    msgs = reader.wait(2001, timeout=90, describe=p.describe)
+    assert [row_plain(m.event.new_row)["id"] for m in msgs] == list(range(1, 2001)) + [7]
+    assert [row_plain(m.event.new_row)["n"] for m in msgs[:3]] == [2, 4, 6]
+    assert [m.event.tx_index for m in msgs[:2000]] == list(range(2000))
+    wait_for(lambda: slot_confirmed(c) >= end, timeout=60,
+             what=f"the slot to pass {lsn_text(end)}\n{p.describe()}")
+    assert p.terminate() == 0, p.describe()
+    err = p.stderr()
+    assert "could not be queued" not in err and RESTART_LOG not in err, p.describe()
+    assert len(kcat(kafka.bootstrap, topic)) == 2001
+
+
+def test_no_experimental_warning_for_the_gapless_guarantee_cdc_sets(pg, schema, cdc, kafka):
+    """cdc turns enable.gapless.guarantee on itself: librdkafka's "experimental" warning about it,
+    printed at every start, is not passed on; set in kafka.properties, it is the user's and is."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    for props, warned in (({}, False), ({"enable.gapless.guarantee": "true"}, True)):
+        section = kafka_section(kafka)
+        section["properties"].update(props)
+        c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=section)
+        p = c.start()
+        wait_for(lambda: "streaming" in p.stderr(), timeout=30, what=f"cdc streaming\n{p.describe()}")
+        assert p.terminate() == 0, p.describe()
+        assert ("enable.gapless.guarantee is experimental" in p.stderr()) == warned, p.describe()

@@ -91,6 +91,65 @@ static void test_matching(void)
 	CHECK_STR(err, "subscription paid: where: position 12: expected a value after '='");
 }
 
+/* An event whose new row is one int column, amount. */
+static Cdc__V1__Event *amount_event(arena *a, int64_t amount)
+{
+	Cdc__V1__Value *v = arena_alloc(a, sizeof(*v));
+	cdc__v1__value__init(v);
+	v->kind_case = CDC__V1__VALUE__KIND_INT_VALUE;
+	v->int_value = amount;
+	Cdc__V1__Column *c = arena_alloc(a, sizeof(*c));
+	cdc__v1__column__init(c);
+	c->name = "amount";
+	c->value = v;
+	Cdc__V1__Column **cols = arena_alloc(a, sizeof(*cols));
+	cols[0] = c;
+	Cdc__V1__Row *row = arena_alloc(a, sizeof(*row));
+	cdc__v1__row__init(row);
+	row->n_columns = 1;
+	row->columns = cols;
+	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
+	cdc__v1__event__init(e);
+	e->op = CDC__V1__OP__OP_INSERT;
+	e->new_row = row;
+	return e;
+}
+
+/* Subscriptions with the same where text share one evaluation per event (rules_event starts the
+ * next one); a different text is its own; one without a where takes every event. */
+static void test_where_shared(void)
+{
+	char *orders[] = {"public.orders"};
+	cfg_subscription subs[] = {sub("neg1", orders, 1, CFG_OP_INSERT),
+				   sub("neg2", orders, 1, CFG_OP_INSERT),
+				   sub("big", orders, 1, CFG_OP_INSERT), sub("all", orders, 1, CFG_OP_INSERT),
+				   sub("neg3", orders, 1, CFG_OP_INSERT)};
+	subs[0].where = subs[1].where = subs[4].where = "new.amount < 0";
+	subs[2].where = "new.amount > 100";
+	char err[256];
+	rules *r = rules_new(subs, 5, err, sizeof(err));
+	CHECK(r != NULL);
+	arena *a = arena_new(4096);
+	static const struct {
+		int64_t amount;
+		bool want[5];
+	} cases[] = {
+	    {-5, {true, true, false, true, true}},
+	    {500, {false, false, true, true, false}},
+	    {7, {false, false, false, true, false}},
+	    {-1, {true, true, false, true, true}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		Cdc__V1__Event *e = amount_event(a, cases[i].amount);
+		rules_event(r);
+		for (uint32_t k = 0; k < 5; k++)
+			CHECK_INT(rules_accept(r, k, e, a), cases[i].want[k]);
+		arena_reset(a);
+	}
+	arena_free(a);
+	rules_free(r);
+}
+
 static void test_progress(void)
 {
 	progress p = PROGRESS_INIT;
@@ -201,6 +260,7 @@ int main(void)
 {
 	test_hist();
 	test_matching();
+	test_where_shared();
 	test_progress();
 	test_state();
 	test_lsn();

@@ -15,6 +15,7 @@
 #include "decoder/log.h"
 #include "decoder/pgoutput.h"
 #include "decoder/ring.h"
+#include "sinks/kafka_position.h"
 #include "sinks/pbwire.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
@@ -36,6 +37,20 @@ static const kafka_property producer_defaults[] = {
     {"queue.buffering.max.messages", "10000"},
     {"queue.buffering.max.kbytes", "16384"},
 };
+
+/* Exactly once: added to the defaults. A Kafka transaction holds at least one whole source
+ * transaction, so its timeout bounds the largest one; the brokers' transaction.max.timeout.ms
+ * (15 minutes by default) must allow it. */
+static const kafka_property transactional_defaults[] = {
+    {"transaction.timeout.ms", "600000"},
+};
+
+/* Exactly once: the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and
+ * resumes at the next flush (the event loop is never held longer); the start waits for the
+ * brokers as long as a producer would for a message. */
+#define INIT_TIMEOUT_MS 30000
+#define COMMIT_CALL_MS 100
+#define ABORT_TIMEOUT_MS 30000
 
 /* A transaction with messages in flight. */
 typedef struct kafka_txn {
@@ -77,6 +92,22 @@ typedef struct kafka_sink {
 	uint64_t cur_events;
 
 	buf value; /* one message value: rendered head + commit tail */
+
+	/* Exactly once (set.exactly_once). */
+	char tid[256]; /* the producer's transactional.id */
+	struct {
+		bool ready;		/* transactions initialised, position read back */
+		bool open;		/* a Kafka transaction is open */
+		bool committing;	/* its commit is under way: nothing may be produced */
+		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
+		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
+		uint64_t commit_seq;	/* last_ended when the commit began */
+		uint64_t opened_ms, events;
+		sink_commit last; /* of the newest source transaction in the open Kafka transaction */
+		uint32_t last_xid;
+		uint64_t skipped_seq;
+		bool skip_logged;
+	} eo;
 } kafka_sink;
 
 /* The rendered form (sink-private, may be spilled to disk): a header, then the fields, then the
@@ -207,6 +238,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		t->outstanding--;
 	k->stats.in_flight--;
 	k->queued_bytes -= m->len + m->key_len;
+	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+		return; /* an aborted Kafka transaction's: the slot sends it again */
 	if (m->err) {
 		/* librdkafka has retried already: this message is lost to the broker. */
 		k->stats.errors++;
@@ -272,6 +305,13 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
 	for (size_t i = 0; ok && i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++)
 		ok = set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
+	if (k->set.exactly_once) {
+		ok = ok && set(conf, "transactional.id", k->set.transactional_id, err, errlen);
+		for (size_t i = 0;
+		     ok && i < sizeof(transactional_defaults) / sizeof(transactional_defaults[0]); i++)
+			ok = set(conf, transactional_defaults[i].key, transactional_defaults[i].value, err,
+				 errlen);
+	}
 	bool gapless_set = false;
 	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
 		ok = set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
@@ -280,10 +320,11 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
 	 * slot sends the failed messages again). Otherwise librdkafka goes on delivering the batches
 	 * queued behind it, and the failed messages, sent again, land after later changes of the same
-	 * rows: a row's versions would go backwards in its partition. */
+	 * rows: a row's versions would go backwards in its partition. A transactional producer aborts
+	 * instead. */
 	char idem[16];
 	size_t idemlen = sizeof(idem);
-	if (ok && !gapless_set &&
+	if (ok && !gapless_set && !k->set.exactly_once &&
 	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
 	    strcmp(idem, "true") == 0) {
 		ok = set(conf, "enable.gapless.guarantee", "true", err, errlen);
@@ -316,6 +357,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	rd_kafka_queue_t *q = rd_kafka_queue_get_main(k->rk);
 	rd_kafka_queue_io_event_enable(q, k->pipe[1], "1", 1);
 	rd_kafka_queue_destroy(q);
+	size_t tidlen = sizeof(k->tid);
+	if (rd_kafka_conf_get(rd_kafka_conf(k->rk), "transactional.id", k->tid, &tidlen) != RD_KAFKA_CONF_OK)
+		k->tid[0] = '\0';
 	return true;
 }
 
@@ -470,6 +514,167 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	t->events = 1;
 }
 
+/* ---- exactly once ---- */
+
+/* Once per producer, before its first message: fences every older producer with the same
+ * transactional.id (the broker aborts what it left open) and reads back how far Kafka holds the
+ * stream. */
+static bool eo_prepare(kafka_sink *k)
+{
+	if (k->eo.ready)
+		return true;
+	rd_kafka_error_t *e = rd_kafka_init_transactions(k->rk, INIT_TIMEOUT_MS);
+	if (e) {
+		fail(k, "cannot start Kafka transactions", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+		return false;
+	}
+	char why[700];
+	uint64_t position;
+	if (!kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties,
+				 k->set.positions_topic, k->tid, INIT_TIMEOUT_MS, &position, why,
+				 sizeof(why))) {
+		fail(k, "cannot read the committed position back from Kafka", why);
+		return false;
+	}
+	k->eo.ready = true;
+	k->eo.position = k->stats.position = position;
+	char lsn[LSN_STRLEN];
+	lsn_format(position, lsn);
+	log_info("exactly once: Kafka holds the stream up to the position read back",
+		 "transactional_id=%s "
+		 "positions_topic=%s position=%s",
+		 k->tid, k->set.positions_topic, lsn);
+	return true;
+}
+
+/* A source transaction Kafka holds already (the slot sends it again after a crash between the
+ * Kafka commit and the slot's confirmation): nothing of it is produced again. */
+static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
+{
+	if (c->commit_lsn > k->eo.position)
+		return false;
+	k->stats.skipped += seq != k->eo.skipped_seq; /* once per source transaction */
+	k->eo.skipped_seq = seq;
+	if (!k->eo.skip_logged) {
+		char lsn[LSN_STRLEN];
+		lsn_format(c->commit_lsn, lsn);
+		log_info("exactly once: skipping source transactions Kafka already holds", "commit_lsn=%s",
+			 lsn);
+	}
+	k->eo.skip_logged = true;
+	return true;
+}
+
+static void eo_committed(kafka_sink *k)
+{
+	k->eo.open = k->eo.committing = false;
+	k->eo.committed_seq = k->eo.commit_seq;
+	k->eo.position = k->stats.position = k->eo.last.commit_lsn;
+	k->stats.commits++;
+}
+
+static void eo_abort(kafka_sink *k)
+{
+	k->eo.open = k->eo.committing = false;
+	k->stats.aborts++;
+	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
+	if (e) {
+		fail(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+		return;
+	}
+	/* The purged messages' delivery reports, so the counts in flight come back to zero. */
+	for (uint64_t until = now_ms() + ABORT_TIMEOUT_MS; rd_kafka_outq_len(k->rk) > 0 && now_ms() < until;)
+		rd_kafka_poll(k->rk, 10);
+}
+
+/* Ends the position record, then commits; a call that times out leaves the commit under way, to
+ * be resumed by the next call. An abortable failure aborts, a fatal one (fenced: a newer cdc with
+ * the same transactional.id took over) fails the producer; either way the sink restarts. */
+static void eo_commit(kafka_sink *k, int timeout_ms)
+{
+	if (!k->eo.committing) {
+		Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+		t.xid = k->eo.last_xid;
+		t.commit_lsn = k->eo.last.commit_lsn;
+		t.commit_time = k->eo.last.commit_time;
+		t.events = k->eo.events;
+		buf_reset(&k->value);
+		buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
+		k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
+		rendered r = {.xid = t.xid};
+		if (!produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data,
+			     k->value.len, headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
+			return;
+		k->eo.committing = true;
+		k->eo.commit_seq = k->last_ended;
+	}
+	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, timeout_ms);
+	if (!e) {
+		eo_committed(k);
+		return;
+	}
+	if (rd_kafka_error_is_retriable(e)) {
+		rd_kafka_error_destroy(e);
+		return;
+	}
+	if (rd_kafka_error_txn_requires_abort(e)) {
+		fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
+		eo_abort(k);
+	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
+		fail(k,
+		     "fenced: a newer producer with the same transactional.id (another cdc on this slot) "
+		     "took over",
+		     rd_kafka_error_string(e));
+	} else {
+		fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
+	}
+	k->eo.open = k->eo.committing = false;
+	rd_kafka_error_destroy(e);
+}
+
+/* Whether the open Kafka transaction should commit now: it holds only whole source transactions,
+ * and it is old or big enough (by default at once: under load, transactions grow while one
+ * commits). */
+static bool eo_due(const kafka_sink *k)
+{
+	if (!k->eo.open || k->failed)
+		return false;
+	if (k->eo.committing)
+		return true;
+	if (k->cur_seq > k->last_ended) /* a source transaction is partly in it */
+		return false;
+	return now_ms() - k->eo.opened_ms >= k->set.commit_interval_ms ||
+	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
+}
+
+/* Before producing an event of source transaction c: false to skip it. */
+static bool eo_before_produce(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq)
+{
+	if (!eo_prepare(k) || eo_skip(k, c, seq))
+		return false;
+	while (k->eo.committing && !k->failed) /* the commit must end before anything else goes out */
+		eo_commit(k, COMMIT_CALL_MS);
+	if (k->failed)
+		return false;
+	if (!k->eo.open) {
+		rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
+		if (e) {
+			fail(k, "cannot begin a Kafka transaction", rd_kafka_error_string(e));
+			rd_kafka_error_destroy(e);
+			return false;
+		}
+		k->eo.open = true;
+		k->eo.opened_ms = now_ms();
+		k->eo.events = 0;
+	}
+	k->eo.events++;
+	k->eo.last = *c;
+	k->eo.last_xid = xid;
+	return true;
+}
+
 static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
 			  const sink_commit *c, uint64_t seq, char *err, size_t errlen)
 {
@@ -495,6 +700,8 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 		tables_clear(k);
 		k->cur_seq = seq;
 	}
+	if (k->set.exactly_once && !eo_before_produce(k, c, r.xid, seq))
+		return true;
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
 	if (k->set.transactions_topic) /* only the transaction record needs the counts */
@@ -573,6 +780,8 @@ static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	rd_kafka_poll(k->rk, 0);
+	if (k->set.exactly_once && eo_due(k))
+		eo_commit(k, COMMIT_CALL_MS);
 	if (!k->failed)
 		return SINK_OK;
 	errf(err, errlen, "kafka: %s", k->failure);
@@ -584,6 +793,8 @@ static uint64_t kafka_delivered(const sink *base)
 	const kafka_sink *k = (const kafka_sink *)base;
 	if (k->failed)
 		return 0;
+	if (k->eo.open)
+		return k->eo.committed_seq;
 	const kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
 	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
 }
@@ -596,29 +807,44 @@ static int kafka_fd(const sink *base)
 static bool kafka_busy(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;
-	return (k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at) ||
+	return k->eo.committing || (k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at) ||
 	       (k->busy_bytes && k->queued_bytes >= k->busy_bytes);
 }
 
 static bool kafka_finish(sink *base, int timeout_ms)
 {
 	kafka_sink *k = (kafka_sink *)base;
+	if (k->eo.open && k->cur_seq > k->last_ended) /* a source transaction is partly in it */
+		eo_abort(k);
+	for (uint64_t until = now_ms() + (uint64_t)timeout_ms; k->eo.open && !k->failed && now_ms() < until;)
+		eo_commit(k, COMMIT_CALL_MS);
 	return rd_kafka_flush(k->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR && !k->failed;
 }
 
 static bool kafka_restart(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	/* Whatever can still be delivered is (a consumer may see it twice: at least once). */
-	rd_kafka_flush(k->rk, 5000);
-	rd_kafka_destroy(k->rk);
-	k->rk = NULL;
+	/* Exactly once: what the open Kafka transaction holds is aborted, and a producer that can go
+	 * on (the failure was abortable) is kept. */
+	if (k->eo.open)
+		eo_abort(k);
+	bool keep =
+	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
+	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */
+		rd_kafka_flush(k->rk, 5000);
 	ring_clear(&k->q);
 	k->failed = false;
 	k->stats.in_flight = 0;
 	k->queued_bytes = 0;
 	k->stats.restarts++;
 	tables_clear(k);
+	if (keep)
+		return true;
+	rd_kafka_destroy(k->rk);
+	k->rk = NULL;
+	uint64_t committed = k->eo.committed_seq;
+	memset(&k->eo, 0, sizeof(k->eo));
+	k->eo.committed_seq = committed;
 	return producer_new(k, err, errlen);
 }
 
@@ -631,6 +857,8 @@ static void free_settings(kafka_sink *k)
 	free((kafka_property *)k->set.properties);
 	free((char *)k->set.brokers);
 	free((char *)k->set.transactions_topic);
+	free((char *)k->set.positions_topic);
+	free((char *)k->set.transactional_id);
 	for (size_t i = 0; i < k->nsubs; i++)
 		free((char *)k->subs[i].topic);
 	free(k->subs);
@@ -648,7 +876,12 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	free_settings(k);
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,
-				       .transactions_topic = dup_or_null(settings->transactions_topic)};
+				       .transactions_topic = dup_or_null(settings->transactions_topic),
+				       .exactly_once = settings->exactly_once,
+				       .positions_topic = dup_or_null(settings->positions_topic),
+				       .transactional_id = dup_or_null(settings->transactional_id),
+				       .commit_interval_ms = settings->commit_interval_ms,
+				       .commit_events = settings->commit_events};
 	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
 	for (size_t i = 0; i < settings->nproperties; i++)
 		props[i] = (kafka_property){xstrdup(settings->properties[i].key),

@@ -2,7 +2,7 @@
  * template, key cdc.v1.Key, value cdc.v1.Event, cdc-* headers, an optional tombstone after a
  * delete and an optional record per transaction. An event counts as delivered once the broker
  * acknowledged it (delivery report without error); the producer is idempotent unless configured
- * otherwise. */
+ * otherwise. With exactly_once, it counts once the Kafka transaction holding it committed. */
 #ifndef CDC_KAFKA_SINK_H
 #define CDC_KAFKA_SINK_H
 
@@ -19,6 +19,15 @@ typedef struct kafka_sink_settings {
 	const kafka_property *properties; /* handed to librdkafka unchanged, after cdc's defaults */
 	size_t nproperties;
 	const char *transactions_topic; /* NULL: no record per transaction */
+	/* kafka.exactly_once: a transactional producer; each Kafka transaction holds whole source
+	 * transactions and ends with a record in positions_topic (see kafka_position.h). A source
+	 * transaction that Kafka already holds (commit LSN at or before the position read back at the
+	 * start) is skipped; a transaction counts as delivered once its Kafka transaction committed. */
+	bool exactly_once;
+	const char *positions_topic;
+	const char *transactional_id; /* unless kafka.properties set transactional.id */
+	uint64_t commit_interval_ms;  /* a Kafka transaction stays open at least this long ... */
+	uint64_t commit_events;	      /* ... unless it holds this many events (0: no limit) */
 } kafka_sink_settings;
 
 /* One subscription, at the index render() and deliver() receive. */
@@ -37,6 +46,9 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;
+	/* exactly once: Kafka transactions committed and aborted, source transactions skipped because
+	 * Kafka held them already, and the commit LSN of the newest one Kafka holds */
+	uint64_t commits, aborts, skipped, position;
 	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
 } kafka_stats;

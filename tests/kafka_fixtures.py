@@ -300,6 +300,7 @@ class KafkaReader:
             "topic.metadata.refresh.interval.ms": 1000,  # topics created after the subscription
             "reconnect.backoff.max.ms": 1000,              # back soon after a broker outage
             "fetch.wait.max.ms": 50,
+            "isolation.level": "read_committed",  # librdkafka's default, said out loud
             "log_level": 3,
             "error_cb": self.errors.append,
         })

@@ -354,6 +354,11 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 		buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
 			   field(kafka, "in_flight", f[0], 64), field(kafka, "delivered", f[1], 64),
 			   field(kafka, "errors", f[2], 64));
+	if (kafka && member(kafka, "position", json_type_string))
+		buf_printf(out, "kafka   exactly once: position=%s  committed=%s  aborted=%s\n",
+			   field(kafka, "position", f[0], 64),
+			   field(kafka, "transactions_committed", f[1], 64),
+			   field(kafka, "transactions_aborted", f[2], 64));
 	json_object_put(root);
 	return true;
 }

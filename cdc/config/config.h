@@ -103,6 +103,10 @@ typedef struct cfg {
 		cfg_kv *properties;
 		size_t nproperties;
 		char *transactions_topic; /* NULL if none */
+		bool exactly_once;
+		char *positions_topic;	     /* default "cdc.positions" */
+		uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */
+		uint64_t commit_events;	     /* default 0: no limit */
 	} kafka;
 	struct {
 		log_level level;   /* default info */

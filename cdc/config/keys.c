@@ -419,6 +419,11 @@ static const key kafka_k[] = {
     {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true},
     {"properties", &t_props, 0, .restart = true},
     {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL},
+    {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true},
+    {"positions_topic", &t_topic, TOP(kafka.positions_topic), &topic_rule, .def.s = "cdc.positions",
+     .restart = true},
+    {"commit_interval", &t_duration, TOP(kafka.commit_interval_ms)},
+    {"commit_events", &t_u64, TOP(kafka.commit_events)},
 };
 
 static void check_kafka(ctx *x, void *base, const pair *seen)

@@ -167,6 +167,11 @@ void figures_publish(sidecar *d, bool force)
 		r.kafka.errors = k->errors;
 		r.kafka.restarts = k->restarts;
 		r.kafka.latency = &k->latency;
+		r.kafka.exactly_once = d->cfg->kafka.exactly_once;
+		r.kafka.commits = k->commits;
+		r.kafka.aborts = k->aborts;
+		r.kafka.skipped = k->skipped;
+		r.kafka.position = k->position;
 	}
 	buf status = {0}, metrics = {0}, list = {0}, backfills = {0};
 	report_backfill *bf_rows = NULL;

@@ -2,7 +2,9 @@
  * sinks' settings structs. */
 #include "cdc/daemon/sinks_setup.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "sinks/kafka_sink.h"
@@ -44,19 +46,28 @@ typedef struct kafka_setup {
 	kafka_sink_settings set;
 	kafka_property *props;
 	kafka_sub_settings *subs;
+	char *tid;
 } kafka_setup;
 
 static kafka_setup kafka_of(const cfg *c)
 {
 	kafka_setup k = {.props =
 			     xcalloc(c->kafka.nproperties ? c->kafka.nproperties : 1, sizeof(kafka_property)),
-			 .subs = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(kafka_sub_settings))};
+			 .subs = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(kafka_sub_settings)),
+			 .tid = xmalloc(strlen(c->source.slot) + 5)};
+	/* Stable for the slot: the producer that streams it next fences this one. */
+	sprintf(k.tid, "cdc-%s", c->source.slot);
 	for (size_t i = 0; i < c->kafka.nproperties; i++)
 		k.props[i] = (kafka_property){c->kafka.properties[i].key, c->kafka.properties[i].value};
 	k.set = (kafka_sink_settings){.brokers = c->kafka.brokers ? c->kafka.brokers : "",
 				      .properties = k.props,
 				      .nproperties = c->kafka.nproperties,
-				      .transactions_topic = c->kafka.transactions_topic};
+				      .transactions_topic = c->kafka.transactions_topic,
+				      .exactly_once = c->kafka.exactly_once,
+				      .positions_topic = c->kafka.positions_topic,
+				      .transactional_id = k.tid,
+				      .commit_interval_ms = c->kafka.commit_interval_ms,
+				      .commit_events = c->kafka.commit_events};
 	for (size_t i = 0; i < c->nsubs; i++)
 		k.subs[i] =
 		    (kafka_sub_settings){.topic = c->subs[i].topic, .tombstones = c->subs[i].tombstones};
@@ -99,6 +110,7 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 out:
 	free(kafka.props);
 	free(kafka.subs);
+	free(kafka.tid);
 	free(socket);
 	return ok;
 }

@@ -207,6 +207,13 @@ void report_status_json(const report *r, buf *out)
 		json_key_u64(out, &fk, "delivered", r->kafka.delivered);
 		json_key_u64(out, &fk, "errors", r->kafka.errors);
 		json_key_u64(out, &fk, "restarts", r->kafka.restarts);
+		json_key_boolean(out, &fk, "exactly_once", r->kafka.exactly_once);
+		if (r->kafka.exactly_once) {
+			json_key_u64(out, &fk, "transactions_committed", r->kafka.commits);
+			json_key_u64(out, &fk, "transactions_aborted", r->kafka.aborts);
+			json_key_u64(out, &fk, "transactions_skipped", r->kafka.skipped);
+			j_lsn(out, &fk, "position", r->kafka.position);
+		}
 		buf_putc(out, '}');
 	}
 	bool fl = true;
@@ -581,6 +588,21 @@ void report_metrics(const report *r, buf *out)
 		m_u64(out, "cdc_kafka_restarts_total", "counter",
 		      "Producer restarts (after a fatal error, from the last flushed position).",
 		      r->kafka.restarts);
+	}
+	if (r->has_kafka && r->kafka.exactly_once) {
+		family(out, "cdc_kafka_transactions_total", "counter",
+		       "Kafka transactions ended (kafka.exactly_once), by outcome.");
+		buf_printf(out, "cdc_kafka_transactions_total{outcome=\"committed\"} %" PRIu64 "\n",
+			   r->kafka.commits);
+		buf_printf(out, "cdc_kafka_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n",
+			   r->kafka.aborts);
+		m_u64(out, "cdc_kafka_skipped_transactions_total", "counter",
+		      "Source transactions the slot sent again that Kafka already held (not produced again).",
+		      r->kafka.skipped);
+		m_u64(
+		    out, "cdc_kafka_position_lsn", "gauge",
+		    "The commit LSN up to which Kafka holds the stream (its last committed position record).",
+		    r->kafka.position);
 	}
 
 	family(out, "cdc_delivery_latency_seconds", "histogram",

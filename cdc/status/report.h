@@ -65,6 +65,10 @@ typedef struct report {
 	struct {
 		uint64_t in_flight, delivered, errors, restarts;
 		const hist *latency; /* commit time to delivery report; NULL: none */
+		/* kafka.exactly_once: Kafka transactions committed and aborted, source transactions
+		 * skipped because Kafka held them, and the commit LSN Kafka holds the stream up to */
+		bool exactly_once;
+		uint64_t commits, aborts, skipped, position;
 	} kafka;
 	const hist *socket_latency;  /* commit time to durably spooled; NULL: none */
 	const char *const *warnings; /* e.g. safe_wal_size running low; shown in source.warnings */

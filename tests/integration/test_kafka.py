@@ -188,15 +188,16 @@ def check_counters(msgs, load, strict):
         assert ns[-1] == final[id_], f"key {id_}: last message has n={ns[-1]}, final value {final[id_]}"
 
 
-def start_load_run(pg, schema, cdc, kafka, kafka_reader, **sub):
+def start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=None, **sub):
     """Tables, topics (4 partitions), a reader, cdc streaming, load running and its first
-    transactions on Kafka: (Load, Cdc, CdcProcess, KafkaReader)."""
+    transactions on Kafka: (Load, Cdc, CdcProcess, KafkaReader). kafka_extra: more keys of the
+    kafka: section."""
     load = Load(pg, schema)
     for t in load.topics():
         kafka.create_topic(t, 4)
     reader = kafka_reader(load.topics(), group=False)
     c = cdc(subscriptions=[ksub("load", [f"{schema}.rows", f"{schema}.counters"], **sub)],
-            kafka=kafka_section(kafka))
+            kafka=kafka_section(kafka, **(kafka_extra or {})))
     p = c.start()
     load.start()
     reader.wait(20, timeout=30, what="before the failure", describe=p.describe)

@@ -954,7 +954,9 @@ static void test_print(void)
 	free(p);
 
 	p = roundtrip("kafka: {brokers: k}\n", "kafka without properties");
-	CHECK(p && strstr(p, "kafka:\n  brokers: k\n  properties: {}\nlog:\n"));
+	CHECK(p &&
+	      strstr(p, "kafka:\n  brokers: k\n  properties: {}\n  exactly_once: false\n  positions_topic: "
+			"cdc.positions\n  commit_interval: 0\n  commit_events: 0\nlog:\n"));
 	free(p);
 
 	p = roundtrip(everything, "everything");
@@ -1100,7 +1102,9 @@ static void test_fuzz_regressions(void)
 		buf_puts(&y, "\\\\"); /* one backslash in the key, two when printed */
 	buf_puts(&y, "\"\n    : v\n");
 	char *p = roundtrip(y.data, "long property name");
-	CHECK(p && strstr(p, "\n  properties:\n    ? \"\\\\\\\\") && strstr(p, "\\\\\"\n    : v\nlog:\n"));
+	CHECK(p && strstr(p, "\n  properties:\n    ? \"\\\\\\\\") &&
+	      strstr(p, "\\\\\"\n    : v\n  exactly_once: false\n  positions_topic: cdc.positions\n  "
+			"commit_interval: 0\n  commit_events: 0\nlog:\n"));
 	free(p);
 	buf_free(&y);
 	/* several subscriptions without a name: the duplicate-name check sorts NULL names */

@@ -123,7 +123,7 @@ static void test_status_full(void)
 	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"in_flight\":null,"
 	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
 	    "\"full\":null}],"
-	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0},"
+	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
 	    "\"latency_ms\":{\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001},"
 	    "\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000}}}\n");
 	CHECK(json_ok(b.data));
@@ -408,6 +408,30 @@ static void test_metrics(void)
 }
 
 /* hist counts exactly at the fixed bounds, whatever its log-linear buckets are. */
+/* kafka.exactly_once: its figures in /status and /metrics, exactly. */
+static void test_exactly_once(void)
+{
+	report r = full_report();
+	r.kafka.exactly_once = true;
+	r.kafka.commits = 12;
+	r.kafka.aborts = 1;
+	r.kafka.skipped = 3;
+	r.kafka.position = 0x16B3700;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,"
+			     "\"exactly_once\":true,\"transactions_committed\":12,\"transactions_aborted\":1,"
+			     "\"transactions_skipped\":3,\"position\":\"0/16B3700\"}") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	check_exposition(b.data);
+	CHECK(strstr(b.data, "\ncdc_kafka_transactions_total{outcome=\"committed\"} 12\n"
+			     "cdc_kafka_transactions_total{outcome=\"aborted\"} 1\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_kafka_skipped_transactions_total 3\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_kafka_position_lsn 23803648\n") != NULL);
+	buf_free(&b);
+}
+
 static void test_hist_le(void)
 {
 	static hist h;
@@ -575,6 +599,7 @@ int main(void)
 	test_status_nulls();
 	test_escaping();
 	test_metrics();
+	test_exactly_once();
 	test_hist_le();
 	test_subscriptions();
 	return TEST_SUMMARY("test_report");

@@ -78,6 +78,8 @@ def test_each_change_once_across_sigterm_and_the_position_follows(pg, schema, cd
     # The restart read back the position the first run committed last, before it stopped.
     first_run_last = read_back(p2)[0]
     assert first_run_last in pos and first_run_last > 0
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["position"] == lsn_text(commit_lsns[-1]), 10,
+             what="the status figures (published every second)")
     st = json.loads(get(c, "/status")[1])["kafka"]
     assert st["exactly_once"] is True and st["transactions_aborted"] == 0, st
     assert st["transactions_committed"] > 0 and st["position"] == lsn_text(commit_lsns[-1]), st
@@ -164,3 +166,23 @@ def test_standby_takes_over_within_seconds_and_skips_what_kafka_holds(pg, schema
     late = {k: n for k, n in copies(msgs).items() if k[1] <= position}
     assert late == {}, sorted(late)[:5]
     assert pb.terminate() == 0, pb.describe()
+
+
+def test_commit_interval_batches_source_transactions_and_commits_when_quiet(pg, schema, cdc, kafka, kafka_reader):
+    """kafka.commit_interval: 5s keeps one Kafka transaction open for five quick source
+    transactions; it commits when due although nothing else arrives (one position record)."""
+    from test_kafka import kafka_section, ksub
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka, commit_interval="5s", **EO))
+    p = c.start()
+    for i in range(5):
+        pg.sql(f"insert into {schema}.t values (%s)", (i,))
+    reader = kafka_reader([f"cdc.{schema}.t"], group=False)
+    msgs = reader.wait(5, describe=p.describe)
+    last = max(m.event.commit_lsn for m in msgs)
+    assert positions(kafka_reader, c.slot, last) == [last]
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["position"] == lsn_text(last), 10,
+             what="the status figures (published every second)")
+    st = json.loads(get(c, "/status")[1])["kafka"]
+    assert st["transactions_committed"] == 1, st
+    assert p.terminate() == 0, p.describe()

@@ -41,8 +41,8 @@ static rd_kafka_t *consumer_new(const char *brokers, const kafka_property *prope
 	char why[512], group[300];
 	snprintf(group, sizeof(group), "%s.position", key);
 	const kafka_property fixed[] = {
-	    {"bootstrap.servers", brokers},	 {"group.id", group},
-	    {"enable.auto.commit", "false"},	 {"isolation.level", "read_committed"},
+	    {"bootstrap.servers", brokers},   {"group.id", group},
+	    {"enable.auto.commit", "false"},  {"isolation.level", "read_committed"},
 	    {"enable.partition.eof", "true"}, {"client.id", "cdc-position"},
 	};
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -102,8 +102,8 @@ static uint64_t record_lsn(const rd_kafka_message_t *m, const char *key)
 }
 
 bool kafka_position_read(const char *brokers, const kafka_property *properties, size_t nproperties,
-			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn,
-			 char *err, size_t errlen)
+			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn, char *err,
+			 size_t errlen)
 {
 	*commit_lsn = 0;
 	rd_kafka_t *rk = consumer_new(brokers, properties, nproperties, key, err, errlen);
@@ -126,7 +126,8 @@ bool kafka_position_read(const char *brokers, const kafka_property *properties, 
 	while (!failed && !done) {
 		if (now_ms() >= deadline) {
 			failed = true;
-			errf(err, errlen, "reading %s back did not reach its end within %d ms", topic, timeout_ms);
+			errf(err, errlen, "reading %s back did not reach its end within %d ms", topic,
+			     timeout_ms);
 			break;
 		}
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);

@@ -17,7 +17,7 @@
  * brokers (security.*, ssl.*, sasl.*, socket.*, broker.*) are passed on. false with err when the
  * brokers cannot be read within timeout_ms. */
 bool kafka_position_read(const char *brokers, const kafka_property *properties, size_t nproperties,
-			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn,
-			 char *err, size_t errlen);
+			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn, char *err,
+			 size_t errlen);
 
 #endif

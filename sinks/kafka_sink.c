@@ -103,7 +103,9 @@ typedef struct kafka_sink {
 		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
 		uint64_t commit_seq;	/* last_ended when the commit began */
 		uint64_t opened_ms, events;
-		sink_commit last; /* of the newest source transaction in the open Kafka transaction */
+		/* the newest source transaction in the open Kafka transaction */
+		uint64_t last_seq;
+		sink_commit last;
 		uint32_t last_xid;
 		uint64_t skipped_seq;
 		bool skip_logged;
@@ -548,11 +550,13 @@ static bool eo_prepare(kafka_sink *k)
 	return true;
 }
 
-/* A source transaction Kafka holds already (the slot sends it again after a crash between the
- * Kafka commit and the slot's confirmation): nothing of it is produced again. */
+/* A source transaction Kafka holds already, or the open Kafka transaction does: the slot sends it
+ * again after a crash between the Kafka commit and the slot's confirmation, or after the stream
+ * broke while a Kafka transaction was open. Nothing of it is produced again. */
 static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
 {
-	if (c->commit_lsn > k->eo.position)
+	uint64_t held = k->eo.open ? k->eo.last.commit_lsn : k->eo.position;
+	if (c->commit_lsn > held)
 		return false;
 	k->stats.skipped += seq != k->eo.skipped_seq; /* once per source transaction */
 	k->eo.skipped_seq = seq;
@@ -649,29 +653,34 @@ static bool eo_due(const kafka_sink *k)
 	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
 }
 
-/* Before producing an event of source transaction c: false to skip it. */
+/* Before producing an event of source transaction seq (commit c): false to leave it out. */
 static bool eo_before_produce(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq)
 {
-	if (!eo_prepare(k) || eo_skip(k, c, seq))
+	if (!eo_prepare(k))
 		return false;
-	while (k->eo.committing && !k->failed) /* the commit must end before anything else goes out */
-		eo_commit(k, COMMIT_CALL_MS);
-	if (k->failed)
-		return false;
-	if (!k->eo.open) {
-		rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
-		if (e) {
-			fail(k, "cannot begin a Kafka transaction", rd_kafka_error_string(e));
-			rd_kafka_error_destroy(e);
+	if (seq != k->eo.last_seq) { /* the first event of a source transaction */
+		if (eo_skip(k, c, seq))
 			return false;
+		while (k->eo.committing && !k->failed) /* nothing else goes out while it commits */
+			eo_commit(k, COMMIT_CALL_MS);
+		if (k->failed)
+			return false;
+		if (!k->eo.open) {
+			rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
+			if (e) {
+				fail(k, "cannot begin a Kafka transaction", rd_kafka_error_string(e));
+				rd_kafka_error_destroy(e);
+				return false;
+			}
+			k->eo.open = true;
+			k->eo.opened_ms = now_ms();
+			k->eo.events = 0;
 		}
-		k->eo.open = true;
-		k->eo.opened_ms = now_ms();
-		k->eo.events = 0;
+		k->eo.last_seq = seq;
+		k->eo.last = *c;
+		k->eo.last_xid = xid;
 	}
 	k->eo.events++;
-	k->eo.last = *c;
-	k->eo.last_xid = xid;
 	return true;
 }
 

@@ -186,3 +186,27 @@ def test_commit_interval_batches_source_transactions_and_commits_when_quiet(pg, 
     st = json.loads(get(c, "/status")[1])["kafka"]
     assert st["transactions_committed"] == 1, st
     assert p.terminate() == 0, p.describe()
+
+
+def test_a_broken_stream_with_a_kafka_transaction_open_sends_nothing_twice(pg, schema, cdc, kafka, kafka_reader):
+    """The walsender dies while a Kafka transaction (kept open by commit_interval) holds source
+    transactions the slot has not confirmed: the slot sends them again, and cdc leaves them out
+    (the open transaction holds them); it commits once, when due."""
+    from test_kafka import kafka_section, ksub
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka, commit_interval="4s", **EO))
+    p = c.start()
+    for i in range(5):
+        pg.sql(f"insert into {schema}.t values (%s)", (i,))
+    reader = kafka_reader([f"cdc.{schema}.t"], group=False)
+    reader.wait(5, describe=p.describe)  # produced; the mock shows records before their commit
+    pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (c.slot,))
+    wait_for(lambda: p.stderr().count(" streaming slot=") == 2, 30, what=f"cdc to stream again\n{p.describe()}")
+    pg.sql(f"insert into {schema}.t values (5)")
+    msgs = reader.wait(6, describe=p.describe)
+    last = max(m.event.commit_lsn for m in msgs)
+    assert positions(kafka_reader, c.slot, last)[-1] == last
+    assert copies(reader.snapshot()) == {}
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["transactions_skipped"] == 5, 10,
+             what=f"the five source transactions sent again to be skipped\n{p.describe()}")
+    assert p.terminate() == 0, p.describe()

@@ -591,6 +591,10 @@ static void eo_abort(kafka_sink *k)
 	/* The purged messages' delivery reports, so the counts in flight come back to zero. */
 	for (uint64_t until = now_ms() + ABORT_TIMEOUT_MS; rd_kafka_outq_len(k->rk) > 0 && now_ms() < until;)
 		rd_kafka_poll(k->rk, 10);
+	char lsn[LSN_STRLEN];
+	lsn_format(k->eo.position, lsn);
+	log_info("exactly once: aborted the Kafka transaction; the slot sends its source transactions again",
+		 "position=%s", lsn);
 }
 
 /* Ends the position record, then commits; a call that times out leaves the commit under way, to

@@ -233,6 +233,7 @@ class KafkaMessage:
         self.offset = msg.offset()
         self.key = msg.key()
         self.value = msg.value()
+        self.timestamp = msg.timestamp()[1]  # ms: the producer's create time
         self.headers = [(k, v.decode() if v is not None else None) for k, v in (msg.headers() or [])]
         self._pb = pb
         self._is_txn = transactions_topic is not None and self.topic == transactions_topic

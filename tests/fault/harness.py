@@ -69,6 +69,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import exactly_once  # noqa: E402
 from events import LineFile, from_json, from_line, from_proto  # noqa: E402
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
@@ -279,6 +280,7 @@ class Harness:
         self.wm_consumer = None
         self.sinks = {}
         self.stdout_files = []
+        self.kafka_times = collections.defaultdict(list)  # --exactly-once: (commit_lsn, tx_index): [ms]
 
     # --- setup ---
 
@@ -322,6 +324,8 @@ class Harness:
         }
         if a.kafka_debug:
             cfg["kafka"]["properties"]["debug"] = a.kafka_debug
+        if a.exactly_once:
+            cfg["kafka"]["exactly_once"] = True
         self.cfg_path = os.path.join(self.workdir, "cdc.yaml")
         with open(self.cfg_path, "w") as f:
             f.write(to_yaml(cfg))
@@ -606,6 +610,8 @@ class Harness:
             if st and st[-1].where[1] >= m.offset:
                 self.errors.append(f"the Kafka reader went back: {m.where()} after offset {st[-1].where[1]}")
             st.append(from_proto(m.event, (tp, m.offset)))
+            if self.args.exactly_once:
+                self.kafka_times[(m.event.commit_lsn, m.event.tx_index)].append(m.timestamp)
         out = self.sinks["out_all"]
         while len(self.stdout_files) < len(self.cdc.runs):
             self.stdout_files.append(LineFile(self.cdc.stdout_path(len(self.stdout_files) + 1)))
@@ -752,6 +758,17 @@ class Harness:
                   f"all it was sent, and cdc waits for its sinks")
         for run, rc, text in self.cdc.unexpected_exits:
             errors.append(f"cdc run {run} exited by itself with {rc}:\n{text}")
+        eo = None
+        if a.exactly_once:
+            bounds = exactly_once.boundaries(p.stderr() for p in self.cdc.runs)
+            eo = exactly_once.check(self.kafka_times, bounds)
+            repeated, copies, violations, examples = eo
+            print(f"exactly once: k_all read committed saw {repeated} changes more than once ({copies} copies); "
+                  f"{copies - violations} sent again only after a boundary below their commit LSN (a position "
+                  f"read back or a Kafka transaction aborted: {len(bounds)} in the logs), which a real broker "
+                  f"hides; {violations} sent again although Kafka held them")
+            for e in examples:
+                print(f"  k_all exactly once: {e}")
         for e in errors:
             print(f"ERROR: {e}")
         checks = {
@@ -762,11 +779,16 @@ class Harness:
             "socket offsets dense": all(not r.gaps for r in results),
             "cdc and the harness ran without errors": not errors,
         }
+        if eo:
+            checks["exactly once: Kafka never sent again a change it held"] = eo[2] == 0
+            checks["exactly once: no socket change spooled at two offsets"] = \
+                all(not getattr(r, "spool_duplicated", 0) for r in results)
         print()
         for name, ok in checks.items():
             print(f"  {'PASS' if ok else 'FAIL'}  {name}")
         failed = sum(not ok for ok in checks.values())
-        print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}")
+        print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}"
+              f"{' --exactly-once' if a.exactly_once else ''}")
         print(f"fault: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
 
@@ -781,6 +803,8 @@ def parse_args(argv=None):
     p.add_argument("--faults", default=",".join(FAULTS), help="kinds to inject (comma-separated; default all)")
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--exactly-once", action="store_true",
+                   help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")
     a = p.parse_args(argv)
     if a.seed is None:
@@ -795,7 +819,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     a = parse_args(argv)
-    print(f"fault harness: seed {a.seed}, duration {a.duration}s, faults {','.join(a.faults)}", flush=True)
+    print(f"fault harness: seed {a.seed}, duration {a.duration}s, faults {','.join(a.faults)}"
+          f"{', exactly once' if a.exactly_once else ''}", flush=True)
     started = time.monotonic()
     h = Harness(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))

@@ -188,3 +188,37 @@ def test_xid_of_an_aborted_transaction_reused_by_a_committed_one():
     s.streams[1].append(rec(102, 0, (1, 6)))  # the aborted transaction's own change still counts
     results, _ = verify(committed, aborted, [s], [])
     assert results[0].unexpected == {"aborted": 1}
+
+
+# --- the exactly-once check (exactly_once.py) ------------------------------------------------------
+
+def test_exactly_once_boundaries_read_from_cdc_logs():
+    import exactly_once
+    log = ("2026-11-25T17:12:54.923Z info  exactly once: Kafka holds the stream up to the position read back "
+           "transactional_id=cdc-s positions_topic=cdc.positions position=0/0\n"
+           "2026-11-25T17:12:55.100Z warn  a sink failed; ...\n"
+           "2026-11-25T17:12:55.389Z info  exactly once: aborted the Kafka transaction; the slot sends its "
+           "source transactions again position=0/1593FD8\n")
+    later = ("2026-11-25T17:13:01.000Z info  exactly once: Kafka holds the stream up to the position read back "
+             "transactional_id=cdc-s positions_topic=cdc.positions position=1/A\n")
+    t0 = 1795626774923  # 2026-11-25T17:12:54.923Z
+    assert exactly_once.boundaries([later, log]) == [(t0, 0), (t0 + 466, 0x1593FD8), (t0 + 6077, (1 << 32) | 0xA)]
+
+
+def test_exactly_once_copies_only_after_a_boundary_below_their_commit():
+    import exactly_once
+    bounds = [(1000, 0x100), (2000, 0x300)]
+    times = {
+        (0x50, 0): [500],                # once
+        (0x200, 0): [900, 1500],         # before and after the boundary at 1000 (position 0x100 < 0x200): ok
+        (0x200, 1): [900, 1000],         # the boundary's own millisecond counts
+        (0x250, 0): [1200, 1300],        # no boundary between the copies
+        (0x280, 0): [1900, 2100],        # after the boundary at 2000, whose position 0x300 held it
+        (0x400, 0): [100, 1500, 2500],   # three copies, each after a boundary below 0x400: ok
+    }
+    repeated, copies, violations, examples = exactly_once.check(times, bounds)
+    assert (repeated, copies, violations) == (5, 6, 2)
+    assert examples == [
+        "commit_lsn 0/250 tx_index 0 sent at 1200 and again at 1300 ms (no restart or abort between the copies)",
+        "commit_lsn 0/280 tx_index 0 sent at 1900 and again at 2100 ms (position 0/300 in force)",
+    ]

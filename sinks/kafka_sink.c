@@ -95,7 +95,7 @@ typedef struct kafka_sink {
 
 	/* Exactly once (set.exactly_once). */
 	char tid[256]; /* the producer's transactional.id */
-	struct {
+	struct kafka_eo {
 		bool ready;		/* transactions initialised, position read back */
 		bool open;		/* a Kafka transaction is open */
 		bool committing;	/* its commit is under way: nothing may be produced */
@@ -109,6 +109,12 @@ typedef struct kafka_sink {
 		uint32_t last_xid;
 		uint64_t skipped_seq;
 		bool skip_logged;
+		/* per source transaction in the open Kafka transaction: the latency is to its commit */
+		struct eo_source {
+			int64_t commit_time;
+			uint64_t events;
+		} * sources;
+		size_t nsources, capsources;
 	} eo;
 } kafka_sink;
 
@@ -250,7 +256,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	}
 	k->stats.delivered++;
 	k->stats.brokers_down = false;
-	if (t) {
+	if (t && !k->set.exactly_once) { /* exactly once: visible at the Kafka commit, counted there */
 		int64_t us = wall_us() - t->commit_time;
 		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
 	}
@@ -572,6 +578,12 @@ static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
 
 static void eo_committed(kafka_sink *k)
 {
+	int64_t now = wall_us();
+	for (size_t i = 0; i < k->eo.nsources; i++) {
+		int64_t us = now - k->eo.sources[i].commit_time;
+		hist_add_n(&k->stats.latency, us > 0 ? (uint64_t)us : 0, k->eo.sources[i].events);
+	}
+	k->eo.nsources = 0;
 	k->eo.open = k->eo.committing = false;
 	k->eo.committed_seq = k->eo.commit_seq;
 	k->eo.position = k->stats.position = k->eo.last.commit_lsn;
@@ -580,6 +592,7 @@ static void eo_committed(kafka_sink *k)
 
 static void eo_abort(kafka_sink *k)
 {
+	k->eo.nsources = 0;
 	k->eo.open = k->eo.committing = false;
 	k->stats.aborts++;
 	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
@@ -683,8 +696,14 @@ static bool eo_before_produce(kafka_sink *k, const sink_commit *c, uint32_t xid,
 		k->eo.last_seq = seq;
 		k->eo.last = *c;
 		k->eo.last_xid = xid;
+		if (k->eo.nsources == k->eo.capsources) {
+			k->eo.capsources = k->eo.capsources ? k->eo.capsources * 2 : 64;
+			k->eo.sources = xrealloc(k->eo.sources, k->eo.capsources * sizeof(*k->eo.sources));
+		}
+		k->eo.sources[k->eo.nsources++] = (struct eo_source){c->commit_time, 0};
 	}
 	k->eo.events++;
+	k->eo.sources[k->eo.nsources - 1].events++;
 	return true;
 }
 
@@ -855,9 +874,8 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 		return true;
 	rd_kafka_destroy(k->rk);
 	k->rk = NULL;
-	uint64_t committed = k->eo.committed_seq;
-	memset(&k->eo, 0, sizeof(k->eo));
-	k->eo.committed_seq = committed;
+	k->eo = (struct kafka_eo){
+	    .committed_seq = k->eo.committed_seq, .sources = k->eo.sources, .capsources = k->eo.capsources};
 	return producer_new(k, err, errlen);
 }
 
@@ -916,6 +934,7 @@ static void kafka_free(sink *base)
 	free(k->tables);
 	ring_free(&k->q);
 	buf_free(&k->value);
+	free(k->eo.sources);
 	close(k->pipe[0]);
 	close(k->pipe[1]);
 	free(k);

@@ -212,9 +212,9 @@ def socket_dir(state_dir):
     return SHORT_DIRS[-1]
 
 
-def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None):
+def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, or socket). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked, or socket). Returns the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -230,6 +230,7 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             "subscribers:\n"
             f"  socket: {events_sock}\n"
             + (f'kafka:\n  brokers: "{kafka}"\n' if kafka else "")
+            + ("  exactly_once: true\n" if exactly_once else "")
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
@@ -286,7 +287,7 @@ def drain_backlogs(args, pg, work, kafka):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_socket")
+    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_socket")
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
@@ -327,9 +328,9 @@ def drain_backlogs(args, pg, work, kafka):
                     state = os.path.join(work, f"state_{c}_{name}_{i}")
                     os.makedirs(state)
                     cfg = os.path.join(work, f"{c}_{name}_{i}.yaml")
-                    sink = c.split("_", 1)[1]
+                    sink = c.split("_")[1]
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
-                                        kafka if sink == "kafka" else None)
+                                        kafka if sink == "kafka" else None, c == "cdc_kafka_eo")
                     cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
                 if c == "cdc_socket":
                     # No --endpos: cdc serves the spool until the consumer has every event.
@@ -413,24 +414,26 @@ def run_pgbench(pg, work, table, rate, seconds):
     return float(tps.group(1)) if tps else float("nan")
 
 
-def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10):
-    """Commit time to delivery report at a steady rate of single-row transactions (pgbench
-    --rate), measured by cdc itself (its kafka log line at stop)."""
-    pg.sql("create table bench_l (id bigserial primary key, name text not null, "
+def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10, exactly_once=False):
+    """Commit time to delivery report (exactly once: to the Kafka commit, when a read-committed
+    consumer can see it) at a steady rate of single-row transactions (pgbench --rate), measured by
+    cdc itself (its kafka log line at stop)."""
+    t = "bench_le" if exactly_once else "bench_l"
+    pg.sql(f"create table {t} (id bigserial primary key, name text not null, "
            "amount numeric(12,2), created timestamptz not null)")
-    pg.sql("create publication bench_pub_l for table bench_l")
-    pg.sql("select pg_create_logical_replication_slot('bench_l', 'pgoutput')")
-    state = os.path.join(work, "state_l")
+    pg.sql(f"create publication {t}_pub for table {t}")
+    pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (t,))
+    state = os.path.join(work, f"state_{t}")
     os.makedirs(state)
-    cfg = os.path.join(work, "cdc_l.yaml")
-    sock_l = write_config(cfg, pg, "bench_l", "bench_pub_l", "bench_l", state, "kafka", kafka)
-    err_path = os.path.join(work, "cdc_l.stderr")
+    cfg = os.path.join(work, f"cdc_{t}.yaml")
+    sock_l = write_config(cfg, pg, t, f"{t}_pub", t, state, "kafka", kafka, exactly_once)
+    err_path = os.path.join(work, f"cdc_{t}.stderr")
     cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg], stdout=subprocess.DEVNULL,
                            stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
 
     def confirmed_past(lsn):
         row = pg.sql("select confirmed_flush_lsn >= %s::pg_lsn from pg_replication_slots "
-                     "where slot_name = 'bench_l'", (lsn,))
+                     "where slot_name = %s", (lsn, t))
         return row and row[0][0]
 
     def wait_confirmed(lsn, timeout):
@@ -441,16 +444,17 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10):
             time.sleep(0.05)
 
     # Warm up: topic metadata and the idempotent producer's id, before the clock runs.
-    pg.sql("insert into bench_l (name, amount, created) values ('warm-up', 0, now())")
+    pg.sql(f"insert into {t} (name, amount, created) values ('warm-up', 0, now())")
     wait_confirmed(pg.current_wal_lsn(), 60)
     # The histogram behind cdc's latency line, before and after the run: the difference is the
     # distribution of the run's events (16 buckets; kept for the CDF in results).
     status_sock = os.path.join(os.path.dirname(sock_l), "status.sock")
     before = wait_published(status_sock, "kafka", 1)
-    progress(f"latency: {rate} transactions/s for {seconds}s through cdc into the mock cluster")
-    tps = run_pgbench(pg, work, "bench_l", rate, seconds)
+    progress(f"latency: {rate} transactions/s for {seconds}s through cdc into the mock cluster"
+             f"{' (exactly once)' if exactly_once else ''}")
+    tps = run_pgbench(pg, work, t, rate, seconds)
     wait_confirmed(pg.current_wal_lsn(), 120)
-    total = pg.sql("select count(*) from bench_l")[0][0]
+    total = pg.sql(f"select count(*) from {t}")[0][0]
     after = wait_published(status_sock, "kafka", total)
     buckets = [(le, n - n0) for (le, n), (_, n0) in zip(after, before)]
     cdc.send_signal(signal.SIGTERM)
@@ -1084,9 +1088,9 @@ def main():
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog (5 x 3 x 2 by default), two for latency, and the growth sections' (dropped
+        # backlog (6 x 3 x 2 by default), three for latency, and the growth sections' (dropped
         # after use, at most 4 per subscription variant at a time).
-        slots = 5 * args.repeat * 2 + 3 + 4 * len(SUBSCRIPTION_VARIANTS)
+        slots = 6 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
@@ -1099,6 +1103,8 @@ def main():
             if "latency" in sections:
                 (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
                 lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}
+                (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka, exactly_once=True)
+                lat["kafka_eo"] = {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}
                 (tps, p50, p99, mx), _, _ = socket_latency(args, pg, work)
                 # The consumer's samples (offset, microseconds), kept for the CDF.
                 shutil.copy(os.path.join(work, "latency_consumer_s.txt"),

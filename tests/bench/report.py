@@ -10,6 +10,7 @@ import sys
 
 CONSUMERS = (("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
              ("cdc_stdout", "cdc → stdout"), ("cdc_kafka", "cdc → Kafka (mock)"),
+             ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
              ("cdc_socket", "cdc → socket → cdc tail"))
 
 
@@ -39,20 +40,22 @@ def markdown(r):
                "pgoutput. wal2json: format-version 2 (one JSON document per change), add-tables "
                "on the backlog's table, through pg_recvlogical to /dev/null.", ""]
         hdr = ["backlog", "rows"]
-        for key, label in CONSUMERS:
+        # A saved run from before a consumer was added has no column for it.
+        consumers = [(k, lb) for k, lb in CONSUMERS if all(k in b["consumers"] for b in r["drain"])]
+        for key, label in consumers:
             hdr += [f"{label} ev/s"] + ([] if key == "pg_recvlogical" else ["ratio"])
         rows = []
         for b in r["drain"]:
             base = b["consumers"]["pg_recvlogical"]["secs"]
             row = [f"{b['name']}: {b['label']}", n0(b["rows"])]
-            for key, _ in CONSUMERS:
+            for key, _ in consumers:
                 secs = b["consumers"][key]["secs"]
                 row += [n0(b["rows"] / secs)] + ([] if key == "pg_recvlogical" else [f"{base / secs:.2f}"])
             rows.append(row)
         md += [table(hdr, rows), "", "Peak RSS (highest of the runs; for the socket: cdc's, not tail's):", ""]
-        md += [table(["backlog"] + [label for _, label in CONSUMERS],
+        md += [table(["backlog"] + [label for _, label in consumers],
                      [[f"{b['name']}: {b['label']}"] + [f"{b['consumers'][k]['rss']:.1f} MiB"
-                                                         for k, _ in CONSUMERS] for b in r["drain"]]),
+                                                         for k, _ in consumers] for b in r["drain"]]),
                "", "(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
     if "latency" in r:
         lat = r["latency"]
@@ -60,6 +63,7 @@ def markdown(r):
                "Single-row transactions at a steady rate (pgbench --rate, synchronous_commit=on).", ""]
         rows = []
         for key, label in (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
+                           ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),
                            ("socket", "socket, read by a Python consumer that acks")):
             if key in lat:
                 x = lat[key]
@@ -163,15 +167,16 @@ def plots(r, out_dir):
     import matplotlib.pyplot as plt
 
     made = []
-    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#2ca02c"]
+    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"]
     if "drain" in r or "trigger" in r:
         panels = [k for k in ("drain", "trigger") if k in r]
         fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
         for ax, key in zip(axes[0], panels):
             if key == "drain":
-                width = 0.16
-                for i, (c, label) in enumerate(CONSUMERS):
-                    xs = [j + (i - 2) * width for j in range(len(r["drain"]))]
+                drained = [(c, lb) for c, lb in CONSUMERS if all(c in b["consumers"] for b in r["drain"])]
+                width = 0.8 / len(drained)
+                for i, (c, label) in enumerate(drained):
+                    xs = [j + (i - (len(drained) - 1) / 2) * width for j in range(len(r["drain"]))]
                     ys = [b["rows"] / b["consumers"][c]["secs"] / 1000 for b in r["drain"]]
                     bars = ax.bar(xs, ys, width, label=label, color=colors[i])
                     ax.bar_label(bars, fmt="%.0f", fontsize=7)

@@ -353,10 +353,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	sidecar *d = arg;
 	reload_maybe(d);
 	figures_publish(d, false);
-	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, even if
-	 * nothing else arrives. */
-	if (d->conn.streaming && d->cfg->kafka.exactly_once && !flush_sinks(d))
-		return;
+	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, and a commit
+	 * call that timed out resumes, even if nothing else arrives. */
+	if (d->conn.streaming && d->cfg->kafka.exactly_once) {
+		if (!flush_sinks(d))
+			return;
+		pause_or_resume(d); /* a commit that ended here lets reading go on */
+	}
 	if (!d->conn.streaming || !feedback(d, false))
 		return;
 	uint64_t now = now_ms();

@@ -210,3 +210,4 @@ def test_a_broken_stream_with_a_kafka_transaction_open_sends_nothing_twice(pg, s
     wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["transactions_skipped"] == 5, 10,
              what=f"the five source transactions sent again to be skipped\n{p.describe()}")
     assert p.terminate() == 0, p.describe()
+

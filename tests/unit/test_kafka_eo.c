@@ -1,0 +1,122 @@
+/* test_kafka_eo.c: the exactly-once cycle of the Kafka sink (sinks/kafka_sink.c) against
+ * librdkafka's mock cluster in this process: commits and the position record, what arrives during
+ * a commit held and sent in the next Kafka transaction, a source transaction Kafka holds skipped,
+ * and a stream that broke inside a source transaction aborting the Kafka one. */
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "decoder/log.h"
+#include "sinks/kafka_sink.h"
+#include "test.h"
+
+static sink *k;
+static char err[1100];
+
+/* Renders and delivers one insert of row id in source transaction seq (commit LSN lsn). */
+static void deliver(uint64_t seq, uint64_t lsn, int id)
+{
+	Cdc__V1__Event e = CDC__V1__EVENT__INIT;
+	e.subscription = "s";
+	e.schema = "public";
+	e.table = "t";
+	e.op = CDC__V1__OP__OP_INSERT;
+	e.xid = (uint32_t)seq;
+	e.lsn = lsn - 8;
+	char v[16];
+	snprintf(v, sizeof(v), "%d", id);
+	e.tag = v; /* a value that differs per row, for the byte count */
+	buf out = {0};
+	k->ops->render(k, 0, &e, &out);
+	sink_commit c = {.commit_lsn = lsn, .commit_time = 1, .tx_index = (uint32_t)id};
+	CHECK(k->ops->deliver(k, 0, out.data, out.len, &c, seq, err, sizeof(err)));
+	buf_free(&out);
+}
+
+/* Polls and flushes until the sink says every transaction up to seq is delivered (or 10 s). */
+static sink_status settle_to(uint64_t seq)
+{
+	sink_status st = SINK_OK;
+	for (int i = 0; i < 1000 && st == SINK_OK && k->ops->delivered(k) < seq; i++) {
+		usleep(10000);
+		k->ops->poll(k);
+		st = k->ops->flush(k, err, sizeof(err));
+	}
+	return st;
+}
+
+int main(void)
+{
+	log_setup(LOG_LEVEL_WARN, LOG_FORMAT_TEXT);
+	char why[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "log_level", "0", why, sizeof(why)); /* the mock's own handle has no brokers */
+	rd_kafka_t *mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(mrk, 1);
+	const kafka_property props[] = {{"linger.ms", "5"}};
+	kafka_sink_settings set = {.brokers = rd_kafka_mock_cluster_bootstraps(mc),
+				   .properties = props,
+				   .nproperties = 1,
+				   .exactly_once = true,
+				   .positions_topic = "cdc.positions",
+				   .transactional_id = "cdc-test"};
+	kafka_sub_settings sub = {.topic = "t"};
+	k = kafka_sink_new(&set, &sub, 1, err, sizeof(err));
+	CHECK(k != NULL);
+	const kafka_stats *st = kafka_sink_stats(k);
+
+	/* One source transaction: one Kafka transaction, its position the commit LSN. */
+	deliver(1, 0x1000, 1);
+	deliver(1, 0x1000, 2);
+	k->ops->end_txn(k, 1);
+	CHECK_INT(k->ops->delivered(k), 0); /* not before the Kafka commit */
+	CHECK_INT(settle_to(1), SINK_OK);
+	CHECK_INT(k->ops->delivered(k), 1);
+	CHECK_INT(st->commits, 1);
+	CHECK_INT(st->position, 0x1000);
+
+	/* A transaction that arrives while the commit of the one before is under way is held, then
+	 * goes out in the next Kafka transaction. */
+	deliver(2, 0x2000, 1);
+	k->ops->end_txn(k, 2);
+	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_OK); /* starts the commit: messages in flight */
+	CHECK(k->ops->busy(k) == false);			/* holding costs little: reading goes on */
+	deliver(3, 0x3000, 1);
+	k->ops->end_txn(k, 3);
+	CHECK_INT(k->ops->delivered(k), 1);
+	CHECK_INT(settle_to(3), SINK_OK);
+	CHECK_INT(k->ops->delivered(k), 3);
+	CHECK_INT(st->commits, 3);
+	CHECK_INT(st->position, 0x3000);
+
+	/* Sent again by the slot (a crash before it was confirmed): Kafka holds it, it is skipped. */
+	deliver(4, 0x2000, 1);
+	k->ops->end_txn(k, 4);
+	CHECK_INT(settle_to(4), SINK_OK);
+	CHECK_INT(st->skipped, 1);
+	CHECK_INT(st->commits, 3);
+
+	/* The stream breaks inside transaction 5; the slot sends it again as 6: the Kafka
+	 * transaction holding part of 5 is aborted, and nothing counts as delivered past 4. */
+	deliver(5, 0x5000, 1);
+	deliver(6, 0x5000, 1);
+	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_RESTART);
+	CHECK(strstr(err, "the stream broke inside a source transaction") != NULL);
+	CHECK_INT(k->ops->delivered(k), 0);
+	CHECK(k->ops->restart(k, err, sizeof(err)));
+	CHECK_INT(st->aborts, 1);
+	/* The slot sends it again, whole: it goes out and commits. */
+	deliver(7, 0x5000, 1);
+	deliver(7, 0x5000, 2);
+	k->ops->end_txn(k, 7);
+	CHECK_INT(settle_to(7), SINK_OK);
+	CHECK_INT(st->commits, 4);
+	CHECK_INT(st->position, 0x5000);
+
+	k->ops->free(k);
+	rd_kafka_mock_cluster_destroy(mc);
+	rd_kafka_destroy(mrk);
+	return TEST_SUMMARY("test_kafka_eo");
+}

@@ -194,7 +194,7 @@ static void test_life(void)
 	CHECK(strncmp(low1.wm, id, 16) == 0 && strstr(low1.wm, ":low") != NULL);
 	answer(b, &low1.s, 1, 1, (const char *[]){"0/10"}, now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
+	CHECK_STR(c.sql, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 			 "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
 	sink k = {0};
@@ -216,7 +216,7 @@ static void test_life(void)
 	answer(b, &low2.s, 1, 1, (const char *[]){"0/30"}, now);
 	c = next(b, BF_STMT_CHUNK, now);
 	CHECK_STR(c.sql,
-		  "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 		  "\"public\".\"a\" WHERE \"id\" > $1::\"pg_catalog\".\"int4\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 1);
 	CHECK_STR(c.params[0], "2");
@@ -686,7 +686,7 @@ static void test_where(void)
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	bf_stmt s = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(s.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
+	CHECK_STR(s.sql, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 			 "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
 			 "\"id\" LIMIT 2");
 	backfill_set_free(b);

@@ -353,17 +353,21 @@ static bool snapshot_race(bf_window *w)
 	return race;
 }
 
+bool bfw_open(bf_window *w)
+{
+	if (w->state != BFW_ARMED)
+		return false;
+	w->state = BFW_OPEN;
+	w->before_low = w->nrecent;
+	return true;
+}
+
 bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high)
 {
 	if (w->state == BFW_IDLE || w->state == BFW_DONE || strcmp(nonce, w->nonce) != 0)
 		return BFW_FOREIGN;
-	if (!high) {
-		if (w->state != BFW_ARMED)
-			return BFW_FOREIGN; /* a low watermark delivered twice */
-		w->state = BFW_OPEN;
-		w->before_low = w->nrecent;
-		return BFW_OPENED;
-	}
+	if (!high)
+		return bfw_open(w) ? BFW_OPENED : BFW_FOREIGN; /* a low watermark delivered twice */
 	if (w->state == BFW_ARMED)
 		w->retry = BFW_RETRY_NO_LOW;
 	w->state = BFW_DONE;

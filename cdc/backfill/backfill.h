@@ -175,6 +175,9 @@ void backfill_on_change(bf_set *b, const bf_change *c);
  * backfill_error). False if it cannot be written (the message names it); the state stays in memory and is
  * written next time. */
 bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Whether a table waits only for its last chunks to become durable (backfill_delivered finishes
+ * it, and the next table may start). */
+bool backfill_draining(const bf_set *b);
 /* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
  * read again, since what the stream delivers again would otherwise overtake their reads. */
 void backfill_restart(bf_set *b);

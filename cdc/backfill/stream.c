@@ -321,6 +321,17 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 	return true;
 }
 
+bool backfill_draining(const bf_set *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			const table *t = &b->list[i]->tables[k];
+			if (t->state == BF_RUNNING && t->step == S_DRAIN && !t->prev_open && t->npend)
+				return true;
+		}
+	return false;
+}
+
 void backfill_restart(bf_set *b)
 {
 	for (size_t i = 0; i < b->n; i++)

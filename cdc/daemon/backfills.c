@@ -138,6 +138,11 @@ void backfills_delivered(sidecar *d, uint64_t flushed)
 	bf_reader_kick(d->bf_reader);
 }
 
+bool backfills_draining(const sidecar *d)
+{
+	return d->bf && backfill_draining(d->bf);
+}
+
 void backfills_restart(sidecar *d)
 {
 	backfill_restart(d->bf);

@@ -221,10 +221,12 @@ static void test_life(void)
 	answer(b, &c, 1, 3, (const char *[]){"96:96:", "3", "z"}, now);
 	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
 	CHECK(strcmp(high2.wm, high1.wm) != 0);
+	CHECK(!backfill_draining(b));
 	/* the stream's high watermark may come before the reader hears back */
 	deliver(b, &high2, 40, &k, now);
 	answer(b, &high2.s, 1, 1, (const char *[]){"0/40"}, now);
 	CHECK_STR(k.got.data, "public.a:id=1,v=x;public.a:id=3,v=z;");
+	CHECK(backfill_draining(b)); /* all read and emitted: only durability is missing */
 
 	/* only chunk 1 is durable when cdc dies */
 	CHECK(backfill_delivered(b, 25, now, err, sizeof(err)));
@@ -262,6 +264,7 @@ static void test_life(void)
 	deliver(b, &high3, 60, &k, now);
 	CHECK_STR(k.got.data, "public.a:id=3,v=z2;");
 	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
+	CHECK(!backfill_draining(b));
 	bf_table_info ti;
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);

@@ -108,7 +108,7 @@ void bf_stop_run(table *t)
 	bfw_free(t->w);
 	bfw_free(t->prev);
 	t->w = t->prev = NULL;
-	t->prev_open = false;
+	t->prev_open = t->rows_due = false;
 	clear_params(t);
 	bf_clear_pending(t);
 	t->step = S_NONE;
@@ -766,14 +766,14 @@ void bf_drop_chunks(table *t)
 		bfw_reset(t->w);
 		bfw_reset(t->prev);
 	}
-	t->prev_open = t->opens_at_prev = false;
+	t->prev_open = t->opens_at_prev = t->rows_due = false;
 }
 
 /* The chunk starts again with a new nonce (its watermarks become foreign). */
 void bf_chunk_again(table *t, uint64_t due_ms)
 {
 	bfw_reset(t->w);
-	t->opens_at_prev = false;
+	t->opens_at_prev = t->rows_due = false;
 	t->step = S_LOW;
 	t->due_ms = due_ms;
 }
@@ -811,17 +811,10 @@ void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now)
 			t->step = S_CHUNK;
 		break;
 	case BF_STMT_CHUNK:
-		if (chunk_rows(b, t, r, now.ms, &msg)) {
-			t->step = S_HIGH;
-		} else if (msg.len) {
-			/* The table changed under the backfill: describe it again, and read the chunk
-			 * before (in the old columns) again too. */
-			bf_drop_chunks(t);
-			t->step = S_DESCRIBE;
-		} else {
-			t->retries++;
-			bf_chunk_again(t, now.ms);
-		}
+		/* Its high watermark is due; its rows come in backfill_rows. */
+		t->step = S_HIGH;
+		t->rows_due = true;
+		t->rows_ms = now.ms;
 		break;
 	case BF_STMT_HIGH:
 		if (t->step == S_HIGH)
@@ -831,6 +824,32 @@ void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now)
 		break;
 	}
 	buf_free(&msg);
+}
+
+void backfill_rows(bf_set *b, const bf_result *r)
+{
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			table *t = &b->list[i]->tables[k];
+			if (!t->rows_due)
+				continue;
+			t->rows_due = false;
+			buf msg = {0};
+			if (chunk_rows(b, t, r, t->rows_ms, &msg)) {
+				/* read; its high watermark is on its way */
+			} else if (msg.len) {
+				/* The table changed under the backfill: describe it again, and read the
+				 * chunk before (in the old columns) again too. */
+				bf_drop_chunks(t);
+				t->step = S_DESCRIBE;
+			} else {
+				/* Its high watermark, if sent, becomes foreign. */
+				t->retries++;
+				bf_chunk_again(t, t->rows_ms);
+			}
+			buf_free(&msg);
+			return;
+		}
 }
 
 void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now)

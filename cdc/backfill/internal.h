@@ -60,6 +60,8 @@ typedef struct table {
 	bf_window *w, *prev;
 	bool prev_open, prev_last;
 	bool opens_at_prev; /* w's low watermark is prev's high one */
+	bool rows_due;	    /* the chunk's result awaits backfill_rows (at rows_ms) */
+	uint64_t rows_ms;
 	char nonce[BF_ID_SIZE];
 	buf sql, wm;
 	char **params;

@@ -41,6 +41,7 @@ static void answer(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char
 	res r = {nrows, ncols, cells};
 	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
 	backfill_result(b, s->ticket, &br, now);
+	backfill_rows(b, &br);
 }
 
 /* A statement and, for a watermark, its content (the statement's parameters last only until the
@@ -107,6 +108,18 @@ static wmstmt next_wm(bf_set *b, bf_stmt_kind kind, bf_now now)
 	if (w.s.nparams == 1)
 		snprintf(w.wm, sizeof(w.wm), "%s", w.s.params[0]);
 	return w;
+}
+
+/* A chunk's result in the reader's order: the result, the high watermark's statement sent, then the
+ * rows taken. */
+static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells, bf_now now)
+{
+	res r = {nrows, ncols, cells};
+	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
+	backfill_result(b, s->ticket, &br, now);
+	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+	backfill_rows(b, &br);
+	return high;
 }
 
 /* The watermark w writes, delivered by the stream at lsn. */
@@ -374,8 +387,7 @@ static void read_chunk(bf_set *b, int n, uint64_t took, bf_now *now, wmstmt *low
 	answer(b, &low->s, 1, 1, (const char *[]){"0/1"}, *now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
 	now->ms += took;
-	answer(b, &c, n, 3, rows(n), *now);
-	*high = next_wm(b, BF_STMT_HIGH, *now);
+	*high = answer_chunk(b, &c, n, 3, rows(n), *now);
 }
 
 /* One chunk of n rows whose SELECT takes took ms; returns the next chunk's limit. */
@@ -425,7 +437,8 @@ static void test_chunk_size(void)
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	answer(b, &c, 1000, 3, rows(1000), now);
+	wmstmt high = answer_chunk(b, &c, 1000, 3, rows(1000), now);
+	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, now); /* too late: ignored */
 	low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	c = next(b, BF_STMT_CHUNK, now);

@@ -2,8 +2,9 @@
  * DESCRIBE -> LOW -> (CHUNK -> HIGH)* -> DRAIN -> done, a chunk's HIGH standing for the next one's
  * LOW when that is read while the stream closes the chunk (else LOW again: a retry, the rate limit);
  * the reader runs the statements, the stream closes each chunk's window, and the sinks' durable
- * position finishes chunks in the order they were emitted. What is durable is what the state file keeps: a table's cursor (the key
- * of the last row of its last durable chunk) and its counters at that point. */
+ * position finishes chunks in the order they were emitted. What is durable is what the state file
+ * keeps: a table's cursor (the key of the last row of its last durable chunk) and its counters at
+ * that point. */
 #include "cdc/backfill/internal.h"
 
 #include <errno.h>

@@ -54,7 +54,7 @@ typedef struct table {
 	bf_stmt_kind kind; /* of the statement in flight */
 	uint64_t ticket, due_ms, sent_ms, limit;
 	uint64_t run_ms, run_read; /* when this run started, and the rows read before it */
-	bool last; /* the chunk read into w is the table's last */
+	bool last;		   /* the chunk read into w is the table's last */
 	/* Two chunks at most: while the stream closes prev (its high watermark written, prev_open),
 	 * the next one is read into w, so the server reads while cdc emits. */
 	bf_window *w, *prev;

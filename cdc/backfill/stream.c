@@ -26,8 +26,8 @@ bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values)
 
 /* The window w of t closed at lsn: emit what survived, and remember the chunk until durable. last:
  * it was the table's last chunk. */
-static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emit_fn emit, void *ctx, char *err,
-			 size_t errlen)
+static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emit_fn emit, void *ctx,
+			 char *err, size_t errlen)
 {
 	size_t rows = bfw_rows(w), dropped = bfw_dropped(w);
 	bf_batch batch = {.id = t->bf->id,

@@ -112,7 +112,8 @@ static wmstmt next_wm(bf_set *b, bf_stmt_kind kind, bf_now now)
 
 /* A chunk's result in the reader's order: the result, the high watermark's statement sent, then the
  * rows taken. */
-static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells, bf_now now)
+static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells,
+			   bf_now now)
 {
 	res r = {nrows, ncols, cells};
 	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
@@ -207,8 +208,9 @@ static void test_life(void)
 	CHECK(strncmp(low1.wm, id, 16) == 0 && strstr(low1.wm, ":low") != NULL);
 	answer(b, &low1.s, 1, 1, (const char *[]){"0/10"}, now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.sql, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
-			 "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
+	CHECK_STR(c.sql,
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
+		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
 	sink k = {0};
 	update(b, "a", "1", "1", 90); /* before the low watermark */
@@ -495,7 +497,7 @@ static void test_read_ahead(void)
 	answer(b, &c, 2, 3, (const char *[]){"10:10:", "3", "v", "10:10:", "4", "v"}, now);
 	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
 	answer(b, &high2.s, 1, 1, (const char *[]){"0/4"}, now);
-	nothing_due(b, now, 0); /* two chunks at most */
+	nothing_due(b, now, 0);	     /* two chunks at most */
 	update(b, "a", "3", "3", 5); /* before chunk 2's window */
 	deliver(b, &high1, 3, &k, now);
 	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;");
@@ -513,8 +515,8 @@ static void test_read_ahead(void)
 	/* a change chunk 3's window cannot key: chunk 3 is read again, chunk 4 is dropped */
 	const char *names[] = {"v"};
 	bf_datum v = {"w", 1};
-	bf_change unkeyed = {.schema = "public", .table = "a", .xid = 7, .ncols = 1, .names = names,
-			     .new_values = &v};
+	bf_change unkeyed = {
+	    .schema = "public", .table = "a", .xid = 7, .ncols = 1, .names = names, .new_values = &v};
 	backfill_on_change(b, &unkeyed);
 	deliver(b, &high3, 7, &k, now);
 	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;public.a:id=3,v=v;");
@@ -754,9 +756,10 @@ static void test_where(void)
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	bf_stmt s = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(s.sql, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
-			 "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
-			 "\"id\" LIMIT 2");
+	CHECK_STR(s.sql,
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
+		  "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
+		  "\"id\" LIMIT 2");
 	backfill_set_free(b);
 }
 

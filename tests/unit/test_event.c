@@ -872,10 +872,13 @@ static void test_commit_tail(void)
 	json_event_tail(&b, &c, 0x1A2B400, 1, TSTZ_2026);
 	json_event_tail(&b, &c, 0x1A2B500, 0, TSTZ_2026);
 	json_event_tail(&b, &c, 0x1A2B500, 1, 0);
-	CHECK_STR(b.data, ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
-			  ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":1,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
-			  ",\"commit_lsn\":\"0/1A2B500\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
-			  ",\"commit_lsn\":\"0/1A2B500\",\"tx_index\":1,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
+	CHECK_STR(
+	    b.data,
+	    ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":1,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/1A2B500\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/"
+	    "1A2B500\",\"tx_index\":1,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
 	json_commit_free(&c);
 	buf_free(&b);
 }

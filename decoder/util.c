@@ -104,9 +104,23 @@ void buf_free(buf *b)
 	b->len = b->cap = 0;
 }
 
+/* v in upper-case hex without leading zeros at p; returns the end. */
+static char *hex32(char *p, uint32_t v)
+{
+	int shift = 28;
+	while (shift > 0 && !(v >> shift))
+		shift -= 4;
+	for (; shift >= 0; shift -= 4)
+		*p++ = "0123456789ABCDEF"[(v >> shift) & 0xF];
+	return p;
+}
+
+/* By hand, not snprintf: every event's JSON carries two LSNs, and printf cost 7% of a backfill. */
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN])
 {
-	snprintf(out, LSN_STRLEN, "%" PRIX32 "/%" PRIX32, (uint32_t)(lsn >> 32), (uint32_t)lsn);
+	char *p = hex32(out, (uint32_t)(lsn >> 32));
+	*p++ = '/';
+	*hex32(p, (uint32_t)lsn) = '\0';
 }
 
 bool lsn_parse(const char *s, uint64_t *lsn)

@@ -18,6 +18,7 @@ typedef struct stdout_sink {
 	buf out;
 	uint64_t ended;	    /* last transaction whose events are all in out */
 	uint64_t delivered; /* last transaction written out */
+	json_commit commit;
 } stdout_sink;
 
 static bool write_all(stdout_sink *s, char *err, size_t errlen)
@@ -47,7 +48,7 @@ static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_
 	(void)sub, (void)seq;
 	stdout_sink *s = (stdout_sink *)base;
 	buf_append(&s->out, rendered, len);
-	json_event_tail(&s->out, c->commit_lsn, c->tx_index, c->commit_time);
+	json_event_tail(&s->out, &s->commit, c->commit_lsn, c->tx_index, c->commit_time);
 	/* A transaction larger than the buffer is written in parts; it is delivered at its end. */
 	return s->out.len < STDOUT_SINK_HIGH_WATER || write_all(s, err, errlen);
 }
@@ -75,6 +76,7 @@ static void stdout_free(sink *base)
 {
 	stdout_sink *s = (stdout_sink *)base;
 	buf_free(&s->out);
+	json_commit_free(&s->commit);
 	free(s);
 }
 

@@ -1,8 +1,10 @@
 /* backfill.c: the backfills of the daemon; see backfill.h. Each table moves through
- * DESCRIBE -> (LOW -> CHUNK -> HIGH -> STREAM)* -> DRAIN -> done; the reader runs the statements,
- * the stream closes each chunk's window, and the sinks' durable position finishes chunks in the
- * order they were emitted. What is durable is what the state file keeps: a table's cursor (the key
- * of the last row of its last durable chunk) and its counters at that point. */
+ * DESCRIBE -> LOW -> (CHUNK -> HIGH)* -> DRAIN -> done, a chunk's HIGH standing for the next one's
+ * LOW when that is read while the stream closes the chunk (else LOW again: a retry, the rate limit);
+ * the reader runs the statements, the stream closes each chunk's window, and the sinks' durable
+ * position finishes chunks in the order they were emitted. What is durable is what the state file
+ * keeps: a table's cursor (the key of the last row of its last durable chunk) and its counters at
+ * that point. */
 #include "cdc/backfill/internal.h"
 
 #include <errno.h>
@@ -105,7 +107,9 @@ void bf_clear_pending(table *t)
 void bf_stop_run(table *t)
 {
 	bfw_free(t->w);
-	t->w = NULL;
+	bfw_free(t->prev);
+	t->w = t->prev = NULL;
+	t->prev_open = t->rows_due = false;
 	clear_params(t);
 	bf_clear_pending(t);
 	t->step = S_NONE;
@@ -338,6 +342,13 @@ uint64_t bf_clamp_rows(const bf_set *b, uint64_t n)
 	return n < b->s.min_rows ? b->s.min_rows : n > b->s.max_rows ? b->s.max_rows : n;
 }
 
+/* A new chunk in w, its watermarks under a new nonce. */
+static void chunk_begin(bf_set *b, table *t)
+{
+	random_hex(b, t->nonce);
+	bfw_begin(t->w, t->nonce);
+}
+
 static void start_table(table *t, uint64_t now_ms)
 {
 	t->state = BF_RUNNING;
@@ -393,14 +404,21 @@ static void watermark_stmt(bf_set *b, table *t, bool high, bf_stmt *out)
 	     (const char *const *)t->params, &t->ticket, &t->kind);
 }
 
-/* The chunk query after the cursor, its values as parameters. */
+/* The chunk query after the last key read (the open chunk's before it has closed), its values as
+ * parameters. */
 static void chunk_stmt(bf_set *b, table *t, bf_stmt *out)
 {
 	clear_params(t);
-	bool has_cursor = t->cursor.len > 0;
+	size_t len = 0;
+	const void *cursor = t->prev_open ? bfw_last_key(t->prev, &len) : NULL;
+	if (!cursor) {
+		cursor = t->cursor.data;
+		len = t->cursor.len;
+	}
+	bool has_cursor = len > 0;
 	if (has_cursor) {
 		bf_datum *d = xcalloc(t->nkeys, sizeof(*d));
-		if (!bf_decode(t->cursor.data, t->cursor.len, d, t->nkeys)) {
+		if (!bf_decode(cursor, len, d, t->nkeys)) {
 			/* A cursor of another key (the table changed since): start over. */
 			buf_reset(&t->cursor);
 			has_cursor = false;
@@ -438,8 +456,7 @@ static bool table_next(bf_set *b, table *t, uint64_t now_ms, bf_stmt *out, uint6
 				*wake_ms = t->due_ms;
 			return false;
 		}
-		random_hex(b, t->nonce);
-		bfw_begin(t->w, t->nonce);
+		chunk_begin(b, t);
 		t->sent_ms = now_ms;
 		watermark_stmt(b, t, false, out);
 		break;
@@ -633,8 +650,10 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 	where_pushdown(t);
 	double est = strtod(r->value(r->ctx, 0, 8), NULL);
 	t->estimate = est < 0 ? -1 : (int64_t)est;
-	if (!t->w)
+	if (!t->w) {
 		t->w = bfw_new(b->s.max_bytes);
+		t->prev = bfw_new(b->s.max_bytes);
+	}
 	if (!t->limit)
 		t->limit = bf_clamp_rows(b, 1000);
 	return true;
@@ -682,6 +701,8 @@ static bool chunk_rows(bf_set *b, table *t, const bf_result *r, uint64_t now_ms,
 		bfw_set_snapshot(t->w, &snap);
 	}
 	t->last = (uint64_t)r->nrows < t->limit;
+	/* The rate limit: the next chunk starts when this one's rows are paid for. */
+	t->due_ms = b->s.rate ? t->sent_ms + (uint64_t)r->nrows * 1000 / b->s.rate : now_ms;
 	if (!t->last) {
 		/* Towards the target time, at most doubling or halving, and under half the byte cap
 		 * (the other half is for the keys changed while the chunk is open). */
@@ -711,10 +732,49 @@ static backfill *backfill_of_ticket(bf_set *b, uint64_t ticket)
 	return NULL;
 }
 
+/* The high watermark of the chunk read into w is written: it waits for the stream to close it,
+ * behind prev if that is still open; else it becomes prev, and the next chunk is read into w
+ * meanwhile, prev's high watermark its low one (its SELECT starts after that is written), unless
+ * the rate limit holds it back. */
+void bf_chunk_written(bf_set *b, table *t, uint64_t now_ms)
+{
+	if (t->prev_open) {
+		t->step = S_STREAM;
+		return;
+	}
+	bf_window *free_w = t->prev;
+	t->prev = t->w;
+	t->w = free_w;
+	t->prev_open = true;
+	t->prev_last = t->last;
+	t->opens_at_prev = false;
+	if (t->last) {
+		t->step = S_DRAIN;
+	} else if (t->due_ms > now_ms) {
+		t->step = S_LOW;
+	} else {
+		chunk_begin(b, t);
+		t->opens_at_prev = true;
+		t->step = S_CHUNK;
+	}
+}
+
+/* The chunks in memory are forgotten (their watermarks become foreign); what follows the cursor is
+ * read again. */
+void bf_drop_chunks(table *t)
+{
+	if (t->w) {
+		bfw_reset(t->w);
+		bfw_reset(t->prev);
+	}
+	t->prev_open = t->opens_at_prev = t->rows_due = false;
+}
+
 /* The chunk starts again with a new nonce (its watermarks become foreign). */
 void bf_chunk_again(table *t, uint64_t due_ms)
 {
 	bfw_reset(t->w);
+	t->opens_at_prev = t->rows_due = false;
 	t->step = S_LOW;
 	t->due_ms = due_ms;
 }
@@ -752,25 +812,45 @@ void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now)
 			t->step = S_CHUNK;
 		break;
 	case BF_STMT_CHUNK:
-		if (chunk_rows(b, t, r, now.ms, &msg)) {
-			t->step = S_HIGH;
-		} else if (msg.len) {
-			/* The table changed under the backfill: describe it again. */
-			bfw_reset(t->w);
-			t->step = S_DESCRIBE;
-		} else {
-			t->retries++;
-			bf_chunk_again(t, now.ms);
-		}
+		/* Its high watermark is due; its rows come in backfill_rows. */
+		t->step = S_HIGH;
+		t->rows_due = true;
+		t->rows_ms = now.ms;
 		break;
 	case BF_STMT_HIGH:
 		if (t->step == S_HIGH)
-			t->step = S_STREAM;
+			bf_chunk_written(b, t, now.ms);
 		break;
 	default:
 		break;
 	}
 	buf_free(&msg);
+}
+
+void backfill_rows(bf_set *b, const bf_result *r)
+{
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			table *t = &b->list[i]->tables[k];
+			if (!t->rows_due)
+				continue;
+			t->rows_due = false;
+			buf msg = {0};
+			if (chunk_rows(b, t, r, t->rows_ms, &msg)) {
+				/* read; its high watermark is on its way */
+			} else if (msg.len) {
+				/* The table changed under the backfill: describe it again, and read the
+				 * chunk before (in the old columns) again too. */
+				bf_drop_chunks(t);
+				t->step = S_DESCRIBE;
+			} else {
+				/* Its high watermark, if sent, becomes foreign. */
+				t->retries++;
+				bf_chunk_again(t, t->rows_ms);
+			}
+			buf_free(&msg);
+			return;
+		}
 }
 
 void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now)

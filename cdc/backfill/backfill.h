@@ -113,8 +113,13 @@ typedef struct bf_result {
 	bool (*isnull)(void *ctx, int row, int col);
 } bf_result;
 
-/* The result of the statement of ticket (an unknown or stale ticket is ignored). */
+/* The result of the statement of ticket (an unknown or stale ticket is ignored). A chunk's rows are
+ * taken by backfill_rows(), which the reader calls once it has sent the next statement (the
+ * chunk's high watermark): the server writes the watermark while cdc copies the rows. */
 void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now);
+/* The rows of the chunk result that backfill_result() was just given (r the same); nothing for
+ * another result. A chunk that does not fit after all is read again. */
+void backfill_rows(bf_set *b, const bf_result *r);
 /* The statement of ticket failed. lost: the connection went away (the work is done again on a
  * new one); otherwise the table (or, for the checks, the backfill) fails with message. */
 void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now);
@@ -175,6 +180,9 @@ void backfill_on_change(bf_set *b, const bf_change *c);
  * backfill_error). False if it cannot be written (the message names it); the state stays in memory and is
  * written next time. */
 bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Whether a table waits only for its last chunks to become durable (backfill_delivered finishes
+ * it, and the next table may start). */
+bool backfill_draining(const bf_set *b);
 /* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
  * read again, since what the stream delivers again would otherwise overtake their reads. */
 void backfill_restart(bf_set *b);

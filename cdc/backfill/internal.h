@@ -12,6 +12,9 @@
  * they say the subscription had its snapshot. */
 #define BF_KEEP_FINISHED 50
 
+/* The read side of a table: S_LOW, S_CHUNK, S_HIGH read a chunk into w; S_STREAM: its high
+ * watermark is written, and it waits for the chunk before it (prev) to close first; S_DRAIN:
+ * nothing left to read, the last chunks close and become durable. */
 enum step { S_NONE, S_DESCRIBE, S_LOW, S_CHUNK, S_HIGH, S_STREAM, S_DRAIN };
 
 /* A chunk emitted at its high watermark, finished once the sinks made lsn durable. */
@@ -51,8 +54,14 @@ typedef struct table {
 	bf_stmt_kind kind; /* of the statement in flight */
 	uint64_t ticket, due_ms, sent_ms, limit;
 	uint64_t run_ms, run_read; /* when this run started, and the rows read before it */
-	bool last;
-	bf_window *w;
+	bool last;		   /* the chunk read into w is the table's last */
+	/* Two chunks at most: while the stream closes prev (its high watermark written, prev_open),
+	 * the next one is read into w, so the server reads while cdc emits. */
+	bf_window *w, *prev;
+	bool prev_open, prev_last;
+	bool opens_at_prev; /* w's low watermark is prev's high one */
+	bool rows_due;	    /* the chunk's result awaits backfill_rows (at rows_ms) */
+	uint64_t rows_ms;
 	char nonce[BF_ID_SIZE];
 	buf sql, wm;
 	char **params;
@@ -95,6 +104,8 @@ void bf_rewind_table(table *t);
 bool bf_state_parse(const char *s, bf_state *out);
 void bf_trim_history(bf_set *b);
 void bf_chunk_again(table *t, uint64_t due_ms);
+void bf_chunk_written(bf_set *b, table *t, uint64_t now_ms);
+void bf_drop_chunks(table *t);
 uint64_t bf_clamp_rows(const bf_set *b, uint64_t n);
 void bf_clear_pending(table *t);
 backfill *bf_find(const bf_set *b, const char *id);

@@ -220,9 +220,10 @@ static void take_results(bf_reader *r)
 		r->res = NULL;
 		r->state = R_IDLE;
 		bf_now t = now();
+		bf_result br = {0};
 		if (done && PQresultStatus(done) == PGRES_TUPLES_OK) {
-			bf_result br = {PQntuples(done), PQnfields(done), done,
-					res_value,	 res_length,	  res_isnull};
+			br = (bf_result){PQntuples(done), PQnfields(done), done,
+					 res_value,	  res_length,	   res_isnull};
 			backfill_result(r->set, r->ticket, &br, t);
 		} else {
 			char msg[1024];
@@ -238,8 +239,11 @@ static void take_results(bf_reader *r)
 				return;
 			}
 		}
-		PQclear(done);
+		/* The next statement (a chunk's high watermark) goes out before the chunk's rows are
+		 * copied, so that the server writes it meanwhile. */
 		bf_reader_kick(r);
+		backfill_rows(r->set, &br);
+		PQclear(done);
 		return;
 	}
 	watch(r, false);

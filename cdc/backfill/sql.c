@@ -161,7 +161,9 @@ static void key_list(buf *out, const bfsql_col *cols, const size_t *keys, size_t
 void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_col *cols, size_t ncols,
 		 const size_t *keys, size_t nkeys, bool has_cursor, const char *where, uint64_t limit)
 {
-	buf_puts(out, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text");
+	/* A subquery: one call per statement (an InitPlan, under the statement's snapshot), not one per
+	 * row; computed per row, it cost a quarter of the chunk's time. */
+	buf_puts(out, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text)");
 	for (size_t i = 0; i < ncols; i++) {
 		buf_puts(out, ", ");
 		bfsql_quote_ident(out, cols[i].name);

@@ -24,11 +24,12 @@ bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values)
 	return false;
 }
 
-/* The window of t closed at lsn: emit what survived, and remember the chunk until durable. */
-static bool chunk_closed(bf_set *b, table *t, uint64_t lsn, bf_now now, bf_emit_fn emit, void *ctx, char *err,
-			 size_t errlen)
+/* The window w of t closed at lsn: emit what survived, and remember the chunk until durable. last:
+ * it was the table's last chunk. */
+static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emit_fn emit, void *ctx,
+			 char *err, size_t errlen)
 {
-	size_t rows = bfw_rows(t->w), dropped = bfw_dropped(t->w);
+	size_t rows = bfw_rows(w), dropped = bfw_dropped(w);
 	bf_batch batch = {.id = t->bf->id,
 			  .subscription = t->bf->sub,
 			  .where = t->bf->where,
@@ -40,17 +41,17 @@ static bool chunk_closed(bf_set *b, table *t, uint64_t lsn, bf_now now, bf_emit_
 			  .nkeys = t->nkeys,
 			  .lsn = lsn,
 			  .nrows = rows - dropped,
-			  .w = t->w};
+			  .w = w};
 	if (batch.nrows && !emit(ctx, &batch, err, errlen))
 		return false;
 	t->done.read += rows;
 	t->done.dropped += dropped;
 	t->done.emitted += rows - dropped;
 	size_t keylen;
-	const void *last = bfw_last_key(t->w, &keylen);
-	if (last) {
+	const void *key = bfw_last_key(w, &keylen);
+	if (key) {
 		buf_reset(&t->cursor);
-		buf_append(&t->cursor, last, keylen);
+		buf_append(&t->cursor, key, keylen);
 	}
 	t->pend = xrealloc(t->pend, (t->npend + 1) * sizeof(*t->pend));
 	pending *p = &t->pend[t->npend++];
@@ -58,13 +59,52 @@ static bool chunk_closed(bf_set *b, table *t, uint64_t lsn, bf_now now, bf_emit_
 		       .read = t->done.read,
 		       .emitted = t->done.emitted,
 		       .dropped = t->done.dropped,
-		       .last = t->last};
+		       .last = last};
 	buf_append(&p->cursor, t->cursor.data, t->cursor.len);
-	t->step = t->last ? S_DRAIN : S_LOW;
-	/* The rate limit: the next chunk starts when this one's rows are paid for. */
-	t->due_ms = now.ms;
-	if (b->s.rate)
-		t->due_ms = t->sent_ms + (uint64_t)rows * 1000 / b->s.rate;
+	return true;
+}
+
+/* A high watermark asks for t's chunk in w again: the chunk read after it (if w is prev) goes too,
+ * and so does any statement in flight, whose result is then ignored. */
+static void chunk_retry(bf_set *b, table *t, const bf_window *w, bf_now now)
+{
+	t->retries++;
+	if (bfw_retry_reason(w) == BFW_RETRY_MEMORY)
+		t->limit = bf_clamp_rows(b, t->limit / 2);
+	t->prev_open = false;
+	t->busy = false;
+	t->ticket = 0;
+	bf_chunk_again(t, now.ms);
+}
+
+/* A watermark of t's chunk in w (prev or the one read into w): false if it is neither's. */
+static bool chunk_watermark(bf_set *b, table *t, bool is_prev, const char *nonce, bool high, uint64_t lsn,
+			    bf_now now, bf_emit_fn emit, void *ctx, char *err, size_t errlen, bool *ok)
+{
+	bf_window *w = is_prev ? t->prev : t->w;
+	if ((is_prev && !t->prev_open) || !bfw_nonce(w) || strcmp(bfw_nonce(w), nonce) != 0)
+		return false;
+	switch (bfw_watermark(w, nonce, high)) {
+	case BFW_CLOSED:
+		*ok = chunk_closed(t, w, is_prev ? t->prev_last : t->last, lsn, emit, ctx, err, errlen);
+		if (!is_prev) {
+			/* Closed before its HIGH statement's result came back (which is then ignored). */
+			t->step = t->last ? S_DRAIN : S_LOW;
+		} else {
+			t->prev_open = false;
+			if (t->opens_at_prev)
+				bfw_open(t->w);
+			t->opens_at_prev = false;
+			if (t->step == S_STREAM)
+				bf_chunk_written(b, t, now.ms);
+		}
+		break;
+	case BFW_RETRY:
+		chunk_retry(b, t, w, now);
+		break;
+	default:
+		break;
+	}
 	return true;
 }
 
@@ -76,25 +116,15 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 	if (!bfsql_watermark_parse(content, len, id, sizeof(id), nonce, sizeof(nonce), &high))
 		return true;
 	backfill *f = bf_find(b, id);
+	bool ok = true;
 	for (size_t k = 0; f && k < f->ntables; k++) {
 		table *t = &f->tables[k];
-		if (t->state != BF_RUNNING || !t->w || !bfw_nonce(t->w) ||
-		    strcmp(bfw_nonce(t->w), nonce) != 0)
-			continue;
-		switch (bfw_watermark(t->w, nonce, high)) {
-		case BFW_CLOSED:
-			return chunk_closed(b, t, lsn, now, emit, ctx, err, errlen);
-		case BFW_RETRY:
-			t->retries++;
-			if (bfw_retry_reason(t->w) == BFW_RETRY_MEMORY)
-				t->limit = bf_clamp_rows(b, t->limit / 2);
-			bf_chunk_again(t, now.ms);
-			return true;
-		default:
-			return true;
-		}
+		if (t->state == BF_RUNNING && t->w &&
+		    (chunk_watermark(b, t, true, nonce, high, lsn, now, emit, ctx, err, errlen, &ok) ||
+		     chunk_watermark(b, t, false, nonce, high, lsn, now, emit, ctx, err, errlen, &ok)))
+			break;
 	}
-	return true;
+	return ok;
 }
 
 bool backfill_watching(const bf_set *b, const char *schema, const char *table_name)
@@ -138,6 +168,7 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 				continue;
 			if (c->truncate) {
 				bfw_truncate(t->w, c->xid);
+				bfw_truncate(t->prev, c->xid);
 				continue;
 			}
 			buf_reset(&k1);
@@ -147,11 +178,12 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 				whole &= c->new_values[j].len != BF_ABSENT;
 			bool has1 = c->old_values && change_key(t, c, c->old_values, c->new_values, &k1);
 			bool has2 = c->new_values && change_key(t, c, c->new_values, NULL, &k2);
-			if (!has1 && has2)
-				bfw_change(t->w, c->xid, k2.data, k2.len, NULL, 0, whole);
-			else
-				bfw_change(t->w, c->xid, has1 ? k1.data : NULL, k1.len, has2 ? k2.data : NULL,
-					   k2.len, whole);
+			/* The key before the change (or after it, for an insert), and after it if both. */
+			const buf *key = has1 ? &k1 : &k2, *key2 = has1 && has2 ? &k2 : NULL;
+			bf_window *both[] = {t->w, t->prev};
+			for (size_t j = 0; j < 2; j++)
+				bfw_change(both[j], c->xid, has1 || has2 ? key->data : NULL, key->len,
+					   key2 ? key2->data : NULL, key2 ? key2->len : 0, whole);
 		}
 	buf_free(&k1);
 	buf_free(&k2);
@@ -289,6 +321,17 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 	return true;
 }
 
+bool backfill_draining(const bf_set *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			const table *t = &b->list[i]->tables[k];
+			if (t->state == BF_RUNNING && t->step == S_DRAIN && !t->prev_open && t->npend)
+				return true;
+		}
+	return false;
+}
+
 void backfill_restart(bf_set *b)
 {
 	for (size_t i = 0; i < b->n; i++)
@@ -298,8 +341,7 @@ void backfill_restart(bf_set *b)
 				continue;
 			bf_clear_pending(t);
 			bf_rewind_table(t);
-			if (t->w)
-				bfw_reset(t->w);
+			bf_drop_chunks(t);
 			t->busy = false;
 			t->ticket = 0;
 			t->step = t->cols ? S_LOW : S_DESCRIBE;

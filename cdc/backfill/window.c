@@ -54,14 +54,25 @@ struct bf_window {
 
 void bf_encode(buf *out, const bf_datum *d, size_t n)
 {
+	/* Room for all of it at once: every row of every chunk goes through here. */
+	size_t size = 4 * n;
+	for (size_t i = 0; i < n; i++)
+		size += d[i].len > 0 ? (size_t)d[i].len : 0;
+	buf_reserve(out, size);
+	uint8_t *p = (uint8_t *)out->data + out->len;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t len = d[i].len < 0 ? UINT32_MAX - (uint32_t)(-1 - d[i].len) : (uint32_t)d[i].len;
-		uint8_t be[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-				 (uint8_t)len};
-		buf_append(out, be, sizeof(be));
-		if (d[i].len > 0)
-			buf_append(out, d[i].data, (size_t)d[i].len);
+		*p++ = (uint8_t)(len >> 24);
+		*p++ = (uint8_t)(len >> 16);
+		*p++ = (uint8_t)(len >> 8);
+		*p++ = (uint8_t)len;
+		if (d[i].len > 0) {
+			memcpy(p, d[i].data, (size_t)d[i].len);
+			p += d[i].len;
+		}
 	}
+	out->len += size;
+	out->data[out->len] = '\0';
 }
 
 bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n)
@@ -353,17 +364,21 @@ static bool snapshot_race(bf_window *w)
 	return race;
 }
 
+bool bfw_open(bf_window *w)
+{
+	if (w->state != BFW_ARMED)
+		return false;
+	w->state = BFW_OPEN;
+	w->before_low = w->nrecent;
+	return true;
+}
+
 bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high)
 {
 	if (w->state == BFW_IDLE || w->state == BFW_DONE || strcmp(nonce, w->nonce) != 0)
 		return BFW_FOREIGN;
-	if (!high) {
-		if (w->state != BFW_ARMED)
-			return BFW_FOREIGN; /* a low watermark delivered twice */
-		w->state = BFW_OPEN;
-		w->before_low = w->nrecent;
-		return BFW_OPENED;
-	}
+	if (!high)
+		return bfw_open(w) ? BFW_OPENED : BFW_FOREIGN; /* a low watermark delivered twice */
 	if (w->state == BFW_ARMED)
 		w->retry = BFW_RETRY_NO_LOW;
 	w->state = BFW_DONE;

@@ -78,6 +78,10 @@ bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, 
 /* The snapshot the SELECT ran under (takes ownership). Without one no snapshot check is made. */
 void bfw_set_snapshot(bf_window *w, bf_snapshot *s);
 
+/* The chunk's low watermark passed in the stream: changes count from here. Another chunk's high
+ * watermark may stand for it (written before this chunk's SELECT began). False if the window was
+ * not waiting for it. */
+bool bfw_open(bf_window *w);
 /* A watermark of the chunk's backfill: nonce and whether it is the high one. */
 bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high);
 

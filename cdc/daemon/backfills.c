@@ -126,11 +126,21 @@ void backfills_reloaded(sidecar *d, const cfg *old)
 void backfills_delivered(sidecar *d, uint64_t flushed)
 {
 	char err[512];
+	bool active = backfill_active(d->bf);
 	bool ok = backfill_delivered(d->bf, flushed, now(), err, sizeof(err));
 	if (!ok && !d->bf_warned)
 		log_warn("cannot record the backfills' progress; retrying", "error=\"%s\"", err);
 	d->bf_warned = !ok;
+	/* GET /backfills follows a running backfill's durable chunks now, not at the next figures
+	 * (up to a second later): `cdc backfill --wait` sees it done when it is. */
+	if (active)
+		backfills_publish(d);
 	bf_reader_kick(d->bf_reader);
+}
+
+bool backfills_draining(const sidecar *d)
+{
+	return d->bf && backfill_draining(d->bf);
 }
 
 void backfills_restart(sidecar *d)

@@ -37,7 +37,10 @@ static bool send_feedback(sidecar *d, bool force)
 	connection *c = &d->conn;
 	uint64_t now = now_ms(), flushed = pipeline_flushed(d->pipe);
 	bool moved = flushed != c->sent_flush_lsn;
-	if (!force && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
+	/* A table that waits only for its last chunks to be durable finishes (and the next one
+	 * starts) now, not after FEEDBACK_MIN_MS. */
+	bool drained = moved && backfills_draining(d);
+	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
 	if (flushed > c->st.flushed_lsn) {

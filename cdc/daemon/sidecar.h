@@ -113,6 +113,8 @@ void backfills_on_control(sidecar *d, status_request *req);
 bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen);
 /* The sinks made everything before flushed durable. */
 void backfills_delivered(sidecar *d, uint64_t flushed);
+/* Whether a backfill's table waits only for its last chunks to be durable. */
+bool backfills_draining(const sidecar *d);
 /* The stream starts again from the slot's confirmed position. */
 void backfills_restart(sidecar *d);
 /* Something may be due for the reader. */

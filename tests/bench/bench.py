@@ -860,7 +860,10 @@ def backfill_run(pg, work, tag, table):
                                                 "sink": "stdout", "snapshot": "true"}])
     wait_socket(status_sock, p, err, start)
     while True:
-        states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]
+        try:
+            states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]
+        except ConnectionRefusedError:  # the socket file exists a moment before it listens
+            states = []
         if states and all(st == "done" for st in states):
             break
         if p.poll() is not None or any(st in ("failed", "cancelled") for st in states):

@@ -41,6 +41,7 @@ static void answer(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char
 	res r = {nrows, ncols, cells};
 	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
 	backfill_result(b, s->ticket, &br, now);
+	backfill_rows(b, &br);
 }
 
 /* A statement and, for a watermark, its content (the statement's parameters last only until the
@@ -107,6 +108,19 @@ static wmstmt next_wm(bf_set *b, bf_stmt_kind kind, bf_now now)
 	if (w.s.nparams == 1)
 		snprintf(w.wm, sizeof(w.wm), "%s", w.s.params[0]);
 	return w;
+}
+
+/* A chunk's result in the reader's order: the result, the high watermark's statement sent, then the
+ * rows taken. */
+static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells,
+			   bf_now now)
+{
+	res r = {nrows, ncols, cells};
+	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
+	backfill_result(b, s->ticket, &br, now);
+	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
+	backfill_rows(b, &br);
+	return high;
 }
 
 /* The watermark w writes, delivered by the stream at lsn. */
@@ -194,8 +208,9 @@ static void test_life(void)
 	CHECK(strncmp(low1.wm, id, 16) == 0 && strstr(low1.wm, ":low") != NULL);
 	answer(b, &low1.s, 1, 1, (const char *[]){"0/10"}, now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
-			 "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
+	CHECK_STR(c.sql,
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
+		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
 	sink k = {0};
 	update(b, "a", "1", "1", 90); /* before the low watermark */
@@ -205,28 +220,28 @@ static void test_life(void)
 	wmstmt high1 = next_wm(b, BF_STMT_HIGH, now);
 	CHECK(strstr(high1.wm, ":high") != NULL);
 	answer(b, &high1.s, 1, 1, (const char *[]){"0/20"}, now);
-	nothing_due(b, now, 0);
-	deliver(b, &high1, 20, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=x;");
-	CHECK_INT(k.lsn, 20);
 
-	/* chunk 2 after the cursor: row 3, the last (fewer rows than the limit) */
-	wmstmt low2 = next_wm(b, BF_STMT_LOW, now);
-	CHECK(strcmp(low2.wm, low1.wm) != 0);
-	answer(b, &low2.s, 1, 1, (const char *[]){"0/30"}, now);
+	/* chunk 2 is read while the stream has yet to deliver chunk 1's high watermark, which stands
+	 * for chunk 2's low one: after the last key read, row 3, the last (fewer rows than the limit) */
 	c = next(b, BF_STMT_CHUNK, now);
 	CHECK_STR(c.sql,
-		  "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 		  "\"public\".\"a\" WHERE \"id\" > $1::\"pg_catalog\".\"int4\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 1);
 	CHECK_STR(c.params[0], "2");
+	update(b, "a", "3", "3", 92); /* in chunk 1's window, before chunk 2's */
+	deliver(b, &high1, 20, &k, now);
+	CHECK_STR(k.got.data, "public.a:id=1,v=x;");
+	CHECK_INT(k.lsn, 20);
 	answer(b, &c, 1, 3, (const char *[]){"96:96:", "3", "z"}, now);
 	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
-	deliver(b, &low2, 30, &k, now);
+	CHECK(strcmp(high2.wm, high1.wm) != 0);
+	CHECK(!backfill_draining(b));
 	/* the stream's high watermark may come before the reader hears back */
 	deliver(b, &high2, 40, &k, now);
 	answer(b, &high2.s, 1, 1, (const char *[]){"0/40"}, now);
 	CHECK_STR(k.got.data, "public.a:id=1,v=x;public.a:id=3,v=z;");
+	CHECK(backfill_draining(b)); /* all read and emitted: only durability is missing */
 
 	/* only chunk 1 is durable when cdc dies */
 	CHECK(backfill_delivered(b, 25, now, err, sizeof(err)));
@@ -250,11 +265,11 @@ static void test_life(void)
 	s = next(b, BF_STMT_DESCRIBE, now);
 	answer(b, &s, 2, 9, describe_a, now);
 	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
-	CHECK(strcmp(low3.wm, low2.wm) != 0);
+	CHECK(strcmp(low3.wm, high2.wm) != 0);
 	answer(b, &low3.s, 1, 1, (const char *[]){"0/50"}, now);
 	c = next(b, BF_STMT_CHUNK, now);
 	CHECK_STR(c.params[0], "2");
-	deliver(b, &low2, 30, &k, now); /* replayed from before the crash */
+	deliver(b, &high1, 20, &k, now); /* replayed from before the crash */
 	deliver(b, &low3, 50, &k, now);
 	answer(b, &c, 1, 3, (const char *[]){"97:97:", "3", "z2"}, now);
 	wmstmt high3 = next_wm(b, BF_STMT_HIGH, now);
@@ -264,6 +279,7 @@ static void test_life(void)
 	deliver(b, &high3, 60, &k, now);
 	CHECK_STR(k.got.data, "public.a:id=3,v=z2;");
 	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
+	CHECK(!backfill_draining(b));
 	bf_table_info ti;
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
@@ -373,8 +389,7 @@ static void read_chunk(bf_set *b, int n, uint64_t took, bf_now *now, wmstmt *low
 	answer(b, &low->s, 1, 1, (const char *[]){"0/1"}, *now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
 	now->ms += took;
-	answer(b, &c, n, 3, rows(n), *now);
-	*high = next_wm(b, BF_STMT_HIGH, *now);
+	*high = answer_chunk(b, &c, n, 3, rows(n), *now);
 }
 
 /* One chunk of n rows whose SELECT takes took ms; returns the next chunk's limit. */
@@ -387,9 +402,7 @@ static uint64_t chunk_of(bf_set *b, int n, uint64_t took, bf_now *now)
 	deliver(b, &low, 1, &k, *now);
 	deliver(b, &high, 2, &k, *now);
 	buf_free(&k.got);
-	low = next_wm(b, BF_STMT_LOW, *now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/3"}, *now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
+	bf_stmt c = next(b, BF_STMT_CHUNK, *now); /* its low watermark is high */
 	return strtoull(strrchr(c.sql, ' ') + 1, NULL, 10);
 }
 
@@ -426,7 +439,8 @@ static void test_chunk_size(void)
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	answer(b, &c, 1000, 3, rows(1000), now);
+	wmstmt high = answer_chunk(b, &c, 1000, 3, rows(1000), now);
+	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, now); /* too late: ignored */
 	low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	c = next(b, BF_STMT_CHUNK, now);
@@ -460,6 +474,62 @@ static void test_rate_limit(void)
 	CHECK_INT((int64_t)info.p.rate, 10); /* 2 rows in 200 ms */
 	CHECK_INT(info.p.estimate, 3);
 	CHECK_INT(info.p.eta_s, 0); /* (3 - 2) / 10 s, rounded */
+	buf_free(&k.got);
+	backfill_set_free(b);
+}
+
+/* The next chunk is read while the stream has yet to close the one before, whose high watermark is
+ * its low one: its own high watermark waits for that one to close; a retry of that one drops it
+ * (its statement in flight is ignored) and reads that one again. */
+static void test_read_ahead(void)
+{
+	bf_now now = {1000, 0};
+	char id[BF_ID_SIZE];
+	bf_set *b = started(&settings, now, id);
+	sink k = {0};
+	wmstmt low1, high1;
+	read_chunk(b, 2, 10, &now, &low1, &high1);
+	answer(b, &high1.s, 1, 1, (const char *[]){"0/2"}, now);
+	deliver(b, &low1, 1, &k, now);
+	/* chunk 2 is read and its high watermark written before chunk 1 closes */
+	bf_stmt c = next(b, BF_STMT_CHUNK, now);
+	CHECK_STR(c.params[0], "2");
+	answer(b, &c, 2, 3, (const char *[]){"10:10:", "3", "v", "10:10:", "4", "v"}, now);
+	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
+	answer(b, &high2.s, 1, 1, (const char *[]){"0/4"}, now);
+	nothing_due(b, now, 0);	     /* two chunks at most */
+	update(b, "a", "3", "3", 5); /* before chunk 2's window */
+	deliver(b, &high1, 3, &k, now);
+	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;");
+	update(b, "a", "4", "4", 6); /* in chunk 2's window */
+	/* chunk 3 is read meanwhile, after chunk 2's last key */
+	c = next(b, BF_STMT_CHUNK, now);
+	CHECK_STR(c.params[0], "4");
+	deliver(b, &high2, 5, &k, now);
+	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;public.a:id=3,v=v;");
+	answer(b, &c, 2, 3, (const char *[]){"10:10:", "5", "v", "10:10:", "6", "v"}, now);
+	wmstmt high3 = next_wm(b, BF_STMT_HIGH, now);
+	answer(b, &high3.s, 1, 1, (const char *[]){"0/6"}, now);
+	bf_stmt c4 = next(b, BF_STMT_CHUNK, now);
+	CHECK_STR(c4.params[0], "6");
+	/* a change chunk 3's window cannot key: chunk 3 is read again, chunk 4 is dropped */
+	const char *names[] = {"v"};
+	bf_datum v = {"w", 1};
+	bf_change unkeyed = {
+	    .schema = "public", .table = "a", .xid = 7, .ncols = 1, .names = names, .new_values = &v};
+	backfill_on_change(b, &unkeyed);
+	deliver(b, &high3, 7, &k, now);
+	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;public.a:id=3,v=v;");
+	answer(b, &c4, 1, 3, (const char *[]){"10:10:", "7", "v"}, now); /* ignored */
+	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
+	answer(b, &low3.s, 1, 1, (const char *[]){"0/8"}, now);
+	c = next(b, BF_STMT_CHUNK, now);
+	CHECK_STR(c.params[0], "4");
+	bf_info info;
+	backfill_info(b, 0, now, &info);
+	CHECK_INT(info.p.retries, 1);
+	CHECK_INT(info.p.read, 4);
+	CHECK_INT(info.p.dropped, 1);
 	buf_free(&k.got);
 	backfill_set_free(b);
 }
@@ -686,9 +756,10 @@ static void test_where(void)
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	bf_stmt s = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(s.sql, "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"v\" FROM "
-			 "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
-			 "\"id\" LIMIT 2");
+	CHECK_STR(s.sql,
+		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
+		  "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
+		  "\"id\" LIMIT 2");
 	backfill_set_free(b);
 }
 
@@ -828,6 +899,7 @@ int main(void)
 	test_life();
 	test_chunk_size();
 	test_rate_limit();
+	test_read_ahead();
 	test_failures();
 	test_cancel_restart();
 	test_changes();

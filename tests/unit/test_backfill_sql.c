@@ -57,7 +57,7 @@ static void test_chunk(void)
 	};
 	static const size_t one[] = {0}, two[] = {2, 3};
 	static const char head[] =
-	    "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \"id\", \"Odd \"\"Col\", "
+	    "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"Odd \"\"Col\", "
 	    "\"region\", \"kind\" FROM \"public\".\"Orders\"";
 	static const struct {
 		const size_t *keys;

@@ -18,6 +18,7 @@ static void key_of(buf *b, const char *k, size_t n)
 /* Runs a script against a window begun with nonce "n1"; tokens separated by spaces:
  *   Rk       the SELECT read the row of key k
  *   L / Lx   the low watermark of n1 / of the foreign nonce x
+ *   O        the previous chunk's high watermark, standing for n1's low one (bfw_open)
  *   H / Hx   the high watermark of n1 / of x
  *   Ck@x     a change of key k committed by xid x (@x optional: xid 100)
  *   Mk>j@x   a change moving key k to j
@@ -79,6 +80,9 @@ static bfw_mark run(bf_window *w, const char *script, char *out, size_t outlen)
 		}
 		case 'B':
 			bfw_begin(w, "n1");
+			break;
+		case 'O':
+			last = bfw_open(w) ? BFW_OPENED : BFW_FOREIGN;
 			break;
 		}
 	}
@@ -154,6 +158,11 @@ static void test_rule(void)
 	    /* a commit the previous chunk's snapshot did not see is checked again by the next one */
 	    {"R1 P140:160:150 L C1@150 H B R2 P140:160:150 L H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
 	    {"R1 P140:160:150 L C1@150 H B R2 P151:160: L H", BFW_CLOSED, "2"},
+	    /* the previous chunk's high watermark opens the window as the low one would, and a low
+	     * watermark after it changes nothing */
+	    {"C1 R1 R2 R3 O C2 H", BFW_CLOSED, "1 3"},
+	    {"R1 R2 O C1 L C2 H", BFW_CLOSED, ""},
+	    {"C1@150 R1 R2 P140:160:150 O H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bf_window *w = bfw_new(1 << 20);

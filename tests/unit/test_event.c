@@ -862,6 +862,27 @@ static void test_json_odd_events(void)
 	buf_free(&b);
 }
 
+/* json_event_tail with one json_commit over several transactions: rendered anew when the commit
+ * changes, tx_index always the event's. */
+static void test_commit_tail(void)
+{
+	json_commit c = {0};
+	buf b = {0};
+	json_event_tail(&b, &c, 0x1A2B400, 0, TSTZ_2026);
+	json_event_tail(&b, &c, 0x1A2B400, 1, TSTZ_2026);
+	json_event_tail(&b, &c, 0x1A2B500, 0, TSTZ_2026);
+	json_event_tail(&b, &c, 0x1A2B500, 1, 0);
+	CHECK_STR(
+	    b.data,
+	    ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":1,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/1A2B500\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
+	    ",\"commit_lsn\":\"0/"
+	    "1A2B500\",\"tx_index\":1,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
+	json_commit_free(&c);
+	buf_free(&b);
+}
+
 int main(void)
 {
 	A = arena_new(64 * 1024);
@@ -881,6 +902,7 @@ int main(void)
 	test_roundtrip_all_kinds();
 	test_errors();
 	test_json_odd_events();
+	test_commit_tail();
 
 	pgo_relcache_free(RC);
 	arena_free(A);

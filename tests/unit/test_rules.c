@@ -224,6 +224,10 @@ static void test_lsn(void)
 	CHECK_STR(s, "0/16B3748");
 	lsn_format(0xFFFFFFFFFFFFFFFFULL, s);
 	CHECK_STR(s, "FFFFFFFF/FFFFFFFF");
+	lsn_format(0, s);
+	CHECK_STR(s, "0/0");
+	lsn_format(0x100000000ULL, s);
+	CHECK_STR(s, "1/0");
 	uint64_t v;
 	CHECK(lsn_parse("1A/2B3C", &v));
 	CHECK_INT(v, 0x1A00002B3CLL);

@@ -266,6 +266,16 @@ static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *c
 	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
 }
 
+/* A CREATE failed because another process created the object between our look and our CREATE:
+ * a second cdc on the same slot (a standby replica) starting at the same moment. The slot's
+ * creation checks under a lock (duplicate_object); CREATE PUBLICATION fails with duplicate_object
+ * if the other one committed first, else on the catalog's unique index (unique_violation). */
+static bool created_meanwhile(const PGresult *res)
+{
+	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	return sqlstate && (strcmp(sqlstate, "42710") == 0 || strcmp(sqlstate, "23505") == 0);
+}
+
 /* s between quote characters q, each q inside doubled: an SQL identifier ('"'), an SQL or
  * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
 static void append_quoted(buf *b, const char *s, char q)
@@ -369,7 +379,11 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 			buf_puts(&sql, " FOR ALL TABLES");
 		}
 		res = PQexec(s->admin, sql.data);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
+			PQclear(res);
+			log_info("publication created by another process meanwhile; using it",
+				 "publication=%s", s->publication);
+		} else if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			r = query_failed(s->admin, res, "creating the publication", err, errlen);
 		else {
 			PQclear(res);
@@ -490,7 +504,9 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 	return SOURCE_OK;
 }
 
-static source_result create_slot(source *s, char *err, size_t errlen)
+/* exists_ok: a slot another process created meanwhile will do (at a start; a re-sync must create
+ * its own). */
+static source_result create_slot(source *s, bool exists_ok, char *err, size_t errlen)
 {
 	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). */
 	const char *params[] = {s->slot, PQserverVersion(s->admin) >= 150000 ? "true" : "false"};
@@ -500,6 +516,12 @@ static source_result create_slot(source *s, char *err, size_t errlen)
 		  "false, $2::bool)"
 		: "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
 	PGresult *res = exec_params(s->admin, sql, PQserverVersion(s->admin) >= 140000 ? 2 : 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK && exists_ok && created_meanwhile(res)) {
+		PQclear(res);
+		log_info("replication slot created by another process meanwhile; using it", "slot=%s",
+			 s->slot);
+		return SOURCE_OK;
+	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
 	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot,
@@ -663,7 +685,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			r = SOURCE_FATAL;
 			goto out;
 		}
-		if ((r = create_slot(s, err, errlen)) != SOURCE_OK ||
+		if ((r = create_slot(s, true, err, errlen)) != SOURCE_OK ||
 		    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 			goto out;
 	}
@@ -926,7 +948,7 @@ source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char 
 		}
 	}
 	if (gap == SOURCE_GAP_SLOT_LOST)
-		r = create_slot(s, err, errlen);
+		r = create_slot(s, false, err, errlen);
 	else {
 		res = exec_params(s->admin,
 				  "SELECT end_lsn FROM pg_catalog.pg_replication_slot_advance($1, "

@@ -1,13 +1,15 @@
 """test_deploy.py: the Kubernetes manifests (deploy/kubernetes) and the image (deploy/Dockerfile).
 
-- Both kustomizations render with `kubectl kustomize`, and every rendered object validates offline
-  against the Kubernetes API schemas: tests/deploy/validate.js, with kubernetes-models and
-  TypeScript pinned by tests/deploy/package-lock.json and installed here by `npm ci`. Broken
-  objects (a misspelled or misplaced field, a bad enum value, a wrong type, a missing required
-  field, an unknown kind) are rejected.
+- The three kustomizations (base, managed, managed-ha) render with `kubectl kustomize`, and every
+  rendered object validates offline against the Kubernetes API schemas: tests/deploy/validate.js,
+  with kubernetes-models and TypeScript pinned by tests/deploy/package-lock.json and installed here
+  by `npm ci`. Broken objects (a misspelled or misplaced field, a bad enum value, a wrong type, a
+  missing required field, an unknown kind) are rejected.
 - The pod specs meet the restricted Pod Security Standard, and what refers to what agrees: probe
   ports and status.listen, the sockets and the volume the application shares, the Secret keys of
-  both containers, state_dir on a persistent volume, the image's uid.
+  both containers, state_dir on a persistent volume, the image's uid. managed-ha: a StatefulSet of
+  two replicas (Parallel), each with its own state_dir (volumeClaimTemplates), spread over nodes, a
+  PodDisruptionBudget of one, readiness on /healthz, Kafka subscriptions only, exactly once.
 - build/cdc needs no library outside deploy/deps.sh's runtime list (what the image installs).
 - The cdc container and the example application run here exactly as rendered (command or the
   image's ENTRYPOINT, args, env with the Secrets' values, the ConfigMap's cdc.yaml), against a
@@ -15,6 +17,9 @@
   script, and the probes answer as the kubelet sees them: /healthz and /readyz 200 while
   streaming, /readyz 503 (and /healthz still 200) once PostgreSQL stops; cdc stops with 0 on SIGTERM
   within the pod's grace period.
+- managed-ha's two replicas run the same way, against that PostgreSQL and the mock Kafka cluster
+  (tests/kafka_fixtures.py): one streams, the other is a standby (/readyz 503, Ready all the same),
+  and it takes over within seconds when the active one's pod is deleted.
 
 What running "exactly as rendered" cannot keep, and how it is remapped (nothing else is):
 - each volume becomes a local directory: a ConfigMap's keys are written into one, an emptyDir or
@@ -26,7 +31,8 @@ What running "exactly as rendered" cannot keep, and how it is remapped (nothing 
   the Prometheus annotation, which name PORT, are sent to FREE_PORT;
 - the base's dsn names the pod's loopback on port 5432; the test server has a free port of its own,
   so the dsn's port is rewritten (the managed overlay's dsn is empty: its PG* variables come
-  from the Secret, whose values this test provides, as a user would).
+  from the Secret, whose values this test provides, as a user would);
+- managed-ha's kafka.brokers, a placeholder, becomes the mock Kafka cluster's bootstrap servers.
 """
 
 import http.client
@@ -44,14 +50,16 @@ import pytest
 import yaml
 
 from conftest import CDC_BIN, ROOT, CdcProcess, drop_slot, wait_for
+from kafka_fixtures import row_plain
 from npm import npm_ci
 from pg import TempPostgres, free_port
 
 KUBECTL = "/usr/bin/kubectl"
 DEPLOY = os.path.join(ROOT, "deploy")
 VALIDATOR_DIR = os.path.join(ROOT, "tests", "deploy")
-KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "managed": "deploy/kubernetes/overlays/managed"}
-WORKLOADS = {"base": "StatefulSet", "managed": "Deployment"}
+KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "managed": "deploy/kubernetes/overlays/managed",
+                  "managed-ha": "deploy/kubernetes/overlays/managed-ha"}
+WORKLOADS = {"base": "StatefulSet", "managed": "Deployment", "managed-ha": "StatefulSet"}
 
 # The Secrets a user creates (README, "Deploy on Kubernetes"); the cdc password has a quote and a
 # space, so quoting in the init script and in libpq is exercised too.
@@ -98,6 +106,7 @@ def test_kustomizations_render(rendered):
     assert kinds["base"] == [("ConfigMap", "cdc-config"), ("ConfigMap", "db-init"), ("Service", "db"),
                              ("StatefulSet", "db")]
     assert [k for k, _ in kinds["managed"]] == ["ConfigMap", "Deployment", "PersistentVolumeClaim"]
+    assert [k for k, _ in kinds["managed-ha"]] == ["ConfigMap", "PodDisruptionBudget", "Service", "StatefulSet"]
 
 
 def test_rendered_objects_validate(rendered, validate):
@@ -109,6 +118,12 @@ def test_rendered_objects_validate(rendered, validate):
 
 def _sidecar_of(workload):
     return next(c for c in workload["spec"]["template"]["spec"]["initContainers"] if c["name"] == "cdc")
+
+
+def cdc_container(workload):
+    """The cdc container: the native sidecar (base, managed) or managed-ha's only container."""
+    pod = workload["spec"]["template"]["spec"]
+    return next(c for c in pod.get("initContainers", []) + pod["containers"] if c["name"] == "cdc")
 
 
 def test_validation_rejects_broken_objects(rendered, validate):
@@ -228,17 +243,23 @@ def test_pod_specs(rendered, which):
         for k in ("requests", "limits"):
             assert set(c["resources"][k]) >= {"cpu", "memory"}, f"{c['name']}: resources.{k}"
 
-    # cdc is a native sidecar, running the image's uid; the pod leaves it time to flush on SIGTERM.
-    cdc = _sidecar_of(w)
-    assert cdc["restartPolicy"] == "Always"
+    # cdc is a native sidecar (managed-ha: the only container), running the image's uid; the pod
+    # leaves it time to flush on SIGTERM.
+    cdc = cdc_container(w)
+    if which == "managed-ha":
+        assert pod["containers"] == [cdc] and "initContainers" not in pod
+    else:
+        assert cdc in pod["initContainers"] and cdc["restartPolicy"] == "Always"
     assert cdc["securityContext"]["runAsUser"] == image_uid
     assert pod["terminationGracePeriodSeconds"] >= 40
     cfg = config_of(objs, pod, cdc)
 
     # Probes and Prometheus reach status.listen, on every interface (the kubelet uses the pod's IP).
+    # managed-ha's readiness is /healthz: its standby's /readyz is 503 by design.
     host, port = cfg["status"]["listen"].rsplit(":", 1)
     assert host == "0.0.0.0" and not cfg["status"].get("tcp_control")
-    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+    ready_path = "/healthz" if which == "managed-ha" else "/readyz"
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", ready_path)):
         get = cdc[probe]["httpGet"]
         assert get["path"] == path and container_port(cdc, get["port"]) == int(port), probe
     ann = w["spec"]["template"]["metadata"]["annotations"]
@@ -246,16 +267,17 @@ def test_pod_specs(rendered, which):
     assert ann["prometheus.io/path"] == "/metrics"
 
     # state_dir on a persistent volume; the sockets on an emptyDir that the application mounts at
-    # the same place and connects to.
+    # the same place and connects to (managed-ha: only the status socket, no application).
     state = volume_of(pod, claims, cdc, cfg["state_dir"])
     assert state[0] in ("volumeClaimTemplate", "persistentVolumeClaim"), state
-    sockdir = os.path.dirname(cfg["subscribers"]["socket"])
-    assert os.path.dirname(cfg["status"]["socket"]) == sockdir
+    sockdir = os.path.dirname(cfg["status"]["socket"])
     assert volume_of(pod, claims, cdc, sockdir)[0] == "emptyDir"
-    app = next(c for c in pod["containers"] if c["name"] == "app")
-    assert volume_of(pod, claims, app, sockdir) == volume_of(pod, claims, cdc, sockdir)
-    assert app["args"][:3] == ["tail", "-s", cfg["subscribers"]["socket"]]
-    assert app["args"][3] in [s["name"] for s in cfg["subscriptions"]]
+    if which != "managed-ha":
+        assert os.path.dirname(cfg["subscribers"]["socket"]) == sockdir
+        app = next(c for c in pod["containers"] if c["name"] == "app")
+        assert volume_of(pod, claims, app, sockdir) == volume_of(pod, claims, cdc, sockdir)
+        assert app["args"][:3] == ["tail", "-s", cfg["subscribers"]["socket"]]
+        assert app["args"][3] in [s["name"] for s in cfg["subscriptions"]]
 
     # No password in a ConfigMap: the connection string has none, the SQL takes it from the environment.
     assert "password" not in re.sub(r"\s", "", cfg["source"]["dsn"]).lower()
@@ -277,8 +299,58 @@ def test_pod_specs(rendered, which):
         kind, v = volume_of(pod, claims, pg, "/docker-entrypoint-initdb.d")
         assert kind == "configMap" and v["configMap"]["name"] == "db-init"
     else:
-        assert w["spec"]["replicas"] == 1 and w["spec"]["strategy"] == {"type": "Recreate"}
         assert cdc["envFrom"] == [{"secretRef": {"name": "cdc-source"}}]
+    if which == "managed":
+        assert w["spec"]["replicas"] == 1 and w["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_managed_ha_spec(rendered, tmp_path):
+    """managed-ha: two replicas on one slot, each with its own state_dir, spread over nodes, evicted
+    one at a time, Kafka subscriptions only, exactly once (so that a takeover fences the former
+    active one). What applies to every kustomization is in test_pod_specs."""
+    objs = rendered["managed-ha"]
+    sts = workload(objs, "managed-ha")
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"] == {"matchLabels": labels}
+    assert spec["replicas"] == 2 and spec["podManagementPolicy"] == "Parallel"
+
+    # The headless Service the StatefulSet names selects its pods.
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert svc["metadata"]["name"] == spec["serviceName"] and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == labels
+
+    assert pod["affinity"] == {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": labels}}}]}}
+
+    pdb = next(o for o in objs if o["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": labels}}
+
+    # state_dir on a volumeClaimTemplate (one claim per replica), not on a shared claim.
+    cdc = cdc_container(sts)
+    cfg = config_of(objs, pod, cdc)
+    kind, name = volume_of(pod, spec["volumeClaimTemplates"], cdc, cfg["state_dir"])
+    assert kind == "volumeClaimTemplate"
+    [claim] = [t for t in spec["volumeClaimTemplates"] if t["metadata"]["name"] == name]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    assert cdc["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+    # Kafka subscriptions only, exactly once; the same source as the managed overlay.
+    assert cfg["subscriptions"] and {s["sink"] for s in cfg["subscriptions"]} == {"kafka"}
+    assert cfg["kafka"]["exactly_once"] is True and cfg["kafka"]["brokers"]
+    assert "subscribers" not in cfg
+    managed = rendered["managed"]
+    managed_cfg = config_of(managed, workload(managed, "managed")["spec"]["template"]["spec"],
+                            cdc_container(workload(managed, "managed")))
+    assert cfg["source"] == managed_cfg["source"]
+    path = tmp_path / "cdc.yaml"
+    path.write_text(configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v))
+                    ["data"]["cdc.yaml"])
+    p = subprocess.run([CDC_BIN, "check-config", "-c", str(path)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
 
 
 # --- the image's libraries ----------------------------------------------------------------------------
@@ -412,9 +484,10 @@ class Pod:
         assert argv[0] in ("/usr/local/bin/cdc", "cdc"), argv
         return [CDC_BIN] + [self.remap(a, self.mounts(c)) for a in argv[1:]]
 
-    def prepare_config(self, c):
+    def prepare_config(self, c, kafka_bootstrap=None):
         """Rewrites the cdc.yaml that c reads (in its local ConfigMap directory): paths under c's
-        mounts, status.listen's address, and the dsn's port; returns the rewritten config."""
+        mounts, status.listen's address, the dsn's port and kafka.brokers (to kafka_bootstrap);
+        returns the rewritten config."""
         mounts = self.mounts(c)
         path = self.remap(c["args"][c["args"].index("-c") + 1], mounts)
         with open(path) as f:
@@ -422,7 +495,7 @@ class Pod:
         for key in ("state_dir",):
             cfg[key] = self.remap(cfg[key], mounts)
             assert cfg[key].startswith(self.tmp), f"{key} {cfg[key]} is not on a volume"
-        for section in ("status", "subscribers"):
+        for section in ("status", "subscribers") if "subscribers" in cfg else ("status",):
             cfg[section]["socket"] = self.remap(cfg[section]["socket"], mounts)
             assert cfg[section]["socket"].startswith(self.short), f"{section}.socket is not on an emptyDir"
         host, port = cfg["status"]["listen"].rsplit(":", 1)
@@ -430,6 +503,9 @@ class Pod:
         cfg["status"]["listen"] = f"127.0.0.1:{self.ports[int(port)]}"
         if re.search(r"\bport=5432\b", cfg["source"]["dsn"]):
             cfg["source"]["dsn"] = re.sub(r"\bport=5432\b", f"port={self.pg.port}", cfg["source"]["dsn"])
+        if "kafka" in cfg:
+            assert kafka_bootstrap, "a kafka section needs brokers to run against"
+            cfg["kafka"]["brokers"] = kafka_bootstrap
         with open(path, "w") as f:
             yaml.safe_dump(cfg, f)
         return cfg
@@ -448,10 +524,14 @@ class Pod:
         spec = c[probe]
         get = spec["httpGet"]
         assert get.get("scheme", "HTTP") == "HTTP" and "host" not in get
-        port = self.ports[container_port(c, get["port"])]
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=spec.get("timeoutSeconds", 1))
+        return self.get(container_port(c, get["port"]), get["path"], spec.get("timeoutSeconds", 1),
+                        {h["name"]: h["value"] for h in get.get("httpHeaders", [])})
+
+    def get(self, port, path, timeout=5, headers=None):
+        """(ok, status, body) of GET path on the pod's container port."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports[port], timeout=timeout)
         try:
-            conn.request("GET", get["path"], headers={h["name"]: h["value"] for h in get.get("httpHeaders", [])})
+            conn.request("GET", path, headers=headers or {})
             r = conn.getresponse()
             body = r.read().decode()
             return 200 <= r.status < 400, r.status, body
@@ -459,6 +539,14 @@ class Pod:
             return False, None, str(e)
         finally:
             conn.close()
+
+    def scrape(self):
+        """What Prometheus scrapes from the port and path of the pod template's annotations."""
+        ann = self.w["spec"]["template"]["metadata"]["annotations"]
+        assert ann["prometheus.io/scrape"] == "true"
+        ok, code, body = self.get(int(ann["prometheus.io/port"]), ann["prometheus.io/path"])
+        assert code == 200, (code, body)
+        return body
 
     def wait_probe(self, proc, c, probe, want=True, timeout=None):
         """Waits until the probe passes (want=True) or fails; by default no longer than the kubelet
@@ -485,8 +573,8 @@ class Pod:
 def pod_factory(tmp_path):
     pods = []
 
-    def make(objs, which, pg):
-        p = Pod(objs, which, tmp_path / which, pg)
+    def make(objs, which, pg, name=None):
+        p = Pod(objs, which, tmp_path / (name or which), pg)
         os.makedirs(p.tmp)
         pods.append(p)
         return p
@@ -516,7 +604,8 @@ def check_role(pg):
                          connect_timeout=10).close()
 
 
-@pytest.mark.parametrize("which", list(KUSTOMIZATIONS))
+# managed-ha needs Kafka and runs two pods: test_two_replicas_run_as_rendered.
+@pytest.mark.parametrize("which", ["base", "managed"])
 def test_pod_runs_as_rendered(rendered, db, pod_factory, which):
     if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
         pytest.fail(f"{CDC_BIN} not built (run make)")
@@ -561,13 +650,8 @@ def test_pod_runs_as_rendered(rendered, db, pod_factory, which):
     st = json.loads(out.stdout)
     assert st["source"]["slot"] == cfg["source"]["slot"] and st["source"]["connected"] is True
     assert "orders" in [s["name"] for s in st["subscriptions"]]
-    ann = pod.w["spec"]["template"]["metadata"]["annotations"]
-    c = http.client.HTTPConnection("127.0.0.1", pod.ports[int(ann["prometheus.io/port"])], timeout=5)
-    c.request("GET", ann["prometheus.io/path"])
-    r = c.getresponse()
-    metrics = r.read().decode()
-    c.close()
-    assert r.status == 200 and re.search(r"^cdc_ready 1$", metrics, re.M), metrics[:500]
+    metrics = pod.scrape()
+    assert re.search(r"^cdc_ready 1$", metrics, re.M), metrics[:500]
 
     # The database goes away (in the base pod, it is stopped first on deletion): not ready, still alive.
     db.stop("fast")
@@ -587,3 +671,80 @@ def test_pod_runs_as_rendered(rendered, db, pod_factory, which):
 
     db.start()
     drop_slot(db, cfg["source"]["slot"])
+
+
+def test_two_replicas_run_as_rendered(rendered, db, pod_factory, kafka, kafka_reader, proto):
+    """managed-ha's replicas run as rendered, each with its own volumes (so its own state_dir), one
+    config, one slot, against the mock Kafka: started at once (podManagementPolicy Parallel), both
+    pass their probes; one streams (/readyz 200) while the other is a standby (/readyz 503, still
+    Ready: the readinessProbe is /healthz). Deleting the active pod (SIGTERM, as in a rolling update)
+    hands the slot to the standby within seconds, and a read-committed consumer sees each change
+    once across the takeover."""
+    if not db.running:
+        db.start()
+    SECRETS["cdc-source"].update(PGHOST=db.host, PGPORT=str(db.port))
+    objs = rendered["managed-ha"]
+    sts = workload(objs, "managed-ha")
+    pods = [pod_factory(objs, "managed-ha", db, name=f"cdc-{i}") for i in range(sts["spec"]["replicas"])]
+    cdc = cdc_container(sts)
+    cfgs = [p.prepare_config(cdc, kafka.bootstrap) for p in pods]
+    assert len({c["state_dir"] for c in cfgs}) == 2
+    port = container_port(cdc, cdc["readinessProbe"]["httpGet"]["port"])
+    slot = cfgs[0]["source"]["slot"]
+    [sub] = cfgs[0]["subscriptions"]
+    assert sub["tables"] == ["public.orders"] and "topic" not in sub
+    reader = kafka_reader(["cdc.public.orders"], group=False)  # the default topic, cdc.{schema}.{table}
+
+    procs = [p.start(cdc) for p in pods]
+    for p, proc in zip(pods, procs):
+        p.wait_probe(proc, cdc, "startupProbe")
+    for p, proc in zip(pods, procs):
+        assert p.wait_probe(proc, cdc, "readinessProbe")[1:] == (200, "ok\n")
+        assert p.http_get(cdc, "livenessProbe")[:2] == (True, 200)
+
+    def roles():
+        r = [p.get(port, "/readyz")[1:] for p in pods]
+        return r if sorted((code, body[:9]) for code, body in r) == [(200, "ready\n"), (503, "standby: ")] else None
+    r = wait_for(roles, 30, 0.1, "one replica to stream and the other to wait\n" +
+                 "\n".join(proc.describe() for proc in procs))
+    active = [code for code, _ in r].index(200)
+    standby = 1 - active
+    assert r[active][1] == "ready\n"
+    assert r[standby][1].startswith(f"standby: replication slot {slot} is streamed by another process"), r
+    assert pods[standby].http_get(cdc, "readinessProbe")[:2] == (True, 200)
+    wait_for(lambda: re.search(r"^cdc_standby 1$", pods[standby].scrape(), re.M), 10, 0.2,
+             "cdc_standby 1 (published every second)")
+    assert re.search(r"^cdc_standby 0$", pods[active].scrape(), re.M)
+    st = json.loads(pods[standby].get(port, "/status")[2])
+    assert st["source"]["standby"] is True and st["kafka"]["exactly_once"] is True
+
+    conn = psycopg2.connect(host=db.host, port=db.port, dbname=db.dbname, user="postgres")
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("insert into public.orders (amount) values (10), (20) returning id")
+    ids = [row[0] for row in cur.fetchall()]
+    cur.execute("update public.orders set status = 'paid' where id = %s", (ids[0],))
+    cur.execute("delete from public.orders where id = %s", (ids[1],))
+
+    def changes(n):
+        msgs = sorted(reader.wait(n, describe=lambda: procs[active].describe() + "\n" + procs[standby].describe()),
+                      key=lambda m: (m.event.commit_lsn, m.event.tx_index))
+        return [(m.event.op, row_plain(m.event.key)["id"]) for m in msgs]
+    assert changes(4) == [(proto.OP_INSERT, ids[0]), (proto.OP_INSERT, ids[1]), (proto.OP_UPDATE, ids[0]),
+                          (proto.OP_DELETE, ids[1])]
+
+    # The active pod is deleted: it stops within the grace period, and the standby takes over.
+    assert procs[active].terminate(timeout=pods[active].spec["terminationGracePeriodSeconds"]) == 0, \
+        procs[active].describe()
+    wait_for(lambda: pods[standby].get(port, "/readyz")[1] == 200, 10, 0.1,
+             f"the standby to take over\n{procs[standby].describe()}")
+    assert "taking over" in procs[standby].stderr()
+    assert pods[standby].http_get(cdc, "readinessProbe")[:2] == (True, 200)
+    cur.execute("insert into public.orders (amount) values (30) returning id")
+    ids.append(cur.fetchone()[0])
+    conn.close()
+    assert changes(5)[4:] == [(proto.OP_INSERT, ids[2])]
+    assert procs[standby].terminate(timeout=pods[standby].spec["terminationGracePeriodSeconds"]) == 0, \
+        procs[standby].describe()
+    assert len(reader.snapshot()) == 5, f"a change sent twice: {reader.snapshot()}"
+    drop_slot(db, slot)

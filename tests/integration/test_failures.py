@@ -3,6 +3,7 @@ must refuse (ahead of its record, dropped, lost), heartbeats, SIGHUP reloads and
 Every test checks the events that arrive, not only that cdc survived."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,8 +12,11 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import CdcProcess, to_yaml, wait_for  # noqa: E402
+from conftest import CdcProcess, drop_slot, to_yaml, wait_for  # noqa: E402
 from pg import TempPostgres, lsn_to_int  # noqa: E402
+
+# Rounds of test_two_cdc_started_at_once_share_what_they_create.
+ROUNDS_AT_ONCE = 40
 
 
 def insert_batches(pg, table, start, count, rows=5):
@@ -138,6 +142,37 @@ def test_standby_waits_then_takes_over_when_the_active_cdc_dies(pg, schema, cdc)
              what=f"{len(ids - ids_seen(pa, pb, pa2))} rows missing; {pa2.describe()}")
     assert ids_seen(pa, pb, pa2) == ids
     assert pa2.terminate() == 0
+
+
+def test_two_cdc_started_at_once_share_what_they_create(pg, schema, cdc):
+    """Two cdc with one config (their own state_dirs) started at the same moment, as the replicas of
+    a StatefulSet with podManagementPolicy Parallel are, both with source.create: both find no
+    publication and no slot and create them; the one that loses a race uses what the other
+    created instead of stopping. Then one streams and the other waits as a standby. The race is
+    not forced: several rounds, each from nothing, and at least one of them must have run into it."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    a = cdc()
+    b = cdc(source={"slot": a.slot, "publication": a.publication})
+    raced = 0
+    for _ in range(ROUNDS_AT_ONCE):
+        pa, pb = a.run(), b.run()
+
+        def one_streams_one_waits():
+            for p in (pa, pb):
+                if not p.running():
+                    raise AssertionError(p.describe())
+            return sorted((" streaming slot=" in p.stderr(), "standby: another process streams" in p.stderr())
+                          for p in (pa, pb)) == [(False, True), (True, False)]
+        wait_for(one_streams_one_waits, 30, what=f"{pa.describe()}\n{pb.describe()}")
+        err = pa.stderr() + pb.stderr()
+        raced += "created by another process meanwhile" in err
+        assert pa.terminate() == 0 and pb.terminate() == 0, f"{pa.describe()}\n{pb.describe()}"
+        drop_slot(pg, a.slot)
+        pg.sql(f'drop publication "{a.publication}"')
+        shutil.rmtree(a.state_dir)
+        shutil.rmtree(b.state_dir)
+    print(f"rounds with a race: {raced} of {ROUNDS_AT_ONCE}")
+    assert raced > 0
 
 
 def test_slot_ahead_of_recorded_position_is_refused(pg, schema, cdc):

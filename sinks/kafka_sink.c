@@ -100,6 +100,7 @@ typedef struct kafka_sink {
 		bool ready;		/* transactions initialised, position read back */
 		bool open;		/* a Kafka transaction is open */
 		bool committing;	/* its commit is under way: nothing may be produced */
+		bool position_sent;	/* ... and its position record is produced */
 		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
 		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
 		uint64_t commit_seq;	/* last_ended when the commit began */
@@ -619,9 +620,18 @@ static void eo_abort(kafka_sink *k)
 		 "position=%s", lsn);
 }
 
-/* Starts the commit of the open Kafka transaction: its last record is the position. From now on
- * nothing may be produced until it ends: what arrives is held. */
-static void eo_commit_start(kafka_sink *k)
+/* Sends what is queued at once, not after linger.ms or librdkafka's wait to register the
+ * transaction's partitions (about 45 ms against the mock, measured): a flush that does not wait
+ * wakes the brokers' threads. */
+static void send_now(kafka_sink *k)
+{
+	rd_kafka_flush(k->rk, 0);
+}
+
+/* The position record: the last of the Kafka transaction, produced once every other message of it
+ * is acknowledged, so that wherever it can be read (a broker without transactions' isolation, as
+ * the mock), every event before it can be too. */
+static void eo_position_record(kafka_sink *k)
 {
 	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
 	t.xid = k->eo.last_xid;
@@ -632,25 +642,34 @@ static void eo_commit_start(kafka_sink *k)
 	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
 	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
 	rendered r = {.xid = t.xid};
-	if (!produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
-		     headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
-		return;
-	k->eo.committing = true;
-	k->eo.commit_seq = k->last_ended;
-	/* Send now, not after linger.ms or librdkafka's wait to register the transaction's partitions
-	 * (about 45 ms against the mock, measured): a flush that does not wait wakes the brokers'
-	 * threads. */
-	rd_kafka_flush(k->rk, 0);
+	if (produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
+		    headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
+		k->eo.position_sent = true;
+	send_now(k);
 }
 
-/* Once the brokers acknowledged every message of it, ends the Kafka transaction (one round trip;
- * a call that times out is resumed by the next). An abortable failure aborts, a fatal one (fenced:
- * a newer cdc with the same transactional.id took over) fails the producer; either way the sink
- * restarts. */
+/* Starts the commit of the open Kafka transaction. From now on nothing may be produced into it
+ * until it ends: what arrives is held. */
+static void eo_commit_start(kafka_sink *k)
+{
+	k->eo.committing = true;
+	k->eo.position_sent = false;
+	k->eo.commit_seq = k->last_ended;
+	send_now(k);
+}
+
+/* Once the brokers acknowledged every event, the position record; once they acknowledged that, ends
+ * the Kafka transaction (one round trip; a call that times out is resumed by the next). An
+ * abortable failure aborts, a fatal one (fenced: a newer cdc with the same transactional.id took
+ * over) fails the producer; either way the sink restarts. */
 static void eo_commit_end(kafka_sink *k)
 {
 	if (k->stats.in_flight)
 		return; /* their delivery reports call flush() again */
+	if (!k->eo.position_sent) {
+		eo_position_record(k);
+		return;
+	}
 	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
 	if (!e) {
 		eo_committed(k);
@@ -664,9 +683,7 @@ static void eo_commit_end(kafka_sink *k)
 		fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
 		eo_abort(k);
 	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
-		fail(k,
-		     "fenced: a newer producer with the same transactional.id (another cdc on this slot) "
-		     "took over",
+		fail(k, "fenced: a newer producer with the same transactional.id (another cdc on this slot) took over",
 		     rd_kafka_error_string(e));
 	} else {
 		fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));

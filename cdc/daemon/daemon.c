@@ -279,6 +279,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		sidecar_fail(d, 1, "cannot read the recorded position");
 		return;
 	}
+	if (have_st && st.shared) /* this state_dir's process was a standby: the slot may be ahead */
+		source_after_standby(c->src, true);
 	source_result r =
 	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), d->err, sizeof(d->err));
 	if (r == SOURCE_FATAL) {
@@ -295,6 +297,14 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (r == SOURCE_BUSY) {
+		/* Recorded, so that a restart that finds the slot ahead (the other one moved it) accepts it. */
+		if (have_st && !st.shared) {
+			st.shared = true;
+			if (!state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
+				sidecar_fail(d, 1, "cannot record the position in state_dir");
+				return;
+			}
+		}
 		standby(d);
 		return;
 	}
@@ -302,8 +312,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		log_info("taking over: the slot was let go, this cdc streams it now", "slot=%s",
 			 d->cfg->source.slot);
 		c->standby = 0;
-		source_after_standby(c->src, false);
 	}
+	source_after_standby(c->src, false); /* streaming it: from now on the slot moves only with cdc */
 	if (!have_st && !state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
 		sidecar_fail(d, 1, "cannot record the position in state_dir");
 		return;
@@ -313,6 +323,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	c->st = st;
+	c->st.shared = false; /* this process streams the slot now: the next record is its own */
 	c->sent_flush_lsn = c->received_lsn = st.flushed_lsn;
 	backfills_restart(d);
 	figures *f = &d->fig;

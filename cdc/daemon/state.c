@@ -58,6 +58,10 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 		if (sscanf(line, "system_identifier %31s", st->system_id) == 1 ||
 		    sscanf(line, "slot %63s", st->slot) == 1 || sscanf(line, "flushed_lsn %31s", lsn) == 1)
 			continue;
+		if (strcmp(line, "streamed_by_another_process\n") == 0) {
+			st->shared = true;
+			continue;
+		}
 		ok = errf(err, errlen, "%s: unexpected line \"%.*s\"", path, (int)strcspn(line, "\n"), line);
 	}
 	fclose(f);
@@ -79,7 +83,7 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 	int n = snprintf(
 	    text, sizeof(text),
 	    "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
-	    "system_identifier %s\nslot %s\nflushed_lsn %s\n",
-	    st->system_id, st->slot, lsn);
+	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s",
+	    st->system_id, st->slot, lsn, st->shared ? "streamed_by_another_process\n" : "");
 	return file_replace(path, text, (size_t)n, 0600, err, errlen);
 }

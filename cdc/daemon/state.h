@@ -13,6 +13,9 @@ typedef struct state {
 	char system_id[32]; /* the database system identifier, decimal */
 	char slot[64];
 	uint64_t flushed_lsn;
+	/* Another process streamed the slot since flushed_lsn was recorded (this one waited as its
+	 * standby): the slot may be ahead of it, and that is no sign of a consumer cdc does not know. */
+	bool shared;
 } state;
 
 /* Locks state_dir (creating it if needed) against a second cdc; returns the lock fd or -1. */

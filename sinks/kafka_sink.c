@@ -683,7 +683,9 @@ static void eo_commit_end(kafka_sink *k)
 		fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
 		eo_abort(k);
 	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
-		fail(k, "fenced: a newer producer with the same transactional.id (another cdc on this slot) took over",
+		fail(k,
+		     "fenced: a newer producer with the same transactional.id (another cdc on this slot) "
+		     "took over",
 		     rd_kafka_error_string(e));
 	} else {
 		fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));

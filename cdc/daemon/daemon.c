@@ -297,7 +297,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (r == SOURCE_BUSY) {
-		/* Recorded, so that a restart that finds the slot ahead (the other one moved it) accepts it. */
+		/* Recorded, so that a restart that finds the slot ahead (the other one moved it) accepts it.
+		 */
 		if (have_st && !st.shared) {
 			st.shared = true;
 			if (!state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {

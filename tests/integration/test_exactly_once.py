@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import wait_for  # noqa: E402
 from kafka_fixtures import lsn_text  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
-from test_kafka import RESTART_LOG, check_counters, drain, event_id, slot_confirmed, start_load_run  # noqa: E402
+from test_kafka import (RESTART_LOG, check_counters, drain, event_id, kill9_run,  # noqa: E402
+                        slot_confirmed, start_load_run)
 from test_status import get  # noqa: E402
 
 EO = {"exactly_once": True}
@@ -51,6 +52,19 @@ def positions(kafka_reader, slot, last):
         return [m.txn.commit_lsn for m in ms if m.key == key]
     reader.wait_until(lambda ms: mine(ms)[-1:] == [last], what=f"a position record holding {lsn_text(last)}")
     return mine(reader.snapshot())
+
+
+def copies_only_after(msgs, position):
+    """Every change seen more than once has a commit LSN after position, and is seen at most twice."""
+    late = {k: n for k, n in copies(msgs).items() if k[1] <= position}
+    assert late == {}, f"sent again at or before the position {lsn_text(position)}: {sorted(late)[:5]}"
+    assert max(copies(msgs).values(), default=1) <= 2
+
+
+def committed_some(c):
+    """Waits until c's cdc committed Kafka transactions (the first waits for the producer's start)."""
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"].get("transactions_committed", 0) >= 3, 30,
+             what="three Kafka transactions committed")
 
 
 def read_back(p):
@@ -95,21 +109,12 @@ def test_each_change_once_across_sigterm_and_the_position_follows(pg, schema, cd
 
 
 def test_kill9_under_load_sends_again_only_after_the_position_read_back(pg, schema, cdc, kafka, kafka_reader):
-    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=EO)
-    load.wait_more(150)
-    p.kill()
-    load.wait_more(100)
-    p2 = c.start()
-    load.wait_more(100)
-    msgs = drain(load, p2, reader, schema)
-    check_counters(msgs, load, strict=False)
+    msgs, p2 = kill9_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=EO, before_kill=committed_some)
     [position] = read_back(p2)
     assert position > 0, p2.describe()
     # Every copy is of a source transaction after the position: the transaction the kill left
     # open (on a real broker aborted by the new producer's initialisation, invisible here).
-    late = {k: n for k, n in copies(msgs).items() if k[1] <= position}
-    assert late == {}, f"sent again at or before the position {lsn_text(position)}: {sorted(late)[:5]}"
-    assert max(copies(msgs).values(), default=1) <= 2
+    copies_only_after(msgs, position)
     assert p2.terminate() == 0, p2.describe()
 
 
@@ -140,8 +145,7 @@ def test_a_fenced_producer_is_rebuilt_and_reads_the_position_back(pg, schema, cd
     load.wait_more(100)
     msgs = drain(load, p, reader, schema)
     check_counters(msgs, load, strict=False)
-    late = {k: n for k, n in copies(msgs).items() if k[1] <= read_back(p)[1]}
-    assert late == {}, sorted(late)[:5]
+    copies_only_after(msgs, read_back(p)[1])
     assert p.terminate() == 0, p.describe()
 
 
@@ -154,7 +158,7 @@ def test_standby_takes_over_within_seconds_and_skips_what_kafka_holds(pg, schema
             source={"slot": a.slot, "publication": a.publication})
     pb = b.run()
     wait_for(lambda: "standby: another process streams the replication slot" in pb.stderr(), 30, what=pb.describe())
-    load.wait_more(100)
+    committed_some(a)
     pa.kill()
     wait_for(lambda: "taking over" in pb.stderr(), 10, what=f"the standby to take over\n{pb.describe()}")
     b.wait_streaming(pb)
@@ -163,21 +167,26 @@ def test_standby_takes_over_within_seconds_and_skips_what_kafka_holds(pg, schema
     check_counters(msgs, load, strict=False)
     [position] = read_back(pb)
     assert position > 0, pb.describe()
-    late = {k: n for k, n in copies(msgs).items() if k[1] <= position}
-    assert late == {}, sorted(late)[:5]
+    copies_only_after(msgs, position)
     assert pb.terminate() == 0, pb.describe()
+
+
+def five_in_one_kafka_transaction(pg, schema, cdc, kafka, kafka_reader, interval):
+    """cdc with kafka.commit_interval interval, and five one-row source transactions committed at
+    once: (Cdc, CdcProcess, a reader of the table's topic)."""
+    from test_kafka import kafka_section, ksub
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka, commit_interval=interval, **EO))
+    p = c.start()
+    for i in range(5):
+        pg.sql(f"insert into {schema}.t values (%s)", (i,))
+    return c, p, kafka_reader([f"cdc.{schema}.t"], group=False)
 
 
 def test_commit_interval_batches_source_transactions_and_commits_when_quiet(pg, schema, cdc, kafka, kafka_reader):
     """kafka.commit_interval: 5s keeps one Kafka transaction open for five quick source
     transactions; it commits when due although nothing else arrives (one position record)."""
-    from test_kafka import kafka_section, ksub
-    pg.sql(f"create table {schema}.t (id int primary key)")
-    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka, commit_interval="5s", **EO))
-    p = c.start()
-    for i in range(5):
-        pg.sql(f"insert into {schema}.t values (%s)", (i,))
-    reader = kafka_reader([f"cdc.{schema}.t"], group=False)
+    c, p, reader = five_in_one_kafka_transaction(pg, schema, cdc, kafka, kafka_reader, "5s")
     msgs = reader.wait(5, describe=p.describe)
     last = max(m.event.commit_lsn for m in msgs)
     assert positions(kafka_reader, c.slot, last) == [last]
@@ -192,13 +201,7 @@ def test_a_broken_stream_with_a_kafka_transaction_open_sends_nothing_twice(pg, s
     """The walsender dies while a Kafka transaction (kept open by commit_interval) holds source
     transactions the slot has not confirmed: the slot sends them again, and cdc leaves them out
     (the open transaction holds them); it commits once, when due."""
-    from test_kafka import kafka_section, ksub
-    pg.sql(f"create table {schema}.t (id int primary key)")
-    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka, commit_interval="4s", **EO))
-    p = c.start()
-    for i in range(5):
-        pg.sql(f"insert into {schema}.t values (%s)", (i,))
-    reader = kafka_reader([f"cdc.{schema}.t"], group=False)
+    c, p, reader = five_in_one_kafka_transaction(pg, schema, cdc, kafka, kafka_reader, "4s")
     reader.wait(5, describe=p.describe)  # produced; the mock shows records before their commit
     pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (c.slot,))
     wait_for(lambda: p.stderr().count(" streaming slot=") == 2, 30, what=f"cdc to stream again\n{p.describe()}")

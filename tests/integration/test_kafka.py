@@ -578,15 +578,25 @@ def test_failed_producer_is_rebuilt_and_nothing_lost(pg, schema, cdc, kafka, kaf
     assert p.terminate() == 0, p.describe()
 
 
-def test_kill9_under_load_then_restart(pg, schema, cdc, kafka, kafka_reader):
-    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader)
+def kill9_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=None, before_kill=None):
+    """cdc killed with -9 under load (after 100 more transactions, and before_kill(Cdc) if given)
+    and started again; returns (the messages once every committed transaction is on Kafka, the
+    second process)."""
+    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=kafka_extra)
     load.wait_more(100)
+    if before_kill:
+        before_kill(c)
     p.kill()
     load.wait_more(100)
     p2 = c.start()
     load.wait_more(100)
     msgs = drain(load, p2, reader, schema)
     check_counters(msgs, load, strict=False)
+    return msgs, p2
+
+
+def test_kill9_under_load_then_restart(pg, schema, cdc, kafka, kafka_reader):
+    _, p2 = kill9_run(pg, schema, cdc, kafka, kafka_reader)
     assert p2.terminate() == 0, p2.describe()
 
 

@@ -52,7 +52,8 @@ int main(void)
 	log_setup(LOG_LEVEL_WARN, LOG_FORMAT_TEXT);
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	rd_kafka_conf_set(conf, "log_level", "0", why, sizeof(why)); /* the mock's own handle has no brokers */
+	rd_kafka_conf_set(conf, "log_level", "0", why,
+			  sizeof(why)); /* the mock's own handle has no brokers */
 	rd_kafka_t *mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(mrk, 1);
 	const kafka_property props[] = {{"linger.ms", "5"}};

@@ -23,6 +23,7 @@
 typedef struct txn_subxact {
 	uint32_t xid;
 	uint64_t offset;
+	uint32_t positions; /* the transaction's positions before that message */
 } txn_subxact;
 
 typedef enum txn_held_kind {
@@ -37,9 +38,10 @@ typedef struct txn_held {
 	txn_held_kind kind;
 	/* A write or truncate failed: the file may be incomplete and must never be replayed. */
 	bool broken;
-	uint64_t size; /* logical file size, including bytes still in the write buffer */
-	char *gid;     /* prepared only */
-	char *origin;  /* from an Origin message inside the transaction, or NULL */
+	uint64_t size;	    /* logical file size, including bytes still in the write buffer */
+	uint32_t positions; /* the handler's positions of its changes (txn_info.tx_index) */
+	char *gid;	    /* prepared only */
+	char *origin;	    /* from an Origin message inside the transaction, or NULL */
 	pgo_lsn prepare_lsn;
 	/* Streamed only: first offset of each subtransaction, in order of first appearance. */
 	txn_subxact *subs;
@@ -157,20 +159,22 @@ static bool held_drop(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 }
 
 /* Remembers where subtransaction xid's first message goes, the way PostgreSQL's apply worker
- * does (subxact_info_add in worker.c): a run of messages of one xid is the common case. */
-static void held_note_subxact(txn_held *t, uint32_t xid)
+ * does (subxact_info_add in worker.c): a run of messages of one xid is the common case. True when
+ * this is its first message. */
+static bool held_note_subxact(txn_held *t, uint32_t xid)
 {
 	if (xid == t->xid || xid == t->sub_last)
-		return;
+		return false;
 	t->sub_last = xid;
 	for (size_t i = t->nsubs; i > 0; i--)
 		if (t->subs[i - 1].xid == xid)
-			return;
+			return false;
 	if (t->nsubs == t->capsubs) {
 		t->capsubs = t->capsubs ? t->capsubs * 2 : 16;
 		t->subs = xrealloc(t->subs, t->capsubs * sizeof(*t->subs));
 	}
-	t->subs[t->nsubs++] = (txn_subxact){.xid = xid, .offset = t->size};
+	t->subs[t->nsubs++] = (txn_subxact){.xid = xid, .offset = t->size, .positions = t->positions};
+	return true;
 }
 
 /* ---- the open spill file ---- */
@@ -280,7 +284,7 @@ static uint32_t get_be32(const uint8_t *p)
 }
 
 static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
-			char *err, size_t errlen);
+			uint32_t *positions, char *err, size_t errlen);
 
 /* A change of the current held transaction: the handler sees it now, its record goes to the file. */
 static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
@@ -288,6 +292,8 @@ static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 	txn_held *t = a->cur;
 	const pgo_msg *m = a->msg;
 	uint8_t hdr[TXN_REC_HDR];
+	bool savepoint = false;
+	uint32_t positions = 0;
 
 	if (t->broken)
 		return errf(err, errlen,
@@ -299,12 +305,14 @@ static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 				    "%s message in the stream block of transaction %" PRIu32
 				    " has invalid transaction ID 0",
 				    pgo_type_name(m->type), t->xid);
-		held_note_subxact(t, m->xid);
+		savepoint = held_note_subxact(t, m->xid);
 	}
-	txn_info info = {.xid = t->xid, .origin = t->origin};
+	txn_info info = {
+	    .xid = t->xid, .origin = t->origin, .tx_index = t->positions, .savepoint = savepoint};
 	buf_reset(&a->hold);
-	if (!call_change(a, &info, m, lsn, &a->hold, err, errlen))
+	if (!call_change(a, &info, m, lsn, &a->hold, &positions, err, errlen))
 		return false;
+	t->positions += positions;
 	if (a->hold.len > UINT32_MAX)
 		return errf(err, errlen,
 			    "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
@@ -369,10 +377,10 @@ static bool call_begin(txn_assembler *a, const txn_info *t, char *err, size_t er
 }
 
 static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
-			char *err, size_t errlen)
+			uint32_t *positions, char *err, size_t errlen)
 {
 	clear_err(err, errlen);
-	return a->h.change(a->h.ctx, t, m, lsn, hold, err, errlen) ||
+	return a->h.change(a->h.ctx, t, m, lsn, hold, positions, err, errlen) ||
 	       handler_failed("change", t ? t->xid : 0, err, errlen);
 }
 
@@ -400,6 +408,7 @@ static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 	a->iolen = a->iopos = 0;
 	a->info.origin = t->origin;
 	a->info.held_bytes = t->size;
+	a->info.held = true;
 
 	if (!call_begin(a, &a->info, err, errlen))
 		goto out;
@@ -435,6 +444,15 @@ out:
 	a->iolen = a->iopos = 0;
 	a->info = (txn_info){0};
 	return ok;
+}
+
+/* A held transaction aborted: discarded, the handler told. */
+static bool held_abort(txn_assembler *a, txn_held *t, char *err, size_t errlen)
+{
+	a->aborted++;
+	if (a->h.abort)
+		a->h.abort(a->h.ctx, t->xid);
+	return held_drop(a, t, err, errlen);
 }
 
 /* ---- message handling ---- */
@@ -603,10 +621,8 @@ static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 
 	if (!t)
 		return false;
-	if (subxid == t->xid) {
-		a->aborted++;
-		return held_drop(a, t, err, errlen);
-	}
+	if (subxid == t->xid)
+		return held_abort(a, t, err, errlen);
 	for (i = t->nsubs; i > 0; i--)
 		if (t->subs[i - 1].xid == subxid)
 			break;
@@ -618,9 +634,12 @@ static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 		return io_error(a, t->xid, "truncate", err, errlen);
 	}
 	t->size = t->subs[i].offset;
+	t->positions = t->subs[i].positions;
 	t->nsubs = i;
 	t->sub_last = 0;
-	return true;
+	clear_err(err, errlen);
+	return !a->h.rollback || a->h.rollback(a->h.ctx, t->xid, t->positions, err, errlen) ||
+	       handler_failed("rollback", t->xid, err, errlen);
 }
 
 static bool on_stream_prepare(txn_assembler *a, char *err, size_t errlen)
@@ -727,8 +746,7 @@ static bool on_rollback_prepared(txn_assembler *a, char *err, size_t errlen)
 		return false;
 	if (!t)
 		return true;
-	a->aborted++;
-	return held_drop(a, t, err, errlen);
+	return held_abort(a, t, err, errlen);
 }
 
 static bool on_origin(txn_assembler *a, char *err, size_t errlen)
@@ -762,12 +780,12 @@ static bool on_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
 	if (m->type == PGO_MESSAGE && !(m->message.flags & 1))
-		return call_change(a, NULL, m, lsn, NULL, err, errlen);
+		return call_change(a, NULL, m, lsn, NULL, NULL, err, errlen);
 	if (a->in_stream || a->state == TXN_PREPARING)
 		return hold_change(a, lsn, err, errlen);
 	if (a->state != TXN_PLAIN)
 		return errf(err, errlen, "%s outside a transaction", pgo_type_name(m->type));
-	return call_change(a, &a->info, m, lsn, NULL, err, errlen);
+	return call_change(a, &a->info, m, lsn, NULL, NULL, err, errlen);
 }
 
 bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)

@@ -4,7 +4,8 @@
  * does its work (matching, rendering) while the server is still sending, and the bytes it puts in
  * the change's hold buffer go to a spill file under a directory. At Stream Commit / Commit
  * Prepared the records come back in order through replay(); on Stream Abort (whole transaction
- * or subtransaction) / Rollback Prepared they are discarded. Memory does not grow with
+ * or subtransaction) / Rollback Prepared they are discarded, and the handler is told (abort(),
+ * rollback()) so that what it keeps of a held change itself goes too. Memory does not grow with
  * transaction size. */
 #ifndef CDC_TXN_H
 #define CDC_TXN_H
@@ -19,6 +20,12 @@ typedef struct txn_info {
 	const char *origin;  /* NULL if none */
 	const char *gid;     /* prepared transactions: the GID; else NULL */
 	uint64_t held_bytes; /* held transactions at begin(): the size of their records; else 0 */
+	bool held;	     /* a held transaction, from begin() to commit() */
+	/* A held change: its first position (tx_index) in the transaction, the positions the changes
+	 * before it took (see change()) without those of rolled-back subtransactions; and whether it
+	 * is the first of a subtransaction, a savepoint rollback() may return to. */
+	uint32_t tx_index;
+	bool savepoint;
 } txn_info;
 
 typedef struct txn_handler {
@@ -29,14 +36,22 @@ typedef struct txn_handler {
 	/* A change (PGO_INSERT/UPDATE/DELETE/TRUNCATE/MESSAGE) at WAL position lsn, as it arrives;
 	 * the relation cache is current for it. t is NULL for a non-transactional message. hold is
 	 * NULL in a plain transaction: the change is committed, deliver it. In a held transaction t
-	 * has only xid (the top-level one), origin and gid, and what the handler appends to hold is
-	 * this change's record (possibly empty), replayed if the transaction commits. */
-	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
-		       size_t errlen);
+	 * has only xid (the top-level one), origin, gid, tx_index and savepoint, what the handler
+	 * appends to hold is this change's record (possibly empty), replayed if the transaction
+	 * commits, and *positions (0 unless set; positions is NULL outside a held transaction) how many
+	 * tx_index values the change takes. */
+	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+		       uint32_t *positions, char *err, size_t errlen);
 	/* One record of a held transaction, in the order the changes arrived. */
 	bool (*replay)(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err,
 		       size_t errlen);
 	bool (*commit)(void *ctx, const txn_info *t, char *err, size_t errlen);
+	/* Optional. Held transaction xid's changes from the savepoint at tx_index on are discarded (a
+	 * subtransaction rolled back); the transaction goes on. */
+	bool (*rollback)(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
+	/* Optional. Held transaction xid is discarded (Stream Abort, Rollback Prepared). Not called for
+	 * those txn_free() forgets. */
+	void (*abort)(void *ctx, uint32_t xid);
 } txn_handler;
 
 typedef struct txn_stats {

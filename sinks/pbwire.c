@@ -59,3 +59,10 @@ void pb_put_commit(buf *b, const sink_commit *c)
 	pb_put_varint_field(b, EVENT_TX_INDEX, c->tx_index);
 	pb_put_varint_field(b, EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
 }
+
+size_t pb_commit_size(const sink_commit *c)
+{
+	return pb_varint_field_size(EVENT_COMMIT_LSN, c->commit_lsn) +
+	       pb_varint_field_size(EVENT_TX_INDEX, c->tx_index) +
+	       pb_varint_field_size(EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
+}

@@ -21,5 +21,6 @@ void pb_put_len_header(buf *b, unsigned field, size_t len);
 size_t pb_len_header_size(unsigned field, size_t len);
 /* Completes an Event packed without its commit fields: commit_lsn, tx_index, commit_time. */
 void pb_put_commit(buf *b, const sink_commit *c);
+size_t pb_commit_size(const sink_commit *c);
 
 #endif

@@ -2,6 +2,8 @@
  * A sink renders an event in its own format without the fields known only at commit (commit_lsn,
  * tx_index, commit_time), so the events of a large streamed transaction are rendered while the
  * server is still sending it and spilled as bytes; at commit they are delivered with those fields.
+ * A sink that keeps such events itself until the commit (the socket spool) takes them as they
+ * arrive instead (the hold operations), and they are not spilled.
  * Transactions are numbered in commit order (seq). A sink reports the highest seq whose events
  * (and those of every earlier transaction) it holds safely: written out, durably spooled, or
  * acknowledged by a broker. The daemon confirms a transaction to the slot only when every sink
@@ -58,6 +60,21 @@ typedef struct sink_ops {
 	bool (*busy)(const sink *s);		 /* too much in flight: stop reading the slot for now */
 	bool (*finish)(sink *s, int timeout_ms); /* waits for everything in flight; false on timeout */
 	bool (*restart)(sink *s, char *err, size_t errlen); /* after SINK_RESTART: a fresh client */
+
+	/* Optional, all or none: the sink keeps the events of a held (streamed or prepared)
+	 * transaction xid itself, invisible until its commit. hold() takes one, rendered by render(),
+	 * with its final tx_index. hold_savepoint() notes where a subtransaction starts, at tx_index;
+	 * hold_rollback() discards xid's events from the savepoint at tx_index on (the subtransaction
+	 * rolled back); hold_abort() all of them (xid 0: of every held transaction, for a new stream).
+	 * hold_commit() makes them transaction seq's, with c's commit_lsn and commit_time, before
+	 * end_txn(seq). */
+	bool (*hold)(sink *s, uint32_t sub, uint32_t xid, uint32_t tx_index, const char *rendered, size_t len,
+		     char *err, size_t errlen);
+	void (*hold_savepoint)(sink *s, uint32_t xid, uint32_t tx_index);
+	bool (*hold_rollback)(sink *s, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
+	void (*hold_abort)(sink *s, uint32_t xid);
+	bool (*hold_commit)(sink *s, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
+			    size_t errlen);
 } sink_ops;
 
 struct sink {

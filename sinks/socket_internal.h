@@ -116,7 +116,8 @@ struct socket_sink {
 	socket_sub_settings *settings; /* copies of the last bind's, by subscription index */
 	subscription **by_index;       /* subscription index -> subscription (NULL: not a socket one) */
 	size_t nindex;
-	consumer *pending; /* connected, not subscribed yet (and closing ones), oldest first */
+	consumer *pending;     /* connected, not subscribed yet (and closing ones), oldest first */
+	struct held_txn *held; /* held transactions' events, per subscription (socket_sink.c) */
 	size_t nconnections, nclosing;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	buf scratch, events;

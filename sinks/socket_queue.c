@@ -269,6 +269,18 @@ static void extend_to(queue *q, uint64_t off)
 	q->next = off + 1;
 }
 
+/* The commit fields a held transaction's event lacks in the spool (spool_record.held), and their size. */
+static void put_commit(buf *b, const spool_record *r)
+{
+	if (r->held)
+		pb_put_commit(b, &(sink_commit){r->commit_lsn, r->commit_time, r->tx_index});
+}
+
+static size_t commit_size(const spool_record *r)
+{
+	return r->held ? pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
+}
+
 /* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
 static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t now)
 {
@@ -293,10 +305,11 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	if (q->dead_letters && !dead_split(r, &dead, &deadlen, &ev, &evlen))
 		log_warn("a dead letter's history is unreadable; it is delivered without",
 			 "subscription=%s offset=%llu", q->sub->name, (unsigned long long)r->offset);
-	size_t len = evlen + pb_varint_field_size(EVENT_OFFSET, r->offset) +
+	size_t len = evlen + commit_size(r) + pb_varint_field_size(EVENT_OFFSET, r->offset) +
 		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
 	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
 	buf_append(&s->events, ev, evlen);
+	put_commit(&s->events, r);
 	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
 	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
 	if (q->dead_letters) {
@@ -496,6 +509,7 @@ static void dead_record(buf *out, const spool_record *r, uint64_t off, const slo
 	buf_reserve(out, n);
 	out->len += cdc__v1__dead_letter__pack(&d, (uint8_t *)out->data + out->len);
 	buf_append(out, r->data, r->len);
+	put_commit(out, r);
 }
 
 static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)

@@ -1,6 +1,7 @@
-/* socket_sink.c: see socket_sink.h. The sink interface (render, deliver to the spools, flush, busy),
- * binding and forgetting subscriptions, stats and the tick timer; the queues' delivery state is in
- * socket_queue.c, the connections in socket_conn.c (their shared structs: socket_internal.h). */
+/* socket_sink.c: see socket_sink.h. The sink interface (render, deliver to the spools, hold the
+ * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
+ * the tick timer; the queues' delivery state is in socket_queue.c, the connections in socket_conn.c
+ * (their shared structs: socket_internal.h). */
 #include "sinks/socket_sink.h"
 
 #include <errno.h>
@@ -172,18 +173,20 @@ static void socket_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf
 	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
 }
 
-/* One more event committed at commit_time (µs), for the latency histogram at the next sync. */
-static void count_commit(socket_sink *s, int64_t commit_time)
+/* n more events committed at commit_time (µs), for the latency histogram at the next sync. */
+static void count_commits(socket_sink *s, int64_t commit_time, uint64_t n)
 {
+	if (commit_time <= 0 || !n)
+		return;
 	if (s->nruns && s->runs[s->nruns - 1].commit_time == commit_time) {
-		s->runs[s->nruns - 1].events++;
+		s->runs[s->nruns - 1].events += n;
 		return;
 	}
 	if (s->nruns == s->runs_cap) {
 		s->runs_cap = s->runs_cap ? 2 * s->runs_cap : 64;
 		s->runs = xrealloc(s->runs, s->runs_cap * sizeof(*s->runs));
 	}
-	s->runs[s->nruns++] = (struct commit_run){commit_time, 1};
+	s->runs[s->nruns++] = (struct commit_run){commit_time, n};
 }
 
 static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_t len, const sink_commit *c,
@@ -210,8 +213,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	sub->last_txi = c->tx_index;
 	sub->in_txn = sub->dirty = true;
 	sub->matched++;
-	if (c->commit_time > 0)
-		count_commit(s, c->commit_time);
+	count_commits(s, c->commit_time, 1);
 	return true;
 }
 
@@ -226,6 +228,153 @@ static void socket_end_txn(sink *base, uint64_t seq)
 		sub->in_txn = false;
 	}
 	s->ended_seq = seq;
+}
+
+/* Held transactions ---------------------------------------------------------------------- */
+
+/* A held transaction's events: one spool_held per subscription that has some (in the order they
+ * came), and the savepoints, each with where those files stood (files created later stood empty). */
+typedef struct held_txn {
+	uint32_t xid;
+	spool_held **files;
+	subscription **subs; /* files[i] is subs[i]'s */
+	size_t nfiles;
+	struct savepoint {
+		uint32_t tx_index;
+		size_t nfiles;
+		spool_held_point *at;
+	} * sp;
+	size_t nsp, capsp;
+	struct held_txn *next;
+} held_txn;
+
+static held_txn *held_find(socket_sink *s, uint32_t xid, bool create)
+{
+	for (held_txn *h = s->held; h; h = h->next)
+		if (h->xid == xid)
+			return h;
+	if (!create)
+		return NULL;
+	held_txn *h = xcalloc(1, sizeof(*h));
+	h->xid = xid;
+	h->next = s->held;
+	s->held = h;
+	return h;
+}
+
+/* Frees h; its files are deleted unless committed (then NULL). */
+static void held_free(socket_sink *s, held_txn *h)
+{
+	for (held_txn **p = &s->held; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			break;
+		}
+	for (size_t i = 0; i < h->nfiles; i++)
+		spool_held_discard(h->files[i]);
+	for (size_t i = 0; i < h->nsp; i++)
+		free(h->sp[i].at);
+	free(h->files);
+	free(h->subs);
+	free(h->sp);
+	free(h);
+}
+
+static bool socket_hold(sink *base, uint32_t idx, uint32_t xid, uint32_t tx_index, const char *rendered,
+			size_t len, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
+		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+	subscription *sub = s->by_index[idx];
+	held_txn *h = held_find(s, xid, true);
+	size_t i = 0;
+	while (i < h->nfiles && h->subs[i] != sub)
+		i++;
+	if (i == h->nfiles) {
+		spool_held *f = spool_hold(sub->q.sp, xid, err, errlen);
+		if (!f)
+			return false;
+		h->files = xrealloc(h->files, (i + 1) * sizeof(*h->files));
+		h->subs = xrealloc(h->subs, (i + 1) * sizeof(*h->subs));
+		h->files[i] = f;
+		h->subs[i] = sub;
+		h->nfiles++;
+	}
+	return spool_held_append(h->files[i], tx_index, get_u32(rendered), rendered + RENDER_HEADER,
+				 len - RENDER_HEADER, wall_ms(), err, errlen);
+}
+
+static void socket_hold_savepoint(sink *base, uint32_t xid, uint32_t tx_index)
+{
+	held_txn *h = held_find((socket_sink *)base, xid, true);
+	if (h->nsp == h->capsp) {
+		h->capsp = h->capsp ? 2 * h->capsp : 8;
+		h->sp = xrealloc(h->sp, h->capsp * sizeof(*h->sp));
+	}
+	struct savepoint *sp = &h->sp[h->nsp++];
+	*sp = (struct savepoint){tx_index, h->nfiles, NULL};
+	if (h->nfiles)
+		sp->at = xmalloc(h->nfiles * sizeof(*sp->at));
+	for (size_t i = 0; i < h->nfiles; i++)
+		sp->at[i] = spool_held_at(h->files[i]);
+}
+
+/* Back to the first savepoint at or after tx_index, which stays: an enclosing subtransaction that
+ * started at the same position may roll back to it later. */
+static bool socket_hold_rollback(sink *base, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	held_txn *h = held_find((socket_sink *)base, xid, false);
+	size_t k = 0;
+	while (h && k < h->nsp && h->sp[k].tx_index < tx_index)
+		k++;
+	if (!h || k == h->nsp)
+		return true;
+	for (size_t i = 0; i < h->nfiles; i++)
+		if (!spool_held_cut(h->files[i], i < h->sp[k].nfiles ? h->sp[k].at[i] : (spool_held_point){0},
+				    err, errlen))
+			return false;
+	for (size_t j = k + 1; j < h->nsp; j++)
+		free(h->sp[j].at);
+	h->nsp = k + 1;
+	return true;
+}
+
+static void socket_hold_abort(sink *base, uint32_t xid)
+{
+	socket_sink *s = (socket_sink *)base;
+	held_txn *h;
+	while ((h = xid ? held_find(s, xid, false) : s->held) != NULL)
+		held_free(s, h);
+}
+
+/* The held events become the next offsets of each subscription's spool, unless the spool has the
+ * transaction already (it was spooled before a restart: the slot resends what was not confirmed). */
+static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
+			       size_t errlen)
+{
+	(void)seq;
+	socket_sink *s = (socket_sink *)base;
+	held_txn *h = held_find(s, xid, false);
+	bool ok = true;
+	for (size_t i = 0; h && ok && i < h->nfiles; i++) {
+		subscription *sub = h->subs[i];
+		spool_held *f = h->files[i];
+		uint64_t events = spool_held_at(f).events;
+		h->files[i] = NULL;
+		if (sub->have_last && c->commit_lsn <= sub->last_lsn) {
+			spool_held_discard(f);
+			continue;
+		}
+		ok = spool_held_commit(f, c->commit_lsn, c->commit_time, err, errlen);
+		sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+		sub->dirty = true;
+		sub->matched += events;
+		count_commits(s, c->commit_time, events);
+	}
+	if (h)
+		held_free(s, h);
+	return ok;
 }
 
 static sink_status socket_flush(sink *base, char *err, size_t errlen)
@@ -271,6 +420,7 @@ static bool socket_busy(const sink *base)
 static void socket_free(sink *base)
 {
 	socket_sink *s = (socket_sink *)base;
+	socket_hold_abort(base, 0);
 	while (s->pending) {
 		consumer *c = s->pending;
 		s->pending = c->next;
@@ -307,6 +457,11 @@ static const sink_ops socket_ops = {
     .delivered = socket_delivered,
     .busy = socket_busy,
     .free = socket_free,
+    .hold = socket_hold,
+    .hold_savepoint = socket_hold_savepoint,
+    .hold_rollback = socket_hold_rollback,
+    .hold_abort = socket_hold_abort,
+    .hold_commit = socket_hold_commit,
 };
 
 sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,

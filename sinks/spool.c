@@ -1,6 +1,8 @@
 /* spool.c: see spool.h. Segment files of CRC-32C checked records named by their first offset, an
  * in-memory write buffer that spool_sync writes and fsyncs (group commit), a sparse in-memory index
- * per segment for random reads, and a two-slot cursor file so that a torn write never loses both. */
+ * per segment for random reads, and a two-slot cursor file so that a torn write never loses both.
+ * A held transaction's file ("held-<xid>") is written in the records of a segment and renamed into
+ * place at its commit. */
 #include "sinks/spool.h"
 
 #include "decoder/fsutil.h"
@@ -18,11 +20,17 @@
 /* A record: magic u8, type u8, zero u16, crc u32 (of every other header byte and the payload), len
  * u32, offset u64, commit_lsn u64, tx_index u32, key_hash u32, time_ms i64; then len payload bytes.
  * Little-endian. A marker's offset is the last event offset it declares committed; its id fields
- * repeat the newest event before it, so a segment that starts with one still knows the last id. */
+ * repeat the newest committed event, so a segment that starts with one still knows the last id.
+ * A held transaction's segment has REC_HELD events, whose offset is their index in the segment
+ * (the segment's name gives the first) and whose commit_lsn is 0, then one REC_TXN: offset the
+ * number of events, commit_lsn, tx_index of the last event, time_ms the commit time in µs. */
 #define REC_HDR 44
 #define REC_MAGIC 0xC5
 #define REC_EVENT 1
 #define REC_MARK 2
+#define REC_HELD 3
+#define REC_TXN 4
+#define HELD_PREFIX "held-"
 #define REC_MAX_LEN (1u << 30)
 
 #define INDEX_EVERY 128	      /* index the file position of every 128th event of a segment */
@@ -54,6 +62,9 @@ typedef struct seg {
 	uint64_t bytes; /* in the file (the last segment's buffered bytes are not counted) */
 	uint64_t *idx;	/* idx[k]: file position of event first + k * INDEX_EVERY; a prefix, grown lazily */
 	size_t nidx, cidx;
+	bool txn_known; /* a held transaction's segment: its REC_TXN read into the two below */
+	uint64_t commit_lsn;
+	int64_t commit_time;
 } seg;
 
 /* A read-ahead window over one segment plus where the last record read ended, so that reading
@@ -83,8 +94,8 @@ struct spool {
 	uint64_t next, head, marked, acked, first, dropped;
 	bool pending; /* events appended since the last marker */
 	bool have_last;
-	uint64_t last_lsn;
-	uint32_t last_tx;
+	uint64_t last_lsn, mark_lsn; /* the newest event's commit_lsn, and the newest committed one's */
+	uint32_t last_tx, mark_tx;
 	int64_t first_ms, ack_ms;      /* time_ms of event first and of event acked + 1, when appended */
 	uint64_t first_seg, first_pos; /* where event first is (or will be) */
 	uint64_t ack_seg, ack_pos;     /* where event acked + 1 is, when appended */
@@ -128,12 +139,39 @@ static uint64_t get64(const uint8_t *p)
 	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
-/* Filled by spool_open, which the daemon calls from its one main thread. */
+/* CRC-32C over bytes, continuing from crc as it is inside the loop (not inverted): the table
+ * version, or the SSE4.2 instruction where the CPU has it (a fifth of the socket path's CPU went to
+ * checksumming byte by byte). Chosen by spool_open, which the daemon calls from its main thread. */
 static uint32_t crc_table[256];
+static uint32_t (*crc_update)(uint32_t crc, const uint8_t *p, size_t n);
+
+static uint32_t crc_update_table(uint32_t crc, const uint8_t *p, size_t n)
+{
+	while (n--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return crc;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc_update_sse42(uint32_t crc, const uint8_t *p, size_t n)
+{
+	uint64_t c = crc;
+	for (; n >= 8; p += 8, n -= 8) {
+		uint64_t v;
+		memcpy(&v, p, sizeof(v));
+		c = _mm_crc32_u64(c, v);
+	}
+	crc = (uint32_t)c;
+	while (n--)
+		crc = _mm_crc32_u8(crc, *p++);
+	return crc;
+}
+#endif
 
 static void crc_init(void)
 {
-	if (crc_table[1])
+	if (crc_update)
 		return;
 	for (uint32_t i = 0; i < 256; i++) {
 		uint32_t c = i;
@@ -141,15 +179,17 @@ static void crc_init(void)
 			c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
 		crc_table[i] = c;
 	}
+	crc_update = crc_update_table;
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("sse4.2"))
+		crc_update = crc_update_sse42;
+#endif
 }
 
 /* CRC-32C; pass the previous result as crc to continue over more bytes (0 to start). */
 static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
 {
-	crc = ~crc;
-	while (n--)
-		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-	return ~crc;
+	return ~crc_update(~crc, p, n);
 }
 
 static uint32_t rec_crc(const uint8_t *hdr, const uint8_t *payload, size_t len)
@@ -180,7 +220,7 @@ static const char *rec_decode(const uint8_t *p, rec_hdr *h)
 {
 	if (p[0] != REC_MAGIC)
 		return "bad magic";
-	if ((p[1] != REC_EVENT && p[1] != REC_MARK) || p[2] || p[3])
+	if (p[1] < REC_EVENT || p[1] > REC_TXN || p[2] || p[3])
 		return "bad record type";
 	h->type = p[1];
 	h->len = get32(p + 8);
@@ -189,9 +229,20 @@ static const char *rec_decode(const uint8_t *p, rec_hdr *h)
 	h->tx_index = get32(p + 28);
 	h->key_hash = get32(p + 32);
 	h->time_ms = (int64_t)get64(p + 36);
-	if (h->len > REC_MAX_LEN || (h->type == REC_MARK && h->len))
+	if (h->len > REC_MAX_LEN || ((h->type == REC_MARK || h->type == REC_TXN) && h->len))
 		return "bad payload length";
 	return NULL;
+}
+
+static bool rec_is_event(const rec_hdr *h)
+{
+	return h->type == REC_EVENT || h->type == REC_HELD;
+}
+
+/* An event record's offset: a held transaction's events count from the segment's first. */
+static uint64_t rec_offset(uint64_t seg_first, const rec_hdr *h)
+{
+	return h->type == REC_HELD ? seg_first + h->offset : h->offset;
 }
 
 /* ---- files ---- */
@@ -446,8 +497,8 @@ static bool locate(spool *s, reader *r, uint64_t offset, rec_hdr *h, const uint8
 			return false;
 		if (got == 0)
 			return corrupt(s, sg, pos, why, err, errlen);
-		if (h->type == REC_EVENT) {
-			if (h->offset != expect)
+		if (rec_is_event(h)) {
+			if (rec_offset(sg->first, h) != expect)
 				return corrupt(s, sg, pos, "offset out of sequence", err, errlen);
 			idx_note(sg, expect, pos);
 			if (expect == offset)
@@ -519,10 +570,12 @@ typedef struct scan {
 	uint64_t next; /* the offset after the last event */
 	bool marked;   /* a marker was seen; mark is the last one's offset */
 	uint64_t mark;
-	bool have_id; /* id of the newest event (or of the one a marker repeats) */
+	bool have_id; /* id of the newest committed event (a marker repeats it; a REC_TXN has it) */
 	uint64_t lsn;
 	uint32_t tx;
-	const char *why; /* the first bad record, NULL if the segment ended cleanly */
+	uint64_t mark_end; /* position after the last marker (or REC_TXN) */
+	bool txn;	   /* a held transaction's segment, complete */
+	const char *why;   /* the first bad record, NULL if the segment ended cleanly */
 } scan;
 
 /* Validates every record of sg from the start, building its index. An I/O error fails; a bad
@@ -542,20 +595,27 @@ static bool scan_seg(spool *s, seg *sg, scan *sc, char *err, size_t errlen)
 				sc->why = NULL; /* a clean end */
 			return true;
 		}
-		if (h.type == REC_EVENT && h.offset != sc->next) {
+		if (sc->txn || (rec_is_event(&h) && rec_offset(sg->first, &h) != sc->next)) {
 			sc->why = "offset out of sequence";
 			return true;
 		}
-		if (h.type == REC_MARK && (h.offset >= sc->next || (sc->marked && h.offset < sc->mark))) {
+		if ((h.type == REC_MARK && (h.offset >= sc->next || (sc->marked && h.offset < sc->mark))) ||
+		    (h.type == REC_TXN && h.offset != sc->next - sg->first)) {
 			sc->why = "marker offset out of sequence";
 			return true;
 		}
-		if (h.type == REC_EVENT)
-			idx_note(sg, sc->next++, sc->end);
-		else
-			sc->marked = true, sc->mark = h.offset;
-		sc->have_id = true, sc->lsn = h.commit_lsn, sc->tx = h.tx_index;
 		sc->end += REC_HDR + h.len;
+		if (rec_is_event(&h)) {
+			idx_note(sg, sc->next++, sc->end - REC_HDR - h.len);
+			continue;
+		}
+		sc->marked = sc->have_id = true;
+		sc->mark = h.type == REC_TXN ? sc->next - 1 : h.offset;
+		sc->lsn = h.commit_lsn, sc->tx = h.tx_index, sc->mark_end = sc->end;
+		if (h.type == REC_TXN) {
+			sc->txn = sg->txn_known = true;
+			sg->commit_lsn = h.commit_lsn, sg->commit_time = h.time_ms;
+		}
 	}
 }
 
@@ -611,6 +671,11 @@ static bool list_segs(spool *s, char *err, size_t errlen)
 	struct dirent *e;
 	while (ok && (e = readdir(d)) != NULL) {
 		uint64_t first;
+		/* a held transaction of the last run: the slot resends it */
+		if (strncmp(e->d_name, HELD_PREFIX, strlen(HELD_PREFIX)) == 0 &&
+		    unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+			ok = errf(err, errlen, "spool %s: cannot remove %s: %s", s->dir, e->d_name,
+				  strerror(errno));
 		int kind = seg_name(e->d_name, &first);
 		if (kind == 0)
 			ok = errf(
@@ -688,6 +753,45 @@ static bool scan_back(spool *s, scan *last, char *err, size_t errlen)
 static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst, uint64_t *pos, char *err,
 		      size_t errlen);
 static bool acked_moved(spool *s, char *err, size_t errlen);
+static void put_marker(spool *s, uint64_t offset);
+
+/* Cuts off the events after the head: a transaction a crash cut short, never confirmed to the slot,
+ * which resends it whole. Its first event may be in an earlier segment than the last (it spanned a
+ * rollover): the segments after that one go. */
+static bool cut_uncommitted(spool *s, char *err, size_t errlen)
+{
+	int64_t ms;
+	uint64_t segfirst, pos;
+	char path[4200];
+	if (s->next - 1 == s->head)
+		return true;
+	if (!read_time(s, s->head + 1, &ms, &segfirst, &pos, err, errlen))
+		return false;
+	reader_close(&s->rd);
+	reader_close(&s->meta);
+	close(s->wfd);
+	s->wfd = -1;
+	for (; last_seg(s)->first > segfirst; s->nsegs--) {
+		seg_path(s, last_seg(s)->first, path, sizeof(path));
+		if (unlink(path) != 0)
+			return errf(err, errlen, "spool %s: cannot delete: %s", path, strerror(errno));
+		free(last_seg(s)->idx);
+	}
+	seg *sg = last_seg(s);
+	seg_path(s, sg->first, path, sizeof(path));
+	if (truncate(path, (off_t)pos) != 0)
+		return errf(err, errlen, "spool %s: cannot cut at byte %" PRIu64 ": %s", path, pos,
+			    strerror(errno));
+	sg->bytes = pos;
+	if (sg->nidx > (s->head + 1 - sg->first + INDEX_EVERY - 1) / INDEX_EVERY)
+		sg->nidx = (s->head + 1 - sg->first + INDEX_EVERY - 1) / INDEX_EVERY;
+	s->next = s->head + 1;
+	if (!open_last(s, err, errlen))
+		return false;
+	if (fsync(s->wfd) != 0)
+		return errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+	return fsync_dir(s->dir, err, errlen);
+}
 
 /* Reconciles the cursor with what the segments hold: nothing below the oldest segment is retained
  * and nothing above head can be acked or dropped. */
@@ -728,12 +832,22 @@ static bool recover(spool *s, spool_recovery *rec, char *err, size_t errlen)
 	if (!scan_seg(s, last_seg(s), &sc, err, errlen) || !cut_tail(s, &sc, rec, err, errlen))
 		return false;
 	s->next = sc.next;
+	bool txn = sc.txn;
 	if ((!sc.marked || !sc.have_id) && !scan_back(s, &sc, err, errlen))
 		return false;
 	s->head = s->marked = sc.mark;
-	s->have_last = sc.have_id, s->last_lsn = sc.lsn, s->last_tx = sc.tx;
+	s->have_last = sc.have_id;
+	s->last_lsn = s->mark_lsn = sc.lsn, s->last_tx = s->mark_tx = sc.tx;
 	rec->uncommitted = s->next - 1 - s->head;
-	s->pending = rec->uncommitted > 0;
+	if (!cut_uncommitted(s, err, errlen))
+		return false;
+	/* A held transaction's segment is never appended to: a crash came before the next one. */
+	if (txn) {
+		close(s->wfd);
+		if (!create_seg(s, s->next, err, errlen))
+			return false;
+		put_marker(s, s->marked);
+	}
 	return settle_cursor(s, found, err, errlen);
 }
 
@@ -1019,7 +1133,7 @@ static void put_record(spool *s, const rec_hdr *h, const void *payload)
 
 static void put_marker(spool *s, uint64_t offset)
 {
-	rec_hdr h = {.type = REC_MARK, .offset = offset, .commit_lsn = s->last_lsn, .tx_index = s->last_tx};
+	rec_hdr h = {.type = REC_MARK, .offset = offset, .commit_lsn = s->mark_lsn, .tx_index = s->mark_tx};
 	put_record(s, &h, NULL);
 }
 
@@ -1078,6 +1192,7 @@ bool spool_commit(spool *s, char *err, size_t errlen)
 		return false;
 	if (!s->pending)
 		return true;
+	s->mark_lsn = s->last_lsn, s->mark_tx = s->last_tx;
 	put_marker(s, s->next - 1);
 	s->marked = s->next - 1;
 	s->pending = false;
@@ -1114,6 +1229,26 @@ bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index)
 
 /* ---- reading and the cursor ---- */
 
+/* The commit of a held transaction's segment, from its last record (a REC_TXN), once. */
+static bool seg_txn(spool *s, seg *sg, char *err, size_t errlen)
+{
+	rec_hdr h;
+	const uint8_t *payload;
+	const char *why = "no transaction record at its end";
+	if (sg->txn_known)
+		return true;
+	int got = sg->bytes >= REC_HDR
+		      ? rec_at(s, &s->meta, sg, sg->bytes - REC_HDR, &h, &payload, &why, err, errlen)
+		      : 0;
+	if (got < 0)
+		return false;
+	if (got == 0 || h.type != REC_TXN)
+		return corrupt(s, sg, sg->bytes - REC_HDR, why, err, errlen);
+	sg->txn_known = true;
+	sg->commit_lsn = h.commit_lsn, sg->commit_time = h.time_ms;
+	return true;
+}
+
 bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen)
 {
 	if (offset < s->first || offset > s->head)
@@ -1128,6 +1263,12 @@ bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t er
 	if (!locate(s, &s->rd, offset, &h, &payload, &sg, &pos, err, errlen))
 		return false;
 	*r = (spool_record){h.offset, h.commit_lsn, h.tx_index, h.key_hash, h.time_ms, payload, h.len};
+	if (h.type == REC_HELD) {
+		if (!seg_txn(s, sg, err, errlen))
+			return false;
+		*r = (spool_record){offset,  sg->commit_lsn, h.tx_index, h.key_hash,	 h.time_ms,
+				    payload, h.len,	     true,	 sg->commit_time};
+	}
 	return true;
 }
 
@@ -1300,4 +1441,165 @@ spool_stats spool_get_stats(const spool *s)
 	for (size_t i = 0; i < s->nsegs; i++)
 		st.bytes += s->segs[i].bytes;
 	return st;
+}
+
+/* ---- held transactions ---- */
+
+struct spool_held {
+	spool *s;
+	int fd; /* O_APPEND: writes go to the end, also after a cut */
+	char *path;
+	buf wbuf;
+	uint64_t flushed; /* bytes in the file; wbuf's come after */
+	uint64_t events;
+	uint32_t last_tx;
+	int64_t first_ms; /* time_ms of the first event */
+};
+
+static bool held_error(spool_held *h, const char *op, char *err, size_t errlen)
+{
+	return errf(err, errlen, "spool %s: cannot %s: %s", h->path, op, strerror(errno));
+}
+
+static bool held_flush(spool_held *h, char *err, size_t errlen)
+{
+	if (h->wbuf.len && !file_write_all(h->fd, h->wbuf.data, h->wbuf.len))
+		return held_error(h, "write", err, errlen);
+	h->flushed += h->wbuf.len;
+	buf_reset(&h->wbuf);
+	return true;
+}
+
+spool_held *spool_hold(spool *s, uint32_t xid, char *err, size_t errlen)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" HELD_PREFIX "%" PRIu32, s->dir, xid);
+	int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
+		return NULL;
+	}
+	spool_held *h = xcalloc(1, sizeof(*h));
+	h->s = s;
+	h->fd = fd;
+	h->path = xstrdup(path);
+	return h;
+}
+
+bool spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
+		       int64_t now_ms, char *err, size_t errlen)
+{
+	if (len > REC_MAX_LEN)
+		return errf(err, errlen, "spool %s: event of %zu bytes is too large", h->path, len);
+	rec_hdr r = {REC_HELD, (uint32_t)len, h->events, 0, tx_index, key_hash, now_ms};
+	buf_reserve(&h->wbuf, REC_HDR + len);
+	rec_encode((uint8_t *)h->wbuf.data + h->wbuf.len, &r, data);
+	h->wbuf.len += REC_HDR + len;
+	if (!h->events)
+		h->first_ms = now_ms;
+	h->events++;
+	h->last_tx = tx_index;
+	return h->wbuf.len < WBUF_EARLY || held_flush(h, err, errlen);
+}
+
+spool_held_point spool_held_at(const spool_held *h)
+{
+	return (spool_held_point){h->flushed + h->wbuf.len, h->events, h->last_tx};
+}
+
+bool spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen)
+{
+	if (at.bytes >= h->flushed) {
+		h->wbuf.len = (size_t)(at.bytes - h->flushed);
+	} else {
+		if (ftruncate(h->fd, (off_t)at.bytes) != 0)
+			return held_error(h, "truncate", err, errlen);
+		h->flushed = at.bytes;
+		buf_reset(&h->wbuf);
+	}
+	h->events = at.events;
+	h->last_tx = at.last_tx;
+	return true;
+}
+
+void spool_held_discard(spool_held *h)
+{
+	if (!h)
+		return;
+	close(h->fd);
+	(void)unlink(h->path); /* best effort: the next spool_open removes what is left */
+	buf_free(&h->wbuf);
+	free(h->path);
+	free(h);
+}
+
+/* The held file, complete and durable, renamed to be segment first. The write segment is closed
+ * first (durably), or replaced when it holds no event (only a marker repeating what is durable). */
+static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err, size_t errlen)
+{
+	rec_hdr t = {REC_TXN, 0, h->events, commit_lsn, h->last_tx, 0, commit_time};
+	buf_reserve(&h->wbuf, REC_HDR);
+	rec_encode((uint8_t *)h->wbuf.data + h->wbuf.len, &t, NULL);
+	h->wbuf.len += REC_HDR;
+	if (!held_flush(h, err, errlen))
+		return false;
+	if (fsync(h->fd) != 0)
+		return held_error(h, "fsync", err, errlen);
+	if (!check_broken(s, err, errlen))
+		return false;
+	if (s->pending)
+		return errf(err, errlen, "spool %s: a held transaction commits inside another", s->dir);
+	uint64_t first = s->next;
+	bool replace = s->next == last_seg(s)->first;
+	char path[4200];
+	seg_path(s, last_seg(s)->first, path, sizeof(path));
+	if (replace) {
+		buf_reset(&s->wbuf);
+	} else {
+		if (!flush_wbuf(s, err, errlen))
+			return false;
+		if (fsync(s->wfd) != 0) {
+			errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+			return fail(s, err);
+		}
+	}
+	close(s->wfd);
+	s->wfd = -1;
+	s->unsynced = false;
+	reader_close(&s->rd);
+	reader_close(&s->meta);
+	seg_path(s, first, path, sizeof(path));
+	if (rename(h->path, path) != 0) {
+		errf(err, errlen, "spool %s: cannot rename to %s: %s", h->path, path, strerror(errno));
+		return fail(s, err);
+	}
+	if (replace) {
+		free(last_seg(s)->idx);
+		s->nsegs--;
+	}
+	seg_push(s, first, h->flushed);
+	seg *sg = last_seg(s);
+	sg->txn_known = true;
+	sg->commit_lsn = commit_lsn, sg->commit_time = commit_time;
+	if (s->next == s->first)
+		s->first_ms = h->first_ms, s->first_seg = first, s->first_pos = 0;
+	if (s->next == s->acked + 1)
+		s->ack_ms = h->first_ms, s->ack_seg = first, s->ack_pos = 0;
+	s->next += h->events;
+	s->marked = s->next - 1;
+	s->have_last = true;
+	s->last_lsn = s->mark_lsn = commit_lsn;
+	s->last_tx = s->mark_tx = h->last_tx;
+	/* the next appends go to a new segment; its creation makes the rename durable too */
+	if (!create_seg(s, s->next, err, errlen))
+		return fail(s, err);
+	put_marker(s, s->marked); /* spool_sync writes it and moves the head */
+	return true;
+}
+
+bool spool_held_commit(spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err, size_t errlen)
+{
+	bool ok = !h->events || adopt(h->s, h, commit_lsn, commit_time, err, errlen);
+	spool_held_discard(h);
+	return ok;
 }

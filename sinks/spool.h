@@ -1,7 +1,10 @@
 /* spool.h: one subscription's durable event log in a directory of state_dir: append-only segment
  * files of checksummed records, group-committed fsync, count/age/bytes retention, and the acked
  * cursor. Offsets are dense, start at 1 and are never reused. Events become visible to readers
- * when the transaction they belong to is durably complete (spool_commit + spool_sync). */
+ * when the transaction they belong to is durably complete (spool_commit + spool_sync). A held
+ * transaction's events (spool_hold) are written to a file of their own as they arrive, before
+ * their commit is known, and that file becomes a segment at the commit: written once, offsets
+ * given at the commit. */
 #ifndef CDC_SPOOL_H
 #define CDC_SPOOL_H
 
@@ -28,16 +31,23 @@ typedef struct spool_record {
 	int64_t time_ms;     /* wall clock when appended (max_age) */
 	const uint8_t *data; /* the event: a packed cdc.v1.Event */
 	size_t len;
+	/* held: the event came through spool_hold and data lacks the fields known only at its commit,
+	 * commit_lsn, tx_index and commit_time (µs), which the reader appends. */
+	bool held;
+	int64_t commit_time;
 } spool_record;
 
 /* What spool_open found and repaired, for the log. */
 typedef struct spool_recovery {
-	uint64_t torn_bytes;  /* bytes cut off the last segment: a torn or corrupt tail */
-	uint64_t uncommitted; /* records after the last transaction end: kept, but invisible until it ends */
+	uint64_t torn_bytes; /* bytes cut off the last segment: a torn or corrupt tail */
+	/* events after the last transaction end, cut off: the slot resends their transaction whole,
+	 * since it was never confirmed */
+	uint64_t uncommitted;
 } spool_recovery;
 
 /* Opens (creating if needed, mode 0700) the spool in dir and recovers it: scans the last segment,
- * cuts off a torn or corrupt tail at the last good record, and finds the durable head. */
+ * cuts off a torn or corrupt tail at the last good record and the events of a transaction that did
+ * not end, finds the durable head, and removes the files of held transactions. */
 spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err, size_t errlen);
 void spool_close(spool *s);
 /* Limits may change on reload. */
@@ -53,9 +63,35 @@ bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key
 bool spool_commit(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Writes what is buffered and fsyncs it (and the cursor, if it moved). */
 bool spool_sync(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
-/* The identity of the newest appended event, durable or not: after a restart the slot resends
- * changes the spool may already hold; the caller skips those at or before this. false if empty. */
+/* The identity of the newest appended event (after spool_open: of the newest committed one): after
+ * a restart the slot resends changes the spool may already hold; the caller skips those at or
+ * before this. false if empty. */
 bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index);
+
+/* A held (streamed or prepared) transaction's events, appended as they arrive to a file of their own
+ * in the spool's directory, invisible until spool_held_commit. Memory: one write buffer. */
+typedef struct spool_held spool_held;
+/* Where a held transaction's events stood: spool_held_cut goes back to it (a rolled-back
+ * subtransaction). */
+typedef struct spool_held_point {
+	uint64_t bytes, events;
+	uint32_t last_tx;
+} spool_held_point;
+
+/* Starts holding transaction xid (its file is created empty). */
+spool_held *spool_hold(spool *s, uint32_t xid, char *err, size_t errlen);
+/* Appends one event without its commit fields (see spool_record.held); tx_index is final. */
+bool spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
+		       int64_t now_ms, char *err, size_t errlen) CDC_MUST_CHECK;
+spool_held_point spool_held_at(const spool_held *h);
+bool spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Deletes the file and frees h: its transaction aborted, or the spool holds it already. */
+void spool_held_discard(spool_held *h);
+/* The transaction committed: its file, made durable, becomes the next segment, its events the next
+ * offsets (visible at the next spool_sync), between transactions only (no spool_append since the
+ * last spool_commit). Frees h, also on failure (then the spool must be reopened). */
+bool spool_held_commit(spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err,
+		       size_t errlen) CDC_MUST_CHECK;
 
 /* Reads the event at offset (first <= offset <= head). */
 bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen) CDC_MUST_CHECK;

@@ -1,7 +1,8 @@
 /* pipeline.c: see pipeline.h. Plain transactions are delivered change by change; a held one's
- * changes are matched and rendered as they arrive into records the transaction assembler spills,
- * and replayed with their commit fields at its commit. Transactions are numbered in commit order;
- * progress.h turns what the sinks report delivered into a position. */
+ * changes are matched and rendered as they arrive, handed to the sinks that hold events themselves
+ * (sink.h's hold operations) or put into records the transaction assembler spills, and replayed
+ * with their commit fields at its commit. Transactions are numbered in commit order; progress.h
+ * turns what the sinks report delivered into a position. */
 #include "cdc/daemon/pipeline.h"
 
 #include <stdlib.h>
@@ -47,6 +48,7 @@ struct pipeline {
 	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
+	uint32_t held_xid; /* the held transaction whose change is being rendered */
 	uint64_t flushed_lsn, boundary_lsn;
 	uint64_t events, large_txn_start_ms;
 	int64_t last_commit_time;
@@ -96,8 +98,9 @@ static uint32_t get_u32(const uint8_t *p)
 	return v;
 }
 
-/* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction,
- * rendered into the change's record in a held one. */
+/* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction;
+ * in a held one (c has only tx_index), held by a sink that holds events, else rendered into the
+ * change's record. */
 static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_commit *c, uint32_t slot,
 		    buf *hold, char *err, size_t errlen)
 {
@@ -107,7 +110,7 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 	    s->sub.tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
 	e->tag = (char *)s->sub.tag;
 	sink *k = s->sub.sink;
-	if (hold) {
+	if (hold && !k->ops->hold) {
 		size_t at = hold->len;
 		buf_reserve(hold, HOLD_ENTRY);
 		hold->len += HOLD_ENTRY;
@@ -122,6 +125,9 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 	k->ops->render(k, sub, e, &p->scratch);
 	s->count.events++;
 	s->count.bytes += p->scratch.len;
+	if (hold)
+		return k->ops->hold(k, sub, p->held_xid, c->tx_index + slot, p->scratch.data, p->scratch.len,
+				    err, errlen);
 	sink_commit at = *c;
 	at.tx_index += slot;
 	return k->ops->deliver(k, sub, p->scratch.data, p->scratch.len, &at, p->cur_seq, err, errlen);
@@ -321,7 +327,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 	 * holds by it after a restart. */
 	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn - 1,
 			 .commit_time = t ? t->commit_time : 0,
-			 .tx_index = p->tx_index};
+			 .tx_index = hold ? t->tx_index : p->tx_index};
 	bool ok = true;
 	*slots = 1;
 	switch (m->type) {
@@ -430,19 +436,24 @@ static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 	return true;
 }
 
-static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
-		      size_t errlen)
+static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+		      uint32_t *positions, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
 	uint32_t slots;
 	if (!hold && beyond_endpos(p, t ? t->commit_lsn : lsn))
 		return true;
 	if (hold) {
+		for (size_t i = 0; t->savepoint && i < p->nsinks; i++)
+			if (p->sinks[i]->ops->hold_savepoint)
+				p->sinks[i]->ops->hold_savepoint(p->sinks[i], t->xid, t->tx_index);
 		buf_reserve(hold, 4);
 		hold->len = 4;
+		p->held_xid = t->xid;
 		if (!change_events(p, t, m, lsn, hold, &slots, err, errlen))
 			return false;
 		put_u32(hold->data, slots);
+		*positions = slots;
 		return true;
 	}
 	if (t) {
@@ -497,12 +508,38 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 	return true;
 }
 
+/* A held transaction's events that sinks hold: discarded (xid 0: every transaction's). */
+static void on_abort(void *ctx, uint32_t xid)
+{
+	pipeline *p = ctx;
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_abort)
+			p->sinks[i]->ops->hold_abort(p->sinks[i], xid);
+}
+
+static bool on_rollback(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_rollback &&
+		    !p->sinks[i]->ops->hold_rollback(p->sinks[i], xid, tx_index, err, errlen))
+			return false;
+	return true;
+}
+
 static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 {
-	(void)err, (void)errlen;
 	pipeline *p = ctx;
-	if (p->past_endpos)
+	if (p->past_endpos) {
+		if (t->held)
+			on_abort(p, t->xid);
 		return true;
+	}
+	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
+	for (size_t i = 0; t->held && i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_commit &&
+		    !p->sinks[i]->ops->hold_commit(p->sinks[i], t->xid, &c, p->cur_seq, err, errlen))
+			return false;
 	end_txn(p, t->end_lsn);
 	p->last_commit_time = t->commit_time;
 	if (t->held_bytes >= LARGE_TXN_BYTES)
@@ -635,8 +672,13 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 	p->prog = PROGRESS_INIT;
 	p->at_boundary = at_boundary;
 	p->ctx = ctx;
-	p->handler = (txn_handler){
-	    .ctx = p, .begin = on_begin, .change = on_change, .replay = on_replay, .commit = on_commit};
+	p->handler = (txn_handler){.ctx = p,
+				   .begin = on_begin,
+				   .change = on_change,
+				   .replay = on_replay,
+				   .commit = on_commit,
+				   .rollback = on_rollback,
+				   .abort = on_abort};
 	p->arena = arena_new(64 * 1024);
 	p->rc = pgo_relcache_new();
 	return p;
@@ -676,6 +718,7 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 
 bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err, size_t errlen)
 {
+	on_abort(p, 0); /* the server sends every held transaction again */
 	txn_free(p->asm_);
 	if (!(p->asm_ = txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
 		return false;

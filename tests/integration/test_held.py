@@ -2,6 +2,7 @@
 transaction that alters its table midway, and prepared transactions (streamed or not) that keep the
 slot from moving past them, survive a kill -9 of cdc, and are delivered at COMMIT PREPARED."""
 
+import glob
 import os
 import sys
 import time
@@ -10,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import wait_for  # noqa: E402
 from test_spine import check_transactions, finish, lsn_to_int  # noqa: E402
+from subscriber_helpers import Subscriber  # noqa: E402
 
 ROWS = 5000  # with logical_decoding_work_mem=64kB the server streams this many rows in chunks
 
@@ -97,3 +99,119 @@ def test_prepared_transaction_pins_the_slot_and_survives_a_crash(pg, schema, cdc
     assert ids == [100000 + i for i in range(20)] + [-1] + list(range(1, ROWS + 1)) + [200000]
     txs = check_transactions(p2.events())
     assert [len(t) for t in txs] == [1] * 20 + [1, ROWS, 1]
+
+
+# --- held transactions on the socket path: spooled as they stream, visible at their commit ----------
+
+def take(s, n, timeout=60):
+    """n events (whole Deliveries), acknowledging each Delivery as it comes."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        got = s.events(1, timeout=max(0.1, deadline - time.monotonic()))
+        s.ack_events(got)
+        out += got
+    return out
+
+
+def held_files(c, sub="jobs"):
+    return glob.glob(os.path.join(c.state_dir, "spool", sub, "events", "held-*"))
+
+
+def held_bytes(c):
+    n = 0
+    for f in held_files(c):
+        try:
+            n += os.path.getsize(f)
+        except FileNotFoundError:  # committed or aborted meanwhile
+            pass
+    return n
+
+
+def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commit(pg, schema, cdc):
+    """A socket subscription's events of a streamed transaction go to the spool while the server
+    streams it, none visible before its commit (a plain transaction committing meanwhile is, at the
+    next offset), all of them once after it, at dense offsets; a rolled-back subtransaction's rows
+    and an aborted transaction leave nothing. Then kill -9 in the middle of one: after the restart
+    it arrives whole and once; kill -9 right after one was spooled: not spooled again."""
+    pg.sql(f"create table {schema}.jobs (id int primary key, v text)")
+    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket"}])
+    s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
+    pg.sql(f"insert into {schema}.jobs values (0, 'first')")
+    assert [e.offset for e in take(s, 1)] == [1]
+
+    def big(cur, first, label):
+        cur.execute(f"insert into {schema}.jobs select g, '{label}' from generate_series({first}, {first + ROWS - 1}) g")
+
+    conn = pg.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("begin")
+        big(cur, 1, "big")
+        cur.execute("savepoint s1")
+        cur.execute(f"insert into {schema}.jobs select -g, 'gone' from generate_series(1, {ROWS}) g")
+        cur.execute("rollback to savepoint s1")
+        big(cur, ROWS + 1, "big")
+        # Written to the spool while the server streams it (past the 1 MiB write buffer)...
+        wait_for(lambda: held_bytes(c) > 0, what="the streamed transaction in the spool")
+        pg.sql(f"insert into {schema}.jobs values (-100000, 'meanwhile')")
+        meanwhile = take(s, 1)
+        # ... invisible: what commits meanwhile takes the next offset.
+        assert [(e.offset, row_id(e)) for e in meanwhile] == [(2, -100000)]
+        cur.execute("commit")
+        evs = take(s, 2 * ROWS)
+        assert [e.offset for e in evs] == list(range(3, 3 + 2 * ROWS))
+        assert [row_id(e) for e in evs] == list(range(1, 2 * ROWS + 1))
+        assert [e.tx_index for e in evs] == list(range(2 * ROWS))
+        assert len({e.commit_lsn for e in evs}) == 1 and all(e.commit_time > 0 for e in evs)
+        wait_for(lambda: not held_files(c), what="the held file to become a segment")
+
+        # Aborted: nothing of it, its file gone.
+        cur.execute("begin")
+        big(cur, 100000, "aborted")
+        wait_for(lambda: held_files(c), what="the streamed transaction in the spool")
+        cur.execute("rollback")
+        wait_for(lambda: not held_files(c), what="the aborted transaction's file to go")
+        pg.sql(f"insert into {schema}.jobs values (-200000, 'after the abort')")
+        assert [(e.offset, row_id(e)) for e in take(s, 1)] == [(3 + 2 * ROWS, -200000)]
+        next_offset = 4 + 2 * ROWS
+        s.wait_acked(next_offset - 1)
+
+        # kill -9 in the middle of a streamed transaction, then its commit after the restart.
+        cur.execute("begin")
+        big(cur, 200000, "killed")
+        wait_for(lambda: held_files(c), what="the streamed transaction in the spool")
+        p.kill()
+        s.close()
+        p = c.start()
+        cur.execute("commit")
+        s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
+        evs = take(s, ROWS)
+        assert [e.offset for e in evs] == list(range(next_offset, next_offset + ROWS))
+        assert [row_id(e) for e in evs] == list(range(200000, 200000 + ROWS))
+        next_offset += ROWS
+        s.wait_acked(next_offset - 1)
+
+        # kill -9 as soon as a streamed transaction is visible (spooled, maybe not confirmed yet): the
+        # slot may send it again, the spool does not take it twice.
+        cur.execute("begin")
+        big(cur, 300000, "spooled")
+        cur.execute("commit")
+        evs = take(s, ROWS)
+        assert [e.offset for e in evs] == list(range(next_offset, next_offset + ROWS))
+        next_offset += ROWS
+        s.wait_acked(next_offset - 1)
+        p.kill()
+        s.close()
+    finally:
+        conn.close()
+    p = c.start()
+    pg.sql(f"insert into {schema}.jobs values (-300000, 'last')")
+    s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
+    assert [(e.offset, row_id(e)) for e in take(s, 1)] == [(next_offset, -300000)]
+    assert s.events(1, timeout=1, fail=False) == []
+    assert p.terminate() == 0
+
+
+def row_id(e):
+    return {c.name: getattr(c.value, c.value.WhichOneof("kind")) for c in e.new_row.columns}["id"]

@@ -89,6 +89,50 @@ static void rec_free(sink *s)
 	(void)s;
 }
 
+/* Sink B holds held transactions' events itself (as the socket spool does): each hold operation
+ * logs "B hold xid=X tx=I: RENDERED", "B savepoint xid=X tx=I", "B rollback xid=X tx=I", "B abort
+ * xid=X", "B commit xid=X seq=N commit=LSN". */
+static bool rec_hold(sink *s, uint32_t sub, uint32_t xid, uint32_t tx_index, const char *rendered, size_t len,
+		     char *err, size_t errlen)
+{
+	(void)sub, (void)err, (void)errlen;
+	rec_sink *r = (rec_sink *)s;
+	buf_printf(r->log, "%s hold xid=%u tx=%u: %.*s\n", r->name, xid, tx_index, (int)len, rendered);
+	return true;
+}
+
+static void rec_hold_savepoint(sink *s, uint32_t xid, uint32_t tx_index)
+{
+	rec_sink *r = (rec_sink *)s;
+	buf_printf(r->log, "%s savepoint xid=%u tx=%u\n", r->name, xid, tx_index);
+}
+
+static bool rec_hold_rollback(sink *s, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	rec_sink *r = (rec_sink *)s;
+	buf_printf(r->log, "%s rollback xid=%u tx=%u\n", r->name, xid, tx_index);
+	return true;
+}
+
+static void rec_hold_abort(sink *s, uint32_t xid)
+{
+	rec_sink *r = (rec_sink *)s;
+	buf_printf(r->log, "%s abort xid=%u\n", r->name, xid);
+}
+
+static bool rec_hold_commit(sink *s, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
+			    size_t errlen)
+{
+	(void)err, (void)errlen;
+	rec_sink *r = (rec_sink *)s;
+	char lsn[LSN_STRLEN];
+	lsn_format(c->commit_lsn, lsn);
+	buf_printf(r->log, "%s commit xid=%u seq=%llu commit=%s\n", r->name, xid, (unsigned long long)seq,
+		   lsn);
+	return true;
+}
+
 static const sink_ops rec_ops = {.name = "rec",
 				 .render = rec_render,
 				 .deliver = rec_deliver,
@@ -96,6 +140,18 @@ static const sink_ops rec_ops = {.name = "rec",
 				 .flush = rec_flush,
 				 .delivered = rec_delivered,
 				 .free = rec_free};
+static const sink_ops rec_hold_ops = {.name = "rec_hold",
+				      .render = rec_render,
+				      .deliver = rec_deliver,
+				      .end_txn = rec_end_txn,
+				      .flush = rec_flush,
+				      .delivered = rec_delivered,
+				      .free = rec_free,
+				      .hold = rec_hold,
+				      .hold_savepoint = rec_hold_savepoint,
+				      .hold_rollback = rec_hold_rollback,
+				      .hold_abort = rec_hold_abort,
+				      .hold_commit = rec_hold_commit};
 
 /* ---- the fake source: a script of pgoutput messages ---- */
 
@@ -159,7 +215,7 @@ typedef struct fixture {
 	char dir[64];
 	cfg *cfg;
 	pipeline *p;
-	rec_sink sinks[2]; /* A: sink stdout, B: sink socket */
+	rec_sink sinks[2]; /* A: sink stdout, B: sink socket (it holds held transactions' events) */
 	buf log;
 	uint32_t stream_xid; /* inside a stream block */
 	uint64_t lsn;	     /* of the next message */
@@ -191,7 +247,8 @@ static bool setup(fixture *f, const char *subscriptions)
 		return false;
 	}
 	for (int i = 0; i < 2; i++)
-		f->sinks[i] = (rec_sink){.base.ops = &rec_ops, .name = i ? "B" : "A", .log = &f->log};
+		f->sinks[i] = (rec_sink){
+		    .base.ops = i ? &rec_hold_ops : &rec_ops, .name = i ? "B" : "A", .log = &f->log};
 	pipeline_sub subs[8];
 	for (size_t i = 0; i < f->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){f->cfg->subs[i].name, f->cfg->subs[i].tag,
@@ -204,6 +261,8 @@ static bool setup(fixture *f, const char *subscriptions)
 		fprintf(stderr, "setup: %s\n", err);
 		return false;
 	}
+	CHECK_STR(f->log.data, "B abort xid=0\n"); /* a new stream: nothing held is kept */
+	buf_reset(&f->log);
 	return true;
 }
 
@@ -269,6 +328,9 @@ static bool step(fixture *f, const char *line, int no)
 		wire(&m, 0, "cic", 'S', (uint32_t)x, (int)y);
 		f->stream_xid = (uint32_t)x;
 		break;
+	case 'X': /* X XID: the next changes of the stream block are subtransaction XID's */
+		f->stream_xid = (uint32_t)x;
+		return true;
 	case 'E': /* stream stop */
 		wire(&m, 0, "c", 'E');
 		f->stream_xid = 0;
@@ -373,22 +435,24 @@ static const struct pipeline_case {
 	 "s 9 0x200 0x208\nF 0x208\n",
 	 "A#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n"
 	 "A#0 seq=2 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
-	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,status=new,amount=20)\n",
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,status=new,amount=20)\n"
+	 "B commit xid=9 seq=2 commit=0/200\n",
 	 2},
 	{"streamed: an aborted transaction delivers nothing",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 "S 9 1\n" RELATIONS "I 1 1,new,10\nE\nA 9 9\nB 0x100 7\nI 2 5,pen\nC 0x100 0x108\nF 0x108\n",
-	 "A#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n", 1},
+	 "B abort xid=9\nA#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n", 1},
 	{"two-phase: held from prepare to commit prepared; the slot never passes a prepared one",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 RELATIONS "b 0x100 0x108 7 g1\nI 1 1,new,10\nP 0x100 0x108 7 g1\nk 0x300\nF 0x10\n"
 		   "K 0x200 0x208 7 g1\nF 0x208\nk 0x300\nF 0x300\n",
-	 "A#0 seq=1 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n", 1},
+	 "A#0 seq=1 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "B commit xid=7 seq=1 commit=0/200\n", 1},
 	{"two-phase: rollback prepared delivers nothing",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 RELATIONS "b 0x100 0x108 7 g1\nI 1 1,new,10\nP 0x100 0x108 7 g1\nr 0x108 0x208 7 g1\nk 0x300\n"
 		   "F 0x300\n",
-	 "", 0},
+	 "B abort xid=7\n", 0},
 	{"flushed position: a sink that delivers later holds the slot back",
 	 "  - {name: fast, tables: [public.orders], sink: stdout}\n"
 	 "  - {name: slow, tables: [public.items], sink: socket}\n",
@@ -399,6 +463,28 @@ static const struct pipeline_case {
 	 "B#1 seq=2 commit=0/200 tx=0: slow insert items new(id=5,name=pen)\n"
 	 "A#0 seq=3 commit=0/300 tx=0: fast insert orders new(id=2,status=new,amount=20)\n",
 	 3},
+	{"streamed: a sink that holds events gets them as they arrive, with savepoints, rollbacks, the "
+	 "commit after the others' replay, and aborts",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n"
+	 "  - {name: sock, tables: [public.*], sink: socket}\n",
+	 "S 9 1\n" RELATIONS "I 1 1,new,10\nX 10\nI 1 2,new,20\nX 11\nI 2 5,pen\nE\nA 9 11\n"
+	 "S 9 0\nX 10\nI 1 3,new,30\nE\nA 9 10\nS 9 0\nI 1 4,new,40\nE\ns 9 0x200 0x208\nF 0x208\n"
+	 "S 12 1\nI 1 9,new,90\nE\nA 12 12\nF 0x208\n",
+	 "B hold xid=9 tx=0: sock insert orders new(id=1,status=new,amount=10)\n"
+	 "B savepoint xid=9 tx=1\n"
+	 "B hold xid=9 tx=1: sock insert orders new(id=2,status=new,amount=20)\n"
+	 "B savepoint xid=9 tx=2\n"
+	 "B hold xid=9 tx=2: sock insert items new(id=5,name=pen)\n"
+	 "B rollback xid=9 tx=2\n"
+	 "B hold xid=9 tx=2: sock insert orders new(id=3,status=new,amount=30)\n"
+	 "B rollback xid=9 tx=1\n"
+	 "B hold xid=9 tx=1: sock insert orders new(id=4,status=new,amount=40)\n"
+	 "A#0 seq=1 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=1 commit=0/200 tx=1: all insert orders new(id=4,status=new,amount=40)\n"
+	 "B commit xid=9 seq=1 commit=0/200\n"
+	 "B hold xid=12 tx=0: sock insert orders new(id=9,status=new,amount=90)\n"
+	 "B abort xid=12\n",
+	 1},
     /* clang-format on */
 };
 

@@ -274,6 +274,9 @@ typedef struct fixture {
 	long bad_rows;
 	long replayed; /* large-transaction mode: records replayed in order */
 	pgo_lsn last_replayed;
+	/* Held changes' positions (each takes one: "<tx_index>", "s" if a savepoint), rollback()
+	 * ("R<tx_index>") and abort() ("A<xid>") calls, in order. */
+	buf calls;
 } fixture;
 
 static void log_info_tail(buf *b, const txn_info *t)
@@ -352,14 +355,18 @@ static bool refuse(const char *row, size_t len, char *err, size_t errlen, bool *
 }
 
 /* Logs the change; in a held transaction the log line is the change's record, logged at replay. */
-static bool h_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold, char *err,
-		     size_t errlen)
+static bool h_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+		     uint32_t *positions, char *err, size_t errlen)
 {
 	fixture *f = ctx;
 	buf *b = hold ? hold : &f->log;
 	char l[LSN_STRLEN];
 	bool refused;
 
+	if (hold) {
+		*positions = 1;
+		buf_printf(&f->calls, "%u%s ", t->tx_index, t->savepoint ? "s" : "");
+	}
 	if (f->big)
 		return big_change(f, m, lsn, hold);
 	if (!hold && m->type == PGO_INSERT && m->change.new.ncols == 1) {
@@ -425,8 +432,26 @@ static bool h_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t le
 	return true;
 }
 
-static const txn_handler handler = {
-    .begin = h_begin, .change = h_change, .replay = h_replay, .commit = h_commit};
+static bool h_rollback(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	fixture *f = ctx;
+	(void)xid, (void)err, (void)errlen;
+	buf_printf(&f->calls, "R%u ", tx_index);
+	return true;
+}
+
+static void h_abort(void *ctx, uint32_t xid)
+{
+	fixture *f = ctx;
+	buf_printf(&f->calls, "A%u ", xid);
+}
+
+static const txn_handler handler = {.begin = h_begin,
+				    .change = h_change,
+				    .replay = h_replay,
+				    .commit = h_commit,
+				    .rollback = h_rollback,
+				    .abort = h_abort};
 static const pgo_options opts = {.proto_version = 4};
 
 static void fx_init(fixture *f)
@@ -482,6 +507,7 @@ static void fx_done(fixture *f)
 	txn_free(f->a);
 	pgo_relcache_free(f->rc);
 	buf_free(&f->log);
+	buf_free(&f->calls);
 	if (rmdir(f->dir) != 0)
 		fprintf(stderr, "rmdir %s: directory not empty after txn_free\n", f->dir);
 }
@@ -640,6 +666,8 @@ static void test_stream_abort(void)
 	CHECK_INT(fx_files(&f), 1);
 	FEED(&f, 0x200, enc_stream_abort(710, 710));
 	CHECK_STR(fx_log(&f), "");
+	buf_putc(&f.calls, '\0');
+	CHECK_STR(f.calls.data, "0 A710 ");
 	CHECK_INT(fx_files(&f), 0);
 	txn_stats s = txn_get_stats(f.a);
 	CHECK_INT(s.streamed_open, 0);
@@ -684,6 +712,9 @@ static void test_subxact_abort(void)
 			      "  I r1 1/1 f @0/1A0\n"
 			      "  I r1 1/1 g @0/1B0\n"
 			      "C720 c0/2F0 e0/300\n");
+	/* positions count only what is kept; each subtransaction's first change is a savepoint */
+	buf_putc(&f.calls, '\0');
+	CHECK_STR(f.calls.data, "0 1s 2s R2 2 R1 1 2s 3 ");
 	CHECK_INT(txn_get_stats(f.a).aborted, 0);
 	CHECK_INT(fx_files(&f), 0);
 	fx_done(&f);

@@ -1137,24 +1137,34 @@ static void put_marker(spool *s, uint64_t offset)
 	put_record(s, &h, NULL);
 }
 
-/* Closes the write segment durably before starting the next, so that only the last segment can
- * have a torn tail; the new one starts with a marker repeating the (now durable) committed offset
- * and the last id, so recovery rarely needs to look at an earlier segment. */
-static bool roll(spool *s, char *err, size_t errlen)
+/* Closes the write segment, after writing out and fsyncing what it buffered if durable. */
+static bool close_write_seg(spool *s, bool durable, char *err, size_t errlen)
 {
-	char path[4200];
-	seg_path(s, last_seg(s)->first, path, sizeof(path));
-	if (!flush_wbuf(s, err, errlen))
-		return false;
-	if (fsync(s->wfd) != 0) {
-		errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
-		return fail(s, err);
+	if (durable) {
+		if (!flush_wbuf(s, err, errlen))
+			return false;
+		if (fsync(s->wfd) != 0) {
+			char path[4200];
+			seg_path(s, last_seg(s)->first, path, sizeof(path));
+			errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+			return fail(s, err);
+		}
 	}
 	close(s->wfd);
 	s->wfd = -1;
 	s->unsynced = false;
 	reader_close(&s->rd); /* their windows stay valid, but they read through the closed descriptor */
 	reader_close(&s->meta);
+	return true;
+}
+
+/* Closes the write segment durably before starting the next, so that only the last segment can
+ * have a torn tail; the new one starts with a marker repeating the (now durable) committed offset
+ * and the last id, so recovery rarely needs to look at an earlier segment. */
+static bool roll(spool *s, char *err, size_t errlen)
+{
+	if (!close_write_seg(s, true, err, errlen))
+		return false;
 	if (!create_seg(s, s->next, err, errlen))
 		return fail(s, err);
 	put_marker(s, s->marked);
@@ -1551,23 +1561,11 @@ static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_t
 		return errf(err, errlen, "spool %s: a held transaction commits inside another", s->dir);
 	uint64_t first = s->next;
 	bool replace = s->next == last_seg(s)->first;
-	char path[4200];
-	seg_path(s, last_seg(s)->first, path, sizeof(path));
-	if (replace) {
+	if (replace)
 		buf_reset(&s->wbuf);
-	} else {
-		if (!flush_wbuf(s, err, errlen))
-			return false;
-		if (fsync(s->wfd) != 0) {
-			errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
-			return fail(s, err);
-		}
-	}
-	close(s->wfd);
-	s->wfd = -1;
-	s->unsynced = false;
-	reader_close(&s->rd);
-	reader_close(&s->meta);
+	if (!close_write_seg(s, !replace, err, errlen))
+		return false;
+	char path[4200];
 	seg_path(s, first, path, sizeof(path));
 	if (rename(h->path, path) != 0) {
 		errf(err, errlen, "spool %s: cannot rename to %s: %s", h->path, path, strerror(errno));

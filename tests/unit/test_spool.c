@@ -77,18 +77,24 @@ static void commit_sync(spool *s)
 	CHECK(spool_sync(s, err, sizeof(err)));
 }
 
+/* Reads offset o into r; false (a failed check, with the reason) if it cannot. */
+static bool read_ok(spool *s, uint64_t o, spool_record *r)
+{
+	bool ok = spool_read(s, o, r, err, sizeof(err));
+	CHECK(ok);
+	if (!ok)
+		fprintf(stderr, "  read %" PRIu64 ": %s\n", o, err);
+	return ok;
+}
+
 /* Reads offset and checks every field. */
 static void check_read(spool *s, uint64_t o)
 {
 	spool_record r;
 	char p[64];
 	size_t n = payload_of(o, p);
-	bool ok = spool_read(s, o, &r, err, sizeof(err));
-	CHECK(ok);
-	if (!ok) {
-		fprintf(stderr, "  read %" PRIu64 ": %s\n", o, err);
+	if (!read_ok(s, o, &r))
 		return;
-	}
 	CHECK_INT(r.offset, o);
 	CHECK_INT(r.commit_lsn, lsn_of(o));
 	CHECK_INT(r.tx_index, tx_of(o));
@@ -730,12 +736,8 @@ static void check_held_read(spool *s, uint64_t o, uint64_t lsn, uint32_t tx, int
 	spool_record r;
 	char p[64];
 	size_t n = payload_of(o, p);
-	bool ok = spool_read(s, o, &r, err, sizeof(err));
-	CHECK(ok);
-	if (!ok) {
-		fprintf(stderr, "  read %" PRIu64 ": %s\n", o, err);
+	if (!read_ok(s, o, &r))
 		return;
-	}
 	CHECK(r.held);
 	CHECK_INT(r.offset, o);
 	CHECK_INT(r.commit_lsn, lsn);

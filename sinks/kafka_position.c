@@ -41,9 +41,14 @@ static rd_kafka_t *consumer_new(const char *brokers, const kafka_property *prope
 	char why[512], group[300];
 	snprintf(group, sizeof(group), "%s.position", key);
 	const kafka_property fixed[] = {
-	    {"bootstrap.servers", brokers},   {"group.id", group},
-	    {"enable.auto.commit", "false"},  {"isolation.level", "read_committed"},
-	    {"enable.partition.eof", "true"}, {"client.id", "cdc-position"},
+	    {"bootstrap.servers", brokers},
+	    {"group.id", group},
+	    {"enable.auto.commit", "false"},
+	    {"isolation.level", "read_committed"},
+	    {"enable.partition.eof", "true"},
+	    {"client.id", "cdc-position"},
+	    /* the end of the partition is known at the first answer, not after the broker's wait */
+	    {"fetch.wait.max.ms", "10"},
 	};
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	bool ok = true;

@@ -555,6 +555,13 @@ static bool eo_prepare(kafka_sink *k)
 		fail(k, "cannot read the committed position back from Kafka", why);
 		return false;
 	}
+	/* The positions topic's leader now (a broker that may creates the topic), not at the first
+	 * commit, which would wait for it after every event is acknowledged. */
+	rd_kafka_topic_t *t = rd_kafka_topic_new(k->rk, k->set.positions_topic, NULL);
+	const struct rd_kafka_metadata *md = NULL;
+	if (rd_kafka_metadata(k->rk, 0, t, &md, INIT_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(t);
 	k->eo.ready = true;
 	k->eo.position = k->stats.position = position;
 	char lsn[LSN_STRLEN];

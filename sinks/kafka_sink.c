@@ -1,7 +1,8 @@
-/* kafka_sink.c: the Kafka sink; see kafka_sink.h. Delivery reports come through librdkafka's
- * main queue, which signals a pipe the daemon's event loop watches: no thread, no busy poll.
- * Transactions in flight are tracked in commit order with a count of unacknowledged messages. */
-#include "sinks/kafka_sink.h"
+/* kafka_sink.c: the Kafka sink; see kafka_sink.h (its exactly-once cycle is kafka_eo.c). Delivery
+ * reports come through librdkafka's main queue, which signals a pipe the daemon's event loop
+ * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
+ * count of unacknowledged messages. */
+#include "sinks/kafka_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,8 +15,6 @@
 
 #include "decoder/log.h"
 #include "decoder/pgoutput.h"
-#include "decoder/ring.h"
-#include "sinks/kafka_position.h"
 #include "sinks/pbwire.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
@@ -44,98 +43,6 @@ static const kafka_property producer_defaults[] = {
 static const kafka_property transactional_defaults[] = {
     {"transaction.timeout.ms", "600000"},
 };
-
-/* Exactly once: the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and
- * resumes at the next flush (the event loop is never held longer); the start waits for the
- * brokers as long as a producer would for a message. */
-#define INIT_TIMEOUT_MS 30000
-#define COMMIT_CALL_MS 100
-#define ABORT_TIMEOUT_MS 30000
-
-/* A transaction with messages in flight. */
-typedef struct kafka_txn {
-	uint64_t seq;
-	uint64_t outstanding;
-	int64_t commit_time; /* for the commit-to-delivery latency */
-} kafka_txn;
-
-typedef struct table_count {
-	char *schema, *table;
-	uint64_t events;
-} table_count;
-
-typedef struct kafka_sink {
-	sink base;
-	/* copies of the settings last bound */
-	kafka_sink_settings set;
-	kafka_sub_settings *subs;
-	size_t nsubs;
-	rd_kafka_t *rk;
-	int pipe[2]; /* the main queue's event signal */
-	size_t busy_at, busy_bytes;
-	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
-	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
-
-	ring q; /* of kafka_txn, in seq order */
-	uint64_t last_ended;
-
-	bool failed;
-	char failure[1100];
-	kafka_stats stats;
-
-	/* The transaction being delivered, for its transactions_topic record. */
-	uint64_t cur_seq;
-	uint32_t cur_xid;
-	sink_commit cur_commit;
-	table_count *tables;
-	size_t ntables, captables;
-	uint64_t cur_events;
-
-	buf value; /* one message value: rendered head + commit tail */
-
-	/* Exactly once (set.exactly_once). */
-	char tid[256]; /* the producer's transactional.id */
-	buf held;      /* what arrived while a commit was under way (held_hdr, data), in order */
-	struct kafka_eo {
-		bool ready;		/* transactions initialised, position read back */
-		bool open;		/* a Kafka transaction is open */
-		bool committing;	/* its commit is under way: nothing may be produced */
-		bool position_sent;	/* ... and its position record is produced */
-		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
-		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
-		uint64_t commit_seq;	/* last_ended when the commit began */
-		uint64_t opened_ms, events;
-		/* the newest source transaction in the open Kafka transaction */
-		uint64_t last_seq;
-		sink_commit last;
-		uint32_t last_xid;
-		uint64_t skipped_seq;
-		bool skip_logged;
-		/* per source transaction in the open Kafka transaction: the latency is to its commit */
-		struct eo_source {
-			int64_t commit_time;
-			uint64_t events;
-		} * sources;
-		size_t nsources, capsources;
-	} eo;
-} kafka_sink;
-
-/* The rendered form (sink-private, may be spilled to disk): a header, then the fields, then the
- * packed cdc.v1.Event without its commit fields. */
-typedef struct rendered {
-	uint32_t topic_len, key_len, prev_key_len, sub_len, schema_len, table_len;
-	uint32_t xid;
-	uint64_t lsn;
-	uint8_t op, tombstone; /* tombstone: after a delete; for prev_key when an update changed the key */
-} rendered;
-
-/* Exactly once: one delivery (or, with end set, one end_txn) held while a commit is under way. */
-typedef struct held_hdr {
-	uint64_t seq;
-	sink_commit c;
-	uint32_t sub, len;
-	bool end;
-} held_hdr;
 
 /* ---- small helpers ---- */
 
@@ -238,7 +145,7 @@ static void settle(kafka_sink *k)
 
 /* ---- librdkafka callbacks ---- */
 
-static void fail(kafka_sink *k, const char *what, const char *reason)
+void kafka_fail(kafka_sink *k, const char *what, const char *reason)
 {
 	if (!k->failed)
 		snprintf(k->failure, sizeof(k->failure), "%s: %s", what, reason);
@@ -261,7 +168,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	if (m->err) {
 		/* librdkafka has retried already: this message is lost to the broker. */
 		k->stats.errors++;
-		fail(k, "a message could not be delivered", rd_kafka_err2str(m->err));
+		kafka_fail(k, "a message could not be delivered", rd_kafka_err2str(m->err));
 		return;
 	}
 	k->stats.delivered++;
@@ -280,7 +187,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		char why[512];
 		/* A failed batch stops the producer by design (enable.gapless.guarantee): say so. */
 		bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
-		fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
+		kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
 		return;
 	}
 	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
@@ -464,8 +371,8 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 
 /* Produces one message, waiting while librdkafka's queue is full (the daemon stops reading before
  * that, but one large transaction can fill it alone). */
-static bool produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
-		    const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq)
+bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
+		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq)
 {
 	for (;;) {
 		rd_kafka_resp_err_t err = rd_kafka_producev(
@@ -481,14 +388,14 @@ static bool produce(kafka_sink *k, const char *topic, int32_t partition, const v
 		}
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || k->failed) {
 			rd_kafka_headers_destroy(h);
-			fail(k, "a message could not be queued", rd_kafka_err2str(err));
+			kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 			return false;
 		}
 		rd_kafka_poll(k->rk, 100);
 	}
 }
 
-static rd_kafka_headers_t *headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type)
+rd_kafka_headers_t *kafka_headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type)
 {
 	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16];
 	lsn_format(r->lsn, lsn);
@@ -532,283 +439,17 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	t->events = 1;
 }
 
-/* ---- exactly once ---- */
-
-/* Once per producer, before its first message: fences every older producer with the same
- * transactional.id (the broker aborts what it left open) and reads back how far Kafka holds the
- * stream. */
-static bool eo_prepare(kafka_sink *k)
-{
-	if (k->eo.ready)
-		return true;
-	rd_kafka_error_t *e = rd_kafka_init_transactions(k->rk, INIT_TIMEOUT_MS);
-	if (e) {
-		fail(k, "cannot start Kafka transactions", rd_kafka_error_string(e));
-		rd_kafka_error_destroy(e);
-		return false;
-	}
-	char why[700];
-	uint64_t position;
-	if (!kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties,
-				 k->set.positions_topic, k->tid, INIT_TIMEOUT_MS, &position, why,
-				 sizeof(why))) {
-		fail(k, "cannot read the committed position back from Kafka", why);
-		return false;
-	}
-	/* The positions topic's leader now (a broker that may creates the topic), not at the first
-	 * commit, which would wait for it after every event is acknowledged. */
-	rd_kafka_topic_t *t = rd_kafka_topic_new(k->rk, k->set.positions_topic, NULL);
-	const struct rd_kafka_metadata *md = NULL;
-	if (rd_kafka_metadata(k->rk, 0, t, &md, INIT_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
-		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(t);
-	k->eo.ready = true;
-	k->eo.position = k->stats.position = position;
-	char lsn[LSN_STRLEN];
-	lsn_format(position, lsn);
-	log_info("exactly once: Kafka holds the stream up to the position read back",
-		 "transactional_id=%s "
-		 "positions_topic=%s position=%s",
-		 k->tid, k->set.positions_topic, lsn);
-	return true;
-}
-
-/* A source transaction Kafka holds already, or the open Kafka transaction does: the slot sends it
- * again after a crash between the Kafka commit and the slot's confirmation, or after the stream
- * broke while a Kafka transaction was open. Nothing of it is produced again. */
-static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
-{
-	uint64_t held = k->eo.open ? k->eo.last.commit_lsn : k->eo.position;
-	if (c->commit_lsn > held)
-		return false;
-	k->stats.skipped += seq != k->eo.skipped_seq; /* once per source transaction */
-	k->eo.skipped_seq = seq;
-	if (!k->eo.skip_logged) {
-		char lsn[LSN_STRLEN];
-		lsn_format(c->commit_lsn, lsn);
-		log_info("exactly once: skipping source transactions Kafka already holds", "commit_lsn=%s",
-			 lsn);
-	}
-	k->eo.skip_logged = true;
-	return true;
-}
-
-static void eo_committed(kafka_sink *k)
-{
-	int64_t now = wall_us();
-	for (size_t i = 0; i < k->eo.nsources; i++) {
-		int64_t us = now - k->eo.sources[i].commit_time;
-		hist_add_n(&k->stats.latency, us > 0 ? (uint64_t)us : 0, k->eo.sources[i].events);
-	}
-	k->eo.nsources = 0;
-	k->eo.open = k->eo.committing = false;
-	k->eo.committed_seq = k->eo.commit_seq;
-	k->eo.position = k->stats.position = k->eo.last.commit_lsn;
-	k->stats.commits++;
-}
-
-static void eo_abort(kafka_sink *k)
-{
-	k->eo.nsources = 0;
-	k->eo.open = k->eo.committing = false;
-	k->stats.aborts++;
-	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
-	if (e) {
-		fail(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
-		rd_kafka_error_destroy(e);
-		return;
-	}
-	/* The purged messages' delivery reports, so the counts in flight come back to zero. */
-	for (uint64_t until = now_ms() + ABORT_TIMEOUT_MS; rd_kafka_outq_len(k->rk) > 0 && now_ms() < until;)
-		rd_kafka_poll(k->rk, 10);
-	char lsn[LSN_STRLEN];
-	lsn_format(k->eo.position, lsn);
-	log_info("exactly once: aborted the Kafka transaction; the slot sends its source transactions again",
-		 "position=%s", lsn);
-}
-
-/* Sends what is queued at once, not after linger.ms or librdkafka's wait to register the
- * transaction's partitions (about 45 ms against the mock, measured): a flush that does not wait
- * wakes the brokers' threads. */
-static void send_now(kafka_sink *k)
-{
-	rd_kafka_flush(k->rk, 0);
-}
-
-/* The position record: the last of the Kafka transaction, produced once every other message of it
- * is acknowledged, so that wherever it can be read (a broker without transactions' isolation, as
- * the mock), every event before it can be too. */
-static void eo_position_record(kafka_sink *k)
-{
-	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
-	t.xid = k->eo.last_xid;
-	t.commit_lsn = k->eo.last.commit_lsn;
-	t.commit_time = k->eo.last.commit_time;
-	t.events = k->eo.events;
-	buf_reset(&k->value);
-	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
-	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
-	rendered r = {.xid = t.xid};
-	if (produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
-		    headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
-		k->eo.position_sent = true;
-	send_now(k);
-}
-
-/* Starts the commit of the open Kafka transaction. From now on nothing may be produced into it
- * until it ends: what arrives is held. */
-static void eo_commit_start(kafka_sink *k)
-{
-	k->eo.committing = true;
-	k->eo.position_sent = false;
-	k->eo.commit_seq = k->last_ended;
-	send_now(k);
-}
-
-/* Once the brokers acknowledged every event, the position record; once they acknowledged that, ends
- * the Kafka transaction (one round trip; a call that times out is resumed by the next). An
- * abortable failure aborts, a fatal one (fenced: a newer cdc with the same transactional.id took
- * over) fails the producer; either way the sink restarts. */
-static void eo_commit_end(kafka_sink *k)
-{
-	if (k->stats.in_flight)
-		return; /* their delivery reports call flush() again */
-	if (!k->eo.position_sent) {
-		eo_position_record(k);
-		return;
-	}
-	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
-	if (!e) {
-		eo_committed(k);
-		return;
-	}
-	if (rd_kafka_error_is_retriable(e)) {
-		rd_kafka_error_destroy(e);
-		return;
-	}
-	if (rd_kafka_error_txn_requires_abort(e)) {
-		fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
-		eo_abort(k);
-	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
-		fail(k,
-		     "fenced: a newer producer with the same transactional.id (another cdc on this slot) "
-		     "took over",
-		     rd_kafka_error_string(e));
-	} else {
-		fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
-	}
-	k->eo.open = k->eo.committing = false;
-	rd_kafka_error_destroy(e);
-}
-
-/* Whether the open Kafka transaction should start its commit: it holds only whole source
- * transactions, and it is old or big enough (by default at once: transactions pile up while one
- * commits, so under load they grow by themselves), or force (a stop). */
-static bool eo_due(const kafka_sink *k, bool force)
-{
-	if (!k->eo.open || k->eo.committing || k->failed)
-		return false;
-	if (k->cur_seq > k->last_ended) /* a source transaction is partly in it */
-		return false;
-	return force || now_ms() - k->eo.opened_ms >= k->set.commit_interval_ms ||
-	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
-}
-
-static void hold(kafka_sink *k, const held_hdr *h, const char *data)
-{
-	buf_append(&k->held, h, sizeof(*h));
-	if (h->len)
-		buf_append(&k->held, data, h->len);
-}
-
-static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
-			  const sink_commit *c, uint64_t seq, char *err, size_t errlen);
-static void kafka_end_txn(sink *base, uint64_t seq);
-
-/* After a commit: what was held goes out, in a new Kafka transaction. false: a delivery failed
- * for good (err). */
-static bool eo_release(kafka_sink *k, char *err, size_t errlen)
-{
-	buf h = k->held;
-	k->held = (buf){0};
-	bool ok = true;
-	for (size_t off = 0; ok && off < h.len && !k->failed;) {
-		held_hdr hd;
-		memcpy(&hd, h.data + off, sizeof(hd));
-		off += sizeof(hd);
-		if (hd.end)
-			kafka_end_txn(&k->base, hd.seq);
-		else
-			ok =
-			    kafka_deliver(&k->base, hd.sub, h.data + off, hd.len, &hd.c, hd.seq, err, errlen);
-		off += hd.len;
-	}
-	buf_free(&k->held);
-	buf_reset(&h);
-	k->held = h; /* its room, for the next commit */
-	return ok;
-}
-
-/* The exactly-once cycle, as far as it goes now: a due Kafka transaction starts its commit, a
- * commit whose messages are all acknowledged ends, and what was held meanwhile goes out in the
- * next transaction, which may be due at once. */
-static bool eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
-{
-	for (;;) {
-		if (eo_due(k, force))
-			eo_commit_start(k);
-		if (k->eo.committing)
-			eo_commit_end(k);
-		if (k->eo.committing || k->failed || !k->held.len)
-			return true;
-		if (!eo_release(k, err, errlen))
-			return false;
-	}
-}
-
-/* Before producing an event of source transaction seq (commit c): false to leave it out. */
-static bool eo_before_produce(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq)
-{
-	if (!eo_prepare(k))
-		return false;
-	if (seq != k->eo.last_seq) { /* the first event of a source transaction */
-		if (eo_skip(k, c, seq))
-			return false;
-		if (!k->eo.open) {
-			rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
-			if (e) {
-				fail(k, "cannot begin a Kafka transaction", rd_kafka_error_string(e));
-				rd_kafka_error_destroy(e);
-				return false;
-			}
-			k->eo.open = true;
-			k->eo.opened_ms = now_ms();
-			k->eo.events = 0;
-		}
-		k->eo.last_seq = seq;
-		k->eo.last = *c;
-		k->eo.last_xid = xid;
-		if (k->eo.nsources == k->eo.capsources) {
-			k->eo.capsources = k->eo.capsources ? k->eo.capsources * 2 : 64;
-			k->eo.sources = xrealloc(k->eo.sources, k->eo.capsources * sizeof(*k->eo.sources));
-		}
-		k->eo.sources[k->eo.nsources++] = (struct eo_source){c->commit_time, 0};
-	}
-	k->eo.events++;
-	k->eo.sources[k->eo.nsources - 1].events++;
-	return true;
-}
-
-static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
-			  const sink_commit *c, uint64_t seq, char *err, size_t errlen)
+bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
+		   uint64_t seq, char *err, size_t errlen)
 {
 	(void)subscription; /* the rendered event says all */
 	kafka_sink *k = (kafka_sink *)base;
 	rendered r;
 	if (k->failed)
 		return true; /* a restart is coming: the slot will send this again */
-	if (k->eo.committing || k->held.len) {
-		hold(k, &(held_hdr){.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len}, data);
+	if (kafka_eo_holding(k)) {
+		kafka_eo_hold(k, &(held_hdr){.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len},
+			      data);
 		return true;
 	}
 	if (len < sizeof(r))
@@ -824,19 +465,12 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 	char topic[256];
 	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
 
-	if (seq != k->cur_seq && k->eo.open && k->eo.last_seq == k->cur_seq && k->cur_seq > k->last_ended) {
-		/* A new source transaction while the last one never ended: the stream broke inside it, and
-		 * the slot sends it again whole. The Kafka transaction holding part of it cannot commit. */
-		fail(k, "the stream broke inside a source transaction",
-		     "the Kafka transaction holding part of it is aborted; the slot sends it again");
+	if (k->set.exactly_once && !kafka_eo_admit(k, c, r.xid, seq))
 		return true;
-	}
 	if (seq != k->cur_seq) {
 		tables_clear(k);
 		k->cur_seq = seq;
 	}
-	if (k->set.exactly_once && !eo_before_produce(k, c, r.xid, seq))
-		return true;
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
 	if (k->set.transactions_topic) /* only the transaction record needs the counts */
@@ -846,15 +480,15 @@ static bool kafka_deliver(sink *base, uint32_t subscription, const char *data, s
 	buf_append(&k->value, head, len - fixed);
 	pb_put_commit(&k->value, c);
 	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
-	if (!produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
-		     headers(&r, sub, c->commit_lsn, "Event"), seq))
+	if (!kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
+			   kafka_headers(&r, sub, c->commit_lsn, "Event"), seq))
 		return true;
 	if (r.tombstone && r.prev_key_len) /* the row left its old key */
-		produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
-			headers(&r, sub, c->commit_lsn, "Event"), seq);
+		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
+			      kafka_headers(&r, sub, c->commit_lsn, "Event"), seq);
 	else if (r.tombstone)
-		produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0,
-			headers(&r, sub, c->commit_lsn, "Event"), seq);
+		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0,
+			      kafka_headers(&r, sub, c->commit_lsn, "Event"), seq);
 	return true;
 }
 
@@ -886,17 +520,17 @@ static void transaction_record(kafka_sink *k, uint64_t seq)
 	lsn_format(t.commit_lsn, key);
 	rendered r = {.xid = t.xid};
 	/* All in partition 0: in commit order, like the transactions they describe. */
-	produce(k, k->set.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
-		headers(&r, "", t.commit_lsn, "Transaction"), seq);
+	kafka_produce(k, k->set.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
+		      kafka_headers(&r, "", t.commit_lsn, "Transaction"), seq);
 	free(ptrs);
 	free(counts);
 }
 
-static void kafka_end_txn(sink *base, uint64_t seq)
+void kafka_end_txn(sink *base, uint64_t seq)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	if (k->eo.committing || k->held.len) {
-		hold(k, &(held_hdr){.seq = seq, .end = true}, NULL);
+	if (kafka_eo_holding(k)) {
+		kafka_eo_hold(k, &(held_hdr){.seq = seq, .end = true}, NULL);
 		return;
 	}
 	transaction_record(k, seq);
@@ -919,7 +553,7 @@ static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	rd_kafka_poll(k->rk, 0);
-	if (k->set.exactly_once && !eo_step(k, false, err, errlen))
+	if (k->set.exactly_once && !kafka_eo_step(k, false, err, errlen))
 		return SINK_FATAL;
 	if (!k->failed)
 		return SINK_OK;
@@ -958,12 +592,13 @@ static bool kafka_finish(sink *base, int timeout_ms)
 	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
 	     (k->eo.open || k->held.len) && !k->failed && now_ms() < until;) {
 		if (!k->eo.committing && k->cur_seq > k->last_ended) { /* partly in it: cannot commit */
-			fail(k, "stopped inside a source transaction", "the Kafka transaction is aborted");
-			eo_abort(k);
+			kafka_fail(k, "stopped inside a source transaction",
+				   "the Kafka transaction is aborted");
+			kafka_eo_abort(k);
 			break;
 		}
-		if (!eo_step(k, true, err, sizeof(err)))
-			fail(k, "cannot deliver", err);
+		if (!kafka_eo_step(k, true, err, sizeof(err)))
+			kafka_fail(k, "cannot deliver", err);
 		rd_kafka_poll(k->rk, 10);
 	}
 	return rd_kafka_flush(k->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR && !k->failed;
@@ -975,7 +610,7 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	/* Exactly once: what the open Kafka transaction holds is aborted, and a producer that can go
 	 * on (the failure was abortable) is kept. */
 	if (k->eo.open)
-		eo_abort(k);
+		kafka_eo_abort(k);
 	bool keep =
 	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
 	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */

@@ -134,7 +134,7 @@ static void eo_position_record(kafka_sink *k)
 	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
 	rendered r = {.xid = t.xid};
 	if (kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
-		    kafka_headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
+			  kafka_headers(&r, "", t.commit_lsn, "Transaction"), k->last_ended))
 		k->eo.position_sent = true;
 	send_now(k);
 }
@@ -174,10 +174,9 @@ static void eo_commit_end(kafka_sink *k)
 		kafka_fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
 		kafka_eo_abort(k);
 	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
-		kafka_fail(k,
-		     "fenced: a newer producer with the same transactional.id (another cdc on this slot) "
-		     "took over",
-		     rd_kafka_error_string(e));
+		/* another cdc on this slot took over */
+		kafka_fail(k, "fenced: a newer producer with the same transactional.id took over",
+			   rd_kafka_error_string(e));
 	} else {
 		kafka_fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
 	}

@@ -248,6 +248,22 @@ def start_kafka_mock(work):
     return p, line.split("=", 1)[1]
 
 
+# Created before any run, as a deployment's topics are: the mock creates a topic on its first use,
+# which held the first run of a backlog up to a second.
+BENCH_TOPICS = ("cdc.public.bench_a", "cdc.public.bench_b", "cdc.public.bench_l", "cdc.public.bench_le",
+                "cdc.positions")
+
+
+def create_topics(mock, names):
+    """Creates each topic in the mock cluster (its command channel: one line in, one answer out)."""
+    for name in names:
+        mock.stdin.write(f"topic {name}\n")
+        mock.stdin.flush()
+        answer = mock.stdout.readline().strip()
+        if answer != "ok":
+            sys.exit(f"bench: kafka_mock could not create {name}: {answer!r}")
+
+
 def slot_backlog(pg, slot, endpos, pub, plugin="pgoutput"):
     """Messages left in slot up to endpos, once the consumer's walsender has let go of it."""
     deadline = time.monotonic() + 30
@@ -1087,6 +1103,7 @@ def main():
     progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
              f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
+    create_topics(mock, BENCH_TOPICS)
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;

@@ -51,9 +51,7 @@ static bool eo_prepare(kafka_sink *k)
 	char lsn[LSN_STRLEN];
 	lsn_format(position, lsn);
 	log_info("exactly once: Kafka holds the stream up to the position read back",
-		 "transactional_id=%s "
-		 "positions_topic=%s position=%s",
-		 k->tid, k->set.positions_topic, lsn);
+		 "transactional_id=%s positions_topic=%s position=%s", k->tid, k->set.positions_topic, lsn);
 	return true;
 }
 

@@ -163,8 +163,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		t->outstanding--;
 	k->stats.in_flight--;
 	k->queued_bytes -= m->len + m->key_len;
-	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
-		return; /* an aborted Kafka transaction's: the slot sends it again */
+	/* Exactly once, a purge is cdc's own abort (the slot sends it again); at least once, a failure. */
+	if (k->set.exactly_once &&
+	    (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
+		return;
 	if (m->err) {
 		/* librdkafka has retried already: this message is lost to the broker. */
 		k->stats.errors++;

@@ -55,6 +55,38 @@ static bool eo_prepare(kafka_sink *k)
 	return true;
 }
 
+static uint64_t stream_now(const kafka_sink *k)
+{
+	return k->stream_fn ? k->stream_fn(k->stream_ctx) : 1;
+}
+
+/* Whether the open Kafka transaction may end now (kafka_sink_watch_stream): not while the stream
+ * is lost; under a newer stream, once Kafka's position is read back unmoved. */
+static bool eo_stream_held(kafka_sink *k)
+{
+	uint64_t now = stream_now(k);
+	if (!now || now == k->eo.stream)
+		return now != 0;
+	char why[700];
+	uint64_t position;
+	if (!kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties,
+				 k->set.positions_topic, k->tid, INIT_TIMEOUT_MS, &position, why,
+				 sizeof(why))) {
+		kafka_fail(k, "cannot read the committed position back from Kafka", why);
+		return false;
+	}
+	if (position != k->eo.position) {
+		k->eo.position = k->stats.position = position;
+		kafka_fail(k,
+			   "another process streamed the slot and committed to Kafka while this one had lost "
+			   "the stream",
+			   "the Kafka transaction is aborted; the slot sends what is after Kafka's position");
+		return false;
+	}
+	k->eo.stream = now;
+	return true;
+}
+
 /* A source transaction Kafka holds already, or the open Kafka transaction does: the slot sends it
  * again after a crash between the Kafka commit and the slot's confirmation, or after the stream
  * broke while a Kafka transaction was open. Nothing of it is produced again. */
@@ -75,6 +107,12 @@ static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
 	return true;
 }
 
+/* The open Kafka transaction ended (committed, aborted or failed). */
+static void eo_closed(kafka_sink *k)
+{
+	k->eo.open = k->eo.committing = k->eo.ending = false;
+}
+
 static void eo_committed(kafka_sink *k)
 {
 	int64_t now = wall_us();
@@ -83,7 +121,7 @@ static void eo_committed(kafka_sink *k)
 		hist_add_n(&k->stats.latency, us > 0 ? (uint64_t)us : 0, k->eo.sources[i].events);
 	}
 	k->eo.nsources = 0;
-	k->eo.open = k->eo.committing = false;
+	eo_closed(k);
 	k->eo.committed_seq = k->eo.commit_seq;
 	k->eo.position = k->stats.position = k->eo.last.commit_lsn;
 	k->stats.commits++;
@@ -92,7 +130,7 @@ static void eo_committed(kafka_sink *k)
 void kafka_eo_abort(kafka_sink *k)
 {
 	k->eo.nsources = 0;
-	k->eo.open = k->eo.committing = false;
+	eo_closed(k);
 	k->stats.aborts++;
 	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
 	if (e) {
@@ -155,10 +193,13 @@ static void eo_commit_end(kafka_sink *k)
 {
 	if (k->stats.in_flight)
 		return; /* their delivery reports call flush() again */
+	if (!k->eo.ending && !eo_stream_held(k))
+		return; /* a new stream, or a restart, comes */
 	if (!k->eo.position_sent) {
 		eo_position_record(k);
 		return;
 	}
+	k->eo.ending = true;
 	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
 	if (!e) {
 		eo_committed(k);
@@ -178,7 +219,7 @@ static void eo_commit_end(kafka_sink *k)
 	} else {
 		kafka_fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
 	}
-	k->eo.open = k->eo.committing = false;
+	eo_closed(k);
 	rd_kafka_error_destroy(e);
 }
 
@@ -193,6 +234,22 @@ static bool eo_due(const kafka_sink *k, bool force)
 		return false;
 	return force || now_ms() - k->eo.opened_ms >= k->set.commit_interval_ms ||
 	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
+}
+
+bool kafka_eo_can_finish(kafka_sink *k)
+{
+	const char *why;
+	if (!k->eo.open || k->eo.ending)
+		return true;
+	if (!k->eo.committing && k->cur_seq > k->last_ended)
+		why = "stopped inside a source transaction";
+	else if (!stream_now(k))
+		why = "stopped without the stream";
+	else
+		return true;
+	kafka_fail(k, why, "the Kafka transaction is aborted");
+	kafka_eo_abort(k);
+	return false;
 }
 
 bool kafka_eo_holding(const kafka_sink *k)
@@ -270,6 +327,7 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 				return false;
 			}
 			k->eo.open = true;
+			k->eo.stream = stream_now(k);
 			k->eo.opened_ms = now_ms();
 			k->eo.events = 0;
 		}

@@ -51,6 +51,9 @@ typedef struct kafka_sink {
 
 	buf value; /* one message value: rendered head + commit tail */
 
+	kafka_stream_fn stream_fn; /* kafka_sink_watch_stream */
+	void *stream_ctx;
+
 	/* Exactly once (set.exactly_once). */
 	char tid[256]; /* the producer's transactional.id */
 	buf held;      /* what arrived while a commit was under way (held_hdr, data), in order */
@@ -59,6 +62,8 @@ typedef struct kafka_sink {
 		bool open;		/* a Kafka transaction is open */
 		bool committing;	/* its commit is under way: nothing may be produced */
 		bool position_sent;	/* ... and its position record is produced */
+		bool ending;		/* ... and EndTxn is called: it cannot be called back */
+		uint64_t stream;	/* the stream its source transactions came on (stream_fn) */
 		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
 		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
 		uint64_t commit_seq;	/* last_ended when the commit began */
@@ -119,5 +124,8 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen);
 /* Aborts the open Kafka transaction (its messages are purged). */
 void kafka_eo_abort(kafka_sink *k);
+/* At a stop: false if the open Kafka transaction cannot commit (a source transaction is partly in
+ * it, or the stream is lost) and was aborted. */
+bool kafka_eo_can_finish(kafka_sink *k);
 
 #endif

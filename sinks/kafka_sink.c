@@ -593,12 +593,8 @@ static bool kafka_finish(sink *base, int timeout_ms)
 	char err[512];
 	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
 	     (k->eo.open || k->held.len) && !k->failed && now_ms() < until;) {
-		if (!k->eo.committing && k->cur_seq > k->last_ended) { /* partly in it: cannot commit */
-			kafka_fail(k, "stopped inside a source transaction",
-				   "the Kafka transaction is aborted");
-			kafka_eo_abort(k);
+		if (!kafka_eo_can_finish(k))
 			break;
-		}
 		if (!kafka_eo_step(k, true, err, sizeof(err)))
 			kafka_fail(k, "cannot deliver", err);
 		rd_kafka_poll(k->rk, 10);
@@ -728,6 +724,13 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 		return NULL;
 	}
 	return &k->base;
+}
+
+void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx)
+{
+	kafka_sink *k = (kafka_sink *)s;
+	k->stream_fn = fn;
+	k->stream_ctx = ctx;
 }
 
 const kafka_stats *kafka_sink_stats(const sink *s)

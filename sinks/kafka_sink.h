@@ -44,6 +44,16 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
 		     size_t nsubs);
 
+/* Exactly once: which stream of the slot this process holds now, asked before each Kafka commit: a
+ * number that changes with every new stream, 0 while none is held or its connection is closed. A
+ * Kafka transaction ends only while the stream that carried its source transactions is held; under
+ * a newer stream, only if Kafka's position did not move meanwhile (else another process streamed
+ * the slot and committed: it is aborted). So a cdc stopped (SIGSTOP, a frozen node) while another
+ * took over commits nothing when it resumes, even where the broker does not fence it. Unset: the
+ * stream is always held. */
+typedef uint64_t (*kafka_stream_fn)(void *ctx);
+void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx);
+
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;
 	/* exactly once: Kafka transactions committed and aborted, source transactions skipped because

@@ -15,6 +15,7 @@
 
 #include "cdc/daemon/sidecar.h"
 #include "decoder/log.h"
+#include "sinks/kafka_sink.h"
 
 #define TICK_MS 100
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */
@@ -222,6 +223,17 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	sidecar *d = arg;
 	connection *c = &d->conn;
+	if (!source_connected(c->src)) {
+		/* What the server sent before it closed the connection is left unread: the slot sends it
+		 * again to whoever streams next, and a process resumed after a long pause acts on none
+		 * of it. */
+		errf(d->err, sizeof(d->err),
+		     "the server closed the replication connection; what it sent last is read again from the "
+		     "slot");
+		d->fig.errors_stream++;
+		schedule_retry(d);
+		return;
+	}
 	source_handler h = source_callbacks;
 	h.ctx = d;
 	c->got_data = false;
@@ -332,6 +344,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
 		 source_server_version(c->src) % 10000);
 	c->streaming = true;
+	c->streams++;
 	if (!f->last_progress_ms)
 		f->last_progress_ms = now_ms();
 	figures_publish(d, true); /* /readyz turns 200 now, not at the next tick */
@@ -405,6 +418,14 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
+/* Exactly once: the stream this process holds now (kafka_sink_watch_stream). Asks the kernel too:
+ * a process resumed after a pause commits nothing before it has read that its stream ended. */
+static uint64_t held_stream(void *ctx)
+{
+	connection *c = &((sidecar *)ctx)->conn;
+	return c->streaming && source_connected(c->src) ? c->streams : 0;
+}
+
 /* A reload may apply after every commit. */
 static void at_boundary(void *ctx)
 {
@@ -422,6 +443,8 @@ bool sidecar_bind(sidecar *d, rules *r)
 					EV_READ | EV_PERSIST, on_sink_event, d);
 		event_add(d->ev_kafka, NULL);
 	}
+	if (d->sinks.k[SINKS_KAFKA])
+		kafka_sink_watch_stream(d->sinks.k[SINKS_KAFKA], held_stream, d);
 	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};

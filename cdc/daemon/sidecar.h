@@ -26,7 +26,8 @@ typedef struct connection {
 	bool paused;   /* a sink is busy: the slot is not read until it catches up */
 	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
 	uint64_t backoff_ms;
-	int standby; /* the PID of the walsender that streams the slot for another process; 0: none */
+	uint64_t streams; /* how many times streaming started: the stream's number */
+	int standby;	  /* the PID of the walsender that streams the slot for another process; 0: none */
 	uint64_t received_lsn, sent_flush_lsn;
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool heartbeat_warned;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -716,6 +717,12 @@ out:
 int source_fd(const source *s)
 {
 	return s->repl ? PQsocket(s->repl) : -1;
+}
+
+bool source_connected(const source *s)
+{
+	struct pollfd p = {.fd = source_fd(s), .events = POLLRDHUP};
+	return p.fd >= 0 && poll(&p, 1, 0) >= 0 && !(p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 int source_server_version(const source *s)

@@ -56,6 +56,9 @@ void source_redact(const source *s, char *err, size_t errlen);
 source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen);
 /* The replication connection's socket while streaming, else -1. */
 int source_fd(const source *s);
+/* False once the server closed the replication connection, although what it sent last is not read
+ * yet (a walsender ended while this process was stopped, say): asks the kernel, reads nothing. */
+bool source_connected(const source *s);
 const pgo_options *source_protocol(const source *s);
 /* The server's version number (150008 for 15.8) while connected, else 0. */
 int source_server_version(const source *s);

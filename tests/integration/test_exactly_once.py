@@ -14,15 +14,19 @@ transactional.id does not fence the first. So:
     when the new producer initialises; everything at or before the position is skipped, not sent
     again;
   - injected errors show cdc's side of the rules: an abortable one aborts and resends from the
-    slot, a fencing one rebuilds the producer; nothing is lost.
+    slot, a fencing one rebuilds the producer; nothing is lost;
+  - a paused active one resumed after a takeover commits nothing, by cdc's own rule (a Kafka
+    transaction ends only while its process holds the stream), not by the broker's fencing.
 """
 
 import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import wait_for  # noqa: E402
@@ -168,6 +172,48 @@ def test_standby_takes_over_within_seconds_and_skips_what_kafka_holds(pg, schema
     [position] = read_back(pb)
     assert position > 0, pb.describe()
     copies_only_after(msgs, position)
+    assert pb.terminate() == 0, pb.describe()
+
+
+def test_a_paused_active_one_resumed_after_a_takeover_writes_nothing(pg, schema, cdc, kafka, kafka_reader):
+    """The active cdc is stopped (SIGSTOP) under load with Kafka transactions in flight; its
+    walsender ends (as wal_sender_timeout would end it; the test ends it at once) and the standby
+    takes over and commits past everything the stopped one had. Resumed (SIGCONT), the old one
+    writes nothing: no message it produces after resuming reaches Kafka (none made since is a copy,
+    the positions never go back), it turns standby, and with the standby's stream nothing is lost.
+    A real broker would also fence its producer when the standby's starts; the mock does not (see
+    the module docstring), so what this shows is cdc's own rule: a Kafka transaction ends only while
+    its process holds the stream its source transactions came on."""
+    load, a, pa, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader,
+                                         kafka_extra=dict(EO, commit_interval="1s"))  # always one open
+    b = cdc(subscriptions=a.config["subscriptions"], kafka=a.config["kafka"],
+            source={"slot": a.slot, "publication": a.publication})
+    pb = b.run()
+    wait_for(lambda: "standby: another process streams the replication slot" in pb.stderr(), 30, what=pb.describe())
+    committed_some(a)
+    os.kill(pa.pid, signal.SIGSTOP)
+    try:
+        paused_at = lsn_to_int(pg.sql("select pg_current_wal_lsn()::text")[0][0])
+        pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (a.slot,))
+        wait_for(lambda: "taking over" in pb.stderr(), 10, what=f"the standby to take over\n{pb.describe()}")
+        wait_for(lambda: lsn_to_int(json.loads(get(b, "/status")[1])["kafka"]["position"] or "0/0") > paused_at, 30,
+                 what=f"the standby to commit past all the stopped one had\n{pb.describe()}")
+        resumed_ms = time.time() * 1000
+    finally:
+        os.kill(pa.pid, signal.SIGCONT)
+    wait_for(lambda: pa.stderr().count("standby: another process streams the replication slot") == 1, 30,
+             what=f"the resumed one to turn standby\n{pa.describe()}")
+    load.wait_more(100)
+    msgs = drain(load, pb, reader, schema)
+    check_counters(msgs, load, strict=False)
+    [position] = read_back(pb)
+    copies_only_after(msgs, position)
+    seen = collections.Counter(event_id(m) for m in msgs)
+    late_copies = [m for m in msgs if m.timestamp >= resumed_ms and seen[event_id(m)] > 1]
+    assert late_copies == [], f"made after the resume and already on Kafka: {late_copies[:3]}\n{pa.describe()}"
+    records = positions(kafka_reader, a.slot, max(m.event.commit_lsn for m in msgs))
+    assert records == sorted(records), f"the positions went back\n{pa.describe()}"
+    assert pa.terminate() == 0, pa.describe()
     assert pb.terminate() == 0, pb.describe()
 
 

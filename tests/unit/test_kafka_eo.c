@@ -1,7 +1,9 @@
 /* test_kafka_eo.c: the exactly-once cycle of the Kafka sink (sinks/kafka_sink.c) against
  * librdkafka's mock cluster in this process: commits and the position record, what arrives during
  * a commit held and sent in the next Kafka transaction, a source transaction Kafka holds skipped,
- * and a stream that broke inside a source transaction aborting the Kafka one. */
+ * a stream that broke inside a source transaction aborting the Kafka one, and a Kafka transaction
+ * that waits while the stream is lost, commits under a new one, and is aborted if another process
+ * committed meanwhile. */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <stdlib.h>
@@ -33,6 +35,45 @@ static void deliver(uint64_t seq, uint64_t lsn, int id)
 	sink_commit c = {.commit_lsn = lsn, .commit_time = 1, .tx_index = (uint32_t)id};
 	CHECK(k->ops->deliver(k, 0, out.data, out.len, &c, seq, err, sizeof(err)));
 	buf_free(&out);
+}
+
+/* The stream the sink is told this process holds (kafka_sink_watch_stream). */
+static uint64_t stream_no = 1;
+
+static uint64_t held_stream(void *ctx)
+{
+	(void)ctx;
+	return stream_no;
+}
+
+/* Polls and flushes for about half a second (the sink should not deliver). */
+static sink_status linger(void)
+{
+	sink_status st = SINK_OK;
+	for (int i = 0; i < 50 && st == SINK_OK; i++) {
+		usleep(10000);
+		k->ops->poll(k);
+		st = k->ops->flush(k, err, sizeof(err));
+	}
+	return st;
+}
+
+/* Another producer's position record for cdc-test, as a cdc that took over would write. */
+static void position_from_elsewhere(const char *brokers, uint64_t lsn)
+{
+	char why[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	CHECK(rd_kafka_conf_set(conf, "bootstrap.servers", brokers, why, sizeof(why)) == RD_KAFKA_CONF_OK);
+	rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+	t.commit_lsn = lsn;
+	uint8_t v[64];
+	size_t n = cdc__v1__transaction__pack(&t, v);
+	CHECK_INT(rd_kafka_producev(p, RD_KAFKA_V_TOPIC("cdc.positions"), RD_KAFKA_V_PARTITION(0),
+				    RD_KAFKA_V_KEY("cdc-test", 8), RD_KAFKA_V_VALUE(v, n), RD_KAFKA_V_END),
+		  RD_KAFKA_RESP_ERR_NO_ERROR);
+	CHECK_INT(rd_kafka_flush(p, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+	rd_kafka_destroy(p);
 }
 
 /* Polls and flushes until the sink says every transaction up to seq is delivered (or 10 s). */
@@ -115,6 +156,41 @@ int main(void)
 	CHECK_INT(settle_to(7), SINK_OK);
 	CHECK_INT(st->commits, 4);
 	CHECK_INT(st->position, 0x5000);
+
+	/* The stream is lost with a whole source transaction in the open Kafka transaction: it waits
+	 * (no position record, no commit), and commits under the next stream, Kafka's position being
+	 * unmoved. */
+	kafka_sink_watch_stream(k, held_stream, NULL);
+	deliver(8, 0x8000, 1);
+	k->ops->end_txn(k, 8);
+	stream_no = 0;
+	CHECK_INT(linger(), SINK_OK);
+	CHECK_INT(k->ops->delivered(k), 7);
+	CHECK_INT(st->commits, 4);
+	stream_no = 2;
+	CHECK_INT(settle_to(8), SINK_OK);
+	CHECK_INT(st->commits, 5);
+	CHECK_INT(st->position, 0x8000);
+
+	/* Lost again, and meanwhile another process streamed the slot and committed up to 0x9500:
+	 * under the next stream the open Kafka transaction is aborted, and the position is Kafka's. */
+	deliver(9, 0x9000, 1);
+	k->ops->end_txn(k, 9);
+	stream_no = 0;
+	CHECK_INT(linger(), SINK_OK);
+	position_from_elsewhere(set.brokers, 0x9500);
+	stream_no = 3;
+	CHECK_INT(settle_to(9), SINK_RESTART);
+	CHECK(strstr(err, "another process streamed the slot and committed to Kafka") != NULL);
+	CHECK(k->ops->restart(k, err, sizeof(err)));
+	CHECK_INT(st->aborts, 2);
+	CHECK_INT(st->commits, 5);
+	CHECK_INT(st->position, 0x9500);
+	/* What the slot sends again up to there is skipped. */
+	deliver(10, 0x9000, 1);
+	k->ops->end_txn(k, 10);
+	CHECK_INT(settle_to(10), SINK_OK);
+	CHECK_INT(st->skipped, 2);
 
 	k->ops->free(k);
 	rd_kafka_mock_cluster_destroy(mc);

@@ -18,6 +18,17 @@
 #define COMMIT_CALL_MS 100
 #define ABORT_TIMEOUT_MS 30000
 
+/* How far Kafka holds the stream: the newest position record of this transactional.id. */
+static bool read_back(kafka_sink *k, uint64_t *position)
+{
+	char why[700];
+	if (kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties, k->set.positions_topic,
+				k->tid, INIT_TIMEOUT_MS, position, why, sizeof(why)))
+		return true;
+	kafka_fail(k, "cannot read the committed position back from Kafka", why);
+	return false;
+}
+
 /* Once per producer, before its first message: fences every older producer with the same
  * transactional.id (the broker aborts what it left open) and reads back how far Kafka holds the
  * stream. */
@@ -31,14 +42,9 @@ static bool eo_prepare(kafka_sink *k)
 		rd_kafka_error_destroy(e);
 		return false;
 	}
-	char why[700];
 	uint64_t position;
-	if (!kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties,
-				 k->set.positions_topic, k->tid, INIT_TIMEOUT_MS, &position, why,
-				 sizeof(why))) {
-		kafka_fail(k, "cannot read the committed position back from Kafka", why);
+	if (!read_back(k, &position))
 		return false;
-	}
 	/* The positions topic's leader now (a broker that may creates the topic), not at the first
 	 * commit, which would wait for it after every event is acknowledged. */
 	rd_kafka_topic_t *t = rd_kafka_topic_new(k->rk, k->set.positions_topic, NULL);
@@ -67,14 +73,9 @@ static bool eo_stream_held(kafka_sink *k)
 	uint64_t now = stream_now(k);
 	if (!now || now == k->eo.stream)
 		return now != 0;
-	char why[700];
 	uint64_t position;
-	if (!kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties,
-				 k->set.positions_topic, k->tid, INIT_TIMEOUT_MS, &position, why,
-				 sizeof(why))) {
-		kafka_fail(k, "cannot read the committed position back from Kafka", why);
+	if (!read_back(k, &position))
 		return false;
-	}
 	if (position != k->eo.position) {
 		k->eo.position = k->stats.position = position;
 		kafka_fail(k,

@@ -76,6 +76,13 @@ static void position_from_elsewhere(const char *brokers, uint64_t lsn)
 	rd_kafka_destroy(p);
 }
 
+/* A whole source transaction seq of one row. */
+static void whole(uint64_t seq, uint64_t lsn)
+{
+	deliver(seq, lsn, 1);
+	k->ops->end_txn(k, seq);
+}
+
 /* Polls and flushes until the sink says every transaction up to seq is delivered (or 10 s). */
 static sink_status settle_to(uint64_t seq)
 {
@@ -121,12 +128,10 @@ int main(void)
 
 	/* A transaction that arrives while the commit of the one before is under way is held, then
 	 * goes out in the next Kafka transaction. */
-	deliver(2, 0x2000, 1);
-	k->ops->end_txn(k, 2);
+	whole(2, 0x2000);
 	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_OK); /* starts the commit: messages in flight */
 	CHECK(k->ops->busy(k) == false);			/* holding costs little: reading goes on */
-	deliver(3, 0x3000, 1);
-	k->ops->end_txn(k, 3);
+	whole(3, 0x3000);
 	CHECK_INT(k->ops->delivered(k), 1);
 	CHECK_INT(settle_to(3), SINK_OK);
 	CHECK_INT(k->ops->delivered(k), 3);
@@ -134,8 +139,7 @@ int main(void)
 	CHECK_INT(st->position, 0x3000);
 
 	/* Sent again by the slot (a crash before it was confirmed): Kafka holds it, it is skipped. */
-	deliver(4, 0x2000, 1);
-	k->ops->end_txn(k, 4);
+	whole(4, 0x2000);
 	CHECK_INT(settle_to(4), SINK_OK);
 	CHECK_INT(st->skipped, 1);
 	CHECK_INT(st->commits, 3);
@@ -161,8 +165,7 @@ int main(void)
 	 * (no position record, no commit), and commits under the next stream, Kafka's position being
 	 * unmoved. */
 	kafka_sink_watch_stream(k, held_stream, NULL);
-	deliver(8, 0x8000, 1);
-	k->ops->end_txn(k, 8);
+	whole(8, 0x8000);
 	stream_no = 0;
 	CHECK_INT(linger(), SINK_OK);
 	CHECK_INT(k->ops->delivered(k), 7);
@@ -174,8 +177,7 @@ int main(void)
 
 	/* Lost again, and meanwhile another process streamed the slot and committed up to 0x9500:
 	 * under the next stream the open Kafka transaction is aborted, and the position is Kafka's. */
-	deliver(9, 0x9000, 1);
-	k->ops->end_txn(k, 9);
+	whole(9, 0x9000);
 	stream_no = 0;
 	CHECK_INT(linger(), SINK_OK);
 	position_from_elsewhere(set.brokers, 0x9500);
@@ -187,8 +189,7 @@ int main(void)
 	CHECK_INT(st->commits, 5);
 	CHECK_INT(st->position, 0x9500);
 	/* What the slot sends again up to there is skipped. */
-	deliver(10, 0x9000, 1);
-	k->ops->end_txn(k, 10);
+	whole(10, 0x9000);
 	CHECK_INT(settle_to(10), SINK_OK);
 	CHECK_INT(st->skipped, 2);
 

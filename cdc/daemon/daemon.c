@@ -33,38 +33,67 @@ void sidecar_fail(sidecar *d, int code, const char *what)
 
 /* Feedback ------------------------------------------------------------------------------ */
 
+/* Sends the server the position recorded in state_dir (never one beyond it). */
+static bool send_status(sidecar *d)
+{
+	connection *c = &d->conn;
+	if (source_send_status(c->src, c->received_lsn, c->st.flushed_lsn, false, d->err, sizeof(d->err)) !=
+	    SOURCE_OK)
+		return false;
+	c->sent_flush_lsn = c->st.flushed_lsn;
+	c->last_feedback_ms = now_ms();
+	if (source_output_pending(c->src))
+		event_add(c->ev_write, NULL);
+	return true;
+}
+
+/* Hands the sinks' new position to the writer (confirmed once it is on disk: on_state_written),
+ * tells the backfills, and sends a status update; at most every FEEDBACK_MIN_MS unless forced. */
 static bool send_feedback(sidecar *d, bool force)
 {
 	connection *c = &d->conn;
 	uint64_t now = now_ms(), flushed = pipeline_flushed(d->pipe);
-	bool moved = flushed != c->sent_flush_lsn;
+	bool moved = flushed != c->handled_lsn;
 	/* A table that waits only for its last chunks to be durable finishes (and the next one
 	 * starts) now, not after FEEDBACK_MIN_MS. */
 	bool drained = moved && backfills_draining(d);
 	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
-	if (flushed > c->st.flushed_lsn) {
+	if (flushed > c->handled_lsn) {
 		state next = c->st;
 		next.flushed_lsn = flushed;
-		if (!state_write(d->cfg->state_dir, &next, d->err, sizeof(d->err))) {
-			sidecar_fail(d, 1,
-				     "cannot record the position in state_dir; stopping so nothing is "
-				     "confirmed unrecorded");
-			return false;
-		}
-		c->st = next;
+		state_writer_post(d->sw, &next);
 	}
 	if (moved)
 		backfills_delivered(d, flushed);
-	source_result r = source_send_status(c->src, c->received_lsn, flushed, false, d->err, sizeof(d->err));
-	if (r != SOURCE_OK)
+	c->handled_lsn = flushed;
+	return send_status(d);
+}
+
+/* What the writer has on disk becomes what may be confirmed; false with d->err if a write failed. */
+static bool absorb_recorded(sidecar *d)
+{
+	state st;
+	bool found;
+	if (!state_writer_durable(d->sw, &st, &found, d->err, sizeof(d->err))) {
+		sidecar_fail(
+		    d, 1,
+		    "cannot record the position in state_dir; stopping so nothing is confirmed unrecorded");
 		return false;
-	c->sent_flush_lsn = flushed;
-	c->last_feedback_ms = now;
-	if (source_output_pending(c->src))
-		event_add(c->ev_write, NULL);
+	}
+	if (found && st.flushed_lsn > d->conn.st.flushed_lsn)
+		d->conn.st.flushed_lsn = st.flushed_lsn;
 	return true;
+}
+
+bool sidecar_record(sidecar *d, const state *st)
+{
+	state_writer_post(d->sw, st);
+	state_writer_wait(d->sw);
+	state done;
+	bool found;
+	return state_writer_durable(d->sw, &done, &found, d->err, sizeof(d->err));
 }
 
 /* Source callbacks ---------------------------------------------------------------------- */
@@ -280,6 +309,17 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 		event_add(d->conn.ev_write, NULL);
 }
 
+/* A position is on disk: it is confirmed to the server at once. */
+static void on_state_written(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	sidecar *d = arg;
+	connection *c = &d->conn;
+	if (absorb_recorded(d) && c->streaming && c->st.flushed_lsn > c->sent_flush_lsn && !send_status(d) &&
+	    !d->exit_code)
+		schedule_retry(d);
+}
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -287,6 +327,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	connection *c = &d->conn;
 	bool have_st = false;
 	state st;
+	state_writer_wait(d->sw); /* the newest record, not one still being written */
 	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err))) {
 		sidecar_fail(d, 1, "cannot read the recorded position");
 		return;
@@ -313,7 +354,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		 */
 		if (have_st && !st.shared) {
 			st.shared = true;
-			if (!state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
+			if (!sidecar_record(d, &st)) {
 				sidecar_fail(d, 1, "cannot record the position in state_dir");
 				return;
 			}
@@ -327,7 +368,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		c->standby = 0;
 	}
 	source_after_standby(c->src, false); /* streaming it: from now on the slot moves only with cdc */
-	if (!have_st && !state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err))) {
+	if (!have_st && !sidecar_record(d, &st)) {
 		sidecar_fail(d, 1, "cannot record the position in state_dir");
 		return;
 	}
@@ -337,7 +378,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	c->st = st;
 	c->st.shared = false; /* this process streams the slot now: the next record is its own */
-	c->sent_flush_lsn = c->received_lsn = st.flushed_lsn;
+	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	backfills_restart(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
@@ -464,9 +505,11 @@ static void shutdown_flush(sidecar *d)
 		return;
 	char lsn[LSN_STRLEN];
 	if (d->conn.streaming && send_feedback(d, true)) {
+		state_writer_wait(d->sw);
 		/* Let the final status update reach the server before the connection closes. */
-		while (source_output_pending(d->conn.src))
-			usleep(1000);
+		if (absorb_recorded(d) && send_status(d))
+			while (source_output_pending(d->conn.src))
+				usleep(1000);
 	}
 	lsn_format(d->conn.st.flushed_lsn, lsn);
 	figures_log_kafka(d);
@@ -499,6 +542,13 @@ static int setup(sidecar *d, uint64_t endpos)
 	pipeline_on_resync(d->pipe, resync_reached);
 	d->conn.src = source_new(c);
 	d->base = event_base_new();
+	if (!(d->sw = state_writer_new(c->state_dir, d->err, sizeof(d->err)))) {
+		log_error("cannot record positions", "error=\"%s\"", d->err);
+		rules_free(r);
+		return 1;
+	}
+	d->ev_state = event_new(d->base, state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
+	event_add(d->ev_state, NULL);
 	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .ctx = d};
 	if (!sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
@@ -548,6 +598,9 @@ out:
 		event_free(d.conn.ev_retry);
 	if (d.ev_tick)
 		event_free(d.ev_tick);
+	if (d.ev_state)
+		event_free(d.ev_state);
+	state_writer_free(d.sw); /* after what it has left to write */
 	/* Whatever has events on the loop goes before the loop. */
 	reload_free(&d);
 	backfills_free(&d);

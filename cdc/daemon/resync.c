@@ -23,6 +23,7 @@ resync_result resync(sidecar *d)
 	uint64_t lsn = 0;
 	buf marker = {0};
 	resync_result r = RESYNC_RETRY;
+	state_writer_wait(d->sw);
 	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err)) ||
 	    source_resync(c->src, source_gap(c->src), &lsn, d->err, sizeof(d->err)) != SOURCE_OK)
 		goto out;
@@ -40,7 +41,7 @@ resync_result resync(sidecar *d)
 		goto out; /* the slot is ahead of the recorded position: the next start finds a gap */
 	if (have_st) {
 		st.flushed_lsn = lsn;
-		if (!state_write(d->cfg->state_dir, &st, d->err, sizeof(d->err)))
+		if (!sidecar_record(d, &st))
 			goto out;
 	}
 	d->fig.resyncs++;

@@ -28,7 +28,9 @@ typedef struct connection {
 	uint64_t backoff_ms;
 	uint64_t streams; /* how many times streaming started: the stream's number */
 	int standby;	  /* the PID of the walsender that streams the slot for another process; 0: none */
-	uint64_t received_lsn, sent_flush_lsn;
+	uint64_t received_lsn;
+	uint64_t sent_flush_lsn; /* confirmed to the server: st.flushed_lsn when it was sent */
+	uint64_t handled_lsn;	 /* the sinks' position last handled (posted for recording) */
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool heartbeat_warned;
 } connection;
@@ -64,8 +66,9 @@ typedef struct sidecar {
 	const char *cfg_path;
 	int exit_code;
 	struct event_base *base;
-	struct event *ev_tick, *ev_sig[3], *ev_kafka;
+	struct event *ev_tick, *ev_sig[3], *ev_kafka, *ev_state;
 	int lock_fd;
+	state_writer *sw; /* records the position off the loop; conn.st is what it has on disk */
 	pipeline *pipe;
 	sink_set sinks;
 	status_server *status;
@@ -81,6 +84,9 @@ typedef struct sidecar {
 /* daemon.c */
 /* Logs d->err under what and stops the loop with exit code code. */
 void sidecar_fail(sidecar *d, int code, const char *what);
+/* Records st in state_dir now (waiting for the writer's thread), before what follows relies on it;
+ * false with d->err. */
+bool sidecar_record(sidecar *d, const state *st) CDC_MUST_CHECK;
 /* Binds the sinks and the pipeline to d->cfg with rules r (taken), creating the sinks it needs
  * first. False with d->err when a sink cannot start. */
 bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;

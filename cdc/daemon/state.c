@@ -6,8 +6,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -86,4 +89,124 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s",
 	    st->system_id, st->slot, lsn, st->shared ? "streamed_by_another_process\n" : "");
 	return file_replace(path, text, (size_t)n, 0600, err, errlen);
+}
+
+/* ---- the writer thread ---- */
+
+struct state_writer {
+	char *dir;
+	int efd; /* readable when a write is back */
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* under mu */
+	state next, done;
+	bool posted, busy, have_done, failed, stop;
+	char err[512];
+};
+
+static void *writer_main(void *arg)
+{
+	state_writer *w = arg;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->posted && !w->stop)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (!w->posted)
+			break;
+		state st = w->next;
+		w->posted = false;
+		w->busy = true;
+		pthread_mutex_unlock(&w->mu);
+		char err[512];
+		bool ok = state_write(w->dir, &st, err, sizeof(err));
+		pthread_mutex_lock(&w->mu);
+		w->busy = false;
+		if (ok) {
+			w->done = st;
+			w->have_done = true;
+		} else if (!w->failed) {
+			w->failed = true;
+			memcpy(w->err, err, sizeof(err));
+		}
+		pthread_cond_broadcast(&w->cv);
+		uint64_t one = 1;
+		if (write(w->efd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+			abort(); /* an eventfd write fails only on overflow, after 2^64 - 1 writes */
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+state_writer *state_writer_new(const char *dir, char *err, size_t errlen)
+{
+	state_writer *w = xcalloc(1, sizeof(*w));
+	w->dir = xstrdup(dir);
+	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	int e = w->efd < 0 ? errno : pthread_create(&w->thread, NULL, writer_main, w);
+	if (e) {
+		errf(err, errlen, "cannot start the thread that records the position: %s", strerror(e));
+		if (w->efd >= 0)
+			close(w->efd);
+		free(w->dir);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void state_writer_free(state_writer *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	close(w->efd);
+	free(w->dir);
+	free(w);
+}
+
+int state_writer_fd(const state_writer *w)
+{
+	return w->efd;
+}
+
+void state_writer_post(state_writer *w, const state *st)
+{
+	pthread_mutex_lock(&w->mu);
+	w->next = *st;
+	w->posted = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+bool state_writer_durable(state_writer *w, state *st, bool *found, char *err, size_t errlen)
+{
+	uint64_t n;
+	while (read(w->efd, &n, sizeof(n)) == (ssize_t)sizeof(n))
+		;
+	pthread_mutex_lock(&w->mu);
+	bool ok = !w->failed;
+	if (!ok)
+		errf(err, errlen, "%s", w->err);
+	*found = w->have_done;
+	if (w->have_done)
+		*st = w->done;
+	pthread_mutex_unlock(&w->mu);
+	return ok;
+}
+
+void state_writer_wait(state_writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	while (w->posted || w->busy)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
 }

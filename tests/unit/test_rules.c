@@ -2,6 +2,7 @@
  * latency histogram. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cdc/daemon/progress.h"
@@ -197,7 +198,35 @@ static void test_state(void)
 	CHECK_STR(st.slot, "cdc_slot");
 	CHECK_INT(st.flushed_lsn, w.flushed_lsn);
 
+	/* The writer's thread: posts coalesce, what is durable is what it wrote last. */
+	state_writer *sw = state_writer_new(dir, err, sizeof(err));
+	CHECK(sw != NULL);
+	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	CHECK(!found); /* nothing written by it yet */
+	for (uint64_t i = 1; i <= 100; i++) {
+		w.flushed_lsn = 0x5000 + i;
+		state_writer_post(sw, &w);
+	}
+	state_writer_wait(sw);
+	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	CHECK(found);
+	CHECK_INT(st.flushed_lsn, 0x5064);
+	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK_INT(st.flushed_lsn, 0x5064);
 	char path[600];
+	snprintf(path, sizeof(path), "%s/position.tmp", dir);
+	CHECK(mkdir(path, 0700) == 0); /* the temp file cannot be made: the write fails, and stays failed */
+	w.flushed_lsn = 0x6000;
+	state_writer_post(sw, &w);
+	state_writer_wait(sw);
+	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	CHECK(strstr(err, "position.tmp") != NULL);
+	CHECK(rmdir(path) == 0);
+	state_writer_post(sw, &w);
+	state_writer_wait(sw);
+	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	state_writer_free(sw);
+
 	snprintf(path, sizeof(path), "%s/position", dir);
 	FILE *f = fopen(path, "w");
 	fputs("system_identifier 1\nslot s\nflushed_lsn nonsense\n", f);

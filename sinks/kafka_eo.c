@@ -17,6 +17,8 @@
 #define INIT_TIMEOUT_MS 30000
 #define COMMIT_CALL_MS 100
 #define ABORT_TIMEOUT_MS 30000
+/* While a commit waits for acknowledgements, the brokers' threads are woken at most this often. */
+#define NUDGE_MS 50
 
 /* How far Kafka holds the stream: the newest position record of this transactional.id. */
 static bool read_back(kafka_sink *k, uint64_t *position)
@@ -154,6 +156,7 @@ void kafka_eo_abort(kafka_sink *k)
 static void send_now(kafka_sink *k)
 {
 	rd_kafka_flush(k->rk, 0);
+	k->eo.woken_ms = now_ms();
 }
 
 /* The position record: the last of the Kafka transaction, produced once every other message of it
@@ -192,8 +195,16 @@ static void eo_commit_start(kafka_sink *k)
  * over) fails the producer; either way the sink restarts. */
 static void eo_commit_end(kafka_sink *k)
 {
-	if (k->stats.in_flight)
-		return; /* their delivery reports call flush() again */
+	if (k->stats.in_flight) {
+		/* Their delivery reports call flush() again, and so does the daemon's tick. librdkafka
+		 * 2.0.2 leaves a message unsent whose partition joined the Kafka transaction after its
+		 * broker's thread last looked, until something wakes that thread (nothing may, while
+		 * what arrives is held): measured, a position record waited for good behind brokers
+		 * answering after 1 s. */
+		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
+			send_now(k);
+		return;
+	}
 	if (!k->eo.ending && !eo_stream_held(k))
 		return; /* a new stream, or a restart, comes */
 	if (!k->eo.position_sent) {

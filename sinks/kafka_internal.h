@@ -68,6 +68,7 @@ typedef struct kafka_sink {
 		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
 		uint64_t commit_seq;	/* last_ended when the commit began */
 		uint64_t opened_ms, events;
+		uint64_t woken_ms; /* the brokers' threads last woken (send_now) */
 		/* the newest source transaction in the open Kafka transaction */
 		uint64_t last_seq;
 		sink_commit last;

@@ -460,11 +460,18 @@ static void on_consumers_acked(void *ctx)
 }
 
 /* Exactly once: the stream this process holds now (kafka_sink_watch_stream). Asks the kernel too:
- * a process resumed after a pause commits nothing before it has read that its stream ended. */
+ * a process resumed after a pause commits nothing before it has read that its stream ended. A
+ * stream found closed is handed to on_read at once, even while reading is paused for a sink
+ * that is busy with the very commit that waits for it. */
 static uint64_t held_stream(void *ctx)
 {
 	connection *c = &((sidecar *)ctx)->conn;
-	return c->streaming && source_connected(c->src) ? c->streams : 0;
+	if (!c->streaming)
+		return 0;
+	if (source_connected(c->src))
+		return c->streams;
+	event_active(c->ev_read, EV_READ, 0);
+	return 0;
 }
 
 /* A reload may apply after every commit. */

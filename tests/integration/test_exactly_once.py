@@ -217,6 +217,33 @@ def test_a_paused_active_one_resumed_after_a_takeover_writes_nothing(pg, schema,
     assert pb.terminate() == 0, pb.describe()
 
 
+def test_the_stream_ends_while_reading_is_paused_for_a_commit(pg, schema, cdc, kafka, kafka_reader):
+    """Reading the slot pauses while a Kafka transaction commits with much held behind it (a small
+    queue.buffering.max.kbytes, brokers answering after 1 s); the walsender ends then. The commit
+    may not end without the stream, and the stream is read only when reading resumes: cdc must see
+    the ended stream all the same (the commit's check hands it over), stream again and go on with
+    nothing lost and copies only after a boundary."""
+    from test_kafka import kafka_section
+    props = dict(kafka_section(kafka)["properties"], **{"queue.buffering.max.kbytes": "64"})
+    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=dict(EO, properties=props))
+    committed_some(c)
+    paused = p.stderr().count("paused reading the slot: a sink is busy")
+    kafka.set_rtt(1000)  # each step of a commit takes a second: the pause lasts
+    try:
+        wait_for(lambda: p.stderr().count("paused reading the slot: a sink is busy") > paused, 30, what=p.describe())
+        pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (c.slot,))
+        wait_for(lambda: "the server closed the replication connection" in p.stderr(), 30,
+                 what=f"cdc to see that the stream ended\n{p.describe()}")
+    finally:
+        kafka.set_rtt(0)
+    wait_for(lambda: p.stderr().count(" streaming slot=") == 2, 30, what=f"cdc to stream again\n{p.describe()}")
+    load.wait_more(100)
+    msgs = drain(load, p, reader, schema)
+    check_counters(msgs, load, strict=False)
+    copies_only_after(msgs, read_back(p)[0])
+    assert p.terminate() == 0, p.describe()
+
+
 def five_in_one_kafka_transaction(pg, schema, cdc, kafka, kafka_reader, interval):
     """cdc with kafka.commit_interval interval, and five one-row source transactions committed at
     once: (Cdc, CdcProcess, a reader of the table's topic)."""

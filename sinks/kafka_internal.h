@@ -17,6 +17,12 @@ typedef struct kafka_txn {
 	int64_t commit_time; /* for the commit-to-delivery latency */
 } kafka_txn;
 
+/* A topic's handle, by name. */
+typedef struct kafka_topic {
+	char *name;
+	rd_kafka_topic_t *rkt;
+} kafka_topic;
+
 typedef struct table_count {
 	char *schema, *table;
 	uint64_t events;
@@ -33,6 +39,8 @@ typedef struct kafka_sink {
 	size_t busy_at, busy_bytes;
 	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
 	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
+	kafka_topic *topics;   /* sorted by name; of rk */
+	size_t ntopics, captopics;
 
 	ring q; /* of kafka_txn, in seq order */
 	uint64_t last_ended;

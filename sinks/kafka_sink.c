@@ -143,6 +143,49 @@ static void settle(kafka_sink *k)
 	ring_pop(&k->q, n);
 }
 
+/* ---- topic handles ---- */
+
+/* The handle of topic name, made at its first use. librdkafka 2.0.2 asks the brokers for a topic's
+ * leaders when rd_kafka_topic_new() makes its handle, but not when rd_kafka_producev() is given the
+ * name: its messages then waited for the next periodic metadata refresh, up to a second (the bench
+ * paused about 0.9 s at every start). A handle also spares each message librdkafka's lookup by
+ * name. */
+static rd_kafka_topic_t *topic_handle(kafka_sink *k, const char *name)
+{
+	size_t lo = 0, hi = k->ntopics;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(k->topics[mid].name, name);
+		if (c == 0)
+			return k->topics[mid].rkt;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(k->rk, name, NULL);
+	if (!rkt)
+		return NULL;
+	if (k->ntopics == k->captopics) {
+		k->captopics = k->captopics ? k->captopics * 2 : 8;
+		k->topics = xrealloc(k->topics, k->captopics * sizeof(*k->topics));
+	}
+	memmove(&k->topics[lo + 1], &k->topics[lo], (k->ntopics - lo) * sizeof(*k->topics));
+	k->topics[lo] = (kafka_topic){xstrdup(name), rkt};
+	k->ntopics++;
+	return rkt;
+}
+
+/* Before the producer goes: its topic handles. */
+static void topics_clear(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->ntopics; i++) {
+		rd_kafka_topic_destroy(k->topics[i].rkt);
+		free(k->topics[i].name);
+	}
+	k->ntopics = 0;
+}
+
 /* ---- librdkafka callbacks ---- */
 
 void kafka_fail(kafka_sink *k, const char *what, const char *reason)
@@ -376,25 +419,25 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq)
 {
-	for (;;) {
-		rd_kafka_resp_err_t err = rd_kafka_producev(
-		    k->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
-		    RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *)value, value_len),
-		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-		    RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
+	rd_kafka_topic_t *rkt = topic_handle(k, topic);
+	rd_kafka_resp_err_t err = rkt ? RD_KAFKA_RESP_ERR__QUEUE_FULL : rd_kafka_last_error();
+	while (rkt && err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !k->failed) {
+		err = rd_kafka_producev(
+		    k->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition), RD_KAFKA_V_KEY(key, key_len),
+		    RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 			txn_entry(k, seq)->outstanding++;
 			k->stats.in_flight++;
 			k->queued_bytes += key_len + value_len;
 			return true;
 		}
-		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || k->failed) {
-			rd_kafka_headers_destroy(h);
-			kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
-			return false;
-		}
-		rd_kafka_poll(k->rk, 100);
+		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(k->rk, 100);
 	}
+	rd_kafka_headers_destroy(h);
+	kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	return false;
 }
 
 rd_kafka_headers_t *kafka_headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type)
@@ -626,6 +669,7 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	tables_clear(k);
 	if (keep)
 		return true;
+	topics_clear(k);
 	rd_kafka_destroy(k->rk);
 	k->rk = NULL;
 	k->eo = (struct kafka_eo){
@@ -681,6 +725,8 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 static void kafka_free(sink *base)
 {
 	kafka_sink *k = (kafka_sink *)base;
+	topics_clear(k);
+	free(k->topics);
 	if (k->rk)
 		rd_kafka_destroy(k->rk);
 	free_settings(k);

@@ -57,7 +57,13 @@ typedef struct kafka_sink {
 	size_t ntables, captables;
 	uint64_t cur_events;
 
-	buf value; /* one message value: rendered head + commit tail */
+	buf value;	   /* one message value: rendered head + commit tail */
+	struct kafka_hdr { /* the commit's header values, of the last message's transaction */
+		bool set;
+		uint64_t commit_lsn;
+		uint32_t xid;
+		char commit[LSN_STRLEN], xid_text[16];
+	} hdr;
 
 	/* Exactly once (set.exactly_once). */
 	char tid[256]; /* the producer's transactional.id */
@@ -109,7 +115,8 @@ void kafka_fail(kafka_sink *k, const char *what, const char *reason);
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
 /* The cdc-* headers of an event (type "Event") or of a record about a transaction ("Transaction"). */
-rd_kafka_headers_t *kafka_headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type);
+rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
+				  const char *type);
 /* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
 		   uint64_t seq, char *err, size_t errlen);

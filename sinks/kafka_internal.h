@@ -17,6 +17,12 @@ typedef struct kafka_txn {
 	int64_t commit_time; /* for the commit-to-delivery latency */
 } kafka_txn;
 
+/* A topic's handle, by name. */
+typedef struct kafka_topic {
+	char *name;
+	rd_kafka_topic_t *rkt;
+} kafka_topic;
+
 typedef struct table_count {
 	char *schema, *table;
 	uint64_t events;
@@ -33,6 +39,8 @@ typedef struct kafka_sink {
 	size_t busy_at, busy_bytes;
 	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
 	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
+	kafka_topic *topics;   /* sorted by name; of rk */
+	size_t ntopics, captopics;
 
 	ring q; /* of kafka_txn, in seq order */
 	uint64_t last_ended;
@@ -49,7 +57,13 @@ typedef struct kafka_sink {
 	size_t ntables, captables;
 	uint64_t cur_events;
 
-	buf value; /* one message value: rendered head + commit tail */
+	buf value;	   /* one message value: rendered head + commit tail */
+	struct kafka_hdr { /* the commit's header values, of the last message's transaction */
+		bool set;
+		uint64_t commit_lsn;
+		uint32_t xid;
+		char commit[LSN_STRLEN], xid_text[16];
+	} hdr;
 
 	kafka_stream_fn stream_fn; /* kafka_sink_watch_stream */
 	void *stream_ctx;
@@ -107,7 +121,8 @@ void kafka_fail(kafka_sink *k, const char *what, const char *reason);
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
 /* The cdc-* headers of an event (type "Event") or of a record about a transaction ("Transaction"). */
-rd_kafka_headers_t *kafka_headers(const rendered *r, const char *sub, uint64_t commit_lsn, const char *type);
+rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
+				  const char *type);
 /* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
 		   uint64_t seq, char *err, size_t errlen);

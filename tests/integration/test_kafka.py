@@ -479,6 +479,28 @@ def test_topic_template_subscription_and_tag_seen_by_kcat(pg, schema, cdc, kafka
         sorted((m.partition, m.offset, m.key, m.value, tuple(m.headers)) for m in msgs)
 
 
+def test_first_message_of_a_topic_asks_for_its_leaders(pg, schema, cdc, kafka, kafka_reader):
+    """librdkafka 2.0.2 asks the brokers for a topic's leaders when a handle for it is made, not
+    when rd_kafka_producev() is given its name: produced that way, the first messages of every
+    topic, created or not, waited for the periodic metadata refresh (up to a second; the bench
+    paused 0.9 s at every start). cdc makes a handle at a topic's first message; librdkafka's debug
+    log shows the leader query it sends then."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic])
+    section = kafka_section(kafka)
+    section["properties"]["debug"] = "metadata"
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=section, log={"level": "debug"})
+    p = c.start()
+    wait_for(lambda: "streaming" in p.stderr(), timeout=30, what=f"cdc streaming\n{p.describe()}")
+    assert "topics: leader query" not in p.stderr(), p.describe()  # no topic yet
+    pg.sql(f"insert into {schema}.t values (1)")
+    assert len(reader.wait(1, describe=p.describe)) == 1
+    assert p.terminate() == 0, p.describe()
+    assert "Requesting metadata for 1/1 topics: leader query" in p.stderr(), p.describe()
+
+
 # --- failures ----------------------------------------------------------------------------------
 
 def test_all_brokers_down_holds_the_slot(pg, schema, cdc, kafka, kafka_reader):

@@ -51,7 +51,8 @@ void buf_reserve(buf *b, size_t extra)
 void buf_append(buf *b, const void *p, size_t n)
 {
 	buf_reserve(b, n);
-	memcpy(b->data + b->len, p, n);
+	if (n) /* p may be NULL then (an empty buf's data), which memcpy must not get */
+		memcpy(b->data + b->len, p, n);
 	b->len += n;
 	b->data[b->len] = '\0';
 }

@@ -142,8 +142,11 @@ void sq_update_window(consumer *c, uint64_t now);
 uint64_t sq_resume_at(const queue *q);
 void sq_dispatch(socket_sink *s, queue *q);
 void sq_wake(socket_sink *s);
-void sq_handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a);
+/* An Ack's or Nack's effect on the window; sq_settle, once after the frames of a read, records it
+ * and dispatches what it freed. */
+void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a);
 void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n);
+void sq_settle(socket_sink *s, queue *q);
 void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p);
 void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now);
 void sq_trim(socket_sink *s, queue *q);

@@ -19,6 +19,7 @@
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
+#define TAIL_ARENA_CHUNK 65536
 
 static const char usage_tail[] =
     "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
@@ -52,7 +53,8 @@ typedef struct tail {
 	const tail_opts *o;
 	const char *path;
 	int fd;
-	buf in; /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	buf in;	    /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	arena *mem; /* the frame being handled, decoded (reset after each) */
 	size_t in_pos;
 	buf out;	 /* scratch: an outgoing frame */
 	bool cumulative; /* acks name the highest offset (failover, dead letters) */
@@ -279,7 +281,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 			return NEXT_FAIL;
 		}
 		if (r == FRAME_OK) {
-			*out = frame_decode_server(msg, msglen, err, sizeof(err));
+			*out = frame_decode_server(msg, msglen, t->mem, err, sizeof(err));
 			t->in_pos += consumed;
 			if (!*out) {
 				fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
@@ -422,7 +424,7 @@ static int tail_run(tail *t)
 		default:
 			break; /* heartbeats, and kinds newer than this client */
 		}
-		frame_server_free(f);
+		arena_reset(t->mem);
 		if (rc >= 0)
 			return rc;
 	}
@@ -438,7 +440,7 @@ int tail_main(int argc, char **argv)
 	char *path = cli_socket_path(&args, CLI_SUBSCRIBER_SOCKET);
 	if (!path)
 		return 2;
-	tail t = {.o = &o, .path = path, .fd = -1};
+	tail t = {.o = &o, .path = path, .fd = -1, .mem = arena_new(TAIL_ARENA_CHUNK)};
 	struct stat st;
 	t.sync_out = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
 	char err[512];
@@ -451,6 +453,7 @@ int tail_main(int argc, char **argv)
 	buf_free(&t.in);
 	buf_free(&t.out);
 	buf_free(&t.lines);
+	arena_free(t.mem);
 	free(t.offsets);
 	free(path);
 	return rc;

@@ -405,6 +405,14 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
+/* The socket sink's group commit is back: the flushed position may move (and the next one starts). */
+static void on_spooled(void *ctx)
+{
+	sidecar *d = ctx;
+	if (flush_sinks(d) && d->conn.streaming)
+		progressed(d, false);
+}
+
 /* A reload may apply after every commit. */
 static void at_boundary(void *ctx)
 {
@@ -476,7 +484,7 @@ static int setup(sidecar *d, uint64_t endpos)
 	pipeline_on_resync(d->pipe, resync_reached);
 	d->conn.src = source_new(c);
 	d->base = event_base_new();
-	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .ctx = d};
+	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .durable = on_spooled, .ctx = d};
 	if (!sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
 		return 2;

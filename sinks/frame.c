@@ -123,9 +123,20 @@ void frame_client_free(Cdc__V1__ClientFrame *f)
 		cdc__v1__client_frame__free_unpacked(f, NULL);
 }
 
-Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, char *err, size_t errlen)
+static void *arena_pb_alloc(void *a, size_t size)
 {
-	Cdc__V1__ServerFrame *f = cdc__v1__server_frame__unpack(NULL, len, msg);
+	return arena_alloc(a, size);
+}
+
+static void arena_pb_free(void *a, void *p)
+{
+	(void)a, (void)p; /* freed with the arena */
+}
+
+Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen)
+{
+	ProtobufCAllocator in_arena = {arena_pb_alloc, arena_pb_free, a};
+	Cdc__V1__ServerFrame *f = cdc__v1__server_frame__unpack(a ? &in_arena : NULL, len, msg);
 	if (!f)
 		errf(err, errlen, "malformed ServerFrame protobuf");
 	return f;

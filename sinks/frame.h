@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cdc/v1/subscriber.pb-c.h"
+#include "decoder/arena.h"
 #include "decoder/util.h"
 
 #define FRAME_HEADER 4
@@ -34,8 +35,9 @@ frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uin
 Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
 void frame_client_free(Cdc__V1__ClientFrame *f);
 /* Decodes a server's message (for clients: cdc tail, tests); NULL with err if malformed. Free with
- * frame_server_free. */
-Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, char *err, size_t errlen);
+ * frame_server_free; or, decoded into arena a (a client decoding one Delivery after another, without
+ * a malloc and free per message), with arena_reset. */
+Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen);
 void frame_server_free(Cdc__V1__ServerFrame *f);
 
 /* Appends one whole frame (header and message). */

@@ -220,7 +220,8 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	sq_dispatch(s, q);
 }
 
-static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len)
+/* *settle: the queue an Ack or Nack changed, for sq_settle once the read's frames are handled. */
+static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len, queue **settle)
 {
 	char err[256];
 	Cdc__V1__ClientFrame *f = frame_decode_client(msg, len, err, sizeof(err));
@@ -242,12 +243,15 @@ static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t
 		handle_subscribe(s, c, f->subscribe);
 	} else {
 		c->reply.answered++;
-		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
-			sq_handle_ack(s, c, f->ack);
-		else if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK)
-			sq_handle_nack(s, c, f->nack);
-		else
+		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_PROGRESS) {
 			sq_handle_progress(c, f->progress);
+		} else {
+			*settle = c->q;
+			if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
+				sq_handle_ack(c, f->ack);
+			else
+				sq_handle_nack(s, c, f->nack);
+		}
 	}
 	frame_client_free(f);
 	return !c->closing;
@@ -258,6 +262,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	consumer *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
 	char err[256];
+	queue *settle = NULL;
 	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
 		const uint8_t *msg;
 		size_t msglen, consumed, avail = evbuffer_get_length(in);
@@ -269,19 +274,24 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 			size_t whole = FRAME_HEADER +
 				       ((size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3]);
 			if (avail < whole)
-				return;
+				break;
 			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg, &msglen,
 				       &consumed, err, sizeof(err));
 		}
 		if (r != FRAME_OK) {
 			consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
-			return;
+			break;
 		}
-		bool go_on = handle_frame(c->s, c, msg, msglen);
+		bool go_on = handle_frame(c->s, c, msg, msglen, &settle);
 		evbuffer_drain(in, consumed);
 		if (!go_on)
-			return;
+			break;
 	}
+	/* also when c closed after its acks: the queue outlives the connection */
+	if (settle)
+		sq_settle(c->s, settle);
+	if (c->closing)
+		return;
 	/* Answered at once when the consumer may be waiting for it (nothing else in flight to it, or
 	 * something refused); else with the next tick: a consumer acking a stream of events one by one
 	 * would otherwise be sent an Acked per ack, a fifth of the socket path's throughput. */

@@ -6,6 +6,7 @@
 #define CDC_SOCKET_INTERNAL_H
 
 #include <event2/util.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -120,6 +121,28 @@ struct socket_sink {
 	struct held_txn *held; /* held transactions' events, per subscription (socket_sink.c) */
 	size_t nconnections, nclosing;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
+	/* Group commit off the event loop (socket_sink.c): the fsyncs of one batch of spools at a time
+	 * run on the syncer thread; their events become visible, and their transactions delivered,
+	 * when it is back. */
+	struct syncer {
+		pthread_t thread;
+		bool started;
+		pthread_mutex_t mu;
+		pthread_cond_t cv;
+		bool go, done, stop; /* under mu: a batch to run, a batch run, the thread to end */
+		int efd;	     /* eventfd: the syncer's "done" on the loop */
+		struct event *ev;
+		/* the batch in flight (the loop leaves it alone meanwhile) */
+		bool busy;
+		size_t n, cap;
+		subscription **subs;
+		spool_sync_job *jobs;
+		uint64_t ended; /* it makes the transactions up to this seq durable */
+		size_t runs;	/* and the first runs of commit times */
+		bool failed;	/* a batch failed: the sink cannot go on */
+		char err[512];
+	} sync;
+	void (*durable)(void *); /* called with wake_ctx when a batch is back */
 	buf scratch, events;
 	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
 	 * run per transaction, since its events share their commit time */
@@ -142,8 +165,11 @@ void sq_update_window(consumer *c, uint64_t now);
 uint64_t sq_resume_at(const queue *q);
 void sq_dispatch(socket_sink *s, queue *q);
 void sq_wake(socket_sink *s);
-void sq_handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a);
+/* An Ack's or Nack's effect on the window; sq_settle, once after the frames of a read, records it
+ * and dispatches what it freed. */
+void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a);
 void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n);
+void sq_settle(socket_sink *s, queue *q);
 void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p);
 void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now);
 void sq_trim(socket_sink *s, queue *q);

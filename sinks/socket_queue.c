@@ -427,8 +427,8 @@ void sq_wake(socket_sink *s)
 		s->wake(s->wake_ctx);
 }
 
-/* Moves the acked cursor over the acknowledged slots at the window's start. */
-static void advance_base(socket_sink *s, queue *q)
+/* Moves the window's start over the acknowledged slots there (in memory: see advance_base). */
+static void window_advance(queue *q)
 {
 	window *w = &q->w;
 	while (w->base < q->next && window_at(w, w->base)->state == SLOT_ACKED) {
@@ -437,6 +437,13 @@ static void advance_base(socket_sink *s, queue *q)
 	}
 	if (w->base == q->next)
 		window_reset(w, q->next);
+}
+
+/* Moves the window's start, and the spool's acked cursor with it. */
+static void advance_base(socket_sink *s, queue *q)
+{
+	window_advance(q);
+	window *w = &q->w;
 	if (w->base - 1 > spool_acked(q->sp) && !spool_set_acked(q->sp, w->base - 1, s->err, sizeof(s->err)))
 		log_error("cannot record acknowledged offsets; they may be delivered again after a restart",
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
@@ -591,7 +598,7 @@ static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
 }
 
 /* failover (and dead letters): cumulative, from the active consumer only; shared modes: each offset. */
-void sq_handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
+void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
 	bool cumulative = sq_mode(q) == SOCKET_FAILOVER;
@@ -613,9 +620,7 @@ void sq_handle_ack(socket_sink *s, consumer *c, const Cdc__V1__Ack *a)
 			}
 		}
 	}
-	advance_base(s, q);
-	sq_dispatch(s, q);
-	sq_wake(s);
+	window_advance(q);
 }
 
 void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
@@ -635,6 +640,14 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? now + n->delay_ms : 0);
 		q->sub->nacked++;
 	}
+	window_advance(q);
+}
+
+/* After the Acks and Nacks of one read: the acked cursor is written once for all of them (not per
+ * frame: a consumer acking event by event made a write per event), then what they freed is
+ * dispatched, and the daemon told that a full spool may have room again. */
+void sq_settle(socket_sink *s, queue *q)
+{
 	advance_base(s, q);
 	sq_dispatch(s, q);
 	sq_wake(s);

@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -178,7 +179,7 @@ static void count_commits(socket_sink *s, int64_t commit_time, uint64_t n)
 {
 	if (commit_time <= 0 || !n)
 		return;
-	if (s->nruns && s->runs[s->nruns - 1].commit_time == commit_time) {
+	if (s->nruns > s->sync.runs && s->runs[s->nruns - 1].commit_time == commit_time) {
 		s->runs[s->nruns - 1].events += n;
 		return;
 	}
@@ -377,27 +378,189 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 	return ok;
 }
 
-static sink_status socket_flush(sink *base, char *err, size_t errlen)
+/* Group commit off the event loop ---------------------------------------------------------- */
+
+/* The syncer thread: runs each batch's fsyncs, then says so through the eventfd. */
+static void *syncer_main(void *arg)
 {
-	socket_sink *s = (socket_sink *)base;
-	uint64_t ended = s->ended_seq;
+	struct syncer *y = arg;
+	pthread_mutex_lock(&y->mu);
+	for (;;) {
+		while (!y->go && !y->stop)
+			pthread_cond_wait(&y->cv, &y->mu);
+		if (!y->go)
+			break;
+		y->go = false;
+		pthread_mutex_unlock(&y->mu);
+		for (size_t i = 0; i < y->n; i++)
+			spool_sync_run(&y->jobs[i]);
+		pthread_mutex_lock(&y->mu);
+		y->done = true;
+		pthread_cond_broadcast(&y->cv);
+		uint64_t one = 1;
+		if (write(y->efd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+			abort(); /* an eventfd write fails only on overflow, after 2^64 - 1 batches */
+	}
+	pthread_mutex_unlock(&y->mu);
+	return NULL;
+}
+
+/* The batch is back: its spools' events up to where it began are visible (and dispatched), its
+ * transactions delivered; commit to durable latency is counted for its events. */
+static void sync_finish(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	pthread_mutex_lock(&y->mu);
+	y->done = false;
+	pthread_mutex_unlock(&y->mu);
+	y->busy = false;
+	for (size_t i = 0; i < y->n; i++) {
+		if (!spool_sync_end(y->subs[i]->q.sp, &y->jobs[i], y->err, sizeof(y->err)))
+			y->failed = true;
+		sq_dispatch(s, &y->subs[i]->q);
+	}
+	if (y->failed)
+		return;
+	s->durable_seq = y->ended;
+	int64_t now_us = wall_ms() * 1000;
+	for (size_t i = 0; i < y->runs; i++)
+		hist_add_n(&s->latency,
+			   now_us > s->runs[i].commit_time ? (uint64_t)(now_us - s->runs[i].commit_time) : 0,
+			   s->runs[i].events);
+	memmove(s->runs, s->runs + y->runs, (s->nruns - y->runs) * sizeof(*s->runs));
+	s->nruns -= y->runs;
+	y->runs = 0;
+}
+
+/* The eventfd: a batch is back (the daemon flushes again, which starts the next one). */
+static void on_synced(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	socket_sink *s = arg;
+	struct syncer *y = &s->sync;
+	uint64_t n;
+	if (read(fd, &n, sizeof(n)) != (ssize_t)sizeof(n))
+		return;
+	pthread_mutex_lock(&y->mu);
+	bool done = y->done;
+	pthread_mutex_unlock(&y->mu);
+	if (!y->busy || !done)
+		return; /* sync_wait took that batch already; this one is not back yet */
+	sync_finish(s);
+	if (s->durable)
+		s->durable(s->wake_ctx);
+}
+
+/* Blocks until the batch in flight, if any, is back, and takes it. */
+static void sync_wait(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	if (!y->busy)
+		return;
+	pthread_mutex_lock(&y->mu);
+	while (!y->done)
+		pthread_cond_wait(&y->cv, &y->mu);
+	pthread_mutex_unlock(&y->mu);
+	sync_finish(s);
+}
+
+/* Starts a batch of the spools written since the last one: their buffers are written here, their
+ * fsyncs run on the syncer thread while the loop goes on. With nothing to sync, what has ended is
+ * delivered at once. */
+static bool sync_start(socket_sink *s, char *err, size_t errlen)
+{
+	struct syncer *y = &s->sync;
+	y->n = 0;
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
 		if (!sub->dirty)
 			continue;
-		if (!spool_sync(sub->q.sp, err, errlen))
-			return SINK_FATAL;
+		if (y->n == y->cap) {
+			y->cap = y->cap ? 2 * y->cap : 8;
+			y->subs = xrealloc(y->subs, y->cap * sizeof(*y->subs));
+			y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
+		}
+		if (!spool_sync_begin(sub->q.sp, &y->jobs[y->n], err, errlen)) {
+			y->n = 0; /* cdc stops on this: the descriptors of the jobs begun close then */
+			return false;
+		}
+		y->subs[y->n++] = sub;
 		sub->dirty = sub->in_txn;
-		sq_dispatch(s, &sub->q);
 	}
-	s->durable_seq = ended;
-	int64_t now_us = wall_ms() * 1000;
-	for (size_t i = 0; i < s->nruns; i++)
-		hist_add_n(&s->latency,
-			   now_us > s->runs[i].commit_time ? (uint64_t)(now_us - s->runs[i].commit_time) : 0,
-			   s->runs[i].events);
-	s->nruns = 0;
+	if (!y->n) {
+		s->durable_seq = s->ended_seq;
+		return true;
+	}
+	y->ended = s->ended_seq;
+	y->runs = s->nruns;
+	y->busy = true;
+	pthread_mutex_lock(&y->mu);
+	y->go = true;
+	pthread_cond_signal(&y->cv);
+	pthread_mutex_unlock(&y->mu);
+	return true;
+}
+
+static sink_status socket_flush(sink *base, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	if (!s->sync.failed && !s->sync.busy && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
+		s->sync.failed = true;
+	if (s->sync.failed) {
+		errf(err, errlen, "%s", s->sync.err);
+		return SINK_FATAL;
+	}
 	return SINK_OK;
+}
+
+/* At a stop: the batch in flight, then one of what is left. */
+static bool socket_finish(sink *base, int timeout_ms)
+{
+	(void)timeout_ms; /* fsyncs are not abandoned */
+	socket_sink *s = (socket_sink *)base;
+	sync_wait(s);
+	if (!s->sync.failed && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
+		s->sync.failed = true;
+	sync_wait(s);
+	return !s->sync.failed;
+}
+
+static bool syncer_start(socket_sink *s, char *err, size_t errlen)
+{
+	struct syncer *y = &s->sync;
+	pthread_mutex_init(&y->mu, NULL);
+	pthread_cond_init(&y->cv, NULL);
+	if ((y->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		return errf(err, errlen, "socket sink: eventfd: %s", strerror(errno));
+	y->ev = event_new(s->evb, y->efd, EV_READ | EV_PERSIST, on_synced, s);
+	if (!y->ev || event_add(y->ev, NULL) != 0)
+		return errf(err, errlen, "socket sink: cannot watch its eventfd");
+	int rc = pthread_create(&y->thread, NULL, syncer_main, y);
+	if (rc != 0)
+		return errf(err, errlen, "socket sink: cannot start its fsync thread: %s", strerror(rc));
+	y->started = true;
+	return true;
+}
+
+static void syncer_stop(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	if (y->started) {
+		sync_wait(s);
+		pthread_mutex_lock(&y->mu);
+		y->stop = true;
+		pthread_cond_signal(&y->cv);
+		pthread_mutex_unlock(&y->mu);
+		pthread_join(y->thread, NULL);
+	}
+	if (y->ev)
+		event_free(y->ev);
+	if (y->efd >= 0)
+		close(y->efd);
+	pthread_mutex_destroy(&y->mu);
+	pthread_cond_destroy(&y->cv);
+	free(y->subs);
+	free(y->jobs);
 }
 
 static uint64_t socket_delivered(const sink *base)
@@ -420,6 +583,7 @@ static bool socket_busy(const sink *base)
 static void socket_free(sink *base)
 {
 	socket_sink *s = (socket_sink *)base;
+	syncer_stop(s);
 	socket_hold_abort(base, 0);
 	while (s->pending) {
 		consumer *c = s->pending;
@@ -454,6 +618,7 @@ static const sink_ops socket_ops = {
     .deliver = socket_deliver,
     .end_txn = socket_end_txn,
     .flush = socket_flush,
+    .finish = socket_finish,
     .delivered = socket_delivered,
     .busy = socket_busy,
     .free = socket_free,
@@ -465,9 +630,11 @@ static const sink_ops socket_ops = {
 };
 
 sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,
-		      struct event_base *base, void (*wake_fn)(void *), void *ctx, char *err, size_t errlen)
+		      struct event_base *base, void (*wake_fn)(void *), void (*durable_fn)(void *), void *ctx,
+		      char *err, size_t errlen)
 {
 	socket_sink *s = xcalloc(1, sizeof(*s));
+	s->sync.efd = -1;
 	s->base.ops = &socket_ops;
 	s->state_dir = xstrdup(settings->state_dir);
 	s->first_frame_timeout_ms = settings->first_frame_timeout_ms;
@@ -476,7 +643,10 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 	s->out_low = settings->max_output / 4;
 	s->evb = base;
 	s->wake = wake_fn;
+	s->durable = durable_fn;
 	s->wake_ctx = ctx;
+	if (!syncer_start(s, err, errlen))
+		goto fail;
 	snprintf(s->path, sizeof(s->path), "%s", settings->socket_path);
 	char why[512];
 	int fd = net_unix_listen(settings->socket_path, settings->mode, 128, why, sizeof(why));
@@ -517,6 +687,7 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 		subscription *sub = s->subs[i];
 		if (sub->set || strcmp(sub->name, name) != 0)
 			continue;
+		sync_wait(s); /* the batch in flight may have its spool */
 		sq_free_queue(&sub->q);
 		sq_free_queue(&sub->dead);
 		free(sub->name);

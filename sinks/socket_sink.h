@@ -40,9 +40,12 @@ typedef struct socket_sub_settings {
 
 /* Binds settings->socket_path and serves consumers on base, then binds subs as
  * socket_sink_bind() does. wake(ctx) is called when busy() may have turned false (consumers
- * acknowledged events). */
+ * acknowledged events), durable(ctx) when a group commit is back: delivered() may have moved, and
+ * flush() starts the next one. The spools' fsyncs run on a thread of the sink's, one group commit
+ * at a time, while the loop goes on. */
 sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,
-		      struct event_base *base, void (*wake)(void *ctx), void *ctx, char *err, size_t errlen);
+		      struct event_base *base, void (*wake)(void *ctx), void (*durable)(void *ctx), void *ctx,
+		      char *err, size_t errlen);
 /* (Re)binds the subscriptions (copied; subs[i] is subscription index i): opens the spool of each
  * new one it serves in state_dir/spool/NAME, recovering it; consumers of a subscription that is
  * gone are told so and disconnected (its spool stays on disk). */

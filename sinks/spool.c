@@ -1209,23 +1209,55 @@ bool spool_commit(spool *s, char *err, size_t errlen)
 	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
 }
 
-bool spool_sync(spool *s, char *err, size_t errlen)
+bool spool_sync_begin(spool *s, spool_sync_job *j, char *err, size_t errlen)
 {
+	*j = (spool_sync_job){.fd = {-1, -1}, .head = s->marked};
 	if (!check_broken(s, err, errlen) || !flush_wbuf(s, err, errlen))
 		return false;
-	if (s->unsynced && fsync(s->wfd) != 0) {
-		char path[4200];
-		seg_path(s, last_seg(s)->first, path, sizeof(path));
-		errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+	/* descriptors of the job's own: the segment may be closed (rolled, adopted) meanwhile */
+	if (s->unsynced && (j->fd[0] = dup(s->wfd)) < 0)
+		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
+	if (s->cursor_dirty && (j->fd[1] = dup(s->cfd)) < 0) {
+		close(j->fd[0]);
+		j->fd[0] = -1;
+		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
+	}
+	s->unsynced = s->cursor_dirty = false;
+	return true;
+}
+
+void spool_sync_run(spool_sync_job *j)
+{
+	for (int i = 0; i < 2; i++)
+		if (j->fd[i] >= 0) {
+			j->error[i] = fsync(j->fd[i]) != 0 ? errno : 0;
+			close(j->fd[i]);
+			j->fd[i] = -1;
+		}
+}
+
+bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen)
+{
+	if (j->error[0]) {
+		errf(err, errlen, "spool %s: cannot fsync its write segment: %s", s->dir,
+		     strerror(j->error[0]));
 		return fail(s, err); /* after a failed fsync the page cache cannot be trusted */
 	}
-	s->unsynced = false;
-	s->head = s->marked;
-	if (s->cursor_dirty && fsync(s->cfd) != 0)
+	if (j->head > s->head)
+		s->head = j->head;
+	if (j->error[1])
 		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
-			    strerror(errno));
-	s->cursor_dirty = false;
+			    strerror(j->error[1]));
 	return true;
+}
+
+bool spool_sync(spool *s, char *err, size_t errlen)
+{
+	spool_sync_job j;
+	if (!spool_sync_begin(s, &j, err, errlen))
+		return false;
+	spool_sync_run(&j);
+	return spool_sync_end(s, &j, err, errlen);
 }
 
 bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index)

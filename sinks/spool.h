@@ -63,6 +63,20 @@ bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key
 bool spool_commit(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Writes what is buffered and fsyncs it (and the cursor, if it moved). */
 bool spool_sync(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+/* spool_sync in three steps, for a caller that fsyncs on a thread of its own while it goes on
+ * appending: spool_sync_begin writes what is buffered and notes what is to be fsynced (descriptors
+ * of the job's own) and the offset it makes visible; spool_sync_run fsyncs them (on any thread: it
+ * touches nothing but the job); spool_sync_end, back on the spool's thread, makes the events up to
+ * that offset visible, or reports the failure (of the segment: the spool must be reopened). A
+ * spool has one job at most in flight. */
+typedef struct spool_sync_job {
+	int fd[2];    /* the write segment, the cursor file (-1: nothing to fsync) */
+	int error[2]; /* their fsync's errno, 0 if it succeeded */
+	uint64_t head;
+} spool_sync_job;
+bool spool_sync_begin(spool *s, spool_sync_job *j, char *err, size_t errlen) CDC_MUST_CHECK;
+void spool_sync_run(spool_sync_job *j);
+bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The identity of the newest appended event (after spool_open: of the newest committed one): after
  * a restart the slot resends changes the spool may already hold; the caller skips those at or
  * before this. false if empty. */

@@ -19,6 +19,7 @@
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
+#define TAIL_ARENA_CHUNK 65536
 
 static const char usage_tail[] =
     "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
@@ -52,13 +53,19 @@ typedef struct tail {
 	const tail_opts *o;
 	const char *path;
 	int fd;
-	buf in; /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	buf in;	    /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	arena *mem; /* the frame being handled, decoded (reset after each) */
 	size_t in_pos;
-	buf out;	 /* scratch: an outgoing frame, then a delivery's JSON lines */
+	buf out;	 /* scratch: an outgoing frame */
 	bool cumulative; /* acks name the highest offset (failover, dead letters) */
 	bool sync_out;	 /* stdout is a regular file: fdatasync before acking */
 	uint64_t printed;
 	int64_t deadline_ms; /* monotonic; -1: none */
+	/* The deliveries read since the last flush (tail_flush): their JSON lines, not written yet, and
+	 * the offsets to acknowledge once they are. At most what cdc keeps in flight to us. */
+	buf lines;
+	uint64_t *offsets;
+	size_t noffsets, cap_offsets;
 } tail;
 
 /* A decimal of 1 or more, digits only. */
@@ -212,33 +219,49 @@ static bool send_subscribe(tail *t)
 	return send_frame(t, &f);
 }
 
-/* Acknowledges the first n events of d: the highest offset when acks are cumulative, else every
- * offset, in as many frames as the per-frame limit needs. */
-static bool send_ack(tail *t, Cdc__V1__Event *const *events, size_t n)
+/* Acknowledges the offsets of t->offsets: the highest one when acks are cumulative, else every one,
+ * in as many frames as the per-frame limit needs. */
+static bool send_ack(tail *t)
 {
-	uint64_t *offsets = xmalloc((n ? n : 1) * sizeof(*offsets));
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (t->cumulative) {
-			if (k == 0)
-				offsets[k++] = events[i]->offset;
-			else if (events[i]->offset > offsets[0])
-				offsets[0] = events[i]->offset;
-		} else {
-			offsets[k++] = events[i]->offset;
-		}
+	size_t k = t->noffsets;
+	if (t->cumulative && k) {
+		for (size_t i = 1; i < k; i++)
+			if (t->offsets[i] > t->offsets[0])
+				t->offsets[0] = t->offsets[i];
+		k = 1;
 	}
 	bool ok = true;
 	for (size_t from = 0; ok && from < k; from += TAIL_ACK_MAX) {
 		Cdc__V1__Ack a = CDC__V1__ACK__INIT;
-		a.offsets = offsets + from;
+		a.offsets = t->offsets + from;
 		a.n_offsets = k - from < TAIL_ACK_MAX ? k - from : TAIL_ACK_MAX;
 		Cdc__V1__ClientFrame f = CDC__V1__CLIENT_FRAME__INIT;
 		f.kind_case = CDC__V1__CLIENT_FRAME__KIND_ACK;
 		f.ack = &a;
 		ok = send_frame(t, &f);
 	}
-	free(offsets);
+	return ok;
+}
+
+/* Writes the lines of the deliveries read so far, then acknowledges their events: once per batch of
+ * frames that arrived together rather than once per delivery, as a consumer that commits its work
+ * in batches does (a send and an fdatasync per event cost more than printing it). */
+static bool tail_flush(tail *t)
+{
+	if (!t->lines.len && !t->noffsets)
+		return true;
+	if (!write_all(STDOUT_FILENO, t->lines.data, t->lines.len, false)) {
+		fprintf(stderr, "cdc tail: writing to stdout: %s\n", strerror(errno));
+		return false;
+	}
+	buf_reset(&t->lines);
+	/* Acking tells cdc it may forget the events: into a file, only once they are on disk. */
+	if (t->sync_out && fdatasync(STDOUT_FILENO) != 0) {
+		fprintf(stderr, "cdc tail: syncing stdout: %s\n", strerror(errno));
+		return false;
+	}
+	bool ok = t->o->no_ack || send_ack(t);
+	t->noffsets = 0;
 	return ok;
 }
 
@@ -258,7 +281,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 			return NEXT_FAIL;
 		}
 		if (r == FRAME_OK) {
-			*out = frame_decode_server(msg, msglen, err, sizeof(err));
+			*out = frame_decode_server(msg, msglen, t->mem, err, sizeof(err));
 			t->in_pos += consumed;
 			if (!*out) {
 				fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
@@ -266,6 +289,9 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 			}
 			return NEXT_FRAME;
 		}
+		/* Everything that arrived is handled: print and acknowledge it before waiting for more. */
+		if (!tail_flush(t))
+			return NEXT_FAIL;
 		/* Keep the partial frame at the front so the buffer never grows past one frame. */
 		if (t->in_pos > 0) {
 			memmove(t->in.data, t->in.data + t->in_pos, t->in.len - t->in_pos);
@@ -305,33 +331,26 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 	}
 }
 
-/* Prints up to the events still wanted, then acks them. Returns false on failure. */
+/* Takes up to the events still wanted: their lines and offsets wait for the next tail_flush. */
 static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 {
 	size_t n = d->n_events;
 	if (t->o->count && n > t->o->count - t->printed)
 		n = (size_t)(t->o->count - t->printed);
-	buf_reset(&t->out);
+	if (t->noffsets + n > t->cap_offsets) {
+		t->cap_offsets = t->noffsets + n > 2 * t->cap_offsets ? t->noffsets + n : 2 * t->cap_offsets;
+		t->offsets = xrealloc(t->offsets, t->cap_offsets * sizeof(*t->offsets));
+	}
 	for (size_t i = 0; i < n; i++) {
 		/* without an offset the event could never be acknowledged */
 		if (d->events[i]->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
 			fprintf(stderr, "cdc tail: %s delivered an event without an offset\n", t->path);
 			return false;
 		}
-		json_event(&t->out, d->events[i]);
-	}
-	if (!write_all(STDOUT_FILENO, t->out.data, t->out.len, false)) {
-		fprintf(stderr, "cdc tail: writing to stdout: %s\n", strerror(errno));
-		return false;
-	}
-	/* Acking tells cdc it may forget the events: into a file, only once they are on disk. */
-	if (t->sync_out && fdatasync(STDOUT_FILENO) != 0) {
-		fprintf(stderr, "cdc tail: syncing stdout: %s\n", strerror(errno));
-		return false;
+		json_event(&t->lines, d->events[i]);
+		t->offsets[t->noffsets++] = d->events[i]->offset;
 	}
 	t->printed += n;
-	if (!t->o->no_ack && n > 0 && !send_ack(t, d->events, n))
-		return false;
 	return true;
 }
 
@@ -379,7 +398,7 @@ static int tail_run(tail *t)
 			} else if (!handle_delivery(t, f->delivery)) {
 				rc = 1;
 			} else if (o->count && t->printed >= o->count) {
-				rc = 0;
+				rc = tail_flush(t) ? 0 : 1;
 			} else if (f->delivery->n_events > 0) {
 				reset_deadline(t);
 			}
@@ -396,6 +415,8 @@ static int tail_run(tail *t)
 				    &cdc__v1__error__code__descriptor, f->error->code);
 				m = v ? v->name : "unknown error";
 			}
+			/* what arrived before it is printed (and acknowledged, if cdc still listens) */
+			(void)tail_flush(t);
 			fprintf(stderr, "cdc tail: %s\n", m);
 			rc = 1;
 			break;
@@ -403,7 +424,7 @@ static int tail_run(tail *t)
 		default:
 			break; /* heartbeats, and kinds newer than this client */
 		}
-		frame_server_free(f);
+		arena_reset(t->mem);
 		if (rc >= 0)
 			return rc;
 	}
@@ -419,7 +440,7 @@ int tail_main(int argc, char **argv)
 	char *path = cli_socket_path(&args, CLI_SUBSCRIBER_SOCKET);
 	if (!path)
 		return 2;
-	tail t = {.o = &o, .path = path, .fd = -1};
+	tail t = {.o = &o, .path = path, .fd = -1, .mem = arena_new(TAIL_ARENA_CHUNK)};
 	struct stat st;
 	t.sync_out = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
 	char err[512];
@@ -431,6 +452,9 @@ int tail_main(int argc, char **argv)
 		close(t.fd);
 	buf_free(&t.in);
 	buf_free(&t.out);
+	buf_free(&t.lines);
+	arena_free(t.mem);
+	free(t.offsets);
 	free(path);
 	return rc;
 }

@@ -474,6 +474,14 @@ static uint64_t held_stream(void *ctx)
 	return 0;
 }
 
+/* The socket sink's group commit is back: the flushed position may move (and the next one starts). */
+static void on_spooled(void *ctx)
+{
+	sidecar *d = ctx;
+	if (flush_sinks(d) && d->conn.streaming)
+		progressed(d, false);
+}
+
 /* A reload may apply after every commit. */
 static void at_boundary(void *ctx)
 {
@@ -556,7 +564,7 @@ static int setup(sidecar *d, uint64_t endpos)
 	}
 	d->ev_state = event_new(d->base, state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
 	event_add(d->ev_state, NULL);
-	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .ctx = d};
+	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .durable = on_spooled, .ctx = d};
 	if (!sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
 		return 2;

@@ -95,8 +95,8 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 							c->subscribers.first_frame_timeout_ms,
 						    .max_connections = c->subscribers.max_connections,
 						    .max_output = c->subscribers.max_output};
-			if (!(s->k[kind] = socket_sink_new(&set, socket, c->nsubs, s->base, s->wake, s->ctx,
-							   err, errlen)))
+			if (!(s->k[kind] = socket_sink_new(&set, socket, c->nsubs, s->base, s->wake,
+							   s->durable, s->ctx, err, errlen)))
 				goto out;
 		}
 		if (!s->k[kind] && kind == SINKS_KAFKA &&

@@ -14,9 +14,11 @@ enum { SINKS_STDOUT, SINKS_KAFKA, SINKS_SOCKET, SINKS_N };
 typedef struct sink_set {
 	sink *k[SINKS_N]; /* by kind; NULL until a subscription needs it */
 	sink **of_sub;	  /* per subscription, parallel to the bound cfg's subs */
-	/* for the socket sink: its loop, and whom to tell that consumers made room */
+	/* for the socket sink: its loop, whom to tell that consumers made room, and that a group
+	 * commit is back */
 	struct event_base *base;
 	void (*wake)(void *ctx);
+	void (*durable)(void *ctx);
 	void *ctx;
 } sink_set;
 

@@ -255,11 +255,10 @@ static const char *one_line(const char *msg)
 static source_result query_failed(PGconn *conn, PGresult *res, const char *what, char *err, size_t errlen)
 {
 	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's: before PQclear */
 	errf(err, errlen, "%s failed: %s", what, one_line(PQerrorMessage(conn)));
 	PQclear(res);
-	if (PQstatus(conn) != CONNECTION_OK || (sqlstate && strcmp(sqlstate, "55006") == 0))
-		return SOURCE_RETRY;
-	return SOURCE_FATAL;
+	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
 }
 
 static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *const *params)

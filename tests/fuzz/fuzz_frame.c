@@ -147,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size >= FRAME_HEADER) {
 		char err[128];
 		Cdc__V1__ServerFrame *s =
-		    frame_decode_server(data + FRAME_HEADER, size - FRAME_HEADER, err, sizeof(err));
+		    frame_decode_server(data + FRAME_HEADER, size - FRAME_HEADER, NULL, err, sizeof(err));
 		frame_server_free(s);
 	}
 	return 0;

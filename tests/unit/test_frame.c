@@ -297,7 +297,7 @@ static void test_client_bytes(void)
 		frame_client_free(d);
 	}
 	char err[128] = "";
-	CHECK(!frame_decode_server((const uint8_t *)"\x0a\x05\x08", 3, err, sizeof(err)));
+	CHECK(!frame_decode_server((const uint8_t *)"\x0a\x05\x08", 3, NULL, err, sizeof(err)));
 	CHECK_STR(err, "malformed ServerFrame protobuf");
 }
 
@@ -310,7 +310,7 @@ static Cdc__V1__ServerFrame *server_round_trip(const Cdc__V1__ServerFrame *f)
 	size_t msglen;
 	const uint8_t *msg = whole(&b, &msglen);
 	char err[128] = "";
-	Cdc__V1__ServerFrame *d = frame_decode_server(msg, msglen, err, sizeof(err));
+	Cdc__V1__ServerFrame *d = frame_decode_server(msg, msglen, NULL, err, sizeof(err));
 	CHECK_STR(err, "");
 	if (d) {
 		CHECK_INT(d->kind_case, f->kind_case);

@@ -4,6 +4,7 @@
 #include "sinks/spool.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -228,6 +229,61 @@ static void test_visibility(void)
 	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
 	commit_sync(s);
 	check_read(s, 3); /* just synced, read right after */
+	spool_close(s);
+	CHECK(spool_destroy(dir, err, sizeof(err)));
+}
+
+/* The group commit in steps (fsynced off the spool's thread): the events committed when it began
+ * become visible at its end, not those appended, committed or rolled into a new segment meanwhile;
+ * a failed fsync of the write segment leaves the spool refusing writes. */
+static void test_sync_in_steps(void)
+{
+	const char *dir = dir_for("steps");
+	spool_limits lim = {.segment_bytes = 4 * rec_bytes(9)};
+	spool *s = sp_open(dir, &lim, NULL);
+	CHECK(spool_sync(s, err, sizeof(err))); /* the new cursor file */
+	spool_record r;
+	add(s, 1, 2);
+	CHECK(spool_commit(s, err, sizeof(err)));
+	spool_sync_job j;
+	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
+	CHECK(j.fd[0] >= 0);
+	CHECK_INT(j.fd[1], -1); /* the cursor did not move */
+	CHECK_INT(j.head, 2);
+	add(s, 3, 12); /* rolls over to new segments while the job holds the first one */
+	CHECK(count_segs(dir) > 1);
+	CHECK(spool_commit(s, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 0);
+	CHECK(!spool_read(s, 1, &r, err, sizeof(err)));
+	spool_sync_run(&j);
+	CHECK_INT(j.fd[0], -1);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 2);
+	check_range(s, 1, 2);
+	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
+	CHECK(spool_set_acked(s, 1, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
+	CHECK(j.fd[1] >= 0); /* the cursor moved */
+	CHECK_INT(j.head, 12);
+	spool_sync_run(&j);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 12);
+	check_range(s, 2, 12);
+	add(s, 13, 13);
+	CHECK(spool_commit(s, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
+	spool_sync_run(&j);
+	j.error[0] = EIO;
+	CHECK(!spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 12);
+	uint64_t off;
+	CHECK(!spool_append(s, 1, 0, 0, "x", 1, 0, &off, err, sizeof(err)) &&
+	      strstr(err, "cannot fsync its write segment") && strstr(err, "must be reopened"));
+	spool_close(s);
+	s = sp_open(dir, &lim, NULL); /* what was written is there: only its fsync is in doubt */
+	CHECK_INT(spool_head(s), 13);
+	CHECK_INT(spool_acked(s), 1);
+	check_range(s, 2, 13);
 	spool_close(s);
 	CHECK(spool_destroy(dir, err, sizeof(err)));
 }
@@ -840,6 +896,7 @@ int main(void)
 	}
 	test_round_trip();
 	test_visibility();
+	test_sync_in_steps();
 	test_reopen();
 	test_torn_tail();
 	test_uncommitted();

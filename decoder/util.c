@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void *oom(size_t n)
 {
@@ -206,4 +207,11 @@ uint32_t utf8_codepoint(const unsigned char *p, size_t n)
 	for (size_t i = 1; i < n; i++)
 		cp = cp << 6 | (p[i] & 0x3Fu);
 	return cp;
+}
+
+void efd_signal(int fd)
+{
+	uint64_t one = 1;
+	if (write(fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+		abort();
 }

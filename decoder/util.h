@@ -31,6 +31,10 @@ void buf_printf(buf *b, const char *fmt, ...) CDC_PRINTF(2, 3);
 void buf_reset(buf *b);
 void buf_free(buf *b);
 
+/* Adds one to an eventfd: how a thread wakes the event loop (aborts on overflow, which takes
+ * 2^64 - 1 signals unread). */
+void efd_signal(int fd);
+
 /* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. */
 #define LSN_STRLEN 18
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);

@@ -397,9 +397,7 @@ static void *syncer_main(void *arg)
 		pthread_mutex_lock(&y->mu);
 		y->done = true;
 		pthread_cond_broadcast(&y->cv);
-		uint64_t one = 1;
-		if (write(y->efd, &one, sizeof(one)) != (ssize_t)sizeof(one))
-			abort(); /* an eventfd write fails only on overflow, after 2^64 - 1 batches */
+		efd_signal(y->efd);
 	}
 	pthread_mutex_unlock(&y->mu);
 	return NULL;

@@ -130,9 +130,7 @@ static void *writer_main(void *arg)
 			memcpy(w->err, err, sizeof(err));
 		}
 		pthread_cond_broadcast(&w->cv);
-		uint64_t one = 1;
-		if (write(w->efd, &one, sizeof(one)) != (ssize_t)sizeof(one))
-			abort(); /* an eventfd write fails only on overflow, after 2^64 - 1 writes */
+		efd_signal(w->efd);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;

@@ -710,11 +710,13 @@ void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 	sq_dispatch(s, q);
 }
 
-/* Retention: drop_oldest discards; both modes delete segments nobody needs any more. */
+/* Retention: drop_oldest discards; both modes delete segments nobody needs any more. Those from
+ * the window's start on stay: a consumer that started from `earliest` or an offset reads
+ * acknowledged events again, and the spool must not delete them under it. */
 void sq_trim(socket_sink *s, queue *q)
 {
 	uint64_t from, to;
-	if (!spool_trim(q->sp, wall_ms(), &from, &to, s->err, sizeof(s->err))) {
+	if (!spool_trim(q->sp, wall_ms(), q->w.base, &from, &to, s->err, sizeof(s->err))) {
 		log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
 		return;
 	}

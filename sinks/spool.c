@@ -1417,12 +1417,15 @@ static bool drop_oldest(spool *s, int64_t now_ms, char *err, size_t errlen)
 	}
 }
 
-/* Deletes the oldest segments whose every event is acknowledged (never the write segment); the
- * cursor is made durable first so that a crash cannot bring back an acked position below them. */
-static bool delete_acked(spool *s, char *err, size_t errlen)
+/* Deletes the oldest segments whose every event is acknowledged (or discarded) and below keep
+ * (never the write segment); the cursor is made durable first so that a crash cannot bring back an
+ * acked position below them. */
+static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 {
+	if (keep < s->first)
+		keep = s->first;
 	size_t n = 0;
-	while (n + 1 < s->nsegs && seg_last(s, &s->segs[n]) <= s->acked)
+	while (n + 1 < s->nsegs && seg_last(s, &s->segs[n]) <= s->acked && seg_last(s, &s->segs[n]) < keep)
 		n++;
 	if (!n)
 		return true;
@@ -1455,7 +1458,8 @@ static bool delete_acked(spool *s, char *err, size_t errlen)
 	return read_time(s, s->first, &s->first_ms, &s->first_seg, &s->first_pos, err, errlen);
 }
 
-bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err, size_t errlen)
+bool spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
+		size_t errlen)
 {
 	*from = *to = 0;
 	uint64_t before = s->first;
@@ -1472,7 +1476,7 @@ bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *er
 		if (!cursor_write(s, err, errlen))
 			return false;
 	}
-	return delete_acked(s, err, errlen);
+	return delete_acked(s, keep, err, errlen);
 }
 
 spool_stats spool_get_stats(const spool *s)

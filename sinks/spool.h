@@ -135,8 +135,10 @@ uint32_t spool_deliveries(const spool *s, uint64_t offset);
 bool spool_full(const spool *s, int64_t now_ms);
 /* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the
  * discarded range in [*from, *to] (both 0 when nothing was). Both modes: deletes segment files
- * that hold only acknowledged or discarded events. false with err on an I/O error. */
-bool spool_trim(spool *s, int64_t now_ms, uint64_t *from, uint64_t *to, char *err,
+ * that hold only acknowledged or discarded events, except those holding an offset from keep on
+ * that is not discarded (acknowledged events a consumer is reading again). false with err on an
+ * I/O error. */
+bool spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
 		size_t errlen) CDC_MUST_CHECK;
 
 typedef struct spool_stats {

@@ -327,6 +327,52 @@ def test_start_positions(pg, schema, cdc):
     assert p.terminate() == 0
 
 
+def read_acking(s, until, pause_after=None, pause=0.0, timeout=30):
+    """Offsets of every event up to offset `until`, acknowledging each delivery as it comes; after
+    the first delivery reaching pause_after, sleeps pause seconds once (a slow consumer)."""
+    got = []
+    while not got or got[-1] < until:
+        d = s.delivery(timeout)
+        assert d is not None, "no delivery within %ss after offset %s of %s" % (timeout, got[-1] if got else None, until)
+        got.extend(e.offset for e in d)
+        s.ack_events(d)
+        if pause_after is not None and got[-1] >= pause_after:
+            pause_after = None
+            time.sleep(pause)
+    return got
+
+
+def test_reading_again_from_earliest_keeps_the_acknowledged_segments_ahead(pg, schema, cdc):
+    """A consumer that starts from `earliest` reads acknowledged events again. Retention deletes
+    segment files (64 MiB) whose events are all acknowledged, once a second: it must leave those the
+    consumer has not read yet, or the read stops for good at the next one (the fault harness's
+    spool read stalled at offset 117,589 of 163,018 this way)."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    segs_dir = os.path.join(c.state_dir, "spool", "jobs", "events")
+    n, last = 60000, 0  # of 1.2 kB each: more than one segment
+    for attempt in range(3):
+        pg.sql(f"insert into {schema}.jobs select i, i, repeat('x', 1200) "
+               f"from generate_series({last + 1}, {last + n}) i")
+        last += n
+        a = attach(c)
+        read_acking(a, last)
+        wait_acked(a, last)
+        a.close()
+        b = attach(c, start="earliest")
+        first = b.subscribed.first_offset
+        segs = sorted(int(os.path.basename(f)[:-4]) for f in glob.glob(os.path.join(segs_dir, "*.seg")))
+        if len(segs) > 1 and segs[0] == first:
+            break  # a segment wholly acknowledged, the retention's next to delete, is read again
+        b.close()  # the once-a-second deletion came between the ack and the Subscribe: again
+    else:
+        raise AssertionError("no attempt read a wholly acknowledged segment again")
+    assert b.subscribed.next_offset == first
+    # It reads slowly: the deletion runs at least twice meanwhile.
+    assert read_acking(b, last, pause_after=first, pause=2.5) == list(range(first, last + 1))
+    assert p.terminate() == 0
+
+
 # --- crashes and the spool ------------------------------------------------------------------------
 
 def test_kill_9_during_load_loses_nothing_and_redelivers_only_unacked(pg, schema, cdc):

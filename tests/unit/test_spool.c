@@ -582,7 +582,7 @@ static void test_trim(void)
 	commit_sync(s);
 	CHECK(spool_set_acked(s, 2, err, sizeof(err)));
 	uint64_t from = 9, to = 9;
-	CHECK(spool_trim(s, time_of(10), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(10), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 1);
 	CHECK_INT(to, 5);
 	CHECK_INT(spool_first(s), 6);
@@ -594,7 +594,7 @@ static void test_trim(void)
 	spool_record r;
 	CHECK(!spool_read(s, 5, &r, err, sizeof(err)));
 	check_range(s, 6, 10);
-	CHECK(spool_trim(s, time_of(10), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(10), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 0); /* nothing more */
 	CHECK_INT(to, 0);
 	spool_close(s);
@@ -606,14 +606,14 @@ static void test_trim(void)
 	CHECK_INT(spool_get_stats(s).oldest_ms, time_of(6));
 	/* uncommitted events are not discarded, even beyond the limit */
 	add(s, 11, 18);
-	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(18), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 6);
 	CHECK_INT(to, 10);
 	CHECK_INT(spool_first(s), 11);
 	CHECK_INT(spool_get_stats(s).events, 0);
 	CHECK_INT(spool_get_stats(s).dropped, 10);
 	commit_sync(s);
-	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(18), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 11);
 	CHECK_INT(to, 13);
 	check_range(s, 14, 18);
@@ -621,7 +621,7 @@ static void test_trim(void)
 	/* by age: events older than 3 ms at time_of(18) go, 15 stays (exactly 3 ms old) */
 	lim = (spool_limits){.max_age_ms = 3, .drop_oldest = true};
 	spool_set_limits(s, &lim);
-	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(18), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 14);
 	CHECK_INT(to, 14);
 	CHECK_INT(spool_get_stats(s).oldest_ms, time_of(15));
@@ -629,7 +629,7 @@ static void test_trim(void)
 	/* by bytes: keep what fits, from event 17 on */
 	lim = (spool_limits){.max_bytes = rec_bytes(17) + rec_bytes(18) + HDR, .drop_oldest = true};
 	spool_set_limits(s, &lim);
-	CHECK(spool_trim(s, time_of(18), &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, time_of(18), UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 15);
 	CHECK_INT(to, 16);
 	CHECK_INT(spool_first(s), 17);
@@ -656,10 +656,16 @@ static void test_delete_acked(void)
 	int segs = count_segs(dir);
 	CHECK(segs > 10);
 	uint64_t from, to;
-	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(count_segs(dir), segs); /* nothing acked */
 	CHECK(spool_set_acked(s, 50, err, sizeof(err)));
-	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	/* a consumer reading again from 20: the segment holding 20 and those after it stay */
+	CHECK(spool_trim(s, 0, 20, &from, &to, err, sizeof(err)));
+	uint64_t kept = spool_first(s);
+	CHECK(kept <= 20 && kept > 10);
+	CHECK(count_segs(dir) < segs);
+	check_range(s, kept, 100);
+	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(from, 0);
 	CHECK_INT(spool_get_stats(s).dropped, 0);
 	/* the oldest remaining segment holds 51, and first is where it starts */
@@ -677,7 +683,7 @@ static void test_delete_acked(void)
 	check_range(s, first, 100);
 	/* everything acked: the write segment stays */
 	CHECK(spool_set_acked(s, 100, err, sizeof(err)));
-	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(count_segs(dir), 1);
 	CHECK_INT(spool_get_stats(s).segments, 1);
 	add(s, 101, 101);
@@ -880,7 +886,7 @@ static void test_held(void)
 	/* acknowledged, held segments go like any other */
 	CHECK(spool_set_acked(s, 14, err, sizeof(err)));
 	uint64_t from, to;
-	CHECK(spool_trim(s, 0, &from, &to, err, sizeof(err)));
+	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(count_segs(dir), 1);
 	CHECK_INT(spool_first(s), 15);
 	spool_close(s);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "sinks/frame.h"
+#include "sinks/pbread.h"
 
 #define NAME_MAX_BYTES 255     /* subscription and consumer names */
 #define ACK_MAX_OFFSETS 65536u /* bounds the work one Ack can ask of the server */
@@ -135,8 +136,11 @@ static void arena_pb_free(void *a, void *p)
 
 Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen)
 {
+	Cdc__V1__ServerFrame *f = a ? pb_read_delivery(msg, len, a) : NULL;
+	if (f)
+		return f;
 	ProtobufCAllocator in_arena = {arena_pb_alloc, arena_pb_free, a};
-	Cdc__V1__ServerFrame *f = cdc__v1__server_frame__unpack(a ? &in_arena : NULL, len, msg);
+	f = cdc__v1__server_frame__unpack(a ? &in_arena : NULL, len, msg);
 	if (!f)
 		errf(err, errlen, "malformed ServerFrame protobuf");
 	return f;

@@ -36,7 +36,8 @@ Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *
 void frame_client_free(Cdc__V1__ClientFrame *f);
 /* Decodes a server's message (for clients: cdc tail, tests); NULL with err if malformed. Free with
  * frame_server_free; or, decoded into arena a (a client decoding one Delivery after another, without
- * a malloc and free per message), with arena_reset. */
+ * a malloc and free per message), with arena_reset: then a Delivery of events is read by
+ * pb_read_delivery (sinks/pbread.h), the rest by protobuf-c. */
 Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen);
 void frame_server_free(Cdc__V1__ServerFrame *f);
 

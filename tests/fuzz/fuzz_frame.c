@@ -1,13 +1,16 @@
 /* fuzz_frame.c: libFuzzer harness for the subscriber socket's framing: arbitrary bytes as a client
  * would send them, cut into frames by frame_next and decoded by frame_decode_client (Subscribe, Ack,
  * Nack, Progress) in a loop as the socket sink does, until a bad frame (which closes a connection)
- * or the bytes run out. */
+ * or the bytes run out. The same bytes as a server's message: protobuf-c and pb_read_delivery
+ * (cdc tail's reader of Deliveries) must agree wherever the latter reads one. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sinks/event_json.h"
 #include "sinks/frame.h"
+#include "sinks/pbread.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,6 +47,34 @@ static const uint64_t *offsets_of(const Cdc__V1__ClientFrame *f, size_t *n)
 		*n = 0;
 		return NULL;
 	}
+}
+
+/* The server side of the same bytes (cdc tail decodes them): protobuf-c must not crash, and
+ * where pb_read_delivery reads a Delivery, protobuf-c reads the same events (as JSON). */
+static void server_side(const uint8_t *msg, size_t len)
+{
+	char err[128];
+	Cdc__V1__ServerFrame *ref = frame_decode_server(msg, len, NULL, err, sizeof(err));
+	arena *a = arena_new(4096);
+	const Cdc__V1__ServerFrame *fast = pb_read_delivery(msg, len, a);
+	if (fast) {
+		if (!ref || ref->kind_case != CDC__V1__SERVER_FRAME__KIND_DELIVERY ||
+		    ref->delivery->n_events != fast->delivery->n_events || ref->delivery->n_dead_letters)
+			fail("pb_read_delivery", "read a Delivery protobuf-c reads otherwise");
+		buf x = {0}, y = {0};
+		for (size_t i = 0; i < fast->delivery->n_events; i++) {
+			buf_reset(&x);
+			buf_reset(&y);
+			json_event(&x, ref->delivery->events[i]);
+			json_event(&y, fast->delivery->events[i]);
+			if (x.len != y.len || memcmp(x.data, y.data, x.len) != 0)
+				fail("pb_read_delivery", "an event differs from protobuf-c's");
+		}
+		buf_free(&x);
+		buf_free(&y);
+	}
+	arena_free(a);
+	frame_server_free(ref);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -143,12 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		frame_client_free(f);
 		pos += consumed;
 	}
-	/* The server side of the same bytes must not crash either (cdc tail decodes them). */
-	if (size >= FRAME_HEADER) {
-		char err[128];
-		Cdc__V1__ServerFrame *s =
-		    frame_decode_server(data + FRAME_HEADER, size - FRAME_HEADER, NULL, err, sizeof(err));
-		frame_server_free(s);
-	}
+	if (size >= FRAME_HEADER)
+		server_side(data + FRAME_HEADER, size - FRAME_HEADER);
 	return 0;
 }

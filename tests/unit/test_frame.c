@@ -1,11 +1,15 @@
 /* test_frame.c: unit tests for the subscriber socket's framing (sinks/frame.c): partial and
  * oversized frames, every validation error of frame_decode_client with its exact message, and
- * round trips of every ClientFrame and ServerFrame kind through frame_put_* and the decoders. */
+ * round trips of every ClientFrame and ServerFrame kind through frame_put_* and the decoders, and
+ * pb_read_delivery (sinks/pbread.c) against protobuf-c on the same Deliveries. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sinks/event_json.h"
 #include "sinks/frame.h"
+#include "sinks/pbread.h"
+#include "sinks/pbwire.h"
 #include "test.h"
 
 /* Strings and offset arrays of the cases below are built in these and live for the whole run. */
@@ -472,6 +476,206 @@ static void test_client_round_trips(void)
 	buf_free(&b);
 }
 
+/* Every Value kind, both oneofs of Event, every Row and submessage: three events in one Delivery. */
+static Cdc__V1__ServerFrame *sample_delivery(void)
+{
+	static uint8_t bytes[] = {0, 1, 0xff}, uuid[16] = {0x12, 0x34}, content[] = "hi\0there";
+	static Cdc__V1__Timestamp ts = CDC__V1__TIMESTAMP__INIT;
+	static Cdc__V1__Other other = CDC__V1__OTHER__INIT;
+	static Cdc__V1__Value v[15];
+	static Cdc__V1__Column c[15], *cp[15], kc = CDC__V1__COLUMN__INIT, *kcp[1] = {&kc};
+	static Cdc__V1__Row row = CDC__V1__ROW__INIT, key = CDC__V1__ROW__INIT, old = CDC__V1__ROW__INIT;
+	static Cdc__V1__Truncate tr = CDC__V1__TRUNCATE__INIT;
+	static Cdc__V1__LogicalMessage lm = CDC__V1__LOGICAL_MESSAGE__INIT;
+	static Cdc__V1__Event e[3], *ep[3];
+	static Cdc__V1__Delivery d = CDC__V1__DELIVERY__INIT;
+	static Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	static char names[15][8];
+	ts.micros = -1234567890123;
+	ts.with_zone = true;
+	other.type_name = "point";
+	other.text = "(1,2)";
+	for (int i = 0; i < 15; i++) {
+		v[i] = (Cdc__V1__Value)CDC__V1__VALUE__INIT;
+		v[i].kind_case = (Cdc__V1__Value__KindCase)(i + 1);
+		c[i] = (Cdc__V1__Column)CDC__V1__COLUMN__INIT;
+		snprintf(names[i], sizeof(names[i]), "c%d", i + 1);
+		c[i].name = names[i];
+		c[i].type_oid = 16 + (uint32_t)i * 1000;
+		c[i].value = &v[i];
+		cp[i] = &c[i];
+	}
+	v[0].null_value = true;
+	v[1].unchanged_toast = true;
+	v[2].int_value = INT64_MIN;
+	v[3].float_value = -0.15625;
+	v[4].bool_value = true;
+	v[5].numeric_value = "-12.50";
+	v[6].text_value = "tab\there \"quoted\" é";
+	v[7].bytes_value = (ProtobufCBinaryData){sizeof(bytes), bytes};
+	v[8].uuid_value = (ProtobufCBinaryData){sizeof(uuid), uuid};
+	v[9].date_value = -719528;
+	v[10].time_value = 86399999999;
+	v[11].timestamp_value = &ts;
+	v[12].json_value = "{\"a\": [1, 2]}";
+	v[13].other_value = &other;
+	v[14].binary_value = (ProtobufCBinaryData){0, NULL};
+	row.n_columns = 15;
+	row.columns = cp;
+	kc.name = "id";
+	kc.type_oid = 20;
+	kc.value = &v[2];
+	key.n_columns = 1;
+	key.columns = kcp;
+	old.n_columns = 15;
+	old.columns = cp;
+	tr.cascade = true;
+	lm.prefix = "app";
+	lm.content = (ProtobufCBinaryData){sizeof(content), content};
+	lm.transactional = true;
+	for (int i = 0; i < 3; i++) {
+		e[i] = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
+		e[i].subscription = "jobs";
+		e[i].offset_present_case = CDC__V1__EVENT__OFFSET_PRESENT_OFFSET;
+		e[i].offset = (1ull << 40) + (uint64_t)i;
+		e[i].schema = "public";
+		e[i].table = "t";
+		e[i].relation_id = 16384;
+		e[i].lsn = 0x1A2B400 + (uint64_t)i;
+		e[i].commit_lsn = 0x1A2B500;
+		e[i].xid = 4000000000u;
+		e[i].tx_index = (uint32_t)i;
+		e[i].commit_time = 1795640000000000;
+		e[i].delivery_count = 2;
+		ep[i] = &e[i];
+	}
+	e[0].op = CDC__V1__OP__OP_UPDATE;
+	e[0].key = &key;
+	e[0].new_row = &row;
+	e[0].old_row = &old;
+	e[0].tag_present_case = CDC__V1__EVENT__TAG_PRESENT_TAG;
+	e[0].tag = "billing";
+	e[0].origin = "node2";
+	e[1].op = CDC__V1__OP__OP_TRUNCATE;
+	e[1].truncate = &tr;
+	e[2].op = CDC__V1__OP__OP_MESSAGE;
+	e[2].message = &lm;
+	d.n_events = 3;
+	d.events = ep;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_DELIVERY;
+	f.delivery = &d;
+	return &f;
+}
+
+/* The events of a and b render to the same JSON. */
+static void check_same_events(const Cdc__V1__ServerFrame *a, const Cdc__V1__ServerFrame *b)
+{
+	CHECK(a && b && a->kind_case == CDC__V1__SERVER_FRAME__KIND_DELIVERY && b->kind_case == a->kind_case);
+	if (!a || !b || a->kind_case != b->kind_case)
+		return;
+	CHECK_INT(b->delivery->n_events, a->delivery->n_events);
+	for (size_t i = 0; i < a->delivery->n_events && i < b->delivery->n_events; i++) {
+		buf ja = {0}, jb = {0};
+		json_event(&ja, a->delivery->events[i]);
+		json_event(&jb, b->delivery->events[i]);
+		buf_append(&ja, "", 1);
+		buf_append(&jb, "", 1);
+		CHECK_STR(jb.data, ja.data);
+		buf_free(&ja);
+		buf_free(&jb);
+	}
+}
+
+/* A ServerFrame whose Delivery holds one event, given as bytes. */
+static void wrap_event(buf *out, const buf *event)
+{
+	buf d = {0};
+	pb_put_len_header(&d, 1, event->len);
+	buf_append(&d, event->data, event->len);
+	buf_reset(out);
+	pb_put_len_header(out, 2, d.len);
+	buf_append(out, d.data, d.len);
+	buf_free(&d);
+}
+
+/* pb_read_delivery reads what cdc sends as protobuf-c does, and declines what it leaves to it. */
+static void test_delivery_read(void)
+{
+	arena *a = arena_new(4096);
+	char err[128] = "";
+	const Cdc__V1__ServerFrame *sample = sample_delivery();
+	buf b = {0};
+	buf_reserve(&b, cdc__v1__server_frame__get_packed_size(sample));
+	b.len = cdc__v1__server_frame__pack(sample, (uint8_t *)b.data);
+	Cdc__V1__ServerFrame *ref =
+	    frame_decode_server((const uint8_t *)b.data, b.len, NULL, err, sizeof(err));
+	Cdc__V1__ServerFrame *fast = pb_read_delivery((const uint8_t *)b.data, b.len, a);
+	check_same_events(ref, fast);
+	CHECK(fast && fast->delivery->events[0]->new_row->n_columns == 15 &&
+	      fast->delivery->events[0]->offset == (1ull << 40) &&
+	      fast->delivery->events[2]->message->content.len == 9);
+	/* a truncated frame: both refuse */
+	CHECK(!pb_read_delivery((const uint8_t *)b.data, b.len - 1, a));
+	CHECK(!frame_decode_server((const uint8_t *)b.data, b.len - 1, a, err, sizeof(err)));
+
+	buf ev = {0}, frame = {0};
+	const Cdc__V1__Event *e0 = sample->delivery->events[0];
+	buf_reserve(&ev, cdc__v1__event__get_packed_size(e0));
+	ev.len = cdc__v1__event__pack(e0, (uint8_t *)ev.data);
+	size_t packed = ev.len;
+	/* fields a newer server may add (21: varint, 22: bytes) are skipped, as protobuf-c keeps them aside
+	 */
+	buf_append(&ev, "\xa8\x01\x07\xb2\x01\x02hi", 8);
+	wrap_event(&frame, &ev);
+	Cdc__V1__ServerFrame *r2 =
+	    frame_decode_server((const uint8_t *)frame.data, frame.len, NULL, err, sizeof(err));
+	check_same_events(r2, pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	frame_server_free(r2);
+	/* a field set twice is protobuf-c's (the last one wins): declined, and frame_decode_server still
+	 * decodes it */
+	ev.len = packed;
+	buf_append(&ev, "\x0a\x05other", 7);
+	wrap_event(&frame, &ev);
+	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	Cdc__V1__ServerFrame *r3 =
+	    frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
+	CHECK(r3 && r3->delivery->n_events == 1 &&
+	      strcmp(r3->delivery->events[0]->subscription, "other") == 0);
+	/* declined: two members of Value's oneof (new_row: a column: null and bool), a group (field 23),
+	 * field number 0, a varint past 64 bits (op) */
+	const char *bad[] = {"\x72\x08\x0a\x06\x1a\x04\x08\x01\x28\x01", "\xbb\x01", "\x02\x00",
+			     "\x20\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02"};
+	const size_t badlen[] = {10, 2, 2, 11};
+	for (size_t i = 0; i < 4; i++) {
+		ev.len = 0;
+		buf_append(&ev, bad[i], badlen[i]);
+		wrap_event(&frame, &ev);
+		CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	}
+	/* and the same oneof member by itself is read */
+	ev.len = 0;
+	buf_append(&ev, "\x72\x06\x0a\x04\x1a\x02\x08\x01", 8);
+	wrap_event(&frame, &ev);
+	Cdc__V1__ServerFrame *one = pb_read_delivery((const uint8_t *)frame.data, frame.len, a);
+	CHECK(one && one->delivery->events[0]->new_row->columns[0]->value->kind_case ==
+			 CDC__V1__VALUE__KIND_NULL_VALUE);
+	/* a Delivery of dead letters is protobuf-c's */
+	Cdc__V1__DeadLetter dl = CDC__V1__DEAD_LETTER__INIT, *dlp = &dl;
+	Cdc__V1__Delivery dd = *sample->delivery;
+	dd.n_dead_letters = 1;
+	dd.dead_letters = &dlp;
+	Cdc__V1__ServerFrame df = *sample;
+	df.delivery = &dd;
+	buf_reserve(&frame, cdc__v1__server_frame__get_packed_size(&df));
+	frame.len = cdc__v1__server_frame__pack(&df, (uint8_t *)frame.data);
+	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	frame_server_free(ref);
+	buf_free(&ev);
+	buf_free(&frame);
+	buf_free(&b);
+	arena_free(a);
+}
+
 int main(void)
 {
 	memset(name255, 'a', 255);
@@ -484,5 +688,6 @@ int main(void)
 	test_client_bytes();
 	test_server_round_trips();
 	test_client_round_trips();
+	test_delivery_read();
 	return TEST_SUMMARY("test_frame");
 }

@@ -13,13 +13,9 @@ typedef struct reader {
 	arena *a;
 } reader;
 
-/* A varint of at most 10 bytes whose value fits 64 bits. */
-static bool varint(reader *r, uint64_t *v)
+/* A varint of 2 to 10 bytes whose value fits 64 bits. */
+static bool varint_long(reader *r, uint64_t *v)
 {
-	if (r->p < r->end && *r->p < 0x80) { /* tags, small numbers and lengths: one byte */
-		*v = *r->p++;
-		return true;
-	}
 	uint64_t x = 0;
 	for (unsigned shift = 0; r->p < r->end; shift += 7) {
 		uint8_t b = *r->p++;
@@ -34,6 +30,16 @@ static bool varint(reader *r, uint64_t *v)
 			return false;
 	}
 	return false;
+}
+
+/* A varint: tags, small numbers and lengths take one byte, read here. */
+static inline bool varint(reader *r, uint64_t *v)
+{
+	if (r->p < r->end && *r->p < 0x80) {
+		*v = *r->p++;
+		return true;
+	}
+	return varint_long(r, v);
 }
 
 /* A field's tag: field numbers up to 2^25 (4 bytes), never 0. */

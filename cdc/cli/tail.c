@@ -64,6 +64,7 @@ typedef struct tail {
 	/* The deliveries read since the last flush (tail_flush): their JSON lines, not written yet, and
 	 * the offsets to acknowledge once they are. At most what cdc keeps in flight to us. */
 	buf lines;
+	json_commit commit; /* the commit fields, rendered once per transaction */
 	uint64_t *offsets;
 	size_t noffsets, cap_offsets;
 } tail;
@@ -342,13 +343,15 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 		t->offsets = xrealloc(t->offsets, t->cap_offsets * sizeof(*t->offsets));
 	}
 	for (size_t i = 0; i < n; i++) {
+		const Cdc__V1__Event *e = d->events[i];
 		/* without an offset the event could never be acknowledged */
-		if (d->events[i]->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
+		if (e->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
 			fprintf(stderr, "cdc tail: %s delivered an event without an offset\n", t->path);
 			return false;
 		}
-		json_event(&t->lines, d->events[i]);
-		t->offsets[t->noffsets++] = d->events[i]->offset;
+		json_event_head(&t->lines, e);
+		json_event_tail(&t->lines, &t->commit, e->commit_lsn, e->tx_index, e->commit_time);
+		t->offsets[t->noffsets++] = e->offset;
 	}
 	t->printed += n;
 	return true;
@@ -453,6 +456,7 @@ int tail_main(int argc, char **argv)
 	buf_free(&t.in);
 	buf_free(&t.out);
 	buf_free(&t.lines);
+	json_commit_free(&t.commit);
 	arena_free(t.mem);
 	free(t.offsets);
 	free(path);

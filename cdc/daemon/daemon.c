@@ -206,6 +206,39 @@ static bool flush_sinks(sidecar *d)
 
 /* Stops reading the slot while a sink is busy (memory stays bounded by the sink's queue); the
  * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
+/* Reading a backlog in larger pieces (source_batch): the socket is then also read every
+ * BATCH_POLL_MS. A backlog is a streamed transaction still open (one larger than the server's
+ * logical_decoding_work_mem), or commits that were older than BATCH_AGE_MS when they were read.
+ * A live stream's commits are fresh, and a read that brings nothing ends it: a transaction that
+ * comes after a backlog waits BATCH_POLL_MS at most, once. */
+#define BATCH_POLL_MS 2
+#define BATCH_AGE_MS 1000
+
+static void watch_read(connection *c)
+{
+	struct timeval poll = {0, BATCH_POLL_MS * 1000};
+	event_add(c->ev_read, c->batching ? &poll : NULL);
+}
+
+static void choose_batching(sidecar *d, uint64_t transactions_before)
+{
+	connection *c = &d->conn;
+	bool on = false;
+	if (c->got_data) {
+		pipeline_figures pf = pipeline_get_figures(d->pipe);
+		on = pf.transactions != transactions_before
+			 ? wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
+			 : c->batching;
+		on = on || pipeline_held(d->pipe).streamed_open > 0;
+	}
+	if (on == c->batching)
+		return;
+	c->batching = on;
+	source_batch(c->src, on);
+	if (!c->paused)
+		watch_read(c);
+}
+
 static void pause_or_resume(sidecar *d)
 {
 	connection *c = &d->conn;
@@ -218,7 +251,7 @@ static void pause_or_resume(sidecar *d)
 		event_del(c->ev_read);
 		log_info("paused reading the slot: a sink is busy", "received_lsn=%s", received);
 	} else if (!busy && c->paused) {
-		event_add(c->ev_read, NULL);
+		watch_read(c);
 		event_active(c->ev_read, EV_READ, 0);
 		log_info("resumed reading the slot", "received_lsn=%s", received);
 	}
@@ -266,6 +299,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	source_handler h = source_callbacks;
 	h.ctx = d;
 	c->got_data = false;
+	uint64_t transactions = pipeline_get_figures(d->pipe).transactions;
 	source_result r = source_read(c->src, &h, d->err, sizeof(d->err));
 	if (c->got_data)
 		c->last_data_ms = now_ms();
@@ -287,6 +321,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	bool reply = c->reply_requested;
 	c->reply_requested = false;
 	c->backoff_ms = 0;
+	choose_batching(d, transactions);
 	progressed(d, reply);
 	backfills_kick(d); /* a watermark may have closed a chunk: the next one is due */
 }
@@ -393,7 +428,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->ev_read = event_new(d->base, sock, EV_READ | EV_PERSIST, on_read, d);
 	event_free(c->ev_write);
 	c->ev_write = event_new(d->base, sock, EV_WRITE, on_write, d);
-	event_add(c->ev_read, NULL);
+	c->batching = false;
+	watch_read(c);
 	/* libpq may already hold data read during the handshake. */
 	event_active(c->ev_read, EV_READ, 0);
 }

@@ -25,6 +25,7 @@ typedef struct connection {
 	bool streaming, reply_requested;
 	bool paused;   /* a sink is busy: the slot is not read until it catches up */
 	bool got_data; /* XLogData in the current drain: last_data_ms is set once per drain */
+	bool batching; /* reading a backlog in larger pieces (source_batch; daemon.c) */
 	uint64_t backoff_ms;
 	uint64_t streams; /* how many times streaming started: the stream's number */
 	int standby;	  /* the PID of the walsender that streams the slot for another process; 0: none */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include "decoder/log.h"
@@ -46,6 +47,7 @@ struct source {
 	source_gap_kind gap; /* why the last SOURCE_GAP came */
 	int holder;	     /* who held the slot at the last SOURCE_BUSY */
 	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
+	bool batching;	     /* source_batch */
 };
 
 static void add_secret(source *s, const char *v)
@@ -122,6 +124,7 @@ void source_disconnect(source *s)
 	PQfinish(s->repl);
 	PQfinish(s->admin);
 	s->repl = s->admin = NULL;
+	s->batching = false;
 	s->admin_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
 }
@@ -777,15 +780,32 @@ static source_result lost(source *s, const char *what, char *err, size_t errlen)
 	return SOURCE_RETRY;
 }
 
+void source_batch(source *s, bool on)
+{
+	int lowat = on ? SOURCE_BATCH_BYTES : 1;
+	if (s->repl && setsockopt(PQsocket(s->repl), SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) != 0)
+		log_debug("cannot set SO_RCVLOWAT on the replication socket", "error=\"%s\"",
+			  strerror(errno));
+	s->batching = on;
+}
+
 source_result source_read(source *s, const source_handler *h, char *err, size_t errlen)
 {
 	if (!PQconsumeInput(s->repl))
 		return lost(s, "read", err, errlen);
-	for (;;) {
+	for (bool got = false;;) {
 		char *msg = NULL;
 		int n = PQgetCopyData(s->repl, &msg, 1);
+		if (n == 0 && got && s->batching) {
+			/* libpq reads one buffer (16 kB or so) at a time: read on while there is more */
+			got = false;
+			if (!PQconsumeInput(s->repl))
+				return lost(s, "read", err, errlen);
+			continue;
+		}
 		if (n == 0)
 			return SOURCE_OK;
+		got = true;
 		if (n == -2)
 			return lost(s, "read", err, errlen);
 		if (n == -1) {

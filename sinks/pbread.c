@@ -91,42 +91,21 @@ static bool u64(reader *r, unsigned wire, uint64_t *v)
 	return wire == WIRE_VARINT && varint(r, v);
 }
 
-static bool i64(reader *r, unsigned wire, int64_t *v)
-{
-	uint64_t x;
-	if (!u64(r, wire, &x))
-		return false;
-	*v = (int64_t)x;
-	return true;
-}
-
-/* uint32, int32 and enum fields: the varint's low 32 bits. */
-static bool u32(reader *r, unsigned wire, uint32_t *v)
-{
-	uint64_t x;
-	if (!u64(r, wire, &x))
-		return false;
-	*v = (uint32_t)x;
-	return true;
-}
-
-static bool i32(reader *r, unsigned wire, int32_t *v)
-{
-	uint32_t x;
-	if (!u32(r, wire, &x))
-		return false;
-	*v = (int32_t)x;
-	return true;
-}
-
-static bool boolean(reader *r, unsigned wire, protobuf_c_boolean *v)
-{
-	uint64_t x;
-	if (!u64(r, wire, &x))
-		return false;
-	*v = x != 0;
-	return true;
-}
+/* The other varint fields: the value as the field's type (32-bit ones take its low 32 bits, as
+ * protobuf-c does; a bool is any bit set). */
+#define VARINT_FIELD(name, type, value)                                                                      \
+	static bool name(reader *r, unsigned wire, type *v)                                                  \
+	{                                                                                                    \
+		uint64_t x;                                                                                  \
+		if (!u64(r, wire, &x))                                                                       \
+			return false;                                                                        \
+		*v = (value);                                                                                \
+		return true;                                                                                 \
+	}
+VARINT_FIELD(i64, int64_t, (int64_t)x)
+VARINT_FIELD(u32, uint32_t, (uint32_t)x)
+VARINT_FIELD(i32, int32_t, (int32_t)(uint32_t)x)
+VARINT_FIELD(boolean, protobuf_c_boolean, x != 0)
 
 static bool dbl(reader *r, unsigned wire, double *v)
 {

@@ -204,8 +204,6 @@ static bool flush_sinks(sidecar *d)
 	return false;
 }
 
-/* Stops reading the slot while a sink is busy (memory stays bounded by the sink's queue); the
- * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
 /* Reading a backlog in larger pieces (source_batch): the socket is then also read every
  * BATCH_POLL_MS. A backlog is a streamed transaction still open (one larger than the server's
  * logical_decoding_work_mem), or commits that were older than BATCH_AGE_MS when they were read.
@@ -239,6 +237,8 @@ static void choose_batching(sidecar *d, uint64_t transactions_before)
 		watch_read(c);
 }
 
+/* Stops reading the slot while a sink is busy (memory stays bounded by the sink's queue); the
+ * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
 static void pause_or_resume(sidecar *d)
 {
 	connection *c = &d->conn;

@@ -793,11 +793,14 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 {
 	if (!PQconsumeInput(s->repl))
 		return lost(s, "read", err, errlen);
+	/* libpq reads one buffer (16 kB or so) at a time: batching, read on while that brings messages,
+	 * up to SOURCE_BATCH_READS buffers, so that the event loop (sinks, timers, the status socket)
+	 * has its turn however fast the server sends */
+	int more = s->batching ? SOURCE_BATCH_READS : 0;
 	for (bool got = false;;) {
 		char *msg = NULL;
 		int n = PQgetCopyData(s->repl, &msg, 1);
-		if (n == 0 && got && s->batching) {
-			/* libpq reads one buffer (16 kB or so) at a time: read on while there is more */
+		if (n == 0 && got && more-- > 0) {
 			got = false;
 			if (!PQconsumeInput(s->repl))
 				return lost(s, "read", err, errlen);

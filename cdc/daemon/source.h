@@ -67,9 +67,11 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 /* Reading a backlog in larger pieces: the server sends one message per write, so a reader faster
  * than its decoding wakes for every few hundred bytes (a drain of 1,000,000 rows woke cdc 120,000
  * to 350,000 times, and those wake-ups doubled its CPU). While on, the socket is readable only
- * once SOURCE_BATCH_BYTES have arrived (SO_RCVLOWAT) and source_read takes all the kernel holds;
- * the caller must then also read every few milliseconds, for what stays below the mark. */
+ * once SOURCE_BATCH_BYTES have arrived (SO_RCVLOWAT) and source_read takes all the kernel holds
+ * (up to SOURCE_BATCH_READS of libpq's buffers); the caller must then also read every few
+ * milliseconds, for what stays below the mark. */
 #define SOURCE_BATCH_BYTES (64 * 1024)
+#define SOURCE_BATCH_READS 16
 void source_batch(source *s, bool on);
 /* Sends a standby status update: received up to write_lsn, durable up to flush_lsn. */
 source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,

@@ -5,8 +5,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
-enum { SERVER_FRAME_DELIVERY = 2, DELIVERY_EVENTS = 1 };
+#include "sinks/pbwire.h"
 
 typedef struct reader {
 	const uint8_t *p, *end;
@@ -59,7 +58,7 @@ static bool bytes_of(reader *r, unsigned wire, reader *out)
 {
 	const uint8_t *start = r->p;
 	uint64_t n;
-	if (wire != WIRE_LEN || !varint(r, &n) || r->p - start > 5 || n > (uint64_t)(r->end - r->p))
+	if (wire != PB_WIRE_LEN || !varint(r, &n) || r->p - start > 5 || n > (uint64_t)(r->end - r->p))
 		return false;
 	*out = (reader){r->p, r->p + n, r->a};
 	r->p += n;
@@ -70,14 +69,14 @@ static bool skip(reader *r, unsigned wire)
 {
 	uint64_t v;
 	reader s;
-	size_t n = wire == WIRE_I64 ? 8 : 4;
+	size_t n = wire == PB_WIRE_I64 ? 8 : 4;
 	switch (wire) {
-	case WIRE_VARINT:
+	case PB_WIRE_VARINT:
 		return varint(r, &v);
-	case WIRE_LEN:
+	case PB_WIRE_LEN:
 		return bytes_of(r, wire, &s);
-	case WIRE_I64:
-	case WIRE_I32:
+	case PB_WIRE_I64:
+	case PB_WIRE_I32:
 		if ((size_t)(r->end - r->p) < n)
 			return false;
 		r->p += n;
@@ -88,7 +87,7 @@ static bool skip(reader *r, unsigned wire)
 
 static bool u64(reader *r, unsigned wire, uint64_t *v)
 {
-	return wire == WIRE_VARINT && varint(r, v);
+	return wire == PB_WIRE_VARINT && varint(r, v);
 }
 
 /* The other varint fields: the value as the field's type (32-bit ones take its low 32 bits, as
@@ -109,7 +108,7 @@ VARINT_FIELD(boolean, protobuf_c_boolean, x != 0)
 
 static bool dbl(reader *r, unsigned wire, double *v)
 {
-	if (wire != WIRE_I64 || r->end - r->p < 8)
+	if (wire != PB_WIRE_I64 || r->end - r->p < 8)
 		return false;
 	uint64_t x = 0;
 	for (int i = 7; i >= 0; i--)
@@ -376,7 +375,7 @@ Cdc__V1__ServerFrame *pb_read_delivery(const uint8_t *msg, size_t len, arena *a)
 {
 	reader r = {msg, msg + len, a};
 	unsigned f, w;
-	if (!tag(&r, &f, &w) || f != SERVER_FRAME_DELIVERY)
+	if (!tag(&r, &f, &w) || f != SF_DELIVERY)
 		return NULL;
 	Cdc__V1__Delivery *d = message(&r, w, &delivery_kind);
 	if (!d || r.p != r.end) /* anything after it: protobuf-c's */

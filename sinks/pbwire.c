@@ -1,8 +1,5 @@
-/* pbwire.c: see pbwire.h. Field numbers are those of proto/cdc/v1/event.proto. */
+/* pbwire.c: see pbwire.h. */
 #include "sinks/pbwire.h"
-
-enum { WIRE_VARINT = 0, WIRE_LEN = 2 };
-enum { EVENT_COMMIT_LSN = 9, EVENT_TX_INDEX = 11, EVENT_COMMIT_TIME = 12 };
 
 size_t pb_varint_size(uint64_t v)
 {
@@ -33,24 +30,24 @@ static uint64_t tag(unsigned field, unsigned wire)
 
 void pb_put_varint_field(buf *b, unsigned field, uint64_t v)
 {
-	pb_put_varint(b, tag(field, WIRE_VARINT));
+	pb_put_varint(b, tag(field, PB_WIRE_VARINT));
 	pb_put_varint(b, v);
 }
 
 size_t pb_varint_field_size(unsigned field, uint64_t v)
 {
-	return pb_varint_size(tag(field, WIRE_VARINT)) + pb_varint_size(v);
+	return pb_varint_size(tag(field, PB_WIRE_VARINT)) + pb_varint_size(v);
 }
 
 void pb_put_len_header(buf *b, unsigned field, size_t len)
 {
-	pb_put_varint(b, tag(field, WIRE_LEN));
+	pb_put_varint(b, tag(field, PB_WIRE_LEN));
 	pb_put_varint(b, len);
 }
 
 size_t pb_len_header_size(unsigned field, size_t len)
 {
-	return pb_varint_size(tag(field, WIRE_LEN)) + pb_varint_size(len);
+	return pb_varint_size(tag(field, PB_WIRE_LEN)) + pb_varint_size(len);
 }
 
 void pb_put_commit(buf *b, const sink_commit *c)

@@ -10,6 +10,21 @@
 #include "decoder/util.h"
 #include "sinks/sink.h"
 
+/* Wire types, and the field numbers (proto/cdc/v1/event.proto, subscriber.proto) of what the socket
+ * sink writes and cdc tail reads by hand (pbread.c); the other fields go through protobuf-c. */
+enum { PB_WIRE_VARINT = 0, PB_WIRE_I64 = 1, PB_WIRE_LEN = 2, PB_WIRE_I32 = 5 };
+enum {
+	SF_DELIVERY = 2,
+	DELIVERY_EVENTS = 1,
+	DELIVERY_DEAD_LETTERS = 2,
+	DEAD_LETTER_OFFSET = 1,
+	EVENT_OFFSET = 2,
+	EVENT_COMMIT_LSN = 9,
+	EVENT_TX_INDEX = 11,
+	EVENT_COMMIT_TIME = 12,
+	EVENT_DELIVERY_COUNT = 16
+};
+
 /* Bytes of v as a varint. */
 size_t pb_varint_size(uint64_t v);
 void pb_put_varint(buf *b, uint64_t v);

@@ -12,16 +12,6 @@
 #include "sinks/frame.h"
 #include "sinks/pbwire.h"
 
-/* ServerFrame, Delivery and DeadLetter field numbers (subscriber.proto), and the Event's offset fields. */
-enum {
-	SF_SUBSCRIBED = 1,
-	SF_DELIVERY = 2,
-	DELIVERY_EVENTS = 1,
-	DELIVERY_DEAD_LETTERS = 2,
-	DEAD_LETTER_OFFSET = 1,
-	EVENT_OFFSET = 2,
-	EVENT_DELIVERY_COUNT = 16
-};
 /* A dead letter's record in the dead letters' spool: a 0 byte (never the first byte of a packed
  * Event, whose field numbers start at 1: records from before have the Event alone), the length of
  * the packed DeadLetter (u32, little-endian), the DeadLetter without its offset (known only once

@@ -524,12 +524,12 @@ static bool cell_true(const bf_result *r, int row, int col)
 
 static void check_result(backfill *f, const bf_result *r, bf_now now)
 {
-	if (r->nrows != 1 || r->ncols != 2)
+	if (r->nrows != 1 || r->ncols != 3)
 		return end_backfill(f, "the privileges check returned an unexpected result", now);
 	set_str(&f->role, r->value(r->ctx, 0, 0));
 	if (!cell_true(r, 0, 1)) {
 		buf msg = {0};
-		bfsql_no_emit_message(&msg, f->role);
+		bfsql_no_emit_message(&msg, f->role, r->value(r->ctx, 0, 2));
 		end_backfill(f, msg.data, now);
 		buf_free(&msg);
 		return;

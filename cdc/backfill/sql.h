@@ -31,8 +31,9 @@ void bfsql_quote_ident(buf *out, const char *name);
  * means the same whatever standard_conforming_strings is. */
 void bfsql_quote_literal(buf *out, const char *s, size_t len);
 
-/* Requirements of the role, no parameters; one row: current_user, and whether it may execute
- * pg_logical_emit_message(boolean, text, text). */
+/* Requirements of the role, no parameters; one row: current_user, whether it may execute
+ * pg_logical_emit_message with a text message, and that function's signature as the server names
+ * it ("pg_logical_emit_message(boolean,text,text,boolean)" on PostgreSQL 17 and later). */
 extern const char bfsql_privileges[];
 /* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
 extern const char bfsql_tables[];
@@ -51,9 +52,10 @@ extern const char bfsql_watermark[];
 extern const char bfsql_watermark_high[];
 
 /* The message that names what is missing, and the statement that grants it: for the role that
- * lacks EXECUTE on pg_logical_emit_message, the table it may not read, the table without a key,
- * a relation that is not a plain table, one that does not exist. */
-void bfsql_no_emit_message(buf *out, const char *role);
+ * lacks EXECUTE on pg_logical_emit_message (function: its signature, from bfsql_privileges), the
+ * table it may not read, the table without a key, a relation that is not a plain table, one that
+ * does not exist. */
+void bfsql_no_emit_message(buf *out, const char *role, const char *function);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
 void bfsql_no_key(buf *out, const char *schema, const char *table);
 void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);

@@ -48,7 +48,11 @@ struct source {
 	int holder;	     /* who held the slot at the last SOURCE_BUSY */
 	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
 	bool batching;	     /* source_batch */
+	bool skipped;	     /* the server skipped changes for want of the publication (repl_notice) */
+	PQnoticeReceiver notice_default;
 };
+
+static void repl_notice(void *arg, const PGresult *res);
 
 static void add_secret(source *s, const char *v)
 {
@@ -124,7 +128,7 @@ void source_disconnect(source *s)
 	PQfinish(s->repl);
 	PQfinish(s->admin);
 	s->repl = s->admin = NULL;
-	s->batching = false;
+	s->batching = s->skipped = false;
 	s->admin_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
 }
@@ -328,7 +332,10 @@ static source_result publish_items(source *s, const char *pattern, buf *sql, boo
 	for (int i = 0; i < PQntuples(res); i++) {
 		if (!cfg_table_match(pattern, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)))
 			continue;
-		buf_puts(sql, *first ? " FOR TABLE " : ", TABLE ");
+		/* PostgreSQL 14 lists the tables after one TABLE; 15 repeats it per item */
+		buf_puts(sql, *first				    ? " FOR TABLE "
+			      : PQserverVersion(s->admin) >= 150000 ? ", TABLE "
+								    : ", ");
 		append_ident(sql, s->admin, PQgetvalue(res, i, 0));
 		buf_putc(sql, '.');
 		append_ident(sql, s->admin, PQgetvalue(res, i, 1));
@@ -549,6 +556,9 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	char rec[LSN_STRLEN], cur[LSN_STRLEN];
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
+	/* Another process is creating it: PostgreSQL 14 shows the slot before its plugin */
+	if (!row->plugin[0] && row->active_pid)
+		return slot_busy(s, row->active_pid, err, errlen);
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
 		errf(err, errlen,
 		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
@@ -658,6 +668,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			r = SOURCE_FATAL;
 		goto out;
 	}
+	s->notice_default = PQsetNoticeReceiver(s->repl, repl_notice, s);
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
@@ -752,13 +763,11 @@ static void put_u64(uint8_t *p, uint64_t v)
 }
 
 /* The walsender decodes each change with the catalog as of that change: a publication created
- * after the slot's position does not exist there yet, and every start fails the same way. */
-static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+ * after the slot's position does not exist there yet, and every start fails the same way. Up to
+ * PostgreSQL 17 the stream ends with an error (publication_newer); 18 skips the changes with a
+ * warning instead (repl_notice), which cdc treats the same rather than lose them without a word. */
+static bool publication_gap(source *s, const char *msg, char *err, size_t errlen)
 {
-	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
-		return false;
 	errf(err, errlen,
 	     "the server cannot decode the slot's changes: %s. The publication was created after the "
 	     "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
@@ -771,6 +780,42 @@ static bool publication_newer(source *s, const PGresult *res, char *err, size_t 
 	source_redact(s, err, errlen);
 	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
 	return true;
+}
+
+static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
+		return false;
+	return publication_gap(s, msg, err, errlen);
+}
+
+static source_result publication_skipped(source *s, char *err, size_t errlen)
+{
+	buf msg = {0};
+	buf_puts(&msg, "publication ");
+	append_quoted(&msg, s->publication, '"');
+	buf_puts(&msg, " does not exist at this point in the WAL (the server skips the changes with the "
+		       "warning \"skipped loading publication\"; cdc stops rather than lose them)");
+	publication_gap(s, msg.data, err, errlen);
+	buf_free(&msg);
+	return SOURCE_GAP;
+}
+
+/* Notices on the replication connection. The walsender sends PostgreSQL 18's "skipped loading
+ * publication" warning ahead of every message that follows the skipped changes: source_read looks
+ * at s->skipped after each message it takes, before handling it. Others go to libpq's receiver. */
+static void repl_notice(void *arg, const PGresult *res)
+{
+	source *s = arg;
+	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	/* object_not_in_prerequisite_state, naming the publication (the words may be translated) */
+	if (sqlstate && msg && strcmp(sqlstate, "55000") == 0 && strstr(msg, s->publication))
+		s->skipped = true;
+	else
+		s->notice_default(NULL, res);
 }
 
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
@@ -800,6 +845,10 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 	for (bool got = false;;) {
 		char *msg = NULL;
 		int n = PQgetCopyData(s->repl, &msg, 1);
+		if (s->skipped) {
+			PQfreemem(msg);
+			return publication_skipped(s, err, errlen);
+		}
 		if (n == 0 && got && more-- > 0) {
 			got = false;
 			if (!PQconsumeInput(s->repl))
@@ -864,11 +913,13 @@ static void admin_result(source *s, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (s->admin_busy == ADMIN_HEARTBEAT) {
+		/* PostgreSQL 17 added the function's fourth argument (flush boolean DEFAULT false) */
 		if (!ok)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
 			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
-			     "pg_logical_emit_message(boolean, text, text))",
-			     one_line(PQresultErrorMessage(res)));
+			     "pg_catalog.pg_logical_emit_message(boolean, text, text%s))",
+			     one_line(PQresultErrorMessage(res)),
+			     PQserverVersion(s->admin) >= 170000 ? ", boolean" : "");
 		return;
 	}
 	s->health = (source_slot_health){0};

@@ -445,9 +445,9 @@ static bool table_next(bf_set *b, table *t, uint64_t now_ms, bf_stmt *out, uint6
 	switch (t->step) {
 	case S_DESCRIBE:
 		clear_params(t);
-		t->params = strv_dup((const char *const[]){t->schema, t->name}, 2);
-		t->nparams = 2;
-		stmt(b, out, BF_STMT_DESCRIBE, bfsql_describe, 2, (const char *const *)t->params, &t->ticket,
+		t->params = strv_dup((const char *const[]){t->schema, t->name, b->publication}, 3);
+		t->nparams = 3;
+		stmt(b, out, BF_STMT_DESCRIBE, bfsql_describe, 3, (const char *const *)t->params, &t->ticket,
 		     &t->kind);
 		break;
 	case S_LOW:

@@ -38,6 +38,8 @@ const char bfsql_describe[] =
     "AND NOT ka.attnotnull) "
     "ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
     "WHERE n.nspname = $1 AND c.relname = $2 "
+    "AND (a.attgenerated = '' OR a.attgenerated = 's' AND (SELECT pg_catalog.to_jsonb(p) ->> 'pubgencols' "
+    "FROM pg_catalog.pg_publication p WHERE p.pubname = $3) = 's') "
     "ORDER BY a.attnum";
 
 const char bfsql_watermark[] = "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX "', $1)";

@@ -37,7 +37,10 @@ void bfsql_quote_literal(buf *out, const char *s, size_t len);
 extern const char bfsql_privileges[];
 /* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
 extern const char bfsql_tables[];
-/* A table's description, parameters $1 schema and $2 table; one row per column in column order:
+/* A table's description, parameters $1 schema, $2 table and $3 the publication; one row per column
+ * the publication publishes (generated ones only when it says publish_generated_columns = stored,
+ * PostgreSQL 18's pg_publication.pubgencols, read through to_jsonb so that the statement is the
+ * same on every version), in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may
  *   SELECT from it, 8 reltuples (-1: never counted).

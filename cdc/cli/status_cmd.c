@@ -281,7 +281,18 @@ static void summary_source(buf *out, json_object *root)
 		buf_printf(out, "/%.1fs", json_object_get_double(lag_s));
 	else
 		buf_puts(out, "/-");
-	buf_printf(out, "  wal_status=%s\n", field(src, "wal_status", f, sizeof(f)));
+	buf_printf(out, "  wal_status=%s", field(src, "wal_status", f, sizeof(f)));
+	/* PostgreSQL 17 and 18's slot health, when there is something to say */
+	if (member(src, "invalidation_reason", json_type_string))
+		buf_printf(out, "  invalidated=%s", field(src, "invalidation_reason", f, sizeof(f)));
+	if (member(src, "inactive_since", json_type_string))
+		buf_printf(out, "  inactive_since=%s", field(src, "inactive_since", f, sizeof(f)));
+	json_object *idle = member(src, "idle_replication_slot_timeout_s", json_type_int);
+	if (idle && json_object_get_int64(idle) > 0) {
+		buf_puts(out, "  idle_timeout=");
+		put_duration(out, json_object_get_int64(idle));
+	}
+	buf_putc(out, '\n');
 	json_object *warnings = member(src, "warnings", json_type_array);
 	for (size_t i = 0; warnings && i < json_object_array_length(warnings); i++) {
 		const char *w = json_object_get_string(json_object_array_get_idx(warnings, i));

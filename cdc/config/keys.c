@@ -386,6 +386,8 @@ static const key source_k[] = {
     {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
     {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names},
     {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names},
+    /* PostgreSQL 18: a publication cdc creates publishes stored generated columns */
+    {"publish_generated_columns", &t_bool, TOP(source.publish_generated_columns), .restart = true},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };

@@ -33,6 +33,7 @@ struct source {
 	size_t nsecrets;
 	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
+	bool generated_columns; /* source.publish_generated_columns */
 	cfg_strlist publish;
 	/* Subscriptions with `changed` need the old row of updates: their tables must have
 	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
@@ -107,6 +108,7 @@ source *source_new(const cfg *c)
 	s->slot = xstrdup(c->source.slot);
 	s->publication = xstrdup(c->source.publication);
 	s->create = c->source.create;
+	s->generated_columns = c->source.publish_generated_columns;
 	s->publish.n = c->source.publish.n;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
@@ -348,17 +350,50 @@ static source_result publish_items(source *s, const char *pattern, buf *sql, boo
 	return SOURCE_OK;
 }
 
+/* source.publish_generated_columns: PostgreSQL 18 publishes stored generated columns when the
+ * publication says so; earlier servers never do, so the setting is refused there. A publication
+ * that exists already is the user's: a difference is only pointed out. */
+static source_result generated_columns(source *s, const char *pubgencols, char *err, size_t errlen)
+{
+	int v = PQserverVersion(s->admin);
+	if (s->generated_columns && v < 180000) {
+		errf(err, errlen,
+		     "source.publish_generated_columns: PostgreSQL %d.%d never publishes generated columns "
+		     "(18 is the first that can): remove the setting, or have consumers compute the column "
+		     "from the others",
+		     v / 10000, v % 10000);
+		return SOURCE_FATAL;
+	}
+	if (s->generated_columns && pubgencols && strcmp(pubgencols, "n") == 0) {
+		buf q = {0};
+		append_quoted(&q, s->publication, '"');
+		log_warn(
+		    "the publication does not publish generated columns, though "
+		    "source.publish_generated_columns is true: events carry none",
+		    "publication=%s fix=\"ALTER PUBLICATION %s SET (publish_generated_columns = stored)\"",
+		    s->publication, q.data);
+		buf_free(&q);
+	}
+	return SOURCE_OK;
+}
+
 static source_result ensure_publication(source *s, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res =
-	    exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	PGresult *res = exec_params(s->admin,
+				    PQserverVersion(s->admin) >= 180000
+					? "SELECT pubgencols::pg_catalog.text FROM pg_catalog.pg_publication "
+					  "WHERE pubname = $1"
+					: "SELECT NULL FROM pg_catalog.pg_publication WHERE pubname = $1",
+				    1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the publication", err, errlen);
 	bool exists = PQntuples(res) > 0;
+	source_result r = generated_columns(
+	    s, exists && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL, err, errlen);
 	PQclear(res);
-	if (exists)
-		return SOURCE_OK;
+	if (exists || r != SOURCE_OK)
+		return r;
 	if (!s->create) {
 		buf q = {0};
 		append_quoted(&q, s->publication, '"');
@@ -373,7 +408,6 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	buf_puts(&sql, "CREATE PUBLICATION ");
 	append_ident(&sql, s->admin, s->publication);
 	bool first = true, all = false;
-	source_result r = SOURCE_OK;
 	for (size_t i = 0; i < s->publish.n && r == SOURCE_OK; i++) {
 		const char *p = s->publish.v[i];
 		if (strcmp(p, "*.*") == 0)
@@ -388,6 +422,8 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 			append_ident(&sql, s->admin, s->publication);
 			buf_puts(&sql, " FOR ALL TABLES");
 		}
+		if (s->generated_columns)
+			buf_puts(&sql, " WITH (publish_generated_columns = stored)");
 		res = PQexec(s->admin, sql.data);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
 			PQclear(res);
@@ -476,19 +512,23 @@ static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, s
 
 typedef struct slot_row {
 	bool exists;
-	char plugin[64], type[16], database[128], wal_status[16];
+	char plugin[64], type[16], database[128], wal_status[16], invalidation_reason[32];
 	uint64_t confirmed_flush;
 	int active_pid;
 } slot_row;
 
+#define READ_SLOT_SQL(reason)                                                                                \
+	"SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), coalesce(wal_status, ''), "         \
+	"coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(active_pid, 0), current_database(), "          \
+	"coalesce(" reason ", '') FROM pg_catalog.pg_replication_slots WHERE slot_name = $1"
+
 static source_result read_slot(source *s, slot_row *row, char *err, size_t errlen)
 {
 	const char *params[] = {s->slot};
+	/* invalidation_reason: PostgreSQL 17+ */
 	PGresult *res = exec_params(s->admin,
-				    "SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), "
-				    "coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'), "
-				    "coalesce(active_pid, 0), current_database() "
-				    "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+				    PQserverVersion(s->admin) >= 170000 ? READ_SLOT_SQL("invalidation_reason")
+									: READ_SLOT_SQL("NULL"),
 				    1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the replication slot", err, errlen);
@@ -499,6 +539,8 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 		snprintf(row->type, sizeof(row->type), "%s", PQgetvalue(res, 0, 1));
 		snprintf(row->database, sizeof(row->database), "%s", PQgetvalue(res, 0, 2));
 		snprintf(row->wal_status, sizeof(row->wal_status), "%s", PQgetvalue(res, 0, 3));
+		snprintf(row->invalidation_reason, sizeof(row->invalidation_reason), "%s",
+			 PQgetvalue(res, 0, 7));
 		if (!lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
 			row->confirmed_flush = 0;
 		row->active_pid = atoi(PQgetvalue(res, 0, 5));
@@ -549,6 +591,20 @@ static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
 	return SOURCE_BUSY;
 }
 
+/* What PostgreSQL 17's pg_replication_slots.invalidation_reason means. */
+static const char *invalidation_why(const char *reason)
+{
+	if (strcmp(reason, "wal_removed") == 0)
+		return ": the server removed WAL past max_slot_wal_keep_size";
+	if (strcmp(reason, "idle_timeout") == 0)
+		return ": no process streamed it for longer than idle_replication_slot_timeout";
+	if (strcmp(reason, "rows_removed") == 0)
+		return ": the primary removed rows its catalog still needed (hot_standby_feedback)";
+	if (strcmp(reason, "wal_level_insufficient") == 0)
+		return ": wal_level on the primary is below logical";
+	return "";
+}
+
 /* Every way the slot can be unusable, each with what to do about it. */
 static source_result check_slot(source *s, const slot_row *row, const state *st, bool have_st, char *err,
 				size_t errlen)
@@ -570,11 +626,13 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	if (strcmp(row->wal_status, "lost") == 0) {
 		errf(
 		    err, errlen,
-		    "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
+		    "replication slot %s has lost WAL it needed (wal_status = lost%s%s%s): changes after %s "
+		    "are "
 		    "gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot and "
 		    "backfill every subscription, or drop the slot (SELECT pg_drop_replication_slot('%s')), "
 		    "resynchronise consumers from the tables, and start again",
-		    s->slot, cur, s->slot);
+		    s->slot, row->invalidation_reason[0] ? ", invalidation_reason = " : "",
+		    row->invalidation_reason, invalidation_why(row->invalidation_reason), cur, s->slot);
 		s->gap = SOURCE_GAP_SLOT_LOST;
 		return SOURCE_GAP;
 	}
@@ -930,6 +988,11 @@ static void admin_result(source *s, PGresult *res)
 	s->health.safe_wal_size_known = !PQgetisnull(res, 0, 1);
 	s->health.safe_wal_size = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
 	s->health.max_keep_size = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+	s->health.has_invalidation = PQserverVersion(s->admin) >= 170000;
+	snprintf(s->health.invalidation_reason, sizeof(s->health.invalidation_reason), "%s",
+		 PQgetvalue(res, 0, 3));
+	s->health.inactive_since_us = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+	s->health.idle_timeout_s = PQgetisnull(res, 0, 5) ? -1 : strtoll(PQgetvalue(res, 0, 5), NULL, 10);
 }
 
 /* Sends a query on the ordinary connection without waiting, after collecting the answer of the
@@ -982,14 +1045,23 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 	return false;
 }
 
+/* The slot's health: PostgreSQL 17 added the two columns, 18 the setting (no row before). */
+#define SLOT_HEALTH_SQL(reason, inactive)                                                                    \
+	"SELECT wal_status, safe_wal_size, "                                                                 \
+	"pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), " reason ", "       \
+	"(EXTRACT(epoch FROM " inactive ") * 1000000)::pg_catalog.int8, "                                    \
+	"(SELECT setting::pg_catalog.int8 FROM pg_catalog.pg_settings "                                      \
+	"WHERE name = 'idle_replication_slot_timeout') "                                                     \
+	"FROM pg_catalog.pg_replication_slots WHERE slot_name = $1"
+
 bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen)
 {
 	bool sent;
 	const char *params[] = {s->slot};
 	bool ok = admin_send(s, ADMIN_HEALTH,
-			     "SELECT wal_status, safe_wal_size, "
-			     "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')) "
-			     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+			     PQserverVersion(s->admin) >= 170000
+				 ? SLOT_HEALTH_SQL("invalidation_reason", "inactive_since")
+				 : SLOT_HEALTH_SQL("NULL::pg_catalog.text", "NULL::pg_catalog.timestamptz"),
 			     1, params, &sent, err, errlen);
 	*h = s->health;
 	if (!ok)

@@ -45,6 +45,7 @@ def slot_lsn(c):
     return lsn_to_int(row[1]) if row and row[1] else 0
 
 
+@pytest.mark.matrix
 def test_prepared_transaction_pins_the_slot_and_survives_a_crash(pg, schema, cdc):
     """Large and small prepared transactions: while they are held the slot is never confirmed past
     them (the server would not send their changes again), so after kill -9 and a restart cdc still

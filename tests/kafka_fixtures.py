@@ -17,6 +17,7 @@ Waiting is polling against a deadline. The mock binary is $KAFKA_MOCK_BIN, else
 build/tests/kafka_mock at the repository root.
 """
 
+import logging
 import os
 import select
 import subprocess
@@ -281,7 +282,9 @@ class KafkaReader:
     (consumption order: per partition, offset order). With group=True the consumer joins a fresh
     consumer group (subscribe, auto.offset.reset=earliest); the mock's group coordinator waits 3s
     before the first assignment, so start the reader early. With group=False it assigns every
-    partition explicitly once the topic exists (no group join)."""
+    partition explicitly once the topic exists (no group join). librdkafka's own log lines (a
+    broker that refuses connections while a test has it down, say) go to .logs, not to stderr:
+    expected there, and shown with a failure to wait."""
 
     def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True):
         from confluent_kafka import Consumer
@@ -289,6 +292,7 @@ class KafkaReader:
         self._pb = pb
         self._txn_topic = transactions_topic
         self.errors = []
+        self.logs = []
         self.messages = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -303,6 +307,7 @@ class KafkaReader:
             "fetch.wait.max.ms": 50,
             "isolation.level": "read_committed",  # librdkafka's default, said out loud
             "log_level": 3,
+            "logger": _ListLogger(self.logs),
             "error_cb": self.errors.append,
         })
         if group:
@@ -362,7 +367,8 @@ class KafkaReader:
                     extra = ("\n" + describe()) if describe else ""
                     raise AssertionError(
                         f"timed out after {timeout}s with {len(sel)} of {n} messages "
-                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}{extra}")
+                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}, "
+                        f"log {self.logs[-5:]}{extra}")
                 self._cond.wait(min(left, 0.2))
 
     def wait_until(self, cond, timeout=30.0, what="condition", describe=None):
@@ -385,6 +391,17 @@ class KafkaReader:
             self._consumer.close()
         except Exception:
             pass
+
+
+class _ListLogger(logging.Logger):
+    """A logger for confluent_kafka's "logger" setting that keeps each line in a list."""
+
+    def __init__(self, lines):
+        super().__init__("kafka-reader")
+        self._lines = lines
+
+    def handle(self, record):
+        self._lines.append(record.getMessage())
 
 
 # --- kcat ---------------------------------------------------------------------------------------

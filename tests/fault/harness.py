@@ -286,7 +286,7 @@ class Harness:
 
     def setup(self):
         a = self.args
-        self.pg = TempPostgres(logical_decoding_work_mem="64kB", synchronous_commit=True,
+        self.pg = TempPostgres(version=a.pg_version, logical_decoding_work_mem="64kB", synchronous_commit=True,
                                max_wal_size="2GB", wal_sender_timeout="30s")
         self.pg.start()
         create_tables(self.pg)
@@ -715,8 +715,8 @@ class Harness:
         errors = self.errors + errors
         a = self.args
         print()
-        print(f"fault-injection results: seed {a.seed}, duration {a.duration}s, run time "
-              f"{time.monotonic() - started:.0f}s")
+        print(f"fault-injection results: seed {a.seed}, duration {a.duration}s, PostgreSQL {self.pg.version}, "
+              f"run time {time.monotonic() - started:.0f}s")
         print()
         print("faults injected:")
         for kind, n in sorted(self.faults.items()):
@@ -747,6 +747,9 @@ class Harness:
         print()
         print(f"cdc runs: {len(self.cdc.runs)}; kills checked against the slot: {len(self.kills)}; "
               f"exits nobody asked for: {len(self.cdc.unexpected_exits)}; harness peak RSS {peak_rss_mib()} MiB")
+        if self.reader.logs:
+            print(f"  expected: the harness's Kafka reader logged {len(self.reader.logs)} librdkafka lines "
+                  f"while brokers were down on purpose (kept out of the output), the last: {self.reader.logs[-1]}")
         for r in results:
             if r.unexpected:
                 print(f"  {r.name}: unexpected by kind {dict(r.unexpected)}")
@@ -790,7 +793,8 @@ class Harness:
             print(f"  {'PASS' if ok else 'FAIL'}  {name}")
         failed = sum(not ok for ok in checks.values())
         print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}"
-              f"{' --exactly-once' if a.exactly_once else ''}")
+              f"{' --exactly-once' if a.exactly_once else ''}"
+              f"{f' --pg-version {a.pg_version}' if a.pg_version else ''}")
         print(f"fault: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
 
@@ -808,6 +812,9 @@ def parse_args(argv=None):
     p.add_argument("--exactly-once", action="store_true",
                    help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")
+    p.add_argument("--pg-version", type=int, default=os.environ.get("CDC_PG_VERSION"),
+                   help="PostgreSQL major version (tests/pg.py: 14 to 18; default $CDC_PG_VERSION, else "
+                        "Debian's newest)")
     a = p.parse_args(argv)
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 1 << 31)

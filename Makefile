@@ -74,7 +74,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-docs check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -199,8 +199,14 @@ C_SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 check-format:
 	$(Q)clang-format --dry-run -Werror $(C_SOURCES)
 
+# The documentation: every relative link and anchor of the Markdown resolves, nothing points outside
+# the repository.
+check-docs:
+	$(Q)$(PYTHON) tests/docs/check_links.py
+
 check: deps
 	$(Q)$(MAKE) --no-print-directory check-format
+	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients

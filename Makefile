@@ -50,7 +50,7 @@ LIB_SRCS := \
 	cdc/source/source.c cdc/source/state.c \
 	cdc/pipeline/progress.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c \
+	cdc/config/overlay.c cdc/config/reference.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c \
 	cdc/daemon/resync.c \
@@ -74,7 +74,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-docs check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -201,13 +201,20 @@ check-format:
 
 # The documentation: every relative link and anchor of the Markdown resolves, nothing points outside
 # the repository.
-check-docs:
+# docs/configuration.md is written by cdc from its key table: make docs writes it, check-docs fails
+# when the committed file differs.
+check-docs: $(B)/cdc
+	$(Q)$(B)/cdc config-reference | diff -u docs/configuration.md - || \
+		{ echo "docs/configuration.md differs from the key table: run make docs" >&2; exit 1; }
 	$(Q)$(PYTHON) tests/docs/check_links.py
+
+docs: $(B)/cdc
+	$(Q)$(B)/cdc config-reference > docs/configuration.md
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory check-format
-	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
+	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients
 	$(Q)$(MAKE) --no-print-directory check-fault

@@ -1,6 +1,7 @@
 /* source.c: the PostgreSQL connections; see source.h. The replication loop follows
  * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
 #include "cdc/source/source.h"
+#include "decoder/base/bytes.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -737,20 +738,6 @@ const pgo_options *source_protocol(const source *s)
 	return &s->proto;
 }
 
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
 /* The walsender decodes each change with the catalog as of that change: a publication created
  * after the slot's position does not exist there yet, and every start fails the same way. */
 static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
@@ -822,9 +809,9 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 		const uint8_t *p = (const uint8_t *)msg;
 		bool ok;
 		if (p[0] == 'w' && n >= 25) {
-			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_u64(p + 1), err, errlen);
+			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_be64(p + 1), err, errlen);
 		} else if (p[0] == 'k' && n >= 18) {
-			ok = h->keepalive(h->ctx, get_u64(p + 1), p[17] != 0, err, errlen);
+			ok = h->keepalive(h->ctx, get_be64(p + 1), p[17] != 0, err, errlen);
 		} else {
 			ok = errf(err, errlen,
 				  "unexpected replication message '%c' of %d bytes from the server",
@@ -844,11 +831,11 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 	int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec - PGO_EPOCH_OFFSET_US;
 	uint8_t m[34];
 	m[0] = 'r';
-	put_u64(m + 1, write_lsn);	/* received and written */
-	put_u64(m + 9, flush_lsn);	/* delivered to every sink that wants it: the slot may move here */
-	put_u64(m + 17, flush_lsn);	/* applied: the same as flushed, cdc applies nothing itself */
-	put_u64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
-	m[33] = reply ? 1 : 0;		/* ask for an immediate keepalive back */
+	put_be64(m + 1, write_lsn);	 /* received and written */
+	put_be64(m + 9, flush_lsn);	 /* delivered to every sink that wants it: the slot may move here */
+	put_be64(m + 17, flush_lsn);	 /* applied: the same as flushed, cdc applies nothing itself */
+	put_be64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
+	m[33] = reply ? 1 : 0;		 /* ask for an immediate keepalive back */
 	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
 		return lost(s, "write", err, errlen);
 	return SOURCE_OK;

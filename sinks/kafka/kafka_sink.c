@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+
+#include "decoder/event.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,25 +47,6 @@ static const kafka_property transactional_defaults[] = {
 };
 
 /* ---- small helpers ---- */
-
-static const char *op_header(int op)
-{
-	switch (op) {
-	case CDC__V1__OP__OP_INSERT:
-		return "insert";
-	case CDC__V1__OP__OP_UPDATE:
-		return "update";
-	case CDC__V1__OP__OP_DELETE:
-		return "delete";
-	case CDC__V1__OP__OP_TRUNCATE:
-		return "truncate";
-	case CDC__V1__OP__OP_MESSAGE:
-		return "message";
-	case CDC__V1__OP__OP_READ:
-		return "read";
-	}
-	return "unknown";
-}
 
 /* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
 static void put_topic_part(buf *b, const char *s)
@@ -458,7 +441,8 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 	if (event) {
 		char lsn[LSN_STRLEN];
 		lsn_format(r->lsn, lsn);
-		rd_kafka_header_add(h, "cdc-op", -1, op_header(r->op), -1);
+		const char *op = evt_op_name((Cdc__V1__Op)r->op);
+		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
 	}

@@ -2,6 +2,7 @@
  * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
  * the tick timer; the queues' delivery state is in acked.c, the connections in connections.c
  * (their shared structs: internal.h). */
+#include "decoder/base/bytes.h"
 #include "sinks/socket/socket_sink.h"
 
 #include <errno.h>
@@ -22,13 +23,6 @@
 #define TICK_MS 100
 #define TRIM_EVERY_MS 1000
 #define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
-
-static uint32_t get_u32(const void *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
 
 /* Timer: ack timeouts, heartbeats, retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -206,7 +200,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
 	pb_put_commit(&s->scratch, c);
 	uint64_t off;
-	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, get_u32(rendered), s->scratch.data,
+	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, load_u32(rendered), s->scratch.data,
 			  s->scratch.len, wall_ms(), &off, err, errlen))
 		return false;
 	sub->have_last = true;
@@ -302,7 +296,7 @@ static bool socket_hold(sink *base, uint32_t idx, uint32_t xid, uint32_t tx_inde
 		h->subs[i] = sub;
 		h->nfiles++;
 	}
-	return spool_held_append(h->files[i], tx_index, get_u32(rendered), rendered + RENDER_HEADER,
+	return spool_held_append(h->files[i], tx_index, load_u32(rendered), rendered + RENDER_HEADER,
 				 len - RENDER_HEADER, wall_ms(), err, errlen);
 }
 

@@ -93,6 +93,11 @@ void doctor_kafka_topics(doctor *d)
 	probe(d);
 	if (!d->probe.reachable)
 		return;
+	if (!d->conn) {
+		doctor_say(d, DOCTOR_WARN, "make the server check pass, then run cdc doctor again",
+			   "the topics follow the subscriptions' tables, and the database could not be read");
+		return;
+	}
 	const kafka_probe_config *ac = &d->probe.auto_create;
 	buf missing = {0}, fix = {0};
 	size_t n = 0, present = 0;

@@ -90,7 +90,8 @@ static void describe(rd_kafka_t *rk, rd_kafka_ResourceType_t type, const char *c
 			}
 			const rd_kafka_ConfigEntry_t **e = rd_kafka_ConfigResource_configs(rs[i], &ecnt);
 			for (size_t k = 0; k < ecnt; k++)
-				found(p, name, rd_kafka_ConfigEntry_name(e[k]), rd_kafka_ConfigEntry_value(e[k]));
+				found(p, name, rd_kafka_ConfigEntry_name(e[k]),
+				      rd_kafka_ConfigEntry_value(e[k]));
 		}
 	}
 	if (ev)
@@ -192,7 +193,8 @@ bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, 
 		if (configs[i] && p->topics[i].exists)
 			asked[nasked++] = p->topics[i].name;
 	if (nasked)
-		describe(rk, RD_KAFKA_RESOURCE_TOPIC, asked, nasked, timeout_ms, p, topic_found, topic_failed);
+		describe(rk, RD_KAFKA_RESOURCE_TOPIC, asked, nasked, timeout_ms, p, topic_found,
+			 topic_failed);
 	free(asked);
 out:
 	if (md)

@@ -42,7 +42,7 @@ typedef struct kafka_probe {
 	kafka_probe_topic *topics;
 	size_t ntopics;
 	/* of the first broker in the metadata */
-	kafka_probe_config auto_create;		   /* auto.create.topics.enable */
+	kafka_probe_config auto_create;		    /* auto.create.topics.enable */
 	kafka_probe_config transaction_max_timeout; /* transaction.max.timeout.ms */
 } kafka_probe;
 

@@ -37,7 +37,8 @@ static int doctor_option(const cli_command *cmd, void *ctx, int ch, const char *
 	char *end;
 	long ms = strtol(arg, &end, 10);
 	if (*arg == '\0' || *end != '\0' || ms <= 0 || ms > 600000)
-		return cli_usage(cmd, "--kafka-timeout: \"%s\" is not a number of milliseconds (1 to 600000)", arg);
+		return cli_usage(cmd, "--kafka-timeout: \"%s\" is not a number of milliseconds (1 to 600000)",
+				 arg);
 	o->kafka_timeout_ms = (int)ms;
 	return CLI_GO_ON;
 }

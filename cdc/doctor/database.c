@@ -70,18 +70,20 @@ void doctor_server(doctor *d)
 	bool invalid;
 	d->conn = pg_connect(d->c->source.dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
 	if (!d->conn) {
-		doctor_say(d, DOCTOR_FAIL,
-			   invalid ? "correct source.dsn (libpq's key=value form or a postgresql:// URI)"
-				   : "check source.dsn (host, port, dbname, user, password or PGPASSWORD/.pgpass, "
-				     "TLS options) and that the server accepts this client in pg_hba.conf",
-			   "%s", err);
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    invalid ? "correct source.dsn (libpq's key=value form or a postgresql:// URI)"
+			    : "check source.dsn (host, port, dbname, user, password or PGPASSWORD/.pgpass, "
+			      "TLS options) and that the server accepts this client in pg_hba.conf",
+		    "%s", err);
 		return;
 	}
 	d->server_version = PQserverVersion(d->conn);
-	PGresult *res = ask(d, "the server's version",
-			    "SELECT pg_catalog.current_setting('server_version'), pg_catalog.pg_is_in_recovery(), "
-			    "r.rolname, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
-			    0, NULL);
+	PGresult *res =
+	    ask(d, "the server's version",
+		"SELECT pg_catalog.current_setting('server_version'), pg_catalog.pg_is_in_recovery(), "
+		"r.rolname, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+		0, NULL);
 	if (!res)
 		return;
 	const char *version = PQgetvalue(res, 0, 0);
@@ -93,14 +95,16 @@ void doctor_server(doctor *d)
 		doctor_say(d, DOCTOR_FAIL,
 			   "point source.dsn at the primary (or upgrade to PostgreSQL 16, which decodes on a "
 			   "standby)",
-			   "PostgreSQL %s is a standby, and logical decoding on a standby needs 16 or later", version);
+			   "PostgreSQL %s is a standby, and logical decoding on a standby needs 16 or later",
+			   version);
 	else
-		doctor_say(d, DOCTOR_PASS, NULL,
-			   "PostgreSQL %s%s: pgoutput protocol %d; failover slots %s; decoding on a standby %s; "
-			   "generated columns in events %s",
-			   version, d->in_recovery ? " (a standby)" : "", pg_protocol_for(v),
-			   v >= 170000 ? "yes" : "no (17+)", v >= 160000 ? "yes" : "no (16+)",
-			   v >= 180000 ? "yes" : "no (18+)");
+		doctor_say(
+		    d, DOCTOR_PASS, NULL,
+		    "PostgreSQL %s%s: pgoutput protocol %d; failover slots %s; decoding on a standby %s; "
+		    "generated columns in events %s",
+		    version, d->in_recovery ? " (a standby)" : "", pg_protocol_for(v),
+		    v >= 170000 ? "yes" : "no (17+)", v >= 160000 ? "yes" : "no (16+)",
+		    v >= 180000 ? "yes" : "no (18+)");
 	PQclear(res);
 	load_tables(d);
 }
@@ -114,10 +118,11 @@ void doctor_wal_level(doctor *d)
 	if (strcmp(level, "logical") == 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "logical");
 	else
-		doctor_say(d, DOCTOR_FAIL,
-			   "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
-			   "its logical replication parameter, e.g. rds.logical_replication = 1)",
-			   "is %s, and logical decoding needs logical", level);
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
+		    "its logical replication parameter, e.g. rds.logical_replication = 1)",
+		    "is %s, and logical decoding needs logical", level);
 	PQclear(res);
 }
 
@@ -145,7 +150,8 @@ void doctor_slots_free(doctor *d)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use: room for slot %s", used, max,
 			   d->c->source.slot);
 	else
-		doctor_say(d, DOCTOR_FAIL, fix, "all %ld in use: no room for slot %s", max, d->c->source.slot);
+		doctor_say(d, DOCTOR_FAIL, fix, "all %ld in use: no room for slot %s", max,
+			   d->c->source.slot);
 	PQclear(res);
 }
 
@@ -159,12 +165,13 @@ void doctor_senders_free(doctor *d)
 		return;
 	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
 	char fix[160];
-	snprintf(fix, sizeof(fix), "ALTER SYSTEM SET max_wal_senders = %ld; then restart PostgreSQL", used + 1);
+	snprintf(fix, sizeof(fix), "ALTER SYSTEM SET max_wal_senders = %ld; then restart PostgreSQL",
+		 used + 1);
 	if (used < max)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use", used, max);
 	else
-		doctor_say(d, DOCTOR_FAIL, fix, "all %ld in use: cdc's replication connection would be refused",
-			   max);
+		doctor_say(d, DOCTOR_FAIL, fix,
+			   "all %ld in use: cdc's replication connection would be refused", max);
 	PQclear(res);
 }
 
@@ -197,9 +204,9 @@ void doctor_role(doctor *d)
 static void check_ownership(doctor *d, const pg_publication_plan *p)
 {
 	const char *role[] = {d->role};
-	PGresult *res = ask(d, "the database's privileges",
-			    "SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')",
-			    0, NULL);
+	PGresult *res =
+	    ask(d, "the database's privileges",
+		"SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')", 0, NULL);
 	if (!res)
 		return;
 	bool create = PQgetvalue(res, 0, 0)[0] == 't';
@@ -214,9 +221,11 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 		PQclear(db);
 		buf_puts(&fix, " TO ");
 		bfsql_quote_ident(&fix, role[0]);
-		buf_printf(&fix, "; or create the publication beforehand as its tables' owner: %s", p->sql.data);
+		buf_printf(&fix, "; or create the publication beforehand as its tables' owner: %s",
+			   p->sql.data);
 		doctor_say(d, DOCTOR_FAIL, fix.data,
-			   "cdc would run %s, and role %s lacks CREATE on the database", p->sql.data, d->role);
+			   "cdc would run %s, and role %s lacks CREATE on the database", p->sql.data,
+			   d->role);
 		goto out;
 	}
 	size_t bad = 0;
@@ -238,8 +247,8 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 		bfsql_quote_ident(&fix, d->role);
 		buf_printf(&fix, "; or create the publication beforehand as the owner: %s", p->sql.data);
 		doctor_say(d, DOCTOR_FAIL, fix.data,
-			   "cdc would publish %s.%s FOR TABLE, which needs its owner (%s), not role %s", params[0],
-			   params[1], PQgetvalue(res, 0, 0), d->role);
+			   "cdc would publish %s.%s FOR TABLE, which needs its owner (%s), not role %s",
+			   params[0], params[1], PQgetvalue(res, 0, 0), d->role);
 		PQclear(res);
 		bad++;
 	}
@@ -276,12 +285,14 @@ static void plan_publication(doctor *d)
 	}
 	if ((p.all_tables || p.schemas.n) && !d->superuser) {
 		buf fix = {0};
-		buf_printf(&fix, "create it beforehand as a superuser: %s; or list the tables in source.publish ",
+		buf_printf(&fix,
+			   "create it beforehand as a superuser: %s; or list the tables in source.publish ",
 			   p.sql.data);
 		buf_puts(&fix, "(e.g. [\"public.orders\"]), which cdc publishes FOR TABLE as their owner");
-		doctor_say(d, DOCTOR_FAIL, fix.data,
-			   "does not exist, and cdc would run %s, which only a superuser may; role %s is not one",
-			   p.sql.data, d->role);
+		doctor_say(
+		    d, DOCTOR_FAIL, fix.data,
+		    "does not exist, and cdc would run %s, which only a superuser may; role %s is not one",
+		    p.sql.data, d->role);
 		buf_free(&fix);
 	} else
 		check_ownership(d, &p);
@@ -294,8 +305,9 @@ void doctor_publication(doctor *d)
 	PGresult *res = ask(d, "the publication", bfsql_tables, 1, params);
 	if (!res)
 		return;
-	PGresult *exists = ask(d, "the publication",
-			       "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	PGresult *exists =
+	    ask(d, "the publication", "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1",
+		1, params);
 	if (!exists) {
 		PQclear(res);
 		return;
@@ -343,21 +355,23 @@ void doctor_tables(doctor *d)
 		table_tally tt = {0};
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
 		if (!n)
-			doctor_say(d, DOCTOR_WARN, "create the tables, or correct the subscription's tables: key",
+			doctor_say(d, DOCTOR_WARN,
+				   "create the tables, or correct the subscription's tables: key",
 				   "subscription %s: its tables match no table yet", s->name);
 		else if (tt.missing) {
 			buf fix = {0};
 			buf_puts(&fix, "ALTER PUBLICATION ");
 			bfsql_quote_ident(&fix, d->c->source.publication);
 			buf_printf(&fix, " ADD TABLE %s", tt.names.data);
-			doctor_say(d, DOCTOR_WARN, fix.data,
-				   "subscription %s: %zu of its %zu tables are not in publication %s, so their "
-				   "changes never reach cdc: %s",
-				   s->name, tt.missing, n, d->c->source.publication, tt.names.data);
+			doctor_say(
+			    d, DOCTOR_WARN, fix.data,
+			    "subscription %s: %zu of its %zu tables are not in publication %s, so their "
+			    "changes never reach cdc: %s",
+			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
 			buf_free(&fix);
 		} else
-			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published", s->name, n,
-				   n == 1 ? "" : "s");
+			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
+				   s->name, n, n == 1 ? "" : "s");
 		buf_free(&tt.names);
 	}
 }
@@ -395,13 +409,15 @@ void doctor_identity(doctor *d)
 		size_t n = doctor_sub_tables(d, s, not_full, &tt);
 		const char *why = s->changed.n ? "changed:" : "old. in where";
 		if (tt.missing)
-			doctor_say(d, s->changed.n ? DOCTOR_FAIL : DOCTOR_WARN, tt.names.data,
-				   "subscription %s uses %s, which needs the old row of updates, and %zu of its "
-				   "tables do not send it (REPLICA IDENTITY is not FULL)%s",
-				   s->name, why, tt.missing, s->changed.n ? ": cdc refuses to start" : "");
+			doctor_say(
+			    d, s->changed.n ? DOCTOR_FAIL : DOCTOR_WARN, tt.names.data,
+			    "subscription %s uses %s, which needs the old row of updates, and %zu of its "
+			    "tables do not send it (REPLICA IDENTITY is not FULL)%s",
+			    s->name, why, tt.missing, s->changed.n ? ": cdc refuses to start" : "");
 		else
-			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s uses %s: its %zu tables are REPLICA "
-							 "IDENTITY FULL",
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "subscription %s uses %s: its %zu tables are REPLICA "
+				   "IDENTITY FULL",
 				   s->name, why, n);
 		buf_free(&tt.names);
 	}
@@ -468,9 +484,10 @@ void doctor_backfill(doctor *d)
 		backfill_tally bt = {0};
 		doctor_sub_tables(d, s, readable, &bt);
 		if (!bt.bad)
-			doctor_say(d, DOCTOR_PASS, NULL,
-				   "subscription %s (%s): its %zu tables have a key and role %s may read them",
-				   s->name, s->snapshot ? "snapshot: true" : "re-sync", bt.n, d->role);
+			doctor_say(
+			    d, DOCTOR_PASS, NULL,
+			    "subscription %s (%s): its %zu tables have a key and role %s may read them",
+			    s->name, s->snapshot ? "snapshot: true" : "re-sync", bt.n, d->role);
 	}
 }
 
@@ -512,12 +529,13 @@ void doctor_slot(doctor *d)
 	PQclear(res);
 	char fix[512];
 	if (!row.exists) {
-		snprintf(fix, sizeof(fix), "SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set "
-					   "source.create: true",
+		snprintf(fix, sizeof(fix),
+			 "SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set "
+			 "source.create: true",
 			 slot);
 		if (d->c->source.create)
-			doctor_say(d, DOCTOR_PASS, NULL, "%s does not exist; cdc will create it (plugin pgoutput)",
-				   slot);
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "%s does not exist; cdc will create it (plugin pgoutput)", slot);
 		else
 			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist", slot);
 		return;
@@ -527,13 +545,14 @@ void doctor_slot(doctor *d)
 		 "pg_drop_replication_slot('%s')",
 		 slot);
 	if (strcmp(row.type, "logical") != 0 || strcmp(row.plugin, "pgoutput") != 0) {
-		doctor_say(d, DOCTOR_FAIL, fix, "%s is a %s slot with plugin %s, and cdc needs plugin pgoutput", slot,
-			   row.type, row.plugin[0] ? row.plugin : "none");
+		doctor_say(d, DOCTOR_FAIL, fix,
+			   "%s is a %s slot with plugin %s, and cdc needs plugin pgoutput", slot, row.type,
+			   row.plugin[0] ? row.plugin : "none");
 		return;
 	}
 	if (strcmp(row.database, row.current_database) != 0) {
-		doctor_say(d, DOCTOR_FAIL, fix, "%s belongs to database %s, but source.dsn connects to %s", slot,
-			   row.database, row.current_database);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s belongs to database %s, but source.dsn connects to %s",
+			   slot, row.database, row.current_database);
 		return;
 	}
 	char state[256];
@@ -550,7 +569,8 @@ void doctor_slot(doctor *d)
 			   "let cdc catch up (find what holds it back: cdc status), and raise "
 			   "max_slot_wal_keep_size if the disk allows",
 			   "%s keeps more WAL than max_wal_size (%s)%s", slot, state,
-			   strcmp(row.wal_status, "unreserved") == 0 ? ": it is lost at the next checkpoint" : "");
+			   strcmp(row.wal_status, "unreserved") == 0 ? ": it is lost at the next checkpoint"
+								     : "");
 	else if (row.safe_wal_size_known && row.max_keep_size > 0 &&
 		 row.safe_wal_size < row.max_keep_size / 100 * PG_SAFE_WAL_LOW_PERCENT)
 		doctor_say(d, DOCTOR_WARN, "let cdc catch up (cdc status), or raise max_slot_wal_keep_size",
@@ -570,12 +590,13 @@ void doctor_keep_size(doctor *d)
 	if (!res)
 		return;
 	if (atoll(PQgetvalue(res, 0, 1)) < 0)
-		doctor_say(d, DOCTOR_WARN,
-			   "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (what the disk can spare); SELECT "
-			   "pg_reload_conf(); and alert on cdc_source_safe_wal_size_bytes "
-			   "(deploy/monitoring)",
-			   "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its disk "
-			   "is full");
+		doctor_say(
+		    d, DOCTOR_WARN,
+		    "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (what the disk can spare); SELECT "
+		    "pg_reload_conf(); and alert on cdc_source_safe_wal_size_bytes "
+		    "(deploy/monitoring)",
+		    "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its disk "
+		    "is full");
 	else
 		doctor_say(d, DOCTOR_PASS, NULL, "%s: the server keeps at most this much WAL for the slot",
 			   PQgetvalue(res, 0, 0));
@@ -592,11 +613,12 @@ void doctor_idle_timeout(doctor *d)
 	if (strcmp(v, "0") == 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "0 (off)");
 	else
-		doctor_say(d, DOCTOR_WARN,
-			   "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
-			   "source.on_slot_lost: resync",
-			   "is %s: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
-			   "loses its slot",
-			   v);
+		doctor_say(
+		    d, DOCTOR_WARN,
+		    "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
+		    "source.on_slot_lost: resync",
+		    "is %s: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
+		    "loses its slot",
+		    v);
 	PQclear(res);
 }

@@ -42,7 +42,8 @@ static const struct {
     {"kafka_positions_topic", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_positions},
 };
 
-static const char *const status_names[] = {[DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
+static const char *const status_names[] = {
+    [DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
 
 void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
 {
@@ -54,10 +55,8 @@ void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, .
 	pg_redact(&d->secrets, detail, sizeof(detail));
 	doctor_report *r = d->r;
 	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
-	r->lines[r->n++] = (doctor_line){.check = d->check,
-					 .status = st,
-					 .detail = xstrdup(detail),
-					 .fix = fix ? xstrdup(fix) : NULL};
+	r->lines[r->n++] = (doctor_line){
+	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
 }
 
 size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
@@ -145,7 +144,8 @@ void doctor_print_text(const doctor_report *r, FILE *out)
 	}
 	size_t n[3];
 	count(r, n);
-	fprintf(out, "doctor: %zu pass, %zu warn, %zu fail (exit %d)\n", n[0], n[1], n[2], doctor_exit_code(r));
+	fprintf(out, "doctor: %zu pass, %zu warn, %zu fail (exit %d)\n", n[0], n[1], n[2],
+		doctor_exit_code(r));
 }
 
 void doctor_print_json(const doctor_report *r, buf *out)

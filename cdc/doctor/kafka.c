@@ -30,7 +30,8 @@ static void sub_topic(doctor *d, const cfg_subscription *s, const doctor_table *
 {
 	(void)d;
 	buf name = {0};
-	kafka_topic_name(&name, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, t->schema, t->name, s->name, s->tag);
+	kafka_topic_name(&name, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, t->schema, t->name, s->name,
+			 s->tag);
 	add_topic(arg, name.data, false);
 	buf_free(&name);
 }
@@ -76,16 +77,17 @@ void doctor_kafka_brokers(doctor *d)
 {
 	probe(d);
 	if (d->probe_error[0])
-		doctor_say(d, DOCTOR_FAIL, "correct kafka.properties (they go to librdkafka as they are)", "%s",
-			   d->probe_error);
+		doctor_say(d, DOCTOR_FAIL, "correct kafka.properties (they go to librdkafka as they are)",
+			   "%s", d->probe_error);
 	else if (!d->probe.reachable)
-		doctor_say(d, DOCTOR_FAIL,
-			   "check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
-			   "that the brokers run and this host reaches them",
-			   "%s", d->probe.error);
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    "check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
+		    "that the brokers run and this host reaches them",
+		    "%s", d->probe.error);
 	else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: %d broker%s answered", d->c->kafka.brokers, d->probe.brokers,
-			   d->probe.brokers == 1 ? "" : "s");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: %d broker%s answered", d->c->kafka.brokers,
+			   d->probe.brokers, d->probe.brokers == 1 ? "" : "s");
 }
 
 void doctor_kafka_topics(doctor *d)
@@ -121,9 +123,10 @@ void doctor_kafka_topics(doctor *d)
 			   "(auto.create.topics.enable=true)",
 			   n, missing.data);
 	else if (ac->known)
-		doctor_say(d, DOCTOR_FAIL, fix.data,
-			   "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
-			   n, missing.data, ac->value);
+		doctor_say(
+		    d, DOCTOR_FAIL, fix.data,
+		    "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
+		    n, missing.data, ac->value);
 	else
 		doctor_say(d, DOCTOR_WARN, fix.data,
 			   "%zu missing (%s), and whether the brokers create topics on first use is unknown "
@@ -149,10 +152,11 @@ void doctor_kafka_transactions(doctor *d)
 		 "transaction.timeout.ms to at most what they allow",
 		 producer);
 	if (!max->known)
-		doctor_say(d, DOCTOR_WARN, fix,
-			   "the producer's transaction.timeout.ms is %lld; the brokers' transaction.max.timeout.ms "
-			   "is unknown (%s), and a lower one refuses the transactional producer",
-			   producer, max->error);
+		doctor_say(
+		    d, DOCTOR_WARN, fix,
+		    "the producer's transaction.timeout.ms is %lld; the brokers' transaction.max.timeout.ms "
+		    "is unknown (%s), and a lower one refuses the transactional producer",
+		    producer, max->error);
 	else if (atoll(max->value) < producer)
 		doctor_say(d, DOCTOR_FAIL, fix,
 			   "the producer's transaction.timeout.ms %lld is above the brokers' "
@@ -178,7 +182,8 @@ void doctor_kafka_positions(doctor *d)
 	char fix[512];
 	if (!t || !t->exists) {
 		snprintf(fix, sizeof(fix),
-			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact", name);
+			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
+			 name);
 		doctor_say(d, DOCTOR_FAIL, fix,
 			   "%s does not exist (one the brokers create on first use is not compacted, and the "
 			   "position is read back from its beginning at every start)",
@@ -193,10 +198,11 @@ void doctor_kafka_positions(doctor *d)
 		doctor_say(d, DOCTOR_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
 			   t->cleanup_policy.error);
 	else if (!strstr(t->cleanup_policy.value, "compact"))
-		doctor_say(d, DOCTOR_FAIL, fix,
-			   "%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
-			   "all",
-			   name, t->cleanup_policy.value);
+		doctor_say(
+		    d, DOCTOR_FAIL, fix,
+		    "%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
+		    "all",
+		    name, t->cleanup_policy.value);
 	else
 		doctor_say(d, DOCTOR_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
 			   t->cleanup_policy.value);

@@ -44,15 +44,16 @@ void doctor_state_dir(doctor *d)
 	char *parent = parent_of(dir);
 	if (stat(dir, &st) != 0) {
 		if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir", dir);
+			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir",
+				 dir);
 			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, nor its parent %s", dir, parent);
 			goto out;
 		}
 		if (!writable_dir(parent)) {
-			snprintf(fix, sizeof(fix), "mkdir %s and give it to cdc's user (chown), or set state_dir",
-				 dir);
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, and cdc may not create it in %s", dir,
-				   parent);
+			snprintf(fix, sizeof(fix),
+				 "mkdir %s and give it to cdc's user (chown), or set state_dir", dir);
+			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, and cdc may not create it in %s",
+				   dir, parent);
 			goto out;
 		}
 		probe = parent;
@@ -78,24 +79,27 @@ void doctor_state_dir(doctor *d)
 	}
 	struct statvfs fs;
 	if (statvfs(probe, &fs) != 0) {
-		doctor_say(d, DOCTOR_WARN, "check the filesystem of state_dir", "cannot read the free space of %s: %s",
-			   probe, strerror(errno));
+		doctor_say(d, DOCTOR_WARN, "check the filesystem of state_dir",
+			   "cannot read the free space of %s: %s", probe, strerror(errno));
 		goto out;
 	}
 	uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
 	size_text(want, need, sizeof(need));
 	size_text(avail, free_text, sizeof(free_text));
 	if (avail < want) {
-		snprintf(fix, sizeof(fix),
-			 "give state_dir a larger disk, or lower the subscriptions' retention.max_bytes (they sum "
-			 "to %s)",
-			 need);
-		doctor_say(d, DOCTOR_WARN, fix,
-			   "%s has %s free, less than the %s the socket subscriptions' retention.max_bytes allow",
-			   dir, free_text, need);
+		snprintf(
+		    fix, sizeof(fix),
+		    "give state_dir a larger disk, or lower the subscriptions' retention.max_bytes (they sum "
+		    "to %s)",
+		    need);
+		doctor_say(
+		    d, DOCTOR_WARN, fix,
+		    "%s has %s free, less than the %s the socket subscriptions' retention.max_bytes allow",
+		    dir, free_text, need);
 	} else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, retention.max_bytes sum to %s%s", dir,
-			   free_text, need, unbounded ? " (some socket subscriptions have no max_bytes)" : "");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, retention.max_bytes sum to %s%s",
+			   dir, free_text, need,
+			   unbounded ? " (some socket subscriptions have no max_bytes)" : "");
 out:
 	free(parent);
 }
@@ -110,24 +114,26 @@ static void socket_path(doctor *d, const char *key, const char *path)
 		snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set %s", dir, key);
 		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s does not exist", key, path, dir);
 	} else if (!writable_dir(dir)) {
-		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set %s", dir, (unsigned)geteuid(),
-			 key);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s is not writable by uid %u", key, path, dir,
-			   (unsigned)geteuid());
+		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set %s", dir,
+			 (unsigned)geteuid(), key);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s is not writable by uid %u", key, path,
+			   dir, (unsigned)geteuid());
 	} else if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
 		snprintf(fix, sizeof(fix), "remove %s, or set %s to another path", path, key);
 		doctor_say(d, DOCTOR_FAIL, fix,
-			   "%s %s exists and is not a socket (cdc never replaces what is not a socket)", key, path);
+			   "%s %s exists and is not a socket (cdc never replaces what is not a socket)", key,
+			   path);
 	} else if (lstat(path, &st) == 0) {
 		char why[256];
 		int fd = net_unix_connect_timeout(path, 1000, why, sizeof(why));
 		if (fd >= 0) {
 			close(fd);
-			snprintf(fix, sizeof(fix), "stop the cdc that listens there, or give this one another %s",
-				 key);
+			snprintf(fix, sizeof(fix),
+				 "stop the cdc that listens there, or give this one another %s", key);
 			doctor_say(d, DOCTOR_WARN, fix, "%s %s: a running process listens there", key, path);
 		} else
-			doctor_say(d, DOCTOR_PASS, NULL, "%s %s: a socket left over; cdc replaces it", key, path);
+			doctor_say(d, DOCTOR_PASS, NULL, "%s %s: a socket left over; cdc replaces it", key,
+				   path);
 	} else
 		doctor_say(d, DOCTOR_PASS, NULL, "%s %s: directory %s is writable", key, path, dir);
 	free(dir);

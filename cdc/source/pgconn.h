@@ -57,10 +57,10 @@ typedef struct pg_slot_row {
 	char plugin[64], type[16], database[128], wal_status[16];
 	uint64_t confirmed_flush;
 	int active_pid;
-	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
-	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
-	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
-	int64_t lag_bytes;	  /* WAL between the server's position and confirmed_flush_lsn */
+	bool safe_wal_size_known;   /* NULL unless max_slot_wal_keep_size is set */
+	int64_t safe_wal_size;	    /* bytes that may still be written before the slot risks losing WAL */
+	int64_t max_keep_size;	    /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	int64_t lag_bytes;	    /* WAL between the server's position and confirmed_flush_lsn */
 	char current_database[128]; /* of the connection that asked */
 } pg_slot_row;
 /* safe_wal_size under this share of max_slot_wal_keep_size is running low: cdc warns (the log,

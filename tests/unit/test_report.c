@@ -559,7 +559,7 @@ static void test_backfills(void)
 	static const report_backfill rows[] = {
 	    {"orders", "4f2a", "public", "orders", "running", 1200, 1150, 50, 5000},
 	    {"orders", "4f2a", "public", "items", "queued", 0, 0, 0, -1},
-	    {"orders", "4f2a", "public", "lines", "failed", 10, 10, 0, 100},
+	    {"orders", "4f2a", "public", "lines", "failed", 10, 10, 0, -1},
 	};
 	report r = empty_report;
 	r.backfills_json = "[{\"id\":\"4f2a\"}]";

@@ -69,7 +69,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-monitoring check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -136,6 +136,12 @@ probe-kafka-txn: $(B)/tests/kafka_mock
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
+# deploy/monitoring/: the alert rules are valid and their unit tests (at the shipped durations) pass;
+# tests/integration/test_monitoring.py runs them and the dashboard's queries in a real Prometheus.
+check-monitoring:
+	$(Q)promtool check rules deploy/monitoring/cdc-alerts.yml
+	$(Q)promtool test rules deploy/monitoring/cdc-alerts.test.yml
+
 # The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and tsc) and
 # their example workers, against a real PostgreSQL and cdc.
 check-clients: $(B)/cdc
@@ -196,7 +202,7 @@ check-format:
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory check-format
-	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
+	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus check-monitoring
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients
 	$(Q)$(MAKE) --no-print-directory check-fault

@@ -1,10 +1,11 @@
-/* main.c: the `cdc` command line: run, check-config, config-reference, --help, --version.
- * Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error. */
+/* main.c: the `cdc` command line: run, check-config, config-reference, doctor, status, tail, backfill,
+ * --help, --version. Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
+#include "cdc/cli/doctor.h"
 #include "cdc/cli/status_cmd.h"
 #include "cdc/cli/tail.h"
 #include "cdc/config/config.h"
@@ -27,6 +28,7 @@ static const char usage_main[] =
     "  run -c FILE           stream changes to the configured sinks (foreground, logs on stderr)\n"
     "  check-config -c FILE  validate FILE and print the effective configuration\n"
     "  config-reference      print the reference of every configuration key (Markdown)\n"
+    "  doctor -c FILE        check the database, Kafka and this machine against FILE (changes nothing)\n"
     "  status [-c FILE]      summary of a running cdc (its status socket)\n"
     "  tail SUBSCRIPTION     print a socket subscription's events as JSON lines, acking each\n"
     "  backfill SUBSCRIPTION read a subscription's tables into its sink while the stream flows\n"
@@ -161,6 +163,8 @@ int main(int argc, char **argv)
 		return cmd_check_config(argc - 1, argv + 1);
 	if (strcmp(cmd, "config-reference") == 0)
 		return cmd_config_reference(argc - 1, argv + 1);
+	if (strcmp(cmd, "doctor") == 0)
+		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
 		return status_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "tail") == 0)

@@ -5,7 +5,8 @@ then a summary: each part's counts and time, and a last line saying all passed o
     /usr/bin/python3 tests/check.py --pg-version 18 --pg-versions "14 15 16 17 18"
 
 The parts are the Makefile's targets, run by make in turn (its output passes through as it comes):
-format, build, unit, fuzz corpus, the integration suite on --pg-version, the tests marked matrix on
+format, build, unit, fuzz corpus, monitoring (the alert rules), docs, the integration suite on
+--pg-version, the tests marked matrix on
 every other version of --pg-versions (check-matrix-N), the client libraries, the fault harness and
 the socket model, these on --pg-version too. A failed build ends the run there: nothing else can
 run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
@@ -113,6 +114,7 @@ def main():
     started = time.monotonic()
     parts = [Part("format", "check-format"), Part("build", "all")]
     parts += [Part("unit", "check-unit", unit="checks"), Part("fuzz corpus", "check-fuzz-corpus", unit="inputs"),
+              Part("monitoring", "check-monitoring"), Part("docs", "check-docs"),
               Part("integration", "check-integration", a.pg_version)]
     parts += [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version]
     parts += [Part("clients", "check-clients", a.pg_version), Part("fault", "check-fault", a.pg_version),

@@ -447,8 +447,8 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 {
 	(void)s;
 	backfill_tally *bt = arg;
-	const char *params[] = {t->schema, t->name};
-	PGresult *res = ask(d, "a table's key", bfsql_describe, 2, params);
+	const char *params[] = {t->schema, t->name, d->c->source.publication};
+	PGresult *res = ask(d, "a table's key", bfsql_describe, 3, params);
 	if (!res)
 		return;
 	bt->n++;

@@ -198,6 +198,8 @@ def test_slot_ahead_of_recorded_position_is_refused(pg, schema, cdc):
     c = cdc()
     p0 = c.start()
     assert p0.terminate() == 0
+    # cdc has exited; its walsender may hold the slot a moment longer
+    wait_for(lambda: not c.slot_row()[0], what="the walsender to let go of the slot")
     pg.sql(f"insert into {schema}.t values (1)")
     # Something else consumes the slot: the change above would never reach cdc's sinks.
     recorded = [ln.split()[1] for ln in open(os.path.join(c.state_dir, "position")) if ln.startswith("flushed_lsn")][0]
@@ -215,7 +217,7 @@ def test_dropped_slot_is_not_recreated(pg, schema, cdc):
     c = cdc()
     p0 = c.start()
     assert p0.terminate() == 0
-    pg.sql("select pg_drop_replication_slot(%s)", (c.slot,))
+    drop_slot(pg, c.slot)  # once its walsender, which may outlive cdc a moment, let go
     p = c.run()
     assert p.wait_exit(30) == 1, p.describe()
     assert "does not exist, but cdc recorded position" in p.stderr()
@@ -309,7 +311,7 @@ def test_dropped_slot_is_resynced_when_told(pg, schema, cdc):
     pg.sql(f"insert into {schema}.t select g, 'v1' from generate_series(1, 4) g")
     wait_for(lambda: len(p0.events()) == 4, what="the first rows")
     assert p0.terminate() == 0
-    pg.sql("select pg_drop_replication_slot(%s)", (c.slot,))
+    drop_slot(pg, c.slot)  # once its walsender, which may outlive cdc a moment, let go
     pg.sql(f"update {schema}.t set v = 'v2' where id = 2")
     pg.sql(f"delete from {schema}.t where id = 3")
     pg.sql(f"insert into {schema}.t values (5, 'v2')")

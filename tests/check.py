@@ -133,7 +133,7 @@ def main():
         if p.name == "build" and p.rc == 0:
             continue
         mark = "ok  " if p.ok else "FAIL" if p.rc is not None else "    "
-        print(f"  {mark} {p.label:<{width}}  {p.counts():<48} {duration(p.secs) if p.rc is not None else ''}")
+        print(f"  {mark} {p.label:<{width}}  {p.counts():<56} {duration(p.secs) if p.rc is not None else ''}")
     bad = [p for p in parts if p.rc is not None and not p.ok]
     unrun = [p for p in parts if p.rc is None]
     if not bad and not unrun:

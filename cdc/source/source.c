@@ -360,7 +360,7 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
 	/* Another process is creating it: PostgreSQL 14 shows the slot before its plugin */
-	if (!row->plugin[0] && row->active_pid)
+	if (strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid)
 		return slot_busy(s, row->active_pid, err, errlen);
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
 		errf(err, errlen,

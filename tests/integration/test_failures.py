@@ -442,7 +442,7 @@ def test_sighup_reloads_subscriptions_at_a_transaction_boundary(pg, schema, cdc)
     p = c.start()
     pg.sql(f"insert into {schema}.a values (1)")
     pg.sql(f"insert into {schema}.b values (1)")
-    b1_end = lsn_to_int(pg.sql("select pg_current_wal_lsn()::text")[0][0])
+    b1_end = lsn_to_int(pg.current_wal_lsn())  # the insert position: past b1's commit record
     p.wait_events(1)
     # b's first row is matched by the old rules: cdc has passed it before the reload is asked for
     # (the reload applies at the next transaction boundary, which could otherwise come before it).

@@ -514,6 +514,10 @@ static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const p
 		*v = (Cdc__V1__Value)CDC__V1__VALUE__INIT;
 		c->name = names[i];
 		c->type_oid = rel->cols[i].type_oid;
+		if (rel->cols[i].typmod >= 0) {
+			c->type_modifier_present_case = CDC__V1__COLUMN__TYPE_MODIFIER_PRESENT_TYPE_MODIFIER;
+			c->type_modifier = rel->cols[i].typmod;
+		}
 		c->value = v;
 		value_fill(a, rc, rel->cols[i].type_oid, &t->cols[i], v);
 		cols[i] = c++;

@@ -1,5 +1,7 @@
 /* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
- * types cdc has no typed form for. Built-in OIDs (< 10000) are fixed across server versions. */
+ * types cdc has no typed form for, and the meaning of type modifiers (as PostgreSQL's
+ * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them). Built-in OIDs
+ * (< 10000) are fixed across server versions. */
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
@@ -192,4 +194,40 @@ const char *pgtypes_builtin_name(uint32_t oid)
 			hi = mid;
 	}
 	return NULL;
+}
+
+/* A varlena type's modifier counts its 4-byte length header (VARHDRSZ). */
+#define TYPMOD_HEADER 4
+#define MAX_TIME_PRECISION 6
+
+bool pgtypes_numeric_mod(int32_t typmod, int *precision, int *scale)
+{
+	if (typmod < TYPMOD_HEADER)
+		return false;
+	uint32_t m = (uint32_t)(typmod - TYPMOD_HEADER);
+	*precision = (int)(m >> 16 & 0xffff);
+	*scale = (int)((m & 0x7ff) ^ 0x400) - 0x400; /* 11 bits, signed */
+	return true;
+}
+
+int pgtypes_time_precision(uint32_t oid, int32_t typmod)
+{
+	if (typmod < 0)
+		return MAX_TIME_PRECISION;
+	if (oid == PGT_INTERVAL)
+		typmod &= 0xffff; /* the high half says which fields */
+	return typmod <= MAX_TIME_PRECISION ? (int)typmod : MAX_TIME_PRECISION;
+}
+
+int pgtypes_length(uint32_t oid, int32_t typmod)
+{
+	switch (oid) {
+	case PGT_BPCHAR:
+	case PGT_VARCHAR:
+		return typmod >= TYPMOD_HEADER ? (int)(typmod - TYPMOD_HEADER) : -1;
+	case PGT_BIT:
+	case PGT_VARBIT:
+		return typmod >= 0 ? (int)typmod : -1;
+	}
+	return -1;
 }

@@ -231,33 +231,6 @@ static void put_json(buf *b, const char *s)
 
 /* Other values ----------------------------------------------------------------------------------- */
 
-static void put_base64(buf *b, const uint8_t *d, size_t n)
-{
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	reserve(b, (n + 2) / 3 * 4 + 2);
-	char *w = b->data + b->len;
-	*w++ = '"';
-	size_t i = 0;
-	for (; i + 3 <= n; i += 3) {
-		uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
-		w[0] = tab[v >> 18];
-		w[1] = tab[(v >> 12) & 63];
-		w[2] = tab[(v >> 6) & 63];
-		w[3] = tab[v & 63];
-		w += 4;
-	}
-	if (i < n) {
-		uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
-		w[0] = tab[v >> 18];
-		w[1] = tab[(v >> 12) & 63];
-		w[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-		w[3] = '=';
-		w += 4;
-	}
-	*w++ = '"';
-	b->len = (size_t)(w - b->data);
-}
-
 /* The fast path of put_double(): v = m / 10^k exactly as a double, for an integer m < 10^15 and
  * k <= 6, in plain decimal. Division of two exactly representable numbers is correctly rounded,
  * so the decimal reads back as v; having at most 15 digits, it is also what "%.15g" prints.
@@ -319,11 +292,11 @@ static void put_double(buf *b, double v)
 	put(b, tmp, (size_t)n);
 }
 
-static void put_uuid(buf *b, const ProtobufCBinaryData *u)
+void json_uuid(buf *b, const ProtobufCBinaryData *u)
 {
 	static const char hex[] = "0123456789abcdef";
 	if (u->len != 16) {
-		put_base64(b, u->data, u->len);
+		json_base64(b, u->data, u->len);
 		return;
 	}
 	reserve(b, 38);
@@ -337,6 +310,7 @@ static void put_uuid(buf *b, const ProtobufCBinaryData *u)
 	}
 	*w++ = '"';
 	b->len = (size_t)(w - b->data);
+	b->data[b->len] = '\0';
 }
 
 static int64_t floor_div(int64_t a, int64_t d)
@@ -360,9 +334,7 @@ static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 	*y = yoe + era * 400 + (*m <= 2);
 }
 
-/* "YYYY-MM-DD". ISO 8601 astronomical years: 1 BC is 0000, 44 BC is -0043; years past 9999 take
- * the expanded form's sign (+10000), as RFC 3339's four digits cannot hold them. */
-static void put_ymd(buf *b, int64_t days)
+void json_ymd(buf *b, int64_t days)
 {
 	int64_t y;
 	int m, d;
@@ -412,7 +384,7 @@ static void put_date(buf *b, int32_t days)
 		return;
 	}
 	put_c(b, '"');
-	put_ymd(b, days);
+	json_ymd(b, days);
 	put_c(b, '"');
 }
 
@@ -441,7 +413,7 @@ static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 	}
 	int64_t days = floor_div(us, USECS_PER_DAY);
 	put_c(b, '"');
-	put_ymd(b, days);
+	json_ymd(b, days);
 	put_c(b, 'T');
 	put_hms(b, (uint64_t)(us - days * USECS_PER_DAY), always_frac);
 	if (with_zone)
@@ -472,10 +444,10 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		put_str(b, v->text_value);
 		break;
 	case CDC__V1__VALUE__KIND_BYTES_VALUE:
-		put_base64(b, v->bytes_value.data, v->bytes_value.len);
+		json_base64(b, v->bytes_value.data, v->bytes_value.len);
 		break;
 	case CDC__V1__VALUE__KIND_UUID_VALUE:
-		put_uuid(b, &v->uuid_value);
+		json_uuid(b, &v->uuid_value);
 		break;
 	case CDC__V1__VALUE__KIND_DATE_VALUE:
 		put_date(b, v->date_value);
@@ -496,7 +468,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		put_str(b, v->other_value ? v->other_value->text : "");
 		break;
 	case CDC__V1__VALUE__KIND_BINARY_VALUE:
-		put_base64(b, v->binary_value.data, v->binary_value.len);
+		json_base64(b, v->binary_value.data, v->binary_value.len);
 		break;
 	case CDC__V1__VALUE__KIND_NULL_VALUE:
 	case CDC__V1__VALUE__KIND_UNCHANGED_TOAST: /* callers leave these columns out */
@@ -513,8 +485,7 @@ static bool col_is_toast(const Cdc__V1__Column *c)
 	return c && c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
 
-/* {"name":value,...} without unchanged TOAST columns (they are listed in "unchanged_toast"). */
-static void put_row(buf *b, const Cdc__V1__Row *r)
+void json_row(buf *b, const Cdc__V1__Row *r)
 {
 	if (!r) {
 		json_null(b);
@@ -534,6 +505,7 @@ static void put_row(buf *b, const Cdc__V1__Row *r)
 		put_value(b, c->value);
 	}
 	put_c(b, '}');
+	b->data[b->len] = '\0';
 }
 
 static bool row_has_toast(const Cdc__V1__Row *r, const char *name)
@@ -621,11 +593,11 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	PUT_LIT(out, ",\"xid\":");
 	json_u64(out, e->xid);
 	PUT_LIT(out, ",\"key\":");
-	put_row(out, e->key);
+	json_row(out, e->key);
 	PUT_LIT(out, ",\"new\":");
-	put_row(out, e->new_row);
+	json_row(out, e->new_row);
 	PUT_LIT(out, ",\"old\":");
-	put_row(out, e->old_row);
+	json_row(out, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
 	PUT_LIT(out, ",\"delivery_count\":");
@@ -644,7 +616,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 		put_str(out, e->message ? e->message->prefix : "");
 		PUT_LIT(out, ",\"content\":");
 		if (e->message)
-			put_base64(out, e->message->content.data, e->message->content.len);
+			json_base64(out, e->message->content.data, e->message->content.len);
 		else
 			PUT_LIT(out, "\"\"");
 		PUT_LIT(out, ",\"transactional\":");

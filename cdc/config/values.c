@@ -378,6 +378,11 @@ const ename level_names[] = {{"debug", LOG_LEVEL_DEBUG},
 			     {"error", LOG_LEVEL_ERROR},
 			     {NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
+const ename record_format_names[] = {{"protobuf", CFG_FORMAT_PROTOBUF},
+				     {"json", CFG_FORMAT_JSON},
+				     {"debezium", CFG_FORMAT_DEBEZIUM},
+				     {NULL, 0}};
+const ename toast_names[] = {{"placeholder", CFG_TOAST_PLACEHOLDER}, {"omit", CFG_TOAST_OMIT}, {NULL, 0}};
 
 const char *cfg_sink_name(cfg_sink v)
 {
@@ -397,4 +402,9 @@ const char *cfg_when_full_name(cfg_when_full v)
 const char *cfg_batch_name(cfg_batch v)
 {
 	return ename_of(batch_names, (int)v);
+}
+
+const char *cfg_format_name(cfg_format v)
+{
+	return ename_of(record_format_names, (int)v);
 }

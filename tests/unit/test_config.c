@@ -620,8 +620,8 @@ static const struct {
 	    "t.yaml:2:11: subscriptions[0].name: invalid name \"a\\x0Ab\" (expected 1 to 64 characters from "
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
-	    "changed, where, columns, topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, "
-	    "batch, retention, snapshot)\n"),
+	    "changed, where, columns, topic, tombstones, format, schemas, server_name, unchanged_toast, "
+	    "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -1153,8 +1153,8 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
-	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	     "snapshot)\n"},
+	     "topic, tombstones, format, schemas, server_name, unchanged_toast, consumers, ack_timeout, "
+	     "max_deliveries, max_unacked, batch, retention, snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},

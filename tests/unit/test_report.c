@@ -514,7 +514,7 @@ static void test_subscriptions(void)
 	    "\"retention\":{\"max_events\":1000000,\"max_age\":\"250ms\",\"max_bytes\":\"1GiB\","
 	    "\"when_full\":\"drop_oldest\"}},"
 	    "{\"name\":\"audit\",\"tables\":[\"audit.*\"],\"operations\":[\"insert\",\"update\",\"delete\","
-	    "\"truncate\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":true},"
+	    "\"truncate\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":true,\"format\":\"protobuf\"},"
 	    "{\"name\":\"plain\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
 	    "\"truncate\"],\"sink\":\"stdout\"},"
 	    "{\"name\":\"defaults\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","

@@ -40,7 +40,7 @@ PROTO_H := $(PROTO_C:.c=.h)
 LIB_SRCS := \
 	decoder/util.c decoder/ring.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
-	sinks/event_json.c sinks/debezium.c sinks/pbwire.c sinks/pbread.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/kafka_eo.c sinks/kafka_position.c sinks/frame.c sinks/socket_sink.c \
+	sinks/event_json.c sinks/debezium.c sinks/pbwire.c sinks/pbread.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/kafka_render.c sinks/kafka_eo.c sinks/kafka_position.c sinks/frame.c sinks/socket_sink.c \
 	sinks/socket_queue.c sinks/socket_conn.c sinks/spool.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/predicate.c \

@@ -401,7 +401,7 @@ static void put_time(buf *b, int64_t us)
 }
 
 /* RFC 3339: "YYYY-MM-DDTHH:MM:SS[.ffffff]" and "Z" for an instant; no suffix for wall-clock time. */
-static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+void json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 {
 	if (us == INT64_MAX) {
 		PUT_LIT(b, "\"infinity\"");
@@ -419,6 +419,7 @@ static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 	if (with_zone)
 		put_c(b, 'Z');
 	put_c(b, '"');
+	b->data[b->len] = '\0';
 }
 
 static void put_value(buf *b, const Cdc__V1__Value *v)
@@ -457,7 +458,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		break;
 	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		if (v->timestamp_value)
-			put_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
+			json_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
 		else
 			json_null(b);
 		break;
@@ -644,7 +645,7 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
 		PUT_LIT(&c->lsn_part, ",\"tx_index\":");
 		buf_reset(&c->time_part);
 		PUT_LIT(&c->time_part, ",\"commit_time\":");
-		put_timestamp(&c->time_part, commit_time, true, true);
+		json_timestamp(&c->time_part, commit_time, true, true);
 		PUT_LIT(&c->time_part, "}\n");
 		c->lsn = commit_lsn;
 		c->time = commit_time;

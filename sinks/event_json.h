@@ -28,6 +28,10 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
  * unchanged TOAST columns (the event lists those in "unchanged_toast"). */
 void json_row(buf *out, const Cdc__V1__Row *r);
 
+/* A timestamp of microseconds since the epoch as its RFC 3339 string: "Z" with_zone, the
+ * microseconds when not zero or always_frac; PostgreSQL's infinities as "infinity", "-infinity". */
+void json_timestamp(buf *out, int64_t us, bool with_zone, bool always_frac);
+
 /* A uuid's 16 bytes as its canonical string ("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"); other
  * lengths (cannot come from the server) as base64. */
 void json_uuid(buf *out, const ProtobufCBinaryData *u);

@@ -39,6 +39,9 @@
 /* The pg_type.typname of a built-in type ("int4", "_text", ...), or NULL. */
 const char *pgtypes_builtin_name(uint32_t oid);
 
+/* The element type of a built-in array type (_int4: int4, _text: text), or 0. */
+uint32_t pgtypes_element(uint32_t oid);
+
 /* numeric(p,s): true with the precision and the scale (negative scales exist from PostgreSQL 15);
  * false for numeric without a modifier (any precision, any scale). */
 bool pgtypes_numeric_mod(int32_t typmod, int *precision, int *scale);

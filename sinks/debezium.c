@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder/arena.h"
+#include "decoder/event.h"
 #include "decoder/json.h"
 #include "decoder/pgtypes.h"
 #include "sinks/event_json.h"
@@ -43,6 +45,10 @@ void dbz_scratch_free(dbz_scratch *s)
 	free(s->limbs);
 	buf_free(&s->digits);
 	buf_free(&s->bytes);
+	buf_free(&s->elems);
+	buf_free(&s->spans);
+	if (s->arena)
+		arena_free(s->arena);
 	*s = (dbz_scratch){0};
 }
 
@@ -406,6 +412,71 @@ static bool read_point(const char *t, size_t n, double *x, double *y)
 	return end != second && *end == '\0';
 }
 
+/* A one-dimensional array as PostgreSQL prints it ({1,"a b",NULL}, with "[0:1]=" in front when it
+ * does not start at 1): each element's text, unescaped, into s->elems, and where it is into
+ * s->spans (NULL: len -1). false for more dimensions and anything else. */
+typedef struct span {
+	size_t off;
+	long len;
+} span;
+
+static bool read_array(const char *t, size_t n, dbz_scratch *s, size_t *count)
+{
+	cur c = {t, t + n};
+	buf_reset(&s->elems);
+	buf_reset(&s->spans);
+	*count = 0;
+	if (eat(&c, '[')) {
+		while (c.p < c.end && *c.p != '=')
+			c.p++;
+		if (!eat(&c, '='))
+			return false;
+	}
+	if (!eat(&c, '{'))
+		return false;
+	if (eat(&c, '}'))
+		return c.p == c.end;
+	for (;;) {
+		span sp = {s->elems.len, 0};
+		if (c.p < c.end && *c.p == '{')
+			return false; /* another dimension */
+		if (eat(&c, '"')) {
+			for (;;) {
+				if (c.p == c.end)
+					return false;
+				char ch = *c.p++;
+				if (ch == '"')
+					break;
+				if (ch == '\\') {
+					if (c.p == c.end)
+						return false;
+					ch = *c.p++;
+				}
+				buf_putc(&s->elems, ch);
+			}
+		} else {
+			const char *start = c.p;
+			while (c.p < c.end && *c.p != ',' && *c.p != '}')
+				c.p++;
+			size_t len = (size_t)(c.p - start);
+			if (len == 4 && memcmp(start, "NULL", 4) == 0)
+				sp.len = -1;
+			else if (len == 0)
+				return false;
+			else
+				buf_append(&s->elems, start, len);
+		}
+		if (sp.len == 0)
+			sp.len = (long)(s->elems.len - sp.off);
+		buf_append(&s->spans, &sp, sizeof(sp));
+		(*count)++;
+		if (eat(&c, '}'))
+			return c.p == c.end;
+		if (!eat(&c, ','))
+			return false;
+	}
+}
+
 /* Debezium's types ------------------------------------------------------------------------------- */
 
 typedef enum dkind {
@@ -434,6 +505,7 @@ typedef enum dkind {
 	DK_BIT,
 	DK_BITS,
 	DK_POINT,
+	DK_ARRAY,
 } dkind;
 
 /* Kafka Connect's schema type and the semantic type's name. */
@@ -465,13 +537,17 @@ static const struct {
     [DK_BIT] = {"boolean", NULL},
     [DK_BITS] = {"bytes", "io.debezium.data.Bits"},
     [DK_POINT] = {"struct", "io.debezium.data.geometry.Point"},
+    [DK_ARRAY] = {"array", NULL},
 };
 
 /* A column's Debezium type: its kind, and for DK_DECIMAL the scale (a) and precision (b), for
- * DK_BITS the length (a), for DK_ZONED_TIMESTAMP the fractional digits (a). */
+ * DK_BITS the length (a), for DK_ZONED_TIMESTAMP the fractional digits (a), for DK_ARRAY the
+ * element type and the column's modifier (numeric(10,2)[] holds numeric(10,2)). */
 typedef struct dtype {
 	dkind k;
 	int a, b;
+	uint32_t elem;
+	int32_t mod;
 } dtype;
 
 /* money.fraction.digits, Debezium's default */
@@ -479,11 +555,27 @@ typedef struct dtype {
 /* The length Debezium gives bit varying without one (Integer.MAX_VALUE). */
 #define VARBIT_LENGTH 2147483647
 
-static dtype type_of(const Cdc__V1__Column *c)
+/* The arrays Debezium has no type for (it leaves such columns out): cdc writes their text. */
+static bool array_known(uint32_t elem)
 {
-	int32_t mod = c->type_modifier_present_case ? c->type_modifier : -1;
+	switch (elem) {
+	case PGT_MONEY:
+	case PGT_NAME:
+	case PGT_INTERVAL:
+	case PGT_VARBIT:
+	case PGT_XML:
+	case PGT_POINT:
+	case 1790: /* refcursor */
+		return false;
+	}
+	return true;
+}
+
+static dtype type_of_oid(uint32_t oid, int32_t mod)
+{
 	int p, s;
-	switch (c->type_oid) {
+	uint32_t elem;
+	switch (oid) {
 	case PGT_BOOL:
 		return (dtype){DK_BOOLEAN};
 	case PGT_INT2:
@@ -515,25 +607,32 @@ static dtype type_of(const Cdc__V1__Column *c)
 	case PGT_DATE:
 		return (dtype){DK_DATE};
 	case PGT_TIME: /* adaptive: milliseconds up to time(3) */
-		return (dtype){pgtypes_time_precision(c->type_oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
+		return (dtype){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
 	case PGT_TIMESTAMP:
-		return (dtype){pgtypes_time_precision(c->type_oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
+		return (dtype){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
 	case PGT_TIMESTAMPTZ:
-		return (dtype){DK_ZONED_TIMESTAMP, pgtypes_time_precision(c->type_oid, mod)};
+		return (dtype){DK_ZONED_TIMESTAMP, pgtypes_time_precision(oid, mod)};
 	case PGT_TIMETZ:
 		return (dtype){DK_ZONED_TIME};
 	case PGT_INTERVAL:
 		return (dtype){DK_DURATION};
 	case PGT_BIT:
 	case PGT_VARBIT:
-		p = pgtypes_length(c->type_oid, mod);
+		p = pgtypes_length(oid, mod);
 		if (p < 0)
-			p = c->type_oid == PGT_BIT ? 1 : VARBIT_LENGTH;
+			p = oid == PGT_BIT ? 1 : VARBIT_LENGTH;
 		return p > 1 ? (dtype){DK_BITS, p} : (dtype){DK_BIT};
 	case PGT_POINT:
 		return (dtype){DK_POINT};
 	}
+	if ((elem = pgtypes_element(oid)) && array_known(elem))
+		return (dtype){DK_ARRAY, .elem = elem, .mod = mod};
 	return (dtype){DK_STRING};
+}
+
+static dtype type_of(const Cdc__V1__Column *c)
+{
+	return type_of_oid(c->type_oid, c->type_modifier_present_case ? c->type_modifier : -1);
 }
 
 /* Schemas, as JsonConverter writes a Connect schema: type, fields, optional, name, version, doc,
@@ -544,7 +643,11 @@ static void put_kind_schema(buf *b, dtype t, bool optional)
 	LIT(b, "{\"type\":\"");
 	buf_puts(b, kinds[t.k].type);
 	buf_putc(b, '"');
-	if (t.k == DK_VARIABLE_DECIMAL)
+	if (t.k == DK_ARRAY) {
+		LIT(b, ",\"items\":");
+		put_kind_schema(b, type_of_oid(t.elem, t.mod), true);
+		buf_putc(b, '}');
+	} else if (t.k == DK_VARIABLE_DECIMAL)
 		LIT(b, ",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},"
 		       "{\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}]");
 	else if (t.k == DK_POINT)
@@ -666,9 +769,12 @@ static const char message_key_schema[] =
 /* Values ----------------------------------------------------------------------------------------- */
 
 /* What Debezium writes for an unchanged TOASTed value of a type: the placeholder as a string, or
- * its bytes; null for types that hold neither (Debezium fails to convert it and leaves null). */
+ * its bytes; for arrays (UnchangedToastedPlaceholder) a list of one placeholder string, bytes or
+ * uuid (the name-based uuid of the placeholder's bytes), or the bytes as numbers for int4, date
+ * and int8 arrays; null for the other types (Debezium fails to convert it and leaves null). */
 static void put_placeholder(buf *b, dtype t)
 {
+	static const uint8_t p[] = DBZ_PLACEHOLDER;
 	switch (t.k) {
 	case DK_STRING:
 	case DK_JSON:
@@ -676,11 +782,40 @@ static void put_placeholder(buf *b, dtype t)
 		LIT(b, "\"" DBZ_PLACEHOLDER "\"");
 		return;
 	case DK_BYTES:
-		json_base64(b, (const uint8_t *)DBZ_PLACEHOLDER, sizeof(DBZ_PLACEHOLDER) - 1);
+		json_base64(b, p, sizeof(p) - 1);
 		return;
+	case DK_ARRAY:
+		switch (t.elem) {
+		case PGT_TEXT:
+		case PGT_VARCHAR:
+		case PGT_BPCHAR:
+		case PGT_JSON:
+		case PGT_JSONB:
+			LIT(b, "[\"" DBZ_PLACEHOLDER "\"]");
+			return;
+		case PGT_BYTEA:
+			buf_putc(b, '[');
+			json_base64(b, p, sizeof(p) - 1);
+			buf_putc(b, ']');
+			return;
+		case PGT_UUID:
+			LIT(b, "[\"b68a35a7-17ad-35b3-af2a-ae46edb4545a\"]");
+			return;
+		case PGT_INT4:
+		case PGT_DATE:
+		case PGT_INT8:
+			for (size_t i = 0; i < sizeof(p) - 1; i++) {
+				buf_putc(b, i ? ',' : '[');
+				json_u64(b, p[i]);
+			}
+			buf_putc(b, ']');
+			return;
+		}
+		break;
 	default:
-		json_null(b);
+		break;
 	}
+	json_null(b);
 }
 
 /* The text of a value the decoder kept as text. */
@@ -747,6 +882,33 @@ static void put_decimal_text(buf *b, dbz_scratch *s, const char *t, int scale)
 		b->len = at;
 		json_null(b);
 	}
+}
+
+static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v);
+
+/* An array's elements, each read by the decoder as a column of the element type would be. */
+static bool put_array(buf *b, dbz_scratch *s, dtype t, const char *text)
+{
+	size_t n;
+	if (!read_array(text, strlen(text), s, &n))
+		return false;
+	if (!s->arena)
+		s->arena = arena_new(16 * 1024);
+	arena_reset(s->arena);
+	dtype et = type_of_oid(t.elem, t.mod);
+	const span *sp = (const span *)s->spans.data;
+	buf_putc(b, '[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_putc(b, ',');
+		pgo_datum d = sp[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
+					    : (pgo_datum){.kind = PGO_TEXT,
+							  .len = (uint32_t)sp[i].len,
+							  .data = s->elems.data + sp[i].off};
+		put_value(b, s, et, evt_value(s->arena, NULL, t.elem, &d));
+	}
+	buf_putc(b, ']');
+	return true;
 }
 
 static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v)
@@ -907,6 +1069,13 @@ static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v)
 		json_base64(b, wkb, sizeof(wkb));
 		LIT(b, ",\"srid\":null}");
 		return;
+	}
+	case DK_ARRAY: {
+		size_t at = b->len;
+		if (text_of(v, &text) && put_array(b, s, t, text))
+			return;
+		b->len = at;
+		break;
 	}
 	}
 	json_null(b); /* a value of another kind than its column's type: cannot come from the server */

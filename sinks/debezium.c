@@ -84,6 +84,8 @@ static size_t shortest(double v, bool single, char *d, int *exp)
  * infinities as strings, as Jackson quotes them. */
 static void put_java_double(buf *b, double v, bool single)
 {
+	if (single) /* the float a float4 column holds (a text past its range is out of it: infinite) */
+		v = (double)(float)v;
 	if (isnan(v)) {
 		LIT(b, "\"NaN\"");
 		return;
@@ -703,8 +705,8 @@ static bool in_row(const Cdc__V1__Row *r, const char *name)
 
 /* A row's struct schema: its columns, those of the key required, the others optional (pgoutput
  * does not say which are NOT NULL). name is "<server>.<schema>.<table>.<suffix>". */
-static void put_row_schema(buf *b, const dbz_options *o, const Cdc__V1__Event *e, Cdc__V1__Column *const *cols,
-			   size_t n, bool key)
+static void put_row_schema(buf *b, const dbz_options *o, const Cdc__V1__Event *e,
+			   Cdc__V1__Column *const *cols, size_t n, bool key)
 {
 	LIT(b, "{\"type\":\"struct\",\"fields\":[");
 	for (size_t i = 0; i < n; i++) {
@@ -745,7 +747,8 @@ static const char source_schema[] =
     "{\"type\":\"int64\",\"optional\":true,\"field\":\"xmin\"},"
     "{\"type\":\"string\",\"optional\":true,\"field\":\"origin\"},"
     "{\"type\":\"int64\",\"optional\":true,\"field\":\"origin_lsn\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.postgresql.Source\",\"version\":1,\"field\":\"source\"}";
+    "\"optional\":false,\"name\":\"io.debezium.connector.postgresql.Source\",\"version\":1,\"field\":"
+    "\"source\"}";
 
 static const char transaction_schema[] =
     "{\"type\":\"struct\",\"fields\":["
@@ -858,9 +861,9 @@ static int64_t floor_div(int64_t a, int64_t d)
 static void put_time_of_day(buf *b, int64_t us, int width)
 {
 	int64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
-	char t[16] = {(char)('0' + s / 36000 % 10), (char)('0' + s / 3600 % 10), ':', (char)('0' + s / 600 % 6),
-		      (char)('0' + s / 60 % 10),    ':',			  (char)('0' + s % 60 / 10),
-		      (char)('0' + s % 10),	    '.'};
+	char t[16] = {(char)('0' + s / 36000 % 10), (char)('0' + s / 3600 % 10), ':',
+		      (char)('0' + s / 600 % 6),    (char)('0' + s / 60 % 10),	 ':',
+		      (char)('0' + s % 60 / 10),    (char)('0' + s % 10),	 '.'};
 	for (int i = 14; i >= 9; i--, frac /= 10)
 		t[i] = (char)('0' + frac % 10);
 	int n = 15;
@@ -1097,7 +1100,8 @@ static const Cdc__V1__Column *sent(const Cdc__V1__Row *r, const char *name)
 
 /* A row's payload. An unchanged TOASTed column takes the value other has (the old row under
  * REPLICA IDENTITY FULL), as Debezium does, else the placeholder, or is left out. */
-static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Row *r, const Cdc__V1__Row *other)
+static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Row *r,
+		    const Cdc__V1__Row *other)
 {
 	if (!r) {
 		json_null(b);
@@ -1364,7 +1368,8 @@ static const char txn_value_schema[] =
     "{\"type\":\"array\",\"items\":{\"type\":\"struct\",\"fields\":["
     "{\"type\":\"string\",\"optional\":false,\"field\":\"data_collection\"},"
     "{\"type\":\"int64\",\"optional\":false,\"field\":\"event_count\"}],"
-    "\"optional\":true,\"name\":\"event.collection\",\"version\":1},\"optional\":true,\"field\":\"data_collections\"},"
+    "\"optional\":true,\"name\":\"event.collection\",\"version\":1},\"optional\":true,\"field\":\"data_"
+    "collections\"},"
     "{\"type\":\"int64\",\"optional\":false,\"field\":\"ts_ms\"}],"
     "\"optional\":false,\"name\":\"io.debezium.connector.common.TransactionMetadataValue\",\"version\":1}";
 

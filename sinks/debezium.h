@@ -37,7 +37,7 @@ typedef struct dbz_scratch {
 	uint32_t *limbs; /* a decimal's unscaled value, in base 2^32 */
 	size_t cap;
 	buf digits, bytes;
-	buf elems, spans;     /* an array's elements: their text, where each is */
+	buf elems, spans;    /* an array's elements: their text, where each is */
 	struct arena *arena; /* their values, until the next array */
 } dbz_scratch;
 void dbz_scratch_free(dbz_scratch *s);

@@ -66,7 +66,7 @@ typedef struct kafka_sink {
 	dbz_scratch dbz;
 	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
 	buf value;	     /* one message value: rendered head + commit tail */
-	struct kafka_hdr { /* the commit's header values, of the last message's transaction */
+	struct kafka_hdr {   /* the commit's header values, of the last message's transaction */
 		bool set;
 		uint64_t commit_lsn;
 		uint32_t xid;

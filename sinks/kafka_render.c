@@ -70,7 +70,8 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 static size_t record_begin(buf *out, int kind, const buf *key, bool has_key)
 {
 	size_t at = out->len;
-	rendered_record rec = {.key_len = has_key ? (uint32_t)key->len : 0, .kind = (uint8_t)kind, .has_key = has_key};
+	rendered_record rec = {
+	    .key_len = has_key ? (uint32_t)key->len : 0, .kind = (uint8_t)kind, .has_key = has_key};
 	buf_append(out, &rec, sizeof(rec));
 	if (has_key)
 		buf_append(out, key->data, key->len);
@@ -269,8 +270,8 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	buf_append(out, e->schema, r.schema_len);
 	buf_append(out, e->table, r.table_len);
 	r.nrecords = (uint8_t)(s->format == KAFKA_DEBEZIUM ? render_debezium(k, s, e, out)
-			       : s->format == KAFKA_JSON  ? render_json(k, s, e, out)
-							  : render_protobuf(k, s, e, out));
+			       : s->format == KAFKA_JSON   ? render_json(k, s, e, out)
+							   : render_protobuf(k, s, e, out));
 	memcpy(out->data + at, &r, sizeof(r));
 }
 

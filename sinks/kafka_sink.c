@@ -385,8 +385,9 @@ static uint64_t count_table(kafka_sink *k, const char *schema, size_t slen, cons
 	return 1;
 }
 
-static const char *const content_types[] = {
-    [KAFKA_PROTOBUF] = CONTENT_TYPE_EVENT, [KAFKA_JSON] = CONTENT_TYPE_JSON, [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON};
+static const char *const content_types[] = {[KAFKA_PROTOBUF] = CONTENT_TYPE_EVENT,
+					    [KAFKA_JSON] = CONTENT_TYPE_JSON,
+					    [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON};
 
 /* A record on the transactions topic: all in partition 0, in commit order like the transactions
  * they describe. */
@@ -441,7 +442,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 			return errf(err, errlen, "kafka sink: rendered event is corrupt");
 		memcpy(&rec, p, sizeof(rec));
 		const char *key = p + sizeof(rec), *value = key + rec.key_len, *hdr = value + rec.value_len;
-		if ((size_t)(end - key) < (size_t)rec.key_len + rec.value_len + rec.header_len || rec.kind > REC_TOMBSTONE)
+		if ((size_t)(end - key) < (size_t)rec.key_len + rec.value_len + rec.header_len ||
+		    rec.kind > REC_TOMBSTONE)
 			return errf(err, errlen, "kafka sink: rendered event is corrupt");
 		p = hdr + rec.header_len;
 		uint64_t nth = 0;
@@ -452,7 +454,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 				produce_txn_record(k, KAFKA_DEBEZIUM, false, seq); /* BEGIN */
 			nth = count_table(k, schema, r.schema_len, table, r.table_len);
 		}
-		rd_kafka_headers_t *h = kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format]);
+		rd_kafka_headers_t *h =
+		    kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format]);
 		size_t name_len = rec.header_len ? strnlen(hdr, rec.header_len) : 0;
 		if (name_len && name_len < rec.header_len)
 			rd_kafka_header_add(h, hdr, (ssize_t)name_len, hdr + name_len + 1,

@@ -52,19 +52,19 @@ typedef struct cfg_kv {
 
 typedef struct cfg_subscription {
 	char *name;
-	int line, col;	     /* where it is defined, for messages */
-	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;	     /* enum cfg_op bits; default: insert|update|delete|truncate */
-	char *tag;	     /* NULL if none */
-	cfg_sink sink;	     /* default: socket */
-	cfg_strlist changed; /* update matches only if one of these changed */
-	char *where;	     /* predicate text, NULL if none */
-	cfg_strlist columns; /* projection; empty: all */
-	char *topic;	     /* kafka: template, default "cdc.{schema}.{table}" */
-	bool tombstones;     /* kafka: tombstone after delete; default: on with format debezium */
-	cfg_format format;   /* kafka: default protobuf */
-	bool schemas;	     /* kafka, format debezium: {schema, payload} records */
-	char *server_name;   /* kafka, format debezium: source.name; default "cdc" */
+	int line, col;		   /* where it is defined, for messages */
+	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
+	unsigned ops;		   /* enum cfg_op bits; default: insert|update|delete|truncate */
+	char *tag;		   /* NULL if none */
+	cfg_sink sink;		   /* default: socket */
+	cfg_strlist changed;	   /* update matches only if one of these changed */
+	char *where;		   /* predicate text, NULL if none */
+	cfg_strlist columns;	   /* projection; empty: all */
+	char *topic;		   /* kafka: template, default "cdc.{schema}.{table}" */
+	bool tombstones;	   /* kafka: tombstone after delete; default: on with format debezium */
+	cfg_format format;	   /* kafka: default protobuf */
+	bool schemas;		   /* kafka, format debezium: {schema, payload} records */
+	char *server_name;	   /* kafka, format debezium: source.name; default "cdc" */
 	cfg_toast unchanged_toast; /* kafka, format debezium: default placeholder */
 	cfg_consumers consumers;
 	uint64_t ack_timeout_ms; /* default 30s */

@@ -520,11 +520,12 @@ const cfg_subscription *format_conflict(const cfg *c, const cfg_subscription *s,
 
 void format_conflict_text(buf *b, const cfg_subscription *a, const cfg_subscription *o)
 {
-	buf_printf(b,
-		   "subscriptions %s (format %s) and %s (format %s) write Kafka records in different formats, "
-		   "but kafka.transactions_topic holds the records of their transactions in one: give them "
-		   "the same format",
-		   a->name, cfg_format_name(a->format), o->name, cfg_format_name(o->format));
+	buf_printf(
+	    b,
+	    "subscriptions %s (format %s) and %s (format %s) write Kafka records in different formats, "
+	    "but kafka.transactions_topic holds the records of their transactions in one: give them "
+	    "the same format",
+	    a->name, cfg_format_name(a->format), o->name, cfg_format_name(o->format));
 }
 
 static void check_top(ctx *x, void *base, const pair *seen)

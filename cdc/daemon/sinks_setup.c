@@ -40,8 +40,9 @@ static socket_sub_settings *socket_subs(const cfg *c)
 	return v;
 }
 
-static const kafka_format formats[] = {
-    [CFG_FORMAT_PROTOBUF] = KAFKA_PROTOBUF, [CFG_FORMAT_JSON] = KAFKA_JSON, [CFG_FORMAT_DEBEZIUM] = KAFKA_DEBEZIUM};
+static const kafka_format formats[] = {[CFG_FORMAT_PROTOBUF] = KAFKA_PROTOBUF,
+				       [CFG_FORMAT_JSON] = KAFKA_JSON,
+				       [CFG_FORMAT_DEBEZIUM] = KAFKA_DEBEZIUM};
 
 /* What the Kafka sink takes from c: the producer's settings (props: room for the properties) and
  * the subscriptions' topics, tombstones and formats. */
@@ -72,12 +73,13 @@ static kafka_setup kafka_of(const cfg *c)
 				      .commit_interval_ms = c->kafka.commit_interval_ms,
 				      .commit_events = c->kafka.commit_events};
 	for (size_t i = 0; i < c->nsubs; i++)
-		k.subs[i] = (kafka_sub_settings){.topic = c->subs[i].topic,
-						 .tombstones = c->subs[i].tombstones,
-						 .format = formats[c->subs[i].format],
-						 .schemas = c->subs[i].schemas,
-						 .server_name = c->subs[i].server_name,
-						 .placeholder = c->subs[i].unchanged_toast == CFG_TOAST_PLACEHOLDER};
+		k.subs[i] =
+		    (kafka_sub_settings){.topic = c->subs[i].topic,
+					 .tombstones = c->subs[i].tombstones,
+					 .format = formats[c->subs[i].format],
+					 .schemas = c->subs[i].schemas,
+					 .server_name = c->subs[i].server_name,
+					 .placeholder = c->subs[i].unchanged_toast == CFG_TOAST_PLACEHOLDER};
 	return k;
 }
 

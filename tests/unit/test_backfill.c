@@ -289,8 +289,8 @@ static void test_life(void)
 	/* table b has no key: it fails with the message, and with it the backfill */
 	s = next(b, BF_STMT_DESCRIBE, now);
 	CHECK_STR(s.params[1], "b");
-	answer(b, &s, 1, 10, (const char *[]){"x", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "-1", "-1"},
-	       now);
+	answer(b, &s, 1, 10,
+	       (const char *[]){"x", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "-1", "-1"}, now);
 	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
 	backfill_table_info(b, 0, 1, now, &ti);
 	CHECK_INT(ti.state, BF_FAILED);

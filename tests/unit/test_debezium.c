@@ -29,8 +29,8 @@ static Cdc__V1__Column *col(const char *name, uint32_t oid, int32_t typmod, cons
 		c->type_modifier = typmod;
 	}
 	pgo_datum d = text == TOAST ? (pgo_datum){.kind = PGO_TOAST}
-		      : text	    ? (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)strlen(text), .data = text}
-				    : (pgo_datum){.kind = PGO_NULL};
+		      : text ? (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)strlen(text), .data = text}
+			     : (pgo_datum){.kind = PGO_NULL};
 	c->value = evt_value(A, NULL, oid, &d);
 	return c;
 }
@@ -107,11 +107,13 @@ static void test_types(void)
 	    {PGT_BOOL, -1, "t", "true", "{\"type\":\"boolean\",\"optional\":true"},
 	    {PGT_INT2, -1, "-32768", "-32768", "{\"type\":\"int16\",\"optional\":true"},
 	    {PGT_INT4, -1, "2147483647", "2147483647", "{\"type\":\"int32\",\"optional\":true"},
-	    {PGT_INT8, -1, "-9223372036854775808", "-9223372036854775808", "{\"type\":\"int64\",\"optional\":true"},
+	    {PGT_INT8, -1, "-9223372036854775808", "-9223372036854775808",
+	     "{\"type\":\"int64\",\"optional\":true"},
 	    {PGT_OID, -1, "4294967295", "4294967295", "{\"type\":\"int64\",\"optional\":true"},
 	    /* Jackson writes Java's Float/Double.toString */
 	    {PGT_FLOAT4, -1, "0.1", "0.1", "{\"type\":\"float\",\"optional\":true"},
 	    {PGT_FLOAT4, -1, "3.4028235e+38", "3.4028235E38", NULL},
+	    {PGT_FLOAT4, -1, "3.4028580e+38", "\"Infinity\"", NULL}, /* past float's range: as Java's float */
 	    {PGT_FLOAT8, -1, "1e+10", "1.0E10", "{\"type\":\"double\",\"optional\":true"},
 	    {PGT_FLOAT8, -1, "100", "100.0", NULL},
 	    {PGT_FLOAT8, -1, "1234567.5", "1234567.5", NULL},
@@ -138,7 +140,8 @@ static void test_types(void)
 	    {PGT_NUMERIC, -1, "123.4500", "{\"scale\":2,\"value\":\"MDk=\"}",
 	     "{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},"
 	     "{\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}],\"optional\":true,"
-	     "\"name\":\"io.debezium.data.VariableScaleDecimal\",\"version\":1,\"doc\":\"Variable scaled decimal\""},
+	     "\"name\":\"io.debezium.data.VariableScaleDecimal\",\"version\":1,\"doc\":\"Variable scaled "
+	     "decimal\""},
 	    {PGT_NUMERIC, -1, "100", "{\"scale\":0,\"value\":\"ZA==\"}", NULL},
 	    {PGT_NUMERIC, -1, "0.000", "{\"scale\":0,\"value\":\"AA==\"}", NULL},
 	    {PGT_NUMERIC, -1, "-0.0100", "{\"scale\":2,\"value\":\"/w==\"}", NULL},
@@ -170,7 +173,8 @@ static void test_types(void)
 	    {PGT_TIME, -1, "24:00:00", "86400000000", NULL},
 	    /* timestamp: ts, ts_ms, tsneg, ts_pinf, ts_ninf */
 	    {PGT_TIMESTAMP, -1, "2016-11-04 13:51:30.123456", "1478267490123456",
-	     "{\"type\":\"int64\",\"optional\":true,\"name\":\"io.debezium.time.MicroTimestamp\",\"version\":1"},
+	     "{\"type\":\"int64\",\"optional\":true,\"name\":\"io.debezium.time.MicroTimestamp\",\"version\":"
+	     "1"},
 	    {PGT_TIMESTAMP, 3, "2016-11-04 13:51:30.123", "1478267490123",
 	     "{\"type\":\"int64\",\"optional\":true,\"name\":\"io.debezium.time.Timestamp\",\"version\":1"},
 	    {PGT_TIMESTAMP, -1, "1936-10-25 22:10:12.608", "-1047174587392000", NULL},
@@ -178,9 +182,11 @@ static void test_types(void)
 	    {PGT_TIMESTAMP, -1, "-infinity", "-9223372036832400000", NULL},
 	    /* timestamptz: tz, tz_zero, tz_min, tz_pinf; the column's digits */
 	    {PGT_TIMESTAMPTZ, -1, "2016-11-04 11:51:30.123456+00", "\"2016-11-04T11:51:30.123456Z\"",
-	     "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.time.ZonedTimestamp\",\"version\":1"},
+	     "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.time.ZonedTimestamp\","
+	     "\"version\":1"},
 	    {PGT_TIMESTAMPTZ, -1, "21016-11-04 06:51:30+00", "\"+21016-11-04T06:51:30.000000Z\"", NULL},
-	    {PGT_TIMESTAMPTZ, -1, "4714-12-31 23:59:59.999999+00 BC", "\"-4713-12-31T23:59:59.999999Z\"", NULL},
+	    {PGT_TIMESTAMPTZ, -1, "4714-12-31 23:59:59.999999+00 BC", "\"-4713-12-31T23:59:59.999999Z\"",
+	     NULL},
 	    {PGT_TIMESTAMPTZ, -1, "infinity", "\"infinity\"", NULL},
 	    {PGT_TIMESTAMPTZ, 3, "2024-01-02 03:04:05.5+00", "\"2024-01-02T03:04:05.500Z\"", NULL},
 	    {PGT_TIMESTAMPTZ, 0, "2024-01-02 03:04:05+00", "\"2024-01-02T03:04:05Z\"", NULL},
@@ -191,7 +197,8 @@ static void test_types(void)
 	    {PGT_TIMETZ, -1, "00:30:00+05:30", "\"19:00:00Z\"", NULL},
 	    /* interval: it, MicroDuration.durationMicros(1, 2, 3, 4, 5, 6.78, 365.25 / 12) */
 	    {PGT_INTERVAL, -1, "1 year 2 mons 3 days 04:05:06.78", "37091106780000",
-	     "{\"type\":\"int64\",\"optional\":true,\"name\":\"io.debezium.time.MicroDuration\",\"version\":1"},
+	     "{\"type\":\"int64\",\"optional\":true,\"name\":\"io.debezium.time.MicroDuration\",\"version\":"
+	     "1"},
 	    {PGT_INTERVAL, -1, "-1 days +02:03:00", "-79020000000", NULL},
 	    {PGT_INTERVAL, -1, "00:00:00", "0", NULL},
 	    /* bit(1) a boolean, wider bits little-endian bytes: bol2, bv2 ({1, 2, 3}), bvunlimited1 and
@@ -205,18 +212,22 @@ static void test_types(void)
 	     "\"parameters\":{\"length\":\"2147483647\"}"},
 	    {PGT_VARBIT, -1, "111011010001000110000001000000001", "\"AQIj2gE=\"", NULL},
 	    {PGT_BIT, 2, "00", "\"\"", NULL},
-	    {PGT_POINT, -1, "(1,1)", "{\"x\":1.0,\"y\":1.0,\"wkb\":\"AQEAAAAAAAAAAADwPwAAAAAAAPA/\",\"srid\":null}",
+	    {PGT_POINT, -1, "(1,1)",
+	     "{\"x\":1.0,\"y\":1.0,\"wkb\":\"AQEAAAAAAAAAAADwPwAAAAAAAPA/\",\"srid\":null}",
 	     "{\"type\":\"struct\",\"fields\":[{\"type\":\"double\",\"optional\":false,\"field\":\"x\"},"
 	     "{\"type\":\"double\",\"optional\":false,\"field\":\"y\"},{\"type\":\"bytes\",\"optional\":true,"
-	     "\"field\":\"wkb\"},{\"type\":\"int32\",\"optional\":true,\"field\":\"srid\"}],\"optional\":true,"
+	     "\"field\":\"wkb\"},{\"type\":\"int32\",\"optional\":true,\"field\":\"srid\"}],\"optional\":"
+	     "true,"
 	     "\"name\":\"io.debezium.data.geometry.Point\",\"version\":1,\"doc\":\"Geometry (POINT)\""},
-	    {869 /* inet */, -1, "192.168.1.0/24", "\"192.168.1.0/24\"", "{\"type\":\"string\",\"optional\":true"},
+	    {869 /* inet */, -1, "192.168.1.0/24", "\"192.168.1.0/24\"",
+	     "{\"type\":\"string\",\"optional\":true"},
 	    {3904 /* int4range */, -1, "[1,5)", "\"[1,5)\"", NULL},
 	    {99999 /* an extension's type */, -1, "x y", "\"x y\"", "{\"type\":\"string\",\"optional\":true"},
 	    /* arrays, their elements as the element type */
 	    {1007 /* _int4 */, -1, "{1,2,NULL}", "[1,2,null]",
 	     "{\"type\":\"array\",\"items\":{\"type\":\"int32\",\"optional\":true},\"optional\":true"},
-	    {1009 /* _text */, -1, "{a,\"b c\",\"d\\\"e\",NULL,\"NULL\"}", "[\"a\",\"b c\",\"d\\\"e\",null,\"NULL\"]",
+	    {1009 /* _text */, -1, "{a,\"b c\",\"d\\\"e\",NULL,\"NULL\"}",
+	     "[\"a\",\"b c\",\"d\\\"e\",null,\"NULL\"]",
 	     "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"optional\":true},\"optional\":true"},
 	    {1231 /* _numeric */, (10 << 16 | 2) + 4, "{1.50}", "[\"AJY=\"]",
 	     "{\"type\":\"array\",\"items\":{\"type\":\"bytes\",\"optional\":true,"
@@ -238,8 +249,9 @@ static void test_types(void)
 		Cdc__V1__Row *r = row(2, id, col("c", cases[i].oid, cases[i].typmod, cases[i].text));
 		Cdc__V1__Event *e = event(CDC__V1__OP__OP_INSERT, row(1, id), r, NULL);
 		buf want = {0};
-		buf_printf(&want, "{\"before\":null,\"after\":{\"id\":1,\"c\":%s},\"source\":" SOURCE
-				  ",\"transaction\":null,\"op\":\"c\"," NOW,
+		buf_printf(&want,
+			   "{\"before\":null,\"after\":{\"id\":1,\"c\":%s},\"source\":" SOURCE
+			   ",\"transaction\":null,\"op\":\"c\"," NOW,
 			   cases[i].value);
 		const char *got = render(&OPTS, e, DBZ_CREATE, NULL, r);
 		if (strcmp(got, want.data) != 0)
@@ -280,47 +292,50 @@ static void test_envelope_with_schemas(void)
 	buf_printf(&want, row_schema, "before");
 	buf_putc(&want, ',');
 	buf_printf(&want, row_schema, "after");
-	buf_puts(&want,
-		 ",{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"version\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"connector\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"name\"},"
-		 "{\"type\":\"int64\",\"optional\":false,\"field\":\"ts_ms\"},"
-		 "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.data.Enum\",\"version\":1,"
-		 "\"parameters\":{\"allowed\":\"true,first,first_in_data_collection,last_in_data_collection,last,"
-		 "false,incremental\"},\"default\":\"false\",\"field\":\"snapshot\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"db\"},"
-		 "{\"type\":\"string\",\"optional\":true,\"field\":\"sequence\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"schema\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"table\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"txId\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"lsn\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"xmin\"},"
-		 "{\"type\":\"string\",\"optional\":true,\"field\":\"origin\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"origin_lsn\"}],\"optional\":false,"
-		 "\"name\":\"io.debezium.connector.postgresql.Source\",\"version\":1,\"field\":\"source\"},"
-		 "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"id\"},"
-		 "{\"type\":\"int64\",\"optional\":false,\"field\":\"total_order\"},"
-		 "{\"type\":\"int64\",\"optional\":false,\"field\":\"data_collection_order\"}],\"optional\":true,"
-		 "\"name\":\"event.block\",\"version\":1,\"field\":\"transaction\"},"
-		 "{\"type\":\"string\",\"optional\":false,\"field\":\"op\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ms\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
-		 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"}],\"optional\":false,"
-		 "\"name\":\"srv.public.t.Envelope\",\"version\":2},"
-		 "\"payload\":{\"before\":{\"id\":1,\"name\":\"Ann\"},\"after\":{\"id\":1,\"name\":\"Anne\"},"
-		 "\"source\":" SOURCE ",\"transaction\":{\"id\":\"555:24023128\",\"total_order\":3,"
-		 "\"data_collection_order\":2},\"op\":\"u\"," NOW "}");
+	buf_puts(
+	    &want,
+	    ",{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"version\"}"
+	    ","
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"connector\"},"
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"name\"},"
+	    "{\"type\":\"int64\",\"optional\":false,\"field\":\"ts_ms\"},"
+	    "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.data.Enum\",\"version\":1,"
+	    "\"parameters\":{\"allowed\":\"true,first,first_in_data_collection,last_in_data_collection,last,"
+	    "false,incremental\"},\"default\":\"false\",\"field\":\"snapshot\"},"
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"db\"},"
+	    "{\"type\":\"string\",\"optional\":true,\"field\":\"sequence\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"},"
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"schema\"},"
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"table\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"txId\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"lsn\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"xmin\"},"
+	    "{\"type\":\"string\",\"optional\":true,\"field\":\"origin\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"origin_lsn\"}],\"optional\":false,"
+	    "\"name\":\"io.debezium.connector.postgresql.Source\",\"version\":1,\"field\":\"source\"},"
+	    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"id\"},"
+	    "{\"type\":\"int64\",\"optional\":false,\"field\":\"total_order\"},"
+	    "{\"type\":\"int64\",\"optional\":false,\"field\":\"data_collection_order\"}],\"optional\":true,"
+	    "\"name\":\"event.block\",\"version\":1,\"field\":\"transaction\"},"
+	    "{\"type\":\"string\",\"optional\":false,\"field\":\"op\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ms\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
+	    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"}],\"optional\":false,"
+	    "\"name\":\"srv.public.t.Envelope\",\"version\":2},"
+	    "\"payload\":{\"before\":{\"id\":1,\"name\":\"Ann\"},\"after\":{\"id\":1,\"name\":\"Anne\"},"
+	    "\"source\":" SOURCE ",\"transaction\":{\"id\":\"555:24023128\",\"total_order\":3,"
+	    "\"data_collection_order\":2},\"op\":\"u\"," NOW "}");
 	CHECK_STR(render(&o, e, DBZ_UPDATE, before, after), want.data);
 	buf_free(&want);
 
 	/* the key: Key schema, the key columns required */
 	buf k = {0};
 	dbz_key(&k, &S, &o, e, e->key->columns, e->key->n_columns);
-	CHECK_STR(k.data, "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
-			  "\"field\":\"id\"}],\"optional\":false,\"name\":\"srv.public.t.Key\"},"
-			  "\"payload\":{\"id\":1}}");
+	CHECK_STR(k.data,
+		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
+		  "\"field\":\"id\"}],\"optional\":false,\"name\":\"srv.public.t.Key\"},"
+		  "\"payload\":{\"id\":1}}");
 	buf_reset(&k);
 	dbz_key(&k, &S, &OPTS, e, e->key->columns, e->key->n_columns);
 	CHECK_STR(k.data, "{\"id\":1}");
@@ -338,9 +353,10 @@ static void test_names_escaped(void)
 	o.schemas = true;
 	buf k = {0};
 	dbz_key(&k, &S, &o, e, e->key->columns, 1);
-	CHECK_STR(k.data, "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
-			  "\"field\":\"a\\\"b\"}],\"optional\":false,\"name\":\"srv.s\\\\x.t.Key\"},"
-			  "\"payload\":{\"a\\\"b\":1}}");
+	CHECK_STR(k.data,
+		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
+		  "\"field\":\"a\\\"b\"}],\"optional\":false,\"name\":\"srv.s\\\\x.t.Key\"},"
+		  "\"payload\":{\"a\\\"b\":1}}");
 	buf_free(&k);
 	arena_reset(A);
 }
@@ -365,19 +381,21 @@ static void test_ops(void)
 	/* truncate: no rows */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
 	CHECK_STR(render(&OPTS, e, DBZ_TRUNCATE, NULL, NULL),
-		  "{\"before\":null,\"after\":null,\"source\":" SOURCE ",\"transaction\":null,\"op\":\"t\"," NOW);
+		  "{\"before\":null,\"after\":null,\"source\":" SOURCE
+		  ",\"transaction\":null,\"op\":\"t\"," NOW);
 
 	/* a backfill's read: Debezium's incremental snapshot marks it, without txId and lsn */
 	e = event(CDC__V1__OP__OP_READ, key, full, NULL);
 	e->xid = 0;
-	CHECK_STR(render(&OPTS, e, DBZ_READ, NULL, full),
-		  "{\"before\":null,\"after\":{\"id\":7,\"v\":\"x\"},\"source\":{\"version\":\"cdc-" CDC_VERSION
-		  "\",\"connector\":\"postgresql\",\"name\":\"srv\",\"ts_ms\":1559033904863,"
-		  "\"snapshot\":\"incremental\",\"db\":\"postgres\","
-		  "\"sequence\":\"[\\\"24023128\\\",\\\"24023120\\\"]\",\"ts_us\":1559033904863123,"
-		  "\"ts_ns\":1559033904863123000,\"schema\":\"public\",\"table\":\"t\",\"txId\":null,"
-		  "\"lsn\":null,\"xmin\":null,\"origin\":null,\"origin_lsn\":null},\"transaction\":null,"
-		  "\"op\":\"r\"," NOW);
+	CHECK_STR(
+	    render(&OPTS, e, DBZ_READ, NULL, full),
+	    "{\"before\":null,\"after\":{\"id\":7,\"v\":\"x\"},\"source\":{\"version\":\"cdc-" CDC_VERSION
+	    "\",\"connector\":\"postgresql\",\"name\":\"srv\",\"ts_ms\":1559033904863,"
+	    "\"snapshot\":\"incremental\",\"db\":\"postgres\","
+	    "\"sequence\":\"[\\\"24023128\\\",\\\"24023120\\\"]\",\"ts_us\":1559033904863123,"
+	    "\"ts_ns\":1559033904863123000,\"schema\":\"public\",\"table\":\"t\",\"txId\":null,"
+	    "\"lsn\":null,\"xmin\":null,\"origin\":null,\"origin_lsn\":null},\"transaction\":null,"
+	    "\"op\":\"r\"," NOW);
 
 	/* a logical message (MessageValue); a non-transactional one has no txId, and its source time is
 	 * now (commit_time 0) */
@@ -415,20 +433,22 @@ static void test_ops(void)
 static void test_toast(void)
 {
 	Cdc__V1__Column *id = col("id", PGT_INT4, -1, "1");
-	Cdc__V1__Row *after = row(6, id, col("t", PGT_TEXT, -1, TOAST), col("b", PGT_BYTEA, -1, TOAST),
-				  col("a", 1007, -1, TOAST), col("j", PGT_JSONB, -1, TOAST),
-				  col("n", PGT_NUMERIC, -1, TOAST));
+	Cdc__V1__Row *after =
+	    row(6, id, col("t", PGT_TEXT, -1, TOAST), col("b", PGT_BYTEA, -1, TOAST),
+		col("a", 1007, -1, TOAST), col("j", PGT_JSONB, -1, TOAST), col("n", PGT_NUMERIC, -1, TOAST));
 	Cdc__V1__Event *e = event(CDC__V1__OP__OP_UPDATE, row(1, id), after, NULL);
-	CHECK_STR(render(&OPTS, e, DBZ_UPDATE, NULL, after),
-		  "{\"before\":null,\"after\":{\"id\":1,\"t\":\"__debezium_unavailable_value\","
-		  "\"b\":\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\",\"a\":[95,95,100,101,98,101,122,105,117,"
-		  "109,95,117,110,97,118,97,105,108,97,98,108,101,95,118,97,108,117,101],"
-		  "\"j\":\"__debezium_unavailable_value\",\"n\":null},\"source\":" SOURCE
-		  ",\"transaction\":null,\"op\":\"u\"," NOW);
+	CHECK_STR(
+	    render(&OPTS, e, DBZ_UPDATE, NULL, after),
+	    "{\"before\":null,\"after\":{\"id\":1,\"t\":\"__debezium_unavailable_value\","
+	    "\"b\":\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\",\"a\":[95,95,100,101,98,101,122,105,117,"
+	    "109,95,117,110,97,118,97,105,108,97,98,108,101,95,118,97,108,117,101],"
+	    "\"j\":\"__debezium_unavailable_value\",\"n\":null},\"source\":" SOURCE
+	    ",\"transaction\":null,\"op\":\"u\"," NOW);
 	dbz_options omit = OPTS;
 	omit.placeholder = false;
 	CHECK_STR(render(&omit, e, DBZ_UPDATE, NULL, after),
-		  "{\"before\":null,\"after\":{\"id\":1},\"source\":" SOURCE ",\"transaction\":null,\"op\":\"u\"," NOW);
+		  "{\"before\":null,\"after\":{\"id\":1},\"source\":" SOURCE
+		  ",\"transaction\":null,\"op\":\"u\"," NOW);
 	/* REPLICA IDENTITY FULL: the old row has the value */
 	Cdc__V1__Row *before = row(2, id, col("t", PGT_TEXT, -1, "long text"));
 	Cdc__V1__Row *after2 = row(2, id, col("t", PGT_TEXT, -1, TOAST));
@@ -457,10 +477,11 @@ static void test_transaction_records(void)
 			  "{\"data_collection\":\"s2.a\",\"event_count\":1}],\"ts_ms\":1486500577691}");
 	buf_reset(&b);
 	dbz_txn_key(&b, true, 571, 53195832);
-	CHECK_STR(b.data, "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,"
-			  "\"field\":\"id\"}],\"optional\":false,"
-			  "\"name\":\"io.debezium.connector.common.TransactionMetadataKey\",\"version\":1},"
-			  "\"payload\":{\"id\":\"571:53195832\"}}");
+	CHECK_STR(b.data,
+		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,"
+		  "\"field\":\"id\"}],\"optional\":false,"
+		  "\"name\":\"io.debezium.connector.common.TransactionMetadataKey\",\"version\":1},"
+		  "\"payload\":{\"id\":\"571:53195832\"}}");
 	buf_free(&b);
 }
 

@@ -149,7 +149,8 @@ static void test_json(void)
 	kafka_render(&k->base, 0, &e, &out);
 	CHECK_INT(records(&out, &r, rec), 2);
 	CHECK(rec[0].r.key_len == 8 && memcmp(rec[0].key, "{\"id\":2}", 8) == 0);
-	CHECK(rec[1].r.kind == REC_TOMBSTONE && rec[1].r.key_len == 8 && memcmp(rec[1].key, "{\"id\":1}", 8) == 0);
+	CHECK(rec[1].r.kind == REC_TOMBSTONE && rec[1].r.key_len == 8 &&
+	      memcmp(rec[1].key, "{\"id\":1}", 8) == 0);
 	kafka_record_value(k, rec[0].r.kind, rec[0].value, rec[0].r.value_len, &r, &COMMIT, 0, 0);
 	/* the value is the line sink: stdout prints, without its newline */
 	Cdc__V1__Event full = e;

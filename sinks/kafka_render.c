@@ -342,11 +342,12 @@ void kafka_txn_record(kafka_sink *k, kafka_format format, bool end)
 	}
 	char lsn[LSN_STRLEN];
 	lsn_format(k->cur_commit.commit_lsn, lsn);
-	buf_puts(&k->key, lsn);
-	if (format == KAFKA_JSON) {
+	if (format == KAFKA_JSON) { /* keyed by the commit LSN, as text in JSON */
+		json_str(&k->key, lsn);
 		json_transaction(k, &k->value);
 		return;
 	}
+	buf_puts(&k->key, lsn);
 	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
 	t.xid = k->cur_xid;
 	t.commit_lsn = k->cur_commit.commit_lsn;

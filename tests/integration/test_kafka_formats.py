@@ -164,3 +164,68 @@ def test_debezium_fixture(pg, schema, cdc, kafka, path):
     assert not errors, f"{os.path.basename(path)}:\n" + "\n".join(errors) + \
         "\n\nrecords:\n" + "\n".join(json.dumps({k: g[k] for k in ("topic", "key", "value", "headers")})
                                      for g in got)
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+def test_json_value_is_the_stdout_object(pg, schema, cdc, kafka, kafka_reader):
+    """format: json: each value is the object sink: stdout prints for the same change (read here by
+    confluent_kafka, decoded with json.loads), keyed by the key columns' JSON after the change;
+    tombstones as for protobuf."""
+    pg.sql(f"create table {schema}.t (id int primary key, v text, n numeric(10,2), ts timestamptz, "
+           "j jsonb, b bytea)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 2)
+    reader = kafka_reader([topic], group=False)
+    c = cdc(subscriptions=[{"name": "out", "tables": [f"{schema}.t"], "sink": "stdout"},
+                           ksub("k", [f"{schema}.t"], format="json", tombstones=True)],
+            kafka=kafka_section(kafka))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1, 'a', 1.50, '2024-01-02 03:04:05+00', "
+           "'{\"x\": [1, 2]}', '\\x01ff'), (2, 'b', null, null, null, null)")
+    pg.sql(f"update {schema}.t set id = 3, v = 'c' where id = 1")
+    pg.sql(f"delete from {schema}.t where id = 2")
+    stdout = p.wait_events(4)
+    msgs = reader.wait(6, describe=p.describe)
+    assert p.terminate() == 0, p.describe()
+
+    by_id = {(e["commit_lsn"], e["tx_index"]): e for e in stdout}
+    values = [m for m in msgs if not m.is_tombstone]
+    assert len(values) == 4
+    for m in values:
+        got = json.loads(m.value)
+        want = dict(by_id[(got["commit_lsn"], got["tx_index"])], subscription="k")
+        assert list(got) == list(want) and got == want, (got, want)
+        assert m.header("content-type") == "application/json"
+        assert m.header("cdc-op") == got["op"]
+        assert m.header("cdc-subscription") == "k"
+        row = got["new"] or got["old"]
+        assert json.loads(m.key) == {"id": row["id"]}
+    ops = [(json.loads(m.key), None if m.is_tombstone else json.loads(m.value)["op"])
+           for m in sorted(msgs, key=lambda m: (m.partition, m.offset))]
+    # per key, in order: the tombstone right behind the delete, and for the old key after the update
+    assert sorted(ops, key=lambda o: o[0]["id"]) == [
+        ({"id": 1}, "insert"), ({"id": 1}, None), ({"id": 2}, "insert"), ({"id": 2}, "delete"),
+        ({"id": 2}, None), ({"id": 3}, "update")]
+
+
+def test_json_transaction_records(pg, schema, cdc, kafka):
+    """format: json with kafka.transactions_topic: the transaction's record is JSON too."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic, txns = f"cdc.{schema}.t", f"txns.{schema}"
+    for t in (topic, txns):
+        kafka.create_topic(t, 1)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="json")],
+            kafka=kafka_section(kafka, transactions_topic=txns))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1), (2)")
+    events = [decode(m) for m in read_topic(kafka, topic, 2, p.describe)]
+    records = [decode(m) for m in read_topic(kafka, txns, 1, p.describe)]
+    assert p.terminate() == 0, p.describe()
+    e = events[0]["value"]
+    assert len(records) == 1
+    r = records[0]
+    assert r["headers"]["content-type"] == "application/json"
+    assert r["value"] == {"xid": e["xid"], "commit_lsn": e["commit_lsn"], "commit_time": e["commit_time"],
+                          "events": 2, "tables": [{"schema": schema, "table": "t", "events": 2}]}
+    assert r["key"] == e["commit_lsn"]  # the commit LSN as a JSON string

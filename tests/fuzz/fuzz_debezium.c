@@ -8,27 +8,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
-#include "sinks/debezium.h"
+#include "sinks/kafka/debezium.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const uint32_t types[] = {
-    PGT_NUMERIC, PGT_TIMETZ, PGT_INTERVAL, PGT_BIT,	    PGT_VARBIT, PGT_MONEY,	 PGT_POINT,
-    PGT_FLOAT4,	 PGT_FLOAT8, PGT_TIMESTAMPTZ, PGT_TIMESTAMP, PGT_TIME,   PGT_DATE,	 PGT_TEXT,
-    1007 /* _int4 */, 1009 /* _text */, 1231 /* _numeric */, 1185 /* _timestamptz */, 1561 /* _bit */,
-    1270 /* _timetz */, 1001 /* _bytea */, PGT_BYTEA, PGT_JSONB, PGT_UUID};
-static const int32_t mods[] = {-1, 0, 3, 6, 1, 24, (10 << 16 | 2) + 4, (5 << 16 | (-2 & 0x7ff)) + 4,
-			       (1000 << 16 | 1000) + 4};
+static const uint32_t types[] = {PGT_NUMERIC,
+				 PGT_TIMETZ,
+				 PGT_INTERVAL,
+				 PGT_BIT,
+				 PGT_VARBIT,
+				 PGT_MONEY,
+				 PGT_POINT,
+				 PGT_FLOAT4,
+				 PGT_FLOAT8,
+				 PGT_TIMESTAMPTZ,
+				 PGT_TIMESTAMP,
+				 PGT_TIME,
+				 PGT_DATE,
+				 PGT_TEXT,
+				 1007 /* _int4 */,
+				 1009 /* _text */,
+				 1231 /* _numeric */,
+				 1185 /* _timestamptz */,
+				 1561 /* _bit */,
+				 1270 /* _timetz */,
+				 1001 /* _bytea */,
+				 PGT_BYTEA,
+				 PGT_JSONB,
+				 PGT_UUID};
+static const int32_t mods[] = {
+    -1, 0, 3, 6, 1, 24, (10 << 16 | 2) + 4, (5 << 16 | (-2 & 0x7ff)) + 4, (1000 << 16 | 1000) + 4};
 
 static void check_json(const buf *b)
 {
 	json_tokener *tok = json_tokener_new();
 	json_object *o = json_tokener_parse_ex(tok, b->data, (int)b->len);
-	bool ok = json_tokener_get_error(tok) == json_tokener_success && json_object_is_type(o, json_type_object) &&
-		  json_tokener_get_parse_end(tok) == b->len;
+	bool ok = json_tokener_get_error(tok) == json_tokener_success &&
+		  json_object_is_type(o, json_type_object) && json_tokener_get_parse_end(tok) == b->len;
 	json_object_put(o);
 	json_tokener_free(tok);
 	if (!ok || memchr(b->data, '\x01', b->len))
@@ -65,10 +84,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	e.origin = "";
 	e.key = &row;
 	e.new_row = &row;
-	dbz_fill fill = {.commit_lsn = 1, .commit_time = 1, .now = 2, .xid = 3, .total_order = 1, .collection_order = 1};
+	dbz_fill fill = {
+	    .commit_lsn = 1, .commit_time = 1, .now = 2, .xid = 3, .total_order = 1, .collection_order = 1};
 	for (int schemas = 0; schemas < 2; schemas++) {
-		dbz_options o = {.server_name = "srv", .database = "db", .topic = "srv.s.t", .schemas = schemas,
-				 .placeholder = true, .transaction = true};
+		dbz_options o = {.server_name = "srv",
+				 .database = "db",
+				 .topic = "srv.s.t",
+				 .schemas = schemas,
+				 .placeholder = true,
+				 .transaction = true};
 		buf tmpl = {0}, out = {0}, key = {0};
 		dbz_value(&tmpl, &s, &o, &e, DBZ_CREATE, NULL, &row);
 		dbz_complete(&out, tmpl.data, tmpl.len, &fill);

@@ -3,12 +3,12 @@
  * type's value and schema, the envelope of each op with and without schemas, keys, the TOAST
  * placeholders, the marks' filling and the transaction records. Expected values that Debezium's
  * own tests assert are marked with where (AbstractRecordsProducerTest, Debezium 3.6). */
-#include "sinks/debezium.h"
+#include "sinks/kafka/debezium.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
 #include "test.h"

@@ -1,0 +1,179 @@
+/* internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
+ * helpers that produce. kafka_sink.c is the sink (producing, delivery reports, the producer's life);
+ * render.c renders events and transaction records in each format; exactly_once.c is the
+ * exactly-once cycle (kafka.exactly_once). Not for other rooms: they use kafka_sink.h. */
+#ifndef CDC_KAFKA_INTERNAL_H
+#define CDC_KAFKA_INTERNAL_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "decoder/base/ring.h"
+#include "sinks/event_json.h"
+#include "sinks/kafka/debezium.h"
+#include "sinks/kafka/kafka_sink.h"
+
+/* A transaction with messages in flight. */
+typedef struct kafka_txn {
+	uint64_t seq;
+	uint64_t outstanding;
+	int64_t commit_time; /* for the commit-to-delivery latency */
+} kafka_txn;
+
+/* A topic's handle, by name. */
+typedef struct kafka_topic {
+	char *name;
+	rd_kafka_topic_t *rkt;
+} kafka_topic;
+
+typedef dbz_count table_count;
+
+typedef struct kafka_sink {
+	sink base;
+	/* copies of the settings last bound */
+	kafka_sink_settings set;
+	kafka_sub_settings *subs;
+	size_t nsubs;
+	rd_kafka_t *rk;
+	int pipe[2]; /* the main queue's event signal */
+	size_t busy_at, busy_bytes;
+	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
+	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
+	kafka_topic *topics;   /* sorted by name; of rk */
+	size_t ntopics, captopics;
+
+	ring q; /* of kafka_txn, in seq order */
+	uint64_t last_ended;
+
+	bool failed;
+	char failure[1100];
+	kafka_stats stats;
+
+	/* The transaction being delivered, for its transactions_topic records. */
+	uint64_t cur_seq;
+	uint32_t cur_xid;
+	sink_commit cur_commit;
+	kafka_format cur_format; /* of its events (one, with a transactions topic) */
+	bool cur_schemas;	 /* ... and whether with schemas */
+	bool begun;		 /* Debezium's BEGIN record is produced */
+	table_count *tables;
+	size_t ntables, captables;
+	uint64_t cur_events;
+
+	char *database; /* kafka_sink_set_database */
+	/* the renderer's scratch: nothing is allocated per event once they have grown */
+	buf topic, key, prev_key, hdr;
+	dbz_scratch dbz;
+	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
+	buf value;	     /* one message value: rendered head + commit tail */
+	struct kafka_hdr {   /* the commit's header values, of the last message's transaction */
+		bool set;
+		uint64_t commit_lsn;
+		uint32_t xid;
+		char commit[LSN_STRLEN], xid_text[16];
+	} hdr_cache;
+
+	kafka_stream_fn stream_fn; /* kafka_sink_watch_stream */
+	void *stream_ctx;
+
+	/* Exactly once (set.exactly_once). */
+	char tid[256]; /* the producer's transactional.id */
+	buf held;      /* what arrived while a commit was under way (held_hdr, data), in order */
+	struct kafka_eo {
+		bool ready;		/* transactions initialised, position read back */
+		bool open;		/* a Kafka transaction is open */
+		bool committing;	/* its commit is under way: nothing may be produced */
+		bool position_sent;	/* ... and its position record is produced */
+		bool ending;		/* ... and EndTxn is called: it cannot be called back */
+		uint64_t stream;	/* the stream its source transactions came on (stream_fn) */
+		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
+		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
+		uint64_t commit_seq;	/* last_ended when the commit began */
+		uint64_t opened_ms, events;
+		uint64_t woken_ms; /* the brokers' threads last woken (send_now) */
+		/* the newest source transaction in the open Kafka transaction */
+		uint64_t last_seq;
+		sink_commit last;
+		uint32_t last_xid;
+		uint64_t skipped_seq;
+		bool skip_logged;
+		/* per source transaction in the open Kafka transaction: the latency is to its commit */
+		struct eo_source {
+			int64_t commit_time;
+			uint64_t events;
+		} * sources;
+		size_t nsources, capsources;
+	} eo;
+} kafka_sink;
+
+/* The rendered form of an event (sink-private, may be spilled to disk): this header, the topic,
+ * subscription, schema and table, then nrecords Kafka records, each a rendered_record followed by
+ * its key, its value without the commit's fields, and an extra header ("name\0value"). */
+typedef struct rendered {
+	uint32_t topic_len, sub_len, schema_len, table_len;
+	uint32_t xid;
+	uint64_t lsn;
+	uint8_t op, format, nrecords;
+	bool schemas; /* format debezium: with schemas */
+} rendered;
+
+/* What deliver() adds to a record's value: cdc.v1.Event's commit fields (REC_PROTOBUF), the event
+ * JSON's (REC_JSON), Debezium's marks filled (REC_DEBEZIUM); REC_TOMBSTONE has no value. */
+enum { REC_PROTOBUF, REC_JSON, REC_DEBEZIUM, REC_TOMBSTONE };
+typedef struct rendered_record {
+	uint32_t key_len, value_len, header_len;
+	uint8_t kind;
+	bool has_key; /* else a null key (Debezium's truncate) */
+} rendered_record;
+
+/* Exactly once: one delivery (or, with end set, one end_txn) held while a commit is under way. */
+typedef struct held_hdr {
+	uint64_t seq;
+	sink_commit c;
+	uint32_t sub, len;
+	bool end;
+} held_hdr;
+
+void kafka_fail(kafka_sink *k, const char *what, const char *reason);
+/* Produces one message of transaction seq (waiting while librdkafka's queue is full); false after
+ * kafka_fail(). Takes h. */
+bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
+		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
+/* The cdc-* headers of an event (event) or of a record about a transaction, and content_type. */
+rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
+				  bool event, const char *content_type);
+/* The content types of the records in each format. */
+#define CONTENT_TYPE_EVENT "application/x-protobuf; messageType=cdc.v1.Event"
+#define CONTENT_TYPE_TRANSACTION "application/x-protobuf; messageType=cdc.v1.Transaction"
+#define CONTENT_TYPE_JSON "application/json"
+
+/* kafka_render.c. The sink's render(). */
+void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
+/* The value of record kind of an event rendered in format (head: what render() wrote) into
+ * k->value, for transaction c, as the total-th record of the transaction and the nth of its table. */
+void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,
+			const sink_commit *c, uint64_t total, uint64_t nth);
+/* The records of the transactions topic in format: the transaction's one record (protobuf, json),
+ * or Debezium's BEGIN (end false) or END; key and value into k->key and k->value. */
+void kafka_txn_record(kafka_sink *k, kafka_format format, bool end);
+/* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
+bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
+		   uint64_t seq, char *err, size_t errlen);
+void kafka_end_txn(sink *base, uint64_t seq);
+
+/* exactly_once.c. Whether deliveries and ends are held now (a commit is under way, or what it held is
+ * not sent yet). */
+bool kafka_eo_holding(const kafka_sink *k);
+void kafka_eo_hold(kafka_sink *k, const held_hdr *h, const char *data);
+/* Before producing an event of source transaction seq (commit c): false to leave it out (Kafka
+ * holds it, or the sink failed). */
+bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq);
+/* As far as the cycle goes now (from flush(); force at a stop): false with err when a held delivery
+ * failed for good. */
+bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen);
+/* Aborts the open Kafka transaction (its messages are purged). */
+void kafka_eo_abort(kafka_sink *k);
+/* At a stop: false if the open Kafka transaction cannot commit (a source transaction is partly in
+ * it, or the stream is lost) and was aborted. */
+bool kafka_eo_can_finish(kafka_sink *k);
+
+#endif

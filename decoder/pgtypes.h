@@ -34,6 +34,7 @@
 #define PGT_VARBIT 1562
 #define PGT_NUMERIC 1700
 #define PGT_UUID 2950
+#define PGT_TSVECTOR 3614
 #define PGT_JSONB 3802
 
 /* The pg_type.typname of a built-in type ("int4", "_text", ...), or NULL. */

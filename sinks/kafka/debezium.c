@@ -507,6 +507,7 @@ typedef enum dkind {
 	DK_BIT,
 	DK_BITS,
 	DK_POINT,
+	DK_TSVECTOR,
 	DK_ARRAY,
 } dkind;
 
@@ -539,6 +540,7 @@ static const struct {
     [DK_BIT] = {"boolean", NULL},
     [DK_BITS] = {"bytes", "io.debezium.data.Bits"},
     [DK_POINT] = {"struct", "io.debezium.data.geometry.Point"},
+    [DK_TSVECTOR] = {"string", "io.debezium.data.Tsvector"},
     [DK_ARRAY] = {"array", NULL},
 };
 
@@ -626,6 +628,8 @@ static dtype type_of_oid(uint32_t oid, int32_t mod)
 		return p > 1 ? (dtype){DK_BITS, p} : (dtype){DK_BIT};
 	case PGT_POINT:
 		return (dtype){DK_POINT};
+	case PGT_TSVECTOR:
+		return (dtype){DK_TSVECTOR};
 	}
 	if ((elem = pgtypes_element(oid)) && array_known(elem))
 		return (dtype){DK_ARRAY, .elem = elem, .mod = mod};
@@ -782,6 +786,7 @@ static void put_placeholder(buf *b, dtype t)
 	case DK_STRING:
 	case DK_JSON:
 	case DK_XML:
+	case DK_TSVECTOR:
 		LIT(b, "\"" DBZ_PLACEHOLDER "\"");
 		return;
 	case DK_BYTES:
@@ -946,6 +951,7 @@ static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v)
 	case DK_STRING:
 	case DK_XML:
 	case DK_JSON:
+	case DK_TSVECTOR:
 		if (!text_of(v, &text))
 			break;
 		json_str(b, text);

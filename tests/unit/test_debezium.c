@@ -222,6 +222,8 @@ static void test_types(void)
 	    {869 /* inet */, -1, "192.168.1.0/24", "\"192.168.1.0/24\"",
 	     "{\"type\":\"string\",\"optional\":true"},
 	    {3904 /* int4range */, -1, "[1,5)", "\"[1,5)\"", NULL},
+	    {PGT_TSVECTOR, -1, "'a' 'b'", "\"'a' 'b'\"",
+	     "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.data.Tsvector\",\"version\":1"},
 	    {99999 /* an extension's type */, -1, "x y", "\"x y\"", "{\"type\":\"string\",\"optional\":true"},
 	    /* arrays, their elements as the element type */
 	    {1007 /* _int4 */, -1, "{1,2,NULL}", "[1,2,null]",

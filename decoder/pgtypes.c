@@ -5,13 +5,14 @@
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 /* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template):
  *   SELECT oid, typname FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
  * (base, range and multirange types and their array types; pseudo types are left out).
  * Sorted by OID for the binary search below: keep it sorted if you add rows. */
 /* clang-format off */
-static const struct {
+static const struct builtin_type {
 	uint32_t oid;
 	const char *name;
 } builtin_types[] = {
@@ -181,26 +182,26 @@ static const struct {
 };
 /* clang-format on */
 
+/* Both tables are sorted by their first member, an OID. */
+static int by_oid(const void *key, const void *row)
+{
+	uint32_t a = *(const uint32_t *)key, b = *(const uint32_t *)row;
+	return a < b ? -1 : a > b;
+}
+
 const char *pgtypes_builtin_name(uint32_t oid)
 {
-	size_t lo = 0, hi = sizeof(builtin_types) / sizeof(builtin_types[0]);
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (builtin_types[mid].oid == oid)
-			return builtin_types[mid].name;
-		if (builtin_types[mid].oid < oid)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
+	const struct builtin_type *t =
+	    bsearch(&oid, builtin_types, sizeof(builtin_types) / sizeof(*builtin_types),
+		    sizeof(*builtin_types), by_oid);
+	return t ? t->name : NULL;
 }
 
 /* Array types and their element types, from the same cluster:
  *   SELECT oid, typelem FROM pg_type WHERE oid < 10000 AND typcategory = 'A' AND typname LIKE '\_%'
  * ORDER BY oid (int2vector and oidvector, printed without braces, are not arrays here). */
 /* clang-format off */
-static const struct {
+static const struct array_type {
 	uint32_t array, element;
 } array_types[] = {
 	{143, 142}, {199, 114}, {210, 71}, {270, 75}, {271, 5069}, {272, 81}, {273, 83}, {629, 628},
@@ -221,17 +222,9 @@ static const struct {
 
 uint32_t pgtypes_element(uint32_t oid)
 {
-	size_t lo = 0, hi = sizeof(array_types) / sizeof(array_types[0]);
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (array_types[mid].array == oid)
-			return array_types[mid].element;
-		if (array_types[mid].array < oid)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return 0;
+	const struct array_type *t = bsearch(&oid, array_types, sizeof(array_types) / sizeof(*array_types),
+					     sizeof(*array_types), by_oid);
+	return t ? t->element : 0;
 }
 
 /* A varlena type's modifier counts its 4-byte length header (VARHDRSZ). */

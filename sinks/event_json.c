@@ -271,18 +271,7 @@ static bool put_short_decimal(buf *b, double v)
  * "C" LC_NUMERIC locale (cdc never calls setlocale for it). */
 static void put_double(buf *b, double v)
 {
-	if (isnan(v)) {
-		PUT_LIT(b, "\"NaN\"");
-		return;
-	}
-	if (isinf(v)) {
-		if (v > 0)
-			PUT_LIT(b, "\"Infinity\"");
-		else
-			PUT_LIT(b, "\"-Infinity\"");
-		return;
-	}
-	if (put_short_decimal(b, v))
+	if (json_nonfinite(b, v) || put_short_decimal(b, v))
 		return;
 	char tmp[32];
 	int n = 0;

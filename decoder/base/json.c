@@ -2,6 +2,7 @@
  * log lines all write their text through it. */
 #include "decoder/base/json.h"
 
+#include <math.h>
 #include <string.h>
 
 static inline void reserve(buf *b, size_t n)
@@ -137,6 +138,17 @@ void json_base64(buf *b, const uint8_t *d, size_t n)
 	*w++ = '"';
 	b->len = (size_t)(w - b->data);
 	b->data[b->len] = '\0';
+}
+
+bool json_nonfinite(buf *out, double v)
+{
+	if (isnan(v))
+		buf_puts(out, "\"NaN\"");
+	else if (isinf(v))
+		buf_puts(out, v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+	else
+		return false;
+	return true;
 }
 
 void json_boolean(buf *out, bool v)

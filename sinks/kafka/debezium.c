@@ -14,6 +14,7 @@
 #include "decoder/base/json.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
+#include "decoder/text.h"
 #include "sinks/event_json.h"
 
 #define LIT(b, s) buf_append((b), (s), sizeof(s) - 1)
@@ -86,17 +87,8 @@ static void put_java_double(buf *b, double v, bool single)
 {
 	if (single) /* the float a float4 column holds (a text past its range is out of it: infinite) */
 		v = (double)(float)v;
-	if (isnan(v)) {
-		LIT(b, "\"NaN\"");
+	if (json_nonfinite(b, v))
 		return;
-	}
-	if (isinf(v)) {
-		if (v > 0)
-			LIT(b, "\"Infinity\"");
-		else
-			LIT(b, "\"-Infinity\"");
-		return;
-	}
 	if (signbit(v))
 		buf_putc(b, '-');
 	if (v == 0) {
@@ -265,63 +257,14 @@ static void put_variable_decimal(buf *b, dbz_scratch *s, const decimal *d)
 
 /* Text the decoder left for Debezium's types -------------------------------------------------- */
 
-/* A cursor over an unterminated text value. */
-typedef struct cur {
-	const char *p, *end;
-} cur;
-
-static bool eat(cur *c, char ch)
-{
-	if (c->p < c->end && *c->p == ch) {
-		c->p++;
-		return true;
-	}
-	return false;
-}
-
-/* Up to max digits (at least one), into *v. */
-static bool digits(cur *c, int max, int64_t *v, int *n)
-{
-	int k = 0;
-	int64_t x = 0;
-	while (k < max && c->p < c->end && *c->p >= '0' && *c->p <= '9') {
-		x = x * 10 + (*c->p++ - '0');
-		k++;
-	}
-	*v = x;
-	if (n)
-		*n = k;
-	return k > 0;
-}
-
-/* "HH:MM:SS[.ffffff]" into microseconds (hours may have more digits, as in an interval). */
-static bool hms(cur *c, int hour_digits, int64_t *us)
-{
-	int64_t h, m, s, frac = 0;
-	int nf = 0;
-	if (!digits(c, hour_digits, &h, NULL) || !eat(c, ':') || !digits(c, 2, &m, NULL) || !eat(c, ':') ||
-	    !digits(c, 2, &s, NULL))
-		return false;
-	if (eat(c, '.') && !digits(c, 6, &frac, &nf))
-		return false;
-	for (; nf < 6; nf++)
-		frac *= 10;
-	*us = ((h * 60 + m) * 60 + s) * USECS_PER_SEC + frac;
-	return m < 60 && s < 60;
-}
-
 /* timetz ("13:51:30.123+02", "...-05:30:15") as microseconds of the day in UTC. */
 static bool read_timetz(const char *t, size_t n, int64_t *us)
 {
 	cur c = {t, t + n};
-	int64_t tod, oh, om = 0, os = 0;
-	if (!hms(&c, 2, &tod) || c.p == c.end || (*c.p != '+' && *c.p != '-'))
+	int64_t tod, off;
+	if (!cur_hms(&c, 2, &tod) || !cur_offset(&c, &off) || c.p != c.end)
 		return false;
-	int64_t sign = *c.p++ == '-' ? -1 : 1;
-	if (!digits(&c, 2, &oh, NULL) || (eat(&c, ':') && !digits(&c, 2, &om, NULL)) ||
-	    (eat(&c, ':') && !digits(&c, 2, &os, NULL)) || c.p != c.end)
-		return false;
-	int64_t v = (tod - sign * ((oh * 60 + om) * 60 + os) * USECS_PER_SEC) % USECS_PER_DAY;
+	int64_t v = (tod - off) % USECS_PER_DAY;
 	*us = v < 0 ? v + USECS_PER_DAY : v;
 	return true;
 }
@@ -334,20 +277,20 @@ static bool read_interval(const char *t, size_t n, int64_t *us)
 	cur c = {t, t + n};
 	int64_t years = 0, months = 0, days = 0, time = 0;
 	while (c.p < c.end) {
-		bool neg = eat(&c, '-');
+		bool neg = cur_eat(&c, '-');
 		if (!neg)
-			eat(&c, '+');
+			cur_eat(&c, '+');
 		cur at = c;
 		int64_t v;
-		if (!digits(&c, 18, &v, NULL))
+		if (!cur_digits(&c, 1, 18, &v))
 			return false;
 		if (c.p < c.end && *c.p == ':') {
 			c = at;
-			if (!hms(&c, 18, &time))
+			if (!cur_hms(&c, 18, &time))
 				return false;
 			time = neg ? -time : time;
 		} else {
-			if (!eat(&c, ' '))
+			if (!cur_eat(&c, ' '))
 				return false;
 			const char *w = c.p;
 			while (c.p < c.end && *c.p != ' ')
@@ -361,7 +304,7 @@ static bool read_interval(const char *t, size_t n, int64_t *us)
 				return false;
 			*into = neg ? -v : v;
 		}
-		if (c.p < c.end && !eat(&c, ' '))
+		if (c.p < c.end && !cur_eat(&c, ' '))
 			return false;
 	}
 	int64_t whole = time / USECS_PER_SEC, hours = whole / 3600, minutes = whole / 60 % 60;
@@ -428,21 +371,21 @@ static bool read_array(const char *t, size_t n, dbz_scratch *s, size_t *count)
 	buf_reset(&s->elems);
 	buf_reset(&s->spans);
 	*count = 0;
-	if (eat(&c, '[')) {
+	if (cur_eat(&c, '[')) {
 		while (c.p < c.end && *c.p != '=')
 			c.p++;
-		if (!eat(&c, '='))
+		if (!cur_eat(&c, '='))
 			return false;
 	}
-	if (!eat(&c, '{'))
+	if (!cur_eat(&c, '{'))
 		return false;
-	if (eat(&c, '}'))
+	if (cur_eat(&c, '}'))
 		return c.p == c.end;
 	for (;;) {
 		span sp = {s->elems.len, 0};
 		if (c.p < c.end && *c.p == '{')
 			return false; /* another dimension */
-		if (eat(&c, '"')) {
+		if (cur_eat(&c, '"')) {
 			for (;;) {
 				if (c.p == c.end)
 					return false;
@@ -472,9 +415,9 @@ static bool read_array(const char *t, size_t n, dbz_scratch *s, size_t *count)
 			sp.len = (long)(s->elems.len - sp.off);
 		buf_append(&s->spans, &sp, sizeof(sp));
 		(*count)++;
-		if (eat(&c, '}'))
+		if (cur_eat(&c, '}'))
 			return c.p == c.end;
-		if (!eat(&c, ','))
+		if (!cur_eat(&c, ','))
 			return false;
 	}
 }

@@ -146,8 +146,10 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 #define CONTENT_TYPE_TRANSACTION "application/x-protobuf; messageType=cdc.v1.Transaction"
 #define CONTENT_TYPE_JSON "application/json"
 
-/* kafka_render.c. The sink's render(). */
+/* render.c. The sink's render(). */
 void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
+/* Frees what the renderer keeps in k (its scratch buffers, k->value). */
+void kafka_render_free(kafka_sink *k);
 /* The value of record kind of an event rendered in format (head: what render() wrote) into
  * k->value, for transaction c, as the total-th record of the transaction and the nth of its table. */
 void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,

@@ -675,13 +675,7 @@ static void kafka_free(sink *base)
 	tables_clear(k);
 	free(k->tables);
 	ring_free(&k->q);
-	buf_free(&k->value);
-	buf_free(&k->topic);
-	buf_free(&k->key);
-	buf_free(&k->prev_key);
-	buf_free(&k->hdr);
-	dbz_scratch_free(&k->dbz);
-	json_commit_free(&k->jcommit);
+	kafka_render_free(k);
 	free(k->database);
 	free(k->eo.sources);
 	buf_free(&k->held);

@@ -240,6 +240,17 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	memcpy(out->data + at, &r, sizeof(r));
 }
 
+void kafka_render_free(kafka_sink *k)
+{
+	buf_free(&k->topic);
+	buf_free(&k->key);
+	buf_free(&k->prev_key);
+	buf_free(&k->hdr);
+	buf_free(&k->value);
+	dbz_scratch_free(&k->dbz);
+	json_commit_free(&k->jcommit);
+}
+
 /* Completing values ------------------------------------------------------------------------------ */
 
 void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,

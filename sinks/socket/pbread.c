@@ -253,15 +253,12 @@ static bool column_field(reader *r, void *msg, unsigned f, unsigned w)
 		return str(r, w, &c->name);
 	case 2:
 		return u32(r, w, &c->type_oid);
-	case 3:
-		return (c->value = message(r, w, &value_kind)) != NULL;
 	default:
-		c->type_modifier_present_case = CDC__V1__COLUMN__TYPE_MODIFIER_PRESENT_TYPE_MODIFIER;
-		return i32(r, w, &c->type_modifier);
+		return (c->value = message(r, w, &value_kind)) != NULL;
 	}
 }
 static const Cdc__V1__Column column_init = CDC__V1__COLUMN__INIT;
-static const kind column_kind = {sizeof(Cdc__V1__Column), &column_init, 4, 0, column_field};
+static const kind column_kind = {sizeof(Cdc__V1__Column), &column_init, 3, 0, column_field};
 
 static bool row_field(reader *r, void *msg, unsigned f, unsigned w)
 {

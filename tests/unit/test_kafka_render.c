@@ -13,6 +13,16 @@ typedef struct record {
 } record;
 
 /* The records of a rendered event. */
+static size_t records(const buf *out, rendered *r, record *recs);
+
+/* Renders e for k's one subscription into out; its records into r and recs, how many returned. */
+static size_t render(kafka_sink *k, const Cdc__V1__Event *e, buf *out, rendered *r, record *recs)
+{
+	buf_reset(out);
+	kafka_render(&k->base, 0, e, out);
+	return records(out, r, recs);
+}
+
 static size_t records(const buf *out, rendered *r, record *recs)
 {
 	memcpy(r, out->data, sizeof(*r));
@@ -73,14 +83,21 @@ static kafka_sink *sink_with(kafka_sub_settings s)
 
 static void sink_done(kafka_sink *k)
 {
-	buf_free(&k->topic);
-	buf_free(&k->key);
-	buf_free(&k->prev_key);
-	buf_free(&k->hdr);
-	buf_free(&k->value);
-	dbz_scratch_free(&k->dbz);
-	json_commit_free(&k->jcommit);
+	kafka_render_free(k);
 	free(k);
+}
+
+/* An update that moved the row from key 1 to key 2 (the old key's row sent, 'K'). */
+static Cdc__V1__Event key_change(Cdc__V1__Row *key, Cdc__V1__Row *row, Cdc__V1__Row *old)
+{
+	*key = *row = *old = (Cdc__V1__Row)CDC__V1__ROW__INIT;
+	icol(0, "id", 2);
+	icol(1, "id", 1);
+	row->n_columns = 1;
+	row->columns = &pcols[0];
+	key->n_columns = old->n_columns = 1;
+	key->columns = old->columns = &pcols[1];
+	return event(CDC__V1__OP__OP_UPDATE, key, row, old);
 }
 
 static const sink_commit COMMIT = {.commit_lsn = 200, .commit_time = 1700000000000000, .tx_index = 4};
@@ -96,8 +113,7 @@ static void test_protobuf(void)
 	buf out = {0};
 	rendered r;
 	record rec[3];
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 1);
+	CHECK_INT(render(k, &e, &out, &r, rec), 1);
 	CHECK_INT(rec[0].r.kind, REC_PROTOBUF);
 	/* the value completed reads as the event with its commit fields (appended: protobuf merges
 	 * fields in any order, so it packs again to what protobuf-c makes of the whole event) */
@@ -122,9 +138,7 @@ static void test_protobuf(void)
 
 	/* a delete, then its tombstone under the same key */
 	e = event(CDC__V1__OP__OP_DELETE, &key, NULL, &key);
-	buf_reset(&out);
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 2);
+	CHECK_INT(render(k, &e, &out, &r, rec), 2);
 	CHECK_INT(rec[1].r.kind, REC_TOMBSTONE);
 	CHECK(rec[1].r.key_len == rec[0].r.key_len && memcmp(rec[1].key, rec[0].key, rec[0].r.key_len) == 0);
 	buf_free(&out);
@@ -134,20 +148,13 @@ static void test_protobuf(void)
 static void test_json(void)
 {
 	kafka_sink *k = sink_with((kafka_sub_settings){.format = KAFKA_JSON, .tombstones = true});
-	Cdc__V1__Row key = CDC__V1__ROW__INIT, row = CDC__V1__ROW__INIT, old = CDC__V1__ROW__INIT;
-	icol(0, "id", 2);
-	icol(1, "id", 1);
-	row.n_columns = 1;
-	row.columns = &pcols[0];
-	key.n_columns = old.n_columns = 1;
-	key.columns = old.columns = &pcols[1];
+	Cdc__V1__Row key, row, old;
 	/* an update that moved the row from key 1 to key 2: keyed by the new key, a tombstone for the old */
-	Cdc__V1__Event e = event(CDC__V1__OP__OP_UPDATE, &key, &row, &old);
+	Cdc__V1__Event e = key_change(&key, &row, &old);
 	buf out = {0};
 	rendered r;
 	record rec[3];
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 2);
+	CHECK_INT(render(k, &e, &out, &r, rec), 2);
 	CHECK(rec[0].r.key_len == 8 && memcmp(rec[0].key, "{\"id\":2}", 8) == 0);
 	CHECK(rec[1].r.kind == REC_TOMBSTONE && rec[1].r.key_len == 8 &&
 	      memcmp(rec[1].key, "{\"id\":1}", 8) == 0);
@@ -162,9 +169,7 @@ static void test_json(void)
 	CHECK(line.len == k->value.len + 1 && memcmp(line.data, k->value.data, k->value.len) == 0);
 	/* a truncate has no key columns: {} */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
-	buf_reset(&out);
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 1);
+	CHECK_INT(render(k, &e, &out, &r, rec), 1);
 	CHECK(rec[0].r.has_key && rec[0].r.key_len == 2 && memcmp(rec[0].key, "{}", 2) == 0);
 	buf_free(&line);
 	buf_free(&out);
@@ -174,21 +179,14 @@ static void test_json(void)
 static void test_debezium(void)
 {
 	kafka_sink *k = sink_with((kafka_sub_settings){.format = KAFKA_DEBEZIUM, .tombstones = true});
-	Cdc__V1__Row key = CDC__V1__ROW__INIT, row = CDC__V1__ROW__INIT, old = CDC__V1__ROW__INIT;
-	icol(0, "id", 2);
-	icol(1, "id", 1);
-	row.n_columns = 1;
-	row.columns = &pcols[0];
-	key.n_columns = old.n_columns = 1;
-	key.columns = old.columns = &pcols[1];
+	Cdc__V1__Row key, row, old;
 	/* the key changed: a delete of the old key, its tombstone, a create under the new key, each
 	 * naming the other key in a header (RelationalChangeRecordEmitter's primary key update) */
-	Cdc__V1__Event e = event(CDC__V1__OP__OP_UPDATE, &key, &row, &old);
+	Cdc__V1__Event e = key_change(&key, &row, &old);
 	buf out = {0};
 	rendered r;
 	record rec[3];
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 3);
+	CHECK_INT(render(k, &e, &out, &r, rec), 3);
 	CHECK(rec[0].r.kind == REC_DEBEZIUM && memcmp(rec[0].key, "{\"id\":1}", 8) == 0);
 	CHECK(rec[0].r.header_len == 26 && memcmp(rec[0].header, "__debezium.newkey\0{\"id\":2}", 26) == 0);
 	CHECK(strstr(rec[0].value, "\"op\":\"d\"") != NULL);
@@ -201,16 +199,12 @@ static void test_debezium(void)
 
 	/* a truncate: no key */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
-	buf_reset(&out);
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 1);
+	CHECK_INT(render(k, &e, &out, &r, rec), 1);
 	CHECK(!rec[0].r.has_key);
 	/* tombstones: false */
 	k->subs[0].tombstones = false;
 	e = event(CDC__V1__OP__OP_DELETE, &key, NULL, &old);
-	buf_reset(&out);
-	kafka_render(&k->base, 0, &e, &out);
-	CHECK_INT(records(&out, &r, rec), 1);
+	CHECK_INT(render(k, &e, &out, &r, rec), 1);
 	buf_free(&out);
 	sink_done(k);
 }

@@ -441,14 +441,13 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
 	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.sub_len + r.schema_len + r.table_len;
-	if (fixed > len || r.format > KAFKA_DEBEZIUM || r.topic_len >= 256)
+	if (fixed > len || r.format > KAFKA_DEBEZIUM)
 		return errf(err, errlen, "kafka sink: rendered event is corrupt");
 	const char *topic_p = data + sizeof(r), *sub = topic_p + r.topic_len;
 	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *p = table + r.table_len;
 	const char *end = data + len;
 	char topic[256];
-	memcpy(topic, topic_p, r.topic_len);
-	topic[r.topic_len] = '\0';
+	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
 
 	if (k->set.exactly_once && !kafka_eo_admit(k, c, r.xid, seq))
 		return true;

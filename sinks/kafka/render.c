@@ -265,7 +265,7 @@ void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, c
 	case REC_JSON:
 		buf_append(&k->value, head, len);
 		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
-		k->value.len--; /* one object, not a line */
+		k->value.data[--k->value.len] = '\0'; /* one object, not a line */
 		break;
 	case REC_DEBEZIUM:
 		dbz_complete(&k->value, head, len,

@@ -38,14 +38,20 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/ring.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
+	decoder/base/util.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
-	sinks/event_json.c sinks/pbwire.c sinks/pbread.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/kafka_eo.c sinks/kafka_position.c sinks/frame.c sinks/socket_sink.c \
-	sinks/socket_queue.c sinks/socket_conn.c sinks/spool.c \
+	sinks/event_json.c sinks/pbwire.c \
+	sinks/stdout/stdout_sink.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/exactly_once.c sinks/kafka/position.c \
+	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
+	sinks/socket/acked.c sinks/socket/connections.c \
+	cdc/match/predicate.c cdc/match/rules.c \
+	cdc/source/source.c cdc/source/state.c \
+	cdc/pipeline/progress.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c cdc/config/predicate.c \
-	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c \
-	cdc/daemon/sinks_setup.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
+	cdc/config/overlay.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \

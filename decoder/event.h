@@ -5,7 +5,7 @@
 #define CDC_EVENT_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 #include "decoder/pgoutput.h"
 
 /* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,

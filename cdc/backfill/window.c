@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 
 /* Recent commits kept at most; past it the oldest are forgotten and a chunk that might have needed
  * them is read again. */

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "decoder/log.h"
-#include "decoder/util.h"
+#include "decoder/base/log.h"
+#include "decoder/base/util.h"
 
 enum cfg_op {
 	CFG_OP_INSERT = 1 << 0,

@@ -2,7 +2,7 @@
  * (reporting FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
 #include "cdc/config/internal.h"
 
-#include "cdc/config/predicate.h"
+#include "cdc/match/predicate.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -7,9 +7,9 @@
 
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
-#include "decoder/log.h"
-#include "sinks/kafka_sink.h"
-#include "sinks/socket_sink.h"
+#include "decoder/base/log.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/socket/socket_sink.h"
 
 #define PROGRESS_LOG_MS 30000	/* a progress line at most this often while changes flow */
 #define PUBLISH_MS 1000		/* the status socket's figures are this fresh */

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sinks/kafka_sink.h"
-#include "sinks/socket_sink.h"
-#include "sinks/stdout_sink.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/socket/socket_sink.h"
+#include "sinks/stdout/stdout_sink.h"
 
 static const socket_consumers consumers_of[] = {
     [CFG_CONSUMERS_FAILOVER] = SOCKET_FAILOVER,

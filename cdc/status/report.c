@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 /* ---- shared formatting ---- */
 

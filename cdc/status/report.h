@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "cdc/config/config.h"
-#include "decoder/hist.h"
-#include "decoder/util.h"
+#include "decoder/base/hist.h"
+#include "decoder/base/util.h"
 
 /* One subscription. Strings are borrowed for the duration of the call. */
 typedef struct report_sub {

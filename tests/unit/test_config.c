@@ -3,7 +3,7 @@
  * what the key tables decide: defaults by sink, the keys a reload cannot apply, enum names. */
 #include "cdc/config/config.h"
 
-#include "decoder/fsutil.h"
+#include "decoder/base/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -1428,7 +1428,7 @@ static void test_enum_names(void)
 	CHECK_STR(cfg_batch_name(CFG_BATCH_TRANSACTION), "transaction");
 }
 
-/* file_replace (decoder/fsutil.c), which the overlay file is written with. */
+/* file_replace (decoder/base/fsutil.c), which the overlay file is written with. */
 static void test_file_replace(void)
 {
 	char dir[] = "/tmp/test_config_XXXXXX", path[64], got[16] = "", err[256] = "";

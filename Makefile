@@ -74,7 +74,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install man deb clean format
+.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install man deb check-package clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -104,7 +104,7 @@ $(B)/tests/unit/test_%: $(B)/obj/tests/unit/test_%.o $(B)/libcdc.a
 
 # Installs the Debian packages that building and testing need, when any is missing.
 deps:
-	$(Q)deploy/deps.sh build test
+	$(Q)deploy/deps.sh build test package
 
 check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 	$(Q)for t in $^; do $$t || exit 1; done
@@ -141,8 +141,9 @@ probe-kafka-txn: $(B)/tests/kafka_mock
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
-# The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and tsc) and
-# their example workers, against a real PostgreSQL and cdc.
+# The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and its build)
+# and their example workers, against a real PostgreSQL and cdc; and each installed from its package
+# (a wheel and pip into a new virtualenv, npm pack's tarball into a new npm project).
 check-clients: $(B)/cdc
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/clients
 
@@ -204,6 +205,7 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients
+	$(Q)$(MAKE) --no-print-directory check-package
 	$(Q)$(MAKE) --no-print-directory check-fault
 	$(Q)$(MAKE) --no-print-directory check-model
 
@@ -261,6 +263,11 @@ deb:
 		dpkg-buildpackage -us -uc -b > ../build.log 2>&1 || { tail -40 ../build.log >&2; exit 1; }
 	$(Q)lintian --fail-on error,warning --display-info build/deb/cdc_$(VERSION)_$(DEB_ARCH).changes
 	@echo "  DEB     $(DEB)"
+
+# The package as a user meets it (tests/package/test_deb.py): unpacked into a throwaway root (dpkg
+# -x: nothing is installed on this machine), its cdc run, its units verified, its man pages read.
+check-package: deb $(B)/cdc
+	$(Q)CDC_DEB=$(abspath $(DEB)) CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/package
 
 format:
 	clang-format -i $(C_SOURCES)

@@ -7,12 +7,13 @@ set -euo pipefail
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
 	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev clang)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
-# openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources.
+# openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
+# prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
 # tests/package installs the package's files into a throwaway root and checks them as a user meets
 # them: systemd-analyze (systemd), man -l (man-db, groff-base), the Python client in a fresh venv
 # (python3-venv; built with python3-setuptools, python3-wheel and python3-build).
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
-	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format
+	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
 	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.

@@ -1025,3 +1025,11 @@ pred_node pred_node_at(const pred *p, int32_t i)
 			   .s = nd->s,
 			   .len = nd->len};
 }
+
+bool pred_reads_old(const pred *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->nodes[i].kind == N_COL && p->nodes[i].flag)
+			return true;
+	return false;
+}

@@ -63,6 +63,9 @@ typedef struct pred_node {
 	size_t len;
 } pred_node;
 int32_t pred_root(const pred *p);
+/* Whether the predicate reads an old.column anywhere (it then needs the old row of updates and
+ * deletes: REPLICA IDENTITY FULL, unless it reads key columns only). */
+bool pred_reads_old(const pred *p);
 pred_node pred_node_at(const pred *p, int32_t i);
 
 #endif

@@ -4,6 +4,7 @@
  * with their commit fields at its commit. Transactions are numbered in commit order; progress.h
  * turns what the sinks report delivered into a position. */
 #include "cdc/pipeline/pipeline.h"
+#include "decoder/base/bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -86,18 +87,6 @@ bool pipeline_between_txns(const pipeline *p)
  * (backfill_change_encode), reported at the replay, where the change is delivered. */
 #define HOLD_BACKFILL UINT32_MAX
 
-static void put_u32(char *p, uint32_t v)
-{
-	memcpy(p, &v, sizeof(v));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 /* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction;
  * in a held one (c has only tx_index), held by a sink that holds events, else rendered into the
  * change's record. */
@@ -115,9 +104,9 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 		buf_reserve(hold, HOLD_ENTRY);
 		hold->len += HOLD_ENTRY;
 		k->ops->render(k, sub, e, hold);
-		put_u32(hold->data + at, sub);
-		put_u32(hold->data + at + 4, slot);
-		put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		store_u32(hold->data + at, sub);
+		store_u32(hold->data + at + 4, slot);
+		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
 		return true;
 	}
 	p->events++;
@@ -213,9 +202,9 @@ static void report_change(pipeline *p, const txn_info *t, const bf_change *c, bu
 		buf_reserve(hold, HOLD_ENTRY);
 		hold->len += HOLD_ENTRY;
 		backfill_change_encode(c, hold);
-		put_u32(hold->data + at, HOLD_BACKFILL);
-		put_u32(hold->data + at + 4, 0);
-		put_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		store_u32(hold->data + at, HOLD_BACKFILL);
+		store_u32(hold->data + at + 4, 0);
+		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
 		return;
 	}
 	if (t && backfill_watching(p->bf, c->schema, c->table)) {
@@ -452,7 +441,7 @@ static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn ls
 		p->held_xid = t->xid;
 		if (!change_events(p, t, m, lsn, hold, &slots, err, errlen))
 			return false;
-		put_u32(hold->data, slots);
+		store_u32(hold->data, slots);
 		*positions = slots;
 		return true;
 	}
@@ -483,18 +472,18 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t pos = 4; pos < len;) {
 		if (len - pos < HOLD_ENTRY ||
-		    (get_u32(rec + pos) >= p->nsubs && get_u32(rec + pos) != HOLD_BACKFILL) ||
-		    get_u32(rec + pos + 8) > len - pos - HOLD_ENTRY)
+		    (load_u32(rec + pos) >= p->nsubs && load_u32(rec + pos) != HOLD_BACKFILL) ||
+		    load_u32(rec + pos + 8) > len - pos - HOLD_ENTRY)
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
 				    t->xid, pos);
-		uint32_t sub = get_u32(rec + pos), n = get_u32(rec + pos + 8);
+		uint32_t sub = load_u32(rec + pos), n = load_u32(rec + pos + 8);
 		if (sub == HOLD_BACKFILL) {
 			if (!replay_change(p, t, rec + pos + HOLD_ENTRY, n, err, errlen))
 				return false;
 			pos += HOLD_ENTRY + n;
 			continue;
 		}
-		c.tx_index = p->tx_index + get_u32(rec + pos + 4);
+		c.tx_index = p->tx_index + load_u32(rec + pos + 4);
 		sub_state *s = &p->subs[sub];
 		p->events++;
 		s->count.events++;
@@ -504,7 +493,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 			return false;
 		pos += HOLD_ENTRY + n;
 	}
-	p->tx_index += get_u32(rec);
+	p->tx_index += load_u32(rec);
 	return true;
 }
 

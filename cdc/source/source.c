@@ -1,6 +1,7 @@
 /* source.c: the PostgreSQL connections; see source.h. The replication loop follows
  * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
 #include "cdc/source/source.h"
+#include "decoder/base/bytes.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,25 +13,14 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include "cdc/source/pgconn.h"
 #include "decoder/base/log.h"
-
-/* Session settings of the walsender: output functions then produce the text forms that
- * decoder/event.c parses, whatever the server's defaults. */
-#define WALSENDER_OPTIONS                                                                                    \
-	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c "             \
-	"bytea_output=hex"
-
-/* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
-#define SECRET_MIN 4
-#define MAX_SECRETS 8
-#define SECRET_MASK "********" /* as check-config masks them */
 
 struct source {
 	char *dsn, *slot, *publication;
 	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
 	 * quotes back. */
-	char *secrets[MAX_SECRETS];
-	size_t nsecrets;
+	pg_secrets secrets;
 	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
 	cfg_strlist publish;
@@ -50,56 +40,16 @@ struct source {
 	bool batching;	     /* source_batch */
 };
 
-static void add_secret(source *s, const char *v)
-{
-	if (v && strlen(v) >= SECRET_MIN && s->nsecrets < MAX_SECRETS)
-		s->secrets[s->nsecrets++] = xstrdup(v);
-}
-
-/* The password-like values of a connection string, and of a dbname that is one itself. */
-static void collect_secrets(source *s, const char *dsn, int depth)
-{
-	PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
-	if (!opts)
-		return;
-	for (PQconninfoOption *o = opts; o->keyword; o++) {
-		if (!o->val)
-			continue;
-		if (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0)
-			add_secret(s, o->val);
-		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strchr(o->val, '='))
-			collect_secrets(s, o->val, 1);
-		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strstr(o->val, "://"))
-			collect_secrets(s, o->val, 1);
-	}
-	PQconninfoFree(opts);
-}
-
 void source_redact(const source *s, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < s->nsecrets; i++) {
-		const char *secret = s->secrets[i], *p = err, *at;
-		if (!strstr(err, secret))
-			continue;
-		/* one pass into a copy: a mask that contains the secret is not searched again */
-		buf out = {0};
-		while ((at = strstr(p, secret))) {
-			buf_append(&out, p, (size_t)(at - p));
-			buf_puts(&out, SECRET_MASK);
-			p = at + strlen(secret);
-		}
-		buf_puts(&out, p);
-		snprintf(err, errlen, "%s", out.data);
-		buf_free(&out);
-	}
+	pg_redact(&s->secrets, err, errlen);
 }
 
 source *source_new(const cfg *c)
 {
 	source *s = xcalloc(1, sizeof(*s));
 	s->dsn = xstrdup(c->source.dsn);
-	collect_secrets(s, s->dsn, 0);
-	add_secret(s, getenv("PGPASSWORD"));
+	pg_secrets_init(&s->secrets, s->dsn);
 	s->slot = xstrdup(c->source.slot);
 	s->publication = xstrdup(c->source.publication);
 	s->create = c->source.create;
@@ -140,118 +90,21 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->full_identity.n; i++)
 		free(s->full_identity.v[i]);
 	free(s->full_identity.v);
-	for (size_t i = 0; i < s->nsecrets; i++)
-		free(s->secrets[i]);
+	pg_secrets_free(&s->secrets);
 	free(s->dsn);
 	free(s->slot);
 	free(s->publication);
 	free(s);
 }
 
-/* What to do about a failed connection, for the failures whose fix is in source.dsn. */
-static const char *connect_hint(const char *msg)
-{
-	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
-		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they "
-		       "are; with "
-		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the "
-		       "server's "
-		       "certificate, and verify-full also needs the host name to match it)";
-	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
-		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
-	return "";
-}
-
-/* The user's connection string, with what cdc needs added: replication mode, walsender session
- * settings appended to the user's options, a default connect_timeout and application name.
- * Everything else (TLS, passwords, PG* variables, .pgpass) passes through to libpq untouched. */
+/* An ordinary or a replication connection with source.dsn. */
 static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 {
-	char *perr = NULL;
-	PQconninfoOption *opts = PQconninfoParse(s->dsn, &perr);
-	if (!opts) {
-		/* libpq quotes the part it could not parse, or a whole URI, password included: the
-		 * message comes from the masked string instead. */
-		PQfreemem(perr);
-		perr = NULL;
-		char *masked = cfg_mask_dsn(s->dsn);
-		PQconninfoOption *again = PQconninfoParse(masked, &perr);
-		errf(err, errlen, "source.dsn is not a valid connection string: %.*s",
-		     perr ? (int)strcspn(perr, "\n") : 0, perr ? perr : "");
-		if (!perr)
-			errf(
-			    err, errlen,
-			    "source.dsn is not a valid connection string (check the quoting of its password: "
-			    "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
-		PQconninfoFree(again);
-		PQfreemem(perr);
-		free(masked);
-		s->dsn_invalid = true;
-		return NULL;
-	}
-	size_t n = 0;
-	for (PQconninfoOption *o = opts; o->keyword; o++)
-		n++;
-	const char **keys = xcalloc(n + 5, sizeof(char *));
-	const char **vals = xcalloc(n + 5, sizeof(char *));
-	size_t k = 0;
-	const char *user_options = getenv("PGOPTIONS");
-	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
-	for (PQconninfoOption *o = opts; o->keyword; o++) {
-		if (!o->val)
-			continue;
-		if (strcmp(o->keyword, "options") == 0) {
-			user_options = o->val;
-			continue;
-		}
-		if (strcmp(o->keyword, "replication") == 0)
-			continue;
-		if (strcmp(o->keyword, "connect_timeout") == 0)
-			has_timeout = true;
-		keys[k] = o->keyword;
-		vals[k++] = o->val;
-	}
-	buf options = {0};
-	if (user_options && *user_options)
-		buf_printf(&options, "%s ", user_options);
-	if (replication)
-		buf_puts(&options, WALSENDER_OPTIONS);
-	if (options.len) {
-		keys[k] = "options";
-		vals[k++] = options.data;
-	}
-	if (replication) {
-		keys[k] = "replication";
-		vals[k++] = "database";
-	}
-	if (!has_timeout) {
-		keys[k] = "connect_timeout";
-		vals[k++] = "10";
-	}
-	keys[k] = "fallback_application_name";
-	vals[k++] = "cdc";
-	keys[k] = NULL;
-	vals[k] = NULL;
-	PGconn *conn = PQconnectdbParams(keys, vals, 0);
-	buf_free(&options);
-	free(keys);
-	free(vals);
-	PQconninfoFree(opts);
-	if (PQstatus(conn) != CONNECTION_OK) {
-		char *msg = PQerrorMessage(conn);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg,
-		     connect_hint(msg));
-		PQfinish(conn);
-		return NULL;
-	}
+	bool invalid = false;
+	PGconn *conn =
+	    pg_connect(s->dsn, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
+	s->dsn_invalid |= invalid;
 	return conn;
-}
-
-static const char *one_line(const char *msg)
-{
-	static char line[512];
-	snprintf(line, sizeof(line), "%.*s", (int)strcspn(msg, "\n"), msg);
-	return line;
 }
 
 /* A failed query: transient if the connection is gone or the object is busy, else fatal. */
@@ -259,7 +112,7 @@ static source_result query_failed(PGconn *conn, PGresult *res, const char *what,
 {
 	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's: before PQclear */
-	errf(err, errlen, "%s failed: %s", what, one_line(PQerrorMessage(conn)));
+	errf(err, errlen, "%s failed: %s", what, pg_one_line(PQerrorMessage(conn)));
 	PQclear(res);
 	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
 }
@@ -279,68 +132,6 @@ static bool created_meanwhile(const PGresult *res)
 	return sqlstate && (strcmp(sqlstate, "42710") == 0 || strcmp(sqlstate, "23505") == 0);
 }
 
-/* s between quote characters q, each q inside doubled: an SQL identifier ('"'), an SQL or
- * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
-static void append_quoted(buf *b, const char *s, char q)
-{
-	buf_putc(b, q);
-	for (; *s; s++) {
-		if (*s == q)
-			buf_putc(b, q);
-		buf_putc(b, *s);
-	}
-	buf_putc(b, q);
-}
-
-static void append_ident(buf *b, PGconn *conn, const char *name)
-{
-	char *q = PQescapeIdentifier(conn, name, strlen(name));
-	if (q)
-		buf_puts(b, q);
-	else
-		append_quoted(b, name, '"'); /* not valid in the client encoding: the server will say so */
-	PQfreemem(q);
-}
-
-/* Appends "TABLE a.b, c.d" / "TABLES IN SCHEMA s" items for one publish pattern. A plain
- * "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables created later are published too;
- * other patterns are expanded against the tables that exist now. */
-static source_result publish_items(source *s, const char *pattern, buf *sql, bool *first, char *err,
-				   size_t errlen)
-{
-	size_t schema_len =
-	    strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
-	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 &&
-	    PQserverVersion(s->admin) >= 150000) {
-		buf_puts(sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
-		char schema[64];
-		snprintf(schema, sizeof(schema), "%.*s", (int)schema_len, pattern);
-		append_ident(sql, s->admin, schema);
-		*first = false;
-		return SOURCE_OK;
-	}
-	PGresult *res =
-	    PQexec(s->admin, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
-			     "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
-	int matched = 0;
-	for (int i = 0; i < PQntuples(res); i++) {
-		if (!cfg_table_match(pattern, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)))
-			continue;
-		buf_puts(sql, *first ? " FOR TABLE " : ", TABLE ");
-		append_ident(sql, s->admin, PQgetvalue(res, i, 0));
-		buf_putc(sql, '.');
-		append_ident(sql, s->admin, PQgetvalue(res, i, 1));
-		*first = false;
-		matched++;
-	}
-	PQclear(res);
-	if (!matched)
-		log_warn("source.publish pattern matches no table yet", "pattern=%s", pattern);
-	return SOURCE_OK;
-}
-
 static source_result ensure_publication(source *s, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
@@ -354,7 +145,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		return SOURCE_OK;
 	if (!s->create) {
 		buf q = {0};
-		append_quoted(&q, s->publication, '"');
+		pg_append_quoted(&q, s->publication, '"');
 		errf(err, errlen,
 		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set "
 		     "source.create: true",
@@ -362,39 +153,26 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		buf_free(&q);
 		return SOURCE_FATAL;
 	}
-	buf sql = {0};
-	buf_puts(&sql, "CREATE PUBLICATION ");
-	append_ident(&sql, s->admin, s->publication);
-	bool first = true, all = false;
+	pg_publication_plan plan;
+	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, &plan, err, errlen)) {
+		pg_publication_plan_free(&plan);
+		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
+	}
+	for (size_t i = 0; i < plan.no_match.n; i++)
+		log_warn("source.publish pattern matches no table yet", "pattern=%s", plan.no_match.v[i]);
 	source_result r = SOURCE_OK;
-	for (size_t i = 0; i < s->publish.n && r == SOURCE_OK; i++) {
-		const char *p = s->publish.v[i];
-		if (strcmp(p, "*.*") == 0)
-			all = true;
-		else
-			r = publish_items(s, p, &sql, &first, err, errlen);
+	res = PQexec(s->admin, plan.sql.data);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
+		PQclear(res);
+		log_info("publication created by another process meanwhile; using it", "publication=%s",
+			 s->publication);
+	} else if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		r = query_failed(s->admin, res, "creating the publication", err, errlen);
+	else {
+		PQclear(res);
+		log_info("created publication", "publication=%s sql=\"%s\"", s->publication, plan.sql.data);
 	}
-	if (r == SOURCE_OK) {
-		if (all) {
-			buf_reset(&sql);
-			buf_puts(&sql, "CREATE PUBLICATION ");
-			append_ident(&sql, s->admin, s->publication);
-			buf_puts(&sql, " FOR ALL TABLES");
-		}
-		res = PQexec(s->admin, sql.data);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
-			PQclear(res);
-			log_info("publication created by another process meanwhile; using it",
-				 "publication=%s", s->publication);
-		} else if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			r = query_failed(s->admin, res, "creating the publication", err, errlen);
-		else {
-			PQclear(res);
-			log_info("created publication", "publication=%s sql=\"%s\"", s->publication,
-				 sql.data);
-		}
-	}
-	buf_free(&sql);
+	pg_publication_plan_free(&plan);
 	return r;
 }
 
@@ -419,9 +197,9 @@ static source_result check_identities(source *s, char *err, size_t errlen)
 					    PQgetvalue(res, i, 1))) {
 				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
 				buf q = {0};
-				append_quoted(&q, PQgetvalue(res, i, 0), '"');
+				pg_append_quoted(&q, PQgetvalue(res, i, 0), '"');
 				buf_putc(&q, '.');
-				append_quoted(&q, PQgetvalue(res, i, 1), '"');
+				pg_append_quoted(&q, PQgetvalue(res, i, 1), '"');
 				errf(err, errlen,
 				     "subscription %s uses changed: on table %s, whose replica identity does "
 				     "not send "
@@ -467,43 +245,22 @@ static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, s
 	return SOURCE_OK;
 }
 
-typedef struct slot_row {
-	bool exists;
-	char plugin[64], type[16], database[128], wal_status[16];
-	uint64_t confirmed_flush;
-	int active_pid;
-} slot_row;
+typedef pg_slot_row slot_row;
 
 static source_result read_slot(source *s, slot_row *row, char *err, size_t errlen)
 {
 	const char *params[] = {s->slot};
-	PGresult *res = exec_params(s->admin,
-				    "SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), "
-				    "coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'), "
-				    "coalesce(active_pid, 0), current_database() "
-				    "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-				    1, params);
+	PGresult *res = exec_params(s->admin, pg_slot_sql, 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the replication slot", err, errlen);
-	memset(row, 0, sizeof(*row));
-	row->exists = PQntuples(res) > 0;
-	if (row->exists) {
-		snprintf(row->plugin, sizeof(row->plugin), "%s", PQgetvalue(res, 0, 0));
-		snprintf(row->type, sizeof(row->type), "%s", PQgetvalue(res, 0, 1));
-		snprintf(row->database, sizeof(row->database), "%s", PQgetvalue(res, 0, 2));
-		snprintf(row->wal_status, sizeof(row->wal_status), "%s", PQgetvalue(res, 0, 3));
-		if (!lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
-			row->confirmed_flush = 0;
-		row->active_pid = atoi(PQgetvalue(res, 0, 5));
-		if (strcmp(row->database, PQgetvalue(res, 0, 6)) != 0 && strcmp(row->type, "logical") == 0) {
-			errf(err, errlen,
-			     "replication slot %s belongs to database %s, but source.dsn connects to %s",
-			     s->slot, row->database, PQgetvalue(res, 0, 6));
-			PQclear(res);
-			return SOURCE_FATAL;
-		}
-	}
+	pg_slot_parse(res, row);
 	PQclear(res);
+	if (row->exists && strcmp(row->database, row->current_database) != 0 &&
+	    strcmp(row->type, "logical") == 0) {
+		errf(err, errlen, "replication slot %s belongs to database %s, but source.dsn connects to %s",
+		     s->slot, row->database, row->current_database);
+		return SOURCE_FATAL;
+	}
 	return SOURCE_OK;
 }
 
@@ -613,7 +370,7 @@ static source_result identify(source *s, state *st, bool have_st, char *err, siz
 static source_result start_replication(source *s, uint64_t start, char *err, size_t errlen)
 {
 	int v = PQserverVersion(s->repl);
-	s->proto.proto_version = v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
+	s->proto.proto_version = pg_protocol_for(v);
 	s->proto.stream_abort_info = s->proto.proto_version >= 4;
 	char lsn[LSN_STRLEN];
 	lsn_format(start, lsn);
@@ -621,11 +378,11 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	 * literal holding a list of identifiers that pgoutput splits at commas, so the publication is
 	 * quoted twice: as an identifier ("" for a quote), then as a literal ('' for a quote). */
 	buf pubs = {0}, sql = {0};
-	append_quoted(&pubs, s->publication, '"');
+	pg_append_quoted(&pubs, s->publication, '"');
 	buf_puts(&sql, "START_REPLICATION SLOT ");
-	append_quoted(&sql, s->slot, '"');
+	pg_append_quoted(&sql, s->slot, '"');
 	buf_printf(&sql, " LOGICAL %s (proto_version '%d', publication_names ", lsn, s->proto.proto_version);
-	append_quoted(&sql, pubs.data, '\'');
+	pg_append_quoted(&sql, pubs.data, '\'');
 	buf_free(&pubs);
 	if (s->proto.proto_version >= 2)
 		buf_printf(&sql, ", messages 'true', streaming '%s'",
@@ -737,20 +494,6 @@ const pgo_options *source_protocol(const source *s)
 	return &s->proto;
 }
 
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
 /* The walsender decodes each change with the catalog as of that change: a publication created
  * after the slot's position does not exist there yet, and every start fails the same way. */
 static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
@@ -767,7 +510,7 @@ static bool publication_newer(source *s, const PGresult *res, char *err, size_t 
 	     "and backfill every subscription (the changes in between arrive as reads of the rows as "
 	     "they are now); or drop the slot and remove state_dir/position to start afresh; or, if "
 	     "nothing else needs them, move the slot yourself past the publication's creation",
-	     one_line(msg), s->slot);
+	     pg_one_line(msg), s->slot);
 	source_redact(s, err, errlen);
 	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
 	return true;
@@ -775,7 +518,7 @@ static bool publication_newer(source *s, const PGresult *res, char *err, size_t 
 
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
 {
-	errf(err, errlen, "replication connection lost (%s): %s", what, one_line(PQerrorMessage(s->repl)));
+	errf(err, errlen, "replication connection lost (%s): %s", what, pg_one_line(PQerrorMessage(s->repl)));
 	source_redact(s, err, errlen);
 	return SOURCE_RETRY;
 }
@@ -822,9 +565,9 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 		const uint8_t *p = (const uint8_t *)msg;
 		bool ok;
 		if (p[0] == 'w' && n >= 25) {
-			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_u64(p + 1), err, errlen);
+			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_be64(p + 1), err, errlen);
 		} else if (p[0] == 'k' && n >= 18) {
-			ok = h->keepalive(h->ctx, get_u64(p + 1), p[17] != 0, err, errlen);
+			ok = h->keepalive(h->ctx, get_be64(p + 1), p[17] != 0, err, errlen);
 		} else {
 			ok = errf(err, errlen,
 				  "unexpected replication message '%c' of %d bytes from the server",
@@ -844,11 +587,11 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 	int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec - PGO_EPOCH_OFFSET_US;
 	uint8_t m[34];
 	m[0] = 'r';
-	put_u64(m + 1, write_lsn);	/* received and written */
-	put_u64(m + 9, flush_lsn);	/* delivered to every sink that wants it: the slot may move here */
-	put_u64(m + 17, flush_lsn);	/* applied: the same as flushed, cdc applies nothing itself */
-	put_u64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
-	m[33] = reply ? 1 : 0;		/* ask for an immediate keepalive back */
+	put_be64(m + 1, write_lsn);	 /* received and written */
+	put_be64(m + 9, flush_lsn);	 /* delivered to every sink that wants it: the slot may move here */
+	put_be64(m + 17, flush_lsn);	 /* applied: the same as flushed, cdc applies nothing itself */
+	put_be64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
+	m[33] = reply ? 1 : 0;		 /* ask for an immediate keepalive back */
 	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
 		return lost(s, "write", err, errlen);
 	return SOURCE_OK;
@@ -868,17 +611,21 @@ static void admin_result(source *s, PGresult *res)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
 			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
 			     "pg_logical_emit_message(boolean, text, text))",
-			     one_line(PQresultErrorMessage(res)));
+			     pg_one_line(PQresultErrorMessage(res)));
 		return;
 	}
 	s->health = (source_slot_health){0};
-	if (!ok || PQntuples(res) != 1)
+	if (!ok)
+		return;
+	pg_slot_row row;
+	pg_slot_parse(res, &row);
+	if (!row.exists)
 		return; /* no such slot any more: streaming will say so */
 	s->health.known = true;
-	snprintf(s->health.wal_status, sizeof(s->health.wal_status), "%s", PQgetvalue(res, 0, 0));
-	s->health.safe_wal_size_known = !PQgetisnull(res, 0, 1);
-	s->health.safe_wal_size = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-	s->health.max_keep_size = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+	snprintf(s->health.wal_status, sizeof(s->health.wal_status), "%s", row.wal_status);
+	s->health.safe_wal_size_known = row.safe_wal_size_known;
+	s->health.safe_wal_size = row.safe_wal_size;
+	s->health.max_keep_size = row.max_keep_size;
 }
 
 /* Sends a query on the ordinary connection without waiting, after collecting the answer of the
@@ -895,7 +642,7 @@ static bool admin_send(source *s, int kind, const char *sql, int nparams, const 
 	}
 	if (s->admin_busy != ADMIN_IDLE) {
 		if (!PQconsumeInput(s->admin))
-			return errf(err, errlen, "%s", one_line(PQerrorMessage(s->admin)));
+			return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
 		if (PQisBusy(s->admin))
 			return true; /* still running: do not pile up */
 		PGresult *res;
@@ -906,7 +653,7 @@ static bool admin_send(source *s, int kind, const char *sql, int nparams, const 
 		s->admin_busy = ADMIN_IDLE;
 	}
 	if (!PQsendQueryParams(s->admin, sql, nparams, NULL, params, NULL, NULL, 0))
-		return errf(err, errlen, "%s", one_line(PQerrorMessage(s->admin)));
+		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
 	s->admin_busy = kind;
 	*sent = true;
 	return true;
@@ -935,11 +682,7 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 {
 	bool sent;
 	const char *params[] = {s->slot};
-	bool ok = admin_send(s, ADMIN_HEALTH,
-			     "SELECT wal_status, safe_wal_size, "
-			     "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')) "
-			     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-			     1, params, &sent, err, errlen);
+	bool ok = admin_send(s, ADMIN_HEALTH, pg_slot_sql, 1, params, &sent, err, errlen);
 	*h = s->health;
 	if (!ok)
 		source_redact(s, err, errlen);

@@ -2,15 +2,14 @@
 #include "cdc/source/state.h"
 
 #include "decoder/base/fsutil.h"
+#include "decoder/base/worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,116 +94,82 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 
 struct state_writer {
 	char *dir;
-	int efd; /* readable when a write is back */
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	/* under mu */
+	worker *w;
+	/* under the worker's lock */
 	state next, done;
-	bool posted, busy, have_done, failed, stop;
+	bool have_done, failed;
 	char err[512];
 };
 
-static void *writer_main(void *arg)
+/* On the worker: writes the latest state posted, and records what is durable or why not. */
+static void write_latest(void *arg)
 {
-	state_writer *w = arg;
-	pthread_mutex_lock(&w->mu);
-	for (;;) {
-		while (!w->posted && !w->stop)
-			pthread_cond_wait(&w->cv, &w->mu);
-		if (!w->posted)
-			break;
-		state st = w->next;
-		w->posted = false;
-		w->busy = true;
-		pthread_mutex_unlock(&w->mu);
-		char err[512];
-		bool ok = state_write(w->dir, &st, err, sizeof(err));
-		pthread_mutex_lock(&w->mu);
-		w->busy = false;
-		if (ok) {
-			w->done = st;
-			w->have_done = true;
-		} else if (!w->failed) {
-			w->failed = true;
-			memcpy(w->err, err, sizeof(err));
-		}
-		pthread_cond_broadcast(&w->cv);
-		efd_signal(w->efd);
+	state_writer *sw = arg;
+	worker_lock(sw->w);
+	state st = sw->next;
+	worker_unlock(sw->w);
+	char err[512];
+	bool ok = state_write(sw->dir, &st, err, sizeof(err));
+	worker_lock(sw->w);
+	if (ok) {
+		sw->done = st;
+		sw->have_done = true;
+	} else if (!sw->failed) {
+		sw->failed = true;
+		memcpy(sw->err, err, sizeof(err));
 	}
-	pthread_mutex_unlock(&w->mu);
-	return NULL;
+	worker_unlock(sw->w);
 }
 
 state_writer *state_writer_new(const char *dir, char *err, size_t errlen)
 {
-	state_writer *w = xcalloc(1, sizeof(*w));
-	w->dir = xstrdup(dir);
-	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	int e = w->efd < 0 ? errno : pthread_create(&w->thread, NULL, writer_main, w);
-	if (e) {
-		errf(err, errlen, "cannot start the thread that records the position: %s", strerror(e));
-		if (w->efd >= 0)
-			close(w->efd);
-		free(w->dir);
-		free(w);
+	state_writer *sw = xcalloc(1, sizeof(*sw));
+	sw->dir = xstrdup(dir);
+	if (!(sw->w = worker_new("records the position", write_latest, sw, err, errlen))) {
+		free(sw->dir);
+		free(sw);
 		return NULL;
 	}
-	return w;
+	return sw;
 }
 
-void state_writer_free(state_writer *w)
+void state_writer_free(state_writer *sw)
 {
-	if (!w)
+	if (!sw)
 		return;
-	pthread_mutex_lock(&w->mu);
-	w->stop = true;
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	pthread_join(w->thread, NULL);
-	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
-	close(w->efd);
-	free(w->dir);
-	free(w);
+	worker_free(sw->w);
+	free(sw->dir);
+	free(sw);
 }
 
-int state_writer_fd(const state_writer *w)
+int state_writer_fd(const state_writer *sw)
 {
-	return w->efd;
+	return worker_fd(sw->w);
 }
 
-void state_writer_post(state_writer *w, const state *st)
+void state_writer_post(state_writer *sw, const state *st)
 {
-	pthread_mutex_lock(&w->mu);
-	w->next = *st;
-	w->posted = true;
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	worker_lock(sw->w);
+	sw->next = *st;
+	worker_unlock(sw->w);
+	worker_kick(sw->w);
 }
 
-bool state_writer_durable(state_writer *w, state *st, bool *found, char *err, size_t errlen)
+bool state_writer_durable(state_writer *sw, state *st, bool *found, char *err, size_t errlen)
 {
-	uint64_t n;
-	while (read(w->efd, &n, sizeof(n)) == (ssize_t)sizeof(n))
-		;
-	pthread_mutex_lock(&w->mu);
-	bool ok = !w->failed;
+	worker_clear(sw->w);
+	worker_lock(sw->w);
+	bool ok = !sw->failed;
 	if (!ok)
-		errf(err, errlen, "%s", w->err);
-	*found = w->have_done;
-	if (w->have_done)
-		*st = w->done;
-	pthread_mutex_unlock(&w->mu);
+		errf(err, errlen, "%s", sw->err);
+	*found = sw->have_done;
+	if (sw->have_done)
+		*st = sw->done;
+	worker_unlock(sw->w);
 	return ok;
 }
 
-void state_writer_wait(state_writer *w)
+void state_writer_wait(state_writer *sw)
 {
-	pthread_mutex_lock(&w->mu);
-	while (w->posted || w->busy)
-		pthread_cond_wait(&w->cv, &w->mu);
-	pthread_mutex_unlock(&w->mu);
+	worker_wait(sw->w);
 }

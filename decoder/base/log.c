@@ -13,7 +13,8 @@
 
 static log_level min_level = LOG_LEVEL_INFO;
 static log_format out_format = LOG_FORMAT_TEXT;
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
+#define LEVEL_NAME(v, name) name,
+static const char *const level_names[] = {LOG_LEVELS(LEVEL_NAME)};
 
 void log_setup(log_level level, log_format format)
 {

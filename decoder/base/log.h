@@ -7,7 +7,15 @@
 
 #include "decoder/base/util.h"
 
-typedef enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR } log_level;
+/* The levels and their names: the one list that log lines and the configuration's log.level spell
+ * them from (X(value, name) for each). */
+#define LOG_LEVELS(X)                                                                                        \
+	X(LOG_LEVEL_DEBUG, "debug")                                                                          \
+	X(LOG_LEVEL_INFO, "info")                                                                            \
+	X(LOG_LEVEL_WARN, "warn")                                                                            \
+	X(LOG_LEVEL_ERROR, "error")
+#define LOG_LEVEL_ENUM(v, name) v,
+typedef enum log_level { LOG_LEVELS(LOG_LEVEL_ENUM) } log_level;
 typedef enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON } log_format;
 
 void log_setup(log_level level, log_format format);

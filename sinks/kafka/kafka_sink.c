@@ -3,11 +3,14 @@
  * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
  * count of unacknowledged messages. */
 #include "sinks/kafka/internal.h"
+#include "sinks/kafka/probe.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+
+#include "decoder/event.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,26 +47,22 @@ static const kafka_property transactional_defaults[] = {
     {"transaction.timeout.ms", "600000"},
 };
 
-/* ---- small helpers ---- */
-
-static const char *op_header(int op)
+const char *kafka_producer_setting(const kafka_sink_settings *set, const char *key)
 {
-	switch (op) {
-	case CDC__V1__OP__OP_INSERT:
-		return "insert";
-	case CDC__V1__OP__OP_UPDATE:
-		return "update";
-	case CDC__V1__OP__OP_DELETE:
-		return "delete";
-	case CDC__V1__OP__OP_TRUNCATE:
-		return "truncate";
-	case CDC__V1__OP__OP_MESSAGE:
-		return "message";
-	case CDC__V1__OP__OP_READ:
-		return "read";
-	}
-	return "unknown";
+	for (size_t i = set->nproperties; i-- > 0;)
+		if (strcmp(set->properties[i].key, key) == 0)
+			return set->properties[i].value;
+	for (size_t i = 0;
+	     set->exactly_once && i < sizeof(transactional_defaults) / sizeof(*transactional_defaults); i++)
+		if (strcmp(transactional_defaults[i].key, key) == 0)
+			return transactional_defaults[i].value;
+	for (size_t i = 0; i < sizeof(producer_defaults) / sizeof(*producer_defaults); i++)
+		if (strcmp(producer_defaults[i].key, key) == 0)
+			return producer_defaults[i].value;
+	return NULL;
 }
+
+/* ---- small helpers ---- */
 
 /* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
 static void put_topic_part(buf *b, const char *s)
@@ -76,7 +75,8 @@ static void put_topic_part(buf *b, const char *s)
 	}
 }
 
-static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
+void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
+		      const char *subscription, const char *tag)
 {
 	static const struct {
 		const char *name;
@@ -91,11 +91,7 @@ static void expand_topic(buf *b, const char *tmpl, const Cdc__V1__Event *e)
 			buf_putc(b, *tmpl++);
 			continue;
 		}
-		const char *v = i == 0	 ? e->schema
-				: i == 1 ? e->table
-				: i == 2 ? e->subscription
-				: e->tag ? e->tag
-					 : "";
+		const char *v = i == 0 ? schema : i == 1 ? table : i == 2 ? subscription : tag ? tag : "";
 		put_topic_part(b, v);
 		tmpl += vars[i].len;
 	}
@@ -258,33 +254,24 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
 
 /* ---- producer lifecycle ---- */
 
-static bool set(rd_kafka_conf_t *conf, const char *key, const char *value, char *err, size_t errlen)
-{
-	char why[512];
-	if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
-		return true;
-	/* The value is not repeated: it may be a secret. */
-	return errf(err, errlen, "kafka property %s: %s", key, why);
-}
-
 static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 {
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	/* cdc's defaults first; kafka.properties override them. */
-	bool ok = set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
+	bool ok = kafka_conf_set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
 	for (size_t i = 0; ok && i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++)
-		ok = set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
+		ok = kafka_conf_set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
 	if (k->set.exactly_once) {
-		ok = ok && set(conf, "transactional.id", k->set.transactional_id, err, errlen);
+		ok = ok && kafka_conf_set(conf, "transactional.id", k->set.transactional_id, err, errlen);
 		for (size_t i = 0;
 		     ok && i < sizeof(transactional_defaults) / sizeof(transactional_defaults[0]); i++)
-			ok = set(conf, transactional_defaults[i].key, transactional_defaults[i].value, err,
-				 errlen);
+			ok = kafka_conf_set(conf, transactional_defaults[i].key,
+					    transactional_defaults[i].value, err, errlen);
 	}
 	bool gapless_set = false;
 	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
-		ok = set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
+		ok = kafka_conf_set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
 		gapless_set |= strcmp(k->set.properties[i].key, "enable.gapless.guarantee") == 0;
 	}
 	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
@@ -297,7 +284,7 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	if (ok && !gapless_set && !k->set.exactly_once &&
 	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
 	    strcmp(idem, "true") == 0) {
-		ok = set(conf, "enable.gapless.guarantee", "true", err, errlen);
+		ok = kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen);
 		k->own_gapless = true;
 	}
 	if (!ok) {
@@ -366,7 +353,8 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 	kafka_sink *k = (kafka_sink *)base;
 	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : NULL;
 	buf topic = {0};
-	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
+	kafka_topic_name(&topic, s && s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
+			 e->subscription, e->tag);
 
 	/* The message is keyed by the row's key after the change, so a compacted topic holds each
 	 * row under its current key; an update that changed the key also tombstones the old one. */
@@ -458,7 +446,8 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 	if (event) {
 		char lsn[LSN_STRLEN];
 		lsn_format(r->lsn, lsn);
-		rd_kafka_header_add(h, "cdc-op", -1, op_header(r->op), -1);
+		const char *op = evt_op_name((Cdc__V1__Op)r->op);
+		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
 	}

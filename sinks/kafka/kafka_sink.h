@@ -30,6 +30,17 @@ typedef struct kafka_sink_settings {
 	uint64_t commit_events;	      /* ... unless it holds this many events (0: no limit) */
 } kafka_sink_settings;
 
+/* A subscription's topic when it names none. */
+#define KAFKA_DEFAULT_TOPIC "cdc.{schema}.{table}"
+
+/* The topic of a change: tmpl with {schema} {table} {subscription} {tag} replaced, every byte Kafka
+ * does not allow in a topic name ([A-Za-z0-9._-]) of those replaced by '_'. tag may be NULL. */
+void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
+		      const char *subscription, const char *tag);
+/* The value the producer gets for a librdkafka property: kafka.properties', else cdc's default (with
+ * exactly_once, its transactional ones too), else NULL (librdkafka's own default). */
+const char *kafka_producer_setting(const kafka_sink_settings *set, const char *key);
+
 /* One subscription, at the index render() and deliver() receive. */
 typedef struct kafka_sub_settings {
 	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */

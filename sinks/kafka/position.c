@@ -9,16 +9,7 @@
 #include "cdc/v1/event.pb-c.h"
 #include "decoder/base/log.h"
 #include "decoder/base/util.h"
-
-/* The properties a consumer needs to reach the same brokers as the producer. */
-static bool connection_property(const char *key)
-{
-	static const char *const prefixes[] = {"security.", "ssl.", "sasl.", "socket.", "broker."};
-	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-		if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0)
-			return true;
-	return false;
-}
+#include "sinks/kafka/probe.h"
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *text)
 {
@@ -27,36 +18,25 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
 		log_warn("kafka client", "facility=%s message=\"%s\"", fac, text);
 }
 
-static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, char *err, size_t errlen)
-{
-	char why[512];
-	if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
-		return true;
-	return errf(err, errlen, "kafka property %s: %s", key, why); /* not the value: it may be a secret */
-}
-
 static rd_kafka_t *consumer_new(const char *brokers, const kafka_property *properties, size_t n,
 				const char *key, char *err, size_t errlen)
 {
 	char why[512], group[300];
 	snprintf(group, sizeof(group), "%s.position", key);
 	const kafka_property fixed[] = {
-	    {"bootstrap.servers", brokers},
 	    {"group.id", group},
 	    {"enable.auto.commit", "false"},
 	    {"isolation.level", "read_committed"},
 	    {"enable.partition.eof", "true"},
-	    {"client.id", "cdc-position"},
 	    /* the end of the partition is known at the first answer, not after the broker's wait */
 	    {"fetch.wait.max.ms", "10"},
 	};
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_t *conf = kafka_client_conf(brokers, properties, n, "cdc-position", err, errlen);
+	if (!conf)
+		return NULL;
 	bool ok = true;
 	for (size_t i = 0; ok && i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		ok = conf_set(conf, fixed[i].key, fixed[i].value, err, errlen);
-	for (size_t i = 0; ok && i < n; i++)
-		if (connection_property(properties[i].key))
-			ok = conf_set(conf, properties[i].key, properties[i].value, err, errlen);
+		ok = kafka_conf_set(conf, fixed[i].key, fixed[i].value, err, errlen);
 	if (!ok) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;

@@ -1,6 +1,7 @@
 /* acked.c: the delivery state of one queue of the socket sink (a subscription's events or its
  * dead letters): the window of per-offset state, dispatch to the attached consumers (fair windows for
  * shared and key_shared), acks, Nacks and Progress, ack timeouts, redelivery, dead letters, retention. */
+#include "decoder/base/bytes.h"
 #include "sinks/socket/internal.h"
 
 #include <event2/buffer.h>
@@ -238,8 +239,7 @@ static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *dead
 		return true;
 	if (r->len < DEAD_HEADER)
 		return false;
-	size_t n = (size_t)r->data[1] | (size_t)r->data[2] << 8 | (size_t)r->data[3] << 16 |
-		   (size_t)r->data[4] << 24;
+	size_t n = get_le32((const uint8_t *)r->data + 1);
 	if (n > r->len - DEAD_HEADER)
 		return false;
 	*dead = r->data + DEAD_HEADER;
@@ -325,8 +325,8 @@ static void push_delivery(socket_sink *s, queue *q, consumer *c)
 		q->drop_from = q->drop_to = 0;
 	}
 	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
-	uint8_t hdr[FRAME_HEADER] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-				     (uint8_t)len};
+	uint8_t hdr[FRAME_HEADER];
+	frame_put_header(hdr, len);
 	buf_reset(&s->scratch);
 	buf_append(&s->scratch, hdr, sizeof(hdr));
 	pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
@@ -500,7 +500,8 @@ static void dead_record(buf *out, const spool_record *r, uint64_t off, const slo
 	d.reason = (char *)back_reason(sl);
 	d.dead_time = wall_ms() * 1000;
 	uint32_t n = (uint32_t)cdc__v1__dead_letter__get_packed_size(&d);
-	uint8_t hdr[DEAD_HEADER] = {0, (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+	uint8_t hdr[DEAD_HEADER] = {0};
+	put_le32(hdr + 1, n);
 	buf_reset(out);
 	buf_append(out, hdr, sizeof(hdr));
 	buf_reserve(out, n);

@@ -270,9 +270,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX, &msg,
 					    &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_MORE) {
-			const uint8_t *h = evbuffer_pullup(in, FRAME_HEADER);
-			size_t whole = FRAME_HEADER +
-				       ((size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3]);
+			size_t whole = frame_size(evbuffer_pullup(in, FRAME_HEADER));
 			if (avail < whole)
 				break;
 			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg, &msglen,

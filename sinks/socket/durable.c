@@ -2,6 +2,7 @@
  * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
  * the tick timer; the queues' delivery state is in acked.c, the connections in connections.c
  * (their shared structs: internal.h). */
+#include "decoder/base/bytes.h"
 #include "sinks/socket/socket_sink.h"
 
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,13 +22,6 @@
 #define TICK_MS 100
 #define TRIM_EVERY_MS 1000
 #define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
-
-static uint32_t get_u32(const void *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
 
 /* Timer: ack timeouts, heartbeats, retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -206,7 +199,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
 	pb_put_commit(&s->scratch, c);
 	uint64_t off;
-	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, get_u32(rendered), s->scratch.data,
+	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, load_u32(rendered), s->scratch.data,
 			  s->scratch.len, wall_ms(), &off, err, errlen))
 		return false;
 	sub->have_last = true;
@@ -302,7 +295,7 @@ static bool socket_hold(sink *base, uint32_t idx, uint32_t xid, uint32_t tx_inde
 		h->subs[i] = sub;
 		h->nfiles++;
 	}
-	return spool_held_append(h->files[i], tx_index, get_u32(rendered), rendered + RENDER_HEADER,
+	return spool_held_append(h->files[i], tx_index, load_u32(rendered), rendered + RENDER_HEADER,
 				 len - RENDER_HEADER, wall_ms(), err, errlen);
 }
 
@@ -380,27 +373,12 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 
 /* Group commit off the event loop ---------------------------------------------------------- */
 
-/* The syncer thread: runs each batch's fsyncs, then says so through the eventfd. */
-static void *syncer_main(void *arg)
+/* On the syncer's worker: a batch's fsyncs (the loop leaves the batch alone while it is busy). */
+static void run_batch(void *arg)
 {
 	struct syncer *y = arg;
-	pthread_mutex_lock(&y->mu);
-	for (;;) {
-		while (!y->go && !y->stop)
-			pthread_cond_wait(&y->cv, &y->mu);
-		if (!y->go)
-			break;
-		y->go = false;
-		pthread_mutex_unlock(&y->mu);
-		for (size_t i = 0; i < y->n; i++)
-			spool_sync_run(&y->jobs[i]);
-		pthread_mutex_lock(&y->mu);
-		y->done = true;
-		pthread_cond_broadcast(&y->cv);
-		efd_signal(y->efd);
-	}
-	pthread_mutex_unlock(&y->mu);
-	return NULL;
+	for (size_t i = 0; i < y->n; i++)
+		spool_sync_run(&y->jobs[i]);
 }
 
 /* The batch is back: its spools' events up to where it began are visible (and dispatched), its
@@ -408,9 +386,6 @@ static void *syncer_main(void *arg)
 static void sync_finish(socket_sink *s)
 {
 	struct syncer *y = &s->sync;
-	pthread_mutex_lock(&y->mu);
-	y->done = false;
-	pthread_mutex_unlock(&y->mu);
 	y->busy = false;
 	for (size_t i = 0; i < y->n; i++) {
 		if (!spool_sync_end(y->subs[i]->q.sp, &y->jobs[i], y->err, sizeof(y->err)))
@@ -436,13 +411,9 @@ static void on_synced(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	socket_sink *s = arg;
 	struct syncer *y = &s->sync;
-	uint64_t n;
-	if (read(fd, &n, sizeof(n)) != (ssize_t)sizeof(n))
-		return;
-	pthread_mutex_lock(&y->mu);
-	bool done = y->done;
-	pthread_mutex_unlock(&y->mu);
-	if (!y->busy || !done)
+	(void)fd;
+	worker_clear(y->w);
+	if (!y->busy || !worker_idle(y->w))
 		return; /* sync_wait took that batch already; this one is not back yet */
 	sync_finish(s);
 	if (s->durable)
@@ -455,10 +426,7 @@ static void sync_wait(socket_sink *s)
 	struct syncer *y = &s->sync;
 	if (!y->busy)
 		return;
-	pthread_mutex_lock(&y->mu);
-	while (!y->done)
-		pthread_cond_wait(&y->cv, &y->mu);
-	pthread_mutex_unlock(&y->mu);
+	worker_wait(y->w);
 	sync_finish(s);
 }
 
@@ -492,10 +460,7 @@ static bool sync_start(socket_sink *s, char *err, size_t errlen)
 	y->ended = s->ended_seq;
 	y->runs = s->nruns;
 	y->busy = true;
-	pthread_mutex_lock(&y->mu);
-	y->go = true;
-	pthread_cond_signal(&y->cv);
-	pthread_mutex_unlock(&y->mu);
+	worker_kick(y->w);
 	return true;
 }
 
@@ -526,37 +491,22 @@ static bool socket_finish(sink *base, int timeout_ms)
 static bool syncer_start(socket_sink *s, char *err, size_t errlen)
 {
 	struct syncer *y = &s->sync;
-	pthread_mutex_init(&y->mu, NULL);
-	pthread_cond_init(&y->cv, NULL);
-	if ((y->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
-		return errf(err, errlen, "socket sink: eventfd: %s", strerror(errno));
-	y->ev = event_new(s->evb, y->efd, EV_READ | EV_PERSIST, on_synced, s);
+	if (!(y->w = worker_new("syncs the spools", run_batch, y, err, errlen)))
+		return false;
+	y->ev = event_new(s->evb, worker_fd(y->w), EV_READ | EV_PERSIST, on_synced, s);
 	if (!y->ev || event_add(y->ev, NULL) != 0)
-		return errf(err, errlen, "socket sink: cannot watch its eventfd");
-	int rc = pthread_create(&y->thread, NULL, syncer_main, y);
-	if (rc != 0)
-		return errf(err, errlen, "socket sink: cannot start its fsync thread: %s", strerror(rc));
-	y->started = true;
+		return errf(err, errlen, "socket sink: cannot watch its syncer's eventfd");
 	return true;
 }
 
 static void syncer_stop(socket_sink *s)
 {
 	struct syncer *y = &s->sync;
-	if (y->started) {
+	if (y->w)
 		sync_wait(s);
-		pthread_mutex_lock(&y->mu);
-		y->stop = true;
-		pthread_cond_signal(&y->cv);
-		pthread_mutex_unlock(&y->mu);
-		pthread_join(y->thread, NULL);
-	}
 	if (y->ev)
 		event_free(y->ev);
-	if (y->efd >= 0)
-		close(y->efd);
-	pthread_mutex_destroy(&y->mu);
-	pthread_cond_destroy(&y->cv);
+	worker_free(y->w);
 	free(y->subs);
 	free(y->jobs);
 }
@@ -632,7 +582,6 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 		      char *err, size_t errlen)
 {
 	socket_sink *s = xcalloc(1, sizeof(*s));
-	s->sync.efd = -1;
 	s->base.ops = &socket_ops;
 	s->state_dir = xstrdup(settings->state_dir);
 	s->first_frame_timeout_ms = settings->first_frame_timeout_ms;

@@ -3,18 +3,29 @@
  * is checked field by field so the socket sink only ever sees well-formed requests. */
 #include <string.h>
 
+#include "decoder/base/bytes.h"
 #include "sinks/socket/frame.h"
 #include "sinks/socket/pbread.h"
 
 #define NAME_MAX_BYTES 255     /* subscription and consumer names */
 #define ACK_MAX_OFFSETS 65536u /* bounds the work one Ack can ask of the server */
 
+void frame_put_header(uint8_t *hdr, size_t n)
+{
+	put_be32(hdr, (uint32_t)n);
+}
+
+size_t frame_size(const uint8_t *hdr)
+{
+	return FRAME_HEADER + (size_t)get_be32(hdr);
+}
+
 frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
 			size_t *consumed, char *err, size_t errlen)
 {
 	if (len < FRAME_HEADER)
 		return FRAME_MORE;
-	uint32_t n = (uint32_t)data[0] << 24 | (uint32_t)data[1] << 16 | (uint32_t)data[2] << 8 | data[3];
+	uint32_t n = get_be32(data);
 	/* Checked before waiting for the body: a peer must not make us buffer more than max. */
 	if (n > max) {
 		errf(err, errlen, "frame of %u bytes is over the %u MiB limit", n, max >> 20);
@@ -158,10 +169,7 @@ static void put_frame(buf *out, const ProtobufCMessage *msg)
 	size_t n = protobuf_c_message_get_packed_size(msg);
 	buf_reserve(out, FRAME_HEADER + n);
 	uint8_t *p = (uint8_t *)out->data + out->len;
-	p[0] = (uint8_t)(n >> 24);
-	p[1] = (uint8_t)(n >> 16);
-	p[2] = (uint8_t)(n >> 8);
-	p[3] = (uint8_t)n;
+	frame_put_header(p, n);
 	protobuf_c_message_pack(msg, p + FRAME_HEADER);
 	out->len += FRAME_HEADER + n;
 	out->data[out->len] = '\0';

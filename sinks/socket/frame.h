@@ -28,6 +28,11 @@ frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uin
 #define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay: an hour at most */
 #define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
 
+/* The FRAME_HEADER bytes before a message of n bytes (n at most FRAME_SERVER_MAX). */
+void frame_put_header(uint8_t *hdr, size_t n);
+/* The whole size of the frame whose first FRAME_HEADER bytes are hdr. */
+size_t frame_size(const uint8_t *hdr);
+
 /* Decodes and validates a client's message: exactly one kind set; Subscribe with a subscription
  * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack, Nack and Progress with
  * 1..65536 offsets, none 0; a Nack's delay and reason within the limits above. NULL with err naming

@@ -15,6 +15,7 @@
 #include "cdc/v1/subscriber.pb-c.h"
 #include "decoder/base/hist.h"
 #include "decoder/base/util.h"
+#include "decoder/base/worker.h"
 #include "sinks/sink.h"
 #include "sinks/socket/socket_sink.h"
 #include "sinks/socket/spool.h"
@@ -125,13 +126,8 @@ struct socket_sink {
 	 * run on the syncer thread; their events become visible, and their transactions delivered,
 	 * when it is back. */
 	struct syncer {
-		pthread_t thread;
-		bool started;
-		pthread_mutex_t mu;
-		pthread_cond_t cv;
-		bool go, done, stop; /* under mu: a batch to run, a batch run, the thread to end */
-		int efd;	     /* eventfd: the syncer's "done" on the loop */
-		struct event *ev;
+		worker *w;	  /* runs a batch's fsyncs */
+		struct event *ev; /* the worker's eventfd: a batch is back */
 		/* the batch in flight (the loop leaves it alone meanwhile) */
 		bool busy;
 		size_t n, cap;

@@ -4,6 +4,7 @@
  * A held transaction's file ("held-<xid>") is written in the records of a segment and renamed into
  * place at its commit. */
 #include "sinks/socket/spool.h"
+#include "decoder/base/bytes.h"
 
 #include "decoder/base/fsutil.h"
 
@@ -114,31 +115,6 @@ struct spool {
 
 /* ---- encoding ---- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* CRC-32C over bytes, continuing from crc as it is inside the loop (not inverted): the table
  * version, or the SSE4.2 instruction where the CPU has it (a fifth of the socket path's CPU went to
  * checksumming byte by byte). Chosen by spool_open, which the daemon calls from its main thread. */
@@ -204,15 +180,15 @@ static void rec_encode(uint8_t *p, const rec_hdr *h, const void *payload)
 	p[0] = REC_MAGIC;
 	p[1] = h->type;
 	p[2] = p[3] = 0;
-	put32(p + 8, h->len);
-	put64(p + 12, h->offset);
-	put64(p + 20, h->commit_lsn);
-	put32(p + 28, h->tx_index);
-	put32(p + 32, h->key_hash);
-	put64(p + 36, (uint64_t)h->time_ms);
+	put_le32(p + 8, h->len);
+	put_le64(p + 12, h->offset);
+	put_le64(p + 20, h->commit_lsn);
+	put_le32(p + 28, h->tx_index);
+	put_le32(p + 32, h->key_hash);
+	put_le64(p + 36, (uint64_t)h->time_ms);
 	if (h->len)
 		memcpy(p + REC_HDR, payload, h->len);
-	put32(p + 4, rec_crc(p, p + REC_HDR, h->len));
+	put_le32(p + 4, rec_crc(p, p + REC_HDR, h->len));
 }
 
 /* Header fields only; NULL if sane, else what is wrong. The CRC is checked once the payload is in. */
@@ -223,12 +199,12 @@ static const char *rec_decode(const uint8_t *p, rec_hdr *h)
 	if (p[1] < REC_EVENT || p[1] > REC_TXN || p[2] || p[3])
 		return "bad record type";
 	h->type = p[1];
-	h->len = get32(p + 8);
-	h->offset = get64(p + 12);
-	h->commit_lsn = get64(p + 20);
-	h->tx_index = get32(p + 28);
-	h->key_hash = get32(p + 32);
-	h->time_ms = (int64_t)get64(p + 36);
+	h->len = get_le32(p + 8);
+	h->offset = get_le64(p + 12);
+	h->commit_lsn = get_le64(p + 20);
+	h->tx_index = get_le32(p + 28);
+	h->key_hash = get_le32(p + 32);
+	h->time_ms = (int64_t)get_le64(p + 36);
 	if (h->len > REC_MAX_LEN || ((h->type == REC_MARK || h->type == REC_TXN) && h->len))
 		return "bad payload length";
 	return NULL;
@@ -447,7 +423,7 @@ static int rec_at(spool *s, reader *r, const seg *sg, uint64_t pos, rec_hdr *h, 
 		*why = "truncated record";
 		return got;
 	}
-	if (get32(p + 4) != rec_crc(p, p + REC_HDR, h->len)) {
+	if (get_le32(p + 4) != rec_crc(p, p + REC_HDR, h->len)) {
 		*why = "checksum mismatch";
 		return 0;
 	}
@@ -521,11 +497,11 @@ static bool cursor_write(spool *s, char *err, size_t errlen)
 {
 	uint8_t slot[CURSOR_SLOT] = {0};
 	s->cseq++;
-	put64(slot, s->cseq);
-	put64(slot + 8, s->acked);
-	put64(slot + 16, s->first);
-	put64(slot + 24, s->dropped);
-	put32(slot + 32, crc32c(0, slot, 32));
+	put_le64(slot, s->cseq);
+	put_le64(slot + 8, s->acked);
+	put_le64(slot + 16, s->first);
+	put_le64(slot + 24, s->dropped);
+	put_le32(slot + 32, crc32c(0, slot, 32));
 	off_t at = (off_t)(s->cseq & 1) * CURSOR_SLOT;
 	if (pwrite(s->cfd, slot, sizeof(slot), at) != (ssize_t)sizeof(slot))
 		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot write: %s", s->dir,
@@ -550,15 +526,15 @@ static bool cursor_open(spool *s, bool *found, char *err, size_t errlen)
 	*found = false;
 	for (int i = 0; i < 2; i++) {
 		const uint8_t *p = d + i * CURSOR_SLOT;
-		if ((i + 1) * CURSOR_SLOT > n || get32(p + 32) != crc32c(0, p, 32) || get64(p) == 0)
+		if ((i + 1) * CURSOR_SLOT > n || get_le32(p + 32) != crc32c(0, p, 32) || get_le64(p) == 0)
 			continue;
-		if (*found && get64(p) < s->cseq)
+		if (*found && get_le64(p) < s->cseq)
 			continue;
 		*found = true;
-		s->cseq = get64(p);
-		s->acked = get64(p + 8);
-		s->first = get64(p + 16);
-		s->dropped = get64(p + 24);
+		s->cseq = get_le64(p);
+		s->acked = get_le64(p + 8);
+		s->first = get_le64(p + 16);
+		s->dropped = get_le64(p + 24);
 	}
 	return true;
 }
@@ -901,10 +877,10 @@ static void counts_prune(spool *s)
 static void counts_put(buf *out, uint64_t from, uint32_t n, uint32_t count)
 {
 	uint8_t r[COUNTS_REC] = {0};
-	put64(r, from);
-	put32(r + 8, n);
-	put32(r + 12, count);
-	put32(r + 20, crc32c(0, r, 20));
+	put_le64(r, from);
+	put_le32(r + 8, n);
+	put_le32(r + 12, count);
+	put_le32(r + 20, crc32c(0, r, 20));
 	buf_append(out, r, sizeof(r));
 }
 
@@ -946,10 +922,10 @@ static bool counts_open(spool *s, char *err, size_t errlen)
 	size_t good = 0;
 	for (; ok && good + COUNTS_REC <= (size_t)st.st_size; good += COUNTS_REC) {
 		const uint8_t *r = d + good;
-		if (get32(r + 16) || get32(r + 20) != crc32c(0, r, 20))
+		if (get_le32(r + 16) || get_le32(r + 20) != crc32c(0, r, 20))
 			break;
-		uint64_t from = get64(r);
-		uint32_t n = get32(r + 8), count = get32(r + 12);
+		uint64_t from = get_le64(r);
+		uint32_t n = get_le32(r + 8), count = get_le32(r + 12);
 		/* only what the spool holds: a count for an offset it never had is noise */
 		for (uint64_t o = from; o - from < n && o < s->next; o++)
 			counts_set(s, o, count);
@@ -970,10 +946,10 @@ void spool_note_delivery(spool *s, uint64_t offset, uint32_t count)
 	buf *o = &s->dc_out;
 	if (o->len) {
 		uint8_t *last = (uint8_t *)o->data + o->len - COUNTS_REC;
-		uint32_t n = get32(last + 8);
-		if (get64(last) + n == offset && get32(last + 12) == count) {
-			put32(last + 8, n + 1);
-			put32(last + 20, crc32c(0, last, 20));
+		uint32_t n = get_le32(last + 8);
+		if (get_le64(last) + n == offset && get_le32(last + 12) == count) {
+			put_le32(last + 8, n + 1);
+			put_le32(last + 20, crc32c(0, last, 20));
 			return;
 		}
 	}

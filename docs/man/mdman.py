@@ -7,9 +7,10 @@ The first line names the page: `# cdc(1) -- what it is`. Then `## SECTION` and `
 paragraphs (a line ending in a backslash breaks there); `* term:` with its description indented
 below (a tagged paragraph); `- item` lists; ``` fenced blocks, shown as they are; tables (a row per
 tagged paragraph: the first cell is the tag, the others follow with their column's name); inline
-`code` (bold), *argument* (italic), **bold**, [text](link) (the text). A line
-`<!-- cdc check-config of the block above -->` shows what `cdc check-config` (the --cdc binary)
-prints for the fenced block before it: output of the key table itself, so it cannot drift."""
+`code` (bold), *argument* (italic), **bold**, [text](link) (the text); <!-- comments --> left out.
+A line `<!-- cdc config-reference -->` brings in what `cdc config-reference` (the --cdc binary)
+writes, docs/configuration.md made from the key table itself: its sections become subsections and
+each key a tagged paragraph, so cdc.yaml(5) cannot drift from the keys cdc accepts."""
 
 import argparse
 import datetime
@@ -17,9 +18,9 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 SECTION_NAMES = {"1": "User Commands", "5": "File Formats", "7": "Miscellaneous", "8": "System Administration"}
+INCLUDE = "<!-- cdc config-reference -->"
 
 
 def escape(text):
@@ -45,7 +46,7 @@ def inline(text):
         elif bold is not None:
             out.append("\\fB" + escape(bold) + "\\fR")
         elif italic is not None:
-            out.append("\\fI" + escape(italic) + "\\fR")
+            out.append("\\fI" + inline(italic) + "\\fR")
         else:
             out.append(inline(link))
         pos = m.end()
@@ -88,47 +89,46 @@ def table(lines):
     return out
 
 
-def literal(lines):
-    out = [".PP", ".RS 4", ".nf"]
-    out += [line_start(escape(ln)) for ln in lines]
-    return out + [".fi", ".RE"]
-
-
-def check_config(cdc, yaml_text):
-    """What `cdc check-config` prints for yaml_text (a failure stops the build)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-        f.write(yaml_text)
-        f.flush()
-        p = subprocess.run([cdc, "check-config", "-c", f.name], capture_output=True, text=True)
+def config_reference(cdc):
+    """What `cdc config-reference` writes (a failure stops the build)."""
+    if not cdc:
+        sys.exit("mdman: %s needs --cdc" % INCLUDE)
+    p = subprocess.run([cdc, "config-reference"], capture_output=True, text=True)
     if p.returncode != 0:
-        sys.exit("mdman: cdc check-config refused the page's example:\n" + p.stderr)
-    return p.stdout.rstrip("\n").split("\n")
+        sys.exit("mdman: cdc config-reference failed:\n" + p.stderr)
+    return p.stdout.split("\n")
 
 
-def convert(src, version, cdc):
-    lines = src.split("\n")
-    m = re.match(r"# (\S+)\((\d)\) -- (.*)$", lines[0])
-    if not m:
-        sys.exit("mdman: the first line must be '# NAME(SECTION) -- description'")
-    name, section, what = m.groups()
-    date = ""
-    if os.environ.get("SOURCE_DATE_EPOCH"):
-        date = datetime.datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]),
-                                               datetime.timezone.utc).strftime("%Y-%m-%d")
-    out = ['.TH "%s" "%s" "%s" "cdc %s" "%s"' % (name.upper(), section, date, version,
-                                                 SECTION_NAMES.get(section, "")),
-           ".SH NAME", "%s \\- %s" % (escape(name), inline(what))]
-    last_block = None
-    i = 1
+def body(lines, cdc, included=False):
+    """roff for Markdown lines. In the page ## is a section and ### a subsection; in an included
+    document # is left out, ## is a subsection and ### a tagged paragraph (a key), the paragraphs
+    under it indented with it."""
+    out = []
+    under_tag = False  # paragraphs go on indented under a ### of an included document
+    i = 0
     while i < len(lines):
         ln = lines[i]
+        level = len(ln) - len(ln.lstrip("#")) if ln.startswith("#") else 0
         if not ln.strip():
             i += 1
-        elif ln.startswith("## "):
-            out.append('.SH "%s"' % escape(ln[3:].strip().upper()))
+        elif ln.strip() == INCLUDE:
+            out += body(config_reference(cdc), cdc, included=True)
             i += 1
-        elif ln.startswith("### "):
-            out.append('.SS "%s"' % escape(ln[4:].strip()))
+        elif ln.startswith("<!--"):
+            while "-->" not in lines[i]:
+                i += 1
+            i += 1
+        elif level and included:
+            title = ln[level:].strip()
+            if level == 2:
+                out.append(".SS %s" % line_start(inline(title)))
+            elif level == 3:
+                out += [".TP", line_start(inline(title))]
+            under_tag = level == 3
+            i += 1
+        elif level in (2, 3):
+            out.append('.%s "%s"' % ("SH" if level == 2 else "SS", escape(ln[level:].strip().upper()
+                                                                         if level == 2 else ln[level:].strip())))
             i += 1
         elif ln.startswith("```"):
             j = i + 1
@@ -136,19 +136,15 @@ def convert(src, version, cdc):
                 j += 1
             if j == len(lines):
                 sys.exit("mdman: line %d: a fenced block that never closes" % (i + 1))
-            last_block = lines[i + 1:j]
-            out += literal(last_block)
+            out += [".PP" if not under_tag else ".IP", ".RS 4" if not under_tag else ".RS", ".nf"]
+            out += [line_start(escape(x)) for x in lines[i + 1:j]] + [".fi", ".RE"]
             i = j + 1
-        elif ln.strip() == "<!-- cdc check-config of the block above -->":
-            if last_block is None or not cdc:
-                sys.exit("mdman: line %d: check-config needs a block above and --cdc" % (i + 1))
-            out += literal(check_config(cdc, "\n".join(last_block) + "\n"))
-            i += 1
         elif ln.startswith("|"):
             j = i
             while j < len(lines) and lines[j].startswith("|"):
                 j += 1
             out += table(lines[i:j])
+            under_tag = False
             i = j
         elif ln.startswith("* ") and ln.rstrip().endswith(":"):
             j = i + 1
@@ -166,16 +162,35 @@ def convert(src, version, cdc):
             j = i
             while j < len(lines) and lines[j].strip() and not lines[j].startswith(("#", "```", "|", "<!--")):
                 j += 1
-            out += [".PP"] + text_lines(lines[i:j])
+            # the first paragraph under a tag is the tag's own; the next ones are indented with it
+            if not (under_tag and out[-2] == ".TP"):
+                out.append(".IP" if under_tag else ".PP")
+            out += text_lines(lines[i:j])
             i = j
-    return "\n".join(out) + "\n"
+    return out
+
+
+def convert(src, version, cdc):
+    lines = src.split("\n")
+    m = re.match(r"# (\S+)\((\d)\) -- (.*)$", lines[0])
+    if not m:
+        sys.exit("mdman: the first line must be '# NAME(SECTION) -- description'")
+    name, section, what = m.groups()
+    date = ""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        date = datetime.datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]),
+                                               datetime.timezone.utc).strftime("%Y-%m-%d")
+    out = ['.TH "%s" "%s" "%s" "cdc %s" "%s"' % (name.upper(), section, date, version,
+                                                 SECTION_NAMES.get(section, "")),
+           ".SH NAME", "%s \\- %s" % (escape(name), inline(what))]
+    return "\n".join(out + body(lines[1:], cdc)) + "\n"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("page")
     p.add_argument("--version", required=True)
-    p.add_argument("--cdc", help="the cdc binary, for check-config blocks")
+    p.add_argument("--cdc", help="the cdc binary, for the configuration reference")
     a = p.parse_args()
     with open(a.page, encoding="utf-8") as f:
         sys.stdout.write(convert(f.read(), a.version, a.cdc))

@@ -231,7 +231,7 @@ uint32_t pgtypes_element(uint32_t oid)
 #define TYPMOD_HEADER 4
 #define MAX_TIME_PRECISION 6
 
-bool pgtypes_numeric_mod(int32_t typmod, int *precision, int *scale)
+bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale)
 {
 	if (typmod < TYPMOD_HEADER)
 		return false;

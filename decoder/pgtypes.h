@@ -43,9 +43,9 @@ const char *pgtypes_builtin_name(uint32_t oid);
 /* The element type of a built-in array type (_int4: int4, _text: text), or 0. */
 uint32_t pgtypes_element(uint32_t oid);
 
-/* numeric(p,s): true with the precision and the scale (negative scales exist from PostgreSQL 15);
- * false for numeric without a modifier (any precision, any scale). */
-bool pgtypes_numeric_mod(int32_t typmod, int *precision, int *scale);
+/* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
+ * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */
+bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale);
 /* The fractional-second digits of time, timetz, timestamp, timestamptz and interval (0 to 6): the
  * modifier's, else 6, what PostgreSQL keeps. */
 int pgtypes_time_precision(uint32_t oid, int32_t typmod);

@@ -537,7 +537,7 @@ static dtype type_of_oid(uint32_t oid, int32_t mod)
 	case PGT_FLOAT8:
 		return (dtype){DK_DOUBLE};
 	case PGT_NUMERIC:
-		if (pgtypes_numeric_mod(mod, &p, &s))
+		if (pgtypes_numeric_typmod(mod, &p, &s))
 			return (dtype){DK_DECIMAL, s, p};
 		return (dtype){DK_VARIABLE_DECIMAL};
 	case PGT_MONEY:

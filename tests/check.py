@@ -7,8 +7,8 @@ then a summary: each part's counts and time, and a last line saying all passed o
 The parts are the Makefile's targets, run by make in turn (its output passes through as it comes):
 format, build, unit, fuzz corpus, monitoring (the alert rules), docs, the integration suite on
 --pg-version, the tests marked matrix on
-every other version of --pg-versions (check-matrix-N), the client libraries, the fault harness and
-the socket model, these on --pg-version too. A failed build ends the run there: nothing else can
+every other version of --pg-versions (check-matrix-N), the client libraries, the Debian package,
+the fault harness and the socket model, these on --pg-version too. A failed build ends the run there: nothing else can
 run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
 harness's "fault: N passed, M failed") and from pytest's JUnit XML (build/check/PART.xml, asked for
 through PYTEST_ADDOPTS). Exits 1 if any part failed.
@@ -117,7 +117,8 @@ def main():
               Part("monitoring", "check-monitoring"), Part("docs", "check-docs"),
               Part("integration", "check-integration", a.pg_version)]
     parts += [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version]
-    parts += [Part("clients", "check-clients", a.pg_version), Part("fault", "check-fault", a.pg_version),
+    parts += [Part("clients", "check-clients", a.pg_version), Part("package", "check-package", a.pg_version),
+              Part("fault", "check-fault", a.pg_version),
               Part("model", "check-model", a.pg_version)]
     for part in parts:
         part.run(make_args)

@@ -17,7 +17,6 @@ Waiting is polling against a deadline. The mock binary is $KAFKA_MOCK_BIN, else
 build/tests/kafka_mock at the repository root.
 """
 
-import logging
 import os
 import select
 import subprocess
@@ -282,17 +281,16 @@ class KafkaReader:
     (consumption order: per partition, offset order). With group=True the consumer joins a fresh
     consumer group (subscribe, auto.offset.reset=earliest); the mock's group coordinator waits 3s
     before the first assignment, so start the reader early. With group=False it assigns every
-    partition explicitly once the topic exists (no group join). librdkafka's own log lines (a
-    broker that refuses connections while a test has it down, say) go to .logs, not to stderr:
-    expected there, and shown with a failure to wait."""
+    partition explicitly once the topic exists (no group join). log_level 0 keeps librdkafka's log
+    lines (a broker refusing connections while it is down on purpose, say) out of stderr; errors
+    still reach .errors."""
 
-    def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True):
+    def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True, log_level=3):
         from confluent_kafka import Consumer
         self.topics = list(topics)
         self._pb = pb
         self._txn_topic = transactions_topic
         self.errors = []
-        self.logs = []
         self.messages = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -306,8 +304,7 @@ class KafkaReader:
             "reconnect.backoff.max.ms": 1000,              # back soon after a broker outage
             "fetch.wait.max.ms": 50,
             "isolation.level": "read_committed",  # librdkafka's default, said out loud
-            "log_level": 3,
-            "logger": _ListLogger(self.logs),
+            "log_level": log_level,
             "error_cb": self.errors.append,
         })
         if group:
@@ -367,8 +364,7 @@ class KafkaReader:
                     extra = ("\n" + describe()) if describe else ""
                     raise AssertionError(
                         f"timed out after {timeout}s with {len(sel)} of {n} messages "
-                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}, "
-                        f"log {self.logs[-5:]}{extra}")
+                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}{extra}")
                 self._cond.wait(min(left, 0.2))
 
     def wait_until(self, cond, timeout=30.0, what="condition", describe=None):
@@ -391,17 +387,6 @@ class KafkaReader:
             self._consumer.close()
         except Exception:
             pass
-
-
-class _ListLogger(logging.Logger):
-    """A logger for confluent_kafka's "logger" setting that keeps each line in a list."""
-
-    def __init__(self, lines):
-        super().__init__("kafka-reader")
-        self._lines = lines
-
-    def handle(self, record):
-        self._lines.append(record.getMessage())
 
 
 # --- kcat ---------------------------------------------------------------------------------------

@@ -36,6 +36,15 @@ static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, ui
 		json_null(out);
 }
 
+static void j_i64_or_null(buf *out, bool *first, const char *key, bool known, int64_t v)
+{
+	json_key(out, first, key);
+	if (known)
+		json_i64(out, v);
+	else
+		json_null(out);
+}
+
 /* Always with a decimal point, so that JSON readers see a double; null when not finite. */
 static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
 {
@@ -106,19 +115,12 @@ static void status_source(const report *r, buf *out)
 	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
 	j_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
 	json_key_str(out, &f, "wal_status", r->source.wal_status);
-	json_key(out, &f, "safe_wal_size");
-	if (r->source.safe_wal_size_known)
-		json_i64(out, r->source.safe_wal_size);
-	else
-		json_null(out);
+	j_i64_or_null(out, &f, "safe_wal_size", r->source.safe_wal_size_known, r->source.safe_wal_size);
 	const char *reason = r->source.invalidation_reason;
 	json_key_str(out, &f, "invalidation_reason", reason && reason[0] ? reason : NULL);
 	j_time(out, &f, "inactive_since", r->source.inactive_since_us);
-	json_key(out, &f, "idle_replication_slot_timeout_s");
-	if (r->source.idle_timeout_known)
-		json_i64(out, r->source.idle_timeout_s);
-	else
-		json_null(out);
+	j_i64_or_null(out, &f, "idle_replication_slot_timeout_s", r->source.idle_timeout_known,
+		      r->source.idle_timeout_s);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
 	json_key_u64(out, &f, "resyncs", r->source.resyncs);
 	json_key_u64(out, &f, "transactions", r->source.transactions);

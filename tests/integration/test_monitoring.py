@@ -16,6 +16,9 @@ reserved (`b`); then a Kafka producer restart (a fenced producer), restarts (`b`
 more), the Kafka sink stalled (the mock cluster's process killed while events flow), and the stream
 down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
 since a commit, which only the wall clock can reach.
+
+With CDC_DASHBOARD_PNG=FILE, the dashboard's panels over the run are drawn into FILE at the end
+(tests/monitoring/dashboard.py; docs/monitoring/dashboard.png is made so).
 """
 
 import json
@@ -35,6 +38,7 @@ import yaml
 
 from conftest import drop_slot, wait_for
 from kafka_fixtures import KafkaMock
+from monitoring import dashboard
 from test_exactly_once import API_END_TXN
 from test_kafka import kafka_section, ksub
 from test_socket import attach, collect, socket_sub
@@ -63,6 +67,8 @@ def scaled_rules(path):
 
 
 class Prometheus:
+    """Prometheus scraping targets ({instance name: address}) every second, with the scaled rules."""
+
     def __init__(self, targets):
         self.dir = tempfile.mkdtemp(prefix="cdc-prom-")
         self.port = free_port()
@@ -71,17 +77,20 @@ class Prometheus:
         with open(os.path.join(self.dir, "prometheus.yml"), "w") as f:
             yaml.safe_dump({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                             "rule_files": ["rules.yml"],
-                            "scrape_configs": [{"job_name": "cdc", "static_configs": [{"targets": targets}]}]}, f)
+                            "scrape_configs": [{"job_name": "cdc", "static_configs": [
+                                {"targets": [address], "labels": {"instance": name}}
+                                for name, address in targets.items()]}]}, f)
+        self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "prometheus.log"), "w")
         self.proc = subprocess.Popen(
             ["prometheus", f"--config.file={self.dir}/prometheus.yml", f"--storage.tsdb.path={self.dir}/data",
              f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=self.log,
             stdin=subprocess.DEVNULL, cwd=self.dir)
         wait_for(self._ready, 60, what="prometheus to be ready")
-        self.started = time.monotonic()
+        self.started, self.started_wall = time.monotonic(), time.time()
 
     def _get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
             return json.loads(r.read()) if path.startswith("/api") else r.read()
 
     def _ready(self):
@@ -117,13 +126,6 @@ class Prometheus:
         self.proc.wait(30)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def panel_queries():
-    dash = json.load(open(os.path.join(MONITORING, "cdc-dashboard.json")))
-    for p in dash["panels"]:
-        for t in p["targets"]:
-            yield p["title"], t["expr"].replace("$__rate_interval", "10s")
 
 
 class WalWriter(threading.Thread):
@@ -172,7 +174,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
     kafka, prom, worker, pb = KafkaMock(), None, None, None
     try:
         kafka.create_topic("cdc.positions", 1)
-        listen_a, listen_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        listen = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
         a = cdc(subscriptions=[
             {"name": "events", "tables": [f"{schema}.orders"], "sink": "stdout"},
             {"name": "queue", "tables": [f"{schema}.orders"], "sink": "socket", "operations": ["insert"]},
@@ -182,17 +184,17 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
             {"name": "broken", "tables": [f"{schema}.nokey"], "sink": "stdout", "snapshot": True},
             ksub("k", [f"{schema}.orders"])],
             kafka=kafka_section(kafka, exactly_once=True),
-            status={"socket": os.path.join(cdc.sockdir, "sta.sock"), "listen": listen_a})
+            status={"socket": os.path.join(cdc.sockdir, "sta.sock"), "listen": listen["a"]})
         b = cdc(subscriptions=[socket_sub(schema, name="held", table="held",
                                           retention={"max_events": 1, "when_full": "block"})],
-                status={"socket": os.path.join(cdc.sockdir, "stb.sock"), "listen": listen_b})
+                status={"socket": os.path.join(cdc.sockdir, "stb.sock"), "listen": listen["b"]})
         pa, pb = a.start(), b.start()
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,
                  what=f"b's spool to be full\n{pb.describe()}")
         wal = WalWriter(pg, schema, 1.1)
-        prom = Prometheus([listen_a, listen_b])
+        prom = Prometheus(listen)
         # a's nacking consumer, once Prometheus has a sample from before: one delivery allowed, so
         # each nack makes a dead letter
         wait_for(lambda: prom.query('cdc_subscription_dead_events{subscription="jobs"}'), 30, what="a first scrape")
@@ -200,13 +202,13 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         pg.sql(f"insert into {schema}.jobs select generate_series(1, 2)")
         worker.nack([e.offset for e in collect(worker, 2)], reason="always fails")
         expected = {("CdcSocketBacklogNoConsumer", "queue"), ("CdcBackfillFailed", "broken"),
-                    ("CdcDeadLettersGrowing", "jobs"), ("CdcSpoolFull", "held"), ("CdcSlotLagBytes", listen_b),
-                    ("CdcSafeWalSizeLow", listen_b), ("CdcWalStatusNotReserved", listen_b)}
+                    ("CdcDeadLettersGrowing", "jobs"), ("CdcSpoolFull", "held"), ("CdcSlotLagBytes", "b"),
+                    ("CdcSafeWalSizeLow", "b"), ("CdcWalStatusNotReserved", "b")}
         deadline = time.monotonic() + 90
         missing, fired = None, set()  # dead letters fire for 15 s after they grew: each is seen once
         while time.monotonic() < deadline:
             pg.sql(f"insert into {schema}.orders (v) select 'y' from generate_series(1, 200)")
-            missing = [(title, q) for title, q in panel_queries() if not prom.query(q)]
+            missing = [(p["title"], q) for p in dashboard.panels() for q, _ in p["targets"] if not prom.query(q)]
             new = prom.firing() - fired
             if new:
                 prom.note(f"{sorted(new)} fire")
@@ -217,20 +219,20 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         wal.join()
         assert not missing, f"panel queries without data: {missing}\n{pa.describe()}"
         assert expected <= fired, f"{sorted(expected - fired)} did not fire\n{pb.describe()}"
-        lag = float(prom.query(f'cdc_source_lag_bytes{{instance="{listen_b}"}}')[0]["value"][1])
+        lag = float(prom.query('cdc_source_lag_bytes{instance="b"}')[0]["value"][1])
         assert 1.0 * GIB < lag < 1.25 * GIB, lag
         assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
                                             "CdcKafkaProducerRestarts"}
         # a fenced producer: a's Kafka sink restarts it
         kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
-        prom.wait_firing(("CdcKafkaProducerRestarts", listen_a))
+        prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
         # the stream down: PostgreSQL stops, cdc stays up and says so. A fast shutdown waits for
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.
         assert pb.terminate() == 0, pb.describe()
         pg.stop("fast")
         try:
-            prom.wait_firing(("CdcStreamDown", listen_a))
+            prom.wait_firing(("CdcStreamDown", "a"))
         finally:
             pg.start()
         # the Kafka cluster's process is gone while a produces; meanwhile b starts again, twice
@@ -239,8 +241,8 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         kafka.proc.kill()
 
         def b_seen(restarts, uptime):
-            q = f'resets(cdc_uptime_seconds{{instance="{listen_b}"}}[5m]) >= {restarts} and on() ' \
-                f'cdc_uptime_seconds{{instance="{listen_b}"}} >= {uptime}'
+            q = f'resets(cdc_uptime_seconds{{instance="b"}}[5m]) >= {restarts} and on() ' \
+                f'cdc_uptime_seconds{{instance="b"}} >= {uptime}'
             return prom.query(q)
         for restarts, uptime in ((1, 3), (2, 0)):
             pb = b.run()
@@ -248,9 +250,11 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
                      what=f"Prometheus to see b started again\n{pb.describe()}")
             if restarts == 1:
                 assert pb.terminate() == 0, pb.describe()
-        prom.wait_firing(("CdcRestarting", listen_b))
-        prom.wait_firing(("CdcKafkaStalled", listen_a),
+        prom.wait_firing(("CdcRestarting", "b"))
+        prom.wait_firing(("CdcKafkaStalled", "a"),
                          tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'z' from generate_series(1, 50)"))
+        if os.environ.get("CDC_DASHBOARD_PNG"):  # the picture in docs/alerts.md
+            dashboard.draw(prom.url, prom.started_wall, time.time(), os.environ["CDC_DASHBOARD_PNG"])
     finally:
         if worker:
             worker.close()

@@ -102,7 +102,7 @@ def draw(prometheus, start, end, out, step=1):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Draws the panels of cdc-dashboard.json from a Prometheus into a PNG.")
     ap.add_argument("--prometheus", required=True, help="Prometheus's address, http://HOST:PORT")
     ap.add_argument("--minutes", type=float, default=60, help="how far back from now (default 60)")
     ap.add_argument("--step", type=float, default=None, help="seconds between points (default: minutes/4)")

@@ -730,6 +730,7 @@ static void admin_result(source *s, PGresult *res)
 	s->health.safe_wal_size_known = row.safe_wal_size_known;
 	s->health.safe_wal_size = row.safe_wal_size;
 	s->health.max_keep_size = row.max_keep_size;
+	s->health.server_lsn = row.server_lsn;
 	s->health.has_invalidation = row.has_invalidation;
 	snprintf(s->health.invalidation_reason, sizeof(s->health.invalidation_reason), "%s",
 		 row.invalidation_reason);

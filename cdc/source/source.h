@@ -105,6 +105,7 @@ typedef struct source_slot_health {
 	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
 	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
 	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	uint64_t server_lsn;	  /* the server's WAL position, known even while reading is paused */
 	/* PostgreSQL 17+ (has_invalidation false before): why the slot was invalidated ("" while it is
 	 * valid), and since when no process has streamed it (0 while one does). */
 	bool has_invalidation;

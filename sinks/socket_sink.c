@@ -30,7 +30,7 @@ static uint32_t get_u32(const void *p)
 	return v;
 }
 
-/* Timer: ack timeouts, heartbeats, retention. */
+/* Timer: consumers that stopped reading, ack timeouts, heartbeats, retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -46,11 +46,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			continue;
 		queue *qs[2] = {&sub->q, &sub->dead};
 		for (int k = 0; k < 2; k++) {
+			/* a failover consumer that stops reading goes last: one may be seen twice */
+			for (consumer *c = qs[k]->consumers, *next; c; c = next) {
+				next = c->next;
+				sc_watch_reading(c, now, sub->set->ack_timeout_ms);
+			}
 			sq_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
 				sc_flush_reply(c); /* answers held back while c had events in flight */
-				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms &&
-				    !sq_out_full(c))
+				if (!c->closing && !c->not_reading &&
+				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
 					sc_heartbeat(c);
 				sq_update_window(c, now);
 			}

@@ -681,7 +681,7 @@ static void ack_range(consumer *c, uint64_t from, uint64_t to)
 		slot *sl = window_at(&q->w, o);
 		c->acks += sl->c == c;
 		if (sl->state != SLOT_ACKED) {
-			c->acked += sl->c == c;
+			c->acked++;
 			ack_slot(q, sl);
 			q->sub->acked++;
 		}

@@ -8,6 +8,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -719,9 +720,13 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	if (!sub)
 		return false;
 	spool_stats st = spool_get_stats(sub->q.sp);
-	uint64_t in_flight = 0;
-	for (const consumer *c = sub->q.consumers; c; c = c->next)
+	uint64_t in_flight = 0, not_reading = 0;
+	for (const consumer *c = sub->q.consumers; c; c = c->next) {
 		in_flight += c->in_flight;
+		not_reading += c->not_reading;
+	}
+	for (const consumer *c = sub->dead.consumers; c; c = c->next)
+		not_reading += c->not_reading;
 	*out = (socket_sub_stats){
 	    .matched = sub->matched,
 	    .delivered = sub->delivered,
@@ -735,10 +740,38 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	    .acked_offset = spool_acked(sub->q.sp),
 	    .first_offset = spool_first(sub->q.sp),
 	    .consumers = sub->q.nconsumers,
+	    .not_reading = not_reading,
 	    .dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
 	    .dropped = st.dropped,
 	    .spool_bytes = st.bytes,
 	    .full = !sub->set->retention.drop_oldest && spool_full(sub->q.sp, wall_ms()),
 	};
 	return true;
+}
+
+socket_consumer_stats *socket_sink_consumers(const sink *base, uint32_t i, size_t *n)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	const subscription *sub = i < s->nindex ? s->by_index[i] : NULL;
+	*n = 0;
+	if (!sub || !(sub->q.nconsumers + sub->dead.nconsumers))
+		return NULL;
+	socket_consumer_stats *out = xcalloc(sub->q.nconsumers + sub->dead.nconsumers, sizeof(*out));
+	const queue *qs[2] = {&sub->q, &sub->dead};
+	for (int k = 0; k < 2; k++)
+		for (const consumer *c = qs[k]->consumers; c; c = c->next) {
+			socket_consumer_stats *o = &out[(*n)++];
+			snprintf(o->name, sizeof(o->name), "%s", c->name);
+			o->pid = c->pid;
+			o->uid = c->uid;
+			o->mode = sq_mode(qs[k]);
+			o->dead_letters = qs[k]->dead_letters;
+			o->active = sq_is_active(c);
+			o->reading = !c->not_reading;
+			o->in_flight = c->in_flight;
+			o->delivered = c->delivered;
+			o->acked = c->acked;
+			o->connected_us = c->connected_us;
+		}
+	return out;
 }

@@ -4,7 +4,9 @@ built only from the .proto files) and the test helpers of tests/subscriber_helpe
 spool (durability, restart, torn tail, retention), the consumer modes (failover, shared,
 key_shared), acks, flow control, batches, dead letters, start positions and malformed frames."""
 
+import calendar
 import glob
+import json
 import os
 import stat
 import struct
@@ -254,7 +256,13 @@ def test_shared_redelivers_after_ack_timeout_then_dead_letters(pg, schema, cdc):
     out = subprocess.run([CDC_BIN, "tail", "-s", sock(c), "jobs", "--dead", "--from", "earliest", "--count", "1",
                           "--timeout", "10"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert '"id":1' in out.stdout and '"subscription":"jobs"' in out.stdout
+    line = json.loads(out.stdout)
+    assert line["new"]["id"] == 1 and line["subscription"] == "jobs" and line["offset"] == 1
+    # with its history, as the Delivery's DeadLetter has it (it used to be left out)
+    history = line["dead_letter"]
+    assert time.time() - 60 < calendar.timegm(time.strptime(history.pop("dead_time")[:19], "%Y-%m-%dT%H:%M:%S"))
+    assert history == {"original_offset": 1, "deliveries": 2, "reason": "ack timeout"}
+    assert list(line)[-3:] == ["commit_lsn", "tx_index", "commit_time"]
     assert p.terminate() == 0
 
 

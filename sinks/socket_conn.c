@@ -182,9 +182,16 @@ static void on_closing_event(struct bufferevent *bev, short what, void *arg)
 
 static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
 {
-	(void)bev;
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		consumer_free(arg);
+	consumer *c = arg;
+	size_t partial = evbuffer_get_length(bufferevent_get_input(bev));
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	/* every whole frame before it was handled; the start of a frame cannot be */
+	if (partial)
+		log_warn(
+		    "a subscriber's connection ended in the middle of a frame; the partial frame is dropped",
+		    "consumer=%s pid=%ld bytes=%zu", c->name, (long)c->pid, partial);
+	consumer_free(c);
 }
 
 /* Answers with an Error frame and closes once the client has had it; this connection only. It

@@ -944,6 +944,14 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 		start = sub->start_offset < first      ? first
 			: sub->start_offset > head + 1 ? head + 1
 						       : sub->start_offset;
+		/* offsets are given as events are spooled: none past the next one can be skipped yet */
+		if (start != sub->start_offset)
+			log_warn("start_offset is out of the spool's range; starting at its nearest end",
+				 "subscription=%s start_offset=%llu first_offset=%llu head_offset=%llu "
+				 "next_offset=%llu",
+				 q->sub->name, (unsigned long long)sub->start_offset,
+				 (unsigned long long)first, (unsigned long long)head,
+				 (unsigned long long)start);
 		break;
 	default:
 		if (q->w.base > acked)

@@ -332,6 +332,34 @@ def test_start_positions(pg, schema, cdc):
     assert s.subscribed.next_offset == 6 and s.subscribed.acked_offset == 5
     insert(pg, schema, 6, 6)
     assert [e.offset for e in collect(s, 1)] == [6]
+    s.close()
+    # Past the head: offsets are given as events are spooled, so it starts after the head (as
+    # latest), says so in next_offset, and the log says why.
+    s = attach(c, start="offset", start_offset=1000)
+    assert (s.subscribed.head_offset, s.subscribed.acked_offset, s.subscribed.next_offset) == (6, 6, 7)
+    assert "start_offset is out of the spool's range; starting at its nearest end" in p.stderr()
+    assert "start_offset=1000 first_offset=1 head_offset=6 next_offset=7" in p.stderr()
+    insert(pg, schema, 7, 7)
+    assert [e.offset for e in collect(s, 1)] == [7]
+    assert p.terminate() == 0
+
+
+def test_a_connection_that_ends_mid_frame(pg, schema, cdc):
+    """A client acks 1 in a whole frame, sends half of an Ack of 2, and closes: the whole frame
+    counts, the half is dropped (and logged), and 2 goes to the next consumer as a redelivery."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    s = attach(c, consumer="halfway")
+    insert(pg, schema, 1, 2)
+    assert [e.offset for e in collect(s, 2)] == [1, 2]
+    half = Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[2])))
+    s.send_raw(Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[1]))) + half[:len(half) - 2])
+    s.close()
+    wait_for(lambda: "subscriber disconnected consumer=halfway" in p.stderr(), 10, what="the disconnection")
+    assert "ended in the middle of a frame; the partial frame is dropped consumer=halfway" in p.stderr()
+    nxt = attach(c, consumer="next")
+    assert nxt.subscribed.acked_offset == 1
+    assert [(e.offset, e.delivery_count) for e in collect(nxt, 1)] == [(2, 2)]
     assert p.terminate() == 0
 
 

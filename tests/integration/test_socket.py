@@ -545,6 +545,29 @@ def test_malformed_and_oversized_frames_close_only_that_connection(pg, schema, c
     assert p.terminate() == 0
 
 
+def test_limits_are_refused_with_a_bad_frame_that_names_them(pg, schema, cdc):
+    """An empty Ack, an Ack of 65,537 offsets, a Nack delayed over an hour: each closes that
+    connection with Error BAD_FRAME naming the limit; an Ack sent before it in the same write counts,
+    and what the consumer held goes to the next one."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 3)
+    cases = [(pb.Ack(offsets=[]), "Ack: no offsets"),
+             (pb.Ack(offsets=list(range(1, 65538))), "Ack: 65537 offsets, at most 65536 in one frame"),
+             (pb.Nack(offsets=[3], delay_ms=3600001), "Nack: delay_ms 3600001 is over 3600000")]
+    for i, (msg, text) in enumerate(cases, 1):
+        s = attach(c, consumer=f"c{i}")
+        assert [e.offset for e in collect(s, 4 - i)] == list(range(i, 4))
+        bad = pb.ClientFrame(ack=msg) if isinstance(msg, pb.Ack) else pb.ClientFrame(nack=msg)
+        s.send_raw(Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[i]))) + Subscriber.encode(bad))
+        frames = s.wait_closed(10)
+        errors = [f.error for f in frames if f.WhichOneof("kind") == "error"]
+        assert [(e.code, e.message) for e in errors] == [(pb.Error.BAD_FRAME, text)]
+    nxt = attach(c, consumer="next")
+    assert nxt.subscribed.acked_offset == 3
+    assert p.running() and p.terminate() == 0
+
+
 # --- cdc tail -----------------------------------------------------------------------------------
 
 def tail(c, *args, timeout=60):

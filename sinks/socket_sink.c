@@ -55,8 +55,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			sq_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
 				sc_flush_reply(c); /* answers held back while c had events in flight */
-				if (!c->closing && !c->not_reading &&
-				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
+				/* an idle connection's heartbeat; one that has not read what it was sent
+				 * has frames to read already */
+				if (!c->closing && !c->seen_unread && now - c->last_send_ms >= c->heartbeat_ms &&
+				    !sq_out_full(c))
 					sc_heartbeat(c);
 				sq_update_window(c, now);
 			}

@@ -843,15 +843,14 @@ void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 void sq_not_reading(socket_sink *s, consumer *c)
 {
 	queue *q = c->q;
-	log_warn("a consumer has not read its socket for ack_timeout; what it holds goes to the others, "
-		 "and nothing more until it reads",
-		 "consumer=%s pid=%ld subscription=%s in_flight=%u unsent_bytes=%zu", c->name, (long)c->pid,
-		 q->sub->name, c->in_flight, evbuffer_get_length(bufferevent_get_output(c->bev)));
+	uint32_t held = c->in_flight;
+	uint64_t delivered = c->delivered; /* what is withdrawn is no delivery */
+	size_t unsent = evbuffer_get_length(bufferevent_get_output(c->bev));
 	switch (sq_mode(q)) {
 	case SOCKET_FAILOVER:
-		if (q->consumers == c && hand_over(s, q, BACK_NOT_READING))
-			break;
-		return; /* nobody else to take it: it keeps what it has */
+		if (q->consumers == c)
+			hand_over(s, q, BACK_NOT_READING);
+		break;
 	case SOCKET_KEY_SHARED:
 		for (size_t b = 0; b < KEY_BUCKETS; b++)
 			if (q->bucket[b] == c)
@@ -862,6 +861,11 @@ void sq_not_reading(socket_sink *s, consumer *c)
 		take_back(s, q, c, BACK_NOT_READING);
 		break;
 	}
+	log_warn(
+	    "a consumer has not read its socket for ack_timeout; it gets nothing until it reads",
+	    "consumer=%s pid=%ld subscription=%s in_flight=%u taken_back=%u withdrawn=%llu unsent_bytes=%zu",
+	    c->name, (long)c->pid, q->sub->name, held, held - c->in_flight,
+	    (unsigned long long)(delivered - c->delivered), unsent);
 	advance_base(s, q);
 	sq_dispatch(s, q);
 }

@@ -57,8 +57,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 				sc_flush_reply(c); /* answers held back while c had events in flight */
 				/* an idle connection's heartbeat; one that has not read what it was sent
 				 * has frames to read already */
-				if (!c->closing && !c->seen_unread && now - c->last_send_ms >= c->heartbeat_ms &&
-				    !sq_out_full(c))
+				if (!c->closing && !c->seen_unread &&
+				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
 					sc_heartbeat(c);
 				sq_update_window(c, now);
 			}

@@ -156,6 +156,7 @@ class Conn:
         self.unanswered = 0         # Ack frames sent that no Acked has answered yet
         self.refused = set()        # offsets cdc refused in this connection's acks
         self.stopped = None         # since when it does not read its socket (nor send)
+        self.stop_for = 0.0         # and for how long at least
         self.activity = []          # times it read its socket or sent a frame, increasing
         self.answers = []           # the Acked frames received, in order
 
@@ -439,8 +440,14 @@ class Model:
         return False
 
     def drain_all(self, timeout=0.0):
-        for c in list(self.conns):
-            self.drain(c, timeout if c is self.conns[0] else 0.0)
+        """Every connection's frames at hand; with a timeout, all of them for that long."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for c in list(self.conns):
+                self.drain(c)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
     def forget(self, c):
         c.closed = min(c.closed, time.monotonic())
@@ -649,19 +656,25 @@ class Model:
         return "mixed ack %r %s: %s" % (c, offs, why)
 
     def do_stop_reading(self):
-        """A consumer stops reading its socket (and sending): after ack_timeout cdc gives what it
-        holds to the others, and Deliveries cdc could not write to it yet do not count."""
+        """A consumer stops reading its socket (and sending) for a while, often past ack_timeout:
+        then cdc gives what it holds to the others, and Deliveries it could not write to it yet do
+        not count."""
         cs = self.consumers()
         if not cs:
             return None
         c = self.rng.choice(cs)
         self.drain(c)
         c.stopped = time.monotonic()
+        c.stop_for = self.rng.choice([0.2, 1.5, 2.5, 4.0])
         self.stats["stopped_reading"] += 1
+        if self.rng.random() < 0.4:  # the others carry on meanwhile, past its ack timeout
+            t = self.rng.uniform(1.3, 2.2)
+            self.drain_all(t)
+            return "stop reading %r, the others read for %.1fs" % (c, t)
         return "stop reading %r" % c
 
     def do_resume_reading(self):
-        cs = [c for c in self.conns if c.stopped is not None]
+        cs = [c for c in self.conns if c.stopped is not None and time.monotonic() - c.stopped >= c.stop_for]
         if not cs:
             return None
         c = self.rng.choice(cs)
@@ -752,8 +765,8 @@ class Model:
         return "DELETE extra"
 
     def step(self):
-        actions = [(self.do_write, 20), (self.do_write_big, 1), (self.do_subscribe, 8), (self.do_silent, 2),
-                   (self.do_ack, 25), (self.do_wrong_ack, 8), (self.do_mixed_ack, 3), (self.do_stop_reading, 2),
+        actions = [(self.do_write, 20), (self.do_write_big, 2), (self.do_subscribe, 8), (self.do_silent, 2),
+                   (self.do_ack, 25), (self.do_wrong_ack, 8), (self.do_mixed_ack, 4), (self.do_stop_reading, 4),
                    (self.do_resume_reading, 3), (self.do_garbage, 6), (self.do_close, 6), (self.do_wait, 6),
                    (self.do_reload, 10 * self.reload_every)]
         if len(self.consumers()) > 14:
@@ -836,6 +849,9 @@ class Model:
                     self.log("  step %d: %d rows, %s (%.0fs)" % (self.steps, len(self.t_ins) - 1, self.stats,
                                                                time.monotonic() - t0))
             self.settle()
+            err = self.proc.stderr()
+            self.stats["cdc_not_reading"] = err.count("has not read its socket")
+            self.stats["cdc_withdrawn"] = sum(int(x.split()[0]) for x in err.split(" withdrawn=")[1:])
             self.stop()
         except BaseException:
             self.log("socket model FAILED: seed %d at step %d; last actions:\n  %s\ncdc stderr: %s" % (

@@ -184,6 +184,14 @@ static bool hard_avoid(enum back_why why)
 	return why == BACK_TIMEOUT || why == BACK_NOT_READING;
 }
 
+/* Whether a given-back slot must not go to c now: it timed out there (or c stopped reading) and
+ * another consumer can take it. */
+static bool kept_from(const queue *q, const slot *sl, const consumer *c)
+{
+	return sl->state == SLOT_UNSENT && sl->c == c && hard_avoid((enum back_why)sl->why) &&
+	       another_can_take(q, c);
+}
+
 /* Every RATE_PERIOD_MS: a shared consumer's window becomes what it acknowledged per
  * ack_timeout / 2, so that what it is handed can be started on before its deadline, however slow
  * or fast its work. It grows with the consumer's pace; it shrinks only if the consumer was held
@@ -349,19 +357,25 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	}
 }
 
-/* Writes the Delivery gathered in s->events to c (after any discarded range it must hear of). */
-static void push_delivery(socket_sink *s, queue *q, consumer *c)
+/* A discarded range goes to the consumer of the next Delivery, before it (and before its events
+ * are marked sent: their Delivery frame starts after this one). */
+static void tell_dropped(queue *q, consumer *c)
 {
-	if (q->drop_to) {
-		Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
-		dr.from_offset = q->drop_from;
-		dr.to_offset = q->drop_to;
-		Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
-		f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
-		f.dropped = &dr;
-		sc_send_frame(c, &f);
-		q->drop_from = q->drop_to = 0;
-	}
+	if (!q->drop_to)
+		return;
+	Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
+	dr.from_offset = q->drop_from;
+	dr.to_offset = q->drop_to;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
+	f.dropped = &dr;
+	sc_send_frame(c, &f);
+	q->drop_from = q->drop_to = 0;
+}
+
+/* Writes the Delivery gathered in s->events to c. */
+static void push_delivery(socket_sink *s, consumer *c)
+{
 	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
 	uint8_t hdr[FRAME_HEADER] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
 				     (uint8_t)len};
@@ -407,6 +421,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 	}
 	bool batch = !q->dead_letters && q->sub->set->batch_transaction;
 	uint64_t commit_lsn = r.commit_lsn, deadline = deadline_in(q->sub->set->ack_timeout_ms);
+	tell_dropped(q, c);
 	put_event(s, q, c, &r, deadline);
 	for (off++; batch && off <= head && slot_ready(q, off, now); off++) {
 		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
@@ -418,11 +433,12 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		 * flight to two consumers (c received a row's later change while the other still held
 		 * an earlier one). The rest of the transaction is dispatched key by key. */
 		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
-		    (by_key && !claim_key(q, r.key_hash, c)))
+		    (by_key && !claim_key(q, r.key_hash, c)) ||
+		    (off < q->next && kept_from(q, window_at(&q->w, off), c)))
 			break;
 		put_event(s, q, c, &r, deadline);
 	}
-	push_delivery(s, q, c);
+	push_delivery(s, c);
 	return off;
 }
 

@@ -766,7 +766,7 @@ class Model:
 
     def step(self):
         actions = [(self.do_write, 20), (self.do_write_big, 2), (self.do_subscribe, 8), (self.do_silent, 2),
-                   (self.do_ack, 25), (self.do_wrong_ack, 8), (self.do_mixed_ack, 4), (self.do_stop_reading, 4),
+                   (self.do_ack, 25), (self.do_wrong_ack, 8), (self.do_mixed_ack, 6), (self.do_stop_reading, 4),
                    (self.do_resume_reading, 3), (self.do_garbage, 6), (self.do_close, 6), (self.do_wait, 6),
                    (self.do_reload, 10 * self.reload_every)]
         if len(self.consumers()) > 14:

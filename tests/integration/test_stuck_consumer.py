@@ -39,6 +39,17 @@ def status_of(c, name="jobs"):
     return next(s for s in json.loads(get(c, "/status")[1])["subscriptions"] if s["name"] == name)
 
 
+def start_with_a_stuck_consumer(pg, schema, cdc, rows, **sub):
+    """cdc (ack_timeout 3s), a consumer that never reads, and rows of 1 MB: events 1 and 2 in flight
+    to it, 1 partly written to its socket, 2 waiting in cdc's output (past the 1 MiB mark)."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema, ack_timeout="3s", **sub)])
+    stuck = never_reading(c, "stuck")
+    insert_big(pg, schema, 1, rows)
+    wait_for(lambda: status_of(c)["in_flight"] == 2, 10, what="events 1 and 2 in flight to the stuck consumer")
+    return c, p, stuck
+
+
 def test_a_consumer_that_never_reads_loses_its_jobs_to_the_worker(pg, schema, cdc):
     """The user's story with its proportions, shortened: a shared subscription (ack_timeout 1s,
     max_deliveries 3), a consumer that subscribes and never reads, a backlog of 250 jobs, and one
@@ -110,11 +121,7 @@ def test_deliveries_never_written_to_a_stuck_consumer_do_not_count(pg, schema, c
     """The stuck consumer takes 1 MB events 1 and 2: 1 is partly written to its socket, 2 waits in
     cdc's output. Once it has not read for ack_timeout, 1 goes to the worker as a second delivery,
     2 as a first: it was withdrawn, never delivered. It used to count as delivered (2, 2)."""
-    make_jobs(pg, schema)
-    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", ack_timeout="3s")])
-    stuck = never_reading(c, "stuck")
-    insert_big(pg, schema, 1, 3)
-    wait_for(lambda: status_of(c)["in_flight"] == 2, 10, what="events 1 and 2 in flight to the stuck consumer")
+    c, p, stuck = start_with_a_stuck_consumer(pg, schema, cdc, 3, consumers="shared")
     worker = attach(c, consumer="worker")
     got = [(e.offset, e.delivery_count) for e in collect(worker, 3, timeout=20)]
     assert sorted(got) == [(1, 2), (2, 1), (3, 1)]
@@ -177,11 +184,7 @@ def test_key_shared_a_key_whose_event_timed_out_moves_to_another_consumer(pg, sc
 def test_key_shared_a_consumer_that_stops_reading_loses_its_keys(pg, schema, cdc):
     """key_shared: the keys of a consumer that never reads go to the others once it has not read for
     ack_timeout, with the 1 MB event that never left cdc withdrawn (a first delivery elsewhere)."""
-    make_jobs(pg, schema)
-    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="key_shared", ack_timeout="3s")])
-    stuck = never_reading(c, "stuck")
-    insert_big(pg, schema, 1, 2)
-    wait_for(lambda: status_of(c)["in_flight"] == 2, 10, what="events 1 and 2 in flight to the stuck consumer")
+    c, p, stuck = start_with_a_stuck_consumer(pg, schema, cdc, 2, consumers="key_shared")
     good = attach(c, consumer="good")
     got = collect(good, 2, timeout=20)
     assert sorted((e.offset, e.delivery_count) for e in got) == [(1, 2), (2, 1)]
@@ -194,11 +197,7 @@ def test_key_shared_a_consumer_that_stops_reading_loses_its_keys(pg, schema, cdc
 def test_failover_a_non_reading_active_consumer_hands_over_without_counting_unsent(pg, schema, cdc):
     """failover: the active consumer never reads; the waiting one takes over once it has not read
     for ack_timeout, and the Delivery that never left cdc is not counted: (2, 1), not (2, 2)."""
-    make_jobs(pg, schema)
-    c, p = cdc.start(subscriptions=[socket_sub(schema, ack_timeout="3s")])
-    stuck = never_reading(c, "stuck")
-    insert_big(pg, schema, 1, 3)
-    wait_for(lambda: status_of(c)["in_flight"] == 2, 10, what="events 1 and 2 in flight to the stuck consumer")
+    c, p, stuck = start_with_a_stuck_consumer(pg, schema, cdc, 3)
     standby = attach(c, consumer="standby")
     assert not standby.subscribed.active
     got = collect(standby, 3, timeout=20)

@@ -489,6 +489,11 @@ int source_server_version(const source *s)
 	return s->repl ? PQserverVersion(s->repl) : 0;
 }
 
+const char *source_database(const source *s)
+{
+	return s->repl ? PQdb(s->repl) : NULL;
+}
+
 const pgo_options *source_protocol(const source *s)
 {
 	return &s->proto;

@@ -62,6 +62,8 @@ bool source_connected(const source *s);
 const pgo_options *source_protocol(const source *s);
 /* The server's version number (150008 for 15.8) while connected, else 0. */
 int source_server_version(const source *s);
+/* The database the slot streams (the connection's, defaults applied), NULL before a connect. */
+const char *source_database(const source *s);
 /* Drains everything the server has sent, calling h for each message. */
 source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
 /* Reading a backlog in larger pieces: the server sends one message per write, so a reader faster

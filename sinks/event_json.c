@@ -653,7 +653,7 @@ void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
 		json_null(out);
 	PUT_LIT(out, ",\"dead_time\":");
 	if (d->dead_time)
-		put_timestamp(out, d->dead_time, true, true);
+		json_timestamp(out, d->dead_time, true, true);
 	else
 		json_null(out);
 	put_c(out, '}');

@@ -99,10 +99,10 @@ def request(path, method, target, body=None):
 
 
 class Delivery:
-    __slots__ = ("conn", "count", "L", "recv")
+    __slots__ = ("conn", "offset", "count", "L", "recv")
 
-    def __init__(self, conn, count, L, recv):
-        self.conn, self.count, self.L, self.recv = conn, count, L, recv
+    def __init__(self, conn, offset, count, L, recv):
+        self.conn, self.offset, self.count, self.L, self.recv = conn, offset, count, L, recv
 
 
 class Queue:
@@ -159,6 +159,7 @@ class Conn:
         self.stop_for = 0.0         # and for how long at least
         self.activity = []          # times it read its socket or sent a frame, increasing
         self.answers = []           # the Acked frames received, in order
+        self.got = []               # the Deliveries (events) it received
 
     def __repr__(self):
         return "c%d(%s%s)" % (self.id, self.q.name if self.q else self.kind,
@@ -360,9 +361,18 @@ class Model:
 
     def release_lb(self, q, d):
         """Lower bound of when cdc took delivery d back: its consumer went, its deadline passed,
-        or its consumer stopped reading."""
+        or its consumer stopped reading. key_shared: a timeout takes the key's bucket away with the
+        consumer's other deliveries of it, so the deadline of any other delivery to the same
+        connection that was not acknowledged before it counts too (the model does not know
+        buckets: 256 of them, by a hash of the key)."""
         start = d.conn.t_sub if q.mode == "failover" else d.L  # failover returns all on rotation
-        return min(d.conn.released(), start + q.timeout - EPS, d.conn.quiet_from(start, q.timeout))
+        lb = min(d.conn.released(), start + q.timeout - EPS, d.conn.quiet_from(start, q.timeout))
+        if q.mode == "key_shared" and not q.dead:
+            for y in d.conn.got:
+                due = y.L + q.timeout - EPS
+                if y.L >= d.L - q.timeout and q.confirmed_at(y.offset) >= due:
+                    lb = min(lb, due)
+        return lb
 
     def on_event(self, c, q, e, L, recv):
         o, n = e.offset, e.delivery_count
@@ -385,7 +395,7 @@ class Model:
         self.expect(o > c.acked_seen, what + ": after this connection was told %d is acknowledged" % c.acked_seen)
         t = q.confirmed_at(o)
         self.expect(L <= t, what + ": acknowledged by %.3f, sent again after %.3f" % (t, L))
-        x = Delivery(c, n, L, recv)
+        x = Delivery(c, o, n, L, recv)
         prev = q.deliveries.setdefault(o, [])
         for p in prev:
             self.expect(p.count != n, what + ": delivery_count %d already went to %r" % (n, p.conn))
@@ -394,6 +404,7 @@ class Model:
                         "%s offset %d: delivery %d to %r while delivery %d was in flight to %r (no timeout, "
                         "no disconnect between)" % (q.name, o, b.count, b.conn, a.count, a.conn))
         prev.append(x)
+        c.got.append(x)
         if q.mode == "key_shared" and not q.dead:
             self.check_key(c, q, o, x)
         c.held[o] = n

@@ -631,6 +631,7 @@ static void admin_result(source *s, PGresult *res)
 	s->health.safe_wal_size_known = row.safe_wal_size_known;
 	s->health.safe_wal_size = row.safe_wal_size;
 	s->health.max_keep_size = row.max_keep_size;
+	s->health.server_lsn = row.server_lsn;
 }
 
 /* Sends a query on the ordinary connection without waiting, after collecting the answer of the

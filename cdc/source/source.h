@@ -105,6 +105,7 @@ typedef struct source_slot_health {
 	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
 	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
 	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	uint64_t server_lsn;	  /* the server's WAL position, known even while reading is paused */
 } source_slot_health;
 /* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
  * answer (known false until one came). False with err if the connection failed. */

@@ -386,6 +386,14 @@ static const key source_k[] = {
     {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
     {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names},
     {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names},
+    /* PostgreSQL 17+: the slot is created (or altered) with FAILOVER, so that a standby with
+     * sync_replication_slots keeps a copy a promotion can resume from; the primary's
+     * synchronized_standby_slots is checked (README "Failover and standbys"). */
+    {"failover", &t_bool, TOP(source.failover), .restart = true},
+    /* When source.dsn is a hot standby: the primary, where cdc writes what a standby cannot
+     * (heartbeats, re-sync markers, backfills, the running-transactions record a slot's creation
+     * waits for). Unused while source.dsn is a primary. */
+    {"primary_dsn", &t_dsn, TOP(source.primary_dsn), NULL, K_OPTIONAL, .restart = true},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };

@@ -52,14 +52,17 @@ typedef struct reloads {
 /* Figures no other part keeps (figures.c). */
 typedef struct figures {
 	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
-	uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
+	uint64_t resyncs;    /* re-syncs after a lost slot or a publication newer than it */
+	uint64_t promotions; /* starts that followed a promotion (a newer timeline) */
 	char server_version[32];
 	/* what the last progress line reported */
 	uint64_t logged_events, logged_seq, last_progress_ms;
 	uint64_t last_health_ms;
 	source_slot_health health;
-	char slot_warning[256]; /* why the slot is in danger of losing WAL; "" when it is not */
-	char not_ready[192];	/* /readyz's reason when it is made up */
+	char slot_warning[256];	   /* why the slot is in danger of losing WAL; "" when it is not */
+	uint64_t last_failover_ms; /* synchronized_standby_slots last asked (0: ask now) */
+	source_failover failover;  /* its last answer (source.failover) */
+	char not_ready[192];	   /* /readyz's reason when it is made up */
 } figures;
 
 typedef struct sidecar {
@@ -151,5 +154,8 @@ void figures_log_progress(sidecar *d, uint64_t now);
 void figures_log_kafka(sidecar *d);
 /* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
 void figures_slot_health(sidecar *d, uint64_t now);
+/* source.failover: every 30 s (and after each start) whether a promotion now is safe; the log
+ * says it once, then on each change. */
+void figures_failover(sidecar *d, uint64_t now);
 
 #endif

@@ -420,7 +420,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	f->promotions += source_server_info(c->src)->promoted_from != 0;
-	f->last_failover_ms = 0; /* checked again at once: the server may be another one */
+	f->last_server_ms = 0; /* asked again at once: the server may be another one */
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
 		 source_server_version(c->src) % 10000);
 	c->streaming = true;
@@ -474,7 +474,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = now_ms();
 	figures_log_progress(d, now);
 	figures_slot_health(d, now);
-	figures_failover(d, now);
+	figures_server(d, now);
 	heartbeat(d, now);
 }
 

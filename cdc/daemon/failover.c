@@ -77,8 +77,8 @@ static const failover_slot *find_slot(const failover_slot *slots, size_t n, cons
 	"set synchronized_standby_slots on the primary to the physical slot of each standby that may be "    \
 	"promoted (its primary_slot_name)"
 
-failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting, const failover_slot *slots,
-			       size_t nslots, char *why, size_t whylen)
+failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting,
+			       const failover_slot *slots, size_t nslots, char *why, size_t whylen)
 {
 	why[0] = '\0';
 	if (!slot_failover) {
@@ -110,15 +110,18 @@ failover_reason failover_judge(const char *slot, bool slot_failover, const char 
 		}
 		if (strcmp(s->wal_status, "lost") == 0) {
 			errf(why, whylen,
-			     "the standby's slot %s (synchronized_standby_slots) has lost WAL (wal_status lost): "
-			     "that standby cannot catch up and cdc's stream waits for it; rebuild the standby, or "
+			     "the standby's slot %s (synchronized_standby_slots) has lost WAL (wal_status "
+			     "lost): "
+			     "that standby cannot catch up and cdc's stream waits for it; rebuild the "
+			     "standby, or "
 			     "remove the slot from synchronized_standby_slots",
 			     name);
 			return FAILOVER_STANDBY_SLOT_LOST;
 		}
 		if (!s->active) {
 			errf(why, whylen,
-			     "no standby streams from slot %s (synchronized_standby_slots): cdc's stream waits "
+			     "no standby streams from slot %s (synchronized_standby_slots): cdc's stream "
+			     "waits "
 			     "until one does, and a promotion now finds the slot's copy behind; start the "
 			     "standby, or remove the slot from synchronized_standby_slots",
 			     name);
@@ -126,7 +129,8 @@ failover_reason failover_judge(const char *slot, bool slot_failover, const char 
 		}
 	}
 	if (!named) {
-		errf(why, whylen, "synchronized_standby_slots is empty on the primary: " PHANTOMS "; " WHAT_TO_SET);
+		errf(why, whylen,
+		     "synchronized_standby_slots is empty on the primary: " PHANTOMS "; " WHAT_TO_SET);
 		return FAILOVER_UNSET;
 	}
 	return FAILOVER_READY;

@@ -12,10 +12,10 @@
 /* Why a promotion now is safe or not. The names (failover_reason_name) are /status's
  * source.failover.reason and the reason label of cdc_source_failover_ready. */
 typedef enum failover_reason {
-	FAILOVER_UNKNOWN,	  /* not checked yet */
-	FAILOVER_READY,		  /* every slot synchronized_standby_slots names is an active physical one */
+	FAILOVER_UNKNOWN, /* not checked yet */
+	FAILOVER_READY,	  /* every slot synchronized_standby_slots names is an active physical one */
 	FAILOVER_SLOT_NOT_FAILOVER, /* the logical slot itself is not a failover slot */
-	FAILOVER_UNSET,		  /* synchronized_standby_slots is empty */
+	FAILOVER_UNSET,		    /* synchronized_standby_slots is empty */
 	FAILOVER_STANDBY_SLOT_MISSING,
 	FAILOVER_STANDBY_SLOT_LOGICAL, /* it names a logical slot (often cdc's own): the classic mistake */
 	FAILOVER_STANDBY_SLOT_INACTIVE,
@@ -35,8 +35,8 @@ typedef struct failover_slot {
  * names, as PostgreSQL splits it: commas, spaces, double quotes); slots what pg_replication_slots
  * holds (at least every slot the setting names that exists). why gets a sentence for a human: what
  * is wrong, what it means, what to set (empty when ready). */
-failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting, const failover_slot *slots,
-			       size_t nslots, char *why, size_t whylen);
+failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting,
+			       const failover_slot *slots, size_t nslots, char *why, size_t whylen);
 
 /* The LSN where timeline tli ended, from the text of a timeline history file (TIMELINE_HISTORY:
  * lines "parent_tli<TAB>switchpoint<TAB>reason", comments '#'). False when the history does not

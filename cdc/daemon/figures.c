@@ -15,7 +15,7 @@
 #define PUBLISH_MS 1000		/* the status socket's figures are this fresh */
 #define HEALTH_MS 5000		/* pg_replication_slots is asked this often */
 #define SAFE_WAL_LOW_PERCENT 20 /* warn when less than this share of max_slot_wal_keep_size is left */
-#define FAILOVER_MS 30000	/* synchronized_standby_slots is asked this often (and after each start) */
+#define SERVER_MS 5000		/* the server's role and failover readiness are asked this often */
 
 void figures_log_kafka(sidecar *d)
 {
@@ -246,20 +246,33 @@ void figures_slot_health(sidecar *d, uint64_t now)
 	memcpy(f->slot_warning, warning, sizeof(warning));
 }
 
-void figures_failover(sidecar *d, uint64_t now)
+/* A standby cdc streams from was promoted meanwhile: the positions recorded from now on are on
+ * its new timeline, and writes go to it. */
+static void promoted_under_us(sidecar *d, const source_server *sv)
+{
+	connection *c = &d->conn;
+	if (!c->streaming || !sv->timeline || sv->timeline == c->st.timeline)
+		return;
+	log_warn("the server cdc streams from was promoted: it goes on streaming on the new timeline",
+		 "slot=%s timeline=%u previous_timeline=%u server=%s", d->cfg->source.slot, sv->timeline,
+		 c->st.timeline, sv->host);
+	c->st.timeline = sv->timeline;
+	d->fig.promotions++;
+}
+
+void figures_server(sidecar *d, uint64_t now)
 {
 	figures *f = &d->fig;
-	if (!d->cfg->source.failover)
-		return;
-	bool ask = !f->last_failover_ms || now - f->last_failover_ms >= FAILOVER_MS;
+	bool ask = !f->last_server_ms || now - f->last_server_ms >= SERVER_MS;
 	source_failover was = f->failover;
 	char err[512];
-	if (!source_poll_failover(d->conn.src, &ask, &f->failover, err, sizeof(err))) {
-		log_debug("cannot ask whether a promotion is safe", "error=\"%s\"", err);
+	if (!source_poll_server(d->conn.src, &ask, &f->failover, err, sizeof(err))) {
+		log_debug("cannot ask the server's role", "error=\"%s\"", err);
 		return;
 	}
 	if (ask)
-		f->last_failover_ms = now;
+		f->last_server_ms = now;
+	promoted_under_us(d, source_server_info(d->conn.src));
 	const source_failover *fo = &f->failover;
 	if (!fo->known || (was.known && was.reason == fo->reason && strcmp(was.setting, fo->setting) == 0))
 		return;

@@ -59,10 +59,10 @@ typedef struct figures {
 	uint64_t logged_events, logged_seq, last_progress_ms;
 	uint64_t last_health_ms;
 	source_slot_health health;
-	char slot_warning[256];	   /* why the slot is in danger of losing WAL; "" when it is not */
-	uint64_t last_failover_ms; /* synchronized_standby_slots last asked (0: ask now) */
-	source_failover failover;  /* its last answer (source.failover) */
-	char not_ready[192];	   /* /readyz's reason when it is made up */
+	char slot_warning[256];	  /* why the slot is in danger of losing WAL; "" when it is not */
+	uint64_t last_server_ms;  /* the server's role last asked (0: ask now) */
+	source_failover failover; /* its last answer (source.failover) */
+	char not_ready[192];	  /* /readyz's reason when it is made up */
 } figures;
 
 typedef struct sidecar {
@@ -154,8 +154,9 @@ void figures_log_progress(sidecar *d, uint64_t now);
 void figures_log_kafka(sidecar *d);
 /* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
 void figures_slot_health(sidecar *d, uint64_t now);
-/* source.failover: every 30 s (and after each start) whether a promotion now is safe; the log
- * says it once, then on each change. */
-void figures_failover(sidecar *d, uint64_t now);
+/* Every 5 s (and at once after each start): whether the server is a standby, its timeline (a
+ * standby promoted under cdc), and with source.failover whether a promotion now is safe, which
+ * the log says once, then on each change. */
+void figures_server(sidecar *d, uint64_t now);
 
 #endif

@@ -27,7 +27,7 @@
 #define SECRET_MASK "********" /* as check-config masks them */
 
 /* What an ordinary connection's query in flight is. */
-enum admin_kind { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_FAILOVER };
+enum admin_kind { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_SERVER };
 
 struct source {
 	char *dsn, *slot, *publication;
@@ -867,8 +867,12 @@ static void promotion_note(const source *s, buf *b)
 /* The timeline moved on since the position cdc recorded (st) or the last stream: a promotion of a
  * standby (or a point-in-time recovery). Fine while the server's history left the old timeline
  * after every position cdc had; else changes cdc may have delivered never happened here, and
- * positions repeat (sinks and consumers tell changes apart by commit LSN): a gap. */
-static source_result check_timeline(source *s, const state *st, bool have_st, char *err, size_t errlen)
+ * positions repeat (sinks and consumers tell changes apart by commit LSN): a gap. Also fine when
+ * the slot here (confirmed at slot_lsn) moved past where the old timeline ended: only cdc moves it,
+ * so cdc streamed this very server after its promotion (a standby promoted under it, whose new
+ * timeline a crash kept out of the record). A synchronized copy is never past that point. */
+static source_result check_timeline(source *s, const state *st, bool have_st, uint64_t slot_lsn, char *err,
+				    size_t errlen)
 {
 	source_server *v = &s->server;
 	struct {
@@ -899,7 +903,7 @@ static source_result check_timeline(source *s, const state *st, bool have_st, ch
 			known = failover_switch_point(PQgetvalue(history, 0, 1),
 						      (size_t)PQgetlength(history, 0, 1), seen[i].tli, &end);
 		}
-		if (known && seen[i].lsn <= end)
+		if (known && (seen[i].lsn <= end || slot_lsn > end))
 			continue;
 		char at[LSN_STRLEN], left[LSN_STRLEN];
 		lsn_format(seen[i].lsn, at);
@@ -986,11 +990,12 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	}
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
-	    (r = check_timeline(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
 	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
-	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK ||
+	    (r = check_timeline(s, st, have_st, row.exists ? row.confirmed_flush : 0, err, errlen)) !=
+		SOURCE_OK)
 		goto out;
 	if (!row.exists) {
 		if (have_st) {
@@ -1210,22 +1215,35 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-/* The answer about synchronized_standby_slots: one row per slot (or one of NULLs). */
-static void failover_result(source *s, PGresult *res)
+/* The answer of source_poll_server's query (SERVER_SQL): whether the server is a standby, its
+ * timeline while a primary (the first 8 hex digits of a WAL file's name), and with source.failover
+ * synchronized_standby_slots, the slot's failover flag and one row per slot (or one of NULLs). A
+ * standby promoted while cdc streams from it shows here: its walsenders go on. */
+static void server_result(source *s, PGresult *res)
 {
-	source_failover *f = &s->failover_state;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1)
 		return; /* the connection failed: asked again */
+	source_server *v = &s->server;
+	v->in_recovery = PQgetvalue(res, 0, 0)[0] == 't';
+	char hex[9];
+	if (!v->in_recovery && sscanf(PQgetvalue(res, 0, 1), "%8[0-9A-F]", hex) == 1 && strlen(hex) == 8) {
+		uint32_t tli = (uint32_t)strtoul(hex, NULL, 16);
+		if (tli && tli != v->timeline)
+			v->timeline = s->stream_tli = tli;
+	}
+	if (PQnfields(res) < 8)
+		return;
+	source_failover *f = &s->failover_state;
 	int n = PQntuples(res);
 	failover_slot *slots = xcalloc((size_t)n, sizeof(*slots));
 	size_t k = 0;
 	for (int i = 0; i < n; i++)
-		if (!PQgetisnull(res, i, 2))
-			slots[k++] = (failover_slot){PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-						     PQgetvalue(res, i, 5), PQgetvalue(res, i, 4)[0] == 't'};
+		if (!PQgetisnull(res, i, 4))
+			slots[k++] = (failover_slot){PQgetvalue(res, i, 4), PQgetvalue(res, i, 5),
+						     PQgetvalue(res, i, 7), PQgetvalue(res, i, 6)[0] == 't'};
 	f->known = true;
-	f->slot_failover = PQgetvalue(res, 0, 1)[0] == 't';
-	snprintf(f->setting, sizeof(f->setting), "%s", PQgetvalue(res, 0, 0));
+	f->slot_failover = PQgetvalue(res, 0, 3)[0] == 't';
+	snprintf(f->setting, sizeof(f->setting), "%s", PQgetvalue(res, 0, 2));
 	f->reason = failover_judge(s->slot, f->slot_failover, f->setting, slots, k, f->why, sizeof(f->why));
 	free(slots);
 }
@@ -1234,8 +1252,8 @@ static void failover_result(source *s, PGresult *res)
 static void admin_result(source *s, int kind, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-	if (kind == ADMIN_FAILOVER) {
-		failover_result(s, res);
+	if (kind == ADMIN_SERVER) {
+		server_result(s, res);
 		return;
 	}
 	if (kind == ADMIN_HEARTBEAT) {
@@ -1341,20 +1359,25 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 	return ok;
 }
 
-bool source_poll_failover(source *s, bool *ask, source_failover *f, char *err, size_t errlen)
+#define SERVER_SQL                                                                                           \
+	"SELECT pg_catalog.pg_is_in_recovery(), CASE WHEN pg_catalog.pg_is_in_recovery() THEN '' ELSE "      \
+	"pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()) END"
+#define FAILOVER_SQL                                                                                         \
+	SERVER_SQL ", pg_catalog.current_setting('synchronized_standby_slots'), "                            \
+		   "coalesce((SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = $1), "  \
+		   "false), s.slot_name, s.slot_type, s.active, coalesce(s.wal_status, '') "                 \
+		   "FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_replication_slots s ON true"
+
+bool source_poll_server(source *s, bool *ask, source_failover *f, char *err, size_t errlen)
 {
 	bool ok = true, idle;
 	const char *params[] = {s->slot};
-	if (!s->failover || s->server.in_recovery || !s->admin || PQserverVersion(s->admin) < 170000)
+	if (!s->admin)
 		*ask = false;
+	bool fo = *ask && s->failover && PQserverVersion(s->admin) >= 170000;
 	if (*ask)
-		ok = admin_send(
-		    s, false, ADMIN_FAILOVER,
-		    "SELECT pg_catalog.current_setting('synchronized_standby_slots'), "
-		    "coalesce((SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = $1), "
-		    "false), s.slot_name, s.slot_type, s.active, coalesce(s.wal_status, '') "
-		    "FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_replication_slots s ON true",
-		    1, params, ask, err, errlen);
+		ok = admin_send(s, false, ADMIN_SERVER, fo ? FAILOVER_SQL : SERVER_SQL, fo ? 1 : 0,
+				fo ? params : NULL, ask, err, errlen);
 	else if (s->admin && PQstatus(s->admin) == CONNECTION_OK)
 		ok = admin_collect(s, s->admin, &s->admin_busy, &idle, err, errlen);
 	*f = s->failover_state;

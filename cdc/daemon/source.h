@@ -122,11 +122,13 @@ typedef struct source_failover {
 	char setting[256];  /* synchronized_standby_slots as the primary has it */
 	char why[512];	    /* what is wrong and what to set; "" when ready */
 } source_failover;
-/* Collects the answer of the last check (without blocking) and, with *ask, sends the next one
- * (PostgreSQL 17+ primaries with source.failover only; otherwise *f stays unknown); *ask becomes
- * whether it went out (not while another query runs). *f gets the last answer. False with err if
- * the ordinary connection failed. */
-bool source_poll_failover(source *s, bool *ask, source_failover *f, char *err, size_t errlen);
+/* Every few seconds: whether the server is still a standby (one promoted while cdc streams from
+ * it goes on streaming), its timeline, and with source.failover on PostgreSQL 17+ whether a
+ * promotion now is safe. Collects the answer of the last question (without blocking) and, with
+ * *ask, sends the next; *ask becomes whether it went out (not while another query runs). *f gets
+ * the last failover answer (unknown without source.failover); source_server_info() the rest.
+ * False with err if the ordinary connection failed. */
+bool source_poll_server(source *s, bool *ask, source_failover *f, char *err, size_t errlen);
 
 /* The slot's health as pg_replication_slots tells it. */
 typedef struct source_slot_health {

@@ -5,8 +5,8 @@
 #include "test.h"
 
 static const failover_slot slots[] = {
-    {"sb1", "physical", "reserved", true},   {"sb2", "physical", "extended", true},
-    {"idle", "physical", "reserved", false}, {"gone", "physical", "lost", true},
+    {"sb1", "physical", "reserved", true},     {"sb2", "physical", "extended", true},
+    {"idle", "physical", "reserved", false},   {"gone", "physical", "lost", true},
     {"cdc_slot", "logical", "reserved", true}, {"MixedCase", "physical", "reserved", true},
 };
 #define NSLOTS (sizeof(slots) / sizeof(*slots))
@@ -23,8 +23,9 @@ static const struct {
     {true, "\"MixedCase\"", FAILOVER_READY, NULL},
     {true, "mixedcase", FAILOVER_STANDBY_SLOT_MISSING, "names slot mixedcase, which does not exist"},
     {true, "MixedCase", FAILOVER_STANDBY_SLOT_MISSING, "names slot mixedcase"},
-    {true, "", FAILOVER_UNSET, "synchronized_standby_slots is empty on the primary: a promotion now may hand "
-			       "consumers changes the promoted server never had"},
+    {true, "", FAILOVER_UNSET,
+     "synchronized_standby_slots is empty on the primary: a promotion now may hand "
+     "consumers changes the promoted server never had"},
     {true, " , ", FAILOVER_UNSET, "(its primary_slot_name)"},
     {true, "cdc_slot", FAILOVER_STANDBY_SLOT_LOGICAL, "names cdc_slot, a logical slot (cdc's own)"},
     {true, "sb1,cdc_slot", FAILOVER_STANDBY_SLOT_LOGICAL, "not the logical slot"},
@@ -39,12 +40,13 @@ static void test_judge(void)
 {
 	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
 		char why[512];
-		failover_reason r =
-		    failover_judge("cdc_slot", cases[i].slot_failover, cases[i].setting, slots, NSLOTS, why, sizeof(why));
+		failover_reason r = failover_judge("cdc_slot", cases[i].slot_failover, cases[i].setting,
+						   slots, NSLOTS, why, sizeof(why));
 		CHECK_STR(failover_reason_name(r), failover_reason_name(cases[i].want));
 		if (cases[i].why && !strstr(why, cases[i].why)) {
 			test_failed++;
-			fprintf(stderr, "case %zu (%s): \"%s\" not in \"%s\"\n", i, cases[i].setting, cases[i].why, why);
+			fprintf(stderr, "case %zu (%s): \"%s\" not in \"%s\"\n", i, cases[i].setting,
+				cases[i].why, why);
 		}
 		CHECK(cases[i].want != FAILOVER_READY || why[0] == '\0');
 	}

@@ -38,7 +38,7 @@ import time
 
 import psycopg2
 
-__all__ = ["TempPostgres", "TempStandby", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
+__all__ = ["TempPostgres", "TempStandby", "PgPair", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
 
 # The major versions the tests know: Debian 12's own (15) and the pinned packages of
 # tests/postgresql/package.json (14, 16, 17, 18).
@@ -553,6 +553,85 @@ class TempStandby(TempPostgres):
         if self._initialized:
             return super().start()
         self.make_standby_of(self.primary, self.slot, self.sync_slots)
+
+
+class PgPair:
+    """A primary and a hot standby of it that trade places as often as wanted, for promotions as a
+    fault: ``PgPair(version=17, **settings)``, start(), then failover() kills the primary
+    (``pg_ctl stop -m immediate``), promotes the standby, and rebuilds the old primary as the new
+    one's standby (make_standby_of), keeping both ports. On PostgreSQL 17 and later the standby
+    synchronizes slots and the primary's synchronized_standby_slots names the standby's slot once
+    it streams. ``dsn`` names both servers with target_session_attrs=read-write; sql(), connect(),
+    current_wal_lsn(), stop(), start() and ``running`` are the current primary's."""
+
+    def __init__(self, version=17, slot="standby_slot", **settings):
+        self.slot = slot
+        self.primary = TempPostgres(version=version, **settings)
+        self.standby = TempPostgres(version=version, **settings)
+        self.version = self.primary.version
+        self.host = self.primary.host
+        self.promotions = 0
+
+    def start(self):
+        """The primary (if down), and the first time a standby of it."""
+        if self.primary.running:
+            return
+        self.primary.start()
+        if not self.standby.running:
+            self._attach()
+
+    def _attach(self):
+        self.standby.make_standby_of(self.primary, self.slot)
+        if self.version >= 17:
+            self.primary.set(synchronized_standby_slots=self.slot)
+
+    def failover(self):
+        """Kills the primary, promotes the standby, makes the old primary its standby; returns
+        (seconds until the promoted one accepted writes, seconds to rebuild the standby)."""
+        t = time.monotonic()
+        old, new = self.primary, self.standby
+        old.stop("immediate")
+        new.promote()
+        self.primary, self.standby = new, old
+        self.promotions += 1
+        promoted = time.monotonic() - t
+        self._attach()
+        return promoted, time.monotonic() - t - promoted
+
+    def synced(self, slot):
+        """Whether the standby holds a persistent synchronized copy of logical slot `slot` (what a
+        promotion needs, PostgreSQL 17+); asks the primary to log its running transactions, which
+        moves the copy along sooner."""
+        self.primary.sql("select pg_log_standby_snapshot()")
+        rows = self.standby.sql("select synced and not temporary from pg_replication_slots where slot_name = %s",
+                                (slot,))
+        return bool(rows and rows[0][0])
+
+    @property
+    def dsn(self):
+        a, b = self.primary, self.standby
+        return (f"host={a.host},{b.host} port={a.port},{b.port} dbname=postgres user=postgres "
+                "target_session_attrs=read-write")
+
+    @property
+    def running(self):
+        return self.primary.running
+
+    def sql(self, query, params=None):
+        return self.primary.sql(query, params)
+
+    def connect(self, dbname="postgres", **kwargs):
+        return self.primary.connect(dbname, **kwargs)
+
+    def current_wal_lsn(self):
+        return self.primary.current_wal_lsn()
+
+    def stop(self, mode="fast"):
+        self.primary.stop(mode)
+
+    def cleanup(self):
+        self.primary.cleanup()
+        self.standby.cleanup()
 
 
 def lsn_to_int(lsn):

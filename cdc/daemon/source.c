@@ -188,6 +188,20 @@ static const char *connect_hint(const char *msg)
 /* The user's connection string, with what cdc needs added: replication mode, walsender session
  * settings appended to the user's options, a default connect_timeout and application name.
  * Everything else (TLS, passwords, PG* variables, .pgpass) passes through to libpq untouched. */
+/* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say):
+ * into cdc's log as one line, not onto stderr as libpq's default would. */
+static void on_notice(void *arg, const PGresult *res)
+{
+	(void)arg;
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+	const char *hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+	log_at(sev && strcmp(sev, "WARNING") == 0 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, "the server says",
+	       "severity=%s message=\"%s\" detail=\"%s\" hint=\"%s\"", sev ? sev : "-", msg ? msg : "",
+	       detail ? detail : "", hint ? hint : "");
+}
+
 static PGconn *connect_dsn(source *s, const char *dsn, const char *key, bool replication, char *err,
 			   size_t errlen)
 {
@@ -269,6 +283,7 @@ static PGconn *connect_dsn(source *s, const char *dsn, const char *key, bool rep
 		PQfinish(conn);
 		return NULL;
 	}
+	PQsetNoticeReceiver(conn, on_notice, NULL);
 	return conn;
 }
 

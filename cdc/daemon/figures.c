@@ -258,6 +258,7 @@ static void promoted_under_us(sidecar *d, const source_server *sv)
 		 c->st.timeline, sv->host);
 	c->st.timeline = sv->timeline;
 	d->fig.promotions++;
+	backfills_follow(d);
 }
 
 void figures_server(sidecar *d, uint64_t now)

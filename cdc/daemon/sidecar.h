@@ -128,6 +128,9 @@ void backfills_delivered(sidecar *d, uint64_t flushed);
 bool backfills_draining(const sidecar *d);
 /* The stream starts again from the slot's confirmed position. */
 void backfills_restart(sidecar *d);
+/* The backfills read from the primary (source.primary_dsn) while the source is a standby, else from
+ * source.dsn: at each start, and when a standby cdc streams from is promoted. */
+void backfills_follow(sidecar *d);
 /* Something may be due for the reader. */
 void backfills_kick(sidecar *d);
 /* GET /backfills from now on. */

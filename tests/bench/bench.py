@@ -84,7 +84,7 @@ def progress(msg):
 
 
 def pgoutput_options(server_version):
-    """The START_REPLICATION options cdc sends to this server version (cdc/daemon/source.c)."""
+    """The START_REPLICATION options cdc sends to this server version (cdc/source/source.c)."""
     if server_version >= 160000:
         return {"proto_version": "4", "messages": "true", "streaming": "parallel",
                 "two_phase": "on"}

@@ -1,6 +1,6 @@
 /* test_failover.c: the verdicts on synchronized_standby_slots (every reason, the list as
  * PostgreSQL splits it) and the switch points read from timeline history files. */
-#include "cdc/daemon/failover.h"
+#include "cdc/source/failover.h"
 
 #include "test.h"
 

@@ -36,6 +36,15 @@ static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, ui
 		json_null(out);
 }
 
+static void j_bool_or_null(buf *out, bool *first, const char *key, bool known, bool v)
+{
+	json_key(out, first, key);
+	if (known)
+		json_boolean(out, v);
+	else
+		json_null(out);
+}
+
 /* Always with a decimal point, so that JSON readers see a double; null when not finite. */
 static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
 {
@@ -99,17 +108,9 @@ static void status_failover(const report *r, buf *out)
 	}
 	bool f = true, k = r->source.failover.known;
 	buf_putc(out, '{');
-	json_key(out, &f, "ready");
-	if (k)
-		json_boolean(out, r->source.failover.ready);
-	else
-		json_null(out);
+	j_bool_or_null(out, &f, "ready", k, r->source.failover.ready);
 	json_key_str(out, &f, "reason", k ? r->source.failover.reason : NULL);
-	json_key(out, &f, "slot_failover");
-	if (k)
-		json_boolean(out, r->source.failover.slot_failover);
-	else
-		json_null(out);
+	j_bool_or_null(out, &f, "slot_failover", k, r->source.failover.slot_failover);
 	json_key_str(out, &f, "synchronized_standby_slots", k ? r->source.failover.setting : NULL);
 	json_key_str(out, &f, "message", k && !r->source.failover.ready ? r->source.failover.message : NULL);
 	buf_putc(out, '}');
@@ -191,11 +192,7 @@ static void status_sub(const report_sub *s, buf *out)
 	j_u64_or_null(out, &f, "progressed", o, s->progressed);
 	j_u64_or_null(out, &f, "refused", o, s->refused);
 	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
-	json_key(out, &f, "full");
-	if (o)
-		json_boolean(out, s->full);
-	else
-		json_null(out);
+	j_bool_or_null(out, &f, "full", o, s->full);
 	buf_putc(out, '}');
 }
 

@@ -572,11 +572,16 @@ class PgPair:
         if self.version >= 17:
             self.primary.set(synchronized_standby_slots=self.slot)
 
-    def failover(self):
+    def failover(self, cut=0.0):
         """Kills the primary, promotes the standby, makes the old primary its standby; returns
-        (seconds until the promoted one accepted writes, seconds to rebuild the standby)."""
-        t = time.monotonic()
+        (seconds until the promoted one accepted writes, seconds to rebuild the standby). With cut,
+        the standby stops receiving that many seconds before the kill (its primary_conninfo
+        emptied): what the primary commits meanwhile is not on the promoted server."""
         old, new = self.primary, self.standby
+        if cut:
+            new.set(primary_conninfo="")
+            time.sleep(cut)
+        t = time.monotonic()
         old.stop("immediate")
         new.promote()
         self.primary, self.standby = new, old

@@ -24,7 +24,9 @@ up within the first 19 faults:
   pg_promote         (--standby) the primary killed (-m immediate) under load, its standby promoted,
                      the old primary rebuilt as the new one's standby (tests/pg.py PgPair); first
                      waits until cdc says a promotion is safe (/status source.failover.ready) and
-                     the standby holds a persistent synchronized copy of the slot. A --standby run
+                     the standby holds a persistent synchronized copy of the slot. Half of them cut
+                     the standby off 0.5-2 s before the kill, so that the primary commits what the
+                     promoted server will not have (and cdc must never deliver). A --standby run
                      has at least one (forced at 60% of --duration if the deck dealt none)
   pg_stop_fast       PostgreSQL stopped (-m fast), started again after 0.5-4 s
   pg_stop_immediate  the same with -m immediate (a crash: recovery at start)
@@ -290,7 +292,7 @@ class Harness:
         self.restores = {}     # what: (timer, action) of the faults still to undo
         self.restore_lock = threading.Lock()
         self.slow_stops = []   # (fault, seconds) of PostgreSQL stops that took more than 5 s
-        self.promotions = []   # (seconds waited for a safe moment, seconds to promote, seconds to rebuild)
+        self.promotions = []   # (seconds waited for a safe moment, standby cut off, to promote, to rebuild)
         self.lost_at_promotion = {}  # token: Txn committed on a primary that died before its standby had it
         self.deck = []
         self.pg = self.kafka = self.reader = self.cdc = self.sup = self.load = None
@@ -487,11 +489,12 @@ class Harness:
             return
         waited = time.monotonic() - t
         old = self.pg.primary.port
-        promoted, rebuilt = self.pg.failover()
-        self.promotions.append((waited, promoted, rebuilt))
-        log(f"fault pg_promote: primary :{old} killed -m immediate, standby :{self.pg.primary.port} promoted "
-            f"in {promoted:.1f}s (after {waited:.1f}s waiting for a safe moment), old primary rebuilt as its "
-            f"standby in {rebuilt:.1f}s")
+        cut = self.rng.uniform(0.5, 2.0) if self.rng.random() < 0.5 else 0.0
+        promoted, rebuilt = self.pg.failover(cut)
+        self.promotions.append((waited, cut, promoted, rebuilt))
+        log(f"fault pg_promote: {f'standby cut off for {cut:.1f}s, ' if cut else ''}primary :{old} killed -m "
+            f"immediate, standby :{self.pg.primary.port} promoted in {promoted:.1f}s (after {waited:.1f}s waiting "
+            f"for a safe moment), old primary rebuilt as its standby in {rebuilt:.1f}s")
 
     def stop_cdc(self, kind):
         """kill -9 (or SIGTERM) of cdc, the slot sampled, the consumers stopped, Kafka's high
@@ -820,9 +823,9 @@ class Harness:
             print(f"promotions: {len(self.promotions)} (PostgreSQL {self.pg.version} primary and standby, failover slot); "
                   f"transactions committed on a primary that died before its standby had them: "
                   f"{len(self.lost_at_promotion)} ({lost_changes} changes; their events would be phantoms)")
-            for waited, promoted, rebuilt in self.promotions:
-                print(f"  waited {waited:.1f}s for a safe moment, promoted in {promoted:.1f}s, "
-                      f"old primary rebuilt as standby in {rebuilt:.1f}s")
+            for waited, cut, promoted, rebuilt in self.promotions:
+                print(f"  waited {waited:.1f}s for a safe moment, {f'standby cut off {cut:.1f}s, ' if cut else ''}"
+                      f"promoted in {promoted:.1f}s, old primary rebuilt as standby in {rebuilt:.1f}s")
         print(f"cdc runs: {len(self.cdc.runs)}; kills checked against the slot: {len(self.kills)}; "
               f"exits nobody asked for: {len(self.cdc.unexpected_exits)}; harness peak RSS {peak_rss_mib()} MiB")
         for r in results:

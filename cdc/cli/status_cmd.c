@@ -282,6 +282,13 @@ static void summary_source(buf *out, json_object *root)
 	else
 		buf_puts(out, "/-");
 	buf_printf(out, "  wal_status=%s", field(src, "wal_status", f, sizeof(f)));
+	json_object *role = member(src, "server_role", json_type_string);
+	if (role && strcmp(json_object_get_string(role), "standby") == 0)
+		buf_puts(out, "  reading a standby");
+	json_object *promotions = member(src, "promotions", json_type_int);
+	if (promotions && json_object_get_int64(promotions) > 0)
+		buf_printf(out, "  timeline=%s  promotions=%" PRId64, field(src, "timeline", f, sizeof(f)),
+			   json_object_get_int64(promotions));
 	/* PostgreSQL 17 and 18's slot health, when there is something to say */
 	if (member(src, "invalidation_reason", json_type_string))
 		buf_printf(out, "  invalidated=%s", field(src, "invalidation_reason", f, sizeof(f)));
@@ -293,6 +300,20 @@ static void summary_source(buf *out, json_object *root)
 		put_duration(out, json_object_get_int64(idle));
 	}
 	buf_putc(out, '\n');
+	json_object *fo = member(src, "failover", json_type_object);
+	if (fo) {
+		json_object *ready = member(fo, "ready", json_type_boolean);
+		buf_printf(out, "failover  %s",
+			   !ready			    ? "not checked yet"
+			   : json_object_get_boolean(ready) ? "ready"
+							    : "NOT READY: ");
+		if (ready && !json_object_get_boolean(ready))
+			buf_puts(out, field(fo, "reason", f, sizeof(f)));
+		if (ready)
+			buf_printf(out, "  synchronized_standby_slots=%s",
+				   field(fo, "synchronized_standby_slots", f, sizeof(f)));
+		buf_putc(out, '\n');
+	}
 	json_object *warnings = member(src, "warnings", json_type_array);
 	for (size_t i = 0; warnings && i < json_object_array_length(warnings); i++) {
 		const char *w = json_object_get_string(json_object_array_get_idx(warnings, i));

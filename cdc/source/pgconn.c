@@ -49,6 +49,11 @@ void pg_secrets_init(pg_secrets *s, const char *dsn)
 	add_secret(s, getenv("PGPASSWORD"));
 }
 
+void pg_secrets_add(pg_secrets *s, const char *dsn)
+{
+	collect_secrets(s, dsn, 0);
+}
+
 void pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -218,6 +223,9 @@ const char pg_slot_sql[] =
     "safe_wal_size, pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), "
     "coalesce((CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
     "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0'), "
+    /* failover and synced exist from PostgreSQL 17 on: read by name, false before */
+    "coalesce((pg_catalog.to_jsonb(s) ->> 'failover')::bool, false), "
+    "coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false), "
     "pg_catalog.to_jsonb(s) ? 'invalidation_reason', "
     "coalesce(pg_catalog.to_jsonb(s) ->> 'invalidation_reason', ''), "
     "(EXTRACT(epoch FROM (pg_catalog.to_jsonb(s) ->> 'inactive_since')::pg_catalog.timestamptz) * 1000000)"
@@ -247,10 +255,12 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	row->lag_bytes = row->confirmed_flush && row->server_lsn > row->confirmed_flush
 			     ? (int64_t)(row->server_lsn - row->confirmed_flush)
 			     : 0;
-	row->has_invalidation = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
-	snprintf(row->invalidation_reason, sizeof(row->invalidation_reason), "%s", PQgetvalue(res, 0, 11));
-	row->inactive_since_us = strtoll(PQgetvalue(res, 0, 12), NULL, 10);
-	row->idle_timeout_s = PQgetisnull(res, 0, 13) ? -1 : strtoll(PQgetvalue(res, 0, 13), NULL, 10);
+	row->failover = PQgetvalue(res, 0, 10)[0] == 't';
+	row->synced = PQgetvalue(res, 0, 11)[0] == 't';
+	row->has_invalidation = strcmp(PQgetvalue(res, 0, 12), "t") == 0;
+	snprintf(row->invalidation_reason, sizeof(row->invalidation_reason), "%s", PQgetvalue(res, 0, 13));
+	row->inactive_since_us = strtoll(PQgetvalue(res, 0, 14), NULL, 10);
+	row->idle_timeout_s = PQgetisnull(res, 0, 15) ? -1 : strtoll(PQgetvalue(res, 0, 15), NULL, 10);
 }
 
 static void strlist_add(cfg_strlist *l, const char *s)

@@ -181,7 +181,10 @@ def test_two_cdc_started_at_once_share_what_they_create(pg, schema, cdc):
                     raise AssertionError(p.describe())
             return sorted((" streaming slot=" in p.stderr(), "standby: another process streams" in p.stderr())
                           for p in (pa, pb)) == [(False, True), (True, False)]
-        wait_for(one_streams_one_waits, 30, what=f"{pa.describe()}\n{pb.describe()}")
+        try:
+            wait_for(one_streams_one_waits, 30, what="one cdc to stream and the other to wait")
+        except AssertionError as e:  # with what they logged by then
+            raise AssertionError(f"{e}\n{pa.describe()}\n{pb.describe()}") from None
         err = pa.stderr() + pb.stderr()
         raced += "created by another process meanwhile" in err
         assert pa.terminate() == 0 and pb.terminate() == 0, f"{pa.describe()}\n{pb.describe()}"

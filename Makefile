@@ -233,7 +233,7 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(PYTHON) tests/demo.py
 
-# make bench: about 10 minutes on 2 cores; build/bench/results.md and PNGs. Quicker or partial:
+# make bench: about 12 minutes on 2 cores; build/bench/results.md and PNGs. Quicker or partial:
 # make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency trigger subscriptions
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
 bench:

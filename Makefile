@@ -43,7 +43,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \
-	sinks/kafka/kafka_sink.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/predicate.c cdc/match/rules.c \
@@ -58,8 +58,9 @@ LIB_SRCS := \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
 	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/local.c cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo
-FUZZERS := pgoutput config predicate frame http redact put
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo debezium \
+	kafka_render
+FUZZERS := pgoutput config predicate frame http redact put debezium
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
@@ -75,7 +76,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install man deb check-package clean format
+.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring monitoring-rule check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install man deb check-package clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -144,9 +145,24 @@ check-integration: $(B)/cdc $(B)/tests/kafka_mock
 
 # deploy/monitoring/: the alert rules are valid and their unit tests (at the shipped durations) pass;
 # tests/integration/test_monitoring.py runs them and the dashboard's queries in a real Prometheus.
+# The Kubernetes component's PrometheusRule is the rule file's groups under spec: make
+# monitoring-rule writes it, check-monitoring fails when it differs.
+PROMETHEUS_RULE = deploy/kubernetes/components/monitoring/prometheusrule.yaml
+prometheus_rule = { printf '%s\n' \
+	'\# Written by make monitoring-rule from deploy/monitoring/cdc-alerts.yml (make check fails when' \
+	'\# they differ): edit that file, then run make monitoring-rule.' \
+	'apiVersion: monitoring.coreos.com/v1' 'kind: PrometheusRule' 'metadata:' '  name: cdc-alerts' \
+	'  labels:' '    app.kubernetes.io/name: cdc' '    app.kubernetes.io/component: monitoring' 'spec:'; \
+	sed -n '/^groups:/,$${s/^./  &/;p}' deploy/monitoring/cdc-alerts.yml; }
+
 check-monitoring:
 	$(Q)promtool check rules deploy/monitoring/cdc-alerts.yml
 	$(Q)promtool test rules deploy/monitoring/cdc-alerts.test.yml
+	$(Q)$(prometheus_rule) | diff -u $(PROMETHEUS_RULE) - || \
+		{ echo "$(PROMETHEUS_RULE) differs from deploy/monitoring/cdc-alerts.yml: run make monitoring-rule" >&2; exit 1; }
+
+monitoring-rule:
+	$(Q)$(prometheus_rule) > $(PROMETHEUS_RULE)
 
 # The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and its build)
 # and their example workers, against a real PostgreSQL and cdc; and each installed from its package

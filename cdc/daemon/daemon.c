@@ -375,6 +375,14 @@ static void on_state_written(evutil_socket_t fd, short what, void *arg)
 		schedule_retry(d);
 }
 
+/* Debezium's records name the database (source.db): the Kafka sink learns it once connected. */
+static void tell_database(sidecar *d)
+{
+	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;
+	if (d->sinks.k[SINKS_KAFKA] && db)
+		kafka_sink_set_database(d->sinks.k[SINKS_KAFKA], db);
+}
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -435,6 +443,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->st.shared = false; /* this process streams the slot now: the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	backfills_restart(d);
+	tell_database(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
@@ -559,6 +568,7 @@ bool sidecar_bind(sidecar *d, rules *r)
 	}
 	if (d->sinks.k[SINKS_KAFKA])
 		kafka_sink_watch_stream(d->sinks.k[SINKS_KAFKA], held_stream, d);
+	tell_database(d);
 	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};

@@ -13,8 +13,9 @@ connection and run; afterwards they are drained by
     sending);
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
-  - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster (at least once
-    and exactly once),
+  - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
+    format: protobuf (the default; also with kafka.exactly_once), json and debezium (these two
+    over TCP only),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
@@ -223,10 +224,10 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 dsn=None):
+                 fmt=None, dsn=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked, or socket), connecting with dsn (pg.dsn, loopback TCP,
-    unless given). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt, or socket), connecting with
+    dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -246,7 +247,8 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
-            f"    sink: {sink}\n")
+            f"    sink: {sink}\n"
+            + (f"    format: {fmt}\n" if fmt else ""))
     return events_sock
 
 
@@ -293,6 +295,10 @@ def slot_backlog(pg, slot, endpos, pub, plugin="pgoutput"):
             time.sleep(0.05)
 
 
+# The Kafka runs in a record format other than protobuf (format: ...).
+FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium"}
+
+
 def plugin_of(consumer):
     return "wal2json" if consumer == "wal2json" else "pgoutput"
 
@@ -316,7 +322,9 @@ def drain_backlogs(args, pg, work, kafka):
          f"end loop; end $$"),
     ]
     consumers = ("server", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
-                 "cdc_socket")
+                 "cdc_kafka_json", "cdc_kafka_debezium", "cdc_socket")
+    # Compared on one connection: another plugin, other record formats.
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
     # of every client. The same options as the others, streaming included.
     server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
@@ -331,7 +339,7 @@ def drain_backlogs(args, pg, work, kafka):
                "amount numeric(12,2), created timestamptz not null)")
         pg.sql(f"create publication {pub} for table {table}")
         slots = [{(c, conn): f"bench_{name}_{c}_{conn}_{i}" for c in consumers for conn, _ in conns
-                  if c != "wal2json" or conn == "tcp"}
+                  if c not in tcp_only or conn == "tcp"}
                  for i in range(args.repeat)]
         for run in slots:
             for (c, _), slot in run.items():
@@ -374,7 +382,7 @@ def drain_backlogs(args, pg, work, kafka):
                     sink = c.split("_")[1]
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c == "cdc_kafka_eo",
-                                        dsn=dsn)
+                                        FORMATS.get(c), dsn=dsn)
                     cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
                 if c == "cdc_socket":
                     # No --endpos: cdc serves the spool until the consumer has every event.
@@ -1139,9 +1147,9 @@ def main():
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog and connection (13 x 3 x 2 by default), three for latency, and the growth
+        # backlog and connection (15 x 3 x 2 by default), three for latency, and the growth
         # sections' (dropped after use, at most 4 per subscription variant at a time).
-        slots = 13 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
+        slots = 15 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)

@@ -60,7 +60,7 @@ LIB_SRCS := \
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo debezium \
 	kafka_render
-FUZZERS := pgoutput config predicate frame http redact put debezium
+FUZZERS := pgoutput config predicate frame http redact put debezium pbwire
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \

@@ -52,29 +52,42 @@ static void same(const char *what, const ProtobufCMessage *m, const buf *mine)
 	free(ref);
 }
 
+static void put_event(buf *b, const void *m)
+{
+	pb_put_event(b, m);
+}
+
+static void put_key(buf *b, const void *m)
+{
+	pb_put_key(b, m);
+}
+
+static void put_row(buf *b, const void *m)
+{
+	pb_put_row(b, m);
+}
+
+static const struct {
+	const ProtobufCMessageDescriptor *desc;
+	void (*put)(buf *b, const void *m);
+} types[] = {
+    {&cdc__v1__event__descriptor, put_event},
+    {&cdc__v1__key__descriptor, put_key},
+    {&cdc__v1__row__descriptor, put_row},
+};
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	buf b = {0};
-	Cdc__V1__Event *e = cdc__v1__event__unpack(NULL, size, data);
-	if (e && all_known(&e->base)) {
-		pb_put_event(&b, e);
-		same("Event", &e->base, &b);
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		ProtobufCMessage *m = protobuf_c_message_unpack(types[i].desc, NULL, size, data);
+		if (m && all_known(m)) {
+			buf b = {0};
+			types[i].put(&b, m);
+			same(types[i].desc->short_name, m, &b);
+			buf_free(&b);
+		}
+		if (m)
+			protobuf_c_message_free_unpacked(m, NULL);
 	}
-	cdc__v1__event__free_unpacked(e, NULL);
-	Cdc__V1__Key *k = cdc__v1__key__unpack(NULL, size, data);
-	if (k && all_known(&k->base)) {
-		buf_reset(&b);
-		pb_put_key(&b, k);
-		same("Key", &k->base, &b);
-	}
-	cdc__v1__key__free_unpacked(k, NULL);
-	Cdc__V1__Row *r = cdc__v1__row__unpack(NULL, size, data);
-	if (r && all_known(&r->base)) {
-		buf_reset(&b);
-		pb_put_row(&b, r);
-		same("Row", &r->base, &b);
-	}
-	cdc__v1__row__free_unpacked(r, NULL);
-	buf_free(&b);
 	return 0;
 }

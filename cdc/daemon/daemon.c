@@ -185,9 +185,6 @@ static void on_gap(sidecar *d)
 	}
 }
 
-/* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
- * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
- * position, which the server resends from. */
 /* Delivery reports wake the loop; an exactly-once commit waiting for the brokers also needs a
  * flush every few milliseconds (kafka_sink_wake_ms), which the same event's timeout gives. */
 static void watch_kafka(sidecar *d)
@@ -201,6 +198,9 @@ static void watch_kafka(sidecar *d)
 	d->kafka_wake_ms = ms;
 }
 
+/* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
+ * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
+ * position, which the server resends from. */
 static bool flush_sinks(sidecar *d)
 {
 	sink *k = NULL;

@@ -2,15 +2,20 @@
  * options given and throws every message away, so that the time to drain a backlog is what the
  * server's walsender takes to decode and send it (one send() per message) with a client that costs
  * next to nothing. Stops, like pg_recvlogical --endpos, at the first message past ENDPOS or at a
- * keepalive at or past it, and confirms what it received.
+ * keepalive at or past it, and confirms what it received. It reads as cdc reads a backlog: the
+ * socket wakes it once 64 kB have arrived (SO_RCVLOWAT; a Unix socket ignores it) or after 2 ms,
+ * and it takes everything at hand: a reader that woke for every message would make the server
+ * wake it for every message too, and take longer.
  *
  * Usage: nullrecv DSN SLOT ENDPOS [NAME=VALUE]...   (prints "messages=N bytes=N" on stderr) */
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #define PG_EPOCH_OFFSET_US INT64_C(946684800000000) /* 2000-01-01 in Unix microseconds */
@@ -87,10 +92,18 @@ int main(int argc, char **argv)
 		return die(c, "START_REPLICATION");
 	}
 	PQclear(r);
+	int lowat = 64 * 1024;
+	struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+	setsockopt(pfd.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	uint64_t received = 0, messages = 0, bytes = 0;
 	for (;;) {
 		char *m = NULL;
-		int len = PQgetCopyData(c, &m, 0);
+		int len = PQgetCopyData(c, &m, 1);
+		if (len == 0) {
+			if (poll(&pfd, 1, 2) < 0 || !PQconsumeInput(c))
+				return die(c, "reading");
+			continue;
+		}
 		if (len < 0)
 			return die(c, "the stream ended before ENDPOS");
 		bool stop = false;

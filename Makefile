@@ -255,7 +255,7 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(PYTHON) tests/demo.py
 
-# make bench: about 12 minutes on 2 cores; build/bench/results.md and PNGs. Quicker or partial:
+# make bench: 19 minutes on 2 busy cores (load 9-15), less on quiet ones; build/bench/results.md and PNGs. Quicker or partial:
 # make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency trigger subscriptions
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
 bench:

@@ -127,6 +127,8 @@ int main(int argc, char **argv)
 		if (stop)
 			break;
 	}
+	lowat = 1; /* libpq waits for the end of the stream in poll(), which would wait for the mark */
+	setsockopt(pfd.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	if (!feedback(c, received) || PQputCopyEnd(c, NULL) != 1 || PQflush(c) != 0)
 		return die(c, "ending the stream");
 	for (char *m = NULL; PQgetCopyData(c, &m, 0) >= 0; m = NULL) /* what was in flight */

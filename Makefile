@@ -135,12 +135,6 @@ $(B)/tests/kafka_mock: tests/kafka/mock_cluster.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 
-# make bench's walsender ceiling: a replication client that throws every message away.
-$(B)/tests/nullrecv: tests/bench/nullrecv.c
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
-
 # What the mock supports of Kafka transactions (issue 17). Not part of make check: it exits 1 while
 # the mock lacks what the exactly-once verification needs (aborted records, LSO, fencing).
 probe-kafka-txn: $(B)/tests/kafka_mock
@@ -260,7 +254,7 @@ demo: deps
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
 bench:
 	$(Q)deploy/deps.sh build bench
-	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock build/tests/nullrecv
+	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
 	$(Q)$(PYTHON) tests/bench/bench.py $(BENCH_ARGS)
 
 # make soak DURATION=1800: a steady 2,000 transactions/s into stdout, Kafka (at least once and exactly

@@ -10,10 +10,7 @@ connection and run; afterwards they are drained by
     `select count(*) from pg_logical_slot_get_binary_changes(slot, endpos, NULL, <the options
     below>)` (work_mem 1GB for that session, so that the function's tuplestore stays in memory
     rather than spilling to a temp file: what is left is the walsender's decoding less its
-    sending);
-  - walsender: the walsender's ceiling, a client that costs next to nothing (tests/bench/nullrecv.c:
-    it streams the slot with the same options and throws every message away): what the server
-    takes to decode and send the backlog, one send() per message, which every client pays;
+    sending, one send() per message, so a bound no client reaches);
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
@@ -31,8 +28,8 @@ peak RSS is cdc's (pg_recvlogical's), never tail's.
 
 Each consumer drains the backlog --repeat times (default 3) over each connection, each time from a
 slot of its own, the consumers taking turns (run 1 of every consumer and connection, then run 2,
-...); the tables show the median run, and the ratios of every path to the server's decoding, to
-the walsender's ceiling and to pg_recvlogical over the same connection, from the same runs.
+...); the tables show the median run, and the ratios of every path to the server's decoding and
+to pg_recvlogical over the same connection, from the same runs.
 
 Then latency at a steady 5,000 single-row transactions/s (pgbench --rate, synchronous commit):
 commit time to Kafka delivery report (measured by cdc itself), and commit time to a Python consumer
@@ -89,7 +86,6 @@ from pg import TempPostgres  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
 KAFKA_MOCK_BIN = os.environ.get("KAFKA_MOCK_BIN", os.path.join(ROOT, "build", "tests", "kafka_mock"))
-NULLRECV_BIN = os.environ.get("NULLRECV_BIN", os.path.join(ROOT, "build", "tests", "nullrecv"))
 GNU_TIME = "/usr/bin/time"  # Debian package "time" (deploy/deps.sh bench)
 T0 = time.monotonic()
 
@@ -325,7 +321,7 @@ def drain_backlogs(args, pg, work, kafka):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("server", "walsender", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
+    consumers = ("server", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
                  "cdc_kafka_json", "cdc_kafka_debezium", "cdc_socket")
     # Compared on one connection: another plugin, other record formats.
     tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium")
@@ -367,9 +363,6 @@ def drain_backlogs(args, pg, work, kafka):
                     cmd = [os.path.join(pg.client_bindir, "psql"), "-X", "-q", "-d", dsn,
                            "-v", "ON_ERROR_STOP=1", "-c",
                            server_sql.format(slot=slot, endpos=endpos, pub=pub)]
-                elif c == "walsender":
-                    cmd = [NULLRECV_BIN, dsn, slot, endpos, f"publication_names={pub}"] + \
-                          [f"{k}={v}" for k, v in opts.items()]
                 elif c == "pg_recvlogical":
                     cmd = [recvlogical, "-d", dsn, "--start", "-S", slot, "-f", "/dev/null",
                            "--endpos", endpos, "--no-loop", "-o", f"publication_names={pub}"]
@@ -1140,7 +1133,7 @@ def main():
     ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
     args = ap.parse_args()
     sections = sections_of(args.only)
-    for binary in (CDC_BIN, KAFKA_MOCK_BIN, NULLRECV_BIN, GNU_TIME):
+    for binary in (CDC_BIN, KAFKA_MOCK_BIN, GNU_TIME):
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             sys.exit(f"bench: {binary} missing (make bench builds and installs what it needs)")
     os.makedirs(args.out, exist_ok=True)
@@ -1154,9 +1147,9 @@ def main():
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog and connection (17 x 3 x 2 by default), three for latency, and the growth
+        # backlog and connection (15 x 3 x 2 by default), three for latency, and the growth
         # sections' (dropped after use, at most 4 per subscription variant at a time).
-        slots = 17 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
+        slots = 15 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)

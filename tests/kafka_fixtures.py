@@ -281,7 +281,16 @@ class KafkaReader:
     (consumption order: per partition, offset order). With group=True the consumer joins a fresh
     consumer group (subscribe, auto.offset.reset=earliest); the mock's group coordinator waits 3s
     before the first assignment, so start the reader early. With group=False it assigns every
-    partition explicitly once the topic exists (no group join)."""
+    partition explicitly once the topic exists (no group join).
+
+    A group consumer refreshes no metadata on a timer. librdkafka 2.0.2's group leader, between
+    its JoinGroup answer and the metadata it asked for to assign partitions, takes any other
+    metadata answer for a change of subscription and joins again instead of syncing; the mock
+    answers that second join only after session.timeout.ms - 1 s (44 s). A 1 s refresh ran into
+    that window whenever the third refresh came a few milliseconds after the mock's 3 s join
+    delay (a loaded machine): the reader then saw nothing for 44 s. The mock creates a
+    subscribed topic at the consumer's first metadata request, so no refresh is needed to find
+    it."""
 
     def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True):
         from confluent_kafka import Consumer
@@ -298,7 +307,8 @@ class KafkaReader:
             "group.id": f"cdc-test-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "topic.metadata.refresh.interval.ms": 1000,  # topics created after the subscription
+            # group=False: topics created after the reader started, leaders after an outage
+            "topic.metadata.refresh.interval.ms": -1 if group else 1000,
             "reconnect.backoff.max.ms": 1000,              # back soon after a broker outage
             "fetch.wait.max.ms": 50,
             "isolation.level": "read_committed",  # librdkafka's default, said out loud

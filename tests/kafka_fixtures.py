@@ -299,6 +299,7 @@ class KafkaReader:
         self._txn_topic = transactions_topic
         self.errors = []
         self.messages = []
+        self.assigned = None  # [(topic, partition)] once the group (or the reader) assigned them
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._group = group
@@ -316,7 +317,7 @@ class KafkaReader:
             "error_cb": self.errors.append,
         })
         if group:
-            self._consumer.subscribe(self.topics)
+            self._consumer.subscribe(self.topics, on_assign=self._on_assign)
         self._thread = threading.Thread(target=self._run, name="kafka-reader", daemon=True)
         self._thread.start()
 
@@ -329,7 +330,19 @@ class KafkaReader:
                 return False
             parts += [TopicPartition(t, p, OFFSET_BEGINNING) for p in sorted(md.partitions)]
         self._consumer.assign(parts)
+        self._on_assign(self._consumer, parts)
         return True
+
+    def _on_assign(self, consumer, parts):
+        self.assigned = sorted((p.topic, p.partition) for p in parts)
+
+    def _state(self):
+        """For failure messages: what the consumer reads, and its errors."""
+        if self.assigned is None:
+            where = "no partitions assigned yet" + (" (group join not complete)" if self._group else "")
+        else:
+            where = f"assigned {self.assigned}"
+        return f"{where}; consumer errors {self.errors[-5:]}"
 
     def _run(self):
         assigned = self._group
@@ -372,7 +385,7 @@ class KafkaReader:
                     extra = ("\n" + describe()) if describe else ""
                     raise AssertionError(
                         f"timed out after {timeout}s with {len(sel)} of {n} messages "
-                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}{extra}")
+                        f"{what or ''} on {self.topics}; {self._state()}{extra}")
                 self._cond.wait(min(left, 0.2))
 
     def wait_until(self, cond, timeout=30.0, what="condition", describe=None):
@@ -385,7 +398,7 @@ class KafkaReader:
             if time.monotonic() >= deadline:
                 extra = ("\n" + describe()) if describe else ""
                 raise AssertionError(f"timed out after {timeout}s waiting for {what} on {self.topics} "
-                                     f"({len(self.snapshot())} messages){extra}")
+                                     f"({len(self.snapshot())} messages; {self._state()}){extra}")
             time.sleep(0.1)
 
     def close(self):

@@ -11,10 +11,11 @@ build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-de
 # prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
 # tests/package installs the package's files into a throwaway root and checks them as a user meets
 # them: systemd-analyze (systemd), man -l (man-db, groff-base), the Python client in a fresh venv
-# (python3-venv; built with python3-setuptools, python3-wheel and python3-build).
+# (python3-venv; built with python3-setuptools, python3-wheel and python3-build). gdb holds a
+# PostgreSQL backend in the middle of creating a slot (tests/integration/test_failures.py).
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
 	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
-	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build)
+	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build gdb)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
 bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg2 python3-protobuf protobuf-compiler

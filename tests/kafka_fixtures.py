@@ -283,7 +283,16 @@ class KafkaReader:
     before the first assignment, so start the reader early. With group=False it assigns every
     partition explicitly once the topic exists (no group join). log_level 0 keeps librdkafka's log
     lines (a broker refusing connections while it is down on purpose, say) out of stderr; errors
-    still reach .errors."""
+    still reach .errors.
+
+    A group consumer refreshes no metadata on a timer. librdkafka 2.0.2's group leader, between
+    its JoinGroup answer and the metadata it asked for to assign partitions, takes any other
+    metadata answer for a change of subscription and joins again instead of syncing; the mock
+    answers that second join only after session.timeout.ms - 1 s (44 s). A 1 s refresh ran into
+    that window whenever the third refresh came a few milliseconds after the mock's 3 s join
+    delay (a loaded machine): the reader then saw nothing for 44 s. The mock creates a
+    subscribed topic at the consumer's first metadata request, so no refresh is needed to find
+    it."""
 
     def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True, log_level=3):
         from confluent_kafka import Consumer
@@ -292,6 +301,7 @@ class KafkaReader:
         self._txn_topic = transactions_topic
         self.errors = []
         self.messages = []
+        self.assigned = None  # [(topic, partition)] once the group (or the reader) assigned them
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._group = group
@@ -300,7 +310,8 @@ class KafkaReader:
             "group.id": f"cdc-test-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "topic.metadata.refresh.interval.ms": 1000,  # topics created after the subscription
+            # group=False: topics created after the reader started, leaders after an outage
+            "topic.metadata.refresh.interval.ms": -1 if group else 1000,
             "reconnect.backoff.max.ms": 1000,              # back soon after a broker outage
             "fetch.wait.max.ms": 50,
             "isolation.level": "read_committed",  # librdkafka's default, said out loud
@@ -308,7 +319,7 @@ class KafkaReader:
             "error_cb": self.errors.append,
         })
         if group:
-            self._consumer.subscribe(self.topics)
+            self._consumer.subscribe(self.topics, on_assign=self._on_assign)
         self._thread = threading.Thread(target=self._run, name="kafka-reader", daemon=True)
         self._thread.start()
 
@@ -321,7 +332,19 @@ class KafkaReader:
                 return False
             parts += [TopicPartition(t, p, OFFSET_BEGINNING) for p in sorted(md.partitions)]
         self._consumer.assign(parts)
+        self._on_assign(self._consumer, parts)
         return True
+
+    def _on_assign(self, consumer, parts):
+        self.assigned = sorted((p.topic, p.partition) for p in parts)
+
+    def _state(self):
+        """For failure messages: what the consumer reads, and its errors."""
+        if self.assigned is None:
+            where = "no partitions assigned yet" + (" (group join not complete)" if self._group else "")
+        else:
+            where = f"assigned {self.assigned}"
+        return f"{where}; consumer errors {self.errors[-5:]}"
 
     def _run(self):
         assigned = self._group
@@ -364,7 +387,7 @@ class KafkaReader:
                     extra = ("\n" + describe()) if describe else ""
                     raise AssertionError(
                         f"timed out after {timeout}s with {len(sel)} of {n} messages "
-                        f"{what or ''} on {self.topics}; consumer errors {self.errors[-5:]}{extra}")
+                        f"{what or ''} on {self.topics}; {self._state()}{extra}")
                 self._cond.wait(min(left, 0.2))
 
     def wait_until(self, cond, timeout=30.0, what="condition", describe=None):
@@ -377,7 +400,7 @@ class KafkaReader:
             if time.monotonic() >= deadline:
                 extra = ("\n" + describe()) if describe else ""
                 raise AssertionError(f"timed out after {timeout}s waiting for {what} on {self.topics} "
-                                     f"({len(self.snapshot())} messages){extra}")
+                                     f"({len(self.snapshot())} messages; {self._state()}){extra}")
             time.sleep(0.1)
 
     def close(self):

@@ -554,6 +554,11 @@ void doctor_slot(doctor *d)
 		 "choose another source.slot, or drop this one if nothing else uses it: SELECT "
 		 "pg_drop_replication_slot('%s')",
 		 slot);
+	if (pg_slot_being_created(&row)) {
+		doctor_say(d, DOCTOR_WARN, "run cdc doctor again once it is created",
+			   "%s is being created by another session (PID %d)", slot, row.active_pid);
+		return;
+	}
 	if (strcmp(row.type, "logical") != 0 || strcmp(row.plugin, "pgoutput") != 0) {
 		doctor_say(d, DOCTOR_FAIL, fix,
 			   "%s is a %s slot with plugin %s, and cdc needs plugin pgoutput", slot, row.type,

@@ -263,6 +263,11 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	row->idle_timeout_s = PQgetisnull(res, 0, 15) ? -1 : strtoll(PQgetvalue(res, 0, 15), NULL, 10);
 }
 
+bool pg_slot_being_created(const pg_slot_row *row)
+{
+	return row->exists && strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid;
+}
+
 static void strlist_add(cfg_strlist *l, const char *s)
 {
 	l->v = xrealloc(l->v, (l->n + 1) * sizeof(char *));

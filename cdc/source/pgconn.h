@@ -82,6 +82,9 @@ typedef struct pg_slot_row {
 extern const char pg_slot_sql[];
 /* res: pg_slot_sql's answer (tuples). */
 void pg_slot_parse(const PGresult *res, pg_slot_row *row);
+/* A logical slot that another session is creating: pg_create_logical_replication_slot() lists it,
+ * held by that session (active_pid), before it names the plugin (empty until then). */
+bool pg_slot_being_created(const pg_slot_row *row);
 
 /* What a CREATE PUBLICATION for source.publish is: the statement cdc runs with source.create, and
  * what it needs of the role. A plain "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables

@@ -507,9 +507,14 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	char rec[LSN_STRLEN], cur[LSN_STRLEN];
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
-	/* Another process is creating it: PostgreSQL 14 shows the slot before its plugin */
-	if (strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid)
+	/* Another process (a cdc started at the same moment) is creating it (PostgreSQL lists the slot
+	 * before its plugin): wait as a standby and
+	 * look again, as for a slot another process streams. */
+	if (pg_slot_being_created(row)) {
+		log_info("replication slot being created by another process; waiting for it",
+			 "slot=%s pid=%d", s->slot, row->active_pid);
 		return slot_busy(s, row->active_pid, err, errlen);
+	}
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
 		errf(err, errlen,
 		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "

@@ -1,5 +1,6 @@
 """test_failures.py: cdc under connection loss, server restarts and crashes, a busy slot, slots it
-must refuse (ahead of its record, dropped, lost), heartbeats, SIGHUP reloads and a shared state_dir.
+must refuse (ahead of its record, dropped, lost), one being created by another session (held there
+by gdb), heartbeats, SIGHUP reloads and a shared state_dir.
 Every test checks the events that arrive, not only that cdc survived."""
 
 import json
@@ -8,13 +9,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import CdcProcess, drop_slot, to_yaml, wait_for  # noqa: E402
+from conftest import CDC_BIN, CdcProcess, drop_slot, to_yaml, wait_for  # noqa: E402
 from pg import TempPostgres, lsn_to_int  # noqa: E402
 
 # Rounds of test_two_cdc_started_at_once_share_what_they_create.
@@ -194,6 +196,90 @@ def test_two_cdc_started_at_once_share_what_they_create(pg, schema, cdc):
         shutil.rmtree(b.state_dir)
     print(f"rounds with a race: {raced} of {ROUNDS_AT_ONCE}")
     assert raced > 0
+
+
+class HeldBackend:
+    """gdb attached to one PostgreSQL backend with a breakpoint on a server function: what that
+    backend runs next stops there until release(). Holds a backend in a window that lasts
+    microseconds otherwise."""
+
+    def __init__(self, pid, function, timeout=120.0):
+        self.gdb = subprocess.Popen(["gdb", "-q", "-nx", "-p", str(pid)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.out = []
+        threading.Thread(target=lambda: self.out.extend(self.gdb.stdout), daemon=True).start()
+        # The backend's own signals (latches, timeouts) pass through without stopping it.
+        self.gdb.stdin.write("set pagination off\nset confirm off\nhandle all nostop noprint pass\n"
+                             f"break {function}\necho gdb-ready\\n\ncontinue\n")
+        self.gdb.stdin.flush()
+        self.wait_output("gdb-ready", timeout, "gdb to attach")
+
+    def wait_output(self, text, timeout, what):
+        wait_for(lambda: any(text in ln for ln in self.out) or self.gdb.poll() is not None, timeout,
+                 what=what)
+        assert any(text in ln for ln in self.out), f"{what}: gdb said\n{''.join(self.out)}"
+
+    def release(self):
+        if self.gdb.poll() is None:
+            self.gdb.stdin.write("detach\nquit\n")
+            self.gdb.stdin.flush()
+            try:
+                self.gdb.wait(30)
+            except subprocess.TimeoutExpired:
+                self.gdb.kill()
+                self.gdb.wait(10)
+
+
+ptrace_allowed = os.geteuid() == 0 or not os.path.exists("/proc/sys/kernel/yama/ptrace_scope") or \
+    open("/proc/sys/kernel/yama/ptrace_scope").read().strip() == "0"
+
+
+@pytest.mark.skipif(not ptrace_allowed, reason="gdb attaches to a PostgreSQL backend: needs root or "
+                    "kernel.yama.ptrace_scope=0")
+def test_a_slot_being_created_by_another_session_is_waited_for(pg, schema, cdc):
+    """pg_create_logical_replication_slot() lists the slot in pg_replication_slots, held by its
+    session, before it names the plugin (PostgreSQL's ReplicationSlotCreate, then
+    CreateInitDecodingContext). A cdc that looks in that moment (the other of two started at once
+    is creating it) waits as a standby and streams the slot once it is created, instead of
+    refusing a slot "with plugin none". gdb holds the creating session in that moment."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc()
+    creator = pg.connect()
+    creator.autocommit = True
+    cur = creator.cursor()
+    cur.execute("select pg_backend_pid()")
+    pid = cur.fetchone()[0]
+    held = HeldBackend(pid, "CreateInitDecodingContext")
+    creating = threading.Thread(target=cur.execute, daemon=True,
+                                args=("select pg_create_logical_replication_slot(%s, 'pgoutput')", (c.slot,)))
+    try:
+        creating.start()
+        held.wait_output("Breakpoint 1,", 60, "the creating session at the breakpoint")
+        slot_row = f"select plugin, slot_type, active_pid from pg_replication_slots where slot_name = '{c.slot}'"
+        assert pg.sql(slot_row) == [("", "logical", pid)]
+        p = c.run()
+        wait_for(lambda: "standby: another process streams" in p.stderr() or not p.running(), 30,
+                 what=p.describe())
+        assert p.running(), p.describe()
+        assert f"replication slot being created by another process; waiting for it slot={c.slot} pid={pid}" \
+            in p.stderr(), p.describe()
+        doc = subprocess.run([CDC_BIN, "doctor", "-c", c.path, "--json"], capture_output=True, text=True,
+                             timeout=60)
+        assert [(f["status"], f["detail"], f["fix"]) for f in json.loads(doc.stdout)["checks"]
+                if f["check"] == "slot"] == \
+            [("warn", f"{c.slot} is being created by another session (PID {pid})",
+              "run cdc doctor again once it is created")], doc.stdout + doc.stderr
+    finally:
+        held.release()
+    creating.join(30)
+    assert not creating.is_alive()
+    assert pg.sql(slot_row)[0][:2] == ("pgoutput", "logical")
+    creator.close()  # the slot is free: the waiting cdc takes it
+    wait_for(lambda: " streaming slot=" in p.stderr(), 30, what=p.describe())
+    assert "taking over: the slot was let go" in p.stderr(), p.describe()
+    pg.sql(f"insert into {schema}.t values (1)")
+    assert [(e["op"], e["new"]) for e in p.wait_events(1)] == [("insert", {"id": 1})]
+    assert p.terminate() == 0, p.describe()
 
 
 def test_slot_ahead_of_recorded_position_is_refused(pg, schema, cdc):

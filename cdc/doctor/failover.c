@@ -31,20 +31,21 @@ void doctor_failover(doctor *d)
 	if (d->in_recovery) {
 		char host[256];
 		server_name(d->conn, host, sizeof(host));
-		doctor_say(d, DOCTOR_FAIL,
-			   "point source.dsn at the primary (with several hosts, add "
-			   "target_session_attrs=read-write); the lines that follow check this standby as the "
-			   "target of a promotion",
-			   "%s is a standby, and source.failover needs the primary (a failover slot is made on "
-			   "the primary and synchronized to its standbys): cdc waits here until it is promoted",
-			   host);
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    "point source.dsn at the primary (with several hosts, add "
+		    "target_session_attrs=read-write); the lines that follow check this standby as the "
+		    "target of a promotion",
+		    "%s is a standby, and source.failover needs the primary (a failover slot is made on "
+		    "the primary and synchronized to its standbys): cdc waits here until it is promoted",
+		    host);
 		return;
 	}
 	const char *slot = d->c->source.slot;
 	const char *params[] = {slot};
-	PGresult *res = doctor_ask(d, "the replication slot",
-				   "SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", 1,
-				   params);
+	PGresult *res = doctor_ask(
+	    d, "the replication slot",
+	    "SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", 1, params);
 	if (!res)
 		return;
 	if (PQntuples(res) == 0)
@@ -53,7 +54,8 @@ void doctor_failover(doctor *d)
 					       : "cdc turns failover on when it first streams it");
 	else if (PQgetvalue(res, 0, 0)[0] == 't')
 		doctor_say(d, DOCTOR_PASS, NULL,
-			   "%s is a failover slot: a standby with sync_replication_slots = on keeps a copy", slot);
+			   "%s is a failover slot: a standby with sync_replication_slots = on keeps a copy",
+			   slot);
 	else
 		doctor_say(d, DOCTOR_PASS, NULL,
 			   "%s is not a failover slot yet: cdc turns failover on at its next start "
@@ -140,29 +142,29 @@ void doctor_hot_standby_feedback(doctor *d)
 
 void doctor_sync_slots(doctor *d)
 {
-	doctor_expect_setting(d, "sync_replication_slots", "on", "on: this standby keeps copies of the "
-								 "primary's failover slots",
-			      DOCTOR_FAIL, "ALTER SYSTEM SET sync_replication_slots = on; SELECT pg_reload_conf()",
-			      ", so this standby keeps no copy of the primary's failover slots: a promotion of "
-			      "it loses cdc's slot");
+	doctor_expect_setting(
+	    d, "sync_replication_slots", "on",
+	    "on: this standby keeps copies of the "
+	    "primary's failover slots",
+	    DOCTOR_FAIL, "ALTER SYSTEM SET sync_replication_slots = on; SELECT pg_reload_conf()",
+	    ", so this standby keeps no copy of the primary's failover slots: a promotion of "
+	    "it loses cdc's slot");
 }
 
-/* A setting of the standby, or NULL (after a line) when this role may not read it. */
+/* A setting of the standby, or NULL (after a line) when this role may not read it: pg_settings shows
+ * primary_conninfo (it may hold a password) only to superusers and pg_read_all_settings. */
 static PGresult *standby_setting(doctor *d, const char *name)
 {
 	const char *params[] = {name};
-	PGresult *res = doctor_ask(
-	    d, name,
-	    "SELECT CASE WHEN pg_catalog.pg_has_role('pg_read_all_settings', 'USAGE') THEN "
-	    "pg_catalog.current_setting($1) END",
-	    1, params);
-	if (res && PQgetisnull(res, 0, 0)) {
+	PGresult *res =
+	    doctor_ask(d, name, "SELECT setting FROM pg_catalog.pg_settings WHERE name = $1", 1, params);
+	if (res && PQntuples(res) != 1) {
 		buf fix = {0};
 		buf_puts(&fix, "GRANT pg_read_all_settings TO ");
 		bfsql_quote_ident(&fix, d->role);
-		buf_printf(&fix, " (or read %s on the standby as a superuser)", name);
+		buf_printf(&fix, "; or read %s on this standby as a superuser", name);
 		doctor_say(d, DOCTOR_WARN, fix.data,
-			   "role %s may not read it (it needs pg_read_all_settings or a superuser)", d->role);
+			   "role %s may not read it (a superuser or pg_read_all_settings may)", d->role);
 		buf_free(&fix);
 		PQclear(res);
 		return NULL;
@@ -182,12 +184,13 @@ void doctor_primary_slot_name(doctor *d)
 			   "synchronized_standby_slots should name it)",
 			   v);
 	else
-		doctor_say(d, DOCTOR_FAIL,
-			   "on the primary: SELECT pg_create_physical_replication_slot('standby_slot'), and "
-			   "name it in synchronized_standby_slots; here: ALTER SYSTEM SET primary_slot_name = "
-			   "'standby_slot'; SELECT pg_reload_conf()",
-			   "is empty, and slot synchronization needs the physical slot this standby streams "
-			   "from: this standby keeps no copy of cdc's slot");
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    "on the primary: SELECT pg_create_physical_replication_slot('standby_slot'), and "
+		    "name it in synchronized_standby_slots; here: ALTER SYSTEM SET primary_slot_name = "
+		    "'standby_slot'; SELECT pg_reload_conf()",
+		    "is empty, and slot synchronization needs the physical slot this standby streams "
+		    "from: this standby keeps no copy of cdc's slot");
 	PQclear(res);
 }
 
@@ -210,9 +213,10 @@ void doctor_primary_conninfo(doctor *d)
 	if (!opts)
 		doctor_say(d, DOCTOR_FAIL, fix, "is not a valid connection string");
 	else if (!PQgetvalue(res, 0, 0)[0])
-		doctor_say(d, DOCTOR_FAIL, fix,
-			   "is empty: this standby does not stream from a primary, and keeps no copy of cdc's "
-			   "slot");
+		doctor_say(
+		    d, DOCTOR_FAIL, fix,
+		    "is empty: this standby does not stream from a primary, and keeps no copy of cdc's "
+		    "slot");
 	else if (!dbname)
 		doctor_say(d, DOCTOR_FAIL, fix,
 			   "has no dbname, and slot synchronization connects to a database of the primary: "
@@ -243,9 +247,10 @@ void doctor_primary_dsn(doctor *d)
 	writers(d, &need);
 	if (!dsn) {
 		if (!need.len)
-			doctor_say(d, DOCTOR_PASS, NULL,
-				   "unset: nothing configured writes into the WAL (source.heartbeat, snapshot: "
-				   "true, re-sync); an on-demand cdc backfill would need it");
+			doctor_say(
+			    d, DOCTOR_PASS, NULL,
+			    "unset: nothing configured writes into the WAL (source.heartbeat, snapshot: "
+			    "true, re-sync); an on-demand cdc backfill would need it");
 		else
 			doctor_say(d, DOCTOR_FAIL,
 				   "set source.primary_dsn to the primary's connection string (cdc writes "
@@ -261,8 +266,9 @@ void doctor_primary_dsn(doctor *d)
 	bool invalid;
 	PGconn *primary = pg_connect(dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
 	if (!primary && invalid)
-		doctor_say(d, DOCTOR_FAIL, "correct source.primary_dsn (libpq's key=value form or a "
-					   "postgresql:// URI)",
+		doctor_say(d, DOCTOR_FAIL,
+			   "correct source.primary_dsn (libpq's key=value form or a "
+			   "postgresql:// URI)",
 			   "source.primary_dsn is not a valid connection string");
 	if (!primary && !invalid)
 		doctor_say(d, DOCTOR_FAIL,

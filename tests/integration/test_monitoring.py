@@ -37,7 +37,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import drop_slot, wait_for
+from conftest import CdcFactory, drop_slot, wait_for
 from kafka_fixtures import KafkaMock
 from monitoring import dashboard
 from pg import TempPostgres
@@ -159,7 +159,7 @@ class WalWriter(threading.Thread):
             raise self.error
 
 
-def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
+def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_path):
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
     for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
@@ -175,6 +175,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
     pg.sql("select pg_reload_conf()")
     kafka, prom, worker, pb, pc = KafkaMock(), None, None, None, None
     pg17 = TempPostgres(version=17)
+    cdc17 = CdcFactory(pg17, tmp_path, "public", "failover")
     try:
         kafka.create_topic("cdc.positions", 1)
         listen = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}",
@@ -195,9 +196,8 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         # c: source.failover on a PostgreSQL 17 primary with no synchronized_standby_slots
         pg17.start()
         pg17.sql("create table public.t (id int primary key)")
-        c = cdc(publish=["public.t"], subscriptions=[{"name": "t", "tables": ["public.t"], "sink": "stdout"}],
-                source={"dsn": pg17.dsn, "failover": True},
-                status={"socket": os.path.join(cdc.sockdir, "stc.sock"), "listen": listen["c"]})
+        c = cdc17(source={"failover": True}, status={"socket": os.path.join(cdc17.sockdir, "status.sock"),
+                                                      "listen": listen["c"]})
         pa, pb, pc = a.start(), b.start(), c.start()
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
@@ -274,8 +274,8 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         if prom:
             prom.close()
         kafka.close()
-        if pc:
-            pc.kill()
+        if pg17.running:
+            cdc17.cleanup()
         pg17.cleanup()
         for k in settings:
             pg.sql(f"alter system reset {k}")

@@ -578,7 +578,18 @@ def test_synchronized_standby_slots_empty(pair17, fspace):
             "the promoted server never had (the primary sends cdc changes its standbys may not have yet); "
             f"{WHAT_TO_SET} (synchronized_standby_slots_empty)", SET_IT)], text
         assert rc >= 1
+        # no standby streams from a physical slot: the fix starts with making one
+        pair17.standby.set(primary_slot_name="")
+        wait_for(lambda: pair17.sql("select active from pg_replication_slots where slot_name = %s",
+                                    (STANDBY_SLOT,)) == [(False,)], 30, what="the standby to stream without its slot")
+        rc, found, text = doctor(config(pair17.primary, fspace, source={"failover": True}))
+        (f,) = line(found, "synchronized_standby_slots")
+        assert f[0] == "warn" and f[3] == (
+            "create a physical slot for each standby that may be promoted (SELECT "
+            "pg_create_physical_replication_slot('standby_slot'), and primary_slot_name = 'standby_slot' on that "
+            "standby), then ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf()"), text
     finally:
+        pair17.standby.set(primary_slot_name=STANDBY_SLOT)
         restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
 
 

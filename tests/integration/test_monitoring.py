@@ -236,9 +236,11 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
         assert 1.0 * GIB < lag < 1.25 * GIB, lag
         assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
                                             "CdcKafkaProducerRestarts"}
-        # a fenced producer: a's Kafka sink restarts it
+        # a fenced producer: a's Kafka sink restarts it (rows keep coming, so that a transaction
+        # ends: the backlog of the loop above may be delivered already)
         kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
-        prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
+        prom.wait_firing(("CdcKafkaProducerRestarts", "a"),
+                         tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'f' from generate_series(1, 50)"))
         # the stream down: PostgreSQL stops, cdc stays up and says so. A fast shutdown waits for
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.

@@ -56,7 +56,8 @@ LIB_SRCS := \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/local.c cdc/doctor/kafka.c
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c \
+	cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo failover debezium \
 	kafka_render

@@ -1,5 +1,5 @@
 /* database.c: the checks of the PostgreSQL side. The connection is opened with
- * default_transaction_read_only=on (PG_CONN_READ_ONLY), so every statement runs in a read-only
+ * default_transaction_read_only = on (PG_CONN_READ_ONLY), so every statement runs in a read-only
  * transaction, and the statements are SELECTs of catalog views, settings and privilege functions:
  * nothing here can write, create or drop. */
 #include <inttypes.h>
@@ -10,8 +10,7 @@
 #include "cdc/doctor/internal.h"
 #include "cdc/match/predicate.h"
 
-/* A query's answer, or NULL after a warning naming what could not be asked. */
-static PGresult *ask(doctor *d, const char *what, const char *sql, int n, const char *const *params)
+PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params)
 {
 	PGresult *res = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
@@ -47,12 +46,12 @@ static void qualified(buf *b, const char *schema, const char *table)
 
 static void load_tables(doctor *d)
 {
-	PGresult *res = ask(d, "the tables",
-			    "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-			    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-			    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
-			    "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
-			    0, NULL);
+	PGresult *res = doctor_ask(d, "the tables",
+				   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
+				   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+				   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
+				   "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
+				   0, NULL);
 	if (!res)
 		return;
 	d->ntables = (size_t)PQntuples(res);
@@ -80,10 +79,10 @@ void doctor_server(doctor *d)
 	}
 	d->server_version = PQserverVersion(d->conn);
 	PGresult *res =
-	    ask(d, "the server's version",
-		"SELECT pg_catalog.current_setting('server_version'), pg_catalog.pg_is_in_recovery(), "
-		"r.rolname, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
-		0, NULL);
+	    doctor_ask(d, "the server's version",
+		       "SELECT pg_catalog.current_setting('server_version'), pg_catalog.pg_is_in_recovery(), "
+		       "r.rolname, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+		       0, NULL);
 	if (!res)
 		return;
 	const char *version = PQgetvalue(res, 0, 0);
@@ -109,13 +108,11 @@ void doctor_server(doctor *d)
 	load_tables(d);
 }
 
-/* A setting that should have one value: pass saying pass_detail, else st with the fix and the detail
- * "is VALUE" followed by why. */
-static void expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
+void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
 			   doctor_status st, const char *fix, const char *why)
 {
 	const char *params[] = {name};
-	PGresult *res = ask(d, name, "SELECT pg_catalog.current_setting($1)", 1, params);
+	PGresult *res = doctor_ask(d, name, "SELECT pg_catalog.current_setting($1)", 1, params);
 	if (!res)
 		return;
 	const char *v = PQgetvalue(res, 0, 0);
@@ -128,20 +125,22 @@ static void expect_setting(doctor *d, const char *name, const char *want, const 
 
 void doctor_wal_level(doctor *d)
 {
-	expect_setting(d, "wal_level", "logical", "logical", DOCTOR_FAIL,
-		       "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
-		       "its logical replication parameter, e.g. rds.logical_replication = 1)",
-		       ", and logical decoding needs logical");
+	doctor_expect_setting(
+	    d, "wal_level", "logical", "logical", DOCTOR_FAIL,
+	    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
+	    "its logical replication parameter, e.g. rds.logical_replication = 1)",
+	    ", and logical decoding needs logical");
 }
 
 void doctor_slots_free(doctor *d)
 {
 	const char *params[] = {d->c->source.slot};
-	PGresult *res = ask(d, "max_replication_slots",
-			    "SELECT pg_catalog.current_setting('max_replication_slots')::int, "
-			    "(SELECT count(*) FROM pg_catalog.pg_replication_slots), "
-			    "EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)",
-			    1, params);
+	PGresult *res =
+	    doctor_ask(d, "max_replication_slots",
+		       "SELECT pg_catalog.current_setting('max_replication_slots')::int, "
+		       "(SELECT count(*) FROM pg_catalog.pg_replication_slots), "
+		       "EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)",
+		       1, params);
 	if (!res)
 		return;
 	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
@@ -165,10 +164,10 @@ void doctor_slots_free(doctor *d)
 
 void doctor_senders_free(doctor *d)
 {
-	PGresult *res = ask(d, "max_wal_senders",
-			    "SELECT pg_catalog.current_setting('max_wal_senders')::int, "
-			    "(SELECT count(*) FROM pg_catalog.pg_stat_replication)",
-			    0, NULL);
+	PGresult *res = doctor_ask(d, "max_wal_senders",
+				   "SELECT pg_catalog.current_setting('max_wal_senders')::int, "
+				   "(SELECT count(*) FROM pg_catalog.pg_stat_replication)",
+				   0, NULL);
 	if (!res)
 		return;
 	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
@@ -185,10 +184,11 @@ void doctor_senders_free(doctor *d)
 
 void doctor_role(doctor *d)
 {
-	PGresult *res = ask(d, "the role's attributes",
-			    "SELECT rolreplication, rolcanlogin FROM pg_catalog.pg_roles WHERE rolname = "
-			    "session_user",
-			    0, NULL);
+	PGresult *res =
+	    doctor_ask(d, "the role's attributes",
+		       "SELECT rolreplication, rolcanlogin FROM pg_catalog.pg_roles WHERE rolname = "
+		       "session_user",
+		       0, NULL);
 	if (!res)
 		return;
 	bool replication = PQgetvalue(res, 0, 0)[0] == 't', login = PQgetvalue(res, 0, 1)[0] == 't';
@@ -212,9 +212,9 @@ void doctor_role(doctor *d)
 static void check_ownership(doctor *d, const pg_publication_plan *p)
 {
 	const char *role[] = {d->role};
-	PGresult *res =
-	    ask(d, "the database's privileges",
-		"SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')", 0, NULL);
+	PGresult *res = doctor_ask(
+	    d, "the database's privileges",
+	    "SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')", 0, NULL);
 	if (!res)
 		return;
 	bool create = PQgetvalue(res, 0, 0)[0] == 't';
@@ -222,7 +222,7 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 	buf fix = {0};
 	if (!create && !d->superuser) {
 		buf_puts(&fix, "GRANT CREATE ON DATABASE ");
-		PGresult *db = ask(d, "the database", "SELECT pg_catalog.current_database()", 0, NULL);
+		PGresult *db = doctor_ask(d, "the database", "SELECT pg_catalog.current_database()", 0, NULL);
 		if (!db)
 			goto out;
 		bfsql_quote_ident(&fix, PQgetvalue(db, 0, 0));
@@ -239,11 +239,12 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 	size_t bad = 0;
 	for (size_t i = 0; i + 1 < p->tables.n; i += 2) {
 		const char *params[] = {p->tables.v[i], p->tables.v[i + 1]};
-		res = ask(d, "a table's owner",
-			  "SELECT pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.pg_has_role(c.relowner, "
-			  "'USAGE') FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = "
-			  "c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
-			  2, params);
+		res = doctor_ask(
+		    d, "a table's owner",
+		    "SELECT pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.pg_has_role(c.relowner, "
+		    "'USAGE') FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = "
+		    "c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+		    2, params);
 		if (!res || PQntuples(res) != 1 || PQgetvalue(res, 0, 1)[0] == 't' || d->superuser) {
 			PQclear(res);
 			continue;
@@ -310,12 +311,12 @@ static void plan_publication(doctor *d)
 void doctor_publication(doctor *d)
 {
 	const char *params[] = {d->c->source.publication};
-	PGresult *res = ask(d, "the publication", bfsql_tables, 1, params);
+	PGresult *res = doctor_ask(d, "the publication", bfsql_tables, 1, params);
 	if (!res)
 		return;
 	PGresult *exists =
-	    ask(d, "the publication", "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1",
-		1, params);
+	    doctor_ask(d, "the publication",
+		       "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
 	if (!exists) {
 		PQclear(res);
 		return;
@@ -456,7 +457,7 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 	(void)s;
 	backfill_tally *bt = arg;
 	const char *params[] = {t->schema, t->name, d->c->source.publication};
-	PGresult *res = ask(d, "a table's key", bfsql_describe, 3, params);
+	PGresult *res = doctor_ask(d, "a table's key", bfsql_describe, 3, params);
 	if (!res)
 		return;
 	bt->n++;
@@ -476,8 +477,7 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 	PQclear(res);
 }
 
-/* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
-static bool backfilled(const doctor *d, const cfg_subscription *s)
+bool doctor_backfilled(const doctor *d, const cfg_subscription *s)
 {
 	return s->snapshot || d->c->source.on_slot_lost == CFG_GAP_RESYNC ||
 	       d->c->source.on_publication_newer == CFG_GAP_RESYNC;
@@ -487,7 +487,7 @@ void doctor_backfill(doctor *d)
 {
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
-		if (!backfilled(d, s))
+		if (!doctor_backfilled(d, s))
 			continue;
 		backfill_tally bt = {0};
 		doctor_sub_tables(d, s, readable, &bt);
@@ -503,8 +503,8 @@ void doctor_emit_message(doctor *d)
 {
 	bool needed = d->c->source.heartbeat_ms > 0;
 	for (size_t i = 0; i < d->c->nsubs; i++)
-		needed |= backfilled(d, &d->c->subs[i]);
-	PGresult *res = ask(d, "the role's privileges", bfsql_privileges, 0, NULL);
+		needed |= doctor_backfilled(d, &d->c->subs[i]);
+	PGresult *res = doctor_ask(d, "the role's privileges", bfsql_privileges, 0, NULL);
 	if (!res)
 		return;
 	bool may = PQntuples(res) == 1 && PQgetvalue(res, 0, 1)[0] == 't';
@@ -531,7 +531,7 @@ void doctor_slot(doctor *d)
 {
 	const char *slot = d->c->source.slot;
 	const char *params[] = {slot};
-	PGresult *res = ask(d, "the replication slot", pg_slot_sql, 1, params);
+	PGresult *res = doctor_ask(d, "the replication slot", pg_slot_sql, 1, params);
 	if (!res)
 		return;
 	pg_slot_row row;
@@ -598,10 +598,11 @@ void doctor_slot(doctor *d)
 
 void doctor_keep_size(doctor *d)
 {
-	PGresult *res = ask(d, "max_slot_wal_keep_size",
-			    "SELECT pg_catalog.current_setting('max_slot_wal_keep_size'), "
-			    "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))",
-			    0, NULL);
+	PGresult *res =
+	    doctor_ask(d, "max_slot_wal_keep_size",
+		       "SELECT pg_catalog.current_setting('max_slot_wal_keep_size'), "
+		       "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))",
+		       0, NULL);
 	if (!res)
 		return;
 	if (atoll(PQgetvalue(res, 0, 1)) < 0)
@@ -620,9 +621,10 @@ void doctor_keep_size(doctor *d)
 
 void doctor_idle_timeout(doctor *d)
 {
-	expect_setting(d, "idle_replication_slot_timeout", "0", "0 (off)", DOCTOR_WARN,
-		       "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
-		       "source.on_slot_lost: resync",
-		       ": the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
-		       "loses its slot");
+	doctor_expect_setting(
+	    d, "idle_replication_slot_timeout", "0", "0 (off)", DOCTOR_WARN,
+	    "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
+	    "source.on_slot_lost: resync",
+	    ": the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
+	    "loses its slot");
 }

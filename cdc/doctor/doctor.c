@@ -1,5 +1,5 @@
 /* doctor.c: the table of checks, running them, and the report in text and JSON. Adding a check is a
- * row here and a function in database.c, local.c or kafka.c. */
+ * row here and a function in database.c, failover.c, local.c or kafka.c. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +14,10 @@ enum {
 	NEEDS_PG18 = 1 << 1,	     /* PostgreSQL 18 or later */
 	NEEDS_KAFKA = 1 << 2,	     /* a kafka: section */
 	NEEDS_EXACTLY_ONCE = 1 << 3, /* kafka.exactly_once */
+	NEEDS_FAILOVER = 1 << 4,     /* source.failover */
+	NEEDS_PRIMARY = 1 << 5,	     /* source.dsn is a primary */
+	NEEDS_STANDBY = 1 << 6,	     /* source.dsn is a standby (pg_is_in_recovery()) */
+	NEEDS_PG17 = 1 << 7,	     /* PostgreSQL 17 or later */
 };
 
 static const struct {
@@ -34,6 +38,14 @@ static const struct {
     {"slot", NEEDS_DB, doctor_slot},
     {"max_slot_wal_keep_size", NEEDS_DB, doctor_keep_size},
     {"idle_replication_slot_timeout", NEEDS_DB | NEEDS_PG18, doctor_idle_timeout},
+    {"failover", NEEDS_DB | NEEDS_FAILOVER, doctor_failover},
+    {"synchronized_standby_slots", NEEDS_DB | NEEDS_FAILOVER | NEEDS_PRIMARY | NEEDS_PG17,
+     doctor_standby_slots},
+    {"hot_standby_feedback", NEEDS_DB | NEEDS_STANDBY, doctor_hot_standby_feedback},
+    {"sync_replication_slots", NEEDS_DB | NEEDS_STANDBY | NEEDS_FAILOVER | NEEDS_PG17, doctor_sync_slots},
+    {"primary_slot_name", NEEDS_DB | NEEDS_STANDBY | NEEDS_FAILOVER | NEEDS_PG17, doctor_primary_slot_name},
+    {"primary_conninfo", NEEDS_DB | NEEDS_STANDBY | NEEDS_FAILOVER | NEEDS_PG17, doctor_primary_conninfo},
+    {"primary_dsn", NEEDS_DB | NEEDS_STANDBY, doctor_primary_dsn},
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
     {"kafka_brokers", NEEDS_KAFKA, doctor_kafka_brokers},
@@ -81,6 +93,14 @@ static bool applies(const doctor *d, unsigned needs)
 		return false;
 	if ((needs & NEEDS_PG18) && d->server_version < 180000)
 		return false;
+	if ((needs & NEEDS_PG17) && d->server_version < 170000)
+		return false;
+	if ((needs & NEEDS_FAILOVER) && !d->c->source.failover)
+		return false;
+	if ((needs & NEEDS_PRIMARY) && d->in_recovery)
+		return false;
+	if ((needs & NEEDS_STANDBY) && !d->in_recovery)
+		return false;
 	if ((needs & NEEDS_KAFKA) && !d->c->kafka.enabled)
 		return false;
 	if ((needs & NEEDS_EXACTLY_ONCE) && !d->c->kafka.exactly_once)
@@ -100,6 +120,8 @@ void doctor_run(const cfg *c, doctor_report *r)
 {
 	doctor d = {.c = c, .r = r};
 	pg_secrets_init(&d.secrets, c->source.dsn);
+	if (c->source.primary_dsn)
+		pg_secrets_add(&d.secrets, c->source.primary_dsn);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
 		if (!applies(&d, checks[i].needs))
 			continue;

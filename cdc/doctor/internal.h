@@ -39,13 +39,24 @@ typedef struct doctor {
  * secrets redaction. */
 void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
+/* A query's answer, or NULL after a warning naming what could not be asked. */
+PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params);
+
+/* A setting that should have one value: pass saying pass_detail, else st with the fix and the detail
+ * "is VALUE" followed by why. */
+void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
+			   doctor_status st, const char *fix, const char *why);
+
 /* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
  * each of d->tables that one of its patterns matches; returns how many). */
 size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 			 void (*fn)(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg),
 			 void *arg);
 
-/* The checks, one function each (database.c, local.c, kafka.c). */
+/* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
+bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
+
+/* The checks, one function each (database.c, failover.c, local.c, kafka.c). */
 void doctor_server(doctor *d);
 void doctor_wal_level(doctor *d);
 void doctor_slots_free(doctor *d);
@@ -59,6 +70,13 @@ void doctor_emit_message(doctor *d);
 void doctor_slot(doctor *d);
 void doctor_keep_size(doctor *d);
 void doctor_idle_timeout(doctor *d);
+void doctor_failover(doctor *d);
+void doctor_standby_slots(doctor *d);
+void doctor_hot_standby_feedback(doctor *d);
+void doctor_sync_slots(doctor *d);
+void doctor_primary_slot_name(doctor *d);
+void doctor_primary_conninfo(doctor *d);
+void doctor_primary_dsn(doctor *d);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 void doctor_kafka_brokers(doctor *d);

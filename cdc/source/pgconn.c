@@ -11,7 +11,9 @@
 #define WALSENDER_OPTIONS                                                                                    \
 	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c "             \
 	"bytea_output=hex"
-#define READ_ONLY_OPTIONS "-c default_transaction_read_only=on"
+/* Set once connected, not as a startup option: libpq's target_session_attrs=read-write (the
+ * multi-host connection string that follows the primary) would then find every host read only. */
+#define READ_ONLY_SET "SET default_transaction_read_only = on"
 
 /* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
 #define SECRET_MIN 4
@@ -150,8 +152,6 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 		buf_printf(&options, "%s ", user_options);
 	if (kind == PG_CONN_REPLICATION)
 		buf_puts(&options, WALSENDER_OPTIONS);
-	else if (kind == PG_CONN_READ_ONLY)
-		buf_puts(&options, READ_ONLY_OPTIONS);
 	if (options.len) {
 		keys[k] = "options";
 		vals[k++] = options.data;
@@ -179,6 +179,17 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 		     connect_hint(msg));
 		PQfinish(conn);
 		return NULL;
+	}
+	if (kind == PG_CONN_READ_ONLY) {
+		PGresult *res = PQexec(conn, READ_ONLY_SET);
+		bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+		PQclear(res);
+		if (!ok) {
+			errf(err, errlen, "cannot make the session read only (%s): %s", READ_ONLY_SET,
+			     pg_one_line(PQerrorMessage(conn)));
+			PQfinish(conn);
+			return NULL;
+		}
 	}
 	return conn;
 }

@@ -30,8 +30,8 @@ void pg_redact(const pg_secrets *s, char *err, size_t errlen);
 typedef enum pg_conn_kind {
 	PG_CONN_ORDINARY,
 	PG_CONN_REPLICATION, /* replication=database, with the walsender session settings decoding needs */
-	/* ordinary, with default_transaction_read_only=on: every transaction of the session is read
-	 * only, so no statement can write (cdc doctor) */
+	/* ordinary, then SET default_transaction_read_only = on: every transaction of the session is
+	 * read only, so no statement can write (cdc doctor) */
 	PG_CONN_READ_ONLY,
 } pg_conn_kind;
 

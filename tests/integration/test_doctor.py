@@ -20,8 +20,8 @@ import tempfile
 
 import pytest
 
-from conftest import CDC_BIN, to_yaml, drop_slot
-from pg import TempPostgres
+from conftest import CDC_BIN, to_yaml, drop_slot, wait_for
+from pg import PgPair, TempPostgres, TempStandby
 
 _ids = iter(range(1, 10 ** 6))
 
@@ -470,3 +470,312 @@ def test_a_server_that_is_down(space):
     assert not line(found, "wal_level")  # the database's checks need the connection
     assert line(found, "state_dir")[0][0] == "pass"  # the local ones still run
     assert rc == 2
+
+
+# --- source.failover and standbys ----------------------------------------------------------------
+
+STANDBY_SLOT = "standby_slot"
+
+
+@pytest.fixture(scope="module")
+def pair17():
+    """A PostgreSQL 17 primary and a hot standby streaming from its physical slot standby_slot, slot
+    synchronization on, the primary's synchronized_standby_slots naming standby_slot (PgPair);
+    each test puts back what it breaks (restore())."""
+    p = PgPair(version=17, max_slot_wal_keep_size="1GB")
+    try:
+        p.start()
+        p.sql("create table public.orders (id int primary key, status text)")
+        yield p
+    finally:
+        p.cleanup()
+
+
+@pytest.fixture
+def fspace(pair17):
+    """As space, in the pair's public schema."""
+    n = next(_ids)
+    d = tempfile.mkdtemp(prefix="cdc-doctor-")
+    os.chmod(d, 0o755)
+    yield {"n": n, "schema": "public", "dir": d, "slot": f"doc_slot{n}", "pub": f"doc_pub{n}"}
+    drop_slot(pair17.primary, f"doc_slot{n}")
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def restore(pair, server, **settings):
+    """Puts settings back on one of the pair (reloaded), then waits until the standby streams from
+    its slot again (a changed primary_conninfo or primary_slot_name restarts its walreceiver)."""
+    server.set(**settings)
+    wait_for(lambda: pair.primary.sql("select active from pg_replication_slots where slot_name = %s",
+                                      (STANDBY_SLOT,)) == [(True,)], 30, what="the standby to stream again")
+
+
+def test_a_standby_before_16_and_failover_before_17():
+    """A PostgreSQL 15 standby: no decoding there (16+), and source.failover needs 17."""
+    with TempPostgres(version=15) as primary, TempStandby(primary) as standby:
+        sp = {"n": 0, "schema": "public", "dir": tempfile.mkdtemp(prefix="cdc-doctor-"), "slot": "s",
+              "pub": "p"}
+        try:
+            rc, found, text = doctor(config(standby, sp, source={"failover": True}))
+            (f,) = line(found, "server")
+            assert f[0] == "fail" and f[2].startswith(f"PostgreSQL {standby.version}.") and f[2].endswith(
+                " is a standby, and logical decoding on a standby needs 16 or later"), text
+            assert f[3] == ("point source.dsn at the primary (or upgrade to PostgreSQL 16, which decodes on "
+                            "a standby)")
+            minor = primary.sql("select current_setting('server_version_num')::int % 10000")[0][0]
+            assert line(found, "failover") == [(
+                "fail", "failover",
+                f"source.failover needs PostgreSQL 17 or later (failover slots), and the server is 15.{minor}: "
+                "cdc refuses to start",
+                "remove source.failover (before 17 a promotion loses the slot, and source.on_slot_lost says "
+                "what cdc does then), or upgrade to PostgreSQL 17")], text
+            # the 17 checks do not apply; the standby's own do
+            assert not line(found, "sync_replication_slots") and not line(found, "synchronized_standby_slots")
+            assert line(found, "hot_standby_feedback") == [("pass", "hot_standby_feedback", "on", None)]
+            assert rc == 2
+        finally:
+            shutil.rmtree(sp["dir"], ignore_errors=True)
+
+
+def test_failover_on_a_healthy_17_primary_through_a_multi_host_dsn(pair17, fspace):
+    """The connection string that follows the primary (target_session_attrs=read-write) reaches the
+    primary (the doctor's session is made read only after connecting, not before); the slot's
+    failover flag as cdc will find it."""
+    slot = fspace["slot"]
+    path = config(None, fspace, dsn=pair17.dsn, source={"failover": True})
+    rc, found, text = doctor(path)
+    (f,) = line(found, "server")
+    assert f[0] == "pass" and "(a standby)" not in f[2], text
+    ready = ("pass", "synchronized_standby_slots",
+             "standby_slot: active physical slots, so cdc receives only what those standbys have (a "
+             "promotion of one loses nothing)", None)
+    assert line(found, "failover") == [
+        ("pass", "failover", f"{slot} does not exist yet; cdc creates it as a failover slot", None)], text
+    assert line(found, "synchronized_standby_slots") == [ready], text
+    assert not line(found, "hot_standby_feedback") and not line(found, "primary_dsn")  # a primary
+    pair17.sql("select pg_create_logical_replication_slot(%s, 'pgoutput', false, false, false)", (slot,))
+    rc, found, text = doctor(path)
+    assert line(found, "failover") == [(
+        "pass", "failover",
+        f"{slot} is not a failover slot yet: cdc turns failover on at its next start "
+        f"(ALTER_REPLICATION_SLOT {slot} (FAILOVER true))", None)], text
+    drop_slot(pair17.primary, slot)
+    pair17.sql("select pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)", (slot,))
+    rc, found, text = doctor(path)
+    assert line(found, "failover") == [(
+        "pass", "failover", f"{slot} is a failover slot: a standby with sync_replication_slots = on keeps a copy",
+        None)], text
+    assert line(found, "synchronized_standby_slots") == [ready], text
+    # without source.failover, none of it
+    rc, found, text = doctor(config(None, fspace, dsn=pair17.dsn))
+    assert not line(found, "failover") and not line(found, "synchronized_standby_slots"), text
+
+
+SET_IT = ("ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf() (the physical "
+          "slots standbys stream from now: name those of the standbys that may be promoted)")
+WHAT_TO_SET = ("set synchronized_standby_slots on the primary to the physical slot of each standby that may be "
+               "promoted (its primary_slot_name)")
+
+
+def test_synchronized_standby_slots_empty(pair17, fspace):
+    pair17.primary.set(synchronized_standby_slots=None)
+    try:
+        rc, found, text = doctor(config(pair17.primary, fspace, source={"failover": True}))
+        assert line(found, "synchronized_standby_slots") == [(
+            "warn", "synchronized_standby_slots",
+            "synchronized_standby_slots is empty on the primary: a promotion now may hand consumers changes "
+            "the promoted server never had (the primary sends cdc changes its standbys may not have yet); "
+            f"{WHAT_TO_SET} (synchronized_standby_slots_empty)", SET_IT)], text
+        assert rc >= 1
+        # no standby streams from a physical slot: the fix starts with making one
+        pair17.standby.set(primary_slot_name="")
+        wait_for(lambda: pair17.sql("select active from pg_replication_slots where slot_name = %s",
+                                    (STANDBY_SLOT,)) == [(False,)], 30, what="the standby to stream without its slot")
+        rc, found, text = doctor(config(pair17.primary, fspace, source={"failover": True}))
+        (f,) = line(found, "synchronized_standby_slots")
+        assert f[0] == "warn" and f[3] == (
+            "create a physical slot for each standby that may be promoted (SELECT "
+            "pg_create_physical_replication_slot('standby_slot'), and primary_slot_name = 'standby_slot' on that "
+            "standby), then ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf()"), text
+    finally:
+        pair17.standby.set(primary_slot_name=STANDBY_SLOT)
+        restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
+
+
+def test_synchronized_standby_slots_naming_the_logical_slot(pair17, fspace):
+    """The common mistake: cdc's own logical slot named (a reload refuses it, a start does not)."""
+    slot = fspace["slot"]
+    pair17.sql("select pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)", (slot,))
+    pair17.primary.settings["synchronized_standby_slots"] = slot
+    pair17.primary.restart()
+    try:
+        wait_for(lambda: pair17.sql("select active from pg_replication_slots where slot_name = %s",
+                                    (STANDBY_SLOT,)) == [(True,)], 30, what="the standby to stream again")
+        rc, found, text = doctor(config(pair17.primary, fspace, source={"failover": True}))
+        assert line(found, "synchronized_standby_slots") == [(
+            "fail", "synchronized_standby_slots",
+            f"synchronized_standby_slots names {slot}, a logical slot (cdc's own): it must name physical "
+            f"slots, and cdc's stream waits meanwhile; {WHAT_TO_SET}, not the logical slot "
+            "(standby_slot_logical)", SET_IT)], text
+        assert rc == 2
+    finally:
+        restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
+
+
+def test_synchronized_standby_slots_naming_a_slot_nobody_streams_then_one_dropped(pair17, fspace):
+    pair17.sql("select pg_create_physical_replication_slot('spare_slot')")
+    pair17.primary.set(synchronized_standby_slots=f"{STANDBY_SLOT}, spare_slot")
+    try:
+        path = config(pair17.primary, fspace, source={"failover": True})
+        rc, found, text = doctor(path)
+        assert line(found, "synchronized_standby_slots") == [(
+            "fail", "synchronized_standby_slots",
+            "no standby streams from slot spare_slot (synchronized_standby_slots): cdc's stream waits until "
+            "one does, and a promotion now finds the slot's copy behind; start the standby, or remove the "
+            "slot from synchronized_standby_slots (standby_slot_inactive)", SET_IT)], text
+        assert rc == 2
+        pair17.sql("select pg_drop_replication_slot('spare_slot')")
+        rc, found, text = doctor(path)
+        assert line(found, "synchronized_standby_slots") == [(
+            "fail", "synchronized_standby_slots",
+            "synchronized_standby_slots names slot spare_slot, which does not exist on the primary: cdc's "
+            f"stream waits for it; create the standby's physical slot, or {WHAT_TO_SET} "
+            "(standby_slot_missing)", SET_IT)], text
+    finally:
+        restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
+        drop_slot(pair17.primary, "spare_slot")
+
+
+STANDBY_LINES = {
+    "hot_standby_feedback": ("pass", "hot_standby_feedback", "on", None),
+    "sync_replication_slots": ("pass", "sync_replication_slots",
+                               "on: this standby keeps copies of the primary's failover slots", None),
+    "primary_slot_name": ("pass", "primary_slot_name",
+                          "standby_slot: the physical slot this standby streams from (the primary's "
+                          "synchronized_standby_slots should name it)", None),
+    "primary_conninfo": ("pass", "primary_conninfo",
+                         "has a dbname: slot synchronization connects to the primary's database", None),
+}
+
+
+def test_a_17_standby_for_failover(pair17, fspace):
+    """source.dsn at the standby with source.failover: cdc waits there for a promotion (a fail), and
+    the standby's own setup for keeping a copy of the slot passes."""
+    rc, found, text = doctor(config(pair17.standby, fspace, source={"failover": True}))
+    host = f"{pair17.standby.host}:{pair17.standby.port}"
+    assert line(found, "failover") == [(
+        "fail", "failover",
+        f"{host} is a standby, and source.failover needs the primary (a failover slot is made on the primary "
+        "and synchronized to its standbys): cdc waits here until it is promoted",
+        "point source.dsn at the primary (with several hosts, add target_session_attrs=read-write); the lines "
+        "that follow check this standby as the target of a promotion")], text
+    for name, want in STANDBY_LINES.items():
+        assert line(found, name) == [want], text
+    assert not line(found, "synchronized_standby_slots")  # the primary's, not asked of a standby
+    assert rc == 2
+
+
+@pytest.mark.parametrize("setting, bad, want", [
+    ("hot_standby_feedback", False, (
+        "fail", "hot_standby_feedback",
+        "is off, and slot synchronization does not run without it: this standby keeps no copy of cdc's slot, "
+        "and a promotion of it loses the slot",
+        "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf() (on this standby, which should "
+        "stream from a physical slot: primary_slot_name)")),
+    ("sync_replication_slots", False, (
+        "fail", "sync_replication_slots",
+        "is off, so this standby keeps no copy of the primary's failover slots: a promotion of it loses "
+        "cdc's slot",
+        "ALTER SYSTEM SET sync_replication_slots = on; SELECT pg_reload_conf()")),
+    ("primary_slot_name", "", (
+        "fail", "primary_slot_name",
+        "is empty, and slot synchronization needs the physical slot this standby streams from: this standby "
+        "keeps no copy of cdc's slot",
+        "on the primary: SELECT pg_create_physical_replication_slot('standby_slot'), and name it in "
+        "synchronized_standby_slots; here: ALTER SYSTEM SET primary_slot_name = 'standby_slot'; SELECT "
+        "pg_reload_conf()")),
+    ("primary_conninfo", "drop dbname", (
+        "fail", "primary_conninfo",
+        "has no dbname, and slot synchronization connects to a database of the primary: this standby keeps "
+        "no copy of cdc's slot",
+        "add dbname=postgres (a database of the primary) to primary_conninfo: ALTER SYSTEM SET "
+        "primary_conninfo = '... dbname=postgres'; SELECT pg_reload_conf()")),
+])
+def test_a_17_standby_set_up_wrong_for_failover(pair17, fspace, setting, bad, want):
+    """One setting of the standby wrong at a time: its line fails with the fix, the others pass."""
+    good = pair17.standby.settings[setting]
+    if bad == "drop dbname":
+        bad = good.replace(" dbname=postgres", "")
+        assert bad != good
+    pair17.standby.set(**{setting: bad})
+    try:
+        rc, found, text = doctor(config(pair17.standby, fspace, source={"failover": True}))
+        assert line(found, setting) == [want], text
+        for name, other in STANDBY_LINES.items():
+            if name != setting:
+                assert line(found, name) == [other], text
+        assert rc == 2
+    finally:
+        restore(pair17, pair17.standby, **{setting: good})
+
+
+def test_a_standby_role_that_may_not_read_primary_conninfo(pair17, fspace):
+    role = f"docstandby{fspace['n']}"
+    pair17.sql(f"create role {role} login replication")
+    try:
+        wait_for(lambda: pair17.standby.sql("select 1 from pg_roles where rolname = %s", (role,)), 30,
+                 what="the role on the standby")
+        dsn = pair17.standby.dsn.replace("user=postgres", f"user={role}")
+        rc, found, text = doctor(config(None, fspace, dsn=dsn, source={"failover": True}))
+        assert line(found, "primary_conninfo") == [(
+            "warn", "primary_conninfo", f"role {role} may not read it (a superuser or pg_read_all_settings may)",
+            f'GRANT pg_read_all_settings TO "{role}"; or read primary_conninfo on this standby as a superuser')], text
+        assert line(found, "primary_slot_name") == [STANDBY_LINES["primary_slot_name"]], text  # readable by all
+    finally:
+        pair17.sql(f"drop role {role}")
+
+
+def test_decoding_on_a_standby_needs_primary_dsn_for_heartbeats_and_backfills(pair17, fspace):
+    standby, primary = pair17.standby, pair17.primary
+    fix = ("set source.primary_dsn to the primary's connection string (cdc writes heartbeats, the re-sync "
+           "marker and backfills' watermarks there)")
+    rc, found, text = doctor(config(standby, fspace, source={"heartbeat": "10s"}))
+    assert line(found, "primary_dsn") == [(
+        "fail", "primary_dsn",
+        "unset, and this server is a standby, which cannot be written to: source.heartbeat (cdc refuses to "
+        "start)", fix)], text
+    assert line(found, "hot_standby_feedback") == [STANDBY_LINES["hot_standby_feedback"]], text
+    assert not line(found, "failover") and not line(found, "sync_replication_slots")  # no source.failover
+    assert rc == 2
+    subs = [{"name": "all", "tables": ["public.orders"], "sink": "stdout", "snapshot": True}]
+    rc, found, text = doctor(config(standby, fspace, subscriptions=subs))
+    assert line(found, "primary_dsn") == [(
+        "fail", "primary_dsn",
+        "unset, and this server is a standby, which cannot be written to: subscription all's backfills "
+        "(snapshot: true) would fail", fix)], text
+    rc, found, text = doctor(config(standby, fspace))
+    assert line(found, "primary_dsn") == [(
+        "pass", "primary_dsn",
+        "unset: nothing configured writes into the WAL (source.heartbeat, snapshot: true, re-sync); an "
+        "on-demand cdc backfill would need it", None)], text
+    rc, found, text = doctor(config(standby, fspace, source={"heartbeat": "10s", "primary_dsn": primary.dsn}))
+    assert line(found, "primary_dsn") == [(
+        "pass", "primary_dsn", f"reaches {primary.host}:{primary.port}, a primary: heartbeats and backfills "
+        "write there", None)], text
+    rc, found, text = doctor(config(standby, fspace, source={"heartbeat": "10s", "primary_dsn": standby.dsn}))
+    assert line(found, "primary_dsn") == [(
+        "fail", "primary_dsn", f"reaches {standby.host}:{standby.port}, a standby too: heartbeats and "
+        "backfills cannot write there",
+        "point source.primary_dsn at the primary (with several hosts, add target_session_attrs=read-write)")], text
+    # decoding here (no source.failover): without hot_standby_feedback the slot may be invalidated
+    standby.set(hot_standby_feedback=False)
+    try:
+        rc, found, text = doctor(config(standby, fspace))
+        assert line(found, "hot_standby_feedback") == [(
+            "warn", "hot_standby_feedback",
+            "is off, so the primary may remove catalog rows the slot here needs: the slot is then invalidated "
+            "(source.on_slot_lost applies)",
+            "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf() (on this standby, which should "
+            "stream from a physical slot: primary_slot_name)")], text
+    finally:
+        restore(pair17, standby, hot_standby_feedback=True)

@@ -12,9 +12,10 @@ subscription with a retention of one event (`when_full: block`): once full, its 
 is while 1.1 GiB of WAL is written (segment switches). Every panel query of cdc-dashboard.json
 returns data, and these alerts fire: a socket backlog with no consumer, a failed backfill, dead
 letters growing, a full spool, the slot's lag in bytes, safe_wal_size low and wal_status not
-reserved (`b`); then a Kafka producer restart (a fenced producer), restarts (`b` started twice
-more), the Kafka sink stalled (the mock cluster's process killed while events flow), and the stream
-down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
+reserved (`b`), a failover not ready (cdc `c`: source.failover on a PostgreSQL 17 server of its own
+whose synchronized_standby_slots is empty); then a Kafka producer restart (a fenced producer),
+restarts (`b` started twice more), the Kafka sink stalled (the mock cluster's process killed while
+events flow), and the stream down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
 since a commit, which only the wall clock can reach.
 
 With CDC_DASHBOARD_PNG=FILE, the dashboard's panels over the run are drawn into FILE at the end
@@ -36,9 +37,10 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import drop_slot, wait_for
+from conftest import CdcFactory, drop_slot, wait_for
 from kafka_fixtures import KafkaMock
 from monitoring import dashboard
+from pg import TempPostgres
 from test_exactly_once import API_END_TXN
 from test_kafka import kafka_section, ksub
 from test_socket import attach, collect, socket_sub
@@ -157,7 +159,7 @@ class WalWriter(threading.Thread):
             raise self.error
 
 
-def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
+def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_path):
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
     for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
@@ -171,10 +173,13 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
     for k, v in settings.items():
         pg.sql(f"alter system set {k} = '{v}'")
     pg.sql("select pg_reload_conf()")
-    kafka, prom, worker, pb = KafkaMock(), None, None, None
+    kafka, prom, worker, pb, pc = KafkaMock(), None, None, None, None
+    pg17 = TempPostgres(version=17)
+    cdc17 = CdcFactory(pg17, tmp_path, "public", "failover")
     try:
         kafka.create_topic("cdc.positions", 1)
-        listen = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+        listen = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}",
+                  "c": f"127.0.0.1:{free_port()}"}
         a = cdc(subscriptions=[
             {"name": "events", "tables": [f"{schema}.orders"], "sink": "stdout"},
             {"name": "queue", "tables": [f"{schema}.orders"], "sink": "socket", "operations": ["insert"]},
@@ -188,7 +193,12 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         b = cdc(subscriptions=[socket_sub(schema, name="held", table="held",
                                           retention={"max_events": 1, "when_full": "block"})],
                 status={"socket": os.path.join(cdc.sockdir, "stb.sock"), "listen": listen["b"]})
-        pa, pb = a.start(), b.start()
+        # c: source.failover on a PostgreSQL 17 primary with no synchronized_standby_slots
+        pg17.start()
+        pg17.sql("create table public.t (id int primary key)")
+        c = cdc17(source={"failover": True}, status={"socket": os.path.join(cdc17.sockdir, "status.sock"),
+                                                      "listen": listen["c"]})
+        pa, pb, pc = a.start(), b.start(), c.start()
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,
@@ -203,7 +213,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         worker.nack([e.offset for e in collect(worker, 2)], reason="always fails")
         expected = {("CdcSocketBacklogNoConsumer", "queue"), ("CdcBackfillFailed", "broken"),
                     ("CdcDeadLettersGrowing", "jobs"), ("CdcSpoolFull", "held"), ("CdcSlotLagBytes", "b"),
-                    ("CdcSafeWalSizeLow", "b"), ("CdcWalStatusNotReserved", "b")}
+                    ("CdcSafeWalSizeLow", "b"), ("CdcWalStatusNotReserved", "b"), ("CdcFailoverNotReady", "c")}
         deadline = time.monotonic() + 90
         missing, fired = None, set()  # dead letters fire for 15 s after they grew: each is seen once
         while time.monotonic() < deadline:
@@ -219,13 +229,18 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         wal.join()
         assert not missing, f"panel queries without data: {missing}\n{pa.describe()}"
         assert expected <= fired, f"{sorted(expected - fired)} did not fire\n{pb.describe()}"
+        assert prom.query('cdc_source_failover_ready{instance="c"}')[0]["metric"]["reason"] == \
+            "synchronized_standby_slots_empty"
+        assert pc.terminate() == 0, pc.describe()
         lag = float(prom.query('cdc_source_lag_bytes{instance="b"}')[0]["value"][1])
         assert 1.0 * GIB < lag < 1.25 * GIB, lag
         assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
                                             "CdcKafkaProducerRestarts"}
-        # a fenced producer: a's Kafka sink restarts it
+        # a fenced producer: a's Kafka sink restarts it (rows keep coming, so that a transaction
+        # ends: the backlog of the loop above may be delivered already)
         kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
-        prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
+        prom.wait_firing(("CdcKafkaProducerRestarts", "a"),
+                         tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'f' from generate_series(1, 50)"))
         # the stream down: PostgreSQL stops, cdc stays up and says so. A fast shutdown waits for
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.
@@ -261,6 +276,9 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         if prom:
             prom.close()
         kafka.close()
+        if pg17.running:
+            cdc17.cleanup()
+        pg17.cleanup()
         for k in settings:
             pg.sql(f"alter system reset {k}")
         pg.sql("select pg_reload_conf()")

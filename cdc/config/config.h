@@ -184,7 +184,7 @@ const char *cfg_batch_name(cfg_batch v);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
-/* "512", "64KiB", "64MiB", "1GiB" (also kB, MB, GB as powers of 1000). */
+/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see size_problem). */
 bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
 /* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
  * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */

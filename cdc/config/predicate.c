@@ -384,6 +384,8 @@ static bool lex(parser *ps)
 			t->type = T_DOT;
 			break;
 		case '=':
+			if (c1 == '=')
+				return perr(ps, i, "'==' is not an operator: write '=' to compare");
 			t->type = T_OP;
 			t->op = OP_EQ;
 			break;

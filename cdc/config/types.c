@@ -117,9 +117,8 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 	if (!s)
 		return;
 	if (!cfg_parse_size(s, &n)) {
-		err_at(x, v,
-		       "invalid size %s (expected bytes, or e.g. 64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)",
-		       qnode(x, v));
+		char why[160];
+		err_at(x, v, "invalid size %s (%s)", qnode(x, v), size_problem(s, why, sizeof(why)));
 		return;
 	}
 	*FIELD(base, k, uint64_t) = n;

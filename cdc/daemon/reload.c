@@ -11,14 +11,25 @@
 #include "decoder/log.h"
 #include "sinks/socket_sink.h"
 
+/* One log line per problem of lines (each ends with a newline): a line of the log is one event. */
+static void log_problems(const char *lines)
+{
+	for (const char *p = lines; p && *p;) {
+		size_t len = strcspn(p, "\n");
+		log_error("configuration problem", "error=\"%.*s\"", (int)len, p);
+		p += len + (p[len] == '\n');
+	}
+}
+
 bool reload_init(sidecar *d)
 {
 	const cfg *c = d->cfg;
 	buf errors = {0};
 	if (!(d->rl.overlay = cfg_overlay_load(c->state_dir, &errors)) ||
 	    !cfg_overlay_apply(d->rl.overlay, d->cfg, &errors)) {
-		log_error("the subscriptions changed over the status socket cannot be used", "errors=\"%s\"",
-			  errors.data);
+		log_error("the subscriptions changed over the status socket cannot be used", "file=%s/" CFG_OVERLAY_FILE,
+			  c->state_dir);
+		log_problems(errors.data);
 		buf_free(&errors);
 		return false;
 	}
@@ -159,7 +170,8 @@ static bool apply_reload(sidecar *d)
 		next = NULL;
 	}
 	if (!next) {
-		log_error("reload refused; keeping the running configuration", "errors=\"%s\"", errors.data);
+		log_error("reload refused; keeping the running configuration", "config=%s", d->cfg_path);
+		log_problems(errors.data);
 		settle_changes(
 		    d, code,
 		    code == 500

@@ -142,7 +142,9 @@ typedef struct bf_batch {
 /* The next row to emit: values gets ncols datums. *pos starts at 0. */
 bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values);
 
-typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, char *err, size_t errlen);
+/* Emits the batch's rows that satisfy the `where`s into the subscription's sink; *delivered gets how
+ * many did. */
+typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen);
 
 /* A logical message with prefix BFSQL_PREFIX delivered at lsn. At a chunk's high watermark emit
  * gets its surviving rows (not called when none survive); its failure is returned. Watermarks
@@ -189,8 +191,11 @@ void backfill_restart(bf_set *b);
 
 /* ---- progress ---- */
 
+/* Rows read = delivered + dropped (a newer change of the row came between the chunk's watermarks)
+ * + filtered (the `where`, evaluated by cdc, did not hold: the parts of it that translate to SQL
+ * never reach cdc, see bfsql_where). */
 typedef struct bf_progress {
-	uint64_t read, emitted, dropped, retries;
+	uint64_t read, delivered, dropped, filtered, retries;
 	int64_t estimate; /* rows, -1 unknown */
 	double rate;	  /* rows read per second while running */
 	int64_t eta_s;	  /* -1 unknown */

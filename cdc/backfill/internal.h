@@ -17,17 +17,20 @@
  * nothing left to read, the last chunks close and become durable. */
 enum step { S_NONE, S_DESCRIBE, S_LOW, S_CHUNK, S_HIGH, S_STREAM, S_DRAIN };
 
+/* A table's rows so far: read by its chunk queries; of those, delivered to the subscription's sink,
+ * dropped (a change between the chunk's watermarks: the stream carries the row's newer version) and
+ * filtered (the `where`, evaluated by cdc, did not hold). */
+typedef struct counters {
+	uint64_t read, delivered, dropped, filtered;
+} counters;
+
 /* A chunk emitted at its high watermark, finished once the sinks made lsn durable. */
 typedef struct pending {
 	uint64_t lsn;
-	buf cursor; /* the key of its last row; empty if it read none */
-	uint64_t read, emitted, dropped;
+	buf cursor;    /* the key of its last row; empty if it read none */
+	counters done; /* the table's, with this chunk */
 	bool last;
 } pending;
-
-typedef struct counters {
-	uint64_t read, emitted, dropped;
-} counters;
 
 typedef struct table {
 	struct backfill *bf;

@@ -183,8 +183,9 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 							 .table = ti.table,
 							 .state = bf_state_name(ti.state),
 							 .read = ti.p.read,
-							 .emitted = ti.p.emitted,
+							 .delivered = ti.p.delivered,
 							 .dropped = ti.p.dropped,
+							 .filtered = ti.p.filtered,
 							 .estimate = ti.p.estimate};
 		}
 	}

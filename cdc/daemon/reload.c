@@ -27,8 +27,8 @@ bool reload_init(sidecar *d)
 	buf errors = {0};
 	if (!(d->rl.overlay = cfg_overlay_load(c->state_dir, &errors)) ||
 	    !cfg_overlay_apply(d->rl.overlay, d->cfg, &errors)) {
-		log_error("the subscriptions changed over the status socket cannot be used", "file=%s/" CFG_OVERLAY_FILE,
-			  c->state_dir);
+		log_error("the subscriptions changed over the status socket cannot be used",
+			  "file=%s/" CFG_OVERLAY_FILE, c->state_dir);
 		log_problems(errors.data);
 		buf_free(&errors);
 		return false;

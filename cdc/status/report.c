@@ -461,12 +461,16 @@ static void metrics_backfills(const report *r, buf *out)
 	} M[] = {
 	    {"cdc_backfill_rows_read_total", "counter", "Rows a backfill read from the table.",
 	     offsetof(report_backfill, read)},
-	    {"cdc_backfill_rows_emitted_total", "counter", "Rows a backfill delivered as reads.",
-	     offsetof(report_backfill, emitted)},
+	    {"cdc_backfill_rows_delivered_total", "counter",
+	     "Rows a backfill delivered as reads to the subscription's sink.",
+	     offsetof(report_backfill, delivered)},
 	    {"cdc_backfill_rows_dropped_total", "counter",
 	     "Rows a backfill read but dropped, changed between the chunk's watermarks (their changes "
 	     "carry them).",
 	     offsetof(report_backfill, dropped)},
+	    {"cdc_backfill_rows_filtered_total", "counter",
+	     "Rows a backfill read that the where (the parts cdc evaluates itself) left out.",
+	     offsetof(report_backfill, filtered)},
 	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
 	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},

@@ -32,8 +32,8 @@ typedef struct report_sub {
 /* One table of one backfill, for /metrics. Strings are borrowed. */
 typedef struct report_backfill {
 	const char *subscription, *id, *schema, *table, *state;
-	uint64_t read, emitted, dropped;
-	int64_t estimate; /* rows; < 0: unknown */
+	uint64_t read, delivered, dropped, filtered; /* as bf_progress */
+	int64_t estimate;			     /* rows; < 0: unknown */
 } report_backfill;
 
 typedef struct report {

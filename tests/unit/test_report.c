@@ -555,8 +555,9 @@ static void test_subscriptions(void)
 static void test_backfills(void)
 {
 	static const report_backfill rows[] = {
-	    {"orders", "4f2a", "public", "orders", "running", 1200, 1150, 50, 5000},
-	    {"orders", "4f2a", "public", "items", "queued", 0, 0, 0, -1},
+	    {"orders", "4f2a", "public", "orders", "running", .read = 1200, .delivered = 1100, .dropped = 50,
+	     .filtered = 50, .estimate = 5000},
+	    {"orders", "4f2a", "public", "items", "queued", .estimate = -1},
 	};
 	report r = empty_report;
 	r.backfills_json = "[{\"id\":\"4f2a\"}]";
@@ -573,6 +574,10 @@ static void test_backfills(void)
 			     "cdc_backfill_rows_read_total{subscription=\"orders\",backfill=\"4f2a\",table="
 			     "\"public.items\"} 0\n") != NULL);
 	CHECK(strstr(b.data, "cdc_backfill_rows_dropped_total{subscription=\"orders\",backfill=\"4f2a\","
+			     "table=\"public.orders\"} 50\n") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_rows_delivered_total{subscription=\"orders\",backfill=\"4f2a\","
+			     "table=\"public.orders\"} 1100\n") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_rows_filtered_total{subscription=\"orders\",backfill=\"4f2a\","
 			     "table=\"public.orders\"} 50\n") != NULL);
 	CHECK(strstr(b.data, "# TYPE cdc_backfill_rows_estimate gauge\n"
 			     "cdc_backfill_rows_estimate{subscription=\"orders\",backfill=\"4f2a\",table="

@@ -80,11 +80,25 @@ bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen) CDC_M
 /* Whether sub had its `snapshot: true` backfill already (whatever became of it). */
 bool backfill_has_snapshot(const bf_set *b, const char *sub);
 
+/* A backfill's checks, which run before its first table (each as a statement of the reader): the
+ * role's privileges, the tables (each one the request names among the subscription's in the
+ * publication, each with a key, a plain table the role may read) and the request's `where`
+ * against their columns (pred_check_columns). */
+typedef enum bf_verdict {
+	BF_CHECKING, /* not all done yet */
+	BF_PASSED,   /* it runs (or ran) */
+	BF_REFUSED,  /* *why says why: it failed before reading anything */
+} bf_verdict;
+bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why);
+/* Forgets backfill id as if it had never been added (a refused request). */
+bool backfill_drop(bf_set *b, const char *id, char *err, size_t errlen) CDC_MUST_CHECK;
+
 /* ---- the reader: statements on a connection of its own ---- */
 
 typedef enum bf_stmt_kind {
 	BF_STMT_CHECK,	  /* bfsql_privileges */
-	BF_STMT_TABLES,	  /* the publication's tables */
+	BF_STMT_TABLES,	  /* bfsql_tables */
+	BF_STMT_COLUMNS,  /* bfsql_columns, for a request's `where` */
 	BF_STMT_DESCRIBE, /* bfsql_describe */
 	BF_STMT_LOW,	  /* bfsql_watermark */
 	BF_STMT_CHUNK,

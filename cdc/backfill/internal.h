@@ -35,6 +35,7 @@ typedef struct pending {
 typedef struct table {
 	struct backfill *bf;
 	char *schema, *name, *error, *key_index;
+	uint32_t oid; /* known from the checks (not kept in the state file) */
 	bf_state state;
 	int64_t estimate;
 	/* durable, persisted */
@@ -83,11 +84,13 @@ typedef struct backfill {
 	int64_t created_ms, finished_ms;
 	table *tables;
 	size_t ntables;
-	/* the checks: CHECK, then TABLES until resolved */
-	bool checked, busy;
+	/* the checks: CHECK, then TABLES until resolved, then COLUMNS (the request's `where` against the
+	 * tables' columns) until vetted; vetted is resolved when there is no such `where` */
+	bool checked, vetted, busy;
 	bf_stmt_kind kind;
 	uint64_t ticket;
 	const char *param[1];
+	char *oids; /* the tables' oids, "{1,2}", for COLUMNS */
 } backfill;
 
 struct bf_set {

@@ -12,8 +12,18 @@
 const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_privilege("
 				"'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')";
 
-const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables "
-			    "WHERE pubname = $1 ORDER BY 1, 2";
+const char bfsql_tables[] =
+    "SELECT pt.schemaname, pt.tablename, c.oid, c.relkind, k.name, "
+    "pg_catalog.has_table_privilege(c.oid, 'SELECT') "
+    "FROM pg_catalog.pg_publication_tables pt "
+    "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
+    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename " BFSQL_KEY_JOIN
+    "WHERE pt.pubname = $1 ORDER BY 1, 2";
+
+const char bfsql_columns[] = "SELECT a.attrelid, a.attname, a.atttypid, t.typname "
+			     "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+			     "WHERE a.attrelid = ANY ($1::pg_catalog.oid[]) AND a.attnum > 0 AND NOT "
+			     "a.attisdropped ORDER BY a.attrelid, a.attnum";
 
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "
@@ -22,16 +32,7 @@ const char bfsql_describe[] =
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace "
-    "LEFT JOIN LATERAL ("
-    "SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text AS name, "
-    "(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] AS cols "
-    "FROM pg_catalog.pg_index i "
-    "WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "
-    "AND i.indexprs IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute ka "
-    "WHERE ka.attrelid = c.oid AND ka.attnum = ANY ((i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]) "
-    "AND NOT ka.attnotnull) "
-    "ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
+    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace " BFSQL_KEY_JOIN
     "WHERE n.nspname = $1 AND c.relname = $2 "
     "ORDER BY a.attnum";
 

@@ -188,6 +188,7 @@ static backfill *load_backfill(json_object *o)
 		    *res = member(o, "resolved", json_type_boolean);
 	f->snapshot = snap && json_object_get_boolean(snap);
 	f->resolved = res && json_object_get_boolean(res);
+	f->vetted = f->resolved; /* its `where` was checked before it was kept */
 	f->created_ms = member_i64(o, "created");
 	f->finished_ms = member_i64(o, "finished");
 	if (!id || strlen(json_object_get_string(id)) != BF_ID_SIZE - 1 || !f->sub || !st ||

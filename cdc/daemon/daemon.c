@@ -457,6 +457,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	(void)fd, (void)what;
 	sidecar *d = arg;
 	reload_maybe(d);
+	backfills_tick(d, now_ms());
 	figures_publish(d, false);
 	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, and a commit
 	 * call that timed out resumes, even if nothing else arrives. */

@@ -76,6 +76,13 @@ typedef struct sidecar {
 	bf_set *bf; /* backfills (backfills.c) */
 	bf_reader *bf_reader;
 	bool bf_warned; /* the backfills' state file could not be written */
+	/* POST /subscriptions/NAME/backfill requests answered once their backfill's checks are done */
+	struct bf_waiting {
+		status_request *req;
+		char id[BF_ID_SIZE];
+		uint64_t since_ms;
+	} * bf_waiting;
+	size_t nbf_waiting;
 	connection conn;
 	reloads rl;
 	figures fig;
@@ -127,6 +134,8 @@ bool backfills_draining(const sidecar *d);
 void backfills_restart(sidecar *d);
 /* Something may be due for the reader. */
 void backfills_kick(sidecar *d);
+/* Every tick: requests whose checks take too long (the database does not answer) are refused. */
+void backfills_tick(sidecar *d, uint64_t now);
 /* GET /backfills from now on. */
 void backfills_publish(sidecar *d);
 /* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON

@@ -198,7 +198,11 @@ static void test_life(void)
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
 	CHECK_STR(s.params[0], "pub");
-	answer(b, &s, 3, 2, (const char *[]){"other", "c", "public", "a", "public", "b"}, now);
+	/* b has a key at the checks; it is gone when b's turn comes (below) */
+	answer(b, &s, 3, 6,
+	       (const char *[]){"other", "c", "16380", "r", "c_pkey", "t", "public", "a", "16384", "r",
+				"a_pkey", "t", "public", "b", "16390", "r", "b_pkey", "t"},
+	       now);
 	/* one table at a time: a first */
 	s = next(b, BF_STMT_DESCRIBE, now);
 	CHECK_STR(s.params[0], "public");
@@ -365,7 +369,15 @@ static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_no
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
+	answer(b, &s, 1, 6, (const char *[]){"public", "a", "16384", "r", "a_pkey", "t"}, now);
+	const char *why;
+	if (req->where) {
+		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
+		s = next(b, BF_STMT_COLUMNS, now);
+		answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"},
+		       now);
+	}
+	CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
 	s = next(b, BF_STMT_DESCRIBE, now);
 	answer(b, &s, 2, 9, describe_a, now);
 	return b;
@@ -545,14 +557,19 @@ static void test_read_ahead(void)
 	backfill_set_free(b);
 }
 
+/* One row of bfsql_tables' result for public.NAME: its oid, relkind, key and SELECT privilege. */
+#define TABLE_ROW(name, oid, relkind, key, select) "public", name, oid, relkind, key, select
+
 static void test_failures(void)
 {
 	char err[512], id[BF_ID_SIZE];
 	bf_now now = {1000, 5};
 	const char *pats[] = {"public.*"}, *asked[] = {"public.nope"};
+	/* Refused by its checks (backfill_error, before any table runs), or failed at a table's own
+	 * description (table_error: the table changed after the checks). */
 	static const struct {
 		const char *check[2];
-		const char *tables[4];
+		const char *tables[6];
 		int ntables;
 		const char *describe[9];
 		int ndescribe;
@@ -569,34 +586,61 @@ static void test_failures(void)
 	     NULL},
 	    {{"cdc", "t"}, {0}, 0, {0}, 0, "subscription s has no table in publication pub", NULL},
 	    {{"cdc", "t"},
-	     {"public", "a"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "f")},
+	     1,
+	     {0},
+	     0,
+	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\"",
+	     NULL},
+	    {{"cdc", "t"},
+	     {TABLE_ROW("a", "16384", "r", NULL, "t")},
+	     1,
+	     {0},
+	     0,
+	     "public.a has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
+	     "reads a table in key order: add one (ALTER TABLE \"public\".\"a\" ADD PRIMARY KEY (...))",
+	     NULL},
+	    {{"cdc", "t"},
+	     {TABLE_ROW("a", "16384", "p", "a_pkey", "t")},
+	     1,
+	     {0},
+	     0,
+	     "public.a is a partitioned table: backfill its partitions",
+	     NULL},
+	    {{"cdc", "t"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
 	     1,
 	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1"},
 	     1,
 	     NULL,
 	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
-	    {{"cdc", "t"}, {"public", "a"}, 1, {0}, 0, NULL, "table public.a does not exist"},
 	    {{"cdc", "t"},
-	     {"public", "a"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
 	     1,
-	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "p", "t", "1"},
-	     1,
+	     {0},
+	     0,
 	     NULL,
-	     "public.a is a partitioned table: backfill its partitions"},
+	     "table public.a does not exist"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bf_set *b = backfill_set_new(&settings, NULL, 1);
 		bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
 		CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+		const char *why;
+		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
 		bf_stmt s = next(b, BF_STMT_CHECK, now);
 		answer(b, &s, 1, 2, cases[i].check, now);
 		if (!cases[i].backfill_error || cases[i].check[1][0] == 't') {
 			s = next(b, BF_STMT_TABLES, now);
-			answer(b, &s, cases[i].ntables, 2, cases[i].tables, now);
+			answer(b, &s, cases[i].ntables, 6, cases[i].tables, now);
 		}
 		if (cases[i].table_error) {
+			CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
 			s = next(b, BF_STMT_DESCRIBE, now);
 			answer(b, &s, cases[i].ndescribe, 9, cases[i].describe, now);
+		} else {
+			CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+			CHECK_STR(why, cases[i].backfill_error);
 		}
 		bf_info info;
 		backfill_info(b, 0, now, &info);
@@ -611,7 +655,7 @@ static void test_failures(void)
 		nothing_due(b, now, 0);
 		backfill_set_free(b);
 	}
-	/* an asked-for table that is not the subscription's */
+	/* an asked-for table that is not the subscription's: refused, and gone once dropped */
 	bf_set *b = backfill_set_new(&settings, NULL, 1);
 	bf_request req = {
 	    .subscription = "s", .sub_tables = pats, .nsub_tables = 1, .tables = asked, .ntables = 1};
@@ -619,10 +663,38 @@ static void test_failures(void)
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
+	answer(b, &s, 1, 6, (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t")}, now);
 	bf_info info;
 	backfill_info(b, 0, now, &info);
 	CHECK_STR(info.error, "table public.nope is not one of subscription s's tables in publication pub");
+	const char *why;
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK(backfill_drop(b, id, err, sizeof(err)));
+	CHECK_INT(backfill_count(b), 0);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK_STR(why, "its subscription was removed meanwhile");
+	/* a request's where that can never be true for a table's columns: refused after COLUMNS */
+	const char *only[] = {"public.a"};
+	req = (bf_request){
+	    .subscription = "s", .sub_tables = only, .nsub_tables = 1, .where = "new.id >= 1 and new.v = 5"};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	s = next(b, BF_STMT_CHECK, now);
+	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	s = next(b, BF_STMT_TABLES, now);
+	answer(b, &s, 2, 6,
+	       (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t"),
+				TABLE_ROW("b", "16390", "r", NULL, "t")},
+	       now);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
+	s = next(b, BF_STMT_COLUMNS, now);
+	CHECK_STR(s.params[0], "{16384}");
+	answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"}, now);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK_STR(why,
+		  "where: in table public.a, new.v = 5 is never true: column v is of type text and 5 is a "
+		  "number; write '5'");
+	nothing_due(b, now, 0);
+	CHECK(backfill_drop(b, id, err, sizeof(err)));
 	/* a where that does not parse */
 	req = (bf_request){.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .where = "new.a = "};
 	CHECK(!backfill_add(b, &req, now, id, err, sizeof(err)));
@@ -762,7 +834,7 @@ static void test_where(void)
 			  .sub_tables = only_a,
 			  .nsub_tables = 1,
 			  .sub_where = "new.v = 'x'",
-			  .where = "new.id > 1 and old.id = 1"};
+			  .where = "new.id > 1 and new.v <> new.id"};
 	bf_set *b = start_request(&settings, &req, now, id);
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);

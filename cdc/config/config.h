@@ -137,6 +137,8 @@ void cfg_free(cfg *c);
 cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
 					 buf *errors);
 void cfg_subscription_free(cfg_subscription *s); /* frees s too */
+/* A copy that owns its strings. */
+cfg_subscription *cfg_subscription_copy(const cfg_subscription *s);
 
 /* Subscriptions changed over the status socket, kept in state_dir (CFG_OVERLAY_FILE) and laid over
  * the file's subscriptions at every start and reload: a put adds or replaces the subscription of
@@ -155,9 +157,10 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 /* Records a PUT (takes s) or a DELETE of name. */
 void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
 void cfg_overlay_delete(cfg_overlay *o, const char *name);
-/* Applies o to c's subscriptions. False, with a message in errors, when a put needs what c lacks
- * (sink: kafka without a kafka section). */
-bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors);
+/* Applies o to c's subscriptions. A put that needs what c lacks (sink: kafka without a kafka
+ * section) is left out: its name appended to left_out (if not NULL) and one line to errors, in the
+ * same order. False if one was. */
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors);
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
 void cfg_overlay_free(cfg_overlay *o);
 /* The subscription named name in c, or NULL. */

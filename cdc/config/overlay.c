@@ -184,25 +184,37 @@ void cfg_overlay_delete(cfg_overlay *o, const char *name)
 	strlist_add(&o->deleted, name);
 }
 
-bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors)
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors)
 {
-	for (size_t i = 0; i < o->nput; i++)
+	bool all = true;
+	for (size_t i = 0; i < o->deleted.n; i++)
+		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
+	for (size_t i = 0; i < o->nput; i++) {
 		if (o->put[i].sink == CFG_SINK_KAFKA && !c->kafka.enabled) {
 			buf_printf(errors,
 				   "%s/%s: subscription %s has sink kafka, but the configuration has no "
 				   "kafka section "
 				   "(add one, or DELETE the subscription)\n",
 				   c->state_dir, CFG_OVERLAY_FILE, o->put[i].name);
-			return false;
+			if (left_out)
+				strlist_add(left_out, o->put[i].name);
+			/* the file's subscription of that name, if any, is not what the overlay says */
+			subs_remove(c->subs, &c->nsubs, o->put[i].name);
+			all = false;
+			continue;
 		}
-	for (size_t i = 0; i < o->deleted.n; i++)
-		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
-	for (size_t i = 0; i < o->nput; i++) {
 		cfg_subscription s;
 		sub_copy(&s, &o->put[i]);
 		subs_set(&c->subs, &c->nsubs, &s);
 	}
-	return true;
+	return all;
+}
+
+cfg_subscription *cfg_subscription_copy(const cfg_subscription *s)
+{
+	cfg_subscription *d = xmalloc(sizeof *d);
+	sub_copy(d, s);
+	return d;
 }
 
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)

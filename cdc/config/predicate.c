@@ -1201,6 +1201,11 @@ int32_t pred_root(const pred *p)
 	return p->root;
 }
 
+size_t pred_count(const pred *p)
+{
+	return p->n;
+}
+
 pred_node pred_node_at(const pred *p, int32_t i)
 {
 	const node *nd = &p->nodes[i];

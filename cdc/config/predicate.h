@@ -79,6 +79,8 @@ typedef struct pred_node {
 	size_t len;
 } pred_node;
 int32_t pred_root(const pred *p);
+/* How many nodes there are: 0 .. pred_count() - 1 are all the tree's. */
+size_t pred_count(const pred *p);
 pred_node pred_node_at(const pred *p, int32_t i);
 
 #endif

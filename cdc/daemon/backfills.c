@@ -192,11 +192,15 @@ void backfills_reloaded(sidecar *d, const cfg *old)
 	bf_settings s = settings_of(d->cfg);
 	backfill_set_settings(d->bf, &s);
 	for (size_t i = 0; i < old->nsubs; i++)
-		if (!cfg_find_subscription(d->cfg, old->subs[i].name) &&
-		    !backfill_forget(d->bf, old->subs[i].name, d->err, sizeof(d->err)))
-			log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"",
-				 d->err);
+		if (!cfg_find_subscription(d->cfg, old->subs[i].name))
+			backfills_removed(d, old->subs[i].name);
 	snapshots(d);
+}
+
+void backfills_removed(sidecar *d, const char *name)
+{
+	if (!backfill_forget(d->bf, name, d->err, sizeof(d->err)))
+		log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"", d->err);
 }
 
 void backfills_delivered(sidecar *d, uint64_t flushed)

@@ -369,8 +369,11 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	if (have_st && st.shared) /* this state_dir's process was a standby: the slot may be ahead */
 		source_after_standby(c->src, true);
+	catalog cat = {0};
 	source_result r =
-	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), d->err, sizeof(d->err));
+	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), &cat, d->err, sizeof(d->err));
+	if (r != SOURCE_OK)
+		catalog_free(&cat);
 	if (r == SOURCE_FATAL) {
 		sidecar_fail(d, 1, "cannot stream from the replication slot");
 		return;
@@ -395,6 +398,11 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 			}
 		}
 		standby(d);
+		return;
+	}
+	/* Before anything streams: the subscriptions against the tables as they are now. */
+	if (!reload_connected(d, &cat, c->streams == 0)) {
+		sidecar_fail(d, 1, "a subscription of the configuration file cannot work on its tables");
 		return;
 	}
 	if (c->standby) {

@@ -34,12 +34,12 @@ struct source {
 	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
 	cfg_strlist publish;
-	/* Subscriptions with `changed` need the old row of updates: their tables must have
-	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
-	cfg_strlist full_identity;
 	PGconn *repl;  /* replication=database, streaming */
 	PGconn *admin; /* ordinary: setup queries, then heartbeats and slot health, one at a time */
-	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH } admin_busy;
+	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_CATALOG } admin_busy;
+	catalog *catalog;	   /* source_read_catalog's answer, once in */
+	uint64_t catalog_sent_ms;  /* when its query went out */
+	char catalog_error[512];   /* its failure, not reported yet */
 	char heartbeat_error[512]; /* the last heartbeat's failure, not reported yet */
 	source_slot_health health;
 	pgo_options proto;
@@ -107,15 +107,6 @@ source *source_new(const cfg *c)
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
 		s->publish.v[i] = xstrdup(c->source.publish.v[i]);
-	for (size_t i = 0; i < c->nsubs; i++) {
-		const cfg_subscription *sub = &c->subs[i];
-		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {
-			s->full_identity.v =
-			    xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
-			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->name);
-			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->tables.v[t]);
-		}
-	}
 	return s;
 }
 
@@ -127,6 +118,9 @@ void source_disconnect(source *s)
 	s->batching = false;
 	s->admin_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
+	catalog_free(s->catalog);
+	free(s->catalog);
+	s->catalog = NULL;
 }
 
 void source_free(source *s)
@@ -137,9 +131,6 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->publish.n; i++)
 		free(s->publish.v[i]);
 	free(s->publish.v);
-	for (size_t i = 0; i < s->full_identity.n; i++)
-		free(s->full_identity.v[i]);
-	free(s->full_identity.v);
 	for (size_t i = 0; i < s->nsecrets; i++)
 		free(s->secrets[i]);
 	free(s->dsn);
@@ -398,42 +389,36 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	return r;
 }
 
-/* A `changed` rule on a table that does not send old rows could never see a change: refused. */
-static source_result check_identities(source *s, char *err, size_t errlen)
+/* The catalog's rows (catalog_sql) into c; false if one is malformed. */
+static bool take_catalog(const PGresult *res, catalog *c)
 {
-	if (!s->full_identity.n)
-		return SOURCE_OK;
-	PGresult *res =
-	    PQexec(s->admin,
-		   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-		   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-		   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return query_failed(s->admin, res, "checking replica identities", err, errlen);
-	source_result r = SOURCE_OK;
-	for (int i = 0; i < PQntuples(res) && r == SOURCE_OK; i++) {
-		if (PQgetvalue(res, i, 2)[0] == 'f')
-			continue;
-		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
-			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0),
-					    PQgetvalue(res, i, 1))) {
-				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
-				buf q = {0};
-				append_quoted(&q, PQgetvalue(res, i, 0), '"');
-				buf_putc(&q, '.');
-				append_quoted(&q, PQgetvalue(res, i, 1), '"');
-				errf(err, errlen,
-				     "subscription %s uses changed: on table %s, whose replica identity does "
-				     "not send "
-				     "the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL",
-				     s->full_identity.v[k], q.data, q.data);
-				buf_free(&q);
-				r = SOURCE_FATAL;
-				break;
-			}
+	if (PQnfields(res) != CATALOG_COLS)
+		return false;
+	for (int i = 0; i < PQntuples(res); i++) {
+		const char *cells[CATALOG_COLS];
+		for (int k = 0; k < CATALOG_COLS; k++)
+			cells[k] = PQgetisnull(res, i, k) ? NULL : PQgetvalue(res, i, k);
+		if (!catalog_add(c, cells))
+			return false;
 	}
+	return true;
+}
+
+/* What the subscriptions need of the tables, read now (a start: blocking like the rest of it). */
+static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
+{
+	const char *params[] = {s->publication};
+	PGresult *res = exec_params(s->admin, catalog_sql, 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "reading the tables' replica identities and keys", err,
+				    errlen);
+	bool ok = take_catalog(res, c);
 	PQclear(res);
-	return r;
+	if (!ok)
+		return errf(err, errlen,
+			    "reading the tables' replica identities and keys: an unexpected result"),
+		       SOURCE_FATAL;
+	return SOURCE_OK;
 }
 
 /* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
@@ -647,7 +632,8 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	return SOURCE_OK;
 }
 
-source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen)
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
+			   size_t errlen)
 {
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
@@ -660,7 +646,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	}
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
-	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
+	    (r = read_catalog(s, cat, err, errlen)) != SOURCE_OK ||
 	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
@@ -859,10 +845,23 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-/* Takes the result of a heartbeat or slot health query. */
+/* Takes the result of a heartbeat, slot health or catalog query. */
 static void admin_result(source *s, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (s->admin_busy == ADMIN_CATALOG) {
+		catalog *c = xcalloc(1, sizeof(*c));
+		if (ok && take_catalog(res, c)) {
+			s->catalog = c;
+			return;
+		}
+		errf(s->catalog_error, sizeof(s->catalog_error),
+		     "reading the tables' replica identities and keys: %s",
+		     ok ? "an unexpected result" : one_line(PQresultErrorMessage(res)));
+		catalog_free(c);
+		free(c);
+		return;
+	}
 	if (s->admin_busy == ADMIN_HEARTBEAT) {
 		if (!ok)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
@@ -881,12 +880,11 @@ static void admin_result(source *s, PGresult *res)
 	s->health.max_keep_size = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
 }
 
-/* Sends a query on the ordinary connection without waiting, after collecting the answer of the
- * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
-static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params,
-		       bool *sent, char *err, size_t errlen)
+/* The ordinary connection (connected again if it dropped), with the previous query's answer taken
+ * if it is in. False (err set) if the connection failed; *idle whether it can take a query. */
+static bool admin_collect(source *s, bool *idle, char *err, size_t errlen)
 {
-	*sent = false;
+	*idle = false;
 	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
 		PQfinish(s->admin);
 		s->admin_busy = ADMIN_IDLE;
@@ -905,6 +903,21 @@ static bool admin_send(source *s, int kind, const char *sql, int nparams, const 
 		}
 		s->admin_busy = ADMIN_IDLE;
 	}
+	*idle = true;
+	return true;
+}
+
+/* Sends a query on the ordinary connection without waiting, after collecting the answer of the
+ * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
+static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params,
+		       bool *sent, char *err, size_t errlen)
+{
+	bool idle;
+	*sent = false;
+	if (!admin_collect(s, &idle, err, errlen))
+		return false;
+	if (!idle)
+		return true;
 	if (!PQsendQueryParams(s->admin, sql, nparams, NULL, params, NULL, NULL, 0))
 		return errf(err, errlen, "%s", one_line(PQerrorMessage(s->admin)));
 	s->admin_busy = kind;
@@ -944,6 +957,35 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 	if (!ok)
 		source_redact(s, err, errlen);
 	return ok;
+}
+
+bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err, size_t errlen)
+{
+	bool sent;
+	const char *params[] = {s->publication};
+	*out = NULL;
+	if (s->catalog && s->catalog_sent_ms < asked_ms) { /* an older one, left over */
+		catalog_free(s->catalog);
+		free(s->catalog);
+		s->catalog = NULL;
+	}
+	bool ok = s->admin_busy == ADMIN_CATALOG || s->catalog
+		      ? admin_collect(s, &sent, err, errlen)
+		      : admin_send(s, ADMIN_CATALOG, catalog_sql, 1, params, &sent, err, errlen);
+	if (ok && sent && s->admin_busy == ADMIN_CATALOG)
+		s->catalog_sent_ms = now_ms();
+	if (ok && s->catalog_error[0])
+		ok = errf(err, errlen, "%s", s->catalog_error);
+	s->catalog_error[0] = '\0';
+	if (!ok) {
+		source_redact(s, err, errlen);
+		return false;
+	}
+	if (s->catalog && s->catalog_sent_ms >= asked_ms) {
+		*out = s->catalog;
+		s->catalog = NULL;
+	}
+	return true;
 }
 
 source_gap_kind source_gap(const source *s)

@@ -36,6 +36,12 @@ typedef struct report_backfill {
 	int64_t estimate;			     /* rows; < 0: unknown */
 } report_backfill;
 
+/* A subscription cdc runs without (one changed over the status socket that cannot work: the
+ * database or the file changed under it), and why. Strings are borrowed. */
+typedef struct report_failed_sub {
+	const char *name, *reason;
+} report_failed_sub;
+
 typedef struct report {
 	const char *version;
 	double uptime_s;
@@ -78,6 +84,9 @@ typedef struct report {
 	const char *backfills_json;
 	const report_backfill *backfills;
 	size_t nbackfills;
+	/* /status's "failed_subscriptions" and /metrics' cdc_subscription_failed (none: left out) */
+	const report_failed_sub *failed;
+	size_t nfailed;
 } report;
 
 /* GET /status: one JSON object and a newline (see the comment above report_status_json in

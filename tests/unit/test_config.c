@@ -1232,7 +1232,7 @@ static void test_overlay(void)
 	CHECK(back != NULL);
 	CHECK_STR(e.data ? e.data : "", "");
 	if (back) {
-		CHECK(cfg_overlay_apply(back, c, &e));
+		CHECK(cfg_overlay_apply(back, c, NULL, &e));
 		char **n = sub_names(c);
 		CHECK_STR(n[0], "paid_orders");
 		CHECK_STR(n[1], "jobs");
@@ -1250,10 +1250,19 @@ static void test_overlay(void)
 	cfg_overlay_put(k, s);
 	cfg *plain = parse("state_dir: /s\n", &e);
 	buf_reset(&e);
-	CHECK(!cfg_overlay_apply(k, plain, &e));
+	cfg_strlist out = {0};
+	CHECK(!cfg_overlay_apply(k, plain, &out, &e));
 	CHECK_STR(e.data ? e.data : "",
 		  "/s/subscriptions.yaml: subscription k has sink kafka, but the configuration has no "
 		  "kafka section (add one, or DELETE the subscription)\n");
+	/* left out, named; the overlay's others apply */
+	CHECK_INT(out.n, 1);
+	CHECK_STR(out.n ? out.v[0] : "", "k");
+	CHECK(!cfg_find_subscription(plain, "k"));
+	CHECK_INT(plain->nsubs, k->nput - 1);
+	for (size_t i = 0; i < out.n; i++)
+		free(out.v[i]);
+	free(out.v);
 	/* a damaged file is an error with its position */
 	char path[300];
 	snprintf(path, sizeof path, "%s/subscriptions.yaml", dir);

@@ -551,6 +551,32 @@ static void test_subscriptions(void)
 	buf_free(&again);
 }
 
+/* Subscriptions cdc runs without: in /status with why, and in /metrics; left out when none. */
+static void test_failed_subscriptions(void)
+{
+	static const report_failed_sub failed[] = {{"chg", "subscription chg uses changed: on table \"t\""}};
+	report r = empty_report;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "failed_subscriptions") == NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "cdc_subscription_failed") == NULL);
+	r.failed = failed;
+	r.nfailed = 1;
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data,
+		     ",\"failed_subscriptions\":[{\"name\":\"chg\",\"reason\":\"subscription chg uses "
+		     "changed: on table \\\"t\\\"\"}]") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(
+	    b.data,
+	    "# TYPE cdc_subscription_failed gauge\ncdc_subscription_failed{subscription=\"chg\"} 1\n"));
+	buf_free(&b);
+}
+
 /* Backfills: in /status as given, and per table in /metrics (the estimate only when known). */
 static void test_backfills(void)
 {
@@ -600,6 +626,7 @@ static void test_backfills(void)
 int main(void)
 {
 	test_backfills();
+	test_failed_subscriptions();
 	test_status_full();
 	test_status_nulls();
 	test_escaping();

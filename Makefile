@@ -47,11 +47,11 @@ LIB_SRCS := \
 	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c \
-	cdc/daemon/resync.c cdc/daemon/catalog.c \
+	cdc/daemon/resync.c cdc/daemon/catalog.c cdc/daemon/publication.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo catalog
+UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo catalog publication
 FUZZERS := pgoutput config predicate frame http redact put
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \

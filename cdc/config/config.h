@@ -40,6 +40,10 @@ typedef struct cfg_strlist {
 	char **v;
 	size_t n;
 } cfg_strlist;
+/* Appends a copy of s. */
+void cfg_strlist_push(cfg_strlist *l, const char *s);
+/* Frees the strings and the array: l is empty after. */
+void cfg_strlist_free(cfg_strlist *l);
 
 typedef struct cfg_kv {
 	char *key, *value;

@@ -204,7 +204,6 @@ void keys_print(emit *e, const void *base, const keys *t);
  * overlay file's. */
 extern const ktype t_subs;
 
-void strlist_free(cfg_strlist *l);
 void strlist_copy(cfg_strlist *dst, const cfg_strlist *src);
 
 /* For each entry (by its i), the i of the first entry with the same name: itself if none. Entries

@@ -141,8 +141,7 @@ static void strlist_add(cfg_strlist *l, const char *s)
 	for (size_t i = 0; i < l->n; i++)
 		if (strcmp(l->v[i], s) == 0)
 			return;
-	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
-	l->v[l->n++] = xstrdup(s);
+	cfg_strlist_push(l, s);
 }
 
 /* Removes the subscription of that name from an array; true if there was one. */
@@ -235,6 +234,6 @@ void cfg_overlay_free(cfg_overlay *o)
 	for (size_t i = 0; i < o->nput; i++)
 		keys_clear(&o->put[i], &sub_keys);
 	free(o->put);
-	strlist_free(&o->deleted);
+	cfg_strlist_free(&o->deleted);
 	free(o);
 }

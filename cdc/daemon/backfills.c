@@ -197,6 +197,29 @@ void backfills_reloaded(sidecar *d, const cfg *old)
 	snapshots(d);
 }
 
+void backfills_tables_added(sidecar *d, const cfg_strlist *added)
+{
+	for (size_t i = 0; i + 1 < added->n; i += 2) {
+		buf pattern = {0};
+		bfsql_quote_ident(&pattern, added->v[i]);
+		buf_putc(&pattern, '.');
+		bfsql_quote_ident(&pattern, added->v[i + 1]);
+		bf_request_body req = {.tables = &pattern.data, .ntables = 1};
+		for (size_t k = 0; k < d->cfg->nsubs; k++) {
+			const cfg_subscription *s = &d->cfg->subs[k];
+			bool has = false;
+			for (size_t p = 0; p < s->tables.n && !has; p++)
+				has = cfg_table_match(s->tables.v[p], added->v[i], added->v[i + 1]);
+			char id[BF_ID_SIZE];
+			if (s->snapshot && has && !queue(d, s, &req, false, id, d->err, sizeof(d->err)))
+				log_warn("cannot queue the backfill of a table added to the publication",
+					 "subscription=%s table=%s error=\"%s\"", s->name, pattern.data,
+					 d->err);
+		}
+		buf_free(&pattern);
+	}
+}
+
 void backfills_removed(sidecar *d, const char *name)
 {
 	if (!backfill_forget(d->bf, name, d->err, sizeof(d->err)))

@@ -30,10 +30,8 @@ static bool take_names(const char *json, cfg_strlist *l)
 	for (size_t i = 0; ok && i < json_object_array_length(a); i++) {
 		json_object *v = json_object_array_get_idx(a, i);
 		ok = json_object_is_type(v, json_type_string);
-		if (ok) {
-			l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
-			l->v[l->n++] = xstrdup(json_object_get_string(v));
-		}
+		if (ok)
+			cfg_strlist_push(l, json_object_get_string(v));
 	}
 	json_object_put(a);
 	return ok;
@@ -49,9 +47,7 @@ bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 			   .has_key = cells[4][0] == 't',
 			   .published = cells[5][0] == 't'};
 	if (!take_names(cells[6], &t.identity)) {
-		for (size_t i = 0; i < t.identity.n; i++)
-			free(t.identity.v[i]);
-		free(t.identity.v);
+		cfg_strlist_free(&t.identity);
 		return false;
 	}
 	t.schema = xstrdup(cells[0]);
@@ -68,9 +64,7 @@ void catalog_free(catalog *c)
 	for (size_t i = 0; i < c->n; i++) {
 		free(c->t[i].schema);
 		free(c->t[i].name);
-		for (size_t k = 0; k < c->t[i].identity.n; k++)
-			free(c->t[i].identity.v[k]);
-		free(c->t[i].identity.v);
+		cfg_strlist_free(&c->t[i].identity);
 	}
 	free(c->t);
 	c->t = NULL;
@@ -111,10 +105,11 @@ static void old_columns(const cfg_subscription *s, const pred *where, const cata
 			continue;
 		buf q = {0};
 		put_table(&q, t);
-		buf_printf(problems,
-			   "subscription %s reads old.%.*s in its where on table %s, whose replica identity does "
-			   "not send that column in the old row: ALTER TABLE %s REPLICA IDENTITY FULL\n",
-			   s->name, (int)n.len, n.s, q.data, q.data);
+		buf_printf(
+		    problems,
+		    "subscription %s reads old.%.*s in its where on table %s, whose replica identity does "
+		    "not send that column in the old row: ALTER TABLE %s REPLICA IDENTITY FULL\n",
+		    s->name, (int)n.len, n.s, q.data, q.data);
 		buf_free(&q);
 		return;
 	}
@@ -132,10 +127,11 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 		buf q = {0};
 		put_table(&q, t);
 		if (t->replident != 'f' && s->changed.n)
-			buf_printf(problems,
-				   "subscription %s uses changed: on table %s, whose replica identity does not "
-				   "send the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL\n",
-				   s->name, q.data, q.data);
+			buf_printf(
+			    problems,
+			    "subscription %s uses changed: on table %s, whose replica identity does not "
+			    "send the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL\n",
+			    s->name, q.data, q.data);
 		if (t->replident != 'f')
 			old_columns(s, where, t, problems);
 		if (s->snapshot && t->published && (t->relkind != 'r' || !t->has_key)) {
@@ -151,7 +147,8 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)
-			hit = c->t[i].published && cfg_table_match(s->tables.v[p], c->t[i].schema, c->t[i].name);
+			hit = c->t[i].published &&
+			      cfg_table_match(s->tables.v[p], c->t[i].schema, c->t[i].name);
 		if (!hit)
 			buf_printf(warnings,
 				   "subscription %s: table pattern %s matches no table of publication %s, so "

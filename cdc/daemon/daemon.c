@@ -23,6 +23,7 @@
 #define STANDBY_POLL_MS 1000
 #define BACKOFF_MAX_MS 30000
 #define FINISH_TIMEOUT_MS 30000 /* how long a stop waits for messages in flight */
+#define PUBLICATION_MS 10000	/* the tables source.publish matches are looked for this often */
 
 void sidecar_fail(sidecar *d, int code, const char *what)
 {
@@ -422,6 +423,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->st = st;
 	c->st.shared = false; /* this process streams the slot now: the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
+	c->publication_ms = 0; /* tables created while cdc was away join the publication now */
 	backfills_restart(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
@@ -440,6 +442,26 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	watch_read(c);
 	/* libpq may already hold data read during the handshake. */
 	event_active(c->ev_read, EV_READ, 0);
+}
+
+/* Tables created since that source.publish matches join the publication (source.create). */
+static void keep_publication(sidecar *d, uint64_t now)
+{
+	connection *c = &d->conn;
+	bool due = now - c->publication_ms >= PUBLICATION_MS;
+	if (due)
+		c->publication_ms = now;
+	cfg_strlist added = {0};
+	char err[512];
+	if (!source_keep_publication(c->src, due, &added, err, sizeof(err)))
+		log_warn("cannot keep the publication current; trying again", "publication=%s error=\"%s\"",
+			 d->cfg->source.publication, err);
+	for (size_t i = 0; i + 1 < added.n; i += 2)
+		log_info("added a table to the publication", "publication=%s schema=%s table=%s",
+			 d->cfg->source.publication, added.v[i], added.v[i + 1]);
+	if (added.n)
+		backfills_tables_added(d, &added);
+	cfg_strlist_free(&added);
 }
 
 /* Sends a heartbeat when the slot has been quiet for source.heartbeat. */
@@ -479,6 +501,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = now_ms();
 	figures_log_progress(d, now);
 	figures_slot_health(d, now);
+	keep_publication(d, now);
 	heartbeat(d, now);
 }
 

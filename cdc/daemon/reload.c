@@ -50,8 +50,9 @@ static void aside_free(aside_list *l)
 	*l = (aside_list){0};
 }
 
-/* names[i] set aside for the i-th line of lines (cfg_overlay_apply's left_out and errors). */
-static void aside_lines(aside_list *l, const cfg_strlist *names, const char *lines)
+/* names[i] set aside for the i-th line of lines (cfg_overlay_apply's left_out and errors); names is
+ * emptied. */
+static void aside_lines(aside_list *l, cfg_strlist *names, const char *lines)
 {
 	const char *p = lines;
 	for (size_t i = 0; i < names->n && p && *p; i++) {
@@ -62,9 +63,7 @@ static void aside_lines(aside_list *l, const cfg_strlist *names, const char *lin
 		buf_free(&one);
 		p += len + (p[len] == '\n');
 	}
-	for (size_t i = 0; i < names->n; i++)
-		free(names->v[i]);
-	free(names->v);
+	cfg_strlist_free(names);
 }
 
 static const struct aside *aside_find(const aside_list *l, const char *name)
@@ -469,7 +468,8 @@ static bool apply_reload(sidecar *d)
 			log_warn("cannot remove the spool of a deleted subscription",
 				 "subscription=%s error=\"%s\"", name, d->err);
 	}
-	figures_publish(d, true); /* GET answers with the new subscriptions before the change is answered */
+	d->conn.publication_ms = 0; /* and the tables created since join the publication now */
+	figures_publish(d, true);   /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
 	return true;

@@ -34,6 +34,7 @@ typedef struct connection {
 	uint64_t handled_lsn;	 /* the sinks' position last handled (posted for recording) */
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool heartbeat_warned;
+	uint64_t publication_ms; /* when the publication's tables were last listed; 0: due now */
 } connection;
 
 /* Subscriptions of the overlay that cdc runs without, each with its problem (reload.c). */
@@ -143,6 +144,9 @@ void backfills_free(sidecar *d);
 void backfills_reloaded(sidecar *d, const cfg *old);
 /* Subscription name is gone from the running configuration: its backfills are forgotten. */
 void backfills_removed(sidecar *d, const char *name);
+/* Tables were added to the publication (schema, table pairs): the `snapshot: true` subscriptions
+ * that have them backfill them, since the stream has none of their rows from before. */
+void backfills_tables_added(sidecar *d, const cfg_strlist *added);
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
 void backfills_on_control(sidecar *d, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),

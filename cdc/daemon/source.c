@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include "cdc/daemon/publication.h"
 #include "decoder/log.h"
 
 /* Session settings of the walsender: output functions then produce the text forms that
@@ -36,7 +37,20 @@ struct source {
 	cfg_strlist publish;
 	PGconn *repl;  /* replication=database, streaming */
 	PGconn *admin; /* ordinary: setup queries, then heartbeats and slot health, one at a time */
-	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_CATALOG } admin_busy;
+	enum {
+		ADMIN_IDLE,
+		ADMIN_HEARTBEAT,
+		ADMIN_HEALTH,
+		ADMIN_CATALOG,
+		ADMIN_PUB_LIST,
+		ADMIN_PUB_ADD
+	} admin_busy;
+	/* keeping the publication current (source_keep_publication): the ALTER to send, the tables it
+	 * adds and those added (schema, table pairs), the tables warned about */
+	buf pub_sql;
+	bool pub_due; /* the tables are to be listed when the connection is free */
+	cfg_strlist pub_adding, pub_added, pub_warned;
+	char pub_error[512];
 	catalog *catalog;	   /* source_read_catalog's answer, once in */
 	uint64_t catalog_sent_ms;  /* when its query went out */
 	char catalog_error[512];   /* its failure, not reported yet */
@@ -121,6 +135,8 @@ void source_disconnect(source *s)
 	catalog_free(s->catalog);
 	free(s->catalog);
 	s->catalog = NULL;
+	buf_reset(&s->pub_sql);
+	cfg_strlist_free(&s->pub_adding);
 }
 
 void source_free(source *s)
@@ -131,6 +147,10 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->publish.n; i++)
 		free(s->publish.v[i]);
 	free(s->publish.v);
+	buf_free(&s->pub_sql);
+	cfg_strlist_free(&s->pub_adding);
+	cfg_strlist_free(&s->pub_added);
+	cfg_strlist_free(&s->pub_warned);
 	for (size_t i = 0; i < s->nsecrets; i++)
 		free(s->secrets[i]);
 	free(s->dsn);
@@ -283,53 +303,29 @@ static void append_quoted(buf *b, const char *s, char q)
 	buf_putc(b, q);
 }
 
-static void append_ident(buf *b, PGconn *conn, const char *name)
+/* The publication's candidate tables (pub_tables_sql's rows) into rows, pointing into res. */
+static pub_row *pub_rows(const PGresult *res, size_t *n)
 {
-	char *q = PQescapeIdentifier(conn, name, strlen(name));
-	if (q)
-		buf_puts(b, q);
-	else
-		append_quoted(b, name, '"'); /* not valid in the client encoding: the server will say so */
-	PQfreemem(q);
+	*n = (size_t)PQntuples(res);
+	pub_row *rows = xcalloc(*n + 1, sizeof(*rows));
+	for (size_t i = 0; i < *n && PQnfields(res) == 4; i++)
+		rows[i] =
+		    (pub_row){PQgetvalue(res, (int)i, 0), PQgetvalue(res, (int)i, 1),
+			      PQgetvalue(res, (int)i, 2)[0] == 't', PQgetvalue(res, (int)i, 3)[0] == 't'};
+	return rows;
 }
 
-/* Appends "TABLE a.b, c.d" / "TABLES IN SCHEMA s" items for one publish pattern. A plain
- * "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables created later are published too;
- * other patterns are expanded against the tables that exist now. */
-static source_result publish_items(source *s, const char *pattern, buf *sql, bool *first, char *err,
-				   size_t errlen)
+static void log_lines(const char *what, const char *lines)
 {
-	size_t schema_len =
-	    strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
-	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 &&
-	    PQserverVersion(s->admin) >= 150000) {
-		buf_puts(sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
-		char schema[64];
-		snprintf(schema, sizeof(schema), "%.*s", (int)schema_len, pattern);
-		append_ident(sql, s->admin, schema);
-		*first = false;
-		return SOURCE_OK;
-	}
-	PGresult *res =
-	    PQexec(s->admin, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
-			     "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
-	int matched = 0;
-	for (int i = 0; i < PQntuples(res); i++) {
-		if (!cfg_table_match(pattern, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1)))
-			continue;
-		buf_puts(sql, *first ? " FOR TABLE " : ", TABLE ");
-		append_ident(sql, s->admin, PQgetvalue(res, i, 0));
-		buf_putc(sql, '.');
-		append_ident(sql, s->admin, PQgetvalue(res, i, 1));
-		*first = false;
-		matched++;
-	}
-	PQclear(res);
-	if (!matched)
-		log_warn("source.publish pattern matches no table yet", "pattern=%s", pattern);
-	return SOURCE_OK;
+	for (const char *p = lines; p && *p; p += strcspn(p, "\n") + 1)
+		log_warn(what, "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
+}
+
+/* Whether the role is a superuser, as the server reports it at connect. */
+static bool superuser(PGconn *conn)
+{
+	const char *v = PQparameterStatus(conn, "is_superuser");
+	return v && strcmp(v, "on") == 0;
 }
 
 static source_result ensure_publication(source *s, char *err, size_t errlen)
@@ -353,25 +349,21 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		buf_free(&q);
 		return SOURCE_FATAL;
 	}
-	buf sql = {0};
-	buf_puts(&sql, "CREATE PUBLICATION ");
-	append_ident(&sql, s->admin, s->publication);
-	bool first = true, all = false;
+	res = exec_params(s->admin, pub_tables_sql, 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "listing tables for source.publish", err, errlen);
+	size_t n;
+	pub_row *rows = pub_rows(res, &n);
+	buf sql = {0}, warnings = {0};
 	source_result r = SOURCE_OK;
-	for (size_t i = 0; i < s->publish.n && r == SOURCE_OK; i++) {
-		const char *p = s->publish.v[i];
-		if (strcmp(p, "*.*") == 0)
-			all = true;
-		else
-			r = publish_items(s, p, &sql, &first, err, errlen);
-	}
+	if (!pub_create_sql(&sql, s->publication, &s->publish, rows, n, superuser(s->admin),
+			    PQserverVersion(s->admin), &warnings, err, errlen))
+		r = SOURCE_FATAL;
+	free(rows);
+	PQclear(res);
+	log_lines("publication", warnings.data);
+	buf_free(&warnings);
 	if (r == SOURCE_OK) {
-		if (all) {
-			buf_reset(&sql);
-			buf_puts(&sql, "CREATE PUBLICATION ");
-			append_ident(&sql, s->admin, s->publication);
-			buf_puts(&sql, " FOR ALL TABLES");
-		}
 		res = PQexec(s->admin, sql.data);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
 			PQclear(res);
@@ -845,10 +837,40 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-/* Takes the result of a heartbeat, slot health or catalog query. */
+/* The tables the publication lacks: the statement that adds those the role owns, for the next turn. */
+static void pub_listed(source *s, PGresult *res)
+{
+	size_t n;
+	pub_row *rows = pub_rows(res, &n);
+	buf warnings = {0};
+	cfg_strlist_free(&s->pub_adding);
+	buf_reset(&s->pub_sql);
+	pub_add_sql(&s->pub_sql, s->publication, &s->publish, rows, n, &s->pub_adding, &s->pub_warned,
+		    &warnings);
+	log_lines("publication", warnings.data);
+	buf_free(&warnings);
+	free(rows);
+}
+
+/* Takes the result of a heartbeat, slot health, catalog or publication query. */
 static void admin_result(source *s, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (s->admin_busy == ADMIN_PUB_LIST || s->admin_busy == ADMIN_PUB_ADD) {
+		bool done = ok || PQresultStatus(res) == PGRES_COMMAND_OK;
+		if (!done)
+			errf(s->pub_error, sizeof(s->pub_error), "%s the publication: %s",
+			     s->admin_busy == ADMIN_PUB_LIST ? "listing the tables for" : "adding tables to",
+			     one_line(PQresultErrorMessage(res)));
+		else if (s->admin_busy == ADMIN_PUB_LIST)
+			pub_listed(s, res);
+		else
+			for (size_t i = 0; i < s->pub_adding.n; i++)
+				cfg_strlist_push(&s->pub_added, s->pub_adding.v[i]);
+		if (s->admin_busy == ADMIN_PUB_ADD)
+			cfg_strlist_free(&s->pub_adding);
+		return;
+	}
 	if (s->admin_busy == ADMIN_CATALOG) {
 		catalog *c = xcalloc(1, sizeof(*c));
 		if (ok && take_catalog(res, c)) {
@@ -954,6 +976,33 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 			     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
 			     1, params, &sent, err, errlen);
 	*h = s->health;
+	if (!ok)
+		source_redact(s, err, errlen);
+	return ok;
+}
+
+bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err, size_t errlen)
+{
+	bool idle, sent = true;
+	const char *params[] = {s->publication};
+	if (!s->create || !s->admin)
+		return true;
+	s->pub_due |= due;
+	bool ok = admin_collect(s, &idle, err, errlen);
+	if (ok && idle && s->pub_sql.len) {
+		ok = admin_send(s, ADMIN_PUB_ADD, s->pub_sql.data, 0, NULL, &sent, err, errlen);
+		if (ok && sent)
+			buf_reset(&s->pub_sql);
+	} else if (ok && idle && s->pub_due) {
+		ok = admin_send(s, ADMIN_PUB_LIST, pub_tables_sql, 1, params, &sent, err, errlen);
+		s->pub_due = !(ok && sent);
+	}
+	for (size_t i = 0; i < s->pub_added.n; i++)
+		cfg_strlist_push(added, s->pub_added.v[i]);
+	cfg_strlist_free(&s->pub_added);
+	if (ok && s->pub_error[0])
+		ok = errf(err, errlen, "%s", s->pub_error);
+	s->pub_error[0] = '\0';
 	if (!ok)
 		source_redact(s, err, errlen);
 	return ok;

@@ -95,6 +95,13 @@ source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char 
 /* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
  * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
 source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
+/* Keeps the publication holding the tables source.publish matches (with source.create): lists, when
+ * due, the matching tables it lacks, and on a later call adds those cdc's role owns (ALTER
+ * PUBLICATION ... ADD TABLE); one it may not add is warned about once, with the statement its owner
+ * runs. Without blocking: call it from every tick while streaming. The tables added since the last
+ * call are appended to added, schema then table. False with err when a step failed. */
+bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
+			     size_t errlen) CDC_MUST_CHECK;
 /* Reads the catalog (catalog_sql) through the ordinary connection without blocking: call again
  * until *out gets it (the caller's to free), one whose query went out at or after asked_ms. False
  * with err if the connection or the query failed. */

@@ -57,7 +57,8 @@ int main(void)
 	s = sub("chg", "public.orders");
 	s.changed = (cfg_strlist){changed, 1};
 	check(&c, &s,
-	      "subscription chg uses changed: on table \"public\".\"orders\", whose replica identity does not send "
+	      "subscription chg uses changed: on table \"public\".\"orders\", whose replica identity does "
+	      "not send "
 	      "the old row of an update: ALTER TABLE \"public\".\"orders\" REPLICA IDENTITY FULL\n",
 	      "");
 	s = sub("chg", "public.full");
@@ -77,11 +78,12 @@ int main(void)
 	s.where = "old.b = 1";
 	check(&c, &s, "", "");
 	s.where = "old.id = 1";
-	check(&c, &s,
-	      "subscription old reads old.id in its where on table \"public\".\"by index\", whose replica "
-	      "identity does not send that column in the old row: ALTER TABLE \"public\".\"by index\" REPLICA "
-	      "IDENTITY FULL\n",
-	      "");
+	check(
+	    &c, &s,
+	    "subscription old reads old.id in its where on table \"public\".\"by index\", whose replica "
+	    "identity does not send that column in the old row: ALTER TABLE \"public\".\"by index\" REPLICA "
+	    "IDENTITY FULL\n",
+	    "");
 	/* snapshot: a key on each published table; an unpublished one is not read */
 	s = sub("snap", "public.*");
 	s.snapshot = true;
@@ -92,14 +94,16 @@ int main(void)
 	      "");
 	s = sub("snap", "other.*");
 	s.snapshot = true;
-	check(&c, &s, "subscription snap has snapshot: true, but other.parted is a partitioned table: backfill its "
-		      "partitions\n",
+	check(&c, &s,
+	      "subscription snap has snapshot: true, but other.parted is a partitioned table: backfill its "
+	      "partitions\n",
 	      "");
 	/* a pattern the publication has no table of: a warning */
 	s = sub("q", "public.quiet");
 	s.snapshot = true;
 	check(&c, &s, "",
-	      "subscription q: table pattern public.quiet matches no table of publication pub, so nothing of it "
+	      "subscription q: table pattern public.quiet matches no table of publication pub, so nothing of "
+	      "it "
 	      "is streamed until one is added\n");
 	catalog_free(&c);
 	return TEST_SUMMARY("test_catalog");

@@ -3,6 +3,8 @@
  * The output is valid UTF-8 JSON on one line whatever bytes the event holds. */
 #include "sinks/event_json.h"
 
+#include "decoder/event.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,26 +577,6 @@ static void put_lsn(buf *b, uint64_t lsn)
 	put_c(b, '"');
 }
 
-static const char *op_name(Cdc__V1__Op op)
-{
-	switch (op) {
-	case CDC__V1__OP__OP_INSERT:
-		return "\"insert\"";
-	case CDC__V1__OP__OP_UPDATE:
-		return "\"update\"";
-	case CDC__V1__OP__OP_DELETE:
-		return "\"delete\"";
-	case CDC__V1__OP__OP_TRUNCATE:
-		return "\"truncate\"";
-	case CDC__V1__OP__OP_MESSAGE:
-		return "\"message\"";
-	case CDC__V1__OP__OP_READ:
-		return "\"read\"";
-	default:
-		return "null";
-	}
-}
-
 void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
@@ -610,8 +592,14 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	else
 		json_null(out);
 	PUT_LIT(out, ",\"op\":");
-	const char *op = op_name(e->op);
-	put(out, op, strlen(op));
+	const char *op = evt_op_name(e->op);
+	if (op) {
+		put_c(out, '"');
+		put(out, op, strlen(op));
+		put_c(out, '"');
+	} else {
+		json_null(out);
+	}
 	PUT_LIT(out, ",\"schema\":");
 	put_str(out, e->schema);
 	PUT_LIT(out, ",\"table\":");

@@ -10,9 +10,9 @@
 
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
-#include "decoder/json.h"
-#include "decoder/log.h"
-#include "sinks/socket_sink.h"
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
+#include "sinks/socket/socket_sink.h"
 
 /* One log line per problem of lines (each ends with a newline): a line of the log is one event. */
 static void log_problems(const char *lines)

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/daemon/catalog.h"
+#include "cdc/source/catalog.h"
 #include "test.h"
 
 /* schema, table, relkind, replident, has_key, published, identity columns */

@@ -1,0 +1,458 @@
+/* pgconn.c: see pgconn.h. Connecting follows what the daemon has always done; `cdc doctor` asks the
+ * same catalog questions through the same functions, so both read the server alike. */
+#include "cdc/source/pgconn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Session settings of the walsender: output functions then produce the text forms that
+ * decoder/event.c parses, whatever the server's defaults. */
+#define WALSENDER_OPTIONS                                                                                    \
+	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c "             \
+	"bytea_output=hex"
+#define READ_ONLY_OPTIONS "-c default_transaction_read_only=on"
+
+/* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
+#define SECRET_MIN 4
+#define SECRET_MASK "********" /* as check-config masks them */
+
+static void add_secret(pg_secrets *s, const char *v)
+{
+	if (v && strlen(v) >= SECRET_MIN && s->n < PG_MAX_SECRETS)
+		s->v[s->n++] = xstrdup(v);
+}
+
+/* The password-like values of a connection string, and of a dbname that is one itself. */
+static void collect_secrets(pg_secrets *s, const char *dsn, int depth)
+{
+	PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+	if (!opts)
+		return;
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val)
+			continue;
+		if (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0)
+			add_secret(s, o->val);
+		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strchr(o->val, '='))
+			collect_secrets(s, o->val, 1);
+		else if (strcmp(o->keyword, "dbname") == 0 && depth == 0 && strstr(o->val, "://"))
+			collect_secrets(s, o->val, 1);
+	}
+	PQconninfoFree(opts);
+}
+
+void pg_secrets_init(pg_secrets *s, const char *dsn)
+{
+	*s = (pg_secrets){0};
+	collect_secrets(s, dsn, 0);
+	add_secret(s, getenv("PGPASSWORD"));
+}
+
+void pg_secrets_free(pg_secrets *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	*s = (pg_secrets){0};
+}
+
+void pg_redact(const pg_secrets *s, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const char *secret = s->v[i], *p = err, *at;
+		if (!strstr(err, secret))
+			continue;
+		/* one pass into a copy: a mask that contains the secret is not searched again */
+		buf out = {0};
+		while ((at = strstr(p, secret))) {
+			buf_append(&out, p, (size_t)(at - p));
+			buf_puts(&out, SECRET_MASK);
+			p = at + strlen(secret);
+		}
+		buf_puts(&out, p);
+		snprintf(err, errlen, "%s", out.data);
+		buf_free(&out);
+	}
+}
+
+/* What to do about a failed connection, for the failures whose fix is in source.dsn. */
+static const char *connect_hint(const char *msg)
+{
+	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
+		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they "
+		       "are; with "
+		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the "
+		       "server's "
+		       "certificate, and verify-full also needs the host name to match it)";
+	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
+		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
+	return "";
+}
+
+/* libpq quotes the part of a connection string it could not parse, or a whole URI, password
+ * included: the message comes from the masked string instead. */
+static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
+{
+	char *perr = NULL;
+	char *masked = cfg_mask_dsn(dsn);
+	PQconninfoOption *again = PQconninfoParse(masked, &perr);
+	errf(err, errlen, "source.dsn is not a valid connection string: %.*s",
+	     perr ? (int)strcspn(perr, "\n") : 0, perr ? perr : "");
+	if (!perr)
+		errf(err, errlen,
+		     "source.dsn is not a valid connection string (check the quoting of its password: "
+		     "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
+	PQconninfoFree(again);
+	PQfreemem(perr);
+	free(masked);
+}
+
+PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen)
+{
+	*invalid_dsn = false;
+	char *perr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(dsn, &perr);
+	if (!opts) {
+		PQfreemem(perr);
+		invalid_dsn_message(dsn, err, errlen);
+		*invalid_dsn = true;
+		return NULL;
+	}
+	size_t n = 0;
+	for (PQconninfoOption *o = opts; o->keyword; o++)
+		n++;
+	const char **keys = xcalloc(n + 5, sizeof(char *));
+	const char **vals = xcalloc(n + 5, sizeof(char *));
+	size_t k = 0;
+	const char *user_options = getenv("PGOPTIONS");
+	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
+	for (PQconninfoOption *o = opts; o->keyword; o++) {
+		if (!o->val)
+			continue;
+		if (strcmp(o->keyword, "options") == 0) {
+			user_options = o->val;
+			continue;
+		}
+		if (strcmp(o->keyword, "replication") == 0)
+			continue;
+		if (strcmp(o->keyword, "connect_timeout") == 0)
+			has_timeout = true;
+		keys[k] = o->keyword;
+		vals[k++] = o->val;
+	}
+	buf options = {0};
+	if (user_options && *user_options)
+		buf_printf(&options, "%s ", user_options);
+	if (kind == PG_CONN_REPLICATION)
+		buf_puts(&options, WALSENDER_OPTIONS);
+	else if (kind == PG_CONN_READ_ONLY)
+		buf_puts(&options, READ_ONLY_OPTIONS);
+	if (options.len) {
+		keys[k] = "options";
+		vals[k++] = options.data;
+	}
+	if (kind == PG_CONN_REPLICATION) {
+		keys[k] = "replication";
+		vals[k++] = "database";
+	}
+	if (!has_timeout) {
+		keys[k] = "connect_timeout";
+		vals[k++] = "10";
+	}
+	keys[k] = "fallback_application_name";
+	vals[k++] = "cdc";
+	keys[k] = NULL;
+	vals[k] = NULL;
+	PGconn *conn = PQconnectdbParams(keys, vals, 0);
+	buf_free(&options);
+	free(keys);
+	free(vals);
+	PQconninfoFree(opts);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		char *msg = PQerrorMessage(conn);
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg,
+		     connect_hint(msg));
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
+}
+
+int pg_protocol_for(int v)
+{
+	return v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
+}
+
+const char *pg_one_line(const char *msg)
+{
+	static char line[512];
+	snprintf(line, sizeof(line), "%.*s", (int)strcspn(msg, "\n"), msg);
+	return line;
+}
+
+void pg_append_quoted(buf *b, const char *s, char q)
+{
+	buf_putc(b, q);
+	for (; *s; s++) {
+		if (*s == q)
+			buf_putc(b, q);
+		buf_putc(b, *s);
+	}
+	buf_putc(b, q);
+}
+
+void pg_append_ident(buf *b, PGconn *conn, const char *name)
+{
+	char *q = PQescapeIdentifier(conn, name, strlen(name));
+	if (q)
+		buf_puts(b, q);
+	else
+		pg_append_quoted(b, name, '"'); /* not valid in the client encoding: the server will say so */
+	PQfreemem(q);
+}
+
+/* On a standby the server's position is what it replayed. */
+const char pg_slot_sql[] =
+    "SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), coalesce(wal_status, ''), "
+    "coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(active_pid, 0), current_database(), "
+    "safe_wal_size, pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), "
+    "coalesce(pg_catalog.pg_wal_lsn_diff(CASE WHEN pg_catalog.pg_is_in_recovery() "
+    "THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END, "
+    "confirmed_flush_lsn), 0)::bigint "
+    "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1";
+
+void pg_slot_parse(const PGresult *res, pg_slot_row *row)
+{
+	memset(row, 0, sizeof(*row));
+	row->exists = PQntuples(res) > 0;
+	if (!row->exists)
+		return;
+	snprintf(row->plugin, sizeof(row->plugin), "%s", PQgetvalue(res, 0, 0));
+	snprintf(row->type, sizeof(row->type), "%s", PQgetvalue(res, 0, 1));
+	snprintf(row->database, sizeof(row->database), "%s", PQgetvalue(res, 0, 2));
+	snprintf(row->wal_status, sizeof(row->wal_status), "%s", PQgetvalue(res, 0, 3));
+	if (!lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
+		row->confirmed_flush = 0;
+	row->active_pid = atoi(PQgetvalue(res, 0, 5));
+	snprintf(row->current_database, sizeof(row->current_database), "%s", PQgetvalue(res, 0, 6));
+	row->safe_wal_size_known = !PQgetisnull(res, 0, 7);
+	row->safe_wal_size = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+	row->max_keep_size = strtoll(PQgetvalue(res, 0, 8), NULL, 10);
+	row->lag_bytes = strtoll(PQgetvalue(res, 0, 9), NULL, 10);
+}
+
+const char pg_publication_tables_sql[] =
+    "SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pt.tablename IS NOT NULL "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
+    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
+    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+
+pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
+{
+	*n = PQnfields(res) == 4 ? (size_t)PQntuples(res) : 0;
+	pg_table_row *rows = xcalloc(*n + 1, sizeof(*rows));
+	for (size_t i = 0; i < *n; i++)
+		rows[i] = (pg_table_row){PQgetvalue(res, (int)i, 0), PQgetvalue(res, (int)i, 1),
+					 PQgetvalue(res, (int)i, 2)[0] == 't',
+					 PQgetvalue(res, (int)i, 3)[0] == 't'};
+	return rows;
+}
+
+static bool matched(const cfg_strlist *publish, const pg_table_row *r)
+{
+	for (size_t i = 0; i < publish->n; i++)
+		if (cfg_table_match(publish->v[i], r->schema, r->name))
+			return true;
+	return false;
+}
+
+static void put_table(buf *b, const pg_table_row *r)
+{
+	pg_append_quoted(b, r->schema, '"');
+	buf_putc(b, '.');
+	pg_append_quoted(b, r->name, '"');
+}
+
+/* "schema.*" with a plain schema name: the schema's length, else 0. */
+static size_t whole_schema(const char *pattern)
+{
+	size_t len = strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+	return len > 0 && strcmp(pattern + len, ".*") == 0 ? len : 0;
+}
+
+/* What a superuser creates: the forms that follow new tables by themselves where they exist;
+ * with holds, what it holds goes into p. */
+static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *publish,
+			  const pg_table_row *rows, size_t n, int server_version, pg_publication_plan *holds)
+{
+	buf_puts(sql, "CREATE PUBLICATION ");
+	pg_append_quoted(sql, publication, '"');
+	for (size_t i = 0; i < publish->n; i++)
+		if (strcmp(publish->v[i], "*.*") == 0) {
+			buf_puts(sql, " FOR ALL TABLES");
+			if (holds)
+				holds->all_tables = true;
+			return;
+		}
+	bool first = true;
+	for (size_t i = 0; i < publish->n; i++) {
+		size_t len = whole_schema(publish->v[i]);
+		if (server_version >= 150000 && len) {
+			char schema[64];
+			snprintf(schema, sizeof(schema), "%.*s", (int)len, publish->v[i]);
+			buf_puts(sql, first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
+			pg_append_quoted(sql, schema, '"');
+			if (holds)
+				cfg_strlist_push(&holds->schemas, schema);
+			first = false;
+			continue;
+		}
+		for (size_t k = 0; k < n; k++)
+			if (cfg_table_match(publish->v[i], rows[k].schema, rows[k].name)) {
+				buf_puts(sql, first ? " FOR TABLE " : ", TABLE ");
+				put_table(sql, &rows[k]);
+				if (holds) {
+					cfg_strlist_push(&holds->tables, rows[k].schema);
+					cfg_strlist_push(&holds->tables, rows[k].name);
+				}
+				first = false;
+			}
+	}
+}
+
+void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
+			       const pg_table_row *rows, size_t n, bool superuser, int server_version)
+{
+	*p = (pg_publication_plan){.superuser = superuser};
+	for (size_t i = 0; i < publish->n; i++) {
+		bool hit = false;
+		for (size_t k = 0; k < n && !hit; k++)
+			hit = cfg_table_match(publish->v[i], rows[k].schema, rows[k].name);
+		if (!hit)
+			cfg_strlist_push(&p->no_match, publish->v[i]);
+	}
+	superuser_sql(&p->superuser_sql, publication, publish, rows, n, server_version, superuser ? p : NULL);
+	if (superuser) {
+		buf_append(&p->sql, p->superuser_sql.data, p->superuser_sql.len);
+		return;
+	}
+	size_t matching = 0;
+	buf_puts(&p->sql, "CREATE PUBLICATION ");
+	pg_append_quoted(&p->sql, publication, '"');
+	for (size_t k = 0; k < n; k++) {
+		if (!matched(publish, &rows[k]))
+			continue;
+		matching++;
+		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
+		if (rows[k].owned) {
+			buf_puts(&p->sql, p->tables.n ? ", TABLE " : " FOR TABLE ");
+			put_table(&p->sql, &rows[k]);
+		}
+		cfg_strlist_push(to, rows[k].schema);
+		cfg_strlist_push(to, rows[k].name);
+	}
+	p->refused = matching && !p->tables.n;
+}
+
+void pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err, size_t errlen)
+{
+	buf list = {0};
+	for (size_t i = 0; i + 1 < p->not_owned.n && list.len < 400; i += 2) {
+		buf_puts(&list, i ? ", " : "");
+		pg_table_row r = {p->not_owned.v[i], p->not_owned.v[i + 1], false, false};
+		put_table(&list, &r);
+	}
+	errf(err, errlen,
+	     "cdc's role may not create publication %s: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
+	     "superuser, and FOR TABLE the tables' ownership, but the role owns none of the %zu tables "
+	     "source.publish matches (%s%s). Ways out: have a superuser run %s; or make cdc's role their "
+	     "owner (ALTER TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
+	     publication, p->not_owned.n / 2, list.data ? list.data : "",
+	     list.len >= 400 && p->not_owned.n > 2 ? ", ..." : "", p->superuser_sql.data);
+	buf_free(&list);
+}
+
+void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table)
+{
+	pg_table_row r = {schema, table, false, false};
+	buf q = {0};
+	put_table(&q, &r);
+	buf_printf(out,
+		   "table %s matches source.publish, but cdc's role does not own it, so cdc cannot add it "
+		   "to publication ",
+		   q.data);
+	pg_append_quoted(out, publication, '"');
+	buf_puts(out, ": its owner or a superuser can run ALTER PUBLICATION ");
+	pg_append_quoted(out, publication, '"');
+	buf_printf(out, " ADD TABLE %s", q.data);
+	buf_free(&q);
+}
+
+bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
+			      pg_publication_plan *p, char *err, size_t errlen)
+{
+	const char *params[] = {publication};
+	*p = (pg_publication_plan){0};
+	PGresult *res = PQexecParams(conn, pg_publication_tables_sql, 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		errf(err, errlen, "listing tables for source.publish failed: %s",
+		     pg_one_line(PQerrorMessage(conn)));
+		PQclear(res);
+		return false;
+	}
+	const char *su = PQparameterStatus(conn, "is_superuser");
+	size_t n;
+	pg_table_row *rows = pg_table_rows(res, &n);
+	pg_publication_plan_build(p, publication, publish, rows, n, su && strcmp(su, "on") == 0,
+				  PQserverVersion(conn));
+	free(rows);
+	PQclear(res);
+	return true;
+}
+
+void pg_publication_plan_free(pg_publication_plan *p)
+{
+	buf_free(&p->sql);
+	buf_free(&p->superuser_sql);
+	cfg_strlist_free(&p->schemas);
+	cfg_strlist_free(&p->tables);
+	cfg_strlist_free(&p->not_owned);
+	cfg_strlist_free(&p->no_match);
+}
+
+void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
+			      const pg_table_row *rows, size_t n, cfg_strlist *added, cfg_strlist *warned,
+			      buf *warnings)
+{
+	buf q = {0};
+	for (size_t k = 0; k < n; k++) {
+		if (rows[k].published || !matched(publish, &rows[k]))
+			continue;
+		buf_reset(&q);
+		put_table(&q, &rows[k]);
+		if (!rows[k].owned) {
+			bool known = false;
+			for (size_t i = 0; i < warned->n && !known; i++)
+				known = strcmp(warned->v[i], q.data) == 0;
+			if (!known) {
+				cfg_strlist_push(warned, q.data);
+				pg_publication_not_owned(warnings, publication, rows[k].schema, rows[k].name);
+				buf_putc(warnings, '\n');
+			}
+			continue;
+		}
+		if (!sql->len) {
+			buf_puts(sql, "ALTER PUBLICATION ");
+			pg_append_quoted(sql, publication, '"');
+			buf_puts(sql, " ADD TABLE ");
+		} else {
+			buf_puts(sql, ", ");
+		}
+		buf_append(sql, q.data, q.len);
+		cfg_strlist_push(added, rows[k].schema);
+		cfg_strlist_push(added, rows[k].name);
+	}
+	buf_free(&q);
+}

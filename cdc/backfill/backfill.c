@@ -597,8 +597,11 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 			     .oid = (uint32_t)strtoul(r->value(r->ctx, i, 2), NULL, 10),
 			     .estimate = -1};
 		buf_printf(&oids, "%c%u", oids.len ? ',' : '{', t->oid);
-		if (!msg.len)
+		if (!msg.len) {
 			table_problem(f, r, i, &msg);
+			if (msg.len) /* the table fails (cdc_backfill_failed), the others are cancelled */
+				fail_table(t, msg.data);
+		}
 	}
 	free(f->oids);
 	f->oids = oids.len ? (buf_putc(&oids, '}'), xstrdup(oids.data)) : NULL;

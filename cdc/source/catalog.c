@@ -152,14 +152,14 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 	return problems->len == before;
 }
 
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
-		   buf *warnings)
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
+		   buf *problems, buf *warnings)
 {
 	size_t before = problems->len;
 	catalog_check_identity(c, s, problems);
 	for (size_t i = 0; i < c->n; i++) {
 		const catalog_table *t = &c->t[i];
-		if (!s->snapshot || !t->published || (t->relkind == 'r' && t->has_key) || !matches(s, t))
+		if (!snapshot_due || !t->published || (t->relkind == 'r' && t->has_key) || !matches(s, t))
 			continue;
 		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
 		if (t->relkind != 'r')

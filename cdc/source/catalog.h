@@ -43,9 +43,11 @@ bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
  * True if none. */
 bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
 /* What keeps subscription s from working against c: one line per problem appended to problems,
- * each naming the table and the statement that fixes it; one line per warning (a table pattern
- * that no table of the publication matches: nothing of it is streamed). True if no problem. */
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
-		   buf *warnings);
+ * each naming the table and the statement that fixes it (catalog_check_identity's, and with
+ * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a
+ * table pattern that no table of the publication matches: nothing of it is streamed). True if no
+ * problem. */
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
+		   buf *problems, buf *warnings);
 
 #endif

@@ -647,10 +647,15 @@ static void test_failures(void)
 		CHECK_INT(info.state, BF_FAILED);
 		if (cases[i].backfill_error)
 			CHECK_STR(info.error, cases[i].backfill_error);
+		bf_table_info ti;
 		if (cases[i].table_error) {
-			bf_table_info ti;
 			backfill_table_info(b, 0, 0, now, &ti);
 			CHECK_STR(ti.error, cases[i].table_error);
+		} else if (info.ntables) {
+			/* refused for a table: that table failed (cdc_backfill_failed), with the reason */
+			backfill_table_info(b, 0, 0, now, &ti);
+			CHECK_INT(ti.state, BF_FAILED);
+			CHECK_STR(ti.error, cases[i].backfill_error);
 		}
 		nothing_due(b, now, 0);
 		backfill_set_free(b);

@@ -27,7 +27,7 @@ static cfg_subscription sub(const char *name, const char *table)
 static void check(const catalog *c, const cfg_subscription *s, const char *problems, const char *warnings)
 {
 	buf p = {0}, w = {0};
-	bool ok = catalog_check(c, s, "pub", &p, &w);
+	bool ok = catalog_check(c, s, "pub", s->snapshot, &p, &w);
 	CHECK_INT(ok, problems[0] == '\0');
 	CHECK_STR(p.data ? p.data : "", problems);
 	CHECK_STR(w.data ? w.data : "", warnings);

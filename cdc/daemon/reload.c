@@ -313,16 +313,17 @@ static bool running_as(const sidecar *d, const cfg_subscription *s)
 static bool catalog_ready(sidecar *d, bool *failed)
 {
 	*failed = false;
-	if (d->rl.catalog)
-		return true;
-	if (!d->conn.streaming) {
-		if (!d->rl.waits_logged)
+	if (!d->rl.catalog && !d->conn.streaming) {
+		if (!d->rl.waits_for_db)
 			log_info("reload waits for the database: the subscriptions it adds or changes are "
 				 "checked against its tables first",
 				 "config=%s", d->cfg_path);
-		d->rl.waits_logged = true;
+		d->rl.waits_for_db = true;
 		return false;
 	}
+	d->rl.waits_for_db = false;
+	if (d->rl.catalog)
+		return true;
 	*failed = !source_read_catalog(d->conn.src, d->rl.pending_ms, &d->rl.catalog, d->err, sizeof(d->err));
 	return d->rl.catalog != NULL;
 }
@@ -435,7 +436,6 @@ static bool apply_reload(sidecar *d)
 	}
 	buf_free(&errors);
 	drop_catalog(d);
-	d->rl.waits_logged = false;
 	unsigned restart = 0;
 	cfg_restart_keys(d->cfg, next, note_restart, &restart);
 	if (restart & RESTART_SOURCE)
@@ -539,7 +539,9 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
  * subscriptions in force when its changes arrived. */
 void reload_maybe(sidecar *d)
 {
-	if (d->rl.pending && pipeline_between_txns(d->pipe))
+	/* waiting for the database: the next connect brings the catalog (reload_connected) */
+	bool waits = d->rl.waits_for_db && !d->conn.streaming && !d->rl.catalog;
+	if (d->rl.pending && !waits && pipeline_between_txns(d->pipe))
 		apply_reload(d);
 }
 

@@ -50,7 +50,7 @@ typedef struct aside_list {
 typedef struct reloads {
 	bool pending;
 	uint64_t pending_ms;  /* when the reload under way was asked for: its catalog is read after */
-	bool waits_logged;    /* "reload waits for the database" said */
+	bool waits_for_db;    /* it needs the catalog while not connected ("reload waits" said) */
 	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
 	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
 	 * hold their parsed subscription, and the warnings of its checks */

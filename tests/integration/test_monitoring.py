@@ -105,7 +105,11 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, kafk
     pg.sql(f"create table {schema}.nokey (v int)")
     pg.sql(f"insert into {schema}.orders (v) select 'x' from generate_series(1, 2000)")
     pg.sql(f"insert into {schema}.nokey select 1")
-    kafka.create_topic("cdc.positions", 1)
+    try:
+        kafka.create_topic("cdc.positions", 1)
+    except AssertionError as e:  # the session's mock keeps topics: test_exactly_once made it already
+        if "TOPIC_ALREADY_EXISTS" not in str(e):
+            raise
     pg.sql("alter system set max_slot_wal_keep_size = '1GB'")  # safe_wal_size is known then
     pg.sql("select pg_reload_conf()")
     listen = f"127.0.0.1:{free_port()}"

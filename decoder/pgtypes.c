@@ -1,15 +1,18 @@
 /* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
- * types cdc has no typed form for. Built-in OIDs (< 10000) are fixed across server versions. */
+ * types cdc has no typed form for, and the meaning of type modifiers (as PostgreSQL's
+ * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them). Built-in OIDs
+ * (< 10000) are fixed across server versions. */
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 /* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template):
  *   SELECT oid, typname FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
  * (base, range and multirange types and their array types; pseudo types are left out).
  * Sorted by OID for the binary search below: keep it sorted if you add rows. */
 /* clang-format off */
-static const struct {
+static const struct builtin_type {
 	uint32_t oid;
 	const char *name;
 } builtin_types[] = {
@@ -179,17 +182,83 @@ static const struct {
 };
 /* clang-format on */
 
+/* Both tables are sorted by their first member, an OID. */
+static int by_oid(const void *key, const void *row)
+{
+	uint32_t a = *(const uint32_t *)key, b = *(const uint32_t *)row;
+	return a < b ? -1 : a > b;
+}
+
 const char *pgtypes_builtin_name(uint32_t oid)
 {
-	size_t lo = 0, hi = sizeof(builtin_types) / sizeof(builtin_types[0]);
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (builtin_types[mid].oid == oid)
-			return builtin_types[mid].name;
-		if (builtin_types[mid].oid < oid)
-			lo = mid + 1;
-		else
-			hi = mid;
+	const struct builtin_type *t =
+	    bsearch(&oid, builtin_types, sizeof(builtin_types) / sizeof(*builtin_types),
+		    sizeof(*builtin_types), by_oid);
+	return t ? t->name : NULL;
+}
+
+/* Array types and their element types, from the same cluster:
+ *   SELECT oid, typelem FROM pg_type WHERE oid < 10000 AND typcategory = 'A' AND typname LIKE '\_%'
+ * ORDER BY oid (int2vector and oidvector, printed without braces, are not arrays here). */
+/* clang-format off */
+static const struct array_type {
+	uint32_t array, element;
+} array_types[] = {
+	{143, 142}, {199, 114}, {210, 71}, {270, 75}, {271, 5069}, {272, 81}, {273, 83}, {629, 628},
+	{651, 650}, {719, 718}, {775, 774}, {791, 790}, {1000, 16}, {1001, 17}, {1002, 18},
+	{1003, 19}, {1005, 21}, {1006, 22}, {1007, 23}, {1008, 24}, {1009, 25}, {1010, 27},
+	{1011, 28}, {1012, 29}, {1013, 30}, {1014, 1042}, {1015, 1043}, {1016, 20}, {1017, 600},
+	{1018, 601}, {1019, 602}, {1020, 603}, {1021, 700}, {1022, 701}, {1027, 604}, {1028, 26},
+	{1034, 1033}, {1040, 829}, {1041, 869}, {1115, 1114}, {1182, 1082}, {1183, 1083},
+	{1185, 1184}, {1187, 1186}, {1231, 1700}, {1263, 2275}, {1270, 1266}, {1561, 1560},
+	{1563, 1562}, {2201, 1790}, {2207, 2202}, {2208, 2203}, {2209, 2204}, {2210, 2205},
+	{2211, 2206}, {2949, 2970}, {2951, 2950}, {3221, 3220}, {3643, 3614}, {3644, 3642},
+	{3645, 3615}, {3735, 3734}, {3770, 3769}, {3807, 3802}, {3905, 3904}, {3907, 3906},
+	{3909, 3908}, {3911, 3910}, {3913, 3912}, {3927, 3926}, {4073, 4072}, {4090, 4089},
+	{4097, 4096}, {4192, 4191}, {5039, 5038}, {6150, 4451}, {6151, 4532}, {6152, 4533},
+	{6153, 4534}, {6155, 4535}, {6157, 4536}
+};
+/* clang-format on */
+
+uint32_t pgtypes_element(uint32_t oid)
+{
+	const struct array_type *t = bsearch(&oid, array_types, sizeof(array_types) / sizeof(*array_types),
+					     sizeof(*array_types), by_oid);
+	return t ? t->element : 0;
+}
+
+/* A varlena type's modifier counts its 4-byte length header (VARHDRSZ). */
+#define TYPMOD_HEADER 4
+#define MAX_TIME_PRECISION 6
+
+bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale)
+{
+	if (typmod < TYPMOD_HEADER)
+		return false;
+	uint32_t m = (uint32_t)(typmod - TYPMOD_HEADER);
+	*precision = (int)(m >> 16 & 0xffff);
+	*scale = (int)((m & 0x7ff) ^ 0x400) - 0x400; /* 11 bits, signed */
+	return true;
+}
+
+int pgtypes_time_precision(uint32_t oid, int32_t typmod)
+{
+	if (typmod < 0)
+		return MAX_TIME_PRECISION;
+	if (oid == PGT_INTERVAL)
+		typmod &= 0xffff; /* the high half says which fields */
+	return typmod <= MAX_TIME_PRECISION ? (int)typmod : MAX_TIME_PRECISION;
+}
+
+int pgtypes_length(uint32_t oid, int32_t typmod)
+{
+	switch (oid) {
+	case PGT_BPCHAR:
+	case PGT_VARCHAR:
+		return typmod >= TYPMOD_HEADER ? (int)(typmod - TYPMOD_HEADER) : -1;
+	case PGT_BIT:
+	case PGT_VARBIT:
+		return typmod >= 0 ? (int)typmod : -1;
 	}
-	return NULL;
+	return -1;
 }

@@ -20,6 +20,7 @@ typedef struct bfsql_col {
 	const char *name;
 	uint32_t type_oid;
 	const char *type_schema, *type_name; /* for the cursor's casts */
+	int32_t typmod;			     /* atttypmod: -1 when the type has none */
 } bfsql_col;
 
 /* A name PostgreSQL would keep as given: 1 to 63 bytes of valid UTF-8. err names what is wrong
@@ -59,7 +60,8 @@ extern const char bfsql_columns[];
 /* A table's description, parameters $1 schema and $2 table; one row per column in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key, see BFSQL_KEY_JOIN), 6 relkind, 7
- *   whether the role may SELECT from it, 8 reltuples (-1: never counted). No rows: no such table. */
+ *   whether the role may SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier
+ *   (atttypmod). No rows: no such table. */
 extern const char bfsql_describe[];
 /* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
  * stream delivers it at its place in the WAL at once. Returns its LSN. */

@@ -38,6 +38,13 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 	}
 	pair seen[CFG_MAX_KEYS] = {0};
 	walk_map(&x, root, s, &sub_keys, seen);
+	const cfg_subscription *o = x.nerr || s->sink != CFG_SINK_KAFKA ? NULL : format_conflict(c, s, NULL);
+	if (o) {
+		buf why = {0};
+		format_conflict_text(&why, s, o);
+		err_pos(&x, 1, 1, "%s", why.data);
+		buf_free(&why);
+	}
 out:
 	node_free(root);
 	ctx_free(&x);
@@ -189,21 +196,31 @@ bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf 
 	for (size_t i = 0; i < o->deleted.n; i++)
 		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
 	for (size_t i = 0; i < o->nput; i++) {
-		if (o->put[i].sink == CFG_SINK_KAFKA && !c->kafka.enabled) {
-			buf_printf(errors,
-				   "%s/%s: subscription %s has sink kafka, but the configuration has no "
-				   "kafka section "
-				   "(add one, or DELETE the subscription)\n",
-				   c->state_dir, CFG_OVERLAY_FILE, o->put[i].name);
+		const cfg_subscription *p = &o->put[i], *conflict = NULL;
+		bool no_kafka = p->sink == CFG_SINK_KAFKA && !c->kafka.enabled;
+		if (!no_kafka && p->sink == CFG_SINK_KAFKA)
+			conflict = format_conflict(c, p, NULL);
+		if (no_kafka || conflict) {
+			buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
+			if (no_kafka)
+				buf_printf(
+				    errors,
+				    "subscription %s has sink kafka, but the configuration has no kafka "
+				    "section (add one, or DELETE the subscription)\n",
+				    p->name);
+			else {
+				format_conflict_text(errors, p, conflict);
+				buf_puts(errors, " (or DELETE one of them)\n");
+			}
 			if (left_out)
-				strlist_add(left_out, o->put[i].name);
+				strlist_add(left_out, p->name);
 			/* the file's subscription of that name, if any, is not what the overlay says */
-			subs_remove(c->subs, &c->nsubs, o->put[i].name);
+			subs_remove(c->subs, &c->nsubs, p->name);
 			all = false;
 			continue;
 		}
 		cfg_subscription s;
-		sub_copy(&s, &o->put[i]);
+		sub_copy(&s, p);
 		subs_set(&c->subs, &c->nsubs, &s);
 	}
 	return all;

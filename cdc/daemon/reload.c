@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/daemon/notify.h"
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
 #include "decoder/base/json.h"
@@ -368,6 +369,9 @@ static void refuse(sidecar *d, unsigned code, const char *errors)
 {
 	log_error("reload refused; keeping the running configuration", "config=%s", d->cfg_path);
 	log_problems(errors);
+	if (d->rl.hup)
+		notify_reloaded("reload refused; the running configuration is kept (see the log)");
+	d->rl.hup = false;
 	settle_changes(
 	    d, code,
 	    code == 500 ? "cannot apply: the configuration file or state_dir has a problem; fix it and retry"
@@ -475,6 +479,9 @@ static bool apply_reload(sidecar *d)
 	figures_publish(d, true);   /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
+	if (d->rl.hup)
+		notify_reloaded("reloaded: %zu subscriptions", d->cfg->nsubs);
+	d->rl.hup = false;
 	return true;
 fail:
 	cfg_free(next);
@@ -554,7 +561,9 @@ static void make_pending(sidecar *d)
 
 void reload_request(sidecar *d)
 {
+	notify_reloading();
 	make_pending(d);
+	d->rl.hup = true;
 	reload_maybe(d);
 	if (d->rl.pending && !pipeline_between_txns(d->pipe))
 		log_info("reload waits for the transactions in progress", "config=%s", d->cfg_path);

@@ -51,6 +51,7 @@ typedef struct reloads {
 	bool pending;
 	uint64_t pending_ms;  /* when the reload under way was asked for: its catalog is read after */
 	bool waits_for_db;    /* it needs the catalog while not connected ("reload waits" said) */
+	bool hup;	      /* the pending reload includes a SIGHUP's: systemd is told when it is done */
 	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
 	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
 	 * hold their parsed subscription, and the warnings of its checks */

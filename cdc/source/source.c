@@ -501,6 +501,11 @@ int source_server_version(const source *s)
 	return s->repl ? PQserverVersion(s->repl) : 0;
 }
 
+const char *source_database(const source *s)
+{
+	return s->repl ? PQdb(s->repl) : NULL;
+}
+
 const pgo_options *source_protocol(const source *s)
 {
 	return &s->proto;
@@ -682,6 +687,7 @@ static void admin_result(source *s, PGresult *res)
 	s->health.safe_wal_size_known = row.safe_wal_size_known;
 	s->health.safe_wal_size = row.safe_wal_size;
 	s->health.max_keep_size = row.max_keep_size;
+	s->health.server_lsn = row.server_lsn;
 }
 
 /* The ordinary connection (connected again if it dropped), with the previous query's answer taken

@@ -36,7 +36,7 @@ export interface Event {
   /** The subscription's own position; the same on every redelivery. null where the sink has none. */
   offset: bigint | null;
   tag: string | null;
-  /** "insert", "update", "delete", "truncate", "message" (an op newer than the schema: its number). */
+  /** "insert", "update", "delete", "truncate", "message", "read" (an op newer than the schema: its number). */
   op: string;
   schema: string;
   table: string;

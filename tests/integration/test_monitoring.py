@@ -13,8 +13,9 @@ is while 1.1 GiB of WAL is written (segment switches). Every panel query of cdc-
 returns data, and these alerts fire: a socket backlog with no consumer, a failed backfill, dead
 letters growing, a full spool, the slot's lag in bytes, safe_wal_size low and wal_status not
 reserved (`b`); then a Kafka producer restart (a fenced producer), restarts (`b` started twice
-more), the Kafka sink stalled (the mock cluster's process killed while events flow), and the stream
-down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
+more) and a subscription `b` runs without (one it stored whose table lost REPLICA IDENTITY FULL
+while `b` was down), the Kafka sink stalled (the mock cluster's process killed while events flow),
+and the stream down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
 since a commit, which only the wall clock can reach.
 
 With CDC_DASHBOARD_PNG=FILE, the dashboard's panels over the run are drawn into FILE at the end
@@ -42,7 +43,7 @@ from monitoring import dashboard
 from test_exactly_once import API_END_TXN
 from test_kafka import kafka_section, ksub
 from test_socket import attach, collect, socket_sub
-from test_status import get
+from test_status import get, http, status_sock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONITORING = os.path.join(ROOT, "deploy", "monitoring")
@@ -161,8 +162,9 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
     for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
-              "held (id int primary key)", "pad (i int)"):
+              "held (id int primary key)", "pad (i int)", "ident (id int primary key, v text)"):
         pg.sql(f"create table {schema}.{t}")
+    pg.sql(f"alter table {schema}.ident replica identity full")
     pg.sql(f"insert into {schema}.orders (v) select 'x' from generate_series(1, 2000)")
     pg.sql(f"insert into {schema}.nokey select 1")
     # safe_wal_size is known with a limit; b's 1.1 GiB of lag is then under a fifth of it left, and
@@ -223,6 +225,12 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         assert 1.0 * GIB < lag < 1.25 * GIB, lag
         assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
                                             "CdcKafkaProducerRestarts"}
+        # b stores a subscription that needs ident's old rows; ident loses them while b is down
+        # (below), so b's next start sets it aside
+        code, body = http((status_sock(b), "/subscriptions/chg"), "PUT", json.dumps(
+            {"tables": [f"{schema}.ident"], "sink": "stdout", "operations": ["update"], "changed": ["v"]}),
+            timeout=60)
+        assert code == 200, body
         # a fenced producer: a's Kafka sink restarts it
         kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
         prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
@@ -230,6 +238,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.
         assert pb.terminate() == 0, pb.describe()
+        pg.sql(f"alter table {schema}.ident replica identity default")
         pg.stop("fast")
         try:
             prom.wait_firing(("CdcStreamDown", "a"))
@@ -251,6 +260,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
             if restarts == 1:
                 assert pb.terminate() == 0, pb.describe()
         prom.wait_firing(("CdcRestarting", "b"))
+        prom.wait_firing(("CdcSubscriptionFailed", "chg"))
         prom.wait_firing(("CdcKafkaStalled", "a"),
                          tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'z' from generate_series(1, 50)"))
         if os.environ.get("CDC_DASHBOARD_PNG"):  # the picture in docs/alerts.md

@@ -572,9 +572,9 @@ static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg
 	const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 	bf_datum kind = cell(r, i, 3);
 	if (kind.len != 1 || kind.data[0] != 'r')
-		bfsql_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
+		pg_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
 	else if (r->isnull(r->ctx, i, 4))
-		bfsql_no_key(msg, schema, name);
+		pg_no_key(msg, schema, name);
 	else if (!cell_true(r, i, 5))
 		bfsql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
 }
@@ -681,7 +681,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
 	if (kind.len != 1 || kind.data[0] != 'r') {
-		bfsql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
+		pg_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
 		return false;
 	}
 	if (!cell_true(r, 0, 7)) {
@@ -689,7 +689,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		return false;
 	}
 	if (r->isnull(r->ctx, 0, 5)) {
-		bfsql_no_key(msg, t->schema, t->name);
+		pg_no_key(msg, t->schema, t->name);
 		return false;
 	}
 	forget_description(t);

@@ -17,7 +17,7 @@ const char bfsql_tables[] =
     "pg_catalog.has_table_privilege(c.oid, 'SELECT') "
     "FROM pg_catalog.pg_publication_tables pt "
     "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
-    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename " BFSQL_KEY_JOIN
+    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename " PG_KEY_JOIN
     "WHERE pt.pubname = $1 ORDER BY 1, 2";
 
 const char bfsql_columns[] = "SELECT a.attrelid, a.attname, a.atttypid, t.typname "
@@ -32,7 +32,7 @@ const char bfsql_describe[] =
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace " BFSQL_KEY_JOIN
+    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace " PG_KEY_JOIN
     "WHERE n.nspname = $1 AND c.relname = $2 "
     "ORDER BY a.attnum";
 
@@ -124,24 +124,6 @@ void bfsql_no_select(buf *out, const char *role, const char *schema, const char 
 	qualified(out, schema, table);
 	buf_puts(out, " TO ");
 	bfsql_quote_ident(out, role);
-}
-
-void bfsql_no_key(buf *out, const char *schema, const char *table)
-{
-	buf_printf(out,
-		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
-		   "reads a table in key order: add one (ALTER TABLE ",
-		   schema, table);
-	qualified(out, schema, table);
-	buf_puts(out, " ADD PRIMARY KEY (...))");
-}
-
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind)
-{
-	if (relkind == 'p')
-		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
-	else
-		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
 }
 
 void bfsql_no_table(buf *out, const char *schema, const char *table)

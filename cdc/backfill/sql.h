@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cdc/match/predicate.h"
+#include "cdc/source/pgconn.h"
 #include "decoder/base/util.h"
 
 /* The prefix of the logical messages that carry watermarks. */
@@ -32,34 +33,18 @@ void bfsql_quote_ident(buf *out, const char *name);
  * means the same whatever standard_conforming_strings is. */
 void bfsql_quote_literal(buf *out, const char *s, size_t len);
 
-/* The key a backfill reads a table by, for a query over pg_class c: k.name, the index (NULL: none),
- * and k.cols, its columns' attnums in order. The primary key, else the replica identity index, else
- * the unique index with fewest columns (then by name); only unique indexes that are valid, not
- * partial, without expressions and on NOT NULL columns qualify. */
-#define BFSQL_KEY_JOIN                                                                                       \
-	"LEFT JOIN LATERAL ("                                                                                \
-	"SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text AS name, "                                \
-	"(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] AS cols "                                        \
-	"FROM pg_catalog.pg_index i "                                                                        \
-	"WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "                 \
-	"AND i.indexprs IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute ka "                     \
-	"WHERE ka.attrelid = c.oid AND ka.attnum = ANY ((i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - "    \
-	"1]) "                                                                                               \
-	"AND NOT ka.attnotnull) "                                                                            \
-	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
-
 /* Requirements of the role, no parameters; one row: current_user, and whether it may execute
  * pg_logical_emit_message(boolean, text, text). */
 extern const char bfsql_privileges[];
 /* The publication's tables, parameter $1 the publication; rows, by schema and table: schema, table,
- * oid, relkind, the key's index (NULL: none, see BFSQL_KEY_JOIN), whether the role may SELECT. */
+ * oid, relkind, the key's index (NULL: none, see PG_KEY_JOIN), whether the role may SELECT. */
 extern const char bfsql_tables[];
 /* The columns of tables, parameter $1 their oids as an array ("{16384,16390}"); rows, by table and
  * column order: table oid, column name, type oid, type name. */
 extern const char bfsql_columns[];
 /* A table's description, parameters $1 schema and $2 table; one row per column in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
- *   not a key column), 5 the key's index (NULL: no usable key, see BFSQL_KEY_JOIN), 6 relkind, 7
+ *   not a key column), 5 the key's index (NULL: no usable key, see PG_KEY_JOIN), 6 relkind, 7
  *   whether the role may SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier
  *   (atttypmod). No rows: no such table. */
 extern const char bfsql_describe[];
@@ -74,8 +59,6 @@ extern const char bfsql_watermark_high[];
  * a relation that is not a plain table, one that does not exist. */
 void bfsql_no_emit_message(buf *out, const char *role);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
-void bfsql_no_key(buf *out, const char *schema, const char *table);
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
 void bfsql_no_table(buf *out, const char *schema, const char *table);
 
 /* The chunk query: pg_current_snapshot() as text in column 0, then cols in their order, rows

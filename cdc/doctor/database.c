@@ -476,7 +476,7 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 	bt->n++;
 	buf msg = {0};
 	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5)) {
-		bfsql_no_key(&msg, t->schema, t->name);
+		pg_no_key(&msg, t->schema, t->name);
 		say_bfsql(d, &msg);
 		bt->bad++;
 	}

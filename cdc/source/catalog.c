@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/backfill/sql.h"
 #include "cdc/match/predicate.h"
+#include "cdc/source/pgconn.h"
 
 const char catalog_sql[] =
     "SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pt.tablename IS NOT NULL, "
@@ -14,7 +14,7 @@ const char catalog_sql[] =
     "WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "
     "FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "
     "i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)) "
-    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " BFSQL_KEY_JOIN
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN
     "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
     "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
     "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
@@ -104,9 +104,9 @@ static bool listed(const cfg_strlist *l, const char *name, size_t len)
 /* "schema"."table", quoted so that a statement naming it runs as it is whatever the names. */
 static void put_table(buf *b, const catalog_table *t)
 {
-	bfsql_quote_ident(b, t->schema);
+	pg_append_quoted(b, t->schema, '"');
 	buf_putc(b, '.');
-	bfsql_quote_ident(b, t->name);
+	pg_append_quoted(b, t->name, '"');
 }
 
 /* The old.columns of where that t's old rows never carry (it is not REPLICA IDENTITY FULL and they
@@ -163,9 +163,9 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 			continue;
 		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
 		if (t->relkind != 'r')
-			bfsql_not_table(problems, t->schema, t->name, t->relkind);
+			pg_not_table(problems, t->schema, t->name, t->relkind);
 		else
-			bfsql_no_key(problems, t->schema, t->name);
+			pg_no_key(problems, t->schema, t->name);
 		buf_putc(problems, '\n');
 	}
 	for (size_t p = 0; p < s->tables.n; p++) {

@@ -13,7 +13,7 @@
 
 /* Parameter $1 the publication; one row per table (plain or partitioned, outside the system
  * schemas), CATALOG_COLS text columns: schema, table, relkind, relreplident, whether it has a key
- * a backfill can read by (BFSQL_KEY_JOIN), whether the publication has it, and the columns an old
+ * a backfill can read by (PG_KEY_JOIN), whether the publication has it, and the columns an old
  * row carries without REPLICA IDENTITY FULL (the primary key's or the identity index's) as a JSON
  * array, NULL for none. */
 extern const char catalog_sql[];

@@ -244,6 +244,31 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 			     : 0;
 }
 
+static void put_qualified(buf *out, const char *schema, const char *table)
+{
+	pg_append_quoted(out, schema, '"');
+	buf_putc(out, '.');
+	pg_append_quoted(out, table, '"');
+}
+
+void pg_no_key(buf *out, const char *schema, const char *table)
+{
+	buf_printf(out,
+		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
+		   "reads a table in key order: add one (ALTER TABLE ",
+		   schema, table);
+	put_qualified(out, schema, table);
+	buf_puts(out, " ADD PRIMARY KEY (...))");
+}
+
+void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
+{
+	if (relkind == 'p')
+		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
+	else
+		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
+}
+
 const char pg_publication_tables_sql[] =
     "SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pt.tablename IS NOT NULL "
     "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "

@@ -51,6 +51,27 @@ void pg_append_quoted(buf *b, const char *s, char q);
 /* An SQL identifier, quoted by libpq for conn's encoding. */
 void pg_append_ident(buf *b, PGconn *conn, const char *name);
 
+/* The key a backfill reads a table by, for a query over pg_class c: k.name, the index (NULL: none),
+ * and k.cols, its columns' attnums in order. The primary key, else the replica identity index, else
+ * the unique index with fewest columns (then by name); only unique indexes that are valid, not
+ * partial, without expressions and on NOT NULL columns qualify. */
+#define PG_KEY_JOIN                                                                                          \
+	"LEFT JOIN LATERAL ("                                                                                \
+	"SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text AS name, "                                \
+	"(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] AS cols "                                        \
+	"FROM pg_catalog.pg_index i "                                                                        \
+	"WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "                 \
+	"AND i.indexprs IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute ka "                     \
+	"WHERE ka.attrelid = c.oid AND ka.attnum = ANY ((i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - "    \
+	"1]) "                                                                                               \
+	"AND NOT ka.attnotnull) "                                                                            \
+	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
+
+/* Why a table cannot be read in key order, and the statement that fixes it: no key (none that
+ * PG_KEY_JOIN finds), or not a plain table (a partitioned one: read its partitions). */
+void pg_no_key(buf *out, const char *schema, const char *table);
+void pg_not_table(buf *out, const char *schema, const char *table, char relkind);
+
 /* The replication slot as pg_replication_slots tells it. */
 typedef struct pg_slot_row {
 	bool exists;

@@ -195,6 +195,12 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,
                  what=f"b's spool to be full\n{pb.describe()}")
+        # b stores a subscription that needs ident's old rows; ident loses them while b is down
+        # (below), so b's next start sets it aside
+        code, body = http((status_sock(b), "/subscriptions/chg"), "PUT", json.dumps(
+            {"tables": [f"{schema}.ident"], "sink": "stdout", "operations": ["update"], "changed": ["v"]}),
+            timeout=60)
+        assert code == 200, body
         wal = WalWriter(pg, schema, 1.1)
         prom = Prometheus(listen)
         # a's nacking consumer, once Prometheus has a sample from before: one delivery allowed, so
@@ -225,15 +231,11 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
         assert 1.0 * GIB < lag < 1.25 * GIB, lag
         assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
                                             "CdcKafkaProducerRestarts"}
-        # b stores a subscription that needs ident's old rows; ident loses them while b is down
-        # (below), so b's next start sets it aside
-        code, body = http((status_sock(b), "/subscriptions/chg"), "PUT", json.dumps(
-            {"tables": [f"{schema}.ident"], "sink": "stdout", "operations": ["update"], "changed": ["v"]}),
-            timeout=60)
-        assert code == 200, body
         # a fenced producer: a's Kafka sink restarts it
         kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
-        prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
+        # a Kafka transaction must end after the error is queued: rows keep coming until one did
+        prom.wait_firing(("CdcKafkaProducerRestarts", "a"),
+                         tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'f' from generate_series(1, 5)"))
         # the stream down: PostgreSQL stops, cdc stays up and says so. A fast shutdown waits for
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.

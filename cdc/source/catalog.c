@@ -101,14 +101,6 @@ static bool listed(const cfg_strlist *l, const char *name, size_t len)
 	return false;
 }
 
-/* "schema"."table", quoted so that a statement naming it runs as it is whatever the names. */
-static void put_table(buf *b, const catalog_table *t)
-{
-	pg_append_quoted(b, t->schema, '"');
-	buf_putc(b, '.');
-	pg_append_quoted(b, t->name, '"');
-}
-
 /* The old.columns of where that t's old rows never carry (it is not REPLICA IDENTITY FULL and they
  * are not identity columns): one problem line for the first. */
 static void old_columns(const cfg_subscription *s, const pred *where, const catalog_table *t, buf *problems)
@@ -118,7 +110,7 @@ static void old_columns(const cfg_subscription *s, const pred *where, const cata
 		if (n.kind != PRED_COL || !n.flag || listed(&t->identity, n.s, n.len))
 			continue;
 		buf q = {0};
-		put_table(&q, t);
+		pg_append_table(&q, t->schema, t->name);
 		buf_printf(
 		    problems,
 		    "subscription %s reads old.%.*s in its where on table %s, whose replica identity does "
@@ -138,7 +130,7 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 		if (!matches(s, t) || t->replident == 'f')
 			continue;
 		buf q = {0};
-		put_table(&q, t);
+		pg_append_table(&q, t->schema, t->name);
 		if (s->changed.n)
 			buf_printf(
 			    problems,

@@ -244,11 +244,11 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 			     : 0;
 }
 
-static void put_qualified(buf *out, const char *schema, const char *table)
+void pg_append_table(buf *b, const char *schema, const char *table)
 {
-	pg_append_quoted(out, schema, '"');
-	buf_putc(out, '.');
-	pg_append_quoted(out, table, '"');
+	pg_append_quoted(b, schema, '"');
+	buf_putc(b, '.');
+	pg_append_quoted(b, table, '"');
 }
 
 void pg_no_key(buf *out, const char *schema, const char *table)
@@ -257,7 +257,7 @@ void pg_no_key(buf *out, const char *schema, const char *table)
 		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
 		   "reads a table in key order: add one (ALTER TABLE ",
 		   schema, table);
-	put_qualified(out, schema, table);
+	pg_append_table(out, schema, table);
 	buf_puts(out, " ADD PRIMARY KEY (...))");
 }
 
@@ -294,13 +294,6 @@ static bool matched(const cfg_strlist *publish, const pg_table_row *r)
 		if (cfg_table_match(publish->v[i], r->schema, r->name))
 			return true;
 	return false;
-}
-
-static void put_table(buf *b, const pg_table_row *r)
-{
-	pg_append_quoted(b, r->schema, '"');
-	buf_putc(b, '.');
-	pg_append_quoted(b, r->name, '"');
 }
 
 /* "schema.*" with a plain schema name: the schema's length, else 0. */
@@ -340,7 +333,7 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 		for (size_t k = 0; k < n; k++)
 			if (cfg_table_match(publish->v[i], rows[k].schema, rows[k].name)) {
 				buf_puts(sql, first ? " FOR TABLE " : ", TABLE ");
-				put_table(sql, &rows[k]);
+				pg_append_table(sql, rows[k].schema, rows[k].name);
 				if (holds) {
 					cfg_strlist_push(&holds->tables, rows[k].schema);
 					cfg_strlist_push(&holds->tables, rows[k].name);
@@ -376,7 +369,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
 		if (rows[k].owned) {
 			buf_puts(&p->sql, p->tables.n ? ", TABLE " : " FOR TABLE ");
-			put_table(&p->sql, &rows[k]);
+			pg_append_table(&p->sql, rows[k].schema, rows[k].name);
 		}
 		cfg_strlist_push(to, rows[k].schema);
 		cfg_strlist_push(to, rows[k].name);
@@ -389,8 +382,7 @@ void pg_publication_refusal(const pg_publication_plan *p, const char *publicatio
 	buf list = {0};
 	for (size_t i = 0; i + 1 < p->not_owned.n && list.len < 400; i += 2) {
 		buf_puts(&list, i ? ", " : "");
-		pg_table_row r = {p->not_owned.v[i], p->not_owned.v[i + 1], false, false};
-		put_table(&list, &r);
+		pg_append_table(&list, p->not_owned.v[i], p->not_owned.v[i + 1]);
 	}
 	errf(err, errlen,
 	     "cdc's role may not create publication %s: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
@@ -404,9 +396,8 @@ void pg_publication_refusal(const pg_publication_plan *p, const char *publicatio
 
 void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table)
 {
-	pg_table_row r = {schema, table, false, false};
 	buf q = {0};
-	put_table(&q, &r);
+	pg_append_table(&q, schema, table);
 	buf_printf(out,
 		   "table %s matches source.publish, but cdc's role does not own it, so cdc cannot add it "
 		   "to publication ",
@@ -459,7 +450,7 @@ void pg_publication_additions(buf *sql, const char *publication, const cfg_strli
 		if (rows[k].published || !matched(publish, &rows[k]))
 			continue;
 		buf_reset(&q);
-		put_table(&q, &rows[k]);
+		pg_append_table(&q, rows[k].schema, rows[k].name);
 		if (!rows[k].owned) {
 			bool known = false;
 			for (size_t i = 0; i < warned->n && !known; i++)

@@ -185,9 +185,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		buf w = {0}, q = {0};
 		pg_publication_not_owned(&w, s->publication, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
 		log_warn("publication", "warning=\"%s\"", w.data);
-		pg_append_quoted(&q, plan.not_owned.v[i], '"');
-		buf_putc(&q, '.');
-		pg_append_quoted(&q, plan.not_owned.v[i + 1], '"');
+		pg_append_table(&q, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
 		cfg_strlist_push(&s->pub_warned, q.data);
 		buf_free(&w);
 		buf_free(&q);

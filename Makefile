@@ -47,7 +47,7 @@ LIB_SRCS := \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/predicate.c cdc/match/rules.c \
-	cdc/source/pgconn.c cdc/source/failover.c cdc/source/source.c cdc/source/state.c \
+	cdc/source/pgconn.c cdc/source/failover.c cdc/source/source.c cdc/source/state.c cdc/source/catalog.c \
 	cdc/pipeline/progress.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
@@ -60,7 +60,7 @@ LIB_SRCS := \
 	cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo failover debezium \
-	kafka_render
+	kafka_render catalog publication
 FUZZERS := pgoutput config predicate frame http redact put debezium pbwire
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \

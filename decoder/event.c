@@ -424,6 +424,46 @@ Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, c
 	return v;
 }
 
+Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid)
+{
+	switch (type_oid) { /* as value_fill */
+	case PGT_INT2:
+	case PGT_INT4:
+	case PGT_INT8:
+	case PGT_OID:
+		return CDC__V1__VALUE__KIND_INT_VALUE;
+	case PGT_FLOAT4:
+	case PGT_FLOAT8:
+		return CDC__V1__VALUE__KIND_FLOAT_VALUE;
+	case PGT_BOOL:
+		return CDC__V1__VALUE__KIND_BOOL_VALUE;
+	case PGT_NUMERIC:
+		return CDC__V1__VALUE__KIND_NUMERIC_VALUE;
+	case PGT_TEXT:
+	case PGT_VARCHAR:
+	case PGT_BPCHAR:
+	case PGT_NAME:
+	case PGT_CHAR:
+		return CDC__V1__VALUE__KIND_TEXT_VALUE;
+	case PGT_BYTEA:
+		return CDC__V1__VALUE__KIND_BYTES_VALUE;
+	case PGT_UUID:
+		return CDC__V1__VALUE__KIND_UUID_VALUE;
+	case PGT_DATE:
+		return CDC__V1__VALUE__KIND_DATE_VALUE;
+	case PGT_TIME:
+		return CDC__V1__VALUE__KIND_TIME_VALUE;
+	case PGT_TIMESTAMP:
+	case PGT_TIMESTAMPTZ:
+		return CDC__V1__VALUE__KIND_TIMESTAMP_VALUE;
+	case PGT_JSON:
+	case PGT_JSONB:
+		return CDC__V1__VALUE__KIND_JSON_VALUE;
+	default:
+		return CDC__V1__VALUE__KIND_OTHER_VALUE;
+	}
+}
+
 static Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
 	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));

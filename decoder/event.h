@@ -35,5 +35,8 @@ Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m);
 
 /* Converts one column sent by the server into a typed value. */
 Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, const pgo_datum *d);
+/* The kind evt_value gives a column of type type_oid whose text parses (other_value for the types it
+ * has no kind of its own for, and for text that does not parse as its type). */
+Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid);
 
 #endif

@@ -138,6 +138,7 @@ void bf_free(backfill *f)
 	free(f->tables);
 	strv_free(f->sub_pat, f->nsub_pat);
 	strv_free(f->req_pat, f->nreq_pat);
+	free(f->oids);
 	free(f->sub);
 	free(f->sub_where);
 	free(f->where);
@@ -327,6 +328,23 @@ bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen)
 	return bf_save(b, err, errlen);
 }
 
+bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
+{
+	const backfill *f = bf_find(b, id);
+	*why = f ? f->error : "its subscription was removed meanwhile";
+	if (!f || (f->state == BF_FAILED && (!f->checked || !f->vetted)))
+		return BF_REFUSED;
+	return (f->checked && f->vetted) || bf_finished(f->state) ? BF_PASSED : BF_CHECKING;
+}
+
+bool backfill_drop(bf_set *b, const char *id, char *err, size_t errlen)
+{
+	long i = backfill_find(b, id);
+	if (i >= 0)
+		remove_at(b, (size_t)i);
+	return bf_save(b, err, errlen);
+}
+
 bool backfill_has_snapshot(const bf_set *b, const char *sub)
 {
 	for (size_t i = 0; i < b->n; i++)
@@ -373,7 +391,7 @@ static void start_tables(bf_set *b, uint64_t now_ms)
 	unsigned running = running_tables(b);
 	for (size_t i = 0; i < b->n && running < b->s.tables; i++) {
 		backfill *f = b->list[i];
-		if (bf_finished(f->state) || !f->checked || !f->resolved)
+		if (bf_finished(f->state) || !f->checked || !f->vetted)
 			continue;
 		for (size_t k = 0; k < f->ntables && running < b->s.tables; k++)
 			if (f->tables[k].state == BF_QUEUED) {
@@ -476,13 +494,16 @@ static bool table_next(bf_set *b, table *t, uint64_t now_ms, bf_stmt *out, uint6
 
 static bool backfill_step(bf_set *b, backfill *f, bf_stmt *out)
 {
-	if (bf_finished(f->state) || f->busy || (f->checked && f->resolved))
+	if (bf_finished(f->state) || f->busy || (f->checked && f->vetted))
 		return false;
 	if (!f->checked) {
 		stmt(b, out, BF_STMT_CHECK, bfsql_privileges, 0, NULL, &f->ticket, &f->kind);
-	} else {
+	} else if (!f->resolved) {
 		f->param[0] = b->publication;
 		stmt(b, out, BF_STMT_TABLES, bfsql_tables, 1, f->param, &f->ticket, &f->kind);
+	} else {
+		f->param[0] = f->oids;
+		stmt(b, out, BF_STMT_COLUMNS, bfsql_columns, 1, f->param, &f->ticket, &f->kind);
 	}
 	f->busy = true;
 	return true;
@@ -545,19 +566,46 @@ static bool matches_any(char **pat, size_t n, const char *schema, const char *na
 	return false;
 }
 
-/* The publication's tables that the backfill reads; each asked-for pattern must match one. */
+/* Why a table of the publication cannot be read (row i of bfsql_tables' result), into msg. */
+static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg)
+{
+	const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
+	bf_datum kind = cell(r, i, 3);
+	if (kind.len != 1 || kind.data[0] != 'r')
+		pg_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
+	else if (r->isnull(r->ctx, i, 4))
+		pg_no_key(msg, schema, name);
+	else if (!cell_true(r, i, 5))
+		bfsql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
+}
+
+/* The publication's tables that the backfill reads: each asked-for pattern must match one, and each
+ * must be one a backfill can read. */
 static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now)
 {
-	buf msg = {0};
+	buf msg = {0}, oids = {0};
 	f->tables = xcalloc((size_t)r->nrows + 1, sizeof(*f->tables));
-	for (int i = 0; i < r->nrows && r->ncols == 2; i++) {
+	for (int i = 0; i < r->nrows && r->ncols == 6; i++) {
 		const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 		if (!matches_any(f->sub_pat, f->nsub_pat, schema, name) ||
 		    (f->nreq_pat && !matches_any(f->req_pat, f->nreq_pat, schema, name)))
 			continue;
 		table *t = &f->tables[f->ntables++];
-		*t = (table){.bf = f, .schema = xstrdup(schema), .name = xstrdup(name), .estimate = -1};
+		*t = (table){.bf = f,
+			     .schema = xstrdup(schema),
+			     .name = xstrdup(name),
+			     .oid = (uint32_t)strtoul(r->value(r->ctx, i, 2), NULL, 10),
+			     .estimate = -1};
+		buf_printf(&oids, "%c%u", oids.len ? ',' : '{', t->oid);
+		if (!msg.len) {
+			table_problem(f, r, i, &msg);
+			if (msg.len) /* the table fails (cdc_backfill_failed), the others are cancelled */
+				fail_table(t, msg.data);
+		}
 	}
+	free(f->oids);
+	f->oids = oids.len ? (buf_putc(&oids, '}'), xstrdup(oids.data)) : NULL;
+	buf_free(&oids);
 	for (size_t k = 0; k < f->nreq_pat && !msg.len; k++) {
 		bool hit = false;
 		for (size_t i = 0; i < f->ntables && !hit; i++)
@@ -569,9 +617,39 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 	if (!msg.len && !f->ntables)
 		buf_printf(&msg, "subscription %s has no table in publication %s", f->sub, b->publication);
 	f->resolved = true;
+	f->vetted = !f->where && !msg.len;
 	if (msg.len)
 		end_backfill(f, msg.data, now);
 	buf_free(&msg);
+}
+
+/* The request's `where` against each table's columns (bfsql_columns' rows): refused when a
+ * comparison can never be true for one of them. */
+static void columns_result(backfill *f, const bf_result *r, bf_now now)
+{
+	char perr[256], why[512];
+	pred *p = pred_parse(f->where, perr, sizeof(perr));
+	arena *a = arena_new(4096);
+	pred_column *cols = xcalloc((size_t)r->nrows + 1, sizeof(*cols));
+	buf msg = {0};
+	for (size_t k = 0; p && k < f->ntables && !msg.len; k++) {
+		size_t n = 0;
+		for (int i = 0; i < r->nrows && r->ncols == 4; i++)
+			if ((uint32_t)strtoul(r->value(r->ctx, i, 0), NULL, 10) == f->tables[k].oid)
+				cols[n++] = (pred_column){r->value(r->ctx, i, 1),
+							  (uint32_t)strtoul(r->value(r->ctx, i, 2), NULL, 10),
+							  r->value(r->ctx, i, 3)};
+		if (!pred_check_columns(p, cols, n, true, a, why, sizeof(why)))
+			buf_printf(&msg, "where: in table %s.%s, %s", f->tables[k].schema, f->tables[k].name,
+				   why);
+	}
+	f->vetted = !msg.len;
+	if (msg.len)
+		end_backfill(f, msg.data, now);
+	buf_free(&msg);
+	free(cols);
+	arena_free(a);
+	pred_free(p);
 }
 
 /* The parts of the subscription's and the request's `where` that translate, for the chunk query. */
@@ -603,7 +681,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
 	if (kind.len != 1 || kind.data[0] != 'r') {
-		bfsql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
+		pg_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
 		return false;
 	}
 	if (!cell_true(r, 0, 7)) {
@@ -611,7 +689,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		return false;
 	}
 	if (r->isnull(r->ctx, 0, 5)) {
-		bfsql_no_key(msg, t->schema, t->name);
+		pg_no_key(msg, t->schema, t->name);
 		return false;
 	}
 	forget_description(t);
@@ -787,8 +865,10 @@ void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now)
 		f->busy = false;
 		if (f->kind == BF_STMT_CHECK)
 			check_result(f, r, now);
-		else
+		else if (f->kind == BF_STMT_TABLES)
 			tables_result(b, f, r, now);
+		else
+			columns_result(f, r, now);
 		b->dirty = true;
 		return;
 	}

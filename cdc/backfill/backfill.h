@@ -80,11 +80,25 @@ bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen) CDC_M
 /* Whether sub had its `snapshot: true` backfill already (whatever became of it). */
 bool backfill_has_snapshot(const bf_set *b, const char *sub);
 
+/* A backfill's checks, which run before its first table (each as a statement of the reader): the
+ * role's privileges, the tables (each one the request names among the subscription's in the
+ * publication, each with a key, a plain table the role may read) and the request's `where`
+ * against their columns (pred_check_columns). */
+typedef enum bf_verdict {
+	BF_CHECKING, /* not all done yet */
+	BF_PASSED,   /* it runs (or ran) */
+	BF_REFUSED,  /* *why says why: it failed before reading anything */
+} bf_verdict;
+bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why);
+/* Forgets backfill id as if it had never been added (a refused request). */
+bool backfill_drop(bf_set *b, const char *id, char *err, size_t errlen) CDC_MUST_CHECK;
+
 /* ---- the reader: statements on a connection of its own ---- */
 
 typedef enum bf_stmt_kind {
 	BF_STMT_CHECK,	  /* bfsql_privileges */
-	BF_STMT_TABLES,	  /* the publication's tables */
+	BF_STMT_TABLES,	  /* bfsql_tables */
+	BF_STMT_COLUMNS,  /* bfsql_columns, for a request's `where` */
 	BF_STMT_DESCRIBE, /* bfsql_describe */
 	BF_STMT_LOW,	  /* bfsql_watermark */
 	BF_STMT_CHUNK,
@@ -142,7 +156,9 @@ typedef struct bf_batch {
 /* The next row to emit: values gets ncols datums. *pos starts at 0. */
 bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values);
 
-typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, char *err, size_t errlen);
+/* Emits the batch's rows that satisfy the `where`s into the subscription's sink; *delivered gets how
+ * many did. */
+typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen);
 
 /* A logical message with prefix BFSQL_PREFIX delivered at lsn. At a chunk's high watermark emit
  * gets its surviving rows (not called when none survive); its failure is returned. Watermarks
@@ -189,8 +205,11 @@ void backfill_restart(bf_set *b);
 
 /* ---- progress ---- */
 
+/* Rows read = delivered + dropped (a newer change of the row came between the chunk's watermarks)
+ * + filtered (the `where`, evaluated by cdc, did not hold: the parts of it that translate to SQL
+ * never reach cdc, see bfsql_where). */
 typedef struct bf_progress {
-	uint64_t read, emitted, dropped, retries;
+	uint64_t read, delivered, dropped, filtered, retries;
 	int64_t estimate; /* rows, -1 unknown */
 	double rate;	  /* rows read per second while running */
 	int64_t eta_s;	  /* -1 unknown */

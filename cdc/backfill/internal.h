@@ -17,21 +17,25 @@
  * nothing left to read, the last chunks close and become durable. */
 enum step { S_NONE, S_DESCRIBE, S_LOW, S_CHUNK, S_HIGH, S_STREAM, S_DRAIN };
 
+/* A table's rows so far: read by its chunk queries; of those, delivered to the subscription's sink,
+ * dropped (a change between the chunk's watermarks: the stream carries the row's newer version) and
+ * filtered (the `where`, evaluated by cdc, did not hold). */
+typedef struct counters {
+	uint64_t read, delivered, dropped, filtered;
+} counters;
+
 /* A chunk emitted at its high watermark, finished once the sinks made lsn durable. */
 typedef struct pending {
 	uint64_t lsn;
-	buf cursor; /* the key of its last row; empty if it read none */
-	uint64_t read, emitted, dropped;
+	buf cursor;    /* the key of its last row; empty if it read none */
+	counters done; /* the table's, with this chunk */
 	bool last;
 } pending;
-
-typedef struct counters {
-	uint64_t read, emitted, dropped;
-} counters;
 
 typedef struct table {
 	struct backfill *bf;
 	char *schema, *name, *error, *key_index;
+	uint32_t oid; /* known from the checks (not kept in the state file) */
 	bf_state state;
 	int64_t estimate;
 	/* durable, persisted */
@@ -80,11 +84,13 @@ typedef struct backfill {
 	int64_t created_ms, finished_ms;
 	table *tables;
 	size_t ntables;
-	/* the checks: CHECK, then TABLES until resolved */
-	bool checked, busy;
+	/* the checks: CHECK, then TABLES until resolved, then COLUMNS (the request's `where` against the
+	 * tables' columns) until vetted; vetted is resolved when there is no such `where` */
+	bool checked, vetted, busy;
 	bf_stmt_kind kind;
 	uint64_t ticket;
 	const char *param[1];
+	char *oids; /* the tables' oids, "{1,2}", for COLUMNS */
 } backfill;
 
 struct bf_set {

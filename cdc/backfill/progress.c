@@ -1,5 +1,5 @@
 /* progress.c: the backfills' figures for /status, /metrics, GET /backfills and `cdc status`: rows
- * read, emitted and dropped, the estimate, rate and ETA, per backfill and per table. */
+ * read, delivered, dropped and filtered, the estimate, rate and ETA, per backfill and per table. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,8 +11,9 @@
 static void table_progress(const table *t, uint64_t now_ms, bf_progress *p)
 {
 	*p = (bf_progress){.read = t->done.read,
-			   .emitted = t->done.emitted,
+			   .delivered = t->done.delivered,
 			   .dropped = t->done.dropped,
+			   .filtered = t->done.filtered,
 			   .retries = t->retries,
 			   .estimate = t->estimate,
 			   .eta_s = -1};
@@ -59,8 +60,9 @@ void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out)
 		bf_progress tp;
 		table_progress(&f->tables[k], now.ms, &tp);
 		out->p.read += tp.read;
-		out->p.emitted += tp.emitted;
+		out->p.delivered += tp.delivered;
 		out->p.dropped += tp.dropped;
+		out->p.filtered += tp.filtered;
 		out->p.retries += tp.retries;
 		out->p.rate += tp.rate;
 		bool open = !bf_finished(f->tables[k].state);
@@ -88,8 +90,9 @@ void backfill_table_info(const bf_set *b, size_t i, size_t k, bf_now now, bf_tab
 static void progress_json(buf *out, bool *first, const bf_progress *p)
 {
 	json_key_u64(out, first, "rows_read", p->read);
-	json_key_u64(out, first, "rows_emitted", p->emitted);
+	json_key_u64(out, first, "rows_delivered", p->delivered);
 	json_key_u64(out, first, "rows_dropped", p->dropped);
+	json_key_u64(out, first, "rows_filtered", p->filtered);
 	json_key_u64(out, first, "chunks_retried", p->retries);
 	json_key(out, first, "estimate");
 	if (p->estimate < 0)

@@ -24,6 +24,8 @@ struct bf_reader {
 	bool want_write; /* connecting: PQconnectPoll asked for write readiness */
 	uint64_t ticket, backoff_ms;
 	PGresult *res;
+	void (*answered)(void *ctx);
+	void *ctx;
 };
 
 static bf_now now(void)
@@ -34,10 +36,13 @@ static bf_now now(void)
 static void on_io(evutil_socket_t fd, short what, void *arg);
 static void on_timer(evutil_socket_t fd, short what, void *arg);
 
-bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set)
+bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set, void (*answered)(void *ctx),
+			 void *ctx)
 {
 	bf_reader *r = xcalloc(1, sizeof(*r));
 	r->base = base;
+	r->answered = answered;
+	r->ctx = ctx;
 	r->dsn = xstrdup(dsn);
 	r->set = set;
 	r->ev_timer = evtimer_new(base, on_timer, r);
@@ -253,6 +258,7 @@ static void take_results(bf_reader *r)
 				return;
 			}
 		}
+		r->answered(r->ctx);
 		/* The next statement (a chunk's high watermark) goes out before the chunk's rows are
 		 * copied, so that the server writes it meanwhile. */
 		bf_reader_kick(r);

@@ -12,8 +12,11 @@
 struct event_base;
 typedef struct bf_reader bf_reader;
 
-/* dsn: the source's connection string (a regular connection, not a replication one). */
-bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set);
+/* dsn: the source's connection string (a regular connection, not a replication one). answered(ctx)
+ * is called after each statement's result or failure was handed to set (a backfill's checks may
+ * have ended: backfill_verdict). */
+bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set, void (*answered)(void *ctx),
+			 void *ctx);
 void bf_reader_free(bf_reader *r);
 /* Something may have become due (a backfill added or cancelled, a chunk closed by the stream):
  * runs the next statement if the connection is free, connecting first if need be. */

@@ -17,8 +17,18 @@ const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_pr
 				"AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace "
 				"AND p.proargtypes[2] = 'pg_catalog.text'::pg_catalog.regtype";
 
-const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables "
-			    "WHERE pubname = $1 ORDER BY 1, 2";
+const char bfsql_tables[] =
+    "SELECT pt.schemaname, pt.tablename, c.oid, c.relkind, k.name, "
+    "pg_catalog.has_table_privilege(c.oid, 'SELECT') "
+    "FROM pg_catalog.pg_publication_tables pt "
+    "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
+    "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename " PG_KEY_JOIN
+    "WHERE pt.pubname = $1 ORDER BY 1, 2";
+
+const char bfsql_columns[] = "SELECT a.attrelid, a.attname, a.atttypid, t.typname "
+			     "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+			     "WHERE a.attrelid = ANY ($1::pg_catalog.oid[]) AND a.attnum > 0 AND NOT "
+			     "a.attisdropped ORDER BY a.attrelid, a.attnum";
 
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "
@@ -27,16 +37,7 @@ const char bfsql_describe[] =
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace "
-    "LEFT JOIN LATERAL ("
-    "SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text AS name, "
-    "(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] AS cols "
-    "FROM pg_catalog.pg_index i "
-    "WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "
-    "AND i.indexprs IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute ka "
-    "WHERE ka.attrelid = c.oid AND ka.attnum = ANY ((i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1]) "
-    "AND NOT ka.attnotnull) "
-    "ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
+    "JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace " PG_KEY_JOIN
     "WHERE n.nspname = $1 AND c.relname = $2 "
     "AND (a.attgenerated = '' OR a.attgenerated = 's' AND (SELECT pg_catalog.to_jsonb(p) ->> 'pubgencols' "
     "FROM pg_catalog.pg_publication p WHERE p.pubname = $3) = 's') "
@@ -128,24 +129,6 @@ void bfsql_no_select(buf *out, const char *role, const char *schema, const char 
 	qualified(out, schema, table);
 	buf_puts(out, " TO ");
 	bfsql_quote_ident(out, role);
-}
-
-void bfsql_no_key(buf *out, const char *schema, const char *table)
-{
-	buf_printf(out,
-		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
-		   "reads a table in key order: add one (ALTER TABLE ",
-		   schema, table);
-	qualified(out, schema, table);
-	buf_puts(out, " ADD PRIMARY KEY (...))");
-}
-
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind)
-{
-	if (relkind == 'p')
-		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
-	else
-		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
 }
 
 void bfsql_no_table(buf *out, const char *schema, const char *table)

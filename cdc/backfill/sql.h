@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cdc/match/predicate.h"
+#include "cdc/source/pgconn.h"
 #include "decoder/base/util.h"
 
 /* The prefix of the logical messages that carry watermarks. */
@@ -36,18 +37,20 @@ void bfsql_quote_literal(buf *out, const char *s, size_t len);
  * pg_logical_emit_message with a text message, and that function's signature as the server names
  * it ("pg_logical_emit_message(boolean,text,text,boolean)" on PostgreSQL 17 and later). */
 extern const char bfsql_privileges[];
-/* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
+/* The publication's tables, parameter $1 the publication; rows, by schema and table: schema, table,
+ * oid, relkind, the key's index (NULL: none, see PG_KEY_JOIN), whether the role may SELECT. */
 extern const char bfsql_tables[];
+/* The columns of tables, parameter $1 their oids as an array ("{16384,16390}"); rows, by table and
+ * column order: table oid, column name, type oid, type name. */
+extern const char bfsql_columns[];
 /* A table's description, parameters $1 schema, $2 table and $3 the publication; one row per column
  * the publication publishes (generated ones only when it says publish_generated_columns = stored,
  * PostgreSQL 18's pg_publication.pubgencols, read through to_jsonb so that the statement is the
  * same on every version), in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
- *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may
- *   SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier (atttypmod).
- * The key is the primary key, else the replica identity index, else the unique index with fewest
- * columns (then by name); only unique indexes that are valid, not partial, without expressions
- * and on NOT NULL columns qualify. No rows: no such table. */
+ *   not a key column), 5 the key's index (NULL: no usable key, see PG_KEY_JOIN), 6 relkind, 7
+ *   whether the role may SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier
+ *   (atttypmod). No rows: no such table. */
 extern const char bfsql_describe[];
 /* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
  * stream delivers it at its place in the WAL at once. Returns its LSN. */
@@ -61,8 +64,6 @@ extern const char bfsql_watermark_high[];
  * does not exist. */
 void bfsql_no_emit_message(buf *out, const char *role, const char *function);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
-void bfsql_no_key(buf *out, const char *schema, const char *table);
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
 void bfsql_no_table(buf *out, const char *schema, const char *table);
 
 /* The chunk query: pg_current_snapshot() as text in column 0, then cols in their order, rows

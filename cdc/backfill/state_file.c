@@ -49,8 +49,9 @@ static void save_table(buf *out, const table *t)
 	json_key_str(out, &first, "error", t->error);
 	json_hex(out, &first, "cursor", &t->cursor_d);
 	json_key_u64(out, &first, "read", t->done_d.read);
-	json_key_u64(out, &first, "emitted", t->done_d.emitted);
+	json_key_u64(out, &first, "delivered", t->done_d.delivered);
 	json_key_u64(out, &first, "dropped", t->done_d.dropped);
+	json_key_u64(out, &first, "filtered", t->done_d.filtered);
 	json_key(out, &first, "estimate");
 	json_i64(out, t->estimate);
 	buf_putc(out, '}');
@@ -161,8 +162,12 @@ static bool load_table(json_object *o, table *t)
 		return false;
 	if (cur && !hex_bytes(json_object_get_string(cur), &t->cursor_d))
 		return false;
-	t->done_d = (counters){(uint64_t)member_i64(o, "read"), (uint64_t)member_i64(o, "emitted"),
-			       (uint64_t)member_i64(o, "dropped")};
+	/* "emitted" (before "delivered" and "filtered" were told apart): the rows that were not
+	 * dropped, the where's own included */
+	t->done_d = (counters){
+	    (uint64_t)member_i64(o, "read"),
+	    (uint64_t)member_i64(o, member(o, "delivered", json_type_int) ? "delivered" : "emitted"),
+	    (uint64_t)member_i64(o, "dropped"), (uint64_t)member_i64(o, "filtered")};
 	t->estimate = member(o, "estimate", json_type_int) ? member_i64(o, "estimate") : -1;
 	bf_rewind_table(t);
 	return true;
@@ -183,6 +188,7 @@ static backfill *load_backfill(json_object *o)
 		    *res = member(o, "resolved", json_type_boolean);
 	f->snapshot = snap && json_object_get_boolean(snap);
 	f->resolved = res && json_object_get_boolean(res);
+	f->vetted = f->resolved; /* its `where` was checked before it was kept */
 	f->created_ms = member_i64(o, "created");
 	f->finished_ms = member_i64(o, "finished");
 	if (!id || strlen(json_object_get_string(id)) != BF_ID_SIZE - 1 || !f->sub || !st ||

@@ -43,11 +43,13 @@ static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emi
 			  .lsn = lsn,
 			  .nrows = rows - dropped,
 			  .w = w};
-	if (batch.nrows && !emit(ctx, &batch, err, errlen))
+	size_t delivered = 0;
+	if (batch.nrows && !emit(ctx, &batch, &delivered, err, errlen))
 		return false;
 	t->done.read += rows;
 	t->done.dropped += dropped;
-	t->done.emitted += rows - dropped;
+	t->done.delivered += delivered;
+	t->done.filtered += batch.nrows - delivered;
 	size_t keylen;
 	const void *key = bfw_last_key(w, &keylen);
 	if (key) {
@@ -56,11 +58,7 @@ static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emi
 	}
 	t->pend = xrealloc(t->pend, (t->npend + 1) * sizeof(*t->pend));
 	pending *p = &t->pend[t->npend++];
-	*p = (pending){.lsn = lsn,
-		       .read = t->done.read,
-		       .emitted = t->done.emitted,
-		       .dropped = t->done.dropped,
-		       .last = last};
+	*p = (pending){.lsn = lsn, .done = t->done, .last = last};
 	buf_append(&p->cursor, t->cursor.data, t->cursor.len);
 	return true;
 }
@@ -296,7 +294,7 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 				pending *p = &t->pend[n++];
 				buf_reset(&t->cursor_d);
 				buf_append(&t->cursor_d, p->cursor.data, p->cursor.len);
-				t->done_d = (counters){p->read, p->emitted, p->dropped};
+				t->done_d = p->done;
 				if (p->last)
 					t->state = BF_DONE;
 			}

@@ -105,23 +105,33 @@ static void put_eta(buf *out, int64_t s)
 		buf_printf(out, "%lld:%02lld", (long long)(s / 60), (long long)(s % 60));
 }
 
-/* "12,345 of 50,000 rows (24%), 1,234 rows/s, ETA 0:31" with what is known. */
-static void put_figures(buf *out, json_object *o)
+static uint64_t count_member(json_object *o, const char *key)
 {
-	json_object *read = member(o, "rows_read", json_type_int),
-		    *est = member(o, "estimate", json_type_int);
+	json_object *v = member(o, key, json_type_int);
+	return v ? (uint64_t)json_object_get_int64(v) : 0;
+}
+
+/* "12,345 of 50,000 rows read (24%), 11,000 delivered, 1,234 rows/s, ETA 0:31" while it runs (with
+ * what is known), "1,696 rows read, 83 delivered" once it finished: the share and the estimate
+ * only mean something while it runs. */
+static void put_figures(buf *out, json_object *o, bool open)
+{
+	json_object *est = member(o, "estimate", json_type_int);
 	json_object *rate = member(o, "rows_per_second", json_type_int),
 		    *eta = member(o, "eta_seconds", json_type_int);
-	uint64_t r = read ? (uint64_t)json_object_get_int64(read) : 0;
+	uint64_t r = count_member(o, "rows_read"), e = est ? (uint64_t)json_object_get_int64(est) : 0;
 	put_count(out, r);
-	if (est) {
-		uint64_t e = (uint64_t)json_object_get_int64(est);
+	if (open && e) {
 		buf_puts(out, " of ");
 		put_count(out, e);
-		buf_printf(out, " rows (%u%%)", e ? (unsigned)(r * 100 / (e > r ? e : r)) : 100u);
+		buf_printf(out, " rows read (%u%%), ", (unsigned)(r * 100 / (e > r ? e : r)));
 	} else {
-		buf_puts(out, " rows");
+		buf_puts(out, " rows read, ");
 	}
+	put_count(out, count_member(o, "rows_delivered"));
+	buf_puts(out, " delivered");
+	if (!open)
+		return;
 	if (rate && json_object_get_int64(rate) > 0) {
 		buf_puts(out, ", ");
 		put_count(out, (uint64_t)json_object_get_int64(rate));
@@ -135,10 +145,8 @@ static void put_figures(buf *out, json_object *o)
 
 static void put_bar(buf *out, json_object *o)
 {
-	json_object *read = member(o, "rows_read", json_type_int),
-		    *est = member(o, "estimate", json_type_int);
-	uint64_t r = read ? (uint64_t)json_object_get_int64(read) : 0,
-		 e = est ? (uint64_t)json_object_get_int64(est) : 0;
+	json_object *est = member(o, "estimate", json_type_int);
+	uint64_t r = count_member(o, "rows_read"), e = est ? (uint64_t)json_object_get_int64(est) : 0;
 	unsigned fill = est ? (unsigned)(e ? (r >= e ? BAR : r * BAR / e) : BAR) : 0;
 	buf_putc(out, '[');
 	for (unsigned i = 0; i < BAR; i++)
@@ -159,11 +167,18 @@ static const char *txt(json_object *o, const char *key)
 	return s ? s : "-";
 }
 
+/* Whether a backfill or table in o is queued or running. */
+static bool is_open(json_object *o)
+{
+	const char *st = txt(o, "state");
+	return strcmp(st, "queued") == 0 || strcmp(st, "running") == 0;
+}
+
 /* One backfill: a line of figures, then one per table. */
 static void render(json_object *bf, bool bars, buf *out)
 {
 	buf_printf(out, "backfill %s of %s: %s, ", txt(bf, "id"), txt(bf, "subscription"), txt(bf, "state"));
-	put_figures(out, bf);
+	put_figures(out, bf, is_open(bf));
 	buf_putc(out, '\n');
 	if (str_member(bf, "error"))
 		buf_printf(out, "  %s\n", str_member(bf, "error"));
@@ -174,7 +189,7 @@ static void render(json_object *bf, bool bars, buf *out)
 		if (bars)
 			put_bar(out, t);
 		buf_printf(out, "%s, ", txt(t, "state"));
-		put_figures(out, t);
+		put_figures(out, t, is_open(t));
 		buf_putc(out, '\n');
 		if (str_member(t, "error"))
 			buf_printf(out, "    %s\n", str_member(t, "error"));

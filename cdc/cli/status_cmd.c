@@ -430,6 +430,15 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	summary_head(out, root);
 	summary_source(out, root);
 	summary_subscriptions(out, root);
+	json_object *failed = member(root, "failed_subscriptions", json_type_array);
+	for (size_t i = 0; failed && i < json_object_array_length(failed); i++) {
+		json_object *s = json_object_array_get_idx(failed, i);
+		char name[64], why[1024];
+		buf_printf(
+		    out,
+		    "subscription %s failed, cdc runs without it (PUT a corrected one or DELETE it): %s\n",
+		    field(s, "name", name, sizeof(name)), field(s, "reason", why, sizeof(why)));
+	}
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
 		backfill_summary(backfills, out);

@@ -45,6 +45,10 @@ typedef struct cfg_strlist {
 	char **v;
 	size_t n;
 } cfg_strlist;
+/* Appends a copy of s. */
+void cfg_strlist_push(cfg_strlist *l, const char *s);
+/* Frees the strings and the array: l is empty after. */
+void cfg_strlist_free(cfg_strlist *l);
 
 typedef struct cfg_kv {
 	char *key, *value;
@@ -149,6 +153,8 @@ void cfg_free(cfg *c);
 cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
 					 buf *errors);
 void cfg_subscription_free(cfg_subscription *s); /* frees s too */
+/* A copy that owns its strings. */
+cfg_subscription *cfg_subscription_copy(const cfg_subscription *s);
 
 /* Subscriptions changed over the status socket, kept in state_dir (CFG_OVERLAY_FILE) and laid over
  * the file's subscriptions at every start and reload: a put adds or replaces the subscription of
@@ -167,9 +173,10 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 /* Records a PUT (takes s) or a DELETE of name. */
 void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
 void cfg_overlay_delete(cfg_overlay *o, const char *name);
-/* Applies o to c's subscriptions. False, with a message in errors, when a put needs what c lacks
- * (sink: kafka without a kafka section). */
-bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors);
+/* Applies o to c's subscriptions. A put that needs what c lacks (sink: kafka without a kafka
+ * section) is left out: its name appended to left_out (if not NULL) and one line to errors, in the
+ * same order. False if one was. */
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors);
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
 void cfg_overlay_free(cfg_overlay *o);
 /* The subscription named name in c, or NULL. */
@@ -201,7 +208,7 @@ const char *cfg_format_name(cfg_format v);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
-/* "512", "64KiB", "64MiB", "1GiB" (also kB, MB, GB as powers of 1000). */
+/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see size_problem). */
 bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
 /* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
  * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */

@@ -90,6 +90,8 @@ bool ident_ok(const char *s, const ident_rule *r);
 const char *pattern_problem(const char *s, char *why, size_t whylen);
 const char *listen_problem(const char *s);
 const char *topic_problem(const char *s, char *why, size_t whylen);
+/* Why s is not a size cfg_parse_size takes (static text, or why filled in). */
+const char *size_problem(const char *s, char *why, size_t whylen);
 /* As cfg_parse_duration and cfg_parse_size read them back: "1h30m", "0"; "1GiB", "1000001". */
 void fmt_duration(buf *b, uint64_t ms);
 void fmt_size(buf *b, uint64_t n);
@@ -219,7 +221,6 @@ void keys_print(emit *e, const void *base, const keys *t);
  * overlay file's. */
 extern const ktype t_subs;
 
-void strlist_free(cfg_strlist *l);
 void strlist_copy(cfg_strlist *dst, const cfg_strlist *src);
 
 /* For each entry (by its i), the i of the first entry with the same name: itself if none. Entries

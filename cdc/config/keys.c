@@ -105,7 +105,7 @@ void keys_clear(void *base, const keys *t)
 			free(*FIELD(base, k, char *));
 			break;
 		case ST_LIST:
-			strlist_free(FIELD(base, k, cfg_strlist));
+			cfg_strlist_free(FIELD(base, k, cfg_strlist));
 			break;
 		case ST_SECTION:
 			keys_clear(base, k->arg);

@@ -148,8 +148,7 @@ static void strlist_add(cfg_strlist *l, const char *s)
 	for (size_t i = 0; i < l->n; i++)
 		if (strcmp(l->v[i], s) == 0)
 			return;
-	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
-	l->v[l->n++] = xstrdup(s);
+	cfg_strlist_push(l, s);
 }
 
 /* Removes the subscription of that name from an array; true if there was one. */
@@ -191,32 +190,47 @@ void cfg_overlay_delete(cfg_overlay *o, const char *name)
 	strlist_add(&o->deleted, name);
 }
 
-bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors)
+bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors)
 {
-	for (size_t i = 0; i < o->nput; i++)
-		if (o->put[i].sink == CFG_SINK_KAFKA && !c->kafka.enabled) {
-			buf_printf(errors,
-				   "%s/%s: subscription %s has sink kafka, but the configuration has no "
-				   "kafka section "
-				   "(add one, or DELETE the subscription)\n",
-				   c->state_dir, CFG_OVERLAY_FILE, o->put[i].name);
-			return false;
-		}
+	bool all = true;
 	for (size_t i = 0; i < o->deleted.n; i++)
 		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
 	for (size_t i = 0; i < o->nput; i++) {
+		const cfg_subscription *p = &o->put[i], *conflict = NULL;
+		bool no_kafka = p->sink == CFG_SINK_KAFKA && !c->kafka.enabled;
+		if (!no_kafka && p->sink == CFG_SINK_KAFKA)
+			conflict = format_conflict(c, p, NULL);
+		if (no_kafka || conflict) {
+			buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
+			if (no_kafka)
+				buf_printf(
+				    errors,
+				    "subscription %s has sink kafka, but the configuration has no kafka "
+				    "section (add one, or DELETE the subscription)\n",
+				    p->name);
+			else {
+				format_conflict_text(errors, p, conflict);
+				buf_puts(errors, " (or DELETE one of them)\n");
+			}
+			if (left_out)
+				strlist_add(left_out, p->name);
+			/* the file's subscription of that name, if any, is not what the overlay says */
+			subs_remove(c->subs, &c->nsubs, p->name);
+			all = false;
+			continue;
+		}
 		cfg_subscription s;
-		sub_copy(&s, &o->put[i]);
+		sub_copy(&s, p);
 		subs_set(&c->subs, &c->nsubs, &s);
 	}
-	const cfg_subscription *a, *conflict = format_conflict(c, NULL, &a);
-	if (conflict) {
-		buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
-		format_conflict_text(errors, a, conflict);
-		buf_puts(errors, " (or DELETE one of them)\n");
-		return false;
-	}
-	return true;
+	return all;
+}
+
+cfg_subscription *cfg_subscription_copy(const cfg_subscription *s)
+{
+	cfg_subscription *d = xmalloc(sizeof *d);
+	sub_copy(d, s);
+	return d;
 }
 
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)
@@ -237,6 +251,6 @@ void cfg_overlay_free(cfg_overlay *o)
 	for (size_t i = 0; i < o->nput; i++)
 		keys_clear(&o->put[i], &sub_keys);
 	free(o->put);
-	strlist_free(&o->deleted);
+	cfg_strlist_free(&o->deleted);
 	free(o);
 }

@@ -150,9 +150,8 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 	if (!s)
 		return;
 	if (!cfg_parse_size(s, &n)) {
-		err_at(x, v,
-		       "invalid size %s (expected bytes, or e.g. 64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)",
-		       qnode(x, v));
+		char why[160];
+		err_at(x, v, "invalid size %s (%s)", qnode(x, v), size_problem(s, why, sizeof(why)));
 		return;
 	}
 	if (in_range(x, v, k, n))
@@ -260,13 +259,19 @@ static void set_mode(ctx *x, const node *v, void *base, const key *k)
 	*FIELD(base, k, mode_t) = (mode_t)m;
 }
 
-void strlist_free(cfg_strlist *l)
+void cfg_strlist_free(cfg_strlist *l)
 {
 	for (size_t i = 0; i < l->n; i++)
 		free(l->v[i]);
 	free(l->v);
 	l->v = NULL;
 	l->n = 0;
+}
+
+void cfg_strlist_push(cfg_strlist *l, const char *s)
+{
+	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+	l->v[l->n++] = xstrdup(s);
 }
 
 void strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
@@ -319,11 +324,11 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 		l.v[l.n++] = xstrdup(s);
 	}
 	if (x->nerr != before) {
-		strlist_free(&l);
+		cfg_strlist_free(&l);
 		return;
 	}
 	cfg_strlist *f = FIELD(base, k, cfg_strlist);
-	strlist_free(f);
+	cfg_strlist_free(f);
 	*f = l;
 }
 
@@ -466,7 +471,7 @@ static void set_names(ctx *x, const node *v, void *base, const key *k)
 		wrong_kind(x, v, "a list of subscription names");
 		return;
 	}
-	strlist_free(l);
+	cfg_strlist_free(l);
 	l->v = xcalloc(v->n ? v->n : 1, sizeof *l->v);
 	for (size_t i = 0; i < v->n; i++) {
 		const char *s = scalar(x, v->kids[i], "a subscription name");

@@ -51,34 +51,37 @@ bool cfg_parse_duration(const char *s, uint64_t *ms)
 	return true;
 }
 
-/* Largest first: the printer takes the first unit that divides a size exactly. */
+/* Largest first: the printer takes the first unit that divides a size exactly. Binary units only:
+ * PostgreSQL reads "1GB" as 1024^3 bytes, other tools as 10^9, so cdc takes neither reading of the
+ * decimal-looking units (size_problem explains). */
 static const struct {
 	const char *unit;
 	uint64_t mult;
 } size_units[] = {
-    {"TiB", 1ull << 40},
-    {"GiB", 1ull << 30},
-    {"MiB", 1ull << 20},
-    {"KiB", 1ull << 10},
-    {"TB", 1000000000000ull},
-    {"GB", 1000000000ull},
-    {"MB", 1000000ull},
-    {"kB", 1000},
-    {"KB", 1000},
-    {"B", 1},
-    {"", 1},
+    {"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}, {"", 1},
 };
+
+/* The digits of s into *v; s then points past them. False if there are none or they overflow. */
+static bool size_number(const char **s, uint64_t *v)
+{
+	const char *p = *s;
+	*v = 0;
+	if (!p || *p < '0' || *p > '9')
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (*v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return false;
+		*v = *v * 10 + (uint64_t)(*p - '0');
+	}
+	*s = p;
+	return true;
+}
 
 bool cfg_parse_size(const char *s, uint64_t *bytes)
 {
-	uint64_t v = 0;
-	if (!s || *s < '0' || *s > '9')
+	uint64_t v;
+	if (!size_number(&s, &v))
 		return false;
-	for (; *s >= '0' && *s <= '9'; s++) {
-		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(*s - '0');
-	}
 	for (size_t i = 0; i < sizeof size_units / sizeof *size_units; i++) {
 		if (strcmp(s, size_units[i].unit) != 0)
 			continue;
@@ -88,6 +91,29 @@ bool cfg_parse_size(const char *s, uint64_t *bytes)
 		return true;
 	}
 	return false;
+}
+
+const char *size_problem(const char *s, char *why, size_t whylen)
+{
+	/* PostgreSQL's spellings first: it reads them as 1024-based */
+	static const char *const decimal[] = {"kB", "MB", "GB", "TB", "KB", "kb", "mb", "gb", "tb"};
+	static const char binary[] = "KMGTKKMGT"; /* the binary unit's letter for each of decimal[] */
+	uint64_t v;
+	const char *unit = s;
+	if (size_number(&unit, &v))
+		for (size_t i = 0; i < sizeof decimal / sizeof *decimal; i++)
+			if (strcmp(unit, decimal[i]) == 0) {
+				int n = (int)(unit - s),
+				    len = snprintf(why, whylen,
+						   "write %.*s%ciB, or the number of bytes: "
+						   "decimal units are ambiguous",
+						   n, s, binary[i]);
+				if (i < 4 && len > 0 && (size_t)len < whylen)
+					snprintf(why + len, whylen - (size_t)len,
+						 ", PostgreSQL reads %s as %.*s%ciB", s, n, s, binary[i]);
+				return why;
+			}
+	return "expected bytes, or e.g. 64KiB, 64MiB, 1GiB; at most 2^64-1";
 }
 
 void fmt_duration(buf *b, uint64_t ms)

@@ -14,6 +14,8 @@
 #include "decoder/base/log.h"
 
 #define BACKFILL_FILE "backfills.json"
+/* A request whose checks the database has not answered after this long is refused. */
+#define CHECK_TIMEOUT_MS 10000
 
 static bf_settings settings_of(const cfg *c)
 {
@@ -84,6 +86,77 @@ static void snapshots(sidecar *d)
 	}
 }
 
+/* {"id":...,"subscription":...,"state":...}. GET /backfills is published first: a client that
+ * asks for it right after the answer finds the backfill there. */
+static void answer_backfill(sidecar *d, status_request *req, const char *id, const char *what)
+{
+	buf b = {0};
+	bool first = true;
+	buf_putc(&b, '{');
+	json_key_str(&b, &first, "id", id);
+	json_key_str(&b, &first, "subscription", req->name);
+	json_key_str(&b, &first, "state", what);
+	buf_puts(&b, "}\n");
+	status_answer(d->status, req, 200, b.data);
+	buf_free(&b);
+}
+
+/* A request waiting for its backfill's checks, answered if they are done (or expired: the database
+ * did not answer in time): 200, or 4xx/503 with the reason, the backfill then forgotten as if never
+ * asked. False while it still waits. */
+static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
+{
+	const char *why;
+	char err[512];
+	bf_verdict v = backfill_verdict(d->bf, w->id, &why);
+	if (v == BF_CHECKING && !expired)
+		return false;
+	if (v == BF_PASSED) {
+		backfills_publish(d);
+		answer_backfill(d, w->req, w->id, "queued");
+		return true;
+	}
+	buf msg = {0};
+	if (v == BF_REFUSED)
+		buf_printf(&msg, "%s", why ? why : "its checks failed");
+	else
+		buf_printf(&msg,
+			   "the database did not answer the backfill's checks within %d s (see cdc's log for "
+			   "the connection's errors); nothing was queued, try again",
+			   CHECK_TIMEOUT_MS / 1000);
+	log_warn("backfill refused", "subscription=%s backfill=%s error=\"%s\"", w->req->name, w->id,
+		 msg.data);
+	if (!backfill_drop(d->bf, w->id, err, sizeof(err)))
+		log_warn("cannot record the backfills", "error=\"%s\"", err);
+	backfills_publish(d);
+	sidecar_answer_error(d, w->req, v == BF_REFUSED ? 400 : 503, msg.data, NULL);
+	buf_free(&msg);
+	return true;
+}
+
+static void settle_all(sidecar *d, bool expire, uint64_t now)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < d->nbf_waiting; i++) {
+		struct bf_waiting *w = &d->bf_waiting[i];
+		if (!settle(d, w, expire && now - w->since_ms >= CHECK_TIMEOUT_MS))
+			d->bf_waiting[kept++] = *w;
+	}
+	d->nbf_waiting = kept;
+}
+
+/* The reader handed a result on: checks may have ended. */
+static void checks_answered(void *ctx)
+{
+	settle_all(ctx, false, 0);
+}
+
+void backfills_tick(sidecar *d, uint64_t now)
+{
+	if (d->nbf_waiting)
+		settle_all(d, true, now);
+}
+
 bool backfills_init(sidecar *d)
 {
 	uint64_t seed;
@@ -97,7 +170,7 @@ bool backfills_init(sidecar *d)
 		log_error("cannot use the backfills' state", "error=\"%s\"", d->err);
 		return false;
 	}
-	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf);
+	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf, checks_answered, d);
 	pipeline_set_backfills(d->pipe, d->bf);
 	snapshots(d);
 	return true;
@@ -105,6 +178,9 @@ bool backfills_init(sidecar *d)
 
 void backfills_free(sidecar *d)
 {
+	free(d->bf_waiting); /* status_free answers their requests */
+	d->bf_waiting = NULL;
+	d->nbf_waiting = 0;
 	bf_reader_free(d->bf_reader);
 	backfill_set_free(d->bf);
 	d->bf_reader = NULL;
@@ -116,11 +192,38 @@ void backfills_reloaded(sidecar *d, const cfg *old)
 	bf_settings s = settings_of(d->cfg);
 	backfill_set_settings(d->bf, &s);
 	for (size_t i = 0; i < old->nsubs; i++)
-		if (!cfg_find_subscription(d->cfg, old->subs[i].name) &&
-		    !backfill_forget(d->bf, old->subs[i].name, d->err, sizeof(d->err)))
-			log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"",
-				 d->err);
+		if (!cfg_find_subscription(d->cfg, old->subs[i].name))
+			backfills_removed(d, old->subs[i].name);
 	snapshots(d);
+}
+
+void backfills_tables_added(sidecar *d, const cfg_strlist *added)
+{
+	for (size_t i = 0; i + 1 < added->n; i += 2) {
+		buf pattern = {0};
+		bfsql_quote_ident(&pattern, added->v[i]);
+		buf_putc(&pattern, '.');
+		bfsql_quote_ident(&pattern, added->v[i + 1]);
+		bf_request_body req = {.tables = &pattern.data, .ntables = 1};
+		for (size_t k = 0; k < d->cfg->nsubs; k++) {
+			const cfg_subscription *s = &d->cfg->subs[k];
+			bool has = false;
+			for (size_t p = 0; p < s->tables.n && !has; p++)
+				has = cfg_table_match(s->tables.v[p], added->v[i], added->v[i + 1]);
+			char id[BF_ID_SIZE];
+			if (s->snapshot && has && !queue(d, s, &req, false, id, d->err, sizeof(d->err)))
+				log_warn("cannot queue the backfill of a table added to the publication",
+					 "subscription=%s table=%s error=\"%s\"", s->name, pattern.data,
+					 d->err);
+		}
+		buf_free(&pattern);
+	}
+}
+
+void backfills_removed(sidecar *d, const char *name)
+{
+	if (!backfill_forget(d->bf, name, d->err, sizeof(d->err)))
+		log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"", d->err);
 }
 
 void backfills_delivered(sidecar *d, uint64_t flushed)
@@ -191,8 +294,9 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 							 .table = ti.table,
 							 .state = bf_state_name(ti.state),
 							 .read = ti.p.read,
-							 .emitted = ti.p.emitted,
+							 .delivered = ti.p.delivered,
 							 .dropped = ti.p.dropped,
+							 .filtered = ti.p.filtered,
 							 .estimate = ti.p.estimate};
 		}
 	}
@@ -203,27 +307,15 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 	return n;
 }
 
-/* {"id":...,"subscription":...,"state":...}. GET /backfills is published first: a client that
- * asks for it right after the answer finds the backfill there. */
-static void answer_backfill(sidecar *d, status_request *req, const char *id, const char *what)
-{
-	buf b = {0};
-	bool first = true;
-	buf_putc(&b, '{');
-	json_key_str(&b, &first, "id", id);
-	json_key_str(&b, &first, "subscription", req->name);
-	json_key_str(&b, &first, "state", what);
-	buf_puts(&b, "}\n");
-	status_answer(d->status, req, 200, b.data);
-	buf_free(&b);
-}
-
 void backfills_on_control(sidecar *d, status_request *req)
 {
 	char err[512], id[BF_ID_SIZE];
 	const cfg_subscription *s = cfg_find_subscription(d->cfg, req->name);
 	if (!s) {
-		sidecar_answer_error(d, req, 404, "no such subscription", NULL);
+		buf msg = {0};
+		buf_printf(&msg, "no such subscription: %s", req->name);
+		sidecar_answer_error(d, req, 404, msg.data, NULL);
+		buf_free(&msg);
 		return;
 	}
 	if (req->route == STATUS_ROUTE_BACKFILL_CANCEL) {
@@ -246,7 +338,12 @@ void backfills_on_control(sidecar *d, status_request *req)
 			sidecar_answer_error(d, req, 400, err, NULL);
 			return;
 		}
-		backfills_publish(d);
-		answer_backfill(d, req, id, "queued");
+		/* Answered once the checks ran on the backfills' connection (settle), so that a request
+		 * that cannot succeed is refused instead of queued to fail. */
+		d->bf_waiting = xrealloc(d->bf_waiting, (d->nbf_waiting + 1) * sizeof(*d->bf_waiting));
+		struct bf_waiting *w = &d->bf_waiting[d->nbf_waiting++];
+		*w = (struct bf_waiting){.req = req, .since_ms = now_ms()};
+		memcpy(w->id, id, BF_ID_SIZE);
+		settle_all(d, false, 0);
 	}
 }

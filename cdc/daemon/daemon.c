@@ -24,6 +24,7 @@
 #define STANDBY_POLL_MS 1000
 #define BACKOFF_MAX_MS 30000
 #define FINISH_TIMEOUT_MS 30000 /* how long a stop waits for messages in flight */
+#define PUBLICATION_MS 10000	/* the tables source.publish matches are looked for this often */
 
 void sidecar_fail(sidecar *d, int code, const char *what)
 {
@@ -397,9 +398,12 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	if (have_st && st.shared) /* this state_dir's process was a standby: the slot may be ahead */
 		source_after_standby(c->src, true);
+	catalog cat = {0};
 	uint32_t recorded_timeline = st.timeline;
 	source_result r =
-	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), d->err, sizeof(d->err));
+	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), &cat, d->err, sizeof(d->err));
+	if (r != SOURCE_OK)
+		catalog_free(&cat);
 	if (r == SOURCE_FATAL) {
 		sidecar_fail(d, 1, "cannot stream from the replication slot");
 		return;
@@ -426,6 +430,11 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		standby(d);
 		return;
 	}
+	/* Before anything streams: the subscriptions against the tables as they are now. */
+	if (!reload_connected(d, &cat, c->streams == 0)) {
+		sidecar_fail(d, 1, "a subscription of the configuration file cannot work on its tables");
+		return;
+	}
 	if (c->standby) {
 		log_info("taking over: the slot was let go, this cdc streams it now", "slot=%s",
 			 d->cfg->source.slot);
@@ -444,6 +453,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->st = st;
 	c->st.shared = false; /* this process streams the slot now: the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
+	c->publication_ms = 0; /* tables created while cdc was away join the publication now */
 	backfills_restart(d);
 	tell_database(d);
 	figures *f = &d->fig;
@@ -466,6 +476,26 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	watch_read(c);
 	/* libpq may already hold data read during the handshake. */
 	event_active(c->ev_read, EV_READ, 0);
+}
+
+/* Tables created since that source.publish matches join the publication (source.create). */
+static void keep_publication(sidecar *d, uint64_t now)
+{
+	connection *c = &d->conn;
+	bool due = now - c->publication_ms >= PUBLICATION_MS;
+	if (due)
+		c->publication_ms = now;
+	cfg_strlist added = {0};
+	char err[512];
+	if (!source_keep_publication(c->src, due, &added, err, sizeof(err)))
+		log_warn("cannot keep the publication current; trying again", "publication=%s error=\"%s\"",
+			 d->cfg->source.publication, err);
+	for (size_t i = 0; i + 1 < added.n; i += 2)
+		log_info("added a table to the publication", "publication=%s schema=%s table=%s",
+			 d->cfg->source.publication, added.v[i], added.v[i + 1]);
+	if (added.n)
+		backfills_tables_added(d, &added);
+	cfg_strlist_free(&added);
 }
 
 /* Sends a heartbeat when the slot has been quiet for source.heartbeat. */
@@ -492,6 +522,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	sidecar *d = arg;
 	notify_watchdog(now_ms());
 	reload_maybe(d);
+	backfills_tick(d, now_ms());
 	figures_publish(d, false);
 	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, and a commit
 	 * call that timed out resumes, even if nothing else arrives. */
@@ -505,6 +536,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = now_ms();
 	figures_log_progress(d, now);
 	figures_slot_health(d, now);
+	keep_publication(d, now);
 	figures_server(d, now);
 	heartbeat(d, now);
 }

@@ -236,6 +236,11 @@ void figures_publish(sidecar *d, bool force)
 		r.kafka.skipped = k->skipped;
 		r.kafka.position = k->position;
 	}
+	report_failed_sub failed[d->rl.aside.n + 1];
+	for (size_t i = 0; i < d->rl.aside.n; i++)
+		failed[i] = (report_failed_sub){d->rl.aside.v[i].name, d->rl.aside.v[i].reason};
+	r.failed = failed;
+	r.nfailed = d->rl.aside.n;
 	buf status = {0}, metrics = {0}, list = {0}, backfills = {0};
 	report_backfill *bf_rows = NULL;
 	r.nbackfills = backfills_report(d, &bf_rows, &backfills);

@@ -1,7 +1,10 @@
 /* reload.c: changes of the subscriptions while `cdc run` runs: SIGHUP reads the file again, PUT and
- * DELETE /subscriptions/NAME change the overlay kept in state_dir. Each is checked at once and
- * applied at the next transaction boundary (pipeline_between_txns), answering with the LSN it
- * applies from. Which other settings need a restart comes from the config's key tables. */
+ * DELETE /subscriptions/NAME change the overlay kept in state_dir. Each is checked at once, then the
+ * subscriptions it adds or changes against the catalog (read on the source's ordinary connection
+ * without blocking, or at the next connect), and applied at the next transaction boundary
+ * (pipeline_between_txns), answering with the LSN it applies from. A subscription of the overlay
+ * that stops working (the database or the file changed under it) is set aside, never a reason not
+ * to start. Which other settings need a restart comes from the config's key tables. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,17 +15,120 @@
 #include "decoder/base/log.h"
 #include "sinks/socket/socket_sink.h"
 
+/* One log line per problem of lines (each ends with a newline): a line of the log is one event. */
+static void log_problems(const char *lines)
+{
+	for (const char *p = lines; p && *p;) {
+		size_t len = strcspn(p, "\n");
+		log_error("configuration problem", "error=\"%.*s\"", (int)len, p);
+		p += len + (p[len] == '\n');
+	}
+}
+
+/* ---- subscriptions set aside ---- */
+
+/* The lines of problems as one reason, "; " between them. */
+static void aside_add(aside_list *l, const char *name, const char *problems)
+{
+	buf r = {0};
+	for (const char *p = problems; *p;) {
+		size_t len = strcspn(p, "\n");
+		buf_printf(&r, "%s%.*s", r.len ? "; " : "", (int)len, p);
+		p += len + (p[len] == '\n');
+	}
+	l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
+	l->v[l->n++] = (struct aside){xstrdup(name), xstrdup(r.data ? r.data : "")};
+	buf_free(&r);
+}
+
+static void aside_free(aside_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].name);
+		free(l->v[i].reason);
+	}
+	free(l->v);
+	*l = (aside_list){0};
+}
+
+/* names[i] set aside for the i-th line of lines (cfg_overlay_apply's left_out and errors); names is
+ * emptied. */
+static void aside_lines(aside_list *l, cfg_strlist *names, const char *lines)
+{
+	const char *p = lines;
+	for (size_t i = 0; i < names->n && p && *p; i++) {
+		size_t len = strcspn(p, "\n");
+		buf one = {0};
+		buf_append(&one, p, len);
+		aside_add(l, names->v[i], one.data);
+		buf_free(&one);
+		p += len + (p[len] == '\n');
+	}
+	cfg_strlist_free(names);
+}
+
+static const struct aside *aside_find(const aside_list *l, const char *name)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i].name, name) == 0)
+			return &l->v[i];
+	return NULL;
+}
+
+/* Logs what is newly set aside and what is back, then next replaces d's list. */
+static void aside_swap(sidecar *d, aside_list *next)
+{
+	for (size_t i = 0; i < next->n; i++)
+		if (!aside_find(&d->rl.aside, next->v[i].name))
+			log_error(
+			    "a subscription changed over the status socket is set aside; cdc runs without "
+			    "it until a PUT corrects it or a DELETE removes it",
+			    "subscription=%s error=\"%s\"", next->v[i].name, next->v[i].reason);
+	for (size_t i = 0; i < d->rl.aside.n; i++)
+		if (!aside_find(next, d->rl.aside.v[i].name))
+			log_info("a subscription set aside is no longer", "subscription=%s",
+				 d->rl.aside.v[i].name);
+	aside_free(&d->rl.aside);
+	d->rl.aside = *next;
+	*next = (aside_list){0};
+}
+
+static bool in_overlay(const cfg_overlay *o, const char *name)
+{
+	for (size_t i = 0; i < o->nput; i++)
+		if (strcmp(o->put[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/* The subscriptions named in names leave c (an overlay of deletes). */
+static void remove_subs(cfg *c, const aside_list *names)
+{
+	cfg_overlay del = {0};
+	for (size_t i = 0; i < names->n; i++) {
+		del.deleted.v = xrealloc(del.deleted.v, (del.deleted.n + 1) * sizeof(char *));
+		del.deleted.v[del.deleted.n++] = names->v[i].name;
+	}
+	cfg_overlay_apply(&del, c, NULL, NULL);
+	free(del.deleted.v);
+}
+
 bool reload_init(sidecar *d)
 {
 	const cfg *c = d->cfg;
 	buf errors = {0};
-	if (!(d->rl.overlay = cfg_overlay_load(c->state_dir, &errors)) ||
-	    !cfg_overlay_apply(d->rl.overlay, d->cfg, &errors)) {
-		log_error("the subscriptions changed over the status socket cannot be used", "errors=\"%s\"",
-			  errors.data);
+	if (!(d->rl.overlay = cfg_overlay_load(c->state_dir, &errors))) {
+		log_error("the subscriptions changed over the status socket cannot be used",
+			  "file=%s/" CFG_OVERLAY_FILE, c->state_dir);
+		log_problems(errors.data);
 		buf_free(&errors);
 		return false;
 	}
+	cfg_strlist out = {0};
+	aside_list aside = {0};
+	cfg_overlay_apply(d->rl.overlay, d->cfg, &out, &errors);
+	aside_lines(&aside, &out, errors.data);
+	aside_swap(d, &aside);
 	buf_free(&errors);
 	if (d->rl.overlay->nput || d->rl.overlay->deleted.n)
 		log_info("subscriptions changed over the status socket apply",
@@ -33,11 +139,23 @@ bool reload_init(sidecar *d)
 
 void reload_free(sidecar *d)
 {
-	for (size_t i = 0; i < d->rl.nchanges; i++)
+	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		cfg_subscription_free(d->rl.changes[i].put);
+		buf_free(&d->rl.changes[i].warnings);
+	}
 	free(d->rl.changes);
 	cfg_overlay_free(d->rl.overlay);
+	aside_free(&d->rl.aside);
+	catalog_free(d->rl.catalog);
+	free(d->rl.catalog);
 	d->rl = (reloads){0};
+}
+
+static void drop_catalog(sidecar *d)
+{
+	catalog_free(d->rl.catalog);
+	free(d->rl.catalog);
+	d->rl.catalog = NULL;
 }
 
 void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
@@ -76,23 +194,21 @@ static void note_restart(const char *key, void *arg)
 		*restart |= RESTART_OTHER;
 }
 
-/* The configuration file with the subscriptions of ov laid over it, and its rules. NULL with the
- * problems in errors and the HTTP status a change waiting for it gets: 500 when the file itself is
- * broken, 400 when the subscriptions are. */
-static cfg *load_config(sidecar *d, const cfg_overlay *ov, rules **r, buf *errors, unsigned *code)
+/* The configuration file with the subscriptions of ov laid over it (those it cannot take set
+ * aside, into aside). NULL with the problems in errors and the HTTP status a change waiting for it
+ * gets: 500 when the file itself is broken. */
+static cfg *load_config(sidecar *d, const cfg_overlay *ov, aside_list *aside, buf *errors, unsigned *code)
 {
 	cfg *next = cfg_load(d->cfg_path, errors);
 	*code = 500;
 	if (!next)
 		return NULL;
-	*code = 400;
-	if (cfg_overlay_apply(ov, next, errors) &&
-	    (*r = rules_new(next->subs, next->nsubs, d->err, sizeof(d->err))))
-		return next;
-	if (!errors->len)
-		buf_printf(errors, "%s\n", d->err);
-	cfg_free(next);
-	return NULL;
+	cfg_strlist out = {0};
+	buf why = {0};
+	cfg_overlay_apply(ov, next, &out, &why);
+	aside_lines(aside, &out, why.data);
+	buf_free(&why);
+	return next;
 }
 
 /* Answers the changes that waited for the reload: 200 with the LSN they apply from, or the error. */
@@ -101,10 +217,12 @@ static void settle_changes(sidecar *d, unsigned code, const char *error, const c
 	char lsn[LSN_STRLEN];
 	lsn_format(pipeline_boundary(d->pipe), lsn);
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
-		status_request *req = d->rl.changes[i].req;
-		cfg_subscription_free(d->rl.changes[i].put);
+		struct live_change *ch = &d->rl.changes[i];
+		status_request *req = ch->req;
+		cfg_subscription_free(ch->put);
 		if (code != 200) {
 			sidecar_answer_error(d, req, code, error, details);
+			buf_free(&ch->warnings);
 			continue;
 		}
 		log_info(req->put ? "subscription changed" : "subscription removed",
@@ -118,63 +236,210 @@ static void settle_changes(sidecar *d, unsigned code, const char *error, const c
 			buf_puts(&b, ",\"config\":");
 			report_subscription_json(now, &b);
 		}
+		if (ch->warnings.len) {
+			buf_puts(&b, ",\"warnings\":[");
+			for (const char *p = ch->warnings.data; *p;) {
+				size_t len = strcspn(p, "\n");
+				if (p != ch->warnings.data)
+					buf_putc(&b, ',');
+				json_string(&b, p, len);
+				p += len + (p[len] == '\n');
+			}
+			buf_putc(&b, ']');
+		}
 		buf_puts(&b, "}\n");
 		status_answer(d->status, req, 200, b.data);
 		buf_free(&b);
+		buf_free(&ch->warnings);
 	}
 	free(d->rl.changes);
 	d->rl.changes = NULL;
 	d->rl.nchanges = 0;
 }
 
-/* The overlay with the changes waiting laid over it (their parsed subscriptions move into it). */
+/* The overlay with the changes waiting laid over it (copies of their subscriptions). */
 static cfg_overlay *overlay_with_changes(sidecar *d)
 {
 	cfg_overlay *ov = cfg_overlay_copy(d->rl.overlay);
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
-		if (d->rl.changes[i].put) {
-			cfg_overlay_put(ov, d->rl.changes[i].put);
-			d->rl.changes[i].put = NULL;
-		} else {
+		if (d->rl.changes[i].put)
+			cfg_overlay_put(ov, cfg_subscription_copy(d->rl.changes[i].put));
+		else
 			cfg_overlay_delete(ov, d->rl.changes[i].req->name);
-		}
 	}
 	return ov;
 }
 
-/* The file is read again and the overlay (with the changes waiting) laid over it; subscriptions
- * are swapped now, at a transaction boundary. */
+/* The change waiting that puts a subscription of that name, or NULL. The last one counts. */
+static struct live_change *put_of(sidecar *d, const char *name)
+{
+	struct live_change *put = NULL;
+	for (size_t i = 0; i < d->rl.nchanges; i++)
+		if (strcmp(d->rl.changes[i].req->name, name) == 0)
+			put = d->rl.changes[i].put ? &d->rl.changes[i] : NULL;
+	return put;
+}
+
+/* Refuses the change ch (400 with its problems) and forgets it: the reload goes on without it. */
+static void refuse_change(sidecar *d, struct live_change *ch, const char *problems)
+{
+	log_warn("subscription refused", "subscription=%s", ch->req->name);
+	log_problems(problems);
+	sidecar_answer_error(d, ch->req, 400, "invalid subscription", problems);
+	cfg_subscription_free(ch->put);
+	buf_free(&ch->warnings);
+	size_t i = (size_t)(ch - d->rl.changes);
+	memmove(ch, ch + 1, (d->rl.nchanges - i - 1) * sizeof(*ch));
+	d->rl.nchanges--;
+}
+
+/* Whether s is what the running configuration has under its name. */
+static bool running_as(const sidecar *d, const cfg_subscription *s)
+{
+	const cfg_subscription *now = cfg_find_subscription(d->cfg, s->name);
+	if (!now)
+		return false;
+	buf a = {0}, b = {0};
+	cfg_subscription_json(s, &a);
+	cfg_subscription_json(now, &b);
+	bool same = a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
+	buf_free(&a);
+	buf_free(&b);
+	return same;
+}
+
+/* The catalog for the reload under way: true once d->rl.catalog holds one. While streaming it is
+ * read on the source's ordinary connection without blocking (asked again from the loop's tick),
+ * otherwise the next connect brings it. False with *failed and d->err when reading it failed. */
+static bool catalog_ready(sidecar *d, bool *failed)
+{
+	*failed = false;
+	if (!d->rl.catalog && !d->conn.streaming) {
+		if (!d->rl.waits_for_db)
+			log_info("reload waits for the database: the subscriptions it adds or changes are "
+				 "checked against its tables first",
+				 "config=%s", d->cfg_path);
+		d->rl.waits_for_db = true;
+		return false;
+	}
+	d->rl.waits_for_db = false;
+	if (d->rl.catalog)
+		return true;
+	*failed = !source_read_catalog(d->conn.src, d->rl.pending_ms, &d->rl.catalog, d->err, sizeof(d->err));
+	return d->rl.catalog != NULL;
+}
+
+/* Checks the subscriptions of next that the running configuration does not have as they are:
+ * a PUT's that fails is refused (*again: the reload is built anew without it); one of the
+ * overlay's that fails is set aside (into aside); one of the file's fails the reload (problems). */
+static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *aside, buf *problems,
+		      bool *again)
+{
+	*again = false;
+	for (size_t i = 0; i < next->nsubs && !*again; i++) {
+		const cfg_subscription *s = &next->subs[i];
+		if (running_as(d, s))
+			continue;
+		buf one = {0}, warnings = {0};
+		struct live_change *ch = put_of(d, s->name);
+		/* a snapshot is checked when it is about to run: when the subscription is first seen */
+		bool snapshot_due = s->snapshot && !backfill_has_snapshot(d->bf, s->name);
+		bool ok =
+		    catalog_check(d->rl.catalog, s, next->source.publication, snapshot_due, &one, &warnings);
+		for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
+			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
+		if (ch && ok)
+			buf_append(&ch->warnings, warnings.data, warnings.len);
+		if (ok) {
+		} else if (ch) {
+			refuse_change(d, ch, one.data);
+			*again = true;
+		} else if (in_overlay(ov, s->name)) {
+			aside_add(aside, s->name, one.data);
+		} else {
+			buf_append(problems, one.data, one.len);
+		}
+		buf_free(&one);
+		buf_free(&warnings);
+	}
+}
+
+/* Refuses the reload: the running configuration stays, the changes waiting get code. */
+static void refuse(sidecar *d, unsigned code, const char *errors)
+{
+	log_error("reload refused; keeping the running configuration", "config=%s", d->cfg_path);
+	log_problems(errors);
+	if (d->rl.hup)
+		notify_reloaded("reload refused; the running configuration is kept (see the log)");
+	d->rl.hup = false;
+	settle_changes(
+	    d, code,
+	    code == 500 ? "cannot apply: the configuration file or state_dir has a problem; fix it and retry"
+	    : code == 503 ? "cannot apply: the subscriptions cannot be checked against the database"
+			  : "invalid subscription",
+	    errors);
+	drop_catalog(d);
+}
+
+/* Builds the next configuration, checks what it adds or changes (asking for the catalog first if
+ * it must: the reload then stays pending), and swaps it in at this transaction boundary. */
 static bool apply_reload(sidecar *d)
 {
 	d->rl.pending = false;
-	cfg_overlay *ov = overlay_with_changes(d);
-	buf errors = {0};
-	rules *r = NULL;
-	unsigned code;
-	cfg *next = load_config(d, ov, &r, &errors, &code);
-	if (next && d->rl.nchanges && !cfg_overlay_save(ov, d->cfg->state_dir, d->err, sizeof(d->err))) {
-		buf_printf(&errors, "%s\n", d->err);
-		code = 500;
-		rules_free(r);
+	cfg_overlay *ov;
+	cfg *next;
+	aside_list aside;
+	buf errors;
+	for (;;) {
+		ov = overlay_with_changes(d);
+		aside = (aside_list){0};
+		errors = (buf){0};
+		unsigned code;
+		bool again = false, failed;
+		if (!(next = load_config(d, ov, &aside, &errors, &code))) {
+			refuse(d, code, errors.data);
+			goto fail;
+		}
+		bool need = false;
+		for (size_t i = 0; i < next->nsubs && !need; i++)
+			need = !running_as(d, &next->subs[i]);
+		if (need && !catalog_ready(d, &failed)) {
+			if (failed) {
+				buf_printf(&errors, "%s\n", d->err);
+				refuse(d, 503, errors.data);
+			} else {
+				d->rl.pending = true;
+			}
+			goto fail;
+		}
+		if (need)
+			check_new(d, next, ov, &aside, &errors, &again);
+		if (!again)
+			break;
 		cfg_free(next);
-		next = NULL;
-	}
-	if (!next) {
-		log_error("reload refused; keeping the running configuration", "errors=\"%s\"", errors.data);
-		if (d->rl.hup)
-			notify_reloaded("reload refused; the running configuration is kept (see the log)");
-		d->rl.hup = false;
-		settle_changes(
-		    d, code,
-		    code == 500
-			? "cannot apply: the configuration file or state_dir has a problem; fix it and retry"
-			: "invalid subscription",
-		    errors.data);
-		buf_free(&errors);
 		cfg_overlay_free(ov);
-		return false;
+		aside_free(&aside);
+		buf_free(&errors);
+	}
+	if (errors.len) {
+		refuse(d, 500, errors.data);
+		goto fail;
+	}
+	remove_subs(next, &aside);
+	rules *r = rules_new(next->subs, next->nsubs, d->err, sizeof(d->err));
+	if (!r) {
+		buf_printf(&errors, "%s\n", d->err);
+		refuse(d, 400, errors.data);
+		goto fail;
+	}
+	if (d->rl.nchanges && !cfg_overlay_save(ov, d->cfg->state_dir, d->err, sizeof(d->err))) {
+		buf_printf(&errors, "%s\n", d->err);
+		rules_free(r);
+		refuse(d, 500, errors.data);
+		goto fail;
 	}
 	buf_free(&errors);
+	drop_catalog(d);
 	unsigned restart = 0;
 	cfg_restart_keys(d->cfg, next, note_restart, &restart);
 	if (restart & RESTART_SOURCE)
@@ -188,6 +453,7 @@ static bool apply_reload(sidecar *d)
 			 d->cfg_path);
 	cfg_overlay_free(d->rl.overlay);
 	d->rl.overlay = ov;
+	aside_swap(d, &aside);
 	cfg *old = d->cfg;
 	d->cfg = next;
 	/* The pipeline carries its counts over by name: old's names are still valid here. */
@@ -204,34 +470,102 @@ static bool apply_reload(sidecar *d)
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		const char *name = d->rl.changes[i].req->name;
 		if (!d->rl.changes[i].req->put && d->sinks.k[SINKS_SOCKET] &&
-		    !cfg_find_subscription(d->cfg, name) &&
+		    !cfg_find_subscription(d->cfg, name) && !aside_find(&d->rl.aside, name) &&
 		    !socket_sink_forget(d->sinks.k[SINKS_SOCKET], name, d->err, sizeof(d->err)))
 			log_warn("cannot remove the spool of a deleted subscription",
 				 "subscription=%s error=\"%s\"", name, d->err);
 	}
-	figures_publish(d, true); /* GET answers with the new subscriptions before the change is answered */
+	d->conn.publication_ms = 0; /* and the tables created since join the publication now */
+	figures_publish(d, true);   /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
 	if (d->rl.hup)
 		notify_reloaded("reloaded: %zu subscriptions", d->cfg->nsubs);
 	d->rl.hup = false;
 	return true;
+fail:
+	cfg_free(next);
+	cfg_overlay_free(ov);
+	aside_free(&aside);
+	buf_free(&errors);
+	return false;
+}
+
+bool reload_connected(sidecar *d, catalog *cat, bool first)
+{
+	buf problems = {0};
+	aside_list out = {0};
+	for (size_t i = 0; i < d->cfg->nsubs; i++) {
+		const cfg_subscription *s = &d->cfg->subs[i];
+		buf one = {0}, warnings = {0};
+		/* a snapshot that cannot run fails as a backfill (GET /backfills): the subscription
+		 * itself works */
+		if (!catalog_check(cat, s, d->cfg->source.publication, false, &one, &warnings)) {
+			if (in_overlay(d->rl.overlay, s->name))
+				aside_add(&out, s->name, one.data);
+			else
+				buf_append(&problems, one.data, one.len);
+		}
+		for (const char *p = warnings.data; first && p && *p; p += strcspn(p, "\n") + 1)
+			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
+		buf_free(&one);
+		buf_free(&warnings);
+	}
+	bool ok = !problems.len;
+	if (!ok) {
+		/* the file's own: the operator fixes the table or the file (one problem, the first) */
+		errf(d->err, sizeof(d->err), "%.*s", (int)strcspn(problems.data, "\n"), problems.data);
+		log_problems(problems.data);
+	} else if (out.n) {
+		/* at a connect the stream starts again: a transaction boundary */
+		remove_subs(d->cfg, &out);
+		aside_list all = {0};
+		for (size_t i = 0; i < d->rl.aside.n; i++)
+			aside_add(&all, d->rl.aside.v[i].name, d->rl.aside.v[i].reason);
+		for (size_t i = 0; i < out.n; i++)
+			aside_add(&all, out.v[i].name, out.v[i].reason);
+		aside_swap(d, &all);
+		rules *r = rules_new(d->cfg->subs, d->cfg->nsubs, d->err, sizeof(d->err));
+		ok = r && sidecar_bind(d, r);
+		for (size_t i = 0; ok && i < out.n; i++)
+			backfills_removed(d, out.v[i].name);
+	}
+	aside_free(&out);
+	buf_free(&problems);
+	/* a reload waiting for the database is checked against this catalog (its contents move) */
+	if (ok && d->rl.pending && !d->rl.catalog) {
+		d->rl.catalog = xmalloc(sizeof(*cat));
+		*d->rl.catalog = *cat;
+		*cat = (catalog){0};
+	}
+	catalog_free(cat);
+	return ok;
 }
 
 /* Not while a streamed or prepared transaction is held: its records were rendered for the
  * subscriptions in force when its changes arrived. */
 void reload_maybe(sidecar *d)
 {
-	if (d->rl.pending && pipeline_between_txns(d->pipe))
+	/* waiting for the database: the next connect brings the catalog (reload_connected) */
+	bool waits = d->rl.waits_for_db && !d->conn.streaming && !d->rl.catalog;
+	if (d->rl.pending && !waits && pipeline_between_txns(d->pipe))
 		apply_reload(d);
+}
+
+static void make_pending(sidecar *d)
+{
+	if (!d->rl.pending)
+		d->rl.pending_ms = now_ms();
+	d->rl.pending = true;
 }
 
 void reload_request(sidecar *d)
 {
 	notify_reloading();
-	d->rl.pending = d->rl.hup = true;
+	make_pending(d);
+	d->rl.hup = true;
 	reload_maybe(d);
-	if (d->rl.pending)
+	if (d->rl.pending && !pipeline_between_txns(d->pipe))
 		log_info("reload waits for the transactions in progress", "config=%s", d->cfg_path);
 }
 
@@ -260,12 +594,16 @@ void reload_on_control(void *ctx, status_request *req)
 			return;
 		}
 		buf_free(&errors);
-	} else if (!cfg_find_subscription(d->cfg, req->name) && !pending_put(d, req->name)) {
-		sidecar_answer_error(d, req, 404, "no such subscription", NULL);
+	} else if (!cfg_find_subscription(d->cfg, req->name) && !pending_put(d, req->name) &&
+		   !aside_find(&d->rl.aside, req->name)) {
+		buf msg = {0};
+		buf_printf(&msg, "no such subscription: %s", req->name);
+		sidecar_answer_error(d, req, 404, msg.data, NULL);
+		buf_free(&msg);
 		return;
 	}
 	d->rl.changes = xrealloc(d->rl.changes, (d->rl.nchanges + 1) * sizeof(*d->rl.changes));
-	d->rl.changes[d->rl.nchanges++] = (struct live_change){req, put};
-	d->rl.pending = true;
+	d->rl.changes[d->rl.nchanges++] = (struct live_change){req, put, {0}};
+	make_pending(d);
 	reload_maybe(d);
 }

@@ -34,20 +34,35 @@ typedef struct connection {
 	uint64_t handled_lsn;	 /* the sinks' position last handled (posted for recording) */
 	uint64_t last_feedback_ms, last_data_ms, last_heartbeat_ms;
 	bool heartbeat_warned;
+	uint64_t publication_ms; /* when the publication's tables were last listed; 0: due now */
 } connection;
 
-/* SIGHUP, PUT and DELETE, applied at a transaction boundary (reload.c). */
+/* Subscriptions of the overlay that cdc runs without, each with its problem (reload.c). */
+typedef struct aside_list {
+	struct aside {
+		char *name, *reason;
+	} * v;
+	size_t n;
+} aside_list;
+
+/* SIGHUP, PUT and DELETE, applied at a transaction boundary once the subscriptions they add or
+ * change passed their checks against the catalog (reload.c). */
 typedef struct reloads {
 	bool pending;
+	uint64_t pending_ms;  /* when the reload under way was asked for: its catalog is read after */
+	bool waits_for_db;    /* it needs the catalog while not connected ("reload waits" said) */
 	bool hup;	      /* the pending reload includes a SIGHUP's: systemd is told when it is done */
 	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
 	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
-	 * hold their parsed subscription */
+	 * hold their parsed subscription, and the warnings of its checks */
 	struct live_change {
 		status_request *req;
 		cfg_subscription *put; /* NULL: delete */
+		buf warnings;
 	} * changes;
 	size_t nchanges;
+	aside_list aside;
+	catalog *catalog; /* read for the reload under way; NULL: not yet */
 } reloads;
 
 /* Figures no other part keeps (figures.c). */
@@ -81,6 +96,13 @@ typedef struct sidecar {
 	bf_set *bf; /* backfills (backfills.c) */
 	bf_reader *bf_reader;
 	bool bf_warned; /* the backfills' state file could not be written */
+	/* POST /subscriptions/NAME/backfill requests answered once their backfill's checks are done */
+	struct bf_waiting {
+		status_request *req;
+		char id[BF_ID_SIZE];
+		uint64_t since_ms;
+	} * bf_waiting;
+	size_t nbf_waiting;
 	connection conn;
 	reloads rl;
 	figures fig;
@@ -98,8 +120,14 @@ bool sidecar_record(sidecar *d, const state *st) CDC_MUST_CHECK;
 bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;
 
 /* reload.c */
-/* The overlay of state_dir laid over d->cfg at the start: false (exit code 2) if unusable. */
+/* The overlay of state_dir laid over d->cfg at the start (a subscription of it that the
+ * configuration cannot take is set aside): false (exit code 2) if the file is unusable. */
 bool reload_init(sidecar *d);
+/* At every connect, before streaming: the running subscriptions against the catalog (taken). One of
+ * the overlay's that fails is set aside (cdc runs without it, /status says why); one of the file's
+ * stops cdc: false with d->err naming the problem and its fix. first: the first connect (its
+ * warnings are logged). */
+bool reload_connected(sidecar *d, catalog *cat, bool first);
 void reload_free(sidecar *d);
 /* SIGHUP: reloads now if at a transaction boundary, else at the next one. */
 void reload_request(sidecar *d);
@@ -119,6 +147,11 @@ bool backfills_init(sidecar *d);
 void backfills_free(sidecar *d);
 /* After a reload (old: the configuration before): settings, removed and added subscriptions. */
 void backfills_reloaded(sidecar *d, const cfg *old);
+/* Subscription name is gone from the running configuration: its backfills are forgotten. */
+void backfills_removed(sidecar *d, const char *name);
+/* Tables were added to the publication (schema, table pairs): the `snapshot: true` subscriptions
+ * that have them backfill them, since the stream has none of their rows from before. */
+void backfills_tables_added(sidecar *d, const cfg_strlist *added);
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
 void backfills_on_control(sidecar *d, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),
@@ -135,6 +168,8 @@ void backfills_restart(sidecar *d);
 void backfills_follow(sidecar *d);
 /* Something may be due for the reader. */
 void backfills_kick(sidecar *d);
+/* Every tick: requests whose checks take too long (the database does not answer) are refused. */
+void backfills_tick(sidecar *d, uint64_t now);
 /* GET /backfills from now on. */
 void backfills_publish(sidecar *d);
 /* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON

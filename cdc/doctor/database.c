@@ -9,6 +9,7 @@
 #include "cdc/backfill/sql.h"
 #include "cdc/doctor/internal.h"
 #include "cdc/match/predicate.h"
+#include "cdc/source/catalog.h"
 
 PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params)
 {
@@ -292,19 +293,27 @@ static void plan_publication(doctor *d)
 		if (in)
 			add_pair(&d->published, t->schema, t->name);
 	}
-	if ((p.all_tables || p.schemas.n) && !d->superuser) {
+	if (p.refused) {
+		char why[1024];
 		buf fix = {0};
-		buf_printf(&fix,
-			   "create it beforehand as a superuser: %s; or list the tables in source.publish ",
-			   p.sql.data);
-		buf_puts(&fix, "(e.g. [\"public.orders\"]), which cdc publishes FOR TABLE as their owner");
-		doctor_say(
-		    d, DOCTOR_FAIL, fix.data,
-		    "does not exist, and cdc would run %s, which only a superuser may; role %s is not one",
-		    p.sql.data, d->role);
+		pg_publication_refusal(&p, d->c->source.publication, why, sizeof(why));
+		buf_printf(&fix, "create it beforehand as a superuser: %s; or make role %s the tables' owner",
+			   p.superuser_sql.data, d->role);
+		doctor_say(d, DOCTOR_FAIL, fix.data, "does not exist, and cdc would stop: %s", why);
 		buf_free(&fix);
-	} else
-		check_ownership(d, &p);
+		pg_publication_plan_free(&p);
+		return;
+	}
+	for (size_t i = 0; i + 1 < p.not_owned.n; i += 2) {
+		buf line = {0};
+		pg_publication_not_owned(&line, d->c->source.publication, p.not_owned.v[i],
+					 p.not_owned.v[i + 1]);
+		doctor_say(d, DOCTOR_WARN,
+			   "have the table's owner or a superuser add it, or make it role's own", "%s",
+			   line.data);
+		buf_free(&line);
+	}
+	check_ownership(d, &p);
 	pg_publication_plan_free(&p);
 }
 
@@ -385,51 +394,56 @@ void doctor_tables(doctor *d)
 	}
 }
 
-static void not_full(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+static void count_table(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
 {
-	(void)d;
-	(void)s;
-	table_tally *tt = arg;
-	if (t->replident == 'f')
-		return;
-	if (tt->missing++)
-		buf_puts(&tt->names, "; ");
-	buf_puts(&tt->names, "ALTER TABLE ");
-	qualified(&tt->names, t->schema, t->name);
-	buf_puts(&tt->names, " REPLICA IDENTITY FULL");
+	(void)d, (void)s, (void)t;
+	(*(size_t *)arg)++;
 }
 
-/* `changed` needs the old row of updates (cdc refuses to start without it); old. in `where` reads
- * it too (unknown, so never matching, for a column the old row lacks). */
+/* `changed` needs the old row of updates, and so does an old.column in `where` that is not an
+ * identity column; cdc refuses a subscription that could never match (catalog_check_identity: the
+ * same check, the same messages). */
 void doctor_identity(doctor *d)
 {
+	const char *params[] = {d->c->source.publication};
+	PGresult *res = NULL;
+	catalog cat = {0};
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
-		bool old = false;
-		if (s->where) {
-			char err[256];
-			pred *p = pred_parse(s->where, err, sizeof(err));
-			old = p && pred_reads_old(p);
-			pred_free(p);
-		}
+		pred *p = s->where ? pred_parse(s->where, NULL, 0) : NULL;
+		bool old = p && pred_reads_old(p);
+		pred_free(p);
 		if (!s->changed.n && !old)
 			continue;
-		table_tally tt = {0};
-		size_t n = doctor_sub_tables(d, s, not_full, &tt);
-		const char *why = s->changed.n ? "changed:" : "old. in where";
-		if (tt.missing)
-			doctor_say(
-			    d, s->changed.n ? DOCTOR_FAIL : DOCTOR_WARN, tt.names.data,
-			    "subscription %s uses %s, which needs the old row of updates, and %zu of its "
-			    "tables do not send it (REPLICA IDENTITY is not FULL)%s",
-			    s->name, why, tt.missing, s->changed.n ? ": cdc refuses to start" : "");
-		else
+		if (!res) {
+			if (!(res = doctor_ask(d, "the tables' replica identities", catalog_sql, 1, params)))
+				return;
+			if (!catalog_add_result(&cat, res))
+				doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
+					   "the tables' replica identities: an unexpected answer");
+		}
+		buf problems = {0};
+		size_t n = 0;
+		if (catalog_check_identity(&cat, s, &problems)) {
+			doctor_sub_tables(d, s, count_table, &n);
 			doctor_say(d, DOCTOR_PASS, NULL,
-				   "subscription %s uses %s: its %zu tables are REPLICA "
-				   "IDENTITY FULL",
-				   s->name, why, n);
-		buf_free(&tt.names);
+				   "subscription %s uses %s: its %zu tables send the old row it reads",
+				   s->name, s->changed.n ? "changed:" : "old. in where", n);
+		}
+		/* "what is wrong: ALTER TABLE ... REPLICA IDENTITY FULL", one finding each */
+		for (char *line = problems.data; line && *line;) {
+			char *end = strchr(line, '\n'), *fix = strstr(line, ": ALTER TABLE ");
+			*end = '\0';
+			if (fix && fix < end)
+				*fix = '\0';
+			doctor_say(d, DOCTOR_FAIL, fix ? fix + 2 : "see the message", "%s: cdc refuses it",
+				   line);
+			line = end + 1;
+		}
+		buf_free(&problems);
 	}
+	catalog_free(&cat);
+	PQclear(res);
 }
 
 /* Splits one of backfill/sql.h's messages ("what is wrong: run FIX" or "...: add one (FIX)") into a
@@ -463,7 +477,7 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 	bt->n++;
 	buf msg = {0};
 	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5)) {
-		bfsql_no_key(&msg, t->schema, t->name);
+		pg_no_key(&msg, t->schema, t->name);
 		say_bfsql(d, &msg);
 		bt->bad++;
 	}

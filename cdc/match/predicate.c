@@ -384,6 +384,8 @@ static bool lex(parser *ps)
 			t->type = T_DOT;
 			break;
 		case '=':
+			if (c1 == '=')
+				return perr(ps, i, "'==' is not an operator: write '=' to compare");
 			t->type = T_OP;
 			t->op = OP_EQ;
 			break;
@@ -1002,6 +1004,192 @@ bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
 	return p && eval(&x, p->root) == TV_TRUE;
 }
 
+/* ---- checking against a table's columns ---- */
+
+static const char *const op_text[] = {"=", "<>", "<", "<=", ">", ">="};
+
+/* An operand as it could be written: new.name, 'text', 42, true, null. */
+static void put_operand(buf *b, const node *nd)
+{
+	switch (nd->kind) {
+	case N_COL:
+		buf_printf(b, "%s.%.*s", nd->flag ? "old" : "new", (int)nd->len, nd->s);
+		break;
+	case N_STR:
+		buf_putc(b, '\'');
+		for (size_t i = 0; i < nd->len; i++) {
+			if (nd->s[i] == '\'')
+				buf_putc(b, '\'');
+			buf_putc(b, nd->s[i]);
+		}
+		buf_putc(b, '\'');
+		break;
+	case N_NUM:
+		buf_append(b, nd->s, nd->len);
+		break;
+	case N_BOOL:
+		buf_puts(b, nd->flag ? "true" : "false");
+		break;
+	default:
+		buf_puts(b, "null");
+		break;
+	}
+}
+
+static const pred_column *find_column(const pred_column *cols, size_t n, const node *c)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strlen(cols[i].name) == c->len && memcmp(cols[i].name, c->s, c->len) == 0)
+			return &cols[i];
+	return NULL;
+}
+
+static bool is_numeric_kind(Cdc__V1__Value__KindCase k)
+{
+	return k == CDC__V1__VALUE__KIND_INT_VALUE || k == CDC__V1__VALUE__KIND_FLOAT_VALUE ||
+	       k == CDC__V1__VALUE__KIND_NUMERIC_VALUE;
+}
+
+/* Why lit never compares true with a value of column c, as col_lit_cmp compares (appended to why), or
+ * nothing when it can. */
+static void literal_problem(const pred_column *c, const node *lit, arena *a, buf *why)
+{
+	Cdc__V1__Value__KindCase k = evt_type_kind(c->type_oid);
+	buf w = {0};
+	put_operand(&w, lit);
+	switch (lit->kind) {
+	case N_NUM:
+		if (is_numeric_kind(k))
+			break;
+		buf_printf(why, "column %s is of type %s and %s is a number", c->name, c->type_name, w.data);
+		if (k == CDC__V1__VALUE__KIND_BOOL_VALUE)
+			buf_puts(why, "; write true or false");
+		else
+			buf_printf(why, "; write '%s'", w.data);
+		break;
+	case N_BOOL:
+		if (k != CDC__V1__VALUE__KIND_BOOL_VALUE)
+			buf_printf(why, "column %s is of type %s and %s is a boolean", c->name, c->type_name,
+				   w.data);
+		break;
+	case N_STR: {
+		dec d;
+		if (is_numeric_kind(k) || k == CDC__V1__VALUE__KIND_BOOL_VALUE) {
+			buf_printf(why, "column %s is of type %s and %s is a string", c->name, c->type_name,
+				   w.data);
+			if (k == CDC__V1__VALUE__KIND_BOOL_VALUE)
+				buf_puts(why, "; write true or false");
+			else if (dec_parse(lit->s, lit->len, &d) == 0)
+				buf_printf(why, "; write %.*s, without quotes", (int)lit->len, lit->s);
+			break;
+		}
+		if (k == CDC__V1__VALUE__KIND_TEXT_VALUE || k == CDC__V1__VALUE__KIND_JSON_VALUE ||
+		    k == CDC__V1__VALUE__KIND_OTHER_VALUE)
+			break;
+		/* As the comparison converts it: into the column's type, as if the server had sent it. */
+		pgo_datum dm = {.kind = PGO_TEXT, .len = (uint32_t)lit->len, .data = lit->s};
+		if (evt_value(a, NULL, c->type_oid, &dm)->kind_case != k)
+			buf_printf(
+			    why,
+			    "%s is not a value of column %s's type %s; write one as PostgreSQL prints it",
+			    w.data, c->name, c->type_name);
+		break;
+	}
+	default:
+		buf_puts(why, "a comparison with null is unknown; write is null or is not null");
+		break;
+	}
+	buf_free(&w);
+}
+
+/* The column a column operand names: NULL with the reason in why when it never has a value. */
+static const pred_column *operand_column(const node *nd, const pred_column *cols, size_t ncols, bool reads,
+					 buf *why)
+{
+	const pred_column *c = find_column(cols, ncols, nd);
+	if (reads && nd->flag)
+		buf_puts(why, "a backfill's reads have no old row");
+	else if (!c)
+		buf_printf(why, "the table has no column %.*s", (int)nd->len, nd->s);
+	return why->len ? NULL : c;
+}
+
+/* Where comparison nd of p is never true, why (nothing if it can be); what gets it as written. */
+static void comparison_problem(const pred *p, const node *nd, const pred_column *cols, size_t ncols,
+			       bool reads, arena *a, buf *what, buf *why)
+{
+	const node *l = &p->nodes[nd->a], *r = nd->kind == N_CMP ? &p->nodes[nd->b] : NULL;
+	put_operand(what, l);
+	if (nd->kind == N_ISNULL)
+		buf_puts(what, nd->flag ? " is not null" : " is null");
+	if (nd->kind == N_IN) {
+		buf_puts(what, nd->flag ? " not in (" : " in (");
+		for (int32_t k = nd->b; k >= 0; k = p->nodes[k].next) {
+			buf_puts(what, k == nd->b ? "" : ", ");
+			put_operand(what, &p->nodes[k]);
+		}
+		buf_putc(what, ')');
+	}
+	if (r) {
+		buf_printf(what, " %s ", op_text[nd->op]);
+		put_operand(what, r);
+	}
+	const pred_column *lc = l->kind == N_COL ? operand_column(l, cols, ncols, reads, why) : NULL;
+	const pred_column *rc =
+	    r && r->kind == N_COL && !why->len ? operand_column(r, cols, ncols, reads, why) : NULL;
+	if (why->len || nd->kind == N_ISNULL) {
+		buf_puts(what, " is never true");
+		return;
+	}
+	if (nd->kind == N_IN) {
+		/* Each item as an =: `in` is never true when no item can match, `not in` when one never
+		 * does (it is then unknown or false, as in SQL); the first item's reason is told. */
+		buf first = {0};
+		bool any = false, all = true;
+		for (int32_t k = nd->b; k >= 0 && lc; k = p->nodes[k].next) {
+			const node *item = &p->nodes[k];
+			buf one = {0};
+			if (item->kind == N_COL)
+				operand_column(item, cols, ncols, reads, &one);
+			else
+				literal_problem(lc, item, a, &one);
+			any |= one.len > 0;
+			all &= one.len > 0;
+			if (one.len && !first.len)
+				buf_append(&first, one.data, one.len);
+			buf_free(&one);
+		}
+		if (lc && (nd->flag ? any : all))
+			buf_append(why, first.data, first.len);
+		buf_free(&first);
+		buf_puts(what, " is never true");
+		return;
+	}
+	if (lc && r->kind != N_COL)
+		literal_problem(lc, r, a, why);
+	else if (rc && l->kind != N_COL)
+		literal_problem(rc, l, a, why);
+	buf_puts(what, " is never true");
+}
+
+bool pred_check_columns(const pred *p, const pred_column *cols, size_t ncols, bool reads, arena *a, char *err,
+			size_t errlen)
+{
+	buf why = {0}, what = {0};
+	for (size_t i = 0; i < p->n && !why.len; i++) {
+		const node *nd = &p->nodes[i];
+		buf_reset(&what);
+		if (nd->kind == N_CMP || nd->kind == N_IN || nd->kind == N_ISNULL)
+			comparison_problem(p, nd, cols, ncols, reads, a, &what, &why);
+	}
+	bool ok = !why.len;
+	if (!ok)
+		errf(err, errlen, "%s: %s", what.data, why.data);
+	buf_free(&why);
+	buf_free(&what);
+	return ok;
+}
+
 /* ---- the view ---- */
 
 _Static_assert((int)N_NULL == (int)PRED_NULL && (int)N_COL == (int)PRED_COL,
@@ -1011,6 +1199,11 @@ _Static_assert((int)OP_GE == (int)PRED_GE, "cmp_op and pred_op differ");
 int32_t pred_root(const pred *p)
 {
 	return p->root;
+}
+
+size_t pred_count(const pred *p)
+{
+	return p->n;
 }
 
 pred_node pred_node_at(const pred *p, int32_t i)

@@ -36,6 +36,22 @@ void pred_free(pred *p);
  * converted to a column's type) comes from a; nothing else is allocated. */
 bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a);
 
+/* A column of the table a predicate is checked against. */
+typedef struct pred_column {
+	const char *name;
+	uint32_t type_oid;
+	const char *type_name; /* for messages: pg_type.typname ("int4", "text") */
+} pred_column;
+
+/* Whether every comparison of p could be true for some row of a table of these columns. False, with
+ * the first that never can in err ("new.val = 5 is never true: column val is of type text and 5 is
+ * a number; write '5'"): a column the table lacks, a literal of a kind the column's type never
+ * compares with (pred_eval has no coercion) or that is not a value of the type, a comparison with
+ * null, and with reads (a backfill's rows, which have no old row) any old.column. Column-to-column
+ * comparisons are checked only for the columns' existence. Scratch memory from a. */
+bool pred_check_columns(const pred *p, const pred_column *cols, size_t ncols, bool reads, arena *a, char *err,
+			size_t errlen) CDC_MUST_CHECK;
+
 /* A read-only view of the parsed tree, for translators (a backfill pushes `where` into its SQL).
  * Nodes are numbered from 0; pred_root() is the top one. The enums follow the grammar above. */
 typedef enum pred_kind {
@@ -63,6 +79,8 @@ typedef struct pred_node {
 	size_t len;
 } pred_node;
 int32_t pred_root(const pred *p);
+/* How many nodes there are: 0 .. pred_count() - 1 are all the tree's. */
+size_t pred_count(const pred *p);
 /* Whether the predicate reads an old.column anywhere (it then needs the old row of updates and
  * deletes: REPLICA IDENTITY FULL, unless it reads key columns only). */
 bool pred_reads_old(const pred *p);

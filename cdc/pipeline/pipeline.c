@@ -123,14 +123,22 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 }
 
 /* Hands ev to the matching subscriptions that accept it, each with its projection. */
+/* ev to subscription sub, if its rules accept it (*taken says whether they did); rules_event first. */
+static bool emit_sub(pipeline *p, Cdc__V1__Event *ev, uint32_t sub, const sink_commit *c, uint32_t slot,
+		     buf *hold, bool *taken, char *err, size_t errlen)
+{
+	*taken = rules_accept(p->rules, sub, ev, p->arena);
+	return !*taken ||
+	       emit_to(p, rules_project(p->rules, sub, ev, p->arena), sub, c, slot, hold, err, errlen);
+}
+
 static bool emit(pipeline *p, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c,
 		 uint32_t slot, buf *hold, char *err, size_t errlen)
 {
+	bool taken;
 	rules_event(p->rules);
 	for (size_t i = 0; i < n; i++)
-		if (rules_accept(p->rules, subs[i], ev, p->arena) &&
-		    !emit_to(p, rules_project(p->rules, subs[i], ev, p->arena), subs[i], c, slot, hold, err,
-			     errlen))
+		if (!emit_sub(p, ev, subs[i], c, slot, hold, &taken, err, errlen))
 			return false;
 	return true;
 }
@@ -239,7 +247,7 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
  * record, so no transaction's commit_lsn (a record's start) nor another message's can equal it,
  * and (commit_lsn, tx_index) stays unique and in stream order: a transaction whose commit record
  * starts right after the watermark has the watermark's LSN, and comes after the reads. */
-static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
+static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
 	uint32_t sub = 0;
@@ -283,8 +291,12 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 			ev->op = CDC__V1__OP__OP_READ;
 			ev->lsn = c.commit_lsn;
 			ev->origin = "";
+			bool taken = false;
+			rules_event(p->rules);
 			if (!where || pred_eval(where, ev, p->arena))
-				ok = emit(p, ev, &sub, 1, &c, slot++, NULL, err, errlen);
+				ok = emit_sub(p, ev, sub, &c, slot, NULL, &taken, err, errlen);
+			slot += taken;
+			*delivered += taken;
 		}
 		arena_reset(p->arena);
 	}

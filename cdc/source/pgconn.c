@@ -279,97 +279,250 @@ bool pg_slot_being_created(const pg_slot_row *row)
 	return row->exists && strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid;
 }
 
-static void strlist_add(cfg_strlist *l, const char *s)
+void pg_append_table(buf *b, const char *schema, const char *table)
 {
-	l->v = xrealloc(l->v, (l->n + 1) * sizeof(char *));
-	l->v[l->n++] = xstrdup(s);
+	pg_append_quoted(b, schema, '"');
+	buf_putc(b, '.');
+	pg_append_quoted(b, table, '"');
 }
 
-static void strlist_clear(cfg_strlist *l)
+void pg_no_key(buf *out, const char *schema, const char *table)
 {
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i]);
-	free(l->v);
-	*l = (cfg_strlist){0};
+	buf_printf(out,
+		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
+		   "reads a table in key order: add one (ALTER TABLE ",
+		   schema, table);
+	pg_append_table(out, schema, table);
+	buf_puts(out, " ADD PRIMARY KEY (...))");
 }
 
-/* Adds the items of one publish pattern to p. */
-static bool publish_items(PGconn *conn, const char *pattern, pg_publication_plan *p, bool *first, char *err,
-			  size_t errlen)
+void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
 {
-	size_t schema_len =
-	    strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
-	if (schema_len > 0 && strcmp(pattern + schema_len, ".*") == 0 && PQserverVersion(conn) >= 150000) {
-		buf_puts(&p->sql, *first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
-		char schema[64];
-		snprintf(schema, sizeof(schema), "%.*s", (int)schema_len, pattern);
-		pg_append_ident(&p->sql, conn, schema);
-		strlist_add(&p->schemas, schema);
-		*first = false;
-		return true;
+	if (relkind == 'p')
+		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
+	else
+		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
+}
+
+const char pg_publication_tables_sql[] =
+    "SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pt.tablename IS NOT NULL "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
+    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
+    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+
+pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
+{
+	*n = PQnfields(res) == 4 ? (size_t)PQntuples(res) : 0;
+	pg_table_row *rows = xcalloc(*n + 1, sizeof(*rows));
+	for (size_t i = 0; i < *n; i++)
+		rows[i] = (pg_table_row){PQgetvalue(res, (int)i, 0), PQgetvalue(res, (int)i, 1),
+					 PQgetvalue(res, (int)i, 2)[0] == 't',
+					 PQgetvalue(res, (int)i, 3)[0] == 't'};
+	return rows;
+}
+
+static bool matched(const cfg_strlist *publish, const pg_table_row *r)
+{
+	for (size_t i = 0; i < publish->n; i++)
+		if (cfg_table_match(publish->v[i], r->schema, r->name))
+			return true;
+	return false;
+}
+
+/* "schema.*" with a plain schema name: the schema's length, else 0. */
+static size_t whole_schema(const char *pattern)
+{
+	size_t len = strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+	return len > 0 && strcmp(pattern + len, ".*") == 0 ? len : 0;
+}
+
+/* source.publish_generated_columns (PostgreSQL 18) */
+#define WITH_GENERATED " WITH (publish_generated_columns = stored)"
+
+/* Before a table of FOR TABLE: PostgreSQL 15 repeats TABLE after a comma (a name alone would go on
+ * the list before it, which may be TABLES IN SCHEMA); 14 knows tables only and lists them after one
+ * TABLE. */
+static const char *table_separator(bool first, int server_version)
+{
+	return first ? " FOR TABLE " : server_version >= 150000 ? ", TABLE " : ", ";
+}
+
+/* What a superuser creates: the forms that follow new tables by themselves where they exist;
+ * with holds, what it holds goes into p. */
+static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *publish,
+			  const pg_table_row *rows, size_t n, int server_version, pg_publication_plan *holds)
+{
+	buf_puts(sql, "CREATE PUBLICATION ");
+	pg_append_quoted(sql, publication, '"');
+	for (size_t i = 0; i < publish->n; i++)
+		if (strcmp(publish->v[i], "*.*") == 0) {
+			buf_puts(sql, " FOR ALL TABLES");
+			if (holds)
+				holds->all_tables = true;
+			return;
+		}
+	bool first = true;
+	for (size_t i = 0; i < publish->n; i++) {
+		size_t len = whole_schema(publish->v[i]);
+		if (server_version >= 150000 && len) {
+			char schema[64];
+			snprintf(schema, sizeof(schema), "%.*s", (int)len, publish->v[i]);
+			buf_puts(sql, first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
+			pg_append_quoted(sql, schema, '"');
+			if (holds)
+				cfg_strlist_push(&holds->schemas, schema);
+			first = false;
+			continue;
+		}
+		for (size_t k = 0; k < n; k++)
+			if (cfg_table_match(publish->v[i], rows[k].schema, rows[k].name)) {
+				buf_puts(sql, table_separator(first, server_version));
+				pg_append_table(sql, rows[k].schema, rows[k].name);
+				if (holds) {
+					cfg_strlist_push(&holds->tables, rows[k].schema);
+					cfg_strlist_push(&holds->tables, rows[k].name);
+				}
+				first = false;
+			}
 	}
-	PGresult *res =
-	    PQexec(conn, "SELECT schemaname, tablename FROM pg_catalog.pg_tables "
-			 "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2");
+}
+
+void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
+			       const pg_table_row *rows, size_t n, bool superuser, int server_version,
+			       bool generated_columns)
+{
+	*p = (pg_publication_plan){.superuser = superuser};
+	for (size_t i = 0; i < publish->n; i++) {
+		bool hit = false;
+		for (size_t k = 0; k < n && !hit; k++)
+			hit = cfg_table_match(publish->v[i], rows[k].schema, rows[k].name);
+		if (!hit)
+			cfg_strlist_push(&p->no_match, publish->v[i]);
+	}
+	superuser_sql(&p->superuser_sql, publication, publish, rows, n, server_version, superuser ? p : NULL);
+	if (generated_columns)
+		buf_puts(&p->superuser_sql, WITH_GENERATED);
+	if (superuser) {
+		buf_append(&p->sql, p->superuser_sql.data, p->superuser_sql.len);
+		return;
+	}
+	size_t matching = 0;
+	buf_puts(&p->sql, "CREATE PUBLICATION ");
+	pg_append_quoted(&p->sql, publication, '"');
+	for (size_t k = 0; k < n; k++) {
+		if (!matched(publish, &rows[k]))
+			continue;
+		matching++;
+		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
+		if (rows[k].owned) {
+			buf_puts(&p->sql, table_separator(!p->tables.n, server_version));
+			pg_append_table(&p->sql, rows[k].schema, rows[k].name);
+		}
+		cfg_strlist_push(to, rows[k].schema);
+		cfg_strlist_push(to, rows[k].name);
+	}
+	if (generated_columns)
+		buf_puts(&p->sql, WITH_GENERATED);
+	p->refused = matching && !p->tables.n;
+}
+
+void pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err, size_t errlen)
+{
+	buf list = {0};
+	for (size_t i = 0; i + 1 < p->not_owned.n && list.len < 400; i += 2) {
+		buf_puts(&list, i ? ", " : "");
+		pg_append_table(&list, p->not_owned.v[i], p->not_owned.v[i + 1]);
+	}
+	errf(err, errlen,
+	     "cdc's role may not create publication %s: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
+	     "superuser, and FOR TABLE the tables' ownership, but the role owns none of the %zu tables "
+	     "source.publish matches (%s%s). Ways out: have a superuser run %s; or make cdc's role their "
+	     "owner (ALTER TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
+	     publication, p->not_owned.n / 2, list.data ? list.data : "",
+	     list.len >= 400 && p->not_owned.n > 2 ? ", ..." : "", p->superuser_sql.data);
+	buf_free(&list);
+}
+
+void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table)
+{
+	buf q = {0};
+	pg_append_table(&q, schema, table);
+	buf_printf(out,
+		   "table %s matches source.publish, but cdc's role does not own it, so cdc cannot add it "
+		   "to publication ",
+		   q.data);
+	pg_append_quoted(out, publication, '"');
+	buf_puts(out, ": its owner or a superuser can run ALTER PUBLICATION ");
+	pg_append_quoted(out, publication, '"');
+	buf_printf(out, " ADD TABLE %s", q.data);
+	buf_free(&q);
+}
+
+bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
+			      bool generated_columns, pg_publication_plan *p, char *err, size_t errlen)
+{
+	const char *params[] = {publication};
+	*p = (pg_publication_plan){0};
+	PGresult *res = PQexecParams(conn, pg_publication_tables_sql, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		errf(err, errlen, "listing tables for source.publish failed: %s",
 		     pg_one_line(PQerrorMessage(conn)));
 		PQclear(res);
 		return false;
 	}
-	int matched = 0;
-	for (int i = 0; i < PQntuples(res); i++) {
-		const char *schema = PQgetvalue(res, i, 0), *table = PQgetvalue(res, i, 1);
-		if (!cfg_table_match(pattern, schema, table))
-			continue;
-		/* PostgreSQL 14 lists the tables after one TABLE; 15 repeats it per item */
-		buf_puts(&p->sql, *first			    ? " FOR TABLE "
-				  : PQserverVersion(conn) >= 150000 ? ", TABLE "
-								    : ", ");
-		pg_append_ident(&p->sql, conn, schema);
-		buf_putc(&p->sql, '.');
-		pg_append_ident(&p->sql, conn, table);
-		strlist_add(&p->tables, schema);
-		strlist_add(&p->tables, table);
-		*first = false;
-		matched++;
-	}
+	const char *su = PQparameterStatus(conn, "is_superuser");
+	size_t n;
+	pg_table_row *rows = pg_table_rows(res, &n);
+	pg_publication_plan_build(p, publication, publish, rows, n, su && strcmp(su, "on") == 0,
+				  PQserverVersion(conn), generated_columns);
+	free(rows);
 	PQclear(res);
-	if (!matched)
-		strlist_add(&p->no_match, pattern);
-	return true;
-}
-
-bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      bool generated_columns, pg_publication_plan *p, char *err, size_t errlen)
-{
-	*p = (pg_publication_plan){0};
-	buf_puts(&p->sql, "CREATE PUBLICATION ");
-	pg_append_ident(&p->sql, conn, publication);
-	bool first = true;
-	for (size_t i = 0; i < publish->n; i++) {
-		if (strcmp(publish->v[i], "*.*") == 0)
-			p->all_tables = true;
-		else if (!publish_items(conn, publish->v[i], p, &first, err, errlen))
-			return false;
-	}
-	if (p->all_tables) {
-		buf_reset(&p->sql);
-		buf_puts(&p->sql, "CREATE PUBLICATION ");
-		pg_append_ident(&p->sql, conn, publication);
-		buf_puts(&p->sql, " FOR ALL TABLES");
-		strlist_clear(&p->schemas);
-		strlist_clear(&p->tables);
-	}
-	if (generated_columns)
-		buf_puts(&p->sql, " WITH (publish_generated_columns = stored)");
 	return true;
 }
 
 void pg_publication_plan_free(pg_publication_plan *p)
 {
 	buf_free(&p->sql);
-	strlist_clear(&p->schemas);
-	strlist_clear(&p->tables);
-	strlist_clear(&p->no_match);
+	buf_free(&p->superuser_sql);
+	cfg_strlist_free(&p->schemas);
+	cfg_strlist_free(&p->tables);
+	cfg_strlist_free(&p->not_owned);
+	cfg_strlist_free(&p->no_match);
+}
+
+void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
+			      const pg_table_row *rows, size_t n, cfg_strlist *added, cfg_strlist *warned,
+			      buf *warnings)
+{
+	buf q = {0};
+	for (size_t k = 0; k < n; k++) {
+		if (rows[k].published || !matched(publish, &rows[k]))
+			continue;
+		buf_reset(&q);
+		pg_append_table(&q, rows[k].schema, rows[k].name);
+		if (!rows[k].owned) {
+			bool known = false;
+			for (size_t i = 0; i < warned->n && !known; i++)
+				known = strcmp(warned->v[i], q.data) == 0;
+			if (!known) {
+				cfg_strlist_push(warned, q.data);
+				pg_publication_not_owned(warnings, publication, rows[k].schema, rows[k].name);
+				buf_putc(warnings, '\n');
+			}
+			continue;
+		}
+		if (!sql->len) {
+			buf_puts(sql, "ALTER PUBLICATION ");
+			pg_append_quoted(sql, publication, '"');
+			buf_puts(sql, " ADD TABLE ");
+		} else {
+			buf_puts(sql, ", ");
+		}
+		buf_append(sql, q.data, q.len);
+		cfg_strlist_push(added, rows[k].schema);
+		cfg_strlist_push(added, rows[k].name);
+	}
+	buf_free(&q);
 }

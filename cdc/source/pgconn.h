@@ -50,8 +50,32 @@ const char *pg_one_line(const char *msg);
 /* s between quote characters q, each q inside doubled: an SQL identifier ('"'), an SQL or
  * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
 void pg_append_quoted(buf *b, const char *s, char q);
+/* "schema"."table": each part between double quotes, a quote inside doubled (a statement naming it
+ * runs as it is, whatever the names; it is also a pattern cfg_table_match takes exactly). */
+void pg_append_table(buf *b, const char *schema, const char *table);
 /* An SQL identifier, quoted by libpq for conn's encoding. */
 void pg_append_ident(buf *b, PGconn *conn, const char *name);
+
+/* The key a backfill reads a table by, for a query over pg_class c: k.name, the index (NULL: none),
+ * and k.cols, its columns' attnums in order. The primary key, else the replica identity index, else
+ * the unique index with fewest columns (then by name); only unique indexes that are valid, not
+ * partial, without expressions and on NOT NULL columns qualify. */
+#define PG_KEY_JOIN                                                                                          \
+	"LEFT JOIN LATERAL ("                                                                                \
+	"SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text AS name, "                                \
+	"(i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] AS cols "                                        \
+	"FROM pg_catalog.pg_index i "                                                                        \
+	"WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "                 \
+	"AND i.indexprs IS NULL AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute ka "                     \
+	"WHERE ka.attrelid = c.oid AND ka.attnum = ANY ((i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - "    \
+	"1]) "                                                                                               \
+	"AND NOT ka.attnotnull) "                                                                            \
+	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
+
+/* Why a table cannot be read in key order, and the statement that fixes it: no key (none that
+ * PG_KEY_JOIN finds), or not a plain table (a partitioned one: read its partitions). */
+void pg_no_key(buf *out, const char *schema, const char *table);
+void pg_not_table(buf *out, const char *schema, const char *table, char relkind);
 
 /* The replication slot as pg_replication_slots tells it. */
 typedef struct pg_slot_row {
@@ -86,22 +110,58 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row);
  * held by that session (active_pid), before it names the plugin (empty until then). */
 bool pg_slot_being_created(const pg_slot_row *row);
 
+/* The tables a publication could hold: parameter $1 the publication; one row per table (plain or
+ * partitioned, outside the system schemas): schema, table, whether the role may add it to a
+ * publication (it owns it: is a member of its owner), whether the publication has it. */
+extern const char pg_publication_tables_sql[];
+typedef struct pg_table_row {
+	const char *schema, *name;
+	bool owned, published;
+} pg_table_row;
+/* pg_publication_tables_sql's answer as rows pointing into res (the caller frees the array). */
+pg_table_row *pg_table_rows(const PGresult *res, size_t *n);
+
 /* What a CREATE PUBLICATION for source.publish is: the statement cdc runs with source.create, and
- * what it needs of the role. A plain "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables
- * created later are published too; "*.*" FOR ALL TABLES; other patterns (and every one on 14) are
- * expanded against the tables that exist now into FOR TABLE. generated_columns:
+ * what it needs of the role. PostgreSQL lets a superuser create any publication and others only one
+ * FOR TABLE of tables they own. A superuser gets the forms that follow new tables by themselves: a
+ * plain "schema.*" as TABLES IN SCHEMA (PostgreSQL 15+), "*.*" as FOR ALL TABLES; other patterns,
+ * and "schema.*" on 14, are expanded against the tables that exist now into FOR TABLE. Any other
+ * role gets FOR TABLE of the matching tables it owns (none matching: a publication of no table,
+ * filled as they come: pg_publication_additions), the others left out; when tables match but it
+ * owns none, the plan is refused (pg_publication_refusal says the ways out). generated_columns:
  * source.publish_generated_columns (WITH publish_generated_columns = stored, PostgreSQL 18+). */
 typedef struct pg_publication_plan {
 	buf sql;
-	bool all_tables;      /* FOR ALL TABLES: superuser only */
-	cfg_strlist schemas;  /* TABLES IN SCHEMA: superuser only */
-	cfg_strlist tables;   /* FOR TABLE: pairs of schema, table; the role must own each */
-	cfg_strlist no_match; /* patterns that match no table yet */
+	buf superuser_sql;     /* what a superuser would create (the ways out name it) */
+	bool superuser;	       /* of the role that asked */
+	bool all_tables;       /* FOR ALL TABLES: superuser only */
+	cfg_strlist schemas;   /* TABLES IN SCHEMA: superuser only */
+	cfg_strlist tables;    /* FOR TABLE: pairs of schema, table; the role must own each */
+	cfg_strlist not_owned; /* matching tables left out (pairs): the role does not own them */
+	cfg_strlist no_match;  /* patterns that match no table yet */
+	bool refused;	       /* tables match, and the role may publish none of them */
 } pg_publication_plan;
-/* False with err (the connection's message) if listing the tables failed. */
+/* The plan from the tables' rows: the pure part of pg_publication_plan_make. */
+void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
+			       const pg_table_row *rows, size_t n, bool superuser, int server_version,
+			       bool generated_columns);
+/* Lists the tables and makes the plan for conn's role and server. False with err (the connection's
+ * message) if listing the tables failed. */
 bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
 			      bool generated_columns, pg_publication_plan *p, char *err,
 			      size_t errlen) CDC_MUST_CHECK;
 void pg_publication_plan_free(pg_publication_plan *p);
+/* Why a refused plan cannot be, and the ways out: the exact CREATE PUBLICATION a superuser can run,
+ * making the role the tables' owner, or listing in source.publish tables it owns. */
+void pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err, size_t errlen);
+/* One line (no newline) naming a table the role may not add and the statement its owner runs. */
+void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table);
+/* ALTER PUBLICATION ... ADD TABLE for the tables publish matches that the publication lacks and the
+ * role owns (sql left empty when there are none), each appended to added (schema, then table). One
+ * the role does not own and that is not in warned yet ("schema"."table") goes to warned and, as a
+ * line of pg_publication_not_owned, to warnings. */
+void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
+			      const pg_table_row *rows, size_t n, cfg_strlist *added, cfg_strlist *warned,
+			      buf *warnings);
 
 #endif

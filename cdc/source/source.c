@@ -17,7 +17,15 @@
 #include "decoder/base/log.h"
 
 /* What an ordinary connection's query in flight is. */
-enum admin_kind { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_SERVER };
+enum admin_kind {
+	ADMIN_IDLE,
+	ADMIN_HEARTBEAT,
+	ADMIN_HEALTH,
+	ADMIN_SERVER,
+	ADMIN_CATALOG,
+	ADMIN_PUB_LIST,
+	ADMIN_PUB_ADD
+};
 
 struct source {
 	char *dsn, *slot, *publication;
@@ -32,11 +40,10 @@ struct source {
 	bool heartbeat;		/* source.heartbeat is set: a standby needs primary_dsn for it */
 	bool generated_columns; /* source.publish_generated_columns */
 	cfg_strlist publish;
-	/* Subscriptions with `changed` need the old row of updates: their tables must have
-	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
-	cfg_strlist full_identity;
-	PGconn *repl;	/* replication=database, streaming */
-	PGconn *admin;	/* ordinary: setup queries, then heartbeats and slot health, one at a time */
+	PGconn *repl; /* replication=database, streaming */
+	/* ordinary: setup queries, then heartbeats, slot health, the server, the catalog and the
+	 * publication's tables, one at a time */
+	PGconn *admin;
 	int admin_busy; /* the kind of query in flight (admin_kind) */
 	/* to source.primary_dsn while the server is a standby: heartbeats (one at a time, like admin) */
 	PGconn *primary;
@@ -48,6 +55,15 @@ struct source {
 	uint32_t stream_tli;
 	uint64_t stream_max;
 	char heartbeat_error[512]; /* the last heartbeat's failure, not reported yet */
+	catalog *catalog;	   /* source_read_catalog's answer, once in */
+	uint64_t catalog_sent_ms;  /* when its query went out */
+	char catalog_error[512];   /* its failure, not reported yet */
+	/* keeping the publication current (source_keep_publication): the ALTER to send, the tables it
+	 * adds and those added (schema, table pairs), the tables warned about */
+	buf pub_sql;
+	bool pub_due; /* the tables are to be listed when the connection is free */
+	cfg_strlist pub_adding, pub_added, pub_warned;
+	char pub_error[512];
 	source_slot_health health;
 	pgo_options proto;
 	char system_id[32];
@@ -85,15 +101,6 @@ source *source_new(const cfg *c)
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
 		s->publish.v[i] = xstrdup(c->source.publish.v[i]);
-	for (size_t i = 0; i < c->nsubs; i++) {
-		const cfg_subscription *sub = &c->subs[i];
-		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {
-			s->full_identity.v =
-			    xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
-			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->name);
-			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->tables.v[t]);
-		}
-	}
 	return s;
 }
 
@@ -107,6 +114,11 @@ void source_disconnect(source *s)
 	s->admin_busy = ADMIN_IDLE;
 	s->primary_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
+	catalog_free(s->catalog);
+	free(s->catalog);
+	s->catalog = NULL;
+	buf_reset(&s->pub_sql);
+	cfg_strlist_free(&s->pub_adding);
 }
 
 void source_free(source *s)
@@ -117,9 +129,10 @@ void source_free(source *s)
 	for (size_t i = 0; i < s->publish.n; i++)
 		free(s->publish.v[i]);
 	free(s->publish.v);
-	for (size_t i = 0; i < s->full_identity.n; i++)
-		free(s->full_identity.v[i]);
-	free(s->full_identity.v);
+	buf_free(&s->pub_sql);
+	cfg_strlist_free(&s->pub_adding);
+	cfg_strlist_free(&s->pub_added);
+	cfg_strlist_free(&s->pub_warned);
 	pg_secrets_free(&s->secrets);
 	free(s->dsn);
 	free(s->primary_dsn);
@@ -243,8 +256,6 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		pg_publication_plan_free(&plan);
 		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
 	}
-	for (size_t i = 0; i < plan.no_match.n; i++)
-		log_warn("source.publish pattern matches no table yet", "pattern=%s", plan.no_match.v[i]);
 	if (s->server.in_recovery) {
 		/* The catalog is the primary's: a standby cannot create it, and shows it once made. */
 		errf(err, errlen,
@@ -253,6 +264,26 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		     s->publication, s->server.host, plan.sql.data);
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
+	}
+	if (plan.refused) {
+		pg_publication_refusal(&plan, s->publication, err, errlen);
+		pg_publication_plan_free(&plan);
+		return SOURCE_FATAL;
+	}
+	for (size_t i = 0; i < plan.no_match.n; i++)
+		log_warn(
+		    "source.publish pattern matches no table yet; cdc adds the tables it matches as they "
+		    "are created",
+		    "pattern=%s", plan.no_match.v[i]);
+	/* the tables left out, once: keeping the publication current warns about the others */
+	for (size_t i = 0; i + 1 < plan.not_owned.n; i += 2) {
+		buf w = {0}, q = {0};
+		pg_publication_not_owned(&w, s->publication, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
+		log_warn("publication", "warning=\"%s\"", w.data);
+		pg_append_table(&q, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
+		cfg_strlist_push(&s->pub_warned, q.data);
+		buf_free(&w);
+		buf_free(&q);
 	}
 	res = PQexec(s->admin, plan.sql.data);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
@@ -269,42 +300,21 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	return r;
 }
 
-/* A `changed` rule on a table that does not send old rows could never see a change: refused. */
-static source_result check_identities(source *s, char *err, size_t errlen)
+/* What the subscriptions need of the tables, read now (a start: blocking like the rest of it). */
+static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
 {
-	if (!s->full_identity.n)
-		return SOURCE_OK;
-	PGresult *res =
-	    PQexec(s->admin,
-		   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-		   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-		   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
+	const char *params[] = {s->publication};
+	PGresult *res = exec_params(s->admin, catalog_sql, 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return query_failed(s->admin, res, "checking replica identities", err, errlen);
-	source_result r = SOURCE_OK;
-	for (int i = 0; i < PQntuples(res) && r == SOURCE_OK; i++) {
-		if (PQgetvalue(res, i, 2)[0] == 'f')
-			continue;
-		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
-			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0),
-					    PQgetvalue(res, i, 1))) {
-				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
-				buf q = {0};
-				pg_append_quoted(&q, PQgetvalue(res, i, 0), '"');
-				buf_putc(&q, '.');
-				pg_append_quoted(&q, PQgetvalue(res, i, 1), '"');
-				errf(err, errlen,
-				     "subscription %s uses changed: on table %s, whose replica identity does "
-				     "not send "
-				     "the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL",
-				     s->full_identity.v[k], q.data, q.data);
-				buf_free(&q);
-				r = SOURCE_FATAL;
-				break;
-			}
-	}
+		return query_failed(s->admin, res, "reading the tables' replica identities and keys", err,
+				    errlen);
+	bool ok = catalog_add_result(c, res);
 	PQclear(res);
-	return r;
+	if (!ok)
+		return errf(err, errlen,
+			    "reading the tables' replica identities and keys: an unexpected result"),
+		       SOURCE_FATAL;
+	return SOURCE_OK;
 }
 
 /* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
@@ -807,7 +817,8 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	return SOURCE_OK;
 }
 
-source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen)
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
+			   size_t errlen)
 {
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
@@ -822,7 +833,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
-	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
+	    (r = read_catalog(s, cat, err, errlen)) != SOURCE_OK ||
 	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK ||
 	    (r = check_timeline(s, st, have_st, row.exists ? row.confirmed_flush : 0, err, errlen)) !=
@@ -1105,10 +1116,54 @@ static void server_result(source *s, PGresult *res)
 	free(slots);
 }
 
-/* Takes the result of a heartbeat, slot health or server query. */
+/* The tables the publication lacks: the statement that adds those the role owns, for the next turn. */
+static void pub_listed(source *s, PGresult *res)
+{
+	size_t n;
+	pg_table_row *rows = pg_table_rows(res, &n);
+	buf warnings = {0};
+	cfg_strlist_free(&s->pub_adding);
+	buf_reset(&s->pub_sql);
+	pg_publication_additions(&s->pub_sql, s->publication, &s->publish, rows, n, &s->pub_adding,
+				 &s->pub_warned, &warnings);
+	for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
+		log_warn("publication", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
+	buf_free(&warnings);
+	free(rows);
+}
+
+/* Takes the result of a heartbeat, slot health, server, catalog or publication query. */
 static void admin_result(source *s, int kind, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (kind == ADMIN_CATALOG) {
+		catalog *c = xcalloc(1, sizeof(*c));
+		if (ok && catalog_add_result(c, res)) {
+			s->catalog = c;
+			return;
+		}
+		errf(s->catalog_error, sizeof(s->catalog_error),
+		     "reading the tables' replica identities and keys: %s",
+		     ok ? "an unexpected result" : pg_one_line(PQresultErrorMessage(res)));
+		catalog_free(c);
+		free(c);
+		return;
+	}
+	if (kind == ADMIN_PUB_LIST || kind == ADMIN_PUB_ADD) {
+		bool done = ok || PQresultStatus(res) == PGRES_COMMAND_OK;
+		if (!done)
+			errf(s->pub_error, sizeof(s->pub_error), "%s the publication: %s",
+			     kind == ADMIN_PUB_LIST ? "listing the tables for" : "adding tables to",
+			     pg_one_line(PQresultErrorMessage(res)));
+		else if (kind == ADMIN_PUB_LIST)
+			pub_listed(s, res);
+		else
+			for (size_t i = 0; i < s->pub_adding.n; i++)
+				cfg_strlist_push(&s->pub_added, s->pub_adding.v[i]);
+		if (kind == ADMIN_PUB_ADD)
+			cfg_strlist_free(&s->pub_adding);
+		return;
+	}
 	if (kind == ADMIN_SERVER) {
 		server_result(s, res);
 		return;
@@ -1222,6 +1277,64 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 	if (!ok)
 		source_redact(s, err, errlen);
 	return ok;
+}
+
+bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err, size_t errlen)
+{
+	bool idle, sent = true;
+	const char *params[] = {s->publication};
+	/* on a standby the publication is the primary's to keep (source.create makes only the slot) */
+	if (!s->create || !s->admin || s->server.in_recovery)
+		return true;
+	s->pub_due |= due;
+	bool ok = admin_collect(s, s->admin, &s->admin_busy, &idle, err, errlen);
+	if (ok && idle && s->pub_sql.len) {
+		ok = admin_send(s, false, ADMIN_PUB_ADD, s->pub_sql.data, 0, NULL, &sent, err, errlen);
+		if (ok && sent)
+			buf_reset(&s->pub_sql);
+	} else if (ok && idle && s->pub_due) {
+		ok = admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql, 1, params, &sent, err,
+				errlen);
+		s->pub_due = !(ok && sent);
+	}
+	for (size_t i = 0; i < s->pub_added.n; i++)
+		cfg_strlist_push(added, s->pub_added.v[i]);
+	cfg_strlist_free(&s->pub_added);
+	if (ok && s->pub_error[0])
+		ok = errf(err, errlen, "%s", s->pub_error);
+	s->pub_error[0] = '\0';
+	if (!ok)
+		source_redact(s, err, errlen);
+	return ok;
+}
+
+bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err, size_t errlen)
+{
+	bool sent;
+	const char *params[] = {s->publication};
+	*out = NULL;
+	if (s->catalog && s->catalog_sent_ms < asked_ms) { /* an older one, left over */
+		catalog_free(s->catalog);
+		free(s->catalog);
+		s->catalog = NULL;
+	}
+	bool ok = s->admin_busy == ADMIN_CATALOG || s->catalog
+		      ? admin_collect(s, s->admin, &s->admin_busy, &sent, err, errlen)
+		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql, 1, params, &sent, err, errlen);
+	if (ok && sent && s->admin_busy == ADMIN_CATALOG)
+		s->catalog_sent_ms = now_ms();
+	if (ok && s->catalog_error[0])
+		ok = errf(err, errlen, "%s", s->catalog_error);
+	s->catalog_error[0] = '\0';
+	if (!ok) {
+		source_redact(s, err, errlen);
+		return false;
+	}
+	if (s->catalog && s->catalog_sent_ms >= asked_ms) {
+		*out = s->catalog;
+		s->catalog = NULL;
+	}
+	return true;
 }
 
 #define SERVER_SQL                                                                                           \

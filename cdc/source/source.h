@@ -6,6 +6,7 @@
 #define CDC_SOURCE_H
 
 #include "cdc/config/config.h"
+#include "cdc/source/catalog.h"
 #include "cdc/source/failover.h"
 #include "cdc/source/state.h"
 #include "decoder/pgoutput.h"
@@ -53,8 +54,10 @@ void source_redact(const source *s, char *err, size_t errlen);
 
 /* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
  * success it holds the position streaming starts from, to be recorded by the caller. The primary
- * keys of published REPLICA IDENTITY FULL tables go to rc. */
-source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen);
+ * keys of published REPLICA IDENTITY FULL tables go to rc, the catalog the subscriptions are
+ * checked against (catalog_check) to cat (the caller's to free, also after a failure). */
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
+			   size_t errlen);
 /* The replication connection's socket while streaming, else -1. */
 int source_fd(const source *s);
 /* False once the server closed the replication connection, although what it sent last is not read
@@ -100,6 +103,18 @@ source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t 
 /* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
  * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
 source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
+/* Keeps the publication holding the tables source.publish matches (with source.create): lists, when
+ * due, the matching tables it lacks, and on a later call adds those cdc's role owns (ALTER
+ * PUBLICATION ... ADD TABLE); one it may not add is warned about once, with the statement its owner
+ * runs. Without blocking: call it from every tick while streaming. The tables added since the last
+ * call are appended to added, schema then table. False with err when a step failed. */
+bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
+			     size_t errlen) CDC_MUST_CHECK;
+/* Reads the catalog (catalog_sql) through the ordinary connection without blocking: call again
+ * until *out gets it (the caller's to free), one whose query went out at or after asked_ms. False
+ * with err if the connection or the query failed. */
+bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err,
+			 size_t errlen) CDC_MUST_CHECK;
 /* Writes a heartbeat message through the ordinary connection, without blocking; reports the
  * outcome of the previous one by its return value (false: it failed, err says why). */
 bool source_heartbeat(source *s, char *err, size_t errlen);

@@ -263,6 +263,8 @@ static void status_sub(const report_sub *s, buf *out)
  *                     unless a socket sink; the last two are arrays of {"name", "pid", "uid",
  *                     "mode", "active", "reading", "in_flight", "delivered", "acked",
  *                     "connected_since"}),
+ *  "backfills": GET /backfills' array (left out when empty),
+ *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
  *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
  *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
 void report_status_json(const report *r, buf *out)
@@ -287,6 +289,20 @@ void report_status_json(const report *r, buf *out)
 	if (r->backfills_json && strcmp(r->backfills_json, "[]") != 0) {
 		json_key(out, &f, "backfills");
 		buf_puts(out, r->backfills_json);
+	}
+	if (r->nfailed) {
+		json_key(out, &f, "failed_subscriptions");
+		buf_putc(out, '[');
+		bool ff = true;
+		for (size_t i = 0; i < r->nfailed; i++) {
+			bool m = true;
+			json_sep(out, &ff);
+			buf_putc(out, '{');
+			json_key_str(out, &m, "name", r->failed[i].name);
+			json_key_str(out, &m, "reason", r->failed[i].reason);
+			buf_putc(out, '}');
+		}
+		buf_putc(out, ']');
 	}
 	if (r->has_kafka) {
 		bool fk = true;
@@ -581,12 +597,16 @@ static void metrics_backfills(const report *r, buf *out)
 	} M[] = {
 	    {"cdc_backfill_rows_read_total", "counter", "Rows a backfill read from the table.",
 	     offsetof(report_backfill, read)},
-	    {"cdc_backfill_rows_emitted_total", "counter", "Rows a backfill delivered as reads.",
-	     offsetof(report_backfill, emitted)},
+	    {"cdc_backfill_rows_delivered_total", "counter",
+	     "Rows a backfill delivered as reads to the subscription's sink.",
+	     offsetof(report_backfill, delivered)},
 	    {"cdc_backfill_rows_dropped_total", "counter",
 	     "Rows a backfill read but dropped, changed between the chunk's watermarks (their changes "
 	     "carry them).",
 	     offsetof(report_backfill, dropped)},
+	    {"cdc_backfill_rows_filtered_total", "counter",
+	     "Rows a backfill read that the where (the parts cdc evaluates itself) left out.",
+	     offsetof(report_backfill, filtered)},
 	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
 	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
@@ -731,6 +751,15 @@ void report_metrics(const report *r, buf *out)
 
 	metrics_subs(r, out);
 	metrics_backfills(r, out);
+	if (r->nfailed)
+		family(out, "cdc_subscription_failed", "gauge",
+		       "1 for each subscription cdc runs without: changed over the status socket, it cannot "
+		       "work "
+		       "(/status failed_subscriptions says why); PUT a corrected one or DELETE it.");
+	for (size_t i = 0; i < r->nfailed; i++) {
+		sample(out, "cdc_subscription_failed", "subscription", r->failed[i].name, NULL, NULL);
+		buf_puts(out, " 1\n");
+	}
 
 	if (r->has_kafka) {
 		m_u64(out, "cdc_kafka_in_flight_messages", "gauge",

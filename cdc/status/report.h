@@ -49,9 +49,15 @@ typedef struct report_sub {
 /* One table of one backfill, for /metrics. Strings are borrowed. */
 typedef struct report_backfill {
 	const char *subscription, *id, *schema, *table, *state;
-	uint64_t read, emitted, dropped;
-	int64_t estimate; /* rows; < 0: unknown */
+	uint64_t read, delivered, dropped, filtered; /* as bf_progress */
+	int64_t estimate;			     /* rows; < 0: unknown */
 } report_backfill;
+
+/* A subscription cdc runs without (one changed over the status socket that cannot work: the
+ * database or the file changed under it), and why. Strings are borrowed. */
+typedef struct report_failed_sub {
+	const char *name, *reason;
+} report_failed_sub;
 
 /* source.failover (configured): whether a promotion now is safe (known: checked), why
  * (failover_reason_name), the slot's own failover flag, synchronized_standby_slots, and what to do
@@ -118,6 +124,9 @@ typedef struct report {
 	const char *backfills_json;
 	const report_backfill *backfills;
 	size_t nbackfills;
+	/* /status's "failed_subscriptions" and /metrics' cdc_subscription_failed (none: left out) */
+	const report_failed_sub *failed;
+	size_t nfailed;
 } report;
 
 /* GET /status: one JSON object and a newline (see the comment above report_status_json in

@@ -1,6 +1,8 @@
 /* fuzz_predicate.c: libFuzzer harness for `where` predicates: arbitrary bytes (up to the first NUL)
  * through pred_parse; a rejection must say where, and what parses is evaluated against a fixed
- * event of every value kind, along with its negation, which must never match at the same time. */
+ * event of every value kind, along with its negation, which must never match at the same time, and
+ * checked against the event's columns (pred_check_columns): a single comparison it calls never true
+ * must not match. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +118,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	pred_free(q);
+	pred_column cols[NCOLS];
+	for (size_t i = 0; i < NCOLS; i++)
+		cols[i] = (pred_column){COLS[i].name, COLS[i].oid, pgtypes_builtin_name(COLS[i].oid)};
+	pred_kind root = pred_node_at(p, pred_root(p)).kind;
+	if (!pred_check_columns(p, cols, NCOLS, false, scratch, err, sizeof(err)) &&
+	    (root == PRED_CMP || root == PRED_IN || root == PRED_ISNULL) && (t || ti)) {
+		fprintf(stderr, "\"%s\" matches, but the check says: %s\n", text, err);
+		abort();
+	}
 	pred_free(p);
 	arena_reset(scratch);
 	free(neg);

@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		cfg_overlay *o = xcalloc(1, sizeof *o);
 		cfg_overlay_put(o, s); /* takes s */
-		if (!cfg_overlay_apply(o, c, &errors))
+		if (!cfg_overlay_apply(o, c, NULL, &errors))
 			abort(); /* the base has a kafka section: nothing to refuse */
 		check_roundtrip(c);
 		cfg_overlay_free(o);

@@ -546,11 +546,17 @@ def test_sighup_reloads_subscriptions_at_a_transaction_boundary(pg, schema, cdc)
     evs = p.wait_events(2)
     assert [(e["subscription"], e["table"], e["new"]["id"], e["tag"]) for e in evs] == [
         ("a_only", "a", 1, None), ("b_only", "b", 2, "t2")]
-    # A broken file is refused and the running subscriptions stay.
+    # A broken file is refused and the running subscriptions stay; each problem is a log line of
+    # its own (the list used to be one line with literal \n inside).
     with open(c.path, "w") as f:
         f.write("subscriptions: [{name: x}]\nbogus: 1\n")
     p.signal(signal.SIGHUP)
     wait_for(lambda: "reload refused" in p.stderr(), what=p.describe())
+    problems = [ln for ln in p.stderr().splitlines() if "configuration problem" in ln]
+    assert len(problems) == 2, p.stderr()
+    assert sum('unknown top-level key "bogus"' in ln for ln in problems) == 1, problems
+    assert sum('missing required key "tables"' in ln for ln in problems) == 1, problems
+    assert "\\n" not in p.stderr(), p.stderr()
     pg.sql(f"insert into {schema}.b values (3)")
     assert [e["new"]["id"] for e in p.wait_events(3)][-1] == 3
     assert p.terminate() == 0

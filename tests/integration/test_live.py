@@ -5,13 +5,15 @@ and malformed or slow HTTP clients never stalling the stream."""
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 
 import psycopg2
 
-from conftest import wait_for
+from conftest import CDC_BIN, to_yaml, wait_for
 from pg import free_port, lsn_to_int
 from subscriber_helpers import Subscriber, pb
 from test_status import get, http, status_sock
@@ -245,4 +247,128 @@ def test_malformed_and_slow_http_never_stall_streaming(pg, schema, cdc):
     assert ids(p.wait_events(total, 60), "all") == list(range(1, total + 1))
     for x in stuck:
         x.close()
+    assert p.terminate() == 0
+
+
+def test_a_subscription_that_cannot_work_is_refused_and_a_stored_one_never_stops_a_start(pg, schema, cdc):
+    """A PUT that could never match (changed: or old. on a table without REPLICA IDENTITY FULL,
+    snapshot: true on a keyless table) is refused with the statement that fixes it. A stored one
+    that stops working while cdc is down (the table's identity changed) is set aside at the next
+    start: cdc runs without it and says why in /status, /metrics and cdc status, and a PUT or
+    DELETE settles it. It used to be accepted, match nothing, and make the next start exit 1."""
+    t, nk = f"{schema}.t", f"{schema}.nokey"
+    pg.sql(f"create table {t} (id int primary key, status text)")
+    pg.sql(f"create table {nk} (x int)")
+    c, p = cdc.start(subscriptions=[{"name": "all", "tables": [t], "sink": "stdout"}])
+    quoted = f'"{schema}"."t"'
+    chg = {"tables": [t], "sink": "stdout", "operations": ["update"], "changed": ["status"]}
+    for name, body, want in [
+            ("chg", chg, f"subscription chg uses changed: on table {quoted}, whose replica identity does not "
+                         f"send the old row of an update: ALTER TABLE {quoted} REPLICA IDENTITY FULL"),
+            ("old", {"tables": [t], "sink": "stdout", "where": "old.status = 'new'"},
+             f"subscription old reads old.status in its where on table {quoted}, whose replica identity does "
+             f"not send that column in the old row: ALTER TABLE {quoted} REPLICA IDENTITY FULL"),
+            ("snap", {"tables": [nk], "sink": "stdout", "snapshot": True},
+             f"subscription snap has snapshot: true, but {nk} has neither a primary key nor a unique index "
+             f"on NOT NULL columns")]:
+        code, ans = put(c, name, body)
+        assert code == 400 and ans["error"] == "invalid subscription", (name, code, ans)
+        assert any(want in line for line in ans["details"]), (name, ans)
+    # old.id is the key: the old row of an update that changes it carries it
+    code, ans = put(c, "key", {"tables": [t], "sink": "stdout", "where": "old.id <> new.id"})
+    assert code == 200, ans
+    assert names(c) == ["all", "key"]
+    assert not os.path.exists(os.path.join(c.state_dir, "subscriptions.yaml")) or "chg" not in open(
+        os.path.join(c.state_dir, "subscriptions.yaml")).read()
+
+    # Stored while it works, then the table changes under it while cdc is down.
+    pg.sql(f"alter table {t} replica identity full")
+    code, ans = put(c, "chg", chg)
+    assert code == 200, ans
+    assert p.terminate() == 0
+    pg.sql(f"alter table {t} replica identity default")
+    p = c.start()
+    # set aside once connected (the figures published before that still list it)
+    wait_for(lambda: names(c) == ["all", "key"], what="chg set aside")
+    wait_for(lambda: "failed_subscriptions" in get(c, "/status")[1], what="the failed subscription in /status")
+    failed = json.loads(get(c, "/status")[1])["failed_subscriptions"]
+    assert [f["name"] for f in failed] == ["chg"], failed
+    assert f"ALTER TABLE {quoted} REPLICA IDENTITY FULL" in failed[0]["reason"], failed
+    assert 'cdc_subscription_failed{subscription="chg"} 1\n' in get(c, "/metrics")[1]
+    out = subprocess.run([CDC_BIN, "status", "-s", status_sock(c)], capture_output=True, text=True, timeout=30)
+    assert "subscription chg failed, cdc runs without it (PUT a corrected one or DELETE it): subscription chg " \
+           "uses changed:" in out.stdout, out.stdout
+    assert "a subscription changed over the status socket is set aside" in p.stderr()
+    pg.sql(f"insert into {t} values (1, 'new')")
+    pg.sql(f"update {t} set status = 'paid' where id = 1")
+    evs = p.wait_events(2)
+    assert [(e["subscription"], e["op"]) for e in evs] == [("all", "insert"), ("all", "update")], evs
+
+    # Fixed and put again: it works; then deleted.
+    pg.sql(f"alter table {t} replica identity full")
+    code, ans = put(c, "chg", chg)
+    assert code == 200, ans
+    wait_for(lambda: "failed_subscriptions" not in get(c, "/status")[1], what="chg no longer failed")
+    pg.sql(f"update {t} set status = 'shipped' where id = 1")
+    evs = p.wait_events(4)
+    assert sorted((e["subscription"], e["op"]) for e in evs[2:]) == [("all", "update"), ("chg", "update")], evs
+    pg.sql(f"alter table {t} replica identity default")
+    assert p.terminate() == 0
+    p = c.start()
+    wait_for(lambda: "failed_subscriptions" in get(c, "/status")[1], what="chg failed again")
+    code, ans = delete(c, "chg")
+    assert code == 200, ans
+    wait_for(lambda: "failed_subscriptions" not in get(c, "/status")[1], what="chg gone")
+    assert p.terminate() == 0
+    p = c.start()
+    assert names(c) == ["all", "key"]
+    assert p.terminate() == 0
+
+
+def test_a_stored_kafka_subscription_without_kafka_never_stops_a_start(pg, schema, cdc):
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c = cdc(subscriptions=[{"name": "all", "tables": [f"{schema}.t"], "sink": "stdout"}],
+            kafka={"brokers": "127.0.0.1:1"})
+    p = c.start()
+    code, ans = put(c, "k", {"tables": [f"{schema}.t"], "sink": "kafka"})
+    assert code == 200, ans
+    assert p.terminate() == 0
+    del c.config["kafka"]
+    with open(c.path, "w") as f:
+        f.write(to_yaml(c.config))
+    p = c.start()
+    wait_for(lambda: "failed_subscriptions" in get(c, "/status")[1], what="k failed")
+    failed = json.loads(get(c, "/status")[1])["failed_subscriptions"]
+    assert failed[0]["name"] == "k" and "has sink kafka, but the configuration has no kafka section" in \
+        failed[0]["reason"], failed
+    code, ans = delete(c, "k")
+    assert code == 200, ans
+    assert p.terminate() == 0
+
+
+def test_a_reload_adding_a_subscription_that_cannot_work_is_refused(pg, schema, cdc):
+    """SIGHUP with a file whose new subscription could never match is refused, one log line naming
+    the fix, and the running configuration stays (it used to be "reloaded", and the next start exit 1)."""
+    t = f"{schema}.t"
+    pg.sql(f"create table {t} (id int primary key, status text)")
+    c, p = cdc.start(subscriptions=[{"name": "all", "tables": [t], "sink": "stdout"}])
+    good = dict(c.config)
+    c.config["subscriptions"] = good["subscriptions"] + [
+        {"name": "chg", "tables": [t], "sink": "stdout", "changed": ["status"]}]
+    with open(c.path, "w") as f:
+        f.write(to_yaml(c.config))
+    p.signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused" in p.stderr(), what=p.describe())
+    quoted = f'"{schema}"."t"'
+    problems = [ln for ln in p.stderr().splitlines() if "configuration problem" in ln]
+    assert len(problems) == 1 and f"ALTER TABLE {quoted} REPLICA IDENTITY FULL" in problems[0], p.stderr()
+    assert "reloaded subscriptions" not in p.stderr()
+    assert names(c) == ["all"]
+    pg.sql(f"insert into {t} values (1, 'new')")
+    assert [e["subscription"] for e in p.wait_events(1)] == ["all"]
+    # fixed: the same file reloads
+    pg.sql(f"alter table {t} replica identity full")
+    p.signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded subscriptions" in p.stderr(), what=p.describe())
+    assert names(c) == ["all", "chg"]
     assert p.terminate() == 0

@@ -14,8 +14,9 @@ returns data, and these alerts fire: a socket backlog with no consumer, a failed
 letters growing, a full spool, the slot's lag in bytes, safe_wal_size low and wal_status not
 reserved (`b`), a failover not ready (cdc `c`: source.failover on a PostgreSQL 17 server of its own
 whose synchronized_standby_slots is empty); then a Kafka producer restart (a fenced producer),
-restarts (`b` started twice more), the Kafka sink stalled (the mock cluster's process killed while
-events flow), and the stream down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
+restarts (`b` started twice more) and a subscription `b` runs without (one it stored whose table
+lost REPLICA IDENTITY FULL while `b` was down), the Kafka sink stalled (the mock cluster's process
+killed while events flow), and the stream down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
 since a commit, which only the wall clock can reach.
 
 With CDC_DASHBOARD_PNG=FILE, the dashboard's panels over the run are drawn into FILE at the end
@@ -44,7 +45,7 @@ from pg import TempPostgres
 from test_exactly_once import API_END_TXN
 from test_kafka import kafka_section, ksub
 from test_socket import attach, collect, socket_sub
-from test_status import get
+from test_status import get, http, status_sock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONITORING = os.path.join(ROOT, "deploy", "monitoring")
@@ -163,8 +164,9 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
     for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
-              "held (id int primary key)", "pad (i int)"):
+              "held (id int primary key)", "pad (i int)", "ident (id int primary key, v text)"):
         pg.sql(f"create table {schema}.{t}")
+    pg.sql(f"alter table {schema}.ident replica identity full")
     pg.sql(f"insert into {schema}.orders (v) select 'x' from generate_series(1, 2000)")
     pg.sql(f"insert into {schema}.nokey select 1")
     # safe_wal_size is known with a limit; b's 1.1 GiB of lag is then under a fifth of it left, and
@@ -203,6 +205,12 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,
                  what=f"b's spool to be full\n{pb.describe()}")
+        # b stores a subscription that needs ident's old rows; ident loses them while b is down
+        # (below), so b's next start sets it aside
+        code, body = http((status_sock(b), "/subscriptions/chg"), "PUT", json.dumps(
+            {"tables": [f"{schema}.ident"], "sink": "stdout", "operations": ["update"], "changed": ["v"]}),
+            timeout=60)
+        assert code == 200, body
         wal = WalWriter(pg, schema, 1.1)
         prom = Prometheus(listen)
         # a's nacking consumer, once Prometheus has a sample from before: one delivery allowed, so
@@ -245,6 +253,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
         # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
         # (and so would a's once Kafka is gone), so b stops first.
         assert pb.terminate() == 0, pb.describe()
+        pg.sql(f"alter table {schema}.ident replica identity default")
         pg.stop("fast")
         try:
             prom.wait_firing(("CdcStreamDown", "a"))
@@ -266,6 +275,7 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
             if restarts == 1:
                 assert pb.terminate() == 0, pb.describe()
         prom.wait_firing(("CdcRestarting", "b"))
+        prom.wait_firing(("CdcSubscriptionFailed", "chg"))
         prom.wait_firing(("CdcKafkaStalled", "a"),
                          tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'z' from generate_series(1, 50)"))
         if os.environ.get("CDC_DASHBOARD_PNG"):  # the picture in docs/alerts.md

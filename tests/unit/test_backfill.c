@@ -72,15 +72,17 @@ static void nothing_due(bf_set *b, bf_now now, uint64_t want_wake)
 	CHECK_INT(wake, want_wake);
 }
 
-/* The reads emitted, as "schema.table:id=v,...;" per row. */
+/* The reads emitted, as "schema.table:id=v,...;" per row; a row whose second column is filter is
+ * left out, as a `where` would. */
 typedef struct sink {
 	buf got;
 	uint64_t lsn;
 	int batches;
 	bool fail;
+	const char *filter;
 } sink;
 
-static bool emit(void *ctx, const bf_batch *batch, char *err, size_t errlen)
+static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen)
 {
 	sink *s = ctx;
 	if (s->fail)
@@ -90,12 +92,16 @@ static bool emit(void *ctx, const bf_batch *batch, char *err, size_t errlen)
 	bf_datum v[8];
 	size_t pos = 0, n = 0;
 	while (bf_batch_next(batch, &pos, v)) {
+		n++;
+		if (s->filter && v[1].len == (int32_t)strlen(s->filter) &&
+		    memcmp(v[1].data, s->filter, strlen(s->filter)) == 0)
+			continue;
+		(*delivered)++;
 		buf_printf(&s->got, "%s.%s:", batch->schema, batch->table);
 		for (size_t i = 0; i < batch->ncols; i++)
 			buf_printf(&s->got, "%s%s=%.*s", i ? "," : "", batch->cols[i].name,
 				   v[i].len < 0 ? 4 : v[i].len, v[i].len < 0 ? "null" : v[i].data);
 		buf_putc(&s->got, ';');
-		n++;
 	}
 	CHECK_INT(n, batch->nrows);
 	return true;
@@ -192,7 +198,11 @@ static void test_life(void)
 	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
 	CHECK_STR(s.params[0], "pub");
-	answer(b, &s, 3, 2, (const char *[]){"other", "c", "public", "a", "public", "b"}, now);
+	/* b has a key at the checks; it is gone when b's turn comes (below) */
+	answer(b, &s, 3, 6,
+	       (const char *[]){"other", "c", "16380", "r", "c_pkey", "t", "public", "a", "16384", "r",
+				"a_pkey", "t", "public", "b", "16390", "r", "b_pkey", "t"},
+	       now);
 	/* one table at a time: a first */
 	s = next(b, BF_STMT_DESCRIBE, now);
 	CHECK_STR(s.params[0], "public");
@@ -212,7 +222,7 @@ static void test_life(void)
 		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
-	sink k = {0};
+	sink k = {.filter = "z"};     /* a where that leaves row 3 (v = 'z') out */
 	update(b, "a", "1", "1", 90); /* before the low watermark */
 	deliver(b, &low1, 10, &k, now);
 	update(b, "a", "2", "2", 91);
@@ -240,7 +250,7 @@ static void test_life(void)
 	/* the stream's high watermark may come before the reader hears back */
 	deliver(b, &high2, 40, &k, now);
 	answer(b, &high2.s, 1, 1, (const char *[]){"0/40"}, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=x;public.a:id=3,v=z;");
+	CHECK_STR(k.got.data, "public.a:id=1,v=x;");
 	CHECK(backfill_draining(b)); /* all read and emitted: only durability is missing */
 
 	/* only chunk 1 is durable when cdc dies */
@@ -248,9 +258,11 @@ static void test_life(void)
 	bf_info info;
 	backfill_info(b, 0, now, &info);
 	CHECK_INT(info.state, BF_RUNNING);
+	/* read = delivered (row 1) + dropped (row 2, changed in the window) + filtered (row 3) */
 	CHECK_INT(info.p.read, 3);
-	CHECK_INT(info.p.emitted, 2);
+	CHECK_INT(info.p.delivered, 1);
 	CHECK_INT(info.p.dropped, 1);
+	CHECK_INT(info.p.filtered, 1);
 	CHECK(strstr(slurp(path), "\"cursor\":\"0000000132\"") != NULL); /* the key "2" */
 	backfill_set_free(b);
 
@@ -315,19 +327,22 @@ static void test_life(void)
 	snprintf(
 	    want, sizeof(want),
 	    "[{\"id\":\"%s\",\"subscription\":\"s\",\"state\":\"failed\",\"where\":null,\"error\":null,"
-	    "\"created_ms\":1700000000000,\"finished_ms\":1700000000000,\"rows_read\":3,\"rows_emitted\":2,"
-	    "\"rows_dropped\":1,\"chunks_retried\":0,\"estimate\":3,\"rows_per_second\":0,\"eta_seconds\":"
+	    "\"created_ms\":1700000000000,\"finished_ms\":1700000000000,\"rows_read\":3,\"rows_delivered\":2,"
+	    "\"rows_dropped\":1,\"rows_filtered\":0,\"chunks_retried\":0,\"estimate\":3,\"rows_per_second\":"
+	    "0,\"eta_seconds\":"
 	    "null,"
 	    "\"tables\":[{\"schema\":\"public\",\"table\":\"a\",\"state\":\"done\",\"key\":null,\"error\":"
 	    "null,"
-	    "\"rows_read\":3,\"rows_emitted\":2,\"rows_dropped\":1,\"chunks_retried\":0,\"estimate\":3,"
+	    "\"rows_read\":3,\"rows_delivered\":2,\"rows_dropped\":1,\"rows_filtered\":0,\"chunks_retried\":"
+	    "0,\"estimate\":3,"
 	    "\"rows_per_second\":0,\"eta_seconds\":0},{\"schema\":\"public\",\"table\":\"b\",\"state\":"
 	    "\"failed\","
 	    "\"key\":null,\"error\":\"public.b has neither a primary key nor a unique index on NOT NULL "
 	    "columns, and a backfill reads a table in key order: add one (ALTER TABLE "
 	    "\\\"public\\\".\\\"b\\\" "
 	    "ADD PRIMARY KEY "
-	    "(...))\",\"rows_read\":0,\"rows_emitted\":0,\"rows_dropped\":0,\"chunks_retried\":0,"
+	    "(...))\",\"rows_read\":0,\"rows_delivered\":0,\"rows_dropped\":0,\"rows_filtered\":0,\"chunks_"
+	    "retried\":0,"
 	    "\"estimate\":null,\"rows_per_second\":0,\"eta_seconds\":null}]}]",
 	    id);
 	CHECK_STR(j.data, want);
@@ -354,7 +369,15 @@ static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_no
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
+	answer(b, &s, 1, 6, (const char *[]){"public", "a", "16384", "r", "a_pkey", "t"}, now);
+	const char *why;
+	if (req->where) {
+		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
+		s = next(b, BF_STMT_COLUMNS, now);
+		answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"},
+		       now);
+	}
+	CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
 	s = next(b, BF_STMT_DESCRIBE, now);
 	answer(b, &s, 2, 10, describe_a, now);
 	return b;
@@ -534,14 +557,19 @@ static void test_read_ahead(void)
 	backfill_set_free(b);
 }
 
+/* One row of bfsql_tables' result for public.NAME: its oid, relkind, key and SELECT privilege. */
+#define TABLE_ROW(name, oid, relkind, key, select) "public", name, oid, relkind, key, select
+
 static void test_failures(void)
 {
 	char err[512], id[BF_ID_SIZE];
 	bf_now now = {1000, 5};
 	const char *pats[] = {"public.*"}, *asked[] = {"public.nope"};
+	/* Refused by its checks (backfill_error, before any table runs), or failed at a table's own
+	 * description (table_error: the table changed after the checks). */
 	static const struct {
 		const char *check[3];
-		const char *tables[4];
+		const char *tables[6];
 		int ntables;
 		const char *describe[10];
 		int ndescribe;
@@ -564,55 +592,81 @@ static void test_failures(void)
 	     "subscription s has no table in publication pub",
 	     NULL},
 	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {"public", "a"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "f")},
+	     1,
+	     {0},
+	     0,
+	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\"",
+	     NULL},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
+	     {TABLE_ROW("a", "16384", "r", NULL, "t")},
+	     1,
+	     {0},
+	     0,
+	     "public.a has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
+	     "reads a table in key order: add one (ALTER TABLE \"public\".\"a\" ADD PRIMARY KEY (...))",
+	     NULL},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
+	     {TABLE_ROW("a", "16384", "p", "a_pkey", "t")},
+	     1,
+	     {0},
+	     0,
+	     "public.a is a partitioned table: backfill its partitions",
+	     NULL},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
 	     1,
 	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1", "-1"},
 	     1,
 	     NULL,
 	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
 	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {"public", "a"},
+	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
 	     1,
 	     {0},
 	     0,
 	     NULL,
 	     "table public.a does not exist"},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {"public", "a"},
-	     1,
-	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "p", "t", "1", "-1"},
-	     1,
-	     NULL,
-	     "public.a is a partitioned table: backfill its partitions"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bf_set *b = backfill_set_new(&settings, NULL, 1);
 		bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
 		CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+		const char *why;
+		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
 		bf_stmt s = next(b, BF_STMT_CHECK, now);
 		answer(b, &s, 1, 3, cases[i].check, now);
 		if (!cases[i].backfill_error || cases[i].check[1][0] == 't') {
 			s = next(b, BF_STMT_TABLES, now);
-			answer(b, &s, cases[i].ntables, 2, cases[i].tables, now);
+			answer(b, &s, cases[i].ntables, 6, cases[i].tables, now);
 		}
 		if (cases[i].table_error) {
+			CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
 			s = next(b, BF_STMT_DESCRIBE, now);
 			answer(b, &s, cases[i].ndescribe, 10, cases[i].describe, now);
+		} else {
+			CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+			CHECK_STR(why, cases[i].backfill_error);
 		}
 		bf_info info;
 		backfill_info(b, 0, now, &info);
 		CHECK_INT(info.state, BF_FAILED);
 		if (cases[i].backfill_error)
 			CHECK_STR(info.error, cases[i].backfill_error);
+		bf_table_info ti;
 		if (cases[i].table_error) {
-			bf_table_info ti;
 			backfill_table_info(b, 0, 0, now, &ti);
 			CHECK_STR(ti.error, cases[i].table_error);
+		} else if (info.ntables) {
+			/* refused for a table: that table failed (cdc_backfill_failed), with the reason */
+			backfill_table_info(b, 0, 0, now, &ti);
+			CHECK_INT(ti.state, BF_FAILED);
+			CHECK_STR(ti.error, cases[i].backfill_error);
 		}
 		nothing_due(b, now, 0);
 		backfill_set_free(b);
 	}
-	/* an asked-for table that is not the subscription's */
+	/* an asked-for table that is not the subscription's: refused, and gone once dropped */
 	bf_set *b = backfill_set_new(&settings, NULL, 1);
 	bf_request req = {
 	    .subscription = "s", .sub_tables = pats, .nsub_tables = 1, .tables = asked, .ntables = 1};
@@ -620,10 +674,38 @@ static void test_failures(void)
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
+	answer(b, &s, 1, 6, (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t")}, now);
 	bf_info info;
 	backfill_info(b, 0, now, &info);
 	CHECK_STR(info.error, "table public.nope is not one of subscription s's tables in publication pub");
+	const char *why;
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK(backfill_drop(b, id, err, sizeof(err)));
+	CHECK_INT(backfill_count(b), 0);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK_STR(why, "its subscription was removed meanwhile");
+	/* a request's where that can never be true for a table's columns: refused after COLUMNS */
+	const char *only[] = {"public.a"};
+	req = (bf_request){
+	    .subscription = "s", .sub_tables = only, .nsub_tables = 1, .where = "new.id >= 1 and new.v = 5"};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	s = next(b, BF_STMT_CHECK, now);
+	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
+	s = next(b, BF_STMT_TABLES, now);
+	answer(b, &s, 2, 6,
+	       (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t"),
+				TABLE_ROW("b", "16390", "r", NULL, "t")},
+	       now);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
+	s = next(b, BF_STMT_COLUMNS, now);
+	CHECK_STR(s.params[0], "{16384}");
+	answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"}, now);
+	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+	CHECK_STR(why,
+		  "where: in table public.a, new.v = 5 is never true: column v is of type text and 5 is a "
+		  "number; write '5'");
+	nothing_due(b, now, 0);
+	CHECK(backfill_drop(b, id, err, sizeof(err)));
 	/* a where that does not parse */
 	req = (bf_request){.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .where = "new.a = "};
 	CHECK(!backfill_add(b, &req, now, id, err, sizeof(err)));
@@ -763,7 +845,7 @@ static void test_where(void)
 			  .sub_tables = only_a,
 			  .nsub_tables = 1,
 			  .sub_where = "new.v = 'x'",
-			  .where = "new.id > 1 and old.id = 1"};
+			  .where = "new.id > 1 and new.v <> new.id"};
 	bf_set *b = start_request(&settings, &req, now, id);
 	wmstmt low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
@@ -817,18 +899,23 @@ static void test_request(void)
 	}
 }
 
-/* cdc backfill --wait's lines, from the JSON of GET /backfills. */
+/* cdc backfill --wait's lines, from the JSON of GET /backfills: while it runs the share of the
+ * estimate, once it is over what was read and delivered (never a share: "failed, 0 of 0 rows
+ * (100%)" was printed). */
 static void test_progress(void)
 {
 	static const char json[] =
-	    "[{\"id\":\"aa\",\"subscription\":\"s\",\"state\":\"done\"},"
+	    "[{\"id\":\"aa\",\"subscription\":\"s\",\"state\":\"done\",\"rows_read\":1696,"
+	    "\"rows_delivered\":83,\"rows_filtered\":1613,\"estimate\":1696,\"eta_seconds\":0},"
+	    "{\"id\":\"bb\",\"subscription\":\"s\",\"state\":\"failed\",\"error\":\"no table\","
+	    "\"rows_read\":0,\"rows_delivered\":0,\"estimate\":0,\"eta_seconds\":null,\"tables\":[]},"
 	    "{\"id\":\"4f2a\",\"subscription\":\"orders\",\"state\":\"running\",\"where\":null,"
-	    "\"error\":null,\"rows_read\":12345,\"rows_emitted\":12000,\"rows_dropped\":345,\"chunks_"
+	    "\"error\":null,\"rows_read\":12345,\"rows_delivered\":12000,\"rows_dropped\":345,\"chunks_"
 	    "retried\":0,"
 	    "\"estimate\":50000,\"rows_per_second\":1234,\"eta_seconds\":31,\"tables\":["
 	    "{\"schema\":\"public\",\"table\":\"orders\",\"state\":\"running\",\"key\":\"orders_pkey\","
-	    "\"error\":null,\"rows_read\":12345,\"estimate\":50000,\"rows_per_second\":1234,\"eta_seconds\":"
-	    "31},"
+	    "\"error\":null,\"rows_read\":12345,\"rows_delivered\":12000,\"estimate\":50000,"
+	    "\"rows_per_second\":1234,\"eta_seconds\":31},"
 	    "{\"schema\":\"public\",\"table\":\"items\",\"state\":\"queued\",\"key\":null,\"error\":null,"
 	    "\"rows_read\":0,\"estimate\":null,\"rows_per_second\":0,\"eta_seconds\":null},"
 	    "{\"schema\":\"public\",\"table\":\"log\",\"state\":\"failed\",\"key\":null,"
@@ -839,12 +926,24 @@ static void test_progress(void)
 	CHECK(backfill_progress(json, strlen(json), "4f2a", false, &out, state, sizeof(state), err,
 				sizeof(err)));
 	CHECK_STR(state, "running");
-	CHECK_STR(out.data,
-		  "backfill 4f2a of orders: running, 12,345 of 50,000 rows (24%), 1,234 rows/s, ETA 0:31\n"
-		  "  public.orders  running, 12,345 of 50,000 rows (24%), 1,234 rows/s, ETA 0:31\n"
-		  "  public.items  queued, 0 rows\n"
-		  "  public.log  failed, 0 of 7,200,000 rows (0%)\n"
-		  "    no key\n");
+	CHECK_STR(
+	    out.data,
+	    "backfill 4f2a of orders: running, 12,345 of 50,000 rows read (24%), 12,000 delivered, "
+	    "1,234 rows/s, ETA 0:31\n"
+	    "  public.orders  running, 12,345 of 50,000 rows read (24%), 12,000 delivered, 1,234 rows/s, "
+	    "ETA 0:31\n"
+	    "  public.items  queued, 0 rows read, 0 delivered\n"
+	    "  public.log  failed, 0 rows read, 0 delivered\n"
+	    "    no key\n");
+	buf_reset(&out);
+	CHECK(
+	    backfill_progress(json, strlen(json), "aa", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK_STR(state, "done");
+	CHECK_STR(out.data, "backfill aa of s: done, 1,696 rows read, 83 delivered\n");
+	buf_reset(&out);
+	CHECK(
+	    backfill_progress(json, strlen(json), "bb", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK_STR(out.data, "backfill bb of s: failed, 0 rows read, 0 delivered\n  no table\n");
 	buf_reset(&out);
 	CHECK(backfill_progress(json, strlen(json), "4f2a", true, &out, state, sizeof(state), err,
 				sizeof(err)));

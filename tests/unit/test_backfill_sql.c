@@ -101,16 +101,16 @@ static void test_messages(void)
 	    b.data,
 	    "role cdc may not read public.Orders: run GRANT SELECT ON \"public\".\"Orders\" TO \"cdc\"");
 	buf_reset(&b);
-	bfsql_no_key(&b, "public", "events");
+	pg_no_key(&b, "public", "events");
 	CHECK_STR(b.data,
 		  "public.events has neither a primary key nor a unique index on NOT NULL columns, and a "
 		  "backfill reads a table in key order: add one (ALTER TABLE \"public\".\"events\" ADD "
 		  "PRIMARY KEY (...))");
 	buf_reset(&b);
-	bfsql_not_table(&b, "public", "m", 'p');
+	pg_not_table(&b, "public", "m", 'p');
 	CHECK_STR(b.data, "public.m is a partitioned table: backfill its partitions");
 	buf_reset(&b);
-	bfsql_not_table(&b, "public", "v", 'v');
+	pg_not_table(&b, "public", "v", 'v');
 	CHECK_STR(b.data, "public.v is not a table (relkind 'v')");
 	buf_reset(&b);
 	bfsql_no_table(&b, "public", "gone");

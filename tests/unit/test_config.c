@@ -313,7 +313,7 @@ static const char everything[] =
 	"    retention:\n"
 	"      max_events: 18446744073709551615\n"
 	"      max_age: 7h\n"
-	"      max_bytes: 10MB\n"
+	"      max_bytes: 10000000\n"
 	"      when_full: drop_oldest\n"
 	"  - name: k\n"
 	"    tables: [a.b]\n"
@@ -615,10 +615,16 @@ static const struct {
 	    "\"{nope}\" (expected {schema}, {table}, {subscription}, {tag})\n"
 	    "t.yaml:4:50: subscriptions[1].topic: invalid topic \"cdc {x\": character ' ' is not allowed in a Kafka "
 	    "topic name (use [a-zA-Z0-9._-])\n"),
+	/* 1GB: PostgreSQL's reading (1GiB) and the decimal one differ, so neither is guessed */
+	BAD("backfill: {max_bytes: 1GB}\nsubscriptions:\n  - name: a\n    tables: [a.b]\n    retention: {max_bytes: 64mb}\n",
+	    "t.yaml:1:23: backfill.max_bytes: invalid size \"1GB\" (write 1GiB, or the number of bytes: decimal "
+	    "units are ambiguous, PostgreSQL reads 1GB as 1GiB)\n"
+	    "t.yaml:5:28: subscriptions[0].retention.max_bytes: invalid size \"64mb\" (write 64MiB, or the number of "
+	    "bytes: decimal units are ambiguous)\n"),
 	BAD("subscriptions:\n  - name: a\n    tables: [a.b]\n    retention: {max_bytes: 1XB, max_events: -1, max_age: "
 	    "1h1h, when_full: never}\n",
 	    "t.yaml:4:28: subscriptions[0].retention.max_bytes: invalid size \"1XB\" (expected bytes, or e.g. "
-	    "64KiB, 64MiB, 1GiB, 10MB; at most 2^64-1)\n"
+	    "64KiB, 64MiB, 1GiB; at most 2^64-1)\n"
 	    "t.yaml:4:45: subscriptions[0].retention.max_events: must not be negative, got \"-1\"\n"
 	    "t.yaml:4:58: subscriptions[0].retention.max_age: invalid duration \"1h1h\" (expected e.g. 250ms, 10s, "
 	    "5m, 24h or 1h30m)\n"
@@ -768,11 +774,13 @@ static void test_sizes(void)
 	    {"64MiB", true, 64 << 20},
 	    {"1GiB", true, 1 << 30},
 	    {"2TiB", true, 2ull << 40},
-	    {"10MB", true, 10000000},
-	    {"10kB", true, 10000},
-	    {"10KB", true, 10000},
-	    {"3GB", true, 3000000000ull},
-	    {"1TB", true, 1000000000000ull},
+	    /* decimal-looking units are ambiguous (PostgreSQL's 1GB is 1GiB): refused */
+	    {"10MB", false, 0},
+	    {"10kB", false, 0},
+	    {"10KB", false, 0},
+	    {"3GB", false, 0},
+	    {"1TB", false, 0},
+	    {"1gb", false, 0},
 	    {"18446744073709551615", true, UINT64_MAX},
 	    {"16777215TiB", true, 16777215ull << 40},
 	    {"16777216TiB", false, 0},
@@ -1000,8 +1008,9 @@ static void test_print(void)
 		CHECK(strstr(p, "    tag: \"multi\\nline \\\"tag\\\" \xc3\xa9\\u2028\\t\"\n"));
 		CHECK(strstr(p, "  heartbeat: 1h30m\n  status_interval: 250ms\n"));
 		CHECK(strstr(p, "    ack_timeout: 1m1s1ms\n"));
-		CHECK(strstr(p, "retention: {max_events: 18446744073709551615, max_age: 7h, max_bytes: 10MB, "
-				"when_full: drop_oldest}\n"));
+		CHECK(strstr(
+		    p, "retention: {max_events: 18446744073709551615, max_age: 7h, max_bytes: 10000000, "
+		       "when_full: drop_oldest}\n"));
 		CHECK(strstr(p, "    operations: [insert, update, delete, truncate, message]\n"));
 		CHECK(strstr(p, "  control_uids: [0, 1000, 4294967294]\n"));
 		CHECK(strstr(p, "  mode: \"0600\"\n"));
@@ -1251,7 +1260,7 @@ static void test_overlay(void)
 	CHECK(back != NULL);
 	CHECK_STR(e.data ? e.data : "", "");
 	if (back) {
-		CHECK(cfg_overlay_apply(back, c, &e));
+		CHECK(cfg_overlay_apply(back, c, NULL, &e));
 		char **n = sub_names(c);
 		CHECK_STR(n[0], "paid_orders");
 		CHECK_STR(n[1], "jobs");
@@ -1269,10 +1278,19 @@ static void test_overlay(void)
 	cfg_overlay_put(k, s);
 	cfg *plain = parse("state_dir: /s\n", &e);
 	buf_reset(&e);
-	CHECK(!cfg_overlay_apply(k, plain, &e));
+	cfg_strlist out = {0};
+	CHECK(!cfg_overlay_apply(k, plain, &out, &e));
 	CHECK_STR(e.data ? e.data : "",
 		  "/s/subscriptions.yaml: subscription k has sink kafka, but the configuration has no "
 		  "kafka section (add one, or DELETE the subscription)\n");
+	/* left out, named; the overlay's others apply */
+	CHECK_INT(out.n, 1);
+	CHECK_STR(out.n ? out.v[0] : "", "k");
+	CHECK(!cfg_find_subscription(plain, "k"));
+	CHECK_INT(plain->nsubs, k->nput - 1);
+	for (size_t i = 0; i < out.n; i++)
+		free(out.v[i]);
+	free(out.v);
 	/* a damaged file is an error with its position */
 	char path[300];
 	snprintf(path, sizeof path, "%s/subscriptions.yaml", dir);

@@ -312,6 +312,12 @@ static void test_values(void)
 		const vcase *c = &cases[i];
 		pgo_datum d = datum_of(c);
 		Cdc__V1__Value *v = evt_value(A, RC, c->oid, &d);
+		/* evt_type_kind says what a value of the type becomes when its text parses */
+		if (v->kind_case != CDC__V1__VALUE__KIND_OTHER_VALUE &&
+		    v->kind_case != CDC__V1__VALUE__KIND_NULL_VALUE &&
+		    v->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST &&
+		    v->kind_case != CDC__V1__VALUE__KIND_BINARY_VALUE)
+			CHECK_INT(evt_type_kind(c->oid), v->kind_case);
 		if (check_typed(c, v)) {
 			test_passed++;
 		} else {

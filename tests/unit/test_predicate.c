@@ -384,7 +384,8 @@ static const struct {
     {"new.id != new", "position 11: expected '.' after 'new'"},
     {"new.id", "position 7: expected a comparison operator"},
     {"new.id 42", "position 8: expected a comparison operator"},
-    {"new.id == 1", "position 8: expected a value after '='"},
+    {"new.id == 1", "position 8: '==' is not an operator: write '=' to compare"},
+    {"new.id = 1 or new.x==2", "position 20: '==' is not an operator: write '=' to compare"},
     {"new.status = 'paid' new.id = 1", "position 21: expected 'and' or 'or'"},
     {"new.id = 1 and", "position 15: expected an expression"},
     {"new.id = 1 or or new.id = 2", "position 15: expected an expression"},
@@ -473,6 +474,114 @@ static void check_error(const char *expr, const char *want)
 	if (strcmp(err, want) != 0)
 		fprintf(stderr, "expression: %s\n", expr);
 	CHECK_STR(err, want);
+}
+
+/* NEW_COLS as a table's columns, for pred_check_columns. */
+static pred_column TABLE[sizeof(NEW_COLS) / sizeof(NEW_COLS[0])];
+
+static void table_init(void)
+{
+	for (size_t i = 0; i < sizeof(NEW_COLS) / sizeof(NEW_COLS[0]); i++)
+		TABLE[i] =
+		    (pred_column){NEW_COLS[i].name, NEW_COLS[i].oid, pgtypes_builtin_name(NEW_COLS[i].oid)};
+}
+
+/* The comparisons that can never be true for the columns' types, each named with the column, its
+ * type and the literal; NULL: accepted. reads: a backfill's (no old row). */
+static const struct {
+	const char *expr;
+	bool reads;
+	const char *err;
+} NEVER[] = {
+    {"new.status = 5", false,
+     "new.status = 5 is never true: column status is of type text and 5 is a number; write '5'"},
+    {"new.id = '42'", false,
+     "new.id = '42' is never true: column id is of type int4 and '42' is a string; write 42, without quotes"},
+    {"new.amount >= 'lots'", false,
+     "new.amount >= 'lots' is never true: column amount is of type numeric and 'lots' is a string"},
+    {"new.active = 1", false,
+     "new.active = 1 is never true: column active is of type bool and 1 is a number; write true or false"},
+    {"new.id = true", false, "new.id = true is never true: column id is of type int4 and true is a boolean"},
+    {"new.created >= 'yesterday'", false,
+     "new.created >= 'yesterday' is never true: 'yesterday' is not a value of column created's type "
+     "timestamptz; write one as PostgreSQL prints it"},
+    {"new.uid = 'it''s'", false,
+     "new.uid = 'it''s' is never true: 'it''s' is not a value of column uid's type uuid; write one as "
+     "PostgreSQL prints it"},
+    {"new.nope = 1", false, "new.nope = 1 is never true: the table has no column nope"},
+    {"new.nope is not null", false, "new.nope is not null is never true: the table has no column nope"},
+    {"new.id = new.nope", false, "new.id = new.nope is never true: the table has no column nope"},
+    {"new.id = null", false,
+     "new.id = null is never true: a comparison with null is unknown; write is null or is not null"},
+    {"5 < new.status", false,
+     "5 < new.status is never true: column status is of type text and 5 is a number; write '5'"},
+    /* in: never true when no item can match; not in: when one cannot (it is then unknown or false) */
+    {"new.id = 1 or new.status in (4, 5)", false,
+     "new.status in (4, 5) is never true: column status is of type text and 4 is a number; write '4'"},
+    {"new.status in ('a', 5, null)", false, NULL},
+    {"new.status not in ('a', 5)", false,
+     "new.status not in ('a', 5) is never true: column status is of type text and 5 is a number; write "
+     "'5'"},
+    {"new.status not in ('a', null)", false,
+     "new.status not in ('a', null) is never true: a comparison with null is unknown; write is null or is "
+     "not null"},
+    {"old.id = 1", true, "old.id = 1 is never true: a backfill's reads have no old row"},
+    /* what can be true is accepted */
+    {"old.id = 1", false, NULL},
+    {"new.status in ('a', null) and new.nothing is null", false, NULL},
+    {"new.created >= '2024-01-15 10:30:00+00' and new.day < '2024-02-01'", false, NULL},
+    {"new.dur = '1 day' and new.doc = '{}' and new.raw = '\\x01'", false, NULL},
+    {"new.score > 1 and new.amount <= 1e3 and new.huge <> -1 and not new.active = false", false, NULL},
+    {"new.\"Mixed Case\" = 'x' and new.id = new.\"order\"", true, NULL},
+};
+
+static void test_never_true(void)
+{
+	for (size_t i = 0; i < sizeof(NEVER) / sizeof(NEVER[0]); i++) {
+		char perr[256] = "", err[512] = "";
+		pred *p = pred_parse(NEVER[i].expr, perr, sizeof(perr));
+		CHECK(p != NULL);
+		if (!p)
+			continue;
+		bool ok = pred_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]), NEVER[i].reads, A,
+					     err, sizeof(err));
+		if (ok != (NEVER[i].err == NULL) || (!ok && strcmp(err, NEVER[i].err) != 0)) {
+			test_failed++;
+			fprintf(stderr, "check of %s: got %s\n  want %s\n", NEVER[i].expr, ok ? "ok" : err,
+				NEVER[i].err ? NEVER[i].err : "ok");
+		} else {
+			test_passed++;
+		}
+		pred_free(p);
+		arena_reset(A);
+	}
+}
+
+/* A single comparison that evaluates true for the cases' events is never refused by
+ * pred_check_columns, and one it refuses is never true there: the checker and the evaluator agree. */
+static void test_check_agrees_with_eval(const Cdc__V1__Event *upd, const Cdc__V1__Event *ins)
+{
+	for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
+		const char *x = CASES[i].expr;
+		if (strstr(x, " and ") || strstr(x, " or ") || strstr(x, "not ") || strstr(x, "NOT") ||
+		    strstr(x, "AND") || strstr(x, "OR"))
+			continue;
+		char err[512];
+		pred *p = pred_parse(x, err, sizeof(err));
+		if (!p)
+			continue;
+		bool ok = pred_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]), false, A, err,
+					     sizeof(err));
+		bool t = pred_eval(p, CASES[i].ev == UPD ? upd : ins, A);
+		if (!ok && t) {
+			test_failed++;
+			fprintf(stderr, "case %zu: %s is true, but refused: %s\n", i, x, err);
+		} else {
+			test_passed++;
+		}
+		pred_free(p);
+		arena_reset(A);
+	}
 }
 
 /* Limits: text length, nesting and terms, each refused with a position. */
@@ -614,6 +723,9 @@ int main(void)
 		check_error(ERRORS[i].expr, ERRORS[i].err);
 	test_limits(&upd);
 	test_odd();
+	table_init();
+	test_never_true();
+	test_check_agrees_with_eval(&upd, &ins);
 
 	arena_free(scratch);
 	arena_free(fixed);

@@ -757,13 +757,40 @@ static void test_subscriptions(void)
 	buf_free(&again);
 }
 
+/* Subscriptions cdc runs without: in /status with why, and in /metrics; left out when none. */
+static void test_failed_subscriptions(void)
+{
+	static const report_failed_sub failed[] = {{"chg", "subscription chg uses changed: on table \"t\""}};
+	report r = empty_report;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "failed_subscriptions") == NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "cdc_subscription_failed") == NULL);
+	r.failed = failed;
+	r.nfailed = 1;
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data,
+		     ",\"failed_subscriptions\":[{\"name\":\"chg\",\"reason\":\"subscription chg uses "
+		     "changed: on table \\\"t\\\"\"}]") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(
+	    b.data,
+	    "# TYPE cdc_subscription_failed gauge\ncdc_subscription_failed{subscription=\"chg\"} 1\n"));
+	buf_free(&b);
+}
+
 /* Backfills: in /status as given, and per table in /metrics (the estimate only when known). */
 static void test_backfills(void)
 {
 	static const report_backfill rows[] = {
-	    {"orders", "4f2a", "public", "orders", "running", 1200, 1150, 50, 5000},
-	    {"orders", "4f2a", "public", "items", "queued", 0, 0, 0, -1},
-	    {"orders", "4f2a", "public", "lines", "failed", 10, 10, 0, -1},
+	    {"orders", "4f2a", "public", "orders", "running", .read = 1200, .delivered = 1100, .dropped = 50,
+	     .filtered = 50, .estimate = 5000},
+	    {"orders", "4f2a", "public", "items", "queued", .estimate = -1},
+	    {"orders", "4f2a", "public", "lines", "failed", .read = 10, .delivered = 10, .estimate = -1},
 	};
 	report r = empty_report;
 	r.backfills_json = "[{\"id\":\"4f2a\"}]";
@@ -780,6 +807,10 @@ static void test_backfills(void)
 			     "cdc_backfill_rows_read_total{subscription=\"orders\",backfill=\"4f2a\",table="
 			     "\"public.items\"} 0\n") != NULL);
 	CHECK(strstr(b.data, "cdc_backfill_rows_dropped_total{subscription=\"orders\",backfill=\"4f2a\","
+			     "table=\"public.orders\"} 50\n") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_rows_delivered_total{subscription=\"orders\",backfill=\"4f2a\","
+			     "table=\"public.orders\"} 1100\n") != NULL);
+	CHECK(strstr(b.data, "cdc_backfill_rows_filtered_total{subscription=\"orders\",backfill=\"4f2a\","
 			     "table=\"public.orders\"} 50\n") != NULL);
 	CHECK(strstr(b.data, "# TYPE cdc_backfill_rows_estimate gauge\n"
 			     "cdc_backfill_rows_estimate{subscription=\"orders\",backfill=\"4f2a\",table="
@@ -809,6 +840,7 @@ static void test_backfills(void)
 int main(void)
 {
 	test_backfills();
+	test_failed_subscriptions();
 	test_status_full();
 	test_status_nulls();
 	test_escaping();

@@ -1,0 +1,175 @@
+/* catalog.c: the tables a subscription needs, checked against the catalog; see catalog.h. */
+#include "cdc/source/catalog.h"
+
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/match/predicate.h"
+#include "cdc/source/pgconn.h"
+
+const char catalog_sql[] =
+    "SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pt.tablename IS NOT NULL, "
+    "(SELECT pg_catalog.json_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "
+    "WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "
+    "FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "
+    "i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)) "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN
+    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
+    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
+    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+
+/* A JSON array of strings into l; NULL is an empty list. */
+static bool take_names(const char *json, cfg_strlist *l)
+{
+	if (!json)
+		return true;
+	json_object *a = json_tokener_parse(json);
+	bool ok = a && json_object_is_type(a, json_type_array);
+	for (size_t i = 0; ok && i < json_object_array_length(a); i++) {
+		json_object *v = json_object_array_get_idx(a, i);
+		ok = json_object_is_type(v, json_type_string);
+		if (ok)
+			cfg_strlist_push(l, json_object_get_string(v));
+	}
+	json_object_put(a);
+	return ok;
+}
+
+bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
+{
+	for (int i = 0; i < CATALOG_COLS - 1; i++)
+		if (!cells[i] || (i >= 2 && i <= 5 && strlen(cells[i]) != 1))
+			return false;
+	catalog_table t = {.relkind = cells[2][0],
+			   .replident = cells[3][0],
+			   .has_key = cells[4][0] == 't',
+			   .published = cells[5][0] == 't'};
+	if (!take_names(cells[6], &t.identity)) {
+		cfg_strlist_free(&t.identity);
+		return false;
+	}
+	t.schema = xstrdup(cells[0]);
+	t.name = xstrdup(cells[1]);
+	c->t = xrealloc(c->t, (c->n + 1) * sizeof(*c->t));
+	c->t[c->n++] = t;
+	return true;
+}
+
+bool catalog_add_result(catalog *c, const PGresult *res)
+{
+	if (PQnfields(res) != CATALOG_COLS)
+		return false;
+	for (int i = 0; i < PQntuples(res); i++) {
+		const char *cells[CATALOG_COLS];
+		for (int k = 0; k < CATALOG_COLS; k++)
+			cells[k] = PQgetisnull(res, i, k) ? NULL : PQgetvalue(res, i, k);
+		if (!catalog_add(c, cells))
+			return false;
+	}
+	return true;
+}
+
+void catalog_free(catalog *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++) {
+		free(c->t[i].schema);
+		free(c->t[i].name);
+		cfg_strlist_free(&c->t[i].identity);
+	}
+	free(c->t);
+	c->t = NULL;
+	c->n = 0;
+}
+
+static bool matches(const cfg_subscription *s, const catalog_table *t)
+{
+	for (size_t i = 0; i < s->tables.n; i++)
+		if (cfg_table_match(s->tables.v[i], t->schema, t->name))
+			return true;
+	return false;
+}
+
+static bool listed(const cfg_strlist *l, const char *name, size_t len)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strlen(l->v[i]) == len && memcmp(l->v[i], name, len) == 0)
+			return true;
+	return false;
+}
+
+/* The old.columns of where that t's old rows never carry (it is not REPLICA IDENTITY FULL and they
+ * are not identity columns): one problem line for the first. */
+static void old_columns(const cfg_subscription *s, const pred *where, const catalog_table *t, buf *problems)
+{
+	for (size_t i = 0; where && i < pred_count(where); i++) {
+		pred_node n = pred_node_at(where, (int32_t)i);
+		if (n.kind != PRED_COL || !n.flag || listed(&t->identity, n.s, n.len))
+			continue;
+		buf q = {0};
+		pg_append_table(&q, t->schema, t->name);
+		buf_printf(
+		    problems,
+		    "subscription %s reads old.%.*s in its where on table %s, whose replica identity does "
+		    "not send that column in the old row: ALTER TABLE %s REPLICA IDENTITY FULL\n",
+		    s->name, (int)n.len, n.s, q.data, q.data);
+		buf_free(&q);
+		return;
+	}
+}
+
+bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems)
+{
+	size_t before = problems->len;
+	pred *where = s->where ? pred_parse(s->where, NULL, 0) : NULL;
+	for (size_t i = 0; i < c->n; i++) {
+		const catalog_table *t = &c->t[i];
+		if (!matches(s, t) || t->replident == 'f')
+			continue;
+		buf q = {0};
+		pg_append_table(&q, t->schema, t->name);
+		if (s->changed.n)
+			buf_printf(
+			    problems,
+			    "subscription %s uses changed: on table %s, whose replica identity does not "
+			    "send the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL\n",
+			    s->name, q.data, q.data);
+		old_columns(s, where, t, problems);
+		buf_free(&q);
+	}
+	pred_free(where);
+	return problems->len == before;
+}
+
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
+		   buf *problems, buf *warnings)
+{
+	size_t before = problems->len;
+	catalog_check_identity(c, s, problems);
+	for (size_t i = 0; i < c->n; i++) {
+		const catalog_table *t = &c->t[i];
+		if (!snapshot_due || !t->published || (t->relkind == 'r' && t->has_key) || !matches(s, t))
+			continue;
+		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
+		if (t->relkind != 'r')
+			pg_not_table(problems, t->schema, t->name, t->relkind);
+		else
+			pg_no_key(problems, t->schema, t->name);
+		buf_putc(problems, '\n');
+	}
+	for (size_t p = 0; p < s->tables.n; p++) {
+		bool hit = false;
+		for (size_t i = 0; i < c->n && !hit; i++)
+			hit = c->t[i].published &&
+			      cfg_table_match(s->tables.v[p], c->t[i].schema, c->t[i].name);
+		if (!hit)
+			buf_printf(warnings,
+				   "subscription %s: table pattern %s matches no table of publication %s, so "
+				   "nothing of it is streamed until one is added\n",
+				   s->name, s->tables.v[p], publication);
+	}
+	return problems->len == before;
+}

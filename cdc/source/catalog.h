@@ -1,0 +1,53 @@
+/* catalog.h: what the database's tables must offer a subscription, checked before it applies: a
+ * `changed` or an old.column in its `where` needs the old row (REPLICA IDENTITY FULL), `snapshot:
+ * true` a key on every published table it reads. The catalog is read by one query (catalog_sql) on
+ * the source's ordinary connection, at every connect and before a reload or PUT applies; the checks
+ * are pure. */
+#ifndef CDC_CATALOG_H
+#define CDC_CATALOG_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "cdc/config/config.h"
+
+/* Parameter $1 the publication; one row per table (plain or partitioned, outside the system
+ * schemas), CATALOG_COLS text columns: schema, table, relkind, relreplident, whether it has a key
+ * a backfill can read by (PG_KEY_JOIN), whether the publication has it, and the columns an old
+ * row carries without REPLICA IDENTITY FULL (the primary key's or the identity index's) as a JSON
+ * array, NULL for none. */
+extern const char catalog_sql[];
+#define CATALOG_COLS 7
+
+typedef struct catalog_table {
+	char *schema, *name;
+	char relkind, replident; /* pg_class's: 'r' or 'p'; 'd', 'f', 'i' or 'n' */
+	bool has_key, published;
+	cfg_strlist identity;
+} catalog_table;
+
+typedef struct catalog {
+	catalog_table *t;
+	size_t n;
+} catalog;
+
+/* Adds one row of catalog_sql's result, its cells as text (NULL for SQL NULL). False if a cell is
+ * malformed. */
+bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS]) CDC_MUST_CHECK;
+void catalog_free(catalog *c);
+/* Every row of res, catalog_sql's answer (tuples); false if one is malformed. */
+bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
+
+/* The part of catalog_check about the old row: `changed` and old.columns against the tables'
+ * replica identities; one line per problem, each "...: ALTER TABLE "s"."t" REPLICA IDENTITY FULL".
+ * True if none. */
+bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
+/* What keeps subscription s from working against c: one line per problem appended to problems,
+ * each naming the table and the statement that fixes it (catalog_check_identity's, and with
+ * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a
+ * table pattern that no table of the publication matches: nothing of it is streamed). True if no
+ * problem. */
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
+		   buf *problems, buf *warnings);
+
+#endif

@@ -1,0 +1,110 @@
+/* test_catalog.c: the checks of subscriptions against the catalog (cdc/daemon/catalog.c): rows as
+ * the query returns them, and each problem with the statement that fixes it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/source/catalog.h"
+#include "test.h"
+
+/* schema, table, relkind, replident, has_key, published, identity columns */
+static const char *const ROWS[][CATALOG_COLS] = {
+    {"public", "orders", "r", "d", "t", "t", "[\"id\"]"},
+    {"public", "full", "r", "f", "t", "t", "[\"id\"]"},
+    {"public", "nokey", "r", "d", "f", "t", NULL},
+    {"public", "by index", "r", "i", "t", "t", "[\"a\", \"b\"]"},
+    {"public", "quiet", "r", "d", "f", "f", NULL},
+    {"other", "parted", "p", "d", "t", "t", "[\"id\"]"},
+};
+
+static cfg_subscription sub(const char *name, const char *table)
+{
+	static char *tables[1];
+	tables[0] = (char *)table;
+	return (cfg_subscription){.name = (char *)name, .tables = {tables, 1}};
+}
+
+/* The problems and warnings of s, "" for none. */
+static void check(const catalog *c, const cfg_subscription *s, const char *problems, const char *warnings)
+{
+	buf p = {0}, w = {0};
+	bool ok = catalog_check(c, s, "pub", s->snapshot, &p, &w);
+	CHECK_INT(ok, problems[0] == '\0');
+	CHECK_STR(p.data ? p.data : "", problems);
+	CHECK_STR(w.data ? w.data : "", warnings);
+	buf_free(&p);
+	buf_free(&w);
+}
+
+int main(void)
+{
+	catalog c = {0};
+	for (size_t i = 0; i < sizeof(ROWS) / sizeof(ROWS[0]); i++)
+		CHECK(catalog_add(&c, ROWS[i]));
+	CHECK_INT(c.n, 6);
+	CHECK_INT(c.t[3].identity.n, 2);
+	CHECK_STR(c.t[3].identity.v[1], "b");
+	/* malformed rows are refused */
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "{\"id\"}"}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "[1]"}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", NULL, "r", "d", "t", "t", NULL}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "rr", "d", "t", "t", NULL}));
+	CHECK_INT(c.n, 6);
+
+	cfg_subscription s = sub("plain", "public.*");
+	check(&c, &s, "", "");
+	/* changed: needs the old row of every table it matches */
+	char *changed[] = {"status"};
+	s = sub("chg", "public.orders");
+	s.changed = (cfg_strlist){changed, 1};
+	check(&c, &s,
+	      "subscription chg uses changed: on table \"public\".\"orders\", whose replica identity does "
+	      "not send "
+	      "the old row of an update: ALTER TABLE \"public\".\"orders\" REPLICA IDENTITY FULL\n",
+	      "");
+	s = sub("chg", "public.full");
+	s.changed = (cfg_strlist){changed, 1};
+	check(&c, &s, "", "");
+	/* old.column: the identity's columns come without FULL, others never */
+	s = sub("old", "public.orders");
+	s.where = "old.id = 1 and new.x = 2";
+	check(&c, &s, "", "");
+	s.where = "old.id = 1 or old.status = 'new'";
+	check(&c, &s,
+	      "subscription old reads old.status in its where on table \"public\".\"orders\", whose replica "
+	      "identity does not send that column in the old row: ALTER TABLE \"public\".\"orders\" REPLICA "
+	      "IDENTITY FULL\n",
+	      "");
+	s = sub("old", "public.by index");
+	s.where = "old.b = 1";
+	check(&c, &s, "", "");
+	s.where = "old.id = 1";
+	check(
+	    &c, &s,
+	    "subscription old reads old.id in its where on table \"public\".\"by index\", whose replica "
+	    "identity does not send that column in the old row: ALTER TABLE \"public\".\"by index\" REPLICA "
+	    "IDENTITY FULL\n",
+	    "");
+	/* snapshot: a key on each published table; an unpublished one is not read */
+	s = sub("snap", "public.*");
+	s.snapshot = true;
+	check(&c, &s,
+	      "subscription snap has snapshot: true, but public.nokey has neither a primary key nor a unique "
+	      "index on NOT NULL columns, and a backfill reads a table in key order: add one (ALTER TABLE "
+	      "\"public\".\"nokey\" ADD PRIMARY KEY (...))\n",
+	      "");
+	s = sub("snap", "other.*");
+	s.snapshot = true;
+	check(&c, &s,
+	      "subscription snap has snapshot: true, but other.parted is a partitioned table: backfill its "
+	      "partitions\n",
+	      "");
+	/* a pattern the publication has no table of: a warning */
+	s = sub("q", "public.quiet");
+	s.snapshot = true;
+	check(&c, &s, "",
+	      "subscription q: table pattern public.quiet matches no table of publication pub, so nothing of "
+	      "it "
+	      "is streamed until one is added\n");
+	catalog_free(&c);
+	return TEST_SUMMARY("test_catalog");
+}

@@ -1,8 +1,12 @@
-/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions). */
+/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), and a
+ * column's type (OID and typmod) as PostgreSQL's format_type() prints it. */
 #ifndef CDC_PGTYPES_H
 #define CDC_PGTYPES_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "decoder/util.h"
 
 #define PGT_BOOL 16
 #define PGT_BYTEA 17
@@ -25,11 +29,27 @@
 #define PGT_TIMESTAMPTZ 1184
 #define PGT_INTERVAL 1186
 #define PGT_TIMETZ 1266
+#define PGT_BIT 1560
+#define PGT_VARBIT 1562
 #define PGT_NUMERIC 1700
 #define PGT_UUID 2950
 #define PGT_JSONB 3802
 
 /* The pg_type.typname of a built-in type ("int4", "_text", ...), or NULL. */
 const char *pgtypes_builtin_name(uint32_t oid);
+
+/* Appends a column's type as format_type(oid, typmod) prints it ("integer", "numeric(10,2)",
+ * "character varying(20)", "timestamp(3) with time zone", "interval day to second(2)",
+ * "integer[]": a typmod of an array column is its element's) for a built-in type; false, with
+ * nothing appended, for any other OID (see pgtypes_format_named). */
+bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod);
+/* Appends a type of the database's own, from a Type message's schema and name, as format_type()
+ * prints it under the default search_path: unqualified in public (and pg_catalog), else
+ * "schema.name"; names that need it quoted ("My Type"); "_name" (an array type) as "name[]".
+ * Names that are SQL keywords are not quoted (format_type() would). */
+void pgtypes_format_named(buf *out, const char *nspname, const char *typname);
+/* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
+ * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */
+bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale);
 
 #endif

@@ -39,13 +39,13 @@ PROTO_H := $(PROTO_C:.c=.h)
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
 	decoder/util.c decoder/ring.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
-	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
+	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c sinks/pbread.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/kafka_eo.c sinks/kafka_position.c sinks/frame.c sinks/socket_sink.c \
 	sinks/socket_queue.c sinks/socket_conn.c sinks/spool.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/predicate.c \
-	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/source.c \
-	cdc/daemon/sinks_setup.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
+	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/ddl_trigger.c cdc/daemon/source.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/schema_track.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \

@@ -485,7 +485,7 @@ Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, c
 	return v;
 }
 
-static Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
+Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
 	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;

@@ -764,6 +764,16 @@ const pgo_rel *pgo_relcache_get(const pgo_relcache *c, uint32_t relid)
 	return e ? &e->rel : NULL;
 }
 
+const pgo_rel *pgo_relcache_find(const pgo_relcache *c, const char *nspname, const char *relname)
+{
+	for (size_t i = 0; i < c->rels.cap; i++) {
+		const relent *e = c->rels.vals[i];
+		if (e && strcmp(e->rel.nspname, nspname) == 0 && strcmp(e->rel.relname, relname) == 0)
+			return &e->rel;
+	}
+	return NULL;
+}
+
 void pgo_relcache_put_type(pgo_relcache *c, const pgo_msg *type)
 {
 	/* "nspname.typname", then the name as format_type() prints it */

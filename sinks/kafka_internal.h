@@ -104,6 +104,7 @@ typedef struct rendered {
 	uint32_t topic_len, key_len, prev_key_len, sub_len, schema_len, table_len;
 	uint32_t xid;
 	uint64_t lsn;
+	uint64_t schema_id;    /* cdc-schema-id (0: none) */
 	uint8_t op, tombstone; /* tombstone: after a delete; for prev_key when an update changed the key */
 } rendered;
 

@@ -61,8 +61,23 @@ static const char *op_header(int op)
 		return "message";
 	case CDC__V1__OP__OP_READ:
 		return "read";
+	case CDC__V1__OP__OP_SCHEMA:
+		return "schema";
+	case CDC__V1__OP__OP_DDL:
+		return "ddl";
 	}
 	return "unknown";
+}
+
+/* A schema or DDL event: about the table, not a row. */
+static bool table_event(int op)
+{
+	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
+}
+
+static void schema_id_text(uint64_t id, char out[17])
+{
+	snprintf(out, 17, "%016" PRIx64, id);
 }
 
 /* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
@@ -361,10 +376,53 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 	return cols;
 }
 
+/* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
+ * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
+static void render_table_event(kafka_sink *k, const Cdc__V1__Event *e, buf *out)
+{
+	buf key = {0};
+	char text[LSN_STRLEN + 17];
+	buf_puts(&key, e->subscription);
+	if (e->op == CDC__V1__OP__OP_SCHEMA) {
+		schema_id_text(e->schema_id, text);
+		buf_putc(&key, '/');
+	} else {
+		lsn_format(e->lsn, text);
+		buf_puts(&key, "/ddl/");
+	}
+	buf_puts(&key, text);
+	const char *topic = k->set.schemas_topic ? k->set.schemas_topic : "";
+	rendered r = {
+	    .topic_len = (uint32_t)strlen(topic),
+	    .key_len = (uint32_t)key.len,
+	    .sub_len = (uint32_t)strlen(e->subscription),
+	    .schema_len = (uint32_t)strlen(e->schema),
+	    .table_len = (uint32_t)strlen(e->table),
+	    .xid = e->xid,
+	    .lsn = e->lsn,
+	    .schema_id = e->schema_id,
+	    .op = (uint8_t)e->op,
+	};
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, topic, r.topic_len);
+	buf_append(out, key.data, key.len);
+	buf_append(out, e->subscription, r.sub_len);
+	buf_append(out, e->schema, r.schema_len);
+	buf_append(out, e->table, r.table_len);
+	size_t value_len = cdc__v1__event__get_packed_size(e);
+	buf_reserve(out, value_len);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	buf_free(&key);
+}
+
 static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : NULL;
+	if (table_event(e->op)) {
+		render_table_event(k, e, out);
+		return;
+	}
 	buf topic = {0};
 	expand_topic(&topic, s && s->topic ? s->topic : "cdc.{schema}.{table}", e);
 
@@ -398,6 +456,7 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 	    .table_len = (uint32_t)strlen(e->table),
 	    .xid = e->xid,
 	    .lsn = e->lsn,
+	    .schema_id = e->schema_id,
 	    .op = (uint8_t)e->op,
 	    .tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
 	};
@@ -453,14 +512,18 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		lsn_format(commit_lsn, k->hdr.commit);
 		snprintf(k->hdr.xid_text, sizeof(k->hdr.xid_text), "%" PRIu32, r->xid);
 	}
-	rd_kafka_headers_t *h = rd_kafka_headers_new(6);
+	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
 	bool event = strcmp(type, "Event") == 0; /* the transaction record has only the commit's */
 	if (event) {
-		char lsn[LSN_STRLEN];
+		char lsn[LSN_STRLEN], id[17];
 		lsn_format(r->lsn, lsn);
 		rd_kafka_header_add(h, "cdc-op", -1, op_header(r->op), -1);
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
+		if (r->schema_id) {
+			schema_id_text(r->schema_id, id);
+			rd_kafka_header_add(h, "cdc-schema-id", -1, id, -1);
+		}
 	}
 	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr.commit, -1);
 	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr.xid_text, -1);
@@ -529,12 +592,19 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	}
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
-	if (k->set.transactions_topic) /* only the transaction record needs the counts */
-		count_table(k, schema, r.schema_len, table, r.table_len);
-
 	buf_reset(&k->value);
 	buf_append(&k->value, head, len - fixed);
 	pb_put_commit(&k->value, c);
+	/* Schema and DDL events: all in partition 0, in stream order (no schemas_topic: none); not
+	 * events of the data topics, which the transaction record counts. */
+	if (table_event(r.op)) {
+		if (r.topic_len)
+			kafka_produce(k, topic, 0, key, r.key_len, k->value.data, k->value.len,
+				      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
+		return true;
+	}
+	if (k->set.transactions_topic) /* only the transaction record needs the counts */
+		count_table(k, schema, r.schema_len, table, r.table_len);
 	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
 	if (!kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
 			   kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq))
@@ -693,6 +763,7 @@ static void free_settings(kafka_sink *k)
 	free((kafka_property *)k->set.properties);
 	free((char *)k->set.brokers);
 	free((char *)k->set.transactions_topic);
+	free((char *)k->set.schemas_topic);
 	free((char *)k->set.positions_topic);
 	free((char *)k->set.transactional_id);
 	for (size_t i = 0; i < k->nsubs; i++)
@@ -713,6 +784,7 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,
 				       .transactions_topic = dup_or_null(settings->transactions_topic),
+				       .schemas_topic = dup_or_null(settings->schemas_topic),
 				       .exactly_once = settings->exactly_once,
 				       .positions_topic = dup_or_null(settings->positions_topic),
 				       .transactional_id = dup_or_null(settings->transactional_id),

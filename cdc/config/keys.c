@@ -246,8 +246,7 @@ enum sub_key {
 static const key sub_k[] = {
     [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED},
     [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS},
-    [SK_OPS] = {"operations", &t_ops, SUB(ops),
-		.def.n = CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE},
+    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = CFG_OPS_DEFAULT},
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL},
     [SK_SINK] = {"sink", &t_enum, SUB(sink), sink_names, .def.n = CFG_SINK_SOCKET},
     [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL},
@@ -288,6 +287,9 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 				cfg_sink_name(key_sink(&sub_k[i])), cfg_sink_name(s->sink));
 	if (seen[SK_CHANGED].k && !(s->ops & CFG_OP_UPDATE))
 		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
+	if ((s->ops & CFG_OP_SCHEMA) && !(s->ops & (CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE)))
+		err_key(x, seen[SK_OPS].k, "operations",
+			"schema events come before rows: schema needs insert, update or delete too");
 	for (size_t i = 0; i < SK_N; i++)
 		if ((sub_k[i].flags & K_BY_SINK) && !seen[i].k && s->sink == key_sink(&sub_k[i]))
 			key_default(s, &sub_k[i]);
@@ -386,6 +388,7 @@ static const key source_k[] = {
     {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
     {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names},
     {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names},
+    {"ddl", &t_bool, TOP(source.ddl), .restart = true},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
@@ -419,6 +422,7 @@ static const key kafka_k[] = {
     {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true},
     {"properties", &t_props, 0, .restart = true},
     {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL},
+    {"schemas_topic", &t_topic, TOP(kafka.schemas_topic), &topic_rule, K_OPTIONAL},
     {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true},
     {"positions_topic", &t_topic, TOP(kafka.positions_topic), &topic_rule, .def.s = "cdc.positions",
      .restart = true},

@@ -63,6 +63,7 @@ static kafka_setup kafka_of(const cfg *c)
 				      .properties = k.props,
 				      .nproperties = c->kafka.nproperties,
 				      .transactions_topic = c->kafka.transactions_topic,
+				      .schemas_topic = c->kafka.schemas_topic,
 				      .exactly_once = c->kafka.exactly_once,
 				      .positions_topic = c->kafka.positions_topic,
 				      .transactional_id = k.tid,

@@ -337,5 +337,5 @@ int main(void)
 	test_numeric_typmod();
 	test_named();
 	test_relcache();
-	return TEST_SUMMARY("pgtypes");
+	return TEST_SUMMARY("test_pgtypes");
 }

@@ -51,8 +51,8 @@ LIB_SRCS := \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput pgtypes txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo
-FUZZERS := pgoutput config predicate frame http redact put
+UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo
+FUZZERS := pgoutput config predicate frame http redact put ddl
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \

@@ -392,6 +392,12 @@ static void put_ident(buf *out, const char *s, size_t n)
 
 void pgtypes_format_named(buf *out, const char *nspname, const char *typname)
 {
+	/* pgoutput names a domain by its base type: a built-in one as format_type() prints it */
+	for (size_t i = 0;
+	     strcmp(nspname, "pg_catalog") == 0 && i < sizeof(builtin_types) / sizeof(builtin_types[0]); i++)
+		if (strcmp(builtin_types[i].name, typname) == 0 &&
+		    pgtypes_format(out, builtin_types[i].oid, -1))
+			return;
 	/* PostgreSQL names an array type "_" and its element's name */
 	bool array = typname[0] == '_' && typname[1];
 	const char *name = typname + array;

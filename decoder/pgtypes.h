@@ -46,7 +46,8 @@ bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod);
 /* Appends a type of the database's own, from a Type message's schema and name, as format_type()
  * prints it under the default search_path: unqualified in public (and pg_catalog), else
  * "schema.name"; names that need it quoted ("My Type"); "_name" (an array type) as "name[]".
- * Names that are SQL keywords are not quoted (format_type() would). */
+ * Names that are SQL keywords are not quoted (format_type() would). pgoutput names a domain by
+ * its base type (the domain's name is not sent): a built-in one comes out as pgtypes_format's. */
 void pgtypes_format_named(buf *out, const char *nspname, const char *typname);
 /* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
  * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */

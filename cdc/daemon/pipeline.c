@@ -51,6 +51,7 @@ struct pipeline {
 	bf_set *bf;	   /* backfills, or NULL */
 	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
 	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
+	bool ddl;	   /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint32_t held_xid; /* the held transaction whose change is being rendered */
@@ -447,10 +448,10 @@ static void learn_ddl(pipeline *p, const char *content, size_t len)
 	arena_reset(p->arena);
 }
 
-/* A message of cdc's DDL trigger: an OP_DDL event to the subscriptions of its table that want
- * ddl (where and changed are about rows: they do not apply), and what it tells of the table for
- * the schema events that follow. False if it does not parse: it is then an ordinary message (a
- * warning says why), nothing is lost. */
+/* A message of cdc's DDL trigger: with source.ddl an OP_DDL event to the subscriptions of its
+ * table that want ddl (where and changed are about rows: they do not apply), and what it tells of
+ * the table for the schema events that follow. False if it does not parse: it is then an
+ * ordinary message (a warning says why), nothing is lost. */
 static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, const sink_commit *c,
 		       buf *hold, bool *ok, char *err, size_t errlen)
 {
@@ -467,8 +468,8 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 		hold_entry(hold, HOLD_DDL, 0, m->message.content, m->message.len);
 	else
 		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
-	const uint32_t *subs;
-	size_t n = rules_match_table(p->rules, d.schema, d.table, CFG_OP_DDL, &subs);
+	const uint32_t *subs = NULL;
+	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, CFG_OP_DDL, &subs) : 0;
 	Cdc__V1__Event *ev = ddl_event(p->arena, &d);
 	stamp(ev, t, lsn);
 	for (size_t i = 0; i < n && *ok; i++)
@@ -868,6 +869,11 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 	p->tables = sch_tables_new();
 	p->track = strack_new();
 	return p;
+}
+
+void pipeline_deliver_ddl(pipeline *p, bool on)
+{
+	p->ddl = on;
 }
 
 void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx))

@@ -309,6 +309,8 @@ static void test_named(void)
 	named("s", "a\"b", "s.\"a\"\"b\"");
 	named("s", "1st", "s.\"1st\"");
 	named("s", "_", "s._");
+	named("pg_catalog", "int4", "integer"); /* a domain over integer: pgoutput sends its base type */
+	named("pg_catalog", "_varchar", "character varying[]");
 }
 
 /* Through the relation cache: a Type message's type, a built-in one, one nobody announced. */

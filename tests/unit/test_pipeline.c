@@ -266,6 +266,7 @@ static bool setup(fixture *f, const char *subscriptions)
 					 &f->sinks[f->cfg->subs[i].sink == CFG_SINK_SOCKET].base};
 	sink *all[] = {&f->sinks[0].base, &f->sinks[1].base};
 	f->p = pipeline_new(f->dir, 0, count_boundary, f);
+	pipeline_deliver_ddl(f->p, true);
 	pipeline_bind(f->p, r, subs, f->cfg->nsubs, all, 2);
 	pgo_options opt = {.proto_version = 4};
 	if (!pipeline_start(f->p, &opt, 0x10, err, sizeof(err))) {
@@ -371,6 +372,9 @@ static bool step(fixture *f, const char *line, int no)
 		buf_append(&m, content, strlen(content));
 		break;
 	}
+	case 'O': /* O: without source.ddl */
+		pipeline_deliver_ddl(f->p, false);
+		return true;
 	case 'N': { /* N: a new stream (a reconnect) */
 		pgo_options opt = {.proto_version = 4};
 		char err[256];
@@ -588,6 +592,16 @@ static const struct pipeline_case {
 	 "B commit xid=9 seq=2 commit=0/200\n"
 	 "A#0 seq=3 commit=0/300 tx=0: all insert orders new(id=4,status=new,amount=40,note=y)\n",
 	 3},
+	{"without source.ddl: the trigger's messages are no events, but what they tell is used",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n"
+	 "  - {name: msgs, tables: [public.*], operations: [message], sink: stdout}\n",
+	 "O\n" RELATIONS "B 0x100 7\nI 1 1,new,10\nC 0x100 0x108\n"
+	 "B 0x200 8\nM cdc.ddl {\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table column\",\"identity\":\"public.orders.state\",\"schema\":\"public\",\"table\":\"orders\",\"relid\":1,\"subid\":2,\"statement\":\"ALTER TABLE orders RENAME status TO state\",\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"text\",\"type_oid\":25,\"not_null\":true},{\"attnum\":2,\"name\":\"state\",\"type\":\"text\",\"type_oid\":25},{\"attnum\":3,\"name\":\"amount\",\"type\":\"text\",\"type_oid\":25}]}\nR 1 orders id,state,amount\nI 1 2,new,20\nC 0x200 0x208\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=2 commit=0/200 tx=1<: all schema orders cols(id!,state<status,amount)\n"
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,state=new,amount=20)\n",
+	 2},
     /* clang-format on */
 };
 

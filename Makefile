@@ -38,18 +38,25 @@ PROTO_H := $(PROTO_C:.c=.h)
 
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/util.c decoder/ring.c decoder/fsutil.c decoder/arena.c decoder/hist.c decoder/log.c decoder/json.c decoder/net.c \
+	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
-	sinks/event_json.c sinks/pbwire.c sinks/pbread.c sinks/stdout_sink.c sinks/kafka_sink.c sinks/kafka_eo.c sinks/kafka_position.c sinks/frame.c sinks/socket_sink.c \
-	sinks/socket_queue.c sinks/socket_conn.c sinks/spool.c \
+	sinks/event_json.c sinks/pbwire.c \
+	sinks/stdout/stdout_sink.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
+	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
+	sinks/socket/acked.c sinks/socket/connections.c \
+	cdc/match/predicate.c cdc/match/rules.c \
+	cdc/source/pgconn.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
+	cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c cdc/config/predicate.c \
-	cdc/daemon/rules.c cdc/daemon/state.c cdc/daemon/progress.c cdc/daemon/ddl_trigger.c cdc/daemon/source.c \
-	cdc/daemon/sinks_setup.c cdc/daemon/schema_track.c cdc/daemon/pipeline.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
+	cdc/config/overlay.c cdc/config/reference.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
-	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c
+	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/local.c cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo
 FUZZERS := pgoutput config predicate frame http redact put ddl
@@ -68,7 +75,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps check check-format check-unit check-fuzz-corpus check-integration check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench fuzz valgrind install clean format
+.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -135,6 +142,12 @@ probe-kafka-txn: $(B)/tests/kafka_mock
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
 
+# deploy/monitoring/: the alert rules are valid and their unit tests (at the shipped durations) pass;
+# tests/integration/test_monitoring.py runs them and the dashboard's queries in a real Prometheus.
+check-monitoring:
+	$(Q)promtool check rules deploy/monitoring/cdc-alerts.yml
+	$(Q)promtool test rules deploy/monitoring/cdc-alerts.test.yml
+
 # The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and tsc) and
 # their example workers, against a real PostgreSQL and cdc.
 check-clients: $(B)/cdc
@@ -193,9 +206,22 @@ C_SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 check-format:
 	$(Q)clang-format --dry-run -Werror $(C_SOURCES)
 
+# The documentation: every relative link and anchor of the Markdown resolves, nothing points outside
+# the repository.
+# docs/configuration.md is written by cdc from its key table: make docs writes it, check-docs fails
+# when the committed file differs.
+check-docs: $(B)/cdc
+	$(Q)$(B)/cdc config-reference | diff -u docs/configuration.md - || \
+		{ echo "docs/configuration.md differs from the key table: run make docs" >&2; exit 1; }
+	$(Q)$(PYTHON) tests/docs/check_links.py
+
+docs: $(B)/cdc
+	$(Q)$(B)/cdc config-reference > docs/configuration.md
+
 check: deps
 	$(Q)$(MAKE) --no-print-directory check-format
-	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus
+	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus check-monitoring
+	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients
 	$(Q)$(MAKE) --no-print-directory check-fault
@@ -212,6 +238,14 @@ bench:
 	$(Q)deploy/deps.sh build bench
 	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
 	$(Q)$(PYTHON) tests/bench/bench.py $(BENCH_ARGS)
+
+# make soak DURATION=1800: a steady 2,000 transactions/s into stdout, Kafka (at least once and exactly
+# once) and a shared socket subscription for DURATION seconds, a backfill and a restart on the way;
+# RSS, descriptors, spool, slot lag and p99 sampled every 10 s into build/soak/ (soak.md, soak.png).
+soak:
+	$(Q)deploy/deps.sh build bench
+	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
+	$(Q)$(PYTHON) tests/bench/soak.py --duration $(DURATION) $(SOAK_ARGS)
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30

@@ -1,10 +1,11 @@
-/* main.c: the `cdc` command line: run, check-config, --help, --version.
- * Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error. */
+/* main.c: the `cdc` command line: run, check-config, config-reference, doctor, status, tail, backfill,
+ * --help, --version. Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
+#include "cdc/cli/doctor.h"
 #include "cdc/cli/status_cmd.h"
 #include "cdc/cli/tail.h"
 #include "cdc/config/config.h"
@@ -26,6 +27,8 @@ static const char usage_main[] =
     "commands:\n"
     "  run -c FILE           stream changes to the configured sinks (foreground, logs on stderr)\n"
     "  check-config -c FILE  validate FILE and print the effective configuration\n"
+    "  config-reference      print the reference of every configuration key (Markdown)\n"
+    "  doctor -c FILE        check the database, Kafka and this machine against FILE (changes nothing)\n"
     "  status [-c FILE]      summary of a running cdc (its status socket)\n"
     "  tail SUBSCRIPTION     print a socket subscription's events as JSON lines, acking each\n"
     "  backfill SUBSCRIPTION read a subscription's tables into its sink while the stream flows\n"
@@ -118,6 +121,29 @@ static int cmd_check_config(int argc, char **argv)
 	return 0;
 }
 
+static int cmd_config_reference(int argc, char **argv)
+{
+	static const char usage[] =
+	    "usage: cdc config-reference\n"
+	    "\n"
+	    "Prints the reference of every configuration key: its documentation, type,\n"
+	    "default, range and whether a reload applies it (docs/configuration.md).\n";
+	if (argc > 1) {
+		bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+		fputs(usage, help ? stdout : stderr);
+		return help ? 0 : 2;
+	}
+	buf out = {0};
+	char err[1024];
+	if (!cfg_reference(&out, err, sizeof err)) {
+		fprintf(stderr, "cdc config-reference: %s\n", err);
+		return 1;
+	}
+	fwrite(out.data, 1, out.len, stdout);
+	buf_free(&out);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -135,6 +161,10 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "check-config") == 0)
 		return cmd_check_config(argc - 1, argv + 1);
+	if (strcmp(cmd, "config-reference") == 0)
+		return cmd_config_reference(argc - 1, argv + 1);
+	if (strcmp(cmd, "doctor") == 0)
+		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
 		return status_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "tail") == 0)

@@ -6,8 +6,8 @@
 #define CDC_DDL_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/arena.h"
-#include "decoder/util.h"
+#include "decoder/base/arena.h"
+#include "decoder/base/util.h"
 
 #define DDL_PREFIX "cdc.ddl"
 /* The version of the message's shape that this cdc writes and reads ("v"). */

@@ -646,3 +646,27 @@ Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m)
 	e->lsn = m->message.lsn; /* the message's own position; callers may overwrite */
 	return e;
 }
+
+const char *evt_op_name(Cdc__V1__Op op)
+{
+	switch (op) {
+	case CDC__V1__OP__OP_INSERT:
+		return "insert";
+	case CDC__V1__OP__OP_UPDATE:
+		return "update";
+	case CDC__V1__OP__OP_DELETE:
+		return "delete";
+	case CDC__V1__OP__OP_TRUNCATE:
+		return "truncate";
+	case CDC__V1__OP__OP_MESSAGE:
+		return "message";
+	case CDC__V1__OP__OP_READ:
+		return "read";
+	case CDC__V1__OP__OP_SCHEMA:
+		return "schema";
+	case CDC__V1__OP__OP_DDL:
+		return "ddl";
+	default:
+		return NULL;
+	}
+}

@@ -5,7 +5,7 @@
 #define CDC_EVENT_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 #include "decoder/pgoutput.h"
 
 /* An event of op in the arena, with rel's schema, table and relation_id (rel may be NULL). */
@@ -28,6 +28,10 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 
 /* One event for one relation of a PGO_TRUNCATE message. */
 Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags);
+
+/* An operation's name as events spell it in JSON and Kafka headers ("insert", "read"...); NULL for
+ * a value the schema does not have. */
+const char *evt_op_name(Cdc__V1__Op op);
 
 /* The event of a PGO_MESSAGE message (schema and table empty, lsn the message's own). */
 Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m);

@@ -2,6 +2,7 @@
  * the relation cache that maps relation and type ids to their latest Relation/Type message.
  * The parser is the hot path: it allocates nothing and checks every length before reading. */
 #include "decoder/pgoutput.h"
+#include "decoder/base/bytes.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -55,21 +56,6 @@ static byte_text show_byte(uint8_t b)
 	return t;
 }
 
-static inline uint16_t be16(const uint8_t *p)
-{
-	return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static inline uint32_t be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static inline uint64_t be64(const uint8_t *p)
-{
-	return (uint64_t)be32(p) << 32 | be32(p + 4);
-}
-
 static inline bool rd_u8(pgo_reader *r, const char *field, uint8_t *v)
 {
 	if (r->pos >= r->len)
@@ -82,7 +68,7 @@ static inline bool rd_u16(pgo_reader *r, const char *field, uint16_t *v)
 {
 	if (r->len - r->pos < 2)
 		return rd_short(r, field, 2);
-	*v = be16(r->p + r->pos);
+	*v = get_be16(r->p + r->pos);
 	r->pos += 2;
 	return true;
 }
@@ -91,7 +77,7 @@ static inline bool rd_u32(pgo_reader *r, const char *field, uint32_t *v)
 {
 	if (r->len - r->pos < 4)
 		return rd_short(r, field, 4);
-	*v = be32(r->p + r->pos);
+	*v = get_be32(r->p + r->pos);
 	r->pos += 4;
 	return true;
 }
@@ -100,7 +86,7 @@ static inline bool rd_u64(pgo_reader *r, const char *field, uint64_t *v)
 {
 	if (r->len - r->pos < 8)
 		return rd_short(r, field, 8);
-	*v = be64(r->p + r->pos);
+	*v = get_be64(r->p + r->pos);
 	r->pos += 8;
 	return true;
 }
@@ -234,7 +220,7 @@ static bool read_tuple(pgo_reader *r, pgo_tuple *t)
 			if (r->len - at < 4)
 				return rd_fail(r, at, "truncated column %u length: %zu of 4 bytes", i,
 					       r->len - at);
-			d->len = be32(r->p + at);
+			d->len = get_be32(r->p + at);
 			r->pos += 4;
 			if (d->len > r->len - r->pos)
 				return rd_fail(r, at,
@@ -557,7 +543,7 @@ uint32_t pgo_truncate_relid(const pgo_msg *m, uint32_t i)
 {
 	if (i >= m->truncate.nrels)
 		return 0;
-	return be32(m->truncate.relids + (size_t)i * 4);
+	return get_be32(m->truncate.relids + (size_t)i * 4);
 }
 
 /* ---- the relation cache ---- */

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* PostgreSQL's MaxTupleAttributeNumber: no tuple can have more columns. */
 #define PGO_MAX_COLUMNS 1664

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 #define PGT_BOOL 16
 #define PGT_BYTEA 17

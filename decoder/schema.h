@@ -6,7 +6,7 @@
 #define CDC_SCHEMA_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 #include "decoder/ddl.h"
 #include "decoder/pgoutput.h"
 

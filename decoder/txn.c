@@ -3,6 +3,7 @@
  * ("txn-<xid>.spill") and replayed record by record when the server reports their commit, so
  * memory stays bounded whatever their size. */
 #include "decoder/txn.h"
+#include "decoder/base/bytes.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -268,19 +269,6 @@ static void file_discard(txn_assembler *a)
 	a->fd = -1;
 	a->cur = NULL;
 	a->iolen = 0;
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,

@@ -7,9 +7,10 @@ set -euo pipefail
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
 	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev clang)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
-# openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources.
+# openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
+# prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
-	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format)
+	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
 bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg2 python3-protobuf protobuf-compiler

@@ -3,6 +3,8 @@
  * The output is valid UTF-8 JSON on one line whatever bytes the event holds. */
 #include "sinks/event_json.h"
 
+#include "decoder/event.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,30 +577,6 @@ static void put_lsn(buf *b, uint64_t lsn)
 	put_c(b, '"');
 }
 
-static const char *op_name(Cdc__V1__Op op)
-{
-	switch (op) {
-	case CDC__V1__OP__OP_INSERT:
-		return "\"insert\"";
-	case CDC__V1__OP__OP_UPDATE:
-		return "\"update\"";
-	case CDC__V1__OP__OP_DELETE:
-		return "\"delete\"";
-	case CDC__V1__OP__OP_TRUNCATE:
-		return "\"truncate\"";
-	case CDC__V1__OP__OP_MESSAGE:
-		return "\"message\"";
-	case CDC__V1__OP__OP_READ:
-		return "\"read\"";
-	case CDC__V1__OP__OP_SCHEMA:
-		return "\"schema\"";
-	case CDC__V1__OP__OP_DDL:
-		return "\"ddl\"";
-	default:
-		return "null";
-	}
-}
-
 /* A schema id as 16 hex digits, in quotes (a JSON number would lose bits). */
 static void put_schema_id(buf *b, uint64_t id)
 {
@@ -697,8 +675,14 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	else
 		json_null(out);
 	PUT_LIT(out, ",\"op\":");
-	const char *op = op_name(e->op);
-	put(out, op, strlen(op));
+	const char *op = evt_op_name(e->op);
+	if (op) {
+		put_c(out, '"');
+		put(out, op, strlen(op));
+		put_c(out, '"');
+	} else {
+		json_null(out);
+	}
 	PUT_LIT(out, ",\"schema\":");
 	put_str(out, e->schema);
 	PUT_LIT(out, ",\"table\":");

@@ -3,7 +3,7 @@
 #define CDC_EVENT_JSON_H
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 /* Appends the event as one JSON object and a newline. The commit fields (commit_lsn, tx_index,
  * commit_time) come last, so that json_event_head() can render an event before its transaction

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 #include "sinks/sink.h"
 
 /* Wire types, and the field numbers (proto/cdc/v1/event.proto, subscriber.proto) of what the socket

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "cdc/v1/event.pb-c.h"
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 typedef struct sink sink;
 

@@ -122,6 +122,13 @@ def main():
         with open(cfg_path) as f:
             for line in f:
                 say("   " + line.rstrip("\n"))
+        say(f"== running {CDC_BIN} doctor -c {cfg_path} (checks the setup, changes nothing)")
+        doc = subprocess.run([CDC_BIN, "doctor", "-c", cfg_path], stdout=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True)
+        for line in doc.stdout.splitlines():
+            say("   " + line)
+        if doc.returncode == 2:
+            sys.exit("demo: cdc doctor found failures (above)")
         say(f"== running {CDC_BIN} run -c {cfg_path}")
         # Its own session: a terminal's Ctrl-C reaches us, and we stop cdc in order.
         cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg_path], stdout=subprocess.DEVNULL,

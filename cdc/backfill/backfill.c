@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cdc/config/config.h"
-#include "cdc/config/predicate.h"
+#include "cdc/match/predicate.h"
 
 const char *bf_state_name(bf_state s)
 {

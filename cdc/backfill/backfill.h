@@ -16,7 +16,7 @@
 
 #include "cdc/backfill/sql.h"
 #include "cdc/backfill/window.h"
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* Ids and nonces: 16 lower-case hex digits. */
 #define BF_ID_SIZE 17

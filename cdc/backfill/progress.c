@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cdc/backfill/internal.h"
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 /* ---- progress ---- */
 

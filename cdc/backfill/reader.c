@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decoder/log.h"
+#include "decoder/base/log.h"
 
 #define RETRY_MIN_MS 1000
 #define RETRY_MAX_MS 30000

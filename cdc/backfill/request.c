@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "cdc/backfill/sql.h"
-#include "cdc/config/predicate.h"
-#include "decoder/json.h"
+#include "cdc/match/predicate.h"
+#include "decoder/base/json.h"
 
 /* "schema.table": two parts of at most 63 bytes, a '.' between (a part may be "quoted", with dots
  * inside; cfg_table_match reads the globs). */

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* Tables one request may name. */
 #define BF_REQUEST_MAX_TABLES 1024

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cdc/config/predicate.h"
-#include "decoder/util.h"
+#include "cdc/match/predicate.h"
+#include "decoder/base/util.h"
 
 /* The prefix of the logical messages that carry watermarks. */
 #define BFSQL_PREFIX "cdc.backfill"

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "cdc/backfill/internal.h"
-#include "decoder/fsutil.h"
-#include "decoder/json.h"
+#include "decoder/base/fsutil.h"
+#include "decoder/base/json.h"
 
 /* ---- persistence ---- */
 

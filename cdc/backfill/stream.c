@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cdc/backfill/internal.h"
+#include "decoder/base/bytes.h"
 
 /* ---- the stream ---- */
 
@@ -196,9 +197,8 @@ void backfill_change_encode(const bf_change *c, buf *out)
 	buf_append(out, c->schema, strlen(c->schema) + 1);
 	buf_append(out, c->table, strlen(c->table) + 1);
 	uint8_t head[5] = {(uint8_t)((c->truncate ? CH_TRUNCATE : 0) | (c->partial ? CH_PARTIAL : 0) |
-				     (c->old_values ? CH_OLD : 0) | (c->new_values ? CH_NEW : 0)),
-			   (uint8_t)(c->ncols >> 24), (uint8_t)(c->ncols >> 16), (uint8_t)(c->ncols >> 8),
-			   (uint8_t)c->ncols};
+				     (c->old_values ? CH_OLD : 0) | (c->new_values ? CH_NEW : 0))};
+	put_be32(head + 1, (uint32_t)c->ncols);
 	buf_append(out, head, sizeof(head));
 	for (size_t i = 0; i < c->ncols; i++)
 		buf_append(out, c->names[i], strlen(c->names[i]) + 1);
@@ -226,8 +226,7 @@ static size_t encoded_len(const uint8_t *p, size_t len, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (len - off < 4)
 			return 0;
-		uint32_t l = (uint32_t)p[off] << 24 | (uint32_t)p[off + 1] << 16 | (uint32_t)p[off + 2] << 8 |
-			     p[off + 3];
+		uint32_t l = get_be32(p + off);
 		off += 4;
 		if (l >= UINT32_MAX - 1)
 			continue;
@@ -248,7 +247,7 @@ bool backfill_change_decode(const void *data, size_t len, bf_change *out)
 	if (!out->table || len - pos < 5)
 		return false;
 	const uint8_t *h = (const uint8_t *)p + pos;
-	size_t n = (size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4];
+	size_t n = get_be32(h + 1);
 	pos += 5;
 	if (n > len - pos)
 		return false; /* each name takes a byte at least */

@@ -4,11 +4,12 @@
  * to catch the one race the watermarks alone miss: a commit that reaches the stream before the low
  * watermark while the chunk's snapshot still sees it in progress. */
 #include "cdc/backfill/window.h"
+#include "decoder/base/bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "decoder/arena.h"
+#include "decoder/base/arena.h"
 
 /* Recent commits kept at most; past it the oldest are forgotten and a chunk that might have needed
  * them is read again. */
@@ -62,10 +63,8 @@ void bf_encode(buf *out, const bf_datum *d, size_t n)
 	uint8_t *p = (uint8_t *)out->data + out->len;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t len = d[i].len < 0 ? UINT32_MAX - (uint32_t)(-1 - d[i].len) : (uint32_t)d[i].len;
-		*p++ = (uint8_t)(len >> 24);
-		*p++ = (uint8_t)(len >> 16);
-		*p++ = (uint8_t)(len >> 8);
-		*p++ = (uint8_t)len;
+		put_be32(p, len);
+		p += 4;
 		if (d[i].len > 0) {
 			memcpy(p, d[i].data, (size_t)d[i].len);
 			p += d[i].len;
@@ -82,8 +81,7 @@ bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (len - off < 4)
 			return false;
-		uint32_t l = (uint32_t)s[off] << 24 | (uint32_t)s[off + 1] << 16 | (uint32_t)s[off + 2] << 8 |
-			     s[off + 3];
+		uint32_t l = get_be32(s + off);
 		off += 4;
 		if (l >= UINT32_MAX - 1) {
 			d[i] = (bf_datum){.data = NULL, .len = l == UINT32_MAX ? -1 : -2};

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* One column value in PostgreSQL's text form, as both the chunk's SELECT and pgoutput send it. */
 typedef struct bf_datum {

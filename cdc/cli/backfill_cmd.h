@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* cdc backfill [-c FILE | -s SOCKET] SUBSCRIPTION [--table T]... [--where EXPR] [--wait | --no-wait];
  * argv[0] is "backfill". Returns the exit code: 0 once queued (with --wait: once done), 1 when

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "decoder/net.h"
+#include "decoder/base/net.h"
 
 int cli_usage(const cli_command *cmd, const char *fmt, const char *arg)
 {

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 /* cdc status [-c FILE | -s SOCKET] [--json] [--help]; argv[0] is "status". Returns the exit code. */
 int status_main(int argc, char **argv);

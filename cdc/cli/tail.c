@@ -14,7 +14,7 @@
 #include "cdc/cli/cli.h"
 #include "cdc/cli/tail.h"
 #include "sinks/event_json.h"
-#include "sinks/frame.h"
+#include "sinks/socket/frame.h"
 
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "decoder/log.h"
-#include "decoder/util.h"
+#include "decoder/base/log.h"
+#include "decoder/base/util.h"
 
 enum cfg_op {
 	CFG_OP_INSERT = 1 << 0,
@@ -174,6 +174,10 @@ cfg_subscription *cfg_find_subscription(const cfg *c, const char *name);
  * DSN's password and secret-looking kafka properties (*password*, *secret*, sasl.*, *.key, *key*.pem)
  * are masked as "********". */
 void cfg_print(const cfg *c, FILE *out);
+
+/* docs/configuration.md: every key's documentation, type, default, range and whether a reload applies
+ * it, from the key tables (Markdown). False, with the keys named in err, while a key has no doc. */
+bool cfg_reference(buf *out, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* A subscription as the JSON object of GET /subscriptions: the keys cfg_print prints for it. */
 void cfg_subscription_json(const cfg_subscription *s, buf *out);

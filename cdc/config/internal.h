@@ -143,6 +143,7 @@ typedef struct ktype {
 	size_t size;						  /* ST_VALUE */
 	void (*clear)(void *base, const key *k);		  /* ST_OWN */
 	bool (*same)(const void *a, const void *b, const key *k); /* ST_OWN, for restart keys */
+	const char *name; /* what a value is, for the reference: "duration", "list of table patterns" */
 } ktype;
 
 enum {
@@ -168,7 +169,15 @@ struct key {
 		const char *s; /* ST_STR; ST_LIST: its one item */
 	} def;		       /* the default; zero: none */
 	bool restart;	       /* a reload does not apply a change: cdc must restart */
+	const char *doc;       /* what the key does, for docs/configuration.md (Markdown, one paragraph) */
+	uint64_t min, max;     /* numbers, durations (ms), sizes: the range; 0: the type's own bound */
 };
+
+/* The range a number, duration or size key accepts: [min, max] of the key, else 1 (K_POSITIVE) or 0
+ * and the type's largest value. The setters enforce it and the reference prints it. */
+void key_range(const key *k, uint64_t *lo, uint64_t *hi);
+/* A value of key k as the configuration writes it: "10s", "64MiB", "5". */
+void key_value_text(buf *b, const key *k, uint64_t v);
 
 typedef struct keys {
 	const key *k;

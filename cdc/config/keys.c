@@ -215,10 +215,17 @@ size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *
 #define TOP(f) offsetof(cfg, f)
 
 static const key retention_k[] = {
-    {"max_events", &t_u64, SUB(retention.max_events)},
-    {"max_age", &t_duration, SUB(retention.max_age_ms)},
-    {"max_bytes", &t_size, SUB(retention.max_bytes)},
-    {"when_full", &t_enum, SUB(retention.when_full), full_names, .def.n = CFG_FULL_BLOCK},
+    {"max_events", &t_u64, SUB(retention.max_events),
+     .doc = "At most this many unacknowledged events in the spool (0: no limit). See `when_full`."},
+    {"max_age", &t_duration, SUB(retention.max_age_ms),
+     .doc = "Unacknowledged events older than this count as over the limit (0: no limit)."},
+    {"max_bytes", &t_size, SUB(retention.max_bytes),
+     .doc = "At most this many bytes of unacknowledged events in the spool (0: no limit)."},
+    {"when_full", &t_enum, SUB(retention.when_full), full_names, .def.n = CFG_FULL_BLOCK,
+     .doc = "`block`: stop reading the slot while a limit is reached (nothing is lost; WAL waits on the "
+	    "server). `drop_oldest`: discard the oldest events, acknowledged or not, log the range, count it "
+	    "in `dropped` and tell the next consumer with a `Dropped` frame. A limit is checked after each "
+	    "batch of input, so one read can pass it."},
 };
 static const keys retention_keys = KEYS(retention_k);
 
@@ -244,25 +251,71 @@ enum sub_key {
 };
 /* A subscription's keys apply at the next transaction boundary after a reload: none needs a restart. */
 static const key sub_k[] = {
-    [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED},
-    [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS},
-    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = CFG_OPS_DEFAULT},
-    [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL},
-    [SK_SINK] = {"sink", &t_enum, SUB(sink), sink_names, .def.n = CFG_SINK_SOCKET},
-    [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL},
-    [SK_WHERE] = {"where", &t_where, SUB(where), NULL, K_NONEMPTY | K_OPTIONAL},
-    [SK_COLUMNS] = {"columns", &t_strlist, SUB(columns), NULL, K_OPTIONAL},
-    [SK_TOPIC] = {"topic", &t_topic, SUB(topic), NULL, K_KAFKA | K_BY_SINK, .def.s = "cdc.{schema}.{table}"},
-    [SK_TOMBSTONES] = {"tombstones", &t_bool, SUB(tombstones), NULL, K_KAFKA},
+    [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED,
+		 .doc = "The subscription's name: in events, status, metrics, the spool's directory and the "
+			"subscriber protocol. Unique."},
+    [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS,
+		   .doc = "The tables whose changes it receives: `schema.table` patterns with `*` and `?`. "
+			  "Only tables in the publication send changes."},
+    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = CFG_OPS_DEFAULT,
+		.doc =
+		    "The events it receives: `insert`, `update`, `delete`, `truncate`, `message` (logical "
+		    "decoding messages, `pg_logical_emit_message`), `schema` (a table's columns before its "
+		    "rows, [events.md](events.md#schema-events); needs a row operation) and `ddl` (DDL "
+		    "commands, with `source.ddl`, [events.md](events.md#ddl-events)). Every one but "
+		    "`message` by default."},
+    [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
+		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
+		       "`{tag}` in topic templates)."},
+    [SK_SINK] = {"sink", &t_enum, SUB(sink), sink_names, .def.n = CFG_SINK_SOCKET,
+		 .doc = "Where its events go: `socket` (a durable spool and consumers over "
+			"`subscribers.socket`, [socket.md](socket.md)), `kafka` ([kafka.md](kafka.md)) or "
+			"`stdout` (JSON lines on cdc's standard output, [events.md](events.md))."},
+    [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL,
+		    .doc = "An update matches only if one of these columns changed. Needs the old row: the "
+			   "table must be `REPLICA IDENTITY FULL`, which cdc checks."},
+    [SK_WHERE] = {"where", &t_where, SUB(where), NULL, K_NONEMPTY | K_OPTIONAL,
+		  .doc = "A condition over `new.` and `old.` columns that an event must meet; the language "
+			 "is in [subscriptions.md](subscriptions.md#rules). Checked when the file is read."},
+    [SK_COLUMNS] = {"columns", &t_strlist, SUB(columns), NULL, K_OPTIONAL,
+		    .doc = "A projection: only these columns are carried in `new` and `old`. The key columns "
+			   "are always kept."},
+    [SK_TOPIC] = {"topic", &t_topic, SUB(topic), NULL, K_KAFKA | K_BY_SINK, .def.s = "cdc.{schema}.{table}",
+		  .doc = "Kafka only: the topic of each event, a template with `{schema}`, `{table}`, "
+			 "`{subscription}`, `{tag}`."},
+    [SK_TOMBSTONES] = {"tombstones", &t_bool, SUB(tombstones), NULL, K_KAFKA,
+		       .doc = "Kafka only: after each delete, a record with the same key and a null value "
+			      "(for log compaction)."},
     [SK_CONSUMERS] = {"consumers", &t_enum, SUB(consumers), consumers_names, K_SOCKET,
-		      .def.n = CFG_CONSUMERS_FAILOVER},
+		      .def.n = CFG_CONSUMERS_FAILOVER,
+		      .doc =
+			  "Socket only: how its consumers share the events. `failover`: the first one "
+			  "receives everything, in order, and acks cumulatively; the others wait. `shared`: "
+			  "each event to one consumer, acked one by one. `key_shared`: like `shared`, with "
+			  "all events of one key to the same consumer. See [socket.md](socket.md)."},
     [SK_ACK_TIMEOUT] = {"ack_timeout", &t_duration, SUB(ack_timeout_ms), NULL, K_SOCKET | K_POSITIVE,
-			.def.n = 30000},
-    [SK_MAX_DELIVERIES] = {"max_deliveries", &t_u32, SUB(max_deliveries), NULL, K_SOCKET},
-    [SK_MAX_UNACKED] = {"max_unacked", &t_u32, SUB(max_unacked), NULL, K_SOCKET | K_POSITIVE, .def.n = 1000},
-    [SK_BATCH] = {"batch", &t_enum, SUB(batch), batch_names, K_SOCKET, .def.n = CFG_BATCH_NONE},
-    [SK_RETENTION] = {"retention", &t_section, 0, &retention_keys, K_SOCKET | K_FLOW},
-    [SK_SNAPSHOT] = {"snapshot", &t_bool, SUB(snapshot)},
+			.def.n = 30000,
+			.doc = "Socket only: an event delivered and not acknowledged this long is delivered "
+			       "again (to another consumer where the mode allows)."},
+    [SK_MAX_DELIVERIES] = {"max_deliveries", &t_u32, SUB(max_deliveries), NULL, K_SOCKET,
+			   .doc = "Socket only: after this many deliveries an event moves to the "
+				  "subscription's dead letters (0: never)."},
+    [SK_MAX_UNACKED] =
+	{"max_unacked", &t_u32, SUB(max_unacked), NULL, K_SOCKET | K_POSITIVE, .def.n = 1000,
+	 .doc =
+	     "Socket only: at most this many events in flight per consumer (a consumer may ask for fewer)."},
+    [SK_BATCH] = {"batch", &t_enum, SUB(batch), batch_names, K_SOCKET, .def.n = CFG_BATCH_NONE,
+		  .doc =
+		      "Socket only: `none`, one event per Delivery frame; `transaction`, all of one source "
+		      "transaction's events for the subscription in one frame (split only past 16 MiB)."},
+    [SK_RETENTION] =
+	{"retention", &t_section, 0, &retention_keys, K_SOCKET | K_FLOW,
+	 .doc =
+	     "Socket only: limits on the subscription's unacknowledged events, and what happens at a limit."},
+    [SK_SNAPSHOT] =
+	{"snapshot", &t_bool, SUB(snapshot),
+	 .doc = "Backfill the subscription's tables when it is first seen (a fresh `state_dir`, a reload or "
+		"`PUT` that adds it), while the stream runs. See [backfills.md](backfills.md)."},
 };
 _Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
 
@@ -379,25 +432,57 @@ const ktype t_subs = {set_subs, print_subs, ST_OWN, 0, clear_subs, NULL};
 /* What a reload cannot change (the replication connection, the sockets, the Kafka producer, the
  * log's setup) needs a restart. */
 static const key source_k[] = {
-    {"dsn", &t_dsn, TOP(source.dsn), .def.s = "", .restart = true},
-    {"slot", &t_ident, TOP(source.slot), &slot_rule, .def.s = "cdc_slot", .restart = true},
-    {"publication", &t_ident, TOP(source.publication), &pub_rule, .def.s = "cdc_pub", .restart = true},
-    {"create", &t_bool, TOP(source.create), .restart = true},
-    {"publish", &t_strlist, TOP(source.publish), NULL, K_PATTERNS, .def.s = "public.*", .restart = true},
-    {"heartbeat", &t_duration, TOP(source.heartbeat_ms)},
-    {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000},
-    {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names},
-    {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names},
-    {"ddl", &t_bool, TOP(source.ddl), .restart = true},
+    {"dsn", &t_dsn, TOP(source.dsn), .def.s = "", .restart = true,
+     .doc = "The libpq connection string of the database (`host=db port=5432 dbname=app user=cdc`, or a "
+	    "`postgresql://` URI). `PG*` environment variables, `.pgpass` and libpq's TLS options apply; the "
+	    "password is masked wherever cdc prints the configuration. cdc adds `replication=database` for "
+	    "its replication connection."},
+    {"slot", &t_ident, TOP(source.slot), &slot_rule, .def.s = "cdc_slot", .restart = true,
+     .doc = "The logical replication slot (plugin `pgoutput`)."},
+    {"publication", &t_ident, TOP(source.publication), &pub_rule, .def.s = "cdc_pub", .restart = true,
+     .doc = "The publication the slot streams."},
+    {"create", &t_bool, TOP(source.create), .restart = true,
+     .doc = "Create the publication and the slot when they are missing."},
+    {"publish", &t_strlist, TOP(source.publish), NULL, K_PATTERNS, .def.s = "public.*", .restart = true,
+     .doc = "With `create: true`: the tables of the publication cdc creates, as table patterns (`*.*`: all "
+	    "tables)."},
+    {"heartbeat", &t_duration, TOP(source.heartbeat_ms),
+     .doc = "When the slot was idle this long, write a heartbeat (a logical message) so that the slot keeps "
+	    "moving on a database whose other databases write; `0`: off. Needs `EXECUTE` on "
+	    "`pg_logical_emit_message`."},
+    {"status_interval", &t_duration, TOP(source.status_interval_ms), NULL, K_POSITIVE, .def.n = 10000,
+     .doc = "Send the server a standby status update (the flushed position) at least this often."},
+    {"on_slot_lost", &t_enum, TOP(source.on_slot_lost), gap_names,
+     .doc = "When the slot is lost (dropped, invalidated, or moved past cdc's position): `fail` stops with a "
+	    "message; `resync` recreates it, marks the gap and backfills every subscription's tables. See "
+	    "[operations.md](operations.md#when-the-slot-cannot-go-on-re-sync)."},
+    {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names,
+     .doc = "When the publication is newer than the slot (every start would fail with `publication does not "
+	    "exist`): `fail` stops with a message; `resync` moves the slot on and backfills."},
+    {"ddl", &t_bool, TOP(source.ddl), .restart = true,
+     .doc = "Capture DDL: cdc's event trigger writes each command on a table into the WAL, delivered as "
+	    "`ddl` events in order with the rows, and renames are told as renames in schema events. With "
+	    "`create`, cdc installs the trigger (a superuser's privilege); without it, or without the "
+	    "privilege, cdc stops and says what to run. See [events.md](events.md#ddl-events)."},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
 static const key status_k[] = {
     [ST_SOCKET] = {"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET,
-		   .restart = true},
-    [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true},
-    [ST_TCP_CONTROL] = {"tcp_control", &t_bool, TOP(status.tcp_control), .restart = true},
-    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true},
+		   .restart = true,
+		   .doc =
+		       "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
+		       "`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`."},
+    [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true,
+		   .doc = "Also serve the status endpoints on this TCP address (probes and Prometheus), e.g. "
+			  "`127.0.0.1:9187` or `[::]:9187`."},
+    [ST_TCP_CONTROL] = {"tcp_control", &t_bool, TOP(status.tcp_control), .restart = true,
+			.doc =
+			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
+			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
+    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true,
+			 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
+				"start backfills over the Unix socket."},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
@@ -408,26 +493,48 @@ static void check_status(ctx *x, void *base, const pair *seen)
 }
 
 static const key subscribers_k[] = {
-    {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true},
-    {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true},
+    {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true,
+     .doc = "The Unix socket where socket subscriptions' consumers connect."},
+    {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true,
+     .doc = "The file mode of both sockets; access for a consumer's group goes through cdc's group. A mode "
+	    "that lets any local user write is refused."},
     {"first_frame_timeout", &t_duration, TOP(subscribers.first_frame_timeout_ms), NULL, K_POSITIVE,
-     .def.n = 10000, .restart = true},
+     .def.n = 10000, .restart = true,
+     .doc =
+	 "A connection must send its `Subscribe` frame this soon, else it gets `Error SUBSCRIBE_TIMEOUT`."},
     {"max_connections", &t_u32, TOP(subscribers.max_connections), NULL, K_POSITIVE, .def.n = 1024,
-     .restart = true},
-    {"max_output", &t_size, TOP(subscribers.max_output), NULL, K_POSITIVE, .def.n = 1u << 20,
-     .restart = true},
+     .restart = true,
+     .doc = "At most this many consumer connections; then the oldest that has not subscribed gives way, or "
+	    "the new one gets `CONNECTION_LIMIT`."},
+    {"max_output", &t_size, TOP(subscribers.max_output), NULL, K_POSITIVE, .def.n = 1u << 20, .restart = true,
+     .doc = "Unread output per consumer before it is sent nothing more (it resumes when a quarter is left), "
+	    "so a consumer that stops reading holds up no one."},
 };
 
 static const key kafka_k[] = {
-    {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true},
-    {"properties", &t_props, 0, .restart = true},
-    {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL},
-    {"schemas_topic", &t_topic, TOP(kafka.schemas_topic), &topic_rule, K_OPTIONAL},
-    {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true},
+    {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true,
+     .doc = "The bootstrap brokers, `host:port,host:port`."},
+    {"properties", &t_props, 0, .restart = true,
+     .doc = "librdkafka properties, handed over unchanged: TLS (`security.protocol`, `ssl.*`), SASL, tuning "
+	    "(`compression.type: lz4`). Secret-looking values are masked wherever cdc prints them."},
+    {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL,
+     .doc = "One record per source transaction that produced Kafka events, with its event count, on this "
+	    "topic."},
+    {"schemas_topic", &t_topic, TOP(kafka.schemas_topic), &topic_rule, K_OPTIONAL,
+     .doc = "The schema and DDL events of Kafka subscriptions, on this topic (partition 0, in stream order; "
+	    "make it compacted); each row record names its schema in the `cdc-schema-id` header. Without "
+	    "it, Kafka subscriptions produce no schema or DDL records. See [kafka.md](kafka.md#schemas)."},
+    {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true,
+     .doc = "A transactional producer carrying the slot position in the same Kafka transaction: "
+	    "read-committed consumers see each change once. See [kafka.md](kafka.md#exactly-once)."},
     {"positions_topic", &t_topic, TOP(kafka.positions_topic), &topic_rule, .def.s = "cdc.positions",
-     .restart = true},
-    {"commit_interval", &t_duration, TOP(kafka.commit_interval_ms)},
-    {"commit_events", &t_u64, TOP(kafka.commit_events)},
+     .restart = true,
+     .doc = "Exactly once: the topic where the slot position travels (compacted, partition 0)."},
+    {"commit_interval", &t_duration, TOP(kafka.commit_interval_ms),
+     .doc = "Exactly once: keep a Kafka transaction open at least this long (fewer, larger transactions; "
+	    "more latency). `0`: commit as soon as the source transaction is in."},
+    {"commit_events", &t_u64, TOP(kafka.commit_events),
+     .doc = "Exactly once: commit early once a Kafka transaction holds this many events (0: no limit)."},
 };
 
 static void check_kafka(ctx *x, void *base, const pair *seen)
@@ -437,18 +544,28 @@ static void check_kafka(ctx *x, void *base, const pair *seen)
 }
 
 static const key log_k[] = {
-    {"level", &t_enum, TOP(log.level), level_names, .def.n = LOG_LEVEL_INFO, .restart = true},
-    {"format", &t_enum, TOP(log.format), format_names, .def.n = LOG_FORMAT_TEXT, .restart = true},
+    {"level", &t_enum, TOP(log.level), level_names, .def.n = LOG_LEVEL_INFO, .restart = true,
+     .doc = "The least severe messages logged on standard error."},
+    {"format", &t_enum, TOP(log.format), format_names, .def.n = LOG_FORMAT_TEXT, .restart = true,
+     .doc = "`text`: one `LEVEL message key=value...` line per event; `json`: one JSON object per line."},
 };
 
 /* Backfills (cdc/backfill): a reload applies these to the chunks that follow. */
 static const key backfill_k[] = {
-    {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250},
-    {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100},
-    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 5000},
-    {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20},
-    {"rate_limit", &t_u64, TOP(backfill.rate_limit)},
-    {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1},
+    {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250,
+     .doc = "A chunk's `SELECT` aims at taking this long: the chunk size adapts to it, between `min_rows` "
+	    "and `max_rows`."},
+    {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100,
+     .doc = "The smallest chunk."},
+    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 5000,
+     .doc = "The largest chunk: a chunk's reads go out in one turn of the event loop, so a larger chunk "
+	    "delays the live stream longer."},
+    {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20,
+     .doc = "The memory a chunk may hold: its rows and the keys changed while it is open; a chunk that would "
+	    "pass it is split."},
+    {"rate_limit", &t_u64, TOP(backfill.rate_limit), .doc = "Rows read per second per table (0: no limit)."},
+    {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1,
+     .doc = "Tables read at once, over all backfills."},
 };
 
 enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2 };
@@ -469,14 +586,25 @@ static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .ch
 		  log_keys = KEYS(log_k), backfill_keys = KEYS(backfill_k, .check = check_backfill);
 
 static const key top_k[] = {
-    {"source", &t_section, 0, &source_keys},
-    {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true},
-    {"status", &t_section, 0, &status_keys},
-    {"subscribers", &t_section, 0, &subscribers_keys},
-    {"kafka", &t_section, 0, &kafka_keys, K_KAFKA},
-    {"log", &t_section, 0, &log_keys},
-    {"backfill", &t_section, 0, &backfill_keys},
-    {"subscriptions", &t_subs, 0},
+    {"source", &t_section, 0, &source_keys, .doc = "The database, the slot and the publication."},
+    {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+     .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the spools "
+	    "of socket subscriptions, subscriptions changed over the status socket, backfills."},
+    {"status", &t_section, 0, &status_keys,
+     .doc = "The status socket: figures, health, metrics, and the control endpoints."},
+    {"subscribers", &t_section, 0, &subscribers_keys,
+     .doc = "The socket where consumers of socket subscriptions connect."},
+    {"kafka", &t_section, 0, &kafka_keys, K_KAFKA,
+     .doc =
+	 "The Kafka producer, for `sink: kafka` subscriptions. Present only when a subscription uses Kafka."},
+    {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
+    {"backfill", &t_section, 0, &backfill_keys,
+     .doc = "How backfills read (`snapshot: true`, `cdc backfill`, re-syncs). A reload applies these to the "
+	    "chunks that follow."},
+    {"subscriptions", &t_subs, 0,
+     .doc = "A list of subscriptions: which changes go where. Each is a mapping of the keys below; a reload "
+	    "(`SIGHUP`) or `PUT`/`DELETE /subscriptions/NAME` applies changes at the next transaction "
+	    "boundary."},
 };
 
 /* The kafka and backfill sections are printed when the file has them. */

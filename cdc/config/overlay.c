@@ -2,7 +2,7 @@
  * and the overlay of puts and deletes kept in state_dir and laid over the file's subscriptions. */
 #include "cdc/config/internal.h"
 
-#include "decoder/fsutil.h"
+#include "decoder/base/fsutil.h"
 
 #include <errno.h>
 #include <stdlib.h>

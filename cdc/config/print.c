@@ -3,7 +3,7 @@
  * secrets (the DSN's password, secret-looking kafka properties) are masked. */
 #include "cdc/config/internal.h"
 
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 #include <ctype.h>
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * (reporting FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
 #include "cdc/config/internal.h"
 
-#include "cdc/config/predicate.h"
+#include "cdc/match/predicate.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -93,6 +93,42 @@ static void set_bool(ctx *x, const node *v, void *base, const key *k)
 	*FIELD(base, k, bool) = strcmp(s, "true") == 0;
 }
 
+void key_range(const key *k, uint64_t *lo, uint64_t *hi)
+{
+	*lo = k->min ? k->min : (k->flags & K_POSITIVE) ? 1 : 0;
+	*hi = k->max ? k->max : k->type->size == sizeof(uint32_t) ? UINT32_MAX : UINT64_MAX;
+}
+
+void key_value_text(buf *b, const key *k, uint64_t v)
+{
+	if (k->type == &t_duration)
+		fmt_duration(b, v);
+	else if (k->type == &t_size)
+		fmt_size(b, v);
+	else
+		buf_printf(b, "%" PRIu64, v);
+}
+
+/* Whether v is in k's range; else an error that gives the range in the key's own units. */
+static bool in_range(ctx *x, const node *v, const key *k, uint64_t n)
+{
+	uint64_t lo, hi;
+	key_range(k, &lo, &hi);
+	if (n >= lo && n <= hi)
+		return true;
+	if (k->type == &t_duration && lo == 1 && n == 0) {
+		err_at(x, v, "must be longer than 0");
+		return false;
+	}
+	buf a = {0}, z = {0};
+	key_value_text(&a, k, lo);
+	key_value_text(&z, k, hi);
+	err_at(x, v, "%s is out of range (%s to %s)", qnode(x, v), a.data, z.data);
+	buf_free(&a);
+	buf_free(&z);
+	return false;
+}
+
 static void set_duration(ctx *x, const node *v, void *base, const key *k)
 {
 	uint64_t ms;
@@ -103,11 +139,8 @@ static void set_duration(ctx *x, const node *v, void *base, const key *k)
 		err_at(x, v, "invalid duration %s (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)", qnode(x, v));
 		return;
 	}
-	if ((k->flags & K_POSITIVE) && !ms) {
-		err_at(x, v, "must be longer than 0");
-		return;
-	}
-	*FIELD(base, k, uint64_t) = ms;
+	if (in_range(x, v, k, ms))
+		*FIELD(base, k, uint64_t) = ms;
 }
 
 static void set_size(ctx *x, const node *v, void *base, const key *k)
@@ -122,7 +155,8 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 		       qnode(x, v));
 		return;
 	}
-	*FIELD(base, k, uint64_t) = n;
+	if (in_range(x, v, k, n))
+		*FIELD(base, k, uint64_t) = n;
 }
 
 /* A decimal integer within [min, max]; false after reporting an error. */
@@ -157,15 +191,17 @@ static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t
 
 static void set_u32(ctx *x, const node *v, void *base, const key *k)
 {
-	uint64_t n;
-	if (get_uint(x, v, (k->flags & K_POSITIVE) ? 1 : 0, UINT32_MAX, &n))
+	uint64_t n, lo, hi;
+	key_range(k, &lo, &hi);
+	if (get_uint(x, v, lo, hi, &n))
 		*FIELD(base, k, uint32_t) = (uint32_t)n;
 }
 
 static void set_u64(ctx *x, const node *v, void *base, const key *k)
 {
-	uint64_t n;
-	if (get_uint(x, v, 0, UINT64_MAX, &n))
+	uint64_t n, lo, hi;
+	key_range(k, &lo, &hi);
+	if (get_uint(x, v, lo, hi, &n))
 		*FIELD(base, k, uint64_t) = n;
 }
 
@@ -619,20 +655,24 @@ static bool same_props(const void *a, const void *b, const key *k)
 
 /* ---- the types ---- */
 
-const ktype t_section = {set_section, print_section, ST_SECTION},
-	    t_string = {set_string, print_string, ST_STR}, t_dsn = {set_string, print_dsn, ST_STR},
-	    t_where = {set_where, print_string, ST_STR}, t_socket = {set_socket, print_string, ST_STR},
-	    t_ident = {set_ident, print_string, ST_STR}, t_listen = {set_listen, print_string, ST_STR},
-	    t_topic = {set_topic, print_string, ST_STR},
-	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool)},
-	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t)},
-	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t)},
-	    t_u32 = {set_u32, print_u32, ST_VALUE, sizeof(uint32_t)},
-	    t_u64 = {set_u64, print_u64, ST_VALUE, sizeof(uint64_t)},
-	    t_enum = {set_enum, print_enum, ST_VALUE, sizeof(int)},
-	    t_mode = {set_mode, print_mode, ST_VALUE, sizeof(mode_t)},
-	    t_strlist = {set_strlist, print_strlist, ST_LIST},
-	    t_ops = {set_ops, print_ops, ST_VALUE, sizeof(unsigned)},
-	    t_names = {set_names, print_strlist, ST_LIST},
-	    t_uids = {set_uids, print_uids, ST_OWN, 0, clear_uids, same_uids},
-	    t_props = {set_props, print_props, ST_OWN, 0, clear_props, same_props};
+const ktype t_section = {set_section, print_section, ST_SECTION, .name = "section"},
+	    t_string = {set_string, print_string, ST_STR, .name = "string"},
+	    t_dsn = {set_string, print_dsn, ST_STR, .name = "libpq connection string"},
+	    t_where = {set_where, print_string, ST_STR, .name = "condition"},
+	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
+	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
+	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
+	    t_topic = {set_topic, print_string, ST_STR, .name = "topic template"},
+	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
+	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},
+	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t), .name = "size"},
+	    t_u32 = {set_u32, print_u32, ST_VALUE, sizeof(uint32_t), .name = "integer"},
+	    t_u64 = {set_u64, print_u64, ST_VALUE, sizeof(uint64_t), .name = "integer"},
+	    t_enum = {set_enum, print_enum, ST_VALUE, sizeof(int), .name = "one of"},
+	    t_mode = {set_mode, print_mode, ST_VALUE, sizeof(mode_t), .name = "octal file mode"},
+	    t_strlist = {set_strlist, print_strlist, ST_LIST, .name = "list"},
+	    t_ops = {set_ops, print_ops, ST_VALUE, sizeof(unsigned), .name = "list of operations"},
+	    t_names = {set_names, print_strlist, ST_LIST, .name = "list of names"},
+	    t_uids = {set_uids, print_uids, ST_OWN, 0, clear_uids, same_uids, .name = "list of user ids"},
+	    t_props = {
+		set_props, print_props, ST_OWN, 0, clear_props, same_props, .name = "mapping of strings"};

@@ -374,11 +374,8 @@ const ename consumers_names[] = {{"failover", CFG_CONSUMERS_FAILOVER},
 const ename batch_names[] = {{"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
 const ename gap_names[] = {{"fail", CFG_GAP_FAIL}, {"resync", CFG_GAP_RESYNC}, {NULL, 0}};
 const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
-const ename level_names[] = {{"debug", LOG_LEVEL_DEBUG},
-			     {"info", LOG_LEVEL_INFO},
-			     {"warn", LOG_LEVEL_WARN},
-			     {"error", LOG_LEVEL_ERROR},
-			     {NULL, 0}};
+#define LEVEL_ENAME(v, name) {name, v},
+const ename level_names[] = {LOG_LEVELS(LEVEL_ENAME){NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
 
 const char *cfg_sink_name(cfg_sink v)

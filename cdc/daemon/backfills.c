@@ -10,8 +10,8 @@
 
 #include "cdc/backfill/request.h"
 #include "cdc/daemon/sidecar.h"
-#include "decoder/json.h"
-#include "decoder/log.h"
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
 
 #define BACKFILL_FILE "backfills.json"
 

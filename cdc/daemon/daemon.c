@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "cdc/daemon/sidecar.h"
-#include "decoder/log.h"
-#include "sinks/kafka_sink.h"
+#include "decoder/base/log.h"
+#include "sinks/kafka/kafka_sink.h"
 
 #define TICK_MS 100
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */

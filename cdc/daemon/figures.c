@@ -6,15 +6,15 @@
 #include <string.h>
 
 #include "cdc/daemon/sidecar.h"
+#include "cdc/source/pgconn.h"
 #include "cdc/status/report.h"
-#include "decoder/log.h"
-#include "sinks/kafka_sink.h"
-#include "sinks/socket_sink.h"
+#include "decoder/base/log.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/socket/socket_sink.h"
 
-#define PROGRESS_LOG_MS 30000	/* a progress line at most this often while changes flow */
-#define PUBLISH_MS 1000		/* the status socket's figures are this fresh */
-#define HEALTH_MS 5000		/* pg_replication_slots is asked this often */
-#define SAFE_WAL_LOW_PERCENT 20 /* warn when less than this share of max_slot_wal_keep_size is left */
+#define PROGRESS_LOG_MS 30000 /* a progress line at most this often while changes flow */
+#define PUBLISH_MS 1000	      /* the status socket's figures are this fresh */
+#define HEALTH_MS 5000	      /* pg_replication_slots is asked this often */
 
 void figures_log_kafka(sidecar *d)
 {
@@ -149,7 +149,8 @@ void figures_publish(sidecar *d, bool force)
 		       .errors_connect = f->errors_connect,
 		       .wal_status = f->health.known ? f->health.wal_status : NULL,
 		       .safe_wal_size_known = f->health.known && f->health.safe_wal_size_known,
-		       .safe_wal_size = f->health.safe_wal_size},
+		       .safe_wal_size = f->health.safe_wal_size,
+		       .max_wal_keep_size = f->health.max_keep_size},
 	    .subs = subs,
 	    .nsubs = d->cfg->nsubs,
 	    .has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
@@ -216,7 +217,7 @@ void figures_slot_health(sidecar *d, uint64_t now)
 			 "next checkpoint "
 			 "unless cdc catches up");
 	else if (h->safe_wal_size_known && h->max_keep_size > 0 &&
-		 h->safe_wal_size < h->max_keep_size / 100 * SAFE_WAL_LOW_PERCENT)
+		 h->safe_wal_size < h->max_keep_size / 100 * PG_SAFE_WAL_LOW_PERCENT)
 		snprintf(warning, sizeof(warning),
 			 "safe_wal_size is low: %" PRId64 " of max_slot_wal_keep_size %" PRId64
 			 " bytes left before the slot loses WAL; find what holds cdc back (a full spool, a "

@@ -7,9 +7,9 @@
 
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
-#include "decoder/json.h"
-#include "decoder/log.h"
-#include "sinks/socket_sink.h"
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
+#include "sinks/socket/socket_sink.h"
 
 bool reload_init(sidecar *d)
 {

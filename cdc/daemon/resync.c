@@ -5,8 +5,8 @@
  * the durable record of the re-sync: a crash at any step finds either the gap again (the slot is
  * still behind, or ahead of the recorded position) or the marker in the stream. */
 #include "cdc/daemon/sidecar.h"
-#include "decoder/json.h"
-#include "decoder/log.h"
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
 
 resync_result resync(sidecar *d)
 {

@@ -10,10 +10,10 @@
 
 #include "cdc/backfill/reader.h"
 #include "cdc/config/config.h"
-#include "cdc/daemon/pipeline.h"
 #include "cdc/daemon/sinks_setup.h"
-#include "cdc/daemon/source.h"
-#include "cdc/daemon/state.h"
+#include "cdc/pipeline/pipeline.h"
+#include "cdc/source/source.h"
+#include "cdc/source/state.h"
 #include "cdc/status/report.h"
 #include "cdc/status/status.h"
 

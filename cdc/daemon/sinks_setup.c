@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sinks/kafka_sink.h"
-#include "sinks/socket_sink.h"
-#include "sinks/stdout_sink.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/socket/socket_sink.h"
+#include "sinks/stdout/stdout_sink.h"
 
 static const socket_consumers consumers_of[] = {
     [CFG_CONSUMERS_FAILOVER] = SOCKET_FAILOVER,
@@ -40,16 +40,7 @@ static socket_sub_settings *socket_subs(const cfg *c)
 	return v;
 }
 
-/* What the Kafka sink takes from c: the producer's settings (props: room for the properties) and
- * the subscriptions' topics and tombstones. */
-typedef struct kafka_setup {
-	kafka_sink_settings set;
-	kafka_property *props;
-	kafka_sub_settings *subs;
-	char *tid;
-} kafka_setup;
-
-static kafka_setup kafka_of(const cfg *c)
+kafka_setup sinks_kafka_setup(const cfg *c)
 {
 	kafka_setup k = {.props =
 			     xcalloc(c->kafka.nproperties ? c->kafka.nproperties : 1, sizeof(kafka_property)),
@@ -75,9 +66,16 @@ static kafka_setup kafka_of(const cfg *c)
 	return k;
 }
 
+void sinks_kafka_setup_free(kafka_setup *k)
+{
+	free(k->props);
+	free(k->subs);
+	free(k->tid);
+}
+
 bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 {
-	kafka_setup kafka = kafka_of(c);
+	kafka_setup kafka = sinks_kafka_setup(c);
 	socket_sub_settings *socket = socket_subs(c);
 	bool ok = false;
 	free(s->of_sub);
@@ -109,9 +107,7 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 		kafka_sink_bind(s->k[SINKS_KAFKA], &kafka.set, kafka.subs, c->nsubs);
 	ok = !s->k[SINKS_SOCKET] || socket_sink_bind(s->k[SINKS_SOCKET], socket, c->nsubs, err, errlen);
 out:
-	free(kafka.props);
-	free(kafka.subs);
-	free(kafka.tid);
+	sinks_kafka_setup_free(&kafka);
 	free(socket);
 	return ok;
 }

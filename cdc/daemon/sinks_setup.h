@@ -5,6 +5,7 @@
 #define CDC_SINKS_SETUP_H
 
 #include "cdc/config/config.h"
+#include "sinks/kafka/kafka_sink.h"
 #include "sinks/sink.h"
 
 struct event_base;
@@ -27,5 +28,17 @@ typedef struct sink_set {
  * keep an old configuration). */
 bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen) CDC_MUST_CHECK;
 void sink_set_free(sink_set *s);
+
+/* What the Kafka sink takes from c (also what `cdc doctor` checks the brokers with): the producer's
+ * settings (props: room for the properties) and the subscriptions' topics and tombstones, at their
+ * indexes in c. Borrows c's strings. */
+typedef struct kafka_setup {
+	kafka_sink_settings set;
+	kafka_property *props;
+	kafka_sub_settings *subs;
+	char *tid;
+} kafka_setup;
+kafka_setup sinks_kafka_setup(const cfg *c);
+void sinks_kafka_setup_free(kafka_setup *k);
 
 #endif

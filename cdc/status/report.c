@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 /* ---- shared formatting ---- */
 
@@ -457,7 +457,8 @@ static void metrics_backfills(const report *r, buf *out)
 {
 	static const struct {
 		const char *name, *type, *help;
-		size_t field; /* offset of a uint64_t in report_backfill; SIZE_MAX: the estimate */
+		size_t field; /* offset of a uint64_t in report_backfill; SIZE_MAX: the estimate; SIZE_MAX -
+			       1, - 2: whether running, failed */
 	} M[] = {
 	    {"cdc_backfill_rows_read_total", "counter", "Rows a backfill read from the table.",
 	     offsetof(report_backfill, read)},
@@ -470,6 +471,8 @@ static void metrics_backfills(const report *r, buf *out)
 	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
 	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
+	    {"cdc_backfill_failed", "gauge",
+	     "1 when the backfill of the table failed (GET /backfills says why).", SIZE_MAX - 2},
 	};
 	if (!r->nbackfills)
 		return;
@@ -487,9 +490,10 @@ static void metrics_backfills(const report *r, buf *out)
 			label_value(out, b->id);
 			buf_puts(out, ",table=");
 			label_value(out, table);
-			uint64_t v = M[m].field == SIZE_MAX ? (uint64_t)b->estimate
-				     : M[m].field == SIZE_MAX - 1
-					 ? strcmp(b->state, "running") == 0
+			uint64_t v = M[m].field == SIZE_MAX	  ? (uint64_t)b->estimate
+				     : M[m].field == SIZE_MAX - 1 ? strcmp(b->state, "running") == 0
+				     : M[m].field == SIZE_MAX - 2
+					 ? strcmp(b->state, "failed") == 0
 					 : *(const uint64_t *)((const char *)b + M[m].field);
 			buf_printf(out, "} %" PRIu64 "\n", v);
 		}
@@ -559,6 +563,12 @@ void report_metrics(const report *r, buf *out)
 	       "Bytes of WAL that can still be written before the slot is in danger of being lost.");
 	if (r->source.safe_wal_size_known)
 		buf_printf(out, "cdc_source_safe_wal_size_bytes %" PRId64 "\n", r->source.safe_wal_size);
+	family(
+	    out, "cdc_source_max_slot_wal_keep_size_bytes", "gauge",
+	    "The server's max_slot_wal_keep_size (absent while unlimited: safe_wal_size is then unknown).");
+	if (r->source.safe_wal_size_known)
+		buf_printf(out, "cdc_source_max_slot_wal_keep_size_bytes %" PRId64 "\n",
+			   r->source.max_wal_keep_size);
 	m_u64(out, "cdc_source_reconnects_total", "counter",
 	      "Reconnections to the server after a lost connection.", r->source.reconnects);
 	m_u64(out, "cdc_source_resyncs_total", "counter",

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "cdc/config/config.h"
-#include "decoder/hist.h"
-#include "decoder/util.h"
+#include "decoder/base/hist.h"
+#include "decoder/base/util.h"
 
 /* One subscription. Strings are borrowed for the duration of the call. */
 typedef struct report_sub {
@@ -53,7 +53,8 @@ typedef struct report {
 		double lag_s;		/* now - last_commit_time while behind; < 0: unknown */
 		const char *wal_status; /* pg_replication_slots.wal_status; NULL: unknown */
 		bool safe_wal_size_known;
-		int64_t safe_wal_size; /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
+		int64_t safe_wal_size;	   /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
+		int64_t max_wal_keep_size; /* max_slot_wal_keep_size, bytes (when safe_wal_size_known) */
 		uint64_t reconnects;
 		uint64_t resyncs;	       /* re-syncs after a lost slot or a publication newer than it */
 		uint64_t transactions, events; /* decoded from the slot since the start */

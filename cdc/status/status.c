@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "decoder/json.h"
-#include "decoder/log.h"
-#include "decoder/net.h"
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
+#include "decoder/base/net.h"
 
 #define CONNECTION_LIMIT 64
 #define PER_IP_LIMIT 16

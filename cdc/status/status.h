@@ -10,7 +10,7 @@
 #include <sys/types.h>
 
 #include "cdc/config/config.h"
-#include "decoder/util.h"
+#include "decoder/base/util.h"
 
 struct event_base;
 typedef struct status_server status_server;

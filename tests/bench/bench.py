@@ -84,7 +84,7 @@ def progress(msg):
 
 
 def pgoutput_options(server_version):
-    """The START_REPLICATION options cdc sends to this server version (cdc/daemon/source.c)."""
+    """The START_REPLICATION options cdc sends to this server version (cdc/source/source.c)."""
     if server_version >= 160000:
         return {"proto_version": "4", "messages": "true", "streaming": "parallel",
                 "two_phase": "on"}
@@ -290,7 +290,7 @@ def drain_backlogs(args, pg, work, kafka):
     big_rows = int(1_000_000 * args.scale)
     small_txns = int(100_000 * args.scale)
     opts = pgoutput_options(int(pg.sql("show server_version_num")[0][0]))
-    recvlogical = os.path.join(pg.bindir, "pg_recvlogical")
+    recvlogical = os.path.join(pg.client_bindir, "pg_recvlogical")
     progress("pgoutput options " + " ".join(f"{k}={v}" for k, v in opts.items()))
     backlogs = [
         ("a", "1 txn x %d rows" % big_rows, big_rows,
@@ -418,7 +418,7 @@ def run_pgbench(pg, work, table, rate, seconds):
     script = os.path.join(work, f"latency_{table}.sql")
     with open(script, "w") as f:
         f.write(f"insert into {table} (name, amount, created) values ('customer', 12.50, now());\n")
-    out = subprocess.run([os.path.join(pg.bindir, "pgbench"), "-n", "-R", str(rate), "-T", str(seconds),
+    out = subprocess.run([os.path.join(pg.client_bindir, "pgbench"), "-n", "-R", str(rate), "-T", str(seconds),
                           "-c", "4", "-j", "2", "-f", script, pg.dsn],
                          capture_output=True, text=True,
                          # Commits reach the walsender only once flushed: with the test server's
@@ -903,7 +903,7 @@ def backfills(args, pg, work, rate_limit=50_000):
                f"from generate_series(1, {rows}) g")
         pg.sql(f"vacuum analyze {table}")
         pg.sql(f"create publication bench_pub_{table} for table {table}")
-    psql = os.path.join(pg.bindir, "psql")
+    psql = os.path.join(pg.client_bindir, "psql")
     copy, runs = [], {t: [] for t in sizes}
     for i in range(args.repeat):
         t = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CDC_BIN
 from npm import npm_ci
-from pg import find_bindir
+from pg import client_bindir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TS_CLIENT = os.path.join(ROOT, "proto", "clients", "typescript")
@@ -45,7 +45,7 @@ def test_typescript_client(pg, schema, cdc, ts_client):
                            socket_sub(schema, "shaped", "shaped", operations=["insert", "schema", "ddl"])],
            source={"ddl": True})
     env = dict(os.environ, CDC_BIN=CDC_BIN, CDC_CONFIG=c.path, CDC_SOCKET=c.config["subscribers"]["socket"],
-               CDC_SLOT=c.slot, CDC_SCHEMA=schema, PSQL=os.path.join(find_bindir(), "psql"), PG_DSN=pg.dsn)
+               CDC_SLOT=c.slot, CDC_SCHEMA=schema, PSQL=os.path.join(client_bindir(), "psql"), PG_DSN=pg.dsn)
     tests = sorted(os.path.join(TS_TESTS, f) for f in os.listdir(TS_TESTS) if f.endswith(".test.mjs"))
     p = subprocess.run(["node", "--test", "--test-reporter=spec"] + tests, env=env, capture_output=True,
                        text=True, timeout=300)

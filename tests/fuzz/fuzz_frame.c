@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "sinks/event_json.h"
-#include "sinks/frame.h"
-#include "sinks/pbread.h"
+#include "sinks/socket/frame.h"
+#include "sinks/socket/pbread.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/config/predicate.h"
+#include "cdc/match/predicate.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/daemon/source.h"
+#include "cdc/source/source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

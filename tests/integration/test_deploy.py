@@ -410,7 +410,7 @@ def db(rendered):
             m["name"] for m in pgc["volumeMounts"] if m["mountPath"] == "/docker-entrypoint-initdb.d")))
         for name, sql in sorted(init["data"].items()):
             assert name.endswith(".sql")
-            p = subprocess.run([os.path.join(server.bindir, "psql"), "-v", "ON_ERROR_STOP=1", "--no-psqlrc",
+            p = subprocess.run([os.path.join(server.client_bindir, "psql"), "-v", "ON_ERROR_STOP=1", "--no-psqlrc",
                                 "-h", server.host, "-p", str(server.port), "-U", "postgres", "-d", dbname],
                                input=sql, capture_output=True, text=True, timeout=60,
                                env={"PATH": os.environ["PATH"],

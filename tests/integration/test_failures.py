@@ -80,7 +80,7 @@ def test_busy_slot_is_retried_until_free(pg, schema, cdc):
     p0 = c.start()
     assert p0.terminate() == 0
     other = subprocess.Popen(
-        [os.path.join(pg.bindir, "pg_recvlogical"), "-d", pg.dsn, "-S", c.slot, "--start", "-f", "/dev/null",
+        [os.path.join(pg.client_bindir, "pg_recvlogical"), "-d", pg.dsn, "-S", c.slot, "--start", "-f", "/dev/null",
          "-o", "proto_version=1", "-o", f"publication_names={c.publication}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

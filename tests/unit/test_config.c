@@ -3,7 +3,7 @@
  * what the key tables decide: defaults by sink, the keys a reload cannot apply, enum names. */
 #include "cdc/config/config.h"
 
-#include "decoder/fsutil.h"
+#include "decoder/base/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -1445,7 +1445,7 @@ static void test_enum_names(void)
 	CHECK_STR(cfg_batch_name(CFG_BATCH_TRANSACTION), "transaction");
 }
 
-/* file_replace (decoder/fsutil.c), which the overlay file is written with. */
+/* file_replace (decoder/base/fsutil.c), which the overlay file is written with. */
 static void test_file_replace(void)
 {
 	char dir[] = "/tmp/test_config_XXXXXX", path[64], got[16] = "", err[256] = "";
@@ -1467,6 +1467,35 @@ static void test_file_replace(void)
 	CHECK_STR(err, want);
 	snprintf(path, sizeof path, "%s/f", dir);
 	CHECK(unlink(path) == 0 && rmdir(dir) == 0);
+}
+
+/* The reference (docs/configuration.md) is written from the key table: every key documented, its
+ * default and range as the parser has them. */
+static void test_reference(void)
+{
+	buf out = {0};
+	char err[1024] = "";
+	CHECK(cfg_reference(&out, err, sizeof err));
+	CHECK_STR(err, "");
+	static const char *const want[] = {
+	    "## `source`\n",
+	    "### `source.status_interval`\n\n*duration, at least 1ms* · default `10s` · *reload* applies "
+	    "it\n",
+	    "### `state_dir`\n\n*string* · default `/var/lib/cdc` · *restart* to change\n",
+	    "### `subscriptions[].name`\n\n*name* · default *required* · *reload* applies it\n",
+	    "### `subscriptions[].max_unacked`\n\n*integer, at least 1* · default `1000` · *reload* applies "
+	    "it\n",
+	    "### `subscriptions[].retention.when_full`\n\n*one of `block`, `drop_oldest`* · default `block`",
+	    "### `subscriptions[].topic`\n\n*topic template* · default `cdc.{schema}.{table}`",
+	    "### `kafka.properties`\n\n*mapping of strings* · default none · *restart* to change\n",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+		bool found = out.data && strstr(out.data, want[i]);
+		CHECK(found);
+		if (!found)
+			fprintf(stderr, "missing from the reference: %s\n", want[i]);
+	}
+	buf_free(&out);
 }
 
 int main(void)
@@ -1493,5 +1522,6 @@ int main(void)
 	test_restart_keys();
 	test_enum_names();
 	test_file_replace();
+	test_reference();
 	return TEST_SUMMARY("test_config");
 }

@@ -1,15 +1,15 @@
-/* test_frame.c: unit tests for the subscriber socket's framing (sinks/frame.c): partial and
+/* test_frame.c: unit tests for the subscriber socket's framing (sinks/socket/frame.c): partial and
  * oversized frames, every validation error of frame_decode_client with its exact message, and
  * round trips of every ClientFrame and ServerFrame kind through frame_put_* and the decoders, and
- * pb_read_delivery (sinks/pbread.c) against protobuf-c on the same Deliveries. */
+ * pb_read_delivery (sinks/socket/pbread.c) against protobuf-c on the same Deliveries. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sinks/event_json.h"
-#include "sinks/frame.h"
-#include "sinks/pbread.h"
 #include "sinks/pbwire.h"
+#include "sinks/socket/frame.h"
+#include "sinks/socket/pbread.h"
 #include "test.h"
 
 /* Strings and offset arrays of the cases below are built in these and live for the whole run. */

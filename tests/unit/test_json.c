@@ -1,6 +1,6 @@
 /* test_json.c: the base JSON writer: numbers at their limits, strings escaped (invalid UTF-8
  * replaced), null for a missing string, and commas only between members. */
-#include "decoder/json.h"
+#include "decoder/base/json.h"
 
 #include <stdint.h>
 

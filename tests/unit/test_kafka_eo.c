@@ -1,4 +1,4 @@
-/* test_kafka_eo.c: the exactly-once cycle of the Kafka sink (sinks/kafka_sink.c) against
+/* test_exactly_once.c: the exactly-once cycle of the Kafka sink (sinks/kafka/kafka_sink.c) against
  * librdkafka's mock cluster in this process: commits and the position record, what arrives during
  * a commit held and sent in the next Kafka transaction, a source transaction Kafka holds skipped,
  * a stream that broke inside a source transaction aborting the Kafka one, and a Kafka transaction
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "decoder/log.h"
-#include "sinks/kafka_sink.h"
+#include "decoder/base/log.h"
+#include "sinks/kafka/kafka_sink.h"
 #include "test.h"
 
 static sink *k;

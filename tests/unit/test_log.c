@@ -1,6 +1,6 @@
 /* test_log.c: log lines, text and JSON: one event is one line whatever its text holds (newlines in
  * a server's error or a reload's error list are escaped, so no input can forge a log line). */
-#include "decoder/log.h"
+#include "decoder/base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

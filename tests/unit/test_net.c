@@ -1,7 +1,7 @@
 /* test_net.c: the Unix socket module: a listener's mode, the stale-socket rule (a stale socket is
  * replaced, a live one and anything that is not a socket are refused and left as they are) and the
  * errors a client gets, which name the path. */
-#include "decoder/net.h"
+#include "decoder/base/net.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "decoder/log.h"
+#include "decoder/base/log.h"
 #include "test.h"
 
 static char dir[] = "/tmp/cdc-test-net-XXXXXX";

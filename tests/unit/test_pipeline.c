@@ -2,7 +2,7 @@
  * turns a small script into pgoutput messages for pipeline_feed(); recording sinks (sinks/sink.h)
  * log every event they are given; each case asserts the exact deliveries and the flushed position
  * (the slot moves past a change only once every sink that wants it has it). */
-#include "cdc/daemon/pipeline.h"
+#include "cdc/pipeline/pipeline.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

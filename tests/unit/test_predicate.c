@@ -1,4 +1,4 @@
-/* test_predicate.c: unit tests for `where` predicates (cdc/config/predicate.c): tables of expressions
+/* test_predicate.c: unit tests for `where` predicates (cdc/match/predicate.c): tables of expressions
  * against hand-built events with typed values, each checked as true, false or unknown (unknown:
  * neither the expression nor its negation matches), and malformed expressions with their errors. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/config/predicate.h"
+#include "cdc/match/predicate.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
 #include "test.h"

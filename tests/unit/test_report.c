@@ -65,6 +65,7 @@ static report full_report(void)
 		       .lag_s = 0.25,
 		       .wal_status = "reserved",
 		       .safe_wal_size = 10485760,
+		       .max_wal_keep_size = 1073741824,
 		       .safe_wal_size_known = true,
 		       .reconnects = 2,
 		       .resyncs = 1,
@@ -316,6 +317,7 @@ static void test_metrics(void)
 	    "\ncdc_source_wal_status{status=\"reserved\"} 1\ncdc_source_wal_status{status=\"extended\"} 0\n"
 	    "cdc_source_wal_status{status=\"unreserved\"} 0\ncdc_source_wal_status{status=\"lost\"} 0\n#",
 	    "\ncdc_source_safe_wal_size_bytes 10485760\n",
+	    "\ncdc_source_max_slot_wal_keep_size_bytes 1073741824\n",
 	    "\n# TYPE cdc_source_reconnects_total counter\ncdc_source_reconnects_total 2\n",
 	    "\ncdc_source_resyncs_total 1\n",
 	    "\ncdc_transactions_total 50\n",
@@ -559,11 +561,12 @@ static void test_backfills(void)
 	static const report_backfill rows[] = {
 	    {"orders", "4f2a", "public", "orders", "running", 1200, 1150, 50, 5000},
 	    {"orders", "4f2a", "public", "items", "queued", 0, 0, 0, -1},
+	    {"orders", "4f2a", "public", "lines", "failed", 10, 10, 0, -1},
 	};
 	report r = empty_report;
 	r.backfills_json = "[{\"id\":\"4f2a\"}]";
 	r.backfills = rows;
-	r.nbackfills = 2;
+	r.nbackfills = 3;
 	buf b = {0};
 	report_status_json(&r, &b);
 	CHECK(strstr(b.data, ",\"backfills\":[{\"id\":\"4f2a\"}]") != NULL);
@@ -582,6 +585,13 @@ static void test_backfills(void)
 			     "# HELP cdc_backfill_running") != NULL);
 	CHECK(strstr(b.data, "cdc_backfill_running{subscription=\"orders\",backfill=\"4f2a\",table=\"public."
 			     "items\"} 0\n") != NULL);
+	CHECK(strstr(
+		  b.data,
+		  "# TYPE cdc_backfill_failed gauge\n"
+		  "cdc_backfill_failed{subscription=\"orders\",backfill=\"4f2a\",table=\"public.orders\"} 0\n"
+		  "cdc_backfill_failed{subscription=\"orders\",backfill=\"4f2a\",table=\"public.items\"} 0\n"
+		  "cdc_backfill_failed{subscription=\"orders\",backfill=\"4f2a\",table=\"public.lines\"} "
+		  "1\n") != NULL);
 	/* none: nothing of it */
 	buf_reset(&b);
 	r.nbackfills = 0;

@@ -1,7 +1,7 @@
 /* test_ring.c: the base FIFO (decoder/ring): order kept across growth while the front has wrapped
  * round the array, pops, zeroed pushes. (The queues built on it are tested where they are used:
  * progress in test_rules.c, the Kafka sink's in the integration tests.) */
-#include "decoder/ring.h"
+#include "decoder/base/ring.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -5,10 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cdc/daemon/progress.h"
-#include "cdc/daemon/rules.h"
-#include "cdc/daemon/state.h"
-#include "decoder/hist.h"
+#include "cdc/match/rules.h"
+#include "cdc/pipeline/progress.h"
+#include "cdc/source/state.h"
+#include "decoder/base/hist.h"
 #include "test.h"
 
 static pgo_rel rel(uint32_t relid, const char *schema, const char *table, uint64_t version)

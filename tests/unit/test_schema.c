@@ -59,7 +59,8 @@ static void test_event(void)
 	}
 	/* The id: stable across runs and machines (consumers keep it), and it changes with the shape. */
 	uint64_t id = sch_id(e);
-	CHECK(id == UINT64_C(0xc45f990b11c2f9fb) || (fprintf(stderr, "id %016llx\n", (unsigned long long)id), 0));
+	CHECK(id == UINT64_C(0xc45f990b11c2f9fb) ||
+	      (fprintf(stderr, "id %016llx\n", (unsigned long long)id), 0));
 	s->columns[1]->typmod = 655370; /* numeric(10,6) */
 	CHECK(sch_id(e) != id);
 	s->columns[1]->typmod = 655366;
@@ -84,14 +85,15 @@ static void test_parse(void)
 	arena *a = arena_new(4096);
 	ddl_msg m;
 	char err[256] = "";
-	CHECK(parse(a,
-		    "{\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table "
-		    "column\",\"identity\":\"public.orders.note\",\"schema\":\"public\",\"table\":\"orders\","
-		    "\"relid\":16385,\"subid\":3,\"statement\":\"ALTER TABLE orders RENAME memo TO note\","
-		    "\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"integer\",\"type_oid\":23,\"typmod\":"
-		    "-1,\"not_null\":true},{\"attnum\":3,\"name\":\"note\",\"type\":\"text\",\"type_oid\":25}],"
-		    "\"newer\":{\"ignored\":[1]}}",
-		    &m, err, sizeof(err)));
+	CHECK(parse(
+	    a,
+	    "{\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table "
+	    "column\",\"identity\":\"public.orders.note\",\"schema\":\"public\",\"table\":\"orders\","
+	    "\"relid\":16385,\"subid\":3,\"statement\":\"ALTER TABLE orders RENAME memo TO note\","
+	    "\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"integer\",\"type_oid\":23,\"typmod\":"
+	    "-1,\"not_null\":true},{\"attnum\":3,\"name\":\"note\",\"type\":\"text\",\"type_oid\":25}],"
+	    "\"newer\":{\"ignored\":[1]}}",
+	    &m, err, sizeof(err)));
 	CHECK_STR(err, "");
 	CHECK_STR(m.event, "ddl_command_end");
 	CHECK_STR(m.tag, "ALTER TABLE");
@@ -162,7 +164,8 @@ static void test_parse(void)
 		CHECK_STR(err, bad[i].err);
 	}
 	/* bytes that are not UTF-8 */
-	const char latin1[] = "{\"v\":1,\"event\":\"e\",\"tag\":\"t\",\"schema\":\"\xe9\",\"table\":\"t\",\"relid\":5}";
+	const char latin1[] =
+	    "{\"v\":1,\"event\":\"e\",\"tag\":\"t\",\"schema\":\"\xe9\",\"table\":\"t\",\"relid\":5}";
 	CHECK(!parse(a, latin1, &m, err, sizeof(err)));
 	CHECK_STR(err, "schema: not valid UTF-8 text (in the cdc.ddl message)");
 	arena_free(a);
@@ -171,8 +174,14 @@ static void test_parse(void)
 /* A DDL event of orders (relid 16385) listing "attnum:name[!]" columns (! NOT NULL). */
 static void ddl(sch_tables *t, arena *a, const pgo_rel *before, int subid, const char *cols)
 {
-	ddl_msg m = {.event = "ddl_command_end", .tag = "ALTER TABLE", .object_type = "table", .schema = "public",
-		     .table = "orders", .relid = 16385, .subid = subid, .has_columns = true};
+	ddl_msg m = {.event = "ddl_command_end",
+		     .tag = "ALTER TABLE",
+		     .object_type = "table",
+		     .schema = "public",
+		     .table = "orders",
+		     .relid = 16385,
+		     .subid = subid,
+		     .has_columns = true};
 	m.cols = arena_alloc(a, 16 * sizeof(*m.cols));
 	char copy[256];
 	snprintf(copy, sizeof(copy), "%s", cols);
@@ -239,7 +248,8 @@ static void test_renames(void)
 		  CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE);
 	CHECK(!e->table_schema->columns[0]->nullable && e->table_schema->columns[1]->nullable);
 	/* the table dropped: what was known of it goes */
-	ddl_msg drop = {.event = "sql_drop", .tag = "DROP TABLE", .schema = "public", .table = "orders", .relid = 16385};
+	ddl_msg drop = {
+	    .event = "sql_drop", .tag = "DROP TABLE", .schema = "public", .table = "orders", .relid = 16385};
 	sch_tables_ddl(t2, &drop, rel);
 	e = sch_event(a, rc, rel, t2);
 	CHECK_INT(e->table_schema->columns[0]->nullable_present_case, 0);

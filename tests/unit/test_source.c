@@ -1,7 +1,7 @@
 /* test_source.c: what the source does without a server: source_redact, which takes the passwords
  * of source.dsn (key=value, URI, a dbname that is a connection string) and PGPASSWORD out of every
  * message, whatever libpq or the server quotes back. */
-#include "cdc/daemon/source.h"
+#include "cdc/source/source.h"
 
 #include <stdlib.h>
 #include <string.h>

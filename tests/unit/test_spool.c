@@ -1,7 +1,7 @@
 /* test_spool.c: unit tests for the spool. Each test works in its own directory under a mkdtemp
  * directory, reopens spools to check recovery and damages files by hand (torn tails, flipped
  * bytes, torn cursor slots) to check what spool_open cuts and reports. */
-#include "sinks/spool.h"
+#include "sinks/socket/spool.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -15,7 +15,7 @@
 
 #include "cdc/cli/status_cmd.h"
 #include "cdc/status/status.h"
-#include "decoder/log.h"
+#include "decoder/base/log.h"
 #include "test.h"
 
 /* ---- pure functions ---- */

@@ -1,0 +1,624 @@
+/* database.c: the checks of the PostgreSQL side. The connection is opened with
+ * default_transaction_read_only=on (PG_CONN_READ_ONLY), so every statement runs in a read-only
+ * transaction, and the statements are SELECTs of catalog views, settings and privilege functions:
+ * nothing here can write, create or drop. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/backfill/sql.h"
+#include "cdc/doctor/internal.h"
+#include "cdc/match/predicate.h"
+
+/* A query's answer, or NULL after a warning naming what could not be asked. */
+static PGresult *ask(doctor *d, const char *what, const char *sql, int n, const char *const *params)
+{
+	PGresult *res = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		return res;
+	doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn on a reachable server",
+		   "cannot read %s: %s", what, pg_one_line(PQerrorMessage(d->conn)));
+	PQclear(res);
+	return NULL;
+}
+
+static void add_pair(cfg_strlist *l, const char *a, const char *b)
+{
+	l->v = xrealloc(l->v, (l->n + 2) * sizeof(char *));
+	l->v[l->n++] = xstrdup(a);
+	l->v[l->n++] = xstrdup(b);
+}
+
+static bool published(const doctor *d, const doctor_table *t)
+{
+	for (size_t i = 0; i + 1 < d->published.n; i += 2)
+		if (strcmp(d->published.v[i], t->schema) == 0 && strcmp(d->published.v[i + 1], t->name) == 0)
+			return true;
+	return false;
+}
+
+/* "schema"."table", quoted so that a fix can be run as it is whatever the names. */
+static void qualified(buf *b, const char *schema, const char *table)
+{
+	bfsql_quote_ident(b, schema);
+	buf_putc(b, '.');
+	bfsql_quote_ident(b, table);
+}
+
+static void load_tables(doctor *d)
+{
+	PGresult *res = ask(d, "the tables",
+			    "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
+			    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+			    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
+			    "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
+			    0, NULL);
+	if (!res)
+		return;
+	d->ntables = (size_t)PQntuples(res);
+	d->tables = xcalloc(d->ntables ? d->ntables : 1, sizeof(*d->tables));
+	for (size_t i = 0; i < d->ntables; i++)
+		d->tables[i] = (doctor_table){.schema = xstrdup(PQgetvalue(res, (int)i, 0)),
+					      .name = xstrdup(PQgetvalue(res, (int)i, 1)),
+					      .replident = PQgetvalue(res, (int)i, 2)[0]};
+	PQclear(res);
+}
+
+void doctor_server(doctor *d)
+{
+	char err[1024];
+	bool invalid;
+	d->conn = pg_connect(d->c->source.dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
+	if (!d->conn) {
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    invalid ? "correct source.dsn (libpq's key=value form or a postgresql:// URI)"
+			    : "check source.dsn (host, port, dbname, user, password or PGPASSWORD/.pgpass, "
+			      "TLS options) and that the server accepts this client in pg_hba.conf",
+		    "%s", err);
+		return;
+	}
+	d->server_version = PQserverVersion(d->conn);
+	PGresult *res =
+	    ask(d, "the server's version",
+		"SELECT pg_catalog.current_setting('server_version'), pg_catalog.pg_is_in_recovery(), "
+		"r.rolname, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+		0, NULL);
+	if (!res)
+		return;
+	const char *version = PQgetvalue(res, 0, 0);
+	d->in_recovery = PQgetvalue(res, 0, 1)[0] == 't';
+	snprintf(d->role, sizeof(d->role), "%s", PQgetvalue(res, 0, 2));
+	d->superuser = PQgetvalue(res, 0, 3)[0] == 't';
+	int v = d->server_version;
+	if (d->in_recovery && v < 160000)
+		doctor_say(d, DOCTOR_FAIL,
+			   "point source.dsn at the primary (or upgrade to PostgreSQL 16, which decodes on a "
+			   "standby)",
+			   "PostgreSQL %s is a standby, and logical decoding on a standby needs 16 or later",
+			   version);
+	else
+		doctor_say(
+		    d, DOCTOR_PASS, NULL,
+		    "PostgreSQL %s%s: pgoutput protocol %d; failover slots %s; decoding on a standby %s; "
+		    "generated columns in events %s",
+		    version, d->in_recovery ? " (a standby)" : "", pg_protocol_for(v),
+		    v >= 170000 ? "yes" : "no (17+)", v >= 160000 ? "yes" : "no (16+)",
+		    v >= 180000 ? "yes" : "no (18+)");
+	PQclear(res);
+	load_tables(d);
+}
+
+void doctor_wal_level(doctor *d)
+{
+	PGresult *res = ask(d, "wal_level", "SELECT pg_catalog.current_setting('wal_level')", 0, NULL);
+	if (!res)
+		return;
+	const char *level = PQgetvalue(res, 0, 0);
+	if (strcmp(level, "logical") == 0)
+		doctor_say(d, DOCTOR_PASS, NULL, "logical");
+	else
+		doctor_say(
+		    d, DOCTOR_FAIL,
+		    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
+		    "its logical replication parameter, e.g. rds.logical_replication = 1)",
+		    "is %s, and logical decoding needs logical", level);
+	PQclear(res);
+}
+
+void doctor_slots_free(doctor *d)
+{
+	const char *params[] = {d->c->source.slot};
+	PGresult *res = ask(d, "max_replication_slots",
+			    "SELECT pg_catalog.current_setting('max_replication_slots')::int, "
+			    "(SELECT count(*) FROM pg_catalog.pg_replication_slots), "
+			    "EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)",
+			    1, params);
+	if (!res)
+		return;
+	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
+	bool mine = PQgetvalue(res, 0, 2)[0] == 't';
+	char fix[256];
+	snprintf(fix, sizeof(fix),
+		 "ALTER SYSTEM SET max_replication_slots = %ld; then restart PostgreSQL (or drop a slot "
+		 "nothing uses: SELECT pg_drop_replication_slot('NAME'))",
+		 used + 1);
+	if (mine)
+		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use, slot %s among them", used, max,
+			   d->c->source.slot);
+	else if (used < max)
+		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use: room for slot %s", used, max,
+			   d->c->source.slot);
+	else
+		doctor_say(d, DOCTOR_FAIL, fix, "all %ld in use: no room for slot %s", max,
+			   d->c->source.slot);
+	PQclear(res);
+}
+
+void doctor_senders_free(doctor *d)
+{
+	PGresult *res = ask(d, "max_wal_senders",
+			    "SELECT pg_catalog.current_setting('max_wal_senders')::int, "
+			    "(SELECT count(*) FROM pg_catalog.pg_stat_replication)",
+			    0, NULL);
+	if (!res)
+		return;
+	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
+	char fix[160];
+	snprintf(fix, sizeof(fix), "ALTER SYSTEM SET max_wal_senders = %ld; then restart PostgreSQL",
+		 used + 1);
+	if (used < max)
+		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use", used, max);
+	else
+		doctor_say(d, DOCTOR_FAIL, fix,
+			   "all %ld in use: cdc's replication connection would be refused", max);
+	PQclear(res);
+}
+
+void doctor_role(doctor *d)
+{
+	PGresult *res = ask(d, "the role's attributes",
+			    "SELECT rolreplication, rolcanlogin FROM pg_catalog.pg_roles WHERE rolname = "
+			    "session_user",
+			    0, NULL);
+	if (!res)
+		return;
+	bool replication = PQgetvalue(res, 0, 0)[0] == 't', login = PQgetvalue(res, 0, 1)[0] == 't';
+	PQclear(res);
+	buf fix = {0};
+	buf_puts(&fix, "as a superuser: ALTER ROLE ");
+	bfsql_quote_ident(&fix, d->role);
+	buf_puts(&fix, " REPLICATION");
+	if (replication || d->superuser)
+		doctor_say(d, DOCTOR_PASS, NULL, "role %s: %s%s", d->role, login ? "LOGIN " : "",
+			   d->superuser ? "SUPERUSER" : "REPLICATION");
+	else
+		doctor_say(d, DOCTOR_FAIL, fix.data,
+			   "role %s lacks REPLICATION: the replication connection (and creating the slot) "
+			   "would be refused",
+			   d->role);
+	buf_free(&fix);
+}
+
+/* Publishing FOR TABLE needs the role to own each table and CREATE on the database. */
+static void check_ownership(doctor *d, const pg_publication_plan *p)
+{
+	const char *role[] = {d->role};
+	PGresult *res =
+	    ask(d, "the database's privileges",
+		"SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')", 0, NULL);
+	if (!res)
+		return;
+	bool create = PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	buf fix = {0};
+	if (!create && !d->superuser) {
+		buf_puts(&fix, "GRANT CREATE ON DATABASE ");
+		PGresult *db = ask(d, "the database", "SELECT pg_catalog.current_database()", 0, NULL);
+		if (!db)
+			goto out;
+		bfsql_quote_ident(&fix, PQgetvalue(db, 0, 0));
+		PQclear(db);
+		buf_puts(&fix, " TO ");
+		bfsql_quote_ident(&fix, role[0]);
+		buf_printf(&fix, "; or create the publication beforehand as its tables' owner: %s",
+			   p->sql.data);
+		doctor_say(d, DOCTOR_FAIL, fix.data,
+			   "cdc would run %s, and role %s lacks CREATE on the database", p->sql.data,
+			   d->role);
+		goto out;
+	}
+	size_t bad = 0;
+	for (size_t i = 0; i + 1 < p->tables.n; i += 2) {
+		const char *params[] = {p->tables.v[i], p->tables.v[i + 1]};
+		res = ask(d, "a table's owner",
+			  "SELECT pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.pg_has_role(c.relowner, "
+			  "'USAGE') FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = "
+			  "c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+			  2, params);
+		if (!res || PQntuples(res) != 1 || PQgetvalue(res, 0, 1)[0] == 't' || d->superuser) {
+			PQclear(res);
+			continue;
+		}
+		buf_reset(&fix);
+		buf_puts(&fix, "ALTER TABLE ");
+		qualified(&fix, params[0], params[1]);
+		buf_puts(&fix, " OWNER TO ");
+		bfsql_quote_ident(&fix, d->role);
+		buf_printf(&fix, "; or create the publication beforehand as the owner: %s", p->sql.data);
+		doctor_say(d, DOCTOR_FAIL, fix.data,
+			   "cdc would publish %s.%s FOR TABLE, which needs its owner (%s), not role %s",
+			   params[0], params[1], PQgetvalue(res, 0, 0), d->role);
+		PQclear(res);
+		bad++;
+	}
+	if (!bad)
+		doctor_say(d, DOCTOR_PASS, NULL, "does not exist; cdc will create it at its first start: %s",
+			   p->sql.data);
+out:
+	buf_free(&fix);
+}
+
+/* The publication cdc would create: whether this role may, and which tables it would hold. */
+static void plan_publication(doctor *d)
+{
+	char err[512];
+	pg_publication_plan p;
+	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish, &p, err,
+				      sizeof(err))) {
+		doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn", "%s", err);
+		pg_publication_plan_free(&p);
+		return;
+	}
+	for (size_t i = 0; i < p.no_match.n; i++)
+		doctor_say(d, DOCTOR_WARN, "create the tables, or correct source.publish",
+			   "source.publish pattern %s matches no table yet", p.no_match.v[i]);
+	for (size_t i = 0; i < d->ntables; i++) {
+		const doctor_table *t = &d->tables[i];
+		bool in = p.all_tables;
+		for (size_t k = 0; !in && k < p.schemas.n; k++)
+			in = strcmp(p.schemas.v[k], t->schema) == 0;
+		for (size_t k = 0; !in && k + 1 < p.tables.n; k += 2)
+			in = strcmp(p.tables.v[k], t->schema) == 0 && strcmp(p.tables.v[k + 1], t->name) == 0;
+		if (in)
+			add_pair(&d->published, t->schema, t->name);
+	}
+	if ((p.all_tables || p.schemas.n) && !d->superuser) {
+		buf fix = {0};
+		buf_printf(&fix,
+			   "create it beforehand as a superuser: %s; or list the tables in source.publish ",
+			   p.sql.data);
+		buf_puts(&fix, "(e.g. [\"public.orders\"]), which cdc publishes FOR TABLE as their owner");
+		doctor_say(
+		    d, DOCTOR_FAIL, fix.data,
+		    "does not exist, and cdc would run %s, which only a superuser may; role %s is not one",
+		    p.sql.data, d->role);
+		buf_free(&fix);
+	} else
+		check_ownership(d, &p);
+	pg_publication_plan_free(&p);
+}
+
+void doctor_publication(doctor *d)
+{
+	const char *params[] = {d->c->source.publication};
+	PGresult *res = ask(d, "the publication", bfsql_tables, 1, params);
+	if (!res)
+		return;
+	PGresult *exists =
+	    ask(d, "the publication", "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1",
+		1, params);
+	if (!exists) {
+		PQclear(res);
+		return;
+	}
+	d->publication_exists = PQntuples(exists) == 1;
+	for (int i = 0; i < PQntuples(res); i++)
+		add_pair(&d->published, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+	if (d->publication_exists)
+		doctor_say(d, DOCTOR_PASS, NULL, "%s exists (%s%d tables)", d->c->source.publication,
+			   PQgetvalue(exists, 0, 0)[0] == 't' ? "FOR ALL TABLES, " : "", PQntuples(res));
+	else if (d->c->source.create)
+		plan_publication(d);
+	else {
+		buf fix = {0};
+		buf_puts(&fix, "CREATE PUBLICATION ");
+		bfsql_quote_ident(&fix, d->c->source.publication);
+		buf_puts(&fix, " FOR TABLE ...; or set source.create: true");
+		doctor_say(d, DOCTOR_FAIL, fix.data, "%s does not exist", d->c->source.publication);
+		buf_free(&fix);
+	}
+	PQclear(exists);
+	PQclear(res);
+}
+
+typedef struct table_tally {
+	size_t missing;
+	buf names;
+} table_tally;
+
+static void not_published(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+{
+	(void)s;
+	table_tally *tt = arg;
+	if (published(d, t))
+		return;
+	if (tt->missing++)
+		buf_puts(&tt->names, ", ");
+	qualified(&tt->names, t->schema, t->name);
+}
+
+void doctor_tables(doctor *d)
+{
+	for (size_t i = 0; i < d->c->nsubs; i++) {
+		const cfg_subscription *s = &d->c->subs[i];
+		table_tally tt = {0};
+		size_t n = doctor_sub_tables(d, s, not_published, &tt);
+		if (!n)
+			doctor_say(d, DOCTOR_WARN,
+				   "create the tables, or correct the subscription's tables: key",
+				   "subscription %s: its tables match no table yet", s->name);
+		else if (tt.missing) {
+			buf fix = {0};
+			buf_puts(&fix, "ALTER PUBLICATION ");
+			bfsql_quote_ident(&fix, d->c->source.publication);
+			buf_printf(&fix, " ADD TABLE %s", tt.names.data);
+			doctor_say(
+			    d, DOCTOR_WARN, fix.data,
+			    "subscription %s: %zu of its %zu tables are not in publication %s, so their "
+			    "changes never reach cdc: %s",
+			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
+			buf_free(&fix);
+		} else
+			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
+				   s->name, n, n == 1 ? "" : "s");
+		buf_free(&tt.names);
+	}
+}
+
+static void not_full(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+{
+	(void)d;
+	(void)s;
+	table_tally *tt = arg;
+	if (t->replident == 'f')
+		return;
+	if (tt->missing++)
+		buf_puts(&tt->names, "; ");
+	buf_puts(&tt->names, "ALTER TABLE ");
+	qualified(&tt->names, t->schema, t->name);
+	buf_puts(&tt->names, " REPLICA IDENTITY FULL");
+}
+
+/* `changed` needs the old row of updates (cdc refuses to start without it); old. in `where` reads
+ * it too (unknown, so never matching, for a column the old row lacks). */
+void doctor_identity(doctor *d)
+{
+	for (size_t i = 0; i < d->c->nsubs; i++) {
+		const cfg_subscription *s = &d->c->subs[i];
+		bool old = false;
+		if (s->where) {
+			char err[256];
+			pred *p = pred_parse(s->where, err, sizeof(err));
+			old = p && pred_reads_old(p);
+			pred_free(p);
+		}
+		if (!s->changed.n && !old)
+			continue;
+		table_tally tt = {0};
+		size_t n = doctor_sub_tables(d, s, not_full, &tt);
+		const char *why = s->changed.n ? "changed:" : "old. in where";
+		if (tt.missing)
+			doctor_say(
+			    d, s->changed.n ? DOCTOR_FAIL : DOCTOR_WARN, tt.names.data,
+			    "subscription %s uses %s, which needs the old row of updates, and %zu of its "
+			    "tables do not send it (REPLICA IDENTITY is not FULL)%s",
+			    s->name, why, tt.missing, s->changed.n ? ": cdc refuses to start" : "");
+		else
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "subscription %s uses %s: its %zu tables are REPLICA "
+				   "IDENTITY FULL",
+				   s->name, why, n);
+		buf_free(&tt.names);
+	}
+}
+
+/* Splits one of backfill/sql.h's messages ("what is wrong: run FIX" or "...: add one (FIX)") into a
+ * line. */
+static void say_bfsql(doctor *d, buf *msg)
+{
+	char *at = strstr(msg->data, ": run ");
+	const char *fix = at ? at + 6 : NULL;
+	if (!at && (at = strstr(msg->data, ": add one ("))) {
+		fix = at + 11;
+		msg->data[msg->len - 1] = '\0'; /* the closing parenthesis */
+	}
+	if (at)
+		*at = '\0';
+	doctor_say(d, DOCTOR_FAIL, fix ? fix : "see the message", "%s", msg->data);
+}
+
+typedef struct backfill_tally {
+	size_t bad, n;
+} backfill_tally;
+
+/* A table a backfill reads: it needs a key (it is read in key order) and SELECT. */
+static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+{
+	(void)s;
+	backfill_tally *bt = arg;
+	const char *params[] = {t->schema, t->name};
+	PGresult *res = ask(d, "a table's key", bfsql_describe, 2, params);
+	if (!res)
+		return;
+	bt->n++;
+	buf msg = {0};
+	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5)) {
+		bfsql_no_key(&msg, t->schema, t->name);
+		say_bfsql(d, &msg);
+		bt->bad++;
+	}
+	if (PQntuples(res) > 0 && PQgetvalue(res, 0, 7)[0] != 't') {
+		buf_reset(&msg);
+		bfsql_no_select(&msg, d->role, t->schema, t->name);
+		say_bfsql(d, &msg);
+		bt->bad++;
+	}
+	buf_free(&msg);
+	PQclear(res);
+}
+
+/* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
+static bool backfilled(const doctor *d, const cfg_subscription *s)
+{
+	return s->snapshot || d->c->source.on_slot_lost == CFG_GAP_RESYNC ||
+	       d->c->source.on_publication_newer == CFG_GAP_RESYNC;
+}
+
+void doctor_backfill(doctor *d)
+{
+	for (size_t i = 0; i < d->c->nsubs; i++) {
+		const cfg_subscription *s = &d->c->subs[i];
+		if (!backfilled(d, s))
+			continue;
+		backfill_tally bt = {0};
+		doctor_sub_tables(d, s, readable, &bt);
+		if (!bt.bad)
+			doctor_say(
+			    d, DOCTOR_PASS, NULL,
+			    "subscription %s (%s): its %zu tables have a key and role %s may read them",
+			    s->name, s->snapshot ? "snapshot: true" : "re-sync", bt.n, d->role);
+	}
+}
+
+void doctor_emit_message(doctor *d)
+{
+	bool needed = d->c->source.heartbeat_ms > 0;
+	for (size_t i = 0; i < d->c->nsubs; i++)
+		needed |= backfilled(d, &d->c->subs[i]);
+	PGresult *res = ask(d, "the role's privileges", bfsql_privileges, 0, NULL);
+	if (!res)
+		return;
+	bool may = PQgetvalue(res, 0, 1)[0] == 't';
+	PQclear(res);
+	if (may)
+		doctor_say(d, DOCTOR_PASS, NULL, "role %s may execute it (heartbeats, backfills' watermarks)",
+			   d->role);
+	else if (!needed)
+		doctor_say(d, DOCTOR_PASS, NULL,
+			   "role %s may not execute it; only source.heartbeat and backfills (cdc backfill, "
+			   "snapshot: true) need it",
+			   d->role);
+	else {
+		buf msg = {0};
+		bfsql_no_emit_message(&msg, d->role);
+		say_bfsql(d, &msg);
+		buf_free(&msg);
+	}
+}
+
+void doctor_slot(doctor *d)
+{
+	const char *slot = d->c->source.slot;
+	const char *params[] = {slot};
+	PGresult *res = ask(d, "the replication slot", pg_slot_sql, 1, params);
+	if (!res)
+		return;
+	pg_slot_row row;
+	pg_slot_parse(res, &row);
+	PQclear(res);
+	char fix[512];
+	if (!row.exists) {
+		snprintf(fix, sizeof(fix),
+			 "SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set "
+			 "source.create: true",
+			 slot);
+		if (d->c->source.create)
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "%s does not exist; cdc will create it (plugin pgoutput)", slot);
+		else
+			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist", slot);
+		return;
+	}
+	snprintf(fix, sizeof(fix),
+		 "choose another source.slot, or drop this one if nothing else uses it: SELECT "
+		 "pg_drop_replication_slot('%s')",
+		 slot);
+	if (strcmp(row.type, "logical") != 0 || strcmp(row.plugin, "pgoutput") != 0) {
+		doctor_say(d, DOCTOR_FAIL, fix,
+			   "%s is a %s slot with plugin %s, and cdc needs plugin pgoutput", slot, row.type,
+			   row.plugin[0] ? row.plugin : "none");
+		return;
+	}
+	if (strcmp(row.database, row.current_database) != 0) {
+		doctor_say(d, DOCTOR_FAIL, fix, "%s belongs to database %s, but source.dsn connects to %s",
+			   slot, row.database, row.current_database);
+		return;
+	}
+	char state[256];
+	snprintf(state, sizeof(state), "wal_status %s, %" PRId64 " bytes behind the server%s", row.wal_status,
+		 row.lag_bytes, row.active_pid ? ", streamed now by a walsender" : "");
+	if (strcmp(row.wal_status, "lost") == 0) {
+		snprintf(fix, sizeof(fix),
+			 "set source.on_slot_lost: resync (cdc recreates the slot and backfills), or drop it "
+			 "(SELECT pg_drop_replication_slot('%s')) and resynchronise consumers",
+			 slot);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s has lost WAL it needed (%s)", slot, state);
+	} else if (strcmp(row.wal_status, "reserved") != 0)
+		doctor_say(d, DOCTOR_WARN,
+			   "let cdc catch up (find what holds it back: cdc status), and raise "
+			   "max_slot_wal_keep_size if the disk allows",
+			   "%s keeps more WAL than max_wal_size (%s)%s", slot, state,
+			   strcmp(row.wal_status, "unreserved") == 0 ? ": it is lost at the next checkpoint"
+								     : "");
+	else if (row.safe_wal_size_known && row.max_keep_size > 0 &&
+		 row.safe_wal_size < row.max_keep_size / 100 * PG_SAFE_WAL_LOW_PERCENT)
+		doctor_say(d, DOCTOR_WARN, "let cdc catch up (cdc status), or raise max_slot_wal_keep_size",
+			   "%s: safe_wal_size %" PRId64 " of max_slot_wal_keep_size %" PRId64
+			   " bytes left before it loses WAL (%s)",
+			   slot, row.safe_wal_size, row.max_keep_size, state);
+	else
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: pgoutput, %s", slot, state);
+}
+
+void doctor_keep_size(doctor *d)
+{
+	PGresult *res = ask(d, "max_slot_wal_keep_size",
+			    "SELECT pg_catalog.current_setting('max_slot_wal_keep_size'), "
+			    "pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))",
+			    0, NULL);
+	if (!res)
+		return;
+	if (atoll(PQgetvalue(res, 0, 1)) < 0)
+		doctor_say(
+		    d, DOCTOR_WARN,
+		    "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (what the disk can spare); SELECT "
+		    "pg_reload_conf(); and alert on cdc_source_safe_wal_size_bytes "
+		    "(deploy/monitoring)",
+		    "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its disk "
+		    "is full");
+	else
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: the server keeps at most this much WAL for the slot",
+			   PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+void doctor_idle_timeout(doctor *d)
+{
+	PGresult *res = ask(d, "idle_replication_slot_timeout",
+			    "SELECT pg_catalog.current_setting('idle_replication_slot_timeout')", 0, NULL);
+	if (!res)
+		return;
+	const char *v = PQgetvalue(res, 0, 0);
+	if (strcmp(v, "0") == 0)
+		doctor_say(d, DOCTOR_PASS, NULL, "0 (off)");
+	else
+		doctor_say(
+		    d, DOCTOR_WARN,
+		    "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
+		    "source.on_slot_lost: resync",
+		    "is %s: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
+		    "loses its slot",
+		    v);
+	PQclear(res);
+}

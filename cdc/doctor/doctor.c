@@ -1,0 +1,191 @@
+/* doctor.c: the table of checks, running them, and the report in text and JSON. Adding a check is a
+ * row here and a function in database.c, local.c or kafka.c. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/doctor/internal.h"
+#include "decoder/base/json.h"
+
+/* What a check needs before it runs; a check whose needs are not met prints nothing (the database's
+ * checks after a failed connection, Kafka's without a kafka: section). */
+enum {
+	NEEDS_DB = 1 << 0,	     /* a connection to source.dsn */
+	NEEDS_PG18 = 1 << 1,	     /* PostgreSQL 18 or later */
+	NEEDS_KAFKA = 1 << 2,	     /* a kafka: section */
+	NEEDS_EXACTLY_ONCE = 1 << 3, /* kafka.exactly_once */
+};
+
+static const struct {
+	const char *name;
+	unsigned needs;
+	void (*run)(doctor *d);
+} checks[] = {
+    {"server", 0, doctor_server},
+    {"wal_level", NEEDS_DB, doctor_wal_level},
+    {"max_replication_slots", NEEDS_DB, doctor_slots_free},
+    {"max_wal_senders", NEEDS_DB, doctor_senders_free},
+    {"role", NEEDS_DB, doctor_role},
+    {"publication", NEEDS_DB, doctor_publication},
+    {"tables", NEEDS_DB, doctor_tables},
+    {"replica_identity", NEEDS_DB, doctor_identity},
+    {"backfill", NEEDS_DB, doctor_backfill},
+    {"pg_logical_emit_message", NEEDS_DB, doctor_emit_message},
+    {"slot", NEEDS_DB, doctor_slot},
+    {"max_slot_wal_keep_size", NEEDS_DB, doctor_keep_size},
+    {"idle_replication_slot_timeout", NEEDS_DB | NEEDS_PG18, doctor_idle_timeout},
+    {"state_dir", 0, doctor_state_dir},
+    {"sockets", 0, doctor_sockets},
+    {"kafka_brokers", NEEDS_KAFKA, doctor_kafka_brokers},
+    {"kafka_topics", NEEDS_KAFKA, doctor_kafka_topics},
+    {"kafka_transactions", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_transactions},
+    {"kafka_positions_topic", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_positions},
+};
+
+static const char *const status_names[] = {
+    [DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
+
+void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+{
+	char detail[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	pg_redact(&d->secrets, detail, sizeof(detail));
+	doctor_report *r = d->r;
+	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
+	r->lines[r->n++] = (doctor_line){
+	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
+}
+
+size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
+			 void (*fn)(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg),
+			 void *arg)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < d->ntables; i++)
+		for (size_t k = 0; k < s->tables.n; k++)
+			if (cfg_table_match(s->tables.v[k], d->tables[i].schema, d->tables[i].name)) {
+				if (fn)
+					fn((doctor *)d, s, &d->tables[i], arg);
+				n++;
+				break;
+			}
+	return n;
+}
+
+static bool applies(const doctor *d, unsigned needs)
+{
+	if ((needs & NEEDS_DB) && !d->conn)
+		return false;
+	if ((needs & NEEDS_PG18) && d->server_version < 180000)
+		return false;
+	if ((needs & NEEDS_KAFKA) && !d->c->kafka.enabled)
+		return false;
+	if ((needs & NEEDS_EXACTLY_ONCE) && !d->c->kafka.exactly_once)
+		return false;
+	return true;
+}
+
+static void strlist_clear(cfg_strlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	*l = (cfg_strlist){0};
+}
+
+void doctor_run(const cfg *c, doctor_report *r)
+{
+	doctor d = {.c = c, .r = r};
+	pg_secrets_init(&d.secrets, c->source.dsn);
+	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
+		if (!applies(&d, checks[i].needs))
+			continue;
+		d.check = checks[i].name;
+		checks[i].run(&d);
+	}
+	PQfinish(d.conn);
+	pg_secrets_free(&d.secrets);
+	for (size_t i = 0; i < d.ntables; i++) {
+		free(d.tables[i].schema);
+		free(d.tables[i].name);
+	}
+	free(d.tables);
+	strlist_clear(&d.published);
+	if (d.probed)
+		kafka_probe_free(&d.probe);
+}
+
+int doctor_exit_code(const doctor_report *r)
+{
+	int worst = 0;
+	for (size_t i = 0; i < r->n; i++)
+		if ((int)r->lines[i].status > worst)
+			worst = (int)r->lines[i].status;
+	return worst; /* DOCTOR_PASS 0, DOCTOR_WARN 1, DOCTOR_FAIL 2 */
+}
+
+static void count(const doctor_report *r, size_t n[3])
+{
+	n[0] = n[1] = n[2] = 0;
+	for (size_t i = 0; i < r->n; i++)
+		n[r->lines[i].status]++;
+}
+
+void doctor_print_text(const doctor_report *r, FILE *out)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const doctor_line *l = &r->lines[i];
+		fprintf(out, "%s  %s: %s\n", status_names[l->status], l->check, l->detail);
+		if (l->fix)
+			fprintf(out, "      fix: %s\n", l->fix);
+	}
+	size_t n[3];
+	count(r, n);
+	fprintf(out, "doctor: %zu pass, %zu warn, %zu fail (exit %d)\n", n[0], n[1], n[2],
+		doctor_exit_code(r));
+}
+
+void doctor_print_json(const doctor_report *r, buf *out)
+{
+	size_t n[3];
+	count(r, n);
+	int code = doctor_exit_code(r);
+	bool first = true, cfirst = true;
+	buf_putc(out, '{');
+	json_key_str(out, &first, "status", status_names[code]);
+	json_key_u64(out, &first, "exit", (uint64_t)code);
+	json_key(out, &first, "counts");
+	buf_putc(out, '{');
+	for (int s = 0; s < 3; s++)
+		json_key_u64(out, &cfirst, status_names[s], n[s]);
+	buf_putc(out, '}');
+	json_key(out, &first, "checks");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < r->n; i++) {
+		const doctor_line *l = &r->lines[i];
+		bool lfirst = true;
+		if (i)
+			buf_putc(out, ',');
+		buf_putc(out, '{');
+		json_key_str(out, &lfirst, "check", l->check);
+		json_key_str(out, &lfirst, "status", status_names[l->status]);
+		json_key_str(out, &lfirst, "detail", l->detail);
+		json_key_str(out, &lfirst, "fix", l->fix);
+		buf_putc(out, '}');
+	}
+	buf_puts(out, "]}\n");
+}
+
+void doctor_report_free(doctor_report *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		free(r->lines[i].detail);
+		free(r->lines[i].fix);
+	}
+	free(r->lines);
+	r->lines = NULL;
+	r->n = 0;
+}

@@ -1,0 +1,38 @@
+/* doctor.h: `cdc doctor`: checks the database, Kafka and the local setup against a configuration,
+ * before cdc's first start or after a change, and changes nothing. Each finding is one line: passed,
+ * warned or failed, with the exact fix (the SQL to run, the setting to change, the cdc key). */
+#ifndef CDC_DOCTOR_H
+#define CDC_DOCTOR_H
+
+#include <stdio.h>
+
+#include "cdc/config/config.h"
+
+typedef enum doctor_status { DOCTOR_PASS, DOCTOR_WARN, DOCTOR_FAIL } doctor_status;
+
+typedef struct doctor_line {
+	const char *check; /* the check's name, from the table of checks */
+	doctor_status status;
+	char *detail; /* what was found */
+	char *fix;    /* what to do; NULL for a pass */
+} doctor_line;
+
+typedef struct doctor_report {
+	doctor_line *lines;
+	size_t n;
+	int kafka_timeout_ms; /* how long the brokers get to answer; set before doctor_run */
+} doctor_report;
+
+/* Runs every check that applies to c (the table in doctor.c), in order, appending its lines to r. */
+void doctor_run(const cfg *c, doctor_report *r);
+/* 0 when every line passed, 1 with warnings only, 2 with a failure. */
+int doctor_exit_code(const doctor_report *r);
+/* One line per finding ("pass  check: detail", "fail  check: detail" and "      fix: ..."), then a
+ * summary line. */
+void doctor_print_text(const doctor_report *r, FILE *out);
+/* {"status":"fail","exit":2,"counts":{"pass":N,"warn":N,"fail":N},
+ *  "checks":[{"check":"...","status":"pass|warn|fail","detail":"...","fix":"..." or null},...]} */
+void doctor_print_json(const doctor_report *r, buf *out);
+void doctor_report_free(doctor_report *r);
+
+#endif

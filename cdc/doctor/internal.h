@@ -1,0 +1,69 @@
+/* internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
+ * signature, and how a check reports. Not for other folders: they use doctor.h. */
+#ifndef CDC_DOCTOR_INTERNAL_H
+#define CDC_DOCTOR_INTERNAL_H
+
+#include <libpq-fe.h>
+
+#include "cdc/doctor/doctor.h"
+#include "cdc/source/pgconn.h"
+#include "sinks/kafka/probe.h"
+
+/* A table of the database, as the checks look at it. */
+typedef struct doctor_table {
+	char *schema, *name;
+	char replident; /* pg_class.relreplident: d, n, f, i */
+} doctor_table;
+
+typedef struct doctor {
+	const cfg *c;
+	doctor_report *r;
+	const char *check; /* the check running: its lines carry its name */
+	/* the database: NULL when the connection failed (the checks that need it are skipped) */
+	PGconn *conn;
+	pg_secrets secrets;
+	int server_version;
+	bool in_recovery, superuser;
+	char role[128];
+	doctor_table *tables; /* every user table, by schema and name */
+	size_t ntables;
+	bool publication_exists;
+	cfg_strlist published; /* pairs of schema, table the publication has (or cdc's would have) */
+	/* Kafka, asked once by the first Kafka check */
+	bool probed;
+	kafka_probe probe;
+	char probe_error[512];
+} doctor;
+
+/* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
+ * secrets redaction. */
+void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
+
+/* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
+ * each of d->tables that one of its patterns matches; returns how many). */
+size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
+			 void (*fn)(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg),
+			 void *arg);
+
+/* The checks, one function each (database.c, local.c, kafka.c). */
+void doctor_server(doctor *d);
+void doctor_wal_level(doctor *d);
+void doctor_slots_free(doctor *d);
+void doctor_senders_free(doctor *d);
+void doctor_role(doctor *d);
+void doctor_publication(doctor *d);
+void doctor_tables(doctor *d);
+void doctor_identity(doctor *d);
+void doctor_backfill(doctor *d);
+void doctor_emit_message(doctor *d);
+void doctor_slot(doctor *d);
+void doctor_keep_size(doctor *d);
+void doctor_idle_timeout(doctor *d);
+void doctor_state_dir(doctor *d);
+void doctor_sockets(doctor *d);
+void doctor_kafka_brokers(doctor *d);
+void doctor_kafka_topics(doctor *d);
+void doctor_kafka_transactions(doctor *d);
+void doctor_kafka_positions(doctor *d);
+
+#endif

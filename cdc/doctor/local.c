@@ -1,0 +1,150 @@
+/* local.c: the checks of this machine: state_dir and the sockets' paths. They look (stat, access
+ * with the effective uid, statvfs, a connect to a socket that exists) and create nothing. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "cdc/doctor/internal.h"
+#include "decoder/base/net.h"
+
+static bool writable_dir(const char *dir)
+{
+	return faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0;
+}
+
+/* path's directory (the caller frees it). */
+static char *parent_of(const char *path)
+{
+	char *copy = xstrdup(path);
+	char *p = xstrdup(dirname(copy));
+	free(copy);
+	return p;
+}
+
+static void size_text(uint64_t bytes, char *out, size_t len)
+{
+	if (bytes >= 1ull << 30)
+		snprintf(out, len, "%.1f GiB", (double)bytes / (1ull << 30));
+	else
+		snprintf(out, len, "%.1f MiB", (double)bytes / (1ull << 20));
+}
+
+void doctor_state_dir(doctor *d)
+{
+	const char *dir = d->c->state_dir;
+	char fix[1024], need[32], free_text[32];
+	struct stat st;
+	const char *probe = dir; /* the directory whose disk holds it: it, or its parent before it exists */
+	char *parent = parent_of(dir);
+	if (stat(dir, &st) != 0) {
+		if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir",
+				 dir);
+			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, nor its parent %s", dir, parent);
+			goto out;
+		}
+		if (!writable_dir(parent)) {
+			snprintf(fix, sizeof(fix),
+				 "mkdir %s and give it to cdc's user (chown), or set state_dir", dir);
+			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, and cdc may not create it in %s",
+				   dir, parent);
+			goto out;
+		}
+		probe = parent;
+	} else if (!S_ISDIR(st.st_mode)) {
+		snprintf(fix, sizeof(fix), "set state_dir to a directory, or remove %s", dir);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s is not a directory", dir);
+		goto out;
+	} else if (!writable_dir(dir)) {
+		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set state_dir", dir,
+			 (unsigned)geteuid());
+		doctor_say(d, DOCTOR_FAIL, fix, "%s is not writable by uid %u", dir, (unsigned)geteuid());
+		goto out;
+	}
+	/* The spools of socket subscriptions grow up to their retention.max_bytes. */
+	uint64_t want = 0;
+	size_t unbounded = 0;
+	for (size_t i = 0; i < d->c->nsubs; i++) {
+		const cfg_subscription *s = &d->c->subs[i];
+		if (s->sink != CFG_SINK_SOCKET)
+			continue;
+		want += s->retention.max_bytes;
+		unbounded += !s->retention.max_bytes;
+	}
+	struct statvfs fs;
+	if (statvfs(probe, &fs) != 0) {
+		doctor_say(d, DOCTOR_WARN, "check the filesystem of state_dir",
+			   "cannot read the free space of %s: %s", probe, strerror(errno));
+		goto out;
+	}
+	uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+	size_text(want, need, sizeof(need));
+	size_text(avail, free_text, sizeof(free_text));
+	if (avail < want) {
+		snprintf(
+		    fix, sizeof(fix),
+		    "give state_dir a larger disk, or lower the subscriptions' retention.max_bytes (they sum "
+		    "to %s)",
+		    need);
+		doctor_say(
+		    d, DOCTOR_WARN, fix,
+		    "%s has %s free, less than the %s the socket subscriptions' retention.max_bytes allow",
+		    dir, free_text, need);
+	} else
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, retention.max_bytes sum to %s%s",
+			   dir, free_text, need,
+			   unbounded ? " (some socket subscriptions have no max_bytes)" : "");
+out:
+	free(parent);
+}
+
+/* One socket path: its directory exists and is writable, and the path is free or a socket. */
+static void socket_path(doctor *d, const char *key, const char *path)
+{
+	char fix[1024];
+	char *dir = parent_of(path);
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set %s", dir, key);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s does not exist", key, path, dir);
+	} else if (!writable_dir(dir)) {
+		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set %s", dir,
+			 (unsigned)geteuid(), key);
+		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s is not writable by uid %u", key, path,
+			   dir, (unsigned)geteuid());
+	} else if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(fix, sizeof(fix), "remove %s, or set %s to another path", path, key);
+		doctor_say(d, DOCTOR_FAIL, fix,
+			   "%s %s exists and is not a socket (cdc never replaces what is not a socket)", key,
+			   path);
+	} else if (lstat(path, &st) == 0) {
+		char why[256];
+		int fd = net_unix_connect_timeout(path, 1000, why, sizeof(why));
+		if (fd >= 0) {
+			close(fd);
+			snprintf(fix, sizeof(fix),
+				 "stop the cdc that listens there, or give this one another %s", key);
+			doctor_say(d, DOCTOR_WARN, fix, "%s %s: a running process listens there", key, path);
+		} else
+			doctor_say(d, DOCTOR_PASS, NULL, "%s %s: a socket left over; cdc replaces it", key,
+				   path);
+	} else
+		doctor_say(d, DOCTOR_PASS, NULL, "%s %s: directory %s is writable", key, path, dir);
+	free(dir);
+}
+
+void doctor_sockets(doctor *d)
+{
+	socket_path(d, "status.socket", d->c->status.socket);
+	bool socket_subs = false;
+	for (size_t i = 0; i < d->c->nsubs; i++)
+		socket_subs |= d->c->subs[i].sink == CFG_SINK_SOCKET;
+	if (socket_subs)
+		socket_path(d, "subscribers.socket", d->c->subscribers.socket);
+}

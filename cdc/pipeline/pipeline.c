@@ -1,0 +1,933 @@
+/* pipeline.c: see pipeline.h. Plain transactions are delivered change by change; a held one's
+ * changes are matched and rendered as they arrive, handed to the sinks that hold events themselves
+ * (sink.h's hold operations) or put into records the transaction assembler spills, and replayed
+ * with their commit fields at its commit. Transactions are numbered in commit order; progress.h
+ * turns what the sinks report delivered into a position. */
+#include "cdc/pipeline/pipeline.h"
+#include "decoder/base/bytes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/backfill/backfill.h"
+#include "cdc/match/predicate.h"
+#include "cdc/pipeline/progress.h"
+#include "cdc/pipeline/schema_track.h"
+#include "cdc/source/source.h"
+#include "decoder/base/arena.h"
+#include "decoder/base/log.h"
+#include "decoder/ddl.h"
+#include "decoder/event.h"
+#include "decoder/schema.h"
+
+#define LARGE_TXN_BYTES (64 * 1024 * 1024) /* held transactions this large are logged as delivered */
+
+typedef struct sub_state {
+	pipeline_sub sub;
+	pipeline_count count;
+} sub_state;
+
+struct pipeline {
+	char *spill_dir;
+	uint64_t endpos;
+	void (*at_boundary)(void *ctx);
+	void (*resync_reached)(void *ctx);
+	void *ctx;
+
+	rules *rules;
+	sub_state *subs; /* parallel to the rules' subscriptions */
+	size_t nsubs;
+	sink **sinks; /* every instance */
+	size_t nsinks;
+
+	pgo_relcache *rc;
+	sch_tables *tables;  /* what DDL events told of the tables */
+	strack *track;	     /* which schema each subscription's consumers have */
+	txn_assembler *asm_; /* per stream: it depends on the negotiated protocol */
+	txn_handler handler;
+	arena *arena;
+	buf scratch; /* one rendered event of a plain transaction */
+	progress prog;
+
+	bf_set *bf;	   /* backfills, or NULL */
+	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
+	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
+	bool ddl;	   /* pipeline_deliver_ddl */
+	uint64_t seq, cur_seq;
+	uint32_t tx_index;
+	uint32_t held_xid; /* the held transaction whose change is being rendered */
+	uint64_t flushed_lsn, boundary_lsn;
+	uint64_t reads; /* chunks of reads delivered: their relations' versions */
+	uint64_t events, large_txn_start_ms;
+	int64_t last_commit_time;
+};
+
+/* Between streams nothing is held. */
+bool pipeline_in_txn(const pipeline *p)
+{
+	return p->asm_ && txn_in_progress(p->asm_);
+}
+
+static uint64_t oldest_prepared(const pipeline *p)
+{
+	return p->asm_ ? txn_oldest_prepared(p->asm_) : 0;
+}
+
+txn_stats pipeline_held(const pipeline *p)
+{
+	return p->asm_ ? txn_get_stats(p->asm_) : (txn_stats){0};
+}
+
+bool pipeline_between_txns(const pipeline *p)
+{
+	txn_stats st = pipeline_held(p);
+	return !pipeline_in_txn(p) && st.streamed_open + st.prepared_open == 0;
+}
+
+/* Delivery -------------------------------------------------------------------------------- */
+
+/* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
+ * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
+ * Events are rendered as they arrive; replay only adds the commit fields. */
+#define HOLD_ENTRY 12
+/* An entry whose subscription is this holds a change's keys for the backfills
+ * (backfill_change_encode), reported at the replay, where the change is delivered. */
+#define HOLD_BACKFILL UINT32_MAX
+/* A schema event delivered at the replay: its slot is the subscription, its bytes [u32 relid][u64
+ * id][u64 DDL generation], what the subscription's consumers have of the table from then on. */
+#define HOLD_SCHEMA (UINT32_MAX - 1)
+#define HOLD_SCHEMA_LEN 20
+/* A DDL message's content, what it tells of its table taken at the replay (an aborted
+ * transaction's DDL never happened). */
+#define HOLD_DDL (UINT32_MAX - 2)
+/* In an entry's slot: a schema event, which comes before the change at that slot (sink_commit's
+ * before_change). */
+#define SLOT_BEFORE (UINT32_C(1) << 31)
+
+/* Appends an entry [kind][slot][length][bytes] to a held change's record. */
+static void hold_entry(buf *hold, uint32_t kind, uint32_t slot, const void *data, size_t len)
+{
+	char head[HOLD_ENTRY];
+	store_u32(head, kind);
+	store_u32(head + 4, slot);
+	store_u32(head + 8, (uint32_t)len);
+	buf_append(hold, head, HOLD_ENTRY);
+	buf_append(hold, data, len);
+}
+
+/* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction;
+ * in a held one (c has only tx_index), held by a sink that holds events, else rendered into the
+ * change's record. */
+static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_commit *c, uint32_t slot,
+		    buf *hold, char *err, size_t errlen)
+{
+	sub_state *s = &p->subs[sub];
+	e->subscription = (char *)s->sub.name;
+	e->tag_present_case =
+	    s->sub.tag ? CDC__V1__EVENT__TAG_PRESENT_TAG : CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
+	e->tag = (char *)s->sub.tag;
+	sink *k = s->sub.sink;
+	if (hold && !k->ops->hold) {
+		size_t at = hold->len;
+		buf_reserve(hold, HOLD_ENTRY);
+		hold->len += HOLD_ENTRY;
+		k->ops->render(k, sub, e, hold);
+		store_u32(hold->data + at, sub);
+		store_u32(hold->data + at + 4, slot);
+		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		return true;
+	}
+	p->events++;
+	buf_reset(&p->scratch);
+	k->ops->render(k, sub, e, &p->scratch);
+	s->count.events++;
+	s->count.bytes += p->scratch.len;
+	if (hold)
+		return k->ops->hold(k, sub, p->held_xid, c->tx_index + (slot & ~SLOT_BEFORE), p->scratch.data,
+				    p->scratch.len, err, errlen);
+	sink_commit at = *c;
+	at.tx_index += slot & ~SLOT_BEFORE;
+	at.before_change = (slot & SLOT_BEFORE) != 0;
+	return k->ops->deliver(k, sub, p->scratch.data, p->scratch.len, &at, p->cur_seq, err, errlen);
+}
+
+/* The fields known when the change arrives; the commit fields are the sinks' to add. */
+static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn)
+{
+	ev->lsn = lsn;
+	ev->xid = t ? t->xid : 0;
+	ev->origin = t && t->origin ? (char *)t->origin : "";
+}
+
+/* rel's schema event as subscription sub delivers it (its `columns`), with its id. */
+static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t sub)
+{
+	Cdc__V1__Event *e =
+	    rules_project(p->rules, sub, sch_event(p->arena, p->rc, rel, p->tables), p->arena);
+	e->schema_id = sch_id(e);
+	return e;
+}
+
+/* Before subscription sub's row of rel (the change of ev): a schema event, unless its consumers
+ * have rel's schema already, or in a held transaction unless that transaction has it already (its
+ * events are delivered at its commit, after whatever comes meanwhile). Sets ev's schema_id. */
+static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__Event *ev, uint32_t sub,
+		     const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
+{
+	uint64_t gen = sch_tables_generation(p->tables), since;
+	uint64_t id = strack_id(p->track, sub, relid, rel->version, gen);
+	Cdc__V1__Event *se = NULL;
+	if (!id) {
+		se = schema_event(p, rel, sub);
+		id = se->schema_id;
+		strack_set_id(p->track, sub, relid, rel->version, gen, id);
+	}
+	ev->schema_id = id;
+	if (!rules_wants(p->rules, sub, CFG_OP_SCHEMA))
+		return true;
+	uint64_t had = strack_delivered(p->track, sub, relid, &since);
+	if (hold) {
+		if (strack_held(p->track, p->held_xid, sub, relid, id))
+			return true;
+		strack_hold(p->track, p->held_xid, sub, relid, id, c->tx_index);
+		uint8_t rec[HOLD_SCHEMA_LEN];
+		store_u32(rec, relid);
+		store_u64(rec + 4, id);
+		store_u64(rec + 12, gen);
+		hold_entry(hold, HOLD_SCHEMA, sub, rec, sizeof(rec));
+	} else {
+		if (had == id)
+			return true;
+		strack_set_delivered(p->track, sub, relid, id, gen);
+	}
+	if (!se)
+		se = schema_event(p, rel, sub);
+	/* Renames since the consumers' previous schema event; a held transaction's is delivered after
+	 * events not known yet: it names none. */
+	for (size_t i = 0; had && !hold && i < se->table_schema->n_columns; i++) {
+		const char *from =
+		    sch_renamed_from(p->tables, relid, since, se->table_schema->columns[i]->name);
+		if (from) {
+			Cdc__V1__Schema__Column *col = arena_alloc(p->arena, sizeof(*col));
+			*col = *se->table_schema->columns[i];
+			col->renamed_from = (char *)from;
+			se->table_schema->columns[i] = col;
+		}
+	}
+	se->lsn = ev->lsn;
+	se->xid = ev->xid;
+	se->origin = ev->origin;
+	return emit_to(p, se, sub, c, slot | SLOT_BEFORE, hold, err, errlen);
+}
+
+/* Hands ev to the matching subscriptions that accept it, each with its projection; a row of rel
+ * (relid: what the tracking knows the table by) after its schema event (announce). */
+static bool emit(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t relid, const uint32_t *subs,
+		 size_t n, const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
+{
+	rules_event(p->rules);
+	for (size_t i = 0; i < n; i++) {
+		if (!rules_accept(p->rules, subs[i], ev, p->arena))
+			continue;
+		if (rel && !announce(p, rel, relid, ev, subs[i], c, slot, hold, err, errlen))
+			return false;
+		if (!emit_to(p, rules_project(p->rules, subs[i], ev, p->arena), subs[i], c, slot, hold, err,
+			     errlen))
+			return false;
+	}
+	return true;
+}
+
+static const pgo_rel *relation(pipeline *p, const pgo_msg *m, uint32_t relid, char *err, size_t errlen)
+{
+	const pgo_rel *rel = pgo_relcache_get(p->rc, relid);
+	if (!rel)
+		errf(err, errlen, "%s for relation %u that no Relation message described",
+		     pgo_type_name(m->type), relid);
+	return rel;
+}
+
+/* Backfills -------------------------------------------------------------------------------- */
+
+static bf_datum datum_of(const pgo_datum *d)
+{
+	switch (d->kind) {
+	case PGO_NULL:
+		return (bf_datum){.data = NULL, .len = -1};
+	case PGO_TOAST:
+		return (bf_datum){.data = NULL, .len = BF_ABSENT};
+	default:
+		return (bf_datum){.data = d->data, .len = (int32_t)d->len};
+	}
+}
+
+/* The replica identity columns of a change (its key as the stream sends it), in the arena. */
+static void change_of(pipeline *p, const pgo_rel *rel, const pgo_msg *m, bf_change *c)
+{
+	size_t n = 0;
+	const char **names = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*names));
+	bf_datum *oldv = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*oldv));
+	bf_datum *newv = arena_alloc(p->arena, (rel->ncols + 1u) * sizeof(*newv));
+	bool has_old = m->change.old_kind && m->change.old.ncols == rel->ncols;
+	bool has_new = m->type != PGO_DELETE && m->change.new.ncols == rel->ncols;
+	*c = (bf_change){.schema = rel->nspname, .table = rel->relname, .names = names};
+	for (size_t i = 0; i < rel->ncols; i++) {
+		if (has_new && m->change.new.cols[i].kind == PGO_TOAST)
+			c->partial = true;
+		if (!(rel->cols[i].flags & 1))
+			continue;
+		names[n] = rel->cols[i].name;
+		oldv[n] = has_old ? datum_of(&m->change.old.cols[i]) : (bf_datum){NULL, BF_ABSENT};
+		newv[n] = has_new ? datum_of(&m->change.new.cols[i]) : (bf_datum){NULL, BF_ABSENT};
+		n++;
+	}
+	c->ncols = n;
+	c->old_values = has_old ? oldv : NULL;
+	c->new_values = has_new ? newv : NULL;
+}
+
+/* A change's keys to the backfills where it is delivered: now in a plain transaction, into the
+ * spill record of a held one (replayed at its commit; a backfill may start before that). */
+static void report_change(pipeline *p, const txn_info *t, const bf_change *c, buf *hold)
+{
+	if (!p->bf)
+		return;
+	if (hold) {
+		size_t at = hold->len;
+		buf_reserve(hold, HOLD_ENTRY);
+		hold->len += HOLD_ENTRY;
+		backfill_change_encode(c, hold);
+		store_u32(hold->data + at, HOLD_BACKFILL);
+		store_u32(hold->data + at + 4, 0);
+		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		return;
+	}
+	if (t && backfill_watching(p->bf, c->schema, c->table)) {
+		bf_change x = *c;
+		x.xid = t->xid;
+		backfill_on_change(p->bf, &x);
+	}
+}
+
+/* A held change's keys, at its transaction's commit. */
+static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, size_t len, char *err,
+			  size_t errlen)
+{
+	bf_change c;
+	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
+	if (!p->bf || !backfill_active(p->bf))
+		return true;
+	if (!backfill_change_decode(data, len, &c))
+		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
+			    t->xid);
+	if (backfill_watching(p->bf, c.schema, c.table)) {
+		c.xid = t->xid;
+		backfill_on_change(p->bf, &c);
+	}
+	backfill_change_free(&c);
+	return true;
+}
+
+/* Versions of the relations the reads describe: never those of the relation cache's entries. */
+#define READ_VERSION (UINT64_C(1) << 63)
+
+static uint32_t name_id(const char *schema, const char *table)
+{
+	uint32_t h = 2166136261u;
+	for (const char *s = schema; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	h = (h ^ '.') * 16777619u;
+	for (const char *s = table; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h | UINT32_C(0x80000000);
+}
+
+/* The reads of a chunk whose window closed: one event each, for the backfill's subscription only,
+ * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. Their
+ * commit_lsn is the watermark's LSN (the end of its record) minus one: inside the watermark's
+ * record, so no transaction's commit_lsn (a record's start) nor another message's can equal it,
+ * and (commit_lsn, tx_index) stays unique and in stream order: a transaction whose commit record
+ * starts right after the watermark has the watermark's LSN, and comes after the reads. */
+static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	uint32_t sub = 0;
+	while (sub < p->nsubs && strcmp(p->subs[sub].sub.name, b->subscription) != 0)
+		sub++;
+	if (sub == p->nsubs)
+		return true; /* the subscription is gone */
+	pgo_relcol *cols = xcalloc(b->ncols + 1, sizeof(*cols));
+	for (size_t i = 0; i < b->ncols; i++)
+		cols[i] =
+		    (pgo_relcol){.name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = -1};
+	for (size_t k = 0; k < b->nkeys; k++)
+		cols[b->keys[k]].flags = 1;
+	pgo_rel rel = {.nspname = (char *)b->schema,
+		       .relname = (char *)b->table,
+		       .ncols = (uint16_t)b->ncols,
+		       .cols = cols,
+		       .nkeys = (uint16_t)b->nkeys,
+		       .version = READ_VERSION | ++p->reads};
+	/* The reads' schema is the stream's when they have the same columns (so the rows of both have
+	 * the same schema id), else their own. A table the stream has not described is known by a
+	 * hash of its name (OIDs from 2^31 on are as rare as a collision of two such hashes). */
+	const pgo_rel *stream = pgo_relcache_find(p->rc, b->schema, b->table), *described = &rel;
+	bool same = stream && stream->ncols == rel.ncols;
+	for (size_t i = 0; same && i < rel.ncols; i++)
+		same = strcmp(stream->cols[i].name, cols[i].name) == 0 &&
+		       stream->cols[i].type_oid == cols[i].type_oid;
+	if (same)
+		described = stream;
+	uint32_t relid = stream ? stream->relid : name_id(b->schema, b->table);
+	if (!p->read_msg)
+		p->read_msg = xmalloc(sizeof(*p->read_msg));
+	pgo_msg *m = p->read_msg;
+	m->type = PGO_INSERT;
+	m->change.relid = 0;
+	m->change.old_kind = 0;
+	m->change.new.ncols = (uint16_t)b->ncols;
+	bf_datum *vals = xcalloc(b->ncols + 1, sizeof(*vals));
+	pred *where = b->where ? pred_parse(b->where, NULL, 0) : NULL;
+	sink_commit c = {.commit_lsn = b->lsn - 1, .commit_time = wall_ms() * 1000};
+	uint32_t slot = 0;
+	size_t pos = 0;
+	bool ok = true;
+	while (ok && bf_batch_next(b, &pos, vals)) {
+		for (size_t i = 0; i < b->ncols; i++)
+			m->change.new.cols[i] = vals[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
+								: (pgo_datum){.kind = PGO_TEXT,
+									      .len = (uint32_t)vals[i].len,
+									      .data = vals[i].data};
+		Cdc__V1__Event *ev;
+		ok = evt_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
+		if (ok) {
+			ev->op = CDC__V1__OP__OP_READ;
+			ev->lsn = c.commit_lsn;
+			ev->origin = "";
+			if (!where || pred_eval(where, ev, p->arena))
+				ok = emit(p, ev, described, relid, &sub, 1, &c, slot++, NULL, err, errlen);
+		}
+		arena_reset(p->arena);
+	}
+	pred_free(where);
+	free(vals);
+	free(cols);
+	return ok;
+}
+
+void pipeline_set_backfills(pipeline *p, bf_set *b)
+{
+	p->bf = b;
+}
+
+/* What a DDL event tells of its table, from a DDL message's content, at its commit. */
+static void learn_ddl(pipeline *p, const char *content, size_t len)
+{
+	ddl_msg d;
+	char why[256];
+	if (ddl_parse(p->arena, content, len, &d, why, sizeof(why)))
+		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+	arena_reset(p->arena);
+}
+
+/* A message of cdc's DDL trigger: with source.ddl an OP_DDL event to the subscriptions of its
+ * table that want ddl (where and changed are about rows: they do not apply), and what it tells of
+ * the table for the schema events that follow. False if it does not parse: it is then an
+ * ordinary message (a warning says why), nothing is lost. */
+static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, const sink_commit *c,
+		       buf *hold, bool *ok, char *err, size_t errlen)
+{
+	ddl_msg d;
+	char why[256];
+	if (!ddl_parse(p->arena, m->message.content, m->message.len, &d, why, sizeof(why))) {
+		char at[LSN_STRLEN];
+		lsn_format(lsn, at);
+		log_warn("a DDL message that cdc cannot read is delivered as a logical message",
+			 "lsn=%s error=\"%s\"", at, why);
+		return false;
+	}
+	if (hold)
+		hold_entry(hold, HOLD_DDL, 0, m->message.content, m->message.len);
+	else
+		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+	const uint32_t *subs = NULL;
+	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, CFG_OP_DDL, &subs) : 0;
+	Cdc__V1__Event *ev = ddl_event(p->arena, &d);
+	stamp(ev, t, lsn);
+	for (size_t i = 0; i < n && *ok; i++)
+		*ok = emit_to(p, ev, subs[i], c, 0, hold, err, errlen);
+	return true;
+}
+
+static const unsigned change_op[] = {
+    [PGO_INSERT] = CFG_OP_INSERT, [PGO_UPDATE] = CFG_OP_UPDATE, [PGO_DELETE] = CFG_OP_DELETE};
+
+/* One change: match it, build its event only if some subscription wants it, emit it. Sets *slots
+ * to the number of tx_index values it takes (one per truncated relation; none for a heartbeat). */
+static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+			  uint32_t *slots, char *err, size_t errlen)
+{
+	const uint32_t *subs;
+	size_t n;
+	Cdc__V1__Event *ev;
+	/* A non-transactional message's commit_lsn is its LSN (the end of its record) minus one: inside
+	 * its record, so it never equals the commit_lsn (a record's start) of a transaction committing
+	 * right after it, and (commit_lsn, tx_index) stays unique: the spool skips what it already
+	 * holds by it after a restart. */
+	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn - 1,
+			 .commit_time = t ? t->commit_time : 0,
+			 .tx_index = hold ? t->tx_index : p->tx_index};
+	bool ok = true;
+	*slots = 1;
+	switch (m->type) {
+	case PGO_INSERT:
+	case PGO_UPDATE:
+	case PGO_DELETE: {
+		const pgo_rel *rel = relation(p, m, m->change.relid, err, errlen);
+		if (!rel)
+			return false;
+		if (p->bf) {
+			bf_change bc;
+			change_of(p, rel, m, &bc);
+			report_change(p, t, &bc, hold);
+		}
+		if ((n = rules_match(p->rules, rel, change_op[m->type], &subs)) == 0)
+			break;
+		if (!evt_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
+			return false;
+		stamp(ev, t, lsn);
+		ok = emit(p, ev, rel, rel->relid, subs, n, &c, 0, hold, err, errlen);
+		break;
+	}
+	case PGO_TRUNCATE:
+		*slots = m->truncate.nrels;
+		for (uint32_t i = 0; i < m->truncate.nrels && ok; i++) {
+			const pgo_rel *rel = relation(p, m, pgo_truncate_relid(m, i), err, errlen);
+			if (!rel)
+				return false;
+			bf_change bc = {.schema = rel->nspname, .table = rel->relname, .truncate = true};
+			report_change(p, t, &bc, hold);
+			if ((n = rules_match(p->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
+				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
+				stamp(ev, t, lsn);
+				ok = emit(p, ev, NULL, 0, subs, n, &c, i, hold, err, errlen);
+			}
+		}
+		break;
+	case PGO_MESSAGE:
+		if (strcmp(m->message.prefix, SOURCE_HEARTBEAT_PREFIX) == 0) {
+			*slots = 0; /* not a change */
+			break;
+		}
+		if (strcmp(m->message.prefix, BFSQL_PREFIX) == 0) {
+			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
+			if (!t && !hold && p->bf)
+				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
+							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err,
+							 errlen);
+			break;
+		}
+		if (strcmp(m->message.prefix, SOURCE_RESYNC_PREFIX) == 0 && !t && !hold) {
+			/* The re-sync marker cdc wrote (non-transactional): every subscription gets it,
+			 * whatever its operations and where, so every consumer learns of the gap. */
+			ev = evt_from_message(p->arena, m);
+			stamp(ev, t, lsn);
+			for (uint32_t i = 0; i < p->nsubs && ok; i++)
+				ok = emit_to(p, ev, i, &c, 0, NULL, err, errlen);
+			if (ok && p->resync_reached)
+				p->resync_reached(p->ctx);
+			break;
+		}
+		if (strcmp(m->message.prefix, DDL_PREFIX) == 0 &&
+		    ddl_events(p, t, m, lsn, &c, hold, &ok, err, errlen))
+			break;
+		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
+			break;
+		ev = evt_from_message(p->arena, m);
+		stamp(ev, t, lsn);
+		ok = emit(p, ev, NULL, 0, subs, n, &c, 0, hold, err, errlen);
+		break;
+	default:
+		return errf(err, errlen, "unexpected %s message inside a transaction",
+			    pgo_type_name(m->type));
+	}
+	arena_reset(p->arena);
+	return ok;
+}
+
+static void end_txn(pipeline *p, uint64_t end_lsn)
+{
+	progress_push(&p->prog, p->cur_seq, end_lsn);
+	if (end_lsn > p->boundary_lsn)
+		p->boundary_lsn = end_lsn;
+	for (size_t i = 0; i < p->nsinks; i++)
+		p->sinks[i]->ops->end_txn(p->sinks[i], p->cur_seq);
+}
+
+/* Like pg_recvlogical --endpos: a transaction that commits after endpos is not delivered. */
+static bool beyond_endpos(pipeline *p, uint64_t commit_lsn)
+{
+	if (p->endpos && commit_lsn > p->endpos)
+		p->past_endpos = true;
+	return p->past_endpos;
+}
+
+static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	pipeline *p = ctx;
+	if (t && beyond_endpos(p, t->commit_lsn))
+		return true;
+	p->cur_seq = ++p->seq;
+	p->tx_index = 0;
+	if (t && t->held_bytes >= LARGE_TXN_BYTES) {
+		p->large_txn_start_ms = now_ms();
+		log_info("delivering a large transaction held until its commit", "xid=%u spilled_mib=%llu",
+			 t->xid, (unsigned long long)(t->held_bytes >> 20));
+	}
+	return true;
+}
+
+static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+		      uint32_t *positions, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	uint32_t slots;
+	if (!hold && beyond_endpos(p, t ? t->commit_lsn : lsn))
+		return true;
+	if (hold) {
+		for (size_t i = 0; t->savepoint && i < p->nsinks; i++)
+			if (p->sinks[i]->ops->hold_savepoint)
+				p->sinks[i]->ops->hold_savepoint(p->sinks[i], t->xid, t->tx_index);
+		buf_reserve(hold, 4);
+		hold->len = 4;
+		p->held_xid = t->xid;
+		if (!change_events(p, t, m, lsn, hold, &slots, err, errlen))
+			return false;
+		store_u32(hold->data, slots);
+		*positions = slots;
+		return true;
+	}
+	if (t) {
+		if (!change_events(p, t, m, lsn, NULL, &slots, err, errlen))
+			return false;
+		p->tx_index += slots;
+		return true;
+	}
+	/* A non-transactional message is a transaction of its own, positioned at its LSN (the end of
+	 * its record: a restart from there does not decode it again). A backfill's reads are such a
+	 * transaction too, durable once the flushed position reaches the watermark. */
+	on_begin(ctx, NULL, err, errlen);
+	if (!change_events(p, NULL, m, lsn, NULL, &slots, err, errlen))
+		return false;
+	end_txn(p, lsn);
+	return true;
+}
+
+/* Delivers the events rendered into a held change's record, now with their commit fields. */
+static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	if (p->past_endpos)
+		return true;
+	if (len < 4)
+		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
+	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
+	for (size_t pos = 4; pos < len;) {
+		bool whole = len - pos >= HOLD_ENTRY;
+		uint32_t sub = whole ? load_u32(rec + pos) : 0, slot = whole ? load_u32(rec + pos + 4) : 0;
+		uint32_t n = whole ? load_u32(rec + pos + 8) : 0;
+		const uint8_t *data = rec + pos + HOLD_ENTRY;
+		if (!whole || n > len - pos - HOLD_ENTRY || (sub >= p->nsubs && sub < HOLD_DDL) ||
+		    (sub == HOLD_SCHEMA && (n != HOLD_SCHEMA_LEN || slot >= p->nsubs)))
+			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
+				    t->xid, pos);
+		pos += HOLD_ENTRY + n;
+		if (sub == HOLD_BACKFILL) {
+			if (!replay_change(p, t, data, n, err, errlen))
+				return false;
+			continue;
+		}
+		if (sub == HOLD_SCHEMA) { /* what the subscription's consumers have from here on */
+			strack_set_delivered(p->track, slot, load_u32(data), load_u64(data + 4),
+					     load_u64(data + 12));
+			continue;
+		}
+		if (sub == HOLD_DDL) {
+			learn_ddl(p, (const char *)data, n);
+			continue;
+		}
+		c.tx_index = p->tx_index + (slot & ~SLOT_BEFORE);
+		c.before_change = (slot & SLOT_BEFORE) != 0;
+		sub_state *s = &p->subs[sub];
+		p->events++;
+		s->count.events++;
+		s->count.bytes += n;
+		if (!s->sub.sink->ops->deliver(s->sub.sink, sub, (const char *)data, n, &c, p->cur_seq, err,
+					       errlen))
+			return false;
+	}
+	p->tx_index += load_u32(rec);
+	return true;
+}
+
+/* A held transaction's events that sinks hold: discarded (xid 0: every transaction's). */
+static void on_abort(void *ctx, uint32_t xid)
+{
+	pipeline *p = ctx;
+	strack_held_end(p->track, xid);
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_abort)
+			p->sinks[i]->ops->hold_abort(p->sinks[i], xid);
+}
+
+static bool on_rollback(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	strack_held_rollback(p->track, xid, tx_index);
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_rollback &&
+		    !p->sinks[i]->ops->hold_rollback(p->sinks[i], xid, tx_index, err, errlen))
+			return false;
+	return true;
+}
+
+static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
+{
+	pipeline *p = ctx;
+	if (p->past_endpos) {
+		if (t->held)
+			on_abort(p, t->xid);
+		return true;
+	}
+	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
+	for (size_t i = 0; t->held && i < p->nsinks; i++)
+		if (p->sinks[i]->ops->hold_commit &&
+		    !p->sinks[i]->ops->hold_commit(p->sinks[i], t->xid, &c, p->cur_seq, err, errlen))
+			return false;
+	if (t->held)
+		strack_held_end(p->track, t->xid);
+	end_txn(p, t->end_lsn);
+	p->last_commit_time = t->commit_time;
+	if (t->held_bytes >= LARGE_TXN_BYTES)
+		log_info("delivered the large transaction", "xid=%u in_ms=%llu", t->xid,
+			 (unsigned long long)(now_ms() - p->large_txn_start_ms));
+	if (p->at_boundary)
+		p->at_boundary(p->ctx);
+	return true;
+}
+
+bool pipeline_feed(pipeline *p, const uint8_t *data, size_t len, uint64_t lsn, char *err, size_t errlen)
+{
+	if (p->past_endpos)
+		return true;
+	if (txn_feed(p->asm_, data, len, lsn, err, errlen))
+		return true;
+	char at[LSN_STRLEN];
+	lsn_format(lsn, at);
+	size_t used = strlen(err);
+	snprintf(err + used, errlen - used, " (WAL position %s)", at);
+	return false;
+}
+
+/* The flushed position ----------------------------------------------------------------------- */
+
+static uint64_t sinks_delivered(const pipeline *p)
+{
+	uint64_t delivered = p->seq;
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->delivered(p->sinks[i]) < delivered)
+			delivered = p->sinks[i]->ops->delivered(p->sinks[i]);
+	return delivered;
+}
+
+/* Moves flushed_lsn as far as every sink has delivered, but never past a held prepared
+ * transaction (the server would not send its changes again). */
+static void advance(pipeline *p)
+{
+	uint64_t lsn = progress_advance(&p->prog, sinks_delivered(p));
+	uint64_t prepared = oldest_prepared(p);
+	if (prepared && lsn > prepared)
+		lsn = prepared;
+	if (lsn > p->flushed_lsn)
+		p->flushed_lsn = lsn;
+}
+
+void pipeline_keepalive(pipeline *p, uint64_t wal_end)
+{
+	if (!pipeline_in_txn(p) && wal_end > p->boundary_lsn)
+		p->boundary_lsn = wal_end;
+	advance(p);
+	/* Nothing in flight anywhere: everything up to wal_end is delivered, so an idle slot (or one
+	 * whose WAL is all other databases' or unpublished tables') never pins WAL. */
+	if (!pipeline_in_txn(p) && progress_pending(&p->prog) == 0 && !oldest_prepared(p) &&
+	    sinks_delivered(p) == p->seq && wal_end > p->flushed_lsn)
+		p->flushed_lsn = wal_end;
+}
+
+sink_status pipeline_flush(pipeline *p, sink **failed, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < p->nsinks; i++) {
+		sink_status st = p->sinks[i]->ops->flush(p->sinks[i], err, errlen);
+		if (st != SINK_OK) {
+			*failed = p->sinks[i];
+			return st;
+		}
+	}
+	advance(p);
+	return SINK_OK;
+}
+
+bool pipeline_restart_sink(pipeline *p, sink *k, char *err, size_t errlen)
+{
+	progress_clear(&p->prog);
+	return k->ops->restart && k->ops->restart(k, err, errlen);
+}
+
+bool pipeline_busy(const pipeline *p)
+{
+	for (size_t i = 0; i < p->nsinks; i++)
+		if (p->sinks[i]->ops->busy && p->sinks[i]->ops->busy(p->sinks[i]))
+			return true;
+	return false;
+}
+
+void pipeline_finish(pipeline *p, int timeout_ms)
+{
+	for (size_t i = 0; i < p->nsinks; i++) {
+		sink *k = p->sinks[i];
+		if (k->ops->finish && !k->ops->finish(k, timeout_ms))
+			log_warn(
+			    "stopping with messages in flight: they are delivered again after the restart",
+			    "sink=%s", k->ops->name);
+	}
+}
+
+uint64_t pipeline_flushed(const pipeline *p)
+{
+	return p->flushed_lsn;
+}
+
+uint64_t pipeline_boundary(const pipeline *p)
+{
+	return p->boundary_lsn;
+}
+
+bool pipeline_at_endpos(const pipeline *p)
+{
+	return p->endpos && (p->flushed_lsn >= p->endpos || p->past_endpos);
+}
+
+pipeline_figures pipeline_get_figures(const pipeline *p)
+{
+	return (pipeline_figures){
+	    .transactions = p->seq, .events = p->events, .last_commit_time = p->last_commit_time};
+}
+
+pipeline_count pipeline_sub_count(const pipeline *p, size_t sub)
+{
+	return sub < p->nsubs ? p->subs[sub].count : (pipeline_count){0};
+}
+
+/* Lifecycle ------------------------------------------------------------------------------- */
+
+pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx)
+{
+	pipeline *p = xcalloc(1, sizeof(*p));
+	p->spill_dir = xstrdup(spill_dir);
+	p->endpos = endpos;
+	p->prog = PROGRESS_INIT;
+	p->at_boundary = at_boundary;
+	p->ctx = ctx;
+	p->handler = (txn_handler){.ctx = p,
+				   .begin = on_begin,
+				   .change = on_change,
+				   .replay = on_replay,
+				   .commit = on_commit,
+				   .rollback = on_rollback,
+				   .abort = on_abort};
+	p->arena = arena_new(64 * 1024);
+	p->rc = pgo_relcache_new();
+	p->tables = sch_tables_new();
+	p->track = strack_new();
+	return p;
+}
+
+void pipeline_deliver_ddl(pipeline *p, bool on)
+{
+	p->ddl = on;
+}
+
+void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx))
+{
+	p->resync_reached = reached;
+}
+
+pgo_relcache *pipeline_relcache(pipeline *p)
+{
+	return p->rc;
+}
+
+void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
+		   size_t nsinks)
+{
+	sub_state *next = xcalloc(nsubs ? nsubs : 1, sizeof(*next));
+	uint32_t *map = xcalloc(p->nsubs + 1, sizeof(*map));
+	for (size_t k = 0; k < p->nsubs; k++)
+		map[k] = UINT32_MAX;
+	for (size_t i = 0; i < nsubs; i++) {
+		next[i].sub = subs[i];
+		for (size_t k = 0; k < p->nsubs; k++)
+			if (strcmp(p->subs[k].sub.name, subs[i].name) == 0) {
+				next[i].count = p->subs[k].count;
+				map[k] = (uint32_t)i;
+			}
+	}
+	/* what a subscription's consumers have goes with its name (its new `columns` may differ: the
+	 * schema ids say so) */
+	strack_renumber(p->track, map, p->nsubs);
+	free(map);
+	free(p->subs);
+	p->subs = next;
+	p->nsubs = nsubs;
+	rules_free(p->rules);
+	p->rules = r;
+	p->nsinks = 0;
+	p->sinks = xrealloc(p->sinks, (nsinks ? nsinks : 1) * sizeof(sink *));
+	for (size_t i = 0; i < nsinks; i++)
+		if (sinks[i])
+			p->sinks[p->nsinks++] = sinks[i];
+}
+
+bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err, size_t errlen)
+{
+	on_abort(p, 0);		/* the server sends every held transaction again */
+	strack_clear(p->track); /* ... and what was not confirmed: announce every table again */
+	txn_free(p->asm_);
+	if (!(p->asm_ = txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
+		return false;
+	p->flushed_lsn = start_lsn;
+	if (start_lsn > p->boundary_lsn)
+		p->boundary_lsn = start_lsn;
+	progress_clear(&p->prog);
+	return true;
+}
+
+void pipeline_free(pipeline *p)
+{
+	if (!p)
+		return;
+	txn_free(p->asm_);
+	pgo_relcache_free(p->rc);
+	sch_tables_free(p->tables);
+	strack_free(p->track);
+	arena_free(p->arena);
+	free(p->read_msg);
+	buf_free(&p->scratch);
+	progress_free(&p->prog);
+	rules_free(p->rules);
+	free(p->subs);
+	free(p->sinks);
+	free(p->spill_dir);
+	free(p);
+}

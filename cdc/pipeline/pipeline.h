@@ -1,0 +1,100 @@
+/* pipeline.h: the data path of `cdc run`, apart from the replication connection and the event
+ * loop: pgoutput messages in (pipeline_feed), matched against the subscriptions, built into events,
+ * rendered and delivered to the sinks; streamed and prepared transactions rendered as their changes
+ * arrive and delivered at their commit; and the flushed position, how far every sink has delivered:
+ * the slot may be confirmed up to it. Unit tests drive it with a fake source and sink. */
+#ifndef CDC_PIPELINE_H
+#define CDC_PIPELINE_H
+
+#include "cdc/backfill/backfill.h"
+#include "cdc/match/rules.h"
+#include "decoder/txn.h"
+#include "sinks/sink.h"
+
+typedef struct pipeline pipeline;
+
+/* One subscription as the pipeline sees it, at the index rules_match() returns. name and tag are
+ * borrowed and must stay valid until the next pipeline_bind(). */
+typedef struct pipeline_sub {
+	const char *name, *tag; /* tag NULL: none */
+	sink *sink;
+} pipeline_sub;
+
+/* What a subscription's sink was handed since the start: events and rendered bytes. */
+typedef struct pipeline_count {
+	uint64_t events, bytes;
+} pipeline_count;
+
+typedef struct pipeline_figures {
+	uint64_t transactions; /* numbered in commit order (the sinks' seq) */
+	uint64_t events;       /* delivered to some sink */
+	int64_t last_commit_time;
+} pipeline_figures;
+
+/* spill_dir must exist. endpos: like pg_recvlogical --endpos, a transaction committing after it is
+ * not delivered (0: none). at_boundary(ctx) is called after every commit, the moment a change of
+ * the subscriptions may be applied (see pipeline_between_txns). */
+pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx);
+void pipeline_free(pipeline *p);
+/* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after it
+ * went to every subscription: what a re-sync backfills is read after it. */
+void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx));
+/* With source.ddl: the DDL trigger's messages become DDL events. Without, they are only what
+ * they tell of their tables (renames, NOT NULL): another cdc of the database installed the trigger. */
+void pipeline_deliver_ddl(pipeline *p, bool on);
+/* The relation cache the decoder keeps; the source adds the keys of REPLICA IDENTITY FULL tables. */
+pgo_relcache *pipeline_relcache(pipeline *p);
+
+/* The subscriptions from now on: takes r; subs parallel to r's subscriptions; sinks: every sink
+ * instance (NULLs skipped), including ones no subscription uses any more but whose deliveries
+ * still hold the flushed position. The counts of subscriptions of the same name carry over. */
+void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
+		   size_t nsinks);
+/* A new stream from start_lsn (the slot's confirmed position) with protocol opt: what was held
+ * or queued for the last stream is forgotten (the server sends it again). */
+bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err,
+		    size_t errlen) CDC_MUST_CHECK;
+/* One XLogData payload that starts at WAL position lsn. */
+bool pipeline_feed(pipeline *p, const uint8_t *data, size_t len, uint64_t lsn, char *err,
+		   size_t errlen) CDC_MUST_CHECK;
+/* A keepalive: the server has sent everything up to wal_end. With nothing in flight anywhere, the
+ * flushed position moves to wal_end, so an idle slot never pins WAL. */
+void pipeline_keepalive(pipeline *p, uint64_t wal_end);
+
+/* Flushes every sink, then moves the flushed position as far as every sink has delivered (never
+ * past a held prepared transaction). Not SINK_OK: *failed is the sink, err says why. */
+sink_status pipeline_flush(pipeline *p, sink **failed, char *err, size_t errlen);
+/* After SINK_RESTART: forgets every transaction not yet confirmed and gives k a fresh client; the
+ * caller streams again from the slot's confirmed position. */
+bool pipeline_restart_sink(pipeline *p, sink *k, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Whether a sink has too much in flight: stop feeding until it drains. */
+bool pipeline_busy(const pipeline *p);
+/* At a stop: waits for every asynchronous sink's messages in flight, up to timeout_ms each. */
+void pipeline_finish(pipeline *p, int timeout_ms);
+
+/* Between transactions, and no streamed or prepared transaction held (their records were
+ * rendered for the subscriptions in force when their changes arrived): pipeline_bind() may run. */
+bool pipeline_between_txns(const pipeline *p);
+/* Inside a transaction (or a stream block) of the current stream. */
+bool pipeline_in_txn(const pipeline *p);
+/* The position every sink has delivered up to: may be recorded and confirmed to the slot. */
+uint64_t pipeline_flushed(const pipeline *p);
+/* Where the last transaction ended (or the idle server's position): a change of the subscriptions
+ * bound now applies to every transaction committing at or after it. */
+uint64_t pipeline_boundary(const pipeline *p);
+/* With endpos: everything up to it is flushed, or a transaction beyond it arrived. */
+bool pipeline_at_endpos(const pipeline *p);
+
+/* Backfills (cdc/backfill): the stream's watermarks (logical messages with prefix BFSQL_PREFIX)
+ * close their chunks, whose reads are delivered to the subscription's sink at the watermark's
+ * place as a transaction of their own, durable once the flushed position passes the watermark; the
+ * keys of every change are reported where it is delivered, at its commit (a held transaction's in
+ * its spill record). NULL: none. */
+void pipeline_set_backfills(pipeline *p, bf_set *b);
+
+pipeline_figures pipeline_get_figures(const pipeline *p);
+pipeline_count pipeline_sub_count(const pipeline *p, size_t sub);
+/* The transaction assembler's figures (zeros before the first stream). */
+txn_stats pipeline_held(const pipeline *p);
+
+#endif

@@ -1,0 +1,33 @@
+/* progress.h: which WAL position may be confirmed to the slot.
+ * Committed transactions are queued with their end LSN in commit order; once every sink has
+ * delivered up to a transaction, it and all before it leave the queue and its end LSN becomes
+ * confirmable. Memory: one entry per transaction still in flight in some sink. */
+#ifndef CDC_PROGRESS_H
+#define CDC_PROGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decoder/base/ring.h"
+
+struct progress_entry {
+	uint64_t seq, end_lsn;
+};
+typedef struct progress {
+	ring q; /* of struct progress_entry, in seq order */
+} progress;
+
+#define PROGRESS_INIT ((progress){.q = RING_INIT(struct progress_entry)})
+
+void progress_push(progress *p, uint64_t seq, uint64_t end_lsn);
+/* Drops the transactions with seq <= delivered; returns the highest end LSN dropped, or 0. */
+uint64_t progress_advance(progress *p, uint64_t delivered);
+static inline size_t progress_pending(const progress *p)
+{
+	return p->q.len;
+}
+void progress_clear(progress *p);
+void progress_free(progress *p);
+
+#endif

@@ -1,0 +1,829 @@
+/* source.c: the PostgreSQL connections; see source.h. The replication loop follows
+ * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
+#include "cdc/source/source.h"
+#include "decoder/base/bytes.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "cdc/source/ddl_trigger.h"
+#include "cdc/source/pgconn.h"
+#include "decoder/base/fsutil.h"
+#include "decoder/base/log.h"
+
+struct source {
+	char *dsn, *slot, *publication;
+	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
+	 * quotes back. */
+	pg_secrets secrets;
+	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
+	bool create;
+	bool ddl;	 /* source.ddl: cdc's DDL event trigger must be there */
+	char *state_dir; /* where the trigger's statements go when cdc cannot create it */
+	cfg_strlist publish;
+	/* Subscriptions with `changed` need the old row of updates: their tables must have
+	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
+	cfg_strlist full_identity;
+	PGconn *repl;  /* replication=database, streaming */
+	PGconn *admin; /* ordinary: setup queries, then heartbeats and slot health, one at a time */
+	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH } admin_busy;
+	char heartbeat_error[512]; /* the last heartbeat's failure, not reported yet */
+	source_slot_health health;
+	pgo_options proto;
+	char system_id[32];
+	source_gap_kind gap; /* why the last SOURCE_GAP came */
+	int holder;	     /* who held the slot at the last SOURCE_BUSY */
+	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
+	bool batching;	     /* source_batch */
+};
+
+void source_redact(const source *s, char *err, size_t errlen)
+{
+	pg_redact(&s->secrets, err, errlen);
+}
+
+source *source_new(const cfg *c)
+{
+	source *s = xcalloc(1, sizeof(*s));
+	s->dsn = xstrdup(c->source.dsn);
+	pg_secrets_init(&s->secrets, s->dsn);
+	s->slot = xstrdup(c->source.slot);
+	s->publication = xstrdup(c->source.publication);
+	s->create = c->source.create;
+	s->ddl = c->source.ddl;
+	s->state_dir = xstrdup(c->state_dir);
+	s->publish.n = c->source.publish.n;
+	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
+	for (size_t i = 0; i < s->publish.n; i++)
+		s->publish.v[i] = xstrdup(c->source.publish.v[i]);
+	for (size_t i = 0; i < c->nsubs; i++) {
+		const cfg_subscription *sub = &c->subs[i];
+		for (size_t t = 0; sub->changed.n && t < sub->tables.n; t++) {
+			s->full_identity.v =
+			    xrealloc(s->full_identity.v, (s->full_identity.n + 2) * sizeof(char *));
+			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->name);
+			s->full_identity.v[s->full_identity.n++] = xstrdup(sub->tables.v[t]);
+		}
+	}
+	return s;
+}
+
+void source_disconnect(source *s)
+{
+	PQfinish(s->repl);
+	PQfinish(s->admin);
+	s->repl = s->admin = NULL;
+	s->batching = false;
+	s->admin_busy = ADMIN_IDLE;
+	s->health = (source_slot_health){0};
+}
+
+void source_free(source *s)
+{
+	if (!s)
+		return;
+	source_disconnect(s);
+	for (size_t i = 0; i < s->publish.n; i++)
+		free(s->publish.v[i]);
+	free(s->publish.v);
+	for (size_t i = 0; i < s->full_identity.n; i++)
+		free(s->full_identity.v[i]);
+	free(s->full_identity.v);
+	pg_secrets_free(&s->secrets);
+	free(s->dsn);
+	free(s->slot);
+	free(s->publication);
+	free(s->state_dir);
+	free(s);
+}
+
+/* An ordinary or a replication connection with source.dsn. */
+static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
+{
+	bool invalid = false;
+	PGconn *conn =
+	    pg_connect(s->dsn, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
+	s->dsn_invalid |= invalid;
+	return conn;
+}
+
+/* A failed query: transient if the connection is gone or the object is busy, else fatal. */
+static source_result query_failed(PGconn *conn, PGresult *res, const char *what, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's: before PQclear */
+	errf(err, errlen, "%s failed: %s", what, pg_one_line(PQerrorMessage(conn)));
+	PQclear(res);
+	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
+}
+
+static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *const *params)
+{
+	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+}
+
+/* A CREATE failed because another process created the object between our look and our CREATE:
+ * a second cdc on the same slot (a standby replica) starting at the same moment. The slot's
+ * creation checks under a lock (duplicate_object); CREATE PUBLICATION fails with duplicate_object
+ * if the other one committed first, else on the catalog's unique index (unique_violation). */
+static bool created_meanwhile(const PGresult *res)
+{
+	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	return sqlstate && (strcmp(sqlstate, "42710") == 0 || strcmp(sqlstate, "23505") == 0);
+}
+
+static source_result ensure_publication(source *s, char *err, size_t errlen)
+{
+	const char *params[] = {s->publication};
+	PGresult *res =
+	    exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up the publication", err, errlen);
+	bool exists = PQntuples(res) > 0;
+	PQclear(res);
+	if (exists)
+		return SOURCE_OK;
+	if (!s->create) {
+		buf q = {0};
+		pg_append_quoted(&q, s->publication, '"');
+		errf(err, errlen,
+		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set "
+		     "source.create: true",
+		     q.data, q.data);
+		buf_free(&q);
+		return SOURCE_FATAL;
+	}
+	pg_publication_plan plan;
+	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, &plan, err, errlen)) {
+		pg_publication_plan_free(&plan);
+		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
+	}
+	for (size_t i = 0; i < plan.no_match.n; i++)
+		log_warn("source.publish pattern matches no table yet", "pattern=%s", plan.no_match.v[i]);
+	source_result r = SOURCE_OK;
+	res = PQexec(s->admin, plan.sql.data);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
+		PQclear(res);
+		log_info("publication created by another process meanwhile; using it", "publication=%s",
+			 s->publication);
+	} else if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		r = query_failed(s->admin, res, "creating the publication", err, errlen);
+	else {
+		PQclear(res);
+		log_info("created publication", "publication=%s sql=\"%s\"", s->publication, plan.sql.data);
+	}
+	pg_publication_plan_free(&plan);
+	return r;
+}
+
+/* A `changed` rule on a table that does not send old rows could never see a change: refused. */
+static source_result check_identities(source *s, char *err, size_t errlen)
+{
+	if (!s->full_identity.n)
+		return SOURCE_OK;
+	PGresult *res =
+	    PQexec(s->admin,
+		   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
+		   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+		   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "checking replica identities", err, errlen);
+	source_result r = SOURCE_OK;
+	for (int i = 0; i < PQntuples(res) && r == SOURCE_OK; i++) {
+		if (PQgetvalue(res, i, 2)[0] == 'f')
+			continue;
+		for (size_t k = 0; k + 1 < s->full_identity.n; k += 2)
+			if (cfg_table_match(s->full_identity.v[k + 1], PQgetvalue(res, i, 0),
+					    PQgetvalue(res, i, 1))) {
+				/* quoted, so that the ALTER TABLE can be run as it is whatever the names */
+				buf q = {0};
+				pg_append_quoted(&q, PQgetvalue(res, i, 0), '"');
+				buf_putc(&q, '.');
+				pg_append_quoted(&q, PQgetvalue(res, i, 1), '"');
+				errf(err, errlen,
+				     "subscription %s uses changed: on table %s, whose replica identity does "
+				     "not send "
+				     "the old row of an update: ALTER TABLE %s REPLICA IDENTITY FULL",
+				     s->full_identity.v[k], q.data, q.data);
+				buf_free(&q);
+				r = SOURCE_FATAL;
+				break;
+			}
+	}
+	PQclear(res);
+	return r;
+}
+
+/* source.ddl: cdc's event trigger is there, or is created; else a message says exactly what a
+ * superuser must run (the statements go to state_dir/ddl-trigger.sql), and cdc stops: it does not
+ * run without the DDL events it was told to deliver. */
+static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
+{
+	ddl_trigger_state st = ddl_trigger_check(s->admin, err, errlen);
+	char why[512] = "";
+	if (st == DDL_TRIGGER_MISSING && s->create) {
+		PGresult *res = PQexec(s->admin, ddl_trigger_sql);
+		bool done = PQresultStatus(res) == PGRES_COMMAND_OK;
+		const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+		bool denied = sqlstate && strcmp(sqlstate, "42501") == 0;
+		bool meanwhile = !done && created_meanwhile(res); /* another cdc of the database */
+		if (!done)
+			snprintf(why, sizeof(why), "%s", pg_one_line(PQerrorMessage(s->admin)));
+		PQclear(res);
+		if (done)
+			log_info("created cdc's DDL event trigger",
+				 "function=cdc.capture_ddl triggers=cdc_ddl_command_end,cdc_sql_drop");
+		if (!done)
+			PQclear(PQexec(s->admin, "ROLLBACK"));
+		if (done || meanwhile)
+			st = ddl_trigger_check(s->admin, err, errlen);
+		else if (!denied)
+			st = DDL_TRIGGER_FAILED,
+			errf(err, errlen, "creating cdc's DDL event trigger failed: %s", why);
+	}
+	if (st == DDL_TRIGGER_OK)
+		return SOURCE_OK;
+	if (st != DDL_TRIGGER_MISSING)
+		return st == DDL_TRIGGER_FAILED && PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY
+										       : SOURCE_FATAL;
+	buf path = {0}, file = {0};
+	buf_printf(&path, "%s/ddl-trigger.sql", s->state_dir);
+	buf_printf(&file, "-- cdc's DDL event trigger (source.ddl): run as a superuser in database %s\n%s",
+		   PQdb(s->admin), ddl_trigger_sql);
+	char ferr[256];
+	bool written = file_replace(path.data, file.data, file.len, 0644, ferr, sizeof(ferr));
+	errf(err, errlen,
+	     "source.ddl: cdc's DDL event trigger is not in database %s%s%s, and only a superuser can "
+	     "create an event trigger: have one run `psql -d %s -f %s` (%s%s), then start cdc again, or "
+	     "set source.ddl: false",
+	     PQdb(s->admin), s->create ? " and cdc could not create it: " : " (source.create is off)",
+	     s->create ? why : "", PQdb(s->admin), written ? path.data : "FILE",
+	     written ? "the statements, written just now" : "FILE: the statements in README \"DDL events\"; ",
+	     written ? "" : ferr);
+	buf_free(&path);
+	buf_free(&file);
+	return SOURCE_FATAL;
+}
+
+/* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
+ * the server marks all their columns as identity, but a row's key is its primary key. */
+static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, size_t errlen)
+{
+	const char *params[] = {s->publication};
+	PGresult *res =
+	    exec_params(s->admin,
+			"SELECT c.oid, a.attname FROM pg_catalog.pg_publication_tables pt "
+			"JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
+			"JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+			"JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+			"JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey) "
+			"WHERE pt.pubname = $1 AND c.relreplident = 'f' ORDER BY c.oid",
+			1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up primary keys", err, errlen);
+	int n = PQntuples(res);
+	const char **names = xcalloc((size_t)n + 1, sizeof(char *));
+	for (int i = 0, first = 0; i < n; i++) {
+		names[i - first] = PQgetvalue(res, i, 1);
+		if (i + 1 == n || strcmp(PQgetvalue(res, i + 1, 0), PQgetvalue(res, i, 0)) != 0) {
+			pgo_relcache_set_primary_key(rc, (uint32_t)strtoul(PQgetvalue(res, i, 0), NULL, 10),
+						     names, (size_t)(i + 1 - first));
+			first = i + 1;
+		}
+	}
+	free(names);
+	PQclear(res);
+	return SOURCE_OK;
+}
+
+typedef pg_slot_row slot_row;
+
+static source_result read_slot(source *s, slot_row *row, char *err, size_t errlen)
+{
+	const char *params[] = {s->slot};
+	PGresult *res = exec_params(s->admin, pg_slot_sql, 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "looking up the replication slot", err, errlen);
+	pg_slot_parse(res, row);
+	PQclear(res);
+	if (row->exists && strcmp(row->database, row->current_database) != 0 &&
+	    strcmp(row->type, "logical") == 0) {
+		errf(err, errlen, "replication slot %s belongs to database %s, but source.dsn connects to %s",
+		     s->slot, row->database, row->current_database);
+		return SOURCE_FATAL;
+	}
+	return SOURCE_OK;
+}
+
+/* exists_ok: a slot another process created meanwhile will do (at a start; a re-sync must create
+ * its own). */
+static source_result create_slot(source *s, bool exists_ok, char *err, size_t errlen)
+{
+	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). */
+	const char *params[] = {s->slot, PQserverVersion(s->admin) >= 150000 ? "true" : "false"};
+	const char *sql =
+	    PQserverVersion(s->admin) >= 140000
+		? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', "
+		  "false, $2::bool)"
+		: "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
+	PGresult *res = exec_params(s->admin, sql, PQserverVersion(s->admin) >= 140000 ? 2 : 1, params);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK && exists_ok && created_meanwhile(res)) {
+		PQclear(res);
+		log_info("replication slot created by another process meanwhile; using it", "slot=%s",
+			 s->slot);
+		return SOURCE_OK;
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
+	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot,
+		 PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return SOURCE_OK;
+}
+
+/* PostgreSQL lets one connection stream a slot: whoever holds it is active, this cdc a standby. */
+static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
+{
+	errf(err, errlen, "replication slot %s is streamed by another process (walsender PID %d)", s->slot,
+	     pid);
+	s->holder = pid;
+	return SOURCE_BUSY;
+}
+
+/* Every way the slot can be unusable, each with what to do about it. */
+static source_result check_slot(source *s, const slot_row *row, const state *st, bool have_st, char *err,
+				size_t errlen)
+{
+	char rec[LSN_STRLEN], cur[LSN_STRLEN];
+	lsn_format(have_st ? st->flushed_lsn : 0, rec);
+	lsn_format(row->confirmed_flush, cur);
+	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
+		errf(err, errlen,
+		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
+		     "pgoutput: "
+		     "choose another source.slot, or drop this one if nothing else uses it",
+		     s->slot, row->plugin[0] ? row->plugin : "none", row->type);
+		return SOURCE_FATAL;
+	}
+	if (strcmp(row->wal_status, "lost") == 0) {
+		errf(
+		    err, errlen,
+		    "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
+		    "gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot and "
+		    "backfill every subscription, or drop the slot (SELECT pg_drop_replication_slot('%s')), "
+		    "resynchronise consumers from the tables, and start again",
+		    s->slot, cur, s->slot);
+		s->gap = SOURCE_GAP_SLOT_LOST;
+		return SOURCE_GAP;
+	}
+	/* Before the position: a standby's record is behind a slot that another cdc streams. */
+	if (row->active_pid)
+		return slot_busy(s, row->active_pid, err, errlen);
+	if (have_st && row->confirmed_flush > st->flushed_lsn && !s->after_standby) {
+		errf(err, errlen,
+		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
+		     "something else consumed or advanced the slot, or it was dropped and recreated, so "
+		     "changes in between may never have been delivered. Set source.on_slot_lost: resync to "
+		     "have cdc recreate the slot and backfill every subscription, or resynchronise "
+		     "consumers, then remove %s to accept the slot's position",
+		     s->slot, cur, rec, "state_dir/position");
+		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost: what it skipped is gone */
+		return SOURCE_GAP;
+	}
+	return SOURCE_OK;
+}
+
+static source_result identify(source *s, state *st, bool have_st, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(s->repl, "IDENTIFY_SYSTEM");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) < 1 || PQntuples(res) != 1)
+		return query_failed(s->repl, res, "IDENTIFY_SYSTEM", err, errlen);
+	snprintf(s->system_id, sizeof(s->system_id), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	if (have_st && strcmp(st->system_id, s->system_id) != 0) {
+		errf(err, errlen,
+		     "state_dir belongs to database system %s, but the server is system %s: give this server "
+		     "its "
+		     "own state_dir",
+		     st->system_id, s->system_id);
+		return SOURCE_FATAL;
+	}
+	if (have_st && strcmp(st->slot, s->slot) != 0) {
+		errf(
+		    err, errlen,
+		    "state_dir records the position of slot %s, but source.slot is %s: use another state_dir",
+		    st->slot, s->slot);
+		return SOURCE_FATAL;
+	}
+	return SOURCE_OK;
+}
+
+static source_result start_replication(source *s, uint64_t start, char *err, size_t errlen)
+{
+	int v = PQserverVersion(s->repl);
+	s->proto.proto_version = pg_protocol_for(v);
+	s->proto.stream_abort_info = s->proto.proto_version >= 4;
+	char lsn[LSN_STRLEN];
+	lsn_format(start, lsn);
+	/* The slot is a quoted identifier of the replication grammar; publication_names is a string
+	 * literal holding a list of identifiers that pgoutput splits at commas, so the publication is
+	 * quoted twice: as an identifier ("" for a quote), then as a literal ('' for a quote). */
+	buf pubs = {0}, sql = {0};
+	pg_append_quoted(&pubs, s->publication, '"');
+	buf_puts(&sql, "START_REPLICATION SLOT ");
+	pg_append_quoted(&sql, s->slot, '"');
+	buf_printf(&sql, " LOGICAL %s (proto_version '%d', publication_names ", lsn, s->proto.proto_version);
+	pg_append_quoted(&sql, pubs.data, '\'');
+	buf_free(&pubs);
+	if (s->proto.proto_version >= 2)
+		buf_printf(&sql, ", messages 'true', streaming '%s'",
+			   s->proto.proto_version >= 4 ? "parallel" : "on");
+	if (s->proto.proto_version >= 3)
+		buf_puts(&sql, ", two_phase 'on'");
+	buf_putc(&sql, ')');
+	PGresult *res = PQexec(s->repl, sql.data);
+	buf_free(&sql);
+	if (PQresultStatus(res) != PGRES_COPY_BOTH)
+		return query_failed(s->repl, res, "START_REPLICATION", err, errlen);
+	PQclear(res);
+	if (PQsetnonblocking(s->repl, 1) != 0) {
+		errf(err, errlen, "cannot make the replication connection non-blocking");
+		return SOURCE_RETRY;
+	}
+	log_info("streaming", "slot=%s publication=%s from=%s protocol=%d server=%d", s->slot, s->publication,
+		 lsn, s->proto.proto_version, v);
+	return SOURCE_OK;
+}
+
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen)
+{
+	source_disconnect(s);
+	source_result r = SOURCE_RETRY;
+	slot_row row;
+	if (!(s->admin = connect_db(s, false, err, errlen)) ||
+	    !(s->repl = connect_db(s, true, err, errlen))) {
+		if (s->dsn_invalid)
+			r = SOURCE_FATAL;
+		goto out;
+	}
+	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
+	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
+	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
+	    (s->ddl && (r = ensure_ddl_trigger(s, err, errlen)) != SOURCE_OK) ||
+	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (!row.exists) {
+		if (have_st) {
+			char rec[LSN_STRLEN];
+			lsn_format(st->flushed_lsn, rec);
+			errf(err, errlen,
+			     "replication slot %s does not exist, but cdc recorded position %s in it: the "
+			     "slot was dropped and changes after %s are lost. cdc does not recreate it "
+			     "silently: set source.on_slot_lost: resync to have it recreate the slot and "
+			     "backfill every subscription, or resynchronise consumers, then remove "
+			     "state_dir/position to start from a new slot",
+			     s->slot, rec, rec);
+			s->gap = SOURCE_GAP_SLOT_LOST;
+			r = SOURCE_GAP;
+			goto out;
+		}
+		if (!s->create) {
+			errf(err, errlen,
+			     "replication slot %s does not exist: create it with "
+			     "SELECT pg_create_logical_replication_slot('%s', 'pgoutput') or set "
+			     "source.create: true",
+			     s->slot, s->slot);
+			r = SOURCE_FATAL;
+			goto out;
+		}
+		if ((r = create_slot(s, true, err, errlen)) != SOURCE_OK ||
+		    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+			goto out;
+	}
+	if ((r = check_slot(s, &row, st, have_st, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (have_st && row.confirmed_flush < st->flushed_lsn) {
+		char rec[LSN_STRLEN], cur[LSN_STRLEN];
+		lsn_format(st->flushed_lsn, rec);
+		lsn_format(row.confirmed_flush, cur);
+		/* The server saves confirmed positions lazily; after its crash the slot can be behind. */
+		log_info("slot is behind the recorded position (the server restarted without saving it); "
+			 "resuming from the recorded one",
+			 "slot=%s slot_lsn=%s recorded=%s", s->slot, cur, rec);
+	}
+	if (!have_st || row.confirmed_flush > st->flushed_lsn)
+		st->flushed_lsn = row.confirmed_flush;
+	snprintf(st->system_id, sizeof(st->system_id), "%s", s->system_id);
+	snprintf(st->slot, sizeof(st->slot), "%s", s->slot);
+	r = start_replication(s, st->flushed_lsn, err, errlen);
+out:
+	if (r != SOURCE_OK) {
+		source_disconnect(s);
+		source_redact(s, err, errlen);
+	}
+	return r;
+}
+
+int source_fd(const source *s)
+{
+	return s->repl ? PQsocket(s->repl) : -1;
+}
+
+bool source_connected(const source *s)
+{
+	struct pollfd p = {.fd = source_fd(s), .events = POLLRDHUP};
+	return p.fd >= 0 && poll(&p, 1, 0) >= 0 && !(p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+int source_server_version(const source *s)
+{
+	return s->repl ? PQserverVersion(s->repl) : 0;
+}
+
+const pgo_options *source_protocol(const source *s)
+{
+	return &s->proto;
+}
+
+/* The walsender decodes each change with the catalog as of that change: a publication created
+ * after the slot's position does not exist there yet, and every start fails the same way. */
+static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
+		return false;
+	errf(err, errlen,
+	     "the server cannot decode the slot's changes: %s. The publication was created after the "
+	     "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
+	     "it was then, so every start fails the same way. Ways out: set "
+	     "source.on_publication_newer: resync to have cdc move the slot to the current WAL position "
+	     "and backfill every subscription (the changes in between arrive as reads of the rows as "
+	     "they are now); or drop the slot and remove state_dir/position to start afresh; or, if "
+	     "nothing else needs them, move the slot yourself past the publication's creation",
+	     pg_one_line(msg), s->slot);
+	source_redact(s, err, errlen);
+	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
+	return true;
+}
+
+static source_result lost(source *s, const char *what, char *err, size_t errlen)
+{
+	errf(err, errlen, "replication connection lost (%s): %s", what, pg_one_line(PQerrorMessage(s->repl)));
+	source_redact(s, err, errlen);
+	return SOURCE_RETRY;
+}
+
+void source_batch(source *s, bool on)
+{
+	int lowat = on ? SOURCE_BATCH_BYTES : 1;
+	if (s->repl && setsockopt(PQsocket(s->repl), SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) != 0)
+		log_debug("cannot set SO_RCVLOWAT on the replication socket", "error=\"%s\"",
+			  strerror(errno));
+	s->batching = on;
+}
+
+source_result source_read(source *s, const source_handler *h, char *err, size_t errlen)
+{
+	if (!PQconsumeInput(s->repl))
+		return lost(s, "read", err, errlen);
+	/* libpq reads one buffer (16 kB or so) at a time: batching, read on while that brings messages,
+	 * up to SOURCE_BATCH_READS buffers, so that the event loop (sinks, timers, the status socket)
+	 * has its turn however fast the server sends */
+	int more = s->batching ? SOURCE_BATCH_READS : 0;
+	for (bool got = false;;) {
+		char *msg = NULL;
+		int n = PQgetCopyData(s->repl, &msg, 1);
+		if (n == 0 && got && more-- > 0) {
+			got = false;
+			if (!PQconsumeInput(s->repl))
+				return lost(s, "read", err, errlen);
+			continue;
+		}
+		if (n == 0)
+			return SOURCE_OK;
+		got = true;
+		if (n == -2)
+			return lost(s, "read", err, errlen);
+		if (n == -1) {
+			PGresult *res = PQgetResult(s->repl);
+			source_result r = publication_newer(s, res, err, errlen)
+					      ? SOURCE_GAP
+					      : lost(s, "the server ended the stream", err, errlen);
+			PQclear(res);
+			return r;
+		}
+		const uint8_t *p = (const uint8_t *)msg;
+		bool ok;
+		if (p[0] == 'w' && n >= 25) {
+			ok = h->xlogdata(h->ctx, p + 25, (size_t)n - 25, get_be64(p + 1), err, errlen);
+		} else if (p[0] == 'k' && n >= 18) {
+			ok = h->keepalive(h->ctx, get_be64(p + 1), p[17] != 0, err, errlen);
+		} else {
+			ok = errf(err, errlen,
+				  "unexpected replication message '%c' of %d bytes from the server",
+				  p[0] >= 0x20 && p[0] < 0x7f ? p[0] : '?', n);
+		}
+		PQfreemem(msg);
+		if (!ok)
+			return SOURCE_FATAL;
+	}
+}
+
+source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
+				 size_t errlen)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec - PGO_EPOCH_OFFSET_US;
+	uint8_t m[34];
+	m[0] = 'r';
+	put_be64(m + 1, write_lsn);	 /* received and written */
+	put_be64(m + 9, flush_lsn);	 /* delivered to every sink that wants it: the slot may move here */
+	put_be64(m + 17, flush_lsn);	 /* applied: the same as flushed, cdc applies nothing itself */
+	put_be64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
+	m[33] = reply ? 1 : 0;		 /* ask for an immediate keepalive back */
+	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
+		return lost(s, "write", err, errlen);
+	return SOURCE_OK;
+}
+
+bool source_output_pending(source *s)
+{
+	return s->repl && PQflush(s->repl) == 1;
+}
+
+/* Takes the result of a heartbeat or slot health query. */
+static void admin_result(source *s, PGresult *res)
+{
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (s->admin_busy == ADMIN_HEARTBEAT) {
+		if (!ok)
+			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
+			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
+			     "pg_logical_emit_message(boolean, text, text))",
+			     pg_one_line(PQresultErrorMessage(res)));
+		return;
+	}
+	s->health = (source_slot_health){0};
+	if (!ok)
+		return;
+	pg_slot_row row;
+	pg_slot_parse(res, &row);
+	if (!row.exists)
+		return; /* no such slot any more: streaming will say so */
+	s->health.known = true;
+	snprintf(s->health.wal_status, sizeof(s->health.wal_status), "%s", row.wal_status);
+	s->health.safe_wal_size_known = row.safe_wal_size_known;
+	s->health.safe_wal_size = row.safe_wal_size;
+	s->health.max_keep_size = row.max_keep_size;
+}
+
+/* Sends a query on the ordinary connection without waiting, after collecting the answer of the
+ * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
+static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params,
+		       bool *sent, char *err, size_t errlen)
+{
+	*sent = false;
+	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
+		PQfinish(s->admin);
+		s->admin_busy = ADMIN_IDLE;
+		if (!(s->admin = connect_db(s, false, err, errlen)))
+			return false;
+	}
+	if (s->admin_busy != ADMIN_IDLE) {
+		if (!PQconsumeInput(s->admin))
+			return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+		if (PQisBusy(s->admin))
+			return true; /* still running: do not pile up */
+		PGresult *res;
+		while ((res = PQgetResult(s->admin))) {
+			admin_result(s, res);
+			PQclear(res);
+		}
+		s->admin_busy = ADMIN_IDLE;
+	}
+	if (!PQsendQueryParams(s->admin, sql, nparams, NULL, params, NULL, NULL, 0))
+		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+	s->admin_busy = kind;
+	*sent = true;
+	return true;
+}
+
+bool source_heartbeat(source *s, char *err, size_t errlen)
+{
+	bool sent;
+	char why[512];
+	if (!admin_send(s, ADMIN_HEARTBEAT,
+			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')",
+			0, NULL, &sent, why, sizeof(why))) {
+		errf(err, errlen, "heartbeat: %s", why);
+		source_redact(s, err, errlen);
+		return false;
+	}
+	if (!s->heartbeat_error[0])
+		return true;
+	errf(err, errlen, "%s", s->heartbeat_error);
+	s->heartbeat_error[0] = '\0';
+	source_redact(s, err, errlen);
+	return false;
+}
+
+bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen)
+{
+	bool sent;
+	const char *params[] = {s->slot};
+	bool ok = admin_send(s, ADMIN_HEALTH, pg_slot_sql, 1, params, &sent, err, errlen);
+	*h = s->health;
+	if (!ok)
+		source_redact(s, err, errlen);
+	return ok;
+}
+
+source_gap_kind source_gap(const source *s)
+{
+	return s->gap;
+}
+
+/* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
+ * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
+ * publication does not matter). */
+source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen)
+{
+	source_disconnect(s);
+	source_result r = SOURCE_RETRY;
+	slot_row row;
+	const char *params[] = {s->slot};
+	PGresult *res = NULL;
+	if (!(s->admin = connect_db(s, false, err, errlen)) ||
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (row.active_pid) {
+		r = slot_busy(s, row.active_pid, err, errlen);
+		goto out;
+	}
+	if (gap == SOURCE_GAP_SLOT_LOST && row.exists) {
+		res = exec_params(s->admin, "SELECT pg_catalog.pg_drop_replication_slot($1)", 1, params);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+			r = query_failed(s->admin, res, "dropping the lost replication slot", err, errlen);
+			res = NULL;
+			goto out;
+		}
+	}
+	if (gap == SOURCE_GAP_SLOT_LOST)
+		r = create_slot(s, false, err, errlen);
+	else {
+		res = exec_params(s->admin,
+				  "SELECT end_lsn FROM pg_catalog.pg_replication_slot_advance($1, "
+				  "pg_catalog.pg_current_wal_lsn())",
+				  1, params);
+		r = PQresultStatus(res) == PGRES_TUPLES_OK
+			? SOURCE_OK
+			: query_failed(s->admin, res, "moving the replication slot", err, errlen);
+		if (r != SOURCE_OK)
+			res = NULL;
+	}
+	if (r == SOURCE_OK && (r = read_slot(s, &row, err, errlen)) == SOURCE_OK)
+		*lsn = row.confirmed_flush;
+out:
+	PQclear(res);
+	if (r != SOURCE_OK) {
+		source_disconnect(s);
+		source_redact(s, err, errlen);
+	}
+	return r;
+}
+
+source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen)
+{
+	const char *params[] = {json};
+	PGresult *res = exec_params(
+	    s->admin, "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX "', $1)", 1,
+	    params);
+	source_result r = PQresultStatus(res) == PGRES_TUPLES_OK
+			      ? SOURCE_OK
+			      : query_failed(s->admin, res, "writing the re-sync marker", err, errlen);
+	if (r == SOURCE_OK)
+		PQclear(res);
+	source_disconnect(s);
+	source_redact(s, err, errlen);
+	return r;
+}
+
+int source_holder(const source *s)
+{
+	return s->holder;
+}
+
+void source_after_standby(source *s, bool yes)
+{
+	s->after_standby = yes;
+}

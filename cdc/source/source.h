@@ -1,0 +1,112 @@
+/* source.h: the PostgreSQL side. Checks (and with source.create makes) the publication and the
+ * pgoutput slot, compares the slot with the position recorded in state_dir, streams with
+ * START_REPLICATION at the highest pgoutput protocol the server has, and sends standby status
+ * updates. A second, ordinary connection runs the setup queries and the heartbeat. */
+#ifndef CDC_SOURCE_H
+#define CDC_SOURCE_H
+
+#include "cdc/config/config.h"
+#include "cdc/source/state.h"
+#include "decoder/pgoutput.h"
+
+/* Prefix of the logical messages source.heartbeat writes; they are never delivered as events. */
+#define SOURCE_HEARTBEAT_PREFIX "cdc.heartbeat"
+/* Prefix of the logical message a re-sync writes: delivered to every subscription as its marker. */
+#define SOURCE_RESYNC_PREFIX "cdc.resync"
+
+typedef enum source_result {
+	SOURCE_OK,
+	SOURCE_RETRY, /* transient: connection lost or refused, slot busy: try again later */
+	SOURCE_FATAL, /* needs a human: the message says what happened and what to do */
+	/* The slot cannot send what follows cdc's position (source_gap() says why): a human, or a
+	 * re-sync (source_resync), must decide; the message says what happened and the ways out. */
+	SOURCE_GAP,
+	/* Another process streams the slot (source_holder() says which): wait as a standby. */
+	SOURCE_BUSY,
+} source_result;
+
+typedef enum source_gap_kind {
+	SOURCE_GAP_SLOT_LOST,	      /* dropped, or its WAL is gone (wal_status lost) */
+	SOURCE_GAP_PUBLICATION_NEWER, /* created after the slot's position: the server cannot decode */
+} source_gap_kind;
+
+typedef struct source_handler {
+	void *ctx;
+	/* One XLogData payload (a pgoutput message) that starts at WAL position lsn. */
+	bool (*xlogdata)(void *ctx, const uint8_t *data, size_t len, uint64_t lsn, char *err, size_t errlen);
+	/* A keepalive: the server has sent everything up to wal_end. */
+	bool (*keepalive)(void *ctx, uint64_t wal_end, bool reply_requested, char *err, size_t errlen);
+} source_handler;
+
+typedef struct source source;
+
+/* Copies what it needs from c. */
+source *source_new(const cfg *c);
+void source_free(source *s);
+
+/* Replaces in err (NUL-terminated, errlen bytes) every password of source.dsn (password and
+ * sslpassword, also inside a dbname that is a connection string) and of PGPASSWORD, when 4 bytes or
+ * longer, by "********", cutting the message short if it must. Every error the source returns has
+ * been through it already; for messages about the source made elsewhere. */
+void source_redact(const source *s, char *err, size_t errlen);
+
+/* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
+ * success it holds the position streaming starts from, to be recorded by the caller. The primary
+ * keys of published REPLICA IDENTITY FULL tables go to rc. */
+source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, char *err, size_t errlen);
+/* The replication connection's socket while streaming, else -1. */
+int source_fd(const source *s);
+/* False once the server closed the replication connection, although what it sent last is not read
+ * yet (a walsender ended while this process was stopped, say): asks the kernel, reads nothing. */
+bool source_connected(const source *s);
+const pgo_options *source_protocol(const source *s);
+/* The server's version number (150008 for 15.8) while connected, else 0. */
+int source_server_version(const source *s);
+/* Drains everything the server has sent, calling h for each message. */
+source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
+/* Reading a backlog in larger pieces: the server sends one message per write, so a reader faster
+ * than its decoding wakes for every few hundred bytes (a drain of 1,000,000 rows woke cdc 120,000
+ * to 350,000 times, and those wake-ups doubled its CPU). While on, the socket is readable only
+ * once SOURCE_BATCH_BYTES have arrived (SO_RCVLOWAT) and source_read takes all the kernel holds
+ * (up to SOURCE_BATCH_READS of libpq's buffers); the caller must then also read every few
+ * milliseconds, for what stays below the mark. */
+#define SOURCE_BATCH_BYTES (64 * 1024)
+#define SOURCE_BATCH_READS 16
+void source_batch(source *s, bool on);
+/* Sends a standby status update: received up to write_lsn, durable up to flush_lsn. */
+source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
+				 size_t errlen);
+/* True while output is queued in libpq (wait for the socket to be writable, then call again). */
+bool source_output_pending(source *s);
+/* The PID (on the server) of the walsender that held the slot at the last SOURCE_BUSY. */
+int source_holder(const source *s);
+/* A standby saw another process stream the slot: the slot's position may then be ahead of the
+ * one recorded in state_dir (the other cdc moved it), which a start otherwise refuses. */
+void source_after_standby(source *s, bool yes);
+/* Why the last SOURCE_GAP came. */
+source_gap_kind source_gap(const source *s);
+/* Re-syncs after a gap: recreates a lost slot, or moves the slot to the server's current WAL
+ * position (past the publication's creation); *lsn gets the slot's new position. Changes before it
+ * are skipped: the caller backfills the tables, then writes the marker (source_resync_marker). */
+source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen);
+/* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
+ * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
+source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
+/* Writes a heartbeat message through the ordinary connection, without blocking; reports the
+ * outcome of the previous one by its return value (false: it failed, err says why). */
+bool source_heartbeat(source *s, char *err, size_t errlen);
+
+/* The slot's health as pg_replication_slots tells it. */
+typedef struct source_slot_health {
+	bool known;
+	char wal_status[16];	  /* reserved, extended, unreserved, lost */
+	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
+	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
+	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
+} source_slot_health;
+/* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
+ * answer (known false until one came). False with err if the connection failed. */
+bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen);
+void source_disconnect(source *s);
+
+#endif

@@ -1,0 +1,175 @@
+/* state.c: see state.h. The file is a few "key value" lines, easy to read by a human. */
+#include "cdc/source/state.h"
+
+#include "decoder/base/fsutil.h"
+#include "decoder/base/worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_FILE "position"
+
+int state_lock(const char *dir, char *err, size_t errlen)
+{
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		errf(err, errlen, "cannot create state_dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		errf(err, errlen,
+		     "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
+		     dir, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+bool state_read(const char *dir, state *st, bool *found, char *err, size_t errlen)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	memset(st, 0, sizeof(*st));
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		if (errno == ENOENT) {
+			*found = false;
+			return true;
+		}
+		return errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+	}
+	char line[256], lsn[32] = "";
+	bool ok = true;
+	while (ok && fgets(line, sizeof(line), f)) {
+		if (line[0] == '#' || line[0] == '\n')
+			continue;
+		if (sscanf(line, "system_identifier %31s", st->system_id) == 1 ||
+		    sscanf(line, "slot %63s", st->slot) == 1 || sscanf(line, "flushed_lsn %31s", lsn) == 1)
+			continue;
+		if (strcmp(line, "streamed_by_another_process\n") == 0) {
+			st->shared = true;
+			continue;
+		}
+		ok = errf(err, errlen, "%s: unexpected line \"%.*s\"", path, (int)strcspn(line, "\n"), line);
+	}
+	fclose(f);
+	if (ok && (!st->system_id[0] || !st->slot[0] || !lsn_parse(lsn, &st->flushed_lsn)))
+		ok = errf(err, errlen,
+			  "%s is incomplete or corrupt; if the slot is intact, remove the file to start from "
+			  "the slot's position",
+			  path);
+	*found = ok;
+	return ok;
+}
+
+bool state_write(const char *dir, const state *st, char *err, size_t errlen)
+{
+	char path[4096], lsn[LSN_STRLEN];
+	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
+	lsn_format(st->flushed_lsn, lsn);
+	char text[512];
+	int n = snprintf(
+	    text, sizeof(text),
+	    "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
+	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s",
+	    st->system_id, st->slot, lsn, st->shared ? "streamed_by_another_process\n" : "");
+	return file_replace(path, text, (size_t)n, 0600, err, errlen);
+}
+
+/* ---- the writer thread ---- */
+
+struct state_writer {
+	char *dir;
+	worker *w;
+	/* under the worker's lock */
+	state next, done;
+	bool have_done, failed;
+	char err[512];
+};
+
+/* On the worker: writes the latest state posted, and records what is durable or why not. */
+static void write_latest(void *arg)
+{
+	state_writer *sw = arg;
+	worker_lock(sw->w);
+	state st = sw->next;
+	worker_unlock(sw->w);
+	char err[512];
+	bool ok = state_write(sw->dir, &st, err, sizeof(err));
+	worker_lock(sw->w);
+	if (ok) {
+		sw->done = st;
+		sw->have_done = true;
+	} else if (!sw->failed) {
+		sw->failed = true;
+		memcpy(sw->err, err, sizeof(err));
+	}
+	worker_unlock(sw->w);
+}
+
+state_writer *state_writer_new(const char *dir, char *err, size_t errlen)
+{
+	state_writer *sw = xcalloc(1, sizeof(*sw));
+	sw->dir = xstrdup(dir);
+	if (!(sw->w = worker_new("records the position", write_latest, sw, err, errlen))) {
+		free(sw->dir);
+		free(sw);
+		return NULL;
+	}
+	return sw;
+}
+
+void state_writer_free(state_writer *sw)
+{
+	if (!sw)
+		return;
+	worker_free(sw->w);
+	free(sw->dir);
+	free(sw);
+}
+
+int state_writer_fd(const state_writer *sw)
+{
+	return worker_fd(sw->w);
+}
+
+void state_writer_post(state_writer *sw, const state *st)
+{
+	worker_lock(sw->w);
+	sw->next = *st;
+	worker_unlock(sw->w);
+	worker_kick(sw->w);
+}
+
+bool state_writer_durable(state_writer *sw, state *st, bool *found, char *err, size_t errlen)
+{
+	worker_clear(sw->w);
+	worker_lock(sw->w);
+	bool ok = !sw->failed;
+	if (!ok)
+		errf(err, errlen, "%s", sw->err);
+	*found = sw->have_done;
+	if (sw->have_done)
+		*st = sw->done;
+	worker_unlock(sw->w);
+	return ok;
+}
+
+void state_writer_wait(state_writer *sw)
+{
+	worker_wait(sw->w);
+}

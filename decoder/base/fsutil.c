@@ -1,0 +1,67 @@
+/* fsutil.c: see fsutil.h. The directory is synced too: a rename is durable only once the directory
+ * entry is. */
+#include "decoder/base/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bool file_write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+bool file_replace(const char *path, const void *data, size_t len, mode_t mode, char *err, size_t errlen)
+{
+	size_t plen = strlen(path);
+	char *tmp = xmalloc(plen + sizeof ".tmp");
+	memcpy(tmp, path, plen);
+	memcpy(tmp + plen, ".tmp", sizeof ".tmp");
+	/* the directory: what comes before the last '/', "." without one, "/" for a file in / */
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? xmalloc((size_t)(slash - path) + 2) : xstrdup(".");
+	if (slash) {
+		size_t dlen = slash == path ? 1 : (size_t)(slash - path);
+		memcpy(dir, path, dlen);
+		dir[dlen] = '\0';
+	}
+	bool ok = false;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0) {
+		errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+		goto out;
+	}
+	bool written = file_write_all(fd, data, len) && fsync(fd) == 0;
+	int saved = errno;
+	if (close(fd) != 0 && written)
+		written = false, saved = errno;
+	if (!written || rename(tmp, path) != 0) {
+		errf(err, errlen, "cannot write %s: %s", written ? path : tmp,
+		     strerror(written ? errno : saved));
+		unlink(tmp);
+		goto out;
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ok = dfd >= 0 && fsync(dfd) == 0;
+	if (!ok)
+		errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
+	if (dfd >= 0)
+		close(dfd);
+out:
+	free(tmp);
+	free(dir);
+	return ok;
+}

@@ -1,0 +1,20 @@
+/* fsutil.h: files written so that a crash leaves either the old or the new content, never a mix:
+ * the position file, the overlay of live subscriptions. */
+#ifndef CDC_FSUTIL_H
+#define CDC_FSUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "decoder/base/util.h"
+
+/* Writes all len bytes of data to fd, through short writes and signals; false with errno set. */
+bool file_write_all(int fd, const void *data, size_t len) CDC_MUST_CHECK;
+/* Replaces path with len bytes of data, atomically and durably: writes path.tmp in the same
+ * directory (mode), fsyncs it, renames it over path and fsyncs the directory. False with a message
+ * naming the file in err; the temporary file does not stay behind. */
+bool file_replace(const char *path, const void *data, size_t len, mode_t mode, char *err,
+		  size_t errlen) CDC_MUST_CHECK;
+
+#endif

@@ -1,0 +1,147 @@
+/* json.c: see json.h. The one JSON writer: the event renderer, the status documents and the JSON
+ * log lines all write their text through it. */
+#include "decoder/base/json.h"
+
+#include <string.h>
+
+static inline void reserve(buf *b, size_t n)
+{
+	if (b->cap - b->len <= n)
+		buf_reserve(b, n);
+}
+
+/* Bytes that go into a JSON string as they are: printable ASCII but '"' and '\\'. */
+static inline bool plain(unsigned char c)
+{
+	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
+}
+
+void json_string(buf *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	/* Invariant: room for the rest of the input unescaped, the closing quote and the NUL. */
+	reserve(out, len + 2);
+	out->data[out->len++] = '"';
+	while (p < end) {
+		const unsigned char *run = p;
+		while (p < end && plain(*p))
+			p++;
+		memcpy(out->data + out->len, run, (size_t)(p - run));
+		out->len += (size_t)(p - run);
+		if (p == end)
+			break;
+		/* Every byte below writes at most 6 bytes per byte it consumes, and at most 6 at once. */
+		reserve(out, 6 + (size_t)(end - p) + 1);
+		char *w = out->data + out->len;
+		unsigned c = *p;
+		if (c == '"' || c == '\\') {
+			w[0] = '\\';
+			w[1] = (char)c;
+			out->len += 2;
+			p++;
+		} else if (c < 0x20) {
+			char esc = c == '\n'   ? 'n'
+				   : c == '\r' ? 'r'
+				   : c == '\t' ? 't'
+				   : c == '\b' ? 'b'
+				   : c == '\f' ? 'f'
+					       : 0;
+			w[0] = '\\';
+			if (esc) {
+				w[1] = esc;
+				out->len += 2;
+			} else {
+				memcpy(w + 1, "u00", 3);
+				w[4] = hex[c >> 4];
+				w[5] = hex[c & 15];
+				out->len += 6;
+			}
+			p++;
+		} else {
+			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			if (n) {
+				memcpy(w, p, n);
+				out->len += n;
+				p += n;
+			} else {
+				memcpy(w, "\xEF\xBF\xBD", 3); /* U+FFFD */
+				out->len += 3;
+				p += skip;
+			}
+		}
+	}
+	out->data[out->len++] = '"';
+	out->data[out->len] = '\0';
+}
+
+void json_str(buf *out, const char *s)
+{
+	if (s)
+		json_string(out, s, strlen(s));
+	else
+		json_null(out);
+}
+
+void json_u64(buf *out, uint64_t v)
+{
+	/* Digits backwards into a scratch: no printf on the event renderer's path. */
+	char tmp[20], *p = tmp + sizeof(tmp);
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	buf_append(out, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+void json_i64(buf *out, int64_t v)
+{
+	if (v < 0) {
+		buf_putc(out, '-');
+		json_u64(out, (uint64_t)0 - (uint64_t)v);
+	} else {
+		json_u64(out, (uint64_t)v);
+	}
+}
+
+void json_boolean(buf *out, bool v)
+{
+	buf_puts(out, v ? "true" : "false");
+}
+
+void json_null(buf *out)
+{
+	buf_append(out, "null", 4);
+}
+
+void json_sep(buf *out, bool *first)
+{
+	if (!*first)
+		buf_putc(out, ',');
+	*first = false;
+}
+
+void json_key(buf *out, bool *first, const char *key)
+{
+	json_sep(out, first);
+	json_string(out, key, strlen(key));
+	buf_putc(out, ':');
+}
+
+void json_key_str(buf *out, bool *first, const char *key, const char *v)
+{
+	json_key(out, first, key);
+	json_str(out, v);
+}
+
+void json_key_u64(buf *out, bool *first, const char *key, uint64_t v)
+{
+	json_key(out, first, key);
+	json_u64(out, v);
+}
+
+void json_key_boolean(buf *out, bool *first, const char *key, bool v)
+{
+	json_key(out, first, key);
+	json_boolean(out, v);
+}

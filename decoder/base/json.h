@@ -1,0 +1,29 @@
+/* json.h: JSON text for every part of cdc (the event renderer, the status documents, the JSON log
+ * lines): string literals escaped as RFC 8259 requires, numbers, literals, and the commas between
+ * members. Everything appends to a buf; nothing allocates but the buf's growth. */
+#ifndef CDC_JSON_H
+#define CDC_JSON_H
+
+#include "decoder/base/util.h"
+
+/* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
+ * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */
+void json_string(buf *out, const char *s, size_t len);
+/* A NUL-terminated string as a literal; NULL is null. */
+void json_str(buf *out, const char *s);
+void json_u64(buf *out, uint64_t v);
+void json_i64(buf *out, int64_t v);
+void json_boolean(buf *out, bool v);
+void json_null(buf *out);
+
+/* Members of an object and elements of an array: *first is true before the first one; every
+ * other gets a comma before it. */
+void json_sep(buf *out, bool *first);
+/* A member's key and colon, after the comma it needs. */
+void json_key(buf *out, bool *first, const char *key);
+/* A whole member: "key":value. */
+void json_key_str(buf *out, bool *first, const char *key, const char *v);
+void json_key_u64(buf *out, bool *first, const char *key, uint64_t v);
+void json_key_boolean(buf *out, bool *first, const char *key, bool v);
+
+#endif

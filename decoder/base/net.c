@@ -1,0 +1,119 @@
+/* net.c: see net.h. Modelled on Redis's anet.c: one small module every listener and client uses,
+ * with errors in the caller's buffer. */
+#include "decoder/base/net.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "decoder/base/log.h"
+
+static bool unix_addr(const char *path, struct sockaddr_un *sa, char *err, size_t errlen)
+{
+	*sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+	size_t n = strlen(path);
+	if (n >= sizeof(sa->sun_path))
+		return errf(err, errlen, "%s: path longer than %zu bytes", path, sizeof(sa->sun_path) - 1);
+	memcpy(sa->sun_path, path, n + 1);
+	return true;
+}
+
+/* bind() found path in use: replace it only if it is a socket nobody listens on. Anything else
+ * (a regular file, a directory, a live socket) may be someone's data or service: refused. */
+static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0)
+		return errf(err, errlen, "%s: %s", path, strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return errf(err, errlen, "%s: exists and is not a socket", path);
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe < 0)
+		return errf(err, errlen, "%s: socket: %s", path, strerror(errno));
+	int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa)), e = errno;
+	close(probe);
+	if (rc == 0)
+		return errf(err, errlen, "%s: another process is listening on it (is cdc already running?)",
+			    path);
+	if (e != ECONNREFUSED)
+		return errf(err, errlen, "%s: cannot tell whether it is in use: %s", path, strerror(e));
+	if (unlink(path) != 0)
+		return errf(err, errlen, "%s: cannot remove the stale socket: %s", path, strerror(errno));
+	log_info("removed a stale socket", "path=%s", path);
+	return true;
+}
+
+/* bind() under umask 0177: the file is never reachable by others, even before the chmod. */
+static int bind_private(int fd, const struct sockaddr_un *sa)
+{
+	mode_t old = umask(0177);
+	int rc = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	int e = errno;
+	umask(old);
+	errno = e;
+	return rc;
+}
+
+int net_unix_listen(const char *path, mode_t mode, int backlog, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	if (!unix_addr(path, &sa, err, errlen))
+		return -1;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
+	int rc = bind_private(fd, &sa);
+	if (rc != 0 && errno == EADDRINUSE) {
+		if (!remove_stale(path, &sa, err, errlen))
+			goto fail;
+		rc = bind_private(fd, &sa);
+	}
+	if (rc != 0) {
+		errf(err, errlen, "%s: %s (does its directory exist and is it writable?)", path,
+		     strerror(errno));
+		goto fail;
+	}
+	/* No one can connect before listen(), so the umask's mode is never exposed. */
+	if (chmod(path, mode) != 0 || listen(fd, backlog) != 0) {
+		errf(err, errlen, "%s: %s", path, strerror(errno));
+		unlink(path); /* ours: just bound */
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	if (!unix_addr(path, &sa, err, errlen)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
+	if (timeout_ms > 0) {
+		struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		return fd;
+	int e = errno;
+	close(fd);
+	errf(err, errlen, "%s: %s", path, strerror(e));
+	errno = e;
+	return -1;
+}
+
+int net_unix_connect(const char *path, char *err, size_t errlen)
+{
+	return net_unix_connect_timeout(path, 0, err, errlen);
+}

@@ -1,0 +1,230 @@
+/* util.c: see util.h. */
+#include "decoder/base/util.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *oom(size_t n)
+{
+	fprintf(stderr, "cdc: out of memory allocating %zu bytes\n", n);
+	abort();
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	return p ? p : oom(n);
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	return p ? p : oom(n * size);
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	return q ? q : oom(n);
+}
+
+char *xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	return memcpy(xmalloc(n), s, n);
+}
+
+void buf_reserve(buf *b, size_t extra)
+{
+	if (b->cap - b->len > extra)
+		return;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap - b->len <= extra)
+		cap *= 2;
+	b->data = xrealloc(b->data, cap);
+	b->cap = cap;
+}
+
+void buf_append(buf *b, const void *p, size_t n)
+{
+	buf_reserve(b, n);
+	if (n) /* p may be NULL then (an empty buf's data), which memcpy must not get */
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+void buf_puts(buf *b, const char *s)
+{
+	buf_append(b, s, strlen(s));
+}
+
+void buf_putc(buf *b, char c)
+{
+	buf_reserve(b, 1);
+	b->data[b->len++] = c;
+	b->data[b->len] = '\0';
+}
+
+void buf_printf(buf *b, const char *fmt, ...)
+{
+	/* Format into the spare room; only if it does not fit, grow and format again. */
+	buf_reserve(b, 64);
+	for (;;) {
+		size_t room = b->cap - b->len;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->data + b->len, room, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->data[b->len] = '\0';
+			return;
+		}
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		}
+		buf_reserve(b, (size_t)n);
+	}
+}
+
+void buf_reset(buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+void buf_free(buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}
+
+/* v in upper-case hex without leading zeros at p; returns the end. */
+static char *hex32(char *p, uint32_t v)
+{
+	int shift = 28;
+	while (shift > 0 && !(v >> shift))
+		shift -= 4;
+	for (; shift >= 0; shift -= 4)
+		*p++ = "0123456789ABCDEF"[(v >> shift) & 0xF];
+	return p;
+}
+
+/* By hand, not snprintf: every event's JSON carries two LSNs, and printf cost 7% of a backfill. */
+void lsn_format(uint64_t lsn, char out[LSN_STRLEN])
+{
+	char *p = hex32(out, (uint32_t)(lsn >> 32));
+	*p++ = '/';
+	*hex32(p, (uint32_t)lsn) = '\0';
+}
+
+bool lsn_parse(const char *s, uint64_t *lsn)
+{
+	unsigned int hi, lo;
+	int n = 0;
+	if (sscanf(s, "%8X/%8X%n", &hi, &lo, &n) != 2 || s[n] != '\0')
+		return false;
+	*lsn = ((uint64_t)hi << 32) | lo;
+	return true;
+}
+
+uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int64_t wall_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t wall_ms(void)
+{
+	return wall_us() / 1000;
+}
+
+bool errf(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return false;
+}
+
+/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
+ * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
+ * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
+size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
+{
+	unsigned c = p[0], lo = 0x80, hi = 0xBF;
+	size_t need;
+	if (c >= 0xC2 && c <= 0xDF) {
+		need = 1;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		need = 2;
+		if (c == 0xE0)
+			lo = 0xA0;
+		else if (c == 0xED)
+			hi = 0x9F;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		need = 3;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F;
+	} else {
+		*skip = 1;
+		return 0;
+	}
+	for (size_t i = 1; i <= need; i++) {
+		if (i >= avail || p[i] < lo || p[i] > hi) {
+			*skip = i;
+			return 0;
+		}
+		lo = 0x80;
+		hi = 0xBF;
+	}
+	return need + 1;
+}
+
+bool utf8_valid(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t skip, n = (unsigned char)s[i] < 0x80
+				     ? (s[i] != '\0')
+				     : utf8_seq((const unsigned char *)s + i, len - i, &skip);
+		if (n == 0)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+uint32_t utf8_codepoint(const unsigned char *p, size_t n)
+{
+	uint32_t cp = p[0] & (0x7Fu >> n);
+	for (size_t i = 1; i < n; i++)
+		cp = cp << 6 | (p[i] & 0x3Fu);
+	return cp;
+}
+
+void efd_signal(int fd)
+{
+	uint64_t one = 1;
+	if (write(fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+		abort();
+}

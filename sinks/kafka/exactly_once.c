@@ -1,0 +1,358 @@
+/* exactly_once.c: the Kafka sink's exactly-once cycle (kafka.exactly_once; README "Exactly once"). A
+ * Kafka transaction opens at the first event a source transaction has for Kafka, holds whole
+ * source transactions, and commits once they are whole (and old or big enough): first its events
+ * are acknowledged, then its position record goes out and is acknowledged, then EndTxn. What
+ * arrives meanwhile is held and goes out in the next one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder/base/log.h"
+#include "decoder/pgoutput.h"
+#include "sinks/kafka/internal.h"
+#include "sinks/kafka/position.h"
+
+/* Exactly once: the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and
+ * resumes at the next flush (the event loop is never held longer); the start waits for the
+ * brokers as long as a producer would for a message. */
+#define INIT_TIMEOUT_MS 30000
+#define COMMIT_CALL_MS 100
+#define ABORT_TIMEOUT_MS 30000
+/* While a commit waits for acknowledgements, the brokers' threads are woken at most this often. */
+#define NUDGE_MS 50
+
+/* How far Kafka holds the stream: the newest position record of this transactional.id. */
+static bool read_back(kafka_sink *k, uint64_t *position)
+{
+	char why[700];
+	if (kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties, k->set.positions_topic,
+				k->tid, INIT_TIMEOUT_MS, position, why, sizeof(why)))
+		return true;
+	kafka_fail(k, "cannot read the committed position back from Kafka", why);
+	return false;
+}
+
+/* Once per producer, before its first message: fences every older producer with the same
+ * transactional.id (the broker aborts what it left open) and reads back how far Kafka holds the
+ * stream. */
+static bool eo_prepare(kafka_sink *k)
+{
+	if (k->eo.ready)
+		return true;
+	rd_kafka_error_t *e = rd_kafka_init_transactions(k->rk, INIT_TIMEOUT_MS);
+	if (e) {
+		kafka_fail(k, "cannot start Kafka transactions", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+		return false;
+	}
+	uint64_t position;
+	if (!read_back(k, &position))
+		return false;
+	/* The positions topic's leader now (a broker that may creates the topic), not at the first
+	 * commit, which would wait for it after every event is acknowledged. */
+	rd_kafka_topic_t *t = rd_kafka_topic_new(k->rk, k->set.positions_topic, NULL);
+	const struct rd_kafka_metadata *md = NULL;
+	if (rd_kafka_metadata(k->rk, 0, t, &md, INIT_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(t);
+	k->eo.ready = true;
+	k->eo.position = k->stats.position = position;
+	char lsn[LSN_STRLEN];
+	lsn_format(position, lsn);
+	log_info("exactly once: Kafka holds the stream up to the position read back",
+		 "transactional_id=%s positions_topic=%s position=%s", k->tid, k->set.positions_topic, lsn);
+	return true;
+}
+
+static uint64_t stream_now(const kafka_sink *k)
+{
+	return k->stream_fn ? k->stream_fn(k->stream_ctx) : 1;
+}
+
+/* Whether the open Kafka transaction may end now (kafka_sink_watch_stream): not while the stream
+ * is lost; under a newer stream, once Kafka's position is read back unmoved. */
+static bool eo_stream_held(kafka_sink *k)
+{
+	uint64_t now = stream_now(k);
+	if (!now || now == k->eo.stream)
+		return now != 0;
+	uint64_t position;
+	if (!read_back(k, &position))
+		return false;
+	if (position != k->eo.position) {
+		k->eo.position = k->stats.position = position;
+		kafka_fail(k,
+			   "another process streamed the slot and committed to Kafka while this one had lost "
+			   "the stream",
+			   "the Kafka transaction is aborted; the slot sends what is after Kafka's position");
+		return false;
+	}
+	k->eo.stream = now;
+	return true;
+}
+
+/* A source transaction Kafka holds already, or the open Kafka transaction does: the slot sends it
+ * again after a crash between the Kafka commit and the slot's confirmation, or after the stream
+ * broke while a Kafka transaction was open. Nothing of it is produced again. */
+static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
+{
+	uint64_t held = k->eo.open ? k->eo.last.commit_lsn : k->eo.position;
+	if (c->commit_lsn > held)
+		return false;
+	k->stats.skipped += seq != k->eo.skipped_seq; /* once per source transaction */
+	k->eo.skipped_seq = seq;
+	if (!k->eo.skip_logged) {
+		char lsn[LSN_STRLEN];
+		lsn_format(c->commit_lsn, lsn);
+		log_info("exactly once: skipping source transactions Kafka already holds", "commit_lsn=%s",
+			 lsn);
+	}
+	k->eo.skip_logged = true;
+	return true;
+}
+
+/* The open Kafka transaction ended (committed, aborted or failed). */
+static void eo_closed(kafka_sink *k)
+{
+	k->eo.open = k->eo.committing = k->eo.ending = false;
+}
+
+static void eo_committed(kafka_sink *k)
+{
+	int64_t now = wall_us();
+	for (size_t i = 0; i < k->eo.nsources; i++) {
+		int64_t us = now - k->eo.sources[i].commit_time;
+		hist_add_n(&k->stats.latency, us > 0 ? (uint64_t)us : 0, k->eo.sources[i].events);
+	}
+	k->eo.nsources = 0;
+	eo_closed(k);
+	k->eo.committed_seq = k->eo.commit_seq;
+	k->eo.position = k->stats.position = k->eo.last.commit_lsn;
+	k->stats.commits++;
+}
+
+void kafka_eo_abort(kafka_sink *k)
+{
+	k->eo.nsources = 0;
+	eo_closed(k);
+	k->stats.aborts++;
+	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
+	if (e) {
+		kafka_fail(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+		return;
+	}
+	/* The purged messages' delivery reports, so the counts in flight come back to zero. */
+	for (uint64_t until = now_ms() + ABORT_TIMEOUT_MS; rd_kafka_outq_len(k->rk) > 0 && now_ms() < until;)
+		rd_kafka_poll(k->rk, 10);
+	char lsn[LSN_STRLEN];
+	lsn_format(k->eo.position, lsn);
+	log_info("exactly once: aborted the Kafka transaction; the slot sends its source transactions again",
+		 "position=%s", lsn);
+}
+
+/* Sends what is queued at once, not after linger.ms or librdkafka's wait to register the
+ * transaction's partitions (about 45 ms against the mock, measured): a flush that does not wait
+ * wakes the brokers' threads. */
+static void send_now(kafka_sink *k)
+{
+	rd_kafka_flush(k->rk, 0);
+	k->eo.woken_ms = now_ms();
+}
+
+/* The position record: the last of the Kafka transaction, produced once every other message of it
+ * is acknowledged, so that wherever it can be read (a broker without transactions' isolation, as
+ * the mock), every event before it can be too. */
+static void eo_position_record(kafka_sink *k)
+{
+	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+	t.xid = k->eo.last_xid;
+	t.commit_lsn = k->eo.last.commit_lsn;
+	t.commit_time = k->eo.last.commit_time;
+	t.events = k->eo.events;
+	buf_reset(&k->value);
+	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
+	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
+	rendered r = {.xid = t.xid};
+	if (kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
+			  kafka_headers(k, &r, "", t.commit_lsn, "Transaction"), k->last_ended))
+		k->eo.position_sent = true;
+	send_now(k);
+}
+
+/* Starts the commit of the open Kafka transaction. From now on nothing may be produced into it
+ * until it ends: what arrives is held. */
+static void eo_commit_start(kafka_sink *k)
+{
+	k->eo.committing = true;
+	k->eo.position_sent = false;
+	k->eo.commit_seq = k->last_ended;
+	send_now(k);
+}
+
+/* Once the brokers acknowledged every event, the position record; once they acknowledged that, ends
+ * the Kafka transaction (one round trip; a call that times out is resumed by the next). An
+ * abortable failure aborts, a fatal one (fenced: a newer cdc with the same transactional.id took
+ * over) fails the producer; either way the sink restarts. */
+static void eo_commit_end(kafka_sink *k)
+{
+	if (k->stats.in_flight) {
+		/* Their delivery reports call flush() again, and so does the daemon's tick. A broker
+		 * thread of librdkafka that finds a partition not yet registered with the transaction
+		 * sets itself no wake-up, and the registration wakes none (its source), so the message
+		 * waits for whatever wakes that thread next; nothing may, while what arrives is held
+		 * (debug log: a position record produced 43 ms after its registration). */
+		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
+			send_now(k);
+		return;
+	}
+	if (!k->eo.ending && !eo_stream_held(k))
+		return; /* a new stream, or a restart, comes */
+	if (!k->eo.position_sent) {
+		eo_position_record(k);
+		return;
+	}
+	k->eo.ending = true;
+	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
+	if (!e) {
+		eo_committed(k);
+		return;
+	}
+	if (rd_kafka_error_is_retriable(e)) {
+		rd_kafka_error_destroy(e);
+		return;
+	}
+	if (rd_kafka_error_txn_requires_abort(e)) {
+		kafka_fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
+		kafka_eo_abort(k);
+	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
+		/* another cdc on this slot took over */
+		kafka_fail(k, "fenced: a newer producer with the same transactional.id took over",
+			   rd_kafka_error_string(e));
+	} else {
+		kafka_fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
+	}
+	eo_closed(k);
+	rd_kafka_error_destroy(e);
+}
+
+/* Whether the open Kafka transaction should start its commit: it holds only whole source
+ * transactions, and it is old or big enough (by default at once: transactions pile up while one
+ * commits, so under load they grow by themselves), or force (a stop). */
+static bool eo_due(const kafka_sink *k, bool force)
+{
+	if (!k->eo.open || k->eo.committing || k->failed)
+		return false;
+	if (k->cur_seq > k->last_ended) /* a source transaction is partly in it */
+		return false;
+	return force || now_ms() - k->eo.opened_ms >= k->set.commit_interval_ms ||
+	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
+}
+
+bool kafka_eo_can_finish(kafka_sink *k)
+{
+	const char *why;
+	if (!k->eo.open || k->eo.ending)
+		return true;
+	if (!k->eo.committing && k->cur_seq > k->last_ended)
+		why = "stopped inside a source transaction";
+	else if (!stream_now(k))
+		why = "stopped without the stream";
+	else
+		return true;
+	kafka_fail(k, why, "the Kafka transaction is aborted");
+	kafka_eo_abort(k);
+	return false;
+}
+
+bool kafka_eo_holding(const kafka_sink *k)
+{
+	return k->eo.committing || k->held.len;
+}
+
+void kafka_eo_hold(kafka_sink *k, const held_hdr *h, const char *data)
+{
+	buf_append(&k->held, h, sizeof(*h));
+	if (h->len)
+		buf_append(&k->held, data, h->len);
+}
+
+/* After a commit: what was held goes out, in a new Kafka transaction. false: a delivery failed
+ * for good (err). */
+static bool eo_release(kafka_sink *k, char *err, size_t errlen)
+{
+	buf h = k->held;
+	k->held = (buf){0};
+	bool ok = true;
+	for (size_t off = 0; ok && off < h.len && !k->failed;) {
+		held_hdr hd;
+		memcpy(&hd, h.data + off, sizeof(hd));
+		off += sizeof(hd);
+		if (hd.end)
+			kafka_end_txn(&k->base, hd.seq);
+		else
+			ok =
+			    kafka_deliver(&k->base, hd.sub, h.data + off, hd.len, &hd.c, hd.seq, err, errlen);
+		off += hd.len;
+	}
+	buf_free(&k->held);
+	buf_reset(&h);
+	k->held = h; /* its room, for the next commit */
+	return ok;
+}
+
+/* The exactly-once cycle, as far as it goes now: a due Kafka transaction starts its commit, a
+ * commit whose messages are all acknowledged ends, and what was held meanwhile goes out in the
+ * next transaction, which may be due at once. */
+bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
+{
+	for (;;) {
+		if (eo_due(k, force))
+			eo_commit_start(k);
+		if (k->eo.committing)
+			eo_commit_end(k);
+		if (k->eo.committing || k->failed || !k->held.len)
+			return true;
+		if (!eo_release(k, err, errlen))
+			return false;
+	}
+}
+
+bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq)
+{
+	if (seq != k->cur_seq && k->eo.open && k->eo.last_seq == k->cur_seq && k->cur_seq > k->last_ended) {
+		/* A new source transaction while the last one never ended: the stream broke inside it, and
+		 * the slot sends it again whole. The Kafka transaction holding part of it cannot commit. */
+		kafka_fail(k, "the stream broke inside a source transaction",
+			   "the Kafka transaction holding part of it is aborted; the slot sends it again");
+		return false;
+	}
+	if (!eo_prepare(k))
+		return false;
+	if (seq != k->eo.last_seq) { /* the first event of a source transaction */
+		if (eo_skip(k, c, seq))
+			return false;
+		if (!k->eo.open) {
+			rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
+			if (e) {
+				kafka_fail(k, "cannot begin a Kafka transaction", rd_kafka_error_string(e));
+				rd_kafka_error_destroy(e);
+				return false;
+			}
+			k->eo.open = true;
+			k->eo.stream = stream_now(k);
+			k->eo.opened_ms = now_ms();
+			k->eo.events = 0;
+		}
+		k->eo.last_seq = seq;
+		k->eo.last = *c;
+		k->eo.last_xid = xid;
+		if (k->eo.nsources == k->eo.capsources) {
+			k->eo.capsources = k->eo.capsources ? k->eo.capsources * 2 : 64;
+			k->eo.sources = xrealloc(k->eo.sources, k->eo.capsources * sizeof(*k->eo.sources));
+		}
+		k->eo.sources[k->eo.nsources++] = (struct eo_source){c->commit_time, 0};
+	}
+	k->eo.events++;
+	k->eo.sources[k->eo.nsources - 1].events++;
+	return true;
+}

@@ -1,0 +1,853 @@
+/* kafka_sink.c: the Kafka sink; see kafka_sink.h (its exactly-once cycle is exactly_once.c). Delivery
+ * reports come through librdkafka's main queue, which signals a pipe the daemon's event loop
+ * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
+ * count of unacknowledged messages. */
+#include "sinks/kafka/internal.h"
+#include "sinks/kafka/probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+
+#include "decoder/event.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "decoder/base/log.h"
+#include "decoder/pgoutput.h"
+#include "sinks/pbwire.h"
+
+/* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
+ * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
+#define BUSY_SHARE 2
+
+/* cdc's producer defaults (kafka.properties override each): a queue bounded in messages and bytes,
+ * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
+ * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
+ * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
+ * seconds per million events on the broker threads, the bottleneck of a large transaction's
+ * delivery (bench, mock cluster). README "Kafka" documents them. */
+static const kafka_property producer_defaults[] = {
+    {"enable.idempotence", "true"},
+    {"acks", "all"},
+    {"client.id", "cdc"},
+    {"linger.ms", "5"},
+    {"batch.num.messages", "10000"},
+    {"queue.buffering.max.messages", "10000"},
+    {"queue.buffering.max.kbytes", "16384"},
+};
+
+/* Exactly once: added to the defaults. A Kafka transaction holds at least one whole source
+ * transaction, so its timeout bounds the largest one; the brokers' transaction.max.timeout.ms
+ * (15 minutes by default) must allow it. */
+static const kafka_property transactional_defaults[] = {
+    {"transaction.timeout.ms", "600000"},
+};
+
+const char *kafka_producer_setting(const kafka_sink_settings *set, const char *key)
+{
+	for (size_t i = set->nproperties; i-- > 0;)
+		if (strcmp(set->properties[i].key, key) == 0)
+			return set->properties[i].value;
+	for (size_t i = 0;
+	     set->exactly_once && i < sizeof(transactional_defaults) / sizeof(*transactional_defaults); i++)
+		if (strcmp(transactional_defaults[i].key, key) == 0)
+			return transactional_defaults[i].value;
+	for (size_t i = 0; i < sizeof(producer_defaults) / sizeof(*producer_defaults); i++)
+		if (strcmp(producer_defaults[i].key, key) == 0)
+			return producer_defaults[i].value;
+	return NULL;
+}
+
+/* ---- small helpers ---- */
+
+/* A schema or DDL event: about the table, not a row. */
+static bool table_event(int op)
+{
+	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
+}
+
+static void schema_id_text(uint64_t id, char out[17])
+{
+	snprintf(out, 17, "%016" PRIx64, id);
+}
+
+/* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
+static void put_topic_part(buf *b, const char *s)
+{
+	for (; *s; s++) {
+		char c = *s;
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		buf_putc(b, ok ? c : '_');
+	}
+}
+
+void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
+		      const char *subscription, const char *tag)
+{
+	static const struct {
+		const char *name;
+		size_t len;
+	} vars[] = {{"{schema}", 8}, {"{table}", 7}, {"{subscription}", 14}, {"{tag}", 5}};
+	while (*tmpl) {
+		size_t i;
+		for (i = 0; i < 4; i++)
+			if (strncmp(tmpl, vars[i].name, vars[i].len) == 0)
+				break;
+		if (i == 4) {
+			buf_putc(b, *tmpl++);
+			continue;
+		}
+		const char *v = i == 0 ? schema : i == 1 ? table : i == 2 ? subscription : tag ? tag : "";
+		put_topic_part(b, v);
+		tmpl += vars[i].len;
+	}
+}
+
+/* ---- in-flight transactions ---- */
+
+/* The in-flight entry of transaction seq. Entries are in seq order: producing appends to the
+ * newest, delivery reports mostly come for the oldest, so look at both ends, then bisect. */
+static kafka_txn *txn_find(kafka_sink *k, uint64_t seq)
+{
+	size_t lo = 0, hi = k->q.len;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		kafka_txn *t = ring_at(&k->q, mid);
+		if (t->seq == seq)
+			return t;
+		if (t->seq < seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static kafka_txn *txn_entry(kafka_sink *k, uint64_t seq)
+{
+	kafka_txn *last = k->q.len ? ring_at(&k->q, k->q.len - 1) : NULL;
+	if (last && last->seq == seq)
+		return last;
+	kafka_txn *t = ring_push(&k->q);
+	*t = (kafka_txn){.seq = seq, .commit_time = k->cur_commit.commit_time};
+	return t;
+}
+
+static void settle(kafka_sink *k)
+{
+	size_t n = 0;
+	while (n < k->q.len) {
+		const kafka_txn *t = ring_at(&k->q, n);
+		if (t->outstanding || t->seq > k->last_ended)
+			break;
+		n++;
+	}
+	ring_pop(&k->q, n);
+}
+
+/* ---- topic handles ---- */
+
+/* The handle of topic name, made at its first use. librdkafka 2.0.2 asks the brokers for a topic's
+ * leaders when rd_kafka_topic_new() makes its handle, but not when rd_kafka_producev() is given the
+ * name: its messages then waited for the next periodic metadata refresh, up to a second (the bench
+ * paused about 0.9 s at every start). A handle also spares each message librdkafka's lookup by
+ * name. */
+static rd_kafka_topic_t *topic_handle(kafka_sink *k, const char *name)
+{
+	size_t lo = 0, hi = k->ntopics;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(k->topics[mid].name, name);
+		if (c == 0)
+			return k->topics[mid].rkt;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(k->rk, name, NULL);
+	if (!rkt)
+		return NULL;
+	if (k->ntopics == k->captopics) {
+		k->captopics = k->captopics ? k->captopics * 2 : 8;
+		k->topics = xrealloc(k->topics, k->captopics * sizeof(*k->topics));
+	}
+	memmove(&k->topics[lo + 1], &k->topics[lo], (k->ntopics - lo) * sizeof(*k->topics));
+	k->topics[lo] = (kafka_topic){xstrdup(name), rkt};
+	k->ntopics++;
+	return rkt;
+}
+
+/* Before the producer goes: its topic handles. */
+static void topics_clear(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->ntopics; i++) {
+		rd_kafka_topic_destroy(k->topics[i].rkt);
+		free(k->topics[i].name);
+	}
+	k->ntopics = 0;
+}
+
+/* ---- librdkafka callbacks ---- */
+
+void kafka_fail(kafka_sink *k, const char *what, const char *reason)
+{
+	if (!k->failed)
+		snprintf(k->failure, sizeof(k->failure), "%s: %s", what, reason);
+	k->failed = true;
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	(void)rk;
+	kafka_sink *k = opaque;
+	uint64_t seq = (uint64_t)(uintptr_t)m->_private;
+	kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
+	kafka_txn *t = first && first->seq == seq ? first : txn_find(k, seq);
+	if (t && t->outstanding)
+		t->outstanding--;
+	k->stats.in_flight--;
+	k->queued_bytes -= m->len + m->key_len;
+	/* Exactly once, a purge is cdc's own abort (the slot sends it again); at least once, a failure. */
+	if (k->set.exactly_once &&
+	    (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
+		return;
+	if (m->err) {
+		/* librdkafka has retried already: this message is lost to the broker. */
+		k->stats.errors++;
+		kafka_fail(k, "a message could not be delivered", rd_kafka_err2str(m->err));
+		return;
+	}
+	k->stats.delivered++;
+	k->stats.brokers_down = false;
+	if (t && !k->set.exactly_once) { /* exactly once: visible at the Kafka commit, counted there */
+		int64_t us = wall_us() - t->commit_time;
+		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
+	}
+	settle(k);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	kafka_sink *k = opaque;
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		char why[512];
+		/* A failed batch stops the producer by design (enable.gapless.guarantee): say so. */
+		bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+		kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
+		return;
+	}
+	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		k->stats.brokers_down = true;
+	log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *text)
+{
+	const kafka_sink *k = rd_kafka_opaque(rk);
+	/* librdkafka 2.0.2 calls every set experimental property out at each start. cdc sets
+	 * enable.gapless.guarantee itself, on purpose (see producer_new and the README): a warning the
+	 * user can do nothing about is noise. Set in kafka.properties, it is the user's, and warned. */
+	if (k && k->own_gapless && strcmp(fac, "CONFWARN") == 0 &&
+	    strstr(text, "enable.gapless.guarantee is experimental"))
+		return;
+	if (level <= 4)
+		log_warn("kafka client", "facility=%s message=\"%s\"", fac, text);
+	else
+		log_debug("kafka client", "facility=%s message=\"%s\"", fac, text);
+}
+
+/* ---- producer lifecycle ---- */
+
+static bool producer_new(kafka_sink *k, char *err, size_t errlen)
+{
+	char why[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	/* cdc's defaults first; kafka.properties override them. */
+	bool ok = kafka_conf_set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
+	for (size_t i = 0; ok && i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++)
+		ok = kafka_conf_set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
+	if (k->set.exactly_once) {
+		ok = ok && kafka_conf_set(conf, "transactional.id", k->set.transactional_id, err, errlen);
+		for (size_t i = 0;
+		     ok && i < sizeof(transactional_defaults) / sizeof(transactional_defaults[0]); i++)
+			ok = kafka_conf_set(conf, transactional_defaults[i].key,
+					    transactional_defaults[i].value, err, errlen);
+	}
+	bool gapless_set = false;
+	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
+		ok = kafka_conf_set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
+		gapless_set |= strcmp(k->set.properties[i].key, "enable.gapless.guarantee") == 0;
+	}
+	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
+	 * slot sends the failed messages again). Otherwise librdkafka goes on delivering the batches
+	 * queued behind it, and the failed messages, sent again, land after later changes of the same
+	 * rows: a row's versions would go backwards in its partition. A transactional producer aborts
+	 * instead. */
+	char idem[16];
+	size_t idemlen = sizeof(idem);
+	if (ok && !gapless_set && !k->set.exactly_once &&
+	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
+	    strcmp(idem, "true") == 0) {
+		ok = kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen);
+		k->own_gapless = true;
+	}
+	if (!ok) {
+		rd_kafka_conf_destroy(conf);
+		return false;
+	}
+	char max[32];
+	size_t maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
+	maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->busy_bytes = strtoull(max, NULL, 10) * 1024 / BUSY_SHARE;
+	rd_kafka_conf_set_opaque(conf, k);
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	if (!k->rk) {
+		rd_kafka_conf_destroy(conf);
+		return errf(
+		    err, errlen,
+		    "cannot create the Kafka producer: %s (kafka.properties go to librdkafka as they are; "
+		    "its own messages above name the file or setting)",
+		    why);
+	}
+	rd_kafka_queue_t *q = rd_kafka_queue_get_main(k->rk);
+	rd_kafka_queue_io_event_enable(q, k->pipe[1], "1", 1);
+	rd_kafka_queue_destroy(q);
+	size_t tidlen = sizeof(k->tid);
+	if (rd_kafka_conf_get(rd_kafka_conf(k->rk), "transactional.id", k->tid, &tidlen) != RD_KAFKA_CONF_OK)
+		k->tid[0] = '\0';
+	return true;
+}
+
+static void tables_clear(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->ntables; i++) {
+		free(k->tables[i].schema);
+		free(k->tables[i].table);
+	}
+	k->ntables = 0;
+	k->cur_events = 0;
+}
+
+/* ---- sink operations ---- */
+
+/* The key columns as the new row has them (an update may change the key); a key column the row
+ * does not carry, or carries as unchanged TOAST, keeps its old value. */
+static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Column **cols)
+{
+	for (size_t i = 0; i < e->key->n_columns; i++) {
+		cols[i] = e->key->columns[i];
+		for (size_t j = 0; e->new_row && j < e->new_row->n_columns; j++) {
+			const Cdc__V1__Column *c = e->new_row->columns[j];
+			if (strcmp(c->name, cols[i]->name) == 0 && c->value &&
+			    c->value->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST)
+				cols[i] = (Cdc__V1__Column *)c;
+		}
+	}
+	return cols;
+}
+
+/* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
+ * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
+static void render_table_event(kafka_sink *k, const Cdc__V1__Event *e, buf *out)
+{
+	buf key = {0};
+	char text[LSN_STRLEN + 17];
+	buf_puts(&key, e->subscription);
+	if (e->op == CDC__V1__OP__OP_SCHEMA) {
+		schema_id_text(e->schema_id, text);
+		buf_putc(&key, '/');
+	} else {
+		lsn_format(e->lsn, text);
+		buf_puts(&key, "/ddl/");
+	}
+	buf_puts(&key, text);
+	const char *topic = k->set.schemas_topic ? k->set.schemas_topic : "";
+	rendered r = {
+	    .topic_len = (uint32_t)strlen(topic),
+	    .key_len = (uint32_t)key.len,
+	    .sub_len = (uint32_t)strlen(e->subscription),
+	    .schema_len = (uint32_t)strlen(e->schema),
+	    .table_len = (uint32_t)strlen(e->table),
+	    .xid = e->xid,
+	    .lsn = e->lsn,
+	    .schema_id = e->schema_id,
+	    .op = (uint8_t)e->op,
+	};
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, topic, r.topic_len);
+	buf_append(out, key.data, key.len);
+	buf_append(out, e->subscription, r.sub_len);
+	buf_append(out, e->schema, r.schema_len);
+	buf_append(out, e->table, r.table_len);
+	size_t value_len = cdc__v1__event__get_packed_size(e);
+	buf_reserve(out, value_len);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	buf_free(&key);
+}
+
+static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : NULL;
+	if (table_event(e->op)) {
+		render_table_event(k, e, out);
+		return;
+	}
+	buf topic = {0};
+	kafka_topic_name(&topic, s && s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
+			 e->subscription, e->tag);
+
+	/* The message is keyed by the row's key after the change, so a compacted topic holds each
+	 * row under its current key; an update that changed the key also tombstones the old one. */
+	Cdc__V1__Key key = CDC__V1__KEY__INIT, prev = CDC__V1__KEY__INIT;
+	key.schema = prev.schema = e->schema;
+	key.table = prev.table = e->table;
+	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
+	if (e->key) {
+		prev.n_columns = key.n_columns = e->key->n_columns;
+		prev.columns = e->key->columns;
+		key.columns = e->op == CDC__V1__OP__OP_UPDATE ? new_key_columns(e, cols) : e->key->columns;
+	}
+	/* Only an update can move a row to another key: only then is the key before it packed too. */
+	bool update = e->op == CDC__V1__OP__OP_UPDATE;
+	size_t key_len = cdc__v1__key__get_packed_size(&key),
+	       prev_len = update ? cdc__v1__key__get_packed_size(&prev) : 0;
+	buf keys = {0};
+	buf_reserve(&keys, key_len + prev_len);
+	keys.len = cdc__v1__key__pack(&key, (uint8_t *)keys.data);
+	if (update)
+		keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
+	bool moved = update && (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
+	rendered r = {
+	    .topic_len = (uint32_t)topic.len,
+	    .key_len = (uint32_t)key_len,
+	    .prev_key_len = moved ? (uint32_t)prev_len : 0,
+	    .sub_len = (uint32_t)strlen(e->subscription),
+	    .schema_len = (uint32_t)strlen(e->schema),
+	    .table_len = (uint32_t)strlen(e->table),
+	    .xid = e->xid,
+	    .lsn = e->lsn,
+	    .schema_id = e->schema_id,
+	    .op = (uint8_t)e->op,
+	    .tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
+	};
+	size_t value_len = cdc__v1__event__get_packed_size(e);
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, topic.data, topic.len);
+	buf_append(out, keys.data, key_len + r.prev_key_len);
+	buf_free(&keys);
+	buf_append(out, e->subscription, r.sub_len);
+	buf_append(out, e->schema, r.schema_len);
+	buf_append(out, e->table, r.table_len);
+	buf_reserve(out, value_len);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	buf_free(&topic);
+}
+
+/* Produces one message, waiting while librdkafka's queue is full (the daemon stops reading before
+ * that, but one large transaction can fill it alone). */
+bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
+		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq)
+{
+	rd_kafka_topic_t *rkt = topic_handle(k, topic);
+	rd_kafka_resp_err_t err = rkt ? RD_KAFKA_RESP_ERR__QUEUE_FULL : rd_kafka_last_error();
+	while (rkt && err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !k->failed) {
+		err = rd_kafka_producev(
+		    k->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition), RD_KAFKA_V_KEY(key, key_len),
+		    RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)seq), RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+			txn_entry(k, seq)->outstanding++;
+			k->stats.in_flight++;
+			k->queued_bytes += key_len + value_len;
+			return true;
+		}
+		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(k->rk, 100);
+	}
+	rd_kafka_headers_destroy(h);
+	kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	return false;
+}
+
+rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
+				  const char *type)
+{
+	/* The commit's values are the same for every message of a transaction: formatted once. For
+	 * each message, the formatting was about 8% of cdc's thread while it delivered a large
+	 * transaction (perf, 1,000,000 rows). */
+	if (!k->hdr.set || k->hdr.commit_lsn != commit_lsn || k->hdr.xid != r->xid) {
+		k->hdr.set = true;
+		k->hdr.commit_lsn = commit_lsn;
+		k->hdr.xid = r->xid;
+		lsn_format(commit_lsn, k->hdr.commit);
+		snprintf(k->hdr.xid_text, sizeof(k->hdr.xid_text), "%" PRIu32, r->xid);
+	}
+	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
+	bool event = strcmp(type, "Event") == 0; /* the transaction record has only the commit's */
+	if (event) {
+		char lsn[LSN_STRLEN], id[17];
+		lsn_format(r->lsn, lsn);
+		const char *op = evt_op_name((Cdc__V1__Op)r->op);
+		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
+		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
+		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
+		if (r->schema_id) {
+			schema_id_text(r->schema_id, id);
+			rd_kafka_header_add(h, "cdc-schema-id", -1, id, -1);
+		}
+	}
+	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr.commit, -1);
+	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr.xid_text, -1);
+	rd_kafka_header_add(h, "content-type", -1,
+			    event ? "application/x-protobuf; messageType=cdc.v1.Event"
+				  : "application/x-protobuf; messageType=cdc.v1.Transaction",
+			    -1);
+	return h;
+}
+
+static void count_table(kafka_sink *k, const char *schema, size_t slen, const char *table, size_t tlen)
+{
+	k->cur_events++;
+	for (size_t i = 0; i < k->ntables; i++)
+		if (strlen(k->tables[i].schema) == slen && strlen(k->tables[i].table) == tlen &&
+		    memcmp(k->tables[i].schema, schema, slen) == 0 &&
+		    memcmp(k->tables[i].table, table, tlen) == 0) {
+			k->tables[i].events++;
+			return;
+		}
+	if (k->ntables == k->captables) {
+		k->captables = k->captables ? k->captables * 2 : 8;
+		k->tables = xrealloc(k->tables, k->captables * sizeof(*k->tables));
+	}
+	table_count *t = &k->tables[k->ntables++];
+	t->schema = xmalloc(slen + 1);
+	memcpy(t->schema, schema, slen);
+	t->schema[slen] = '\0';
+	t->table = xmalloc(tlen + 1);
+	memcpy(t->table, table, tlen);
+	t->table[tlen] = '\0';
+	t->events = 1;
+}
+
+bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
+		   uint64_t seq, char *err, size_t errlen)
+{
+	(void)subscription; /* the rendered event says all */
+	kafka_sink *k = (kafka_sink *)base;
+	rendered r;
+	if (k->failed)
+		return true; /* a restart is coming: the slot will send this again */
+	if (kafka_eo_holding(k)) {
+		kafka_eo_hold(k, &(held_hdr){.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len},
+			      data);
+		return true;
+	}
+	if (len < sizeof(r))
+		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
+	memcpy(&r, data, sizeof(r));
+	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.prev_key_len + r.sub_len +
+		       r.schema_len + r.table_len;
+	if (fixed > len)
+		return errf(err, errlen, "kafka sink: rendered event is corrupt");
+	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *prev_key = key + r.key_len;
+	const char *sub = prev_key + r.prev_key_len;
+	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *head = table + r.table_len;
+	char topic[256];
+	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
+
+	if (k->set.exactly_once && !kafka_eo_admit(k, c, r.xid, seq))
+		return true;
+	if (seq != k->cur_seq) {
+		tables_clear(k);
+		k->cur_seq = seq;
+	}
+	k->cur_xid = r.xid;
+	k->cur_commit = *c;
+	buf_reset(&k->value);
+	buf_append(&k->value, head, len - fixed);
+	pb_put_commit(&k->value, c);
+	/* Schema and DDL events: all in partition 0, in stream order (no schemas_topic: none); not
+	 * events of the data topics, which the transaction record counts. */
+	if (table_event(r.op)) {
+		if (r.topic_len)
+			kafka_produce(k, topic, 0, key, r.key_len, k->value.data, k->value.len,
+				      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
+		return true;
+	}
+	if (k->set.transactions_topic) /* only the transaction record needs the counts */
+		count_table(k, schema, r.schema_len, table, r.table_len);
+	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
+	if (!kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
+			   kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq))
+		return true;
+	if (r.tombstone && r.prev_key_len) /* the row left its old key */
+		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
+			      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
+	else if (r.tombstone)
+		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0,
+			      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
+	return true;
+}
+
+/* The transactions_topic record of the transaction that just ended, if it had Kafka events. */
+static void transaction_record(kafka_sink *k, uint64_t seq)
+{
+	if (!k->set.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
+		return;
+	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+	t.xid = k->cur_xid;
+	t.commit_lsn = k->cur_commit.commit_lsn;
+	t.commit_time = k->cur_commit.commit_time;
+	t.events = k->cur_events;
+	Cdc__V1__Transaction__TableCount *counts = xcalloc(k->ntables, sizeof(*counts));
+	Cdc__V1__Transaction__TableCount **ptrs = xcalloc(k->ntables, sizeof(*ptrs));
+	for (size_t i = 0; i < k->ntables; i++) {
+		cdc__v1__transaction__table_count__init(&counts[i]);
+		counts[i].schema = k->tables[i].schema;
+		counts[i].table = k->tables[i].table;
+		counts[i].events = k->tables[i].events;
+		ptrs[i] = &counts[i];
+	}
+	t.n_tables = k->ntables;
+	t.tables = ptrs;
+	buf_reset(&k->value);
+	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
+	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
+	char key[LSN_STRLEN];
+	lsn_format(t.commit_lsn, key);
+	rendered r = {.xid = t.xid};
+	/* All in partition 0: in commit order, like the transactions they describe. */
+	kafka_produce(k, k->set.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
+		      kafka_headers(k, &r, "", t.commit_lsn, "Transaction"), seq);
+	free(ptrs);
+	free(counts);
+}
+
+void kafka_end_txn(sink *base, uint64_t seq)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	if (kafka_eo_holding(k)) {
+		kafka_eo_hold(k, &(held_hdr){.seq = seq, .end = true}, NULL);
+		return;
+	}
+	transaction_record(k, seq);
+	tables_clear(k);
+	if (seq > k->last_ended)
+		k->last_ended = seq;
+	settle(k);
+}
+
+static void kafka_poll(sink *base)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	char drain[64];
+	while (read(k->pipe[0], drain, sizeof(drain)) > 0)
+		;
+	rd_kafka_poll(k->rk, 0);
+}
+
+static sink_status kafka_flush(sink *base, char *err, size_t errlen)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	rd_kafka_poll(k->rk, 0);
+	if (k->set.exactly_once && !kafka_eo_step(k, false, err, errlen))
+		return SINK_FATAL;
+	if (!k->failed)
+		return SINK_OK;
+	errf(err, errlen, "kafka: %s", k->failure);
+	return SINK_RESTART;
+}
+
+static uint64_t kafka_delivered(const sink *base)
+{
+	const kafka_sink *k = (const kafka_sink *)base;
+	if (k->failed)
+		return 0;
+	if (k->eo.open)
+		return k->eo.committed_seq;
+	const kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
+	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
+}
+
+static int kafka_fd(const sink *base)
+{
+	return ((const kafka_sink *)base)->pipe[0];
+}
+
+static bool kafka_busy(const sink *base)
+{
+	const kafka_sink *k = (const kafka_sink *)base;
+	return (k->eo.committing && k->held.len >= k->busy_bytes) ||
+	       (k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at) ||
+	       (k->busy_bytes && k->queued_bytes >= k->busy_bytes);
+}
+
+static bool kafka_finish(sink *base, int timeout_ms)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	char err[512];
+	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
+	     (k->eo.open || k->held.len) && !k->failed && now_ms() < until;) {
+		if (!kafka_eo_can_finish(k))
+			break;
+		if (!kafka_eo_step(k, true, err, sizeof(err)))
+			kafka_fail(k, "cannot deliver", err);
+		rd_kafka_poll(k->rk, 10);
+	}
+	return rd_kafka_flush(k->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR && !k->failed;
+}
+
+static bool kafka_restart(sink *base, char *err, size_t errlen)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	/* Exactly once: what the open Kafka transaction holds is aborted, and a producer that can go
+	 * on (the failure was abortable) is kept. */
+	if (k->eo.open)
+		kafka_eo_abort(k);
+	bool keep =
+	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
+	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */
+		rd_kafka_flush(k->rk, 5000);
+	ring_clear(&k->q);
+	buf_reset(&k->held);
+	k->failed = false;
+	k->stats.in_flight = 0;
+	k->queued_bytes = 0;
+	k->stats.restarts++;
+	tables_clear(k);
+	if (keep)
+		return true;
+	topics_clear(k);
+	rd_kafka_destroy(k->rk);
+	k->rk = NULL;
+	k->eo = (struct kafka_eo){
+	    .committed_seq = k->eo.committed_seq, .sources = k->eo.sources, .capsources = k->eo.capsources};
+	return producer_new(k, err, errlen);
+}
+
+static void free_settings(kafka_sink *k)
+{
+	for (size_t i = 0; i < k->set.nproperties; i++) {
+		free((char *)k->set.properties[i].key);
+		free((char *)k->set.properties[i].value);
+	}
+	free((kafka_property *)k->set.properties);
+	free((char *)k->set.brokers);
+	free((char *)k->set.transactions_topic);
+	free((char *)k->set.schemas_topic);
+	free((char *)k->set.positions_topic);
+	free((char *)k->set.transactional_id);
+	for (size_t i = 0; i < k->nsubs; i++)
+		free((char *)k->subs[i].topic);
+	free(k->subs);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
+		     size_t nsubs)
+{
+	kafka_sink *k = (kafka_sink *)s;
+	free_settings(k);
+	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
+				       .nproperties = settings->nproperties,
+				       .transactions_topic = dup_or_null(settings->transactions_topic),
+				       .schemas_topic = dup_or_null(settings->schemas_topic),
+				       .exactly_once = settings->exactly_once,
+				       .positions_topic = dup_or_null(settings->positions_topic),
+				       .transactional_id = dup_or_null(settings->transactional_id),
+				       .commit_interval_ms = settings->commit_interval_ms,
+				       .commit_events = settings->commit_events};
+	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
+	for (size_t i = 0; i < settings->nproperties; i++)
+		props[i] = (kafka_property){xstrdup(settings->properties[i].key),
+					    xstrdup(settings->properties[i].value)};
+	k->set.properties = props;
+	k->nsubs = nsubs;
+	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
+	for (size_t i = 0; i < nsubs; i++)
+		k->subs[i] = (kafka_sub_settings){dup_or_null(subs[i].topic), subs[i].tombstones};
+}
+
+static void kafka_free(sink *base)
+{
+	kafka_sink *k = (kafka_sink *)base;
+	topics_clear(k);
+	free(k->topics);
+	if (k->rk)
+		rd_kafka_destroy(k->rk);
+	free_settings(k);
+	tables_clear(k);
+	free(k->tables);
+	ring_free(&k->q);
+	buf_free(&k->value);
+	free(k->eo.sources);
+	buf_free(&k->held);
+	close(k->pipe[0]);
+	close(k->pipe[1]);
+	free(k);
+}
+
+static const sink_ops kafka_ops = {
+    .name = "kafka",
+    .render = kafka_render,
+    .deliver = kafka_deliver,
+    .end_txn = kafka_end_txn,
+    .flush = kafka_flush,
+    .delivered = kafka_delivered,
+    .free = kafka_free,
+    .fd = kafka_fd,
+    .poll = kafka_poll,
+    .busy = kafka_busy,
+    .finish = kafka_finish,
+    .restart = kafka_restart,
+};
+
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs,
+		     char *err, size_t errlen)
+{
+	kafka_sink *k = xcalloc(1, sizeof(*k));
+	k->q = RING_INIT(kafka_txn);
+	k->base.ops = &kafka_ops;
+	kafka_sink_bind(&k->base, settings, subs, nsubs);
+	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
+		free_settings(k);
+		free(k);
+		return NULL;
+	}
+	if (!producer_new(k, err, errlen)) {
+		kafka_free(&k->base);
+		return NULL;
+	}
+	return &k->base;
+}
+
+void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx)
+{
+	kafka_sink *k = (kafka_sink *)s;
+	k->stream_fn = fn;
+	k->stream_ctx = ctx;
+}
+
+const kafka_stats *kafka_sink_stats(const sink *s)
+{
+	return &((const kafka_sink *)s)->stats;
+}

@@ -1,0 +1,81 @@
+/* kafka_sink.h: `sink: kafka` produces each event with librdkafka: topic from the subscription's
+ * template, key cdc.v1.Key, value cdc.v1.Event, cdc-* headers, an optional tombstone after a
+ * delete and an optional record per transaction. An event counts as delivered once the broker
+ * acknowledged it (delivery report without error); the producer is idempotent unless configured
+ * otherwise. With exactly_once, it counts once the Kafka transaction holding it committed. */
+#ifndef CDC_KAFKA_SINK_H
+#define CDC_KAFKA_SINK_H
+
+#include "decoder/base/hist.h"
+#include "sinks/sink.h"
+
+typedef struct kafka_property {
+	const char *key, *value;
+} kafka_property;
+
+/* The producer's settings; strings are copied. */
+typedef struct kafka_sink_settings {
+	const char *brokers;
+	const kafka_property *properties; /* handed to librdkafka unchanged, after cdc's defaults */
+	size_t nproperties;
+	const char *transactions_topic; /* NULL: no record per transaction */
+	/* Schema and DDL events, in partition 0 in stream order, keyed "SUBSCRIPTION/SCHEMA_ID" and
+	 * "SUBSCRIPTION/ddl/LSN"; NULL: they are not produced. Rows name theirs in cdc-schema-id. */
+	const char *schemas_topic;
+	/* kafka.exactly_once: a transactional producer; each Kafka transaction holds whole source
+	 * transactions and ends with a record in positions_topic (see kafka_position.h). A source
+	 * transaction that Kafka already holds (commit LSN at or before the position read back at the
+	 * start) is skipped; a transaction counts as delivered once its Kafka transaction committed. */
+	bool exactly_once;
+	const char *positions_topic;
+	const char *transactional_id; /* unless kafka.properties set transactional.id */
+	uint64_t commit_interval_ms;  /* a Kafka transaction stays open at least this long ... */
+	uint64_t commit_events;	      /* ... unless it holds this many events (0: no limit) */
+} kafka_sink_settings;
+
+/* A subscription's topic when it names none. */
+#define KAFKA_DEFAULT_TOPIC "cdc.{schema}.{table}"
+
+/* The topic of a change: tmpl with {schema} {table} {subscription} {tag} replaced, every byte Kafka
+ * does not allow in a topic name ([A-Za-z0-9._-]) of those replaced by '_'. tag may be NULL. */
+void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
+		      const char *subscription, const char *tag);
+/* The value the producer gets for a librdkafka property: kafka.properties', else cdc's default (with
+ * exactly_once, its transactional ones too), else NULL (librdkafka's own default). */
+const char *kafka_producer_setting(const kafka_sink_settings *set, const char *key);
+
+/* One subscription, at the index render() and deliver() receive. */
+typedef struct kafka_sub_settings {
+	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */
+	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
+} kafka_sub_settings;
+
+/* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
+sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs,
+		     char *err, size_t errlen);
+/* After a reload: the settings a restart of the producer takes, and the subscriptions to take
+ * topics and tombstones from (copied). */
+void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
+		     size_t nsubs);
+
+/* Exactly once: which stream of the slot this process holds now, asked before each Kafka commit: a
+ * number that changes with every new stream, 0 while none is held or its connection is closed. A
+ * Kafka transaction ends only while the stream that carried its source transactions is held; under
+ * a newer stream, only if Kafka's position did not move meanwhile (else another process streamed
+ * the slot and committed: it is aborted). So a cdc stopped (SIGSTOP, a frozen node) while another
+ * took over commits nothing when it resumes, even where the broker does not fence it. Unset: the
+ * stream is always held. */
+typedef uint64_t (*kafka_stream_fn)(void *ctx);
+void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx);
+
+typedef struct kafka_stats {
+	uint64_t in_flight, delivered, errors, restarts;
+	/* exactly once: Kafka transactions committed and aborted, source transactions skipped because
+	 * Kafka held them already, and the commit LSN of the newest one Kafka holds */
+	uint64_t commits, aborts, skipped, position;
+	hist latency;	   /* commit time to delivery report, microseconds */
+	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
+} kafka_stats;
+const kafka_stats *kafka_sink_stats(const sink *s);
+
+#endif

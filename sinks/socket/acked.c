@@ -1,0 +1,828 @@
+/* acked.c: the delivery state of one queue of the socket sink (a subscription's events or its
+ * dead letters): the window of per-offset state, dispatch to the attached consumers (fair windows for
+ * shared and key_shared), acks, Nacks and Progress, ack timeouts, redelivery, dead letters, retention. */
+#include "decoder/base/bytes.h"
+#include "sinks/socket/internal.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "decoder/base/log.h"
+#include "sinks/pbwire.h"
+#include "sinks/socket/frame.h"
+
+/* A dead letter's record in the dead letters' spool: a 0 byte (never the first byte of a packed
+ * Event, whose field numbers start at 1: records from before have the Event alone), the length of
+ * the packed DeadLetter (u32, little-endian), the DeadLetter without its offset (known only once
+ * it is read), then the Event. */
+#define DEAD_HEADER 5
+/* Refused offsets one Acked lists at most; more are answered but not listed. */
+#define REPLY_MAX_REFUSED 65536
+
+enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
+
+/* Why a delivery was given back, for the dead letter it may become. */
+enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK };
+
+struct slot {
+	uint64_t deadline_ms; /* SENT: redelivered after this; UNSENT: not delivered before this */
+	consumer *c;	      /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
+	char *reason;	      /* BACK_NACK: the Nack's reason (owned) */
+	uint32_t deliveries;
+	uint8_t state;
+	uint8_t why; /* enum back_why: why it was last given back */
+};
+
+/* Window ------------------------------------------------------------------------------- */
+
+static slot *window_at(window *w, uint64_t off)
+{
+	return &w->v[(w->head + (off - w->base)) & (w->cap - 1)];
+}
+
+/* Makes room for the slots up to off (exclusive end: off + 1), new ones unsent. */
+static void window_extend(window *w, uint64_t next, uint64_t end)
+{
+	size_t need = (size_t)(end - w->base);
+	if (need > w->cap) {
+		size_t cap = w->cap ? w->cap : 64;
+		while (cap < need)
+			cap *= 2;
+		slot *v = xcalloc(cap, sizeof(slot));
+		for (uint64_t o = w->base; o < next; o++)
+			v[o - w->base] = *window_at(w, o);
+		free(w->v);
+		w->v = v;
+		w->cap = cap;
+		w->head = 0;
+	}
+	for (uint64_t o = next; o < end; o++)
+		*window_at(w, o) = (slot){0};
+}
+
+static void window_reset(window *w, uint64_t base)
+{
+	w->base = base;
+	w->head = 0;
+}
+
+/* Consumers ---------------------------------------------------------------------------- */
+
+socket_consumers sq_mode(const queue *q)
+{
+	return q->dead_letters || !q->sub->set ? SOCKET_FAILOVER : q->sub->set->consumers;
+}
+
+/* A connection is on exactly one list: the pending ones (not subscribed) or one queue's consumers.
+ * Both share c->next, so a connection leaves a list with its link cleared: a stale link would make
+ * the connection after it on the old list a member of the new one. */
+void sq_unlink_consumer(consumer **list, consumer *c)
+{
+	for (consumer **p = list; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	c->next = NULL;
+}
+
+void sq_append_consumer(consumer **list, consumer *c)
+{
+	while (*list)
+		list = &(*list)->next;
+	*list = c;
+	c->next = NULL;
+}
+
+/* failover: only the first consumer receives; the others wait their turn. */
+bool sq_is_active(const consumer *c)
+{
+	return sq_mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
+}
+
+/* Dispatch ------------------------------------------------------------------------------ */
+
+/* Whether c's output is over the high-water mark; then it waits (stalled) until it drains. */
+bool sq_out_full(consumer *c)
+{
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < c->s->out_high)
+		return false;
+	c->stalled = true;
+	return true;
+}
+
+/* How many deliveries c may hold now: its window in the shared modes, else max_unacked. */
+static uint32_t limit(const consumer *c)
+{
+	return sq_mode(c->q) == SOCKET_FAILOVER || c->window > c->max_unacked ? c->max_unacked : c->window;
+}
+
+static bool has_room(consumer *c)
+{
+	if (c->closing || sq_out_full(c))
+		return false;
+	if (c->in_flight < limit(c))
+		return true;
+	c->window_full = true;
+	return false;
+}
+
+/* The consumer with the most room (the first of equals after the round-robin position). */
+static consumer *most_room(queue *q, const consumer *avoid)
+{
+	consumer *best = NULL, *c = q->consumers;
+	uint32_t room = 0;
+	for (size_t k = q->rr % q->nconsumers; k--;)
+		c = c->next;
+	for (size_t i = 0; i < q->nconsumers; i++, c = c->next ? c->next : q->consumers)
+		if (c != avoid && has_room(c) && (!best || limit(c) - c->in_flight > room)) {
+			best = c;
+			room = limit(c) - c->in_flight;
+		}
+	return best;
+}
+
+static consumer *least_loaded(queue *q)
+{
+	return most_room(q, NULL);
+}
+
+/* Every RATE_PERIOD_MS: a shared consumer's window becomes what it acknowledged per
+ * ack_timeout / 2, so that what it is handed can be started on before its deadline, however slow
+ * or fast its work. It grows with the consumer's pace; it shrinks only if the consumer was held
+ * by its window (a consumer that had little to do says nothing of its pace). */
+void sq_update_window(consumer *c, uint64_t now)
+{
+	uint64_t elapsed = now - c->rate_since_ms;
+	if (elapsed < RATE_PERIOD_MS)
+		return;
+	uint64_t target = (uint64_t)c->acks * (c->q->sub->set->ack_timeout_ms / 2) / elapsed;
+	if (target < WINDOW_MIN)
+		target = WINDOW_MIN;
+	if (target > c->max_unacked)
+		target = c->max_unacked;
+	if (target > c->window || c->window_full)
+		c->window = (uint32_t)target;
+	c->acks = 0;
+	c->window_full = false;
+	c->rate_since_ms = now;
+}
+
+/* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
+ * now. shared: round robin, but a redelivery goes to another consumer than the last one if any
+ * has room. */
+static consumer *choose(queue *q, uint32_t key_hash, consumer *last)
+{
+	switch (sq_mode(q)) {
+	case SOCKET_FAILOVER:
+		return q->consumers;
+	case SOCKET_SHARED: {
+		/* the most room first; the round robin decides between equals */
+		consumer *c = most_room(q, last);
+		if (!c && last && has_room(last))
+			c = last;
+		q->rr = (q->rr + 1) % q->nconsumers;
+		return c;
+	}
+	case SOCKET_KEY_SHARED: {
+		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
+		consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
+		if (!*b)
+			*b = least_loaded(q);
+		return *b;
+	}
+	}
+	return NULL;
+}
+
+/* key_shared: whether c may take an event of this key hash (its bucket is c's, or nobody's and
+ * now c's). */
+static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
+{
+	consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
+	if (!*b)
+		*b = c;
+	return *b == c;
+}
+
+/* Where the next delivery comes from: returned offsets first, then those never sent. */
+uint64_t sq_resume_at(const queue *q)
+{
+	return q->returned ? q->w.base : q->next;
+}
+
+/* Whether off can be delivered now: never sent, or given back and not held back by a Nack's delay. */
+static bool slot_ready(queue *q, uint64_t off, uint64_t now)
+{
+	if (off >= q->next)
+		return true;
+	const slot *sl = window_at(&q->w, off);
+	return sl->state == SLOT_UNSENT && sl->deadline_ms <= now;
+}
+
+/* The next time sq_check_timeouts has something to do. */
+static void note_deadline(queue *q, uint64_t t)
+{
+	if (!q->min_deadline || t < q->min_deadline)
+		q->min_deadline = t;
+}
+
+/* A dead letter's record (see dead_record): the packed DeadLetter and the Event. A record from
+ * before dead letters had a history is the Event alone (no DeadLetter). false if the lengths do
+ * not add up (then the record is taken as an Event). */
+static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *deadlen, const uint8_t **ev,
+		       size_t *evlen)
+{
+	if (r->len == 0 || r->data[0] != 0)
+		return true;
+	if (r->len < DEAD_HEADER)
+		return false;
+	size_t n = get_le32((const uint8_t *)r->data + 1);
+	if (n > r->len - DEAD_HEADER)
+		return false;
+	*dead = r->data + DEAD_HEADER;
+	*deadlen = n;
+	*ev = *dead + n;
+	*evlen = r->len - DEAD_HEADER - n;
+	return true;
+}
+
+/* Takes the offsets up to off into the window, unsent, with the delivery counts the spool kept
+ * (from before a restart). */
+static void extend_to(queue *q, uint64_t off)
+{
+	window_extend(&q->w, q->next, off + 1);
+	for (uint64_t o = q->next; o <= off; o++)
+		window_at(&q->w, o)->deliveries = spool_deliveries(q->sp, o);
+	q->next = off + 1;
+}
+
+/* The commit fields a held transaction's event lacks in the spool (spool_record.held), and their size. */
+static void put_commit(buf *b, const spool_record *r)
+{
+	if (r->held)
+		pb_put_commit(b, &(sink_commit){r->commit_lsn, r->commit_time, r->tx_index});
+}
+
+static size_t commit_size(const spool_record *r)
+{
+	return r->held ? pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
+}
+
+/* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
+static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t now)
+{
+	if (r->offset >= q->next)
+		extend_to(q, r->offset);
+	else
+		q->returned--;
+	slot *sl = window_at(&q->w, r->offset);
+	sl->state = SLOT_SENT;
+	sl->c = c;
+	sl->deliveries++;
+	spool_note_delivery(q->sp, r->offset, sl->deliveries);
+	sl->deadline_ms = now + q->sub->set->ack_timeout_ms;
+	note_deadline(q, sl->deadline_ms);
+	c->in_flight++;
+	if (!q->dead_letters) {
+		q->sub->delivered++;
+		q->sub->redelivered += sl->deliveries > 1;
+	}
+	const uint8_t *ev = r->data, *dead = NULL;
+	size_t evlen = r->len, deadlen = 0;
+	if (q->dead_letters && !dead_split(r, &dead, &deadlen, &ev, &evlen))
+		log_warn("a dead letter's history is unreadable; it is delivered without",
+			 "subscription=%s offset=%llu", q->sub->name, (unsigned long long)r->offset);
+	size_t len = evlen + commit_size(r) + pb_varint_field_size(EVENT_OFFSET, r->offset) +
+		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
+	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
+	buf_append(&s->events, ev, evlen);
+	put_commit(&s->events, r);
+	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
+	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
+	if (q->dead_letters) {
+		/* one DeadLetter per Event, in the same order; its offset goes last (any order is valid) */
+		pb_put_len_header(&s->events, DELIVERY_DEAD_LETTERS,
+				  deadlen + pb_varint_field_size(DEAD_LETTER_OFFSET, r->offset));
+		buf_append(&s->events, dead, deadlen);
+		pb_put_varint_field(&s->events, DEAD_LETTER_OFFSET, r->offset);
+	}
+}
+
+/* Writes the Delivery gathered in s->events to c (after any discarded range it must hear of). */
+static void push_delivery(socket_sink *s, queue *q, consumer *c)
+{
+	if (q->drop_to) {
+		Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
+		dr.from_offset = q->drop_from;
+		dr.to_offset = q->drop_to;
+		Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+		f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
+		f.dropped = &dr;
+		sc_send_frame(c, &f);
+		q->drop_from = q->drop_to = 0;
+	}
+	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
+	uint8_t hdr[FRAME_HEADER];
+	frame_put_header(hdr, len);
+	buf_reset(&s->scratch);
+	buf_append(&s->scratch, hdr, sizeof(hdr));
+	pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evbuffer_add(out, s->scratch.data, s->scratch.len);
+	evbuffer_add(out, s->events.data, s->events.len);
+	buf_reset(&s->events);
+	c->last_send_ms = now_ms();
+}
+
+static void fatal_read(socket_sink *s, queue *q)
+{
+	log_error("cannot read a spooled event; its consumers wait until cdc restarts",
+		  "subscription=%s error=\"%s\"", q->sub->name, s->err);
+}
+
+/* Sends one delivery starting at off if someone can take it. Returns the offset after the group,
+ * or 0 when nothing more can be sent now (stop scanning). */
+static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
+{
+	consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
+	bool by_key = sq_mode(q) == SOCKET_KEY_SHARED;
+	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
+	consumer *c = by_key ? NULL : choose(q, 0, last);
+	if (!by_key && (!c || !has_room(c)))
+		return 0;
+	spool_record r;
+	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+		fatal_read(s, q);
+		return 0;
+	}
+	if (by_key && (!(c = choose(q, r.key_hash, last)) || !has_room(c))) {
+		/* This key's consumer is full; other keys may go on. */
+		if (!least_loaded(q))
+			return 0;
+		if (off >= q->next) {
+			extend_to(q, off);
+			q->returned++;
+		}
+		return off + 1;
+	}
+	bool batch = !q->dead_letters && q->sub->set->batch_transaction;
+	uint64_t commit_lsn = r.commit_lsn;
+	put_event(s, q, c, &r, now);
+	for (off++; batch && off <= head && slot_ready(q, off, now); off++) {
+		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+			fatal_read(s, q);
+			break;
+		}
+		/* A transaction's batch is split where a frame would pass FRAME_MAX, and in key_shared
+		 * where the next event's key is another consumer's: sending it along to c put one key in
+		 * flight to two consumers (c received a row's later change while the other still held
+		 * an earlier one). The rest of the transaction is dispatched key by key. */
+		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
+		    (by_key && !claim_key(q, r.key_hash, c)))
+			break;
+		put_event(s, q, c, &r, now);
+	}
+	push_delivery(s, q, c);
+	return off;
+}
+
+/* Pushes what the consumers have room for: returned offsets first (in order), then new ones. */
+void sq_dispatch(socket_sink *s, queue *q)
+{
+	if (!q->sub->set || !q->consumers || (sq_mode(q) == SOCKET_FAILOVER && q->consumers->closing))
+		return; /* removed from the configuration: nothing more is sent */
+	uint64_t head = spool_head(q->sp), now = now_ms();
+	uint64_t off = sq_resume_at(q);
+	while (off && off <= head) {
+		if (!slot_ready(q, off, now)) {
+			off++;
+			continue;
+		}
+		off = send_group(s, q, off, head, now);
+	}
+	/* the counts go to disk before the deliveries go out (written when the loop runs again) */
+	if (!spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
+		log_error("cannot record delivery counts; after a restart they may start again from 1",
+			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
+}
+
+/* Acknowledgement and redelivery ------------------------------------------------------- */
+
+void sq_wake(socket_sink *s)
+{
+	if (s->wake)
+		s->wake(s->wake_ctx);
+}
+
+/* Moves the window's start over the acknowledged slots there (in memory: see advance_base). */
+static void window_advance(queue *q)
+{
+	window *w = &q->w;
+	while (w->base < q->next && window_at(w, w->base)->state == SLOT_ACKED) {
+		w->base++;
+		w->head = (w->head + 1) & (w->cap - 1);
+	}
+	if (w->base == q->next)
+		window_reset(w, q->next);
+}
+
+/* Moves the window's start, and the spool's acked cursor with it. */
+static void advance_base(socket_sink *s, queue *q)
+{
+	window_advance(q);
+	window *w = &q->w;
+	if (w->base - 1 > spool_acked(q->sp) && !spool_set_acked(q->sp, w->base - 1, s->err, sizeof(s->err)))
+		log_error("cannot record acknowledged offsets; they may be delivered again after a restart",
+			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
+}
+
+static void slot_forget_reason(slot *sl)
+{
+	free(sl->reason);
+	sl->reason = NULL;
+}
+
+static void ack_slot(queue *q, slot *sl)
+{
+	if (sl->state == SLOT_SENT)
+		sl->c->in_flight--;
+	else if (sl->state == SLOT_UNSENT)
+		q->returned--;
+	sl->state = SLOT_ACKED;
+	sl->c = NULL;
+	slot_forget_reason(sl);
+}
+
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl);
+
+/* A delivery that was not acknowledged in time, whose consumer went away or that it gave back
+ * (why): sent again from not_before on, or moved to the dead letters once it was delivered
+ * max_deliveries times. */
+static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum back_why why,
+			uint64_t not_before)
+{
+	sl->c->in_flight--;
+	sl->state = SLOT_UNSENT;
+	sl->why = (uint8_t)why;
+	sl->deadline_ms = not_before;
+	if (not_before)
+		note_deadline(q, not_before);
+	q->returned++;
+	uint32_t max = q->sub->set ? q->sub->set->max_deliveries : 0; /* no settings: being removed */
+	if (!q->dead_letters && max && sl->deliveries >= max)
+		move_to_dead(s, q, off, sl);
+}
+
+static const char *back_reason(const slot *sl)
+{
+	switch ((enum back_why)sl->why) {
+	case BACK_TIMEOUT:
+		return "ack timeout";
+	case BACK_GONE:
+		return "consumer went away";
+	case BACK_NACK:
+		return sl->reason;
+	case BACK_NONE:
+		break;
+	}
+	return "";
+}
+
+/* The dead letters' record of event r (off in the subscription) given back as sl says. */
+static void dead_record(buf *out, const spool_record *r, uint64_t off, const slot *sl)
+{
+	Cdc__V1__DeadLetter d = CDC__V1__DEAD_LETTER__INIT;
+	d.original_offset = off;
+	d.deliveries = sl->deliveries;
+	d.reason = (char *)back_reason(sl);
+	d.dead_time = wall_ms() * 1000;
+	uint32_t n = (uint32_t)cdc__v1__dead_letter__get_packed_size(&d);
+	uint8_t hdr[DEAD_HEADER] = {0};
+	put_le32(hdr + 1, n);
+	buf_reset(out);
+	buf_append(out, hdr, sizeof(hdr));
+	buf_reserve(out, n);
+	out->len += cdc__v1__dead_letter__pack(&d, (uint8_t *)out->data + out->len);
+	buf_append(out, r->data, r->len);
+	put_commit(out, r);
+}
+
+static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
+{
+	subscription *sub = q->sub;
+	spool_record r;
+	uint64_t dead_off;
+	buf rec = {0};
+	bool ok = spool_read(q->sp, off, &r, s->err, sizeof(s->err));
+	if (ok)
+		dead_record(&rec, &r, off, sl);
+	if (!ok ||
+	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len, wall_ms(),
+			  &dead_off, s->err, sizeof(s->err)) ||
+	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) ||
+	    !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
+		log_error("cannot move an event to the dead letters; it stays in the subscription",
+			  "subscription=%s offset=%llu error=\"%s\"", sub->name, (unsigned long long)off,
+			  s->err);
+		buf_free(&rec);
+		return;
+	}
+	buf_free(&rec);
+	log_warn("moved an event to the dead letters",
+		 "subscription=%s offset=%llu deliveries=%u dead_offset=%llu reason=\"%s\"", sub->name,
+		 (unsigned long long)off, sl->deliveries, (unsigned long long)dead_off, back_reason(sl));
+	ack_slot(q, sl);
+	sq_dispatch(s, &sub->dead);
+}
+
+/* Returns every delivery c holds (it went away, or lost the failover). */
+static void return_all(socket_sink *s, queue *q, consumer *c, enum back_why why)
+{
+	for (uint64_t o = q->w.base; o < q->next && c->in_flight; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state == SLOT_SENT && sl->c == c) {
+			slot_forget_reason(sl);
+			return_slot(s, q, o, sl, why, 0);
+		}
+	}
+	advance_base(s, q);
+}
+
+/* Acks, Nacks and Progress ---------------------------------------------------------------- */
+
+/* Whether off is in flight to c (0), else why an Ack, Nack or Progress of it has no effect. An
+ * Ack (late_ok) also counts for a delivery given back after c's ack timeout that nobody else has
+ * had since: the work is done, sending it again would only repeat it. */
+static Cdc__V1__Refused__Reason refusal(queue *q, const consumer *c, uint64_t off, bool late_ok)
+{
+	if (off < q->w.base)
+		return CDC__V1__REFUSED__REASON__ALREADY_ACKED;
+	if (off >= q->next)
+		return CDC__V1__REFUSED__REASON__NOT_DELIVERED;
+	const slot *sl = window_at(&q->w, off);
+	switch (sl->state) {
+	case SLOT_ACKED:
+		return CDC__V1__REFUSED__REASON__ALREADY_ACKED;
+	case SLOT_SENT:
+		return sl->c == c ? 0 : CDC__V1__REFUSED__REASON__OTHER_CONSUMER;
+	default:
+		return late_ok && sl->c == c ? 0 : CDC__V1__REFUSED__REASON__NOT_DELIVERED;
+	}
+}
+
+static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
+{
+	struct reply *r = &c->reply;
+	c->q->sub->refused++;
+	if (r->n == REPLY_MAX_REFUSED)
+		return;
+	if (r->n == r->cap) {
+		r->cap = r->cap ? 2 * r->cap : 16;
+		r->offsets = xrealloc(r->offsets, r->cap * sizeof(*r->offsets));
+		r->reasons = xrealloc(r->reasons, r->cap * sizeof(*r->reasons));
+	}
+	r->offsets[r->n] = off;
+	r->reasons[r->n++] = (uint8_t)why;
+}
+
+/* failover (and dead letters): cumulative, from the active consumer only; shared modes: each offset. */
+void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
+{
+	queue *q = c->q;
+	bool cumulative = sq_mode(q) == SOCKET_FAILOVER;
+	for (size_t i = 0; i < a->n_offsets; i++) {
+		uint64_t off = a->offsets[i];
+		Cdc__V1__Refused__Reason why = cumulative && !sq_is_active(c)
+						   ? CDC__V1__REFUSED__REASON__NOT_ACTIVE
+						   : refusal(q, c, off, true);
+		if (why) {
+			refuse(c, off, why);
+			continue;
+		}
+		for (uint64_t o = cumulative ? q->w.base : off; o <= off; o++) {
+			slot *sl = window_at(&q->w, o);
+			c->acks += sl->c == c;
+			if (sl->state != SLOT_ACKED) {
+				ack_slot(q, sl);
+				q->sub->acked++;
+			}
+		}
+	}
+	window_advance(q);
+}
+
+void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
+{
+	queue *q = c->q;
+	uint64_t now = now_ms();
+	for (size_t i = 0; i < n->n_offsets; i++) {
+		uint64_t off = n->offsets[i];
+		Cdc__V1__Refused__Reason why = refusal(q, c, off, false);
+		if (why) {
+			refuse(c, off, why);
+			continue;
+		}
+		slot *sl = window_at(&q->w, off);
+		slot_forget_reason(sl);
+		sl->reason = xstrdup(n->reason[0] ? n->reason : "nack");
+		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? now + n->delay_ms : 0);
+		q->sub->nacked++;
+	}
+	window_advance(q);
+}
+
+/* After the Acks and Nacks of one read: the acked cursor is written once for all of them (not per
+ * frame: a consumer acking event by event made a write per event), then what they freed is
+ * dispatched, and the daemon told that a full spool may have room again. */
+void sq_settle(socket_sink *s, queue *q)
+{
+	advance_base(s, q);
+	sq_dispatch(s, q);
+	sq_wake(s);
+}
+
+void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
+{
+	queue *q = c->q;
+	uint64_t deadline = now_ms() + q->sub->set->ack_timeout_ms;
+	for (size_t i = 0; i < p->n_offsets; i++) {
+		Cdc__V1__Refused__Reason why = refusal(q, c, p->offsets[i], false);
+		if (why)
+			refuse(c, p->offsets[i], why);
+		else {
+			window_at(&q->w, p->offsets[i])->deadline_ms = deadline;
+			q->sub->progressed++;
+		}
+	}
+}
+
+/* failover: the active consumer held a delivery past its deadline; the next one takes over. */
+static void hand_over(socket_sink *s, queue *q, uint64_t now)
+{
+	consumer *active = q->consumers;
+	if (!active->next) {
+		note_deadline(q, now + q->sub->set->ack_timeout_ms); /* nobody to hand over to */
+		return;
+	}
+	log_warn("the active consumer did not acknowledge in time; the next one takes over",
+		 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
+	sq_unlink_consumer(&q->consumers, active);
+	sq_append_consumer(&q->consumers, active);
+	return_all(s, q, active, BACK_TIMEOUT);
+}
+
+/* ack_timeout: shared modes redeliver the late event; failover hands over to a waiting consumer.
+ * Deliveries held back by a Nack's delay are dispatched once it has passed. */
+void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
+{
+	if (!q->min_deadline || q->min_deadline > now)
+		return;
+	q->min_deadline = 0;
+	bool failover = sq_mode(q) == SOCKET_FAILOVER, late = false;
+	for (uint64_t o = q->w.base; o < q->next; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state == SLOT_ACKED)
+			continue;
+		if (sl->state == SLOT_SENT && sl->deadline_ms <= now && failover) {
+			late = true;
+		} else if (sl->state == SLOT_SENT && sl->deadline_ms <= now) {
+			slot_forget_reason(sl);
+			return_slot(s, q, o, sl, BACK_TIMEOUT, 0);
+		} else if (sl->deadline_ms > now) {
+			note_deadline(q, sl->deadline_ms);
+		}
+	}
+	if (late && q->consumers)
+		hand_over(s, q, now);
+	advance_base(s, q);
+	sq_dispatch(s, q);
+}
+
+/* Retention: drop_oldest discards; both modes delete segments nobody needs any more. Those from
+ * the window's start on stay: a consumer that started from `earliest` or an offset reads
+ * acknowledged events again, and the spool must not delete them under it. */
+void sq_trim(socket_sink *s, queue *q)
+{
+	uint64_t from, to;
+	if (!spool_trim(q->sp, wall_ms(), q->w.base, &from, &to, s->err, sizeof(s->err))) {
+		log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
+		return;
+	}
+	if (!to)
+		return;
+	log_warn("retention discarded events nobody acknowledged",
+		 "subscription=%s from_offset=%llu to_offset=%llu", q->sub->name, (unsigned long long)from,
+		 (unsigned long long)to);
+	q->drop_from = q->drop_to ? q->drop_from : from;
+	q->drop_to = to;
+	/* Deliveries in flight of discarded events are forgotten: acks for them change nothing. */
+	for (uint64_t o = q->w.base; o < q->next && o <= to; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state != SLOT_ACKED)
+			ack_slot(q, sl);
+	}
+	if (q->next <= to) {
+		q->next = to + 1;
+		window_reset(&q->w, q->next);
+	} else {
+		advance_base(s, q);
+	}
+}
+
+/* Queues ---------------------------------------------------------------------------------- */
+
+void sq_detach(consumer *c)
+{
+	queue *q = c->q;
+	if (!q) {
+		sq_unlink_consumer(&c->s->pending, c);
+		return;
+	}
+	bool was_active = q->consumers == c;
+	sq_unlink_consumer(&q->consumers, c);
+	q->nconsumers--;
+	q->rr = 0;
+	for (size_t i = 0; i < KEY_BUCKETS; i++)
+		if (q->bucket[i] == c)
+			q->bucket[i] = NULL;
+	return_all(c->s, q, c, BACK_GONE);
+	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone: nobody had those last */
+		if (window_at(&q->w, o)->c == c)
+			window_at(&q->w, o)->c = NULL;
+	c->q = NULL;
+	if (was_active && q->consumers && sq_mode(q) == SOCKET_FAILOVER)
+		log_info("failover: another consumer is active now",
+			 "subscription=%s consumer=%s from_offset=%llu", q->sub->name, q->consumers->name,
+			 (unsigned long long)q->w.base);
+	sq_dispatch(c->s, q);
+}
+
+/* Positions a queue for a consumer that attaches while no other is: the start it asked for. */
+uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
+{
+	uint64_t first = spool_first(q->sp), head = spool_head(q->sp), acked = spool_acked(q->sp);
+	uint64_t start;
+	switch (sub->start) {
+	case CDC__V1__START_FROM__START_EARLIEST:
+		start = first;
+		break;
+	case CDC__V1__START_FROM__START_LATEST:
+		start = head + 1;
+		break;
+	case CDC__V1__START_FROM__START_OFFSET:
+		start = sub->start_offset < first      ? first
+			: sub->start_offset > head + 1 ? head + 1
+						       : sub->start_offset;
+		break;
+	default:
+		if (q->w.base > acked)
+			return sq_resume_at(q);
+		start = acked + 1; /* after a replay that did not get that far */
+		break;
+	}
+	/* Skipping forward acknowledges what is skipped; going back replays acknowledged events. */
+	if (start - 1 > acked && !spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
+		log_error("cannot record acknowledged offsets", "subscription=%s error=\"%s\"", q->sub->name,
+			  s->err);
+	for (uint64_t o = q->w.base; o < q->next; o++)
+		slot_forget_reason(window_at(&q->w, o));
+	q->next = start;
+	q->returned = 0;
+	window_reset(&q->w, start);
+	return start;
+}
+
+bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool/%s/%s", s->state_dir, sub->name, dead ? "dead" : "events");
+	spool_limits none = {0};
+	spool_recovery rec = {0};
+	q->sub = sub;
+	q->dead_letters = dead;
+	if (!(q->sp = spool_open(dir, dead ? &none : &sub->set->retention, &rec, err, errlen)))
+		return false;
+	if (rec.torn_bytes || rec.uncommitted)
+		log_warn("spool recovered",
+			 "subscription=%s dir=%s torn_bytes_cut=%llu uncommitted_events=%llu", sub->name, dir,
+			 (unsigned long long)rec.torn_bytes, (unsigned long long)rec.uncommitted);
+	q->next = spool_acked(q->sp) + 1;
+	window_reset(&q->w, q->next);
+	return true;
+}
+
+void sq_free_queue(queue *q)
+{
+	while (q->consumers) {
+		consumer *c = q->consumers;
+		q->consumers = c->next;
+		sc_consumer_release(c);
+	}
+	spool_close(q->sp);
+	for (uint64_t o = q->w.base; o < q->next; o++)
+		slot_forget_reason(window_at(&q->w, o));
+	free(q->w.v);
+}

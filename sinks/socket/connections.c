@@ -1,0 +1,395 @@
+/* connections.c: the connections of the socket sink's subscribers: accepting them, the first-frame
+ * deadline, making room when the table is full, closing with a readable Error and draining, bounded
+ * output, reading frames, the Subscribe handshake, Acked answers and heartbeats. */
+#include "sinks/socket/internal.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "decoder/base/log.h"
+#include "sinks/socket/frame.h"
+
+#define HEARTBEAT_DEFAULT_MS 5000
+/* A connection closed with an Error stays this long (at most, between reads or writes) to let the
+ * client finish sending and read the Error, instead of meeting a reset or a broken pipe. */
+#define CLOSE_LINGER_MS 2000
+/* Closing connections beyond subscribers.max_connections; past this a new connection is closed without a
+ * word. */
+#define MAX_CLOSING 256
+
+void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
+{
+	buf b = {0};
+	frame_put_server(&b, f);
+	bufferevent_write(c->bev, b.data, b.len);
+	buf_free(&b);
+	c->last_send_ms = now_ms();
+}
+
+static void consumer_free(consumer *c);
+
+/* A closing connection: what the client still sends is read and dropped, so that it is not met
+ * with a broken pipe before it reads the Error, and so that closing with unread input does not
+ * reset the connection; within CLOSE_LINGER_MS. */
+static void on_closing_read(struct bufferevent *bev, void *arg)
+{
+	consumer *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	if (now_ms() - c->last_send_ms >= CLOSE_LINGER_MS)
+		consumer_free(c);
+}
+
+/* The Error is written: the client reads it, then the end of the stream. */
+static void on_closing_written(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	shutdown(bufferevent_getfd(bev), SHUT_WR);
+}
+
+/* The client closed too, or the linger ran out (no progress reading or writing). */
+static void on_closing_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev, (void)what;
+	consumer_free(arg);
+}
+
+static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		consumer_free(arg);
+}
+
+/* Answers with an Error frame and closes once the client has had it; this connection only. It
+ * leaves its queue at once, so what it holds goes to the others now rather than when (if ever) its
+ * peer reads the Error; and a peer that hangs up first still frees it (on_closing_event): a closing
+ * connection that stayed forever, as the failover's active consumer, stalled the subscription. */
+static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
+{
+	if (c->closing)
+		return;
+	log_warn("closing a subscriber connection",
+		 "consumer=%s pid=%ld uid=%ld subscription=%s error=\"%s\"", c->name, (long)c->pid,
+		 (long)c->uid, c->q ? c->q->sub->name : "-", msg);
+	Cdc__V1__Error e = CDC__V1__ERROR__INIT;
+	e.code = code;
+	e.message = (char *)msg;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ERROR;
+	f.error = &e;
+	sc_send_frame(c, &f);
+	c->closing = true;
+	c->s->nclosing++;
+	if (c->q) {
+		sq_detach(c);
+		sq_append_consumer(&c->s->pending, c);
+	}
+	struct timeval linger = {.tv_sec = CLOSE_LINGER_MS / 1000, .tv_usec = CLOSE_LINGER_MS % 1000 * 1000};
+	bufferevent_setcb(c->bev, on_closing_read, on_closing_written, on_closing_event, c);
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	bufferevent_set_timeouts(c->bev, &linger, &linger);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+void sc_heartbeat(consumer *c)
+{
+	Cdc__V1__Heartbeat h = CDC__V1__HEARTBEAT__INIT;
+	h.head_offset = spool_head(c->q->sp);
+	h.acked_offset = spool_acked(c->q->sp);
+	h.active = sq_is_active(c);
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_HEARTBEAT;
+	f.heartbeat = &h;
+	sc_send_frame(c, &f);
+}
+
+/* Sends the Acked owed, unless c's output is over the high-water mark (then once it drains). */
+void sc_flush_reply(consumer *c)
+{
+	struct reply *r = &c->reply;
+	if (!r->answered || !c->q || c->closing || sq_out_full(c))
+		return;
+	Cdc__V1__Refused *v = xcalloc(r->n ? r->n : 1, sizeof(*v));
+	Cdc__V1__Refused **pv = xcalloc(r->n ? r->n : 1, sizeof(*pv));
+	for (size_t i = 0; i < r->n; i++) {
+		v[i] = (Cdc__V1__Refused)CDC__V1__REFUSED__INIT;
+		v[i].offset = r->offsets[i];
+		v[i].reason = (Cdc__V1__Refused__Reason)r->reasons[i];
+		pv[i] = &v[i];
+	}
+	Cdc__V1__Acked a = CDC__V1__ACKED__INIT;
+	a.acked_offset = spool_acked(c->q->sp);
+	a.answered = r->answered;
+	a.n_refused = r->n;
+	a.refused = pv;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ACKED;
+	f.acked = &a;
+	sc_send_frame(c, &f);
+	free(v);
+	free(pv);
+	r->answered = 0;
+	r->n = 0;
+}
+
+/* The connection and what the consumer owns; nothing else is told. */
+void sc_consumer_release(consumer *c)
+{
+	bufferevent_free(c->bev);
+	free(c->reply.offsets);
+	free(c->reply.reasons);
+	free(c);
+}
+
+static void consumer_free(consumer *c)
+{
+	log_info("subscriber disconnected", "consumer=%s pid=%ld subscription=%s in_flight=%u", c->name,
+		 (long)c->pid, c->q ? c->q->sub->name : "-", c->in_flight);
+	socket_sink *s = c->s;
+	sq_detach(c);
+	s->nconnections--;
+	s->nclosing -= c->closing;
+	sc_consumer_release(c);
+}
+
+static subscription *find(socket_sink *s, const char *name)
+{
+	for (size_t i = 0; i < s->nsubs; i++)
+		if (s->subs[i]->set && strcmp(s->subs[i]->name, name) == 0)
+			return s->subs[i];
+	return NULL;
+}
+
+static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscribe *m)
+{
+	subscription *sub = find(s, m->subscription);
+	if (!sub) {
+		bool other = false;
+		for (size_t i = 0; i < s->nindex && !other; i++)
+			other = strcmp(s->settings[i].name, m->subscription) == 0;
+		char msg[512];
+		snprintf(msg, sizeof(msg),
+			 other ? "subscription %s does not deliver to the socket (its sink is another)"
+			       : "no subscription named %s",
+			 m->subscription);
+		consumer_error(c,
+			       other ? CDC__V1__ERROR__CODE__NOT_A_SOCKET_SUBSCRIPTION
+				     : CDC__V1__ERROR__CODE__UNKNOWN_SUBSCRIPTION,
+			       msg);
+		return;
+	}
+	queue *q = m->dead_letters ? &sub->dead : &sub->q;
+	if (m->consumer && m->consumer[0])
+		snprintf(c->name, sizeof(c->name), "%s", m->consumer);
+	uint32_t max = m->dead_letters ? 1000 : sub->set->max_unacked;
+	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
+	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
+	c->window = WINDOW_START;
+	c->rate_since_ms = now_ms();
+	sq_unlink_consumer(&s->pending, c);
+	uint64_t next = q->consumers ? sq_resume_at(q) : sq_position(s, q, m);
+	c->q = q;
+	sq_append_consumer(&q->consumers, c);
+	q->nconsumers++;
+
+	Cdc__V1__Subscribed a = CDC__V1__SUBSCRIBED__INIT;
+	a.subscription = sub->name;
+	a.mode = (Cdc__V1__ConsumerMode)sq_mode(q);
+	a.first_offset = spool_first(q->sp);
+	a.head_offset = spool_head(q->sp);
+	a.acked_offset = spool_acked(q->sp);
+	a.next_offset = next;
+	a.max_unacked = c->max_unacked;
+	a.active = sq_is_active(c);
+	a.batch_transaction = !q->dead_letters && sub->set->batch_transaction;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_SUBSCRIBED;
+	f.subscribed = &a;
+	sc_send_frame(c, &f);
+	log_info("subscriber attached",
+		 "consumer=%s pid=%ld uid=%ld subscription=%s dead_letters=%s next_offset=%llu active=%s",
+		 c->name, (long)c->pid, (long)c->uid, sub->name, m->dead_letters ? "true" : "false",
+		 (unsigned long long)next, a.active ? "true" : "false");
+	sq_dispatch(s, q);
+}
+
+/* *settle: the queue an Ack or Nack changed, for sq_settle once the read's frames are handled. */
+static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len, queue **settle)
+{
+	char err[256];
+	Cdc__V1__ClientFrame *f = frame_decode_client(msg, len, err, sizeof(err));
+	if (!f) {
+		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
+		return false;
+	}
+	bool subscribe = f->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE;
+	if (subscribe == (c->q != NULL)) {
+		char why[128];
+		snprintf(why, sizeof(why),
+			 subscribe ? "already subscribed: one Subscribe per connection"
+				   : "%s before Subscribe: the first frame must be a Subscribe",
+			 f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK    ? "Ack"
+			 : f->kind_case == CDC__V1__CLIENT_FRAME__KIND_NACK ? "Nack"
+									    : "Progress");
+		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, why);
+	} else if (subscribe) {
+		handle_subscribe(s, c, f->subscribe);
+	} else {
+		c->reply.answered++;
+		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_PROGRESS) {
+			sq_handle_progress(c, f->progress);
+		} else {
+			*settle = c->q;
+			if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
+				sq_handle_ack(c, f->ack);
+			else
+				sq_handle_nack(s, c, f->nack);
+		}
+	}
+	frame_client_free(f);
+	return !c->closing;
+}
+
+static void on_consumer_read(struct bufferevent *bev, void *arg)
+{
+	consumer *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	char err[256];
+	queue *settle = NULL;
+	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
+		const uint8_t *msg;
+		size_t msglen, consumed, avail = evbuffer_get_length(in);
+		/* The length is checked before the frame is waited for: an oversized one is refused now. */
+		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX, &msg,
+					    &msglen, &consumed, err, sizeof(err));
+		if (r == FRAME_MORE) {
+			size_t whole = frame_size(evbuffer_pullup(in, FRAME_HEADER));
+			if (avail < whole)
+				break;
+			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg, &msglen,
+				       &consumed, err, sizeof(err));
+		}
+		if (r != FRAME_OK) {
+			consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
+			break;
+		}
+		bool go_on = handle_frame(c->s, c, msg, msglen, &settle);
+		evbuffer_drain(in, consumed);
+		if (!go_on)
+			break;
+	}
+	/* also when c closed after its acks: the queue outlives the connection */
+	if (settle)
+		sq_settle(c->s, settle);
+	if (c->closing)
+		return;
+	/* Answered at once when the consumer may be waiting for it (nothing else in flight to it, or
+	 * something refused); else with the next tick: a consumer acking a stream of events one by one
+	 * would otherwise be sent an Acked per ack, a fifth of the socket path's throughput. */
+	if (!c->in_flight || c->reply.n)
+		sc_flush_reply(c);
+}
+
+/* The output drained to out_low: a stalled consumer is dispatched to again. Its input is
+ * read all along: a client that waits to send its acks before it reads must not deadlock. */
+static void on_consumer_written(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	consumer *c = arg;
+	if (!c->stalled)
+		return;
+	c->stalled = false;
+	sc_flush_reply(c);
+	if (c->q && !c->closing)
+		sq_dispatch(c->s, c->q);
+}
+
+/* Closing connections fill their share of the table: one of them loses the rest of its linger
+ * (its Error is written, or as much of it as it would read), a new connection counts more. */
+static void shed_closing(socket_sink *s)
+{
+	consumer *c = s->pending; /* a closing connection has left its queue */
+	while (c && !c->closing)
+		c = c->next;
+	if (!c)
+		return;
+	/* What is still buffered (the Error, usually) gets the one write the socket takes now; the
+	 * bufferevent keeps its output to itself (frozen: no evbuffer_write), but it can be peeked. */
+	struct evbuffer_iovec v[4]; /* the same layout as struct iovec where there is one */
+	struct msghdr m = {.msg_iov = (struct iovec *)v};
+	m.msg_iovlen = (size_t)evbuffer_peek(bufferevent_get_output(c->bev), -1, NULL, v, 4);
+	if (m.msg_iovlen > 4)
+		m.msg_iovlen = 4;
+	if (m.msg_iovlen && sendmsg(bufferevent_getfd(c->bev), &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("could not write a closing connection's last bytes", "error=\"%s\"",
+			  strerror(errno));
+	consumer_free(c);
+}
+
+/* The table is full: the oldest connection that has not subscribed yet gives way to c; if every
+ * other one has subscribed, c is refused. Either is told so in an Error it can read. */
+static void make_room(socket_sink *s, consumer *c)
+{
+	consumer *old = s->pending;
+	while (old && (old->closing || old == c))
+		old = old->next;
+	if (old)
+		consumer_error(old, CDC__V1__ERROR__CODE__CONNECTION_LIMIT,
+			       "too many subscriber connections: closed to make room (no Subscribe yet)");
+	else
+		consumer_error(c, CDC__V1__ERROR__CODE__CONNECTION_LIMIT, "too many subscriber connections");
+}
+
+/* Connections that did not subscribe within subscribers.first_frame_timeout are closed, so
+ * connections that never subscribe cannot fill the table. */
+void sc_check_first_frames(socket_sink *s, uint64_t now)
+{
+	char msg[96];
+	snprintf(msg, sizeof(msg), "no Subscribe within %llu ms (subscribers.first_frame_timeout)",
+		 (unsigned long long)s->first_frame_timeout_ms);
+	for (consumer *c = s->pending; c; c = c->next)
+		if (!c->closing && now - c->accepted_ms >= s->first_frame_timeout_ms)
+			consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIBE_TIMEOUT, msg);
+}
+
+void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
+{
+	(void)l, (void)addr, (void)len;
+	socket_sink *s = arg;
+	struct ucred cred = {0};
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+		cred.pid = 0;
+	if (s->nconnections >= s->max_connections + MAX_CLOSING)
+		shed_closing(s);
+	consumer *c = xcalloc(1, sizeof(*c));
+	c->s = s;
+	c->uid = cred.uid;
+	c->pid = cred.pid;
+	c->accepted_ms = c->last_send_ms = now_ms();
+	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
+	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
+	bufferevent_setcb(c->bev, on_consumer_read, on_consumer_written, on_consumer_event, c);
+	bufferevent_setwatermark(c->bev, EV_WRITE, s->out_low, 0);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	sq_append_consumer(&s->pending, c);
+	s->nconnections++;
+	log_info("subscriber connected", "pid=%ld uid=%ld gid=%ld", (long)cred.pid, (long)cred.uid,
+		 (long)cred.gid);
+	if (s->nconnections - s->nclosing > s->max_connections)
+		make_room(s, c);
+}
+
+void sc_close_consumers(queue *q, const char *why)
+{
+	while (q->consumers)
+		consumer_error(q->consumers, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED,
+			       why); /* detaches it */
+}

@@ -1,0 +1,693 @@
+/* durable.c: see socket_sink.h. The sink interface (render, deliver to the spools, hold the
+ * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
+ * the tick timer; the queues' delivery state is in acked.c, the connections in connections.c
+ * (their shared structs: internal.h). */
+#include "decoder/base/bytes.h"
+#include "sinks/socket/socket_sink.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "decoder/base/log.h"
+#include "decoder/base/net.h"
+#include "sinks/pbwire.h"
+#include "sinks/socket/internal.h"
+
+#define TICK_MS 100
+#define TRIM_EVERY_MS 1000
+#define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
+
+/* Timer: ack timeouts, heartbeats, retention. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd, (void)what;
+	socket_sink *s = arg;
+	uint64_t now = now_ms();
+	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
+	if (trim_now)
+		s->last_trim_ms = now;
+	sc_check_first_frames(s, now);
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (!sub->set)
+			continue;
+		queue *qs[2] = {&sub->q, &sub->dead};
+		for (int k = 0; k < 2; k++) {
+			sq_check_timeouts(s, qs[k], now);
+			for (consumer *c = qs[k]->consumers; c; c = c->next) {
+				sc_flush_reply(c); /* answers held back while c had events in flight */
+				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms &&
+				    !sq_out_full(c))
+					sc_heartbeat(c);
+				sq_update_window(c, now);
+			}
+			if (trim_now)
+				sq_trim(s, qs[k]);
+		}
+	}
+	if (trim_now)
+		sq_wake(s);
+}
+
+/* Subscriptions ------------------------------------------------------------------------- */
+
+static bool make_dir(const char *path, char *err, size_t errlen)
+{
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return errf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+	return true;
+}
+
+static subscription *open_subscription(socket_sink *s, const socket_sub_settings *c, char *err, size_t errlen)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool", s->state_dir);
+	if (!make_dir(dir, err, errlen))
+		return NULL;
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, c->name);
+	if (!make_dir(dir, err, errlen))
+		return NULL;
+	subscription *sub = xcalloc(1, sizeof(*sub));
+	sub->s = s;
+	sub->name = xstrdup(c->name);
+	sub->set = c;
+	if (!sq_open_queue(s, sub, &sub->q, false, err, errlen) ||
+	    !sq_open_queue(s, sub, &sub->dead, true, err, errlen)) {
+		spool_close(sub->q.sp);
+		free(sub->name);
+		free(sub);
+		return NULL;
+	}
+	sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+	return sub;
+}
+
+static void free_settings(socket_sink *s)
+{
+	for (size_t i = 0; i < s->nindex; i++)
+		free((char *)s->settings[i].name);
+	free(s->settings);
+	free(s->by_index);
+}
+
+bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	for (size_t i = 0; i < s->nsubs; i++)
+		s->subs[i]->set = NULL;
+	free_settings(s);
+	s->nindex = nsubs;
+	s->settings = xcalloc(nsubs ? nsubs : 1, sizeof(*s->settings));
+	s->by_index = xcalloc(nsubs ? nsubs : 1, sizeof(subscription *));
+	for (size_t i = 0; i < nsubs; i++) {
+		s->settings[i] = subs[i];
+		s->settings[i].name = xstrdup(subs[i].name);
+	}
+	for (size_t i = 0; i < nsubs; i++) {
+		const socket_sub_settings *set = &s->settings[i];
+		if (!set->serve)
+			continue;
+		subscription *sub = NULL;
+		for (size_t k = 0; k < s->nsubs && !sub; k++)
+			if (strcmp(s->subs[k]->name, set->name) == 0)
+				sub = s->subs[k];
+		if (!sub) {
+			if (!(sub = open_subscription(s, set, err, errlen)))
+				return false;
+			s->subs = xrealloc(s->subs, (s->nsubs + 1) * sizeof(subscription *));
+			s->subs[s->nsubs++] = sub;
+		}
+		sub->set = set;
+		spool_set_limits(sub->q.sp, &set->retention);
+		s->by_index[i] = sub;
+	}
+	for (size_t i = 0; i < s->nsubs; i++)
+		if (!s->subs[i]->set) {
+			sc_close_consumers(&s->subs[i]->q,
+					   "the subscription was removed from the configuration");
+			sc_close_consumers(&s->subs[i]->dead,
+					   "the subscription was removed from the configuration");
+		}
+	return true;
+}
+
+/* The sink interface --------------------------------------------------------------------- */
+
+/* FNV-1a over the packed key: the same row key always lands in the same bucket. */
+static uint32_t key_hash(const Cdc__V1__Event *e)
+{
+	if (!e->key)
+		return 0;
+	size_t n = cdc__v1__row__get_packed_size(e->key);
+	uint8_t stack[512], *p = n <= sizeof(stack) ? stack : xmalloc(n);
+	cdc__v1__row__pack(e->key, p);
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	if (p != stack)
+		free(p);
+	return h;
+}
+
+static void socket_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
+{
+	socket_sink *s = (socket_sink *)base;
+	uint32_t h = sub < s->nindex && s->settings[sub].consumers == SOCKET_KEY_SHARED ? key_hash(e) : 0;
+	buf_reserve(out, RENDER_HEADER);
+	memcpy(out->data + out->len, &h, 4);
+	out->len += RENDER_HEADER;
+	size_t n = cdc__v1__event__get_packed_size(e);
+	buf_reserve(out, n);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+}
+
+/* n more events committed at commit_time (µs), for the latency histogram at the next sync. */
+static void count_commits(socket_sink *s, int64_t commit_time, uint64_t n)
+{
+	if (commit_time <= 0 || !n)
+		return;
+	if (s->nruns > s->sync.runs && s->runs[s->nruns - 1].commit_time == commit_time) {
+		s->runs[s->nruns - 1].events += n;
+		return;
+	}
+	if (s->nruns == s->runs_cap) {
+		s->runs_cap = s->runs_cap ? 2 * s->runs_cap : 64;
+		s->runs = xrealloc(s->runs, s->runs_cap * sizeof(*s->runs));
+	}
+	s->runs[s->nruns++] = (struct commit_run){commit_time, n};
+}
+
+static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_t len, const sink_commit *c,
+			   uint64_t seq, char *err, size_t errlen)
+{
+	(void)seq;
+	socket_sink *s = (socket_sink *)base;
+	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
+		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+	subscription *sub = s->by_index[idx];
+	/* After a restart the slot resends what the spool may already hold: skip that. A schema event
+	 * comes before the row of the same tx_index. */
+	if (sub->have_last && (c->commit_lsn < sub->last_lsn ||
+			       (c->commit_lsn == sub->last_lsn &&
+				(c->tx_index < sub->last_txi ||
+				 (c->tx_index == sub->last_txi && (c->before_change || !sub->last_before))))))
+		return true;
+	buf_reset(&s->scratch);
+	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
+	pb_put_commit(&s->scratch, c);
+	uint64_t off;
+	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, load_u32(rendered), s->scratch.data,
+			  s->scratch.len, wall_ms(), &off, err, errlen))
+		return false;
+	sub->have_last = true;
+	sub->last_lsn = c->commit_lsn;
+	sub->last_txi = c->tx_index;
+	sub->last_before = c->before_change;
+	sub->in_txn = sub->dirty = true;
+	sub->matched++;
+	count_commits(s, c->commit_time, 1);
+	return true;
+}
+
+static void socket_end_txn(sink *base, uint64_t seq)
+{
+	socket_sink *s = (socket_sink *)base;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (sub->in_txn && !spool_commit(sub->q.sp, s->err, sizeof(s->err)))
+			log_error("cannot end a transaction in the spool", "subscription=%s error=\"%s\"",
+				  sub->name, s->err);
+		sub->in_txn = false;
+	}
+	s->ended_seq = seq;
+}
+
+/* Held transactions ---------------------------------------------------------------------- */
+
+/* A held transaction's events: one spool_held per subscription that has some (in the order they
+ * came), and the savepoints, each with where those files stood (files created later stood empty). */
+typedef struct held_txn {
+	uint32_t xid;
+	spool_held **files;
+	subscription **subs; /* files[i] is subs[i]'s */
+	size_t nfiles;
+	struct savepoint {
+		uint32_t tx_index;
+		size_t nfiles;
+		spool_held_point *at;
+	} * sp;
+	size_t nsp, capsp;
+	struct held_txn *next;
+} held_txn;
+
+static held_txn *held_find(socket_sink *s, uint32_t xid, bool create)
+{
+	for (held_txn *h = s->held; h; h = h->next)
+		if (h->xid == xid)
+			return h;
+	if (!create)
+		return NULL;
+	held_txn *h = xcalloc(1, sizeof(*h));
+	h->xid = xid;
+	h->next = s->held;
+	s->held = h;
+	return h;
+}
+
+/* Frees h; its files are deleted unless committed (then NULL). */
+static void held_free(socket_sink *s, held_txn *h)
+{
+	for (held_txn **p = &s->held; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			break;
+		}
+	for (size_t i = 0; i < h->nfiles; i++)
+		spool_held_discard(h->files[i]);
+	for (size_t i = 0; i < h->nsp; i++)
+		free(h->sp[i].at);
+	free(h->files);
+	free(h->subs);
+	free(h->sp);
+	free(h);
+}
+
+static bool socket_hold(sink *base, uint32_t idx, uint32_t xid, uint32_t tx_index, const char *rendered,
+			size_t len, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
+		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+	subscription *sub = s->by_index[idx];
+	held_txn *h = held_find(s, xid, true);
+	size_t i = 0;
+	while (i < h->nfiles && h->subs[i] != sub)
+		i++;
+	if (i == h->nfiles) {
+		spool_held *f = spool_hold(sub->q.sp, xid, err, errlen);
+		if (!f)
+			return false;
+		h->files = xrealloc(h->files, (i + 1) * sizeof(*h->files));
+		h->subs = xrealloc(h->subs, (i + 1) * sizeof(*h->subs));
+		h->files[i] = f;
+		h->subs[i] = sub;
+		h->nfiles++;
+	}
+	return spool_held_append(h->files[i], tx_index, load_u32(rendered), rendered + RENDER_HEADER,
+				 len - RENDER_HEADER, wall_ms(), err, errlen);
+}
+
+static void socket_hold_savepoint(sink *base, uint32_t xid, uint32_t tx_index)
+{
+	held_txn *h = held_find((socket_sink *)base, xid, true);
+	if (h->nsp == h->capsp) {
+		h->capsp = h->capsp ? 2 * h->capsp : 8;
+		h->sp = xrealloc(h->sp, h->capsp * sizeof(*h->sp));
+	}
+	struct savepoint *sp = &h->sp[h->nsp++];
+	*sp = (struct savepoint){tx_index, h->nfiles, NULL};
+	if (h->nfiles)
+		sp->at = xmalloc(h->nfiles * sizeof(*sp->at));
+	for (size_t i = 0; i < h->nfiles; i++)
+		sp->at[i] = spool_held_at(h->files[i]);
+}
+
+/* Back to the first savepoint at or after tx_index, which stays: an enclosing subtransaction that
+ * started at the same position may roll back to it later. */
+static bool socket_hold_rollback(sink *base, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
+{
+	held_txn *h = held_find((socket_sink *)base, xid, false);
+	size_t k = 0;
+	while (h && k < h->nsp && h->sp[k].tx_index < tx_index)
+		k++;
+	if (!h || k == h->nsp)
+		return true;
+	for (size_t i = 0; i < h->nfiles; i++)
+		if (!spool_held_cut(h->files[i], i < h->sp[k].nfiles ? h->sp[k].at[i] : (spool_held_point){0},
+				    err, errlen))
+			return false;
+	for (size_t j = k + 1; j < h->nsp; j++)
+		free(h->sp[j].at);
+	h->nsp = k + 1;
+	return true;
+}
+
+static void socket_hold_abort(sink *base, uint32_t xid)
+{
+	socket_sink *s = (socket_sink *)base;
+	held_txn *h;
+	while ((h = xid ? held_find(s, xid, false) : s->held) != NULL)
+		held_free(s, h);
+}
+
+/* The held events become the next offsets of each subscription's spool, unless the spool has the
+ * transaction already (it was spooled before a restart: the slot resends what was not confirmed). */
+static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
+			       size_t errlen)
+{
+	(void)seq;
+	socket_sink *s = (socket_sink *)base;
+	held_txn *h = held_find(s, xid, false);
+	bool ok = true;
+	for (size_t i = 0; h && ok && i < h->nfiles; i++) {
+		subscription *sub = h->subs[i];
+		spool_held *f = h->files[i];
+		uint64_t events = spool_held_at(f).events;
+		h->files[i] = NULL;
+		if (sub->have_last && c->commit_lsn <= sub->last_lsn) {
+			spool_held_discard(f);
+			continue;
+		}
+		ok = spool_held_commit(f, c->commit_lsn, c->commit_time, err, errlen);
+		sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+		sub->last_before = false;
+		sub->dirty = true;
+		sub->matched += events;
+		count_commits(s, c->commit_time, events);
+	}
+	if (h)
+		held_free(s, h);
+	return ok;
+}
+
+/* Group commit off the event loop ---------------------------------------------------------- */
+
+/* On the syncer's worker: a batch's fsyncs (the loop leaves the batch alone while it is busy). */
+static void run_batch(void *arg)
+{
+	struct syncer *y = arg;
+	for (size_t i = 0; i < y->n; i++)
+		spool_sync_run(&y->jobs[i]);
+}
+
+/* The batch is back: its spools' events up to where it began are visible (and dispatched), its
+ * transactions delivered; commit to durable latency is counted for its events. */
+static void sync_finish(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	y->busy = false;
+	for (size_t i = 0; i < y->n; i++) {
+		if (!spool_sync_end(y->subs[i]->q.sp, &y->jobs[i], y->err, sizeof(y->err)))
+			y->failed = true;
+		sq_dispatch(s, &y->subs[i]->q);
+	}
+	if (y->failed)
+		return;
+	s->durable_seq = y->ended;
+	int64_t now_us = wall_ms() * 1000;
+	for (size_t i = 0; i < y->runs; i++)
+		hist_add_n(&s->latency,
+			   now_us > s->runs[i].commit_time ? (uint64_t)(now_us - s->runs[i].commit_time) : 0,
+			   s->runs[i].events);
+	memmove(s->runs, s->runs + y->runs, (s->nruns - y->runs) * sizeof(*s->runs));
+	s->nruns -= y->runs;
+	y->runs = 0;
+}
+
+/* The eventfd: a batch is back (the daemon flushes again, which starts the next one). */
+static void on_synced(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	socket_sink *s = arg;
+	struct syncer *y = &s->sync;
+	(void)fd;
+	worker_clear(y->w);
+	if (!y->busy || !worker_idle(y->w))
+		return; /* sync_wait took that batch already; this one is not back yet */
+	sync_finish(s);
+	if (s->durable)
+		s->durable(s->wake_ctx);
+}
+
+/* Blocks until the batch in flight, if any, is back, and takes it. */
+static void sync_wait(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	if (!y->busy)
+		return;
+	worker_wait(y->w);
+	sync_finish(s);
+}
+
+/* Starts a batch of the spools written since the last one: their buffers are written here, their
+ * fsyncs run on the syncer thread while the loop goes on. With nothing to sync, what has ended is
+ * delivered at once. */
+static bool sync_start(socket_sink *s, char *err, size_t errlen)
+{
+	struct syncer *y = &s->sync;
+	y->n = 0;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (!sub->dirty)
+			continue;
+		if (y->n == y->cap) {
+			y->cap = y->cap ? 2 * y->cap : 8;
+			y->subs = xrealloc(y->subs, y->cap * sizeof(*y->subs));
+			y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
+		}
+		if (!spool_sync_begin(sub->q.sp, &y->jobs[y->n], err, errlen)) {
+			y->n = 0; /* cdc stops on this: the descriptors of the jobs begun close then */
+			return false;
+		}
+		y->subs[y->n++] = sub;
+		sub->dirty = sub->in_txn;
+	}
+	if (!y->n) {
+		s->durable_seq = s->ended_seq;
+		return true;
+	}
+	y->ended = s->ended_seq;
+	y->runs = s->nruns;
+	y->busy = true;
+	worker_kick(y->w);
+	return true;
+}
+
+static sink_status socket_flush(sink *base, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	if (!s->sync.failed && !s->sync.busy && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
+		s->sync.failed = true;
+	if (s->sync.failed) {
+		errf(err, errlen, "%s", s->sync.err);
+		return SINK_FATAL;
+	}
+	return SINK_OK;
+}
+
+/* At a stop: the batch in flight, then one of what is left. */
+static bool socket_finish(sink *base, int timeout_ms)
+{
+	(void)timeout_ms; /* fsyncs are not abandoned */
+	socket_sink *s = (socket_sink *)base;
+	sync_wait(s);
+	if (!s->sync.failed && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
+		s->sync.failed = true;
+	sync_wait(s);
+	return !s->sync.failed;
+}
+
+static bool syncer_start(socket_sink *s, char *err, size_t errlen)
+{
+	struct syncer *y = &s->sync;
+	if (!(y->w = worker_new("syncs the spools", run_batch, y, err, errlen)))
+		return false;
+	y->ev = event_new(s->evb, worker_fd(y->w), EV_READ | EV_PERSIST, on_synced, s);
+	if (!y->ev || event_add(y->ev, NULL) != 0)
+		return errf(err, errlen, "socket sink: cannot watch its syncer's eventfd");
+	return true;
+}
+
+static void syncer_stop(socket_sink *s)
+{
+	struct syncer *y = &s->sync;
+	if (y->w)
+		sync_wait(s);
+	if (y->ev)
+		event_free(y->ev);
+	worker_free(y->w);
+	free(y->subs);
+	free(y->jobs);
+}
+
+static uint64_t socket_delivered(const sink *base)
+{
+	return ((const socket_sink *)base)->durable_seq;
+}
+
+static bool socket_busy(const sink *base)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	int64_t now = wall_ms();
+	for (size_t i = 0; i < s->nsubs; i++) {
+		const subscription *sub = s->subs[i];
+		if (sub->set && !sub->set->retention.drop_oldest && spool_full(sub->q.sp, now))
+			return true;
+	}
+	return false;
+}
+
+static void socket_free(sink *base)
+{
+	socket_sink *s = (socket_sink *)base;
+	syncer_stop(s);
+	socket_hold_abort(base, 0);
+	while (s->pending) {
+		consumer *c = s->pending;
+		s->pending = c->next;
+		sc_consumer_release(c);
+	}
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		sq_free_queue(&sub->q);
+		sq_free_queue(&sub->dead);
+		free(sub->name);
+		free(sub);
+	}
+	free(s->subs);
+	free_settings(s);
+	free(s->state_dir);
+	if (s->listener) {
+		evconnlistener_free(s->listener);
+		unlink(s->path);
+	}
+	if (s->ev_tick)
+		event_free(s->ev_tick);
+	buf_free(&s->scratch);
+	buf_free(&s->events);
+	free(s->runs);
+	free(s);
+}
+
+static const sink_ops socket_ops = {
+    .name = "socket",
+    .render = socket_render,
+    .deliver = socket_deliver,
+    .end_txn = socket_end_txn,
+    .flush = socket_flush,
+    .finish = socket_finish,
+    .delivered = socket_delivered,
+    .busy = socket_busy,
+    .free = socket_free,
+    .hold = socket_hold,
+    .hold_savepoint = socket_hold_savepoint,
+    .hold_rollback = socket_hold_rollback,
+    .hold_abort = socket_hold_abort,
+    .hold_commit = socket_hold_commit,
+};
+
+sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,
+		      struct event_base *base, void (*wake_fn)(void *), void (*durable_fn)(void *), void *ctx,
+		      char *err, size_t errlen)
+{
+	socket_sink *s = xcalloc(1, sizeof(*s));
+	s->base.ops = &socket_ops;
+	s->state_dir = xstrdup(settings->state_dir);
+	s->first_frame_timeout_ms = settings->first_frame_timeout_ms;
+	s->max_connections = settings->max_connections;
+	s->out_high = settings->max_output;
+	s->out_low = settings->max_output / 4;
+	s->evb = base;
+	s->wake = wake_fn;
+	s->durable = durable_fn;
+	s->wake_ctx = ctx;
+	if (!syncer_start(s, err, errlen))
+		goto fail;
+	snprintf(s->path, sizeof(s->path), "%s", settings->socket_path);
+	char why[512];
+	int fd = net_unix_listen(settings->socket_path, settings->mode, 128, why, sizeof(why));
+	if (fd < 0) {
+		errf(err, errlen, "subscribers.socket %s", why);
+		goto fail;
+	}
+	evutil_make_socket_nonblocking(fd);
+	s->listener = evconnlistener_new(base, sc_on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (!s->listener) {
+		close(fd);
+		errf(err, errlen, "subscribers.socket %s: cannot listen", settings->socket_path);
+		goto fail;
+	}
+	s->ev_tick = event_new(base, -1, EV_PERSIST, on_tick, s);
+	struct timeval tv = {.tv_sec = 0, .tv_usec = TICK_MS * 1000};
+	event_add(s->ev_tick, &tv);
+	if (!socket_sink_bind(&s->base, subs, nsubs, err, errlen))
+		goto fail;
+	log_info("serving subscribers", "socket=%s mode=%04o", settings->socket_path,
+		 (unsigned)settings->mode);
+	return &s->base;
+fail:
+	socket_free(&s->base);
+	return NULL;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
+{
+	socket_sink *s = (socket_sink *)base;
+	for (size_t i = 0; i < s->nsubs; i++) {
+		subscription *sub = s->subs[i];
+		if (sub->set || strcmp(sub->name, name) != 0)
+			continue;
+		sync_wait(s); /* the batch in flight may have its spool */
+		sq_free_queue(&sub->q);
+		sq_free_queue(&sub->dead);
+		free(sub->name);
+		free(sub);
+		memmove(&s->subs[i], &s->subs[i + 1], (s->nsubs - i - 1) * sizeof(*s->subs));
+		s->nsubs--;
+		break;
+	}
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, name);
+	if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+		return errf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+	log_info("removed the spool of a deleted subscription", "subscription=%s dir=%s", name, dir);
+	return true;
+}
+
+const hist *socket_sink_latency(const sink *base)
+{
+	return &((const socket_sink *)base)->latency;
+}
+
+bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	const subscription *sub = i < s->nindex ? s->by_index[i] : NULL;
+	if (!sub)
+		return false;
+	spool_stats st = spool_get_stats(sub->q.sp);
+	uint64_t in_flight = 0;
+	for (const consumer *c = sub->q.consumers; c; c = c->next)
+		in_flight += c->in_flight;
+	*out = (socket_sub_stats){
+	    .matched = sub->matched,
+	    .delivered = sub->delivered,
+	    .redelivered = sub->redelivered,
+	    .in_flight = in_flight,
+	    .acked = sub->acked,
+	    .nacked = sub->nacked,
+	    .progressed = sub->progressed,
+	    .refused = sub->refused,
+	    .head_offset = spool_head(sub->q.sp),
+	    .acked_offset = spool_acked(sub->q.sp),
+	    .first_offset = spool_first(sub->q.sp),
+	    .consumers = sub->q.nconsumers,
+	    .dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
+	    .dropped = st.dropped,
+	    .spool_bytes = st.bytes,
+	    .full = !sub->set->retention.drop_oldest && spool_full(sub->q.sp, wall_ms()),
+	};
+	return true;
+}

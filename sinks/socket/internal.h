@@ -1,0 +1,189 @@
+/* internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
+ * nothing else includes. Per subscription two queues, its events and its dead
+ * letters, each a spool plus the consumers attached to it and a window of per-offset delivery state
+ * for the offsets from the first unacknowledged one to the first never sent. */
+#ifndef CDC_SOCKET_INTERNAL_H
+#define CDC_SOCKET_INTERNAL_H
+
+#include <event2/util.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include "cdc/v1/subscriber.pb-c.h"
+#include "decoder/base/hist.h"
+#include "decoder/base/util.h"
+#include "decoder/base/worker.h"
+#include "sinks/sink.h"
+#include "sinks/socket/socket_sink.h"
+#include "sinks/socket/spool.h"
+
+struct bufferevent;
+struct event;
+struct event_base;
+struct evconnlistener;
+struct sockaddr;
+
+#define KEY_BUCKETS 256
+/* Output buffered for one connection: above the high mark nothing more is dispatched to it (nor a
+ * heartbeat) until it drains to the low mark. */
+/* shared and key_shared: a consumer is handed at most what it can start on before its deadline,
+ * its window: the acks it made per ack_timeout / 2, measured over RATE_PERIOD_MS (at most
+ * max_unacked, at least WINDOW_MIN); a new consumer starts at WINDOW_START. */
+#define WINDOW_START 16
+#define WINDOW_MIN 1
+#define RATE_PERIOD_MS 500
+
+typedef struct consumer consumer;
+typedef struct subscription subscription;
+typedef struct socket_sink socket_sink;
+typedef struct slot slot; /* one offset's delivery state (acked.c) */
+
+/* Delivery state of the offsets [base, next): a ring that grows by doubling. */
+typedef struct window {
+	slot *v;
+	size_t cap, head; /* v[head] is base's slot */
+	uint64_t base;
+} window;
+
+typedef struct queue {
+	subscription *sub;
+	bool dead_letters;
+	spool *sp;
+	consumer *consumers; /* in attach order; failover: the first one is active */
+	size_t nconsumers;
+	window w;
+	uint64_t next;	   /* the lowest offset not sent yet (offsets from here on are implicitly unsent) */
+	uint64_t returned; /* slots in the window back to UNSENT, waiting for redelivery */
+	uint64_t min_deadline;
+	uint64_t drop_from, drop_to; /* a discarded range the next consumer is told of (drop_to 0: none) */
+	consumer *bucket[KEY_BUCKETS];
+	size_t rr;
+} queue;
+
+struct subscription {
+	socket_sink *s;
+	char *name;
+	const socket_sub_settings *set; /* NULL: no longer bound */
+	queue q, dead;
+	bool in_txn, dirty, have_last;
+	uint64_t last_lsn;
+	uint32_t last_txi;
+	bool last_before; /* the last event was a schema event (sink_commit.before_change); a spool's last
+			   * event never is (its row follows it in the same transaction) */
+	uint64_t matched, delivered, redelivered;
+	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
+};
+
+struct consumer {
+	socket_sink *s;
+	queue *q; /* NULL until subscribed */
+	consumer *next;
+	struct bufferevent *bev;
+	char name[256];
+	uid_t uid;
+	pid_t pid;
+	uint32_t max_unacked, in_flight;
+	uint32_t window; /* shared modes: in flight at most (see WINDOW_START) */
+	uint32_t acks;	 /* of its deliveries since rate_since_ms */
+	uint64_t rate_since_ms;
+	bool window_full; /* in_flight reached the window since rate_since_ms */
+	uint64_t heartbeat_ms, last_send_ms;
+	uint64_t accepted_ms;
+	bool closing;
+	bool stalled; /* its output reached out_high: dispatch waits for the drain */
+	/* The Acked owed for the Ack, Nack and Progress frames read since the last one. */
+	struct reply {
+		uint32_t answered;
+		size_t n, cap;
+		uint64_t *offsets;
+		uint8_t *reasons; /* Cdc__V1__Refused__Reason */
+	} reply;
+};
+
+struct socket_sink {
+	sink base;
+	char *state_dir;
+	uint64_t first_frame_timeout_ms;
+	uint32_t max_connections;
+	size_t out_high, out_low; /* a consumer's output: dispatch stops at high, resumes at low */
+	struct event_base *evb;
+	struct evconnlistener *listener;
+	struct event *ev_tick;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	void (*wake)(void *);
+	void *wake_ctx;
+	subscription **subs; /* every subscription ever bound, by name */
+	size_t nsubs;
+	socket_sub_settings *settings; /* copies of the last bind's, by subscription index */
+	subscription **by_index;       /* subscription index -> subscription (NULL: not a socket one) */
+	size_t nindex;
+	consumer *pending;     /* connected, not subscribed yet (and closing ones), oldest first */
+	struct held_txn *held; /* held transactions' events, per subscription (durable.c) */
+	size_t nconnections, nclosing;
+	uint64_t ended_seq, durable_seq, last_trim_ms;
+	/* Group commit off the event loop (durable.c): the fsyncs of one batch of spools at a time
+	 * run on the syncer thread; their events become visible, and their transactions delivered,
+	 * when it is back. */
+	struct syncer {
+		worker *w;	  /* runs a batch's fsyncs */
+		struct event *ev; /* the worker's eventfd: a batch is back */
+		/* the batch in flight (the loop leaves it alone meanwhile) */
+		bool busy;
+		size_t n, cap;
+		subscription **subs;
+		spool_sync_job *jobs;
+		uint64_t ended; /* it makes the transactions up to this seq durable */
+		size_t runs;	/* and the first runs of commit times */
+		bool failed;	/* a batch failed: the sink cannot go on */
+		char err[512];
+	} sync;
+	void (*durable)(void *); /* called with wake_ctx when a batch is back */
+	buf scratch, events;
+	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
+	 * run per transaction, since its events share their commit time */
+	struct commit_run {
+		int64_t commit_time;
+		uint64_t events;
+	} * runs;
+	size_t nruns, runs_cap;
+	hist latency;
+	char err[512];
+};
+
+/* acked.c */
+socket_consumers sq_mode(const queue *q);
+void sq_unlink_consumer(consumer **list, consumer *c);
+void sq_append_consumer(consumer **list, consumer *c);
+bool sq_is_active(const consumer *c);
+bool sq_out_full(consumer *c);
+void sq_update_window(consumer *c, uint64_t now);
+uint64_t sq_resume_at(const queue *q);
+void sq_dispatch(socket_sink *s, queue *q);
+void sq_wake(socket_sink *s);
+/* An Ack's or Nack's effect on the window; sq_settle, once after the frames of a read, records it
+ * and dispatches what it freed. */
+void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a);
+void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n);
+void sq_settle(socket_sink *s, queue *q);
+void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p);
+void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now);
+void sq_trim(socket_sink *s, queue *q);
+void sq_detach(consumer *c);
+uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub);
+bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen);
+void sq_free_queue(queue *q);
+
+/* connections.c */
+void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f);
+void sc_heartbeat(consumer *c);
+/* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
+void sc_flush_reply(consumer *c);
+void sc_consumer_release(consumer *c);
+void sc_check_first_frames(socket_sink *s, uint64_t now);
+void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg);
+void sc_close_consumers(queue *q, const char *why);
+
+#endif

@@ -1,0 +1,77 @@
+/* socket_sink.h: `sink: socket`. Each socket subscription's events are appended to its durable spool
+ * (sinks/socket/spool.h) and pushed to the consumers attached over subscribers.socket, who acknowledge
+ * offsets (proto/cdc/v1/subscriber.proto). A transaction counts as delivered once it is durably
+ * spooled: slow or absent consumers never hold the slot back (retention decides instead). */
+#ifndef CDC_SOCKET_SINK_H
+#define CDC_SOCKET_SINK_H
+
+#include <sys/types.h>
+
+#include "decoder/base/hist.h"
+#include "sinks/sink.h"
+#include "sinks/socket/spool.h"
+
+struct event_base;
+
+/* The sink's own settings; strings are copied. */
+typedef struct socket_sink_settings {
+	const char *socket_path;	 /* where consumers connect */
+	mode_t mode;			 /* the socket's file mode */
+	const char *state_dir;		 /* spools live in state_dir/spool/NAME */
+	uint64_t first_frame_timeout_ms; /* a connection must Subscribe this soon */
+	uint32_t max_connections;	 /* then the oldest that has not subscribed gives way */
+	size_t max_output; /* a consumer's unread output; dispatch resumes when a quarter is left */
+} socket_sink_settings;
+
+/* How the consumers of one subscription share its events (values as cdc.v1.ConsumerMode). */
+typedef enum socket_consumers { SOCKET_FAILOVER, SOCKET_SHARED, SOCKET_KEY_SHARED } socket_consumers;
+
+/* One subscription, at the index render() and deliver() receive. */
+typedef struct socket_sub_settings {
+	const char *name;
+	bool serve; /* false: it delivers to another sink (a consumer asking for it is told so) */
+	socket_consumers consumers;
+	uint64_t ack_timeout_ms; /* unacknowledged this long: redelivered */
+	uint32_t max_deliveries; /* then moved to the dead letters; 0: unlimited */
+	uint32_t max_unacked;	 /* the most a consumer may ask for */
+	bool batch_transaction;	 /* a transaction's events go out in one delivery */
+	spool_limits retention;	 /* drop_oldest false: a full spool blocks (busy()) */
+} socket_sub_settings;
+
+/* Binds settings->socket_path and serves consumers on base, then binds subs as
+ * socket_sink_bind() does. wake(ctx) is called when busy() may have turned false (consumers
+ * acknowledged events), durable(ctx) when a group commit is back: delivered() may have moved, and
+ * flush() starts the next one. The spools' fsyncs run on a thread of the sink's, one group commit
+ * at a time, while the loop goes on. */
+sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_settings *subs, size_t nsubs,
+		      struct event_base *base, void (*wake)(void *ctx), void (*durable)(void *ctx), void *ctx,
+		      char *err, size_t errlen);
+/* (Re)binds the subscriptions (copied; subs[i] is subscription index i): opens the spool of each
+ * new one it serves in state_dir/spool/NAME, recovering it; consumers of a subscription that is
+ * gone are told so and disconnected (its spool stays on disk). */
+bool socket_sink_bind(sink *s, const socket_sub_settings *subs, size_t nsubs, char *err,
+		      size_t errlen) CDC_MUST_CHECK;
+/* Closes the spools of a subscription the last bind removed and deletes state_dir/spool/NAME. */
+bool socket_sink_forget(sink *s, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Commit time to durably spooled, per event, in microseconds. */
+const hist *socket_sink_latency(const sink *s);
+
+typedef struct socket_sub_stats {
+	uint64_t matched;   /* events appended since the start */
+	uint64_t delivered; /* deliveries pushed to consumers (redeliveries included) */
+	uint64_t redelivered;
+	uint64_t in_flight; /* delivered to the attached consumers, not acknowledged yet */
+	/* offsets acknowledged, given back (Nack), kept in progress (Progress), and refused (not in
+	 * flight to the consumer that sent them) */
+	uint64_t acked, nacked, progressed, refused;
+	uint64_t head_offset, acked_offset, first_offset;
+	uint64_t consumers;
+	uint64_t dead;	  /* dead letters retained */
+	uint64_t dropped; /* discarded by retention (persisted) */
+	uint64_t spool_bytes;
+	bool full; /* when_full: block and at a limit */
+} socket_sub_stats;
+/* Stats of subscription index sub; false when the sink does not serve it. */
+bool socket_sink_stats(const sink *s, uint32_t sub, socket_sub_stats *out);
+
+#endif

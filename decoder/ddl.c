@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "decoder/base/json.h"
 #include "decoder/pgoutput.h"
 
 #define NAME_MAX_BYTES 63 /* NAMEDATALEN - 1 */
@@ -129,20 +130,13 @@ static bool get_columns(reader *r, json_object *o, ddl_msg *m)
 bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *err, size_t errlen)
 {
 	*out = (ddl_msg){0};
-	if (len > INT_MAX)
-		return errf(err, errlen, "DDL message: too large");
-	json_tokener *tok = json_tokener_new_ex(8);
-	json_object *root = json_tokener_parse_ex(tok, content, (int)len);
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	size_t end = root ? json_tokener_get_parse_end(tok) : 0;
+	char why[128];
+	json_object *root = json_parse(content, len, 8, why, sizeof(why));
 	reader r = {a, err, errlen, ""};
 	int64_t version = 0, relid = 0, subid = 0;
 	bool ok = false;
-	if (!root || jerr != json_tokener_success || end != len) {
-		errf(err, errlen, "DDL message: not JSON (%s)",
-		     root			     ? "bytes after the object"
-		     : jerr == json_tokener_continue ? "unexpected end of data"
-						     : json_tokener_error_desc(jerr));
+	if (!root) {
+		errf(err, errlen, "DDL message: %s", why);
 		goto out;
 	}
 	if (!json_object_is_type(root, json_type_object)) {
@@ -170,7 +164,6 @@ bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *er
 	}
 out:
 	json_object_put(root);
-	json_tokener_free(tok);
 	return ok;
 }
 

@@ -589,6 +589,19 @@ static void put_schema_id(buf *b, uint64_t id)
 	b->len += 18;
 }
 
+/* A column's "name", "type", "type_oid" and "typmod" members (schema and DDL events). */
+static void put_column_type(buf *b, const char *name, const char *type, uint32_t oid, int32_t typmod)
+{
+	PUT_LIT(b, "\"name\":");
+	put_str(b, name);
+	PUT_LIT(b, ",\"type\":");
+	put_str(b, type);
+	PUT_LIT(b, ",\"type_oid\":");
+	json_u64(b, oid);
+	PUT_LIT(b, ",\"typmod\":");
+	json_i64(b, typmod);
+}
+
 static void put_schema(buf *b, const Cdc__V1__Schema *s)
 {
 	PUT_LIT(b, ",\"table_schema\":{\"columns\":[");
@@ -596,14 +609,8 @@ static void put_schema(buf *b, const Cdc__V1__Schema *s)
 		const Cdc__V1__Schema__Column *c = s->columns[i];
 		if (i)
 			put_c(b, ',');
-		PUT_LIT(b, "{\"name\":");
-		put_str(b, c->name);
-		PUT_LIT(b, ",\"type\":");
-		put_str(b, c->type);
-		PUT_LIT(b, ",\"type_oid\":");
-		json_u64(b, c->type_oid);
-		PUT_LIT(b, ",\"typmod\":");
-		json_i64(b, c->typmod);
+		put_c(b, '{');
+		put_column_type(b, c->name, c->type, c->type_oid, c->typmod);
 		PUT_LIT(b, ",\"key\":");
 		json_boolean(b, c->key);
 		PUT_LIT(b, ",\"nullable\":");
@@ -645,14 +652,8 @@ static void put_ddl(buf *b, const Cdc__V1__Ddl *d)
 			put_c(b, ',');
 		PUT_LIT(b, "{\"attnum\":");
 		json_i64(b, c->attnum);
-		PUT_LIT(b, ",\"name\":");
-		put_str(b, c->name);
-		PUT_LIT(b, ",\"type\":");
-		put_str(b, c->type);
-		PUT_LIT(b, ",\"type_oid\":");
-		json_u64(b, c->type_oid);
-		PUT_LIT(b, ",\"typmod\":");
-		json_i64(b, c->typmod);
+		put_c(b, ',');
+		put_column_type(b, c->name, c->type, c->type_oid, c->typmod);
 		PUT_LIT(b, ",\"not_null\":");
 		json_boolean(b, c->not_null);
 		put_c(b, '}');

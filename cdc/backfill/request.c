@@ -81,20 +81,11 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 		i++;
 	if (i == len)
 		return true; /* no body: every table, no further where */
-	if (len > INT32_MAX)
-		return errf(err, errlen, "body: too large");
-	json_tokener *tok = json_tokener_new();
-	json_object *root = json_tokener_parse_ex(tok, body, (int)len);
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	size_t end = root ? json_tokener_get_parse_end(tok) : 0;
-	while (end < len && (body[end] == ' ' || body[end] == '\t' || body[end] == '\r' || body[end] == '\n'))
-		end++;
+	char why[128];
+	json_object *root = json_parse(body, len, JSON_TOKENER_DEFAULT_DEPTH, why, sizeof(why));
 	bool ok = false;
-	if (!root || jerr != json_tokener_success || end != len) {
-		errf(err, errlen, "body: not JSON (%s)",
-		     root			     ? "bytes after the object"
-		     : jerr == json_tokener_continue ? "unexpected end of data"
-						     : json_tokener_error_desc(jerr));
+	if (!root) {
+		errf(err, errlen, "body: %s", why);
 		goto out;
 	}
 	if (!json_object_is_type(root, json_type_object)) {
@@ -116,7 +107,6 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 	}
 out:
 	json_object_put(root);
-	json_tokener_free(tok);
 	if (!ok)
 		bf_request_free(out);
 	return ok;

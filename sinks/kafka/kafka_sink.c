@@ -361,6 +361,30 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 
 /* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
  * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
+/* Appends the rendered form: r, with the event's own fields filled in here, the topic, the key
+ * bytes (r.key_len and r.prev_key_len), the names and the packed event. */
+static void put_rendered(buf *out, rendered r, const char *topic, const char *keys, const Cdc__V1__Event *e)
+{
+	r.sub_len = (uint32_t)strlen(e->subscription);
+	r.schema_len = (uint32_t)strlen(e->schema);
+	r.table_len = (uint32_t)strlen(e->table);
+	r.xid = e->xid;
+	r.lsn = e->lsn;
+	r.schema_id = e->schema_id;
+	r.op = (uint8_t)e->op;
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, topic, r.topic_len);
+	buf_append(out, keys, r.key_len + r.prev_key_len);
+	buf_append(out, e->subscription, r.sub_len);
+	buf_append(out, e->schema, r.schema_len);
+	buf_append(out, e->table, r.table_len);
+	size_t value_len = cdc__v1__event__get_packed_size(e);
+	buf_reserve(out, value_len);
+	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+}
+
+/* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
+ * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
 static void render_table_event(kafka_sink *k, const Cdc__V1__Event *e, buf *out)
 {
 	buf key = {0};
@@ -375,26 +399,8 @@ static void render_table_event(kafka_sink *k, const Cdc__V1__Event *e, buf *out)
 	}
 	buf_puts(&key, text);
 	const char *topic = k->set.schemas_topic ? k->set.schemas_topic : "";
-	rendered r = {
-	    .topic_len = (uint32_t)strlen(topic),
-	    .key_len = (uint32_t)key.len,
-	    .sub_len = (uint32_t)strlen(e->subscription),
-	    .schema_len = (uint32_t)strlen(e->schema),
-	    .table_len = (uint32_t)strlen(e->table),
-	    .xid = e->xid,
-	    .lsn = e->lsn,
-	    .schema_id = e->schema_id,
-	    .op = (uint8_t)e->op,
-	};
-	buf_append(out, &r, sizeof(r));
-	buf_append(out, topic, r.topic_len);
-	buf_append(out, key.data, key.len);
-	buf_append(out, e->subscription, r.sub_len);
-	buf_append(out, e->schema, r.schema_len);
-	buf_append(out, e->table, r.table_len);
-	size_t value_len = cdc__v1__event__get_packed_size(e);
-	buf_reserve(out, value_len);
-	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	put_rendered(out, (rendered){.topic_len = (uint32_t)strlen(topic), .key_len = (uint32_t)key.len},
+		     topic, key.data, e);
 	buf_free(&key);
 }
 
@@ -435,25 +441,10 @@ static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf 
 	    .topic_len = (uint32_t)topic.len,
 	    .key_len = (uint32_t)key_len,
 	    .prev_key_len = moved ? (uint32_t)prev_len : 0,
-	    .sub_len = (uint32_t)strlen(e->subscription),
-	    .schema_len = (uint32_t)strlen(e->schema),
-	    .table_len = (uint32_t)strlen(e->table),
-	    .xid = e->xid,
-	    .lsn = e->lsn,
-	    .schema_id = e->schema_id,
-	    .op = (uint8_t)e->op,
 	    .tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
 	};
-	size_t value_len = cdc__v1__event__get_packed_size(e);
-	buf_append(out, &r, sizeof(r));
-	buf_append(out, topic.data, topic.len);
-	buf_append(out, keys.data, key_len + r.prev_key_len);
+	put_rendered(out, r, topic.data, keys.data, e);
 	buf_free(&keys);
-	buf_append(out, e->subscription, r.sub_len);
-	buf_append(out, e->schema, r.schema_len);
-	buf_append(out, e->table, r.table_len);
-	buf_reserve(out, value_len);
-	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
 	buf_free(&topic);
 }
 

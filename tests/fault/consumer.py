@@ -37,7 +37,9 @@ def main():
                     return 1
                 continue
             for e in d:
-                out.write(to_line(from_proto(e)))
+                r = from_proto(e)
+                if r is not None:
+                    out.write(to_line(r))
             out.flush()
             s.ack_events(d)
 

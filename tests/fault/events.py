@@ -1,4 +1,6 @@
 """events.py: what the fault harness keeps of an event, whatever sink it came through.
+Schema and DDL events are no changes: from_json and from_proto return None for them (the harness
+checks schema events with tests/schema_check.py where a stream is read in order).
 
 Every sink's events (Kafka's protobuf, the socket's protobuf, the JSON lines of `cdc tail` and of
 the stdout sink) become one Rec: the row's table, id and version (the load generator's `ver`
@@ -24,7 +26,8 @@ from pg import lsn_to_int  # noqa: E402
 # where: a place in the sink's stream the checker uses ("consumer run, line", "partition, offset").
 Rec = namedtuple("Rec", "table id op ver note grp xid cl ti off where")
 
-OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message"}
+OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message", 6: "read", 7: "schema", 8: "ddl"}
+NOT_CHANGES = ("schema", "ddl")
 
 
 def _version(op, new, old):
@@ -48,13 +51,17 @@ def _rec(table, key, op, new, old, xid, cl, ti, off, where):
 
 
 def from_json(e, where=None):
-    """A Rec from an event as JSON (stdout sink, `cdc tail`)."""
+    """A Rec from an event as JSON (stdout sink, `cdc tail`); None for a schema or DDL event."""
+    if e["op"] in NOT_CHANGES:
+        return None
     return _rec(e["table"], e.get("key") or {}, e["op"], e.get("new"), e.get("old"), e["xid"],
                 lsn_to_int(e["commit_lsn"]), e["tx_index"], e.get("offset"), where)
 
 
 def from_proto(e, where=None):
-    """A Rec from a cdc.v1.Event (Kafka value, socket delivery)."""
+    """A Rec from a cdc.v1.Event (Kafka value, socket delivery); None for a schema or DDL event."""
+    if OPS.get(e.op) in NOT_CHANGES:
+        return None
     new = row_plain(e.new_row) if e.HasField("new_row") else None
     old = row_plain(e.old_row) if e.HasField("old_row") else None
     key = row_plain(e.key) if e.HasField("key") else {}

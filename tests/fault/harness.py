@@ -75,6 +75,7 @@ from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
 from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import TempPostgres, lsn_to_int  # noqa: E402
+from schema_check import SchemaCheck  # noqa: E402
 from subscriber_helpers import Subscriber, protos  # noqa: E402
 from verify import SinkData, verify  # noqa: E402
 
@@ -157,6 +158,7 @@ class Consumer:
         self.rng = rng
         self.runs = 0
         self.files = []  # LineFile of each run
+        self.checks = {}  # run -> SchemaCheck of its events (kind tail)
         self.proc = None
         self.not_before = 0.0
         self.err = open(os.path.join(workdir, f"{name}.stderr"), "ab")
@@ -203,9 +205,19 @@ class Consumer:
             self.files.append(LineFile(self.path(len(self.files) + 1)))
         for n, lf in enumerate(self.files, 1):
             recs = sink.streams.setdefault(n, [])
+            # a run may start after schema events an earlier run acknowledged: rows before its first
+            # one are not checked (strict=())
+            check = self.checks.setdefault(n, SchemaCheck())
             for line_no, line in lf.read_new():
                 where = (n, line_no)
-                recs.append(from_json(json.loads(line), where) if self.kind == "tail" else from_line(line, where))
+                if self.kind != "tail":
+                    recs.append(from_line(line, where))
+                    continue
+                e = json.loads(line)
+                check.feed(e)
+                r = from_json(e, where)
+                if r is not None:
+                    recs.append(r)
 
 
 class Supervisor(threading.Thread):
@@ -280,6 +292,7 @@ class Harness:
         self.wm_consumer = None
         self.sinks = {}
         self.stdout_files = []
+        self.stdout_checks = {}  # run -> SchemaCheck of its stdout
         self.kafka_times = collections.defaultdict(list)  # --exactly-once: (commit_lsn, tx_index): [ms]
 
     # --- setup ---
@@ -534,7 +547,9 @@ class Harness:
                     log(f"spool read of {sub}: nothing for {timeout}s at offset {last} of {head}")
                     return None
                 for e in d:
-                    recs.append(from_proto(e, ("spool", e.offset)))
+                    r = from_proto(e, ("spool", e.offset))
+                    if r is not None:
+                        recs.append(r)
                     last = max(last, e.offset)
         return recs
 
@@ -619,11 +634,20 @@ class Harness:
             self.stdout_files.append(LineFile(self.cdc.stdout_path(len(self.stdout_files) + 1)))
         for n, lf in enumerate(self.stdout_files, 1):
             recs = out.streams.setdefault(n, [])
+            check = self.stdout_checks.setdefault(n, SchemaCheck(strict={"out_all"}))  # each run announces
             for line_no, line in lf.read_new():
                 try:
-                    recs.append(from_json(json.loads(line), (n, line_no)))
-                except ValueError as e:
-                    self.errors.append(f"cdc run {n} stdout line {line_no} is not JSON ({e}): {line[:200]!r}")
+                    e = json.loads(line)
+                except ValueError as err:
+                    self.errors.append(f"cdc run {n} stdout line {line_no} is not JSON ({err}): {line[:200]!r}")
+                    continue
+                try:
+                    check.feed(e)
+                except AssertionError as err:
+                    self.errors.append(f"cdc run {n} stdout line {line_no}: {err}")
+                r = from_json(e, (n, line_no))
+                if r is not None:
+                    recs.append(r)
         for c in self.consumers:
             c.collect(self.sinks[c.name])
 

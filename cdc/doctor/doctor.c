@@ -14,6 +14,7 @@ enum {
 	NEEDS_PG18 = 1 << 1,	     /* PostgreSQL 18 or later */
 	NEEDS_KAFKA = 1 << 2,	     /* a kafka: section */
 	NEEDS_EXACTLY_ONCE = 1 << 3, /* kafka.exactly_once */
+	NEEDS_DDL = 1 << 4,	     /* source.ddl */
 };
 
 static const struct {
@@ -31,6 +32,7 @@ static const struct {
     {"replica_identity", NEEDS_DB, doctor_identity},
     {"backfill", NEEDS_DB, doctor_backfill},
     {"pg_logical_emit_message", NEEDS_DB, doctor_emit_message},
+    {"ddl_trigger", NEEDS_DB | NEEDS_DDL, doctor_ddl_trigger},
     {"slot", NEEDS_DB, doctor_slot},
     {"max_slot_wal_keep_size", NEEDS_DB, doctor_keep_size},
     {"idle_replication_slot_timeout", NEEDS_DB | NEEDS_PG18, doctor_idle_timeout},
@@ -84,6 +86,8 @@ static bool applies(const doctor *d, unsigned needs)
 	if ((needs & NEEDS_KAFKA) && !d->c->kafka.enabled)
 		return false;
 	if ((needs & NEEDS_EXACTLY_ONCE) && !d->c->kafka.exactly_once)
+		return false;
+	if ((needs & NEEDS_DDL) && !d->c->source.ddl)
 		return false;
 	return true;
 }

@@ -37,9 +37,7 @@ def main():
                     return 1
                 continue
             for e in d:
-                r = from_proto(e)
-                if r is not None:
-                    out.write(to_line(r))
+                out.write(to_line(from_proto(e)))
             out.flush()
             s.ack_events(d)
 

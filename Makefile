@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -43,7 +43,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \
-	sinks/kafka/kafka_sink.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/predicate.c cdc/match/rules.c \
@@ -52,14 +52,15 @@ LIB_SRCS := \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
-	cdc/daemon/backfills.c \
+	cdc/daemon/backfills.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
 	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/local.c cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo
-FUZZERS := pgoutput config predicate frame http redact put ddl
+UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
+	ring kafka_eo debezium kafka_render
+FUZZERS := pgoutput config predicate frame http redact put ddl debezium
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
@@ -75,7 +76,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install clean format
+.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring monitoring-rule check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install man deb check-package clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -85,12 +86,12 @@ build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 
 $(B)/obj/gen/%.o: build/gen/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(B)/obj/%.o: %.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(B)/libcdc.a: $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -105,7 +106,7 @@ $(B)/tests/unit/test_%: $(B)/obj/tests/unit/test_%.o $(B)/libcdc.a
 
 # Installs the Debian packages that building and testing need, when any is missing.
 deps:
-	$(Q)deploy/deps.sh build test
+	$(Q)deploy/deps.sh build test package
 
 check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 	$(Q)for t in $^; do $$t || exit 1; done
@@ -144,12 +145,28 @@ check-integration: $(B)/cdc $(B)/tests/kafka_mock
 
 # deploy/monitoring/: the alert rules are valid and their unit tests (at the shipped durations) pass;
 # tests/integration/test_monitoring.py runs them and the dashboard's queries in a real Prometheus.
+# The Kubernetes component's PrometheusRule is the rule file's groups under spec: make
+# monitoring-rule writes it, check-monitoring fails when it differs.
+PROMETHEUS_RULE = deploy/kubernetes/components/monitoring/prometheusrule.yaml
+prometheus_rule = { printf '%s\n' \
+	'\# Written by make monitoring-rule from deploy/monitoring/cdc-alerts.yml (make check fails when' \
+	'\# they differ): edit that file, then run make monitoring-rule.' \
+	'apiVersion: monitoring.coreos.com/v1' 'kind: PrometheusRule' 'metadata:' '  name: cdc-alerts' \
+	'  labels:' '    app.kubernetes.io/name: cdc' '    app.kubernetes.io/component: monitoring' 'spec:'; \
+	sed -n '/^groups:/,$${s/^./  &/;p}' deploy/monitoring/cdc-alerts.yml; }
+
 check-monitoring:
 	$(Q)promtool check rules deploy/monitoring/cdc-alerts.yml
 	$(Q)promtool test rules deploy/monitoring/cdc-alerts.test.yml
+	$(Q)$(prometheus_rule) | diff -u $(PROMETHEUS_RULE) - || \
+		{ echo "$(PROMETHEUS_RULE) differs from deploy/monitoring/cdc-alerts.yml: run make monitoring-rule" >&2; exit 1; }
 
-# The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and tsc) and
-# their example workers, against a real PostgreSQL and cdc.
+monitoring-rule:
+	$(Q)$(prometheus_rule) > $(PROMETHEUS_RULE)
+
+# The client libraries of proto/clients/ (Python; TypeScript after npm ci of its lock and its build)
+# and their example workers, against a real PostgreSQL and cdc; and each installed from its package
+# (a wheel and pip into a new virtualenv, npm pack's tarball into a new npm project).
 check-clients: $(B)/cdc
 	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/clients
 
@@ -224,6 +241,7 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory check-integration
 	$(Q)$(MAKE) --no-print-directory check-clients
+	$(Q)$(MAKE) --no-print-directory check-package
 	$(Q)$(MAKE) --no-print-directory check-fault
 	$(Q)$(MAKE) --no-print-directory check-model
 
@@ -257,8 +275,43 @@ fuzz: deps $(FUZZERS:%=build/fuzz/%)
 	$(Q)for f in $(FUZZERS); do mkdir -p build/fuzz/corpus-$$f && \
 		build/fuzz/$$f -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done
 
-install: $(B)/cdc
+# The man pages cdc(1) and cdc.yaml(5), from docs/man/*.md (docs/man/mdman.py; cdc.yaml(5) shows
+# what the built cdc's check-config prints).
+MAN_PAGES := build/man/cdc.1 build/man/cdc.yaml.5
+man: $(MAN_PAGES)
+build/man/%: docs/man/%.md docs/man/mdman.py VERSION $(B)/cdc
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  MAN     $@")
+	$(Q)$(PYTHON) docs/man/mdman.py --version $(VERSION) --cdc $(B)/cdc $< > $@.tmp && mv $@.tmp $@
+
+install: $(B)/cdc $(MAN_PAGES)
 	install -D -m 0755 $(B)/cdc $(DESTDIR)$(PREFIX)/bin/cdc
+	install -D -m 0644 build/man/cdc.1 $(DESTDIR)$(PREFIX)/share/man/man1/cdc.1
+	install -D -m 0644 build/man/cdc.yaml.5 $(DESTDIR)$(PREFIX)/share/man/man5/cdc.yaml.5
+
+# make deb: build/deb/cdc_VERSION_ARCH.deb, built by dpkg-buildpackage from a copy of the tree
+# (the files git knows, as they are in the work tree) with deploy/debian/ as its debian/, then
+# checked by lintian (a warning fails; deploy/debian/cdc.lintian-overrides explains what remains).
+DEB_ARCH = $(shell dpkg-architecture -qDEB_HOST_ARCH)
+DEB = build/deb/cdc_$(VERSION)_$(DEB_ARCH).deb
+DEB_TREE := build/deb/cdc-$(VERSION)
+deb:
+	$(Q)deploy/deps.sh build package
+	$(Q)v=$$(dpkg-parsechangelog -l deploy/debian/changelog -S Version); [ "$$v" = "$(VERSION)" ] || \
+		{ echo "deploy/debian/changelog is at $$v, VERSION at $(VERSION): add an entry (dch -c deploy/debian/changelog -v $(VERSION))" >&2; exit 1; }
+	$(Q)rm -rf build/deb && mkdir -p $(DEB_TREE)
+	$(Q)git ls-files -co --exclude-standard | while IFS= read -r f; do [ -e "$$f" ] && printf '%s\0' "$$f"; done | \
+		tar --null -T - -cf - | tar -xf - -C $(DEB_TREE)
+	$(Q)cp -r deploy/debian $(DEB_TREE)/debian
+	$(Q)cd $(DEB_TREE) && DEB_BUILD_OPTIONS="parallel=$$(nproc) $$DEB_BUILD_OPTIONS" \
+		dpkg-buildpackage -us -uc -b > ../build.log 2>&1 || { tail -40 ../build.log >&2; exit 1; }
+	$(Q)lintian --fail-on error,warning --display-info build/deb/cdc_$(VERSION)_$(DEB_ARCH).changes
+	@echo "  DEB     $(DEB)"
+
+# The package as a user meets it (tests/package/test_deb.py): unpacked into a throwaway root (dpkg
+# -x: nothing is installed on this machine), its cdc run, its units verified, its man pages read.
+check-package: deb $(B)/cdc
+	$(Q)CDC_DEB=$(abspath $(DEB)) CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/package
 
 format:
 	clang-format -i $(C_SOURCES)

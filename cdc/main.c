@@ -73,26 +73,17 @@ static int run_option(const cli_command *cmd, void *ctx, int ch, const char *arg
 	return CLI_GO_ON;
 }
 
-/* Parses run's or check-config's options; endpos is NULL for check-config. Returns CLI_GO_ON or an
- * exit status. */
-static int parse_options(const cli_command *cmd, int argc, char **argv, cli_args *args, const char **endpos)
-{
-	int rc = cli_parse(cmd, argc, argv, args, (void *)endpos);
-	if (rc == CLI_GO_ON && !args->config)
-		return cli_usage(cmd, "%s", "missing -c FILE");
-	return rc;
-}
-
 static int cmd_run(int argc, char **argv)
 {
 	static const cli_command cmd = {.name = "cdc",
 					.usage = usage_run,
 					.shortopts = "c:h",
 					.longopts = longopts,
+					.needs_config = true,
 					.option = run_option};
 	cli_args args = {0};
 	const char *endpos_text = NULL;
-	int rc = parse_options(&cmd, argc, argv, &args, &endpos_text);
+	int rc = cli_parse(&cmd, argc, argv, &args, (void *)&endpos_text);
 	if (rc != CLI_GO_ON)
 		return rc;
 	uint64_t endpos = 0;
@@ -108,9 +99,10 @@ static int cmd_check_config(int argc, char **argv)
 					.usage = usage_check,
 					.shortopts = "c:h",
 					.longopts = longopts,
+					.needs_config = true,
 					.option = run_option};
 	cli_args args = {0};
-	int rc = parse_options(&cmd, argc, argv, &args, NULL);
+	int rc = cli_parse(&cmd, argc, argv, &args, NULL); /* ctx NULL: --endpos is refused */
 	if (rc != CLI_GO_ON)
 		return rc;
 	cfg *c = cli_load_config(args.config);

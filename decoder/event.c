@@ -9,45 +9,10 @@
 #include <string.h>
 
 #include "decoder/pgtypes.h"
+#include "decoder/text.h"
 
 #define USECS_PER_SEC INT64_C(1000000)
 #define USECS_PER_DAY INT64_C(86400000000)
-
-/* A cursor over an unterminated text datum. */
-typedef struct cur {
-	const char *p, *end;
-} cur;
-
-static bool cur_eat(cur *c, char ch)
-{
-	if (c->p < c->end && *c->p == ch) {
-		c->p++;
-		return true;
-	}
-	return false;
-}
-
-static bool cur_lit(cur *c, const char *lit, size_t n)
-{
-	if ((size_t)(c->end - c->p) >= n && memcmp(c->p, lit, n) == 0) {
-		c->p += n;
-		return true;
-	}
-	return false;
-}
-
-/* Between min and max decimal digits (max <= 18, so no overflow). */
-static bool cur_digits(cur *c, int min, int max, int64_t *out)
-{
-	int64_t v = 0;
-	int n = 0;
-	while (n < max && c->p < c->end && (unsigned char)(*c->p - '0') <= 9) {
-		v = v * 10 + (*c->p++ - '0');
-		n++;
-	}
-	*out = v;
-	return n >= min;
-}
 
 static bool span_is(const char *s, size_t n, const char *lit)
 {
@@ -237,21 +202,7 @@ static bool date_valid(int64_t y, int64_t m, int64_t d)
 /* "HH:MM:SS[.f{1,6}]", 24:00:00 allowed as PostgreSQL allows it. */
 static bool cur_time(cur *c, int64_t *us)
 {
-	int64_t h, mi, s, frac = 0;
-	if (!cur_digits(c, 2, 2, &h) || !cur_eat(c, ':') || !cur_digits(c, 2, 2, &mi) || !cur_eat(c, ':') ||
-	    !cur_digits(c, 2, 2, &s))
-		return false;
-	if (cur_eat(c, '.')) {
-		const char *start = c->p;
-		if (!cur_digits(c, 1, 6, &frac))
-			return false;
-		for (ptrdiff_t k = c->p - start; k < 6; k++)
-			frac *= 10;
-	}
-	if (h > 24 || mi > 59 || s > 59 || (h == 24 && (mi || s || frac)))
-		return false;
-	*us = ((h * 60 + mi) * 60 + s) * USECS_PER_SEC + frac;
-	return true;
+	return cur_hms(c, 2, us) && *us <= USECS_PER_DAY;
 }
 
 static bool parse_date(const char *s, size_t n, int32_t *out)
@@ -302,20 +253,8 @@ static bool parse_timestamp(const char *s, size_t n, bool with_zone, int64_t *ou
 	if (!cur_date(&c, &y, &m, &d) || !cur_eat(&c, ' ') || !cur_time(&c, &tod))
 		return false;
 	if (c.p < c.end && (*c.p == '+' || *c.p == '-')) {
-		if (!with_zone)
+		if (!with_zone || !cur_offset(&c, &off))
 			return false;
-		int64_t sign = *c.p++ == '-' ? -1 : 1, oh, om = 0, os = 0;
-		if (!cur_digits(&c, 2, 2, &oh))
-			return false;
-		if (cur_eat(&c, ':')) {
-			if (!cur_digits(&c, 2, 2, &om))
-				return false;
-			if (cur_eat(&c, ':') && !cur_digits(&c, 2, 2, &os))
-				return false;
-		}
-		if (om > 59 || os > 59)
-			return false;
-		off = sign * ((oh * 60 + om) * 60 + os) * USECS_PER_SEC;
 	} else if (with_zone) {
 		return false;
 	}
@@ -514,6 +453,10 @@ static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const p
 		*v = (Cdc__V1__Value)CDC__V1__VALUE__INIT;
 		c->name = names[i];
 		c->type_oid = rel->cols[i].type_oid;
+		if (rel->cols[i].typmod >= 0) {
+			c->type_modifier_present_case = CDC__V1__COLUMN__TYPE_MODIFIER_PRESENT_TYPE_MODIFIER;
+			c->type_modifier = rel->cols[i].typmod;
+		}
 		c->value = v;
 		value_fill(a, rc, rel->cols[i].type_oid, &t->cols[i], v);
 		cols[i] = c++;

@@ -1,223 +1,269 @@
 /* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
- * types cdc has no typed form for, and a column's type as format_type() prints it (schema events).
- * Built-in OIDs (< 10000) are fixed across server versions. */
+ * types cdc has no typed form for, the meaning of type modifiers (as PostgreSQL's
+ * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them), and a column's type
+ * as format_type() prints it (schema events). Built-in OIDs (< 10000) are fixed across server
+ * versions. */
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template):
- *   SELECT oid, typname, CASE WHEN typelem <> 0 AND typstorage <> 'p'
- *     AND typsubscript = 'array_subscript_handler'::regproc THEN typelem ELSE 0 END
- *   FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
- * (base, range and multirange types and their array types; pseudo types are left out; the third
- * column is the element of what format_type() treats as an array).
+ *   SELECT oid, typname FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
+ * (base, range and multirange types and their array types; pseudo types are left out).
  * Sorted by OID for the binary search below: keep it sorted if you add rows. */
 /* clang-format off */
-static const struct {
+static const struct builtin_type {
 	uint32_t oid;
 	const char *name;
-	uint32_t elem; /* an array's element type (format_type prints it with "[]"); else 0 */
 } builtin_types[] = {
-	{16, "bool", 0},
-	{17, "bytea", 0},
-	{18, "char", 0},
-	{19, "name", 0},
-	{20, "int8", 0},
-	{21, "int2", 0},
-	{22, "int2vector", 0},
-	{23, "int4", 0},
-	{24, "regproc", 0},
-	{25, "text", 0},
-	{26, "oid", 0},
-	{27, "tid", 0},
-	{28, "xid", 0},
-	{29, "cid", 0},
-	{30, "oidvector", 0},
-	{114, "json", 0},
-	{142, "xml", 0},
-	{143, "_xml", 142},
-	{194, "pg_node_tree", 0},
-	{199, "_json", 114},
-	{210, "_pg_type", 71},
-	{270, "_pg_attribute", 75},
-	{271, "_xid8", 5069},
-	{272, "_pg_proc", 81},
-	{273, "_pg_class", 83},
-	{600, "point", 0},
-	{601, "lseg", 0},
-	{602, "path", 0},
-	{603, "box", 0},
-	{604, "polygon", 0},
-	{628, "line", 0},
-	{629, "_line", 628},
-	{650, "cidr", 0},
-	{651, "_cidr", 650},
-	{700, "float4", 0},
-	{701, "float8", 0},
-	{718, "circle", 0},
-	{719, "_circle", 718},
-	{774, "macaddr8", 0},
-	{775, "_macaddr8", 774},
-	{790, "money", 0},
-	{791, "_money", 790},
-	{829, "macaddr", 0},
-	{869, "inet", 0},
-	{1000, "_bool", 16},
-	{1001, "_bytea", 17},
-	{1002, "_char", 18},
-	{1003, "_name", 19},
-	{1005, "_int2", 21},
-	{1006, "_int2vector", 22},
-	{1007, "_int4", 23},
-	{1008, "_regproc", 24},
-	{1009, "_text", 25},
-	{1010, "_tid", 27},
-	{1011, "_xid", 28},
-	{1012, "_cid", 29},
-	{1013, "_oidvector", 30},
-	{1014, "_bpchar", 1042},
-	{1015, "_varchar", 1043},
-	{1016, "_int8", 20},
-	{1017, "_point", 600},
-	{1018, "_lseg", 601},
-	{1019, "_path", 602},
-	{1020, "_box", 603},
-	{1021, "_float4", 700},
-	{1022, "_float8", 701},
-	{1027, "_polygon", 604},
-	{1028, "_oid", 26},
-	{1033, "aclitem", 0},
-	{1034, "_aclitem", 1033},
-	{1040, "_macaddr", 829},
-	{1041, "_inet", 869},
-	{1042, "bpchar", 0},
-	{1043, "varchar", 0},
-	{1082, "date", 0},
-	{1083, "time", 0},
-	{1114, "timestamp", 0},
-	{1115, "_timestamp", 1114},
-	{1182, "_date", 1082},
-	{1183, "_time", 1083},
-	{1184, "timestamptz", 0},
-	{1185, "_timestamptz", 1184},
-	{1186, "interval", 0},
-	{1187, "_interval", 1186},
-	{1231, "_numeric", 1700},
-	{1263, "_cstring", 2275},
-	{1266, "timetz", 0},
-	{1270, "_timetz", 1266},
-	{1560, "bit", 0},
-	{1561, "_bit", 1560},
-	{1562, "varbit", 0},
-	{1563, "_varbit", 1562},
-	{1700, "numeric", 0},
-	{1790, "refcursor", 0},
-	{2201, "_refcursor", 1790},
-	{2202, "regprocedure", 0},
-	{2203, "regoper", 0},
-	{2204, "regoperator", 0},
-	{2205, "regclass", 0},
-	{2206, "regtype", 0},
-	{2207, "_regprocedure", 2202},
-	{2208, "_regoper", 2203},
-	{2209, "_regoperator", 2204},
-	{2210, "_regclass", 2205},
-	{2211, "_regtype", 2206},
-	{2949, "_txid_snapshot", 2970},
-	{2950, "uuid", 0},
-	{2951, "_uuid", 2950},
-	{2970, "txid_snapshot", 0},
-	{3220, "pg_lsn", 0},
-	{3221, "_pg_lsn", 3220},
-	{3361, "pg_ndistinct", 0},
-	{3402, "pg_dependencies", 0},
-	{3614, "tsvector", 0},
-	{3615, "tsquery", 0},
-	{3642, "gtsvector", 0},
-	{3643, "_tsvector", 3614},
-	{3644, "_gtsvector", 3642},
-	{3645, "_tsquery", 3615},
-	{3734, "regconfig", 0},
-	{3735, "_regconfig", 3734},
-	{3769, "regdictionary", 0},
-	{3770, "_regdictionary", 3769},
-	{3802, "jsonb", 0},
-	{3807, "_jsonb", 3802},
-	{3904, "int4range", 0},
-	{3905, "_int4range", 3904},
-	{3906, "numrange", 0},
-	{3907, "_numrange", 3906},
-	{3908, "tsrange", 0},
-	{3909, "_tsrange", 3908},
-	{3910, "tstzrange", 0},
-	{3911, "_tstzrange", 3910},
-	{3912, "daterange", 0},
-	{3913, "_daterange", 3912},
-	{3926, "int8range", 0},
-	{3927, "_int8range", 3926},
-	{4072, "jsonpath", 0},
-	{4073, "_jsonpath", 4072},
-	{4089, "regnamespace", 0},
-	{4090, "_regnamespace", 4089},
-	{4096, "regrole", 0},
-	{4097, "_regrole", 4096},
-	{4191, "regcollation", 0},
-	{4192, "_regcollation", 4191},
-	{4451, "int4multirange", 0},
-	{4532, "nummultirange", 0},
-	{4533, "tsmultirange", 0},
-	{4534, "tstzmultirange", 0},
-	{4535, "datemultirange", 0},
-	{4536, "int8multirange", 0},
-	{4600, "pg_brin_bloom_summary", 0},
-	{4601, "pg_brin_minmax_multi_summary", 0},
-	{5017, "pg_mcv_list", 0},
-	{5038, "pg_snapshot", 0},
-	{5039, "_pg_snapshot", 5038},
-	{5069, "xid8", 0},
-	{6150, "_int4multirange", 4451},
-	{6151, "_nummultirange", 4532},
-	{6152, "_tsmultirange", 4533},
-	{6153, "_tstzmultirange", 4534},
-	{6155, "_datemultirange", 4535},
-	{6157, "_int8multirange", 4536},
+	{16, "bool"},
+	{17, "bytea"},
+	{18, "char"},
+	{19, "name"},
+	{20, "int8"},
+	{21, "int2"},
+	{22, "int2vector"},
+	{23, "int4"},
+	{24, "regproc"},
+	{25, "text"},
+	{26, "oid"},
+	{27, "tid"},
+	{28, "xid"},
+	{29, "cid"},
+	{30, "oidvector"},
+	{114, "json"},
+	{142, "xml"},
+	{143, "_xml"},
+	{194, "pg_node_tree"},
+	{199, "_json"},
+	{210, "_pg_type"},
+	{270, "_pg_attribute"},
+	{271, "_xid8"},
+	{272, "_pg_proc"},
+	{273, "_pg_class"},
+	{600, "point"},
+	{601, "lseg"},
+	{602, "path"},
+	{603, "box"},
+	{604, "polygon"},
+	{628, "line"},
+	{629, "_line"},
+	{650, "cidr"},
+	{651, "_cidr"},
+	{700, "float4"},
+	{701, "float8"},
+	{718, "circle"},
+	{719, "_circle"},
+	{774, "macaddr8"},
+	{775, "_macaddr8"},
+	{790, "money"},
+	{791, "_money"},
+	{829, "macaddr"},
+	{869, "inet"},
+	{1000, "_bool"},
+	{1001, "_bytea"},
+	{1002, "_char"},
+	{1003, "_name"},
+	{1005, "_int2"},
+	{1006, "_int2vector"},
+	{1007, "_int4"},
+	{1008, "_regproc"},
+	{1009, "_text"},
+	{1010, "_tid"},
+	{1011, "_xid"},
+	{1012, "_cid"},
+	{1013, "_oidvector"},
+	{1014, "_bpchar"},
+	{1015, "_varchar"},
+	{1016, "_int8"},
+	{1017, "_point"},
+	{1018, "_lseg"},
+	{1019, "_path"},
+	{1020, "_box"},
+	{1021, "_float4"},
+	{1022, "_float8"},
+	{1027, "_polygon"},
+	{1028, "_oid"},
+	{1033, "aclitem"},
+	{1034, "_aclitem"},
+	{1040, "_macaddr"},
+	{1041, "_inet"},
+	{1042, "bpchar"},
+	{1043, "varchar"},
+	{1082, "date"},
+	{1083, "time"},
+	{1114, "timestamp"},
+	{1115, "_timestamp"},
+	{1182, "_date"},
+	{1183, "_time"},
+	{1184, "timestamptz"},
+	{1185, "_timestamptz"},
+	{1186, "interval"},
+	{1187, "_interval"},
+	{1231, "_numeric"},
+	{1263, "_cstring"},
+	{1266, "timetz"},
+	{1270, "_timetz"},
+	{1560, "bit"},
+	{1561, "_bit"},
+	{1562, "varbit"},
+	{1563, "_varbit"},
+	{1700, "numeric"},
+	{1790, "refcursor"},
+	{2201, "_refcursor"},
+	{2202, "regprocedure"},
+	{2203, "regoper"},
+	{2204, "regoperator"},
+	{2205, "regclass"},
+	{2206, "regtype"},
+	{2207, "_regprocedure"},
+	{2208, "_regoper"},
+	{2209, "_regoperator"},
+	{2210, "_regclass"},
+	{2211, "_regtype"},
+	{2949, "_txid_snapshot"},
+	{2950, "uuid"},
+	{2951, "_uuid"},
+	{2970, "txid_snapshot"},
+	{3220, "pg_lsn"},
+	{3221, "_pg_lsn"},
+	{3361, "pg_ndistinct"},
+	{3402, "pg_dependencies"},
+	{3614, "tsvector"},
+	{3615, "tsquery"},
+	{3642, "gtsvector"},
+	{3643, "_tsvector"},
+	{3644, "_gtsvector"},
+	{3645, "_tsquery"},
+	{3734, "regconfig"},
+	{3735, "_regconfig"},
+	{3769, "regdictionary"},
+	{3770, "_regdictionary"},
+	{3802, "jsonb"},
+	{3807, "_jsonb"},
+	{3904, "int4range"},
+	{3905, "_int4range"},
+	{3906, "numrange"},
+	{3907, "_numrange"},
+	{3908, "tsrange"},
+	{3909, "_tsrange"},
+	{3910, "tstzrange"},
+	{3911, "_tstzrange"},
+	{3912, "daterange"},
+	{3913, "_daterange"},
+	{3926, "int8range"},
+	{3927, "_int8range"},
+	{4072, "jsonpath"},
+	{4073, "_jsonpath"},
+	{4089, "regnamespace"},
+	{4090, "_regnamespace"},
+	{4096, "regrole"},
+	{4097, "_regrole"},
+	{4191, "regcollation"},
+	{4192, "_regcollation"},
+	{4451, "int4multirange"},
+	{4532, "nummultirange"},
+	{4533, "tsmultirange"},
+	{4534, "tstzmultirange"},
+	{4535, "datemultirange"},
+	{4536, "int8multirange"},
+	{4600, "pg_brin_bloom_summary"},
+	{4601, "pg_brin_minmax_multi_summary"},
+	{5017, "pg_mcv_list"},
+	{5038, "pg_snapshot"},
+	{5039, "_pg_snapshot"},
+	{5069, "xid8"},
+	{6150, "_int4multirange"},
+	{6151, "_nummultirange"},
+	{6152, "_tsmultirange"},
+	{6153, "_tstzmultirange"},
+	{6155, "_datemultirange"},
+	{6157, "_int8multirange"},
 };
 /* clang-format on */
 
-static int builtin_index(uint32_t oid)
+/* Both tables are sorted by their first member, an OID. */
+static int by_oid(const void *key, const void *row)
 {
-	size_t lo = 0, hi = sizeof(builtin_types) / sizeof(builtin_types[0]);
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (builtin_types[mid].oid == oid)
-			return (int)mid;
-		if (builtin_types[mid].oid < oid)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	uint32_t a = *(const uint32_t *)key, b = *(const uint32_t *)row;
+	return a < b ? -1 : a > b;
 }
 
 const char *pgtypes_builtin_name(uint32_t oid)
 {
-	int i = builtin_index(oid);
-	return i < 0 ? NULL : builtin_types[i].name;
+	const struct builtin_type *t =
+	    bsearch(&oid, builtin_types, sizeof(builtin_types) / sizeof(*builtin_types),
+		    sizeof(*builtin_types), by_oid);
+	return t ? t->name : NULL;
 }
 
-#define VARHDRSZ 4
+/* Array types and their element types, from the same cluster:
+ *   SELECT oid, typelem FROM pg_type WHERE oid < 10000 AND typcategory = 'A' AND typname LIKE '\_%'
+ * ORDER BY oid (int2vector and oidvector, printed without braces, are not arrays here). */
+/* clang-format off */
+static const struct array_type {
+	uint32_t array, element;
+} array_types[] = {
+	{143, 142}, {199, 114}, {210, 71}, {270, 75}, {271, 5069}, {272, 81}, {273, 83}, {629, 628},
+	{651, 650}, {719, 718}, {775, 774}, {791, 790}, {1000, 16}, {1001, 17}, {1002, 18},
+	{1003, 19}, {1005, 21}, {1006, 22}, {1007, 23}, {1008, 24}, {1009, 25}, {1010, 27},
+	{1011, 28}, {1012, 29}, {1013, 30}, {1014, 1042}, {1015, 1043}, {1016, 20}, {1017, 600},
+	{1018, 601}, {1019, 602}, {1020, 603}, {1021, 700}, {1022, 701}, {1027, 604}, {1028, 26},
+	{1034, 1033}, {1040, 829}, {1041, 869}, {1115, 1114}, {1182, 1082}, {1183, 1083},
+	{1185, 1184}, {1187, 1186}, {1231, 1700}, {1263, 2275}, {1270, 1266}, {1561, 1560},
+	{1563, 1562}, {2201, 1790}, {2207, 2202}, {2208, 2203}, {2209, 2204}, {2210, 2205},
+	{2211, 2206}, {2949, 2970}, {2951, 2950}, {3221, 3220}, {3643, 3614}, {3644, 3642},
+	{3645, 3615}, {3735, 3734}, {3770, 3769}, {3807, 3802}, {3905, 3904}, {3907, 3906},
+	{3909, 3908}, {3911, 3910}, {3913, 3912}, {3927, 3926}, {4073, 4072}, {4090, 4089},
+	{4097, 4096}, {4192, 4191}, {5039, 5038}, {6150, 4451}, {6151, 4532}, {6152, 4533},
+	{6153, 4534}, {6155, 4535}, {6157, 4536}
+};
+/* clang-format on */
+
+uint32_t pgtypes_element(uint32_t oid)
+{
+	const struct array_type *t = bsearch(&oid, array_types, sizeof(array_types) / sizeof(*array_types),
+					     sizeof(*array_types), by_oid);
+	return t ? t->element : 0;
+}
+
+/* A varlena type's modifier counts its 4-byte length header (VARHDRSZ). */
+#define TYPMOD_HEADER 4
+#define MAX_TIME_PRECISION 6
 
 bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale)
 {
-	if (typmod < VARHDRSZ)
+	if (typmod < TYPMOD_HEADER)
 		return false;
-	*precision = ((typmod - VARHDRSZ) >> 16) & 0xffff;
-	/* 11 bits of scale, sign-extended: PostgreSQL 15 allows a negative scale and one above the
-	 * precision (numeric(3,-2), numeric(4,6)) */
-	*scale = (((typmod - VARHDRSZ) & 0x7ff) ^ 1024) - 1024;
+	uint32_t m = (uint32_t)(typmod - TYPMOD_HEADER);
+	*precision = (int)(m >> 16 & 0xffff);
+	*scale = (int)((m & 0x7ff) ^ 0x400) - 0x400; /* 11 bits, signed */
 	return true;
+}
+
+int pgtypes_time_precision(uint32_t oid, int32_t typmod)
+{
+	if (typmod < 0)
+		return MAX_TIME_PRECISION;
+	if (oid == PGT_INTERVAL)
+		typmod &= 0xffff; /* the high half says which fields */
+	return typmod <= MAX_TIME_PRECISION ? (int)typmod : MAX_TIME_PRECISION;
+}
+
+int pgtypes_length(uint32_t oid, int32_t typmod)
+{
+	switch (oid) {
+	case PGT_BPCHAR:
+	case PGT_VARCHAR:
+		return typmod >= TYPMOD_HEADER ? (int)(typmod - TYPMOD_HEADER) : -1;
+	case PGT_BIT:
+	case PGT_VARBIT:
+		return typmod >= 0 ? (int)typmod : -1;
+	}
+	return -1;
 }
 
 /* interval's typmod: the fields (the bits of datetime.h's YEAR, MONTH, DAY, HOUR, MINUTE and
@@ -266,9 +312,8 @@ static const char *interval_fields(int fields)
 
 /* A built-in type that is not an array, as format_type() prints it for a column of typmod typmod
  * (the server's typmodout functions; -1: none). */
-static void format_scalar(buf *out, int i, int32_t typmod)
+static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typmod)
 {
-	uint32_t oid = builtin_types[i].oid;
 	bool mod = typmod >= 0;
 	int p, s;
 	char tmp[64];
@@ -298,8 +343,8 @@ static void format_scalar(buf *out, int i, int32_t typmod)
 		return;
 	case PGT_BPCHAR:
 	case PGT_VARCHAR:
-		if (typmod > VARHDRSZ)
-			snprintf(tmp, sizeof(tmp), "(%d)", (int)(typmod - VARHDRSZ));
+		if (typmod > TYPMOD_HEADER)
+			snprintf(tmp, sizeof(tmp), "(%d)", pgtypes_length(oid, typmod));
 		else if (mod)
 			tmp[0] = '\0';
 		else { /* bpchar without a length is not character(1): format_type keeps its name */
@@ -350,21 +395,21 @@ static void format_scalar(buf *out, int i, int32_t typmod)
 		}
 		return;
 	default:
-		buf_puts(out, builtin_types[i].name);
+		buf_puts(out, name);
 	}
 }
 
 bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod)
 {
-	int i = builtin_index(oid);
-	if (i < 0)
+	const char *name = pgtypes_builtin_name(oid);
+	if (!name)
 		return false;
-	uint32_t elem = builtin_types[i].elem;
-	int e = elem ? builtin_index(elem) : -1;
-	if (elem && e < 0) /* an array of a catalog's row type (pg_class[]): its name without the _ */
-		buf_puts(out, builtin_types[i].name + 1);
+	uint32_t elem = pgtypes_element(oid);
+	const char *elem_name = elem ? pgtypes_builtin_name(elem) : NULL;
+	if (elem && !elem_name) /* an array of a catalog's row type (pg_class[]): its name without the _ */
+		buf_puts(out, name + 1);
 	else
-		format_scalar(out, elem ? e : i, typmod);
+		format_scalar(out, elem ? elem : oid, elem ? elem_name : name, typmod);
 	if (elem)
 		buf_puts(out, "[]");
 	return true;

@@ -1,5 +1,7 @@
-/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), and a
- * column's type (OID and typmod) as PostgreSQL's format_type() prints it. */
+/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), what
+ * a column's type modifier (pg_attribute.atttypmod) says about it, read as format_type reads it:
+ * numeric's precision and scale, a length, the fractional digits of a time; and a column's type as
+ * format_type() prints it. */
 #ifndef CDC_PGTYPES_H
 #define CDC_PGTYPES_H
 
@@ -19,8 +21,10 @@
 #define PGT_OID 26
 #define PGT_JSON 114
 #define PGT_XML 142
+#define PGT_POINT 600
 #define PGT_FLOAT4 700
 #define PGT_FLOAT8 701
+#define PGT_MONEY 790
 #define PGT_BPCHAR 1042
 #define PGT_VARCHAR 1043
 #define PGT_DATE 1082
@@ -33,10 +37,24 @@
 #define PGT_VARBIT 1562
 #define PGT_NUMERIC 1700
 #define PGT_UUID 2950
+#define PGT_TSVECTOR 3614
 #define PGT_JSONB 3802
 
 /* The pg_type.typname of a built-in type ("int4", "_text", ...), or NULL. */
 const char *pgtypes_builtin_name(uint32_t oid);
+
+/* The element type of a built-in array type (_int4: int4, _text: text), or 0. */
+uint32_t pgtypes_element(uint32_t oid);
+
+/* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
+ * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */
+bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale);
+/* The fractional-second digits of time, timetz, timestamp, timestamptz and interval (0 to 6): the
+ * modifier's, else 6, what PostgreSQL keeps. */
+int pgtypes_time_precision(uint32_t oid, int32_t typmod);
+/* char(n), varchar(n): n characters; bit(n), varbit(n): n bits; -1 without a modifier (or for
+ * another type). */
+int pgtypes_length(uint32_t oid, int32_t typmod);
 
 /* Appends a column's type as format_type(oid, typmod) prints it ("integer", "numeric(10,2)",
  * "character varying(20)", "timestamp(3) with time zone", "interval day to second(2)",
@@ -49,8 +67,5 @@ bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod);
  * Names that are SQL keywords are not quoted (format_type() would). pgoutput names a domain by
  * its base type (the domain's name is not sent): a built-in one comes out as pgtypes_format's. */
 void pgtypes_format_named(buf *out, const char *nspname, const char *typname);
-/* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
- * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */
-bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale);
 
 #endif

@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # deps.sh: installs the Debian packages cdc needs for the named purposes, when any is missing.
-# Usage: deploy/deps.sh [build] [test] [bench] [runtime]   (no argument: build test)
+# Usage: deploy/deps.sh [build] [test] [bench] [package] [runtime]   (no argument: build test)
 # Does nothing, quickly and without apt-get update, when everything is already installed.
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
-	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev clang)
+	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev clang)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
 # openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
 # prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
+# tests/package installs the package's files into a throwaway root and checks them as a user meets
+# them: systemd-analyze (systemd), man -l (man-db, groff-base), the Python client in a fresh venv
+# (python3-venv; built with python3-setuptools, python3-wheel and python3-build).
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
-	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus)
+	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
+	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
 bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg2 python3-protobuf protobuf-compiler
 	time python3-matplotlib)
-runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5)
+# make deb: Debian's packaging tools (dpkg-buildpackage, debhelper, lintian).
+package_pkgs=(dpkg-dev debhelper lintian)
+runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5
+	libsystemd0)
 
 usage() {
-	echo "usage: $0 [build] [test] [bench] [runtime]" >&2
+	echo "usage: $0 [build] [test] [bench] [package] [runtime]" >&2
 	exit 2
 }
 
@@ -31,6 +38,7 @@ for p in "${purposes[@]}"; do
 	build) wanted+=("${build_pkgs[@]}") ;;
 	test) wanted+=("${test_pkgs[@]}") ;;
 	bench) wanted+=("${bench_pkgs[@]}") ;;
+	package) wanted+=("${package_pkgs[@]}") ;;
 	runtime) wanted+=("${runtime_pkgs[@]}") ;;
 	-h | --help) usage ;;
 	*)

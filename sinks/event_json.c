@@ -233,33 +233,6 @@ static void put_json(buf *b, const char *s)
 
 /* Other values ----------------------------------------------------------------------------------- */
 
-static void put_base64(buf *b, const uint8_t *d, size_t n)
-{
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	reserve(b, (n + 2) / 3 * 4 + 2);
-	char *w = b->data + b->len;
-	*w++ = '"';
-	size_t i = 0;
-	for (; i + 3 <= n; i += 3) {
-		uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
-		w[0] = tab[v >> 18];
-		w[1] = tab[(v >> 12) & 63];
-		w[2] = tab[(v >> 6) & 63];
-		w[3] = tab[v & 63];
-		w += 4;
-	}
-	if (i < n) {
-		uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
-		w[0] = tab[v >> 18];
-		w[1] = tab[(v >> 12) & 63];
-		w[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-		w[3] = '=';
-		w += 4;
-	}
-	*w++ = '"';
-	b->len = (size_t)(w - b->data);
-}
-
 /* The fast path of put_double(): v = m / 10^k exactly as a double, for an integer m < 10^15 and
  * k <= 6, in plain decimal. Division of two exactly representable numbers is correctly rounded,
  * so the decimal reads back as v; having at most 15 digits, it is also what "%.15g" prints.
@@ -298,18 +271,7 @@ static bool put_short_decimal(buf *b, double v)
  * "C" LC_NUMERIC locale (cdc never calls setlocale for it). */
 static void put_double(buf *b, double v)
 {
-	if (isnan(v)) {
-		PUT_LIT(b, "\"NaN\"");
-		return;
-	}
-	if (isinf(v)) {
-		if (v > 0)
-			PUT_LIT(b, "\"Infinity\"");
-		else
-			PUT_LIT(b, "\"-Infinity\"");
-		return;
-	}
-	if (put_short_decimal(b, v))
+	if (json_nonfinite(b, v) || put_short_decimal(b, v))
 		return;
 	char tmp[32];
 	int n = 0;
@@ -321,11 +283,11 @@ static void put_double(buf *b, double v)
 	put(b, tmp, (size_t)n);
 }
 
-static void put_uuid(buf *b, const ProtobufCBinaryData *u)
+void json_uuid(buf *b, const ProtobufCBinaryData *u)
 {
 	static const char hex[] = "0123456789abcdef";
 	if (u->len != 16) {
-		put_base64(b, u->data, u->len);
+		json_base64(b, u->data, u->len);
 		return;
 	}
 	reserve(b, 38);
@@ -339,6 +301,7 @@ static void put_uuid(buf *b, const ProtobufCBinaryData *u)
 	}
 	*w++ = '"';
 	b->len = (size_t)(w - b->data);
+	b->data[b->len] = '\0';
 }
 
 static int64_t floor_div(int64_t a, int64_t d)
@@ -362,9 +325,7 @@ static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 	*y = yoe + era * 400 + (*m <= 2);
 }
 
-/* "YYYY-MM-DD". ISO 8601 astronomical years: 1 BC is 0000, 44 BC is -0043; years past 9999 take
- * the expanded form's sign (+10000), as RFC 3339's four digits cannot hold them. */
-static void put_ymd(buf *b, int64_t days)
+void json_ymd(buf *b, int64_t days)
 {
 	int64_t y;
 	int m, d;
@@ -414,7 +375,7 @@ static void put_date(buf *b, int32_t days)
 		return;
 	}
 	put_c(b, '"');
-	put_ymd(b, days);
+	json_ymd(b, days);
 	put_c(b, '"');
 }
 
@@ -431,7 +392,7 @@ static void put_time(buf *b, int64_t us)
 }
 
 /* RFC 3339: "YYYY-MM-DDTHH:MM:SS[.ffffff]" and "Z" for an instant; no suffix for wall-clock time. */
-static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+void json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 {
 	if (us == INT64_MAX) {
 		PUT_LIT(b, "\"infinity\"");
@@ -443,12 +404,13 @@ static void put_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 	}
 	int64_t days = floor_div(us, USECS_PER_DAY);
 	put_c(b, '"');
-	put_ymd(b, days);
+	json_ymd(b, days);
 	put_c(b, 'T');
 	put_hms(b, (uint64_t)(us - days * USECS_PER_DAY), always_frac);
 	if (with_zone)
 		put_c(b, 'Z');
 	put_c(b, '"');
+	b->data[b->len] = '\0';
 }
 
 static void put_value(buf *b, const Cdc__V1__Value *v)
@@ -474,10 +436,10 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		put_str(b, v->text_value);
 		break;
 	case CDC__V1__VALUE__KIND_BYTES_VALUE:
-		put_base64(b, v->bytes_value.data, v->bytes_value.len);
+		json_base64(b, v->bytes_value.data, v->bytes_value.len);
 		break;
 	case CDC__V1__VALUE__KIND_UUID_VALUE:
-		put_uuid(b, &v->uuid_value);
+		json_uuid(b, &v->uuid_value);
 		break;
 	case CDC__V1__VALUE__KIND_DATE_VALUE:
 		put_date(b, v->date_value);
@@ -487,7 +449,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		break;
 	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		if (v->timestamp_value)
-			put_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
+			json_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
 		else
 			json_null(b);
 		break;
@@ -498,7 +460,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		put_str(b, v->other_value ? v->other_value->text : "");
 		break;
 	case CDC__V1__VALUE__KIND_BINARY_VALUE:
-		put_base64(b, v->binary_value.data, v->binary_value.len);
+		json_base64(b, v->binary_value.data, v->binary_value.len);
 		break;
 	case CDC__V1__VALUE__KIND_NULL_VALUE:
 	case CDC__V1__VALUE__KIND_UNCHANGED_TOAST: /* callers leave these columns out */
@@ -515,8 +477,7 @@ static bool col_is_toast(const Cdc__V1__Column *c)
 	return c && c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
 
-/* {"name":value,...} without unchanged TOAST columns (they are listed in "unchanged_toast"). */
-static void put_row(buf *b, const Cdc__V1__Row *r)
+void json_row(buf *b, const Cdc__V1__Row *r)
 {
 	if (!r) {
 		json_null(b);
@@ -536,6 +497,7 @@ static void put_row(buf *b, const Cdc__V1__Row *r)
 		put_value(b, c->value);
 	}
 	put_c(b, '}');
+	b->data[b->len] = '\0';
 }
 
 static bool row_has_toast(const Cdc__V1__Row *r, const char *name)
@@ -693,11 +655,11 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	PUT_LIT(out, ",\"xid\":");
 	json_u64(out, e->xid);
 	PUT_LIT(out, ",\"key\":");
-	put_row(out, e->key);
+	json_row(out, e->key);
 	PUT_LIT(out, ",\"new\":");
-	put_row(out, e->new_row);
+	json_row(out, e->new_row);
 	PUT_LIT(out, ",\"old\":");
-	put_row(out, e->old_row);
+	json_row(out, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
 	PUT_LIT(out, ",\"delivery_count\":");
@@ -724,7 +686,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 		put_str(out, e->message ? e->message->prefix : "");
 		PUT_LIT(out, ",\"content\":");
 		if (e->message)
-			put_base64(out, e->message->content.data, e->message->content.len);
+			json_base64(out, e->message->content.data, e->message->content.len);
 		else
 			PUT_LIT(out, "\"\"");
 		PUT_LIT(out, ",\"transactional\":");
@@ -752,7 +714,7 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
 		PUT_LIT(&c->lsn_part, ",\"tx_index\":");
 		buf_reset(&c->time_part);
 		PUT_LIT(&c->time_part, ",\"commit_time\":");
-		put_timestamp(&c->time_part, commit_time, true, true);
+		json_timestamp(&c->time_part, commit_time, true, true);
 		PUT_LIT(&c->time_part, "}\n");
 		c->lsn = commit_lsn;
 		c->time = commit_time;

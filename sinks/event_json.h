@@ -24,4 +24,21 @@ void json_commit_free(json_commit *c);
  * commit's fields rendered while they stay the same. */
 void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time);
 
+/* A row as the event's "key", "new" and "old" have it: {"name":value,...} (null for NULL), without
+ * unchanged TOAST columns (the event lists those in "unchanged_toast"). */
+void json_row(buf *out, const Cdc__V1__Row *r);
+
+/* A timestamp of microseconds since the epoch as its RFC 3339 string: "Z" with_zone, the
+ * microseconds when not zero or always_frac; PostgreSQL's infinities as "infinity", "-infinity". */
+void json_timestamp(buf *out, int64_t us, bool with_zone, bool always_frac);
+
+/* A uuid's 16 bytes as its canonical string ("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"); other
+ * lengths (cannot come from the server) as base64. */
+void json_uuid(buf *out, const ProtobufCBinaryData *u);
+
+/* "YYYY-MM-DD" of a day count since 1970-01-01, without quotes. ISO 8601 astronomical years, as
+ * Java's ISO formats print them too: 1 BC is 0000, 44 BC is -0043; years past 9999 take the
+ * expanded form's sign (+10000), as RFC 3339's four digits cannot hold them. */
+void json_ymd(buf *out, int64_t days);
+
 #endif

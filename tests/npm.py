@@ -1,23 +1,24 @@
-"""npm.py: `npm ci` for the tests that run Node.js code (the deploy validator, the TypeScript client),
-done once per package-lock: a marker in node_modules records the lock it installed."""
+"""npm.py: `npm ci` for what the tests take from npm (the deploy validator, the TypeScript client,
+the PostgreSQL servers of the version matrix), done once per package-lock: a marker in the
+installed tree records the lock it installed."""
 
 import hashlib
 import os
 import shutil
 import subprocess
 
-import pytest
 
-
-def npm_ci(directory):
-    """`npm ci` in directory unless its node_modules already holds exactly the locked packages."""
+def npm_ci(directory, ignore_scripts=False):
+    """`npm ci` in directory unless it already holds exactly the locked packages. Returns True when
+    it installed, False when the marker said they were there already; raises RuntimeError when npm
+    is missing or fails."""
     with open(os.path.join(directory, "package-lock.json"), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     marker = os.path.join(directory, "node_modules", ".cdc-installed-lock")
     try:
         with open(marker) as f:
             if f.read().strip() == digest:
-                return
+                return False
     except OSError:
         pass
     if shutil.which("npm") is None:
@@ -26,9 +27,13 @@ def npm_ci(directory):
             subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "npm"],
                            check=True, timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         else:
-            pytest.fail("npm not found: install Node.js (18 or later) with npm")
-    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=directory,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, f"npm ci in {directory} failed:\n{p.stdout}\n{p.stderr}"
+            raise RuntimeError("npm not found: install Node.js (18 or later) with npm")
+    cmd = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+    if ignore_scripts:
+        cmd.append("--ignore-scripts")
+    p = subprocess.run(cmd, cwd=directory, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"npm ci in {directory} failed:\n{p.stdout}\n{p.stderr}")
     with open(marker, "w") as f:
         f.write(digest + "\n")
+    return True

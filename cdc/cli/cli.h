@@ -37,7 +37,8 @@ struct cli_command {
 	const char *usage;     /* --help prints it on stdout; a usage error after the message on stderr */
 	const char *shortopts; /* getopt's, e.g. "c:s:h" */
 	const struct option *longopts;
-	bool operands; /* else an operand is a usage error */
+	bool operands;	   /* else an operand is a usage error */
+	bool needs_config; /* -c FILE is required */
 	/* The command's own options, and its operands as ch 1 (NULL: it has neither). Returns
 	 * CLI_GO_ON, or an exit status (cli_usage's) that ends parsing. */
 	int (*option)(const cli_command *cmd, void *ctx, int ch, const char *arg);
@@ -45,7 +46,7 @@ struct cli_command {
 
 /* Parses argv (argv[0] is the command's name): -c, -s and -h here, the rest through cmd->option.
  * Options and operands may come in any order. Returns CLI_GO_ON, or the exit status to return:
- * 0 after --help, 2 after a usage error. */
+ * 0 after --help, 2 after a usage error (among them a missing -c FILE where cmd->needs_config). */
 int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, void *ctx);
 /* "NAME: " fmt (with arg), then the usage, on stderr. Returns 2. */
 int cli_usage(const cli_command *cmd, const char *fmt, const char *arg);

@@ -56,14 +56,13 @@ int doctor_main(int argc, char **argv)
 					.usage = usage,
 					.shortopts = "c:h",
 					.longopts = longopts,
+					.needs_config = true,
 					.option = doctor_option};
 	cli_args args = {0};
 	doctor_opts o = {0};
 	int rc = cli_parse(&cmd, argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
 		return rc;
-	if (!args.config)
-		return cli_usage(&cmd, "%s", "missing -c FILE");
 	cfg *c = cli_load_config(args.config);
 	if (!c)
 		return 2;

@@ -40,6 +40,11 @@ typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_ful
  * publication): fail, saying what to do, or re-sync (move the slot on and backfill). */
 typedef enum cfg_on_gap { CFG_GAP_FAIL, CFG_GAP_RESYNC } cfg_on_gap;
 typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
+/* How a Kafka subscription writes its records: cdc.v1.Event (protobuf), the event JSON that sink:
+ * stdout prints, or Debezium's PostgreSQL connector's records. */
+typedef enum cfg_format { CFG_FORMAT_PROTOBUF, CFG_FORMAT_JSON, CFG_FORMAT_DEBEZIUM } cfg_format;
+/* format: debezium: an unchanged TOASTed value as Debezium's placeholder, or left out of the row. */
+typedef enum cfg_toast { CFG_TOAST_PLACEHOLDER, CFG_TOAST_OMIT } cfg_toast;
 
 typedef struct cfg_strlist {
 	char **v;
@@ -52,16 +57,20 @@ typedef struct cfg_kv {
 
 typedef struct cfg_subscription {
 	char *name;
-	int line, col;	     /* where it is defined, for messages */
-	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;	     /* enum cfg_op bits; default: CFG_OPS_DEFAULT */
-	char *tag;	     /* NULL if none */
-	cfg_sink sink;	     /* default: socket */
-	cfg_strlist changed; /* update matches only if one of these changed */
-	char *where;	     /* predicate text, NULL if none */
-	cfg_strlist columns; /* projection; empty: all */
-	char *topic;	     /* kafka: template, default "cdc.{schema}.{table}" */
-	bool tombstones;     /* kafka: tombstone after delete */
+	int line, col;		   /* where it is defined, for messages */
+	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
+	unsigned ops;		   /* enum cfg_op bits; default: CFG_OPS_DEFAULT */
+	char *tag;		   /* NULL if none */
+	cfg_sink sink;		   /* default: socket */
+	cfg_strlist changed;	   /* update matches only if one of these changed */
+	char *where;		   /* predicate text, NULL if none */
+	cfg_strlist columns;	   /* projection; empty: all */
+	char *topic;		   /* kafka: template, default "cdc.{schema}.{table}" */
+	bool tombstones;	   /* kafka: tombstone after delete; default: on with format debezium */
+	cfg_format format;	   /* kafka: default protobuf */
+	bool schemas;		   /* kafka, format debezium: {schema, payload} records */
+	char *server_name;	   /* kafka, format debezium: source.name; default "cdc" */
+	cfg_toast unchanged_toast; /* kafka, format debezium: default placeholder */
 	cfg_consumers consumers;
 	uint64_t ack_timeout_ms; /* default 30s */
 	uint32_t max_deliveries; /* default 0: unlimited */
@@ -192,6 +201,7 @@ const char *cfg_sink_name(cfg_sink v);
 const char *cfg_consumers_name(cfg_consumers v);
 const char *cfg_when_full_name(cfg_when_full v);
 const char *cfg_batch_name(cfg_batch v);
+const char *cfg_format_name(cfg_format v);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;

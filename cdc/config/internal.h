@@ -12,7 +12,7 @@
 
 #define CFG_MAX_NAME 63 /* PostgreSQL's NAMEDATALEN - 1 */
 #define CFG_MASK "********"
-#define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 16) */
+#define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 21) */
 #define LOWER "abcdefghijklmnopqrstuvwxyz"
 #define UPPER "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #define DIGIT "0123456789"
@@ -73,7 +73,7 @@ typedef struct ename {
 } ename;
 
 extern const ename op_names[], sink_names[], consumers_names[], batch_names[], full_names[], gap_names[],
-    level_names[], format_names[];
+    level_names[], format_names[], record_format_names[], toast_names[];
 const ename *ename_find(const ename *e, const char *name);
 const char *ename_of(const ename *e, int value);
 void ename_list(buf *b, const ename *e);
@@ -199,6 +199,14 @@ typedef struct keys {
 extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_bool,
     t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
 extern const keys top_keys, sub_keys;
+
+/* With kafka.transactions_topic set, the transaction records of every Kafka subscription go to one
+ * topic, so they share one format: a Kafka subscription of c (other than one named like s) whose
+ * format is not s's, or NULL. s NULL: two of c's own that differ, the first into *first. */
+const cfg_subscription *format_conflict(const cfg *c, const cfg_subscription *s,
+					const cfg_subscription **first);
+/* The message for such a pair. */
+void format_conflict_text(buf *b, const cfg_subscription *a, const cfg_subscription *o);
 
 /* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its
  * setter, then t->check sees the whole mapping. */

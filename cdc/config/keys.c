@@ -240,6 +240,10 @@ enum sub_key {
 	SK_COLUMNS,
 	SK_TOPIC,
 	SK_TOMBSTONES,
+	SK_FORMAT,
+	SK_SCHEMAS,
+	SK_SERVER_NAME,
+	SK_UNCHANGED_TOAST,
 	SK_CONSUMERS,
 	SK_ACK_TIMEOUT,
 	SK_MAX_DELIVERIES,
@@ -284,8 +288,32 @@ static const key sub_k[] = {
 		  .doc = "Kafka only: the topic of each event, a template with `{schema}`, `{table}`, "
 			 "`{subscription}`, `{tag}`."},
     [SK_TOMBSTONES] = {"tombstones", &t_bool, SUB(tombstones), NULL, K_KAFKA,
-		       .doc = "Kafka only: after each delete, a record with the same key and a null value "
-			      "(for log compaction)."},
+		       .doc =
+			   "Kafka only: after each delete, a record with the same key and a null value "
+			   "(for log compaction), and after an update that changed the key one for the old "
+			   "key. Default: `false`, `true` with `format: debezium` (Debezium's "
+			   "`tombstones.on.delete`)."},
+    [SK_FORMAT] = {"format", &t_enum, SUB(format), record_format_names, K_KAFKA, .def.n = CFG_FORMAT_PROTOBUF,
+		   .doc = "Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
+			  "`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
+			  "prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
+			  "through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
+    [SK_SCHEMAS] = {"schemas", &t_bool, SUB(schemas), NULL, K_KAFKA,
+		    .doc =
+			"`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
+			"as JsonConverter writes them with `schemas.enable=true`."},
+    [SK_SERVER_NAME] = {"server_name", &t_ident, SUB(server_name), &topic_rule, K_KAFKA, .def.s = "cdc",
+			.doc =
+			    "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
+			    "`source.name` and the prefix of the key's and rows' schema names. The "
+			    "default matches the default topic template's `cdc.`."},
+    [SK_UNCHANGED_TOAST] =
+	{"unchanged_toast", &t_enum, SUB(unchanged_toast), toast_names, K_KAFKA,
+	 .def.n = CFG_TOAST_PLACEHOLDER,
+	 .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
+		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
+		"(its bytes, or lists of it, by type). `omit`: the column is left out of the "
+		"row."},
     [SK_CONSUMERS] = {"consumers", &t_enum, SUB(consumers), consumers_names, K_SOCKET,
 		      .def.n = CFG_CONSUMERS_FAILOVER,
 		      .doc =
@@ -319,6 +347,12 @@ static const key sub_k[] = {
 };
 _Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
 
+/* The keys only format: debezium takes. */
+static bool debezium_key(size_t i)
+{
+	return i == SK_SCHEMAS || i == SK_SERVER_NAME || i == SK_UNCHANGED_TOAST;
+}
+
 /* The sink a K_KAFKA or K_SOCKET key of a subscription goes with. */
 static cfg_sink key_sink(const key *k)
 {
@@ -343,6 +377,14 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	if ((s->ops & CFG_OP_SCHEMA) && !(s->ops & (CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE)))
 		err_key(x, seen[SK_OPS].k, "operations",
 			"schema events come before rows: schema needs insert, update or delete too");
+	for (size_t i = 0; i < SK_N && s->sink == CFG_SINK_KAFKA; i++)
+		if (seen[i].k && debezium_key(i) && s->format != CFG_FORMAT_DEBEZIUM)
+			err_key(x, seen[i].k, sub_k[i].name,
+				"only valid with format: debezium (this subscription's format is %s)",
+				cfg_format_name(s->format));
+	/* Debezium follows each delete with a tombstone unless told otherwise (tombstones.on.delete). */
+	if (s->format == CFG_FORMAT_DEBEZIUM && !seen[SK_TOMBSTONES].k)
+		s->tombstones = true;
 	for (size_t i = 0; i < SK_N; i++)
 		if ((sub_k[i].flags & K_BY_SINK) && !seen[i].k && s->sink == key_sink(&sub_k[i]))
 			key_default(s, &sub_k[i]);
@@ -355,6 +397,8 @@ static bool sub_shown(const void *base, const key *k)
 	const cfg_subscription *s = base;
 	if (k == &sub_k[SK_SNAPSHOT])
 		return s->snapshot;
+	if (debezium_key((size_t)(k - sub_k)) && s->format != CFG_FORMAT_DEBEZIUM)
+		return false;
 	return !(k->flags & (K_KAFKA | K_SOCKET)) || s->sink == key_sink(k);
 }
 
@@ -607,6 +651,45 @@ static const key top_k[] = {
 	    "boundary."},
 };
 
+const cfg_subscription *format_conflict(const cfg *c, const cfg_subscription *s,
+					const cfg_subscription **first)
+{
+	if (!c->kafka.transactions_topic)
+		return NULL;
+	for (size_t i = 0; i < c->nsubs; i++) {
+		const cfg_subscription *o = &c->subs[i];
+		if (o->sink != CFG_SINK_KAFKA || (s && strcmp(o->name, s->name) == 0))
+			continue;
+		if (!s)
+			s = o;
+		else if (o->format != s->format)
+			return first ? (*first = s, o) : o;
+	}
+	return NULL;
+}
+
+void format_conflict_text(buf *b, const cfg_subscription *a, const cfg_subscription *o)
+{
+	buf_printf(
+	    b,
+	    "subscriptions %s (format %s) and %s (format %s) write Kafka records in different formats, "
+	    "but kafka.transactions_topic holds the records of their transactions in one: give them "
+	    "the same format",
+	    a->name, cfg_format_name(a->format), o->name, cfg_format_name(o->format));
+}
+
+static void check_top(ctx *x, void *base, const pair *seen)
+{
+	(void)seen;
+	const cfg_subscription *a, *o = format_conflict(base, NULL, &a);
+	if (o) {
+		buf why = {0};
+		format_conflict_text(&why, a, o);
+		err_pos(x, o->line, o->col, "%s", why.data);
+		buf_free(&why);
+	}
+}
+
 /* The kafka and backfill sections are printed when the file has them. */
 static bool top_shown(const void *base, const key *k)
 {
@@ -616,7 +699,7 @@ static bool top_shown(const void *base, const key *k)
 	return !(k->flags & K_KAFKA) || c->kafka.enabled;
 }
 
-const keys top_keys = KEYS(top_k, .top = true, .shown = top_shown);
+const keys top_keys = KEYS(top_k, .top = true, .check = check_top, .shown = top_shown);
 
 /* ---- load, free ---- */
 

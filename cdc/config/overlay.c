@@ -38,6 +38,13 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 	}
 	pair seen[CFG_MAX_KEYS] = {0};
 	walk_map(&x, root, s, &sub_keys, seen);
+	const cfg_subscription *o = x.nerr || s->sink != CFG_SINK_KAFKA ? NULL : format_conflict(c, s, NULL);
+	if (o) {
+		buf why = {0};
+		format_conflict_text(&why, s, o);
+		err_pos(&x, 1, 1, "%s", why.data);
+		buf_free(&why);
+	}
 out:
 	node_free(root);
 	ctx_free(&x);
@@ -201,6 +208,13 @@ bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, buf *errors)
 		cfg_subscription s;
 		sub_copy(&s, &o->put[i]);
 		subs_set(&c->subs, &c->nsubs, &s);
+	}
+	const cfg_subscription *a, *conflict = format_conflict(c, NULL, &a);
+	if (conflict) {
+		buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
+		format_conflict_text(errors, a, conflict);
+		buf_puts(errors, " (or DELETE one of them)\n");
+		return false;
 	}
 	return true;
 }

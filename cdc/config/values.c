@@ -377,6 +377,11 @@ const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_
 #define LEVEL_ENAME(v, name) {name, v},
 const ename level_names[] = {LOG_LEVELS(LEVEL_ENAME){NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
+const ename record_format_names[] = {{"protobuf", CFG_FORMAT_PROTOBUF},
+				     {"json", CFG_FORMAT_JSON},
+				     {"debezium", CFG_FORMAT_DEBEZIUM},
+				     {NULL, 0}};
+const ename toast_names[] = {{"placeholder", CFG_TOAST_PLACEHOLDER}, {"omit", CFG_TOAST_OMIT}, {NULL, 0}};
 
 const char *cfg_sink_name(cfg_sink v)
 {
@@ -396,4 +401,9 @@ const char *cfg_when_full_name(cfg_when_full v)
 const char *cfg_batch_name(cfg_batch v)
 {
 	return ename_of(batch_names, (int)v);
+}
+
+const char *cfg_format_name(cfg_format v)
+{
+	return ename_of(record_format_names, (int)v);
 }

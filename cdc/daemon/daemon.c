@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cdc/daemon/notify.h"
 #include "cdc/daemon/sidecar.h"
 #include "decoder/base/log.h"
 #include "sinks/kafka/kafka_sink.h"
@@ -140,6 +141,7 @@ static void schedule_retry(sidecar *d)
 	/* Jitter keeps a fleet of sidecars from reconnecting in step. */
 	uint64_t delay = c->backoff_ms / 2 + (uint64_t)rand() % (c->backoff_ms / 2 + 1);
 	log_warn("not streaming; retrying", "in_ms=%llu error=\"%s\"", (unsigned long long)delay, d->err);
+	notify_started("not streaming; retrying in %llu ms: %s", (unsigned long long)delay, d->err);
 	struct timeval tv = {.tv_sec = (time_t)(delay / 1000), .tv_usec = (suseconds_t)(delay % 1000) * 1000};
 	event_add(c->ev_retry, &tv);
 }
@@ -150,10 +152,14 @@ static void standby(sidecar *d)
 {
 	connection *c = &d->conn;
 	source_disconnect(c->src);
-	if (!c->standby)
+	if (!c->standby) {
 		log_info("standby: another process streams the replication slot; this cdc takes over when it "
 			 "lets go",
 			 "slot=%s holder_walsender_pid=%d", d->cfg->source.slot, source_holder(c->src));
+		notify_started(
+		    "standby: another process streams slot %s; this cdc takes over when it lets go",
+		    d->cfg->source.slot);
+	}
 	c->standby = source_holder(c->src);
 	source_after_standby(c->src, true);
 	c->backoff_ms = 0;
@@ -355,6 +361,14 @@ static void on_state_written(evutil_socket_t fd, short what, void *arg)
 		schedule_retry(d);
 }
 
+/* Debezium's records name the database (source.db): the Kafka sink learns it once connected. */
+static void tell_database(sidecar *d)
+{
+	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;
+	if (d->sinks.k[SINKS_KAFKA] && db)
+		kafka_sink_set_database(d->sinks.k[SINKS_KAFKA], db);
+}
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -415,6 +429,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->st.shared = false; /* this process streams the slot now: the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	backfills_restart(d);
+	tell_database(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
@@ -424,6 +439,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	if (!f->last_progress_ms)
 		f->last_progress_ms = now_ms();
 	figures_publish(d, true); /* /readyz turns 200 now, not at the next tick */
+	notify_started("streaming from slot %s (PostgreSQL %s)", d->cfg->source.slot, f->server_version);
 	int sock = source_fd(c->src);
 	c->ev_read = event_new(d->base, sock, EV_READ | EV_PERSIST, on_read, d);
 	event_free(c->ev_write);
@@ -456,6 +472,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
+	notify_watchdog(now_ms());
 	reload_maybe(d);
 	figures_publish(d, false);
 	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, and a commit
@@ -537,6 +554,7 @@ bool sidecar_bind(sidecar *d, rules *r)
 	}
 	if (d->sinks.k[SINKS_KAFKA])
 		kafka_sink_watch_stream(d->sinks.k[SINKS_KAFKA], held_stream, d);
+	tell_database(d);
 	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};
@@ -635,8 +653,11 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	event_add(d.ev_tick, &tick);
 	log_info("starting", "version=" CDC_VERSION " slot=%s state_dir=%s subscriptions=%zu", c->source.slot,
 		 c->state_dir, c->nsubs);
+	notify_status("connecting to PostgreSQL to stream slot %s", c->source.slot);
 	event_active(d.conn.ev_retry, EV_TIMEOUT, 0);
 	event_base_dispatch(d.base);
+	notify_stopping(d.exit_code ? "stopping after an error (see the log)"
+				    : "stopping: delivering what is in flight and confirming it to the slot");
 	shutdown_flush(&d);
 out:
 	if (d.conn.ev_read)

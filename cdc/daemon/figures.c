@@ -207,6 +207,11 @@ void figures_slot_health(sidecar *d, uint64_t now)
 	const source_slot_health *h = &f->health;
 	if (!h->known)
 		return;
+	/* Keepalives bring the server's position only while the slot is read: while a sink holds
+	 * reading paused, this one keeps the lag growing. (Not otherwise: it may be ahead of the last
+	 * keepalive for a moment, and lag_s would then count from the last commit.) */
+	if (d->conn.paused && h->server_lsn > f->server_wal_lsn)
+		f->server_wal_lsn = h->server_lsn;
 	if (strcmp(h->wal_status, "lost") == 0)
 		snprintf(warning, sizeof(warning),
 			 "the slot lost WAL it needs (wal_status lost): drop and recreate it, then "

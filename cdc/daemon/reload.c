@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/daemon/notify.h"
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
 #include "decoder/base/json.h"
@@ -160,6 +161,9 @@ static bool apply_reload(sidecar *d)
 	}
 	if (!next) {
 		log_error("reload refused; keeping the running configuration", "errors=\"%s\"", errors.data);
+		if (d->rl.hup)
+			notify_reloaded("reload refused; the running configuration is kept (see the log)");
+		d->rl.hup = false;
 		settle_changes(
 		    d, code,
 		    code == 500
@@ -208,6 +212,9 @@ static bool apply_reload(sidecar *d)
 	figures_publish(d, true); /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
+	if (d->rl.hup)
+		notify_reloaded("reloaded: %zu subscriptions", d->cfg->nsubs);
+	d->rl.hup = false;
 	return true;
 }
 
@@ -221,7 +228,8 @@ void reload_maybe(sidecar *d)
 
 void reload_request(sidecar *d)
 {
-	d->rl.pending = true;
+	notify_reloading();
+	d->rl.pending = d->rl.hup = true;
 	reload_maybe(d);
 	if (d->rl.pending)
 		log_info("reload waits for the transactions in progress", "config=%s", d->cfg_path);

@@ -39,6 +39,7 @@ typedef struct connection {
 /* SIGHUP, PUT and DELETE, applied at a transaction boundary (reload.c). */
 typedef struct reloads {
 	bool pending;
+	bool hup;	      /* the pending reload includes a SIGHUP's: systemd is told when it is done */
 	cfg_overlay *overlay; /* subscriptions changed over the status socket (state_dir) */
 	/* PUT and DELETE requests waiting for the next transaction boundary, in arrival order; puts
 	 * hold their parsed subscription */

@@ -40,6 +40,10 @@ static socket_sub_settings *socket_subs(const cfg *c)
 	return v;
 }
 
+static const kafka_format formats[] = {[CFG_FORMAT_PROTOBUF] = KAFKA_PROTOBUF,
+				       [CFG_FORMAT_JSON] = KAFKA_JSON,
+				       [CFG_FORMAT_DEBEZIUM] = KAFKA_DEBEZIUM};
+
 kafka_setup sinks_kafka_setup(const cfg *c)
 {
 	kafka_setup k = {.props =
@@ -62,7 +66,12 @@ kafka_setup sinks_kafka_setup(const cfg *c)
 				      .commit_events = c->kafka.commit_events};
 	for (size_t i = 0; i < c->nsubs; i++)
 		k.subs[i] =
-		    (kafka_sub_settings){.topic = c->subs[i].topic, .tombstones = c->subs[i].tombstones};
+		    (kafka_sub_settings){.topic = c->subs[i].topic,
+					 .tombstones = c->subs[i].tombstones,
+					 .format = formats[c->subs[i].format],
+					 .schemas = c->subs[i].schemas,
+					 .server_name = c->subs[i].server_name,
+					 .placeholder = c->subs[i].unchanged_toast == CFG_TOAST_PLACEHOLDER};
 	return k;
 }
 

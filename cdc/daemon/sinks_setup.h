@@ -30,7 +30,7 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen) CDC_MUST
 void sink_set_free(sink_set *s);
 
 /* What the Kafka sink takes from c (also what `cdc doctor` checks the brokers with): the producer's
- * settings (props: room for the properties) and the subscriptions' topics and tombstones, at their
+ * settings (props: room for the properties) and the subscriptions' topics, tombstones and formats, at their
  * indexes in c. Borrows c's strings. */
 typedef struct kafka_setup {
 	kafka_sink_settings set;

@@ -110,21 +110,29 @@ void doctor_server(doctor *d)
 	load_tables(d);
 }
 
-void doctor_wal_level(doctor *d)
+/* A setting that should have one value: pass saying pass_detail, else st with the fix and the detail
+ * "is VALUE" followed by why. */
+static void expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
+			   doctor_status st, const char *fix, const char *why)
 {
-	PGresult *res = ask(d, "wal_level", "SELECT pg_catalog.current_setting('wal_level')", 0, NULL);
+	const char *params[] = {name};
+	PGresult *res = ask(d, name, "SELECT pg_catalog.current_setting($1)", 1, params);
 	if (!res)
 		return;
-	const char *level = PQgetvalue(res, 0, 0);
-	if (strcmp(level, "logical") == 0)
-		doctor_say(d, DOCTOR_PASS, NULL, "logical");
+	const char *v = PQgetvalue(res, 0, 0);
+	if (strcmp(v, want) == 0)
+		doctor_say(d, DOCTOR_PASS, NULL, "%s", pass_detail);
 	else
-		doctor_say(
-		    d, DOCTOR_FAIL,
-		    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
-		    "its logical replication parameter, e.g. rds.logical_replication = 1)",
-		    "is %s, and logical decoding needs logical", level);
+		doctor_say(d, st, fix, "is %s%s", v, why);
 	PQclear(res);
+}
+
+void doctor_wal_level(doctor *d)
+{
+	expect_setting(d, "wal_level", "logical", "logical", DOCTOR_FAIL,
+		       "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
+		       "its logical replication parameter, e.g. rds.logical_replication = 1)",
+		       ", and logical decoding needs logical");
 }
 
 void doctor_slots_free(doctor *d)
@@ -637,20 +645,9 @@ void doctor_keep_size(doctor *d)
 
 void doctor_idle_timeout(doctor *d)
 {
-	PGresult *res = ask(d, "idle_replication_slot_timeout",
-			    "SELECT pg_catalog.current_setting('idle_replication_slot_timeout')", 0, NULL);
-	if (!res)
-		return;
-	const char *v = PQgetvalue(res, 0, 0);
-	if (strcmp(v, "0") == 0)
-		doctor_say(d, DOCTOR_PASS, NULL, "0 (off)");
-	else
-		doctor_say(
-		    d, DOCTOR_WARN,
-		    "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
-		    "source.on_slot_lost: resync",
-		    "is %s: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
-		    "loses its slot",
-		    v);
-	PQclear(res);
+	expect_setting(d, "idle_replication_slot_timeout", "0", "0 (off)", DOCTOR_WARN,
+		       "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
+		       "source.on_slot_lost: resync",
+		       ": the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
+		       "loses its slot");
 }

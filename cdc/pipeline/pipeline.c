@@ -358,8 +358,8 @@ static bool emit_reads(void *ctx, const bf_batch *b, char *err, size_t errlen)
 		return true; /* the subscription is gone */
 	pgo_relcol *cols = xcalloc(b->ncols + 1, sizeof(*cols));
 	for (size_t i = 0; i < b->ncols; i++)
-		cols[i] =
-		    (pgo_relcol){.name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = -1};
+		cols[i] = (pgo_relcol){
+		    .name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = b->cols[i].typmod};
 	for (size_t k = 0; k < b->nkeys; k++)
 		cols[b->keys[k]].flags = 1;
 	pgo_rel rel = {.nspname = (char *)b->schema,

@@ -216,9 +216,8 @@ const char pg_slot_sql[] =
     "SELECT coalesce(plugin, ''), slot_type, coalesce(database, ''), coalesce(wal_status, ''), "
     "coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(active_pid, 0), current_database(), "
     "safe_wal_size, pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), "
-    "coalesce(pg_catalog.pg_wal_lsn_diff(CASE WHEN pg_catalog.pg_is_in_recovery() "
-    "THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END, "
-    "confirmed_flush_lsn), 0)::bigint "
+    "coalesce((CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
+    "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0') "
     "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1";
 
 void pg_slot_parse(const PGresult *res, pg_slot_row *row)
@@ -238,7 +237,11 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	row->safe_wal_size_known = !PQgetisnull(res, 0, 7);
 	row->safe_wal_size = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
 	row->max_keep_size = strtoll(PQgetvalue(res, 0, 8), NULL, 10);
-	row->lag_bytes = strtoll(PQgetvalue(res, 0, 9), NULL, 10);
+	if (!lsn_parse(PQgetvalue(res, 0, 9), &row->server_lsn))
+		row->server_lsn = 0;
+	row->lag_bytes = row->confirmed_flush && row->server_lsn > row->confirmed_flush
+			     ? (int64_t)(row->server_lsn - row->confirmed_flush)
+			     : 0;
 }
 
 static void strlist_add(cfg_strlist *l, const char *s)

@@ -60,6 +60,7 @@ typedef struct pg_slot_row {
 	bool safe_wal_size_known;   /* NULL unless max_slot_wal_keep_size is set */
 	int64_t safe_wal_size;	    /* bytes that may still be written before the slot risks losing WAL */
 	int64_t max_keep_size;	    /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	uint64_t server_lsn;	    /* the server's WAL position (on a standby: replayed); 0 unknown */
 	int64_t lag_bytes;	    /* WAL between the server's position and confirmed_flush_lsn */
 	char current_database[128]; /* of the connection that asked */
 } pg_slot_row;

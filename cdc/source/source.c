@@ -58,7 +58,7 @@ source *source_new(const cfg *c)
 	s->publication = xstrdup(c->source.publication);
 	s->create = c->source.create;
 	s->ddl = c->source.ddl;
-	s->state_dir = xstrdup(c->state_dir);
+	s->state_dir = xstrdup(c->state_dir ? c->state_dir : ".");
 	s->publish.n = c->source.publish.n;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
@@ -548,6 +548,11 @@ int source_server_version(const source *s)
 	return s->repl ? PQserverVersion(s->repl) : 0;
 }
 
+const char *source_database(const source *s)
+{
+	return s->repl ? PQdb(s->repl) : NULL;
+}
+
 const pgo_options *source_protocol(const source *s)
 {
 	return &s->proto;
@@ -685,6 +690,7 @@ static void admin_result(source *s, PGresult *res)
 	s->health.safe_wal_size_known = row.safe_wal_size_known;
 	s->health.safe_wal_size = row.safe_wal_size;
 	s->health.max_keep_size = row.max_keep_size;
+	s->health.server_lsn = row.server_lsn;
 }
 
 /* Sends a query on the ordinary connection without waiting, after collecting the answer of the

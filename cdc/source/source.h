@@ -62,6 +62,8 @@ bool source_connected(const source *s);
 const pgo_options *source_protocol(const source *s);
 /* The server's version number (150008 for 15.8) while connected, else 0. */
 int source_server_version(const source *s);
+/* The database the slot streams (the connection's, defaults applied), NULL before a connect. */
+const char *source_database(const source *s);
 /* Drains everything the server has sent, calling h for each message. */
 source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
 /* Reading a backlog in larger pieces: the server sends one message per write, so a reader faster
@@ -103,6 +105,7 @@ typedef struct source_slot_health {
 	bool safe_wal_size_known; /* NULL unless max_slot_wal_keep_size is set */
 	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
 	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
+	uint64_t server_lsn;	  /* the server's WAL position, known even while reading is paused */
 } source_slot_health;
 /* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
  * answer (known false until one came). False with err if the connection failed. */

@@ -4,7 +4,7 @@
 
 #include <json-c/json.h>
 #include <limits.h>
-
+#include <math.h>
 #include <string.h>
 
 static inline void reserve(buf *b, size_t n)
@@ -19,13 +19,12 @@ static inline bool plain(unsigned char c)
 	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
 }
 
-void json_string(buf *out, const char *s, size_t len)
+void json_escape(buf *out, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *p = (const unsigned char *)s, *end = p + len;
-	/* Invariant: room for the rest of the input unescaped, the closing quote and the NUL. */
+	/* Invariant: room for the rest of the input unescaped, a closing quote and the NUL. */
 	reserve(out, len + 2);
-	out->data[out->len++] = '"';
 	while (p < end) {
 		const unsigned char *run = p;
 		while (p < end && plain(*p))
@@ -74,6 +73,14 @@ void json_string(buf *out, const char *s, size_t len)
 			}
 		}
 	}
+	out->data[out->len] = '\0';
+}
+
+void json_string(buf *out, const char *s, size_t len)
+{
+	reserve(out, len + 3);
+	out->data[out->len++] = '"';
+	json_escape(out, s, len); /* leaves room for the closing quote and the NUL */
 	out->data[out->len++] = '"';
 	out->data[out->len] = '\0';
 }
@@ -105,6 +112,45 @@ void json_i64(buf *out, int64_t v)
 	} else {
 		json_u64(out, (uint64_t)v);
 	}
+}
+
+void json_base64(buf *b, const uint8_t *d, size_t n)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	reserve(b, (n + 2) / 3 * 4 + 2);
+	char *w = b->data + b->len;
+	*w++ = '"';
+	size_t i = 0;
+	for (; i + 3 <= n; i += 3) {
+		uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
+		w[0] = tab[v >> 18];
+		w[1] = tab[(v >> 12) & 63];
+		w[2] = tab[(v >> 6) & 63];
+		w[3] = tab[v & 63];
+		w += 4;
+	}
+	if (i < n) {
+		uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
+		w[0] = tab[v >> 18];
+		w[1] = tab[(v >> 12) & 63];
+		w[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+		w[3] = '=';
+		w += 4;
+	}
+	*w++ = '"';
+	b->len = (size_t)(w - b->data);
+	b->data[b->len] = '\0';
+}
+
+bool json_nonfinite(buf *out, double v)
+{
+	if (isnan(v))
+		buf_puts(out, "\"NaN\"");
+	else if (isinf(v))
+		buf_puts(out, v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+	else
+		return false;
+	return true;
 }
 
 void json_boolean(buf *out, bool v)

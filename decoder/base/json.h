@@ -12,10 +12,17 @@ struct json_object;
 /* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
  * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */
 void json_string(buf *out, const char *s, size_t len);
+/* The same without the quotes: the inside of a string literal written in parts. */
+void json_escape(buf *out, const char *s, size_t len);
 /* A NUL-terminated string as a literal; NULL is null. */
 void json_str(buf *out, const char *s);
 void json_u64(buf *out, uint64_t v);
 void json_i64(buf *out, int64_t v);
+/* A double that is not finite as the JSON string "NaN", "Infinity" or "-Infinity" (JSON has no
+ * number for them); false, writing nothing, for a finite one. */
+bool json_nonfinite(buf *out, double v);
+/* Bytes as a JSON string of their base64 (RFC 4648, with padding). */
+void json_base64(buf *out, const uint8_t *d, size_t n);
 void json_boolean(buf *out, bool v);
 void json_null(buf *out);
 

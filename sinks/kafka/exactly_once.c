@@ -174,7 +174,8 @@ static void eo_position_record(kafka_sink *k)
 	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
 	rendered r = {.xid = t.xid};
 	if (kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
-			  kafka_headers(k, &r, "", t.commit_lsn, "Transaction"), k->last_ended))
+			  kafka_headers(k, &r, "", t.commit_lsn, false, CONTENT_TYPE_TRANSACTION),
+			  k->last_ended))
 		k->eo.position_sent = true;
 	send_now(k);
 }

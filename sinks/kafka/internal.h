@@ -1,13 +1,15 @@
-/* internal.h: what the Kafka sink's two files share: its state, the rendered form of an
- * event, and the helpers that produce. kafka_sink.c is the sink (rendering, producing, delivery
- * reports, the producer's life); exactly_once.c is its exactly-once cycle (kafka.exactly_once). Not for
- * other rooms: they use kafka_sink.h. */
+/* internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
+ * helpers that produce. kafka_sink.c is the sink (producing, delivery reports, the producer's life);
+ * render.c renders events and transaction records in each format; exactly_once.c is the
+ * exactly-once cycle (kafka.exactly_once). Not for other rooms: they use kafka_sink.h. */
 #ifndef CDC_KAFKA_INTERNAL_H
 #define CDC_KAFKA_INTERNAL_H
 
 #include <librdkafka/rdkafka.h>
 
 #include "decoder/base/ring.h"
+#include "sinks/event_json.h"
+#include "sinks/kafka/debezium.h"
 #include "sinks/kafka/kafka_sink.h"
 
 /* A transaction with messages in flight. */
@@ -23,10 +25,7 @@ typedef struct kafka_topic {
 	rd_kafka_topic_t *rkt;
 } kafka_topic;
 
-typedef struct table_count {
-	char *schema, *table;
-	uint64_t events;
-} table_count;
+typedef dbz_count table_count;
 
 typedef struct kafka_sink {
 	sink base;
@@ -49,21 +48,29 @@ typedef struct kafka_sink {
 	char failure[1100];
 	kafka_stats stats;
 
-	/* The transaction being delivered, for its transactions_topic record. */
+	/* The transaction being delivered, for its transactions_topic records. */
 	uint64_t cur_seq;
 	uint32_t cur_xid;
 	sink_commit cur_commit;
+	kafka_format cur_format; /* of its events (one, with a transactions topic) */
+	bool cur_schemas;	 /* ... and whether with schemas */
+	bool begun;		 /* Debezium's BEGIN record is produced */
 	table_count *tables;
 	size_t ntables, captables;
 	uint64_t cur_events;
 
-	buf value;	   /* one message value: rendered head + commit tail */
-	struct kafka_hdr { /* the commit's header values, of the last message's transaction */
+	char *database; /* kafka_sink_set_database */
+	/* the renderer's scratch: nothing is allocated per event once they have grown */
+	buf topic, key, prev_key, hdr;
+	dbz_scratch dbz;
+	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
+	buf value;	     /* one message value: rendered head + commit tail */
+	struct kafka_hdr {   /* the commit's header values, of the last message's transaction */
 		bool set;
 		uint64_t commit_lsn;
 		uint32_t xid;
 		char commit[LSN_STRLEN], xid_text[16];
-	} hdr;
+	} hdr_cache;
 
 	kafka_stream_fn stream_fn; /* kafka_sink_watch_stream */
 	void *stream_ctx;
@@ -98,15 +105,26 @@ typedef struct kafka_sink {
 	} eo;
 } kafka_sink;
 
-/* The rendered form (sink-private, may be spilled to disk): a header, then the fields, then the
- * packed cdc.v1.Event without its commit fields. */
+/* The rendered form of an event (sink-private, may be spilled to disk): this header, the topic,
+ * subscription, schema and table, then nrecords Kafka records, each a rendered_record followed by
+ * its key, its value without the commit's fields, and an extra header ("name\0value"). */
 typedef struct rendered {
-	uint32_t topic_len, key_len, prev_key_len, sub_len, schema_len, table_len;
+	uint32_t topic_len, sub_len, schema_len, table_len;
 	uint32_t xid;
 	uint64_t lsn;
-	uint64_t schema_id;    /* cdc-schema-id (0: none) */
-	uint8_t op, tombstone; /* tombstone: after a delete; for prev_key when an update changed the key */
+	uint64_t schema_id; /* cdc-schema-id (0: none) */
+	uint8_t op, format, nrecords;
+	bool schemas; /* format debezium: with schemas */
 } rendered;
+
+/* What deliver() adds to a record's value: cdc.v1.Event's commit fields (REC_PROTOBUF), the event
+ * JSON's (REC_JSON), Debezium's marks filled (REC_DEBEZIUM); REC_TOMBSTONE has no value. */
+enum { REC_PROTOBUF, REC_JSON, REC_DEBEZIUM, REC_TOMBSTONE };
+typedef struct rendered_record {
+	uint32_t key_len, value_len, header_len;
+	uint8_t kind;
+	bool has_key; /* else a null key (Debezium's truncate) */
+} rendered_record;
 
 /* Exactly once: one delivery (or, with end set, one end_txn) held while a commit is under way. */
 typedef struct held_hdr {
@@ -121,9 +139,32 @@ void kafka_fail(kafka_sink *k, const char *what, const char *reason);
  * kafka_fail(). Takes h. */
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
-/* The cdc-* headers of an event (type "Event") or of a record about a transaction ("Transaction"). */
+/* The cdc-* headers of an event (event) or of a record about a transaction, and content_type. */
+/* A schema or DDL event: about a table, not a row (kafka.schemas_topic). */
+static inline bool kafka_table_event(int op)
+{
+	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
+}
+/* A schema id as the cdc-schema-id header and the schemas topic's keys write it: 16 hex digits. */
+void kafka_schema_id_text(uint64_t id, char out[17]);
 rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
-				  const char *type);
+				  bool event, const char *content_type);
+/* The content types of the records in each format. */
+#define CONTENT_TYPE_EVENT "application/x-protobuf; messageType=cdc.v1.Event"
+#define CONTENT_TYPE_TRANSACTION "application/x-protobuf; messageType=cdc.v1.Transaction"
+#define CONTENT_TYPE_JSON "application/json"
+
+/* render.c. The sink's render(). */
+void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
+/* Frees what the renderer keeps in k (its scratch buffers, k->value). */
+void kafka_render_free(kafka_sink *k);
+/* The value of record kind of an event rendered in format (head: what render() wrote) into
+ * k->value, for transaction c, as the total-th record of the transaction and the nth of its table. */
+void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,
+			const sink_commit *c, uint64_t total, uint64_t nth);
+/* The records of the transactions topic in format: the transaction's one record (protobuf, json),
+ * or Debezium's BEGIN (end false) or END; key and value into k->key and k->value. */
+void kafka_txn_record(kafka_sink *k, kafka_format format, bool end);
 /* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
 		   uint64_t seq, char *err, size_t errlen);

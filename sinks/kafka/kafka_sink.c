@@ -17,8 +17,6 @@
 #include <unistd.h>
 
 #include "decoder/base/log.h"
-#include "decoder/pgoutput.h"
-#include "sinks/pbwire.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
  * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
@@ -63,17 +61,6 @@ const char *kafka_producer_setting(const kafka_sink_settings *set, const char *k
 }
 
 /* ---- small helpers ---- */
-
-/* A schema or DDL event: about the table, not a row. */
-static bool table_event(int op)
-{
-	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
-}
-
-static void schema_id_text(uint64_t id, char out[17])
-{
-	snprintf(out, 17, "%016" PRIx64, id);
-}
 
 /* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
 static void put_topic_part(buf *b, const char *s)
@@ -343,111 +330,6 @@ static void tables_clear(kafka_sink *k)
 
 /* ---- sink operations ---- */
 
-/* The key columns as the new row has them (an update may change the key); a key column the row
- * does not carry, or carries as unchanged TOAST, keeps its old value. */
-static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Column **cols)
-{
-	for (size_t i = 0; i < e->key->n_columns; i++) {
-		cols[i] = e->key->columns[i];
-		for (size_t j = 0; e->new_row && j < e->new_row->n_columns; j++) {
-			const Cdc__V1__Column *c = e->new_row->columns[j];
-			if (strcmp(c->name, cols[i]->name) == 0 && c->value &&
-			    c->value->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST)
-				cols[i] = (Cdc__V1__Column *)c;
-		}
-	}
-	return cols;
-}
-
-/* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
- * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
-/* Appends the rendered form: r, with the event's own fields filled in here, the topic, the key
- * bytes (r.key_len and r.prev_key_len), the names and the packed event. */
-static void put_rendered(buf *out, rendered r, const char *topic, const char *keys, const Cdc__V1__Event *e)
-{
-	r.sub_len = (uint32_t)strlen(e->subscription);
-	r.schema_len = (uint32_t)strlen(e->schema);
-	r.table_len = (uint32_t)strlen(e->table);
-	r.xid = e->xid;
-	r.lsn = e->lsn;
-	r.schema_id = e->schema_id;
-	r.op = (uint8_t)e->op;
-	buf_append(out, &r, sizeof(r));
-	buf_append(out, topic, r.topic_len);
-	buf_append(out, keys, r.key_len + r.prev_key_len);
-	buf_append(out, e->subscription, r.sub_len);
-	buf_append(out, e->schema, r.schema_len);
-	buf_append(out, e->table, r.table_len);
-	size_t value_len = cdc__v1__event__get_packed_size(e);
-	buf_reserve(out, value_len);
-	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
-}
-
-/* A schema or DDL event goes to kafka.schemas_topic (no topic: not produced), keyed
- * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps every schema) or "SUBSCRIPTION/ddl/LSN". */
-static void render_table_event(kafka_sink *k, const Cdc__V1__Event *e, buf *out)
-{
-	buf key = {0};
-	char text[LSN_STRLEN + 17];
-	buf_puts(&key, e->subscription);
-	if (e->op == CDC__V1__OP__OP_SCHEMA) {
-		schema_id_text(e->schema_id, text);
-		buf_putc(&key, '/');
-	} else {
-		lsn_format(e->lsn, text);
-		buf_puts(&key, "/ddl/");
-	}
-	buf_puts(&key, text);
-	const char *topic = k->set.schemas_topic ? k->set.schemas_topic : "";
-	put_rendered(out, (rendered){.topic_len = (uint32_t)strlen(topic), .key_len = (uint32_t)key.len},
-		     topic, key.data, e);
-	buf_free(&key);
-}
-
-static void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
-{
-	kafka_sink *k = (kafka_sink *)base;
-	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : NULL;
-	if (table_event(e->op)) {
-		render_table_event(k, e, out);
-		return;
-	}
-	buf topic = {0};
-	kafka_topic_name(&topic, s && s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
-			 e->subscription, e->tag);
-
-	/* The message is keyed by the row's key after the change, so a compacted topic holds each
-	 * row under its current key; an update that changed the key also tombstones the old one. */
-	Cdc__V1__Key key = CDC__V1__KEY__INIT, prev = CDC__V1__KEY__INIT;
-	key.schema = prev.schema = e->schema;
-	key.table = prev.table = e->table;
-	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
-	if (e->key) {
-		prev.n_columns = key.n_columns = e->key->n_columns;
-		prev.columns = e->key->columns;
-		key.columns = e->op == CDC__V1__OP__OP_UPDATE ? new_key_columns(e, cols) : e->key->columns;
-	}
-	/* Only an update can move a row to another key: only then is the key before it packed too. */
-	bool update = e->op == CDC__V1__OP__OP_UPDATE;
-	size_t key_len = cdc__v1__key__get_packed_size(&key),
-	       prev_len = update ? cdc__v1__key__get_packed_size(&prev) : 0;
-	buf keys = {0};
-	buf_reserve(&keys, key_len + prev_len);
-	keys.len = cdc__v1__key__pack(&key, (uint8_t *)keys.data);
-	if (update)
-		keys.len += cdc__v1__key__pack(&prev, (uint8_t *)keys.data + keys.len);
-	bool moved = update && (key_len != prev_len || memcmp(keys.data, keys.data + key_len, key_len) != 0);
-	rendered r = {
-	    .topic_len = (uint32_t)topic.len,
-	    .key_len = (uint32_t)key_len,
-	    .prev_key_len = moved ? (uint32_t)prev_len : 0,
-	    .tombstone = s && s->tombstones && (e->op == CDC__V1__OP__OP_DELETE || moved),
-	};
-	put_rendered(out, r, topic.data, keys.data, e);
-	buf_free(&keys);
-	buf_free(&topic);
-}
-
 /* Produces one message, waiting while librdkafka's queue is full (the daemon stops reading before
  * that, but one large transaction can fill it alone). */
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
@@ -475,21 +357,20 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 }
 
 rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
-				  const char *type)
+				  bool event, const char *content_type)
 {
 	/* The commit's values are the same for every message of a transaction: formatted once. For
 	 * each message, the formatting was about 8% of cdc's thread while it delivered a large
 	 * transaction (perf, 1,000,000 rows). */
-	if (!k->hdr.set || k->hdr.commit_lsn != commit_lsn || k->hdr.xid != r->xid) {
-		k->hdr.set = true;
-		k->hdr.commit_lsn = commit_lsn;
-		k->hdr.xid = r->xid;
-		lsn_format(commit_lsn, k->hdr.commit);
-		snprintf(k->hdr.xid_text, sizeof(k->hdr.xid_text), "%" PRIu32, r->xid);
+	if (!k->hdr_cache.set || k->hdr_cache.commit_lsn != commit_lsn || k->hdr_cache.xid != r->xid) {
+		k->hdr_cache.set = true;
+		k->hdr_cache.commit_lsn = commit_lsn;
+		k->hdr_cache.xid = r->xid;
+		lsn_format(commit_lsn, k->hdr_cache.commit);
+		snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text), "%" PRIu32, r->xid);
 	}
 	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
-	bool event = strcmp(type, "Event") == 0; /* the transaction record has only the commit's */
-	if (event) {
+	if (event) { /* a record about a transaction has only the commit's */
 		char lsn[LSN_STRLEN], id[17];
 		lsn_format(r->lsn, lsn);
 		const char *op = evt_op_name((Cdc__V1__Op)r->op);
@@ -497,29 +378,26 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
 		if (r->schema_id) {
-			schema_id_text(r->schema_id, id);
+			kafka_schema_id_text(r->schema_id, id);
 			rd_kafka_header_add(h, "cdc-schema-id", -1, id, -1);
 		}
 	}
-	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr.commit, -1);
-	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr.xid_text, -1);
-	rd_kafka_header_add(h, "content-type", -1,
-			    event ? "application/x-protobuf; messageType=cdc.v1.Event"
-				  : "application/x-protobuf; messageType=cdc.v1.Transaction",
-			    -1);
+	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr_cache.commit, -1);
+	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr_cache.xid_text, -1);
+	rd_kafka_header_add(h, "content-type", -1, content_type, -1);
 	return h;
 }
 
-static void count_table(kafka_sink *k, const char *schema, size_t slen, const char *table, size_t tlen)
+/* Counts one more event of schema.table in the transaction being delivered; returns how many the
+ * table has now. */
+static uint64_t count_table(kafka_sink *k, const char *schema, size_t slen, const char *table, size_t tlen)
 {
 	k->cur_events++;
 	for (size_t i = 0; i < k->ntables; i++)
 		if (strlen(k->tables[i].schema) == slen && strlen(k->tables[i].table) == tlen &&
 		    memcmp(k->tables[i].schema, schema, slen) == 0 &&
-		    memcmp(k->tables[i].table, table, tlen) == 0) {
-			k->tables[i].events++;
-			return;
-		}
+		    memcmp(k->tables[i].table, table, tlen) == 0)
+			return ++k->tables[i].events;
 	if (k->ntables == k->captables) {
 		k->captables = k->captables ? k->captables * 2 : 8;
 		k->tables = xrealloc(k->tables, k->captables * sizeof(*k->tables));
@@ -532,12 +410,28 @@ static void count_table(kafka_sink *k, const char *schema, size_t slen, const ch
 	memcpy(t->table, table, tlen);
 	t->table[tlen] = '\0';
 	t->events = 1;
+	return 1;
+}
+
+static const char *const content_types[] = {[KAFKA_PROTOBUF] = CONTENT_TYPE_EVENT,
+					    [KAFKA_JSON] = CONTENT_TYPE_JSON,
+					    [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON};
+
+/* A record on the transactions topic: all in partition 0, in commit order like the transactions
+ * they describe. */
+static void produce_txn_record(kafka_sink *k, kafka_format format, bool end, uint64_t seq)
+{
+	kafka_txn_record(k, format, end);
+	rendered r = {.xid = k->cur_xid};
+	kafka_produce(k, k->set.transactions_topic, 0, k->key.data, k->key.len, k->value.data, k->value.len,
+		      kafka_headers(k, &r, "", k->cur_commit.commit_lsn, false,
+				    format == KAFKA_PROTOBUF ? CONTENT_TYPE_TRANSACTION : CONTENT_TYPE_JSON),
+		      seq);
 }
 
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
 		   uint64_t seq, char *err, size_t errlen)
 {
-	(void)subscription; /* the rendered event says all */
 	kafka_sink *k = (kafka_sink *)base;
 	rendered r;
 	if (k->failed)
@@ -550,13 +444,12 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	if (len < sizeof(r))
 		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
-	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.key_len + r.prev_key_len + r.sub_len +
-		       r.schema_len + r.table_len;
-	if (fixed > len)
+	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.sub_len + r.schema_len + r.table_len;
+	if (fixed > len || r.format > KAFKA_DEBEZIUM)
 		return errf(err, errlen, "kafka sink: rendered event is corrupt");
-	const char *topic_p = data + sizeof(r), *key = topic_p + r.topic_len, *prev_key = key + r.key_len;
-	const char *sub = prev_key + r.prev_key_len;
-	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *head = table + r.table_len;
+	const char *topic_p = data + sizeof(r), *sub = topic_p + r.topic_len;
+	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *p = table + r.table_len;
+	const char *end = data + len;
 	char topic[256];
 	snprintf(topic, sizeof(topic), "%.*s", (int)r.topic_len, topic_p);
 
@@ -568,64 +461,54 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	}
 	k->cur_xid = r.xid;
 	k->cur_commit = *c;
-	buf_reset(&k->value);
-	buf_append(&k->value, head, len - fixed);
-	pb_put_commit(&k->value, c);
-	/* Schema and DDL events: all in partition 0, in stream order (no schemas_topic: none); not
-	 * events of the data topics, which the transaction record counts. */
-	if (table_event(r.op)) {
-		if (r.topic_len)
-			kafka_produce(k, topic, 0, key, r.key_len, k->value.data, k->value.len,
-				      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
-		return true;
+	k->cur_format = (kafka_format)r.format;
+	k->cur_schemas = r.schemas;
+	for (unsigned i = 0; i < r.nrecords; i++) {
+		rendered_record rec;
+		if ((size_t)(end - p) < sizeof(rec))
+			return errf(err, errlen, "kafka sink: rendered event is corrupt");
+		memcpy(&rec, p, sizeof(rec));
+		const char *key = p + sizeof(rec), *value = key + rec.key_len, *hdr = value + rec.value_len;
+		if ((size_t)(end - key) < (size_t)rec.key_len + rec.value_len + rec.header_len ||
+		    rec.kind > REC_TOMBSTONE)
+			return errf(err, errlen, "kafka sink: rendered event is corrupt");
+		p = hdr + rec.header_len;
+		uint64_t nth = 0;
+		/* Only the transactions topic's records need the counts (and Debezium's transaction
+		 * block, there only with one); schema and DDL events are not events of the data topics. */
+		bool about_table = kafka_table_event(r.op);
+		if (k->set.transactions_topic && rec.kind != REC_TOMBSTONE && !about_table) {
+			if (r.format == KAFKA_DEBEZIUM && r.xid && !k->cur_events)
+				produce_txn_record(k, KAFKA_DEBEZIUM, false, seq); /* BEGIN */
+			nth = count_table(k, schema, r.schema_len, table, r.table_len);
+		}
+		rd_kafka_headers_t *h =
+		    kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format]);
+		size_t name_len = rec.header_len ? strnlen(hdr, rec.header_len) : 0;
+		if (name_len && name_len < rec.header_len)
+			rd_kafka_header_add(h, hdr, (ssize_t)name_len, hdr + name_len + 1,
+					    (ssize_t)(rec.header_len - name_len - 1));
+		if (rec.kind != REC_TOMBSTONE)
+			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
+		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds.
+		 * Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
+				   rec.has_key ? key : NULL, rec.key_len,
+				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,
+				   rec.kind == REC_TOMBSTONE ? 0 : k->value.len, h, seq))
+			return true;
 	}
-	if (k->set.transactions_topic) /* only the transaction record needs the counts */
-		count_table(k, schema, r.schema_len, table, r.table_len);
-	/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
-	if (!kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, k->value.data, k->value.len,
-			   kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq))
-		return true;
-	if (r.tombstone && r.prev_key_len) /* the row left its old key */
-		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, prev_key, r.prev_key_len, NULL, 0,
-			      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
-	else if (r.tombstone)
-		kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, key, r.key_len, NULL, 0,
-			      kafka_headers(k, &r, sub, c->commit_lsn, "Event"), seq);
 	return true;
 }
 
-/* The transactions_topic record of the transaction that just ended, if it had Kafka events. */
+/* The transactions_topic record of the transaction that just ended, if it had Kafka events:
+ * Debezium's END for a transaction it gave a BEGIN. */
 static void transaction_record(kafka_sink *k, uint64_t seq)
 {
 	if (!k->set.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
 		return;
-	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
-	t.xid = k->cur_xid;
-	t.commit_lsn = k->cur_commit.commit_lsn;
-	t.commit_time = k->cur_commit.commit_time;
-	t.events = k->cur_events;
-	Cdc__V1__Transaction__TableCount *counts = xcalloc(k->ntables, sizeof(*counts));
-	Cdc__V1__Transaction__TableCount **ptrs = xcalloc(k->ntables, sizeof(*ptrs));
-	for (size_t i = 0; i < k->ntables; i++) {
-		cdc__v1__transaction__table_count__init(&counts[i]);
-		counts[i].schema = k->tables[i].schema;
-		counts[i].table = k->tables[i].table;
-		counts[i].events = k->tables[i].events;
-		ptrs[i] = &counts[i];
-	}
-	t.n_tables = k->ntables;
-	t.tables = ptrs;
-	buf_reset(&k->value);
-	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
-	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
-	char key[LSN_STRLEN];
-	lsn_format(t.commit_lsn, key);
-	rendered r = {.xid = t.xid};
-	/* All in partition 0: in commit order, like the transactions they describe. */
-	kafka_produce(k, k->set.transactions_topic, 0, key, strlen(key), k->value.data, k->value.len,
-		      kafka_headers(k, &r, "", t.commit_lsn, "Transaction"), seq);
-	free(ptrs);
-	free(counts);
+	if (k->cur_format != KAFKA_DEBEZIUM || k->cur_xid)
+		produce_txn_record(k, k->cur_format, true, seq);
 }
 
 void kafka_end_txn(sink *base, uint64_t seq)
@@ -742,8 +625,10 @@ static void free_settings(kafka_sink *k)
 	free((char *)k->set.schemas_topic);
 	free((char *)k->set.positions_topic);
 	free((char *)k->set.transactional_id);
-	for (size_t i = 0; i < k->nsubs; i++)
+	for (size_t i = 0; i < k->nsubs; i++) {
 		free((char *)k->subs[i].topic);
+		free((char *)k->subs[i].server_name);
+	}
 	free(k->subs);
 }
 
@@ -773,8 +658,18 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	k->set.properties = props;
 	k->nsubs = nsubs;
 	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
-	for (size_t i = 0; i < nsubs; i++)
-		k->subs[i] = (kafka_sub_settings){dup_or_null(subs[i].topic), subs[i].tombstones};
+	for (size_t i = 0; i < nsubs; i++) {
+		k->subs[i] = subs[i];
+		k->subs[i].topic = dup_or_null(subs[i].topic);
+		k->subs[i].server_name = dup_or_null(subs[i].server_name);
+	}
+}
+
+void kafka_sink_set_database(sink *s, const char *name)
+{
+	kafka_sink *k = (kafka_sink *)s;
+	free(k->database);
+	k->database = dup_or_null(name);
 }
 
 static void kafka_free(sink *base)
@@ -788,7 +683,8 @@ static void kafka_free(sink *base)
 	tables_clear(k);
 	free(k->tables);
 	ring_free(&k->q);
-	buf_free(&k->value);
+	kafka_render_free(k);
+	free(k->database);
 	free(k->eo.sources);
 	buf_free(&k->held);
 	close(k->pipe[0]);

@@ -1,8 +1,9 @@
 /* kafka_sink.h: `sink: kafka` produces each event with librdkafka: topic from the subscription's
- * template, key cdc.v1.Key, value cdc.v1.Event, cdc-* headers, an optional tombstone after a
- * delete and an optional record per transaction. An event counts as delivered once the broker
- * acknowledged it (delivery report without error); the producer is idempotent unless configured
- * otherwise. With exactly_once, it counts once the Kafka transaction holding it committed. */
+ * template, key and value in the subscription's format (cdc.v1.Key and cdc.v1.Event, the event
+ * JSON, or Debezium's records), cdc-* headers, an optional tombstone after a delete and optional
+ * records per transaction. An event counts as delivered once the broker acknowledged it (delivery
+ * report without error); the producer is idempotent unless configured otherwise. With
+ * exactly_once, it counts once the Kafka transaction holding it committed. */
 #ifndef CDC_KAFKA_SINK_H
 #define CDC_KAFKA_SINK_H
 
@@ -44,10 +45,22 @@ void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *
  * exactly_once, its transactional ones too), else NULL (librdkafka's own default). */
 const char *kafka_producer_setting(const kafka_sink_settings *set, const char *key);
 
+/* How a subscription's records are written. */
+typedef enum kafka_format {
+	KAFKA_PROTOBUF, /* key cdc.v1.Key, value cdc.v1.Event */
+	KAFKA_JSON,	/* key the key columns' JSON, value the event JSON of sink: stdout */
+	KAFKA_DEBEZIUM, /* as Debezium's PostgreSQL connector through JsonConverter (debezium.h) */
+} kafka_format;
+
 /* One subscription, at the index render() and deliver() receive. */
 typedef struct kafka_sub_settings {
 	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */
 	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
+	kafka_format format;
+	/* KAFKA_DEBEZIUM: */
+	bool schemas;		 /* {schema, payload} */
+	const char *server_name; /* source.name; NULL: "cdc" */
+	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder (else left out) */
 } kafka_sub_settings;
 
 /* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
@@ -57,6 +70,10 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
  * topics and tombstones from (copied). */
 void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
 		     size_t nsubs);
+
+/* The name of the database the slot streams (source.db of Debezium's records): known once cdc
+ * connected; copied. */
+void kafka_sink_set_database(sink *s, const char *name);
 
 /* Exactly once: which stream of the slot this process holds now, asked before each Kafka commit: a
  * number that changes with every new stream, 0 while none is held or its connection is closed. A

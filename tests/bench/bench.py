@@ -8,7 +8,8 @@ Before each backlog is written, pgoutput slots are created at the same point, on
 afterwards they are drained by
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
-  - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster,
+  - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
+    format: protobuf (the default; also with kafka.exactly_once), json and debezium,
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
@@ -216,9 +217,11 @@ def socket_dir(state_dir):
     return SHORT_DIRS[-1]
 
 
-def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False):
+def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
+                 fmt=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked, or socket). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt, or socket). Returns the
+    subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -239,7 +242,8 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
             f"    operations: [{ROW_OPS}]\n"
-            f"    sink: {sink}\n")
+            f"    sink: {sink}\n"
+            + (f"    format: {fmt}\n" if fmt else ""))
     return events_sock
 
 
@@ -286,6 +290,10 @@ def slot_backlog(pg, slot, endpos, pub, plugin="pgoutput"):
             time.sleep(0.05)
 
 
+# The Kafka runs in a record format other than protobuf (format: ...).
+FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium"}
+
+
 def plugin_of(consumer):
     return "wal2json" if consumer == "wal2json" else "pgoutput"
 
@@ -308,7 +316,8 @@ def drain_backlogs(args, pg, work, kafka):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_socket")
+    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_kafka_json",
+                 "cdc_kafka_debezium", "cdc_socket")
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
@@ -351,7 +360,8 @@ def drain_backlogs(args, pg, work, kafka):
                     cfg = os.path.join(work, f"{c}_{name}_{i}.yaml")
                     sink = c.split("_")[1]
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
-                                        kafka if sink == "kafka" else None, c == "cdc_kafka_eo")
+                                        kafka if sink == "kafka" else None, c == "cdc_kafka_eo",
+                                        FORMATS.get(c))
                     cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
                 if c == "cdc_socket":
                     # No --endpos: cdc serves the spool until the consumer has every event.

@@ -11,7 +11,11 @@ import sys
 CONSUMERS = (("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
              ("cdc_stdout", "cdc → stdout"), ("cdc_kafka", "cdc → Kafka (mock)"),
              ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
+             ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
+             ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
              ("cdc_socket", "cdc → socket → cdc tail"))
+# The Kafka record formats, each beside the default (protobuf) of the same run.
+FORMATS = (("cdc_kafka", "protobuf"), ("cdc_kafka_json", "json"), ("cdc_kafka_debezium", "debezium"))
 
 
 def table(hdr, rows, align=None):
@@ -57,6 +61,23 @@ def markdown(r):
                      [[f"{b['name']}: {b['label']}"] + [f"{b['consumers'][k]['rss']:.1f} MiB"
                                                          for k, _ in consumers] for b in r["drain"]]),
                "", "(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
+        formats = [(k, f) for k, f in FORMATS if all(k in b["consumers"] for b in r["drain"])]
+        if len(formats) > 1:
+            md += ["Kafka record formats (`format:`), each beside protobuf of the same run: events/s, "
+                   "the ratio to protobuf's, and peak RSS.", ""]
+            hdr = ["backlog"] + [h for k, f in formats
+                                 for h in ((f"{f} ev/s",) + (() if k == "cdc_kafka" else (f"{f} / protobuf",))
+                                           + (f"{f} RSS",))]
+            rows = []
+            for b in r["drain"]:
+                base = b["consumers"]["cdc_kafka"]["secs"]
+                row = [f"{b['name']}: {b['label']}"]
+                for k, _ in formats:
+                    c = b["consumers"][k]
+                    row += [n0(b["rows"] / c["secs"])] + ([] if k == "cdc_kafka" else [f"{base / c['secs']:.2f}"])
+                    row += [f"{c['rss']:.1f} MiB"]
+                rows.append(row)
+            md += [table(hdr, rows), ""]
     if "latency" in r:
         lat = r["latency"]
         md += ["## Latency, commit to delivery", "",
@@ -167,7 +188,7 @@ def plots(r, out_dir):
     import matplotlib.pyplot as plt
 
     made = []
-    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"]
+    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#2ca02c"]
     if "drain" in r or "trigger" in r:
         panels = [k for k in ("drain", "trigger") if k in r]
         fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)

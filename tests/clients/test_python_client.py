@@ -11,6 +11,7 @@ import decimal
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -26,6 +27,11 @@ PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
 sys.path.insert(0, PY_CLIENT)
 from cdc_client import (Connection, Consumer, Ddl, DdlColumn, Refused, SchemaColumn, ServerError,  # noqa: E402
                         TableSchema, pb)
+
+# The example worker imports cdc_client as an installed package would be: from the repository here
+# (tests/clients/test_packages.py runs it from a virtualenv the package is installed in).
+WORKER = [sys.executable, os.path.join(PY_CLIENT, "examples", "worker.py")]
+WORKER_ENV = dict(os.environ, PYTHONPATH=PY_CLIENT)
 
 
 def socket_sub(schema, name="jobs", table="jobs", **kw):
@@ -216,8 +222,8 @@ def test_example_worker_processes_inserted_rows(pg, schema, cdc):
     make_jobs(pg, schema)
     c, p = cdc.start(subscriptions=[socket_sub(schema)])
     n = 50
-    w = subprocess.Popen([sys.executable, os.path.join(PY_CLIENT, "examples", "worker.py"), sock(c), "jobs",
-                          "--count", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    w = subprocess.Popen(WORKER + [sock(c), "jobs", "--count", str(n)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=WORKER_ENV)
     insert(pg, schema, 1, n)
     out, err = w.communicate(timeout=60)
     assert w.returncode == 0, err
@@ -323,14 +329,15 @@ def test_example_worker_nacks_what_it_cannot_process(pg, schema, cdc):
     make_jobs(pg, schema)
     c, p = cdc.start(subscriptions=[socket_sub(schema, max_deliveries=2)])
     insert(pg, schema, 1, 5)
-    worker = [sys.executable, os.path.join(PY_CLIENT, "examples", "worker.py"), sock(c), "jobs"]
+    worker = WORKER + [sock(c), "jobs"]
     w = subprocess.run(worker + ["--fail-on", "id=3", "--nack-delay", "0.2", "--idle", "2"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, env=WORKER_ENV)
     assert w.returncode == 0, w.stderr
     assert [json.loads(x)["row"]["id"] for x in w.stdout.splitlines()] == [1, 2, 4, 5]
     assert w.stderr.count("id=3 is not supported; given back") == 2
     # 3 went to the dead letters with the worker's reason; everything else was acknowledged.
-    d = subprocess.run(worker + ["--dead-letters", "--idle", "1"], capture_output=True, text=True, timeout=60)
+    d = subprocess.run(worker + ["--dead-letters", "--idle", "1"], capture_output=True, text=True, timeout=60,
+                       env=WORKER_ENV)
     assert d.returncode == 0, d.stderr
     (line,) = [json.loads(x) for x in d.stdout.splitlines()]
     assert (line["row"], line["dead_letter"]["original_offset"], line["dead_letter"]["deliveries"],
@@ -338,3 +345,45 @@ def test_example_worker_nacks_what_it_cannot_process(pg, schema, cdc):
     with Consumer(sock(c), "jobs") as con:
         assert list(con.events(idle_timeout=0.5)) == [] and con.subscribed.acked_offset == 5
     assert p.terminate() == 0
+
+
+def test_example_worker_exits_1_when_it_never_reaches_cdc(tmp_path):
+    """A worker pointed at a socket where no cdc listens says so and exits 1: after --idle seconds
+    without ever connecting, or once cdc stayed unreachable for --give-up seconds."""
+    missing = str(tmp_path / "no-cdc-here.sock")
+    w = subprocess.run(WORKER + [missing, "jobs", "--idle", "1"], capture_output=True, text=True, timeout=60,
+                       env=WORKER_ENV)
+    assert (w.returncode, w.stdout) == (1, "")
+    assert f"worker: never reached cdc at {missing} within 1s: is cdc running" in w.stderr
+    assert "No such file or directory; connecting again in" in w.stderr  # each attempt is logged
+    w = subprocess.run(WORKER + [missing, "jobs", "--give-up", "0.5"], capture_output=True, text=True,
+                       timeout=60, env=WORKER_ENV)
+    assert (w.returncode, w.stdout) == (1, "")
+    assert f"worker: cdc at {missing} unreachable for 0.5s: " in w.stderr
+
+
+def test_a_missing_protobuf_runtime_names_the_package():
+    """Without google.protobuf (python3 -S: no site-packages), importing cdc_client says which
+    package provides it instead of a bare ModuleNotFoundError."""
+    p = subprocess.run([sys.executable, "-S", "-c", "import cdc_client"], capture_output=True, text=True,
+                       timeout=60, env=WORKER_ENV)
+    assert p.returncode == 1
+    last = p.stderr.strip().splitlines()[-1]
+    assert last == ("ImportError: cdc_client needs the protobuf runtime (the module google.protobuf): on "
+                    "Debian `apt-get install python3-protobuf`, else `pip install protobuf`"), p.stderr
+
+
+def readme_ops(path):
+    """The ops a client's README lists where it describes an event's `op`: each quoted name in the
+    parentheses after the first `op`."""
+    with open(path) as f:
+        text = f.read()
+    start = text.index("`op` (")
+    return re.findall(r'`"(\w+)"`', text[start:text.index(")", start)])
+
+
+def test_readmes_list_every_op():
+    ops = [n[3:].lower() for n in pb.Op.keys() if n != "OP_UNSPECIFIED"]
+    assert "read" in ops
+    for client in ("python", "typescript"):
+        assert readme_ops(os.path.join(ROOT, "proto", "clients", client, "README.md")) == ops, client

@@ -1,5 +1,6 @@
 """test_typescript_client.py: proto/clients/typescript (@cdc/client), built here (npm ci of the
-locked protobufjs and TypeScript, then tsc), tested against a real PostgreSQL and cdc:
+locked protobufjs and TypeScript, then npm run build: the .proto files copied in, tsc), tested
+against a real PostgreSQL and cdc:
 tests/clients/typescript/*.test.mjs with node's test runner (they run and restart cdc from the
 config written here), and the example worker run as a process processing N inserted rows, and
 nacking the rows it cannot process up to a dead letter."""
@@ -21,11 +22,11 @@ TS_TESTS = os.path.join(ROOT, "tests", "clients", "typescript")
 
 @pytest.fixture(scope="module")
 def ts_client():
-    """The TypeScript client, installed and compiled (dist/)."""
+    """The TypeScript client, installed and built (dist/, proto/)."""
     npm_ci(TS_CLIENT)
-    p = subprocess.run([os.path.join(TS_CLIENT, "node_modules", ".bin", "tsc"), "-p", TS_CLIENT],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, f"tsc failed:\n{p.stdout}\n{p.stderr}"
+    p = subprocess.run(["npm", "run", "--silent", "build"], cwd=TS_CLIENT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, f"npm run build failed:\n{p.stdout}\n{p.stderr}"
     return os.path.join(TS_CLIENT, "dist")
 
 
@@ -64,7 +65,7 @@ def test_typescript_example_worker_processes_inserted_rows(pg, schema, cdc, ts_c
     out, err = w.communicate(timeout=60)
     assert w.returncode == 0, err
     assert [json.loads(x) for x in out.splitlines()] == [
-        {"offset": str(i), "op": "insert", "table": "jobs", "row": {"id": i, "note": f"n{i}"}} for i in range(1, n + 1)]
+        {"offset": i, "op": "insert", "table": "jobs", "row": {"id": i, "note": f"n{i}"}} for i in range(1, n + 1)]
     # Everything was acknowledged: a second run sees nothing within a second and exits 0.
     w2 = subprocess.run(["node", os.path.join(ts_client, "examples", "worker.js"), sock, "jobs", "--idle", "1"],
                         capture_output=True, text=True, timeout=60)
@@ -87,7 +88,21 @@ def test_typescript_example_worker_nacks_what_it_cannot_process(pg, schema, cdc,
     assert d.returncode == 0, d.stderr
     (line,) = [json.loads(x) for x in d.stdout.splitlines()]
     assert (line["row"], line["deadLetter"]["originalOffset"], line["deadLetter"]["deliveries"],
-            line["deadLetter"]["reason"]) == ({"id": 3, "note": "n3"}, "3", 2, "id=3 is not supported")
+            line["deadLetter"]["reason"]) == ({"id": 3, "note": "n3"}, 3, 2, "id=3 is not supported")
     w2 = subprocess.run(worker + ["--idle", "1"], capture_output=True, text=True, timeout=60)
     assert (w2.returncode, w2.stdout) == (0, ""), w2.stderr
     assert p.terminate() == 0
+
+
+def test_typescript_example_worker_exits_1_when_it_never_reaches_cdc(tmp_path, ts_client):
+    """As Python's: after --idle seconds without ever connecting, or once cdc stayed unreachable for
+    --give-up seconds, the worker says so and exits 1 (it exited 0, silently, when it never connected)."""
+    missing = str(tmp_path / "no-cdc-here.sock")
+    worker = ["node", os.path.join(ts_client, "examples", "worker.js"), missing, "jobs"]
+    w = subprocess.run(worker + ["--idle", "1"], capture_output=True, text=True, timeout=60)
+    assert (w.returncode, w.stdout) == (1, "")
+    assert f"worker: never reached cdc at {missing} within 1s: is cdc running" in w.stderr
+    assert "ENOENT" in w.stderr and "connecting again in" in w.stderr  # each attempt is logged
+    w = subprocess.run(worker + ["--give-up", "0.5"], capture_output=True, text=True, timeout=60)
+    assert (w.returncode, w.stdout) == (1, "")
+    assert f"worker: cdc at {missing} unreachable for 500 ms: " in w.stderr

@@ -2,7 +2,8 @@
 // validate.js: validates Kubernetes objects offline, the way the API server would with strict field
 // validation (kubectl's default since 1.25), for tests/integration/test_deploy.py.
 //
-// Two checks per object, both from kubernetes-models (generated from the Kubernetes OpenAPI spec):
+// Two checks per object, both from kubernetes-models (generated from the Kubernetes OpenAPI spec, and
+// for the Prometheus Operator's PrometheusRule from its CRD):
 //  1. the JSON schema (ajv): types, required fields, enums, quantity and int-or-string formats;
 //  2. unknown fields: the schema lets any extra field through, so each object is also type-checked
 //     as a TypeScript object literal against the package's interfaces, whose excess-property check
@@ -17,17 +18,24 @@ const fs = require("fs");
 const path = require("path");
 const ts = require("typescript");
 
-// kubernetes-models lays out one directory per API group version: v1, apps/v1, policy/v1...
+// Each package lays out one directory per API group version: v1, apps/v1, policy/v1... kubernetes-models
+// has Kubernetes' own; @kubernetes-models/prometheus-operator the Prometheus Operator's custom
+// resources (monitoring.coreos.com/v1: PrometheusRule).
+const MODEL_PACKAGES = ["kubernetes-models", "@kubernetes-models/prometheus-operator"];
+
 function modelPath(obj) {
   if (!obj || typeof obj.apiVersion !== "string" || typeof obj.kind !== "string") return null;
   if (!/^[a-z0-9.]+(\/[a-z0-9]+)?$/.test(obj.apiVersion) || !/^[A-Za-z0-9]+$/.test(obj.kind)) return null;
-  const rel = path.join("kubernetes-models", obj.apiVersion, obj.kind);
-  try {
-    require.resolve(rel);
-  } catch (e) {
-    return null;
+  for (const pkg of MODEL_PACKAGES) {
+    const rel = path.join(pkg, obj.apiVersion, obj.kind);
+    try {
+      require.resolve(rel);
+      return rel;
+    } catch (e) {
+      // not in this package
+    }
   }
-  return rel;
+  return null;
 }
 
 function schemaErrors(obj, rel) {

@@ -5,6 +5,9 @@
   with kubernetes-models and TypeScript pinned by tests/deploy/package-lock.json and installed here
   by `npm ci`. Broken objects (a misspelled or misplaced field, a bad enum value, a wrong type, a
   missing required field, an unknown kind) are rejected.
+- The monitoring component added to each adds a PrometheusRule whose spec is
+  deploy/monitoring/cdc-alerts.yml, valid against the Prometheus Operator's CRD (its
+  kubernetes-models package), which rejects a broken rule.
 - The pod specs meet the restricted Pod Security Standard, and what refers to what agrees: probe
   ports and status.listen, the sockets and the volume the application shares, the Secret keys of
   both containers, state_dir on a persistent volume, the image's uid. managed-ha: a StatefulSet of
@@ -73,13 +76,16 @@ SECRETS = {
 
 # --- rendering and validation ----------------------------------------------------------------------
 
-def render(which):
+def kustomize(directory):
     if not os.access(KUBECTL, os.X_OK):
         pytest.fail(f"{KUBECTL} not found: the deploy tests render the manifests with kubectl kustomize")
-    p = subprocess.run([KUBECTL, "kustomize", os.path.join(ROOT, KUSTOMIZATIONS[which])],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, f"kubectl kustomize {KUSTOMIZATIONS[which]} failed:\n{p.stderr}"
+    p = subprocess.run([KUBECTL, "kustomize", directory], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"kubectl kustomize {directory} failed:\n{p.stderr}"
     return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def render(which):
+    return kustomize(os.path.join(ROOT, KUSTOMIZATIONS[which]))
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +173,45 @@ def test_validation_rejects_broken_objects(rendered, validate):
             assert any(culprit in e for e in r["errors"]), f"{what}: errors do not name {culprit}: {r['errors']}"
     # Not covered by the schema: a container's restartPolicy is a plain string in the API's OpenAPI
     # spec (the API server checks "Always" in code), so test_pod_specs checks the sidecar's itself.
+
+
+# --- the alert rules as a PrometheusRule ------------------------------------------------------------
+
+def test_monitoring_component_adds_the_alert_rules(rendered, validate, tmp_path):
+    """deploy/kubernetes/components/monitoring, added to each kustomization as a user would (a
+    kustomization that names it in components:), adds one object: a PrometheusRule whose spec is
+    deploy/monitoring/cdc-alerts.yml, so the two cannot drift; it validates against the Prometheus
+    Operator's CRD, which rejects a broken rule."""
+    with open(os.path.join(DEPLOY, "monitoring", "cdc-alerts.yml")) as f:
+        rules = yaml.safe_load(f)
+    for which, path in KUSTOMIZATIONS.items():
+        d = tmp_path / which
+        os.makedirs(d)
+        rel = os.path.relpath(os.path.join(ROOT, "deploy", "kubernetes"), d)
+        (d / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(os.path.join(ROOT, path), d)],
+            "components": [f"{rel}/components/monitoring"]}))
+        objs = kustomize(str(d))
+        added = [o for o in objs if o not in rendered[which]]
+        assert len(objs) == len(rendered[which]) + 1 and [(o["kind"], o["metadata"]["name"]) for o in added] == \
+            [("PrometheusRule", "cdc-alerts")], which
+        [rule] = added
+        assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+        assert rule["spec"] == rules, "the PrometheusRule differs from cdc-alerts.yml: run make monitoring-rule"
+        bad = [r for r in validate(objs) if r["errors"]]
+        assert not bad, f"{which} with the monitoring component: invalid objects:\n{json.dumps(bad, indent=1)}"
+
+    def broken(change):
+        o = json.loads(json.dumps(rule))
+        change(o["spec"]["groups"][0]["rules"][0])
+        return o
+    cases = [("a rule without expr", broken(lambda r: r.pop("expr")), "expr"),
+             ("a misspelled field", broken(lambda r: r.update(fr=r.pop("for"))), "fr"),
+             ("labels that are not strings", broken(lambda r: r.update(labels={"severity": 2})), "severity")]
+    for (what, _, culprit), r in zip(cases, validate([c[1] for c in cases])):
+        assert r["errors"], f"{what}: accepted by the validator"
+        assert any(culprit in e for e in r["errors"]), f"{what}: errors do not name {culprit}: {r['errors']}"
 
 
 # --- what the pod specs say --------------------------------------------------------------------------

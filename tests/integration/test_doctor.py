@@ -5,8 +5,8 @@ each test breaks one thing in its own schema (or in a server of its own, for set
 restart) and asserts the exact line (status, detail, fix) and the exit code. Kafka checks run against
 the mock cluster (tests/kafka/mock_cluster.c). librdkafka's mock answers no DescribeConfigs, so the
 brokers' auto.create.topics.enable and transaction.max.timeout.ms and a topic's cleanup.policy show
-here only as unknown (a warning naming why); PostgreSQL 18's idle_replication_slot_timeout needs an
-18 server, which this machine does not have.
+here only as unknown (a warning naming why). PostgreSQL 18's idle_replication_slot_timeout is checked
+on an 18 server of its own (TempPostgres(version=18)).
 """
 
 import json
@@ -304,6 +304,30 @@ def test_wal_level_replica():
                 "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, its "
                 "logical replication parameter, e.g. rds.logical_replication = 1)")], text
             assert rc == 2
+        finally:
+            shutil.rmtree(sp["dir"], ignore_errors=True)
+
+
+def test_idle_replication_slot_timeout_on_18():
+    """PostgreSQL 18 invalidates a slot idle for idle_replication_slot_timeout: off passes, set warns."""
+    with TempPostgres(version=18, max_slot_wal_keep_size="1GB") as other:
+        sp = {"n": 0, "schema": "public", "dir": tempfile.mkdtemp(prefix="cdc-doctor-"), "slot": "s",
+              "pub": "p"}
+        try:
+            # (this test is about one line: other checks of a bare 18 server may warn)
+            rc, found, text = doctor(config(other, sp))
+            assert line(found, "idle_replication_slot_timeout") == [(
+                "pass", "idle_replication_slot_timeout", "0 (off)", None)], text
+            other.sql("alter system set idle_replication_slot_timeout = '1h'")
+            other.sql("select pg_reload_conf()")
+            rc, found, text = doctor(config(other, sp))
+            assert line(found, "idle_replication_slot_timeout") == [(
+                "warn", "idle_replication_slot_timeout",
+                "is 1h: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
+                "loses its slot",
+                "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
+                "source.on_slot_lost: resync")], text
+            assert rc == 1, text  # a warning, no failure
         finally:
             shutil.rmtree(sp["dir"], ignore_errors=True)
 

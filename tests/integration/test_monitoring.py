@@ -1,13 +1,24 @@
-"""test_monitoring.py: deploy/monitoring/ in a real Prometheus (Debian's) scraping a real cdc.
+"""test_monitoring.py: deploy/monitoring/ in a real Prometheus (Debian's) scraping real cdc processes.
 
-Prometheus runs in a temporary directory on a free port, scrapes cdc's status.listen every second and
-loads a copy of cdc-alerts.yml in which every minute is a second (`for: 10m` -> `for: 10s`, `[15m]`
--> `[15s]`): the expressions, thresholds and labels are the shipped ones, only the time scale is
-shortened (promtool's unit tests, `make check-monitoring`, test the shipped durations). cdc streams
-a stdout, a socket (no consumer) and an exactly-once Kafka subscription under load, with a snapshot
-that succeeds and one that fails (a table without a key). Every panel query of cdc-dashboard.json
-returns data; the alerts this setup provokes fire (a socket backlog with no consumer, a failed
-backfill, then the stream down once PostgreSQL stops); every other alert's metrics return data.
+Prometheus runs in a temporary directory on a free port, scrapes two cdc's status.listen every
+second and loads a copy of cdc-alerts.yml in which every minute is a second (`for: 10m` -> `for:
+10s`, `[15m]` -> `[15s]`): the expressions, thresholds and labels are the shipped ones, only the time
+scale is shortened (promtool's unit tests, `make check-monitoring`, test the shipped durations).
+
+cdc `a` streams a stdout, a socket (no consumer), a shared socket subscription whose consumer nacks
+(`max_deliveries: 1`) and an exactly-once Kafka subscription (a mock cluster of its own) under load,
+with a snapshot that succeeds and one that fails (a table without a key). cdc `b` has one socket
+subscription with a retention of one event (`when_full: block`): once full, its slot stays where it
+is while 1.1 GiB of WAL is written (segment switches). Every panel query of cdc-dashboard.json
+returns data, and these alerts fire: a socket backlog with no consumer, a failed backfill, dead
+letters growing, a full spool, the slot's lag in bytes, safe_wal_size low and wal_status not
+reserved (`b`); then a Kafka producer restart (a fenced producer), restarts (`b` started twice
+more), the Kafka sink stalled (the mock cluster's process killed while events flow), and the stream
+down once PostgreSQL stops. CdcSlotLagSeconds is left to promtool: its threshold is 300 seconds
+since a commit, which only the wall clock can reach.
+
+With CDC_DASHBOARD_PNG=FILE, the dashboard's panels over the run are drawn into FILE at the end
+(tests/monitoring/dashboard.py; docs/monitoring/dashboard.png is made so).
 """
 
 import json
@@ -17,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -24,11 +36,17 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import wait_for
+from conftest import drop_slot, wait_for
+from kafka_fixtures import KafkaMock
+from monitoring import dashboard
+from test_exactly_once import API_END_TXN
 from test_kafka import kafka_section, ksub
+from test_socket import attach, collect, socket_sub
+from test_status import get
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONITORING = os.path.join(ROOT, "deploy", "monitoring")
+GIB = 1 << 30
 
 
 def free_port():
@@ -49,7 +67,9 @@ def scaled_rules(path):
 
 
 class Prometheus:
-    def __init__(self, target):
+    """Prometheus scraping targets ({instance name: address}) every second, with the scaled rules."""
+
+    def __init__(self, targets):
         self.dir = tempfile.mkdtemp(prefix="cdc-prom-")
         self.port = free_port()
         with open(os.path.join(self.dir, "rules.yml"), "w") as f:
@@ -57,16 +77,20 @@ class Prometheus:
         with open(os.path.join(self.dir, "prometheus.yml"), "w") as f:
             yaml.safe_dump({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                             "rule_files": ["rules.yml"],
-                            "scrape_configs": [{"job_name": "cdc", "static_configs": [{"targets": [target]}]}]}, f)
+                            "scrape_configs": [{"job_name": "cdc", "static_configs": [
+                                {"targets": [address], "labels": {"instance": name}}
+                                for name, address in targets.items()]}]}, f)
+        self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "prometheus.log"), "w")
         self.proc = subprocess.Popen(
             ["prometheus", f"--config.file={self.dir}/prometheus.yml", f"--storage.tsdb.path={self.dir}/data",
              f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=self.log,
             stdin=subprocess.DEVNULL, cwd=self.dir)
         wait_for(self._ready, 60, what="prometheus to be ready")
+        self.started, self.started_wall = time.monotonic(), time.time()
 
     def _get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
             return json.loads(r.read()) if path.startswith("/api") else r.read()
 
     def _ready(self):
@@ -81,8 +105,21 @@ class Prometheus:
         return self._get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
 
     def firing(self):
-        return {(a["labels"]["alertname"], a["labels"].get("subscription", "")) for a in
-                self._get("/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"}
+        """(alertname, subscription or else instance) of every firing alert."""
+        return {(a["labels"]["alertname"], a["labels"].get("subscription", a["labels"]["instance"]))
+                for a in self._get("/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"}
+
+    def wait_firing(self, alert, timeout=40, tick=lambda: None):
+        """Waits until alert fires, calling tick() every half second."""
+        def fired():
+            tick()
+            return alert in self.firing()
+        wait_for(fired, timeout, interval=0.5, what=f"{alert} to fire (firing: {sorted(self.firing())})")
+        self.note(f"{alert} fires")
+
+    def note(self, what):
+        """A line of the test's output (shown when it fails): when each alert fired."""
+        print(f"prometheus +{time.monotonic() - self.started:.1f}s: {what}")
 
     def close(self):
         self.proc.terminate()
@@ -91,64 +128,143 @@ class Prometheus:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def panel_queries():
-    dash = json.load(open(os.path.join(MONITORING, "cdc-dashboard.json")))
-    for p in dash["panels"]:
-        for t in p["targets"]:
-            yield p["title"], t["expr"].replace("$__rate_interval", "10s")
+class WalWriter(threading.Thread):
+    """Writes gib GiB of WAL quickly, in a thread: a row, then a switch to the next segment (16
+    MiB), again and again. join() raises what the thread raised."""
+
+    def __init__(self, pg, schema, gib):
+        threading.Thread.__init__(self)
+        self.pg, self.schema, self.gib, self.error = pg, schema, gib, None
+        self.start()
+
+    def run(self):
+        try:
+            conn = self.pg.connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("select pg_size_bytes(current_setting('wal_segment_size'))")
+                    n = int(self.gib * GIB) // cur.fetchone()[0] + 1
+                    cur.execute(f"do $$ begin for i in 1..{n} loop insert into {self.schema}.pad values (i); "
+                                "perform pg_switch_wal(); end loop; end $$")
+            finally:
+                conn.close()
+        except BaseException as e:  # noqa: B036 (handed to join)
+            self.error = e
+
+    def join(self, timeout=None):
+        threading.Thread.join(self, timeout)
+        if self.error:
+            raise self.error
 
 
-def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, kafka):
+def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema):
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
-    pg.sql(f"create table {schema}.orders (id serial primary key, v text)")
-    pg.sql(f"create table {schema}.nokey (v int)")
+    for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
+              "held (id int primary key)", "pad (i int)"):
+        pg.sql(f"create table {schema}.{t}")
     pg.sql(f"insert into {schema}.orders (v) select 'x' from generate_series(1, 2000)")
     pg.sql(f"insert into {schema}.nokey select 1")
-    kafka.create_topic("cdc.positions", 1)
-    pg.sql("alter system set max_slot_wal_keep_size = '1GB'")  # safe_wal_size is known then
+    # safe_wal_size is known with a limit; b's 1.1 GiB of lag is then under a fifth of it left, and
+    # past max_wal_size (wal_status extended).
+    settings = {"max_slot_wal_keep_size": "1280MB", "max_wal_size": "512MB"}
+    for k, v in settings.items():
+        pg.sql(f"alter system set {k} = '{v}'")
     pg.sql("select pg_reload_conf()")
-    listen = f"127.0.0.1:{free_port()}"
-    c = cdc(subscriptions=[
-        {"name": "events", "tables": [f"{schema}.orders"], "sink": "stdout"},
-        {"name": "queue", "tables": [f"{schema}.orders"], "sink": "socket", "operations": ["insert"]},
-        {"name": "snap", "tables": [f"{schema}.orders"], "sink": "stdout", "snapshot": True,
-         "operations": ["update"]},
-        {"name": "broken", "tables": [f"{schema}.nokey"], "sink": "stdout", "snapshot": True},
-        ksub("k", [f"{schema}.orders"])],
-        kafka=kafka_section(kafka, exactly_once=True), status={"socket": os.path.join(cdc.sockdir, "st.sock"),
-                                                                "listen": listen})
-    proc = c.start()
-    prom = Prometheus(listen)
+    kafka, prom, worker, pb = KafkaMock(), None, None, None
     try:
+        kafka.create_topic("cdc.positions", 1)
+        listen = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+        a = cdc(subscriptions=[
+            {"name": "events", "tables": [f"{schema}.orders"], "sink": "stdout"},
+            {"name": "queue", "tables": [f"{schema}.orders"], "sink": "socket", "operations": ["insert"]},
+            socket_sub(schema, consumers="shared", max_deliveries=1),
+            {"name": "snap", "tables": [f"{schema}.orders"], "sink": "stdout", "snapshot": True,
+             "operations": ["update"]},
+            {"name": "broken", "tables": [f"{schema}.nokey"], "sink": "stdout", "snapshot": True},
+            ksub("k", [f"{schema}.orders"])],
+            kafka=kafka_section(kafka, exactly_once=True),
+            status={"socket": os.path.join(cdc.sockdir, "sta.sock"), "listen": listen["a"]})
+        b = cdc(subscriptions=[socket_sub(schema, name="held", table="held",
+                                          retention={"max_events": 1, "when_full": "block"})],
+                status={"socket": os.path.join(cdc.sockdir, "stb.sock"), "listen": listen["b"]})
+        pa, pb = a.start(), b.start()
+        # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
+        pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
+        wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,
+                 what=f"b's spool to be full\n{pb.describe()}")
+        wal = WalWriter(pg, schema, 1.1)
+        prom = Prometheus(listen)
+        # a's nacking consumer, once Prometheus has a sample from before: one delivery allowed, so
+        # each nack makes a dead letter
+        wait_for(lambda: prom.query('cdc_subscription_dead_events{subscription="jobs"}'), 30, what="a first scrape")
+        worker = attach(a, consumer="w")
+        pg.sql(f"insert into {schema}.jobs select generate_series(1, 2)")
+        worker.nack([e.offset for e in collect(worker, 2)], reason="always fails")
+        expected = {("CdcSocketBacklogNoConsumer", "queue"), ("CdcBackfillFailed", "broken"),
+                    ("CdcDeadLettersGrowing", "jobs"), ("CdcSpoolFull", "held"), ("CdcSlotLagBytes", "b"),
+                    ("CdcSafeWalSizeLow", "b"), ("CdcWalStatusNotReserved", "b")}
         deadline = time.monotonic() + 90
-        missing = None
+        missing, fired = None, set()  # dead letters fire for 15 s after they grew: each is seen once
         while time.monotonic() < deadline:
             pg.sql(f"insert into {schema}.orders (v) select 'y' from generate_series(1, 200)")
-            missing = [(title, q) for title, q in panel_queries() if not prom.query(q)]
-            if not missing and {("CdcSocketBacklogNoConsumer", "queue"), ("CdcBackfillFailed", "broken")} <= \
-                    prom.firing():
+            missing = [(p["title"], q) for p in dashboard.panels() for q, _ in p["targets"] if not prom.query(q)]
+            new = prom.firing() - fired
+            if new:
+                prom.note(f"{sorted(new)} fire")
+            fired |= new
+            if not missing and expected <= fired:
                 break
             time.sleep(1)
-        assert not missing, f"panel queries without data: {missing}\n{proc.describe()}"
-        assert ("CdcSocketBacklogNoConsumer", "queue") in prom.firing()
-        assert ("CdcBackfillFailed", "broken") in prom.firing()
-        assert not {a for a, _ in prom.firing()} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting"}
-        # every alert's metrics are scraped (those not provoked here read series that exist)
-        for metric in ("cdc_source_lag_bytes", "cdc_source_lag_seconds", "cdc_source_connected",
-                       "cdc_standby", "cdc_source_wal_status", "cdc_subscription_dead_events",
-                       "cdc_subscription_full", "cdc_kafka_in_flight_messages",
-                       "cdc_kafka_delivered_messages_total", "cdc_kafka_restarts_total",
-                       "cdc_uptime_seconds", "cdc_backfill_failed"):
-            assert prom.query(metric), metric
-        # the stream down: PostgreSQL stops, cdc stays up and says so
+        wal.join()
+        assert not missing, f"panel queries without data: {missing}\n{pa.describe()}"
+        assert expected <= fired, f"{sorted(expected - fired)} did not fire\n{pb.describe()}"
+        lag = float(prom.query('cdc_source_lag_bytes{instance="b"}')[0]["value"][1])
+        assert 1.0 * GIB < lag < 1.25 * GIB, lag
+        assert not {n for n, _ in fired} & {"CdcStreamDown", "CdcKafkaStalled", "CdcRestarting",
+                                            "CdcKafkaProducerRestarts"}
+        # a fenced producer: a's Kafka sink restarts it
+        kafka.push_errors("PRODUCER_FENCED", 1, api_key=API_END_TXN)
+        prom.wait_firing(("CdcKafkaProducerRestarts", "a"))
+        # the stream down: PostgreSQL stops, cdc stays up and says so. A fast shutdown waits for
+        # every walsender to have sent the WAL up to its end: b's waits for b, which reads no more
+        # (and so would a's once Kafka is gone), so b stops first.
+        assert pb.terminate() == 0, pb.describe()
         pg.stop("fast")
         try:
-            wait_for(lambda: "CdcStreamDown" in {a for a, _ in prom.firing()}, 60,
-                     what="CdcStreamDown to fire")
+            prom.wait_firing(("CdcStreamDown", "a"))
         finally:
             pg.start()
+        # the Kafka cluster's process is gone while a produces; meanwhile b starts again, twice
+        # (resets() counts a sample lower than the one before: the first new run is seen at 3 s of
+        # uptime before the second starts)
+        kafka.proc.kill()
+
+        def b_seen(restarts, uptime):
+            q = f'resets(cdc_uptime_seconds{{instance="b"}}[5m]) >= {restarts} and on() ' \
+                f'cdc_uptime_seconds{{instance="b"}} >= {uptime}'
+            return prom.query(q)
+        for restarts, uptime in ((1, 3), (2, 0)):
+            pb = b.run()
+            wait_for(lambda: b_seen(restarts, uptime), 30, interval=0.2,
+                     what=f"Prometheus to see b started again\n{pb.describe()}")
+            if restarts == 1:
+                assert pb.terminate() == 0, pb.describe()
+        prom.wait_firing(("CdcRestarting", "b"))
+        prom.wait_firing(("CdcKafkaStalled", "a"),
+                         tick=lambda: pg.sql(f"insert into {schema}.orders (v) select 'z' from generate_series(1, 50)"))
+        if os.environ.get("CDC_DASHBOARD_PNG"):  # the picture in docs/alerts.md
+            dashboard.draw(prom.url, prom.started_wall, time.time(), os.environ["CDC_DASHBOARD_PNG"])
     finally:
-        prom.close()
-        pg.sql("alter system reset max_slot_wal_keep_size")
+        if worker:
+            worker.close()
+        if prom:
+            prom.close()
+        kafka.close()
+        for k in settings:
+            pg.sql(f"alter system reset {k}")
         pg.sql("select pg_reload_conf()")
+        if pb:  # b's 1.1 GiB of WAL is removed now, not at some later test's checkpoint
+            pb.kill()
+            drop_slot(pg, b.slot)
+            pg.sql("checkpoint")

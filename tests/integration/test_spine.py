@@ -689,6 +689,9 @@ def test_help_and_version():
     assert r.returncode == 2, r
     r = run_cli("run", "--no-such-option")
     assert r.returncode == 2, r
+    for cmd in ("run", "check-config", "doctor"):  # the commands that need a configuration file
+        r = run_cli(cmd)
+        assert r.returncode == 2 and r.stderr.split("\n")[0].endswith(": missing -c FILE"), r
 
 
 BAD_CONFIG = """\

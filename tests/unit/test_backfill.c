@@ -150,8 +150,8 @@ static const bf_settings settings = {
     .chunk_ms = 250, .min_rows = 2, .max_rows = 2, .max_bytes = 1 << 20, .tables = 1, .publication = "pub"};
 
 static const char *describe_a[] = {
-    "id", "23", "pg_catalog", "int4", "1",  "a_pkey", "r", "t", "3",
-    "v",  "25", "pg_catalog", "text", NULL, "a_pkey", "r", "t", "3",
+    "id", "23", "pg_catalog", "int4", "1",  "a_pkey", "r", "t", "3", "-1",
+    "v",  "25", "pg_catalog", "text", NULL, "a_pkey", "r", "t", "3", "-1",
 };
 
 static char *state_path(void)
@@ -197,7 +197,7 @@ static void test_life(void)
 	s = next(b, BF_STMT_DESCRIBE, now);
 	CHECK_STR(s.params[0], "public");
 	CHECK_STR(s.params[1], "a");
-	answer(b, &s, 2, 9, describe_a, now);
+	answer(b, &s, 2, 10, describe_a, now);
 	CHECK(backfill_watching(b, "public", "a"));
 	CHECK(!backfill_watching(b, "public", "b"));
 
@@ -263,7 +263,7 @@ static void test_life(void)
 	s = next(b, BF_STMT_CHECK, now);
 	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
 	s = next(b, BF_STMT_DESCRIBE, now);
-	answer(b, &s, 2, 9, describe_a, now);
+	answer(b, &s, 2, 10, describe_a, now);
 	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
 	CHECK(strcmp(low3.wm, high2.wm) != 0);
 	answer(b, &low3.s, 1, 1, (const char *[]){"0/50"}, now);
@@ -289,8 +289,8 @@ static void test_life(void)
 	/* table b has no key: it fails with the message, and with it the backfill */
 	s = next(b, BF_STMT_DESCRIBE, now);
 	CHECK_STR(s.params[1], "b");
-	answer(b, &s, 1, 9, (const char *[]){"x", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "-1"},
-	       now);
+	answer(b, &s, 1, 10,
+	       (const char *[]){"x", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "-1", "-1"}, now);
 	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
 	backfill_table_info(b, 0, 1, now, &ti);
 	CHECK_INT(ti.state, BF_FAILED);
@@ -356,7 +356,7 @@ static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_no
 	s = next(b, BF_STMT_TABLES, now);
 	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
 	s = next(b, BF_STMT_DESCRIBE, now);
-	answer(b, &s, 2, 9, describe_a, now);
+	answer(b, &s, 2, 10, describe_a, now);
 	return b;
 }
 
@@ -543,7 +543,7 @@ static void test_failures(void)
 		const char *check[2];
 		const char *tables[4];
 		int ntables;
-		const char *describe[9];
+		const char *describe[10];
 		int ndescribe;
 		const char *backfill_error, *table_error;
 	} cases[] = {
@@ -560,7 +560,7 @@ static void test_failures(void)
 	    {{"cdc", "t"},
 	     {"public", "a"},
 	     1,
-	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1"},
+	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1", "-1"},
 	     1,
 	     NULL,
 	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
@@ -568,7 +568,7 @@ static void test_failures(void)
 	    {{"cdc", "t"},
 	     {"public", "a"},
 	     1,
-	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "p", "t", "1"},
+	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "p", "t", "1", "-1"},
 	     1,
 	     NULL,
 	     "public.a is a partitioned table: backfill its partitions"},
@@ -585,7 +585,7 @@ static void test_failures(void)
 		}
 		if (cases[i].table_error) {
 			s = next(b, BF_STMT_DESCRIBE, now);
-			answer(b, &s, cases[i].ndescribe, 9, cases[i].describe, now);
+			answer(b, &s, cases[i].ndescribe, 10, cases[i].describe, now);
 		}
 		bf_info info;
 		backfill_info(b, 0, now, &info);

@@ -582,6 +582,32 @@ static const struct {
 	    "t.yaml:5:5: subscriptions[0].tombstones: only valid with sink: kafka (this subscription's sink is "
 	    "socket)\n"
 	    "t.yaml:6:5: subscriptions[0].changed: only valid when operations include update\n"),
+	/* record formats */
+	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, format: json}\n",
+	    "t.yaml:2:44: subscriptions[0].format: only valid with sink: kafka (this subscription's sink is "
+	    "stdout)\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: avro}\n",
+	    "t.yaml:3:51: subscriptions[0].format: invalid value \"avro\" (expected protobuf, json, debezium)\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: json, schemas: true,"
+	    " server_name: x, unchanged_toast: omit}\n",
+	    "t.yaml:3:57: subscriptions[0].schemas: only valid with format: debezium (this subscription's format is "
+	    "json)\n"
+	    "t.yaml:3:72: subscriptions[0].server_name: only valid with format: debezium (this subscription's format "
+	    "is json)\n"
+	    "t.yaml:3:88: subscriptions[0].unchanged_toast: only valid with format: debezium (this subscription's "
+	    "format is json)\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium,"
+	    " server_name: \"a b\", unchanged_toast: null}\n",
+	    "t.yaml:3:74: subscriptions[0].server_name: invalid name \"a b\" (expected a Kafka topic name "
+	    "[a-zA-Z0-9._-]{1,249})\n"
+	    "t.yaml:3:98: subscriptions[0].unchanged_toast: expected a name, got null\n"),
+	BAD("kafka: {brokers: k, transactions_topic: tx}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: kafka, format: debezium}\n"
+	    "  - {name: b, tables: [a.b], sink: stdout}\n"
+	    "  - {name: c, tables: [a.b], sink: kafka}\n",
+	    "t.yaml:5:5: subscriptions a (format debezium) and c (format protobuf) write Kafka records in different "
+	    "formats, but kafka.transactions_topic holds the records of their transactions in one: give them the "
+	    "same format\n"),
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, ack_timeout: 1s, batch: none, max_unacked: 1,"
 	    " max_deliveries: 1}\n",
 	    "t.yaml:2:44: subscriptions[0].ack_timeout: only valid with sink: socket (this subscription's sink is "
@@ -629,8 +655,8 @@ static const struct {
 	    "t.yaml:2:11: subscriptions[0].name: invalid name \"a\\x0Ab\" (expected 1 to 64 characters from "
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
-	    "changed, where, columns, topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, "
-	    "batch, retention, snapshot)\n"),
+	    "changed, where, columns, topic, tombstones, format, schemas, server_name, unchanged_toast, "
+	    "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -1170,8 +1196,8 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
-	     "topic, tombstones, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	     "snapshot)\n"},
+	     "topic, tombstones, format, schemas, server_name, unchanged_toast, consumers, ack_timeout, "
+	     "max_deliveries, max_unacked, batch, retention, snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1368,6 +1394,82 @@ static void test_sink_defaults(void)
 	}
 }
 
+/* The formats' defaults: tombstones follow each delete with format: debezium unless it says no;
+ * server_name and unchanged_toast; what check-config prints of them. */
+static void test_format_defaults(void)
+{
+	static const struct {
+		const char *sub;
+		cfg_format format;
+		bool tombstones, schemas;
+		const char *printed;
+	} cases[] = {
+	    {"{name: a, tables: [a.b], sink: kafka}", CFG_FORMAT_PROTOBUF, false, false,
+	     "    tombstones: false\n    format: protobuf\n"},
+	    {"{name: a, tables: [a.b], sink: kafka, format: json}", CFG_FORMAT_JSON, false, false,
+	     "    tombstones: false\n    format: json\n"},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium}", CFG_FORMAT_DEBEZIUM, true, false,
+	     "    tombstones: true\n    format: debezium\n    schemas: false\n    server_name: cdc\n"
+	     "    unchanged_toast: placeholder\n"},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium, tombstones: false, schemas: true,"
+	     " server_name: dbserver1, unchanged_toast: omit}",
+	     CFG_FORMAT_DEBEZIUM, false, true,
+	     "    tombstones: false\n    format: debezium\n    schemas: true\n    server_name: dbserver1\n"
+	     "    unchanged_toast: omit\n"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		buf y = {0}, e = {0};
+		buf_printf(&y, "kafka: {brokers: k}\nsubscriptions: [%s]\n", cases[i].sub);
+		cfg *c = parse(y.data, &e);
+		CHECK(c != NULL);
+		if (!c) {
+			fprintf(stderr, "case %zu: %s", i, e.data);
+			buf_free(&y);
+			buf_free(&e);
+			continue;
+		}
+		const cfg_subscription *s = &c->subs[0];
+		CHECK_INT(s->format, cases[i].format);
+		CHECK_INT(s->tombstones, cases[i].tombstones);
+		CHECK_INT(s->schemas, cases[i].schemas);
+		char *p = roundtrip(y.data, "format");
+		CHECK(p && strstr(p, cases[i].printed));
+		if (p && !strstr(p, cases[i].printed))
+			fprintf(stderr, "case %zu printed:\n%s", i, p);
+		free(p);
+		/* the same from a PUT body */
+		cfg_subscription *put =
+		    cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e);
+		CHECK(put && put->format == cases[i].format && put->tombstones == cases[i].tombstones);
+		cfg_subscription_free(put);
+		cfg_free(c);
+		buf_free(&y);
+		buf_free(&e);
+	}
+
+	/* a PUT that would mix formats on the transactions topic is refused when it is made */
+	buf e = {0};
+	cfg *c = parse("kafka: {brokers: k, transactions_topic: tx}\n"
+		       "subscriptions: [{name: a, tables: [a.b], sink: kafka, format: json}]\n",
+		       &e);
+	CHECK(c != NULL);
+	const char *body = "{\"tables\": [\"a.b\"], \"sink\": \"kafka\", \"format\": \"debezium\"}";
+	cfg_subscription *put = c ? cfg_parse_subscription(c, "b", body, strlen(body), &e) : NULL;
+	CHECK(put == NULL);
+	CHECK_STR(
+	    e.data,
+	    "body:1:1: subscriptions b (format debezium) and a (format json) write Kafka records in "
+	    "different formats, but kafka.transactions_topic holds the records of their transactions in "
+	    "one: give them the same format\n");
+	/* replacing the one subscription with another format is fine */
+	buf_reset(&e);
+	put = c ? cfg_parse_subscription(c, "a", body, strlen(body), &e) : NULL;
+	CHECK(put != NULL);
+	cfg_subscription_free(put);
+	cfg_free(c);
+	buf_free(&e);
+}
+
 static void note_key(const char *key, void *arg)
 {
 	buf *b = arg;
@@ -1519,6 +1621,7 @@ int main(void)
 	test_parse_subscription();
 	test_overlay();
 	test_sink_defaults();
+	test_format_defaults();
 	test_restart_keys();
 	test_enum_names();
 	test_file_replace();

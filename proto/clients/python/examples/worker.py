@@ -2,24 +2,24 @@
 """worker.py: an example worker on cdc_client. Prints each event of a socket subscription as one
 JSON line, then acknowledges it; an event it cannot process is given back (nack) with the reason,
 to be delivered again after --nack-delay seconds and, once the subscription's max_deliveries is
-reached, moved to the dead letters. Survives cdc restarts. Exits after --count events or after
---idle seconds without one. With --dead-letters it reads the dead letters instead and prints each
-one's history.
+reached, moved to the dead letters. Survives cdc restarts. Exits 0 after --count events or after
+--idle seconds without one; 1 when it never reached cdc within --idle, when cdc stayed unreachable
+for --give-up seconds, or on an error from cdc. With --dead-letters it reads the dead letters
+instead and prints each one's history.
 
-    PYTHONPATH=proto/clients/python python3 proto/clients/python/examples/worker.py \\
-        /run/cdc/events.sock jobs --consumer worker-1
+    python3 proto/clients/python/examples/worker.py /run/cdc/events.sock jobs --consumer worker-1
+
+with cdc_client installed (pip install proto/clients/python), or PYTHONPATH=proto/clients/python.
 """
 import argparse
 import datetime
 import decimal
 import json
 import logging
-import os
 import sys
 import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cdc_client import ConnectionClosed, Consumer, ServerError  # noqa: E402
+from cdc_client import ConnectionClosed, Consumer, ServerError
 
 
 def native(v):
@@ -60,6 +60,8 @@ def main():
     p.add_argument("--dead-letters", action="store_true", help="read the subscription's dead letters")
     p.add_argument("--fail-on", metavar="COLUMN=VALUE", help="rows to treat as impossible to process")
     p.add_argument("--nack-delay", type=float, default=5.0, help="seconds before a failed event comes again")
+    p.add_argument("--give-up", type=float, default=None,
+                   help="exit 1 once cdc is unreachable this many seconds (default: keep trying)")
     a = p.parse_args()
     fail_on = tuple(a.fail_on.split("=", 1)) if a.fail_on else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -67,7 +69,7 @@ def main():
     done = 0
     try:
         with Consumer(a.socket, a.subscription, consumer=a.consumer, max_unacked=100,
-                      dead_letters=a.dead_letters) as c:
+                      dead_letters=a.dead_letters, give_up_after=a.give_up) as c:
             for batch in c.batches(idle_timeout=a.idle):
                 ok = []
                 for e in batch:
@@ -82,11 +84,15 @@ def main():
                 done += len(ok)
                 if a.count and done >= a.count:
                     break
+            if not c.connections:
+                print("worker: never reached cdc at %s within %gs: is cdc running, and is this its "
+                      "subscribers.socket?" % (a.socket, a.idle), file=sys.stderr)
+                return 1
             try:
                 c.wait_answered()  # cdc has every ack before the worker leaves
             except (ConnectionClosed, TimeoutError) as e:
                 logging.warning("acks not confirmed (%s): those events come again", e)
-    except ServerError as e:
+    except (ServerError, ConnectionClosed) as e:
         print("worker: %s" % e, file=sys.stderr)
         return 1
     except KeyboardInterrupt:

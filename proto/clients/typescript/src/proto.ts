@@ -1,6 +1,7 @@
 // proto.ts: cdc's .proto files loaded with protobufjs at startup (nothing generated is checked in,
-// so the client cannot drift from the schema). $CDC_PROTO_PATH names another directory holding
-// cdc/v1/*.proto; by default the repository's proto/ that this package lives in.
+// so the client cannot drift from the schema): the package's own copy, made from the repository's
+// proto/ when it is built or packed (scripts/copy-proto.js). $CDC_PROTO_PATH names another directory
+// holding cdc/v1/*.proto.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as protobuf from "protobufjs";
@@ -8,10 +9,10 @@ import * as protobuf from "protobufjs";
 export const PROTO_FILES = ["cdc/v1/event.proto", "cdc/v1/subscriber.proto"];
 
 export function protoDir(): string {
-  // dist/src/proto.js -> proto/clients/typescript/dist/src: four levels up is proto/.
-  const dir = path.resolve(process.env.CDC_PROTO_PATH || path.join(__dirname, "..", "..", "..", ".."));
+  // dist/src/proto.js: two levels up is the package, and its proto/.
+  const dir = path.resolve(process.env.CDC_PROTO_PATH || path.join(__dirname, "..", "..", "proto"));
   if (!fs.existsSync(path.join(dir, PROTO_FILES[1]))) {
-    throw new Error(`@cdc/client: ${PROTO_FILES[1]} not found under ${dir} (set CDC_PROTO_PATH to the directory holding cdc/v1/*.proto)`);
+    throw new Error(`@cdc/client: ${PROTO_FILES[1]} not found under ${dir} (build the package with npm run build, or set CDC_PROTO_PATH to the directory holding cdc/v1/*.proto)`);
   }
   return dir;
 }

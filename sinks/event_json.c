@@ -726,6 +726,32 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
 	out->data[out->len] = '\0';
 }
 
+void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
+{
+	PUT_LIT(out, ",\"dead_letter\":{\"original_offset\":");
+	if (d->original_offset)
+		json_u64(out, d->original_offset);
+	else
+		json_null(out);
+	PUT_LIT(out, ",\"deliveries\":");
+	if (d->deliveries)
+		json_u64(out, d->deliveries);
+	else
+		json_null(out);
+	PUT_LIT(out, ",\"reason\":");
+	if (d->reason && d->reason[0])
+		put_str(out, d->reason);
+	else
+		json_null(out);
+	PUT_LIT(out, ",\"dead_time\":");
+	if (d->dead_time)
+		json_timestamp(out, d->dead_time, true, true);
+	else
+		json_null(out);
+	put_c(out, '}');
+	out->data[out->len] = '\0';
+}
+
 void json_event(buf *out, const Cdc__V1__Event *e)
 {
 	json_commit c = {0};

@@ -3,6 +3,7 @@
 #define CDC_EVENT_JSON_H
 
 #include "cdc/v1/event.pb-c.h"
+#include "cdc/v1/subscriber.pb-c.h"
 #include "decoder/base/json.h"
 
 /* Appends the event as one JSON object and a newline. The commit fields (commit_lsn, tx_index,
@@ -23,6 +24,10 @@ void json_commit_free(json_commit *c);
 /* Completes json_event_head()'s output: commit_lsn, tx_index, commit_time, "}\n". c keeps the
  * commit's fields rendered while they stay the same. */
 void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time);
+/* A dead letter's history, between json_event_head() and json_event_tail():
+ * ,"dead_letter":{"original_offset":N,"deliveries":N,"reason":"...","dead_time":"RFC 3339"} (each
+ * null when unknown: a dead letter from before cdc kept its history). */
+void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d);
 
 /* A row as the event's "key", "new" and "old" have it: {"name":value,...} (null for NULL), without
  * unchanged TOAST columns (the event lists those in "unchanged_toast"). */

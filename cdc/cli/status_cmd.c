@@ -304,6 +304,56 @@ static void put_row(buf *out, char cells[NCOLS][64], const int width[NCOLS])
 		buf_printf(out, c < 2 ? "%-*s%s" : "%*s%s", width[c], cells[c], c + 1 < NCOLS ? "  " : "\n");
 }
 
+/* Under a socket subscription's row: its consumers, then its dead letters' readers. */
+#define NCCOLS 10
+static const char *const CHEADS[NCCOLS] = {"CONSUMER", "PID",	    "UID",	 "READS", "MODE",
+					   "STATE",    "IN_FLIGHT", "DELIVERED", "ACKED", "CONNECTED"};
+static const bool CRIGHT[NCCOLS] = {false, true, true, false, false, false, true, true, true, false};
+
+static void summary_consumers(buf *out, json_object *sub)
+{
+	json_object *lists[2] = {member(sub, "attached", json_type_array),
+				 member(sub, "dead_letter_readers", json_type_array)};
+	size_t n = 0;
+	for (int k = 0; k < 2; k++)
+		n += lists[k] ? json_object_array_length(lists[k]) : 0;
+	if (!n)
+		return;
+	char(*cells)[NCCOLS][64] = xcalloc(n + 1, sizeof(*cells));
+	int width[NCCOLS] = {0};
+	for (int col = 0; col < NCCOLS; col++)
+		snprintf(cells[0][col], sizeof(cells[0][col]), "%s", CHEADS[col]);
+	size_t row = 1;
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; lists[k] && i < json_object_array_length(lists[k]); i++, row++) {
+			json_object *c = json_object_array_get_idx(lists[k], i);
+			json_object *active = member(c, "active", json_type_boolean);
+			json_object *reading = member(c, "reading", json_type_boolean);
+			static const char *const keys[NCCOLS] = {
+			    "name", "pid",	 "uid",	      NULL,    "mode",
+			    NULL,   "in_flight", "delivered", "acked", "connected_since"};
+			for (int col = 0; col < NCCOLS; col++)
+				if (keys[col])
+					field(c, keys[col], cells[row][col], 64);
+			snprintf(cells[row][3], 64, "%s", k ? "dead letters" : "events");
+			snprintf(cells[row][5], 64, "%s",
+				 reading && !json_object_get_boolean(reading) ? "not reading"
+				 : active && json_object_get_boolean(active)  ? "active"
+									      : "waiting");
+		}
+	for (size_t i = 0; i <= n; i++)
+		for (int col = 0; col < NCCOLS; col++)
+			if ((int)strlen(cells[i][col]) > width[col])
+				width[col] = (int)strlen(cells[i][col]);
+	for (size_t i = 0; i <= n; i++) {
+		buf_puts(out, "  ");
+		for (int col = 0; col + 1 < NCCOLS; col++)
+			buf_printf(out, CRIGHT[col] ? "%*s  " : "%-*s  ", width[col], cells[i][col]);
+		buf_printf(out, "%s\n", cells[i][NCCOLS - 1]);
+	}
+	free(cells);
+}
+
 static void summary_subscriptions(buf *out, json_object *root)
 {
 	json_object *subs = member(root, "subscriptions", json_type_array);
@@ -326,8 +376,11 @@ static void summary_subscriptions(buf *out, json_object *root)
 		for (int c = 0; c < NCOLS; c++)
 			if ((int)strlen(cells[i][c]) > width[c])
 				width[c] = (int)strlen(cells[i][c]);
-	for (size_t i = 0; i <= n; i++)
+	for (size_t i = 0; i <= n; i++) {
 		put_row(out, cells[i], width);
+		if (i)
+			summary_consumers(out, json_object_array_get_idx(subs, i - 1));
+	}
 	free(cells);
 }
 

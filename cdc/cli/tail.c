@@ -37,7 +37,9 @@ static const char usage_tail[] =
     "      --timeout SECONDS   exit 0 after SECONDS without an event (heartbeats do not count)\n"
     "      --no-ack            print without acknowledging: the events stay pending\n"
     "      --consumer NAME     this consumer's name in cdc's logs and status (default tail-PID)\n"
-    "      --dead              read the subscription's dead letters instead of its events\n";
+    "      --dead              read the subscription's dead letters instead of its events, each\n"
+    "                          with its history: \"dead_letter\": original_offset, deliveries,\n"
+    "                          reason, dead_time\n";
 
 typedef struct tail_opts {
 	const char *subscription, *consumer;
@@ -332,6 +334,17 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 	}
 }
 
+/* Reading dead letters: the history of the event at index i (one DeadLetter per event, in order). */
+static const Cdc__V1__DeadLetter *dead_letter_of(const Cdc__V1__Delivery *d, size_t i, uint64_t offset)
+{
+	if (i < d->n_dead_letters && d->dead_letters[i]->offset == offset)
+		return d->dead_letters[i];
+	for (size_t k = 0; k < d->n_dead_letters; k++)
+		if (d->dead_letters[k]->offset == offset)
+			return d->dead_letters[k];
+	return NULL;
+}
+
 /* Takes up to the events still wanted: their lines and offsets wait for the next tail_flush. */
 static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 {
@@ -350,6 +363,9 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 			return false;
 		}
 		json_event_head(&t->lines, e);
+		const Cdc__V1__DeadLetter *dl = t->o->dead ? dead_letter_of(d, i, e->offset) : NULL;
+		if (dl)
+			json_dead_letter(&t->lines, dl);
 		json_event_tail(&t->lines, &t->commit, e->commit_lsn, e->tx_index, e->commit_time);
 		t->offsets[t->noffsets++] = e->offset;
 	}

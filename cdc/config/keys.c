@@ -323,8 +323,11 @@ static const key sub_k[] = {
 			  "all events of one key to the same consumer. See [socket.md](socket.md)."},
     [SK_ACK_TIMEOUT] = {"ack_timeout", &t_duration, SUB(ack_timeout_ms), NULL, K_SOCKET | K_POSITIVE,
 			.def.n = 30000,
-			.doc = "Socket only: an event delivered and not acknowledged this long is delivered "
-			       "again (to another consumer where the mode allows)."},
+			.doc =
+			    "Socket only: an event delivered and not acknowledged this long is delivered "
+			    "again (to another consumer where the mode allows, never back to this one "
+			    "while another can take it); a consumer that neither reads its socket nor sends "
+			    "for this long loses what it holds. See [socket.md](socket.md)."},
     [SK_MAX_DELIVERIES] = {"max_deliveries", &t_u32, SUB(max_deliveries), NULL, K_SOCKET,
 			   .doc = "Socket only: after this many deliveries an event moves to the "
 				  "subscription's dead letters (0: never)."},

@@ -76,10 +76,38 @@ static const char *not_ready(sidecar *d)
 	return NULL;
 }
 
-/* Per subscription: what the pipeline handed its sink, and the socket sink's offsets. */
-static report_sub *sub_figures(const sidecar *d)
+static const char *const mode_names[] = {
+    [SOCKET_FAILOVER] = "failover", [SOCKET_SHARED] = "shared", [SOCKET_KEY_SHARED] = "key_shared"};
+
+/* A socket subscription's consumers (*stats: what their names point into; both freed by the
+ * caller). */
+static report_consumer *consumer_figures(const sink *k, uint32_t i, socket_consumer_stats **stats, size_t *n)
+{
+	*stats = socket_sink_consumers(k, i, n);
+	report_consumer *out = xcalloc(*n ? *n : 1, sizeof(*out));
+	for (size_t j = 0; j < *n; j++) {
+		const socket_consumer_stats *c = &(*stats)[j];
+		out[j] = (report_consumer){.name = c->name,
+					   .mode = mode_names[c->mode],
+					   .pid = c->pid,
+					   .uid = c->uid,
+					   .dead_letters = c->dead_letters,
+					   .active = c->active,
+					   .reading = c->reading,
+					   .in_flight = c->in_flight,
+					   .delivered = c->delivered,
+					   .acked = c->acked,
+					   .connected_us = c->connected_us};
+	}
+	return out;
+}
+
+/* Per subscription: what the pipeline handed its sink, and the socket sink's offsets and
+ * consumers (*stats[i]: what subscription i's consumer names point into). */
+static report_sub *sub_figures(const sidecar *d, socket_consumer_stats ***stats)
 {
 	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
+	*stats = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(**stats));
 	socket_sub_stats st;
 	for (uint32_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *c = &d->cfg->subs[i];
@@ -108,8 +136,20 @@ static report_sub *sub_figures(const sidecar *d)
 		r->refused = st.refused;
 		r->spool_bytes = st.spool_bytes;
 		r->full = st.full;
+		r->not_reading = st.not_reading;
+		r->attached = consumer_figures(d->sinks.k[SINKS_SOCKET], i, &(*stats)[i], &r->nattached);
 	}
 	return subs;
+}
+
+static void free_sub_figures(report_sub *subs, socket_consumer_stats **stats, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free((void *)subs[i].attached);
+		free(stats[i]);
+	}
+	free(subs);
+	free(stats);
 }
 
 void figures_publish(sidecar *d, bool force)
@@ -119,7 +159,8 @@ void figures_publish(sidecar *d, bool force)
 	if (!d->status || (!force && now - f->last_publish_ms < PUBLISH_MS))
 		return;
 	f->last_publish_ms = now;
-	report_sub *subs = sub_figures(d);
+	socket_consumer_stats **consumers;
+	report_sub *subs = sub_figures(d, &consumers);
 	int64_t now_us = wall_us();
 	const char *why = not_ready(d);
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
@@ -188,7 +229,7 @@ void figures_publish(sidecar *d, bool force)
 	buf_free(&list);
 	buf_free(&backfills);
 	free(bf_rows);
-	free(subs);
+	free_sub_figures(subs, consumers, d->cfg->nsubs);
 }
 
 /* A warning in the log (once) and in /status while the slot is in danger of losing the WAL it

@@ -131,6 +131,35 @@ static void status_source(const report *r, buf *out)
 	buf_puts(out, "]}");
 }
 
+/* The consumers of s that read its dead letters (or its events), as a JSON array. */
+static void status_consumers(const report_sub *s, bool dead_letters, buf *out)
+{
+	bool fa = true;
+	buf_putc(out, '[');
+	for (size_t i = 0; i < s->nattached; i++) {
+		const report_consumer *c = &s->attached[i];
+		if (c->dead_letters != dead_letters)
+			continue;
+		bool f = true;
+		json_sep(out, &fa);
+		buf_putc(out, '{');
+		json_key_str(out, &f, "name", c->name);
+		json_key(out, &f, "pid");
+		json_i64(out, c->pid);
+		json_key(out, &f, "uid");
+		json_i64(out, c->uid);
+		json_key_str(out, &f, "mode", c->mode);
+		json_key_boolean(out, &f, "active", c->active);
+		json_key_boolean(out, &f, "reading", c->reading);
+		json_key_u64(out, &f, "in_flight", c->in_flight);
+		json_key_u64(out, &f, "delivered", c->delivered);
+		json_key_u64(out, &f, "acked", c->acked);
+		j_time(out, &f, "connected_since", c->connected_us);
+		buf_putc(out, '}');
+	}
+	buf_putc(out, ']');
+}
+
 static void status_sub(const report_sub *s, buf *out)
 {
 	bool f = true, o = s->has_offsets;
@@ -160,6 +189,16 @@ static void status_sub(const report_sub *s, buf *out)
 		json_boolean(out, s->full);
 	else
 		json_null(out);
+	json_key(out, &f, "attached");
+	if (o)
+		status_consumers(s, false, out);
+	else
+		json_null(out);
+	json_key(out, &f, "dead_letter_readers");
+	if (o)
+		status_consumers(s, true, out);
+	else
+		json_null(out);
 	buf_putc(out, '}');
 }
 
@@ -173,7 +212,10 @@ static void status_sub(const report_sub *s, buf *out)
  *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
  *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",
- *                     "full"}] (from head_offset on: null unless a socket sink),
+ *                     "full", "attached", "dead_letter_readers"}] (from head_offset on: null
+ *                     unless a socket sink; the last two are arrays of {"name", "pid", "uid",
+ *                     "mode", "active", "reading", "in_flight", "delivered", "acked",
+ *                     "connected_since"}),
  *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
  *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
 void report_status_json(const report *r, buf *out)
@@ -330,6 +372,7 @@ enum sub_field {
 	SF_HEAD,
 	SF_ACKED,
 	SF_FULL,
+	SF_NOT_READING,
 };
 
 static uint64_t sub_field(const report_sub *s, enum sub_field f)
@@ -369,6 +412,8 @@ static uint64_t sub_field(const report_sub *s, enum sub_field f)
 		return s->acked_offset;
 	case SF_FULL:
 		return s->full;
+	case SF_NOT_READING:
+		return s->not_reading;
 	}
 	return 0;
 }
@@ -389,6 +434,10 @@ static const struct {
     {"cdc_subscription_pending_events", "gauge", "Events spooled and not yet acknowledged.", SF_PENDING,
      true},
     {"cdc_subscription_consumers", "gauge", "Consumers attached to the subscription.", SF_CONSUMERS, true},
+    {"cdc_subscription_not_reading_consumers", "gauge",
+     "Consumers (of the events or the dead letters) that neither read their socket nor sent a frame for "
+     "ack_timeout: what they held went to others, and they get nothing until they read.",
+     SF_NOT_READING, true},
     {"cdc_subscription_dead_events", "gauge", "Dead letters retained (max_deliveries reached).", SF_DEAD,
      true},
     {"cdc_subscription_dropped_events_total", "counter",

@@ -12,6 +12,18 @@
 #include "decoder/base/hist.h"
 #include "decoder/base/util.h"
 
+/* One consumer attached to a socket subscription. Strings are borrowed. */
+typedef struct report_consumer {
+	const char *name;
+	const char *mode; /* "failover", "shared", "key_shared" (dead letters: "failover") */
+	int64_t pid, uid;
+	bool dead_letters; /* it reads the dead letters */
+	bool active;	   /* failover: the one receiving, the others wait; shared modes: all */
+	bool reading;	   /* false: it stopped reading its socket; nothing is sent to it meanwhile */
+	uint64_t in_flight, delivered, acked;
+	int64_t connected_us; /* µs since the Unix epoch */
+} report_consumer;
+
 /* One subscription. Strings are borrowed for the duration of the call. */
 typedef struct report_sub {
 	const char *name;
@@ -27,6 +39,11 @@ typedef struct report_sub {
 	uint64_t consumers, dead, dropped, redelivered, spool_bytes;
 	uint64_t in_flight, acked, nacked, progressed, refused; /* as socket_sub_stats */
 	bool full; /* when_full: block and at a retention limit: the slot is paused for it */
+	/* The attached consumers, its events' and its dead letters' (dead_letters), and how many of
+	 * them stopped reading. */
+	const report_consumer *attached;
+	size_t nattached;
+	uint64_t not_reading;
 } report_sub;
 
 /* One table of one backfill, for /metrics. Strings are borrowed. */

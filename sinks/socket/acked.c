@@ -1,6 +1,7 @@
 /* acked.c: the delivery state of one queue of the socket sink (a subscription's events or its
  * dead letters): the window of per-offset state, dispatch to the attached consumers (fair windows for
- * shared and key_shared), acks, Nacks and Progress, ack timeouts, redelivery, dead letters, retention. */
+ * shared and key_shared), acks, Nacks and Progress, ack timeouts and consumers that stop reading,
+ * redelivery, dead letters, retention. */
 #include "decoder/base/bytes.h"
 #include "sinks/socket/internal.h"
 
@@ -23,17 +24,26 @@
 
 enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
 
-/* Why a delivery was given back, for the dead letter it may become. */
-enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK };
+/* Why a delivery was given back, for the dead letter it may become. After a timeout (or a consumer
+ * that stopped reading) the event does not go back to that consumer while another can take it. */
+enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK, BACK_NOT_READING };
 
 struct slot {
 	uint64_t deadline_ms; /* SENT: redelivered after this; UNSENT: not delivered before this */
+	uint64_t pos;	      /* SENT: where its Delivery frame starts in c's output (sc_write_frame) */
 	consumer *c;	      /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
 	char *reason;	      /* BACK_NACK: the Nack's reason (owned) */
 	uint32_t deliveries;
 	uint8_t state;
-	uint8_t why; /* enum back_why: why it was last given back */
+	uint8_t why;	/* enum back_why: why it was last given back */
+	uint8_t bucket; /* key_shared: its key's bucket */
 };
+
+/* A deadline ms from now, rounded up: never before ms have passed (now_ms() truncates). */
+static uint64_t deadline_in(uint64_t ms)
+{
+	return now_ms() + ms + 1;
+}
 
 /* Window ------------------------------------------------------------------------------- */
 
@@ -102,6 +112,15 @@ bool sq_is_active(const consumer *c)
 	return sq_mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
 }
 
+/* Whether a consumer other than c could take events (one that reads its socket). */
+static bool another_can_take(const queue *q, const consumer *c)
+{
+	for (const consumer *x = q->consumers; x; x = x->next)
+		if (x != c && !x->not_reading)
+			return true;
+	return false;
+}
+
 /* Dispatch ------------------------------------------------------------------------------ */
 
 /* Whether c's output is over the high-water mark; then it waits (stalled) until it drains. */
@@ -121,7 +140,7 @@ static uint32_t limit(const consumer *c)
 
 static bool has_room(consumer *c)
 {
-	if (c->closing || sq_out_full(c))
+	if (c->closing || c->not_reading || c->stalled || sq_out_full(c))
 		return false;
 	if (c->in_flight < limit(c))
 		return true;
@@ -149,6 +168,31 @@ static consumer *least_loaded(queue *q)
 	return most_room(q, NULL);
 }
 
+/* The consumer with the most room other than avoid; avoid itself if it has room and nobody else
+ * does, but after a timeout (hard) only if nobody else could take the event at all. */
+static consumer *pick(queue *q, consumer *avoid, bool hard)
+{
+	consumer *c = most_room(q, avoid);
+	if (!c && avoid && has_room(avoid) && (!hard || !another_can_take(q, avoid)))
+		c = avoid;
+	return c;
+}
+
+/* Whether a redelivery may avoid its last consumer only while another has room (a Nack), or
+ * while another can take it at all (it timed out there, or that consumer stopped reading). */
+static bool hard_avoid(enum back_why why)
+{
+	return why == BACK_TIMEOUT || why == BACK_NOT_READING;
+}
+
+/* Whether a given-back slot must not go to c now: it timed out there (or c stopped reading) and
+ * another consumer can take it. */
+static bool kept_from(const queue *q, const slot *sl, const consumer *c)
+{
+	return sl->state == SLOT_UNSENT && sl->c == c && hard_avoid((enum back_why)sl->why) &&
+	       another_can_take(q, c);
+}
+
 /* Every RATE_PERIOD_MS: a shared consumer's window becomes what it acknowledged per
  * ack_timeout / 2, so that what it is handed can be started on before its deadline, however slow
  * or fast its work. It grows with the consumer's pace; it shrinks only if the consumer was held
@@ -171,40 +215,38 @@ void sq_update_window(consumer *c, uint64_t now)
 }
 
 /* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
- * now. shared: round robin, but a redelivery goes to another consumer than the last one if any
- * has room. */
-static consumer *choose(queue *q, uint32_t key_hash, consumer *last)
+ * now. shared: the most room first (the round robin decides between equals); a redelivery goes to
+ * another consumer than the last one (why it came back: see pick). */
+static consumer *choose(queue *q, uint32_t key_hash, consumer *last, enum back_why why)
 {
 	switch (sq_mode(q)) {
 	case SOCKET_FAILOVER:
 		return q->consumers;
 	case SOCKET_SHARED: {
-		/* the most room first; the round robin decides between equals */
-		consumer *c = most_room(q, last);
-		if (!c && last && has_room(last))
-			c = last;
+		consumer *c = pick(q, last, hard_avoid(why));
 		q->rr = (q->rr + 1) % q->nconsumers;
 		return c;
 	}
 	case SOCKET_KEY_SHARED: {
-		/* A key's bucket keeps its consumer while it is connected: per-key order holds. */
-		consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
-		if (!*b)
-			*b = least_loaded(q);
-		return *b;
+		/* A key's bucket keeps its consumer while it is connected (and reads, and acknowledges
+		 * in time): per-key order holds. */
+		size_t b = key_hash % KEY_BUCKETS;
+		if (!q->bucket[b])
+			q->bucket[b] = pick(q, q->avoid[b], true);
+		return q->bucket[b];
 	}
 	}
 	return NULL;
 }
 
 /* key_shared: whether c may take an event of this key hash (its bucket is c's, or nobody's and
- * now c's). */
+ * now c's, unless it was taken from c and another can take it). */
 static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
 {
-	consumer **b = &q->bucket[key_hash % KEY_BUCKETS];
-	if (!*b)
-		*b = c;
-	return *b == c;
+	size_t b = key_hash % KEY_BUCKETS;
+	if (!q->bucket[b] && !(q->avoid[b] == c && another_can_take(q, c)))
+		q->bucket[b] = c;
+	return q->bucket[b] == c;
 }
 
 /* Where the next delivery comes from: returned offsets first, then those never sent. */
@@ -271,8 +313,9 @@ static size_t commit_size(const spool_record *r)
 	return r->held ? pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
 }
 
-/* Marks off sent to c; appends its Event to s->events (the Delivery's repeated field). */
-static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t now)
+/* Marks off sent to c in the Delivery frame that starts at c's out_added; appends its Event to
+ * s->events (the Delivery's repeated field). */
+static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t deadline)
 {
 	if (r->offset >= q->next)
 		extend_to(q, r->offset);
@@ -281,11 +324,14 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	slot *sl = window_at(&q->w, r->offset);
 	sl->state = SLOT_SENT;
 	sl->c = c;
+	sl->pos = c->out_added;
+	sl->bucket = (uint8_t)(r->key_hash % KEY_BUCKETS);
 	sl->deliveries++;
 	spool_note_delivery(q->sp, r->offset, sl->deliveries);
-	sl->deadline_ms = now + q->sub->set->ack_timeout_ms;
+	sl->deadline_ms = deadline;
 	note_deadline(q, sl->deadline_ms);
 	c->in_flight++;
+	c->delivered++;
 	if (!q->dead_letters) {
 		q->sub->delivered++;
 		q->sub->redelivered += sl->deliveries > 1;
@@ -311,30 +357,33 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	}
 }
 
-/* Writes the Delivery gathered in s->events to c (after any discarded range it must hear of). */
-static void push_delivery(socket_sink *s, queue *q, consumer *c)
+/* A discarded range goes to the consumer of the next Delivery, before it (and before its events
+ * are marked sent: their Delivery frame starts after this one). */
+static void tell_dropped(queue *q, consumer *c)
 {
-	if (q->drop_to) {
-		Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
-		dr.from_offset = q->drop_from;
-		dr.to_offset = q->drop_to;
-		Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
-		f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
-		f.dropped = &dr;
-		sc_send_frame(c, &f);
-		q->drop_from = q->drop_to = 0;
-	}
+	if (!q->drop_to)
+		return;
+	Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
+	dr.from_offset = q->drop_from;
+	dr.to_offset = q->drop_to;
+	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
+	f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
+	f.dropped = &dr;
+	sc_send_frame(c, &f);
+	q->drop_from = q->drop_to = 0;
+}
+
+/* Writes the Delivery gathered in s->events to c. */
+static void push_delivery(socket_sink *s, consumer *c)
+{
 	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
 	uint8_t hdr[FRAME_HEADER];
 	frame_put_header(hdr, len);
 	buf_reset(&s->scratch);
 	buf_append(&s->scratch, hdr, sizeof(hdr));
 	pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	evbuffer_add(out, s->scratch.data, s->scratch.len);
-	evbuffer_add(out, s->events.data, s->events.len);
+	sc_write_frame(c, s->scratch.data, s->scratch.len, s->events.data, s->events.len);
 	buf_reset(&s->events);
-	c->last_send_ms = now_ms();
 }
 
 static void fatal_read(socket_sink *s, queue *q)
@@ -347,18 +396,20 @@ static void fatal_read(socket_sink *s, queue *q)
  * or 0 when nothing more can be sent now (stop scanning). */
 static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
 {
-	consumer *last = off < q->next ? window_at(&q->w, off)->c : NULL;
+	const slot *was = off < q->next ? window_at(&q->w, off) : NULL;
 	bool by_key = sq_mode(q) == SOCKET_KEY_SHARED;
 	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
-	consumer *c = by_key ? NULL : choose(q, 0, last);
+	consumer *c = by_key ? NULL : choose(q, 0, was ? was->c : NULL, was ? was->why : BACK_NONE);
 	if (!by_key && (!c || !has_room(c)))
-		return 0;
+		/* shared: a redelivery kept from its last consumer waits for another; later offsets
+		 * may go on (failover keeps the order) */
+		return was && sq_mode(q) == SOCKET_SHARED && least_loaded(q) ? off + 1 : 0;
 	spool_record r;
 	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 		fatal_read(s, q);
 		return 0;
 	}
-	if (by_key && (!(c = choose(q, r.key_hash, last)) || !has_room(c))) {
+	if (by_key && (!(c = choose(q, r.key_hash, NULL, BACK_NONE)) || !has_room(c))) {
 		/* This key's consumer is full; other keys may go on. */
 		if (!least_loaded(q))
 			return 0;
@@ -369,8 +420,9 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		return off + 1;
 	}
 	bool batch = !q->dead_letters && q->sub->set->batch_transaction;
-	uint64_t commit_lsn = r.commit_lsn;
-	put_event(s, q, c, &r, now);
+	uint64_t commit_lsn = r.commit_lsn, deadline = deadline_in(q->sub->set->ack_timeout_ms);
+	tell_dropped(q, c);
+	put_event(s, q, c, &r, deadline);
 	for (off++; batch && off <= head && slot_ready(q, off, now); off++) {
 		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 			fatal_read(s, q);
@@ -381,11 +433,12 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		 * flight to two consumers (c received a row's later change while the other still held
 		 * an earlier one). The rest of the transaction is dispatched key by key. */
 		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
-		    (by_key && !claim_key(q, r.key_hash, c)))
+		    (by_key && !claim_key(q, r.key_hash, c)) ||
+		    (off < q->next && kept_from(q, window_at(&q->w, off), c)))
 			break;
-		put_event(s, q, c, &r, now);
+		put_event(s, q, c, &r, deadline);
 	}
-	push_delivery(s, q, c);
+	push_delivery(s, c);
 	return off;
 }
 
@@ -485,6 +538,8 @@ static const char *back_reason(const slot *sl)
 		return "consumer went away";
 	case BACK_NACK:
 		return sl->reason;
+	case BACK_NOT_READING:
+		return "consumer stopped reading";
 	case BACK_NONE:
 		break;
 	}
@@ -538,9 +593,38 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	sq_dispatch(s, &sub->dead);
 }
 
-/* Returns every delivery c holds (it went away, or lost the failover). */
-static void return_all(socket_sink *s, queue *q, consumer *c, enum back_why why)
+/* The Deliveries to c not written to its socket yet leave its output: their events were never
+ * delivered, so they go back without counting (nobody had them). */
+static void withdraw(socket_sink *s, queue *q, consumer *c)
 {
+	uint64_t from = sc_withdraw(c);
+	for (uint64_t o = q->w.base; o < q->next && from != UINT64_MAX; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state != SLOT_SENT || sl->c != c || sl->pos < from)
+			continue;
+		sl->deliveries--;
+		spool_note_delivery(q->sp, o, sl->deliveries);
+		c->in_flight--;
+		c->delivered--;
+		if (!q->dead_letters) {
+			q->sub->delivered--;
+			q->sub->redelivered -= sl->deliveries > 0;
+		}
+		sl->state = SLOT_UNSENT;
+		sl->c = NULL;
+		sl->deadline_ms = 0;
+		q->returned++;
+	}
+	if (from != UINT64_MAX && !spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
+		log_error("cannot record delivery counts; after a restart they may be higher",
+			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
+}
+
+/* Takes back every delivery c holds (it went away, lost the failover or stopped reading): those
+ * not written yet are withdrawn, the others given back as delivered. */
+static void take_back(socket_sink *s, queue *q, consumer *c, enum back_why why)
+{
+	withdraw(s, q, c);
 	for (uint64_t o = q->w.base; o < q->next && c->in_flight; o++) {
 		slot *sl = window_at(&q->w, o);
 		if (sl->state == SLOT_SENT && sl->c == c) {
@@ -549,6 +633,24 @@ static void return_all(socket_sink *s, queue *q, consumer *c, enum back_why why)
 		}
 	}
 	advance_base(s, q);
+}
+
+/* key_shared: c loses a bucket (it timed out on an event of it, or stopped reading): its other
+ * deliveries of that bucket come back with it, so that a key is never in flight to two consumers,
+ * and the bucket goes to another consumer while one can take it. */
+static void lose_bucket(socket_sink *s, queue *q, consumer *c, uint8_t b, enum back_why why)
+{
+	withdraw(s, q, c);
+	if (q->bucket[b] == c)
+		q->bucket[b] = NULL;
+	q->avoid[b] = c;
+	for (uint64_t o = q->w.base; o < q->next; o++) {
+		slot *sl = window_at(&q->w, o);
+		if (sl->state == SLOT_SENT && sl->c == c && sl->bucket == b) {
+			slot_forget_reason(sl);
+			return_slot(s, q, o, sl, why, 0);
+		}
+	}
 }
 
 /* Acks, Nacks and Progress ---------------------------------------------------------------- */
@@ -588,27 +690,65 @@ static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
 	r->reasons[r->n++] = (uint8_t)why;
 }
 
-/* failover (and dead letters): cumulative, from the active consumer only; shared modes: each offset. */
+/* Acknowledges the offsets from..to (in the window) for c. */
+static void ack_range(consumer *c, uint64_t from, uint64_t to)
+{
+	queue *q = c->q;
+	for (uint64_t o = from; o <= to; o++) {
+		slot *sl = window_at(&q->w, o);
+		c->acks += sl->c == c;
+		if (sl->state != SLOT_ACKED) {
+			c->acked++;
+			ack_slot(q, sl);
+			q->sub->acked++;
+		}
+	}
+}
+
+/* failover (and dead letters): one request, every offset up to the highest listed, from the active
+ * consumer only. It takes effect whole or not at all: if an offset of it is refused for another
+ * reason than ALREADY_ACKED (never delivered, another consumer's, not active), nothing is
+ * acknowledged, and each offset is listed with its own reason, the others as IN_REFUSED_ACK. */
+static void ack_cumulative(consumer *c, const Cdc__V1__Ack *a)
+{
+	queue *q = c->q;
+	bool active = sq_is_active(c), whole = true;
+	uint64_t top = 0;
+	for (size_t i = 0; i < a->n_offsets; i++) {
+		uint64_t off = a->offsets[i];
+		Cdc__V1__Refused__Reason why =
+		    active ? refusal(q, c, off, true) : CDC__V1__REFUSED__REASON__NOT_ACTIVE;
+		if (why && why != CDC__V1__REFUSED__REASON__ALREADY_ACKED)
+			whole = false;
+		else if (!why && off > top)
+			top = off;
+	}
+	for (size_t i = 0; i < a->n_offsets; i++) {
+		uint64_t off = a->offsets[i];
+		Cdc__V1__Refused__Reason why =
+		    active ? refusal(q, c, off, true) : CDC__V1__REFUSED__REASON__NOT_ACTIVE;
+		if (why)
+			refuse(c, off, why);
+		else if (!whole)
+			refuse(c, off, CDC__V1__REFUSED__REASON__IN_REFUSED_ACK);
+	}
+	if (whole && top)
+		ack_range(c, q->w.base, top);
+}
+
+/* failover (and dead letters): cumulative; shared modes: each offset by itself. */
 void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
-	bool cumulative = sq_mode(q) == SOCKET_FAILOVER;
-	for (size_t i = 0; i < a->n_offsets; i++) {
-		uint64_t off = a->offsets[i];
-		Cdc__V1__Refused__Reason why = cumulative && !sq_is_active(c)
-						   ? CDC__V1__REFUSED__REASON__NOT_ACTIVE
-						   : refusal(q, c, off, true);
-		if (why) {
-			refuse(c, off, why);
-			continue;
-		}
-		for (uint64_t o = cumulative ? q->w.base : off; o <= off; o++) {
-			slot *sl = window_at(&q->w, o);
-			c->acks += sl->c == c;
-			if (sl->state != SLOT_ACKED) {
-				ack_slot(q, sl);
-				q->sub->acked++;
-			}
+	if (sq_mode(q) == SOCKET_FAILOVER) {
+		ack_cumulative(c, a);
+	} else {
+		for (size_t i = 0; i < a->n_offsets; i++) {
+			Cdc__V1__Refused__Reason why = refusal(q, c, a->offsets[i], true);
+			if (why)
+				refuse(c, a->offsets[i], why);
+			else
+				ack_range(c, a->offsets[i], a->offsets[i]);
 		}
 	}
 	window_advance(q);
@@ -617,7 +757,6 @@ void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 {
 	queue *q = c->q;
-	uint64_t now = now_ms();
 	for (size_t i = 0; i < n->n_offsets; i++) {
 		uint64_t off = n->offsets[i];
 		Cdc__V1__Refused__Reason why = refusal(q, c, off, false);
@@ -628,7 +767,7 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 		slot *sl = window_at(&q->w, off);
 		slot_forget_reason(sl);
 		sl->reason = xstrdup(n->reason[0] ? n->reason : "nack");
-		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? now + n->delay_ms : 0);
+		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? deadline_in(n->delay_ms) : 0);
 		q->sub->nacked++;
 	}
 	window_advance(q);
@@ -647,7 +786,7 @@ void sq_settle(socket_sink *s, queue *q)
 void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
 {
 	queue *q = c->q;
-	uint64_t deadline = now_ms() + q->sub->set->ack_timeout_ms;
+	uint64_t deadline = deadline_in(q->sub->set->ack_timeout_ms);
 	for (size_t i = 0; i < p->n_offsets; i++) {
 		Cdc__V1__Refused__Reason why = refusal(q, c, p->offsets[i], false);
 		if (why)
@@ -659,44 +798,91 @@ void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
 	}
 }
 
-/* failover: the active consumer held a delivery past its deadline; the next one takes over. */
-static void hand_over(socket_sink *s, queue *q, uint64_t now)
+/* failover: the active consumer held a delivery past its deadline, or stopped reading (why); the
+ * next one that reads takes over. false if there is none. */
+static bool hand_over(socket_sink *s, queue *q, enum back_why why)
 {
 	consumer *active = q->consumers;
-	if (!active->next) {
-		note_deadline(q, now + q->sub->set->ack_timeout_ms); /* nobody to hand over to */
-		return;
-	}
-	log_warn("the active consumer did not acknowledge in time; the next one takes over",
-		 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, active->next->name);
-	sq_unlink_consumer(&q->consumers, active);
-	sq_append_consumer(&q->consumers, active);
-	return_all(s, q, active, BACK_TIMEOUT);
+	if (!another_can_take(q, active))
+		return false;
+	do { /* the active one goes last, and so does each one that does not read */
+		consumer *first = q->consumers;
+		sq_unlink_consumer(&q->consumers, first);
+		sq_append_consumer(&q->consumers, first);
+	} while (q->consumers->not_reading);
+	log_warn(why == BACK_TIMEOUT
+		     ? "the active consumer did not acknowledge in time; the next one takes over"
+		     : "the active consumer stopped reading its socket; the next one takes over",
+		 "subscription=%s consumer=%s next=%s", q->sub->name, active->name, q->consumers->name);
+	take_back(s, q, active, why);
+	return true;
 }
 
-/* ack_timeout: shared modes redeliver the late event; failover hands over to a waiting consumer.
- * Deliveries held back by a Nack's delay are dispatched once it has passed. */
+/* ack_timeout: shared redelivers the late event (to another consumer while one can take it);
+ * key_shared moves the late event's bucket, with what the consumer holds of it, to another one
+ * (or redelivers it to the same one if none can take it); failover hands over to a waiting
+ * consumer. A late Delivery not even written to the consumer's socket is withdrawn (with the
+ * others not written), not counted. Deliveries held back by a Nack's delay are dispatched once it
+ * has passed. */
 void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 {
+	socket_consumers mode = sq_mode(q);
+	if (mode == SOCKET_FAILOVER && q->consumers && q->consumers->not_reading &&
+	    hand_over(s, q, BACK_NOT_READING))
+		sq_dispatch(s, q);
 	if (!q->min_deadline || q->min_deadline > now)
 		return;
 	q->min_deadline = 0;
-	bool failover = sq_mode(q) == SOCKET_FAILOVER, late = false;
+	bool late = false;
 	for (uint64_t o = q->w.base; o < q->next; o++) {
 		slot *sl = window_at(&q->w, o);
-		if (sl->state == SLOT_ACKED)
-			continue;
-		if (sl->state == SLOT_SENT && sl->deadline_ms <= now && failover) {
-			late = true;
-		} else if (sl->state == SLOT_SENT && sl->deadline_ms <= now) {
-			slot_forget_reason(sl);
-			return_slot(s, q, o, sl, BACK_TIMEOUT, 0);
-		} else if (sl->deadline_ms > now) {
-			note_deadline(q, sl->deadline_ms);
+		if (sl->state == SLOT_SENT && sl->deadline_ms <= now) {
+			if (mode == SOCKET_FAILOVER) {
+				late = true;
+			} else if (sl->pos >= sc_written(sl->c)) {
+				withdraw(s, q, sl->c);
+			} else if (mode == SOCKET_KEY_SHARED && another_can_take(q, sl->c)) {
+				lose_bucket(s, q, sl->c, sl->bucket, BACK_TIMEOUT);
+			} else {
+				slot_forget_reason(sl);
+				return_slot(s, q, o, sl, BACK_TIMEOUT, 0);
+			}
 		}
+		if (sl->state != SLOT_ACKED && sl->deadline_ms > now)
+			note_deadline(q, sl->deadline_ms);
 	}
-	if (late && q->consumers)
-		hand_over(s, q, now);
+	if (late && q->consumers && !hand_over(s, q, BACK_TIMEOUT))
+		note_deadline(q, now + q->sub->set->ack_timeout_ms); /* nobody to hand over to */
+	advance_base(s, q);
+	sq_dispatch(s, q);
+}
+
+void sq_not_reading(socket_sink *s, consumer *c)
+{
+	queue *q = c->q;
+	uint32_t held = c->in_flight;
+	uint64_t delivered = c->delivered; /* what is withdrawn is no delivery */
+	size_t unsent = evbuffer_get_length(bufferevent_get_output(c->bev));
+	switch (sq_mode(q)) {
+	case SOCKET_FAILOVER:
+		if (q->consumers == c)
+			hand_over(s, q, BACK_NOT_READING);
+		break;
+	case SOCKET_KEY_SHARED:
+		for (size_t b = 0; b < KEY_BUCKETS; b++)
+			if (q->bucket[b] == c)
+				lose_bucket(s, q, c, (uint8_t)b, BACK_NOT_READING);
+		take_back(s, q, c, BACK_NOT_READING);
+		break;
+	case SOCKET_SHARED:
+		take_back(s, q, c, BACK_NOT_READING);
+		break;
+	}
+	log_warn(
+	    "a consumer has not read its socket for ack_timeout; it gets nothing until it reads",
+	    "consumer=%s pid=%ld subscription=%s in_flight=%u taken_back=%u withdrawn=%llu unsent_bytes=%zu",
+	    c->name, (long)c->pid, q->sub->name, held, held - c->in_flight,
+	    (unsigned long long)(delivered - c->delivered), unsent);
 	advance_base(s, q);
 	sq_dispatch(s, q);
 }
@@ -745,10 +931,13 @@ void sq_detach(consumer *c)
 	sq_unlink_consumer(&q->consumers, c);
 	q->nconsumers--;
 	q->rr = 0;
-	for (size_t i = 0; i < KEY_BUCKETS; i++)
+	for (size_t i = 0; i < KEY_BUCKETS; i++) {
 		if (q->bucket[i] == c)
 			q->bucket[i] = NULL;
-	return_all(c->s, q, c, BACK_GONE);
+		if (q->avoid[i] == c)
+			q->avoid[i] = NULL;
+	}
+	take_back(c->s, q, c, BACK_GONE);
 	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone: nobody had those last */
 		if (window_at(&q->w, o)->c == c)
 			window_at(&q->w, o)->c = NULL;
@@ -776,6 +965,14 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 		start = sub->start_offset < first      ? first
 			: sub->start_offset > head + 1 ? head + 1
 						       : sub->start_offset;
+		/* offsets are given as events are spooled: none past the next one can be skipped yet */
+		if (start != sub->start_offset)
+			log_warn("start_offset is out of the spool's range; starting at its nearest end",
+				 "subscription=%s start_offset=%llu first_offset=%llu head_offset=%llu "
+				 "next_offset=%llu",
+				 q->sub->name, (unsigned long long)sub->start_offset,
+				 (unsigned long long)first, (unsigned long long)head,
+				 (unsigned long long)start);
 		break;
 	default:
 		if (q->w.base > acked)

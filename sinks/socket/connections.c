@@ -1,18 +1,22 @@
 /* connections.c: the connections of the socket sink's subscribers: accepting them, the first-frame
  * deadline, making room when the table is full, closing with a readable Error and draining, bounded
- * output, reading frames, the Subscribe handshake, Acked answers and heartbeats. */
+ * output (and withdrawing Deliveries not written yet), watching that the peer reads, reading frames,
+ * the Subscribe handshake, Acked answers and heartbeats. */
 #include "sinks/socket/internal.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "decoder/base/log.h"
+#include "sinks/pbwire.h"
 #include "sinks/socket/frame.h"
 
 #define HEARTBEAT_DEFAULT_MS 5000
@@ -23,13 +27,129 @@
  * word. */
 #define MAX_CLOSING 256
 
+/* The first byte of a Delivery frame's message: ServerFrame's delivery field, length-delimited. */
+#define DELIVERY_TAG (SF_DELIVERY << 3 | PB_WIRE_LEN)
+
+/* Output ------------------------------------------------------------------------------------ */
+
+static uint64_t *start_at(struct frame_starts *f, size_t i)
+{
+	return &f->v[(f->head + i) & (f->cap - 1)];
+}
+
+uint64_t sc_written(consumer *c)
+{
+	return c->out_added - evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+/* Forgets the frames wholly written: the first one kept is the one being written, if any. */
+static void forget_written(consumer *c)
+{
+	struct frame_starts *f = &c->starts;
+	uint64_t written = sc_written(c);
+	while (f->n && (f->n > 1 ? *start_at(f, 1) : c->out_added) <= written) {
+		f->head = (f->head + 1) & (f->cap - 1);
+		f->n--;
+	}
+}
+
+void sc_write_frame(consumer *c, const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct frame_starts *f = &c->starts;
+	forget_written(c);
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 16;
+		uint64_t *v = xmalloc(cap * sizeof(*v));
+		for (size_t i = 0; i < f->n; i++)
+			v[i] = *start_at(f, i);
+		free(f->v);
+		*f = (struct frame_starts){v, 0, f->n, cap};
+	}
+	*start_at(f, f->n++) = c->out_added;
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	evbuffer_add(out, a, alen);
+	if (blen)
+		evbuffer_add(out, b, blen);
+	c->out_added += alen + blen;
+	c->last_send_ms = now_ms();
+}
+
 void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 {
 	buf b = {0};
 	frame_put_server(&b, f);
-	bufferevent_write(c->bev, b.data, b.len);
+	sc_write_frame(c, b.data, b.len, NULL, 0);
 	buf_free(&b);
-	c->last_send_ms = now_ms();
+}
+
+uint64_t sc_withdraw(consumer *c)
+{
+	struct frame_starts *f = &c->starts;
+	forget_written(c);
+	uint64_t written = sc_written(c), from = UINT64_MAX, pos;
+	size_t k = 0, kept;
+	while (k < f->n && *start_at(f, k) < written)
+		k++; /* the frame being written stays whole */
+	if (k == f->n)
+		return UINT64_MAX;
+	struct evbuffer *out = bufferevent_get_output(c->bev), *keep = evbuffer_new();
+	/* The bufferevent keeps its output's front frozen but while it writes (its own
+	 * bufferevent_writecb does the same). */
+	evbuffer_unfreeze(out, 1);
+	pos = *start_at(f, k);
+	evbuffer_remove_buffer(out, keep, (size_t)(pos - written));
+	kept = k;
+	for (size_t i = k; i < f->n; i++) {
+		size_t len = (size_t)((i + 1 < f->n ? *start_at(f, i + 1) : c->out_added) - *start_at(f, i));
+		uint8_t head[FRAME_HEADER + 1];
+		if (evbuffer_copyout(out, head, sizeof(head)) == (ssize_t)sizeof(head) &&
+		    head[FRAME_HEADER] == DELIVERY_TAG) {
+			if (from == UINT64_MAX)
+				from = *start_at(f, i);
+			evbuffer_drain(out, len);
+			continue;
+		}
+		evbuffer_remove_buffer(out, keep, len);
+		*start_at(f, kept++) = pos;
+		pos += len;
+	}
+	f->n = kept;
+	evbuffer_add_buffer(out, keep);
+	evbuffer_freeze(out, 1);
+	evbuffer_free(keep);
+	c->out_added = pos;
+	if (evbuffer_get_length(out) <= c->s->out_low)
+		c->stalled = false; /* drained by the withdrawal: no write will say so */
+	return from;
+}
+
+/* Whether the peer reads: it did since the last check if what it has not read (the kernel counts
+ * the size of its buffers, at least the bytes in them) grew by less than cdc wrote meanwhile.
+ * Its frames show it alive too (a worker busy with a long job sends Progress without reading):
+ * only a peer that neither reads nor sends for ack_timeout is taken for one that stopped reading,
+ * and it is dispatched to again once it reads. */
+void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
+{
+	int unread = 0;
+	if (ioctl(bufferevent_getfd(c->bev), SIOCOUTQ, &unread) != 0)
+		unread = 0;
+	uint64_t written = sc_written(c);
+	bool reads = unread == 0 || (int64_t)unread - c->seen_unread < (int64_t)(written - c->seen_written);
+	c->seen_unread = unread;
+	c->seen_written = written;
+	if (reads) {
+		c->read_ms = now;
+		if (c->not_reading) {
+			c->not_reading = false;
+			log_info("a consumer reads its socket again", "consumer=%s pid=%ld subscription=%s",
+				 c->name, (long)c->pid, c->q->sub->name);
+			sq_dispatch(c->s, c->q);
+		}
+	} else if (!c->not_reading &&
+		   now - (c->read_ms > c->heard_ms ? c->read_ms : c->heard_ms) >= timeout_ms) {
+		c->not_reading = true;
+		sq_not_reading(c->s, c);
+	}
 }
 
 static void consumer_free(consumer *c);
@@ -62,9 +182,16 @@ static void on_closing_event(struct bufferevent *bev, short what, void *arg)
 
 static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
 {
-	(void)bev;
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		consumer_free(arg);
+	consumer *c = arg;
+	size_t partial = evbuffer_get_length(bufferevent_get_input(bev));
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	/* every whole frame before it was handled; the start of a frame cannot be */
+	if (partial)
+		log_warn(
+		    "a subscriber's connection ended in the middle of a frame; the partial frame is dropped",
+		    "consumer=%s pid=%ld bytes=%zu", c->name, (long)c->pid, partial);
+	consumer_free(c);
 }
 
 /* Answers with an Error frame and closes once the client has had it; this connection only. It
@@ -143,6 +270,7 @@ void sc_flush_reply(consumer *c)
 void sc_consumer_release(consumer *c)
 {
 	bufferevent_free(c->bev);
+	free(c->starts.v);
 	free(c->reply.offsets);
 	free(c->reply.reasons);
 	free(c);
@@ -263,6 +391,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	struct evbuffer *in = bufferevent_get_input(bev);
 	char err[256];
 	queue *settle = NULL;
+	c->heard_ms = now_ms();
 	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
 		const uint8_t *msg;
 		size_t msglen, consumed, avail = evbuffer_get_length(in);
@@ -373,7 +502,8 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	c->s = s;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->accepted_ms = c->last_send_ms = now_ms();
+	c->accepted_ms = c->last_send_ms = c->read_ms = c->heard_ms = now_ms();
+	c->connected_us = wall_us();
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(c->bev, on_consumer_read, on_consumer_written, on_consumer_event, c);

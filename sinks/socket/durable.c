@@ -9,6 +9,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,7 +24,7 @@
 #define TRIM_EVERY_MS 1000
 #define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
 
-/* Timer: ack timeouts, heartbeats, retention. */
+/* Timer: consumers that stopped reading, ack timeouts, heartbeats, retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -39,11 +40,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			continue;
 		queue *qs[2] = {&sub->q, &sub->dead};
 		for (int k = 0; k < 2; k++) {
+			/* a failover consumer that stops reading goes last: one may be seen twice */
+			for (consumer *c = qs[k]->consumers, *next; c; c = next) {
+				next = c->next;
+				sc_watch_reading(c, now, sub->set->ack_timeout_ms);
+			}
 			sq_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
 				sc_flush_reply(c); /* answers held back while c had events in flight */
-				if (!c->closing && now - c->last_send_ms >= c->heartbeat_ms &&
-				    !sq_out_full(c))
+				/* an idle connection's heartbeat; one that has not read what it was sent
+				 * has frames to read already */
+				if (!c->closing && !c->seen_unread &&
+				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
 					sc_heartbeat(c);
 				sq_update_window(c, now);
 			}
@@ -668,9 +676,13 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	if (!sub)
 		return false;
 	spool_stats st = spool_get_stats(sub->q.sp);
-	uint64_t in_flight = 0;
-	for (const consumer *c = sub->q.consumers; c; c = c->next)
+	uint64_t in_flight = 0, not_reading = 0;
+	for (const consumer *c = sub->q.consumers; c; c = c->next) {
 		in_flight += c->in_flight;
+		not_reading += c->not_reading;
+	}
+	for (const consumer *c = sub->dead.consumers; c; c = c->next)
+		not_reading += c->not_reading;
 	*out = (socket_sub_stats){
 	    .matched = sub->matched,
 	    .delivered = sub->delivered,
@@ -684,10 +696,38 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	    .acked_offset = spool_acked(sub->q.sp),
 	    .first_offset = spool_first(sub->q.sp),
 	    .consumers = sub->q.nconsumers,
+	    .not_reading = not_reading,
 	    .dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
 	    .dropped = st.dropped,
 	    .spool_bytes = st.bytes,
 	    .full = !sub->set->retention.drop_oldest && spool_full(sub->q.sp, wall_ms()),
 	};
 	return true;
+}
+
+socket_consumer_stats *socket_sink_consumers(const sink *base, uint32_t i, size_t *n)
+{
+	const socket_sink *s = (const socket_sink *)base;
+	const subscription *sub = i < s->nindex ? s->by_index[i] : NULL;
+	*n = 0;
+	if (!sub || !(sub->q.nconsumers + sub->dead.nconsumers))
+		return NULL;
+	socket_consumer_stats *out = xcalloc(sub->q.nconsumers + sub->dead.nconsumers, sizeof(*out));
+	const queue *qs[2] = {&sub->q, &sub->dead};
+	for (int k = 0; k < 2; k++)
+		for (const consumer *c = qs[k]->consumers; c; c = c->next) {
+			socket_consumer_stats *o = &out[(*n)++];
+			snprintf(o->name, sizeof(o->name), "%s", c->name);
+			o->pid = c->pid;
+			o->uid = c->uid;
+			o->mode = sq_mode(qs[k]);
+			o->dead_letters = qs[k]->dead_letters;
+			o->active = sq_is_active(c);
+			o->reading = !c->not_reading;
+			o->in_flight = c->in_flight;
+			o->delivered = c->delivered;
+			o->acked = c->acked;
+			o->connected_us = c->connected_us;
+		}
+	return out;
 }

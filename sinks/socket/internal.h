@@ -60,6 +60,9 @@ typedef struct queue {
 	uint64_t min_deadline;
 	uint64_t drop_from, drop_to; /* a discarded range the next consumer is told of (drop_to 0: none) */
 	consumer *bucket[KEY_BUCKETS];
+	/* key_shared: the consumer a bucket was taken from after an ack timeout; it does not get the
+	 * bucket back while another consumer can take it */
+	consumer *avoid[KEY_BUCKETS];
 	size_t rr;
 } queue;
 
@@ -92,8 +95,25 @@ struct consumer {
 	bool window_full; /* in_flight reached the window since rate_since_ms */
 	uint64_t heartbeat_ms, last_send_ms;
 	uint64_t accepted_ms;
+	int64_t connected_us;	   /* wall clock, for status */
+	uint64_t delivered, acked; /* its deliveries (withdrawn ones not counted) and the offsets it acked */
 	bool closing;
-	bool stalled; /* its output reached out_high: dispatch waits for the drain */
+	bool stalled; /* its output reached out_high: dispatch waits for the drain to out_low */
+	/* It has not read its socket for ack_timeout (sc_watch_reading): what it held went to the
+	 * others, and nothing is dispatched to it until it reads again. */
+	bool not_reading;
+	/* Its output (connections.c): the bytes ever queued, and the start of every frame that may not
+	 * be wholly written yet, oldest first: a Delivery frame none of which is written can still be
+	 * withdrawn (sc_withdraw). */
+	uint64_t out_added;
+	struct frame_starts {
+		uint64_t *v;
+		size_t head, n, cap;
+	} starts;
+	/* What the last reading check saw: bytes written, bytes unread by the peer (SIOCOUTQ); when it
+	 * last saw the peer read, and when a frame from it last arrived. */
+	uint64_t seen_written, read_ms, heard_ms;
+	int seen_unread;
 	/* The Acked owed for the Ack, Nack and Progress frames read since the last one. */
 	struct reply {
 		uint32_t answered;
@@ -176,8 +196,22 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub);
 bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen);
 void sq_free_queue(queue *q);
 
+/* c has not read its socket for ack_timeout: what it holds goes to the others. */
+void sq_not_reading(socket_sink *s, consumer *c);
+
 /* connections.c */
+/* Queues one frame, given in two pieces (b may be empty), to c's output. */
+void sc_write_frame(consumer *c, const void *a, size_t alen, const void *b, size_t blen);
 void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f);
+/* The bytes of c's output written to its socket so far (a position in the stream of its frames). */
+uint64_t sc_written(consumer *c);
+/* Removes from c's output every Delivery frame none of whose bytes is written yet, keeping the
+ * other frames in order. Returns the position the first of them had (the Deliveries that started
+ * there or later were withdrawn), or UINT64_MAX when there was none. */
+uint64_t sc_withdraw(consumer *c);
+/* Once a tick: whether c's peer reads its socket; after ack_timeout (timeout_ms) without, the
+ * queue takes back what c holds (sq_not_reading), and dispatches to it again once it reads. */
+void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms);
 void sc_heartbeat(consumer *c);
 /* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
 void sc_flush_reply(consumer *c);

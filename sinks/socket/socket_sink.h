@@ -66,12 +66,31 @@ typedef struct socket_sub_stats {
 	uint64_t acked, nacked, progressed, refused;
 	uint64_t head_offset, acked_offset, first_offset;
 	uint64_t consumers;
-	uint64_t dead;	  /* dead letters retained */
-	uint64_t dropped; /* discarded by retention (persisted) */
+	uint64_t not_reading; /* consumers (events and dead letters) that stopped reading their socket */
+	uint64_t dead;	      /* dead letters retained */
+	uint64_t dropped;     /* discarded by retention (persisted) */
 	uint64_t spool_bytes;
 	bool full; /* when_full: block and at a limit */
 } socket_sub_stats;
 /* Stats of subscription index sub; false when the sink does not serve it. */
 bool socket_sink_stats(const sink *s, uint32_t sub, socket_sub_stats *out);
+
+/* One consumer attached to a subscription, to its events or its dead letters. */
+typedef struct socket_consumer_stats {
+	char name[256];
+	pid_t pid;
+	uid_t uid;
+	socket_consumers mode; /* dead letters: always failover */
+	bool dead_letters;
+	bool active;  /* failover: the one receiving (the others wait); shared modes: always */
+	bool reading; /* false: it stopped reading its socket (see sc_watch_reading) */
+	uint32_t in_flight;
+	uint64_t delivered;   /* deliveries to it (withdrawn ones, never written, not counted) */
+	uint64_t acked;	      /* offsets its acks acknowledged */
+	int64_t connected_us; /* when it connected, µs since the Unix epoch */
+} socket_consumer_stats;
+/* The consumers attached to subscription index sub: its events' in order (failover: the active
+ * one first), then its dead letters' readers. A malloc'd array of *n (NULL when none). */
+socket_consumer_stats *socket_sink_consumers(const sink *s, uint32_t sub, size_t *n);
 
 #endif

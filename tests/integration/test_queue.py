@@ -300,3 +300,74 @@ def test_a_shared_consumers_window_grows_to_max_unacked_with_its_pace(pg, schema
     assert sorted(seen) == list(range(1, n + 1))
     s.close()
     assert p.terminate() == 0
+
+
+def test_a_cumulative_ack_holding_a_never_delivered_offset_is_refused_whole(pg, schema, cdc):
+    """failover, offsets 1-5 delivered, nothing acked: Ack{1005, 2} used to acknowledge 1-2 and
+    refuse only 1005. A cumulative ack is one request: now nothing is acknowledged, 1005 is refused
+    as NOT_DELIVERED and 2 as IN_REFUSED_ACK. An offset already acknowledged is refused by itself
+    (ALREADY_ACKED) without refusing the rest. The dead letters' acks are cumulative too."""
+    make_jobs(pg, schema)
+    make_jobs(pg, schema, table="orders")
+    c, p = cdc.start(subscriptions=[socket_sub(schema, consumers="shared", max_deliveries=1),
+                                    socket_sub(schema, name="fo", table="orders")])
+    f = attach(c, sub="fo", consumer="f")
+    insert(pg, schema, 1, 5, table="orders")
+    assert [e.offset for e in collect(f, 5)] == [1, 2, 3, 4, 5]
+    f.ack([1005, 2])
+    ans = one_answer(f)
+    assert (refused(ans), ans.acked_offset) == ([(1005, "NOT_DELIVERED"), (2, "IN_REFUSED_ACK")], 0)
+    f.ack([5])
+    assert one_answer(f).acked_offset == 5
+
+    a = attach(c, consumer="a")  # shared: 1-5 become dead letters when a goes
+    insert(pg, schema, 1, 5)
+    assert [e.offset for e in collect(a, 5)] == [1, 2, 3, 4, 5]
+    a.close()
+    dead = attach(c, dead_letters=True)
+    assert [e.offset for e in collect(dead, 5, timeout=10)] == [1, 2, 3, 4, 5]
+    dead.ack([1005, 2])
+    ans = one_answer(dead)
+    assert (refused(ans), ans.acked_offset) == ([(1005, "NOT_DELIVERED"), (2, "IN_REFUSED_ACK")], 0)
+    dead.ack([2, 1])  # both in flight: everything up to 2, whatever the order
+    ans = one_answer(dead)
+    assert (refused(ans), ans.acked_offset) == ([], 2)
+    dead.ack([1, 3])  # 1 is acknowledged already: listed, and 3 still counts
+    ans = one_answer(dead)
+    assert (refused(ans), ans.acked_offset) == ([(1, "ALREADY_ACKED")], 3)
+    dead.close()
+    assert p.terminate() == 0
+
+
+def test_a_nacked_event_never_comes_back_before_its_delay(pg, schema, cdc):
+    """600 events nacked one frame at a time with a 3 ms delay: each comes back at or after its
+    delay, measured from before its Nack was sent. The delay used to run from the millisecond the
+    Nack was read in, truncated, so a redelivery could come up to 1 ms early. Timed to show it: cdc's
+    clock is the same CLOCK_MONOTONIC, and the Nacks go out in turn early and late in a millisecond,
+    so that one read early in a millisecond (each read dispatches what is due) finds due the event
+    of one sent late in the millisecond 3 ms before; the client reads all along, so a redelivery's
+    arrival is known to within microseconds. The old code failed on most of them."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    s = attach(c, consumer="n")
+    n, delay = 600, 3
+    insert(pg, schema, 1, n)
+    assert [e.offset for e in collect(s, n)] == list(range(1, n + 1))
+    sent, back = {}, {}
+
+    def receive(timeout=0.0):
+        for e in s.events(1, timeout=timeout, fail=False, all_available=True):
+            back.setdefault(e.offset, time.monotonic())
+    for o in range(1, n + 1):
+        lo = 0.6 if o % 2 else 0.1  # where in its millisecond the Nack goes out
+        while not lo <= time.monotonic() * 1000 % 1 < lo + 0.1:
+            receive()
+        sent[o] = time.monotonic()
+        s.nack([o], delay_ms=delay)
+    deadline = time.monotonic() + 30
+    while len(back) < n and time.monotonic() < deadline:
+        receive(0.5)
+    assert sorted(back) == list(range(1, n + 1))
+    early = {o: round((sent[o] + delay / 1000 - t) * 1000, 3) for o, t in back.items() if t < sent[o] + delay / 1000}
+    assert early == {}, "%d redeliveries early (ms, by offset): %s" % (len(early), early)
+    assert p.terminate() == 0

@@ -4,7 +4,9 @@ built only from the .proto files) and the test helpers of tests/subscriber_helpe
 spool (durability, restart, torn tail, retention), the consumer modes (failover, shared,
 key_shared), acks, flow control, batches, dead letters, start positions and malformed frames."""
 
+import calendar
 import glob
+import json
 import os
 import stat
 import struct
@@ -254,7 +256,13 @@ def test_shared_redelivers_after_ack_timeout_then_dead_letters(pg, schema, cdc):
     out = subprocess.run([CDC_BIN, "tail", "-s", sock(c), "jobs", "--dead", "--from", "earliest", "--count", "1",
                           "--timeout", "10"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert '"id":1' in out.stdout and '"subscription":"jobs"' in out.stdout
+    line = json.loads(out.stdout)
+    assert line["new"]["id"] == 1 and line["subscription"] == "jobs" and line["offset"] == 1
+    # with its history, as the Delivery's DeadLetter has it (it used to be left out)
+    history = line["dead_letter"]
+    assert time.time() - 60 < calendar.timegm(time.strptime(history.pop("dead_time")[:19], "%Y-%m-%dT%H:%M:%S"))
+    assert history == {"original_offset": 1, "deliveries": 2, "reason": "ack timeout"}
+    assert list(line)[-3:] == ["commit_lsn", "tx_index", "commit_time"]
     assert p.terminate() == 0
 
 
@@ -324,6 +332,34 @@ def test_start_positions(pg, schema, cdc):
     assert s.subscribed.next_offset == 6 and s.subscribed.acked_offset == 5
     insert(pg, schema, 6, 6)
     assert [e.offset for e in collect(s, 1)] == [6]
+    s.close()
+    # Past the head: offsets are given as events are spooled, so it starts after the head (as
+    # latest), says so in next_offset, and the log says why.
+    s = attach(c, start="offset", start_offset=1000)
+    assert (s.subscribed.head_offset, s.subscribed.acked_offset, s.subscribed.next_offset) == (6, 6, 7)
+    assert "start_offset is out of the spool's range; starting at its nearest end" in p.stderr()
+    assert "start_offset=1000 first_offset=1 head_offset=6 next_offset=7" in p.stderr()
+    insert(pg, schema, 7, 7)
+    assert [e.offset for e in collect(s, 1)] == [7]
+    assert p.terminate() == 0
+
+
+def test_a_connection_that_ends_mid_frame(pg, schema, cdc):
+    """A client acks 1 in a whole frame, sends half of an Ack of 2, and closes: the whole frame
+    counts, the half is dropped (and logged), and 2 goes to the next consumer as a redelivery."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    s = attach(c, consumer="halfway")
+    insert(pg, schema, 1, 2)
+    assert [e.offset for e in collect(s, 2)] == [1, 2]
+    half = Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[2])))
+    s.send_raw(Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[1]))) + half[:len(half) - 2])
+    s.close()
+    wait_for(lambda: "subscriber disconnected consumer=halfway" in p.stderr(), 10, what="the disconnection")
+    assert "ended in the middle of a frame; the partial frame is dropped consumer=halfway" in p.stderr()
+    nxt = attach(c, consumer="next")
+    assert nxt.subscribed.acked_offset == 1
+    assert [(e.offset, e.delivery_count) for e in collect(nxt, 1)] == [(2, 2)]
     assert p.terminate() == 0
 
 
@@ -507,6 +543,29 @@ def test_malformed_and_oversized_frames_close_only_that_connection(pg, schema, c
     insert(pg, schema, 1, 2)
     assert [e.offset for e in collect(good, 2)] == [1, 2]  # the good consumer never noticed
     assert p.terminate() == 0
+
+
+def test_limits_are_refused_with_a_bad_frame_that_names_them(pg, schema, cdc):
+    """An empty Ack, an Ack of 65,537 offsets, a Nack delayed over an hour: each closes that
+    connection with Error BAD_FRAME naming the limit; an Ack sent before it in the same write counts,
+    and what the consumer held goes to the next one."""
+    make_jobs(pg, schema)
+    c, p = cdc.start(subscriptions=[socket_sub(schema)])
+    insert(pg, schema, 1, 3)
+    cases = [(pb.Ack(offsets=[]), "Ack: no offsets"),
+             (pb.Ack(offsets=list(range(1, 65538))), "Ack: 65537 offsets, at most 65536 in one frame"),
+             (pb.Nack(offsets=[3], delay_ms=3600001), "Nack: delay_ms 3600001 is over 3600000")]
+    for i, (msg, text) in enumerate(cases, 1):
+        s = attach(c, consumer=f"c{i}")
+        assert [e.offset for e in collect(s, 4 - i)] == list(range(i, 4))
+        bad = pb.ClientFrame(ack=msg) if isinstance(msg, pb.Ack) else pb.ClientFrame(nack=msg)
+        s.send_raw(Subscriber.encode(pb.ClientFrame(ack=pb.Ack(offsets=[i]))) + Subscriber.encode(bad))
+        frames = s.wait_closed(10)
+        errors = [f.error for f in frames if f.WhichOneof("kind") == "error"]
+        assert [(e.code, e.message) for e in errors] == [(pb.Error.BAD_FRAME, text)]
+    nxt = attach(c, consumer="next")
+    assert nxt.subscribed.acked_offset == 3
+    assert p.running() and p.terminate() == 0
 
 
 # --- cdc tail -----------------------------------------------------------------------------------

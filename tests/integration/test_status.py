@@ -3,6 +3,7 @@ figures against what happened, /metrics through Prometheus' own text parser, /he
 across a PostgreSQL outage, `cdc status`, and no password anywhere."""
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -192,3 +193,49 @@ def test_json_logs_have_fields_and_no_password(pg, schema, cdc):
         f'CREATE PUBLICATION "{c.publication}" FOR TABLES IN SCHEMA "{schema}"'
     assert by_msg["stopped"]["flushed_lsn"].count("/") == 1
     assert "hunter2-secret" not in p.stderr()
+
+
+def test_status_names_each_consumer(pg, schema, cdc):
+    """Two named consumers of a shared subscription and a reader of its dead letters: /status lists
+    each with its pid, uid, mode, state and figures, and `cdc status` shows them under the
+    subscription's row. /status used to have only a count."""
+    pg.sql(f"create table {schema}.jobs (id int primary key)")
+    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket",
+                                     "consumers": "shared"}])
+    path = c.config["subscribers"]["socket"]
+    alpha = Subscriber(path, "jobs", consumer="alpha", max_unacked=2)
+    pg.sql(f"insert into {schema}.jobs select generate_series(1, 2)")
+    assert [e.offset for e in alpha.events(2, 20)] == [1, 2]
+    beta = Subscriber(path, "jobs", consumer="beta", max_unacked=3)
+    pg.sql(f"insert into {schema}.jobs select generate_series(3, 5)")
+    assert [e.offset for e in beta.events(3, 20)] == [3, 4, 5]
+    alpha.ack([1])
+    beta.ack([3, 4])
+    alpha.answers(1)
+    beta.answers(1)
+    gamma = Subscriber(path, "jobs", consumer="gamma", dead_letters=True)
+    t0 = time.time()
+
+    def jobs():
+        code, body = get(c, "/status")
+        sub = json.loads(body)["subscriptions"][0]
+        return sub if sub["acked"] == 3 and len(sub["dead_letter_readers"]) == 1 else None
+    sub = wait_for(jobs, 10, what="the consumers in /status")
+    me = {"pid": os.getpid(), "uid": os.getuid(), "mode": "shared", "active": True, "reading": True}
+    since = [x.pop("connected_since") for x in sub["attached"] + sub["dead_letter_readers"]]
+    assert sub["attached"] == [dict(me, name="alpha", in_flight=1, delivered=2, acked=1),
+                               dict(me, name="beta", in_flight=1, delivered=3, acked=2)]
+    assert sub["dead_letter_readers"] == [dict(me, name="gamma", mode="failover", in_flight=0, delivered=0,
+                                               acked=0)]
+    for s_ in since:  # RFC 3339, in UTC, within the test's run
+        when = time.mktime(time.strptime(s_[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        assert s_.endswith("Z") and t0 - 60 < when <= t0 + 1, s_
+    out = subprocess.run([CDC_BIN, "status", "-c", c.path], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    rows = [x.split() for x in out.stdout.splitlines() if x.startswith("  ")]
+    assert [r[:-1] for r in rows] == [
+        ["CONSUMER", "PID", "UID", "READS", "MODE", "STATE", "IN_FLIGHT", "DELIVERED", "ACKED"],
+        ["alpha", str(os.getpid()), str(os.getuid()), "events", "shared", "active", "1", "2", "1"],
+        ["beta", str(os.getpid()), str(os.getuid()), "events", "shared", "active", "1", "3", "2"],
+        ["gamma", str(os.getpid()), str(os.getuid()), "dead", "letters", "failover", "active", "0", "0", "0"]]
+    assert p.terminate() == 0

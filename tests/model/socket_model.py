@@ -1,6 +1,8 @@
 """socket_model.py: a randomized state-machine test of cdc's subscriber socket. Clients connect to a
 real cdc (meant to be the sanitizer build), subscribe in each mode and to dead letters, ack (rightly
-and wrongly), stay silent, send garbage and disconnect while rows are inserted into a real
+and wrongly, cumulative acks mixing delivered and never-delivered offsets), stay silent, stop
+reading their socket (and start again), send garbage and disconnect while rows (some of 300 kB, so
+that a consumer that stops reading has Deliveries left in cdc's output) are inserted into a real
 PostgreSQL; every frame they receive is checked against a reference model of what each consumer
 holds, and every few dozen steps the run settles (all acknowledged, nothing lost, nothing hung).
 
@@ -13,8 +15,15 @@ pass legitimately: a frame's send time is bounded below by what caused it (the r
 consumer's Subscribe, earlier frames on the same connection) and above by its receipt; an ack is
 known processed once a later barrier (a Subscribe to an unknown subscription, answered with an
 Error) or an acked_offset says so, and an ack counts unless cdc's Acked answer refuses it (issue 15:
-an ack of an offset in flight to another consumer is refused). A connection that never subscribes
+an ack of an offset in flight to another consumer is refused). A cumulative ack is all or nothing
+(issue 22): the answer to one mixing held and never-delivered offsets must list every offset, the
+held ones as IN_REFUSED_ACK, and leave acked_offset where it was. A connection that never subscribes
 is closed with SUBSCRIBE_TIMEOUT after 10 s.
+
+A consumer that neither reads nor sends for ack_timeout loses what it holds (issue 22): cdc sees
+reads only every 100 ms and through the kernel's count of unread bytes, so the model takes a
+delivery as possibly taken back from the end of its consumer's last quiet stretch of ack_timeout -
+QUIET_SLACK on (its reads and sends are known to the client exactly).
 """
 
 import argparse
@@ -37,6 +46,8 @@ from subscriber_helpers import FRAME_MAX, Subscriber, ServerError, encode_frame,
 
 INF = float("inf")
 EPS = 0.03            # ms rounding of cdc's deadlines, and clock reads on either side
+QUIET_SLACK = 0.35    # cdc's 100 ms reading checks (and a read it could not see between two)
+BIG = 300000          # bytes of a big row's pad
 TIMEOUT = 1.0         # ack_timeout of the subscriptions that time out
 NO_TIMEOUT = 3600.0   # fo: rotation impossible, so the active consumer is known exactly
 MAX_DELIVERIES = 3
@@ -88,10 +99,10 @@ def request(path, method, target, body=None):
 
 
 class Delivery:
-    __slots__ = ("conn", "count", "L", "recv")
+    __slots__ = ("conn", "offset", "count", "L", "recv")
 
-    def __init__(self, conn, count, L, recv):
-        self.conn, self.count, self.L, self.recv = conn, count, L, recv
+    def __init__(self, conn, offset, count, L, recv):
+        self.conn, self.offset, self.count, self.L, self.recv = conn, offset, count, L, recv
 
 
 class Queue:
@@ -144,6 +155,11 @@ class Conn:
         self.mute = False           # sent half a frame: anything more would be read as its rest
         self.unanswered = 0         # Ack frames sent that no Acked has answered yet
         self.refused = set()        # offsets cdc refused in this connection's acks
+        self.stopped = None         # since when it does not read its socket (nor send)
+        self.stop_for = 0.0         # and for how long at least
+        self.activity = []          # times it read its socket or sent a frame, increasing
+        self.answers = []           # the Acked frames received, in order
+        self.got = []               # the Deliveries (events) it received
 
     def __repr__(self):
         return "c%d(%s%s)" % (self.id, self.q.name if self.q else self.kind,
@@ -152,6 +168,21 @@ class Conn:
     def released(self):
         """Lower bound of when cdc took back what this connection holds, timeouts aside."""
         return min(self.closed, self.poisoned)
+
+    def active_at(self, t):
+        self.activity.append(t)
+
+    def quiet_from(self, since, timeout):
+        """Lower bound of when cdc could take it for one that stopped reading, at or after since:
+        the end of its first stretch without reads or sends of timeout - QUIET_SLACK ending then
+        or later (cdc takes it back at such an end, never earlier)."""
+        need = timeout - QUIET_SLACK
+        a = self.activity
+        for i, t in enumerate(a):
+            end = a[i + 1] if i + 1 < len(a) else INF
+            if end >= since and end - t >= need:
+                return max(since, t + need)
+        return INF if a else since
 
 
 class Model:
@@ -172,8 +203,9 @@ class Model:
         self.conns = []
         self.history = []
         self.steps = 0
-        self.stats = {"deliveries": 0, "acks": 0, "wrong_acks": 0, "cross_acks": 0, "garbage": 0,
-                      "closes": 0, "settles": 0, "dead": 0, "reloads": 0, "puts": 0, "redelivered": 0}
+        self.stats = {"deliveries": 0, "acks": 0, "wrong_acks": 0, "cross_acks": 0, "mixed_acks": 0, "garbage": 0,
+                      "closes": 0, "settles": 0, "dead": 0, "reloads": 0, "puts": 0, "redelivered": 0,
+                      "stopped_reading": 0}
         self.extra = None            # None, "put", "deleted"
         self.err_pos = 0
 
@@ -182,7 +214,7 @@ class Model:
     def start(self):
         self.pg.sql('drop schema if exists "%s" cascade' % self.schema)
         self.pg.sql('create schema "%s"' % self.schema)
-        self.pg.sql('create table "%s".jobs (id int primary key, v int)' % self.schema)
+        self.pg.sql('create table "%s".jobs (id int primary key, v int, pad text)' % self.schema)
         sockdir = tempfile.mkdtemp(prefix="cdc-model-")
         self.sock = os.path.join(sockdir, "events.sock")
         self.status = os.path.join(sockdir, "status.sock")
@@ -262,6 +294,7 @@ class Model:
             c.expect_error = ("<closed>",)
         elif kind == "acked":
             a = f.acked
+            c.answers.append(a)
             self.expect(a.answered <= c.unanswered, "%r: Acked answers %d acks of %d sent" %
                         (c, a.answered, c.unanswered))
             c.unanswered -= a.answered
@@ -318,7 +351,7 @@ class Model:
                 self.expect(recv >= y.released(), "failover %s: %r received while %r, subscribed before it, "
                             "was attached" % (q.name, c, y))
         if q.timeout != NO_TIMEOUT and c.first_recv is None:
-            lb = lambda x: min(x.released(), x.t_sub + q.timeout - EPS)  # noqa: E731
+            lb = lambda x: min(x.released(), x.t_sub + q.timeout - EPS, x.quiet_from(x.t_sub, q.timeout))  # noqa: E731
             for y in q.conns:
                 if y is not c and y.first_recv is not None:
                     self.expect(recv >= lb(y) or y.first_recv >= lb(c), "failover %s: %r and %r both received "
@@ -327,9 +360,19 @@ class Model:
             c.first_recv = recv
 
     def release_lb(self, q, d):
-        """Lower bound of when cdc took delivery d back."""
+        """Lower bound of when cdc took delivery d back: its consumer went, its deadline passed,
+        or its consumer stopped reading. key_shared: a timeout takes the key's bucket away with the
+        consumer's other deliveries of it, so the deadline of any other delivery to the same
+        connection that was not acknowledged before it counts too (the model does not know
+        buckets: 256 of them, by a hash of the key)."""
         start = d.conn.t_sub if q.mode == "failover" else d.L  # failover returns all on rotation
-        return min(d.conn.released(), start + q.timeout - EPS)
+        lb = min(d.conn.released(), start + q.timeout - EPS, d.conn.quiet_from(start, q.timeout))
+        if q.mode == "key_shared" and not q.dead:
+            for y in d.conn.got:
+                due = y.L + q.timeout - EPS
+                if y.L >= d.L - q.timeout and q.confirmed_at(y.offset) >= due:
+                    lb = min(lb, due)
+        return lb
 
     def on_event(self, c, q, e, L, recv):
         o, n = e.offset, e.delivery_count
@@ -352,7 +395,7 @@ class Model:
         self.expect(o > c.acked_seen, what + ": after this connection was told %d is acknowledged" % c.acked_seen)
         t = q.confirmed_at(o)
         self.expect(L <= t, what + ": acknowledged by %.3f, sent again after %.3f" % (t, L))
-        x = Delivery(c, n, L, recv)
+        x = Delivery(c, o, n, L, recv)
         prev = q.deliveries.setdefault(o, [])
         for p in prev:
             self.expect(p.count != n, what + ": delivery_count %d already went to %r" % (n, p.conn))
@@ -361,6 +404,7 @@ class Model:
                         "%s offset %d: delivery %d to %r while delivery %d was in flight to %r (no timeout, "
                         "no disconnect between)" % (q.name, o, b.count, b.conn, a.count, a.conn))
         prev.append(x)
+        c.got.append(x)
         if q.mode == "key_shared" and not q.dead:
             self.check_key(c, q, o, x)
         c.held[o] = n
@@ -386,14 +430,19 @@ class Model:
     # --- connections ---------------------------------------------------------------------------
 
     def drain(self, c, timeout=0.0):
-        """Feeds every frame at hand (or arriving within timeout) to the model; True if closed."""
+        """Feeds every frame at hand (or arriving within timeout) to the model; True if closed. A
+        connection that stopped reading is left alone."""
+        if c.stopped is not None:
+            return False
         s = c.sub
         deadline = time.monotonic() + timeout
+        c.active_at(time.monotonic())
         while True:
             f = s.recv(max(0.0, deadline - time.monotonic()))
             if f is None:
                 break
             self.on_frame(c, f, time.monotonic())
+        c.active_at(time.monotonic())
         if s.closed and c.closed == INF:
             self.expect(c.expect_error == ("<closed>",) or (c.expect_error and "<eof>" in c.expect_error),
                         "cdc closed %r (expected %s)" % (c, c.expect_error))
@@ -402,8 +451,14 @@ class Model:
         return False
 
     def drain_all(self, timeout=0.0):
-        for c in list(self.conns):
-            self.drain(c, timeout if c is self.conns[0] else 0.0)
+        """Every connection's frames at hand; with a timeout, all of them for that long."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for c in list(self.conns):
+                self.drain(c)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
     def forget(self, c):
         c.closed = min(c.closed, time.monotonic())
@@ -423,6 +478,7 @@ class Model:
     def subscribe(self, q, name=None, max_unacked=0, heartbeat_ms=300):
         c = Conn("consumer", q)
         c.t_sub = time.monotonic()
+        c.active_at(c.t_sub)
         c.sub = Subscriber(self.sock, q.sub, consumer=name or "m%d" % next(Conn.ids), max_unacked=max_unacked,
                            dead_letters=q.dead, heartbeat_ms=heartbeat_ms, timeout=30)
         a = c.sub.subscribed
@@ -445,6 +501,7 @@ class Model:
         q = c.q
         t = time.monotonic()
         c.sub.ack(offsets)
+        c.active_at(time.monotonic())
         c.unanswered += 1
         self.stats["acks"] += 1
         self.stats["wrong_acks"] += wrong
@@ -492,14 +549,18 @@ class Model:
 
     # --- actions -------------------------------------------------------------------------------
 
-    def do_write(self):
+    def do_write(self, big=False):
         """One transaction of 1-5 changes: inserts of new rows, updates of recent ones (so that
-        keys repeat, for key_shared's per-key order)."""
+        keys repeat, for key_shared's per-key order); big: one insert of a row of BIG bytes."""
         rng = self.rng
         first = len(self.t_ins)
         stmts, done = [], []
-        for _ in range(rng.choice([1, 1, 2, 3, 5])):
-            if self.rows_v and rng.random() < 0.6:
+        for _ in range(1 if big else rng.choice([1, 1, 2, 3, 5])):
+            if big:
+                rid = len(self.rows_v) + 1
+                self.rows_v[rid] = 0
+                stmts.append('insert into "%s".jobs values (%d, 0, repeat(\'x\', %d))' % (self.schema, rid, BIG))
+            elif self.rows_v and rng.random() < 0.6:
                 rid = rng.choice(sorted(self.rows_v)[-6:])
                 self.rows_v[rid] += 1
                 stmts.append('update "%s".jobs set v = %d where id = %d' % (self.schema, self.rows_v[rid], rid))
@@ -514,10 +575,14 @@ class Model:
             done.append("%d:%d" % (rid, self.rows_v[rid]))
         self.t_ins.extend([time.monotonic()] * len(stmts))
         self.pg.sql("begin; %s; commit" % "; ".join(stmts))
-        return "write offsets %d.. rows:versions %s" % (first, " ".join(done))
+        return "write%s offsets %d.. rows:versions %s" % (" big" if big else "", first, " ".join(done))
+
+    def do_write_big(self):
+        return self.do_write(big=True)
 
     def consumers(self, pred=lambda c: True):
-        return [c for c in self.conns if c.kind == "consumer" and c.poisoned == INF and not c.mute and pred(c)]
+        return [c for c in self.conns if c.kind == "consumer" and c.poisoned == INF and not c.mute and
+                c.stopped is None and pred(c)]
 
     def do_subscribe(self):
         q = self.queues[(self.rng.choice(list(SUBS)), self.rng.random() < 0.25)]
@@ -565,8 +630,73 @@ class Model:
         self.ack(c, offs, wrong=True)
         return "wrong ack (%s) %r %s" % (kind, c, offs)
 
+    def do_mixed_ack(self):
+        """A cumulative ack (failover, dead letters) of offsets the consumer holds and one never
+        delivered (past the head): refused whole, every offset listed, acked_offset unmoved."""
+        cs = self.consumers(lambda c: c.held and c.q.mode == "failover")
+        if not cs:
+            return None
+        c = self.rng.choice(cs)
+        deadline = time.monotonic() + 30
+        while c.unanswered and c.closed == INF and not self.drain(c, 0.05):  # its answer comes next
+            self.expect(time.monotonic() < deadline, "%r: %d acks not answered" % (c, c.unanswered))
+        if c.closed < INF:
+            return None
+        held = sorted(c.held)
+        never = HUGE + self.rng.randrange(1000) if self.rng.random() < 0.5 else len(self.t_ins) + self.rng.randrange(3)
+        offs = self.rng.sample(held, self.rng.randint(1, min(3, len(held)))) + [never]
+        self.rng.shuffle(offs)
+        before, seen = c.acked_seen, len(c.answers)
+        c.sub.ack(offs)
+        c.active_at(time.monotonic())
+        c.unanswered += 1
+        self.stats["mixed_acks"] += 1
+        while len(c.answers) == seen and c.closed == INF and not self.drain(c, 0.05):
+            self.expect(time.monotonic() < deadline, "%r: mixed ack %s not answered" % (c, offs))
+        if len(c.answers) == seen:
+            return "mixed ack %r %s: closed before the answer" % (c, offs)
+        a = c.answers[seen]
+        why = {r.offset: pb.Refused.Reason.Name(r.reason) for r in a.refused}
+        what = "%r: cumulative ack %s answered %s, acked_offset %d (was %d)" % (c, offs, why, a.acked_offset, before)
+        self.expect(a.answered == 1 and sorted(r.offset for r in a.refused) == sorted(offs),
+                    what + ": not refused whole")
+        if set(why.values()) != {"NOT_ACTIVE"}:
+            self.expect(why[never] == "NOT_DELIVERED" and a.acked_offset == before, what)
+            self.expect(all(why[o] in ("IN_REFUSED_ACK", "ALREADY_ACKED", "NOT_DELIVERED") for o in offs if o != never),
+                        what)
+        return "mixed ack %r %s: %s" % (c, offs, why)
+
+    def do_stop_reading(self):
+        """A consumer stops reading its socket (and sending) for a while, often past ack_timeout:
+        then cdc gives what it holds to the others, and Deliveries it could not write to it yet do
+        not count."""
+        cs = self.consumers()
+        if not cs:
+            return None
+        c = self.rng.choice(cs)
+        self.drain(c)
+        c.stopped = time.monotonic()
+        c.stop_for = self.rng.choice([0.2, 1.5, 2.5, 4.0])
+        self.stats["stopped_reading"] += 1
+        if self.rng.random() < 0.4:  # the others carry on meanwhile, past its ack timeout
+            t = self.rng.uniform(1.3, 2.2)
+            self.drain_all(t)
+            return "stop reading %r, the others read for %.1fs" % (c, t)
+        return "stop reading %r" % c
+
+    def do_resume_reading(self):
+        cs = [c for c in self.conns if c.stopped is not None and time.monotonic() - c.stopped >= c.stop_for]
+        if not cs:
+            return None
+        c = self.rng.choice(cs)
+        quiet = time.monotonic() - c.stopped
+        c.stopped = None
+        self.drain(c)
+        return "read again %r after %.1fs" % (c, quiet)
+
     def do_garbage(self):
-        cs = [c for c in self.conns if c.kind in ("consumer", "silent") and c.poisoned == INF and not c.mute]
+        cs = [c for c in self.conns if c.kind in ("consumer", "silent") and c.poisoned == INF and not c.mute
+              and c.stopped is None]
         if not cs:
             return None
         c = self.rng.choice(cs)
@@ -646,8 +776,9 @@ class Model:
         return "DELETE extra"
 
     def step(self):
-        actions = [(self.do_write, 20), (self.do_subscribe, 8), (self.do_silent, 2), (self.do_ack, 25),
-                   (self.do_wrong_ack, 8), (self.do_garbage, 6), (self.do_close, 6), (self.do_wait, 6),
+        actions = [(self.do_write, 20), (self.do_write_big, 2), (self.do_subscribe, 8), (self.do_silent, 2),
+                   (self.do_ack, 25), (self.do_wrong_ack, 8), (self.do_mixed_ack, 6), (self.do_stop_reading, 4),
+                   (self.do_resume_reading, 3), (self.do_garbage, 6), (self.do_close, 6), (self.do_wait, 6),
                    (self.do_reload, 10 * self.reload_every)]
         if len(self.consumers()) > 14:
             actions = [a for a in actions if a[0] is not self.do_subscribe]
@@ -729,6 +860,9 @@ class Model:
                     self.log("  step %d: %d rows, %s (%.0fs)" % (self.steps, len(self.t_ins) - 1, self.stats,
                                                                time.monotonic() - t0))
             self.settle()
+            err = self.proc.stderr()
+            self.stats["cdc_not_reading"] = err.count("has not read its socket")
+            self.stats["cdc_withdrawn"] = sum(int(x.split()[0]) for x in err.split(" withdrawn=")[1:])
             self.stop()
         except BaseException:
             self.log("socket model FAILED: seed %d at step %d; last actions:\n  %s\ncdc stderr: %s" % (

@@ -13,6 +13,36 @@
 #include "test.h"
 
 static hist kafka_h, socket_h;
+/* Two consumers of the events (a failover one active, one waiting that stopped reading; a name
+ * with a quote and a terminal escape) and a dead letters' reader. */
+static const report_consumer consumers[] = {
+    {.name = "worker-1",
+     .mode = "failover",
+     .pid = 4242,
+     .uid = 1000,
+     .active = true,
+     .reading = true,
+     .in_flight = 5,
+     .delivered = 118,
+     .acked = 100,
+     .connected_us = 1714566896000123},
+    {.name = "we\"ird\x1b[2J",
+     .mode = "failover",
+     .pid = 4243,
+     .uid = 0,
+     .in_flight = 0,
+     .connected_us = 1714566900000000},
+    {.name = "tail-77",
+     .mode = "failover",
+     .pid = 77,
+     .uid = 1000,
+     .dead_letters = true,
+     .active = true,
+     .reading = true,
+     .in_flight = 1,
+     .delivered = 1,
+     .connected_us = 1714566901500000},
+};
 static const char *const warnings[] = {"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost"};
 static const report_sub subs[] = {
     {.name = "orders",
@@ -34,7 +64,10 @@ static const report_sub subs[] = {
      .progressed = 7,
      .refused = 8,
      .spool_bytes = 1048576,
-     .full = true},
+     .full = true,
+     .attached = consumers,
+     .nattached = 3,
+     .not_reading = 1},
     {.name = "audit", .sink = "kafka", .matched = 7, .delivered = 6, .bytes = 700},
 };
 
@@ -118,12 +151,21 @@ static void test_status_full(void)
 	    "{\"name\":\"orders\",\"sink\":\"socket\",\"matched\":120,\"delivered\":118,\"bytes\":40960,"
 	    "\"head_offset\":120,\"acked_offset\":100,\"first_offset\":90,\"pending\":20,\"consumers\":2,"
 	    "\"dead\":1,\"dropped\":3,\"redelivered\":4,\"in_flight\":5,\"acked\":100,\"nacked\":6,"
-	    "\"progressed\":7,\"refused\":8,\"spool_bytes\":1048576,\"full\":true},"
+	    "\"progressed\":7,\"refused\":8,\"spool_bytes\":1048576,\"full\":true,"
+	    "\"attached\":[{\"name\":\"worker-1\",\"pid\":4242,\"uid\":1000,\"mode\":\"failover\","
+	    "\"active\":true,\"reading\":true,\"in_flight\":5,\"delivered\":118,\"acked\":100,"
+	    "\"connected_since\":\"2024-05-01T12:34:56.000123Z\"},"
+	    "{\"name\":\"we\\\"ird\\u001b[2J\",\"pid\":4243,\"uid\":0,\"mode\":\"failover\","
+	    "\"active\":false,\"reading\":false,\"in_flight\":0,\"delivered\":0,\"acked\":0,"
+	    "\"connected_since\":\"2024-05-01T12:35:00.000000Z\"}],"
+	    "\"dead_letter_readers\":[{\"name\":\"tail-77\",\"pid\":77,\"uid\":1000,\"mode\":\"failover\","
+	    "\"active\":true,\"reading\":true,\"in_flight\":1,\"delivered\":1,\"acked\":0,"
+	    "\"connected_since\":\"2024-05-01T12:35:01.500000Z\"}]},"
 	    "{\"name\":\"audit\",\"sink\":\"kafka\",\"matched\":7,\"delivered\":6,\"bytes\":700,"
 	    "\"head_offset\":null,\"acked_offset\":null,\"first_offset\":null,\"pending\":null,"
 	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"in_flight\":null,"
 	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
-	    "\"full\":null}],"
+	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
 	    "\"latency_ms\":{\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001},"
 	    "\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000}}}\n");
@@ -133,18 +175,27 @@ static void test_status_full(void)
 	buf s = {0};
 	char err[256];
 	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
-	CHECK_STR(s.data,
-		  "cdc 0.1.0  up 1h02m  ready\n"
-		  "source  streaming  slot=cdc_slot  server=16.3  received=0/16B3748  flushed=0/16B3700  "
-		  "lag=1024.0 GiB/0.2s  wal_status=reserved\n"
-		  "warning: safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\n"
-		  "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  IN_FLIGHT  ACKED  CONSUMERS  NACKED  "
-		  "DEAD  DROPPED\n"
-		  "orders        socket      120        118       20          5    100          2       6    "
-		  " 1        3\n"
-		  "audit         kafka         7          6        -          -      -          -       -    "
-		  " -        -\n"
-		  "kafka   in_flight=5  delivered=6  errors=1\n");
+	CHECK_STR(
+	    s.data,
+	    "cdc 0.1.0  up 1h02m  ready\n"
+	    "source  streaming  slot=cdc_slot  server=16.3  received=0/16B3748  flushed=0/16B3700  "
+	    "lag=1024.0 GiB/0.2s  wal_status=reserved\n"
+	    "warning: safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\n"
+	    "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  IN_FLIGHT  ACKED  CONSUMERS  NACKED  "
+	    "DEAD  DROPPED\n"
+	    "orders        socket      120        118       20          5    100          2       6    "
+	    " 1        3\n"
+	    "  CONSUMER     PID   UID  READS         MODE      STATE        IN_FLIGHT  DELIVERED  ACKED  "
+	    "CONNECTED\n"
+	    "  worker-1    4242  1000  events        failover  active               5        118    100  "
+	    "2024-05-01T12:34:56.000123Z\n"
+	    "  we\"ird?[2J  4243     0  events        failover  not reading          0          0      0  "
+	    "2024-05-01T12:35:00.000000Z\n"
+	    "  tail-77       77  1000  dead letters  failover  active               1          1      0  "
+	    "2024-05-01T12:35:01.500000Z\n"
+	    "audit         kafka         7          6        -          -      -          -       -    "
+	    " -        -\n"
+	    "kafka   in_flight=5  delivered=6  errors=1\n");
 	buf_free(&s);
 	buf_free(&b);
 }
@@ -334,6 +385,8 @@ static void test_metrics(void)
 	    /* socket figures: for the socket subscription only */
 	    "\ncdc_subscription_pending_events{subscription=\"orders\"} 20\n#",
 	    "\ncdc_subscription_consumers{subscription=\"orders\"} 2\n#",
+	    "\n# TYPE cdc_subscription_not_reading_consumers gauge\n"
+	    "cdc_subscription_not_reading_consumers{subscription=\"orders\"} 1\n#",
 	    "\ncdc_subscription_dead_events{subscription=\"orders\"} 1\n#",
 	    "\ncdc_subscription_dropped_events_total{subscription=\"orders\"} 3\n#",
 	    "\ncdc_subscription_redelivered_events_total{subscription=\"orders\"} 4\n#",

@@ -116,8 +116,8 @@ class DeadLetter:
 @dataclasses.dataclass(frozen=True)
 class Refused:
     """An offset of an Ack, Nack or Progress that had no effect, and why: reason is the name of
-    cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE"; a
-    reason newer than this client: its number as text)."""
+    cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE",
+    "IN_REFUSED_ACK"; a reason newer than this client: its number as text)."""
     offset: int
     reason: str
 

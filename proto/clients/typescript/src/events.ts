@@ -26,7 +26,8 @@ export interface DeadLetter {
 }
 
 /** An offset of an Ack, Nack or Progress that had no effect, and why: reason is the name of
- * cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE"). */
+ * cdc.v1.Refused.Reason ("NOT_DELIVERED", "ALREADY_ACKED", "OTHER_CONSUMER", "NOT_ACTIVE",
+ * "IN_REFUSED_ACK"). */
 export interface Refused {
   offset: bigint;
   reason: string;

@@ -201,7 +201,7 @@ def test_status_names_each_consumer(pg, schema, cdc):
     subscription's row. /status used to have only a count."""
     pg.sql(f"create table {schema}.jobs (id int primary key)")
     c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket",
-                                     "consumers": "shared"}])
+                                     "operations": ["insert"], "consumers": "shared"}])
     path = c.config["subscribers"]["socket"]
     alpha = Subscriber(path, "jobs", consumer="alpha", max_unacked=2)
     pg.sql(f"insert into {schema}.jobs select generate_series(1, 2)")

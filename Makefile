@@ -47,7 +47,7 @@ LIB_SRCS := \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/predicate.c cdc/match/rules.c \
-	cdc/source/pgconn.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
+	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
@@ -59,7 +59,7 @@ LIB_SRCS := \
 	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/local.c cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
-	ring kafka_eo debezium kafka_render
+	ring kafka_eo failover debezium kafka_render
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
@@ -176,22 +176,24 @@ check-clients: $(B)/cdc
 # kafka.exactly_once, where Kafka must never send again a change it held and no socket change may
 # be spooled at two offsets (tests/fault/exactly_once.py). check-fault is the short run (about
 # three minutes) of make check; `make torture SEED=42 DURATION=600` the long one. Without SEED a
-# random seed is used and printed.
+# random seed is used and printed. FAULT_ARGS: both run a PostgreSQL 17 primary and standby with a
+# failover slot, so each run has at least one promotion under load (--standby; pg_promote).
 FAULT_DURATION ?= 80
 FAULT_EO_DURATION ?= 50
+FAULT_ARGS ?= --standby
 DURATION ?= 600
 # A lighter load for the long run: the harness keeps every event it received until the end.
 TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock)
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_DURATION) $(if $(SEED),--seed $(SEED))
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_EO_DURATION) --exactly-once $(if $(SEED),--seed $(SEED))
+	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_DURATION) $(FAULT_ARGS) $(if $(SEED),--seed $(SEED))
+	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS) $(if $(SEED),--seed $(SEED))
 
 torture: deps
 	$(Q)$(MAKE) --no-print-directory all $(B)/tests/kafka_mock
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) --exactly-once $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
+	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) $(FAULT_ARGS) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
+	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) --exactly-once $(FAULT_ARGS) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
 	$(Q)$(MAKE) --no-print-directory torture-backfill torture-model
 
 # The backfill-under-load test (three subscriptions: stdout, Kafka, socket; cdc killed with -9

@@ -34,10 +34,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 
 import psycopg2
 
-__all__ = ["TempPostgres", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
+__all__ = ["TempPostgres", "TempStandby", "PgPair", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
 
 # The major versions the tests know: Debian 12's own (15) and the pinned packages of
 # tests/postgresql/package.json (14, 16, 17, 18).
@@ -393,6 +394,236 @@ class TempPostgres:
         pg_current_wal_lsn(): with synchronous_commit=off the latter (the write position) can
         still be behind a commit that has returned."""
         return self.sql("select pg_current_wal_insert_lsn()::text")[0][0]
+
+    def set(self, **settings):
+        """Changes settings of the running server (written to its configuration, then
+        pg_reload_conf()); None removes one."""
+        for k, v in settings.items():
+            if v is None:
+                self.settings.pop(k, None)
+            else:
+                self.settings[k] = v
+        self._write_conf()
+        self.sql("select pg_reload_conf()")
+
+    # --- standbys ------------------------------------------------------------------------------
+
+    def make_standby_of(self, primary, slot="standby_slot", sync_slots=True):
+        """Turns this server into a hot standby of `primary` (same version), streaming through
+        the physical slot `slot` on the primary (made afresh). The primary keeps running: its data
+        directory is copied between pg_backup_start() and pg_backup_stop() on one session (the
+        low-level base backup API; the npm packages ship no pg_basebackup), and the standby
+        fetches the WAL from the backup's start through its slot. This server's own data
+        directory, if any, is replaced. Settings: hot_standby_feedback, primary_conninfo (with
+        dbname, as slot synchronization needs), primary_slot_name, and on PostgreSQL 17 and later
+        sync_replication_slots when sync_slots. Returns when the standby streams."""
+        if primary.version != self.version:
+            raise PostgresError(f"a standby must run the primary's version ({primary.version}), not {self.version}")
+        self.stop("immediate")
+        shutil.rmtree(self.datadir, ignore_errors=True)
+        old = primary.sql("select active_pid from pg_replication_slots where slot_name = %s", (slot,))
+        if old and old[0][0]:
+            primary.sql("select pg_terminate_backend(%s)", (old[0][0],))
+        if old:
+            _retry(lambda: primary.sql("select pg_drop_replication_slot(%s)", (slot,)), f"dropping slot {slot}")
+        primary.sql("select pg_create_physical_replication_slot(%s, true)", (slot,))
+        conn = primary.connect()
+        try:
+            cur = conn.cursor()
+            modern = primary.version >= 15
+            cur.execute("select pg_backup_start(%s, true)" if modern else "select pg_start_backup(%s, true, false)",
+                        (f"standby {self.basedir}",))
+            _copy_datadir(primary.datadir, self.datadir)
+            cur.execute("select labelfile, spcmapfile from pg_backup_stop(true)" if modern
+                        else "select labelfile, spcmapfile from pg_stop_backup(false, true)")
+            label, spcmap = cur.fetchone()
+        finally:
+            conn.close()
+        with open(os.path.join(self.datadir, "backup_label"), "w") as f:
+            f.write(label)
+        if spcmap:
+            with open(os.path.join(self.datadir, "tablespace_map"), "w") as f:
+                f.write(spcmap)
+        open(os.path.join(self.datadir, "standby.signal"), "w").close()
+        # A primary's list of standbys is not this standby's: set it once this one is promoted and
+        # has a standby of its own (else its failover slots would wait for a slot that is not there).
+        self.settings.pop("synchronized_standby_slots", None)
+        self.settings.update(
+            hot_standby=True, hot_standby_feedback=True, primary_slot_name=slot,
+            primary_conninfo=f"host={primary.host} port={primary.port} user=postgres dbname=postgres "
+                             f"application_name=standby_{self.port or 'new'}")
+        if sync_slots and self.version >= 17:
+            self.settings["sync_replication_slots"] = True
+        os.makedirs(self.sockdir, exist_ok=True)
+        if self.as_postgres:
+            pw = pwd.getpwnam("postgres")
+            for root, dirs, files in os.walk(self.basedir):
+                for n in dirs + files:
+                    os.lchown(os.path.join(root, n), pw.pw_uid, pw.pw_gid)
+            os.chown(self.basedir, pw.pw_uid, pw.pw_gid)
+        os.chmod(self.datadir, 0o700)
+        self._initialized = True
+        self.start()
+        wait = time.monotonic() + 120
+        while not primary.sql("select active from pg_replication_slots where slot_name = %s", (slot,))[0][0]:
+            if time.monotonic() > wait:
+                raise PostgresError(f"the standby does not stream from slot {slot}{self._log_tail_text()}")
+            time.sleep(0.05)
+
+    def promote(self):
+        """Ends recovery (pg_ctl promote -w): the standby becomes a primary on a new timeline."""
+        self._close_conn()
+        self._run([os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-w", "-t", "120", "promote"],
+                  "pg_ctl promote")
+
+    def in_recovery(self):
+        return self.sql("select pg_is_in_recovery()")[0][0]
+
+    def replayed_past(self, lsn):
+        """Whether this standby has replayed the WAL up to lsn ('X/X')."""
+        return self.sql("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,))[0][0]
+
+
+# What a base backup leaves out of a data directory (the server recreates it): PostgreSQL's
+# documentation, "Making a Base Backup Using the Low Level API".
+_BACKUP_SKIP_FILES = {"postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map",
+                      "standby.signal", "recovery.signal", "backup_label.old"}
+_BACKUP_EMPTY_DIRS = {"pg_wal", "pg_replslot", "pg_dynshmem", "pg_notify", "pg_serial", "pg_snapshots",
+                      "pg_stat_tmp", "pg_subtrans"}
+
+
+def _copy_datadir(src, dst):
+    """A copy of a running server's data directory, for a base backup: files that vanish while
+    it runs (temporary files, a dropped table's) are skipped, as pg_basebackup does."""
+    for root, dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        os.makedirs(os.path.join(dst, rel), mode=0o700, exist_ok=True)
+        if rel in _BACKUP_EMPTY_DIRS:
+            if rel == "pg_wal":
+                os.makedirs(os.path.join(dst, rel, "archive_status"), mode=0o700, exist_ok=True)
+            dirs[:] = []
+            continue
+        dirs[:] = [d for d in dirs if not d.startswith("pgsql_tmp")]
+        for n in files:
+            if (rel == "." and n in _BACKUP_SKIP_FILES) or n.startswith("pgsql_tmp"):
+                continue
+            try:
+                shutil.copy2(os.path.join(root, n), os.path.join(dst, rel, n))
+            except FileNotFoundError:
+                pass
+
+
+def _retry(fn, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except psycopg2.Error:
+            if time.monotonic() > deadline:
+                raise PostgresError(f"{what} failed for {timeout}s")
+            time.sleep(0.1)
+
+
+class TempStandby(TempPostgres):
+    """A hot standby of a running TempPostgres (same version), in a temporary directory of its
+    own: ``TempStandby(primary, slot="standby_slot", sync_slots=True, **settings)``. The context
+    manager (or start()) makes it (make_standby_of) and returns once it streams; promote() makes
+    it a primary. Further settings as for TempPostgres."""
+
+    def __init__(self, primary, slot="standby_slot", sync_slots=True, **settings):
+        npm = primary.libdir is not None
+        super().__init__(bindir=None if npm else primary.bindir, version=primary.version if npm else None,
+                         **settings)
+        self.primary, self.slot, self.sync_slots = primary, slot, sync_slots
+
+    def start(self):
+        if self._initialized:
+            return super().start()
+        self.make_standby_of(self.primary, self.slot, self.sync_slots)
+
+
+class PgPair:
+    """A primary and a hot standby of it that trade places as often as wanted, for promotions as a
+    fault: ``PgPair(version=17, **settings)``, start(), then failover() kills the primary
+    (``pg_ctl stop -m immediate``), promotes the standby, and rebuilds the old primary as the new
+    one's standby (make_standby_of), keeping both ports. On PostgreSQL 17 and later the standby
+    synchronizes slots and the primary's synchronized_standby_slots names the standby's slot once
+    it streams. ``dsn`` names both servers with target_session_attrs=read-write; sql(), connect(),
+    current_wal_lsn(), stop(), start() and ``running`` are the current primary's."""
+
+    def __init__(self, version=17, slot="standby_slot", **settings):
+        self.slot = slot
+        self.primary = TempPostgres(version=version, **settings)
+        self.standby = TempPostgres(version=version, **settings)
+        self.version = self.primary.version
+        self.host = self.primary.host
+        self.promotions = 0
+
+    def start(self):
+        """The primary (if down), and the first time a standby of it."""
+        if self.primary.running:
+            return
+        self.primary.start()
+        if not self.standby.running:
+            self._attach()
+
+    def _attach(self):
+        self.standby.make_standby_of(self.primary, self.slot)
+        if self.version >= 17:
+            self.primary.set(synchronized_standby_slots=self.slot)
+
+    def failover(self, cut=0.0):
+        """Kills the primary, promotes the standby, makes the old primary its standby; returns
+        (seconds until the promoted one accepted writes, seconds to rebuild the standby). With cut,
+        the standby stops receiving that many seconds before the kill (its primary_conninfo
+        emptied): what the primary commits meanwhile is not on the promoted server."""
+        old, new = self.primary, self.standby
+        if cut:
+            new.set(primary_conninfo="")
+            time.sleep(cut)
+        t = time.monotonic()
+        old.stop("immediate")
+        new.promote()
+        self.primary, self.standby = new, old
+        self.promotions += 1
+        promoted = time.monotonic() - t
+        self._attach()
+        return promoted, time.monotonic() - t - promoted
+
+    def synced(self, slot):
+        """Whether the standby holds a persistent synchronized copy of logical slot `slot` (what a
+        promotion needs, PostgreSQL 17+); asks the primary to log its running transactions, which
+        moves the copy along sooner."""
+        self.primary.sql("select pg_log_standby_snapshot()")
+        rows = self.standby.sql("select synced and not temporary from pg_replication_slots where slot_name = %s",
+                                (slot,))
+        return bool(rows and rows[0][0])
+
+    @property
+    def dsn(self):
+        a, b = self.primary, self.standby
+        return (f"host={a.host},{b.host} port={a.port},{b.port} dbname=postgres user=postgres "
+                "target_session_attrs=read-write")
+
+    @property
+    def running(self):
+        return self.primary.running
+
+    def sql(self, query, params=None):
+        return self.primary.sql(query, params)
+
+    def connect(self, dbname="postgres", **kwargs):
+        return self.primary.connect(dbname, **kwargs)
+
+    def current_wal_lsn(self):
+        return self.primary.current_wal_lsn()
+
+    def stop(self, mode="fast"):
+        self.primary.stop(mode)
+
+    def cleanup(self):
+        self.primary.cleanup()
+        self.standby.cleanup()
 
 
 def lsn_to_int(lsn):

@@ -157,6 +157,20 @@ void bf_reader_kick(bf_reader *r)
 	}
 }
 
+void bf_reader_use(bf_reader *r, const char *dsn)
+{
+	if (strcmp(r->dsn, dsn) == 0)
+		return;
+	free(r->dsn);
+	r->dsn = xstrdup(dsn);
+	if (r->state == R_DOWN)
+		return;
+	if (r->state == R_BUSY)
+		backfill_error(r->set, r->ticket, "the source moved to another server", true, now());
+	drop_connection(r);
+	bf_reader_kick(r);
+}
+
 bool bf_reader_idle(const bf_reader *r)
 {
 	return r->state == R_IDLE || (r->state == R_DOWN && !backfill_active(r->set));

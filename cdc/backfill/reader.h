@@ -18,6 +18,10 @@ void bf_reader_free(bf_reader *r);
 /* Something may have become due (a backfill added or cancelled, a chunk closed by the stream):
  * runs the next statement if the connection is free, connecting first if need be. */
 void bf_reader_kick(bf_reader *r);
+/* The server to read from from now on (the primary's connection string while the source is a
+ * standby: watermarks are writes, and reads on the primary between them keep the rule); a
+ * connection to another one is dropped, and a statement in flight done again. */
+void bf_reader_use(bf_reader *r, const char *dsn);
 /* Whether the connection is up and idle, or down with nothing to do. */
 bool bf_reader_idle(const bf_reader *r);
 

@@ -281,7 +281,29 @@ static void summary_source(buf *out, json_object *root)
 		buf_printf(out, "/%.1fs", json_object_get_double(lag_s));
 	else
 		buf_puts(out, "/-");
-	buf_printf(out, "  wal_status=%s\n", field(src, "wal_status", f, sizeof(f)));
+	buf_printf(out, "  wal_status=%s", field(src, "wal_status", f, sizeof(f)));
+	json_object *role = member(src, "server_role", json_type_string);
+	if (role && strcmp(json_object_get_string(role), "standby") == 0)
+		buf_puts(out, "  reading a standby");
+	json_object *promotions = member(src, "promotions", json_type_int);
+	if (promotions && json_object_get_int64(promotions) > 0)
+		buf_printf(out, "  timeline=%s  promotions=%" PRId64, field(src, "timeline", f, sizeof(f)),
+			   json_object_get_int64(promotions));
+	buf_putc(out, '\n');
+	json_object *fo = member(src, "failover", json_type_object);
+	if (fo) {
+		json_object *ready = member(fo, "ready", json_type_boolean);
+		buf_printf(out, "failover  %s",
+			   !ready			    ? "not checked yet"
+			   : json_object_get_boolean(ready) ? "ready"
+							    : "NOT READY: ");
+		if (ready && !json_object_get_boolean(ready))
+			buf_puts(out, field(fo, "reason", f, sizeof(f)));
+		if (ready)
+			buf_printf(out, "  synchronized_standby_slots=%s",
+				   field(fo, "synchronized_standby_slots", f, sizeof(f)));
+		buf_putc(out, '\n');
+	}
 	json_object *warnings = member(src, "warnings", json_type_array);
 	for (size_t i = 0; warnings && i < json_object_array_length(warnings); i++) {
 		const char *w = json_object_get_string(json_object_array_get_idx(warnings, i));

@@ -95,6 +95,8 @@ typedef struct cfg {
 		uint64_t status_interval_ms;	 /* standby status updates at least this often; default 10s */
 		cfg_on_gap on_slot_lost;	 /* default fail */
 		cfg_on_gap on_publication_newer; /* default fail */
+		bool failover;			 /* the slot is a failover slot (PostgreSQL 17+) */
+		char *primary_dsn;		 /* writes when dsn is a standby; NULL if none */
 		bool ddl; /* capture DDL with an event trigger (README "DDL events"); default false */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */

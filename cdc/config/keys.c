@@ -506,6 +506,19 @@ static const key source_k[] = {
     {"on_publication_newer", &t_enum, TOP(source.on_publication_newer), gap_names,
      .doc = "When the publication is newer than the slot (every start would fail with `publication does not "
 	    "exist`): `fail` stops with a message; `resync` moves the slot on and backfills."},
+    {"failover", &t_bool, TOP(source.failover), .restart = true,
+     .doc =
+	 "PostgreSQL 17 and later: create the slot as a failover slot (or turn that on for an existing "
+	 "one), so that a standby with `sync_replication_slots` keeps a copy a promotion resumes from. cdc "
+	 "checks every 5 s that the primary's `synchronized_standby_slots` makes a promotion safe "
+	 "(`source.failover` in `/status`, `cdc_source_failover_ready`). Refused before 17. See "
+	 "[failover.md](failover.md)."},
+    {"primary_dsn", &t_dsn, TOP(source.primary_dsn), NULL, K_OPTIONAL, .restart = true,
+     .doc =
+	 "When `dsn` is a hot standby (PostgreSQL 16+): the primary's connection string, where cdc writes "
+	 "what a standby cannot (heartbeats, re-sync markers, backfills' reads and watermarks, the "
+	 "running-transactions record a slot's creation on the standby waits for). Unused while `dsn` is a "
+	 "primary. See [failover.md](failover.md#decoding-on-a-standby)."},
     {"ddl", &t_bool, TOP(source.ddl), .restart = true,
      .doc = "Capture DDL: cdc's event trigger writes each command on a table into the WAL, delivered as "
 	    "`ddl` events in order with the rows, and renames are told as renames in schema events. With "

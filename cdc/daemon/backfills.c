@@ -146,7 +146,15 @@ bool backfills_draining(const sidecar *d)
 void backfills_restart(sidecar *d)
 {
 	backfill_restart(d->bf);
+	backfills_follow(d);
 	bf_reader_kick(d->bf_reader);
+}
+
+void backfills_follow(sidecar *d)
+{
+	const char *primary = d->cfg->source.primary_dsn;
+	bool standby = source_server_info(d->conn.src)->in_recovery && primary && *primary;
+	bf_reader_use(d->bf_reader, standby ? primary : d->cfg->source.dsn);
 }
 
 void backfills_kick(sidecar *d)

@@ -383,6 +383,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	if (have_st && st.shared) /* this state_dir's process was a standby: the slot may be ahead */
 		source_after_standby(c->src, true);
+	uint32_t recorded_timeline = st.timeline;
 	source_result r =
 	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), d->err, sizeof(d->err));
 	if (r == SOURCE_FATAL) {
@@ -417,7 +418,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		c->standby = 0;
 	}
 	source_after_standby(c->src, false); /* streaming it: from now on the slot moves only with cdc */
-	if (!have_st && !sidecar_record(d, &st)) {
+	/* A new timeline (a promotion) is recorded at once: the position is on it from now on. */
+	if ((!have_st || st.timeline != recorded_timeline) && !sidecar_record(d, &st)) {
 		sidecar_fail(d, 1, "cannot record the position in state_dir");
 		return;
 	}
@@ -432,6 +434,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	tell_database(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
+	f->promotions += source_server_info(c->src)->promoted_from != 0;
+	f->last_server_ms = 0; /* asked again at once: the server may be another one */
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
 		 source_server_version(c->src) % 10000);
 	c->streaming = true;
@@ -487,6 +491,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = now_ms();
 	figures_log_progress(d, now);
 	figures_slot_health(d, now);
+	figures_server(d, now);
 	heartbeat(d, now);
 }
 

@@ -15,6 +15,7 @@
 #define PROGRESS_LOG_MS 30000 /* a progress line at most this often while changes flow */
 #define PUBLISH_MS 1000	      /* the status socket's figures are this fresh */
 #define HEALTH_MS 5000	      /* pg_replication_slots is asked this often */
+#define SERVER_MS 5000	      /* the server's role and failover readiness are asked this often */
 
 void figures_log_kafka(sidecar *d)
 {
@@ -165,6 +166,8 @@ void figures_publish(sidecar *d, bool force)
 	const char *why = not_ready(d);
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
 	uint64_t flushed = pipeline_flushed(d->pipe);
+	const source_server *sv = source_server_info(d->conn.src);
+	const source_failover *fo = &f->failover;
 	report r = {
 	    .version = CDC_VERSION,
 	    .uptime_s = (double)(now - f->start_ms) / 1000,
@@ -184,6 +187,17 @@ void figures_publish(sidecar *d, bool force)
 							       : (double)(now_us - pf.last_commit_time) / 1e6,
 		       .reconnects = f->reconnects,
 		       .resyncs = f->resyncs,
+		       .server = sv->host[0] ? sv->host : NULL,
+		       .in_recovery = sv->host[0] && sv->in_recovery,
+		       .timeline = sv->timeline,
+		       .promotions = f->promotions,
+		       .failover = {.configured = d->cfg->source.failover,
+				    .known = fo->known,
+				    .ready = fo->reason == FAILOVER_READY,
+				    .slot_failover = fo->slot_failover,
+				    .reason = failover_reason_name(fo->reason),
+				    .setting = fo->setting,
+				    .message = fo->why},
 		       .transactions = pf.transactions,
 		       .events = pf.events,
 		       .errors_stream = f->errors_stream,
@@ -197,11 +211,12 @@ void figures_publish(sidecar *d, bool force)
 	    .has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
 	    .socket_latency = d->sinks.k[SINKS_SOCKET] ? socket_sink_latency(d->sinks.k[SINKS_SOCKET]) : NULL,
 	};
-	const char *warnings[] = {f->slot_warning};
-	if (f->slot_warning[0]) {
-		r.warnings = warnings;
-		r.nwarnings = 1;
-	}
+	const char *warnings[2];
+	if (f->slot_warning[0])
+		warnings[r.nwarnings++] = f->slot_warning;
+	if (d->cfg->source.failover && fo->known && fo->reason != FAILOVER_READY)
+		warnings[r.nwarnings++] = fo->why;
+	r.warnings = warnings;
 	if (d->sinks.k[SINKS_KAFKA]) {
 		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
 		r.kafka.in_flight = k->in_flight;
@@ -276,4 +291,44 @@ void figures_slot_health(sidecar *d, uint64_t now)
 		log_info("the replication slot is out of danger", "slot=%s wal_status=%s",
 			 d->cfg->source.slot, h->wal_status);
 	memcpy(f->slot_warning, warning, sizeof(warning));
+}
+
+/* A standby cdc streams from was promoted meanwhile: the positions recorded from now on are on
+ * its new timeline, and writes go to it. */
+static void promoted_under_us(sidecar *d, const source_server *sv)
+{
+	connection *c = &d->conn;
+	if (!c->streaming || !sv->timeline || sv->timeline == c->st.timeline)
+		return;
+	log_warn("the server cdc streams from was promoted: it goes on streaming on the new timeline",
+		 "slot=%s timeline=%u previous_timeline=%u server=%s", d->cfg->source.slot, sv->timeline,
+		 c->st.timeline, sv->host);
+	c->st.timeline = sv->timeline;
+	d->fig.promotions++;
+	backfills_follow(d);
+}
+
+void figures_server(sidecar *d, uint64_t now)
+{
+	figures *f = &d->fig;
+	bool ask = !f->last_server_ms || now - f->last_server_ms >= SERVER_MS;
+	source_failover was = f->failover;
+	char err[512];
+	if (!source_poll_server(d->conn.src, &ask, &f->failover, err, sizeof(err))) {
+		log_debug("cannot ask the server's role", "error=\"%s\"", err);
+		return;
+	}
+	if (ask)
+		f->last_server_ms = now;
+	promoted_under_us(d, source_server_info(d->conn.src));
+	const source_failover *fo = &f->failover;
+	if (!fo->known || (was.known && was.reason == fo->reason && strcmp(was.setting, fo->setting) == 0))
+		return;
+	if (fo->reason == FAILOVER_READY)
+		log_info("failover: a promotion of a standby now loses nothing (the slot is a failover slot, "
+			 "and synchronized_standby_slots names only active physical slots)",
+			 "slot=%s synchronized_standby_slots=\"%s\"", d->cfg->source.slot, fo->setting);
+	else
+		log_warn("failover: a promotion of a standby now is not safe", "slot=%s reason=%s why=\"%s\"",
+			 d->cfg->source.slot, failover_reason_name(fo->reason), fo->why);
 }

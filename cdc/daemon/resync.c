@@ -25,7 +25,7 @@ resync_result resync(sidecar *d)
 	resync_result r = RESYNC_RETRY;
 	state_writer_wait(d->sw);
 	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err)) ||
-	    source_resync(c->src, source_gap(c->src), &lsn, d->err, sizeof(d->err)) != SOURCE_OK)
+	    source_resync(c->src, source_gap(c->src), &st, &lsn, d->err, sizeof(d->err)) != SOURCE_OK)
 		goto out;
 	char from[LSN_STRLEN], to[LSN_STRLEN];
 	lsn_format(have_st ? st.flushed_lsn : 0, from);

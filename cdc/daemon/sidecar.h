@@ -53,14 +53,17 @@ typedef struct reloads {
 /* Figures no other part keeps (figures.c). */
 typedef struct figures {
 	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
-	uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
+	uint64_t resyncs;    /* re-syncs after a lost slot or a publication newer than it */
+	uint64_t promotions; /* starts that followed a promotion (a newer timeline) */
 	char server_version[32];
 	/* what the last progress line reported */
 	uint64_t logged_events, logged_seq, last_progress_ms;
 	uint64_t last_health_ms;
 	source_slot_health health;
-	char slot_warning[256]; /* why the slot is in danger of losing WAL; "" when it is not */
-	char not_ready[192];	/* /readyz's reason when it is made up */
+	char slot_warning[256];	  /* why the slot is in danger of losing WAL; "" when it is not */
+	uint64_t last_server_ms;  /* the server's role last asked (0: ask now) */
+	source_failover failover; /* its last answer (source.failover) */
+	char not_ready[192];	  /* /readyz's reason when it is made up */
 } figures;
 
 typedef struct sidecar {
@@ -126,6 +129,9 @@ void backfills_delivered(sidecar *d, uint64_t flushed);
 bool backfills_draining(const sidecar *d);
 /* The stream starts again from the slot's confirmed position. */
 void backfills_restart(sidecar *d);
+/* The backfills read from the primary (source.primary_dsn) while the source is a standby, else from
+ * source.dsn: at each start, and when a standby cdc streams from is promoted. */
+void backfills_follow(sidecar *d);
 /* Something may be due for the reader. */
 void backfills_kick(sidecar *d);
 /* GET /backfills from now on. */
@@ -152,5 +158,9 @@ void figures_log_progress(sidecar *d, uint64_t now);
 void figures_log_kafka(sidecar *d);
 /* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
 void figures_slot_health(sidecar *d, uint64_t now);
+/* Every 5 s (and at once after each start): whether the server is a standby, its timeline (a
+ * standby promoted under cdc), and with source.failover whether a promotion now is safe, which
+ * the log says once, then on each change. */
+void figures_server(sidecar *d, uint64_t now);
 
 #endif

@@ -49,6 +49,11 @@ void pg_secrets_init(pg_secrets *s, const char *dsn)
 	add_secret(s, getenv("PGPASSWORD"));
 }
 
+void pg_secrets_add(pg_secrets *s, const char *dsn)
+{
+	collect_secrets(s, dsn, 0);
+}
+
 void pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -217,8 +222,11 @@ const char pg_slot_sql[] =
     "coalesce(confirmed_flush_lsn::text, '0/0'), coalesce(active_pid, 0), current_database(), "
     "safe_wal_size, pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), "
     "coalesce((CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
-    "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0') "
-    "FROM pg_catalog.pg_replication_slots WHERE slot_name = $1";
+    "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0'), "
+    /* failover and synced exist from PostgreSQL 17 on: read by name, false before */
+    "coalesce((pg_catalog.to_jsonb(s) ->> 'failover')::bool, false), "
+    "coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false) "
+    "FROM pg_catalog.pg_replication_slots s WHERE slot_name = $1";
 
 void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 {
@@ -242,6 +250,8 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	row->lag_bytes = row->confirmed_flush && row->server_lsn > row->confirmed_flush
 			     ? (int64_t)(row->server_lsn - row->confirmed_flush)
 			     : 0;
+	row->failover = PQgetvalue(res, 0, 10)[0] == 't';
+	row->synced = PQgetvalue(res, 0, 11)[0] == 't';
 }
 
 static void strlist_add(cfg_strlist *l, const char *s)

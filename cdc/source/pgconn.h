@@ -20,6 +20,8 @@ typedef struct pg_secrets {
 	size_t n;
 } pg_secrets;
 void pg_secrets_init(pg_secrets *s, const char *dsn);
+/* Adds the secrets of another connection string (source.primary_dsn). */
+void pg_secrets_add(pg_secrets *s, const char *dsn);
 void pg_secrets_free(pg_secrets *s);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
@@ -62,6 +64,7 @@ typedef struct pg_slot_row {
 	int64_t max_keep_size;	    /* max_slot_wal_keep_size in bytes; -1: unlimited */
 	uint64_t server_lsn;	    /* the server's WAL position (on a standby: replayed); 0 unknown */
 	int64_t lag_bytes;	    /* WAL between the server's position and confirmed_flush_lsn */
+	bool failover, synced;	    /* PostgreSQL 17+: a failover slot; a standby's synchronized copy */
 	char current_database[128]; /* of the connection that asked */
 } pg_slot_row;
 /* safe_wal_size under this share of max_slot_wal_keep_size is running low: cdc warns (the log,

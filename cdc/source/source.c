@@ -18,22 +18,38 @@
 #include "decoder/base/fsutil.h"
 #include "decoder/base/log.h"
 
+/* What an ordinary connection's query in flight is. */
+enum admin_kind { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH, ADMIN_SERVER };
+
 struct source {
 	char *dsn, *slot, *publication;
+	char *primary_dsn;	  /* source.primary_dsn: writes while the server is a standby; "" none */
+	bool primary_dsn_invalid; /* libpq cannot parse it */
 	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
 	 * quotes back. */
 	pg_secrets secrets;
 	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
+	bool failover;	 /* source.failover: the slot is a failover slot (17+) */
+	bool heartbeat;	 /* source.heartbeat is set: a standby needs primary_dsn for it */
 	bool ddl;	 /* source.ddl: cdc's DDL event trigger must be there */
 	char *state_dir; /* where the trigger's statements go when cdc cannot create it */
 	cfg_strlist publish;
 	/* Subscriptions with `changed` need the old row of updates: their tables must have
 	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
 	cfg_strlist full_identity;
-	PGconn *repl;  /* replication=database, streaming */
-	PGconn *admin; /* ordinary: setup queries, then heartbeats and slot health, one at a time */
-	enum { ADMIN_IDLE, ADMIN_HEARTBEAT, ADMIN_HEALTH } admin_busy;
+	PGconn *repl;	/* replication=database, streaming */
+	PGconn *admin;	/* ordinary: setup queries, then heartbeats and slot health, one at a time */
+	int admin_busy; /* the kind of query in flight (admin_kind) */
+	/* to source.primary_dsn while the server is a standby: heartbeats (one at a time, like admin) */
+	PGconn *primary;
+	int primary_busy;
+	source_server server;		/* what the last start found */
+	source_failover failover_state; /* the last answer about synchronized_standby_slots */
+	/* The timeline of the last stream, and the newest position it sent: a start on a newer
+	 * timeline checks that the promoted server's history passed through it. */
+	uint32_t stream_tli;
+	uint64_t stream_max;
 	char heartbeat_error[512]; /* the last heartbeat's failure, not reported yet */
 	source_slot_health health;
 	pgo_options proto;
@@ -57,6 +73,13 @@ source *source_new(const cfg *c)
 	s->slot = xstrdup(c->source.slot);
 	s->publication = xstrdup(c->source.publication);
 	s->create = c->source.create;
+	s->failover = c->source.failover;
+	s->heartbeat = c->source.heartbeat_ms != 0;
+	s->primary_dsn = xstrdup(c->source.primary_dsn ? c->source.primary_dsn : "");
+	pg_secrets_add(&s->secrets, s->primary_dsn);
+	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
+	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
+	PQconninfoFree(opts);
 	s->ddl = c->source.ddl;
 	s->state_dir = xstrdup(c->state_dir ? c->state_dir : ".");
 	s->publish.n = c->source.publish.n;
@@ -79,9 +102,11 @@ void source_disconnect(source *s)
 {
 	PQfinish(s->repl);
 	PQfinish(s->admin);
-	s->repl = s->admin = NULL;
+	PQfinish(s->primary);
+	s->repl = s->admin = s->primary = NULL;
 	s->batching = false;
 	s->admin_busy = ADMIN_IDLE;
+	s->primary_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
 }
 
@@ -98,10 +123,25 @@ void source_free(source *s)
 	free(s->full_identity.v);
 	pg_secrets_free(&s->secrets);
 	free(s->dsn);
+	free(s->primary_dsn);
 	free(s->slot);
 	free(s->publication);
 	free(s->state_dir);
 	free(s);
+}
+
+/* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say):
+ * into cdc's log as one line, not onto stderr as libpq's default would. */
+static void on_notice(void *arg, const PGresult *res)
+{
+	(void)arg;
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+	const char *hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+	log_at(sev && strcmp(sev, "WARNING") == 0 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, "the server says",
+	       "severity=%s message=\"%s\" detail=\"%s\" hint=\"%s\"", sev ? sev : "-", msg ? msg : "",
+	       detail ? detail : "", hint ? hint : "");
 }
 
 /* An ordinary or a replication connection with source.dsn. */
@@ -111,6 +151,8 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 	PGconn *conn =
 	    pg_connect(s->dsn, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
 	s->dsn_invalid |= invalid;
+	if (conn)
+		PQsetNoticeReceiver(conn, on_notice, NULL);
 	return conn;
 }
 
@@ -123,6 +165,8 @@ static source_result query_failed(PGconn *conn, PGresult *res, const char *what,
 	PQclear(res);
 	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
 }
+
+static void promotion_note(const source *s, buf *b);
 
 static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *const *params)
 {
@@ -153,10 +197,12 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	if (!s->create) {
 		buf q = {0};
 		pg_append_quoted(&q, s->publication, '"');
-		errf(err, errlen,
-		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...) or set "
-		     "source.create: true",
-		     q.data, q.data);
+		errf(
+		    err, errlen,
+		    "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...%s) or set "
+		    "source.create: true",
+		    q.data, q.data,
+		    s->server.in_recovery ? ", on the primary: this server is a standby" : "");
 		buf_free(&q);
 		return SOURCE_FATAL;
 	}
@@ -167,6 +213,15 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < plan.no_match.n; i++)
 		log_warn("source.publish pattern matches no table yet", "pattern=%s", plan.no_match.v[i]);
+	if (s->server.in_recovery) {
+		/* The catalog is the primary's: a standby cannot create it, and shows it once made. */
+		errf(err, errlen,
+		     "publication %s does not exist, and this server (%s) is a standby: create it on the "
+		     "primary (%s); source.create makes only the slot on a standby",
+		     s->publication, s->server.host, plan.sql.data);
+		pg_publication_plan_free(&plan);
+		return SOURCE_FATAL;
+	}
 	source_result r = SOURCE_OK;
 	res = PQexec(s->admin, plan.sql.data);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
@@ -322,18 +377,112 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 	return SOURCE_OK;
 }
 
+/* The ordinary connection for what a standby cannot do: the primary's (source.primary_dsn) while
+ * the server is a standby, else the admin one. NULL with err when there is none. */
+static PGconn *writer(source *s, char *err, size_t errlen)
+{
+	if (!s->server.in_recovery)
+		return s->admin;
+	if (!s->primary_dsn[0]) {
+		errf(err, errlen,
+		     "the server is a standby, which cannot be written to: set source.primary_dsn to its "
+		     "primary");
+		return NULL;
+	}
+	if (s->primary && PQstatus(s->primary) != CONNECTION_OK) {
+		PQfinish(s->primary);
+		s->primary = NULL;
+		s->primary_busy = ADMIN_IDLE;
+	}
+	if (s->primary_dsn_invalid) {
+		errf(err, errlen, "source.primary_dsn is not a valid connection string");
+		return NULL;
+	}
+	bool invalid;
+	if (!s->primary && (s->primary = pg_connect(s->primary_dsn, PG_CONN_ORDINARY, &invalid, err, errlen)))
+		PQsetNoticeReceiver(s->primary, on_notice, NULL);
+	if (!s->primary)
+		snprintf(err + strlen(err), errlen - strlen(err), " (source.primary_dsn)");
+	return s->primary;
+}
+
+/* A slot made on a standby waits until the primary logs the transactions running (a
+ * running-transactions record, every 15 s while the primary writes): pg_log_standby_snapshot() on
+ * the primary writes one now. */
+#define STANDBY_SNAPSHOT_WAIT_MS 8000 /* under /healthz's 10 s: the loop waits meanwhile */
+
+static PGresult *create_on_standby(source *s, const char *sql, int n, const char *const *params, char *err,
+				   size_t errlen)
+{
+	log_info("creating the slot on a standby: PostgreSQL waits for a running-transactions record "
+		 "from the primary (written every 15 s while it has writes; "
+		 "SELECT pg_log_standby_snapshot() on the primary writes one at once)",
+		 "slot=%s primary_dsn=%s", s->slot, s->primary_dsn[0] ? "set (cdc asks it)" : "unset");
+	if (!PQsendQueryParams(s->admin, sql, n, NULL, params, NULL, NULL, 0)) {
+		errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+		return NULL;
+	}
+	char why[512];
+	for (uint64_t until = now_ms() + STANDBY_SNAPSHOT_WAIT_MS;;) {
+		if (s->primary_dsn[0]) {
+			PGconn *p = writer(s, why, sizeof(why));
+			PGresult *r = p ? PQexec(p, "SELECT pg_catalog.pg_log_standby_snapshot()") : NULL;
+			if (!p || PQresultStatus(r) != PGRES_TUPLES_OK)
+				log_warn("cannot ask the primary for a running-transactions record",
+					 "error=\"%s\"", p ? pg_one_line(PQerrorMessage(p)) : why);
+			PQclear(r);
+		}
+		struct pollfd pfd = {.fd = PQsocket(s->admin), .events = POLLIN};
+		if (poll(&pfd, 1, 1000) < 0 || !PQconsumeInput(s->admin)) {
+			errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+			return NULL;
+		}
+		if (!PQisBusy(s->admin))
+			break;
+		if (now_ms() >= until) {
+			PGcancel *c = PQgetCancel(s->admin);
+			PQcancel(c, why, sizeof(why));
+			PQfreeCancel(c);
+			PGresult *r;
+			while ((r = PQgetResult(s->admin)))
+				PQclear(r);
+			errf(err, errlen,
+			     "creating replication slot %s on the standby waited %d s for a "
+			     "running-transactions "
+			     "record from the primary: run SELECT pg_log_standby_snapshot() on the primary, "
+			     "or set "
+			     "source.primary_dsn so that cdc asks it",
+			     s->slot, STANDBY_SNAPSHOT_WAIT_MS / 1000);
+			return NULL;
+		}
+	}
+	PGresult *res = PQgetResult(s->admin), *more;
+	while ((more = PQgetResult(s->admin)))
+		PQclear(more);
+	return res;
+}
+
 /* exists_ok: a slot another process created meanwhile will do (at a start; a re-sync must create
  * its own). */
 static source_result create_slot(source *s, bool exists_ok, char *err, size_t errlen)
 {
-	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). */
-	const char *params[] = {s->slot, PQserverVersion(s->admin) >= 150000 ? "true" : "false"};
+	/* Two-phase decoding needs protocol 3 (PostgreSQL 15); failover slots 17, on a primary. */
+	int v = PQserverVersion(s->admin);
+	const char *params[] = {s->slot, v >= 150000 ? "true" : "false",
+				s->failover && !s->server.in_recovery ? "true" : "false"};
 	const char *sql =
-	    PQserverVersion(s->admin) >= 140000
+	    v >= 170000
+		? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', "
+		  "false, $2::bool, $3::bool)"
+	    : v >= 140000
 		? "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', "
 		  "false, $2::bool)"
 		: "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')";
-	PGresult *res = exec_params(s->admin, sql, PQserverVersion(s->admin) >= 140000 ? 2 : 1, params);
+	int n = v >= 170000 ? 3 : v >= 140000 ? 2 : 1;
+	PGresult *res = s->server.in_recovery ? create_on_standby(s, sql, n, params, err, errlen)
+					      : exec_params(s->admin, sql, n, params);
+	if (!res)
+		return SOURCE_RETRY;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK && exists_ok && created_meanwhile(res)) {
 		PQclear(res);
 		log_info("replication slot created by another process meanwhile; using it", "slot=%s",
@@ -342,8 +491,8 @@ static source_result create_slot(source *s, bool exists_ok, char *err, size_t er
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
-	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s", s->slot,
-		 PQgetvalue(res, 0, 0));
+	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s failover=%s on=%s", s->slot,
+		 PQgetvalue(res, 0, 0), params[2], s->server.in_recovery ? "standby" : "primary");
 	PQclear(res);
 	return SOURCE_OK;
 }
@@ -383,29 +532,63 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		s->gap = SOURCE_GAP_SLOT_LOST;
 		return SOURCE_GAP;
 	}
+	if (s->server.in_recovery && row->synced) {
+		/* retried: the standby may be promoted, or the next connection reach the primary */
+		errf(
+		    err, errlen,
+		    "replication slot %s on %s, a standby, is a copy synchronized from the primary, which "
+		    "only a promotion makes usable: point source.dsn at the primary; with several hosts, add "
+		    "target_session_attrs=read-write",
+		    s->slot, s->server.host);
+		return SOURCE_RETRY;
+	}
 	/* Before the position: a standby's record is behind a slot that another cdc streams. */
 	if (row->active_pid)
 		return slot_busy(s, row->active_pid, err, errlen);
 	if (have_st && row->confirmed_flush > st->flushed_lsn && !s->after_standby) {
+		buf note = {0};
+		promotion_note(s, &note);
 		errf(err, errlen,
 		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
 		     "something else consumed or advanced the slot, or it was dropped and recreated, so "
-		     "changes in between may never have been delivered. Set source.on_slot_lost: resync to "
+		     "changes in between may never have been delivered.%s Set source.on_slot_lost: resync to "
 		     "have cdc recreate the slot and backfill every subscription, or resynchronise "
 		     "consumers, then remove %s to accept the slot's position",
-		     s->slot, cur, rec, "state_dir/position");
+		     s->slot, cur, rec, note.len ? note.data : "", "state_dir/position");
+		buf_free(&note);
 		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost: what it skipped is gone */
 		return SOURCE_GAP;
 	}
 	return SOURCE_OK;
 }
 
+/* source.failover on a slot that is not yet a failover slot (made by hand, or by a cdc without
+ * it): turned on, on the replication connection, before the slot is streamed. */
+static source_result turn_on_failover(source *s, const slot_row *row, char *err, size_t errlen)
+{
+	if (!s->failover || row->failover || s->server.in_recovery)
+		return SOURCE_OK;
+	buf sql = {0};
+	buf_puts(&sql, "ALTER_REPLICATION_SLOT ");
+	pg_append_quoted(&sql, s->slot, '"');
+	buf_puts(&sql, " ( FAILOVER true )");
+	PGresult *res = PQexec(s->repl, sql.data);
+	buf_free(&sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		return query_failed(s->repl, res, "turning on failover for the replication slot", err,
+				    errlen);
+	PQclear(res);
+	log_info("turned failover on for the replication slot (source.failover)", "slot=%s", s->slot);
+	return SOURCE_OK;
+}
+
 static source_result identify(source *s, state *st, bool have_st, char *err, size_t errlen)
 {
 	PGresult *res = PQexec(s->repl, "IDENTIFY_SYSTEM");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) < 1 || PQntuples(res) != 1)
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) < 2 || PQntuples(res) != 1)
 		return query_failed(s->repl, res, "IDENTIFY_SYSTEM", err, errlen);
 	snprintf(s->system_id, sizeof(s->system_id), "%s", PQgetvalue(res, 0, 0));
+	s->server.timeline = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
 	if (have_st && strcmp(st->system_id, s->system_id) != 0) {
 		errf(err, errlen,
@@ -423,6 +606,164 @@ static source_result identify(source *s, state *st, bool have_st, char *err, siz
 		return SOURCE_FATAL;
 	}
 	return SOURCE_OK;
+}
+
+/* Which server the connections reached, and whether it is a standby. With several hosts in
+ * source.dsn each connection picks its own: both must be on the same server. */
+static source_result server_role(source *s, char *err, size_t errlen)
+{
+	source_server *v = &s->server;
+	char admin_host[sizeof(v->host)];
+	snprintf(v->host, sizeof(v->host), "%s:%s", PQhost(s->repl), PQport(s->repl));
+	snprintf(admin_host, sizeof(admin_host), "%s:%s", PQhost(s->admin), PQport(s->admin));
+	if (strcmp(v->host, admin_host) != 0) {
+		errf(err, errlen,
+		     "the replication connection reached %s, the ordinary one %s: with several hosts in "
+		     "source.dsn, add target_session_attrs=read-write (or primary)",
+		     v->host, admin_host);
+		return SOURCE_RETRY;
+	}
+	PGresult *res = PQexec(s->admin, "SELECT pg_catalog.pg_is_in_recovery()");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		return query_failed(s->admin, res, "asking whether the server is a standby", err, errlen);
+	v->in_recovery = PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	int ver = PQserverVersion(s->admin);
+	if (s->failover && ver < 170000) {
+		errf(
+		    err, errlen,
+		    "source.failover needs PostgreSQL 17 or later (failover slots), and the server is %d.%d: "
+		    "remove it; before 17 a promotion loses the slot, and source.on_slot_lost says what cdc "
+		    "does then",
+		    ver / 10000, ver % 10000);
+		return SOURCE_FATAL;
+	}
+	if (!v->in_recovery)
+		return SOURCE_OK;
+	/* A standby: retried (it may be promoted, or the next connection may reach the primary). */
+	if (s->failover) {
+		errf(err, errlen,
+		     "%s is a standby, and source.failover needs the primary (a failover slot is made on "
+		     "the primary and synchronized to its standbys): point source.dsn at the primary; with "
+		     "several hosts, add target_session_attrs=read-write",
+		     v->host);
+		return SOURCE_RETRY;
+	}
+	if (ver < 160000) {
+		errf(err, errlen,
+		     "%s is a standby, and PostgreSQL %d cannot decode on a standby (16 can): point "
+		     "source.dsn at the primary; with several hosts, add target_session_attrs=read-write",
+		     v->host, ver / 10000);
+		return SOURCE_RETRY;
+	}
+	if (s->heartbeat && !s->primary_dsn[0]) {
+		errf(
+		    err, errlen,
+		    "source.heartbeat writes a message into the WAL, which a standby cannot (%s is one): set "
+		    "source.primary_dsn to its primary, where cdc then writes it, or remove source.heartbeat",
+		    v->host);
+		return SOURCE_FATAL;
+	}
+	return SOURCE_OK;
+}
+
+/* Why a promotion left the slot missing, for the messages that follow one. */
+static void promotion_note(const source *s, buf *b)
+{
+	const source_server *v = &s->server;
+	if (!v->promoted_from)
+		return;
+	buf_printf(b, " The server (%s) was promoted since cdc's position (timeline %u -> %u", v->host,
+		   v->promoted_from, v->timeline);
+	if (v->previous_host[0] && strcmp(v->previous_host, v->host) != 0)
+		buf_printf(b, ", cdc streamed from %s before", v->previous_host);
+	buf_puts(b, "): ");
+	if (PQserverVersion(s->admin) < 170000)
+		buf_puts(b, "before PostgreSQL 17 a logical slot does not survive a promotion.");
+	else if (!s->failover)
+		buf_puts(b,
+			 "the slot was no failover slot (source.failover: true makes it one, and a standby "
+			 "with sync_replication_slots keeps a copy).");
+	else
+		buf_puts(b,
+			 "its synchronized copy was not on the standby yet (check source.failover.ready in "
+			 "cdc status before a switchover).");
+}
+
+/* The timeline moved on since the position cdc recorded (st) or the last stream: a promotion of a
+ * standby (or a point-in-time recovery). Fine while the server's history left the old timeline
+ * after every position cdc had; else changes cdc may have delivered never happened here, and
+ * positions repeat (sinks and consumers tell changes apart by commit LSN): a gap. Also fine when
+ * the slot here (confirmed at slot_lsn) moved past where the old timeline ended: only cdc moves it,
+ * so cdc streamed this very server after its promotion (a standby promoted under it, whose new
+ * timeline a crash kept out of the record). A synchronized copy is never past that point. */
+static source_result check_timeline(source *s, const state *st, bool have_st, uint64_t slot_lsn, char *err,
+				    size_t errlen)
+{
+	source_server *v = &s->server;
+	struct {
+		uint32_t tli;
+		uint64_t lsn;
+	} seen[2] = {{have_st ? st->timeline : 0, have_st ? st->flushed_lsn : 0},
+		     {s->stream_tli, s->stream_max}};
+	v->promoted_from = 0;
+	PGresult *history = NULL;
+	source_result r = SOURCE_OK;
+	for (int i = 0; i < 2 && r == SOURCE_OK; i++) {
+		if (!seen[i].tli || seen[i].tli == v->timeline)
+			continue;
+		uint64_t end = 0;
+		bool known = false;
+		if (seen[i].tli < v->timeline) {
+			if (v->promoted_from < seen[i].tli)
+				v->promoted_from = seen[i].tli;
+			if (!history) {
+				char cmd[64];
+				snprintf(cmd, sizeof(cmd), "TIMELINE_HISTORY %u", v->timeline);
+				history = PQexec(s->repl, cmd);
+				if (PQresultStatus(history) != PGRES_TUPLES_OK || PQntuples(history) != 1 ||
+				    PQnfields(history) < 2)
+					return query_failed(s->repl, history, "TIMELINE_HISTORY", err,
+							    errlen);
+			}
+			known = failover_switch_point(PQgetvalue(history, 0, 1),
+						      (size_t)PQgetlength(history, 0, 1), seen[i].tli, &end);
+		}
+		if (known && (seen[i].lsn <= end || slot_lsn > end))
+			continue;
+		char at[LSN_STRLEN], left[LSN_STRLEN];
+		lsn_format(seen[i].lsn, at);
+		lsn_format(end, left);
+		if (known)
+			errf(err, errlen,
+			     "the server (%s) was promoted (timeline %u -> %u), and its history left "
+			     "timeline %u "
+			     "at %s, before position %s that cdc had read: what cdc delivered after %s never "
+			     "happened on this server, and its own changes from there would be skipped (the "
+			     "primary had sent cdc changes its standby did not have; on PostgreSQL 17, "
+			     "source.failover with synchronized_standby_slots on the primary prevents this). "
+			     "Set "
+			     "source.on_slot_lost: resync to have cdc recreate the slot and backfill every "
+			     "subscription (consumers replace what they hold: see the re-sync marker), or "
+			     "resynchronise consumers, then remove state_dir/position",
+			     v->host, seen[i].tli, v->timeline, seen[i].tli, left, at, left);
+		else
+			errf(
+			    err, errlen,
+			    "the server (%s) is on timeline %u, whose history does not pass through timeline "
+			    "%u "
+			    "where cdc read up to %s (not a promoted standby of the server cdc streamed "
+			    "from): "
+			    "changes cdc delivered may never have happened here. Set source.on_slot_lost: "
+			    "resync "
+			    "to have cdc recreate the slot and backfill every subscription, or resynchronise "
+			    "consumers, then remove state_dir/position",
+			    v->host, v->timeline, seen[i].tli, at);
+		s->gap = SOURCE_GAP_SLOT_LOST;
+		r = SOURCE_GAP;
+	}
+	PQclear(history);
+	return r;
 }
 
 static source_result start_replication(source *s, uint64_t start, char *err, size_t errlen)
@@ -474,23 +815,29 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		goto out;
 	}
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
+	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = check_identities(s, err, errlen)) != SOURCE_OK ||
 	    (s->ddl && (r = ensure_ddl_trigger(s, err, errlen)) != SOURCE_OK) ||
 	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
-	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
+	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK ||
+	    (r = check_timeline(s, st, have_st, row.exists ? row.confirmed_flush : 0, err, errlen)) !=
+		SOURCE_OK)
 		goto out;
 	if (!row.exists) {
 		if (have_st) {
 			char rec[LSN_STRLEN];
 			lsn_format(st->flushed_lsn, rec);
+			buf note = {0};
+			promotion_note(s, &note);
 			errf(err, errlen,
 			     "replication slot %s does not exist, but cdc recorded position %s in it: the "
-			     "slot was dropped and changes after %s are lost. cdc does not recreate it "
+			     "slot was dropped and changes after %s are lost.%s cdc does not recreate it "
 			     "silently: set source.on_slot_lost: resync to have it recreate the slot and "
 			     "backfill every subscription, or resynchronise consumers, then remove "
 			     "state_dir/position to start from a new slot",
-			     s->slot, rec, rec);
+			     s->slot, rec, rec, note.len ? note.data : "");
+			buf_free(&note);
 			s->gap = SOURCE_GAP_SLOT_LOST;
 			r = SOURCE_GAP;
 			goto out;
@@ -508,22 +855,39 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK)
 			goto out;
 	}
-	if ((r = check_slot(s, &row, st, have_st, err, errlen)) != SOURCE_OK)
+	if ((r = check_slot(s, &row, st, have_st, err, errlen)) != SOURCE_OK ||
+	    (r = turn_on_failover(s, &row, err, errlen)) != SOURCE_OK)
 		goto out;
 	if (have_st && row.confirmed_flush < st->flushed_lsn) {
 		char rec[LSN_STRLEN], cur[LSN_STRLEN];
 		lsn_format(st->flushed_lsn, rec);
 		lsn_format(row.confirmed_flush, cur);
-		/* The server saves confirmed positions lazily; after its crash the slot can be behind. */
-		log_info("slot is behind the recorded position (the server restarted without saving it); "
-			 "resuming from the recorded one",
-			 "slot=%s slot_lsn=%s recorded=%s", s->slot, cur, rec);
+		/* The server saves confirmed positions lazily; after its crash the slot can be behind.
+		 * A failover slot's copy on a standby is synchronized every few seconds. */
+		log_info(
+		    s->server.promoted_from
+			? "slot is behind the recorded position (its synchronized copy on the promoted "
+			  "server lags); resuming from the recorded one"
+			: "slot is behind the recorded position (the server restarted without saving it); "
+			  "resuming from the recorded one",
+		    "slot=%s slot_lsn=%s recorded=%s", s->slot, cur, rec);
 	}
 	if (!have_st || row.confirmed_flush > st->flushed_lsn)
 		st->flushed_lsn = row.confirmed_flush;
 	snprintf(st->system_id, sizeof(st->system_id), "%s", s->system_id);
 	snprintf(st->slot, sizeof(st->slot), "%s", s->slot);
-	r = start_replication(s, st->flushed_lsn, err, errlen);
+	st->timeline = s->server.timeline;
+	if ((r = start_replication(s, st->flushed_lsn, err, errlen)) != SOURCE_OK)
+		goto out;
+	if (s->server.promoted_from)
+		log_warn("following a promotion: the server is on a newer timeline than cdc's position; "
+			 "resuming from the slot there",
+			 "slot=%s timeline=%u previous_timeline=%u server=%s previous_server=%s", s->slot,
+			 s->server.timeline, s->server.promoted_from, s->server.host,
+			 s->server.previous_host[0] ? s->server.previous_host : "-");
+	s->stream_tli = s->server.timeline;
+	s->stream_max = st->flushed_lsn;
+	snprintf(s->server.previous_host, sizeof(s->server.previous_host), "%s", s->server.host);
 out:
 	if (r != SOURCE_OK) {
 		source_disconnect(s);
@@ -666,11 +1030,48 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-/* Takes the result of a heartbeat or slot health query. */
-static void admin_result(source *s, PGresult *res)
+/* The answer of source_poll_server's query (SERVER_SQL): whether the server is a standby, its
+ * timeline while a primary (the first 8 hex digits of a WAL file's name), and with source.failover
+ * synchronized_standby_slots, the slot's failover flag and one row per slot (or one of NULLs). A
+ * standby promoted while cdc streams from it shows here: its walsenders go on. */
+static void server_result(source *s, PGresult *res)
+{
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1)
+		return; /* the connection failed: asked again */
+	source_server *v = &s->server;
+	v->in_recovery = PQgetvalue(res, 0, 0)[0] == 't';
+	char hex[9];
+	if (!v->in_recovery && sscanf(PQgetvalue(res, 0, 1), "%8[0-9A-F]", hex) == 1 && strlen(hex) == 8) {
+		uint32_t tli = (uint32_t)strtoul(hex, NULL, 16);
+		if (tli && tli != v->timeline)
+			v->timeline = s->stream_tli = tli;
+	}
+	if (PQnfields(res) < 8)
+		return;
+	source_failover *f = &s->failover_state;
+	int n = PQntuples(res);
+	failover_slot *slots = xcalloc((size_t)n, sizeof(*slots));
+	size_t k = 0;
+	for (int i = 0; i < n; i++)
+		if (!PQgetisnull(res, i, 4))
+			slots[k++] = (failover_slot){PQgetvalue(res, i, 4), PQgetvalue(res, i, 5),
+						     PQgetvalue(res, i, 7), PQgetvalue(res, i, 6)[0] == 't'};
+	f->known = true;
+	f->slot_failover = PQgetvalue(res, 0, 3)[0] == 't';
+	snprintf(f->setting, sizeof(f->setting), "%s", PQgetvalue(res, 0, 2));
+	f->reason = failover_judge(s->slot, f->slot_failover, f->setting, slots, k, f->why, sizeof(f->why));
+	free(slots);
+}
+
+/* Takes the result of a heartbeat, slot health or server query. */
+static void admin_result(source *s, int kind, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-	if (s->admin_busy == ADMIN_HEARTBEAT) {
+	if (kind == ADMIN_SERVER) {
+		server_result(s, res);
+		return;
+	}
+	if (kind == ADMIN_HEARTBEAT) {
 		if (!ok)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
 			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
@@ -693,10 +1094,33 @@ static void admin_result(source *s, PGresult *res)
 	s->health.server_lsn = row.server_lsn;
 }
 
-/* Sends a query on the ordinary connection without waiting, after collecting the answer of the
- * previous one. False (err set) if the connection failed; *sent false while the previous one runs. */
-static bool admin_send(source *s, int kind, const char *sql, int nparams, const char *const *params,
-		       bool *sent, char *err, size_t errlen)
+/* Collects the answer of the query in flight on an ordinary connection (the admin one, or the
+ * primary's while the server is a standby), without waiting. False (err set) if the connection
+ * failed; *idle whether it can take the next query. */
+static bool admin_collect(source *s, PGconn *conn, int *busy, bool *idle, char *err, size_t errlen)
+{
+	*idle = *busy == ADMIN_IDLE;
+	if (*idle)
+		return true;
+	if (!PQconsumeInput(conn))
+		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(conn)));
+	if (PQisBusy(conn))
+		return true; /* still running: do not pile up */
+	PGresult *res;
+	while ((res = PQgetResult(conn))) {
+		admin_result(s, *busy, res);
+		PQclear(res);
+	}
+	*busy = ADMIN_IDLE;
+	*idle = true;
+	return true;
+}
+
+/* Sends a query without waiting, after collecting the answer of the previous one: on the admin
+ * connection, or with to_writer on writer()'s. False (err set) if the connection failed; *sent
+ * false while the previous one runs. */
+static bool admin_send(source *s, bool to_writer, int kind, const char *sql, int nparams,
+		       const char *const *params, bool *sent, char *err, size_t errlen)
 {
 	*sent = false;
 	if (!s->admin || PQstatus(s->admin) != CONNECTION_OK) {
@@ -705,21 +1129,18 @@ static bool admin_send(source *s, int kind, const char *sql, int nparams, const 
 		if (!(s->admin = connect_db(s, false, err, errlen)))
 			return false;
 	}
-	if (s->admin_busy != ADMIN_IDLE) {
-		if (!PQconsumeInput(s->admin))
-			return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
-		if (PQisBusy(s->admin))
-			return true; /* still running: do not pile up */
-		PGresult *res;
-		while ((res = PQgetResult(s->admin))) {
-			admin_result(s, res);
-			PQclear(res);
-		}
-		s->admin_busy = ADMIN_IDLE;
-	}
-	if (!PQsendQueryParams(s->admin, sql, nparams, NULL, params, NULL, NULL, 0))
-		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
-	s->admin_busy = kind;
+	PGconn *conn = to_writer ? writer(s, err, errlen) : s->admin;
+	if (!conn)
+		return false;
+	int *busy = conn == s->admin ? &s->admin_busy : &s->primary_busy;
+	bool idle;
+	if (!admin_collect(s, conn, busy, &idle, err, errlen))
+		return false;
+	if (!idle)
+		return true;
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(conn)));
+	*busy = kind;
 	*sent = true;
 	return true;
 }
@@ -728,7 +1149,7 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 {
 	bool sent;
 	char why[512];
-	if (!admin_send(s, ADMIN_HEARTBEAT,
+	if (!admin_send(s, true, ADMIN_HEARTBEAT,
 			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')",
 			0, NULL, &sent, why, sizeof(why))) {
 		errf(err, errlen, "heartbeat: %s", why);
@@ -747,11 +1168,43 @@ bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t
 {
 	bool sent;
 	const char *params[] = {s->slot};
-	bool ok = admin_send(s, ADMIN_HEALTH, pg_slot_sql, 1, params, &sent, err, errlen);
+	bool ok = admin_send(s, false, ADMIN_HEALTH, pg_slot_sql, 1, params, &sent, err, errlen);
 	*h = s->health;
 	if (!ok)
 		source_redact(s, err, errlen);
 	return ok;
+}
+
+#define SERVER_SQL                                                                                           \
+	"SELECT pg_catalog.pg_is_in_recovery(), CASE WHEN pg_catalog.pg_is_in_recovery() THEN '' ELSE "      \
+	"pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()) END"
+#define FAILOVER_SQL                                                                                         \
+	SERVER_SQL ", pg_catalog.current_setting('synchronized_standby_slots'), "                            \
+		   "coalesce((SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = $1), "  \
+		   "false), s.slot_name, s.slot_type, s.active, coalesce(s.wal_status, '') "                 \
+		   "FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_replication_slots s ON true"
+
+bool source_poll_server(source *s, bool *ask, source_failover *f, char *err, size_t errlen)
+{
+	bool ok = true, idle;
+	const char *params[] = {s->slot};
+	if (!s->admin)
+		*ask = false;
+	bool fo = *ask && s->failover && PQserverVersion(s->admin) >= 170000;
+	if (*ask)
+		ok = admin_send(s, false, ADMIN_SERVER, fo ? FAILOVER_SQL : SERVER_SQL, fo ? 1 : 0,
+				fo ? params : NULL, ask, err, errlen);
+	else if (s->admin && PQstatus(s->admin) == CONNECTION_OK)
+		ok = admin_collect(s, s->admin, &s->admin_busy, &idle, err, errlen);
+	*f = s->failover_state;
+	if (!ok)
+		source_redact(s, err, errlen);
+	return ok;
+}
+
+const source_server *source_server_info(const source *s)
+{
+	return &s->server;
 }
 
 source_gap_kind source_gap(const source *s)
@@ -762,7 +1215,51 @@ source_gap_kind source_gap(const source *s)
 /* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
  * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
  * publication does not matter). */
-source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen)
+/* Writes the WAL up past `past` with non-transactional heartbeat messages (no cdc delivers
+ * them), so that a slot made next starts after every position cdc may have handed out: after a
+ * promotion whose history left cdc's timeline before them, positions would otherwise repeat. */
+#define PAD_MAX_BYTES (16u << 20)
+
+static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t errlen)
+{
+	for (bool logged = false;;) {
+		PGresult *res = PQexec(s->admin, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text");
+		uint64_t at;
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+		    !lsn_parse(PQgetvalue(res, 0, 0), &at))
+			return query_failed(s->admin, res, "reading the WAL position", err, errlen);
+		PQclear(res);
+		if (at > past)
+			return SOURCE_OK;
+		char len[32], from[LSN_STRLEN], to[LSN_STRLEN];
+		snprintf(len, sizeof(len), "%llu",
+			 (unsigned long long)(past - at + 1 < PAD_MAX_BYTES ? past - at + 1 : PAD_MAX_BYTES));
+		if (!logged) {
+			lsn_format(at, from);
+			lsn_format(past, to);
+			log_warn(
+			    "the promoted server's WAL is behind positions cdc read before the promotion: "
+			    "cdc writes it up past them first, so that no position repeats",
+			    "wal=%s past=%s bytes=%llu", from, to, (unsigned long long)(past - at + 1));
+			logged = true;
+		}
+		const char *params[] = {len};
+		res = exec_params(s->admin,
+				  "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_HEARTBEAT_PREFIX
+				  "', pg_catalog.repeat(' ', $1::int))",
+				  1, params);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			return query_failed(s->admin, res, "writing the WAL past cdc's positions", err,
+					    errlen);
+		PQclear(res);
+	}
+}
+
+/* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
+ * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
+ * publication does not matter). */
+source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t *lsn, char *err,
+			    size_t errlen)
 {
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
@@ -784,6 +1281,10 @@ source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char 
 			goto out;
 		}
 	}
+	uint64_t past = st->flushed_lsn > s->stream_max ? st->flushed_lsn : s->stream_max;
+	if (gap == SOURCE_GAP_SLOT_LOST && !s->server.in_recovery &&
+	    (r = pad_wal_past(s, past, err, errlen)) != SOURCE_OK)
+		goto out;
 	if (gap == SOURCE_GAP_SLOT_LOST)
 		r = create_slot(s, false, err, errlen);
 	else {
@@ -797,8 +1298,12 @@ source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char 
 		if (r != SOURCE_OK)
 			res = NULL;
 	}
-	if (r == SOURCE_OK && (r = read_slot(s, &row, err, errlen)) == SOURCE_OK)
+	if (r == SOURCE_OK && (r = read_slot(s, &row, err, errlen)) == SOURCE_OK) {
 		*lsn = row.confirmed_flush;
+		/* the new slot starts past every position cdc had: nothing to check at the next start */
+		st->timeline = s->stream_tli = s->server.timeline;
+		s->stream_max = row.confirmed_flush;
+	}
 out:
 	PQclear(res);
 	if (r != SOURCE_OK) {
@@ -811,12 +1316,16 @@ out:
 source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen)
 {
 	const char *params[] = {json};
-	PGresult *res = exec_params(
-	    s->admin, "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX "', $1)", 1,
-	    params);
-	source_result r = PQresultStatus(res) == PGRES_TUPLES_OK
+	PGconn *w = writer(s, err, errlen);
+	PGresult *res =
+	    w ? exec_params(
+		    w, "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX "', $1)", 1,
+		    params)
+	      : NULL;
+	source_result r = !w ? SOURCE_RETRY
+			  : PQresultStatus(res) == PGRES_TUPLES_OK
 			      ? SOURCE_OK
-			      : query_failed(s->admin, res, "writing the re-sync marker", err, errlen);
+			      : query_failed(w, res, "writing the re-sync marker", err, errlen);
 	if (r == SOURCE_OK)
 		PQclear(res);
 	source_disconnect(s);

@@ -6,6 +6,7 @@
 #define CDC_SOURCE_H
 
 #include "cdc/config/config.h"
+#include "cdc/source/failover.h"
 #include "cdc/source/state.h"
 #include "decoder/pgoutput.h"
 
@@ -88,15 +89,48 @@ void source_after_standby(source *s, bool yes);
 /* Why the last SOURCE_GAP came. */
 source_gap_kind source_gap(const source *s);
 /* Re-syncs after a gap: recreates a lost slot, or moves the slot to the server's current WAL
- * position (past the publication's creation); *lsn gets the slot's new position. Changes before it
- * are skipped: the caller backfills the tables, then writes the marker (source_resync_marker). */
-source_result source_resync(source *s, source_gap_kind gap, uint64_t *lsn, char *err, size_t errlen);
+ * position (past the publication's creation); *lsn gets the slot's new position, which is after
+ * every position cdc has recorded (*st) or read: on a promoted server whose history forked
+ * before them, cdc first writes the WAL up past them, so that positions never repeat for the
+ * sinks (which skip what they hold by commit LSN) and consumers. st->timeline becomes the
+ * server's. Changes before it are skipped: the caller backfills the tables, then writes the
+ * marker (source_resync_marker). */
+source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t *lsn, char *err,
+			    size_t errlen);
 /* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
  * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
 source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
 /* Writes a heartbeat message through the ordinary connection, without blocking; reports the
  * outcome of the previous one by its return value (false: it failed, err says why). */
 bool source_heartbeat(source *s, char *err, size_t errlen);
+
+/* The server the last start reached. */
+typedef struct source_server {
+	uint32_t timeline; /* IDENTIFY_SYSTEM's */
+	bool in_recovery;  /* a hot standby: cdc decodes a slot made there (PostgreSQL 16+) */
+	char host[128];	   /* host:port of the replication connection (PQhost, PQport) */
+	/* The last start found a newer timeline than the one cdc recorded or streamed last: a
+	 * promotion since (or a point-in-time recovery). 0: none. */
+	uint32_t promoted_from;
+	char previous_host[128]; /* the host:port of the stream before, if this process had one */
+} source_server;
+const source_server *source_server_info(const source *s);
+
+/* source.failover: whether a promotion now is safe (the primary's synchronized_standby_slots). */
+typedef struct source_failover {
+	bool known;
+	failover_reason reason;
+	bool slot_failover; /* the slot's own failover flag */
+	char setting[256];  /* synchronized_standby_slots as the primary has it */
+	char why[512];	    /* what is wrong and what to set; "" when ready */
+} source_failover;
+/* Every few seconds: whether the server is still a standby (one promoted while cdc streams from
+ * it goes on streaming), its timeline, and with source.failover on PostgreSQL 17+ whether a
+ * promotion now is safe. Collects the answer of the last question (without blocking) and, with
+ * *ask, sends the next; *ask becomes whether it went out (not while another query runs). *f gets
+ * the last failover answer (unknown without source.failover); source_server_info() the rest.
+ * False with err if the ordinary connection failed. */
+bool source_poll_server(source *s, bool *ask, source_failover *f, char *err, size_t errlen);
 
 /* The slot's health as pg_replication_slots tells it. */
 typedef struct source_slot_health {

@@ -58,7 +58,8 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 		if (line[0] == '#' || line[0] == '\n')
 			continue;
 		if (sscanf(line, "system_identifier %31s", st->system_id) == 1 ||
-		    sscanf(line, "slot %63s", st->slot) == 1 || sscanf(line, "flushed_lsn %31s", lsn) == 1)
+		    sscanf(line, "slot %63s", st->slot) == 1 || sscanf(line, "flushed_lsn %31s", lsn) == 1 ||
+		    sscanf(line, "timeline %" SCNu32, &st->timeline) == 1)
 			continue;
 		if (strcmp(line, "streamed_by_another_process\n") == 0) {
 			st->shared = true;
@@ -81,12 +82,14 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 	char path[4096], lsn[LSN_STRLEN];
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
 	lsn_format(st->flushed_lsn, lsn);
-	char text[512];
+	char text[512], tli[32] = "";
+	if (st->timeline)
+		snprintf(tli, sizeof(tli), "timeline %" PRIu32 "\n", st->timeline);
 	int n = snprintf(
 	    text, sizeof(text),
 	    "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
-	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s",
-	    st->system_id, st->slot, lsn, st->shared ? "streamed_by_another_process\n" : "");
+	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s%s",
+	    st->system_id, st->slot, lsn, tli, st->shared ? "streamed_by_another_process\n" : "");
 	return file_replace(path, text, (size_t)n, 0600, err, errlen);
 }
 

@@ -13,6 +13,9 @@ typedef struct state {
 	char system_id[32]; /* the database system identifier, decimal */
 	char slot[64];
 	uint64_t flushed_lsn;
+	/* The server's timeline when flushed_lsn was recorded (0: unknown, a record of an older cdc): a
+	 * newer one at the next start means a promotion (or a point-in-time recovery) in between. */
+	uint32_t timeline;
 	/* Another process streamed the slot since flushed_lsn was recorded (this one waited as its
 	 * standby): the slot may be ahead of it, and that is no sign of a consumer cdc does not know. */
 	bool shared;

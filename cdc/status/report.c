@@ -36,6 +36,15 @@ static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, ui
 		json_null(out);
 }
 
+static void j_bool_or_null(buf *out, bool *first, const char *key, bool known, bool v)
+{
+	json_key(out, first, key);
+	if (known)
+		json_boolean(out, v);
+	else
+		json_null(out);
+}
+
 /* Always with a decimal point, so that JSON readers see a double; null when not finite. */
 static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
 {
@@ -89,6 +98,24 @@ static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 	buf_putc(out, '}');
 }
 
+/* source.failover: null unless configured; ready, reason, slot_failover and
+ * synchronized_standby_slots null until checked. */
+static void status_failover(const report *r, buf *out)
+{
+	if (!r->source.failover.configured) {
+		json_null(out);
+		return;
+	}
+	bool f = true, k = r->source.failover.known;
+	buf_putc(out, '{');
+	j_bool_or_null(out, &f, "ready", k, r->source.failover.ready);
+	json_key_str(out, &f, "reason", k ? r->source.failover.reason : NULL);
+	j_bool_or_null(out, &f, "slot_failover", k, r->source.failover.slot_failover);
+	json_key_str(out, &f, "synchronized_standby_slots", k ? r->source.failover.setting : NULL);
+	json_key_str(out, &f, "message", k && !r->source.failover.ready ? r->source.failover.message : NULL);
+	buf_putc(out, '}');
+}
+
 static void status_source(const report *r, buf *out)
 {
 	bool f = true;
@@ -113,6 +140,16 @@ static void status_source(const report *r, buf *out)
 		json_null(out);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
 	json_key_u64(out, &f, "resyncs", r->source.resyncs);
+	json_key_str(out, &f, "server", r->source.server);
+	json_key(out, &f, "server_role");
+	if (r->source.server)
+		json_str(out, r->source.in_recovery ? "standby" : "primary");
+	else
+		json_null(out);
+	j_u64_or_null(out, &f, "timeline", r->source.timeline != 0, r->source.timeline);
+	json_key_u64(out, &f, "promotions", r->source.promotions);
+	json_key(out, &f, "failover");
+	status_failover(r, out);
 	json_key_u64(out, &f, "transactions", r->source.transactions);
 	json_key_u64(out, &f, "events", r->source.events);
 	json_key(out, &f, "errors");
@@ -184,11 +221,7 @@ static void status_sub(const report_sub *s, buf *out)
 	j_u64_or_null(out, &f, "progressed", o, s->progressed);
 	j_u64_or_null(out, &f, "refused", o, s->refused);
 	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
-	json_key(out, &f, "full");
-	if (o)
-		json_boolean(out, s->full);
-	else
-		json_null(out);
+	j_bool_or_null(out, &f, "full", o, s->full);
 	json_key(out, &f, "attached");
 	if (o)
 		status_consumers(s, false, out);
@@ -206,8 +239,10 @@ static void status_sub(const report_sub *s, buf *out)
  *  "source": {"connected", "standby", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
  *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
- *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "resyncs", "transactions",
- *             "events",
+ *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "resyncs", "server"
+ *             (host:port), "server_role" ("primary" or "standby"), "timeline" (null unknown),
+ *             "promotions", "failover" (null unless source.failover: {"ready", "reason",
+ *             "slot_failover", "synchronized_standby_slots", "message"}), "transactions", "events",
  *             "errors": {"stream", "connect"}, "warnings": [...]},
  *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
@@ -624,6 +659,26 @@ void report_metrics(const report *r, buf *out)
 	      "Re-syncs (source.on_slot_lost or on_publication_newer: resync): the slot moved on and every "
 	      "subscription was backfilled.",
 	      r->source.resyncs);
+	m_bool(out, "cdc_source_server_in_recovery",
+	       "1 while the server cdc reads is a hot standby (the slot was made there).",
+	       r->source.in_recovery);
+	family(out, "cdc_source_timeline", "gauge", "The server's timeline (a promotion starts a new one).");
+	if (r->source.timeline)
+		buf_printf(out, "cdc_source_timeline %" PRIu32 "\n", r->source.timeline);
+	m_u64(out, "cdc_source_promotions_total", "counter",
+	      "Starts that followed a promotion of a standby (the server on a newer timeline).",
+	      r->source.promotions);
+	if (r->source.failover.configured) {
+		family(
+		    out, "cdc_source_failover_ready", "gauge",
+		    "source.failover: 1 while a promotion now is safe (synchronized_standby_slots names only "
+		    "active physical slots, and the slot is a failover slot); reason says why not.");
+		if (r->source.failover.known) {
+			sample(out, "cdc_source_failover_ready", "reason", r->source.failover.reason, NULL,
+			       NULL);
+			buf_printf(out, " %d\n", r->source.failover.ready);
+		}
+	}
 	m_u64(out, "cdc_transactions_total", "counter", "Transactions decoded from the slot.",
 	      r->source.transactions);
 	m_u64(out, "cdc_events_total", "counter", "Change events decoded from the slot.", r->source.events);

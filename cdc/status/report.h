@@ -53,6 +53,14 @@ typedef struct report_backfill {
 	int64_t estimate; /* rows; < 0: unknown */
 } report_backfill;
 
+/* source.failover (configured): whether a promotion now is safe (known: checked), why
+ * (failover_reason_name), the slot's own failover flag, synchronized_standby_slots, and what to do
+ * (NULL when ready). Rendered as null / left out of /metrics unless configured. */
+typedef struct report_failover {
+	bool configured, known, ready, slot_failover;
+	const char *reason, *setting, *message;
+} report_failover;
+
 typedef struct report {
 	const char *version;
 	double uptime_s;
@@ -73,7 +81,14 @@ typedef struct report {
 		int64_t safe_wal_size;	   /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
 		int64_t max_wal_keep_size; /* max_slot_wal_keep_size, bytes (when safe_wal_size_known) */
 		uint64_t reconnects;
-		uint64_t resyncs;	       /* re-syncs after a lost slot or a publication newer than it */
+		uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
+		/* The server cdc reads: host:port (NULL: unknown), a hot standby or not, its timeline (0:
+		 * unknown), and the starts that followed a promotion (a newer timeline). */
+		const char *server;
+		bool in_recovery;
+		uint32_t timeline;
+		uint64_t promotions;
+		report_failover failover;
 		uint64_t transactions, events; /* decoded from the slot since the start */
 		uint64_t errors_stream, errors_connect;
 	} source;

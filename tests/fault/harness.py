@@ -21,6 +21,13 @@ up within the first 19 faults:
                      after 0-2 s and each socket subscription's spool is read from `earliest`
                      (without acknowledging) before the consumers come back
   cdc_term           SIGTERM (must exit 0 after delivering what is in flight), checked the same way
+  pg_promote         (--standby) the primary killed (-m immediate) under load, its standby promoted,
+                     the old primary rebuilt as the new one's standby (tests/pg.py PgPair); first
+                     waits until cdc says a promotion is safe (/status source.failover.ready) and
+                     the standby holds a persistent synchronized copy of the slot. Half of them cut
+                     the standby off 0.5-2 s before the kill, so that the primary commits what the
+                     promoted server will not have (and cdc must never deliver). A --standby run
+                     has at least one (forced at 60% of --duration if the deck dealt none)
   pg_stop_fast       PostgreSQL stopped (-m fast), started again after 0.5-4 s
   pg_stop_immediate  the same with -m immediate (a crash: recovery at start)
   walsender_kill     pg_terminate_backend() of the slot's walsender
@@ -41,6 +48,13 @@ the failed batch delivered though the mock never stored it: a loss of the test r
 (tests/fault/mock_idempotence_loss.py shows it with a plain producer, and none with one request in
 flight).
   consumer_kill      kill -9 of a socket consumer, mid-batch or not; the next starts 0.2-2 s later
+
+--standby runs a PostgreSQL 17 primary and a hot standby (slot synchronization on, the primary's
+synchronized_standby_slots naming the standby's slot) instead of one server; cdc's source.dsn
+names both (target_session_attrs=read-write) and source.failover is on. A transaction whose
+COMMIT returned on a primary that then died before its standby had it is not on the promoted
+server: at the end the ledger keeps only the transactions whose token the final primary has, and
+an event of one of the others is a phantom (a change the promoted server never committed).
 
 Then every fault is undone, the load stops, and the harness waits until every sink has every
 committed change it wants (or --drain-timeout passes), stops cdc with SIGTERM and runs verify.py's
@@ -74,7 +88,7 @@ from events import NOT_CHANGES, LineFile, from_json, from_line, from_proto  # no
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
 from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
-from pg import TempPostgres, lsn_to_int  # noqa: E402
+from pg import PgPair, TempPostgres, lsn_to_int  # noqa: E402
 from schema_check import SchemaCheck  # noqa: E402
 from subscriber_helpers import Subscriber, protos  # noqa: E402
 from verify import SinkData, verify  # noqa: E402
@@ -88,7 +102,10 @@ REQUEST_TIMEOUT_MS = 2000  # cdc's producer request.timeout.ms; kafka_slow answe
 # kind: cards in the deck (how often it comes up)
 FAULTS = {"cdc_kill9": 3, "cdc_term": 1, "pg_stop_fast": 1, "pg_stop_immediate": 1, "walsender_kill": 2,
           "kafka_broker_down": 2, "kafka_all_down": 1, "kafka_produce_error": 2, "kafka_slow": 1,
-          "consumer_kill": 3}
+          "consumer_kill": 3, "pg_promote": 1}
+NEEDS_STANDBY = {"pg_promote"}
+PG_SETTINGS = dict(logical_decoding_work_mem="64kB", synchronous_commit=True, max_wal_size="2GB",
+                   wal_sender_timeout="30s")
 KAFKA_OUTAGES = ("kafka_broker_down", "kafka_all_down", "kafka_slow")
 
 T0 = time.monotonic()
@@ -286,6 +303,8 @@ class Harness:
         self.restores = {}     # what: (timer, action) of the faults still to undo
         self.restore_lock = threading.Lock()
         self.slow_stops = []   # (fault, seconds) of PostgreSQL stops that took more than 5 s
+        self.promotions = []   # (seconds waited for a safe moment, standby cut off, to promote, to rebuild)
+        self.lost_at_promotion = {}  # token: Txn committed on a primary that died before its standby had it
         self.deck = []
         self.pg = self.kafka = self.reader = self.cdc = self.sup = self.load = None
         self.wm_consumer = None
@@ -298,8 +317,7 @@ class Harness:
 
     def setup(self):
         a = self.args
-        self.pg = TempPostgres(logical_decoding_work_mem="64kB", synchronous_commit=True,
-                               max_wal_size="2GB", wal_sender_timeout="30s")
+        self.pg = PgPair(version=17, **PG_SETTINGS) if a.standby else TempPostgres(**PG_SETTINGS)
         self.pg.start()
         create_tables(self.pg)
         self.kafka = KafkaMock(brokers=3)
@@ -315,7 +333,7 @@ class Harness:
         tables = [f"{SCHEMA}.*"]
         cfg = {
             "source": {"dsn": self.pg.dsn, "slot": SLOT, "publication": PUBLICATION, "create": True,
-                       "publish": tables, "status_interval": "250ms"},
+                       "publish": tables, "status_interval": "250ms", "failover": a.standby},
             "state_dir": os.path.join(self.workdir, "state"),
             "status": {"socket": os.path.join(self.workdir, "status.sock")},
             "subscribers": {"socket": self.sock},
@@ -426,6 +444,8 @@ class Harness:
                 self.slow_stops.append((kind, took))
             time.sleep(down)
             self.pg.start()
+        elif kind == "pg_promote":
+            self.promote()
         elif kind == "walsender_kill":
             row = self.slot_row()
             pid = row[2] if row else None
@@ -458,6 +478,35 @@ class Harness:
             log(f"fault {kind}: kill -9 {c.name} consumer run {c.runs}{'' if was else ' (was not running)'}")
         else:
             raise ValueError(kind)
+
+    def promote(self):
+        """Once cdc says a promotion is safe and the standby holds the slot's copy: the primary
+        killed, the standby promoted, the old primary rebuilt as its standby (PgPair.failover)."""
+        def ready():
+            if not self.cdc.check():
+                return True  # an exit nobody asked for: the main loop records it
+            out = subprocess.run([CDC_BIN, "status", "-s", os.path.join(self.workdir, "status.sock"), "--json"],
+                                 capture_output=True, text=True, timeout=30)
+            try:
+                st = json.loads(out.stdout)
+            except ValueError:
+                return False
+            return (st["source"].get("failover") or {}).get("ready") and self.pg.synced(SLOT)
+        t = time.monotonic()
+        try:
+            wait_for(ready, timeout=120, interval=0.5, what="cdc to say a promotion is safe (source.failover.ready) "
+                     "and a persistent synchronized copy of the slot on the standby")
+        except AssertionError as e:
+            self.errors.append(f"pg_promote: {e}")
+            return
+        waited = time.monotonic() - t
+        old = self.pg.primary.port
+        cut = self.rng.uniform(0.5, 2.0) if self.rng.random() < 0.5 else 0.0
+        promoted, rebuilt = self.pg.failover(cut)
+        self.promotions.append((waited, cut, promoted, rebuilt))
+        log(f"fault pg_promote: {f'standby cut off for {cut:.1f}s, ' if cut else ''}primary :{old} killed -m "
+            f"immediate, standby :{self.pg.primary.port} promoted in {promoted:.1f}s (after {waited:.1f}s waiting "
+            f"for a safe moment), old primary rebuilt as its standby in {rebuilt:.1f}s")
 
     def stop_cdc(self, kind):
         """kill -9 (or SIGTERM) of cdc, the slot sampled, the consumers stopped, Kafka's high
@@ -569,13 +618,18 @@ class Harness:
         self.load.start()
         log(f"load running ({a.workers} workers); injecting faults for {a.duration}s")
         end = time.monotonic() + a.duration
+        force_promotion = time.monotonic() + 0.6 * a.duration if "pg_promote" in a.faults else None
         next_fault = time.monotonic() + self.rng.uniform(1, 5)
         next_collect = time.monotonic() + 2
         while time.monotonic() < end:
             if not self.cdc.check():
                 self.faults["cdc_exit (not injected)"] += 1
                 self.kill_record("crash", len(self.cdc.runs))
-            if time.monotonic() >= next_fault:
+            if force_promotion and time.monotonic() >= force_promotion and not self.faults["pg_promote"]:
+                log("no promotion dealt yet: one now")
+                self.inject("pg_promote")
+                next_fault = time.monotonic() + self.rng.uniform(1, 5)
+            elif time.monotonic() >= next_fault:
                 self.inject(self.deal())
                 next_fault = time.monotonic() + self.rng.uniform(1, 5)
             elif time.monotonic() >= next_collect:
@@ -596,6 +650,7 @@ class Harness:
             self.kill_record("crash", len(self.cdc.runs))
         self.load.stop()
         self.errors += self.load.errors
+        self.reconcile()
         end_lsn = lsn_to_int(self.pg.current_wal_lsn())
         led = self.load.ledger
         log(f"load stopped: {len(led.committed)} transactions committed, {len(led.aborted)} aborted; "
@@ -610,6 +665,23 @@ class Harness:
         if rc != 0:
             self.errors.append(f"final SIGTERM: cdc exited {rc}\n{p.describe(15)}")
         self.sup.stop()
+
+    def reconcile(self):
+        """The ledger as the final primary has it: a transaction whose COMMIT returned on a
+        primary that died before its standby had it is not there (its token is not in
+        fault_meta.txlog); it moves to lost_at_promotion, and an event of it is a phantom. Without
+        promotions every committed transaction must be there."""
+        led = self.load.ledger
+        tokens = {r[0] for r in self.pg.sql("select token from fault_meta.txlog")}
+        with led.lock:
+            for tok in [tok for tok in led.committed if tok not in tokens]:
+                self.lost_at_promotion[tok] = led.committed.pop(tok)
+        if self.lost_at_promotion and not self.promotions:
+            self.errors.append(f"{len(self.lost_at_promotion)} committed transactions are not on the server, "
+                               "which was never promoted")
+        if self.lost_at_promotion:
+            log(f"{len(self.lost_at_promotion)} transactions committed on a primary that died before its standby "
+                "had them: not on the promoted server, so no sink may deliver them")
 
     def collect(self):
         """Adds what arrived since the last call to the sinks' streams."""
@@ -734,7 +806,8 @@ class Harness:
     def report(self, started):
         self.collect()
         led = self.load.ledger
-        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills)
+        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
+                                 lost=self.lost_at_promotion)
         errors = self.errors + errors
         a = self.args
         print()
@@ -768,6 +841,14 @@ class Harness:
         for row in rows:
             print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
         print()
+        if a.standby:
+            lost_changes = sum(len(t.changes) for t in self.lost_at_promotion.values())
+            print(f"promotions: {len(self.promotions)} (PostgreSQL {self.pg.version} primary and standby, failover slot); "
+                  f"transactions committed on a primary that died before its standby had them: "
+                  f"{len(self.lost_at_promotion)} ({lost_changes} changes; their events would be phantoms)")
+            for waited, cut, promoted, rebuilt in self.promotions:
+                print(f"  waited {waited:.1f}s for a safe moment, {f'standby cut off {cut:.1f}s, ' if cut else ''}"
+                      f"promoted in {promoted:.1f}s, old primary rebuilt as standby in {rebuilt:.1f}s")
         print(f"cdc runs: {len(self.cdc.runs)}; kills checked against the slot: {len(self.kills)}; "
               f"exits nobody asked for: {len(self.cdc.unexpected_exits)}; harness peak RSS {peak_rss_mib()} MiB")
         for r in results:
@@ -798,7 +879,7 @@ class Harness:
             print(f"ERROR: {e}")
         checks = {
             "no committed change lost": all(not r.lost for r in results),
-            "no aborted, unknown or filtered-out change delivered": all(not r.unexpected for r in results),
+            "no aborted, unknown or filtered-out change delivered, no phantom": all(not r.unexpected for r in results),
             "per-key order never goes backwards": all(not r.out_of_order for r in results),
             "slot never passed an undelivered change": all(not r.slot for r in results),
             "socket offsets dense": all(not r.gaps for r in results),
@@ -813,7 +894,7 @@ class Harness:
             print(f"  {'PASS' if ok else 'FAIL'}  {name}")
         failed = sum(not ok for ok in checks.values())
         print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}"
-              f"{' --exactly-once' if a.exactly_once else ''}")
+              f"{' --exactly-once' if a.exactly_once else ''}{' --standby' if a.standby else ''}")
         print(f"fault: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
 
@@ -825,7 +906,10 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=3, help="load generator connections (default 3)")
     p.add_argument("--pause", type=float, default=0.03, help="mean pause of a worker between transactions (s)")
     p.add_argument("--large-rows", default="300,900", help="rows of a large transaction: MIN,MAX")
-    p.add_argument("--faults", default=",".join(FAULTS), help="kinds to inject (comma-separated; default all)")
+    p.add_argument("--faults", default=None,
+                   help="kinds to inject (comma-separated; default all, pg_promote only with --standby)")
+    p.add_argument("--standby", action="store_true",
+                   help="a PostgreSQL 17 primary and standby with a failover slot; adds the pg_promote fault")
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--exactly-once", action="store_true",
@@ -835,17 +919,21 @@ def parse_args(argv=None):
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 1 << 31)
     a.large_rows = tuple(int(x) for x in a.large_rows.split(","))
+    if a.faults is None:
+        a.faults = ",".join(k for k in FAULTS if a.standby or k not in NEEDS_STANDBY)
     a.faults = [f for f in a.faults.split(",") if f]
     unknown = set(a.faults) - set(FAULTS)
     if unknown:
         p.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    if not a.standby and set(a.faults) & NEEDS_STANDBY:
+        p.error(f"{', '.join(sorted(set(a.faults) & NEEDS_STANDBY))} needs --standby")
     return a
 
 
 def main(argv=None):
     a = parse_args(argv)
     print(f"fault harness: seed {a.seed}, duration {a.duration}s, faults {','.join(a.faults)}"
-          f"{', exactly once' if a.exactly_once else ''}", flush=True)
+          f"{', exactly once' if a.exactly_once else ''}{', primary and standby' if a.standby else ''}", flush=True)
     started = time.monotonic()
     h = Harness(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))

@@ -222,3 +222,24 @@ def test_exactly_once_copies_only_after_a_boundary_below_their_commit():
         "commit_lsn 0/250 tx_index 0 sent at 1200 and again at 1300 ms (no restart or abort between the copies)",
         "commit_lsn 0/280 tx_index 0 sent at 1900 and again at 2100 ms (position 0/300 in force)",
     ]
+
+
+def test_a_change_the_promoted_server_never_committed_is_a_phantom():
+    """xid 101 committed on a primary that died before its standby had it (harness --standby):
+    the ledger drops it, and delivered, its changes are phantoms. On the promoted server xid 103
+    wrote acct 1's version 3 again, and xid 101 came again for another transaction (an insert of
+    ord 9): neither is one."""
+    committed, aborted = ledger()
+    lost = {101: committed.pop(101)}
+    committed[103] = txn(103, [Change("acct", 1, "update", 3, 7, "ok")], 0x2200)
+    committed[104] = txn(101, [Change("ord", 9, "insert", 1, 4, "ok")], 0x2400)
+    s = SinkData("out", "stdout", lambda c: True)
+    s.streams[1] = [rec(100, 0, (1, 1)), rec(100, 1, (1, 2)), rec(100, 2, (1, 3)),
+                    rec(101, 0, (1, 4)),  # the lost update of acct 1 to v3
+                    rec(101, 0, (1, 5), xid=103, cl=0x2180, grp=7),  # the promoted server's v3
+                    rec(101, 0, (1, 6), table="ord", id=9, op="insert", ver=1, grp=4, cl=0x2300)]
+    results, errors = verify(committed, aborted, [s], [], lost=lost)
+    r = results[0]
+    assert errors == [] and r.unexpected == {"phantom": 1}, (errors, r.unexpected)
+    assert "xid 101 committed on a primary that died before its standby had it" in r.examples["phantom"][0]
+    assert r.lost == 0 and r.failed

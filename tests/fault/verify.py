@@ -19,7 +19,10 @@ The checks, per sink
               transaction or of a rolled-back savepoint (its xid is in the aborted ledger, or its
               marker is ABORT/RB), a change that matches the ledger's (table, id, op, version)
               but not its xid (the same version written by an aborted transaction), one the
-              ledger does not know (phantom), or one the subscription's filter excludes.
+              ledger does not know (phantom), or one the subscription's filter excludes. With
+              promotions (harness --standby) a transaction whose COMMIT returned on a primary
+              that died before its standby had it is not on the promoted server: an event of it
+              is a phantom too (a change the promoted server never committed).
   duplicated  events minus distinct (commit_lsn, tx_index): redeliveries; at least once allows
               them, so they are counted, not failed.
   out of order
@@ -62,11 +65,13 @@ def rec_ident(r):
 
 
 class LedgerIndex:
-    """The ledger ({token: Txn} committed and aborted), indexed by change identity."""
+    """The ledger ({token: Txn} committed and aborted, and lost at a promotion), indexed by change
+    identity."""
 
-    def __init__(self, committed, aborted):
+    def __init__(self, committed, aborted, lost=None):
         self.committed = committed
         self.aborted_xids = {t.xid for t in aborted.values()}
+        self.lost_xids = {t.xid for t in (lost or {}).values()}
         self.by_ident = {}  # ident -> (Txn, Change)
         self.errors = []
         for t in committed.values():
@@ -107,6 +112,8 @@ class LedgerIndex:
             return None
         if r.xid in self.aborted_xids or r.note in (MARK_ABORT, MARK_RB):
             return "aborted", f"change of an aborted transaction or savepoint (xid {r.xid}, note {r.note}): {why}"
+        if r.xid in self.lost_xids:
+            return "phantom", f"xid {r.xid} committed on a primary that died before its standby had it: {why}"
         return "phantom", why
 
 
@@ -188,7 +195,7 @@ def commit_lsns(sinks, index):
         for stream in s.streams.values():
             for r in stream:
                 prev = out.setdefault(r.xid, r.cl)
-                if prev != r.cl and r.xid not in index.aborted_xids:
+                if prev != r.cl and r.xid not in index.aborted_xids and r.xid not in index.lost_xids:
                     errors.append(f"{s.name}: xid {r.xid} with commit_lsn {r.cl:X} and {prev:X}")
     return out, errors
 
@@ -347,9 +354,10 @@ def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):
                                  f"{'<' if bound else ''}{lsn:X}) was {'delivered only later, at ' + str(where) if where else 'never delivered'}")
 
 
-def verify(committed, aborted, sinks, kills):
-    """Runs every check: ([Result], [global error texts])."""
-    index = LedgerIndex(committed, aborted)
+def verify(committed, aborted, sinks, kills, lost=None):
+    """Runs every check: ([Result], [global error texts]). lost: {token: Txn} committed on a primary
+    that died before its standby had them (not on the promoted server)."""
+    index = LedgerIndex(committed, aborted, lost)
     cl_by_xid, errors = commit_lsns(sinks, index)
     errors = index.errors + errors
     return [analyse(s, index, kills, cl_by_xid) for s in sinks], errors

@@ -55,20 +55,22 @@ import yaml
 from conftest import CDC_BIN, ROOT, CdcProcess, drop_slot, wait_for
 from kafka_fixtures import row_plain
 from npm import npm_ci
-from pg import TempPostgres, free_port
+from pg import TempPostgres, TempStandby, free_port
 
 KUBECTL = "/usr/bin/kubectl"
 DEPLOY = os.path.join(ROOT, "deploy")
 VALIDATOR_DIR = os.path.join(ROOT, "tests", "deploy")
 KUSTOMIZATIONS = {"base": "deploy/kubernetes/base", "managed": "deploy/kubernetes/overlays/managed",
-                  "managed-ha": "deploy/kubernetes/overlays/managed-ha"}
-WORKLOADS = {"base": "StatefulSet", "managed": "Deployment", "managed-ha": "StatefulSet"}
+                  "managed-ha": "deploy/kubernetes/overlays/managed-ha",
+                  "failover": "deploy/kubernetes/overlays/failover"}
+WORKLOADS = {"base": "StatefulSet", "managed": "Deployment", "managed-ha": "StatefulSet", "failover": "Deployment"}
 
 # The Secrets a user creates (README, "Deploy on Kubernetes"); the cdc password has a quote and a
 # space, so quoting in the init script and in libpq is exercised too.
 CDC_PASSWORD = "cdc 'pw' " + secrets.token_hex(6)
 SECRETS = {
-    "db-passwords": {"postgres-password": "pg-" + secrets.token_hex(8), "cdc-password": CDC_PASSWORD},
+    "db-passwords": {"postgres-password": "pg-" + secrets.token_hex(8), "cdc-password": CDC_PASSWORD,
+                     "replicator-password": "repl-" + secrets.token_hex(8)},
     # cdc-source (managed): PGHOST and PGPORT are filled in with the test server's.
     "cdc-source": {"PGDATABASE": "app", "PGUSER": "cdc", "PGPASSWORD": CDC_PASSWORD},
 }
@@ -113,6 +115,8 @@ def test_kustomizations_render(rendered):
                              ("StatefulSet", "db")]
     assert [k for k, _ in kinds["managed"]] == ["ConfigMap", "Deployment", "PersistentVolumeClaim"]
     assert [k for k, _ in kinds["managed-ha"]] == ["ConfigMap", "PodDisruptionBudget", "Service", "StatefulSet"]
+    assert [k for k, _ in kinds["failover"]] == ["ConfigMap"] * 3 + ["Deployment", "PersistentVolumeClaim",
+                                                                     "Service", "StatefulSet"]
 
 
 def test_rendered_objects_validate(rendered, validate):
@@ -343,9 +347,12 @@ def test_pod_specs(rendered, which):
         assert {"name": "CDC_PASSWORD", "valueFrom": cdc["env"][0]["valueFrom"]} in pg["env"]
         kind, v = volume_of(pod, claims, pg, "/docker-entrypoint-initdb.d")
         assert kind == "configMap" and v["configMap"]["name"] == "db-init"
+    elif which == "failover":
+        assert cdc["env"] == [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {
+            "name": "db-passwords", "key": "cdc-password"}}}] and "envFrom" not in cdc
     else:
         assert cdc["envFrom"] == [{"secretRef": {"name": "cdc-source"}}]
-    if which == "managed":
+    if which in ("managed", "failover"):
         assert w["spec"]["replicas"] == 1 and w["spec"]["strategy"] == {"type": "Recreate"}
 
 
@@ -793,3 +800,165 @@ def test_two_replicas_run_as_rendered(rendered, db, pod_factory, kafka, kafka_re
         procs[standby].describe()
     assert len(reader.snapshot()) == 5, f"a change sent twice: {reader.snapshot()}"
     drop_slot(db, slot)
+
+
+# --- failover: two PostgreSQL 17 instances and cdc following the primary -------------------------------
+
+def pg_statefulset(objs):
+    return next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "pg")
+
+
+def start_settings(objs, ordinal):
+    """The -c settings start.sh gives pod pg-ORDINAL's PostgreSQL (its shell variables resolved)."""
+    sts = pg_statefulset(objs)
+    pod = sts["spec"]["template"]["spec"]
+    pgc = next(c for c in pod["containers"] if c["name"] == "postgres")
+    assert pgc["command"] == ["sh", "/scripts/start.sh"]
+    scripts = configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == "pg-scripts"))
+    text = scripts["data"]["start.sh"].replace("$ord", str(ordinal)).replace("$other", str(1 - ordinal))
+    assert "exec docker-entrypoint.sh postgres" in text
+    return dict(m.split("=", 1) for m in re.findall(r'-c "?([a-z_]+=[^"\\\n]*?)"?\s*(?:\\\n|$)', text, re.M))
+
+
+def test_failover_spec(rendered, tmp_path):
+    """The failover overlay: pg-0 and pg-1 (postgres:17) in a StatefulSet whose headless Service
+    names them, each set up for both roles (what the README lists for the primary and the
+    standby), cdc as the managed overlay's Deployment with a failover slot and a connection string
+    that names both and wants the one that accepts writes."""
+    objs = rendered["failover"]
+    sts = pg_statefulset(objs)
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2 and spec["podManagementPolicy"] == "OrderedReady"
+    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == spec["serviceName"])
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for c in pod["containers"] + pod["initContainers"]:
+        assert c["image"] == "postgres:17", c["name"]
+        csc = c["securityContext"]
+        assert csc["allowPrivilegeEscalation"] is False and csc["capabilities"] == {"drop": ["ALL"]}
+        assert csc["readOnlyRootFilesystem"] is True and csc["runAsUser"] == 999
+        for e in c.get("env", []):
+            assert "PASSWORD" not in e["name"] or e["valueFrom"]["secretKeyRef"]["name"] == "db-passwords"
+            if "valueFrom" in e:
+                assert e["valueFrom"]["secretKeyRef"]["key"] in SECRETS["db-passwords"], e
+    for ordinal in (0, 1):
+        other = 1 - ordinal
+        st = start_settings(objs, ordinal)
+        assert st["wal_level"] == "logical" and st["hot_standby"] == "on" and st["hot_standby_feedback"] == "on"
+        assert st["sync_replication_slots"] == "on"
+        assert st["primary_slot_name"] == f"standby_pg_{ordinal}"
+        assert st["synchronized_standby_slots"] == f"standby_pg_{other}"
+        conninfo = dict(kv.split("=", 1) for kv in st["primary_conninfo"].split())
+        assert conninfo["host"] == f"pg-{other}.{svc['metadata']['name']}" and conninfo["dbname"] == "app"
+        assert conninfo["user"] == "replicator" and "password" not in conninfo
+    clone = configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == "pg-scripts"))
+    assert '-C -S "standby_pg_$ord"' in clone["data"]["clone.sh"]  # the slot start.sh streams through
+
+    cdc = cdc_container(workload(objs, "failover"))
+    cfg = config_of(objs, workload(objs, "failover")["spec"]["template"]["spec"], cdc)
+    assert cfg["source"]["failover"] is True
+    dsn = dict(kv.split("=", 1) for kv in cfg["source"]["dsn"].split())
+    assert dsn["host"] == "pg-0.pg,pg-1.pg" and dsn["port"] == "5432,5432"
+    assert dsn["target_session_attrs"] == "read-write"
+    path = tmp_path / "cdc.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([CDC_BIN, "check-config", "-c", str(path)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+
+
+def test_failover_runs_as_rendered(rendered, pod_factory):
+    """The failover overlay's pieces run here: a PostgreSQL 17 primary with pg-0's rendered settings,
+    set up by the rendered init-cdc.sh; a standby copied from it (tests/pg.py, as clone.sh's
+    pg_basebackup would) that then runs with pg-1's rendered settings (so slot synchronization works
+    with the replicator role and the connection string start.sh writes); cdc and the example
+    consumer as rendered. cdc says a promotion is safe, the primary dies, the standby is promoted,
+    and the consumer sees changes from both sides of it. Host names pg-N.pg become 127.0.0.1 and
+    port 5432 each server's own."""
+    objs = rendered["failover"]
+    secret = SECRETS["db-passwords"]
+    primary = TempPostgres(version=17, **{k: v for k, v in start_settings(objs, 0).items()
+                                          if k not in ("primary_conninfo", "primary_slot_name")})
+    standby = None
+    try:
+        primary.start()
+        primary.sql("create database app")
+        pod = pg_statefulset(objs)["spec"]["template"]["spec"]
+        init = configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == "pg-init"))
+        p = subprocess.run(["sh", "-c", init["data"]["init-cdc.sh"]], capture_output=True, text=True, timeout=60,
+                           env={"PATH": f"{primary.client_bindir}:/usr/bin:/bin", "PGDATA": primary.datadir,
+                                "PGHOST": primary.host, "PGPORT": str(primary.port), "POSTGRES_USER": "postgres",
+                                "POSTGRES_DB": "app", "CDC_PASSWORD": secret["cdc-password"],
+                                "REPLICATOR_PASSWORD": secret["replicator-password"]})
+        assert p.returncode == 0, p.stdout + p.stderr
+        primary.sql("select pg_reload_conf()")
+        standby = TempStandby(primary, slot="standby_pg_1")
+        standby.start()
+
+        def local(settings, ordinal):
+            out = dict(settings)
+            peer = primary if ordinal == 1 else standby
+            out["primary_conninfo"] = (out["primary_conninfo"].replace(f"host=pg-{1 - ordinal}.pg", f"host={peer.host}")
+                                       .replace("port=5432", f"port={peer.port}"))
+            out["primary_conninfo"] = re.sub(r" passfile=\S+", "", out["primary_conninfo"])
+            return out
+        standby.settings.update(local(start_settings(objs, 1), 1))
+        standby.restart()
+        cpod = pod_factory(objs, "failover", primary)
+        cdc = _sidecar_of(cpod.w)
+        app = next(c for c in cpod.spec["containers"] if c["name"] == "app")
+        cfg = cpod.prepare_config(cdc)
+        cfg["source"]["dsn"] = re.sub(r"host=\S+ port=\S+", f"host={primary.host},{standby.host} "
+                                      f"port={primary.port},{standby.port}", cfg["source"]["dsn"])
+        config_path = cpod.remap(cdc["args"][cdc["args"].index("-c") + 1], cpod.mounts(cdc))
+        with open(config_path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        sidecar = cpod.start(cdc)
+        cpod.wait_probe(sidecar, cdc, "startupProbe")
+        assert cpod.wait_probe(sidecar, cdc, "readinessProbe")[1:] == (200, "ready\n")
+        consumer = cpod.start(app)
+        port = container_port(cdc, cdc["readinessProbe"]["httpGet"]["port"])
+
+        def failover():
+            st = json.loads(cpod.get(port, "/status")[2])["source"]["failover"] or {}
+            return st if st.get("ready") is not None else None
+        st = wait_for(failover, 30, 0.2, "the failover check\n" + sidecar.describe())
+        assert st["ready"] is True and st["synchronized_standby_slots"] == "standby_pg_1", st
+        assert re.search(r'^cdc_source_failover_ready\{reason="ready"\} 1$', cpod.scrape(), re.M)
+        conn = psycopg2.connect(host=primary.host, port=primary.port, dbname="app", user="postgres")
+        conn.autocommit = True
+        conn.cursor().execute("insert into public.orders (amount) values (10)")
+        conn.close()
+        consumer.wait_events(1, timeout=30)
+
+        def synced():
+            primary.sql("select pg_log_standby_snapshot()")
+            r = standby.sql("select synced and not temporary from pg_replication_slots where slot_name = %s",
+                            (cfg["source"]["slot"],))
+            return r and r[0][0]
+        wait_for(synced, 60, 0.5, "the standby's copy of the failover slot (synchronized as the replicator role)")
+        primary.stop("immediate")
+        standby.promote()
+        conn = psycopg2.connect(host=standby.host, port=standby.port, dbname="app", user="postgres")
+        conn.autocommit = True
+        conn.cursor().execute("insert into public.orders (amount) values (20)")
+        conn.close()
+        # The promoted pg-1 names pg-0's slot in synchronized_standby_slots: cdc's stream waits,
+        # and says why, until pg-0 is rebuilt as its standby (the README's steps: its volume
+        # deleted, clone.sh copies pg-1 through a new slot standby_pg_0).
+        wait_for(lambda: (json.loads(cpod.get(port, "/status")[2])["source"]["failover"] or {}).get("reason")
+                 == "standby_slot_missing", 30, 0.2, "the failover check on the promoted server")
+        assert "the server says severity=WARNING" in sidecar.stderr()
+        assert len(consumer.events()) == 1
+        primary.make_standby_of(standby, slot="standby_pg_0")
+        evs = consumer.wait_events(2, timeout=60)
+        assert [e["new"]["amount"] for e in evs[:2]] == ["10.00", "20.00"], evs
+        wait_for(lambda: json.loads(cpod.get(port, "/status")[2])["source"]["promotions"] == 1, 30, 0.2,
+                 "promotions 1 in /status")
+        assert "following a promotion" in sidecar.stderr()
+        assert sidecar.terminate(timeout=cpod.spec["terminationGracePeriodSeconds"]) == 0, sidecar.describe()
+    finally:
+        if standby is not None:
+            standby.cleanup()
+        primary.cleanup()

@@ -102,6 +102,16 @@ static report full_report(void)
 		       .safe_wal_size_known = true,
 		       .reconnects = 2,
 		       .resyncs = 1,
+		       .server = "db-1:5432",
+		       .timeline = 3,
+		       .promotions = 1,
+		       .failover = {.configured = true,
+				    .known = true,
+				    .ready = false,
+				    .slot_failover = true,
+				    .reason = "synchronized_standby_slots_empty",
+				    .setting = "",
+				    .message = "synchronized_standby_slots is empty"},
 		       .transactions = 50,
 		       .events = 128,
 		       .errors_stream = 1,
@@ -144,7 +154,11 @@ static void test_status_full(void)
 	    "\"server_version\":\"16.3\",\"received_lsn\":\"0/16B3748\",\"flushed_lsn\":\"0/16B3700\","
 	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
 	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
-	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"resyncs\":1,\"transactions\":50,\"events\":128,"
+	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"resyncs\":1,\"server\":\"db-1:5432\","
+	    "\"server_role\":\"primary\",\"timeline\":3,\"promotions\":1,\"failover\":{\"ready\":false,"
+	    "\"reason\":\"synchronized_standby_slots_empty\",\"slot_failover\":true,"
+	    "\"synchronized_standby_slots\":\"\",\"message\":\"synchronized_standby_slots is empty\"},"
+	    "\"transactions\":50,\"events\":128,"
 	    "\"errors\":{\"stream\":1,\"connect\":3},"
 	    "\"warnings\":[\"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\"]},"
 	    "\"subscriptions\":["
@@ -179,7 +193,8 @@ static void test_status_full(void)
 	    s.data,
 	    "cdc 0.1.0  up 1h02m  ready\n"
 	    "source  streaming  slot=cdc_slot  server=16.3  received=0/16B3748  flushed=0/16B3700  "
-	    "lag=1024.0 GiB/0.2s  wal_status=reserved\n"
+	    "lag=1024.0 GiB/0.2s  wal_status=reserved  timeline=3  promotions=1\n"
+	    "failover  NOT READY: synchronized_standby_slots_empty  synchronized_standby_slots=\n"
 	    "warning: safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost\n"
 	    "SUBSCRIPTION  SINK    MATCHED  DELIVERED  PENDING  IN_FLIGHT  ACKED  CONSUMERS  NACKED  "
 	    "DEAD  DROPPED\n"
@@ -211,7 +226,8 @@ static void test_status_nulls(void)
 	    "version\":null,"
 	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
 	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
-	    "\"reconnects\":0,\"resyncs\":0,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"
+	    "\"reconnects\":0,\"resyncs\":0,\"server\":null,\"server_role\":null,\"timeline\":null,"
+	    "\"promotions\":0,\"failover\":null,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"
 	    "\"connect\":0},"
 	    "\"warnings\":[]},\"subscriptions\":[],\"latency_ms\":{}}\n");
 	CHECK(json_ok(b.data));
@@ -371,6 +387,10 @@ static void test_metrics(void)
 	    "\ncdc_source_max_slot_wal_keep_size_bytes 1073741824\n",
 	    "\n# TYPE cdc_source_reconnects_total counter\ncdc_source_reconnects_total 2\n",
 	    "\ncdc_source_resyncs_total 1\n",
+	    "\ncdc_source_server_in_recovery 0\n",
+	    "\ncdc_source_timeline 3\n",
+	    "\ncdc_source_promotions_total 1\n",
+	    "\ncdc_source_failover_ready{reason=\"synchronized_standby_slots_empty\"} 0\n",
 	    "\ncdc_transactions_total 50\n",
 	    "\ncdc_events_total 128\n",
 	    "\n# TYPE cdc_errors_total counter\ncdc_errors_total{kind=\"stream\"} 1\n"
@@ -484,6 +504,56 @@ static void test_exactly_once(void)
 			     "cdc_kafka_transactions_total{outcome=\"aborted\"} 1\n") != NULL);
 	CHECK(strstr(b.data, "\ncdc_kafka_skipped_transactions_total 3\n") != NULL);
 	CHECK(strstr(b.data, "\ncdc_kafka_position_lsn 23803648\n") != NULL);
+	buf_free(&b);
+}
+
+/* source.failover ready, then configured but not checked yet; cdc reading a standby. */
+static void test_failover(void)
+{
+	report r = full_report();
+	r.source.failover = (report_failover){.configured = true,
+					      .known = true,
+					      .ready = true,
+					      .slot_failover = true,
+					      .reason = "ready",
+					      .setting = "sb1, sb2",
+					      .message = "ignored when ready"};
+	r.source.in_recovery = true;
+	r.nwarnings = 0;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"server\":\"db-1:5432\",\"server_role\":\"standby\",\"timeline\":3,"
+			     "\"promotions\":1,\"failover\":{\"ready\":true,\"reason\":\"ready\","
+			     "\"slot_failover\":true,\"synchronized_standby_slots\":\"sb1, sb2\","
+			     "\"message\":null},") != NULL);
+	buf s = {0};
+	char err[256];
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data, "wal_status=reserved  reading a standby  timeline=3  promotions=1\n"
+			     "failover  ready  synchronized_standby_slots=sb1, sb2\n"
+			     "SUBSCRIPTION") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	check_exposition(b.data);
+	CHECK(strstr(b.data, "\ncdc_source_failover_ready{reason=\"ready\"} 1\n") != NULL);
+	CHECK(strstr(b.data, "\ncdc_source_server_in_recovery 1\n") != NULL);
+
+	r.source.failover.known = false;
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"failover\":{\"ready\":null,\"reason\":null,\"slot_failover\":null,"
+			     "\"synchronized_standby_slots\":null,\"message\":null},") != NULL);
+	buf_reset(&s);
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data, "\nfailover  not checked yet\n") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	check_exposition(b.data);
+	/* the family is described, with no sample until the first answer */
+	CHECK(strstr(b.data, "# TYPE cdc_source_failover_ready gauge\n# HELP") != NULL ||
+	      strstr(b.data, "# TYPE cdc_source_failover_ready gauge\n#") != NULL);
+	CHECK(strstr(b.data, "cdc_source_failover_ready{") == NULL);
+	buf_free(&s);
 	buf_free(&b);
 }
 
@@ -666,6 +736,7 @@ int main(void)
 	test_escaping();
 	test_metrics();
 	test_exactly_once();
+	test_failover();
 	test_hist_le();
 	test_subscriptions();
 	return TEST_SUMMARY("test_report");

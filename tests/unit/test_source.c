@@ -1,6 +1,6 @@
 /* test_source.c: what the source does without a server: source_redact, which takes the passwords
- * of source.dsn (key=value, URI, a dbname that is a connection string) and PGPASSWORD out of every
- * message, whatever libpq or the server quotes back. */
+ * of source.dsn (key=value, URI, a dbname that is a connection string), of source.primary_dsn and
+ * of PGPASSWORD out of every message, whatever libpq or the server quotes back. */
 #include "cdc/source/source.h"
 
 #include <stdlib.h>
@@ -78,6 +78,22 @@ int main(void)
 	check(__LINE__, "host=h password=", "empty", 256, "empty");
 	/* a DSN libpq cannot parse yields no secrets (its message is made from the masked DSN instead) */
 	check(__LINE__, "host=h password='unterminated", "unterminated", 256, "unterminated");
+	/* source.primary_dsn's passwords too (a standby's primary, where cdc writes) */
+	{
+		buf y = {0}, e = {0};
+		buf_puts(
+		    &y,
+		    "source:\n  dsn: \"host=standby\"\n  primary_dsn: \"host=p password=Primary-pw-7\"\n");
+		cfg *c = cfg_parse("t.yaml", y.data, y.len, &e);
+		source *ps = source_new(c);
+		char err[64] = "FATAL: Primary-pw-7 at p";
+		source_redact(ps, err, sizeof(err));
+		CHECK_STR(err, "FATAL: ******** at p");
+		source_free(ps);
+		cfg_free(c);
+		buf_free(&y);
+		buf_free(&e);
+	}
 	/* PGPASSWORD */
 	setenv("PGPASSWORD", "Env-pw-6", 1);
 	check(__LINE__, "host=h", "FATAL: Env-pw-6", 256, "FATAL: ********");

@@ -116,8 +116,11 @@ def race(pg, table):
     try:
         wait_for(lambda: written[0] >= 20, 30, what="the writer's first rows")
         for sql in ALTERS:
-            at = written[0]
             pg.sql(sql.format(t=table))
+            # rows of each shape: counted once the ALTER committed (two ALTERs with no row between
+            # them are one change of shape to the consumers: an ADD then RENAME of the new column
+            # is a column added, not renamed)
+            at = written[0]
             wait_for(lambda: written[0] >= at + 20, 30, what=f"rows after {sql}")
     finally:
         stop.set()

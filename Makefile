@@ -76,7 +76,7 @@ DEPS := $(LIB_OBJS:.o=.d) $(MAIN_SRCS:%.c=$(B)/obj/%.d) $(UNIT_TESTS:%=$(B)/obj/
 
 # Keep generated protobuf C and test objects (make would delete them as intermediates).
 .SECONDARY:
-.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-monitoring monitoring-rule check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install man deb check-package clean format
+.PHONY: all deps docs check check-docs check-format check-unit check-fuzz-corpus check-integration check-matrix check-monitoring monitoring-rule check-clients check-fault check-model probe-kafka-txn torture torture-backfill torture-model demo bench soak fuzz valgrind install man deb check-package clean format
 all: $(B)/cdc
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -108,8 +108,9 @@ $(B)/tests/unit/test_%: $(B)/obj/tests/unit/test_%.o $(B)/libcdc.a
 deps:
 	$(Q)deploy/deps.sh build test package
 
+# Every program runs, then the first failure's exit status (make check's summary counts them all).
 check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
-	$(Q)for t in $^; do $$t || exit 1; done
+	$(Q)rc=0; for t in $^; do $$t || rc=1; done; exit $$rc
 
 # The fuzz harnesses linked with tests/fuzz/replay.c's main() instead of libFuzzer (any compiler):
 # each replays its kept corpus, so an input that once found a bug fails `make check` if it returns.
@@ -118,7 +119,7 @@ $(B)/tests/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/repla
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 check-fuzz-corpus: $(FUZZ_REPLAYS)
-	$(Q)for f in $(FUZZERS); do $(B)/tests/fuzz/replay_$$f tests/fuzz/corpus/$$f || exit 1; done
+	$(Q)rc=0; for f in $(FUZZERS); do $(B)/tests/fuzz/replay_$$f tests/fuzz/corpus/$$f || rc=1; done; exit $$rc
 
 # The unit tests and the corpus replays under valgrind's memcheck: an invalid access, a use of
 # uninitialised memory or a leak fails. Not with SANITIZE (the two do not mix).
@@ -140,8 +141,21 @@ $(B)/tests/kafka_mock: tests/kafka/mock_cluster.c
 probe-kafka-txn: $(B)/tests/kafka_mock
 	$(Q)KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) tests/kafka/probe_transactions.py
 
+# PostgreSQL versions. tests/pg.py runs Debian's 15 and the others from the pinned npm packages
+# of tests/postgresql/ (npm ci, once per lock, into /var/tmp/cdc-test-postgresql). The whole
+# integration suite, the clients, the package, the fault harness and the socket model run on PG_VERSION (the
+# newest of PG_VERSIONS unless given); the tests marked matrix run on every one of PG_VERSIONS
+# (check-matrix; make check runs them on the others, PG_VERSION's run being part of the suite's).
+PG_VERSIONS ?= 14 15 16 17 18
+PG_VERSION ?= $(lastword $(sort $(PG_VERSIONS)))
+TEST_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock)
+
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
-	$(Q)CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock) $(PYTHON) -m pytest -q tests/integration
+	$(Q)$(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/integration
+
+check-matrix: $(PG_VERSIONS:%=check-matrix-%)
+check-matrix-%: $(B)/cdc $(B)/tests/kafka_mock
+	$(Q)$(TEST_ENV) CDC_PG_VERSION=$* $(PYTHON) -m pytest -q -m matrix tests/integration
 
 # deploy/monitoring/: the alert rules are valid and their unit tests (at the shipped durations) pass;
 # tests/integration/test_monitoring.py runs them and the dashboard's queries in a real Prometheus.
@@ -168,7 +182,7 @@ monitoring-rule:
 # and their example workers, against a real PostgreSQL and cdc; and each installed from its package
 # (a wheel and pip into a new virtualenv, npm pack's tarball into a new npm project).
 check-clients: $(B)/cdc
-	$(Q)CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/clients
+	$(Q)CDC_BIN=$(abspath $(B)/cdc) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/clients
 
 # Fault injection (tests/fault/harness.py): load on PostgreSQL while cdc, the server, the walsender,
 # Kafka's brokers and the socket consumers fail; exits non-zero on any loss, leaked aborted change,
@@ -184,16 +198,17 @@ FAULT_ARGS ?= --standby
 DURATION ?= 600
 # A lighter load for the long run: the harness keeps every event it received until the end.
 TORTURE_ARGS ?= --pause 0.08
-FAULT_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka_mock)
+FAULT_ENV = $(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION)
+HARNESS = $(FAULT_ENV) $(PYTHON) tests/fault/harness.py --pg-version $(PG_VERSION) $(if $(SEED),--seed $(SEED))
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_DURATION) $(FAULT_ARGS) $(if $(SEED),--seed $(SEED))
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS) $(if $(SEED),--seed $(SEED))
+	$(Q)$(HARNESS) --duration $(FAULT_DURATION) $(FAULT_ARGS)
+	$(Q)$(HARNESS) --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS)
 
 torture: deps
 	$(Q)$(MAKE) --no-print-directory all $(B)/tests/kafka_mock
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) $(FAULT_ARGS) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
-	$(Q)$(FAULT_ENV) $(PYTHON) tests/fault/harness.py --duration $(DURATION) --exactly-once $(FAULT_ARGS) $(if $(SEED),--seed $(SEED)) $(TORTURE_ARGS)
+	$(Q)$(HARNESS) --duration $(DURATION) $(FAULT_ARGS) $(TORTURE_ARGS)
+	$(Q)$(HARNESS) --duration $(DURATION) --exactly-once $(FAULT_ARGS) $(TORTURE_ARGS)
 	$(Q)$(MAKE) --no-print-directory torture-backfill torture-model
 
 # The backfill-under-load test (three subscriptions: stdout, Kafka, socket; cdc killed with -9
@@ -212,13 +227,13 @@ MODEL_STEPS ?= 700
 SAN := build/sanitize
 check-model:
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all
-	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) CDC_MODEL_STEPS=$(MODEL_STEPS) $(if $(SEED),CDC_MODEL_SEED=$(SEED)) \
-		$(PYTHON) -m pytest -q tests/model
+	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) CDC_PG_VERSION=$(PG_VERSION) CDC_MODEL_STEPS=$(MODEL_STEPS) \
+		$(if $(SEED),CDC_MODEL_SEED=$(SEED)) $(PYTHON) -m pytest -q tests/model
 
 torture-model: deps
 	$(Q)$(MAKE) --no-print-directory SANITIZE=address,undefined all
-	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) $(PYTHON) tests/model/socket_model.py --duration $(DURATION) \
-		$(if $(SEED),--seed $(SEED))
+	$(Q)CDC_BIN=$(abspath $(SAN)/cdc) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) tests/model/socket_model.py \
+		--duration $(DURATION) $(if $(SEED),--seed $(SEED))
 
 # The C sources as the checked-in .clang-format has them: a difference fails (`make format` fixes it).
 C_SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
@@ -237,15 +252,11 @@ check-docs: $(B)/cdc
 docs: $(B)/cdc
 	$(Q)$(B)/cdc config-reference > docs/configuration.md
 
+# Every part, each after the others' failures too, then a summary: each part's counts (the
+# integration suite on PG_VERSION, the matrix on each other version of PG_VERSIONS) and a last line
+# saying all passed or what failed (tests/check.py).
 check: deps
-	$(Q)$(MAKE) --no-print-directory check-format
-	$(Q)$(MAKE) --no-print-directory all check-unit check-fuzz-corpus check-monitoring
-	$(Q)$(MAKE) --no-print-directory check-docs
-	$(Q)$(MAKE) --no-print-directory check-integration
-	$(Q)$(MAKE) --no-print-directory check-clients
-	$(Q)$(MAKE) --no-print-directory check-package
-	$(Q)$(MAKE) --no-print-directory check-fault
-	$(Q)$(MAKE) --no-print-directory check-model
+	+$(Q)$(PYTHON) tests/check.py --pg-version $(PG_VERSION) --pg-versions "$(PG_VERSIONS)"
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
@@ -254,10 +265,12 @@ demo: deps
 # make bench: about 10 minutes on 2 cores; build/bench/results.md and PNGs. Quicker or partial:
 # make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency trigger subscriptions
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
+# Debian's PostgreSQL 15 (the server with wal2json, a peer in the tables) unless PG_VERSION is
+# given: PG_VERSION=18 make bench.
 bench:
 	$(Q)deploy/deps.sh build bench
 	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
-	$(Q)$(PYTHON) tests/bench/bench.py $(BENCH_ARGS)
+	$(Q)$(PYTHON) tests/bench/bench.py $(if $(filter-out file,$(origin PG_VERSION)),--pg-version $(PG_VERSION)) $(BENCH_ARGS)
 
 # make soak DURATION=1800: a steady 2,000 transactions/s into stdout, Kafka (at least once and exactly
 # once) and a shared socket subscription for DURATION seconds, a backfill and a restart on the way;
@@ -313,7 +326,7 @@ deb:
 # The package as a user meets it (tests/package/test_deb.py): unpacked into a throwaway root (dpkg
 # -x: nothing is installed on this machine), its cdc run, its units verified, its man pages read.
 check-package: deb $(B)/cdc
-	$(Q)CDC_DEB=$(abspath $(DEB)) CDC_BIN=$(abspath $(B)/cdc) $(PYTHON) -m pytest -q tests/package
+	$(Q)CDC_DEB=$(abspath $(DEB)) CDC_BIN=$(abspath $(B)/cdc) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/package
 
 format:
 	clang-format -i $(C_SOURCES)

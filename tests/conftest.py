@@ -354,6 +354,12 @@ def drop_slot(pg, slot, timeout=30.0):
 
 # --- fixtures -----------------------------------------------------------------------------------
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "matrix: runs on every PostgreSQL version of make check's PG_VERSIONS, not only on "
+        "the newest (make check-matrix; select with -m matrix, the server with CDC_PG_VERSION)")
+
+
 @pytest.fixture(scope="session")
 def pg():
     with TempPostgres(logical_decoding_work_mem="64kB") as server:

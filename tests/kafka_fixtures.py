@@ -281,9 +281,11 @@ class KafkaReader:
     (consumption order: per partition, offset order). With group=True the consumer joins a fresh
     consumer group (subscribe, auto.offset.reset=earliest); the mock's group coordinator waits 3s
     before the first assignment, so start the reader early. With group=False it assigns every
-    partition explicitly once the topic exists (no group join)."""
+    partition explicitly once the topic exists (no group join). log_level 0 keeps librdkafka's log
+    lines (a broker refusing connections while it is down on purpose, say) out of stderr; errors
+    still reach .errors."""
 
-    def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True):
+    def __init__(self, bootstrap, topics, pb, transactions_topic=None, group=True, log_level=3):
         from confluent_kafka import Consumer
         self.topics = list(topics)
         self._pb = pb
@@ -302,7 +304,7 @@ class KafkaReader:
             "reconnect.backoff.max.ms": 1000,              # back soon after a broker outage
             "fetch.wait.max.ms": 50,
             "isolation.level": "read_committed",  # librdkafka's default, said out loud
-            "log_level": 3,
+            "log_level": log_level,
             "error_cb": self.errors.append,
         })
         if group:

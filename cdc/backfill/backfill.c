@@ -445,9 +445,9 @@ static bool table_next(bf_set *b, table *t, uint64_t now_ms, bf_stmt *out, uint6
 	switch (t->step) {
 	case S_DESCRIBE:
 		clear_params(t);
-		t->params = strv_dup((const char *const[]){t->schema, t->name}, 2);
-		t->nparams = 2;
-		stmt(b, out, BF_STMT_DESCRIBE, bfsql_describe, 2, (const char *const *)t->params, &t->ticket,
+		t->params = strv_dup((const char *const[]){t->schema, t->name, b->publication}, 3);
+		t->nparams = 3;
+		stmt(b, out, BF_STMT_DESCRIBE, bfsql_describe, 3, (const char *const *)t->params, &t->ticket,
 		     &t->kind);
 		break;
 	case S_LOW:
@@ -524,12 +524,12 @@ static bool cell_true(const bf_result *r, int row, int col)
 
 static void check_result(backfill *f, const bf_result *r, bf_now now)
 {
-	if (r->nrows != 1 || r->ncols != 2)
+	if (r->nrows != 1 || r->ncols != 3)
 		return end_backfill(f, "the privileges check returned an unexpected result", now);
 	set_str(&f->role, r->value(r->ctx, 0, 0));
 	if (!cell_true(r, 0, 1)) {
 		buf msg = {0};
-		bfsql_no_emit_message(&msg, f->role);
+		bfsql_no_emit_message(&msg, f->role, r->value(r->ctx, 0, 2));
 		end_backfill(f, msg.data, now);
 		buf_free(&msg);
 		return;

@@ -9,8 +9,13 @@
 /* NAMEDATALEN - 1: PostgreSQL truncates longer names, which would then name something else. */
 #define BFSQL_MAX_IDENT 63
 
-const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_privilege("
-				"'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')";
+/* The text variant of pg_logical_emit_message, whatever its arguments: PostgreSQL 17 added a fourth
+ * (flush boolean DEFAULT false), so a signature written out names no function on one side of 17. */
+const char bfsql_privileges[] = "SELECT current_user, pg_catalog.has_function_privilege(p.oid, 'EXECUTE'), "
+				"p.oid::pg_catalog.regprocedure::pg_catalog.text FROM pg_catalog.pg_proc p "
+				"WHERE p.proname = 'pg_logical_emit_message' "
+				"AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace "
+				"AND p.proargtypes[2] = 'pg_catalog.text'::pg_catalog.regtype";
 
 const char bfsql_tables[] = "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables "
 			    "WHERE pubname = $1 ORDER BY 1, 2";
@@ -33,6 +38,8 @@ const char bfsql_describe[] =
     "AND NOT ka.attnotnull) "
     "ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
     "WHERE n.nspname = $1 AND c.relname = $2 "
+    "AND (a.attgenerated = '' OR a.attgenerated = 's' AND (SELECT pg_catalog.to_jsonb(p) ->> 'pubgencols' "
+    "FROM pg_catalog.pg_publication p WHERE p.pubname = $3) = 's') "
     "ORDER BY a.attnum";
 
 const char bfsql_watermark[] = "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX "', $1)";
@@ -106,14 +113,12 @@ static void qualified(buf *out, const char *schema, const char *name)
 	bfsql_quote_ident(out, name);
 }
 
-void bfsql_no_emit_message(buf *out, const char *role)
+void bfsql_no_emit_message(buf *out, const char *role, const char *function)
 {
-	buf_printf(
-	    out,
-	    "role %s may not execute pg_logical_emit_message, which writes a backfill's watermarks: run ",
-	    role);
-	buf_puts(out,
-		 "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO ");
+	buf_printf(out,
+		   "role %s may not execute pg_logical_emit_message, which writes a backfill's "
+		   "watermarks: run GRANT EXECUTE ON FUNCTION pg_catalog.%s TO ",
+		   role, function);
 	bfsql_quote_ident(out, role);
 }
 

@@ -32,12 +32,16 @@ void bfsql_quote_ident(buf *out, const char *name);
  * means the same whatever standard_conforming_strings is. */
 void bfsql_quote_literal(buf *out, const char *s, size_t len);
 
-/* Requirements of the role, no parameters; one row: current_user, and whether it may execute
- * pg_logical_emit_message(boolean, text, text). */
+/* Requirements of the role, no parameters; one row: current_user, whether it may execute
+ * pg_logical_emit_message with a text message, and that function's signature as the server names
+ * it ("pg_logical_emit_message(boolean,text,text,boolean)" on PostgreSQL 17 and later). */
 extern const char bfsql_privileges[];
 /* The publication's tables, parameter $1 the publication; rows: schema, table, in that order. */
 extern const char bfsql_tables[];
-/* A table's description, parameters $1 schema and $2 table; one row per column in column order:
+/* A table's description, parameters $1 schema, $2 table and $3 the publication; one row per column
+ * the publication publishes (generated ones only when it says publish_generated_columns = stored,
+ * PostgreSQL 18's pg_publication.pubgencols, read through to_jsonb so that the statement is the
+ * same on every version), in column order:
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key), 6 relkind, 7 whether the role may
  *   SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier (atttypmod).
@@ -52,9 +56,10 @@ extern const char bfsql_watermark[];
 extern const char bfsql_watermark_high[];
 
 /* The message that names what is missing, and the statement that grants it: for the role that
- * lacks EXECUTE on pg_logical_emit_message, the table it may not read, the table without a key,
- * a relation that is not a plain table, one that does not exist. */
-void bfsql_no_emit_message(buf *out, const char *role);
+ * lacks EXECUTE on pg_logical_emit_message (function: its signature, from bfsql_privileges), the
+ * table it may not read, the table without a key, a relation that is not a plain table, one that
+ * does not exist. */
+void bfsql_no_emit_message(buf *out, const char *role, const char *function);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
 void bfsql_no_key(buf *out, const char *schema, const char *table);
 void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);

@@ -289,6 +289,16 @@ static void summary_source(buf *out, json_object *root)
 	if (promotions && json_object_get_int64(promotions) > 0)
 		buf_printf(out, "  timeline=%s  promotions=%" PRId64, field(src, "timeline", f, sizeof(f)),
 			   json_object_get_int64(promotions));
+	/* PostgreSQL 17 and 18's slot health, when there is something to say */
+	if (member(src, "invalidation_reason", json_type_string))
+		buf_printf(out, "  invalidated=%s", field(src, "invalidation_reason", f, sizeof(f)));
+	if (member(src, "inactive_since", json_type_string))
+		buf_printf(out, "  inactive_since=%s", field(src, "inactive_since", f, sizeof(f)));
+	json_object *idle = member(src, "idle_replication_slot_timeout_s", json_type_int);
+	if (idle && json_object_get_int64(idle) > 0) {
+		buf_puts(out, "  idle_timeout=");
+		put_duration(out, json_object_get_int64(idle));
+	}
 	buf_putc(out, '\n');
 	json_object *fo = member(src, "failover", json_type_object);
 	if (fo) {

@@ -97,7 +97,8 @@ typedef struct cfg {
 		cfg_on_gap on_publication_newer; /* default fail */
 		bool failover;			 /* the slot is a failover slot (PostgreSQL 17+) */
 		char *primary_dsn;		 /* writes when dsn is a standby; NULL if none */
-		bool ddl; /* capture DDL with an event trigger (README "DDL events"); default false */
+		bool ddl; /* capture DDL with an event trigger (docs/events.md); default false */
+		bool publish_generated_columns; /* PostgreSQL 18+; default false */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {

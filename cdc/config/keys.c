@@ -524,6 +524,12 @@ static const key source_k[] = {
 	    "`ddl` events in order with the rows, and renames are told as renames in schema events. With "
 	    "`create`, cdc installs the trigger (a superuser's privilege); without it, or without the "
 	    "privilege, cdc stops and says what to run. See [events.md](events.md#ddl-events)."},
+    {"publish_generated_columns", &t_bool, TOP(source.publish_generated_columns), .restart = true,
+     .doc = "PostgreSQL 18 and later: the publication cdc creates publishes stored generated columns "
+	    "(`WITH (publish_generated_columns = stored)`), so events carry their values; refused at the "
+	    "start on an earlier server, which never publishes them. A publication that exists is left as "
+	    "it is (cdc warns when it does not publish them). See "
+	    "[events.md](events.md#generated-columns)."},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };

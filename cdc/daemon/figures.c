@@ -205,7 +205,13 @@ void figures_publish(sidecar *d, bool force)
 		       .wal_status = f->health.known ? f->health.wal_status : NULL,
 		       .safe_wal_size_known = f->health.known && f->health.safe_wal_size_known,
 		       .safe_wal_size = f->health.safe_wal_size,
-		       .max_wal_keep_size = f->health.max_keep_size},
+		       .max_wal_keep_size = f->health.max_keep_size,
+		       .invalidation_reason = f->health.known && f->health.has_invalidation
+						  ? f->health.invalidation_reason
+						  : NULL,
+		       .inactive_since_us = f->health.known ? f->health.inactive_since_us : 0,
+		       .idle_timeout_known = f->health.known && f->health.idle_timeout_s >= 0,
+		       .idle_timeout_s = f->health.idle_timeout_s},
 	    .subs = subs,
 	    .nsubs = d->cfg->nsubs,
 	    .has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
@@ -268,7 +274,13 @@ void figures_slot_health(sidecar *d, uint64_t now)
 	 * keepalive for a moment, and lag_s would then count from the last commit.) */
 	if (d->conn.paused && h->server_lsn > f->server_wal_lsn)
 		f->server_wal_lsn = h->server_lsn;
-	if (strcmp(h->wal_status, "lost") == 0)
+	if (strcmp(h->wal_status, "lost") == 0 && h->invalidation_reason[0])
+		snprintf(
+		    warning, sizeof(warning),
+		    "the server invalidated the slot (wal_status lost, invalidation_reason %s): drop and "
+		    "recreate it, then resynchronise consumers (source.on_slot_lost: resync does both)",
+		    h->invalidation_reason);
+	else if (strcmp(h->wal_status, "lost") == 0)
 		snprintf(warning, sizeof(warning),
 			 "the slot lost WAL it needs (wal_status lost): drop and recreate it, then "
 			 "resynchronise consumers");

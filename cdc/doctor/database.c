@@ -273,8 +273,8 @@ static void plan_publication(doctor *d)
 {
 	char err[512];
 	pg_publication_plan p;
-	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish, &p, err,
-				      sizeof(err))) {
+	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
+				      d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
 		doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn", "%s", err);
 		pg_publication_plan_free(&p);
 		return;
@@ -456,8 +456,8 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 {
 	(void)s;
 	backfill_tally *bt = arg;
-	const char *params[] = {t->schema, t->name};
-	PGresult *res = ask(d, "a table's key", bfsql_describe, 2, params);
+	const char *params[] = {t->schema, t->name, d->c->source.publication};
+	PGresult *res = ask(d, "a table's key", bfsql_describe, 3, params);
 	if (!res)
 		return;
 	bt->n++;
@@ -508,7 +508,9 @@ void doctor_emit_message(doctor *d)
 	PGresult *res = ask(d, "the role's privileges", bfsql_privileges, 0, NULL);
 	if (!res)
 		return;
-	bool may = PQgetvalue(res, 0, 1)[0] == 't';
+	bool may = PQntuples(res) == 1 && PQgetvalue(res, 0, 1)[0] == 't';
+	char function[128];
+	snprintf(function, sizeof(function), "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 2) : "");
 	PQclear(res);
 	if (may)
 		doctor_say(d, DOCTOR_PASS, NULL, "role %s may execute it (heartbeats, backfills' watermarks)",
@@ -520,7 +522,7 @@ void doctor_emit_message(doctor *d)
 			   d->role);
 	else {
 		buf msg = {0};
-		bfsql_no_emit_message(&msg, d->role);
+		bfsql_no_emit_message(&msg, d->role, function);
 		say_bfsql(d, &msg);
 		buf_free(&msg);
 	}

@@ -225,7 +225,12 @@ const char pg_slot_sql[] =
     "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0'), "
     /* failover and synced exist from PostgreSQL 17 on: read by name, false before */
     "coalesce((pg_catalog.to_jsonb(s) ->> 'failover')::bool, false), "
-    "coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false) "
+    "coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false), "
+    "pg_catalog.to_jsonb(s) ? 'invalidation_reason', "
+    "coalesce(pg_catalog.to_jsonb(s) ->> 'invalidation_reason', ''), "
+    "(EXTRACT(epoch FROM (pg_catalog.to_jsonb(s) ->> 'inactive_since')::pg_catalog.timestamptz) * 1000000)"
+    "::bigint, "
+    "(SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_replication_slot_timeout') "
     "FROM pg_catalog.pg_replication_slots s WHERE slot_name = $1";
 
 void pg_slot_parse(const PGresult *res, pg_slot_row *row)
@@ -252,6 +257,10 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 			     : 0;
 	row->failover = PQgetvalue(res, 0, 10)[0] == 't';
 	row->synced = PQgetvalue(res, 0, 11)[0] == 't';
+	row->has_invalidation = strcmp(PQgetvalue(res, 0, 12), "t") == 0;
+	snprintf(row->invalidation_reason, sizeof(row->invalidation_reason), "%s", PQgetvalue(res, 0, 13));
+	row->inactive_since_us = strtoll(PQgetvalue(res, 0, 14), NULL, 10);
+	row->idle_timeout_s = PQgetisnull(res, 0, 15) ? -1 : strtoll(PQgetvalue(res, 0, 15), NULL, 10);
 }
 
 static void strlist_add(cfg_strlist *l, const char *s)
@@ -297,7 +306,10 @@ static bool publish_items(PGconn *conn, const char *pattern, pg_publication_plan
 		const char *schema = PQgetvalue(res, i, 0), *table = PQgetvalue(res, i, 1);
 		if (!cfg_table_match(pattern, schema, table))
 			continue;
-		buf_puts(&p->sql, *first ? " FOR TABLE " : ", TABLE ");
+		/* PostgreSQL 14 lists the tables after one TABLE; 15 repeats it per item */
+		buf_puts(&p->sql, *first			    ? " FOR TABLE "
+				  : PQserverVersion(conn) >= 150000 ? ", TABLE "
+								    : ", ");
 		pg_append_ident(&p->sql, conn, schema);
 		buf_putc(&p->sql, '.');
 		pg_append_ident(&p->sql, conn, table);
@@ -313,7 +325,7 @@ static bool publish_items(PGconn *conn, const char *pattern, pg_publication_plan
 }
 
 bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      pg_publication_plan *p, char *err, size_t errlen)
+			      bool generated_columns, pg_publication_plan *p, char *err, size_t errlen)
 {
 	*p = (pg_publication_plan){0};
 	buf_puts(&p->sql, "CREATE PUBLICATION ");
@@ -333,6 +345,8 @@ bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_s
 		strlist_clear(&p->schemas);
 		strlist_clear(&p->tables);
 	}
+	if (generated_columns)
+		buf_puts(&p->sql, " WITH (publish_generated_columns = stored)");
 	return true;
 }
 

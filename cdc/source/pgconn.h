@@ -66,19 +66,28 @@ typedef struct pg_slot_row {
 	int64_t lag_bytes;	    /* WAL between the server's position and confirmed_flush_lsn */
 	bool failover, synced;	    /* PostgreSQL 17+: a failover slot; a standby's synchronized copy */
 	char current_database[128]; /* of the connection that asked */
+	/* PostgreSQL 17+ (has_invalidation false before): why the server invalidated the slot ("" while
+	 * it is valid), and since when no process streams it (µs since the Unix epoch; 0 while one
+	 * does). PostgreSQL 18+: idle_replication_slot_timeout in seconds (0 off; -1 before 18). */
+	bool has_invalidation;
+	char invalidation_reason[32];
+	int64_t inactive_since_us;
+	int64_t idle_timeout_s;
 } pg_slot_row;
 /* safe_wal_size under this share of max_slot_wal_keep_size is running low: cdc warns (the log,
  * /status, cdc doctor). */
 #define PG_SAFE_WAL_LOW_PERCENT 20
-/* The query behind pg_slot_row: parameter $1 the slot's name. */
+/* The query behind pg_slot_row: parameter $1 the slot's name. The same on every version: the
+ * columns 17 added are read through to_jsonb, 18's setting from pg_settings. */
 extern const char pg_slot_sql[];
 /* res: pg_slot_sql's answer (tuples). */
 void pg_slot_parse(const PGresult *res, pg_slot_row *row);
 
 /* What a CREATE PUBLICATION for source.publish is: the statement cdc runs with source.create, and
  * what it needs of the role. A plain "schema.*" becomes TABLES IN SCHEMA (PostgreSQL 15+), so tables
- * created later are published too; "*.*" FOR ALL TABLES; other patterns are expanded against the
- * tables that exist now into FOR TABLE. */
+ * created later are published too; "*.*" FOR ALL TABLES; other patterns (and every one on 14) are
+ * expanded against the tables that exist now into FOR TABLE. generated_columns:
+ * source.publish_generated_columns (WITH publish_generated_columns = stored, PostgreSQL 18+). */
 typedef struct pg_publication_plan {
 	buf sql;
 	bool all_tables;      /* FOR ALL TABLES: superuser only */
@@ -88,7 +97,8 @@ typedef struct pg_publication_plan {
 } pg_publication_plan;
 /* False with err (the connection's message) if listing the tables failed. */
 bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      pg_publication_plan *p, char *err, size_t errlen) CDC_MUST_CHECK;
+			      bool generated_columns, pg_publication_plan *p, char *err,
+			      size_t errlen) CDC_MUST_CHECK;
 void pg_publication_plan_free(pg_publication_plan *p);
 
 #endif

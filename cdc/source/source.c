@@ -30,10 +30,11 @@ struct source {
 	pg_secrets secrets;
 	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
 	bool create;
-	bool failover;	 /* source.failover: the slot is a failover slot (17+) */
-	bool heartbeat;	 /* source.heartbeat is set: a standby needs primary_dsn for it */
-	bool ddl;	 /* source.ddl: cdc's DDL event trigger must be there */
-	char *state_dir; /* where the trigger's statements go when cdc cannot create it */
+	bool failover;		/* source.failover: the slot is a failover slot (17+) */
+	bool heartbeat;		/* source.heartbeat is set: a standby needs primary_dsn for it */
+	bool generated_columns; /* source.publish_generated_columns */
+	bool ddl;		/* source.ddl: cdc's DDL event trigger must be there */
+	char *state_dir;	/* where the trigger's statements go when cdc cannot create it */
 	cfg_strlist publish;
 	/* Subscriptions with `changed` need the old row of updates: their tables must have
 	 * REPLICA IDENTITY FULL. Pairs of (subscription name, table pattern). */
@@ -58,7 +59,10 @@ struct source {
 	int holder;	     /* who held the slot at the last SOURCE_BUSY */
 	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
 	bool batching;	     /* source_batch */
+	bool skipped;	     /* the server skipped changes for want of the publication (repl_notice) */
 };
+
+static void repl_notice(void *arg, const PGresult *res);
 
 void source_redact(const source *s, char *err, size_t errlen)
 {
@@ -82,6 +86,7 @@ source *source_new(const cfg *c)
 	PQconninfoFree(opts);
 	s->ddl = c->source.ddl;
 	s->state_dir = xstrdup(c->state_dir ? c->state_dir : ".");
+	s->generated_columns = c->source.publish_generated_columns;
 	s->publish.n = c->source.publish.n;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
@@ -104,7 +109,7 @@ void source_disconnect(source *s)
 	PQfinish(s->admin);
 	PQfinish(s->primary);
 	s->repl = s->admin = s->primary = NULL;
-	s->batching = false;
+	s->batching = s->skipped = false;
 	s->admin_busy = ADMIN_IDLE;
 	s->primary_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
@@ -183,17 +188,50 @@ static bool created_meanwhile(const PGresult *res)
 	return sqlstate && (strcmp(sqlstate, "42710") == 0 || strcmp(sqlstate, "23505") == 0);
 }
 
+/* source.publish_generated_columns: PostgreSQL 18 publishes stored generated columns when the
+ * publication says so; earlier servers never do, so the setting is refused there. A publication
+ * that exists already is the user's: a difference is only pointed out. */
+static source_result generated_columns(source *s, const char *pubgencols, char *err, size_t errlen)
+{
+	int v = PQserverVersion(s->admin);
+	if (s->generated_columns && v < 180000) {
+		errf(err, errlen,
+		     "source.publish_generated_columns: PostgreSQL %d.%d never publishes generated columns "
+		     "(18 is the first that can): remove the setting, or have consumers compute the column "
+		     "from the others",
+		     v / 10000, v % 10000);
+		return SOURCE_FATAL;
+	}
+	if (s->generated_columns && pubgencols && strcmp(pubgencols, "n") == 0) {
+		buf q = {0};
+		pg_append_quoted(&q, s->publication, '"');
+		log_warn(
+		    "the publication does not publish generated columns, though "
+		    "source.publish_generated_columns is true: events carry none",
+		    "publication=%s fix=\"ALTER PUBLICATION %s SET (publish_generated_columns = stored)\"",
+		    s->publication, q.data);
+		buf_free(&q);
+	}
+	return SOURCE_OK;
+}
+
 static source_result ensure_publication(source *s, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res =
-	    exec_params(s->admin, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	PGresult *res = exec_params(s->admin,
+				    PQserverVersion(s->admin) >= 180000
+					? "SELECT pubgencols::pg_catalog.text FROM pg_catalog.pg_publication "
+					  "WHERE pubname = $1"
+					: "SELECT NULL FROM pg_catalog.pg_publication WHERE pubname = $1",
+				    1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the publication", err, errlen);
 	bool exists = PQntuples(res) > 0;
+	source_result r = generated_columns(
+	    s, exists && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL, err, errlen);
 	PQclear(res);
-	if (exists)
-		return SOURCE_OK;
+	if (exists || r != SOURCE_OK)
+		return r;
 	if (!s->create) {
 		buf q = {0};
 		pg_append_quoted(&q, s->publication, '"');
@@ -207,7 +245,8 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		return SOURCE_FATAL;
 	}
 	pg_publication_plan plan;
-	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, &plan, err, errlen)) {
+	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, s->generated_columns, &plan, err,
+				      errlen)) {
 		pg_publication_plan_free(&plan);
 		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
 	}
@@ -222,7 +261,6 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
-	source_result r = SOURCE_OK;
 	res = PQexec(s->admin, plan.sql.data);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK && created_meanwhile(res)) {
 		PQclear(res);
@@ -506,6 +544,20 @@ static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
 	return SOURCE_BUSY;
 }
 
+/* What PostgreSQL 17's pg_replication_slots.invalidation_reason means. */
+static const char *invalidation_why(const char *reason)
+{
+	if (strcmp(reason, "wal_removed") == 0)
+		return ": the server removed WAL past max_slot_wal_keep_size";
+	if (strcmp(reason, "idle_timeout") == 0)
+		return ": no process streamed it for longer than idle_replication_slot_timeout";
+	if (strcmp(reason, "rows_removed") == 0)
+		return ": the primary removed rows its catalog still needed (hot_standby_feedback)";
+	if (strcmp(reason, "wal_level_insufficient") == 0)
+		return ": wal_level on the primary is below logical";
+	return "";
+}
+
 /* Every way the slot can be unusable, each with what to do about it. */
 static source_result check_slot(source *s, const slot_row *row, const state *st, bool have_st, char *err,
 				size_t errlen)
@@ -513,6 +565,9 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	char rec[LSN_STRLEN], cur[LSN_STRLEN];
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
+	/* Another process is creating it: PostgreSQL 14 shows the slot before its plugin */
+	if (strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid)
+		return slot_busy(s, row->active_pid, err, errlen);
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
 		errf(err, errlen,
 		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
@@ -524,11 +579,13 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	if (strcmp(row->wal_status, "lost") == 0) {
 		errf(
 		    err, errlen,
-		    "replication slot %s has lost WAL it needed (wal_status = lost): changes after %s are "
-		    "gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot and "
-		    "backfill every subscription, or drop the slot (SELECT pg_drop_replication_slot('%s')), "
-		    "resynchronise consumers from the tables, and start again",
-		    s->slot, cur, s->slot);
+		    "replication slot %s has lost WAL it needed (wal_status = lost%s%s%s): changes after %s "
+		    "are gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot "
+		    "and backfill every subscription, or drop the slot (SELECT "
+		    "pg_drop_replication_slot('%s')), resynchronise consumers from the tables, and start "
+		    "again",
+		    s->slot, row->invalidation_reason[0] ? ", invalidation_reason = " : "",
+		    row->invalidation_reason, invalidation_why(row->invalidation_reason), cur, s->slot);
 		s->gap = SOURCE_GAP_SLOT_LOST;
 		return SOURCE_GAP;
 	}
@@ -814,6 +871,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			r = SOURCE_FATAL;
 		goto out;
 	}
+	PQsetNoticeReceiver(s->repl, repl_notice, s);
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
@@ -923,13 +981,11 @@ const pgo_options *source_protocol(const source *s)
 }
 
 /* The walsender decodes each change with the catalog as of that change: a publication created
- * after the slot's position does not exist there yet, and every start fails the same way. */
-static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+ * after the slot's position does not exist there yet, and every start fails the same way. Up to
+ * PostgreSQL 17 the stream ends with an error (publication_newer); 18 skips the changes with a
+ * warning instead (repl_notice), which cdc treats the same rather than lose them without a word. */
+static bool publication_gap(source *s, const char *msg, char *err, size_t errlen)
 {
-	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
-		return false;
 	errf(err, errlen,
 	     "the server cannot decode the slot's changes: %s. The publication was created after the "
 	     "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
@@ -942,6 +998,42 @@ static bool publication_newer(source *s, const PGresult *res, char *err, size_t 
 	source_redact(s, err, errlen);
 	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
 	return true;
+}
+
+static bool publication_newer(source *s, const PGresult *res, char *err, size_t errlen)
+{
+	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	if (!sqlstate || !msg || strcmp(sqlstate, "42704") != 0 || strncmp(msg, "publication ", 12) != 0)
+		return false;
+	return publication_gap(s, msg, err, errlen);
+}
+
+static source_result publication_skipped(source *s, char *err, size_t errlen)
+{
+	buf msg = {0};
+	buf_puts(&msg, "publication ");
+	pg_append_quoted(&msg, s->publication, '"');
+	buf_puts(&msg, " does not exist at this point in the WAL (the server skips the changes with the "
+		       "warning \"skipped loading publication\"; cdc stops rather than lose them)");
+	publication_gap(s, msg.data, err, errlen);
+	buf_free(&msg);
+	return SOURCE_GAP;
+}
+
+/* Notices on the replication connection. The walsender sends PostgreSQL 18's "skipped loading
+ * publication" warning ahead of every message that follows the skipped changes: source_read looks
+ * at s->skipped after each message it takes, before handling it. Others go to the log. */
+static void repl_notice(void *arg, const PGresult *res)
+{
+	source *s = arg;
+	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	/* object_not_in_prerequisite_state, naming the publication (the words may be translated) */
+	if (sqlstate && msg && strcmp(sqlstate, "55000") == 0 && strstr(msg, s->publication))
+		s->skipped = true;
+	else
+		on_notice(NULL, res);
 }
 
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
@@ -971,6 +1063,10 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 	for (bool got = false;;) {
 		char *msg = NULL;
 		int n = PQgetCopyData(s->repl, &msg, 1);
+		if (s->skipped) {
+			PQfreemem(msg);
+			return publication_skipped(s, err, errlen);
+		}
 		if (n == 0 && got && more-- > 0) {
 			got = false;
 			if (!PQconsumeInput(s->repl))
@@ -1072,11 +1168,13 @@ static void admin_result(source *s, int kind, PGresult *res)
 		return;
 	}
 	if (kind == ADMIN_HEARTBEAT) {
+		/* PostgreSQL 17 added the function's fourth argument (flush boolean DEFAULT false) */
 		if (!ok)
 			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
 			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
-			     "pg_logical_emit_message(boolean, text, text))",
-			     pg_one_line(PQresultErrorMessage(res)));
+			     "pg_catalog.pg_logical_emit_message(boolean, text, text%s))",
+			     pg_one_line(PQresultErrorMessage(res)),
+			     PQserverVersion(s->admin) >= 170000 ? ", boolean" : "");
 		return;
 	}
 	s->health = (source_slot_health){0};
@@ -1092,6 +1190,11 @@ static void admin_result(source *s, int kind, PGresult *res)
 	s->health.safe_wal_size = row.safe_wal_size;
 	s->health.max_keep_size = row.max_keep_size;
 	s->health.server_lsn = row.server_lsn;
+	s->health.has_invalidation = row.has_invalidation;
+	snprintf(s->health.invalidation_reason, sizeof(s->health.invalidation_reason), "%s",
+		 row.invalidation_reason);
+	s->health.inactive_since_us = row.inactive_since_us;
+	s->health.idle_timeout_s = row.idle_timeout_s;
 }
 
 /* Collects the answer of the query in flight on an ordinary connection (the admin one, or the

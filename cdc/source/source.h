@@ -140,6 +140,12 @@ typedef struct source_slot_health {
 	int64_t safe_wal_size;	  /* bytes that may still be written before the slot risks losing WAL */
 	int64_t max_keep_size;	  /* max_slot_wal_keep_size in bytes; -1: unlimited */
 	uint64_t server_lsn;	  /* the server's WAL position, known even while reading is paused */
+	/* PostgreSQL 17+ (has_invalidation false before): why the slot was invalidated ("" while it is
+	 * valid), and since when no process has streamed it (0 while one does). */
+	bool has_invalidation;
+	char invalidation_reason[32];
+	int64_t inactive_since_us; /* µs since the Unix epoch */
+	int64_t idle_timeout_s;	   /* PostgreSQL 18+: idle_replication_slot_timeout (0 off); -1 before */
 } source_slot_health;
 /* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
  * answer (known false until one came). False with err if the connection failed. */

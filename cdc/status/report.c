@@ -36,6 +36,15 @@ static void j_u64_or_null(buf *out, bool *first, const char *key, bool known, ui
 		json_null(out);
 }
 
+static void j_i64_or_null(buf *out, bool *first, const char *key, bool known, int64_t v)
+{
+	json_key(out, first, key);
+	if (known)
+		json_i64(out, v);
+	else
+		json_null(out);
+}
+
 static void j_bool_or_null(buf *out, bool *first, const char *key, bool known, bool v)
 {
 	json_key(out, first, key);
@@ -133,11 +142,12 @@ static void status_source(const report *r, buf *out)
 	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
 	j_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
 	json_key_str(out, &f, "wal_status", r->source.wal_status);
-	json_key(out, &f, "safe_wal_size");
-	if (r->source.safe_wal_size_known)
-		json_i64(out, r->source.safe_wal_size);
-	else
-		json_null(out);
+	j_i64_or_null(out, &f, "safe_wal_size", r->source.safe_wal_size_known, r->source.safe_wal_size);
+	const char *reason = r->source.invalidation_reason;
+	json_key_str(out, &f, "invalidation_reason", reason && reason[0] ? reason : NULL);
+	j_time(out, &f, "inactive_since", r->source.inactive_since_us);
+	j_i64_or_null(out, &f, "idle_replication_slot_timeout_s", r->source.idle_timeout_known,
+		      r->source.idle_timeout_s);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
 	json_key_u64(out, &f, "resyncs", r->source.resyncs);
 	json_key_str(out, &f, "server", r->source.server);
@@ -239,7 +249,9 @@ static void status_sub(const report_sub *s, buf *out)
  *  "source": {"connected", "standby", "slot", "publication", "server_version", "received_lsn", "flushed_lsn",
  *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
- *             "wal_status", "safe_wal_size" (null unknown), "reconnects", "resyncs", "server"
+ *             "wal_status", "safe_wal_size" (null unknown), "invalidation_reason" (PostgreSQL 17+,
+ *             null while valid), "inactive_since" (17+, RFC 3339; null while streamed),
+ *             "idle_replication_slot_timeout_s" (18+; null unknown), "reconnects", "resyncs", "server"
  *             (host:port), "server_role" ("primary" or "standby"), "timeline" (null unknown),
  *             "promotions", "failover" (null unless source.failover: {"ready", "reason",
  *             "slot_failover", "synchronized_standby_slots", "message"}), "transactions", "events",
@@ -535,6 +547,29 @@ static void histogram(buf *out, const char *name, const char *sink, const hist *
 }
 
 static const char *const wal_statuses[] = {"reserved", "extended", "unreserved", "lost"};
+static const char *const invalidation_reasons[] = {"wal_removed", "rows_removed", "wal_level_insufficient",
+						   "idle_timeout"};
+
+/* A gauge labelled by state: each known state (0, or 1 for the current one), and the current one on
+ * a series of its own when it is not among them. No sample when current is NULL (unknown); "" is
+ * none of them. */
+static void m_state(buf *out, const char *name, const char *help, const char *label, const char *const *known,
+		    size_t n, const char *current)
+{
+	family(out, name, "gauge", help);
+	if (!current)
+		return;
+	bool found = !current[0];
+	for (size_t i = 0; i < n; i++) {
+		found |= strcmp(current, known[i]) == 0;
+		sample(out, name, label, known[i], NULL, NULL);
+		buf_printf(out, " %d\n", strcmp(current, known[i]) == 0);
+	}
+	if (!found) {
+		sample(out, name, label, current, NULL, NULL);
+		buf_puts(out, " 1\n");
+	}
+}
 
 /* Per table of each backfill, labelled subscription, backfill and table (schema.table). */
 static void metrics_backfills(const report *r, buf *out)
@@ -629,20 +664,9 @@ void report_metrics(const report *r, buf *out)
 	if (r->source.last_commit_time_us > 0)
 		buf_printf(out, "cdc_source_last_commit_timestamp_seconds %s\n",
 			   us_as_s((uint64_t)r->source.last_commit_time_us, secs));
-	family(out, "cdc_source_wal_status", "gauge",
-	       "The slot's wal_status in pg_replication_slots (1 for the current one).");
-	if (r->source.wal_status) {
-		bool known = false;
-		for (size_t i = 0; i < sizeof(wal_statuses) / sizeof(*wal_statuses); i++) {
-			known |= strcmp(r->source.wal_status, wal_statuses[i]) == 0;
-			sample(out, "cdc_source_wal_status", "status", wal_statuses[i], NULL, NULL);
-			buf_printf(out, " %d\n", strcmp(r->source.wal_status, wal_statuses[i]) == 0);
-		}
-		if (!known) {
-			sample(out, "cdc_source_wal_status", "status", r->source.wal_status, NULL, NULL);
-			buf_puts(out, " 1\n");
-		}
-	}
+	m_state(out, "cdc_source_wal_status",
+		"The slot's wal_status in pg_replication_slots (1 for the current one).", "status",
+		wal_statuses, sizeof(wal_statuses) / sizeof(*wal_statuses), r->source.wal_status);
 	family(out, "cdc_source_safe_wal_size_bytes", "gauge",
 	       "Bytes of WAL that can still be written before the slot is in danger of being lost.");
 	if (r->source.safe_wal_size_known)
@@ -653,6 +677,22 @@ void report_metrics(const report *r, buf *out)
 	if (r->source.safe_wal_size_known)
 		buf_printf(out, "cdc_source_max_slot_wal_keep_size_bytes %" PRId64 "\n",
 			   r->source.max_wal_keep_size);
+	m_state(out, "cdc_source_slot_invalidation_reason",
+		"Why the server invalidated the slot (pg_replication_slots.invalidation_reason, PostgreSQL "
+		"17+): 1 for the reason, all 0 while the slot is valid.",
+		"reason", invalidation_reasons, sizeof(invalidation_reasons) / sizeof(*invalidation_reasons),
+		r->source.invalidation_reason);
+	family(out, "cdc_source_slot_inactive_since_timestamp_seconds", "gauge",
+	       "Since when no process streams the slot (Unix time; PostgreSQL 17+; none while one does).");
+	if (r->source.inactive_since_us > 0)
+		buf_printf(out, "cdc_source_slot_inactive_since_timestamp_seconds %s\n",
+			   us_as_s((uint64_t)r->source.inactive_since_us, secs));
+	family(out, "cdc_source_idle_replication_slot_timeout_seconds", "gauge",
+	       "The server's idle_replication_slot_timeout (PostgreSQL 18+; 0: off): the server invalidates "
+	       "a slot no process streamed for that long.");
+	if (r->source.idle_timeout_known)
+		buf_printf(out, "cdc_source_idle_replication_slot_timeout_seconds %" PRId64 "\n",
+			   r->source.idle_timeout_s);
 	m_u64(out, "cdc_source_reconnects_total", "counter",
 	      "Reconnections to the server after a lost connection.", r->source.reconnects);
 	m_u64(out, "cdc_source_resyncs_total", "counter",

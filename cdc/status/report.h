@@ -80,6 +80,13 @@ typedef struct report {
 		bool safe_wal_size_known;
 		int64_t safe_wal_size;	   /* pg_replication_slots.safe_wal_size, bytes (may be negative) */
 		int64_t max_wal_keep_size; /* max_slot_wal_keep_size, bytes (when safe_wal_size_known) */
+		/* PostgreSQL 17+ (NULL before, or not known yet): pg_replication_slots.invalidation_reason,
+		 * "" while the slot is valid; inactive_since, µs since the Unix epoch (0 while a process
+		 * streams the slot). PostgreSQL 18+: idle_replication_slot_timeout in seconds (0 off). */
+		const char *invalidation_reason;
+		int64_t inactive_since_us;
+		bool idle_timeout_known;
+		int64_t idle_timeout_s;
 		uint64_t reconnects;
 		uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
 		/* The server cdc reads: host:port (NULL: unknown), a hot standby or not, its timeline (0:

@@ -14,7 +14,7 @@ afterwards they are drained by
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
 all with the pgoutput options cdc uses on this server (proto_version 3, messages, streaming,
-two_phase on PostgreSQL 15). The consumers run one after the other, never together (the machine has
+two_phase on PostgreSQL 15; --pg-version picks another server of tests/pg.py). The consumers run one after the other, never together (the machine has
 two cores). Each is timed from start to exit; peak RSS is cdc's (pg_recvlogical's), never tail's.
 
 Each consumer drains the backlog --repeat times (default 3, each from a slot of its own, the
@@ -27,7 +27,8 @@ of the subscriber socket (cdc_client via tests/subscriber_helpers.py, acking eac
 measured by that consumer from the event's commit_time (same machine, same clock).
 
 Besides, on the same backlogs and in turn with the others: wal2json (format-version 2) through
-pg_recvlogical, from a wal2json slot made at the same point.
+pg_recvlogical, from a wal2json slot made at the same point (Debian's PostgreSQL 15 only: the other
+versions' servers have no wal2json).
 
 Sections (--only, comma-separated; default all; "peers" = drain,trigger and "growth" =
 subscriptions,consumers,tables):
@@ -290,6 +291,17 @@ def slot_backlog(pg, slot, endpos, pub, plugin="pgoutput"):
             time.sleep(0.05)
 
 
+def has_wal2json(pg):
+    """Whether the server has the wal2json plugin: Debian's PostgreSQL 15 (postgresql-15-wal2json),
+    not the npm packages of the other versions."""
+    try:
+        pg.sql("select pg_create_logical_replication_slot('bench_wal2json_probe', 'wal2json')")
+    except psycopg2.Error:
+        return False
+    pg.sql("select pg_drop_replication_slot('bench_wal2json_probe')")
+    return True
+
+
 # The Kafka runs in a record format other than protobuf (format: ...).
 FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium"}
 
@@ -318,6 +330,9 @@ def drain_backlogs(args, pg, work, kafka):
     ]
     consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_kafka_json",
                  "cdc_kafka_debezium", "cdc_socket")
+    if not has_wal2json(pg):
+        progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
+        consumers = tuple(c for c in consumers if c != "wal2json")
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
@@ -1108,6 +1123,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"),
                     help="where results.md, results.json and the PNGs go")
     ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
+    ap.add_argument("--pg-version", type=int, default=None,
+                    help="PostgreSQL major version (tests/pg.py: 14 to 18; default Debian's, the one "
+                         "with wal2json)")
     args = ap.parse_args()
     sections = sections_of(args.only)
     for binary in (CDC_BIN, KAFKA_MOCK_BIN, GNU_TIME):
@@ -1127,7 +1145,7 @@ def main():
         # backlog (6 x 3 x 2 by default), three for latency, and the growth sections' (dropped
         # after use, at most 4 per subscription variant at a time).
         slots = 6 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
-        with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min",
+        with TempPostgres(version=args.pg_version, max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
             results["machine"]["note"] = args.note

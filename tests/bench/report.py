@@ -38,14 +38,17 @@ def markdown(r):
     if m.get("note"):
         md += [m["note"], ""]
     if "drain" in r:
+        # A saved run from before a consumer was added has no column for it, nor one on a server
+        # without wal2json.
+        consumers = [(k, lb) for k, lb in CONSUMERS if all(k in b["consumers"] for b in r["drain"])]
+        wal2json = any(k == "wal2json" for k, _ in consumers)
         md += ["## Draining a backlog", "",
                f"Median of {r['args']['repeat']} runs per consumer, each from a slot of its own "
                "made before the backlog was written; ratio: events/s over pg_recvlogical with "
-               "pgoutput. wal2json: format-version 2 (one JSON document per change), add-tables "
-               "on the backlog's table, through pg_recvlogical to /dev/null.", ""]
+               "pgoutput." + (" wal2json: format-version 2 (one JSON document per change), add-tables "
+                              "on the backlog's table, through pg_recvlogical to /dev/null." if wal2json else ""),
+               ""]
         hdr = ["backlog", "rows"]
-        # A saved run from before a consumer was added has no column for it.
-        consumers = [(k, lb) for k, lb in CONSUMERS if all(k in b["consumers"] for b in r["drain"])]
         for key, label in consumers:
             hdr += [f"{label} ev/s"] + ([] if key == "pg_recvlogical" else ["ratio"])
         rows = []
@@ -60,7 +63,9 @@ def markdown(r):
         md += [table(["backlog"] + [label for _, label in consumers],
                      [[f"{b['name']}: {b['label']}"] + [f"{b['consumers'][k]['rss']:.1f} MiB"
                                                          for k, _ in consumers] for b in r["drain"]]),
-               "", "(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
+               ""]
+        if wal2json:
+            md += ["(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
         formats = [(k, f) for k, f in FORMATS if all(k in b["consumers"] for b in r["drain"])]
         if len(formats) > 1:
             md += ["Kafka record formats (`format:`), each beside protobuf of the same run: events/s, "

@@ -317,7 +317,9 @@ class Harness:
 
     def setup(self):
         a = self.args
-        self.pg = PgPair(version=17, **PG_SETTINGS) if a.standby else TempPostgres(**PG_SETTINGS)
+        # --standby: a pair with failover slots, PostgreSQL 17 unless --pg-version says another
+        version = a.pg_version or (17 if a.standby else None)
+        self.pg = PgPair(version=version, **PG_SETTINGS) if a.standby else TempPostgres(version=version, **PG_SETTINGS)
         self.pg.start()
         create_tables(self.pg)
         self.kafka = KafkaMock(brokers=3)
@@ -325,7 +327,9 @@ class Harness:
         for t in self.topics:
             self.kafka.create_topic(t, PARTITIONS)
         self.pb = protos()[0]
-        self.reader = KafkaReader(self.kafka.bootstrap, self.topics, self.pb, group=False)
+        # Its connection errors while brokers are down on purpose are expected: counted in the
+        # report, not logged (librdkafka would print each "Connection refused" to stderr)
+        self.reader = KafkaReader(self.kafka.bootstrap, self.topics, self.pb, group=False, log_level=0)
         from confluent_kafka import Consumer as KConsumer
         self.wm_consumer = KConsumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": "fault-wm",
                                       "enable.auto.commit": False, "log_level": 0})
@@ -811,8 +815,8 @@ class Harness:
         errors = self.errors + errors
         a = self.args
         print()
-        print(f"fault-injection results: seed {a.seed}, duration {a.duration}s, run time "
-              f"{time.monotonic() - started:.0f}s")
+        print(f"fault-injection results: seed {a.seed}, duration {a.duration}s, PostgreSQL {self.pg.version}, "
+              f"run time {time.monotonic() - started:.0f}s")
         print()
         print("faults injected:")
         for kind, n in sorted(self.faults.items()):
@@ -851,6 +855,10 @@ class Harness:
                       f"promoted in {promoted:.1f}s, old primary rebuilt as standby in {rebuilt:.1f}s")
         print(f"cdc runs: {len(self.cdc.runs)}; kills checked against the slot: {len(self.kills)}; "
               f"exits nobody asked for: {len(self.cdc.unexpected_exits)}; harness peak RSS {peak_rss_mib()} MiB")
+        if self.reader.errors:
+            print(f"  expected: the harness's Kafka reader met {len(self.reader.errors)} connection errors "
+                  f"while brokers were down on purpose (librdkafka's log of them is off), the last: "
+                  f"{self.reader.errors[-1]}")
         for r in results:
             if r.unexpected:
                 print(f"  {r.name}: unexpected by kind {dict(r.unexpected)}")
@@ -894,7 +902,8 @@ class Harness:
             print(f"  {'PASS' if ok else 'FAIL'}  {name}")
         failed = sum(not ok for ok in checks.values())
         print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}"
-              f"{' --exactly-once' if a.exactly_once else ''}{' --standby' if a.standby else ''}")
+              f"{' --exactly-once' if a.exactly_once else ''}{' --standby' if a.standby else ''}"
+              f"{f' --pg-version {a.pg_version}' if a.pg_version else ''}")
         print(f"fault: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
 
@@ -915,6 +924,9 @@ def parse_args(argv=None):
     p.add_argument("--exactly-once", action="store_true",
                    help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")
+    p.add_argument("--pg-version", type=int, default=os.environ.get("CDC_PG_VERSION"),
+                   help="PostgreSQL major version (tests/pg.py: 14 to 18; default $CDC_PG_VERSION, else "
+                        "Debian's newest)")
     a = p.parse_args(argv)
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 1 << 31)

@@ -15,6 +15,7 @@ import threading
 import time
 
 import psycopg2
+import pytest
 
 from conftest import CDC_BIN, wait_for
 from kafka_fixtures import row_plain
@@ -375,6 +376,7 @@ def test_backfill_where_columns_and_api(pg, schema, cdc):
     assert p.terminate() == 0
 
 
+@pytest.mark.matrix
 def test_snapshot_once(pg, schema, cdc):
     """snapshot: true backfills once; a restart does not read the table again; a subscription added
     by a reload has its own."""

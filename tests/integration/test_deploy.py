@@ -449,6 +449,9 @@ def db(rendered):
     env = {e["name"]: e for e in pgc["env"]}
     dbname = env["POSTGRES_DB"]["value"]
     with TempPostgres(**postgres_settings(objs)) as server:
+        if server.version < 15:
+            pytest.skip("the base's init script publishes FOR TABLES IN SCHEMA, which PostgreSQL 15 "
+                        "introduced (its image is postgres:15)")
         server.sql(f'create database "{dbname}"')
         hba = os.path.join(server.datadir, "pg_hba.conf")
         with open(hba) as f:

@@ -260,8 +260,9 @@ def test_a_healthy_slot_shows_its_state(server, space):
 
 def test_heartbeat_without_execute_on_pg_logical_emit_message(server, space):
     role = f"nohb{space['n']}"
+    sig = "boolean,text,text,boolean" if server.version >= 17 else "boolean,text,text"  # 17: flush
     server.sql(f"create role {role} login replication")
-    server.sql("revoke execute on function pg_logical_emit_message(boolean, text, text) from public")
+    server.sql(f"revoke execute on function pg_logical_emit_message({sig}) from public")
     try:
         server.sql(f"create publication {space['pub']} for table {space['schema']}.orders")
         path = config(server, space, dsn=server.dsn.replace("user=postgres", f"user={role}"),
@@ -270,10 +271,10 @@ def test_heartbeat_without_execute_on_pg_logical_emit_message(server, space):
         assert line(found, "pg_logical_emit_message") == [(
             "fail", "pg_logical_emit_message",
             f"role {role} may not execute pg_logical_emit_message, which writes a backfill's watermarks",
-            f'GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO "{role}"')], text
+            f'GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message({sig}) TO "{role}"')], text
         assert rc == 2
     finally:
-        server.sql("grant execute on function pg_logical_emit_message(boolean, text, text) to public")
+        server.sql(f"grant execute on function pg_logical_emit_message({sig}) to public")
         server.sql(f"drop role {role}")
 
 

@@ -303,11 +303,7 @@ def tail_all(c, sub):
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
-# On 17 the re-sync's backfill needs its privilege check to name PostgreSQL 17's
-# pg_logical_emit_message(boolean, text, text, boolean) (branch matrix23 of issue 23); strict, so
-# that the marker fails once that is merged and must be removed.
-@pytest.mark.parametrize("version", [16, pytest.param(17, marks=pytest.mark.xfail(
-    strict=True, reason="the backfill's privilege check names the PostgreSQL 16 signature (matrix23 fixes it)"))])
+@pytest.mark.parametrize("version", [16, 17])
 def test_promotion_that_forked_before_cdcs_position(factory, pair, version):
     """The case synchronized_standby_slots prevents (PostgreSQL 17 with failover slots, but the
     setting left empty; before 17 there is nothing to prevent it), made on purpose: the standby

@@ -2,6 +2,7 @@
 must refuse (ahead of its record, dropped, lost), heartbeats, SIGHUP reloads and a shared state_dir.
 Every test checks the events that arrive, not only that cdc survived."""
 
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import CdcProcess, drop_slot, to_yaml, wait_for  # noqa: E402
@@ -159,6 +161,7 @@ def test_standby_waits_then_takes_over_when_the_active_cdc_dies(pg, schema, cdc)
     assert "streamed_by_another_process" not in open(os.path.join(b.state_dir, "position")).read()
 
 
+@pytest.mark.matrix
 def test_two_cdc_started_at_once_share_what_they_create(pg, schema, cdc):
     """Two cdc with one config (their own state_dirs) started at the same moment, as the replicas of
     a StatefulSet with podManagementPolicy Parallel are, both with source.create: both find no
@@ -178,7 +181,10 @@ def test_two_cdc_started_at_once_share_what_they_create(pg, schema, cdc):
                     raise AssertionError(p.describe())
             return sorted((" streaming slot=" in p.stderr(), "standby: another process streams" in p.stderr())
                           for p in (pa, pb)) == [(False, True), (True, False)]
-        wait_for(one_streams_one_waits, 30, what=f"{pa.describe()}\n{pb.describe()}")
+        try:
+            wait_for(one_streams_one_waits, 30, what="one cdc to stream and the other to wait")
+        except AssertionError as e:  # with what they logged by then
+            raise AssertionError(f"{e}\n{pa.describe()}\n{pb.describe()}") from None
         err = pa.stderr() + pb.stderr()
         raced += "created by another process meanwhile" in err
         assert pa.terminate() == 0 and pb.terminate() == 0, f"{pa.describe()}\n{pb.describe()}"
@@ -195,6 +201,8 @@ def test_slot_ahead_of_recorded_position_is_refused(pg, schema, cdc):
     c = cdc()
     p0 = c.start()
     assert p0.terminate() == 0
+    # cdc has exited; its walsender may hold the slot a moment longer
+    wait_for(lambda: not c.slot_row()[0], what="the walsender to let go of the slot")
     pg.sql(f"insert into {schema}.t values (1)")
     # Something else consumes the slot: the change above would never reach cdc's sinks.
     recorded = [ln.split()[1] for ln in open(os.path.join(c.state_dir, "position")) if ln.startswith("flushed_lsn")][0]
@@ -212,7 +220,7 @@ def test_dropped_slot_is_not_recreated(pg, schema, cdc):
     c = cdc()
     p0 = c.start()
     assert p0.terminate() == 0
-    pg.sql("select pg_drop_replication_slot(%s)", (c.slot,))
+    drop_slot(pg, c.slot)  # once its walsender, which may outlive cdc a moment, let go
     p = c.run()
     assert p.wait_exit(30) == 1, p.describe()
     assert "does not exist, but cdc recorded position" in p.stderr()
@@ -248,6 +256,7 @@ def rows_after_resync(p, sub="all"):
     return model, ops
 
 
+@pytest.mark.matrix
 def test_publication_newer_than_the_slot_stops_with_the_ways_out(pg, schema, cdc):
     """The slot exists before cdc creates the publication: the server cannot decode the change
     between them, every start would fail the same way, so cdc stops at once and says why."""
@@ -265,6 +274,7 @@ def test_publication_newer_than_the_slot_stops_with_the_ways_out(pg, schema, cdc
     assert p.events() == []
 
 
+@pytest.mark.matrix
 def test_publication_newer_than_the_slot_is_resynced_when_told(pg, schema, cdc):
     """on_publication_newer: resync: the slot moves on, every consumer gets the marker, then the
     table's rows as reads (the changes in the gap included, as the rows are now), then the stream."""
@@ -294,6 +304,7 @@ def test_publication_newer_than_the_slot_is_resynced_when_told(pg, schema, cdc):
     assert p.terminate() == 0
 
 
+@pytest.mark.matrix
 def test_dropped_slot_is_resynced_when_told(pg, schema, cdc):
     """on_slot_lost: resync: a dropped slot is made again, consumers get the marker, the rows as
     reads (what changed while there was no slot included), then the stream; counted in /metrics."""
@@ -303,7 +314,7 @@ def test_dropped_slot_is_resynced_when_told(pg, schema, cdc):
     pg.sql(f"insert into {schema}.t select g, 'v1' from generate_series(1, 4) g")
     wait_for(lambda: len(p0.events()) == 4, what="the first rows")
     assert p0.terminate() == 0
-    pg.sql("select pg_drop_replication_slot(%s)", (c.slot,))
+    drop_slot(pg, c.slot)  # once its walsender, which may outlive cdc a moment, let go
     pg.sql(f"update {schema}.t set v = 'v2' where id = 2")
     pg.sql(f"delete from {schema}.t where id = 3")
     pg.sql(f"insert into {schema}.t values (5, 'v2')")
@@ -326,10 +337,17 @@ def test_dropped_slot_is_resynced_when_told(pg, schema, cdc):
     assert p2.terminate() == 0
 
 
+@pytest.mark.matrix
 def test_lost_slot_is_refused(tmp_path):
-    """A slot whose WAL the server removed (max_slot_wal_keep_size) is refused with what to do."""
-    with TempPostgres(max_slot_wal_keep_size="1MB", wal_keep_size="0", max_wal_size="32MB",
-                      min_wal_size="32MB") as srv:
+    """A slot whose WAL the server removed (max_slot_wal_keep_size) is refused with what to do, and
+    why the server invalidated it (PostgreSQL 17's invalidation_reason); re-synced when told; then
+    the slot health of 17 and 18 in /status, /metrics and `cdc status` (the slot valid again, and 18's
+    idle_replication_slot_timeout)."""
+    srv = TempPostgres(max_slot_wal_keep_size="1MB", wal_keep_size="0", max_wal_size="32MB",
+                       min_wal_size="32MB")
+    if srv.version >= 18:
+        srv.settings["idle_replication_slot_timeout"] = "1h"
+    with srv:
         srv.sql("create table t (id int primary key, v text)")
         cfg = {"source": {"dsn": srv.dsn, "slot": "lost_slot", "publication": "lost_pub", "create": True,
                           "publish": ["public.*"]},
@@ -358,7 +376,9 @@ def test_lost_slot_is_refused(tmp_path):
         assert status() == "lost"
         p = run()
         assert p.wait_exit(30) == 1, p.describe()
-        assert "has lost WAL it needed (wal_status = lost)" in p.stderr()
+        why = (", invalidation_reason = wal_removed: the server removed WAL past max_slot_wal_keep_size"
+               if srv.version >= 17 else "")
+        assert f"has lost WAL it needed (wal_status = lost{why}): changes after " in p.stderr(), p.describe()
         assert "pg_drop_replication_slot('lost_slot')" in p.stderr()
         assert "source.on_slot_lost: resync" in p.stderr()
         p.close()
@@ -372,6 +392,22 @@ def test_lost_slot_is_refused(tmp_path):
         ops = [e["op"] for e in p.events()]
         assert ops[0] == "message" and set(ops[1:]) == {"read"}, ops[:3]
         assert status() == "reserved" and "reason=slot_lost" in p.stderr()
+        from test_status import http
+        sock = str(tmp_path / "status.sock")
+        src = wait_for(lambda: (lambda s: s if s["wal_status"] else None)(
+            json.loads(http((sock, "/status"))[1])["source"]), 15, what="the slot's health in /status")
+        timeout = 3600 if srv.version >= 18 else None
+        assert (src["wal_status"], src["invalidation_reason"], src["inactive_since"],
+                src["idle_replication_slot_timeout_s"]) == ("reserved", None, None, timeout), src
+        metrics = {(s.name, s.labels.get("reason")): s.value
+                   for f in text_string_to_metric_families(http((sock, "/metrics"))[1]) for s in f.samples}
+        assert metrics.get(("cdc_source_slot_invalidation_reason", "wal_removed")) == \
+            (0 if srv.version >= 17 else None)
+        assert metrics.get(("cdc_source_idle_replication_slot_timeout_seconds", None)) == timeout
+        text = subprocess.run([os.environ.get("CDC_BIN", "build/cdc"), "status", "-s", sock],
+                              capture_output=True, text=True, timeout=30).stdout
+        assert ("  idle_timeout=1h00m\n" in text) == (srv.version >= 18), text
+        assert "invalidated=" not in text and "inactive_since=" not in text, text
         assert p.terminate() == 0, p.describe()
 
 
@@ -409,7 +445,7 @@ def test_sighup_reloads_subscriptions_at_a_transaction_boundary(pg, schema, cdc)
     p = c.start()
     pg.sql(f"insert into {schema}.a values (1)")
     pg.sql(f"insert into {schema}.b values (1)")
-    b1_end = lsn_to_int(pg.sql("select pg_current_wal_lsn()::text")[0][0])
+    b1_end = lsn_to_int(pg.current_wal_lsn())  # the insert position: past b1's commit record
     p.wait_events(1)
     # b's first row is matched by the old rules: cdc has passed it before the reload is asked for
     # (the reload applies at the next transaction boundary, which could otherwise come before it).

@@ -225,6 +225,7 @@ def drain(load, p, reader, schema, timeout=60):
 
 # --- what arrives ------------------------------------------------------------------------------
 
+@pytest.mark.matrix
 def test_events_topic_key_headers_value(pg, schema, cdc, kafka, kafka_reader, proto):
     pg.sql(f"""create table {schema}.t (id int primary key, name text, amount numeric, ok bool,
                ratio float8, at timestamptz, data bytea, doc jsonb, u uuid, note text)""")

@@ -13,6 +13,8 @@ import struct
 import subprocess
 import time
 
+import pytest
+
 from conftest import CDC_BIN, wait_for
 from pg import lsn_to_int
 from subscriber_helpers import Subscriber, pb
@@ -83,6 +85,7 @@ def wal_lsn(pg):
 
 # --- delivery and the spool ---------------------------------------------------------------------
 
+@pytest.mark.matrix
 def test_events_arrive_with_dense_offsets_and_exact_fields(pg, schema, cdc):
     make_jobs(pg, schema)
     c, p = cdc.start(subscriptions=[socket_sub(schema, tag="send")])

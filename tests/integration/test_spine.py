@@ -127,6 +127,7 @@ def slot_confirmed(pg, slot):
 
 # --- changes ------------------------------------------------------------------------------------
 
+@pytest.mark.matrix
 def test_insert_update_delete(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text)")
     c, p = cdc.start()
@@ -150,6 +151,7 @@ def test_insert_update_delete(pg, schema, cdc):
     conn.close()
 
 
+@pytest.mark.matrix
 def test_truncate_cascade_and_restart_identity(pg, schema, cdc):
     pg.sql(f"create table {schema}.parent (id int primary key)")
     pg.sql(f"create table {schema}.child (id int primary key, pid int references {schema}.parent)")
@@ -176,6 +178,7 @@ def test_truncate_cascade_and_restart_identity(pg, schema, cdc):
                                 truncate={"cascade": False, "restart_identity": True})
 
 
+@pytest.mark.matrix
 def test_logical_messages(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key)")
     c, p = cdc.start(subscriptions=[
@@ -240,6 +243,7 @@ create table {s}.v (
 TEXT = 'h\u00e9llo "q" \\ back\nslash\ttab \u2603 \U0001F600'
 
 
+@pytest.mark.matrix
 def test_value_types(pg, schema, cdc):
     for stmt in TYPES_DDL.format(s=schema).split(";"):
         pg.sql(stmt)
@@ -317,6 +321,7 @@ def test_replica_identity_default(pg, schema, cdc):
     ]
 
 
+@pytest.mark.matrix
 def test_replica_identity_full(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text, n int)")
     pg.sql(f"alter table {schema}.t replica identity full")
@@ -388,6 +393,7 @@ def test_replica_identity_using_index(pg, schema, cdc):
     ]
 
 
+@pytest.mark.matrix
 def test_unchanged_toast(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, big text, n int)")
     pg.sql(f"alter table {schema}.t alter column big set storage external")  # stored out of line
@@ -429,6 +435,7 @@ def test_add_and_drop_column_mid_stream(pg, schema, cdc):
 
 # --- transactions -------------------------------------------------------------------------------
 
+@pytest.mark.matrix
 def test_two_phase(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key)")
     c, p = cdc.start()
@@ -467,6 +474,7 @@ def test_two_phase(pg, schema, cdc):
         lsn_to_int(txs[2][0]["commit_lsn"])
 
 
+@pytest.mark.matrix
 def test_streamed_transaction_committed(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text)")
     c, p = cdc.start()
@@ -484,6 +492,7 @@ def test_streamed_transaction_committed(pg, schema, cdc):
     assert txs[1][0]["new"] == {"id": 0, "v": "after"}
 
 
+@pytest.mark.matrix
 def test_streamed_transaction_aborted(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text)")
     c, p = cdc.start()
@@ -499,6 +508,7 @@ def test_streamed_transaction_aborted(pg, schema, cdc):
     check_transactions(events)
 
 
+@pytest.mark.matrix
 def test_streamed_transaction_with_rollback_to_savepoint(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text)")
     c, p = cdc.start()
@@ -620,6 +630,7 @@ def test_endpos_delivers_up_to_lsn_and_confirms(pg, schema, cdc):
 
 # --- subscriptions ------------------------------------------------------------------------------
 
+@pytest.mark.matrix
 def test_filter_by_table_glob(pg, schema, cdc):
     for t in ("orders_a", "orders_b", "other", "xorders_c"):
         pg.sql(f"create table {schema}.{t} (id int primary key)")

@@ -189,7 +189,7 @@ static void test_life(void)
 	CHECK(!backfill_has_snapshot(b, "t"));
 
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
 	CHECK_STR(s.params[0], "pub");
 	answer(b, &s, 3, 2, (const char *[]){"other", "c", "public", "a", "public", "b"}, now);
@@ -261,7 +261,7 @@ static void test_life(void)
 	CHECK_INT(info.p.read, 2);
 	buf_reset(&k.got);
 	s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_DESCRIBE, now);
 	answer(b, &s, 2, 10, describe_a, now);
 	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
@@ -352,7 +352,7 @@ static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_no
 	bf_set *b = backfill_set_new(st, NULL, 1);
 	CHECK(backfill_add(b, req, now, id, err, sizeof(err)));
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
 	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
 	s = next(b, BF_STMT_DESCRIBE, now);
@@ -540,32 +540,44 @@ static void test_failures(void)
 	bf_now now = {1000, 5};
 	const char *pats[] = {"public.*"}, *asked[] = {"public.nope"};
 	static const struct {
-		const char *check[2];
+		const char *check[3];
 		const char *tables[4];
 		int ntables;
 		const char *describe[10];
 		int ndescribe;
 		const char *backfill_error, *table_error;
 	} cases[] = {
-	    {{"cdc", "f"},
+	    {{"cdc", "f", "pg_logical_emit_message(boolean,text,text,boolean)"},
 	     {0},
 	     0,
 	     {0},
 	     0,
 	     "role cdc may not execute pg_logical_emit_message, which writes a backfill's watermarks: run "
-	     "GRANT "
-	     "EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"cdc\"",
+	     "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean,text,text,boolean) TO "
+	     "\"cdc\"",
 	     NULL},
-	    {{"cdc", "t"}, {0}, 0, {0}, 0, "subscription s has no table in publication pub", NULL},
-	    {{"cdc", "t"},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
+	     {0},
+	     0,
+	     {0},
+	     0,
+	     "subscription s has no table in publication pub",
+	     NULL},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
 	     {"public", "a"},
 	     1,
 	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1", "-1"},
 	     1,
 	     NULL,
 	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
-	    {{"cdc", "t"}, {"public", "a"}, 1, {0}, 0, NULL, "table public.a does not exist"},
-	    {{"cdc", "t"},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
+	     {"public", "a"},
+	     1,
+	     {0},
+	     0,
+	     NULL,
+	     "table public.a does not exist"},
+	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
 	     {"public", "a"},
 	     1,
 	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "p", "t", "1", "-1"},
@@ -578,7 +590,7 @@ static void test_failures(void)
 		bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
 		CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 		bf_stmt s = next(b, BF_STMT_CHECK, now);
-		answer(b, &s, 1, 2, cases[i].check, now);
+		answer(b, &s, 1, 3, cases[i].check, now);
 		if (!cases[i].backfill_error || cases[i].check[1][0] == 't') {
 			s = next(b, BF_STMT_TABLES, now);
 			answer(b, &s, cases[i].ntables, 2, cases[i].tables, now);
@@ -606,7 +618,7 @@ static void test_failures(void)
 	    .subscription = "s", .sub_tables = pats, .nsub_tables = 1, .tables = asked, .ntables = 1};
 	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
 	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 2, (const char *[]){"cdc", "t"}, now);
+	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
 	s = next(b, BF_STMT_TABLES, now);
 	answer(b, &s, 1, 2, (const char *[]){"public", "a"}, now);
 	bf_info info;

@@ -91,11 +91,10 @@ static void test_chunk(void)
 static void test_messages(void)
 {
 	buf b = {0};
-	bfsql_no_emit_message(&b, "cdc");
-	CHECK_STR(b.data,
-		  "role cdc may not execute pg_logical_emit_message, which writes a backfill's "
-		  "watermarks: run GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, "
-		  "text, text) TO \"cdc\"");
+	bfsql_no_emit_message(&b, "cdc", "pg_logical_emit_message(boolean,text,text,boolean)");
+	CHECK_STR(b.data, "role cdc may not execute pg_logical_emit_message, which writes a backfill's "
+			  "watermarks: run GRANT EXECUTE ON FUNCTION "
+			  "pg_catalog.pg_logical_emit_message(boolean,text,text,boolean) TO \"cdc\"");
 	buf_reset(&b);
 	bfsql_no_select(&b, "cdc", "public", "Orders");
 	CHECK_STR(

@@ -387,7 +387,7 @@ static const struct {
 	    "log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
-	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl)\n"),
+	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
 	BAD("source:\n  on_slot_lost: recreate\n",
 	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected fail, resync)\n"),
 	BAD("source:\n  slot: a\n  slot: b\n", "t.yaml:3:3: source.slot: duplicate key (first at line 2, column 3)\n"),
@@ -957,6 +957,7 @@ static void test_print(void)
 		     "  on_publication_newer: fail\n"
 		     "  failover: false\n"
 		     "  ddl: false\n"
+		     "  publish_generated_columns: false\n"
 		     "state_dir: /var/lib/cdc\n"
 		     "status:\n"
 		     "  socket: /run/cdc/status.sock\n"

@@ -154,7 +154,9 @@ static void test_status_full(void)
 	    "\"server_version\":\"16.3\",\"received_lsn\":\"0/16B3748\",\"flushed_lsn\":\"0/16B3700\","
 	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
 	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
-	    "\"safe_wal_size\":10485760,\"reconnects\":2,\"resyncs\":1,\"server\":\"db-1:5432\","
+	    "\"safe_wal_size\":10485760,\"invalidation_reason\":null,\"inactive_since\":null,"
+	    "\"idle_replication_slot_timeout_s\":null,\"reconnects\":2,\"resyncs\":1,\"server\":\"db-1:"
+	    "5432\","
 	    "\"server_role\":\"primary\",\"timeline\":3,\"promotions\":1,\"failover\":{\"ready\":false,"
 	    "\"reason\":\"synchronized_standby_slots_empty\",\"slot_failover\":true,"
 	    "\"synchronized_standby_slots\":\"\",\"message\":\"synchronized_standby_slots is empty\"},"
@@ -226,6 +228,7 @@ static void test_status_nulls(void)
 	    "version\":null,"
 	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
 	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
+	    "\"invalidation_reason\":null,\"inactive_since\":null,\"idle_replication_slot_timeout_s\":null,"
 	    "\"reconnects\":0,\"resyncs\":0,\"server\":null,\"server_role\":null,\"timeline\":null,"
 	    "\"promotions\":0,\"failover\":null,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"
 	    "\"connect\":0},"
@@ -484,6 +487,83 @@ static void test_metrics(void)
 
 /* hist counts exactly at the fixed bounds, whatever its log-linear buckets are. */
 /* kafka.exactly_once: its figures in /status and /metrics, exactly. */
+/* PostgreSQL 17 and 18's slot health: an invalidated slot, when it was last streamed, and the
+ * server's idle_replication_slot_timeout; a valid one; an invalidation reason of a later server.
+ * Before 17 (full_report: all unknown) the families have no samples. */
+static void test_slot_health(void)
+{
+	report r = full_report();
+	r.source.server_version = "18.4";
+	r.source.wal_status = "lost";
+	r.source.safe_wal_size_known = false;
+	r.source.invalidation_reason = "wal_removed";
+	r.source.inactive_since_us = 1714566896000123;
+	r.source.idle_timeout_known = true;
+	r.source.idle_timeout_s = 3600;
+	buf b = {0};
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"wal_status\":\"lost\",\"safe_wal_size\":null,\"invalidation_reason\":"
+			     "\"wal_removed\",\"inactive_since\":\"2024-05-01T12:34:56.000123Z\","
+			     "\"idle_replication_slot_timeout_s\":3600,\"reconnects\":2,") != NULL);
+	buf s = {0};
+	char err[256];
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data,
+		     "\nsource  streaming  slot=cdc_slot  server=18.4  received=0/16B3748  "
+		     "flushed=0/16B3700  lag=1024.0 GiB/0.2s  wal_status=lost  timeline=3  promotions=1  "
+		     "invalidated=wal_removed  inactive_since=2024-05-01T12:34:56.000123Z  "
+		     "idle_timeout=1h00m\n") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	check_exposition(b.data);
+	CHECK(strstr(b.data, "\ncdc_source_slot_invalidation_reason{reason=\"wal_removed\"} 1\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"rows_removed\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"wal_level_insufficient\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"idle_timeout\"} 0\n#") != NULL);
+	CHECK(strstr(b.data, "\ncdc_source_slot_inactive_since_timestamp_seconds 1714566896.000123\n") !=
+	      NULL);
+	CHECK(strstr(b.data, "\ncdc_source_idle_replication_slot_timeout_seconds 3600\n") != NULL);
+
+	/* Valid and streamed, the timeout off: nulls and zeros, nothing more in `cdc status`. */
+	r.source.wal_status = "reserved";
+	r.source.invalidation_reason = "";
+	r.source.inactive_since_us = 0;
+	r.source.idle_timeout_s = 0;
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"invalidation_reason\":null,\"inactive_since\":null,"
+			     "\"idle_replication_slot_timeout_s\":0,") != NULL);
+	buf_reset(&s);
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data, "  wal_status=reserved  timeline=3  promotions=1\n") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "\ncdc_source_slot_invalidation_reason{reason=\"wal_removed\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"rows_removed\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"wal_level_insufficient\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"idle_timeout\"} 0\n#") != NULL);
+	CHECK(strstr(b.data, "\n# TYPE cdc_source_slot_inactive_since_timestamp_seconds gauge\n#") != NULL);
+	CHECK(strstr(b.data, "\ncdc_source_idle_replication_slot_timeout_seconds 0\n") != NULL);
+
+	/* A reason this cdc does not know gets a series of its own. */
+	r.source.invalidation_reason = "some_new_reason";
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "cdc_source_slot_invalidation_reason{reason=\"idle_timeout\"} 0\n"
+			     "cdc_source_slot_invalidation_reason{reason=\"some_new_reason\"} 1\n") != NULL);
+
+	/* Before PostgreSQL 17: the families, no samples. */
+	r = full_report();
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "\n# TYPE cdc_source_slot_invalidation_reason gauge\n# HELP "
+			     "cdc_source_slot_inactive_since_timestamp_seconds ") != NULL);
+	CHECK(strstr(b.data, "\n# TYPE cdc_source_idle_replication_slot_timeout_seconds gauge\n# HELP ") !=
+	      NULL);
+	buf_free(&s);
+	buf_free(&b);
+}
+
 static void test_exactly_once(void)
 {
 	report r = full_report();
@@ -735,6 +815,7 @@ int main(void)
 	test_status_nulls();
 	test_escaping();
 	test_metrics();
+	test_slot_health();
 	test_exactly_once();
 	test_failover();
 	test_hist_le();

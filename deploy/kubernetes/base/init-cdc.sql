@@ -21,9 +21,17 @@ GRANT SELECT ON ALL TABLES IN SCHEMA public TO cdc;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO cdc;
 
 -- source.heartbeat writes a small logical message when the published tables are idle, so that the
--- slot keeps moving and does not pin WAL. PostgreSQL 15 lets PUBLIC execute it by default; the
--- grant keeps the heartbeat working where a hardened database revoked that.
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO cdc;
+-- slot keeps moving and does not pin WAL. PostgreSQL lets PUBLIC execute it by default; the grant
+-- keeps the heartbeat working where a hardened database revoked that. PostgreSQL 17 added a fourth
+-- argument (flush), so the grant names the function as this server has it.
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    SELECT oid INTO STRICT f FROM pg_catalog.pg_proc
+     WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace
+       AND proargtypes[2] = 'text'::regtype;
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO cdc', f);
+END $$;
 
 -- The publication (creating one FOR TABLES IN SCHEMA needs a superuser): every table of public,
 -- now and later.

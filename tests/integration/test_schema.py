@@ -302,7 +302,9 @@ def test_schema_again_after_a_restart_and_without_ddl_no_renames(pg, schema, cdc
 def test_types_as_format_type_prints_them(pg, schema, cdc):
     pg.sql(f"create type {schema}.mood as enum ('ok', 'sad')")
     pg.sql(f"create domain {schema}.pos as int check (value > 0)")
-    pg.sql(f"""create table {schema}.types (id int primary key, n numeric(10,2), n0 numeric, nneg numeric(3,-2),
+    # a negative scale: PostgreSQL 15 and later
+    nneg = "nneg numeric(3,-2), " if pg.version >= 15 else ""
+    pg.sql(f"""create table {schema}.types (id int primary key, n numeric(10,2), n0 numeric, {nneg}
                v varchar(20), v0 varchar, ch char(3), qc "char", t3 time(3), tz timetz(0), ts timestamp(6),
                tstz timestamptz(2), tstz0 timestamptz, iv interval, ivy interval year to month,
                ivs interval day to second(2), bi bit(5), vb varbit(7), arr numeric(10,2)[], varr varchar(9)[],

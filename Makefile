@@ -60,7 +60,7 @@ LIB_SRCS := \
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
 	ring kafka_eo failover debezium kafka_render
-FUZZERS := pgoutput config predicate frame http redact put ddl debezium
+FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
@@ -262,7 +262,7 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(PYTHON) tests/demo.py
 
-# make bench: about 10 minutes on 2 cores; build/bench/results.md and PNGs. Quicker or partial:
+# make bench: 19 minutes on 2 busy cores (load 9-15), less on quiet ones; build/bench/results.md and PNGs. Quicker or partial:
 # make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency trigger subscriptions
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
 # Debian's PostgreSQL 15 (the server with wal2json, a peer in the tables) unless PG_VERSION is

@@ -34,6 +34,10 @@ size_t pb_varint_field_size(unsigned field, uint64_t v);
 /* The tag and length of a length-delimited field (wire type 2) of len bytes, and their size. */
 void pb_put_len_header(buf *b, unsigned field, size_t len);
 size_t pb_len_header_size(unsigned field, size_t len);
+/* An Event, a Key, a Row appended as protobuf-c's pack writes them (pbwire.c says why). */
+void pb_put_event(buf *b, const Cdc__V1__Event *e);
+void pb_put_key(buf *b, const Cdc__V1__Key *k);
+void pb_put_row(buf *b, const Cdc__V1__Row *r);
 /* Completes an Event packed without its commit fields: commit_lsn, tx_index, commit_time. */
 void pb_put_commit(buf *b, const sink_commit *c);
 size_t pb_commit_size(const sink_commit *c);

@@ -185,6 +185,19 @@ static void on_gap(sidecar *d)
 	}
 }
 
+/* Delivery reports wake the loop; an exactly-once commit waiting for the brokers also needs a
+ * flush every few milliseconds (kafka_sink_wake_ms), which the same event's timeout gives. */
+static void watch_kafka(sidecar *d)
+{
+	int ms = d->ev_kafka ? kafka_sink_wake_ms(d->sinks.k[SINKS_KAFKA]) : 0;
+	if (ms == d->kafka_wake_ms)
+		return;
+	struct timeval tv = {0, ms * 1000};
+	event_del(d->ev_kafka); /* event_add keeps a timeout it is not given a new one for */
+	event_add(d->ev_kafka, ms ? &tv : NULL);
+	d->kafka_wake_ms = ms;
+}
+
 /* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
  * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
  * position, which the server resends from. */
@@ -193,6 +206,7 @@ static bool flush_sinks(sidecar *d)
 	sink *k = NULL;
 	switch (pipeline_flush(d->pipe, &k, d->err, sizeof(d->err))) {
 	case SINK_OK:
+		watch_kafka(d);
 		return true;
 	case SINK_RESTART:
 		log_warn(

@@ -72,6 +72,7 @@ typedef struct sidecar {
 	int exit_code;
 	struct event_base *base;
 	struct event *ev_tick, *ev_sig[3], *ev_kafka, *ev_state;
+	int kafka_wake_ms; /* ev_kafka's timeout now (watch_kafka) */
 	int lock_fd;
 	state_writer *sw; /* records the position off the loop; conn.st is what it has on disk */
 	pipeline *pipe;

@@ -17,8 +17,9 @@
 #define INIT_TIMEOUT_MS 30000
 #define COMMIT_CALL_MS 100
 #define ABORT_TIMEOUT_MS 30000
-/* While a commit waits for acknowledgements, the brokers' threads are woken at most this often. */
-#define NUDGE_MS 50
+/* While a commit waits for acknowledgements, the brokers' threads are woken this often
+ * (kafka_eo_wake_ms): a message can wait for a wake-up that never comes (eo_commit_end). */
+#define NUDGE_MS 2
 
 /* How far Kafka holds the stream: the newest position record of this transactional.id. */
 static bool read_back(kafka_sink *k, uint64_t *position)
@@ -201,7 +202,8 @@ static void eo_commit_end(kafka_sink *k)
 		 * thread of librdkafka that finds a partition not yet registered with the transaction
 		 * sets itself no wake-up, and the registration wakes none (its source), so the message
 		 * waits for whatever wakes that thread next; nothing may, while what arrives is held
-		 * (debug log: a position record produced 43 ms after its registration). */
+		 * (debug log: a position record produced 43 ms after its registration). The daemon
+		 * flushes every NUDGE_MS meanwhile (kafka_sink_wake_ms). */
 		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
 			send_now(k);
 		return;
@@ -247,6 +249,11 @@ static bool eo_due(const kafka_sink *k, bool force)
 		return false;
 	return force || now_ms() - k->eo.opened_ms >= k->set.commit_interval_ms ||
 	       (k->set.commit_events && k->eo.events >= k->set.commit_events);
+}
+
+int kafka_eo_wake_ms(const kafka_sink *k)
+{
+	return k->eo.committing ? NUDGE_MS : 0;
 }
 
 bool kafka_eo_can_finish(kafka_sink *k)

@@ -185,5 +185,7 @@ void kafka_eo_abort(kafka_sink *k);
 /* At a stop: false if the open Kafka transaction cannot commit (a source transaction is partly in
  * it, or the stream is lost) and was aborted. */
 bool kafka_eo_can_finish(kafka_sink *k);
+/* kafka_sink_wake_ms: NUDGE_MS while a commit is under way, else 0. */
+int kafka_eo_wake_ms(const kafka_sink *k);
 
 #endif

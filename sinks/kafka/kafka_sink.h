@@ -84,6 +84,9 @@ void kafka_sink_set_database(sink *s, const char *name);
  * stream is always held. */
 typedef uint64_t (*kafka_stream_fn)(void *ctx);
 void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx);
+/* Within how many milliseconds flush() should run again even if no delivery report comes: a few
+ * while an exactly-once commit waits for the brokers, else 0 (only delivery reports need it). */
+int kafka_sink_wake_ms(const sink *s);
 
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;

@@ -85,18 +85,14 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 		key.columns = update ? new_key_columns(e, cols) : e->key->columns;
 	}
 	buf_reset(&k->key);
-	buf_reserve(&k->key, cdc__v1__key__get_packed_size(&key));
-	k->key.len = cdc__v1__key__pack(&key, (uint8_t *)k->key.data);
+	pb_put_key(&k->key, &key);
 	/* Only an update can move a row to another key: only then is the key before it packed too. */
 	buf_reset(&k->prev_key);
-	if (update) {
-		buf_reserve(&k->prev_key, cdc__v1__key__get_packed_size(&prev));
-		k->prev_key.len = cdc__v1__key__pack(&prev, (uint8_t *)k->prev_key.data);
-	}
+	if (update)
+		pb_put_key(&k->prev_key, &prev);
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_PROTOBUF, &k->key, true);
-	buf_reserve(out, cdc__v1__event__get_packed_size(e));
-	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	pb_put_event(out, e);
 	record_end(out, at, NULL, NULL);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;

@@ -170,9 +170,7 @@ static void socket_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf
 	buf_reserve(out, RENDER_HEADER);
 	memcpy(out->data + out->len, &h, 4);
 	out->len += RENDER_HEADER;
-	size_t n = cdc__v1__event__get_packed_size(e);
-	buf_reserve(out, n);
-	out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	pb_put_event(out, e);
 }
 
 /* n more events committed at commit_time (µs), for the latency histogram at the next sync. */

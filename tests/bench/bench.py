@@ -4,22 +4,32 @@ Two backlogs, each created before any consumer runs:
   a) one transaction inserting 1,000,000 rows (the server streams it: larger than
      logical_decoding_work_mem, default 64MB);
   b) 100,000 single-row transactions (a DO block that COMMITs after every row).
-Before each backlog is written, pgoutput slots are created at the same point, one per consumer;
-afterwards they are drained by
+Before each backlog is written, pgoutput slots are created at the same point, one per consumer,
+connection and run; afterwards they are drained by
+  - server: the server's own decoding with no client, the yardstick: psql runs
+    `select count(*) from pg_logical_slot_get_binary_changes(slot, endpos, NULL, <the options
+    below>)` (work_mem 1GB for that session, so that the function's tuplestore stays in memory
+    rather than spilling to a temp file: what is left is the walsender's decoding less its
+    sending, one send() per message, so a bound no client reaches);
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
-    format: protobuf (the default; also with kafka.exactly_once), json and debezium,
+    format: protobuf (the default; also with kafka.exactly_once), json and debezium (these two
+    over TCP only),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
 all with the pgoutput options cdc uses on this server (proto_version 3, messages, streaming,
-two_phase on PostgreSQL 15; --pg-version picks another server of tests/pg.py). The consumers run one after the other, never together (the machine has
-two cores). Each is timed from start to exit; peak RSS is cdc's (pg_recvlogical's), never tail's.
+two_phase on PostgreSQL 15; --pg-version picks another server of tests/pg.py; the SQL interface
+takes the same options and streams a large transaction as a walsender does). Every consumer drains
+over two connections to the server: its Unix socket (host=<socket directory>) and loopback TCP
+(host=127.0.0.1). The consumers run one after the other, never together (the machine has two
+cores). Each is timed from start to exit; peak RSS is cdc's (pg_recvlogical's), never tail's.
 
-Each consumer drains the backlog --repeat times (default 3, each from a slot of its own, the
-consumers taking turns); the table shows the median run. Prints one progress line per phase, then
-a table: rows, events/s of each consumer and the ratio cdc / pg_recvlogical; and one of peak RSS.
+Each consumer drains the backlog --repeat times (default 3) over each connection, each time from a
+slot of its own, the consumers taking turns (run 1 of every consumer and connection, then run 2,
+...); the tables show the median run, and the ratios of every path to the server's decoding and
+to pg_recvlogical over the same connection, from the same runs.
 
 Then latency at a steady 5,000 single-row transactions/s (pgbench --rate, synchronous commit):
 commit time to Kafka delivery report (measured by cdc itself), and commit time to a Python consumer
@@ -27,8 +37,8 @@ of the subscriber socket (cdc_client via tests/subscriber_helpers.py, acking eac
 measured by that consumer from the event's commit_time (same machine, same clock).
 
 Besides, on the same backlogs and in turn with the others: wal2json (format-version 2) through
-pg_recvlogical, from a wal2json slot made at the same point (Debian's PostgreSQL 15 only: the other
-versions' servers have no wal2json).
+pg_recvlogical, from a wal2json slot made at the same point (over TCP only; Debian's PostgreSQL 15
+only: the other versions' servers have no wal2json).
 
 Sections (--only, comma-separated; default all; "peers" = drain,trigger and "growth" =
 subscriptions,consumers,tables):
@@ -219,16 +229,16 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 fmt=None):
+                 fmt=None, dsn=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked and the record format fmt, or socket). Returns the
-    subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt, or socket), connecting with
+    dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
         f.write(
             "source:\n"
-            f'  dsn: "{pg.dsn}"\n'
+            f'  dsn: "{dsn or pg.dsn}"\n'
             f"  slot: {slot}\n"
             f"  publication: {pub}\n"
             "  create: false\n"
@@ -328,20 +338,31 @@ def drain_backlogs(args, pg, work, kafka):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_kafka_json",
-                 "cdc_kafka_debezium", "cdc_socket")
+    consumers = ("server", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
+                 "cdc_kafka_json", "cdc_kafka_debezium", "cdc_socket")
     if not has_wal2json(pg):
         progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
         consumers = tuple(c for c in consumers if c != "wal2json")
+    # Compared on one connection: another plugin, other record formats.
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium")
+    # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
+    # of every client. The same options as the others, streaming included.
+    server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
+                  "'{slot}', '{endpos}', NULL, " +
+                  ", ".join(f"'{k}', '{v}'" for k, v in opts.items()) + ", 'publication_names', '{pub}')")
+    conns = (("unix", f"host={pg.sockdir} port={pg.port} dbname=postgres user=postgres"),
+             ("tcp", pg.dsn))
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
         pg.sql(f"create table {table} (id int8 primary key, name text not null, "
                "amount numeric(12,2), created timestamptz not null)")
         pg.sql(f"create publication {pub} for table {table}")
-        slots = [{c: f"bench_{name}_{c}_{i}" for c in consumers} for i in range(args.repeat)]
+        slots = [{(c, conn): f"bench_{name}_{c}_{conn}_{i}" for c in consumers for conn, _ in conns
+                  if c not in tcp_only or conn == "tcp"}
+                 for i in range(args.repeat)]
         for run in slots:
-            for c, slot in run.items():
+            for (c, _), slot in run.items():
                 pg.sql("select pg_create_logical_replication_slot(%s, %s)", (slot, plugin_of(c)))
         progress(f"backlog {name}: writing {label}")
         t = time.monotonic()
@@ -352,13 +373,18 @@ def drain_backlogs(args, pg, work, kafka):
 
     results = []
     for name, label, rows, table, pub, slots, endpos in plan:
-        runs = {c: [] for c in consumers}
+        runs = {key: [] for key in slots[0]}
         for i, run in enumerate(slots):
-            for c in consumers:
-                slot = run[c]
-                err = os.path.join(work, f"{c}_{name}_{i}.stderr")
-                if c == "pg_recvlogical":
-                    cmd = [recvlogical, "-d", pg.dsn, "--start", "-S", slot, "-f", "/dev/null",
+            for (c, conn), slot in run.items():
+                dsn = dict(conns)[conn]
+                tag = f"{c}_{conn}_{name}_{i}"
+                err = os.path.join(work, f"{tag}.stderr")
+                if c == "server":
+                    cmd = [os.path.join(pg.client_bindir, "psql"), "-X", "-q", "-d", dsn,
+                           "-v", "ON_ERROR_STOP=1", "-c",
+                           server_sql.format(slot=slot, endpos=endpos, pub=pub)]
+                elif c == "pg_recvlogical":
+                    cmd = [recvlogical, "-d", dsn, "--start", "-S", slot, "-f", "/dev/null",
                            "--endpos", endpos, "--no-loop", "-o", f"publication_names={pub}"]
                     for k, v in opts.items():
                         cmd += ["-o", f"{k}={v}"]
@@ -366,17 +392,17 @@ def drain_backlogs(args, pg, work, kafka):
                     # One JSON document per change (format 2), like pgoutput's one message per
                     # change; wal2json cannot stream, so the server decodes a large transaction
                     # only at its commit (spilling it to pg_replslot past logical_decoding_work_mem).
-                    cmd = [recvlogical, "-d", pg.dsn, "--start", "-S", slot, "-f", "/dev/null",
+                    cmd = [recvlogical, "-d", dsn, "--start", "-S", slot, "-f", "/dev/null",
                            "--endpos", endpos, "--no-loop", "-o", "format-version=2",
                            "-o", f"add-tables=public.{table}"]
                 else:
-                    state = os.path.join(work, f"state_{c}_{name}_{i}")
+                    state = os.path.join(work, f"state_{tag}")
                     os.makedirs(state)
-                    cfg = os.path.join(work, f"{c}_{name}_{i}.yaml")
+                    cfg = os.path.join(work, f"{tag}.yaml")
                     sink = c.split("_")[1]
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c == "cdc_kafka_eo",
-                                        FORMATS.get(c))
+                                        FORMATS.get(c), dsn=dsn)
                     cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
                 if c == "cdc_socket":
                     # No --endpos: cdc serves the spool until the consumer has every event.
@@ -384,17 +410,20 @@ def drain_backlogs(args, pg, work, kafka):
                 else:
                     rc, secs, rss = timed_run(cmd, subprocess.DEVNULL, err)
                     if rc != 0:
-                        sys.exit(f"bench: {c} exited {rc}:\n{tail(err)}")
-                runs[c].append((secs, rss))
+                        sys.exit(f"bench: {c} over {conn} exited {rc}:\n{tail(err)}")
+                runs[(c, conn)].append((secs, rss))
                 # It consumed the whole backlog: nothing is left to decode in its slot up to
                 # endpos (the confirmed position itself may stop short of endpos, at the last commit).
                 left = slot_backlog(pg, slot, endpos, pub, plugin_of(c))
                 if left:
                     sys.exit(f"bench: slot {slot} still has {left} messages before {endpos}")
             progress(f"backlog {name}, run {i + 1}/{len(slots)}: " +
-                     ", ".join(f"{c} {runs[c][-1][0]:.2f}s" for c in consumers))
-        results.append((name, label, rows,
-                        {c: (median([r[0] for r in runs[c]]), max(r[1] for r in runs[c])) for c in consumers}))
+                     ", ".join(f"{c}/{conn} {runs[(c, conn)][-1][0]:.2f}s" for c, conn in run))
+        for conn, _ in conns:
+            got = {c: r for (c, cn), r in runs.items() if cn == conn}
+            results.append((name, label, rows, conn,
+                            {c: {"secs": median(x[0] for x in r), "rss": max(x[1] for x in r),
+                                 "runs": [x[0] for x in r]} for c, r in got.items()}))
     return results
 
 
@@ -1142,18 +1171,17 @@ def main():
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog (6 x 3 x 2 by default), three for latency, and the growth sections' (dropped
-        # after use, at most 4 per subscription variant at a time).
-        slots = 6 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
+        # backlog and connection (15 x 3 x 2 by default), three for latency, and the growth
+        # sections' (dropped after use, at most 4 per subscription variant at a time).
+        slots = 15 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(version=args.pg_version, max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
             results["machine"]["note"] = args.note
             if "drain" in sections:
                 results["drain"] = [
-                    {"name": name, "label": label, "rows": rows,
-                     "consumers": {c: {"secs": secs, "rss": rss} for c, (secs, rss) in r.items()}}
-                    for name, label, rows, r in drain_backlogs(args, pg, work, kafka)]
+                    {"name": name, "label": label, "rows": rows, "conn": conn, "consumers": r}
+                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka)]
             if "latency" in sections:
                 (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
                 lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}

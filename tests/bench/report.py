@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-CONSUMERS = (("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
+CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
              ("cdc_stdout", "cdc → stdout"), ("cdc_kafka", "cdc → Kafka (mock)"),
              ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
              ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
@@ -38,32 +38,48 @@ def markdown(r):
     if m.get("note"):
         md += [m["note"], ""]
     if "drain" in r:
-        # A saved run from before a consumer was added has no column for it, nor one on a server
-        # without wal2json.
-        consumers = [(k, lb) for k, lb in CONSUMERS if all(k in b["consumers"] for b in r["drain"])]
-        wal2json = any(k == "wal2json" for k, _ in consumers)
+        wal2json = any("wal2json" in b["consumers"] for b in r["drain"])  # not on every server
         md += ["## Draining a backlog", "",
-               f"Median of {r['args']['repeat']} runs per consumer, each from a slot of its own "
-               "made before the backlog was written; ratio: events/s over pg_recvlogical with "
-               "pgoutput." + (" wal2json: format-version 2 (one JSON document per change), add-tables "
-                              "on the backlog's table, through pg_recvlogical to /dev/null." if wal2json else ""),
-               ""]
-        hdr = ["backlog", "rows"]
-        for key, label in consumers:
-            hdr += [f"{label} ev/s"] + ([] if key == "pg_recvlogical" else ["ratio"])
-        rows = []
-        for b in r["drain"]:
-            base = b["consumers"]["pg_recvlogical"]["secs"]
-            row = [f"{b['name']}: {b['label']}", n0(b["rows"])]
-            for key, _ in consumers:
-                secs = b["consumers"][key]["secs"]
-                row += [n0(b["rows"] / secs)] + ([] if key == "pg_recvlogical" else [f"{base / secs:.2f}"])
-            rows.append(row)
-        md += [table(hdr, rows), "", "Peak RSS (highest of the runs; for the socket: cdc's, not tail's):", ""]
-        md += [table(["backlog"] + [label for _, label in consumers],
-                     [[f"{b['name']}: {b['label']}"] + [f"{b['consumers'][k]['rss']:.1f} MiB"
-                                                         for k, _ in consumers] for b in r["drain"]]),
-               ""]
+               f"Median of {r['args']['repeat']} runs per consumer and connection, each from a slot "
+               "of its own made before the backlog was written, the consumers taking turns. "
+               "server: the server's own decoding with no client (`select count(*) from "
+               "pg_logical_slot_get_binary_changes(...)` with the same pgoutput options, through "
+               "psql): what the server pays to decode, with none of a walsender's sending (one send() "
+               "per message), so a bound no client reaches. unix: the server's Unix socket; tcp: "
+               "127.0.0.1." + (" wal2json: format-version 2 (one JSON document per change), add-tables "
+                              "on the backlog's table, through pg_recvlogical to /dev/null, over TCP "
+                              "only." if wal2json else ""), ""]
+        # A saved run from before a consumer was added has no column for it.
+        consumers = [(k, lb) for k, lb in CONSUMERS if any(k in b["consumers"] for b in r["drain"])]
+
+        def cells(fn):
+            rows = []
+            for b in r["drain"]:
+                row = [f"{b['name']}: {b['label']}", b.get("conn", "tcp")]
+                row += [fn(b, k) if k in b["consumers"] else "—" for k, _ in consumers]
+                rows.append(row)
+            return table(["backlog", "conn"] + [lb for _, lb in consumers], rows)
+
+        def ratio(base):
+            def fn(b, k):
+                if base not in b["consumers"]:
+                    return "—"
+                return f"{b['consumers'][base]['secs'] / b['consumers'][k]['secs']:.2f}"
+            return fn
+
+        def spread(b, k):
+            runs = b["consumers"][k].get("runs")
+            secs = f"{b['consumers'][k]['secs']:.2f} s"
+            return f"{secs} ({min(runs):.2f}-{max(runs):.2f})" if runs else secs
+
+        md += ["Events per second:", "", cells(lambda b, k: n0(b["rows"] / b["consumers"][k]["secs"])), "",
+               "Ratio to the server's own decoding (its time / the path's time; 1 is the ceiling):", "",
+               cells(ratio("server")), "",
+               "Ratio to pg_recvlogical (its time / the path's time):", "", cells(ratio("pg_recvlogical")), "",
+               "Seconds, median (fastest-slowest run):", "", cells(spread), "",
+               "Peak RSS (highest of the runs; for the socket: cdc's, not tail's; for the server: "
+               "psql's, the decoding runs in the server):", "",
+               cells(lambda b, k: f"{b['consumers'][k]['rss']:.1f} MiB"), ""]
         if wal2json:
             md += ["(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
         formats = [(k, f) for k, f in FORMATS if all(k in b["consumers"] for b in r["drain"])]
@@ -76,7 +92,7 @@ def markdown(r):
             rows = []
             for b in r["drain"]:
                 base = b["consumers"]["cdc_kafka"]["secs"]
-                row = [f"{b['name']}: {b['label']}"]
+                row = [f"{b['name']}: {b['label']} ({b.get('conn', 'tcp')})"]
                 for k, _ in formats:
                     c = b["consumers"][k]
                     row += [n0(b["rows"] / c["secs"])] + ([] if k == "cdc_kafka" else [f"{base / c['secs']:.2f}"])
@@ -193,7 +209,7 @@ def plots(r, out_dir):
     import matplotlib.pyplot as plt
 
     made = []
-    colors = ["#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#2ca02c"]
+    colors = ["#17becf", "#7f7f7f", "#bcbd22", "#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#2ca02c"]
     if "drain" in r or "trigger" in r:
         panels = [k for k in ("drain", "trigger") if k in r]
         fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
@@ -204,10 +220,10 @@ def plots(r, out_dir):
                 for i, (c, label) in enumerate(drained):
                     xs = [j + (i - (len(drained) - 1) / 2) * width for j in range(len(r["drain"]))]
                     ys = [b["rows"] / b["consumers"][c]["secs"] / 1000 for b in r["drain"]]
-                    bars = ax.bar(xs, ys, width, label=label, color=colors[i])
-                    ax.bar_label(bars, fmt="%.0f", fontsize=7)
+                    bars = ax.bar(xs, ys, width, label=label, color=colors[i % len(colors)])
+                    ax.bar_label(bars, fmt="%.0f", fontsize=6)
                 ax.set_xticks(range(len(r["drain"])))
-                ax.set_xticklabels([b["label"] for b in r["drain"]])
+                ax.set_xticklabels([f"{b['label']}\n{b.get('conn', 'tcp')}" for b in r["drain"]])
                 ax.set_ylabel("thousand events/s")
                 ax.set_title("Draining a backlog")
                 ax.legend(fontsize=7)

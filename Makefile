@@ -40,15 +40,15 @@ PROTO_H := $(PROTO_C:.c=.h)
 LIB_SRCS := \
 	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
 	decoder/base/log.c decoder/base/json.c decoder/base/net.c \
-	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c \
+	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \
 	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/predicate.c cdc/match/rules.c \
-	cdc/source/pgconn.c cdc/source/failover.c cdc/source/source.c cdc/source/state.c cdc/source/catalog.c \
-	cdc/pipeline/progress.c cdc/pipeline/pipeline.c \
+	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
+	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
@@ -59,9 +59,9 @@ LIB_SRCS := \
 	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c \
 	cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
-UNIT_TESTS := pgoutput txn event config predicate rules frame spool status report log source net json pipeline ring kafka_eo failover debezium \
-	kafka_render catalog publication
-FUZZERS := pgoutput config predicate frame http redact put debezium pbwire
+UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
+	ring kafka_eo failover debezium kafka_render catalog publication
+FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \

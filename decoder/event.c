@@ -464,7 +464,7 @@ Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid)
 	}
 }
 
-static Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
+Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
 	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
@@ -645,6 +645,10 @@ const char *evt_op_name(Cdc__V1__Op op)
 		return "message";
 	case CDC__V1__OP__OP_READ:
 		return "read";
+	case CDC__V1__OP__OP_SCHEMA:
+		return "schema";
+	case CDC__V1__OP__OP_DDL:
+		return "ddl";
 	default:
 		return NULL;
 	}

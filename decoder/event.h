@@ -8,6 +8,9 @@
 #include "decoder/base/arena.h"
 #include "decoder/pgoutput.h"
 
+/* An event of op in the arena, with rel's schema, table and relation_id (rel may be NULL). */
+Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel);
+
 /* Builds the event of a PGO_INSERT, PGO_UPDATE or PGO_DELETE message for relation rel: schema,
  * table, relation_id, op, key, new_row, old_row.
  * key holds the replica identity columns (flags & 1) as they identified the row *before* the

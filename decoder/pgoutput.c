@@ -750,13 +750,26 @@ const pgo_rel *pgo_relcache_get(const pgo_relcache *c, uint32_t relid)
 	return e ? &e->rel : NULL;
 }
 
+const pgo_rel *pgo_relcache_find(const pgo_relcache *c, const char *nspname, const char *relname)
+{
+	for (size_t i = 0; i < c->rels.cap; i++) {
+		const relent *e = c->rels.vals[i];
+		if (e && strcmp(e->rel.nspname, nspname) == 0 && strcmp(e->rel.relname, relname) == 0)
+			return &e->rel;
+	}
+	return NULL;
+}
+
 void pgo_relcache_put_type(pgo_relcache *c, const pgo_msg *type)
 {
-	size_t nsplen = strlen(type->typ.nspname), typlen = strlen(type->typ.typname);
-	char *name = xmalloc(nsplen + 1 + typlen + 1);
-	memcpy(name, type->typ.nspname, nsplen);
-	name[nsplen] = '.';
-	memcpy(name + nsplen + 1, type->typ.typname, typlen + 1);
+	/* "nspname.typname", then the name as format_type() prints it */
+	buf b = {0};
+	buf_puts(&b, type->typ.nspname);
+	buf_putc(&b, '.');
+	buf_puts(&b, type->typ.typname);
+	buf_putc(&b, '\0');
+	pgtypes_format_named(&b, type->typ.nspname, type->typ.typname);
+	char *name = b.data;
 
 	void **slot = map_find(&c->types, type->typ.oid);
 	if (slot) {
@@ -765,6 +778,15 @@ void pgo_relcache_put_type(pgo_relcache *c, const pgo_msg *type)
 		return;
 	}
 	map_put_new(&c->types, type->typ.oid, name);
+}
+
+void pgo_format_type(const pgo_relcache *c, uint32_t oid, int32_t typmod, buf *out)
+{
+	const char *name = c ? map_get(&c->types, oid) : NULL;
+	if (name)
+		buf_puts(out, name + strlen(name) + 1);
+	else if (!pgtypes_format(out, oid, typmod))
+		buf_puts(out, "???"); /* as format_type() says of a type it does not know */
 }
 
 const char *pgo_type_name_of(const pgo_relcache *c, uint32_t oid)

@@ -1,11 +1,14 @@
 /* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
- * types cdc has no typed form for, and the meaning of type modifiers (as PostgreSQL's
- * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them). Built-in OIDs
- * (< 10000) are fixed across server versions. */
+ * types cdc has no typed form for, the meaning of type modifiers (as PostgreSQL's
+ * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them), and a column's type
+ * as format_type() prints it (schema events). Built-in OIDs (< 10000) are fixed across server
+ * versions. */
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template):
  *   SELECT oid, typname FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
@@ -261,4 +264,193 @@ int pgtypes_length(uint32_t oid, int32_t typmod)
 		return typmod >= 0 ? (int)typmod : -1;
 	}
 	return -1;
+}
+
+/* interval's typmod: the fields (the bits of datetime.h's YEAR, MONTH, DAY, HOUR, MINUTE and
+ * SECOND) in the high half, the precision of the seconds in the low one. */
+static const char *interval_fields(int fields)
+{
+	enum {
+		MONTH = 1 << 1,
+		YEAR = 1 << 2,
+		DAY = 1 << 3,
+		HOUR = 1 << 10,
+		MINUTE = 1 << 11,
+		SECOND = 1 << 12
+	};
+	switch (fields) {
+	case YEAR:
+		return " year";
+	case MONTH:
+		return " month";
+	case DAY:
+		return " day";
+	case HOUR:
+		return " hour";
+	case MINUTE:
+		return " minute";
+	case SECOND:
+		return " second";
+	case YEAR | MONTH:
+		return " year to month";
+	case DAY | HOUR:
+		return " day to hour";
+	case DAY | HOUR | MINUTE:
+		return " day to minute";
+	case DAY | HOUR | MINUTE | SECOND:
+		return " day to second";
+	case HOUR | MINUTE:
+		return " hour to minute";
+	case HOUR | MINUTE | SECOND:
+		return " hour to second";
+	case MINUTE | SECOND:
+		return " minute to second";
+	default: /* 0x7fff: all of them */
+		return "";
+	}
+}
+
+/* A built-in type that is not an array, as format_type() prints it for a column of typmod typmod
+ * (the server's typmodout functions; -1: none). */
+static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typmod)
+{
+	bool mod = typmod >= 0;
+	int p, s;
+	char tmp[64];
+	const char *zone =
+	    oid == PGT_TIMETZ || oid == PGT_TIMESTAMPTZ ? " with time zone" : " without time zone";
+	switch (oid) {
+	case PGT_BOOL:
+		buf_puts(out, "boolean");
+		return;
+	case PGT_CHAR:
+		buf_puts(out, "\"char\""); /* a keyword: quoted, as quote_identifier() does */
+		return;
+	case PGT_INT2:
+		buf_puts(out, "smallint");
+		return;
+	case PGT_INT4:
+		buf_puts(out, "integer");
+		return;
+	case PGT_INT8:
+		buf_puts(out, "bigint");
+		return;
+	case PGT_FLOAT4:
+		buf_puts(out, "real");
+		return;
+	case PGT_FLOAT8:
+		buf_puts(out, "double precision");
+		return;
+	case PGT_BPCHAR:
+	case PGT_VARCHAR:
+		if (typmod > TYPMOD_HEADER)
+			snprintf(tmp, sizeof(tmp), "(%d)", pgtypes_length(oid, typmod));
+		else if (mod)
+			tmp[0] = '\0';
+		else { /* bpchar without a length is not character(1): format_type keeps its name */
+			buf_puts(out, oid == PGT_BPCHAR ? "bpchar" : "character varying");
+			return;
+		}
+		buf_puts(out, oid == PGT_BPCHAR ? "character" : "character varying");
+		buf_puts(out, tmp);
+		return;
+	case PGT_NUMERIC:
+		buf_puts(out, "numeric");
+		if (pgtypes_numeric_typmod(typmod, &p, &s)) {
+			snprintf(tmp, sizeof(tmp), "(%d,%d)", p, s);
+			buf_puts(out, tmp);
+		}
+		return;
+	case PGT_TIME:
+	case PGT_TIMETZ:
+	case PGT_TIMESTAMP:
+	case PGT_TIMESTAMPTZ:
+		buf_puts(out, oid == PGT_TIME || oid == PGT_TIMETZ ? "time" : "timestamp");
+		if (mod) {
+			snprintf(tmp, sizeof(tmp), "(%d)", (int)typmod);
+			buf_puts(out, tmp);
+		}
+		buf_puts(out, zone);
+		return;
+	case PGT_INTERVAL:
+		buf_puts(out, "interval");
+		if (mod) {
+			buf_puts(out, interval_fields((typmod >> 16) & 0x7fff));
+			if ((typmod & 0xffff) != 0xffff) {
+				snprintf(tmp, sizeof(tmp), "(%d)", (int)(typmod & 0xffff));
+				buf_puts(out, tmp);
+			}
+		}
+		return;
+	case PGT_BIT:
+	case PGT_VARBIT:
+		if (!mod && oid == PGT_BIT) { /* bit without a length is not bit(1) */
+			buf_puts(out, "\"bit\"");
+			return;
+		}
+		buf_puts(out, oid == PGT_BIT ? "bit" : "bit varying");
+		if (mod) {
+			snprintf(tmp, sizeof(tmp), "(%d)", (int)typmod);
+			buf_puts(out, tmp);
+		}
+		return;
+	default:
+		buf_puts(out, name);
+	}
+}
+
+bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod)
+{
+	const char *name = pgtypes_builtin_name(oid);
+	if (!name)
+		return false;
+	uint32_t elem = pgtypes_element(oid);
+	const char *elem_name = elem ? pgtypes_builtin_name(elem) : NULL;
+	if (elem && !elem_name) /* an array of a catalog's row type (pg_class[]): its name without the _ */
+		buf_puts(out, name + 1);
+	else
+		format_scalar(out, elem ? elem : oid, elem ? elem_name : name, typmod);
+	if (elem)
+		buf_puts(out, "[]");
+	return true;
+}
+
+/* quote_identifier() without its keyword list: a name of lower-case letters, digits and
+ * underscores not starting with a digit stays bare, anything else is quoted. */
+static void put_ident(buf *out, const char *s, size_t n)
+{
+	bool bare = n > 0 && !(s[0] >= '0' && s[0] <= '9');
+	for (size_t i = 0; i < n && bare; i++)
+		bare = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_';
+	if (bare) {
+		buf_append(out, s, n);
+		return;
+	}
+	buf_putc(out, '"');
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"')
+			buf_putc(out, '"');
+		buf_putc(out, s[i]);
+	}
+	buf_putc(out, '"');
+}
+
+void pgtypes_format_named(buf *out, const char *nspname, const char *typname)
+{
+	/* pgoutput names a domain by its base type: a built-in one as format_type() prints it */
+	for (size_t i = 0;
+	     strcmp(nspname, "pg_catalog") == 0 && i < sizeof(builtin_types) / sizeof(builtin_types[0]); i++)
+		if (strcmp(builtin_types[i].name, typname) == 0 &&
+		    pgtypes_format(out, builtin_types[i].oid, -1))
+			return;
+	/* PostgreSQL names an array type "_" and its element's name */
+	bool array = typname[0] == '_' && typname[1];
+	const char *name = typname + array;
+	if (strcmp(nspname, "public") != 0 && strcmp(nspname, "pg_catalog") != 0) {
+		put_ident(out, nspname, strlen(nspname));
+		buf_putc(out, '.');
+	}
+	put_ident(out, name, strlen(name));
+	if (array)
+		buf_puts(out, "[]");
 }

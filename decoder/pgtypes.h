@@ -1,11 +1,14 @@
-/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), and
- * what a column's type modifier (pg_attribute.atttypmod) says about it, read as format_type reads
- * it: numeric's precision and scale, a length, the fractional digits of a time. */
+/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), what
+ * a column's type modifier (pg_attribute.atttypmod) says about it, read as format_type reads it:
+ * numeric's precision and scale, a length, the fractional digits of a time; and a column's type as
+ * format_type() prints it. */
 #ifndef CDC_PGTYPES_H
 #define CDC_PGTYPES_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "decoder/base/util.h"
 
 #define PGT_BOOL 16
 #define PGT_BYTEA 17
@@ -52,5 +55,17 @@ int pgtypes_time_precision(uint32_t oid, int32_t typmod);
 /* char(n), varchar(n): n characters; bit(n), varbit(n): n bits; -1 without a modifier (or for
  * another type). */
 int pgtypes_length(uint32_t oid, int32_t typmod);
+
+/* Appends a column's type as format_type(oid, typmod) prints it ("integer", "numeric(10,2)",
+ * "character varying(20)", "timestamp(3) with time zone", "interval day to second(2)",
+ * "integer[]": a typmod of an array column is its element's) for a built-in type; false, with
+ * nothing appended, for any other OID (see pgtypes_format_named). */
+bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod);
+/* Appends a type of the database's own, from a Type message's schema and name, as format_type()
+ * prints it under the default search_path: unqualified in public (and pg_catalog), else
+ * "schema.name"; names that need it quoted ("My Type"); "_name" (an array type) as "name[]".
+ * Names that are SQL keywords are not quoted (format_type() would). pgoutput names a domain by
+ * its base type (the domain's name is not sent): a built-in one comes out as pgtypes_format's. */
+void pgtypes_format_named(buf *out, const char *nspname, const char *typname);
 
 #endif

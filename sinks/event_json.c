@@ -539,6 +539,90 @@ static void put_lsn(buf *b, uint64_t lsn)
 	put_c(b, '"');
 }
 
+/* A schema id as 16 hex digits, in quotes (a JSON number would lose bits). */
+static void put_schema_id(buf *b, uint64_t id)
+{
+	static const char hex[] = "0123456789abcdef";
+	reserve(b, 18);
+	b->data[b->len] = '"';
+	for (int i = 0; i < 16; i++)
+		b->data[b->len + 1 + (size_t)i] = hex[(id >> (60 - 4 * i)) & 15];
+	b->data[b->len + 17] = '"';
+	b->len += 18;
+}
+
+/* A column's "name", "type", "type_oid" and "typmod" members (schema and DDL events). */
+static void put_column_type(buf *b, const char *name, const char *type, uint32_t oid, int32_t typmod)
+{
+	PUT_LIT(b, "\"name\":");
+	put_str(b, name);
+	PUT_LIT(b, ",\"type\":");
+	put_str(b, type);
+	PUT_LIT(b, ",\"type_oid\":");
+	json_u64(b, oid);
+	PUT_LIT(b, ",\"typmod\":");
+	json_i64(b, typmod);
+}
+
+static void put_schema(buf *b, const Cdc__V1__Schema *s)
+{
+	PUT_LIT(b, ",\"table_schema\":{\"columns\":[");
+	for (size_t i = 0; s && i < s->n_columns; i++) {
+		const Cdc__V1__Schema__Column *c = s->columns[i];
+		if (i)
+			put_c(b, ',');
+		put_c(b, '{');
+		put_column_type(b, c->name, c->type, c->type_oid, c->typmod);
+		PUT_LIT(b, ",\"key\":");
+		json_boolean(b, c->key);
+		PUT_LIT(b, ",\"nullable\":");
+		if (c->nullable_present_case == CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE)
+			json_boolean(b, c->nullable);
+		else
+			json_null(b);
+		PUT_LIT(b, ",\"renamed_from\":");
+		if (c->renamed_from && c->renamed_from[0])
+			put_str(b, c->renamed_from);
+		else
+			json_null(b);
+		put_c(b, '}');
+	}
+	PUT_LIT(b, "],\"replica_identity\":");
+	if (s && s->replica_identity && s->replica_identity[0])
+		put_str(b, s->replica_identity);
+	else
+		json_null(b);
+	put_c(b, '}');
+}
+
+static void put_ddl(buf *b, const Cdc__V1__Ddl *d)
+{
+	PUT_LIT(b, ",\"ddl\":{\"event\":");
+	put_str(b, d ? d->event : "");
+	PUT_LIT(b, ",\"command_tag\":");
+	put_str(b, d ? d->command_tag : "");
+	PUT_LIT(b, ",\"object_type\":");
+	put_str(b, d ? d->object_type : "");
+	PUT_LIT(b, ",\"object_identity\":");
+	put_str(b, d ? d->object_identity : "");
+	PUT_LIT(b, ",\"statement\":");
+	put_str(b, d ? d->statement : "");
+	PUT_LIT(b, ",\"columns\":[");
+	for (size_t i = 0; d && i < d->n_columns; i++) {
+		const Cdc__V1__Ddl__Column *c = d->columns[i];
+		if (i)
+			put_c(b, ',');
+		PUT_LIT(b, "{\"attnum\":");
+		json_i64(b, c->attnum);
+		put_c(b, ',');
+		put_column_type(b, c->name, c->type, c->type_oid, c->typmod);
+		PUT_LIT(b, ",\"not_null\":");
+		json_boolean(b, c->not_null);
+		put_c(b, '}');
+	}
+	PUT_LIT(b, "]}");
+}
+
 void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
@@ -583,7 +667,15 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 		json_u64(out, e->delivery_count);
 	else
 		json_null(out);
-	if (e->op == CDC__V1__OP__OP_TRUNCATE) {
+	if (e->schema_id) {
+		PUT_LIT(out, ",\"schema_id\":");
+		put_schema_id(out, e->schema_id);
+	}
+	if (e->op == CDC__V1__OP__OP_SCHEMA) {
+		put_schema(out, e->table_schema);
+	} else if (e->op == CDC__V1__OP__OP_DDL) {
+		put_ddl(out, e->ddl);
+	} else if (e->op == CDC__V1__OP__OP_TRUNCATE) {
 		PUT_LIT(out, ",\"truncate\":{\"cascade\":");
 		json_boolean(out, e->truncate && e->truncate->cascade);
 		PUT_LIT(out, ",\"restart_identity\":");

@@ -252,6 +252,15 @@ void pb_put_row(buf *b, const Cdc__V1__Row *r)
 	put_columns(b, 1, r->columns, r->n_columns);
 }
 
+static void packed_field(buf *b, unsigned field, const ProtobufCMessage *m)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	put_tag(b, field, PB_WIRE_LEN);
+	put_varint(b, n);
+	buf_reserve(b, n);
+	b->len += protobuf_c_message_pack(m, (uint8_t *)b->data + b->len);
+}
+
 static void row_field(buf *b, unsigned field, const Cdc__V1__Row *r)
 {
 	if (!r)
@@ -304,4 +313,15 @@ void pb_put_event(buf *b, const Cdc__V1__Event *e)
 		msg_end(b, at);
 	}
 	opt_string(b, 19, e->origin);
+	/* Schema and DDL events are rare: their messages go through protobuf-c. */
+	if (e->table_schema)
+		packed_field(b, 20, &e->table_schema->base);
+	if (e->ddl)
+		packed_field(b, 21, &e->ddl->base);
+	if (e->schema_id) {
+		put_tag(b, 22, PB_WIRE_I64);
+		buf_reserve(b, 8);
+		for (int i = 0; i < 8; i++)
+			((uint8_t *)b->data)[b->len++] = (uint8_t)(e->schema_id >> (8 * i));
+	}
 }

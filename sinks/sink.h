@@ -24,6 +24,9 @@ typedef struct sink_commit {
 	uint64_t commit_lsn;
 	int64_t commit_time;
 	uint32_t tx_index;
+	/* A schema event: it has the tx_index of the row it precedes, and comes before it (a sink
+	 * that recognises what it holds by (commit_lsn, tx_index) orders it first). */
+	bool before_change;
 } sink_commit;
 
 /* What flush() says about the sink. */

@@ -9,6 +9,10 @@ Fixtures:
           and returns a CdcProcess (stdout and stderr captured to files). The slot and publication
           are dropped and every process still running is killed when the test ends.
 
+CdcProcess.events() checks the promise of schema events on every stdout stream (tests/
+schema_check.py: each row follows a schema event of its table that it names and whose columns it
+has) and returns the other events without schema_id; raw_events() has everything as written.
+
 Waiting is always polling against a deadline (wait_for, CdcProcess.wait_events), never a bare
 sleep. The binary is $CDC_BIN, else build/cdc at the repository root.
 """
@@ -29,6 +33,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg import TempPostgres  # noqa: E402
 from kafka_fixtures import kafka, kafka_mock, kafka_reader, proto  # noqa: E402,F401
+from schema_check import SchemaCheck, wants_schema  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
@@ -101,7 +106,7 @@ def to_yaml(obj, indent=0):
 class CdcProcess:
     """One running `cdc run`. stdout/stderr go to files, so the process never blocks on a pipe."""
 
-    def __init__(self, args, stdout_path, stderr_path, env=None):
+    def __init__(self, args, stdout_path, stderr_path, env=None, schema_subs=()):
         self.args = args
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
@@ -113,6 +118,8 @@ class CdcProcess:
         self._pos = 0
         self._lines = 0
         self._events = []
+        self._raw = []
+        self.schema_check = SchemaCheck(schema_subs)
 
     @property
     def returncode(self):
@@ -137,7 +144,8 @@ class CdcProcess:
         return f"cdc ({' '.join(self.args)}) {state}; stderr tail:\n" + "\n".join(lines)
 
     def events(self):
-        """Every complete JSON line written to stdout so far (a partial last line is left out).
+        """Every complete JSON line written to stdout so far (a partial last line is left out),
+        but schema events, and without the schema_id of rows, once SchemaCheck passed them.
         Parses incrementally: polling a long stream stays cheap. Returns a new list each time."""
         with open(self.stdout_path, "rb") as f:
             f.seek(self._pos)
@@ -149,12 +157,20 @@ class CdcProcess:
                 if not line.strip():
                     continue
                 try:
-                    self._events.append(json.loads(line))
-                except ValueError as e:
+                    e = json.loads(line)
+                except ValueError as err:
                     raise AssertionError(
-                        f"stdout line {self._lines} is not JSON ({e}): {line[:300]!r}")
+                        f"stdout line {self._lines} is not JSON ({err}): {line[:300]!r}")
+                self._raw.append(e)
+                if not self.schema_check.feed(e):
+                    self._events.append({k: v for k, v in e.items() if k != "schema_id"})
             self._pos += end + 1
         return list(self._events)
+
+    def raw_events(self):
+        """Every event as written, schema events and schema_id included."""
+        self.events()
+        return list(self._raw)
 
     def wait_events(self, n, timeout=30.0, pred=None):
         """Waits until at least n events (matching pred, if given) are on stdout; returns them all
@@ -224,8 +240,10 @@ class Cdc:
         if endpos is not None:
             args += ["--endpos", endpos]
         args += list(extra)
+        schema_subs = {s["name"] for s in self.config.get("subscriptions") or [] if wants_schema(s)}
         p = CdcProcess(args, os.path.join(self.factory.tmp_path, f"cdc{n}.stdout"),
-                       os.path.join(self.factory.tmp_path, f"cdc{n}.stderr"), env=env)
+                       os.path.join(self.factory.tmp_path, f"cdc{n}.stderr"), env=env,
+                       schema_subs=schema_subs)
         self.processes.append(p)
         self.factory.all_processes.append(p)
         return p

@@ -33,19 +33,6 @@ static bool pattern_ok(const char *s, size_t len)
 	return !quoted && dots == 1 && part > 0;
 }
 
-static bool utf8_ok(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len;) {
-		size_t skip, n = (unsigned char)s[i] < 0x80
-				     ? 1
-				     : utf8_seq((const unsigned char *)s + i, len - i, &skip);
-		if (n == 0)
-			return false;
-		i += n;
-	}
-	return true;
-}
-
 static bool take_tables(json_object *v, bf_request_body *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
@@ -60,7 +47,7 @@ static bool take_tables(json_object *v, bf_request_body *out, char *err, size_t 
 			return errf(err, errlen, "tables[%zu]: expected a string", i);
 		const char *s = json_object_get_string(t);
 		size_t len = (size_t)json_object_get_string_len(t);
-		if (!utf8_ok(s, len) || !pattern_ok(s, len))
+		if (!utf8_valid(s, len) || !pattern_ok(s, len))
 			return errf(err, errlen, "tables[%zu]: not of the form schema.table", i);
 		out->tables[out->ntables++] = xstrdup(s);
 	}
@@ -75,7 +62,7 @@ static bool take_where(json_object *v, bf_request_body *out, char *err, size_t e
 		return errf(err, errlen, "where: expected a string");
 	const char *s = json_object_get_string(v);
 	size_t len = (size_t)json_object_get_string_len(v);
-	if (memchr(s, '\0', len) || !utf8_ok(s, len))
+	if (!utf8_valid(s, len))
 		return errf(err, errlen, "where: not valid UTF-8 text");
 	char perr[256];
 	pred *p = pred_parse(s, perr, sizeof(perr));
@@ -94,20 +81,11 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 		i++;
 	if (i == len)
 		return true; /* no body: every table, no further where */
-	if (len > INT32_MAX)
-		return errf(err, errlen, "body: too large");
-	json_tokener *tok = json_tokener_new();
-	json_object *root = json_tokener_parse_ex(tok, body, (int)len);
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	size_t end = root ? json_tokener_get_parse_end(tok) : 0;
-	while (end < len && (body[end] == ' ' || body[end] == '\t' || body[end] == '\r' || body[end] == '\n'))
-		end++;
+	char why[128];
+	json_object *root = json_parse(body, len, JSON_TOKENER_DEFAULT_DEPTH, why, sizeof(why));
 	bool ok = false;
-	if (!root || jerr != json_tokener_success || end != len) {
-		errf(err, errlen, "body: not JSON (%s)",
-		     root			     ? "bytes after the object"
-		     : jerr == json_tokener_continue ? "unexpected end of data"
-						     : json_tokener_error_desc(jerr));
+	if (!root) {
+		errf(err, errlen, "body: %s", why);
 		goto out;
 	}
 	if (!json_object_is_type(root, json_type_object)) {
@@ -129,7 +107,6 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 	}
 out:
 	json_object_put(root);
-	json_tokener_free(tok);
 	if (!ok)
 		bf_request_free(out);
 	return ok;

@@ -18,7 +18,12 @@ enum cfg_op {
 	CFG_OP_DELETE = 1 << 2,
 	CFG_OP_TRUNCATE = 1 << 3,
 	CFG_OP_MESSAGE = 1 << 4,
+	CFG_OP_SCHEMA = 1 << 5, /* schema events before rows (README "Schema events") */
+	CFG_OP_DDL = 1 << 6,	/* DDL events (source.ddl) */
 };
+/* Without `operations:`: every kind but logical messages. */
+#define CFG_OPS_DEFAULT                                                                                      \
+	(CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_SCHEMA | CFG_OP_DDL)
 
 /* Where the sockets are when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
@@ -58,7 +63,7 @@ typedef struct cfg_subscription {
 	char *name;
 	int line, col;		   /* where it is defined, for messages */
 	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;		   /* enum cfg_op bits; default: insert|update|delete|truncate */
+	unsigned ops;		   /* enum cfg_op bits; default: CFG_OPS_DEFAULT */
 	char *tag;		   /* NULL if none */
 	cfg_sink sink;		   /* default: socket */
 	cfg_strlist changed;	   /* update matches only if one of these changed */
@@ -96,7 +101,8 @@ typedef struct cfg {
 		cfg_on_gap on_publication_newer; /* default fail */
 		bool failover;			 /* the slot is a failover slot (PostgreSQL 17+) */
 		char *primary_dsn;		 /* writes when dsn is a standby; NULL if none */
-		bool publish_generated_columns;	 /* PostgreSQL 18+; default false */
+		bool ddl; /* capture DDL with an event trigger (docs/events.md); default false */
+		bool publish_generated_columns; /* PostgreSQL 18+; default false */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {
@@ -119,6 +125,7 @@ typedef struct cfg {
 		cfg_kv *properties;
 		size_t nproperties;
 		char *transactions_topic; /* NULL if none */
+		char *schemas_topic;	  /* schema and DDL events of Kafka subscriptions; NULL: none */
 		bool exactly_once;
 		char *positions_topic;	     /* default "cdc.positions" */
 		uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */

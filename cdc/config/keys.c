@@ -261,10 +261,13 @@ static const key sub_k[] = {
     [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS,
 		   .doc = "The tables whose changes it receives: `schema.table` patterns with `*` and `?`. "
 			  "Only tables in the publication send changes."},
-    [SK_OPS] = {"operations", &t_ops, SUB(ops),
-		.def.n = CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE,
-		.doc = "The operations it receives: `insert`, `update`, `delete`, `truncate`, `message` "
-		       "(logical decoding messages, `pg_logical_emit_message`)."},
+    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = CFG_OPS_DEFAULT,
+		.doc =
+		    "The events it receives: `insert`, `update`, `delete`, `truncate`, `message` (logical "
+		    "decoding messages, `pg_logical_emit_message`), `schema` (a table's columns before its "
+		    "rows, [events.md](events.md#schema-events); needs a row operation) and `ddl` (DDL "
+		    "commands, with `source.ddl`, [events.md](events.md#ddl-events)). Every one but "
+		    "`message` by default."},
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
 		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
 		       "`{tag}` in topic templates)."},
@@ -374,6 +377,9 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 				cfg_sink_name(key_sink(&sub_k[i])), cfg_sink_name(s->sink));
 	if (seen[SK_CHANGED].k && !(s->ops & CFG_OP_UPDATE))
 		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
+	if ((s->ops & CFG_OP_SCHEMA) && !(s->ops & (CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE)))
+		err_key(x, seen[SK_OPS].k, "operations",
+			"schema events come before rows: schema needs insert, update or delete too");
 	for (size_t i = 0; i < SK_N && s->sink == CFG_SINK_KAFKA; i++)
 		if (seen[i].k && debezium_key(i) && s->format != CFG_FORMAT_DEBEZIUM)
 			err_key(x, seen[i].k, sub_k[i].name,
@@ -513,6 +519,11 @@ static const key source_k[] = {
 	 "what a standby cannot (heartbeats, re-sync markers, backfills' reads and watermarks, the "
 	 "running-transactions record a slot's creation on the standby waits for). Unused while `dsn` is a "
 	 "primary. See [failover.md](failover.md#decoding-on-a-standby)."},
+    {"ddl", &t_bool, TOP(source.ddl), .restart = true,
+     .doc = "Capture DDL: cdc's event trigger writes each command on a table into the WAL, delivered as "
+	    "`ddl` events in order with the rows, and renames are told as renames in schema events. With "
+	    "`create`, cdc installs the trigger (a superuser's privilege); without it, or without the "
+	    "privilege, cdc stops and says what to run. See [events.md](events.md#ddl-events)."},
     {"publish_generated_columns", &t_bool, TOP(source.publish_generated_columns), .restart = true,
      .doc = "PostgreSQL 18 and later: the publication cdc creates publishes stored generated columns "
 	    "(`WITH (publish_generated_columns = stored)`), so events carry their values; refused at the "
@@ -575,6 +586,10 @@ static const key kafka_k[] = {
     {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL,
      .doc = "One record per source transaction that produced Kafka events, with its event count, on this "
 	    "topic."},
+    {"schemas_topic", &t_topic, TOP(kafka.schemas_topic), &topic_rule, K_OPTIONAL,
+     .doc = "The schema and DDL events of Kafka subscriptions, on this topic (partition 0, in stream order; "
+	    "make it compacted); each row record names its schema in the `cdc-schema-id` header. Without "
+	    "it, Kafka subscriptions produce no schema or DDL records. See [kafka.md](kafka.md#schemas)."},
     {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true,
      .doc = "A transactional producer carrying the slot position in the same Kafka transaction: "
 	    "read-committed consumers see each change once. See [kafka.md](kafka.md#exactly-once)."},

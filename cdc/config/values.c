@@ -386,8 +386,10 @@ void ename_list(buf *b, const ename *e)
 }
 
 const ename op_names[] = {
-    {"insert", CFG_OP_INSERT},	   {"update", CFG_OP_UPDATE},	{"delete", CFG_OP_DELETE},
-    {"truncate", CFG_OP_TRUNCATE}, {"message", CFG_OP_MESSAGE}, {NULL, 0},
+    {"insert", CFG_OP_INSERT},	 {"update", CFG_OP_UPDATE},
+    {"delete", CFG_OP_DELETE},	 {"truncate", CFG_OP_TRUNCATE},
+    {"message", CFG_OP_MESSAGE}, {"schema", CFG_OP_SCHEMA},
+    {"ddl", CFG_OP_DDL},	 {NULL, 0},
 };
 const ename sink_names[] = {
     {"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};

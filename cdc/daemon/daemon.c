@@ -660,6 +660,7 @@ static int setup(sidecar *d, uint64_t endpos)
 	}
 	d->pipe = pipeline_new(spill_dir, endpos, at_boundary, d);
 	pipeline_on_resync(d->pipe, resync_reached);
+	pipeline_deliver_ddl(d->pipe, c->source.ddl);
 	d->conn.src = source_new(c);
 	d->base = event_base_new();
 	if (!(d->sw = state_writer_new(c->state_dir, d->err, sizeof(d->err)))) {

@@ -58,6 +58,7 @@ kafka_setup sinks_kafka_setup(const cfg *c)
 				      .properties = k.props,
 				      .nproperties = c->kafka.nproperties,
 				      .transactions_topic = c->kafka.transactions_topic,
+				      .schemas_topic = c->kafka.schemas_topic,
 				      .exactly_once = c->kafka.exactly_once,
 				      .positions_topic = c->kafka.positions_topic,
 				      .transactional_id = k.tid,

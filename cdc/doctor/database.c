@@ -10,6 +10,7 @@
 #include "cdc/doctor/internal.h"
 #include "cdc/match/predicate.h"
 #include "cdc/source/catalog.h"
+#include "cdc/source/ddl_trigger.h"
 
 PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params)
 {
@@ -538,6 +539,37 @@ void doctor_emit_message(doctor *d)
 		bfsql_no_emit_message(&msg, d->role, function);
 		say_bfsql(d, &msg);
 		buf_free(&msg);
+	}
+}
+
+/* source.ddl: cdc's event trigger (only a superuser can create it). */
+void doctor_ddl_trigger(doctor *d)
+{
+	char err[512];
+	switch (ddl_trigger_check(d->conn, err, sizeof(err))) {
+	case DDL_TRIGGER_OK:
+		doctor_say(d, DOCTOR_PASS, NULL, "cdc.capture_ddl() and its event triggers are there");
+		break;
+	case DDL_TRIGGER_MISSING: {
+		bool creates = d->superuser && d->c->source.create;
+		doctor_say(d, creates ? DOCTOR_PASS : DOCTOR_FAIL,
+			   creates
+			       ? NULL
+			       : "have a superuser run the statements of docs/events.md#ddl-events (cdc run "
+				 "writes them to state_dir/ddl-trigger.sql)",
+			   "cdc's DDL event trigger is missing or older than this cdc; %s",
+			   creates	  ? "cdc run creates it (source.create, a superuser role)"
+			   : d->superuser ? "source.create is off"
+					  : "only a superuser can create it");
+		break;
+	}
+	case DDL_TRIGGER_WRONG:
+		doctor_say(d, DOCTOR_FAIL, NULL, "%s", err);
+		break;
+	case DDL_TRIGGER_FAILED:
+		doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn on a reachable server",
+			   "%s", err);
+		break;
 	}
 }
 

@@ -18,6 +18,7 @@ enum {
 	NEEDS_PRIMARY = 1 << 5,	     /* source.dsn is a primary */
 	NEEDS_STANDBY = 1 << 6,	     /* source.dsn is a standby (pg_is_in_recovery()) */
 	NEEDS_PG17 = 1 << 7,	     /* PostgreSQL 17 or later */
+	NEEDS_DDL = 1 << 8,	     /* source.ddl */
 };
 
 static const struct {
@@ -35,6 +36,7 @@ static const struct {
     {"replica_identity", NEEDS_DB, doctor_identity},
     {"backfill", NEEDS_DB, doctor_backfill},
     {"pg_logical_emit_message", NEEDS_DB, doctor_emit_message},
+    {"ddl_trigger", NEEDS_DB | NEEDS_DDL, doctor_ddl_trigger},
     {"slot", NEEDS_DB, doctor_slot},
     {"max_slot_wal_keep_size", NEEDS_DB, doctor_keep_size},
     {"idle_replication_slot_timeout", NEEDS_DB | NEEDS_PG18, doctor_idle_timeout},
@@ -104,6 +106,8 @@ static bool applies(const doctor *d, unsigned needs)
 	if ((needs & NEEDS_KAFKA) && !d->c->kafka.enabled)
 		return false;
 	if ((needs & NEEDS_EXACTLY_ONCE) && !d->c->kafka.exactly_once)
+		return false;
+	if ((needs & NEEDS_DDL) && !d->c->source.ddl)
 		return false;
 	return true;
 }

@@ -67,6 +67,7 @@ void doctor_tables(doctor *d);
 void doctor_identity(doctor *d);
 void doctor_backfill(doctor *d);
 void doctor_emit_message(doctor *d);
+void doctor_ddl_trigger(doctor *d);
 void doctor_slot(doctor *d);
 void doctor_keep_size(doctor *d);
 void doctor_idle_timeout(doctor *d);

@@ -45,6 +45,8 @@ static void topics_of(doctor *d, topic_list *l)
 			doctor_sub_tables(d, &d->c->subs[i], sub_topic, l);
 	if (d->c->kafka.transactions_topic)
 		add_topic(l, d->c->kafka.transactions_topic, false);
+	if (d->c->kafka.schemas_topic)
+		add_topic(l, d->c->kafka.schemas_topic, false);
 	if (d->c->kafka.exactly_once)
 		add_topic(l, d->c->kafka.positions_topic, true);
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NOPS 5 /* insert, update, delete, truncate, message */
+#define NOPS 7 /* insert, update, delete, truncate, message, schema, ddl */
 #define NO_WHERE UINT32_MAX
 
 typedef struct rel_match {
@@ -36,6 +36,7 @@ struct rules {
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */
 	size_t msg_n;
+	uint32_t *by_name; /* rules_match_table's answer */
 };
 
 static int op_index(unsigned op)
@@ -78,6 +79,7 @@ rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t e
 	r->cap = 64;
 	r->tab = xcalloc(r->cap, sizeof(rel_match));
 	r->msg_idx = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
+	r->by_name = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	for (size_t i = 0; i < nsubs; i++)
 		if (subs[i].ops & CFG_OP_MESSAGE)
 			r->msg_idx[r->msg_n++] = (uint32_t)i;
@@ -102,6 +104,7 @@ void rules_free(rules *r)
 	free(r->where_of);
 	free(r->tab);
 	free(r->msg_idx);
+	free(r->by_name);
 	free(r);
 }
 
@@ -164,6 +167,21 @@ size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **o
 	int i = op_index(op);
 	*out = e->idx[i];
 	return e->n[i];
+}
+
+size_t rules_match_table(rules *r, const char *schema, const char *table, unsigned op, const uint32_t **out)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < r->nsubs; i++)
+		if ((r->subs[i].ops & op) && table_matches(&r->subs[i], schema, table))
+			r->by_name[n++] = (uint32_t)i;
+	*out = r->by_name;
+	return n;
+}
+
+bool rules_wants(const rules *r, uint32_t sub, unsigned op)
+{
+	return (r->subs[sub].ops & op) != 0;
 }
 
 static bool listed(const cfg_strlist *l, const char *name)
@@ -275,9 +293,28 @@ static Cdc__V1__Row *project_row(const cfg_strlist *cols, const Cdc__V1__Row *ke
 	return out;
 }
 
+/* A schema event's columns that the projection keeps: listed ones and key ones. */
+static Cdc__V1__Schema *project_schema(const cfg_strlist *cols, const Cdc__V1__Schema *s, arena *a)
+{
+	Cdc__V1__Schema *out = arena_alloc(a, sizeof(*out));
+	*out = *s;
+	out->n_columns = 0;
+	out->columns = arena_alloc(a, (s->n_columns ? s->n_columns : 1) * sizeof(*out->columns));
+	for (size_t i = 0; i < s->n_columns; i++)
+		if (listed(cols, s->columns[i]->name) || s->columns[i]->key)
+			out->columns[out->n_columns++] = s->columns[i];
+	return out;
+}
+
 Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a)
 {
 	const cfg_subscription *s = &r->subs[sub];
+	if (s->columns.n && e->table_schema) {
+		Cdc__V1__Event *p = arena_alloc(a, sizeof(*p));
+		*p = *e;
+		p->table_schema = project_schema(&s->columns, e->table_schema, a);
+		return p;
+	}
 	if (!s->columns.n || (!e->new_row && !e->old_row))
 		return e;
 	Cdc__V1__Event *p = arena_alloc(a, sizeof(*p));

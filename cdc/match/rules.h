@@ -21,6 +21,12 @@ void rules_free(rules *r);
  * or, with rel NULL, a logical message. Returns the count; *out stays valid until the next call. */
 size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out);
 
+/* Indexes of the subscriptions that want operation op on the table schema.table, matched by name
+ * (not cached: for DDL events, which are rare). *out stays valid until the next call. */
+size_t rules_match_table(rules *r, const char *schema, const char *table, unsigned op, const uint32_t **out);
+/* Whether subscription sub's operations include op. */
+bool rules_wants(const rules *r, uint32_t sub, unsigned op);
+
 /* Starts a new event for rules_accept: call it once per event, before asking about it. */
 void rules_event(rules *r);
 
@@ -31,8 +37,8 @@ void rules_event(rules *r);
  * Subscriptions with the same `where` text share one evaluation per event. */
 bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a);
 
-/* e as subscription sub delivers it: with `columns`, its rows hold only those columns and the key
- * columns (a copy in arena a); otherwise e itself. */
+/* e as subscription sub delivers it: with `columns`, its rows (or a schema event's columns) hold
+ * only those columns and the key columns (a copy in arena a); otherwise e itself. */
 Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a);
 
 #endif

@@ -12,10 +12,13 @@
 #include "cdc/backfill/backfill.h"
 #include "cdc/match/predicate.h"
 #include "cdc/pipeline/progress.h"
+#include "cdc/pipeline/schema_track.h"
 #include "cdc/source/source.h"
 #include "decoder/base/arena.h"
 #include "decoder/base/log.h"
+#include "decoder/ddl.h"
 #include "decoder/event.h"
+#include "decoder/schema.h"
 
 #define LARGE_TXN_BYTES (64 * 1024 * 1024) /* held transactions this large are logged as delivered */
 
@@ -38,6 +41,8 @@ struct pipeline {
 	size_t nsinks;
 
 	pgo_relcache *rc;
+	sch_tables *tables;  /* what DDL events told of the tables */
+	strack *track;	     /* which schema each subscription's consumers have */
 	txn_assembler *asm_; /* per stream: it depends on the negotiated protocol */
 	txn_handler handler;
 	arena *arena;
@@ -47,10 +52,12 @@ struct pipeline {
 	bf_set *bf;	   /* backfills, or NULL */
 	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
 	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
+	bool ddl;	   /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint32_t held_xid; /* the held transaction whose change is being rendered */
 	uint64_t flushed_lsn, boundary_lsn;
+	uint64_t reads; /* chunks of reads delivered: their relations' versions */
 	uint64_t events, large_txn_start_ms;
 	int64_t last_commit_time;
 };
@@ -86,6 +93,27 @@ bool pipeline_between_txns(const pipeline *p)
 /* An entry whose subscription is this holds a change's keys for the backfills
  * (backfill_change_encode), reported at the replay, where the change is delivered. */
 #define HOLD_BACKFILL UINT32_MAX
+/* A schema event delivered at the replay: its slot is the subscription, its bytes [u32 relid][u64
+ * id][u64 DDL generation], what the subscription's consumers have of the table from then on. */
+#define HOLD_SCHEMA (UINT32_MAX - 1)
+#define HOLD_SCHEMA_LEN 20
+/* A DDL message's content, what it tells of its table taken at the replay (an aborted
+ * transaction's DDL never happened). */
+#define HOLD_DDL (UINT32_MAX - 2)
+/* In an entry's slot: a schema event, which comes before the change at that slot (sink_commit's
+ * before_change). */
+#define SLOT_BEFORE (UINT32_C(1) << 31)
+
+/* Appends an entry [kind][slot][length][bytes] to a held change's record. */
+static void hold_entry(buf *hold, uint32_t kind, uint32_t slot, const void *data, size_t len)
+{
+	char head[HOLD_ENTRY];
+	store_u32(head, kind);
+	store_u32(head + 4, slot);
+	store_u32(head + 8, (uint32_t)len);
+	buf_append(hold, head, HOLD_ENTRY);
+	buf_append(hold, data, len);
+}
 
 /* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction;
  * in a held one (c has only tx_index), held by a sink that holds events, else rendered into the
@@ -115,32 +143,12 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 	s->count.events++;
 	s->count.bytes += p->scratch.len;
 	if (hold)
-		return k->ops->hold(k, sub, p->held_xid, c->tx_index + slot, p->scratch.data, p->scratch.len,
-				    err, errlen);
+		return k->ops->hold(k, sub, p->held_xid, c->tx_index + (slot & ~SLOT_BEFORE), p->scratch.data,
+				    p->scratch.len, err, errlen);
 	sink_commit at = *c;
-	at.tx_index += slot;
+	at.tx_index += slot & ~SLOT_BEFORE;
+	at.before_change = (slot & SLOT_BEFORE) != 0;
 	return k->ops->deliver(k, sub, p->scratch.data, p->scratch.len, &at, p->cur_seq, err, errlen);
-}
-
-/* Hands ev to the matching subscriptions that accept it, each with its projection. */
-/* ev to subscription sub, if its rules accept it (*taken says whether they did); rules_event first. */
-static bool emit_sub(pipeline *p, Cdc__V1__Event *ev, uint32_t sub, const sink_commit *c, uint32_t slot,
-		     buf *hold, bool *taken, char *err, size_t errlen)
-{
-	*taken = rules_accept(p->rules, sub, ev, p->arena);
-	return !*taken ||
-	       emit_to(p, rules_project(p->rules, sub, ev, p->arena), sub, c, slot, hold, err, errlen);
-}
-
-static bool emit(pipeline *p, Cdc__V1__Event *ev, const uint32_t *subs, size_t n, const sink_commit *c,
-		 uint32_t slot, buf *hold, char *err, size_t errlen)
-{
-	bool taken;
-	rules_event(p->rules);
-	for (size_t i = 0; i < n; i++)
-		if (!emit_sub(p, ev, subs[i], c, slot, hold, &taken, err, errlen))
-			return false;
-	return true;
 }
 
 /* The fields known when the change arrives; the commit fields are the sinks' to add. */
@@ -149,6 +157,93 @@ static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn)
 	ev->lsn = lsn;
 	ev->xid = t ? t->xid : 0;
 	ev->origin = t && t->origin ? (char *)t->origin : "";
+}
+
+/* rel's schema event as subscription sub delivers it (its `columns`), with its id. */
+static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t sub)
+{
+	Cdc__V1__Event *e =
+	    rules_project(p->rules, sub, sch_event(p->arena, p->rc, rel, p->tables), p->arena);
+	e->schema_id = sch_id(e);
+	return e;
+}
+
+/* Before subscription sub's row of rel (the change of ev): a schema event, unless its consumers
+ * have rel's schema already, or in a held transaction unless that transaction has it already (its
+ * events are delivered at its commit, after whatever comes meanwhile). Sets ev's schema_id. */
+static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__Event *ev, uint32_t sub,
+		     const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
+{
+	uint64_t gen = sch_tables_generation(p->tables), since;
+	uint64_t id = strack_id(p->track, sub, relid, rel->version, gen);
+	Cdc__V1__Event *se = NULL;
+	if (!id) {
+		se = schema_event(p, rel, sub);
+		id = se->schema_id;
+		strack_set_id(p->track, sub, relid, rel->version, gen, id);
+	}
+	ev->schema_id = id;
+	if (!rules_wants(p->rules, sub, CFG_OP_SCHEMA))
+		return true;
+	uint64_t had = strack_delivered(p->track, sub, relid, &since);
+	if (hold) {
+		if (strack_held(p->track, p->held_xid, sub, relid, id))
+			return true;
+		strack_hold(p->track, p->held_xid, sub, relid, id, c->tx_index);
+		uint8_t rec[HOLD_SCHEMA_LEN];
+		store_u32(rec, relid);
+		store_u64(rec + 4, id);
+		store_u64(rec + 12, gen);
+		hold_entry(hold, HOLD_SCHEMA, sub, rec, sizeof(rec));
+	} else {
+		if (had == id)
+			return true;
+		strack_set_delivered(p->track, sub, relid, id, gen);
+	}
+	if (!se)
+		se = schema_event(p, rel, sub);
+	/* Renames since the consumers' previous schema event; a held transaction's is delivered after
+	 * events not known yet: it names none. */
+	for (size_t i = 0; had && !hold && i < se->table_schema->n_columns; i++) {
+		const char *from =
+		    sch_renamed_from(p->tables, relid, since, se->table_schema->columns[i]->name);
+		if (from) {
+			Cdc__V1__Schema__Column *col = arena_alloc(p->arena, sizeof(*col));
+			*col = *se->table_schema->columns[i];
+			col->renamed_from = (char *)from;
+			se->table_schema->columns[i] = col;
+		}
+	}
+	se->lsn = ev->lsn;
+	se->xid = ev->xid;
+	se->origin = ev->origin;
+	return emit_to(p, se, sub, c, slot | SLOT_BEFORE, hold, err, errlen);
+}
+
+/* ev to subscription sub with its projection, if its rules accept it (*taken says whether they did;
+ * rules_event first); a row of rel (relid: what the tracking knows the table by) after its schema
+ * event (announce). */
+static bool emit_sub(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t relid, uint32_t sub,
+		     const sink_commit *c, uint32_t slot, buf *hold, bool *taken, char *err, size_t errlen)
+{
+	*taken = rules_accept(p->rules, sub, ev, p->arena);
+	if (!*taken)
+		return true;
+	if (rel && !announce(p, rel, relid, ev, sub, c, slot, hold, err, errlen))
+		return false;
+	return emit_to(p, rules_project(p->rules, sub, ev, p->arena), sub, c, slot, hold, err, errlen);
+}
+
+/* ev to the matching subscriptions subs (emit_sub). */
+static bool emit(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t relid, const uint32_t *subs,
+		 size_t n, const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
+{
+	bool taken;
+	rules_event(p->rules);
+	for (size_t i = 0; i < n; i++)
+		if (!emit_sub(p, ev, rel, relid, subs[i], c, slot, hold, &taken, err, errlen))
+			return false;
+	return true;
 }
 
 static const pgo_rel *relation(pipeline *p, const pgo_msg *m, uint32_t relid, char *err, size_t errlen)
@@ -241,6 +336,20 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 	return true;
 }
 
+/* Versions of the relations the reads describe: never those of the relation cache's entries. */
+#define READ_VERSION (UINT64_C(1) << 63)
+
+static uint32_t name_id(const char *schema, const char *table)
+{
+	uint32_t h = 2166136261u;
+	for (const char *s = schema; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	h = (h ^ '.') * 16777619u;
+	for (const char *s = table; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h | UINT32_C(0x80000000);
+}
+
 /* The reads of a chunk whose window closed: one event each, for the backfill's subscription only,
  * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. Their
  * commit_lsn is the watermark's LSN (the end of its record) minus one: inside the watermark's
@@ -265,7 +374,19 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 		       .relname = (char *)b->table,
 		       .ncols = (uint16_t)b->ncols,
 		       .cols = cols,
-		       .nkeys = (uint16_t)b->nkeys};
+		       .nkeys = (uint16_t)b->nkeys,
+		       .version = READ_VERSION | ++p->reads};
+	/* The reads' schema is the stream's when they have the same columns (so the rows of both have
+	 * the same schema id), else their own. A table the stream has not described is known by a
+	 * hash of its name (OIDs from 2^31 on are as rare as a collision of two such hashes). */
+	const pgo_rel *stream = pgo_relcache_find(p->rc, b->schema, b->table), *described = &rel;
+	bool same = stream && stream->ncols == rel.ncols;
+	for (size_t i = 0; same && i < rel.ncols; i++)
+		same = strcmp(stream->cols[i].name, cols[i].name) == 0 &&
+		       stream->cols[i].type_oid == cols[i].type_oid;
+	if (same)
+		described = stream;
+	uint32_t relid = stream ? stream->relid : name_id(b->schema, b->table);
 	if (!p->read_msg)
 		p->read_msg = xmalloc(sizeof(*p->read_msg));
 	pgo_msg *m = p->read_msg;
@@ -294,7 +415,8 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 			bool taken = false;
 			rules_event(p->rules);
 			if (!where || pred_eval(where, ev, p->arena))
-				ok = emit_sub(p, ev, sub, &c, slot, NULL, &taken, err, errlen);
+				ok = emit_sub(p, ev, described, relid, sub, &c, slot, NULL, &taken, err,
+					      errlen);
 			slot += taken;
 			*delivered += taken;
 		}
@@ -309,6 +431,45 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 void pipeline_set_backfills(pipeline *p, bf_set *b)
 {
 	p->bf = b;
+}
+
+/* What a DDL event tells of its table, from a DDL message's content, at its commit. */
+static void learn_ddl(pipeline *p, const char *content, size_t len)
+{
+	ddl_msg d;
+	char why[256];
+	if (ddl_parse(p->arena, content, len, &d, why, sizeof(why)))
+		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+	arena_reset(p->arena);
+}
+
+/* A message of cdc's DDL trigger: with source.ddl an OP_DDL event to the subscriptions of its
+ * table that want ddl (where and changed are about rows: they do not apply), and what it tells of
+ * the table for the schema events that follow. False if it does not parse: it is then an
+ * ordinary message (a warning says why), nothing is lost. */
+static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, const sink_commit *c,
+		       buf *hold, bool *ok, char *err, size_t errlen)
+{
+	ddl_msg d;
+	char why[256];
+	if (!ddl_parse(p->arena, m->message.content, m->message.len, &d, why, sizeof(why))) {
+		char at[LSN_STRLEN];
+		lsn_format(lsn, at);
+		log_warn("a DDL message that cdc cannot read is delivered as a logical message",
+			 "lsn=%s error=\"%s\"", at, why);
+		return false;
+	}
+	if (hold)
+		hold_entry(hold, HOLD_DDL, 0, m->message.content, m->message.len);
+	else
+		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+	const uint32_t *subs = NULL;
+	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, CFG_OP_DDL, &subs) : 0;
+	Cdc__V1__Event *ev = ddl_event(p->arena, &d);
+	stamp(ev, t, lsn);
+	for (size_t i = 0; i < n && *ok; i++)
+		*ok = emit_to(p, ev, subs[i], c, 0, hold, err, errlen);
+	return true;
 }
 
 static const unsigned change_op[] = {
@@ -348,7 +509,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		if (!evt_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
 			return false;
 		stamp(ev, t, lsn);
-		ok = emit(p, ev, subs, n, &c, 0, hold, err, errlen);
+		ok = emit(p, ev, rel, rel->relid, subs, n, &c, 0, hold, err, errlen);
 		break;
 	}
 	case PGO_TRUNCATE:
@@ -362,7 +523,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			if ((n = rules_match(p->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
 				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
 				stamp(ev, t, lsn);
-				ok = emit(p, ev, subs, n, &c, i, hold, err, errlen);
+				ok = emit(p, ev, NULL, 0, subs, n, &c, i, hold, err, errlen);
 			}
 		}
 		break;
@@ -390,11 +551,14 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 				p->resync_reached(p->ctx);
 			break;
 		}
+		if (strcmp(m->message.prefix, DDL_PREFIX) == 0 &&
+		    ddl_events(p, t, m, lsn, &c, hold, &ok, err, errlen))
+			break;
 		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
 			break;
 		ev = evt_from_message(p->arena, m);
 		stamp(ev, t, lsn);
-		ok = emit(p, ev, subs, n, &c, 0, hold, err, errlen);
+		ok = emit(p, ev, NULL, 0, subs, n, &c, 0, hold, err, errlen);
 		break;
 	default:
 		return errf(err, errlen, "unexpected %s message inside a transaction",
@@ -483,27 +647,38 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t pos = 4; pos < len;) {
-		if (len - pos < HOLD_ENTRY ||
-		    (load_u32(rec + pos) >= p->nsubs && load_u32(rec + pos) != HOLD_BACKFILL) ||
-		    load_u32(rec + pos + 8) > len - pos - HOLD_ENTRY)
+		bool whole = len - pos >= HOLD_ENTRY;
+		uint32_t sub = whole ? load_u32(rec + pos) : 0, slot = whole ? load_u32(rec + pos + 4) : 0;
+		uint32_t n = whole ? load_u32(rec + pos + 8) : 0;
+		const uint8_t *data = rec + pos + HOLD_ENTRY;
+		if (!whole || n > len - pos - HOLD_ENTRY || (sub >= p->nsubs && sub < HOLD_DDL) ||
+		    (sub == HOLD_SCHEMA && (n != HOLD_SCHEMA_LEN || slot >= p->nsubs)))
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
 				    t->xid, pos);
-		uint32_t sub = load_u32(rec + pos), n = load_u32(rec + pos + 8);
+		pos += HOLD_ENTRY + n;
 		if (sub == HOLD_BACKFILL) {
-			if (!replay_change(p, t, rec + pos + HOLD_ENTRY, n, err, errlen))
+			if (!replay_change(p, t, data, n, err, errlen))
 				return false;
-			pos += HOLD_ENTRY + n;
 			continue;
 		}
-		c.tx_index = p->tx_index + load_u32(rec + pos + 4);
+		if (sub == HOLD_SCHEMA) { /* what the subscription's consumers have from here on */
+			strack_set_delivered(p->track, slot, load_u32(data), load_u64(data + 4),
+					     load_u64(data + 12));
+			continue;
+		}
+		if (sub == HOLD_DDL) {
+			learn_ddl(p, (const char *)data, n);
+			continue;
+		}
+		c.tx_index = p->tx_index + (slot & ~SLOT_BEFORE);
+		c.before_change = (slot & SLOT_BEFORE) != 0;
 		sub_state *s = &p->subs[sub];
 		p->events++;
 		s->count.events++;
 		s->count.bytes += n;
-		if (!s->sub.sink->ops->deliver(s->sub.sink, sub, (const char *)rec + pos + HOLD_ENTRY, n, &c,
-					       p->cur_seq, err, errlen))
+		if (!s->sub.sink->ops->deliver(s->sub.sink, sub, (const char *)data, n, &c, p->cur_seq, err,
+					       errlen))
 			return false;
-		pos += HOLD_ENTRY + n;
 	}
 	p->tx_index += load_u32(rec);
 	return true;
@@ -513,6 +688,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 static void on_abort(void *ctx, uint32_t xid)
 {
 	pipeline *p = ctx;
+	strack_held_end(p->track, xid);
 	for (size_t i = 0; i < p->nsinks; i++)
 		if (p->sinks[i]->ops->hold_abort)
 			p->sinks[i]->ops->hold_abort(p->sinks[i], xid);
@@ -521,6 +697,7 @@ static void on_abort(void *ctx, uint32_t xid)
 static bool on_rollback(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
+	strack_held_rollback(p->track, xid, tx_index);
 	for (size_t i = 0; i < p->nsinks; i++)
 		if (p->sinks[i]->ops->hold_rollback &&
 		    !p->sinks[i]->ops->hold_rollback(p->sinks[i], xid, tx_index, err, errlen))
@@ -541,6 +718,8 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 		if (p->sinks[i]->ops->hold_commit &&
 		    !p->sinks[i]->ops->hold_commit(p->sinks[i], t->xid, &c, p->cur_seq, err, errlen))
 			return false;
+	if (t->held)
+		strack_held_end(p->track, t->xid);
 	end_txn(p, t->end_lsn);
 	p->last_commit_time = t->commit_time;
 	if (t->held_bytes >= LARGE_TXN_BYTES)
@@ -682,7 +861,14 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 				   .abort = on_abort};
 	p->arena = arena_new(64 * 1024);
 	p->rc = pgo_relcache_new();
+	p->tables = sch_tables_new();
+	p->track = strack_new();
 	return p;
+}
+
+void pipeline_deliver_ddl(pipeline *p, bool on)
+{
+	p->ddl = on;
 }
 
 void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx))
@@ -699,12 +885,21 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 		   size_t nsinks)
 {
 	sub_state *next = xcalloc(nsubs ? nsubs : 1, sizeof(*next));
+	uint32_t *map = xcalloc(p->nsubs + 1, sizeof(*map));
+	for (size_t k = 0; k < p->nsubs; k++)
+		map[k] = UINT32_MAX;
 	for (size_t i = 0; i < nsubs; i++) {
 		next[i].sub = subs[i];
 		for (size_t k = 0; k < p->nsubs; k++)
-			if (strcmp(p->subs[k].sub.name, subs[i].name) == 0)
+			if (strcmp(p->subs[k].sub.name, subs[i].name) == 0) {
 				next[i].count = p->subs[k].count;
+				map[k] = (uint32_t)i;
+			}
 	}
+	/* what a subscription's consumers have goes with its name (its new `columns` may differ: the
+	 * schema ids say so) */
+	strack_renumber(p->track, map, p->nsubs);
+	free(map);
 	free(p->subs);
 	p->subs = next;
 	p->nsubs = nsubs;
@@ -719,7 +914,8 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 
 bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err, size_t errlen)
 {
-	on_abort(p, 0); /* the server sends every held transaction again */
+	on_abort(p, 0);		/* the server sends every held transaction again */
+	strack_clear(p->track); /* ... and what was not confirmed: announce every table again */
 	txn_free(p->asm_);
 	if (!(p->asm_ = txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
 		return false;
@@ -736,6 +932,8 @@ void pipeline_free(pipeline *p)
 		return;
 	txn_free(p->asm_);
 	pgo_relcache_free(p->rc);
+	sch_tables_free(p->tables);
+	strack_free(p->track);
 	arena_free(p->arena);
 	free(p->read_msg);
 	buf_free(&p->scratch);

@@ -39,6 +39,9 @@ void pipeline_free(pipeline *p);
 /* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after it
  * went to every subscription: what a re-sync backfills is read after it. */
 void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx));
+/* With source.ddl: the DDL trigger's messages become DDL events. Without, they are only what
+ * they tell of their tables (renames, NOT NULL): another cdc of the database installed the trigger. */
+void pipeline_deliver_ddl(pipeline *p, bool on);
 /* The relation cache the decoder keeps; the source adds the keys of REPLICA IDENTITY FULL tables. */
 pgo_relcache *pipeline_relcache(pipeline *p);
 

@@ -13,7 +13,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include "cdc/source/ddl_trigger.h"
 #include "cdc/source/pgconn.h"
+#include "decoder/base/fsutil.h"
 #include "decoder/base/log.h"
 
 /* What an ordinary connection's query in flight is. */
@@ -39,6 +41,8 @@ struct source {
 	bool failover;		/* source.failover: the slot is a failover slot (17+) */
 	bool heartbeat;		/* source.heartbeat is set: a standby needs primary_dsn for it */
 	bool generated_columns; /* source.publish_generated_columns */
+	bool ddl;		/* source.ddl: cdc's DDL event trigger must be there */
+	char *state_dir;	/* where the trigger's statements go when cdc cannot create it */
 	cfg_strlist publish;
 	PGconn *repl; /* replication=database, streaming */
 	/* ordinary: setup queries, then heartbeats, slot health, the server, the catalog and the
@@ -96,6 +100,8 @@ source *source_new(const cfg *c)
 	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
 	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
 	PQconninfoFree(opts);
+	s->ddl = c->source.ddl;
+	s->state_dir = xstrdup(c->state_dir ? c->state_dir : ".");
 	s->generated_columns = c->source.publish_generated_columns;
 	s->publish.n = c->source.publish.n;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
@@ -138,6 +144,7 @@ void source_free(source *s)
 	free(s->primary_dsn);
 	free(s->slot);
 	free(s->publication);
+	free(s->state_dir);
 	free(s);
 }
 
@@ -315,6 +322,57 @@ static source_result read_catalog(source *s, catalog *c, char *err, size_t errle
 			    "reading the tables' replica identities and keys: an unexpected result"),
 		       SOURCE_FATAL;
 	return SOURCE_OK;
+}
+
+/* source.ddl: cdc's event trigger is there, or is created; else a message says exactly what a
+ * superuser must run (the statements go to state_dir/ddl-trigger.sql), and cdc stops: it does not
+ * run without the DDL events it was told to deliver. */
+static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
+{
+	ddl_trigger_state st = ddl_trigger_check(s->admin, err, errlen);
+	char why[512] = "";
+	if (st == DDL_TRIGGER_MISSING && s->create) {
+		PGresult *res = PQexec(s->admin, ddl_trigger_sql);
+		bool done = PQresultStatus(res) == PGRES_COMMAND_OK;
+		const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+		bool denied = sqlstate && strcmp(sqlstate, "42501") == 0;
+		bool meanwhile = !done && created_meanwhile(res); /* another cdc of the database */
+		if (!done)
+			snprintf(why, sizeof(why), "%s", pg_one_line(PQerrorMessage(s->admin)));
+		PQclear(res);
+		if (done)
+			log_info("created cdc's DDL event trigger",
+				 "function=cdc.capture_ddl triggers=cdc_ddl_command_end,cdc_sql_drop");
+		if (!done)
+			PQclear(PQexec(s->admin, "ROLLBACK"));
+		if (done || meanwhile)
+			st = ddl_trigger_check(s->admin, err, errlen);
+		else if (!denied)
+			st = DDL_TRIGGER_FAILED,
+			errf(err, errlen, "creating cdc's DDL event trigger failed: %s", why);
+	}
+	if (st == DDL_TRIGGER_OK)
+		return SOURCE_OK;
+	if (st != DDL_TRIGGER_MISSING)
+		return st == DDL_TRIGGER_FAILED && PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY
+										       : SOURCE_FATAL;
+	buf path = {0}, file = {0};
+	buf_printf(&path, "%s/ddl-trigger.sql", s->state_dir);
+	buf_printf(&file, "-- cdc's DDL event trigger (source.ddl): run as a superuser in database %s\n%s",
+		   PQdb(s->admin), ddl_trigger_sql);
+	char ferr[256];
+	bool written = file_replace(path.data, file.data, file.len, 0644, ferr, sizeof(ferr));
+	errf(err, errlen,
+	     "source.ddl: cdc's DDL event trigger is not in database %s%s%s, and only a superuser can "
+	     "create an event trigger: have one run `psql -d %s -f %s` (%s%s), then start cdc again, or "
+	     "set source.ddl: false",
+	     PQdb(s->admin), s->create ? " and cdc could not create it: " : " (source.create is off)",
+	     s->create ? why : "", PQdb(s->admin), written ? path.data : "FILE",
+	     written ? "the statements, written just now" : "FILE: the statements in README \"DDL events\"; ",
+	     written ? "" : ferr);
+	buf_free(&path);
+	buf_free(&file);
+	return SOURCE_FATAL;
 }
 
 /* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
@@ -834,6 +892,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = read_catalog(s, cat, err, errlen)) != SOURCE_OK ||
+	    (s->ddl && (r = ensure_ddl_trigger(s, err, errlen)) != SOURCE_OK) ||
 	    (r = load_primary_keys(s, rc, err, errlen)) != SOURCE_OK ||
 	    (r = read_slot(s, &row, err, errlen)) != SOURCE_OK ||
 	    (r = check_timeline(s, st, have_st, row.exists ? row.confirmed_flush : 0, err, errlen)) !=

@@ -73,4 +73,16 @@ static inline void store_u32(void *p, uint32_t v)
 	memcpy(p, &v, sizeof(v));
 }
 
+static inline uint64_t load_u64(const void *p)
+{
+	uint64_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline void store_u64(void *p, uint64_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
 #endif

@@ -2,6 +2,8 @@
  * log lines all write their text through it. */
 #include "decoder/base/json.h"
 
+#include <json-c/json.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -191,4 +193,28 @@ void json_key_boolean(buf *out, bool *first, const char *key, bool v)
 {
 	json_key(out, first, key);
 	json_boolean(out, v);
+}
+
+struct json_object *json_parse(const char *text, size_t len, int depth, char *err, size_t errlen)
+{
+	if (len > INT_MAX) {
+		errf(err, errlen, "not JSON (too large)");
+		return NULL;
+	}
+	json_tokener *tok = json_tokener_new_ex(depth);
+	json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+	enum json_tokener_error jerr = json_tokener_get_error(tok);
+	size_t end = root ? json_tokener_get_parse_end(tok) : 0;
+	while (end < len && (text[end] == ' ' || text[end] == '\t' || text[end] == '\r' || text[end] == '\n'))
+		end++;
+	if (!root || jerr != json_tokener_success || end != len) {
+		errf(err, errlen, "not JSON (%s)",
+		     root			     ? "bytes after the object"
+		     : jerr == json_tokener_continue ? "unexpected end of data"
+						     : json_tokener_error_desc(jerr));
+		json_object_put(root);
+		root = NULL;
+	}
+	json_tokener_free(tok);
+	return root;
 }

@@ -1,10 +1,13 @@
 /* json.h: JSON text for every part of cdc (the event renderer, the status documents, the JSON log
  * lines): string literals escaped as RFC 8259 requires, numbers, literals, and the commas between
- * members. Everything appends to a buf; nothing allocates but the buf's growth. */
+ * members. Everything appends to a buf; nothing allocates but the buf's growth. And JSON text in:
+ * json-c's parse of one whole document, with a message that names what is wrong. */
 #ifndef CDC_JSON_H
 #define CDC_JSON_H
 
 #include "decoder/base/util.h"
+
+struct json_object;
 
 /* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
  * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */
@@ -32,5 +35,9 @@ void json_key(buf *out, bool *first, const char *key);
 void json_key_str(buf *out, bool *first, const char *key, const char *v);
 void json_key_u64(buf *out, bool *first, const char *key, uint64_t v);
 void json_key_boolean(buf *out, bool *first, const char *key, bool v);
+
+/* Parses text[0..len) as one JSON document (whitespace around it allowed), nested at most depth
+ * levels: its root (the caller json_object_put()s it), or NULL with err "not JSON (what is wrong)". */
+struct json_object *json_parse(const char *text, size_t len, int depth, char *err, size_t errlen);
 
 #endif

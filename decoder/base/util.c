@@ -201,6 +201,19 @@ size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
 	return need + 1;
 }
 
+bool utf8_valid(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t skip, n = (unsigned char)s[i] < 0x80
+				     ? (s[i] != '\0')
+				     : utf8_seq((const unsigned char *)s + i, len - i, &skip);
+		if (n == 0)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
 uint32_t utf8_codepoint(const unsigned char *p, size_t n)
 {
 	uint32_t cp = p[0] & (0x7Fu >> n);

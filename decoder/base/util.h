@@ -44,6 +44,8 @@ bool lsn_parse(const char *s, uint64_t *lsn) CDC_MUST_CHECK;
  * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
  * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
 size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip);
+/* Whether s[0..len) is well-formed UTF-8 without NUL bytes. */
+bool utf8_valid(const char *s, size_t len);
 /* The code point of a well-formed sequence of n bytes (as utf8_seq measured it). */
 uint32_t utf8_codepoint(const unsigned char *p, size_t n);
 

@@ -112,6 +112,7 @@ typedef struct rendered {
 	uint32_t topic_len, sub_len, schema_len, table_len;
 	uint32_t xid;
 	uint64_t lsn;
+	uint64_t schema_id; /* cdc-schema-id (0: none) */
 	uint8_t op, format, nrecords;
 	bool schemas; /* format debezium: with schemas */
 } rendered;
@@ -139,6 +140,13 @@ void kafka_fail(kafka_sink *k, const char *what, const char *reason);
 bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
 /* The cdc-* headers of an event (event) or of a record about a transaction, and content_type. */
+/* A schema or DDL event: about a table, not a row (kafka.schemas_topic). */
+static inline bool kafka_table_event(int op)
+{
+	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
+}
+/* A schema id as the cdc-schema-id header and the schemas topic's keys write it: 16 hex digits. */
+void kafka_schema_id_text(uint64_t id, char out[17]);
 rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
 				  bool event, const char *content_type);
 /* The content types of the records in each format. */

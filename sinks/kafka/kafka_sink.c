@@ -376,12 +376,16 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 	}
 	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
 	if (event) { /* a record about a transaction has only the commit's */
-		char lsn[LSN_STRLEN];
+		char lsn[LSN_STRLEN], id[17];
 		lsn_format(r->lsn, lsn);
 		const char *op = evt_op_name((Cdc__V1__Op)r->op);
 		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
+		if (r->schema_id) {
+			kafka_schema_id_text(r->schema_id, id);
+			rd_kafka_header_add(h, "cdc-schema-id", -1, id, -1);
+		}
 	}
 	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr_cache.commit, -1);
 	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr_cache.xid_text, -1);
@@ -476,8 +480,9 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 		p = hdr + rec.header_len;
 		uint64_t nth = 0;
 		/* Only the transactions topic's records need the counts (and Debezium's transaction
-		 * block, there only with one). */
-		if (k->set.transactions_topic && rec.kind != REC_TOMBSTONE) {
+		 * block, there only with one); schema and DDL events are not events of the data topics. */
+		bool about_table = kafka_table_event(r.op);
+		if (k->set.transactions_topic && rec.kind != REC_TOMBSTONE && !about_table) {
 			if (r.format == KAFKA_DEBEZIUM && r.xid && !k->cur_events)
 				produce_txn_record(k, KAFKA_DEBEZIUM, false, seq); /* BEGIN */
 			nth = count_table(k, schema, r.schema_len, table, r.table_len);
@@ -490,8 +495,10 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					    (ssize_t)(rec.header_len - name_len - 1));
 		if (rec.kind != REC_TOMBSTONE)
 			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
-		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds. */
-		if (!kafka_produce(k, topic, RD_KAFKA_PARTITION_UA, rec.has_key ? key : NULL, rec.key_len,
+		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds.
+		 * Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
+				   rec.has_key ? key : NULL, rec.key_len,
 				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,
 				   rec.kind == REC_TOMBSTONE ? 0 : k->value.len, h, seq))
 			return true;
@@ -626,6 +633,7 @@ static void free_settings(kafka_sink *k)
 	free((kafka_property *)k->set.properties);
 	free((char *)k->set.brokers);
 	free((char *)k->set.transactions_topic);
+	free((char *)k->set.schemas_topic);
 	free((char *)k->set.positions_topic);
 	free((char *)k->set.transactional_id);
 	for (size_t i = 0; i < k->nsubs; i++) {
@@ -648,6 +656,7 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,
 				       .transactions_topic = dup_or_null(settings->transactions_topic),
+				       .schemas_topic = dup_or_null(settings->schemas_topic),
 				       .exactly_once = settings->exactly_once,
 				       .positions_topic = dup_or_null(settings->positions_topic),
 				       .transactional_id = dup_or_null(settings->transactional_id),

@@ -20,6 +20,9 @@ typedef struct kafka_sink_settings {
 	const kafka_property *properties; /* handed to librdkafka unchanged, after cdc's defaults */
 	size_t nproperties;
 	const char *transactions_topic; /* NULL: no record per transaction */
+	/* Schema and DDL events, in partition 0 in stream order, keyed "SUBSCRIPTION/SCHEMA_ID" and
+	 * "SUBSCRIPTION/ddl/LSN"; NULL: they are not produced. Rows name theirs in cdc-schema-id. */
+	const char *schemas_topic;
 	/* kafka.exactly_once: a transactional producer; each Kafka transaction holds whole source
 	 * transactions and ends with a record in positions_topic (see kafka_position.h). A source
 	 * transaction that Kafka already holds (commit LSN at or before the position read back at the

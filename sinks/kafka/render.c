@@ -4,6 +4,8 @@
  * the commit's fields (kafka_record_value). And the records of the transactions topic. */
 #include "sinks/kafka/internal.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,14 +207,52 @@ static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	}
 }
 
+void kafka_schema_id_text(uint64_t id, char out[17])
+{
+	snprintf(out, 17, "%016" PRIx64, id);
+}
+
+/* A schema or DDL event: one record in the subscription's format for kafka.schemas_topic, keyed
+ * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps each schema) or "SUBSCRIPTION/ddl/LSN"; none
+ * without a schemas topic, and none in Debezium's format, whose records carry their schemas. */
+static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
+{
+	if (!k->set.schemas_topic || s->format == KAFKA_DEBEZIUM)
+		return 0;
+	char text[LSN_STRLEN + 17];
+	buf_reset(&k->key);
+	buf_puts(&k->key, e->subscription);
+	if (e->op == CDC__V1__OP__OP_SCHEMA) {
+		kafka_schema_id_text(e->schema_id, text);
+		buf_putc(&k->key, '/');
+	} else {
+		lsn_format(e->lsn, text);
+		buf_puts(&k->key, "/ddl/");
+	}
+	buf_puts(&k->key, text);
+	size_t at = record_begin(out, s->format == KAFKA_JSON ? REC_JSON : REC_PROTOBUF, &k->key, true);
+	if (s->format == KAFKA_JSON) {
+		json_event_head(out, e);
+	} else {
+		buf_reserve(out, cdc__v1__event__get_packed_size(e));
+		out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
+	}
+	record_end(out, at, NULL, NULL);
+	return 1;
+}
+
 void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	static const kafka_sub_settings defaults = {0};
 	kafka_sink *k = (kafka_sink *)base;
 	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : &defaults;
+	bool table = kafka_table_event(e->op);
 	buf_reset(&k->topic);
-	kafka_topic_name(&k->topic, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
-			 e->subscription, e->tag);
+	if (table && k->set.schemas_topic)
+		buf_puts(&k->topic, k->set.schemas_topic);
+	else if (!table)
+		kafka_topic_name(&k->topic, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
+				 e->subscription, e->tag);
 	rendered r = {
 	    .topic_len = (uint32_t)k->topic.len,
 	    .sub_len = (uint32_t)strlen(e->subscription),
@@ -220,6 +260,7 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	    .table_len = (uint32_t)strlen(e->table),
 	    .xid = e->xid,
 	    .lsn = e->lsn,
+	    .schema_id = e->schema_id,
 	    .op = (uint8_t)e->op,
 	    .format = (uint8_t)s->format,
 	    .schemas = s->schemas,
@@ -230,9 +271,10 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	buf_append(out, e->subscription, r.sub_len);
 	buf_append(out, e->schema, r.schema_len);
 	buf_append(out, e->table, r.table_len);
-	r.nrecords = (uint8_t)(s->format == KAFKA_DEBEZIUM ? render_debezium(k, s, e, out)
-			       : s->format == KAFKA_JSON   ? render_json(k, s, e, out)
-							   : render_protobuf(k, s, e, out));
+	r.nrecords = (uint8_t)(table			     ? render_table_event(k, s, e, out)
+			       : s->format == KAFKA_DEBEZIUM ? render_debezium(k, s, e, out)
+			       : s->format == KAFKA_JSON     ? render_json(k, s, e, out)
+							     : render_protobuf(k, s, e, out));
 	memcpy(out->data + at, &r, sizeof(r));
 }
 

@@ -197,9 +197,12 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
 		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
 	subscription *sub = s->by_index[idx];
-	/* After a restart the slot resends what the spool may already hold: skip that. */
+	/* After a restart the slot resends what the spool may already hold: skip that. A schema event
+	 * comes before the row of the same tx_index. */
 	if (sub->have_last && (c->commit_lsn < sub->last_lsn ||
-			       (c->commit_lsn == sub->last_lsn && c->tx_index <= sub->last_txi)))
+			       (c->commit_lsn == sub->last_lsn &&
+				(c->tx_index < sub->last_txi ||
+				 (c->tx_index == sub->last_txi && (c->before_change || !sub->last_before))))))
 		return true;
 	buf_reset(&s->scratch);
 	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
@@ -211,6 +214,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	sub->have_last = true;
 	sub->last_lsn = c->commit_lsn;
 	sub->last_txi = c->tx_index;
+	sub->last_before = c->before_change;
 	sub->in_txn = sub->dirty = true;
 	sub->matched++;
 	count_commits(s, c->commit_time, 1);
@@ -368,6 +372,7 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 		}
 		ok = spool_held_commit(f, c->commit_lsn, c->commit_time, err, errlen);
 		sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+		sub->last_before = false;
 		sub->dirty = true;
 		sub->matched += events;
 		count_commits(s, c->commit_time, events);

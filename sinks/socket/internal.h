@@ -74,6 +74,8 @@ struct subscription {
 	bool in_txn, dirty, have_last;
 	uint64_t last_lsn;
 	uint32_t last_txi;
+	bool last_before; /* the last event was a schema event (sink_commit.before_change); a spool's last
+			   * event never is (its row follows it in the same transaction) */
 	uint64_t matched, delivered, redelivered;
 	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
 };

@@ -106,7 +106,7 @@ VARINT_FIELD(u32, uint32_t, (uint32_t)x)
 VARINT_FIELD(i32, int32_t, (int32_t)(uint32_t)x)
 VARINT_FIELD(boolean, protobuf_c_boolean, x != 0)
 
-static bool dbl(reader *r, unsigned wire, double *v)
+static bool fixed64(reader *r, unsigned wire, uint64_t *v)
 {
 	if (wire != PB_WIRE_I64 || r->end - r->p < 8)
 		return false;
@@ -114,6 +114,15 @@ static bool dbl(reader *r, unsigned wire, double *v)
 	for (int i = 7; i >= 0; i--)
 		x = x << 8 | r->p[i];
 	r->p += 8;
+	*v = x;
+	return true;
+}
+
+static bool dbl(reader *r, unsigned wire, double *v)
+{
+	uint64_t x;
+	if (!fixed64(r, wire, &x))
+		return false;
 	memcpy(v, &x, sizeof(*v));
 	return true;
 }
@@ -348,12 +357,16 @@ static bool event_field(reader *r, void *msg, unsigned f, unsigned w)
 		return (e->truncate = message(r, w, &truncate_kind)) != NULL;
 	case 18:
 		return (e->message = message(r, w, &lmessage_kind)) != NULL;
-	default:
+	case 19:
 		return str(r, w, &e->origin);
+	case 22:
+		return fixed64(r, w, &e->schema_id);
+	default: /* 20 and 21: a schema or DDL event (rare), protobuf-c's */
+		return false;
 	}
 }
 static const Cdc__V1__Event event_init = CDC__V1__EVENT__INIT;
-static const kind event_kind = {sizeof(Cdc__V1__Event), &event_init, 19, 0, event_field};
+static const kind event_kind = {sizeof(Cdc__V1__Event), &event_init, 22, 0, event_field};
 
 /* Events only: dead letters (field 2) are protobuf-c's. */
 static bool delivery_field(reader *r, void *msg, unsigned f, unsigned w)

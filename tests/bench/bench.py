@@ -91,6 +91,10 @@ GNU_TIME = "/usr/bin/time"  # Debian package "time" (deploy/deps.sh bench)
 T0 = time.monotonic()
 
 
+# The bench counts rows (as pg_recvlogical does): its subscriptions leave out schema and DDL events.
+ROW_OPS = "insert, update, delete, truncate"
+
+
 def progress(msg):
     print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
@@ -248,6 +252,7 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
+            f"    operations: [{ROW_OPS}]\n"
             f"    sink: {sink}\n"
             + (f"    format: {fmt}\n" if fmt else ""))
     return events_sock
@@ -698,6 +703,7 @@ def cdc_config(path, pg, slot, pub, state_dir, subscriptions):
              f"  socket: {os.path.join(socks, 'events.sock')}", "subscriptions:"]
     for sub in subscriptions:
         first = True
+        sub = dict(sub, operations=sub.get("operations", ROW_OPS.split(", ")))
         for k, v in sub.items():
             if isinstance(v, list):
                 v = "[" + ", ".join(f'"{x}"' for x in v) + "]"

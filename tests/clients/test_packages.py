@@ -33,7 +33,8 @@ def run(args, **kw):
 def jobs_cdc(pg, schema, cdc, n):
     """A running cdc with a socket subscription "jobs" holding n inserted rows."""
     pg.sql(f"create table {schema}.jobs (id int primary key, note text)")
-    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket"}])
+    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "operations": ["insert"],
+                                     "sink": "socket"}])  # rows only: the worker prints every event
     pg.sql(f"insert into {schema}.jobs select i, 'n' || i from generate_series(1, {n}) i")
     return c, p
 

@@ -1,5 +1,6 @@
 """test_python_client.py: proto/clients/python (cdc_client) against a real PostgreSQL and cdc:
-typed events with native values, acks per consumer mode, reconnection across a cdc restart
+typed events with native values, schema and DDL events with their typed columns (a rename told
+as a rename), acks per consumer mode, reconnection across a cdc restart
 (unacknowledged events come again, acknowledged ones do not), an Error frame raised as
 ServerError, Nack with a delay and a reason up to a dead letter with its history, Progress keeping
 a long job, a refused ack reported, and the example worker run as a process (nacking the rows it
@@ -24,7 +25,8 @@ from conftest import wait_for
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
 sys.path.insert(0, PY_CLIENT)
-from cdc_client import Connection, Consumer, Refused, ServerError, pb  # noqa: E402
+from cdc_client import (Connection, Consumer, Ddl, DdlColumn, Refused, SchemaColumn, ServerError,  # noqa: E402
+                        TableSchema, pb)
 
 # The example worker imports cdc_client as an installed package would be: from the repository here
 # (tests/clients/test_packages.py runs it from a virtualenv the package is installed in).
@@ -94,6 +96,46 @@ def test_events_have_native_values_and_acks_stick(pg, schema, cdc):
         evs = list(con.events(idle_timeout=1.0))
         assert [(e.offset, e.op, e.delivery_count) for e in evs] == [(3, "delete", 2)]
         assert con.subscribed.acked_offset == 2
+    assert p.terminate() == 0
+
+
+def test_schema_and_ddl_events_are_typed(pg, schema, cdc):
+    c, p = cdc.start(subscriptions=[socket_sub(schema, "shaped", "shaped", operations=["insert", "schema", "ddl"])],
+                     source={"ddl": True})
+    pg.sql(f"create table {schema}.shaped (id int primary key, amount numeric(10,2) not null, note varchar(20))")
+    pg.sql(f"insert into {schema}.shaped values (1, 1.5, 'a')")
+    pg.sql(f"alter table {schema}.shaped rename column note to memo")
+    pg.sql(f"insert into {schema}.shaped values (2, 2.5, 'b')")
+    with Consumer(sock(c), "shaped", heartbeat_ms=200) as con:
+        evs = take(con.events(idle_timeout=20), 6)
+        assert [(e.offset, e.op) for e in evs] == [
+            (1, "ddl"), (2, "schema"), (3, "insert"), (4, "ddl"), (5, "schema"), (6, "insert")]
+        create, s1, ins1, rename, s2, ins2 = evs
+        assert create.ddl == Ddl(
+            event="ddl_command_end", command_tag="CREATE TABLE", object_type="table",
+            object_identity=f"{schema}.shaped",
+            statement=f"create table {schema}.shaped (id int primary key, amount numeric(10,2) not null, "
+                      "note varchar(20))",
+            columns=[DdlColumn(1, "id", "integer", 23, -1, True), DdlColumn(2, "amount", "numeric(10,2)", 1700, 655366, True),
+                     DdlColumn(3, "note", "character varying(20)", 1043, 24, False)])
+        assert create.table_schema is None and create.schema_id is None and create.new is None
+        assert s1.table_schema == TableSchema(
+            columns=[SchemaColumn("id", "integer", 23, -1, True, False, None),
+                     SchemaColumn("amount", "numeric(10,2)", 1700, 655366, False, False, None),
+                     SchemaColumn("note", "character varying(20)", 1043, 24, False, True, None)],
+            replica_identity="default")
+        assert len(s1.schema_id) == 16 and ins1.schema_id == s1.schema_id
+        assert ins1.new == {"id": 1, "amount": decimal.Decimal("1.50"), "note": "a"}
+        assert (rename.ddl.command_tag, rename.ddl.object_type, rename.ddl.object_identity) == (
+            "ALTER TABLE", "table column", f"{schema}.shaped.memo")
+        assert [(col.attnum, col.name) for col in rename.ddl.columns] == [(1, "id"), (2, "amount"), (3, "memo")]
+        assert s2.table_schema.column("memo") == SchemaColumn(
+            "memo", "character varying(20)", 1043, 24, False, True, "note")
+        assert s2.table_schema.column("note") is None and s2.schema_id != s1.schema_id
+        assert ins2.schema_id == s2.schema_id and ins2.new["memo"] == "b"
+        # schema events share the tx_index of the row they precede; DDL events take their own
+        assert (s2.commit_lsn, s2.tx_index) == (ins2.commit_lsn, ins2.tx_index)
+        con.ack(ins2)
     assert p.terminate() == 0
 
 

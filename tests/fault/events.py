@@ -1,4 +1,7 @@
 """events.py: what the fault harness keeps of an event, whatever sink it came through.
+Schema and DDL events are no changes: their Recs have op "schema" or "ddl" and only their place (the
+harness keeps their offsets apart, for the socket offsets' density, and checks schema events with
+tests/schema_check.py where a stream is read in order).
 
 Every sink's events (Kafka's protobuf, the socket's protobuf, the JSON lines of `cdc tail` and of
 the stdout sink) become one Rec: the row's table, id and version (the load generator's `ver`
@@ -24,7 +27,8 @@ from pg import lsn_to_int  # noqa: E402
 # where: a place in the sink's stream the checker uses ("consumer run, line", "partition, offset").
 Rec = namedtuple("Rec", "table id op ver note grp xid cl ti off where")
 
-OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message"}
+OPS = {1: "insert", 2: "update", 3: "delete", 4: "truncate", 5: "message", 6: "read", 7: "schema", 8: "ddl"}
+NOT_CHANGES = ("schema", "ddl")
 
 
 def _version(op, new, old):
@@ -49,16 +53,21 @@ def _rec(table, key, op, new, old, xid, cl, ti, off, where):
 
 def from_json(e, where=None):
     """A Rec from an event as JSON (stdout sink, `cdc tail`)."""
+    if e["op"] in NOT_CHANGES:
+        return _rec(e["table"], {}, e["op"], None, None, e["xid"], lsn_to_int(e["commit_lsn"]), e["tx_index"],
+                    e.get("offset"), where)
     return _rec(e["table"], e.get("key") or {}, e["op"], e.get("new"), e.get("old"), e["xid"],
                 lsn_to_int(e["commit_lsn"]), e["tx_index"], e.get("offset"), where)
 
 
 def from_proto(e, where=None):
     """A Rec from a cdc.v1.Event (Kafka value, socket delivery)."""
+    off = e.offset if e.WhichOneof("offset_present") else None
+    if OPS.get(e.op) in NOT_CHANGES:
+        return _rec(e.table, {}, OPS[e.op], None, None, e.xid, e.commit_lsn, e.tx_index, off, where)
     new = row_plain(e.new_row) if e.HasField("new_row") else None
     old = row_plain(e.old_row) if e.HasField("old_row") else None
     key = row_plain(e.key) if e.HasField("key") else {}
-    off = e.offset if e.WhichOneof("offset_present") else None
     return _rec(e.table, key, OPS.get(e.op, str(e.op)), new, old, e.xid, e.commit_lsn, e.tx_index, off, where)
 
 

@@ -84,11 +84,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import exactly_once  # noqa: E402
-from events import LineFile, from_json, from_line, from_proto  # noqa: E402
+from events import NOT_CHANGES, LineFile, from_json, from_line, from_proto  # noqa: E402
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
 from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import PgPair, TempPostgres, lsn_to_int  # noqa: E402
+from schema_check import SchemaCheck  # noqa: E402
 from subscriber_helpers import Subscriber, protos  # noqa: E402
 from verify import SinkData, verify  # noqa: E402
 
@@ -174,6 +175,7 @@ class Consumer:
         self.rng = rng
         self.runs = 0
         self.files = []  # LineFile of each run
+        self.checks = {}  # run -> SchemaCheck of its events (kind tail)
         self.proc = None
         self.not_before = 0.0
         self.err = open(os.path.join(workdir, f"{name}.stderr"), "ab")
@@ -219,10 +221,19 @@ class Consumer:
         while len(self.files) < self.runs:
             self.files.append(LineFile(self.path(len(self.files) + 1)))
         for n, lf in enumerate(self.files, 1):
-            recs = sink.streams.setdefault(n, [])
+            sink.streams.setdefault(n, [])
+            # a run may start after schema events an earlier run acknowledged: rows before its first
+            # one are not checked (strict=())
+            check = self.checks.setdefault(n, SchemaCheck())
             for line_no, line in lf.read_new():
                 where = (n, line_no)
-                recs.append(from_json(json.loads(line), where) if self.kind == "tail" else from_line(line, where))
+                if self.kind == "tail":
+                    e = json.loads(line)
+                    check.feed(e)
+                    r = from_json(e, where)
+                else:
+                    r = from_line(line, where)
+                sink.add(n, r)
 
 
 class Supervisor(threading.Thread):
@@ -299,6 +310,7 @@ class Harness:
         self.wm_consumer = None
         self.sinks = {}
         self.stdout_files = []
+        self.stdout_checks = {}  # run -> SchemaCheck of its stdout
         self.kafka_times = collections.defaultdict(list)  # --exactly-once: (commit_lsn, tx_index): [ms]
 
     # --- setup ---
@@ -587,7 +599,11 @@ class Harness:
                     log(f"spool read of {sub}: nothing for {timeout}s at offset {last} of {head}")
                     return None
                 for e in d:
-                    recs.append(from_proto(e, ("spool", e.offset)))
+                    r = from_proto(e, ("spool", e.offset))
+                    if r.op in NOT_CHANGES:
+                        self.sinks[sub].other_offsets.add(r.off)
+                    else:
+                        recs.append(r)
                     last = max(last, e.offset)
         return recs
 
@@ -687,19 +703,26 @@ class Harness:
             st = k.streams.setdefault(tp, [])
             if st and st[-1].where[1] >= m.offset:
                 self.errors.append(f"the Kafka reader went back: {m.where()} after offset {st[-1].where[1]}")
-            st.append(from_proto(m.event, (tp, m.offset)))
+            k.add(tp, from_proto(m.event, (tp, m.offset)))
             if self.args.exactly_once:
                 self.kafka_times[(m.event.commit_lsn, m.event.tx_index)].append(m.timestamp)
         out = self.sinks["out_all"]
         while len(self.stdout_files) < len(self.cdc.runs):
             self.stdout_files.append(LineFile(self.cdc.stdout_path(len(self.stdout_files) + 1)))
         for n, lf in enumerate(self.stdout_files, 1):
-            recs = out.streams.setdefault(n, [])
+            out.streams.setdefault(n, [])
+            check = self.stdout_checks.setdefault(n, SchemaCheck(strict={"out_all"}))  # each run announces
             for line_no, line in lf.read_new():
                 try:
-                    recs.append(from_json(json.loads(line), (n, line_no)))
-                except ValueError as e:
-                    self.errors.append(f"cdc run {n} stdout line {line_no} is not JSON ({e}): {line[:200]!r}")
+                    e = json.loads(line)
+                except ValueError as err:
+                    self.errors.append(f"cdc run {n} stdout line {line_no} is not JSON ({err}): {line[:200]!r}")
+                    continue
+                try:
+                    check.feed(e)
+                except AssertionError as err:
+                    self.errors.append(f"cdc run {n} stdout line {line_no}: {err}")
+                out.add(n, from_json(e, (n, line_no)))
         for c in self.consumers:
             c.collect(self.sinks[c.name])
 

@@ -84,6 +84,8 @@ class SocketConsumer:
                     for e in d:
                         op = pb_op(e)
                         self.log.append(e.offset)
+                        if op == "schema":  # the columns of the rows that follow: acked, not applied
+                            continue
                         self.reads += op == "read"
                         apply(self.model, op, row_plain(e.key),
                               row_plain(e.new_row) if e.HasField("new_row") else None)

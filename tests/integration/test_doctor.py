@@ -21,7 +21,7 @@ import tempfile
 import pytest
 
 from conftest import CDC_BIN, to_yaml, drop_slot, wait_for
-from pg import PgPair, TempPostgres, TempStandby
+from pg import PgPair, TempPostgres, TempStandby, find_bindir
 
 _ids = iter(range(1, 10 ** 6))
 
@@ -797,3 +797,41 @@ def test_decoding_on_a_standby_needs_primary_dsn_for_heartbeats_and_backfills(pa
             "stream from a physical slot: primary_slot_name)")], text
     finally:
         restore(pair17, standby, hot_standby_feedback=True)
+
+
+def test_source_ddl_and_the_event_trigger(server, space):
+    """source.ddl: the trigger cdc run would create (superuser, source.create), missing without
+    create, and there once a superuser ran the statements cdc run wrote."""
+    path = config(server, space, source={"ddl": True})
+    rc, found, text = doctor(path)
+    assert line(found, "ddl_trigger") == [(
+        "pass", "ddl_trigger", "cdc's DDL event trigger is missing or older than this cdc; cdc run creates it "
+        "(source.create, a superuser role)", None)], text
+    path = config(server, space, source={"ddl": True, "create": False})
+    server.sql(f"create publication {space['pub']} for table {space['schema']}.orders")
+    server.sql(f"select pg_create_logical_replication_slot('{space['slot']}', 'pgoutput')")
+    rc, found, text = doctor(path)
+    assert line(found, "ddl_trigger") == [(
+        "fail", "ddl_trigger", "cdc's DDL event trigger is missing or older than this cdc; source.create is off",
+        "have a superuser run the statements of docs/events.md#ddl-events (cdc run writes them to "
+        "state_dir/ddl-trigger.sql)")], text
+    assert rc == 2
+    run = subprocess.run([CDC_BIN, "run", "-c", path], capture_output=True, text=True, timeout=60)
+    sql = os.path.join(space["dir"], "state", "ddl-trigger.sql")
+    assert run.returncode == 1 and f"-f {sql}" in run.stderr, run.stderr
+    try:
+        r = subprocess.run([os.path.join(find_bindir(), "psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", server.dsn,
+                            "-f", sql], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        rc, found, text = doctor(path)
+        assert line(found, "ddl_trigger") == [
+            ("pass", "ddl_trigger", "cdc.capture_ddl() and its event triggers are there", None)], text
+        server.sql("alter event trigger cdc_sql_drop disable")
+        rc, found, text = doctor(path)
+        assert line(found, "ddl_trigger") == [(
+            "fail", "ddl_trigger", "cdc's event trigger cdc_sql_drop is disabled, and source.ddl needs it: "
+            "ALTER EVENT TRIGGER cdc_sql_drop ENABLE (or set source.ddl: false)", None)], text
+    finally:
+        server.sql("drop event trigger if exists cdc_ddl_command_end")
+        server.sql("drop event trigger if exists cdc_sql_drop")
+        server.sql("drop schema if exists cdc cascade")

@@ -15,6 +15,8 @@ from conftest import wait_for  # noqa: E402
 from test_spine import check_transactions, finish, lsn_to_int  # noqa: E402
 from subscriber_helpers import Subscriber  # noqa: E402
 
+OP_INSERT, OP_SCHEMA = 1, 7  # cdc.v1.Op
+
 ROWS = 5000  # with logical_decoding_work_mem=64kB the server streams this many rows in chunks
 
 
@@ -137,17 +139,26 @@ def held_bytes(c):
 def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commit(pg, schema, cdc):
     """A socket subscription's events of a streamed transaction go to the spool while the server
     streams it, none visible before its commit (a plain transaction committing meanwhile is, at the
-    next offset), all of them once after it, at dense offsets; a rolled-back subtransaction's rows
-    and an aborted transaction leave nothing. Then kill -9 in the middle of one: after the restart
-    it arrives whole and once; kill -9 right after one was spooled: not spooled again."""
+    next offset), all of them once after it, at dense offsets, after a schema event of its own (a
+    held transaction announces its tables: README "Schema events"); a rolled-back subtransaction's
+    rows and an aborted transaction leave nothing. Then kill -9 in the middle of one: after the
+    restart it arrives whole and once; kill -9 right after one was spooled: not spooled again."""
     pg.sql(f"create table {schema}.jobs (id int primary key, v text)")
     c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket"}])
     s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
     pg.sql(f"insert into {schema}.jobs values (0, 'first')")
-    assert [e.offset for e in take(s, 1)] == [1]
+    assert [(e.offset, e.op) for e in take(s, 2)] == [(1, OP_SCHEMA), (2, OP_INSERT)]
 
     def big(cur, first, label):
         cur.execute(f"insert into {schema}.jobs select g, '{label}' from generate_series({first}, {first + ROWS - 1}) g")
+
+    def announced(evs, first_offset, first_id):
+        """evs: the held transaction's schema event, then its ROWS or 2 * ROWS rows in order."""
+        rows = evs[1:]
+        assert (evs[0].op, evs[0].offset, evs[0].tx_index, evs[0].commit_lsn) == (
+            OP_SCHEMA, first_offset, 0, rows[0].commit_lsn)
+        assert [e.offset for e in rows] == list(range(first_offset + 1, first_offset + 1 + len(rows)))
+        assert [row_id(e) for e in rows] == list(range(first_id, first_id + len(rows)))
 
     conn = pg.connect()
     try:
@@ -163,12 +174,11 @@ def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commi
         pg.sql(f"insert into {schema}.jobs values (-100000, 'meanwhile')")
         meanwhile = take(s, 1)
         # ... invisible: what commits meanwhile takes the next offset.
-        assert [(e.offset, row_id(e)) for e in meanwhile] == [(2, -100000)]
+        assert [(e.offset, row_id(e)) for e in meanwhile] == [(3, -100000)]
         cur.execute("commit")
-        evs = take(s, 2 * ROWS)
-        assert [e.offset for e in evs] == list(range(3, 3 + 2 * ROWS))
-        assert [row_id(e) for e in evs] == list(range(1, 2 * ROWS + 1))
-        assert [e.tx_index for e in evs] == list(range(2 * ROWS))
+        evs = take(s, 1 + 2 * ROWS)
+        announced(evs, 4, 1)
+        assert [e.tx_index for e in evs[1:]] == list(range(2 * ROWS))
         assert len({e.commit_lsn for e in evs}) == 1 and all(e.commit_time > 0 for e in evs)
         wait_for(lambda: not held_files(c), what="the held file to become a segment")
 
@@ -179,8 +189,8 @@ def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commi
         cur.execute("rollback")
         wait_for(lambda: not held_files(c), what="the aborted transaction's file to go")
         pg.sql(f"insert into {schema}.jobs values (-200000, 'after the abort')")
-        assert [(e.offset, row_id(e)) for e in take(s, 1)] == [(3 + 2 * ROWS, -200000)]
-        next_offset = 4 + 2 * ROWS
+        assert [(e.offset, row_id(e)) for e in take(s, 1)] == [(5 + 2 * ROWS, -200000)]
+        next_offset = 6 + 2 * ROWS
         s.wait_acked(next_offset - 1)
 
         # kill -9 in the middle of a streamed transaction, then its commit after the restart.
@@ -192,10 +202,9 @@ def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commi
         p = c.start()
         cur.execute("commit")
         s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
-        evs = take(s, ROWS)
-        assert [e.offset for e in evs] == list(range(next_offset, next_offset + ROWS))
-        assert [row_id(e) for e in evs] == list(range(200000, 200000 + ROWS))
-        next_offset += ROWS
+        evs = take(s, 1 + ROWS)
+        announced(evs, next_offset, 200000)
+        next_offset += 1 + ROWS
         s.wait_acked(next_offset - 1)
 
         # kill -9 as soon as a streamed transaction is visible (spooled, maybe not confirmed yet): the
@@ -203,9 +212,9 @@ def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commi
         cur.execute("begin")
         big(cur, 300000, "spooled")
         cur.execute("commit")
-        evs = take(s, ROWS)
-        assert [e.offset for e in evs] == list(range(next_offset, next_offset + ROWS))
-        next_offset += ROWS
+        evs = take(s, 1 + ROWS)
+        announced(evs, next_offset, 300000)
+        next_offset += 1 + ROWS
         s.wait_acked(next_offset - 1)
         p.kill()
         s.close()
@@ -214,7 +223,15 @@ def test_socket_held_transaction_is_spooled_as_it_streams_and_seen_once_at_commi
     p = c.start()
     pg.sql(f"insert into {schema}.jobs values (-300000, 'last')")
     s = Subscriber(c.config["subscribers"]["socket"], "jobs", heartbeat_ms=100)
-    assert [(e.offset, row_id(e)) for e in take(s, 1)] == [(next_offset, -300000)]
+    # The new stream announces the table again before this row, unless the slot sent the spooled
+    # transaction again (the spool did not take it, and its consumers have the schema it announced).
+    evs = take(s, 1)
+    if evs[0].op == OP_SCHEMA:
+        evs += take(s, 1)
+        assert [e.offset for e in evs] == [next_offset, next_offset + 1]
+    else:
+        assert [e.offset for e in evs] == [next_offset]
+    assert row_id(evs[-1]) == -300000
     assert s.events(1, timeout=1, fail=False) == []
     assert p.terminate() == 0
 

@@ -27,6 +27,7 @@ from pg import lsn_to_int  # noqa: E402
 from test_status import get  # noqa: E402
 
 EVENT_HEADERS = {"cdc-op", "cdc-lsn", "cdc-commit-lsn", "cdc-xid", "cdc-subscription", "content-type"}
+ROW_HEADERS = EVENT_HEADERS | {"cdc-schema-id"}  # a row's: the schema it has (docs/kafka.md#schemas)
 TXN_HEADERS = {"cdc-xid", "cdc-commit-lsn", "content-type"}
 RESTART_LOG = "a sink failed; it restarts and streaming resumes from the slot's confirmed position"
 
@@ -271,7 +272,8 @@ def test_events_topic_key_headers_value(pg, schema, cdc, kafka, kafka_reader, pr
         assert row_plain(m.key_pb) == {"id": after["id"]}
         assert m.key == expected_key(proto, schema, "t", after["id"])
         # headers
-        assert sorted(m.header_names()) == sorted(EVENT_HEADERS), m.headers
+        assert sorted(m.header_names()) == sorted(ROW_HEADERS), m.headers
+        assert m.header("cdc-schema-id") == f"{e.schema_id:016x}" and e.schema_id != 0
         assert m.header("cdc-op") == ops[e.op] == j["op"]
         assert m.header("cdc-lsn") == lsn_text(e.lsn) == j["lsn"]
         assert m.header("cdc-commit-lsn") == lsn_text(e.commit_lsn) == j["commit_lsn"]

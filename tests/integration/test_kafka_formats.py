@@ -185,7 +185,8 @@ def test_json_value_is_the_stdout_object(pg, schema, cdc, kafka, kafka_reader):
            "'{\"x\": [1, 2]}', '\\x01ff'), (2, 'b', null, null, null, null)")
     pg.sql(f"update {schema}.t set id = 3, v = 'c' where id = 1")
     pg.sql(f"delete from {schema}.t where id = 2")
-    stdout = p.wait_events(4)
+    p.wait_events(4)
+    stdout = [e for e in p.raw_events() if e["op"] != "schema"]  # as printed: schema_id included
     msgs = reader.wait(6, describe=p.describe)
     assert p.terminate() == 0, p.describe()
 
@@ -199,6 +200,7 @@ def test_json_value_is_the_stdout_object(pg, schema, cdc, kafka, kafka_reader):
         assert m.header("content-type") == "application/json"
         assert m.header("cdc-op") == got["op"]
         assert m.header("cdc-subscription") == "k"
+        assert m.header("cdc-schema-id") == got["schema_id"]
         row = got["new"] or got["old"]
         assert json.loads(m.key) == {"id": row["id"]}
     ops = [(json.loads(m.key), None if m.is_tombstone else json.loads(m.value)["op"])

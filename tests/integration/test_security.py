@@ -771,8 +771,8 @@ def test_state_dir_is_private(scdc):
     """Spooled rows, spill files and positions are data at rest: owner only."""
     c, p = start_with_sockets(scdc)
     scdc.pg.sql("insert into public.sock_t select generate_series(1, 3)")
-    wait_for(lambda: json.loads(http(socket_paths(c)[0], "/status")[1])["subscriptions"][0]["head_offset"] == 3,
-             10, what="three events spooled")
+    wait_for(lambda: json.loads(http(socket_paths(c)[0], "/status")[1])["subscriptions"][0]["head_offset"] == 4,
+             10, what="the schema event and three rows spooled")
     assert p.terminate() == 0
     seen = []
     for root, dirs, files in os.walk(c.state_dir):

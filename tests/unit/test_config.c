@@ -229,7 +229,8 @@ static void test_defaults(void)
 	CHECK(c != NULL);
 	if (c) {
 		const cfg_subscription *s = &c->subs[0];
-		CHECK_INT(s->ops, CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE);
+		CHECK_INT(s->ops, CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE |
+				      CFG_OP_SCHEMA | CFG_OP_DDL);
 		CHECK_INT(s->sink, CFG_SINK_SOCKET);
 		CHECK(s->tag == NULL && s->where == NULL && s->topic == NULL);
 		CHECK_INT(s->consumers, CFG_CONSUMERS_FAILOVER);
@@ -386,7 +387,7 @@ static const struct {
 	    "log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
-	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, publish_generated_columns)\n"),
+	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
 	BAD("source:\n  on_slot_lost: recreate\n",
 	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected fail, resync)\n"),
 	BAD("source:\n  slot: a\n  slot: b\n", "t.yaml:3:3: source.slot: duplicate key (first at line 2, column 3)\n"),
@@ -527,9 +528,17 @@ static const struct {
 	    "  - {name: a, tables: [p.t]}\n  - {name: a, tables: [p.t]}\n",
 	    "t.yaml:4:12: subscriptions[2].name: duplicate subscription name \"a\" (first at line 2, column 12)\n"
 	    "t.yaml:5:12: subscriptions[3].name: duplicate subscription name \"a\" (first at line 2, column 12)\n"),
+	BAD("subscriptions:\n  - name: a\n    tables: [public.t]\n    operations: [schema, truncate]\n",
+	    "t.yaml:4:5: subscriptions[0].operations: schema events come before rows: schema needs insert, "
+	    "update or delete too\n"),
+	BAD("kafka: {brokers: k, schemas_topic: \"bad topic\"}\nsource: {ddl: yes}\n",
+	    "t.yaml:1:36: kafka.schemas_topic: invalid topic \"bad topic\": a Kafka topic name "
+	    "[a-zA-Z0-9._-]{1,249}\n"
+	    "t.yaml:2:15: source.ddl: expected true or false, got \"yes\" (YAML 1.2 booleans: yes/no/on/off "
+	    "are not accepted)\n"),
 	BAD("subscriptions:\n  - name: a\n    tables: [\"public.orders\"]\n    operations: [insert, upsert, insert]\n",
 	    "t.yaml:4:26: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, update, "
-	    "delete, truncate, message)\n"
+	    "delete, truncate, message, schema, ddl)\n"
 	    "t.yaml:4:34: subscriptions[0].operations: operation \"insert\" is listed twice\n"),
 	BAD("subscriptions:\n  - name: a\n    tables: []\n    operations: insert\n",
 	    "t.yaml:3:13: subscriptions[0].tables: must not be empty\n"
@@ -687,7 +696,7 @@ static void test_many_errors(void)
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
-	    "update, delete, truncate, message)\n"
+	    "update, delete, truncate, message, schema, ddl)\n"
 	    "t.yaml:14:11: subscriptions[1].sink: sink kafka needs a top-level kafka section (brokers)\n"
 	    "t.yaml:12:11: subscriptions[1].name: duplicate subscription name \"a\" (first at line 9, "
 	    "column 11)\n");
@@ -955,6 +964,7 @@ static void test_print(void)
 		     "  on_slot_lost: fail\n"
 		     "  on_publication_newer: fail\n"
 		     "  failover: false\n"
+		     "  ddl: false\n"
 		     "  publish_generated_columns: false\n"
 		     "state_dir: /var/lib/cdc\n"
 		     "status:\n"
@@ -987,6 +997,13 @@ static void test_print(void)
 		  "    max_unacked: 1000\n"
 		  "    batch: none\n"
 		  "    retention: {max_events: 1000000, max_age: 24h, max_bytes: 1GiB, when_full: block}\n"));
+	free(p);
+
+	p = roundtrip("source: {ddl: true}\nkafka: {brokers: k, schemas_topic: cdc.schemas}\nsubscriptions:\n"
+		      "  - {name: a, tables: [public.t], operations: [insert, schema, ddl], sink: kafka}\n",
+		      "schema and DDL events");
+	CHECK(p && strstr(p, "  ddl: true\n") && strstr(p, "  schemas_topic: cdc.schemas\n") &&
+	      strstr(p, "    operations: [insert, schema, ddl]\n"));
 	free(p);
 
 	p = roundtrip("kafka: {brokers: k}\n", "kafka without properties");

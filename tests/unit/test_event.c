@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder/ddl.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
+#include "decoder/schema.h"
 #include "sinks/event_json.h"
 #include "test.h"
 
@@ -742,6 +744,83 @@ static void test_events(void)
 	arena_reset(A);
 }
 
+/* Schema and DDL events, and a row naming its schema event, as JSON. */
+static void test_schema_events(void)
+{
+	Cdc__V1__Event *e = sch_event(A, RC, &orders, NULL);
+	stamp(e, false);
+	e->schema_id = sch_id(e);
+	e->table_schema->columns[1]->renamed_from = "state";
+	e->table_schema->columns[2]->nullable_present_case =
+	    CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE;
+	e->table_schema->columns[3]->nullable_present_case =
+	    CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE;
+	e->table_schema->columns[3]->nullable = true;
+	char id[32];
+	snprintf(id, sizeof(id), "\"%016llx\"", (unsigned long long)e->schema_id);
+	buf want = {0};
+	buf_printf(&want,
+		   HEAD_BARE
+		   "\"schema\"," TX "\"key\":null,\"new\":null,\"old\":null,\"unchanged_toast\":[],"
+		   "\"delivery_count\":null,\"schema_id\":%s,\"table_schema\":{\"columns\":["
+		   "{\"name\":\"id\",\"type\":\"integer\",\"type_oid\":23,\"typmod\":-1,\"key\":true,"
+		   "\"nullable\":null,\"renamed_from\":null},"
+		   "{\"name\":\"status\",\"type\":\"text\",\"type_oid\":25,\"typmod\":-1,\"key\":false,"
+		   "\"nullable\":null,\"renamed_from\":\"state\"},"
+		   "{\"name\":\"amount\",\"type\":\"numeric\",\"type_oid\":1700,\"typmod\":-1,"
+		   "\"key\":false,\"nullable\":false,\"renamed_from\":null},"
+		   "{\"name\":\"note\",\"type\":\"text\",\"type_oid\":25,\"typmod\":-1,\"key\":false,"
+		   "\"nullable\":true,\"renamed_from\":null},"
+		   "{\"name\":\"paid_at\",\"type\":\"timestamp with time zone\",\"type_oid\":1184,"
+		   "\"typmod\":-1,\"key\":false,\"nullable\":null,\"renamed_from\":null}],"
+		   "\"replica_identity\":\"default\"}" TAIL,
+		   id);
+	check_event(__LINE__, e, want.data);
+	uint64_t schema_id = e->schema_id;
+
+	/* a row names its schema event */
+	change(PGO_INSERT, 0, NULL, (const char *const[]){"7", "new", "1", NULL, NULL});
+	if ((e = build(__LINE__))) {
+		stamp(e, false);
+		e->schema_id = schema_id;
+		buf_reset(&want);
+		buf_printf(&want,
+			   HEAD_BARE "\"insert\"," TX
+				     "\"key\":{\"id\":7},\"new\":{\"id\":7,\"status\":\"new\","
+				     "\"amount\":\"1\",\"note\":null,\"paid_at\":null},\"old\":null,"
+				     "\"unchanged_toast\":[],\"delivery_count\":null,\"schema_id\":%s" TAIL,
+			   id);
+		check_event(__LINE__, e, want.data);
+	}
+
+	ddl_column cols[] = {{1, "id", "integer", 23, -1, true}, {2, "status", "text", 25, -1, false}};
+	ddl_msg m = {.event = "ddl_command_end",
+		     .tag = "ALTER TABLE",
+		     .object_type = "table column",
+		     .identity = "public.orders.status",
+		     .schema = "public",
+		     .table = "orders",
+		     .relid = 16384,
+		     .subid = 2,
+		     .statement = "ALTER TABLE orders RENAME state TO \"status\"",
+		     .has_columns = true,
+		     .ncols = 2,
+		     .cols = cols};
+	e = ddl_event(A, &m);
+	stamp(e, false);
+	check_event(__LINE__, e,
+		    HEAD_BARE
+		    "\"ddl\"," TX "\"key\":null,\"new\":null,\"old\":null,\"unchanged_toast\":[],"
+		    "\"delivery_count\":null,\"ddl\":{\"event\":\"ddl_command_end\",\"command_tag\":"
+		    "\"ALTER TABLE\",\"object_type\":\"table column\",\"object_identity\":"
+		    "\"public.orders.status\",\"statement\":\"ALTER TABLE orders RENAME state TO "
+		    "\\\"status\\\"\",\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"integer\","
+		    "\"type_oid\":23,\"typmod\":-1,\"not_null\":true},{\"attnum\":2,\"name\":\"status\","
+		    "\"type\":\"text\",\"type_oid\":25,\"typmod\":-1,\"not_null\":false}]}" TAIL);
+	buf_free(&want);
+	arena_reset(A);
+}
+
 /* Every kind of value survives pack/unpack, including defaults inside the oneof (0, false, ""). */
 static void test_roundtrip_all_kinds(void)
 {
@@ -904,6 +983,7 @@ int main(void)
 	test_json_string_any_bytes();
 	test_json_deep();
 	test_builtin_names();
+	test_schema_events();
 	test_events();
 	test_roundtrip_all_kinds();
 	test_errors();

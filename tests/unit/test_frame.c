@@ -556,6 +556,7 @@ static Cdc__V1__ServerFrame *sample_delivery(void)
 	e[0].tag_present_case = CDC__V1__EVENT__TAG_PRESENT_TAG;
 	e[0].tag = "billing";
 	e[0].origin = "node2";
+	e[0].schema_id = 0x9f86d081884c7d65;
 	e[1].op = CDC__V1__OP__OP_TRUNCATE;
 	e[1].truncate = &tr;
 	e[2].op = CDC__V1__OP__OP_MESSAGE;
@@ -623,9 +624,9 @@ static void test_delivery_read(void)
 	buf_reserve(&ev, cdc__v1__event__get_packed_size(e0));
 	ev.len = cdc__v1__event__pack(e0, (uint8_t *)ev.data);
 	size_t packed = ev.len;
-	/* fields a newer server may add (21: varint, 22: bytes) are skipped, as protobuf-c keeps them aside
+	/* fields a newer server may add (30: varint, 31: bytes) are skipped, as protobuf-c keeps them aside
 	 */
-	buf_append(&ev, "\xa8\x01\x07\xb2\x01\x02hi", 8);
+	buf_append(&ev, "\xf0\x01\x07\xfa\x01\x02hi", 8);
 	wrap_event(&frame, &ev);
 	Cdc__V1__ServerFrame *r2 =
 	    frame_decode_server((const uint8_t *)frame.data, frame.len, NULL, err, sizeof(err));
@@ -659,6 +660,31 @@ static void test_delivery_read(void)
 	Cdc__V1__ServerFrame *one = pb_read_delivery((const uint8_t *)frame.data, frame.len, a);
 	CHECK(one && one->delivery->events[0]->new_row->columns[0]->value->kind_case ==
 			 CDC__V1__VALUE__KIND_NULL_VALUE);
+	/* a schema event is protobuf-c's, which reads its columns */
+	Cdc__V1__Schema__Column sc = CDC__V1__SCHEMA__COLUMN__INIT, *scp = &sc;
+	sc.name = "id";
+	sc.type = "integer";
+	sc.type_oid = 23;
+	sc.typmod = -1;
+	sc.key = true;
+	Cdc__V1__Schema schema = CDC__V1__SCHEMA__INIT;
+	schema.n_columns = 1;
+	schema.columns = &scp;
+	schema.replica_identity = "default";
+	Cdc__V1__Event se = *e0;
+	se.op = CDC__V1__OP__OP_SCHEMA;
+	se.key = se.new_row = se.old_row = NULL;
+	se.table_schema = &schema;
+	ev.len = 0;
+	buf_reserve(&ev, cdc__v1__event__get_packed_size(&se));
+	ev.len = cdc__v1__event__pack(&se, (uint8_t *)ev.data);
+	wrap_event(&frame, &ev);
+	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	Cdc__V1__ServerFrame *r4 =
+	    frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
+	CHECK(r4 && r4->delivery->events[0]->table_schema &&
+	      r4->delivery->events[0]->table_schema->n_columns == 1 &&
+	      r4->delivery->events[0]->schema_id == 0x9f86d081884c7d65);
 	/* a Delivery of dead letters is protobuf-c's */
 	Cdc__V1__DeadLetter dl = CDC__V1__DEAD_LETTER__INIT, *dlp = &dl;
 	Cdc__V1__Delivery dd = *sample->delivery;

@@ -13,8 +13,10 @@
 
 /* ---- the recording sink ---- */
 
-/* render() writes "SUBSCRIPTION OP TABLE new(col=value,...) old(...)"; deliver() logs
- * "SINK#SUB seq=N commit=LSN tx=I: RENDERED". delivered() reports the last ended transaction; a
+/* render() writes "SUBSCRIPTION OP TABLE new(col=value,...) old(...)" (a schema event: its
+ * columns, "name<renamed_from" and "!" for NOT NULL, a DDL event: its command tag and object);
+ * deliver() logs "SINK#SUB seq=N commit=LSN tx=I: RENDERED" ("tx=I<" for an event before the
+ * change at I). delivered() reports the last ended transaction; a
  * sink told to hold keeps what it is given in flight, like a broker that has not acknowledged it,
  * and reports delivered only the transactions before the first of those. */
 typedef struct rec_sink {
@@ -28,8 +30,9 @@ typedef struct rec_sink {
 
 static const char *op_name(int op)
 {
-	static const char *names[] = {"?", "insert", "update", "delete", "truncate", "message"};
-	return op >= 1 && op <= 5 ? names[op] : "?";
+	static const char *names[] = {"?",	 "insert", "update", "delete", "truncate",
+				      "message", "read",   "schema", "ddl"};
+	return op >= 1 && op <= 8 ? names[op] : "?";
 }
 
 static void put_row(buf *out, const char *label, const Cdc__V1__Row *r)
@@ -51,6 +54,14 @@ static void rec_render(sink *s, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	buf_printf(out, "%s %s %s", e->subscription, op_name(e->op), e->table);
 	put_row(out, "new", e->new_row);
 	put_row(out, "old", e->old_row);
+	for (size_t i = 0; e->table_schema && i < e->table_schema->n_columns; i++) {
+		const Cdc__V1__Schema__Column *c = e->table_schema->columns[i];
+		buf_printf(out, "%s%s%s%s%s%s", i ? "," : " cols(", c->name, c->renamed_from[0] ? "<" : "",
+			   c->renamed_from, c->nullable_present_case && !c->nullable ? "!" : "",
+			   i + 1 == e->table_schema->n_columns ? ")" : "");
+	}
+	if (e->ddl)
+		buf_printf(out, " %s %s", e->ddl->command_tag, e->ddl->object_identity);
 }
 
 static bool rec_deliver(sink *s, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,
@@ -62,8 +73,8 @@ static bool rec_deliver(sink *s, uint32_t sub, const char *rendered, size_t len,
 		r->in_flight = seq;
 	char lsn[LSN_STRLEN];
 	lsn_format(c->commit_lsn, lsn);
-	buf_printf(r->log, "%s#%u seq=%llu commit=%s tx=%u: %.*s\n", r->name, sub, (unsigned long long)seq,
-		   lsn, c->tx_index, (int)len, rendered);
+	buf_printf(r->log, "%s#%u seq=%llu commit=%s tx=%u%s: %.*s\n", r->name, sub, (unsigned long long)seq,
+		   lsn, c->tx_index, c->before_change ? "<" : "", (int)len, rendered);
 	return true;
 }
 
@@ -255,6 +266,7 @@ static bool setup(fixture *f, const char *subscriptions)
 					 &f->sinks[f->cfg->subs[i].sink == CFG_SINK_SOCKET].base};
 	sink *all[] = {&f->sinks[0].base, &f->sinks[1].base};
 	f->p = pipeline_new(f->dir, 0, count_boundary, f);
+	pipeline_deliver_ddl(f->p, true);
 	pipeline_bind(f->p, r, subs, f->cfg->nsubs, all, 2);
 	pgo_options opt = {.proto_version = 4};
 	if (!pipeline_start(f->p, &opt, 0x10, err, sizeof(err))) {
@@ -353,6 +365,22 @@ static bool step(fixture *f, const char *line, int no)
 	case 'r': /* r PREPARE_END ROLLBACK_END XID GID: rollback prepared */
 		wire(&m, 0, "ccqqqqis", 'r', 0, x, y, (uint64_t)0, (uint64_t)0, (uint32_t)z, d);
 		break;
+	case 'M': { /* M PREFIX CONTENT...: a transactional logical message (content: the rest of the line) */
+		const char *content = strchr(strchr(line, ' ') + 1, ' ');
+		content = content ? content + 1 : "";
+		wire(&m, sx, "cxcqsi", 'M', 1, f->lsn, a, (uint32_t)strlen(content));
+		buf_append(&m, content, strlen(content));
+		break;
+	}
+	case 'O': /* O: without source.ddl */
+		pipeline_deliver_ddl(f->p, false);
+		return true;
+	case 'N': { /* N: a new stream (a reconnect) */
+		pgo_options opt = {.proto_version = 4};
+		char err[256];
+		CHECK(pipeline_start(f->p, &opt, f->lsn, err, sizeof(err)));
+		return true;
+	}
 	case 'k': /* k WAL_END: keepalive */
 		pipeline_keepalive(f->p, x);
 		return true;
@@ -402,15 +430,18 @@ static const struct pipeline_case {
 	 "  - {name: new_orders, tables: [public.orders], operations: [insert], sink: socket}\n"
 	 "  - {name: none, tables: [app.*], sink: stdout}\n",
 	 RELATIONS "B 0x100 7\nI 1 1,new,10\nU 1 1,paid,10\nI 2 5,pen\nD 2 5,pen\nC 0x100 0x108\nF 0x108\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
 	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
 	 "B#1 seq=1 commit=0/100 tx=0: new_orders insert orders new(id=1,status=new,amount=10)\n"
 	 "A#0 seq=1 commit=0/100 tx=1: all update orders new(id=1,status=paid,amount=10)\n"
+	 "A#0 seq=1 commit=0/100 tx=2<: all schema items cols(id,name)\n"
 	 "A#0 seq=1 commit=0/100 tx=2: all insert items new(id=5,name=pen)\n"
 	 "A#0 seq=1 commit=0/100 tx=3: all delete items old(id=5,name=pen)\n",
 	 1},
 	{"columns: a projection that keeps the key",
 	 "  - {name: slim, tables: [public.orders], columns: [status], sink: stdout}\n",
 	 RELATIONS "B 0x100 7\nI 1 1,new,10\nU 1 1,paid,20 1,new,10\nC 0x100 0x108\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: slim schema orders cols(id,status)\n"
 	 "A#0 seq=1 commit=0/100 tx=0: slim insert orders new(id=1,status=new)\n"
 	 "A#0 seq=1 commit=0/100 tx=1: slim update orders new(id=1,status=paid) old(id=1,status=new)\n",
 	 1},
@@ -418,7 +449,9 @@ static const struct pipeline_case {
 	 "  - {name: paid, tables: [public.orders], where: \"new.status = 'paid'\", sink: stdout}\n"
 	 "  - {name: every, tables: [public.orders], sink: socket}\n",
 	 RELATIONS "B 0x100 7\nI 1 1,new,10\nI 1 2,paid,30\nC 0x100 0x108\n",
+	 "B#1 seq=1 commit=0/100 tx=0<: every schema orders cols(id,status,amount)\n"
 	 "B#1 seq=1 commit=0/100 tx=0: every insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=1 commit=0/100 tx=1<: paid schema orders cols(id,status,amount)\n"
 	 "A#0 seq=1 commit=0/100 tx=1: paid insert orders new(id=2,status=paid,amount=30)\n"
 	 "B#1 seq=1 commit=0/100 tx=1: every insert orders new(id=2,status=paid,amount=30)\n",
 	 1},
@@ -433,7 +466,9 @@ static const struct pipeline_case {
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 "S 9 1\n" RELATIONS "I 1 1,new,10\nE\nB 0x100 7\nI 2 5,pen\nC 0x100 0x108\nS 9 0\nI 1 2,new,20\nE\n"
 	 "s 9 0x200 0x208\nF 0x208\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema items cols(id,name)\n"
 	 "A#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n"
+	 "A#0 seq=2 commit=0/200 tx=0<: all schema orders cols(id,status,amount)\n"
 	 "A#0 seq=2 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
 	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,status=new,amount=20)\n"
 	 "B commit xid=9 seq=2 commit=0/200\n",
@@ -441,11 +476,13 @@ static const struct pipeline_case {
 	{"streamed: an aborted transaction delivers nothing",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 "S 9 1\n" RELATIONS "I 1 1,new,10\nE\nA 9 9\nB 0x100 7\nI 2 5,pen\nC 0x100 0x108\nF 0x108\n",
-	 "B abort xid=9\nA#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n", 1},
+	 "B abort xid=9\nA#0 seq=1 commit=0/100 tx=0<: all schema items cols(id,name)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert items new(id=5,name=pen)\n", 1},
 	{"two-phase: held from prepare to commit prepared; the slot never passes a prepared one",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n",
 	 RELATIONS "b 0x100 0x108 7 g1\nI 1 1,new,10\nP 0x100 0x108 7 g1\nk 0x300\nF 0x10\n"
 		   "K 0x200 0x208 7 g1\nF 0x208\nk 0x300\nF 0x300\n",
+	 "A#0 seq=1 commit=0/200 tx=0<: all schema orders cols(id,status,amount)\n"
 	 "A#0 seq=1 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
 	 "B commit xid=7 seq=1 commit=0/200\n", 1},
 	{"two-phase: rollback prepared delivers nothing",
@@ -459,7 +496,9 @@ static const struct pipeline_case {
 	 RELATIONS "H B\nB 0x100 7\nI 1 1,new,10\nC 0x100 0x108\nF 0x108\n"
 		   "B 0x200 8\nI 2 5,pen\nC 0x200 0x208\nB 0x300 9\nI 1 2,new,20\nC 0x300 0x308\n"
 		   "F 0x108\nk 0x400\nF 0x108\nY B\nF 0x308\nk 0x400\nF 0x400\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: fast schema orders cols(id,status,amount)\n"
 	 "A#0 seq=1 commit=0/100 tx=0: fast insert orders new(id=1,status=new,amount=10)\n"
+	 "B#1 seq=2 commit=0/200 tx=0<: slow schema items cols(id,name)\n"
 	 "B#1 seq=2 commit=0/200 tx=0: slow insert items new(id=5,name=pen)\n"
 	 "A#0 seq=3 commit=0/300 tx=0: fast insert orders new(id=2,status=new,amount=20)\n",
 	 3},
@@ -470,21 +509,99 @@ static const struct pipeline_case {
 	 "S 9 1\n" RELATIONS "I 1 1,new,10\nX 10\nI 1 2,new,20\nX 11\nI 2 5,pen\nE\nA 9 11\n"
 	 "S 9 0\nX 10\nI 1 3,new,30\nE\nA 9 10\nS 9 0\nI 1 4,new,40\nE\ns 9 0x200 0x208\nF 0x208\n"
 	 "S 12 1\nI 1 9,new,90\nE\nA 12 12\nF 0x208\n",
+	 "B hold xid=9 tx=0: sock schema orders cols(id,status,amount)\n"
 	 "B hold xid=9 tx=0: sock insert orders new(id=1,status=new,amount=10)\n"
 	 "B savepoint xid=9 tx=1\n"
 	 "B hold xid=9 tx=1: sock insert orders new(id=2,status=new,amount=20)\n"
 	 "B savepoint xid=9 tx=2\n"
+	 "B hold xid=9 tx=2: sock schema items cols(id,name)\n"
 	 "B hold xid=9 tx=2: sock insert items new(id=5,name=pen)\n"
 	 "B rollback xid=9 tx=2\n"
 	 "B hold xid=9 tx=2: sock insert orders new(id=3,status=new,amount=30)\n"
 	 "B rollback xid=9 tx=1\n"
 	 "B hold xid=9 tx=1: sock insert orders new(id=4,status=new,amount=40)\n"
+	 "A#0 seq=1 commit=0/200 tx=0<: all schema orders cols(id,status,amount)\n"
 	 "A#0 seq=1 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
 	 "A#0 seq=1 commit=0/200 tx=1: all insert orders new(id=4,status=new,amount=40)\n"
 	 "B commit xid=9 seq=1 commit=0/200\n"
+	 "B hold xid=12 tx=0: sock schema orders cols(id,status,amount)\n"
 	 "B hold xid=12 tx=0: sock insert orders new(id=9,status=new,amount=90)\n"
 	 "B abort xid=12\n",
 	 1},
+	{"schema events: before a subscription's first row of a table, again only when the columns it "
+	 "delivers change, and after a new stream",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n"
+	 "  - {name: slim, tables: [public.orders], columns: [status], sink: stdout}\n",
+	 RELATIONS "B 0x100 7\nI 1 1,new,10\nC 0x100 0x108\n"
+	 "R 1 orders id,status,amount\nB 0x200 8\nI 1 2,new,20\nC 0x200 0x208\n"
+	 "R 1 orders id,status,amount,note\nB 0x300 9\nI 1 3,new,30,x\nC 0x300 0x308\n"
+	 "R 1 orders id,state,amount,note\nB 0x400 10\nI 1 4,new,40,y\nC 0x400 0x408\n"
+	 "N\nB 0x500 11\nI 1 5,new,50,z\nC 0x500 0x508\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#1 seq=1 commit=0/100 tx=0<: slim schema orders cols(id,status)\n"
+	 "A#1 seq=1 commit=0/100 tx=0: slim insert orders new(id=1,status=new)\n"
+	 "A#0 seq=2 commit=0/200 tx=0: all insert orders new(id=2,status=new,amount=20)\n"
+	 "A#1 seq=2 commit=0/200 tx=0: slim insert orders new(id=2,status=new)\n"
+	 "A#0 seq=3 commit=0/300 tx=0<: all schema orders cols(id,status,amount,note)\n"
+	 "A#0 seq=3 commit=0/300 tx=0: all insert orders new(id=3,status=new,amount=30,note=x)\n"
+	 "A#1 seq=3 commit=0/300 tx=0: slim insert orders new(id=3,status=new)\n"
+	 "A#0 seq=4 commit=0/400 tx=0<: all schema orders cols(id,state,amount,note)\n"
+	 "A#0 seq=4 commit=0/400 tx=0: all insert orders new(id=4,state=new,amount=40,note=y)\n"
+	 "A#1 seq=4 commit=0/400 tx=0<: slim schema orders cols(id)\n"
+	 "A#1 seq=4 commit=0/400 tx=0: slim insert orders new(id=4)\n"
+	 "B abort xid=0\n"
+	 "A#0 seq=5 commit=0/500 tx=0<: all schema orders cols(id,state,amount,note)\n"
+	 "A#0 seq=5 commit=0/500 tx=0: all insert orders new(id=5,state=new,amount=50,note=z)\n"
+	 "A#1 seq=5 commit=0/500 tx=0<: slim schema orders cols(id)\n"
+	 "A#1 seq=5 commit=0/500 tx=0: slim insert orders new(id=5)\n",
+	 5},
+	{"DDL events: delivered in the transaction's order to its table's subscriptions; a rename, and a "
+	 "column dropped and one of the old name added, told apart by column number; NOT NULL",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n"
+	 "  - {name: ddl, tables: [public.orders], operations: [ddl], sink: socket}\n"
+	 "  - {name: other, tables: [public.items], sink: stdout}\n",
+	 RELATIONS "B 0x100 7\nI 1 1,new,10\nC 0x100 0x108\n"
+	 "B 0x200 8\nM cdc.ddl {\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table column\",\"identity\":\"public.orders.state\",\"schema\":\"public\",\"table\":\"orders\",\"relid\":1,\"subid\":2,\"statement\":\"ALTER TABLE orders RENAME status TO state\",\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"text\",\"type_oid\":25,\"not_null\":true},{\"attnum\":2,\"name\":\"state\",\"type\":\"text\",\"type_oid\":25},{\"attnum\":3,\"name\":\"amount\",\"type\":\"text\",\"type_oid\":25}]}\nR 1 orders id,state,amount\nI 1 2,new,20\nC 0x200 0x208\n"
+	 "B 0x300 9\nM cdc.ddl {\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table\",\"identity\":\"public.orders\",\"schema\":\"public\",\"table\":\"orders\",\"relid\":1,\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type_oid\":25,\"not_null\":true},{\"attnum\":2,\"name\":\"state\",\"type_oid\":25},{\"attnum\":3,\"name\":\"amount\",\"type_oid\":25},{\"attnum\":5,\"name\":\"status\",\"type_oid\":25}]}\nR 1 orders id,state,amount,status\nI 1 3,new,30,x\nC 0x300 0x308\n"
+	 "B 0x400 10\nM cdc.ddl {not json\nI 1 4,new,40,y\nC 0x400 0x408\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=2 commit=0/200 tx=0: all ddl orders ALTER TABLE public.orders.state\n"
+	 "B#1 seq=2 commit=0/200 tx=0: ddl ddl orders ALTER TABLE public.orders.state\n"
+	 "A#0 seq=2 commit=0/200 tx=1<: all schema orders cols(id!,state<status,amount)\n"
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,state=new,amount=20)\n"
+	 "A#0 seq=3 commit=0/300 tx=0: all ddl orders ALTER TABLE public.orders\n"
+	 "B#1 seq=3 commit=0/300 tx=0: ddl ddl orders ALTER TABLE public.orders\n"
+	 "A#0 seq=3 commit=0/300 tx=1<: all schema orders cols(id!,state,amount,status)\n"
+	 "A#0 seq=3 commit=0/300 tx=1: all insert orders new(id=3,state=new,amount=30,status=x)\n"
+	 "A#0 seq=4 commit=0/400 tx=1: all insert orders new(id=4,state=new,amount=40,status=y)\n",
+	 4},
+	{"held transactions announce their tables' schemas; what a plain one after their commit "
+	 "delivers follows them",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n",
+	 "S 9 1\n" RELATIONS "I 1 1,new,10\nE\nB 0x100 7\nI 1 2,new,20\nC 0x100 0x108\nS 9 0\n"
+	 "R 1 orders id,status,amount,note\nI 1 3,new,30,x\nE\ns 9 0x200 0x208\n"
+	 "B 0x300 8\nI 1 4,new,40,y\nC 0x300 0x308\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=2,status=new,amount=20)\n"
+	 "A#0 seq=2 commit=0/200 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=2 commit=0/200 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=2 commit=0/200 tx=1<: all schema orders cols(id,status,amount,note)\n"
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=3,status=new,amount=30,note=x)\n"
+	 "B commit xid=9 seq=2 commit=0/200\n"
+	 "A#0 seq=3 commit=0/300 tx=0: all insert orders new(id=4,status=new,amount=40,note=y)\n",
+	 3},
+	{"without source.ddl: the trigger's messages are no events, but what they tell is used",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n"
+	 "  - {name: msgs, tables: [public.*], operations: [message], sink: stdout}\n",
+	 "O\n" RELATIONS "B 0x100 7\nI 1 1,new,10\nC 0x100 0x108\n"
+	 "B 0x200 8\nM cdc.ddl {\"v\":1,\"event\":\"ddl_command_end\",\"tag\":\"ALTER TABLE\",\"object_type\":\"table column\",\"identity\":\"public.orders.state\",\"schema\":\"public\",\"table\":\"orders\",\"relid\":1,\"subid\":2,\"statement\":\"ALTER TABLE orders RENAME status TO state\",\"columns\":[{\"attnum\":1,\"name\":\"id\",\"type\":\"text\",\"type_oid\":25,\"not_null\":true},{\"attnum\":2,\"name\":\"state\",\"type\":\"text\",\"type_oid\":25},{\"attnum\":3,\"name\":\"amount\",\"type\":\"text\",\"type_oid\":25}]}\nR 1 orders id,state,amount\nI 1 2,new,20\nC 0x200 0x208\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "A#0 seq=2 commit=0/200 tx=1<: all schema orders cols(id!,state<status,amount)\n"
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,state=new,amount=20)\n",
+	 2},
     /* clang-format on */
 };
 
@@ -496,7 +613,7 @@ static void run(const struct pipeline_case *t)
 		fprintf(stderr, "case \"%s\": setup failed\n", t->name);
 		return;
 	}
-	char script[2048];
+	char script[8192];
 	snprintf(script, sizeof(script), "%s", t->script);
 	int no = 0;
 	for (char *save, *line = strtok_r(script, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {

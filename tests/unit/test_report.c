@@ -719,12 +719,14 @@ static void test_subscriptions(void)
 	    "\"retention\":{\"max_events\":1000000,\"max_age\":\"250ms\",\"max_bytes\":\"1GiB\","
 	    "\"when_full\":\"drop_oldest\"}},"
 	    "{\"name\":\"audit\",\"tables\":[\"audit.*\"],\"operations\":[\"insert\",\"update\",\"delete\","
-	    "\"truncate\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":true,\"format\":"
+	    "\"truncate\",\"schema\",\"ddl\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":"
+	    "true,\"format\":"
 	    "\"protobuf\"},"
 	    "{\"name\":\"plain\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
-	    "\"truncate\"],\"sink\":\"stdout\"},"
+	    "\"truncate\",\"schema\",\"ddl\"],\"sink\":\"stdout\"},"
 	    "{\"name\":\"defaults\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
-	    "\"truncate\"],\"sink\":\"socket\",\"consumers\":\"failover\",\"ack_timeout\":\"30s\","
+	    "\"truncate\",\"schema\",\"ddl\"],\"sink\":\"socket\",\"consumers\":\"failover\",\"ack_timeout\":"
+	    "\"30s\","
 	    "\"max_deliveries\":0,\"max_unacked\":1000,\"batch\":\"none\",\"retention\":{\"max_events\":0,"
 	    "\"max_age\":\"0\",\"max_bytes\":\"1000001\",\"when_full\":\"block\"}}]}\n");
 	CHECK(json_ok(b.data));

@@ -113,6 +113,49 @@ test("events arrive as typed objects with native values, and acks stick", async 
   c2.close();
 });
 
+test("schema and DDL events are typed: columns, types, keys, NOT NULL, a rename", async () => {
+  sql(`create table ${SCHEMA}.shaped (id int primary key, amount numeric(10,2) not null, note varchar(20))`);
+  sql(`insert into ${SCHEMA}.shaped values (1, 1.5, 'a')`);
+  sql(`alter table ${SCHEMA}.shaped rename column note to memo`);
+  sql(`insert into ${SCHEMA}.shaped values (2, 2.5, 'b')`);
+  const c = new Consumer(SOCKET, "shaped", { heartbeatMs: 200 });
+  const evs = await take(c.events(20000), 6);
+  assert.deepEqual(evs.map((e) => [e.offset, e.op]), [
+    [1n, "ddl"], [2n, "schema"], [3n, "insert"], [4n, "ddl"], [5n, "schema"], [6n, "insert"],
+  ]);
+  const [create, s1, ins1, rename, s2, ins2] = evs;
+  assert.deepEqual(create.ddl, {
+    event: "ddl_command_end", commandTag: "CREATE TABLE", objectType: "table", objectIdentity: `${SCHEMA}.shaped`,
+    statement: `create table ${SCHEMA}.shaped (id int primary key, amount numeric(10,2) not null, note varchar(20))`,
+    columns: [
+      { attnum: 1, name: "id", type: "integer", typeOid: 23, typmod: -1, notNull: true },
+      { attnum: 2, name: "amount", type: "numeric(10,2)", typeOid: 1700, typmod: 655366, notNull: true },
+      { attnum: 3, name: "note", type: "character varying(20)", typeOid: 1043, typmod: 24, notNull: false },
+    ],
+  });
+  assert.deepEqual([create.tableSchema, create.schemaId], [null, null]);
+  assert.deepEqual(s1.tableSchema, {
+    columns: [
+      { name: "id", type: "integer", typeOid: 23, typmod: -1, key: true, nullable: false, renamedFrom: null },
+      { name: "amount", type: "numeric(10,2)", typeOid: 1700, typmod: 655366, key: false, nullable: false, renamedFrom: null },
+      { name: "note", type: "character varying(20)", typeOid: 1043, typmod: 24, key: false, nullable: true, renamedFrom: null },
+    ],
+    replicaIdentity: "default",
+  });
+  assert.match(s1.schemaId, /^[0-9a-f]{16}$/);
+  assert.equal(ins1.schemaId, s1.schemaId);
+  assert.deepEqual(ins1.new, { id: 1, amount: "1.50", note: "a" });
+  assert.deepEqual([rename.ddl.commandTag, rename.ddl.objectType, rename.ddl.objectIdentity],
+    ["ALTER TABLE", "table column", `${SCHEMA}.shaped.memo`]);
+  assert.deepEqual(s2.tableSchema.columns[2],
+    { name: "memo", type: "character varying(20)", typeOid: 1043, typmod: 24, key: false, nullable: true, renamedFrom: "note" });
+  assert.notEqual(s2.schemaId, s1.schemaId);
+  assert.deepEqual([ins2.schemaId, ins2.new.memo, s2.txIndex, s2.commitLsn], [s2.schemaId, "b", ins2.txIndex, ins2.commitLsn]);
+  c.ack(ins2);
+  assert.deepEqual(await c.waitAnswered(), []);
+  c.close();
+});
+
 test("shared mode acknowledges each offset", async () => {
   sql(`insert into ${SCHEMA}.shared select generate_series(1, 4)`);
   const c = new Consumer(SOCKET, "shared", { heartbeatMs: 200 });

@@ -14,8 +14,10 @@ from ._proto import pb
 from .connection import (FRAME_MAX, FRAME_SERVER_MAX, Connection, ConnectionClosed, ProtocolError,
                          ServerError, encode_frame, subscribe_frame)
 from .consumer import Consumer
-from .events import DeadLetter, Event, Refused, format_lsn, op_name, row, value
+from .events import (DeadLetter, Ddl, DdlColumn, Event, Refused, SchemaColumn, TableSchema, format_lsn,
+                     op_name, row, schema_id_text, value)
 
-__all__ = ["Consumer", "Connection", "Event", "DeadLetter", "Refused", "ServerError", "ConnectionClosed",
+__all__ = ["Consumer", "Connection", "Event", "DeadLetter", "Refused", "TableSchema", "SchemaColumn", "Ddl",
+           "DdlColumn", "schema_id_text", "ServerError", "ConnectionClosed",
            "ProtocolError", "pb", "row", "value", "op_name", "format_lsn", "encode_frame", "subscribe_frame",
            "FRAME_MAX", "FRAME_SERVER_MAX"]

@@ -1,7 +1,7 @@
 """events.py: cdc.v1.Event as a Python object with native values (int, Decimal, datetime, UUID,
-parsed JSON...), the same fields as cdc's JSON events; a dead letter's history (DeadLetter) and an
-offset the server refused to ack, nack or progress (Refused). The generated message stays at
-Event.pb."""
+parsed JSON...), the same fields as cdc's JSON events, with a schema event's columns (TableSchema)
+and a DDL event's command (Ddl); a dead letter's history (DeadLetter) and an offset the server
+refused to ack, nack or progress (Refused). The generated message stays at Event.pb."""
 import dataclasses
 import datetime
 import decimal
@@ -131,10 +131,87 @@ class Refused:
 
 
 @dataclasses.dataclass(frozen=True)
+class SchemaColumn:
+    """One column of a schema event, in the table's order. type: as PostgreSQL's format_type()
+    prints it ("numeric(10,2)"); typmod -1 for none; key: in the rows' key; nullable: None when cdc
+    does not know (it knows with source.ddl); renamed_from: its name in the subscription's previous
+    schema event when a DDL event reported the rename, else None."""
+    name: str
+    type: str
+    type_oid: int
+    typmod: int
+    key: bool
+    nullable: Optional[bool]
+    renamed_from: Optional[str]
+
+    @classmethod
+    def from_pb(cls, c) -> "SchemaColumn":
+        return cls(name=c.name, type=c.type, type_oid=c.type_oid, typmod=c.typmod, key=c.key,
+                   nullable=c.nullable if c.HasField("nullable") else None,
+                   renamed_from=c.renamed_from or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSchema:
+    """A schema event's columns (op "schema"): the rows of its table that follow (until its next
+    schema event) have exactly these columns. replica_identity: "default", "nothing", "full",
+    "index", or None when not known."""
+    columns: List[SchemaColumn]
+    replica_identity: Optional[str]
+
+    @classmethod
+    def from_pb(cls, s) -> "TableSchema":
+        return cls(columns=[SchemaColumn.from_pb(c) for c in s.columns],
+                   replica_identity=s.replica_identity or None)
+
+    def column(self, name: str) -> Optional[SchemaColumn]:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class DdlColumn:
+    """A column of the table after a DDL command, by attnum (which a rename keeps)."""
+    attnum: int
+    name: str
+    type: str
+    type_oid: int
+    typmod: int
+    not_null: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Ddl:
+    """A DDL event's command (op "ddl", source.ddl): event "ddl_command_end" or "sql_drop",
+    command_tag ("ALTER TABLE"), object_type ("table", "table column"), object_identity
+    ("public.orders.note"), the statement the client sent, the table's columns after it (none
+    after a DROP TABLE)."""
+    event: str
+    command_tag: str
+    object_type: str
+    object_identity: str
+    statement: str
+    columns: List[DdlColumn]
+
+    @classmethod
+    def from_pb(cls, d) -> "Ddl":
+        return cls(event=d.event, command_tag=d.command_tag, object_type=d.object_type,
+                   object_identity=d.object_identity, statement=d.statement,
+                   columns=[DdlColumn(attnum=c.attnum, name=c.name, type=c.type, type_oid=c.type_oid,
+                                      typmod=c.typmod, not_null=c.not_null) for c in d.columns])
+
+
+def schema_id_text(i: int) -> Optional[str]:
+    """A schema id as cdc's JSON and Kafka headers write it: 16 hex digits; None for 0 (none)."""
+    return "%016x" % i if i else None
+
+
+@dataclasses.dataclass(frozen=True)
 class Event:
     """One change. key/new/old are dicts of native values (None where the event has no such row);
     unchanged_toast names the columns of new whose TOASTed value did not change and was not sent.
-    pb is the cdc.v1.Event as received (truncate, message, type OIDs, other_value type names)."""
+    schema_id: a row's schema event (16 hex digits), and a schema event's own; table_schema: a
+    schema event's columns; ddl: a DDL event's command (None otherwise). pb is the cdc.v1.Event as
+    received (truncate, message, type OIDs, other_value type names)."""
     subscription: str
     offset: Optional[int]
     tag: Optional[str]
@@ -157,6 +234,9 @@ class Event:
     connection_id: int = dataclasses.field(default=0, repr=False, compare=False)
     # Read from the dead letters: its history in the subscription; else None.
     dead_letter: Optional[DeadLetter] = None
+    schema_id: Optional[str] = None
+    table_schema: Optional[TableSchema] = None
+    ddl: Optional[Ddl] = None
 
     @classmethod
     def from_pb(cls, e, connection_id=0, dead_letter=None) -> "Event":
@@ -181,6 +261,9 @@ class Event:
             pb=e,
             connection_id=connection_id,
             dead_letter=dead_letter,
+            schema_id=schema_id_text(e.schema_id),
+            table_schema=TableSchema.from_pb(e.table_schema) if e.HasField("table_schema") else None,
+            ddl=Ddl.from_pb(e.ddl) if e.HasField("ddl") else None,
         )
 
     @property

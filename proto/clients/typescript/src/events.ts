@@ -1,6 +1,7 @@
 // events.ts: cdc.v1.Event as a plain object with native values, the same fields as cdc's JSON
-// events (camelCase); a dead letter's history (DeadLetter) and an offset the server refused to ack,
-// nack or progress (Refused). The decoded protobuf message stays at Event.raw.
+// events (camelCase), with a schema event's columns (TableSchema) and a DDL event's command (Ddl); a
+// dead letter's history (DeadLetter) and an offset the server refused to ack, nack or progress
+// (Refused). The decoded protobuf message stays at Event.raw.
 import { Op, RefusedReason, big } from "./proto";
 
 /** A column's value: see the README for the mapping from PostgreSQL types. */
@@ -32,12 +33,63 @@ export interface Refused {
   reason: string;
 }
 
+/** One column of a schema event, in the table's order. */
+export interface SchemaColumn {
+  name: string;
+  /** As PostgreSQL's format_type() prints it: "numeric(10,2)", "timestamp with time zone". */
+  type: string;
+  typeOid: number;
+  /** -1 for none. */
+  typmod: number;
+  /** In the rows' key. */
+  key: boolean;
+  /** null when cdc does not know (it knows with source.ddl). */
+  nullable: boolean | null;
+  /** Its name in the subscription's previous schema event when a DDL event reported the rename. */
+  renamedFrom: string | null;
+}
+
+/** A schema event's columns (op "schema"): the rows of its table that follow, until its next
+ * schema event, have exactly these columns. */
+export interface TableSchema {
+  columns: SchemaColumn[];
+  /** "default", "nothing", "full", "index"; null when not known. */
+  replicaIdentity: string | null;
+}
+
+/** A column of the table after a DDL command, by attnum (which a rename keeps). */
+export interface DdlColumn {
+  attnum: number;
+  name: string;
+  type: string;
+  typeOid: number;
+  typmod: number;
+  notNull: boolean;
+}
+
+/** A DDL event's command (op "ddl", source.ddl). */
+export interface Ddl {
+  /** "ddl_command_end" or "sql_drop". */
+  event: string;
+  /** "ALTER TABLE", "CREATE TABLE", "DROP TABLE", ... */
+  commandTag: string;
+  /** "table", "table column". */
+  objectType: string;
+  /** "public.orders", "public.orders.note". */
+  objectIdentity: string;
+  /** The statement the client sent (its first 16,384 characters). */
+  statement: string;
+  /** The table's columns after the command (none after a DROP TABLE). */
+  columns: DdlColumn[];
+}
+
 export interface Event {
   subscription: string;
   /** The subscription's own position; the same on every redelivery. null where the sink has none. */
   offset: bigint | null;
   tag: string | null;
-  /** "insert", "update", "delete", "truncate", "message", "read" (an op newer than the schema: its number). */
+  /** "insert", "update", "delete", "truncate", "message", "read", "schema", "ddl" (an op newer than
+   * the schema: its number). */
   op: string;
   schema: string;
   table: string;
@@ -61,6 +113,13 @@ export interface Event {
   connectionId: number;
   /** Read from the dead letters: its history in the subscription; else null. */
   deadLetter: DeadLetter | null;
+  /** A row's schema event, and a schema event's own id: 16 hex digits, as in cdc's JSON and the
+   * Kafka header cdc-schema-id; null where there is none. */
+  schemaId: string | null;
+  /** A schema event's columns; else null. */
+  tableSchema: TableSchema | null;
+  /** A DDL event's command; else null. */
+  ddl: Ddl | null;
 }
 
 const INT32_MIN = -2147483648;
@@ -167,6 +226,45 @@ export function refusedFromMessage(r: any): Refused {
   return { offset: big(r.offset), reason: RefusedReason.valuesById[r.reason] ?? String(r.reason) };
 }
 
+/** A schema id as cdc's JSON writes it (16 hex digits); null for 0 (none). */
+export function schemaIdText(id: unknown): string | null {
+  const b = BigInt.asUintN(64, big(id));
+  return b === 0n ? null : b.toString(16).padStart(16, "0");
+}
+
+function tableSchema(s: any): TableSchema {
+  return {
+    columns: (s.columns ?? []).map((c: any) => ({
+      name: c.name,
+      type: c.type,
+      typeOid: c.typeOid,
+      typmod: c.typmod,
+      key: c.key,
+      nullable: c.nullablePresent === "nullable" ? c.nullable : null,
+      renamedFrom: c.renamedFrom || null,
+    })),
+    replicaIdentity: s.replicaIdentity || null,
+  };
+}
+
+function ddl(d: any): Ddl {
+  return {
+    event: d.event,
+    commandTag: d.commandTag,
+    objectType: d.objectType,
+    objectIdentity: d.objectIdentity,
+    statement: d.statement,
+    columns: (d.columns ?? []).map((c: any) => ({
+      attnum: c.attnum,
+      name: c.name,
+      type: c.type,
+      typeOid: c.typeOid,
+      typmod: c.typmod,
+      notNull: c.notNull,
+    })),
+  };
+}
+
 /** A decoded cdc.v1.Event as an Event. */
 export function fromMessage(e: any, connectionId = 0, deadLetter: DeadLetter | null = null): Event {
   const micros = big(e.commitTime);
@@ -192,6 +290,9 @@ export function fromMessage(e: any, connectionId = 0, deadLetter: DeadLetter | n
     raw: e,
     connectionId,
     deadLetter,
+    schemaId: schemaIdText(e.schemaId ?? 0),
+    tableSchema: e.tableSchema ? tableSchema(e.tableSchema) : null,
+    ddl: e.ddl ? ddl(e.ddl) : null,
   };
 }
 

@@ -3,6 +3,23 @@
 // connection (framing, Subscribe, Ack, Nack, Progress) for tools and tests.
 export { Consumer, ConsumerOptions, Item, NackOptions } from "./consumer";
 export { Connection, SubscribeOptions, Start, encodeFrame, subscribeFrame, FRAME_MAX, FRAME_SERVER_MAX } from "./connection";
-export { DeadLetter, Event, Refused, Row, Value, formatLsn, fromMessage, opName, row, rowOf, value } from "./events";
+export {
+  DeadLetter,
+  Ddl,
+  DdlColumn,
+  Event,
+  Refused,
+  Row,
+  SchemaColumn,
+  TableSchema,
+  Value,
+  formatLsn,
+  fromMessage,
+  opName,
+  row,
+  rowOf,
+  schemaIdText,
+  value,
+} from "./events";
 export { ConnectionClosed, ProtocolError, ServerError, TimeoutError } from "./errors";
 export { root, ClientFrame, ServerFrame, protoDir } from "./proto";

@@ -46,12 +46,12 @@ LIB_SRCS := \
 	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
-	cdc/match/predicate.c cdc/match/rules.c \
+	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
 	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
-	cdc/daemon/sinks_setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
+	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \

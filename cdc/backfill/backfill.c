@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/config/config.h"
+#include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 
 const char *bf_state_name(bf_state s)
@@ -561,7 +561,7 @@ static void check_result(backfill *f, const bf_result *r, bf_now now)
 static bool matches_any(char **pat, size_t n, const char *schema, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
-		if (cfg_table_match(pat[i], schema, name))
+		if (match_table(pat[i], schema, name))
 			return true;
 	return false;
 }
@@ -609,7 +609,7 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 	for (size_t k = 0; k < f->nreq_pat && !msg.len; k++) {
 		bool hit = false;
 		for (size_t i = 0; i < f->ntables && !hit; i++)
-			hit = cfg_table_match(f->req_pat[k], f->tables[i].schema, f->tables[i].name);
+			hit = match_table(f->req_pat[k], f->tables[i].schema, f->tables[i].name);
 		if (!hit)
 			buf_printf(&msg, "table %s is not one of subscription %s's tables in publication %s",
 				   f->req_pat[k], f->sub, b->publication);

@@ -11,7 +11,7 @@
 #include "decoder/base/json.h"
 
 /* "schema.table": two parts of at most 63 bytes, a '.' between (a part may be "quoted", with dots
- * inside; cfg_table_match reads the globs). */
+ * inside; match_table reads the globs). */
 static bool pattern_ok(const char *s, size_t len)
 {
 	bool quoted = false;

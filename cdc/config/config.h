@@ -9,21 +9,9 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "cdc/match/match.h"
 #include "decoder/base/log.h"
 #include "decoder/base/util.h"
-
-enum cfg_op {
-	CFG_OP_INSERT = 1 << 0,
-	CFG_OP_UPDATE = 1 << 1,
-	CFG_OP_DELETE = 1 << 2,
-	CFG_OP_TRUNCATE = 1 << 3,
-	CFG_OP_MESSAGE = 1 << 4,
-	CFG_OP_SCHEMA = 1 << 5, /* schema events before rows (README "Schema events") */
-	CFG_OP_DDL = 1 << 6,	/* DDL events (source.ddl) */
-};
-/* Without `operations:`: every kind but logical messages. */
-#define CFG_OPS_DEFAULT                                                                                      \
-	(CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_SCHEMA | CFG_OP_DDL)
 
 /* Where the sockets are when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
@@ -63,7 +51,7 @@ typedef struct cfg_subscription {
 	char *name;
 	int line, col;		   /* where it is defined, for messages */
 	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;		   /* enum cfg_op bits; default: CFG_OPS_DEFAULT */
+	unsigned ops;		   /* enum match_op bits; default: MATCH_OPS_DEFAULT */
 	char *tag;		   /* NULL if none */
 	cfg_sink sink;		   /* default: socket */
 	cfg_strlist changed;	   /* update matches only if one of these changed */
@@ -217,9 +205,6 @@ const char *cfg_format_name(cfg_format v);
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
 /* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see size_problem). */
 bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
-/* Whether a "schema.table" pattern of tables/publish matches a relation: an unquoted part is a glob
- * (* and ?), a "quoted" part ("" for a quote) matches exactly. False for a malformed pattern. */
-bool cfg_table_match(const char *pattern, const char *schema, const char *table);
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);
 

@@ -10,7 +10,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#define CFG_MAX_NAME 63 /* PostgreSQL's NAMEDATALEN - 1 */
 #define CFG_MASK "********"
 #define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 21) */
 #define LOWER "abcdefghijklmnopqrstuvwxyz"
@@ -87,7 +86,6 @@ typedef struct ident_rule {
 extern const ident_rule slot_rule, pub_rule, sub_rule, topic_rule;
 bool ident_ok(const char *s, const ident_rule *r);
 /* NULL if ok, else why not (static text, or why filled in). */
-const char *pattern_problem(const char *s, char *why, size_t whylen);
 const char *listen_problem(const char *s);
 const char *topic_problem(const char *s, char *why, size_t whylen);
 /* Why s is not a size cfg_parse_size takes (static text, or why filled in). */

@@ -261,7 +261,7 @@ static const key sub_k[] = {
     [SK_TABLES] = {"tables", &t_strlist, SUB(tables), NULL, K_REQUIRED | K_PATTERNS,
 		   .doc = "The tables whose changes it receives: `schema.table` patterns with `*` and `?`. "
 			  "Only tables in the publication send changes."},
-    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = CFG_OPS_DEFAULT,
+    [SK_OPS] = {"operations", &t_ops, SUB(ops), .def.n = MATCH_OPS_DEFAULT,
 		.doc =
 		    "The events it receives: `insert`, `update`, `delete`, `truncate`, `message` (logical "
 		    "decoding messages, `pg_logical_emit_message`), `schema` (a table's columns before its "
@@ -375,9 +375,9 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 			err_key(x, seen[i].k, sub_k[i].name,
 				"only valid with sink: %s (this subscription's sink is %s)",
 				cfg_sink_name(key_sink(&sub_k[i])), cfg_sink_name(s->sink));
-	if (seen[SK_CHANGED].k && !(s->ops & CFG_OP_UPDATE))
+	if (seen[SK_CHANGED].k && !(s->ops & MATCH_OP_UPDATE))
 		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
-	if ((s->ops & CFG_OP_SCHEMA) && !(s->ops & (CFG_OP_INSERT | CFG_OP_UPDATE | CFG_OP_DELETE)))
+	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
 		err_key(x, seen[SK_OPS].k, "operations",
 			"schema events come before rows: schema needs insert, update or delete too");
 	for (size_t i = 0; i < SK_N && s->sink == CFG_SINK_KAFKA; i++)

@@ -313,8 +313,8 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 		if (!s)
 			continue;
 		if (pat)
-			problem = pattern_problem(s, why, sizeof why);
-		else if (!*s || strlen(s) > CFG_MAX_NAME)
+			problem = match_table_problem(s, why, sizeof why);
+		else if (!*s || strlen(s) > MATCH_NAME_MAX)
 			problem = "a column name is 1 to 63 bytes long";
 		if (problem) {
 			err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name",

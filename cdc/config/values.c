@@ -1,6 +1,6 @@
 /* values.c: the values a configuration holds, each read and written by one implementation here:
- * durations, sizes, "schema.table" patterns (and matching them), addresses, topics, names, and the
- * names of enums (the parser's tables, which cfg_sink_name and the like also answer from). */
+ * durations, sizes, addresses, topics, names, and the names of enums (the parser's tables, which
+ * cfg_sink_name and the like also answer from). "schema.table" patterns are cdc/match's (match.h). */
 #include "cdc/config/internal.h"
 
 #include <inttypes.h>
@@ -143,128 +143,6 @@ void fmt_size(buf *b, uint64_t n)
 	buf_printf(b, "%" PRIu64, n);
 }
 
-/* One part of a pattern, unquoted into out; false if it is not a well-formed part. */
-static bool pattern_part(const char **pp, char out[CFG_MAX_NAME + 1], bool *quoted)
-{
-	const char *p = *pp;
-	size_t n = 0;
-	*quoted = *p == '"';
-	if (*quoted) {
-		for (p++;; p++) {
-			if (!*p)
-				return false;
-			if (*p == '"' && *++p != '"')
-				break;
-			if (n == CFG_MAX_NAME)
-				return false;
-			out[n++] = *p;
-		}
-	} else {
-		for (; *p && *p != '.'; p++) {
-			if (*p == '"' || n == CFG_MAX_NAME)
-				return false;
-			out[n++] = *p;
-		}
-	}
-	out[n] = '\0';
-	*pp = p;
-	return n > 0;
-}
-
-/* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
- * at most 63 bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier characters
- * plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if ok. */
-const char *pattern_problem(const char *s, char *why, size_t whylen)
-{
-	size_t part_len[2] = {0, 0};
-	int part = 0;
-	bool inq = false;
-	for (const char *p = s; *p; p++) {
-		unsigned char c = (unsigned char)*p;
-		if (inq) {
-			if (c == '"' && p[1] == '"')
-				p++;
-			else if (c == '"') {
-				inq = false;
-				if (p[1] && p[1] != '.')
-					return "double quotes must surround a whole schema or table name";
-				continue;
-			}
-		} else if (c == '"') {
-			if (p != s && p[-1] != '.')
-				return "double quotes must surround a whole schema or table name";
-			inq = true;
-			continue;
-		} else if (c == '.') {
-			if (part++)
-				return "expected schema.table with exactly one dot outside double quotes";
-			continue;
-		} else if (!(c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			     (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '*' || c == '?')) {
-			errf(why, whylen, "character '%c' is only allowed inside double quotes",
-			     c >= 0x20 && c < 0x7f ? c : '?');
-			return why;
-		}
-		if (c < 0x20 || c == 0x7f)
-			return "control characters are not allowed";
-		part_len[part]++;
-	}
-	if (inq)
-		return "unterminated double quote";
-	if (part == 0)
-		return "expected schema.table (no dot)";
-	if (!part_len[0])
-		return "empty schema name";
-	if (!part_len[1])
-		return "empty table name";
-	if (part_len[0] > CFG_MAX_NAME || part_len[1] > CFG_MAX_NAME)
-		return "schema and table names are at most 63 bytes";
-	/* what passes here, cfg_table_match must understand */
-	char name[CFG_MAX_NAME + 1];
-	bool quoted;
-	const char *p = s;
-	if (!pattern_part(&p, name, &quoted) || *p++ != '.' || !pattern_part(&p, name, &quoted) || *p)
-		return "not of the form schema.table";
-	return NULL;
-}
-
-/* * and ? globs, byte-wise; linear backtracking, so no pattern can make it slow. */
-static bool glob_match(const char *pat, const char *s)
-{
-	const char *star = NULL, *resume = NULL;
-	while (*s) {
-		if (*pat == '*') {
-			star = pat++;
-			resume = s;
-		} else if (*pat && (*pat == '?' || *pat == *s)) {
-			pat++;
-			s++;
-		} else if (star) {
-			pat = star + 1;
-			s = ++resume;
-		} else {
-			return false;
-		}
-	}
-	while (*pat == '*')
-		pat++;
-	return !*pat;
-}
-
-bool cfg_table_match(const char *pattern, const char *schema, const char *table)
-{
-	char part[2][CFG_MAX_NAME + 1];
-	bool quoted[2];
-	const char *p = pattern;
-	if (!pattern_part(&p, part[0], &quoted[0]) || *p != '.')
-		return false;
-	p++;
-	if (!pattern_part(&p, part[1], &quoted[1]) || *p)
-		return false;
-	return (quoted[0] ? strcmp(part[0], schema) == 0 : glob_match(part[0], schema)) &&
-	       (quoted[1] ? strcmp(part[1], table) == 0 : glob_match(part[1], table));
-}
-
 /* "HOST:PORT" or "[IPv6]:PORT", port 1-65535. NULL if ok. */
 const char *listen_problem(const char *s)
 {
@@ -386,10 +264,10 @@ void ename_list(buf *b, const ename *e)
 }
 
 const ename op_names[] = {
-    {"insert", CFG_OP_INSERT},	 {"update", CFG_OP_UPDATE},
-    {"delete", CFG_OP_DELETE},	 {"truncate", CFG_OP_TRUNCATE},
-    {"message", CFG_OP_MESSAGE}, {"schema", CFG_OP_SCHEMA},
-    {"ddl", CFG_OP_DDL},	 {NULL, 0},
+    {"insert", MATCH_OP_INSERT},   {"update", MATCH_OP_UPDATE},
+    {"delete", MATCH_OP_DELETE},   {"truncate", MATCH_OP_TRUNCATE},
+    {"message", MATCH_OP_MESSAGE}, {"schema", MATCH_OP_SCHEMA},
+    {"ddl", MATCH_OP_DDL},	   {NULL, 0},
 };
 const ename sink_names[] = {
     {"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};

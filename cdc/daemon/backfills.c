@@ -10,6 +10,7 @@
 
 #include "cdc/backfill/request.h"
 #include "cdc/daemon/sidecar.h"
+#include "cdc/match/match.h"
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
@@ -209,7 +210,7 @@ void backfills_tables_added(sidecar *d, const cfg_strlist *added)
 			const cfg_subscription *s = &d->cfg->subs[k];
 			bool has = false;
 			for (size_t p = 0; p < s->tables.n && !has; p++)
-				has = cfg_table_match(s->tables.v[p], added->v[i], added->v[i + 1]);
+				has = match_table(s->tables.v[p], added->v[i], added->v[i + 1]);
 			char id[BF_ID_SIZE];
 			if (s->snapshot && has && !queue(d, s, &req, false, id, d->err, sizeof(d->err)))
 				log_warn("cannot queue the backfill of a table added to the publication",

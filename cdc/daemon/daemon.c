@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cdc/daemon/notify.h"
+#include "cdc/daemon/setup.h"
 #include "cdc/daemon/sidecar.h"
 #include "decoder/base/log.h"
 #include "sinks/kafka/kafka_sink.h"
@@ -646,7 +647,7 @@ static int setup(sidecar *d, uint64_t endpos)
 	}
 	if (!reload_init(d))
 		return 2;
-	rules *r = rules_new(c->subs, c->nsubs, d->err, sizeof(d->err));
+	rules *r = setup_rules(c, d->err, sizeof(d->err));
 	if (!r) {
 		log_error("configuration not supported", "error=\"%s\"", d->err);
 		return 2;

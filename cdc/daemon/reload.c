@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cdc/daemon/notify.h"
+#include "cdc/daemon/setup.h"
 #include "cdc/daemon/sidecar.h"
 #include "cdc/status/report.h"
 #include "decoder/base/json.h"
@@ -426,7 +427,7 @@ static bool apply_reload(sidecar *d)
 		goto fail;
 	}
 	remove_subs(next, &aside);
-	rules *r = rules_new(next->subs, next->nsubs, d->err, sizeof(d->err));
+	rules *r = setup_rules(next, d->err, sizeof(d->err));
 	if (!r) {
 		buf_printf(&errors, "%s\n", d->err);
 		refuse(d, 400, errors.data);
@@ -525,7 +526,7 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 		for (size_t i = 0; i < out.n; i++)
 			aside_add(&all, out.v[i].name, out.v[i].reason);
 		aside_swap(d, &all);
-		rules *r = rules_new(d->cfg->subs, d->cfg->nsubs, d->err, sizeof(d->err));
+		rules *r = setup_rules(d->cfg, d->err, sizeof(d->err));
 		ok = r && sidecar_bind(d, r);
 		for (size_t i = 0; ok && i < out.n; i++)
 			backfills_removed(d, out.v[i].name);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cdc/doctor/internal.h"
+#include "cdc/match/match.h"
 #include "decoder/base/json.h"
 
 /* What a check needs before it runs; a check whose needs are not met prints nothing (the database's
@@ -80,7 +81,7 @@ size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 	size_t n = 0;
 	for (size_t i = 0; i < d->ntables; i++)
 		for (size_t k = 0; k < s->tables.n; k++)
-			if (cfg_table_match(s->tables.v[k], d->tables[i].schema, d->tables[i].name)) {
+			if (match_table(s->tables.v[k], d->tables[i].schema, d->tables[i].name)) {
 				if (fn)
 					fn((doctor *)d, s, &d->tables[i], arg);
 				n++;

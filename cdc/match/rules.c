@@ -26,7 +26,7 @@ typedef struct where {
 } where;
 
 struct rules {
-	const cfg_subscription *subs;
+	match_sub *subs; /* a copy of rules_new's */
 	size_t nsubs;
 	uint32_t *where_of; /* per subscription, an index into wheres, or NO_WHERE */
 	where *wheres;
@@ -44,18 +44,20 @@ static int op_index(unsigned op)
 	return __builtin_ctz(op);
 }
 
-static bool table_matches(const cfg_subscription *s, const char *schema, const char *table)
+static bool table_matches(const match_sub *s, const char *schema, const char *table)
 {
 	for (size_t i = 0; i < s->tables.n; i++)
-		if (cfg_table_match(s->tables.v[i], schema, table))
+		if (match_table(s->tables.v[i], schema, table))
 			return true;
 	return false;
 }
 
-rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t errlen)
+rules *rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen)
 {
 	rules *r = xcalloc(1, sizeof(*r));
-	r->subs = subs;
+	r->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*subs));
+	if (nsubs)
+		memcpy(r->subs, subs, nsubs * sizeof(*subs));
 	r->nsubs = nsubs;
 	r->where_of = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	r->wheres = xcalloc(nsubs ? nsubs : 1, sizeof(where));
@@ -81,7 +83,7 @@ rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t e
 	r->msg_idx = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	r->by_name = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	for (size_t i = 0; i < nsubs; i++)
-		if (subs[i].ops & CFG_OP_MESSAGE)
+		if (subs[i].ops & MATCH_OP_MESSAGE)
 			r->msg_idx[r->msg_n++] = (uint32_t)i;
 	return r;
 }
@@ -105,6 +107,7 @@ void rules_free(rules *r)
 	free(r->tab);
 	free(r->msg_idx);
 	free(r->by_name);
+	free(r->subs);
 	free(r);
 }
 
@@ -138,7 +141,7 @@ static void compute(rules *r, rel_match *e, const pgo_rel *rel)
 		e->n[op] = 0;
 	}
 	for (size_t i = 0; i < r->nsubs; i++) {
-		const cfg_subscription *s = &r->subs[i];
+		const match_sub *s = &r->subs[i];
 		if (!table_matches(s, rel->nspname, rel->relname))
 			continue;
 		for (int op = 0; op < NOPS; op++)
@@ -184,7 +187,7 @@ bool rules_wants(const rules *r, uint32_t sub, unsigned op)
 	return (r->subs[sub].ops & op) != 0;
 }
 
-static bool listed(const cfg_strlist *l, const char *name)
+static bool listed(const match_names *l, const char *name)
 {
 	for (size_t i = 0; i < l->n; i++)
 		if (strcmp(l->v[i], name) == 0)
@@ -244,7 +247,7 @@ static bool same_value(const Cdc__V1__Value *a, const Cdc__V1__Value *b)
 }
 
 /* With `changed`, an update matches only if one of those columns differs. */
-static bool changed(const cfg_subscription *s, const Cdc__V1__Event *e)
+static bool changed(const match_sub *s, const Cdc__V1__Event *e)
 {
 	if (!s->changed.n || e->op != CDC__V1__OP__OP_UPDATE)
 		return true;
@@ -277,7 +280,7 @@ bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
 }
 
 /* The columns of row that the projection keeps: listed ones and key ones. */
-static Cdc__V1__Row *project_row(const cfg_strlist *cols, const Cdc__V1__Row *key, const Cdc__V1__Row *row,
+static Cdc__V1__Row *project_row(const match_names *cols, const Cdc__V1__Row *key, const Cdc__V1__Row *row,
 				 arena *a)
 {
 	if (!row)
@@ -294,7 +297,7 @@ static Cdc__V1__Row *project_row(const cfg_strlist *cols, const Cdc__V1__Row *ke
 }
 
 /* A schema event's columns that the projection keeps: listed ones and key ones. */
-static Cdc__V1__Schema *project_schema(const cfg_strlist *cols, const Cdc__V1__Schema *s, arena *a)
+static Cdc__V1__Schema *project_schema(const match_names *cols, const Cdc__V1__Schema *s, arena *a)
 {
 	Cdc__V1__Schema *out = arena_alloc(a, sizeof(*out));
 	*out = *s;
@@ -308,7 +311,7 @@ static Cdc__V1__Schema *project_schema(const cfg_strlist *cols, const Cdc__V1__S
 
 Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a)
 {
-	const cfg_subscription *s = &r->subs[sub];
+	const match_sub *s = &r->subs[sub];
 	if (s->columns.n && e->table_schema) {
 		Cdc__V1__Event *p = arena_alloc(a, sizeof(*p));
 		*p = *e;

@@ -5,19 +5,35 @@
 #ifndef CDC_RULES_H
 #define CDC_RULES_H
 
-#include "cdc/config/config.h"
+#include "cdc/match/match.h"
 #include "cdc/v1/event.pb-c.h"
 #include "decoder/base/arena.h"
 #include "decoder/pgoutput.h"
 
 typedef struct rules rules;
 
-/* The subscriptions stay owned by the caller and must outlive the rules. Fails with a message
- * naming the subscription when a where predicate does not parse. */
-rules *rules_new(const cfg_subscription *subs, size_t nsubs, char *err, size_t errlen);
+/* A list of names, borrowed. */
+typedef struct match_names {
+	char *const *v;
+	size_t n;
+} match_names;
+
+/* What the rules take of one subscription (the daemon fills it from the configuration). */
+typedef struct match_sub {
+	const char *name;    /* for messages */
+	match_names tables;  /* "schema.table" patterns (match_table) */
+	unsigned ops;	     /* enum match_op bits */
+	match_names changed; /* an update matches only if one of these columns changed; none: any */
+	const char *where;   /* predicate text (predicate.h), NULL if none */
+	match_names columns; /* the projection; none: every column */
+} match_sub;
+
+/* The array is copied; the strings stay owned by the caller and must outlive the rules. Fails with
+ * a message naming the subscription when a where predicate does not parse. */
+rules *rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen);
 void rules_free(rules *r);
 
-/* Indexes (into subs) of the subscriptions that want operation op (one enum cfg_op bit) on rel,
+/* Indexes (into subs) of the subscriptions that want operation op (one enum match_op bit) on rel,
  * or, with rel NULL, a logical message. Returns the count; *out stays valid until the next call. */
 size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out);
 

@@ -183,7 +183,7 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 		strack_set_id(p->track, sub, relid, rel->version, gen, id);
 	}
 	ev->schema_id = id;
-	if (!rules_wants(p->rules, sub, CFG_OP_SCHEMA))
+	if (!rules_wants(p->rules, sub, MATCH_OP_SCHEMA))
 		return true;
 	uint64_t had = strack_delivered(p->track, sub, relid, &since);
 	if (hold) {
@@ -464,7 +464,7 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 	else
 		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
 	const uint32_t *subs = NULL;
-	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, CFG_OP_DDL, &subs) : 0;
+	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, MATCH_OP_DDL, &subs) : 0;
 	Cdc__V1__Event *ev = ddl_event(p->arena, &d);
 	stamp(ev, t, lsn);
 	for (size_t i = 0; i < n && *ok; i++)
@@ -473,7 +473,7 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 }
 
 static const unsigned change_op[] = {
-    [PGO_INSERT] = CFG_OP_INSERT, [PGO_UPDATE] = CFG_OP_UPDATE, [PGO_DELETE] = CFG_OP_DELETE};
+    [PGO_INSERT] = MATCH_OP_INSERT, [PGO_UPDATE] = MATCH_OP_UPDATE, [PGO_DELETE] = MATCH_OP_DELETE};
 
 /* One change: match it, build its event only if some subscription wants it, emit it. Sets *slots
  * to the number of tx_index values it takes (one per truncated relation; none for a heartbeat). */
@@ -520,7 +520,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 				return false;
 			bf_change bc = {.schema = rel->nspname, .table = rel->relname, .truncate = true};
 			report_change(p, t, &bc, hold);
-			if ((n = rules_match(p->rules, rel, CFG_OP_TRUNCATE, &subs)) > 0) {
+			if ((n = rules_match(p->rules, rel, MATCH_OP_TRUNCATE, &subs)) > 0) {
 				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
 				stamp(ev, t, lsn);
 				ok = emit(p, ev, NULL, 0, subs, n, &c, i, hold, err, errlen);
@@ -554,7 +554,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		if (strcmp(m->message.prefix, DDL_PREFIX) == 0 &&
 		    ddl_events(p, t, m, lsn, &c, hold, &ok, err, errlen))
 			break;
-		if ((n = rules_match(p->rules, NULL, CFG_OP_MESSAGE, &subs)) == 0)
+		if ((n = rules_match(p->rules, NULL, MATCH_OP_MESSAGE, &subs)) == 0)
 			break;
 		ev = evt_from_message(p->arena, m);
 		stamp(ev, t, lsn);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 #include "cdc/source/pgconn.h"
 
@@ -88,7 +89,7 @@ void catalog_free(catalog *c)
 static bool matches(const cfg_subscription *s, const catalog_table *t)
 {
 	for (size_t i = 0; i < s->tables.n; i++)
-		if (cfg_table_match(s->tables.v[i], t->schema, t->name))
+		if (match_table(s->tables.v[i], t->schema, t->name))
 			return true;
 	return false;
 }
@@ -163,8 +164,7 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)
-			hit = c->t[i].published &&
-			      cfg_table_match(s->tables.v[p], c->t[i].schema, c->t[i].name);
+			hit = c->t[i].published && match_table(s->tables.v[p], c->t[i].schema, c->t[i].name);
 		if (!hit)
 			buf_printf(warnings,
 				   "subscription %s: table pattern %s matches no table of publication %s, so "

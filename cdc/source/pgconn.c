@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/match/match.h"
+
 /* Session settings of the walsender: output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */
 #define WALSENDER_OPTIONS                                                                                    \
@@ -326,7 +328,7 @@ pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
 static bool matched(const cfg_strlist *publish, const pg_table_row *r)
 {
 	for (size_t i = 0; i < publish->n; i++)
-		if (cfg_table_match(publish->v[i], r->schema, r->name))
+		if (match_table(publish->v[i], r->schema, r->name))
 			return true;
 	return false;
 }
@@ -377,7 +379,7 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			continue;
 		}
 		for (size_t k = 0; k < n; k++)
-			if (cfg_table_match(publish->v[i], rows[k].schema, rows[k].name)) {
+			if (match_table(publish->v[i], rows[k].schema, rows[k].name)) {
 				buf_puts(sql, table_separator(first, server_version));
 				pg_append_table(sql, rows[k].schema, rows[k].name);
 				if (holds) {
@@ -397,7 +399,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 	for (size_t i = 0; i < publish->n; i++) {
 		bool hit = false;
 		for (size_t k = 0; k < n && !hit; k++)
-			hit = cfg_table_match(publish->v[i], rows[k].schema, rows[k].name);
+			hit = match_table(publish->v[i], rows[k].schema, rows[k].name);
 		if (!hit)
 			cfg_strlist_push(&p->no_match, publish->v[i]);
 	}

@@ -51,7 +51,7 @@ const char *pg_one_line(const char *msg);
  * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
 void pg_append_quoted(buf *b, const char *s, char q);
 /* "schema"."table": each part between double quotes, a quote inside doubled (a statement naming it
- * runs as it is, whatever the names; it is also a pattern cfg_table_match takes exactly). */
+ * runs as it is, whatever the names; it is also a pattern match_table takes exactly). */
 void pg_append_table(buf *b, const char *schema, const char *table);
 /* An SQL identifier, quoted by libpq for conn's encoding. */
 void pg_append_ident(buf *b, PGconn *conn, const char *name);

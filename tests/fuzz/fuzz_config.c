@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg *c = cfg_parse("fuzz.yaml", (const char *)data, size, &errors);
 	if (!c && !errors.len)
 		abort(); /* a rejection always says why */
-	/* The validator and cfg_table_match disagree on a pattern. (User text in messages is quoted, so it
+	/* The validator and match_table disagree on a pattern. (User text in messages is quoted, so it
 	 * cannot end a line with this.) */
 	if (errors.len && strstr(errors.data, ": not of the form schema.table\n"))
 		abort();
@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* Accepted patterns go to the matcher; it must cope with whatever the validator lets by. */
 		for (size_t i = 0; i < c->nsubs; i++)
 			for (size_t j = 0; j < c->subs[i].tables.n; j++)
-				(void)cfg_table_match(c->subs[i].tables.v[j], "public", "t");
+				(void)match_table(c->subs[i].tables.v[j], "public", "t");
 		check_roundtrip(c);
 	}
 	cfg_free(c);

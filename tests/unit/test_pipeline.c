@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cdc/config/config.h"
+#include "cdc/daemon/setup.h"
 #include "test.h"
 
 /* ---- the recording sink ---- */
@@ -252,7 +253,7 @@ static bool setup(fixture *f, const char *subscriptions)
 		return false;
 	}
 	buf_free(&errors);
-	rules *r = rules_new(f->cfg->subs, f->cfg->nsubs, err, sizeof(err));
+	rules *r = setup_rules(f->cfg, err, sizeof(err));
 	if (!r) {
 		fprintf(stderr, "setup: %s\n", err);
 		return false;

@@ -1,5 +1,5 @@
-/* test_rules.c: subscription matching, the progress queue, the state_dir position file, and the
- * latency histogram. */
+/* test_rules.c: table patterns and subscription matching, the progress queue, the state_dir position file,
+ * and the latency histogram. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,18 +17,63 @@ static pgo_rel rel(uint32_t relid, const char *schema, const char *table, uint64
 	    .relid = relid, .nspname = (char *)schema, .relname = (char *)table, .version = version};
 }
 
-static cfg_subscription sub(const char *name, char **tables, size_t ntables, unsigned ops)
+static match_sub sub(const char *name, char **tables, size_t ntables, unsigned ops)
 {
-	return (cfg_subscription){.name = (char *)name, .tables = {tables, ntables}, .ops = ops};
+	return (match_sub){.name = name, .tables = {tables, ntables}, .ops = ops};
+}
+
+static void test_table_match(void)
+{
+	static const struct {
+		const char *pattern, *schema, *table;
+		bool match;
+	} t[] = {
+	    {"public.orders", "public", "orders", true},
+	    {"public.orders", "public", "Orders", false},
+	    {"public.*", "public", "orders", true},
+	    {"public.*", "other", "orders", false},
+	    {"*.*", "s", "t", true},
+	    {"pub*.ord?rs", "public", "orders", true},
+	    {"pub*.ord?rs", "public", "ordrs", false},
+	    {"*s*s*s*s*s*s*s*s*s*s*s*s.t", "sssssssssssssssssssssssssssssssssssssssssx", "t", false},
+	    {"*s*s*s*s*s*s*s*s*s*s*s*s*.t", "sssssssssssssssssssssssssssssssssssssssssx", "t", true},
+	    {"a*.*b", "a", "b", true},
+	    {"\"Odd.Schema\".t?", "Odd.Schema", "t1", true},
+	    {"\"Odd.Schema\".t?", "odd.schema", "t1", false},
+	    {"\"a*\".t", "a*", "t", true},
+	    {"\"a*\".t", "ab", "t", false}, /* quoted: no globs */
+	    {"\"say \"\"hi\"\"\".\"my-table\"", "say \"hi\"", "my-table", true},
+	    /* malformed: never matches, never crashes */
+	    {"", "", "", false},
+	    {"nodot", "nodot", "", false},
+	    {"a.b.c", "a", "b.c", false},
+	    {"\"a.b", "a", "b", false},
+	    {"a\"b\".c", "ab", "c", false},
+	    {".t", "", "t", false},
+	    {"s.", "s", "", false},
+	    {"\"\".t", "", "t", false},
+	    {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.t",
+	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "t", false},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+		if (match_table(t[i].pattern, t[i].schema, t[i].table) == t[i].match) {
+			test_passed++;
+		} else {
+			test_failed++;
+			fprintf(stderr, "match_table(%s, %s, %s) != %d\n", t[i].pattern, t[i].schema,
+				t[i].table, t[i].match);
+		}
+	}
 }
 
 static void test_matching(void)
 {
 	char *orders[] = {"public.orders"}, *all_public[] = {"public.*"}, *two[] = {"app.job?", "*.audit_*"};
-	cfg_subscription subs[] = {
-	    sub("orders", orders, 1, CFG_OP_INSERT | CFG_OP_UPDATE),
-	    sub("public", all_public, 1, CFG_OP_INSERT | CFG_OP_DELETE | CFG_OP_TRUNCATE | CFG_OP_MESSAGE),
-	    sub("globs", two, 2, CFG_OP_DELETE),
+	match_sub subs[] = {
+	    sub("orders", orders, 1, MATCH_OP_INSERT | MATCH_OP_UPDATE),
+	    sub("public", all_public, 1,
+		MATCH_OP_INSERT | MATCH_OP_DELETE | MATCH_OP_TRUNCATE | MATCH_OP_MESSAGE),
+	    sub("globs", two, 2, MATCH_OP_DELETE),
 	};
 	char err[256];
 	rules *r = rules_new(subs, 3, err, sizeof(err));
@@ -41,15 +86,15 @@ static void test_matching(void)
 		size_t n;
 		uint32_t first, second;
 	} cases[] = {
-	    {1, "public", "orders", CFG_OP_INSERT, 2, 0, 1},
-	    {1, "public", "orders", CFG_OP_UPDATE, 1, 0, 0},
-	    {1, "public", "orders", CFG_OP_DELETE, 1, 1, 0},
-	    {1, "public", "orders", CFG_OP_TRUNCATE, 1, 1, 0},
-	    {2, "public", "orders_archive", CFG_OP_UPDATE, 0, 0, 0},
-	    {3, "app", "jobs", CFG_OP_DELETE, 1, 2, 0},
-	    {4, "app", "jobs_old", CFG_OP_DELETE, 0, 0, 0},
-	    {5, "billing", "audit_log", CFG_OP_DELETE, 1, 2, 0},
-	    {5, "billing", "audit_log", CFG_OP_INSERT, 0, 0, 0},
+	    {1, "public", "orders", MATCH_OP_INSERT, 2, 0, 1},
+	    {1, "public", "orders", MATCH_OP_UPDATE, 1, 0, 0},
+	    {1, "public", "orders", MATCH_OP_DELETE, 1, 1, 0},
+	    {1, "public", "orders", MATCH_OP_TRUNCATE, 1, 1, 0},
+	    {2, "public", "orders_archive", MATCH_OP_UPDATE, 0, 0, 0},
+	    {3, "app", "jobs", MATCH_OP_DELETE, 1, 2, 0},
+	    {4, "app", "jobs_old", MATCH_OP_DELETE, 0, 0, 0},
+	    {5, "billing", "audit_log", MATCH_OP_DELETE, 1, 2, 0},
+	    {5, "billing", "audit_log", MATCH_OP_INSERT, 0, 0, 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		pgo_rel x = rel(cases[i].relid, cases[i].schema, cases[i].table, 1);
@@ -62,31 +107,31 @@ static void test_matching(void)
 	}
 	/* A relation id whose schema changed (new version) is matched again by its new name. */
 	pgo_rel renamed = rel(1, "public", "orders_v2", 2);
-	CHECK_INT(rules_match(r, &renamed, CFG_OP_INSERT, &idx), 1);
+	CHECK_INT(rules_match(r, &renamed, MATCH_OP_INSERT, &idx), 1);
 	CHECK_INT(idx[0], 1);
 	/* Logical messages: the subscriptions with the message operation. */
-	CHECK_INT(rules_match(r, NULL, CFG_OP_MESSAGE, &idx), 1);
+	CHECK_INT(rules_match(r, NULL, MATCH_OP_MESSAGE, &idx), 1);
 	CHECK_INT(idx[0], 1);
 	/* Many relations: the cache grows and keeps answering right. */
 	for (uint32_t id = 100; id < 1100; id++) {
 		pgo_rel x = rel(id, id % 2 ? "public" : "other", "t", 1);
-		CHECK_INT(rules_match(r, &x, CFG_OP_INSERT, &idx), id % 2 ? 1 : 0);
+		CHECK_INT(rules_match(r, &x, MATCH_OP_INSERT, &idx), id % 2 ? 1 : 0);
 	}
 	rules_free(r);
 
 	/* Quoted parts match exactly: a schema with a dot, a table with a literal star. */
 	char *quoted[] = {"\"my.app\".\"t*\""};
-	cfg_subscription q = sub("quoted", quoted, 1, CFG_OP_INSERT);
+	match_sub q = sub("quoted", quoted, 1, MATCH_OP_INSERT);
 	r = rules_new(&q, 1, err, sizeof(err));
 	pgo_rel dotted = rel(7, "my.app", "t*", 1), starry = rel(8, "my.app", "tx", 1),
 		other = rel(9, "myXapp", "t*", 1);
-	CHECK_INT(rules_match(r, &dotted, CFG_OP_INSERT, &idx), 1);
-	CHECK_INT(rules_match(r, &starry, CFG_OP_INSERT, &idx), 0);
-	CHECK_INT(rules_match(r, &other, CFG_OP_INSERT, &idx), 0);
+	CHECK_INT(rules_match(r, &dotted, MATCH_OP_INSERT, &idx), 1);
+	CHECK_INT(rules_match(r, &starry, MATCH_OP_INSERT, &idx), 0);
+	CHECK_INT(rules_match(r, &other, MATCH_OP_INSERT, &idx), 0);
 	rules_free(r);
 
 	/* A where that does not parse is refused with its subscription's name and the position. */
-	cfg_subscription w = sub("paid", orders, 1, CFG_OP_UPDATE);
+	match_sub w = sub("paid", orders, 1, MATCH_OP_UPDATE);
 	w.where = "new.status = ";
 	CHECK(rules_new(&w, 1, err, sizeof(err)) == NULL);
 	CHECK_STR(err, "subscription paid: where: position 12: expected a value after '='");
@@ -121,10 +166,9 @@ static Cdc__V1__Event *amount_event(arena *a, int64_t amount)
 static void test_where_shared(void)
 {
 	char *orders[] = {"public.orders"};
-	cfg_subscription subs[] = {sub("neg1", orders, 1, CFG_OP_INSERT),
-				   sub("neg2", orders, 1, CFG_OP_INSERT),
-				   sub("big", orders, 1, CFG_OP_INSERT), sub("all", orders, 1, CFG_OP_INSERT),
-				   sub("neg3", orders, 1, CFG_OP_INSERT)};
+	match_sub subs[] = {sub("neg1", orders, 1, MATCH_OP_INSERT), sub("neg2", orders, 1, MATCH_OP_INSERT),
+			    sub("big", orders, 1, MATCH_OP_INSERT), sub("all", orders, 1, MATCH_OP_INSERT),
+			    sub("neg3", orders, 1, MATCH_OP_INSERT)};
 	subs[0].where = subs[1].where = subs[4].where = "new.amount < 0";
 	subs[2].where = "new.amount > 100";
 	char err[256];
@@ -292,6 +336,7 @@ static void test_hist(void)
 int main(void)
 {
 	test_hist();
+	test_table_match();
 	test_matching();
 	test_where_shared();
 	test_progress();

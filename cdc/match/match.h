@@ -1,0 +1,36 @@
+/* match.h: what a subscription's rules are made of, apart from `where` (predicate.h): the kinds of
+ * change it wants and the "schema.table" patterns of its tables, checked and matched by one
+ * implementation here (the configuration checks them with it, the source, the backfills and
+ * cdc doctor match them with it). */
+#ifndef CDC_MATCH_H
+#define CDC_MATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum match_op {
+	MATCH_OP_INSERT = 1 << 0,
+	MATCH_OP_UPDATE = 1 << 1,
+	MATCH_OP_DELETE = 1 << 2,
+	MATCH_OP_TRUNCATE = 1 << 3,
+	MATCH_OP_MESSAGE = 1 << 4,
+	MATCH_OP_SCHEMA = 1 << 5, /* schema events before rows (docs/events.md) */
+	MATCH_OP_DDL = 1 << 6,	  /* DDL events (source.ddl) */
+};
+/* Without `operations:`: every kind but logical messages. */
+#define MATCH_OPS_DEFAULT                                                                                    \
+	(MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE | MATCH_OP_TRUNCATE | MATCH_OP_SCHEMA |         \
+	 MATCH_OP_DDL)
+
+#define MATCH_NAME_MAX 63 /* PostgreSQL's NAMEDATALEN - 1 */
+
+/* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
+ * at most MATCH_NAME_MAX bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier
+ * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if s is
+ * such a pattern, else why not (static text, or why filled in). */
+const char *match_table_problem(const char *s, char *why, size_t whylen);
+/* Whether pattern matches the relation schema.table: an unquoted part is a glob (* and ?), a
+ * "quoted" part matches exactly. False for a malformed pattern. */
+bool match_table(const char *pattern, const char *schema, const char *table);
+
+#endif

@@ -158,6 +158,33 @@ void backfills_tick(sidecar *d, uint64_t now)
 		settle_all(d, true, now);
 }
 
+/* The pipeline's hooks (pipeline_backfills): the stream's side of the backfills. */
+static void stream_change(void *ctx, const bf_change *c)
+{
+	if (backfill_watching(ctx, c->schema, c->table))
+		backfill_on_change(ctx, c);
+}
+
+static bool stream_replay(void *ctx, const void *data, size_t len, uint32_t xid)
+{
+	bf_change c;
+	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
+	if (!backfill_active(ctx))
+		return true;
+	if (!backfill_change_decode(data, len, &c))
+		return false;
+	c.xid = xid;
+	stream_change(ctx, &c);
+	backfill_change_free(&c);
+	return true;
+}
+
+static bool stream_watermark(void *ctx, const char *content, size_t len, uint64_t lsn, bf_emit_fn emit,
+			     void *emit_ctx, char *err, size_t errlen)
+{
+	return backfill_on_message(ctx, content, len, lsn, now(), emit, emit_ctx, err, errlen);
+}
+
 bool backfills_init(sidecar *d)
 {
 	uint64_t seed;
@@ -172,7 +199,12 @@ bool backfills_init(sidecar *d)
 		return false;
 	}
 	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf, checks_answered, d);
-	pipeline_set_backfills(d->pipe, d->bf);
+	pipeline_set_backfills(d->pipe, &(pipeline_backfills){.ctx = d->bf,
+							      .change = stream_change,
+							      .hold = backfill_change_encode,
+							      .replay = stream_replay,
+							      .watermark = stream_watermark,
+							      .next_read = bf_batch_next});
 	snapshots(d);
 	return true;
 }

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/backfill/backfill.h"
 #include "cdc/match/predicate.h"
 #include "cdc/pipeline/progress.h"
 #include "cdc/pipeline/schema_track.h"
@@ -49,10 +48,10 @@ struct pipeline {
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
-	bf_set *bf;	   /* backfills, or NULL */
-	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
-	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
-	bool ddl;	   /* pipeline_deliver_ddl */
+	pipeline_backfills bf; /* no change hook: no backfills */
+	pgo_msg *read_msg;     /* a backfill's read, as an Insert for evt_from_change */
+	bool past_endpos;      /* a transaction committing after endpos arrived: deliver nothing more */
+	bool ddl;	       /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint32_t held_xid; /* the held transaction whose change is being rendered */
@@ -91,7 +90,7 @@ bool pipeline_between_txns(const pipeline *p)
  * Events are rendered as they arrive; replay only adds the commit fields. */
 #define HOLD_ENTRY 12
 /* An entry whose subscription is this holds a change's keys for the backfills
- * (backfill_change_encode), reported at the replay, where the change is delivered. */
+ * (the backfills' hold hook), reported at the replay, where the change is delivered. */
 #define HOLD_BACKFILL UINT32_MAX
 /* A schema event delivered at the replay: its slot is the subscription, its bytes [u32 relid][u64
  * id][u64 DDL generation], what the subscription's consumers have of the table from then on. */
@@ -298,22 +297,22 @@ static void change_of(pipeline *p, const pgo_rel *rel, const pgo_msg *m, bf_chan
  * spill record of a held one (replayed at its commit; a backfill may start before that). */
 static void report_change(pipeline *p, const txn_info *t, const bf_change *c, buf *hold)
 {
-	if (!p->bf)
+	if (!p->bf.change)
 		return;
 	if (hold) {
 		size_t at = hold->len;
 		buf_reserve(hold, HOLD_ENTRY);
 		hold->len += HOLD_ENTRY;
-		backfill_change_encode(c, hold);
+		p->bf.hold(c, hold);
 		store_u32(hold->data + at, HOLD_BACKFILL);
 		store_u32(hold->data + at + 4, 0);
 		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
 		return;
 	}
-	if (t && backfill_watching(p->bf, c->schema, c->table)) {
+	if (t) {
 		bf_change x = *c;
 		x.xid = t->xid;
-		backfill_on_change(p->bf, &x);
+		p->bf.change(p->bf.ctx, &x);
 	}
 }
 
@@ -321,18 +320,9 @@ static void report_change(pipeline *p, const txn_info *t, const bf_change *c, bu
 static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, size_t len, char *err,
 			  size_t errlen)
 {
-	bf_change c;
-	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
-	if (!p->bf || !backfill_active(p->bf))
-		return true;
-	if (!backfill_change_decode(data, len, &c))
+	if (p->bf.change && !p->bf.replay(p->bf.ctx, data, len, t->xid))
 		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
 			    t->xid);
-	if (backfill_watching(p->bf, c.schema, c.table)) {
-		c.xid = t->xid;
-		backfill_on_change(p->bf, &c);
-	}
-	backfill_change_free(&c);
 	return true;
 }
 
@@ -400,7 +390,7 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 	uint32_t slot = 0;
 	size_t pos = 0;
 	bool ok = true;
-	while (ok && bf_batch_next(b, &pos, vals)) {
+	while (ok && p->bf.next_read(b, &pos, vals)) {
 		for (size_t i = 0; i < b->ncols; i++)
 			m->change.new.cols[i] = vals[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
 								: (pgo_datum){.kind = PGO_TEXT,
@@ -428,9 +418,9 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 	return ok;
 }
 
-void pipeline_set_backfills(pipeline *p, bf_set *b)
+void pipeline_set_backfills(pipeline *p, const pipeline_backfills *b)
 {
-	p->bf = b;
+	p->bf = b ? *b : (pipeline_backfills){0};
 }
 
 /* What a DDL event tells of its table, from a DDL message's content, at its commit. */
@@ -499,7 +489,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		const pgo_rel *rel = relation(p, m, m->change.relid, err, errlen);
 		if (!rel)
 			return false;
-		if (p->bf) {
+		if (p->bf.change) {
 			bf_change bc;
 			change_of(p, rel, m, &bc);
 			report_change(p, t, &bc, hold);
@@ -534,10 +524,9 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		}
 		if (strcmp(m->message.prefix, BFSQL_PREFIX) == 0) {
 			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
-			if (!t && !hold && p->bf)
-				ok = backfill_on_message(p->bf, m->message.content, m->message.len, lsn,
-							 (bf_now){now_ms(), wall_ms()}, emit_reads, p, err,
-							 errlen);
+			if (!t && !hold && p->bf.change)
+				ok = p->bf.watermark(p->bf.ctx, m->message.content, m->message.len, lsn,
+						     emit_reads, p, err, errlen);
 			break;
 		}
 		if (strcmp(m->message.prefix, SOURCE_RESYNC_PREFIX) == 0 && !t && !hold) {

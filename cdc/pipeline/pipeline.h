@@ -89,8 +89,25 @@ bool pipeline_at_endpos(const pipeline *p);
  * close their chunks, whose reads are delivered to the subscription's sink at the watermark's
  * place as a transaction of their own, durable once the flushed position passes the watermark; the
  * keys of every change are reported where it is delivered, at its commit (a held transaction's in
- * its spill record). NULL: none. */
-void pipeline_set_backfills(pipeline *p, bf_set *b);
+ * its spill record). The pipeline asks the backfills only through these hooks, which the daemon
+ * sets (cdc/daemon/backfills.c); ctx is theirs. */
+typedef struct pipeline_backfills {
+	void *ctx;
+	/* A change's keys where it is delivered (c->xid: its top-level transaction's). */
+	void (*change)(void *ctx, const bf_change *c);
+	/* A change of a held transaction as bytes appended to its spill record (xid not included),
+	 * and those bytes at the transaction's commit: false if they are malformed. */
+	void (*hold)(const bf_change *c, buf *out);
+	bool (*replay)(void *ctx, const void *data, size_t len, uint32_t xid);
+	/* A watermark at lsn: emit(emit_ctx, ...) gets the reads of a chunk whose window it closes;
+	 * emit's failure is returned. */
+	bool (*watermark)(void *ctx, const char *content, size_t len, uint64_t lsn, bf_emit_fn emit,
+			  void *emit_ctx, char *err, size_t errlen);
+	/* The next read of a batch emit was given: values gets its columns. *pos starts at 0. */
+	bool (*next_read)(const bf_batch *b, size_t *pos, bf_datum *values);
+} pipeline_backfills;
+/* The hooks are copied; NULL: no backfills. */
+void pipeline_set_backfills(pipeline *p, const pipeline_backfills *b);
 
 pipeline_figures pipeline_get_figures(const pipeline *p);
 pipeline_count pipeline_sub_count(const pipeline *p, size_t sub);

@@ -234,6 +234,50 @@ typedef struct fixture {
 	int boundaries;
 } fixture;
 
+/* ---- the backfills' hooks, faked: every change reported to them is logged ---- */
+
+static void put_key(buf *log, const char *label, const bf_change *c, const bf_datum *v)
+{
+	if (!v)
+		return;
+	buf_printf(log, " %s(", label);
+	for (size_t i = 0; i < c->ncols; i++)
+		buf_printf(log, "%s%s=%.*s", i ? "," : "", c->names[i], v[i].len < 0 ? 0 : (int)v[i].len,
+			   v[i].len < 0 ? "" : v[i].data);
+	buf_printf(log, ")");
+}
+
+/* Logs "backfills: xid=X TABLE [truncate] [partial] old(KEYS) new(KEYS)". */
+static void bf_log_change(void *ctx, const bf_change *c)
+{
+	buf *log = &((fixture *)ctx)->log;
+	buf_printf(log, "backfills: xid=%u %s.%s%s%s", c->xid, c->schema, c->table,
+		   c->truncate ? " truncate" : "", c->partial ? " partial" : "");
+	put_key(log, "old", c, c->old_values);
+	put_key(log, "new", c, c->new_values);
+	buf_printf(log, "\n");
+}
+
+static bool bf_log_replay(void *ctx, const void *data, size_t len, uint32_t xid)
+{
+	bf_change c;
+	if (!backfill_change_decode(data, len, &c))
+		return false;
+	c.xid = xid;
+	bf_log_change(ctx, &c);
+	backfill_change_free(&c);
+	return true;
+}
+
+static bool bf_log_watermark(void *ctx, const char *content, size_t len, uint64_t lsn, bf_emit_fn emit,
+			     void *emit_ctx, char *err, size_t errlen)
+{
+	(void)emit, (void)emit_ctx, (void)err, (void)errlen;
+	buf_printf(&((fixture *)ctx)->log, "backfills: watermark at 0x%llx: %.*s\n", (unsigned long long)lsn,
+		   (int)len, content);
+	return true;
+}
+
 static void count_boundary(void *ctx)
 {
 	((fixture *)ctx)->boundaries++;
@@ -366,13 +410,22 @@ static bool step(fixture *f, const char *line, int no)
 	case 'r': /* r PREPARE_END ROLLBACK_END XID GID: rollback prepared */
 		wire(&m, 0, "ccqqqqis", 'r', 0, x, y, (uint64_t)0, (uint64_t)0, (uint32_t)z, d);
 		break;
-	case 'M': { /* M PREFIX CONTENT...: a transactional logical message (content: the rest of the line) */
+	case 'M':   /* M PREFIX CONTENT...: a transactional logical message (content: the rest of the line) */
+	case 'm': { /* m PREFIX CONTENT...: a non-transactional one */
 		const char *content = strchr(strchr(line, ' ') + 1, ' ');
 		content = content ? content + 1 : "";
-		wire(&m, sx, "cxcqsi", 'M', 1, f->lsn, a, (uint32_t)strlen(content));
+		wire(&m, sx, "cxcqsi", 'M', op[0] == 'M', f->lsn, a, (uint32_t)strlen(content));
 		buf_append(&m, content, strlen(content));
 		break;
 	}
+	case 'W': /* W: backfills from now on (their hooks log what they are told) */
+		pipeline_set_backfills(f->p, &(pipeline_backfills){.ctx = f,
+								   .change = bf_log_change,
+								   .hold = backfill_change_encode,
+								   .replay = bf_log_replay,
+								   .watermark = bf_log_watermark,
+								   .next_read = bf_batch_next});
+		return true;
 	case 'O': /* O: without source.ddl */
 		pipeline_deliver_ddl(f->p, false);
 		return true;
@@ -602,6 +655,23 @@ static const struct pipeline_case {
 	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
 	 "A#0 seq=2 commit=0/200 tx=1<: all schema orders cols(id!,state<status,amount)\n"
 	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=2,state=new,amount=20)\n",
+	 2},
+	{"the backfills hear of every delivered change, a held one at its commit",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n",
+	 RELATIONS "W\nB 0x100 7\nI 1 1,new,10\nD 2 5,pen\nC 0x100 0x108\n"
+	 "S 9 1\nU 1 1,paid,10 1,new,10\nE\nS 10 1\nI 2 6,ink\nE\nA 10 10\nm cdc.backfill wm\ns 9 0x200 0x208\n",
+	 "backfills: xid=7 public.orders new(id=1)\n"
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "backfills: xid=7 public.items old(id=5)\n"
+	 "A#0 seq=1 commit=0/100 tx=1<: all schema items cols(id,name)\n"
+	 "A#0 seq=1 commit=0/100 tx=1: all delete items old(id=5,name=pen)\n"
+	 "B abort xid=10\n"
+	 "backfills: watermark at 0x1d: wm\n"
+	 "backfills: xid=9 public.orders old(id=1) new(id=1)\n"
+	 "A#0 seq=3 commit=0/200 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=3 commit=0/200 tx=0: all update orders new(id=1,status=paid,amount=10) old(id=1,status=new,amount=10)\n"
+	 "B commit xid=9 seq=3 commit=0/200\n",
 	 2},
     /* clang-format on */
 };

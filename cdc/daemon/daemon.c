@@ -27,13 +27,6 @@
 #define FINISH_TIMEOUT_MS 30000 /* how long a stop waits for messages in flight */
 #define PUBLICATION_MS 10000	/* the tables source.publish matches are looked for this often */
 
-void sidecar_fail(sidecar *d, int code, const char *what)
-{
-	log_error(what, "error=\"%s\"", d->err);
-	d->exit_code = code;
-	event_base_loopbreak(d->base);
-}
-
 /* Feedback ------------------------------------------------------------------------------ */
 
 /* Sends the server the position recorded in state_dir (never one beyond it). */
@@ -191,12 +184,12 @@ static void on_gap(sidecar *d)
  * flush every few milliseconds (kafka_sink_wake_ms), which the same event's timeout gives. */
 static void watch_kafka(sidecar *d)
 {
-	int ms = d->ev_kafka ? kafka_sink_wake_ms(d->sinks.k[SINKS_KAFKA]) : 0;
+	int ms = d->sinks.ev_kafka ? kafka_sink_wake_ms(d->sinks.k[SINKS_KAFKA]) : 0;
 	if (ms == d->kafka_wake_ms)
 		return;
 	struct timeval tv = {0, ms * 1000};
-	event_del(d->ev_kafka); /* event_add keeps a timeout it is not given a new one for */
-	event_add(d->ev_kafka, ms ? &tv : NULL);
+	event_del(d->sinks.ev_kafka); /* event_add keeps a timeout it is not given a new one for */
+	event_add(d->sinks.ev_kafka, ms ? &tv : NULL);
 	d->kafka_wake_ms = ms;
 }
 
@@ -377,14 +370,6 @@ static void on_state_written(evutil_socket_t fd, short what, void *arg)
 		schedule_retry(d);
 }
 
-/* Debezium's records name the database (source.db): the Kafka sink learns it once connected. */
-static void tell_database(sidecar *d)
-{
-	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;
-	if (d->sinks.k[SINKS_KAFKA] && db)
-		kafka_sink_set_database(d->sinks.k[SINKS_KAFKA], db);
-}
-
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -456,7 +441,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	c->publication_ms = 0; /* tables created while cdc was away join the publication now */
 	backfills_restart(d);
-	tell_database(d);
+	sidecar_tell_database(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	f->promotions += source_server_info(c->src)->promoted_from != 0;
@@ -593,28 +578,6 @@ static void at_boundary(void *ctx)
 	reload_maybe(ctx);
 }
 
-bool sidecar_bind(sidecar *d, rules *r)
-{
-	if (!sink_set_bind(&d->sinks, d->cfg, d->err, sizeof(d->err))) {
-		rules_free(r);
-		return false;
-	}
-	if (d->sinks.k[SINKS_KAFKA] && !d->ev_kafka) {
-		d->ev_kafka = event_new(d->base, d->sinks.k[SINKS_KAFKA]->ops->fd(d->sinks.k[SINKS_KAFKA]),
-					EV_READ | EV_PERSIST, on_sink_event, d);
-		event_add(d->ev_kafka, NULL);
-	}
-	if (d->sinks.k[SINKS_KAFKA])
-		kafka_sink_watch_stream(d->sinks.k[SINKS_KAFKA], held_stream, d);
-	tell_database(d);
-	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
-	for (size_t i = 0; i < d->cfg->nsubs; i++)
-		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};
-	pipeline_bind(d->pipe, r, subs, d->cfg->nsubs, d->sinks.k, SINKS_N);
-	free(subs);
-	return true;
-}
-
 /* Setup and teardown -------------------------------------------------------------------- */
 
 static void shutdown_flush(sidecar *d)
@@ -671,7 +634,12 @@ static int setup(sidecar *d, uint64_t endpos)
 	}
 	d->ev_state = event_new(d->base, state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
 	event_add(d->ev_state, NULL);
-	d->sinks = (sink_set){.base = d->base, .wake = on_consumers_acked, .durable = on_spooled, .ctx = d};
+	d->sinks = (sink_set){.base = d->base,
+			      .wake = on_consumers_acked,
+			      .durable = on_spooled,
+			      .kafka_event = on_sink_event,
+			      .held = held_stream,
+			      .ctx = d};
 	if (!sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
 		return 2;
@@ -730,8 +698,6 @@ out:
 	reload_free(&d);
 	backfills_free(&d);
 	status_free(d.status);
-	if (d.ev_kafka)
-		event_free(d.ev_kafka);
 	sink_set_free(&d.sinks);
 	if (d.base)
 		event_base_free(d.base);

@@ -159,29 +159,6 @@ static void drop_catalog(sidecar *d)
 	d->rl.catalog = NULL;
 }
 
-void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
-			  const char *details)
-{
-	buf b = {0};
-	buf_puts(&b, "{\"error\":");
-	json_string(&b, error, strlen(error));
-	if (details) {
-		buf_puts(&b, ",\"details\":[");
-		for (const char *line = details; *line;) {
-			const char *nl = strchr(line, '\n');
-			size_t n = nl ? (size_t)(nl - line) : strlen(line);
-			if (line != details)
-				buf_putc(&b, ',');
-			json_string(&b, line, n);
-			line += n + (nl != NULL);
-		}
-		buf_putc(&b, ']');
-	}
-	buf_puts(&b, "}\n");
-	status_answer(d->status, req, code, b.data);
-	buf_free(&b);
-}
-
 /* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for. */
 enum { RESTART_SOURCE = 1, RESTART_KAFKA = 2, RESTART_OTHER = 4 };
 static void note_restart(const char *key, void *arg)

@@ -1,7 +1,7 @@
 /* sidecar.h: the state of `cdc run` that its files share, one struct per job: the replication
  * connection and the loop (daemon.c), reloads and live changes (reload.c), and the figures for
- * the status server and the log (figures.c). The data path is pipeline.h's. Internal to
- * cdc/daemon/. */
+ * the status server and the log (figures.c); and what they all call (sidecar.c), which calls none
+ * of them. The data path is pipeline.h's. Internal to cdc/daemon/. */
 #ifndef CDC_SIDECAR_H
 #define CDC_SIDECAR_H
 
@@ -86,8 +86,8 @@ typedef struct sidecar {
 	const char *cfg_path;
 	int exit_code;
 	struct event_base *base;
-	struct event *ev_tick, *ev_sig[3], *ev_kafka, *ev_state;
-	int kafka_wake_ms; /* ev_kafka's timeout now (watch_kafka) */
+	struct event *ev_tick, *ev_sig[3], *ev_state;
+	int kafka_wake_ms; /* sinks.ev_kafka's timeout now (watch_kafka) */
 	int lock_fd;
 	state_writer *sw; /* records the position off the loop; conn.st is what it has on disk */
 	pipeline *pipe;
@@ -109,15 +109,22 @@ typedef struct sidecar {
 	char err[1024];
 } sidecar;
 
-/* daemon.c */
+/* sidecar.c: what the other files call and which calls none of them */
 /* Logs d->err under what and stops the loop with exit code code. */
 void sidecar_fail(sidecar *d, int code, const char *what);
-/* Records st in state_dir now (waiting for the writer's thread), before what follows relies on it;
- * false with d->err. */
-bool sidecar_record(sidecar *d, const state *st) CDC_MUST_CHECK;
 /* Binds the sinks and the pipeline to d->cfg with rules r (taken), creating the sinks it needs
  * first. False with d->err when a sink cannot start. */
 bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;
+/* Tells the Kafka sink the database's name (Debezium's source.db), once connected. */
+void sidecar_tell_database(sidecar *d);
+/* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
+void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+			  const char *details);
+
+/* daemon.c */
+/* Records st in state_dir now (waiting for the writer's thread), before what follows relies on it;
+ * false with d->err. */
+bool sidecar_record(sidecar *d, const state *st) CDC_MUST_CHECK;
 
 /* reload.c */
 /* The overlay of state_dir laid over d->cfg at the start (a subscription of it that the
@@ -135,10 +142,6 @@ void reload_request(sidecar *d);
 void reload_maybe(sidecar *d);
 /* PUT and DELETE /subscriptions/NAME (the status server's control callback, ctx = d). */
 void reload_on_control(void *ctx, status_request *req);
-
-/* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
-void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
-			  const char *details);
 
 /* backfills.c */
 /* The backfills kept in state_dir, their reader, and the `snapshot: true` subscriptions seen for

@@ -115,6 +115,13 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 	if (s->k[SINKS_KAFKA])
 		kafka_sink_bind(s->k[SINKS_KAFKA], &kafka.set, kafka.subs, c->nsubs);
 	ok = !s->k[SINKS_SOCKET] || socket_sink_bind(s->k[SINKS_SOCKET], socket, c->nsubs, err, errlen);
+	if (ok && s->k[SINKS_KAFKA] && !s->ev_kafka) {
+		s->ev_kafka = event_new(s->base, s->k[SINKS_KAFKA]->ops->fd(s->k[SINKS_KAFKA]),
+					EV_READ | EV_PERSIST, s->kafka_event, s->ctx);
+		event_add(s->ev_kafka, NULL);
+	}
+	if (ok && s->k[SINKS_KAFKA])
+		kafka_sink_watch_stream(s->k[SINKS_KAFKA], s->held, s->ctx);
 out:
 	sinks_kafka_setup_free(&kafka);
 	free(socket);
@@ -123,6 +130,8 @@ out:
 
 void sink_set_free(sink_set *s)
 {
+	if (s->ev_kafka)
+		event_free(s->ev_kafka);
 	for (int i = 0; i < SINKS_N; i++)
 		if (s->k[i])
 			s->k[i]->ops->free(s->k[i]);

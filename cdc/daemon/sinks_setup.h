@@ -4,6 +4,8 @@
 #ifndef CDC_SINKS_SETUP_H
 #define CDC_SINKS_SETUP_H
 
+#include <event2/event.h>
+
 #include "cdc/config/config.h"
 #include "sinks/kafka/kafka_sink.h"
 #include "sinks/sink.h"
@@ -21,6 +23,12 @@ typedef struct sink_set {
 	void (*wake)(void *ctx);
 	void (*durable)(void *ctx);
 	void *ctx;
+	/* for the Kafka sink: its delivery reports wake the loop (kafka_event(fd, what, ctx) on
+	 * ev_kafka, made with the sink), and which stream this process holds (held, see
+	 * kafka_sink_watch_stream) */
+	event_callback_fn kafka_event;
+	kafka_stream_fn held;
+	struct event *ev_kafka; /* NULL until the Kafka sink exists */
 } sink_set;
 
 /* Points each subscription of c at its sink, creating sinks on first use, and hands every sink

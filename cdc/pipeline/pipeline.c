@@ -30,7 +30,7 @@ struct pipeline {
 	char *spill_dir;
 	uint64_t endpos;
 	void (*at_boundary)(void *ctx);
-	void (*resync_reached)(void *ctx);
+	void (*at_resync)(void *ctx);
 	void *ctx;
 
 	rules *rules;
@@ -536,8 +536,8 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			stamp(ev, t, lsn);
 			for (uint32_t i = 0; i < p->nsubs && ok; i++)
 				ok = emit_to(p, ev, i, &c, 0, NULL, err, errlen);
-			if (ok && p->resync_reached)
-				p->resync_reached(p->ctx);
+			if (ok && p->at_resync)
+				p->at_resync(p->ctx);
 			break;
 		}
 		if (strcmp(m->message.prefix, DDL_PREFIX) == 0 &&
@@ -862,7 +862,7 @@ void pipeline_deliver_ddl(pipeline *p, bool on)
 
 void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx))
 {
-	p->resync_reached = reached;
+	p->at_resync = reached;
 }
 
 pgo_relcache *pipeline_relcache(pipeline *p)

@@ -625,7 +625,8 @@ static int setup(sidecar *d, uint64_t endpos)
 	d->pipe = pipeline_new(spill_dir, endpos, at_boundary, d);
 	pipeline_on_resync(d->pipe, resync_reached);
 	pipeline_deliver_ddl(d->pipe, c->source.ddl);
-	d->conn.src = source_new(c);
+	source_settings src = setup_source(c);
+	d->conn.src = source_new(&src);
 	d->base = event_base_new();
 	if (!(d->sw = state_writer_new(c->state_dir, d->err, sizeof(d->err)))) {
 		log_error("cannot record positions", "error=\"%s\"", d->err);

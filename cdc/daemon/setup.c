@@ -24,3 +24,19 @@ rules *setup_rules(const cfg *c, char *err, size_t errlen)
 	free(subs);
 	return r;
 }
+
+source_settings setup_source(const cfg *c)
+{
+	return (source_settings){.dsn = c->source.dsn,
+				 .slot = c->source.slot,
+				 .publication = c->source.publication,
+				 .primary_dsn = c->source.primary_dsn,
+				 .state_dir = c->state_dir,
+				 .create = c->source.create,
+				 .failover = c->source.failover,
+				 .ddl = c->source.ddl,
+				 .generated_columns = c->source.publish_generated_columns,
+				 .heartbeat = c->source.heartbeat_ms != 0,
+				 .publish = (const char *const *)c->source.publish.v,
+				 .npublish = c->source.publish.n};
+}

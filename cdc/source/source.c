@@ -85,28 +85,28 @@ void source_redact(const source *s, char *err, size_t errlen)
 	pg_redact(&s->secrets, err, errlen);
 }
 
-source *source_new(const cfg *c)
+source *source_new(const source_settings *set)
 {
 	source *s = xcalloc(1, sizeof(*s));
-	s->dsn = xstrdup(c->source.dsn);
+	s->dsn = xstrdup(set->dsn);
 	pg_secrets_init(&s->secrets, s->dsn);
-	s->slot = xstrdup(c->source.slot);
-	s->publication = xstrdup(c->source.publication);
-	s->create = c->source.create;
-	s->failover = c->source.failover;
-	s->heartbeat = c->source.heartbeat_ms != 0;
-	s->primary_dsn = xstrdup(c->source.primary_dsn ? c->source.primary_dsn : "");
+	s->slot = xstrdup(set->slot);
+	s->publication = xstrdup(set->publication);
+	s->create = set->create;
+	s->failover = set->failover;
+	s->heartbeat = set->heartbeat;
+	s->primary_dsn = xstrdup(set->primary_dsn ? set->primary_dsn : "");
 	pg_secrets_add(&s->secrets, s->primary_dsn);
 	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
 	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
 	PQconninfoFree(opts);
-	s->ddl = c->source.ddl;
-	s->state_dir = xstrdup(c->state_dir ? c->state_dir : ".");
-	s->generated_columns = c->source.publish_generated_columns;
-	s->publish.n = c->source.publish.n;
+	s->ddl = set->ddl;
+	s->state_dir = xstrdup(set->state_dir ? set->state_dir : ".");
+	s->generated_columns = set->generated_columns;
+	s->publish.n = set->npublish;
 	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
 	for (size_t i = 0; i < s->publish.n; i++)
-		s->publish.v[i] = xstrdup(c->source.publish.v[i]);
+		s->publish.v[i] = xstrdup(set->publish[i]);
 	return s;
 }
 

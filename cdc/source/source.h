@@ -42,8 +42,20 @@ typedef struct source_handler {
 
 typedef struct source source;
 
-/* Copies what it needs from c. */
-source *source_new(const cfg *c);
+/* What the source takes of the configuration (its source: section and state_dir), filled by the
+ * daemon (cdc/daemon/setup.c). */
+typedef struct source_settings {
+	const char *dsn, *slot, *publication;
+	const char *primary_dsn; /* NULL: none */
+	const char *state_dir;	 /* NULL: "." */
+	bool create, failover, ddl, generated_columns;
+	bool heartbeat;		    /* source.heartbeat is set */
+	const char *const *publish; /* source.publish's patterns */
+	size_t npublish;
+} source_settings;
+
+/* Copies what it needs from set. */
+source *source_new(const source_settings *set);
 void source_free(source *s);
 
 /* Replaces in err (NUL-terminated, errlen bytes) every password of source.dsn (password and

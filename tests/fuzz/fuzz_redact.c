@@ -16,11 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *nl = memchr(data, '\n', size);
 	if (!nl || memchr(data, '\0', size))
 		return 0;
-	cfg c = {0};
-	c.source.dsn = strndup((const char *)data, (size_t)(nl - data));
-	c.source.slot = "s";
-	c.source.publication = "p";
-	source *s = source_new(&c);
+	char *dsn = strndup((const char *)data, (size_t)(nl - data));
+	source *s = source_new(&(source_settings){.dsn = dsn, .slot = "s", .publication = "p"});
 
 	/* The message in a buffer of a size taken from the input, so that full buffers come up. */
 	size_t msglen = size - (size_t)(nl + 1 - data);
@@ -32,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (strlen(err) >= errlen)
 		abort();
 
-	PQconninfoOption *opts = PQconninfoParse(c.source.dsn, NULL);
+	PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
 	for (PQconninfoOption *o = opts; o && o->keyword; o++)
 		if (o->val && strlen(o->val) >= 4 && strstr(err, o->val) &&
 		    (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0) &&
@@ -42,6 +39,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	PQconninfoFree(opts);
 	free(err);
 	source_free(s);
-	free((char *)c.source.dsn);
+	free(dsn);
 	return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/daemon/setup.h"
 #include "test.h"
 
 static source *source_for(const char *dsn)
@@ -23,7 +24,8 @@ static source *source_for(const char *dsn)
 		fprintf(stderr, "%s", e.data);
 		abort();
 	}
-	source *s = source_new(c);
+	source_settings set = setup_source(c);
+	source *s = source_new(&set);
 	cfg_free(c);
 	buf_free(&y);
 	buf_free(&e);
@@ -85,7 +87,8 @@ int main(void)
 		    &y,
 		    "source:\n  dsn: \"host=standby\"\n  primary_dsn: \"host=p password=Primary-pw-7\"\n");
 		cfg *c = cfg_parse("t.yaml", y.data, y.len, &e);
-		source *ps = source_new(c);
+		source_settings set = setup_source(c);
+		source *ps = source_new(&set);
 		char err[64] = "FATAL: Primary-pw-7 at p";
 		source_redact(ps, err, sizeof(err));
 		CHECK_STR(err, "FATAL: ******** at p");

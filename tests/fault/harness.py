@@ -65,7 +65,10 @@ exit nobody asked for, or harness error (0 otherwise; duplicates are reported, n
 
 The seed fixes every random choice (fault kinds, order, timings, transaction shapes); threads and
 processes still interleave as they will, so a rerun with the same seed is a close replay, not an
-exact one. --keep keeps the work directory (cdc's logs, consumers' output, state_dir).
+exact one. --keep keeps the work directory (cdc's logs, consumers' output, state_dir) and writes
+k_all.jsonl there: every Kafka message the harness read, partition by partition in offset order
+([topic, partition, offset, table, id, op, ver, note, grp, xid, commit_lsn, tx_index]):
+the mock broker's log goes with it, and an order example names a partition and offset.
 """
 
 import argparse
@@ -812,6 +815,11 @@ class Harness:
         led = self.load.ledger
         results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
                                  lost=self.lost_at_promotion)
+        if self.args.keep:  # what the Kafka reader read, partition by partition, for a post-mortem
+            with open(os.path.join(self.workdir, "k_all.jsonl"), "w") as f:
+                for tp, recs in sorted(self.sinks["k_all"].streams.items()):
+                    for r in recs:
+                        f.write(json.dumps([tp[0], tp[1], r.where[1]] + list(r[:-2]), separators=(",", ":")) + "\n")
         errors = self.errors + errors
         a = self.args
         print()
@@ -903,7 +911,8 @@ class Harness:
         failed = sum(not ok for ok in checks.values())
         print(f"seed {a.seed}: rerun with  python3 tests/fault/harness.py --seed {a.seed} --duration {a.duration}"
               f"{' --exactly-once' if a.exactly_once else ''}{' --standby' if a.standby else ''}"
-              f"{f' --pg-version {a.pg_version}' if a.pg_version else ''}")
+              f"{f' --pg-version {a.pg_version}' if a.pg_version else ''}"
+              f"{'' if a.keep or not failed else '  (--keep keeps cdc logs and what every sink received)'}")
         print(f"fault: {len(checks) - failed} passed, {failed} failed")
         return 1 if failed else 0
 
@@ -920,7 +929,8 @@ def parse_args(argv=None):
     p.add_argument("--standby", action="store_true",
                    help="a PostgreSQL 17 primary and standby with a failover slot; adds the pg_promote fault")
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
-    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the work directory (and write what the Kafka reader read into k_all.jsonl)")
     p.add_argument("--exactly-once", action="store_true",
                    help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")

@@ -221,10 +221,12 @@ def test_pg17_failover_slot_follows_a_promotion_under_load(factory, pair):
 
 def test_pg17_failover_exactly_once_kafka(factory, pair, kafka, kafka_reader, proto):
     """The same promotion with kafka.exactly_once. What the mock lets this check: every row of the
-    promoted server arrives once and none it lacks; the process never aborts a Kafka transaction
-    and produces no copy (one process follows the promotion: nothing to fence, and the source
-    transactions the slot sends again are skipped by commit LSN, those of a Kafka transaction
-    still open included). What it cannot show: a broker's abort markers (see test_exactly_once)."""
+    promoted server arrives once and none it lacks; the process produces no copy (one process
+    follows the promotion: nothing to fence, and the source transactions the slot sends again are
+    skipped by commit LSN, those of a Kafka transaction still open included). It aborts a Kafka
+    transaction only when the primary died inside a source transaction whose first changes it had
+    (then that Kafka transaction cannot commit: the slot sends the source transaction again whole),
+    so at most once here. What it cannot show: a broker's abort markers (see test_exactly_once)."""
     topic = "cdc.public.t"
     kafka.create_topic(topic, 3)
     promoted, c, p = follow_promotion_17(
@@ -240,7 +242,9 @@ def test_pg17_failover_exactly_once_kafka(factory, pair, kafka, kafka_reader, pr
     assert set(got) == ids, f"rows the promoted server never had: {sorted(set(got) - ids)[:10]}"
     assert len(got) == len(ids), f"{len(got) - len(ids)} copies"
     k = status(c)["kafka"]
-    assert k["transactions_aborted"] == 0 and k["transactions_committed"] > 0, k
+    broke = sum("a sink failed" in line and "the stream broke inside a source transaction" in line
+                for line in p.stderr().splitlines())
+    assert k["transactions_aborted"] == broke <= 1 and k["transactions_committed"] > 0, (k, p.describe())
     assert "following a promotion" in p.stderr(), p.describe()
     assert p.terminate() == 0, p.describe()
 

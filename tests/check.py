@@ -4,12 +4,12 @@ then a summary: each part's counts and time, and a last line saying all passed o
 
     /usr/bin/python3 tests/check.py --pg-version 18 --pg-versions "14 15 16 17 18"
 
-The parts are the Makefile's targets, run by make in turn (its output passes through as it comes):
-format, build, unit, fuzz corpus, monitoring (the alert rules), docs, the integration suite on
---pg-version, the tests marked matrix on
-every other version of --pg-versions (check-matrix-N), the client libraries, the Debian package,
-the fault harness and the socket model, these on --pg-version too. A failed build ends the run there: nothing else can
-run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
+The parts are the Makefile's targets, run by make: first in turn (their output passes through as
+it comes) format, build, unit, fuzz corpus, monitoring (the alert rules), docs; then two lanes side
+by side (each part's output printed whole when it ends): the integration suite on --pg-version, and
+the tests marked matrix on every other version of --pg-versions (check-matrix-N), the client
+libraries, the Debian package, the fault harness and the socket model, these on --pg-version too.
+A failed build ends the run there: nothing else can run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
 harness's "fault: N passed, M failed") and from pytest's JUnit XML (build/check/PART.xml, asked for
 through PYTEST_ADDOPTS). Exits 1 if any part failed.
 """
@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 
@@ -47,7 +48,9 @@ class Part:
     def ok(self):
         return self.rc == 0 and self.failed == 0
 
-    def run(self, make_args):
+    def run(self, make_args, out=None):
+        """Runs the part's make target; its output goes to stdout as it comes, or into out (a list
+        of byte strings) when parts run side by side."""
         os.makedirs(OUT, exist_ok=True)
         junit = os.path.join(OUT, self.target + ".xml")
         if os.path.exists(junit):
@@ -55,15 +58,18 @@ class Part:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + f" --junitxml={junit}").strip()
         started = time.monotonic()
-        print(f"== {self.label}: make {self.target}", flush=True)
+        print(f"== {self.label}: make {self.target}{'' if out is None else ' (started)'}", flush=True)
         # close_fds=False: make's jobserver (make -j check) reaches the make below
-        p = subprocess.Popen(["make", "--no-print-directory", self.target] + make_args, cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=False)
+        p = subprocess.Popen(["make", "--no-print-directory"] + self.target.split() + make_args, cwd=ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=False)
         for raw in p.stdout:
             if JUNIT_NOTE.match(raw):
                 continue  # pytest's note of the XML file check.py asked for
-            sys.stdout.buffer.write(raw)
-            sys.stdout.buffer.flush()
+            if out is None:
+                sys.stdout.buffer.write(raw)
+                sys.stdout.buffer.flush()
+            else:
+                out.append(raw)
             m = COUNTS.match(raw.decode(errors="replace").strip())
             if m:
                 self.programs.append((m.group(1), int(m.group(2)), int(m.group(3))))
@@ -112,18 +118,39 @@ def main():
     # Every make below gets the same versions, whatever the environment says.
     make_args = [f"PG_VERSION={a.pg_version}", f"PG_VERSIONS={a.pg_versions}"]
     started = time.monotonic()
-    parts = [Part("format", "check-format"), Part("build", "all")]
-    parts += [Part("unit", "check-unit", unit="checks"), Part("fuzz corpus", "check-fuzz-corpus", unit="inputs"),
-              Part("monitoring", "check-monitoring"), Part("docs", "check-docs"),
-              Part("integration", "check-integration", a.pg_version)]
-    parts += [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version]
-    parts += [Part("clients", "check-clients", a.pg_version), Part("package", "check-package", a.pg_version),
-              Part("fault", "check-fault", a.pg_version),
-              Part("model", "check-model", a.pg_version)]
-    for part in parts:
+    first = [Part("format", "check-format"), Part("build", "all build/tests/kafka_mock"),
+             Part("unit", "check-unit", unit="checks"), Part("fuzz corpus", "check-fuzz-corpus", unit="inputs"),
+             Part("monitoring", "check-monitoring"), Part("docs", "check-docs")]
+    # Then two lanes side by side, each part after the other in its lane: the integration suite,
+    # and the rest (about as long together). Each part has its own servers, Kafka mock and
+    # temporary directories; its output is printed whole when it ends.
+    lanes = [[Part("integration", "check-integration", a.pg_version)],
+             [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version] +
+             [Part("clients", "check-clients", a.pg_version), Part("package", "check-package", a.pg_version),
+              Part("fault", "check-fault", a.pg_version), Part("model", "check-model", a.pg_version)]]
+    parts = first + [p for lane in lanes for p in lane]
+    for part in first:
         part.run(make_args)
         if part.name == "build" and part.rc != 0:
             break
+    else:
+        lock = threading.Lock()
+
+        def run_lane(lane):
+            for part in lane:
+                out = []
+                part.run(make_args, out)
+                with lock:
+                    print(f"== {part.label}: {'passed' if part.ok else 'FAILED'} after {duration(part.secs)}",
+                          flush=True)
+                    sys.stdout.buffer.write(b"".join(out))
+                    sys.stdout.buffer.flush()
+
+        threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     total = time.monotonic() - started
 
     print()

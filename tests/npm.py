@@ -2,6 +2,8 @@
 the PostgreSQL servers of the version matrix), done once per package-lock: a marker in the
 installed tree records the lock it installed."""
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -11,7 +13,23 @@ import subprocess
 def npm_ci(directory, ignore_scripts=False):
     """`npm ci` in directory unless it already holds exactly the locked packages. Returns True when
     it installed, False when the marker said they were there already; raises RuntimeError when npm
-    is missing or fails."""
+    is missing or fails. Processes that ask at the same moment (make check's two lanes) take turns
+    on a lock file beside the lock."""
+    with npm_lock(directory):
+        return npm_ci_locked(directory, ignore_scripts)
+
+
+@contextlib.contextmanager
+def npm_lock(directory):
+    """Holds directory's lock file (one holder at a time, across processes)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".cdc-npm-ci.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def npm_ci_locked(directory, ignore_scripts=False):
+    """npm_ci for a caller that holds npm_lock(directory) already."""
     with open(os.path.join(directory, "package-lock.json"), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     marker = os.path.join(directory, "node_modules", ".cdc-installed-lock")

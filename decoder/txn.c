@@ -599,14 +599,25 @@ static bool on_stream_commit(txn_assembler *a, char *err, size_t errlen)
  * nest, so until a subtransaction ends everything after its first message is its own or its
  * descendants'. One that ended by RELEASE can only abort with an ancestor, and that abort record
  * lists the released children, each of which gets its own Stream Abort (DecodeAbort): whichever
- * offset is lowest wins, in either order. A subtransaction with no messages is not found. */
+ * offset is lowest wins, in either order. A subtransaction with no messages is not found.
+ *
+ * A transaction that was never streamed has nothing to discard. PostgreSQL sends such an abort:
+ * it marks a top-level transaction streamed whenever it tried to stream it, also when it found the
+ * transaction aborted already before sending its first change (a concurrent abort, as when a
+ * restarted slot decodes again a transaction that aborted meanwhile), so a Stream Abort can come
+ * with no Stream Start before it. Its own apply worker ignores it too (the files it would delete
+ * are missing_ok). */
 static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
 	uint32_t subxid = m->stream_abort.subxid;
-	txn_held *t = streamed(a, err, errlen);
 	size_t i;
 
+	if (!expect_idle(a, err, errlen))
+		return false;
+	if (!held_find(a, m->xid))
+		return true;
+	txn_held *t = streamed(a, err, errlen);
 	if (!t)
 		return false;
 	if (subxid == t->xid)

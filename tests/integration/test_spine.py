@@ -509,6 +509,28 @@ def test_streamed_transaction_aborted(pg, schema, cdc):
 
 
 @pytest.mark.matrix
+def test_streamed_transaction_that_aborted_while_cdc_was_down(pg, schema, cdc):
+    """A transaction past logical_decoding_work_mem that aborted while cdc was down: none of it is
+    delivered when cdc starts again, and the stream goes on. (The server may find it aborted when it
+    decodes it again: PostgreSQL 18 drops it unstreamed, older ones stream it and send its abort;
+    a Stream Abort with no Stream Start before it is test_txn's case.)"""
+    pg.sql(f"create table {schema}.t (id int primary key, v text)")
+    c = cdc()
+    p0 = c.start()
+    assert p0.terminate() == 0
+    conn = pg.connect()
+    cur = conn.cursor()
+    cur.execute("begin")
+    cur.execute(f"insert into {schema}.t select g, md5(g::text) from generate_series(1, 20000) g")
+    cur.execute("rollback")
+    conn.close()
+    pg.sql(f"insert into {schema}.t values (0, 'after')")
+    p = c.start()
+    events = finish(p, 1)
+    assert [sem(e) for e in events] == [ev("insert", schema, "t", {"id": 0}, {"id": 0, "v": "after"})]
+
+
+@pytest.mark.matrix
 def test_streamed_transaction_with_rollback_to_savepoint(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key, v text)")
     c, p = cdc.start()

@@ -557,32 +557,29 @@ static bool on_stream_stop(txn_assembler *a, char *err, size_t errlen)
 	return file_close(a, err, errlen);
 }
 
-/* The held streamed transaction a Stream Commit / Abort / Prepare names. */
-static txn_held *streamed(txn_assembler *a, char *err, size_t errlen)
+/* The held streamed transaction a Stream Commit / Abort / Prepare names, into *t; one not held is
+ * an error, or *t NULL with missing_ok. */
+static bool streamed(txn_assembler *a, bool missing_ok, txn_held **t, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
-	txn_held *t;
 	if (!expect_idle(a, err, errlen))
-		return NULL;
-	t = held_find(a, m->xid);
-	if (!t) {
-		errf(err, errlen, "%s for transaction %" PRIu32 " that was never streamed",
-		     pgo_type_name(m->type), m->xid);
-		return NULL;
-	}
-	if (t->kind != TXN_HELD_STREAMED) {
-		errf(err, errlen, "%s for transaction %" PRIu32 " that is prepared, not streaming",
-		     pgo_type_name(m->type), m->xid);
-		return NULL;
-	}
-	return t;
+		return false;
+	*t = held_find(a, m->xid);
+	if (!*t)
+		return missing_ok ||
+		       errf(err, errlen, "%s for transaction %" PRIu32 " that was never streamed",
+			    pgo_type_name(m->type), m->xid);
+	if ((*t)->kind != TXN_HELD_STREAMED)
+		return errf(err, errlen, "%s for transaction %" PRIu32 " that is prepared, not streaming",
+			    pgo_type_name(m->type), m->xid);
+	return true;
 }
 
 static bool on_stream_commit(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
-	txn_held *t = streamed(a, err, errlen);
-	if (!t)
+	txn_held *t;
+	if (!streamed(a, false, &t, err, errlen))
 		return false;
 	a->info = (txn_info){
 	    .xid = t->xid,
@@ -611,15 +608,13 @@ static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
 	uint32_t subxid = m->stream_abort.subxid;
+	txn_held *t;
 	size_t i;
 
-	if (!expect_idle(a, err, errlen))
+	if (!streamed(a, true, &t, err, errlen))
 		return false;
-	if (!held_find(a, m->xid))
-		return true;
-	txn_held *t = streamed(a, err, errlen);
 	if (!t)
-		return false;
+		return true;
 	if (subxid == t->xid)
 		return held_abort(a, t, err, errlen);
 	for (i = t->nsubs; i > 0; i--)
@@ -644,8 +639,8 @@ static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 static bool on_stream_prepare(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
-	txn_held *t = streamed(a, err, errlen);
-	if (!t)
+	txn_held *t;
+	if (!streamed(a, false, &t, err, errlen))
 		return false;
 	t->kind = TXN_HELD_PREPARED;
 	t->gid = xstrdup(m->prepare.gid);

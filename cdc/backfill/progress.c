@@ -125,8 +125,7 @@ void backfill_json(const bf_set *b, buf *out, const char *sub, bf_now now)
 		json_key_str(out, &m, "state", bf_state_name(f.state));
 		json_key_str(out, &m, "where", f.where);
 		json_key_str(out, &m, "error", f.error);
-		json_key(out, &m, "created_ms");
-		json_i64(out, f.created_ms);
+		json_key_i64(out, &m, "created_ms", f.created_ms);
 		json_key(out, &m, "finished_ms");
 		if (f.finished_ms)
 			json_i64(out, f.finished_ms);

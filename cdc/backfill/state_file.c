@@ -52,8 +52,7 @@ static void save_table(buf *out, const table *t)
 	json_key_u64(out, &first, "delivered", t->done_d.delivered);
 	json_key_u64(out, &first, "dropped", t->done_d.dropped);
 	json_key_u64(out, &first, "filtered", t->done_d.filtered);
-	json_key(out, &first, "estimate");
-	json_i64(out, t->estimate);
+	json_key_i64(out, &first, "estimate", t->estimate);
 	buf_putc(out, '}');
 }
 
@@ -70,10 +69,8 @@ static void save_backfill(buf *out, const backfill *f)
 	json_key_boolean(out, &first, "snapshot", f->snapshot);
 	json_key_str(out, &first, "state", bf_state_name(f->state));
 	json_key_str(out, &first, "error", f->error);
-	json_key(out, &first, "created");
-	json_i64(out, f->created_ms);
-	json_key(out, &first, "finished");
-	json_i64(out, f->finished_ms);
+	json_key_i64(out, &first, "created", f->created_ms);
+	json_key_i64(out, &first, "finished", f->finished_ms);
 	json_key_boolean(out, &first, "resolved", f->resolved);
 	json_key(out, &first, "tables");
 	buf_putc(out, '[');

@@ -576,8 +576,7 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
 	/* Another process (a cdc started at the same moment) is creating it (PostgreSQL lists the slot
-	 * before its plugin): wait as a standby and
-	 * look again, as for a slot another process streams. */
+	 * before its plugin): wait as a standby and look again, as for a slot another process streams. */
 	if (pg_slot_being_created(row)) {
 		log_info("replication slot being created by another process; waiting for it",
 			 "slot=%s pid=%d", s->slot, row->active_pid);

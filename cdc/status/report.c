@@ -191,10 +191,8 @@ static void status_consumers(const report_sub *s, bool dead_letters, buf *out)
 		json_sep(out, &fa);
 		buf_putc(out, '{');
 		json_key_str(out, &f, "name", c->name);
-		json_key(out, &f, "pid");
-		json_i64(out, c->pid);
-		json_key(out, &f, "uid");
-		json_i64(out, c->uid);
+		json_key_i64(out, &f, "pid", c->pid);
+		json_key_i64(out, &f, "uid", c->uid);
 		json_key_str(out, &f, "mode", c->mode);
 		json_key_boolean(out, &f, "active", c->active);
 		json_key_boolean(out, &f, "reading", c->reading);

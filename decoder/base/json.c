@@ -189,6 +189,12 @@ void json_key_u64(buf *out, bool *first, const char *key, uint64_t v)
 	json_u64(out, v);
 }
 
+void json_key_i64(buf *out, bool *first, const char *key, int64_t v)
+{
+	json_key(out, first, key);
+	json_i64(out, v);
+}
+
 void json_key_boolean(buf *out, bool *first, const char *key, bool v)
 {
 	json_key(out, first, key);

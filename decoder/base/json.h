@@ -34,6 +34,7 @@ void json_key(buf *out, bool *first, const char *key);
 /* A whole member: "key":value. */
 void json_key_str(buf *out, bool *first, const char *key, const char *v);
 void json_key_u64(buf *out, bool *first, const char *key, uint64_t v);
+void json_key_i64(buf *out, bool *first, const char *key, int64_t v);
 void json_key_boolean(buf *out, bool *first, const char *key, bool v);
 
 /* Parses text[0..len) as one JSON document (whitespace around it allowed), nested at most depth

@@ -1,15 +1,28 @@
-/* kafka.c: the checks of the Kafka side. The brokers are asked once (sinks/kafka/probe.c: metadata
- * and DescribeConfigs, nothing produced) for every topic cdc would write to. */
+/* kafka_doctor.c: cdc doctor's checks of the Kafka side. The brokers are asked once
+ * (sinks/kafka/probe.c: metadata and DescribeConfigs, nothing produced) for every topic cdc would
+ * write to. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/daemon/sinks_setup.h"
-#include "cdc/doctor/internal.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/kafka/probe.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
 
+typedef struct name_list {
+	char **v;
+	size_t n;
+} name_list;
+
+/* What the checks keep from one to the next: the brokers' answer, asked once. */
+typedef struct doctor_state {
+	kafka_probe probe;
+	char probe_error[512];
+} doctor_state;
+
 typedef struct topic_list {
-	cfg_strlist names;
+	name_list names;
 	bool *configs; /* parallel: whether its cleanup.policy matters */
 } topic_list;
 
@@ -26,29 +39,39 @@ static void add_topic(topic_list *l, const char *name, bool config)
 	l->names.v[l->names.n++] = xstrdup(name);
 }
 
-static void sub_topic(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+/* One subscription's topic for each of its tables. */
+typedef struct sub_topics {
+	topic_list *list;
+	const sink_sub *sub;
+} sub_topics;
+
+static void sub_topic(void *arg, const char *schema, const char *table)
 {
-	(void)d;
+	const sub_topics *st = arg;
+	const kafka_sub_conf *c = st->sub->settings;
 	buf name = {0};
-	kafka_topic_name(&name, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, t->schema, t->name, s->name,
-			 s->tag);
-	add_topic(arg, name.data, false);
+	kafka_topic_name(&name, c->topic ? c->topic : KAFKA_DEFAULT_TOPIC, schema, table, st->sub->name,
+			 st->sub->tag);
+	add_topic(st->list, name.data, false);
 	buf_free(&name);
 }
 
 /* Every topic cdc would write to: its subscriptions' for the tables that exist now, the
  * transactions topic, and with exactly once the positions topic. */
-static void topics_of(doctor *d, topic_list *l)
+static void topics_of(sink_doctor *dr, topic_list *l)
 {
-	for (size_t i = 0; i < d->c->nsubs; i++)
-		if (d->c->subs[i].sink == CFG_SINK_KAFKA)
-			doctor_sub_tables(d, &d->c->subs[i], sub_topic, l);
-	if (d->c->kafka.transactions_topic)
-		add_topic(l, d->c->kafka.transactions_topic, false);
-	if (d->c->kafka.schemas_topic)
-		add_topic(l, d->c->kafka.schemas_topic, false);
-	if (d->c->kafka.exactly_once)
-		add_topic(l, d->c->kafka.positions_topic, true);
+	const kafka_conf *c = dr->section;
+	for (size_t i = 0; i < dr->nsubs; i++)
+		if (dr->subs[i].mine) {
+			sub_topics st = {l, &dr->subs[i]};
+			dr->tables(dr, i, sub_topic, &st);
+		}
+	if (c->transactions_topic)
+		add_topic(l, c->transactions_topic, false);
+	if (c->schemas_topic)
+		add_topic(l, c->schemas_topic, false);
+	if (c->exactly_once)
+		add_topic(l, c->positions_topic, true);
 }
 
 static void topic_list_free(topic_list *l)
@@ -59,46 +82,58 @@ static void topic_list_free(topic_list *l)
 	free(l->configs);
 }
 
-static void probe(doctor *d)
+/* The brokers' answer, asked by the first check. */
+static doctor_state *probe(sink_doctor *dr)
 {
-	if (d->probed)
-		return;
-	d->probed = true;
+	if (dr->state)
+		return dr->state;
+	doctor_state *d = dr->state = xcalloc(1, sizeof(*d));
 	topic_list l = {0};
-	topics_of(d, &l);
-	kafka_setup k = sinks_kafka_setup(d->c);
-	int timeout = d->r->kafka_timeout_ms > 0 ? d->r->kafka_timeout_ms : DEFAULT_TIMEOUT_MS;
+	topics_of(dr, &l);
+	kafka_setup k = kafka_setup_make(dr->section, dr->slot);
+	int timeout = dr->timeout_ms > 0 ? dr->timeout_ms : DEFAULT_TIMEOUT_MS;
 	if (!kafka_probe_run(&k.set, (const char *const *)l.names.v, l.configs, l.names.n, timeout, &d->probe,
 			     d->probe_error, sizeof(d->probe_error)))
 		d->probe.reachable = false;
-	sinks_kafka_setup_free(&k);
+	kafka_setup_free(&k);
 	topic_list_free(&l);
+	return d;
 }
 
-void doctor_kafka_brokers(doctor *d)
+void kafka_doctor_done(sink_doctor *dr)
 {
-	probe(d);
+	doctor_state *d = dr->state;
+	if (d)
+		kafka_probe_free(&d->probe);
+	free(d);
+	dr->state = NULL;
+}
+
+static void check_brokers(sink_doctor *dr)
+{
+	doctor_state *d = probe(dr);
 	if (d->probe_error[0])
-		doctor_say(d, DOCTOR_FAIL, "correct kafka.properties (they go to librdkafka as they are)",
+		dr->say(dr, SINK_FAIL, "correct kafka.properties (they go to librdkafka as they are)",
 			   "%s", d->probe_error);
 	else if (!d->probe.reachable)
-		doctor_say(
-		    d, DOCTOR_FAIL,
+		dr->say(
+		    dr, SINK_FAIL,
 		    "check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
 		    "that the brokers run and this host reaches them",
 		    "%s", d->probe.error);
 	else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: %d broker%s answered", d->c->kafka.brokers,
+		dr->say(dr, SINK_PASS, NULL, "%s: %d broker%s answered", ((const kafka_conf *)dr->section)->brokers,
 			   d->probe.brokers, d->probe.brokers == 1 ? "" : "s");
 }
 
-void doctor_kafka_topics(doctor *d)
+static void check_topics(sink_doctor *dr)
 {
-	probe(d);
+	doctor_state *d = probe(dr);
+	const kafka_conf *c = dr->section;
 	if (!d->probe.reachable)
 		return;
-	if (!d->conn) {
-		doctor_say(d, DOCTOR_WARN, "make the server check pass, then run cdc doctor again",
+	if (!dr->database_read) {
+		dr->say(dr, SINK_WARN, "make the server check pass, then run cdc doctor again",
 			   "the topics follow the subscriptions' tables, and the database could not be read");
 		return;
 	}
@@ -112,25 +147,25 @@ void doctor_kafka_topics(doctor *d)
 			continue;
 		}
 		/* the positions topic has a check of its own: an auto-created one is not compacted */
-		if (d->c->kafka.exactly_once && strcmp(t->name, d->c->kafka.positions_topic) == 0)
+		if (c->exactly_once && strcmp(t->name, c->positions_topic) == 0)
 			continue;
 		buf_printf(&missing, "%s%s", n++ ? ", " : "", t->name);
 		buf_printf(&fix, "%skafka-topics.sh --create --topic %s", fix.len ? "; " : "", t->name);
 	}
 	if (!n)
-		doctor_say(d, DOCTOR_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
+		dr->say(dr, SINK_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
 	else if (ac->known && strcmp(ac->value, "true") == 0)
-		doctor_say(d, DOCTOR_PASS, NULL,
+		dr->say(dr, SINK_PASS, NULL,
 			   "%zu missing (%s); the brokers create topics on first use "
 			   "(auto.create.topics.enable=true)",
 			   n, missing.data);
 	else if (ac->known)
-		doctor_say(
-		    d, DOCTOR_FAIL, fix.data,
+		dr->say(
+		    dr, SINK_FAIL, fix.data,
 		    "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
 		    n, missing.data, ac->value);
 	else
-		doctor_say(d, DOCTOR_WARN, fix.data,
+		dr->say(dr, SINK_WARN, fix.data,
 			   "%zu missing (%s), and whether the brokers create topics on first use is unknown "
 			   "(auto.create.topics.enable: %s): create them, or make sure they do",
 			   n, missing.data, ac->error);
@@ -138,15 +173,15 @@ void doctor_kafka_topics(doctor *d)
 	buf_free(&fix);
 }
 
-void doctor_kafka_transactions(doctor *d)
+static void check_transactions(sink_doctor *dr)
 {
-	probe(d);
+	doctor_state *d = probe(dr);
 	if (!d->probe.reachable)
 		return;
-	kafka_setup k = sinks_kafka_setup(d->c);
+	kafka_setup k = kafka_setup_make(dr->section, dr->slot);
 	const char *mine = kafka_producer_setting(&k.set, "transaction.timeout.ms");
 	long long producer = mine ? atoll(mine) : 60000; /* librdkafka's own default */
-	sinks_kafka_setup_free(&k);
+	kafka_setup_free(&k);
 	const kafka_probe_config *max = &d->probe.transaction_max_timeout;
 	char fix[256];
 	snprintf(fix, sizeof(fix),
@@ -154,29 +189,29 @@ void doctor_kafka_transactions(doctor *d)
 		 "transaction.timeout.ms to at most what they allow",
 		 producer);
 	if (!max->known)
-		doctor_say(
-		    d, DOCTOR_WARN, fix,
+		dr->say(
+		    dr, SINK_WARN, fix,
 		    "the producer's transaction.timeout.ms is %lld; the brokers' transaction.max.timeout.ms "
 		    "is unknown (%s), and a lower one refuses the transactional producer",
 		    producer, max->error);
 	else if (atoll(max->value) < producer)
-		doctor_say(d, DOCTOR_FAIL, fix,
+		dr->say(dr, SINK_FAIL, fix,
 			   "the producer's transaction.timeout.ms %lld is above the brokers' "
 			   "transaction.max.timeout.ms %s: the brokers refuse the transactional producer",
 			   producer, max->value);
 	else
-		doctor_say(d, DOCTOR_PASS, NULL,
+		dr->say(dr, SINK_PASS, NULL,
 			   "the producer's transaction.timeout.ms %lld is within the brokers' "
 			   "transaction.max.timeout.ms %s",
 			   producer, max->value);
 }
 
-void doctor_kafka_positions(doctor *d)
+static void check_positions(sink_doctor *dr)
 {
-	probe(d);
+	doctor_state *d = probe(dr);
 	if (!d->probe.reachable)
 		return;
-	const char *name = d->c->kafka.positions_topic;
+	const char *name = ((const kafka_conf *)dr->section)->positions_topic;
 	const kafka_probe_topic *t = NULL;
 	for (size_t i = 0; i < d->probe.ntopics; i++)
 		if (strcmp(d->probe.topics[i].name, name) == 0)
@@ -186,7 +221,7 @@ void doctor_kafka_positions(doctor *d)
 		snprintf(fix, sizeof(fix),
 			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
 			 name);
-		doctor_say(d, DOCTOR_FAIL, fix,
+		dr->say(dr, SINK_FAIL, fix,
 			   "%s does not exist (one the brokers create on first use is not compacted, and the "
 			   "position is read back from its beginning at every start)",
 			   name);
@@ -197,15 +232,28 @@ void doctor_kafka_positions(doctor *d)
 		 "cleanup.policy=compact",
 		 name);
 	if (!t->cleanup_policy.known)
-		doctor_say(d, DOCTOR_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
+		dr->say(dr, SINK_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
 			   t->cleanup_policy.error);
 	else if (!strstr(t->cleanup_policy.value, "compact"))
-		doctor_say(
-		    d, DOCTOR_FAIL, fix,
+		dr->say(
+		    dr, SINK_FAIL, fix,
 		    "%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
 		    "all",
 		    name, t->cleanup_policy.value);
 	else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
+		dr->say(dr, SINK_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
 			   t->cleanup_policy.value);
 }
+
+static bool exactly_once(const sink_doctor *dr)
+{
+	return ((const kafka_conf *)dr->section)->exactly_once;
+}
+
+const sink_check kafka_checks[] = {
+    {"kafka_brokers", NULL, check_brokers},
+    {"kafka_topics", NULL, check_topics},
+    {"kafka_transactions", exactly_once, check_transactions},
+    {"kafka_positions_topic", exactly_once, check_positions},
+    {NULL, NULL, NULL},
+};

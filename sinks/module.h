@@ -53,21 +53,24 @@ typedef struct sink_key {
 	size_t offset; /* of the field in the module's section or subscription struct */
 	const void *arg;
 	unsigned flags;
-	uint64_t def_number;	 /* the default of a number, duration, size, enum, mode or boolean */
-	const char *def_text;	 /* the default of a string; NULL: none */
-	const char *doc;	 /* for docs/configuration.md: Markdown, one paragraph */
-	uint64_t min, max;	 /* a number's range; 0: the type's own bound */
-	sink_key_check check;	 /* strings: NULL for any text */
-	const char *noun;	 /* strings with a check: what a value is ("topic"), in messages */
-	const char *value_type;	 /* strings with a check: the type's name in the reference */
-	const char *value_doc;	 /* strings with a check: how a value is written, for the reference */
+	uint64_t def_number;	/* the default of a number, duration, size, enum, mode or boolean */
+	const char *def_text;	/* the default of a string; NULL: none */
+	const char *doc;	/* for docs/configuration.md: Markdown, one paragraph */
+	uint64_t min, max;	/* a number's range; 0: the type's own bound */
+	sink_key_check check;	/* strings: NULL for any text */
+	const char *noun;	/* strings with a check: what a value is ("topic"), in messages */
+	const char *value_type; /* strings with a check: the type's name in the reference */
+	const char *value_doc;	/* strings with a check: how a value is written, for the reference */
 } sink_key;
 
 typedef struct sink_keys {
 	const sink_key *keys;
 	size_t count;
 } sink_keys;
-#define SINK_KEYS(array) {array, sizeof array / sizeof *array}
+#define SINK_KEYS(array)                                                                                     \
+	{                                                                                                    \
+		array, sizeof array / sizeof *array                                                          \
+	}
 
 /* A SINK_KEY_PROPERTIES value. */
 typedef struct sink_property {
@@ -103,8 +106,8 @@ typedef struct sink_env {
 /* One subscription, as a module's create() and bind() see it, at its index. */
 typedef struct sink_sub {
 	const char *name;
-	const char *tag; /* NULL if none */
-	bool mine;	 /* its sink is this module's */
+	const char *tag;      /* NULL if none */
+	bool mine;	      /* its sink is this module's */
 	const void *settings; /* the module's subscription struct (its keys' values; defaults if not mine) */
 } sink_sub;
 

@@ -32,14 +32,14 @@ void cfg_strlist_free(cfg_strlist *l);
 
 typedef struct cfg_subscription {
 	char *name;
-	int line, col;		   /* where it is defined, for messages */
-	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;		   /* enum match_op bits; default: MATCH_OPS_DEFAULT */
-	char *tag;		   /* NULL if none */
-	int sink;		   /* its index in sink_modules; default 0 (the first module) */
-	cfg_strlist changed;	   /* update matches only if one of these changed */
-	char *where;		   /* predicate text, NULL if none */
-	cfg_strlist columns;	   /* projection; empty: all */
+	int line, col;	     /* where it is defined, for messages */
+	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
+	unsigned ops;	     /* enum match_op bits; default: MATCH_OPS_DEFAULT */
+	char *tag;	     /* NULL if none */
+	int sink;	     /* its index in sink_modules; default 0 (the first module) */
+	cfg_strlist changed; /* update matches only if one of these changed */
+	char *where;	     /* predicate text, NULL if none */
+	cfg_strlist columns; /* projection; empty: all */
 	/* Each sink module's subscription struct (sink_module.sub_keys): the file sets only the one
 	 * of its own sink; the others hold their defaults. */
 	void *sink_settings[SINK_MODULES_MAX];
@@ -125,8 +125,8 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
 void cfg_overlay_delete(cfg_overlay *o, const char *name);
 /* Applies o to c's subscriptions. A put that needs what c lacks (a sink's section, or settings
- * that go with c's other subscriptions) is left out: its name appended to left_out (if not NULL) and one line to errors, in the
- * same order. False if one was. */
+ * that go with c's other subscriptions) is left out: its name appended to left_out (if not NULL) and one line
+ * to errors, in the same order. False if one was. */
 bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors);
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
 void cfg_overlay_free(cfg_overlay *o);
@@ -152,8 +152,8 @@ size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *
 
 /* The name of a subscription's sink ("?" for a value out of range). */
 const char *cfg_sink_name(int module);
-/* What the sink module at index module gets of c's subscriptions: one sink_sub per subscription, at its index (a
- * malloc'd array; its strings and settings are c's). */
+/* What the sink module at index module gets of c's subscriptions: one sink_sub per subscription, at its index
+ * (a malloc'd array; its strings and settings are c's). */
 sink_sub *cfg_sink_subs(const cfg *c, size_t module);
 /* A key's value by its dotted name ("subscribers.socket"): a string (NULL when unset or not a
  * string key), a number, duration, size, mode or boolean (0 when not such a key). */

@@ -283,7 +283,6 @@ static key sub_k[] = {
 		"`PUT` that adds it), while the stream runs. See [backfills.md](backfills.md)."},
 };
 
-
 /* The built tables: cdc's keys with the sink modules' among them. */
 static key sub_built[CFG_MAX_KEYS];
 static size_t sub_first[SINK_MODULES_MAX]; /* where each module's keys start in sub_built */
@@ -354,7 +353,8 @@ static bool sub_shown(const void *base, const key *k)
 	const sink_module *m = sink_modules[k->module - 1];
 	if (k->module - 1 != s->sink)
 		return false;
-	return !m->sub_shown || m->sub_shown(s->sink_settings[s->sink], (size_t)(k - sub_built) - sub_first[s->sink]);
+	return !m->sub_shown ||
+	       m->sub_shown(s->sink_settings[s->sink], (size_t)(k - sub_built) - sub_first[s->sink]);
 }
 
 keys sub_keys;
@@ -554,20 +554,27 @@ static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .ch
 /* cdc's own top-level keys; the sink modules' sections come after status. */
 enum { TK_SOURCE, TK_STATE_DIR, TK_STATUS, TK_LOG, TK_BACKFILL, TK_SUBSCRIPTIONS, TK_N };
 static const key top_k[] = {
-    [TK_SOURCE] = {"source", &t_section, 0, &source_keys, .doc = "The database, the slot and the publication."},
-    [TK_STATE_DIR] = {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
-     .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the spools "
-	    "of socket subscriptions, subscriptions changed over the status socket, backfills."},
+    [TK_SOURCE] = {"source", &t_section, 0, &source_keys,
+		   .doc = "The database, the slot and the publication."},
+    [TK_STATE_DIR] =
+	{"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+	 .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the "
+		"spools "
+		"of socket subscriptions, subscriptions changed over the status socket, backfills."},
     [TK_STATUS] = {"status", &t_section, 0, &status_keys,
-     .doc = "The status socket: figures, health, metrics, and the control endpoints."},
+		   .doc = "The status socket: figures, health, metrics, and the control endpoints."},
     [TK_LOG] = {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
-    [TK_BACKFILL] = {"backfill", &t_section, 0, &backfill_keys,
-     .doc = "How backfills read (`snapshot: true`, `cdc backfill`, re-syncs). A reload applies these to the "
-	    "chunks that follow."},
-    [TK_SUBSCRIPTIONS] = {"subscriptions", &t_subs, 0,
-     .doc = "A list of subscriptions: which changes go where. Each is a mapping of the keys below; a reload "
-	    "(`SIGHUP`) or `PUT`/`DELETE /subscriptions/NAME` applies changes at the next transaction "
-	    "boundary."},
+    [TK_BACKFILL] =
+	{"backfill", &t_section, 0, &backfill_keys,
+	 .doc =
+	     "How backfills read (`snapshot: true`, `cdc backfill`, re-syncs). A reload applies these to the "
+	     "chunks that follow."},
+    [TK_SUBSCRIPTIONS] =
+	{"subscriptions", &t_subs, 0,
+	 .doc =
+	     "A list of subscriptions: which changes go where. Each is a mapping of the keys below; a reload "
+	     "(`SIGHUP`) or `PUT`/`DELETE /subscriptions/NAME` applies changes at the next transaction "
+	     "boundary."},
 };
 static key top_built[TK_N + SINK_MODULES_MAX];
 
@@ -589,8 +596,8 @@ bool subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscripti
 				continue;
 			settings[n] = o->sink_settings[m], names[n] = o->name, which[n++] = o;
 		}
-		bool ok = mod->check_together(c->sink_present[m] ? c->sink_sections[m] : NULL, settings, names, n,
-					      &first, &other, why);
+		bool ok = mod->check_together(c->sink_present[m] ? c->sink_sections[m] : NULL, settings,
+					      names, n, &first, &other, why);
 		if (!ok && second)
 			*second = which[other];
 		free(settings);
@@ -628,9 +635,9 @@ keys top_keys;
 /* ---- the sink modules' keys, made into the tables' keys ---- */
 
 static const ktype *const type_of[] = {
-    [SINK_KEY_STRING] = &t_string, [SINK_KEY_BOOL] = &t_bool,	    [SINK_KEY_U32] = &t_u32,
-    [SINK_KEY_U64] = &t_u64,	   [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
-    [SINK_KEY_ENUM] = &t_enum,	   [SINK_KEY_MODE] = &t_mode,	    [SINK_KEY_PATH] = &t_socket,
+    [SINK_KEY_STRING] = &t_string,    [SINK_KEY_BOOL] = &t_bool,	 [SINK_KEY_U32] = &t_u32,
+    [SINK_KEY_U64] = &t_u64,	      [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
+    [SINK_KEY_ENUM] = &t_enum,	      [SINK_KEY_MODE] = &t_mode,	 [SINK_KEY_PATH] = &t_socket,
     [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,
 };
 
@@ -721,8 +728,8 @@ __attribute__((constructor)) static void build_tables(void)
 		sub_first[m] = n;
 		if (n + mod->sub_keys.count + 1 > CFG_MAX_KEYS)
 			abort(); /* raise CFG_MAX_KEYS */
-		convert_keys(&mod->sub_keys, sub_built + n, SUB(sink_settings) + m * sizeof(void *), mod->sub_size,
-			     (int)m + 1);
+		convert_keys(&mod->sub_keys, sub_built + n, SUB(sink_settings) + m * sizeof(void *),
+			     mod->sub_size, (int)m + 1);
 		n += mod->sub_keys.count;
 	}
 	sub_built[n] = sub_k[SK_SNAPSHOT];
@@ -737,8 +744,8 @@ __attribute__((constructor)) static void build_tables(void)
 		if (!mod->section)
 			continue;
 		key *v = xcalloc(mod->section_keys.count, sizeof(*v));
-		convert_keys(&mod->section_keys, v, TOP(sink_sections) + m * sizeof(void *), mod->section_size,
-			     (int)m + 1);
+		convert_keys(&mod->section_keys, v, TOP(sink_sections) + m * sizeof(void *),
+			     mod->section_size, (int)m + 1);
 		keys *t = xcalloc(1, sizeof(*t));
 		*t = (keys){v, mod->section_keys.count, .present = section_present, .module = m};
 		top_built[n++] =

@@ -535,10 +535,10 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
-/* The stream this process holds now (sink_env.stream, asked before an exactly-once commit). Asks the kernel too:
- * a process resumed after a pause commits nothing before it has read that its stream ended. A
- * stream found closed is handed to on_read at once, even while reading is paused for a sink
- * that is busy with the very commit that waits for it. */
+/* The stream this process holds now (sink_env.stream, asked before an exactly-once commit). Asks the kernel
+ * too: a process resumed after a pause commits nothing before it has read that its stream ended. A stream
+ * found closed is handed to on_read at once, even while reading is paused for a sink that is busy with the
+ * very commit that waits for it. */
 static uint64_t held_stream(void *ctx)
 {
 	connection *c = &((sidecar *)ctx)->conn;

@@ -61,8 +61,9 @@ static const char *not_ready(sidecar *d)
 	if (d->conn.paused)
 		return "paused: a sink is busy or a spool is full (when_full: block)";
 	for (size_t m = 0; sink_modules[m]; m++) {
-		const char *why = d->sinks.k[m] && sink_modules[m]->not_ready ? sink_modules[m]->not_ready(d->sinks.k[m])
-										: NULL;
+		const char *why = d->sinks.k[m] && sink_modules[m]->not_ready
+				      ? sink_modules[m]->not_ready(d->sinks.k[m])
+				      : NULL;
 		if (why)
 			return why;
 	}

@@ -454,7 +454,8 @@ static bool apply_reload(sidecar *d)
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		const char *name = d->rl.changes[i].req->name;
 		if (!d->rl.changes[i].req->put && !cfg_find_subscription(d->cfg, name) &&
-		    !aside_find(&d->rl.aside, name) && !sink_set_forget(&d->sinks, name, d->err, sizeof(d->err)))
+		    !aside_find(&d->rl.aside, name) &&
+		    !sink_set_forget(&d->sinks, name, d->err, sizeof(d->err)))
 			log_warn("cannot remove what a sink keeps of a deleted subscription",
 				 "subscription=%s error=\"%s\"", name, d->err);
 	}

@@ -13,7 +13,8 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 		size_t m = (size_t)c->subs[i].sink;
 		if (!s->k[m]) {
 			sink_sub *subs = cfg_sink_subs(c, m);
-			s->k[m] = sink_modules[m]->create(&s->env, c->sink_sections[m], subs, c->nsubs, err, errlen);
+			s->k[m] = sink_modules[m]->create(&s->env, c->sink_sections[m], subs, c->nsubs, err,
+							  errlen);
 			free(subs);
 			if (!s->k[m])
 				return false;
@@ -24,15 +25,16 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 		if (!s->k[m] || !sink_modules[m]->bind)
 			continue;
 		sink_sub *subs = cfg_sink_subs(c, m);
-		bool ok = sink_modules[m]->bind(s->k[m], &s->env, c->sink_sections[m], subs, c->nsubs, err, errlen);
+		bool ok =
+		    sink_modules[m]->bind(s->k[m], &s->env, c->sink_sections[m], subs, c->nsubs, err, errlen);
 		free(subs);
 		if (!ok)
 			return false;
 	}
 	for (size_t m = 0; sink_modules[m]; m++)
 		if (s->k[m] && s->k[m]->ops->fd && !s->ev[m]) {
-			s->ev[m] = event_new(s->env.base, s->k[m]->ops->fd(s->k[m]), EV_READ | EV_PERSIST, s->on_event,
-					     s->env.ctx);
+			s->ev[m] = event_new(s->env.base, s->k[m]->ops->fd(s->k[m]), EV_READ | EV_PERSIST,
+					     s->on_event, s->env.ctx);
 			event_add(s->ev[m], NULL);
 		}
 	return true;
@@ -92,7 +94,8 @@ void sink_set_database(sink_set *s, const char *name)
 bool sink_set_forget(sink_set *s, const char *name, char *err, size_t errlen)
 {
 	for (size_t m = 0; sink_modules[m]; m++)
-		if (s->k[m] && sink_modules[m]->forget && !sink_modules[m]->forget(s->k[m], name, err, errlen))
+		if (s->k[m] && sink_modules[m]->forget &&
+		    !sink_modules[m]->forget(s->k[m], name, err, errlen))
 			return false;
 	return true;
 }

@@ -13,13 +13,13 @@
 /* What a check needs before it runs; a check whose needs are not met prints nothing (the database's
  * checks after a failed connection). */
 enum {
-	NEEDS_DB = 1 << 0,	     /* a connection to source.dsn */
-	NEEDS_PG18 = 1 << 1,	     /* PostgreSQL 18 or later */
-	NEEDS_FAILOVER = 1 << 4,     /* source.failover */
-	NEEDS_PRIMARY = 1 << 5,	     /* source.dsn is a primary */
-	NEEDS_STANDBY = 1 << 6,	     /* source.dsn is a standby (pg_is_in_recovery()) */
-	NEEDS_PG17 = 1 << 7,	     /* PostgreSQL 17 or later */
-	NEEDS_DDL = 1 << 8,	     /* source.ddl */
+	NEEDS_DB = 1 << 0,	 /* a connection to source.dsn */
+	NEEDS_PG18 = 1 << 1,	 /* PostgreSQL 18 or later */
+	NEEDS_FAILOVER = 1 << 4, /* source.failover */
+	NEEDS_PRIMARY = 1 << 5,	 /* source.dsn is a primary */
+	NEEDS_STANDBY = 1 << 6,	 /* source.dsn is a standby (pg_is_in_recovery()) */
+	NEEDS_PG17 = 1 << 7,	 /* PostgreSQL 17 or later */
+	NEEDS_DDL = 1 << 8,	 /* source.ddl */
 };
 
 static const struct {
@@ -149,8 +149,8 @@ static void call_table(doctor *d, const cfg_subscription *s, const doctor_table 
 	call->fn(call->arg, t->schema, t->name);
 }
 
-static size_t module_tables(sink_doctor *dr, size_t sub, void (*fn)(void *arg, const char *schema, const char *table),
-			    void *arg)
+static size_t module_tables(sink_doctor *dr, size_t sub,
+			    void (*fn)(void *arg, const char *schema, const char *table), void *arg)
 {
 	doctor *d = doctor_of(dr);
 	table_call call = {fn, arg};

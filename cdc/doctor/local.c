@@ -82,7 +82,8 @@ void doctor_state_dir(doctor *d)
 		unbounded += !bytes;
 	}
 	/* the limit's name in messages (one module keeps files there today) */
-	const char *kind = keeper ? keeper->name : "socket", *limit = keeper ? keeper->state_limit_key : "retention.max_bytes";
+	const char *kind = keeper ? keeper->name : "socket",
+		   *limit = keeper ? keeper->state_limit_key : "retention.max_bytes";
 	struct statvfs fs;
 	if (statvfs(probe, &fs) != 0) {
 		doctor_say(d, DOCTOR_WARN, "check the filesystem of state_dir",
@@ -94,13 +95,14 @@ void doctor_state_dir(doctor *d)
 	size_text(avail, free_text, sizeof(free_text));
 	if (avail < want) {
 		snprintf(fix, sizeof(fix),
-			 "give state_dir a larger disk, or lower the subscriptions' %s (they sum to %s)", limit,
-			 need);
-		doctor_say(d, DOCTOR_WARN, fix, "%s has %s free, less than the %s the %s subscriptions' %s allow",
-			   dir, free_text, need, kind, limit);
+			 "give state_dir a larger disk, or lower the subscriptions' %s (they sum to %s)",
+			 limit, need);
+		doctor_say(d, DOCTOR_WARN, fix,
+			   "%s has %s free, less than the %s the %s subscriptions' %s allow", dir, free_text,
+			   need, kind, limit);
 	} else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, %s sum to %s%s", dir, free_text, limit,
-			   need, unbounded ? " (some of them have none)" : "");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, %s sum to %s%s", dir, free_text,
+			   limit, need, unbounded ? " (some of them have none)" : "");
 out:
 	free(parent);
 }

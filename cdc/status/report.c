@@ -188,9 +188,8 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
  *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",
  *                     "full", "attached", "dead_letter_readers"}] (from head_offset on: null
- *                     unless a socket sink, each sink module's sub_fields; the last two are arrays of {"name", "pid", "uid",
- *                     "mode", "active", "reading", "in_flight", "delivered", "acked",
- *                     "connected_since"}),
+ *                     unless a socket sink, each sink module's sub_fields; the last two are arrays of
+ * {"name", "pid", "uid", "mode", "active", "reading", "in_flight", "delivered", "acked", "connected_since"}),
  *  "backfills": GET /backfills' array (left out when empty),
  *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",

@@ -2,11 +2,11 @@
  * log lines all write their text through it. */
 #include "decoder/base/json.h"
 
+#include <inttypes.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <inttypes.h>
 #include <string.h>
 #include <time.h>
 

@@ -113,17 +113,17 @@ static void check_brokers(sink_doctor *dr)
 {
 	doctor_state *d = probe(dr);
 	if (d->probe_error[0])
-		dr->say(dr, SINK_FAIL, "correct kafka.properties (they go to librdkafka as they are)",
-			   "%s", d->probe_error);
+		dr->say(dr, SINK_FAIL, "correct kafka.properties (they go to librdkafka as they are)", "%s",
+			d->probe_error);
 	else if (!d->probe.reachable)
-		dr->say(
-		    dr, SINK_FAIL,
-		    "check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
-		    "that the brokers run and this host reaches them",
-		    "%s", d->probe.error);
+		dr->say(dr, SINK_FAIL,
+			"check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
+			"that the brokers run and this host reaches them",
+			"%s", d->probe.error);
 	else
-		dr->say(dr, SINK_PASS, NULL, "%s: %d broker%s answered", ((const kafka_conf *)dr->section)->brokers,
-			   d->probe.brokers, d->probe.brokers == 1 ? "" : "s");
+		dr->say(dr, SINK_PASS, NULL, "%s: %d broker%s answered",
+			((const kafka_conf *)dr->section)->brokers, d->probe.brokers,
+			d->probe.brokers == 1 ? "" : "s");
 }
 
 static void check_topics(sink_doctor *dr)
@@ -134,7 +134,7 @@ static void check_topics(sink_doctor *dr)
 		return;
 	if (!dr->database_read) {
 		dr->say(dr, SINK_WARN, "make the server check pass, then run cdc doctor again",
-			   "the topics follow the subscriptions' tables, and the database could not be read");
+			"the topics follow the subscriptions' tables, and the database could not be read");
 		return;
 	}
 	const kafka_probe_config *ac = &d->probe.auto_create;
@@ -156,9 +156,9 @@ static void check_topics(sink_doctor *dr)
 		dr->say(dr, SINK_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
 	else if (ac->known && strcmp(ac->value, "true") == 0)
 		dr->say(dr, SINK_PASS, NULL,
-			   "%zu missing (%s); the brokers create topics on first use "
-			   "(auto.create.topics.enable=true)",
-			   n, missing.data);
+			"%zu missing (%s); the brokers create topics on first use "
+			"(auto.create.topics.enable=true)",
+			n, missing.data);
 	else if (ac->known)
 		dr->say(
 		    dr, SINK_FAIL, fix.data,
@@ -166,9 +166,9 @@ static void check_topics(sink_doctor *dr)
 		    n, missing.data, ac->value);
 	else
 		dr->say(dr, SINK_WARN, fix.data,
-			   "%zu missing (%s), and whether the brokers create topics on first use is unknown "
-			   "(auto.create.topics.enable: %s): create them, or make sure they do",
-			   n, missing.data, ac->error);
+			"%zu missing (%s), and whether the brokers create topics on first use is unknown "
+			"(auto.create.topics.enable: %s): create them, or make sure they do",
+			n, missing.data, ac->error);
 	buf_free(&missing);
 	buf_free(&fix);
 }
@@ -196,14 +196,14 @@ static void check_transactions(sink_doctor *dr)
 		    producer, max->error);
 	else if (atoll(max->value) < producer)
 		dr->say(dr, SINK_FAIL, fix,
-			   "the producer's transaction.timeout.ms %lld is above the brokers' "
-			   "transaction.max.timeout.ms %s: the brokers refuse the transactional producer",
-			   producer, max->value);
+			"the producer's transaction.timeout.ms %lld is above the brokers' "
+			"transaction.max.timeout.ms %s: the brokers refuse the transactional producer",
+			producer, max->value);
 	else
 		dr->say(dr, SINK_PASS, NULL,
-			   "the producer's transaction.timeout.ms %lld is within the brokers' "
-			   "transaction.max.timeout.ms %s",
-			   producer, max->value);
+			"the producer's transaction.timeout.ms %lld is within the brokers' "
+			"transaction.max.timeout.ms %s",
+			producer, max->value);
 }
 
 static void check_positions(sink_doctor *dr)
@@ -222,9 +222,9 @@ static void check_positions(sink_doctor *dr)
 			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
 			 name);
 		dr->say(dr, SINK_FAIL, fix,
-			   "%s does not exist (one the brokers create on first use is not compacted, and the "
-			   "position is read back from its beginning at every start)",
-			   name);
+			"%s does not exist (one the brokers create on first use is not compacted, and the "
+			"position is read back from its beginning at every start)",
+			name);
 		return;
 	}
 	snprintf(fix, sizeof(fix),
@@ -233,16 +233,15 @@ static void check_positions(sink_doctor *dr)
 		 name);
 	if (!t->cleanup_policy.known)
 		dr->say(dr, SINK_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
-			   t->cleanup_policy.error);
+			t->cleanup_policy.error);
 	else if (!strstr(t->cleanup_policy.value, "compact"))
-		dr->say(
-		    dr, SINK_FAIL, fix,
-		    "%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
-		    "all",
-		    name, t->cleanup_policy.value);
+		dr->say(dr, SINK_FAIL, fix,
+			"%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
+			"all",
+			name, t->cleanup_policy.value);
 	else
 		dr->say(dr, SINK_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
-			   t->cleanup_policy.value);
+			t->cleanup_policy.value);
 }
 
 static bool exactly_once(const sink_doctor *dr)

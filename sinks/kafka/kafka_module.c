@@ -20,7 +20,8 @@ static const char *topic_name_problem(const char *value, char *why, size_t whyle
 {
 	(void)why, (void)whylen;
 	size_t n = strlen(value);
-	if (n < 1 || n > 249 || strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+	if (n < 1 || n > 249 ||
+	    strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
 		return "a Kafka topic name [a-zA-Z0-9._-]{1,249}";
 	return NULL;
 }
@@ -38,7 +39,8 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 			if (i == 4) {
 				size_t end = strcspn(p, "}");
 				errf(why, whylen,
-				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, {subscription}, "
+				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+				     "{subscription}, "
 				     "{tag})",
 				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
 				return why;
@@ -47,9 +49,10 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 			continue;
 		}
 		unsigned char c = (unsigned char)*p++;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-		      c == '_' || c == '-')) {
-			errf(why, whylen, "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-')) {
+			errf(why, whylen,
+			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
 			     c >= 0x20 && c < 0x7f ? c : '?');
 			return why;
 		}
@@ -60,12 +63,13 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 }
 
 #define TOPIC_NAME                                                                                           \
-	.check = topic_name_problem, .noun = "topic", .value_type = "topic name",                           \
+	.check = topic_name_problem, .noun = "topic", .value_type = "topic name",                            \
 	.value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters"
 #define TOPIC_TEMPLATE                                                                                       \
-	.check = topic_template_problem, .noun = "topic", .value_type = "topic template",                   \
-	.value_doc = "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "  \
-		     "does not allow become `_`"
+	.check = topic_template_problem, .noun = "topic", .value_type = "topic template",                    \
+	.value_doc =                                                                                         \
+	    "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "         \
+	    "does not allow become `_`"
 
 /* ---- keys ---- */
 
@@ -73,7 +77,8 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 #define SUB(f) offsetof(kafka_sub_conf, f)
 
 static const sink_key section_keys[] = {
-    {"brokers", SINK_KEY_STRING, SECTION(brokers), .flags = SINK_KEY_REQUIRED | SINK_KEY_NONEMPTY | SINK_KEY_RESTART,
+    {"brokers", SINK_KEY_STRING, SECTION(brokers),
+     .flags = SINK_KEY_REQUIRED | SINK_KEY_NONEMPTY | SINK_KEY_RESTART,
      .doc = "The bootstrap brokers, `host:port,host:port`."},
     {"properties", SINK_KEY_PROPERTIES, SECTION(properties), .flags = SINK_KEY_RESTART,
      .doc = "librdkafka properties, handed over unchanged: TLS (`security.protocol`, `ssl.*`), SASL, tuning "
@@ -90,8 +95,8 @@ static const sink_key section_keys[] = {
     {"exactly_once", SINK_KEY_BOOL, SECTION(exactly_once), .flags = SINK_KEY_RESTART,
      .doc = "A transactional producer carrying the slot position in the same Kafka transaction: "
 	    "read-committed consumers see each change once. See [kafka.md](kafka.md#exactly-once)."},
-    {"positions_topic", SINK_KEY_STRING, SECTION(positions_topic), .flags = SINK_KEY_RESTART | SINK_KEY_NONEMPTY,
-     .def_text = "cdc.positions", TOPIC_NAME,
+    {"positions_topic", SINK_KEY_STRING, SECTION(positions_topic),
+     .flags = SINK_KEY_RESTART | SINK_KEY_NONEMPTY, .def_text = "cdc.positions", TOPIC_NAME,
      .doc = "Exactly once: the topic where the slot position travels (compacted, partition 0)."},
     {"commit_interval", SINK_KEY_DURATION, SECTION(commit_interval_ms),
      .doc = "Exactly once: keep a Kafka transaction open at least this long (fewer, larger transactions; "
@@ -104,35 +109,40 @@ static const char *const format_names[] = {"protobuf", "json", "debezium", NULL}
 static const char *const toast_names[] = {"placeholder", "omit", NULL};
 enum { KEY_TOPIC, KEY_TOMBSTONES, KEY_FORMAT, KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST };
 static const sink_key sub_keys[] = {
-    [KEY_TOPIC] = {"topic", SINK_KEY_STRING, SUB(topic), .flags = SINK_KEY_NONEMPTY, .def_text = KAFKA_DEFAULT_TOPIC,
-		   TOPIC_TEMPLATE,
+    [KEY_TOPIC] = {"topic", SINK_KEY_STRING, SUB(topic), .flags = SINK_KEY_NONEMPTY,
+		   .def_text = KAFKA_DEFAULT_TOPIC, TOPIC_TEMPLATE,
 		   .doc = "Kafka only: the topic of each event, a template with `{schema}`, `{table}`, "
 			  "`{subscription}`, `{tag}`."},
     [KEY_TOMBSTONES] = {"tombstones", SINK_KEY_BOOL, SUB(tombstones),
-			.doc = "Kafka only: after each delete, a record with the same key and a null value (for "
-			       "log compaction), and after an update that changed the key one for the old key. "
-			       "Default: `false`, `true` with `format: debezium` (Debezium's "
-			       "`tombstones.on.delete`)."},
+			.doc =
+			    "Kafka only: after each delete, a record with the same key and a null value (for "
+			    "log compaction), and after an update that changed the key one for the old key. "
+			    "Default: `false`, `true` with `format: debezium` (Debezium's "
+			    "`tombstones.on.delete`)."},
     [KEY_FORMAT] = {"format", SINK_KEY_ENUM, SUB(format), format_names, .def_number = KAFKA_PROTOBUF,
-		    .doc = "Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
-			   "`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
-			   "prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
-			   "through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
+		    .doc =
+			"Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
+			"`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
+			"prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
+			"through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
     [KEY_SCHEMAS] = {"schemas", SINK_KEY_BOOL, SUB(schemas),
-		     .doc = "`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
-			    "as JsonConverter writes them with `schemas.enable=true`."},
+		     .doc =
+			 "`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
+			 "as JsonConverter writes them with `schemas.enable=true`."},
     [KEY_SERVER_NAME] = {"server_name", SINK_KEY_STRING, SUB(server_name), .def_text = "cdc",
 			 .check = topic_name_problem, .noun = "name", .value_type = "topic name",
 			 .value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters",
-			 .doc = "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
-				"`source.name` and the prefix of the key's and rows' schema names. The default "
-				"matches the default topic template's `cdc.`."},
-    [KEY_UNCHANGED_TOAST] = {"unchanged_toast", SINK_KEY_ENUM, SUB(unchanged_toast), toast_names,
-			     .def_number = KAFKA_TOAST_PLACEHOLDER,
-			     .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
-				    "does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
-				    "(its bytes, or lists of it, by type). `omit`: the column is left out of the "
-				    "row."},
+			 .doc =
+			     "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
+			     "`source.name` and the prefix of the key's and rows' schema names. The default "
+			     "matches the default topic template's `cdc.`."},
+    [KEY_UNCHANGED_TOAST] =
+	{"unchanged_toast", SINK_KEY_ENUM, SUB(unchanged_toast), toast_names,
+	 .def_number = KAFKA_TOAST_PLACEHOLDER,
+	 .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
+		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
+		"(its bytes, or lists of it, by type). `omit`: the column is left out of the "
+		"row."},
 };
 
 /* The keys only format: debezium takes. */
@@ -147,7 +157,8 @@ static void check_sub(void *settings, const bool *given, sink_problems *problems
 	for (size_t i = 0; i < sizeof sub_keys / sizeof *sub_keys; i++)
 		if (given[i] && debezium_key(i) && c->format != KAFKA_DEBEZIUM) {
 			char msg[128];
-			snprintf(msg, sizeof msg, "only valid with format: debezium (this subscription's format is %s)",
+			snprintf(msg, sizeof msg,
+				 "only valid with format: debezium (this subscription's format is %s)",
 				 format_names[c->format]);
 			problems->report(problems, i, msg);
 		}
@@ -175,11 +186,12 @@ static bool check_together(const void *section, const void *const *subs, const c
 			continue;
 		*first = 0;
 		*second = i;
-		buf_printf(why,
-			   "subscriptions %s (format %s) and %s (format %s) write Kafka records in different "
-			   "formats, but kafka.transactions_topic holds the records of their transactions in one: "
-			   "give them the same format",
-			   names[0], format_names[a->format], names[i], format_names[o->format]);
+		buf_printf(
+		    why,
+		    "subscriptions %s (format %s) and %s (format %s) write Kafka records in different "
+		    "formats, but kafka.transactions_topic holds the records of their transactions in one: "
+		    "give them the same format",
+		    names[0], format_names[a->format], names[i], format_names[o->format]);
 		return false;
 	}
 	return true;
@@ -189,8 +201,9 @@ static bool check_together(const void *section, const void *const *subs, const c
 
 kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot)
 {
-	kafka_setup k = {.props = xcalloc(conf->properties.count ? conf->properties.count : 1, sizeof(kafka_property)),
-			 .transactional_id = xmalloc(strlen(slot) + 5)};
+	kafka_setup k = {
+	    .props = xcalloc(conf->properties.count ? conf->properties.count : 1, sizeof(kafka_property)),
+	    .transactional_id = xmalloc(strlen(slot) + 5)};
 	/* Stable for the slot: the producer that streams it next fences this one. */
 	sprintf(k.transactional_id, "cdc-%s", slot);
 	for (size_t i = 0; i < conf->properties.count; i++)
@@ -286,11 +299,12 @@ void kafka_status_json(const kafka_stats *stats, bool exactly_once, buf *out)
 
 void kafka_metrics(const kafka_stats *stats, bool exactly_once, buf *out)
 {
-	prom_u64(out, "cdc_kafka_in_flight_messages", "gauge", "Messages produced and awaiting a delivery report.",
-		 stats->in_flight);
+	prom_u64(out, "cdc_kafka_in_flight_messages", "gauge",
+		 "Messages produced and awaiting a delivery report.", stats->in_flight);
 	prom_u64(out, "cdc_kafka_delivered_messages_total", "counter", "Messages the brokers acknowledged.",
 		 stats->delivered);
-	prom_u64(out, "cdc_kafka_errors_total", "counter", "Kafka delivery and producer errors.", stats->errors);
+	prom_u64(out, "cdc_kafka_errors_total", "counter", "Kafka delivery and producer errors.",
+		 stats->errors);
 	prom_u64(out, "cdc_kafka_restarts_total", "counter",
 		 "Producer restarts (after a fatal error, from the last flushed position).", stats->restarts);
 	if (!exactly_once)
@@ -325,7 +339,8 @@ static const hist *latency(const sink *s)
 static const char *not_ready(const sink *s)
 {
 	const kafka_stats *k = kafka_sink_stats(s);
-	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight" : NULL;
+	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight"
+					       : NULL;
 }
 
 static void log_figures(const sink *s)
@@ -334,8 +349,9 @@ static void log_figures(const sink *s)
 	log_info("kafka",
 		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
 		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
-		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered, (unsigned long long)k->errors,
-		 (unsigned long long)k->restarts, (double)hist_quantile(&k->latency, 0.5) / 1000,
+		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
+		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
+		 (double)hist_quantile(&k->latency, 0.5) / 1000,
 		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
 }
 
@@ -344,7 +360,8 @@ static void status_text(struct json_object *figures, buf *out)
 {
 	char f[3][64];
 	buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
-		   json_field_text(figures, "in_flight", f[0], 64), json_field_text(figures, "delivered", f[1], 64),
+		   json_field_text(figures, "in_flight", f[0], 64),
+		   json_field_text(figures, "delivered", f[1], 64),
 		   json_field_text(figures, "errors", f[2], 64));
 	json_object *position = NULL;
 	if (json_object_object_get_ex(figures, "position", &position) &&
@@ -355,13 +372,13 @@ static void status_text(struct json_object *figures, buf *out)
 			   json_field_text(figures, "transactions_aborted", f[2], 64));
 }
 
-
 const sink_module kafka_module = {
     .name = "kafka",
     .doc = "`kafka` ([kafka.md](kafka.md))",
     .section = "kafka",
-    .section_doc = "The Kafka producer, for `sink: kafka` subscriptions. Present only when a subscription uses "
-		   "Kafka.",
+    .section_doc =
+	"The Kafka producer, for `sink: kafka` subscriptions. Present only when a subscription uses "
+	"Kafka.",
     .section_keys = SINK_KEYS(section_keys),
     .section_size = sizeof(kafka_conf),
     .section_optional = true,

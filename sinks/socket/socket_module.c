@@ -95,8 +95,8 @@ static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 	return v;
 }
 
-static sink *create_sink(const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs, char *err,
-		    size_t errlen)
+static sink *create_sink(const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
+			 char *err, size_t errlen)
 {
 	const socket_conf *c = section;
 	socket_sink_settings set = {.socket_path = c->socket,
@@ -112,7 +112,7 @@ static sink *create_sink(const sink_env *env, const void *section, const sink_su
 }
 
 static bool bind_sink(sink *k, const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
-		 char *err, size_t errlen)
+		      char *err, size_t errlen)
 {
 	(void)env, (void)section;
 	socket_sub_settings *v = sub_settings(subs, nsubs);
@@ -126,10 +126,24 @@ static bool bind_sink(sink *k, const sink_env *env, const void *section, const s
 static const char *const mode_names[] = {
     [SOCKET_FAILOVER] = "failover", [SOCKET_SHARED] = "shared", [SOCKET_KEY_SHARED] = "key_shared"};
 
-static const char *const sub_fields[] = {
-    "head_offset", "acked_offset", "first_offset", "pending",	"consumers", "dead",
-    "dropped",	   "redelivered",  "in_flight",	   "acked",	"nacked",    "progressed",
-    "refused",	   "spool_bytes",  "full",	   "attached", "dead_letter_readers", NULL};
+static const char *const sub_fields[] = {"head_offset",
+					 "acked_offset",
+					 "first_offset",
+					 "pending",
+					 "consumers",
+					 "dead",
+					 "dropped",
+					 "redelivered",
+					 "in_flight",
+					 "acked",
+					 "nacked",
+					 "progressed",
+					 "refused",
+					 "spool_bytes",
+					 "full",
+					 "attached",
+					 "dead_letter_readers",
+					 NULL};
 
 /* The consumers of one subscription that read its dead letters (or its events), as a JSON array. */
 static void consumers_json(const socket_consumer_stats *v, size_t n, bool dead_letters, buf *out)
@@ -165,7 +179,8 @@ void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *co
 	json_key_u64(out, &f, "head_offset", st->head_offset);
 	json_key_u64(out, &f, "acked_offset", st->acked_offset);
 	json_key_u64(out, &f, "first_offset", st->first_offset);
-	json_key_u64(out, &f, "pending", st->head_offset > st->acked_offset ? st->head_offset - st->acked_offset : 0);
+	json_key_u64(out, &f, "pending",
+		     st->head_offset > st->acked_offset ? st->head_offset - st->acked_offset : 0);
 	json_key_u64(out, &f, "consumers", st->consumers);
 	json_key_u64(out, &f, "dead", st->dead);
 	json_key_u64(out, &f, "dropped", st->dropped);
@@ -211,18 +226,20 @@ static const struct {
      offsetof(socket_sub_stats, not_reading), false},
     {"cdc_subscription_dead_events", "gauge", "Dead letters retained (max_deliveries reached).",
      offsetof(socket_sub_stats, dead), false},
-    {"cdc_subscription_dropped_events_total", "counter", "Events discarded by retention before acknowledgement.",
-     offsetof(socket_sub_stats, dropped), false},
-    {"cdc_subscription_redelivered_events_total", "counter", "Events delivered again after a timeout or a nack.",
-     offsetof(socket_sub_stats, redelivered), false},
-    {"cdc_subscription_in_flight_events", "gauge", "Events delivered to attached consumers and not acknowledged yet.",
+    {"cdc_subscription_dropped_events_total", "counter",
+     "Events discarded by retention before acknowledgement.", offsetof(socket_sub_stats, dropped), false},
+    {"cdc_subscription_redelivered_events_total", "counter",
+     "Events delivered again after a timeout or a nack.", offsetof(socket_sub_stats, redelivered), false},
+    {"cdc_subscription_in_flight_events", "gauge",
+     "Events delivered to attached consumers and not acknowledged yet.",
      offsetof(socket_sub_stats, in_flight), false},
     {"cdc_subscription_acked_events_total", "counter", "Offsets consumers acknowledged.",
      offsetof(socket_sub_stats, acked), false},
     {"cdc_subscription_nacked_events_total", "counter", "Offsets consumers gave back with a Nack.",
      offsetof(socket_sub_stats, nacked), false},
-    {"cdc_subscription_progress_total", "counter", "Offsets whose ack_timeout a consumer's Progress restarted.",
-     offsetof(socket_sub_stats, progressed), false},
+    {"cdc_subscription_progress_total", "counter",
+     "Offsets whose ack_timeout a consumer's Progress restarted.", offsetof(socket_sub_stats, progressed),
+     false},
     {"cdc_subscription_refused_total", "counter",
      "Offsets in Ack, Nack or Progress frames refused: not in flight to the consumer that sent them.",
      offsetof(socket_sub_stats, refused), false},
@@ -240,18 +257,22 @@ static const struct {
 void socket_sub_metrics(const socket_sub_stats *stats, const char *const *names, size_t n, buf *out)
 {
 	for (size_t m = 0; m < sizeof sub_metrics_table / sizeof *sub_metrics_table; m++) {
-		prom_family(out, sub_metrics_table[m].name, sub_metrics_table[m].type, sub_metrics_table[m].help);
+		prom_family(out, sub_metrics_table[m].name, sub_metrics_table[m].type,
+			    sub_metrics_table[m].help);
 		for (size_t i = 0; i < n; i++) {
 			if (!names[i])
 				continue;
 			const socket_sub_stats *st = &stats[i];
 			uint64_t v;
 			if (sub_metrics_table[m].offset == SIZE_MAX)
-				v = st->head_offset > st->acked_offset ? st->head_offset - st->acked_offset : 0;
+				v = st->head_offset > st->acked_offset ? st->head_offset - st->acked_offset
+								       : 0;
 			else if (sub_metrics_table[m].flag)
-				v = *(const bool *)(const void *)((const char *)st + sub_metrics_table[m].offset);
+				v = *(const bool *)(const void *)((const char *)st +
+								  sub_metrics_table[m].offset);
 			else
-				v = *(const uint64_t *)(const void *)((const char *)st + sub_metrics_table[m].offset);
+				v = *(const uint64_t *)(const void *)((const char *)st +
+								      sub_metrics_table[m].offset);
 			prom_sample(out, sub_metrics_table[m].name, "subscription", names[i], NULL, NULL);
 			buf_printf(out, " %" PRIu64 "\n", v);
 		}

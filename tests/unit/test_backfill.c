@@ -222,8 +222,8 @@ static void test_life(void)
 		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
-	fake_sink k = {.filter = "z"};     /* a where that leaves row 3 (v = 'z') out */
-	update(b, "a", "1", "1", 90); /* before the low watermark */
+	fake_sink k = {.filter = "z"}; /* a where that leaves row 3 (v = 'z') out */
+	update(b, "a", "1", "1", 90);  /* before the low watermark */
 	deliver(b, &low1, 10, &k, now);
 	update(b, "a", "2", "2", 91);
 	answer(b, &c, 2, 3, (const char *[]){"95:95:", "1", "x", "95:95:", "2", "y"}, now);

@@ -246,7 +246,9 @@ static void test_defaults(void)
 		CHECK_INT(SOCK(s)->max_deliveries, 0);
 		CHECK_INT(SOCK(s)->max_unacked, 1000);
 		CHECK_INT(SOCK(s)->batch, SOCKET_BATCH_NONE);
-		CHECK_INT(SOCK(s)->retention.max_events + SOCK(s)->retention.max_age_ms + SOCK(s)->retention.max_bytes, 0);
+		CHECK_INT(SOCK(s)->retention.max_events + SOCK(s)->retention.max_age_ms +
+			      SOCK(s)->retention.max_bytes,
+			  0);
 		CHECK_INT(SOCK(s)->retention.when_full, SOCKET_FULL_BLOCK);
 	}
 	cfg_free(c);
@@ -1373,8 +1375,9 @@ static void test_sink_defaults(void)
 		    c ? cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e) : NULL;
 		CHECK(p != NULL);
 		if (p)
-			CHECK(cases[i].topic ? p->sink == SINK_KAFKA && strcmp(KAF(p)->topic, cases[i].topic) == 0
-					     : p->sink != SINK_KAFKA);
+			CHECK(cases[i].topic
+				  ? p->sink == SINK_KAFKA && strcmp(KAF(p)->topic, cases[i].topic) == 0
+				  : p->sink != SINK_KAFKA);
 		cfg_subscription_free(p);
 		cfg_free(c);
 		buf_free(&y);
@@ -1428,7 +1431,8 @@ static void test_format_defaults(void)
 		/* the same from a PUT body */
 		cfg_subscription *put =
 		    cfg_parse_subscription(c, "a", cases[i].sub, strlen(cases[i].sub), &e);
-		CHECK(put && KAF(put)->format == cases[i].format && KAF(put)->tombstones == cases[i].tombstones);
+		CHECK(put && KAF(put)->format == cases[i].format &&
+		      KAF(put)->tombstones == cases[i].tombstones);
 		cfg_subscription_free(put);
 		cfg_free(c);
 		buf_free(&y);

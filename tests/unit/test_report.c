@@ -29,7 +29,11 @@ static const socket_consumer_stats consumers[] = {
      .delivered = 118,
      .acked = 100,
      .connected_us = 1714566896000123},
-    {.name = "we\"ird\x1b[2J", .mode = SOCKET_FAILOVER, .pid = 4243, .uid = 0, .connected_us = 1714566900000000},
+    {.name = "we\"ird\x1b[2J",
+     .mode = SOCKET_FAILOVER,
+     .pid = 4243,
+     .uid = 0,
+     .connected_us = 1714566900000000},
     {.name = "tail-77",
      .mode = SOCKET_FAILOVER,
      .pid = 77,
@@ -297,8 +301,9 @@ static void test_escaping(void)
 	    {.name = "we\"ird\\name\nx\xff", .sink = "stdout", .matched = 1, .delivered = 1, .bytes = 10},
 	    {.name = "caf\xc3\xa9\t", .sink = "socket", .sink_members = members.data},
 	};
-	const report_sink odd_sinks[] = {
-	    {.name = "socket", .sub_metrics = spool_text.data, .sub_fields = sink_module_find("socket")->sub_fields}};
+	const report_sink odd_sinks[] = {{.name = "socket",
+					  .sub_metrics = spool_text.data,
+					  .sub_fields = sink_module_find("socket")->sub_fields}};
 	report r = empty_report;
 	r.subs = odd;
 	r.nsubs = 2;

@@ -131,6 +131,8 @@ static void keys_free_held(void *base, const keys *t)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		void **held = (void **)(void *)((char *)base + k->via);
+		if (k->type->store == ST_SECTION)
+			keys_free_held(base, k->arg);
 		if (k->flags & K_VIA) {
 			free(*held);
 			*held = NULL;

@@ -395,7 +395,7 @@ static const struct {
 	/* structure */
 	BAD("sourc:\n  dsn: x\n",
 	    "t.yaml:1:1: unknown top-level key \"sourc\" (allowed: source, state_dir, status, subscribers, kafka, "
-	    "log, backfill, subscriptions)\n"),
+	    "nats, log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
 	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
@@ -572,7 +572,7 @@ static const struct {
 	    "whole schema or table name\n"
 	    "t.yaml:2:32: subscriptions[0].tables: invalid table pattern \"\\\"a\\\"b.c\": double quotes must surround a "
 	    "whole schema or table name\n"
-	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout)\n"),
+	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout, nats)\n"),
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
 	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
@@ -673,7 +673,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "topic, tombstones, format, schemas, server_name, unchanged_toast, snapshot)\n"),
+	    "topic, tombstones, format, schemas, server_name, unchanged_toast, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -703,7 +703,7 @@ static void test_many_errors(void)
 	    "t.yaml:4:12: state_dir: expected a string, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
-	    "kafka, log, backfill, subscriptions)\n"
+	    "kafka, nats, log, backfill, subscriptions)\n"
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
@@ -722,7 +722,7 @@ static void test_too_many_errors(void)
 	for (int i = 1; i <= 100; i++)
 		buf_printf(&want,
 			   "t.yaml:%d:1: unknown top-level key \"k%d\" (allowed: source, state_dir, status, "
-			   "subscribers, kafka, log, backfill, subscriptions)\n",
+			   "subscribers, kafka, nats, log, backfill, subscriptions)\n",
 			   i, i);
 	buf_puts(&want, "t.yaml:101:1: too many errors, stopped reporting\n");
 	expect_errors(__LINE__, y.data, want.data);
@@ -1175,7 +1175,7 @@ static void test_parse_subscription(void)
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, topic, tombstones, "
-	     "format, schemas, server_name, unchanged_toast, snapshot)\n"},
+	     "format, schemas, server_name, unchanged_toast, subject, snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},

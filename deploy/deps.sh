@@ -19,9 +19,10 @@ test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-c
 	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
 	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build gdb nats-server)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
-# postgresql), the subscriber client (python3-protobuf, protoc) and GNU time for peak RSS.
+# postgresql), the subscriber client (python3-protobuf, protoc), GNU time for peak RSS, and
+# nats-server with the nats npm client (nodejs) for the NATS drain.
 bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg2 python3-protobuf protobuf-compiler
-	time python3-matplotlib)
+	time python3-matplotlib nats-server nodejs)
 # make deb: Debian's packaging tools (dpkg-buildpackage, debhelper, lintian).
 package_pkgs=(dpkg-dev debhelper lintian)
 runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5

@@ -43,7 +43,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \
-	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/avro.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
@@ -60,8 +60,8 @@ LIB_SRCS := \
 	cdc/doctor/kafka.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
-	ring kafka_eo failover debezium kafka_render catalog publication
-FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire
+	ring kafka_eo failover debezium avro kafka_render catalog publication
+FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
@@ -118,6 +118,9 @@ check-unit: $(UNIT_TESTS:%=$(B)/tests/unit/test_%)
 $(B)/tests/fuzz/replay_%: $(B)/obj/tests/fuzz/fuzz_%.o $(B)/obj/tests/fuzz/replay.o $(B)/libcdc.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# fuzz_avro checks cdc's Avro against Apache Avro's C library (libavro-dev): only it links the library.
+$(B)/tests/fuzz/replay_avro build/fuzz/avro: LDLIBS += -lavro
 
 check-fuzz-corpus: $(FUZZ_REPLAYS)
 	$(Q)rc=0; for f in $(FUZZERS); do $(B)/tests/fuzz/replay_$$f tests/fuzz/corpus/$$f || rc=1; done; exit $$rc

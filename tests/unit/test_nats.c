@@ -21,7 +21,8 @@ static void test_subject_name(void)
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		buf b = {0};
-		nats_subject_name(&b, cases[i].tmpl, cases[i].schema, cases[i].table, cases[i].sub, cases[i].tag);
+		nats_subject_name(&b, cases[i].tmpl, cases[i].schema, cases[i].table, cases[i].sub,
+				  cases[i].tag);
 		CHECK_STR(b.data, cases[i].want);
 		buf_free(&b);
 	}
@@ -56,18 +57,25 @@ static void test_filters(void)
 
 static void test_figures(void)
 {
-	nats_stats st = {.connected = true, .in_flight = 3, .delivered = 120, .duplicates = 7, .errors = 1,
-			 .restarts = 1, .reconnects = 2};
+	nats_stats st = {.connected = true,
+			 .in_flight = 3,
+			 .delivered = 120,
+			 .duplicates = 7,
+			 .errors = 1,
+			 .restarts = 1,
+			 .reconnects = 2};
 	buf b = {0};
 	nats_status_json(&st, &b);
-	CHECK_STR(b.data, "{\"connected\":true,\"in_flight\":3,\"delivered\":120,\"duplicates\":7,\"errors\":1,"
-			  "\"restarts\":1,\"reconnects\":2,\"error\":null}");
+	CHECK_STR(b.data,
+		  "{\"connected\":true,\"in_flight\":3,\"delivered\":120,\"duplicates\":7,\"errors\":1,"
+		  "\"restarts\":1,\"reconnects\":2,\"error\":null}");
 	buf_reset(&b);
 	st.connected = false;
 	strcpy(st.error, "JetStream refused a message: maximum messages exceeded");
 	nats_status_json(&st, &b);
-	CHECK(strstr(b.data, "\"connected\":false,") && strstr(b.data, "\"error\":\"JetStream refused a message: "
-								       "maximum messages exceeded\"}"));
+	CHECK(strstr(b.data, "\"connected\":false,") &&
+	      strstr(b.data, "\"error\":\"JetStream refused a message: "
+			     "maximum messages exceeded\"}"));
 	buf_reset(&b);
 	nats_metrics(&st, &b);
 	CHECK(strstr(b.data, "# HELP cdc_nats_connected 1 while cdc is connected to a NATS server.\n"

@@ -18,8 +18,7 @@
 	"FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN   \
 	    PG_PUB_JOIN "LEFT JOIN pg_catalog.pg_class ac ON ac.oid = pub_c.arrives "                        \
 	"LEFT JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace "                                  \
-	"WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "           \
-	"AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2"
+	"WHERE " PG_USER_TABLES "ORDER BY 1, 2"
 
 const char *catalog_sql(int server_version)
 {

@@ -313,8 +313,7 @@ void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
 	"LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "                     \
 	"LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "                                            \
 	"LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace " PG_PUB_JOIN                       \
-	"WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "           \
-	"AND n.nspname NOT LIKE 'pg\\_%' ORDER BY n.nspname COLLATE \"C\", c.relname COLLATE \"C\""
+	"WHERE " PG_USER_TABLES "ORDER BY n.nspname COLLATE \"C\", c.relname COLLATE \"C\""
 
 const char *pg_publication_tables_sql(int server_version)
 {

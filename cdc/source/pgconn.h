@@ -138,6 +138,12 @@ bool pg_slot_being_created(const pg_slot_row *row);
 	"pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, depth)) up ON up.relid = "        \
 	"l.relid ORDER BY up.depth DESC LIMIT 1) AS arrives) pub_c "
 
+/* The tables cdc looks at, for a query over pg_class c and pg_namespace n: plain and partitioned,
+ * outside the system schemas. */
+#define PG_USER_TABLES                                                                                       \
+	"c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "                 \
+	"AND n.nspname NOT LIKE 'pg\\_%' "
+
 /* The tables a publication could hold: parameter $1 the publication; one row per table (plain or
  * partitioned, outside the system schemas): schema, table, whether the role may add it to a
  * publication (it owns it: is a member of its owner), whether the publication holds it

@@ -196,9 +196,12 @@ typedef struct keys {
 		a, sizeof a / sizeof *a, __VA_ARGS__                                                         \
 	}
 
-extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_bool,
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_topic, t_bool,
     t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
 extern const keys top_keys, sub_keys;
+/* status.control_uids' default, in force until the file names others (an empty list too): root and
+ * the uid of the process that reads the file, which is cdc's own for `cdc run`. */
+void uids_default(cfg *c);
 
 /* With kafka.transactions_topic set, the transaction records of every Kafka subscription go to one
  * topic, so they share one format: a Kafka subscription of c (other than one named like s) whose

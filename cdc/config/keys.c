@@ -534,11 +534,12 @@ static const key source_k[] = {
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
 static const key status_k[] = {
-    [ST_SOCKET] = {"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET,
-		   .restart = true,
-		   .doc =
-		       "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
-		       "`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`."},
+    [ST_SOCKET] =
+	{"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET, .restart = true,
+	 .doc = "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
+		"`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`. A relative "
+		"path is taken from the configuration file's directory: `./status.sock` in "
+		"`etc/cdc.yaml` is `etc/status.sock`, whichever directory a command runs in."},
     [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true,
 		   .doc = "Also serve the status endpoints on this TCP address (probes and Prometheus), e.g. "
 			  "`127.0.0.1:9187` or `[::]:9187`."},
@@ -546,9 +547,12 @@ static const key status_k[] = {
 			.doc =
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
-    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true,
-			 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
-				"start backfills over the Unix socket."},
+    [ST_CONTROL_UIDS] =
+	{"control_uids", &t_uids, 0, .restart = true,
+	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
+		"start backfills over the Unix socket. An empty list is the default. `check-config` "
+		"prints the default as it applies to the user who runs it: `[0]` for root, "
+		"`[0, 999]` for a user of uid 999 such as `cdc`."},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
@@ -560,7 +564,8 @@ static void check_status(ctx *x, void *base, const pair *seen)
 
 static const key subscribers_k[] = {
     {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true,
-     .doc = "The Unix socket where socket subscriptions' consumers connect."},
+     .doc = "The Unix socket where socket subscriptions' consumers connect. A relative path is taken from "
+	    "the configuration file's directory, like `status.socket`'s."},
     {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true,
      .doc = "The file mode of both sockets; access for a consumer's group goes through cdc's group. A mode "
 	    "that lets any local user write is refused."},
@@ -653,9 +658,10 @@ static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .ch
 
 static const key top_k[] = {
     {"source", &t_section, 0, &source_keys, .doc = "The database, the slot and the publication."},
-    {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+    {"state_dir", &t_path, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
      .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the spools "
-	    "of socket subscriptions, subscriptions changed over the status socket, backfills."},
+	    "of socket subscriptions, subscriptions changed over the status socket, backfills. A relative "
+	    "path is taken from the configuration file's directory, like the sockets'."},
     {"status", &t_section, 0, &status_keys,
      .doc = "The status socket: figures, health, metrics, and the control endpoints."},
     {"subscribers", &t_section, 0, &subscribers_keys,
@@ -730,6 +736,7 @@ static cfg *cfg_new(const char *path)
 	cfg *c = xcalloc(1, sizeof *c);
 	c->path = xstrdup(path);
 	keys_default(c, &top_keys);
+	uids_default(c);
 	return c;
 }
 

@@ -50,7 +50,7 @@ LIB_SRCS := \
 	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c cdc/config/reference.c \
+	cdc/config/overlay.c cdc/config/reference.c cdc/config/secret.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/sidecar.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \

@@ -62,10 +62,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 	return rc;
 }
 
-cfg *cli_load_config(const char *path)
+cfg *cli_load_config(const char *path, bool secrets)
 {
 	buf errors = {0};
-	cfg *c = cfg_load(path, &errors);
+	cfg *c = secrets ? cfg_load(path, &errors) : cfg_load_no_secrets(path, &errors);
 	if (!c)
 		fputs(errors.data ? errors.data : "cdc: invalid configuration\n", stderr);
 	buf_free(&errors);
@@ -86,7 +86,7 @@ char *cli_socket_path(const cli_args *a, cli_socket which)
 	if (a->socket)
 		return xstrdup(a->socket);
 	if (a->config) {
-		cfg *c = cli_load_config(a->config);
+		cfg *c = cli_load_config(a->config, false);
 		if (!c)
 			return NULL;
 		char *p = xstrdup(which == CLI_STATUS_SOCKET ? c->status.socket : c->subscribers.socket);

@@ -51,8 +51,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 /* "NAME: " fmt (with arg), then the usage, on stderr. Returns 2. */
 int cli_usage(const cli_command *cmd, const char *fmt, const char *arg);
 
-/* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). */
-cfg *cli_load_config(const char *path);
+/* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). With
+ * secrets false, the files of secrets are not read (a client that needs none, run by a user who may
+ * not read them). */
+cfg *cli_load_config(const char *path, bool secrets);
 
 typedef enum cli_socket { CLI_STATUS_SOCKET, CLI_SUBSCRIBER_SOCKET } cli_socket;
 

@@ -163,6 +163,14 @@ char *cfg_mask_dsn(const char *dsn)
 	return out.data ? out.data : xstrdup("");
 }
 
+bool dsn_has_secret(const char *dsn)
+{
+	char *masked = cfg_mask_dsn(dsn);
+	bool secret = strcmp(masked, dsn) != 0;
+	free(masked);
+	return secret;
+}
+
 /* ---- the emitter ---- */
 
 /* Strings that YAML reads back as the same string without quotes. */
@@ -313,12 +321,13 @@ void emit_item(emit *e, size_t i)
 
 void cfg_print(const cfg *c, FILE *out)
 {
-	buf b = {0};
-	emit e = {.b = &b, .first = true};
+	buf b = {0}, path = {0};
+	emit e = {.b = &b, .first = true, .path = &path, .secrets_of = c};
 	keys_print(&e, c, &top_keys);
 	buf_putc(&b, '\n');
 	fwrite(b.data, 1, b.len, out);
 	buf_free(&b);
+	buf_free(&path);
 }
 
 void cfg_subscription_json(const cfg_subscription *s, buf *out)

@@ -431,6 +431,9 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	}
 	size_t n = v->n / 2;
 	named *names = xcalloc(n, sizeof *names);
+	const node **values = xcalloc(n ? n : 1, sizeof *values);
+	node **made = xcalloc(n ? n : 1, sizeof *made);
+	const char **files = xcalloc(n ? n : 1, sizeof *files);
 	unsigned before = x->nerr;
 	for (size_t i = 0; i < n; i++) {
 		const node *kn = v->kids[2 * i], *val = v->kids[2 * i + 1];
@@ -440,9 +443,17 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			continue;
 		}
 		names[i].s = kn->text;
+		/* a value from a file: {file: PATH} (a secret, as sasl.password) */
+		size_t old = path_push(x, kn->text);
+		val = values[i] = secret_value(x, val, &made[i], &files[i]);
+		path_pop(x, old);
+		if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
+			val = values[i] = made[i] = scalar_node("", kn->line, kn->col);
+		if (!val)
+			continue;
 		if (val->kind != N_SCALAR)
-			err_at(x, val, "property %s: expected a scalar value, got a %s", qnode(x, kn),
-			       val->kind == N_MAP ? "mapping" : "list");
+			err_at(x, val, "property %s: expected a scalar value or {file: PATH}, got a list",
+			       qnode(x, kn));
 		else if (strlen(val->text) != val->len)
 			err_at(x, val, "property %s: must not contain a NUL character", qnode(x, kn));
 	}
@@ -454,13 +465,24 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			       v->kids[2 * first[i]]->col);
 	free(first);
 	free(names);
-	if (x->nerr != before)
-		return;
-	c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+	if (x->nerr == before) {
+		c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+		for (size_t i = 0; i < n; i++) {
+			const char *name = v->kids[2 * i]->text;
+			c->kafka.properties[i] = (cfg_kv){xstrdup(name), xstrdup(values[i]->text)};
+			if (files[i] || prop_is_secret(name)) {
+				size_t old = path_push(x, name);
+				secret_record(x, files[i]);
+				path_pop(x, old);
+			}
+		}
+		c->kafka.nproperties = n;
+	}
 	for (size_t i = 0; i < n; i++)
-		c->kafka.properties[i] =
-		    (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
-	c->kafka.nproperties = n;
+		node_free(made[i]);
+	free(made);
+	free(values);
+	free(files);
 }
 
 /* The overlay file's deleted subscriptions. */
@@ -612,7 +634,18 @@ static void print_props(emit *e, const void *base, const key *k)
 		if (explicit_key)
 			emit_line(e, e->indent + 2);
 		buf_puts(e->b, ": ");
-		emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
+		const char *file = NULL;
+		if (e->path) {
+			size_t old = e->path->len;
+			buf_printf(e->path, ".%s", kv->key);
+			file = secret_file(e->secrets_of, e->path->data);
+			e->path->len = old;
+			e->path->data[old] = '\0';
+		}
+		if (file)
+			emit_secret_file(e, file);
+		else
+			emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
 	}
 }
 
@@ -645,17 +678,32 @@ static void clear_props(void *base, const key *k)
 	free(c->kafka.properties);
 }
 
+/* The properties a reload applies (kafka_sink_set_credentials): a restart needs none of them. */
+static bool prop_reloads(const char *k)
+{
+	return strcmp(k, "sasl.username") == 0 || strcmp(k, "sasl.password") == 0;
+}
+
+/* The i-th property that a reload does not apply, from *from on; NULL past the last. */
+static const cfg_kv *restart_prop(const cfg *c, size_t *from)
+{
+	while (*from < c->kafka.nproperties && prop_reloads(c->kafka.properties[*from].key))
+		(*from)++;
+	return *from < c->kafka.nproperties ? &c->kafka.properties[(*from)++] : NULL;
+}
+
 static bool same_props(const void *a, const void *b, const key *k)
 {
 	const cfg *x = a, *y = b;
 	(void)k;
-	if (x->kafka.nproperties != y->kafka.nproperties)
-		return false;
-	for (size_t i = 0; i < x->kafka.nproperties; i++)
-		if (strcmp(x->kafka.properties[i].key, y->kafka.properties[i].key) ||
-		    strcmp(x->kafka.properties[i].value, y->kafka.properties[i].value))
+	size_t i = 0, j = 0;
+	for (;;) {
+		const cfg_kv *p = restart_prop(x, &i), *q = restart_prop(y, &j);
+		if (!p || !q)
+			return p == q;
+		if (strcmp(p->key, q->key) || strcmp(p->value, q->value))
 			return false;
-	return true;
+	}
 }
 
 /* ---- the types ---- */

@@ -127,6 +127,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	pg_secrets_init(&d.secrets, c->source.dsn);
 	if (c->source.primary_dsn)
 		pg_secrets_add(&d.secrets, c->source.primary_dsn);
+	pg_secrets_add_value(&d.secrets, c->source.password);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
 		if (!applies(&d, checks[i].needs))
 			continue;

@@ -58,6 +58,11 @@ void pg_secrets_add(pg_secrets *s, const char *dsn)
 	collect_secrets(s, dsn, 0);
 }
 
+void pg_secrets_add_value(pg_secrets *s, const char *secret)
+{
+	add_secret(s, secret);
+}
+
 void pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -116,7 +121,8 @@ static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
 	free(masked);
 }
 
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen)
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen)
 {
 	*invalid_dsn = false;
 	char *perr = NULL;
@@ -130,9 +136,14 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 	size_t n = 0;
 	for (PQconninfoOption *o = opts; o->keyword; o++)
 		n++;
-	const char **keys = xcalloc(n + 5, sizeof(char *));
-	const char **vals = xcalloc(n + 5, sizeof(char *));
+	const char **keys = xcalloc(n + 6, sizeof(char *));
+	const char **vals = xcalloc(n + 6, sizeof(char *));
 	size_t k = 0;
+	if (password && *password) {
+		/* first: the last non-empty value of a keyword wins, so dsn's own password overrides it */
+		keys[k] = "password";
+		vals[k++] = password;
+	}
 	const char *user_options = getenv("PGOPTIONS");
 	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
 	for (PQconninfoOption *o = opts; o->keyword; o++) {

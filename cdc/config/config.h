@@ -53,6 +53,7 @@ typedef struct cfg_kv {
 typedef struct cfg_secret {
 	char *key;  /* dotted: "source.password", "kafka.properties.sasl.password" */
 	char *file; /* the file as {file: PATH} names it; NULL: written in the configuration in clear */
+	char *path; /* the file cdc reads (a relative PATH from the configuration's directory); or NULL */
 } cfg_secret;
 
 typedef struct cfg_subscription {

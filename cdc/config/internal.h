@@ -119,9 +119,10 @@ void emit_u64(emit *e, uint64_t v);
 /* [ or { (a flow mapping); returns the state that emit_close restores */
 emit emit_open(emit *e, char c);
 void emit_close(emit *e, char c, const emit *saved);
-void emit_item(emit *e, size_t i);   /* before the i-th item of a list */
-void emit_line(emit *e, int indent); /* YAML block: a new line at this indent */
-bool prop_is_secret(const char *k);
+void emit_item(emit *e, size_t i);     /* before the i-th item of a list */
+void emit_line(emit *e, int indent);   /* YAML block: a new line at this indent */
+bool prop_is_secret(const char *k);    /* masked when printed */
+bool prop_holds_secret(const char *k); /* recorded as a secret (cfg->secrets) */
 /* Whether a connection string holds a password (password or sslpassword, also in a URI). */
 bool dsn_has_secret(const char *dsn);
 
@@ -135,6 +136,8 @@ bool dsn_has_secret(const char *dsn);
 const node *secret_value(ctx *x, const node *v, node **made, const char **file);
 /* Records the secret value at x's key path (file NULL: in clear). */
 void secret_record(ctx *x, const char *file);
+/* PATH as cdc reads it: a relative one from the configuration's directory (the caller frees it). */
+char *secret_path(const ctx *x, const char *path);
 /* The file the secret at name (dotted) was read from, NULL when none (or not a secret). */
 const char *secret_file(const cfg *c, const char *name);
 /* {file: PATH} as the configuration writes it. */

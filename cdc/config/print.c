@@ -13,12 +13,20 @@
 
 /* ---- masking ---- */
 
-bool prop_is_secret(const char *k)
+/* Secret values proper, among the properties masked: sasl.username or sasl.mechanism are masked
+ * (every sasl.* is), but cdc doctor does not call them secrets written in clear. */
+bool prop_holds_secret(const char *k)
 {
 	size_t n = strlen(k);
-	return strcasestr(k, "password") || strcasestr(k, "secret") || strncasecmp(k, "sasl.", 5) == 0 ||
+	return strcasestr(k, "password") || strcasestr(k, "secret") ||
+	       strcasecmp(k, "sasl.oauthbearer.config") == 0 ||
 	       (n >= 4 && strcasecmp(k + n - 4, ".key") == 0) ||
 	       (n >= 4 && strcasecmp(k + n - 4, ".pem") == 0 && strcasestr(k, "key")); /* ssl.key.pem */
+}
+
+bool prop_is_secret(const char *k)
+{
+	return prop_holds_secret(k) || strncasecmp(k, "sasl.", 5) == 0;
 }
 
 /* Whether the URI query parameter at p (n bytes up to its '=') is want, %-escapes decoded as

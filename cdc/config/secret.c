@@ -13,7 +13,7 @@
 
 /* A relative path is relative to the configuration file's directory (not to cdc's working
  * directory, which a service manager chooses). */
-static char *resolve(const ctx *x, const char *path)
+char *secret_path(const ctx *x, const char *path)
 {
 	if (path[0] == '/' || !strchr(x->file, '/'))
 		return xstrdup(path);
@@ -32,7 +32,7 @@ static const char *read_secret(const char *path, buf *text)
 	/* O_NONBLOCK: a FIFO at the path must not hang the load; it is refused below. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return errno == ENOENT	? NO_FILE
+		return errno == ENOENT	 ? NO_FILE
 		       : errno == EACCES ? "permission denied: cdc's user may not read it"
 					 : strerror(errno);
 	struct stat st;
@@ -90,7 +90,7 @@ const node *secret_value(ctx *x, const node *v, node **made, const char **file)
 		*file = path;
 		return NULL;
 	}
-	char *full = resolve(x, path);
+	char *full = secret_path(x, path);
 	buf text = {0};
 	const char *why = read_secret(full, &text);
 	if (!why && text.len && text.data[text.len - 1] == '\n')
@@ -130,8 +130,9 @@ void secret_record(ctx *x, const char *file)
 	if (!c)
 		return;
 	c->secrets = xrealloc(c->secrets, (c->nsecrets + 1) * sizeof *c->secrets);
-	c->secrets[c->nsecrets++] = (cfg_secret){xstrdup(x->path.data ? x->path.data : ""),
-						 file ? xstrdup(file) : NULL};
+	c->secrets[c->nsecrets++] =
+	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? xstrdup(file) : NULL,
+			 file ? secret_path(x, file) : NULL};
 }
 
 const char *secret_file(const cfg *c, const char *name)
@@ -155,6 +156,7 @@ void secrets_free(cfg *c)
 	for (size_t i = 0; i < c->nsecrets; i++) {
 		free(c->secrets[i].key);
 		free(c->secrets[i].file);
+		free(c->secrets[i].path);
 	}
 	free(c->secrets);
 	c->secrets = NULL;

@@ -470,7 +470,7 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 		for (size_t i = 0; i < n; i++) {
 			const char *name = v->kids[2 * i]->text;
 			c->kafka.properties[i] = (cfg_kv){xstrdup(name), xstrdup(values[i]->text)};
-			if (files[i] || prop_is_secret(name)) {
+			if (files[i] || prop_holds_secret(name)) {
 				size_t old = path_push(x, name);
 				secret_record(x, files[i]);
 				path_pop(x, old);

@@ -1,5 +1,5 @@
 /* doctor.c: the table of checks, running them, and the report in text and JSON. Adding a check is a
- * row here and a function in database.c, failover.c, local.c or kafka.c. */
+ * row here and a function in database.c, failover.c, local.c, access.c or kafka.c. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +51,7 @@ static const struct {
     {"primary_dsn", NEEDS_DB | NEEDS_STANDBY, doctor_primary_dsn},
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
+    {"secrets", 0, doctor_secrets},
     {"kafka_brokers", NEEDS_KAFKA, doctor_kafka_brokers},
     {"kafka_topics", NEEDS_KAFKA, doctor_kafka_topics},
     {"kafka_transactions", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_transactions},

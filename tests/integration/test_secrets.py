@@ -160,3 +160,33 @@ def test_libpq_password_files(ppg, pcdc, tmp_path, way):
     insert_and_see(ppg, p, {"passfile": 21, "PGPASSFILE": 22, "service": 23}[way])
     assert p.terminate() == 0
     assert FIRST not in p.stderr()
+
+
+def doctor_lines(path, check):
+    out = run_cdc("doctor", "-c", path, "--json")
+    assert out.returncode in (0, 1, 2), out.stderr
+    return [(c["status"], c["detail"], c["fix"]) for c in json.loads(out.stdout)["checks"] if c["check"] == check]
+
+
+def test_doctor_names_the_secrets_in_clear(ppg, pcdc, tmp_path):
+    private = secret_file(tmp_path, "private", FIRST)
+    shared = secret_file(tmp_path, "shared", FIRST)
+    os.chmod(shared, 0o644)
+    c = pcdc(source={"dsn": f"{role_dsn(ppg)} password={FIRST}", "password": {"file": private}},
+             publish=["public.sec"], subscriptions=[{"name": "rows", "tables": ["public.sec"], "sink": "stdout"}])
+    st = os.stat(private)
+    assert doctor_lines(c.path, "secrets") == [
+        ("warn", f"source.dsn is written in {c.path} in clear: whoever reads the file reads it",
+         "put it in a file only cdc's user may read (chmod 0400) and write source.dsn: {file: PATH} (for the "
+         "password: source.password: {file: PATH}, or libpq's passfile)"),
+        ("pass", f"source.password comes from {private} (mode 0600, owner uid {st.st_uid}, group {st.st_gid})", None)]
+    c = pcdc(source={"dsn": role_dsn(ppg), "password": {"file": "shared"}}, publish=["public.sec"],
+             subscriptions=[{"name": "rows", "tables": ["public.sec"], "sink": "stdout"}])
+    assert doctor_lines(c.path, "secrets") == [
+        ("warn", f"source.password comes from {shared}, which every user of this machine may read (mode 0644)",
+         f"chmod o-r {shared}")]
+    c = pcdc(source={"dsn": role_dsn(ppg) + f" passfile={private}"}, publish=["public.sec"],
+             subscriptions=[{"name": "rows", "tables": ["public.sec"], "sink": "stdout"}])
+    assert doctor_lines(c.path, "secrets") == [
+        ("pass", "no secret in the configuration (a password, if any, is libpq's: PGPASSWORD, .pgpass, a passfile "
+         "or a service file)", None)]

@@ -30,15 +30,7 @@ FIRST, SECOND = "Pw-first-S3cr3t-4410", "Pw-second-S3cr3t-8c21"
 def ppg():
     """The role ROLE logs in with a password over TCP; everyone else is trusted (tests/pg.py)."""
     with TempPostgres() as server:
-        server.sql(psycopg2.sql.SQL("create role {} login replication superuser password {}").format(
-            psycopg2.sql.Identifier(ROLE), psycopg2.sql.Literal(FIRST)))
-        hba = os.path.join(server.datadir, "pg_hba.conf")
-        with open(hba) as f:
-            trusted = f.read()
-        with open(hba, "w") as f:
-            f.write(f"host all {ROLE} 127.0.0.1/32 scram-sha-256\n"
-                    f"host replication {ROLE} 127.0.0.1/32 scram-sha-256\n" + trusted)
-        server.sql("select pg_reload_conf()")
+        server.password_role(ROLE, FIRST)
         server.sql("create table public.sec (id int primary key)")
         yield server
 

@@ -119,18 +119,7 @@ def spg(certs):
     TCP (everyone else is trusted, as in tests/pg.py)."""
     with TempPostgres(ssl=True, ssl_cert_file=certs.server_cert, ssl_key_file=certs.server_key,
                       log_statement="all", log_replication_commands=True) as server:
-        server.sql(psycopg2.sql.SQL("create role {} login replication superuser password {}").format(
-            psycopg2.sql.Identifier(ROLE), psycopg2.sql.Literal(ROLE_PASSWORD)))
-        hba = os.path.join(server.datadir, "pg_hba.conf")
-        with open(hba) as f:
-            trusted = f.read()
-        with open(hba, "w") as f:
-            f.write("# test_security.py: a password for ROLE over TCP\n"
-                    f"host all {ROLE} 127.0.0.1/32 scram-sha-256\n"
-                    f"host replication {ROLE} 127.0.0.1/32 scram-sha-256\n"
-                    f"host all {ROLE} ::1/128 scram-sha-256\n"
-                    f"host replication {ROLE} ::1/128 scram-sha-256\n" + trusted)
-        server.sql("select pg_reload_conf()")
+        server.password_role(ROLE, ROLE_PASSWORD)
         yield server
 
 

@@ -22,7 +22,9 @@
  * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
 #define BUSY_SHARE 2
 
-/* cdc's producer defaults (kafka.properties override each): a queue bounded in messages and bytes,
+/* cdc's producer defaults (kafka.properties override each): Kafka's Java partitioner (murmur2 of
+ * the key, as Kafka Connect and so Debezium place records; librdkafka's own default hashes with
+ * CRC32, which puts a key in another partition), a queue bounded in messages and bytes,
  * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
  * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
  * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
@@ -32,6 +34,7 @@ static const kafka_property producer_defaults[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
     {"client.id", "cdc"},
+    {"partitioner", "murmur2_random"},
     {"linger.ms", "5"},
     {"batch.num.messages", "10000"},
     {"queue.buffering.max.messages", "10000"},
@@ -495,8 +498,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					    (ssize_t)(rec.header_len - name_len - 1));
 		if (rec.kind != REC_TOMBSTONE)
 			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
-		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds.
-		 * Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		/* Partitioned by key (the Java partitioner, producer_defaults): one row's changes stay in
+		 * order. Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
 		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
 				   rec.has_key ? key : NULL, rec.key_len,
 				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,

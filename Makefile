@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd openssl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -39,7 +39,7 @@ PROTO_H := $(PROTO_C:.c=.h)
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
 	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
-	decoder/base/log.c decoder/base/json.c decoder/base/net.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/tls.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \

@@ -14,29 +14,35 @@ void doctor_secrets(doctor *d)
 		const cfg_secret *s = &c->secrets[i];
 		struct stat st;
 		if (!s->file) {
-			snprintf(fix, sizeof fix,
-				 "put it in a file only cdc's user may read (chmod 0400) and write %s: {file: PATH}%s",
-				 s->key,
-				 strncmp(s->key, "source.", 7) == 0
-				     ? " (for the password: source.password: {file: PATH}, or libpq's passfile)"
-				     : "");
-			doctor_say(d, DOCTOR_WARN, fix, "%s is written in %s in clear: whoever reads the file reads it",
-				   s->key, c->path);
+			snprintf(
+			    fix, sizeof fix,
+			    "put it in a file only cdc's user may read (chmod 0400) and write %s: {file: "
+			    "PATH}%s",
+			    s->key,
+			    strncmp(s->key, "source.", 7) == 0
+				? " (for the password: source.password: {file: PATH}, or libpq's passfile)"
+				: "");
+			doctor_say(d, DOCTOR_WARN, fix,
+				   "%s is written in %s in clear: whoever reads the file reads it", s->key,
+				   c->path);
 		} else if (stat(s->path, &st) != 0) {
 			/* cfg_load read it a moment ago */
-			doctor_say(d, DOCTOR_WARN, "check the file", "%s: %s from %s, now gone", s->key, s->file,
-				   s->path);
+			doctor_say(d, DOCTOR_WARN, "check the file", "%s: %s from %s, now gone", s->key,
+				   s->file, s->path);
 		} else if (st.st_mode & S_IROTH) {
 			snprintf(fix, sizeof fix, "chmod o-r %s", s->path);
-			doctor_say(d, DOCTOR_WARN, fix, "%s comes from %s, which every user of this machine may read (mode %04o)",
+			doctor_say(d, DOCTOR_WARN, fix,
+				   "%s comes from %s, which every user of this machine may read (mode %04o)",
 				   s->key, s->path, (unsigned)(st.st_mode & 07777));
 		} else {
-			doctor_say(d, DOCTOR_PASS, NULL, "%s comes from %s (mode %04o, owner uid %u, group %u)", s->key,
-				   s->path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "%s comes from %s (mode %04o, owner uid %u, group %u)", s->key, s->path,
+				   (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
 		}
 	}
 	if (!c->nsecrets)
-		doctor_say(d, DOCTOR_PASS, NULL,
-			   "no secret in the configuration (a password, if any, is libpq's: PGPASSWORD, .pgpass, a "
-			   "passfile or a service file)");
+		doctor_say(
+		    d, DOCTOR_PASS, NULL,
+		    "no secret in the configuration (a password, if any, is libpq's: PGPASSWORD, .pgpass, a "
+		    "passfile or a service file)");
 }

@@ -3,6 +3,7 @@
 #include "decoder/base/net.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -89,6 +90,15 @@ fail:
 	return -1;
 }
 
+static void set_timeouts(int fd, int timeout_ms)
+{
+	if (timeout_ms <= 0)
+		return;
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* Linux: the connect's too */
+}
+
 int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
@@ -99,11 +109,7 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
-	if (timeout_ms > 0) {
-		struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	}
+	set_timeouts(fd, timeout_ms);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 		return fd;
 	int e = errno;
@@ -111,6 +117,34 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	errf(err, errlen, "%s: %s", path, strerror(e));
 	errno = e;
 	return -1;
+}
+
+int net_tcp_connect_timeout(const char *host, const char *port, int timeout_ms, char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0)
+		return errf(err, errlen, "%s:%s: %s", host, port, gai_strerror(rc)), -1;
+	int fd = -1, e = 0;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		set_timeouts(fd, timeout_ms);
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		errf(err, errlen, "%s:%s: %s", host, port, strerror(e));
+		errno = e;
+	}
+	return fd;
 }
 
 int net_unix_connect(const char *path, char *err, size_t errlen)

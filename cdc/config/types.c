@@ -10,9 +10,8 @@
 #include <sys/un.h>
 
 /* Setters store enums through an int pointer: make sure that is what they are. */
-_Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
-		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
-		   sizeof(log_format) == sizeof(int) && sizeof(log_level) == sizeof(int),
+_Static_assert(sizeof(cfg_on_gap) == sizeof(int) && sizeof(log_format) == sizeof(int) &&
+		   sizeof(log_level) == sizeof(int),
 	       "enums are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(mode_t) == sizeof(uint32_t),
 	       "uid_t and mode_t are 32 bits");
@@ -381,20 +380,21 @@ static void set_uids(ctx *x, const node *v, void *base, const key *k)
 	c->status.ncontrol_uids = n;
 }
 
-static void set_topic(ctx *x, const node *v, void *base, const key *k)
+/* A string a sink module checks: k->arg is its sink_key. */
+static void set_checked(ctx *x, const node *v, void *base, const key *k)
 {
+	const sink_key *sk = k->arg;
 	char why[160];
-	const char *s = scalar(x, v, "a topic name");
+	const char *s = scalar(x, v, "a string");
 	if (!s)
 		return;
-	if (!*s) {
+	if (!*s && (k->flags & K_NONEMPTY)) {
 		err_at(x, v, "must not be empty");
 		return;
 	}
-	const char *problem = k->arg ? (ident_ok(s, k->arg) ? NULL : ((const ident_rule *)k->arg)->expect)
-				     : topic_problem(s, why, sizeof why);
+	const char *problem = sk->check(s, why, sizeof why);
 	if (problem) {
-		err_at(x, v, "invalid topic %s: %s", qnode(x, v), problem);
+		err_at(x, v, "invalid %s %s: %s", sk->noun ? sk->noun : "value", qnode(x, v), problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -419,18 +419,19 @@ size_t *first_of(named *v, size_t n)
 	return first;
 }
 
+/* A mapping of strings for a client library; with K_SECRET a value may be {file: PATH}, and the
+ * secret-looking ones (and those from files) are recorded as secrets. */
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
+	sink_properties *props = FIELD(base, k, sink_properties);
 	if (is_null(v))
 		return;
 	if (v->kind != N_MAP) {
-		wrong_kind(x, v, "a mapping of librdkafka properties");
+		wrong_kind(x, v, "a mapping of properties");
 		return;
 	}
 	size_t n = v->n / 2;
-	named *names = xcalloc(n, sizeof *names);
+	named *names = xcalloc(n ? n : 1, sizeof *names);
 	const node **values = xcalloc(n ? n : 1, sizeof *values);
 	node **made = xcalloc(n ? n : 1, sizeof *made);
 	const char **files = xcalloc(n ? n : 1, sizeof *files);
@@ -443,17 +444,20 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			continue;
 		}
 		names[i].s = kn->text;
-		/* a value from a file: {file: PATH} (a secret, as sasl.password) */
-		size_t old = path_push(x, kn->text);
-		val = values[i] = secret_value(x, val, &made[i], &files[i]);
-		path_pop(x, old);
-		if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
-			val = values[i] = made[i] = scalar_node("", kn->line, kn->col);
-		if (!val)
-			continue;
+		if (k->flags & K_SECRET) {
+			size_t old = path_push(x, kn->text);
+			val = secret_value(x, val, &made[i], &files[i]);
+			path_pop(x, old);
+			if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
+				val = made[i] = scalar_node("", kn->line, kn->col);
+			if (!val)
+				continue;
+		}
+		values[i] = val;
 		if (val->kind != N_SCALAR)
-			err_at(x, val, "property %s: expected a scalar value or {file: PATH}, got a list",
-			       qnode(x, kn));
+			err_at(x, val, "property %s: expected a scalar value%s, got a %s", qnode(x, kn),
+			       (k->flags & K_SECRET) ? " or {file: PATH}" : "",
+			       val->kind == N_MAP ? "mapping" : "list");
 		else if (strlen(val->text) != val->len)
 			err_at(x, val, "property %s: must not contain a NUL character", qnode(x, kn));
 	}
@@ -466,17 +470,17 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	free(first);
 	free(names);
 	if (x->nerr == before) {
-		c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+		props->items = xcalloc(n ? n : 1, sizeof *props->items);
 		for (size_t i = 0; i < n; i++) {
 			const char *name = v->kids[2 * i]->text;
-			c->kafka.properties[i] = (cfg_kv){xstrdup(name), xstrdup(values[i]->text)};
-			if (files[i] || prop_holds_secret(name)) {
+			props->items[i] = (sink_property){xstrdup(name), xstrdup(values[i]->text)};
+			if ((k->flags & K_SECRET) && (files[i] || prop_holds_secret(name))) {
 				size_t old = path_push(x, name);
 				secret_record(x, files[i]);
 				path_pop(x, old);
 			}
 		}
-		c->kafka.nproperties = n;
+		props->count = n;
 	}
 	for (size_t i = 0; i < n; i++)
 		node_free(made[i]);
@@ -523,7 +527,8 @@ static void print_section(emit *e, const void *base, const key *k)
 
 static void print_string(emit *e, const void *base, const key *k)
 {
-	emit_str(e, *CFIELD(base, k, char *));
+	const char *v = *CFIELD(base, k, char *);
+	emit_str(e, v && (k->flags & K_SECRET) ? CFG_MASK : v);
 }
 
 static void print_dsn(emit *e, const void *base, const key *k)
@@ -616,15 +621,14 @@ static void print_uids(emit *e, const void *base, const key *k)
 /* A block mapping, one property a line; secret-looking values masked. */
 static void print_props(emit *e, const void *base, const key *k)
 {
-	const cfg *c = base;
-	(void)k;
-	if (!c->kafka.nproperties) {
+	const sink_properties *props = CFIELD(base, k, sink_properties);
+	if (!props->count) {
 		emit_raw(e, "{}");
 		return;
 	}
 	e->space = false;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		const cfg_kv *kv = &c->kafka.properties[i];
+	for (size_t i = 0; i < props->count; i++) {
+		const sink_property *kv = &props->items[i];
 		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
 		bool explicit_key = strlen(kv->key) > 100;
 		emit_line(e, e->indent + 2);
@@ -669,36 +673,39 @@ static bool same_uids(const void *a, const void *b, const key *k)
 
 static void clear_props(void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		free(c->kafka.properties[i].key);
-		free(c->kafka.properties[i].value);
+	sink_properties *props = FIELD(base, k, sink_properties);
+	for (size_t i = 0; i < props->count; i++) {
+		free(props->items[i].key);
+		free(props->items[i].value);
 	}
-	free(c->kafka.properties);
+	free(props->items);
+	*props = (sink_properties){0};
 }
 
-/* The properties a reload applies (kafka_sink_set_credentials): a restart needs none of them. */
-static bool prop_reloads(const char *k)
+/* Whether a reload applies property name: the key's arg lists those (a NULL-terminated list of
+ * names, from the sink module), which a restart does not need. */
+static bool prop_reloads(const key *k, const char *name)
 {
-	return strcmp(k, "sasl.username") == 0 || strcmp(k, "sasl.password") == 0;
+	for (const char *const *r = k->arg; r && *r; r++)
+		if (strcmp(*r, name) == 0)
+			return true;
+	return false;
 }
 
-/* The i-th property that a reload does not apply, from *from on; NULL past the last. */
-static const cfg_kv *restart_prop(const cfg *c, size_t *from)
+/* The next property of props, from *from on, that a reload does not apply; NULL past the last. */
+static const sink_property *restart_prop(const key *k, const sink_properties *props, size_t *from)
 {
-	while (*from < c->kafka.nproperties && prop_reloads(c->kafka.properties[*from].key))
+	while (*from < props->count && prop_reloads(k, props->items[*from].key))
 		(*from)++;
-	return *from < c->kafka.nproperties ? &c->kafka.properties[(*from)++] : NULL;
+	return *from < props->count ? &props->items[(*from)++] : NULL;
 }
 
 static bool same_props(const void *a, const void *b, const key *k)
 {
-	const cfg *x = a, *y = b;
-	(void)k;
+	const sink_properties *x = CFIELD(a, k, sink_properties), *y = CFIELD(b, k, sink_properties);
 	size_t i = 0, j = 0;
 	for (;;) {
-		const cfg_kv *p = restart_prop(x, &i), *q = restart_prop(y, &j);
+		const sink_property *p = restart_prop(k, x, &i), *q = restart_prop(k, y, &j);
 		if (!p || !q)
 			return p == q;
 		if (strcmp(p->key, q->key) || strcmp(p->value, q->value))
@@ -715,7 +722,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
-	    t_topic = {set_topic, print_string, ST_STR, .name = "topic template"},
+	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},
 	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
 	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},
 	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t), .name = "size"},

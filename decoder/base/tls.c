@@ -45,7 +45,8 @@ tls_conn *tls_open(int fd, const char *host, const char *cafile, char *err, size
 	if (cafile ? SSL_CTX_load_verify_locations(t->ctx, cafile, NULL) != 1
 		   : SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
 		char what[4200];
-		snprintf(what, sizeof what, "cannot read the CA certificates %s", cafile ? cafile : "of the system");
+		snprintf(what, sizeof what, "cannot read the CA certificates %s",
+			 cafile ? cafile : "of the system");
 		ssl_err(what, err, errlen);
 		goto fail;
 	}
@@ -98,13 +99,15 @@ bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen)
 	char why[512];
 	if (v != X509_V_OK)
 		snprintf(why, sizeof why, "%s%s", X509_verify_cert_error_string(v),
-			 v == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || v == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
+			 v == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
+				 v == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
 				 v == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT
 			     ? " (the CA certificates trusted do not include the one that signed it)"
 			     : "");
 	else
 		snprintf(why, sizeof why, "it does not name %s", t->host);
-	errf(out, outlen, "%s: the certificate %s, issued by %s, valid from %s to %s", why, subject, issuer, from, to);
+	errf(out, outlen, "%s: the certificate %s, issued by %s, valid from %s to %s", why, subject, issuer,
+	     from, to);
 	X509_free(peer);
 	return true;
 }

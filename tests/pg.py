@@ -150,6 +150,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def server_tls_files(directory, cert, key):
+    """Makes a directory of certificates readable to the server, which runs as postgres when the
+    tests run as root and insists on owning its key (mode 0600)."""
+    os.chmod(directory, 0o755)
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        for f in (cert, key):
+            os.chown(f, pw.pw_uid, pw.pw_gid)
+    os.chmod(key, 0o600)
+
+
 def _conf_value(v):
     if isinstance(v, bool):
         return "on" if v else "off"

@@ -24,5 +24,8 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
  * timeout_ms (> 0) on the connect, every send and every receive; -1 with err ("HOST:PORT: reason"). */
 int net_tcp_connect_timeout(const char *host, const char *port, int timeout_ms, char *err,
 			    size_t errlen) CDC_MUST_CHECK;
+/* A TCP socket bound to host (a name or an address; "" or NULL: not accepted) and port (a number)
+ * and listening with backlog, SO_REUSEADDR set; -1 with err as above. */
+int net_tcp_listen(const char *host, const char *port, int backlog, char *err, size_t errlen) CDC_MUST_CHECK;
 
 #endif

@@ -18,7 +18,7 @@ import subprocess
 import psycopg2.sql
 import pytest
 
-from conftest import CDC_BIN, CdcFactory, wait_for
+from conftest import CDC_BIN, cdc_factory, wait_for
 from pg import TempPostgres
 from test_status import http
 
@@ -37,9 +37,8 @@ def ppg():
 
 @pytest.fixture
 def pcdc(ppg, tmp_path, request):
-    f = CdcFactory(ppg, tmp_path, "public", request.node.name)
-    yield f
-    f.cleanup()
+    with cdc_factory(ppg, tmp_path, request) as f:
+        yield f
     ppg.sql(psycopg2.sql.SQL("alter role {} password {}").format(psycopg2.sql.Identifier(ROLE),
                                                                   psycopg2.sql.Literal(FIRST)))
 

@@ -36,8 +36,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import CDC_BIN, CdcFactory, drop_slot, to_yaml, wait_for  # noqa: E402
-from pg import TempPostgres  # noqa: E402
+from conftest import CDC_BIN, CdcFactory, cdc_factory, drop_slot, to_yaml, wait_for  # noqa: E402
+from pg import TempPostgres, server_tls_files  # noqa: E402
 from test_status import http as status_http  # noqa: E402
 
 ROLE, ROLE_PASSWORD = "cdc_pw", "Pw-kv-S3cr3t-7d1e"
@@ -100,12 +100,7 @@ def certs():
     d = tempfile.mkdtemp(prefix="cdc-certs-", dir="/tmp")
     try:
         c = Certs(d)
-        os.chmod(d, 0o755)
-        if os.geteuid() == 0:  # the server runs as postgres and insists on owning its key
-            pw = pwd.getpwnam("postgres")
-            for f in (c.server_cert, c.server_key):
-                os.chown(f, pw.pw_uid, pw.pw_gid)
-        os.chmod(c.server_key, 0o600)
+        server_tls_files(d, c.server_cert, c.server_key)
         yield c
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -136,11 +131,8 @@ class Factory(CdcFactory):
 
 @pytest.fixture
 def scdc(spg, tmp_path, request):
-    if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
-        pytest.fail(f"{CDC_BIN} not built (run make)")
-    f = Factory(spg, tmp_path, "public", request.node.name)
-    yield f
-    f.cleanup()
+    with cdc_factory(spg, tmp_path, request, cls=Factory) as f:
+        yield f
 
 
 def log_since(server, offset):

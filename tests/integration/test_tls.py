@@ -13,7 +13,6 @@ intermediate (the server sends both), and a client certificate signed by the roo
 """
 
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile
@@ -21,8 +20,8 @@ import tempfile
 import psycopg2.sql
 import pytest
 
-from conftest import CDC_BIN, CdcFactory, wait_for
-from pg import TempPostgres
+from conftest import cdc_factory, wait_for
+from pg import TempPostgres, server_tls_files
 
 CERT_ROLE = "cdc_cert"
 
@@ -93,12 +92,7 @@ def chain():
     d = tempfile.mkdtemp(prefix="cdc-chain-", dir="/tmp")
     try:
         c = Chain(d)
-        os.chmod(d, 0o755)
-        if os.geteuid() == 0:  # the server runs as postgres and insists on owning its key
-            pw = pwd.getpwnam("postgres")
-            for f in ("served.crt", "server.key"):
-                os.chown(c.path(f), pw.pw_uid, pw.pw_gid)
-        os.chmod(c.path("server.key"), 0o600)
+        server_tls_files(d, c.served, c.path("server.key"))
         yield c
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -119,11 +113,8 @@ def tpg(chain):
 
 @pytest.fixture
 def tcdc(tpg, tmp_path, request):
-    if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
-        pytest.fail(f"{CDC_BIN} not built (run make)")
-    f = CdcFactory(tpg, tmp_path, "public", request.node.name)
-    yield f
-    f.cleanup()
+    with cdc_factory(tpg, tmp_path, request) as f:
+        yield f
 
 
 def tls_dsn(tpg, rootcert, host="localhost", user="postgres", mode="verify-full", **extra):

@@ -35,9 +35,10 @@ void cfg_strlist_free(cfg_strlist *l);
  * configuration file itself, in clear. One entry per secret value the configuration holds; a
  * connection string without a password holds none. */
 typedef struct cfg_secret {
-	char *key;  /* dotted: "source.password", "kafka.properties.sasl.password" */
-	char *file; /* the file as {file: PATH} names it; NULL: written in the configuration in clear */
-	char *path; /* the file cdc reads (a relative PATH from the configuration's directory); or NULL */
+	char *key; /* dotted: "source.password", "kafka.properties.sasl.password" */
+	/* the file {file: PATH} names, a relative PATH taken from the configuration's directory; NULL:
+	 * written in the configuration in clear */
+	char *file;
 } cfg_secret;
 
 typedef struct cfg_subscription {

@@ -132,10 +132,11 @@ bool dsn_has_secret(const char *dsn);
  * cannot be read, is empty, larger than CFG_SECRET_MAX or holds a NUL), and with x->secrets_unread
  * for a well-formed {file: PATH} (*file set, no error). */
 const node *secret_value(ctx *x, const node *v, node **made, const char **file);
+/* A path as cdc uses it: a relative one taken from the configuration file's directory (types.c; the
+ * caller frees it). */
+char *resolved(const ctx *x, const char *s);
 /* Records the secret value at x's key path (file NULL: in clear). */
 void secret_record(ctx *x, const char *file);
-/* PATH as cdc reads it: a relative one from the configuration's directory (the caller frees it). */
-char *secret_path(const ctx *x, const char *path);
 /* The file the secret at name (dotted) was read from, NULL when none (or not a secret). */
 const char *secret_file(const cfg *c, const char *name);
 /* {file: PATH} as the configuration writes it. */
@@ -239,10 +240,13 @@ static inline char *key_field(const void *base, const key *k)
 	}
 
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
-extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_checked, t_bool,
-    t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
+    t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
+/* status.control_uids' default, in force until the file names others (an empty list too): root and
+ * the uid of the process that reads the file, which is cdc's own for `cdc run`. */
+void uids_default(cfg *c);
 /* The file names of sink_modules' values of a subscription's sink: key. */
 extern const ename *sink_names;
 

@@ -5,24 +5,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* A relative path is relative to the configuration file's directory (not to cdc's working
- * directory, which a service manager chooses). */
-char *secret_path(const ctx *x, const char *path)
-{
-	if (path[0] == '/' || !strchr(x->file, '/'))
-		return xstrdup(path);
-	char *copy = xstrdup(x->file);
-	buf b = {0};
-	buf_printf(&b, "%s/%s", dirname(copy), path);
-	free(copy);
-	return b.data;
-}
 
 static const char NO_FILE[] = "no such file";
 
@@ -90,7 +76,7 @@ const node *secret_value(ctx *x, const node *v, node **made, const char **file)
 		*file = path;
 		return NULL;
 	}
-	char *full = secret_path(x, path);
+	char *full = resolved(x, path);
 	buf text = {0};
 	const char *why = read_secret(full, &text);
 	if (!why && text.len && text.data[text.len - 1] == '\n')
@@ -131,8 +117,7 @@ void secret_record(ctx *x, const char *file)
 		return;
 	c->secrets = xrealloc(c->secrets, (c->nsecrets + 1) * sizeof *c->secrets);
 	c->secrets[c->nsecrets++] =
-	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? xstrdup(file) : NULL,
-			 file ? secret_path(x, file) : NULL};
+	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? resolved(x, file) : NULL};
 }
 
 const char *secret_file(const cfg *c, const char *name)
@@ -156,7 +141,6 @@ void secrets_free(cfg *c)
 	for (size_t i = 0; i < c->nsecrets; i++) {
 		free(c->secrets[i].key);
 		free(c->secrets[i].file);
-		free(c->secrets[i].path);
 	}
 	free(c->secrets);
 	c->secrets = NULL;

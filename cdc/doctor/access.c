@@ -25,18 +25,18 @@ void doctor_secrets(doctor *d)
 			doctor_say(d, DOCTOR_WARN, fix,
 				   "%s is written in %s in clear: whoever reads the file reads it", s->key,
 				   c->path);
-		} else if (stat(s->path, &st) != 0) {
+		} else if (stat(s->file, &st) != 0) {
 			/* cfg_load read it a moment ago */
-			doctor_say(d, DOCTOR_WARN, "check the file", "%s: %s from %s, now gone", s->key,
-				   s->file, s->path);
+			doctor_say(d, DOCTOR_WARN, "check the file", "%s: %s is gone since it was read",
+				   s->key, s->file);
 		} else if (st.st_mode & S_IROTH) {
-			snprintf(fix, sizeof fix, "chmod o-r %s", s->path);
+			snprintf(fix, sizeof fix, "chmod o-r %s", s->file);
 			doctor_say(d, DOCTOR_WARN, fix,
 				   "%s comes from %s, which every user of this machine may read (mode %04o)",
-				   s->key, s->path, (unsigned)(st.st_mode & 07777));
+				   s->key, s->file, (unsigned)(st.st_mode & 07777));
 		} else {
 			doctor_say(d, DOCTOR_PASS, NULL,
-				   "%s comes from %s (mode %04o, owner uid %u, group %u)", s->key, s->path,
+				   "%s comes from %s (mode %04o, owner uid %u, group %u)", s->key, s->file,
 				   (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
 		}
 	}

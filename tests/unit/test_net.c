@@ -5,12 +5,12 @@
 #include "decoder/base/net.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 

@@ -488,11 +488,12 @@ static const key source_k[] = {
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
 static const key status_k[] = {
-    [ST_SOCKET] = {"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET,
-		   .restart = true,
-		   .doc =
-		       "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
-		       "`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`."},
+    [ST_SOCKET] =
+	{"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET, .restart = true,
+	 .doc = "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
+		"`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`. A relative "
+		"path is taken from the configuration file's directory: `./status.sock` in "
+		"`etc/cdc.yaml` is `etc/status.sock`, whichever directory a command runs in."},
     [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true,
 		   .doc = "Also serve the status endpoints on this TCP address (probes and Prometheus), e.g. "
 			  "`127.0.0.1:9187` or `[::]:9187`."},
@@ -500,9 +501,12 @@ static const key status_k[] = {
 			.doc =
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
-    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true,
-			 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
-				"start backfills over the Unix socket."},
+    [ST_CONTROL_UIDS] =
+	{"control_uids", &t_uids, 0, .restart = true,
+	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
+		"start backfills over the Unix socket. An empty list is the default. `check-config` "
+		"prints the default as it applies to the user who runs it: `[0]` for root, "
+		"`[0, 999]` for a user of uid 999 such as `cdc`."},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
@@ -559,10 +563,10 @@ static const key top_k[] = {
     [TK_SOURCE] = {"source", &t_section, 0, &source_keys,
 		   .doc = "The database, the slot and the publication."},
     [TK_STATE_DIR] =
-	{"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+	{"state_dir", &t_path, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
 	 .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the "
-		"spools "
-		"of socket subscriptions, subscriptions changed over the status socket, backfills."},
+		"spools of socket subscriptions, subscriptions changed over the status socket, backfills. A "
+		"relative path is taken from the configuration file's directory, like the sockets'."},
     [TK_STATUS] = {"status", &t_section, 0, &status_keys,
 		   .doc = "The status socket: figures, health, metrics, and the control endpoints."},
     [TK_LOG] = {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
@@ -765,6 +769,7 @@ static cfg *cfg_new(const char *path)
 	cfg *c = xcalloc(1, sizeof *c);
 	c->path = xstrdup(path);
 	keys_default(c, &top_keys);
+	uids_default(c);
 	return c;
 }
 

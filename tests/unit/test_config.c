@@ -51,6 +51,26 @@ static void expect_errors(int line, const char *yaml, const char *want)
 	buf_free(&e);
 }
 
+/* status.control_uids' default: root, then the uid running the test unless it is root (issue 31:
+ * check-config prints it, not []). */
+static void check_default_uids(const cfg *c)
+{
+	CHECK_INT(c->status.ncontrol_uids, geteuid() == 0 ? 1 : 2);
+	CHECK_INT(c->status.control_uids[0], 0);
+	CHECK_INT(c->status.control_uids[c->status.ncontrol_uids - 1], geteuid());
+}
+
+/* check-config's line for that default. */
+static const char *default_uids_line(void)
+{
+	static char line[64];
+	if (geteuid() == 0)
+		snprintf(line, sizeof line, "  control_uids: [0]\n");
+	else
+		snprintf(line, sizeof line, "  control_uids: [0, %u]\n", (unsigned)geteuid());
+	return line;
+}
+
 /* clang-format off */
 static const char example[] =
 	"source:\n"
@@ -118,7 +138,7 @@ static void test_example(void)
 	CHECK_STR(c->status.socket, "/run/cdc/status.sock");
 	CHECK_STR(c->status.listen, "127.0.0.1:9187");
 	CHECK(!c->status.tcp_control);
-	CHECK_INT(c->status.ncontrol_uids, 0);
+	check_default_uids(c);
 	CHECK_STR(SUBSCRIBERS(c)->socket, "/run/cdc/events.sock");
 	CHECK_INT(SUBSCRIBERS(c)->mode, 0660);
 	CHECK(c->sink_present[SINK_KAFKA]);
@@ -198,7 +218,7 @@ static void check_defaults(const cfg *c)
 	CHECK_STR(c->status.socket, "/run/cdc/status.sock");
 	CHECK(c->status.listen == NULL);
 	CHECK(!c->status.tcp_control);
-	CHECK_INT(c->status.ncontrol_uids, 0);
+	check_default_uids(c);
 	CHECK_STR(SUBSCRIBERS(c)->socket, "/run/cdc/events.sock");
 	CHECK_INT(SUBSCRIBERS(c)->mode, 0660);
 	CHECK(!c->sink_present[SINK_KAFKA]);
@@ -407,9 +427,9 @@ static const struct {
 	BAD("just text\n", "t.yaml:1:1: expected a mapping, got \"just text\"\n"),
 	BAD("? [a]\n: b\n", "t.yaml:1:3: expected a string key, got a list\n"),
 	BAD("source:\n  dsn: [a]\n", "t.yaml:2:8: source.dsn: expected a string, got a list\n"),
-	BAD("state_dir: {a: b}\n", "t.yaml:1:12: state_dir: expected a string, got a mapping\n"),
-	BAD("state_dir:\n", "t.yaml:1:11: state_dir: expected a string, got an empty value\n"),
-	BAD("state_dir: ~\n", "t.yaml:1:12: state_dir: expected a string, got null\n"),
+	BAD("state_dir: {a: b}\n", "t.yaml:1:12: state_dir: expected a path, got a mapping\n"),
+	BAD("state_dir:\n", "t.yaml:1:11: state_dir: expected a path, got an empty value\n"),
+	BAD("state_dir: ~\n", "t.yaml:1:12: state_dir: expected a path, got null\n"),
 	BAD("state_dir: \"\"\n", "t.yaml:1:12: state_dir: must not be empty\n"),
 	BAD("state_dir: \"a\\0b\"\n", "t.yaml:1:12: state_dir: must not contain a NUL character\n"),
 	BAD("backfill:\n  min_rows: 5000\n  max_rows: 10\n  tables: 0\n",
@@ -700,7 +720,7 @@ static void test_many_errors(void)
 	    "slot names)\n"
 	    "t.yaml:3:14: source.heartbeat: invalid duration \"soon\" (expected e.g. 250ms, 10s, 5m, 24h or "
 	    "1h30m)\n"
-	    "t.yaml:4:12: state_dir: expected a string, got a list\n"
+	    "t.yaml:4:12: state_dir: expected a path, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
 	    "kafka, log, backfill, subscriptions)\n"
@@ -920,34 +940,45 @@ out:
 static void test_print(void)
 {
 	char *p = roundtrip("", "defaults");
-	CHECK_STR(p, "source:\n"
-		     "  dsn: \"\"\n"
-		     "  slot: cdc_slot\n"
-		     "  publication: cdc_pub\n"
-		     "  create: false\n"
-		     "  publish: [\"public.*\"]\n"
-		     "  heartbeat: 0\n"
-		     "  status_interval: 10s\n"
-		     "  on_slot_lost: fail\n"
-		     "  on_publication_newer: fail\n"
-		     "  failover: false\n"
-		     "  ddl: false\n"
-		     "  publish_generated_columns: false\n"
-		     "state_dir: /var/lib/cdc\n"
-		     "status:\n"
-		     "  socket: /run/cdc/status.sock\n"
-		     "  tcp_control: false\n"
-		     "  control_uids: []\n"
-		     "subscribers:\n"
-		     "  socket: /run/cdc/events.sock\n"
-		     "  mode: \"0660\"\n"
-		     "  first_frame_timeout: 10s\n"
-		     "  max_connections: 1024\n"
-		     "  max_output: 1MiB\n"
-		     "log:\n"
-		     "  level: info\n"
-		     "  format: text\n"
-		     "subscriptions: []\n");
+	buf want = {0};
+	buf_printf(&want, "%s%s%s",
+		   "source:\n"
+		   "  dsn: \"\"\n"
+		   "  slot: cdc_slot\n"
+		   "  publication: cdc_pub\n"
+		   "  create: false\n"
+		   "  publish: [\"public.*\"]\n"
+		   "  heartbeat: 0\n"
+		   "  status_interval: 10s\n"
+		   "  on_slot_lost: fail\n"
+		   "  on_publication_newer: fail\n"
+		   "  failover: false\n"
+		   "  ddl: false\n"
+		   "  publish_generated_columns: false\n"
+		   "state_dir: /var/lib/cdc\n"
+		   "status:\n"
+		   "  socket: /run/cdc/status.sock\n"
+		   "  tcp_control: false\n",
+		   default_uids_line(),
+		   "subscribers:\n"
+		   "  socket: /run/cdc/events.sock\n"
+		   "  mode: \"0660\"\n"
+		   "  first_frame_timeout: 10s\n"
+		   "  max_connections: 1024\n"
+		   "  max_output: 1MiB\n"
+		   "log:\n"
+		   "  level: info\n"
+		   "  format: text\n"
+		   "subscriptions: []\n");
+	CHECK_STR(p, want.data);
+	buf_free(&want);
+	free(p);
+	/* An empty list is the default too; a list of its own is printed as given. */
+	p = roundtrip("status: {control_uids: []}\n", "empty uids");
+	CHECK(p && strstr(p, default_uids_line()));
+	free(p);
+	p = roundtrip("status: {control_uids: [1000, 0]}\n", "uids");
+	CHECK(p && strstr(p, "  control_uids: [1000, 0]\n"));
 	free(p);
 
 	p = roundtrip(example, "example");
@@ -1568,7 +1599,7 @@ static void test_reference(void)
 	    "## `source`\n",
 	    "### `source.status_interval`\n\n*duration, at least 1ms* · default `10s` · *reload* applies "
 	    "it\n",
-	    "### `state_dir`\n\n*string* · default `/var/lib/cdc` · *restart* to change\n",
+	    "### `state_dir`\n\n*path* · default `/var/lib/cdc` · *restart* to change\n",
 	    "### `subscriptions[].name`\n\n*name* · default *required* · *reload* applies it\n",
 	    "### `subscriptions[].max_unacked`\n\n*integer, at least 1* · default `1000` · *reload* applies "
 	    "it\n",
@@ -1583,6 +1614,70 @@ static void test_reference(void)
 			fprintf(stderr, "missing from the reference: %s\n", want[i]);
 	}
 	buf_free(&out);
+}
+
+/* Relative paths are taken from the file's directory; the result stays relative to the current
+ * directory when the file's path is (issue 31). */
+static void test_relative_paths(void)
+{
+	static const struct {
+		const char *file, *value, *want;
+	} cases[] = {
+	    {"cdc.yaml", "./state", "./state"},
+	    {"./cdc.yaml", "state", "state"},
+	    {"etc/cdc.yaml", "./state", "etc/state"},
+	    {"etc/cdc.yaml", "state/main", "etc/state/main"},
+	    {"etc/cdc.yaml", ".//./state", "etc/state"},
+	    {"etc/cdc.yaml", ".", "etc"},
+	    {"etc/cdc.yaml", "../state", "etc/../state"},
+	    {"etc/cdc.yaml", ".state", "etc/.state"},
+	    {"/etc/cdc/cdc.yaml", "./state", "/etc/cdc/state"},
+	    {"/etc/cdc/cdc.yaml", "/var/lib/cdc", "/var/lib/cdc"},
+	    {"/cdc.yaml", "state", "/state"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char yaml[256];
+		snprintf(
+		    yaml, sizeof yaml,
+		    "state_dir: \"%s\"\nstatus: {socket: \"%s/s.sock\"}\nsubscribers: {socket: \"%s\"}\n",
+		    cases[i].value, cases[i].value, cases[i].value);
+		buf e = {0};
+		cfg *c = cfg_parse(cases[i].file, yaml, strlen(yaml), &e);
+		CHECK(c != NULL);
+		if (!c) {
+			fprintf(stderr, "%s", e.data ? e.data : "");
+			buf_free(&e);
+			continue;
+		}
+		char sock[256];
+		snprintf(sock, sizeof sock, "%s/s.sock", cases[i].want);
+		CHECK_STR(c->state_dir, cases[i].want);
+		CHECK_STR(SUBSCRIBERS(c)->socket, cases[i].want);
+		if (strcmp(cases[i].value, ".") != 0) /* "./s.sock": the file's directory's s.sock */
+			CHECK_STR(c->status.socket, sock);
+		cfg_free(c);
+	}
+	/* The defaults are absolute; a socket path too long once resolved says against what. */
+	buf e = {0};
+	cfg *c = cfg_parse("etc/cdc.yaml", "", 0, &e);
+	CHECK_STR(c->state_dir, "/var/lib/cdc");
+	CHECK_STR(c->status.socket, CFG_DEFAULT_STATUS_SOCKET);
+	cfg_free(c);
+	char yaml[256], dir[120], want[1024];
+	memset(dir, 'd', sizeof dir - 1);
+	dir[sizeof dir - 1] = '\0';
+	snprintf(yaml, sizeof yaml, "subscribers: {socket: ./events.sock}\n");
+	char file[256];
+	snprintf(file, sizeof file, "%s/cdc.yaml", dir);
+	c = cfg_parse(file, yaml, strlen(yaml), &e);
+	CHECK(c == NULL);
+	snprintf(
+	    want, sizeof want,
+	    "%s:1:23: subscribers.socket: a socket path must be 1 to 107 bytes long (resolved against %s's "
+	    "directory)\n",
+	    file, file);
+	CHECK_STR(e.data, want);
+	buf_free(&e);
 }
 
 int main(void)
@@ -1610,5 +1705,6 @@ int main(void)
 	test_enum_names();
 	test_file_replace();
 	test_reference();
+	test_relative_paths();
 	return TEST_SUMMARY("test_config");
 }

@@ -203,7 +203,7 @@ TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = $(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION)
 HARNESS = $(FAULT_ENV) $(PYTHON) tests/fault/harness.py --pg-version $(PG_VERSION) $(if $(SEED),--seed $(SEED))
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
-	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
+	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_checkers.py tests/fault/test_kafka_order.py
 	$(Q)$(HARNESS) --duration $(FAULT_DURATION) $(FAULT_ARGS)
 	$(Q)$(HARNESS) --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS)
 

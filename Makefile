@@ -65,9 +65,9 @@ FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
-	cdc/backfill/request.c cdc/cli/backfill_cmd.c
-UNIT_TESTS += backfill_window backfill_sql backfill
-FUZZERS += backfill
+	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
+UNIT_TESTS += backfill_window backfill_sql backfill signal
+FUZZERS += backfill signal
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)

@@ -196,7 +196,7 @@ typedef struct keys {
 		a, sizeof a / sizeof *a, __VA_ARGS__                                                         \
 	}
 
-extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_bool,
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_table, t_bool,
     t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
 extern const keys top_keys, sub_keys;
 

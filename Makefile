@@ -52,7 +52,7 @@ LIB_SRCS := \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/sidecar.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
-	cdc/daemon/backfills.c cdc/daemon/notify.c \
+	cdc/daemon/backfills.c cdc/daemon/signals.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \

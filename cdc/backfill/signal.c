@@ -15,8 +15,8 @@
 /* A quoted schema.table of two 63-byte parts, each quote doubled. */
 #define NAME_MAX_BYTES (2 * (2 * MATCH_NAME_MAX + 2) + 1)
 
-static const char *const type_names[] = {[BF_SIGNAL_EXECUTE] = "execute-snapshot",
-					 [BF_SIGNAL_STOP] = "stop-snapshot"};
+static const char *const type_names[] = {
+    [BF_SIGNAL_EXECUTE] = "execute-snapshot", [BF_SIGNAL_STOP] = "stop-snapshot"};
 
 const char *bf_signal_type(bf_signal_kind kind)
 {
@@ -42,7 +42,8 @@ static const char *text_problem(const char *s, size_t len, size_t max, char *why
 }
 
 /* A JSON string within max bytes, or NULL with a message about what. */
-static const char *json_text(json_object *v, size_t max, const char *what, size_t at, char *err, size_t errlen)
+static const char *json_text(json_object *v, size_t max, const char *what, size_t at, char *err,
+			     size_t errlen)
 {
 	char why[64];
 	if (!json_object_is_type(v, json_type_string)) {
@@ -61,28 +62,32 @@ static const char *json_text(json_object *v, size_t max, const char *what, size_
 static bool take_tables(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(err, errlen, "data: data-collections: expected an array of \"schema.table\" names");
+		return errf(err, errlen,
+			    "data: data-collections: expected an array of \"schema.table\" names");
 	size_t n = json_object_array_length(v);
 	if (n > BF_SIGNAL_MAX_TABLES)
 		return errf(err, errlen, "data: data-collections: more than %d tables", BF_SIGNAL_MAX_TABLES);
 	out->tables = xcalloc(n ? n : 1, sizeof(*out->tables));
 	for (size_t i = 0; i < n; i++) {
-		const char *s = json_text(json_object_array_get_idx(v, i), NAME_MAX_BYTES, "data-collections", i,
-					  err, errlen);
+		const char *s = json_text(json_object_array_get_idx(v, i), NAME_MAX_BYTES, "data-collections",
+					  i, err, errlen);
 		char why[160], schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
 		const char *problem = s ? match_table_name_problem(s, why, sizeof(why)) : NULL;
 		if (!s)
 			return false;
 		if (problem)
-			return errf(err, errlen,
-				    "data: data-collections[%zu]: %.200s is not a table's name (%s): cdc takes "
-				    "schema.table names, not regular expressions",
-				    i, s, problem);
+			return errf(
+			    err, errlen,
+			    "data: data-collections[%zu]: %.200s is not a table's name (%s): cdc takes "
+			    "schema.table names, not regular expressions",
+			    i, s, problem);
 		if (!match_table_split(s, schema, table))
-			return errf(err, errlen, "data: data-collections[%zu]: not of the form schema.table", i);
+			return errf(err, errlen, "data: data-collections[%zu]: not of the form schema.table",
+				    i);
 		for (size_t k = 0; k < out->ntables; k++)
 			if (match_table(out->tables[k].name, schema, table))
-				return errf(err, errlen, "data: data-collections[%zu]: %s is named twice", i, s);
+				return errf(err, errlen, "data: data-collections[%zu]: %s is named twice", i,
+					    s);
 		out->tables[out->ntables++].name = xstrdup(s);
 	}
 	return true;
@@ -117,8 +122,9 @@ static bool where_ok(const char *s, const char *what, size_t at, char *err, size
 static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(err, errlen,
-			    "data: additional-conditions: expected an array of {\"data-collection\", \"filter\"}");
+		return errf(
+		    err, errlen,
+		    "data: additional-conditions: expected an array of {\"data-collection\", \"filter\"}");
 	size_t n = json_object_array_length(v);
 	for (size_t i = 0; i < n; i++) {
 		json_object *c = json_object_array_get_idx(v, i), *name, *filter;
@@ -130,15 +136,18 @@ static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t er
 				    "\"schema.table\", \"filter\": \"...\"}",
 				    i);
 		const char *t = json_text(name, NAME_MAX_BYTES, "additional-conditions", i, err, errlen);
-		const char *f = t ? json_text(filter, PRED_MAX_TEXT, "additional-conditions", i, err, errlen) : NULL;
+		const char *f =
+		    t ? json_text(filter, PRED_MAX_TEXT, "additional-conditions", i, err, errlen) : NULL;
 		if (!f || !where_ok(f, "additional-conditions", i, err, errlen))
 			return false;
 		bf_signal_table *tb = find_table(out, t);
 		if (!tb)
 			return errf(err, errlen,
-				    "data: additional-conditions[%zu]: %.200s is not one of data-collections", i, t);
+				    "data: additional-conditions[%zu]: %.200s is not one of data-collections",
+				    i, t);
 		if (tb->where)
-			return errf(err, errlen, "data: additional-conditions[%zu]: a second condition for %s", i,
+			return errf(err, errlen,
+				    "data: additional-conditions[%zu]: a second condition for %s", i,
 				    tb->name);
 		tb->where = xstrdup(f);
 	}
@@ -165,8 +174,8 @@ static bool take_subscriptions(json_object *v, bf_signal *out, char *err, size_t
 		return errf(err, errlen, "data: subscriptions: more than %d", BF_SIGNAL_MAX_SUBS);
 	out->subscriptions = xcalloc(n ? n : 1, sizeof(*out->subscriptions));
 	for (size_t i = 0; i < n; i++) {
-		const char *s = json_text(json_object_array_get_idx(v, i), BF_SIGNAL_MAX_SUB_NAME, "subscriptions",
-					  i, err, errlen);
+		const char *s = json_text(json_object_array_get_idx(v, i), BF_SIGNAL_MAX_SUB_NAME,
+					  "subscriptions", i, err, errlen);
 		if (!s)
 			return false;
 		out->subscriptions[out->nsubscriptions++] = xstrdup(s);
@@ -199,10 +208,11 @@ static bool parse_data(json_object *root, bf_signal *out, char *err, size_t errl
 				     : strcmp(key, "type") == 0			 ? &type
 										 : NULL;
 		if (!slot)
-			return errf(err, errlen,
-				    "data: unknown key '%.64s' (a signal's data takes data-collections, type, "
-				    "additional-conditions and subscriptions)",
-				    key);
+			return errf(
+			    err, errlen,
+			    "data: unknown key '%.64s' (a signal's data takes data-collections, type, "
+			    "additional-conditions and subscriptions)",
+			    key);
 		*slot = val;
 	}
 	if (out->kind == BF_SIGNAL_EXECUTE && !tables)
@@ -244,7 +254,8 @@ bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t typ
 			known = true;
 		}
 	if (!known)
-		return errf(err, errlen, "type: %s%.*s%s is not a signal cdc acts on (execute-snapshot, stop-snapshot)",
+		return errf(err, errlen,
+			    "type: %s%.*s%s is not a signal cdc acts on (execute-snapshot, stop-snapshot)",
 			    type ? "'" : "NULL",
 			    type && !text_problem(type, type_len, 64, why, sizeof(why)) ? (int)type_len : 0,
 			    type ? type : "", type ? "'" : "");
@@ -253,7 +264,8 @@ bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t typ
 		if (out->kind == BF_SIGNAL_STOP)
 			return true; /* stop every backfill signals started */
 		bf_signal_free(out);
-		return errf(err, errlen, "data: missing (execute-snapshot needs {\"data-collections\": [...]})");
+		return errf(err, errlen,
+			    "data: missing (execute-snapshot needs {\"data-collections\": [...]})");
 	}
 	json_object *root = NULL;
 	bool ok = false;

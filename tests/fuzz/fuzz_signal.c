@@ -33,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	buf one = {0}, two = {0};
 	const char *type = bf_signal_type(s.kind);
 	bf_signal_json(&s, &one);
-	if (!bf_signal_parse(s.id, strlen(s.id), type, strlen(type), one.data, one.len, &again, err, sizeof(err)))
+	if (!bf_signal_parse(s.id, strlen(s.id), type, strlen(type), one.data, one.len, &again, err,
+			     sizeof(err)))
 		abort();
 	bf_signal_json(&again, &two);
 	if (one.len != two.len || memcmp(one.data, two.data, one.len) != 0 || again.kind != s.kind ||

@@ -8,7 +8,8 @@
 
 /* Parses a row (NULL columns stay NULL); want_err "" for an accepted one, whose data is then
  * printed as JSON into json. */
-static void row(const char *id, const char *type, const char *data, const char *want_err, const char *want_json)
+static void row(const char *id, const char *type, const char *data, const char *want_err,
+		const char *want_json)
 {
 	bf_signal s;
 	char err[512] = "";
@@ -24,8 +25,8 @@ static void row(const char *id, const char *type, const char *data, const char *
 	CHECK_STR(j.data, want_json);
 	/* what it prints parses again to the same */
 	bf_signal again;
-	CHECK(bf_signal_parse(s.id, strlen(s.id), bf_signal_type(s.kind), strlen(bf_signal_type(s.kind)), j.data,
-			      j.len, &again, err, sizeof(err)));
+	CHECK(bf_signal_parse(s.id, strlen(s.id), bf_signal_type(s.kind), strlen(bf_signal_type(s.kind)),
+			      j.data, j.len, &again, err, sizeof(err)));
 	buf k = {0};
 	bf_signal_json(&again, &k);
 	CHECK_STR(k.data, j.data);
@@ -38,12 +39,14 @@ static void row(const char *id, const char *type, const char *data, const char *
 int main(void)
 {
 	/* Debezium's documented shapes */
-	row("ad-hoc-1", "execute-snapshot", "{\"data-collections\": [\"schema1.table1\", \"schema1.table2\"], "
-	    "\"type\": \"incremental\"}", "",
-	    "{\"data-collections\":[\"schema1.table1\",\"schema1.table2\"],\"subscriptions\":[]}");
+	row("ad-hoc-1", "execute-snapshot",
+	    "{\"data-collections\": [\"schema1.table1\", \"schema1.table2\"], "
+	    "\"type\": \"incremental\"}",
+	    "", "{\"data-collections\":[\"schema1.table1\",\"schema1.table2\"],\"subscriptions\":[]}");
 	row("ad-hoc-2", "execute-snapshot",
 	    "{\"data-collections\": [\"public.orders\"], \"additional-conditions\": "
-	    "[{\"data-collection\": \"public.orders\", \"filter\": \"new.status = 'paid'\"}]}", "",
+	    "[{\"data-collection\": \"public.orders\", \"filter\": \"new.status = 'paid'\"}]}",
+	    "",
 	    "{\"data-collections\":[\"public.orders\"],\"additional-conditions\":[{\"data-collection\":"
 	    "\"public.orders\",\"filter\":\"new.status = 'paid'\"}],\"subscriptions\":[]}");
 	row("old-style", "execute-snapshot",
@@ -51,8 +54,9 @@ int main(void)
 	    "{\"data-collections\":[\"a.b\",\"a.c\"],\"additional-conditions\":[{\"data-collection\":\"a.b\","
 	    "\"filter\":\"new.id > 10\"},{\"data-collection\":\"a.c\",\"filter\":\"new.id > 10\"}],"
 	    "\"subscriptions\":[]}");
-	row("stop-1", "stop-snapshot", "{\"data-collections\": [\"schema1.table1\"], \"type\": \"incremental\"}",
-	    "", "{\"data-collections\":[\"schema1.table1\"],\"subscriptions\":[]}");
+	row("stop-1", "stop-snapshot",
+	    "{\"data-collections\": [\"schema1.table1\"], \"type\": \"incremental\"}", "",
+	    "{\"data-collections\":[\"schema1.table1\"],\"subscriptions\":[]}");
 	row("stop-all", "stop-snapshot", NULL, "", "{\"data-collections\":[],\"subscriptions\":[]}");
 	row("stop-all", "stop-snapshot", "  ", "", "{\"data-collections\":[],\"subscriptions\":[]}");
 	/* cdc's own key; quoted names; the same table written two ways is named twice */
@@ -66,32 +70,36 @@ int main(void)
 	row(NULL, "execute-snapshot", "{}", "id: missing (NULL)", NULL);
 	row("", "execute-snapshot", "{}", "id: expected 1 to 128 bytes of text, got 0", NULL);
 	row("a\nb", "execute-snapshot", "{}", "id: control characters are not allowed", NULL);
-	row("x", NULL, "{}", "type: NULL is not a signal cdc acts on (execute-snapshot, stop-snapshot)", NULL);
+	row("x", NULL, "{}", "type: NULL is not a signal cdc acts on (execute-snapshot, stop-snapshot)",
+	    NULL);
 	row("x", "log", "{\"message\": \"hi\"}",
 	    "type: 'log' is not a signal cdc acts on (execute-snapshot, stop-snapshot)", NULL);
 	row("x", "execute-snapshot", NULL,
 	    "data: missing (execute-snapshot needs {\"data-collections\": [...]})", NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": [\"a.b\"",
 	    "data: not JSON (unexpected end of data)", NULL);
-	row("x", "execute-snapshot", "[\"a.b\"]", "data: expected a JSON object ({\"data-collections\": [...]})",
-	    NULL);
+	row("x", "execute-snapshot", "[\"a.b\"]",
+	    "data: expected a JSON object ({\"data-collections\": [...]})", NULL);
 	row("x", "execute-snapshot", "{}", "data: data-collections: missing (the tables to backfill)", NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": []}",
 	    "data: data-collections: empty (the tables to backfill)", NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": \"a.b\"}",
 	    "data: data-collections: expected an array of \"schema.table\" names", NULL);
-	row("x", "execute-snapshot", "{\"data-collections\": [7]}", "data: data-collections[0]: expected a string",
-	    NULL);
+	row("x", "execute-snapshot", "{\"data-collections\": [7]}",
+	    "data: data-collections[0]: expected a string", NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": [\"public\\\\.orders\"]}",
-	    "data: data-collections[0]: public\\.orders is not a table's name (character '\\' is only allowed "
+	    "data: data-collections[0]: public\\.orders is not a table's name (character '\\' is only "
+	    "allowed "
 	    "inside double quotes): cdc takes schema.table names, not regular expressions",
 	    NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": [\"public.*\"]}",
-	    "data: data-collections[0]: public.* is not a table's name (a table's name, without * or ? (write "
+	    "data: data-collections[0]: public.* is not a table's name (a table's name, without * or ? "
+	    "(write "
 	    "the glob's character in double quotes)): cdc takes schema.table names, not regular expressions",
 	    NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": [\"a.b\"], \"type\": \"blocking\"}",
-	    "data: type: blocking is not done: cdc's backfills never pause the stream (leave type out, or write "
+	    "data: type: blocking is not done: cdc's backfills never pause the stream (leave type out, or "
+	    "write "
 	    "incremental)",
 	    NULL);
 	row("x", "execute-snapshot", "{\"data-collections\": [\"a.b\"], \"surrogate-key\": \"id\"}",
@@ -112,7 +120,8 @@ int main(void)
 	    "{\"data-collections\": [\"a.b\"], \"additional-conditions\": [{\"data-collection\": \"a.b\", "
 	    "\"filter\": \"new.x = 1\"}, {\"data-collection\": \"a.b\", \"filter\": \"new.x = 2\"}]}",
 	    "data: additional-conditions[1]: a second condition for a.b", NULL);
-	row("x", "execute-snapshot", "{\"data-collections\": [\"a.b\"], \"additional-conditions\": [{\"x\": 1}]}",
+	row("x", "execute-snapshot",
+	    "{\"data-collections\": [\"a.b\"], \"additional-conditions\": [{\"x\": 1}]}",
 	    "data: additional-conditions[0]: expected {\"data-collection\": \"schema.table\", \"filter\": "
 	    "\"...\"}",
 	    NULL);
@@ -137,10 +146,11 @@ int main(void)
 		big[n] = '\0';
 		row("x", "execute-snapshot", big, "data: more than 65536 bytes", NULL);
 		big[n - 1] = '\0';
-		row("x", "execute-snapshot", big, "", "{\"data-collections\":[\"a.b\"],\"subscriptions\":[]}");
+		row("x", "execute-snapshot", big, "",
+		    "{\"data-collections\":[\"a.b\"],\"subscriptions\":[]}");
 		free(big);
-		row("x", "execute-snapshot", "{\"data-collections\": [\"a.\xff\"]}", "data: not valid UTF-8 text",
-		    NULL);
+		row("x", "execute-snapshot", "{\"data-collections\": [\"a.\xff\"]}",
+		    "data: not valid UTF-8 text", NULL);
 	}
 	/* an embedded NUL (JSON's \u0000) never reaches a name */
 	row("x", "execute-snapshot", "{\"data-collections\": [\"a.b\\u0000c\"]}",

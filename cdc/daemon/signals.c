@@ -103,8 +103,10 @@ static json_object *member(json_object *o, const char *key, json_type type)
 /* One backfill of the file into g; false if it is malformed. */
 static bool load_started(signals *g, json_object *o)
 {
-	json_object *sig = member(o, "signal", json_type_string), *sub = member(o, "subscription", json_type_string),
-		    *id = member(o, "backfill", json_type_string), *tables = member(o, "tables", json_type_array);
+	json_object *sig = member(o, "signal", json_type_string),
+		    *sub = member(o, "subscription", json_type_string),
+		    *id = member(o, "backfill", json_type_string),
+		    *tables = member(o, "tables", json_type_array);
 	if (!sig || !sub || !id || !tables || json_object_get_string_len(id) != BF_ID_SIZE - 1)
 		return false;
 	struct signal_started s = {.signal = xstrdup(json_object_get_string(sig)),
@@ -142,7 +144,9 @@ static bool load(sidecar *d, char *err, size_t errlen)
 		ok = load_started(g, json_object_array_get_idx(list, i));
 	json_object_put(root);
 	buf_free(&text);
-	return ok ? true : errf(err, errlen, "%s: not a file of signals cdc acted on (move it away to start afresh)", path);
+	return ok ? true
+		  : errf(err, errlen, "%s: not a file of signals cdc acted on (move it away to start afresh)",
+			 path);
 }
 
 /* The quoted "schema"."table" a backfill request names for one of a signal's tables. */
@@ -185,13 +189,15 @@ static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, si
 {
 	for (size_t i = 0; i < sg->nsubscriptions; i++)
 		if (!cfg_find_subscription(d->cfg, sg->subscriptions[i])) {
-			errf(why, whylen, "data: subscriptions: no such subscription: %s", sg->subscriptions[i]);
+			errf(why, whylen, "data: subscriptions: no such subscription: %s",
+			     sg->subscriptions[i]);
 			return why;
 		}
 	for (size_t t = 0; t < sg->ntables; t++) {
 		bool any = false;
 		for (size_t i = 0; i < d->cfg->nsubs && !any; i++)
-			any = names_sub(sg, d->cfg->subs[i].name) && has_table(&d->cfg->subs[i], sg->tables[t].name);
+			any = names_sub(sg, d->cfg->subs[i].name) &&
+			      has_table(&d->cfg->subs[i], sg->tables[t].name);
 		if (!any) {
 			errf(why, whylen, "table %s is not one of the tables of %s", sg->tables[t].name,
 			     sg->nsubscriptions ? "the subscriptions it names" : "any subscription");
@@ -226,7 +232,8 @@ static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, co
 		d->sig.started = xrealloc(d->sig.started, (d->sig.nstarted + 1) * sizeof(*d->sig.started));
 		d->sig.started[d->sig.nstarted++] = g;
 		d->sig.backfills_started++;
-		log_info("signal starts a backfill", "signal=%s subscription=%s backfill=%s", sg->id, s->name, id);
+		log_info("signal starts a backfill", "signal=%s subscription=%s backfill=%s", sg->id, s->name,
+			 id);
 	} else
 		log_warn("signal cannot start a backfill", "signal=%s subscription=%s error=\"%s\"", sg->id,
 			 s->name, err);
@@ -294,8 +301,9 @@ static void stop(sidecar *d, const bf_signal *sg, buf *out)
 		buf_putc(out, '}');
 		if (cancelled) {
 			d->sig.backfills_stopped++;
-			log_info("signal stops a backfill", "signal=%s subscription=%s backfill=%s started_by=%s",
-				 sg->id, g->subscription, g->id, g->signal);
+			log_info("signal stops a backfill",
+				 "signal=%s subscription=%s backfill=%s started_by=%s", sg->id,
+				 g->subscription, g->id, g->signal);
 		}
 	}
 }
@@ -334,7 +342,8 @@ static void on_signal(void *ctx, const pipeline_signal *s)
 	sidecar *d = ctx;
 	signals *g = &d->sig;
 	char err[512], lsn[LSN_STRLEN];
-	if (g->done && (s->commit_lsn < g->done_lsn || (s->commit_lsn == g->done_lsn && s->tx_index <= g->done_index)))
+	if (g->done &&
+	    (s->commit_lsn < g->done_lsn || (s->commit_lsn == g->done_lsn && s->tx_index <= g->done_index)))
 		return; /* acted on before a crash: the stream brings it again */
 	g->received++;
 	lsn_format(s->commit_lsn, lsn);
@@ -354,7 +363,8 @@ static void on_signal(void *ctx, const pipeline_signal *s)
 	if (why) {
 		g->refused++;
 		log_warn("signal refused; the stream goes on", "lsn=%s id=\"%.*s\" error=\"%s\"", lsn,
-			 s->id && s->id_len <= BF_SIGNAL_MAX_ID ? (int)s->id_len : 0, s->id ? s->id : "", why);
+			 s->id && s->id_len <= BF_SIGNAL_MAX_ID ? (int)s->id_len : 0, s->id ? s->id : "",
+			 why);
 	} else if (sg.kind == BF_SIGNAL_STOP && !backfills.len)
 		log_info("signal stops no backfill: none that signals started is running", "lsn=%s signal=%s",
 			 lsn, sg.id);

@@ -43,6 +43,7 @@ typedef struct ctx {
 	buf path;  /* key path of the node being checked, e.g. "subscriptions[1].tables" */
 	buf quote; /* scratch for quoting user text in one message */
 	bool have_section[SINK_MODULES_MAX]; /* the file has the sink module's section */
+	int sink_hint; /* the sink the subscription being read names (-1: none or unknown) */
 } ctx;
 
 void ctx_free(ctx *x);
@@ -219,6 +220,9 @@ extern keys top_keys, sub_keys;
 void uids_default(cfg *c);
 /* The file names of sink_modules' values of a subscription's sink: key. */
 extern const ename *sink_names;
+
+/* The sink module a subscription's mapping names in its sink: key (-1: none, or not a sink). */
+int sink_named(const node *m);
 
 /* Whether subscription s (NULL: none) goes with c's other subscriptions of its sink (those named
  * like s left out). False with the message in why: s against one of c's, or (s NULL) two of c's,

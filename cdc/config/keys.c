@@ -8,6 +8,31 @@
 
 /* ---- the walks ---- */
 
+/* Whether key a is the first of t with its name (two sinks may each have a key of one name). */
+static bool first_named(const keys *t, size_t a)
+{
+	for (size_t i = 0; i < a; i++)
+		if (strcmp(t->k[i].name, t->k[a].name) == 0)
+			return false;
+	return true;
+}
+
+/* The key of t named like kn (t->n: none). Of two sinks' keys of one name, the one of the sink
+ * the mapping names (x->sink_hint), else the first. */
+static size_t key_index(const ctx *x, const keys *t, const node *kn)
+{
+	size_t found = t->n;
+	for (size_t j = 0; j < t->n; j++) {
+		if (strlen(t->k[j].name) != kn->len || strcmp(t->k[j].name, kn->text) != 0)
+			continue;
+		if (found == t->n)
+			found = j;
+		if (t->k[j].module && t->k[j].module - 1 == x->sink_hint)
+			return j;
+	}
+	return found;
+}
+
 void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (is_null(m))
@@ -22,14 +47,12 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 			wrong_kind(x, kn, "a string key");
 			continue;
 		}
-		size_t j;
-		for (j = 0; j < t->n; j++)
-			if (strlen(t->k[j].name) == kn->len && strcmp(t->k[j].name, kn->text) == 0)
-				break;
+		size_t j = key_index(x, t, kn);
 		if (j == t->n) {
 			buf allowed = {0};
 			for (size_t a = 0; a < t->n; a++)
-				buf_printf(&allowed, "%s%s", a ? ", " : "", t->k[a].name);
+				if (first_named(t, a))
+					buf_printf(&allowed, "%s%s", allowed.len ? ", " : "", t->k[a].name);
 			err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
 			       qnode(x, kn), allowed.data);
 			buf_free(&allowed);
@@ -361,6 +384,19 @@ static bool sub_shown(const void *base, const key *k)
 
 keys sub_keys;
 
+int sink_named(const node *m)
+{
+	if (!m || m->kind != N_MAP)
+		return -1;
+	for (size_t i = 0; i + 1 < m->n; i += 2)
+		if (m->kids[i]->kind == N_SCALAR && strcmp(m->kids[i]->text, "sink") == 0 &&
+		    m->kids[i + 1]->kind == N_SCALAR) {
+			const ename *e = ename_find(sink_names, m->kids[i + 1]->text);
+			return e ? e->value : -1;
+		}
+	return -1;
+}
+
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = FIELD(base, k, cfg);
@@ -381,7 +417,9 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 		keys_default(s, &sub_keys);
 		s->line = v->kids[i]->line;
 		s->col = v->kids[i]->col;
+		x->sink_hint = sink_named(v->kids[i]);
 		walk_map(x, v->kids[i], s, &sub_keys, seen);
+		x->sink_hint = -1;
 		names[i] = (named){s->name, i};
 		name_nodes[i] = seen[SK_NAME].v;
 		path_pop(x, old);
@@ -797,7 +835,7 @@ void cfg_free(cfg *c)
 
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 {
-	ctx x = {.file = path ? path : "<config>", .errors = errors};
+	ctx x = {.file = path ? path : "<config>", .errors = errors, .sink_hint = -1};
 	node *root = NULL;
 	cfg *c = NULL;
 

@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include "sinks/kafka/kafka_sink.h"
+#include "sinks/nats/nats_sink.h"
 #include "sinks/socket/socket_sink.h"
 #include "test.h"
 
 /* The sink modules' indexes, in sinks/modules.c's order, and their settings structs. */
-enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT };
+enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT, SINK_NATS };
 #define SOCK(sub) ((socket_sub_conf *)(sub)->sink_settings[SINK_SOCKET])
 #define KAF(sub) ((kafka_sub_conf *)(sub)->sink_settings[SINK_KAFKA])
 #define SUBSCRIBERS(c) ((socket_conf *)(c)->sink_sections[SINK_SOCKET])
@@ -415,7 +416,7 @@ static const struct {
 	/* structure */
 	BAD("sourc:\n  dsn: x\n",
 	    "t.yaml:1:1: unknown top-level key \"sourc\" (allowed: source, state_dir, status, subscribers, kafka, "
-	    "log, backfill, subscriptions)\n"),
+	    "nats, log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
 	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns, signal_table)\n"),
@@ -597,7 +598,7 @@ static const struct {
 	    "whole schema or table name\n"
 	    "t.yaml:2:32: subscriptions[0].tables: invalid table pattern \"\\\"a\\\"b.c\": double quotes must surround a "
 	    "whole schema or table name\n"
-	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout)\n"),
+	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout, nats)\n"),
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
 	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
@@ -698,7 +699,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "topic, tombstones, format, schemas, server_name, unchanged_toast, snapshot)\n"),
+	    "topic, tombstones, format, schemas, server_name, unchanged_toast, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -728,7 +729,7 @@ static void test_many_errors(void)
 	    "t.yaml:4:12: state_dir: expected a path, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
-	    "kafka, log, backfill, subscriptions)\n"
+	    "kafka, nats, log, backfill, subscriptions)\n"
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
@@ -747,7 +748,7 @@ static void test_too_many_errors(void)
 	for (int i = 1; i <= 100; i++)
 		buf_printf(&want,
 			   "t.yaml:%d:1: unknown top-level key \"k%d\" (allowed: source, state_dir, status, "
-			   "subscribers, kafka, log, backfill, subscriptions)\n",
+			   "subscribers, kafka, nats, log, backfill, subscriptions)\n",
 			   i, i);
 	buf_puts(&want, "t.yaml:101:1: too many errors, stopped reporting\n");
 	expect_errors(__LINE__, y.data, want.data);
@@ -1211,7 +1212,7 @@ static void test_parse_subscription(void)
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, topic, tombstones, "
-	     "format, schemas, server_name, unchanged_toast, snapshot)\n"},
+	     "format, schemas, server_name, unchanged_toast, subject, snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1560,6 +1561,59 @@ static void test_restart_keys(void)
 	buf_free(&e);
 }
 
+/* Two sinks with a key of one name (format): each subscription's goes to its own sink's; a key of
+ * another sink is refused; the NATS section's values are checked where they stand. */
+static void test_nats_keys(void)
+{
+	buf e = {0};
+	cfg *c = parse("kafka: {brokers: k}\nnats: {servers: \"nats://n:4222\", password: pw}\n"
+		       "subscriptions:\n"
+		       "  - {name: k, tables: [a.b], sink: kafka, format: json}\n"
+		       "  - {format: json, name: n, tables: [a.b], sink: nats, subject: \"x.{table}\"}\n",
+		       &e);
+	CHECK(c != NULL);
+	if (c) {
+		const nats_sub_conf *n = c->subs[1].sink_settings[SINK_NATS];
+		CHECK_INT(KAF(&c->subs[0])->format, KAFKA_JSON);
+		CHECK_INT(n->format, NATS_JSON);
+		CHECK_STR(n->subject, "x.{table}");
+		CHECK_INT(KAF(&c->subs[1])->format, KAFKA_PROTOBUF); /* the Kafka key was not set */
+		const nats_conf *nc = c->sink_sections[SINK_NATS];
+		CHECK_STR(nc->stream, "CDC");
+		CHECK_INT(nc->max_in_flight, 1024);
+		CHECK_INT(nc->duplicate_window_ms, 120000);
+		char *out = print(c);
+		CHECK(strstr(out, "  password: \"********\"\n") && !strstr(out, "pw\n"));
+		free(out);
+	}
+	cfg_free(c);
+	buf_free(&e);
+	expect_errors(
+	    __LINE__,
+	    "kafka: {brokers: k}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, topic: t, format: debezium}\n"
+	    "  - {name: b, tables: [a.b], sink: kafka, subject: s}\n",
+	    "t.yaml:3:60: subscriptions[0].format: invalid value \"debezium\" (expected protobuf, json)\n"
+	    "t.yaml:3:36: subscriptions[0].sink: sink nats needs a top-level nats section (servers)\n"
+	    "t.yaml:3:42: subscriptions[0].topic: only valid with sink: kafka (this subscription's sink is "
+	    "nats)\n"
+	    "t.yaml:4:43: subscriptions[1].subject: only valid with sink: nats (this subscription's sink "
+	    "is kafka)\n");
+	expect_errors(
+	    __LINE__,
+	    "nats: {servers: n, stream: \"a b\", schemas_subject: \"cdc.*\"}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, subject: \"x..{tab}\"}\n"
+	    "  - {name: b, tables: [a.b], sink: nats, subject: \"x.{tab}\"}\n",
+	    "t.yaml:1:28: nats.stream: invalid stream \"a b\": a JetStream stream name "
+	    "[A-Za-z0-9_-]{1,255}\n"
+	    "t.yaml:1:52: nats.schemas_subject: invalid subject \"cdc.*\": a published subject cannot hold "
+	    "the wildcards * and >\n"
+	    "t.yaml:3:51: subscriptions[0].subject: invalid subject \"x..{tab}\": a subject's tokens must "
+	    "not be empty (no leading, trailing or double dots)\n"
+	    "t.yaml:4:51: subscriptions[1].subject: invalid subject \"x.{tab}\": unknown placeholder "
+	    "\"{tab}\" (expected {schema}, {table}, {subscription}, {tag})\n");
+}
+
 static void test_enum_names(void)
 {
 	CHECK_STR(cfg_sink_name(SINK_STDOUT), "stdout");
@@ -1708,6 +1762,7 @@ int main(void)
 	test_format_defaults();
 	test_restart_keys();
 	test_enum_names();
+	test_nats_keys();
 	test_file_replace();
 	test_reference();
 	test_relative_paths();

@@ -73,6 +73,8 @@ exact one. --keep keeps the work directory (cdc's logs, consumers' output, state
 k_all.jsonl there: every Kafka message the harness read, partition by partition in offset order
 ([topic, partition, offset, table, id, op, ver, note, grp, xid, commit_lsn, tx_index]):
 the mock broker's log goes with it, and an order example names a partition and offset.
+--record FILE writes the run's recording (tests/fault/recording.py): the checks can run on it
+again without the run, as tests/fault/test_checkers.py does with perturbed copies.
 """
 
 import argparse
@@ -91,6 +93,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import exactly_once  # noqa: E402
+import recording  # noqa: E402
 from events import NOT_CHANGES, LineFile, from_json, from_line, from_proto  # noqa: E402
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
@@ -861,6 +864,10 @@ class Harness:
                     for r in recs:
                         f.write(json.dumps([tp[0], tp[1], r.where[1]] + list(r[:-2]), separators=(",", ":")) + "\n")
         self.sinks["k_all"].failed_batches = failed_batches(p.stderr() for p in self.cdc.runs)
+        if self.args.record:  # before the checks, which leave out what the mock should have refused
+            recording.save(self.args.record, led.committed, led.aborted, self.lost_at_promotion, self.sinks,
+                           self.kills, {"s_grp": f"grp<{GRP_BELOW}"}, self.kafka_times,
+                           exactly_once.boundaries(p.stderr() for p in self.cdc.runs) if self.args.exactly_once else None)
         results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
                                  lost=self.lost_at_promotion)
         errors = self.errors + errors
@@ -979,6 +986,9 @@ def parse_args(argv=None):
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
     p.add_argument("--keep", action="store_true",
                    help="keep the work directory (and write what the Kafka reader read into k_all.jsonl)")
+    p.add_argument("--record", default=None,
+                   help="write the run's recording (ledger, kills, what each sink delivered) to this file, "
+                        "gzipped JSON (tests/fault/recording.py)")
     p.add_argument("--exactly-once", action="store_true",
                    help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")

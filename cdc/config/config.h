@@ -16,6 +16,8 @@
 /* Where the sockets are when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
 #define CFG_DEFAULT_SUBSCRIBER_SOCKET "/run/cdc/events.sock"
+/* backfill.parallel: docs/backfills.md#speed has the measurements it comes from. */
+#define CFG_DEFAULT_BACKFILL_PARALLEL 4
 
 typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_sink;
 typedef enum cfg_consumers {
@@ -125,11 +127,13 @@ typedef struct cfg {
 	} log;
 	struct {
 		bool present;		     /* a backfill: section is in the file (it is printed then) */
-		uint64_t chunk_time_ms;	     /* a chunk's SELECT aims at this; default 250ms */
-		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 100000 */
+		uint64_t chunk_time_ms;	     /* a chunk's COPY aims at this; default 250ms */
+		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 5000 */
 		uint64_t max_bytes;	     /* a chunk's rows and changed keys; default 64MiB */
 		uint64_t rate_limit;	     /* rows read per second; default 0: none */
 		uint32_t tables;	     /* tables read at once; default 1 */
+		uint32_t
+		    parallel; /* connections reading chunks at once; default CFG_DEFAULT_BACKFILL_PARALLEL */
 	} backfill;
 	cfg_subscription *subs;
 	size_t nsubs;

@@ -10,12 +10,12 @@
 #include "cdc/source/pgconn.h"
 
 const char catalog_sql[] =
-    "SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pt.tablename IS NOT NULL, "
+    "SELECT n.nspname, c.relname, c.relkind, c.relreplident, pt.tablename IS NOT NULL, "
     "(SELECT pg_catalog.json_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "
     "WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "
     "FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "
     "i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)) "
-    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
     "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
     "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
@@ -41,13 +41,10 @@ static bool take_names(const char *json, cfg_strlist *l)
 bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 {
 	for (int i = 0; i < CATALOG_COLS - 1; i++)
-		if (!cells[i] || (i >= 2 && i <= 5 && strlen(cells[i]) != 1))
+		if (!cells[i] || (i >= 2 && i <= 4 && strlen(cells[i]) != 1))
 			return false;
-	catalog_table t = {.relkind = cells[2][0],
-			   .replident = cells[3][0],
-			   .has_key = cells[4][0] == 't',
-			   .published = cells[5][0] == 't'};
-	if (!take_names(cells[6], &t.identity)) {
+	catalog_table t = {.relkind = cells[2][0], .replident = cells[3][0], .published = cells[4][0] == 't'};
+	if (!take_names(cells[5], &t.identity)) {
 		cfg_strlist_free(&t.identity);
 		return false;
 	}
@@ -152,13 +149,10 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 	catalog_check_identity(c, s, problems);
 	for (size_t i = 0; i < c->n; i++) {
 		const catalog_table *t = &c->t[i];
-		if (!snapshot_due || !t->published || (t->relkind == 'r' && t->has_key) || !matches(s, t))
+		if (!snapshot_due || !t->published || t->relkind == 'r' || !matches(s, t))
 			continue;
 		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
-		if (t->relkind != 'r')
-			pg_not_table(problems, t->schema, t->name, t->relkind);
-		else
-			pg_no_key(problems, t->schema, t->name);
+		pg_not_table(problems, t->schema, t->name, t->relkind);
 		buf_putc(problems, '\n');
 	}
 	for (size_t p = 0; p < s->tables.n; p++) {

@@ -12,17 +12,17 @@
 #include "cdc/config/config.h"
 
 /* Parameter $1 the publication; one row per table (plain or partitioned, outside the system
- * schemas), CATALOG_COLS text columns: schema, table, relkind, relreplident, whether it has a key
- * a backfill can read by (PG_KEY_JOIN), whether the publication has it, and the columns an old
+ * schemas), CATALOG_COLS text columns: schema, table, relkind, relreplident, whether the
+ * publication has it, and the columns an old
  * row carries without REPLICA IDENTITY FULL (the primary key's or the identity index's) as a JSON
  * array, NULL for none. */
 extern const char catalog_sql[];
-#define CATALOG_COLS 7
+#define CATALOG_COLS 6
 
 typedef struct catalog_table {
 	char *schema, *name;
 	char relkind, replident; /* pg_class's: 'r' or 'p'; 'd', 'f', 'i' or 'n' */
-	bool has_key, published;
+	bool published;
 	cfg_strlist identity;
 } catalog_table;
 

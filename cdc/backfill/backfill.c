@@ -649,19 +649,27 @@ static chunk *pick(bf_set *b, table *t, uint64_t now_ms, uint64_t *wake_ms)
 	size_t li = 0;
 	uint32_t lo = 0, hi = 0;
 	bool ranges = range_left(t, &li, UINT32_MAX, &lo, &hi);
+	chunk *c;
 	if (t->again.waiting && (!ranges || t->again.bytes > b->s.max_bytes / 4)) {
-		chunk *c = chunk_new(b, t, -1);
+		c = chunk_new(b, t, -1);
 		c->nkeys = keys_take(&t->again, rows, &c->keys);
-		return c;
-	}
-	if (!ranges)
+		c->expect = c->nkeys;
+	} else if (ranges) {
+		leaf *l = &t->leaves[li];
+		uint32_t blocks = chunk_blocks(t, l, rows);
+		range_left(t, &li, blocks, &lo, &hi);
+		c = chunk_new(b, t, (int)li);
+		c->lo = lo;
+		c->hi = hi;
+		c->expect = (uint64_t)((double)rows * (hi - lo) / blocks);
+		rset_add(&l->taken, lo, hi);
+	} else {
 		return NULL;
-	leaf *l = &t->leaves[li];
-	range_left(t, &li, chunk_blocks(t, l, rows), &lo, &hi);
-	chunk *c = chunk_new(b, t, (int)li);
-	c->lo = lo;
-	c->hi = hi;
-	rset_add(&l->taken, lo, hi);
+	}
+	/* The rate limit, over the lanes: each chunk takes its rows' share of time before the next
+	 * one may start (settled by its COPY, which knows how many it read). */
+	if (b->s.rate)
+		t->due_ms = (t->due_ms > now_ms ? t->due_ms : now_ms) + c->expect * 1000 / b->s.rate;
 	return c;
 }
 
@@ -1132,7 +1140,10 @@ static void chunk_copied(bf_set *b, lane *L, bf_now now)
 		bf_chunk_retry(c, false);
 		return;
 	}
-	t->due_ms = b->s.rate ? c->sent_ms + (uint64_t)rows * 1000 / b->s.rate : now_ms;
+	if (b->s.rate && rows != c->expect) {
+		int64_t more = ((int64_t)rows - (int64_t)c->expect) * 1000 / (int64_t)b->s.rate;
+		t->due_ms = more < 0 && (uint64_t)-more > t->due_ms ? 0 : (uint64_t)((int64_t)t->due_ms + more);
+	}
 	if (rows && c->leaf >= 0) {
 		uint64_t took = now_ms > c->sent_ms ? now_ms - c->sent_ms : 1;
 		uint64_t next = rows * b->s.chunk_ms / took;

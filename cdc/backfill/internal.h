@@ -96,6 +96,7 @@ typedef struct chunk {
 	bf_window *w;
 	enum cstep step; /* the statement it waits to send or to finish */
 	bool overflow;	 /* its rows passed max_bytes: read again, smaller */
+	uint64_t expect; /* rows it was meant to hold: the rate limit's reservation */
 	char *error;	 /* a row that is not what the COPY asked for */
 	uint64_t sent_ms;
 	buf keys; /* keys_take's, for a chunk of keys */

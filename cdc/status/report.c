@@ -605,7 +605,7 @@ static void metrics_backfills(const report *r, buf *out)
 	    {"cdc_backfill_rows_filtered_total", "counter",
 	     "Rows a backfill read that the where (the parts cdc evaluates itself) left out.",
 	     offsetof(report_backfill, filtered)},
-	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
+	    {"cdc_backfill_rows_estimate", "gauge", "The table's rows, estimated (from its statistics, else from the rows read per block read).",
 	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
 	    {"cdc_backfill_failed", "gauge",

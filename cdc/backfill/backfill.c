@@ -1142,7 +1142,8 @@ static void chunk_copied(bf_set *b, lane *L, bf_now now)
 	}
 	if (b->s.rate && rows != c->expect) {
 		int64_t more = ((int64_t)rows - (int64_t)c->expect) * 1000 / (int64_t)b->s.rate;
-		t->due_ms = more < 0 && (uint64_t)-more > t->due_ms ? 0 : (uint64_t)((int64_t)t->due_ms + more);
+		t->due_ms =
+		    more < 0 && (uint64_t)-more > t->due_ms ? 0 : (uint64_t)((int64_t)t->due_ms + more);
 	}
 	if (rows && c->leaf >= 0) {
 		uint64_t took = now_ms > c->sent_ms ? now_ms - c->sent_ms : 1;

@@ -10,16 +10,19 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
+#include "decoder/base/json.h"
+#include "sinks/modules.h"
 
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
 
 static const char usage[] =
-    "usage: cdc status [-c FILE | -s SOCKET] [--json]\n"
+    "usage: cdc status [-c FILE | -s SOCKET] [--json] [--wait SECONDS]\n"
     "\n"
     "Asks a running cdc for its status (GET /status on the status socket) and prints a summary:\n"
     "the source (streaming, slot, server, positions, lag), one row per subscription, and Kafka.\n"
@@ -28,7 +31,9 @@ static const char usage[] =
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
     "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
     ")\n"
-    "      --json          print the JSON of GET /status as it is\n";
+    "      --json          print the JSON of GET /status as it is\n"
+    "      --wait SECONDS  first wait up to SECONDS for cdc to stream (its status socket, then\n"
+    "                      GET /readyz); exit 1 if it does not in time\n";
 
 /* ---- HTTP ---- */
 
@@ -174,33 +179,10 @@ out:
 
 /* ---- the summary ---- */
 
-/* A field as text: "-" when missing or null; control characters (a terminal's escapes) as '?'. */
+/* A field as text (json_field_text). */
 static const char *field(json_object *o, const char *key, char *out, size_t n)
 {
-	json_object *v = NULL;
-	snprintf(out, n, "-");
-	if (!o || !json_object_object_get_ex(o, key, &v) || !v)
-		return out;
-	switch (json_object_get_type(v)) {
-	case json_type_string:
-		snprintf(out, n, "%s", json_object_get_string(v));
-		break;
-	case json_type_int:
-		snprintf(out, n, "%" PRId64, json_object_get_int64(v));
-		break;
-	case json_type_double:
-		snprintf(out, n, "%.1f", json_object_get_double(v));
-		break;
-	case json_type_boolean:
-		snprintf(out, n, "%s", json_object_get_boolean(v) ? "yes" : "no");
-		break;
-	default:
-		break;
-	}
-	for (char *p = out; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
-	return out;
+	return json_field_text(o, key, out, n);
 }
 
 static json_object *member(json_object *o, const char *key, json_type type)
@@ -442,17 +424,11 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
 		backfill_summary(backfills, out);
-	json_object *kafka = member(root, "kafka", json_type_object);
-	char f[3][64];
-	if (kafka)
-		buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
-			   field(kafka, "in_flight", f[0], 64), field(kafka, "delivered", f[1], 64),
-			   field(kafka, "errors", f[2], 64));
-	if (kafka && member(kafka, "position", json_type_string))
-		buf_printf(out, "kafka   exactly once: position=%s  committed=%s  aborted=%s\n",
-			   field(kafka, "position", f[0], 64),
-			   field(kafka, "transactions_committed", f[1], 64),
-			   field(kafka, "transactions_aborted", f[2], 64));
+	for (const sink_module *const *m = sink_modules; *m; m++) {
+		json_object *figures = member(root, (*m)->name, json_type_object);
+		if (figures && (*m)->status_text)
+			(*m)->status_text(figures, out);
+	}
 	json_object_put(root);
 	return true;
 }
@@ -490,18 +466,69 @@ out:
 	return rc;
 }
 
+/* --wait: the status socket, then GET /readyz until it answers 200, for up to wait_ms. */
+static bool wait_streaming(const char *sock, int wait_ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
+	char err[512];
+	int fd = cli_connect_wait("cdc status", sock, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, wait_ms, err,
+				  sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "cdc status: %s\n", err);
+		return false;
+	}
+	close(fd);
+	buf body = {0};
+	bool ready = false;
+	for (bool told = false;; told = true) {
+		unsigned code = 0;
+		body.len = 0;
+		if (!status_http_get(sock, "/readyz", &code, &body, err, sizeof(err))) {
+			fprintf(stderr, "cdc status: %s\n", err);
+			break;
+		}
+		if ((ready = code == 200))
+			break;
+		/* the body is the reason, one line */
+		int n = body.len && body.data[body.len - 1] == '\n' ? (int)body.len - 1 : (int)body.len;
+		if (now_ms() >= deadline) {
+			fprintf(stderr, "cdc status: cdc does not stream after %d s: %.*s\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+			break;
+		}
+		if (!told)
+			fprintf(stderr, "cdc status: waiting up to %d s for cdc to stream (now: %.*s)\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+		nanosleep(&(struct timespec){.tv_nsec = CLI_WAIT_STEP_MS * 1000000L}, NULL);
+	}
+	buf_free(&body);
+	return ready;
+}
+
+typedef struct status_opts {
+	bool json;
+	int wait_ms; /* -1: no --wait */
+} status_opts;
+
 static int status_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
 {
-	(void)cmd, (void)ch, (void)arg; /* only --json */
-	*(bool *)ctx = true;
+	status_opts *o = ctx;
+	if (ch == 'j')
+		o->json = true;
+	else if (!cli_seconds(arg, true, &o->wait_ms))
+		return cli_usage(cmd, "--wait: \"%s\" is not a number of seconds (0 or more)", arg);
 	return CLI_GO_ON;
 }
 
 int status_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    CLI_OPT_CONFIG, CLI_OPT_SOCKET,	{"json", no_argument, NULL, 'j'},
-	    CLI_OPT_HELP,   {NULL, 0, NULL, 0},
+	    CLI_OPT_CONFIG,
+	    CLI_OPT_SOCKET,
+	    {"json", no_argument, NULL, 'j'},
+	    {"wait", required_argument, NULL, 'W'},
+	    CLI_OPT_HELP,
+	    {NULL, 0, NULL, 0},
 	};
 	static const cli_command cmd = {.name = "cdc status",
 					.usage = usage,
@@ -509,14 +536,14 @@ int status_main(int argc, char **argv)
 					.longopts = longopts,
 					.option = status_option};
 	cli_args args = {0};
-	bool json = false;
-	int rc = cli_parse(&cmd, argc, argv, &args, &json);
+	status_opts o = {.wait_ms = -1};
+	int rc = cli_parse(&cmd, argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
 		return rc;
 	char *path = cli_socket_path(&args, CLI_STATUS_SOCKET);
 	if (!path)
 		return 2;
-	rc = show(path, json);
+	rc = o.wait_ms >= 0 && !wait_streaming(path, o.wait_ms) ? 1 : show(path, o.json);
 	free(path);
 	return rc;
 }

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 /* Setters store enums through an int pointer: make sure that is what they are. */
-_Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
-		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
-		   sizeof(log_format) == sizeof(int) && sizeof(log_level) == sizeof(int),
+_Static_assert(sizeof(cfg_on_gap) == sizeof(int) && sizeof(log_format) == sizeof(int) &&
+		   sizeof(log_level) == sizeof(int),
 	       "enums are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(mode_t) == sizeof(uint32_t),
 	       "uid_t and mode_t are 32 bits");
@@ -53,17 +53,57 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
 	set_string(x, v, base, k); /* reports an empty one */
 }
 
+/* A relative path of the file is taken from the file's own directory, as Prometheus takes its rule
+ * files: every command that reads the file finds the same path wherever it runs. The result is
+ * relative to the current directory when the file's path is: "./x" read from "cdc.yaml" stays
+ * "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
+static char *resolved(const ctx *x, const char *s)
+{
+	const char *slash = strrchr(x->file, '/');
+	if (*s == '/' || !slash || (slash == x->file + 1 && x->file[0] == '.'))
+		return xstrdup(s);
+	while (s[0] == '.' && (s[1] == '/' || !s[1]))
+		for (s++; *s == '/';)
+			s++;
+	buf b = {0};
+	buf_append(&b, x->file, slash == x->file ? 1 : (size_t)(slash - x->file));
+	if (*s)
+		buf_printf(&b, "%s%s", slash == x->file ? "" : "/", s);
+	return b.data;
+}
+
+/* A path: a string, resolved against the file's directory (see resolved). */
+static void set_path(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a path");
+	if (!s)
+		return;
+	if (!*s) {
+		err_at(x, v, "must not be empty");
+		return;
+	}
+	char **f = FIELD(base, k, char *);
+	free(*f);
+	*f = resolved(x, s);
+}
+
 static void set_socket(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = scalar(x, v, "a socket path");
 	if (!s)
 		return;
-	if (!*s || strlen(s) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		err_at(x, v, "a socket path must be 1 to %zu bytes long",
-		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+	char *path = *s ? resolved(x, s) : NULL;
+	if (!path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		bool moved = path && strcmp(path, s) != 0;
+		err_at(x, v, "a socket path must be 1 to %zu bytes long%s%s%s",
+		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1, moved ? " (resolved against " : "",
+		       moved ? x->file : "", moved ? "'s directory)" : "");
+		free(path);
 		return;
 	}
-	set_string(x, v, base, k);
+	char **f = FIELD(base, k, char *);
+	free(*f);
+	*f = path;
 }
 
 static void set_ident(ctx *x, const node *v, void *base, const key *k)
@@ -357,12 +397,25 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 		*FIELD(base, k, unsigned) = ops;
 }
 
+void uids_default(cfg *c)
+{
+	uid_t self = geteuid();
+	free(c->status.control_uids);
+	c->status.ncontrol_uids = self == 0 ? 1 : 2;
+	c->status.control_uids = xcalloc(c->status.ncontrol_uids, sizeof(uid_t));
+	c->status.control_uids[c->status.ncontrol_uids - 1] = self; /* root first */
+}
+
 static void set_uids(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = base;
 	(void)k;
 	if (v->kind != N_SEQ) {
 		wrong_kind(x, v, "a list of user ids");
+		return;
+	}
+	if (v->n == 0) {
+		uids_default(c);
 		return;
 	}
 	uid_t *uids = xcalloc(v->n, sizeof *uids);
@@ -381,20 +434,21 @@ static void set_uids(ctx *x, const node *v, void *base, const key *k)
 	c->status.ncontrol_uids = n;
 }
 
-static void set_topic(ctx *x, const node *v, void *base, const key *k)
+/* A string a sink module checks: k->arg is its sink_key. */
+static void set_checked(ctx *x, const node *v, void *base, const key *k)
 {
+	const sink_key *sk = k->arg;
 	char why[160];
-	const char *s = scalar(x, v, "a topic name");
+	const char *s = scalar(x, v, "a string");
 	if (!s)
 		return;
-	if (!*s) {
+	if (!*s && (k->flags & K_NONEMPTY)) {
 		err_at(x, v, "must not be empty");
 		return;
 	}
-	const char *problem = k->arg ? (ident_ok(s, k->arg) ? NULL : ((const ident_rule *)k->arg)->expect)
-				     : topic_problem(s, why, sizeof why);
+	const char *problem = sk->check(s, why, sizeof why);
 	if (problem) {
-		err_at(x, v, "invalid topic %s: %s", qnode(x, v), problem);
+		err_at(x, v, "invalid %s %s: %s", sk->noun ? sk->noun : "value", qnode(x, v), problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -421,12 +475,11 @@ size_t *first_of(named *v, size_t n)
 
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
+	sink_properties *props = FIELD(base, k, sink_properties);
 	if (is_null(v))
 		return;
 	if (v->kind != N_MAP) {
-		wrong_kind(x, v, "a mapping of librdkafka properties");
+		wrong_kind(x, v, "a mapping of properties");
 		return;
 	}
 	size_t n = v->n / 2;
@@ -456,11 +509,11 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	free(names);
 	if (x->nerr != before)
 		return;
-	c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+	props->items = xcalloc(n ? n : 1, sizeof *props->items);
 	for (size_t i = 0; i < n; i++)
-		c->kafka.properties[i] =
-		    (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
-	c->kafka.nproperties = n;
+		props->items[i] =
+		    (sink_property){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
+	props->count = n;
 }
 
 /* The overlay file's deleted subscriptions. */
@@ -501,7 +554,8 @@ static void print_section(emit *e, const void *base, const key *k)
 
 static void print_string(emit *e, const void *base, const key *k)
 {
-	emit_str(e, *CFIELD(base, k, char *));
+	const char *v = *CFIELD(base, k, char *);
+	emit_str(e, v && (k->flags & K_SECRET) ? CFG_MASK : v);
 }
 
 static void print_dsn(emit *e, const void *base, const key *k)
@@ -594,15 +648,14 @@ static void print_uids(emit *e, const void *base, const key *k)
 /* A block mapping, one property a line; secret-looking values masked. */
 static void print_props(emit *e, const void *base, const key *k)
 {
-	const cfg *c = base;
-	(void)k;
-	if (!c->kafka.nproperties) {
+	const sink_properties *props = CFIELD(base, k, sink_properties);
+	if (!props->count) {
 		emit_raw(e, "{}");
 		return;
 	}
 	e->space = false;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		const cfg_kv *kv = &c->kafka.properties[i];
+	for (size_t i = 0; i < props->count; i++) {
+		const sink_property *kv = &props->items[i];
 		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
 		bool explicit_key = strlen(kv->key) > 100;
 		emit_line(e, e->indent + 2);
@@ -636,24 +689,22 @@ static bool same_uids(const void *a, const void *b, const key *k)
 
 static void clear_props(void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		free(c->kafka.properties[i].key);
-		free(c->kafka.properties[i].value);
+	sink_properties *props = FIELD(base, k, sink_properties);
+	for (size_t i = 0; i < props->count; i++) {
+		free(props->items[i].key);
+		free(props->items[i].value);
 	}
-	free(c->kafka.properties);
+	free(props->items);
+	*props = (sink_properties){0};
 }
 
 static bool same_props(const void *a, const void *b, const key *k)
 {
-	const cfg *x = a, *y = b;
-	(void)k;
-	if (x->kafka.nproperties != y->kafka.nproperties)
+	const sink_properties *x = CFIELD(a, k, sink_properties), *y = CFIELD(b, k, sink_properties);
+	if (x->count != y->count)
 		return false;
-	for (size_t i = 0; i < x->kafka.nproperties; i++)
-		if (strcmp(x->kafka.properties[i].key, y->kafka.properties[i].key) ||
-		    strcmp(x->kafka.properties[i].value, y->kafka.properties[i].value))
+	for (size_t i = 0; i < x->count; i++)
+		if (strcmp(x->items[i].key, y->items[i].key) || strcmp(x->items[i].value, y->items[i].value))
 			return false;
 	return true;
 }
@@ -665,9 +716,10 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_dsn = {set_string, print_dsn, ST_STR, .name = "libpq connection string"},
 	    t_where = {set_where, print_string, ST_STR, .name = "condition"},
 	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
+	    t_path = {set_path, print_string, ST_STR, .name = "path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
-	    t_topic = {set_topic, print_string, ST_STR, .name = "topic template"},
+	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},
 	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
 	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},
 	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t), .name = "size"},

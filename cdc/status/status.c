@@ -652,19 +652,12 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	return true;
 }
 
+/* The configuration holds them, its default (root and cdc's own uid) included. */
 static void copy_uids(status_server *s, const cfg *c)
 {
-	if (c->status.ncontrol_uids) {
-		s->nuids = c->status.ncontrol_uids;
-		s->uids = xcalloc(s->nuids, sizeof(uid_t));
-		memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
-		return;
-	}
-	/* The default: the daemon's own uid and root. */
-	s->nuids = 2;
-	s->uids = xcalloc(2, sizeof(uid_t));
-	s->uids[0] = geteuid();
-	s->uids[1] = 0;
+	s->nuids = c->status.ncontrol_uids;
+	s->uids = xcalloc(s->nuids, sizeof(uid_t));
+	memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
 }
 
 static bool open_pipe(status_server *s, struct event_base *base, char *err, size_t errlen)
@@ -700,7 +693,8 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	if (!open_pipe(s, base, err, errlen))
 		goto fail;
 	struct stat st;
-	int fd = bind_unix(c->status.socket, c->subscribers.mode, &st, err, errlen);
+	mode_t mode = (mode_t)cfg_get_number(c, "subscribers.mode");
+	int fd = bind_unix(c->status.socket, mode, &st, err, errlen);
 	if (fd < 0)
 		goto fail;
 	s->socket_path = xstrdup(c->status.socket);
@@ -714,7 +708,7 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 			goto fail;
 	}
 	log_info("status socket listening", "path=%s mode=%04o listen=%s tcp_control=%s", s->socket_path,
-		 (unsigned)c->subscribers.mode, c->status.listen ? c->status.listen : "-",
+		 (unsigned)mode, c->status.listen ? c->status.listen : "-",
 		 s->tcp_control ? "true" : "false");
 	return s;
 fail:

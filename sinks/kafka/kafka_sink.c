@@ -22,7 +22,9 @@
  * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
 #define BUSY_SHARE 2
 
-/* cdc's producer defaults (kafka.properties override each): a queue bounded in messages and bytes,
+/* cdc's producer defaults (kafka.properties override each): Kafka's Java partitioner (murmur2 of
+ * the key, as Kafka Connect and so Debezium place records; librdkafka's own default hashes with
+ * CRC32, which puts a key in another partition), a queue bounded in messages and bytes,
  * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
  * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
  * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
@@ -32,6 +34,7 @@ static const kafka_property producer_defaults[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
     {"client.id", "cdc"},
+    {"partitioner", "murmur2_random"},
     {"linger.ms", "5"},
     {"batch.num.messages", "10000"},
     {"queue.buffering.max.messages", "10000"},
@@ -296,6 +299,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	}
 	char max[32];
 	size_t maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "request.timeout.ms", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->request_timeout_ms = strtoull(max, NULL, 10);
+	maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
 	maxlen = sizeof(max);
@@ -357,7 +363,9 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 			rd_kafka_poll(k->rk, 100);
 	}
 	rd_kafka_headers_destroy(h);
-	kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
+	if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k))
+		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 	return false;
 }
 
@@ -495,8 +503,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					    (ssize_t)(rec.header_len - name_len - 1));
 		if (rec.kind != REC_TOMBSTONE)
 			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
-		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds.
-		 * Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		/* Partitioned by key (the Java partitioner, producer_defaults): one row's changes stay in
+		 * order. Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
 		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
 				   rec.has_key ? key : NULL, rec.key_len,
 				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,
@@ -562,6 +570,11 @@ static uint64_t kafka_delivered(const sink *base)
 	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
 }
 
+bool kafka_sink_exactly_once(const sink *base)
+{
+	return ((const kafka_sink *)base)->set.exactly_once;
+}
+
 int kafka_sink_wake_ms(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;
@@ -603,8 +616,8 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	 * on (the failure was abortable) is kept. */
 	if (k->eo.open)
 		kafka_eo_abort(k);
-	bool keep =
-	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
+	bool keep = k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) &&
+		    !k->eo.open && !k->eo.renew;
 	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */
 		rd_kafka_flush(k->rk, 5000);
 	ring_clear(&k->q);

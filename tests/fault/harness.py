@@ -94,7 +94,7 @@ from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import PgPair, TempPostgres, lsn_to_int  # noqa: E402
 from schema_check import SchemaCheck  # noqa: E402
 from subscriber_helpers import Subscriber, protos  # noqa: E402
-from verify import SinkData, verify  # noqa: E402
+from verify import SinkData, failed_batches, verify  # noqa: E402
 
 PARTITIONS = 4
 SLOT, PUBLICATION = "fault_slot", "fault_pub"
@@ -813,13 +813,14 @@ class Harness:
     def report(self, started):
         self.collect()
         led = self.load.ledger
-        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
-                                 lost=self.lost_at_promotion)
         if self.args.keep:  # what the Kafka reader read, partition by partition, for a post-mortem
             with open(os.path.join(self.workdir, "k_all.jsonl"), "w") as f:
                 for tp, recs in sorted(self.sinks["k_all"].streams.items()):
                     for r in recs:
                         f.write(json.dumps([tp[0], tp[1], r.where[1]] + list(r[:-2]), separators=(",", ":")) + "\n")
+        self.sinks["k_all"].failed_batches = failed_batches(p.stderr() for p in self.cdc.runs)
+        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
+                                 lost=self.lost_at_promotion)
         errors = self.errors + errors
         a = self.args
         print()
@@ -870,6 +871,9 @@ class Harness:
         for r in results:
             if r.unexpected:
                 print(f"  {r.name}: unexpected by kind {dict(r.unexpected)}")
+            if r.refused:
+                print(f"  {r.name}: {r.refused} events left out that the mock broker appended after a batch that "
+                      f"failed for good (a real broker refuses them: verify.py 'refused')")
             if getattr(r, "spool_duplicated", 0) or getattr(r, "gaps", 0):
                 print(f"  {r.name}: changes spooled at two offsets {r.spool_duplicated}, offsets never read {r.gaps}")
             for what, ex in r.examples.items():

@@ -37,6 +37,18 @@ The checks, per sink
               (repeats included) is not its final version although that was delivered: a
               compacted topic (or a consumer that keeps the last event of a key) would hold a
               stale row; and, for Kafka, a key whose events are in more than one partition.
+  refused     (Kafka) what the mock broker appended although a real one refuses it. cdc's producer
+              is idempotent with enable.gapless.guarantee: when a batch fails for good, librdkafka
+              raises a fatal error (cdc logs it, naming the partition and the batch's size) and
+              cdc streams again from the slot. A real broker refuses every later batch of that
+              producer in that partition (its sequence numbers have a hole), but librdkafka may
+              already have queued one behind the failed one, and librdkafka 2.0.2's mock checks
+              sequence numbers only for transactional producers: it appends it. Such a run of the
+              partition then has a hole of exactly the failed batch's size, the next run (the
+              replay from the slot's confirmed position) delivers the hole and everything after
+              it again, and the events after the hole are left out of every check, as a real
+              broker would have refused them. Nothing else is: a hole without a logged failure of
+              its size, or followers the replay does not deliver again, are checked as they are.
   slot        at each kill -9 of cdc the harness samples the slot's confirmed_flush_lsn C once
               the walsender has let go. The server never sends again a transaction whose commit
               LSN is below C, so each such change the sink wants must already have been
@@ -50,6 +62,7 @@ The checks, per sink
 """
 
 import collections
+import re
 
 from load import MARK_ABORT, MARK_OK, MARK_RB
 
@@ -130,6 +143,9 @@ class SinkData:
               an entry: the read failed, and what was delivered by the end counts)
     other_offsets  the offsets of the schema and DDL events read (socket): no changes, but they
               take offsets
+    failed_batches [((topic, partition), messages)] of the batches cdc's producer logged as failed
+              for good (Kafka; failed_batches() reads them from cdc's logs)
+    refused   {(topic, partition): offsets} the mock appended after such a batch (set by analyse)
     """
 
     def __init__(self, name, kind, wants):
@@ -138,6 +154,8 @@ class SinkData:
         self.cuts = {}
         self.snap_recs = {}
         self.other_offsets = set()
+        self.failed_batches = []
+        self.refused = {}
 
     def add(self, sid, r):
         """One event read in stream sid: a change into the stream, a schema or DDL event's offset
@@ -175,7 +193,7 @@ class Result:
         self.name = name
         self.expected = self.delivered = self.unique = self.lost = self.duplicated = 0
         self.out_of_order = self.slot = self.slot_checked = 0
-        self.gaps = self.spool_duplicated = 0
+        self.gaps = self.spool_duplicated = self.refused = 0
         self.unexpected = collections.Counter()
         self.examples = collections.defaultdict(list)
 
@@ -203,6 +221,8 @@ def commit_lsns(sinks, index):
 def analyse(sink, index, kills, cl_by_xid):
     """One sink against the ledger: a Result. kills: [(kill index, confirmed_flush_lsn)]."""
     res = Result(sink.name)
+    if sink.kind == "kafka":
+        _leave_out_refused(sink, res)
     expected = {i for i, (_, c) in index.by_ident.items() if sink.wants(c)}
     res.expected = len(expected)
     first_ok = {}     # ident -> where of its first delivery (committed changes only)
@@ -323,11 +343,72 @@ def _check_partition_offsets(sink, res):
     """Each Kafka partition was read without a hole: a broker numbers every message, so an offset
     the reader never saw means the reader skipped it (not that the broker lost it)."""
     for tp, recs in sorted(sink.streams.items()):
-        seen = {r.where[1] for r in recs}
+        seen = {r.where[1] for r in recs} | sink.refused.get(tp, set())
         missing = [o for o in range(0, max(seen) + 1) if o not in seen] if seen else []
         if missing:
             res.gaps += len(missing)
             res.note("gaps", f"partition {tp}: offsets never read: {missing[:20]}")
+
+
+FAILED_BATCH = re.compile(r"Gap-less ordering would not be guaranteed if proceeding: ProduceRequest for (\S+) "
+                          r"\[(\d+)\] with (\d+) message\(s\) failed")
+
+
+def failed_batches(logs):
+    """[((topic, partition), messages)] of each batch librdkafka failed for good with its
+    gap-less guarantee (a fatal error, in the logs of cdc's runs)."""
+    return [((m[1], int(m[2])), int(m[3])) for text in logs for m in FAILED_BATCH.finditer(text)]
+
+
+def _runs(recs):
+    """A partition's events split where (commit_lsn, tx_index) goes back: one run per producer
+    session that streamed forward (each restart sends again from the slot's confirmed position)."""
+    runs = []
+    for r in recs:
+        if not runs or (r.cl, r.ti) < (runs[-1][-1].cl, runs[-1][-1].ti):
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
+def _refused_in(cur, nxt, count):
+    """The events of run cur a real broker would have refused after a failed batch of count
+    messages, given the next run nxt (the replay): [] unless cur misses exactly count events
+    that nxt delivers consecutively inside cur's range, and nxt delivers again every event of
+    cur after them."""
+    have = {(r.cl, r.ti) for r in cur}
+    lo, hi = (cur[0].cl, cur[0].ti), (cur[-1].cl, cur[-1].ti)
+    keys = [(r.cl, r.ti) for r in nxt]
+    hole = [i for i, k in enumerate(keys) if lo <= k <= hi and k not in have]
+    if not hole or len({keys[i] for i in hole}) != count or hole != list(range(hole[0], hole[-1] + 1)):
+        return []
+    top = keys[hole[-1]]
+    after = [r for r in cur if (r.cl, r.ti) > top]
+    if not after or not {(r.cl, r.ti) for r in after} <= set(keys):
+        return []
+    return after
+
+
+def _leave_out_refused(sink, res):
+    """Leaves out of sink.streams what the mock appended after a batch that failed for good (see
+    'refused' in the module docstring), into sink.refused."""
+    used = set()
+    for tp, count in sink.failed_batches:
+        runs = _runs(sink.streams.get(tp, []))
+        for i in range(len(runs) - 1):
+            if (tp, i) in used:
+                continue
+            after = _refused_in(runs[i], runs[i + 1], count)
+            if after:
+                used.add((tp, i))
+                sink.refused.setdefault(tp, set()).update(r.where[1] for r in after)
+                res.refused += len(after)
+                res.note("refused", f"{tp}: a batch of {count} failed for good; the mock appended {len(after)} "
+                                    f"later events (offsets {after[0].where[1]}..{after[-1].where[1]}), which the "
+                                    f"replay from offset {runs[i + 1][0].where[1]} delivers again")
+                break
+    for tp, offsets in sink.refused.items():
+        sink.streams[tp] = [r for r in sink.streams[tp] if r.where[1] not in offsets]
 
 
 def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):

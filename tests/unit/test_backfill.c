@@ -97,17 +97,17 @@ static void copy(bf_set *b, const st *x, const char *const *lines, bf_now now)
 
 /* The reads emitted, as "table:id=v,...;" per row; a row whose second column is filter is left
  * out, as a `where` would. */
-typedef struct sink {
+typedef struct fake_sink {
 	buf got;
 	uint64_t lsn;
 	const char *filter;
 	size_t nkeys;
-} sink;
+} fake_sink;
 
 static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen)
 {
 	(void)err, (void)errlen;
-	sink *s = ctx;
+	fake_sink *s = ctx;
 	s->lsn = batch->lsn;
 	s->nkeys = batch->nkeys;
 	bf_datum v[8];
@@ -128,7 +128,7 @@ static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err,
 	return true;
 }
 
-static void deliver(bf_set *b, const char *wm, uint64_t lsn, sink *k, bf_now now)
+static void deliver(bf_set *b, const char *wm, uint64_t lsn, fake_sink *k, bf_now now)
 {
 	char err[256];
 	CHECK(backfill_on_message(b, wm, strlen(wm), lsn, now, emit, k, err, sizeof(err)));
@@ -250,7 +250,7 @@ static void test_life(void)
 	    "pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, NULL) TO STDOUT");
 	CHECK(strstr(c1.sql, "ctid >= '(2,0)'::pg_catalog.tid AND ctid < '(4,0)'::pg_catalog.tid") != NULL);
 	CHECK_INT(c0.s.nparams, 0);
-	sink k = {.filter = "z"};	     /* a where that leaves v = 'z' out */
+	fake_sink k = {.filter = "z"};	     /* a where that leaves v = 'z' out */
 	change(b, "a", "1", "1", 90, false); /* before the low watermarks: nothing to drop */
 	deliver(b, low0.wm, 10, &k, now);
 	deliver(b, low1.wm, 11, &k, now);
@@ -349,7 +349,7 @@ static void test_keyless(void)
 		st low = next_on(b, 0, BF_STMT_LOW, now);
 		written(b, &low, now);
 		st c = next_on(b, 0, BF_STMT_CHUNK, now);
-		sink k = {0};
+		fake_sink k = {0};
 		deliver(b, low.wm, 10, &k, now);
 		/* the row (1, x) changes inside the window (its old row whole): that read is dropped; (1, y)
 		 * is another row */
@@ -388,7 +388,7 @@ static void test_read_again(void)
 	bf_settings s = settings;
 	s.parallel = 1;
 	bf_set *b = reading_a(&s, path, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 	/* range [0, 2) read */
 	st low = next_on(b, 0, BF_STMT_LOW, now);
 	written(b, &low, now);
@@ -471,7 +471,7 @@ static void test_retries(void)
 	s.parallel = 1;
 	s.max_rows = 4;
 	bf_set *b = reading_a(&s, NULL, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 
 	/* a change without its key */
 	st low = next_on(b, 0, BF_STMT_LOW, now);
@@ -639,7 +639,7 @@ static void test_estimates(void)
 	written(b, &low, now);
 	st c = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
-	sink k = {0};
+	fake_sink k = {0};
 	deliver(b, low.wm, 10, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\tx\n", "\\N\t3\tx\n", "9:9:\t\\N\t\\N\n", NULL},
 	     now);

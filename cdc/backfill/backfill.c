@@ -822,7 +822,7 @@ static bool matches_any(char **pat, size_t n, const char *schema, const char *na
 /* What a backfill can read: a table, or a partitioned one through its leaves. */
 static bool readable_kind(char relkind)
 {
-	return relkind == 'r' || (BF_PARTITIONED && relkind == 'p');
+	return relkind == 'r' || relkind == 'p';
 }
 
 /* Why a table of the publication cannot be read (row i of bfsql_tables' result), into msg. */
@@ -831,7 +831,7 @@ static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg
 	const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 	bf_datum kind = cell(r, i, 3);
 	if (kind.len != 1 || !readable_kind(kind.data[0]))
-		pg_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
+		bfsql_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
 	else if (!cell_true(r, i, 5))
 		bfsql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
 }
@@ -938,7 +938,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
 	if (kind.len != 1 || !readable_kind(kind.data[0])) {
-		pg_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
+		bfsql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
 		return false;
 	}
 	if (!cell_true(r, 0, 7)) {

@@ -9,9 +9,6 @@
 #include "cdc/backfill/backfill.h"
 
 #define BF_FILE_VERSION 2
-/* Partitioned tables are read through their leaves once the stream sends their changes under the
- * root's name (the publication's publish_via_partition_root). */
-#define BF_PARTITIONED 0
 /* Finished backfills kept for GET /backfills; the `snapshot: true` ones are always kept, since
  * they say the subscription had its snapshot. */
 #define BF_KEEP_FINISHED 50

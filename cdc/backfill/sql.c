@@ -147,6 +147,11 @@ void bfsql_no_table(buf *out, const char *schema, const char *table)
 	buf_printf(out, "table %s.%s does not exist", schema, table);
 }
 
+void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind)
+{
+	buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
+}
+
 void bfsql_keyless(buf *out, const char *schema, const char *table)
 {
 	buf_printf(

@@ -73,6 +73,7 @@ extern const char bfsql_watermark_high[];
 void bfsql_no_emit_message(buf *out, const char *role, const char *function);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
 void bfsql_no_table(buf *out, const char *schema, const char *table);
+void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
 /* A table with neither a key nor REPLICA IDENTITY FULL: what a backfill of it can promise, with the
  * statement that makes it exact (docs/backfills.md). */
 void bfsql_keyless(buf *out, const char *schema, const char *table);

@@ -245,19 +245,11 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 	buf_free(&fix);
 }
 
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
-		   buf *problems, buf *warnings)
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+		   buf *warnings)
 {
 	size_t before = problems->len;
 	catalog_check_identity(c, s, problems);
-	for (size_t i = 0; i < c->n; i++) {
-		const catalog_table *t = &c->t[i];
-		if (!snapshot_due || !t->published || t->relkind == 'r' || !matches(s, t))
-			continue;
-		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
-		pg_not_table(problems, t->schema, t->name, t->relkind);
-		buf_putc(problems, '\n');
-	}
 	catalog_check_partitions(c, s, publication, warnings, NULL);
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;

@@ -54,11 +54,11 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
 			      buf *warnings, buf *fixes);
 /* What keeps subscription s from working against c: one line per problem appended to problems,
- * each naming the table and the statement that fixes it (catalog_check_identity's, and with
- * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a
- * table pattern that no table of the publication matches: nothing of it is streamed; a matched
- * table whose changes arrive under another name, with the way out). True if no problem. */
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
-		   buf *problems, buf *warnings);
+ * each naming the table and the statement that fixes it (catalog_check_identity's); one line per
+ * warning (a table pattern that no table of the publication matches: nothing of it is streamed; a
+ * matched table whose changes arrive under another name, with the way out). True if no problem.
+ * Its `snapshot: true` reads any table the publication has (a backfill that cannot fails as one). */
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+		   buf *warnings);
 
 #endif

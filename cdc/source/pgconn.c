@@ -288,14 +288,6 @@ void pg_append_table(buf *b, const char *schema, const char *table)
 	pg_append_quoted(b, table, '"');
 }
 
-void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
-{
-	if (relkind == 'p')
-		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
-	else
-		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
-}
-
 #define PUBLICATION_TABLES                                                                                   \
 	"SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pub_c.member, "           \
 	"pn.nspname, "                                                                                       \

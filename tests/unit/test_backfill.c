@@ -596,9 +596,7 @@ static void test_failures(void)
 	    {{TABLE_ROW("a", "16384", "r", "a_pkey", "f")},
 	     1,
 	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
-	    {{TABLE_ROW("a", "16384", "p", "a_pkey", "t")},
-	     1,
-	     "public.a is a partitioned table: backfill its partitions"},
+	    {{TABLE_ROW("a", "16384", "v", NULL, "t")}, 1, "public.a is not a table (relkind 'v')"},
 	};
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
 		b = started(&s, NULL, only_a, 1, refused[i].tables, refused[i].n, now, id);
@@ -679,6 +677,86 @@ static void test_estimates(void)
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
 	CHECK_INT(ti.p.estimate, 0);
+	backfill_set_free(b);
+}
+
+/* A partitioned table: read by its leaves' block ranges, each COPY only while the leaf is still one
+ * of its partitions, the rows under the root's name; its leaves listed once more when all it knew
+ * are read (one attached meanwhile is read too, one detached is not). */
+static void test_partitioned(void)
+{
+	char id[BF_ID_SIZE], err[256];
+	bf_now now = {1000, 5};
+	bf_settings s = settings;
+	s.parallel = 1;
+	s.max_rows = 10;
+	static const char *const pats[] = {"public.ev"};
+	static const char *const tables[] = {TABLE_ROW("ev", "16500", "p", "ev_pkey", "t")};
+	static const char *const describe[] = {
+	    "id", "23", "pg_catalog", "int4", "1",  "ev_pkey", "p", "t", "0", "-1", "d", "16500",
+	    "v",  "25", "pg_catalog", "text", NULL, "ev_pkey", "p", "t", "0", "-1", "d", "16500",
+	};
+	bf_set *b = started(&s, NULL, pats, 1, tables, 1, now, id);
+	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe, now);
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	CHECK_STR(x.s.params[0], "16500");
+	answer(b, &x, 2, 7,
+	       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16502", "part", "ev_2", "1",
+				"1", "5", "t"},
+	       now);
+	fake_sink k = {0};
+	uint64_t lsn = 10;
+	static const char *const expect[] = {"ev_1", "ev_2", "ev_3"};
+	for (int i = 0; i < 3; i++) {
+		if (i == 2) {
+			/* all it knew is durable: its leaves once more; ev_3 was attached, ev_2 detached */
+			x = next_on(b, 0, BF_STMT_LEAVES, now);
+			answer(b, &x, 2, 7,
+			       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16503", "part",
+						"ev_3", "1", "1", "5", "t"},
+			       now);
+		}
+		/* the second chunk is the lane's next after a high watermark that came: no low one */
+		st low = {0};
+		if (i != 1) {
+			low = next_on(b, 0, BF_STMT_LOW, now);
+			written(b, &low, now);
+		}
+		st c = next_on(b, 0, BF_STMT_CHUNK, now);
+		char want[512];
+		snprintf(want, sizeof(want),
+			 "FROM ONLY \"part\".\"%s\" WHERE ctid >= '(0,0)'::pg_catalog.tid AND ctid < "
+			 "'(1,0)'::pg_catalog.tid AND EXISTS (WITH RECURSIVE up(rel) AS (SELECT "
+			 "%d::pg_catalog.oid",
+			 expect[i], 16501 + i);
+		CHECK(strstr(c.sql, want) != NULL);
+		CHECK(strstr(c.sql, "WHERE up.rel = 16500::pg_catalog.oid)") != NULL);
+		if (i != 1)
+			deliver(b, low.wm, lsn++, &k, now);
+		char row[32];
+		snprintf(row, sizeof(row), "\\N\t%d\tx\n", i + 1);
+		copy(b, &c, (const char *[]){row, "9:9:\t\\N\t\\N\n", NULL}, now);
+		st h = next_on(b, 0, BF_STMT_HIGH, now);
+		written(b, &h, now);
+		deliver(b, h.wm, lsn, &k, now);
+		CHECK(backfill_delivered(b, lsn++, now, err, sizeof(err)));
+	}
+	/* the rows under the root's name */
+	CHECK_STR(k.got.data, "ev:id=1,v=x;ev:id=2,v=x;ev:id=3,v=x;");
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_RUNNING); /* listed once more after ev_3 */
+	CHECK_INT(ti.p.blocks, 3);	 /* ev_2's one block read before it went */
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	answer(b, &x, 2, 7,
+	       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16503", "part", "ev_3", "1",
+				"1", "5", "t"},
+	       now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_DONE);
+	CHECK_INT(ti.p.read, 3);
+	buf_free(&k.got);
 	backfill_set_free(b);
 }
 
@@ -929,5 +1007,6 @@ int main(void)
 	test_retries();
 	test_failures();
 	test_estimates();
+	test_partitioned();
 	return TEST_SUMMARY("test_backfill");
 }

@@ -160,6 +160,8 @@ void bf_drop_run(table *t)
 {
 	while (t->nchunks)
 		bf_chunk_free(t->chunks[0]);
+	free(t->chunks);
+	t->chunks = NULL;
 	clear_pending(t);
 	for (size_t i = 0; i < t->nleaves; i++)
 		rset_free(&t->leaves[i].taken);

@@ -112,15 +112,6 @@ void rset_free(rset *s)
 
 /* ---- keys to read again ---- */
 
-static uint64_t key_hash(const void *p, size_t n)
-{
-	const uint8_t *s = p;
-	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ s[i]) * 0x100000001b3u;
-	return h;
-}
-
 static keyent **key_find(const keyset *s, uint64_t h, const void *key, size_t len)
 {
 	keyent **e = &s->slots[h & (s->cap - 1)];
@@ -144,7 +135,7 @@ void keys_add(keyset *s, const void *key, size_t len)
 		s->slots = slots;
 		s->cap = cap;
 	}
-	uint64_t h = key_hash(key, len);
+	uint64_t h = bf_hash(key, len);
 	keyent **at = key_find(s, h, key, len);
 	if (*at) {
 		/* Taken by a chunk whose read may have come before this change: read it again after. */
@@ -188,7 +179,7 @@ static void each_taken(keyset *s, const buf *taken, bool done)
 		p += 4;
 		if ((size_t)(end - p) < len)
 			break;
-		keyent **at = key_find(s, key_hash(p, len), p, len);
+		keyent **at = key_find(s, bf_hash(p, len), p, len);
 		keyent *e = *at;
 		p += len;
 		if (!e || e->state == KEY_WAIT)

@@ -312,7 +312,7 @@ void bfw_set_snapshot(bf_window *w, bf_snapshot *s)
 	*s = (bf_snapshot){0};
 }
 
-static uint64_t hash_bytes(const void *p, size_t n)
+uint64_t bf_hash(const void *p, size_t n)
 {
 	const uint8_t *s = p;
 	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
@@ -332,7 +332,7 @@ static bfw_keyent *key_slot(bfw_keyent *keys, size_t cap, uint64_t h, const void
 
 static bool key_seen(const bf_window *w, const void *key, size_t len)
 {
-	return w->keycap && key_slot(w->keys, w->keycap, hash_bytes(key, len), key, len)->key;
+	return w->keycap && key_slot(w->keys, w->keycap, bf_hash(key, len), key, len)->key;
 }
 
 static void key_add(bf_window *w, const void *key, size_t len, bool partial)
@@ -350,7 +350,7 @@ static void key_add(bf_window *w, const void *key, size_t len, bool partial)
 		w->keys = keys;
 		w->keycap = cap;
 	}
-	uint64_t h = hash_bytes(key, len);
+	uint64_t h = bf_hash(key, len);
 	bfw_keyent *e = key_slot(w->keys, w->keycap, h, key, len);
 	if (e->key) {
 		e->partial |= partial;

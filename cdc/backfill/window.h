@@ -24,6 +24,8 @@ typedef struct bf_datum {
  * The same values encode to the same bytes wherever they came from, so a change's key compares
  * with a read row's key by memcmp. */
 void bf_encode(buf *out, const bf_datum *d, size_t n);
+/* A hash of key bytes (FNV-1a), for the sets of keys. */
+uint64_t bf_hash(const void *p, size_t n);
 /* Splits bytes made by bf_encode into n datums pointing into p. False if they do not hold n. */
 bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n) CDC_MUST_CHECK;
 

@@ -139,23 +139,54 @@ class KafkaModel:
 
 # --- the load -----------------------------------------------------------------------------------
 
-class Load:
-    """Small transactions on table t from a thread of its own: inserts, updates, key changes and
-    deletes, until stopped."""
+class Writer:
+    """Small transactions from a thread of its own until stopped, each running one() 1 to per_tx
+    times. A subclass sets what one() needs before calling __init__, which starts the thread."""
 
-    def __init__(self, pg, table, first_free, seed=7):
+    per_tx, pause = 1, 0.002
+
+    def __init__(self, pg, seed):
         self.conn = psycopg2.connect(pg.dsn)
-        self.table = table
         self.rng = random.Random(seed)
-        self.ids = list(range(1, first_free))
-        self.next_id = first_free
-        self.transactions = 0
-        self.errors = []
+        self.transactions, self.errors = 0, []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _one(self, cur):
+    def _run(self):
+        try:
+            while not self._stop.is_set():
+                with self.conn.cursor() as cur:
+                    for _ in range(self.rng.randint(1, self.per_tx)):
+                        self.one(cur)
+                self.conn.commit()
+                self.transactions += 1
+                time.sleep(self.pause)
+        except Exception as e:  # reported by stop()
+            self.errors.append(e)
+
+    def stopped(self):
+        return self._stop.is_set()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(30)
+        self.conn.close()
+        assert not self.errors, self.errors
+
+
+class Load(Writer):
+    """Inserts, updates, key changes and deletes of table t."""
+
+    per_tx, pause = 3, 0.003
+
+    def __init__(self, pg, table, first_free, seed=7):
+        self.table = table
+        self.ids = list(range(1, first_free))
+        self.next_id = first_free
+        super().__init__(pg, seed)
+
+    def one(self, cur):
         r, t = self.rng.random(), self.table
         if r < 0.25 or not self.ids:
             cur.execute(f"insert into {t} values (%s, %s, %s)", (self.next_id, f"new{self.next_id}", 0))
@@ -172,24 +203,6 @@ class Load:
             i = self.rng.randrange(len(self.ids))
             cur.execute(f"delete from {t} where id = %s", (self.ids[i],))
             self.ids.pop(i)
-
-    def _run(self):
-        try:
-            while not self._stop.is_set():
-                with self.conn.cursor() as cur:
-                    for _ in range(self.rng.randint(1, 3)):
-                        self._one(cur)
-                self.conn.commit()
-                self.transactions += 1
-                time.sleep(0.003)
-        except Exception as e:  # reported by stop()
-            self.errors.append(e)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(30)
-        self.conn.close()
-        assert not self.errors, self.errors
 
 
 class LongestTransaction:
@@ -250,6 +263,15 @@ def converge(progress, model, want, what):
         time.sleep(0.2)
 
 
+def wait_confirmed(pg, c, p):
+    """Waits until cdc confirmed the server's WAL position as it is now: every change so far is
+    delivered durably."""
+    end = pg.current_wal_lsn()
+    wait_for(lambda: c.slot_row()[1] and
+             [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
+             timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+
+
 def table_rows(pg, table):
     return {r[0]: {"id": r[0], "v": r[1], "n": r[2]} for r in pg.sql(f"select id, v, n from {table}")}
 
@@ -285,10 +307,7 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
                  what=f"the backfills to finish\n{p.describe()}")
         load.stop()
         want = table_rows(pg, t)
-        end = pg.current_wal_lsn()
-        wait_for(lambda: c.slot_row()[1] and
-                 [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
-                 timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+        wait_confirmed(pg, c, p)
         model, reads = stdout_model(c.processes, "so")
         assert model == want, "stdout: " + diff(model, want)
         converge(lambda: len(consumer.log), lambda: consumer.model, want,
@@ -308,7 +327,7 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
     finally:
         consumer.close()
         watch.stop()
-        if not load._stop.is_set():
+        if not load.stopped():
             load.stop()
 
 
@@ -455,25 +474,23 @@ def apply_event(model, e):
     model[new["id"]] = row
 
 
-class Mover:
+class Mover(Writer):
     """Small transactions on a table of (id, v, n, big) from a thread of its own: inserts, updates of
     n that leave big (TOAST, stored out of line) as it is, so the stream's copy of the row is
     incomplete, key changes of such rows from the top of the key space to below its bottom, and
     deletes. Its table has free space in its first blocks (rows deleted and vacuumed there), where
     the updated rows of its last blocks land: from ranges not read yet into ranges read already."""
 
+    per_tx = 3
+
     def __init__(self, pg, table, first_free, big_ids, seed=11):
-        self.conn = psycopg2.connect(pg.dsn)
-        self.table, self.rng = table, random.Random(seed)
+        self.table = table
         self.big = [i for i in big_ids if i > first_free // 2]
         self.ids = set(range(first_free // 2, first_free))
         self.next_id = first_free
-        self.transactions, self.errors = 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(pg, seed)
 
-    def _one(self, cur):
+    def one(self, cur):
         r, t = self.rng.random(), self.table
         if r < 0.2:
             big = f"repeat(md5('{self.next_id}'), 100)" if self.next_id % 7 == 0 else "null"
@@ -492,24 +509,6 @@ class Mover:
             if i in self.big:
                 self.big.remove(i)
             cur.execute(f"delete from {t} where id = %s", (i,))
-
-    def _run(self):
-        try:
-            while not self._stop.is_set():
-                with self.conn.cursor() as cur:
-                    for _ in range(self.rng.randint(1, 3)):
-                        self._one(cur)
-                self.conn.commit()
-                self.transactions += 1
-                time.sleep(0.002)
-        except Exception as e:  # reported by stop()
-            self.errors.append(e)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(30)
-        self.conn.close()
-        assert not self.errors, self.errors
 
 
 def big_table(pg, t, rows):
@@ -548,10 +547,7 @@ def test_parallel_backfill_exact_under_moves(pg, schema, cdc):
                  what=f"the backfill to finish\n{p.describe()}")
         mover.stop()
         want = full_rows(pg, t)
-        end = pg.current_wal_lsn()
-        wait_for(lambda: c.slot_row()[1] and
-                 [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
-                 timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+        wait_confirmed(pg, c, p)
         model, reads = {}, 0
         for e in p.events():
             reads += e["op"] == "read"
@@ -566,26 +562,23 @@ def test_parallel_backfill_exact_under_moves(pg, schema, cdc):
         assert p.terminate() == 0
     finally:
         watch.stop()
-        if not mover._stop.is_set():
+        if not mover.stopped():
             mover.stop()
 
 
-class KeylessWriter:
+class KeylessWriter(Writer):
     """On a table without a key (REPLICA IDENTITY FULL): inserts of rows unlike any other, updates
     (some of a row's TOAST value left as it is), updates of a row into one unlike any other, and
     deletes; on a second one without REPLICA IDENTITY FULL, inserts only (PostgreSQL refuses its
     updates and deletes while the publication publishes them)."""
 
     def __init__(self, pg, full, plain, first_free, seed=5):
-        self.conn = psycopg2.connect(pg.dsn)
-        self.full, self.plain, self.rng = full, plain, random.Random(seed)
+        self.full, self.plain = full, plain
         self.live = list(range(1, first_free))
-        self.next, self.transactions, self.errors = first_free, 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.next = first_free
+        super().__init__(pg, seed)
 
-    def _one(self, cur):
+    def one(self, cur):
         r = self.rng.random()
         if r < 0.3 or not self.live:
             cur.execute(f"insert into {self.full} values (%s, 'b', null)", (self.next,))
@@ -601,23 +594,6 @@ class KeylessWriter:
             self.next += 1
         else:
             cur.execute(f"delete from {self.full} where a = %s", (self.live.pop(self.rng.randrange(len(self.live))),))
-
-    def _run(self):
-        try:
-            while not self._stop.is_set():
-                with self.conn.cursor() as cur:
-                    self._one(cur)
-                self.conn.commit()
-                self.transactions += 1
-                time.sleep(0.002)
-        except Exception as e:  # reported by stop()
-            self.errors.append(e)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(30)
-        self.conn.close()
-        assert not self.errors, self.errors
 
 
 def as_set_of_rows(events, table, columns):
@@ -662,10 +638,7 @@ def test_keyless_backfill_promise(pg, schema, cdc):
         wait_for(lambda: [b["state"] for b in backfills(c)] == ["done"], timeout=120,
                  what=f"the backfill to finish\n{p.describe()}")
         writer.stop()
-        end = pg.current_wal_lsn()
-        wait_for(lambda: c.slot_row()[1] and
-                 [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
-                 timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+        wait_confirmed(pg, c, p)
         events = p.events()
         got = as_set_of_rows(events, "kf", ("a", "b", "big"))
         want = {tuple(r) for r in pg.sql(f"select a, b, big from {full}")}
@@ -682,7 +655,7 @@ def test_keyless_backfill_promise(pg, schema, cdc):
         assert writer.transactions > 100, writer.transactions
         assert p.terminate() == 0
     finally:
-        if not writer._stop.is_set():
+        if not writer.stopped():
             writer.stop()
 
 
@@ -749,20 +722,16 @@ def status_metrics(c):
     return body
 
 
-class RootWriter:
+class RootWriter(Writer):
     """Small transactions through a partitioned table (id-ranged partitions): inserts into its last
     partition, updates that leave a TOAST value as it is (the stream's copy incomplete), updates
     that move a row to another partition (a delete and an insert in the stream), and deletes."""
 
     def __init__(self, pg, root, ids, first_free, seed=3):
-        self.conn = psycopg2.connect(pg.dsn)
-        self.root, self.rng, self.ids = root, random.Random(seed), list(ids)
-        self.next, self.transactions, self.errors = first_free, 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.root, self.ids, self.next = root, list(ids), first_free
+        super().__init__(pg, seed)
 
-    def _one(self, cur):
+    def one(self, cur):
         r, t = self.rng.random(), self.root
         if r < 0.25 or not self.ids:
             cur.execute(f"insert into {t} values (%s, 'v', 0, repeat('x', 3000))", (self.next,))
@@ -777,23 +746,6 @@ class RootWriter:
             self.next += 1
         else:
             cur.execute(f"delete from {t} where id = %s", (self.ids.pop(self.rng.randrange(len(self.ids))),))
-
-    def _run(self):
-        try:
-            while not self._stop.is_set():
-                with self.conn.cursor() as cur:
-                    self._one(cur)
-                self.conn.commit()
-                self.transactions += 1
-                time.sleep(0.002)
-        except Exception as e:  # reported by stop()
-            self.errors.append(e)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(30)
-        self.conn.close()
-        assert not self.errors, self.errors
 
 
 @pytest.mark.matrix
@@ -832,10 +784,7 @@ def test_partitioned_root_backfill_with_attach_and_detach(pg, schema, cdc):
                  what=f"the backfill to finish\n{p.describe()}")
         writer.stop()
         want = full_rows(pg, root)
-        end = pg.current_wal_lsn()
-        wait_for(lambda: c.slot_row()[1] and
-                 [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
-                 timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+        wait_confirmed(pg, c, p)
         model = {}
         events = p.events()
         for e in events:
@@ -853,6 +802,6 @@ def test_partitioned_root_backfill_with_attach_and_detach(pg, schema, cdc):
         assert writer.transactions > 50, writer.transactions
         assert p.terminate() == 0
     finally:
-        if not writer._stop.is_set():
+        if not writer.stopped():
             writer.stop()
         pg.sql(f"drop schema if exists {outside} cascade")

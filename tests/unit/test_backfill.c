@@ -212,8 +212,9 @@ static bf_set *started(const bf_settings *s, const char *path, const char *const
 static const char *const only_a[] = {"public.a"};
 static const char *const table_a[] = {TABLE_ROW("a", "16384", "r", "a_pkey", "t")};
 
-/* public.a described and listed on lane 0. */
-static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, char id[BF_ID_SIZE])
+/* public.a described and listed on lane 0, its one relation as rel (bfsql_leaves' row) says. */
+static bf_set *listed_a(const bf_settings *s, const char *path, bf_now now, char id[BF_ID_SIZE],
+			const char *const *rel)
 {
 	bf_set *b = started(s, path, only_a, 1, table_a, 1, now, id);
 	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
@@ -221,8 +222,13 @@ static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, cha
 	answer(b, &x, 2, 12, describe_a, now);
 	x = next_on(b, 0, BF_STMT_LEAVES, now);
 	CHECK_STR(x.s.params[0], "16384");
-	answer(b, &x, 1, 7, leaves_a, now);
+	answer(b, &x, 1, 7, rel, now);
 	return b;
+}
+
+static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, char id[BF_ID_SIZE])
+{
+	return listed_a(s, path, now, id, leaves_a);
 }
 
 /* Two block ranges of public.a read at once on two lanes, each between its own watermarks; a change
@@ -575,11 +581,7 @@ static void test_failures(void)
 	backfill_set_free(b);
 
 	/* a leaf the role may not read */
-	b = started(&s, NULL, only_a, 1, table_a, 1, now, id);
-	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
-	answer(b, &x, 2, 12, describe_a, now);
-	x = next_on(b, 0, BF_STMT_LEAVES, now);
-	answer(b, &x, 1, 7, (const char *[]){"16384", "public", "a_2026", "4", "4", "4", "f"}, now);
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a_2026", "4", "4", "4", "f"});
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_STR(
 	    ti.error,
@@ -658,22 +660,14 @@ static void test_estimates(void)
 	backfill_set_free(b);
 
 	/* with statistics: 4 rows in 2 pages, the table 10 blocks now */
-	b = started(&s, NULL, only_a, 1, table_a, 1, now, id);
-	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
-	answer(b, &x, 2, 12, describe_a, now);
-	x = next_on(b, 0, BF_STMT_LEAVES, now);
-	answer(b, &x, 1, 7, (const char *[]){"16384", "public", "a", "10", "2", "4", "t"}, now);
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a", "10", "2", "4", "t"});
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.p.estimate, 20);
 	CHECK_STR(ti.p.estimate_from, "statistics");
 	backfill_set_free(b);
 
 	/* an empty table: nothing to read, done at once */
-	b = started(&s, NULL, only_a, 1, table_a, 1, now, id);
-	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
-	answer(b, &x, 2, 12, describe_a, now);
-	x = next_on(b, 0, BF_STMT_LEAVES, now);
-	answer(b, &x, 1, 7, (const char *[]){"16384", "public", "a", "0", "0", "-1", "t"}, now);
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a", "0", "0", "-1", "t"});
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
 	CHECK_INT(ti.p.estimate, 0);

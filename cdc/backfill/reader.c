@@ -31,6 +31,7 @@ typedef struct rconn {
 struct bf_reader {
 	struct event_base *base;
 	char *dsn;
+	char *password; /* source.password; NULL: none */
 	bf_set *set;
 	rconn *c;
 	unsigned n;
@@ -87,6 +88,7 @@ void bf_reader_free(bf_reader *r)
 		event_free(r->c[i].ev_timer);
 	}
 	free(r->c);
+	bf_reader_password(r, NULL);
 	free(r->dsn);
 	free(r);
 }
@@ -128,9 +130,11 @@ static void lost(rconn *c, const char *why)
 
 static void connect_start(rconn *c)
 {
-	const char *keys[] = {"dbname", "application_name", NULL};
-	const char *vals[] = {c->r->dsn, "cdc backfill", NULL};
-	c->conn = PQconnectStartParams(keys, vals, 1);
+	/* the password first: the connection string's own, expanded from dbname, overrides it */
+	const bf_reader *r = c->r;
+	const char *keys[] = {"password", "dbname", "application_name", NULL};
+	const char *vals[] = {r->password, r->dsn, "cdc backfill", NULL};
+	c->conn = PQconnectStartParams(r->password ? keys : keys + 1, r->password ? vals : vals + 1, 1);
 	if (!c->conn || PQstatus(c->conn) == CONNECTION_BAD || PQsetnonblocking(c->conn, 1) != 0) {
 		lost(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
 		return;
@@ -210,6 +214,14 @@ void bf_reader_use(bf_reader *r, const char *dsn)
 		drop_connection(c);
 	}
 	bf_reader_kick(r);
+}
+
+void bf_reader_password(bf_reader *r, const char *password)
+{
+	if (r->password)
+		explicit_bzero(r->password, strlen(r->password));
+	free(r->password);
+	r->password = password ? xstrdup(password) : NULL;
 }
 
 bool bf_reader_idle(const bf_reader *r)

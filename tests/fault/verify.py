@@ -133,12 +133,14 @@ class LedgerIndex:
 class SinkData:
     """What one sink delivered, filled in by the harness.
 
-    kind      'kafka', 'socket' or 'stdout'
+    kind      'kafka', 'socket', 'stdout' or 'nats'
     wants     Change -> bool: whether the sink's subscription takes the change
     streams   {stream id: [Rec]}: Kafka (topic, partition) with Rec.where = (stream id, offset);
-              socket consumer run n / stdout cdc run n with Rec.where = (n, line number)
+              socket consumer run n / stdout cdc run n with Rec.where = (n, line number); NATS the
+              one stream 0 with Rec.where = (0, stream sequence)
     cuts      {kill index: cut}: Kafka {(topic, partition): high watermark} (None: unknown), socket
-              (consumer run, lines written) at the kill, stdout the number of the run killed
+              (consumer run, lines written) at the kill, stdout the number of the run killed, NATS
+              the stream's last sequence (None: unknown)
     snap_recs {kill index: [Rec] read from the spool after the restart} (socket; a kill without
               an entry: the read failed, and what was delivered by the end counts)
     other_offsets  the offsets of the schema and DDL events read (socket): no changes, but they
@@ -181,6 +183,8 @@ class SinkData:
             return where is not None and where[1] < cut.get(where[0], 0)
         if self.kind == "stdout":
             return where is not None and where[0] <= cut
+        if self.kind == "nats":
+            return where is not None and (cut is None or where[1] <= cut)
         if where is not None and cut is not None and where <= cut:
             return True
         if k not in snaps:  # the spool read failed: what was delivered by the end
@@ -360,55 +364,49 @@ def failed_batches(logs):
     return [((m[1], int(m[2])), int(m[3])) for text in logs for m in FAILED_BATCH.finditer(text)]
 
 
-def _runs(recs):
-    """A partition's events split where (commit_lsn, tx_index) goes back: one run per producer
-    session that streamed forward (each restart sends again from the slot's confirmed position)."""
-    runs = []
-    for r in recs:
-        if not runs or (r.cl, r.ti) < (runs[-1][-1].cl, runs[-1][-1].ti):
-            runs.append([])
-        runs[-1].append(r)
-    return runs
-
-
-def _refused_in(cur, nxt, count):
-    """The events of run cur a real broker would have refused after a failed batch of count
-    messages, given the next run nxt (the replay): [] unless cur misses exactly count events
-    that nxt delivers consecutively inside cur's range, and nxt delivers again every event of
-    cur after them."""
-    have = {(r.cl, r.ti) for r in cur}
-    lo, hi = (cur[0].cl, cur[0].ti), (cur[-1].cl, cur[-1].ti)
-    keys = [(r.cl, r.ti) for r in nxt]
-    hole = [i for i, k in enumerate(keys) if lo <= k <= hi and k not in have]
-    if not hole or len({keys[i] for i in hole}) != count or hole != list(range(hole[0], hole[-1] + 1)):
-        return []
-    top = keys[hole[-1]]
-    after = [r for r in cur if (r.cl, r.ti) > top]
-    if not after or not {(r.cl, r.ti) for r in after} <= set(keys):
-        return []
-    return after
+def refused_after_failed_batches(keys, counts):
+    """The indexes into keys (one Kafka partition's (commit_lsn, tx_index), in offset order) of what
+    a real broker refuses after batches of counts messages failed for good (see 'refused' in the
+    module docstring). The partition splits into runs where keys go back (one producer session
+    each, streaming forward). A batch of n failed in run i when run i misses exactly n keys that run
+    i + 1 (the replay) holds consecutively inside run i's range, and run i + 1 holds again every key
+    of run i after them: those are refused. Each count matches one run at most."""
+    starts = [0] + [i for i in range(1, len(keys)) if keys[i] < keys[i - 1]] + [len(keys)]
+    runs = [range(a, b) for a, b in zip(starts, starts[1:])]
+    out, used = set(), set()
+    for n in counts:
+        for i in range(len(runs) - 1):
+            cur, nxt = [keys[j] for j in runs[i]], [keys[j] for j in runs[i + 1]]
+            have = set(cur)
+            hole = [j for j, k in enumerate(nxt) if cur[0] <= k <= cur[-1] and k not in have]
+            if i in used or not hole or len({nxt[j] for j in hole}) != n:
+                continue
+            if hole != list(range(hole[0], hole[-1] + 1)):  # not one batch
+                continue
+            after = [j for j in runs[i] if keys[j] > nxt[hole[-1]]]
+            if after and {keys[j] for j in after} <= set(nxt):
+                used.add(i)
+                out.update(after)
+                break
+    return out
 
 
 def _leave_out_refused(sink, res):
     """Leaves out of sink.streams what the mock appended after a batch that failed for good (see
     'refused' in the module docstring), into sink.refused."""
-    used = set()
-    for tp, count in sink.failed_batches:
-        runs = _runs(sink.streams.get(tp, []))
-        for i in range(len(runs) - 1):
-            if (tp, i) in used:
-                continue
-            after = _refused_in(runs[i], runs[i + 1], count)
-            if after:
-                used.add((tp, i))
-                sink.refused.setdefault(tp, set()).update(r.where[1] for r in after)
-                res.refused += len(after)
-                res.note("refused", f"{tp}: a batch of {count} failed for good; the mock appended {len(after)} "
-                                    f"later events (offsets {after[0].where[1]}..{after[-1].where[1]}), which the "
-                                    f"replay from offset {runs[i + 1][0].where[1]} delivers again")
-                break
-    for tp, offsets in sink.refused.items():
-        sink.streams[tp] = [r for r in sink.streams[tp] if r.where[1] not in offsets]
+    counts = collections.defaultdict(list)
+    for tp, n in sink.failed_batches:
+        counts[tp].append(n)
+    for tp, ns in counts.items():
+        recs = sink.streams.get(tp, [])
+        gone = refused_after_failed_batches([(r.cl, r.ti) for r in recs], ns)
+        if not gone:
+            continue
+        sink.refused[tp] = {recs[j].where[1] for j in gone}
+        sink.streams[tp] = [r for j, r in enumerate(recs) if j not in gone]
+        res.refused += len(gone)
+        res.note("refused", f"{tp}: {len(gone)} events the mock appended after a batch that failed for good "
+                            f"(offsets {min(sink.refused[tp])}..{max(sink.refused[tp])}), sent again by the replay")
 
 
 def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):

@@ -76,11 +76,6 @@ void pg_append_ident(buf *b, PGconn *conn, const char *name);
 	"AND NOT ka.attnotnull) "                                                                            \
 	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
 
-/* Why a table cannot be read in key order, and the statement that fixes it: no key (none that
- * PG_KEY_JOIN finds), or not a plain table (a partitioned one: read its partitions). */
-void pg_no_key(buf *out, const char *schema, const char *table);
-void pg_not_table(buf *out, const char *schema, const char *table, char relkind);
-
 /* The replication slot as pg_replication_slots tells it. */
 typedef struct pg_slot_row {
 	bool exists;

@@ -185,7 +185,7 @@ uint64_t cfg_get_number(const cfg *c, const char *name);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
-/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see size_problem). */
+/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see cfg_size_problem). */
 bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 
 void doctor_secrets(doctor *d)
 {

@@ -1,4 +1,4 @@
-/* internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
+/* doctor_internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
  * signature, and how a check reports. Not for other folders: they use doctor.h. */
 #ifndef CDC_DOCTOR_INTERNAL_H
 #define CDC_DOCTOR_INTERNAL_H
@@ -59,7 +59,7 @@ bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
 /* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
 void doctor_socket_path(doctor *d, const char *key, const char *path);
 
-/* The checks, one function each (database.c, failover.c, local.c); the sink modules' follow. */
+/* The checks, one function each (database.c, failover_checks.c, local.c); the sink modules' follow. */
 void doctor_server(doctor *d);
 void doctor_wal_level(doctor *d);
 void doctor_slots_free(doctor *d);

@@ -1,7 +1,7 @@
-/* internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
+/* backfill_internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
  * its tables, their leaves, ranges and chunks, the reader's lanes) and the few steps more than one
  * of them takes. backfill.c creates, plans and runs backfills; state_file.c keeps them in
- * state_dir; stream.c closes chunks at their watermarks; progress.c renders their figures; keys.c
+ * state_dir; stream.c closes chunks at their watermarks; backfill_progress.c renders their figures; keys.c
  * keeps the keys to read again. Not for use outside cdc/backfill. */
 #ifndef CDC_BACKFILL_INTERNAL_H
 #define CDC_BACKFILL_INTERNAL_H

@@ -1,4 +1,4 @@
-/* internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
+/* socket_internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
  * nothing else includes. Per subscription two queues, its events and its dead
  * letters, each a spool plus the consumers attached to it and a window of per-offset delivery state
  * for the offsets from the first unacknowledged one to the first never sent. */

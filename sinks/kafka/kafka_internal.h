@@ -1,4 +1,4 @@
-/* internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
+/* kafka_internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
  * helpers that produce. kafka_sink.c is the sink (producing, delivery reports, the producer's life);
  * render.c renders events and transaction records in each format; exactly_once.c is the
  * exactly-once cycle (kafka.exactly_once). Not for other rooms: they use kafka_sink.h. */

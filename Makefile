@@ -62,7 +62,7 @@ UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spo
 	ring kafka_eo failover debezium avro kafka_render catalog publication nats
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
 # Backfills (cdc/backfill/): snapshots read by block ranges, each a COPY between watermarks, while the stream flows.
-LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/keys.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
+LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/read_sets.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/backfill_progress.c cdc/backfill/reader.c \
 	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
 UNIT_TESTS += backfill_window backfill_sql backfill signal

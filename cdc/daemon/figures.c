@@ -24,11 +24,12 @@ void figures_log_kafka(sidecar *d)
 	const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
 	log_info("kafka",
 		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
-		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
+		 "latency_p99_ms=%.2f latency_p999_ms=%.2f latency_max_ms=%.2f",
 		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
 		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
 		 (double)hist_quantile(&k->latency, 0.5) / 1000,
-		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+		 (double)hist_quantile(&k->latency, 0.99) / 1000,
+		 (double)hist_quantile(&k->latency, 0.999) / 1000, (double)k->latency.max / 1000);
 }
 
 void figures_log_progress(sidecar *d, uint64_t now)

@@ -103,6 +103,7 @@ static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 	json_key_u64(out, &f, "count", h->count);
 	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
 	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
+	j_double3(out, &f, "p999", h->count > 0, (double)hist_quantile(h, 0.999) / 1000);
 	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
 	buf_putc(out, '}');
 }
@@ -264,7 +265,7 @@ static void status_sub(const report_sub *s, buf *out)
  *  "backfills": GET /backfills' array (left out when empty),
  *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
  *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
- *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
+ *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to delivery)} */
 void report_status_json(const report *r, buf *out)
 {
 	bool f = true;

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
-	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev clang)
+	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev clang libavro-dev)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
 # openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
 # prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.

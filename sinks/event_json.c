@@ -304,12 +304,6 @@ void json_uuid(buf *b, const ProtobufCBinaryData *u)
 	b->data[b->len] = '\0';
 }
 
-static int64_t floor_div(int64_t a, int64_t d)
-{
-	int64_t q = a / d;
-	return (a % d < 0) ? q - 1 : q;
-}
-
 /* Year, month, day of a day count since 1970-01-01 (Howard Hinnant's civil_from_days), proleptic
  * Gregorian with astronomical years (year 0 is 1 BC). */
 static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)

@@ -140,6 +140,12 @@ int64_t wall_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t floor_div(int64_t a, int64_t d)
+{
+	int64_t q = a / d;
+	return (a % d < 0) ? q - 1 : q;
+}
+
 int64_t wall_ms(void)
 {
 	return wall_us() / 1000;

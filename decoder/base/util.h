@@ -68,6 +68,8 @@ uint64_t now_ms(void);
 int64_t wall_ms(void);
 /* The same in microseconds, the unit of commit times: commit-to-delivery latency. */
 int64_t wall_us(void);
+/* a / d rounded toward minus infinity (d > 0): the days or milliseconds of a time before 1970. */
+int64_t floor_div(int64_t a, int64_t d);
 
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
 bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);

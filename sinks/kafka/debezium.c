@@ -6,6 +6,7 @@
 #include "sinks/kafka/debezium.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +45,11 @@ static void mark(buf *b, char m)
 void dbz_scratch_free(dbz_scratch *s)
 {
 	free(s->limbs);
+	free(s->cols);
+	dbz_schemas_free(&s->schemas);
 	buf_free(&s->digits);
 	buf_free(&s->bytes);
+	buf_free(&s->text);
 	buf_free(&s->elems);
 	buf_free(&s->spans);
 	if (s->arena)
@@ -126,10 +130,10 @@ static void put_java_double(buf *b, double v, bool single)
 }
 
 /* The two's-complement big-endian bytes of a decimal digit string's value (negated when neg), as
- * Java's BigInteger.toByteArray() writes them (the fewest bytes, at least one), as a base64 JSON
- * string: Kafka Connect's Decimal and Debezium's VariableScaleDecimal hold this. digits must not
- * be in s->bytes, which holds the bytes. */
-static void put_unscaled(buf *b, dbz_scratch *s, bool neg, const char *digits, size_t n)
+ * Java's BigInteger.toByteArray() writes them (the fewest bytes, at least one), into d's p and len:
+ * Kafka Connect's Decimal and Debezium's VariableScaleDecimal hold this. digits must not be in
+ * s->bytes, which holds the bytes. */
+static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz_datum *d)
 {
 	static const uint32_t pow10[] = {1,	 10,	  100,	    1000,      10000,
 					 100000, 1000000, 10000000, 100000000, 1000000000};
@@ -182,7 +186,8 @@ static void put_unscaled(buf *b, dbz_scratch *s, bool neg, const char *digits, s
 	} else if (o[0] & 0x80) {
 		*--o = 0, len++;
 	}
-	json_base64(b, o, len);
+	d->p = (const char *)o;
+	d->len = len;
 }
 
 /* A decimal's text as PostgreSQL prints it ([-]digits[.digits]): false for NaN, the infinities and
@@ -211,9 +216,9 @@ static bool decimal_read(const char *t, size_t n, decimal *d)
 	return p == end && d->nin + d->nfrac > 0;
 }
 
-/* Kafka Connect's Decimal at scale: false when the value does not have that scale exactly (as
- * BigDecimal.setScale() without rounding refuses it). */
-static bool put_decimal(buf *b, dbz_scratch *s, const decimal *d, int scale)
+/* Kafka Connect's Decimal at scale (DD_BYTES): false when the value does not have that scale
+ * exactly (as BigDecimal.setScale() without rounding refuses it). */
+static bool decimal_bytes(dbz_scratch *s, const decimal *d, int scale, dbz_datum *out)
 {
 	size_t keep = d->nfrac;
 	while (keep && d->frac[keep - 1] == '0')
@@ -235,24 +240,23 @@ static bool put_decimal(buf *b, dbz_scratch *s, const decimal *d, int scale)
 			return false;
 		buf_append(dig, d->in, d->nin > drop ? d->nin - drop : 0);
 	}
-	put_unscaled(b, s, d->neg, dig->data, dig->len);
+	out->kind = DD_BYTES;
+	unscaled(s, d->neg, dig->data, dig->len, out);
 	return true;
 }
 
-/* Debezium's VariableScaleDecimal: {"scale":N,"value":...}, the value without trailing zeros. */
-static void put_variable_decimal(buf *b, dbz_scratch *s, const decimal *d)
+/* Debezium's VariableScaleDecimal: the scale and the value without trailing zeros. */
+static void variable_decimal(dbz_scratch *s, const decimal *d, dbz_datum *out)
 {
 	size_t keep = d->nfrac;
 	while (keep && d->frac[keep - 1] == '0')
 		keep--;
-	LIT(b, "{\"scale\":");
-	json_u64(b, keep);
-	LIT(b, ",\"value\":");
 	buf_reset(&s->digits);
 	buf_append(&s->digits, d->in, d->nin);
 	buf_append(&s->digits, d->frac, keep);
-	put_unscaled(b, s, d->neg, s->digits.data, s->digits.len);
-	buf_putc(b, '}');
+	out->kind = DD_VDECIMAL;
+	out->i = (int64_t)keep;
+	unscaled(s, d->neg, s->digits.data, s->digits.len, out);
 }
 
 /* Text the decoder left for Debezium's types -------------------------------------------------- */
@@ -424,78 +428,38 @@ static bool read_array(const char *t, size_t n, dbz_scratch *s, size_t *count)
 
 /* Debezium's types ------------------------------------------------------------------------------- */
 
-typedef enum dkind {
-	DK_BOOLEAN,
-	DK_INT16,
-	DK_INT32,
-	DK_INT64,
-	DK_FLOAT,
-	DK_DOUBLE,
-	DK_STRING,
-	DK_BYTES,
-	DK_DECIMAL,
-	DK_VARIABLE_DECIMAL,
-	DK_MONEY,
-	DK_UUID,
-	DK_JSON,
-	DK_XML,
-	DK_DATE,
-	DK_TIME,
-	DK_MICRO_TIME,
-	DK_TIMESTAMP,
-	DK_MICRO_TIMESTAMP,
-	DK_ZONED_TIMESTAMP,
-	DK_ZONED_TIME,
-	DK_DURATION,
-	DK_BIT,
-	DK_BITS,
-	DK_POINT,
-	DK_TSVECTOR,
-	DK_ARRAY,
-} dkind;
-
-/* Kafka Connect's schema type and the semantic type's name. */
+/* Kafka Connect's schema type, the semantic type's name, and its doc. */
 static const struct {
-	const char *type, *name;
+	const char *type, *name, *doc;
 } kinds[] = {
-    [DK_BOOLEAN] = {"boolean", NULL},
-    [DK_INT16] = {"int16", NULL},
-    [DK_INT32] = {"int32", NULL},
-    [DK_INT64] = {"int64", NULL},
-    [DK_FLOAT] = {"float", NULL},
-    [DK_DOUBLE] = {"double", NULL},
-    [DK_STRING] = {"string", NULL},
-    [DK_BYTES] = {"bytes", NULL},
-    [DK_DECIMAL] = {"bytes", "org.apache.kafka.connect.data.Decimal"},
-    [DK_VARIABLE_DECIMAL] = {"struct", "io.debezium.data.VariableScaleDecimal"},
-    [DK_MONEY] = {"bytes", "org.apache.kafka.connect.data.Decimal"},
-    [DK_UUID] = {"string", "io.debezium.data.Uuid"},
-    [DK_JSON] = {"string", "io.debezium.data.Json"},
-    [DK_XML] = {"string", "io.debezium.data.Xml"},
-    [DK_DATE] = {"int32", "io.debezium.time.Date"},
-    [DK_TIME] = {"int32", "io.debezium.time.Time"},
-    [DK_MICRO_TIME] = {"int64", "io.debezium.time.MicroTime"},
-    [DK_TIMESTAMP] = {"int64", "io.debezium.time.Timestamp"},
-    [DK_MICRO_TIMESTAMP] = {"int64", "io.debezium.time.MicroTimestamp"},
-    [DK_ZONED_TIMESTAMP] = {"string", "io.debezium.time.ZonedTimestamp"},
-    [DK_ZONED_TIME] = {"string", "io.debezium.time.ZonedTime"},
-    [DK_DURATION] = {"int64", "io.debezium.time.MicroDuration"},
-    [DK_BIT] = {"boolean", NULL},
-    [DK_BITS] = {"bytes", "io.debezium.data.Bits"},
-    [DK_POINT] = {"struct", "io.debezium.data.geometry.Point"},
-    [DK_TSVECTOR] = {"string", "io.debezium.data.Tsvector"},
-    [DK_ARRAY] = {"array", NULL},
+    [DK_BOOLEAN] = {"boolean", NULL, NULL},
+    [DK_INT16] = {"int16", NULL, NULL},
+    [DK_INT32] = {"int32", NULL, NULL},
+    [DK_INT64] = {"int64", NULL, NULL},
+    [DK_FLOAT] = {"float", NULL, NULL},
+    [DK_DOUBLE] = {"double", NULL, NULL},
+    [DK_STRING] = {"string", NULL, NULL},
+    [DK_BYTES] = {"bytes", NULL, NULL},
+    [DK_DECIMAL] = {"bytes", "org.apache.kafka.connect.data.Decimal", NULL},
+    [DK_VARIABLE_DECIMAL] = {"struct", "io.debezium.data.VariableScaleDecimal", "Variable scaled decimal"},
+    [DK_MONEY] = {"bytes", "org.apache.kafka.connect.data.Decimal", NULL},
+    [DK_UUID] = {"string", "io.debezium.data.Uuid", NULL},
+    [DK_JSON] = {"string", "io.debezium.data.Json", NULL},
+    [DK_XML] = {"string", "io.debezium.data.Xml", NULL},
+    [DK_DATE] = {"int32", "io.debezium.time.Date", NULL},
+    [DK_TIME] = {"int32", "io.debezium.time.Time", NULL},
+    [DK_MICRO_TIME] = {"int64", "io.debezium.time.MicroTime", NULL},
+    [DK_TIMESTAMP] = {"int64", "io.debezium.time.Timestamp", NULL},
+    [DK_MICRO_TIMESTAMP] = {"int64", "io.debezium.time.MicroTimestamp", NULL},
+    [DK_ZONED_TIMESTAMP] = {"string", "io.debezium.time.ZonedTimestamp", NULL},
+    [DK_ZONED_TIME] = {"string", "io.debezium.time.ZonedTime", NULL},
+    [DK_DURATION] = {"int64", "io.debezium.time.MicroDuration", NULL},
+    [DK_BIT] = {"boolean", NULL, NULL},
+    [DK_BITS] = {"bytes", "io.debezium.data.Bits", NULL},
+    [DK_POINT] = {"struct", "io.debezium.data.geometry.Point", "Geometry (POINT)"},
+    [DK_TSVECTOR] = {"string", "io.debezium.data.Tsvector", NULL},
+    [DK_ARRAY] = {"array", NULL, NULL},
 };
-
-/* A column's Debezium type: its kind, and for DK_DECIMAL the scale (a) and precision (b), for
- * DK_BITS the length (a), for DK_ZONED_TIMESTAMP the fractional digits (a), for DK_ARRAY the
- * element type and the column's modifier (numeric(10,2)[] holds numeric(10,2)). */
-typedef struct dtype {
-	dkind k;
-	int a, b;
-	uint32_t elem;
-	int32_t mod;
-} dtype;
 
 /* money.fraction.digits, Debezium's default */
 #define MONEY_SCALE 2
@@ -518,255 +482,372 @@ static bool array_known(uint32_t elem)
 	return true;
 }
 
-static dtype type_of_oid(uint32_t oid, int32_t mod)
+dbz_type dbz_type_of(uint32_t oid, int32_t mod)
 {
 	int p, s;
 	uint32_t elem;
 	switch (oid) {
 	case PGT_BOOL:
-		return (dtype){DK_BOOLEAN};
+		return (dbz_type){DK_BOOLEAN};
 	case PGT_INT2:
-		return (dtype){DK_INT16};
+		return (dbz_type){DK_INT16};
 	case PGT_INT4:
-		return (dtype){DK_INT32};
+		return (dbz_type){DK_INT32};
 	case PGT_INT8:
 	case PGT_OID:
-		return (dtype){DK_INT64};
+		return (dbz_type){DK_INT64};
 	case PGT_FLOAT4:
-		return (dtype){DK_FLOAT};
+		return (dbz_type){DK_FLOAT};
 	case PGT_FLOAT8:
-		return (dtype){DK_DOUBLE};
+		return (dbz_type){DK_DOUBLE};
 	case PGT_NUMERIC:
 		if (pgtypes_numeric_typmod(mod, &p, &s))
-			return (dtype){DK_DECIMAL, s, p};
-		return (dtype){DK_VARIABLE_DECIMAL};
+			return (dbz_type){DK_DECIMAL, s, p};
+		return (dbz_type){DK_VARIABLE_DECIMAL};
 	case PGT_MONEY:
-		return (dtype){DK_MONEY, MONEY_SCALE};
+		return (dbz_type){DK_MONEY, MONEY_SCALE};
 	case PGT_BYTEA:
-		return (dtype){DK_BYTES};
+		return (dbz_type){DK_BYTES};
 	case PGT_UUID:
-		return (dtype){DK_UUID};
+		return (dbz_type){DK_UUID};
 	case PGT_JSON:
 	case PGT_JSONB:
-		return (dtype){DK_JSON};
+		return (dbz_type){DK_JSON};
 	case PGT_XML:
-		return (dtype){DK_XML};
+		return (dbz_type){DK_XML};
 	case PGT_DATE:
-		return (dtype){DK_DATE};
+		return (dbz_type){DK_DATE};
 	case PGT_TIME: /* adaptive: milliseconds up to time(3) */
-		return (dtype){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
+		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
 	case PGT_TIMESTAMP:
-		return (dtype){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
+		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
 	case PGT_TIMESTAMPTZ:
-		return (dtype){DK_ZONED_TIMESTAMP, pgtypes_time_precision(oid, mod)};
+		return (dbz_type){DK_ZONED_TIMESTAMP, pgtypes_time_precision(oid, mod)};
 	case PGT_TIMETZ:
-		return (dtype){DK_ZONED_TIME};
+		return (dbz_type){DK_ZONED_TIME};
 	case PGT_INTERVAL:
-		return (dtype){DK_DURATION};
+		return (dbz_type){DK_DURATION};
 	case PGT_BIT:
 	case PGT_VARBIT:
 		p = pgtypes_length(oid, mod);
 		if (p < 0)
 			p = oid == PGT_BIT ? 1 : VARBIT_LENGTH;
-		return p > 1 ? (dtype){DK_BITS, p} : (dtype){DK_BIT};
+		return p > 1 ? (dbz_type){DK_BITS, p} : (dbz_type){DK_BIT};
 	case PGT_POINT:
-		return (dtype){DK_POINT};
+		return (dbz_type){DK_POINT};
 	case PGT_TSVECTOR:
-		return (dtype){DK_TSVECTOR};
+		return (dbz_type){DK_TSVECTOR};
 	}
 	if ((elem = pgtypes_element(oid)) && array_known(elem))
-		return (dtype){DK_ARRAY, .elem = elem, .mod = mod};
-	return (dtype){DK_STRING};
+		return (dbz_type){DK_ARRAY, .elem = elem, .mod = mod};
+	return (dbz_type){DK_STRING};
 }
 
-static dtype type_of(const Cdc__V1__Column *c)
+static dbz_type type_of(const Cdc__V1__Column *c)
 {
-	return type_of_oid(c->type_oid, c->type_modifier_present_case ? c->type_modifier : -1);
+	return dbz_type_of(c->type_oid, c->type_modifier_present_case ? c->type_modifier : -1);
 }
 
-/* Schemas, as JsonConverter writes a Connect schema: type, fields, optional, name, version, doc,
- * parameters, default; "field" last in a struct's field. */
+/* Schemas ---------------------------------------------------------------------------------------- */
 
-static void put_kind_schema(buf *b, dtype t, bool optional)
-{
-	LIT(b, "{\"type\":\"");
-	buf_puts(b, kinds[t.k].type);
-	buf_putc(b, '"');
-	if (t.k == DK_ARRAY) {
-		LIT(b, ",\"items\":");
-		put_kind_schema(b, type_of_oid(t.elem, t.mod), true);
-		buf_putc(b, '}');
-	} else if (t.k == DK_VARIABLE_DECIMAL)
-		LIT(b, ",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},"
-		       "{\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}]");
-	else if (t.k == DK_POINT)
-		LIT(b, ",\"fields\":[{\"type\":\"double\",\"optional\":false,\"field\":\"x\"},"
-		       "{\"type\":\"double\",\"optional\":false,\"field\":\"y\"},"
-		       "{\"type\":\"bytes\",\"optional\":true,\"field\":\"wkb\"},"
-		       "{\"type\":\"int32\",\"optional\":true,\"field\":\"srid\"}]");
-	if (optional)
-		LIT(b, ",\"optional\":true");
-	else
-		LIT(b, ",\"optional\":false");
-	if (kinds[t.k].name) {
-		LIT(b, ",\"name\":\"");
-		buf_puts(b, kinds[t.k].name);
-		LIT(b, "\",\"version\":1");
+#define FIELD(n, s)                                                                                          \
+	{                                                                                                    \
+		n, &s                                                                                        \
 	}
-	if (t.k == DK_VARIABLE_DECIMAL)
-		LIT(b, ",\"doc\":\"Variable scaled decimal\"");
-	else if (t.k == DK_POINT)
-		LIT(b, ",\"doc\":\"Geometry (POINT)\"");
-	if (t.k == DK_DECIMAL || t.k == DK_MONEY) {
-		LIT(b, ",\"parameters\":{\"scale\":\"");
-		json_i64(b, t.a);
-		buf_putc(b, '"');
-		if (t.k == DK_DECIMAL) {
-			LIT(b, ",\"connect.decimal.precision\":\"");
-			json_i64(b, t.b);
-			buf_putc(b, '"');
-		}
-		buf_putc(b, '}');
-	} else if (t.k == DK_BITS) {
-		LIT(b, ",\"parameters\":{\"length\":\"");
-		json_i64(b, t.a);
-		LIT(b, "\"}");
-	}
+#define NFIELDS(f) (sizeof(f) / sizeof(*(f)))
+static const dbz_schema s_string = {"string"}, s_string_opt = {"string", true}, s_int32 = {"int32"},
+			s_int32_opt = {"int32", true}, s_int64 = {"int64"}, s_int64_opt = {"int64", true},
+			s_double = {"double"}, s_bytes = {"bytes"}, s_bytes_opt = {"bytes", true};
+
+static const dbz_field vdecimal_fields[] = {FIELD("scale", s_int32), FIELD("value", s_bytes)};
+static const dbz_field point_fields[] = {FIELD("x", s_double), FIELD("y", s_double),
+					 FIELD("wkb", s_bytes_opt), FIELD("srid", s_int32_opt)};
+
+static const dbz_schema s_snapshot = {
+    .type = "string",
+    .optional = true,
+    .name = "io.debezium.data.Enum",
+    .version = 1,
+    .parameters =
+	"\"allowed\":\"true,first,first_in_data_collection,last_in_data_collection,last,false,incremental\"",
+    .def = "\"false\""};
+static const dbz_field source_fields[] = {
+    FIELD("version", s_string),	     FIELD("connector", s_string),  FIELD("name", s_string),
+    FIELD("ts_ms", s_int64),	     FIELD("snapshot", s_snapshot), FIELD("db", s_string),
+    FIELD("sequence", s_string_opt), FIELD("ts_us", s_int64_opt),   FIELD("ts_ns", s_int64_opt),
+    FIELD("schema", s_string),	     FIELD("table", s_string),	    FIELD("txId", s_int64_opt),
+    FIELD("lsn", s_int64_opt),	     FIELD("xmin", s_int64_opt),    FIELD("origin", s_string_opt),
+    FIELD("origin_lsn", s_int64_opt)};
+static const dbz_schema s_source = {.type = "struct",
+				    .name = "io.debezium.connector.postgresql.Source",
+				    .version = 1,
+				    .fields = source_fields,
+				    .nfields = NFIELDS(source_fields)};
+static const dbz_field block_fields[] = {FIELD("id", s_string), FIELD("total_order", s_int64),
+					 FIELD("data_collection_order", s_int64)};
+static const dbz_schema s_block = {.type = "struct",
+				   .optional = true,
+				   .name = "event.block",
+				   .version = 1,
+				   .fields = block_fields,
+				   .nfields = NFIELDS(block_fields)};
+
+static const dbz_field message_fields[] = {FIELD("prefix", s_string_opt), FIELD("content", s_bytes_opt)};
+static const dbz_schema s_message = {.type = "struct",
+				     .name = "io.debezium.connector.postgresql.Message",
+				     .version = 1,
+				     .fields = message_fields,
+				     .nfields = NFIELDS(message_fields)};
+static const dbz_field message_value_fields[] = {FIELD("op", s_string), FIELD("ts_ms", s_int64_opt),
+						 FIELD("source", s_source), FIELD("transaction", s_block),
+						 FIELD("message", s_message)};
+const dbz_schema dbz_message_value_schema = {.type = "struct",
+					     .name = "io.debezium.connector.postgresql.MessageValue",
+					     .version = 1,
+					     .fields = message_value_fields,
+					     .nfields = NFIELDS(message_value_fields)};
+static const dbz_field message_key_fields[] = {FIELD("prefix", s_string_opt)};
+const dbz_schema dbz_message_key_schema = {.type = "struct",
+					   .name = "io.debezium.connector.postgresql.MessageKey",
+					   .version = 1,
+					   .fields = message_key_fields,
+					   .nfields = NFIELDS(message_key_fields)};
+
+static const dbz_field txn_key_fields[] = {FIELD("id", s_string)};
+const dbz_schema dbz_txn_key_schema = {.type = "struct",
+				       .name = "io.debezium.connector.common.TransactionMetadataKey",
+				       .version = 1,
+				       .fields = txn_key_fields,
+				       .nfields = NFIELDS(txn_key_fields)};
+static const dbz_field collection_fields[] = {FIELD("data_collection", s_string),
+					      FIELD("event_count", s_int64)};
+static const dbz_schema s_collection = {.type = "struct",
+					.optional = true,
+					.name = "event.collection",
+					.version = 1,
+					.fields = collection_fields,
+					.nfields = NFIELDS(collection_fields)};
+static const dbz_schema s_collections = {.type = "array", .optional = true, .items = &s_collection};
+static const dbz_field txn_value_fields[] = {
+    FIELD("status", s_string), FIELD("id", s_string), FIELD("event_count", s_int64_opt),
+    FIELD("data_collections", s_collections), FIELD("ts_ms", s_int64)};
+const dbz_schema dbz_txn_value_schema = {.type = "struct",
+					 .name = "io.debezium.connector.common.TransactionMetadataValue",
+					 .version = 1,
+					 .fields = txn_value_fields,
+					 .nfields = NFIELDS(txn_value_fields)};
+
+static const dbz_field envelope_tail[] = {FIELD("source", s_source),   FIELD("transaction", s_block),
+					  FIELD("op", s_string),       FIELD("ts_ms", s_int64_opt),
+					  FIELD("ts_us", s_int64_opt), FIELD("ts_ns", s_int64_opt)};
+
+void dbz_schemas_free(dbz_schemas *sc)
+{
+	buf_free(&sc->names);
+	free(sc->nodes);
+	free(sc->fields);
+	*sc = (dbz_schemas){0};
 }
 
-/* "a.b" inside a JSON string. */
-static void put_name(buf *b, const char *a, const char *c)
+/* A name or parameters, into sc->names: dbz_table_schema() reserves room for all of a schema's
+ * first, so the buffer does not move while the schema points into it. */
+static const char *put_text(dbz_schemas *sc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *put_text(dbz_schemas *sc, const char *fmt, ...)
 {
-	json_escape(b, a, strlen(a));
-	buf_putc(b, '.');
-	json_escape(b, c, strlen(c));
+	char *at = sc->names.data + sc->names.len;
+	size_t room = sc->names.cap - sc->names.len;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(at, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= room)
+		abort(); /* the room reserved was too small: a bug */
+	sc->names.len += (size_t)n + 1;
+	return at;
 }
 
-static bool in_row(const Cdc__V1__Row *r, const char *name)
+/* The most a column's parameters take in sc->names. */
+#define PARAMETERS_MAX 64
+
+/* A column's schema into node (its array's items into the next node). Returns the nodes used. */
+static size_t column_schema(dbz_schemas *sc, dbz_type t, bool optional, dbz_schema *node)
 {
-	for (size_t i = 0; r && i < r->n_columns; i++)
-		if (r->columns[i] && strcmp(r->columns[i]->name, name) == 0)
-			return true;
-	return false;
-}
-
-/* A row's struct schema: its columns, those of the key required, the others optional (pgoutput
- * does not say which are NOT NULL). name is "<server>.<schema>.<table>.<suffix>". */
-static void put_row_schema(buf *b, const dbz_options *o, const Cdc__V1__Event *e,
-			   Cdc__V1__Column *const *cols, size_t n, bool key)
-{
-	LIT(b, "{\"type\":\"struct\",\"fields\":[");
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			buf_putc(b, ',');
-		put_kind_schema(b, type_of(cols[i]), !key && !in_row(e->key, cols[i]->name));
-		LIT(b, ",\"field\":");
-		json_str(b, cols[i]->name);
-		buf_putc(b, '}');
-	}
-	if (key)
-		LIT(b, "],\"optional\":false,\"name\":\"");
-	else
-		LIT(b, "],\"optional\":true,\"name\":\"");
-	put_name(b, o->server_name, e->schema);
-	buf_putc(b, '.');
-	put_name(b, e->table, key ? "Key" : "Value");
-	LIT(b, "\"}");
-}
-
-static const char source_schema[] =
-    "{\"type\":\"struct\",\"fields\":["
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"version\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"connector\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"name\"},"
-    "{\"type\":\"int64\",\"optional\":false,\"field\":\"ts_ms\"},"
-    "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.data.Enum\",\"version\":1,"
-    "\"parameters\":{\"allowed\":\"true,first,first_in_data_collection,last_in_data_collection,last,false,"
-    "incremental\"},\"default\":\"false\",\"field\":\"snapshot\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"db\"},"
-    "{\"type\":\"string\",\"optional\":true,\"field\":\"sequence\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"schema\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"table\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"txId\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"lsn\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"xmin\"},"
-    "{\"type\":\"string\",\"optional\":true,\"field\":\"origin\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"origin_lsn\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.postgresql.Source\",\"version\":1,\"field\":"
-    "\"source\"}";
-
-static const char transaction_schema[] =
-    "{\"type\":\"struct\",\"fields\":["
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"id\"},"
-    "{\"type\":\"int64\",\"optional\":false,\"field\":\"total_order\"},"
-    "{\"type\":\"int64\",\"optional\":false,\"field\":\"data_collection_order\"}],"
-    "\"optional\":true,\"name\":\"event.block\",\"version\":1,\"field\":\"transaction\"}";
-
-static const char message_schema[] =
-    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"op\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ms\"},%s,%s,"
-    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":true,\"field\":\"prefix\"},"
-    "{\"type\":\"bytes\",\"optional\":true,\"field\":\"content\"}],\"optional\":false,"
-    "\"name\":\"io.debezium.connector.postgresql.Message\",\"version\":1,\"field\":\"message\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.postgresql.MessageValue\",\"version\":1}";
-
-static const char message_key_schema[] =
-    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":true,\"field\":\"prefix\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.postgresql.MessageKey\",\"version\":1}";
-
-/* Values ----------------------------------------------------------------------------------------- */
-
-/* What Debezium writes for an unchanged TOASTed value of a type: the placeholder as a string, or
- * its bytes; for arrays (UnchangedToastedPlaceholder) a list of one placeholder string, bytes or
- * uuid (the name-based uuid of the placeholder's bytes), or the bytes as numbers for int4, date
- * and int8 arrays; null for the other types (Debezium fails to convert it and leaves null). */
-static void put_placeholder(buf *b, dtype t)
-{
-	static const uint8_t p[] = DBZ_PLACEHOLDER;
+	*node = (dbz_schema){.type = kinds[t.k].type,
+			     .optional = optional,
+			     .name = kinds[t.k].name,
+			     .version = kinds[t.k].name ? 1 : 0,
+			     .doc = kinds[t.k].doc};
 	switch (t.k) {
-	case DK_STRING:
-	case DK_JSON:
-	case DK_XML:
-	case DK_TSVECTOR:
-		LIT(b, "\"" DBZ_PLACEHOLDER "\"");
-		return;
-	case DK_BYTES:
-		json_base64(b, p, sizeof(p) - 1);
-		return;
 	case DK_ARRAY:
-		switch (t.elem) {
-		case PGT_TEXT:
-		case PGT_VARCHAR:
-		case PGT_BPCHAR:
-		case PGT_JSON:
-		case PGT_JSONB:
-			LIT(b, "[\"" DBZ_PLACEHOLDER "\"]");
-			return;
-		case PGT_BYTEA:
-			buf_putc(b, '[');
-			json_base64(b, p, sizeof(p) - 1);
-			buf_putc(b, ']');
-			return;
-		case PGT_UUID:
-			LIT(b, "[\"b68a35a7-17ad-35b3-af2a-ae46edb4545a\"]");
-			return;
-		case PGT_INT4:
-		case PGT_DATE:
-		case PGT_INT8:
-			for (size_t i = 0; i < sizeof(p) - 1; i++) {
-				buf_putc(b, i ? ',' : '[');
-				json_u64(b, p[i]);
-			}
-			buf_putc(b, ']');
-			return;
-		}
+		node->items = node + 1;
+		return 1 + column_schema(sc, dbz_type_of(t.elem, t.mod), true, node + 1);
+	case DK_VARIABLE_DECIMAL:
+		node->fields = vdecimal_fields;
+		node->nfields = NFIELDS(vdecimal_fields);
+		break;
+	case DK_POINT:
+		node->fields = point_fields;
+		node->nfields = NFIELDS(point_fields);
+		break;
+	case DK_DECIMAL:
+		node->scale = t.a;
+		node->precision = t.b;
+		node->parameters =
+		    put_text(sc, "\"scale\":\"%d\",\"connect.decimal.precision\":\"%d\"", t.a, t.b);
+		break;
+	case DK_MONEY:
+		node->scale = t.a;
+		node->parameters = put_text(sc, "\"scale\":\"%d\"", t.a);
+		break;
+	case DK_BITS:
+		node->parameters = put_text(sc, "\"length\":\"%d\"", t.a);
 		break;
 	default:
 		break;
 	}
-	json_null(b);
+	return 1;
+}
+
+const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
+				   const char *topic, const dbz_column *cols, size_t n, bool key)
+{
+	/* nodes: the row, then up to two per column; fields: the row's, then the envelope's */
+	size_t need = 2 * n + 2;
+	if (sc->cap < need) {
+		sc->cap = need * 2;
+		sc->nodes = xrealloc(sc->nodes, sc->cap * sizeof(*sc->nodes));
+		sc->fields =
+		    xrealloc(sc->fields, (sc->cap + NFIELDS(envelope_tail) + 2) * sizeof(*sc->fields));
+	}
+	buf_reset(&sc->names);
+	buf_reserve(&sc->names, n * PARAMETERS_MAX + strlen(server) + strlen(schema) + strlen(table) +
+				    strlen(topic ? topic : "") + 32);
+	dbz_schema *row = &sc->nodes[0], *node = row + 1;
+	dbz_field *fields = sc->fields;
+	size_t nf = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (key && !cols[i].key)
+			continue;
+		fields[nf++] = (dbz_field){cols[i].name, node};
+		node += column_schema(sc, dbz_type_of(cols[i].type_oid, cols[i].typmod), !key && !cols[i].key,
+				      node);
+	}
+	*row = (dbz_schema){.type = "struct",
+			    .optional = !key,
+			    .name = put_text(sc, "%s.%s.%s.%s", server, schema, table, key ? "Key" : "Value"),
+			    .fields = fields,
+			    .nfields = nf};
+	if (key)
+		return row;
+	/* The envelope: before and after are the row, then Debezium's fixed fields. */
+	dbz_field *ef = fields + nf;
+	ef[0] = (dbz_field){"before", row};
+	ef[1] = (dbz_field){"after", row};
+	memcpy(ef + 2, envelope_tail, sizeof(envelope_tail));
+	*node = (dbz_schema){.type = "struct",
+			     .name = put_text(sc, "%s.Envelope", topic),
+			     .version = 2,
+			     .fields = ef,
+			     .nfields = 2 + NFIELDS(envelope_tail)};
+	return node;
+}
+
+void dbz_schema_json(buf *b, const dbz_schema *s, const char *field)
+{
+	LIT(b, "{\"type\":\"");
+	buf_puts(b, s->type);
+	buf_putc(b, '"');
+	if (s->items) {
+		LIT(b, ",\"items\":");
+		dbz_schema_json(b, s->items, NULL);
+	}
+	if (strcmp(s->type, "struct") == 0) {
+		LIT(b, ",\"fields\":[");
+		for (size_t i = 0; i < s->nfields; i++) {
+			if (i)
+				buf_putc(b, ',');
+			dbz_schema_json(b, s->fields[i].schema, s->fields[i].name);
+		}
+		buf_putc(b, ']');
+	}
+	if (s->optional)
+		LIT(b, ",\"optional\":true");
+	else
+		LIT(b, ",\"optional\":false");
+	if (s->name) {
+		LIT(b, ",\"name\":");
+		json_str(b, s->name);
+	}
+	if (s->version) {
+		LIT(b, ",\"version\":");
+		json_i64(b, s->version);
+	}
+	if (s->doc) {
+		LIT(b, ",\"doc\":");
+		json_str(b, s->doc);
+	}
+	if (s->parameters) {
+		LIT(b, ",\"parameters\":{");
+		buf_puts(b, s->parameters);
+		buf_putc(b, '}');
+	}
+	if (s->def) {
+		LIT(b, ",\"default\":");
+		buf_puts(b, s->def);
+	}
+	if (field) {
+		LIT(b, ",\"field\":");
+		json_str(b, field);
+	}
+	buf_putc(b, '}');
+}
+
+/* The columns of a row as a schema knows them: key columns are those of e's key. */
+static const dbz_column *columns_of(dbz_scratch *s, const Cdc__V1__Event *e, Cdc__V1__Column *const *cols,
+				    size_t n, bool key)
+{
+	if (s->capcols < n + 1) {
+		s->capcols = (n + 1) * 2;
+		s->cols = xrealloc(s->cols, s->capcols * sizeof(*s->cols));
+	}
+	for (size_t i = 0; i < n; i++) {
+		bool in_key = key;
+		for (size_t j = 0; !in_key && e->key && j < e->key->n_columns; j++)
+			in_key = e->key->columns[j] && strcmp(e->key->columns[j]->name, cols[i]->name) == 0;
+		s->cols[i] =
+		    (dbz_column){cols[i]->name, cols[i]->type_oid,
+				 cols[i]->type_modifier_present_case ? cols[i]->type_modifier : -1, in_key};
+	}
+	return s->cols;
+}
+
+/* Values ----------------------------------------------------------------------------------------- */
+
+/* The microseconds of timestamp infinity and -infinity as Debezium writes them (pgjdbc's
+ * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds), and the day
+ * numbers of date infinity and -infinity (Debezium reads them as -5877611-06-21 and -22). */
+#define TS_INFINITY INT64_C(9223372036825200000)
+#define TS_MINUS_INFINITY INT64_C(-9223372036832400000)
+#define DATE_INFINITY (-2147472693)
+#define DATE_MINUS_INFINITY (-2147472692)
+
+/* "HH:MM:SS" of a time of day, and the fraction: exactly width digits, or (width 0) as few as it
+ * needs, none for a whole second (as Java's ISO formats print it). */
+static void put_time_of_day(buf *b, int64_t us, int width)
+{
+	int64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
+	char t[16] = {(char)('0' + s / 36000 % 10), (char)('0' + s / 3600 % 10), ':',
+		      (char)('0' + s / 600 % 6),    (char)('0' + s / 60 % 10),	 ':',
+		      (char)('0' + s % 60 / 10),    (char)('0' + s % 10),	 '.'};
+	for (int i = 14; i >= 9; i--, frac /= 10)
+		t[i] = (char)('0' + frac % 10);
+	int n = 15;
+	if (width == 0)
+		while (n > 8 && (t[n - 1] == '0' || t[n - 1] == '.'))
+			n--;
+	else
+		n = 9 + width;
+	buf_append(b, t, (size_t)n);
 }
 
 /* The text of a value the decoder kept as text. */
@@ -790,202 +871,153 @@ static bool text_of(const Cdc__V1__Value *v, const char **s)
 	}
 }
 
-/* The microseconds of timestamp infinity and -infinity as Debezium writes them (pgjdbc's
- * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds), and the day
- * numbers of date infinity and -infinity (Debezium reads them as -5877611-06-21 and -22). */
-#define TS_INFINITY INT64_C(9223372036825200000)
-#define TS_MINUS_INFINITY INT64_C(-9223372036832400000)
-#define DATE_INFINITY (-2147472693)
-#define DATE_MINUS_INFINITY (-2147472692)
-
-static int64_t floor_div(int64_t a, int64_t d)
-{
-	int64_t q = a / d;
-	return (a % d < 0) ? q - 1 : q;
-}
-
-/* "HH:MM:SS" of a time of day, and the fraction: exactly width digits, or (width 0) as few as it
- * needs, none for a whole second (as Java's ISO formats print it). */
-static void put_time_of_day(buf *b, int64_t us, int width)
-{
-	int64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
-	char t[16] = {(char)('0' + s / 36000 % 10), (char)('0' + s / 3600 % 10), ':',
-		      (char)('0' + s / 600 % 6),    (char)('0' + s / 60 % 10),	 ':',
-		      (char)('0' + s % 60 / 10),    (char)('0' + s % 10),	 '.'};
-	for (int i = 14; i >= 9; i--, frac /= 10)
-		t[i] = (char)('0' + frac % 10);
-	int n = 15;
-	if (width == 0)
-		while (n > 8 && (t[n - 1] == '0' || t[n - 1] == '.'))
-			n--;
-	else
-		n = 9 + width;
-	buf_append(b, t, (size_t)n);
-}
-
 /* Kafka Connect's Decimal of a decimal's text at scale; null when it does not read or has another
  * scale (NaN, the infinities: Debezium cannot write them in precise mode either). */
-static void put_decimal_text(buf *b, dbz_scratch *s, const char *t, int scale)
+static void decimal_text(dbz_scratch *s, const char *t, int scale, dbz_datum *out)
 {
 	decimal d;
-	size_t at = b->len;
-	if (!decimal_read(t, strlen(t), &d) || !put_decimal(b, s, &d, scale)) {
-		b->len = at;
-		json_null(b);
-	}
+	if (!decimal_read(t, strlen(t), &d) || !decimal_bytes(s, &d, scale, out))
+		out->kind = DD_NULL;
 }
 
-static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v);
+/* Where an array's elements are (dbz_datum.source). */
+enum {
+	ARRAY_PARSED,
+	ARRAY_PLACEHOLDER_TEXT,
+	ARRAY_PLACEHOLDER_BYTES,
+	ARRAY_PLACEHOLDER_UUID,
+	ARRAY_PLACEHOLDER_OCTETS
+};
 
-/* An array's elements, each read by the decoder as a column of the element type would be. */
-static bool put_array(buf *b, dbz_scratch *s, dtype t, const char *text)
+static void text_datum(dbz_datum *out, const char *p, size_t len)
 {
-	size_t n;
-	if (!read_array(text, strlen(text), s, &n))
-		return false;
-	if (!s->arena)
-		s->arena = arena_new(16 * 1024);
-	arena_reset(s->arena);
-	dtype et = type_of_oid(t.elem, t.mod);
-	const span *sp = (const span *)s->spans.data;
-	buf_putc(b, '[');
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			buf_putc(b, ',');
-		pgo_datum d = sp[i].len < 0 ? (pgo_datum){.kind = PGO_NULL}
-					    : (pgo_datum){.kind = PGO_TEXT,
-							  .len = (uint32_t)sp[i].len,
-							  .data = s->elems.data + sp[i].off};
-		put_value(b, s, et, evt_value(s->arena, NULL, t.elem, &d));
-	}
-	buf_putc(b, ']');
-	return true;
+	out->kind = DD_STRING;
+	out->p = p;
+	out->len = len;
 }
 
-static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v)
+void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum *out)
 {
 	const char *text;
 	decimal d;
 	int64_t us;
-	double x, y;
-	if (!v || v->kind_case == CDC__V1__VALUE__KIND_NULL_VALUE) {
-		json_null(b);
+	*out = (dbz_datum){.kind = DD_NULL};
+	if (!v || v->kind_case == CDC__V1__VALUE__KIND_NULL_VALUE)
 		return;
-	}
 	switch (t.k) {
 	case DK_BOOLEAN:
-		if (v->kind_case != CDC__V1__VALUE__KIND_BOOL_VALUE)
-			break;
-		json_boolean(b, v->bool_value);
+		if (v->kind_case == CDC__V1__VALUE__KIND_BOOL_VALUE)
+			*out = (dbz_datum){.kind = DD_BOOL, .i = v->bool_value};
 		return;
 	case DK_INT16:
 	case DK_INT32:
 	case DK_INT64:
-		if (v->kind_case != CDC__V1__VALUE__KIND_INT_VALUE)
-			break;
-		json_i64(b, v->int_value);
+		if (v->kind_case == CDC__V1__VALUE__KIND_INT_VALUE)
+			*out = (dbz_datum){.kind = DD_INT, .i = v->int_value};
 		return;
 	case DK_FLOAT:
 	case DK_DOUBLE:
-		if (v->kind_case != CDC__V1__VALUE__KIND_FLOAT_VALUE)
-			break;
-		put_java_double(b, v->float_value, t.k == DK_FLOAT);
+		if (v->kind_case == CDC__V1__VALUE__KIND_FLOAT_VALUE)
+			*out = (dbz_datum){.kind = DD_REAL, .x = v->float_value, .single = t.k == DK_FLOAT};
 		return;
 	case DK_STRING:
 	case DK_XML:
 	case DK_JSON:
 	case DK_TSVECTOR:
-		if (!text_of(v, &text))
-			break;
-		json_str(b, text);
+		if (text_of(v, &text))
+			text_datum(out, text, strlen(text));
 		return;
 	case DK_BYTES:
-		if (v->kind_case != CDC__V1__VALUE__KIND_BYTES_VALUE)
-			break;
-		json_base64(b, v->bytes_value.data, v->bytes_value.len);
+		if (v->kind_case == CDC__V1__VALUE__KIND_BYTES_VALUE)
+			*out = (dbz_datum){.kind = DD_BYTES,
+					   .p = (const char *)v->bytes_value.data,
+					   .len = v->bytes_value.len};
 		return;
 	case DK_DECIMAL:
-		if (v->kind_case != CDC__V1__VALUE__KIND_NUMERIC_VALUE)
-			break;
-		put_decimal_text(b, s, v->numeric_value, t.a);
+		if (v->kind_case == CDC__V1__VALUE__KIND_NUMERIC_VALUE)
+			decimal_text(s, v->numeric_value, t.a, out);
 		return;
 	case DK_VARIABLE_DECIMAL:
-		if (v->kind_case != CDC__V1__VALUE__KIND_NUMERIC_VALUE ||
-		    !decimal_read(v->numeric_value, strlen(v->numeric_value), &d))
-			break;
-		put_variable_decimal(b, s, &d);
+		if (v->kind_case == CDC__V1__VALUE__KIND_NUMERIC_VALUE &&
+		    decimal_read(v->numeric_value, strlen(v->numeric_value), &d))
+			variable_decimal(s, &d, out);
 		return;
 	case DK_MONEY: {
 		char money[32];
-		if (!text_of(v, &text) || !read_money(text, strlen(text), money))
-			break;
-		put_decimal_text(b, s, money, t.a);
+		if (text_of(v, &text) && read_money(text, strlen(text), money))
+			decimal_text(s, money, t.a, out);
 		return;
 	}
-	case DK_UUID:
-		if (v->kind_case != CDC__V1__VALUE__KIND_UUID_VALUE)
-			break;
-		json_uuid(b, &v->uuid_value);
+	case DK_UUID: {
+		static const char hex[] = "0123456789abcdef";
+		if (v->kind_case != CDC__V1__VALUE__KIND_UUID_VALUE || v->uuid_value.len != 16)
+			return;
+		buf_reset(&s->text);
+		for (int i = 0; i < 16; i++) {
+			if (i == 4 || i == 6 || i == 8 || i == 10)
+				buf_putc(&s->text, '-');
+			buf_putc(&s->text, hex[v->uuid_value.data[i] >> 4]);
+			buf_putc(&s->text, hex[v->uuid_value.data[i] & 15]);
+		}
+		text_datum(out, s->text.data, s->text.len);
 		return;
+	}
 	case DK_DATE:
-		if (v->kind_case != CDC__V1__VALUE__KIND_DATE_VALUE)
-			break;
-		json_i64(b, v->date_value == INT32_MAX	 ? DATE_INFINITY
-			    : v->date_value == INT32_MIN ? DATE_MINUS_INFINITY
-							 : v->date_value);
+		if (v->kind_case == CDC__V1__VALUE__KIND_DATE_VALUE)
+			*out = (dbz_datum){.kind = DD_INT,
+					   .i = v->date_value == INT32_MAX   ? DATE_INFINITY
+						: v->date_value == INT32_MIN ? DATE_MINUS_INFINITY
+									     : v->date_value};
 		return;
 	case DK_TIME:
 	case DK_MICRO_TIME:
-		if (v->kind_case != CDC__V1__VALUE__KIND_TIME_VALUE)
-			break;
-		json_i64(b, t.k == DK_TIME ? v->time_value / 1000 : v->time_value);
+		if (v->kind_case == CDC__V1__VALUE__KIND_TIME_VALUE)
+			*out = (dbz_datum){.kind = DD_INT,
+					   .i = t.k == DK_TIME ? v->time_value / 1000 : v->time_value};
 		return;
 	case DK_TIMESTAMP:
 	case DK_MICRO_TIMESTAMP:
 		if (v->kind_case != CDC__V1__VALUE__KIND_TIMESTAMP_VALUE || !v->timestamp_value)
-			break;
+			return;
 		us = v->timestamp_value->micros;
 		us = us == INT64_MAX ? TS_INFINITY : us == INT64_MIN ? TS_MINUS_INFINITY : us;
-		json_i64(b, t.k == DK_TIMESTAMP ? floor_div(us, 1000) : us);
+		*out = (dbz_datum){.kind = DD_INT, .i = t.k == DK_TIMESTAMP ? floor_div(us, 1000) : us};
 		return;
 	case DK_ZONED_TIMESTAMP:
 		if (v->kind_case != CDC__V1__VALUE__KIND_TIMESTAMP_VALUE || !v->timestamp_value)
-			break;
-		us = v->timestamp_value->micros;
-		if (us == INT64_MAX || us == INT64_MIN) {
-			if (us == INT64_MAX)
-				LIT(b, "\"infinity\"");
-			else
-				LIT(b, "\"-infinity\"");
 			return;
+		us = v->timestamp_value->micros;
+		buf_reset(&s->text);
+		if (us == INT64_MAX || us == INT64_MIN) {
+			buf_puts(&s->text, us == INT64_MAX ? "infinity" : "-infinity");
+		} else {
+			json_ymd(&s->text, floor_div(us, USECS_PER_DAY));
+			buf_putc(&s->text, 'T');
+			put_time_of_day(&s->text, us - floor_div(us, USECS_PER_DAY) * USECS_PER_DAY, t.a);
+			buf_putc(&s->text, 'Z');
 		}
-		buf_putc(b, '"');
-		json_ymd(b, floor_div(us, USECS_PER_DAY));
-		buf_putc(b, 'T');
-		put_time_of_day(b, us - floor_div(us, USECS_PER_DAY) * USECS_PER_DAY, t.a);
-		LIT(b, "Z\"");
+		text_datum(out, s->text.data, s->text.len);
 		return;
 	case DK_ZONED_TIME:
 		if (!text_of(v, &text) || !read_timetz(text, strlen(text), &us))
-			break;
-		buf_putc(b, '"');
-		put_time_of_day(b, us, 0);
-		LIT(b, "Z\"");
+			return;
+		buf_reset(&s->text);
+		put_time_of_day(&s->text, us, 0);
+		buf_putc(&s->text, 'Z');
+		text_datum(out, s->text.data, s->text.len);
 		return;
 	case DK_DURATION:
-		if (!text_of(v, &text) || !read_interval(text, strlen(text), &us))
-			break;
-		json_i64(b, us);
+		if (text_of(v, &text) && read_interval(text, strlen(text), &us))
+			*out = (dbz_datum){.kind = DD_INT, .i = us};
 		return;
 	case DK_BIT:
-		if (!text_of(v, &text) || !*text || strspn(text, "01") != strlen(text))
-			break;
-		json_boolean(b, strchr(text, '1') != NULL);
+		if (text_of(v, &text) && *text && strspn(text, "01") == strlen(text))
+			*out = (dbz_datum){.kind = DD_BOOL, .i = strchr(text, '1') != NULL};
 		return;
 	case DK_BITS: {
 		/* little-endian: the last character is bit 0; as many bytes as the highest 1 needs */
 		if (!text_of(v, &text) || strspn(text, "01") != strlen(text))
-			break;
+			return;
 		size_t n = strlen(text), bits = 0;
 		for (size_t i = 0; i < n; i++)
 			if (text[i] == '1') {
@@ -999,50 +1031,186 @@ static void put_value(buf *b, dbz_scratch *s, dtype t, const Cdc__V1__Value *v)
 		for (size_t i = 0; i < bits; i++)
 			if (text[n - 1 - i] == '1')
 				o[i / 8] |= (uint8_t)(1u << (i % 8));
-		json_base64(b, o, (bits + 7) / 8);
+		*out = (dbz_datum){.kind = DD_BYTES, .p = (const char *)o, .len = (bits + 7) / 8};
 		return;
 	}
 	case DK_POINT: {
+		double x, y;
 		if (!text_of(v, &text) || !read_point(text, strlen(text), &x, &y))
-			break;
-		uint8_t wkb[21] = {1, 1, 0, 0, 0}; /* little-endian, type 1 (point), x, y */
+			return;
+		uint8_t *wkb = s->wkb; /* little-endian, type 1 (point), x, y */
 		uint64_t bx, by;
 		memcpy(&bx, &x, 8);
 		memcpy(&by, &y, 8);
+		memcpy(wkb, (const uint8_t[]){1, 1, 0, 0, 0}, 5);
 		for (int i = 0; i < 8; i++) {
 			wkb[5 + i] = (uint8_t)(bx >> (8 * i));
 			wkb[13 + i] = (uint8_t)(by >> (8 * i));
 		}
-		LIT(b, "{\"x\":");
-		put_java_double(b, x, false);
-		LIT(b, ",\"y\":");
-		put_java_double(b, y, false);
-		LIT(b, ",\"wkb\":");
-		json_base64(b, wkb, sizeof(wkb));
-		LIT(b, ",\"srid\":null}");
+		*out = (dbz_datum){
+		    .kind = DD_POINT, .x = x, .y = y, .p = (const char *)wkb, .len = sizeof(s->wkb)};
 		return;
 	}
 	case DK_ARRAY: {
-		size_t at = b->len;
-		if (text_of(v, &text) && put_array(b, s, t, text))
+		size_t n;
+		if (!text_of(v, &text) || !read_array(text, strlen(text), s, &n))
 			return;
-		b->len = at;
-		break;
+		if (!s->arena)
+			s->arena = arena_new(16 * 1024);
+		arena_reset(s->arena);
+		*out = (dbz_datum){.kind = DD_ARRAY,
+				   .n = n,
+				   .source = ARRAY_PARSED,
+				   .element = dbz_type_of(t.elem, t.mod),
+				   .oid = t.elem};
+		return;
 	}
 	}
-	json_null(b); /* a value of another kind than its column's type: cannot come from the server */
 }
 
-static bool is_toast(const Cdc__V1__Column *c)
+/* What Debezium writes for an unchanged TOASTed value of a type: the placeholder as a string, or
+ * its bytes; for arrays (UnchangedToastedPlaceholder) a list of one placeholder string, bytes or
+ * uuid (the name-based uuid of the placeholder's bytes), or the bytes as numbers for int4, date
+ * and int8 arrays; null for the other types (Debezium fails to convert it and leaves null). */
+static const char placeholder[] = DBZ_PLACEHOLDER;
+
+void dbz_placeholder(dbz_type t, dbz_datum *out)
+{
+	*out = (dbz_datum){.kind = DD_NULL};
+	switch (t.k) {
+	case DK_STRING:
+	case DK_JSON:
+	case DK_XML:
+	case DK_TSVECTOR:
+		text_datum(out, placeholder, sizeof(placeholder) - 1);
+		return;
+	case DK_BYTES:
+		*out = (dbz_datum){.kind = DD_BYTES, .p = placeholder, .len = sizeof(placeholder) - 1};
+		return;
+	case DK_ARRAY:
+		*out = (dbz_datum){.kind = DD_ARRAY, .n = 1, .element = dbz_type_of(t.elem, t.mod)};
+		switch (t.elem) {
+		case PGT_TEXT:
+		case PGT_VARCHAR:
+		case PGT_BPCHAR:
+		case PGT_JSON:
+		case PGT_JSONB:
+			out->source = ARRAY_PLACEHOLDER_TEXT;
+			return;
+		case PGT_BYTEA:
+			out->source = ARRAY_PLACEHOLDER_BYTES;
+			return;
+		case PGT_UUID:
+			out->source = ARRAY_PLACEHOLDER_UUID;
+			return;
+		case PGT_INT4:
+		case PGT_DATE:
+		case PGT_INT8:
+			out->source = ARRAY_PLACEHOLDER_OCTETS;
+			out->n = sizeof(placeholder) - 1;
+			return;
+		}
+		*out = (dbz_datum){.kind = DD_NULL};
+		return;
+	default:
+		return;
+	}
+}
+
+void dbz_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *out)
+{
+	static const char uuid[] = "b68a35a7-17ad-35b3-af2a-ae46edb4545a";
+	switch (array->source) {
+	case ARRAY_PLACEHOLDER_TEXT:
+		text_datum(out, placeholder, sizeof(placeholder) - 1);
+		return;
+	case ARRAY_PLACEHOLDER_BYTES:
+		*out = (dbz_datum){.kind = DD_BYTES, .p = placeholder, .len = sizeof(placeholder) - 1};
+		return;
+	case ARRAY_PLACEHOLDER_UUID:
+		text_datum(out, uuid, sizeof(uuid) - 1);
+		return;
+	case ARRAY_PLACEHOLDER_OCTETS:
+		*out = (dbz_datum){.kind = DD_INT, .i = (unsigned char)placeholder[i]};
+		return;
+	}
+	const span *sp = (const span *)s->spans.data + i;
+	pgo_datum d =
+	    sp->len < 0
+		? (pgo_datum){.kind = PGO_NULL}
+		: (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)sp->len, .data = s->elems.data + sp->off};
+	dbz_convert(s, array->element, evt_value(s->arena, NULL, array->oid, &d), out);
+}
+
+bool dbz_unchanged(const Cdc__V1__Column *c)
 {
 	return c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
+}
+
+/* A value as JsonConverter writes it. */
+static void put_datum(buf *b, dbz_scratch *s, const dbz_datum *d)
+{
+	switch (d->kind) {
+	case DD_NULL:
+		json_null(b);
+		return;
+	case DD_BOOL:
+		json_boolean(b, d->i != 0);
+		return;
+	case DD_INT:
+		json_i64(b, d->i);
+		return;
+	case DD_REAL:
+		put_java_double(b, d->x, d->single);
+		return;
+	case DD_STRING:
+		json_string(b, d->p, d->len);
+		return;
+	case DD_BYTES:
+		json_base64(b, (const uint8_t *)d->p, d->len);
+		return;
+	case DD_VDECIMAL:
+		LIT(b, "{\"scale\":");
+		json_i64(b, d->i);
+		LIT(b, ",\"value\":");
+		json_base64(b, (const uint8_t *)d->p, d->len);
+		buf_putc(b, '}');
+		return;
+	case DD_POINT:
+		LIT(b, "{\"x\":");
+		put_java_double(b, d->x, false);
+		LIT(b, ",\"y\":");
+		put_java_double(b, d->y, false);
+		LIT(b, ",\"wkb\":");
+		json_base64(b, (const uint8_t *)d->p, d->len);
+		LIT(b, ",\"srid\":null}");
+		return;
+	case DD_ARRAY:
+		buf_putc(b, '[');
+		for (size_t i = 0; i < d->n; i++) {
+			dbz_datum e;
+			if (i)
+				buf_putc(b, ',');
+			dbz_element(s, d, i, &e);
+			put_datum(b, s, &e);
+		}
+		buf_putc(b, ']');
+		return;
+	}
+}
+
+static void put_value(buf *b, dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v)
+{
+	dbz_datum d;
+	dbz_convert(s, t, v, &d);
+	put_datum(b, s, &d);
 }
 
 /* The column of row r named name that is not unchanged TOAST, or NULL. */
 static const Cdc__V1__Column *sent(const Cdc__V1__Row *r, const char *name)
 {
 	for (size_t i = 0; r && i < r->n_columns; i++)
-		if (r->columns[i] && !is_toast(r->columns[i]) && strcmp(r->columns[i]->name, name) == 0)
+		if (r->columns[i] && !dbz_unchanged(r->columns[i]) && strcmp(r->columns[i]->name, name) == 0)
 			return r->columns[i];
 	return NULL;
 }
@@ -1062,7 +1230,7 @@ static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1_
 		const Cdc__V1__Column *c = r->columns[i];
 		if (!c)
 			continue;
-		const Cdc__V1__Column *from = is_toast(c) ? sent(other, c->name) : c;
+		const Cdc__V1__Column *from = dbz_unchanged(c) ? sent(other, c->name) : c;
 		if (!from && !o->placeholder)
 			continue;
 		if (!first)
@@ -1070,10 +1238,12 @@ static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1_
 		first = false;
 		json_str(b, c->name);
 		buf_putc(b, ':');
+		dbz_datum d;
 		if (from)
-			put_value(b, s, type_of(c), from->value);
+			dbz_convert(s, type_of(c), from->value, &d);
 		else
-			put_placeholder(b, type_of(c));
+			dbz_placeholder(type_of(c), &d);
+		put_datum(b, s, &d);
 	}
 	buf_putc(b, '}');
 }
@@ -1087,9 +1257,12 @@ void dbz_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Even
 	if (o->schemas) {
 		LIT(out, "{\"schema\":");
 		if (message)
-			LIT(out, message_key_schema);
+			dbz_schema_json(out, &dbz_message_key_schema, NULL);
 		else
-			put_row_schema(out, o, e, cols, n, true);
+			dbz_schema_json(out,
+					dbz_table_schema(&s->schemas, o->server_name, e->schema, e->table,
+							 o->topic, columns_of(s, e, cols, n, true), n, true),
+					NULL);
 		LIT(out, ",\"payload\":");
 	}
 	if (message) {
@@ -1169,7 +1342,7 @@ static void put_message_value(buf *out, const dbz_options *o, const Cdc__V1__Eve
 {
 	if (o->schemas) {
 		LIT(out, "{\"schema\":");
-		buf_printf(out, message_schema, source_schema, transaction_schema);
+		dbz_schema_json(out, &dbz_message_value_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"op\":\"m\",\"ts_ms\":");
@@ -1200,26 +1373,13 @@ void dbz_value(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Ev
 	if (o->schemas) {
 		/* The rows' schema from the row that has every column the event carries. */
 		const Cdc__V1__Row *r = after ? after : before;
-		LIT(out, "{\"schema\":{\"type\":\"struct\",\"fields\":[");
-		for (int i = 0; i < 2; i++) {
-			put_row_schema(out, o, e, r ? r->columns : NULL, r ? r->n_columns : 0, false);
-			out->len--; /* the closing brace: the field's name goes in first */
-			LIT(out, ",\"field\":");
-			if (i == 0)
-				LIT(out, "\"before\"},");
-			else
-				LIT(out, "\"after\"},");
-		}
-		LIT(out, source_schema);
-		buf_putc(out, ',');
-		LIT(out, transaction_schema);
-		LIT(out, ",{\"type\":\"string\",\"optional\":false,\"field\":\"op\"},"
-			 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ms\"},"
-			 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_us\"},"
-			 "{\"type\":\"int64\",\"optional\":true,\"field\":\"ts_ns\"}],"
-			 "\"optional\":false,\"name\":\"");
-		put_name(out, o->topic, "Envelope");
-		LIT(out, "\",\"version\":2},\"payload\":");
+		size_t n = r ? r->n_columns : 0;
+		LIT(out, "{\"schema\":");
+		dbz_schema_json(out,
+				dbz_table_schema(&s->schemas, o->server_name, e->schema, e->table, o->topic,
+						 columns_of(s, e, r ? r->columns : NULL, n, false), n, false),
+				NULL);
+		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"before\":");
 	put_row(out, s, o, before, NULL);
@@ -1306,27 +1466,11 @@ void dbz_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
 
 /* Transaction metadata --------------------------------------------------------------------------- */
 
-static const char txn_key_schema[] =
-    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"id\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.common.TransactionMetadataKey\",\"version\":1}";
-
-static const char txn_value_schema[] =
-    "{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,\"field\":\"status\"},"
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"id\"},"
-    "{\"type\":\"int64\",\"optional\":true,\"field\":\"event_count\"},"
-    "{\"type\":\"array\",\"items\":{\"type\":\"struct\",\"fields\":["
-    "{\"type\":\"string\",\"optional\":false,\"field\":\"data_collection\"},"
-    "{\"type\":\"int64\",\"optional\":false,\"field\":\"event_count\"}],"
-    "\"optional\":true,\"name\":\"event.collection\",\"version\":1},\"optional\":true,\"field\":\"data_"
-    "collections\"},"
-    "{\"type\":\"int64\",\"optional\":false,\"field\":\"ts_ms\"}],"
-    "\"optional\":false,\"name\":\"io.debezium.connector.common.TransactionMetadataValue\",\"version\":1}";
-
 void dbz_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn)
 {
 	if (schemas) {
 		LIT(out, "{\"schema\":");
-		LIT(out, txn_key_schema);
+		dbz_schema_json(out, &dbz_txn_key_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"id\":");
@@ -1341,7 +1485,7 @@ void dbz_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t comm
 {
 	if (schemas) {
 		LIT(out, "{\"schema\":");
-		LIT(out, txn_value_schema);
+		dbz_schema_json(out, &dbz_txn_value_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	if (end)
@@ -1361,7 +1505,9 @@ void dbz_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t comm
 			if (i)
 				buf_putc(out, ',');
 			LIT(out, "{\"data_collection\":\"");
-			put_name(out, tables[i].schema, tables[i].table);
+			json_escape(out, tables[i].schema, strlen(tables[i].schema));
+			buf_putc(out, '.');
+			json_escape(out, tables[i].table, strlen(tables[i].table));
 			LIT(out, "\",\"event_count\":");
 			json_u64(out, tables[i].events);
 			buf_putc(out, '}');

@@ -32,15 +32,141 @@ typedef struct dbz_options {
 	bool transaction;	 /* the envelope's transaction block is filled in (else null) */
 } dbz_options;
 
+/* Debezium's types: a column's Kafka Connect schema in Debezium's default modes (the type table of
+ * docs/kafka-formats.md). a and b are a Decimal's scale and precision, Bits' length, a
+ * ZonedTimestamp's fractional digits; an array's element is (elem, mod). */
+typedef enum dbz_kind {
+	DK_BOOLEAN,
+	DK_INT16,
+	DK_INT32,
+	DK_INT64,
+	DK_FLOAT,
+	DK_DOUBLE,
+	DK_STRING,
+	DK_BYTES,
+	DK_DECIMAL,
+	DK_VARIABLE_DECIMAL,
+	DK_MONEY,
+	DK_UUID,
+	DK_JSON,
+	DK_XML,
+	DK_DATE,
+	DK_TIME,
+	DK_MICRO_TIME,
+	DK_TIMESTAMP,
+	DK_MICRO_TIMESTAMP,
+	DK_ZONED_TIMESTAMP,
+	DK_ZONED_TIME,
+	DK_DURATION,
+	DK_BIT,
+	DK_BITS,
+	DK_POINT,
+	DK_TSVECTOR,
+	DK_ARRAY,
+} dbz_kind;
+typedef struct dbz_type {
+	dbz_kind k;
+	int a, b;
+	uint32_t elem;
+	int32_t mod;
+} dbz_type;
+dbz_type dbz_type_of(uint32_t oid, int32_t typmod);
+
+/* A Kafka Connect schema, as data: debezium.c writes it as JsonConverter does (dbz_schema_json),
+ * avro.c as Confluent's AvroConverter registers it. */
+typedef struct dbz_schema dbz_schema;
+typedef struct dbz_field {
+	const char *name;
+	const dbz_schema *schema;
+} dbz_field;
+struct dbz_schema {
+	const char *type; /* Connect's: "int32", "string", "struct", "array", ... */
+	bool optional;
+	const char *name; /* the semantic type's or the struct's (NULL: none) */
+	int version;	  /* 0: none */
+	const char *doc;
+	const char *parameters;	 /* the members of a JSON object of strings ("\"scale\":\"2\""); NULL: none */
+	const char *def;	 /* the default, as JSON text; NULL: none */
+	int scale, precision;	 /* a Decimal's (precision 0: not given) */
+	const dbz_field *fields; /* a struct's */
+	size_t nfields;
+	const dbz_schema *items; /* an array's */
+};
+/* The schemas of Debezium's fixed records: the transaction metadata's key and value, and a logical
+ * message's key and value. */
+extern const dbz_schema dbz_txn_key_schema, dbz_txn_value_schema, dbz_message_key_schema,
+    dbz_message_value_schema;
+/* A column as a schema knows it. */
+typedef struct dbz_column {
+	const char *name;
+	uint32_t type_oid;
+	int32_t typmod; /* -1: none */
+	bool key;
+} dbz_column;
+/* Where a built schema lives: reused, nothing allocated once it has grown. */
+typedef struct dbz_schemas {
+	buf names;	   /* the schemas' names and parameters, NUL-terminated */
+	dbz_schema *nodes; /* a row's struct, its columns' schemas, their arrays' items */
+	dbz_field *fields; /* the row's fields, then the envelope's */
+	size_t cap;
+} dbz_schemas;
+void dbz_schemas_free(dbz_schemas *sc);
+/* The schema of a table's key (key true: the key columns, "<server>.<schema>.<table>.Key") or of
+ * its envelope ("<topic>.Envelope", before and after "<server>.<schema>.<table>.Value"), in sc
+ * until its next use. cols[0..n): the columns, key columns required, the others optional. */
+const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
+				   const char *topic, const dbz_column *cols, size_t n, bool key);
+/* Writes schema as JsonConverter does: {"type":...,"optional":...}; with "field" when field is not
+ * NULL (a struct's field). */
+void dbz_schema_json(buf *out, const dbz_schema *schema, const char *field);
+
 /* Memory the renderer reuses: nothing is allocated per row once it has grown. */
 typedef struct dbz_scratch {
 	uint32_t *limbs; /* a decimal's unscaled value, in base 2^32 */
 	size_t cap;
-	buf digits, bytes;
+	buf digits, bytes, text;
+	uint8_t wkb[21];     /* a point's */
 	buf elems, spans;    /* an array's elements: their text, where each is */
 	struct arena *arena; /* their values, until the next array */
+	dbz_schemas schemas; /* a record's, with schemas */
+	dbz_column *cols;    /* its columns, for them */
+	size_t capcols;
 } dbz_scratch;
 void dbz_scratch_free(dbz_scratch *s);
+
+/* A value as Debezium holds it, in Kafka Connect's terms: what the JSON and the Avro writers write.
+ * Text and bytes point into the scratch (or the event) until the next conversion. */
+typedef enum dbz_datum_kind {
+	DD_NULL,
+	DD_BOOL,     /* i */
+	DD_INT,	     /* i: int16, int32, int64 */
+	DD_REAL,     /* x, a float when single */
+	DD_STRING,   /* p, len */
+	DD_BYTES,    /* p, len */
+	DD_VDECIMAL, /* VariableScaleDecimal: i the scale, p and len the unscaled value */
+	DD_POINT,    /* x, y; p and len the WKB */
+	DD_ARRAY,    /* n elements: dbz_element() */
+} dbz_datum_kind;
+typedef struct dbz_datum {
+	dbz_datum_kind kind;
+	bool single;
+	int64_t i;
+	double x, y;
+	const char *p;
+	size_t len, n;
+	int source;	  /* DD_ARRAY: where its elements are */
+	dbz_type element; /* DD_ARRAY: their type, and its OID */
+	uint32_t oid;
+} dbz_datum;
+/* A column's value v (NULL: null) of type t. A value that does not convert (NaN in a Decimal, text
+ * that does not read) is DD_NULL. */
+void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum *out);
+/* What Debezium writes for an unchanged TOASTed value of type t. */
+void dbz_placeholder(dbz_type t, dbz_datum *out);
+/* Element i of an array, converted (the previous element's text and bytes are gone). */
+void dbz_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *out);
+/* An unchanged TOASTed column (its value is not in the row). */
+bool dbz_unchanged(const Cdc__V1__Column *c);
 
 /* The key of a row: columns cols[0..n) as an object ({"id":1}); for a logical message (e->op
  * OP_MESSAGE) {"prefix":...}. */

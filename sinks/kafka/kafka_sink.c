@@ -22,7 +22,9 @@
  * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
 #define BUSY_SHARE 2
 
-/* cdc's producer defaults (kafka.properties override each): a queue bounded in messages and bytes,
+/* cdc's producer defaults (kafka.properties override each): Kafka's Java partitioner (murmur2 of
+ * the key, as Kafka Connect and so Debezium place records; librdkafka's own default hashes with
+ * CRC32, which puts a key in another partition), a queue bounded in messages and bytes,
  * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
  * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
  * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
@@ -32,6 +34,7 @@ static const kafka_property producer_defaults[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
     {"client.id", "cdc"},
+    {"partitioner", "murmur2_random"},
     {"linger.ms", "5"},
     {"batch.num.messages", "10000"},
     {"queue.buffering.max.messages", "10000"},
@@ -507,8 +510,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					    (ssize_t)(rec.header_len - name_len - 1));
 		if (rec.kind != REC_TOMBSTONE)
 			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
-		/* Partitioned by key (librdkafka's partitioner): the order of one row's changes holds.
-		 * Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		/* Partitioned by key (the Java partitioner, producer_defaults): one row's changes stay in
+		 * order. Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
 		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
 				   rec.has_key ? key : NULL, rec.key_len,
 				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,
@@ -572,6 +575,11 @@ static uint64_t kafka_delivered(const sink *base)
 		return k->eo.committed_seq;
 	const kafka_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
 	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
+}
+
+bool kafka_sink_exactly_once(const sink *base)
+{
+	return ((const kafka_sink *)base)->set.exactly_once;
 }
 
 int kafka_sink_wake_ms(const sink *base)

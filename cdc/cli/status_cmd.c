@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cdc/cli/backfill_cmd.h"
@@ -21,7 +22,7 @@
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
 
 static const char usage[] =
-    "usage: cdc status [-c FILE | -s SOCKET] [--json]\n"
+    "usage: cdc status [-c FILE | -s SOCKET] [--json] [--wait SECONDS]\n"
     "\n"
     "Asks a running cdc for its status (GET /status on the status socket) and prints a summary:\n"
     "the source (streaming, slot, server, positions, lag), one row per subscription, and Kafka.\n"
@@ -30,7 +31,9 @@ static const char usage[] =
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
     "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
     ")\n"
-    "      --json          print the JSON of GET /status as it is\n";
+    "      --json          print the JSON of GET /status as it is\n"
+    "      --wait SECONDS  first wait up to SECONDS for cdc to stream (its status socket, then\n"
+    "                      GET /readyz); exit 1 if it does not in time\n";
 
 /* ---- HTTP ---- */
 
@@ -395,6 +398,38 @@ static void summary_subscriptions(buf *out, json_object *root)
 	free(cells);
 }
 
+/* source.signal_table: the counts, and the last signal with what came of it. */
+static void summary_signals(buf *out, json_object *root)
+{
+	json_object *g = member(root, "signals", json_type_object);
+	json_object *last = member(g, "last", json_type_object);
+	json_object *bfs = member(last, "backfills", json_type_array);
+	char f[5][128], why[1024];
+	if (!g)
+		return;
+	buf_printf(out, "signals %s: %s received, %s refused, %s backfills started, %s stopped\n",
+		   field(g, "table", f[0], 128), field(g, "received", f[1], 128),
+		   field(g, "refused", f[2], 128), field(g, "backfills_started", f[3], 128),
+		   field(g, "backfills_stopped", f[4], 128));
+	if (!last)
+		return;
+	bool stop = strcmp(field(last, "type", f[1], 128), "stop-snapshot") == 0;
+	buf_printf(out, "  last %s (%s at %s): ", field(last, "id", f[0], 128), f[1],
+		   field(last, "lsn", f[2], 128));
+	if (member(last, "error", json_type_string))
+		buf_printf(out, "refused: %s\n", field(last, "error", why, sizeof(why)));
+	else if (!bfs || !json_object_array_length(bfs))
+		buf_puts(out, stop ? "no backfill to stop\n" : "no backfill\n");
+	for (size_t i = 0; bfs && i < json_object_array_length(bfs); i++) {
+		json_object *b = json_object_array_get_idx(bfs, i);
+		bool failed = member(b, "error", json_type_string) != NULL;
+		buf_printf(out, "%s%s %s of %s%s%s", i ? ", " : "", stop ? "stopped backfill" : "backfill",
+			   field(b, "backfill", f[3], 128), field(b, "subscription", f[4], 128),
+			   failed ? ": " : "", failed ? field(b, "error", why, sizeof(why)) : "");
+		buf_puts(out, i + 1 == json_object_array_length(bfs) ? "\n" : "");
+	}
+}
+
 bool status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen)
 {
 	json_tokener *tok = json_tokener_new();
@@ -421,6 +456,7 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
 		backfill_summary(backfills, out);
+	summary_signals(out, root);
 	for (const sink_module *const *m = sink_modules; *m; m++) {
 		json_object *figures = member(root, (*m)->name, json_type_object);
 		if (figures && (*m)->status_text)
@@ -463,18 +499,69 @@ out:
 	return rc;
 }
 
+/* --wait: the status socket, then GET /readyz until it answers 200, for up to wait_ms. */
+static bool wait_streaming(const char *sock, int wait_ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
+	char err[512];
+	int fd = cli_connect_wait("cdc status", sock, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, wait_ms, err,
+				  sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "cdc status: %s\n", err);
+		return false;
+	}
+	close(fd);
+	buf body = {0};
+	bool ready = false;
+	for (bool told = false;; told = true) {
+		unsigned code = 0;
+		body.len = 0;
+		if (!status_http_get(sock, "/readyz", &code, &body, err, sizeof(err))) {
+			fprintf(stderr, "cdc status: %s\n", err);
+			break;
+		}
+		if ((ready = code == 200))
+			break;
+		/* the body is the reason, one line */
+		int n = body.len && body.data[body.len - 1] == '\n' ? (int)body.len - 1 : (int)body.len;
+		if (now_ms() >= deadline) {
+			fprintf(stderr, "cdc status: cdc does not stream after %d s: %.*s\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+			break;
+		}
+		if (!told)
+			fprintf(stderr, "cdc status: waiting up to %d s for cdc to stream (now: %.*s)\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+		nanosleep(&(struct timespec){.tv_nsec = CLI_WAIT_STEP_MS * 1000000L}, NULL);
+	}
+	buf_free(&body);
+	return ready;
+}
+
+typedef struct status_opts {
+	bool json;
+	int wait_ms; /* -1: no --wait */
+} status_opts;
+
 static int status_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
 {
-	(void)cmd, (void)ch, (void)arg; /* only --json */
-	*(bool *)ctx = true;
+	status_opts *o = ctx;
+	if (ch == 'j')
+		o->json = true;
+	else if (!cli_seconds(arg, true, &o->wait_ms))
+		return cli_usage(cmd, "--wait: \"%s\" is not a number of seconds (0 or more)", arg);
 	return CLI_GO_ON;
 }
 
 int status_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    CLI_OPT_CONFIG, CLI_OPT_SOCKET,	{"json", no_argument, NULL, 'j'},
-	    CLI_OPT_HELP,   {NULL, 0, NULL, 0},
+	    CLI_OPT_CONFIG,
+	    CLI_OPT_SOCKET,
+	    {"json", no_argument, NULL, 'j'},
+	    {"wait", required_argument, NULL, 'W'},
+	    CLI_OPT_HELP,
+	    {NULL, 0, NULL, 0},
 	};
 	static const cli_command cmd = {.name = "cdc status",
 					.usage = usage,
@@ -482,14 +569,14 @@ int status_main(int argc, char **argv)
 					.longopts = longopts,
 					.option = status_option};
 	cli_args args = {0};
-	bool json = false;
-	int rc = cli_parse(&cmd, argc, argv, &args, &json);
+	status_opts o = {.wait_ms = -1};
+	int rc = cli_parse(&cmd, argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
 		return rc;
 	char *path = cli_socket_path(&args, CLI_STATUS_SOCKET);
 	if (!path)
 		return 2;
-	rc = show(path, json);
+	rc = o.wait_ms >= 0 && !wait_streaming(path, o.wait_ms) ? 1 : show(path, o.json);
 	free(path);
 	return rc;
 }

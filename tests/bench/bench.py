@@ -16,6 +16,8 @@ connection and run; afterwards they are drained by
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
     format: protobuf (the default; also with kafka.exactly_once), json and debezium (these two
     over TCP only),
+  - `cdc run --endpos` with a NATS subscription into Debian's nats-server with JetStream (a stream
+    of its own per run, created by cdc, checked to hold every row, deleted after; over TCP only),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
@@ -83,6 +85,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import psycopg2.errors  # noqa: E402
 from pg import TempPostgres  # noqa: E402
+from nats_fixtures import NatsServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
@@ -312,10 +315,11 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 fmt=None, dsn=None):
+                 fmt=None, dsn=None, nats=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked and the record format fmt, or socket), connecting with
-    dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt, nats with nats = (server
+    url, stream name), or socket), connecting with dsn (pg.dsn, loopback TCP, unless given). Returns
+    the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -332,12 +336,14 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             f"  socket: {events_sock}\n"
             + (f'kafka:\n  brokers: "{kafka}"\n' if kafka else "")
             + ("  exactly_once: true\n" if exactly_once else "")
+            + (f'nats:\n  servers: "{nats[0]}"\n  stream: {nats[1]}\n  create: true\n' if nats else "")
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
             f"    operations: [{ROW_OPS}]\n"
             f"    sink: {sink}\n"
-            + (f"    format: {fmt}\n" if fmt else ""))
+            + (f"    format: {fmt}\n" if fmt else "")
+            + (f'    subject: "{nats[1]}.{{table}}"\n' if nats else ""))
     return events_sock
 
 
@@ -414,7 +420,8 @@ def base_of(consumer):
 
 def drain_consumers(pg, baseline):
     """Every consumer of the drain section, in the order they take turns."""
-    consumers = ("server", "pg_recvlogical", "wal2json") + CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium")
+    consumers = ("server", "pg_recvlogical", "wal2json") + CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium",
+                                                                       "cdc_nats")
     if baseline:
         consumers += tuple(base_of(c) for c in CDC_PATHS)
     if not has_wal2json(pg):
@@ -423,7 +430,7 @@ def drain_consumers(pg, baseline):
     return consumers
 
 
-def drain_backlogs(args, pg, work, kafka):
+def drain_backlogs(args, pg, work, kafka, nats):
     """Creates both backlogs, then drains each with every consumer, --repeat times, taking turns.
     Each drain records its wall time, the consumer's peak RSS and CPU (GNU time: user + system of
     all its threads) and the server's CPU for it (ServerCPU: the walsender's, and the other
@@ -446,7 +453,7 @@ def drain_backlogs(args, pg, work, kafka):
     ]
     consumers = drain_consumers(pg, args.baseline)
     # Compared on one connection: another plugin, other record formats.
-    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium")
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
     # of every client. The same options as the others, streaming included.
     server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
@@ -507,9 +514,12 @@ def drain_backlogs(args, pg, work, kafka):
                     os.makedirs(state)
                     cfg = os.path.join(work, f"{tag}.yaml")
                     sink = c.split("_")[1]
+                    # NATS: a stream per run (the same changes have the same Nats-Msg-Id in every
+                    # run, which one stream's duplicate window would drop)
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c.endswith("_kafka_eo"),
-                                        FORMATS.get(c), dsn=dsn)
+                                        FORMATS.get(c), dsn=dsn,
+                                        nats=(nats.url, tag.upper()) if sink == "nats" else None)
                     cmd = [binary, "run", "-c", cfg, "--endpos", endpos]
                 meter.start()
                 if c.endswith("_socket"):
@@ -523,6 +533,11 @@ def drain_backlogs(args, pg, work, kafka):
                 # The server's own decoding runs in psql's backend, not a walsender.
                 runs[(c, conn)].append({"secs": secs, "rss": rss, "cpu": cpu,
                                         "server_cpu": others if c == "server" else walsender})
+                if c == "cdc_nats":  # every message is in the stream: its disk goes
+                    held = nats.admin("info", tag.upper())["state"]["messages"]
+                    if held != rows:
+                        sys.exit(f"bench: stream {tag.upper()} holds {held} messages, not {rows}")
+                    nats.admin("delete", tag.upper())
                 # It consumed the whole backlog: nothing is left to decode in its slot up to
                 # endpos (the confirmed position itself may stop short of endpos, at the last commit).
                 left = slot_backlog(pg, slot, endpos, pub, plugin_of(c))
@@ -1355,6 +1370,7 @@ def main():
     progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
              f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
+    nats = NatsServer()
     create_topics(mock, BENCH_TOPICS + tuple(f"cdc.public.{t}" for t, _, _ in latency_runs(args)))
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
@@ -1370,7 +1386,7 @@ def main():
             if "drain" in sections:
                 results["drain"] = [
                     {"name": name, "label": label, "rows": rows, "conn": conn, "consumers": r}
-                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka)]
+                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka, nats)]
             if "latency" in sections:
                 results["latency"] = latencies(args, pg, work, kafka)
             if "backfill" in sections:
@@ -1388,6 +1404,7 @@ def main():
     finally:
         mock.stdin.close()
         mock.wait(30)
+        nats.close()
 
     if args.keep:
         progress(f"kept {work}")

@@ -638,6 +638,61 @@ def test_endpos_delivers_up_to_lsn_and_confirms(pg, schema, cdc):
     assert [e["new"] for e in events] == [{"id": 4}]
 
 
+@pytest.mark.matrix
+def test_restart_where_a_commit_ends_at_the_next_change(pg, schema, cdc, kafka, kafka_reader):
+    """Transaction B's first change starts exactly where transaction A's commit record ends (its
+    end LSN, what cdc confirms), and cdc stops exactly between them: --endpos at A's end. Debezium
+    lost B on restart through a false match there (it took B's first change, at the stored
+    position, for one it had delivered; noticed with PostgreSQL 17). cdc confirms A's end, the
+    server sends again every transaction whose commit record starts at or after it, and cdc's own
+    skips (the socket spool's, exactly once's) compare commit LSNs, never a change's LSN with a
+    commit's end: B comes on every sink, once. The test asserts the positions meet (a test_decoding
+    slot shows A's COMMIT and B's BEGIN and first change at one LSN) and that the slot holds
+    exactly that position between the runs."""
+    from subscriber_helpers import Subscriber
+    from test_kafka import kafka_section, ksub
+    from kafka_fixtures import row_plain
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic], group=False)
+    c = cdc(subscriptions=[{"name": "out", "tables": [f"{schema}.t"], "sink": "stdout"},
+                           {"name": "s", "tables": [f"{schema}.t"], "sink": "socket"},
+                           ksub("k", [f"{schema}.t"])],
+            kafka=kafka_section(kafka, exactly_once=True))
+    p0 = c.start()  # creates the slot and the publication, and delivers a first row
+    pg.sql(f"insert into {schema}.t values (0)")
+    reader.wait(1, describe=p0.describe)
+    assert p0.terminate() == 0, p0.describe()
+    helper = f"h_{c.slot}"
+    pg.sql("select pg_create_logical_replication_slot(%s, 'test_decoding')", (helper,))
+    try:
+        pg.sql(f"insert into {schema}.t values (1)")  # A
+        a_end = pg.current_wal_lsn()
+        pg.sql(f"insert into {schema}.t values (2)")  # B, right after it
+        # The WAL is flushed a moment later (synchronous_commit=off), and only flushed WAL decodes.
+        rows = wait_for(lambda: (lambda r: len(r) == 6 and r)(
+            pg.sql("select lsn::text, data from pg_logical_slot_peek_changes(%s, NULL, NULL)", (helper,))),
+            what="A and B decoded by the test_decoding slot")
+    finally:
+        pg.sql("select pg_drop_replication_slot(%s)", (helper,))
+    (a_commit, a_data), (b_begin, b_data), (b_change, _) = rows[2], rows[3], rows[4]
+    assert a_data.startswith("COMMIT") and b_data.startswith("BEGIN"), rows
+    assert a_commit == b_begin == b_change == a_end, rows
+    p1 = c.run(endpos=a_end)
+    assert p1.wait_exit(60) == 0, p1.describe()
+    assert [e["new"]["id"] for e in p1.events()] == [1]
+    assert c.slot_row()[1] == a_end, "the restart is not exactly between A and B"
+    p2 = c.start()
+    p2.wait_events(1)
+    with Subscriber(c.config["subscribers"]["socket"], "s", start="earliest") as sub:
+        got = [e for d in sub.deliveries(2) for e in d if e.HasField("new_row")]
+    assert [row_plain(e.new_row)["id"] for e in got] == [0, 1, 2]
+    reader.wait(3, describe=p2.describe)
+    assert [e["new"]["id"] for e in finish(p2, 1)] == [2]
+    assert sorted(row_plain(m.event.new_row)["id"] for m in reader.snapshot()) == [0, 1, 2]
+
+
 # --- subscriptions ------------------------------------------------------------------------------
 
 @pytest.mark.matrix

@@ -369,11 +369,12 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
 		/* Refused before it is sent, as again after any restart: cdc stops rather than loop. */
 		char why[600];
-		snprintf(why, sizeof(why),
-			 "%zu bytes for topic %s, more than message.max.bytes (%llu): raise message.max.bytes "
-			 "in kafka.properties and max.message.bytes of the topic on the brokers, or leave the "
-			 "large columns out (subscriptions[].columns)",
-			 key_len + value_len, topic, (unsigned long long)k->message_max_bytes);
+		snprintf(
+		    why, sizeof(why),
+		    "%zu bytes for topic %s, more than message.max.bytes (%llu): raise message.max.bytes "
+		    "in kafka.properties and max.message.bytes of the topic on the brokers, or leave the "
+		    "large columns out (subscriptions[].columns)",
+		    key_len + value_len, topic, (unsigned long long)k->message_max_bytes);
 		kafka_fail(k, "a message is larger than the producer sends", why);
 		k->for_good = true;
 	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import psycopg2
 import psycopg2.errors
@@ -613,6 +614,53 @@ def test_idle_slot_advances(pg, schema, cdc):
              what=f"confirmed_flush_lsn to pass unpublished writes\n{p.describe()}")
     assert p.terminate() == 0, p.describe()
     assert p.events() == []
+
+
+def wal_segments(server):
+    return server.sql("select count(*) from pg_ls_waldir() where name ~ '^[0-9A-F]{24}$'")[0][0]
+
+
+@pytest.mark.parametrize("heartbeat", ["1s", None])
+def test_heartbeat_lets_a_quiet_server_remove_old_wal(tmp_path, heartbeat):
+    """A server where nothing else writes (one of its own, so no other test's slot holds WAL): the
+    WAL moves to a new segment and a checkpoint runs every 1.5 s, as archive_timeout would make it.
+    cdc's heartbeat is a transactional logical message: the checkpoints remove the old segments.
+    Without one the slot's restart_lsn still follows, but the server does not recompute the
+    position its slots need, and every old segment stays (PeerDB #3904 saw the same with a
+    non-transactional heartbeat; measured on PostgreSQL 18: 21 segments after 20 cycles, 4 with the
+    heartbeat). The case without a heartbeat asserts the server's side, so that this test shows what
+    it guards."""
+    from conftest import CdcProcess, to_yaml
+    from pg import TempPostgres
+    with TempPostgres() as server:
+        server.sql("create table quiet (id int primary key)")
+        source = {"dsn": server.dsn, "slot": "quiet", "publication": "quiet", "create": True,
+                  "publish": ["public.quiet"], "status_interval": "500ms"}
+        if heartbeat:
+            source["heartbeat"] = heartbeat
+        cfg = tmp_path / "cdc.yaml"
+        cfg.write_text(to_yaml({"source": source, "state_dir": str(tmp_path / "state"),
+                                "status": {"socket": str(tmp_path / "status.sock")},
+                                "subscriptions": [{"name": "all", "tables": ["public.quiet"], "sink": "stdout"}]}))
+        p = CdcProcess([CDC_BIN, "run", "-c", str(cfg)], str(tmp_path / "out"), str(tmp_path / "err"))
+        try:
+            wait_for(lambda: (server.sql("select active from pg_replication_slots") or [[False]])[0][0], 30,
+                     what=f"cdc to stream\n{p.describe()}")
+            for _ in range(6):
+                time.sleep(1.5)
+                server.sql("select pg_switch_wal()")
+                server.sql("checkpoint")
+            segments = wal_segments(server)
+            held = server.sql("select pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) from pg_replication_slots")
+            assert held[0][0] < 32 << 20, held  # the slot itself holds about one segment
+            if heartbeat:
+                assert segments <= 5, f"{segments} WAL segments kept\n{p.describe()}"
+                assert "heartbeat failed" not in p.stderr(), p.describe()
+            else:
+                assert segments >= 6, segments
+            assert p.terminate() == 0, p.describe()
+        finally:
+            p.close()
 
 
 def test_endpos_delivers_up_to_lsn_and_confirms(pg, schema, cdc):

@@ -177,6 +177,15 @@ static void note_restart(const char *key, void *arg)
 		*restart |= RESTART_OTHER;
 }
 
+/* Secrets a reload applies without a restart (their files were read again): source.password at the
+ * next connection to the database. The Kafka sink takes its SASL credentials when it is bound. */
+static void apply_secrets(sidecar *d)
+{
+	source_set_password(d->conn.src, d->cfg->source.password);
+	if (d->bf_reader)
+		bf_reader_password(d->bf_reader, d->cfg->source.password);
+}
+
 /* The configuration file with the subscriptions of ov laid over it (those it cannot take set
  * aside, into aside). NULL with the problems in errors and the HTTP status a change waiting for it
  * gets: 500 when the file itself is broken. */
@@ -325,10 +334,7 @@ static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *
 			continue;
 		buf one = {0}, warnings = {0};
 		struct live_change *ch = put_of(d, s->name);
-		/* a snapshot is checked when it is about to run: when the subscription is first seen */
-		bool snapshot_due = s->snapshot && !backfill_has_snapshot(d->bf, s->name);
-		bool ok =
-		    catalog_check(d->rl.catalog, s, next->source.publication, snapshot_due, &one, &warnings);
+		bool ok = catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
 		for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
 			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
 		if (ch && ok)
@@ -440,6 +446,7 @@ static bool apply_reload(sidecar *d)
 	aside_swap(d, &aside);
 	cfg *old = d->cfg;
 	d->cfg = next;
+	apply_secrets(d);
 	/* The pipeline carries its counts over by name: old's names are still valid here. */
 	bool bound = sidecar_bind(d, r);
 	if (bound)
@@ -484,7 +491,7 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 		buf one = {0}, warnings = {0};
 		/* a snapshot that cannot run fails as a backfill (GET /backfills): the subscription
 		 * itself works */
-		if (!catalog_check(cat, s, d->cfg->source.publication, false, &one, &warnings)) {
+		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings)) {
 			if (in_overlay(d->rl.overlay, s->name))
 				aside_add(&out, s->name, one.data);
 			else

@@ -69,6 +69,7 @@ void doctor_publication(doctor *d);
 void doctor_tables(doctor *d);
 void doctor_identity(doctor *d);
 void doctor_backfill(doctor *d);
+void doctor_signal_table(doctor *d);
 void doctor_emit_message(doctor *d);
 void doctor_ddl_trigger(doctor *d);
 void doctor_slot(doctor *d);
@@ -81,6 +82,7 @@ void doctor_sync_slots(doctor *d);
 void doctor_primary_slot_name(doctor *d);
 void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
+void doctor_secrets(doctor *d);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 

@@ -22,6 +22,8 @@ typedef struct pg_secrets {
 void pg_secrets_init(pg_secrets *s, const char *dsn);
 /* Adds the secrets of another connection string (source.primary_dsn). */
 void pg_secrets_add(pg_secrets *s, const char *dsn);
+/* Adds one secret value (source.password). */
+void pg_secrets_add_value(pg_secrets *s, const char *secret);
 void pg_secrets_free(pg_secrets *s);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
@@ -37,9 +39,11 @@ typedef enum pg_conn_kind {
 
 /* Connects with the user's connection string, adding only what cdc needs (a default connect_timeout,
  * the application name, and what kind asks for); TLS, passwords, PG* variables and .pgpass pass
- * through to libpq untouched. NULL with err saying what to do; *invalid_dsn then tells whether libpq
- * could not even parse dsn (no retry will help). */
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen);
+ * through to libpq untouched. password (source.password; NULL: none) is used when dsn has none: it
+ * comes before dsn's keywords, which libpq lets override it. NULL with err saying what to do;
+ * *invalid_dsn then tells whether libpq could not even parse dsn (no retry will help). */
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen);
 
 /* The highest pgoutput protocol a server of this version (150008 for 15.8) speaks: 1, 2 (14:
  * streamed transactions), 3 (15: two-phase), 4 (16: parallel streaming). */
@@ -71,11 +75,6 @@ void pg_append_ident(buf *b, PGconn *conn, const char *name);
 	"1]) "                                                                                               \
 	"AND NOT ka.attnotnull) "                                                                            \
 	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
-
-/* Why a table cannot be read in key order, and the statement that fixes it: no key (none that
- * PG_KEY_JOIN finds), or not a plain table (a partitioned one: read its partitions). */
-void pg_no_key(buf *out, const char *schema, const char *table);
-void pg_not_table(buf *out, const char *schema, const char *table, char relkind);
 
 /* The replication slot as pg_replication_slots tells it. */
 typedef struct pg_slot_row {
@@ -131,12 +130,13 @@ bool pg_slot_being_created(const pg_slot_row *row);
 		     "JOIN pg_catalog.pg_publication_namespace pn ON pn.pnnspid = sc.relnamespace "          \
 		     "JOIN pub ON pub.oid = pn.pnpubid")
 #define PG_PUB_JOIN                                                                                          \
-	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR EXISTS (SELECT "      \
-	"FROM pub_member m WHERE m.relid = c.oid OR m.relid IN (SELECT relid FROM "                          \
-	"pg_catalog.pg_partition_ancestors(c.oid))) AS member, (SELECT l.relid FROM pub_listed l JOIN "      \
-	"(SELECT c.oid AS relid, 0 AS depth UNION ALL SELECT a.relid, a.depth FROM "                         \
-	"pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, depth)) up ON up.relid = "        \
-	"l.relid ORDER BY up.depth DESC LIMIT 1) AS arrives) pub_c "
+	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR c.oid IN (SELECT "    \
+	"relid FROM pub_member) OR (c.relispartition AND EXISTS (SELECT FROM "                               \
+	"pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid IN (SELECT relid FROM pub_member))) AS "   \
+	"member, CASE WHEN NOT c.relispartition THEN CASE WHEN c.oid IN (SELECT relid FROM pub_listed) "     \
+	"THEN c.oid END ELSE (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY " \
+	"a(relid, depth) WHERE a.relid IN (SELECT relid FROM pub_listed) ORDER BY a.depth DESC LIMIT 1) "    \
+	"END AS arrives) pub_c "
 
 /* The tables cdc looks at, for a query over pg_class c and pg_namespace n: plain and partitioned,
  * outside the system schemas. */

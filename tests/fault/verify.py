@@ -133,12 +133,14 @@ class LedgerIndex:
 class SinkData:
     """What one sink delivered, filled in by the harness.
 
-    kind      'kafka', 'socket' or 'stdout'
+    kind      'kafka', 'socket', 'stdout' or 'nats'
     wants     Change -> bool: whether the sink's subscription takes the change
     streams   {stream id: [Rec]}: Kafka (topic, partition) with Rec.where = (stream id, offset);
-              socket consumer run n / stdout cdc run n with Rec.where = (n, line number)
+              socket consumer run n / stdout cdc run n with Rec.where = (n, line number); NATS the
+              one stream 0 with Rec.where = (0, stream sequence)
     cuts      {kill index: cut}: Kafka {(topic, partition): high watermark} (None: unknown), socket
-              (consumer run, lines written) at the kill, stdout the number of the run killed
+              (consumer run, lines written) at the kill, stdout the number of the run killed, NATS
+              the stream's last sequence (None: unknown)
     snap_recs {kill index: [Rec] read from the spool after the restart} (socket; a kill without
               an entry: the read failed, and what was delivered by the end counts)
     other_offsets  the offsets of the schema and DDL events read (socket): no changes, but they
@@ -181,6 +183,8 @@ class SinkData:
             return where is not None and where[1] < cut.get(where[0], 0)
         if self.kind == "stdout":
             return where is not None and where[0] <= cut
+        if self.kind == "nats":
+            return where is not None and (cut is None or where[1] <= cut)
         if where is not None and cut is not None and where <= cut:
             return True
         if k not in snaps:  # the spool read failed: what was delivered by the end

@@ -271,10 +271,17 @@ demo: deps
 # consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
 # Debian's PostgreSQL 15 (the server with wal2json, a peer in the tables) unless PG_VERSION is
 # given: PG_VERSION=18 make bench.
+# make bench BENCH_BASE=<git rev> also builds that revision's cdc (build/bench-base/<rev>/, once) and
+# runs it beside the new one: every drain and latency run, before and after in one run.
+BENCH_BASE_BIN = build/bench-base/$(BENCH_BASE)/build/cdc
 bench:
 	$(Q)deploy/deps.sh build bench
 	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
-	$(Q)$(PYTHON) tests/bench/bench.py $(if $(filter-out file,$(origin PG_VERSION)),--pg-version $(PG_VERSION)) $(BENCH_ARGS)
+	$(Q)$(if $(BENCH_BASE),test -x $(BENCH_BASE_BIN) || { rm -rf build/bench-base/$(BENCH_BASE) && \
+	  mkdir -p build/bench-base/$(BENCH_BASE) && git archive $(BENCH_BASE) | tar -x -C build/bench-base/$(BENCH_BASE) && \
+	  $(MAKE) --no-print-directory -C build/bench-base/$(BENCH_BASE) all; })
+	$(Q)$(PYTHON) tests/bench/bench.py $(if $(filter-out file,$(origin PG_VERSION)),--pg-version $(PG_VERSION)) \
+	  $(if $(BENCH_BASE),--baseline $(BENCH_BASE_BIN)) $(BENCH_ARGS)
 
 # make soak DURATION=1800: a steady 2,000 transactions/s into stdout, Kafka (at least once and exactly
 # once) and a shared socket subscription for DURATION seconds, a backfill and a restart on the way;

@@ -84,6 +84,10 @@ void doctor_primary_slot_name(doctor *doc);
 void doctor_primary_conninfo(doctor *doc);
 void doctor_primary_dsn(doctor *doc);
 void doctor_secrets(doctor *doc);
+void doctor_access(doctor *doc);
+/* Who may connect to the socket at path (key: the setting that names it): its mode and owner, or
+ * those cdc gives it before it exists. */
+void doctor_socket_access(doctor *doc, const char *key, const char *path, mode_t mode);
 void doctor_state_dir(doctor *doc);
 void doctor_sockets(doctor *doc);
 

@@ -38,10 +38,8 @@ char *xstrdup(const char *s)
 	return memcpy(xmalloc(n), s, n);
 }
 
-void buf_reserve(buf *b, size_t extra)
+void buf_grow(buf *b, size_t extra)
 {
-	if (b->cap - b->len > extra)
-		return;
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap - b->len <= extra)
 		cap *= 2;
@@ -61,13 +59,6 @@ void buf_append(buf *b, const void *p, size_t n)
 void buf_puts(buf *b, const char *s)
 {
 	buf_append(b, s, strlen(s));
-}
-
-void buf_putc(buf *b, char c)
-{
-	buf_reserve(b, 1);
-	b->data[b->len++] = c;
-	b->data[b->len] = '\0';
 }
 
 void buf_printf(buf *b, const char *fmt, ...)
@@ -104,6 +95,33 @@ void buf_free(buf *b)
 	free(b->data);
 	b->data = NULL;
 	b->len = b->cap = 0;
+}
+
+bool id_list_has(const id_list *l, uint32_t id)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i] == id)
+			return true;
+	return false;
+}
+
+void id_list_copy(id_list *dst, const id_list *src)
+{
+	dst->n = src->n;
+	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof *dst->v);
+}
+
+bool id_list_same(const id_list *a, const id_list *b)
+{
+	return a->n == b->n && (!a->n || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
+}
+
+void id_list_free(id_list *l)
+{
+	free(l->v);
+	*l = (id_list){0};
 }
 
 /* v in upper-case hex without leading zeros at p; returns the end. */

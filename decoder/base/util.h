@@ -23,13 +23,35 @@ typedef struct buf {
 	size_t len, cap;
 } buf;
 
-void buf_reserve(buf *buffer, size_t extra);
+/* Room for extra more bytes (and the NUL). The check is inline: the writers call it for every few
+ * bytes, and the call alone was 9% of the Kafka sink's thread (callgrind). */
+void buf_grow(buf *buffer, size_t extra);
+static inline void buf_reserve(buf *buffer, size_t extra)
+{
+	if (buffer->cap - buffer->len <= extra)
+		buf_grow(buffer, extra);
+}
 void buf_append(buf *buffer, const void *data, size_t count);
 void buf_puts(buf *buffer, const char *text);
-void buf_putc(buf *buffer, char ch);
+static inline void buf_putc(buf *buffer, char ch)
+{
+	buf_reserve(buffer, 1);
+	buffer->data[buffer->len++] = ch;
+	buffer->data[buffer->len] = '\0';
+}
 void buf_printf(buf *buffer, const char *fmt, ...) CDC_PRINTF(2, 3);
 void buf_reset(buf *buffer);
 void buf_free(buf *buffer);
+
+/* A list of user or group ids: an allow list. */
+typedef struct id_list {
+	uint32_t *v;
+	size_t n;
+} id_list;
+bool id_list_has(const id_list *list, uint32_t id);
+void id_list_copy(id_list *dst, const id_list *src); /* dst's old list is not freed */
+bool id_list_same(const id_list *list, const id_list *list2);
+void id_list_free(id_list *list);
 
 /* Adds one to an eventfd: how a thread wakes the event loop (aborts on overflow, which takes
  * 2^64 - 1 signals unread). */

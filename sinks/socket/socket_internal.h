@@ -78,6 +78,7 @@ struct subscription {
 			   * event never is (its row follows it in the same transaction) */
 	uint64_t matched, delivered, redelivered;
 	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
+	uint64_t denied;			     /* Subscribes refused by its allow list */
 };
 
 struct consumer {
@@ -146,7 +147,7 @@ struct socket_sink {
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	/* Group commit off the event loop (durable.c): the fsyncs of one batch of spools at a time
 	 * run on the syncer thread; their events become visible, and their transactions delivered,
-	 * when it is back. */
+	 * when it is back. The acked cursors are fsynced apart, on a thread of their own (acks). */
 	struct syncer {
 		worker *w;	  /* runs a batch's fsyncs */
 		struct event *ev; /* the worker's eventfd: a batch is back */
@@ -155,11 +156,12 @@ struct socket_sink {
 		size_t n, cap;
 		subscription **subs;
 		spool_sync_job *jobs;
-		uint64_t ended; /* it makes the transactions up to this seq durable */
+		uint64_t ended; /* events: it makes the transactions up to this seq durable */
 		size_t runs;	/* and the first runs of commit times */
 		bool failed;	/* a batch failed: the sink cannot go on */
 		char err[512];
-	} sync;
+	} sync, acks;
+	uint64_t acks_synced_ms; /* when the last acks batch began */
 	void (*durable)(void *); /* called with wake_ctx when a batch is back */
 	buf scratch, events;
 	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
@@ -220,5 +222,8 @@ void sc_check_first_frames(socket_sink *ss, uint64_t now);
 void sc_on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr, int len,
 		  void *arg);
 void sc_close_consumers(queue *qu, const char *why);
+/* After a bind: the consumers of qu that its subscription's allow list no longer admits are told so
+ * (PERMISSION_DENIED) and disconnected. */
+void sc_recheck_access(queue *qu);
 
 #endif

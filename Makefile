@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -43,7 +43,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	sinks/event_json.c sinks/pbwire.c \
 	sinks/stdout/stdout_sink.c \
-	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/avro.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
+	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/avro.c sinks/kafka/registry.c sinks/kafka/subjects.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
 	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
 	sinks/socket/acked.c sinks/socket/connections.c \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \

@@ -131,7 +131,8 @@ static bool put_datum(buf *b, dbz_scratch *s, const dbz_datum *d, bool optional)
 
 void dbz_avro_header(buf *out, uint32_t id)
 {
-	uint8_t h[DBZ_AVRO_HEADER] = {0, (uint8_t)(id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+	uint8_t h[DBZ_AVRO_HEADER] = {0, (uint8_t)(id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8),
+				      (uint8_t)id};
 	buf_append(out, h, sizeof(h));
 }
 
@@ -199,7 +200,17 @@ void dbz_avro_message_key(buf *out, const char *prefix)
 
 /* A rendered value is parts: a u32 length, that many bytes, then a fill (F_SEQUENCE followed by the
  * event's LSN as a u64), up to F_END. */
-enum { F_END, F_SOURCE_MS, F_SEQUENCE, F_SOURCE_US, F_SOURCE_NS, F_TRANSACTION, F_NOW_MS, F_NOW_US, F_NOW_NS };
+enum {
+	F_END,
+	F_SOURCE_MS,
+	F_SEQUENCE,
+	F_SOURCE_US,
+	F_SOURCE_NS,
+	F_TRANSACTION,
+	F_NOW_MS,
+	F_NOW_US,
+	F_NOW_NS
+};
 
 /* Closes the part that started at *part with fill, and starts the next. */
 static void part_end(buf *b, size_t *part, int fill, uint64_t lsn)
@@ -277,8 +288,8 @@ bool dbz_avro_value(buf *out, dbz_scratch *s, const dbz_options *o, const dbz_co
 			continue;
 		}
 		put_some(out);
-		if (!put_row(out, s, cols, n, rows[i], i ? before : NULL, false, i ? "row after" : "row before",
-			     err, errlen)) {
+		if (!put_row(out, s, cols, n, rows[i], i ? before : NULL, false,
+			     i ? "row after" : "row before", err, errlen)) {
 			out->len = at;
 			return false;
 		}
@@ -369,8 +380,8 @@ void dbz_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn)
 	put_txn_id(out, xid, commit_lsn);
 }
 
-void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us, uint64_t events,
-			const dbz_count *tables, size_t ntables)
+void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
+			uint64_t events, const dbz_count *tables, size_t ntables)
 {
 	put_str(out, end ? "END" : "BEGIN");
 	put_txn_id(out, xid, commit_lsn);
@@ -401,7 +412,8 @@ void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, i
  * replaced digit that opens a name is kept after the '_', as Debezium keeps it. */
 static bool name_char(unsigned char c, bool first)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!first && c >= '0' && c <= '9');
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+	       (!first && c >= '0' && c <= '9');
 }
 
 /* name made valid: full (a full name: '.' separates parts) or a field's name. Java's chars are
@@ -442,7 +454,7 @@ void dbz_avro_fullname(buf *out, const char *name)
 
 /* The named types written so far in one schema (Avro names each once, then refers to it). */
 typedef struct names {
-	buf text;      /* full names, NUL-terminated */
+	buf text; /* full names, NUL-terminated */
 	size_t n;
 } names;
 
@@ -491,9 +503,9 @@ static const char *avro_primitive(const char *connect)
 {
 	static const struct {
 		const char *connect, *avro;
-	} map[] = {{"int8", "int"},	  {"int16", "int"},   {"int32", "int"},	    {"int64", "long"},
-		   {"float", "float"},	  {"double", "double"}, {"boolean", "boolean"}, {"string", "string"},
-		   {"bytes", "bytes"}};
+	} map[] = {{"int8", "int"},	   {"int16", "int"},	 {"int32", "int"},
+		   {"int64", "long"},	   {"float", "float"},	 {"double", "double"},
+		   {"boolean", "boolean"}, {"string", "string"}, {"bytes", "bytes"}};
 	for (size_t i = 0; i < sizeof(map) / sizeof(*map); i++)
 		if (strcmp(map[i].connect, connect) == 0)
 			return map[i].avro;

@@ -38,8 +38,8 @@ void dbz_avro_header(buf *out, uint32_t id);
 
 /* The transaction metadata records (dbz_txn_key and dbz_txn_value in Avro), without the header. */
 void dbz_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn);
-void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us, uint64_t events,
-			const dbz_count *tables, size_t ntables);
+void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
+			uint64_t events, const dbz_count *tables, size_t ntables);
 /* A logical message's key ({prefix}), without the header. */
 void dbz_avro_message_key(buf *out, const char *prefix);
 

@@ -8,6 +8,7 @@
 #define CDC_KAFKA_SINK_H
 
 #include "decoder/base/hist.h"
+#include "sinks/kafka/subjects.h"
 #include "sinks/sink.h"
 
 typedef struct kafka_property {
@@ -32,6 +33,10 @@ typedef struct kafka_sink_settings {
 	const char *transactional_id; /* unless kafka.properties set transactional.id */
 	uint64_t commit_interval_ms;  /* a Kafka transaction stays open at least this long ... */
 	uint64_t commit_events;	      /* ... unless it holds this many events (0: no limit) */
+	/* format avro: the schema registry (url NULL: none), and the compatibility level of the
+	 * subjects cdc creates (NULL: the registry's) */
+	kafka_registry_conf registry;
+	const char *compatibility;
 } kafka_sink_settings;
 
 /* A subscription's topic when it names none. */
@@ -50,6 +55,7 @@ typedef enum kafka_format {
 	KAFKA_PROTOBUF, /* key cdc.v1.Key, value cdc.v1.Event */
 	KAFKA_JSON,	/* key the key columns' JSON, value the event JSON of sink: stdout */
 	KAFKA_DEBEZIUM, /* as Debezium's PostgreSQL connector through JsonConverter (debezium.h) */
+	KAFKA_AVRO,	/* the same through Confluent's AvroConverter and a schema registry (avro.h) */
 } kafka_format;
 
 /* One subscription, at the index render() and deliver() receive. */
@@ -57,10 +63,14 @@ typedef struct kafka_sub_settings {
 	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */
 	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
 	kafka_format format;
-	/* KAFKA_DEBEZIUM: */
-	bool schemas;		 /* {schema, payload} */
+	/* KAFKA_DEBEZIUM and KAFKA_AVRO: */
 	const char *server_name; /* source.name; NULL: "cdc" */
-	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder (else left out) */
+	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder (else left out; Avro: always) */
+	bool context_headers;	 /* Debezium's __debezium.context.* headers on data change records */
+	/* KAFKA_DEBEZIUM: */
+	bool schemas; /* {schema, payload} */
+	/* KAFKA_AVRO: */
+	kafka_subject_strategy subjects;
 } kafka_sub_settings;
 
 /* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
@@ -95,6 +105,11 @@ typedef struct kafka_stats {
 	uint64_t commits, aborts, skipped, position;
 	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
+	/* format avro: schemas the registry gave an id, its refusals and failures, and while records
+	 * wait for one, the subject and why (the registry's words) */
+	uint64_t schemas_registered, registry_errors;
+	bool registry_waiting;
+	char registry_subject[256], registry_error[700];
 } kafka_stats;
 const kafka_stats *kafka_sink_stats(const sink *s);
 

@@ -16,14 +16,42 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const uint32_t types[] = {PGT_BOOL,  PGT_INT2,	  PGT_INT4,    PGT_INT8,	 PGT_FLOAT4, PGT_FLOAT8,
-				 PGT_NUMERIC, PGT_MONEY,	  PGT_TEXT,    PGT_BYTEA,	 PGT_UUID,   PGT_JSONB,
-				 PGT_XML,   PGT_DATE,	  PGT_TIME,    PGT_TIMESTAMP, PGT_TIMESTAMPTZ,
-				 PGT_TIMETZ, PGT_INTERVAL, PGT_BIT,     PGT_VARBIT,	 PGT_POINT,  PGT_TSVECTOR,
-				 1007 /* _int4 */, 1009 /* _text */, 1231 /* _numeric */, 1185 /* _timestamptz */,
-				 1001 /* _bytea */, 2951 /* _uuid */, 1016 /* _int8 */, 1182 /* _date */,
-				 1021 /* _float4 */, 1561 /* _bit */, 869 /* inet: text */};
-static const int32_t mods[] = {-1, 0, 3, 6, 1, 24, (10 << 16 | 2) + 4, (5 << 16 | (-2 & 0x7ff)) + 4, (38 << 16 | 10) + 4};
+static const uint32_t types[] = {PGT_BOOL,
+				 PGT_INT2,
+				 PGT_INT4,
+				 PGT_INT8,
+				 PGT_FLOAT4,
+				 PGT_FLOAT8,
+				 PGT_NUMERIC,
+				 PGT_MONEY,
+				 PGT_TEXT,
+				 PGT_BYTEA,
+				 PGT_UUID,
+				 PGT_JSONB,
+				 PGT_XML,
+				 PGT_DATE,
+				 PGT_TIME,
+				 PGT_TIMESTAMP,
+				 PGT_TIMESTAMPTZ,
+				 PGT_TIMETZ,
+				 PGT_INTERVAL,
+				 PGT_BIT,
+				 PGT_VARBIT,
+				 PGT_POINT,
+				 PGT_TSVECTOR,
+				 1007 /* _int4 */,
+				 1009 /* _text */,
+				 1231 /* _numeric */,
+				 1185 /* _timestamptz */,
+				 1001 /* _bytea */,
+				 2951 /* _uuid */,
+				 1016 /* _int8 */,
+				 1182 /* _date */,
+				 1021 /* _float4 */,
+				 1561 /* _bit */,
+				 869 /* inet: text */};
+static const int32_t mods[] = {
+    -1, 0, 3, 6, 1, 24, (10 << 16 | 2) + 4, (5 << 16 | (-2 & 0x7ff)) + 4, (38 << 16 | 10) + 4};
 static const char *const names[] = {"id", "a b", "9lives", "é", "x.y", "c", "d", "e"};
 
 /* Reads n bytes of the input, or fewer at its end. */
@@ -85,7 +113,7 @@ static Cdc__V1__Column *column(arena *a, const dbz_column *c, input *in)
 	unsigned how = take(in), len = take(in);
 	if ((size_t)(in->end - in->p) < len)
 		len = (unsigned)(in->end - in->p);
-	pgo_datum d = how % 8 == 0	   ? (pgo_datum){.kind = PGO_NULL}
+	pgo_datum d = how % 8 == 0   ? (pgo_datum){.kind = PGO_NULL}
 		      : how % 8 == 1 ? (pgo_datum){.kind = PGO_TOAST}
 				     : (pgo_datum){.kind = PGO_TEXT, .len = len, .data = (const char *)in->p};
 	in->p += len;
@@ -165,8 +193,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	buf_reset(&json);
 	buf_reset(&body);
 	buf_reset(&rec);
-	const dbz_schema *vs = op == DBZ_MESSAGE ? &dbz_message_value_schema
-						 : dbz_table_schema(&sc, "srv", "public", "t-1", o.topic, cols, n, false);
+	const dbz_schema *vs = op == DBZ_MESSAGE
+				   ? &dbz_message_value_schema
+				   : dbz_table_schema(&sc, "srv", "public", "t-1", o.topic, cols, n, false);
 	dbz_avro_schema(&json, vs);
 	const Cdc__V1__Row *b = op == DBZ_UPDATE || op == DBZ_DELETE ? &old_row : NULL;
 	const Cdc__V1__Row *af = op == DBZ_DELETE || op == DBZ_TRUNCATE ? NULL : &new_row;
@@ -183,7 +212,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	dbz_avro_schema(&json, &dbz_txn_value_schema);
 	dbz_count tables[2] = {{"public", "t", 3}, {"s\xc3\xa9", "u", 1}};
 	dbz_avro_header(&rec, 1);
-	dbz_avro_txn_value(&rec, f.total_order % 2, e.xid, f.commit_lsn, f.commit_time, 4, tables, f.total_order % 3);
+	dbz_avro_txn_value(&rec, f.total_order % 2, e.xid, f.commit_lsn, f.commit_time, 4, tables,
+			   f.total_order % 3);
 	check(json.data, json.len, &rec);
 	buf_reset(&json);
 	buf_reset(&rec);

@@ -36,16 +36,15 @@ PROTOS := proto/cdc/v1/event.proto proto/cdc/v1/subscriber.proto
 PROTO_C := $(PROTOS:proto/%.proto=build/gen/%.pb-c.c)
 PROTO_H := $(PROTO_C:.c=.h)
 
+# The sinks: what they share (sinks/*.c) and every module's folder (sinks/NAME/, listed in
+# sinks/modules.c): a new sink's sources need no line here.
+SINK_SRCS := $(sort $(wildcard sinks/*.c sinks/*/*.c))
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
 	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
-	decoder/base/log.c decoder/base/json.c decoder/base/net.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
-	sinks/event_json.c sinks/pbwire.c \
-	sinks/stdout/stdout_sink.c \
-	sinks/kafka/kafka_sink.c sinks/kafka/render.c sinks/kafka/debezium.c sinks/kafka/avro.c sinks/kafka/registry.c sinks/kafka/subjects.c sinks/kafka/exactly_once.c sinks/kafka/position.c sinks/kafka/probe.c \
-	sinks/socket/frame.c sinks/socket/pbread.c sinks/socket/spool.c sinks/socket/durable.c \
-	sinks/socket/acked.c sinks/socket/connections.c \
+	$(SINK_SRCS) \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
 	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
@@ -56,8 +55,7 @@ LIB_SRCS := \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c \
-	cdc/doctor/kafka.c
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
 	ring kafka_eo failover debezium avro kafka_render catalog publication
@@ -262,8 +260,9 @@ docs: $(B)/cdc
 check: deps
 	+$(Q)$(PYTHON) tests/check.py --pg-version $(PG_VERSION) --pg-versions "$(PG_VERSIONS)"
 
+# The first run compiles cdc on every core: about 20 s on 2 cores, 36 s one file at a time.
 demo: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory -j$(shell nproc) all
 	$(Q)$(PYTHON) tests/demo.py
 
 # make bench: 19 minutes on 2 busy cores (load 9-15), less on quiet ones; build/bench/results.md and PNGs. Quicker or partial:

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "decoder/base/net.h"
+#include "sinks/socket/socket_sink.h"
 
 int cli_usage(const cli_command *cmd, const char *fmt, const char *arg)
 {
@@ -78,7 +79,7 @@ static const struct {
 } SOCKETS[] = {
     [CLI_STATUS_SOCKET] = {"status", "status.socket", "CDC_STATUS_SOCKET", CFG_DEFAULT_STATUS_SOCKET},
     [CLI_SUBSCRIBER_SOCKET] = {"subscriber", "subscribers.socket", "CDC_SUBSCRIBER_SOCKET",
-			       CFG_DEFAULT_SUBSCRIBER_SOCKET},
+			       SOCKET_DEFAULT_PATH},
 };
 
 char *cli_socket_path(const cli_args *a, cli_socket which)
@@ -89,7 +90,7 @@ char *cli_socket_path(const cli_args *a, cli_socket which)
 		cfg *c = cli_load_config(a->config);
 		if (!c)
 			return NULL;
-		char *p = xstrdup(which == CLI_STATUS_SOCKET ? c->status.socket : c->subscribers.socket);
+		char *p = xstrdup(cfg_get_string(c, SOCKETS[which].key));
 		cfg_free(c);
 		return p;
 	}

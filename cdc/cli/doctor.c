@@ -24,7 +24,7 @@ static const char usage[] =
 
 typedef struct doctor_opts {
 	bool json;
-	int kafka_timeout_ms;
+	int timeout_ms;
 } doctor_opts;
 
 static int doctor_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
@@ -39,7 +39,7 @@ static int doctor_option(const cli_command *cmd, void *ctx, int ch, const char *
 	if (*arg == '\0' || *end != '\0' || ms <= 0 || ms > 600000)
 		return cli_usage(cmd, "--kafka-timeout: \"%s\" is not a number of milliseconds (1 to 600000)",
 				 arg);
-	o->kafka_timeout_ms = (int)ms;
+	o->timeout_ms = (int)ms;
 	return CLI_GO_ON;
 }
 
@@ -66,7 +66,7 @@ int doctor_main(int argc, char **argv)
 	cfg *c = cli_load_config(args.config);
 	if (!c)
 		return 2;
-	doctor_report r = {.kafka_timeout_ms = o.kafka_timeout_ms};
+	doctor_report r = {.timeout_ms = o.timeout_ms};
 	doctor_run(c, &r);
 	if (o.json) {
 		buf out = {0};

@@ -14,6 +14,8 @@
 
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
+#include "decoder/base/json.h"
+#include "sinks/modules.h"
 
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
@@ -174,33 +176,10 @@ out:
 
 /* ---- the summary ---- */
 
-/* A field as text: "-" when missing or null; control characters (a terminal's escapes) as '?'. */
+/* A field as text (json_field_text). */
 static const char *field(json_object *o, const char *key, char *out, size_t n)
 {
-	json_object *v = NULL;
-	snprintf(out, n, "-");
-	if (!o || !json_object_object_get_ex(o, key, &v) || !v)
-		return out;
-	switch (json_object_get_type(v)) {
-	case json_type_string:
-		snprintf(out, n, "%s", json_object_get_string(v));
-		break;
-	case json_type_int:
-		snprintf(out, n, "%" PRId64, json_object_get_int64(v));
-		break;
-	case json_type_double:
-		snprintf(out, n, "%.1f", json_object_get_double(v));
-		break;
-	case json_type_boolean:
-		snprintf(out, n, "%s", json_object_get_boolean(v) ? "yes" : "no");
-		break;
-	default:
-		break;
-	}
-	for (char *p = out; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
-	return out;
+	return json_field_text(o, key, out, n);
 }
 
 static json_object *member(json_object *o, const char *key, json_type type)
@@ -442,17 +421,11 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
 		backfill_summary(backfills, out);
-	json_object *kafka = member(root, "kafka", json_type_object);
-	char f[3][64];
-	if (kafka)
-		buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
-			   field(kafka, "in_flight", f[0], 64), field(kafka, "delivered", f[1], 64),
-			   field(kafka, "errors", f[2], 64));
-	if (kafka && member(kafka, "position", json_type_string))
-		buf_printf(out, "kafka   exactly once: position=%s  committed=%s  aborted=%s\n",
-			   field(kafka, "position", f[0], 64),
-			   field(kafka, "transactions_committed", f[1], 64),
-			   field(kafka, "transactions_aborted", f[2], 64));
+	for (const sink_module *const *m = sink_modules; *m; m++) {
+		json_object *figures = member(root, (*m)->name, json_type_object);
+		if (figures && (*m)->status_text)
+			(*m)->status_text(figures, out);
+	}
 	json_object_put(root);
 	return true;
 }

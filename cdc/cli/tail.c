@@ -15,6 +15,7 @@
 #include "cdc/cli/tail.h"
 #include "sinks/event_json.h"
 #include "sinks/socket/frame.h"
+#include "sinks/socket/socket_sink.h"
 
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
@@ -30,7 +31,7 @@ static const char usage_tail[] =
     "\n"
     "  -c, --config FILE       take the socket from FILE's subscribers.socket\n"
     "  -s, --socket SOCKET     the subscriber socket (default: $CDC_SUBSCRIBER_SOCKET,\n"
-    "                          else " CFG_DEFAULT_SUBSCRIBER_SOCKET ")\n"
+    "                          else " SOCKET_DEFAULT_PATH ")\n"
     "      --from POSITION     acked (default: after the acknowledged offset, unacked events first),\n"
     "                          earliest, latest, or an offset (1 or more)\n"
     "      --count N           exit 0 after N events\n"

@@ -12,27 +12,14 @@
 #include "cdc/match/match.h"
 #include "decoder/base/log.h"
 #include "decoder/base/util.h"
+#include "sinks/modules.h"
 
-/* Where the sockets are when neither the config nor the environment says. */
+/* Where the status socket is when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
-#define CFG_DEFAULT_SUBSCRIBER_SOCKET "/run/cdc/events.sock"
 
-typedef enum cfg_sink { CFG_SINK_STDOUT, CFG_SINK_SOCKET, CFG_SINK_KAFKA } cfg_sink;
-typedef enum cfg_consumers {
-	CFG_CONSUMERS_FAILOVER,
-	CFG_CONSUMERS_SHARED,
-	CFG_CONSUMERS_KEY_SHARED
-} cfg_consumers;
-typedef enum cfg_when_full { CFG_FULL_BLOCK, CFG_FULL_DROP_OLDEST } cfg_when_full;
 /* What cdc does when the slot cannot send what follows its position (lost, or older than the
  * publication): fail, saying what to do, or re-sync (move the slot on and backfill). */
 typedef enum cfg_on_gap { CFG_GAP_FAIL, CFG_GAP_RESYNC } cfg_on_gap;
-typedef enum cfg_batch { CFG_BATCH_NONE, CFG_BATCH_TRANSACTION } cfg_batch;
-/* How a Kafka subscription writes its records: cdc.v1.Event (protobuf), the event JSON that sink:
- * stdout prints, or Debezium's PostgreSQL connector's records. */
-typedef enum cfg_format { CFG_FORMAT_PROTOBUF, CFG_FORMAT_JSON, CFG_FORMAT_DEBEZIUM } cfg_format;
-/* format: debezium: an unchanged TOASTed value as Debezium's placeholder, or left out of the row. */
-typedef enum cfg_toast { CFG_TOAST_PLACEHOLDER, CFG_TOAST_OMIT } cfg_toast;
 
 typedef struct cfg_strlist {
 	char **v;
@@ -43,35 +30,19 @@ void cfg_strlist_push(cfg_strlist *l, const char *s);
 /* Frees the strings and the array: l is empty after. */
 void cfg_strlist_free(cfg_strlist *l);
 
-typedef struct cfg_kv {
-	char *key, *value;
-} cfg_kv;
-
 typedef struct cfg_subscription {
 	char *name;
-	int line, col;		   /* where it is defined, for messages */
-	cfg_strlist tables;	   /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
-	unsigned ops;		   /* enum match_op bits; default: MATCH_OPS_DEFAULT */
-	char *tag;		   /* NULL if none */
-	cfg_sink sink;		   /* default: socket */
-	cfg_strlist changed;	   /* update matches only if one of these changed */
-	char *where;		   /* predicate text, NULL if none */
-	cfg_strlist columns;	   /* projection; empty: all */
-	char *topic;		   /* kafka: template, default "cdc.{schema}.{table}" */
-	bool tombstones;	   /* kafka: tombstone after delete; default: on with format debezium */
-	cfg_format format;	   /* kafka: default protobuf */
-	bool schemas;		   /* kafka, format debezium: {schema, payload} records */
-	char *server_name;	   /* kafka, format debezium: source.name; default "cdc" */
-	cfg_toast unchanged_toast; /* kafka, format debezium: default placeholder */
-	cfg_consumers consumers;
-	uint64_t ack_timeout_ms; /* default 30s */
-	uint32_t max_deliveries; /* default 0: unlimited */
-	uint32_t max_unacked;	 /* default 1000 */
-	cfg_batch batch;
-	struct {
-		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
-		cfg_when_full when_full;		    /* default block */
-	} retention;
+	int line, col;	     /* where it is defined, for messages */
+	cfg_strlist tables;  /* "schema.table" patterns with * and ? globs; a part may be "quoted" */
+	unsigned ops;	     /* enum match_op bits; default: MATCH_OPS_DEFAULT */
+	char *tag;	     /* NULL if none */
+	int sink;	     /* its index in sink_modules; default 0 (the first module) */
+	cfg_strlist changed; /* update matches only if one of these changed */
+	char *where;	     /* predicate text, NULL if none */
+	cfg_strlist columns; /* projection; empty: all */
+	/* Each sink module's subscription struct (sink_module.sub_keys): the file sets only the one
+	 * of its own sink; the others hold their defaults. */
+	void *sink_settings[SINK_MODULES_MAX];
 	bool snapshot; /* backfilled when first seen (a fresh state_dir, a reload or PUT adding it) */
 } cfg_subscription;
 
@@ -100,25 +71,10 @@ typedef struct cfg {
 		uid_t *control_uids;
 		size_t ncontrol_uids;
 	} status;
-	struct {
-		char *socket;			 /* default "/run/cdc/events.sock" */
-		mode_t mode;			 /* default 0660; applies to both sockets */
-		uint64_t first_frame_timeout_ms; /* default 10 s */
-		uint32_t max_connections;	 /* default 1024 */
-		uint64_t max_output;		 /* bytes; default 1 MiB */
-	} subscribers;
-	struct {
-		bool enabled; /* a kafka: section is present */
-		char *brokers;
-		cfg_kv *properties;
-		size_t nproperties;
-		char *transactions_topic; /* NULL if none */
-		char *schemas_topic;	  /* schema and DDL events of Kafka subscriptions; NULL: none */
-		bool exactly_once;
-		char *positions_topic;	     /* default "cdc.positions" */
-		uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */
-		uint64_t commit_events;	     /* default 0: no limit */
-	} kafka;
+	/* Each sink module's section struct (sink_module.section_keys; NULL for a module without
+	 * one), and whether the file has the section. */
+	void *sink_sections[SINK_MODULES_MAX];
+	bool sink_present[SINK_MODULES_MAX];
 	struct {
 		log_level level;   /* default info */
 		log_format format; /* default text */
@@ -143,7 +99,7 @@ cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
 void cfg_free(cfg *c);
 /* A subscription from the body of PUT /subscriptions/NAME: a JSON (or YAML) object with the keys
  * of a subscription in the file; "name" may be left out and must be NAME if present. c is the
- * running configuration (sink: kafka needs its kafka section). NULL after appending one
+ * running configuration (a sink may need its section there). NULL after appending one
  * "PUT /subscriptions/NAME:LINE:COL: key: message" line per problem to errors. */
 cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
 					 buf *errors);
@@ -168,9 +124,9 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 /* Records a PUT (takes s) or a DELETE of name. */
 void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
 void cfg_overlay_delete(cfg_overlay *o, const char *name);
-/* Applies o to c's subscriptions. A put that needs what c lacks (sink: kafka without a kafka
- * section) is left out: its name appended to left_out (if not NULL) and one line to errors, in the
- * same order. False if one was. */
+/* Applies o to c's subscriptions. A put that needs what c lacks (a sink's section, or settings
+ * that go with c's other subscriptions) is left out: its name appended to left_out (if not NULL) and one line
+ * to errors, in the same order. False if one was. */
 bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors);
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
 void cfg_overlay_free(cfg_overlay *o);
@@ -178,8 +134,8 @@ void cfg_overlay_free(cfg_overlay *o);
 cfg_subscription *cfg_find_subscription(const cfg *c, const char *name);
 
 /* Prints the effective configuration (defaults filled in) as YAML that cfg_parse accepts again; the
- * DSN's password and secret-looking kafka properties (*password*, *secret*, sasl.*, *.key, *key*.pem)
- * are masked as "********". */
+ * DSN's password, secret keys and secret-looking properties (*password*, *secret*, sasl.*, *.key,
+ * *key*.pem) are masked as "********". */
 void cfg_print(const cfg *c, FILE *out);
 
 /* docs/configuration.md: every key's documentation, type, default, range and whether a reload applies
@@ -194,12 +150,15 @@ void cfg_subscription_json(const cfg_subscription *s, buf *out);
  * the order of the file; returns how many. */
 size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *key, void *arg), void *arg);
 
-/* The names the file uses for these values ("?" for a value out of range). */
-const char *cfg_sink_name(cfg_sink v);
-const char *cfg_consumers_name(cfg_consumers v);
-const char *cfg_when_full_name(cfg_when_full v);
-const char *cfg_batch_name(cfg_batch v);
-const char *cfg_format_name(cfg_format v);
+/* The name of a subscription's sink ("?" for a value out of range). */
+const char *cfg_sink_name(int module);
+/* What the sink module at index module gets of c's subscriptions: one sink_sub per subscription, at its index
+ * (a malloc'd array; its strings and settings are c's). */
+sink_sub *cfg_sink_subs(const cfg *c, size_t module);
+/* A key's value by its dotted name ("subscribers.socket"): a string (NULL when unset or not a
+ * string key), a number, duration, size, mode or boolean (0 when not such a key). */
+const char *cfg_get_string(const cfg *c, const char *name);
+uint64_t cfg_get_number(const cfg *c, const char *name);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;

@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #define CFG_MASK "********"
-#define CFG_MAX_KEYS 24 /* the most keys a mapping has (a subscription: 21) */
+#define CFG_MAX_KEYS 64 /* the most keys a mapping has (keys.c checks the built tables) */
 #define LOWER "abcdefghijklmnopqrstuvwxyz"
 #define UPPER "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #define DIGIT "0123456789"
@@ -42,7 +42,7 @@ typedef struct ctx {
 	unsigned nerr;
 	buf path;  /* key path of the node being checked, e.g. "subscriptions[1].tables" */
 	buf quote; /* scratch for quoting user text in one message */
-	bool have_kafka;
+	bool have_section[SINK_MODULES_MAX]; /* the file has the sink module's section */
 } ctx;
 
 void ctx_free(ctx *x);
@@ -71,8 +71,7 @@ typedef struct ename {
 	int value;
 } ename;
 
-extern const ename op_names[], sink_names[], consumers_names[], batch_names[], full_names[], gap_names[],
-    level_names[], format_names[], record_format_names[], toast_names[];
+extern const ename op_names[], gap_names[], level_names[], format_names[];
 const ename *ename_find(const ename *e, const char *name);
 const char *ename_of(const ename *e, int value);
 void ename_list(buf *b, const ename *e);
@@ -83,11 +82,10 @@ typedef struct ident_rule {
 	const char *expect;
 } ident_rule;
 
-extern const ident_rule slot_rule, pub_rule, sub_rule, topic_rule;
+extern const ident_rule slot_rule, pub_rule, sub_rule;
 bool ident_ok(const char *s, const ident_rule *r);
 /* NULL if ok, else why not (static text, or why filled in). */
 const char *listen_problem(const char *s);
-const char *topic_problem(const char *s, char *why, size_t whylen);
 /* Why s is not a size cfg_parse_size takes (static text, or why filled in). */
 const char *size_problem(const char *s, char *why, size_t whylen);
 /* As cfg_parse_duration and cfg_parse_size read them back: "1h30m", "0"; "1GiB", "1000001". */
@@ -152,10 +150,9 @@ enum {
 	K_POSITIVE = 4,
 	K_PATTERNS = 8,
 	K_OPTIONAL = 16, /* printed only when set (not NULL, not empty) */
-	K_KAFKA = 32,	 /* subscription: only with sink kafka; top level: only with a kafka section */
-	K_SOCKET = 64,	 /* subscription: only with sink socket */
-	K_FLOW = 128,	 /* a section printed on one line: {a: 1, b: 2} */
-	K_BY_SINK = 256, /* the default is given only with the key's sink (else NULL), once it is known */
+	K_FLOW = 32,	 /* a section printed on one line: {a: 1, b: 2} */
+	K_VIA = 64,	 /* the field is in the struct that the pointer at base + via points to */
+	K_SECRET = 128,	 /* a string printed masked */
 };
 
 struct key {
@@ -171,6 +168,10 @@ struct key {
 	bool restart;	       /* a reload does not apply a change: cdc must restart */
 	const char *doc;       /* what the key does, for docs/configuration.md (Markdown, one paragraph) */
 	uint64_t min, max;     /* numbers, durations (ms), sizes: the range; 0: the type's own bound */
+	/* K_VIA: where the pointer to the field's struct is, and that struct's size (allocated with
+	 * the defaults, freed with the keys) */
+	size_t via, via_size;
+	int module; /* 1 + the index of the sink module whose key it is; 0: cdc's own */
 };
 
 /* The range a number, duration or size key accepts: [min, max] of the key, else 1 (K_POSITIVE) or 0
@@ -187,26 +188,38 @@ typedef struct keys {
 	void (*check)(ctx *x, void *base, const pair *seen);
 	/* whether key k of base is printed (NULL: all) */
 	bool (*shown)(const void *base, const key *k);
+	/* a sink module's section: called with its index when the file has it */
+	void (*present)(void *base, size_t module);
+	size_t module;
 } keys;
 
-#define FIELD(base, k, type) ((type *)(void *)((char *)(base) + (k)->off))
-#define CFIELD(base, k, type) ((const type *)(const void *)((const char *)(base) + (k)->off))
+/* Where key k's value is in base. */
+static inline char *key_field(const void *base, const key *k)
+{
+	char *b = (char *)(uintptr_t)base;
+	if (k->flags & K_VIA)
+		b = *(char **)(void *)(b + k->via);
+	return b + k->off;
+}
+#define FIELD(base, k, type) ((type *)(void *)key_field(base, k))
+#define CFIELD(base, k, type) ((const type *)(const void *)key_field(base, k))
 #define KEYS(a, ...)                                                                                         \
 	{                                                                                                    \
 		a, sizeof a / sizeof *a, __VA_ARGS__                                                         \
 	}
 
-extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_topic, t_bool,
+/* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_checked, t_bool,
     t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
-extern const keys top_keys, sub_keys;
+/* Built from cdc's own keys and the sink modules' before main() runs. */
+extern keys top_keys, sub_keys;
+/* The file names of sink_modules' values of a subscription's sink: key. */
+extern const ename *sink_names;
 
-/* With kafka.transactions_topic set, the transaction records of every Kafka subscription go to one
- * topic, so they share one format: a Kafka subscription of c (other than one named like s) whose
- * format is not s's, or NULL. s NULL: two of c's own that differ, the first into *first. */
-const cfg_subscription *format_conflict(const cfg *c, const cfg_subscription *s,
-					const cfg_subscription **first);
-/* The message for such a pair. */
-void format_conflict_text(buf *b, const cfg_subscription *a, const cfg_subscription *o);
+/* Whether subscription s (NULL: none) goes with c's other subscriptions of its sink (those named
+ * like s left out). False with the message in why: s against one of c's, or (s NULL) two of c's,
+ * the second of which into *second. */
+bool subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscription **second, buf *why);
 
 /* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its
  * setter, then t->check sees the whole mapping. */

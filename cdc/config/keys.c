@@ -44,6 +44,8 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 		}
 	}
 check:
+	if (t->present)
+		t->present(base, t->module);
 	for (size_t j = 0; j < t->n; j++)
 		if ((t->k[j].flags & K_REQUIRED) && !seen[j].k)
 			err_at(x, m, "missing required key \"%s\"", t->k[j].name);
@@ -92,14 +94,19 @@ static void key_default(void *base, const key *k)
 
 void keys_default(void *base, const keys *t)
 {
-	for (const key *k = t->k; k < t->k + t->n; k++)
-		if (!(k->flags & K_BY_SINK))
-			key_default(base, k);
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		void **held = (void **)(void *)((char *)base + k->via);
+		if ((k->flags & K_VIA) && !*held)
+			*held = xcalloc(1, k->via_size);
+		key_default(base, k);
+	}
 }
 
-void keys_clear(void *base, const keys *t)
+static void keys_clear_fields(void *base, const keys *t)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {
+		if ((k->flags & K_VIA) && !*(void **)(void *)((char *)base + k->via))
+			continue; /* never defaulted */
 		switch (k->type->store) {
 		case ST_STR:
 			free(*FIELD(base, k, char *));
@@ -108,7 +115,7 @@ void keys_clear(void *base, const keys *t)
 			cfg_strlist_free(FIELD(base, k, cfg_strlist));
 			break;
 		case ST_SECTION:
-			keys_clear(base, k->arg);
+			keys_clear_fields(base, k->arg);
 			break;
 		case ST_OWN:
 			k->type->clear(base, k);
@@ -119,8 +126,36 @@ void keys_clear(void *base, const keys *t)
 	}
 }
 
+/* Frees the structs K_VIA keys point into, once their fields are cleared. */
+static void keys_free_held(void *base, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		void **held = (void **)(void *)((char *)base + k->via);
+		if (k->type->store == ST_SECTION)
+			keys_free_held(base, k->arg);
+		if (k->flags & K_VIA) {
+			free(*held);
+			*held = NULL;
+		}
+	}
+}
+
+void keys_clear(void *base, const keys *t)
+{
+	keys_clear_fields(base, t);
+	keys_free_held(base, t);
+}
+
 void keys_copy(void *dst, const void *src, const keys *t)
 {
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		void **held = (void **)(void *)((char *)dst + k->via);
+		void *const *from = (void *const *)(const void *)((const char *)src + k->via);
+		if ((k->flags & K_VIA) && *from && *held == *from) {
+			*held = xmalloc(k->via_size);
+			memcpy(*held, *from, k->via_size);
+		}
+	}
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		switch (k->type->store) {
 		case ST_STR: {
@@ -214,47 +249,10 @@ size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *
 #define SUB(f) offsetof(cfg_subscription, f)
 #define TOP(f) offsetof(cfg, f)
 
-static const key retention_k[] = {
-    {"max_events", &t_u64, SUB(retention.max_events),
-     .doc = "At most this many unacknowledged events in the spool (0: no limit). See `when_full`."},
-    {"max_age", &t_duration, SUB(retention.max_age_ms),
-     .doc = "Unacknowledged events older than this count as over the limit (0: no limit)."},
-    {"max_bytes", &t_size, SUB(retention.max_bytes),
-     .doc = "At most this many bytes of unacknowledged events in the spool (0: no limit)."},
-    {"when_full", &t_enum, SUB(retention.when_full), full_names, .def.n = CFG_FULL_BLOCK,
-     .doc = "`block`: stop reading the slot while a limit is reached (nothing is lost; WAL waits on the "
-	    "server). `drop_oldest`: discard the oldest events, acknowledged or not, log the range, count it "
-	    "in `dropped` and tell the next consumer with a `Dropped` frame. A limit is checked after each "
-	    "batch of input, so one read can pass it."},
-};
-static const keys retention_keys = KEYS(retention_k);
-
-enum sub_key {
-	SK_NAME,
-	SK_TABLES,
-	SK_OPS,
-	SK_TAG,
-	SK_SINK,
-	SK_CHANGED,
-	SK_WHERE,
-	SK_COLUMNS,
-	SK_TOPIC,
-	SK_TOMBSTONES,
-	SK_FORMAT,
-	SK_SCHEMAS,
-	SK_SERVER_NAME,
-	SK_UNCHANGED_TOAST,
-	SK_CONSUMERS,
-	SK_ACK_TIMEOUT,
-	SK_MAX_DELIVERIES,
-	SK_MAX_UNACKED,
-	SK_BATCH,
-	SK_RETENTION,
-	SK_SNAPSHOT,
-	SK_N
-};
+/* cdc's own keys of a subscription; the sink modules' come between columns and snapshot. */
+enum sub_key { SK_NAME, SK_TABLES, SK_OPS, SK_TAG, SK_SINK, SK_CHANGED, SK_WHERE, SK_COLUMNS, SK_SNAPSHOT };
 /* A subscription's keys apply at the next transaction boundary after a reload: none needs a restart. */
-static const key sub_k[] = {
+static key sub_k[] = {
     [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED,
 		 .doc = "The subscription's name: in events, status, metrics, the spool's directory and the "
 			"subscriber protocol. Unique."},
@@ -271,10 +269,7 @@ static const key sub_k[] = {
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
 		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
 		       "`{tag}` in topic templates)."},
-    [SK_SINK] = {"sink", &t_enum, SUB(sink), sink_names, .def.n = CFG_SINK_SOCKET,
-		 .doc = "Where its events go: `socket` (a durable spool and consumers over "
-			"`subscribers.socket`, [socket.md](socket.md)), `kafka` ([kafka.md](kafka.md)) or "
-			"`stdout` (JSON lines on cdc's standard output, [events.md](events.md))."},
+    [SK_SINK] = {"sink", &t_enum, SUB(sink), NULL, .def.n = 0}, /* names and doc: the modules' */
     [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL,
 		    .doc = "An update matches only if one of these columns changed. Needs the old row: the "
 			   "table must be `REPLICA IDENTITY FULL`, which cdc checks."},
@@ -284,128 +279,87 @@ static const key sub_k[] = {
     [SK_COLUMNS] = {"columns", &t_strlist, SUB(columns), NULL, K_OPTIONAL,
 		    .doc = "A projection: only these columns are carried in `new` and `old`. The key columns "
 			   "are always kept."},
-    [SK_TOPIC] = {"topic", &t_topic, SUB(topic), NULL, K_KAFKA | K_BY_SINK, .def.s = "cdc.{schema}.{table}",
-		  .doc = "Kafka only: the topic of each event, a template with `{schema}`, `{table}`, "
-			 "`{subscription}`, `{tag}`."},
-    [SK_TOMBSTONES] = {"tombstones", &t_bool, SUB(tombstones), NULL, K_KAFKA,
-		       .doc =
-			   "Kafka only: after each delete, a record with the same key and a null value "
-			   "(for log compaction), and after an update that changed the key one for the old "
-			   "key. Default: `false`, `true` with `format: debezium` (Debezium's "
-			   "`tombstones.on.delete`)."},
-    [SK_FORMAT] = {"format", &t_enum, SUB(format), record_format_names, K_KAFKA, .def.n = CFG_FORMAT_PROTOBUF,
-		   .doc = "Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
-			  "`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
-			  "prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
-			  "through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
-    [SK_SCHEMAS] = {"schemas", &t_bool, SUB(schemas), NULL, K_KAFKA,
-		    .doc =
-			"`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
-			"as JsonConverter writes them with `schemas.enable=true`."},
-    [SK_SERVER_NAME] = {"server_name", &t_ident, SUB(server_name), &topic_rule, K_KAFKA, .def.s = "cdc",
-			.doc =
-			    "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
-			    "`source.name` and the prefix of the key's and rows' schema names. The "
-			    "default matches the default topic template's `cdc.`."},
-    [SK_UNCHANGED_TOAST] =
-	{"unchanged_toast", &t_enum, SUB(unchanged_toast), toast_names, K_KAFKA,
-	 .def.n = CFG_TOAST_PLACEHOLDER,
-	 .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
-		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
-		"(its bytes, or lists of it, by type). `omit`: the column is left out of the "
-		"row."},
-    [SK_CONSUMERS] = {"consumers", &t_enum, SUB(consumers), consumers_names, K_SOCKET,
-		      .def.n = CFG_CONSUMERS_FAILOVER,
-		      .doc =
-			  "Socket only: how its consumers share the events. `failover`: the first one "
-			  "receives everything, in order, and acks cumulatively; the others wait. `shared`: "
-			  "each event to one consumer, acked one by one. `key_shared`: like `shared`, with "
-			  "all events of one key to the same consumer. See [socket.md](socket.md)."},
-    [SK_ACK_TIMEOUT] = {"ack_timeout", &t_duration, SUB(ack_timeout_ms), NULL, K_SOCKET | K_POSITIVE,
-			.def.n = 30000,
-			.doc =
-			    "Socket only: an event delivered and not acknowledged this long is delivered "
-			    "again (to another consumer where the mode allows, never back to this one "
-			    "while another can take it); a consumer that neither reads its socket nor sends "
-			    "for this long loses what it holds. See [socket.md](socket.md)."},
-    [SK_MAX_DELIVERIES] = {"max_deliveries", &t_u32, SUB(max_deliveries), NULL, K_SOCKET,
-			   .doc = "Socket only: after this many deliveries an event moves to the "
-				  "subscription's dead letters (0: never)."},
-    [SK_MAX_UNACKED] =
-	{"max_unacked", &t_u32, SUB(max_unacked), NULL, K_SOCKET | K_POSITIVE, .def.n = 1000,
-	 .doc =
-	     "Socket only: at most this many events in flight per consumer (a consumer may ask for fewer)."},
-    [SK_BATCH] = {"batch", &t_enum, SUB(batch), batch_names, K_SOCKET, .def.n = CFG_BATCH_NONE,
-		  .doc =
-		      "Socket only: `none`, one event per Delivery frame; `transaction`, all of one source "
-		      "transaction's events for the subscription in one frame (split only past 16 MiB)."},
-    [SK_RETENTION] =
-	{"retention", &t_section, 0, &retention_keys, K_SOCKET | K_FLOW,
-	 .doc =
-	     "Socket only: limits on the subscription's unacknowledged events, and what happens at a limit."},
     [SK_SNAPSHOT] =
 	{"snapshot", &t_bool, SUB(snapshot),
 	 .doc = "Backfill the subscription's tables when it is first seen (a fresh `state_dir`, a reload or "
 		"`PUT` that adds it), while the stream runs. See [backfills.md](backfills.md)."},
 };
-_Static_assert(SK_N == sizeof sub_k / sizeof *sub_k && SK_N <= CFG_MAX_KEYS, "subscription keys");
 
-/* The keys only format: debezium takes. */
-static bool debezium_key(size_t i)
+/* The built tables: cdc's keys with the sink modules' among them. */
+static key sub_built[CFG_MAX_KEYS];
+static size_t sub_first[SINK_MODULES_MAX]; /* where each module's keys start in sub_built */
+static const key *snapshot_key;
+static ename sink_enames[SINK_MODULES_MAX + 1];
+const ename *sink_names = sink_enames;
+
+static bool is_module_key(const key *k)
 {
-	return i == SK_SCHEMAS || i == SK_SERVER_NAME || i == SK_UNCHANGED_TOAST;
+	return k->module != 0;
 }
 
-/* The sink a K_KAFKA or K_SOCKET key of a subscription goes with. */
-static cfg_sink key_sink(const key *k)
+/* Reports a module's problem with one of a subscription's keys. */
+typedef struct sub_problems {
+	sink_problems base;
+	ctx *x;
+	const pair *seen;
+	size_t first;
+	const node *fallback;
+} sub_problems;
+
+static void report_problem(sink_problems *problems, size_t key_index, const char *message)
 {
-	return (k->flags & K_KAFKA) ? CFG_SINK_KAFKA : CFG_SINK_SOCKET;
+	sub_problems *p = (sub_problems *)problems;
+	const node *n = p->seen[p->first + key_index].k;
+	err_key(p->x, n ? n : p->fallback, sub_built[p->first + key_index].name, "%s", message);
 }
 
 static void check_sub(ctx *x, void *base, const pair *seen)
 {
 	cfg_subscription *s = base;
 	const node *sv = seen[SK_SINK].v;
-	if (s->sink == CFG_SINK_KAFKA && !x->have_kafka)
-		err_key(x, sv, "sink", "sink kafka needs a top-level kafka section (brokers)");
+	const sink_module *m = sink_modules[s->sink];
+	if (m->section_needed && !x->have_section[s->sink])
+		err_key(x, sv, "sink", "sink %s needs a top-level %s section (%s)", m->name, m->section,
+			m->section_needed);
 	/* an invalid sink was reported already: what goes with it is unknown */
 	bool sink_ok = !sv || (sv->kind == N_SCALAR && ename_find(sink_names, sv->text));
-	for (size_t i = 0; i < SK_N && sink_ok; i++)
-		if (seen[i].k && (sub_k[i].flags & (K_KAFKA | K_SOCKET)) && s->sink != key_sink(&sub_k[i]))
-			err_key(x, seen[i].k, sub_k[i].name,
+	for (size_t i = 0; i < sub_keys.n && sink_ok; i++)
+		if (seen[i].k && is_module_key(&sub_built[i]) && sub_built[i].module - 1 != s->sink)
+			err_key(x, seen[i].k, sub_built[i].name,
 				"only valid with sink: %s (this subscription's sink is %s)",
-				cfg_sink_name(key_sink(&sub_k[i])), cfg_sink_name(s->sink));
+				cfg_sink_name(sub_built[i].module - 1), cfg_sink_name(s->sink));
 	if (seen[SK_CHANGED].k && !(s->ops & MATCH_OP_UPDATE))
 		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
 	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
 		err_key(x, seen[SK_OPS].k, "operations",
 			"schema events come before rows: schema needs insert, update or delete too");
-	for (size_t i = 0; i < SK_N && s->sink == CFG_SINK_KAFKA; i++)
-		if (seen[i].k && debezium_key(i) && s->format != CFG_FORMAT_DEBEZIUM)
-			err_key(x, seen[i].k, sub_k[i].name,
-				"only valid with format: debezium (this subscription's format is %s)",
-				cfg_format_name(s->format));
-	/* Debezium follows each delete with a tombstone unless told otherwise (tombstones.on.delete). */
-	if (s->format == CFG_FORMAT_DEBEZIUM && !seen[SK_TOMBSTONES].k)
-		s->tombstones = true;
-	for (size_t i = 0; i < SK_N; i++)
-		if ((sub_k[i].flags & K_BY_SINK) && !seen[i].k && s->sink == key_sink(&sub_k[i]))
-			key_default(s, &sub_k[i]);
+	if (!sink_ok || !m->check_sub)
+		return;
+	bool given[CFG_MAX_KEYS] = {0};
+	size_t first = sub_first[s->sink];
+	for (size_t i = 0; i < m->sub_keys.count; i++)
+		given[i] = seen[first + i].k != NULL;
+	sub_problems p = {{report_problem}, x, seen, first, sv ? sv : seen[SK_NAME].k};
+	m->check_sub(s->sink_settings[s->sink], given, &p.base);
 }
 
-/* Keys of another sink are refused by the parser: only this sink's are printed; snapshot only when
- * on (configurations without it print as they did before it existed). */
+/* Keys of another sink are refused by the parser: only this sink's are printed, as its module says;
+ * snapshot only when on (configurations without it print as they did before it existed). */
 static bool sub_shown(const void *base, const key *k)
 {
 	const cfg_subscription *s = base;
-	if (k == &sub_k[SK_SNAPSHOT])
+	if (k == snapshot_key)
 		return s->snapshot;
-	if (debezium_key((size_t)(k - sub_k)) && s->format != CFG_FORMAT_DEBEZIUM)
+	if (!is_module_key(k))
+		return true;
+	const sink_module *m = sink_modules[k->module - 1];
+	if (k->module - 1 != s->sink)
 		return false;
-	return !(k->flags & (K_KAFKA | K_SOCKET)) || s->sink == key_sink(k);
+	return !m->sub_shown ||
+	       m->sub_shown(s->sink_settings[s->sink], (size_t)(k - sub_built) - sub_first[s->sink]);
 }
 
-const keys sub_keys = KEYS(sub_k, .check = check_sub, .shown = sub_shown);
+keys sub_keys;
 
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
@@ -558,57 +512,6 @@ static void check_status(ctx *x, void *base, const pair *seen)
 		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
 }
 
-static const key subscribers_k[] = {
-    {"socket", &t_socket, TOP(subscribers.socket), .def.s = CFG_DEFAULT_SUBSCRIBER_SOCKET, .restart = true,
-     .doc = "The Unix socket where socket subscriptions' consumers connect."},
-    {"mode", &t_mode, TOP(subscribers.mode), .def.n = 0660, .restart = true,
-     .doc = "The file mode of both sockets; access for a consumer's group goes through cdc's group. A mode "
-	    "that lets any local user write is refused."},
-    {"first_frame_timeout", &t_duration, TOP(subscribers.first_frame_timeout_ms), NULL, K_POSITIVE,
-     .def.n = 10000, .restart = true,
-     .doc =
-	 "A connection must send its `Subscribe` frame this soon, else it gets `Error SUBSCRIBE_TIMEOUT`."},
-    {"max_connections", &t_u32, TOP(subscribers.max_connections), NULL, K_POSITIVE, .def.n = 1024,
-     .restart = true,
-     .doc = "At most this many consumer connections; then the oldest that has not subscribed gives way, or "
-	    "the new one gets `CONNECTION_LIMIT`."},
-    {"max_output", &t_size, TOP(subscribers.max_output), NULL, K_POSITIVE, .def.n = 1u << 20, .restart = true,
-     .doc = "Unread output per consumer before it is sent nothing more (it resumes when a quarter is left), "
-	    "so a consumer that stops reading holds up no one."},
-};
-
-static const key kafka_k[] = {
-    {"brokers", &t_string, TOP(kafka.brokers), NULL, K_REQUIRED | K_NONEMPTY, .restart = true,
-     .doc = "The bootstrap brokers, `host:port,host:port`."},
-    {"properties", &t_props, 0, .restart = true,
-     .doc = "librdkafka properties, handed over unchanged: TLS (`security.protocol`, `ssl.*`), SASL, tuning "
-	    "(`compression.type: lz4`). Secret-looking values are masked wherever cdc prints them."},
-    {"transactions_topic", &t_topic, TOP(kafka.transactions_topic), &topic_rule, K_OPTIONAL,
-     .doc = "One record per source transaction that produced Kafka events, with its event count, on this "
-	    "topic."},
-    {"schemas_topic", &t_topic, TOP(kafka.schemas_topic), &topic_rule, K_OPTIONAL,
-     .doc = "The schema and DDL events of Kafka subscriptions, on this topic (partition 0, in stream order; "
-	    "make it compacted); each row record names its schema in the `cdc-schema-id` header. Without "
-	    "it, Kafka subscriptions produce no schema or DDL records. See [kafka.md](kafka.md#schemas)."},
-    {"exactly_once", &t_bool, TOP(kafka.exactly_once), .restart = true,
-     .doc = "A transactional producer carrying the slot position in the same Kafka transaction: "
-	    "read-committed consumers see each change once. See [kafka.md](kafka.md#exactly-once)."},
-    {"positions_topic", &t_topic, TOP(kafka.positions_topic), &topic_rule, .def.s = "cdc.positions",
-     .restart = true,
-     .doc = "Exactly once: the topic where the slot position travels (compacted, partition 0)."},
-    {"commit_interval", &t_duration, TOP(kafka.commit_interval_ms),
-     .doc = "Exactly once: keep a Kafka transaction open at least this long (fewer, larger transactions; "
-	    "more latency). `0`: commit as soon as the source transaction is in."},
-    {"commit_events", &t_u64, TOP(kafka.commit_events),
-     .doc = "Exactly once: commit early once a Kafka transaction holds this many events (0: no limit)."},
-};
-
-static void check_kafka(ctx *x, void *base, const pair *seen)
-{
-	(void)x, (void)seen;
-	((cfg *)base)->kafka.enabled = true;
-}
-
 static const key log_k[] = {
     {"level", &t_enum, TOP(log.level), level_names, .def.n = LOG_LEVEL_INFO, .restart = true,
      .doc = "The least severe messages logged on standard error."},
@@ -648,80 +551,212 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 }
 
 static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
-		  subscribers_keys = KEYS(subscribers_k), kafka_keys = KEYS(kafka_k, .check = check_kafka),
 		  log_keys = KEYS(log_k), backfill_keys = KEYS(backfill_k, .check = check_backfill);
 
+/* cdc's own top-level keys; the sink modules' sections come after status. */
+enum { TK_SOURCE, TK_STATE_DIR, TK_STATUS, TK_LOG, TK_BACKFILL, TK_SUBSCRIPTIONS, TK_N };
 static const key top_k[] = {
-    {"source", &t_section, 0, &source_keys, .doc = "The database, the slot and the publication."},
-    {"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
-     .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the spools "
-	    "of socket subscriptions, subscriptions changed over the status socket, backfills."},
-    {"status", &t_section, 0, &status_keys,
-     .doc = "The status socket: figures, health, metrics, and the control endpoints."},
-    {"subscribers", &t_section, 0, &subscribers_keys,
-     .doc = "The socket where consumers of socket subscriptions connect."},
-    {"kafka", &t_section, 0, &kafka_keys, K_KAFKA,
-     .doc =
-	 "The Kafka producer, for `sink: kafka` subscriptions. Present only when a subscription uses Kafka."},
-    {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
-    {"backfill", &t_section, 0, &backfill_keys,
-     .doc = "How backfills read (`snapshot: true`, `cdc backfill`, re-syncs). A reload applies these to the "
-	    "chunks that follow."},
-    {"subscriptions", &t_subs, 0,
-     .doc = "A list of subscriptions: which changes go where. Each is a mapping of the keys below; a reload "
-	    "(`SIGHUP`) or `PUT`/`DELETE /subscriptions/NAME` applies changes at the next transaction "
-	    "boundary."},
+    [TK_SOURCE] = {"source", &t_section, 0, &source_keys,
+		   .doc = "The database, the slot and the publication."},
+    [TK_STATE_DIR] =
+	{"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+	 .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the "
+		"spools "
+		"of socket subscriptions, subscriptions changed over the status socket, backfills."},
+    [TK_STATUS] = {"status", &t_section, 0, &status_keys,
+		   .doc = "The status socket: figures, health, metrics, and the control endpoints."},
+    [TK_LOG] = {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
+    [TK_BACKFILL] =
+	{"backfill", &t_section, 0, &backfill_keys,
+	 .doc =
+	     "How backfills read (`snapshot: true`, `cdc backfill`, re-syncs). A reload applies these to the "
+	     "chunks that follow."},
+    [TK_SUBSCRIPTIONS] =
+	{"subscriptions", &t_subs, 0,
+	 .doc =
+	     "A list of subscriptions: which changes go where. Each is a mapping of the keys below; a reload "
+	     "(`SIGHUP`) or `PUT`/`DELETE /subscriptions/NAME` applies changes at the next transaction "
+	     "boundary."},
 };
+static key top_built[TK_N + SINK_MODULES_MAX];
 
-const cfg_subscription *format_conflict(const cfg *c, const cfg_subscription *s,
-					const cfg_subscription **first)
+bool subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscription **second, buf *why)
 {
-	if (!c->kafka.transactions_topic)
-		return NULL;
-	for (size_t i = 0; i < c->nsubs; i++) {
-		const cfg_subscription *o = &c->subs[i];
-		if (o->sink != CFG_SINK_KAFKA || (s && strcmp(o->name, s->name) == 0))
+	for (size_t m = 0; sink_modules[m]; m++) {
+		const sink_module *mod = sink_modules[m];
+		if (!mod->check_together || (s && s->sink != (int)m))
 			continue;
-		if (!s)
-			s = o;
-		else if (o->format != s->format)
-			return first ? (*first = s, o) : o;
+		const void **settings = xcalloc(c->nsubs + 1, sizeof(*settings));
+		const char **names = xcalloc(c->nsubs + 1, sizeof(*names));
+		const cfg_subscription **which = xcalloc(c->nsubs + 1, sizeof(*which));
+		size_t n = 0, first, other;
+		if (s)
+			settings[n] = s->sink_settings[m], names[n] = s->name, which[n++] = s;
+		for (size_t i = 0; i < c->nsubs; i++) {
+			const cfg_subscription *o = &c->subs[i];
+			if (o->sink != (int)m || (s && strcmp(o->name, s->name) == 0))
+				continue;
+			settings[n] = o->sink_settings[m], names[n] = o->name, which[n++] = o;
+		}
+		bool ok = mod->check_together(c->sink_present[m] ? c->sink_sections[m] : NULL, settings,
+					      names, n, &first, &other, why);
+		if (!ok && second)
+			*second = which[other];
+		free(settings);
+		free(names);
+		free(which);
+		if (!ok)
+			return false;
 	}
-	return NULL;
-}
-
-void format_conflict_text(buf *b, const cfg_subscription *a, const cfg_subscription *o)
-{
-	buf_printf(
-	    b,
-	    "subscriptions %s (format %s) and %s (format %s) write Kafka records in different formats, "
-	    "but kafka.transactions_topic holds the records of their transactions in one: give them "
-	    "the same format",
-	    a->name, cfg_format_name(a->format), o->name, cfg_format_name(o->format));
+	return true;
 }
 
 static void check_top(ctx *x, void *base, const pair *seen)
 {
 	(void)seen;
-	const cfg_subscription *a, *o = format_conflict(base, NULL, &a);
-	if (o) {
-		buf why = {0};
-		format_conflict_text(&why, a, o);
+	const cfg_subscription *o;
+	buf why = {0};
+	if (!subs_together(base, NULL, &o, &why))
 		err_pos(x, o->line, o->col, "%s", why.data);
-		buf_free(&why);
-	}
+	buf_free(&why);
 }
 
-/* The kafka and backfill sections are printed when the file has them. */
+/* The backfill section is printed when the file has it, and so is a sink's optional section. */
 static bool top_shown(const void *base, const key *k)
 {
 	const cfg *c = base;
 	if (k->arg == &backfill_keys)
 		return c->backfill.present;
-	return !(k->flags & K_KAFKA) || c->kafka.enabled;
+	if (is_module_key(k))
+		return !sink_modules[k->module - 1]->section_optional || c->sink_present[k->module - 1];
+	return true;
 }
 
-const keys top_keys = KEYS(top_k, .top = true, .check = check_top, .shown = top_shown);
+keys top_keys;
+
+/* ---- the sink modules' keys, made into the tables' keys ---- */
+
+static const ktype *const type_of[] = {
+    [SINK_KEY_STRING] = &t_string,    [SINK_KEY_BOOL] = &t_bool,	 [SINK_KEY_U32] = &t_u32,
+    [SINK_KEY_U64] = &t_u64,	      [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
+    [SINK_KEY_ENUM] = &t_enum,	      [SINK_KEY_MODE] = &t_mode,	 [SINK_KEY_PATH] = &t_socket,
+    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,
+};
+
+static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_size, int module);
+
+static key convert_key(const sink_key *k, size_t via, size_t via_size, int module)
+{
+	static const unsigned flag_of[][2] = {
+	    {SINK_KEY_REQUIRED, K_REQUIRED}, {SINK_KEY_NONEMPTY, K_NONEMPTY}, {SINK_KEY_POSITIVE, K_POSITIVE},
+	    {SINK_KEY_OPTIONAL, K_OPTIONAL}, {SINK_KEY_FLOW, K_FLOW},	      {SINK_KEY_SECRET, K_SECRET}};
+	key out = {.name = k->name,
+		   .type = k->type == SINK_KEY_STRING && k->check ? &t_checked : type_of[k->type],
+		   .off = k->offset,
+		   .arg = k->arg,
+		   .flags = K_VIA,
+		   .restart = (k->flags & SINK_KEY_RESTART) != 0,
+		   .doc = k->doc,
+		   .min = k->min,
+		   .max = k->max,
+		   .via = via,
+		   .via_size = via_size,
+		   .module = module};
+	for (size_t i = 0; i < sizeof flag_of / sizeof *flag_of; i++)
+		if (k->flags & flag_of[i][0])
+			out.flags |= flag_of[i][1];
+	if (k->type == SINK_KEY_STRING || k->type == SINK_KEY_PATH)
+		out.def.s = k->def_text;
+	else
+		out.def.n = k->def_number;
+	if (out.type == &t_checked)
+		out.arg = k;
+	if (k->type == SINK_KEY_ENUM) {
+		const char *const *names = k->arg;
+		size_t n = 0;
+		while (names[n])
+			n++;
+		ename *e = xcalloc(n + 1, sizeof(*e));
+		for (size_t i = 0; i < n; i++)
+			e[i] = (ename){names[i], (int)i};
+		out.arg = e;
+	}
+	if (k->type == SINK_KEY_SECTION) {
+		const sink_keys *inner = k->arg;
+		key *v = xcalloc(inner->count, sizeof(*v));
+		convert_keys(inner, v, via, via_size, module);
+		keys *t = xcalloc(1, sizeof(*t));
+		*t = (keys){v, inner->count};
+		out.arg = t;
+	}
+	return out;
+}
+
+static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_size, int module)
+{
+	for (size_t i = 0; i < from->count; i++)
+		to[i] = convert_key(&from->keys[i], via, via_size, module);
+}
+
+/* The sink key's documentation: each module's phrase. */
+static char *sink_doc(void)
+{
+	buf b = {0};
+	buf_puts(&b, "Where its events go: ");
+	size_t n = sink_modules_count();
+	for (size_t m = 0; m < n; m++)
+		buf_printf(&b, "%s%s", m == 0 ? "" : m + 1 == n ? " or " : ", ", sink_modules[m]->doc);
+	buf_puts(&b, ". The first is the default.");
+	return b.data;
+}
+
+static void section_present(void *base, size_t module)
+{
+	((cfg *)base)->sink_present[module] = true;
+}
+
+/* Builds top_keys and sub_keys before main() runs: the tables never change after. */
+__attribute__((constructor)) static void build_tables(void)
+{
+	size_t n = 0, nmod = sink_modules_count();
+	for (size_t m = 0; m < nmod; m++)
+		sink_enames[m] = (ename){sink_modules[m]->name, (int)m};
+	for (size_t i = 0; i <= SK_COLUMNS; i++)
+		sub_built[n++] = sub_k[i];
+	sub_built[SK_SINK].arg = sink_enames;
+	sub_built[SK_SINK].doc = sink_doc();
+	for (size_t m = 0; m < nmod; m++) {
+		const sink_module *mod = sink_modules[m];
+		sub_first[m] = n;
+		if (n + mod->sub_keys.count + 1 > CFG_MAX_KEYS)
+			abort(); /* raise CFG_MAX_KEYS */
+		convert_keys(&mod->sub_keys, sub_built + n, SUB(sink_settings) + m * sizeof(void *),
+			     mod->sub_size, (int)m + 1);
+		n += mod->sub_keys.count;
+	}
+	sub_built[n] = sub_k[SK_SNAPSHOT];
+	snapshot_key = &sub_built[n++];
+	sub_keys = (keys){sub_built, n, .check = check_sub, .shown = sub_shown};
+
+	n = 0;
+	for (size_t i = 0; i <= TK_STATUS; i++)
+		top_built[n++] = top_k[i];
+	for (size_t m = 0; m < nmod; m++) {
+		const sink_module *mod = sink_modules[m];
+		if (!mod->section)
+			continue;
+		key *v = xcalloc(mod->section_keys.count, sizeof(*v));
+		convert_keys(&mod->section_keys, v, TOP(sink_sections) + m * sizeof(void *),
+			     mod->section_size, (int)m + 1);
+		keys *t = xcalloc(1, sizeof(*t));
+		*t = (keys){v, mod->section_keys.count, .present = section_present, .module = m};
+		top_built[n++] =
+		    (key){mod->section, &t_section, 0, t, .doc = mod->section_doc, .module = (int)m + 1};
+	}
+	for (size_t i = TK_LOG; i < TK_N; i++)
+		top_built[n++] = top_k[i];
+	top_keys = (keys){top_built, n, .top = true, .check = check_top, .shown = top_shown};
+}
 
 /* ---- load, free ---- */
 
@@ -764,8 +799,10 @@ cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 		goto out; /* an empty file: every default */
 	if (root->kind == N_MAP)
 		for (size_t i = 0; i + 1 < root->n; i += 2)
-			if (root->kids[i]->kind == N_SCALAR && strcmp(root->kids[i]->text, "kafka") == 0)
-				x.have_kafka = true;
+			for (size_t m = 0; sink_modules[m]; m++)
+				if (root->kids[i]->kind == N_SCALAR && sink_modules[m]->section &&
+				    strcmp(root->kids[i]->text, sink_modules[m]->section) == 0)
+					x.have_section[m] = true;
 	pair seen[CFG_MAX_KEYS] = {0};
 	walk_map(&x, root, c, &top_keys, seen);
 out:
@@ -794,4 +831,42 @@ cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)
 		if (strcmp(c->subs[i].name, name) == 0)
 			return &c->subs[i];
 	return NULL;
+}
+
+/* The key named by a dotted path, and the base its field is in; NULL if none. */
+static const key *key_named(const keys *t, const char *name)
+{
+	const char *dot = strchr(name, '.');
+	size_t len = dot ? (size_t)(dot - name) : strlen(name);
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		if (strlen(k->name) != len || strncmp(k->name, name, len) != 0)
+			continue;
+		if (dot)
+			return k->type->store == ST_SECTION ? key_named(k->arg, dot + 1) : NULL;
+		return k;
+	}
+	return NULL;
+}
+
+const char *cfg_get_string(const cfg *c, const char *name)
+{
+	const key *k = key_named(&top_keys, name);
+	return k && k->type->store == ST_STR ? *CFIELD(c, k, char *) : NULL;
+}
+
+uint64_t cfg_get_number(const cfg *c, const char *name)
+{
+	const key *k = key_named(&top_keys, name);
+	if (!k || k->type->store != ST_VALUE)
+		return 0;
+	uint64_t v = 0;
+	if (k->type->size == sizeof(uint64_t))
+		memcpy(&v, CFIELD(c, k, char), sizeof v);
+	else if (k->type->size == sizeof(uint32_t)) {
+		uint32_t u;
+		memcpy(&u, CFIELD(c, k, char), sizeof u);
+		v = u;
+	} else
+		v = *CFIELD(c, k, bool);
+	return v;
 }

@@ -12,7 +12,8 @@
 cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
 					 buf *errors)
 {
-	ctx x = {.file = "body", .errors = errors, .have_kafka = c->kafka.enabled};
+	ctx x = {.file = "body", .errors = errors};
+	memcpy(x.have_section, c->sink_present, sizeof x.have_section);
 	node *root = NULL;
 	cfg_subscription *s = xcalloc(1, sizeof *s);
 	keys_default(s, &sub_keys);
@@ -38,13 +39,10 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 	}
 	pair seen[CFG_MAX_KEYS] = {0};
 	walk_map(&x, root, s, &sub_keys, seen);
-	const cfg_subscription *o = x.nerr || s->sink != CFG_SINK_KAFKA ? NULL : format_conflict(c, s, NULL);
-	if (o) {
-		buf why = {0};
-		format_conflict_text(&why, s, o);
+	buf why = {0};
+	if (!x.nerr && !subs_together(c, s, NULL, &why))
 		err_pos(&x, 1, 1, "%s", why.data);
-		buf_free(&why);
-	}
+	buf_free(&why);
 out:
 	node_free(root);
 	ctx_free(&x);
@@ -82,7 +80,8 @@ cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
 		return o;
 	}
 	overlay_doc doc = {0};
-	ctx x = {.file = path.data, .errors = errors, .have_kafka = true};
+	ctx x = {.file = path.data, .errors = errors};
+	memset(x.have_section, 1, sizeof x.have_section);
 	buf text = {0};
 	if (!read_text(path.data, &text, errors))
 		x.nerr++;
@@ -196,22 +195,21 @@ bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf 
 	for (size_t i = 0; i < o->deleted.n; i++)
 		subs_remove(c->subs, &c->nsubs, o->deleted.v[i]);
 	for (size_t i = 0; i < o->nput; i++) {
-		const cfg_subscription *p = &o->put[i], *conflict = NULL;
-		bool no_kafka = p->sink == CFG_SINK_KAFKA && !c->kafka.enabled;
-		if (!no_kafka && p->sink == CFG_SINK_KAFKA)
-			conflict = format_conflict(c, p, NULL);
-		if (no_kafka || conflict) {
+		const cfg_subscription *p = &o->put[i];
+		const sink_module *m = sink_modules[p->sink];
+		bool no_section = m->section_needed && !c->sink_present[p->sink];
+		buf why = {0};
+		bool conflict = !no_section && !subs_together(c, p, NULL, &why);
+		if (no_section || conflict) {
 			buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
-			if (no_kafka)
-				buf_printf(
-				    errors,
-				    "subscription %s has sink kafka, but the configuration has no kafka "
-				    "section (add one, or DELETE the subscription)\n",
-				    p->name);
-			else {
-				format_conflict_text(errors, p, conflict);
-				buf_puts(errors, " (or DELETE one of them)\n");
-			}
+			if (no_section)
+				buf_printf(errors,
+					   "subscription %s has sink %s, but the configuration has no %s "
+					   "section (add one, or DELETE the subscription)\n",
+					   p->name, m->name, m->section);
+			else
+				buf_printf(errors, "%s (or DELETE one of them)\n", why.data);
+			buf_free(&why);
 			if (left_out)
 				strlist_add(left_out, p->name);
 			/* the file's subscription of that name, if any, is not what the overlay says */

@@ -30,8 +30,6 @@ static const char intro[] =
     "| boolean | `true` or `false` (YAML 1.2: `yes`, `no`, `on`, `off` are refused) |\n"
     "| table pattern | `schema.table`, each part a name or a glob with `*` and `?`: `public.*`, `*.orders` "
     "|\n"
-    "| topic template | a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters "
-    "Kafka does not allow become `_` |\n"
     "| name | slot: `[a-z0-9_]`, 1 to 63; publication: up to 63 bytes, no control characters (always "
     "quoted in SQL); subscription: `[A-Za-z0-9_.-]`, 1 to 64 |\n";
 
@@ -42,12 +40,12 @@ static void default_text(buf *out, const void *base, const key *k)
 		buf_puts(out, "*required*");
 		return;
 	}
-	if (k->flags & K_BY_SINK) {
-		buf_printf(out, "`%s`", k->def.s);
-		return;
-	}
-	if (k->type->store == ST_STR && !*CFIELD(base, k, char *)) {
-		buf_puts(out, "none");
+	if (k->type->store == ST_STR) {
+		const char *v = *CFIELD(base, k, char *);
+		if (v)
+			buf_printf(out, "`%s`", (k->flags & K_SECRET) ? CFG_MASK : v);
+		else
+			buf_puts(out, "none");
 		return;
 	}
 	if ((k->type->store == ST_LIST && !CFIELD(base, k, cfg_strlist)->n) ||
@@ -64,7 +62,9 @@ static void default_text(buf *out, const void *base, const key *k)
 
 static void type_text(buf *out, const key *k)
 {
-	if (k->type == &t_strlist)
+	if (k->type == &t_checked)
+		buf_puts(out, ((const sink_key *)k->arg)->value_type);
+	else if (k->type == &t_strlist)
 		buf_puts(out, (k->flags & K_PATTERNS) ? "list of table patterns" : "list of column names");
 	else
 		buf_puts(out, k->type->name);
@@ -134,6 +134,23 @@ static void section(buf *out, const void *base, const keys *t, const char *prefi
 		one_key(out, base, k, prefix, depth);
 }
 
+/* The rows of the table of how values are written for the sink modules' own value types, each
+ * once. */
+static void value_rows(buf *out, const keys *t)
+{
+	for (const key *k = t->k; k < t->k + t->n; k++) {
+		if (k->type->store == ST_SECTION)
+			value_rows(out, k->arg);
+		if (k->type != &t_checked)
+			continue;
+		const sink_key *sk = k->arg;
+		char row[256];
+		snprintf(row, sizeof row, "| %s |", sk->value_type);
+		if (!out->data || !strstr(out->data, row))
+			buf_printf(out, "%s %s |\n", row, sk->value_doc);
+	}
+}
+
 /* Every key with no documentation, by path: the reference would have a hole there. */
 static void undocumented(buf *out, const keys *t, const char *prefix)
 {
@@ -164,6 +181,8 @@ bool cfg_reference(buf *out, char *err, size_t errlen)
 	cfg *defaults = cfg_parse("<defaults>", "", 0, &none);
 	buf_free(&none);
 	buf_puts(out, intro);
+	value_rows(out, &top_keys);
+	value_rows(out, &sub_keys);
 	section(out, defaults, &top_keys, "", 0);
 	cfg_free(defaults);
 	return true;

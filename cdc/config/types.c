@@ -10,9 +10,8 @@
 #include <sys/un.h>
 
 /* Setters store enums through an int pointer: make sure that is what they are. */
-_Static_assert(sizeof(cfg_sink) == sizeof(int) && sizeof(cfg_consumers) == sizeof(int) &&
-		   sizeof(cfg_when_full) == sizeof(int) && sizeof(cfg_batch) == sizeof(int) &&
-		   sizeof(log_format) == sizeof(int) && sizeof(log_level) == sizeof(int),
+_Static_assert(sizeof(cfg_on_gap) == sizeof(int) && sizeof(log_format) == sizeof(int) &&
+		   sizeof(log_level) == sizeof(int),
 	       "enums are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(mode_t) == sizeof(uint32_t),
 	       "uid_t and mode_t are 32 bits");
@@ -381,20 +380,21 @@ static void set_uids(ctx *x, const node *v, void *base, const key *k)
 	c->status.ncontrol_uids = n;
 }
 
-static void set_topic(ctx *x, const node *v, void *base, const key *k)
+/* A string a sink module checks: k->arg is its sink_key. */
+static void set_checked(ctx *x, const node *v, void *base, const key *k)
 {
+	const sink_key *sk = k->arg;
 	char why[160];
-	const char *s = scalar(x, v, "a topic name");
+	const char *s = scalar(x, v, "a string");
 	if (!s)
 		return;
-	if (!*s) {
+	if (!*s && (k->flags & K_NONEMPTY)) {
 		err_at(x, v, "must not be empty");
 		return;
 	}
-	const char *problem = k->arg ? (ident_ok(s, k->arg) ? NULL : ((const ident_rule *)k->arg)->expect)
-				     : topic_problem(s, why, sizeof why);
+	const char *problem = sk->check(s, why, sizeof why);
 	if (problem) {
-		err_at(x, v, "invalid topic %s: %s", qnode(x, v), problem);
+		err_at(x, v, "invalid %s %s: %s", sk->noun ? sk->noun : "value", qnode(x, v), problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -421,12 +421,11 @@ size_t *first_of(named *v, size_t n)
 
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
+	sink_properties *props = FIELD(base, k, sink_properties);
 	if (is_null(v))
 		return;
 	if (v->kind != N_MAP) {
-		wrong_kind(x, v, "a mapping of librdkafka properties");
+		wrong_kind(x, v, "a mapping of properties");
 		return;
 	}
 	size_t n = v->n / 2;
@@ -456,11 +455,11 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	free(names);
 	if (x->nerr != before)
 		return;
-	c->kafka.properties = xcalloc(n, sizeof *c->kafka.properties);
+	props->items = xcalloc(n ? n : 1, sizeof *props->items);
 	for (size_t i = 0; i < n; i++)
-		c->kafka.properties[i] =
-		    (cfg_kv){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
-	c->kafka.nproperties = n;
+		props->items[i] =
+		    (sink_property){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
+	props->count = n;
 }
 
 /* The overlay file's deleted subscriptions. */
@@ -501,7 +500,8 @@ static void print_section(emit *e, const void *base, const key *k)
 
 static void print_string(emit *e, const void *base, const key *k)
 {
-	emit_str(e, *CFIELD(base, k, char *));
+	const char *v = *CFIELD(base, k, char *);
+	emit_str(e, v && (k->flags & K_SECRET) ? CFG_MASK : v);
 }
 
 static void print_dsn(emit *e, const void *base, const key *k)
@@ -594,15 +594,14 @@ static void print_uids(emit *e, const void *base, const key *k)
 /* A block mapping, one property a line; secret-looking values masked. */
 static void print_props(emit *e, const void *base, const key *k)
 {
-	const cfg *c = base;
-	(void)k;
-	if (!c->kafka.nproperties) {
+	const sink_properties *props = CFIELD(base, k, sink_properties);
+	if (!props->count) {
 		emit_raw(e, "{}");
 		return;
 	}
 	e->space = false;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		const cfg_kv *kv = &c->kafka.properties[i];
+	for (size_t i = 0; i < props->count; i++) {
+		const sink_property *kv = &props->items[i];
 		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
 		bool explicit_key = strlen(kv->key) > 100;
 		emit_line(e, e->indent + 2);
@@ -636,24 +635,22 @@ static bool same_uids(const void *a, const void *b, const key *k)
 
 static void clear_props(void *base, const key *k)
 {
-	cfg *c = base;
-	(void)k;
-	for (size_t i = 0; i < c->kafka.nproperties; i++) {
-		free(c->kafka.properties[i].key);
-		free(c->kafka.properties[i].value);
+	sink_properties *props = FIELD(base, k, sink_properties);
+	for (size_t i = 0; i < props->count; i++) {
+		free(props->items[i].key);
+		free(props->items[i].value);
 	}
-	free(c->kafka.properties);
+	free(props->items);
+	*props = (sink_properties){0};
 }
 
 static bool same_props(const void *a, const void *b, const key *k)
 {
-	const cfg *x = a, *y = b;
-	(void)k;
-	if (x->kafka.nproperties != y->kafka.nproperties)
+	const sink_properties *x = CFIELD(a, k, sink_properties), *y = CFIELD(b, k, sink_properties);
+	if (x->count != y->count)
 		return false;
-	for (size_t i = 0; i < x->kafka.nproperties; i++)
-		if (strcmp(x->kafka.properties[i].key, y->kafka.properties[i].key) ||
-		    strcmp(x->kafka.properties[i].value, y->kafka.properties[i].value))
+	for (size_t i = 0; i < x->count; i++)
+		if (strcmp(x->items[i].key, y->items[i].key) || strcmp(x->items[i].value, y->items[i].value))
 			return false;
 	return true;
 }
@@ -667,7 +664,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
-	    t_topic = {set_topic, print_string, ST_STR, .name = "topic template"},
+	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},
 	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
 	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},
 	    t_size = {set_size, print_size, ST_VALUE, sizeof(uint64_t), .name = "size"},

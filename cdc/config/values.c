@@ -182,41 +182,6 @@ const char *listen_problem(const char *s)
 	return NULL;
 }
 
-/* Kafka topic templates: the names Kafka allows, and the placeholders we expand. NULL if ok. */
-const char *topic_problem(const char *s, char *why, size_t whylen)
-{
-	static const char *const ph[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
-	for (const char *p = s; *p;) {
-		if (*p == '{') {
-			size_t i, n = 0;
-			for (i = 0; i < 4; i++)
-				if (strncmp(p, ph[i], n = strlen(ph[i])) == 0)
-					break;
-			if (i == 4) {
-				size_t end = strcspn(p, "}");
-				errf(why, whylen,
-				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
-				     "{subscription}, {tag})",
-				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
-				return why;
-			}
-			p += n;
-			continue;
-		}
-		unsigned char c = (unsigned char)*p++;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-')) {
-			errf(why, whylen,
-			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
-			     c >= 0x20 && c < 0x7f ? c : '?');
-			return why;
-		}
-	}
-	if (strlen(s) > 249)
-		return "a Kafka topic name is at most 249 characters";
-	return NULL;
-}
-
 /* ---- names ---- */
 
 const ident_rule slot_rule = {LOWER DIGIT "_", LOWER DIGIT "_", 63,
@@ -226,8 +191,6 @@ const ident_rule slot_rule = {LOWER DIGIT "_", LOWER DIGIT "_", 63,
 const ident_rule pub_rule = {NULL, NULL, 63, "1 to 63 bytes without control characters"};
 const ident_rule sub_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 64,
 			     "1 to 64 characters from [A-Za-z0-9_.-]"};
-const ident_rule topic_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 249,
-			       "a Kafka topic name [a-zA-Z0-9._-]{1,249}"};
 
 bool ident_ok(const char *s, const ident_rule *r)
 {
@@ -269,45 +232,22 @@ const ename op_names[] = {
     {"message", MATCH_OP_MESSAGE}, {"schema", MATCH_OP_SCHEMA},
     {"ddl", MATCH_OP_DDL},	   {NULL, 0},
 };
-const ename sink_names[] = {
-    {"socket", CFG_SINK_SOCKET}, {"kafka", CFG_SINK_KAFKA}, {"stdout", CFG_SINK_STDOUT}, {NULL, 0}};
-const ename consumers_names[] = {{"failover", CFG_CONSUMERS_FAILOVER},
-				 {"shared", CFG_CONSUMERS_SHARED},
-				 {"key_shared", CFG_CONSUMERS_KEY_SHARED},
-				 {NULL, 0}};
-const ename batch_names[] = {{"none", CFG_BATCH_NONE}, {"transaction", CFG_BATCH_TRANSACTION}, {NULL, 0}};
 const ename gap_names[] = {{"fail", CFG_GAP_FAIL}, {"resync", CFG_GAP_RESYNC}, {NULL, 0}};
-const ename full_names[] = {{"block", CFG_FULL_BLOCK}, {"drop_oldest", CFG_FULL_DROP_OLDEST}, {NULL, 0}};
 #define LEVEL_ENAME(v, name) {name, v},
 const ename level_names[] = {LOG_LEVELS(LEVEL_ENAME){NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
-const ename record_format_names[] = {{"protobuf", CFG_FORMAT_PROTOBUF},
-				     {"json", CFG_FORMAT_JSON},
-				     {"debezium", CFG_FORMAT_DEBEZIUM},
-				     {NULL, 0}};
-const ename toast_names[] = {{"placeholder", CFG_TOAST_PLACEHOLDER}, {"omit", CFG_TOAST_OMIT}, {NULL, 0}};
-
-const char *cfg_sink_name(cfg_sink v)
+const char *cfg_sink_name(int module)
 {
-	return ename_of(sink_names, (int)v);
+	return ename_of(sink_names, module);
 }
 
-const char *cfg_consumers_name(cfg_consumers v)
+sink_sub *cfg_sink_subs(const cfg *c, size_t module)
 {
-	return ename_of(consumers_names, (int)v);
-}
-
-const char *cfg_when_full_name(cfg_when_full v)
-{
-	return ename_of(full_names, (int)v);
-}
-
-const char *cfg_batch_name(cfg_batch v)
-{
-	return ename_of(batch_names, (int)v);
-}
-
-const char *cfg_format_name(cfg_format v)
-{
-	return ename_of(record_format_names, (int)v);
+	sink_sub *v = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(*v));
+	for (size_t i = 0; i < c->nsubs; i++)
+		v[i] = (sink_sub){.name = c->subs[i].name,
+				  .tag = c->subs[i].tag,
+				  .mine = c->subs[i].sink == (int)module,
+				  .settings = c->subs[i].sink_settings[module]};
+	return v;
 }

@@ -17,7 +17,6 @@
 #include "cdc/daemon/setup.h"
 #include "cdc/daemon/sidecar.h"
 #include "decoder/base/log.h"
-#include "sinks/kafka/kafka_sink.h"
 
 #define TICK_MS 100
 #define FEEDBACK_MIN_MS 100 /* at most this often when only the flushed position moved */
@@ -180,19 +179,6 @@ static void on_gap(sidecar *d)
 	}
 }
 
-/* Delivery reports wake the loop; an exactly-once commit waiting for the brokers also needs a
- * flush every few milliseconds (kafka_sink_wake_ms), which the same event's timeout gives. */
-static void watch_kafka(sidecar *d)
-{
-	int ms = d->sinks.ev_kafka ? kafka_sink_wake_ms(d->sinks.k[SINKS_KAFKA]) : 0;
-	if (ms == d->kafka_wake_ms)
-		return;
-	struct timeval tv = {0, ms * 1000};
-	event_del(d->sinks.ev_kafka); /* event_add keeps a timeout it is not given a new one for */
-	event_add(d->sinks.ev_kafka, ms ? &tv : NULL);
-	d->kafka_wake_ms = ms;
-}
-
 /* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
  * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
  * position, which the server resends from. */
@@ -201,7 +187,7 @@ static bool flush_sinks(sidecar *d)
 	sink *k = NULL;
 	switch (pipeline_flush(d->pipe, &k, d->err, sizeof(d->err))) {
 	case SINK_OK:
-		watch_kafka(d);
+		sink_set_watch(&d->sinks);
 		return true;
 	case SINK_RESTART:
 		log_warn(
@@ -346,7 +332,7 @@ static void on_sink_event(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	d->sinks.k[SINKS_KAFKA]->ops->poll(d->sinks.k[SINKS_KAFKA]);
+	sink_set_poll(&d->sinks);
 	if (flush_sinks(d) && d->conn.streaming)
 		progressed(d, false);
 }
@@ -510,9 +496,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	reload_maybe(d);
 	backfills_tick(d, now_ms());
 	figures_publish(d, false);
-	/* A Kafka transaction kept open for kafka.commit_interval commits when it is due, and a commit
-	 * call that timed out resumes, even if nothing else arrives. */
-	if (d->conn.streaming && d->cfg->kafka.exactly_once) {
+	/* A sink's transaction kept open for a while (Kafka's commit_interval) commits when it is due,
+	 * and a commit call that timed out resumes, even if nothing else arrives. */
+	if (d->conn.streaming && sink_set_ticks(&d->sinks)) {
 		if (!flush_sinks(d))
 			return;
 		pause_or_resume(d); /* a commit that ended here lets reading go on */
@@ -549,10 +535,10 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
-/* Exactly once: the stream this process holds now (kafka_sink_watch_stream). Asks the kernel too:
- * a process resumed after a pause commits nothing before it has read that its stream ended. A
- * stream found closed is handed to on_read at once, even while reading is paused for a sink
- * that is busy with the very commit that waits for it. */
+/* The stream this process holds now (sink_env.stream, asked before an exactly-once commit). Asks the kernel
+ * too: a process resumed after a pause commits nothing before it has read that its stream ended. A stream
+ * found closed is handed to on_read at once, even while reading is paused for a sink that is busy with the
+ * very commit that waits for it. */
 static uint64_t held_stream(void *ctx)
 {
 	connection *c = &((sidecar *)ctx)->conn;
@@ -596,7 +582,7 @@ static void shutdown_flush(sidecar *d)
 				usleep(1000);
 	}
 	lsn_format(d->conn.st.flushed_lsn, lsn);
-	figures_log_kafka(d);
+	figures_log_sinks(d);
 	log_info("stopped", "flushed_lsn=%s", lsn);
 }
 
@@ -635,12 +621,12 @@ static int setup(sidecar *d, uint64_t endpos)
 	}
 	d->ev_state = event_new(d->base, state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
 	event_add(d->ev_state, NULL);
-	d->sinks = (sink_set){.base = d->base,
-			      .wake = on_consumers_acked,
-			      .durable = on_spooled,
-			      .kafka_event = on_sink_event,
-			      .held = held_stream,
-			      .ctx = d};
+	d->sinks = (sink_set){.env = {.base = d->base,
+				      .wake = on_consumers_acked,
+				      .durable = on_spooled,
+				      .stream = held_stream,
+				      .ctx = d},
+			      .on_event = on_sink_event};
 	if (!sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
 		return 2;

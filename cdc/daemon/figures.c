@@ -1,6 +1,6 @@
 /* figures.c: what `cdc run` tells about itself: the status socket's /status, /metrics and
- * /subscriptions (rendered by cdc/status/report.c from the figures gathered here), the progress
- * and Kafka log lines, and the replication slot's health. */
+ * /subscriptions (rendered by cdc/status/report.c from the figures gathered here and those the
+ * sink modules render), the progress and sinks' log lines, and the replication slot's health. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,26 +9,17 @@
 #include "cdc/source/pgconn.h"
 #include "cdc/status/report.h"
 #include "decoder/base/log.h"
-#include "sinks/kafka/kafka_sink.h"
-#include "sinks/socket/socket_sink.h"
 
 #define PROGRESS_LOG_MS 30000 /* a progress line at most this often while changes flow */
 #define PUBLISH_MS 1000	      /* the status socket's figures are this fresh */
 #define HEALTH_MS 5000	      /* pg_replication_slots is asked this often */
 #define SERVER_MS 5000	      /* the server's role and failover readiness are asked this often */
 
-void figures_log_kafka(sidecar *d)
+void figures_log_sinks(sidecar *d)
 {
-	if (!d->sinks.k[SINKS_KAFKA])
-		return;
-	const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
-	log_info("kafka",
-		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
-		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
-		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
-		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
-		 (double)hist_quantile(&k->latency, 0.5) / 1000,
-		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+	for (size_t m = 0; sink_modules[m]; m++)
+		if (d->sinks.k[m] && sink_modules[m]->log_figures)
+			sink_modules[m]->log_figures(d->sinks.k[m]);
 }
 
 void figures_log_progress(sidecar *d, uint64_t now)
@@ -53,7 +44,7 @@ void figures_log_progress(sidecar *d, uint64_t now)
 	f->logged_seq = pf.transactions;
 	f->logged_events = pf.events;
 	f->last_progress_ms = now;
-	figures_log_kafka(d);
+	figures_log_sinks(d);
 }
 
 /* Why /readyz says 503, or NULL when streaming with every sink able to take changes. */
@@ -69,88 +60,67 @@ static const char *not_ready(sidecar *d)
 		return d->fig.last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
 	if (d->conn.paused)
 		return "paused: a sink is busy or a spool is full (when_full: block)";
-	if (d->sinks.k[SINKS_KAFKA]) {
-		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
-		if (k->brokers_down && k->in_flight)
-			return "kafka: every broker is down; messages wait in flight";
+	for (size_t m = 0; sink_modules[m]; m++) {
+		const char *why = d->sinks.k[m] && sink_modules[m]->not_ready
+				      ? sink_modules[m]->not_ready(d->sinks.k[m])
+				      : NULL;
+		if (why)
+			return why;
 	}
 	return NULL;
 }
 
-static const char *const mode_names[] = {
-    [SOCKET_FAILOVER] = "failover", [SOCKET_SHARED] = "shared", [SOCKET_KEY_SHARED] = "key_shared"};
-
-/* A socket subscription's consumers (*stats: what their names point into; both freed by the
- * caller). */
-static report_consumer *consumer_figures(const sink *k, uint32_t i, socket_consumer_stats **stats, size_t *n)
-{
-	*stats = socket_sink_consumers(k, i, n);
-	report_consumer *out = xcalloc(*n ? *n : 1, sizeof(*out));
-	for (size_t j = 0; j < *n; j++) {
-		const socket_consumer_stats *c = &(*stats)[j];
-		out[j] = (report_consumer){.name = c->name,
-					   .mode = mode_names[c->mode],
-					   .pid = c->pid,
-					   .uid = c->uid,
-					   .dead_letters = c->dead_letters,
-					   .active = c->active,
-					   .reading = c->reading,
-					   .in_flight = c->in_flight,
-					   .delivered = c->delivered,
-					   .acked = c->acked,
-					   .connected_us = c->connected_us};
-	}
-	return out;
-}
-
-/* Per subscription: what the pipeline handed its sink, and the socket sink's offsets and
- * consumers (*stats[i]: what subscription i's consumer names point into). */
-static report_sub *sub_figures(const sidecar *d, socket_consumer_stats ***stats)
+/* Per subscription: what the pipeline handed its sink, and its sink's own members (members[i]:
+ * what subscription i's point into). */
+static report_sub *sub_figures(const sidecar *d, buf *members)
 {
 	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
-	*stats = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(**stats));
-	socket_sub_stats st;
 	for (uint32_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *c = &d->cfg->subs[i];
+		const sink_module *m = sink_modules[c->sink];
+		const sink *k = d->sinks.k[c->sink];
 		pipeline_count n = pipeline_sub_count(d->pipe, i);
-		report_sub *r = &subs[i];
-		*r = (report_sub){.name = c->name,
-				  .sink = cfg_sink_name(c->sink),
-				  .matched = n.events,
-				  .delivered = n.events,
-				  .bytes = n.bytes};
-		if (!d->sinks.k[SINKS_SOCKET] || !socket_sink_stats(d->sinks.k[SINKS_SOCKET], i, &st))
-			continue;
-		r->delivered = st.delivered;
-		r->has_offsets = true;
-		r->head_offset = st.head_offset;
-		r->acked_offset = st.acked_offset;
-		r->first_offset = st.first_offset;
-		r->consumers = st.consumers;
-		r->dead = st.dead;
-		r->dropped = st.dropped;
-		r->redelivered = st.redelivered;
-		r->in_flight = st.in_flight;
-		r->acked = st.acked;
-		r->nacked = st.nacked;
-		r->progressed = st.progressed;
-		r->refused = st.refused;
-		r->spool_bytes = st.spool_bytes;
-		r->full = st.full;
-		r->not_reading = st.not_reading;
-		r->attached = consumer_figures(d->sinks.k[SINKS_SOCKET], i, &(*stats)[i], &r->nattached);
+		subs[i] = (report_sub){.name = c->name,
+				       .sink = m->name,
+				       .matched = n.events,
+				       .delivered = n.events,
+				       .bytes = n.bytes};
+		if (k && m->sub_status && m->sub_status(k, i, &subs[i].delivered, &members[i]))
+			subs[i].sink_members = members[i].data ? members[i].data : "";
 	}
 	return subs;
 }
 
-static void free_sub_figures(report_sub *subs, socket_consumer_stats **stats, size_t n)
+/* Each module's figures, as its sink renders them (texts[3 * m ...]: what they point into). */
+static report_sink *sink_figures(const sidecar *d, buf *texts)
 {
-	for (size_t i = 0; i < n; i++) {
-		free((void *)subs[i].attached);
-		free(stats[i]);
+	size_t n = sink_modules_count();
+	report_sink *v = xcalloc(n, sizeof(*v));
+	const char **names = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*names));
+	for (size_t m = 0; m < n; m++) {
+		const sink_module *mod = sink_modules[m];
+		const sink *k = d->sinks.k[m];
+		v[m] = (report_sink){.name = mod->name, .sub_fields = mod->sub_fields};
+		if (!k)
+			continue;
+		if (mod->status_json) {
+			mod->status_json(k, &texts[3 * m]);
+			v[m].status_json = texts[3 * m].data;
+		}
+		if (mod->metrics) {
+			mod->metrics(k, &texts[3 * m + 1]);
+			v[m].metrics = texts[3 * m + 1].data;
+		}
+		if (mod->sub_metrics) {
+			for (size_t i = 0; i < d->cfg->nsubs; i++)
+				names[i] = d->cfg->subs[i].sink == (int)m ? d->cfg->subs[i].name : NULL;
+			mod->sub_metrics(k, names, d->cfg->nsubs, &texts[3 * m + 2]);
+			v[m].sub_metrics = texts[3 * m + 2].data;
+		}
+		v[m].latency = mod->latency ? mod->latency(k) : NULL;
 	}
-	free(subs);
-	free(stats);
+	free(names);
+	return v;
 }
 
 void figures_publish(sidecar *d, bool force)
@@ -160,8 +130,11 @@ void figures_publish(sidecar *d, bool force)
 	if (!d->status || (!force && now - f->last_publish_ms < PUBLISH_MS))
 		return;
 	f->last_publish_ms = now;
-	socket_consumer_stats **consumers;
-	report_sub *subs = sub_figures(d, &consumers);
+	size_t nsinks = sink_modules_count();
+	buf *members = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*members));
+	buf *texts = xcalloc(3 * nsinks, sizeof(*texts));
+	report_sub *subs = sub_figures(d, members);
+	report_sink *sinks = sink_figures(d, texts);
 	int64_t now_us = wall_us();
 	const char *why = not_ready(d);
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
@@ -214,8 +187,8 @@ void figures_publish(sidecar *d, bool force)
 		       .idle_timeout_s = f->health.idle_timeout_s},
 	    .subs = subs,
 	    .nsubs = d->cfg->nsubs,
-	    .has_kafka = d->sinks.k[SINKS_KAFKA] != NULL,
-	    .socket_latency = d->sinks.k[SINKS_SOCKET] ? socket_sink_latency(d->sinks.k[SINKS_SOCKET]) : NULL,
+	    .sinks = sinks,
+	    .nsinks = nsinks,
 	};
 	const char *warnings[2];
 	if (f->slot_warning[0])
@@ -223,19 +196,6 @@ void figures_publish(sidecar *d, bool force)
 	if (d->cfg->source.failover && fo->known && fo->reason != FAILOVER_READY)
 		warnings[r.nwarnings++] = fo->why;
 	r.warnings = warnings;
-	if (d->sinks.k[SINKS_KAFKA]) {
-		const kafka_stats *k = kafka_sink_stats(d->sinks.k[SINKS_KAFKA]);
-		r.kafka.in_flight = k->in_flight;
-		r.kafka.delivered = k->delivered;
-		r.kafka.errors = k->errors;
-		r.kafka.restarts = k->restarts;
-		r.kafka.latency = &k->latency;
-		r.kafka.exactly_once = d->cfg->kafka.exactly_once;
-		r.kafka.commits = k->commits;
-		r.kafka.aborts = k->aborts;
-		r.kafka.skipped = k->skipped;
-		r.kafka.position = k->position;
-	}
 	report_failed_sub failed[d->rl.aside.n + 1];
 	for (size_t i = 0; i < d->rl.aside.n; i++)
 		failed[i] = (report_failed_sub){d->rl.aside.v[i].name, d->rl.aside.v[i].reason};
@@ -255,7 +215,14 @@ void figures_publish(sidecar *d, bool force)
 	buf_free(&list);
 	buf_free(&backfills);
 	free(bf_rows);
-	free_sub_figures(subs, consumers, d->cfg->nsubs);
+	for (size_t i = 0; i < d->cfg->nsubs; i++)
+		buf_free(&members[i]);
+	for (size_t i = 0; i < 3 * nsinks; i++)
+		buf_free(&texts[i]);
+	free(members);
+	free(texts);
+	free(subs);
+	free(sinks);
 }
 
 /* A warning in the log (once) and in /status while the slot is in danger of losing the WAL it

@@ -14,7 +14,6 @@
 #include "cdc/status/report.h"
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
-#include "sinks/socket/socket_sink.h"
 
 /* One log line per problem of lines (each ends with a newline): a line of the log is one event. */
 static void log_problems(const char *lines)
@@ -159,14 +158,20 @@ static void drop_catalog(sidecar *d)
 	d->rl.catalog = NULL;
 }
 
-/* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for. */
-enum { RESTART_SOURCE = 1, RESTART_KAFKA = 2, RESTART_OTHER = 4 };
+/* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for: the source's,
+ * a sink module's section's (bit RESTART_SINK << its index), or the others'. */
+enum { RESTART_SOURCE = 1, RESTART_OTHER = 2, RESTART_SINK = 4 };
 static void note_restart(const char *key, void *arg)
 {
 	unsigned *restart = arg;
-	if (strncmp(key, "kafka.", 6) == 0)
-		*restart |= RESTART_KAFKA;
-	else if (strncmp(key, "source.", 7) == 0 || strcmp(key, "state_dir") == 0)
+	for (size_t m = 0; sink_modules[m]; m++) {
+		const char *section = sink_modules[m]->section;
+		if (section && strncmp(key, section, strlen(section)) == 0 && key[strlen(section)] == '.') {
+			*restart |= RESTART_SINK << m;
+			return;
+		}
+	}
+	if (strncmp(key, "source.", 7) == 0 || strcmp(key, "state_dir") == 0)
 		*restart |= RESTART_SOURCE;
 	else
 		*restart |= RESTART_OTHER;
@@ -423,12 +428,13 @@ static bool apply_reload(sidecar *d)
 	if (restart & RESTART_SOURCE)
 		log_warn("source and state_dir changes take effect at the next restart", "config=%s",
 			 d->cfg_path);
-	if (d->sinks.k[SINKS_KAFKA] && (restart & RESTART_KAFKA))
-		log_warn("kafka brokers and properties take effect at the next restart", "config=%s",
-			 d->cfg_path);
+	/* a sink made after this reload takes its section as it is now */
+	for (size_t m = 0; sink_modules[m]; m++)
+		if (d->sinks.k[m] && (restart & (RESTART_SINK << m)))
+			log_warn("sink settings take effect at the next restart", "section=%s config=%s",
+				 sink_modules[m]->section, d->cfg_path);
 	if (restart & RESTART_OTHER)
-		log_warn("status, subscribers and log changes take effect at the next restart", "config=%s",
-			 d->cfg_path);
+		log_warn("status and log changes take effect at the next restart", "config=%s", d->cfg_path);
 	cfg_overlay_free(d->rl.overlay);
 	d->rl.overlay = ov;
 	aside_swap(d, &aside);
@@ -444,13 +450,13 @@ static bool apply_reload(sidecar *d)
 		sidecar_fail(d, 1, "cannot start a sink the new configuration needs");
 		return false;
 	}
-	/* A deleted socket subscription's spool goes with it. */
+	/* What a sink keeps of a deleted subscription (a socket subscription's spool) goes with it. */
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		const char *name = d->rl.changes[i].req->name;
-		if (!d->rl.changes[i].req->put && d->sinks.k[SINKS_SOCKET] &&
-		    !cfg_find_subscription(d->cfg, name) && !aside_find(&d->rl.aside, name) &&
-		    !socket_sink_forget(d->sinks.k[SINKS_SOCKET], name, d->err, sizeof(d->err)))
-			log_warn("cannot remove the spool of a deleted subscription",
+		if (!d->rl.changes[i].req->put && !cfg_find_subscription(d->cfg, name) &&
+		    !aside_find(&d->rl.aside, name) &&
+		    !sink_set_forget(&d->sinks, name, d->err, sizeof(d->err)))
+			log_warn("cannot remove what a sink keeps of a deleted subscription",
 				 "subscription=%s error=\"%s\"", name, d->err);
 	}
 	d->conn.publication_ms = 0; /* and the tables created since join the publication now */

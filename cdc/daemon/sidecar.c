@@ -17,12 +17,12 @@ void sidecar_fail(sidecar *d, int code, const char *what)
 	event_base_loopbreak(d->base);
 }
 
-/* Debezium's records name the database (source.db): the Kafka sink learns it once connected. */
+/* A record may name the database (Debezium's source.db): the sinks learn it once connected. */
 void sidecar_tell_database(sidecar *d)
 {
 	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;
-	if (d->sinks.k[SINKS_KAFKA] && db)
-		kafka_sink_set_database(d->sinks.k[SINKS_KAFKA], db);
+	if (db)
+		sink_set_database(&d->sinks, db);
 }
 
 bool sidecar_bind(sidecar *d, rules *r)
@@ -35,7 +35,7 @@ bool sidecar_bind(sidecar *d, rules *r)
 	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};
-	pipeline_bind(d->pipe, r, subs, d->cfg->nsubs, d->sinks.k, SINKS_N);
+	pipeline_bind(d->pipe, r, subs, d->cfg->nsubs, d->sinks.k, SINK_MODULES_MAX);
 	free(subs);
 	return true;
 }

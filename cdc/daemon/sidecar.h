@@ -87,7 +87,6 @@ typedef struct sidecar {
 	int exit_code;
 	struct event_base *base;
 	struct event *ev_tick, *ev_sig[3], *ev_state;
-	int kafka_wake_ms; /* sinks.ev_kafka's timeout now (watch_kafka) */
 	int lock_fd;
 	state_writer *sw; /* records the position off the loop; conn.st is what it has on disk */
 	pipeline *pipe;
@@ -115,7 +114,7 @@ void sidecar_fail(sidecar *d, int code, const char *what);
 /* Binds the sinks and the pipeline to d->cfg with rules r (taken), creating the sinks it needs
  * first. False with d->err when a sink cannot start. */
 bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;
-/* Tells the Kafka sink the database's name (Debezium's source.db), once connected. */
+/* Tells the sinks the database's name (Debezium's source.db), once connected. */
 void sidecar_tell_database(sidecar *d);
 /* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
 void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
@@ -193,8 +192,8 @@ void resync_reached(void *ctx);
 void figures_publish(sidecar *d, bool force);
 /* While changes flow, a progress line every 30 s. */
 void figures_log_progress(sidecar *d, uint64_t now);
-/* The Kafka sink's counters and its commit-to-delivery latency since the start. */
-void figures_log_kafka(sidecar *d);
+/* The sinks' counters and their commit-to-delivery latency since the start, in the log. */
+void figures_log_sinks(sidecar *d);
 /* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
 void figures_slot_health(sidecar *d, uint64_t now);
 /* Every 5 s (and at once after each start): whether the server is a standby, its timeline (a

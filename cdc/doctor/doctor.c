@@ -1,6 +1,8 @@
-/* doctor.c: the table of checks, running them, and the report in text and JSON. Adding a check is a
- * row here and a function in database.c, failover.c, local.c or kafka.c. */
+/* doctor.c: the table of checks, running them and the sink modules' checks, and the report in text
+ * and JSON. Adding a check is a row here and a function in database.c, failover.c or local.c; a
+ * sink's checks are its module's. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,17 +11,15 @@
 #include "decoder/base/json.h"
 
 /* What a check needs before it runs; a check whose needs are not met prints nothing (the database's
- * checks after a failed connection, Kafka's without a kafka: section). */
+ * checks after a failed connection). */
 enum {
-	NEEDS_DB = 1 << 0,	     /* a connection to source.dsn */
-	NEEDS_PG18 = 1 << 1,	     /* PostgreSQL 18 or later */
-	NEEDS_KAFKA = 1 << 2,	     /* a kafka: section */
-	NEEDS_EXACTLY_ONCE = 1 << 3, /* kafka.exactly_once */
-	NEEDS_FAILOVER = 1 << 4,     /* source.failover */
-	NEEDS_PRIMARY = 1 << 5,	     /* source.dsn is a primary */
-	NEEDS_STANDBY = 1 << 6,	     /* source.dsn is a standby (pg_is_in_recovery()) */
-	NEEDS_PG17 = 1 << 7,	     /* PostgreSQL 17 or later */
-	NEEDS_DDL = 1 << 8,	     /* source.ddl */
+	NEEDS_DB = 1 << 0,	 /* a connection to source.dsn */
+	NEEDS_PG18 = 1 << 1,	 /* PostgreSQL 18 or later */
+	NEEDS_FAILOVER = 1 << 4, /* source.failover */
+	NEEDS_PRIMARY = 1 << 5,	 /* source.dsn is a primary */
+	NEEDS_STANDBY = 1 << 6,	 /* source.dsn is a standby (pg_is_in_recovery()) */
+	NEEDS_PG17 = 1 << 7,	 /* PostgreSQL 17 or later */
+	NEEDS_DDL = 1 << 8,	 /* source.ddl */
 };
 
 static const struct {
@@ -51,10 +51,6 @@ static const struct {
     {"primary_dsn", NEEDS_DB | NEEDS_STANDBY, doctor_primary_dsn},
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
-    {"kafka_brokers", NEEDS_KAFKA, doctor_kafka_brokers},
-    {"kafka_topics", NEEDS_KAFKA, doctor_kafka_topics},
-    {"kafka_transactions", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_transactions},
-    {"kafka_positions_topic", NEEDS_KAFKA | NEEDS_EXACTLY_ONCE, doctor_kafka_positions},
 };
 
 static const char *const status_names[] = {
@@ -104,10 +100,6 @@ static bool applies(const doctor *d, unsigned needs)
 		return false;
 	if ((needs & NEEDS_STANDBY) && !d->in_recovery)
 		return false;
-	if ((needs & NEEDS_KAFKA) && !d->c->kafka.enabled)
-		return false;
-	if ((needs & NEEDS_EXACTLY_ONCE) && !d->c->kafka.exactly_once)
-		return false;
 	if ((needs & NEEDS_DDL) && !d->c->source.ddl)
 		return false;
 	return true;
@@ -119,6 +111,96 @@ static void strlist_clear(cfg_strlist *l)
 		free(l->v[i]);
 	free(l->v);
 	*l = (cfg_strlist){0};
+}
+
+/* ---- the sink modules' checks ---- */
+
+typedef struct module_run {
+	sink_doctor base;
+	doctor *d;
+} module_run;
+
+static doctor *doctor_of(sink_doctor *dr)
+{
+	return ((module_run *)dr)->d;
+}
+
+static void module_say(sink_doctor *dr, sink_verdict verdict, const char *fix, const char *fmt, ...)
+{
+	char detail[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	static const doctor_status status_of[] = {
+	    [SINK_PASS] = DOCTOR_PASS, [SINK_WARN] = DOCTOR_WARN, [SINK_FAIL] = DOCTOR_FAIL};
+	doctor_say(doctor_of(dr), status_of[verdict], fix, "%s", detail);
+}
+
+typedef struct table_call {
+	void (*fn)(void *arg, const char *schema, const char *table);
+	void *arg;
+} table_call;
+
+static void call_table(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
+{
+	(void)d, (void)s;
+	const table_call *call = arg;
+	call->fn(call->arg, t->schema, t->name);
+}
+
+static size_t module_tables(sink_doctor *dr, size_t sub,
+			    void (*fn)(void *arg, const char *schema, const char *table), void *arg)
+{
+	doctor *d = doctor_of(dr);
+	table_call call = {fn, arg};
+	return doctor_sub_tables(d, &d->c->subs[sub], call_table, &call);
+}
+
+static void module_socket_path(sink_doctor *dr, const char *key, const char *path)
+{
+	doctor_socket_path(doctor_of(dr), key, path);
+}
+
+/* A module's checks run when the file has its section (one it may leave out) or a subscription
+ * uses it. */
+static bool module_applies(const doctor *d, size_t m)
+{
+	if (sink_modules[m]->section_optional && d->c->sink_present[m])
+		return true;
+	for (size_t i = 0; i < d->c->nsubs; i++)
+		if (d->c->subs[i].sink == (int)m)
+			return true;
+	return false;
+}
+
+static void run_modules(doctor *d)
+{
+	for (size_t m = 0; sink_modules[m]; m++) {
+		const sink_module *mod = sink_modules[m];
+		if (!mod->checks || !module_applies(d, m))
+			continue;
+		sink_sub *subs = cfg_sink_subs(d->c, m);
+		module_run run = {{.section = d->c->sink_sections[m],
+				   .subs = subs,
+				   .nsubs = d->c->nsubs,
+				   .slot = d->c->source.slot,
+				   .timeout_ms = d->r->timeout_ms,
+				   .database_read = d->conn != NULL,
+				   .tables = module_tables,
+				   .say = module_say,
+				   .socket_path = module_socket_path},
+				  d};
+		for (const sink_check *k = mod->checks; k->name; k++) {
+			if (k->applies && !k->applies(&run.base))
+				continue;
+			d->check = k->name;
+			k->run(&run.base);
+		}
+		if (mod->doctor_done)
+			mod->doctor_done(&run.base);
+		free(subs);
+	}
 }
 
 void doctor_run(const cfg *c, doctor_report *r)
@@ -133,6 +215,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 		d.check = checks[i].name;
 		checks[i].run(&d);
 	}
+	run_modules(&d);
 	PQfinish(d.conn);
 	pg_secrets_free(&d.secrets);
 	for (size_t i = 0; i < d.ntables; i++) {
@@ -141,8 +224,6 @@ void doctor_run(const cfg *c, doctor_report *r)
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
-	if (d.probed)
-		kafka_probe_free(&d.probe);
 }
 
 int doctor_exit_code(const doctor_report *r)

@@ -1,4 +1,4 @@
-/* doctor.h: `cdc doctor`: checks the database, Kafka and the local setup against a configuration,
+/* doctor.h: `cdc doctor`: checks the database, the sinks and the local setup against a configuration,
  * before cdc's first start or after a change, and changes nothing. Each finding is one line: passed,
  * warned or failed, with the exact fix (the SQL to run, the setting to change, the cdc key). */
 #ifndef CDC_DOCTOR_H
@@ -20,10 +20,11 @@ typedef struct doctor_line {
 typedef struct doctor_report {
 	doctor_line *lines;
 	size_t n;
-	int kafka_timeout_ms; /* how long the brokers get to answer; set before doctor_run */
+	int timeout_ms; /* how long a sink's servers get to answer; set before doctor_run */
 } doctor_report;
 
-/* Runs every check that applies to c (the table in doctor.c), in order, appending its lines to r. */
+/* Runs every check that applies to c (the table in doctor.c, then each sink module's), in order,
+ * appending its lines to r. */
 void doctor_run(const cfg *c, doctor_report *r);
 /* 0 when every line passed, 1 with warnings only, 2 with a failure. */
 int doctor_exit_code(const doctor_report *r);

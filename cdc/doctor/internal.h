@@ -7,7 +7,7 @@
 
 #include "cdc/doctor/doctor.h"
 #include "cdc/source/pgconn.h"
-#include "sinks/kafka/probe.h"
+#include "sinks/modules.h"
 
 /* A table of the database, as the checks look at it. */
 typedef struct doctor_table {
@@ -29,10 +29,6 @@ typedef struct doctor {
 	size_t ntables;
 	bool publication_exists;
 	cfg_strlist published; /* pairs of schema, table the publication has (or cdc's would have) */
-	/* Kafka, asked once by the first Kafka check */
-	bool probed;
-	kafka_probe probe;
-	char probe_error[512];
 } doctor;
 
 /* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
@@ -56,7 +52,10 @@ size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 /* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
 bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
 
-/* The checks, one function each (database.c, failover.c, local.c, kafka.c). */
+/* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
+void doctor_socket_path(doctor *d, const char *key, const char *path);
+
+/* The checks, one function each (database.c, failover.c, local.c); the sink modules' follow. */
 void doctor_server(doctor *d);
 void doctor_wal_level(doctor *d);
 void doctor_slots_free(doctor *d);
@@ -80,9 +79,5 @@ void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
-void doctor_kafka_brokers(doctor *d);
-void doctor_kafka_topics(doctor *d);
-void doctor_kafka_transactions(doctor *d);
-void doctor_kafka_positions(doctor *d);
 
 #endif

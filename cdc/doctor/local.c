@@ -67,16 +67,23 @@ void doctor_state_dir(doctor *d)
 		doctor_say(d, DOCTOR_FAIL, fix, "%s is not writable by uid %u", dir, (unsigned)geteuid());
 		goto out;
 	}
-	/* The spools of socket subscriptions grow up to their retention.max_bytes. */
+	/* What a sink keeps in state_dir (a socket subscription's spool) grows up to its limit. */
 	uint64_t want = 0;
 	size_t unbounded = 0;
+	const sink_module *keeper = NULL;
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
-		if (s->sink != CFG_SINK_SOCKET)
+		const sink_module *m = sink_modules[s->sink];
+		uint64_t bytes;
+		if (!m->state_bytes || !m->state_bytes(s->sink_settings[s->sink], &bytes))
 			continue;
-		want += s->retention.max_bytes;
-		unbounded += !s->retention.max_bytes;
+		keeper = m;
+		want += bytes;
+		unbounded += !bytes;
 	}
+	/* the limit's name in messages (one module keeps files there today) */
+	const char *kind = keeper ? keeper->name : "socket",
+		   *limit = keeper ? keeper->state_limit_key : "retention.max_bytes";
 	struct statvfs fs;
 	if (statvfs(probe, &fs) != 0) {
 		doctor_say(d, DOCTOR_WARN, "check the filesystem of state_dir",
@@ -87,25 +94,21 @@ void doctor_state_dir(doctor *d)
 	size_text(want, need, sizeof(need));
 	size_text(avail, free_text, sizeof(free_text));
 	if (avail < want) {
-		snprintf(
-		    fix, sizeof(fix),
-		    "give state_dir a larger disk, or lower the subscriptions' retention.max_bytes (they sum "
-		    "to %s)",
-		    need);
-		doctor_say(
-		    d, DOCTOR_WARN, fix,
-		    "%s has %s free, less than the %s the socket subscriptions' retention.max_bytes allow",
-		    dir, free_text, need);
+		snprintf(fix, sizeof(fix),
+			 "give state_dir a larger disk, or lower the subscriptions' %s (they sum to %s)",
+			 limit, need);
+		doctor_say(d, DOCTOR_WARN, fix,
+			   "%s has %s free, less than the %s the %s subscriptions' %s allow", dir, free_text,
+			   need, kind, limit);
 	} else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, retention.max_bytes sum to %s%s",
-			   dir, free_text, need,
-			   unbounded ? " (some socket subscriptions have no max_bytes)" : "");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, %s sum to %s%s", dir, free_text,
+			   limit, need, unbounded ? " (some of them have none)" : "");
 out:
 	free(parent);
 }
 
 /* One socket path: its directory exists and is writable, and the path is free or a socket. */
-static void socket_path(doctor *d, const char *key, const char *path)
+void doctor_socket_path(doctor *d, const char *key, const char *path)
 {
 	char fix[1024];
 	char *dir = parent_of(path);
@@ -139,12 +142,8 @@ static void socket_path(doctor *d, const char *key, const char *path)
 	free(dir);
 }
 
+/* The status socket's; a sink's socket is its module's check. */
 void doctor_sockets(doctor *d)
 {
-	socket_path(d, "status.socket", d->c->status.socket);
-	bool socket_subs = false;
-	for (size_t i = 0; i < d->c->nsubs; i++)
-		socket_subs |= d->c->subs[i].sink == CFG_SINK_SOCKET;
-	if (socket_subs)
-		socket_path(d, "subscribers.socket", d->c->subscribers.socket);
+	doctor_socket_path(d, "status.socket", d->c->status.socket);
 }

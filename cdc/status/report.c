@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "decoder/base/json.h"
+#include "decoder/base/prom.h"
 
 /* ---- shared formatting ---- */
 
@@ -64,37 +65,6 @@ static void j_double3(buf *out, bool *first, const char *key, bool known, double
 		json_null(out);
 }
 
-/* An LSN as PostgreSQL prints it; 0 (InvalidXLogRecPtr) is unknown: null. */
-static void j_lsn(buf *out, bool *first, const char *key, uint64_t lsn)
-{
-	char s[LSN_STRLEN];
-	if (!lsn) {
-		json_key_str(out, first, key, NULL);
-		return;
-	}
-	lsn_format(lsn, s);
-	json_key_str(out, first, key, s);
-}
-
-/* RFC 3339 in UTC with microseconds: "2024-05-01T12:34:56.000123Z"; 0 is unknown: null. */
-static void j_time(buf *out, bool *first, const char *key, int64_t us)
-{
-	json_key(out, first, key);
-	int64_t secs = us / 1000000, frac = us % 1000000;
-	if (frac < 0) {
-		secs--;
-		frac += 1000000;
-	}
-	time_t t = (time_t)secs;
-	struct tm tm;
-	char ts[64];
-	if (!us || !gmtime_r(&t, &tm) || !strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm)) {
-		json_null(out);
-		return;
-	}
-	buf_printf(out, "\"%s.%06" PRId64 "Z\"", ts, frac);
-}
-
 static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 {
 	json_key(out, first, key);
@@ -134,18 +104,18 @@ static void status_source(const report *r, buf *out)
 	json_key_str(out, &f, "slot", r->source.slot);
 	json_key_str(out, &f, "publication", r->source.publication);
 	json_key_str(out, &f, "server_version", r->source.server_version);
-	j_lsn(out, &f, "received_lsn", r->source.received_lsn);
-	j_lsn(out, &f, "flushed_lsn", r->source.flushed_lsn);
-	j_lsn(out, &f, "server_wal_lsn", r->source.server_wal_lsn);
+	json_key_lsn(out, &f, "received_lsn", r->source.received_lsn);
+	json_key_lsn(out, &f, "flushed_lsn", r->source.flushed_lsn);
+	json_key_lsn(out, &f, "server_wal_lsn", r->source.server_wal_lsn);
 	uint64_t wal = r->source.server_wal_lsn, flushed = r->source.flushed_lsn;
 	json_key_u64(out, &f, "lag_bytes", wal && flushed && wal > flushed ? wal - flushed : 0);
 	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
-	j_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
+	json_key_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
 	json_key_str(out, &f, "wal_status", r->source.wal_status);
 	j_i64_or_null(out, &f, "safe_wal_size", r->source.safe_wal_size_known, r->source.safe_wal_size);
 	const char *reason = r->source.invalidation_reason;
 	json_key_str(out, &f, "invalidation_reason", reason && reason[0] ? reason : NULL);
-	j_time(out, &f, "inactive_since", r->source.inactive_since_us);
+	json_key_time(out, &f, "inactive_since", r->source.inactive_since_us);
 	j_i64_or_null(out, &f, "idle_replication_slot_timeout_s", r->source.idle_timeout_known,
 		      r->source.idle_timeout_s);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
@@ -178,68 +148,28 @@ static void status_source(const report *r, buf *out)
 	buf_puts(out, "]}");
 }
 
-/* The consumers of s that read its dead letters (or its events), as a JSON array. */
-static void status_consumers(const report_sub *s, bool dead_letters, buf *out)
+static void status_sub(const report *r, const report_sub *s, buf *out)
 {
-	bool fa = true;
-	buf_putc(out, '[');
-	for (size_t i = 0; i < s->nattached; i++) {
-		const report_consumer *c = &s->attached[i];
-		if (c->dead_letters != dead_letters)
-			continue;
-		bool f = true;
-		json_sep(out, &fa);
-		buf_putc(out, '{');
-		json_key_str(out, &f, "name", c->name);
-		json_key_i64(out, &f, "pid", c->pid);
-		json_key_i64(out, &f, "uid", c->uid);
-		json_key_str(out, &f, "mode", c->mode);
-		json_key_boolean(out, &f, "active", c->active);
-		json_key_boolean(out, &f, "reading", c->reading);
-		json_key_u64(out, &f, "in_flight", c->in_flight);
-		json_key_u64(out, &f, "delivered", c->delivered);
-		json_key_u64(out, &f, "acked", c->acked);
-		j_time(out, &f, "connected_since", c->connected_us);
-		buf_putc(out, '}');
-	}
-	buf_putc(out, ']');
-}
-
-static void status_sub(const report_sub *s, buf *out)
-{
-	bool f = true, o = s->has_offsets;
+	bool f = true;
 	buf_putc(out, '{');
 	json_key_str(out, &f, "name", s->name);
 	json_key_str(out, &f, "sink", s->sink);
 	json_key_u64(out, &f, "matched", s->matched);
 	json_key_u64(out, &f, "delivered", s->delivered);
 	json_key_u64(out, &f, "bytes", s->bytes);
-	j_u64_or_null(out, &f, "head_offset", o, s->head_offset);
-	j_u64_or_null(out, &f, "acked_offset", o, s->acked_offset);
-	j_u64_or_null(out, &f, "first_offset", o, s->first_offset);
-	j_u64_or_null(out, &f, "pending", o,
-		      s->head_offset > s->acked_offset ? s->head_offset - s->acked_offset : 0);
-	j_u64_or_null(out, &f, "consumers", o, s->consumers);
-	j_u64_or_null(out, &f, "dead", o, s->dead);
-	j_u64_or_null(out, &f, "dropped", o, s->dropped);
-	j_u64_or_null(out, &f, "redelivered", o, s->redelivered);
-	j_u64_or_null(out, &f, "in_flight", o, s->in_flight);
-	j_u64_or_null(out, &f, "acked", o, s->acked);
-	j_u64_or_null(out, &f, "nacked", o, s->nacked);
-	j_u64_or_null(out, &f, "progressed", o, s->progressed);
-	j_u64_or_null(out, &f, "refused", o, s->refused);
-	j_u64_or_null(out, &f, "spool_bytes", o, s->spool_bytes);
-	j_bool_or_null(out, &f, "full", o, s->full);
-	json_key(out, &f, "attached");
-	if (o)
-		status_consumers(s, false, out);
-	else
-		json_null(out);
-	json_key(out, &f, "dead_letter_readers");
-	if (o)
-		status_consumers(s, true, out);
-	else
-		json_null(out);
+	for (size_t m = 0; m < r->nsinks; m++) {
+		const report_sink *k = &r->sinks[m];
+		if (!k->sub_fields)
+			continue;
+		if (s->sink_members && strcmp(s->sink, k->name) == 0) {
+			buf_puts(out, s->sink_members);
+			continue;
+		}
+		for (const char *const *name = k->sub_fields; *name; name++) {
+			json_key(out, &f, *name);
+			json_null(out);
+		}
+	}
 	buf_putc(out, '}');
 }
 
@@ -258,13 +188,13 @@ static void status_sub(const report_sub *s, buf *out)
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
  *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",
  *                     "full", "attached", "dead_letter_readers"}] (from head_offset on: null
- *                     unless a socket sink; the last two are arrays of {"name", "pid", "uid",
- *                     "mode", "active", "reading", "in_flight", "delivered", "acked",
- *                     "connected_since"}),
+ *                     unless a socket sink, each sink module's sub_fields; the last two are arrays of
+ * {"name", "pid", "uid", "mode", "active", "reading", "in_flight", "delivered", "acked", "connected_since"}),
  *  "backfills": GET /backfills' array (left out when empty),
  *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
- *  "kafka": {"in_flight", "delivered", "errors", "restarts"} (only when Kafka is configured),
- *  "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to delivery)} */
+ *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
+ *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to
+ *  delivery, by sink)} */
 void report_status_json(const report *r, buf *out)
 {
 	bool f = true;
@@ -281,7 +211,7 @@ void report_status_json(const report *r, buf *out)
 	bool fs = true;
 	for (size_t i = 0; i < r->nsubs; i++) {
 		json_sep(out, &fs);
-		status_sub(&r->subs[i], out);
+		status_sub(r, &r->subs[i], out);
 	}
 	buf_putc(out, ']');
 	if (r->backfills_json && strcmp(r->backfills_json, "[]") != 0) {
@@ -302,30 +232,17 @@ void report_status_json(const report *r, buf *out)
 		}
 		buf_putc(out, ']');
 	}
-	if (r->has_kafka) {
-		bool fk = true;
-		json_key(out, &f, "kafka");
-		buf_putc(out, '{');
-		json_key_u64(out, &fk, "in_flight", r->kafka.in_flight);
-		json_key_u64(out, &fk, "delivered", r->kafka.delivered);
-		json_key_u64(out, &fk, "errors", r->kafka.errors);
-		json_key_u64(out, &fk, "restarts", r->kafka.restarts);
-		json_key_boolean(out, &fk, "exactly_once", r->kafka.exactly_once);
-		if (r->kafka.exactly_once) {
-			json_key_u64(out, &fk, "transactions_committed", r->kafka.commits);
-			json_key_u64(out, &fk, "transactions_aborted", r->kafka.aborts);
-			json_key_u64(out, &fk, "transactions_skipped", r->kafka.skipped);
-			j_lsn(out, &fk, "position", r->kafka.position);
+	for (size_t m = 0; m < r->nsinks; m++)
+		if (r->sinks[m].status_json) {
+			json_key(out, &f, r->sinks[m].name);
+			buf_puts(out, r->sinks[m].status_json);
 		}
-		buf_putc(out, '}');
-	}
 	bool fl = true;
 	json_key(out, &f, "latency_ms");
 	buf_putc(out, '{');
-	if (r->has_kafka && r->kafka.latency)
-		j_latency(out, &fl, "kafka", r->kafka.latency);
-	if (r->socket_latency)
-		j_latency(out, &fl, "socket", r->socket_latency);
+	for (size_t m = 0; m < r->nsinks; m++)
+		if (r->sinks[m].latency)
+			j_latency(out, &fl, r->sinks[m].name, r->sinks[m].latency);
 	buf_puts(out, "}}\n");
 }
 
@@ -351,55 +268,17 @@ void report_subscriptions_json(const cfg *c, buf *out)
 
 static void family(buf *out, const char *name, const char *type, const char *help)
 {
-	buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	prom_family(out, name, type, help);
 }
 
-/* A label value: \ " and newline escaped; bytes that are not UTF-8 replaced with U+FFFD, as the
- * format requires UTF-8. */
-static void label_value(buf *out, const char *v)
-{
-	const unsigned char *p = (const unsigned char *)(v ? v : ""), *end = p + strlen((const char *)p);
-	buf_putc(out, '"');
-	while (p < end) {
-		size_t n, skip;
-		if (*p == '\\' || *p == '"') {
-			buf_putc(out, '\\');
-			buf_putc(out, (char)*p++);
-		} else if (*p == '\n') {
-			buf_puts(out, "\\n");
-			p++;
-		} else if (*p < 0x80) {
-			buf_putc(out, (char)*p++);
-		} else if ((n = utf8_seq(p, (size_t)(end - p), &skip))) {
-			buf_append(out, p, n);
-			p += n;
-		} else {
-			buf_puts(out, "\xEF\xBF\xBD");
-			p += skip;
-		}
-	}
-	buf_putc(out, '"');
-}
-
-/* name{k1="v1",k2="v2"} (k2 NULL: one label; k1 NULL: none), then the caller's " value\n". */
 static void sample(buf *out, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
 {
-	buf_puts(out, name);
-	if (!k1)
-		return;
-	buf_printf(out, "{%s=", k1);
-	label_value(out, v1);
-	if (k2) {
-		buf_printf(out, ",%s=", k2);
-		label_value(out, v2);
-	}
-	buf_putc(out, '}');
+	prom_sample(out, name, k1, v1, k2, v2);
 }
 
 static void m_u64(buf *out, const char *name, const char *type, const char *help, uint64_t v)
 {
-	family(out, name, type, help);
-	buf_printf(out, "%s %" PRIu64 "\n", name, v);
+	prom_u64(out, name, type, help, v);
 }
 
 static void m_bool(buf *out, const char *name, const char *help, bool v)
@@ -415,114 +294,14 @@ static void m_seconds(buf *out, const char *name, const char *help, bool known, 
 		buf_printf(out, "%s %.3f\n", name, v);
 }
 
-enum sub_field {
-	SF_MATCHED,
-	SF_DELIVERED,
-	SF_BYTES,
-	SF_PENDING,
-	SF_CONSUMERS,
-	SF_DEAD,
-	SF_DROPPED,
-	SF_REDELIVERED,
-	SF_IN_FLIGHT,
-	SF_ACKED_EVENTS,
-	SF_NACKED,
-	SF_PROGRESSED,
-	SF_REFUSED,
-	SF_SPOOL_BYTES,
-	SF_HEAD,
-	SF_ACKED,
-	SF_FULL,
-	SF_NOT_READING,
-};
-
-static uint64_t sub_field(const report_sub *s, enum sub_field f)
-{
-	switch (f) {
-	case SF_MATCHED:
-		return s->matched;
-	case SF_DELIVERED:
-		return s->delivered;
-	case SF_BYTES:
-		return s->bytes;
-	case SF_PENDING:
-		return s->head_offset > s->acked_offset ? s->head_offset - s->acked_offset : 0;
-	case SF_CONSUMERS:
-		return s->consumers;
-	case SF_DEAD:
-		return s->dead;
-	case SF_DROPPED:
-		return s->dropped;
-	case SF_REDELIVERED:
-		return s->redelivered;
-	case SF_IN_FLIGHT:
-		return s->in_flight;
-	case SF_ACKED_EVENTS:
-		return s->acked;
-	case SF_NACKED:
-		return s->nacked;
-	case SF_PROGRESSED:
-		return s->progressed;
-	case SF_REFUSED:
-		return s->refused;
-	case SF_SPOOL_BYTES:
-		return s->spool_bytes;
-	case SF_HEAD:
-		return s->head_offset;
-	case SF_ACKED:
-		return s->acked_offset;
-	case SF_FULL:
-		return s->full;
-	case SF_NOT_READING:
-		return s->not_reading;
-	}
-	return 0;
-}
-
-/* Per-subscription families: by subscription and sink for every sink, by subscription for the
- * socket sink's spool figures. */
+/* Per-subscription families of every sink, by subscription and sink; then each sink's own. */
 static const struct {
 	const char *name, *type, *help;
-	enum sub_field field;
-	bool socket_only;
 } sub_metrics[] = {
-    {"cdc_subscription_matched_events_total", "counter", "Events the subscription's rules matched.",
-     SF_MATCHED, false},
+    {"cdc_subscription_matched_events_total", "counter", "Events the subscription's rules matched."},
     {"cdc_subscription_delivered_events_total", "counter",
-     "Events the sink delivered (socket: pushed to consumers, redeliveries included).", SF_DELIVERED, false},
-    {"cdc_subscription_delivered_bytes_total", "counter", "Rendered bytes the sink delivered.", SF_BYTES,
-     false},
-    {"cdc_subscription_pending_events", "gauge", "Events spooled and not yet acknowledged.", SF_PENDING,
-     true},
-    {"cdc_subscription_consumers", "gauge", "Consumers attached to the subscription.", SF_CONSUMERS, true},
-    {"cdc_subscription_not_reading_consumers", "gauge",
-     "Consumers (of the events or the dead letters) that neither read their socket nor sent a frame for "
-     "ack_timeout: what they held went to others, and they get nothing until they read.",
-     SF_NOT_READING, true},
-    {"cdc_subscription_dead_events", "gauge", "Dead letters retained (max_deliveries reached).", SF_DEAD,
-     true},
-    {"cdc_subscription_dropped_events_total", "counter",
-     "Events discarded by retention before acknowledgement.", SF_DROPPED, true},
-    {"cdc_subscription_redelivered_events_total", "counter",
-     "Events delivered again after a timeout or a nack.", SF_REDELIVERED, true},
-    {"cdc_subscription_in_flight_events", "gauge",
-     "Events delivered to attached consumers and not acknowledged yet.", SF_IN_FLIGHT, true},
-    {"cdc_subscription_acked_events_total", "counter", "Offsets consumers acknowledged.", SF_ACKED_EVENTS,
-     true},
-    {"cdc_subscription_nacked_events_total", "counter", "Offsets consumers gave back with a Nack.", SF_NACKED,
-     true},
-    {"cdc_subscription_progress_total", "counter",
-     "Offsets whose ack_timeout a consumer's Progress restarted.", SF_PROGRESSED, true},
-    {"cdc_subscription_refused_total", "counter",
-     "Offsets in Ack, Nack or Progress frames refused: not in flight to the consumer that sent them.",
-     SF_REFUSED, true},
-    {"cdc_subscription_head_offset", "gauge", "Newest durable offset in the subscription's spool.", SF_HEAD,
-     true},
-    {"cdc_subscription_acked_offset", "gauge", "Offset up to which everything is acknowledged.", SF_ACKED,
-     true},
-    {"cdc_subscription_full", "gauge",
-     "1 while the spool is at a retention limit with when_full: block (the slot is paused).", SF_FULL, true},
-    {"cdc_spool_bytes", "gauge", "Bytes on disk in the subscription's spool.", SF_SPOOL_BYTES, true},
+     "Events the sink delivered (socket: pushed to consumers, redeliveries included)."},
+    {"cdc_subscription_delivered_bytes_total", "counter", "Rendered bytes the sink delivered."},
 };
 
 static void metrics_subs(const report *r, buf *out)
@@ -531,32 +310,31 @@ static void metrics_subs(const report *r, buf *out)
 		family(out, sub_metrics[m].name, sub_metrics[m].type, sub_metrics[m].help);
 		for (size_t i = 0; i < r->nsubs; i++) {
 			const report_sub *s = &r->subs[i];
-			if (sub_metrics[m].socket_only && !s->has_offsets)
-				continue;
-			if (sub_metrics[m].socket_only)
-				sample(out, sub_metrics[m].name, "subscription", s->name, NULL, NULL);
-			else
-				sample(out, sub_metrics[m].name, "subscription", s->name, "sink", s->sink);
-			buf_printf(out, " %" PRIu64 "\n", sub_field(s, sub_metrics[m].field));
+			uint64_t v = m == 0 ? s->matched : m == 1 ? s->delivered : s->bytes;
+			sample(out, sub_metrics[m].name, "subscription", s->name, "sink", s->sink);
+			buf_printf(out, " %" PRIu64 "\n", v);
 		}
 	}
+	for (size_t m = 0; m < r->nsinks; m++)
+		if (r->sinks[m].sub_metrics)
+			buf_puts(out, r->sinks[m].sub_metrics);
 }
 
-static void histogram(buf *out, const char *name, const char *sink, const hist *h)
+static void histogram(buf *out, const char *name, const char *sink_name, const hist *h)
 {
 	char metric[128], le[32];
 	snprintf(metric, sizeof(metric), "%s_bucket", name);
 	for (unsigned i = 0; i < HIST_LE_N; i++) {
-		sample(out, metric, "sink", sink, "le", us_as_s(hist_le_us[i], le));
+		sample(out, metric, "sink", sink_name, "le", us_as_s(hist_le_us[i], le));
 		buf_printf(out, " %" PRIu64 "\n", hist_count_le(h, i));
 	}
-	sample(out, metric, "sink", sink, "le", "+Inf");
+	sample(out, metric, "sink", sink_name, "le", "+Inf");
 	buf_printf(out, " %" PRIu64 "\n", h->count);
 	snprintf(metric, sizeof(metric), "%s_sum", name);
-	sample(out, metric, "sink", sink, NULL, NULL);
+	sample(out, metric, "sink", sink_name, NULL, NULL);
 	buf_printf(out, " %s\n", us_as_s(h->sum, le));
 	snprintf(metric, sizeof(metric), "%s_count", name);
-	sample(out, metric, "sink", sink, NULL, NULL);
+	sample(out, metric, "sink", sink_name, NULL, NULL);
 	buf_printf(out, " %" PRIu64 "\n", h->count);
 }
 
@@ -622,11 +400,11 @@ static void metrics_backfills(const report *r, buf *out)
 			char table[2 * 64 + 2];
 			snprintf(table, sizeof(table), "%s.%s", b->schema, b->table);
 			buf_printf(out, "%s{subscription=", M[m].name);
-			label_value(out, b->subscription);
+			prom_label_value(out, b->subscription);
 			buf_puts(out, ",backfill=");
-			label_value(out, b->id);
+			prom_label_value(out, b->id);
 			buf_puts(out, ",table=");
-			label_value(out, table);
+			prom_label_value(out, table);
 			uint64_t v = M[m].field == SIZE_MAX	  ? (uint64_t)b->estimate
 				     : M[m].field == SIZE_MAX - 1 ? strcmp(b->state, "running") == 0
 				     : M[m].field == SIZE_MAX - 2
@@ -654,11 +432,11 @@ void report_metrics(const report *r, buf *out)
 	       r->source.standby);
 	family(out, "cdc_source_info", "gauge", "The replication slot, publication and server version.");
 	buf_puts(out, "cdc_source_info{slot=");
-	label_value(out, r->source.slot);
+	prom_label_value(out, r->source.slot);
 	buf_puts(out, ",publication=");
-	label_value(out, r->source.publication);
+	prom_label_value(out, r->source.publication);
 	buf_puts(out, ",server_version=");
-	label_value(out, r->source.server_version);
+	prom_label_value(out, r->source.server_version);
 	buf_puts(out, "} 1\n");
 	m_u64(out, "cdc_source_received_lsn", "gauge",
 	      "Newest WAL position received from the slot (an LSN as a number).", r->source.received_lsn);
@@ -759,38 +537,14 @@ void report_metrics(const report *r, buf *out)
 		buf_puts(out, " 1\n");
 	}
 
-	if (r->has_kafka) {
-		m_u64(out, "cdc_kafka_in_flight_messages", "gauge",
-		      "Messages produced and awaiting a delivery report.", r->kafka.in_flight);
-		m_u64(out, "cdc_kafka_delivered_messages_total", "counter",
-		      "Messages the brokers acknowledged.", r->kafka.delivered);
-		m_u64(out, "cdc_kafka_errors_total", "counter", "Kafka delivery and producer errors.",
-		      r->kafka.errors);
-		m_u64(out, "cdc_kafka_restarts_total", "counter",
-		      "Producer restarts (after a fatal error, from the last flushed position).",
-		      r->kafka.restarts);
-	}
-	if (r->has_kafka && r->kafka.exactly_once) {
-		family(out, "cdc_kafka_transactions_total", "counter",
-		       "Kafka transactions ended (kafka.exactly_once), by outcome.");
-		buf_printf(out, "cdc_kafka_transactions_total{outcome=\"committed\"} %" PRIu64 "\n",
-			   r->kafka.commits);
-		buf_printf(out, "cdc_kafka_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n",
-			   r->kafka.aborts);
-		m_u64(out, "cdc_kafka_skipped_transactions_total", "counter",
-		      "Source transactions the slot sent again that Kafka already held (not produced again).",
-		      r->kafka.skipped);
-		m_u64(
-		    out, "cdc_kafka_position_lsn", "gauge",
-		    "The commit LSN up to which Kafka holds the stream (its last committed position record).",
-		    r->kafka.position);
-	}
+	for (size_t m = 0; m < r->nsinks; m++)
+		if (r->sinks[m].metrics)
+			buf_puts(out, r->sinks[m].metrics);
 
 	family(out, "cdc_delivery_latency_seconds", "histogram",
 	       "Seconds from a change's commit to its delivery (kafka: delivery report; socket: durably "
 	       "spooled).");
-	if (r->has_kafka && r->kafka.latency)
-		histogram(out, "cdc_delivery_latency_seconds", "kafka", r->kafka.latency);
-	if (r->socket_latency)
-		histogram(out, "cdc_delivery_latency_seconds", "socket", r->socket_latency);
+	for (size_t m = 0; m < r->nsinks; m++)
+		if (r->sinks[m].latency)
+			histogram(out, "cdc_delivery_latency_seconds", r->sinks[m].name, r->sinks[m].latency);
 }

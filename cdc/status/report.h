@@ -12,39 +12,30 @@
 #include "decoder/base/hist.h"
 #include "decoder/base/util.h"
 
-/* One consumer attached to a socket subscription. Strings are borrowed. */
-typedef struct report_consumer {
-	const char *name;
-	const char *mode; /* "failover", "shared", "key_shared" (dead letters: "failover") */
-	int64_t pid, uid;
-	bool dead_letters; /* it reads the dead letters */
-	bool active;	   /* failover: the one receiving, the others wait; shared modes: all */
-	bool reading;	   /* false: it stopped reading its socket; nothing is sent to it meanwhile */
-	uint64_t in_flight, delivered, acked;
-	int64_t connected_us; /* µs since the Unix epoch */
-} report_consumer;
-
 /* One subscription. Strings are borrowed for the duration of the call. */
 typedef struct report_sub {
 	const char *name;
-	const char *sink; /* "socket", "kafka" or "stdout" */
+	const char *sink; /* its sink module's name */
 	uint64_t matched; /* events the rules matched */
 	/* Events the sink delivered (socket: pushed to consumers, redeliveries included). */
 	uint64_t delivered;
 	uint64_t bytes; /* rendered bytes delivered */
-	/* Socket subscriptions only (has_offsets); rendered as null / left out of /metrics otherwise.
-	 * Offsets are spool offsets as socket_sub_stats has them; pending = head_offset - acked_offset. */
-	bool has_offsets;
-	uint64_t head_offset, acked_offset, first_offset;
-	uint64_t consumers, dead, dropped, redelivered, spool_bytes;
-	uint64_t in_flight, acked, nacked, progressed, refused; /* as socket_sub_stats */
-	bool full; /* when_full: block and at a retention limit: the slot is paused for it */
-	/* The attached consumers, its events' and its dead letters' (dead_letters), and how many of
-	 * them stopped reading. */
-	const report_consumer *attached;
-	size_t nattached;
-	uint64_t not_reading;
+	/* Its sink's own members of /status, as the module rendered them (",\"key\":value" each, its
+	 * report_sink's sub_fields); NULL: they are null. */
+	const char *sink_members;
 } report_sub;
+
+/* One sink module's figures, rendered by the module; NULL where it has none (or its sink does not
+ * run). Strings are borrowed. */
+typedef struct report_sink {
+	const char *name;
+	const char *status_json; /* its object in /status, under its name */
+	const char *metrics;	 /* its families in /metrics */
+	const char *sub_metrics; /* its subscriptions' families, after every subscription's own */
+	const hist *latency;	 /* commit time to delivery, microseconds */
+	/* the members its subscriptions show in /status, null for subscriptions of other sinks */
+	const char *const *sub_fields;
+} report_sink;
 
 /* One table of one backfill, for /metrics. Strings are borrowed. */
 typedef struct report_backfill {
@@ -107,16 +98,8 @@ typedef struct report {
 	} source;
 	const report_sub *subs;
 	size_t nsubs;
-	bool has_kafka; /* a kafka: section is configured */
-	struct {
-		uint64_t in_flight, delivered, errors, restarts;
-		const hist *latency; /* commit time to delivery report; NULL: none */
-		/* kafka.exactly_once: Kafka transactions committed and aborted, source transactions
-		 * skipped because Kafka held them, and the commit LSN Kafka holds the stream up to */
-		bool exactly_once;
-		uint64_t commits, aborts, skipped, position;
-	} kafka;
-	const hist *socket_latency;  /* commit time to durably spooled; NULL: none */
+	const report_sink *sinks; /* in the module list's order */
+	size_t nsinks;
 	const char *const *warnings; /* e.g. safe_wal_size running low; shown in source.warnings */
 	size_t nwarnings;
 	/* Backfills: /status's "backfills" (backfill_json's array; left out when NULL or "[]") and

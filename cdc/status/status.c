@@ -700,7 +700,8 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	if (!open_pipe(s, base, err, errlen))
 		goto fail;
 	struct stat st;
-	int fd = bind_unix(c->status.socket, c->subscribers.mode, &st, err, errlen);
+	mode_t mode = (mode_t)cfg_get_number(c, "subscribers.mode");
+	int fd = bind_unix(c->status.socket, mode, &st, err, errlen);
 	if (fd < 0)
 		goto fail;
 	s->socket_path = xstrdup(c->status.socket);
@@ -714,7 +715,7 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 			goto fail;
 	}
 	log_info("status socket listening", "path=%s mode=%04o listen=%s tcp_control=%s", s->socket_path,
-		 (unsigned)c->subscribers.mode, c->status.listen ? c->status.listen : "-",
+		 (unsigned)mode, c->status.listen ? c->status.listen : "-",
 		 s->tcp_control ? "true" : "false");
 	return s;
 fail:

@@ -2,10 +2,13 @@
  * log lines all write their text through it. */
 #include "decoder/base/json.h"
 
+#include <inttypes.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static inline void reserve(buf *b, size_t n)
 {
@@ -223,4 +226,61 @@ struct json_object *json_parse(const char *text, size_t len, int depth, char *er
 	}
 	json_tokener_free(tok);
 	return root;
+}
+
+void json_key_lsn(buf *out, bool *first, const char *key, uint64_t lsn)
+{
+	char s[LSN_STRLEN];
+	if (!lsn) {
+		json_key_str(out, first, key, NULL);
+		return;
+	}
+	lsn_format(lsn, s);
+	json_key_str(out, first, key, s);
+}
+
+void json_key_time(buf *out, bool *first, const char *key, int64_t us)
+{
+	json_key(out, first, key);
+	int64_t secs = us / 1000000, frac = us % 1000000;
+	if (frac < 0) {
+		secs--;
+		frac += 1000000;
+	}
+	time_t t = (time_t)secs;
+	struct tm tm;
+	char ts[64];
+	if (!us || !gmtime_r(&t, &tm) || !strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm)) {
+		json_null(out);
+		return;
+	}
+	buf_printf(out, "\"%s.%06" PRId64 "Z\"", ts, frac);
+}
+
+const char *json_field_text(struct json_object *o, const char *key, char *out, size_t n)
+{
+	json_object *v = NULL;
+	snprintf(out, n, "-");
+	if (!o || !json_object_object_get_ex(o, key, &v) || !v)
+		return out;
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		snprintf(out, n, "%s", json_object_get_string(v));
+		break;
+	case json_type_int:
+		snprintf(out, n, "%" PRId64, json_object_get_int64(v));
+		break;
+	case json_type_double:
+		snprintf(out, n, "%.1f", json_object_get_double(v));
+		break;
+	case json_type_boolean:
+		snprintf(out, n, "%s", json_object_get_boolean(v) ? "yes" : "no");
+		break;
+	default:
+		break;
+	}
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return out;
 }

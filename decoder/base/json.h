@@ -36,6 +36,14 @@ void json_key_str(buf *out, bool *first, const char *key, const char *v);
 void json_key_u64(buf *out, bool *first, const char *key, uint64_t v);
 void json_key_i64(buf *out, bool *first, const char *key, int64_t v);
 void json_key_boolean(buf *out, bool *first, const char *key, bool v);
+/* An LSN as PostgreSQL prints it ("16/B374D848"); 0 (InvalidXLogRecPtr) is unknown: null. */
+void json_key_lsn(buf *out, bool *first, const char *key, uint64_t lsn);
+/* RFC 3339 in UTC with microseconds ("2024-05-01T12:34:56.000123Z"); 0 is unknown: null. */
+void json_key_time(buf *out, bool *first, const char *key, int64_t us);
+
+/* A member of object o as text for a terminal: "-" when missing or null, a boolean as yes or no,
+ * control characters (a terminal's escapes) as '?'. Returns out. */
+const char *json_field_text(struct json_object *o, const char *key, char *out, size_t n);
 
 /* Parses text[0..len) as one JSON document (whitespace around it allowed), nested at most depth
  * levels: its root (the caller json_object_put()s it), or NULL with err "not JSON (what is wrong)". */

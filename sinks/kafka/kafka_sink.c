@@ -699,6 +699,11 @@ static uint64_t kafka_delivered(const sink *base)
 	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
 }
 
+bool kafka_sink_exactly_once(const sink *base)
+{
+	return ((const kafka_sink *)base)->set.exactly_once;
+}
+
 int kafka_sink_wake_ms(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;

@@ -9,6 +9,7 @@
 
 #include "decoder/base/hist.h"
 #include "sinks/kafka/subjects.h"
+#include "sinks/module.h"
 #include "sinks/sink.h"
 
 typedef struct kafka_property {
@@ -112,5 +113,48 @@ typedef struct kafka_stats {
 	char registry_subject[256], registry_error[700];
 } kafka_stats;
 const kafka_stats *kafka_sink_stats(const sink *s);
+/* Whether the sink was made with exactly_once. */
+bool kafka_sink_exactly_once(const sink *s);
+
+/* What the configuration file sets (kafka_module.c's tables): the kafka section, and each Kafka
+ * subscription's keys. */
+typedef struct kafka_conf {
+	char *brokers;
+	sink_properties properties;
+	char *transactions_topic; /* NULL if none */
+	char *schemas_topic;	  /* schema and DDL events of Kafka subscriptions; NULL: none */
+	bool exactly_once;
+	char *positions_topic;	     /* default "cdc.positions" */
+	uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */
+	uint64_t commit_events;	     /* default 0: no limit */
+} kafka_conf;
+typedef enum kafka_toast { KAFKA_TOAST_PLACEHOLDER, KAFKA_TOAST_OMIT } kafka_toast;
+typedef struct kafka_sub_conf {
+	char *topic;	     /* template, default "cdc.{schema}.{table}" */
+	bool tombstones;     /* default: on with format debezium */
+	int format;	     /* kafka_format; default protobuf */
+	bool schemas;	     /* format debezium: {schema, payload} records */
+	char *server_name;   /* format debezium: source.name; default "cdc" */
+	int unchanged_toast; /* kafka_toast; format debezium: default placeholder */
+} kafka_sub_conf;
+
+/* The producer's settings from conf and the slot (the transactional id is "cdc-SLOT"): set borrows
+ * conf's strings; free with kafka_setup_free. */
+typedef struct kafka_setup {
+	kafka_sink_settings set;
+	kafka_property *props;
+	char *transactional_id;
+} kafka_setup;
+kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot);
+void kafka_setup_free(kafka_setup *setup);
+
+/* cdc doctor's checks of the brokers (kafka_doctor.c), and what frees what they kept. */
+extern const sink_check kafka_checks[];
+void kafka_doctor_done(sink_doctor *dr);
+
+/* The figures' renderers (kafka_module.c), pure so that tests compare them byte for byte: the
+ * /status object, and the /metrics families. */
+void kafka_status_json(const kafka_stats *stats, bool exactly_once, buf *out);
+void kafka_metrics(const kafka_stats *stats, bool exactly_once, buf *out);
 
 #endif

@@ -38,6 +38,30 @@ typedef struct socket_sub_settings {
 	spool_limits retention;	 /* drop_oldest false: a full spool blocks (busy()) */
 } socket_sub_settings;
 
+/* What the configuration file sets (the module's tables, socket_module.c): the subscribers
+ * section, and each socket subscription's keys. */
+typedef struct socket_conf {
+	char *socket;			 /* default "/run/cdc/events.sock" */
+	mode_t mode;			 /* default 0660; the status socket's too */
+	uint64_t first_frame_timeout_ms; /* default 10 s */
+	uint32_t max_connections;	 /* default 1024 */
+	uint64_t max_output;		 /* bytes; default 1 MiB */
+} socket_conf;
+typedef enum socket_when_full { SOCKET_FULL_BLOCK, SOCKET_FULL_DROP_OLDEST } socket_when_full;
+typedef enum socket_batch { SOCKET_BATCH_NONE, SOCKET_BATCH_TRANSACTION } socket_batch;
+typedef struct socket_sub_conf {
+	int consumers;		 /* socket_consumers; default failover */
+	uint64_t ack_timeout_ms; /* default 30s */
+	uint32_t max_deliveries; /* default 0: unlimited */
+	uint32_t max_unacked;	 /* default 1000 */
+	int batch;		 /* socket_batch */
+	struct {
+		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
+		int when_full;				    /* socket_when_full; default block */
+	} retention;
+} socket_sub_conf;
+#define SOCKET_DEFAULT_PATH "/run/cdc/events.sock"
+
 /* Binds settings->socket_path and serves consumers on base, then binds subs as
  * socket_sink_bind() does. wake(ctx) is called when busy() may have turned false (consumers
  * acknowledged events), durable(ctx) when a group commit is back: delivered() may have moved, and
@@ -92,5 +116,11 @@ typedef struct socket_consumer_stats {
 /* The consumers attached to subscription index sub: its events' in order (failover: the active
  * one first), then its dead letters' readers. A malloc'd array of *n (NULL when none). */
 socket_consumer_stats *socket_sink_consumers(const sink *s, uint32_t sub, size_t *n);
+
+/* The figures' renderers (socket_module.c), pure so that tests compare them byte for byte: one
+ * subscription's /status members after "bytes" (",\"head_offset\":..." up to its consumers), and
+ * the spool's /metrics families for the subscriptions whose names[i] is not NULL. */
+void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *consumers, size_t n, buf *out);
+void socket_sub_metrics(const socket_sub_stats *stats, const char *const *names, size_t n, buf *out);
 
 #endif

@@ -22,6 +22,8 @@ PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
 TS_CLIENT = os.path.join(ROOT, "proto", "clients", "typescript")
 with open(os.path.join(ROOT, "VERSION")) as f:
     VERSION = f.read().strip()
+with open("/usr/share/common-licenses/Apache-2.0") as f:  # Debian's base-files: the licence's text
+    APACHE_2 = f.read()
 
 
 def run(args, **kw):
@@ -53,12 +55,16 @@ def test_python_wheel_builds_offline(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         meta = z.read(f"cdc_client-{VERSION}.dist-info/METADATA").decode()
+        licence = z.read(f"cdc_client-{VERSION}.dist-info/LICENSE").decode()
     # The protobuf modules are generated into the wheel by the build; the .proto files stay out.
     assert {"cdc_client/_pb/__init__.py", "cdc_client/_pb/event_pb2.py", "cdc_client/_pb/subscriber_pb2.py",
             "cdc_client/__init__.py", "cdc_client/_protoc.py"} <= names
     assert not [n for n in names if n.endswith(".proto")]
     requires = [re.sub(r"[ ()]", "", ln.split(":", 1)[1]) for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
     assert f"\nVersion: {VERSION}\n" in meta and requires == ["protobuf>=3.20"]
+    # Apache-2.0 by its SPDX identifier, with the repository's LICENSE beside the metadata.
+    assert "\nLicense: Apache-2.0\n" in meta and "\nLicense-File: LICENSE\n" in meta
+    assert licence == APACHE_2
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +110,9 @@ def test_typescript_tarball_holds_the_built_client(ts_tarball):
     with tarfile.open(ts_tarball) as t:
         names = set(t.getnames())
         pkg = json.load(t.extractfile("package/package.json"))
+        licence = t.extractfile("package/LICENSE").read().decode()
     assert pkg["version"] == VERSION and pkg["dependencies"] == {"protobufjs": "8.8.1"}
+    assert pkg["license"] == "Apache-2.0" and licence == APACHE_2
     assert {"package/dist/src/index.js", "package/dist/src/index.d.ts", "package/dist/examples/worker.js",
             "package/proto/cdc/v1/event.proto", "package/proto/cdc/v1/subscriber.proto",
             "package/README.md"} <= names

@@ -5,6 +5,7 @@ a stream from a real PostgreSQL), both units pass `systemd-analyze verify` and k
 `systemd-analyze security` exposure, the man pages render without a groff warning and name every
 command and option of `cdc --help`, and systemd-sysusers would create the cdc user."""
 
+import gzip
 import os
 import re
 import shutil
@@ -191,3 +192,105 @@ def test_sysusers_creates_the_cdc_user(root):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert re.search(r"Creating user 'cdc' \(cdc change data capture\) with UID \d+ and GID \d+", out.stderr + out.stdout)
+
+
+def test_license_is_apache_2(root):
+    """Apache-2.0 (issue 31): the repository's LICENSE is the licence's text, the package's copyright
+    file names it by its SPDX identifier for every file, and the README it installs says so."""
+    with open(os.path.join(ROOT, "LICENSE")) as f, open("/usr/share/common-licenses/Apache-2.0") as g:
+        assert f.read() == g.read()
+    doc = root / "usr" / "share" / "doc" / "cdc"
+    paragraphs = [p.splitlines() for p in (doc / "copyright").read_text().split("\n\n")]
+    files = [p for p in paragraphs if p[0].startswith("Files:")]
+    assert [(p[0], [ln for ln in p if ln.startswith("License:")]) for p in files] == [
+        ("Files: *", ["License: Apache-2.0"])]
+    licence = [p for p in paragraphs if p[0] == "License: Apache-2.0"]
+    assert len(licence) == 1 and 'found in "/usr/share/common-licenses/Apache-2.0".' in "\n".join(licence[0])
+    readme = doc / "README.md"
+    text = readme.read_text() if readme.exists() else gzip.decompress((doc / "README.md.gz").read_bytes()).decode()
+    assert "[Apache License, Version 2.0](LICENSE) (SPDX: `Apache-2.0`)" in text
+
+
+# Stand-ins for what the maintainer scripts ask of systemd, dpkg and the user database: each logs
+# its command line. Their questions get a fresh system's answers: deb-systemd-helper's
+# debian-installed and was-enabled say no, dpkg-statoverride --list finds no override.
+STAND_INS = ("deb-systemd-invoke", "deb-systemd-helper", "systemctl", "systemd-sysusers", "chgrp", "chmod",
+             "userdel", "deluser", "groupdel", "delgroup")
+
+
+@pytest.fixture
+def maint(deb, tmp_path):
+    """The package's maintainer scripts, run by chroot(8) in a root of their own the way dpkg runs
+    them: dash and rm (real, so a removal shows on disk), the stand-ins above, /run/systemd/system
+    (systemd is the init), and what the units made: /var/lib/cdc and /run/cdc with files in them.
+    Returns run(script, *args), which gives the commands the script ran (missing script: none)."""
+    r = tmp_path / "maint"
+    info = r / "var" / "lib" / "dpkg" / "info"
+    info.mkdir(parents=True)
+    run(["dpkg-deb", "-e", deb, str(info)])
+    for prog in ("/bin/sh", "/bin/dash", "/bin/rm"):
+        for lib in [prog] + re.findall(r"(/\S+) \(0x", run(["ldd", prog])):
+            dest = r / os.path.relpath(os.path.realpath(lib), "/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(lib, dest)
+            if os.path.realpath(lib) != lib:  # the name the loader asks for (e.g. /lib64/ld-linux-x86-64.so.2)
+                (r / os.path.relpath(lib, "/")).parent.mkdir(parents=True, exist_ok=True)
+                if not os.path.lexists(r / os.path.relpath(lib, "/")):
+                    os.symlink(os.path.realpath(lib), r / os.path.relpath(lib, "/"))
+    (r / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    for name in STAND_INS:
+        (r / "usr" / "bin" / name).write_text(f'#!/bin/sh\necho "{name} $*" >> /calls\n'
+                                              'case "$*" in *debian-installed*|*was-enabled*) exit 1;; esac\n')
+        (r / "usr" / "bin" / name).chmod(0o755)
+    (r / "usr" / "bin" / "dpkg-statoverride").write_text("#!/bin/sh\nexit 1\n")
+    (r / "usr" / "bin" / "dpkg-statoverride").chmod(0o755)
+    for d in ("run/systemd/system", "var/lib/cdc/main", "run/cdc/main", "etc/cdc", "dev"):
+        (r / d).mkdir(parents=True, exist_ok=True)
+    (r / "dev" / "null").write_text("")  # a file does for the scripts' >/dev/null
+    (r / "var" / "lib" / "cdc" / "position").write_text("0/1\n")
+    (r / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\ncdc:x:999:999::/var/lib/cdc:/usr/sbin/nologin\n")
+
+    def run_script(script, *args):
+        calls = r / "calls"
+        calls.write_text("")
+        if not (info / script).exists():
+            return []
+        p = subprocess.run(["chroot", str(r), "/bin/sh", f"/var/lib/dpkg/info/{script}"] + list(args),
+                           capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DPKG_MAINTSCRIPT_PACKAGE": "cdc",
+                                "DPKG_MAINTSCRIPT_NAME": script})
+        assert p.returncode == 0, f"{script} {' '.join(args)} exited {p.returncode}:\n{p.stdout}{p.stderr}"
+        return calls.read_text().splitlines()
+    run_script.root = r
+    return run_script
+
+
+def test_maintainer_scripts_stop_on_remove_restart_on_upgrade(maint):
+    """Issue 31: debhelper's systemd scripts, the way dpkg calls them. A first install creates the user
+    and starts nothing that is not enabled; an upgrade restarts what runs; a remove stops the service
+    and its instances; a purge removes what the units made and keeps the user and group cdc."""
+    install = maint("postinst", "configure")
+    assert "systemd-sysusers cdc.conf" in install
+    assert not [c for c in install if " enable " in f" {c} "]  # --no-enable: the administrator enables it
+    # deb-systemd-invoke starts a unit only when it is enabled: on a first install, nothing starts.
+    assert [c for c in install if c.startswith("deb-systemd-invoke")] == ["deb-systemd-invoke start cdc.service"]
+    assert "chgrp cdc /etc/cdc/cdc.yaml" in install and "chmod 0640 /etc/cdc/cdc.yaml" in install
+
+    # An upgrade: the old prerm (this one stands in) stops nothing; the new postinst restarts.
+    assert not [c for c in maint("prerm", "upgrade", "0.2.0") if c.startswith("deb-systemd-invoke")]
+    upgrade = maint("postinst", "configure", "0.0.9")
+    assert [c for c in upgrade if c.startswith("deb-systemd-invoke")] == [
+        "deb-systemd-invoke restart cdc.service", "deb-systemd-invoke try-restart cdc@*.service"]
+    assert "systemctl --system daemon-reload" in upgrade and not [c for c in upgrade if c.startswith("chgrp")]
+
+    remove = maint("prerm", "remove")
+    assert sorted(c for c in remove if c.startswith("deb-systemd-invoke")) == [
+        "deb-systemd-invoke stop cdc.service", "deb-systemd-invoke stop cdc@*.service"]
+    maint("postrm", "remove")
+    assert (maint.root / "var" / "lib" / "cdc" / "position").exists()  # remove keeps the state
+
+    purge = maint("postrm", "purge")
+    assert "deb-systemd-helper purge cdc.service" in purge
+    assert not (maint.root / "var" / "lib" / "cdc").exists() and not (maint.root / "run" / "cdc").exists()
+    assert not [c for c in purge if c.split()[0] in ("userdel", "deluser", "groupdel", "delgroup")]
+    assert "cdc:x:999:999:" in (maint.root / "etc" / "passwd").read_text()

@@ -74,17 +74,17 @@ static void nothing_due(bf_set *b, bf_now now, uint64_t want_wake)
 
 /* The reads emitted, as "schema.table:id=v,...;" per row; a row whose second column is filter is
  * left out, as a `where` would. */
-typedef struct sink {
+typedef struct fake_sink {
 	buf got;
 	uint64_t lsn;
 	int batches;
 	bool fail;
 	const char *filter;
-} sink;
+} fake_sink;
 
 static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen)
 {
-	sink *s = ctx;
+	fake_sink *s = ctx;
 	if (s->fail)
 		return errf(err, errlen, "the sink is full");
 	s->batches++;
@@ -130,7 +130,7 @@ static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, co
 }
 
 /* The watermark w writes, delivered by the stream at lsn. */
-static void deliver(bf_set *b, const wmstmt *w, uint64_t lsn, sink *k, bf_now now)
+static void deliver(bf_set *b, const wmstmt *w, uint64_t lsn, fake_sink *k, bf_now now)
 {
 	char err[256];
 	CHECK(backfill_on_message(b, w->wm, strlen(w->wm), lsn, now, emit, k, err, sizeof(err)));
@@ -222,8 +222,8 @@ static void test_life(void)
 		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
 		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
 	CHECK_INT(c.nparams, 0);
-	sink k = {.filter = "z"};     /* a where that leaves row 3 (v = 'z') out */
-	update(b, "a", "1", "1", 90); /* before the low watermark */
+	fake_sink k = {.filter = "z"}; /* a where that leaves row 3 (v = 'z') out */
+	update(b, "a", "1", "1", 90);  /* before the low watermark */
 	deliver(b, &low1, 10, &k, now);
 	update(b, "a", "2", "2", 91);
 	answer(b, &c, 2, 3, (const char *[]){"95:95:", "1", "x", "95:95:", "2", "y"}, now);
@@ -418,7 +418,7 @@ static void read_chunk(bf_set *b, int n, uint64_t took, bf_now *now, wmstmt *low
 /* One chunk of n rows whose SELECT takes took ms; returns the next chunk's limit. */
 static uint64_t chunk_of(bf_set *b, int n, uint64_t took, bf_now *now)
 {
-	sink k = {0};
+	fake_sink k = {0};
 	wmstmt low, high;
 	read_chunk(b, n, took, now, &low, &high);
 	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, *now);
@@ -483,7 +483,7 @@ static void test_rate_limit(void)
 	bf_now now = {1000, 0};
 	char id[BF_ID_SIZE];
 	bf_set *b = started(&st, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 	wmstmt low, high;
 	read_chunk(b, 2, 20, &now, &low, &high);
 	answer(b, &high.s, 1, 1, (const char *[]){"0/1"}, now);
@@ -509,7 +509,7 @@ static void test_read_ahead(void)
 	bf_now now = {1000, 0};
 	char id[BF_ID_SIZE];
 	bf_set *b = started(&settings, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 	wmstmt low1, high1;
 	read_chunk(b, 2, 10, &now, &low1, &high1);
 	answer(b, &high1.s, 1, 1, (const char *[]){"0/2"}, now);
@@ -728,7 +728,7 @@ static void test_failures(void)
 
 	/* the sink's failure comes back from the stream's watermark */
 	b = started(&settings, now, id);
-	sink k = {.fail = true};
+	fake_sink k = {.fail = true};
 	low = next_wm(b, BF_STMT_LOW, now);
 	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
 	c = next(b, BF_STMT_CHUNK, now);
@@ -745,7 +745,7 @@ static void test_cancel_restart(void)
 	char err[256], id[BF_ID_SIZE];
 	bf_now now = {1000, 9};
 	bf_set *b = started(&settings, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 	/* chunk 1 emitted, not durable; the stream reconnects: chunk 1 is read again */
 	wmstmt low, high;
 	read_chunk(b, 2, 0, &now, &low, &high);
@@ -796,7 +796,7 @@ static void test_changes(void)
 		char id[BF_ID_SIZE];
 		bf_now now = {1000, 9};
 		bf_set *b = started(&st, now, id);
-		sink k = {0};
+		fake_sink k = {0};
 		wmstmt low, high;
 		read_chunk(b, 3, 0, &now, &low, &high);
 		deliver(b, &low, 1, &k, now);
@@ -817,7 +817,7 @@ static void test_changes(void)
 	char id[BF_ID_SIZE];
 	bf_now now = {1000, 9};
 	bf_set *b = started(&settings, now, id);
-	sink k = {0};
+	fake_sink k = {0};
 	wmstmt low, high;
 	read_chunk(b, 2, 0, &now, &low, &high);
 	deliver(b, &low, 1, &k, now);

@@ -307,8 +307,9 @@ static bool setup(fixture *f, const char *subscriptions)
 		    .base.ops = i ? &rec_hold_ops : &rec_ops, .name = i ? "B" : "A", .log = &f->log};
 	pipeline_sub subs[8];
 	for (size_t i = 0; i < f->cfg->nsubs; i++)
-		subs[i] = (pipeline_sub){f->cfg->subs[i].name, f->cfg->subs[i].tag,
-					 &f->sinks[f->cfg->subs[i].sink == CFG_SINK_SOCKET].base};
+		subs[i] = (pipeline_sub){
+		    f->cfg->subs[i].name, f->cfg->subs[i].tag,
+		    &f->sinks[strcmp(cfg_sink_name(f->cfg->subs[i].sink), "socket") == 0].base};
 	sink *all[] = {&f->sinks[0].base, &f->sinks[1].base};
 	f->p = pipeline_new(f->dir, 0, count_boundary, f);
 	pipeline_deliver_ddl(f->p, true);

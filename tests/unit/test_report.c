@@ -10,14 +10,17 @@
 #include "cdc/cli/status_cmd.h"
 #include "cdc/config/config.h"
 #include "cdc/status/report.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/modules.h"
+#include "sinks/socket/socket_sink.h"
 #include "test.h"
 
 static hist kafka_h, socket_h;
 /* Two consumers of the events (a failover one active, one waiting that stopped reading; a name
  * with a quote and a terminal escape) and a dead letters' reader. */
-static const report_consumer consumers[] = {
+static const socket_consumer_stats consumers[] = {
     {.name = "worker-1",
-     .mode = "failover",
+     .mode = SOCKET_FAILOVER,
      .pid = 4242,
      .uid = 1000,
      .active = true,
@@ -27,13 +30,12 @@ static const report_consumer consumers[] = {
      .acked = 100,
      .connected_us = 1714566896000123},
     {.name = "we\"ird\x1b[2J",
-     .mode = "failover",
+     .mode = SOCKET_FAILOVER,
      .pid = 4243,
      .uid = 0,
-     .in_flight = 0,
      .connected_us = 1714566900000000},
     {.name = "tail-77",
-     .mode = "failover",
+     .mode = SOCKET_FAILOVER,
      .pid = 77,
      .uid = 1000,
      .dead_letters = true,
@@ -43,33 +45,54 @@ static const report_consumer consumers[] = {
      .delivered = 1,
      .connected_us = 1714566901500000},
 };
+static const socket_sub_stats orders_stats = {.head_offset = 120,
+					      .acked_offset = 100,
+					      .first_offset = 90,
+					      .consumers = 2,
+					      .dead = 1,
+					      .dropped = 3,
+					      .redelivered = 4,
+					      .in_flight = 5,
+					      .acked = 100,
+					      .nacked = 6,
+					      .progressed = 7,
+					      .refused = 8,
+					      .spool_bytes = 1048576,
+					      .full = true,
+					      .not_reading = 1};
+static const kafka_stats kafka_figures = {.in_flight = 5, .delivered = 6, .errors = 1, .restarts = 0};
 static const char *const warnings[] = {"safe_wal_size is 10.0 MiB (below 64 MiB): the slot may be lost"};
-static const report_sub subs[] = {
-    {.name = "orders",
-     .sink = "socket",
-     .matched = 120,
-     .delivered = 118,
-     .bytes = 40960,
-     .has_offsets = true,
-     .head_offset = 120,
-     .acked_offset = 100,
-     .first_offset = 90,
-     .consumers = 2,
-     .dead = 1,
-     .dropped = 3,
-     .redelivered = 4,
-     .in_flight = 5,
-     .acked = 100,
-     .nacked = 6,
-     .progressed = 7,
-     .refused = 8,
-     .spool_bytes = 1048576,
-     .full = true,
-     .attached = consumers,
-     .nattached = 3,
-     .not_reading = 1},
+static report_sub subs[] = {
+    {.name = "orders", .sink = "socket", .matched = 120, .delivered = 118, .bytes = 40960},
     {.name = "audit", .sink = "kafka", .matched = 7, .delivered = 6, .bytes = 700},
 };
+
+/* What the modules render for the report: the socket subscription's members and the spool's
+ * families, and the Kafka sink's object and families (kept for the test's whole run). */
+static buf orders_members, socket_metrics, kafka_json, kafka_text;
+static report_sink sinks[3];
+
+static void render_sinks(const kafka_stats *k, bool exactly_once)
+{
+	buf_reset(&orders_members);
+	buf_reset(&socket_metrics);
+	buf_reset(&kafka_json);
+	buf_reset(&kafka_text);
+	socket_sub_json(&orders_stats, consumers, 3, &orders_members);
+	subs[0].sink_members = orders_members.data;
+	const socket_sub_stats stats[] = {orders_stats, {0}};
+	const char *const names[] = {"orders", NULL};
+	socket_sub_metrics(stats, names, 2, &socket_metrics);
+	kafka_status_json(k, exactly_once, &kafka_json);
+	kafka_metrics(k, exactly_once, &kafka_text);
+	sinks[0] = (report_sink){.name = "socket",
+				 .sub_metrics = socket_metrics.data,
+				 .latency = &socket_h,
+				 .sub_fields = sink_module_find("socket")->sub_fields};
+	sinks[1] = (report_sink){
+	    .name = "kafka", .status_json = kafka_json.data, .metrics = kafka_text.data, .latency = &kafka_h};
+	sinks[2] = (report_sink){.name = "stdout"};
+}
 
 /* Samples around the bounds: 500 µs and 1 ms are counted at their own `le`, 501 µs and 1.001 ms
  * at the next; 60 s is the last bound and 60.000001 s only in +Inf. */
@@ -82,6 +105,7 @@ static report full_report(void)
 	for (size_t i = 0; i < sizeof(kafka_samples) / sizeof(*kafka_samples); i++)
 		hist_add(&kafka_h, kafka_samples[i]);
 	hist_add(&socket_h, 3000);
+	render_sinks(&kafka_figures, false);
 	return (report){
 	    .version = "0.1.0",
 	    .uptime_s = 3725.75,
@@ -118,9 +142,8 @@ static report full_report(void)
 		       .errors_connect = 3},
 	    .subs = subs,
 	    .nsubs = 2,
-	    .has_kafka = true,
-	    .kafka = {.in_flight = 5, .delivered = 6, .errors = 1, .restarts = 0, .latency = &kafka_h},
-	    .socket_latency = &socket_h,
+	    .sinks = sinks,
+	    .nsinks = 3,
 	    .warnings = warnings,
 	    .nwarnings = 1,
 	};
@@ -183,8 +206,8 @@ static void test_status_full(void)
 	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
 	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
-	    "\"latency_ms\":{\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001},"
-	    "\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000}}}\n");
+	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000},"
+	    "\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001}}}\n");
 	CHECK(json_ok(b.data));
 
 	/* What `cdc status` makes of it. */
@@ -268,17 +291,24 @@ static void test_status_nulls(void)
 /* Names the config would refuse still never break the JSON or the exposition format. */
 static void test_escaping(void)
 {
-	static const report_sub odd[] = {
+	/* acked past head (a race between two reads) */
+	const socket_sub_stats stats[] = {{0}, {.head_offset = 5, .acked_offset = 7}};
+	const char *const names[] = {NULL, "caf\xc3\xa9\t"};
+	buf members = {0}, spool_text = {0};
+	socket_sub_json(&stats[1], NULL, 0, &members);
+	socket_sub_metrics(stats, names, 2, &spool_text);
+	const report_sub odd[] = {
 	    {.name = "we\"ird\\name\nx\xff", .sink = "stdout", .matched = 1, .delivered = 1, .bytes = 10},
-	    {.name = "caf\xc3\xa9\t",
-	     .sink = "socket",
-	     .has_offsets = true,
-	     .head_offset = 5,
-	     .acked_offset = 7},
+	    {.name = "caf\xc3\xa9\t", .sink = "socket", .sink_members = members.data},
 	};
+	const report_sink odd_sinks[] = {{.name = "socket",
+					  .sub_metrics = spool_text.data,
+					  .sub_fields = sink_module_find("socket")->sub_fields}};
 	report r = empty_report;
 	r.subs = odd;
 	r.nsubs = 2;
+	r.sinks = odd_sinks;
+	r.nsinks = 1;
 	r.source.wal_status = "weird\"status";
 	buf b = {0};
 	report_status_json(&r, &b);
@@ -302,6 +332,8 @@ static void test_escaping(void)
 	CHECK(strstr(b.data, "cdc_source_wal_status{status=\"lost\"} 0\n"
 			     "cdc_source_wal_status{status=\"weird\\\"status\"} 1\n") != NULL);
 	buf_free(&b);
+	buf_free(&members);
+	buf_free(&spool_text);
 }
 
 /* Every sample belongs to the family whose "# HELP" and "# TYPE" lines come just before it (a
@@ -427,6 +459,12 @@ static void test_metrics(void)
 	    "\ncdc_kafka_errors_total 1\n",
 	    "\ncdc_kafka_restarts_total 0\n",
 	    "\n# TYPE cdc_delivery_latency_seconds histogram\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0005\"} 0\n",
+	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0025\"} 0\n"
+	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.005\"} 1\n",
+	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"+Inf\"} 1\n"
+	    "cdc_delivery_latency_seconds_sum{sink=\"socket\"} 0.003\n"
+	    "cdc_delivery_latency_seconds_count{sink=\"socket\"} 1\n"
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.0005\"} 2\n"
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.001\"} 4\n"
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"0.0025\"} 5\n"
@@ -445,13 +483,7 @@ static void test_metrics(void)
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"60\"} 7\n"
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"+Inf\"} 8\n"
 	    "cdc_delivery_latency_seconds_sum{sink=\"kafka\"} 122.503003\n"
-	    "cdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n"
-	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0005\"} 0\n",
-	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.0025\"} 0\n"
-	    "cdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"0.005\"} 1\n",
-	    "\ncdc_delivery_latency_seconds_bucket{sink=\"socket\",le=\"+Inf\"} 1\n"
-	    "cdc_delivery_latency_seconds_sum{sink=\"socket\"} 0.003\n"
-	    "cdc_delivery_latency_seconds_count{sink=\"socket\"} 1\n",
+	    "cdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n",
 	};
 	for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++) {
 		if (strstr(b.data, lines[i])) {
@@ -461,8 +493,8 @@ static void test_metrics(void)
 			fprintf(stderr, "%s:%d: /metrics lacks:\n%s\n", __FILE__, __LINE__, lines[i]);
 		}
 	}
-	/* The histogram ends the exposition (nothing after the socket series). */
-	const char *tail = "\ncdc_delivery_latency_seconds_count{sink=\"socket\"} 1\n";
+	/* The histogram ends the exposition (nothing after the Kafka series). */
+	const char *tail = "\ncdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n";
 	CHECK(b.len >= strlen(tail) && strcmp(b.data + b.len - strlen(tail), tail) == 0);
 
 	/* Nothing known: families are all declared, unknown gauges have no sample (absent, not 0), Kafka
@@ -567,11 +599,12 @@ static void test_slot_health(void)
 static void test_exactly_once(void)
 {
 	report r = full_report();
-	r.kafka.exactly_once = true;
-	r.kafka.commits = 12;
-	r.kafka.aborts = 1;
-	r.kafka.skipped = 3;
-	r.kafka.position = 0x16B3700;
+	kafka_stats k = kafka_figures;
+	k.commits = 12;
+	k.aborts = 1;
+	k.skipped = 3;
+	k.position = 0x16B3700;
+	render_sinks(&k, true);
 	buf b = {0};
 	report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,"
@@ -852,5 +885,9 @@ int main(void)
 	test_failover();
 	test_hist_le();
 	test_subscriptions();
+	buf_free(&orders_members);
+	buf_free(&socket_metrics);
+	buf_free(&kafka_json);
+	buf_free(&kafka_text);
 	return TEST_SUMMARY("test_report");
 }

@@ -1,6 +1,7 @@
 // copy-proto.js: cdc's .proto files (the repository's proto/cdc/v1/) copied into this package's
 // proto/ before it is compiled or packed: the client loads them from there at startup, so that a
-// package installed from `npm pack`'s tarball holds the schema it was built with.
+// package installed from `npm pack`'s tarball holds the schema it was built with. The repository's
+// LICENSE comes along too: npm packs no symlink, and the tarball must carry the license text.
 const fs = require("node:fs");
 const path = require("node:path");
 
@@ -13,3 +14,4 @@ if (!fs.existsSync(from)) {
 fs.rmSync(path.join(__dirname, "..", "proto"), { recursive: true, force: true });
 fs.mkdirSync(to, { recursive: true });
 for (const f of fs.readdirSync(from).filter((f) => f.endsWith(".proto"))) fs.copyFileSync(path.join(from, f), path.join(to, f));
+fs.copyFileSync(path.join(__dirname, "..", "..", "..", "..", "LICENSE"), path.join(__dirname, "..", "LICENSE"));

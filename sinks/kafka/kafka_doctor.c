@@ -1,0 +1,258 @@
+/* kafka_doctor.c: cdc doctor's checks of the Kafka side. The brokers are asked once
+ * (sinks/kafka/probe.c: metadata and DescribeConfigs, nothing produced) for every topic cdc would
+ * write to. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/kafka/probe.h"
+
+#define DEFAULT_TIMEOUT_MS 5000
+
+typedef struct name_list {
+	char **v;
+	size_t n;
+} name_list;
+
+/* What the checks keep from one to the next: the brokers' answer, asked once. */
+typedef struct doctor_state {
+	kafka_probe probe;
+	char probe_error[512];
+} doctor_state;
+
+typedef struct topic_list {
+	name_list names;
+	bool *configs; /* parallel: whether its cleanup.policy matters */
+} topic_list;
+
+static void add_topic(topic_list *l, const char *name, bool config)
+{
+	for (size_t i = 0; i < l->names.n; i++)
+		if (strcmp(l->names.v[i], name) == 0) {
+			l->configs[i] |= config;
+			return;
+		}
+	l->names.v = xrealloc(l->names.v, (l->names.n + 1) * sizeof(char *));
+	l->configs = xrealloc(l->configs, (l->names.n + 1) * sizeof(bool));
+	l->configs[l->names.n] = config;
+	l->names.v[l->names.n++] = xstrdup(name);
+}
+
+/* One subscription's topic for each of its tables. */
+typedef struct sub_topics {
+	topic_list *list;
+	const sink_sub *sub;
+} sub_topics;
+
+static void sub_topic(void *arg, const char *schema, const char *table)
+{
+	const sub_topics *st = arg;
+	const kafka_sub_conf *c = st->sub->settings;
+	buf name = {0};
+	kafka_topic_name(&name, c->topic ? c->topic : KAFKA_DEFAULT_TOPIC, schema, table, st->sub->name,
+			 st->sub->tag);
+	add_topic(st->list, name.data, false);
+	buf_free(&name);
+}
+
+/* Every topic cdc would write to: its subscriptions' for the tables that exist now, the
+ * transactions topic, and with exactly once the positions topic. */
+static void topics_of(sink_doctor *dr, topic_list *l)
+{
+	const kafka_conf *c = dr->section;
+	for (size_t i = 0; i < dr->nsubs; i++)
+		if (dr->subs[i].mine) {
+			sub_topics st = {l, &dr->subs[i]};
+			dr->tables(dr, i, sub_topic, &st);
+		}
+	if (c->transactions_topic)
+		add_topic(l, c->transactions_topic, false);
+	if (c->schemas_topic)
+		add_topic(l, c->schemas_topic, false);
+	if (c->exactly_once)
+		add_topic(l, c->positions_topic, true);
+}
+
+static void topic_list_free(topic_list *l)
+{
+	for (size_t i = 0; i < l->names.n; i++)
+		free(l->names.v[i]);
+	free(l->names.v);
+	free(l->configs);
+}
+
+/* The brokers' answer, asked by the first check. */
+static doctor_state *probe(sink_doctor *dr)
+{
+	if (dr->state)
+		return dr->state;
+	doctor_state *d = dr->state = xcalloc(1, sizeof(*d));
+	topic_list l = {0};
+	topics_of(dr, &l);
+	kafka_setup k = kafka_setup_make(dr->section, dr->slot);
+	int timeout = dr->timeout_ms > 0 ? dr->timeout_ms : DEFAULT_TIMEOUT_MS;
+	if (!kafka_probe_run(&k.set, (const char *const *)l.names.v, l.configs, l.names.n, timeout, &d->probe,
+			     d->probe_error, sizeof(d->probe_error)))
+		d->probe.reachable = false;
+	kafka_setup_free(&k);
+	topic_list_free(&l);
+	return d;
+}
+
+void kafka_doctor_done(sink_doctor *dr)
+{
+	doctor_state *d = dr->state;
+	if (d)
+		kafka_probe_free(&d->probe);
+	free(d);
+	dr->state = NULL;
+}
+
+static void check_brokers(sink_doctor *dr)
+{
+	doctor_state *d = probe(dr);
+	if (d->probe_error[0])
+		dr->say(dr, SINK_FAIL, "correct kafka.properties (they go to librdkafka as they are)", "%s",
+			d->probe_error);
+	else if (!d->probe.reachable)
+		dr->say(dr, SINK_FAIL,
+			"check kafka.brokers (host:port,...), the security settings in kafka.properties, and "
+			"that the brokers run and this host reaches them",
+			"%s", d->probe.error);
+	else
+		dr->say(dr, SINK_PASS, NULL, "%s: %d broker%s answered",
+			((const kafka_conf *)dr->section)->brokers, d->probe.brokers,
+			d->probe.brokers == 1 ? "" : "s");
+}
+
+static void check_topics(sink_doctor *dr)
+{
+	doctor_state *d = probe(dr);
+	const kafka_conf *c = dr->section;
+	if (!d->probe.reachable)
+		return;
+	if (!dr->database_read) {
+		dr->say(dr, SINK_WARN, "make the server check pass, then run cdc doctor again",
+			"the topics follow the subscriptions' tables, and the database could not be read");
+		return;
+	}
+	const kafka_probe_config *ac = &d->probe.auto_create;
+	buf missing = {0}, fix = {0};
+	size_t n = 0, present = 0;
+	for (size_t i = 0; i < d->probe.ntopics; i++) {
+		const kafka_probe_topic *t = &d->probe.topics[i];
+		if (t->exists) {
+			present++;
+			continue;
+		}
+		/* the positions topic has a check of its own: an auto-created one is not compacted */
+		if (c->exactly_once && strcmp(t->name, c->positions_topic) == 0)
+			continue;
+		buf_printf(&missing, "%s%s", n++ ? ", " : "", t->name);
+		buf_printf(&fix, "%skafka-topics.sh --create --topic %s", fix.len ? "; " : "", t->name);
+	}
+	if (!n)
+		dr->say(dr, SINK_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
+	else if (ac->known && strcmp(ac->value, "true") == 0)
+		dr->say(dr, SINK_PASS, NULL,
+			"%zu missing (%s); the brokers create topics on first use "
+			"(auto.create.topics.enable=true)",
+			n, missing.data);
+	else if (ac->known)
+		dr->say(
+		    dr, SINK_FAIL, fix.data,
+		    "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
+		    n, missing.data, ac->value);
+	else
+		dr->say(dr, SINK_WARN, fix.data,
+			"%zu missing (%s), and whether the brokers create topics on first use is unknown "
+			"(auto.create.topics.enable: %s): create them, or make sure they do",
+			n, missing.data, ac->error);
+	buf_free(&missing);
+	buf_free(&fix);
+}
+
+static void check_transactions(sink_doctor *dr)
+{
+	doctor_state *d = probe(dr);
+	if (!d->probe.reachable)
+		return;
+	kafka_setup k = kafka_setup_make(dr->section, dr->slot);
+	const char *mine = kafka_producer_setting(&k.set, "transaction.timeout.ms");
+	long long producer = mine ? atoll(mine) : 60000; /* librdkafka's own default */
+	kafka_setup_free(&k);
+	const kafka_probe_config *max = &d->probe.transaction_max_timeout;
+	char fix[256];
+	snprintf(fix, sizeof(fix),
+		 "set the brokers' transaction.max.timeout.ms to at least %lld, or kafka.properties' "
+		 "transaction.timeout.ms to at most what they allow",
+		 producer);
+	if (!max->known)
+		dr->say(
+		    dr, SINK_WARN, fix,
+		    "the producer's transaction.timeout.ms is %lld; the brokers' transaction.max.timeout.ms "
+		    "is unknown (%s), and a lower one refuses the transactional producer",
+		    producer, max->error);
+	else if (atoll(max->value) < producer)
+		dr->say(dr, SINK_FAIL, fix,
+			"the producer's transaction.timeout.ms %lld is above the brokers' "
+			"transaction.max.timeout.ms %s: the brokers refuse the transactional producer",
+			producer, max->value);
+	else
+		dr->say(dr, SINK_PASS, NULL,
+			"the producer's transaction.timeout.ms %lld is within the brokers' "
+			"transaction.max.timeout.ms %s",
+			producer, max->value);
+}
+
+static void check_positions(sink_doctor *dr)
+{
+	doctor_state *d = probe(dr);
+	if (!d->probe.reachable)
+		return;
+	const char *name = ((const kafka_conf *)dr->section)->positions_topic;
+	const kafka_probe_topic *t = NULL;
+	for (size_t i = 0; i < d->probe.ntopics; i++)
+		if (strcmp(d->probe.topics[i].name, name) == 0)
+			t = &d->probe.topics[i];
+	char fix[512];
+	if (!t || !t->exists) {
+		snprintf(fix, sizeof(fix),
+			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
+			 name);
+		dr->say(dr, SINK_FAIL, fix,
+			"%s does not exist (one the brokers create on first use is not compacted, and the "
+			"position is read back from its beginning at every start)",
+			name);
+		return;
+	}
+	snprintf(fix, sizeof(fix),
+		 "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config "
+		 "cleanup.policy=compact",
+		 name);
+	if (!t->cleanup_policy.known)
+		dr->say(dr, SINK_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
+			t->cleanup_policy.error);
+	else if (!strstr(t->cleanup_policy.value, "compact"))
+		dr->say(dr, SINK_FAIL, fix,
+			"%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
+			"all",
+			name, t->cleanup_policy.value);
+	else
+		dr->say(dr, SINK_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
+			t->cleanup_policy.value);
+}
+
+static bool exactly_once(const sink_doctor *dr)
+{
+	return ((const kafka_conf *)dr->section)->exactly_once;
+}
+
+const sink_check kafka_checks[] = {
+    {"kafka_brokers", NULL, check_brokers},
+    {"kafka_topics", NULL, check_topics},
+    {"kafka_transactions", exactly_once, check_transactions},
+    {"kafka_positions_topic", exactly_once, check_positions},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,404 @@
+/* kafka_module.c: `sink: kafka` declared once: the kafka section and a subscription's keys, how the
+ * producer is made from them, and its figures in /status, /metrics and the log. Its doctor checks
+ * are in kafka_doctor.c. */
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decoder/base/json.h"
+#include "decoder/base/log.h"
+#include "decoder/base/prom.h"
+#include "sinks/kafka/kafka_sink.h"
+#include "sinks/module.h"
+
+/* ---- values ---- */
+
+/* A topic name: the names Kafka allows. NULL if fine. */
+static const char *topic_name_problem(const char *value, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	size_t n = strlen(value);
+	if (n < 1 || n > 249 ||
+	    strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+		return "a Kafka topic name [a-zA-Z0-9._-]{1,249}";
+	return NULL;
+}
+
+/* A topic template: the names Kafka allows, and the placeholders cdc expands. NULL if fine. */
+static const char *topic_template_problem(const char *value, char *why, size_t whylen)
+{
+	static const char *const placeholders[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
+	for (const char *p = value; *p;) {
+		if (*p == '{') {
+			size_t i, n = 0;
+			for (i = 0; i < 4; i++)
+				if (strncmp(p, placeholders[i], n = strlen(placeholders[i])) == 0)
+					break;
+			if (i == 4) {
+				size_t end = strcspn(p, "}");
+				errf(why, whylen,
+				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+				     "{subscription}, "
+				     "{tag})",
+				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
+				return why;
+			}
+			p += n;
+			continue;
+		}
+		unsigned char c = (unsigned char)*p++;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-')) {
+			errf(why, whylen,
+			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
+			     c >= 0x20 && c < 0x7f ? c : '?');
+			return why;
+		}
+	}
+	if (strlen(value) > 249)
+		return "a Kafka topic name is at most 249 characters";
+	return NULL;
+}
+
+#define TOPIC_NAME                                                                                           \
+	.check = topic_name_problem, .noun = "topic", .value_type = "topic name",                            \
+	.value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters"
+#define TOPIC_TEMPLATE                                                                                       \
+	.check = topic_template_problem, .noun = "topic", .value_type = "topic template",                    \
+	.value_doc =                                                                                         \
+	    "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "         \
+	    "does not allow become `_`"
+
+/* ---- keys ---- */
+
+#define SECTION(f) offsetof(kafka_conf, f)
+#define SUB(f) offsetof(kafka_sub_conf, f)
+
+static const sink_key section_keys[] = {
+    {"brokers", SINK_KEY_STRING, SECTION(brokers),
+     .flags = SINK_KEY_REQUIRED | SINK_KEY_NONEMPTY | SINK_KEY_RESTART,
+     .doc = "The bootstrap brokers, `host:port,host:port`."},
+    {"properties", SINK_KEY_PROPERTIES, SECTION(properties), .flags = SINK_KEY_RESTART,
+     .doc = "librdkafka properties, handed over unchanged: TLS (`security.protocol`, `ssl.*`), SASL, tuning "
+	    "(`compression.type: lz4`). Secret-looking values are masked wherever cdc prints them."},
+    {"transactions_topic", SINK_KEY_STRING, SECTION(transactions_topic),
+     .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY, TOPIC_NAME,
+     .doc = "One record per source transaction that produced Kafka events, with its event count, on this "
+	    "topic."},
+    {"schemas_topic", SINK_KEY_STRING, SECTION(schemas_topic), .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY,
+     TOPIC_NAME,
+     .doc = "The schema and DDL events of Kafka subscriptions, on this topic (partition 0, in stream order; "
+	    "make it compacted); each row record names its schema in the `cdc-schema-id` header. Without "
+	    "it, Kafka subscriptions produce no schema or DDL records. See [kafka.md](kafka.md#schemas)."},
+    {"exactly_once", SINK_KEY_BOOL, SECTION(exactly_once), .flags = SINK_KEY_RESTART,
+     .doc = "A transactional producer carrying the slot position in the same Kafka transaction: "
+	    "read-committed consumers see each change once. See [kafka.md](kafka.md#exactly-once)."},
+    {"positions_topic", SINK_KEY_STRING, SECTION(positions_topic),
+     .flags = SINK_KEY_RESTART | SINK_KEY_NONEMPTY, .def_text = "cdc.positions", TOPIC_NAME,
+     .doc = "Exactly once: the topic where the slot position travels (compacted, partition 0)."},
+    {"commit_interval", SINK_KEY_DURATION, SECTION(commit_interval_ms),
+     .doc = "Exactly once: keep a Kafka transaction open at least this long (fewer, larger transactions; "
+	    "more latency). `0`: commit as soon as the source transaction is in."},
+    {"commit_events", SINK_KEY_U64, SECTION(commit_events),
+     .doc = "Exactly once: commit early once a Kafka transaction holds this many events (0: no limit)."},
+};
+
+static const char *const format_names[] = {"protobuf", "json", "debezium", NULL};
+static const char *const toast_names[] = {"placeholder", "omit", NULL};
+enum { KEY_TOPIC, KEY_TOMBSTONES, KEY_FORMAT, KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST };
+static const sink_key sub_keys[] = {
+    [KEY_TOPIC] = {"topic", SINK_KEY_STRING, SUB(topic), .flags = SINK_KEY_NONEMPTY,
+		   .def_text = KAFKA_DEFAULT_TOPIC, TOPIC_TEMPLATE,
+		   .doc = "Kafka only: the topic of each event, a template with `{schema}`, `{table}`, "
+			  "`{subscription}`, `{tag}`."},
+    [KEY_TOMBSTONES] = {"tombstones", SINK_KEY_BOOL, SUB(tombstones),
+			.doc =
+			    "Kafka only: after each delete, a record with the same key and a null value (for "
+			    "log compaction), and after an update that changed the key one for the old key. "
+			    "Default: `false`, `true` with `format: debezium` (Debezium's "
+			    "`tombstones.on.delete`)."},
+    [KEY_FORMAT] = {"format", SINK_KEY_ENUM, SUB(format), format_names, .def_number = KAFKA_PROTOBUF,
+		    .doc =
+			"Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
+			"`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
+			"prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
+			"through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
+    [KEY_SCHEMAS] = {"schemas", SINK_KEY_BOOL, SUB(schemas),
+		     .doc =
+			 "`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
+			 "as JsonConverter writes them with `schemas.enable=true`."},
+    [KEY_SERVER_NAME] = {"server_name", SINK_KEY_STRING, SUB(server_name), .def_text = "cdc",
+			 .check = topic_name_problem, .noun = "name", .value_type = "topic name",
+			 .value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters",
+			 .doc =
+			     "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
+			     "`source.name` and the prefix of the key's and rows' schema names. The default "
+			     "matches the default topic template's `cdc.`."},
+    [KEY_UNCHANGED_TOAST] =
+	{"unchanged_toast", SINK_KEY_ENUM, SUB(unchanged_toast), toast_names,
+	 .def_number = KAFKA_TOAST_PLACEHOLDER,
+	 .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
+		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
+		"(its bytes, or lists of it, by type). `omit`: the column is left out of the "
+		"row."},
+};
+
+/* The keys only format: debezium takes. */
+static bool debezium_key(size_t i)
+{
+	return i == KEY_SCHEMAS || i == KEY_SERVER_NAME || i == KEY_UNCHANGED_TOAST;
+}
+
+static void check_sub(void *settings, const bool *given, sink_problems *problems)
+{
+	kafka_sub_conf *c = settings;
+	for (size_t i = 0; i < sizeof sub_keys / sizeof *sub_keys; i++)
+		if (given[i] && debezium_key(i) && c->format != KAFKA_DEBEZIUM) {
+			char msg[128];
+			snprintf(msg, sizeof msg,
+				 "only valid with format: debezium (this subscription's format is %s)",
+				 format_names[c->format]);
+			problems->report(problems, i, msg);
+		}
+	/* Debezium follows each delete with a tombstone unless told otherwise (tombstones.on.delete). */
+	if (c->format == KAFKA_DEBEZIUM && !given[KEY_TOMBSTONES])
+		c->tombstones = true;
+}
+
+static bool sub_shown(const void *settings, size_t key_index)
+{
+	return !debezium_key(key_index) || ((const kafka_sub_conf *)settings)->format == KAFKA_DEBEZIUM;
+}
+
+/* With kafka.transactions_topic set, the transaction records of every Kafka subscription go to one
+ * topic, so they share one format. */
+static bool check_together(const void *section, const void *const *subs, const char *const *names, size_t n,
+			   size_t *first, size_t *second, buf *why)
+{
+	const kafka_conf *c = section;
+	if (!c || !c->transactions_topic)
+		return true;
+	for (size_t i = 1; i < n; i++) {
+		const kafka_sub_conf *a = subs[0], *o = subs[i];
+		if (a->format == o->format)
+			continue;
+		*first = 0;
+		*second = i;
+		buf_printf(
+		    why,
+		    "subscriptions %s (format %s) and %s (format %s) write Kafka records in different "
+		    "formats, but kafka.transactions_topic holds the records of their transactions in one: "
+		    "give them the same format",
+		    names[0], format_names[a->format], names[i], format_names[o->format]);
+		return false;
+	}
+	return true;
+}
+
+/* ---- the sink ---- */
+
+kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot)
+{
+	kafka_setup k = {
+	    .props = xcalloc(conf->properties.count ? conf->properties.count : 1, sizeof(kafka_property)),
+	    .transactional_id = xmalloc(strlen(slot) + 5)};
+	/* Stable for the slot: the producer that streams it next fences this one. */
+	sprintf(k.transactional_id, "cdc-%s", slot);
+	for (size_t i = 0; i < conf->properties.count; i++)
+		k.props[i] = (kafka_property){conf->properties.items[i].key, conf->properties.items[i].value};
+	k.set = (kafka_sink_settings){.brokers = conf->brokers ? conf->brokers : "",
+				      .properties = k.props,
+				      .nproperties = conf->properties.count,
+				      .transactions_topic = conf->transactions_topic,
+				      .schemas_topic = conf->schemas_topic,
+				      .exactly_once = conf->exactly_once,
+				      .positions_topic = conf->positions_topic,
+				      .transactional_id = k.transactional_id,
+				      .commit_interval_ms = conf->commit_interval_ms,
+				      .commit_events = conf->commit_events};
+	return k;
+}
+
+void kafka_setup_free(kafka_setup *setup)
+{
+	free(setup->props);
+	free(setup->transactional_id);
+}
+
+static kafka_sub_settings *sub_settings(const sink_sub *subs, size_t n)
+{
+	kafka_sub_settings *v = xcalloc(n ? n : 1, sizeof(*v));
+	for (size_t i = 0; i < n; i++) {
+		const kafka_sub_conf *c = subs[i].settings;
+		v[i] = (kafka_sub_settings){.topic = c->topic,
+					    .tombstones = c->tombstones,
+					    .format = (kafka_format)c->format,
+					    .schemas = c->schemas,
+					    .server_name = c->server_name,
+					    .placeholder = c->unchanged_toast == KAFKA_TOAST_PLACEHOLDER};
+	}
+	return v;
+}
+
+static sink *create_sink(const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
+			 char *err, size_t errlen)
+{
+	kafka_setup k = kafka_setup_make(section, env->slot);
+	kafka_sub_settings *v = sub_settings(subs, nsubs);
+	sink *s = kafka_sink_new(&k.set, v, nsubs, err, errlen);
+	if (s)
+		kafka_sink_watch_stream(s, env->stream, env->ctx);
+	kafka_setup_free(&k);
+	free(v);
+	return s;
+}
+
+static bool bind_sink(sink *s, const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
+		      char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	kafka_setup k = kafka_setup_make(section, env->slot);
+	kafka_sub_settings *v = sub_settings(subs, nsubs);
+	kafka_sink_bind(s, &k.set, v, nsubs);
+	kafka_setup_free(&k);
+	free(v);
+	return true;
+}
+
+static bool ticks(const sink *s)
+{
+	return kafka_sink_exactly_once(s);
+}
+
+static void database(sink *s, const char *name)
+{
+	kafka_sink_set_database(s, name);
+}
+
+/* ---- figures ---- */
+
+void kafka_status_json(const kafka_stats *stats, bool exactly_once, buf *out)
+{
+	bool f = true;
+	buf_putc(out, '{');
+	json_key_u64(out, &f, "in_flight", stats->in_flight);
+	json_key_u64(out, &f, "delivered", stats->delivered);
+	json_key_u64(out, &f, "errors", stats->errors);
+	json_key_u64(out, &f, "restarts", stats->restarts);
+	json_key_boolean(out, &f, "exactly_once", exactly_once);
+	if (exactly_once) {
+		json_key_u64(out, &f, "transactions_committed", stats->commits);
+		json_key_u64(out, &f, "transactions_aborted", stats->aborts);
+		json_key_u64(out, &f, "transactions_skipped", stats->skipped);
+		json_key_lsn(out, &f, "position", stats->position);
+	}
+	buf_putc(out, '}');
+}
+
+void kafka_metrics(const kafka_stats *stats, bool exactly_once, buf *out)
+{
+	prom_u64(out, "cdc_kafka_in_flight_messages", "gauge",
+		 "Messages produced and awaiting a delivery report.", stats->in_flight);
+	prom_u64(out, "cdc_kafka_delivered_messages_total", "counter", "Messages the brokers acknowledged.",
+		 stats->delivered);
+	prom_u64(out, "cdc_kafka_errors_total", "counter", "Kafka delivery and producer errors.",
+		 stats->errors);
+	prom_u64(out, "cdc_kafka_restarts_total", "counter",
+		 "Producer restarts (after a fatal error, from the last flushed position).", stats->restarts);
+	if (!exactly_once)
+		return;
+	prom_family(out, "cdc_kafka_transactions_total", "counter",
+		    "Kafka transactions ended (kafka.exactly_once), by outcome.");
+	buf_printf(out, "cdc_kafka_transactions_total{outcome=\"committed\"} %" PRIu64 "\n", stats->commits);
+	buf_printf(out, "cdc_kafka_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n", stats->aborts);
+	prom_u64(out, "cdc_kafka_skipped_transactions_total", "counter",
+		 "Source transactions the slot sent again that Kafka already held (not produced again).",
+		 stats->skipped);
+	prom_u64(out, "cdc_kafka_position_lsn", "gauge",
+		 "The commit LSN up to which Kafka holds the stream (its last committed position record).",
+		 stats->position);
+}
+
+static void status_json(const sink *s, buf *out)
+{
+	kafka_status_json(kafka_sink_stats(s), kafka_sink_exactly_once(s), out);
+}
+
+static void metrics(const sink *s, buf *out)
+{
+	kafka_metrics(kafka_sink_stats(s), kafka_sink_exactly_once(s), out);
+}
+
+static const hist *latency(const sink *s)
+{
+	return &kafka_sink_stats(s)->latency;
+}
+
+static const char *not_ready(const sink *s)
+{
+	const kafka_stats *k = kafka_sink_stats(s);
+	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight"
+					       : NULL;
+}
+
+static void log_figures(const sink *s)
+{
+	const kafka_stats *k = kafka_sink_stats(s);
+	log_info("kafka",
+		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
+		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
+		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
+		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
+		 (double)hist_quantile(&k->latency, 0.5) / 1000,
+		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+}
+
+/* cdc status: the producer's counters, and with exactly once its position. */
+static void status_text(struct json_object *figures, buf *out)
+{
+	char f[3][64];
+	buf_printf(out, "kafka   in_flight=%s  delivered=%s  errors=%s\n",
+		   json_field_text(figures, "in_flight", f[0], 64),
+		   json_field_text(figures, "delivered", f[1], 64),
+		   json_field_text(figures, "errors", f[2], 64));
+	json_object *position = NULL;
+	if (json_object_object_get_ex(figures, "position", &position) &&
+	    json_object_is_type(position, json_type_string))
+		buf_printf(out, "kafka   exactly once: position=%s  committed=%s  aborted=%s\n",
+			   json_field_text(figures, "position", f[0], 64),
+			   json_field_text(figures, "transactions_committed", f[1], 64),
+			   json_field_text(figures, "transactions_aborted", f[2], 64));
+}
+
+const sink_module kafka_module = {
+    .name = "kafka",
+    .doc = "`kafka` ([kafka.md](kafka.md))",
+    .section = "kafka",
+    .section_doc =
+	"The Kafka producer, for `sink: kafka` subscriptions. Present only when a subscription uses "
+	"Kafka.",
+    .section_keys = SINK_KEYS(section_keys),
+    .section_size = sizeof(kafka_conf),
+    .section_optional = true,
+    .section_needed = "brokers",
+    .sub_keys = SINK_KEYS(sub_keys),
+    .sub_size = sizeof(kafka_sub_conf),
+    .check_sub = check_sub,
+    .sub_shown = sub_shown,
+    .check_together = check_together,
+    .create = create_sink,
+    .bind = bind_sink,
+    .wake_ms = kafka_sink_wake_ms,
+    .ticks = ticks,
+    .database = database,
+    .status_json = status_json,
+    .metrics = metrics,
+    .latency = latency,
+    .not_ready = not_ready,
+    .log_figures = log_figures,
+    .status_text = status_text,
+    .checks = kafka_checks,
+    .doctor_done = kafka_doctor_done,
+};

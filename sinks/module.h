@@ -81,6 +81,9 @@ typedef struct sink_properties {
 	size_t count;
 } sink_properties;
 
+/* Operations, as a module's hooks name them (the configuration maps them to its own). */
+enum { SINK_OP_TRUNCATE = 1 << 0, SINK_OP_SCHEMA = 1 << 1 };
+
 /* How a module's check of a subscription reports a problem with its key number key_index. */
 typedef struct sink_problems {
 	void (*report)(struct sink_problems *problems, size_t key_index, const char *message);
@@ -167,6 +170,12 @@ typedef struct sink_module {
 	void (*check_sub)(void *settings, const bool *given, sink_problems *problems);
 	/* Whether sub_keys' key i of these settings is printed (NULL: all). */
 	bool (*sub_shown)(const void *settings, size_t key_index);
+	/* How a subscription's settings change its operations (SINK_OP_* bits): those left out of the
+	 * default when the file lists none (ops_not_default: Debezium writes no truncate unless asked),
+	 * and those it receives whatever the list says (ops_needed: the schema events a format needs
+	 * to write rows; only with a row operation). NULL: none. */
+	unsigned (*ops_not_default)(const void *settings);
+	unsigned (*ops_needed)(const void *settings);
 	/* Checks the subscriptions of this sink together (section: NULL when the file has none):
 	 * false with *first and *second the indexes of two that cannot go together, why in why. */
 	bool (*check_together)(const void *section, const void *const *subs, const char *const *names,

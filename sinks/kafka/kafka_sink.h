@@ -124,18 +124,27 @@ typedef struct kafka_conf {
 	char *transactions_topic; /* NULL if none */
 	char *schemas_topic;	  /* schema and DDL events of Kafka subscriptions; NULL: none */
 	bool exactly_once;
-	char *positions_topic;	     /* default "cdc.positions" */
-	uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */
-	uint64_t commit_events;	     /* default 0: no limit */
+	char *positions_topic;		/* default "cdc.positions" */
+	uint64_t commit_interval_ms;	/* default 0: as soon as whole transactions are in */
+	uint64_t commit_events;		/* default 0: no limit */
+	struct kafka_registry_section { /* format avro: the schema registry */
+		char *url, *username, *password, *ca_file, *cert_file, *key_file;
+		uint64_t timeout_ms;
+		int compatibility; /* an index of kafka_compatibility_names */
+	} registry;
 } kafka_conf;
+/* The compatibility levels a subject cdc creates may get ("registry": the registry's own). */
+extern const char *const kafka_compatibility_names[];
 typedef enum kafka_toast { KAFKA_TOAST_PLACEHOLDER, KAFKA_TOAST_OMIT } kafka_toast;
 typedef struct kafka_sub_conf {
-	char *topic;	     /* template, default "cdc.{schema}.{table}" */
-	bool tombstones;     /* default: on with format debezium */
-	int format;	     /* kafka_format; default protobuf */
-	bool schemas;	     /* format debezium: {schema, payload} records */
-	char *server_name;   /* format debezium: source.name; default "cdc" */
-	int unchanged_toast; /* kafka_toast; format debezium: default placeholder */
+	char *topic;	      /* template, default "cdc.{schema}.{table}" */
+	bool tombstones;      /* default: on with format debezium and avro */
+	int format;	      /* kafka_format; default protobuf */
+	bool schemas;	      /* format debezium: {schema, payload} records */
+	char *server_name;    /* format debezium and avro: source.name; default "cdc" */
+	int unchanged_toast;  /* kafka_toast; format debezium and avro: default placeholder */
+	bool context_headers; /* format debezium and avro: default on */
+	int subject_strategy; /* kafka_subject_strategy; format avro */
 } kafka_sub_conf;
 
 /* The producer's settings from conf and the slot (the transactional id is "cdc-SLOT"): set borrows

@@ -84,7 +84,8 @@ static kafka_registry_status request(const kafka_registry_conf *conf, const char
 	char curl_err[CURL_ERROR_SIZE] = "";
 	CURL *h = curl_easy_init();
 	struct curl_slist *headers = curl_slist_append(NULL, CONTENT_TYPE);
-	headers = curl_slist_append(headers, "Accept: application/vnd.schemaregistry.v1+json, application/json");
+	headers =
+	    curl_slist_append(headers, "Accept: application/vnd.schemaregistry.v1+json, application/json");
 	curl_easy_setopt(h, CURLOPT_URL, url.data);
 	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
@@ -122,7 +123,9 @@ static kafka_registry_status request(const kafka_registry_conf *conf, const char
 	} else if (status < 200 || status > 299) {
 		buf_printf(&msg, ": HTTP %ld", status);
 		error_text(&msg, &answer);
-		out = status == 404 ? REGISTRY_NOT_FOUND : status >= 500 ? REGISTRY_UNREACHABLE : REGISTRY_REFUSED;
+		out = status == 404   ? REGISTRY_NOT_FOUND
+		      : status >= 500 ? REGISTRY_UNREACHABLE
+				      : REGISTRY_REFUSED;
 	} else {
 		char why[256];
 		if (!(*root = json_parse(answer.data ? answer.data : "", answer.len, 16, why, sizeof(why)))) {
@@ -196,15 +199,16 @@ kafka_registry_status kafka_registry_register(const kafka_registry_conf *conf, c
 	return st;
 }
 
-kafka_registry_status kafka_registry_latest(const kafka_registry_conf *conf, const char *subject, uint32_t *id,
-					    int *version, char *err, size_t errlen)
+kafka_registry_status kafka_registry_latest(const kafka_registry_conf *conf, const char *subject,
+					    uint32_t *id, int *version, char *err, size_t errlen)
 {
 	buf path = {0};
 	path_of(&path, "/subjects/", subject, "/versions/latest");
 	json_object *root;
 	kafka_registry_status st = request(conf, "GET", path.data, NULL, &root, err, errlen);
 	int64_t i, v;
-	if (st == REGISTRY_OK && member_int(root, "id", &i, err, errlen) && member_int(root, "version", &v, err, errlen)) {
+	if (st == REGISTRY_OK && member_int(root, "id", &i, err, errlen) &&
+	    member_int(root, "version", &v, err, errlen)) {
 		*id = (uint32_t)i;
 		*version = (int)v;
 	} else if (st == REGISTRY_OK) {
@@ -254,8 +258,8 @@ kafka_registry_status kafka_registry_set_level(const kafka_registry_conf *conf, 
 }
 
 kafka_registry_status kafka_registry_compatible(const kafka_registry_conf *conf, const char *subject,
-						const char *schema, bool *compatible, char *why, size_t whylen,
-						char *err, size_t errlen)
+						const char *schema, bool *compatible, char *why,
+						size_t whylen, char *err, size_t errlen)
 {
 	buf path = {0}, body = {0};
 	path_of(&path, "/compatibility/subjects/", subject, "/versions/latest?verbose=true");
@@ -270,7 +274,8 @@ kafka_registry_status kafka_registry_compatible(const kafka_registry_conf *conf,
 	} else if (st == REGISTRY_OK && json_object_object_get_ex(root, "is_compatible", &m)) {
 		*compatible = json_object_get_boolean(m);
 		if (!*compatible && why && json_object_object_get_ex(root, "messages", &m))
-			snprintf(why, whylen, "%s", json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN));
+			snprintf(why, whylen, "%s",
+				 json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN));
 	} else if (st == REGISTRY_OK) {
 		errf(err, errlen, "schema registry: the answer has no is_compatible");
 		st = REGISTRY_UNREACHABLE;

@@ -87,7 +87,8 @@ static void conf_copy(kafka_registry_conf *to, const kafka_registry_conf *from)
 
 /* A subject cdc creates gets the configured compatibility level before its first version; a
  * subject that has versions keeps its own. Once per subject and process. */
-static void configure(kafka_subjects *ks, const kafka_registry_conf *conf, const char *level, const char *subject)
+static void configure(kafka_subjects *ks, const kafka_registry_conf *conf, const char *level,
+		      const char *subject)
 {
 	for (size_t i = 0; i < ks->nconfigured; i++)
 		if (strcmp(ks->configured[i], subject) == 0)
@@ -134,7 +135,8 @@ static void run(void *arg)
 		uint32_t id = 0;
 		if (level)
 			configure(ks, &conf, level, e->subject);
-		kafka_registry_status st = kafka_registry_register(&conf, e->subject, e->schema, &id, err, sizeof(err));
+		kafka_registry_status st =
+		    kafka_registry_register(&conf, e->subject, e->schema, &id, err, sizeof(err));
 		worker_lock(ks->w);
 		e->busy = false;
 		if (st == REGISTRY_OK) {
@@ -240,8 +242,8 @@ static uint32_t intern(kafka_subjects *ks, const char *subject, const char *sche
 }
 
 /* The subject of schema (record full name fullname) in topic: Confluent's strategies. */
-static const char *subject_of(kafka_subjects *ks, kafka_subject_strategy strategy, const char *topic, bool key,
-			      const char *fullname)
+static const char *subject_of(kafka_subjects *ks, kafka_subject_strategy strategy, const char *topic,
+			      bool key, const char *fullname)
 {
 	buf_reset(&ks->name);
 	if (strategy != KAFKA_SUBJECT_RECORD) {
@@ -327,12 +329,15 @@ bool kafka_subjects_shape(kafka_subjects *ks, const char *sub, uint64_t schema_i
 		bool has_key = false;
 		for (size_t i = 0; i < s->ncols; i++)
 			has_key |= s->cols[i].key;
-		s->key = has_key ? add(ks, dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols,
-							   s->ncols, true),
+		s->key = has_key ? add(ks,
+				       dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols,
+							s->ncols, true),
 				       topic, true, strategy)
 				 : KAFKA_NO_SCHEMA;
-		s->value = add(ks, dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols, s->ncols, false),
-			       topic, false, strategy);
+		s->value = add(
+		    ks,
+		    dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols, s->ncols, false),
+		    topic, false, strategy);
 	}
 	*cols = s->cols;
 	*ncols = s->ncols;
@@ -347,9 +352,10 @@ bool kafka_subjects_latest(kafka_subjects *ks, const char *sub, const char *sche
 {
 	for (size_t i = ks->nshapes; i-- > 0;) {
 		const shape *s = ks->shapes[i];
-		if (strcmp(s->sub, sub) == 0 && strcmp(s->schema, schema) == 0 && strcmp(s->table, table) == 0)
-			return kafka_subjects_shape(ks, sub, s->schema_id, topic, server, strategy, cols, ncols, key,
-						    value);
+		if (strcmp(s->sub, sub) == 0 && strcmp(s->schema, schema) == 0 &&
+		    strcmp(s->table, table) == 0)
+			return kafka_subjects_shape(ks, sub, s->schema_id, topic, server, strategy, cols,
+						    ncols, key, value);
 	}
 	return false;
 }

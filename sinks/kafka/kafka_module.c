@@ -432,6 +432,17 @@ void kafka_status_json(const kafka_stats *stats, bool exactly_once, buf *out)
 		json_key_u64(out, &f, "transactions_skipped", stats->skipped);
 		json_key_lsn(out, &f, "position", stats->position);
 	}
+	if (stats->registry) {
+		bool r = true;
+		json_key(out, &f, "schema_registry");
+		buf_putc(out, '{');
+		json_key_u64(out, &r, "schemas_registered", stats->schemas_registered);
+		json_key_u64(out, &r, "errors", stats->registry_errors);
+		json_key_boolean(out, &r, "waiting", stats->registry_waiting);
+		json_key_str(out, &r, "subject", stats->registry_waiting ? stats->registry_subject : NULL);
+		json_key_str(out, &r, "error", stats->registry_waiting ? stats->registry_error : NULL);
+		buf_putc(out, '}');
+	}
 	buf_putc(out, '}');
 }
 
@@ -445,6 +456,18 @@ void kafka_metrics(const kafka_stats *stats, bool exactly_once, buf *out)
 		 stats->errors);
 	prom_u64(out, "cdc_kafka_restarts_total", "counter",
 		 "Producer restarts (after a fatal error, from the last flushed position).", stats->restarts);
+	if (stats->registry) {
+		prom_u64(out, "cdc_kafka_schemas_registered", "gauge",
+			 "format avro: schemas the schema registry gave an id (each once per process).",
+			 stats->schemas_registered);
+		prom_u64(
+		    out, "cdc_kafka_registry_errors_total", "counter",
+		    "format avro: requests to register a schema that the registry refused or did not answer.",
+		    stats->registry_errors);
+		prom_u64(out, "cdc_kafka_registry_waiting", "gauge",
+			 "format avro: 1 while records wait for a schema the registry has not accepted.",
+			 stats->registry_waiting);
+	}
 	if (!exactly_once)
 		return;
 	prom_family(out, "cdc_kafka_transactions_total", "counter",
@@ -477,6 +500,9 @@ static const hist *latency(const sink *s)
 static const char *not_ready(const sink *s)
 {
 	const kafka_stats *k = kafka_sink_stats(s);
+	if (k->registry_waiting)
+		return "kafka: records wait for the schema registry to accept their schema (see "
+		       "schema_registry)";
 	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight"
 					       : NULL;
 }
@@ -508,6 +534,20 @@ static void status_text(struct json_object *figures, buf *out)
 			   json_field_text(figures, "position", f[0], 64),
 			   json_field_text(figures, "transactions_committed", f[1], 64),
 			   json_field_text(figures, "transactions_aborted", f[2], 64));
+	json_object *registry = NULL, *waiting = NULL;
+	if (json_object_object_get_ex(figures, "schema_registry", &registry) &&
+	    json_object_is_type(registry, json_type_object)) {
+		buf_printf(out, "kafka   schema registry: registered=%s  errors=%s\n",
+			   json_field_text(registry, "schemas_registered", f[0], 64),
+			   json_field_text(registry, "errors", f[1], 64));
+		if (json_object_object_get_ex(registry, "waiting", &waiting) &&
+		    json_object_get_boolean(waiting)) {
+			char subject[256], error[700];
+			buf_printf(out, "kafka   waiting for the registry: subject %s: %s\n",
+				   json_field_text(registry, "subject", subject, sizeof(subject)),
+				   json_field_text(registry, "error", error, sizeof(error)));
+		}
+	}
 }
 
 const sink_module kafka_module = {

@@ -471,6 +471,10 @@ bool kafka_release(kafka_sink *k, char *err, size_t errlen)
 			    kafka_deliver(&k->base, hd.sub, h.data + off, hd.len, &hd.c, hd.seq, err, errlen);
 		off += hd.len;
 	}
+	if (k->held.len) { /* some waits again, with all that came after it */
+		buf_free(&h);
+		return ok;
+	}
 	buf_free(&k->held);
 	buf_reset(&h);
 	k->held = h; /* its room, for the next time */
@@ -650,6 +654,7 @@ static void registry_check(kafka_sink *k)
 	bool refused;
 	char why[700];
 	if (kafka_subjects_id(k->subjects, k->wait_schema)) {
+		k->stats.registry_error[0] = k->stats.registry_subject[0] = '\0';
 		k->registry_wait = false;
 		k->stats.registry_waiting = false;
 		k->wait_logged = 0;
@@ -658,7 +663,6 @@ static void registry_check(kafka_sink *k)
 	kafka_subjects_error(k->subjects, k->wait_schema, why, sizeof(why), &refused);
 	if (!why[0] || strcmp(why, k->stats.registry_error) == 0)
 		return; /* no answer yet, or the same answer again */
-	k->stats.registry_errors++;
 	k->stats.registry_waiting = true;
 	snprintf(k->stats.registry_subject, sizeof(k->stats.registry_subject), "%s",
 		 kafka_subjects_subject(k->subjects, k->wait_schema));
@@ -668,8 +672,9 @@ static void registry_check(kafka_sink *k)
 		     : "the schema registry cannot be asked: records that need a schema wait",
 		 "subject=%s error=\"%s\" next=\"%s\"", k->stats.registry_subject, why,
 		 refused ? "make the schema compatible (the table's change, or the subject's compatibility "
-			   "level: PUT /config/SUBJECT); cdc asks again, at least once a minute"
-			 : "cdc asks again, at least once a minute");
+			   "level: PUT /config/SUBJECT); cdc asks again at least once a minute, and at once "
+			   "after a reload (SIGHUP)"
+			 : "cdc asks again at least once a minute, and at once after a reload (SIGHUP)");
 }
 
 static sink_status kafka_flush(sink *base, char *err, size_t errlen)
@@ -678,6 +683,10 @@ static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 	rd_kafka_poll(k->rk, 0);
 	if (k->registry_wait)
 		registry_check(k);
+	if (k->subjects) {
+		k->stats.registry = true;
+		kafka_subjects_counts(k->subjects, &k->stats.schemas_registered, &k->stats.registry_errors);
+	}
 	if (!k->set.exactly_once && !k->registry_wait && k->held.len && !kafka_release(k, err, errlen))
 		return SINK_FATAL;
 	if (k->set.exactly_once && !kafka_eo_step(k, false, err, errlen))

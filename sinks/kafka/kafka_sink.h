@@ -106,8 +106,9 @@ typedef struct kafka_stats {
 	uint64_t commits, aborts, skipped, position;
 	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
-	/* format avro: schemas the registry gave an id, its refusals and failures, and while records
-	 * wait for one, the subject and why (the registry's words) */
+	/* format avro (registry): schemas the registry gave an id, the requests it refused or did not
+	 * answer, and while records wait for an id, the subject and why (the registry's words) */
+	bool registry;
 	uint64_t schemas_registered, registry_errors;
 	bool registry_waiting;
 	char registry_subject[256], registry_error[700];

@@ -49,6 +49,7 @@ struct kafka_subjects {
 	/* under the lock: what the worker uses */
 	kafka_registry_conf conf;
 	char *compatibility;
+	uint64_t failures; /* under the lock */
 	/* the worker's: subjects whose compatibility it set or found set */
 	char **configured;
 	size_t nconfigured;
@@ -148,6 +149,7 @@ static void run(void *arg)
 			uint64_t wait = e->attempts < 6 ? (uint64_t)1000 << e->attempts : RETRY_MAX_MS;
 			e->retry_at = now_ms() + (wait < RETRY_MAX_MS ? wait : RETRY_MAX_MS);
 			e->attempts++;
+			ks->failures++;
 		}
 		worker_unlock(ks->w);
 		conf_free(&conf);
@@ -217,7 +219,18 @@ void kafka_subjects_bind(kafka_subjects *ks, const kafka_registry_conf *conf, co
 	conf_copy(&ks->conf, conf);
 	free(ks->compatibility);
 	ks->compatibility = dup_or_null(compatibility);
+	/* a reload asks again at once what failed: the registry may be fixed */
+	bool again = false;
+	for (size_t i = 0; i < ks->n; i++) {
+		entry *e = ks->all[i];
+		if (!e->id && e->error[0]) { /* busy: once more after the request under way */
+			e->asked = again = true;
+			e->attempts = 0;
+		}
+	}
 	worker_unlock(ks->w);
+	if (again)
+		worker_kick(ks->w);
 }
 
 /* The index of (subject, schema), added (and asked for) if new. */
@@ -389,6 +402,17 @@ void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outl
 const char *kafka_subjects_subject(const kafka_subjects *ks, uint32_t i)
 {
 	return i < ks->n ? ks->all[i]->subject : "";
+}
+
+void kafka_subjects_counts(kafka_subjects *ks, uint64_t *registered, uint64_t *failures)
+{
+	uint64_t n = 0;
+	worker_lock(ks->w);
+	for (size_t i = 0; i < ks->n; i++)
+		n += ks->all[i]->id != 0;
+	*failures = ks->failures;
+	worker_unlock(ks->w);
+	*registered = n;
 }
 
 uint64_t kafka_subjects_retry_ms(kafka_subjects *ks)

@@ -28,7 +28,7 @@ typedef struct kafka_subjects kafka_subjects;
 kafka_subjects *kafka_subjects_new(int wake_fd, char *err, size_t errlen);
 void kafka_subjects_free(kafka_subjects *ks);
 /* The registry to ask and the compatibility level a subject cdc creates gets (NULL: the
- * registry's); copied. Shapes are derived again at their next use. */
+ * registry's); copied. What failed is asked again at once (a reload after fixing the registry). */
 void kafka_subjects_bind(kafka_subjects *ks, const kafka_registry_conf *conf, const char *compatibility);
 
 /* A schema event of subscription sub (its table_schema, e->schema_id): the shape of the rows that
@@ -57,6 +57,9 @@ uint32_t kafka_subjects_id(kafka_subjects *ks, uint32_t i);
 void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outlen, bool *refused);
 /* Its subject, for messages. */
 const char *kafka_subjects_subject(const kafka_subjects *ks, uint32_t i);
+/* How many schemas have their id, and how many requests to register one failed (refused or
+ * unanswered), since the sink started. */
+void kafka_subjects_counts(kafka_subjects *ks, uint64_t *registered, uint64_t *failures);
 /* Milliseconds until a failed schema is asked again (0: none waits). */
 uint64_t kafka_subjects_retry_ms(kafka_subjects *ks);
 

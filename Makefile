@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libcurl
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -58,7 +58,7 @@ LIB_SRCS := \
 	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
-	ring kafka_eo failover debezium avro kafka_render catalog publication
+	ring kafka_eo failover debezium avro kafka_render catalog publication nats
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
@@ -203,7 +203,7 @@ TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = $(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION)
 HARNESS = $(FAULT_ENV) $(PYTHON) tests/fault/harness.py --pg-version $(PG_VERSION) $(if $(SEED),--seed $(SEED))
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
-	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
+	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_checkers.py tests/fault/test_kafka_order.py
 	$(Q)$(HARNESS) --duration $(FAULT_DURATION) $(FAULT_ARGS)
 	$(Q)$(HARNESS) --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS)
 

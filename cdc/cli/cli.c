@@ -2,8 +2,10 @@
 #include "cdc/cli/cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "decoder/base/net.h"
 #include "sinks/socket/socket_sink.h"
@@ -63,6 +65,18 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 	return rc;
 }
 
+bool cli_seconds(const char *arg, bool zero_ok, int *ms)
+{
+	char *end;
+	errno = 0;
+	double s = strtod(arg, &end);
+	/* poll() takes an int of milliseconds: about 24 days at most */
+	if (errno || end == arg || *end || !(s > 0 || (zero_ok && s == 0)) || s * 1000 > 2e9)
+		return false;
+	*ms = (int)ceil(s * 1000);
+	return true;
+}
+
 cfg *cli_load_config(const char *path)
 {
 	buf errors = {0};
@@ -98,23 +112,55 @@ char *cli_socket_path(const cli_args *a, cli_socket which)
 	return xstrdup(env && *env ? env : SOCKETS[which].fallback);
 }
 
-int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen)
+/* What the user can do about connect(2)'s error e on path (why: net's message). */
+static void explain(const char *path, cli_socket which, int e, const char *why, char *err, size_t errlen)
 {
-	char why[512];
-	int fd = net_unix_connect_timeout(path, timeout_ms, why, sizeof(why));
-	if (fd >= 0)
-		return fd;
-	if (errno == ENOENT)
+	if (e == ENOENT)
 		errf(err, errlen,
 		     "no %s socket at %s: is cdc running? (the path comes from -s, -c FILE's %s or %s)",
 		     SOCKETS[which].what, path, SOCKETS[which].key, SOCKETS[which].env);
-	else if (errno == ECONNREFUSED)
+	else if (e == ECONNREFUSED)
 		errf(err, errlen, "nothing listens on %s: cdc is not running (the socket file is left over)",
 		     path);
-	else if (errno == EACCES)
+	else if (e == EACCES)
 		errf(err, errlen,
 		     "permission denied on %s: join the socket's group (subscribers.mode) or use sudo", path);
 	else
 		errf(err, errlen, "cannot connect to %s", why);
-	return -1;
+}
+
+int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen)
+{
+	char why[512];
+	int fd = net_unix_connect_timeout(path, timeout_ms, why, sizeof(why));
+	if (fd < 0)
+		explain(path, which, errno, why, err, errlen);
+	return fd;
+}
+
+/* A socket that cdc has not made yet (it is starting) or left behind (it is starting again). */
+static bool not_there_yet(int e)
+{
+	return e == ENOENT || e == ECONNREFUSED;
+}
+
+int cli_connect_wait(const char *name, const char *path, cli_socket which, int timeout_ms, int wait_ms,
+		     char *err, size_t errlen)
+{
+	char why[512];
+	uint64_t deadline = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+	for (bool told = false;; told = true) {
+		int fd = net_unix_connect_timeout(path, timeout_ms, why, sizeof(why));
+		if (fd >= 0)
+			return fd;
+		if (!not_there_yet(errno) || now_ms() >= deadline) {
+			explain(path, which, errno, why, err, errlen);
+			return -1;
+		}
+		if (!told)
+			fprintf(stderr, "%s: waiting up to %d s for cdc's %s socket at %s (%s)\n", name,
+				(wait_ms + 999) / 1000, SOCKETS[which].what, path,
+				errno == ENOENT ? "not there yet" : "nothing listens yet");
+		nanosleep(&(struct timespec){.tv_nsec = CLI_WAIT_STEP_MS * 1000000L}, NULL);
+	}
 }

@@ -51,6 +51,10 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 /* "NAME: " fmt (with arg), then the usage, on stderr. Returns 2. */
 int cli_usage(const cli_command *cmd, const char *fmt, const char *arg);
 
+/* A number of seconds (fractions too) above 0, or 0 as well when zero_ok, into *ms (rounded up, at
+ * most about 24 days). False when arg is not one. */
+bool cli_seconds(const char *arg, bool zero_ok, int *ms);
+
 /* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). */
 cfg *cli_load_config(const char *path);
 
@@ -63,5 +67,11 @@ char *cli_socket_path(const cli_args *a, cli_socket which);
 /* Connects to the socket at path (timeout_ms > 0: on the connect and every send and receive).
  * -1 with err saying why in terms of what the user can do about it. */
 int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen) CDC_MUST_CHECK;
+/* As cli_connect, but a socket that is not there yet (absent, or nobody listens: cdc is starting)
+ * is tried again every CLI_WAIT_STEP_MS for up to wait_ms, after one line on stderr that starts
+ * with name and says what it waits for. */
+#define CLI_WAIT_STEP_MS 100
+int cli_connect_wait(const char *name, const char *path, cli_socket which, int timeout_ms, int wait_ms,
+		     char *err, size_t errlen) CDC_MUST_CHECK;
 
 #endif

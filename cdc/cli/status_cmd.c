@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cdc/cli/backfill_cmd.h"
@@ -21,7 +22,7 @@
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
 
 static const char usage[] =
-    "usage: cdc status [-c FILE | -s SOCKET] [--json]\n"
+    "usage: cdc status [-c FILE | -s SOCKET] [--json] [--wait SECONDS]\n"
     "\n"
     "Asks a running cdc for its status (GET /status on the status socket) and prints a summary:\n"
     "the source (streaming, slot, server, positions, lag), one row per subscription, and Kafka.\n"
@@ -30,7 +31,9 @@ static const char usage[] =
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
     "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
     ")\n"
-    "      --json          print the JSON of GET /status as it is\n";
+    "      --json          print the JSON of GET /status as it is\n"
+    "      --wait SECONDS  first wait up to SECONDS for cdc to stream (its status socket, then\n"
+    "                      GET /readyz); exit 1 if it does not in time\n";
 
 /* ---- HTTP ---- */
 
@@ -463,18 +466,69 @@ out:
 	return rc;
 }
 
+/* --wait: the status socket, then GET /readyz until it answers 200, for up to wait_ms. */
+static bool wait_streaming(const char *sock, int wait_ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
+	char err[512];
+	int fd = cli_connect_wait("cdc status", sock, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, wait_ms, err,
+				  sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "cdc status: %s\n", err);
+		return false;
+	}
+	close(fd);
+	buf body = {0};
+	bool ready = false;
+	for (bool told = false;; told = true) {
+		unsigned code = 0;
+		body.len = 0;
+		if (!status_http_get(sock, "/readyz", &code, &body, err, sizeof(err))) {
+			fprintf(stderr, "cdc status: %s\n", err);
+			break;
+		}
+		if ((ready = code == 200))
+			break;
+		/* the body is the reason, one line */
+		int n = body.len && body.data[body.len - 1] == '\n' ? (int)body.len - 1 : (int)body.len;
+		if (now_ms() >= deadline) {
+			fprintf(stderr, "cdc status: cdc does not stream after %d s: %.*s\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+			break;
+		}
+		if (!told)
+			fprintf(stderr, "cdc status: waiting up to %d s for cdc to stream (now: %.*s)\n",
+				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
+		nanosleep(&(struct timespec){.tv_nsec = CLI_WAIT_STEP_MS * 1000000L}, NULL);
+	}
+	buf_free(&body);
+	return ready;
+}
+
+typedef struct status_opts {
+	bool json;
+	int wait_ms; /* -1: no --wait */
+} status_opts;
+
 static int status_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
 {
-	(void)cmd, (void)ch, (void)arg; /* only --json */
-	*(bool *)ctx = true;
+	status_opts *o = ctx;
+	if (ch == 'j')
+		o->json = true;
+	else if (!cli_seconds(arg, true, &o->wait_ms))
+		return cli_usage(cmd, "--wait: \"%s\" is not a number of seconds (0 or more)", arg);
 	return CLI_GO_ON;
 }
 
 int status_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    CLI_OPT_CONFIG, CLI_OPT_SOCKET,	{"json", no_argument, NULL, 'j'},
-	    CLI_OPT_HELP,   {NULL, 0, NULL, 0},
+	    CLI_OPT_CONFIG,
+	    CLI_OPT_SOCKET,
+	    {"json", no_argument, NULL, 'j'},
+	    {"wait", required_argument, NULL, 'W'},
+	    CLI_OPT_HELP,
+	    {NULL, 0, NULL, 0},
 	};
 	static const cli_command cmd = {.name = "cdc status",
 					.usage = usage,
@@ -482,14 +536,14 @@ int status_main(int argc, char **argv)
 					.longopts = longopts,
 					.option = status_option};
 	cli_args args = {0};
-	bool json = false;
-	int rc = cli_parse(&cmd, argc, argv, &args, &json);
+	status_opts o = {.wait_ms = -1};
+	int rc = cli_parse(&cmd, argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
 		return rc;
 	char *path = cli_socket_path(&args, CLI_STATUS_SOCKET);
 	if (!path)
 		return 2;
-	rc = show(path, json);
+	rc = o.wait_ms >= 0 && !wait_streaming(path, o.wait_ms) ? 1 : show(path, o.json);
 	free(path);
 	return rc;
 }

@@ -2,7 +2,6 @@
  * as one JSON line on stdout and acknowledges it only once the line is written (and synced when
  * stdout is a file), so an event is never acknowledged that did not reach its reader. */
 #include <errno.h>
-#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
 #define TAIL_ARENA_CHUNK 65536
+#define TAIL_WAIT_MS 10000 /* --wait's default: cdc makes its sockets before it connects to PostgreSQL */
 
 static const char usage_tail[] =
     "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
@@ -36,6 +36,8 @@ static const char usage_tail[] =
     "                          earliest, latest, or an offset (1 or more)\n"
     "      --count N           exit 0 after N events\n"
     "      --timeout SECONDS   exit 0 after SECONDS without an event (heartbeats do not count)\n"
+    "      --wait SECONDS      wait up to SECONDS for a subscriber socket that is not there yet (cdc\n"
+    "                          is starting; default 10, 0: fail at once)\n"
     "      --no-ack            print without acknowledging: the events stay pending\n"
     "      --consumer NAME     this consumer's name in cdc's logs and status (default tail-PID)\n"
     "      --dead              read the subscription's dead letters instead of its events, each\n"
@@ -48,6 +50,7 @@ typedef struct tail_opts {
 	uint64_t start_offset;
 	uint64_t count; /* 0: no limit */
 	int timeout_ms; /* -1: none */
+	int wait_ms;	/* for a subscriber socket that is not there yet */
 	bool no_ack, dead;
 } tail_opts;
 
@@ -116,16 +119,14 @@ static int tail_option(const cli_command *cmd, void *ctx, int ch, const char *ar
 		if (!parse_positive(arg, &o->count))
 			return cli_usage(cmd, "--count: \"%s\" is not a number of 1 or more", arg);
 		break;
-	case 'T': {
-		char *end;
-		errno = 0;
-		double s = strtod(arg, &end);
-		/* poll() takes an int of milliseconds: about 24 days at most */
-		if (errno || end == arg || *end || !(s > 0) || s * 1000 > 2e9)
+	case 'T':
+		if (!cli_seconds(arg, false, &o->timeout_ms))
 			return cli_usage(cmd, "--timeout: \"%s\" is not a number of seconds above 0", arg);
-		o->timeout_ms = (int)ceil(s * 1000);
 		break;
-	}
+	case 'W':
+		if (!cli_seconds(arg, true, &o->wait_ms))
+			return cli_usage(cmd, "--wait: \"%s\" is not a number of seconds (0 or more)", arg);
+		break;
 	case 'A':
 		o->no_ack = true;
 		break;
@@ -147,6 +148,7 @@ static const struct option tail_longopts[] = {
     {"from", required_argument, NULL, 'F'},
     {"count", required_argument, NULL, 'N'},
     {"timeout", required_argument, NULL, 'T'},
+    {"wait", required_argument, NULL, 'W'},
     {"no-ack", no_argument, NULL, 'A'},
     {"consumer", required_argument, NULL, 'C'},
     {"dead", no_argument, NULL, 'D'},
@@ -452,7 +454,7 @@ static int tail_run(tail *t)
 
 int tail_main(int argc, char **argv)
 {
-	tail_opts o = {.start = CDC__V1__START_FROM__START_ACKED, .timeout_ms = -1};
+	tail_opts o = {.start = CDC__V1__START_FROM__START_ACKED, .timeout_ms = -1, .wait_ms = TAIL_WAIT_MS};
 	cli_args args = {0};
 	int rc = parse_tail_options(argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
@@ -464,7 +466,7 @@ int tail_main(int argc, char **argv)
 	struct stat st;
 	t.sync_out = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
 	char err[512];
-	t.fd = cli_connect(path, CLI_SUBSCRIBER_SOCKET, 0, err, sizeof(err));
+	t.fd = cli_connect_wait("cdc tail", path, CLI_SUBSCRIBER_SOCKET, 0, o.wait_ms, err, sizeof(err));
 	if (t.fd < 0)
 		fprintf(stderr, "cdc tail: %s\n", err);
 	rc = t.fd < 0 ? 1 : tail_run(&t);

@@ -43,6 +43,7 @@ typedef struct ctx {
 	buf path;  /* key path of the node being checked, e.g. "subscriptions[1].tables" */
 	buf quote; /* scratch for quoting user text in one message */
 	bool have_section[SINK_MODULES_MAX]; /* the file has the sink module's section */
+	int sink_hint; /* the sink the subscription being read names (-1: none or unknown) */
 } ctx;
 
 void ctx_free(ctx *x);
@@ -209,12 +210,18 @@ static inline char *key_field(const void *base, const key *k)
 	}
 
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
-extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_ident, t_listen, t_checked, t_bool,
-    t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
+extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
+    t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
+/* status.control_uids' default, in force until the file names others (an empty list too): root and
+ * the uid of the process that reads the file, which is cdc's own for `cdc run`. */
+void uids_default(cfg *c);
 /* The file names of sink_modules' values of a subscription's sink: key. */
 extern const ename *sink_names;
+
+/* The sink module a subscription's mapping names in its sink: key (-1: none, or not a sink). */
+int sink_named(const node *m);
 
 /* Whether subscription s (NULL: none) goes with c's other subscriptions of its sink (those named
  * like s left out). False with the message in why: s against one of c's, or (s NULL) two of c's,

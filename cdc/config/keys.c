@@ -8,6 +8,31 @@
 
 /* ---- the walks ---- */
 
+/* Whether key a is the first of t with its name (two sinks may each have a key of one name). */
+static bool first_named(const keys *t, size_t a)
+{
+	for (size_t i = 0; i < a; i++)
+		if (strcmp(t->k[i].name, t->k[a].name) == 0)
+			return false;
+	return true;
+}
+
+/* The key of t named like kn (t->n: none). Of two sinks' keys of one name, the one of the sink
+ * the mapping names (x->sink_hint), else the first. */
+static size_t key_index(const ctx *x, const keys *t, const node *kn)
+{
+	size_t found = t->n;
+	for (size_t j = 0; j < t->n; j++) {
+		if (strlen(t->k[j].name) != kn->len || strcmp(t->k[j].name, kn->text) != 0)
+			continue;
+		if (found == t->n)
+			found = j;
+		if (t->k[j].module && t->k[j].module - 1 == x->sink_hint)
+			return j;
+	}
+	return found;
+}
+
 void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (is_null(m))
@@ -22,14 +47,12 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 			wrong_kind(x, kn, "a string key");
 			continue;
 		}
-		size_t j;
-		for (j = 0; j < t->n; j++)
-			if (strlen(t->k[j].name) == kn->len && strcmp(t->k[j].name, kn->text) == 0)
-				break;
+		size_t j = key_index(x, t, kn);
 		if (j == t->n) {
 			buf allowed = {0};
 			for (size_t a = 0; a < t->n; a++)
-				buf_printf(&allowed, "%s%s", a ? ", " : "", t->k[a].name);
+				if (first_named(t, a))
+					buf_printf(&allowed, "%s%s", allowed.len ? ", " : "", t->k[a].name);
 			err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
 			       qnode(x, kn), allowed.data);
 			buf_free(&allowed);
@@ -390,6 +413,19 @@ static bool sub_shown(const void *base, const key *k)
 
 keys sub_keys;
 
+int sink_named(const node *m)
+{
+	if (!m || m->kind != N_MAP)
+		return -1;
+	for (size_t i = 0; i + 1 < m->n; i += 2)
+		if (m->kids[i]->kind == N_SCALAR && strcmp(m->kids[i]->text, "sink") == 0 &&
+		    m->kids[i + 1]->kind == N_SCALAR) {
+			const ename *e = ename_find(sink_names, m->kids[i + 1]->text);
+			return e ? e->value : -1;
+		}
+	return -1;
+}
+
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = FIELD(base, k, cfg);
@@ -410,7 +446,9 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 		keys_default(s, &sub_keys);
 		s->line = v->kids[i]->line;
 		s->col = v->kids[i]->col;
+		x->sink_hint = sink_named(v->kids[i]);
 		walk_map(x, v->kids[i], s, &sub_keys, seen);
+		x->sink_hint = -1;
 		names[i] = (named){s->name, i};
 		name_nodes[i] = seen[SK_NAME].v;
 		path_pop(x, old);
@@ -517,11 +555,12 @@ static const key source_k[] = {
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
 static const key status_k[] = {
-    [ST_SOCKET] = {"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET,
-		   .restart = true,
-		   .doc =
-		       "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
-		       "`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`."},
+    [ST_SOCKET] =
+	{"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET, .restart = true,
+	 .doc = "The status socket (HTTP/1.1 over a Unix socket): `/status`, `/metrics`, `/healthz`, "
+		"`/readyz`, `/subscriptions`, backfills. Its file mode is `subscribers.mode`. A relative "
+		"path is taken from the configuration file's directory: `./status.sock` in "
+		"`etc/cdc.yaml` is `etc/status.sock`, whichever directory a command runs in."},
     [ST_LISTEN] = {"listen", &t_listen, TOP(status.listen), NULL, K_OPTIONAL, .restart = true,
 		   .doc = "Also serve the status endpoints on this TCP address (probes and Prometheus), e.g. "
 			  "`127.0.0.1:9187` or `[::]:9187`."},
@@ -529,9 +568,12 @@ static const key status_k[] = {
 			.doc =
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
-    [ST_CONTROL_UIDS] = {"control_uids", &t_uids, 0, .restart = true,
-			 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
-				"start backfills over the Unix socket."},
+    [ST_CONTROL_UIDS] =
+	{"control_uids", &t_uids, 0, .restart = true,
+	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
+		"start backfills over the Unix socket. An empty list is the default. `check-config` "
+		"prints the default as it applies to the user who runs it: `[0]` for root, "
+		"`[0, 999]` for a user of uid 999 such as `cdc`."},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
@@ -588,10 +630,10 @@ static const key top_k[] = {
     [TK_SOURCE] = {"source", &t_section, 0, &source_keys,
 		   .doc = "The database, the slot and the publication."},
     [TK_STATE_DIR] =
-	{"state_dir", &t_string, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
+	{"state_dir", &t_path, TOP(state_dir), NULL, K_NONEMPTY, .def.s = "/var/lib/cdc", .restart = true,
 	 .doc = "Where cdc keeps its state: the recorded position, spill files of large transactions, the "
-		"spools "
-		"of socket subscriptions, subscriptions changed over the status socket, backfills."},
+		"spools of socket subscriptions, subscriptions changed over the status socket, backfills. A "
+		"relative path is taken from the configuration file's directory, like the sockets'."},
     [TK_STATUS] = {"status", &t_section, 0, &status_keys,
 		   .doc = "The status socket: figures, health, metrics, and the control endpoints."},
     [TK_LOG] = {"log", &t_section, 0, &log_keys, .doc = "Logging on standard error."},
@@ -794,6 +836,7 @@ static cfg *cfg_new(const char *path)
 	cfg *c = xcalloc(1, sizeof *c);
 	c->path = xstrdup(path);
 	keys_default(c, &top_keys);
+	uids_default(c);
 	return c;
 }
 
@@ -815,7 +858,7 @@ void cfg_free(cfg *c)
 
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 {
-	ctx x = {.file = path ? path : "<config>", .errors = errors};
+	ctx x = {.file = path ? path : "<config>", .errors = errors, .sink_hint = -1};
 	node *root = NULL;
 	cfg *c = NULL;
 

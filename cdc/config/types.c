@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 /* Setters store enums through an int pointer: make sure that is what they are. */
 _Static_assert(sizeof(cfg_on_gap) == sizeof(int) && sizeof(log_format) == sizeof(int) &&
@@ -52,17 +53,57 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
 	set_string(x, v, base, k); /* reports an empty one */
 }
 
+/* A relative path of the file is taken from the file's own directory, as Prometheus takes its rule
+ * files: every command that reads the file finds the same path wherever it runs. The result is
+ * relative to the current directory when the file's path is: "./x" read from "cdc.yaml" stays
+ * "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
+static char *resolved(const ctx *x, const char *s)
+{
+	const char *slash = strrchr(x->file, '/');
+	if (*s == '/' || !slash || (slash == x->file + 1 && x->file[0] == '.'))
+		return xstrdup(s);
+	while (s[0] == '.' && (s[1] == '/' || !s[1]))
+		for (s++; *s == '/';)
+			s++;
+	buf b = {0};
+	buf_append(&b, x->file, slash == x->file ? 1 : (size_t)(slash - x->file));
+	if (*s)
+		buf_printf(&b, "%s%s", slash == x->file ? "" : "/", s);
+	return b.data;
+}
+
+/* A path: a string, resolved against the file's directory (see resolved). */
+static void set_path(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a path");
+	if (!s)
+		return;
+	if (!*s) {
+		err_at(x, v, "must not be empty");
+		return;
+	}
+	char **f = FIELD(base, k, char *);
+	free(*f);
+	*f = resolved(x, s);
+}
+
 static void set_socket(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = scalar(x, v, "a socket path");
 	if (!s)
 		return;
-	if (!*s || strlen(s) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		err_at(x, v, "a socket path must be 1 to %zu bytes long",
-		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+	char *path = *s ? resolved(x, s) : NULL;
+	if (!path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		bool moved = path && strcmp(path, s) != 0;
+		err_at(x, v, "a socket path must be 1 to %zu bytes long%s%s%s",
+		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1, moved ? " (resolved against " : "",
+		       moved ? x->file : "", moved ? "'s directory)" : "");
+		free(path);
 		return;
 	}
-	set_string(x, v, base, k);
+	char **f = FIELD(base, k, char *);
+	free(*f);
+	*f = path;
 }
 
 static void set_ident(ctx *x, const node *v, void *base, const key *k)
@@ -356,12 +397,25 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 		*FIELD(base, k, unsigned) = ops;
 }
 
+void uids_default(cfg *c)
+{
+	uid_t self = geteuid();
+	free(c->status.control_uids);
+	c->status.ncontrol_uids = self == 0 ? 1 : 2;
+	c->status.control_uids = xcalloc(c->status.ncontrol_uids, sizeof(uid_t));
+	c->status.control_uids[c->status.ncontrol_uids - 1] = self; /* root first */
+}
+
 static void set_uids(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = base;
 	(void)k;
 	if (v->kind != N_SEQ) {
 		wrong_kind(x, v, "a list of user ids");
+		return;
+	}
+	if (v->n == 0) {
+		uids_default(c);
 		return;
 	}
 	uid_t *uids = xcalloc(v->n, sizeof *uids);
@@ -662,6 +716,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_dsn = {set_string, print_dsn, ST_STR, .name = "libpq connection string"},
 	    t_where = {set_where, print_string, ST_STR, .name = "condition"},
 	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
+	    t_path = {set_path, print_string, ST_STR, .name = "path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
 	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},

@@ -30,11 +30,24 @@ static void add_pair(cfg_strlist *l, const char *a, const char *b)
 	l->v[l->n++] = xstrdup(b);
 }
 
+static const doctor_table *find_table(const doctor *d, const char *schema, const char *name)
+{
+	for (size_t i = 0; i < d->ntables; i++)
+		if (strcmp(d->tables[i].schema, schema) == 0 && strcmp(d->tables[i].name, name) == 0)
+			return &d->tables[i];
+	return NULL;
+}
+
+/* The publication has t, or a partitioned table t is a partition of. */
 static bool published(const doctor *d, const doctor_table *t)
 {
-	for (size_t i = 0; i + 1 < d->published.n; i += 2)
-		if (strcmp(d->published.v[i], t->schema) == 0 && strcmp(d->published.v[i + 1], t->name) == 0)
-			return true;
+	for (size_t depth = 0; t && depth <= d->ntables; depth++) {
+		for (size_t i = 0; i + 1 < d->published.n; i += 2)
+			if (strcmp(d->published.v[i], t->schema) == 0 &&
+			    strcmp(d->published.v[i + 1], t->name) == 0)
+				return true;
+		t = t->parent_name ? find_table(d, t->parent_schema, t->parent_name) : NULL;
+	}
 	return false;
 }
 
@@ -48,20 +61,31 @@ static void qualified(buf *b, const char *schema, const char *table)
 
 static void load_tables(doctor *d)
 {
-	PGresult *res = doctor_ask(d, "the tables",
-				   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-				   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-				   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
-				   "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
-				   0, NULL);
+	PGresult *res =
+	    doctor_ask(d, "the tables",
+		       "SELECT n.nspname, c.relname, c.relreplident, pn.nspname, p.relname "
+		       "FROM pg_catalog.pg_class c "
+		       "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+		       "LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "
+		       "LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "
+		       "LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace "
+		       "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
+		       "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
+		       0, NULL);
 	if (!res)
 		return;
 	d->ntables = (size_t)PQntuples(res);
 	d->tables = xcalloc(d->ntables ? d->ntables : 1, sizeof(*d->tables));
-	for (size_t i = 0; i < d->ntables; i++)
-		d->tables[i] = (doctor_table){.schema = xstrdup(PQgetvalue(res, (int)i, 0)),
-					      .name = xstrdup(PQgetvalue(res, (int)i, 1)),
-					      .replident = PQgetvalue(res, (int)i, 2)[0]};
+	for (size_t i = 0; i < d->ntables; i++) {
+		int r = (int)i;
+		bool partition = !PQgetisnull(res, r, 3) && !PQgetisnull(res, r, 4);
+		d->tables[i] =
+		    (doctor_table){.schema = xstrdup(PQgetvalue(res, r, 0)),
+				   .name = xstrdup(PQgetvalue(res, r, 1)),
+				   .replident = PQgetvalue(res, r, 2)[0],
+				   .parent_schema = partition ? xstrdup(PQgetvalue(res, r, 3)) : NULL,
+				   .parent_name = partition ? xstrdup(PQgetvalue(res, r, 4)) : NULL};
+	}
 	PQclear(res);
 }
 
@@ -318,37 +342,56 @@ static void plan_publication(doctor *d)
 	pg_publication_plan_free(&p);
 }
 
+/* The catalog cdc run checks subscriptions against, read once. False after a warning. */
+static bool read_catalog(doctor *d)
+{
+	const char *params[] = {d->c->source.publication};
+	if (d->cat_read)
+		return true;
+	PGresult *res =
+	    doctor_ask(d, "the tables and the publication", catalog_sql(d->server_version), 1, params);
+	if (!res)
+		return false;
+	d->cat_read = catalog_add_result(&d->cat, res);
+	PQclear(res);
+	if (!d->cat_read)
+		doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
+			   "the tables and the publication: an unexpected answer");
+	return d->cat_read;
+}
+
 void doctor_publication(doctor *d)
 {
 	const char *params[] = {d->c->source.publication};
-	PGresult *res = doctor_ask(d, "the publication", bfsql_tables, 1, params);
-	if (!res)
-		return;
-	PGresult *exists =
-	    doctor_ask(d, "the publication",
-		       "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
-	if (!exists) {
-		PQclear(res);
+	PGresult *exists = doctor_ask(
+	    d, "the publication",
+	    "SELECT puballtables, pubviaroot FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	if (!exists || !read_catalog(d)) {
+		PQclear(exists);
 		return;
 	}
 	d->publication_exists = PQntuples(exists) == 1;
-	for (int i = 0; i < PQntuples(res); i++)
-		add_pair(&d->published, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+	for (size_t i = 0; i < d->cat.n; i++)
+		if (d->cat.t[i].published)
+			add_pair(&d->published, d->cat.t[i].schema, d->cat.t[i].name);
 	if (d->publication_exists)
-		doctor_say(d, DOCTOR_PASS, NULL, "%s exists (%s%d tables)", d->c->source.publication,
-			   PQgetvalue(exists, 0, 0)[0] == 't' ? "FOR ALL TABLES, " : "", PQntuples(res));
+		doctor_say(d, DOCTOR_PASS, NULL, "%s exists (%s%zu tables; publish_via_partition_root %s)",
+			   d->c->source.publication,
+			   PQgetvalue(exists, 0, 0)[0] == 't' ? "FOR ALL TABLES, " : "", d->published.n / 2,
+			   PQgetvalue(exists, 0, 1)[0] == 't' ? "on" : "off");
 	else if (d->c->source.create)
 		plan_publication(d);
 	else {
 		buf fix = {0};
 		buf_puts(&fix, "CREATE PUBLICATION ");
 		bfsql_quote_ident(&fix, d->c->source.publication);
-		buf_puts(&fix, " FOR TABLE ...; or set source.create: true");
+		buf_puts(
+		    &fix,
+		    " FOR TABLE ... WITH (publish_via_partition_root = true); or set source.create: true");
 		doctor_say(d, DOCTOR_FAIL, fix.data, "%s does not exist", d->c->source.publication);
 		buf_free(&fix);
 	}
 	PQclear(exists);
-	PQclear(res);
 }
 
 typedef struct table_tally {
@@ -367,12 +410,31 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 	qualified(&tt->names, t->schema, t->name);
 }
 
+/* One warning per line of w, its fix the same line of f; then w and f are freed. */
+static void say_pairs(doctor *d, buf *w, buf *f)
+{
+	for (char *line = w->data, *fix = f->data; line && *line && fix && *fix;) {
+		char *end = strchr(line, '\n'), *fend = strchr(fix, '\n');
+		*end = *fend = '\0';
+		doctor_say(d, DOCTOR_WARN, fix, "%s", line);
+		line = end + 1;
+		fix = fend + 1;
+	}
+	buf_free(w);
+	buf_free(f);
+}
+
 void doctor_tables(doctor *d)
 {
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
 		table_tally tt = {0};
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
+		/* partitioned tables: whether their changes arrive under the names s matches (cdc run
+		 * logs the same warnings at its start) */
+		buf w = {0}, f = {0};
+		if (d->publication_exists)
+			catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
 		if (!n)
 			doctor_say(d, DOCTOR_WARN,
 				   "create the tables, or correct the subscription's tables: key",
@@ -388,10 +450,11 @@ void doctor_tables(doctor *d)
 			    "changes never reach cdc: %s",
 			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
 			buf_free(&fix);
-		} else
+		} else if (!w.len)
 			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
 				   s->name, n, n == 1 ? "" : "s");
 		buf_free(&tt.names);
+		say_pairs(d, &w, &f);
 	}
 }
 
@@ -406,9 +469,6 @@ static void count_table(doctor *d, const cfg_subscription *s, const doctor_table
  * same check, the same messages). */
 void doctor_identity(doctor *d)
 {
-	const char *params[] = {d->c->source.publication};
-	PGresult *res = NULL;
-	catalog cat = {0};
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
 		pred *p = s->where ? pred_parse(s->where, NULL, 0) : NULL;
@@ -416,16 +476,11 @@ void doctor_identity(doctor *d)
 		pred_free(p);
 		if (!s->changed.n && !old)
 			continue;
-		if (!res) {
-			if (!(res = doctor_ask(d, "the tables' replica identities", catalog_sql, 1, params)))
-				return;
-			if (!catalog_add_result(&cat, res))
-				doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
-					   "the tables' replica identities: an unexpected answer");
-		}
+		if (!read_catalog(d))
+			return;
 		buf problems = {0};
 		size_t n = 0;
-		if (catalog_check_identity(&cat, s, &problems)) {
+		if (catalog_check_identity(&d->cat, s, &problems)) {
 			doctor_sub_tables(d, s, count_table, &n);
 			doctor_say(d, DOCTOR_PASS, NULL,
 				   "subscription %s uses %s: its %zu tables send the old row it reads",
@@ -443,8 +498,6 @@ void doctor_identity(doctor *d)
 		}
 		buf_free(&problems);
 	}
-	catalog_free(&cat);
-	PQclear(res);
 }
 
 /* Splits one of backfill/sql.h's messages ("what is wrong: run FIX" or "...: add one (FIX)") into a

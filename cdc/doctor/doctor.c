@@ -221,9 +221,12 @@ void doctor_run(const cfg *c, doctor_report *r)
 	for (size_t i = 0; i < d.ntables; i++) {
 		free(d.tables[i].schema);
 		free(d.tables[i].name);
+		free(d.tables[i].parent_schema);
+		free(d.tables[i].parent_name);
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
+	catalog_free(&d.cat);
 }
 
 int doctor_exit_code(const doctor_report *r)

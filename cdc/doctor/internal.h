@@ -6,13 +6,15 @@
 #include <libpq-fe.h>
 
 #include "cdc/doctor/doctor.h"
+#include "cdc/source/catalog.h"
 #include "cdc/source/pgconn.h"
 #include "sinks/modules.h"
 
 /* A table of the database, as the checks look at it. */
 typedef struct doctor_table {
 	char *schema, *name;
-	char replident; /* pg_class.relreplident: d, n, f, i */
+	char replident;			   /* pg_class.relreplident: d, n, f, i */
+	char *parent_schema, *parent_name; /* the partitioned table it is a partition of; NULL: none */
 } doctor_table;
 
 typedef struct doctor {
@@ -29,6 +31,8 @@ typedef struct doctor {
 	size_t ntables;
 	bool publication_exists;
 	cfg_strlist published; /* pairs of schema, table the publication has (or cdc's would have) */
+	catalog cat;	       /* what cdc run checks subscriptions against (catalog_sql) */
+	bool cat_read;
 } doctor;
 
 /* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's

@@ -306,30 +306,79 @@ void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
 		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
 }
 
-const char pg_publication_tables_sql[] =
-    "SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pt.tablename IS NOT NULL "
-    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
-    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
-    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+#define PUBLICATION_TABLES                                                                                   \
+	"SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pub_c.member, "           \
+	"pn.nspname, "                                                                                       \
+	"p.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "     \
+	"LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "                     \
+	"LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "                                            \
+	"LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace " PG_PUB_JOIN                       \
+	"WHERE " PG_USER_TABLES "ORDER BY n.nspname COLLATE \"C\", c.relname COLLATE \"C\""
+
+const char *pg_publication_tables_sql(int server_version)
+{
+	static const char sql14[] = PG_PUB_WITH_14 PUBLICATION_TABLES;
+	static const char sql15[] = PG_PUB_WITH_15 PUBLICATION_TABLES;
+	return server_version >= 150000 ? sql15 : sql14;
+}
 
 pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
 {
-	*n = PQnfields(res) == 4 ? (size_t)PQntuples(res) : 0;
+	*n = PQnfields(res) == 6 ? (size_t)PQntuples(res) : 0;
 	pg_table_row *rows = xcalloc(*n + 1, sizeof(*rows));
-	for (size_t i = 0; i < *n; i++)
-		rows[i] = (pg_table_row){PQgetvalue(res, (int)i, 0), PQgetvalue(res, (int)i, 1),
-					 PQgetvalue(res, (int)i, 2)[0] == 't',
-					 PQgetvalue(res, (int)i, 3)[0] == 't'};
+	for (size_t i = 0; i < *n; i++) {
+		int r = (int)i;
+		bool partition = !PQgetisnull(res, r, 4) && !PQgetisnull(res, r, 5);
+		rows[i] = (pg_table_row){PQgetvalue(res, r, 0),
+					 PQgetvalue(res, r, 1),
+					 PQgetvalue(res, r, 2)[0] == 't',
+					 PQgetvalue(res, r, 3)[0] == 't',
+					 partition ? PQgetvalue(res, r, 4) : NULL,
+					 partition ? PQgetvalue(res, r, 5) : NULL};
+	}
 	return rows;
+}
+
+static bool matched_name(const cfg_strlist *publish, const char *schema, const char *name)
+{
+	for (size_t i = 0; i < publish->n; i++)
+		if (match_table(publish->v[i], schema, name))
+			return true;
+	return false;
 }
 
 static bool matched(const cfg_strlist *publish, const pg_table_row *r)
 {
-	for (size_t i = 0; i < publish->n; i++)
-		if (match_table(publish->v[i], r->schema, r->name))
+	return matched_name(publish, r->schema, r->name);
+}
+
+/* The row of schema.name: rows are sorted as strcmp orders schema, then table. */
+static const pg_table_row *find_row(const pg_table_row *rows, size_t n, const char *schema, const char *name)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(rows[mid].schema, schema);
+		c = c ? c : strcmp(rows[mid].name, name);
+		if (!c)
+			return &rows[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* A partitioned ancestor of r matches publish: publishing it publishes r. */
+static bool ancestor_matched(const cfg_strlist *publish, const pg_table_row *rows, size_t n,
+			     const pg_table_row *r)
+{
+	for (size_t depth = 0; r && r->parent_name && depth < n; depth++) {
+		if (matched_name(publish, r->parent_schema, r->parent_name))
 			return true;
+		r = find_row(rows, n, r->parent_schema, r->parent_name);
+	}
 	return false;
 }
 
@@ -340,8 +389,11 @@ static size_t whole_schema(const char *pattern)
 	return len > 0 && strcmp(pattern + len, ".*") == 0 ? len : 0;
 }
 
-/* source.publish_generated_columns (PostgreSQL 18) */
-#define WITH_GENERATED " WITH (publish_generated_columns = stored)"
+/* Every publication cdc creates sends a partition's changes under its partitioned table's name;
+ * with source.publish_generated_columns (PostgreSQL 18) it also sends stored generated columns. */
+#define WITH_VIA_ROOT " WITH (publish_via_partition_root = true)"
+#define WITH_VIA_ROOT_GENERATED                                                                              \
+	" WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
 
 /* Before a table of FOR TABLE: PostgreSQL 15 repeats TABLE after a comma (a name alone would go on
  * the list before it, which may be TABLES IN SCHEMA); 14 knows tables only and lists them after one
@@ -379,7 +431,8 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			continue;
 		}
 		for (size_t k = 0; k < n; k++)
-			if (match_table(publish->v[i], rows[k].schema, rows[k].name)) {
+			if (match_table(publish->v[i], rows[k].schema, rows[k].name) &&
+			    !ancestor_matched(publish, rows, n, &rows[k])) {
 				buf_puts(sql, table_separator(first, server_version));
 				pg_append_table(sql, rows[k].schema, rows[k].name);
 				if (holds) {
@@ -404,8 +457,8 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 			cfg_strlist_push(&p->no_match, publish->v[i]);
 	}
 	superuser_sql(&p->superuser_sql, publication, publish, rows, n, server_version, superuser ? p : NULL);
-	if (generated_columns)
-		buf_puts(&p->superuser_sql, WITH_GENERATED);
+	const char *with = generated_columns ? WITH_VIA_ROOT_GENERATED : WITH_VIA_ROOT;
+	buf_puts(&p->superuser_sql, with);
 	if (superuser) {
 		buf_append(&p->sql, p->superuser_sql.data, p->superuser_sql.len);
 		return;
@@ -414,7 +467,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 	buf_puts(&p->sql, "CREATE PUBLICATION ");
 	pg_append_quoted(&p->sql, publication, '"');
 	for (size_t k = 0; k < n; k++) {
-		if (!matched(publish, &rows[k]))
+		if (!matched(publish, &rows[k]) || ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
 		matching++;
 		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
@@ -425,8 +478,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 		cfg_strlist_push(to, rows[k].schema);
 		cfg_strlist_push(to, rows[k].name);
 	}
-	if (generated_columns)
-		buf_puts(&p->sql, WITH_GENERATED);
+	buf_puts(&p->sql, with);
 	p->refused = matching && !p->tables.n;
 }
 
@@ -467,7 +519,8 @@ bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_s
 {
 	const char *params[] = {publication};
 	*p = (pg_publication_plan){0};
-	PGresult *res = PQexecParams(conn, pg_publication_tables_sql, 1, NULL, params, NULL, NULL, 0);
+	PGresult *res = PQexecParams(conn, pg_publication_tables_sql(PQserverVersion(conn)), 1, NULL, params,
+				     NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		errf(err, errlen, "listing tables for source.publish failed: %s",
 		     pg_one_line(PQerrorMessage(conn)));
@@ -500,7 +553,8 @@ void pg_publication_additions(buf *sql, const char *publication, const cfg_strli
 {
 	buf q = {0};
 	for (size_t k = 0; k < n; k++) {
-		if (rows[k].published || !matched(publish, &rows[k]))
+		if (rows[k].published || !matched(publish, &rows[k]) ||
+		    ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
 		buf_reset(&q);
 		pg_append_table(&q, rows[k].schema, rows[k].name);

@@ -248,12 +248,11 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	if (!s->create) {
 		buf q = {0};
 		pg_append_quoted(&q, s->publication, '"');
-		errf(
-		    err, errlen,
-		    "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ...%s) or set "
-		    "source.create: true",
-		    q.data, q.data,
-		    s->server.in_recovery ? ", on the primary: this server is a standby" : "");
+		errf(err, errlen,
+		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ... WITH "
+		     "(publish_via_partition_root = true)%s) or set source.create: true",
+		     q.data, q.data,
+		     s->server.in_recovery ? ", on the primary: this server is a standby" : "");
 		buf_free(&q);
 		return SOURCE_FATAL;
 	}
@@ -311,7 +310,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res = exec_params(s->admin, catalog_sql, 1, params);
+	PGresult *res = exec_params(s->admin, catalog_sql(PQserverVersion(s->admin)), 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "reading the tables' replica identities and keys", err,
 				    errlen);
@@ -1351,8 +1350,9 @@ bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
 		if (ok && sent)
 			buf_reset(&s->pub_sql);
 	} else if (ok && idle && s->pub_due) {
-		ok = admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql, 1, params, &sent, err,
-				errlen);
+		ok =
+		    admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql(PQserverVersion(s->admin)),
+			       1, params, &sent, err, errlen);
 		s->pub_due = !(ok && sent);
 	}
 	for (size_t i = 0; i < s->pub_added.n; i++)
@@ -1378,7 +1378,8 @@ bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err,
 	}
 	bool ok = s->admin_busy == ADMIN_CATALOG || s->catalog
 		      ? admin_collect(s, s->admin, &s->admin_busy, &sent, err, errlen)
-		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql, 1, params, &sent, err, errlen);
+		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql(PQserverVersion(s->admin)), 1, params,
+				   &sent, err, errlen);
 	if (ok && sent && s->admin_busy == ADMIN_CATALOG)
 		s->catalog_sent_ms = now_ms();
 	if (ok && s->catalog_error[0])

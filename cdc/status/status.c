@@ -652,19 +652,12 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	return true;
 }
 
+/* The configuration holds them, its default (root and cdc's own uid) included. */
 static void copy_uids(status_server *s, const cfg *c)
 {
-	if (c->status.ncontrol_uids) {
-		s->nuids = c->status.ncontrol_uids;
-		s->uids = xcalloc(s->nuids, sizeof(uid_t));
-		memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
-		return;
-	}
-	/* The default: the daemon's own uid and root. */
-	s->nuids = 2;
-	s->uids = xcalloc(2, sizeof(uid_t));
-	s->uids[0] = geteuid();
-	s->uids[1] = 0;
+	s->nuids = c->status.ncontrol_uids;
+	s->uids = xcalloc(s->nuids, sizeof(uid_t));
+	memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
 }
 
 static bool open_pipe(status_server *s, struct event_base *base, char *err, size_t errlen)

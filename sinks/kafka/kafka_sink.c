@@ -301,6 +301,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	}
 	char max[32];
 	size_t maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "request.timeout.ms", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->request_timeout_ms = strtoull(max, NULL, 10);
+	maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
 	maxlen = sizeof(max);
@@ -362,7 +365,9 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 			rd_kafka_poll(k->rk, 100);
 	}
 	rd_kafka_headers_destroy(h);
-	kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
+	if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k))
+		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 	return false;
 }
 
@@ -758,8 +763,8 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	 * on (the failure was abortable) is kept. */
 	if (k->eo.open)
 		kafka_eo_abort(k);
-	bool keep =
-	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
+	bool keep = k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) &&
+		    !k->eo.open && !k->eo.renew;
 	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */
 		rd_kafka_flush(k->rk, 5000);
 	ring_clear(&k->q);

@@ -13,7 +13,8 @@
 
 static const sink_key section_keys[] = {
     {"socket", SINK_KEY_PATH, SECTION(socket), .flags = SINK_KEY_RESTART, .def_text = SOCKET_DEFAULT_PATH,
-     .doc = "The Unix socket where socket subscriptions' consumers connect."},
+     .doc = "The Unix socket where socket subscriptions' consumers connect. A relative path is taken from "
+	    "the configuration file's directory, like `status.socket`'s."},
     {"mode", SINK_KEY_MODE, SECTION(mode), .flags = SINK_KEY_RESTART, .def_number = 0660,
      .doc = "The file mode of both sockets; access for a consumer's group goes through cdc's group. A mode "
 	    "that lets any local user write is refused."},

@@ -112,7 +112,7 @@ def test_a_healthy_setup_passes_every_check_and_changes_nothing(server, space):
         assert c in checks, text
     assert ("pass", "publication",
             f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{space["pub"]}" '
-            f'FOR TABLES IN SCHEMA "{space["schema"]}"', None) in found
+            f'FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true)', None) in found
     assert ("pass", "slot", f"{space['slot']} does not exist; cdc will create it (plugin pgoutput)",
             None) in found
     # read only: neither the slot nor the publication it would create exists, nor state_dir
@@ -144,9 +144,11 @@ def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
             f"does not exist, and cdc would stop: cdc's role may not create publication {p}: FOR TABLES IN "
             f"SCHEMA and FOR ALL TABLES need a superuser, and FOR TABLE the tables' ownership, but the role "
             f'owns none of the 1 tables source.publish matches ("{s}"."orders"). Ways out: have a superuser '
-            f'run CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}"; or make cdc\'s role their owner (ALTER '
+            f'run CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH (publish_via_partition_root = true); or '
+            f'make cdc\'s role their owner (ALTER '
             f"TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
-            f'create it beforehand as a superuser: CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}"; or '
+            f'create it beforehand as a superuser: CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH '
+            f'(publish_via_partition_root = true); or '
             f"make role {role} the tables' owner")], text
         assert line(found, "role") == [("pass", "role", f"role {role}: LOGIN REPLICATION", None)]
         assert rc == 2
@@ -163,7 +165,7 @@ def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
              "have the table's owner or a superuser add it, or make it role's own"),
             ("pass", "publication",
              f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{p}" FOR TABLE '
-             f'"{s}"."orders"', None)], text
+             f'"{s}"."orders" WITH (publish_via_partition_root = true)', None)], text
     finally:
         server.sql(f"alter table {s}.orders owner to postgres")
         server.sql(f"drop table if exists {s}.extra")
@@ -247,7 +249,8 @@ def test_a_missing_publication_without_create(server, space):
     rc, found, text = doctor(path)
     assert line(found, "publication") == [(
         "fail", "publication", f"{space['pub']} does not exist",
-        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLE ...; or set source.create: true')], text
+        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLE ... WITH (publish_via_partition_root = true); or set '
+        "source.create: true")], text
     assert rc == 2
 
 

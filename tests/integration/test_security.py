@@ -239,7 +239,7 @@ def test_hostile_publication_and_table_names(spg, scdc, weird_tables, publicatio
     # PostgreSQL 14 lists the tables after one TABLE; 15 repeats it per table
     items = [f"{sql_quote(WEIRD_SCHEMA, chr(34))}.{sql_quote(t, chr(34))}" for t in WEIRD_TABLES]
     tables = "TABLE " + (", TABLE " if spg.version >= 15 else ", ").join(items)
-    assert f"statement: CREATE PUBLICATION {pub_ident} FOR {tables}\n" in log
+    assert f"statement: CREATE PUBLICATION {pub_ident} FOR {tables} WITH (publish_via_partition_root = true)\n" in log
     assert f"publication_names {sql_quote(pub_ident, chr(39))}, " in log
     assert "ERROR" not in log and "DROP" not in log.replace("DROP TABLE students", "").replace("DROP TABLE t;", "")
 
@@ -270,7 +270,7 @@ def test_missing_publication_hint_is_quoted(spg, scdc, weird_tables):
     p = c.run()
     assert p.wait_exit() == 1
     assert ('publication "Pub With Space" does not exist: create it (CREATE PUBLICATION "Pub With Space" '
-            "FOR TABLE ...) or set source.create: true") in p.stderr()
+            "FOR TABLE ... WITH (publish_via_partition_root = true)) or set source.create: true") in p.stderr()
 
 
 def test_replica_identity_hint_runs_as_it_is(spg, scdc, weird_tables):

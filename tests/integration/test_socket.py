@@ -605,6 +605,52 @@ def test_cdc_tail_prints_acks_and_stops(pg, schema, cdc):
     assert out.returncode == 1 and sock(c) in out.stderr
 
 
+def test_cdc_tail_and_status_wait_for_cdc_to_start(pg, schema, cdc):
+    """Issue 31: `cdc tail` and `cdc status --wait` started before cdc make its sockets wait for
+    them, saying what they wait for, and give up after their --wait with the usual error."""
+    import json
+    make_jobs(pg, schema)
+    c = cdc(subscriptions=[socket_sub(schema)])
+    missing = os.path.join(os.path.dirname(sock(c)), "missing.sock")
+    out = subprocess.run([CDC_BIN, "tail", "-s", missing, "jobs", "--wait", "0.3"], capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr.splitlines()) == (1, "", [
+        f"cdc tail: waiting up to 1 s for cdc's subscriber socket at {missing} (not there yet)",
+        f"cdc tail: no subscriber socket at {missing}: is cdc running? (the path comes from -s, -c FILE's "
+        "subscribers.socket or CDC_SUBSCRIBER_SOCKET)"])
+    out = subprocess.run([CDC_BIN, "tail", "-s", missing, "jobs", "--wait", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "waiting" not in out.stderr and "no subscriber socket" in out.stderr
+    out = subprocess.run([CDC_BIN, "status", "-s", missing, "--wait", "0.2"], capture_output=True, text=True,
+                         timeout=60)
+    assert (out.returncode, out.stdout) == (1, "") and out.stderr.startswith(
+        f"cdc status: waiting up to 1 s for cdc's status socket at {missing} (not there yet)\n"
+        f"cdc status: no status socket at {missing}: is cdc running?")
+    # Started before cdc: both say they wait, then do their work once it is there.
+    d = cdc.tmp_path
+    t = subprocess.Popen([CDC_BIN, "tail", "-c", c.path, "jobs", "--count", "1", "--wait", "60"],
+                         stdout=open(os.path.join(d, "tail.out"), "w"), stderr=open(os.path.join(d, "tail.err"), "w"))
+    s = subprocess.Popen([CDC_BIN, "status", "-c", c.path, "--wait", "60"],
+                         stdout=open(os.path.join(d, "status.out"), "w"), stderr=open(os.path.join(d, "status.err"), "w"))
+
+    def said(name, what):
+        with open(os.path.join(d, name)) as f:
+            return what in f.read()
+    wait_for(lambda: said("tail.err", f"cdc tail: waiting up to 60 s for cdc's subscriber socket at {sock(c)} "
+                                      "(not there yet)")
+             and said("status.err", "cdc status: waiting up to 60 s for cdc's status socket at "
+                                    f"{c.config['status']['socket']} (not there yet)"),
+             what="both clients to say they wait")
+    p = c.run()
+    assert s.wait(timeout=90) == 0, open(os.path.join(d, "status.err")).read()
+    assert said("status.out", "\nsource  streaming  slot=")
+    insert(pg, schema, 1, 1)  # after cdc status --wait: the slot streams
+    assert t.wait(timeout=90) == 0, open(os.path.join(d, "tail.err")).read()
+    with open(os.path.join(d, "tail.out")) as f:
+        assert [json.loads(x)["new"]["id"] for x in f.read().splitlines()] == [1]
+    assert p.terminate() == 0
+
+
 # --- connections that never subscribe (issue: SIGSEGV when a consumer left beside one) -----------
 
 def silent(c):

@@ -192,7 +192,7 @@ def test_json_logs_have_fields_and_no_password(pg, schema, cdc):
     # PostgreSQL 14 has no TABLES IN SCHEMA: the schema's tables are listed
     assert by_msg["created publication"]["sql"] == (
         f'CREATE PUBLICATION "{c.publication}" FOR TABLES IN SCHEMA "{schema}"' if pg.version >= 15 else
-        f'CREATE PUBLICATION "{c.publication}" FOR TABLE "{schema}"."t"')
+        f'CREATE PUBLICATION "{c.publication}" FOR TABLE "{schema}"."t"') + " WITH (publish_via_partition_root = true)"
     assert by_msg["stopped"]["flushed_lsn"].count("/") == 1
     assert "hunter2-secret" not in p.stderr()
 
@@ -241,3 +241,69 @@ def test_status_names_each_consumer(pg, schema, cdc):
         ["beta", str(os.getpid()), str(os.getuid()), "events", "shared", "active", "1", "3", "2"],
         ["gamma", str(os.getpid()), str(os.getuid()), "dead", "letters", "failover", "active", "0", "0", "0"]]
     assert p.terminate() == 0
+
+
+def test_relative_paths_are_taken_from_the_config_files_directory(pg, schema, cdc):
+    """Issue 31: state_dir and both sockets, written relative in the file, are the same files for every
+    command, wherever it runs: they are taken from the configuration file's directory. A command
+    that cannot connect names the path it tried."""
+    from conftest import CdcProcess, to_yaml
+    pg.sql(f"create table {schema}.jobs (id int primary key)")
+    c = cdc(subscriptions=[{"name": "jobs", "tables": [f"{schema}.jobs"], "sink": "socket"}])
+    top = cdc.sockdir  # short: socket paths have at most 107 bytes
+    conf, elsewhere = os.path.join(top, "conf"), os.path.join(top, "elsewhere")
+    os.makedirs(conf)
+    os.makedirs(elsewhere)
+    with open(os.path.join(conf, "cdc.yaml"), "w") as f:
+        f.write(to_yaml(dict(c.config, state_dir="./state", status={"socket": "./status.sock"},
+                             subscribers={"socket": "events.sock"})))
+
+    def cli(*args, cwd=elsewhere):
+        return subprocess.run([CDC_BIN] + list(args), capture_output=True, text=True, timeout=60, cwd=cwd)
+
+    out = cli("check-config", "-c", "conf/cdc.yaml", cwd=top)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "state_dir: conf/state" in lines and lines.count("  socket: conf/status.sock") == 1
+    assert "  socket: conf/events.sock" in lines
+    out = cli("check-config", "-c", os.path.join(conf, "cdc.yaml"))
+    assert f"state_dir: {conf}/state" in out.stdout.splitlines()
+
+    p = CdcProcess([CDC_BIN, "run", "-c", os.path.join(conf, "cdc.yaml")], os.path.join(cdc.tmp_path, "rel.stdout"),
+                   os.path.join(cdc.tmp_path, "rel.stderr"))
+    cdc.all_processes.append(p)
+    c.wait_streaming(p)
+    assert os.path.isdir(os.path.join(conf, "state")) and os.path.exists(os.path.join(conf, "status.sock"))
+    out = cli("status", "-c", "../conf/cdc.yaml")
+    assert out.returncode == 0 and "\nsource  streaming  slot=" in out.stdout, out.stderr
+    pg.sql(f"insert into {schema}.jobs values (7)")
+    out = cli("tail", "-c", "../conf/cdc.yaml", "jobs", "--count", "2")
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(x)["op"] for x in out.stdout.splitlines()] == ["schema", "insert"]
+    assert p.terminate() == 0
+    out = cli("status", "-c", "../conf/cdc.yaml")
+    assert out.returncode == 1 and out.stderr.startswith("cdc status: no status socket at ../conf/status.sock: ")
+    assert os.listdir(elsewhere) == []
+
+
+def test_check_config_prints_the_effective_control_uids():
+    """Issue 31: status.control_uids' default is root and the uid cdc runs as; check-config prints
+    it as it applies to the user who runs it (it printed []), and an empty list is that default."""
+    import pwd
+    import tempfile
+    d = tempfile.TemporaryDirectory(prefix="cdc-uids-")  # readable by nobody, unlike pytest's tmp_path
+    os.chmod(d.name, 0o755)
+    path = os.path.join(d.name, "cdc.yaml")
+    with open(path, "w") as f:
+        f.write("status: {control_uids: []}\n")
+    os.chmod(path, 0o644)
+    users = [(None, os.geteuid())]
+    if os.geteuid() == 0:  # as cdc's own user would: the uid of nobody stands in
+        users.append((["runuser", "-u", "nobody", "--"], pwd.getpwnam("nobody").pw_uid))
+    for prefix, uid in users:
+        out = subprocess.run((prefix or []) + [CDC_BIN, "check-config", "-c", path], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        want = "  control_uids: [0]" if uid == 0 else f"  control_uids: [0, {uid}]"
+        assert want in out.stdout.splitlines(), out.stdout
+    d.cleanup()

@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include "sinks/kafka/kafka_sink.h"
+#include "sinks/nats/nats_sink.h"
 #include "sinks/socket/socket_sink.h"
 #include "test.h"
 
 /* The sink modules' indexes, in sinks/modules.c's order, and their settings structs. */
-enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT };
+enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT, SINK_NATS };
 #define SOCK(sub) ((socket_sub_conf *)(sub)->sink_settings[SINK_SOCKET])
 #define KAF(sub) ((kafka_sub_conf *)(sub)->sink_settings[SINK_KAFKA])
 #define SUBSCRIBERS(c) ((socket_conf *)(c)->sink_sections[SINK_SOCKET])
@@ -49,6 +50,26 @@ static void expect_errors(int line, const char *yaml, const char *want)
 	}
 	cfg_free(c);
 	buf_free(&e);
+}
+
+/* status.control_uids' default: root, then the uid running the test unless it is root (issue 31:
+ * check-config prints it, not []). */
+static void check_default_uids(const cfg *c)
+{
+	CHECK_INT(c->status.ncontrol_uids, geteuid() == 0 ? 1 : 2);
+	CHECK_INT(c->status.control_uids[0], 0);
+	CHECK_INT(c->status.control_uids[c->status.ncontrol_uids - 1], geteuid());
+}
+
+/* check-config's line for that default. */
+static const char *default_uids_line(void)
+{
+	static char line[64];
+	if (geteuid() == 0)
+		snprintf(line, sizeof line, "  control_uids: [0]\n");
+	else
+		snprintf(line, sizeof line, "  control_uids: [0, %u]\n", (unsigned)geteuid());
+	return line;
 }
 
 /* clang-format off */
@@ -118,7 +139,7 @@ static void test_example(void)
 	CHECK_STR(c->status.socket, "/run/cdc/status.sock");
 	CHECK_STR(c->status.listen, "127.0.0.1:9187");
 	CHECK(!c->status.tcp_control);
-	CHECK_INT(c->status.ncontrol_uids, 0);
+	check_default_uids(c);
 	CHECK_STR(SUBSCRIBERS(c)->socket, "/run/cdc/events.sock");
 	CHECK_INT(SUBSCRIBERS(c)->mode, 0660);
 	CHECK(c->sink_present[SINK_KAFKA]);
@@ -198,7 +219,7 @@ static void check_defaults(const cfg *c)
 	CHECK_STR(c->status.socket, "/run/cdc/status.sock");
 	CHECK(c->status.listen == NULL);
 	CHECK(!c->status.tcp_control);
-	CHECK_INT(c->status.ncontrol_uids, 0);
+	check_default_uids(c);
 	CHECK_STR(SUBSCRIBERS(c)->socket, "/run/cdc/events.sock");
 	CHECK_INT(SUBSCRIBERS(c)->mode, 0660);
 	CHECK(!c->sink_present[SINK_KAFKA]);
@@ -395,7 +416,7 @@ static const struct {
 	/* structure */
 	BAD("sourc:\n  dsn: x\n",
 	    "t.yaml:1:1: unknown top-level key \"sourc\" (allowed: source, state_dir, status, subscribers, kafka, "
-	    "log, backfill, subscriptions)\n"),
+	    "nats, log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
 	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
@@ -407,9 +428,9 @@ static const struct {
 	BAD("just text\n", "t.yaml:1:1: expected a mapping, got \"just text\"\n"),
 	BAD("? [a]\n: b\n", "t.yaml:1:3: expected a string key, got a list\n"),
 	BAD("source:\n  dsn: [a]\n", "t.yaml:2:8: source.dsn: expected a string, got a list\n"),
-	BAD("state_dir: {a: b}\n", "t.yaml:1:12: state_dir: expected a string, got a mapping\n"),
-	BAD("state_dir:\n", "t.yaml:1:11: state_dir: expected a string, got an empty value\n"),
-	BAD("state_dir: ~\n", "t.yaml:1:12: state_dir: expected a string, got null\n"),
+	BAD("state_dir: {a: b}\n", "t.yaml:1:12: state_dir: expected a path, got a mapping\n"),
+	BAD("state_dir:\n", "t.yaml:1:11: state_dir: expected a path, got an empty value\n"),
+	BAD("state_dir: ~\n", "t.yaml:1:12: state_dir: expected a path, got null\n"),
 	BAD("state_dir: \"\"\n", "t.yaml:1:12: state_dir: must not be empty\n"),
 	BAD("state_dir: \"a\\0b\"\n", "t.yaml:1:12: state_dir: must not contain a NUL character\n"),
 	BAD("backfill:\n  min_rows: 5000\n  max_rows: 10\n  tables: 0\n",
@@ -572,7 +593,7 @@ static const struct {
 	    "whole schema or table name\n"
 	    "t.yaml:2:32: subscriptions[0].tables: invalid table pattern \"\\\"a\\\"b.c\": double quotes must surround a "
 	    "whole schema or table name\n"
-	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout)\n"),
+	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout, nats)\n"),
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
 	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
@@ -691,7 +712,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, snapshot)\n"),
+	    "topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -718,10 +739,10 @@ static void test_many_errors(void)
 	    "slot names)\n"
 	    "t.yaml:3:14: source.heartbeat: invalid duration \"soon\" (expected e.g. 250ms, 10s, 5m, 24h or "
 	    "1h30m)\n"
-	    "t.yaml:4:12: state_dir: expected a string, got a list\n"
+	    "t.yaml:4:12: state_dir: expected a path, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
-	    "kafka, log, backfill, subscriptions)\n"
+	    "kafka, nats, log, backfill, subscriptions)\n"
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
@@ -740,7 +761,7 @@ static void test_too_many_errors(void)
 	for (int i = 1; i <= 100; i++)
 		buf_printf(&want,
 			   "t.yaml:%d:1: unknown top-level key \"k%d\" (allowed: source, state_dir, status, "
-			   "subscribers, kafka, log, backfill, subscriptions)\n",
+			   "subscribers, kafka, nats, log, backfill, subscriptions)\n",
 			   i, i);
 	buf_puts(&want, "t.yaml:101:1: too many errors, stopped reporting\n");
 	expect_errors(__LINE__, y.data, want.data);
@@ -938,34 +959,45 @@ out:
 static void test_print(void)
 {
 	char *p = roundtrip("", "defaults");
-	CHECK_STR(p, "source:\n"
-		     "  dsn: \"\"\n"
-		     "  slot: cdc_slot\n"
-		     "  publication: cdc_pub\n"
-		     "  create: false\n"
-		     "  publish: [\"public.*\"]\n"
-		     "  heartbeat: 0\n"
-		     "  status_interval: 10s\n"
-		     "  on_slot_lost: fail\n"
-		     "  on_publication_newer: fail\n"
-		     "  failover: false\n"
-		     "  ddl: false\n"
-		     "  publish_generated_columns: false\n"
-		     "state_dir: /var/lib/cdc\n"
-		     "status:\n"
-		     "  socket: /run/cdc/status.sock\n"
-		     "  tcp_control: false\n"
-		     "  control_uids: []\n"
-		     "subscribers:\n"
-		     "  socket: /run/cdc/events.sock\n"
-		     "  mode: \"0660\"\n"
-		     "  first_frame_timeout: 10s\n"
-		     "  max_connections: 1024\n"
-		     "  max_output: 1MiB\n"
-		     "log:\n"
-		     "  level: info\n"
-		     "  format: text\n"
-		     "subscriptions: []\n");
+	buf want = {0};
+	buf_printf(&want, "%s%s%s",
+		   "source:\n"
+		   "  dsn: \"\"\n"
+		   "  slot: cdc_slot\n"
+		   "  publication: cdc_pub\n"
+		   "  create: false\n"
+		   "  publish: [\"public.*\"]\n"
+		   "  heartbeat: 0\n"
+		   "  status_interval: 10s\n"
+		   "  on_slot_lost: fail\n"
+		   "  on_publication_newer: fail\n"
+		   "  failover: false\n"
+		   "  ddl: false\n"
+		   "  publish_generated_columns: false\n"
+		   "state_dir: /var/lib/cdc\n"
+		   "status:\n"
+		   "  socket: /run/cdc/status.sock\n"
+		   "  tcp_control: false\n",
+		   default_uids_line(),
+		   "subscribers:\n"
+		   "  socket: /run/cdc/events.sock\n"
+		   "  mode: \"0660\"\n"
+		   "  first_frame_timeout: 10s\n"
+		   "  max_connections: 1024\n"
+		   "  max_output: 1MiB\n"
+		   "log:\n"
+		   "  level: info\n"
+		   "  format: text\n"
+		   "subscriptions: []\n");
+	CHECK_STR(p, want.data);
+	buf_free(&want);
+	free(p);
+	/* An empty list is the default too; a list of its own is printed as given. */
+	p = roundtrip("status: {control_uids: []}\n", "empty uids");
+	CHECK(p && strstr(p, default_uids_line()));
+	free(p);
+	p = roundtrip("status: {control_uids: [1000, 0]}\n", "uids");
+	CHECK(p && strstr(p, "  control_uids: [1000, 0]\n"));
 	free(p);
 
 	p = roundtrip(example, "example");
@@ -1193,7 +1225,8 @@ static void test_parse_subscription(void)
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, topic, tombstones, "
-	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, snapshot)\n"},
+	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, "
+	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1588,6 +1621,59 @@ static void test_restart_keys(void)
 	buf_free(&e);
 }
 
+/* Two sinks with a key of one name (format): each subscription's goes to its own sink's; a key of
+ * another sink is refused; the NATS section's values are checked where they stand. */
+static void test_nats_keys(void)
+{
+	buf e = {0};
+	cfg *c = parse("kafka: {brokers: k}\nnats: {servers: \"nats://n:4222\", password: pw}\n"
+		       "subscriptions:\n"
+		       "  - {name: k, tables: [a.b], sink: kafka, format: json}\n"
+		       "  - {format: json, name: n, tables: [a.b], sink: nats, subject: \"x.{table}\"}\n",
+		       &e);
+	CHECK(c != NULL);
+	if (c) {
+		const nats_sub_conf *n = c->subs[1].sink_settings[SINK_NATS];
+		CHECK_INT(KAF(&c->subs[0])->format, KAFKA_JSON);
+		CHECK_INT(n->format, NATS_JSON);
+		CHECK_STR(n->subject, "x.{table}");
+		CHECK_INT(KAF(&c->subs[1])->format, KAFKA_PROTOBUF); /* the Kafka key was not set */
+		const nats_conf *nc = c->sink_sections[SINK_NATS];
+		CHECK_STR(nc->stream, "CDC");
+		CHECK_INT(nc->max_in_flight, 1024);
+		CHECK_INT(nc->duplicate_window_ms, 120000);
+		char *out = print(c);
+		CHECK(strstr(out, "  password: \"********\"\n") && !strstr(out, "pw\n"));
+		free(out);
+	}
+	cfg_free(c);
+	buf_free(&e);
+	expect_errors(
+	    __LINE__,
+	    "kafka: {brokers: k}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, topic: t, format: debezium}\n"
+	    "  - {name: b, tables: [a.b], sink: kafka, subject: s}\n",
+	    "t.yaml:3:60: subscriptions[0].format: invalid value \"debezium\" (expected protobuf, json)\n"
+	    "t.yaml:3:36: subscriptions[0].sink: sink nats needs a top-level nats section (servers)\n"
+	    "t.yaml:3:42: subscriptions[0].topic: only valid with sink: kafka (this subscription's sink is "
+	    "nats)\n"
+	    "t.yaml:4:43: subscriptions[1].subject: only valid with sink: nats (this subscription's sink "
+	    "is kafka)\n");
+	expect_errors(
+	    __LINE__,
+	    "nats: {servers: n, stream: \"a b\", schemas_subject: \"cdc.*\"}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, subject: \"x..{tab}\"}\n"
+	    "  - {name: b, tables: [a.b], sink: nats, subject: \"x.{tab}\"}\n",
+	    "t.yaml:1:28: nats.stream: invalid stream \"a b\": a JetStream stream name "
+	    "[A-Za-z0-9_-]{1,255}\n"
+	    "t.yaml:1:52: nats.schemas_subject: invalid subject \"cdc.*\": a published subject cannot hold "
+	    "the wildcards * and >\n"
+	    "t.yaml:3:51: subscriptions[0].subject: invalid subject \"x..{tab}\": a subject's tokens must "
+	    "not be empty (no leading, trailing or double dots)\n"
+	    "t.yaml:4:51: subscriptions[1].subject: invalid subject \"x.{tab}\": unknown placeholder "
+	    "\"{tab}\" (expected {schema}, {table}, {subscription}, {tag})\n");
+}
+
 static void test_enum_names(void)
 {
 	CHECK_STR(cfg_sink_name(SINK_STDOUT), "stdout");
@@ -1632,7 +1718,7 @@ static void test_reference(void)
 	    "## `source`\n",
 	    "### `source.status_interval`\n\n*duration, at least 1ms* · default `10s` · *reload* applies "
 	    "it\n",
-	    "### `state_dir`\n\n*string* · default `/var/lib/cdc` · *restart* to change\n",
+	    "### `state_dir`\n\n*path* · default `/var/lib/cdc` · *restart* to change\n",
 	    "### `subscriptions[].name`\n\n*name* · default *required* · *reload* applies it\n",
 	    "### `subscriptions[].max_unacked`\n\n*integer, at least 1* · default `1000` · *reload* applies "
 	    "it\n",
@@ -1647,6 +1733,70 @@ static void test_reference(void)
 			fprintf(stderr, "missing from the reference: %s\n", want[i]);
 	}
 	buf_free(&out);
+}
+
+/* Relative paths are taken from the file's directory; the result stays relative to the current
+ * directory when the file's path is (issue 31). */
+static void test_relative_paths(void)
+{
+	static const struct {
+		const char *file, *value, *want;
+	} cases[] = {
+	    {"cdc.yaml", "./state", "./state"},
+	    {"./cdc.yaml", "state", "state"},
+	    {"etc/cdc.yaml", "./state", "etc/state"},
+	    {"etc/cdc.yaml", "state/main", "etc/state/main"},
+	    {"etc/cdc.yaml", ".//./state", "etc/state"},
+	    {"etc/cdc.yaml", ".", "etc"},
+	    {"etc/cdc.yaml", "../state", "etc/../state"},
+	    {"etc/cdc.yaml", ".state", "etc/.state"},
+	    {"/etc/cdc/cdc.yaml", "./state", "/etc/cdc/state"},
+	    {"/etc/cdc/cdc.yaml", "/var/lib/cdc", "/var/lib/cdc"},
+	    {"/cdc.yaml", "state", "/state"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char yaml[256];
+		snprintf(
+		    yaml, sizeof yaml,
+		    "state_dir: \"%s\"\nstatus: {socket: \"%s/s.sock\"}\nsubscribers: {socket: \"%s\"}\n",
+		    cases[i].value, cases[i].value, cases[i].value);
+		buf e = {0};
+		cfg *c = cfg_parse(cases[i].file, yaml, strlen(yaml), &e);
+		CHECK(c != NULL);
+		if (!c) {
+			fprintf(stderr, "%s", e.data ? e.data : "");
+			buf_free(&e);
+			continue;
+		}
+		char sock[256];
+		snprintf(sock, sizeof sock, "%s/s.sock", cases[i].want);
+		CHECK_STR(c->state_dir, cases[i].want);
+		CHECK_STR(SUBSCRIBERS(c)->socket, cases[i].want);
+		if (strcmp(cases[i].value, ".") != 0) /* "./s.sock": the file's directory's s.sock */
+			CHECK_STR(c->status.socket, sock);
+		cfg_free(c);
+	}
+	/* The defaults are absolute; a socket path too long once resolved says against what. */
+	buf e = {0};
+	cfg *c = cfg_parse("etc/cdc.yaml", "", 0, &e);
+	CHECK_STR(c->state_dir, "/var/lib/cdc");
+	CHECK_STR(c->status.socket, CFG_DEFAULT_STATUS_SOCKET);
+	cfg_free(c);
+	char yaml[256], dir[120], want[1024];
+	memset(dir, 'd', sizeof dir - 1);
+	dir[sizeof dir - 1] = '\0';
+	snprintf(yaml, sizeof yaml, "subscribers: {socket: ./events.sock}\n");
+	char file[256];
+	snprintf(file, sizeof file, "%s/cdc.yaml", dir);
+	c = cfg_parse(file, yaml, strlen(yaml), &e);
+	CHECK(c == NULL);
+	snprintf(
+	    want, sizeof want,
+	    "%s:1:23: subscribers.socket: a socket path must be 1 to 107 bytes long (resolved against %s's "
+	    "directory)\n",
+	    file, file);
+	CHECK_STR(e.data, want);
+	buf_free(&e);
 }
 
 int main(void)
@@ -1673,7 +1823,9 @@ int main(void)
 	test_format_operations();
 	test_restart_keys();
 	test_enum_names();
+	test_nats_keys();
 	test_file_replace();
 	test_reference();
+	test_relative_paths();
 	return TEST_SUMMARY("test_config");
 }

@@ -129,6 +129,13 @@ typedef struct sink_doctor {
 	/* Calls fn with each table of the database that subscription sub reads; returns how many. */
 	size_t (*tables)(struct sink_doctor *dr, size_t sub,
 			 void (*fn)(void *arg, const char *schema, const char *table), void *arg);
+	/* Calls fn with each column of schema.table that subscription sub delivers now (its columns:
+	 * projection, the key columns kept; key: in the record's key, as cdc keys it); returns how many
+	 * (0 when they cannot be read: the doctor says why). */
+	size_t (*columns)(struct sink_doctor *dr, size_t sub, const char *schema, const char *table,
+			  void (*fn)(void *arg, const char *name, uint32_t type_oid, int32_t typmod,
+				     bool key),
+			  void *arg);
 	/* A line for the running check; fix NULL for a pass. */
 	void (*say)(struct sink_doctor *dr, sink_verdict verdict, const char *fix, const char *fmt, ...)
 	    CDC_PRINTF(4, 5);

@@ -106,9 +106,12 @@ class Registry:
             for _, reader, writer in pairs:
                 r = checker.get_compatibility(reader, writer)
                 if r.compatibility is not avro.compatibility.SchemaCompatibilityType.compatible:
-                    why += [f"{{oldSchemaVersion: {i + 1}, oldSchema: '{self.schemas[self.versions[subject][i] - 1]}', "
-                            f"compatibility: '{level}', messages: {sorted(r.messages)}, "
-                            f"locations: {sorted(r.locations)}}}"]
+                    # as Confluent's verbose messages: the reasons first, then the version compared
+                    kinds = sorted(k.name.upper() for k in r.incompatibilities)
+                    why += [f"{{errorType:'{kind}', description:'{msg}', additionalInfo:'{loc}'}}"
+                            for kind, msg, loc in zip(kinds, sorted(r.messages), sorted(r.locations))]
+                    why += [f"{{oldSchemaVersion: {i + 1}}}", f"{{oldSchema: '{self.schemas[self.versions[subject][i] - 1]}'}}",
+                            f"{{compatibility: '{level}'}}"]
         return why
 
     def _against(self, subject):
@@ -245,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
                 text = self._schema_of(self._json_body())
                 if d.refusals:
                     status, message = d.refusals.pop(0)
-                    raise ApiError(status, 40901 if status == 409 else 50001, message)
+                    raise ApiError(status, {409: 40901, 422: 42201}.get(status, 50001), message)
                 return {"id": reg.register(parts[1], text)}
         if m == "GET" and len(parts) in (4, 5) and parts[0] == "subjects" and parts[2] == "versions":
             v = reg.version(parts[1], parts[3])

@@ -254,21 +254,17 @@ static uint32_t intern(kafka_subjects *ks, const char *subject, const char *sche
 	return (uint32_t)(ks->n - 1);
 }
 
-/* The subject of schema (record full name fullname) in topic: Confluent's strategies. */
-static const char *subject_of(kafka_subjects *ks, kafka_subject_strategy strategy, const char *topic,
-			      bool key, const char *fullname)
+void kafka_subject_name(buf *out, kafka_subject_strategy strategy, const char *topic, bool key,
+			const char *name)
 {
-	buf_reset(&ks->name);
 	if (strategy != KAFKA_SUBJECT_RECORD) {
-		buf_puts(&ks->name, topic);
-		buf_putc(&ks->name, '-');
+		buf_puts(out, topic);
+		buf_putc(out, '-');
 	}
 	if (strategy == KAFKA_SUBJECT_TOPIC)
-		buf_puts(&ks->name, key ? "key" : "value");
+		buf_puts(out, key ? "key" : "value");
 	else
-		dbz_avro_fullname(&ks->name, fullname);
-	buf_putc(&ks->name, '\0');
-	return ks->name.data;
+		dbz_avro_fullname(out, name);
 }
 
 static uint32_t add(kafka_subjects *ks, const dbz_schema *schema, const char *topic, bool key,
@@ -277,7 +273,10 @@ static uint32_t add(kafka_subjects *ks, const dbz_schema *schema, const char *to
 	buf_reset(&ks->text);
 	dbz_avro_schema(&ks->text, schema);
 	buf_putc(&ks->text, '\0');
-	return intern(ks, subject_of(ks, strategy, topic, key, schema->name), ks->text.data);
+	buf_reset(&ks->name);
+	kafka_subject_name(&ks->name, strategy, topic, key, schema->name);
+	buf_putc(&ks->name, '\0');
+	return intern(ks, ks->name.data, ks->text.data);
 }
 
 uint32_t kafka_subjects_fixed(kafka_subjects *ks, const dbz_schema *schema, const char *topic, bool key,

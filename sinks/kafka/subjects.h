@@ -18,6 +18,11 @@ typedef enum kafka_subject_strategy {
 	KAFKA_SUBJECT_TOPIC_RECORD, /* TopicRecordNameStrategy: TOPIC-FULLNAME */
 } kafka_subject_strategy;
 
+/* Appends the subject of a schema named name (a Connect name) as the key's (key) or the value's
+ * in topic, under strategy. */
+void kafka_subject_name(buf *out, kafka_subject_strategy strategy, const char *topic, bool key,
+			const char *name);
+
 /* No schema: a record without a key (a table without a replica identity). */
 #define KAFKA_NO_SCHEMA UINT32_MAX
 

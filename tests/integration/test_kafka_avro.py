@@ -324,6 +324,9 @@ def test_a_refused_schema_holds_the_stream_until_the_registry_accepts_it(pg, sch
 
 
 def test_an_unreachable_registry_holds_the_stream_then_lets_it_go(pg, schema, cdc, kafka, registry):
+    """Down (503), then a 422 once: said each time, nothing written meanwhile, then everything. The
+    ids are kept: a new stream (the walsender killed) sends the schema events again, and cdc
+    registers nothing again."""
     pg.sql(f"create table {schema}.t (id int primary key)")
     topic = f"cdc.{schema}.t"
     kafka.create_topic(topic, 1)
@@ -335,10 +338,71 @@ def test_an_unreachable_registry_holds_the_stream_then_lets_it_go(pg, schema, cd
              what=f"the failure logged\n{p.describe()}")
     assert "HTTP 503" in p.stderr()
     assert kcat(kafka.bootstrap, topic) == []
+    registry.refuse(1, 422, "Invalid schema (test double)")
     registry.up()
     recs = read_avro(kafka, topic, 5, p, registry)
-    assert p.terminate() == 0, p.describe()
+    assert "HTTP 422 (error 42201): Invalid schema (test double)" in p.stderr(), p.describe()
     assert [r["key"]["id"] for r in recs] == [1, 2, 3, 4, 5]
+    posts = len([r for r in registry.requests if r["method"] == "POST"])
+    pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (c.slot,))
+    wait_for(lambda: p.stderr().count(" streaming slot=") >= 2, timeout=30, what=f"a new stream\n{p.describe()}")
+    pg.sql(f"insert into {schema}.t values (6)")
+    recs = read_avro(kafka, topic, 6, p, registry)
+    assert p.terminate() == 0, p.describe()
+    assert recs[5]["key"]["id"] == 6
+    assert len([r for r in registry.requests if r["method"] == "POST"]) == posts
+
+
+def test_a_truncate_first_gets_its_tables_schema(pg, schema, cdc, kafka, registry):
+    """A truncate before any row of its table since cdc started: its schema event comes first, so
+    its envelope has a schema; asked for with operations."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro",
+                                operations=["insert", "update", "delete", "truncate"])],
+            kafka=avro_section(kafka, registry))
+    p = c.start()
+    pg.sql(f"truncate {schema}.t")
+    recs = read_avro(kafka, topic, 1, p, registry)
+    assert p.terminate() == 0, p.describe()
+    assert recs[0]["key"] is None and recs[0]["value"]["op"] == "t"
+    assert recs[0]["value"]["before"] is None and recs[0]["value"]["after"] is None
+    assert registry.subjects()[f"{topic}-value"] == [recs[0]["value_id"]]
+
+
+def test_a_key_avro_cannot_write_stops_the_sink_and_says_which(pg, schema, cdc, kafka, registry):
+    """A numeric key's NaN has no Decimal (Debezium fails on it too): the key's field is required,
+    so the event cannot be written; the Kafka sink stops with the column named, nothing skipped."""
+    pg.sql(f"create table {schema}.t (id numeric(10,2) primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro")], kafka=avro_section(kafka, registry))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1.5)")
+    pg.sql(f"insert into {schema}.t values ('NaN')")
+    pg.sql(f"insert into {schema}.t values (2.5)")
+    wait_for(lambda: "an event cannot be written in Avro: column id has no value in the key, but its Avro "
+                     "field is required" in p.stderr(), timeout=30, what=f"the failure logged\n{p.describe()}")
+    recs = read_avro(kafka, topic, 1, p, registry)
+    assert p.terminate() == 0, p.describe()
+    assert len(kcat(kafka.bootstrap, topic)) == 1 and recs[0]["key"] == {"id": decimal.Decimal("1.50")}
+
+
+def test_names_are_made_valid_avro_names(pg, schema, cdc, kafka, registry):
+    pg.sql(f'create table {schema}."order-items" ("item id" int primary key, "9lives" text, "prix €" int)')
+    topic = f"cdc.{schema}.order-items"
+    kafka.create_topic(topic, 1)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.*"], format="avro")], kafka=avro_section(kafka, registry))
+    p = c.start()
+    pg.sql(f'insert into {schema}."order-items" values (1, \'cat\', 3)')
+    recs = read_avro(kafka, topic, 1, p, registry)
+    assert p.terminate() == 0, p.describe()
+    assert recs[0]["key"] == {"item_id": 1}
+    assert recs[0]["value"]["after"] == {"item_id": 1, "_9lives": "cat", "prix__": 3}
+    assert recs[0]["value_schema"].fullname == f"cdc.{schema}.order_items.Envelope"
+    assert recs[0]["key_schema"].fullname == f"cdc.{schema}.order_items.Key"
+    assert recs[0]["value"]["source"]["table"] == "order-items"  # the data is the name itself
 
 
 # --- subjects, compatibility, auth, TLS ----------------------------------------------------------
@@ -394,6 +458,15 @@ def test_basic_auth_and_tls(pg, schema, cdc, kafka, tmp_path):
         pg.sql(f"create table {schema}.t (id int primary key)")
         topic = f"cdc.{schema}.t"
         kafka.create_topic(topic, 1)
+        # no CA: the registry's certificate is not trusted, said, nothing written
+        c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro")],
+                kafka=avro_section(kafka, reg, {"username": "cdc", "password": password}))
+        p = c.start()
+        pg.sql(f"insert into {schema}.t values (0)")
+        wait_for(lambda: "SSL certificate problem" in p.stderr(), timeout=30,
+                 what=f"the TLS failure logged\n{p.describe()}")
+        assert p.terminate() == 0, p.describe()
+        assert kcat(kafka.bootstrap, topic) == []
         # a wrong password: 401, said, nothing written
         c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro")],
                 kafka=avro_section(kafka, reg, {"username": "cdc", "password": "wrong", "ca_file": ca[0]}))

@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats libcurl
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -42,20 +42,21 @@ SINK_SRCS := $(sort $(wildcard sinks/*.c sinks/*/*.c))
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
 	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
-	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c decoder/base/tls.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	$(SINK_SRCS) \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
 	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c cdc/config/reference.c \
+	cdc/config/overlay.c cdc/config/reference.c cdc/config/secret.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/sidecar.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
 	cdc/daemon/backfills.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c \
+	cdc/doctor/access.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
 	ring kafka_eo failover debezium avro kafka_render catalog publication nats

@@ -5,8 +5,8 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
-	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev libcurl4-openssl-dev clang
-	libavro-dev libnats-dev)
+	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev libssl-dev
+	libcurl4-openssl-dev clang libavro-dev libnats-dev)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
 # openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
 # prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
@@ -29,7 +29,7 @@ bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg
 # make deb: Debian's packaging tools (dpkg-buildpackage, debhelper, lintian).
 package_pkgs=(dpkg-dev debhelper lintian)
 runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5
-	libsystemd0 libnats3.4 libcurl4)
+	libsystemd0 libnats3.4 libssl3 libcurl4)
 
 usage() {
 	echo "usage: $0 [build] [test] [bench] [package] [runtime]" >&2

@@ -199,6 +199,7 @@ bool backfills_init(sidecar *d)
 		return false;
 	}
 	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf, checks_answered, d);
+	bf_reader_password(d->bf_reader, d->cfg->source.password);
 	pipeline_set_backfills(d->pipe, &(pipeline_backfills){.ctx = d->bf,
 							      .change = stream_change,
 							      .hold = backfill_change_encode,

@@ -31,6 +31,7 @@ source_settings setup_source(const cfg *c)
 				 .slot = c->source.slot,
 				 .publication = c->source.publication,
 				 .primary_dsn = c->source.primary_dsn,
+				 .password = c->source.password,
 				 .state_dir = c->state_dir,
 				 .create = c->source.create,
 				 .failover = c->source.failover,

@@ -93,7 +93,8 @@ void doctor_server(doctor *d)
 {
 	char err[1024];
 	bool invalid;
-	d->conn = pg_connect(d->c->source.dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
+	d->conn = pg_connect(d->c->source.dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err,
+			     sizeof(err));
 	if (!d->conn) {
 		doctor_say(
 		    d, DOCTOR_FAIL,

@@ -1,6 +1,6 @@
 /* doctor.c: the table of checks, running them and the sink modules' checks, and the report in text
- * and JSON. Adding a check is a row here and a function in database.c, failover.c or local.c; a
- * sink's checks are its module's. */
+ * and JSON. Adding a check is a row here and a function in database.c, failover.c, local.c or
+ * access.c; a sink's checks are its module's. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +51,7 @@ static const struct {
     {"primary_dsn", NEEDS_DB | NEEDS_STANDBY, doctor_primary_dsn},
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
+    {"secrets", 0, doctor_secrets},
 };
 
 static const char *const status_names[] = {
@@ -262,6 +263,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	pg_secrets_init(&d.secrets, c->source.dsn);
 	if (c->source.primary_dsn)
 		pg_secrets_add(&d.secrets, c->source.primary_dsn);
+	pg_secrets_add_value(&d.secrets, c->source.password);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
 		if (!applies(&d, checks[i].needs))
 			continue;

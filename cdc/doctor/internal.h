@@ -81,6 +81,7 @@ void doctor_sync_slots(doctor *d);
 void doctor_primary_slot_name(doctor *d);
 void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
+void doctor_secrets(doctor *d);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 

@@ -2,11 +2,15 @@
  * same catalog questions through the same functions, so both read the server alike. */
 #include "cdc/source/pgconn.h"
 
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cdc/match/match.h"
+#include "decoder/base/net.h"
+#include "decoder/base/tls.h"
 
 /* Session settings of the walsender: output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */
@@ -58,6 +62,11 @@ void pg_secrets_add(pg_secrets *s, const char *dsn)
 	collect_secrets(s, dsn, 0);
 }
 
+void pg_secrets_add_value(pg_secrets *s, const char *secret)
+{
+	add_secret(s, secret);
+}
+
 void pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -84,18 +93,89 @@ void pg_redact(const pg_secrets *s, char *err, size_t errlen)
 	}
 }
 
-/* What to do about a failed connection, for the failures whose fix is in source.dsn. */
-static const char *connect_hint(const char *msg)
+/* What to do about a failed connection, for the failures whose fix is in source.dsn or on the server:
+ * the first hint whose words the message holds (libpq's, the server's, or tls_why's). */
+#define TRUST_HINT                                                                                           \
+	" (sslrootcert in source.dsn must name the CA that signed the server's certificate, or the root of " \
+	"its chain)"
+static const struct {
+	const char *says, *hint;
+} HINTS[] = {
+    {"certificate has expired",
+     " (the server's certificate has expired: renew it, ssl_cert_file on the server)"},
+    {"certificate is not yet valid",
+     " (the server's certificate is not valid yet: check the clocks of the server and of this machine)"},
+    {"unable to get local issuer certificate", TRUST_HINT},
+    {"self-signed certificate", TRUST_HINT},
+    {"does not match host name",
+     " (sslmode=verify-full checks that the certificate names the host of source.dsn: connect with a name "
+     "it holds, or use sslmode=verify-ca)"},
+    {"requires a valid client certificate",
+     " (the role logs in with a client certificate: give it with sslcert and sslkey in source.dsn)"},
+    {"certificate authentication failed",
+     " (the client certificate's common name must be the role's name, or be mapped to it in pg_ident.conf)"},
+    {"password authentication failed",
+     " (check the password: source.password, source.dsn, PGPASSWORD or ~/.pgpass)"},
+    {"no password supplied", " (check the password: source.password, source.dsn, PGPASSWORD or ~/.pgpass)"},
+    {"certificate", " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are)"},
+    {"SSL", " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are)"},
+};
+
+static const char *connect_hint(const char *msg, const char *why)
 {
-	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
-		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they "
-		       "are; with "
-		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the "
-		       "server's "
-		       "certificate, and verify-full also needs the host name to match it)";
-	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
-		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
+	for (size_t i = 0; i < sizeof HINTS / sizeof *HINTS; i++)
+		if (strstr(msg, HINTS[i].says) || strstr(why, HINTS[i].says))
+			return HINTS[i].hint;
 	return "";
+}
+
+/* The CA file libpq trusted: sslrootcert, else ~/.postgresql/root.crt; NULL for "system" (16+). */
+static void root_cert(PGconn *conn, char *out, size_t outlen, bool *verify_full)
+{
+	const char *rootcert = NULL;
+	PQconninfoOption *opts = PQconninfo(conn);
+	for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+		if (strcmp(o->keyword, "sslrootcert") == 0 && o->val && *o->val)
+			snprintf(out, outlen, "%s", rootcert = o->val);
+		else if (strcmp(o->keyword, "sslmode") == 0)
+			*verify_full = o->val && strcmp(o->val, "verify-full") == 0;
+	}
+	PQconninfoFree(opts);
+	if (!rootcert) {
+		const char *home = getenv("HOME");
+		struct passwd *pw = home ? NULL : getpwuid(geteuid());
+		snprintf(out, outlen, "%s/.postgresql/root.crt", home ? home : pw ? pw->pw_dir : "");
+	}
+}
+
+/* Why the server's certificate failed libpq's check (libpq 15 says only "certificate verify
+ * failed"): cdc asks the server itself, as libpq did (PostgreSQL's SSLRequest, then a TLS handshake
+ * trusting the same CA file), and says what OpenSSL finds wrong with the certificate. "" when it
+ * cannot tell. */
+static void tls_why(PGconn *conn, char *out, size_t outlen)
+{
+	*out = '\0';
+	const char *host = PQhost(conn), *port = PQport(conn), *addr = PQhostaddr(conn);
+	if (!host || !*host || host[0] == '/' || !port || !*port)
+		return;
+	char cafile[4096], err[512];
+	bool verify_full = false;
+	root_cert(conn, cafile, sizeof cafile, &verify_full);
+	int fd = net_tcp_connect_timeout(addr && *addr ? addr : host, port, 5000, err, sizeof err);
+	if (fd < 0)
+		return;
+	static const unsigned char ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}; /* 80877103 */
+	char answer = 0;
+	tls_conn *t = NULL;
+	if (write(fd, ssl_request, sizeof ssl_request) == (ssize_t)sizeof ssl_request &&
+	    read(fd, &answer, 1) == 1 && answer == 'S' &&
+	    (t = tls_open(fd, host, strcmp(cafile, "system") ? cafile : NULL, err, sizeof err))) {
+		char why[1024];
+		if (tls_verdict(t, verify_full, why, sizeof why))
+			errf(out, outlen, ": %s (checked against %s)", why, cafile);
+	}
+	tls_close(t);
+	close(fd);
 }
 
 /* libpq quotes the part of a connection string it could not parse, or a whole URI, password
@@ -116,7 +196,8 @@ static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
 	free(masked);
 }
 
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen)
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen)
 {
 	*invalid_dsn = false;
 	char *perr = NULL;
@@ -130,9 +211,14 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 	size_t n = 0;
 	for (PQconninfoOption *o = opts; o->keyword; o++)
 		n++;
-	const char **keys = xcalloc(n + 5, sizeof(char *));
-	const char **vals = xcalloc(n + 5, sizeof(char *));
+	const char **keys = xcalloc(n + 6, sizeof(char *));
+	const char **vals = xcalloc(n + 6, sizeof(char *));
 	size_t k = 0;
+	if (password && *password) {
+		/* first: the last non-empty value of a keyword wins, so dsn's own password overrides it */
+		keys[k] = "password";
+		vals[k++] = password;
+	}
 	const char *user_options = getenv("PGOPTIONS");
 	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
 	for (PQconninfoOption *o = opts; o->keyword; o++) {
@@ -176,9 +262,11 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 	free(vals);
 	PQconninfoFree(opts);
 	if (PQstatus(conn) != CONNECTION_OK) {
-		char *msg = PQerrorMessage(conn);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg,
-		     connect_hint(msg));
+		char *msg = PQerrorMessage(conn), why[1200] = "";
+		if (strstr(msg, "certificate verify failed"))
+			tls_why(conn, why, sizeof why);
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s%s", (int)strcspn(msg, "\n"), msg, why,
+		     connect_hint(msg, why));
 		PQfinish(conn);
 		return NULL;
 	}

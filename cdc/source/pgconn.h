@@ -22,6 +22,8 @@ typedef struct pg_secrets {
 void pg_secrets_init(pg_secrets *s, const char *dsn);
 /* Adds the secrets of another connection string (source.primary_dsn). */
 void pg_secrets_add(pg_secrets *s, const char *dsn);
+/* Adds one secret value (source.password). */
+void pg_secrets_add_value(pg_secrets *s, const char *secret);
 void pg_secrets_free(pg_secrets *s);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
@@ -37,9 +39,11 @@ typedef enum pg_conn_kind {
 
 /* Connects with the user's connection string, adding only what cdc needs (a default connect_timeout,
  * the application name, and what kind asks for); TLS, passwords, PG* variables and .pgpass pass
- * through to libpq untouched. NULL with err saying what to do; *invalid_dsn then tells whether libpq
- * could not even parse dsn (no retry will help). */
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen);
+ * through to libpq untouched. password (source.password; NULL: none) is used when dsn has none: it
+ * comes before dsn's keywords, which libpq lets override it. NULL with err saying what to do;
+ * *invalid_dsn then tells whether libpq could not even parse dsn (no retry will help). */
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen);
 
 /* The highest pgoutput protocol a server of this version (150008 for 15.8) speaks: 1, 2 (14:
  * streamed transactions), 3 (15: two-phase), 4 (16: parallel streaming). */

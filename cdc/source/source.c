@@ -31,6 +31,7 @@ enum admin_kind {
 
 struct source {
 	char *dsn, *slot, *publication;
+	char *password;		  /* source.password; NULL: none */
 	char *primary_dsn;	  /* source.primary_dsn: writes while the server is a standby; "" none */
 	bool primary_dsn_invalid; /* libpq cannot parse it */
 	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
@@ -89,14 +90,13 @@ source *source_new(const source_settings *set)
 {
 	source *s = xcalloc(1, sizeof(*s));
 	s->dsn = xstrdup(set->dsn);
-	pg_secrets_init(&s->secrets, s->dsn);
 	s->slot = xstrdup(set->slot);
 	s->publication = xstrdup(set->publication);
 	s->create = set->create;
 	s->failover = set->failover;
 	s->heartbeat = set->heartbeat;
 	s->primary_dsn = xstrdup(set->primary_dsn ? set->primary_dsn : "");
-	pg_secrets_add(&s->secrets, s->primary_dsn);
+	source_set_password(s, set->password); /* and the secrets to redact */
 	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
 	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
 	PQconninfoFree(opts);
@@ -139,6 +139,7 @@ void source_free(source *s)
 	cfg_strlist_free(&s->pub_adding);
 	cfg_strlist_free(&s->pub_added);
 	cfg_strlist_free(&s->pub_warned);
+	source_set_password(s, NULL);
 	pg_secrets_free(&s->secrets);
 	free(s->dsn);
 	free(s->primary_dsn);
@@ -146,6 +147,18 @@ void source_free(source *s)
 	free(s->publication);
 	free(s->state_dir);
 	free(s);
+}
+
+void source_set_password(source *s, const char *password)
+{
+	if (s->password)
+		explicit_bzero(s->password, strlen(s->password));
+	free(s->password);
+	s->password = password ? xstrdup(password) : NULL;
+	pg_secrets_free(&s->secrets);
+	pg_secrets_init(&s->secrets, s->dsn);
+	pg_secrets_add(&s->secrets, s->primary_dsn);
+	pg_secrets_add_value(&s->secrets, password);
 }
 
 /* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say):
@@ -166,8 +179,8 @@ static void on_notice(void *arg, const PGresult *res)
 static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 {
 	bool invalid = false;
-	PGconn *conn =
-	    pg_connect(s->dsn, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
+	PGconn *conn = pg_connect(s->dsn, s->password, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY,
+				  &invalid, err, errlen);
 	s->dsn_invalid |= invalid;
 	if (conn)
 		PQsetNoticeReceiver(conn, on_notice, NULL);
@@ -446,7 +459,8 @@ static PGconn *writer(source *s, char *err, size_t errlen)
 		return NULL;
 	}
 	bool invalid;
-	if (!s->primary && (s->primary = pg_connect(s->primary_dsn, PG_CONN_ORDINARY, &invalid, err, errlen)))
+	if (!s->primary &&
+	    (s->primary = pg_connect(s->primary_dsn, s->password, PG_CONN_ORDINARY, &invalid, err, errlen)))
 		PQsetNoticeReceiver(s->primary, on_notice, NULL);
 	if (!s->primary)
 		snprintf(err + strlen(err), errlen - strlen(err), " (source.primary_dsn)");

@@ -855,10 +855,39 @@ static char *dup_or_null(const char *s)
 	return s ? xstrdup(s) : NULL;
 }
 
+static bool same_setting(const kafka_sink_settings *a, const kafka_sink_settings *b, const char *key)
+{
+	const char *x = kafka_producer_setting(a, key), *y = kafka_producer_setting(b, key);
+	return x == y || (x && y && strcmp(x, y) == 0);
+}
+
+/* A reload read sasl.username or sasl.password again (from their files, say): librdkafka takes them
+ * at its next authentication, without a restart. The other properties wait for one. */
+static void renew_credentials(kafka_sink *k, const kafka_sink_settings *next)
+{
+	if (!k->rk ||
+	    (same_setting(&k->set, next, "sasl.username") && same_setting(&k->set, next, "sasl.password")))
+		return;
+	const char *user = kafka_producer_setting(next, "sasl.username");
+	const char *password = kafka_producer_setting(next, "sasl.password");
+	rd_kafka_error_t *e =
+	    rd_kafka_sasl_set_credentials(k->rk, user ? user : "", password ? password : "");
+	if (e) {
+		log_warn("kafka: cannot change the SASL credentials; they take effect at the next restart",
+			 "error=\"%s\"", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	} else {
+		log_info("kafka: SASL credentials changed; the next authentication uses them",
+			 "username_changed=%s",
+			 same_setting(&k->set, next, "sasl.username") ? "false" : "true");
+	}
+}
+
 void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
 		     size_t nsubs)
 {
 	kafka_sink *k = (kafka_sink *)s;
+	renew_credentials(k, settings);
 	free_settings(k);
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,

@@ -384,9 +384,11 @@ def test_a_key_avro_cannot_write_stops_the_sink_and_says_which(pg, schema, cdc, 
     pg.sql(f"insert into {schema}.t values (2.5)")
     wait_for(lambda: "an event cannot be written in Avro: column id has no value in the key, but its Avro "
                      "field is required" in p.stderr(), timeout=30, what=f"the failure logged\n{p.describe()}")
-    recs = read_avro(kafka, topic, 1, p, registry)
+    read_avro(kafka, topic, 1, p, registry)
     assert p.terminate() == 0, p.describe()
-    assert len(kcat(kafka.bootstrap, topic)) == 1 and recs[0]["key"] == {"id": decimal.Decimal("1.50")}
+    # the row before it, maybe twice (each restart streams again from the slot), and nothing after it
+    keys = {decoder(registry.url)(m)["key"]["id"] for m in kcat(kafka.bootstrap, topic)}
+    assert keys == {decimal.Decimal("1.50")}
 
 
 def test_names_are_made_valid_avro_names(pg, schema, cdc, kafka, registry):

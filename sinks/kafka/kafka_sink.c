@@ -486,13 +486,18 @@ bool kafka_release(kafka_sink *k, char *err, size_t errlen)
 	return ok;
 }
 
+/* How long a record may hold the event loop for its schema's id, asked for at its schema event
+ * moments before (a registry nearby answers in a few milliseconds); then it waits with what
+ * follows it, and the loop goes on. */
+#define REGISTRY_AWAIT_MS 100
+
 /* Format avro: whether every schema the event's records (from p to end) and the transactions
  * topic need has its id. If not, records wait for the first that has none (registry_wait). */
 static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned nrecords)
 {
 	uint32_t need[2] = {k->txn_key_schema, k->txn_value_schema};
 	for (unsigned i = 0; i < (k->set.transactions_topic ? 2u : 0u); i++)
-		if (!kafka_subjects_id(k->subjects, need[i])) {
+		if (!kafka_subjects_await(k->subjects, need[i], REGISTRY_AWAIT_MS)) {
 			k->wait_schema = need[i];
 			return !(k->registry_wait = true);
 		}
@@ -503,7 +508,8 @@ static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned n
 		need[0] = rec.key_schema;
 		need[1] = rec.value_schema;
 		for (int j = 0; j < 2; j++)
-			if (need[j] != KAFKA_NO_SCHEMA && !kafka_subjects_id(k->subjects, need[j])) {
+			if (need[j] != KAFKA_NO_SCHEMA &&
+			    !kafka_subjects_await(k->subjects, need[j], REGISTRY_AWAIT_MS)) {
 				k->wait_schema = need[j];
 				return !(k->registry_wait = true);
 			}

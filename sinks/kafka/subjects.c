@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "decoder/base/log.h"
@@ -396,6 +397,23 @@ void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outl
 	snprintf(out, outlen, "%s", i < ks->n ? ks->all[i]->error : "");
 	*refused = i < ks->n && ks->all[i]->refused;
 	worker_unlock(ks->w);
+}
+
+uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t i, uint64_t wait_ms)
+{
+	uint64_t until = now_ms() + wait_ms;
+	for (;;) {
+		uint32_t id = kafka_subjects_id(ks, i);
+		if (id || i >= ks->n || now_ms() >= until)
+			return id;
+		worker_lock(ks->w);
+		bool pending = (ks->all[i]->asked || ks->all[i]->busy) && !ks->all[i]->error[0];
+		worker_unlock(ks->w);
+		if (!pending)
+			return 0; /* it failed: the records wait, and it is asked again later */
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 const char *kafka_subjects_subject(const kafka_subjects *ks, uint32_t i)

@@ -57,6 +57,9 @@ uint32_t kafka_subjects_fixed(kafka_subjects *ks, const dbz_schema *schema, cons
 /* The registry's id of schema index i: 0 while it is not known. Asks again a schema whose last
  * attempt failed once its backoff is over. */
 uint32_t kafka_subjects_id(kafka_subjects *ks, uint32_t i);
+/* The same, waiting up to wait_ms for the registry's answer to a request under way (a new shape's
+ * first record: its schema was asked for at its schema event, moments before). */
+uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t i, uint64_t wait_ms);
 /* Why schema i has no id yet, into out ("" while the registry has not answered): the registry's
  * words; *refused: the registry refused it (else it could not be asked). */
 void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outlen, bool *refused);

@@ -85,7 +85,9 @@ def markdown(r):
                cells(lambda b, k: f"{b['consumers'][k]['rss']:.1f} MiB"), ""]
         if wal2json:
             md += ["(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
-        formats = [(k, f) for k, f in FORMATS if all(k in b["consumers"] for b in r["drain"])]
+        # The other formats drain over TCP only: the rows of the connections that have them.
+        formats = [(k, f) for k, f in FORMATS if any(k in b["consumers"] for b in r["drain"])]
+        with_formats = [b for b in r["drain"] if all(k in b["consumers"] for k, _ in formats)]
         if len(formats) > 1:
             md += ["Kafka record formats (`format:`), each beside protobuf of the same run: events/s, "
                    "the ratio to protobuf's, and peak RSS.", ""]
@@ -93,7 +95,7 @@ def markdown(r):
                                  for h in ((f"{f} ev/s",) + (() if k == "cdc_kafka" else (f"{f} / protobuf",))
                                            + (f"{f} RSS",))]
             rows = []
-            for b in r["drain"]:
+            for b in with_formats:
                 base = b["consumers"]["cdc_kafka"]["secs"]
                 row = [f"{b['name']}: {b['label']} ({b.get('conn', 'tcp')})"]
                 for k, _ in formats:

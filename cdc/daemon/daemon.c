@@ -55,13 +55,15 @@ static bool send_feedback(sidecar *d, bool force)
 	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
+	/* The backfills' state first: it holds the keys to read again that changes before flushed
+	 * marked, which a restart from the new position would not replay. */
+	if (moved && !backfills_delivered(d, flushed))
+		return send_status(d);
 	if (flushed > c->handled_lsn) {
 		state next = c->st;
 		next.flushed_lsn = flushed;
 		state_writer_post(d->sw, &next);
 	}
-	if (moved)
-		backfills_delivered(d, flushed);
 	c->handled_lsn = flushed;
 	return send_status(d);
 }
@@ -635,7 +637,7 @@ static int setup(sidecar *d, uint64_t endpos)
 		log_error("cannot serve the status socket", "error=\"%s\"", d->err);
 		return 1;
 	}
-	return backfills_init(d) ? 0 : 1;
+	return backfills_init(d) && signals_init(d) ? 0 : 1;
 }
 
 int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
@@ -683,6 +685,7 @@ out:
 	state_writer_free(d.sw); /* after what it has left to write */
 	/* Whatever has events on the loop goes before the loop. */
 	reload_free(&d);
+	signals_free(&d);
 	backfills_free(&d);
 	status_free(d.status);
 	sink_set_free(&d.sinks);

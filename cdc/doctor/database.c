@@ -284,6 +284,9 @@ static void plan_publication(doctor *d)
 	for (size_t i = 0; i < p.no_match.n; i++)
 		doctor_say(d, DOCTOR_WARN, "create the tables, or correct source.publish",
 			   "source.publish pattern %s matches no table yet", p.no_match.v[i]);
+	for (size_t i = 0; i < p.missing.n; i++) /* cdc run stops on it */
+		doctor_say(d, DOCTOR_FAIL, "correct the name in source.publish, or create the table first",
+			   "%s", p.missing.v[i]);
 	for (size_t i = 0; i < d->ntables; i++) {
 		const doctor_table *t = &d->tables[i];
 		bool in = p.all_tables;
@@ -367,17 +370,40 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 	qualified(&tt->names, t->schema, t->name);
 }
 
+/* The tables a subscription names one by one that do not exist: cdc run's check, its message. */
+static bool named_tables_exist(doctor *d, const cfg_subscription *s)
+{
+	catalog cat = {.t = xcalloc(d->ntables ? d->ntables : 1, sizeof(catalog_table)), .n = d->ntables};
+	for (size_t i = 0; i < d->ntables; i++)
+		cat.t[i] = (catalog_table){.schema = xstrdup(d->tables[i].schema),
+					   .name = xstrdup(d->tables[i].name)};
+	buf missing = {0};
+	bool ok = catalog_check_exists(&cat, s, &missing);
+	for (char *line = missing.data; line && *line;) {
+		char *end = strchr(line, '\n');
+		*end = '\0';
+		doctor_say(d, DOCTOR_FAIL,
+			   "correct the name in the subscription's tables, or create the table first",
+			   "%s: cdc refuses it", line);
+		line = end + 1;
+	}
+	buf_free(&missing);
+	catalog_free(&cat);
+	return ok;
+}
+
 void doctor_tables(doctor *d)
 {
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
 		table_tally tt = {0};
+		bool named = named_tables_exist(d, s);
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
-		if (!n)
+		if (!n && named) /* (when a name is wrong, its failure says enough) */
 			doctor_say(d, DOCTOR_WARN,
 				   "create the tables, or correct the subscription's tables: key",
 				   "subscription %s: its tables match no table yet", s->name);
-		else if (tt.missing) {
+		else if (n && tt.missing) {
 			buf fix = {0};
 			buf_puts(&fix, "ALTER PUBLICATION ");
 			bfsql_quote_ident(&fix, d->c->source.publication);
@@ -388,7 +414,7 @@ void doctor_tables(doctor *d)
 			    "changes never reach cdc: %s",
 			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
 			buf_free(&fix);
-		} else
+		} else if (n)
 			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
 				   s->name, n, n == 1 ? "" : "s");
 		buf_free(&tt.names);

@@ -42,6 +42,11 @@ bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
  * replica identities; one line per problem, each "...: ALTER TABLE "s"."t" REPLICA IDENTITY FULL".
  * True if none. */
 bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
+/* The tables subscription s names one by one (a pattern without globs) that do not exist: one line
+ * each in problems, with the closest names c has ("subscription orders names table public.ordres,
+ * which does not exist: did you mean public.orders?"). True if none. A start and a new
+ * subscription fail on it; a reconnect only warns (the table may have been dropped meanwhile). */
+bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems);
 /* What keeps subscription s from working against c: one line per problem appended to problems,
  * each naming the table and the statement that fixes it (catalog_check_identity's, and with
  * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a

@@ -277,6 +277,11 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
+	if (plan.missing.n) { /* a misspelt name: nothing would ever arrive under it */
+		errf(err, errlen, "%s: correct it, or create the table first", plan.missing.v[0]);
+		pg_publication_plan_free(&plan);
+		return SOURCE_FATAL;
+	}
 	for (size_t i = 0; i < plan.no_match.n; i++)
 		log_warn(
 		    "source.publish pattern matches no table yet; cdc adds the tables it matches as they "

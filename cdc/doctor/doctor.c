@@ -224,6 +224,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
+	strlist_clear(&d.unit.dirs);
 }
 
 int doctor_exit_code(const doctor_report *r)

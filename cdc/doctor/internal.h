@@ -29,6 +29,12 @@ typedef struct doctor {
 	size_t ntables;
 	bool publication_exists;
 	cfg_strlist published; /* pairs of schema, table the publication has (or cdc's would have) */
+	/* the systemd unit that runs this file (unit.c), looked for when a directory is missing */
+	struct {
+		bool looked;
+		char name[128];	  /* "cdc.service", "cdc@main.service"; empty: none runs it */
+		cfg_strlist dirs; /* pairs: a directory systemd makes when it starts, and the directive */
+	} unit;
 } doctor;
 
 /* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
@@ -51,6 +57,10 @@ size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 
 /* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
 bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
+
+/* The directive of the unit that runs this configuration file ("RuntimeDirectory=cdc" of
+ * cdc.service) that makes directory dir when the unit starts, or NULL (unit.c). */
+const char *doctor_unit_makes(doctor *d, const char *dir);
 
 /* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
 void doctor_socket_path(doctor *d, const char *key, const char *path);

@@ -35,14 +35,32 @@ static void size_text(uint64_t bytes, char *out, size_t len)
 		snprintf(out, len, "%.1f MiB", (double)bytes / (1ull << 20));
 }
 
+/* The nearest directory of path that exists (path itself, a parent, "/"); the caller frees it. */
+static char *existing_ancestor(const char *path)
+{
+	char *p = xstrdup(path);
+	struct stat st;
+	while (stat(p, &st) != 0 && strcmp(p, "/") != 0 && strcmp(p, ".") != 0) {
+		char *up = parent_of(p);
+		free(p);
+		p = up;
+	}
+	return p;
+}
+
 void doctor_state_dir(doctor *d)
 {
 	const char *dir = d->c->state_dir;
-	char fix[1024], need[32], free_text[32];
+	char fix[1024], need[32], free_text[32], made[256] = "";
 	struct stat st;
 	const char *probe = dir; /* the directory whose disk holds it: it, or its parent before it exists */
-	char *parent = parent_of(dir);
-	if (stat(dir, &st) != 0) {
+	char *parent = parent_of(dir), *ancestor = NULL;
+	const char *by = NULL;
+	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir))) {
+		/* a fresh package install: the unit's StateDirectory= makes it, owned by cdc's user */
+		snprintf(made, sizeof(made), ", made by systemd when %s starts (%s)", d->unit.name, by);
+		probe = ancestor = existing_ancestor(parent);
+	} else if (stat(dir, &st) != 0) {
 		if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
 			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir",
 				 dir);
@@ -101,10 +119,12 @@ void doctor_state_dir(doctor *d)
 			   "%s has %s free, less than the %s the %s subscriptions' %s allow", dir, free_text,
 			   need, kind, limit);
 	} else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, %s sum to %s%s", dir, free_text,
-			   limit, need, unbounded ? " (some of them have none)" : "");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: %s%s, %s free, %s sum to %s%s", dir,
+			   *made ? "does not exist yet" : "writable", made, free_text, limit, need,
+			   unbounded ? " (some of them have none)" : "");
 out:
 	free(parent);
+	free(ancestor);
 }
 
 /* One socket path: its directory exists and is writable, and the path is free or a socket. */
@@ -113,7 +133,13 @@ void doctor_socket_path(doctor *d, const char *key, const char *path)
 	char fix[1024];
 	char *dir = parent_of(path);
 	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+	const char *by = NULL;
+	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir)))
+		/* a fresh package install: the unit's RuntimeDirectory= makes it, owned by cdc's user */
+		doctor_say(d, DOCTOR_PASS, NULL,
+			   "%s %s: directory %s does not exist yet, made by systemd when %s starts (%s)", key,
+			   path, dir, d->unit.name, by);
+	else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set %s", dir, key);
 		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s does not exist", key, path, dir);
 	} else if (!writable_dir(dir)) {

@@ -46,7 +46,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	$(SINK_SRCS) \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
-	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
+	cdc/source/pgconn.c cdc/source/fixes.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c \

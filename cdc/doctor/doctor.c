@@ -70,6 +70,35 @@ void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, .
 	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
 }
 
+void doctor_sql(doctor *d, const char *sql)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	free(l->sql);
+	l->sql = sql && *sql ? xstrdup(sql) : NULL;
+}
+
+void doctor_command(doctor *d, const char *command)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	buf b = {0};
+	if (l->run)
+		buf_printf(&b, "%s\n", l->run);
+	buf_puts(&b, command);
+	free(l->run);
+	l->run = b.data;
+}
+
+void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...)
+{
+	char detail[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	doctor_say(d, st, fix->words.data ? fix->words.data : "", "%s", detail);
+	doctor_sql(d, fix->sql.data);
+}
+
 size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 			 void (*fn)(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg),
 			 void *arg)
@@ -137,6 +166,11 @@ static void module_say(sink_doctor *dr, sink_verdict verdict, const char *fix, c
 	doctor_say(doctor_of(dr), status_of[verdict], fix, "%s", detail);
 }
 
+static void module_command(sink_doctor *dr, const char *command)
+{
+	doctor_command(doctor_of(dr), command);
+}
+
 typedef struct table_call {
 	void (*fn)(void *arg, const char *schema, const char *table);
 	void *arg;
@@ -189,6 +223,7 @@ static void run_modules(doctor *d)
 				   .database_read = d->conn != NULL,
 				   .tables = module_tables,
 				   .say = module_say,
+				   .command = module_command,
 				   .socket_path = module_socket_path},
 				  d};
 		for (const sink_check *k = mod->checks; k->name; k++) {
@@ -250,6 +285,10 @@ void doctor_print_text(const doctor_report *r, FILE *out)
 		fprintf(out, "%s  %s: %s\n", status_names[l->status], l->check, l->detail);
 		if (l->fix)
 			fprintf(out, "      fix: %s\n", l->fix);
+		if (l->sql)
+			fprintf(out, "      sql: %s\n", l->sql);
+		for (const char *p = l->run; p && *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != '\0'))
+			fprintf(out, "      run: %.*s\n", (int)strcspn(p, "\n"), p);
 	}
 	size_t n[3];
 	count(r, n);
@@ -283,6 +322,8 @@ void doctor_print_json(const doctor_report *r, buf *out)
 		json_key_str(out, &lfirst, "status", status_names[l->status]);
 		json_key_str(out, &lfirst, "detail", l->detail);
 		json_key_str(out, &lfirst, "fix", l->fix);
+		json_key_str(out, &lfirst, "sql", l->sql);
+		json_key_str(out, &lfirst, "run", l->run);
 		buf_putc(out, '}');
 	}
 	buf_puts(out, "]}\n");
@@ -293,6 +334,8 @@ void doctor_report_free(doctor_report *r)
 	for (size_t i = 0; i < r->n; i++) {
 		free(r->lines[i].detail);
 		free(r->lines[i].fix);
+		free(r->lines[i].sql);
+		free(r->lines[i].run);
 	}
 	free(r->lines);
 	r->lines = NULL;

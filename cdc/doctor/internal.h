@@ -6,6 +6,7 @@
 #include <libpq-fe.h>
 
 #include "cdc/doctor/doctor.h"
+#include "cdc/source/fixes.h"
 #include "cdc/source/pgconn.h"
 #include "sinks/modules.h"
 
@@ -41,13 +42,23 @@ typedef struct doctor {
  * secrets redaction. */
 void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
+/* What the last line's fix runs, exactly as printed: SQL statements (its sql: line), or a shell
+ * command (a run: line each). */
+void doctor_sql(doctor *d, const char *sql);
+void doctor_command(doctor *d, const char *command);
+/* A fix that could not be made (what it reads was unreadable): a warning saying so. */
+void doctor_fix_failed(doctor *d, const char *err);
+/* doctor_say with a fix written once for cdc doctor and cdc run (cdc/source/fixes.c). */
+void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
+
 /* A query's answer, or NULL after a warning naming what could not be asked. */
 PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params);
 
-/* A setting that should have one value: pass saying pass_detail, else st with the fix and the detail
- * "is VALUE" followed by why. */
+/* A setting that should have one value (a reload applies it): pass saying pass_detail, else st with
+ * the detail "is VALUE" followed by why, and pg_fix_setting's fix with more (NULL: nothing) after
+ * its words. */
 void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
-			   doctor_status st, const char *fix, const char *why);
+			   doctor_status st, const char *more, const char *why);
 
 /* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
  * each of d->tables that one of its patterns matches; returns how many). */

@@ -27,6 +27,46 @@ static char *parent_of(const char *path)
 	return p;
 }
 
+/* s for a shell: as it is when it has only safe characters, else in single quotes. */
+static void shell_word(buf *b, const char *s)
+{
+	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") ==
+		      strlen(s)) {
+		buf_puts(b, s);
+		return;
+	}
+	buf_putc(b, '\'');
+	for (const char *p = s; *p; p++)
+		buf_puts(b, *p == '\'' ? "'\\''" : (char[]){*p, '\0'});
+	buf_putc(b, '\'');
+}
+
+/* A directory cdc needs is missing (create true) or not writable: the line, with the commands that
+ * make it this uid's (cdc doctor runs as cdc's user, or as root for cdc run as root). */
+static void dir_fix(doctor *d, bool create, const char *dir, const char *key, const char *detail)
+{
+	unsigned uid = (unsigned)geteuid();
+	char words[512];
+	if (uid)
+		snprintf(words, sizeof(words),
+			 "as root, for uid %u (cdc's user, which cdc doctor runs as), or set %s", uid, key);
+	else
+		snprintf(words, sizeof(words), "as root, or set %s", key);
+	doctor_say(d, DOCTOR_FAIL, words, "%s", detail);
+	buf cmd = {0};
+	if (create) {
+		buf_puts(&cmd, "mkdir -p ");
+		shell_word(&cmd, dir);
+	}
+	if (uid) {
+		buf_printf(&cmd, "%schown %u ", create ? " && " : "", uid);
+		shell_word(&cmd, dir);
+	}
+	if (cmd.len)
+		doctor_command(d, cmd.data);
+	buf_free(&cmd);
+}
+
 static void size_text(uint64_t bytes, char *out, size_t len)
 {
 	if (bytes >= 1ull << 30)
@@ -62,16 +102,14 @@ void doctor_state_dir(doctor *d)
 		probe = ancestor = existing_ancestor(parent);
 	} else if (stat(dir, &st) != 0) {
 		if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir",
-				 dir);
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, nor its parent %s", dir, parent);
+			snprintf(fix, sizeof(fix), "%s does not exist, nor its parent %s", dir, parent);
+			dir_fix(d, true, dir, "state_dir", fix);
 			goto out;
 		}
 		if (!writable_dir(parent)) {
-			snprintf(fix, sizeof(fix),
-				 "mkdir %s and give it to cdc's user (chown), or set state_dir", dir);
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, and cdc may not create it in %s",
-				   dir, parent);
+			snprintf(fix, sizeof(fix), "%s does not exist, and cdc may not create it in %s", dir,
+				 parent);
+			dir_fix(d, true, dir, "state_dir", fix);
 			goto out;
 		}
 		probe = parent;
@@ -80,9 +118,8 @@ void doctor_state_dir(doctor *d)
 		doctor_say(d, DOCTOR_FAIL, fix, "%s is not a directory", dir);
 		goto out;
 	} else if (!writable_dir(dir)) {
-		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set state_dir", dir,
-			 (unsigned)geteuid());
-		doctor_say(d, DOCTOR_FAIL, fix, "%s is not writable by uid %u", dir, (unsigned)geteuid());
+		snprintf(fix, sizeof(fix), "%s is not writable by uid %u", dir, (unsigned)geteuid());
+		dir_fix(d, false, dir, "state_dir", fix);
 		goto out;
 	}
 	/* What a sink keeps in state_dir (a socket subscription's spool) grows up to its limit. */
@@ -140,13 +177,12 @@ void doctor_socket_path(doctor *d, const char *key, const char *path)
 			   "%s %s: directory %s does not exist yet, made by systemd when %s starts (%s)", key,
 			   path, dir, d->unit.name, by);
 	else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set %s", dir, key);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s does not exist", key, path, dir);
+		snprintf(fix, sizeof(fix), "%s %s: directory %s does not exist", key, path, dir);
+		dir_fix(d, true, dir, key, fix);
 	} else if (!writable_dir(dir)) {
-		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set %s", dir,
-			 (unsigned)geteuid(), key);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s is not writable by uid %u", key, path,
-			   dir, (unsigned)geteuid());
+		snprintf(fix, sizeof(fix), "%s %s: directory %s is not writable by uid %u", key, path, dir,
+			 (unsigned)geteuid());
+		dir_fix(d, false, dir, key, fix);
 	} else if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
 		snprintf(fix, sizeof(fix), "remove %s, or set %s to another path", path, key);
 		doctor_say(d, DOCTOR_FAIL, fix,

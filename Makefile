@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -42,30 +42,31 @@ SINK_SRCS := $(sort $(wildcard sinks/*.c sinks/*/*.c))
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
 	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
-	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c \
+	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c decoder/base/tls.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	$(SINK_SRCS) \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
 	cdc/source/pgconn.c cdc/source/fixes.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
-	cdc/config/overlay.c cdc/config/reference.c \
+	cdc/config/overlay.c cdc/config/reference.c cdc/config/secret.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/sidecar.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
-	cdc/daemon/backfills.c cdc/daemon/notify.c \
+	cdc/daemon/backfills.c cdc/daemon/signals.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c cdc/doctor/unit.c
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c cdc/doctor/unit.c \
+	cdc/doctor/access.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
-	ring kafka_eo failover debezium avro kafka_render catalog publication
+	ring kafka_eo failover debezium avro kafka_render catalog publication nats
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
 # Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
-	cdc/backfill/request.c cdc/cli/backfill_cmd.c
-UNIT_TESTS += backfill_window backfill_sql backfill
-FUZZERS += backfill
+	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
+UNIT_TESTS += backfill_window backfill_sql backfill signal
+FUZZERS += backfill signal
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)
@@ -203,7 +204,7 @@ TORTURE_ARGS ?= --pause 0.08
 FAULT_ENV = $(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION)
 HARNESS = $(FAULT_ENV) $(PYTHON) tests/fault/harness.py --pg-version $(PG_VERSION) $(if $(SEED),--seed $(SEED))
 check-fault: $(B)/cdc $(B)/tests/kafka_mock
-	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_kafka_order.py
+	$(Q)$(FAULT_ENV) $(PYTHON) -m pytest -q tests/fault/test_verify.py tests/fault/test_checkers.py tests/fault/test_kafka_order.py
 	$(Q)$(HARNESS) --duration $(FAULT_DURATION) $(FAULT_ARGS)
 	$(Q)$(HARNESS) --duration $(FAULT_EO_DURATION) --exactly-once $(FAULT_ARGS)
 

@@ -89,7 +89,7 @@ static int cmd_run(int argc, char **argv)
 	uint64_t endpos = 0;
 	if (endpos_text && !lsn_parse(endpos_text, &endpos))
 		return cli_usage(&cmd, "--endpos: \"%s\" is not an LSN like 0/16B3748", endpos_text);
-	cfg *c = cli_load_config(args.config);
+	cfg *c = cli_load_config(args.config, true);
 	return c ? daemon_run(c, args.config, endpos) : 2;
 }
 
@@ -105,7 +105,7 @@ static int cmd_check_config(int argc, char **argv)
 	int rc = cli_parse(&cmd, argc, argv, &args, NULL); /* ctx NULL: --endpos is refused */
 	if (rc != CLI_GO_ON)
 		return rc;
-	cfg *c = cli_load_config(args.config);
+	cfg *c = cli_load_config(args.config, true);
 	if (!c)
 		return 2;
 	cfg_print(c, stdout);

@@ -21,17 +21,19 @@ struct json_object;
 
 /* How a key's value is written and stored. The configuration checks, prints and documents each. */
 typedef enum sink_key_type {
-	SINK_KEY_STRING,     /* char *, NULL when unset */
-	SINK_KEY_BOOL,	     /* bool */
-	SINK_KEY_U32,	     /* uint32_t */
-	SINK_KEY_U64,	     /* uint64_t */
-	SINK_KEY_DURATION,   /* uint64_t milliseconds: "250ms", "10s" */
-	SINK_KEY_SIZE,	     /* uint64_t bytes: "64MiB" */
-	SINK_KEY_ENUM,	     /* int: the index of its name in arg (a NULL-terminated list of names) */
-	SINK_KEY_MODE,	     /* mode_t, written in octal */
-	SINK_KEY_PATH,	     /* char *: a Unix socket path */
-	SINK_KEY_PROPERTIES, /* sink_properties: a mapping of strings handed to a client library */
-	SINK_KEY_SECTION,    /* a mapping of the keys in arg (a sink_keys), stored in the same struct */
+	SINK_KEY_STRING,   /* char *, NULL when unset */
+	SINK_KEY_BOOL,	   /* bool */
+	SINK_KEY_U32,	   /* uint32_t */
+	SINK_KEY_U64,	   /* uint64_t */
+	SINK_KEY_DURATION, /* uint64_t milliseconds: "250ms", "10s" */
+	SINK_KEY_SIZE,	   /* uint64_t bytes: "64MiB" */
+	SINK_KEY_ENUM,	   /* int: the index of its name in arg (a NULL-terminated list of names) */
+	SINK_KEY_MODE,	   /* mode_t, written in octal */
+	SINK_KEY_PATH,	   /* char *: a Unix socket path */
+	/* sink_properties: a mapping of strings handed to a client library; arg: a NULL-terminated list
+	 * of the property names a reload applies (for a key with SINK_KEY_RESTART), or NULL */
+	SINK_KEY_PROPERTIES,
+	SINK_KEY_SECTION, /* a mapping of the keys in arg (a sink_keys), stored in the same struct */
 } sink_key_type;
 
 enum {
@@ -40,8 +42,11 @@ enum {
 	SINK_KEY_POSITIVE = 1 << 2,
 	SINK_KEY_OPTIONAL = 1 << 3, /* printed only when set */
 	SINK_KEY_FLOW = 1 << 4,	    /* a section printed on one line: {a: 1, b: 2} */
-	SINK_KEY_SECRET = 1 << 5,   /* a secret: masked wherever cdc prints it */
-	SINK_KEY_RESTART = 1 << 6,  /* a reload does not apply a change: cdc must restart */
+	/* A secret: masked wherever cdc prints it, and given in clear or as {file: PATH} (a file read at
+	 * every load, so that a reload picks up a rotated secret); cdc doctor names those in clear. On a
+	 * SINK_KEY_PROPERTIES key: each value may be {file: PATH}, the secret-looking ones are secrets. */
+	SINK_KEY_SECRET = 1 << 5,
+	SINK_KEY_RESTART = 1 << 6, /* a reload does not apply a change: cdc must restart */
 };
 
 /* A string key's check: NULL when value is fine, else why not (static text, or why filled in). */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 /* The list: each name declares NAME_module in sinks/NAME/. */
-#define SINK_MODULE_LIST(M) M(socket) M(kafka) M(stdout)
+#define SINK_MODULE_LIST(M) M(socket) M(kafka) M(stdout) M(nats)
 
 #define SINK_MODULE_DECLARE(name) extern const sink_module name##_module;
 #define SINK_MODULE_ENTRY(name) &name##_module,

@@ -17,6 +17,7 @@ Waiting is always polling against a deadline (wait_for, CdcProcess.wait_events),
 sleep. The binary is $CDC_BIN, else build/cdc at the repository root.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -33,6 +34,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg import TempPostgres  # noqa: E402
 from kafka_fixtures import kafka, kafka_mock, kafka_reader, proto  # noqa: E402,F401
+from nats_fixtures import nats_server  # noqa: E402,F401
 from schema_check import SchemaCheck, wants_schema  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -378,10 +380,20 @@ def schema(pg, request):
     pg.sql(f'drop schema if exists "{name}" cascade')
 
 
-@pytest.fixture
-def cdc(pg, schema, tmp_path, request):
+@contextlib.contextmanager
+def cdc_factory(pg, tmp_path, request, schema="public", cls=CdcFactory):
+    """A factory of cdc configurations on the server pg for one test (a fixture's body: `with
+    cdc_factory(...) as f: yield f`); its slots, publications and processes go at the end."""
     if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
         pytest.fail(f"{CDC_BIN} not built (run make)")
-    f = CdcFactory(pg, tmp_path, schema, request.node.name)
-    yield f
-    f.cleanup()
+    f = cls(pg, tmp_path, schema, request.node.name)
+    try:
+        yield f
+    finally:
+        f.cleanup()
+
+
+@pytest.fixture
+def cdc(pg, schema, tmp_path, request):
+    with cdc_factory(pg, tmp_path, request, schema) as f:
+        yield f

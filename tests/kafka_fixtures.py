@@ -5,8 +5,8 @@ what it reads, and kcat as a second, non-Python client.
 
 Fixtures (conftest.py imports them):
   kafka_mock    session-scoped KafkaMock: .bootstrap, .command("down 1"), down/up/all_down/all_up,
-                push_errors, push_broker_errors, pending_errors, create_topic, set_rtt. Started
-                once, stopped at the end of the session.
+                push_errors, push_broker_errors, pending_errors, create_topic, set_coordinator,
+                set_rtt. Started once, stopped at the end of the session.
   kafka         the same KafkaMock for one test, put back afterwards (every broker up, queued
                 errors cleared, no added latency) so a test's outage never leaks into the next.
   proto         event_pb2, compiled from proto/cdc/v1/event.proto by cdc_client (once a process)
@@ -118,10 +118,11 @@ class KafkaMock:
     def clear_errors(self, api_key=API_PRODUCE):
         return self.command(f"clear {api_key}")
 
-    def push_broker_errors(self, broker, error, count, api_key=API_PRODUCE):
-        """The next count requests of api_key to this broker fail with error."""
+    def push_broker_errors(self, broker, error, count, api_key=API_PRODUCE, late_ms=0):
+        """The next count requests of api_key to this broker fail with error (NO_ERROR: succeed),
+        answered late_ms late."""
         self.api_keys_with_errors.add(api_key)
-        return self.command(f"brokererror {broker} {api_key} {error} {count}")
+        return self.command(f"brokererror {broker} {api_key} {error} {count} {late_ms}")
 
     def pending_errors(self, broker, api_key=API_PRODUCE):
         """How many errors of push_broker_errors this broker has not served yet."""
@@ -132,6 +133,10 @@ class KafkaMock:
 
     def create_topic(self, name, partitions):
         return self.command(f"topic {name} {partitions}")
+
+    def set_coordinator(self, broker, transactional_id):
+        """Makes broker the transaction coordinator of transactional_id."""
+        return self.command(f"coordinator {broker} {transactional_id}")
 
     def leaders(self, topics, timeout=10.0):
         """The ids of the brokers that lead a partition of one of topics (from the metadata)."""

@@ -37,6 +37,7 @@ import tempfile
 import time
 
 import psycopg2
+import psycopg2.sql
 
 __all__ = ["TempPostgres", "TempStandby", "PgPair", "PostgresError", "find_bindir", "client_bindir", "server_bindir", "VERSIONS"]
 
@@ -147,6 +148,17 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def server_tls_files(directory, cert, key):
+    """Makes a directory of certificates readable to the server, which runs as postgres when the
+    tests run as root and insists on owning its key (mode 0600)."""
+    os.chmod(directory, 0o755)
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        for f in (cert, key):
+            os.chown(f, pw.pw_uid, pw.pw_gid)
+    os.chmod(key, 0o600)
 
 
 def _conf_value(v):
@@ -414,6 +426,23 @@ class TempPostgres:
                 self.settings[k] = v
         self._write_conf()
         self.sql("select pg_reload_conf()")
+
+    def hba_first(self, *lines):
+        """Puts pg_hba.conf lines before the others (which trust everyone) and reloads."""
+        hba = os.path.join(self.datadir, "pg_hba.conf")
+        with open(hba) as f:
+            rest = f.read()
+        with open(hba, "w") as f:
+            f.write("".join(line + "\n" for line in lines) + rest)
+        self.sql("select pg_reload_conf()")
+
+    def password_role(self, role, password):
+        """A superuser role with REPLICATION that must give its password (scram-sha-256) over TCP;
+        everyone else stays trusted."""
+        self.sql(psycopg2.sql.SQL("create role {} login replication superuser password {}").format(
+            psycopg2.sql.Identifier(role), psycopg2.sql.Literal(password)))
+        self.hba_first(*(f"host {db} {role} {net} scram-sha-256" for net in ("127.0.0.1/32", "::1/128")
+                         for db in ("all", "replication")))
 
     # --- standbys ------------------------------------------------------------------------------
 

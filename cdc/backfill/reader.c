@@ -17,6 +17,7 @@ enum rstate { R_DOWN, R_CONNECTING, R_IDLE, R_BUSY };
 struct bf_reader {
 	struct event_base *base;
 	char *dsn;
+	char *password; /* source.password; NULL: none */
 	bf_set *set;
 	PGconn *conn;
 	enum rstate state;
@@ -69,6 +70,7 @@ void bf_reader_free(bf_reader *r)
 		return;
 	drop_connection(r);
 	event_free(r->ev_timer);
+	bf_reader_password(r, NULL);
 	free(r->dsn);
 	free(r);
 }
@@ -105,9 +107,10 @@ static void lost(bf_reader *r, const char *why)
 
 static void connect_start(bf_reader *r)
 {
-	const char *keys[] = {"dbname", "application_name", NULL};
-	const char *vals[] = {r->dsn, "cdc backfill", NULL};
-	r->conn = PQconnectStartParams(keys, vals, 1);
+	/* the password first: the connection string's own, expanded from dbname, overrides it */
+	const char *keys[] = {"password", "dbname", "application_name", NULL};
+	const char *vals[] = {r->password, r->dsn, "cdc backfill", NULL};
+	r->conn = PQconnectStartParams(r->password ? keys : keys + 1, r->password ? vals : vals + 1, 1);
 	if (!r->conn || PQstatus(r->conn) == CONNECTION_BAD || PQsetnonblocking(r->conn, 1) != 0) {
 		lost(r, r->conn ? PQerrorMessage(r->conn) : "out of memory");
 		return;
@@ -174,6 +177,14 @@ void bf_reader_use(bf_reader *r, const char *dsn)
 		backfill_error(r->set, r->ticket, "the source moved to another server", true, now());
 	drop_connection(r);
 	bf_reader_kick(r);
+}
+
+void bf_reader_password(bf_reader *r, const char *password)
+{
+	if (r->password)
+		explicit_bzero(r->password, strlen(r->password));
+	free(r->password);
+	r->password = password ? xstrdup(password) : NULL;
 }
 
 bool bf_reader_idle(const bf_reader *r)

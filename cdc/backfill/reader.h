@@ -25,6 +25,8 @@ void bf_reader_kick(bf_reader *r);
  * standby: watermarks are writes, and reads on the primary between them keep the rule); a
  * connection to another one is dropped, and a statement in flight done again. */
 void bf_reader_use(bf_reader *r, const char *dsn);
+/* source.password (NULL: none), for a dsn without one; the next connection uses it. */
+void bf_reader_password(bf_reader *r, const char *password);
 /* Whether the connection is up and idle, or down with nothing to do. */
 bool bf_reader_idle(const bf_reader *r);
 

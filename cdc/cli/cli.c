@@ -77,10 +77,10 @@ bool cli_seconds(const char *arg, bool zero_ok, int *ms)
 	return true;
 }
 
-cfg *cli_load_config(const char *path)
+cfg *cli_load_config(const char *path, bool secrets)
 {
 	buf errors = {0};
-	cfg *c = cfg_load(path, &errors);
+	cfg *c = secrets ? cfg_load(path, &errors) : cfg_load_no_secrets(path, &errors);
 	if (!c)
 		fputs(errors.data ? errors.data : "cdc: invalid configuration\n", stderr);
 	buf_free(&errors);
@@ -101,7 +101,7 @@ char *cli_socket_path(const cli_args *a, cli_socket which)
 	if (a->socket)
 		return xstrdup(a->socket);
 	if (a->config) {
-		cfg *c = cli_load_config(a->config);
+		cfg *c = cli_load_config(a->config, false);
 		if (!c)
 			return NULL;
 		char *p = xstrdup(cfg_get_string(c, SOCKETS[which].key));

@@ -55,8 +55,10 @@ int cli_usage(const cli_command *cmd, const char *fmt, const char *arg);
  * most about 24 days). False when arg is not one. */
 bool cli_seconds(const char *arg, bool zero_ok, int *ms);
 
-/* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). */
-cfg *cli_load_config(const char *path);
+/* Loads the configuration file, or prints its errors on stderr and returns NULL (exit 2). With
+ * secrets false, the files of secrets are not read (a client that needs none, run by a user who may
+ * not read them). */
+cfg *cli_load_config(const char *path, bool secrets);
 
 typedef enum cli_socket { CLI_STATUS_SOCKET, CLI_SUBSCRIBER_SOCKET } cli_socket;
 

@@ -63,7 +63,7 @@ int doctor_main(int argc, char **argv)
 	int rc = cli_parse(&cmd, argc, argv, &args, &o);
 	if (rc != CLI_GO_ON)
 		return rc;
-	cfg *c = cli_load_config(args.config);
+	cfg *c = cli_load_config(args.config, true);
 	if (!c)
 		return 2;
 	doctor_report r = {.timeout_ms = o.timeout_ms};

@@ -30,6 +30,17 @@ void cfg_strlist_push(cfg_strlist *l, const char *s);
 /* Frees the strings and the array: l is empty after. */
 void cfg_strlist_free(cfg_strlist *l);
 
+/* Where the value of a secret key came from (keys flagged K_SECRET, or SINK_KEY_SECRET in a sink
+ * module): a file that {file: PATH} names, read again at every load (a SIGHUP), or the
+ * configuration file itself, in clear. One entry per secret value the configuration holds; a
+ * connection string without a password holds none. */
+typedef struct cfg_secret {
+	char *key; /* dotted: "source.password", "kafka.properties.sasl.password" */
+	/* the file {file: PATH} names, a relative PATH taken from the configuration's directory; NULL:
+	 * written in the configuration in clear */
+	char *file;
+} cfg_secret;
+
 typedef struct cfg_subscription {
 	char *name;
 	int line, col;	     /* where it is defined, for messages */
@@ -49,19 +60,21 @@ typedef struct cfg_subscription {
 typedef struct cfg {
 	char *path;
 	struct {
-		char *dsn;			 /* default "" (PG* variables apply) */
-		char *slot;			 /* default "cdc_slot" */
-		char *publication;		 /* default "cdc_pub" */
-		bool create;			 /* default false */
-		cfg_strlist publish;		 /* default ["public.*"] */
-		uint64_t heartbeat_ms;		 /* default 0: off */
-		uint64_t status_interval_ms;	 /* standby status updates at least this often; default 10s */
-		cfg_on_gap on_slot_lost;	 /* default fail */
+		char *dsn;		     /* default "" (PG* variables apply) */
+		char *password;		     /* secret: the role's password when dsn has none; NULL if none */
+		char *slot;		     /* default "cdc_slot" */
+		char *publication;	     /* default "cdc_pub" */
+		bool create;		     /* default false */
+		cfg_strlist publish;	     /* default ["public.*"] */
+		uint64_t heartbeat_ms;	     /* default 0: off */
+		uint64_t status_interval_ms; /* standby status updates at least this often; default 10s */
+		cfg_on_gap on_slot_lost;     /* default fail */
 		cfg_on_gap on_publication_newer; /* default fail */
 		bool failover;			 /* the slot is a failover slot (PostgreSQL 17+) */
 		char *primary_dsn;		 /* writes when dsn is a standby; NULL if none */
 		bool ddl; /* capture DDL with an event trigger (docs/events.md); default false */
 		bool publish_generated_columns; /* PostgreSQL 18+; default false */
+		char *signal_table; /* "schema.table" whose inserts ask for backfills; NULL: none */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {
@@ -89,11 +102,17 @@ typedef struct cfg {
 	} backfill;
 	cfg_subscription *subs;
 	size_t nsubs;
+	cfg_secret *secrets; /* every secret value and where it came from, in the order of the file */
+	size_t nsecrets;
 } cfg;
 
 /* Loads and validates path. On failure returns NULL and appends one "FILE:LINE:COL: message\n"
  * line per problem to errors (every problem found, not only the first). */
 cfg *cfg_load(const char *path, buf *errors);
+/* The same without reading the files of secrets ({file: PATH}): a secret from a file is left unset
+ * (its file is in secrets). For client commands that need no secret, run by users who may not read
+ * them (cdc tail, cdc status). */
+cfg *cfg_load_no_secrets(const char *path, buf *errors);
 /* The same from a string (path is used in messages only): for tests and fuzzing. */
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
 void cfg_free(cfg *c);

@@ -25,6 +25,7 @@ typedef struct node {
 	bool plain;    /* scalar written without quotes: may be null */
 	int line, col; /* 1-based */
 	char *text;    /* scalar: NUL-terminated copy (may hold a NUL from a "\0" escape) */
+	bool secret;   /* scalar: a secret file's content, never quoted in a message */
 	size_t len;
 	struct node **kids; /* map: key, value, key, value...; seq: items */
 	size_t n, cap;
@@ -43,6 +44,9 @@ typedef struct ctx {
 	buf path;  /* key path of the node being checked, e.g. "subscriptions[1].tables" */
 	buf quote; /* scratch for quoting user text in one message */
 	bool have_section[SINK_MODULES_MAX]; /* the file has the sink module's section */
+	cfg *secrets_of; /* where secret values are recorded (the configuration file's cfg); NULL: nowhere */
+	bool secrets_unread; /* {file: PATH} is recorded, not read: the secret stays unset */
+	int sink_hint;	     /* the sink the subscription being read names (-1: none or unknown) */
 } ctx;
 
 void ctx_free(ctx *x);
@@ -96,6 +100,8 @@ void fmt_size(buf *b, uint64_t n);
 
 typedef struct emit {
 	buf *b;
+	buf *path;	       /* the dotted key being printed, when secrets are (NULL: none) */
+	const cfg *secrets_of; /* whose secrets' files are printed as {file: PATH} */
 	bool json;
 	bool flow;	 /* YAML: inside { }: keys separated by ", " (JSON is always flow) */
 	bool first;	 /* no key written yet in the current mapping */
@@ -112,9 +118,31 @@ void emit_u64(emit *e, uint64_t v);
 /* [ or { (a flow mapping); returns the state that emit_close restores */
 emit emit_open(emit *e, char c);
 void emit_close(emit *e, char c, const emit *saved);
-void emit_item(emit *e, size_t i);   /* before the i-th item of a list */
-void emit_line(emit *e, int indent); /* YAML block: a new line at this indent */
-bool prop_is_secret(const char *k);
+void emit_item(emit *e, size_t i);     /* before the i-th item of a list */
+void emit_line(emit *e, int indent);   /* YAML block: a new line at this indent */
+bool prop_is_secret(const char *k);    /* masked when printed */
+bool prop_holds_secret(const char *k); /* recorded as a secret (cfg->secrets) */
+/* Whether a connection string holds a password (password or sslpassword, also in a URI). */
+bool dsn_has_secret(const char *dsn);
+
+/* ---- secrets (secret.c) ---- */
+
+#define CFG_SECRET_MAX (64 * 1024) /* a secret file: a password, a token, a connection string */
+/* v, or for {file: PATH} a scalar node with the file's content (one final newline removed), which
+ * *made owns; *file gets PATH. NULL after an error (a mapping that is not {file: PATH}, a file that
+ * cannot be read, is empty, larger than CFG_SECRET_MAX or holds a NUL), and with x->secrets_unread
+ * for a well-formed {file: PATH} (*file set, no error). */
+const node *secret_value(ctx *x, const node *v, node **made, const char **file);
+/* A path as cdc uses it: a relative one taken from the configuration file's directory (types.c; the
+ * caller frees it). */
+char *resolved(const ctx *x, const char *s);
+/* Records the secret value at x's key path (file NULL: in clear). */
+void secret_record(ctx *x, const char *file);
+/* The file the secret at name (dotted) was read from, NULL when none (or not a secret). */
+const char *secret_file(const cfg *c, const char *name);
+/* {file: PATH} as the configuration writes it. */
+void emit_secret_file(emit *e, const char *file);
+void secrets_free(cfg *c);
 
 /* ---- keys and value types (types.c, keys.c) ---- */
 
@@ -152,7 +180,11 @@ enum {
 	K_OPTIONAL = 16, /* printed only when set (not NULL, not empty) */
 	K_FLOW = 32,	 /* a section printed on one line: {a: 1, b: 2} */
 	K_VIA = 64,	 /* the field is in the struct that the pointer at base + via points to */
-	K_SECRET = 128,	 /* a string printed masked */
+	/* A secret: given in clear or as {file: PATH} (read at every load), printed masked or as that
+	 * {file: PATH}, recorded in the cfg's secrets (cdc doctor names those in clear). Top-level
+	 * sections only: a subscription's keys reach the status socket. A mapping of strings (t_props)
+	 * takes {file: PATH} for each value. */
+	K_SECRET = 128,
 };
 
 struct key {
@@ -210,7 +242,8 @@ static inline char *key_field(const void *base, const key *k)
 
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
 extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
-    t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
+    t_table, t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids,
+    t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
 /* status.control_uids' default, in force until the file names others (an empty list too): root and
@@ -218,6 +251,9 @@ extern keys top_keys, sub_keys;
 void uids_default(cfg *c);
 /* The file names of sink_modules' values of a subscription's sink: key. */
 extern const ename *sink_names;
+
+/* The sink module a subscription's mapping names in its sink: key (-1: none, or not a sink). */
+int sink_named(const node *m);
 
 /* Whether subscription s (NULL: none) goes with c's other subscriptions of its sink (those named
  * like s left out). False with the message in why: s against one of c's, or (s NULL) two of c's,

@@ -8,6 +8,51 @@
 
 /* ---- the walks ---- */
 
+/* Stores v through k's setter; a secret key's value may be {file: PATH}, and is recorded. */
+static void set_key(ctx *x, const node *v, void *base, const key *k)
+{
+	if (!(k->flags & K_SECRET) || k->type->store != ST_STR) {
+		k->type->set(x, v, base, k); /* a secret mapping of values (t_props) reads its files itself */
+		return;
+	}
+	node *made;
+	const char *file;
+	unsigned before = x->nerr;
+	const node *value = secret_value(x, v, &made, &file);
+	if (value)
+		k->type->set(x, value, base, k);
+	const char *s = *FIELD(base, k, char *);
+	/* a file not read (secrets_unread) leaves the key unset, and is recorded all the same */
+	if (x->nerr == before && (file || (s && (k->type == &t_dsn ? dsn_has_secret(s) : *s != '\0'))))
+		secret_record(x, file);
+	node_free(made);
+}
+
+/* Whether key a is the first of t with its name (two sinks may each have a key of one name). */
+static bool first_named(const keys *t, size_t a)
+{
+	for (size_t i = 0; i < a; i++)
+		if (strcmp(t->k[i].name, t->k[a].name) == 0)
+			return false;
+	return true;
+}
+
+/* The key of t named like kn (t->n: none). Of two sinks' keys of one name, the one of the sink
+ * the mapping names (x->sink_hint), else the first. */
+static size_t key_index(const ctx *x, const keys *t, const node *kn)
+{
+	size_t found = t->n;
+	for (size_t j = 0; j < t->n; j++) {
+		if (strlen(t->k[j].name) != kn->len || strcmp(t->k[j].name, kn->text) != 0)
+			continue;
+		if (found == t->n)
+			found = j;
+		if (t->k[j].module && t->k[j].module - 1 == x->sink_hint)
+			return j;
+	}
+	return found;
+}
+
 void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (is_null(m))
@@ -22,14 +67,12 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 			wrong_kind(x, kn, "a string key");
 			continue;
 		}
-		size_t j;
-		for (j = 0; j < t->n; j++)
-			if (strlen(t->k[j].name) == kn->len && strcmp(t->k[j].name, kn->text) == 0)
-				break;
+		size_t j = key_index(x, t, kn);
 		if (j == t->n) {
 			buf allowed = {0};
 			for (size_t a = 0; a < t->n; a++)
-				buf_printf(&allowed, "%s%s", a ? ", " : "", t->k[a].name);
+				if (first_named(t, a))
+					buf_printf(&allowed, "%s%s", allowed.len ? ", " : "", t->k[a].name);
 			err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
 			       qnode(x, kn), allowed.data);
 			buf_free(&allowed);
@@ -39,7 +82,7 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 		} else {
 			seen[j] = (pair){kn, v};
 			size_t old = path_push(x, t->k[j].name);
-			t->k[j].type->set(x, v, base, &t->k[j]);
+			set_key(x, v, base, &t->k[j]);
 			path_pop(x, old);
 		}
 	}
@@ -191,7 +234,19 @@ void keys_print(emit *e, const void *base, const keys *t)
 		if ((t->shown && !t->shown(base, k)) || ((k->flags & K_OPTIONAL) && !is_set(base, k)))
 			continue;
 		emit_key(e, k->name);
-		k->type->print(e, base, k);
+		size_t old = e->path ? e->path->len : 0;
+		if (e->path)
+			buf_printf(e->path, "%s%s", old ? "." : "", k->name);
+		/* a secret from a file prints as {file: PATH}; its type masks one written in clear */
+		const char *file = e->path ? secret_file(e->secrets_of, e->path->data) : NULL;
+		if (file)
+			emit_secret_file(e, file);
+		else
+			k->type->print(e, base, k);
+		if (e->path) {
+			e->path->len = old;
+			e->path->data[old] = '\0';
+		}
 	}
 }
 
@@ -361,6 +416,19 @@ static bool sub_shown(const void *base, const key *k)
 
 keys sub_keys;
 
+int sink_named(const node *m)
+{
+	if (!m || m->kind != N_MAP)
+		return -1;
+	for (size_t i = 0; i + 1 < m->n; i += 2)
+		if (m->kids[i]->kind == N_SCALAR && strcmp(m->kids[i]->text, "sink") == 0 &&
+		    m->kids[i + 1]->kind == N_SCALAR) {
+			const ename *e = ename_find(sink_names, m->kids[i + 1]->text);
+			return e ? e->value : -1;
+		}
+	return -1;
+}
+
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = FIELD(base, k, cfg);
@@ -381,7 +449,9 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 		keys_default(s, &sub_keys);
 		s->line = v->kids[i]->line;
 		s->col = v->kids[i]->col;
+		x->sink_hint = sink_named(v->kids[i]);
 		walk_map(x, v->kids[i], s, &sub_keys, seen);
+		x->sink_hint = -1;
 		names[i] = (named){s->name, i};
 		name_nodes[i] = seen[SK_NAME].v;
 		path_pop(x, old);
@@ -433,11 +503,17 @@ const ktype t_subs = {set_subs, print_subs, ST_OWN, 0, clear_subs, NULL};
 /* What a reload cannot change (the replication connection, the sockets, the Kafka producer, the
  * log's setup) needs a restart. */
 static const key source_k[] = {
-    {"dsn", &t_dsn, TOP(source.dsn), .def.s = "", .restart = true,
+    {"dsn", &t_dsn, TOP(source.dsn), NULL, K_SECRET, .def.s = "", .restart = true,
      .doc = "The libpq connection string of the database (`host=db port=5432 dbname=app user=cdc`, or a "
-	    "`postgresql://` URI). `PG*` environment variables, `.pgpass` and libpq's TLS options apply; the "
-	    "password is masked wherever cdc prints the configuration. cdc adds `replication=database` for "
-	    "its replication connection."},
+	    "`postgresql://` URI), or `{file: PATH}` naming a file that holds it. `PG*` environment "
+	    "variables, `passfile`, service files and libpq's TLS options apply; the password is masked "
+	    "wherever cdc prints the configuration. cdc adds `replication=database` for its replication "
+	    "connection. Keep the password out of it: `password`, a `passfile`, or the whole string in a "
+	    "file."},
+    {"password", &t_string, TOP(source.password), NULL, K_SECRET | K_OPTIONAL | K_NONEMPTY,
+     .doc = "The role's password, for `dsn` and `primary_dsn` when they carry none (theirs wins; this one "
+	    "wins over `PGPASSWORD` and `.pgpass`). Best given as `{file: PATH}`: a reload (`SIGHUP`) "
+	    "reads the file again, and the next connection uses the new password, without a restart."},
     {"slot", &t_ident, TOP(source.slot), &slot_rule, .def.s = "cdc_slot", .restart = true,
      .doc = "The logical replication slot (plugin `pgoutput`)."},
     {"publication", &t_ident, TOP(source.publication), &pub_rule, .def.s = "cdc_pub", .restart = true,
@@ -467,7 +543,7 @@ static const key source_k[] = {
 	 "checks every 5 s that the primary's `synchronized_standby_slots` makes a promotion safe "
 	 "(`source.failover` in `/status`, `cdc_source_failover_ready`). Refused before 17. See "
 	 "[failover.md](failover.md)."},
-    {"primary_dsn", &t_dsn, TOP(source.primary_dsn), NULL, K_OPTIONAL, .restart = true,
+    {"primary_dsn", &t_dsn, TOP(source.primary_dsn), NULL, K_OPTIONAL | K_SECRET, .restart = true,
      .doc =
 	 "When `dsn` is a hot standby (PostgreSQL 16+): the primary's connection string, where cdc writes "
 	 "what a standby cannot (heartbeats, re-sync markers, backfills' reads and watermarks, the "
@@ -484,6 +560,12 @@ static const key source_k[] = {
 	    "start on an earlier server, which never publishes them. A publication that exists is left as "
 	    "it is (cdc warns when it does not publish them). See "
 	    "[events.md](events.md#generated-columns)."},
+    {"signal_table", &t_table, TOP(source.signal_table), NULL, K_OPTIONAL, .restart = true,
+     .doc = "A table (`schema.table`, with the columns `id`, `type` and `data`) whose inserts ask for "
+	    "backfills, in the shape of Debezium's signals: an `execute-snapshot` row starts backfills of "
+	    "the tables it names, a `stop-snapshot` row stops them. cdc reads the rows from the WAL as "
+	    "they commit, and with `create` adds the table to the publication. See "
+	    "[backfills.md](backfills.md#backfills-asked-for-from-sql)."},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
@@ -786,12 +868,16 @@ void cfg_free(cfg *c)
 		return;
 	free(c->path);
 	keys_clear(c, &top_keys);
+	secrets_free(c);
 	free(c);
 }
 
-cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
+static cfg *parse_config(const char *path, const char *text, size_t len, bool read_secrets, buf *errors)
 {
-	ctx x = {.file = path ? path : "<config>", .errors = errors};
+	ctx x = {.file = path ? path : "<config>",
+		 .errors = errors,
+		 .secrets_unread = !read_secrets,
+		 .sink_hint = -1};
 	node *root = NULL;
 	cfg *c = NULL;
 
@@ -800,6 +886,7 @@ cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 	if (!build_tree(&x, text, len, &root))
 		goto out;
 	c = cfg_new(x.file);
+	x.secrets_of = c;
 	if (!root)
 		goto out; /* an empty file: every default */
 	if (root->kind == N_MAP)
@@ -820,14 +907,29 @@ out:
 	return c;
 }
 
-cfg *cfg_load(const char *path, buf *errors)
+cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
+{
+	return parse_config(path, text, len, true, errors);
+}
+
+static cfg *load(const char *path, bool read_secrets, buf *errors)
 {
 	buf text = {0};
 	cfg *c = read_text(path, &text, errors)
-		     ? cfg_parse(path, text.data ? text.data : "", text.len, errors)
+		     ? parse_config(path, text.data ? text.data : "", text.len, read_secrets, errors)
 		     : NULL;
 	buf_free(&text);
 	return c;
+}
+
+cfg *cfg_load(const char *path, buf *errors)
+{
+	return load(path, true, errors);
+}
+
+cfg *cfg_load_no_secrets(const char *path, buf *errors)
+{
+	return load(path, false, errors);
 }
 
 cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)

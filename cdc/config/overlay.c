@@ -12,7 +12,7 @@
 cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
 					 buf *errors)
 {
-	ctx x = {.file = "body", .errors = errors};
+	ctx x = {.file = "body", .errors = errors, .sink_hint = -1};
 	memcpy(x.have_section, c->sink_present, sizeof x.have_section);
 	node *root = NULL;
 	cfg_subscription *s = xcalloc(1, sizeof *s);
@@ -38,6 +38,7 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 		node_add(root, scalar_node(name, root->line, root->col));
 	}
 	pair seen[CFG_MAX_KEYS] = {0};
+	x.sink_hint = sink_named(root);
 	walk_map(&x, root, s, &sub_keys, seen);
 	buf why = {0};
 	if (!x.nerr && !subs_together(c, s, NULL, &why))
@@ -80,7 +81,7 @@ cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
 		return o;
 	}
 	overlay_doc doc = {0};
-	ctx x = {.file = path.data, .errors = errors};
+	ctx x = {.file = path.data, .errors = errors, .sink_hint = -1};
 	memset(x.have_section, 1, sizeof x.have_section);
 	buf text = {0};
 	if (!read_text(path.data, &text, errors))

@@ -13,12 +13,20 @@
 
 /* ---- masking ---- */
 
-bool prop_is_secret(const char *k)
+/* Secret values proper, among the properties masked: sasl.username or sasl.mechanism are masked
+ * (every sasl.* is), but cdc doctor does not call them secrets written in clear. */
+bool prop_holds_secret(const char *k)
 {
 	size_t n = strlen(k);
-	return strcasestr(k, "password") || strcasestr(k, "secret") || strncasecmp(k, "sasl.", 5) == 0 ||
+	return strcasestr(k, "password") || strcasestr(k, "secret") ||
+	       strcasecmp(k, "sasl.oauthbearer.config") == 0 ||
 	       (n >= 4 && strcasecmp(k + n - 4, ".key") == 0) ||
 	       (n >= 4 && strcasecmp(k + n - 4, ".pem") == 0 && strcasestr(k, "key")); /* ssl.key.pem */
+}
+
+bool prop_is_secret(const char *k)
+{
+	return prop_holds_secret(k) || strncasecmp(k, "sasl.", 5) == 0;
 }
 
 /* Whether the URI query parameter at p (n bytes up to its '=') is want, %-escapes decoded as
@@ -161,6 +169,14 @@ char *cfg_mask_dsn(const char *dsn)
 	else
 		mask_kv(&out, dsn);
 	return out.data ? out.data : xstrdup("");
+}
+
+bool dsn_has_secret(const char *dsn)
+{
+	char *masked = cfg_mask_dsn(dsn);
+	bool secret = strcmp(masked, dsn) != 0;
+	free(masked);
+	return secret;
 }
 
 /* ---- the emitter ---- */
@@ -313,12 +329,13 @@ void emit_item(emit *e, size_t i)
 
 void cfg_print(const cfg *c, FILE *out)
 {
-	buf b = {0};
-	emit e = {.b = &b, .first = true};
+	buf b = {0}, path = {0};
+	emit e = {.b = &b, .first = true, .path = &path, .secrets_of = c};
 	keys_print(&e, c, &top_keys);
 	buf_putc(&b, '\n');
 	fwrite(b.data, 1, b.len, out);
 	buf_free(&b);
+	buf_free(&path);
 }
 
 void cfg_subscription_json(const cfg_subscription *s, buf *out)

@@ -31,7 +31,11 @@ static const char intro[] =
     "| table pattern | `schema.table`, each part a name or a glob with `*` and `?`: `public.*`, `*.orders` "
     "|\n"
     "| name | slot: `[a-z0-9_]`, 1 to 63; publication: up to 63 bytes, no control characters (always "
-    "quoted in SQL); subscription: `[A-Za-z0-9_.-]`, 1 to 64 |\n";
+    "quoted in SQL); subscription: `[A-Za-z0-9_.-]`, 1 to 64 |\n"
+    "| secret | the value, or `{file: PATH}`: a file that holds it (one final newline is dropped; at most "
+    "64 KiB; a relative path is relative to the configuration's directory), read again at every "
+    "reload. `check-config` prints `********` for a secret written in clear and `{file: PATH}` for one "
+    "from a file; `cdc doctor` warns about secrets written in clear |\n";
 
 /* The default of key k, as the configuration would write it, from a base holding every default. */
 static void default_text(buf *out, const void *base, const key *k)
@@ -43,7 +47,7 @@ static void default_text(buf *out, const void *base, const key *k)
 	if (k->type->store == ST_STR) {
 		const char *v = *CFIELD(base, k, char *);
 		if (v)
-			buf_printf(out, "`%s`", (k->flags & K_SECRET) ? CFG_MASK : v);
+			buf_printf(out, "`%s`", (k->flags & K_SECRET) && *v ? CFG_MASK : v);
 		else
 			buf_puts(out, "none");
 		return;
@@ -73,6 +77,8 @@ static void type_text(buf *out, const key *k)
 		for (const ename *n = k->arg; n->name; n++)
 			buf_printf(out, "%s`%s`", n == k->arg ? "" : ", ", n->name);
 	}
+	if (k->flags & K_SECRET)
+		buf_puts(out, ", secret");
 	if (k->type->store != ST_VALUE || k->type == &t_enum || k->type == &t_bool || k->type == &t_mode ||
 	    k->type == &t_ops)
 		return;
@@ -157,8 +163,10 @@ static void undocumented(buf *out, const keys *t, const char *prefix)
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		char path[128];
 		snprintf(path, sizeof path, "%s%s", prefix, k->name);
-		if (!k->doc || !*k->doc)
-			buf_printf(out, "%s%s", out->len ? ", " : "", path);
+		/* a subscription's keys reach GET /subscriptions, which masks nothing */
+		bool misplaced = (k->flags & K_SECRET) && t == &sub_keys;
+		if (!k->doc || !*k->doc || misplaced)
+			buf_printf(out, "%s%s%s", out->len ? ", " : "", path, misplaced ? " (secret)" : "");
 		char inner[130];
 		snprintf(inner, sizeof inner, "%s.", path);
 		if (k->type->store == ST_SECTION)
@@ -173,7 +181,10 @@ bool cfg_reference(buf *out, char *err, size_t errlen)
 	buf missing = {0};
 	undocumented(&missing, &top_keys, "");
 	if (missing.len) {
-		snprintf(err, errlen, "keys without documentation in cdc/config/keys.c: %s", missing.data);
+		snprintf(
+		    err, errlen,
+		    "keys without documentation in cdc/config/keys.c (or secret keys in subscriptions): %s",
+		    missing.data);
 		buf_free(&missing);
 		return false;
 	}

@@ -18,6 +18,8 @@ void node_free(node *n)
 	for (size_t i = 0; i < n->n; i++)
 		node_free(n->kids[i]);
 	free(n->kids);
+	if (n->secret)
+		explicit_bzero(n->text, n->len);
 	free(n->text);
 	free(n);
 }
@@ -135,6 +137,8 @@ const char *quoted(ctx *x, const char *s, size_t len)
 
 const char *qnode(ctx *x, const node *n)
 {
+	if (n->secret)
+		return quoted(x, CFG_MASK, strlen(CFG_MASK));
 	return quoted(x, n->text, n->len);
 }
 

@@ -57,7 +57,7 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
  * files: every command that reads the file finds the same path wherever it runs. The result is
  * relative to the current directory when the file's path is: "./x" read from "cdc.yaml" stays
  * "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
-static char *resolved(const ctx *x, const char *s)
+char *resolved(const ctx *x, const char *s)
 {
 	const char *slash = strrchr(x->file, '/');
 	if (*s == '/' || !slash || (slash == x->file + 1 && x->file[0] == '.'))
@@ -114,6 +114,21 @@ static void set_ident(ctx *x, const node *v, void *base, const key *k)
 		return;
 	if (!ident_ok(s, r)) {
 		err_at(x, v, "invalid name %s (expected %s)", qnode(x, v), r->expect);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
+/* One table's name, "schema.table" without globs (match_table_name_problem). */
+static void set_table(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a \"schema.table\" name");
+	char why[160];
+	const char *problem = s ? match_table_name_problem(s, why, sizeof why) : NULL;
+	if (!s)
+		return;
+	if (problem) {
+		err_at(x, v, "invalid table name %s: %s", qnode(x, v), problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -473,6 +488,8 @@ size_t *first_of(named *v, size_t n)
 	return first;
 }
 
+/* A mapping of strings for a client library; with K_SECRET a value may be {file: PATH}, and the
+ * secret-looking ones (and those from files) are recorded as secrets. */
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
 	sink_properties *props = FIELD(base, k, sink_properties);
@@ -483,7 +500,10 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 		return;
 	}
 	size_t n = v->n / 2;
-	named *names = xcalloc(n, sizeof *names);
+	named *names = xcalloc(n ? n : 1, sizeof *names);
+	const node **values = xcalloc(n ? n : 1, sizeof *values);
+	node **made = xcalloc(n ? n : 1, sizeof *made);
+	const char **files = xcalloc(n ? n : 1, sizeof *files);
 	unsigned before = x->nerr;
 	for (size_t i = 0; i < n; i++) {
 		const node *kn = v->kids[2 * i], *val = v->kids[2 * i + 1];
@@ -493,8 +513,19 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			continue;
 		}
 		names[i].s = kn->text;
+		if (k->flags & K_SECRET) {
+			size_t old = path_push(x, kn->text);
+			val = secret_value(x, val, &made[i], &files[i]);
+			path_pop(x, old);
+			if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
+				val = made[i] = scalar_node("", kn->line, kn->col);
+			if (!val)
+				continue;
+		}
+		values[i] = val;
 		if (val->kind != N_SCALAR)
-			err_at(x, val, "property %s: expected a scalar value, got a %s", qnode(x, kn),
+			err_at(x, val, "property %s: expected a scalar value%s, got a %s", qnode(x, kn),
+			       (k->flags & K_SECRET) ? " or {file: PATH}" : "",
 			       val->kind == N_MAP ? "mapping" : "list");
 		else if (strlen(val->text) != val->len)
 			err_at(x, val, "property %s: must not contain a NUL character", qnode(x, kn));
@@ -507,13 +538,24 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			       v->kids[2 * first[i]]->col);
 	free(first);
 	free(names);
-	if (x->nerr != before)
-		return;
-	props->items = xcalloc(n ? n : 1, sizeof *props->items);
+	if (x->nerr == before) {
+		props->items = xcalloc(n ? n : 1, sizeof *props->items);
+		for (size_t i = 0; i < n; i++) {
+			const char *name = v->kids[2 * i]->text;
+			props->items[i] = (sink_property){xstrdup(name), xstrdup(values[i]->text)};
+			if ((k->flags & K_SECRET) && (files[i] || prop_holds_secret(name))) {
+				size_t old = path_push(x, name);
+				secret_record(x, files[i]);
+				path_pop(x, old);
+			}
+		}
+		props->count = n;
+	}
 	for (size_t i = 0; i < n; i++)
-		props->items[i] =
-		    (sink_property){xstrdup(v->kids[2 * i]->text), xstrdup(v->kids[2 * i + 1]->text)};
-	props->count = n;
+		node_free(made[i]);
+	free(made);
+	free(values);
+	free(files);
 }
 
 /* The overlay file's deleted subscriptions. */
@@ -665,7 +707,18 @@ static void print_props(emit *e, const void *base, const key *k)
 		if (explicit_key)
 			emit_line(e, e->indent + 2);
 		buf_puts(e->b, ": ");
-		emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
+		const char *file = NULL;
+		if (e->path) {
+			size_t old = e->path->len;
+			buf_printf(e->path, ".%s", kv->key);
+			file = secret_file(e->secrets_of, e->path->data);
+			e->path->len = old;
+			e->path->data[old] = '\0';
+		}
+		if (file)
+			emit_secret_file(e, file);
+		else
+			emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
 	}
 }
 
@@ -698,15 +751,35 @@ static void clear_props(void *base, const key *k)
 	*props = (sink_properties){0};
 }
 
+/* Whether a reload applies property name: the key's arg lists those (a NULL-terminated list of
+ * names, from the sink module), which a restart does not need. */
+static bool prop_reloads(const key *k, const char *name)
+{
+	for (const char *const *r = k->arg; r && *r; r++)
+		if (strcmp(*r, name) == 0)
+			return true;
+	return false;
+}
+
+/* The next property of props, from *from on, that a reload does not apply; NULL past the last. */
+static const sink_property *restart_prop(const key *k, const sink_properties *props, size_t *from)
+{
+	while (*from < props->count && prop_reloads(k, props->items[*from].key))
+		(*from)++;
+	return *from < props->count ? &props->items[(*from)++] : NULL;
+}
+
 static bool same_props(const void *a, const void *b, const key *k)
 {
 	const sink_properties *x = CFIELD(a, k, sink_properties), *y = CFIELD(b, k, sink_properties);
-	if (x->count != y->count)
-		return false;
-	for (size_t i = 0; i < x->count; i++)
-		if (strcmp(x->items[i].key, y->items[i].key) || strcmp(x->items[i].value, y->items[i].value))
+	size_t i = 0, j = 0;
+	for (;;) {
+		const sink_property *p = restart_prop(k, x, &i), *q = restart_prop(k, y, &j);
+		if (!p || !q)
+			return p == q;
+		if (strcmp(p->key, q->key) || strcmp(p->value, q->value))
 			return false;
-	return true;
+	}
 }
 
 /* ---- the types ---- */
@@ -719,6 +792,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_path = {set_path, print_string, ST_STR, .name = "path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
+	    t_table = {set_table, print_string, ST_STR, .name = "table name"},
 	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},
 	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
 	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},

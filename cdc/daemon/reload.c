@@ -177,6 +177,15 @@ static void note_restart(const char *key, void *arg)
 		*restart |= RESTART_OTHER;
 }
 
+/* Secrets a reload applies without a restart (their files were read again): source.password at the
+ * next connection to the database. The Kafka sink takes its SASL credentials when it is bound. */
+static void apply_secrets(sidecar *d)
+{
+	source_set_password(d->conn.src, d->cfg->source.password);
+	if (d->bf_reader)
+		bf_reader_password(d->bf_reader, d->cfg->source.password);
+}
+
 /* The configuration file with the subscriptions of ov laid over it (those it cannot take set
  * aside, into aside). NULL with the problems in errors and the HTTP status a change waiting for it
  * gets: 500 when the file itself is broken. */
@@ -441,6 +450,7 @@ static bool apply_reload(sidecar *d)
 	aside_swap(d, &aside);
 	cfg *old = d->cfg;
 	d->cfg = next;
+	apply_secrets(d);
 	/* The pipeline carries its counts over by name: old's names are still valid here. */
 	bool bound = sidecar_bind(d, r);
 	if (bound)

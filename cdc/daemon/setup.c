@@ -31,6 +31,7 @@ source_settings setup_source(const cfg *c)
 				 .slot = c->source.slot,
 				 .publication = c->source.publication,
 				 .primary_dsn = c->source.primary_dsn,
+				 .password = c->source.password,
 				 .state_dir = c->state_dir,
 				 .create = c->source.create,
 				 .failover = c->source.failover,
@@ -38,5 +39,6 @@ source_settings setup_source(const cfg *c)
 				 .generated_columns = c->source.publish_generated_columns,
 				 .heartbeat = c->source.heartbeat_ms != 0,
 				 .publish = (const char *const *)c->source.publish.v,
-				 .npublish = c->source.publish.n};
+				 .npublish = c->source.publish.n,
+				 .signal_table = c->source.signal_table};
 }

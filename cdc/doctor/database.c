@@ -8,6 +8,7 @@
 
 #include "cdc/backfill/sql.h"
 #include "cdc/doctor/internal.h"
+#include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 #include "cdc/source/catalog.h"
 #include "cdc/source/ddl_trigger.h"
@@ -30,11 +31,24 @@ static void add_pair(cfg_strlist *l, const char *a, const char *b)
 	l->v[l->n++] = xstrdup(b);
 }
 
+static const doctor_table *find_table(const doctor *d, const char *schema, const char *name)
+{
+	for (size_t i = 0; i < d->ntables; i++)
+		if (strcmp(d->tables[i].schema, schema) == 0 && strcmp(d->tables[i].name, name) == 0)
+			return &d->tables[i];
+	return NULL;
+}
+
+/* The publication has t, or a partitioned table t is a partition of. */
 static bool published(const doctor *d, const doctor_table *t)
 {
-	for (size_t i = 0; i + 1 < d->published.n; i += 2)
-		if (strcmp(d->published.v[i], t->schema) == 0 && strcmp(d->published.v[i + 1], t->name) == 0)
-			return true;
+	for (size_t depth = 0; t && depth <= d->ntables; depth++) {
+		for (size_t i = 0; i + 1 < d->published.n; i += 2)
+			if (strcmp(d->published.v[i], t->schema) == 0 &&
+			    strcmp(d->published.v[i + 1], t->name) == 0)
+				return true;
+		t = t->parent_name ? find_table(d, t->parent_schema, t->parent_name) : NULL;
+	}
 	return false;
 }
 
@@ -48,20 +62,31 @@ static void qualified(buf *b, const char *schema, const char *table)
 
 static void load_tables(doctor *d)
 {
-	PGresult *res = doctor_ask(d, "the tables",
-				   "SELECT n.nspname, c.relname, c.relreplident FROM pg_catalog.pg_class c "
-				   "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-				   "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
-				   "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
-				   0, NULL);
+	PGresult *res =
+	    doctor_ask(d, "the tables",
+		       "SELECT n.nspname, c.relname, c.relreplident, pn.nspname, p.relname "
+		       "FROM pg_catalog.pg_class c "
+		       "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+		       "LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "
+		       "LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "
+		       "LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace "
+		       "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', "
+		       "'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
+		       0, NULL);
 	if (!res)
 		return;
 	d->ntables = (size_t)PQntuples(res);
 	d->tables = xcalloc(d->ntables ? d->ntables : 1, sizeof(*d->tables));
-	for (size_t i = 0; i < d->ntables; i++)
-		d->tables[i] = (doctor_table){.schema = xstrdup(PQgetvalue(res, (int)i, 0)),
-					      .name = xstrdup(PQgetvalue(res, (int)i, 1)),
-					      .replident = PQgetvalue(res, (int)i, 2)[0]};
+	for (size_t i = 0; i < d->ntables; i++) {
+		int r = (int)i;
+		bool partition = !PQgetisnull(res, r, 3) && !PQgetisnull(res, r, 4);
+		d->tables[i] =
+		    (doctor_table){.schema = xstrdup(PQgetvalue(res, r, 0)),
+				   .name = xstrdup(PQgetvalue(res, r, 1)),
+				   .replident = PQgetvalue(res, r, 2)[0],
+				   .parent_schema = partition ? xstrdup(PQgetvalue(res, r, 3)) : NULL,
+				   .parent_name = partition ? xstrdup(PQgetvalue(res, r, 4)) : NULL};
+	}
 	PQclear(res);
 }
 
@@ -69,7 +94,8 @@ void doctor_server(doctor *d)
 {
 	char err[1024];
 	bool invalid;
-	d->conn = pg_connect(d->c->source.dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
+	d->conn = pg_connect(d->c->source.dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err,
+			     sizeof(err));
 	if (!d->conn) {
 		doctor_say(
 		    d, DOCTOR_FAIL,
@@ -363,31 +389,48 @@ static void missing_publication(doctor *d)
 	pg_publication_plan_free(&p);
 }
 
+/* The catalog cdc run checks subscriptions against, read once. False after a warning. */
+static bool read_catalog(doctor *d)
+{
+	const char *params[] = {d->c->source.publication};
+	if (d->cat_read)
+		return true;
+	PGresult *res =
+	    doctor_ask(d, "the tables and the publication", catalog_sql(d->server_version), 1, params);
+	if (!res)
+		return false;
+	d->cat_read = catalog_add_result(&d->cat, res);
+	PQclear(res);
+	if (!d->cat_read)
+		doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
+			   "the tables and the publication: an unexpected answer");
+	return d->cat_read;
+}
+
 void doctor_publication(doctor *d)
 {
 	const char *params[] = {d->c->source.publication};
-	PGresult *res = doctor_ask(d, "the publication", bfsql_tables, 1, params);
-	if (!res)
-		return;
-	PGresult *exists =
-	    doctor_ask(d, "the publication",
-		       "SELECT puballtables FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
-	if (!exists) {
-		PQclear(res);
+	PGresult *exists = doctor_ask(
+	    d, "the publication",
+	    "SELECT puballtables, pubviaroot FROM pg_catalog.pg_publication WHERE pubname = $1", 1, params);
+	if (!exists || !read_catalog(d)) {
+		PQclear(exists);
 		return;
 	}
 	d->publication_exists = PQntuples(exists) == 1;
-	for (int i = 0; i < PQntuples(res); i++)
-		add_pair(&d->published, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+	for (size_t i = 0; i < d->cat.n; i++)
+		if (d->cat.t[i].published)
+			add_pair(&d->published, d->cat.t[i].schema, d->cat.t[i].name);
 	if (d->publication_exists)
-		doctor_say(d, DOCTOR_PASS, NULL, "%s exists (%s%d tables)", d->c->source.publication,
-			   PQgetvalue(exists, 0, 0)[0] == 't' ? "FOR ALL TABLES, " : "", PQntuples(res));
+		doctor_say(d, DOCTOR_PASS, NULL, "%s exists (%s%zu tables; publish_via_partition_root %s)",
+			   d->c->source.publication,
+			   PQgetvalue(exists, 0, 0)[0] == 't' ? "FOR ALL TABLES, " : "", d->published.n / 2,
+			   PQgetvalue(exists, 0, 1)[0] == 't' ? "on" : "off");
 	else if (d->c->source.create)
 		plan_publication(d);
 	else
 		missing_publication(d);
 	PQclear(exists);
-	PQclear(res);
 }
 
 typedef struct table_tally {
@@ -409,12 +452,8 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 /* The tables a subscription names one by one that do not exist: cdc run's check, its message. */
 static bool named_tables_exist(doctor *d, const cfg_subscription *s)
 {
-	catalog cat = {.t = xcalloc(d->ntables ? d->ntables : 1, sizeof(catalog_table)), .n = d->ntables};
-	for (size_t i = 0; i < d->ntables; i++)
-		cat.t[i] = (catalog_table){.schema = xstrdup(d->tables[i].schema),
-					   .name = xstrdup(d->tables[i].name)};
 	buf missing = {0};
-	bool ok = catalog_check_exists(&cat, s, &missing);
+	bool ok = !read_catalog(d) || catalog_check_exists(&d->cat, s, &missing);
 	for (char *line = missing.data; line && *line;) {
 		char *end = strchr(line, '\n');
 		*end = '\0';
@@ -424,8 +463,21 @@ static bool named_tables_exist(doctor *d, const cfg_subscription *s)
 		line = end + 1;
 	}
 	buf_free(&missing);
-	catalog_free(&cat);
 	return ok;
+}
+
+/* One warning per line of w, its fix the same line of f; then w and f are freed. */
+static void say_pairs(doctor *d, buf *w, buf *f)
+{
+	for (char *line = w->data, *fix = f->data; line && *line && fix && *fix;) {
+		char *end = strchr(line, '\n'), *fend = strchr(fix, '\n');
+		*end = *fend = '\0';
+		doctor_say(d, DOCTOR_WARN, fix, "%s", line);
+		line = end + 1;
+		fix = fend + 1;
+	}
+	buf_free(w);
+	buf_free(f);
 }
 
 void doctor_tables(doctor *d)
@@ -435,6 +487,11 @@ void doctor_tables(doctor *d)
 		table_tally tt = {0};
 		bool named = named_tables_exist(d, s);
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
+		/* partitioned tables: whether their changes arrive under the names s matches (cdc run
+		 * logs the same warnings at its start) */
+		buf w = {0}, f = {0};
+		if (d->publication_exists)
+			catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
 		if (!n && named) /* (when a name is wrong, its failure says enough) */
 			doctor_say(d, DOCTOR_WARN,
 				   "create the tables, or correct the subscription's tables: key",
@@ -451,10 +508,11 @@ void doctor_tables(doctor *d)
 			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
 			doctor_sql(d, fix.data);
 			buf_free(&fix);
-		} else if (n)
+		} else if (n && !w.len)
 			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
 				   s->name, n, n == 1 ? "" : "s");
 		buf_free(&tt.names);
+		say_pairs(d, &w, &f);
 	}
 }
 
@@ -469,9 +527,6 @@ static void count_table(doctor *d, const cfg_subscription *s, const doctor_table
  * same check, the same messages). */
 void doctor_identity(doctor *d)
 {
-	const char *params[] = {d->c->source.publication};
-	PGresult *res = NULL;
-	catalog cat = {0};
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
 		pred *p = s->where ? pred_parse(s->where, NULL, 0) : NULL;
@@ -479,16 +534,11 @@ void doctor_identity(doctor *d)
 		pred_free(p);
 		if (!s->changed.n && !old)
 			continue;
-		if (!res) {
-			if (!(res = doctor_ask(d, "the tables' replica identities", catalog_sql, 1, params)))
-				return;
-			if (!catalog_add_result(&cat, res))
-				doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
-					   "the tables' replica identities: an unexpected answer");
-		}
+		if (!read_catalog(d))
+			return;
 		buf problems = {0};
 		size_t n = 0;
-		if (catalog_check_identity(&cat, s, &problems)) {
+		if (catalog_check_identity(&d->cat, s, &problems)) {
 			doctor_sub_tables(d, s, count_table, &n);
 			doctor_say(d, DOCTOR_PASS, NULL,
 				   "subscription %s uses %s: its %zu tables send the old row it reads",
@@ -511,8 +561,6 @@ void doctor_identity(doctor *d)
 		}
 		buf_free(&problems);
 	}
-	catalog_free(&cat);
-	PQclear(res);
 }
 
 /* Splits one of backfill/sql.h's messages ("what is wrong: run FIX" or "...: add one (FIX)") into a
@@ -584,6 +632,80 @@ void doctor_backfill(doctor *d)
 			    "subscription %s (%s): its %zu tables have a key and role %s may read them",
 			    s->name, s->snapshot ? "snapshot: true" : "re-sync", bt.n, d->role);
 	}
+}
+
+/* source.signal_table: the table, its columns, that the publication holds it (or cdc adds it) and
+ * who may insert signals. */
+void doctor_signal_table(doctor *d)
+{
+	char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
+	const char *name = d->c->source.signal_table;
+	if (!match_table_split(name, schema, table))
+		return; /* the configuration refused it */
+	const char *params[] = {schema, table};
+	PGresult *res = doctor_ask(
+	    d, "the signal table",
+	    "SELECT pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.pg_has_role(c.relowner, 'USAGE'), "
+	    "(SELECT pg_catalog.string_agg(a.attname, ' ') FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+	    "c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attname IN ('id', 'type', 'data')), "
+	    "(SELECT pg_catalog.string_agg(DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE "
+	    "pg_catalog.pg_get_userbyid(x.grantee) END, ', ') FROM pg_catalog.aclexplode(c.relacl) x WHERE "
+	    "x.privilege_type = 'INSERT' AND x.grantee <> c.relowner), EXISTS (SELECT FROM "
+	    "pg_catalog.aclexplode(c.relacl) x WHERE "
+	    "x.privilege_type = 'INSERT' AND x.grantee = 0) "
+	    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+	    "WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+	    2, params);
+	buf q = {0}, fix = {0};
+	if (!res)
+		return;
+	qualified(&q, schema, table);
+	if (PQntuples(res) != 1) {
+		buf_printf(&fix, "CREATE TABLE %s (id text PRIMARY KEY, type text NOT NULL, data text)",
+			   q.data);
+		doctor_say(d, DOCTOR_FAIL, fix.data, "%s does not exist, so no signal reaches cdc", q.data);
+		goto out;
+	}
+	const char *owner = PQgetvalue(res, 0, 0), *cols = PQgetvalue(res, 0, 2),
+		   *who = PQgetvalue(res, 0, 3);
+	bool owned = PQgetvalue(res, 0, 1)[0] == 't', everyone = PQgetvalue(res, 0, 4)[0] == 't';
+	static const char *const need[] = {"id", "type", "data"};
+	for (int i = 0; i < 3; i++) {
+		size_t len = strlen(need[i]);
+		const char *at = strstr(cols, need[i]);
+		if (at && (at == cols || at[-1] == ' ') && (at[len] == ' ' || !at[len]))
+			continue;
+		buf_printf(&fix, "ALTER TABLE %s ADD COLUMN %s text", q.data, need[i]);
+		doctor_say(d, DOCTOR_FAIL, fix.data, "%s has no column %s: every signal would be refused",
+			   q.data, need[i]);
+		goto out;
+	}
+	const doctor_table *t = find_table(d, schema, table);
+	bool held = t && published(d, t), adds = d->c->source.create && (owned || d->superuser);
+	if (!held && !adds) {
+		buf_puts(&fix, "ALTER PUBLICATION ");
+		bfsql_quote_ident(&fix, d->c->source.publication);
+		buf_printf(&fix, " ADD TABLE %s (as its owner %s or a superuser)", q.data, owner);
+		doctor_say(d, DOCTOR_FAIL, fix.data,
+			   "%s is not in publication %s and cdc cannot add it, so no signal reaches cdc",
+			   q.data, d->c->source.publication);
+		goto out;
+	}
+	if (everyone) {
+		buf_printf(&fix, "REVOKE INSERT ON %s FROM PUBLIC; GRANT INSERT ON %s TO the roles that may",
+			   q.data, q.data);
+		doctor_say(d, DOCTOR_WARN, fix.data,
+			   "%s: every role may insert into it, so anyone who can connect may start backfills",
+			   q.data);
+		goto out;
+	}
+	doctor_say(d, DOCTOR_PASS, NULL,
+		   "%s: columns id, type and data; %s publication %s; who may insert signals: %s%s%s", q.data,
+		   held ? "in" : "cdc adds it to", d->c->source.publication, owner, *who ? ", " : "", who);
+out:
+	buf_free(&q);
+	buf_free(&fix);
+	PQclear(res);
 }
 
 void doctor_emit_message(doctor *d)

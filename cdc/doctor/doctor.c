@@ -1,6 +1,6 @@
 /* doctor.c: the table of checks, running them and the sink modules' checks, and the report in text
- * and JSON. Adding a check is a row here and a function in database.c, failover.c or local.c; a
- * sink's checks are its module's. */
+ * and JSON. Adding a check is a row here and a function in database.c, failover.c, local.c or
+ * access.c; a sink's checks are its module's. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,7 @@ enum {
 	NEEDS_STANDBY = 1 << 6,	 /* source.dsn is a standby (pg_is_in_recovery()) */
 	NEEDS_PG17 = 1 << 7,	 /* PostgreSQL 17 or later */
 	NEEDS_DDL = 1 << 8,	 /* source.ddl */
+	NEEDS_SIGNALS = 1 << 9,	 /* source.signal_table */
 };
 
 static const struct {
@@ -36,6 +37,7 @@ static const struct {
     {"tables", NEEDS_DB, doctor_tables},
     {"replica_identity", NEEDS_DB, doctor_identity},
     {"backfill", NEEDS_DB, doctor_backfill},
+    {"signal_table", NEEDS_DB | NEEDS_SIGNALS, doctor_signal_table},
     {"pg_logical_emit_message", NEEDS_DB, doctor_emit_message},
     {"ddl_trigger", NEEDS_DB | NEEDS_DDL, doctor_ddl_trigger},
     {"slot", NEEDS_DB, doctor_slot},
@@ -51,6 +53,7 @@ static const struct {
     {"primary_dsn", NEEDS_DB | NEEDS_STANDBY, doctor_primary_dsn},
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
+    {"secrets", 0, doctor_secrets},
 };
 
 static const char *const status_names[] = {
@@ -130,6 +133,8 @@ static bool applies(const doctor *d, unsigned needs)
 	if ((needs & NEEDS_STANDBY) && !d->in_recovery)
 		return false;
 	if ((needs & NEEDS_DDL) && !d->c->source.ddl)
+		return false;
+	if ((needs & NEEDS_SIGNALS) && !d->c->source.signal_table)
 		return false;
 	return true;
 }
@@ -244,6 +249,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	pg_secrets_init(&d.secrets, c->source.dsn);
 	if (c->source.primary_dsn)
 		pg_secrets_add(&d.secrets, c->source.primary_dsn);
+	pg_secrets_add_value(&d.secrets, c->source.password);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
 		if (!applies(&d, checks[i].needs))
 			continue;
@@ -256,10 +262,13 @@ void doctor_run(const cfg *c, doctor_report *r)
 	for (size_t i = 0; i < d.ntables; i++) {
 		free(d.tables[i].schema);
 		free(d.tables[i].name);
+		free(d.tables[i].parent_schema);
+		free(d.tables[i].parent_name);
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
 	strlist_clear(&d.unit.dirs);
+	catalog_free(&d.cat);
 }
 
 int doctor_exit_code(const doctor_report *r)

@@ -269,7 +269,8 @@ void doctor_primary_dsn(doctor *d)
 	buf_free(&need);
 	char err[1024], host[256];
 	bool invalid;
-	PGconn *primary = pg_connect(dsn, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
+	PGconn *primary =
+	    pg_connect(dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
 	if (!primary && invalid)
 		doctor_say(d, DOCTOR_FAIL,
 			   "correct source.primary_dsn (libpq's key=value form or a "

@@ -6,6 +6,7 @@
 #include <libpq-fe.h>
 
 #include "cdc/doctor/doctor.h"
+#include "cdc/source/catalog.h"
 #include "cdc/source/fixes.h"
 #include "cdc/source/pgconn.h"
 #include "sinks/modules.h"
@@ -13,7 +14,8 @@
 /* A table of the database, as the checks look at it. */
 typedef struct doctor_table {
 	char *schema, *name;
-	char replident; /* pg_class.relreplident: d, n, f, i */
+	char replident;			   /* pg_class.relreplident: d, n, f, i */
+	char *parent_schema, *parent_name; /* the partitioned table it is a partition of; NULL: none */
 } doctor_table;
 
 typedef struct doctor {
@@ -36,6 +38,8 @@ typedef struct doctor {
 		char name[128];	  /* "cdc.service", "cdc@main.service"; empty: none runs it */
 		cfg_strlist dirs; /* pairs: a directory systemd makes when it starts, and the directive */
 	} unit;
+	catalog cat; /* what cdc run checks subscriptions against (catalog_sql) */
+	bool cat_read;
 } doctor;
 
 /* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
@@ -86,6 +90,7 @@ void doctor_publication(doctor *d);
 void doctor_tables(doctor *d);
 void doctor_identity(doctor *d);
 void doctor_backfill(doctor *d);
+void doctor_signal_table(doctor *d);
 void doctor_emit_message(doctor *d);
 void doctor_ddl_trigger(doctor *d);
 void doctor_slot(doctor *d);
@@ -98,6 +103,7 @@ void doctor_sync_slots(doctor *d);
 void doctor_primary_slot_name(doctor *d);
 void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
+void doctor_secrets(doctor *d);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 

@@ -9,17 +9,23 @@
 #include "cdc/match/predicate.h"
 #include "cdc/source/pgconn.h"
 
-const char catalog_sql[] =
-    "SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pt.tablename IS NOT NULL, "
-    "(SELECT pg_catalog.json_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "
-    "WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "
-    "FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "
-    "i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)) "
-    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN
-    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
-    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
-    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+#define CATALOG_SELECT                                                                                       \
+	"SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pub_c.member, "         \
+	"(SELECT pg_catalog.json_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "           \
+	"WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "   \
+	"FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "         \
+	"i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)), an.nspname, ac.relname "            \
+	"FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN   \
+	    PG_PUB_JOIN "LEFT JOIN pg_catalog.pg_class ac ON ac.oid = pub_c.arrives "                        \
+	"LEFT JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace "                                  \
+	"WHERE " PG_USER_TABLES "ORDER BY 1, 2"
+
+const char *catalog_sql(int server_version)
+{
+	static const char sql14[] = PG_PUB_WITH_14 CATALOG_SELECT;
+	static const char sql15[] = PG_PUB_WITH_15 CATALOG_SELECT;
+	return server_version >= 150000 ? sql15 : sql14;
+}
 
 /* A JSON array of strings into l; NULL is an empty list. */
 static bool take_names(const char *json, cfg_strlist *l)
@@ -40,9 +46,11 @@ static bool take_names(const char *json, cfg_strlist *l)
 
 bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 {
-	for (int i = 0; i < CATALOG_COLS - 1; i++)
-		if (!cells[i] || (i >= 2 && i <= 5 && strlen(cells[i]) != 1))
+	for (int i = 0; i < 6; i++)
+		if (!cells[i] || (i >= 2 && strlen(cells[i]) != 1))
 			return false;
+	if (!cells[7] != !cells[8])
+		return false;
 	catalog_table t = {.relkind = cells[2][0],
 			   .replident = cells[3][0],
 			   .has_key = cells[4][0] == 't',
@@ -53,6 +61,8 @@ bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 	}
 	t.schema = xstrdup(cells[0]);
 	t.name = xstrdup(cells[1]);
+	t.as_schema = cells[7] ? xstrdup(cells[7]) : NULL;
+	t.as_name = cells[8] ? xstrdup(cells[8]) : NULL;
 	c->t = xrealloc(c->t, (c->n + 1) * sizeof(*c->t));
 	c->t[c->n++] = t;
 	return true;
@@ -79,6 +89,8 @@ void catalog_free(catalog *c)
 	for (size_t i = 0; i < c->n; i++) {
 		free(c->t[i].schema);
 		free(c->t[i].name);
+		free(c->t[i].as_schema);
+		free(c->t[i].as_name);
 		cfg_strlist_free(&c->t[i].identity);
 	}
 	free(c->t);
@@ -86,12 +98,30 @@ void catalog_free(catalog *c)
 	c->n = 0;
 }
 
-static bool matches(const cfg_subscription *s, const catalog_table *t)
+static bool matches_name(const cfg_subscription *s, const char *schema, const char *name)
 {
 	for (size_t i = 0; i < s->tables.n; i++)
-		if (match_table(s->tables.v[i], t->schema, t->name))
+		if (match_table(s->tables.v[i], schema, name))
 			return true;
 	return false;
+}
+
+static bool matches(const cfg_subscription *s, const catalog_table *t)
+{
+	return matches_name(s, t->schema, t->name);
+}
+
+/* s gets t's changes: it matches the name they arrive under (t's own when the publication does not
+ * hold t, so that a check names what s will need once it does). */
+static bool receives(const cfg_subscription *s, const catalog_table *t)
+{
+	return t->as_name ? matches_name(s, t->as_schema, t->as_name) : matches(s, t);
+}
+
+/* t's changes arrive under the name of another table. */
+static bool arrives_elsewhere(const catalog_table *t)
+{
+	return t->as_name && (strcmp(t->as_schema, t->schema) != 0 || strcmp(t->as_name, t->name) != 0);
 }
 
 static bool listed(const cfg_strlist *l, const char *name, size_t len)
@@ -128,7 +158,7 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 	pred *where = s->where ? pred_parse(s->where, NULL, 0) : NULL;
 	for (size_t i = 0; i < c->n; i++) {
 		const catalog_table *t = &c->t[i];
-		if (!matches(s, t) || t->replident == 'f')
+		if (!receives(s, t) || t->replident == 'f')
 			continue;
 		buf q = {0};
 		pg_append_table(&q, t->schema, t->name);
@@ -173,6 +203,79 @@ bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *prob
 	return problems->len == before;
 }
 
+/* The partitions of root that s matches although it does not match root: into names (up to
+ * three, quoted), counted. */
+static size_t missed_partitions(const catalog *c, const cfg_subscription *s, const catalog_table *root,
+				buf *names)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < c->n; i++) {
+		const catalog_table *t = &c->t[i];
+		if (!t->published || !arrives_elsewhere(t) || strcmp(t->as_schema, root->schema) != 0 ||
+		    strcmp(t->as_name, root->name) != 0 || !matches(s, t))
+			continue;
+		if (n < 3) {
+			buf_puts(names, n ? ", " : "");
+			pg_append_table(names, t->schema, t->name);
+		}
+		n++;
+	}
+	if (n > 3)
+		buf_printf(names, " and %zu more", n - 3);
+	return n;
+}
+
+void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
+			      buf *warnings, buf *fixes)
+{
+	buf q = {0}, pub = {0}, names = {0}, fix = {0};
+	pg_append_quoted(&pub, publication, '"');
+	for (size_t i = 0; i < c->n; i++) {
+		const catalog_table *t = &c->t[i];
+		if (!t->published)
+			continue;
+		buf_reset(&q);
+		buf_reset(&names);
+		buf_reset(&fix);
+		pg_append_table(&q, t->schema, t->name);
+		if (t->relkind == 'p' && !t->as_name && matches(s, t)) {
+			buf_printf(
+			    warnings,
+			    "subscription %s: table %s is partitioned, and publication %s sends its changes "
+			    "under its partitions' names (it lacks publish_via_partition_root), so none "
+			    "arrives under %s",
+			    s->name, q.data, publication, q.data);
+			buf_printf(&fix, "ALTER PUBLICATION %s SET (publish_via_partition_root = true)",
+				   pub.data);
+		} else if (t->as_name && !arrives_elsewhere(t) && !matches(s, t) &&
+			   missed_partitions(c, s, t, &names)) {
+			buf_printf(
+			    warnings,
+			    "subscription %s: %s %s partitions of %s, and publication %s sends their "
+			    "changes under that name (publish_via_partition_root), so the subscription "
+			    "gets none of them",
+			    s->name, names.data,
+			    strchr(names.data, ',') || strstr(names.data, " more") ? "are" : "is one of the",
+			    q.data, publication);
+			buf_printf(
+			    &fix,
+			    "subscribe to %s (a where on its partition key picks a partition's rows), or "
+			    "publish the partitions without %s",
+			    q.data, q.data);
+		} else
+			continue;
+		if (fixes) {
+			buf_printf(fixes, "%s\n", fix.data);
+			buf_putc(warnings, '\n');
+		} else
+			buf_printf(warnings, ": %s\n", fix.data);
+	}
+	buf_free(&q);
+	buf_free(&pub);
+	buf_free(&names);
+	buf_free(&fix);
+}
+
 bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
 		   buf *problems, buf *warnings)
 {
@@ -189,6 +292,7 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 			pg_no_key(problems, t->schema, t->name);
 		buf_putc(problems, '\n');
 	}
+	catalog_check_partitions(c, s, publication, warnings, NULL);
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)

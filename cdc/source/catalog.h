@@ -11,19 +11,24 @@
 
 #include "cdc/config/config.h"
 
-/* Parameter $1 the publication; one row per table (plain or partitioned, outside the system
- * schemas), CATALOG_COLS text columns: schema, table, relkind, relreplident, whether it has a key
- * a backfill can read by (PG_KEY_JOIN), whether the publication has it, and the columns an old
- * row carries without REPLICA IDENTITY FULL (the primary key's or the identity index's) as a JSON
- * array, NULL for none. */
-extern const char catalog_sql[];
-#define CATALOG_COLS 7
+/* The query for a server of this version: parameter $1 the publication; one row per table (plain
+ * or partitioned, outside the system schemas), CATALOG_COLS text columns: schema, table, relkind,
+ * relreplident, whether it has a key a backfill can read by (PG_KEY_JOIN), whether the publication
+ * holds it (pub_c.member), the columns an old row carries without REPLICA IDENTITY FULL (the primary
+ * key's or the identity index's) as a JSON array, NULL for none, and the schema and name its changes
+ * arrive under (pub_c.arrives; NULL, NULL for none). */
+const char *catalog_sql(int server_version);
+#define CATALOG_COLS 9
 
 typedef struct catalog_table {
 	char *schema, *name;
 	char relkind, replident; /* pg_class's: 'r' or 'p'; 'd', 'f', 'i' or 'n' */
-	bool has_key, published;
+	bool has_key, published; /* published: the publication holds it */
 	cfg_strlist identity;
+	/* The table whose name its changes arrive under: itself, or the partitioned table the
+	 * publication sends them as (publish_via_partition_root). NULL for a table outside the
+	 * publication, and for a partitioned table whose changes arrive under its partitions' names. */
+	char *as_schema, *as_name;
 } catalog_table;
 
 typedef struct catalog {
@@ -38,20 +43,27 @@ void catalog_free(catalog *c);
 /* Every row of res, catalog_sql's answer (tuples); false if one is malformed. */
 bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
 
-/* The part of catalog_check about the old row: `changed` and old.columns against the tables'
- * replica identities; one line per problem, each "...: ALTER TABLE "s"."t" REPLICA IDENTITY FULL".
- * True if none. */
+/* The part of catalog_check about the old row: `changed` and old.columns against the replica
+ * identities of the tables whose changes arrive under a name s matches (a partitioned table's and
+ * each of its partitions', when they arrive under its name); one line per problem, each "...: ALTER
+ * TABLE "s"."t" REPLICA IDENTITY FULL". True if none. */
 bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
 /* The tables subscription s names one by one (a pattern without globs) that do not exist: one line
  * each in problems, with the closest names c has ("subscription orders names table public.ordres,
  * which does not exist: did you mean public.orders?"). True if none. A start and a new
  * subscription fail on it; a reconnect only warns (the table may have been dropped meanwhile). */
 bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems);
+/* The warnings about partitioned tables, one line each: s matches a partitioned table whose changes
+ * arrive under its partitions' names, or partitions whose changes arrive under the name of a
+ * partitioned table s does not match. With fixes, each line's way out goes to fixes (a line each,
+ * in the same order); without, it ends the line after ": ". */
+void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
+			      buf *warnings, buf *fixes);
 /* What keeps subscription s from working against c: one line per problem appended to problems,
  * each naming the table and the statement that fixes it (catalog_check_identity's, and with
  * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a
- * table pattern that no table of the publication matches: nothing of it is streamed). True if no
- * problem. */
+ * table pattern that no table of the publication matches: nothing of it is streamed; a matched
+ * table whose changes arrive under another name, with the way out). True if no problem. */
 bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
 		   buf *problems, buf *warnings);
 

@@ -2,11 +2,15 @@
  * same catalog questions through the same functions, so both read the server alike. */
 #include "cdc/source/pgconn.h"
 
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cdc/match/match.h"
+#include "decoder/base/net.h"
+#include "decoder/base/tls.h"
 
 /* Session settings of the walsender: output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */
@@ -58,6 +62,11 @@ void pg_secrets_add(pg_secrets *s, const char *dsn)
 	collect_secrets(s, dsn, 0);
 }
 
+void pg_secrets_add_value(pg_secrets *s, const char *secret)
+{
+	add_secret(s, secret);
+}
+
 void pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -84,18 +93,89 @@ void pg_redact(const pg_secrets *s, char *err, size_t errlen)
 	}
 }
 
-/* What to do about a failed connection, for the failures whose fix is in source.dsn. */
-static const char *connect_hint(const char *msg)
+/* What to do about a failed connection, for the failures whose fix is in source.dsn or on the server:
+ * the first hint whose words the message holds (libpq's, the server's, or tls_why's). */
+#define TRUST_HINT                                                                                           \
+	" (sslrootcert in source.dsn must name the CA that signed the server's certificate, or the root of " \
+	"its chain)"
+static const struct {
+	const char *says, *hint;
+} HINTS[] = {
+    {"certificate has expired",
+     " (the server's certificate has expired: renew it, ssl_cert_file on the server)"},
+    {"certificate is not yet valid",
+     " (the server's certificate is not valid yet: check the clocks of the server and of this machine)"},
+    {"unable to get local issuer certificate", TRUST_HINT},
+    {"self-signed certificate", TRUST_HINT},
+    {"does not match host name",
+     " (sslmode=verify-full checks that the certificate names the host of source.dsn: connect with a name "
+     "it holds, or use sslmode=verify-ca)"},
+    {"requires a valid client certificate",
+     " (the role logs in with a client certificate: give it with sslcert and sslkey in source.dsn)"},
+    {"certificate authentication failed",
+     " (the client certificate's common name must be the role's name, or be mapped to it in pg_ident.conf)"},
+    {"password authentication failed",
+     " (check the password: source.password, source.dsn, PGPASSWORD or ~/.pgpass)"},
+    {"no password supplied", " (check the password: source.password, source.dsn, PGPASSWORD or ~/.pgpass)"},
+    {"certificate", " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are)"},
+    {"SSL", " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they are)"},
+};
+
+static const char *connect_hint(const char *msg, const char *why)
 {
-	if (strstr(msg, "certificate") || strstr(msg, "SSL") || strstr(msg, "ssl"))
-		return " (TLS: sslmode, sslrootcert, sslcert and sslkey in source.dsn go to libpq as they "
-		       "are; with "
-		       "sslmode=verify-ca or verify-full, sslrootcert must name the CA that signed the "
-		       "server's "
-		       "certificate, and verify-full also needs the host name to match it)";
-	if (strstr(msg, "password authentication failed") || strstr(msg, "no password supplied"))
-		return " (check the password: source.dsn, PGPASSWORD or ~/.pgpass)";
+	for (size_t i = 0; i < sizeof HINTS / sizeof *HINTS; i++)
+		if (strstr(msg, HINTS[i].says) || strstr(why, HINTS[i].says))
+			return HINTS[i].hint;
 	return "";
+}
+
+/* The CA file libpq trusted: sslrootcert, else ~/.postgresql/root.crt; NULL for "system" (16+). */
+static void root_cert(PGconn *conn, char *out, size_t outlen, bool *verify_full)
+{
+	const char *rootcert = NULL;
+	PQconninfoOption *opts = PQconninfo(conn);
+	for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+		if (strcmp(o->keyword, "sslrootcert") == 0 && o->val && *o->val)
+			snprintf(out, outlen, "%s", rootcert = o->val);
+		else if (strcmp(o->keyword, "sslmode") == 0)
+			*verify_full = o->val && strcmp(o->val, "verify-full") == 0;
+	}
+	PQconninfoFree(opts);
+	if (!rootcert) {
+		const char *home = getenv("HOME");
+		struct passwd *pw = home ? NULL : getpwuid(geteuid());
+		snprintf(out, outlen, "%s/.postgresql/root.crt", home ? home : pw ? pw->pw_dir : "");
+	}
+}
+
+/* Why the server's certificate failed libpq's check (libpq 15 says only "certificate verify
+ * failed"): cdc asks the server itself, as libpq did (PostgreSQL's SSLRequest, then a TLS handshake
+ * trusting the same CA file), and says what OpenSSL finds wrong with the certificate. "" when it
+ * cannot tell. */
+static void tls_why(PGconn *conn, char *out, size_t outlen)
+{
+	*out = '\0';
+	const char *host = PQhost(conn), *port = PQport(conn), *addr = PQhostaddr(conn);
+	if (!host || !*host || host[0] == '/' || !port || !*port)
+		return;
+	char cafile[4096], err[512];
+	bool verify_full = false;
+	root_cert(conn, cafile, sizeof cafile, &verify_full);
+	int fd = net_tcp_connect_timeout(addr && *addr ? addr : host, port, 5000, err, sizeof err);
+	if (fd < 0)
+		return;
+	static const unsigned char ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}; /* 80877103 */
+	char answer = 0;
+	tls_conn *t = NULL;
+	if (write(fd, ssl_request, sizeof ssl_request) == (ssize_t)sizeof ssl_request &&
+	    read(fd, &answer, 1) == 1 && answer == 'S' &&
+	    (t = tls_open(fd, host, strcmp(cafile, "system") ? cafile : NULL, err, sizeof err))) {
+		char why[1024];
+		if (tls_verdict(t, verify_full, why, sizeof why))
+			errf(out, outlen, ": %s (checked against %s)", why, cafile);
+	}
+	tls_close(t);
+	close(fd);
 }
 
 /* libpq quotes the part of a connection string it could not parse, or a whole URI, password
@@ -116,7 +196,8 @@ static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
 	free(masked);
 }
 
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen)
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen)
 {
 	*invalid_dsn = false;
 	char *perr = NULL;
@@ -130,9 +211,14 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 	size_t n = 0;
 	for (PQconninfoOption *o = opts; o->keyword; o++)
 		n++;
-	const char **keys = xcalloc(n + 5, sizeof(char *));
-	const char **vals = xcalloc(n + 5, sizeof(char *));
+	const char **keys = xcalloc(n + 6, sizeof(char *));
+	const char **vals = xcalloc(n + 6, sizeof(char *));
 	size_t k = 0;
+	if (password && *password) {
+		/* first: the last non-empty value of a keyword wins, so dsn's own password overrides it */
+		keys[k] = "password";
+		vals[k++] = password;
+	}
 	const char *user_options = getenv("PGOPTIONS");
 	bool has_timeout = getenv("PGCONNECT_TIMEOUT") != NULL;
 	for (PQconninfoOption *o = opts; o->keyword; o++) {
@@ -176,9 +262,11 @@ PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *
 	free(vals);
 	PQconninfoFree(opts);
 	if (PQstatus(conn) != CONNECTION_OK) {
-		char *msg = PQerrorMessage(conn);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s", (int)strcspn(msg, "\n"), msg,
-		     connect_hint(msg));
+		char *msg = PQerrorMessage(conn), why[1200] = "";
+		if (strstr(msg, "certificate verify failed"))
+			tls_why(conn, why, sizeof why);
+		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s%s", (int)strcspn(msg, "\n"), msg, why,
+		     connect_hint(msg, why));
 		PQfinish(conn);
 		return NULL;
 	}
@@ -306,30 +394,79 @@ void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
 		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
 }
 
-const char pg_publication_tables_sql[] =
-    "SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pt.tablename IS NOT NULL "
-    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    "LEFT JOIN (SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = $1) pt "
-    "ON pt.schemaname = n.nspname AND pt.tablename = c.relname "
-    "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-    "AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2";
+#define PUBLICATION_TABLES                                                                                   \
+	"SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pub_c.member, "           \
+	"pn.nspname, "                                                                                       \
+	"p.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "     \
+	"LEFT JOIN pg_catalog.pg_inherits i ON c.relispartition AND i.inhrelid = c.oid "                     \
+	"LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent "                                            \
+	"LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace " PG_PUB_JOIN                       \
+	"WHERE " PG_USER_TABLES "ORDER BY n.nspname COLLATE \"C\", c.relname COLLATE \"C\""
+
+const char *pg_publication_tables_sql(int server_version)
+{
+	static const char sql14[] = PG_PUB_WITH_14 PUBLICATION_TABLES;
+	static const char sql15[] = PG_PUB_WITH_15 PUBLICATION_TABLES;
+	return server_version >= 150000 ? sql15 : sql14;
+}
 
 pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
 {
-	*n = PQnfields(res) == 4 ? (size_t)PQntuples(res) : 0;
+	*n = PQnfields(res) == 6 ? (size_t)PQntuples(res) : 0;
 	pg_table_row *rows = xcalloc(*n + 1, sizeof(*rows));
-	for (size_t i = 0; i < *n; i++)
-		rows[i] = (pg_table_row){PQgetvalue(res, (int)i, 0), PQgetvalue(res, (int)i, 1),
-					 PQgetvalue(res, (int)i, 2)[0] == 't',
-					 PQgetvalue(res, (int)i, 3)[0] == 't'};
+	for (size_t i = 0; i < *n; i++) {
+		int r = (int)i;
+		bool partition = !PQgetisnull(res, r, 4) && !PQgetisnull(res, r, 5);
+		rows[i] = (pg_table_row){PQgetvalue(res, r, 0),
+					 PQgetvalue(res, r, 1),
+					 PQgetvalue(res, r, 2)[0] == 't',
+					 PQgetvalue(res, r, 3)[0] == 't',
+					 partition ? PQgetvalue(res, r, 4) : NULL,
+					 partition ? PQgetvalue(res, r, 5) : NULL};
+	}
 	return rows;
+}
+
+static bool matched_name(const cfg_strlist *publish, const char *schema, const char *name)
+{
+	for (size_t i = 0; i < publish->n; i++)
+		if (match_table(publish->v[i], schema, name))
+			return true;
+	return false;
 }
 
 static bool matched(const cfg_strlist *publish, const pg_table_row *r)
 {
-	for (size_t i = 0; i < publish->n; i++)
-		if (match_table(publish->v[i], r->schema, r->name))
+	return matched_name(publish, r->schema, r->name);
+}
+
+/* The row of schema.name: rows are sorted as strcmp orders schema, then table. */
+static const pg_table_row *find_row(const pg_table_row *rows, size_t n, const char *schema, const char *name)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(rows[mid].schema, schema);
+		c = c ? c : strcmp(rows[mid].name, name);
+		if (!c)
+			return &rows[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* A partitioned ancestor of r matches publish: publishing it publishes r. */
+static bool ancestor_matched(const cfg_strlist *publish, const pg_table_row *rows, size_t n,
+			     const pg_table_row *r)
+{
+	for (size_t depth = 0; r && r->parent_name && depth < n; depth++) {
+		if (matched_name(publish, r->parent_schema, r->parent_name))
 			return true;
+		r = find_row(rows, n, r->parent_schema, r->parent_name);
+	}
 	return false;
 }
 
@@ -340,8 +477,11 @@ static size_t whole_schema(const char *pattern)
 	return len > 0 && strcmp(pattern + len, ".*") == 0 ? len : 0;
 }
 
-/* source.publish_generated_columns (PostgreSQL 18) */
-#define WITH_GENERATED " WITH (publish_generated_columns = stored)"
+/* Every publication cdc creates sends a partition's changes under its partitioned table's name;
+ * with source.publish_generated_columns (PostgreSQL 18) it also sends stored generated columns. */
+#define WITH_VIA_ROOT " WITH (publish_via_partition_root = true)"
+#define WITH_VIA_ROOT_GENERATED                                                                              \
+	" WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
 
 /* Before a table of FOR TABLE: PostgreSQL 15 repeats TABLE after a comma (a name alone would go on
  * the list before it, which may be TABLES IN SCHEMA); 14 knows tables only and lists them after one
@@ -379,7 +519,8 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			continue;
 		}
 		for (size_t k = 0; k < n; k++)
-			if (match_table(publish->v[i], rows[k].schema, rows[k].name)) {
+			if (match_table(publish->v[i], rows[k].schema, rows[k].name) &&
+			    !ancestor_matched(publish, rows, n, &rows[k])) {
 				buf_puts(sql, table_separator(first, server_version));
 				pg_append_table(sql, rows[k].schema, rows[k].name);
 				if (holds) {
@@ -422,8 +563,8 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 			missing_table(&p->missing, publish->v[i], rows, n);
 	}
 	superuser_sql(&p->superuser_sql, publication, publish, rows, n, server_version, superuser ? p : NULL);
-	if (generated_columns)
-		buf_puts(&p->superuser_sql, WITH_GENERATED);
+	const char *with = generated_columns ? WITH_VIA_ROOT_GENERATED : WITH_VIA_ROOT;
+	buf_puts(&p->superuser_sql, with);
 	if (superuser) {
 		buf_append(&p->sql, p->superuser_sql.data, p->superuser_sql.len);
 		return;
@@ -432,7 +573,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 	buf_puts(&p->sql, "CREATE PUBLICATION ");
 	pg_append_quoted(&p->sql, publication, '"');
 	for (size_t k = 0; k < n; k++) {
-		if (!matched(publish, &rows[k]))
+		if (!matched(publish, &rows[k]) || ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
 		matching++;
 		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
@@ -443,8 +584,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 		cfg_strlist_push(to, rows[k].schema);
 		cfg_strlist_push(to, rows[k].name);
 	}
-	if (generated_columns)
-		buf_puts(&p->sql, WITH_GENERATED);
+	buf_puts(&p->sql, with);
 	p->refused = matching && !p->tables.n;
 }
 
@@ -485,7 +625,8 @@ bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_s
 {
 	const char *params[] = {publication};
 	*p = (pg_publication_plan){0};
-	PGresult *res = PQexecParams(conn, pg_publication_tables_sql, 1, NULL, params, NULL, NULL, 0);
+	PGresult *res = PQexecParams(conn, pg_publication_tables_sql(PQserverVersion(conn)), 1, NULL, params,
+				     NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		errf(err, errlen, "listing tables for source.publish failed: %s",
 		     pg_one_line(PQerrorMessage(conn)));
@@ -519,7 +660,8 @@ void pg_publication_additions(buf *sql, const char *publication, const cfg_strli
 {
 	buf q = {0};
 	for (size_t k = 0; k < n; k++) {
-		if (rows[k].published || !matched(publish, &rows[k]))
+		if (rows[k].published || !matched(publish, &rows[k]) ||
+		    ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
 		buf_reset(&q);
 		pg_append_table(&q, rows[k].schema, rows[k].name);

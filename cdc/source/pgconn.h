@@ -22,6 +22,8 @@ typedef struct pg_secrets {
 void pg_secrets_init(pg_secrets *s, const char *dsn);
 /* Adds the secrets of another connection string (source.primary_dsn). */
 void pg_secrets_add(pg_secrets *s, const char *dsn);
+/* Adds one secret value (source.password). */
+void pg_secrets_add_value(pg_secrets *s, const char *secret);
 void pg_secrets_free(pg_secrets *s);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
@@ -37,9 +39,11 @@ typedef enum pg_conn_kind {
 
 /* Connects with the user's connection string, adding only what cdc needs (a default connect_timeout,
  * the application name, and what kind asks for); TLS, passwords, PG* variables and .pgpass pass
- * through to libpq untouched. NULL with err saying what to do; *invalid_dsn then tells whether libpq
- * could not even parse dsn (no retry will help). */
-PGconn *pg_connect(const char *dsn, pg_conn_kind kind, bool *invalid_dsn, char *err, size_t errlen);
+ * through to libpq untouched. password (source.password; NULL: none) is used when dsn has none: it
+ * comes before dsn's keywords, which libpq lets override it. NULL with err saying what to do;
+ * *invalid_dsn then tells whether libpq could not even parse dsn (no retry will help). */
+PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
+		   size_t errlen);
 
 /* The highest pgoutput protocol a server of this version (150008 for 15.8) speaks: 1, 2 (14:
  * streamed transactions), 3 (15: two-phase), 4 (16: parallel streaming). */
@@ -110,13 +114,50 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row);
  * held by that session (active_pid), before it names the plugin (empty until then). */
 bool pg_slot_being_created(const pg_slot_row *row);
 
+/* How the publication $1 holds each table, for a query over pg_class c: PG_PUB_WITH_14 or _15 opens
+ * the query with its common table expressions (PostgreSQL 15 added TABLES IN SCHEMA), and
+ * PG_PUB_JOIN gives pub_c.member and pub_c.arrives. member: the publication holds c, itself, through
+ * a partition ancestor, its schema or FOR ALL TABLES (adding it again would be an error). arrives:
+ * the oid whose name c's changes arrive under, c's own or, with publish_via_partition_root, its
+ * topmost published ancestor's; NULL for a table outside, and for a partitioned table whose changes
+ * arrive under its partitions' names (the publication lacks publish_via_partition_root). */
+#define PG_PUB_WITH_(schemas)                                                                                \
+	"WITH pub AS (SELECT oid, puballtables FROM pg_catalog.pg_publication WHERE pubname = $1), "         \
+	"pub_member AS MATERIALIZED (SELECT pr.prrelid AS relid FROM pg_catalog.pg_publication_rel pr "      \
+	"JOIN pub ON pub.oid = pr.prpubid" schemas "), "                                                     \
+	"pub_listed AS MATERIALIZED (SELECT lc.oid AS relid FROM pg_catalog.pg_publication_tables pt "       \
+	"JOIN pg_catalog.pg_namespace ln ON ln.nspname = pt.schemaname "                                     \
+	"JOIN pg_catalog.pg_class lc ON lc.relnamespace = ln.oid AND lc.relname = pt.tablename "             \
+	"WHERE pt.pubname = $1) "
+#define PG_PUB_WITH_14 PG_PUB_WITH_("")
+#define PG_PUB_WITH_15                                                                                       \
+	PG_PUB_WITH_(" UNION SELECT sc.oid FROM pg_catalog.pg_class sc "                                     \
+		     "JOIN pg_catalog.pg_publication_namespace pn ON pn.pnnspid = sc.relnamespace "          \
+		     "JOIN pub ON pub.oid = pn.pnpubid")
+#define PG_PUB_JOIN                                                                                          \
+	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR EXISTS (SELECT "      \
+	"FROM pub_member m WHERE m.relid = c.oid OR m.relid IN (SELECT relid FROM "                          \
+	"pg_catalog.pg_partition_ancestors(c.oid))) AS member, (SELECT l.relid FROM pub_listed l JOIN "      \
+	"(SELECT c.oid AS relid, 0 AS depth UNION ALL SELECT a.relid, a.depth FROM "                         \
+	"pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, depth)) up ON up.relid = "        \
+	"l.relid ORDER BY up.depth DESC LIMIT 1) AS arrives) pub_c "
+
+/* The tables cdc looks at, for a query over pg_class c and pg_namespace n: plain and partitioned,
+ * outside the system schemas. */
+#define PG_USER_TABLES                                                                                       \
+	"c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "                 \
+	"AND n.nspname NOT LIKE 'pg\\_%' "
+
 /* The tables a publication could hold: parameter $1 the publication; one row per table (plain or
  * partitioned, outside the system schemas): schema, table, whether the role may add it to a
- * publication (it owns it: is a member of its owner), whether the publication has it. */
-extern const char pg_publication_tables_sql[];
+ * publication (it owns it: is a member of its owner), whether the publication holds it
+ * (pub_c.member), and the schema and name of the partitioned table it is a partition of (NULL when
+ * it is none). Sorted by schema, then table, as strcmp orders them. */
+const char *pg_publication_tables_sql(int server_version);
 typedef struct pg_table_row {
 	const char *schema, *name;
 	bool owned, published;
+	const char *parent_schema, *parent_name; /* NULL: not a partition */
 } pg_table_row;
 /* pg_publication_tables_sql's answer as rows pointing into res (the caller frees the array). */
 pg_table_row *pg_table_rows(const PGresult *res, size_t *n);
@@ -128,7 +169,9 @@ pg_table_row *pg_table_rows(const PGresult *res, size_t *n);
  * and "schema.*" on 14, are expanded against the tables that exist now into FOR TABLE. Any other
  * role gets FOR TABLE of the matching tables it owns (none matching: a publication of no table,
  * filled as they come: pg_publication_additions), the others left out; when tables match but it
- * owns none, the plan is refused (pg_publication_refusal says the ways out). generated_columns:
+ * owns none, the plan is refused (pg_publication_refusal says the ways out). A partition whose
+ * partitioned ancestor matches is left to that ancestor. Every form publishes via the partition
+ * root, so a partitioned table's changes arrive under its own name. generated_columns:
  * source.publish_generated_columns (WITH publish_generated_columns = stored, PostgreSQL 18+). */
 typedef struct pg_publication_plan {
 	buf sql;
@@ -158,7 +201,8 @@ void pg_publication_refusal(const pg_publication_plan *p, const char *publicatio
 /* One line (no newline) naming a table the role may not add and the statement its owner runs. */
 void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table);
 /* ALTER PUBLICATION ... ADD TABLE for the tables publish matches that the publication lacks and the
- * role owns (sql left empty when there are none), each appended to added (schema, then table). One
+ * role owns (sql left empty when there are none), each appended to added (schema, then table); a
+ * partition whose partitioned ancestor matches is left to that ancestor. One
  * the role does not own and that is not in warned yet ("schema"."table") goes to warned and, as a
  * line of pg_publication_not_owned, to warnings. */
 void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,

@@ -32,6 +32,7 @@ enum admin_kind {
 
 struct source {
 	char *dsn, *slot, *publication;
+	char *password;		  /* source.password; NULL: none */
 	char *primary_dsn;	  /* source.primary_dsn: writes while the server is a standby; "" none */
 	bool primary_dsn_invalid; /* libpq cannot parse it */
 	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
@@ -90,24 +91,23 @@ source *source_new(const source_settings *set)
 {
 	source *s = xcalloc(1, sizeof(*s));
 	s->dsn = xstrdup(set->dsn);
-	pg_secrets_init(&s->secrets, s->dsn);
 	s->slot = xstrdup(set->slot);
 	s->publication = xstrdup(set->publication);
 	s->create = set->create;
 	s->failover = set->failover;
 	s->heartbeat = set->heartbeat;
 	s->primary_dsn = xstrdup(set->primary_dsn ? set->primary_dsn : "");
-	pg_secrets_add(&s->secrets, s->primary_dsn);
+	source_set_password(s, set->password); /* and the secrets to redact */
 	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
 	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
 	PQconninfoFree(opts);
 	s->ddl = set->ddl;
 	s->state_dir = xstrdup(set->state_dir ? set->state_dir : ".");
 	s->generated_columns = set->generated_columns;
-	s->publish.n = set->npublish;
-	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
-	for (size_t i = 0; i < s->publish.n; i++)
-		s->publish.v[i] = xstrdup(set->publish[i]);
+	for (size_t i = 0; i < set->npublish; i++)
+		cfg_strlist_push(&s->publish, set->publish[i]);
+	if (set->signal_table) /* a pattern of one table: it is published like those of publish */
+		cfg_strlist_push(&s->publish, set->signal_table);
 	return s;
 }
 
@@ -140,6 +140,7 @@ void source_free(source *s)
 	cfg_strlist_free(&s->pub_adding);
 	cfg_strlist_free(&s->pub_added);
 	cfg_strlist_free(&s->pub_warned);
+	source_set_password(s, NULL);
 	pg_secrets_free(&s->secrets);
 	free(s->dsn);
 	free(s->primary_dsn);
@@ -147,6 +148,18 @@ void source_free(source *s)
 	free(s->publication);
 	free(s->state_dir);
 	free(s);
+}
+
+void source_set_password(source *s, const char *password)
+{
+	if (s->password)
+		explicit_bzero(s->password, strlen(s->password));
+	free(s->password);
+	s->password = password ? xstrdup(password) : NULL;
+	pg_secrets_free(&s->secrets);
+	pg_secrets_init(&s->secrets, s->dsn);
+	pg_secrets_add(&s->secrets, s->primary_dsn);
+	pg_secrets_add_value(&s->secrets, password);
 }
 
 /* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say):
@@ -167,8 +180,8 @@ static void on_notice(void *arg, const PGresult *res)
 static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 {
 	bool invalid = false;
-	PGconn *conn =
-	    pg_connect(s->dsn, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
+	PGconn *conn = pg_connect(s->dsn, s->password, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY,
+				  &invalid, err, errlen);
 	s->dsn_invalid |= invalid;
 	if (conn)
 		PQsetNoticeReceiver(conn, on_notice, NULL);
@@ -374,7 +387,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res = exec_params(s->admin, catalog_sql, 1, params);
+	PGresult *res = exec_params(s->admin, catalog_sql(PQserverVersion(s->admin)), 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "reading the tables' replica identities and keys", err,
 				    errlen);
@@ -510,7 +523,8 @@ static PGconn *writer(source *s, char *err, size_t errlen)
 		return NULL;
 	}
 	bool invalid;
-	if (!s->primary && (s->primary = pg_connect(s->primary_dsn, PG_CONN_ORDINARY, &invalid, err, errlen)))
+	if (!s->primary &&
+	    (s->primary = pg_connect(s->primary_dsn, s->password, PG_CONN_ORDINARY, &invalid, err, errlen)))
 		PQsetNoticeReceiver(s->primary, on_notice, NULL);
 	if (!s->primary)
 		snprintf(err + strlen(err), errlen - strlen(err), " (source.primary_dsn)");
@@ -1427,8 +1441,9 @@ bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
 		if (ok && sent)
 			buf_reset(&s->pub_sql);
 	} else if (ok && idle && s->pub_due) {
-		ok = admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql, 1, params, &sent, err,
-				errlen);
+		ok =
+		    admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql(PQserverVersion(s->admin)),
+			       1, params, &sent, err, errlen);
 		s->pub_due = !(ok && sent);
 	}
 	for (size_t i = 0; i < s->pub_added.n; i++)
@@ -1454,7 +1469,8 @@ bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err,
 	}
 	bool ok = s->admin_busy == ADMIN_CATALOG || s->catalog
 		      ? admin_collect(s, s->admin, &s->admin_busy, &sent, err, errlen)
-		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql, 1, params, &sent, err, errlen);
+		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql(PQserverVersion(s->admin)), 1, params,
+				   &sent, err, errlen);
 	if (ok && sent && s->admin_busy == ADMIN_CATALOG)
 		s->catalog_sent_ms = now_ms();
 	if (ok && s->catalog_error[0])

@@ -47,16 +47,20 @@ typedef struct source source;
 typedef struct source_settings {
 	const char *dsn, *slot, *publication;
 	const char *primary_dsn; /* NULL: none */
+	const char *password;	 /* source.password, for dsn and primary_dsn when they have none; NULL none */
 	const char *state_dir;	 /* NULL: "." */
 	bool create, failover, ddl, generated_columns;
 	bool heartbeat;		    /* source.heartbeat is set */
 	const char *const *publish; /* source.publish's patterns */
 	size_t npublish;
+	const char *signal_table; /* published too (source.signal_table); NULL: none */
 } source_settings;
 
 /* Copies what it needs from set. */
 source *source_new(const source_settings *set);
 void source_free(source *s);
+/* source.password read again (a reload): the next connection uses it (NULL: none). */
+void source_set_password(source *s, const char *password);
 
 /* Replaces in err (NUL-terminated, errlen bytes) every password of source.dsn (password and
  * sslpassword, also inside a dbname that is a connection string) and of PGPASSWORD, when 4 bytes or

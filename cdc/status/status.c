@@ -595,35 +595,13 @@ static bool split_listen(const char *s, char *host, size_t hostlen, const char *
 
 static int bind_tcp(const char *listen_s, int *port, char *err, size_t errlen)
 {
-	char host[256];
+	char host[256], why[512];
 	const char *portstr;
 	if (!split_listen(listen_s, host, sizeof(host), &portstr))
 		return errf(err, errlen, "status.listen %s: expected HOST:PORT or [IPv6]:PORT", listen_s), -1;
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
-			*res;
-	int rc = getaddrinfo(host, portstr, &hints, &res);
-	if (rc != 0)
-		return errf(err, errlen, "status.listen %s: %s", listen_s, gai_strerror(rc)), -1;
-	int fd = -1, e = 0;
-	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-		if (fd < 0) {
-			e = errno;
-			continue;
-		}
-		int one = 1;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, CONNECTION_LIMIT) != 0) {
-			e = errno;
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(res);
+	int fd = net_tcp_listen(host, portstr, CONNECTION_LIMIT, why, sizeof why);
 	if (fd < 0)
-		return errf(err, errlen, "status.listen %s: %s", listen_s, strerror(e)), -1;
+		return errf(err, errlen, "status.listen %s", why), -1;
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
 	getsockname(fd, (struct sockaddr *)&ss, &sslen);

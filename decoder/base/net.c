@@ -3,6 +3,8 @@
 #include "decoder/base/net.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -89,6 +91,15 @@ fail:
 	return -1;
 }
 
+static void set_timeouts(int fd, int timeout_ms)
+{
+	if (timeout_ms <= 0)
+		return;
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* Linux: the connect's too */
+}
+
 int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
@@ -99,11 +110,7 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
-	if (timeout_ms > 0) {
-		struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	}
+	set_timeouts(fd, timeout_ms);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 		return fd;
 	int e = errno;
@@ -111,6 +118,56 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	errf(err, errlen, "%s: %s", path, strerror(e));
 	errno = e;
 	return -1;
+}
+
+/* A TCP socket for host and port, each address tried in turn: connected (with timeout_ms), or bound
+ * and listening (listen: backlog > 0). -1 with err ("HOST:PORT: reason", [HOST] for IPv6). */
+static int tcp_open(const char *host, const char *port, int backlog, int timeout_ms, char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = backlog > 0 ? AI_PASSIVE | AI_NUMERICSERV : 0},
+			*res;
+	bool v6 = strchr(host, ':') != NULL;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0)
+		return errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port,
+			    gai_strerror(rc)),
+		       -1;
+	int fd = -1, e = 0, one = 1;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		if (backlog > 0)
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		else
+			set_timeouts(fd, timeout_ms);
+		if (backlog > 0 ? bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0
+				: connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port, strerror(e));
+		errno = e;
+	}
+	return fd;
+}
+
+int net_tcp_connect_timeout(const char *host, const char *port, int timeout_ms, char *err, size_t errlen)
+{
+	return tcp_open(host, port, 0, timeout_ms, err, errlen);
+}
+
+int net_tcp_listen(const char *host, const char *port, int backlog, char *err, size_t errlen)
+{
+	return tcp_open(host, port, backlog > 0 ? backlog : 1, 0, err, errlen);
 }
 
 int net_unix_connect(const char *path, char *err, size_t errlen)

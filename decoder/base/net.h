@@ -1,5 +1,6 @@
 /* net.h: Unix stream sockets, the one implementation the status server, the subscriber socket and
- * the command-line clients share: listening with the safe stale-socket rule, and connecting. */
+ * the command-line clients share: listening with the safe stale-socket rule, and connecting; and
+ * connecting to a TCP address (the status listener, a server's TLS check). */
 #ifndef CDC_NET_H
 #define CDC_NET_H
 
@@ -19,5 +20,12 @@ int net_unix_listen(const char *path, mode_t mode, int backlog, char *err, size_
 int net_unix_connect(const char *path, char *err, size_t errlen) CDC_MUST_CHECK;
 /* As net_unix_connect, with timeout_ms (> 0) on the connect, every send and every receive. */
 int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t errlen) CDC_MUST_CHECK;
+/* A TCP connection to host (a name or an address) and port, each address tried in turn, with
+ * timeout_ms (> 0) on the connect, every send and every receive; -1 with err ("HOST:PORT: reason"). */
+int net_tcp_connect_timeout(const char *host, const char *port, int timeout_ms, char *err,
+			    size_t errlen) CDC_MUST_CHECK;
+/* A TCP socket bound to host (a name or an address; "" or NULL: not accepted) and port (a number)
+ * and listening with backlog, SO_REUSEADDR set; -1 with err as above. */
+int net_tcp_listen(const char *host, const char *port, int backlog, char *err, size_t errlen) CDC_MUST_CHECK;
 
 #endif

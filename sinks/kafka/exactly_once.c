@@ -20,6 +20,8 @@
 /* While a commit waits for acknowledgements, the brokers' threads are woken this often
  * (kafka_eo_wake_ms): a message can wait for a wake-up that never comes (eo_commit_end). */
 #define NUDGE_MS 2
+/* ... and librdkafka is asked this often whether the transaction failed (kafka_eo_failed). */
+#define ASK_MS 50
 
 /* How far Kafka holds the stream: the newest position record of this transactional.id. */
 static bool read_back(kafka_sink *k, uint64_t *position)
@@ -131,14 +133,28 @@ static void eo_committed(kafka_sink *k)
 	k->stats.commits++;
 }
 
+/* A Kafka transaction's end (EndTxn) that failed or took longer than a request may take could
+ * have reached the coordinator late, or twice: librdkafka 2.0.2 keeps the producer's epoch from
+ * one transaction to the next (no KIP-890), so such a copy could end the next transaction. So the
+ * producer goes: the next one fences this one's epoch and reads the position back (Jepsen's advice
+ * for Kafka transactions). */
+static void eo_renew(kafka_sink *k, const char *what, const char *reason)
+{
+	char why[600];
+	snprintf(why, sizeof(why), "%s (a new producer fences this one and reads the position back)", reason);
+	k->eo.renew = true;
+	kafka_fail(k, what, why);
+}
+
 void kafka_eo_abort(kafka_sink *k)
 {
 	k->eo.nsources = 0;
 	eo_closed(k);
 	k->stats.aborts++;
+	uint64_t started = now_ms();
 	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
 	if (e) {
-		kafka_fail(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
+		eo_renew(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
 		rd_kafka_error_destroy(e);
 		return;
 	}
@@ -149,6 +165,27 @@ void kafka_eo_abort(kafka_sink *k)
 	lsn_format(k->eo.position, lsn);
 	log_info("exactly once: aborted the Kafka transaction; the slot sends its source transactions again",
 		 "position=%s", lsn);
+	if (now_ms() - started >= k->request_timeout_ms)
+		eo_renew(k, "the Kafka abort took longer than request.timeout.ms",
+			 "its EndTxn may have been sent more than once");
+}
+
+bool kafka_eo_failed(kafka_sink *k)
+{
+	/* librdkafka 2.0.2 has no call that returns a transaction's state. Beginning one while one is
+	 * open reports the open one's error when it failed, and else only a state error, which
+	 * changes nothing. */
+	k->eo.asked_ms = now_ms();
+	rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
+	if (!e) {
+		kafka_fail(k, "the Kafka transaction failed", "librdkafka had none open");
+		return true;
+	}
+	bool failed = rd_kafka_error_txn_requires_abort(e) || rd_kafka_error_is_fatal(e);
+	if (failed)
+		kafka_fail(k, "the Kafka transaction failed", rd_kafka_error_string(e));
+	rd_kafka_error_destroy(e);
+	return failed;
 }
 
 /* Sends what is queued at once, not after linger.ms or librdkafka's wait to register the
@@ -191,10 +228,20 @@ static void eo_commit_start(kafka_sink *k)
 	send_now(k);
 }
 
+/* Whether an error of EndTxn says the request timed out (answered so by the broker, or not
+ * answered in time). */
+static bool end_timed_out(const rd_kafka_error_t *e)
+{
+	rd_kafka_resp_err_t code = rd_kafka_error_code(e);
+	return code == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT || code == RD_KAFKA_RESP_ERR__TIMED_OUT ||
+	       code == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
+}
+
 /* Once the brokers acknowledged every event, the position record; once they acknowledged that, ends
- * the Kafka transaction (one round trip; a call that times out is resumed by the next). An
- * abortable failure aborts, a fatal one (fenced: a newer cdc with the same transactional.id took
- * over) fails the producer; either way the sink restarts. */
+ * the Kafka transaction (one round trip; a call that times out is resumed by the next, for up to
+ * request.timeout.ms). An abortable failure aborts; a fatal one (fenced: a newer cdc with the same
+ * transactional.id took over), or an end that timed out, fails the producer; either way the sink
+ * restarts. */
 static void eo_commit_end(kafka_sink *k)
 {
 	if (k->stats.in_flight) {
@@ -206,6 +253,14 @@ static void eo_commit_end(kafka_sink *k)
 		 * flushes every NUDGE_MS meanwhile (kafka_sink_wake_ms). */
 		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
 			send_now(k);
+		/* A transaction librdkafka failed while messages were in flight (an abortable error
+		 * that needs an epoch bump, say) sends nothing more: what it holds gets no delivery
+		 * report until the abort, so waiting for them would wait for good. */
+		if (now_ms() - k->eo.asked_ms >= ASK_MS && kafka_eo_failed(k))
+			log_warn(
+			    "exactly once: the Kafka transaction failed while its messages were in flight "
+			    "(the restart aborts it)",
+			    "in_flight=%llu", (unsigned long long)k->stats.in_flight);
 		return;
 	}
 	if (!k->eo.ending && !eo_stream_held(k))
@@ -214,17 +269,25 @@ static void eo_commit_end(kafka_sink *k)
 		eo_position_record(k);
 		return;
 	}
+	if (!k->eo.ending)
+		k->eo.end_ms = now_ms();
 	k->eo.ending = true;
 	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
+	bool late = now_ms() - k->eo.end_ms >= k->request_timeout_ms;
 	if (!e) {
 		eo_committed(k);
+		if (late)
+			eo_renew(k, "the Kafka commit took longer than request.timeout.ms",
+				 "its EndTxn may have been sent more than once");
 		return;
 	}
-	if (rd_kafka_error_is_retriable(e)) {
+	if (rd_kafka_error_is_retriable(e) && !late) {
 		rd_kafka_error_destroy(e);
 		return;
 	}
-	if (rd_kafka_error_txn_requires_abort(e)) {
+	if (late || end_timed_out(e)) {
+		eo_renew(k, "the Kafka commit timed out", rd_kafka_error_string(e));
+	} else if (rd_kafka_error_txn_requires_abort(e)) {
 		kafka_fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
 		kafka_eo_abort(k);
 	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {

@@ -34,7 +34,8 @@ typedef struct kafka_sink {
 	kafka_sub_settings *subs;
 	size_t nsubs;
 	rd_kafka_t *rk;
-	int pipe[2]; /* the main queue's event signal */
+	int pipe[2];		     /* the main queue's event signal */
+	uint64_t request_timeout_ms; /* the producer's request.timeout.ms */
 	size_t busy_at, busy_bytes;
 	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
 	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
@@ -90,6 +91,10 @@ typedef struct kafka_sink {
 		uint64_t commit_seq;	/* last_ended when the commit began */
 		uint64_t opened_ms, events;
 		uint64_t woken_ms; /* the brokers' threads last woken (send_now) */
+		uint64_t asked_ms; /* librdkafka last asked whether the transaction failed */
+		uint64_t end_ms;   /* the first EndTxn call of the commit under way */
+		/* The transaction's end timed out: the next restart makes a new producer. */
+		bool renew;
 		/* the newest source transaction in the open Kafka transaction */
 		uint64_t last_seq;
 		sink_commit last;
@@ -182,6 +187,9 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen);
 /* Aborts the open Kafka transaction (its messages are purged). */
 void kafka_eo_abort(kafka_sink *k);
+/* Whether librdkafka failed the open Kafka transaction (abortable or fatal): if so, the sink
+ * fails with librdkafka's reason. */
+bool kafka_eo_failed(kafka_sink *k);
 /* At a stop: false if the open Kafka transaction cannot commit (a source transaction is partly in
  * it, or the stream is lost) and was aborted. */
 bool kafka_eo_can_finish(kafka_sink *k);

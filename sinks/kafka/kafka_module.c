@@ -76,13 +76,21 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 #define SECTION(f) offsetof(kafka_conf, f)
 #define SUB(f) offsetof(kafka_sub_conf, f)
 
+/* What a reload applies of kafka.properties: the SASL credentials (kafka_sink_bind hands them to
+ * rd_kafka_sasl_set_credentials). */
+static const char *const reloaded_properties[] = {"sasl.username", "sasl.password", NULL};
+
 static const sink_key section_keys[] = {
     {"brokers", SINK_KEY_STRING, SECTION(brokers),
      .flags = SINK_KEY_REQUIRED | SINK_KEY_NONEMPTY | SINK_KEY_RESTART,
      .doc = "The bootstrap brokers, `host:port,host:port`."},
-    {"properties", SINK_KEY_PROPERTIES, SECTION(properties), .flags = SINK_KEY_RESTART,
+    {"properties", SINK_KEY_PROPERTIES, SECTION(properties), reloaded_properties,
+     .flags = SINK_KEY_RESTART | SINK_KEY_SECRET,
      .doc = "librdkafka properties, handed over unchanged: TLS (`security.protocol`, `ssl.*`), SASL, tuning "
-	    "(`compression.type: lz4`). Secret-looking values are masked wherever cdc prints them."},
+	    "(`compression.type: lz4`). A value may be `{file: PATH}` naming a file that holds it "
+	    "(`sasl.password: {file: /run/secrets/kafka}`). Secret-looking values are masked wherever cdc "
+	    "prints them. A reload applies a changed `sasl.username` or `sasl.password` at the next "
+	    "authentication; the others need a restart."},
     {"transactions_topic", SINK_KEY_STRING, SECTION(transactions_topic),
      .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY, TOPIC_NAME,
      .doc = "One record per source transaction that produced Kafka events, with its event count, on this "

@@ -299,6 +299,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	}
 	char max[32];
 	size_t maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "request.timeout.ms", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->request_timeout_ms = strtoull(max, NULL, 10);
+	maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
 	maxlen = sizeof(max);
@@ -360,7 +363,9 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 			rd_kafka_poll(k->rk, 100);
 	}
 	rd_kafka_headers_destroy(h);
-	kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
+	if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k))
+		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 	return false;
 }
 
@@ -611,8 +616,8 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	 * on (the failure was abortable) is kept. */
 	if (k->eo.open)
 		kafka_eo_abort(k);
-	bool keep =
-	    k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) && !k->eo.open;
+	bool keep = k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) &&
+		    !k->eo.open && !k->eo.renew;
 	if (!k->set.exactly_once) /* what can still be delivered is (a consumer may see it twice) */
 		rd_kafka_flush(k->rk, 5000);
 	ring_clear(&k->q);
@@ -656,10 +661,39 @@ static char *dup_or_null(const char *s)
 	return s ? xstrdup(s) : NULL;
 }
 
+static bool same_setting(const kafka_sink_settings *a, const kafka_sink_settings *b, const char *key)
+{
+	const char *x = kafka_producer_setting(a, key), *y = kafka_producer_setting(b, key);
+	return x == y || (x && y && strcmp(x, y) == 0);
+}
+
+/* A reload read sasl.username or sasl.password again (from their files, say): librdkafka takes them
+ * at its next authentication, without a restart. The other properties wait for one. */
+static void renew_credentials(kafka_sink *k, const kafka_sink_settings *next)
+{
+	if (!k->rk ||
+	    (same_setting(&k->set, next, "sasl.username") && same_setting(&k->set, next, "sasl.password")))
+		return;
+	const char *user = kafka_producer_setting(next, "sasl.username");
+	const char *password = kafka_producer_setting(next, "sasl.password");
+	rd_kafka_error_t *e =
+	    rd_kafka_sasl_set_credentials(k->rk, user ? user : "", password ? password : "");
+	if (e) {
+		log_warn("kafka: cannot change the SASL credentials; they take effect at the next restart",
+			 "error=\"%s\"", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	} else {
+		log_info("kafka: SASL credentials changed; the next authentication uses them",
+			 "username_changed=%s",
+			 same_setting(&k->set, next, "sasl.username") ? "false" : "true");
+	}
+}
+
 void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
 		     size_t nsubs)
 {
 	kafka_sink *k = (kafka_sink *)s;
+	renew_credentials(k, settings);
 	free_settings(k);
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,

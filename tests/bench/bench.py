@@ -16,6 +16,8 @@ connection and run; afterwards they are drained by
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
     format: protobuf (the default; also with kafka.exactly_once), json and debezium (these two
     over TCP only),
+  - `cdc run --endpos` with a NATS subscription into Debian's nats-server with JetStream (a stream
+    of its own per run, created by cdc, checked to hold every row, deleted after; over TCP only),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
@@ -83,6 +85,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import psycopg2.errors  # noqa: E402
 from pg import TempPostgres  # noqa: E402
+from nats_fixtures import NatsServer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = os.environ.get("CDC_BIN", os.path.join(ROOT, "build", "cdc"))
@@ -229,10 +232,11 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 fmt=None, dsn=None):
+                 fmt=None, dsn=None, nats=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked and the record format fmt, or socket), connecting with
-    dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt, nats with nats = (server
+    url, stream name), or socket), connecting with dsn (pg.dsn, loopback TCP, unless given). Returns
+    the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -249,12 +253,14 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             f"  socket: {events_sock}\n"
             + (f'kafka:\n  brokers: "{kafka}"\n' if kafka else "")
             + ("  exactly_once: true\n" if exactly_once else "")
+            + (f'nats:\n  servers: "{nats[0]}"\n  stream: {nats[1]}\n  create: true\n' if nats else "")
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
             f"    operations: [{ROW_OPS}]\n"
             f"    sink: {sink}\n"
-            + (f"    format: {fmt}\n" if fmt else ""))
+            + (f"    format: {fmt}\n" if fmt else "")
+            + (f'    subject: "{nats[1]}.{{table}}"\n' if nats else ""))
     return events_sock
 
 
@@ -320,7 +326,7 @@ def plugin_of(consumer):
     return "wal2json" if consumer == "wal2json" else "pgoutput"
 
 
-def drain_backlogs(args, pg, work, kafka):
+def drain_backlogs(args, pg, work, kafka, nats):
     """Creates both backlogs, then drains each with every consumer, --repeat times, taking turns."""
     big_rows = int(1_000_000 * args.scale)
     small_txns = int(100_000 * args.scale)
@@ -339,12 +345,12 @@ def drain_backlogs(args, pg, work, kafka):
          f"end loop; end $$"),
     ]
     consumers = ("server", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
-                 "cdc_kafka_json", "cdc_kafka_debezium", "cdc_socket")
+                 "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats", "cdc_socket")
     if not has_wal2json(pg):
         progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
         consumers = tuple(c for c in consumers if c != "wal2json")
     # Compared on one connection: another plugin, other record formats.
-    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium")
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
     # of every client. The same options as the others, streaming included.
     server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
@@ -400,9 +406,12 @@ def drain_backlogs(args, pg, work, kafka):
                     os.makedirs(state)
                     cfg = os.path.join(work, f"{tag}.yaml")
                     sink = c.split("_")[1]
+                    # NATS: a stream per run (the same changes have the same Nats-Msg-Id in every
+                    # run, which one stream's duplicate window would drop)
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c == "cdc_kafka_eo",
-                                        FORMATS.get(c), dsn=dsn)
+                                        FORMATS.get(c), dsn=dsn,
+                                        nats=(nats.url, tag.upper()) if sink == "nats" else None)
                     cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
                 if c == "cdc_socket":
                     # No --endpos: cdc serves the spool until the consumer has every event.
@@ -412,6 +421,11 @@ def drain_backlogs(args, pg, work, kafka):
                     if rc != 0:
                         sys.exit(f"bench: {c} over {conn} exited {rc}:\n{tail(err)}")
                 runs[(c, conn)].append((secs, rss))
+                if c == "cdc_nats":  # every message is in the stream: its disk goes
+                    held = nats.admin("info", tag.upper())["state"]["messages"]
+                    if held != rows:
+                        sys.exit(f"bench: stream {tag.upper()} holds {held} messages, not {rows}")
+                    nats.admin("delete", tag.upper())
                 # It consumed the whole backlog: nothing is left to decode in its slot up to
                 # endpos (the confirmed position itself may stop short of endpos, at the last commit).
                 left = slot_backlog(pg, slot, endpos, pub, plugin_of(c))
@@ -1166,6 +1180,7 @@ def main():
     progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
              f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
+    nats = NatsServer()
     create_topics(mock, BENCH_TOPICS)
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
@@ -1181,7 +1196,7 @@ def main():
             if "drain" in sections:
                 results["drain"] = [
                     {"name": name, "label": label, "rows": rows, "conn": conn, "consumers": r}
-                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka)]
+                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka, nats)]
             if "latency" in sections:
                 (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
                 lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}
@@ -1209,6 +1224,7 @@ def main():
     finally:
         mock.stdin.close()
         mock.wait(30)
+        nats.close()
 
     if args.keep:
         progress(f"kept {work}")

@@ -13,6 +13,7 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
              ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
              ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
              ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
+             ("cdc_nats", "cdc → NATS JetStream (nats-server)"),
              ("cdc_socket", "cdc → socket → cdc tail"))
 # The Kafka record formats, each beside the default (protobuf) of the same run.
 FORMATS = (("cdc_kafka", "protobuf"), ("cdc_kafka_json", "json"), ("cdc_kafka_debezium", "debezium"))

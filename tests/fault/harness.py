@@ -4,17 +4,19 @@
 
 Starts a throwaway PostgreSQL (logical_decoding_work_mem=64kB, so large transactions are streamed;
 synchronous_commit=on, so a commit that returned survives an immediate stop), the mock Kafka
-cluster (3 brokers) and `cdc run` with four subscriptions on the tables of schema `fault`:
+cluster (3 brokers), Debian's nats-server with JetStream and `cdc run` with five subscriptions on
+the tables of schema `fault`:
 
   k_all    sink kafka, every change (topics cdc.fault.TABLE, 4 partitions each)
   s_all    sink socket, every change, drained by `cdc tail` processes
   s_grp    sink socket, inserts and updates with `where: new.grp < 3`, batch: transaction,
            drained by tests/fault/consumer.py processes (cdc_client, via tests/subscriber_helpers.py)
   out_all  sink stdout, every change (each cdc run's stdout in a file of its own)
+  n_all    sink nats, every change (stream CDC, created by cdc; read back with the nats npm client)
 
 While load.py's workers commit (and abort) transactions for --duration seconds, the harness
 injects one fault after another, every 1-5 s, dealt from a shuffled deck so that each kind comes
-up within the first 19 faults:
+up within the first 22 faults:
 
   cdc_kill9          kill -9 of cdc; the slot's confirmed_flush_lsn is sampled once the walsender
                      let go, the consumers are stopped, Kafka's high watermarks read; cdc restarts
@@ -48,6 +50,8 @@ the failed batch delivered though the mock never stored it: a loss of the test r
 (tests/fault/mock_idempotence_loss.py shows it with a plain producer, and none with one request in
 flight).
   consumer_kill      kill -9 of a socket consumer, mid-batch or not; the next starts 0.2-2 s later
+  nats_kill9         kill -9 of nats-server; started again (same store) after 0.5-3 s
+  nats_stop          nats-server stopped (SIGTERM); started again after 1-4 s
 
 --standby runs a PostgreSQL 17 primary and a hot standby (slot synchronization on, the primary's
 synchronized_standby_slots naming the standby's slot) instead of one server; cdc's source.dsn
@@ -69,6 +73,8 @@ exact one. --keep keeps the work directory (cdc's logs, consumers' output, state
 k_all.jsonl there: every Kafka message the harness read, partition by partition in offset order
 ([topic, partition, offset, table, id, op, ver, note, grp, xid, commit_lsn, tx_index]):
 the mock broker's log goes with it, and an order example names a partition and offset.
+--record FILE writes the run's recording (tests/fault/recording.py): the checks can run on it
+again without the run, as tests/fault/test_checkers.py does with perturbed copies.
 """
 
 import argparse
@@ -87,6 +93,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import exactly_once  # noqa: E402
+import recording  # noqa: E402
 from events import NOT_CHANGES, LineFile, from_json, from_line, from_proto  # noqa: E402
 from conftest import CDC_BIN, CdcProcess, to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import KafkaMock, KafkaReader  # noqa: E402
@@ -94,7 +101,8 @@ from load import SCHEMA, TABLES, Load, create_tables  # noqa: E402
 from pg import PgPair, TempPostgres, lsn_to_int  # noqa: E402
 from schema_check import SchemaCheck  # noqa: E402
 from subscriber_helpers import Subscriber, protos  # noqa: E402
-from verify import SinkData, verify  # noqa: E402
+from verify import SinkData, failed_batches, verify  # noqa: E402
+from nats_fixtures import NatsServer, read_stream  # noqa: E402
 
 PARTITIONS = 4
 SLOT, PUBLICATION = "fault_slot", "fault_pub"
@@ -105,7 +113,7 @@ REQUEST_TIMEOUT_MS = 2000  # cdc's producer request.timeout.ms; kafka_slow answe
 # kind: cards in the deck (how often it comes up)
 FAULTS = {"cdc_kill9": 3, "cdc_term": 1, "pg_stop_fast": 1, "pg_stop_immediate": 1, "walsender_kill": 2,
           "kafka_broker_down": 2, "kafka_all_down": 1, "kafka_produce_error": 2, "kafka_slow": 1,
-          "consumer_kill": 3, "pg_promote": 1}
+          "consumer_kill": 3, "pg_promote": 1, "nats_kill9": 2, "nats_stop": 1}
 NEEDS_STANDBY = {"pg_promote"}
 PG_SETTINGS = dict(logical_decoding_work_mem="64kB", synchronous_commit=True, max_wal_size="2GB",
                    wal_sender_timeout="30s")
@@ -309,7 +317,8 @@ class Harness:
         self.promotions = []   # (seconds waited for a safe moment, standby cut off, to promote, to rebuild)
         self.lost_at_promotion = {}  # token: Txn committed on a primary that died before its standby had it
         self.deck = []
-        self.pg = self.kafka = self.reader = self.cdc = self.sup = self.load = None
+        self.pg = self.kafka = self.reader = self.cdc = self.sup = self.load = self.nats = None
+        self.nats_seq = 0  # the last stream sequence collected
         self.wm_consumer = None
         self.sinks = {}
         self.stdout_files = []
@@ -330,6 +339,7 @@ class Harness:
         for t in self.topics:
             self.kafka.create_topic(t, PARTITIONS)
         self.pb = protos()[0]
+        self.nats = NatsServer()
         # Its connection errors while brokers are down on purpose are expected: counted in the
         # report, not logged (librdkafka would print each "Connection refused" to stderr)
         self.reader = KafkaReader(self.kafka.bootstrap, self.topics, self.pb, group=False, log_level=0)
@@ -350,8 +360,10 @@ class Harness:
                                      "request.timeout.ms": str(REQUEST_TIMEOUT_MS),
                                      # see the module docstring: the mock's idempotence
                                      "max.in.flight.requests.per.connection": "1"}},
+            "nats": {"servers": self.nats.url, "create": True, "ack_timeout": "5s"},
             "subscriptions": [
                 {"name": "k_all", "tables": tables, "sink": "kafka"},
+                {"name": "n_all", "tables": tables, "sink": "nats"},
                 {"name": "s_all", "tables": tables, "sink": "socket", "max_unacked": 10000000},
                 {"name": "s_grp", "tables": tables, "operations": ["insert", "update"],
                  "where": f"new.grp < {GRP_BELOW}", "sink": "socket", "batch": "transaction",
@@ -479,6 +491,11 @@ class Harness:
             log(f"fault {kind}: every broker answers {REQUEST_TIMEOUT_MS + 1000} ms late for {d:.1f}s")
             self.kafka.set_rtt(REQUEST_TIMEOUT_MS + 1000)
             self.restore_later(d, "kafka brokers answer at once", lambda: self.kafka.set_rtt(0))
+        elif kind in ("nats_kill9", "nats_stop"):
+            d = rng.uniform(0.5, 3.0) if kind == "nats_kill9" else rng.uniform(1.0, 4.0)
+            log(f"fault {kind}: nats-server {'killed' if kind == 'nats_kill9' else 'stopped'} for {d:.1f}s")
+            self.nats.kill() if kind == "nats_kill9" else self.nats.stop()
+            self.restore_later(d, "nats-server started", self.nats.start)
         elif kind == "consumer_kill":
             c = rng.choice(self.consumers)
             was = self.sup.kill_one(c)
@@ -547,6 +564,7 @@ class Harness:
             self.sinks[s].cuts[k] = c.lines()
         self.sinks["out_all"].cuts[k] = run
         self.sinks["k_all"].cuts[k] = self.watermarks()
+        self.sinks["n_all"].cuts[k] = self.nats_last_seq()
         self.kills.append((k, confirmed))
         delay = self.rng.uniform(0, 2)
         log(f"fault {kind} #{k}: cdc run {run} stopped; slot confirmed_flush_lsn {lsn_text(confirmed)}; "
@@ -560,6 +578,13 @@ class Harness:
             else:
                 self.sinks[s].snap_recs[k] = recs
         self.sup.resume()
+
+    def nats_last_seq(self):
+        """The stream's last sequence, or None while the server is down."""
+        try:
+            return self.nats.admin("info", "CDC")["state"]["last_seq"]
+        except (AssertionError, KeyError, TypeError):
+            return None
 
     def watermarks(self):
         """{(topic, partition): high watermark}, or None if a broker does not answer."""
@@ -620,6 +645,7 @@ class Harness:
             "s_grp": SinkData(f"socket s_grp (where grp<{GRP_BELOW})", "socket",
                               lambda c: c.op in ("insert", "update") and c.grp < GRP_BELOW),
             "out_all": SinkData("stdout out_all", "stdout", lambda c: True),
+            "n_all": SinkData("nats n_all", "nats", lambda c: True),
         }
         self.setup()
         self.load.start()
@@ -648,6 +674,8 @@ class Harness:
     def wind_down(self):
         log("faults over: every broker up, queued produce errors dropped; stopping the load")
         self.restore_all()
+        if self.nats.proc.poll() is not None:
+            self.nats.start()
         self.kafka.all_up()
         self.kafka.set_rtt(0)
         self.kafka.clear_errors()
@@ -728,6 +756,22 @@ class Harness:
                 out.add(n, from_json(e, (n, line_no)))
         for c in self.consumers:
             c.collect(self.sinks[c.name])
+        self.collect_nats()
+
+    def collect_nats(self):
+        """The stream's messages after the last one collected (none while the server is down)."""
+        if self.nats.proc.poll() is not None:
+            return
+        try:
+            msgs = read_stream(self.nats, "CDC", self.nats_seq + 1)
+        except AssertionError:  # the server went down meanwhile, or the stream is not there yet
+            return
+        n = self.sinks["n_all"]
+        for m in msgs:
+            e = self.pb.Event()
+            e.ParseFromString(m.data)
+            n.add(0, from_proto(e, (0, m.seq)))
+            self.nats_seq = m.seq
 
     def drain(self, end_lsn):
         """Waits until every sink has every committed change it wants and the slot passed end_lsn."""
@@ -796,7 +840,8 @@ class Harness:
     def cleanup(self):
         for what in (lambda: self.sup and self.sup.stop(), lambda: self.cdc and self.cdc.close(),
                      lambda: self.reader and self.reader.close(), lambda: self.wm_consumer and self.wm_consumer.close(),
-                     lambda: self.kafka and self.kafka.close(), lambda: self.pg and self.pg.cleanup()):
+                     lambda: self.kafka and self.kafka.close(), lambda: self.nats and self.nats.close(),
+                     lambda: self.pg and self.pg.cleanup()):
             try:
                 what()
             except Exception as e:
@@ -813,13 +858,18 @@ class Harness:
     def report(self, started):
         self.collect()
         led = self.load.ledger
-        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
-                                 lost=self.lost_at_promotion)
         if self.args.keep:  # what the Kafka reader read, partition by partition, for a post-mortem
             with open(os.path.join(self.workdir, "k_all.jsonl"), "w") as f:
                 for tp, recs in sorted(self.sinks["k_all"].streams.items()):
                     for r in recs:
                         f.write(json.dumps([tp[0], tp[1], r.where[1]] + list(r[:-2]), separators=(",", ":")) + "\n")
+        self.sinks["k_all"].failed_batches = failed_batches(p.stderr() for p in self.cdc.runs)
+        if self.args.record:  # before the checks, which leave out what the mock should have refused
+            recording.save(self.args.record, led.committed, led.aborted, self.lost_at_promotion, self.sinks,
+                           self.kills, {"s_grp": f"grp<{GRP_BELOW}"}, self.kafka_times,
+                           exactly_once.boundaries(p.stderr() for p in self.cdc.runs) if self.args.exactly_once else None)
+        results, errors = verify(led.committed, led.aborted, list(self.sinks.values()), self.kills,
+                                 lost=self.lost_at_promotion)
         errors = self.errors + errors
         a = self.args
         print()
@@ -870,6 +920,9 @@ class Harness:
         for r in results:
             if r.unexpected:
                 print(f"  {r.name}: unexpected by kind {dict(r.unexpected)}")
+            if r.refused:
+                print(f"  {r.name}: {r.refused} events left out that the mock broker appended after a batch that "
+                      f"failed for good (a real broker refuses them: verify.py 'refused')")
             if getattr(r, "spool_duplicated", 0) or getattr(r, "gaps", 0):
                 print(f"  {r.name}: changes spooled at two offsets {r.spool_duplicated}, offsets never read {r.gaps}")
             for what, ex in r.examples.items():
@@ -899,6 +952,8 @@ class Harness:
             "per-key order never goes backwards": all(not r.out_of_order for r in results),
             "slot never passed an undelivered change": all(not r.slot for r in results),
             "socket offsets dense": all(not r.gaps for r in results),
+            "NATS: no copy read (every copy within JetStream's duplicate window dropped)":
+                all(not r.duplicated for r in results if r.name.startswith("nats")),
             "cdc and the harness ran without errors": not errors,
         }
         if eo:
@@ -931,6 +986,9 @@ def parse_args(argv=None):
     p.add_argument("--drain-timeout", type=float, default=180, help="seconds to wait for the sinks at the end")
     p.add_argument("--keep", action="store_true",
                    help="keep the work directory (and write what the Kafka reader read into k_all.jsonl)")
+    p.add_argument("--record", default=None,
+                   help="write the run's recording (ledger, kills, what each sink delivered) to this file, "
+                        "gzipped JSON (tests/fault/recording.py)")
     p.add_argument("--exactly-once", action="store_true",
                    help="kafka.exactly_once: true, and check it (tests/fault/exactly_once.py)")
     p.add_argument("--kafka-debug", default="", help="librdkafka debug contexts for cdc's producer (eos,msg,...)")

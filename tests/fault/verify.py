@@ -37,6 +37,18 @@ The checks, per sink
               (repeats included) is not its final version although that was delivered: a
               compacted topic (or a consumer that keeps the last event of a key) would hold a
               stale row; and, for Kafka, a key whose events are in more than one partition.
+  refused     (Kafka) what the mock broker appended although a real one refuses it. cdc's producer
+              is idempotent with enable.gapless.guarantee: when a batch fails for good, librdkafka
+              raises a fatal error (cdc logs it, naming the partition and the batch's size) and
+              cdc streams again from the slot. A real broker refuses every later batch of that
+              producer in that partition (its sequence numbers have a hole), but librdkafka may
+              already have queued one behind the failed one, and librdkafka 2.0.2's mock checks
+              sequence numbers only for transactional producers: it appends it. Such a run of the
+              partition then has a hole of exactly the failed batch's size, the next run (the
+              replay from the slot's confirmed position) delivers the hole and everything after
+              it again, and the events after the hole are left out of every check, as a real
+              broker would have refused them. Nothing else is: a hole without a logged failure of
+              its size, or followers the replay does not deliver again, are checked as they are.
   slot        at each kill -9 of cdc the harness samples the slot's confirmed_flush_lsn C once
               the walsender has let go. The server never sends again a transaction whose commit
               LSN is below C, so each such change the sink wants must already have been
@@ -50,6 +62,7 @@ The checks, per sink
 """
 
 import collections
+import re
 
 from load import MARK_ABORT, MARK_OK, MARK_RB
 
@@ -120,16 +133,21 @@ class LedgerIndex:
 class SinkData:
     """What one sink delivered, filled in by the harness.
 
-    kind      'kafka', 'socket' or 'stdout'
+    kind      'kafka', 'socket', 'stdout' or 'nats'
     wants     Change -> bool: whether the sink's subscription takes the change
     streams   {stream id: [Rec]}: Kafka (topic, partition) with Rec.where = (stream id, offset);
-              socket consumer run n / stdout cdc run n with Rec.where = (n, line number)
+              socket consumer run n / stdout cdc run n with Rec.where = (n, line number); NATS the
+              one stream 0 with Rec.where = (0, stream sequence)
     cuts      {kill index: cut}: Kafka {(topic, partition): high watermark} (None: unknown), socket
-              (consumer run, lines written) at the kill, stdout the number of the run killed
+              (consumer run, lines written) at the kill, stdout the number of the run killed, NATS
+              the stream's last sequence (None: unknown)
     snap_recs {kill index: [Rec] read from the spool after the restart} (socket; a kill without
               an entry: the read failed, and what was delivered by the end counts)
     other_offsets  the offsets of the schema and DDL events read (socket): no changes, but they
               take offsets
+    failed_batches [((topic, partition), messages)] of the batches cdc's producer logged as failed
+              for good (Kafka; failed_batches() reads them from cdc's logs)
+    refused   {(topic, partition): offsets} the mock appended after such a batch (set by analyse)
     """
 
     def __init__(self, name, kind, wants):
@@ -138,6 +156,8 @@ class SinkData:
         self.cuts = {}
         self.snap_recs = {}
         self.other_offsets = set()
+        self.failed_batches = []
+        self.refused = {}
 
     def add(self, sid, r):
         """One event read in stream sid: a change into the stream, a schema or DDL event's offset
@@ -163,6 +183,8 @@ class SinkData:
             return where is not None and where[1] < cut.get(where[0], 0)
         if self.kind == "stdout":
             return where is not None and where[0] <= cut
+        if self.kind == "nats":
+            return where is not None and (cut is None or where[1] <= cut)
         if where is not None and cut is not None and where <= cut:
             return True
         if k not in snaps:  # the spool read failed: what was delivered by the end
@@ -175,7 +197,7 @@ class Result:
         self.name = name
         self.expected = self.delivered = self.unique = self.lost = self.duplicated = 0
         self.out_of_order = self.slot = self.slot_checked = 0
-        self.gaps = self.spool_duplicated = 0
+        self.gaps = self.spool_duplicated = self.refused = 0
         self.unexpected = collections.Counter()
         self.examples = collections.defaultdict(list)
 
@@ -203,6 +225,8 @@ def commit_lsns(sinks, index):
 def analyse(sink, index, kills, cl_by_xid):
     """One sink against the ledger: a Result. kills: [(kill index, confirmed_flush_lsn)]."""
     res = Result(sink.name)
+    if sink.kind == "kafka":
+        _leave_out_refused(sink, res)
     expected = {i for i, (_, c) in index.by_ident.items() if sink.wants(c)}
     res.expected = len(expected)
     first_ok = {}     # ident -> where of its first delivery (committed changes only)
@@ -323,11 +347,66 @@ def _check_partition_offsets(sink, res):
     """Each Kafka partition was read without a hole: a broker numbers every message, so an offset
     the reader never saw means the reader skipped it (not that the broker lost it)."""
     for tp, recs in sorted(sink.streams.items()):
-        seen = {r.where[1] for r in recs}
+        seen = {r.where[1] for r in recs} | sink.refused.get(tp, set())
         missing = [o for o in range(0, max(seen) + 1) if o not in seen] if seen else []
         if missing:
             res.gaps += len(missing)
             res.note("gaps", f"partition {tp}: offsets never read: {missing[:20]}")
+
+
+FAILED_BATCH = re.compile(r"Gap-less ordering would not be guaranteed if proceeding: ProduceRequest for (\S+) "
+                          r"\[(\d+)\] with (\d+) message\(s\) failed")
+
+
+def failed_batches(logs):
+    """[((topic, partition), messages)] of each batch librdkafka failed for good with its
+    gap-less guarantee (a fatal error, in the logs of cdc's runs)."""
+    return [((m[1], int(m[2])), int(m[3])) for text in logs for m in FAILED_BATCH.finditer(text)]
+
+
+def refused_after_failed_batches(keys, counts):
+    """The indexes into keys (one Kafka partition's (commit_lsn, tx_index), in offset order) of what
+    a real broker refuses after batches of counts messages failed for good (see 'refused' in the
+    module docstring). The partition splits into runs where keys go back (one producer session
+    each, streaming forward). A batch of n failed in run i when run i misses exactly n keys that run
+    i + 1 (the replay) holds consecutively inside run i's range, and run i + 1 holds again every key
+    of run i after them: those are refused. Each count matches one run at most."""
+    starts = [0] + [i for i in range(1, len(keys)) if keys[i] < keys[i - 1]] + [len(keys)]
+    runs = [range(a, b) for a, b in zip(starts, starts[1:])]
+    out, used = set(), set()
+    for n in counts:
+        for i in range(len(runs) - 1):
+            cur, nxt = [keys[j] for j in runs[i]], [keys[j] for j in runs[i + 1]]
+            have = set(cur)
+            hole = [j for j, k in enumerate(nxt) if cur[0] <= k <= cur[-1] and k not in have]
+            if i in used or not hole or len({nxt[j] for j in hole}) != n:
+                continue
+            if hole != list(range(hole[0], hole[-1] + 1)):  # not one batch
+                continue
+            after = [j for j in runs[i] if keys[j] > nxt[hole[-1]]]
+            if after and {keys[j] for j in after} <= set(nxt):
+                used.add(i)
+                out.update(after)
+                break
+    return out
+
+
+def _leave_out_refused(sink, res):
+    """Leaves out of sink.streams what the mock appended after a batch that failed for good (see
+    'refused' in the module docstring), into sink.refused."""
+    counts = collections.defaultdict(list)
+    for tp, n in sink.failed_batches:
+        counts[tp].append(n)
+    for tp, ns in counts.items():
+        recs = sink.streams.get(tp, [])
+        gone = refused_after_failed_batches([(r.cl, r.ti) for r in recs], ns)
+        if not gone:
+            continue
+        sink.refused[tp] = {recs[j].where[1] for j in gone}
+        sink.streams[tp] = [r for j, r in enumerate(recs) if j not in gone]
+        res.refused += len(gone)
+        res.note("refused", f"{tp}: {len(gone)} events the mock appended after a batch that failed for good "
+                            f"(offsets {min(sink.refused[tp])}..{max(sink.refused[tp])}), sent again by the replay")
 
 
 def _check_slot(sink, index, kills, cl_by_xid, expected, first_ok, res):

@@ -8,6 +8,7 @@ API (POST, DELETE, GET /backfills, `cdc backfill --wait`), its figures when cdc 
 the `where`, and the requests refused when they are made (a keyless table, a table not the
 subscription's, a `where` never true for a column's type). The 100k-row variant is CDC_BACKFILL_ROWS=100000."""
 
+import gzip
 import json
 import os
 import random
@@ -100,16 +101,22 @@ class SocketConsumer:
         self._thread.join(10)
 
 
-def stdout_model(processes, subscription):
-    """Every run's stdout in order, events of subscription applied: (model, reads)."""
+def replay(events):
+    """The consumer's model after events (JSON events, in delivery order) applied: (model, reads)."""
     model, reads = {}, 0
-    for p in processes:
-        for e in p.events():
-            if e["subscription"] != subscription:
-                continue
-            reads += e["op"] == "read"
-            apply(model, e["op"], e["key"], e["new"])
+    for e in events:
+        reads += e["op"] == "read"
+        apply(model, e["op"], e["key"], e["new"])
     return model, reads
+
+
+def stdout_events(processes, subscription):
+    """Every run's stdout in order: the events of subscription."""
+    return [e for p in processes for e in p.events() if e["subscription"] == subscription]
+
+
+def stdout_model(processes, subscription):
+    return replay(stdout_events(processes, subscription))
 
 
 class KafkaModel:
@@ -280,6 +287,10 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
         wait_for(lambda: c.slot_row()[1] and
                  [int(x, 16) for x in c.slot_row()[1].split("/")] >= [int(x, 16) for x in end.split("/")],
                  timeout=60, what=f"cdc to confirm {end}\n{p.describe()}")
+        if os.environ.get("CDC_BACKFILL_RECORD"):  # tests/fault/test_checkers.py's recording
+            with gzip.open(os.environ["CDC_BACKFILL_RECORD"], "wt") as f:
+                json.dump({"events": [{k: e[k] for k in ("op", "key", "new")} for e in stdout_events(c.processes, "so")],
+                           "table": list(want.values())}, f, separators=(",", ":"))
         model, reads = stdout_model(c.processes, "so")
         assert model == want, "stdout: " + diff(model, want)
         converge(lambda: len(consumer.log), lambda: consumer.model, want,

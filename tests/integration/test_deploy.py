@@ -25,9 +25,10 @@
   and it takes over within seconds when the active one's pod is deleted.
 
 What running "exactly as rendered" cannot keep, and how it is remapped (nothing else is):
-- each volume becomes a local directory: a ConfigMap's keys are written into one, an emptyDir or
-  a PersistentVolumeClaim is an empty temporary directory; every path under a container's
-  mountPath, in args and in cdc.yaml, is rewritten to the same place under that directory;
+- each volume becomes a local directory: a ConfigMap's keys (a Secret's, with its items' paths and
+  defaultMode) are written into one, an emptyDir or a PersistentVolumeClaim is an empty temporary
+  directory; every path under a container's mountPath, in args and in cdc.yaml (the password's
+  {file: PATH} included), is rewritten to the same place under that directory;
 - the image's /usr/local/bin/cdc (its ENTRYPOINT, from deploy/Dockerfile) is $CDC_BIN;
 - status.listen 0.0.0.0:PORT becomes 127.0.0.1:FREE_PORT (the kubelet connects to the pod's IP;
   here that is the loopback, and the port must not collide with other tests), and the probes and
@@ -72,7 +73,8 @@ SECRETS = {
     "db-passwords": {"postgres-password": "pg-" + secrets.token_hex(8), "cdc-password": CDC_PASSWORD,
                      "replicator-password": "repl-" + secrets.token_hex(8)},
     # cdc-source (managed): PGHOST and PGPORT are filled in with the test server's.
-    "cdc-source": {"PGDATABASE": "app", "PGUSER": "cdc", "PGPASSWORD": CDC_PASSWORD},
+    "cdc-source": {"PGDATABASE": "app", "PGUSER": "cdc"},
+    "cdc-password": {"password": CDC_PASSWORD},  # managed: mounted as a file
 }
 
 
@@ -259,6 +261,37 @@ def volume_of(pod, claim_templates, c, mount_path):
     raise AssertionError(f"volume {name} of {c['name']} is not defined")
 
 
+def password_secret(pod, c, cfg):
+    """(Secret name, key) that cdc's source.password file comes from: a secret volume that only c
+    mounts, whatever the other containers are."""
+    path = cfg["source"]["password"]["file"]
+    mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    assert mount.get("readOnly") is True, mount
+    kind, v = volume_of(pod, [], c, mount["mountPath"])
+    assert kind == "secret", f"{path} is not on a Secret volume"
+    name = os.path.relpath(path, mount["mountPath"])
+    items = v["secret"].get("items")
+    key = next(i["key"] for i in items if i["path"] == name) if items else name
+    assert v["secret"]["defaultMode"] & 0o007 == 0, "the password file is readable by others"
+    others = [o for o in pod["containers"] + pod.get("initContainers", []) if o is not c]
+    assert not any(m["name"] == mount["name"] for o in others for m in o.get("volumeMounts", [])), \
+        "another container mounts cdc's password"
+    return v["secret"]["secretName"], key
+
+
+def check_config(cfg, tmp_path):
+    """cdc check-config accepts cfg, its password file (a Secret's, in the pod) made here."""
+    cfg = json.loads(json.dumps(cfg))
+    pw = tmp_path / "password"
+    pw.write_text(CDC_PASSWORD)
+    cfg["source"]["password"]["file"] = str(pw)
+    path = tmp_path / "cdc.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([CDC_BIN, "check-config", "-c", str(path)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert f"password: {{file: {pw}}}" in p.stdout and CDC_PASSWORD not in p.stdout
+
+
 def config_of(objs, pod, c):
     """The cdc.yaml a cdc container reads (through its -c argument and the ConfigMap mounted there)."""
     path = c["args"][c["args"].index("-c") + 1]
@@ -328,8 +361,13 @@ def test_pod_specs(rendered, which):
         assert app["args"][:3] == ["tail", "-s", cfg["subscribers"]["socket"]]
         assert app["args"][3] in [s["name"] for s in cfg["subscriptions"]]
 
-    # No password in a ConfigMap: the connection string has none, the SQL takes it from the environment.
+    # No password in a ConfigMap: the connection string has none, the SQL takes it from the environment,
+    # cdc from a file of a Secret (source.password: {file: PATH}); no PASSWORD in cdc's environment.
     assert "password" not in re.sub(r"\s", "", cfg["source"]["dsn"]).lower()
+    assert not any("PASSWORD" in e["name"] for e in cdc.get("env", [])), cdc.get("env")
+    secret = password_secret(pod, cdc, cfg)
+    assert secret == (("cdc-password", "password") if which in ("managed", "managed-ha")
+                      else ("db-passwords", "cdc-password")), secret
     for cm in (o for o in objs if o["kind"] == "ConfigMap"):
         for text in cm["data"].values():
             assert not re.search(r"\bPASSWORD\s*'", text, re.I), cm["metadata"]["name"]
@@ -341,15 +379,14 @@ def test_pod_specs(rendered, which):
         pg = next(c for c in pod["containers"] if c["name"] == "postgres")
         assert pg["image"] == "postgres:15"
         assert "wal_level=logical" in pg["args"]
-        assert cdc["env"] == [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {
-            "name": "db-passwords", "key": "cdc-password"}}}]
+        assert "env" not in cdc and "envFrom" not in cdc
         # The init script's CDC_PASSWORD is the Secret key cdc logs in with.
-        assert {"name": "CDC_PASSWORD", "valueFrom": cdc["env"][0]["valueFrom"]} in pg["env"]
+        assert {"name": "CDC_PASSWORD", "valueFrom": {"secretKeyRef": {"name": secret[0], "key": secret[1]}}} \
+            in pg["env"]
         kind, v = volume_of(pod, claims, pg, "/docker-entrypoint-initdb.d")
         assert kind == "configMap" and v["configMap"]["name"] == "db-init"
     elif which == "failover":
-        assert cdc["env"] == [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {
-            "name": "db-passwords", "key": "cdc-password"}}}] and "envFrom" not in cdc
+        assert "env" not in cdc and "envFrom" not in cdc
     else:
         assert cdc["envFrom"] == [{"secretRef": {"name": "cdc-source"}}]
     if which in ("managed", "failover"):
@@ -398,11 +435,7 @@ def test_managed_ha_spec(rendered, tmp_path):
     managed_cfg = config_of(managed, workload(managed, "managed")["spec"]["template"]["spec"],
                             cdc_container(workload(managed, "managed")))
     assert cfg["source"] == managed_cfg["source"]
-    path = tmp_path / "cdc.yaml"
-    path.write_text(configmap(objs, next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v))
-                    ["data"]["cdc.yaml"])
-    p = subprocess.run([CDC_BIN, "check-config", "-c", str(path)], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
+    check_config(cfg, tmp_path)
 
 
 # --- the image's libraries ----------------------------------------------------------------------------
@@ -502,6 +535,13 @@ class Pod:
             for key, text in configmap(self.objs, v["configMap"]["name"])["data"].items():
                 with open(os.path.join(d, key), "w") as f:
                     f.write(text)
+        elif v and "secret" in v:
+            data = SECRETS[v["secret"]["secretName"]]
+            for item in v["secret"].get("items") or [{"key": k, "path": k} for k in data]:
+                path = os.path.join(d, item["path"])
+                with open(path, "w") as f:
+                    f.write(data[item["key"]])
+                os.chmod(path, v["secret"].get("defaultMode", 0o644))
         elif v:
             assert "emptyDir" in v or "persistentVolumeClaim" in v, f"volume {name}: unexpected kind"
         self.dirs[name] = d
@@ -550,6 +590,9 @@ class Pod:
         for key in ("state_dir",):
             cfg[key] = self.remap(cfg[key], mounts)
             assert cfg[key].startswith(self.tmp), f"{key} {cfg[key]} is not on a volume"
+        password = cfg["source"]["password"]
+        password["file"] = self.remap(password["file"], mounts)
+        assert password["file"].startswith(self.tmp), f"the password {password['file']} is not on a volume"
         for section in ("status", "subscribers") if "subscribers" in cfg else ("status",):
             cfg[section]["socket"] = self.remap(cfg[section]["socket"], mounts)
             assert cfg[section]["socket"].startswith(self.short), f"{section}.socket is not on an emptyDir"
@@ -865,10 +908,7 @@ def test_failover_spec(rendered, tmp_path):
     dsn = dict(kv.split("=", 1) for kv in cfg["source"]["dsn"].split())
     assert dsn["host"] == "pg-0.pg,pg-1.pg" and dsn["port"] == "5432,5432"
     assert dsn["target_session_attrs"] == "read-write"
-    path = tmp_path / "cdc.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    p = subprocess.run([CDC_BIN, "check-config", "-c", str(path)], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
+    check_config(cfg, tmp_path)
 
 
 def test_failover_runs_as_rendered(rendered, pod_factory):

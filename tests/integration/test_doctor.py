@@ -159,7 +159,7 @@ def test_a_healthy_setup_passes_every_check_and_changes_nothing(server, space):
         assert c in checks, text
     assert ("pass", "publication",
             f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{space["pub"]}" '
-            f'FOR TABLES IN SCHEMA "{space["schema"]}"', None, None, None) in found
+            f'FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true)', None, None, None) in found
     assert ("pass", "slot", f"{space['slot']} does not exist; cdc will create it (plugin pgoutput)",
             None, None, None) in found
     # read only: neither the slot nor the publication it would create exists, nor state_dir
@@ -192,20 +192,21 @@ def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
             f"does not exist, and cdc would stop: cdc's role may not create publication {p}: FOR TABLES IN "
             f"SCHEMA and FOR ALL TABLES need a superuser, and FOR TABLE the tables' ownership, but the role "
             f'owns none of the 1 tables source.publish matches ("{s}"."orders"). Ways out: have a superuser '
-            f'run CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}"; or make cdc\'s role their owner (ALTER '
+            f'run CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH (publish_via_partition_root = true); or '
+            f'make cdc\'s role their owner (ALTER '
             f"TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
             f"create it beforehand, as a superuser; or make role {role} the tables' owner",
-            f'CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}";', None)], text
+            f'CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH (publish_via_partition_root = true);', None)], text
         assert line(found, "role") == [("pass", "role", f"role {role}: LOGIN REPLICATION", None, None, None)]
         assert rc == 2
         # owning orders, without CREATE on the database: doctor and cdc run name the same GRANT
         server.sql(f"alter table {s}.orders owner to {role}")
         rc, found, text = doctor(path)
         words = ("as a superuser or the database's owner; or create the publication beforehand as its tables' "
-                 f'owner: CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders"')
+                 f'owner: CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders" WITH (publish_via_partition_root = true)')
         grant = f'GRANT CREATE ON DATABASE "postgres" TO "{role}";'
         assert line(found, "publication") == [(
-            "fail", "publication", f'cdc would run CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders", and role '
+            "fail", "publication", f'cdc would run CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders" WITH (publish_via_partition_root = true), and role '
             f"{role} lacks CREATE on the database", words, grant, None)], text
         said = cdc_run_says(path)
         assert "creating the publication failed: ERROR:  permission denied for database postgres" in said, said
@@ -222,7 +223,7 @@ def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
              "have the table's owner or a superuser add it, or make it role's own", None, None),
             ("pass", "publication",
              f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{p}" FOR TABLE '
-             f'"{s}"."orders"', None, None, None)], text
+             f'"{s}"."orders" WITH (publish_via_partition_root = true)', None, None, None)], text
     finally:
         server.sql(f"alter table {s}.orders owner to postgres")
         server.sql(f"drop table if exists {s}.extra")
@@ -319,12 +320,12 @@ def test_a_missing_publication_without_create(server, space):
     assert line(found, "publication") == [(
         "fail", "publication", f"{space['pub']} does not exist",
         "as the tables' owner or a superuser, or set source.create: true",
-        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLES IN SCHEMA "{space["schema"]}";', None)], text
+        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true);', None)], text
     assert rc == 2
     run_sql(server, line(found, "publication")[0][4])  # the fix, as printed (it read FOR TABLE ...)
     rc, found, text = doctor(path)
-    assert line(found, "publication") == [("pass", "publication", f"{space['pub']} exists (1 tables)", None, None,
-                                           None)] and rc == 0, text
+    assert line(found, "publication") == [("pass", "publication", f"{space['pub']} exists (1 tables; "
+                                           "publish_via_partition_root on)", None, None, None)] and rc == 0, text
 
 
 def test_a_subscription_table_not_in_the_publication(server, space):

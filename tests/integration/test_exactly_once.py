@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import wait_for  # noqa: E402
-from kafka_fixtures import lsn_text  # noqa: E402
+from kafka_fixtures import lsn_text, row_plain  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
 from test_kafka import (RESTART_LOG, check_counters, drain, event_id, kill9_run,  # noqa: E402
                         slot_confirmed, start_load_run)
@@ -287,3 +287,114 @@ def test_a_broken_stream_with_a_kafka_transaction_open_sends_nothing_twice(pg, s
              what=f"the five source transactions sent again to be skipped\n{p.describe()}")
     assert p.terminate() == 0, p.describe()
 
+
+
+def test_an_abortable_error_while_messages_are_in_flight_aborts_instead_of_waiting(pg, schema, cdc, kafka,
+                                                                                   kafka_reader):
+    """One source transaction writes two tables whose topics have different leaders, neither the
+    transaction coordinator. Table a's leader refuses a request (NOT_ENOUGH_REPLICAS, retried) and
+    the one behind it (OUT_OF_ORDER_SEQUENCE_NUMBER): librdkafka then needs an epoch bump, so the
+    Kafka transaction fails (abortable) and librdkafka sends nothing more. Table b's leader answers
+    late, with a retriable error, after that: its messages go back to librdkafka's queue, where no
+    delivery report comes for them until an abort. cdc must learn of the failure while they are in
+    flight, abort and stream again; it used to wait for their reports for good (seen once in CI:
+    39 messages in flight)."""
+    from test_kafka import kafka_section, ksub
+    leaders = {}
+    for t in ("a", "b", "c", "d"):  # the mock spreads leaders: two of four topics differ
+        pg.sql(f"create table {schema}.{t} (id int primary key)")
+        kafka.create_topic(f"cdc.{schema}.{t}", 1)
+        (leaders[t],) = kafka.leaders([f"cdc.{schema}.{t}"])
+    other = next(t for t in "bcd" if leaders[t] != leaders["a"])
+    topics = [f"cdc.{schema}.a", f"cdc.{schema}.{other}"]
+    reader = kafka_reader(topics, group=False)
+    section = kafka_section(kafka, **EO)
+    # Requests of one message each, up to five in flight: the refused one has one behind it.
+    section["properties"].update({"max.in.flight.requests.per.connection": "5", "batch.num.messages": "1"})
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.a", f"{schema}.{other}"])], kafka=section)
+    (coordinator,) = {1, 2, 3} - {leaders["a"], leaders[other]}
+    kafka.set_coordinator(coordinator, f"cdc-{c.slot}")
+    p = c.start()
+    pg.sql(f"begin; insert into {schema}.a values (0); insert into {schema}.{other} values (0); commit")
+    reader.wait(2, describe=p.describe)  # the producer's connections to both leaders are up
+    kafka.set_rtt(300, leaders["a"])
+    kafka.set_rtt(1500, leaders[other])
+    kafka.push_broker_errors(leaders["a"], "NOT_ENOUGH_REPLICAS", 1)
+    kafka.push_broker_errors(leaders["a"], "OUT_OF_ORDER_SEQUENCE_NUMBER", 1)
+    kafka.push_broker_errors(leaders[other], "NOT_ENOUGH_REPLICAS", 1)
+    pg.sql(f"begin; insert into {schema}.{other} select g from generate_series(1, 20) g; "
+           f"insert into {schema}.a select g from generate_series(1, 20) g; commit")
+    try:
+        wait_for(lambda: all(kafka.pending_errors(b) == 0 for b in set(leaders.values())), 30,
+                 what="the injected errors to be served")
+        time.sleep(2)  # the late answers come
+    finally:
+        kafka.set_rtt(0)
+    pg.sql(f"insert into {schema}.a values (21)")
+
+    def ids():
+        return {(m.topic, row_plain(m.event.new_row)["id"]): m.event.commit_lsn for m in reader.snapshot()}
+    reader.wait_until(lambda ms: (topics[0], 21) in ids(), what="the last insert", describe=p.describe)
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["position"] == lsn_text(ids()[(topics[0], 21)]), 30,
+             what=f"the last insert committed to Kafka\n{p.describe()}")
+    assert set(ids()) >= {(topics[0], i) for i in range(22)} | {(topics[1], i) for i in range(21)}
+    assert "the Kafka transaction failed while its messages were in flight" in p.stderr(), p.describe()
+    st = json.loads(get(c, "/status")[1])["kafka"]
+    assert st["transactions_aborted"] >= 1 and st["in_flight"] == 0, st
+    assert p.terminate() == 0, p.describe()
+
+
+def test_a_commit_the_broker_says_timed_out_ends_the_producer(pg, schema, cdc, kafka, kafka_reader):
+    """EndTxn answered REQUEST_TIMED_OUT: librdkafka calls the transaction abortable, but the
+    coordinator may still complete that commit later, and librdkafka 2.0.2 keeps the producer's
+    epoch for the next transaction (no KIP-890), so a late end could land in it. Jepsen's advice:
+    treat it as fatal. cdc makes a new producer, which fences the old epoch, and reads the position
+    back before sending anything; nothing is lost and copies come only after that position."""
+    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=EO)
+    committed_some(c)
+    kafka.push_errors("REQUEST_TIMED_OUT", 1, api_key=API_END_TXN)
+    wait_for(lambda: len(read_back(p)) == 2 or not p.running(), 30,
+             what=f"a new producer to read the position back\n{p.describe()}")
+    assert "the Kafka commit timed out" in p.stderr() and p.running(), p.describe()
+    load.wait_more(100)
+    msgs = drain(load, p, reader, schema)
+    check_counters(msgs, load, strict=False)
+    copies_only_after(msgs, read_back(p)[1])
+    st = json.loads(get(c, "/status")[1])["kafka"]
+    assert st["transactions_aborted"] == 0, st  # made again, not aborted with the old epoch
+    assert p.terminate() == 0, p.describe()
+
+
+def test_a_commit_slower_than_a_request_ends_the_producer(pg, schema, cdc, kafka, kafka_reader):
+    """The coordinator answers one EndTxn 1.5 s late, past request.timeout.ms (1 s): librdkafka sends
+    it again by itself and the commit succeeds, but the first copy may still be on its way, and
+    with the epoch kept it could end the next transaction. So a commit that took longer than
+    request.timeout.ms ends its producer: a new one fences it and reads the position back."""
+    from test_kafka import kafka_section, ksub
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic], group=False)
+    section = kafka_section(kafka, **EO)
+    section["properties"]["request.timeout.ms"] = "1000"
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=section)
+    kafka.set_coordinator(1, f"cdc-{c.slot}")
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1)")
+    reader.wait(1, describe=p.describe)
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["transactions_committed"] == 1, 10,
+             what="the first commit")
+    kafka.push_broker_errors(1, "NO_ERROR", 1, api_key=API_END_TXN, late_ms=1500)
+    pg.sql(f"insert into {schema}.t values (2)")
+    wait_for(lambda: len(read_back(p)) == 2 or not p.running(), 30,
+             what=f"a new producer to read the position back\n{p.describe()}")
+    # Past request.timeout.ms, whether the resumed commit succeeded by then or not.
+    assert re.search(r"the Kafka commit (timed out|took longer than request.timeout.ms)", p.stderr()), p.describe()
+    pg.sql(f"insert into {schema}.t values (3)")
+    msgs = reader.wait_until(lambda ms: {row_plain(m.event.new_row)["id"] for m in ms} >= {1, 2, 3} and ms,
+                             what="rows 1 to 3", describe=p.describe)
+    last = max(m.event.commit_lsn for m in msgs)
+    wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["position"] == lsn_text(last), 30,
+             what=f"row 3 committed\n{p.describe()}")
+    assert copies(reader.snapshot()) == {}  # the late commit held row 2: the new producer skips it
+    assert p.terminate() == 0, p.describe()

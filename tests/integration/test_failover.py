@@ -434,7 +434,8 @@ def test_pg16_decodes_on_a_hot_standby_heartbeat_and_all_then_follows_its_promot
     p = c.run()
     assert p.wait_exit(60) == 1, p.describe()
     assert ("is a standby: create it on the primary (CREATE PUBLICATION "
-            f"\"{c.publication}\" FOR TABLE \"public\".\"t\")") in p.stderr(), p.describe()
+            f"\"{c.publication}\" FOR TABLE \"public\".\"t\" WITH (publish_via_partition_root = true))") in \
+        p.stderr(), p.describe()
     primary.sql(f'create publication "{c.publication}" for table {TABLE}')
     wait_for(lambda: standby.sql("select count(*) from pg_publication where pubname = %s",
                                  (c.publication,))[0][0] == 1, 30, what="the publication on the standby")

@@ -6,10 +6,8 @@ every statement and replication command in the server log):
   backslashes, unicode and upper case are created, streamed and reported byte for byte, and the
   server runs exactly the statements cdc means (the victim tables survive); slot names that
   PostgreSQL would refuse are refused by `cdc check-config`;
-- TLS: libpq's options in source.dsn reach libpq as they are (verify-full streams over TLS, a wrong
-  CA fails with libpq's certificate error and a hint); librdkafka's TLS properties reach librdkafka
-  (its own errors for a missing CA file, handshake errors against a plaintext broker, never a
-  silent fallback);
+- TLS: librdkafka's TLS properties reach librdkafka (its own errors for a missing CA file, handshake
+  errors against a plaintext broker, never a silent fallback); PostgreSQL's TLS is test_tls.py's;
 - secrets: passwords in source.dsn (key=value and URI) and Kafka secrets appear in no log line,
   command output or status answer, through authentication failures, bad hosts, bad connection
   strings, config errors and a refused reload;
@@ -38,8 +36,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import CDC_BIN, CdcFactory, drop_slot, to_yaml, wait_for  # noqa: E402
-from pg import TempPostgres  # noqa: E402
+from conftest import CDC_BIN, CdcFactory, cdc_factory, drop_slot, to_yaml, wait_for  # noqa: E402
+from pg import TempPostgres, server_tls_files  # noqa: E402
 from test_status import http as status_http  # noqa: E402
 
 ROLE, ROLE_PASSWORD = "cdc_pw", "Pw-kv-S3cr3t-7d1e"
@@ -102,12 +100,7 @@ def certs():
     d = tempfile.mkdtemp(prefix="cdc-certs-", dir="/tmp")
     try:
         c = Certs(d)
-        os.chmod(d, 0o755)
-        if os.geteuid() == 0:  # the server runs as postgres and insists on owning its key
-            pw = pwd.getpwnam("postgres")
-            for f in (c.server_cert, c.server_key):
-                os.chown(f, pw.pw_uid, pw.pw_gid)
-        os.chmod(c.server_key, 0o600)
+        server_tls_files(d, c.server_cert, c.server_key)
         yield c
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -119,18 +112,7 @@ def spg(certs):
     TCP (everyone else is trusted, as in tests/pg.py)."""
     with TempPostgres(ssl=True, ssl_cert_file=certs.server_cert, ssl_key_file=certs.server_key,
                       log_statement="all", log_replication_commands=True) as server:
-        server.sql(psycopg2.sql.SQL("create role {} login replication superuser password {}").format(
-            psycopg2.sql.Identifier(ROLE), psycopg2.sql.Literal(ROLE_PASSWORD)))
-        hba = os.path.join(server.datadir, "pg_hba.conf")
-        with open(hba) as f:
-            trusted = f.read()
-        with open(hba, "w") as f:
-            f.write("# test_security.py: a password for ROLE over TCP\n"
-                    f"host all {ROLE} 127.0.0.1/32 scram-sha-256\n"
-                    f"host replication {ROLE} 127.0.0.1/32 scram-sha-256\n"
-                    f"host all {ROLE} ::1/128 scram-sha-256\n"
-                    f"host replication {ROLE} ::1/128 scram-sha-256\n" + trusted)
-        server.sql("select pg_reload_conf()")
+        server.password_role(ROLE, ROLE_PASSWORD)
         yield server
 
 
@@ -149,11 +131,8 @@ class Factory(CdcFactory):
 
 @pytest.fixture
 def scdc(spg, tmp_path, request):
-    if not (os.path.isfile(CDC_BIN) and os.access(CDC_BIN, os.X_OK)):
-        pytest.fail(f"{CDC_BIN} not built (run make)")
-    f = Factory(spg, tmp_path, "public", request.node.name)
-    yield f
-    f.cleanup()
+    with cdc_factory(spg, tmp_path, request, cls=Factory) as f:
+        yield f
 
 
 def log_since(server, offset):
@@ -239,7 +218,7 @@ def test_hostile_publication_and_table_names(spg, scdc, weird_tables, publicatio
     # PostgreSQL 14 lists the tables after one TABLE; 15 repeats it per table
     items = [f"{sql_quote(WEIRD_SCHEMA, chr(34))}.{sql_quote(t, chr(34))}" for t in WEIRD_TABLES]
     tables = "TABLE " + (", TABLE " if spg.version >= 15 else ", ").join(items)
-    assert f"statement: CREATE PUBLICATION {pub_ident} FOR {tables}\n" in log
+    assert f"statement: CREATE PUBLICATION {pub_ident} FOR {tables} WITH (publish_via_partition_root = true)\n" in log
     assert f"publication_names {sql_quote(pub_ident, chr(39))}, " in log
     assert "ERROR" not in log and "DROP" not in log.replace("DROP TABLE students", "").replace("DROP TABLE t;", "")
 
@@ -330,64 +309,7 @@ def test_check_config_publication_limits(tmp_path, publication, ok):
         assert out.stderr.endswith("(expected 1 to 63 bytes without control characters)\n")
 
 
-# --- TLS ----------------------------------------------------------------------------------------
-
-def tls_dsn(spg, rootcert, mode="verify-full", host="localhost"):
-    return f"host={host} port={spg.port} dbname=postgres user=postgres sslmode={mode} sslrootcert={rootcert}"
-
-
-def test_libpq_tls_options_pass_through(spg, scdc, certs):
-    spg.sql("create table if not exists public.tls_t (id int primary key)")
-    c = scdc(source={"dsn": tls_dsn(spg, certs.ca)}, publish=["public.tls_t"],
-             subscriptions=[{"name": "t", "tables": ["public.tls_t"], "sink": "stdout"}])
-    p = c.start()
-    spg.sql("insert into public.tls_t values (1)")
-    assert [(e["table"], e["new"]) for e in p.wait_events(1)] == [("tls_t", {"id": 1})]
-    # Both of cdc's connections, the walsender included, are TLS.
-    def cdc_backends():  # a backend of an earlier test's cdc may take a moment to go
-        return spg.sql("select a.backend_type, s.ssl from pg_stat_activity a join pg_stat_ssl s using (pid) "
-                       "where a.application_name = 'cdc' order by 1")
-    wait_for(lambda: cdc_backends() == [("client backend", True), ("walsender", True)], 10,
-             what=f"cdc's two connections over TLS: {cdc_backends()}")
-    walsender = spg.sql("select active_pid from pg_replication_slots where slot_name = %s", (c.slot,))[0][0]
-    assert spg.sql("select ssl from pg_stat_ssl where pid = %s", (walsender,)) == [(True,)]
-    assert p.terminate() == 0, p.describe()
-    spg.sql("drop table public.tls_t")
-
-
-def test_libpq_wrong_ca_fails_with_its_certificate_error(spg, scdc, certs):
-    c = scdc(source={"dsn": tls_dsn(spg, certs.wrong_ca)}, publish=["public.*"],
-             subscriptions=[{"name": "t", "tables": ["public.*"], "sink": "stdout"}])
-    p = c.run()
-    wait_for(lambda: "certificate verify failed" in p.stderr(), 20, what=p.describe())
-    line = next(x for x in p.stderr().splitlines() if "certificate verify failed" in x)
-    assert "not streaming; retrying" in line and "cannot connect to PostgreSQL:" in line
-    assert "SSL error: certificate verify failed" in line  # libpq's own words
-    assert "sslrootcert must name the CA that signed the server's certificate" in line
-    assert c.slot_row() is None  # never got as far as the slot
-    assert p.terminate() == 0, p.describe()
-
-
-def test_libpq_verify_full_checks_the_host_name(spg, scdc, certs):
-    """The certificate names localhost and 127.0.0.1; 127.0.0.2 reaches the same server but is not
-    named, so verify-full refuses while verify-ca accepts: the option reaches libpq as written."""
-    spg.sql("create table if not exists public.tls_h (id int primary key)")
-    hostaddr = " hostaddr=127.0.0.1"
-    c = scdc(source={"dsn": tls_dsn(spg, certs.ca, host="cdc-test.invalid") + hostaddr},
-             publish=["public.tls_h"], subscriptions=[{"name": "t", "tables": ["public.tls_h"], "sink": "stdout"}])
-    p = c.run()
-    wait_for(lambda: "not streaming; retrying" in p.stderr(), 20, what=p.describe())
-    assert 'server certificate for "localhost" (and 1 other name) does not match host name "cdc-test.invalid"' \
-        in p.stderr(), p.describe()
-    assert p.terminate() == 0
-    c2 = scdc(source={"dsn": tls_dsn(spg, certs.ca, mode="verify-ca", host="cdc-test.invalid") + hostaddr},
-              publish=["public.tls_h"], subscriptions=[{"name": "t", "tables": ["public.tls_h"], "sink": "stdout"}])
-    p = c2.start()
-    spg.sql("insert into public.tls_h values (7)")
-    assert p.wait_events(1)[0]["new"] == {"id": 7}
-    assert p.terminate() == 0
-    spg.sql("drop table public.tls_h")
-
+# --- Kafka's TLS ----------------------------------------------------------------------------------
 
 def kafka_config(kafka, **props):
     return {"brokers": kafka.bootstrap,
@@ -543,7 +465,7 @@ def test_secrets_stay_out_of_logs_commands_and_status(spg, scdc, kafka, certs, t
         assert expect in q.stderr(), q.describe()
         assert q.terminate() == 0
         seen[what] = q.stderr() + q.stdout_text()
-    assert "(check the password: source.dsn, PGPASSWORD or ~/.pgpass)" in seen["wrong password"]
+    assert "(check the password: source.password, source.dsn, PGPASSWORD or ~/.pgpass)" in seen["wrong password"]
     assert_all = [(k, v) for k, v in seen.items()]
     for where, text in assert_all:
         assert_no_secret(where, text)

@@ -192,7 +192,7 @@ def test_json_logs_have_fields_and_no_password(pg, schema, cdc):
     # PostgreSQL 14 has no TABLES IN SCHEMA: the schema's tables are listed
     assert by_msg["created publication"]["sql"] == (
         f'CREATE PUBLICATION "{c.publication}" FOR TABLES IN SCHEMA "{schema}"' if pg.version >= 15 else
-        f'CREATE PUBLICATION "{c.publication}" FOR TABLE "{schema}"."t"')
+        f'CREATE PUBLICATION "{c.publication}" FOR TABLE "{schema}"."t"') + " WITH (publish_via_partition_root = true)"
     assert by_msg["stopped"]["flushed_lsn"].count("/") == 1
     assert "hunter2-secret" not in p.stderr()
 

@@ -11,12 +11,14 @@
  *   alldown | allup           the same for every broker
  *   error APIKEY ERR COUNT    the next COUNT requests of APIKEY, on any broker, fail with ERR
  *   clear APIKEY              forget the errors still queued for APIKEY (those of "error")
- *   brokererror ID APIKEY ERR COUNT
+ *   brokererror ID APIKEY ERR COUNT [MS]
  *                             the next COUNT requests of APIKEY to broker ID fail with ERR
- *                             (before any of "error")
+ *                             (before any of "error"), answered MS milliseconds late (default 0;
+ *                             ERR 0 or NO_ERROR: answered late, without an error)
  *   pending ID APIKEY         answers "ok N": N errors of "brokererror" still queued
  *   rtt ID MS                 delay every response of broker ID (-1: all) by MS milliseconds
  *   topic NAME [PARTITIONS]   create a topic (default: --partitions, else 4)
+ *   coordinator ID TXNID      make broker ID the transaction coordinator of transactional.id TXNID
  *   quit
  *
  * A broker that was given errors of its own for an api key ("brokererror") keeps an error stack for
@@ -183,7 +185,7 @@ static bool run_command(mock *m, char *line)
 			free(errs);
 			reply("ok");
 		}
-	} else if (strcmp(argv[0], "brokererror") == 0 && argc == 5) {
+	} else if (strcmp(argv[0], "brokererror") == 0 && (argc == 5 || argc == 6)) {
 		if (!parse_int(argv[1], 1, m->brokers, &id))
 			reply("error: broker id must be 1..%d", m->brokers);
 		else if (!parse_int(argv[2], 0, INT16_MAX, &api))
@@ -192,13 +194,15 @@ static bool run_command(mock *m, char *line)
 			reply("error: unknown error code '%s'", argv[3]);
 		else if (!parse_int(argv[4], 1, 100000, &count))
 			reply("error: count must be 1..100000");
+		else if (argc == 6 && !parse_int(argv[5], 0, INT_MAX, &ms))
+			reply("error: bad milliseconds '%s'", argv[5]);
 		else {
 			rd_kafka_resp_err_t r = RD_KAFKA_RESP_ERR_NO_ERROR;
 
 			/* One (error, rtt) pair per call: the count is not known at compile time. */
 			for (long i = 0; i < count && !r; i++)
-				r = rd_kafka_mock_broker_push_request_error_rtts(m->mcluster, (int32_t)id,
-										 (int16_t)api, 1, err, 0);
+				r = rd_kafka_mock_broker_push_request_error_rtts(
+				    m->mcluster, (int32_t)id, (int16_t)api, 1, err, argc == 6 ? (int)ms : 0);
 			reply_err(r);
 		}
 	} else if (strcmp(argv[0], "pending") == 0 && argc == 3) {
@@ -235,6 +239,12 @@ static bool run_command(mock *m, char *line)
 		else
 			reply_err(rd_kafka_mock_topic_create(m->mcluster, argv[1], (int)parts,
 							     m->brokers < 3 ? m->brokers : 3));
+	} else if (strcmp(argv[0], "coordinator") == 0 && argc == 3) {
+		if (!parse_int(argv[1], 1, m->brokers, &id))
+			reply("error: broker id must be 1..%d", m->brokers);
+		else
+			reply_err(
+			    rd_kafka_mock_coordinator_set(m->mcluster, "transaction", argv[2], (int32_t)id));
 	} else {
 		reply("error: unknown command or wrong arguments: %s", argv[0]);
 	}

@@ -6,15 +6,28 @@
 #include "cdc/source/catalog.h"
 #include "test.h"
 
-/* schema, table, relkind, replident, has_key, published, identity columns */
+/* schema, table, relkind, replident, has_key, published, identity columns, the table its changes
+ * arrive under */
 static const char *const ROWS[][CATALOG_COLS] = {
-    {"public", "orders", "r", "d", "t", "t", "[\"id\"]"},
-    {"public", "full", "r", "f", "t", "t", "[\"id\"]"},
-    {"public", "nokey", "r", "d", "f", "t", NULL},
-    {"public", "by index", "r", "i", "t", "t", "[\"a\", \"b\"]"},
-    {"public", "quiet", "r", "d", "f", "f", NULL},
-    {"other", "parted", "p", "d", "t", "t", "[\"id\"]"},
+    {"public", "orders", "r", "d", "t", "t", "[\"id\"]", "public", "orders"},
+    {"public", "full", "r", "f", "t", "t", "[\"id\"]", "public", "full"},
+    {"public", "nokey", "r", "d", "f", "t", NULL, "public", "nokey"},
+    {"public", "by index", "r", "i", "t", "t", "[\"a\", \"b\"]", "public", "by index"},
+    {"public", "quiet", "r", "d", "f", "f", NULL, NULL, NULL},
+    {"other", "parted", "p", "d", "t", "t", "[\"id\"]", NULL, NULL},
+    {"other", "parted_1", "r", "d", "t", "t", "[\"id\"]", "other", "parted_1"},
+    /* published via the root: ev's partitions arrive as ev; ev_2 is FULL, ev and ev_1 are not */
+    {"ev", "ev", "p", "d", "t", "t", "[\"id\"]", "ev", "ev"},
+    {"ev", "ev_1", "r", "d", "t", "t", "[\"id\"]", "ev", "ev"},
+    {"ev", "ev_2", "r", "f", "t", "t", "[\"id\"]", "ev", "ev"},
 };
+#define NROWS (sizeof(ROWS) / sizeof(ROWS[0]))
+
+/* The end of the warning about partitions whose changes arrive as ev's. */
+#define UNDER_ROOT                                                                                           \
+	"and publication pub sends their changes under that name (publish_via_partition_root), so the "      \
+	"subscription gets none of them: subscribe to \"ev\".\"ev\" (a where on its partition key picks a "  \
+	"partition's rows), or publish the partitions without \"ev\".\"ev\"\n"
 
 static cfg_subscription sub(const char *name, const char *table)
 {
@@ -38,19 +51,22 @@ static void check(const catalog *c, const cfg_subscription *s, const char *probl
 int main(void)
 {
 	catalog c = {0};
-	for (size_t i = 0; i < sizeof(ROWS) / sizeof(ROWS[0]); i++)
+	for (size_t i = 0; i < NROWS; i++)
 		CHECK(catalog_add(&c, ROWS[i]));
-	CHECK_INT(c.n, 6);
+	CHECK_INT(c.n, NROWS);
 	CHECK_INT(c.t[3].identity.n, 2);
 	CHECK_STR(c.t[3].identity.v[1], "b");
 	/* malformed rows are refused */
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "{\"id\"}"}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "[1]"}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", NULL, "r", "d", "t", "t", NULL}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "rr", "d", "t", "t", NULL}));
-	CHECK_INT(c.n, 6);
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "{\"id\"}", NULL, NULL}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", "[1]", NULL, NULL}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", NULL, "r", "d", "t", "t", NULL, NULL, NULL}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "rr", "d", "t", "t", NULL, NULL, NULL}));
+	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "t", NULL, "s", NULL}));
+	CHECK_INT(c.n, NROWS);
 
 	cfg_subscription s = sub("plain", "public.*");
+	check(&c, &s, "", "");
+	s = sub("plain", "ev.*");
 	check(&c, &s, "", "");
 	/* changed: needs the old row of every table it matches */
 	char *changed[] = {"status"};
@@ -97,7 +113,44 @@ int main(void)
 	check(&c, &s,
 	      "subscription snap has snapshot: true, but other.parted is a partitioned table: backfill its "
 	      "partitions\n",
+	      "subscription snap: table \"other\".\"parted\" is partitioned, and publication pub sends its "
+	      "changes under its partitions' names (it lacks publish_via_partition_root), so none arrives "
+	      "under \"other\".\"parted\": ALTER PUBLICATION \"pub\" SET (publish_via_partition_root = "
+	      "true)\n");
+	/* a partitioned table published via its root: changed: needs the old row of it and of each
+	 * partition, whose changes arrive under its name */
+	s = sub("chg", "ev.ev");
+	s.changed = (cfg_strlist){changed, 1};
+	check(&c, &s,
+	      "subscription chg uses changed: on table \"ev\".\"ev\", whose replica identity does not send "
+	      "the old row of an update: ALTER TABLE \"ev\".\"ev\" REPLICA IDENTITY FULL\n"
+	      "subscription chg uses changed: on table \"ev\".\"ev_1\", whose replica identity does not "
+	      "send the old row of an update: ALTER TABLE \"ev\".\"ev_1\" REPLICA IDENTITY FULL\n",
 	      "");
+	/* a partition alone gets nothing: its changes arrive as its root's */
+	s = sub("leaf", "ev.ev_1");
+	check(&c, &s, "",
+	      "subscription leaf: \"ev\".\"ev_1\" is one of the partitions of \"ev\".\"ev\", " UNDER_ROOT);
+	s = sub("leaf", "ev.ev_?");
+	check(&c, &s, "",
+	      "subscription leaf: \"ev\".\"ev_1\", \"ev\".\"ev_2\" are partitions of "
+	      "\"ev\".\"ev\", " UNDER_ROOT);
+	/* a root published without publish_via_partition_root: its changes arrive as its partitions' */
+	s = sub("root", "other.parted");
+	check(&c, &s, "",
+	      "subscription root: table \"other\".\"parted\" is partitioned, and publication pub sends its "
+	      "changes under its partitions' names (it lacks publish_via_partition_root), so none arrives "
+	      "under \"other\".\"parted\": ALTER PUBLICATION \"pub\" SET (publish_via_partition_root = "
+	      "true)\n");
+	/* the doctor's form: the way out on a line of its own */
+	{
+		buf w = {0}, f = {0};
+		catalog_check_partitions(&c, &s, "pub", &w, &f);
+		CHECK_STR(f.data, "ALTER PUBLICATION \"pub\" SET (publish_via_partition_root = true)\n");
+		CHECK(w.data && strstr(w.data, "none arrives under \"other\".\"parted\"\n"));
+		buf_free(&w);
+		buf_free(&f);
+	}
 	/* a pattern the publication has no table of: a warning */
 	s = sub("q", "public.quiet");
 	s.snapshot = true;

@@ -7,14 +7,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sinks/kafka/kafka_sink.h"
+#include "sinks/nats/nats_sink.h"
 #include "sinks/socket/socket_sink.h"
 #include "test.h"
 
 /* The sink modules' indexes, in sinks/modules.c's order, and their settings structs. */
-enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT };
+enum { SINK_SOCKET, SINK_KAFKA, SINK_STDOUT, SINK_NATS };
 #define SOCK(sub) ((socket_sub_conf *)(sub)->sink_settings[SINK_SOCKET])
 #define KAF(sub) ((kafka_sub_conf *)(sub)->sink_settings[SINK_KAFKA])
 #define SUBSCRIBERS(c) ((socket_conf *)(c)->sink_sections[SINK_SOCKET])
@@ -415,10 +417,15 @@ static const struct {
 	/* structure */
 	BAD("sourc:\n  dsn: x\n",
 	    "t.yaml:1:1: unknown top-level key \"sourc\" (allowed: source, state_dir, status, subscribers, kafka, "
-	    "log, backfill, subscriptions)\n"),
+	    "nats, log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
-	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, slot, publication, create, publish, heartbeat, "
-	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
+	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, password, slot, publication, create, publish, heartbeat, "
+	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns, signal_table)\n"),
+	BAD("source:\n  signal_table: public.*\n",
+	    "t.yaml:2:17: source.signal_table: invalid table name \"public.*\": a table's name, without * or ? "
+	    "(write the glob's character in double quotes)\n"),
+	BAD("source:\n  signal_table: signals\n",
+	    "t.yaml:2:17: source.signal_table: invalid table name \"signals\": expected schema.table (no dot)\n"),
 	BAD("source:\n  on_slot_lost: recreate\n",
 	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected fail, resync)\n"),
 	BAD("source:\n  slot: a\n  slot: b\n", "t.yaml:3:3: source.slot: duplicate key (first at line 2, column 3)\n"),
@@ -529,7 +536,7 @@ static const struct {
 	BAD("kafka:\n", "t.yaml:1:7: kafka: missing required key \"brokers\"\n"),
 	BAD("kafka:\n  brokers: \"\"\n", "t.yaml:2:12: kafka.brokers: must not be empty\n"),
 	BAD("kafka:\n  brokers: b\n  properties: {a: [1]}\n",
-	    "t.yaml:3:19: kafka.properties: property \"a\": expected a scalar value, got a list\n"),
+	    "t.yaml:3:19: kafka.properties: property \"a\": expected a scalar value or {file: PATH}, got a list\n"),
 	BAD("kafka:\n  brokers: b\n  properties: {a: 1, a: 2, \"\": 3}\n",
 	    "t.yaml:3:28: kafka.properties: expected a property name, got \"\"\n"
 	    "t.yaml:3:22: kafka.properties: duplicate property \"a\" (first at line 3, column 16)\n"),
@@ -592,7 +599,7 @@ static const struct {
 	    "whole schema or table name\n"
 	    "t.yaml:2:32: subscriptions[0].tables: invalid table pattern \"\\\"a\\\"b.c\": double quotes must surround a "
 	    "whole schema or table name\n"
-	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout)\n"),
+	    "t.yaml:2:75: subscriptions[0].sink: invalid value \"sokcet\" (expected socket, kafka, stdout, nats)\n"),
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
 	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
@@ -693,7 +700,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "topic, tombstones, format, schemas, server_name, unchanged_toast, snapshot)\n"),
+	    "topic, tombstones, format, schemas, server_name, unchanged_toast, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -723,7 +730,7 @@ static void test_many_errors(void)
 	    "t.yaml:4:12: state_dir: expected a path, got a list\n"
 	    "t.yaml:6:11: status.listen: invalid address \"nowhere\": expected HOST:PORT or [IPv6]:PORT\n"
 	    "t.yaml:7:1: unknown top-level key \"colour\" (allowed: source, state_dir, status, subscribers, "
-	    "kafka, log, backfill, subscriptions)\n"
+	    "kafka, nats, log, backfill, subscriptions)\n"
 	    "t.yaml:10:14: subscriptions[0].tables: invalid table pattern \"nodot\": expected schema.table "
 	    "(no dot)\n"
 	    "t.yaml:11:18: subscriptions[0].operations: unknown operation \"upsert\" (expected insert, "
@@ -742,7 +749,7 @@ static void test_too_many_errors(void)
 	for (int i = 1; i <= 100; i++)
 		buf_printf(&want,
 			   "t.yaml:%d:1: unknown top-level key \"k%d\" (allowed: source, state_dir, status, "
-			   "subscribers, kafka, log, backfill, subscriptions)\n",
+			   "subscribers, kafka, nats, log, backfill, subscriptions)\n",
 			   i, i);
 	buf_puts(&want, "t.yaml:101:1: too many errors, stopped reporting\n");
 	expect_errors(__LINE__, y.data, want.data);
@@ -1206,7 +1213,7 @@ static void test_parse_subscription(void)
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, topic, tombstones, "
-	     "format, schemas, server_name, unchanged_toast, snapshot)\n"},
+	     "format, schemas, server_name, unchanged_toast, subject, snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1524,6 +1531,15 @@ static void test_restart_keys(void)
 	     "source.slot,source.create,source.publish,state_dir,status.control_uids,kafka.properties"},
 	    {"source: {dsn: \"host=a\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n",
 	     "kafka.brokers,kafka.properties"},
+	    /* a reload applies the SASL credentials and source.password (read again from their files) */
+	    {"source: {dsn: \"host=a\", heartbeat: 1s, password: p}\nstatus: {control_uids: [1]}\n"
+	     "kafka: {brokers: k, properties: {sasl.username: u, acks: all, sasl.password: p},\n"
+	     "        transactions_topic: tx}\n",
+	     ""},
+	    {"source: {dsn: \"host=a\", heartbeat: 1s}\nstatus: {control_uids: [1]}\n"
+	     "kafka: {brokers: k, properties: {sasl.password: p, sasl.mechanism: PLAIN, acks: all},\n"
+	     "        transactions_topic: tx}\n",
+	     "kafka.properties"},
 	    {"source: {dsn: \"host=a\", heartbeat: 1s}\n"
 	     "status: {control_uids: [1], socket: /tmp/s, listen: \"127.0.0.1:1\", tcp_control: true}\n"
 	     "subscribers: {socket: /tmp/e, mode: \"0600\"}\nlog: {level: debug, format: json}\n"
@@ -1553,6 +1569,59 @@ static void test_restart_keys(void)
 	}
 	cfg_free(old);
 	buf_free(&e);
+}
+
+/* Two sinks with a key of one name (format): each subscription's goes to its own sink's; a key of
+ * another sink is refused; the NATS section's values are checked where they stand. */
+static void test_nats_keys(void)
+{
+	buf e = {0};
+	cfg *c = parse("kafka: {brokers: k}\nnats: {servers: \"nats://n:4222\", password: pw}\n"
+		       "subscriptions:\n"
+		       "  - {name: k, tables: [a.b], sink: kafka, format: json}\n"
+		       "  - {format: json, name: n, tables: [a.b], sink: nats, subject: \"x.{table}\"}\n",
+		       &e);
+	CHECK(c != NULL);
+	if (c) {
+		const nats_sub_conf *n = c->subs[1].sink_settings[SINK_NATS];
+		CHECK_INT(KAF(&c->subs[0])->format, KAFKA_JSON);
+		CHECK_INT(n->format, NATS_JSON);
+		CHECK_STR(n->subject, "x.{table}");
+		CHECK_INT(KAF(&c->subs[1])->format, KAFKA_PROTOBUF); /* the Kafka key was not set */
+		const nats_conf *nc = c->sink_sections[SINK_NATS];
+		CHECK_STR(nc->stream, "CDC");
+		CHECK_INT(nc->max_in_flight, 1024);
+		CHECK_INT(nc->duplicate_window_ms, 120000);
+		char *out = print(c);
+		CHECK(strstr(out, "  password: \"********\"\n") && !strstr(out, "pw\n"));
+		free(out);
+	}
+	cfg_free(c);
+	buf_free(&e);
+	expect_errors(
+	    __LINE__,
+	    "kafka: {brokers: k}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, topic: t, format: debezium}\n"
+	    "  - {name: b, tables: [a.b], sink: kafka, subject: s}\n",
+	    "t.yaml:3:60: subscriptions[0].format: invalid value \"debezium\" (expected protobuf, json)\n"
+	    "t.yaml:3:36: subscriptions[0].sink: sink nats needs a top-level nats section (servers)\n"
+	    "t.yaml:3:42: subscriptions[0].topic: only valid with sink: kafka (this subscription's sink is "
+	    "nats)\n"
+	    "t.yaml:4:43: subscriptions[1].subject: only valid with sink: nats (this subscription's sink "
+	    "is kafka)\n");
+	expect_errors(
+	    __LINE__,
+	    "nats: {servers: n, stream: \"a b\", schemas_subject: \"cdc.*\"}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, subject: \"x..{tab}\"}\n"
+	    "  - {name: b, tables: [a.b], sink: nats, subject: \"x.{tab}\"}\n",
+	    "t.yaml:1:28: nats.stream: invalid stream \"a b\": a JetStream stream name "
+	    "[A-Za-z0-9_-]{1,255}\n"
+	    "t.yaml:1:52: nats.schemas_subject: invalid subject \"cdc.*\": a published subject cannot hold "
+	    "the wildcards * and >\n"
+	    "t.yaml:3:51: subscriptions[0].subject: invalid subject \"x..{tab}\": a subject's tokens must "
+	    "not be empty (no leading, trailing or double dots)\n"
+	    "t.yaml:4:51: subscriptions[1].subject: invalid subject \"x.{tab}\": unknown placeholder "
+	    "\"{tab}\" (expected {schema}, {table}, {subscription}, {tag})\n");
 }
 
 static void test_enum_names(void)
@@ -1587,6 +1656,193 @@ static void test_file_replace(void)
 	CHECK(unlink(path) == 0 && rmdir(dir) == 0);
 }
 
+/* Writes text (len bytes) into dir/name. */
+static void put_file(const char *dir, const char *name, const char *text, size_t len)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK_INT(fwrite(text, 1, len, f), len);
+		fclose(f);
+	}
+}
+
+/* Secret keys given as {file: PATH}: read (one final newline dropped), printed as {file: PATH} and
+ * never as the value, recorded with where they came from (in clear: file NULL); every way a file
+ * can be unusable is an error naming it, and never quotes the secret. */
+static void test_secret_files(void)
+{
+	char dir[] = "/tmp/test_config_XXXXXX", cfgpath[128];
+	CHECK(mkdtemp(dir) != NULL);
+	put_file(dir, "pw", "Pg-S3cret\n", 10);
+	put_file(dir, "crlf", "Kafka-S3cret\r\n", 14);
+	put_file(dir, "dsn", "host=db password=Dsn-S3cret", 27);
+	put_file(dir, "empty", "", 0);
+	put_file(dir, "newline", "\n", 1);
+	put_file(dir, "nul", "a\0b", 3);
+	char *big = xmalloc(64 * 1024 + 1);
+	memset(big, 'x', 64 * 1024 + 1);
+	put_file(dir, "big", big, 64 * 1024 + 1);
+	put_file(dir, "max", big, 64 * 1024);
+	free(big);
+	char fifo[160];
+	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+	CHECK(mkfifo(fifo, 0600) == 0);
+
+	/* relative to the configuration's directory */
+	snprintf(cfgpath, sizeof cfgpath, "%s/c.yaml", dir);
+	static const char good[] =
+	    "source:\n  dsn: {file: dsn}\n  password: {file: pw}\n"
+	    "kafka:\n  brokers: k\n  properties:\n    sasl.password: {file: crlf}\n"
+	    "    ssl.key.password: in-clear\n    acks: all\n    client.id: {file: max}\n";
+	put_file(dir, "c.yaml", good, strlen(good));
+	buf e = {0};
+	cfg *c = cfg_load(cfgpath, &e);
+	CHECK(c != NULL);
+	if (c) {
+		CHECK_STR(c->source.dsn, "host=db password=Dsn-S3cret");
+		CHECK_STR(c->source.password, "Pg-S3cret");
+		CHECK_STR(KAFKA(c)->properties.items[0].value, "Kafka-S3cret");
+		CHECK_STR(KAFKA(c)->properties.items[1].value, "in-clear");
+		CHECK_INT(strlen(KAFKA(c)->properties.items[3].value), 64 * 1024);
+		CHECK_INT(c->nsecrets, 5);
+		static const char *const keys[] = {
+		    "source.dsn", "source.password", "kafka.properties.sasl.password",
+		    "kafka.properties.ssl.key.password", "kafka.properties.client.id"};
+		static const char *const files[] = {"dsn", "pw", "crlf", NULL, "max"};
+		for (size_t i = 0; i < c->nsecrets && i < 5; i++) {
+			char want[160] = "(clear)";
+			if (files[i])
+				snprintf(want, sizeof want, "%s/%s", dir, files[i]);
+			CHECK_STR(c->secrets[i].key, keys[i]);
+			CHECK_STR(c->secrets[i].file ? c->secrets[i].file : "(clear)", want);
+		}
+		/* printed as the files cdc reads: relative paths taken from the configuration's directory */
+		char *p = print(c);
+		buf want = {0};
+		buf_printf(&want, "  dsn: {file: %s/dsn}\n  password: {file: %s/pw}\n", dir, dir);
+		CHECK(strstr(p, want.data) != NULL);
+		buf_reset(&want);
+		buf_printf(&want,
+			   "    sasl.password: {file: %s/crlf}\n    ssl.key.password: \"********\"\n"
+			   "    acks: all\n    client.id: {file: %s/max}\n",
+			   dir, dir);
+		CHECK(strstr(p, want.data) != NULL);
+		buf_free(&want);
+		CHECK(!strstr(p, "S3cret") && !strstr(p, "in-clear"));
+		/* the printed configuration reads back the same */
+		put_file(dir, "again.yaml", p, strlen(p));
+		char again[160];
+		snprintf(again, sizeof again, "%s/again.yaml", dir);
+		cfg *c2 = cfg_load(again, &e);
+		CHECK(c2 != NULL && strcmp(c2->source.password, "Pg-S3cret") == 0);
+		cfg_free(c2);
+		free(p);
+	}
+	cfg_free(c);
+
+	/* in clear: masked, and recorded without a file; a DSN without a password holds no secret */
+	c = parse("source: {dsn: \"host=a\", password: Clear-S3cret}\n", &e);
+	CHECK(c != NULL);
+	if (c) {
+		CHECK_INT(c->nsecrets, 1);
+		CHECK_STR(c->secrets[0].key, "source.password");
+		CHECK(c->secrets[0].file == NULL);
+		char *p = print(c);
+		CHECK(strstr(p, "  dsn: \"host=a\"\n  password: \"********\"\n") != NULL);
+		free(p);
+	}
+	cfg_free(c);
+	c = parse("source: {dsn: \"host=a password=x1234\"}\n", &e);
+	CHECK(c && c->nsecrets == 1 && strcmp(c->secrets[0].key, "source.dsn") == 0 && !c->secrets[0].file);
+	cfg_free(c);
+
+	static const struct {
+		const char *yaml, *want;
+	} unusable[] = {
+	    {"source: {password: {file: empty}}\n",
+	     ":1:27: source.password: {file: \"empty\"}: the file is empty\n"},
+	    {"source: {password: {file: newline}}\n",
+	     ":1:27: source.password: {file: \"newline\"}: the file is empty\n"},
+	    {"source: {password: {file: nul}}\n",
+	     ":1:27: source.password: {file: \"nul\"}: the file holds a NUL byte\n"},
+	    {"source: {password: {file: big}}\n",
+	     ":1:27: source.password: {file: \"big\"}: the file is larger than 64 KiB: not a secret\n"},
+	    {"source: {password: {file: fifo}}\n",
+	     ":1:27: source.password: {file: \"fifo\"}: not a regular file\n"},
+	    {"source: {password: {file: nothere}}\n",
+	     ":1:27: source.password: {file: \"nothere\"}: no such file (DIR/nothere, relative to the "
+	     "configuration's directory)\n"},
+	    {"source: {password: {file: \"\"}}\n",
+	     ":1:27: source.password: a file's path is 1 to 4095 bytes long\n"},
+	    {"source: {password: {file: [a]}}\n",
+	     ":1:27: source.password: expected a file's path, got a list\n"},
+	    {"source: {password: {path: pw}}\n",
+	     ":1:20: source.password: expected the value, or {file: PATH} naming a file that holds it\n"},
+	    {"source: {password: {file: pw, mode: x}}\n",
+	     ":1:20: source.password: expected the value, or {file: PATH} naming a file that holds it\n"},
+	    {"source: {password: \"\"}\n", ":1:20: source.password: must not be empty\n"},
+	    {"kafka: {brokers: k, properties: {sasl.password: {file: empty}}}\n",
+	     ":1:56: kafka.properties.sasl.password: {file: \"empty\"}: the file is empty\n"},
+	    /* a secret from a file is never quoted, even where the key's checks quote a value */
+	    {"state_dir: {file: pw}\n", ":1:12: state_dir: expected a path, got a mapping\n"},
+	};
+	for (size_t i = 0; i < sizeof unusable / sizeof *unusable; i++) {
+		put_file(dir, "c.yaml", unusable[i].yaml, strlen(unusable[i].yaml));
+		buf_reset(&e);
+		c = cfg_load(cfgpath, &e);
+		CHECK(c == NULL);
+		buf want = {0};
+		buf_printf(&want, "%s", cfgpath);
+		for (const char *w = unusable[i].want; *w; w++)
+			if (strncmp(w, "DIR", 3) == 0)
+				buf_puts(&want, dir), w += 2;
+			else
+				buf_putc(&want, *w);
+		CHECK_STR(e.data ? e.data : "", want.data);
+		buf_free(&want);
+		cfg_free(c);
+	}
+	/* a client that needs no secret does not read their files (it may not be allowed to) */
+	static const char unread[] = "source: {password: {file: nothere}, dsn: {file: dsn}}\n"
+				     "kafka: {brokers: k, properties: {sasl.password: {file: /root/x}}}\n";
+	put_file(dir, "c.yaml", unread, strlen(unread));
+	buf_reset(&e);
+	c = cfg_load_no_secrets(cfgpath, &e);
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->source.password == NULL);
+		CHECK_STR(c->source.dsn, "");
+		CHECK_STR(KAFKA(c)->properties.items[0].value, "");
+		CHECK_INT(c->nsecrets, 3);
+		CHECK_STR(c->nsecrets == 3 ? c->secrets[2].file : "", "/root/x");
+		buf unread_path = {0};
+		buf_printf(&unread_path, "%s/nothere", dir);
+		CHECK_STR(c->secrets[0].file, unread_path.data);
+		buf_free(&unread_path);
+	}
+	cfg_free(c);
+	CHECK(cfg_load(cfgpath, &e) == NULL); /* and one that reads them says the file is missing */
+
+	/* a subscription's keys are never secret: {file: ...} stays a mapping there, and is refused */
+	cfg_subscription *sub =
+	    cfg_parse_subscription(&(cfg){0}, "a", "{tables: [a.b], tag: {file: /etc/passwd}}", 40, &e);
+	CHECK(sub == NULL);
+	cfg_subscription_free(sub);
+
+	static const char *const names[] = {"pw",  "crlf", "dsn",  "empty",  "newline",	  "nul",
+					    "big", "max",  "fifo", "c.yaml", "again.yaml"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		char path[160];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	CHECK(rmdir(dir) == 0);
+	buf_free(&e);
+}
+
 /* The reference (docs/configuration.md) is written from the key table: every key documented, its
  * default and range as the parser has them. */
 static void test_reference(void)
@@ -1605,7 +1861,9 @@ static void test_reference(void)
 	    "it\n",
 	    "### `subscriptions[].retention.when_full`\n\n*one of `block`, `drop_oldest`* · default `block`",
 	    "### `subscriptions[].topic`\n\n*topic template* · default `cdc.{schema}.{table}`",
-	    "### `kafka.properties`\n\n*mapping of strings* · default none · *restart* to change\n",
+	    "### `kafka.properties`\n\n*mapping of strings, secret* · default none · *restart* to change\n",
+	    "### `source.password`\n\n*string, secret* · default none · *reload* applies it\n",
+	    "### `source.dsn`\n\n*libpq connection string, secret* · default `` · *restart* to change\n",
 	};
 	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
 		bool found = out.data && strstr(out.data, want[i]);
@@ -1703,8 +1961,10 @@ int main(void)
 	test_format_defaults();
 	test_restart_keys();
 	test_enum_names();
+	test_nats_keys();
 	test_file_replace();
 	test_reference();
+	test_secret_files();
 	test_relative_paths();
 	return TEST_SUMMARY("test_config");
 }

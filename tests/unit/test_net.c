@@ -1,9 +1,11 @@
 /* test_net.c: the Unix socket module: a listener's mode, the stale-socket rule (a stale socket is
  * replaced, a live one and anything that is not a socket are refused and left as they are) and the
- * errors a client gets, which name the path. */
+ * errors a client gets, which name the path; TCP: listening, connecting, and the errors, which name
+ * the address. */
 #include "decoder/base/net.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,38 @@ static void test_bad_paths(void)
 	CHECK_STR(err, want);
 }
 
+static void test_tcp(void)
+{
+	char err[256] = "";
+	int l = net_tcp_listen("127.0.0.1", "0", 4, err, sizeof err);
+	CHECK(l >= 0);
+	struct sockaddr_in sa;
+	socklen_t len = sizeof sa;
+	CHECK(getsockname(l, (struct sockaddr *)&sa, &len) == 0);
+	char port[8];
+	snprintf(port, sizeof port, "%u", (unsigned)ntohs(sa.sin_port));
+	int c = net_tcp_connect_timeout("127.0.0.1", port, 1000, err, sizeof err);
+	CHECK(c >= 0);
+	int a = accept(l, NULL, NULL);
+	CHECK(a >= 0 && write(c, "x", 1) == 1);
+	char got = 0;
+	CHECK(read(a, &got, 1) == 1 && got == 'x');
+	close(a);
+	close(c);
+	/* the same port again: taken */
+	CHECK(net_tcp_listen("127.0.0.1", port, 4, err, sizeof err) < 0);
+	char want[128];
+	snprintf(want, sizeof want, "127.0.0.1:%s: Address already in use", port);
+	CHECK_STR(err, want);
+	close(l);
+	/* nothing listens any more */
+	CHECK(net_tcp_connect_timeout("127.0.0.1", port, 1000, err, sizeof err) < 0 && errno == ECONNREFUSED);
+	snprintf(want, sizeof want, "127.0.0.1:%s: Connection refused", port);
+	CHECK_STR(err, want);
+	CHECK(net_tcp_connect_timeout("::1", "notaport", 1000, err, sizeof err) < 0);
+	CHECK(strncmp(err, "[::1]:notaport: ", 16) == 0);
+}
+
 int main(void)
 {
 	log_setup(LOG_LEVEL_ERROR, LOG_FORMAT_TEXT); /* not the stale socket's info line */
@@ -108,6 +142,7 @@ int main(void)
 	test_listen_and_connect();
 	test_not_a_socket();
 	test_bad_paths();
+	test_tcp();
 	rmdir(dir);
 	return TEST_SUMMARY("test_net");
 }

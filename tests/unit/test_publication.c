@@ -40,6 +40,8 @@ static void create(const char *pattern, bool superuser, int version, const pg_ta
 	pg_publication_plan_free(&p);
 }
 
+#define VIA_ROOT " WITH (publish_via_partition_root = true)"
+
 #define THEIRS_WARNING                                                                                       \
 	"table \"app\".\"theirs\" matches source.publish, but cdc's role does not own it, so cdc cannot "    \
 	"add "                                                                                               \
@@ -69,16 +71,17 @@ int main(void)
 {
 	misspelt();
 	/* a superuser: the schema follows new tables by itself on 15+; on 14 the tables are listed */
-	create("app.*", true, 150000, ROWS, NROWS, "CREATE PUBLICATION \"pub\" FOR TABLES IN SCHEMA \"app\"",
+	create("app.*", true, 150000, ROWS, NROWS,
+	       "CREATE PUBLICATION \"pub\" FOR TABLES IN SCHEMA \"app\"" VIA_ROOT, "", NULL);
+	create("app.*", true, 140000, ROWS, NROWS,
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", \"app\".\"items\", "
+	       "\"app\".\"theirs\"" VIA_ROOT,
 	       "", NULL);
-	create(
-	    "app.*", true, 140000, ROWS, NROWS,
-	    "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", \"app\".\"items\", \"app\".\"theirs\"",
-	    "", NULL);
 	create("app.*", false, 140000, ROWS, NROWS,
-	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", \"app\".\"items\"", THEIRS_WARNING,
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", \"app\".\"items\"" VIA_ROOT,
+	       THEIRS_WARNING, NULL);
+	create("*.*", true, 140000, ROWS, NROWS, "CREATE PUBLICATION \"pub\" FOR ALL TABLES" VIA_ROOT, "",
 	       NULL);
-	create("*.*", true, 140000, ROWS, NROWS, "CREATE PUBLICATION \"pub\" FOR ALL TABLES", "", NULL);
 	/* source.publish_generated_columns: in what the role creates and in what a superuser would */
 	{
 		char *pats[] = {"app.*"};
@@ -87,36 +90,38 @@ int main(void)
 		pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, false, 180000, true);
 		CHECK_STR(p.sql.data,
 			  "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", TABLE \"app\".\"items\" "
-			  "WITH (publish_generated_columns = stored)");
+			  "WITH (publish_via_partition_root = true, publish_generated_columns = stored)");
 		CHECK_STR(p.superuser_sql.data,
 			  "CREATE PUBLICATION \"pub\" FOR TABLES IN SCHEMA \"app\" WITH "
-			  "(publish_generated_columns = stored)");
+			  "(publish_via_partition_root = true, publish_generated_columns = stored)");
 		pg_publication_plan_free(&p);
 	}
 	/* another role: the tables it owns, the others named with what their owner runs */
 	create("app.*", false, 150000, ROWS, NROWS,
-	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", TABLE \"app\".\"items\"",
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", TABLE \"app\".\"items\"" VIA_ROOT,
 	       THEIRS_WARNING, NULL);
 	create("*.*", false, 170000, ROWS, NROWS,
 	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", TABLE \"app\".\"items\", TABLE "
-	       "\"other\".\"t\"",
+	       "\"other\".\"t\"" VIA_ROOT,
 	       THEIRS_WARNING, NULL);
 	/* nothing matches yet: a publication of no table, filled as tables come */
-	create("new.*", false, 150000, ROWS, NROWS, "CREATE PUBLICATION \"pub\"", "", NULL);
+	create("new.*", false, 150000, ROWS, NROWS, "CREATE PUBLICATION \"pub\"" VIA_ROOT, "", NULL);
 	/* tables match, the role owns none: the ways out */
 	create(
 	    "app.the*", false, 150000, ROWS, NROWS, NULL, "",
 	    "cdc's role may not create publication pub: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
 	    "superuser, and FOR TABLE the tables' ownership, but the role owns none of the 1 tables "
 	    "source.publish matches (\"app\".\"theirs\"). Ways out: have a superuser run CREATE PUBLICATION "
-	    "\"pub\" FOR TABLE \"app\".\"theirs\"; or make cdc's role their owner (ALTER TABLE ... OWNER TO "
+	    "\"pub\" FOR TABLE \"app\".\"theirs\"" VIA_ROOT
+	    "; or make cdc's role their owner (ALTER TABLE ... OWNER TO "
 	    "...); or list in source.publish tables the role owns");
 	create(
 	    "app.*", false, 150000, &ROWS[2], 1, NULL, "",
 	    "cdc's role may not create publication pub: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
 	    "superuser, and FOR TABLE the tables' ownership, but the role owns none of the 1 tables "
 	    "source.publish matches (\"app\".\"theirs\"). Ways out: have a superuser run CREATE PUBLICATION "
-	    "\"pub\" FOR TABLES IN SCHEMA \"app\"; or make cdc's role their owner (ALTER TABLE ... OWNER TO "
+	    "\"pub\" FOR TABLES IN SCHEMA \"app\"" VIA_ROOT
+	    "; or make cdc's role their owner (ALTER TABLE ... OWNER TO "
 	    "...); or list in source.publish tables the role owns");
 
 	/* keeping it current: the tables it lacks and the role owns are added, the others warned
@@ -137,6 +142,37 @@ int main(void)
 	CHECK_INT(sql.len, 0);
 	CHECK_INT(warnings.len, 0);
 	CHECK_INT(added.n, 2);
+	buf_free(&sql);
+	buf_free(&warnings);
+	cfg_strlist_free(&added);
+	cfg_strlist_free(&warned);
+
+	/* partitioned tables: the root is published, its partitions (of two levels) through it; a
+	 * partition whose root no pattern matches is published itself */
+	static const pg_table_row TREE[] = {
+	    {"app", "ev", true, false, NULL, NULL},	   {"app", "ev_1", true, false, "app", "ev"},
+	    {"app", "ev_2", true, false, "app", "ev"},	   {"app", "ev_2a", true, false, "app", "ev_2"},
+	    {"app", "lone", true, false, "other", "root"}, {"other", "root", true, false, NULL, NULL},
+	};
+	size_t ntree = sizeof(TREE) / sizeof(TREE[0]);
+	create("app.*", true, 140000, TREE, ntree,
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"ev\", \"app\".\"lone\"" VIA_ROOT, "", NULL);
+	create("app.ev_2*", false, 170000, TREE, ntree,
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"ev_2\"" VIA_ROOT, "", NULL);
+	create("*.*", false, 170000, TREE, ntree,
+	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"ev\", TABLE \"other\".\"root\"" VIA_ROOT, "",
+	       NULL);
+	pg_publication_additions(&sql, "pub", &publish, TREE, ntree, &added, &warned, &warnings);
+	CHECK_STR(sql.data, "ALTER PUBLICATION \"pub\" ADD TABLE \"app\".\"ev\", \"app\".\"lone\"");
+	buf_reset(&sql);
+	/* once the root is in the publication, so are its partitions: nothing is added again (cdc
+	 * used to add the root at every turn, since the server lists its partitions instead) */
+	pg_table_row held[sizeof(TREE) / sizeof(TREE[0])];
+	memcpy(held, TREE, sizeof(TREE));
+	for (size_t i = 0; i < 5; i++)
+		held[i].published = true;
+	pg_publication_additions(&sql, "pub", &publish, held, ntree, &added, &warned, &warnings);
+	CHECK_INT(sql.len, 0);
 	buf_free(&sql);
 	buf_free(&warnings);
 	cfg_strlist_free(&added);

@@ -34,5 +34,5 @@ BEGIN
 END $$;
 
 -- The publication (creating one FOR TABLES IN SCHEMA needs a superuser): every table of public,
--- now and later.
-CREATE PUBLICATION cdc_pub FOR TABLES IN SCHEMA public;
+-- now and later; a partitioned table's changes under its own name.
+CREATE PUBLICATION cdc_pub FOR TABLES IN SCHEMA public WITH (publish_via_partition_root = true);

@@ -22,5 +22,5 @@ GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text
 -- The standby: copies the primary, streams from it through its slot, and synchronizes the
 -- failover slots (its slot sync worker connects to this database: dbname in primary_conninfo).
 CREATE ROLE replicator WITH LOGIN REPLICATION PASSWORD :'replicator_password';
-CREATE PUBLICATION cdc_pub FOR TABLES IN SCHEMA public;
+CREATE PUBLICATION cdc_pub FOR TABLES IN SCHEMA public WITH (publish_via_partition_root = true);
 SQL

@@ -1,0 +1,794 @@
+/* nats_sink.c: the NATS JetStream sink; see nats_sink.h. libnats acknowledges publishes on its own
+ * threads: the acknowledgements queue up under a mutex and a pipe wakes the event loop, which
+ * counts them (poll) against the transactions in flight, in commit order. */
+#include "sinks/nats/nats_sink.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <nats/nats.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "decoder/base/log.h"
+#include "decoder/base/ring.h"
+#include "decoder/event.h"
+#include "sinks/event_json.h"
+#include "sinks/pbwire.h"
+
+/* A transaction with publishes awaiting acknowledgement. */
+typedef struct nats_txn {
+	uint64_t seq, commit_lsn, outstanding;
+	int64_t commit_time; /* for the commit-to-acknowledgement latency */
+	uint64_t sent_ms;    /* its last publish, for ack_timeout */
+} nats_txn;
+
+/* One acknowledgement, as libnats' thread hands it over. */
+typedef struct nats_ack {
+	uint64_t commit_lsn;
+	bool ok, duplicate;
+	char error[200];
+} nats_ack;
+
+/* One connection's closure: acknowledgements of an older connection are not counted. */
+typedef struct nats_link {
+	struct nats_sink *k;
+	uint64_t generation;
+} nats_link;
+
+typedef struct nats_sub {
+	char *name, *tag, *subject;
+	int format;
+	bool mine; /* a NATS subscription (the others' are never published) */
+} nats_sub;
+
+typedef struct nats_sink {
+	sink base;
+	nats_conf conf; /* copies */
+	nats_sub *subs;
+	size_t nsubs;
+	natsConnection *nc;
+	jsCtx *js;
+	nats_link *link; /* the connection's; older ones are kept until free */
+	nats_link **links;
+	size_t nlinks;
+	bool stream_ready; /* the stream was checked (or created) on this connection */
+	int pipe[2];	   /* acknowledgements and connection events wake the loop */
+	pthread_mutex_t mu;
+	/* under mu: what libnats' threads hand over */
+	nats_ack *acks;
+	size_t nacks, capacks;
+	bool connected, ever_connected;
+	uint64_t reconnects;
+	/* the loop's */
+	ring q; /* of nats_txn, in seq order */
+	uint64_t last_ended;
+	/* After a restart: what was delivered before it (floor) until a transaction after it ends
+	 * (last_ended > restart_seq). The slot sends the rest again under new numbers. */
+	uint64_t floor, restart_seq;
+	bool failed;
+	char failure[600];
+	nats_stats stats;
+	buf subject, value, msgid;
+	json_commit jcommit;
+} nats_sink;
+
+/* The rendered form of an event: this header, the subject (empty: nothing is published), the
+ * subscription's name, then the value without the commit's fields. */
+typedef struct nats_rendered {
+	uint32_t subject_len, sub_len;
+	uint64_t lsn, schema_id;
+	uint32_t xid;
+	uint8_t op, format;
+} nats_rendered;
+
+static const char *const content_types[] = {
+    [NATS_PROTOBUF] = "application/x-protobuf; messageType=cdc.v1.Event", [NATS_JSON] = "application/json"};
+
+/* ---- subjects ---- */
+
+/* What replaces a placeholder: the bytes a token cannot hold become '_', and so does nothing (a
+ * logical message has no table). */
+static void put_token(buf *out, const char *s)
+{
+	if (!s || !*s)
+		buf_putc(out, '_');
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++)
+		buf_putc(out,
+			 *p <= ' ' || *p == '.' || *p == '*' || *p == '>' || *p == 0x7f ? '_' : (char)*p);
+}
+
+void nats_subject_name(buf *out, const char *tmpl, const char *schema, const char *table,
+		       const char *subscription, const char *tag)
+{
+	static const char *const names[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
+	const char *values[] = {schema, table, subscription, tag};
+	for (const char *p = tmpl; *p;) {
+		size_t i;
+		for (i = 0; i < 4 && strncmp(p, names[i], strlen(names[i])) != 0; i++)
+			;
+		if (i < 4) {
+			put_token(out, values[i]);
+			p += strlen(names[i]);
+		} else
+			buf_putc(out, *p++);
+	}
+}
+
+bool nats_subject_covers(const char *stream_filter, const char *filter)
+{
+	const char *a = stream_filter, *b = filter;
+	while (*a && *b) {
+		size_t na = strcspn(a, "."), nb = strcspn(b, ".");
+		if (na == 1 && *a == '>')
+			return true;
+		if (!(na == 1 && *a == '*') && (na != nb || strncmp(a, b, na) != 0))
+			return false;
+		a += na + (a[na] == '.');
+		b += nb + (b[nb] == '.');
+	}
+	return !*a && !*b;
+}
+
+void nats_subject_filter(buf *out, const char *tmpl)
+{
+	for (const char *p = tmpl; *p;) {
+		size_t n = strcspn(p, ".");
+		buf_append(out, memchr(p, '{', n) ? "*" : p, memchr(p, '{', n) ? 1 : n);
+		p += n;
+		if (*p == '.')
+			buf_putc(out, *p++);
+	}
+}
+
+/* ---- what libnats' threads call ---- */
+
+static void wake(nats_sink *k)
+{
+	ssize_t n = write(k->pipe[1], "", 1);
+	(void)n; /* a full pipe wakes the loop already */
+}
+
+static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+	(void)js;
+	nats_link *link = closure;
+	nats_sink *k = link->k;
+	const char *lsn = NULL;
+	nats_ack a = {.ok = pa != NULL, .duplicate = pa && pa->Duplicate};
+	if (natsMsgHeader_Get(msg, "cdc-commit-lsn", &lsn) != NATS_OK || !lsn_parse(lsn, &a.commit_lsn))
+		a.commit_lsn = 0;
+	if (pae)
+		snprintf(a.error, sizeof(a.error), "%s%s(%s, error code %d)",
+			 pae->ErrText ? pae->ErrText : "", pae->ErrText ? " " : "",
+			 natsStatus_GetText(pae->Err), (int)pae->ErrCode);
+	natsMsg_Destroy(msg);
+	pthread_mutex_lock(&k->mu);
+	if (link == k->link) {
+		if (k->nacks == k->capacks) {
+			k->capacks = k->capacks ? 2 * k->capacks : 256;
+			k->acks = xrealloc(k->acks, k->capacks * sizeof(*k->acks));
+		}
+		k->acks[k->nacks++] = a;
+	}
+	pthread_mutex_unlock(&k->mu);
+	wake(k);
+}
+
+static void on_connection(natsConnection *nc, void *closure, bool up)
+{
+	(void)nc;
+	nats_link *link = closure;
+	nats_sink *k = link->k;
+	pthread_mutex_lock(&k->mu);
+	if (link == k->link) {
+		k->reconnects += up && !k->connected && k->ever_connected;
+		k->ever_connected |= up;
+		k->connected = up;
+	}
+	pthread_mutex_unlock(&k->mu);
+	wake(k);
+}
+
+static void on_connected(natsConnection *nc, void *closure)
+{
+	on_connection(nc, closure, true);
+}
+
+static void on_disconnected(natsConnection *nc, void *closure)
+{
+	on_connection(nc, closure, false);
+}
+
+/* ---- the connection ---- */
+
+static void fail(nats_sink *k, const char *what, const char *why)
+{
+	if (!k->failed)
+		snprintf(k->failure, sizeof(k->failure), "%s: %.500s", what, why);
+	k->failed = true;
+	k->stats.errors++;
+	snprintf(k->stats.error, sizeof(k->stats.error), "%.100s: %.400s", what, why);
+}
+
+/* libnats' own words for status s (and its last error, which says more). */
+static const char *status_text(natsStatus s, char *out, size_t n)
+{
+	const char *last = nats_GetLastError(NULL);
+	snprintf(out, n, "%s%s%s", natsStatus_GetText(s), last && *last ? ": " : "", last ? last : "");
+	return out;
+}
+
+static natsStatus set_options(nats_sink *k, natsOptions *o)
+{
+	const nats_conf *c = &k->conf;
+	natsStatus s = natsOptions_SetURL(o, c->servers);
+	if (s == NATS_OK)
+		s = natsOptions_SetName(o, "cdc");
+	if (s == NATS_OK)
+		s = natsOptions_SetMaxReconnect(o, -1); /* for ever: the slot waits meanwhile */
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectWait(o, 1000);
+	if (s == NATS_OK)
+		s = natsOptions_SetRetryOnFailedConnect(o, true, on_connected, k->link);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectedCB(o, on_connected, k->link);
+	if (s == NATS_OK)
+		s = natsOptions_SetDisconnectedCB(o, on_disconnected, k->link);
+	if (s == NATS_OK && c->credentials)
+		s = natsOptions_SetUserCredentialsFromFiles(o, c->credentials, NULL);
+	if (s == NATS_OK && c->nkey_seed)
+		s = natsOptions_SetNKeyFromSeed(o, NULL, c->nkey_seed);
+	if (s == NATS_OK && c->user)
+		s = natsOptions_SetUserInfo(o, c->user, c->password);
+	if (s == NATS_OK && c->token)
+		s = natsOptions_SetToken(o, c->token);
+	if (s == NATS_OK && (c->tls || c->tls_ca || c->tls_cert))
+		s = natsOptions_SetSecure(o, true);
+	if (s == NATS_OK && c->tls_ca)
+		s = natsOptions_LoadCATrustedCertificates(o, c->tls_ca);
+	if (s == NATS_OK && c->tls_cert)
+		s = natsOptions_LoadCertificatesChain(o, c->tls_cert, c->tls_key);
+	return s;
+}
+
+static bool connect_nats(nats_sink *k, char *err, size_t errlen)
+{
+	char why[512];
+	nats_link *link = xcalloc(1, sizeof(*link));
+	*link = (nats_link){k, k->nlinks};
+	k->links = xrealloc(k->links, (k->nlinks + 1) * sizeof(*k->links));
+	k->links[k->nlinks++] = link;
+	pthread_mutex_lock(&k->mu);
+	k->link = link;
+	k->connected = false;
+	k->nacks = 0;
+	pthread_mutex_unlock(&k->mu);
+	natsOptions *o = NULL;
+	natsStatus s = natsOptions_Create(&o);
+	if (s == NATS_OK)
+		s = set_options(k, o);
+	if (s == NATS_OK) {
+		s = natsConnection_Connect(&k->nc, o);
+		if (s == NATS_NOT_YET_CONNECTED)
+			s = NATS_OK; /* it goes on trying in the background */
+	}
+	if (s == NATS_OK) {
+		jsOptions jo;
+		jsOptions_Init(&jo);
+		jo.PublishAsync.AckHandler = on_ack;
+		jo.PublishAsync.AckHandlerClosure = link;
+		/* room for what one delivery may send past busy() before it waits (deliver) */
+		jo.PublishAsync.MaxPending = (int64_t)k->conf.max_in_flight * 2;
+		s = natsConnection_JetStream(&k->js, k->nc, &jo);
+	}
+	natsOptions_Destroy(o);
+	if (s == NATS_OK) {
+		k->stream_ready = false;
+		if (natsConnection_Status(k->nc) == NATS_CONN_STATUS_CONNECTED)
+			on_connection(k->nc, link, true);
+		return true;
+	}
+	errf(err, errlen, "nats: cannot set up the connection to %s: %s", k->conf.servers,
+	     status_text(s, why, sizeof(why)));
+	return false;
+}
+
+/* Drops the connection and whatever waits in it (the slot sends it again). */
+static void disconnect(nats_sink *k)
+{
+	pthread_mutex_lock(&k->mu);
+	k->link = NULL;
+	k->connected = false;
+	k->nacks = 0;
+	pthread_mutex_unlock(&k->mu);
+	if (k->js) {
+		/* libnats 3.4 crashes in this call on a context that never published */
+		natsMsgList pending = {0};
+		if (k->stats.in_flight && js_PublishAsyncGetPendingList(&pending, k->js) == NATS_OK)
+			natsMsgList_Destroy(&pending);
+		jsCtx_Destroy(k->js);
+	}
+	if (k->nc) {
+		natsConnection_Close(k->nc);
+		natsConnection_Destroy(k->nc);
+	}
+	k->js = NULL;
+	k->nc = NULL;
+}
+
+/* The stream must hold what cdc publishes: created when asked (create), else it must exist. */
+static bool ensure_stream(nats_sink *k)
+{
+	if (k->stream_ready)
+		return true;
+	char why[512];
+	jsErrCode code = 0;
+	jsStreamInfo *si = NULL;
+	natsStatus s = js_GetStreamInfo(&si, k->js, k->conf.stream, NULL, &code);
+	if (s == NATS_OK) {
+		jsStreamInfo_Destroy(si);
+		k->stream_ready = true;
+		return true;
+	}
+	if (code != JSStreamNotFoundErr && s != NATS_NOT_FOUND) {
+		fail(k, "cannot read the stream's information", status_text(s, why, sizeof(why)));
+		return false;
+	}
+	if (!k->conf.create) {
+		snprintf(why, sizeof(why),
+			 "stream %s does not exist: create it (nats stream add), or set nats.create: true",
+			 k->conf.stream);
+		fail(k, "the stream is missing", why);
+		return false;
+	}
+	/* Its subjects: each subscription's template and the schemas subject, each once (a filter
+	 * another one covers is left out: JetStream refuses overlapping subjects). */
+	buf filters = {0};
+	size_t n = 0, all = 0;
+	const char **subjects = xcalloc(k->nsubs + 2, sizeof(*subjects));
+	size_t *at = xcalloc(k->nsubs + 2, sizeof(*at));
+	for (size_t i = 0; i <= k->nsubs; i++) {
+		const char *tmpl = i == k->nsubs     ? k->conf.schemas_subject
+				   : k->subs[i].mine ? k->subs[i].subject
+						     : NULL;
+		if (!tmpl)
+			continue;
+		at[all++] = filters.len;
+		nats_subject_filter(&filters, tmpl);
+		buf_putc(&filters, '\0');
+	}
+	for (size_t i = 0; i < all; i++) {
+		const char *f = filters.data + at[i];
+		bool covered = false;
+		for (size_t j = 0; j < all && !covered; j++)
+			covered = j != i && nats_subject_covers(filters.data + at[j], f) &&
+				  (!nats_subject_covers(f, filters.data + at[j]) || j < i);
+		if (!covered)
+			subjects[n++] = f;
+	}
+	jsStreamConfig cfg;
+	jsStreamConfig_Init(&cfg);
+	cfg.Name = k->conf.stream;
+	cfg.Subjects = subjects;
+	cfg.SubjectsLen = (int)n;
+	cfg.Duplicates = (int64_t)k->conf.duplicate_window_ms * 1000000;
+	cfg.Storage = js_FileStorage;
+	s = js_AddStream(&si, k->js, &cfg, NULL, &code);
+	free(subjects);
+	free(at);
+	buf_free(&filters);
+	if (s != NATS_OK) {
+		fail(k, "cannot create the stream", status_text(s, why, sizeof(why)));
+		return false;
+	}
+	log_info("nats: created the stream", "stream=%s duplicate_window_ms=%" PRIu64, k->conf.stream,
+		 k->conf.duplicate_window_ms);
+	jsStreamInfo_Destroy(si);
+	k->stream_ready = true;
+	return true;
+}
+
+/* ---- transactions in flight ---- */
+
+static nats_txn *txn_for(nats_sink *k, uint64_t seq, const sink_commit *c)
+{
+	nats_txn *last = k->q.len ? ring_at(&k->q, k->q.len - 1) : NULL;
+	if (last && last->seq == seq)
+		return last;
+	nats_txn *t = ring_push(&k->q);
+	*t = (nats_txn){.seq = seq, .commit_lsn = c->commit_lsn, .commit_time = c->commit_time};
+	return t;
+}
+
+/* Drops the transactions at the front that are acknowledged and ended. */
+static void settle(nats_sink *k)
+{
+	size_t n = 0;
+	while (n < k->q.len) {
+		const nats_txn *t = ring_at(&k->q, n);
+		if (t->outstanding || t->seq > k->last_ended)
+			break;
+		n++;
+	}
+	ring_pop(&k->q, n);
+}
+
+static void count_ack(nats_sink *k, const nats_ack *a)
+{
+	nats_txn *t = NULL;
+	for (size_t i = 0; i < k->q.len && !t; i++) {
+		nats_txn *u = ring_at(&k->q, i);
+		if (u->commit_lsn == a->commit_lsn && u->outstanding)
+			t = u;
+	}
+	if (!t)
+		return; /* of a transaction a restart forgot */
+	k->stats.in_flight--;
+	if (!a->ok) { /* the transaction stays undelivered */
+		fail(k, "JetStream refused a message", a->error);
+		return;
+	}
+	t->outstanding--;
+	k->stats.delivered++;
+	k->stats.duplicates += a->duplicate;
+	k->stats.error[0] = '\0';
+	int64_t us = wall_us() - t->commit_time;
+	hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
+}
+
+/* Counts what libnats' threads handed over. */
+static void take_acks(nats_sink *k)
+{
+	char drain[64];
+	while (read(k->pipe[0], drain, sizeof(drain)) > 0)
+		;
+	pthread_mutex_lock(&k->mu);
+	nats_ack *acks = k->acks;
+	size_t n = k->nacks;
+	k->acks = NULL;
+	k->nacks = k->capacks = 0;
+	k->stats.connected = k->connected;
+	k->stats.reconnects = k->reconnects;
+	pthread_mutex_unlock(&k->mu);
+	for (size_t i = 0; i < n; i++)
+		count_ack(k, &acks[i]);
+	free(acks);
+	settle(k);
+}
+
+/* An acknowledgement that takes longer than ack_timeout fails the publish: the server may have
+ * lost it (a restart sends it again, and the duplicate window drops a copy it kept). */
+static void check_timeouts(nats_sink *k)
+{
+	const nats_txn *t = k->q.len ? ring_at(&k->q, 0) : NULL;
+	if (!t || !t->outstanding || k->failed || now_ms() - t->sent_ms < k->conf.ack_timeout_ms)
+		return;
+	char why[160];
+	snprintf(why, sizeof(why), "%" PRIu64 " publish%s not acknowledged within %" PRIu64 " ms%s",
+		 t->outstanding, t->outstanding == 1 ? "" : "es", k->conf.ack_timeout_ms,
+		 k->stats.connected ? "" : " (not connected to any server)");
+	fail(k, "JetStream did not answer", why);
+}
+
+/* Waits until fewer than max_in_flight publishes are unacknowledged, counting acknowledgements. */
+static void wait_room(nats_sink *k)
+{
+	while (!k->failed && k->stats.in_flight >= k->conf.max_in_flight) {
+		struct pollfd p = {.fd = k->pipe[0], .events = POLLIN};
+		poll(&p, 1, 100);
+		take_acks(k);
+		check_timeouts(k);
+	}
+}
+
+/* ---- the sink ---- */
+
+static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
+{
+	nats_sink *k = (nats_sink *)base;
+	static const nats_sub defaults = {.subject = NATS_DEFAULT_SUBJECT};
+	const nats_sub *s = sub < k->nsubs ? &k->subs[sub] : &defaults;
+	bool table_event = e->op == CDC__V1__OP__OP_SCHEMA || e->op == CDC__V1__OP__OP_DDL;
+	buf_reset(&k->subject);
+	if (table_event && k->conf.schemas_subject)
+		nats_subject_name(&k->subject, k->conf.schemas_subject, e->schema, e->table, e->subscription,
+				  e->tag);
+	else if (!table_event)
+		nats_subject_name(&k->subject, s->subject ? s->subject : NATS_DEFAULT_SUBJECT, e->schema,
+				  e->table, e->subscription, e->tag);
+	nats_rendered r = {.subject_len = (uint32_t)k->subject.len,
+			   .sub_len = (uint32_t)strlen(e->subscription),
+			   .lsn = e->lsn,
+			   .schema_id = e->schema_id,
+			   .xid = e->xid,
+			   .op = (uint8_t)e->op,
+			   .format = (uint8_t)s->format};
+	buf_append(out, &r, sizeof(r));
+	buf_append(out, k->subject.data, k->subject.len);
+	buf_append(out, e->subscription, r.sub_len);
+	if (!r.subject_len)
+		return;
+	if (s->format == NATS_JSON)
+		json_event_head(out, e);
+	else
+		pb_put_event(out, e);
+}
+
+/* The message's headers: Kafka's cdc-* headers and content-type. */
+static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *sub, const sink_commit *c)
+{
+	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16], id[17], name[128];
+	const char *op = evt_op_name((Cdc__V1__Op)r->op);
+	lsn_format(r->lsn, lsn);
+	lsn_format(c->commit_lsn, commit);
+	snprintf(xid, sizeof(xid), "%" PRIu32, r->xid);
+	snprintf(name, sizeof(name), "%.*s", (int)r->sub_len, sub);
+	natsStatus s = natsMsgHeader_Set(m, "cdc-op", op ? op : "unknown");
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "cdc-lsn", lsn);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "cdc-subscription", name);
+	if (s == NATS_OK && r->schema_id) {
+		snprintf(id, sizeof(id), "%016" PRIx64, r->schema_id);
+		s = natsMsgHeader_Set(m, "cdc-schema-id", id);
+	}
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "cdc-commit-lsn", commit);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "cdc-xid", xid);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "content-type", content_types[r->format]);
+	return s;
+}
+
+static bool nats_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
+			 const sink_commit *c, uint64_t seq, char *err, size_t errlen)
+{
+	(void)subscription;
+	nats_sink *k = (nats_sink *)base;
+	nats_rendered r;
+	if (k->failed)
+		return true; /* a restart is coming: the slot sends this again */
+	if (len < sizeof(r))
+		return errf(err, errlen, "nats sink: rendered event of %zu bytes", len);
+	memcpy(&r, data, sizeof(r));
+	if (sizeof(r) + (size_t)r.subject_len + r.sub_len > len || r.format > NATS_JSON)
+		return errf(err, errlen, "nats sink: rendered event is corrupt");
+	if (!r.subject_len)
+		return true; /* a schema or DDL event without nats.schemas_subject */
+	const char *subject = data + sizeof(r), *sub = subject + r.subject_len, *head = sub + r.sub_len;
+	size_t head_len = len - (size_t)(head - data);
+	if (!ensure_stream(k))
+		return true;
+	wait_room(k);
+	if (k->failed)
+		return true;
+	buf_reset(&k->value);
+	buf_append(&k->value, head, head_len);
+	if (r.format == NATS_JSON) {
+		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
+		k->value.len--; /* one object, not a line */
+	} else
+		pb_put_commit(&k->value, c);
+	/* The change's position: the same change sent again after a restart has the same id. */
+	char commit[LSN_STRLEN];
+	lsn_format(c->commit_lsn, commit);
+	buf_reset(&k->msgid);
+	buf_printf(&k->msgid, "%.*s:%s:%" PRIu32 "%s", (int)r.sub_len, sub, commit, c->tx_index,
+		   c->before_change ? ":schema" : "");
+	buf_reset(&k->subject);
+	buf_append(&k->subject, subject, r.subject_len);
+	buf_putc(&k->subject, '\0');
+	natsMsg *m = NULL;
+	natsStatus s = natsMsg_Create(&m, k->subject.data, NULL, k->value.data, (int)k->value.len);
+	if (s == NATS_OK)
+		s = set_headers(m, &r, sub, c);
+	jsPubOptions po;
+	jsPubOptions_Init(&po);
+	po.MsgId = k->msgid.data;
+	if (s == NATS_OK)
+		s = js_PublishMsgAsync(k->js, &m, &po);
+	natsMsg_Destroy(m); /* NULL once libnats took it */
+	if (s != NATS_OK) {
+		char why[512];
+		fail(k, "a message could not be published", status_text(s, why, sizeof(why)));
+		return true;
+	}
+	nats_txn *t = txn_for(k, seq, c);
+	t->outstanding++;
+	t->sent_ms = now_ms();
+	k->stats.in_flight++;
+	return true;
+}
+
+static void nats_end_txn(sink *base, uint64_t seq)
+{
+	nats_sink *k = (nats_sink *)base;
+	if (seq > k->last_ended)
+		k->last_ended = seq;
+	settle(k);
+}
+
+static sink_status nats_flush(sink *base, char *err, size_t errlen)
+{
+	nats_sink *k = (nats_sink *)base;
+	take_acks(k);
+	check_timeouts(k);
+	if (!k->failed)
+		return SINK_OK;
+	errf(err, errlen, "nats: %s", k->failure);
+	return SINK_RESTART;
+}
+
+/* Every transaction up to the one before the first unacknowledged is delivered. */
+static uint64_t delivered_now(const nats_sink *k)
+{
+	const nats_txn *first = k->q.len ? ring_at(&k->q, 0) : NULL;
+	return first && first->seq <= k->last_ended ? first->seq - 1 : k->last_ended;
+}
+
+static uint64_t nats_delivered(const sink *base)
+{
+	const nats_sink *k = (const nats_sink *)base;
+	if (k->failed)
+		return 0;
+	return k->last_ended <= k->restart_seq ? k->floor : delivered_now(k);
+}
+
+static int nats_fd(const sink *base)
+{
+	return ((const nats_sink *)base)->pipe[0];
+}
+
+static void nats_poll(sink *base)
+{
+	take_acks((nats_sink *)base);
+}
+
+static bool nats_busy(const sink *base)
+{
+	const nats_sink *k = (const nats_sink *)base;
+	return k->stats.in_flight >= k->conf.max_in_flight;
+}
+
+static bool nats_finish(sink *base, int timeout_ms)
+{
+	nats_sink *k = (nats_sink *)base;
+	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
+	     k->stats.in_flight && !k->failed && now_ms() < until;) {
+		struct pollfd p = {.fd = k->pipe[0], .events = POLLIN};
+		poll(&p, 1, 50);
+		take_acks(k);
+	}
+	return !k->stats.in_flight && !k->failed;
+}
+
+static bool nats_restart(sink *base, char *err, size_t errlen)
+{
+	nats_sink *k = (nats_sink *)base;
+	/* what was not acknowledged is not delivered: not even when a keepalive comes before the
+	 * slot sends it again */
+	if (k->last_ended > k->restart_seq)
+		k->floor = delivered_now(k);
+	k->restart_seq = k->last_ended;
+	disconnect(k);
+	ring_clear(&k->q);
+	k->failed = false;
+	k->stats.in_flight = 0;
+	k->stats.restarts++;
+	return connect_nats(k, err, errlen);
+}
+
+static void conf_copy(nats_conf *to, const nats_conf *from)
+{
+	*to = *from;
+	char **strings[] = {&to->servers,   &to->stream,   &to->schemas_subject, &to->credentials,
+			    &to->nkey_seed, &to->user,	   &to->password,	 &to->token,
+			    &to->tls_ca,    &to->tls_cert, &to->tls_key};
+	for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
+		*strings[i] = *strings[i] ? xstrdup(*strings[i]) : NULL;
+}
+
+static void conf_free(nats_conf *c)
+{
+	char *strings[] = {c->servers,	c->stream, c->schemas_subject, c->credentials, c->nkey_seed, c->user,
+			   c->password, c->token,  c->tls_ca,	       c->tls_cert,    c->tls_key};
+	for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
+		free(strings[i]);
+}
+
+static void subs_free(nats_sink *k)
+{
+	for (size_t i = 0; i < k->nsubs; i++) {
+		free(k->subs[i].name);
+		free(k->subs[i].tag);
+		free(k->subs[i].subject);
+	}
+	free(k->subs);
+	k->subs = NULL;
+	k->nsubs = 0;
+}
+
+static void nats_free(sink *base)
+{
+	nats_sink *k = (nats_sink *)base;
+	disconnect(k);
+	for (size_t i = 0; i < k->nlinks; i++)
+		free(k->links[i]);
+	free(k->links);
+	subs_free(k);
+	conf_free(&k->conf);
+	ring_free(&k->q);
+	free(k->acks);
+	buf_free(&k->subject);
+	buf_free(&k->value);
+	buf_free(&k->msgid);
+	json_commit_free(&k->jcommit);
+	close(k->pipe[0]);
+	close(k->pipe[1]);
+	pthread_mutex_destroy(&k->mu);
+	free(k);
+}
+
+static const sink_ops nats_ops = {
+    .name = "nats",
+    .render = nats_render,
+    .deliver = nats_deliver,
+    .end_txn = nats_end_txn,
+    .flush = nats_flush,
+    .delivered = nats_delivered,
+    .free = nats_free,
+    .fd = nats_fd,
+    .poll = nats_poll,
+    .busy = nats_busy,
+    .finish = nats_finish,
+    .restart = nats_restart,
+};
+
+void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
+{
+	nats_sink *k = (nats_sink *)s;
+	subs_free(k);
+	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
+	k->nsubs = nsubs;
+	for (size_t i = 0; i < nsubs; i++) {
+		const nats_sub_conf *c = subs[i].settings;
+		k->subs[i] = (nats_sub){.name = xstrdup(subs[i].name),
+					.tag = subs[i].tag ? xstrdup(subs[i].tag) : NULL,
+					.subject = xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
+					.format = c->format,
+					.mine = subs[i].mine};
+	}
+	k->stream_ready = false; /* new subjects: the stream is checked again */
+}
+
+sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen)
+{
+	nats_sink *k = xcalloc(1, sizeof(*k));
+	k->base.ops = &nats_ops;
+	k->q = RING_INIT(nats_txn);
+	conf_copy(&k->conf, conf);
+	pthread_mutex_init(&k->mu, NULL);
+	nats_sink_bind(&k->base, subs, nsubs);
+	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+		errf(err, errlen, "nats sink: pipe: %s", strerror(errno));
+		k->pipe[0] = k->pipe[1] = -1;
+		nats_free(&k->base);
+		return NULL;
+	}
+	if (!connect_nats(k, err, errlen)) {
+		nats_free(&k->base);
+		return NULL;
+	}
+	return &k->base;
+}
+
+const nats_stats *nats_sink_stats(const sink *s)
+{
+	return &((const nats_sink *)s)->stats;
+}

@@ -59,18 +59,23 @@ static const struct {
 static const char *const status_names[] = {
     [DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
 
-void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+static void say_v(doctor *d, doctor_status st, const char *fix, const char *fmt, va_list ap)
 {
 	char detail[2048];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
 	pg_redact(&d->secrets, detail, sizeof(detail));
 	doctor_report *r = d->r;
 	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
 	r->lines[r->n++] = (doctor_line){
 	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
+}
+
+void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say_v(d, st, fix, fmt, ap);
+	va_end(ap);
 }
 
 void doctor_sql(doctor *d, const char *sql)
@@ -93,12 +98,10 @@ void doctor_command(doctor *d, const char *command)
 
 void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...)
 {
-	char detail[2048];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	say_v(d, st, fix->words.data ? fix->words.data : "", fmt, ap);
 	va_end(ap);
-	doctor_say(d, st, fix->words.data ? fix->words.data : "", "%s", detail);
 	doctor_sql(d, fix->sql.data);
 }
 

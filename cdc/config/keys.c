@@ -608,7 +608,7 @@ static const key log_k[] = {
 /* Backfills (cdc/backfill): a reload applies these to the chunks that follow. */
 static const key backfill_k[] = {
     {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250,
-     .doc = "A chunk's `SELECT` aims at taking this long: the chunk size adapts to it, between `min_rows` "
+     .doc = "A chunk's `COPY` aims at taking this long: the chunk size adapts to it, between `min_rows` "
 	    "and `max_rows`."},
     {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100,
      .doc = "The smallest chunk."},
@@ -621,9 +621,13 @@ static const key backfill_k[] = {
     {"rate_limit", &t_u64, TOP(backfill.rate_limit), .doc = "Rows read per second per table (0: no limit)."},
     {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1,
      .doc = "Tables read at once, over all backfills."},
+    {"parallel", &t_u32, TOP(backfill.parallel), NULL, K_POSITIVE, .def.n = CFG_DEFAULT_BACKFILL_PARALLEL,
+     .restart = true,
+     .doc = "Connections that read chunks at once (1 to 64), each a chunk between its own watermarks: the "
+	    "chunks of one table too. See [backfills.md](backfills.md#speed)."},
 };
 
-enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2 };
+enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2, BK_PARALLEL = 6 };
 
 static void check_backfill(ctx *x, void *base, const pair *seen)
 {
@@ -634,6 +638,9 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 	if (c->backfill.min_rows > c->backfill.max_rows)
 		err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
 			(unsigned long long)c->backfill.min_rows, (unsigned long long)c->backfill.max_rows);
+	if (c->backfill.parallel > 64)
+		err_key(x, seen[BK_PARALLEL].k, backfill_k[BK_PARALLEL].name,
+			"%u connections is more than 64 (each is a server backend)", c->backfill.parallel);
 }
 
 static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),

@@ -73,6 +73,7 @@ static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 	json_key_u64(out, &f, "count", h->count);
 	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
 	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
+	j_double3(out, &f, "p999", h->count > 0, (double)hist_quantile(h, 0.999) / 1000);
 	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
 	buf_putc(out, '}');
 }
@@ -196,7 +197,7 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *              "type", "lsn", "error", "backfills": [{"subscription", "backfill", "error"}]} or null}
  *             (only with source.signal_table),
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
- *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to
+ *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to
  *  delivery, by sink)} */
 void report_status_json(const report *r, buf *out)
 {
@@ -399,7 +400,8 @@ static void metrics_backfills(const report *r, buf *out)
 	    {"cdc_backfill_rows_filtered_total", "counter",
 	     "Rows a backfill read that the where (the parts cdc evaluates itself) left out.",
 	     offsetof(report_backfill, filtered)},
-	    {"cdc_backfill_rows_estimate", "gauge", "The table's estimated rows (pg_class.reltuples).",
+	    {"cdc_backfill_rows_estimate", "gauge",
+	     "The table's rows, estimated (from its statistics, else from the rows read per block read).",
 	     SIZE_MAX},
 	    {"cdc_backfill_running", "gauge", "1 while the backfill reads the table.", SIZE_MAX - 1},
 	    {"cdc_backfill_failed", "gauge",

@@ -206,8 +206,9 @@ static void test_status_full(void)
 	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
 	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
-	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000},"
-	    "\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001}}}\n");
+	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"p999\":3.000,"
+	    "\"max\":3.000},\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"p999\":60000.001,"
+	    "\"max\":60000.001}}}\n");
 	CHECK(json_ok(b.data));
 
 	/* What `cdc status` makes of it. */

@@ -148,6 +148,8 @@ typedef struct sink_doctor {
 	/* A line for the running check; fix NULL for a pass. */
 	void (*say)(struct sink_doctor *dr, sink_verdict verdict, const char *fix, const char *fmt, ...)
 	    CDC_PRINTF(4, 5);
+	/* A shell command that carries out the last line's fix, as printed (each a "run:" line). */
+	void (*command)(struct sink_doctor *dr, const char *command);
 	/* The verdict on a path where cdc binds a Unix socket, under the key that sets it. */
 	void (*socket_path)(struct sink_doctor *dr, const char *key, const char *path);
 	/* Who may connect to that socket: its mode and owner (or those cdc gives it, before it exists). */

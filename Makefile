@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

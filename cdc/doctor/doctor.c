@@ -200,6 +200,58 @@ static size_t module_tables(sink_doctor *dr, size_t sub,
 	return doctor_sub_tables(d, &d->c->subs[sub], call_table, &call);
 }
 
+/* A table's columns as the stream describes them: published ones (a virtual generated column
+ * never, a stored one with source.publish_generated_columns), keyed as cdc keys them (the primary
+ * key, the replica identity index, or under FULL the primary key or else the whole row). */
+static const char columns_sql[] =
+    "SELECT a.attname, a.atttypid, a.atttypmod, CASE c.relreplident "
+    "WHEN 'd' THEN coalesce(a.attnum = ANY (pk.indkey::pg_catalog.int2[]), false) "
+    "WHEN 'i' THEN coalesce(a.attnum = ANY (ri.indkey::pg_catalog.int2[]), false) "
+    "WHEN 'f' THEN coalesce(a.attnum = ANY (pk.indkey::pg_catalog.int2[]), pk.indkey IS NULL) ELSE false "
+    "END, "
+    "a.attgenerated::text "
+    "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_catalog.pg_index pk ON pk.indrelid = c.oid AND pk.indisprimary "
+    "LEFT JOIN pg_catalog.pg_index ri ON ri.indrelid = c.oid AND ri.indisreplident "
+    "WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+static bool projected(const cfg_subscription *s, const char *name)
+{
+	if (!s->columns.n)
+		return true;
+	for (size_t i = 0; i < s->columns.n; i++)
+		if (strcmp(s->columns.v[i], name) == 0)
+			return true;
+	return false;
+}
+
+static size_t module_columns(sink_doctor *dr, size_t sub, const char *schema, const char *table,
+			     void (*fn)(void *arg, const char *name, uint32_t type_oid, int32_t typmod,
+					bool key),
+			     void *arg)
+{
+	doctor *d = doctor_of(dr);
+	if (!d->conn)
+		return 0;
+	const char *params[] = {schema, table};
+	PGresult *res = doctor_ask(d, "a table's columns", columns_sql, 2, params);
+	size_t n = 0;
+	for (int i = 0; res && i < PQntuples(res); i++) {
+		const char *name = PQgetvalue(res, i, 0), *generated = PQgetvalue(res, i, 4);
+		bool key = strcmp(PQgetvalue(res, i, 3), "t") == 0;
+		if (generated[0] == 'v' || (generated[0] == 's' && !d->c->source.publish_generated_columns))
+			continue;
+		if (!key && !projected(&d->c->subs[sub], name))
+			continue;
+		fn(arg, name, (uint32_t)strtoul(PQgetvalue(res, i, 1), NULL, 10),
+		   (int32_t)strtol(PQgetvalue(res, i, 2), NULL, 10), key);
+		n++;
+	}
+	PQclear(res);
+	return n;
+}
+
 static void module_socket_path(sink_doctor *dr, const char *key, const char *path)
 {
 	doctor_socket_path(doctor_of(dr), key, path);
@@ -236,6 +288,7 @@ static void run_modules(doctor *d)
 				   .timeout_ms = d->r->timeout_ms,
 				   .database_read = d->conn != NULL,
 				   .tables = module_tables,
+				   .columns = module_columns,
 				   .say = module_say,
 				   .command = module_command,
 				   .socket_path = module_socket_path,

@@ -1,12 +1,15 @@
 /* kafka_doctor.c: cdc doctor's checks of the Kafka side. The brokers are asked once
  * (sinks/kafka/probe.c: metadata and DescribeConfigs, nothing produced) for every topic cdc would
- * write to. */
+ * write to. With format: avro, the schema registry: that it answers, and whether each table's
+ * schemas as cdc would register them now may be their subjects' next versions. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sinks/kafka/avro.h"
 #include "sinks/kafka/kafka_sink.h"
 #include "sinks/kafka/probe.h"
+#include "sinks/kafka/registry.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
 
@@ -278,10 +281,171 @@ static bool exactly_once(const sink_doctor *dr)
 	return ((const kafka_conf *)dr->section)->exactly_once;
 }
 
+/* ---- the schema registry (format avro) ---- */
+
+static bool avro(const sink_doctor *dr)
+{
+	for (size_t i = 0; i < dr->nsubs; i++)
+		if (dr->subs[i].mine && ((const kafka_sub_conf *)dr->subs[i].settings)->format == KAFKA_AVRO)
+			return true;
+	return false;
+}
+
+static kafka_registry_conf registry_conf(const sink_doctor *dr)
+{
+	const kafka_conf *c = dr->section;
+	kafka_setup k = kafka_setup_make(c, dr->slot);
+	kafka_registry_conf conf = k.set.registry;
+	kafka_setup_free(&k);
+	return conf;
+}
+
+#define REGISTRY_FIX                                                                                         \
+	"check kafka.schema_registry: url (with the REST API's path prefix), username and password, "        \
+	"ca_file "                                                                                           \
+	"for a private CA; and that the registry runs and this host reaches it"
+
+static void check_registry(sink_doctor *dr)
+{
+	kafka_registry_conf conf = registry_conf(dr);
+	char level[64], err[800];
+	if (kafka_registry_level(&conf, NULL, level, sizeof(level), err, sizeof(err)) != REGISTRY_OK)
+		dr->say(dr, SINK_FAIL, REGISTRY_FIX, "%s", err);
+	else
+		dr->say(dr, SINK_PASS, NULL, "the schema registry answers; its compatibility level is %s",
+			level);
+}
+
+/* One table of an Avro subscription: its columns now, its key's and envelope's subjects. */
+typedef struct table_columns {
+	dbz_column *cols;
+	size_t n;
+} table_columns;
+
+static void add_column(void *arg, const char *name, uint32_t type_oid, int32_t typmod, bool key)
+{
+	table_columns *t = arg;
+	t->cols = xrealloc(t->cols, (t->n + 1) * sizeof(*t->cols));
+	t->cols[t->n++] = (dbz_column){xstrdup(name), type_oid, typmod, key};
+}
+
+typedef struct table_names {
+	name_list schemas, tables;
+} table_names;
+
+static void add_table(void *arg, const char *schema, const char *table)
+{
+	table_names *l = arg;
+	l->schemas.v = xrealloc(l->schemas.v, (l->schemas.n + 1) * sizeof(char *));
+	l->tables.v = xrealloc(l->tables.v, (l->tables.n + 1) * sizeof(char *));
+	l->schemas.v[l->schemas.n++] = xstrdup(schema);
+	l->tables.v[l->tables.n++] = xstrdup(table);
+}
+
+/* Whether schema may be subject's next version: a line for a refusal or an unanswered request;
+ * *checked counts the subjects that could be asked. */
+static void check_subject(sink_doctor *dr, const kafka_registry_conf *conf, const char *subject,
+			  const char *schema, size_t *checked, size_t *bad)
+{
+	bool ok;
+	char why[1200], err[800], level[64], fix[1024];
+	kafka_registry_status st =
+	    kafka_registry_compatible(conf, subject, schema, &ok, why, sizeof(why), err, sizeof(err));
+	if (st == REGISTRY_OK && ok) {
+		(*checked)++;
+		return;
+	}
+	(*bad)++;
+	if (st != REGISTRY_OK) {
+		dr->say(dr, SINK_FAIL, REGISTRY_FIX, "%s", err);
+		return;
+	}
+	if (kafka_registry_level(conf, subject, level, sizeof(level), err, sizeof(err)) != REGISTRY_OK)
+		snprintf(level, sizeof(level), "unknown");
+	dr->say(dr, SINK_FAIL, "change the table back, or the subject's compatibility level",
+		"subject %s (compatibility %s) refuses the schema cdc registers for the table as it is now: "
+		"cdc would hold its rows until it is accepted: %s",
+		subject, level, why);
+	/* the registry's own options: curl asks for the password of -u USER */
+	int n = snprintf(fix, sizeof(fix),
+			 "curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json'");
+	if (conf->username && n > 0 && (size_t)n < sizeof(fix))
+		n += snprintf(fix + n, sizeof(fix) - (size_t)n, " -u '%s'", conf->username);
+	if (conf->ca_file && n > 0 && (size_t)n < sizeof(fix))
+		n += snprintf(fix + n, sizeof(fix) - (size_t)n, " --cacert '%s'", conf->ca_file);
+	if (n > 0 && (size_t)n < sizeof(fix))
+		snprintf(fix + n, sizeof(fix) - (size_t)n,
+			 " -d '{\"compatibility\":\"NONE\"}' '%s/config/%s'", conf->url, subject);
+	dr->command(dr, fix);
+}
+
+static void check_subjects(sink_doctor *dr)
+{
+	if (!dr->database_read) {
+		dr->say(dr, SINK_WARN, "make the server check pass, then run cdc doctor again",
+			"the subjects follow the subscriptions' tables, and the database could not be read");
+		return;
+	}
+	kafka_registry_conf conf = registry_conf(dr);
+	dbz_schemas sc = {0};
+	buf text = {0}, subject = {0}, topic = {0};
+	size_t checked = 0, bad = 0;
+	for (size_t i = 0; i < dr->nsubs; i++) {
+		const kafka_sub_conf *c = dr->subs[i].settings;
+		if (!dr->subs[i].mine || c->format != KAFKA_AVRO)
+			continue;
+		table_names l = {0};
+		dr->tables(dr, i, add_table, &l);
+		for (size_t t = 0; t < l.tables.n; t++) {
+			table_columns tc = {0};
+			dr->columns(dr, i, l.schemas.v[t], l.tables.v[t], add_column, &tc);
+			buf_reset(&topic);
+			kafka_topic_name(&topic, c->topic ? c->topic : KAFKA_DEFAULT_TOPIC, l.schemas.v[t],
+					 l.tables.v[t], dr->subs[i].name, dr->subs[i].tag);
+			const char *server = c->server_name ? c->server_name : "cdc";
+			for (int key = 1; key >= 0 && tc.n; key--) {
+				const dbz_schema *s =
+				    dbz_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t], topic.data,
+						     tc.cols, tc.n, key);
+				if (key && !s->nfields)
+					continue; /* no key columns: a null key, no key schema */
+				buf_reset(&text);
+				dbz_avro_schema(&text, s);
+				buf_putc(&text, '\0');
+				buf_reset(&subject);
+				kafka_subject_name(&subject, (kafka_subject_strategy)c->subject_strategy,
+						   topic.data, key, s->name);
+				buf_putc(&subject, '\0');
+				check_subject(dr, &conf, subject.data, text.data, &checked, &bad);
+			}
+			for (size_t k = 0; k < tc.n; k++)
+				free((char *)tc.cols[k].name);
+			free(tc.cols);
+		}
+		for (size_t t = 0; t < l.tables.n; t++) {
+			free(l.schemas.v[t]);
+			free(l.tables.v[t]);
+		}
+		free(l.schemas.v);
+		free(l.tables.v);
+	}
+	if (!bad)
+		dr->say(
+		    dr, SINK_PASS, NULL,
+		    "%zu subject%s may take the schemas cdc would register for the tables as they are now",
+		    checked, checked == 1 ? "" : "s");
+	dbz_schemas_free(&sc);
+	buf_free(&text);
+	buf_free(&subject);
+	buf_free(&topic);
+}
+
 const sink_check kafka_checks[] = {
     {"kafka_brokers", NULL, check_brokers},
     {"kafka_topics", NULL, check_topics},
     {"kafka_transactions", exactly_once, check_transactions},
     {"kafka_positions_topic", exactly_once, check_positions},
+    {"kafka_schema_registry", avro, check_registry},
+    {"kafka_schema_subjects", avro, check_subjects},
     {NULL, NULL, NULL},
 };

@@ -1052,3 +1052,50 @@ def test_a_misspelt_table_fails_with_the_closest_names(server, space):
         ("warn", "tables", "subscription later: its tables match no table yet",
          "create the tables, or correct the subscription's tables: key")], text
     assert rc == 2
+
+
+def test_kafka_schema_registry_answers_and_takes_the_tables_schemas(server, space, kafka):
+    """format: avro: the registry answers (its level), and each table's schemas as cdc would register
+    them now may be their subjects' next versions; after a change the registry would refuse (integer
+    to text under BACKWARD), the check fails with the registry's reason and the command that
+    changes the subject's level."""
+    from registry_double import RegistryDouble
+    schema = space["schema"]
+    topic = f"cdc.{schema}.orders"
+    kafka.create_topic(topic, 1)
+    with RegistryDouble() as reg:
+        path = config(server, space, subscriptions=[
+            {"name": "k", "tables": [f"{schema}.orders"], "sink": "kafka", "format": "avro"}],
+            kafka={"brokers": kafka.bootstrap, "schema_registry": {"url": reg.url}})
+        rc, found, text = doctor(path)
+        assert line(found, "kafka_schema_registry") == [
+            ("pass", "kafka_schema_registry", "the schema registry answers; its compatibility level is BACKWARD",
+             None)], text
+        assert line(found, "kafka_schema_subjects") == [
+            ("pass", "kafka_schema_subjects",
+             "2 subjects may take the schemas cdc would register for the tables as they are now", None)], text
+        assert reg.subjects() == {}  # the doctor registers nothing
+        # the value's schema the doctor asked about, as it was when status was an integer
+        asked = next(json.loads(r["body"])["schema"] for r in reg.requests
+                     if r["path"].startswith(f"/compatibility/subjects/{topic}-value/"))
+        old = asked.replace('{"name":"status","type":["null","string"]', '{"name":"status","type":["null","int"]')
+        assert old != asked
+        reg.registry.register(f"{topic}-value", old)
+        rc, found, text = doctor(path)
+        (f,) = line(found, "kafka_schema_subjects")
+        assert f[0] == "fail" and f[2].startswith(
+            f"subject {topic}-value (compatibility BACKWARD) refuses the schema cdc registers for the table as it "
+            "is now: cdc would hold its rows until it is accepted: "), text
+        assert "{errorType:'MISSING_UNION_BRANCH', description:'reader union lacking writer type: RECORD'" in f[2], text
+        assert f[3:] == ("change the table back, or the subject's compatibility level", None,
+                         "curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' -d "
+                         f"'{{\"compatibility\":\"NONE\"}}' '{reg.url}/config/{topic}-value'")
+        assert rc == 2
+        subprocess.run(["sh", "-c", f[5]], check=True, capture_output=True, timeout=60)  # the fix, as printed
+        rc, found, text = doctor(path)
+        assert line(found, "kafka_schema_subjects")[0][0] == "pass", text
+        # a registry that does not answer
+    rc, found, text = doctor(path)
+    (f,) = line(found, "kafka_schema_registry")
+    assert f[0] == "fail" and f[2].startswith(f"schema registry {reg.url}: GET /config: "), text
+    assert f[3].startswith("check kafka.schema_registry: url")

@@ -72,7 +72,7 @@ def test_package_files_and_control(deb):
     # shlibs: every library the binary links, as a dependency on its Debian package.
     depends = {d.split()[0] for d in field(deb, "Depends").split(", ")}
     assert {"libpq5", "librdkafka1", "libprotobuf-c1", "libevent-2.1-7", "libyaml-0-2", "libmicrohttpd12",
-            "libjson-c5", "libjemalloc2", "libsystemd0", "libc6"} <= depends
+            "libjson-c5", "libcurl4", "libjemalloc2", "libsystemd0", "libc6"} <= depends
     # The example configuration is a conffile: an administrator's edits survive upgrades.
     assert run(["dpkg-deb", "--info", deb, "conffiles"]).split() == ["/etc/cdc/cdc.yaml"]
 

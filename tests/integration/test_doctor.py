@@ -1031,29 +1031,6 @@ def test_source_ddl_and_the_event_trigger(server, space):
         server.sql("drop schema if exists cdc cascade")
 
 
-def test_a_misspelt_table_fails_with_the_closest_names(server, space):
-    """Issue 31: public.ordres in source.publish and in a subscription's tables was a warning without
-    a suggestion; a table named one by one that does not exist is a failure (cdc run stops on it),
-    with the closest names; a glob that matches nothing yet stays a warning."""
-    s = space["schema"]
-    path = config(server, space, source={"publish": [f"{s}.ordres", f"{s}.new_*"]},
-                  subscriptions=[{"name": "orders", "tables": [f"{s}.ordres"], "sink": "stdout"},
-                                 {"name": "later", "tables": [f"{s}.new_*"], "sink": "stdout"}])
-    rc, found, text = doctor(path)
-    assert line(found, "publication", "fail") == [(
-        "fail", "publication", f"source.publish names table {s}.ordres, which does not exist: did you mean "
-        f"{s}.orders?", "correct the name in source.publish, or create the table first")], text
-    assert line(found, "publication", "warn") == [(
-        "warn", "publication", f"source.publish pattern {s}.new_* matches no table yet",
-        "create the tables, or correct source.publish")], text
-    assert line(found, "tables") == [
-        ("fail", "tables", f"subscription orders names table {s}.ordres, which does not exist: did you mean "
-         f"{s}.orders?: cdc refuses it", "correct the name in the subscription's tables, or create the table first"),
-        ("warn", "tables", "subscription later: its tables match no table yet",
-         "create the tables, or correct the subscription's tables: key")], text
-    assert rc == 2
-
-
 def test_kafka_schema_registry_answers_and_takes_the_tables_schemas(server, space, kafka):
     """format: avro: the registry answers (its level), and each table's schemas as cdc would register
     them now may be their subjects' next versions; after a change the registry would refuse (integer
@@ -1099,3 +1076,26 @@ def test_kafka_schema_registry_answers_and_takes_the_tables_schemas(server, spac
     (f,) = line(found, "kafka_schema_registry")
     assert f[0] == "fail" and f[2].startswith(f"schema registry {reg.url}: GET /config: "), text
     assert f[3].startswith("check kafka.schema_registry: url")
+
+
+def test_a_misspelt_table_fails_with_the_closest_names(server, space):
+    """Issue 31: public.ordres in source.publish and in a subscription's tables was a warning without
+    a suggestion; a table named one by one that does not exist is a failure (cdc run stops on it),
+    with the closest names; a glob that matches nothing yet stays a warning."""
+    s = space["schema"]
+    path = config(server, space, source={"publish": [f"{s}.ordres", f"{s}.new_*"]},
+                  subscriptions=[{"name": "orders", "tables": [f"{s}.ordres"], "sink": "stdout"},
+                                 {"name": "later", "tables": [f"{s}.new_*"], "sink": "stdout"}])
+    rc, found, text = doctor(path)
+    assert line(found, "publication", "fail") == [(
+        "fail", "publication", f"source.publish names table {s}.ordres, which does not exist: did you mean "
+        f"{s}.orders?", "correct the name in source.publish, or create the table first")], text
+    assert line(found, "publication", "warn") == [(
+        "warn", "publication", f"source.publish pattern {s}.new_* matches no table yet",
+        "create the tables, or correct source.publish")], text
+    assert line(found, "tables") == [
+        ("fail", "tables", f"subscription orders names table {s}.ordres, which does not exist: did you mean "
+         f"{s}.orders?: cdc refuses it", "correct the name in the subscription's tables, or create the table first"),
+        ("warn", "tables", "subscription later: its tables match no table yet",
+         "create the tables, or correct the subscription's tables: key")], text
+    assert rc == 2

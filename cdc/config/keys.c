@@ -119,6 +119,8 @@ static void key_default(void *base, const key *k)
 	case ST_STR:
 		*FIELD(base, k, char *) = k->def.s ? xstrdup(k->def.s) : NULL;
 		break;
+	case ST_IDS: /* starts empty */
+		break;
 	case ST_LIST:
 		if (k->def.s) {
 			cfg_strlist *l = FIELD(base, k, cfg_strlist);
@@ -156,6 +158,9 @@ static void keys_clear_fields(void *base, const keys *t)
 			break;
 		case ST_LIST:
 			cfg_strlist_free(FIELD(base, k, cfg_strlist));
+			break;
+		case ST_IDS:
+			id_list_free(FIELD(base, k, id_list));
 			break;
 		case ST_SECTION:
 			keys_clear_fields(base, k->arg);
@@ -209,6 +214,9 @@ void keys_copy(void *dst, const void *src, const keys *t)
 		case ST_LIST:
 			strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
 			break;
+		case ST_IDS:
+			id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
+			break;
 		case ST_SECTION:
 			keys_copy(dst, src, k->arg);
 			break;
@@ -226,6 +234,8 @@ static bool is_set(const void *base, const key *k)
 		return *CFIELD(base, k, char *) != NULL;
 	if (k->type->store == ST_LIST)
 		return CFIELD(base, k, cfg_strlist)->n != 0;
+	if (k->type->store == ST_IDS)
+		return CFIELD(base, k, id_list)->n != 0;
 	if (k->type->store == ST_SECTION) {
 		const keys *t = k->arg;
 		for (const key *c = t->k; c < t->k + t->n; c++)
@@ -278,6 +288,8 @@ static bool key_same(const void *a, const void *b, const key *k)
 				return false;
 		return true;
 	}
+	case ST_IDS:
+		return id_list_same(CFIELD(a, k, id_list), CFIELD(b, k, id_list));
 	case ST_OWN:
 		return k->type->same(a, b, k);
 	case ST_SECTION:
@@ -613,7 +625,7 @@ static const key status_k[] = {
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
     [ST_CONTROL_UIDS] =
-	{"control_uids", &t_uids, 0, .restart = true,
+	{"control_uids", &t_uids, TOP(status.control_uids), .restart = true,
 	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
 		"start backfills over the Unix socket. An empty list is the default. `check-config` "
 		"prints the default as it applies to the user who runs it: `[0]` for root, "
@@ -625,6 +637,8 @@ static void check_status(ctx *x, void *base, const pair *seen)
 	cfg *c = base;
 	if (c->status.tcp_control && !seen[ST_LISTEN].k)
 		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+	if (!c->status.control_uids.n) /* an empty list: the default */
+		uids_default(c);
 }
 
 static const key log_k[] = {
@@ -762,7 +776,8 @@ static const ktype *const type_of[] = {
     [SINK_KEY_STRING] = &t_string,    [SINK_KEY_BOOL] = &t_bool,	 [SINK_KEY_U32] = &t_u32,
     [SINK_KEY_U64] = &t_u64,	      [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
     [SINK_KEY_ENUM] = &t_enum,	      [SINK_KEY_MODE] = &t_mode,	 [SINK_KEY_PATH] = &t_socket,
-    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,
+    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,	 [SINK_KEY_UIDS] = &t_uids,
+    [SINK_KEY_GIDS] = &t_gids,
 };
 
 static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_size, int module);

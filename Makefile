@@ -61,12 +61,12 @@ MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
 	ring kafka_eo failover debezium avro kafka_render catalog publication nats
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
-# Backfills (cdc/backfill/): snapshots read in chunks between watermarks while the stream flows.
-LIB_SRCS += cdc/backfill/window.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
+# Backfills (cdc/backfill/): snapshots read by block ranges, each a COPY between watermarks, while the stream flows.
+LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/keys.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
 	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
 UNIT_TESTS += backfill_window backfill_sql backfill signal
-FUZZERS += backfill signal
+FUZZERS += backfill signal copy
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "decoder/base/hist.h"
 #include "decoder/base/util.h"
@@ -34,6 +35,9 @@ typedef enum sink_key_type {
 	 * of the property names a reload applies (for a key with SINK_KEY_RESTART), or NULL */
 	SINK_KEY_PROPERTIES,
 	SINK_KEY_SECTION, /* a mapping of the keys in arg (a sink_keys), stored in the same struct */
+	/* id_list: user ids, each written as a number or a name looked up when the file is read */
+	SINK_KEY_UIDS,
+	SINK_KEY_GIDS, /* the same for groups */
 } sink_key_type;
 
 enum {
@@ -136,6 +140,8 @@ typedef struct sink_doctor {
 	    CDC_PRINTF(4, 5);
 	/* The verdict on a path where cdc binds a Unix socket, under the key that sets it. */
 	void (*socket_path)(struct sink_doctor *dr, const char *key, const char *path);
+	/* Who may connect to that socket: its mode and owner (or those cdc gives it, before it exists). */
+	void (*socket_access)(struct sink_doctor *dr, const char *key, const char *path, mode_t mode);
 	void *state; /* the module's own, kept from one of its checks to the next */
 	void *ctx;   /* the doctor's */
 } sink_doctor;

@@ -22,6 +22,7 @@ class SchemaCheck:
         self.strict = set(strict)
         self.last = {}        # (subscription, schema, table) -> the last schema event
         self.schemas = []     # every schema event, in order
+        self.columns = {}     # schema_id -> (its columns' names, as a set, its key's as a set)
 
     def feed(self, e):
         """Checks one event; returns True if it is a schema event (which rows are checked against)."""
@@ -30,6 +31,9 @@ class SchemaCheck:
         if op == "schema":
             self._check_schema(e)
             self.last[where] = e
+            columns = e["table_schema"]["columns"]
+            names = [c["name"] for c in columns]
+            self.columns[e["schema_id"]] = (names, set(names), {c["name"] for c in columns if c["key"]})
             self.schemas.append(e)
             return True
         if op not in ROW_OPS:
@@ -43,18 +47,17 @@ class SchemaCheck:
         assert e["schema_id"] == s["schema_id"], (
             f"row names schema {e['schema_id']}, the last schema event of its table is "
             f"{s['schema_id']}:\n  schema: {s}\n  row: {e}")
-        cols = [c["name"] for c in s["table_schema"]["columns"]]
-        keys = {c["name"] for c in s["table_schema"]["columns"] if c["key"]}
-        toast = set(e.get("unchanged_toast") or [])
+        cols, colset, keys = self.columns[s["schema_id"]]
+        toast = set(e.get("unchanged_toast") or ())
         new, old, key = e.get("new"), e.get("old"), e.get("key")
         if op in ("insert", "read", "update"):
-            assert new is not None and set(new) <= set(cols) and set(cols) <= set(new) | toast, (
+            assert new is not None and new.keys() <= colset and colset <= new.keys() | toast, (
                 f"row's columns {sorted(new or [])} (unchanged TOAST {sorted(toast)}) are not its "
                 f"schema's {cols}:\n  schema: {s}\n  row: {e}")
         if old is not None:
-            assert set(old) <= set(cols), f"old row's columns not in the schema {cols}: {e}"
+            assert old.keys() <= colset, f"old row's columns not in the schema {cols}: {e}"
         if key is not None:
-            assert set(key) == keys, f"key columns {sorted(key)}, the schema's are {sorted(keys)}: {e}"
+            assert key.keys() == keys, f"key columns {sorted(key)}, the schema's are {sorted(keys)}: {e}"
         return False
 
     @staticmethod

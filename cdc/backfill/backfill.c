@@ -1,10 +1,11 @@
-/* backfill.c: the backfills of the daemon; see backfill.h. Each table moves through
- * DESCRIBE -> LOW -> (CHUNK -> HIGH)* -> DRAIN -> done, a chunk's HIGH standing for the next one's
- * LOW when that is read while the stream closes the chunk (else LOW again: a retry, the rate limit);
- * the reader runs the statements, the stream closes each chunk's window, and the sinks' durable
- * position finishes chunks in the order they were emitted. What is durable is what the state file
- * keeps: a table's cursor (the key of the last row of its last durable chunk) and its counters at
- * that point. */
+/* backfill.c: the backfills of the daemon; see backfill.h. A backfill's checks run first; then
+ * each of its tables is described (DESCRIBE), its relations listed with their sizes (LEAVES), and
+ * read in chunks: a block range of a relation, or keys to read again, each LOW -> CHUNK (a COPY)
+ * -> HIGH on one lane, a chunk's HIGH standing for the LOW of the lane's next one. The stream
+ * closes each chunk's window (stream.c) and the sinks' durable position finishes chunks; what is
+ * durable is what the state file keeps: the ranges read, the keys still to read again, and the
+ * counters. A table is done when every range of every relation and every key is durable (a
+ * partitioned table's leaves are listed once more first: one attached meanwhile is read too). */
 #include "cdc/backfill/internal.h"
 
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/backfill/copy.h"
 #include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 
@@ -52,14 +54,6 @@ static char **strv_dup(const char *const *v, size_t n)
 	return out;
 }
 
-static char *dup_n(const char *s, size_t n)
-{
-	char *p = xmalloc(n + 1);
-	memcpy(p, s, n);
-	p[n] = '\0';
-	return p;
-}
-
 static void strv_free(char **v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++)
@@ -87,47 +81,124 @@ static void forget_description(table *t)
 	t->ncols = t->nkeys = 0;
 }
 
-static void clear_params(table *t)
+static void clear_params(lane *L)
 {
-	strv_free(t->params, t->nparams);
-	t->params = NULL;
-	t->nparams = 0;
+	strv_free(L->params, L->nparams);
+	L->params = NULL;
+	L->nparams = 0;
 }
 
-void bf_clear_pending(table *t)
+static void leaf_free(leaf *l)
+{
+	free(l->schema);
+	free(l->name);
+	rset_free(&l->done);
+	rset_free(&l->taken);
+}
+
+static void forget_leaves(table *t)
+{
+	for (size_t i = 0; i < t->nleaves; i++)
+		leaf_free(&t->leaves[i]);
+	free(t->leaves);
+	t->leaves = NULL;
+	t->nleaves = 0;
+}
+
+void bf_table_set_keys(table *t, char **names, size_t n)
+{
+	strv_free(t->key_names, t->nkey_names);
+	t->key_names = names;
+	t->nkey_names = n;
+}
+
+void bf_chunk_free(chunk *c)
+{
+	table *t = c->t;
+	bf_set *b = t->bf->set;
+	for (unsigned i = 0; i < b->nlanes; i++)
+		if (b->lanes[i].c == c)
+			b->lanes[i].c = NULL;
+	for (size_t i = 0; i < t->nchunks; i++)
+		if (t->chunks[i] == c) {
+			t->chunks[i] = t->chunks[--t->nchunks];
+			break;
+		}
+	bfw_reset(c->w);
+	b->spare = xrealloc(b->spare, (b->nspare + 1) * sizeof(*b->spare));
+	b->spare[b->nspare++] = c->w;
+	buf_free(&c->keys);
+	free(c->error);
+	free(c);
+}
+
+void bf_chunk_retry(chunk *c, bool half)
+{
+	table *t = c->t;
+	t->retries++;
+	if (c->leaf >= 0)
+		rset_remove(&t->leaves[c->leaf].taken, c->lo, c->hi);
+	else
+		keys_give_back(&t->again, &c->keys);
+	if (half)
+		t->limit = bf_clamp_rows(t->bf->set, t->limit / 2);
+	bf_chunk_free(c);
+}
+
+static void clear_pending(table *t)
 {
 	for (size_t i = 0; i < t->npend; i++)
-		buf_free(&t->pend[i].cursor);
+		buf_free(&t->pend[i].keys);
 	free(t->pend);
 	t->pend = NULL;
 	t->npend = 0;
 }
 
+/* Forgets everything in flight: chunks (their ranges and keys back), what waits to be durable,
+ * the lanes' hold on the table. The durable state stays. */
+void bf_drop_run(table *t)
+{
+	while (t->nchunks)
+		bf_chunk_free(t->chunks[0]);
+	free(t->chunks);
+	t->chunks = NULL;
+	clear_pending(t);
+	for (size_t i = 0; i < t->nleaves; i++)
+		rset_free(&t->leaves[i].taken);
+	size_t pos = 0;
+	for (const keyent *e = keys_next(&t->again, &pos, NULL); e; e = keys_next(&t->again, &pos, e))
+		if (e->state != KEY_WAIT) {
+			((keyent *)e)->state = KEY_WAIT;
+			t->again.waiting++;
+		}
+	bf_set *b = t->bf->set;
+	for (unsigned i = 0; b && i < b->nlanes; i++) {
+		if (b->lanes[i].t == t)
+			b->lanes[i].t = NULL;
+		if (b->lanes[i].chain_t == t)
+			b->lanes[i].chain_t = NULL;
+	}
+	bf_recent_free(&t->recent);
+	t->busy = false;
+}
+
 /* Stops the table's run: nothing in flight counts any more. */
 void bf_stop_run(table *t)
 {
-	bfw_free(t->w);
-	bfw_free(t->prev);
-	t->w = t->prev = NULL;
-	t->prev_open = t->rows_due = false;
-	clear_params(t);
-	bf_clear_pending(t);
-	t->step = S_NONE;
-	t->busy = false;
-	t->ticket = 0;
+	bf_drop_run(t);
+	t->step = T_NONE;
 }
 
 static void table_free(table *t)
 {
 	bf_stop_run(t);
 	forget_description(t);
+	forget_leaves(t);
+	keys_free(&t->again);
+	bf_table_set_keys(t, NULL, 0);
 	free(t->schema);
 	free(t->name);
 	free(t->error);
-	buf_free(&t->cursor_d);
-	buf_free(&t->cursor);
-	buf_free(&t->sql);
-	buf_free(&t->wm);
 	buf_free(&t->where_sql);
 }
 
@@ -135,6 +206,9 @@ void bf_free(backfill *f)
 {
 	for (size_t i = 0; i < f->ntables; i++)
 		table_free(&f->tables[i]);
+	for (unsigned i = 0; f->set && i < f->set->nlanes; i++)
+		if (f->set->lanes[i].f == f)
+			f->set->lanes[i].f = NULL;
 	free(f->tables);
 	strv_free(f->sub_pat, f->nsub_pat);
 	strv_free(f->req_pat, f->nreq_pat);
@@ -147,13 +221,10 @@ void bf_free(backfill *f)
 	free(f);
 }
 
-/* The live figures go back to the durable ones: what follows is read again. */
+/* The live figures go back to the durable ones: what is not durable is read again. */
 void bf_rewind_table(table *t)
 {
-	buf_reset(&t->cursor);
-	buf_append(&t->cursor, t->cursor_d.data, t->cursor_d.len);
 	t->done = t->done_d;
-	t->last = false;
 }
 
 /* ---- the set ---- */
@@ -164,13 +235,18 @@ bf_set *backfill_set_new(const bf_settings *s, const char *path, uint64_t seed)
 	b->path = path ? xstrdup(path) : NULL;
 	b->rng = seed ? seed : 0x9E3779B97F4A7C15u;
 	backfill_set_settings(b, s);
+	b->nlanes = b->s.parallel ? b->s.parallel : 1;
+	b->lanes = xcalloc(b->nlanes, sizeof(*b->lanes));
 	return b;
 }
 
 void backfill_set_settings(bf_set *b, const bf_settings *s)
 {
 	free(b->publication);
+	unsigned parallel = b->s.parallel;
 	b->s = *s;
+	if (b->lanes)
+		b->s.parallel = parallel; /* the lanes stay as they were made */
 	b->publication = xstrdup(s->publication ? s->publication : "");
 	b->s.publication = b->publication;
 	if (b->s.min_rows == 0)
@@ -181,6 +257,11 @@ void backfill_set_settings(bf_set *b, const bf_settings *s)
 		b->s.tables = 1;
 }
 
+unsigned backfill_lanes(const bf_set *b)
+{
+	return b->nlanes;
+}
+
 void backfill_set_free(bf_set *b)
 {
 	if (!b)
@@ -188,6 +269,19 @@ void backfill_set_free(bf_set *b)
 	for (size_t i = 0; i < b->n; i++)
 		bf_free(b->list[i]);
 	free(b->list);
+	for (unsigned i = 0; i < b->nlanes; i++) {
+		clear_params(&b->lanes[i]);
+		buf_free(&b->lanes[i].sql);
+		buf_free(&b->lanes[i].wm);
+	}
+	free(b->lanes);
+	for (size_t i = 0; i < b->nspare; i++)
+		bfw_free(b->spare[i]);
+	free(b->spare);
+	buf_free(&b->unescaped);
+	buf_free(&b->key);
+	buf_free(&b->row);
+	free(b->vals);
 	free(b->publication);
 	free(b->path);
 	free(b);
@@ -209,6 +303,7 @@ long backfill_find(const bf_set *b, const char *id)
 
 void bf_append(bf_set *b, backfill *f)
 {
+	f->set = b;
 	b->list = xrealloc(b->list, (b->n + 1) * sizeof(*b->list));
 	b->list[b->n++] = f;
 }
@@ -290,6 +385,7 @@ static void fail_table(table *t, const char *msg)
 	bf_stop_run(t);
 	t->state = BF_FAILED;
 	set_str(&t->error, msg);
+	t->bf->set->dirty = true;
 }
 
 /* Ends f before its tables finished: those not finished are cancelled. msg: why it failed, NULL
@@ -353,24 +449,17 @@ bool backfill_has_snapshot(const bf_set *b, const char *sub)
 	return false;
 }
 
-/* ---- the reader ---- */
+/* ---- the lanes' statements ---- */
 
 uint64_t bf_clamp_rows(const bf_set *b, uint64_t n)
 {
 	return n < b->s.min_rows ? b->s.min_rows : n > b->s.max_rows ? b->s.max_rows : n;
 }
 
-/* A new chunk in w, its watermarks under a new nonce. */
-static void chunk_begin(bf_set *b, table *t)
-{
-	random_hex(b, t->nonce);
-	bfw_begin(t->w, t->nonce);
-}
-
 static void start_table(table *t, uint64_t now_ms)
 {
 	t->state = BF_RUNNING;
-	t->step = S_DESCRIBE;
+	t->step = T_DESCRIBE;
 	t->bf->state = BF_RUNNING;
 	t->run_ms = now_ms;
 	t->run_read = t->done.read;
@@ -401,133 +490,299 @@ static void start_tables(bf_set *b, uint64_t now_ms)
 	}
 }
 
-static void stmt(bf_set *b, bf_stmt *out, bf_stmt_kind kind, const char *sql, int nparams,
-		 const char *const *params, uint64_t *ticket, bf_stmt_kind *slot)
+static void stmt(bf_set *b, lane *L, bf_stmt *out, bf_stmt_kind kind, const char *sql, int nparams,
+		 const char *const *params)
 {
-	*ticket = ++b->tickets;
-	*slot = kind;
-	*out = (bf_stmt){.kind = kind, .sql = sql, .nparams = nparams, .params = params, .ticket = *ticket};
+	L->ticket = ++b->tickets;
+	L->kind = kind;
+	L->busy = true;
+	*out = (bf_stmt){.kind = kind, .sql = sql, .nparams = nparams, .params = params, .ticket = L->ticket};
 }
 
-/* The chunk's watermark statement. */
-static void watermark_stmt(bf_set *b, table *t, bool high, bf_stmt *out)
+/* The statement with L's own copy of its parameters. */
+static void stmt_params(bf_set *b, lane *L, bf_stmt *out, bf_stmt_kind kind, const char *sql,
+			const char *const *params, size_t n)
 {
-	buf_reset(&t->wm);
-	bfsql_watermark_content(&t->wm, t->bf->id, t->nonce, high);
-	clear_params(t);
-	t->params = xcalloc(1, sizeof(*t->params));
-	t->params[0] = xstrdup(t->wm.data);
-	t->nparams = 1;
-	stmt(b, out, high ? BF_STMT_HIGH : BF_STMT_LOW, high ? bfsql_watermark_high : bfsql_watermark, 1,
-	     (const char *const *)t->params, &t->ticket, &t->kind);
+	clear_params(L);
+	L->params = strv_dup(params, n);
+	L->nparams = n;
+	stmt(b, L, out, kind, sql, (int)n, (const char *const *)L->params);
 }
 
-/* The chunk query after the last key read (the open chunk's before it has closed), its values as
- * parameters. */
-static void chunk_stmt(bf_set *b, table *t, bf_stmt *out)
+/* A watermark of L's chunk. */
+static void watermark_stmt(bf_set *b, lane *L, bool high, bf_stmt *out)
 {
-	clear_params(t);
-	size_t len = 0;
-	const void *cursor = t->prev_open ? bfw_last_key(t->prev, &len) : NULL;
-	if (!cursor) {
-		cursor = t->cursor.data;
-		len = t->cursor.len;
+	chunk *c = L->c;
+	buf_reset(&L->wm);
+	bfsql_watermark_content(&L->wm, c->t->bf->id, c->nonce, high);
+	if (high)
+		memcpy(L->chain_nonce, c->nonce, BF_ID_SIZE);
+	const char *p = L->wm.data;
+	stmt_params(b, L, out, high ? BF_STMT_HIGH : BF_STMT_LOW,
+		    high ? bfsql_watermark_high : bfsql_watermark, &p, 1);
+}
+
+/* L's chunk's COPY. */
+static void copy_stmt(bf_set *b, lane *L, bf_stmt *out, uint64_t now_ms)
+{
+	chunk *c = L->c;
+	table *t = c->t;
+	bfsql_read r = {.schema = t->schema,
+			.table = t->name,
+			.cols = t->cols,
+			.ncols = t->ncols,
+			.where = t->where_sql.len ? t->where_sql.data : NULL};
+	if (c->leaf >= 0) {
+		const leaf *l = &t->leaves[c->leaf];
+		r.leaf_schema = l->schema;
+		r.leaf_name = l->name;
+		r.leaf_oid = l->oid;
+		r.root_oid = t->relkind == 'p' ? t->oid : 0;
+		r.lo = c->lo;
+		r.hi = c->hi;
+	} else {
+		r.keys = t->keys;
+		r.nkeys = t->nkeys;
+		r.keyvals = c->keys.data;
+		r.keyvals_len = c->keys.len;
+		r.nkeyvals = c->nkeys;
 	}
-	bool has_cursor = len > 0;
-	if (has_cursor) {
-		bf_datum *d = xcalloc(t->nkeys, sizeof(*d));
-		if (!bf_decode(cursor, len, d, t->nkeys)) {
-			/* A cursor of another key (the table changed since): start over. */
-			buf_reset(&t->cursor);
-			has_cursor = false;
-		} else {
-			t->params = xcalloc(t->nkeys, sizeof(*t->params));
-			for (size_t i = 0; i < t->nkeys; i++)
-				t->params[i] = d[i].len < 0 ? NULL : dup_n(d[i].data, (size_t)d[i].len);
-			t->nparams = t->nkeys;
-		}
-		free(d);
-	}
-	buf_reset(&t->sql);
-	bfsql_chunk(&t->sql, t->schema, t->name, t->cols, t->ncols, t->keys, t->nkeys, has_cursor,
-		    t->where_sql.len ? t->where_sql.data : NULL, t->limit);
-	stmt(b, out, BF_STMT_CHUNK, t->sql.data, (int)t->nparams, (const char *const *)t->params, &t->ticket,
-	     &t->kind);
+	buf_reset(&L->sql);
+	if (!bfsql_copy(&L->sql, &r))
+		buf_puts(&L->sql, "SELECT 'cdc: a chunk's keys are malformed'::pg_catalog.int4");
+	clear_params(L);
+	c->sent_ms = now_ms;
+	stmt(b, L, out, BF_STMT_CHUNK, L->sql.data, 0, NULL);
 }
 
-/* The table's next statement, if one is due. */
-static bool table_next(bf_set *b, table *t, uint64_t now_ms, bf_stmt *out, uint64_t *wake_ms)
+/* The next statement of L's chunk. */
+static void chunk_stmt(bf_set *b, lane *L, bf_stmt *out, uint64_t now_ms)
 {
-	if (t->state != BF_RUNNING || t->busy)
-		return false;
-	switch (t->step) {
-	case S_DESCRIBE:
-		clear_params(t);
-		t->params = strv_dup((const char *const[]){t->schema, t->name, b->publication}, 3);
-		t->nparams = 3;
-		stmt(b, out, BF_STMT_DESCRIBE, bfsql_describe, 3, (const char *const *)t->params, &t->ticket,
-		     &t->kind);
+	L->t = L->c->t;
+	switch (L->c->step) {
+	case C_LOW:
+		watermark_stmt(b, L, false, out);
 		break;
-	case S_LOW:
-		if (t->due_ms > now_ms) {
-			if (!*wake_ms || t->due_ms < *wake_ms)
-				*wake_ms = t->due_ms;
-			return false;
-		}
-		chunk_begin(b, t);
-		t->sent_ms = now_ms;
-		watermark_stmt(b, t, false, out);
-		break;
-	case S_CHUNK:
-		t->sent_ms = now_ms;
-		chunk_stmt(b, t, out);
-		break;
-	case S_HIGH:
-		watermark_stmt(b, t, true, out);
+	case C_COPY:
+		copy_stmt(b, L, out, now_ms);
 		break;
 	default:
-		return false;
+		watermark_stmt(b, L, true, out);
+		break;
 	}
-	t->busy = true;
+}
+
+/* Rows a chunk of t should hold: towards chunk_time, within min_rows and max_rows, and half of
+ * max_bytes (the other half is for the keys changed while it is open). */
+static uint64_t chunk_rows(const bf_set *b, const table *t)
+{
+	uint64_t rows = t->limit ? t->limit : b->s.max_rows;
+	if (t->done.read >= 100 && t->bytes_read) {
+		uint64_t per_row = t->bytes_read / t->done.read + 1, cap = b->s.max_bytes / 2 / per_row;
+		rows = rows < cap ? rows : cap;
+	}
+	return bf_clamp_rows(b, rows);
+}
+
+/* Blocks of leaf l that hold about rows rows: by the rows per block read so far, else the
+ * statistics', else one block (the first chunk measures). */
+static uint32_t chunk_blocks(const table *t, const leaf *l, uint64_t rows)
+{
+	double per_block =
+	    t->done.blocks >= 4 ? (double)t->done.read / (double)t->done.blocks : l->rows_per_block;
+	if (per_block <= 0)
+		return 1;
+	double n = (double)rows / per_block;
+	return n < 1 ? 1 : n > 1e6 ? 1000000 : (uint32_t)n;
+}
+
+static chunk *chunk_new(bf_set *b, table *t, int leaf_index)
+{
+	chunk *c = xcalloc(1, sizeof(*c));
+	c->t = t;
+	c->leaf = leaf_index;
+	c->w = b->nspare ? b->spare[--b->nspare] : bfw_new(b->s.max_bytes);
+	random_hex(b, c->nonce);
+	bfw_begin(c->w, c->nonce, &t->recent);
+	t->chunks = xrealloc(t->chunks, (t->nchunks + 1) * sizeof(*t->chunks));
+	t->chunks[t->nchunks++] = c;
+	return c;
+}
+
+/* The first range of t no chunk has read or is reading, or false. */
+static bool range_left(const table *t, size_t *li, uint32_t max, uint32_t *lo, uint32_t *hi)
+{
+	for (size_t i = 0; i < t->nleaves; i++) {
+		const leaf *l = &t->leaves[i];
+		if (!l->gone && rset_first_gap(&l->done, &l->taken, 0, l->blocks, max, lo, hi)) {
+			*li = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+bool bf_ranges_open(const table *t)
+{
+	if (t->step != T_READ)
+		return true;
+	size_t li;
+	uint32_t lo, hi;
+	if (range_left(t, &li, 1, &lo, &hi))
+		return true;
+	for (size_t i = 0; i < t->nchunks; i++)
+		if (t->chunks[i]->leaf >= 0)
+			return true;
+	return false;
+}
+
+/* The next chunk of t, if one is due: keys to read again once no range is left to hand out (or
+ * when they pile up), else the next range. */
+static chunk *pick(bf_set *b, table *t, uint64_t now_ms, uint64_t *wake_ms)
+{
+	if (t->state != BF_RUNNING || t->step != T_READ)
+		return NULL;
+	if (t->due_ms > now_ms) {
+		if (!*wake_ms || t->due_ms < *wake_ms)
+			*wake_ms = t->due_ms;
+		return NULL;
+	}
+	uint64_t rows = chunk_rows(b, t);
+	size_t li = 0;
+	uint32_t lo = 0, hi = 0;
+	bool ranges = range_left(t, &li, UINT32_MAX, &lo, &hi);
+	chunk *c;
+	if (t->again.waiting && (!ranges || t->again.bytes > b->s.max_bytes / 4)) {
+		c = chunk_new(b, t, -1);
+		c->nkeys = keys_take(&t->again, rows, &c->keys);
+		c->expect = c->nkeys;
+	} else if (ranges) {
+		leaf *l = &t->leaves[li];
+		uint32_t blocks = chunk_blocks(t, l, rows);
+		range_left(t, &li, blocks, &lo, &hi);
+		c = chunk_new(b, t, (int)li);
+		c->lo = lo;
+		c->hi = hi;
+		c->expect = (uint64_t)((double)rows * (hi - lo) / blocks);
+		rset_add(&l->taken, lo, hi);
+	} else {
+		return NULL;
+	}
+	/* The rate limit, over the lanes: each chunk takes its rows' share of time before the next
+	 * one may start (settled by its COPY, which knows how many it read). */
+	if (b->s.rate)
+		t->due_ms = (t->due_ms > now_ms ? t->due_ms : now_ms) + c->expect * 1000 / b->s.rate;
+	return c;
+}
+
+/* The open chunk of t whose nonce is given, or NULL. */
+static chunk *chunk_of(const table *t, const char *nonce)
+{
+	for (size_t i = 0; i < t->nchunks; i++)
+		if (strcmp(t->chunks[i]->nonce, nonce) == 0)
+			return t->chunks[i];
+	return NULL;
+}
+
+/* The lane wrote a high watermark of a chunk of t: the next chunk of t, if one is due now, is read
+ * at once, its window opening at that watermark (or now, if the stream brought it already): the
+ * COPY starts after it was written. */
+static bool chain(bf_set *b, lane *L, uint64_t now_ms, bf_stmt *out)
+{
+	table *t = L->chain_t;
+	L->chain_t = NULL;
+	uint64_t wake = 0;
+	chunk *c = t ? pick(b, t, now_ms, &wake) : NULL;
+	if (!c)
+		return false;
+	chunk *prev = chunk_of(t, L->chain_nonce);
+	if (prev && prev->step == C_WRITTEN)
+		memcpy(c->after, L->chain_nonce, BF_ID_SIZE);
+	else
+		bfw_open(c->w);
+	c->step = C_COPY;
+	L->c = c;
+	chunk_stmt(b, L, out, now_ms);
 	return true;
 }
 
-static bool backfill_step(bf_set *b, backfill *f, bf_stmt *out)
+/* A table's own statement (its description, its relations), if one is due. */
+static bool table_stmt(bf_set *b, lane *L, table *t, bf_stmt *out)
+{
+	if (t->state != BF_RUNNING || t->busy || (t->step != T_DESCRIBE && t->step != T_PLAN))
+		return false;
+	if (t->step == T_DESCRIBE) {
+		const char *p[] = {t->schema, t->name, b->publication};
+		stmt_params(b, L, out, BF_STMT_DESCRIBE, bfsql_describe, p, 3);
+	} else {
+		char oid[16];
+		snprintf(oid, sizeof(oid), "%u", t->oid);
+		const char *p[] = {oid};
+		stmt_params(b, L, out, BF_STMT_LEAVES, bfsql_leaves, p, 1);
+	}
+	t->busy = true;
+	L->t = t;
+	return true;
+}
+
+static bool backfill_step(bf_set *b, lane *L, backfill *f, bf_stmt *out)
 {
 	if (bf_finished(f->state) || f->busy || (f->checked && f->vetted))
 		return false;
 	if (!f->checked) {
-		stmt(b, out, BF_STMT_CHECK, bfsql_privileges, 0, NULL, &f->ticket, &f->kind);
+		stmt(b, L, out, BF_STMT_CHECK, bfsql_privileges, 0, NULL);
 	} else if (!f->resolved) {
 		f->param[0] = b->publication;
-		stmt(b, out, BF_STMT_TABLES, bfsql_tables, 1, f->param, &f->ticket, &f->kind);
+		stmt(b, L, out, BF_STMT_TABLES, bfsql_tables, 1, f->param);
 	} else {
 		f->param[0] = f->oids;
-		stmt(b, out, BF_STMT_COLUMNS, bfsql_columns, 1, f->param, &f->ticket, &f->kind);
+		stmt(b, L, out, BF_STMT_COLUMNS, bfsql_columns, 1, f->param);
 	}
 	f->busy = true;
+	L->f = f;
 	return true;
 }
 
-bool backfill_next(bf_set *b, bf_now now, bf_stmt *out, uint64_t *wake_ms)
+bool backfill_next(bf_set *b, unsigned lane_index, bf_now now, bf_stmt *out, uint64_t *wake_ms)
 {
 	*wake_ms = 0;
+	if (lane_index >= b->nlanes || b->lanes[lane_index].busy)
+		return false;
+	lane *L = &b->lanes[lane_index];
+	if (L->c) {
+		chunk_stmt(b, L, out, now.ms);
+		return true;
+	}
 	for (size_t i = 0; i < b->n; i++)
-		if (backfill_step(b, b->list[i], out))
+		if (backfill_step(b, L, b->list[i], out))
 			return true;
 	start_tables(b, now.ms);
-	/* Round robin over the backfills, so that one does not starve the others' tables. */
-	for (size_t j = 0; j < b->n; j++) {
-		size_t i = (b->rr + j) % b->n;
-		backfill *f = b->list[i];
-		for (size_t k = 0; k < f->ntables; k++)
-			if (table_next(b, &f->tables[k], now.ms, out, wake_ms)) {
-				b->rr = i + 1;
-				return true;
+	if (chain(b, L, now.ms, out))
+		return true;
+	/* Round robin over the backfills, so that one does not starve the others' tables: their own
+	 * statements first, then chunks. */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t j = 0; j < b->n; j++) {
+			size_t i = (b->rr + j) % b->n;
+			backfill *f = b->list[i];
+			for (size_t k = 0; k < f->ntables; k++) {
+				table *t = &f->tables[k];
+				chunk *c = NULL;
+				if (pass == 0 ? table_stmt(b, L, t, out)
+					      : (c = pick(b, t, now.ms, wake_ms)) != NULL) {
+					if (c) {
+						L->c = c;
+						chunk_stmt(b, L, out, now.ms);
+					}
+					b->rr = i + 1;
+					return true;
+				}
 			}
-	}
+		}
 	return false;
 }
+
+/* ---- results ---- */
 
 /* The datum of column c of row i of a result (text format). */
 static bf_datum cell(const bf_result *r, int row, int col)
@@ -566,15 +821,19 @@ static bool matches_any(char **pat, size_t n, const char *schema, const char *na
 	return false;
 }
 
+/* What a backfill can read: a table, or a partitioned one through its leaves. */
+static bool readable_kind(char relkind)
+{
+	return relkind == 'r' || relkind == 'p';
+}
+
 /* Why a table of the publication cannot be read (row i of bfsql_tables' result), into msg. */
 static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg)
 {
 	const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 	bf_datum kind = cell(r, i, 3);
-	if (kind.len != 1 || kind.data[0] != 'r')
-		pg_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
-	else if (r->isnull(r->ctx, i, 4))
-		pg_no_key(msg, schema, name);
+	if (kind.len != 1 || !readable_kind(kind.data[0]))
+		bfsql_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
 	else if (!cell_true(r, i, 5))
 		bfsql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
 }
@@ -677,19 +936,15 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		bfsql_no_table(msg, t->schema, t->name);
 		return false;
 	}
-	if (r->ncols != 10)
+	if (r->ncols != 12)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
-	if (kind.len != 1 || kind.data[0] != 'r') {
-		pg_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
+	if (kind.len != 1 || !readable_kind(kind.data[0])) {
+		bfsql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
 		return false;
 	}
 	if (!cell_true(r, 0, 7)) {
 		bfsql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", t->schema, t->name);
-		return false;
-	}
-	if (r->isnull(r->ctx, 0, 5)) {
-		pg_no_key(msg, t->schema, t->name);
 		return false;
 	}
 	forget_description(t);
@@ -725,218 +980,264 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		}
 	}
 	t->ncols = n;
-	t->key_index = xstrdup(r->value(r->ctx, 0, 5));
+	t->relkind = kind.data[0];
+	t->keyless = r->isnull(r->ctx, 0, 5);
+	t->full = cell(r, 0, 10).len == 1 && cell(r, 0, 10).data[0] == 'f';
+	if (t->keyless) {
+		/* The whole row stands for the key: the window keys on every column. */
+		t->nkeys = n;
+		for (size_t i = 0; i < n; i++)
+			t->keys[i] = i;
+	} else {
+		t->key_index = xstrdup(r->value(r->ctx, 0, 5));
+	}
+	/* The same relation with the same key goes on from what is durable; another one (the table
+	 * was made again, or its key changed) is read from the start. */
+	uint32_t oid = (uint32_t)strtoul(r->value(r->ctx, 0, 11), NULL, 10);
+	bool same = t->oid == oid && t->nkey_names == t->nkeys;
+	for (size_t k = 0; same && k < t->nkeys; k++)
+		same = strcmp(t->key_names[k], t->cols[t->keys[k]].name) == 0;
+	if (!same) {
+		forget_leaves(t);
+		keys_free(&t->again);
+		char **names = xcalloc(t->nkeys + 1, sizeof(*names));
+		for (size_t k = 0; k < t->nkeys; k++)
+			names[k] = xstrdup(t->cols[t->keys[k]].name);
+		bf_table_set_keys(t, names, t->nkeys);
+		t->oid = oid;
+		b->dirty = true;
+	}
 	where_pushdown(t);
-	double est = strtod(r->value(r->ctx, 0, 8), NULL);
-	t->estimate = est < 0 ? -1 : (int64_t)est;
-	if (!t->w) {
-		t->w = bfw_new(b->s.max_bytes);
-		t->prev = bfw_new(b->s.max_bytes);
+	if (t->estimate < 0) {
+		double est = strtod(r->value(r->ctx, 0, 8), NULL);
+		t->estimate = est < 0 ? -1 : (int64_t)est;
 	}
 	if (!t->limit)
-		t->limit = bf_clamp_rows(b, 1000);
+		t->limit = b->s.max_rows;
 	return true;
 }
 
-/* The chunk's rows into its window; false if they do not fit (read a smaller chunk). */
-static bool chunk_rows(bf_set *b, table *t, const bf_result *r, uint64_t now_ms, buf *msg)
+static leaf *find_leaf(table *t, uint32_t oid)
 {
-	if (r->nrows && (size_t)r->ncols != t->ncols + 1) {
-		buf_puts(msg, "the table's columns changed");
-		return false;
-	}
-	bf_datum *vals = xcalloc(t->ncols + t->nkeys, sizeof(*vals)), *keyv = vals + t->ncols;
-	buf key = {0}, row = {0};
-	size_t bytes = 0;
-	int i;
-	for (i = 0; i < r->nrows; i++) {
-		for (size_t c = 0; c < t->ncols; c++)
-			vals[c] = cell(r, i, (int)c + 1);
-		for (size_t k = 0; k < t->nkeys; k++)
-			keyv[k] = vals[t->keys[k]];
-		buf_reset(&key);
-		buf_reset(&row);
-		bf_encode(&key, keyv, t->nkeys);
-		bf_encode(&row, vals, t->ncols);
-		if (!bfw_add_row(t->w, key.data, key.len, row.data, row.len))
-			break;
-		bytes += key.len + row.len;
-	}
-	free(vals);
-	buf_free(&key);
-	buf_free(&row);
-	if (i < r->nrows) {
-		/* Past the memory cap: half as many rows as fitted. */
-		t->limit = bf_clamp_rows(b, (uint64_t)i / 2);
-		return false;
-	}
-	if (r->nrows) {
-		bf_snapshot snap;
-		bf_datum s = cell(r, 0, 0);
-		if (s.len < 0 || !bf_snapshot_parse(s.data, (size_t)s.len, &snap, NULL, 0)) {
-			buf_puts(msg, "the chunk's snapshot is malformed");
+	for (size_t i = 0; i < t->nleaves; i++)
+		if (t->leaves[i].oid == oid)
+			return &t->leaves[i];
+	return NULL;
+}
+
+/* The relations of the table and their sizes (bfsql_leaves' rows): new ones are added with the
+ * blocks they have now, those no longer listed are gone (detached). False with the reason in msg. */
+static bool leaves_result(bf_set *b, table *t, const bf_result *r, buf *msg)
+{
+	if (r->ncols != 7)
+		return buf_puts(msg, "the list of the table's relations returned an unexpected result"),
+		       false;
+	for (size_t i = 0; i < t->nleaves; i++)
+		t->leaves[i].gone = true;
+	bool added = false;
+	for (int i = 0; i < r->nrows; i++) {
+		uint32_t oid = (uint32_t)strtoul(r->value(r->ctx, i, 0), NULL, 10);
+		const char *schema = r->value(r->ctx, i, 1), *name = r->value(r->ctx, i, 2);
+		if (!cell_true(r, i, 6)) {
+			bfsql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", schema, name);
 			return false;
 		}
-		bfw_set_snapshot(t->w, &snap);
+		leaf *l = find_leaf(t, oid);
+		if (l) {
+			l->gone = false;
+			continue;
+		}
+		t->leaves = xrealloc(t->leaves, (t->nleaves + 1) * sizeof(*t->leaves));
+		l = &t->leaves[t->nleaves++];
+		double pages = strtod(r->value(r->ctx, i, 4), NULL),
+		       tuples = strtod(r->value(r->ctx, i, 5), NULL);
+		unsigned long long blocks = strtoull(r->value(r->ctx, i, 3), NULL, 10);
+		*l = (leaf){.oid = oid,
+			    .schema = xstrdup(schema),
+			    .name = xstrdup(name),
+			    .blocks = blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks,
+			    .rows_per_block = pages > 0 && tuples >= 0 ? tuples / pages : -1};
+		added = true;
 	}
-	t->last = (uint64_t)r->nrows < t->limit;
-	/* The rate limit: the next chunk starts when this one's rows are paid for. */
-	t->due_ms = b->s.rate ? t->sent_ms + (uint64_t)r->nrows * 1000 / b->s.rate : now_ms;
-	if (!t->last) {
-		/* Towards the target time, at most doubling or halving, and under half the byte cap
-		 * (the other half is for the keys changed while the chunk is open). */
-		uint64_t took = now_ms > t->sent_ms ? now_ms - t->sent_ms : 1;
-		uint64_t next = t->limit * b->s.chunk_ms / took;
-		next = next > 2 * t->limit ? 2 * t->limit : next < t->limit / 2 ? t->limit / 2 : next;
-		uint64_t per_row = bytes / (uint64_t)r->nrows + 1, cap = b->s.max_bytes / 2 / per_row;
-		t->limit = bf_clamp_rows(b, next < cap ? next : cap);
-	}
+	/* Listed again after every relation known was read: done unless one was attached meanwhile. */
+	t->listed_again = t->listed_again && !added;
+	b->dirty = true;
 	return true;
 }
 
-static table *table_of_ticket(bf_set *b, uint64_t ticket)
+/* ---- a chunk's COPY ---- */
+
+/* The key bytes of a row (vals in column order) into out. */
+static void row_key(const table *t, const bf_datum *vals, buf *out)
 {
-	for (size_t i = 0; ticket && i < b->n; i++)
-		for (size_t k = 0; k < b->list[i]->ntables; k++)
-			if (b->list[i]->tables[k].busy && b->list[i]->tables[k].ticket == ticket)
-				return &b->list[i]->tables[k];
-	return NULL;
+	bf_datum k[t->nkeys ? t->nkeys : 1];
+	for (size_t i = 0; i < t->nkeys; i++)
+		k[i] = vals[t->keys[i]];
+	buf_reset(out);
+	bf_encode(out, k, t->nkeys);
 }
 
-static backfill *backfill_of_ticket(bf_set *b, uint64_t ticket)
+void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const char *data, size_t len)
 {
-	for (size_t i = 0; ticket && i < b->n; i++)
-		if (b->list[i]->busy && b->list[i]->ticket == ticket)
-			return b->list[i];
-	return NULL;
-}
-
-/* The high watermark of the chunk read into w is written: it waits for the stream to close it,
- * behind prev if that is still open; else it becomes prev, and the next chunk is read into w
- * meanwhile, prev's high watermark its low one (its SELECT starts after that is written), unless
- * the rate limit holds it back. */
-void bf_chunk_written(bf_set *b, table *t, uint64_t now_ms)
-{
-	if (t->prev_open) {
-		t->step = S_STREAM;
+	if (lane_index >= b->nlanes)
+		return;
+	lane *L = &b->lanes[lane_index];
+	chunk *c = L->c;
+	if (!L->busy || L->ticket != ticket || L->kind != BF_STMT_CHUNK || !c || c->overflow)
+		return;
+	table *t = c->t;
+	if (b->nvals < t->ncols + 1) {
+		b->nvals = t->ncols + 1;
+		b->vals = xrealloc(b->vals, b->nvals * sizeof(*b->vals));
+	}
+	char err[256];
+	if (!bf_copy_split(data, len, b->vals, t->ncols + 1, &b->unescaped, err, sizeof(err))) {
+		c->error = xstrdup(err);
+		c->overflow = true;
 		return;
 	}
-	bf_window *free_w = t->prev;
-	t->prev = t->w;
-	t->w = free_w;
-	t->prev_open = true;
-	t->prev_last = t->last;
-	t->opens_at_prev = false;
-	if (t->last) {
-		t->step = S_DRAIN;
-	} else if (t->due_ms > now_ms) {
-		t->step = S_LOW;
-	} else {
-		chunk_begin(b, t);
-		t->opens_at_prev = true;
-		t->step = S_CHUNK;
+	if (b->vals[0].len >= 0) {
+		bf_snapshot snap;
+		if (!bf_snapshot_parse(b->vals[0].data, (size_t)b->vals[0].len, &snap, err, sizeof(err))) {
+			c->error = xstrdup(err);
+			c->overflow = true;
+			return;
+		}
+		bf_recent_settle(&t->recent, &snap);
+		bfw_set_snapshot(c->w, &snap);
+		return;
 	}
-}
-
-/* The chunks in memory are forgotten (their watermarks become foreign); what follows the cursor is
- * read again. */
-void bf_drop_chunks(table *t)
-{
-	if (t->w) {
-		bfw_reset(t->w);
-		bfw_reset(t->prev);
+	const bf_datum *vals = b->vals + 1;
+	buf_reset(&b->row);
+	bf_encode(&b->row, vals, t->ncols);
+	const buf *key = &b->row;
+	if (!t->keyless) {
+		row_key(t, vals, &b->key);
+		key = &b->key;
 	}
-	t->prev_open = t->opens_at_prev = t->rows_due = false;
+	t->bytes_read += b->row.len;
+	if (!bfw_add_row(c->w, key->data, key->len, b->row.data, b->row.len))
+		c->overflow = true;
 }
 
-/* The chunk starts again with a new nonce (its watermarks become foreign). */
-void bf_chunk_again(table *t, uint64_t due_ms)
+/* A chunk's COPY ended: its high watermark is next, or it is read again in two halves when its
+ * rows did not fit. The chunk size moves towards chunk_time; the rate limit sets when the table's
+ * next chunk may start. */
+static void chunk_copied(bf_set *b, lane *L, bf_now now)
 {
-	bfw_reset(t->w);
-	t->opens_at_prev = t->rows_due = false;
-	t->step = S_LOW;
-	t->due_ms = due_ms;
+	uint64_t now_ms = now.ms;
+	chunk *c = L->c;
+	table *t = c->t;
+	size_t rows = bfw_rows(c->w);
+	if (c->error) {
+		buf msg = {0};
+		buf_printf(&msg, "a row of a chunk of %s.%s: %s", t->schema, t->name, c->error);
+		fail_table(t, msg.data);
+		bf_settle(t->bf, now);
+		buf_free(&msg);
+		return;
+	}
+	if (c->overflow) {
+		t->limit = bf_clamp_rows(b, rows / 2);
+		bf_chunk_retry(c, false);
+		return;
+	}
+	if (b->s.rate && rows != c->expect) {
+		int64_t more = ((int64_t)rows - (int64_t)c->expect) * 1000 / (int64_t)b->s.rate;
+		t->due_ms =
+		    more < 0 && (uint64_t)-more > t->due_ms ? 0 : (uint64_t)((int64_t)t->due_ms + more);
+	}
+	if (rows && c->leaf >= 0) {
+		uint64_t took = now_ms > c->sent_ms ? now_ms - c->sent_ms : 1;
+		uint64_t next = rows * b->s.chunk_ms / took;
+		next = next > 2 * t->limit ? 2 * t->limit : next < t->limit / 2 ? t->limit / 2 : next;
+		t->limit = bf_clamp_rows(b, next);
+	}
+	c->step = C_HIGH;
 }
 
-void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now)
+/* The chunk's high watermark is written: it waits for the stream to bring it. */
+static void chunk_written(lane *L)
 {
-	backfill *f = backfill_of_ticket(b, ticket);
-	if (f) {
+	chunk *c = L->c;
+	if (c)
+		c->step = C_WRITTEN;
+	/* the chunk's table; L->t alone when the stream closed the chunk already */
+	L->chain_t = c ? c->t : L->t;
+	L->c = NULL;
+}
+
+void backfill_result(bf_set *b, unsigned lane_index, uint64_t ticket, const bf_result *r, bf_now now)
+{
+	if (lane_index >= b->nlanes || !b->lanes[lane_index].busy || b->lanes[lane_index].ticket != ticket)
+		return;
+	lane *L = &b->lanes[lane_index];
+	L->busy = false;
+	backfill *f = L->f;
+	table *t = L->t;
+	buf msg = {0};
+	switch (L->kind) {
+	case BF_STMT_CHECK:
+	case BF_STMT_TABLES:
+	case BF_STMT_COLUMNS:
+		L->f = NULL;
+		if (!f)
+			break;
 		f->busy = false;
-		if (f->kind == BF_STMT_CHECK)
+		if (L->kind == BF_STMT_CHECK)
 			check_result(f, r, now);
-		else if (f->kind == BF_STMT_TABLES)
+		else if (L->kind == BF_STMT_TABLES)
 			tables_result(b, f, r, now);
 		else
 			columns_result(f, r, now);
 		b->dirty = true;
-		return;
-	}
-	table *t = table_of_ticket(b, ticket);
-	if (!t)
-		return;
-	t->busy = false;
-	buf msg = {0};
-	switch (t->kind) {
+		break;
 	case BF_STMT_DESCRIBE:
-		if (!describe_result(b, t, r, &msg)) {
+	case BF_STMT_LEAVES:
+		L->t = NULL;
+		if (!t)
+			break;
+		t->busy = false;
+		if (L->kind == BF_STMT_DESCRIBE ? !describe_result(b, t, r, &msg)
+						: !leaves_result(b, t, r, &msg)) {
 			fail_table(t, msg.data);
 			bf_settle(t->bf, now);
-			b->dirty = true;
 			break;
 		}
-		t->step = S_LOW;
-		t->due_ms = now.ms;
+		t->step = L->kind == BF_STMT_DESCRIBE && !t->nleaves ? T_PLAN : T_READ;
+		if (t->step == T_READ)
+			bf_table_progress(t, now);
 		break;
 	case BF_STMT_LOW:
-		if (t->step == S_LOW)
-			t->step = S_CHUNK;
+		if (L->c)
+			L->c->step = C_COPY;
 		break;
 	case BF_STMT_CHUNK:
-		/* Its high watermark is due; its rows come in backfill_rows. */
-		t->step = S_HIGH;
-		t->rows_due = true;
-		t->rows_ms = now.ms;
+		if (L->c)
+			chunk_copied(b, L, now);
 		break;
 	case BF_STMT_HIGH:
-		if (t->step == S_HIGH)
-			bf_chunk_written(b, t, now.ms);
-		break;
-	default:
+		chunk_written(L);
 		break;
 	}
+	if (!L->c)
+		L->t = NULL;
 	buf_free(&msg);
 }
 
-void backfill_rows(bf_set *b, const bf_result *r)
+void backfill_error(bf_set *b, unsigned lane_index, uint64_t ticket, const char *message, bool lost,
+		    bool retry, bf_now now)
 {
-	for (size_t i = 0; i < b->n; i++)
-		for (size_t k = 0; k < b->list[i]->ntables; k++) {
-			table *t = &b->list[i]->tables[k];
-			if (!t->rows_due)
-				continue;
-			t->rows_due = false;
-			buf msg = {0};
-			if (chunk_rows(b, t, r, t->rows_ms, &msg)) {
-				/* read; its high watermark is on its way */
-			} else if (msg.len) {
-				/* The table changed under the backfill: describe it again, and read the
-				 * chunk before (in the old columns) again too. */
-				bf_drop_chunks(t);
-				t->step = S_DESCRIBE;
-			} else {
-				/* Its high watermark, if sent, becomes foreign. */
-				t->retries++;
-				bf_chunk_again(t, t->rows_ms);
-			}
-			buf_free(&msg);
-			return;
-		}
-}
-
-void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now)
-{
-	backfill *f = backfill_of_ticket(b, ticket);
+	if (lane_index >= b->nlanes || !b->lanes[lane_index].busy || b->lanes[lane_index].ticket != ticket)
+		return;
+	lane *L = &b->lanes[lane_index];
+	L->busy = false;
+	backfill *f = L->f;
+	table *t = L->c ? L->c->t : L->t;
+	chunk *c = L->c;
+	L->f = NULL;
+	L->t = NULL;
+	L->c = NULL;
 	if (f) {
 		f->busy = false;
 		if (!lost) {
@@ -945,15 +1246,45 @@ void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, 
 		}
 		return;
 	}
-	table *t = table_of_ticket(b, ticket);
 	if (!t)
 		return;
 	t->busy = false;
-	if (!lost) {
+	if (c && (lost || retry))
+		bf_chunk_retry(c, false);
+	if (retry) {
+		/* The table changed under the backfill: described again, what is not durable read again. */
+		bf_drop_run(t);
+		t->step = T_DESCRIBE;
+	} else if (!lost) {
 		fail_table(t, message);
 		bf_settle(t->bf, now);
-		b->dirty = true;
-	} else if (t->step != S_DESCRIBE && t->step != S_STREAM && t->step != S_DRAIN) {
-		bf_chunk_again(t, now.ms);
 	}
+}
+
+/* Whether t read and made durable every range of its relations and every key. */
+static bool all_durable(const table *t)
+{
+	if (t->step != T_READ || t->nchunks || t->npend || t->again.n)
+		return false;
+	for (size_t i = 0; i < t->nleaves; i++)
+		if (!t->leaves[i].gone &&
+		    rset_blocks(&t->leaves[i].done, t->leaves[i].blocks) < t->leaves[i].blocks)
+			return false;
+	return true;
+}
+
+void bf_table_progress(table *t, bf_now now)
+{
+	if (t->state != BF_RUNNING || !all_durable(t))
+		return;
+	if (t->relkind == 'p' && !t->listed_again) {
+		/* Its leaves once more: one attached meanwhile is read too. */
+		t->listed_again = true;
+		t->step = T_PLAN;
+		return;
+	}
+	t->state = BF_DONE;
+	bf_stop_run(t);
+	bf_settle(t->bf, now);
+	t->bf->set->dirty = true;
 }

@@ -1,12 +1,14 @@
 /* backfill.h: snapshots and backfills while the stream keeps flowing. A backfill reads the tables
- * of one subscription in key order, chunk by chunk, each chunk one short SELECT between a low and a
- * high watermark written into the WAL (window.h has the rule); what survives of a chunk is emitted
- * at the high watermark's place in the stream as reads into that subscription's sink only. This is
- * the state machine of every backfill of the daemon: it says which statement a reader should run
- * next, takes the results, the watermarks and changes the stream delivers and the position the
- * sinks made durable, keeps progress figures, and persists itself so that a backfill resumes after
- * a crash from its last durable chunk and a finished one never runs again. No libpq, no clock: the
- * caller passes the time. */
+ * of one subscription by ranges of blocks known in advance (a partitioned table by its leaves'),
+ * each range one COPY between a low and a high watermark written into the WAL (window.h has the
+ * rule), several at once on the reader's lanes; what survives of a chunk is emitted at its high
+ * watermark's place in the stream as reads into that subscription's sink only. Rows the stream
+ * carried incomplete (unchanged TOAST) while a range could have missed them are read again by key.
+ * This is the state machine of every backfill of the daemon: it says which statement each lane
+ * should run next, takes the results, the watermarks and changes the stream delivers and the
+ * position the sinks made durable, keeps progress figures, and persists itself so that a backfill
+ * resumes after a crash from its durable chunks and a finished one never runs again. No libpq, no
+ * clock: the caller passes the time. */
 #ifndef CDC_BACKFILL_H
 #define CDC_BACKFILL_H
 
@@ -31,11 +33,12 @@ typedef enum bf_state { BF_QUEUED, BF_RUNNING, BF_DONE, BF_CANCELLED, BF_FAILED 
 const char *bf_state_name(bf_state s);
 
 typedef struct bf_settings {
-	uint64_t chunk_ms;	     /* a chunk's SELECT should take about this long */
+	uint64_t chunk_ms;	     /* a chunk's COPY should take about this long */
 	uint64_t min_rows, max_rows; /* bounds of a chunk's size */
 	size_t max_bytes;	     /* a chunk's rows and the keys changed while it is open */
 	uint64_t rate;		     /* rows read per second at most, 0: no limit */
 	unsigned tables;	     /* tables read at once, over all backfills */
+	unsigned parallel;	     /* the reader's lanes (connections); fixed when the set is made */
 	const char *publication;     /* the stream's: a backfill reads only its tables */
 } bf_settings;
 
@@ -82,8 +85,8 @@ bool backfill_has_snapshot(const bf_set *b, const char *sub);
 
 /* A backfill's checks, which run before its first table (each as a statement of the reader): the
  * role's privileges, the tables (each one the request names among the subscription's in the
- * publication, each with a key, a plain table the role may read) and the request's `where`
- * against their columns (pred_check_columns). */
+ * publication, each a table the role may read) and the request's `where` against their columns
+ * (pred_check_columns). */
 typedef enum bf_verdict {
 	BF_CHECKING, /* not all done yet */
 	BF_PASSED,   /* it runs (or ran) */
@@ -100,9 +103,10 @@ typedef enum bf_stmt_kind {
 	BF_STMT_TABLES,	  /* bfsql_tables */
 	BF_STMT_COLUMNS,  /* bfsql_columns, for a request's `where` */
 	BF_STMT_DESCRIBE, /* bfsql_describe */
+	BF_STMT_LEAVES,	  /* bfsql_leaves */
 	BF_STMT_LOW,	  /* bfsql_watermark */
-	BF_STMT_CHUNK,
-	BF_STMT_HIGH, /* bfsql_watermark */
+	BF_STMT_CHUNK,	  /* bfsql_copy: its rows come through backfill_copy_row */
+	BF_STMT_HIGH,	  /* bfsql_watermark_high */
 } bf_stmt_kind;
 
 typedef struct bf_stmt {
@@ -113,10 +117,12 @@ typedef struct bf_stmt {
 	uint64_t ticket;	   /* hands the result back */
 } bf_stmt;
 
-/* The next statement to run, if one is due at now_ms: false if none, with *wake_ms the time one
- * becomes due (0: none until something else happens). Statements of one table come one at a time:
- * report a result before asking for that table's next. */
-bool backfill_next(bf_set *b, bf_now now, bf_stmt *out, uint64_t *wake_ms);
+/* The lanes: connections of the reader, each running one statement at a time. */
+unsigned backfill_lanes(const bf_set *b);
+/* The next statement for lane, if one is due: false if none, with *wake_ms the time one becomes due
+ * (0: none until something else happens). Report a statement's result before asking for the lane's
+ * next. */
+bool backfill_next(bf_set *b, unsigned lane, bf_now now, bf_stmt *out, uint64_t *wake_ms);
 
 /* A statement's rows, text format. */
 typedef struct bf_result {
@@ -127,16 +133,17 @@ typedef struct bf_result {
 	bool (*isnull)(void *ctx, int row, int col);
 } bf_result;
 
-/* The result of the statement of ticket (an unknown or stale ticket is ignored). A chunk's rows are
- * taken by backfill_rows(), which the reader calls once it has sent the next statement (the
- * chunk's high watermark): the server writes the watermark while cdc copies the rows. */
-void backfill_result(bf_set *b, uint64_t ticket, const bf_result *r, bf_now now);
-/* The rows of the chunk result that backfill_result() was just given (r the same); nothing for
- * another result. A chunk that does not fit after all is read again. */
-void backfill_rows(bf_set *b, const bf_result *r);
+/* One row of a chunk's COPY (a CopyData message, text format) on lane, for the statement of
+ * ticket (a stale ticket is ignored). */
+void backfill_copy_row(bf_set *b, unsigned lane, uint64_t ticket, const char *data, size_t len);
+/* The result of the statement of ticket on lane (a stale ticket is ignored); for a COPY, r has no
+ * rows: its rows came before. */
+void backfill_result(bf_set *b, unsigned lane, uint64_t ticket, const bf_result *r, bf_now now);
 /* The statement of ticket failed. lost: the connection went away (the work is done again on a
- * new one); otherwise the table (or, for the checks, the backfill) fails with message. */
-void backfill_error(bf_set *b, uint64_t ticket, const char *message, bool lost, bf_now now);
+ * new one); retry: the table changed under it (sqlstate 42703, 42P01): it is described again;
+ * otherwise the table (or, for the checks, the backfill) fails with message. */
+void backfill_error(bf_set *b, unsigned lane, uint64_t ticket, const char *message, bool lost, bool retry,
+		    bf_now now);
 
 /* ---- the stream ---- */
 
@@ -146,7 +153,8 @@ typedef struct bf_batch {
 	const char *where; /* the backfill's own `where` (the request's): the reads must satisfy it */
 	const bfsql_col *cols;
 	size_t ncols;
-	const size_t *keys; /* indexes into cols, key order */
+	const size_t *keys; /* indexes into cols, key order: the events' key (none for a table the
+			     * stream sends no key of either) */
 	size_t nkeys;
 	uint64_t lsn; /* the high watermark's: the reads' commit_lsn */
 	size_t nrows; /* rows to emit */
@@ -197,7 +205,7 @@ void backfill_on_change(bf_set *b, const bf_change *c);
  * written next time. */
 bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Whether a table waits only for its last chunks to become durable (backfill_delivered finishes
- * it, and the next table may start). */
+ * it, or starts its next round, and the next table may start). */
 bool backfill_draining(const bf_set *b);
 /* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
  * read again, since what the stream delivers again would otherwise overtake their reads. */
@@ -210,9 +218,12 @@ void backfill_restart(bf_set *b);
  * never reach cdc, see bfsql_where). */
 typedef struct bf_progress {
 	uint64_t read, delivered, dropped, filtered, retries;
-	int64_t estimate; /* rows, -1 unknown */
-	double rate;	  /* rows read per second while running */
-	int64_t eta_s;	  /* -1 unknown */
+	uint64_t blocks, blocks_read; /* the relations' blocks to read, and those read */
+	int64_t estimate;	      /* rows, -1 unknown */
+	const char *estimate_from;    /* "statistics" (reltuples), "size" (rows read per block read), or
+				       * NULL: exact (finished, or nothing to read) or unknown */
+	double rate;		      /* rows read per second while running */
+	int64_t eta_s;		      /* -1 unknown */
 } bf_progress;
 
 typedef struct bf_info {
@@ -224,7 +235,7 @@ typedef struct bf_info {
 } bf_info;
 
 typedef struct bf_table_info {
-	const char *schema, *table, *key, *error; /* key: the index read by; NULL until known */
+	const char *schema, *table, *key, *error; /* key: the window's index; NULL until known or keyless */
 	bf_state state;
 	bf_progress p;
 } bf_table_info;

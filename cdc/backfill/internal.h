@@ -1,48 +1,133 @@
-/* internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill
- * and its tables) and the few steps more than one of them takes. backfill.c creates, runs and
- * settles backfills; state_file.c keeps them in state_dir; stream.c closes chunks at their
- * watermarks; progress.c renders their figures. Not for use outside cdc/backfill. */
+/* internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
+ * its tables, their leaves, ranges and chunks, the reader's lanes) and the few steps more than one
+ * of them takes. backfill.c creates, plans and runs backfills; state_file.c keeps them in
+ * state_dir; stream.c closes chunks at their watermarks; progress.c renders their figures; keys.c
+ * keeps the keys to read again. Not for use outside cdc/backfill. */
 #ifndef CDC_BACKFILL_INTERNAL_H
 #define CDC_BACKFILL_INTERNAL_H
 
 #include "cdc/backfill/backfill.h"
 
-#define BF_FILE_VERSION 1
+#define BF_FILE_VERSION 2
 /* Finished backfills kept for GET /backfills; the `snapshot: true` ones are always kept, since
  * they say the subscription had its snapshot. */
 #define BF_KEEP_FINISHED 50
 
-/* The read side of a table: S_LOW, S_CHUNK, S_HIGH read a chunk into w; S_STREAM: its high
- * watermark is written, and it waits for the chunk before it (prev) to close first; S_DRAIN:
- * nothing left to read, the last chunks close and become durable. */
-enum step { S_NONE, S_DESCRIBE, S_LOW, S_CHUNK, S_HIGH, S_STREAM, S_DRAIN };
-
-/* A table's rows so far: read by its chunk queries; of those, delivered to the subscription's sink,
+/* A table's rows so far: read by its chunks; of those, delivered to the subscription's sink,
  * dropped (a change between the chunk's watermarks: the stream carries the row's newer version) and
- * filtered (the `where`, evaluated by cdc, did not hold). */
+ * filtered (the `where`, evaluated by cdc, did not hold); and the blocks its range chunks read. */
 typedef struct counters {
-	uint64_t read, delivered, dropped, filtered;
+	uint64_t read, delivered, dropped, filtered, blocks;
 } counters;
+
+/* A set of block ranges [lo, hi), sorted and apart: v holds lo, hi, lo, hi... */
+typedef struct rset {
+	uint32_t *v;
+	size_t n, cap; /* n: numbers in v (twice the ranges) */
+} rset;
+
+void rset_add(rset *s, uint32_t lo, uint32_t hi);
+void rset_remove(rset *s, uint32_t lo, uint32_t hi);
+/* The first range from `from` on that neither a nor b covers, below end, at most max blocks long.
+ * False if there is none. */
+bool rset_first_gap(const rset *a, const rset *b, uint32_t from, uint32_t end, uint32_t max, uint32_t *lo,
+		    uint32_t *hi);
+/* Blocks in s below end. */
+uint64_t rset_blocks(const rset *s, uint32_t end);
+void rset_free(rset *s);
+
+/* The keys to read again (keys.c): rows a change left incomplete in the stream (unchanged TOAST)
+ * while a chunk of the table could have missed them. A key waits for a chunk, is taken by one,
+ * and is done once that chunk is durable; a chunk that fails gives its keys back. */
+enum key_state { KEY_WAIT, KEY_TAKEN, KEY_TAKEN_AGAIN };
+
+typedef struct keyent {
+	struct keyent *next;
+	uint64_t hash;
+	uint32_t len;
+	uint8_t state;
+	uint8_t key[];
+} keyent;
+
+typedef struct keyset {
+	keyent **slots;
+	size_t cap, n, waiting, bytes;
+} keyset;
+
+void keys_add(keyset *s, const void *key, size_t len);
+/* Takes up to max waiting keys into out (each a 4-byte length, then the key); returns how many. */
+size_t keys_take(keyset *s, size_t max, buf *out);
+/* Keys that a chunk took (out of keys_take): back to waiting, or done (forgotten, unless one came
+ * again meanwhile). */
+void keys_give_back(keyset *s, const buf *taken);
+void keys_done(keyset *s, const buf *taken);
+/* Every key, taken or not, one by one: *pos starts at 0. */
+const keyent *keys_next(const keyset *s, size_t *pos, const keyent *prev);
+void keys_free(keyset *s);
+
+/* A relation a table's rows are read from: the table itself, or a leaf partition of a
+ * partitioned one. */
+typedef struct leaf {
+	uint32_t oid;
+	char *schema, *name;
+	uint32_t blocks;       /* its size when it was planned; rows added later come with the stream */
+	double rows_per_block; /* reltuples / relpages; < 0 unknown */
+	rset done;	       /* durable */
+	rset taken;	       /* read now, or read and not yet durable */
+	bool gone;	       /* no longer a partition of the table */
+} leaf;
+
+/* The read side of a table: its description, the list of what to read (PLAN), then chunks. */
+enum tstep { T_NONE, T_DESCRIBE, T_PLAN, T_READ };
+
+/* One chunk: a block range of a leaf (or the keys to read again), read by one COPY between its own
+ * low and high watermark, on one of the reader's lanes. */
+enum cstep { C_LOW, C_COPY, C_HIGH, C_WRITTEN };
+
+typedef struct chunk {
+	struct table *t;
+	int leaf; /* index into t->leaves; -1: keys read again (keys) */
+	uint32_t lo, hi;
+	char nonce[BF_ID_SIZE];
+	char after[BF_ID_SIZE]; /* opens at this nonce's high watermark ("" if not) */
+	bf_window *w;
+	enum cstep step; /* the statement it waits to send or to finish */
+	bool overflow;	 /* its rows passed max_bytes: read again, smaller */
+	uint64_t expect; /* rows it was meant to hold: the rate limit's reservation */
+	char *error;	 /* a row that is not what the COPY asked for */
+	uint64_t sent_ms;
+	buf keys; /* keys_take's, for a chunk of keys */
+	size_t nkeys;
+} chunk;
 
 /* A chunk emitted at its high watermark, finished once the sinks made lsn durable. */
 typedef struct pending {
 	uint64_t lsn;
-	buf cursor;    /* the key of its last row; empty if it read none */
-	counters done; /* the table's, with this chunk */
-	bool last;
+	int leaf;
+	uint32_t lo, hi;
+	buf keys;
+	counters delta;
 } pending;
 
 typedef struct table {
 	struct backfill *bf;
 	char *schema, *name, *error, *key_index;
-	uint32_t oid; /* known from the checks (not kept in the state file) */
+	uint32_t oid;
 	bf_state state;
-	int64_t estimate;
+	char relkind;	  /* 'r', or 'p' for a partitioned table (read by its leaves) */
+	bool keyless;	  /* the window's key is every column */
+	bool full;	  /* REPLICA IDENTITY FULL */
+	int64_t estimate; /* pg_class.reltuples as first described; -1 never counted */
+	/* The columns of the window's key, by name: known from the state file before the table is
+	 * described again, so that the changes the stream replays meanwhile are keyed. */
+	char **key_names;
+	size_t nkey_names;
 	/* durable, persisted */
-	buf cursor_d;
 	counters done_d;
+	leaf *leaves;
+	size_t nleaves;
+	keyset again; /* keys to read again, persisted with the rest */
 	/* live: includes chunks emitted but not yet durable */
-	buf cursor;
 	counters done;
 	uint64_t retries;
 	/* the description */
@@ -53,28 +138,21 @@ typedef struct table {
 	char *strings; /* the names the cols point to */
 	buf where_sql; /* the `where`s' parts that translate (bfsql_where) */
 	/* the run */
-	enum step step;
-	bool busy;
-	bf_stmt_kind kind; /* of the statement in flight */
-	uint64_t ticket, due_ms, sent_ms, limit;
-	uint64_t run_ms, run_read; /* when this run started, and the rows read before it */
-	bool last;		   /* the chunk read into w is the table's last */
-	/* Two chunks at most: while the stream closes prev (its high watermark written, prev_open),
-	 * the next one is read into w, so the server reads while cdc emits. */
-	bf_window *w, *prev;
-	bool prev_open, prev_last;
-	bool opens_at_prev; /* w's low watermark is prev's high one */
-	bool rows_due;	    /* the chunk's result awaits backfill_rows (at rows_ms) */
-	uint64_t rows_ms;
-	char nonce[BF_ID_SIZE];
-	buf sql, wm;
-	char **params;
-	size_t nparams;
+	enum tstep step;
+	bool busy;	   /* DESCRIBE or PLAN in flight */
+	bool listed_again; /* a partitioned table's leaves listed again after reading all it knew */
+	uint64_t due_ms, run_ms, run_read;
+	uint64_t limit;	     /* rows per chunk now */
+	uint64_t bytes_read; /* bytes of rows read, for the rows a chunk may hold */
+	bf_recent recent;
+	chunk **chunks;
+	size_t nchunks;
 	pending *pend;
 	size_t npend;
 } table;
 
 typedef struct backfill {
+	struct bf_set *set;
 	char id[BF_ID_SIZE];
 	char *sub, *sub_where, *where, *error, *role;
 	char **sub_pat, **req_pat;
@@ -87,11 +165,26 @@ typedef struct backfill {
 	/* the checks: CHECK, then TABLES until resolved, then COLUMNS (the request's `where` against the
 	 * tables' columns) until vetted; vetted is resolved when there is no such `where` */
 	bool checked, vetted, busy;
-	bf_stmt_kind kind;
-	uint64_t ticket;
 	const char *param[1];
 	char *oids; /* the tables' oids, "{1,2}", for COLUMNS */
 } backfill;
+
+/* One connection of the reader: the statement in flight and whose it is. */
+typedef struct lane {
+	bool busy;
+	uint64_t ticket;
+	bf_stmt_kind kind;
+	backfill *f; /* CHECK, TABLES, COLUMNS */
+	table *t;    /* DESCRIBE, PLAN; with c, the chunk's table */
+	chunk *c;    /* LOW, CHUNK, HIGH; NULL once the chunk is gone */
+	/* The high watermark this lane wrote last (or is writing), which the next chunk of chain_t
+	 * may open at. */
+	table *chain_t;
+	char chain_nonce[BF_ID_SIZE];
+	buf sql, wm;
+	char **params;
+	size_t nparams;
+} lane;
 
 struct bf_set {
 	bf_settings s;
@@ -101,6 +194,14 @@ struct bf_set {
 	size_t n;
 	size_t rr;  /* where backfill_next's round starts */
 	bool dirty; /* changed since the state file was written */
+	lane *lanes;
+	unsigned nlanes;
+	bf_window **spare; /* windows of finished chunks, for the next ones */
+	size_t nspare;
+	/* a COPY row's scratch */
+	buf unescaped, key, row;
+	bf_datum *vals;
+	size_t nvals;
 };
 
 bool bf_save(bf_set *b, char *err, size_t errlen);
@@ -109,14 +210,25 @@ void bf_free(backfill *f);
 void bf_rewind_table(table *t);
 bool bf_state_parse(const char *s, bf_state *out);
 void bf_trim_history(bf_set *b);
-void bf_chunk_again(table *t, uint64_t due_ms);
-void bf_chunk_written(bf_set *b, table *t, uint64_t now_ms);
-void bf_drop_chunks(table *t);
-uint64_t bf_clamp_rows(const bf_set *b, uint64_t n);
-void bf_clear_pending(table *t);
 backfill *bf_find(const bf_set *b, const char *id);
 void bf_settle(backfill *f, bf_now now);
 void bf_stop_run(table *t);
+/* Forgets what is in flight (chunks, ranges taken, keys taken, what waits to be durable) and the
+ * lanes' hold on t; what is durable stays. */
+void bf_drop_run(table *t);
 bool bf_finished(bf_state s);
+/* The chunk is over: its window back to the spare ones, its lane told, and it is freed. */
+void bf_chunk_free(chunk *c);
+/* The chunk is read again: its range or keys go back, then bf_chunk_free. half: in two halves (its
+ * rows did not fit, or a change without its key keeps hitting it). */
+void bf_chunk_retry(chunk *c, bool half);
+/* Whether some range of t is not yet closed (read and emitted at its high watermark): a row may
+ * still move from such a range into one already read. */
+bool bf_ranges_open(const table *t);
+/* A table whose chunks are all durable: done, or another round (keys to read again, a partitioned
+ * table's leaves listed again). */
+void bf_table_progress(table *t, bf_now now);
+void bf_table_set_keys(table *t, char **names, size_t n);
+uint64_t bf_clamp_rows(const bf_set *b, uint64_t n);
 
 #endif

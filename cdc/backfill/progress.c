@@ -1,5 +1,6 @@
 /* progress.c: the backfills' figures for /status, /metrics, GET /backfills and `cdc status`: rows
- * read, delivered, dropped and filtered, the estimate, rate and ETA, per backfill and per table. */
+ * read, delivered, dropped and filtered, blocks read, the estimate (and what it comes from), rate
+ * and ETA, per backfill and per table. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +9,46 @@
 
 /* ---- progress ---- */
 
+/* The table's blocks to read: every relation's, but of one no longer a partition only what was
+ * read of it. */
+static uint64_t table_blocks(const table *t)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < t->nleaves; i++)
+		n += t->leaves[i].gone ? rset_blocks(&t->leaves[i].done, t->leaves[i].blocks)
+				       : t->leaves[i].blocks;
+	return n;
+}
+
+/* The rows the table holds, estimated: from the statistics (reltuples per relpages, times the
+ * blocks now) when every relation has them, else from the rows read per block read so far (times
+ * the blocks), else reltuples as first described. Never below the rows read. */
+static void estimate(const table *t, bf_progress *p)
+{
+	p->estimate = t->estimate;
+	p->estimate_from = t->estimate >= 0 ? "statistics" : NULL;
+	if (!t->nleaves)
+		return;
+	double stats = 0;
+	bool all = true;
+	for (size_t i = 0; i < t->nleaves && all; i++) {
+		all = t->leaves[i].rows_per_block >= 0;
+		stats += t->leaves[i].rows_per_block * (double)t->leaves[i].blocks;
+	}
+	if (all) {
+		p->estimate = (int64_t)(stats + 0.5);
+		p->estimate_from = "statistics";
+	} else if (t->done.blocks) {
+		p->estimate =
+		    (int64_t)((double)t->done.read / (double)t->done.blocks * (double)p->blocks + 0.5);
+		p->estimate_from = "size";
+	}
+	if (p->blocks == 0) {
+		p->estimate = 0;
+		p->estimate_from = NULL; /* nothing to read: exact */
+	}
+}
+
 static void table_progress(const table *t, uint64_t now_ms, bf_progress *p)
 {
 	*p = (bf_progress){.read = t->done.read,
@@ -15,13 +56,15 @@ static void table_progress(const table *t, uint64_t now_ms, bf_progress *p)
 			   .dropped = t->done.dropped,
 			   .filtered = t->done.filtered,
 			   .retries = t->retries,
-			   .estimate = t->estimate,
+			   .blocks = table_blocks(t),
+			   .blocks_read = t->done.blocks,
 			   .eta_s = -1};
 	if (t->state == BF_DONE) {
 		p->estimate = (int64_t)t->done.read;
 		p->eta_s = 0;
 		return;
 	}
+	estimate(t, p);
 	if (p->estimate >= 0 && (uint64_t)p->estimate < p->read)
 		p->estimate = (int64_t)p->read;
 	if (t->state == BF_RUNNING && now_ms > t->run_ms && t->done.read > t->run_read)
@@ -64,8 +107,14 @@ void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out)
 		out->p.dropped += tp.dropped;
 		out->p.filtered += tp.filtered;
 		out->p.retries += tp.retries;
+		out->p.blocks += tp.blocks;
+		out->p.blocks_read += tp.blocks_read;
 		out->p.rate += tp.rate;
 		bool open = !bf_finished(f->tables[k].state);
+		/* the whole is from the size when one open table's estimate is */
+		if (open && tp.estimate_from &&
+		    (!out->p.estimate_from || strcmp(tp.estimate_from, "size") == 0))
+			out->p.estimate_from = tp.estimate_from;
 		if (tp.estimate < 0 && open)
 			out->p.estimate = -1;
 		else if (out->p.estimate >= 0)
@@ -99,6 +148,9 @@ static void progress_json(buf *out, bool *first, const bf_progress *p)
 		json_null(out);
 	else
 		json_i64(out, p->estimate);
+	json_key_str(out, first, "estimate_from", p->estimate_from);
+	json_key_u64(out, first, "blocks", p->blocks);
+	json_key_u64(out, first, "blocks_read", p->blocks_read);
 	json_key(out, first, "rows_per_second");
 	json_u64(out, (uint64_t)(p->rate + 0.5));
 	json_key(out, first, "eta_seconds");

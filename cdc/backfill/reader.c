@@ -1,9 +1,11 @@
-/* reader.c: the backfills' connection; see reader.h. States: down (a retry timer may be set),
- * connecting (PQconnectPoll), idle, busy (a statement sent, its result awaited). */
+/* reader.c: the backfills' connections; see reader.h. One per lane, each in a state of its own:
+ * down (a retry timer may be set), connecting (PQconnectPoll), idle, busy (a statement sent, its
+ * result awaited; a COPY's rows handed on as they arrive). */
 #include "cdc/backfill/reader.h"
 
 #include <event2/event.h>
 #include <libpq-fe.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,17 +16,25 @@
 
 enum rstate { R_DOWN, R_CONNECTING, R_IDLE, R_BUSY };
 
+typedef struct rconn {
+	struct bf_reader *r;
+	unsigned lane;
+	PGconn *conn;
+	enum rstate state;
+	struct event *ev_io, *ev_timer;
+	bool ev_write; /* what ev_io waits for */
+	uint64_t ticket, backoff_ms;
+	bool copying; /* in a COPY's rows */
+	PGresult *res;
+} rconn;
+
 struct bf_reader {
 	struct event_base *base;
 	char *dsn;
 	char *password; /* source.password; NULL: none */
 	bf_set *set;
-	PGconn *conn;
-	enum rstate state;
-	struct event *ev_io, *ev_timer;
-	bool want_write; /* connecting: PQconnectPoll asked for write readiness */
-	uint64_t ticket, backoff_ms;
-	PGresult *res;
+	rconn *c;
+	unsigned n;
 	void (*answered)(void *ctx);
 	void *ctx;
 };
@@ -46,123 +56,146 @@ bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set, 
 	r->ctx = ctx;
 	r->dsn = xstrdup(dsn);
 	r->set = set;
-	r->ev_timer = evtimer_new(base, on_timer, r);
-	r->backoff_ms = RETRY_MIN_MS;
+	r->n = backfill_lanes(set);
+	r->c = xcalloc(r->n, sizeof(*r->c));
+	for (unsigned i = 0; i < r->n; i++) {
+		r->c[i] = (rconn){.r = r, .lane = i, .backoff_ms = RETRY_MIN_MS};
+		r->c[i].ev_timer = evtimer_new(base, on_timer, &r->c[i]);
+	}
 	return r;
 }
 
-static void drop_connection(bf_reader *r)
+static void drop_connection(rconn *c)
 {
-	if (r->ev_io) {
-		event_free(r->ev_io);
-		r->ev_io = NULL;
+	if (c->ev_io) {
+		event_free(c->ev_io);
+		c->ev_io = NULL;
 	}
-	PQclear(r->res);
-	r->res = NULL;
-	PQfinish(r->conn);
-	r->conn = NULL;
-	r->state = R_DOWN;
+	PQclear(c->res);
+	c->res = NULL;
+	PQfinish(c->conn);
+	c->conn = NULL;
+	c->state = R_DOWN;
+	c->copying = false;
 }
 
 void bf_reader_free(bf_reader *r)
 {
 	if (!r)
 		return;
-	drop_connection(r);
-	event_free(r->ev_timer);
+	for (unsigned i = 0; i < r->n; i++) {
+		drop_connection(&r->c[i]);
+		event_free(r->c[i].ev_timer);
+	}
+	free(r->c);
 	bf_reader_password(r, NULL);
 	free(r->dsn);
 	free(r);
 }
 
-static void arm_timer(bf_reader *r, uint64_t ms)
+static void arm_timer(rconn *c, uint64_t ms)
 {
 	struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-	evtimer_add(r->ev_timer, &tv);
+	evtimer_add(c->ev_timer, &tv);
 }
 
 /* The io event for the connection's socket: read, or write while connecting or flushing. */
-static void watch(bf_reader *r, bool write)
+static void watch(rconn *c, bool write)
 {
-	if (r->ev_io)
-		event_free(r->ev_io);
-	r->ev_io = event_new(r->base, PQsocket(r->conn), write ? EV_WRITE : EV_READ, on_io, r);
-	event_add(r->ev_io, NULL);
+	/* the socket may change while connecting (another host of the connection string) */
+	if (c->ev_io && (c->ev_write != write || event_get_fd(c->ev_io) != PQsocket(c->conn))) {
+		event_free(c->ev_io);
+		c->ev_io = NULL;
+	}
+	if (!c->ev_io)
+		c->ev_io = event_new(c->r->base, PQsocket(c->conn), write ? EV_WRITE : EV_READ, on_io, c);
+	c->ev_write = write;
+	event_add(c->ev_io, NULL);
 }
 
 /* The connection failed or dropped: a statement in flight is done again on the next one. */
-static void lost(bf_reader *r, const char *why)
+static void lost(rconn *c, const char *why)
 {
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", why && *why ? why : "connection lost");
 	msg[strcspn(msg, "\n")] = '\0';
-	log_warn("backfill connection lost", "error=\"%s\" retry_ms=%llu", msg,
-		 (unsigned long long)r->backoff_ms);
-	if (r->state == R_BUSY)
-		backfill_error(r->set, r->ticket, msg, true, now());
-	drop_connection(r);
-	arm_timer(r, r->backoff_ms);
-	r->backoff_ms = r->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : r->backoff_ms * 2;
+	log_warn("backfill connection lost", "lane=%u error=\"%s\" retry_ms=%llu", c->lane, msg,
+		 (unsigned long long)c->backoff_ms);
+	if (c->state == R_BUSY)
+		backfill_error(c->r->set, c->lane, c->ticket, msg, true, false, now());
+	drop_connection(c);
+	arm_timer(c, c->backoff_ms);
+	c->backoff_ms = c->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->backoff_ms * 2;
 }
 
-static void connect_start(bf_reader *r)
+static void connect_start(rconn *c)
 {
 	/* the password first: the connection string's own, expanded from dbname, overrides it */
+	const bf_reader *r = c->r;
 	const char *keys[] = {"password", "dbname", "application_name", NULL};
 	const char *vals[] = {r->password, r->dsn, "cdc backfill", NULL};
-	r->conn = PQconnectStartParams(r->password ? keys : keys + 1, r->password ? vals : vals + 1, 1);
-	if (!r->conn || PQstatus(r->conn) == CONNECTION_BAD || PQsetnonblocking(r->conn, 1) != 0) {
-		lost(r, r->conn ? PQerrorMessage(r->conn) : "out of memory");
+	c->conn = PQconnectStartParams(r->password ? keys : keys + 1, r->password ? vals : vals + 1, 1);
+	if (!c->conn || PQstatus(c->conn) == CONNECTION_BAD || PQsetnonblocking(c->conn, 1) != 0) {
+		lost(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
 		return;
 	}
-	r->state = R_CONNECTING;
-	watch(r, true);
+	c->state = R_CONNECTING;
+	watch(c, true);
 }
 
-/* The next statement, if one is due; else the timer for when one is. */
-static void run_next(bf_reader *r)
+/* The lane's next statement, if one is due; else the timer for when one is. */
+static void run_next(rconn *c)
 {
 	bf_stmt s;
 	uint64_t wake;
 	bf_now t = now();
-	if (!backfill_next(r->set, t, &s, &wake)) {
+	if (!backfill_next(c->r->set, c->lane, t, &s, &wake)) {
 		if (wake)
-			arm_timer(r, wake > t.ms ? wake - t.ms : 0);
+			arm_timer(c, wake > t.ms ? wake - t.ms : 0);
 		return;
 	}
-	if (!PQsendQueryParams(r->conn, s.sql, s.nparams, NULL, s.params, NULL, NULL, 0)) {
-		backfill_error(r->set, s.ticket, PQerrorMessage(r->conn), true, t);
-		lost(r, PQerrorMessage(r->conn));
+	/* A COPY cannot take parameters: it goes as a simple query. */
+	int sent = s.kind == BF_STMT_CHUNK
+		       ? PQsendQuery(c->conn, s.sql)
+		       : PQsendQueryParams(c->conn, s.sql, s.nparams, NULL, s.params, NULL, NULL, 0);
+	c->ticket = s.ticket;
+	c->state = R_BUSY;
+	if (!sent) {
+		lost(c, PQerrorMessage(c->conn));
 		return;
 	}
-	r->ticket = s.ticket;
-	r->state = R_BUSY;
-	int f = PQflush(r->conn);
+	int f = PQflush(c->conn);
 	if (f < 0)
-		lost(r, PQerrorMessage(r->conn));
+		lost(c, PQerrorMessage(c->conn));
 	else
-		watch(r, f == 1);
+		watch(c, f == 1);
 }
 
-void bf_reader_kick(bf_reader *r)
+static void kick_one(rconn *c)
 {
-	switch (r->state) {
+	switch (c->state) {
 	case R_DOWN:
-		if (backfill_active(r->set) && !evtimer_pending(r->ev_timer, NULL))
-			connect_start(r);
+		if (backfill_active(c->r->set) && !evtimer_pending(c->ev_timer, NULL))
+			connect_start(c);
 		break;
 	case R_IDLE:
-		if (!backfill_active(r->set)) {
+		if (!backfill_active(c->r->set)) {
 			/* Nothing left to do: no connection held open for nothing. */
-			drop_connection(r);
+			drop_connection(c);
 			break;
 		}
-		evtimer_del(r->ev_timer);
-		run_next(r);
+		evtimer_del(c->ev_timer);
+		run_next(c);
 		break;
 	default:
 		break;
 	}
+}
+
+void bf_reader_kick(bf_reader *r)
+{
+	for (unsigned i = 0; i < r->n; i++)
+		kick_one(&r->c[i]);
 }
 
 void bf_reader_use(bf_reader *r, const char *dsn)
@@ -171,11 +204,15 @@ void bf_reader_use(bf_reader *r, const char *dsn)
 		return;
 	free(r->dsn);
 	r->dsn = xstrdup(dsn);
-	if (r->state == R_DOWN)
-		return;
-	if (r->state == R_BUSY)
-		backfill_error(r->set, r->ticket, "the source moved to another server", true, now());
-	drop_connection(r);
+	for (unsigned i = 0; i < r->n; i++) {
+		rconn *c = &r->c[i];
+		if (c->state == R_DOWN)
+			continue;
+		if (c->state == R_BUSY)
+			backfill_error(r->set, c->lane, c->ticket, "the source moved to another server", true,
+				       false, now());
+		drop_connection(c);
+	}
 	bf_reader_kick(r);
 }
 
@@ -189,33 +226,38 @@ void bf_reader_password(bf_reader *r, const char *password)
 
 bool bf_reader_idle(const bf_reader *r)
 {
-	return r->state == R_IDLE || (r->state == R_DOWN && !backfill_active(r->set));
+	for (unsigned i = 0; i < r->n; i++) {
+		const rconn *c = &r->c[i];
+		if (!(c->state == R_IDLE || (c->state == R_DOWN && !backfill_active(r->set))))
+			return false;
+	}
+	return true;
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	bf_reader_kick(arg);
+	kick_one(arg);
 }
 
-static void poll_connect(bf_reader *r)
+static void poll_connect(rconn *c)
 {
-	switch (PQconnectPoll(r->conn)) {
+	switch (PQconnectPoll(c->conn)) {
 	case PGRES_POLLING_READING:
-		watch(r, false);
+		watch(c, false);
 		break;
 	case PGRES_POLLING_WRITING:
-		watch(r, true);
+		watch(c, true);
 		break;
 	case PGRES_POLLING_OK:
-		r->state = R_IDLE;
-		r->backoff_ms = RETRY_MIN_MS;
-		watch(r, false);
-		bf_reader_kick(r);
+		c->state = R_IDLE;
+		c->backoff_ms = RETRY_MIN_MS;
+		watch(c, false);
+		kick_one(c);
 		break;
 	default:
-		lost(r, PQerrorMessage(r->conn));
+		lost(c, PQerrorMessage(c->conn));
 		break;
 	}
 }
@@ -236,74 +278,104 @@ static bool res_isnull(void *ctx, int row, int col)
 	return PQgetisnull(ctx, row, col) != 0;
 }
 
-/* The statement's results: one PGresult, then NULL. */
-static void take_results(bf_reader *r)
+/* A COPY's rows as far as they have arrived: false while more are to come. */
+static bool copy_rows(rconn *c)
 {
-	while (!PQisBusy(r->conn)) {
-		PGresult *res = PQgetResult(r->conn);
-		if (res) {
-			PQclear(r->res);
-			r->res = res;
+	for (;;) {
+		char *row;
+		int n = PQgetCopyData(c->conn, &row, 1);
+		if (n > 0) {
+			backfill_copy_row(c->r->set, c->lane, c->ticket, row, (size_t)n);
+			PQfreemem(row);
 			continue;
 		}
-		PGresult *done = r->res;
-		r->res = NULL;
-		r->state = R_IDLE;
-		bf_now t = now();
-		bf_result br = {0};
-		if (done && PQresultStatus(done) == PGRES_TUPLES_OK) {
-			br = (bf_result){PQntuples(done), PQnfields(done), done,
-					 res_value,	  res_length,	   res_isnull};
-			backfill_result(r->set, r->ticket, &br, t);
-		} else {
-			char msg[1024];
-			snprintf(msg, sizeof(msg), "%s",
-				 done ? PQresultErrorMessage(done) : PQerrorMessage(r->conn));
-			msg[strcspn(msg, "\n")] = '\0';
-			bool gone = PQstatus(r->conn) == CONNECTION_BAD;
-			backfill_error(r->set, r->ticket, msg, gone, t);
-			if (gone) {
-				PQclear(done);
-				r->state = R_IDLE;
-				lost(r, msg);
-				return;
-			}
-		}
-		r->answered(r->ctx);
-		/* The next statement (a chunk's high watermark) goes out before the chunk's rows are
-		 * copied, so that the server writes it meanwhile. */
-		bf_reader_kick(r);
-		backfill_rows(r->set, &br);
-		PQclear(done);
-		return;
+		if (n == 0)
+			return false;
+		c->copying = false; /* -1: done; -2: an error, which PQgetResult tells */
+		return true;
 	}
-	watch(r, false);
+}
+
+/* The statement's result has come whole: handed to the backfills. */
+static void finish(rconn *c)
+{
+	PGresult *done = c->res;
+	c->res = NULL;
+	c->state = R_IDLE;
+	bf_now t = now();
+	ExecStatusType st = done ? PQresultStatus(done) : PGRES_FATAL_ERROR;
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+		bf_result br = {PQntuples(done), PQnfields(done), done, res_value, res_length, res_isnull};
+		backfill_result(c->r->set, c->lane, c->ticket, &br, t);
+	} else {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", done ? PQresultErrorMessage(done) : PQerrorMessage(c->conn));
+		msg[strcspn(msg, "\n")] = '\0';
+		const char *state = done ? PQresultErrorField(done, PG_DIAG_SQLSTATE) : NULL;
+		/* an undefined column or table: the table changed under the statement */
+		bool changed = state && (strcmp(state, "42703") == 0 || strcmp(state, "42P01") == 0);
+		bool gone = PQstatus(c->conn) == CONNECTION_BAD;
+		backfill_error(c->r->set, c->lane, c->ticket, msg, gone, changed, t);
+		if (gone) {
+			PQclear(done);
+			c->state = R_IDLE;
+			lost(c, msg);
+			return;
+		}
+	}
+	PQclear(done);
+	c->r->answered(c->r->ctx);
+	bf_reader_kick(c->r);
+}
+
+/* The statement's results: for a COPY its rows, then one PGresult, then NULL. */
+static void take_results(rconn *c)
+{
+	for (;;) {
+		if (c->copying && !copy_rows(c))
+			break;
+		if (PQisBusy(c->conn))
+			break;
+		PGresult *res = PQgetResult(c->conn);
+		if (!res) {
+			finish(c);
+			return;
+		}
+		if (PQresultStatus(res) == PGRES_COPY_OUT) {
+			c->copying = true;
+			PQclear(res);
+			continue;
+		}
+		PQclear(c->res);
+		c->res = res;
+	}
+	watch(c, false);
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
-	bf_reader *r = arg;
+	rconn *c = arg;
 	(void)fd;
-	if (r->state == R_CONNECTING) {
-		poll_connect(r);
+	if (c->state == R_CONNECTING) {
+		poll_connect(c);
 		return;
 	}
 	if (what & EV_WRITE) {
-		int f = PQflush(r->conn);
+		int f = PQflush(c->conn);
 		if (f < 0)
-			return lost(r, PQerrorMessage(r->conn));
-		watch(r, f == 1);
+			return lost(c, PQerrorMessage(c->conn));
+		watch(c, f == 1);
 		return;
 	}
-	if (!PQconsumeInput(r->conn))
-		return lost(r, PQerrorMessage(r->conn));
-	if (r->state == R_BUSY) {
-		take_results(r);
+	if (!PQconsumeInput(c->conn))
+		return lost(c, PQerrorMessage(c->conn));
+	if (c->state == R_BUSY) {
+		take_results(c);
 		return;
 	}
 	/* Idle: a notice, or the server closing the connection. */
-	if (PQstatus(r->conn) == CONNECTION_BAD)
-		lost(r, PQerrorMessage(r->conn));
+	if (PQstatus(c->conn) == CONNECTION_BAD)
+		lost(c, PQerrorMessage(c->conn));
 	else
-		watch(r, false);
+		watch(c, false);
 }

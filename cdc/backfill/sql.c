@@ -4,6 +4,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "cdc/backfill/window.h"
+#include "decoder/base/bytes.h"
 #include "decoder/pgtypes.h"
 
 /* NAMEDATALEN - 1: PostgreSQL truncates longer names, which would then name something else. */
@@ -32,7 +34,8 @@ const char bfsql_columns[] = "SELECT a.attrelid, a.attname, a.atttypid, t.typnam
 
 const char bfsql_describe[] =
     "SELECT a.attname, a.atttypid, tn.nspname, t.typname, pg_catalog.array_position(k.cols, a.attnum), "
-    "k.name, c.relkind, pg_catalog.has_table_privilege(c.oid, 'SELECT'), c.reltuples, a.atttypmod "
+    "k.name, c.relkind, pg_catalog.has_table_privilege(c.oid, 'SELECT'), c.reltuples, a.atttypmod, "
+    "c.relreplident, c.oid "
     "FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
@@ -42,6 +45,14 @@ const char bfsql_describe[] =
     "AND (a.attgenerated = '' OR a.attgenerated = 's' AND (SELECT pg_catalog.to_jsonb(p) ->> 'pubgencols' "
     "FROM pg_catalog.pg_publication p WHERE p.pubname = $3) = 's') "
     "ORDER BY a.attnum";
+
+const char bfsql_leaves[] =
+    "SELECT c.oid, n.nspname, c.relname, pg_catalog.pg_relation_size(c.oid) / "
+    "pg_catalog.current_setting('block_size')::pg_catalog.int8, c.relpages, c.reltuples, "
+    "pg_catalog.has_table_privilege(c.oid, 'SELECT') "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind = 'r' AND (c.oid = $1::pg_catalog.oid OR c.oid IN (SELECT p.relid FROM "
+    "pg_catalog.pg_partition_tree($1::pg_catalog.oid::pg_catalog.regclass) p WHERE p.isleaf)) ORDER BY 1";
 
 const char bfsql_watermark[] = "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX "', $1)";
 /* A non-transactional message is not flushed by itself: the walsender would send it only after the
@@ -136,6 +147,22 @@ void bfsql_no_table(buf *out, const char *schema, const char *table)
 	buf_printf(out, "table %s.%s does not exist", schema, table);
 }
 
+void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind)
+{
+	buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
+}
+
+void bfsql_keyless(buf *out, const char *schema, const char *table)
+{
+	buf_printf(
+	    out,
+	    "%s.%s has no key, so a consumer of its backfill can apply its updates and deletes only with "
+	    "REPLICA IDENTITY FULL: run ALTER TABLE ",
+	    schema, table);
+	qualified(out, schema, table);
+	buf_puts(out, " REPLICA IDENTITY FULL");
+}
+
 /* "a", "b": the key columns. */
 static void key_list(buf *out, const bfsql_col *cols, const size_t *keys, size_t nkeys)
 {
@@ -146,36 +173,81 @@ static void key_list(buf *out, const bfsql_col *cols, const size_t *keys, size_t
 	}
 }
 
-void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_col *cols, size_t ncols,
-		 const size_t *keys, size_t nkeys, bool has_cursor, const char *where, uint64_t limit)
+/* The rows with one of r's keys: (k1, k2) IN (VALUES ('v1'::t1, 'v2'::t2), ...). */
+static bool keys_in(buf *out, const bfsql_read *r)
 {
-	/* A subquery: one call per statement (an InitPlan, under the statement's snapshot), not one per
-	 * row; computed per row, it cost a quarter of the chunk's time. */
-	buf_puts(out, "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text)");
-	for (size_t i = 0; i < ncols; i++) {
+	const uint8_t *p = r->keyvals, *end = p + r->keyvals_len;
+	bf_datum d[r->nkeys ? r->nkeys : 1];
+	buf_puts(out, r->nkeys > 1 ? "(" : "");
+	key_list(out, r->cols, r->keys, r->nkeys);
+	buf_puts(out, r->nkeys > 1 ? ") IN (VALUES " : " IN (VALUES ");
+	for (size_t i = 0; i < r->nkeyvals; i++) {
+		if (end - p < 4 || (size_t)(end - p - 4) < get_be32(p))
+			return false;
+		uint32_t len = get_be32(p);
+		if (!bf_decode(p + 4, len, d, r->nkeys))
+			return false;
+		p += 4 + len;
+		buf_puts(out, i ? ", (" : "(");
+		for (size_t k = 0; k < r->nkeys; k++) {
+			if (k)
+				buf_puts(out, ", ");
+			if (d[k].len < 0)
+				buf_puts(out, "NULL");
+			else
+				bfsql_quote_literal(out, d[k].data, (size_t)d[k].len);
+			buf_puts(out, "::");
+			qualified(out, r->cols[r->keys[k]].type_schema, r->cols[r->keys[k]].type_name);
+		}
+		buf_putc(out, ')');
+	}
+	buf_putc(out, ')');
+	return p == end && r->nkeyvals > 0;
+}
+
+/* Whether leaf is still a partition of root (directly or below another), under the statement's
+ * snapshot; one that is being detached no longer counts. */
+static void still_partition(buf *out, uint32_t leaf, uint32_t root)
+{
+	buf_printf(
+	    out,
+	    " AND EXISTS (WITH RECURSIVE up(rel) AS (SELECT %u::pg_catalog.oid UNION SELECT i.inhparent "
+	    "FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.rel WHERE NOT i.inhdetachpending) "
+	    "SELECT FROM up WHERE up.rel = %u::pg_catalog.oid)",
+	    leaf, root);
+}
+
+bool bfsql_copy(buf *out, const bfsql_read *r)
+{
+	buf_puts(out, "COPY (SELECT NULL::pg_catalog.text");
+	for (size_t i = 0; i < r->ncols; i++) {
 		buf_puts(out, ", ");
-		bfsql_quote_ident(out, cols[i].name);
+		bfsql_quote_ident(out, r->cols[i].name);
 	}
 	buf_puts(out, " FROM ");
-	qualified(out, schema, table);
-	if (has_cursor || where)
+	if (r->keyvals) {
+		qualified(out, r->schema, r->table);
 		buf_puts(out, " WHERE ");
-	if (has_cursor) {
-		/* A row comparison, which a btree index on the key serves as a range. */
-		buf_puts(out, nkeys > 1 ? "(" : "");
-		key_list(out, cols, keys, nkeys);
-		buf_puts(out, nkeys > 1 ? ") > (" : " > ");
-		for (size_t i = 0; i < nkeys; i++) {
-			buf_printf(out, "%s$%zu::", i ? ", " : "", i + 1);
-			qualified(out, cols[keys[i]].type_schema, cols[keys[i]].type_name);
-		}
-		buf_puts(out, nkeys > 1 ? ")" : "");
+		if (!keys_in(out, r))
+			return false;
+	} else {
+		/* TID range scans (PostgreSQL 14): the blocks in their physical order, no index. */
+		buf_puts(out, "ONLY ");
+		qualified(out, r->leaf_schema, r->leaf_name);
+		buf_printf(out, " WHERE ctid >= '(%u,0)'::pg_catalog.tid AND ctid < '(%u,0)'::pg_catalog.tid",
+			   r->lo, r->hi);
+		if (r->root_oid)
+			still_partition(out, r->leaf_oid, r->root_oid);
 	}
-	if (where)
-		buf_printf(out, "%s(%s)", has_cursor ? " AND " : "", where);
-	buf_puts(out, " ORDER BY ");
-	key_list(out, cols, keys, nkeys);
-	buf_printf(out, " LIMIT %" PRIu64, limit);
+	if (r->where)
+		buf_printf(out, " AND (%s)", r->where);
+	/* One row with the snapshot, in the same statement: its columns take the types of the first
+	 * branch. Which row comes first does not matter. */
+	buf_puts(out, " UNION ALL SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text");
+	for (size_t i = 0; i < r->ncols; i++)
+		buf_puts(out, ", NULL");
+	buf_puts(out, ") TO STDOUT");
+	return true;
 }
 
 /* ---- where ---- */

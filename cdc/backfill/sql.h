@@ -1,7 +1,9 @@
 /* sql.h: the SQL a backfill runs: the requirement checks, the description of a table (columns,
- * key, estimate), the chunk query with its keyset cursor and pushed-down `where`, and the
- * watermarks. Identifiers are validated and always quoted; values travel as parameters, literals of
- * a translated `where` quoted. Text only: the statements run elsewhere (libpq). */
+ * key, estimate), the list of relations to read (the table, or a partitioned table's leaves) with
+ * their sizes, a chunk's COPY of a block range (or of rows by key) with the pushed-down `where`, and
+ * the watermarks. Identifiers are validated and always quoted; values travel as parameters, and a
+ * COPY's literals (which cannot be parameters) are quoted. Text only: the statements run elsewhere
+ * (libpq). */
 #ifndef CDC_BACKFILL_SQL_H
 #define CDC_BACKFILL_SQL_H
 
@@ -38,7 +40,8 @@ void bfsql_quote_literal(buf *out, const char *s, size_t len);
  * it ("pg_logical_emit_message(boolean,text,text,boolean)" on PostgreSQL 17 and later). */
 extern const char bfsql_privileges[];
 /* The publication's tables, parameter $1 the publication; rows, by schema and table: schema, table,
- * oid, relkind, the key's index (NULL: none, see PG_KEY_JOIN), whether the role may SELECT. */
+ * oid, relkind, the key's index (NULL: none, see PG_KEY_JOIN), whether the role may SELECT. A
+ * partitioned table is listed when the publication publishes through its root. */
 extern const char bfsql_tables[];
 /* The columns of tables, parameter $1 their oids as an array ("{16384,16390}"); rows, by table and
  * column order: table oid, column name, type oid, type name. */
@@ -50,8 +53,13 @@ extern const char bfsql_columns[];
  *   0 name, 1 type oid, 2 type schema, 3 type name, 4 position in the key (1-based; NULL when
  *   not a key column), 5 the key's index (NULL: no usable key, see PG_KEY_JOIN), 6 relkind, 7
  *   whether the role may SELECT from it, 8 reltuples (-1: never counted), 9 the type modifier
- *   (atttypmod). No rows: no such table. */
+ *   (atttypmod), 10 relreplident, 11 the table's oid. No rows: no such table. */
 extern const char bfsql_describe[];
+/* The relations that hold a table's rows, parameter $1 its oid: the table itself, or the leaves of
+ * a partitioned one (foreign ones cannot be read by block); rows by oid: 0 oid, 1 schema, 2 name, 3
+ * blocks now, 4 relpages and 5 reltuples (statistics: relpages 0 or reltuples -1 when none), 6
+ * whether the role may SELECT from it. */
+extern const char bfsql_leaves[];
 /* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
  * stream delivers it at its place in the WAL at once. Returns its LSN. */
 extern const char bfsql_watermark[];
@@ -65,13 +73,33 @@ extern const char bfsql_watermark_high[];
 void bfsql_no_emit_message(buf *out, const char *role, const char *function);
 void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
 void bfsql_no_table(buf *out, const char *schema, const char *table);
+void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
+/* A table with neither a key nor REPLICA IDENTITY FULL: what a backfill of it can promise, with the
+ * statement that makes it exact (docs/backfills.md). */
+void bfsql_keyless(buf *out, const char *schema, const char *table);
 
-/* The chunk query: pg_current_snapshot() as text in column 0, then cols in their order, rows
- * after the cursor ($1..$nkeys, the last key read, cast to the key columns' types) when
- * has_cursor, that satisfy where (SQL, NULL for none), in key order, at most limit of them.
- * keys holds the indexes into cols of the key columns, in key order. */
-void bfsql_chunk(buf *out, const char *schema, const char *table, const bfsql_col *cols, size_t ncols,
-		 const size_t *keys, size_t nkeys, bool has_cursor, const char *where, uint64_t limit);
+/* What a chunk's COPY reads: the table's columns (cols, in their order), the rows that satisfy
+ * where (SQL, NULL for none), either in blocks [lo, hi) of relation leaf (of the partitioned table
+ * root_oid when that is not 0: the rows only while leaf is still one of its partitions under the
+ * COPY's snapshot), or those whose key (columns keys, in key order) is one of keyvals (keys_take's
+ * format: a 4-byte length, then bf_encode's bytes, nkeyvals of them). */
+typedef struct bfsql_read {
+	const char *schema, *table; /* the table: its rows by key are read through it */
+	const bfsql_col *cols;
+	size_t ncols;
+	const char *where;
+	const char *leaf_schema, *leaf_name;
+	uint32_t leaf_oid, root_oid, lo, hi;
+	const size_t *keys;
+	size_t nkeys;
+	const void *keyvals;
+	size_t keyvals_len, nkeyvals;
+} bfsql_read;
+
+/* COPY (...) TO STDOUT in text format: its first column is NULL on every row but one, which holds
+ * pg_current_snapshot() as text and NULL in the others; then cols. By block range, or by key when
+ * r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values. */
+bool bfsql_copy(buf *out, const bfsql_read *r) CDC_MUST_CHECK;
 
 /* The `where` p as SQL for a table of columns cols, for the chunk query: the conjuncts of p (its
  * top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).

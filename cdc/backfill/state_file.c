@@ -1,6 +1,8 @@
 /* state_file.c: the backfills kept in state_dir/backfills.json: written atomically whenever one
- * changes in a way a restart must know (a chunk made durable, a state change), read at start. A
- * table's durable cursor and counters are what a restart resumes from. */
+ * changes in a way a restart must know (a chunk made durable, a key to read again, a state
+ * change), read at start. What a restart resumes from: a table's relations with the ranges durably
+ * read, the keys still to read again, the key's columns and the counters. A file of version 1
+ * (before ranges) resumes its running tables from the start. */
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -14,19 +16,6 @@
 
 /* ---- persistence ---- */
 
-static void json_hex(buf *out, bool *first, const char *key, const buf *bytes)
-{
-	json_key(out, first, key);
-	if (!bytes->len) {
-		json_null(out);
-		return;
-	}
-	buf_putc(out, '"');
-	for (size_t i = 0; i < bytes->len; i++)
-		buf_printf(out, "%02x", (unsigned char)bytes->data[i]);
-	buf_putc(out, '"');
-}
-
 static void json_strv(buf *out, bool *first, const char *key, char **v, size_t n)
 {
 	json_key(out, first, key);
@@ -39,6 +28,24 @@ static void json_strv(buf *out, bool *first, const char *key, char **v, size_t n
 	buf_putc(out, ']');
 }
 
+static void save_leaf(buf *out, const leaf *l)
+{
+	bool first = true;
+	buf_putc(out, '{');
+	json_key_u64(out, &first, "oid", l->oid);
+	json_key_str(out, &first, "schema", l->schema);
+	json_key_str(out, &first, "table", l->name);
+	json_key_u64(out, &first, "blocks", l->blocks);
+	json_key_i64(out, &first, "rows_per_block_milli",
+		     l->rows_per_block < 0 ? -1 : (int64_t)(l->rows_per_block * 1000));
+	json_key_boolean(out, &first, "gone", l->gone);
+	json_key(out, &first, "done");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < l->done.n; i++)
+		buf_printf(out, "%s%u", i ? "," : "", l->done.v[i]);
+	buf_puts(out, "]}");
+}
+
 static void save_table(buf *out, const table *t)
 {
 	bool first = true;
@@ -47,13 +54,36 @@ static void save_table(buf *out, const table *t)
 	json_key_str(out, &first, "table", t->name);
 	json_key_str(out, &first, "state", bf_state_name(t->state));
 	json_key_str(out, &first, "error", t->error);
-	json_hex(out, &first, "cursor", &t->cursor_d);
+	json_key_u64(out, &first, "oid", t->oid);
+	json_strv(out, &first, "key", t->key_names, t->nkey_names);
 	json_key_u64(out, &first, "read", t->done_d.read);
 	json_key_u64(out, &first, "delivered", t->done_d.delivered);
 	json_key_u64(out, &first, "dropped", t->done_d.dropped);
 	json_key_u64(out, &first, "filtered", t->done_d.filtered);
+	json_key_u64(out, &first, "blocks_read", t->done_d.blocks);
 	json_key_i64(out, &first, "estimate", t->estimate);
-	buf_putc(out, '}');
+	json_key_boolean(out, &first, "listed_again", t->listed_again);
+	json_key(out, &first, "leaves");
+	buf_putc(out, '[');
+	for (size_t i = 0; i < t->nleaves; i++) {
+		if (i)
+			buf_putc(out, ',');
+		save_leaf(out, &t->leaves[i]);
+	}
+	buf_putc(out, ']');
+	/* Every key to read again, taken by a chunk or not: none is durable yet. */
+	json_key(out, &first, "read_again");
+	buf_putc(out, '[');
+	size_t pos = 0;
+	bool kf = true;
+	for (const keyent *e = keys_next(&t->again, &pos, NULL); e; e = keys_next(&t->again, &pos, e)) {
+		json_sep(out, &kf);
+		buf_putc(out, '"');
+		for (size_t i = 0; i < e->len; i++)
+			buf_printf(out, "%02x", e->key[i]);
+		buf_putc(out, '"');
+	}
+	buf_puts(out, "]}");
 }
 
 static void save_backfill(buf *out, const backfill *f)
@@ -149,28 +179,82 @@ static bool hex_bytes(const char *s, buf *out)
 	return true;
 }
 
-static bool load_table(json_object *o, table *t)
+static bool load_leaf(json_object *o, leaf *l)
+{
+	l->schema = member_str(o, "schema");
+	l->name = member_str(o, "table");
+	json_object *done = member(o, "done", json_type_array), *gone = member(o, "gone", json_type_boolean);
+	int64_t rpb = member_i64(o, "rows_per_block_milli");
+	l->oid = (uint32_t)member_i64(o, "oid");
+	l->blocks = (uint32_t)member_i64(o, "blocks");
+	l->rows_per_block = rpb < 0 ? -1 : (double)rpb / 1000;
+	l->gone = gone && json_object_get_boolean(gone);
+	if (!l->schema || !l->name || !done || json_object_array_length(done) % 2)
+		return false;
+	for (size_t i = 0; i + 1 < json_object_array_length(done); i += 2) {
+		int64_t lo = json_object_get_int64(json_object_array_get_idx(done, i));
+		int64_t hi = json_object_get_int64(json_object_array_get_idx(done, i + 1));
+		if (lo < 0 || hi < lo || hi > l->blocks)
+			return false;
+		rset_add(&l->done, (uint32_t)lo, (uint32_t)hi);
+	}
+	return true;
+}
+
+static bool load_table(json_object *o, table *t, int64_t version)
 {
 	t->schema = member_str(o, "schema");
 	t->name = member_str(o, "table");
 	t->error = member_str(o, "error");
-	json_object *st = member(o, "state", json_type_string), *cur = member(o, "cursor", json_type_string);
+	json_object *st = member(o, "state", json_type_string),
+		    *listed = member(o, "listed_again", json_type_boolean);
 	if (!t->schema || !t->name || !st || !bf_state_parse(json_object_get_string(st), &t->state))
-		return false;
-	if (cur && !hex_bytes(json_object_get_string(cur), &t->cursor_d))
 		return false;
 	/* "emitted" (before "delivered" and "filtered" were told apart): the rows that were not
 	 * dropped, the where's own included */
 	t->done_d = (counters){
 	    (uint64_t)member_i64(o, "read"),
 	    (uint64_t)member_i64(o, member(o, "delivered", json_type_int) ? "delivered" : "emitted"),
-	    (uint64_t)member_i64(o, "dropped"), (uint64_t)member_i64(o, "filtered")};
+	    (uint64_t)member_i64(o, "dropped"), (uint64_t)member_i64(o, "filtered"),
+	    (uint64_t)member_i64(o, "blocks_read")};
 	t->estimate = member(o, "estimate", json_type_int) ? member_i64(o, "estimate") : -1;
+	if (version == 1 && t->state == BF_RUNNING) {
+		/* Read by key order then: read again, by ranges, from the start. */
+		t->done_d = (counters){0};
+	} else if (version > 1) {
+		size_t nkeys;
+		char **names = member_strv(o, "key", &nkeys);
+		bf_table_set_keys(t, names, nkeys);
+		t->oid = (uint32_t)member_i64(o, "oid");
+		t->listed_again = listed && json_object_get_boolean(listed);
+		json_object *leaves = member(o, "leaves", json_type_array),
+			    *again = member(o, "read_again", json_type_array);
+		if (!leaves || !again)
+			return false;
+		t->nleaves = json_object_array_length(leaves);
+		t->leaves = xcalloc(t->nleaves ? t->nleaves : 1, sizeof(*t->leaves));
+		for (size_t i = 0; i < t->nleaves; i++)
+			if (!load_leaf(json_object_array_get_idx(leaves, i), &t->leaves[i]))
+				return false;
+		buf key = {0};
+		bool ok = true;
+		for (size_t i = 0; ok && i < json_object_array_length(again); i++) {
+			json_object *k = json_object_array_get_idx(again, i);
+			buf_reset(&key);
+			ok = json_object_is_type(k, json_type_string) &&
+			     hex_bytes(json_object_get_string(k), &key);
+			if (ok)
+				keys_add(&t->again, key.data, key.len);
+		}
+		buf_free(&key);
+		if (!ok)
+			return false;
+	}
 	bf_rewind_table(t);
 	return true;
 }
 
-static backfill *load_backfill(json_object *o)
+static backfill *load_backfill(json_object *o, int64_t version)
 {
 	backfill *f = xcalloc(1, sizeof(*f));
 	json_object *id = member(o, "id", json_type_string), *st = member(o, "state", json_type_string);
@@ -196,7 +280,7 @@ static backfill *load_backfill(json_object *o)
 	f->tables = xcalloc(f->ntables ? f->ntables : 1, sizeof(*f->tables));
 	for (size_t i = 0; i < f->ntables; i++) {
 		f->tables[i].bf = f;
-		if (!load_table(json_object_array_get_idx(tables, i), &f->tables[i]))
+		if (!load_table(json_object_array_get_idx(tables, i), &f->tables[i], version))
 			goto bad;
 	}
 	return f;
@@ -214,18 +298,19 @@ bool backfill_set_load(bf_set *b, char *err, size_t errlen)
 		return errno == ENOENT ? true
 				       : errf(err, errlen, "cannot read %s: %s", b->path, strerror(errno));
 	buf text = {0};
-	char chunk[8192];
+	char part[8192];
 	size_t n;
-	while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
-		buf_append(&text, chunk, n);
+	while ((n = fread(part, 1, sizeof(part), fp)) > 0)
+		buf_append(&text, part, n);
 	bool ok = !ferror(fp);
 	fclose(fp);
 	json_object *root = ok && text.data ? json_tokener_parse(text.data) : NULL;
 	json_object *ver = root ? member(root, "version", json_type_int) : NULL;
 	json_object *list = root ? member(root, "backfills", json_type_array) : NULL;
-	ok = ver && json_object_get_int64(ver) == BF_FILE_VERSION && list;
+	int64_t version = ver ? json_object_get_int64(ver) : 0;
+	ok = version >= 1 && version <= BF_FILE_VERSION && list;
 	for (size_t i = 0; ok && i < json_object_array_length(list); i++) {
-		backfill *f = load_backfill(json_object_array_get_idx(list, i));
+		backfill *f = load_backfill(json_object_array_get_idx(list, i), version);
 		if (f)
 			bf_append(b, f);
 		ok = f != NULL;
@@ -233,14 +318,14 @@ bool backfill_set_load(bf_set *b, char *err, size_t errlen)
 	json_object_put(root);
 	buf_free(&text);
 	if (!ok)
-		return errf(err, errlen, "%s: not a backfill state file of version %d", b->path,
+		return errf(err, errlen, "%s: not a backfill state file of version 1 to %d", b->path,
 			    BF_FILE_VERSION);
-	/* Running tables start again at their durable cursor; the checks run again. */
+	/* Running tables go on from what is durable once described again. */
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {
 			table *t = &b->list[i]->tables[k];
 			if (t->state == BF_RUNNING)
-				t->step = S_DESCRIBE;
+				t->step = T_DESCRIBE;
 		}
 	return true;
 }

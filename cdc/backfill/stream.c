@@ -1,6 +1,8 @@
-/* stream.c: the stream's side of backfills: a watermark closes a chunk's window and emits what is
- * left of it; changes of watched tables mark keys in open windows (encoded into held transactions'
- * records and decoded at their commit); the sinks' durable position finishes chunks in order. */
+/* stream.c: the stream's side of backfills: a watermark opens or closes a chunk's window and emits
+ * what is left of it; changes of a table being read mark keys in its open windows (encoded into held
+ * transactions' records and decoded at their commit), and a row the stream carries incomplete while
+ * a range may have missed it is marked to be read again; the sinks' durable position finishes
+ * chunks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +27,21 @@ bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values)
 	return false;
 }
 
-/* The window w of t closed at lsn: emit what survived, and remember the chunk until durable. last:
- * it was the table's last chunk. */
-static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emit_fn emit, void *ctx,
-			 char *err, size_t errlen)
+static void add_counters(counters *to, const counters *d)
 {
+	to->read += d->read;
+	to->delivered += d->delivered;
+	to->dropped += d->dropped;
+	to->filtered += d->filtered;
+	to->blocks += d->blocks;
+}
+
+/* Chunk c's window closed at lsn: emit what survived, remember the chunk until durable, and mark
+ * the keys whose rows the stream left incomplete inside the window to be read again. */
+static bool chunk_closed(chunk *c, uint64_t lsn, bf_emit_fn emit, void *ctx, char *err, size_t errlen)
+{
+	table *t = c->t;
+	bf_window *w = c->w;
 	size_t rows = bfw_rows(w), dropped = bfw_dropped(w);
 	bf_batch batch = {.id = t->bf->id,
 			  .subscription = t->bf->sub,
@@ -39,71 +51,31 @@ static bool chunk_closed(table *t, bf_window *w, bool last, uint64_t lsn, bf_emi
 			  .cols = t->cols,
 			  .ncols = t->ncols,
 			  .keys = t->keys,
-			  .nkeys = t->nkeys,
+			  /* a keyless table's events have the key the stream gives it: every column with
+			   * REPLICA IDENTITY FULL, none without */
+			  .nkeys = t->keyless && !t->full ? 0 : t->nkeys,
 			  .lsn = lsn,
 			  .nrows = rows - dropped,
 			  .w = w};
 	size_t delivered = 0;
 	if (batch.nrows && !emit(ctx, &batch, &delivered, err, errlen))
 		return false;
-	t->done.read += rows;
-	t->done.dropped += dropped;
-	t->done.delivered += delivered;
-	t->done.filtered += batch.nrows - delivered;
-	size_t keylen;
-	const void *key = bfw_last_key(w, &keylen);
-	if (key) {
-		buf_reset(&t->cursor);
-		buf_append(&t->cursor, key, keylen);
-	}
+	counters d = {.read = rows,
+		      .dropped = dropped,
+		      .delivered = delivered,
+		      .filtered = batch.nrows - delivered,
+		      .blocks = c->leaf >= 0 ? c->hi - c->lo : 0};
+	size_t pos = 0, len;
+	const void *key;
+	while (!t->keyless && bfw_partial_key(w, &pos, &key, &len))
+		keys_add(&t->again, key, len);
 	t->pend = xrealloc(t->pend, (t->npend + 1) * sizeof(*t->pend));
 	pending *p = &t->pend[t->npend++];
-	*p = (pending){.lsn = lsn, .done = t->done, .last = last};
-	buf_append(&p->cursor, t->cursor.data, t->cursor.len);
-	return true;
-}
-
-/* A high watermark asks for t's chunk in w again: the chunk read after it (if w is prev) goes too,
- * and so does any statement in flight, whose result is then ignored. */
-static void chunk_retry(bf_set *b, table *t, const bf_window *w, bf_now now)
-{
-	t->retries++;
-	if (bfw_retry_reason(w) == BFW_RETRY_MEMORY)
-		t->limit = bf_clamp_rows(b, t->limit / 2);
-	t->prev_open = false;
-	t->busy = false;
-	t->ticket = 0;
-	bf_chunk_again(t, now.ms);
-}
-
-/* A watermark of t's chunk in w (prev or the one read into w): false if it is neither's. */
-static bool chunk_watermark(bf_set *b, table *t, bool is_prev, const char *nonce, bool high, uint64_t lsn,
-			    bf_now now, bf_emit_fn emit, void *ctx, char *err, size_t errlen, bool *ok)
-{
-	bf_window *w = is_prev ? t->prev : t->w;
-	if ((is_prev && !t->prev_open) || !bfw_nonce(w) || strcmp(bfw_nonce(w), nonce) != 0)
-		return false;
-	switch (bfw_watermark(w, nonce, high)) {
-	case BFW_CLOSED:
-		*ok = chunk_closed(t, w, is_prev ? t->prev_last : t->last, lsn, emit, ctx, err, errlen);
-		if (!is_prev) {
-			/* Closed before its HIGH statement's result came back (which is then ignored). */
-			t->step = t->last ? S_DRAIN : S_LOW;
-		} else {
-			t->prev_open = false;
-			if (t->opens_at_prev)
-				bfw_open(t->w);
-			t->opens_at_prev = false;
-			if (t->step == S_STREAM)
-				bf_chunk_written(b, t, now.ms);
-		}
-		break;
-	case BFW_RETRY:
-		chunk_retry(b, t, w, now);
-		break;
-	default:
-		break;
-	}
+	*p = (pending){.lsn = lsn, .leaf = c->leaf, .lo = c->lo, .hi = c->hi, .keys = c->keys, .delta = d};
+	c->keys = (buf){0};
+	add_counters(&t->done, &d);
+	t->bf->set->dirty = true;
+	bf_chunk_free(c);
 	return true;
 }
 
@@ -112,18 +84,43 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 {
 	char id[BF_ID_SIZE], nonce[BF_ID_SIZE];
 	bool high;
+	(void)now;
 	if (!bfsql_watermark_parse(content, len, id, sizeof(id), nonce, sizeof(nonce), &high))
 		return true;
 	backfill *f = bf_find(b, id);
-	bool ok = true;
 	for (size_t k = 0; f && k < f->ntables; k++) {
 		table *t = &f->tables[k];
-		if (t->state == BF_RUNNING && t->w &&
-		    (chunk_watermark(b, t, true, nonce, high, lsn, now, emit, ctx, err, errlen, &ok) ||
-		     chunk_watermark(b, t, false, nonce, high, lsn, now, emit, ctx, err, errlen, &ok)))
-			break;
+		if (t->state != BF_RUNNING)
+			continue;
+		chunk *c = NULL;
+		for (size_t i = 0; i < t->nchunks; i++) {
+			chunk *x = t->chunks[i];
+			/* the chunk the lane read after this one opens here */
+			if (high && strcmp(x->after, nonce) == 0) {
+				bfw_open(x->w);
+				x->after[0] = '\0';
+			}
+			if (strcmp(x->nonce, nonce) == 0)
+				c = x;
+		}
+		if (!c)
+			continue;
+		switch (bfw_watermark(c->w, nonce, high)) {
+		case BFW_CLOSED:
+			if (chunk_closed(c, lsn, emit, ctx, err, errlen))
+				return true;
+			bf_chunk_retry(c, false);
+			return false;
+		case BFW_RETRY: {
+			bfw_retry why = bfw_retry_reason(c->w);
+			bf_chunk_retry(c, why == BFW_RETRY_MEMORY || why == BFW_RETRY_UNKEYED);
+			return true;
+		}
+		default:
+			return true;
+		}
 	}
-	return ok;
+	return true;
 }
 
 bool backfill_watching(const bf_set *b, const char *schema, const char *table_name)
@@ -131,19 +128,21 @@ bool backfill_watching(const bf_set *b, const char *schema, const char *table_na
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {
 			const table *t = &b->list[i]->tables[k];
-			if (t->w && strcmp(t->name, table_name) == 0 && strcmp(t->schema, schema) == 0)
+			if (t->state == BF_RUNNING && strcmp(t->name, table_name) == 0 &&
+			    strcmp(t->schema, schema) == 0)
 				return true;
 		}
 	return false;
 }
 
-/* The key of t's row in values (by column name), or false if a key column was not sent. */
+/* The key of t's row in values (by column name; a value not sent is fallback's, the same row's
+ * other side, when there is one), or false if a key column is missing. */
 static bool change_key(const table *t, const bf_change *c, const bf_datum *values, const bf_datum *fallback,
 		       buf *out)
 {
-	bf_datum d[t->nkeys ? t->nkeys : 1];
-	for (size_t k = 0; k < t->nkeys; k++) {
-		const char *name = t->cols[t->keys[k]].name;
+	bf_datum d[t->nkey_names ? t->nkey_names : 1];
+	for (size_t k = 0; k < t->nkey_names; k++) {
+		const char *name = t->key_names[k];
 		size_t i = 0;
 		while (i < c->ncols && strcmp(c->names[i], name) != 0)
 			i++;
@@ -153,7 +152,7 @@ static bool change_key(const table *t, const bf_change *c, const bf_datum *value
 		if (d[k].len == BF_ABSENT)
 			return false;
 	}
-	bf_encode(out, d, t->nkeys);
+	bf_encode(out, d, t->nkey_names);
 	return true;
 }
 
@@ -163,26 +162,35 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {
 			table *t = &b->list[i]->tables[k];
-			if (!t->w || strcmp(t->name, c->table) != 0 || strcmp(t->schema, c->schema) != 0)
+			if (t->state != BF_RUNNING || strcmp(t->name, c->table) != 0 ||
+			    strcmp(t->schema, c->schema) != 0)
 				continue;
+			bf_recent_add(&t->recent, c->xid);
 			if (c->truncate) {
-				bfw_truncate(t->w, c->xid);
-				bfw_truncate(t->prev, c->xid);
+				for (size_t j = 0; j < t->nchunks; j++)
+					bfw_truncate(t->chunks[j]->w, c->xid);
 				continue;
 			}
+			if (!t->nkey_names)
+				continue; /* not described yet: no chunk is open */
 			buf_reset(&k1);
 			buf_reset(&k2);
-			bool whole = !c->partial;
+			bool partial = c->partial;
 			for (size_t j = 0; c->new_values && j < c->ncols; j++)
-				whole &= c->new_values[j].len != BF_ABSENT;
+				partial |= c->new_values[j].len == BF_ABSENT;
 			bool has1 = c->old_values && change_key(t, c, c->old_values, c->new_values, &k1);
-			bool has2 = c->new_values && change_key(t, c, c->new_values, NULL, &k2);
+			bool has2 = c->new_values && change_key(t, c, c->new_values, c->old_values, &k2);
 			/* The key before the change (or after it, for an insert), and after it if both. */
 			const buf *key = has1 ? &k1 : &k2, *key2 = has1 && has2 ? &k2 : NULL;
-			bf_window *both[] = {t->w, t->prev};
-			for (size_t j = 0; j < 2; j++)
-				bfw_change(both[j], c->xid, has1 || has2 ? key->data : NULL, key->len,
-					   key2 ? key2->data : NULL, key2 ? key2->len : 0, whole);
+			for (size_t j = 0; j < t->nchunks; j++)
+				bfw_change(t->chunks[j]->w, c->xid, has1 || has2 ? key->data : NULL, key->len,
+					   key2 ? key2->data : NULL, key2 ? key2->len : 0, partial);
+			/* The stream's copy of the row is incomplete: if the row moved out of a range not
+			 * read yet into one read already, no chunk reads it whole. Read it again. */
+			if (partial && !t->keyless && has2 && bf_ranges_open(t)) {
+				keys_add(&t->again, k2.data, k2.len);
+				b->dirty = true;
+			}
 		}
 	buf_free(&k1);
 	buf_free(&k2);
@@ -292,21 +300,21 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 			size_t n = 0;
 			while (n < t->npend && t->pend[n].lsn <= flushed) {
 				pending *p = &t->pend[n++];
-				buf_reset(&t->cursor_d);
-				buf_append(&t->cursor_d, p->cursor.data, p->cursor.len);
-				t->done_d = p->done;
-				if (p->last)
-					t->state = BF_DONE;
+				if (p->leaf >= 0 && (size_t)p->leaf < t->nleaves) {
+					rset_add(&t->leaves[p->leaf].done, p->lo, p->hi);
+					rset_remove(&t->leaves[p->leaf].taken, p->lo, p->hi);
+				} else {
+					keys_done(&t->again, &p->keys);
+				}
+				add_counters(&t->done_d, &p->delta);
+				buf_free(&p->keys);
 			}
 			if (!n)
 				continue;
-			for (size_t j = 0; j < n; j++)
-				buf_free(&t->pend[j].cursor);
 			memmove(t->pend, t->pend + n, (t->npend - n) * sizeof(*t->pend));
 			t->npend -= n;
-			if (t->state == BF_DONE)
-				bf_stop_run(t);
 			b->dirty = true;
+			bf_table_progress(t, now);
 		}
 		bf_settle(f, now);
 	}
@@ -323,7 +331,8 @@ bool backfill_draining(const bf_set *b)
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {
 			const table *t = &b->list[i]->tables[k];
-			if (t->state == BF_RUNNING && t->step == S_DRAIN && !t->prev_open && t->npend)
+			if (t->state == BF_RUNNING && t->step == T_READ && !t->nchunks && t->npend &&
+			    !t->again.waiting && !bf_ranges_open(t))
 				return true;
 		}
 	return false;
@@ -336,12 +345,9 @@ void backfill_restart(bf_set *b)
 			table *t = &b->list[i]->tables[k];
 			if (t->state != BF_RUNNING)
 				continue;
-			bf_clear_pending(t);
+			bf_drop_run(t);
 			bf_rewind_table(t);
-			bf_drop_chunks(t);
-			t->busy = false;
-			t->ticket = 0;
-			t->step = t->cols ? S_LOW : S_DESCRIBE;
+			t->step = !t->cols ? T_DESCRIBE : !t->nleaves ? T_PLAN : T_READ;
 			t->due_ms = 0;
 		}
 }

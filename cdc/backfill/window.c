@@ -1,8 +1,9 @@
 /* window.c: the watermark rule of one backfill chunk; see window.h. Rows and changed keys live in
  * one arena reset per chunk; the changed keys in an open-addressing hash set over it. Besides the
- * keys, the window remembers which transactions touched the table since the last high watermark,
- * to catch the one race the watermarks alone miss: a commit that reaches the stream before the low
- * watermark while the chunk's snapshot still sees it in progress. */
+ * keys, the window remembers which transactions touched the table recently (seeded from the
+ * table's record when the chunk begins), to catch the one race the watermarks alone miss: a commit
+ * that reaches the stream before the low watermark while the chunk's snapshot still sees it in
+ * progress. */
 #include "cdc/backfill/window.h"
 #include "decoder/base/bytes.h"
 
@@ -25,6 +26,7 @@ typedef struct bfw_keyent {
 	uint64_t hash;
 	const uint8_t *key; /* NULL: empty slot */
 	uint32_t len;
+	bool partial; /* a change of this key left a column's value out of its new row */
 } bfw_keyent;
 
 enum bfw_state { BFW_IDLE, BFW_ARMED, BFW_OPEN, BFW_DONE };
@@ -42,13 +44,10 @@ struct bf_window {
 	bfw_retry retry;
 	bf_snapshot snap;
 	bool has_snap;
-	/* Top-level xids of the commits that touched the table since the last high watermark (and
-	 * those the last snapshot did not see yet), in stream order; before_low of them came before
-	 * the open chunk's low watermark. */
-	uint32_t *recent;
-	size_t nrecent, before_low;
-	bool lost; /* some were forgotten; lost_max is the newest of those */
-	uint32_t lost_max;
+	/* Top-level xids of the commits that touched the table, from the seed on, in stream order;
+	 * before_low of them came before the chunk's low watermark. */
+	bf_recent recent;
+	size_t before_low;
 };
 
 /* ---- encoding ---- */
@@ -164,6 +163,64 @@ bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid)
 	return true;
 }
 
+/* ---- recent commits ---- */
+
+void bf_recent_add(bf_recent *r, uint32_t xid)
+{
+	if (r->n && r->xids[r->n - 1] == xid)
+		return;
+	if (r->n == BFW_MAX_RECENT) {
+		/* Forget the older half at once, remembering the span of the xids forgotten. */
+		size_t half = BFW_MAX_RECENT / 2;
+		for (size_t i = 0; i < half; i++) {
+			if (!r->lost || xid_precedes(r->lost_max, r->xids[i]))
+				r->lost_max = r->xids[i];
+			if (!r->lost || xid_precedes(r->xids[i], r->lost_min))
+				r->lost_min = r->xids[i];
+			r->lost = true;
+		}
+		memmove(r->xids, r->xids + half, (r->n - half) * sizeof(*r->xids));
+		r->n -= half;
+	}
+	if (r->n == r->cap) {
+		r->cap = r->cap ? 2 * r->cap : 64;
+		r->xids = xrealloc(r->xids, r->cap * sizeof(*r->xids));
+	}
+	r->xids[r->n++] = xid;
+}
+
+void bf_recent_settle(bf_recent *r, const bf_snapshot *s)
+{
+	size_t keep = 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (!xid_precedes(r->xids[i], s->xmin))
+			r->xids[keep++] = r->xids[i];
+	r->n = keep;
+	if (r->lost && xid_precedes(r->lost_max, s->xmin))
+		r->lost = false;
+}
+
+void bf_recent_free(bf_recent *r)
+{
+	free(r->xids);
+	*r = (bf_recent){0};
+}
+
+/* r becomes a copy of from. */
+static void recent_copy(bf_recent *r, const bf_recent *from)
+{
+	if (r->cap < from->n) {
+		r->cap = from->n;
+		r->xids = xrealloc(r->xids, r->cap * sizeof(*r->xids));
+	}
+	if (from->n)
+		memcpy(r->xids, from->xids, from->n * sizeof(*r->xids));
+	r->n = from->n;
+	r->lost = from->lost;
+	r->lost_min = from->lost_min;
+	r->lost_max = from->lost_max;
+}
+
 /* ---- the window ---- */
 
 bf_window *bfw_new(size_t max_bytes)
@@ -197,15 +254,19 @@ void bfw_free(bf_window *w)
 	forget_chunk(w);
 	arena_free(w->mem);
 	free(w->rows);
-	free(w->recent);
+	bf_recent_free(&w->recent);
 	free(w);
 }
 
-void bfw_begin(bf_window *w, const char *nonce)
+void bfw_begin(bf_window *w, const char *nonce, const bf_recent *seed)
 {
 	forget_chunk(w);
 	w->nonce = xstrdup(nonce);
 	w->state = BFW_ARMED;
+	if (seed)
+		recent_copy(&w->recent, seed);
+	else
+		w->recent.n = 0, w->recent.lost = false;
 }
 
 void bfw_reset(bf_window *w)
@@ -226,15 +287,18 @@ static uint8_t *copy_in(bf_window *w, const void *p, size_t n)
 
 bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)
 {
+	bool same = key == row && keylen == rowlen;
+	size_t need = rowlen + (same ? 0 : keylen);
 	/* The first row always fits: a chunk of one row must be possible whatever its size. */
-	if (w->nrows && w->bytes + keylen + rowlen > w->max_bytes)
+	if (w->nrows && w->bytes + need > w->max_bytes)
 		return false;
 	if (w->nrows == w->rowcap) {
 		w->rowcap = w->rowcap ? 2 * w->rowcap : 256;
 		w->rows = xrealloc(w->rows, w->rowcap * sizeof(*w->rows));
 	}
-	w->rows[w->nrows++] = (bfw_rowent){.key = copy_in(w, key, keylen),
-					   .row = copy_in(w, row, rowlen),
+	const uint8_t *r = copy_in(w, row, rowlen);
+	w->rows[w->nrows++] = (bfw_rowent){.key = same ? r : copy_in(w, key, keylen),
+					   .row = r,
 					   .keylen = (uint32_t)keylen,
 					   .rowlen = (uint32_t)rowlen};
 	return true;
@@ -248,7 +312,7 @@ void bfw_set_snapshot(bf_window *w, bf_snapshot *s)
 	*s = (bf_snapshot){0};
 }
 
-static uint64_t hash_bytes(const void *p, size_t n)
+uint64_t bf_hash(const void *p, size_t n)
 {
 	const uint8_t *s = p;
 	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
@@ -268,10 +332,10 @@ static bfw_keyent *key_slot(bfw_keyent *keys, size_t cap, uint64_t h, const void
 
 static bool key_seen(const bf_window *w, const void *key, size_t len)
 {
-	return w->keycap && key_slot(w->keys, w->keycap, hash_bytes(key, len), key, len)->key;
+	return w->keycap && key_slot(w->keys, w->keycap, bf_hash(key, len), key, len)->key;
 }
 
-static void key_add(bf_window *w, const void *key, size_t len)
+static void key_add(bf_window *w, const void *key, size_t len, bool partial)
 {
 	if (w->retry)
 		return;
@@ -286,79 +350,59 @@ static void key_add(bf_window *w, const void *key, size_t len)
 		w->keys = keys;
 		w->keycap = cap;
 	}
-	uint64_t h = hash_bytes(key, len);
+	uint64_t h = bf_hash(key, len);
 	bfw_keyent *e = key_slot(w->keys, w->keycap, h, key, len);
-	if (e->key)
+	if (e->key) {
+		e->partial |= partial;
 		return;
+	}
 	if (w->bytes + len > w->max_bytes) {
 		w->retry = BFW_RETRY_MEMORY;
 		return;
 	}
-	*e = (bfw_keyent){.hash = h, .key = copy_in(w, key, len), .len = (uint32_t)len};
+	*e = (bfw_keyent){.hash = h, .key = copy_in(w, key, len), .len = (uint32_t)len, .partial = partial};
 	w->nkeys++;
 }
 
-static void recent_add(bf_window *w, uint32_t xid)
-{
-	if (w->nrecent && w->recent[w->nrecent - 1] == xid)
-		return;
-	if (!w->recent)
-		w->recent = xmalloc(BFW_MAX_RECENT * sizeof(*w->recent));
-	if (w->nrecent == BFW_MAX_RECENT) {
-		/* Forget the older half at once, remembering the newest xid forgotten. */
-		size_t half = BFW_MAX_RECENT / 2;
-		for (size_t i = 0; i < half; i++)
-			if (!w->lost || xid_precedes(w->lost_max, w->recent[i])) {
-				w->lost_max = w->recent[i];
-				w->lost = true;
-			}
-		memmove(w->recent, w->recent + half, (w->nrecent - half) * sizeof(*w->recent));
-		w->nrecent -= half;
-		w->before_low = w->before_low > half ? w->before_low - half : 0;
-	}
-	w->recent[w->nrecent++] = xid;
-}
-
 void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
-		bool whole)
+		bool partial)
 {
-	recent_add(w, xid);
+	bf_recent_add(&w->recent, xid);
 	if (w->state != BFW_OPEN)
 		return;
-	if (!key || !whole) {
+	if (!key) {
 		w->retry = w->retry ? w->retry : BFW_RETRY_UNKEYED;
 		return;
 	}
-	key_add(w, key, keylen);
-	if (key2 && (key2len != keylen || memcmp(key, key2, keylen) != 0))
-		key_add(w, key2, key2len);
+	bool moved = key2 && (key2len != keylen || memcmp(key, key2, keylen) != 0);
+	/* The new row is the one a partial change leaves incomplete: key2 when the key moved. */
+	key_add(w, key, keylen, partial && !moved);
+	if (moved)
+		key_add(w, key2, key2len, partial);
 }
 
 void bfw_truncate(bf_window *w, uint32_t xid)
 {
-	recent_add(w, xid);
+	bf_recent_add(&w->recent, xid);
 	if (w->state == BFW_OPEN)
 		w->drop_all = true;
 }
 
 /* At the high watermark: did a commit reach the stream before the low watermark while the
  * snapshot still saw its transaction in progress? Then the chunk may hold a row's older version
- * than the stream delivered, with no change inside the window to drop it by. Afterwards only the
- * commits the snapshot did not see are kept: every later snapshot sees the others. */
+ * than the stream delivered, with no change inside the window to drop it by. */
 static bool snapshot_race(bf_window *w)
 {
 	if (!w->has_snap)
 		return false;
-	bool race = w->lost && !xid_precedes(w->lost_max, w->snap.xmin);
-	for (size_t i = 0; i < w->before_low && !race; i++)
-		race = !bf_snapshot_sees(&w->snap, w->recent[i]);
-	size_t keep = 0;
-	for (size_t i = 0; i < w->nrecent; i++)
-		if (!bf_snapshot_sees(&w->snap, w->recent[i]))
-			w->recent[keep++] = w->recent[i];
-	w->nrecent = keep;
-	if (!race)
-		w->lost = false;
+	const bf_recent *r = &w->recent;
+	/* A forgotten commit the snapshot did not see is in its xip, or at or past its xmax. */
+	bool race = r->lost && !xid_precedes(r->lost_max, w->snap.xmax);
+	for (size_t i = 0; r->lost && i < w->snap.nxip && !race; i++)
+		race =
+		    !xid_precedes(w->snap.xip[i], r->lost_min) && !xid_precedes(r->lost_max, w->snap.xip[i]);
+	for (size_t i = 0; i < w->before_low && i < r->n && !race; i++)
+		race = !bf_snapshot_sees(&w->snap, r->xids[i]);
 	return race;
 }
 
@@ -367,7 +411,7 @@ bool bfw_open(bf_window *w)
 	if (w->state != BFW_ARMED)
 		return false;
 	w->state = BFW_OPEN;
-	w->before_low = w->nrecent;
+	w->before_low = w->recent.n;
 	return true;
 }
 
@@ -410,12 +454,16 @@ size_t bfw_dropped(const bf_window *w)
 	return w->ndropped;
 }
 
-const void *bfw_last_key(const bf_window *w, size_t *len)
+bool bfw_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *len)
 {
-	if (!w->nrows)
-		return NULL;
-	*len = w->rows[w->nrows - 1].keylen;
-	return w->rows[w->nrows - 1].key;
+	for (; *pos < w->keycap; (*pos)++)
+		if (w->keys[*pos].key && w->keys[*pos].partial) {
+			*key = w->keys[*pos].key;
+			*len = w->keys[*pos].len;
+			(*pos)++;
+			return true;
+		}
+	return false;
 }
 
 size_t bfw_bytes(const bf_window *w)
@@ -433,7 +481,7 @@ const char *bfw_retry_name(bfw_retry r)
 	static const char *const names[] = {
 	    [BFW_RETRY_NONE] = "none",
 	    [BFW_RETRY_MEMORY] = "the chunk's rows and changed keys passed the memory cap",
-	    [BFW_RETRY_UNKEYED] = "a change without its key or whole row",
+	    [BFW_RETRY_UNKEYED] = "a change without its key",
 	    [BFW_RETRY_SNAPSHOT] = "a commit before the low watermark that the chunk's snapshot did not see",
 	    [BFW_RETRY_NO_LOW] = "the high watermark without the low one",
 	};

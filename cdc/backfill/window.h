@@ -1,7 +1,8 @@
-/* window.h: the watermark rule of one backfill chunk (DBLog): holds the rows a chunk's SELECT read,
+/* window.h: the watermark rule of one backfill chunk (DBLog): holds the rows a chunk's COPY read,
  * records the keys of the table's changes the stream delivers between the chunk's low and high
  * watermarks, and at the high watermark yields the rows whose key no such change touched, in the
- * order they were read. Pure: no libpq, no clock; memory bounded by the caller. */
+ * order they were read. Chunks of a table may be open at once, each in a window of its own. Pure:
+ * no libpq, no clock; memory bounded by the caller. */
 #ifndef CDC_BACKFILL_WINDOW_H
 #define CDC_BACKFILL_WINDOW_H
 
@@ -23,6 +24,8 @@ typedef struct bf_datum {
  * The same values encode to the same bytes wherever they came from, so a change's key compares
  * with a read row's key by memcmp. */
 void bf_encode(buf *out, const bf_datum *d, size_t n);
+/* A hash of key bytes (FNV-1a), for the sets of keys. */
+uint64_t bf_hash(const void *p, size_t n);
 /* Splits bytes made by bf_encode into n datums pointing into p. False if they do not hold n. */
 bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n) CDC_MUST_CHECK;
 
@@ -58,6 +61,20 @@ typedef enum bfw_retry {
 	BFW_RETRY_NO_LOW,   /* the high watermark came without the low one */
 } bfw_retry;
 
+/* The top-level xids of the commits that touched a table, in stream order, that some snapshot
+ * taken from now on might not see yet (see bfw_begin). */
+typedef struct bf_recent {
+	uint32_t *xids;
+	size_t n, cap;
+	bool lost; /* some were forgotten (past the cap), from lost_min to lost_max */
+	uint32_t lost_min, lost_max;
+} bf_recent;
+
+void bf_recent_add(bf_recent *r, uint32_t xid);
+/* Forgets the commits that s sees by its xmin: every snapshot taken after s sees them too. */
+void bf_recent_settle(bf_recent *r, const bf_snapshot *s);
+void bf_recent_free(bf_recent *r);
+
 typedef struct bf_window bf_window;
 
 /* max_bytes bounds the rows and changed keys of one chunk together. */
@@ -65,15 +82,19 @@ bf_window *bfw_new(size_t max_bytes);
 void bfw_free(bf_window *w);
 
 /* Starts a chunk: forgets the previous chunk's rows and keys and waits for the low watermark of
- * nonce (copied). The record of recent commits (see bfw_change) stays. */
-void bfw_begin(bf_window *w, const char *nonce);
+ * nonce (copied). seed: the table's recent commits, copied; from here on the window records every
+ * commit of the table itself (bfw_change). A commit the chunk's snapshot does not see that reached
+ * the stream before the low watermark makes the chunk read again. The seed may leave out commits
+ * that a snapshot known when this is called saw by its xmin: this chunk's snapshot comes later. */
+void bfw_begin(bf_window *w, const char *nonce, const bf_recent *seed);
 /* Forgets the chunk in progress (cancel, a failed statement): its watermarks become foreign. */
 void bfw_reset(bf_window *w);
 /* The nonce of the chunk in progress, or NULL. */
 const char *bfw_nonce(const bf_window *w);
 
-/* A row the chunk's SELECT read, in key order; key and row bytes from bf_encode (copied). False
- * when it would pass max_bytes and the window holds a row already: read a smaller chunk. */
+/* A row the chunk's COPY read; key and row bytes from bf_encode (copied; a key that is the row
+ * itself, same pointer and length, is kept once). False when it would pass max_bytes and the
+ * window holds a row already: read a smaller chunk. */
 bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen) CDC_MUST_CHECK;
 /* The snapshot the SELECT ran under (takes ownership). Without one no snapshot check is made. */
 void bfw_set_snapshot(bf_window *w, bf_snapshot *s);
@@ -87,11 +108,11 @@ bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high);
 
 /* A change of the table delivered by the stream (at its transaction's commit), by top-level
  * transaction xid. key: the row's key (bf_encode) before and, with key2 (may be NULL), after the
- * change. key NULL or whole false (the change lacks a column's value, e.g. unchanged TOAST): the
- * window cannot tell which row it touched, or the row's new version is not all in the stream,
- * so a chunk open now is read again. */
+ * change. key NULL: the window cannot tell which row it touched, so a chunk open now is read
+ * again. partial: the row's new version lacks a column's value (unchanged TOAST): its key is
+ * marked, for bfw_partial_key. */
 void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
-		bool whole);
+		bool partial);
 /* A truncate of the table delivered by the stream: every row of an open chunk is dropped. */
 void bfw_truncate(bf_window *w, uint32_t xid);
 
@@ -99,8 +120,9 @@ void bfw_truncate(bf_window *w, uint32_t xid);
 size_t bfw_rows(const bf_window *w);
 void bfw_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped);
 size_t bfw_dropped(const bf_window *w);
-/* The key of the last row read (the next chunk's cursor), or NULL if none. */
-const void *bfw_last_key(const bf_window *w, size_t *len);
+/* After BFW_CLOSED: the keys of the changes inside the window whose new row was partial, one by
+ * one from *pos = 0; false when there are no more. */
+bool bfw_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *len);
 /* Bytes of rows held in the chunk in progress. */
 size_t bfw_bytes(const bf_window *w);
 /* After BFW_RETRY: why. */

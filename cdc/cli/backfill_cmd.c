@@ -111,9 +111,9 @@ static uint64_t count_member(json_object *o, const char *key)
 	return v ? (uint64_t)json_object_get_int64(v) : 0;
 }
 
-/* "12,345 of 50,000 rows read (24%), 11,000 delivered, 1,234 rows/s, ETA 0:31" while it runs (with
- * what is known), "1,696 rows read, 83 delivered" once it finished: the share and the estimate
- * only mean something while it runs. */
+/* "12,345 of about 50,000 rows read (24%), 11,000 delivered, 1,234 rows/s, ETA 0:31" while it runs
+ * (with what is known), "1,696 rows read, 83 delivered" once it finished: the share and the
+ * estimate only mean something while it runs. */
 static void put_figures(buf *out, json_object *o, bool open)
 {
 	json_object *est = member(o, "estimate", json_type_int);
@@ -122,7 +122,8 @@ static void put_figures(buf *out, json_object *o, bool open)
 	uint64_t r = count_member(o, "rows_read"), e = est ? (uint64_t)json_object_get_int64(est) : 0;
 	put_count(out, r);
 	if (open && e) {
-		buf_puts(out, " of ");
+		/* from the statistics or the size: an estimate either way */
+		buf_puts(out, member(o, "estimate_from", json_type_string) ? " of about " : " of ");
 		put_count(out, e);
 		buf_printf(out, " rows read (%u%%), ", (unsigned)(r * 100 / (e > r ? e : r)));
 	} else {

@@ -16,6 +16,8 @@
 
 /* Where the status socket is when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
+/* backfill.parallel: docs/backfills.md#speed has the measurements it comes from. */
+#define CFG_DEFAULT_BACKFILL_PARALLEL 4
 
 /* What cdc does when the slot cannot send what follows its position (lost, or older than the
  * publication): fail, saying what to do, or re-sync (move the slot on and backfill). */
@@ -81,8 +83,7 @@ typedef struct cfg {
 		char *socket; /* default "/run/cdc/status.sock" */
 		char *listen; /* NULL if none */
 		bool tcp_control;
-		uid_t *control_uids;
-		size_t ncontrol_uids;
+		id_list control_uids; /* default: root and cdc's own uid */
 	} status;
 	/* Each sink module's section struct (sink_module.section_keys; NULL for a module without
 	 * one), and whether the file has the section. */
@@ -94,11 +95,13 @@ typedef struct cfg {
 	} log;
 	struct {
 		bool present;		     /* a backfill: section is in the file (it is printed then) */
-		uint64_t chunk_time_ms;	     /* a chunk's SELECT aims at this; default 250ms */
-		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 100000 */
+		uint64_t chunk_time_ms;	     /* a chunk's COPY aims at this; default 250ms */
+		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 5000 */
 		uint64_t max_bytes;	     /* a chunk's rows and changed keys; default 64MiB */
 		uint64_t rate_limit;	     /* rows read per second; default 0: none */
 		uint32_t tables;	     /* tables read at once; default 1 */
+		uint32_t
+		    parallel; /* connections reading chunks at once; default CFG_DEFAULT_BACKFILL_PARALLEL */
 	} backfill;
 	cfg_subscription *subs;
 	size_t nsubs;

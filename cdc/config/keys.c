@@ -119,6 +119,8 @@ static void key_default(void *base, const key *k)
 	case ST_STR:
 		*FIELD(base, k, char *) = k->def.s ? xstrdup(k->def.s) : NULL;
 		break;
+	case ST_IDS: /* starts empty */
+		break;
 	case ST_LIST:
 		if (k->def.s) {
 			cfg_strlist *l = FIELD(base, k, cfg_strlist);
@@ -156,6 +158,9 @@ static void keys_clear_fields(void *base, const keys *t)
 			break;
 		case ST_LIST:
 			cfg_strlist_free(FIELD(base, k, cfg_strlist));
+			break;
+		case ST_IDS:
+			id_list_free(FIELD(base, k, id_list));
 			break;
 		case ST_SECTION:
 			keys_clear_fields(base, k->arg);
@@ -209,6 +214,9 @@ void keys_copy(void *dst, const void *src, const keys *t)
 		case ST_LIST:
 			strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
 			break;
+		case ST_IDS:
+			id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
+			break;
 		case ST_SECTION:
 			keys_copy(dst, src, k->arg);
 			break;
@@ -225,6 +233,8 @@ static bool is_set(const void *base, const key *k)
 		return *CFIELD(base, k, char *) != NULL;
 	if (k->type->store == ST_LIST)
 		return CFIELD(base, k, cfg_strlist)->n != 0;
+	if (k->type->store == ST_IDS)
+		return CFIELD(base, k, id_list)->n != 0;
 	return true;
 }
 
@@ -268,6 +278,8 @@ static bool key_same(const void *a, const void *b, const key *k)
 				return false;
 		return true;
 	}
+	case ST_IDS:
+		return id_list_same(CFIELD(a, k, id_list), CFIELD(b, k, id_list));
 	case ST_OWN:
 		return k->type->same(a, b, k);
 	case ST_SECTION:
@@ -584,7 +596,7 @@ static const key status_k[] = {
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
     [ST_CONTROL_UIDS] =
-	{"control_uids", &t_uids, 0, .restart = true,
+	{"control_uids", &t_uids, TOP(status.control_uids), .restart = true,
 	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
 		"start backfills over the Unix socket. An empty list is the default. `check-config` "
 		"prints the default as it applies to the user who runs it: `[0]` for root, "
@@ -596,6 +608,8 @@ static void check_status(ctx *x, void *base, const pair *seen)
 	cfg *c = base;
 	if (c->status.tcp_control && !seen[ST_LISTEN].k)
 		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+	if (!c->status.control_uids.n) /* an empty list: the default */
+		uids_default(c);
 }
 
 static const key log_k[] = {
@@ -608,7 +622,7 @@ static const key log_k[] = {
 /* Backfills (cdc/backfill): a reload applies these to the chunks that follow. */
 static const key backfill_k[] = {
     {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250,
-     .doc = "A chunk's `SELECT` aims at taking this long: the chunk size adapts to it, between `min_rows` "
+     .doc = "A chunk's `COPY` aims at taking this long: the chunk size adapts to it, between `min_rows` "
 	    "and `max_rows`."},
     {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100,
      .doc = "The smallest chunk."},
@@ -621,9 +635,13 @@ static const key backfill_k[] = {
     {"rate_limit", &t_u64, TOP(backfill.rate_limit), .doc = "Rows read per second per table (0: no limit)."},
     {"tables", &t_u32, TOP(backfill.tables), NULL, K_POSITIVE, .def.n = 1,
      .doc = "Tables read at once, over all backfills."},
+    {"parallel", &t_u32, TOP(backfill.parallel), NULL, K_POSITIVE, .def.n = CFG_DEFAULT_BACKFILL_PARALLEL,
+     .restart = true,
+     .doc = "Connections that read chunks at once (1 to 64), each a chunk between its own watermarks: the "
+	    "chunks of one table too. See [backfills.md](backfills.md#speed)."},
 };
 
-enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2 };
+enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2, BK_PARALLEL = 6 };
 
 static void check_backfill(ctx *x, void *base, const pair *seen)
 {
@@ -634,6 +652,9 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 	if (c->backfill.min_rows > c->backfill.max_rows)
 		err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
 			(unsigned long long)c->backfill.min_rows, (unsigned long long)c->backfill.max_rows);
+	if (c->backfill.parallel > 64)
+		err_key(x, seen[BK_PARALLEL].k, backfill_k[BK_PARALLEL].name,
+			"%u connections is more than 64 (each is a server backend)", c->backfill.parallel);
 }
 
 static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
@@ -726,7 +747,8 @@ static const ktype *const type_of[] = {
     [SINK_KEY_STRING] = &t_string,    [SINK_KEY_BOOL] = &t_bool,	 [SINK_KEY_U32] = &t_u32,
     [SINK_KEY_U64] = &t_u64,	      [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
     [SINK_KEY_ENUM] = &t_enum,	      [SINK_KEY_MODE] = &t_mode,	 [SINK_KEY_PATH] = &t_socket,
-    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,
+    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,	 [SINK_KEY_UIDS] = &t_uids,
+    [SINK_KEY_GIDS] = &t_gids,
 };
 
 static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_size, int module);

@@ -26,6 +26,7 @@ static bf_settings settings_of(const cfg *c)
 			     .max_bytes = c->backfill.max_bytes,
 			     .rate = c->backfill.rate_limit,
 			     .tables = c->backfill.tables,
+			     .parallel = c->backfill.parallel,
 			     .publication = c->source.publication};
 }
 
@@ -260,19 +261,21 @@ void backfills_removed(sidecar *d, const char *name)
 		log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"", d->err);
 }
 
-void backfills_delivered(sidecar *d, uint64_t flushed)
+bool backfills_delivered(sidecar *d, uint64_t flushed)
 {
 	char err[512];
 	bool active = backfill_active(d->bf);
 	bool ok = backfill_delivered(d->bf, flushed, now(), err, sizeof(err));
 	if (!ok && !d->bf_warned)
-		log_warn("cannot record the backfills' progress; retrying", "error=\"%s\"", err);
+		log_warn("cannot record the backfills' progress; the position waits for it, retrying",
+			 "error=\"%s\"", err);
 	d->bf_warned = !ok;
 	/* GET /backfills follows a running backfill's durable chunks now, not at the next figures
 	 * (up to a second later): `cdc backfill --wait` sees it done when it is. */
 	if (active)
 		backfills_publish(d);
 	bf_reader_kick(d->bf_reader);
+	return ok;
 }
 
 bool backfills_draining(const sidecar *d)

@@ -55,13 +55,15 @@ static bool send_feedback(sidecar *d, bool force)
 	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
+	/* The backfills' state first: it holds the keys to read again that changes before flushed
+	 * marked, which a restart from the new position would not replay. */
+	if (moved && !backfills_delivered(d, flushed))
+		return send_status(d);
 	if (flushed > c->handled_lsn) {
 		state next = c->st;
 		next.flushed_lsn = flushed;
 		state_writer_post(d->sw, &next);
 	}
-	if (moved)
-		backfills_delivered(d, flushed);
 	c->handled_lsn = flushed;
 	return send_status(d);
 }

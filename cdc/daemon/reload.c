@@ -334,10 +334,7 @@ static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *
 			continue;
 		buf one = {0}, warnings = {0};
 		struct live_change *ch = put_of(d, s->name);
-		/* a snapshot is checked when it is about to run: when the subscription is first seen */
-		bool snapshot_due = s->snapshot && !backfill_has_snapshot(d->bf, s->name);
-		bool ok =
-		    catalog_check(d->rl.catalog, s, next->source.publication, snapshot_due, &one, &warnings);
+		bool ok = catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
 		for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
 			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
 		if (ch && ok)
@@ -494,7 +491,7 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 		buf one = {0}, warnings = {0};
 		/* a snapshot that cannot run fails as a backfill (GET /backfills): the subscription
 		 * itself works */
-		if (!catalog_check(cat, s, d->cfg->source.publication, false, &one, &warnings)) {
+		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings)) {
 			if (in_overlay(d->rl.overlay, s->name))
 				aside_add(&out, s->name, one.data);
 			else

@@ -182,8 +182,10 @@ void backfills_on_control(sidecar *d, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),
  * appending [{"subscription", "backfill": ID}] to ids. */
 bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen);
-/* The sinks made everything before flushed durable. */
-void backfills_delivered(sidecar *d, uint64_t flushed);
+/* The sinks made everything before flushed durable: the backfills' state file is written first.
+ * False if it cannot be: the position must not move past changes it would forget (the keys a
+ * backfill reads again). */
+bool backfills_delivered(sidecar *d, uint64_t flushed);
 /* Whether a backfill's table waits only for its last chunks to be durable. */
 bool backfills_draining(const sidecar *d);
 /* The stream starts again from the slot's confirmed position. */

@@ -502,26 +502,22 @@ void doctor_identity(doctor *d)
 	}
 }
 
-/* Splits one of backfill/sql.h's messages ("what is wrong: run FIX" or "...: add one (FIX)") into a
- * line. */
-static void say_bfsql(doctor *d, buf *msg)
+/* Splits one of backfill/sql.h's messages ("what is wrong: run FIX") into a line. */
+static void say_bfsql(doctor *d, doctor_status status, buf *msg)
 {
 	char *at = strstr(msg->data, ": run ");
 	const char *fix = at ? at + 6 : NULL;
-	if (!at && (at = strstr(msg->data, ": add one ("))) {
-		fix = at + 11;
-		msg->data[msg->len - 1] = '\0'; /* the closing parenthesis */
-	}
 	if (at)
 		*at = '\0';
-	doctor_say(d, DOCTOR_FAIL, fix ? fix : "see the message", "%s", msg->data);
+	doctor_say(d, status, fix ? fix : "see the message", "%s", msg->data);
 }
 
 typedef struct backfill_tally {
 	size_t bad, n;
 } backfill_tally;
 
-/* A table a backfill reads: it needs a key (it is read in key order) and SELECT. */
+/* A table a backfill reads: it needs SELECT; one without a key is read too, but only REPLICA
+ * IDENTITY FULL lets a consumer apply its updates and deletes (docs/backfills.md). */
 static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
 {
 	(void)s;
@@ -532,15 +528,15 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 		return;
 	bt->n++;
 	buf msg = {0};
-	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5)) {
-		pg_no_key(&msg, t->schema, t->name);
-		say_bfsql(d, &msg);
+	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5) && PQgetvalue(res, 0, 10)[0] != 'f') {
+		bfsql_keyless(&msg, t->schema, t->name);
+		say_bfsql(d, DOCTOR_WARN, &msg);
 		bt->bad++;
 	}
 	if (PQntuples(res) > 0 && PQgetvalue(res, 0, 7)[0] != 't') {
 		buf_reset(&msg);
 		bfsql_no_select(&msg, d->role, t->schema, t->name);
-		say_bfsql(d, &msg);
+		say_bfsql(d, DOCTOR_FAIL, &msg);
 		bt->bad++;
 	}
 	buf_free(&msg);
@@ -562,10 +558,9 @@ void doctor_backfill(doctor *d)
 		backfill_tally bt = {0};
 		doctor_sub_tables(d, s, readable, &bt);
 		if (!bt.bad)
-			doctor_say(
-			    d, DOCTOR_PASS, NULL,
-			    "subscription %s (%s): its %zu tables have a key and role %s may read them",
-			    s->name, s->snapshot ? "snapshot: true" : "re-sync", bt.n, d->role);
+			doctor_say(d, DOCTOR_PASS, NULL,
+				   "subscription %s (%s): role %s may read its %zu tables", s->name,
+				   s->snapshot ? "snapshot: true" : "re-sync", d->role, bt.n);
 	}
 }
 
@@ -666,7 +661,7 @@ void doctor_emit_message(doctor *d)
 	else {
 		buf msg = {0};
 		bfsql_no_emit_message(&msg, d->role, function);
-		say_bfsql(d, &msg);
+		say_bfsql(d, DOCTOR_FAIL, &msg);
 		buf_free(&msg);
 	}
 }

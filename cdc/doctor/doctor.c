@@ -54,6 +54,7 @@ static const struct {
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
     {"secrets", 0, doctor_secrets},
+    {"access", 0, doctor_access},
 };
 
 static const char *const status_names[] = {
@@ -167,6 +168,11 @@ static void module_socket_path(sink_doctor *dr, const char *key, const char *pat
 	doctor_socket_path(doctor_of(dr), key, path);
 }
 
+static void module_socket_access(sink_doctor *dr, const char *key, const char *path, mode_t mode)
+{
+	doctor_socket_access(doctor_of(dr), key, path, mode);
+}
+
 /* A module's checks run when the file has its section (one it may leave out) or a subscription
  * uses it. */
 static bool module_applies(const doctor *d, size_t m)
@@ -194,7 +200,8 @@ static void run_modules(doctor *d)
 				   .database_read = d->conn != NULL,
 				   .tables = module_tables,
 				   .say = module_say,
-				   .socket_path = module_socket_path},
+				   .socket_path = module_socket_path,
+				   .socket_access = module_socket_access},
 				  d};
 		for (const sink_check *k = mod->checks; k->name; k++) {
 			if (k->applies && !k->applies(&run.base))

@@ -83,6 +83,10 @@ void doctor_primary_slot_name(doctor *d);
 void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
 void doctor_secrets(doctor *d);
+void doctor_access(doctor *d);
+/* Who may connect to the socket at path (key: the setting that names it): its mode and owner, or
+ * those cdc gives it before it exists. */
+void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t mode);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 

@@ -10,13 +10,13 @@
 #include "cdc/source/pgconn.h"
 
 #define CATALOG_SELECT                                                                                       \
-	"SELECT n.nspname, c.relname, c.relkind, c.relreplident, k.name IS NOT NULL, pub_c.member, "         \
+	"SELECT n.nspname, c.relname, c.relkind, c.relreplident, pub_c.member, "                             \
 	"(SELECT pg_catalog.json_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a "           \
 	"WHERE a.attrelid = c.oid AND a.attnum IN (SELECT pg_catalog.unnest(i.indkey::pg_catalog.int2[]) "   \
 	"FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'd' THEN "         \
 	"i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)), an.nspname, ac.relname "            \
-	"FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_KEY_JOIN   \
-	    PG_PUB_JOIN "LEFT JOIN pg_catalog.pg_class ac ON ac.oid = pub_c.arrives "                        \
+	"FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace " PG_PUB_JOIN   \
+	"LEFT JOIN pg_catalog.pg_class ac ON ac.oid = pub_c.arrives "                                        \
 	"LEFT JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace "                                  \
 	"WHERE " PG_USER_TABLES "ORDER BY 1, 2"
 
@@ -46,23 +46,20 @@ static bool take_names(const char *json, cfg_strlist *l)
 
 bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 {
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 5; i++)
 		if (!cells[i] || (i >= 2 && strlen(cells[i]) != 1))
 			return false;
-	if (!cells[7] != !cells[8])
+	if (!cells[6] != !cells[7])
 		return false;
-	catalog_table t = {.relkind = cells[2][0],
-			   .replident = cells[3][0],
-			   .has_key = cells[4][0] == 't',
-			   .published = cells[5][0] == 't'};
-	if (!take_names(cells[6], &t.identity)) {
+	catalog_table t = {.relkind = cells[2][0], .replident = cells[3][0], .published = cells[4][0] == 't'};
+	if (!take_names(cells[5], &t.identity)) {
 		cfg_strlist_free(&t.identity);
 		return false;
 	}
 	t.schema = xstrdup(cells[0]);
 	t.name = xstrdup(cells[1]);
-	t.as_schema = cells[7] ? xstrdup(cells[7]) : NULL;
-	t.as_name = cells[8] ? xstrdup(cells[8]) : NULL;
+	t.as_schema = cells[6] ? xstrdup(cells[6]) : NULL;
+	t.as_name = cells[7] ? xstrdup(cells[7]) : NULL;
 	c->t = xrealloc(c->t, (c->n + 1) * sizeof(*c->t));
 	c->t[c->n++] = t;
 	return true;
@@ -219,7 +216,7 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 			    s->name, q.data, publication, q.data);
 			buf_printf(&fix, "ALTER PUBLICATION %s SET (publish_via_partition_root = true)",
 				   pub.data);
-		} else if (t->as_name && !arrives_elsewhere(t) && !matches(s, t) &&
+		} else if (t->relkind == 'p' && t->as_name && !arrives_elsewhere(t) && !matches(s, t) &&
 			   missed_partitions(c, s, t, &names)) {
 			buf_printf(
 			    warnings,
@@ -248,22 +245,11 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 	buf_free(&fix);
 }
 
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
-		   buf *problems, buf *warnings)
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+		   buf *warnings)
 {
 	size_t before = problems->len;
 	catalog_check_identity(c, s, problems);
-	for (size_t i = 0; i < c->n; i++) {
-		const catalog_table *t = &c->t[i];
-		if (!snapshot_due || !t->published || (t->relkind == 'r' && t->has_key) || !matches(s, t))
-			continue;
-		buf_printf(problems, "subscription %s has snapshot: true, but ", s->name);
-		if (t->relkind != 'r')
-			pg_not_table(problems, t->schema, t->name, t->relkind);
-		else
-			pg_no_key(problems, t->schema, t->name);
-		buf_putc(problems, '\n');
-	}
 	catalog_check_partitions(c, s, publication, warnings, NULL);
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;

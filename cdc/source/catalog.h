@@ -13,17 +13,16 @@
 
 /* The query for a server of this version: parameter $1 the publication; one row per table (plain
  * or partitioned, outside the system schemas), CATALOG_COLS text columns: schema, table, relkind,
- * relreplident, whether it has a key a backfill can read by (PG_KEY_JOIN), whether the publication
- * holds it (pub_c.member), the columns an old row carries without REPLICA IDENTITY FULL (the primary
- * key's or the identity index's) as a JSON array, NULL for none, and the schema and name its changes
- * arrive under (pub_c.arrives; NULL, NULL for none). */
+ * relreplident, whether the publication holds it (pub_c.member), the columns an old row carries
+ * without REPLICA IDENTITY FULL (the primary key's or the identity index's) as a JSON array, NULL
+ * for none, and the schema and name its changes arrive under (pub_c.arrives; NULL, NULL for none). */
 const char *catalog_sql(int server_version);
-#define CATALOG_COLS 9
+#define CATALOG_COLS 8
 
 typedef struct catalog_table {
 	char *schema, *name;
 	char relkind, replident; /* pg_class's: 'r' or 'p'; 'd', 'f', 'i' or 'n' */
-	bool has_key, published; /* published: the publication holds it */
+	bool published;		 /* the publication holds it */
 	cfg_strlist identity;
 	/* The table whose name its changes arrive under: itself, or the partitioned table the
 	 * publication sends them as (publish_via_partition_root). NULL for a table outside the
@@ -55,11 +54,11 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
 			      buf *warnings, buf *fixes);
 /* What keeps subscription s from working against c: one line per problem appended to problems,
- * each naming the table and the statement that fixes it (catalog_check_identity's, and with
- * snapshot_due, its `snapshot: true` about to run, a table it cannot read); one line per warning (a
- * table pattern that no table of the publication matches: nothing of it is streamed; a matched
- * table whose changes arrive under another name, with the way out). True if no problem. */
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, bool snapshot_due,
-		   buf *problems, buf *warnings);
+ * each naming the table and the statement that fixes it (catalog_check_identity's); one line per
+ * warning (a table pattern that no table of the publication matches: nothing of it is streamed; a
+ * matched table whose changes arrive under another name, with the way out). True if no problem.
+ * Its `snapshot: true` reads any table the publication has (a backfill that cannot fails as one). */
+bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+		   buf *warnings);
 
 #endif

@@ -376,24 +376,6 @@ void pg_append_table(buf *b, const char *schema, const char *table)
 	pg_append_quoted(b, table, '"');
 }
 
-void pg_no_key(buf *out, const char *schema, const char *table)
-{
-	buf_printf(out,
-		   "%s.%s has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
-		   "reads a table in key order: add one (ALTER TABLE ",
-		   schema, table);
-	pg_append_table(out, schema, table);
-	buf_puts(out, " ADD PRIMARY KEY (...))");
-}
-
-void pg_not_table(buf *out, const char *schema, const char *table, char relkind)
-{
-	if (relkind == 'p')
-		buf_printf(out, "%s.%s is a partitioned table: backfill its partitions", schema, table);
-	else
-		buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
-}
-
 #define PUBLICATION_TABLES                                                                                   \
 	"SELECT n.nspname, c.relname, pg_catalog.pg_has_role(c.relowner, 'USAGE'), pub_c.member, "           \
 	"pn.nspname, "                                                                                       \

@@ -76,11 +76,6 @@ void pg_append_ident(buf *b, PGconn *conn, const char *name);
 	"AND NOT ka.attnotnull) "                                                                            \
 	"ORDER BY i.indisprimary DESC, i.indisreplident DESC, i.indnkeyatts, 1 LIMIT 1) k ON true "
 
-/* Why a table cannot be read in key order, and the statement that fixes it: no key (none that
- * PG_KEY_JOIN finds), or not a plain table (a partitioned one: read its partitions). */
-void pg_no_key(buf *out, const char *schema, const char *table);
-void pg_not_table(buf *out, const char *schema, const char *table, char relkind);
-
 /* The replication slot as pg_replication_slots tells it. */
 typedef struct pg_slot_row {
 	bool exists;
@@ -135,12 +130,13 @@ bool pg_slot_being_created(const pg_slot_row *row);
 		     "JOIN pg_catalog.pg_publication_namespace pn ON pn.pnnspid = sc.relnamespace "          \
 		     "JOIN pub ON pub.oid = pn.pnpubid")
 #define PG_PUB_JOIN                                                                                          \
-	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR EXISTS (SELECT "      \
-	"FROM pub_member m WHERE m.relid = c.oid OR m.relid IN (SELECT relid FROM "                          \
-	"pg_catalog.pg_partition_ancestors(c.oid))) AS member, (SELECT l.relid FROM pub_listed l JOIN "      \
-	"(SELECT c.oid AS relid, 0 AS depth UNION ALL SELECT a.relid, a.depth FROM "                         \
-	"pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, depth)) up ON up.relid = "        \
-	"l.relid ORDER BY up.depth DESC LIMIT 1) AS arrives) pub_c "
+	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR c.oid IN (SELECT "    \
+	"relid FROM pub_member) OR (c.relispartition AND EXISTS (SELECT FROM "                               \
+	"pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid IN (SELECT relid FROM pub_member))) AS "   \
+	"member, CASE WHEN NOT c.relispartition THEN CASE WHEN c.oid IN (SELECT relid FROM pub_listed) "     \
+	"THEN c.oid END ELSE (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY " \
+	"a(relid, depth) WHERE a.relid IN (SELECT relid FROM pub_listed) ORDER BY a.depth DESC LIMIT 1) "    \
+	"END AS arrives) pub_c "
 
 /* The tables cdc looks at, for a query over pg_class c and pg_namespace n: plain and partitioned,
  * outside the system schemas. */

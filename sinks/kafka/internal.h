@@ -36,6 +36,7 @@ typedef struct kafka_sink {
 	rd_kafka_t *rk;
 	int pipe[2];		     /* the main queue's event signal */
 	uint64_t request_timeout_ms; /* the producer's request.timeout.ms */
+	uint64_t message_max_bytes;  /* ... and message.max.bytes */
 	size_t busy_at, busy_bytes;
 	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
 	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
@@ -46,6 +47,7 @@ typedef struct kafka_sink {
 	uint64_t last_ended;
 
 	bool failed;
+	bool for_good; /* the failure recurs whatever is retried: the sink stops cdc */
 	char failure[1100];
 	kafka_stats stats;
 

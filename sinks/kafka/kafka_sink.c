@@ -316,6 +316,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	if (rd_kafka_conf_get(conf, "request.timeout.ms", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->request_timeout_ms = strtoull(max, NULL, 10);
 	maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "message.max.bytes", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->message_max_bytes = strtoull(max, NULL, 10);
+	maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
 	maxlen = sizeof(max);
@@ -377,9 +380,21 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 			rd_kafka_poll(k->rk, 100);
 	}
 	rd_kafka_headers_destroy(h);
-	/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
-	if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k))
+	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+		/* Refused before it is sent, as again after any restart: cdc stops rather than loop. */
+		char why[600];
+		snprintf(
+		    why, sizeof(why),
+		    "%zu bytes for topic %s, more than message.max.bytes (%llu): raise message.max.bytes "
+		    "in kafka.properties and max.message.bytes of the topic on the brokers, or leave the "
+		    "large columns out (subscriptions[].columns)",
+		    key_len + value_len, topic, (unsigned long long)k->message_max_bytes);
+		kafka_fail(k, "a message is larger than the producer sends", why);
+		k->for_good = true;
+	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
+		/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
 		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	}
 	return false;
 }
 
@@ -572,7 +587,7 @@ static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 	if (!k->failed)
 		return SINK_OK;
 	errf(err, errlen, "kafka: %s", k->failure);
-	return SINK_RESTART;
+	return k->for_good ? SINK_FATAL : SINK_RESTART;
 }
 
 static uint64_t kafka_delivered(const sink *base)

@@ -251,14 +251,16 @@ def test_malformed_and_slow_http_never_stall_streaming(pg, schema, cdc):
 
 
 def test_a_subscription_that_cannot_work_is_refused_and_a_stored_one_never_stops_a_start(pg, schema, cdc):
-    """A PUT that could never match (changed: or old. on a table without REPLICA IDENTITY FULL,
-    snapshot: true on a keyless table) is refused with the statement that fixes it. A stored one
+    """A PUT that could never match (changed: or old. on a table without REPLICA IDENTITY FULL) is
+    refused with the statement that fixes it; snapshot: true on a table without a key is taken (it
+    is read by block ranges). A stored one
     that stops working while cdc is down (the table's identity changed) is set aside at the next
     start: cdc runs without it and says why in /status, /metrics and cdc status, and a PUT or
     DELETE settles it. It used to be accepted, match nothing, and make the next start exit 1."""
     t, nk = f"{schema}.t", f"{schema}.nokey"
     pg.sql(f"create table {t} (id int primary key, status text)")
     pg.sql(f"create table {nk} (x int)")
+    pg.sql(f"insert into {nk} values (7)")
     c, p = cdc.start(subscriptions=[{"name": "all", "tables": [t], "sink": "stdout"}])
     quoted = f'"{schema}"."t"'
     chg = {"tables": [t], "sink": "stdout", "operations": ["update"], "changed": ["status"]}
@@ -268,12 +270,14 @@ def test_a_subscription_that_cannot_work_is_refused_and_a_stored_one_never_stops
             ("old", {"tables": [t], "sink": "stdout", "where": "old.status = 'new'"},
              f"subscription old reads old.status in its where on table {quoted}, whose replica identity does "
              f"not send that column in the old row: ALTER TABLE {quoted} REPLICA IDENTITY FULL"),
-            ("snap", {"tables": [nk], "sink": "stdout", "snapshot": True},
-             f"subscription snap has snapshot: true, but {nk} has neither a primary key nor a unique index "
-             f"on NOT NULL columns")]:
+]:
         code, ans = put(c, name, body)
         assert code == 400 and ans["error"] == "invalid subscription", (name, code, ans)
         assert any(want in line for line in ans["details"]), (name, ans)
+    code, ans = put(c, "snap", {"tables": [nk], "sink": "stdout", "snapshot": True})
+    assert code == 200, ans
+    assert p.wait_events(1, pred=lambda e: e["op"] == "read" and e["subscription"] == "snap")[0]["new"] == {"x": 7}
+    assert delete(c, "snap")[0] == 200
     # old.id is the key: the old row of an update that changes it carries it
     code, ans = put(c, "key", {"tables": [t], "sink": "stdout", "where": "old.id <> new.id"})
     assert code == 200, ans

@@ -7,7 +7,7 @@ scale is shortened (promtool's unit tests, `make check-monitoring`, test the shi
 
 cdc `a` streams a stdout, a socket (no consumer), a shared socket subscription whose consumer nacks
 (`max_deliveries: 1`) and an exactly-once Kafka subscription (a mock cluster of its own) under load,
-with a snapshot that succeeds and one that fails (a table without a key). cdc `b` has one socket
+with a snapshot that succeeds and one that fails (its COPY cancelled by pg_cancel_backend). cdc `b` has one socket
 subscription with a retention of one event (`when_full: block`): once full, its slot stays where it
 is while 1.1 GiB of WAL is written (segment switches). Every panel query of cdc-dashboard.json
 returns data, and these alerts fire: a socket backlog with no consumer, a failed backfill, dead
@@ -163,12 +163,12 @@ class WalWriter(threading.Thread):
 def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_path):
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed (deploy/deps.sh test installs it)")
-    for t in ("orders (id serial primary key, v text)", "nokey (v int)", "jobs (id int primary key)",
+    for t in ("orders (id serial primary key, v text)", "slow (v int)", "jobs (id int primary key)",
               "held (id int primary key)", "pad (i int)", "ident (id int primary key, v text)"):
         pg.sql(f"create table {schema}.{t}")
     pg.sql(f"alter table {schema}.ident replica identity full")
     pg.sql(f"insert into {schema}.orders (v) select 'x' from generate_series(1, 2000)")
-    pg.sql(f"insert into {schema}.nokey select 1")
+    pg.sql(f"insert into {schema}.slow select generate_series(1, 20000)")
     # safe_wal_size is known with a limit; b's 1.1 GiB of lag is then under a fifth of it left, and
     # past max_wal_size (wal_status extended).
     settings = {"max_slot_wal_keep_size": "1280MB", "max_wal_size": "512MB"}
@@ -188,9 +188,9 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
             socket_sub(schema, consumers="shared", max_deliveries=1),
             {"name": "snap", "tables": [f"{schema}.orders"], "sink": "stdout", "snapshot": True,
              "operations": ["update"]},
-            {"name": "broken", "tables": [f"{schema}.nokey"], "sink": "stdout", "snapshot": True},
+            {"name": "broken", "tables": [f"{schema}.slow"], "sink": "stdout", "snapshot": True},
             ksub("k", [f"{schema}.orders"])],
-            kafka=kafka_section(kafka, exactly_once=True),
+            kafka=kafka_section(kafka, exactly_once=True), backfill={"rate_limit": 2000, "tables": 2},
             status={"socket": os.path.join(cdc.sockdir, "sta.sock"), "listen": listen["a"]})
         b = cdc(subscriptions=[socket_sub(schema, name="held", table="held",
                                           retention={"max_events": 1, "when_full": "block"})],
@@ -201,6 +201,12 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
         c = cdc17(source={"failover": True}, status={"socket": os.path.join(cdc17.sockdir, "status.sock"),
                                                       "listen": listen["c"]})
         pa, pb, pc = a.start(), b.start(), c.start()
+        # broken's backfill fails: an administrator cancels its COPY (a statement that fails is
+        # not done again, unlike a connection lost)
+        wait_for(lambda: pg.sql("select count(pg_cancel_backend(pid)) from pg_stat_activity where "
+                                "application_name = 'cdc backfill' and query like %s",
+                                (f"COPY %{schema}%slow%",))[0][0] > 0,
+                 30, interval=0.005, what=f"broken's COPY to cancel\n{pa.describe()}")
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,

@@ -1,13 +1,16 @@
 /* test_backfill.c: the backfill state machine (cdc/backfill/backfill.c) driven as the daemon drives
- * it: a fake reader answers its statements, a fake stream delivers its watermarks and changes, a
- * fake sink records the reads. The whole life of a backfill, the watermark rule through it,
- * adaptive chunk sizes, the rate limit, failures with their messages, cancelling, the state file
- * and resuming from it after a crash. */
+ * it: fake lanes answer its statements (COPY rows one by one), a fake stream delivers its
+ * watermarks and changes, a fake sink records the reads. Block ranges read on two lanes at once,
+ * the watermark rule through them, a crash and the resume from the durable ranges, a keyless table,
+ * rows read again by key after an incomplete change, retries (a change without its key, rows past
+ * max_bytes, a snapshot race), chained watermarks, estimates, failures with their messages; the
+ * range and key sets underneath. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cdc/backfill/backfill.h"
+#include "cdc/backfill/internal.h"
 #include "cdc/backfill/request.h"
 #include "cdc/cli/backfill_cmd.h"
 #include "test.h"
@@ -36,59 +39,77 @@ static bool res_isnull(void *ctx, int row, int col)
 	return r->cells[row * r->ncols + col] == NULL;
 }
 
-static void answer(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells, bf_now now)
+/* A statement handed to a lane, with its watermark's content kept (the parameters live only until
+ * the lane's next statement). */
+typedef struct st {
+	bf_stmt s;
+	unsigned lane;
+	char wm[64];
+	char sql[2048];
+} st;
+
+static st next_on(bf_set *b, unsigned ln, bf_stmt_kind kind, bf_now now)
+{
+	st x = {.lane = ln};
+	uint64_t wake;
+	bool ok = backfill_next(b, ln, now, &x.s, &wake);
+	CHECK(ok);
+	if (ok && x.s.kind != kind)
+		fprintf(stderr, "lane %u: statement %d, want %d: %s\n", ln, x.s.kind, kind, x.s.sql);
+	CHECK_INT(x.s.kind, kind);
+	if (ok && (x.s.kind == BF_STMT_LOW || x.s.kind == BF_STMT_HIGH))
+		snprintf(x.wm, sizeof(x.wm), "%s", x.s.params[0]);
+	if (ok)
+		snprintf(x.sql, sizeof(x.sql), "%s", x.s.sql);
+	return x;
+}
+
+static void nothing_on(bf_set *b, unsigned ln, bf_now now)
+{
+	bf_stmt s;
+	uint64_t wake;
+	bool got = backfill_next(b, ln, now, &s, &wake);
+	if (got)
+		fprintf(stderr, "lane %u: unexpected statement %d: %s\n", ln, s.kind, s.sql);
+	CHECK(!got);
+}
+
+static void answer(bf_set *b, const st *x, int nrows, int ncols, const char *const *cells, bf_now now)
 {
 	res r = {nrows, ncols, cells};
 	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
-	backfill_result(b, s->ticket, &br, now);
-	backfill_rows(b, &br);
+	backfill_result(b, x->lane, x->s.ticket, &br, now);
 }
 
-/* A statement and, for a watermark, its content (the statement's parameters last only until the
- * table's next statement). */
-typedef struct st {
-	bf_stmt s;
-	char wm[64];
-} wmstmt;
-
-/* The next statement, which must be of kind. */
-static bf_stmt next(bf_set *b, bf_stmt_kind kind, bf_now now)
+/* A watermark statement's result (its LSN, which the backfill does not use). */
+static void written(bf_set *b, const st *x, bf_now now)
 {
-	bf_stmt s = {0};
-	uint64_t wake;
-	bool ok = backfill_next(b, now, &s, &wake);
-	CHECK(ok);
-	if (ok && s.kind != kind)
-		fprintf(stderr, "statement %d, want %d: %s\n", s.kind, kind, s.sql);
-	CHECK_INT(s.kind, kind);
-	return s;
+	answer(b, x, 1, 1, (const char *[]){"0/1"}, now);
 }
 
-static void nothing_due(bf_set *b, bf_now now, uint64_t want_wake)
+/* A COPY's rows (each a line of COPY's text format), then its end. */
+static void copy(bf_set *b, const st *x, const char *const *lines, bf_now now)
 {
-	bf_stmt s;
-	uint64_t wake = 1;
-	CHECK(!backfill_next(b, now, &s, &wake));
-	CHECK_INT(wake, want_wake);
+	for (size_t i = 0; lines && lines[i]; i++)
+		backfill_copy_row(b, x->lane, x->s.ticket, lines[i], strlen(lines[i]));
+	answer(b, x, 0, 0, NULL, now);
 }
 
-/* The reads emitted, as "schema.table:id=v,...;" per row; a row whose second column is filter is
- * left out, as a `where` would. */
+/* The reads emitted, as "table:id=v,...;" per row; a row whose second column is filter is left
+ * out, as a `where` would. */
 typedef struct fake_sink {
 	buf got;
 	uint64_t lsn;
-	int batches;
-	bool fail;
 	const char *filter;
+	size_t nkeys;
 } fake_sink;
 
 static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err, size_t errlen)
 {
+	(void)err, (void)errlen;
 	fake_sink *s = ctx;
-	if (s->fail)
-		return errf(err, errlen, "the sink is full");
-	s->batches++;
 	s->lsn = batch->lsn;
+	s->nkeys = batch->nkeys;
 	bf_datum v[8];
 	size_t pos = 0, n = 0;
 	while (bf_batch_next(batch, &pos, v)) {
@@ -97,7 +118,7 @@ static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err,
 		    memcmp(v[1].data, s->filter, strlen(s->filter)) == 0)
 			continue;
 		(*delivered)++;
-		buf_printf(&s->got, "%s.%s:", batch->schema, batch->table);
+		buf_printf(&s->got, "%s:", batch->table);
 		for (size_t i = 0; i < batch->ncols; i++)
 			buf_printf(&s->got, "%s%s=%.*s", i ? "," : "", batch->cols[i].name,
 				   v[i].len < 0 ? 4 : v[i].len, v[i].len < 0 ? "null" : v[i].data);
@@ -107,58 +128,51 @@ static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err,
 	return true;
 }
 
-/* The next statement, a watermark, with its content kept. */
-static wmstmt next_wm(bf_set *b, bf_stmt_kind kind, bf_now now)
-{
-	wmstmt w = {.s = next(b, kind, now)};
-	if (w.s.nparams == 1)
-		snprintf(w.wm, sizeof(w.wm), "%s", w.s.params[0]);
-	return w;
-}
-
-/* A chunk's result in the reader's order: the result, the high watermark's statement sent, then the
- * rows taken. */
-static wmstmt answer_chunk(bf_set *b, const bf_stmt *s, int nrows, int ncols, const char *const *cells,
-			   bf_now now)
-{
-	res r = {nrows, ncols, cells};
-	bf_result br = {nrows, ncols, &r, res_value, res_length, res_isnull};
-	backfill_result(b, s->ticket, &br, now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
-	backfill_rows(b, &br);
-	return high;
-}
-
-/* The watermark w writes, delivered by the stream at lsn. */
-static void deliver(bf_set *b, const wmstmt *w, uint64_t lsn, fake_sink *k, bf_now now)
+static void deliver(bf_set *b, const char *wm, uint64_t lsn, fake_sink *k, bf_now now)
 {
 	char err[256];
-	CHECK(backfill_on_message(b, w->wm, strlen(w->wm), lsn, now, emit, k, err, sizeof(err)));
+	CHECK(backfill_on_message(b, wm, strlen(wm), lsn, now, emit, k, err, sizeof(err)));
 }
 
-/* An update of table public.a's row id (whole), by xid. */
-static void update(bf_set *b, const char *table, const char *id, const char *new_id, uint32_t xid)
+/* A change of table's row id (to new_id; new_id NULL: a delete) by xid; partial: its new row lacks
+ * column v (unchanged TOAST). */
+static void change(bf_set *b, const char *tbl, const char *id, const char *new_id, uint32_t xid, bool partial)
 {
 	const char *names[] = {"id", "v"};
 	bf_datum oldv[] = {{id, (int32_t)strlen(id)}, {NULL, BF_ABSENT}};
-	bf_datum newv[] = {{new_id, (int32_t)strlen(new_id)}, {"new", 3}};
+	bf_datum newv[] = {{new_id, new_id ? (int32_t)strlen(new_id) : 0}, {"new", partial ? BF_ABSENT : 3}};
+	bool moved = !new_id || strcmp(id, new_id) != 0;
 	bf_change c = {.schema = "public",
-		       .table = table,
+		       .table = tbl,
 		       .xid = xid,
 		       .ncols = 2,
 		       .names = names,
-		       .old_values = strcmp(id, new_id) ? oldv : NULL,
-		       .new_values = newv};
+		       .old_values = moved ? oldv : NULL,
+		       .new_values = new_id ? newv : NULL};
 	backfill_on_change(b, &c);
 }
 
-static const bf_settings settings = {
-    .chunk_ms = 250, .min_rows = 2, .max_rows = 2, .max_bytes = 1 << 20, .tables = 1, .publication = "pub"};
+static const bf_settings settings = {.chunk_ms = 250,
+				     .min_rows = 1,
+				     .max_rows = 2,
+				     .max_bytes = 1 << 20,
+				     .tables = 1,
+				     .parallel = 2,
+				     .publication = "pub"};
 
-static const char *describe_a[] = {
-    "id", "23", "pg_catalog", "int4", "1",  "a_pkey", "r", "t", "3", "-1",
-    "v",  "25", "pg_catalog", "text", NULL, "a_pkey", "r", "t", "3", "-1",
+static const char *const check_ok[] = {"cdc", "t", "pg_logical_emit_message(boolean,text,text)"};
+
+/* Table public.NAME (oid) as bfsql_tables lists it. */
+#define TABLE_ROW(name, oid, relkind, key, select) "public", name, oid, relkind, key, select
+
+/* public.a's description: id int4 (the key), v text; reltuples 4. */
+static const char *const describe_a[] = {
+    "id", "23", "pg_catalog", "int4", "1",  "a_pkey", "r", "t", "4", "-1", "d", "16384",
+    "v",  "25", "pg_catalog", "text", NULL, "a_pkey", "r", "t", "4", "-1", "d", "16384",
 };
+
+/* public.a: 4 blocks, one row each by its statistics. */
+static const char *const leaves_a[] = {"16384", "public", "a", "4", "4", "4", "t"};
 
 static char *state_path(void)
 {
@@ -171,7 +185,7 @@ static char *state_path(void)
 static char *slurp(const char *path)
 {
 	FILE *f = fopen(path, "r");
-	static char text[8192];
+	static char text[16384];
 	size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
 	text[n] = '\0';
 	if (f)
@@ -179,681 +193,652 @@ static char *slurp(const char *path)
 	return text;
 }
 
-/* A backfill over two tables: one read in two chunks with a change between the first chunk's
- * watermarks, a crash before the second chunk is durable, a resume from the first, and a second
- * table without a key. */
+/* A set with one backfill of subscription s over public.a (or what pats says), its checks
+ * answered with tables (ntables rows of bfsql_tables). */
+static bf_set *started(const bf_settings *s, const char *path, const char *const *pats, size_t npats,
+		       const char *const *tables, int ntables, bf_now now, char id[BF_ID_SIZE])
+{
+	char err[256];
+	bf_set *b = backfill_set_new(s, path, 42);
+	bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = npats, .snapshot = true};
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	st x = next_on(b, 0, BF_STMT_CHECK, now);
+	answer(b, &x, 1, 3, check_ok, now);
+	x = next_on(b, 0, BF_STMT_TABLES, now);
+	answer(b, &x, ntables, 6, tables, now);
+	return b;
+}
+
+static const char *const only_a[] = {"public.a"};
+static const char *const table_a[] = {TABLE_ROW("a", "16384", "r", "a_pkey", "t")};
+
+/* public.a described and listed on lane 0, its one relation as rel (bfsql_leaves' row) says. */
+static bf_set *listed_a(const bf_settings *s, const char *path, bf_now now, char id[BF_ID_SIZE],
+			const char *const *rel)
+{
+	bf_set *b = started(s, path, only_a, 1, table_a, 1, now, id);
+	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	CHECK_STR(x.s.params[1], "a");
+	answer(b, &x, 2, 12, describe_a, now);
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	CHECK_STR(x.s.params[0], "16384");
+	answer(b, &x, 1, 7, rel, now);
+	return b;
+}
+
+static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, char id[BF_ID_SIZE])
+{
+	return listed_a(s, path, now, id, leaves_a);
+}
+
+/* Two block ranges of public.a read at once on two lanes, each between its own watermarks; a change
+ * inside both windows; a crash with one range durable, and the resume that reads only the other. */
 static void test_life(void)
 {
 	char *path = state_path(), err[512], id[BF_ID_SIZE];
 	bf_now now = {1000, 1700000000000};
-	bf_set *b = backfill_set_new(&settings, path, 42);
-	const char *pats[] = {"public.*"};
-	bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .snapshot = true};
-	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
-	CHECK_INT(strlen(id), 16);
-	CHECK(backfill_has_snapshot(b, "s"));
-	CHECK(!backfill_has_snapshot(b, "t"));
-
-	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
-	s = next(b, BF_STMT_TABLES, now);
-	CHECK_STR(s.params[0], "pub");
-	/* b has a key at the checks; it is gone when b's turn comes (below) */
-	answer(b, &s, 3, 6,
-	       (const char *[]){"other", "c", "16380", "r", "c_pkey", "t", "public", "a", "16384", "r",
-				"a_pkey", "t", "public", "b", "16390", "r", "b_pkey", "t"},
-	       now);
-	/* one table at a time: a first */
-	s = next(b, BF_STMT_DESCRIBE, now);
-	CHECK_STR(s.params[0], "public");
-	CHECK_STR(s.params[1], "a");
-	answer(b, &s, 2, 10, describe_a, now);
+	bf_set *b = reading_a(&settings, path, now, id);
 	CHECK(backfill_watching(b, "public", "a"));
 	CHECK(!backfill_watching(b, "public", "b"));
+	CHECK_INT(backfill_lanes(b), 2);
 
-	/* chunk 1: rows 1 and 2; row 2 changes between the watermarks */
-	wmstmt low1 = next_wm(b, BF_STMT_LOW, now);
-	char nonce1[64];
-	snprintf(nonce1, sizeof(nonce1), "%s", low1.wm);
-	CHECK(strncmp(low1.wm, id, 16) == 0 && strstr(low1.wm, ":low") != NULL);
-	answer(b, &low1.s, 1, 1, (const char *[]){"0/10"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.sql,
-		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
-		  "\"public\".\"a\" ORDER BY \"id\" LIMIT 2");
-	CHECK_INT(c.nparams, 0);
-	fake_sink k = {.filter = "z"}; /* a where that leaves row 3 (v = 'z') out */
-	update(b, "a", "1", "1", 90);  /* before the low watermark */
-	deliver(b, &low1, 10, &k, now);
-	update(b, "a", "2", "2", 91);
-	answer(b, &c, 2, 3, (const char *[]){"95:95:", "1", "x", "95:95:", "2", "y"}, now);
-	wmstmt high1 = next_wm(b, BF_STMT_HIGH, now);
-	CHECK(strstr(high1.wm, ":high") != NULL);
-	answer(b, &high1.s, 1, 1, (const char *[]){"0/20"}, now);
-
-	/* chunk 2 is read while the stream has yet to deliver chunk 1's high watermark, which stands
-	 * for chunk 2's low one: after the last key read, row 3, the last (fewer rows than the limit) */
-	c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.sql,
-		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
-		  "\"public\".\"a\" WHERE \"id\" > $1::\"pg_catalog\".\"int4\" ORDER BY \"id\" LIMIT 2");
-	CHECK_INT(c.nparams, 1);
-	CHECK_STR(c.params[0], "2");
-	update(b, "a", "3", "3", 92); /* in chunk 1's window, before chunk 2's */
-	deliver(b, &high1, 20, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=x;");
+	st low0 = next_on(b, 0, BF_STMT_LOW, now), low1 = next_on(b, 1, BF_STMT_LOW, now);
+	CHECK(strncmp(low0.wm, id, 16) == 0 && strstr(low0.wm, ":low") != NULL);
+	CHECK(strcmp(low0.wm, low1.wm) != 0);
+	nothing_on(b, 0, now); /* busy */
+	written(b, &low0, now);
+	written(b, &low1, now);
+	st c0 = next_on(b, 0, BF_STMT_CHUNK, now), c1 = next_on(b, 1, BF_STMT_CHUNK, now);
+	CHECK_STR(
+	    c0.sql,
+	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"v\" FROM ONLY \"public\".\"a\" WHERE ctid >= "
+	    "'(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid UNION ALL SELECT "
+	    "pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, NULL) TO STDOUT");
+	CHECK(strstr(c1.sql, "ctid >= '(2,0)'::pg_catalog.tid AND ctid < '(4,0)'::pg_catalog.tid") != NULL);
+	CHECK_INT(c0.s.nparams, 0);
+	fake_sink k = {.filter = "z"};	     /* a where that leaves v = 'z' out */
+	change(b, "a", "1", "1", 90, false); /* before the low watermarks: nothing to drop */
+	deliver(b, low0.wm, 10, &k, now);
+	deliver(b, low1.wm, 11, &k, now);
+	change(b, "a", "2", "2", 91, false); /* inside both windows: row 2 is dropped */
+	copy(b, &c0, (const char *[]){"\\N\t1\tx\n", "95:95:\t\\N\t\\N\n", "\\N\t2\ty\n", NULL}, now);
+	copy(b, &c1, (const char *[]){"95:95:\t\\N\t\\N\n", "\\N\t3\tz\n", "\\N\t4\tw\\tx\n", NULL}, now);
+	st h0 = next_on(b, 0, BF_STMT_HIGH, now), h1 = next_on(b, 1, BF_STMT_HIGH, now);
+	CHECK(strstr(h0.wm, ":high") != NULL);
+	/* lane 1's high watermark reaches the stream first; lane 0's before its statement returns */
+	written(b, &h1, now);
+	deliver(b, h1.wm, 20, &k, now);
+	CHECK_STR(k.got.data, "a:id=4,v=w\tx;");
 	CHECK_INT(k.lsn, 20);
-	answer(b, &c, 1, 3, (const char *[]){"96:96:", "3", "z"}, now);
-	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
-	CHECK(strcmp(high2.wm, high1.wm) != 0);
-	CHECK(!backfill_draining(b));
-	/* the stream's high watermark may come before the reader hears back */
-	deliver(b, &high2, 40, &k, now);
-	answer(b, &high2.s, 1, 1, (const char *[]){"0/40"}, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=x;");
-	CHECK(backfill_draining(b)); /* all read and emitted: only durability is missing */
+	CHECK_INT(k.nkeys, 1);
+	deliver(b, h0.wm, 21, &k, now);
+	written(b, &h0, now);
+	CHECK_STR(k.got.data, "a:id=4,v=w\tx;a:id=1,v=x;");
+	nothing_on(b, 0, now);
+	nothing_on(b, 1, now);
+	CHECK(backfill_draining(b));
 
-	/* only chunk 1 is durable when cdc dies */
-	CHECK(backfill_delivered(b, 25, now, err, sizeof(err)));
+	/* only lane 1's range is durable when cdc dies */
+	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
 	bf_info info;
 	backfill_info(b, 0, now, &info);
 	CHECK_INT(info.state, BF_RUNNING);
-	/* read = delivered (row 1) + dropped (row 2, changed in the window) + filtered (row 3) */
-	CHECK_INT(info.p.read, 3);
-	CHECK_INT(info.p.delivered, 1);
+	/* read = delivered (rows 1, 4) + dropped (row 2) + filtered (row 3) */
+	CHECK_INT(info.p.read, 4);
+	CHECK_INT(info.p.delivered, 2);
 	CHECK_INT(info.p.dropped, 1);
 	CHECK_INT(info.p.filtered, 1);
-	CHECK(strstr(slurp(path), "\"cursor\":\"0000000132\"") != NULL); /* the key "2" */
+	CHECK_INT(info.p.blocks, 4);
+	CHECK_INT(info.p.blocks_read, 4);
+	CHECK(strstr(slurp(path),
+		     "\"blocks\":4,\"rows_per_block_milli\":1000,\"gone\":false,\"done\":[2,4]") != NULL);
+	CHECK(strstr(slurp(path), "\"key\":[\"id\"]") != NULL);
 	backfill_set_free(b);
 
-	/* the restarted daemon resumes after row 2, and ignores the watermarks replayed from before */
+	/* the restarted daemon reads blocks 0 and 1 only, and ignores the watermarks replayed */
 	b = backfill_set_new(&settings, path, 7);
 	CHECK(backfill_set_load(b, err, sizeof(err)));
 	backfill_info(b, 0, now, &info);
 	CHECK_INT(info.p.read, 2);
+	CHECK(backfill_watching(b, "public", "a")); /* before it is described again */
 	buf_reset(&k.got);
-	s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
-	s = next(b, BF_STMT_DESCRIBE, now);
-	answer(b, &s, 2, 10, describe_a, now);
-	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
-	CHECK(strcmp(low3.wm, high2.wm) != 0);
-	answer(b, &low3.s, 1, 1, (const char *[]){"0/50"}, now);
-	c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.params[0], "2");
-	deliver(b, &high1, 20, &k, now); /* replayed from before the crash */
-	deliver(b, &low3, 50, &k, now);
-	answer(b, &c, 1, 3, (const char *[]){"97:97:", "3", "z2"}, now);
-	wmstmt high3 = next_wm(b, BF_STMT_HIGH, now);
-	answer(b, &high3.s, 1, 1, (const char *[]){"0/60"}, now);
-	deliver(b, &high2, 40, &k, now);
-	CHECK_STR(k.got.data, "");
-	deliver(b, &high3, 60, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=3,v=z2;");
-	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
-	CHECK(!backfill_draining(b));
+	st x = next_on(b, 0, BF_STMT_CHECK, now);
+	answer(b, &x, 1, 3, check_ok, now);
+	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe_a, now);
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	nothing_on(b, 1, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid") != NULL);
+	deliver(b, h0.wm, 21, &k, now); /* replayed from before the crash */
+	deliver(b, low.wm, 30, &k, now);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty2\n", "97:97:\t\\N\t\\N\n", NULL}, now);
+	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	deliver(b, h.wm, 40, &k, now);
+	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y2;");
+	CHECK(backfill_delivered(b, 40, now, err, sizeof(err)));
 	bf_table_info ti;
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
 	CHECK_STR(ti.key, "a_pkey");
+	CHECK_INT(ti.p.read, 4);
 	CHECK(!backfill_watching(b, "public", "a"));
-
-	/* table b has no key: it fails with the message, and with it the backfill */
-	s = next(b, BF_STMT_DESCRIBE, now);
-	CHECK_STR(s.params[1], "b");
-	answer(b, &s, 1, 10,
-	       (const char *[]){"x", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "-1", "-1"}, now);
-	CHECK(backfill_delivered(b, 61, now, err, sizeof(err)));
-	backfill_table_info(b, 0, 1, now, &ti);
-	CHECK_INT(ti.state, BF_FAILED);
-	CHECK_STR(ti.error,
-		  "public.b has neither a primary key nor a unique index on NOT NULL columns, and a "
-		  "backfill reads a table in key order: add one (ALTER TABLE \"public\".\"b\" ADD "
-		  "PRIMARY KEY (...))");
-	backfill_info(b, 0, now, &info);
-	CHECK_INT(info.state, BF_FAILED);
-	CHECK(info.finished_ms == now.wall_ms);
-	nothing_due(b, now, 0);
-
-	/* finished: never runs again, also after a restart */
-	backfill_set_free(b);
-	b = backfill_set_new(&settings, path, 8);
-	CHECK(backfill_set_load(b, err, sizeof(err)));
-	nothing_due(b, now, 0);
-	CHECK(backfill_has_snapshot(b, "s"));
-	buf j = {0};
-	backfill_json(b, &j, "s", now);
-	char want[2048];
-	snprintf(
-	    want, sizeof(want),
-	    "[{\"id\":\"%s\",\"subscription\":\"s\",\"state\":\"failed\",\"where\":null,\"error\":null,"
-	    "\"created_ms\":1700000000000,\"finished_ms\":1700000000000,\"rows_read\":3,\"rows_delivered\":2,"
-	    "\"rows_dropped\":1,\"rows_filtered\":0,\"chunks_retried\":0,\"estimate\":3,\"rows_per_second\":"
-	    "0,\"eta_seconds\":"
-	    "null,"
-	    "\"tables\":[{\"schema\":\"public\",\"table\":\"a\",\"state\":\"done\",\"key\":null,\"error\":"
-	    "null,"
-	    "\"rows_read\":3,\"rows_delivered\":2,\"rows_dropped\":1,\"rows_filtered\":0,\"chunks_retried\":"
-	    "0,\"estimate\":3,"
-	    "\"rows_per_second\":0,\"eta_seconds\":0},{\"schema\":\"public\",\"table\":\"b\",\"state\":"
-	    "\"failed\","
-	    "\"key\":null,\"error\":\"public.b has neither a primary key nor a unique index on NOT NULL "
-	    "columns, and a backfill reads a table in key order: add one (ALTER TABLE "
-	    "\\\"public\\\".\\\"b\\\" "
-	    "ADD PRIMARY KEY "
-	    "(...))\",\"rows_read\":0,\"rows_delivered\":0,\"rows_dropped\":0,\"rows_filtered\":0,\"chunks_"
-	    "retried\":0,"
-	    "\"estimate\":null,\"rows_per_second\":0,\"eta_seconds\":null}]}]",
-	    id);
-	CHECK_STR(j.data, want);
-	buf_reset(&j);
-	backfill_json(b, &j, "other", now);
-	CHECK_STR(j.data, "[]");
-	CHECK(backfill_forget(b, "s", err, sizeof(err)));
-	CHECK(!backfill_has_snapshot(b, "s"));
-	CHECK_INT(backfill_count(b), 0);
-	buf_free(&j);
+	CHECK(!backfill_active(b));
 	buf_free(&k.got);
 	backfill_set_free(b);
-	unlink(path);
 }
 
-static const char *only_a[] = {"public.a"};
-
-/* Starts backfill req (of public.a) and runs it to its first chunk statement. */
-static bf_set *start_request(const bf_settings *st, const bf_request *req, bf_now now, char id[BF_ID_SIZE])
+/* A table without a key: the whole row is the key of its window; its events have every column as
+ * their key with REPLICA IDENTITY FULL, none without. */
+static void test_keyless(void)
 {
-	char err[256];
-	bf_set *b = backfill_set_new(st, NULL, 1);
-	CHECK(backfill_add(b, req, now, id, err, sizeof(err)));
-	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
-	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 6, (const char *[]){"public", "a", "16384", "r", "a_pkey", "t"}, now);
-	const char *why;
-	if (req->where) {
-		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
-		s = next(b, BF_STMT_COLUMNS, now);
-		answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"},
-		       now);
-	}
-	CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
-	s = next(b, BF_STMT_DESCRIBE, now);
-	answer(b, &s, 2, 10, describe_a, now);
-	return b;
-}
-
-/* A backfill of public.a, every row. */
-static bf_set *started(const bf_settings *st, bf_now now, char id[BF_ID_SIZE])
-{
-	bf_request req = {.subscription = "s", .sub_tables = only_a, .nsub_tables = 1};
-	return start_request(st, &req, now, id);
-}
-
-/* n rows "i", "v" after snapshot text. */
-static const char **rows(int n)
-{
-	static const char *cells[3 * 5000];
-	static char ids[5000][8];
-	for (int i = 0; i < n; i++) {
-		snprintf(ids[i], sizeof(ids[i]), "%d", i + 1);
-		cells[3 * i] = "1:1:";
-		cells[3 * i + 1] = ids[i];
-		cells[3 * i + 2] = "v";
-	}
-	return cells;
-}
-
-/* A chunk of n rows read: its low watermark written, its SELECT answered (taking took ms), its
- * high watermark asked for, not yet answered. */
-static void read_chunk(bf_set *b, int n, uint64_t took, bf_now *now, wmstmt *low, wmstmt *high)
-{
-	*low = next_wm(b, BF_STMT_LOW, *now);
-	answer(b, &low->s, 1, 1, (const char *[]){"0/1"}, *now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, *now);
-	now->ms += took;
-	*high = answer_chunk(b, &c, n, 3, rows(n), *now);
-}
-
-/* One chunk of n rows whose SELECT takes took ms; returns the next chunk's limit. */
-static uint64_t chunk_of(bf_set *b, int n, uint64_t took, bf_now *now)
-{
-	fake_sink k = {0};
-	wmstmt low, high;
-	read_chunk(b, n, took, now, &low, &high);
-	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, *now);
-	deliver(b, &low, 1, &k, *now);
-	deliver(b, &high, 2, &k, *now);
-	buf_free(&k.got);
-	bf_stmt c = next(b, BF_STMT_CHUNK, *now); /* its low watermark is high */
-	return strtoull(strrchr(c.sql, ' ') + 1, NULL, 10);
-}
-
-static void test_chunk_size(void)
-{
-	static const struct {
-		uint64_t took, want;
-	} cases[] = {
-	    {250, 1000}, /* on target */
-	    {500, 500},	 /* twice as slow: half */
-	    {2000, 500}, /* far slower: half at most */
-	    {100, 2000}, /* faster: double at most */
-	    {200, 1250},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bf_settings st = settings;
-		st.min_rows = 10;
-		st.max_rows = 100000;
-		bf_now now = {1000, 0};
-		char id[BF_ID_SIZE];
-		bf_set *b = started(&st, now, id);
-		CHECK_INT(chunk_of(b, 1000, cases[i].took, &now), cases[i].want);
-		backfill_set_free(b);
-	}
-	/* the byte cap */
-	bf_settings st = settings;
-	st.min_rows = 10;
-	st.max_rows = 100000;
-	st.max_bytes = 8000;
-	bf_now now = {1000, 0};
 	char id[BF_ID_SIZE];
-	bf_set *b = started(&st, now, id);
-	/* a chunk of 1000 rows does not fit: read again with half as many as fitted */
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	wmstmt high = answer_chunk(b, &c, 1000, 3, rows(1000), now);
-	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, now); /* too late: ignored */
-	low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	c = next(b, BF_STMT_CHUNK, now);
-	/* rows 1-9 take 15 bytes, 10-99 17, 100-999 19: 432 fit in 8000 */
-	CHECK(strstr(c.sql, "LIMIT 216") != NULL);
-	answer(b, &c, 216, 3, rows(216), now);
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_INT(info.p.retries, 1);
-	backfill_set_free(b);
-}
-
-static void test_rate_limit(void)
-{
-	bf_settings st = settings;
-	st.rate = 10; /* 2 rows per chunk: one chunk per 200 ms */
-	bf_now now = {1000, 0};
-	char id[BF_ID_SIZE];
-	bf_set *b = started(&st, now, id);
-	fake_sink k = {0};
-	wmstmt low, high;
-	read_chunk(b, 2, 20, &now, &low, &high);
-	answer(b, &high.s, 1, 1, (const char *[]){"0/1"}, now);
-	deliver(b, &low, 1, &k, now);
-	deliver(b, &high, 2, &k, now);
-	nothing_due(b, now, 1200);
-	now.ms = 1200;
-	next(b, BF_STMT_LOW, now);
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_INT((int64_t)info.p.rate, 10); /* 2 rows in 200 ms */
-	CHECK_INT(info.p.estimate, 3);
-	CHECK_INT(info.p.eta_s, 0); /* (3 - 2) / 10 s, rounded */
-	buf_free(&k.got);
-	backfill_set_free(b);
-}
-
-/* The next chunk is read while the stream has yet to close the one before, whose high watermark is
- * its low one: its own high watermark waits for that one to close; a retry of that one drops it
- * (its statement in flight is ignored) and reads that one again. */
-static void test_read_ahead(void)
-{
-	bf_now now = {1000, 0};
-	char id[BF_ID_SIZE];
-	bf_set *b = started(&settings, now, id);
-	fake_sink k = {0};
-	wmstmt low1, high1;
-	read_chunk(b, 2, 10, &now, &low1, &high1);
-	answer(b, &high1.s, 1, 1, (const char *[]){"0/2"}, now);
-	deliver(b, &low1, 1, &k, now);
-	/* chunk 2 is read and its high watermark written before chunk 1 closes */
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.params[0], "2");
-	answer(b, &c, 2, 3, (const char *[]){"10:10:", "3", "v", "10:10:", "4", "v"}, now);
-	wmstmt high2 = next_wm(b, BF_STMT_HIGH, now);
-	answer(b, &high2.s, 1, 1, (const char *[]){"0/4"}, now);
-	nothing_due(b, now, 0);	     /* two chunks at most */
-	update(b, "a", "3", "3", 5); /* before chunk 2's window */
-	deliver(b, &high1, 3, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;");
-	update(b, "a", "4", "4", 6); /* in chunk 2's window */
-	/* chunk 3 is read meanwhile, after chunk 2's last key */
-	c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.params[0], "4");
-	deliver(b, &high2, 5, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;public.a:id=3,v=v;");
-	answer(b, &c, 2, 3, (const char *[]){"10:10:", "5", "v", "10:10:", "6", "v"}, now);
-	wmstmt high3 = next_wm(b, BF_STMT_HIGH, now);
-	answer(b, &high3.s, 1, 1, (const char *[]){"0/6"}, now);
-	bf_stmt c4 = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c4.params[0], "6");
-	/* a change chunk 3's window cannot key: chunk 3 is read again, chunk 4 is dropped */
-	const char *names[] = {"v"};
-	bf_datum v = {"w", 1};
-	bf_change unkeyed = {
-	    .schema = "public", .table = "a", .xid = 7, .ncols = 1, .names = names, .new_values = &v};
-	backfill_on_change(b, &unkeyed);
-	deliver(b, &high3, 7, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;public.a:id=3,v=v;");
-	answer(b, &c4, 1, 3, (const char *[]){"10:10:", "7", "v"}, now); /* ignored */
-	wmstmt low3 = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low3.s, 1, 1, (const char *[]){"0/8"}, now);
-	c = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(c.params[0], "4");
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_INT(info.p.retries, 1);
-	CHECK_INT(info.p.read, 4);
-	CHECK_INT(info.p.dropped, 1);
-	buf_free(&k.got);
-	backfill_set_free(b);
-}
-
-/* One row of bfsql_tables' result for public.NAME: its oid, relkind, key and SELECT privilege. */
-#define TABLE_ROW(name, oid, relkind, key, select) "public", name, oid, relkind, key, select
-
-static void test_failures(void)
-{
-	char err[512], id[BF_ID_SIZE];
-	bf_now now = {1000, 5};
-	const char *pats[] = {"public.*"}, *asked[] = {"public.nope"};
-	/* Refused by its checks (backfill_error, before any table runs), or failed at a table's own
-	 * description (table_error: the table changed after the checks). */
-	static const struct {
-		const char *check[3];
-		const char *tables[6];
-		int ntables;
-		const char *describe[10];
-		int ndescribe;
-		const char *backfill_error, *table_error;
-	} cases[] = {
-	    {{"cdc", "f", "pg_logical_emit_message(boolean,text,text,boolean)"},
-	     {0},
-	     0,
-	     {0},
-	     0,
-	     "role cdc may not execute pg_logical_emit_message, which writes a backfill's watermarks: run "
-	     "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean,text,text,boolean) TO "
-	     "\"cdc\"",
-	     NULL},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {0},
-	     0,
-	     {0},
-	     0,
-	     "subscription s has no table in publication pub",
-	     NULL},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {TABLE_ROW("a", "16384", "r", "a_pkey", "f")},
-	     1,
-	     {0},
-	     0,
-	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\"",
-	     NULL},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {TABLE_ROW("a", "16384", "r", NULL, "t")},
-	     1,
-	     {0},
-	     0,
-	     "public.a has neither a primary key nor a unique index on NOT NULL columns, and a backfill "
-	     "reads a table in key order: add one (ALTER TABLE \"public\".\"a\" ADD PRIMARY KEY (...))",
-	     NULL},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {TABLE_ROW("a", "16384", "p", "a_pkey", "t")},
-	     1,
-	     {0},
-	     0,
-	     "public.a is a partitioned table: backfill its partitions",
-	     NULL},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
-	     1,
-	     {"id", "23", "pg_catalog", "int4", "1", "a_pkey", "r", "f", "1", "-1"},
-	     1,
-	     NULL,
-	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
-	    {{"cdc", "t", "pg_logical_emit_message(boolean,text,text)"},
-	     {TABLE_ROW("a", "16384", "r", "a_pkey", "t")},
-	     1,
-	     {0},
-	     0,
-	     NULL,
-	     "table public.a does not exist"},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bf_set *b = backfill_set_new(&settings, NULL, 1);
-		bf_request req = {.subscription = "s", .sub_tables = pats, .nsub_tables = 1};
-		CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
-		const char *why;
-		CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
-		bf_stmt s = next(b, BF_STMT_CHECK, now);
-		answer(b, &s, 1, 3, cases[i].check, now);
-		if (!cases[i].backfill_error || cases[i].check[1][0] == 't') {
-			s = next(b, BF_STMT_TABLES, now);
-			answer(b, &s, cases[i].ntables, 6, cases[i].tables, now);
-		}
-		if (cases[i].table_error) {
-			CHECK_INT(backfill_verdict(b, id, &why), BF_PASSED);
-			s = next(b, BF_STMT_DESCRIBE, now);
-			answer(b, &s, cases[i].ndescribe, 10, cases[i].describe, now);
-		} else {
-			CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
-			CHECK_STR(why, cases[i].backfill_error);
-		}
-		bf_info info;
-		backfill_info(b, 0, now, &info);
-		CHECK_INT(info.state, BF_FAILED);
-		if (cases[i].backfill_error)
-			CHECK_STR(info.error, cases[i].backfill_error);
-		bf_table_info ti;
-		if (cases[i].table_error) {
-			backfill_table_info(b, 0, 0, now, &ti);
-			CHECK_STR(ti.error, cases[i].table_error);
-		} else if (info.ntables) {
-			/* refused for a table: that table failed (cdc_backfill_failed), with the reason */
-			backfill_table_info(b, 0, 0, now, &ti);
-			CHECK_INT(ti.state, BF_FAILED);
-			CHECK_STR(ti.error, cases[i].backfill_error);
-		}
-		nothing_due(b, now, 0);
-		backfill_set_free(b);
-	}
-	/* an asked-for table that is not the subscription's: refused, and gone once dropped */
-	bf_set *b = backfill_set_new(&settings, NULL, 1);
-	bf_request req = {
-	    .subscription = "s", .sub_tables = pats, .nsub_tables = 1, .tables = asked, .ntables = 1};
-	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
-	bf_stmt s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
-	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 1, 6, (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t")}, now);
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_STR(info.error, "table public.nope is not one of subscription s's tables in publication pub");
-	const char *why;
-	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
-	CHECK(backfill_drop(b, id, err, sizeof(err)));
-	CHECK_INT(backfill_count(b), 0);
-	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
-	CHECK_STR(why, "its subscription was removed meanwhile");
-	/* a request's where that can never be true for a table's columns: refused after COLUMNS */
-	const char *only[] = {"public.a"};
-	req = (bf_request){
-	    .subscription = "s", .sub_tables = only, .nsub_tables = 1, .where = "new.id >= 1 and new.v = 5"};
-	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
-	s = next(b, BF_STMT_CHECK, now);
-	answer(b, &s, 1, 3, (const char *[]){"cdc", "t", "pg_logical_emit_message(boolean,text,text)"}, now);
-	s = next(b, BF_STMT_TABLES, now);
-	answer(b, &s, 2, 6,
-	       (const char *[]){TABLE_ROW("a", "16384", "r", "a_pkey", "t"),
-				TABLE_ROW("b", "16390", "r", NULL, "t")},
-	       now);
-	CHECK_INT(backfill_verdict(b, id, &why), BF_CHECKING);
-	s = next(b, BF_STMT_COLUMNS, now);
-	CHECK_STR(s.params[0], "{16384}");
-	answer(b, &s, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"}, now);
-	CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
-	CHECK_STR(why,
-		  "where: in table public.a, new.v = 5 is never true: column v is of type text and 5 is a "
-		  "number; write '5'");
-	nothing_due(b, now, 0);
-	CHECK(backfill_drop(b, id, err, sizeof(err)));
-	/* a where that does not parse */
-	req = (bf_request){.subscription = "s", .sub_tables = pats, .nsub_tables = 1, .where = "new.a = "};
-	CHECK(!backfill_add(b, &req, now, id, err, sizeof(err)));
-	CHECK_STR(err, "where: position 7: expected a value after '='");
-	backfill_set_free(b);
-
-	/* a statement that fails fails its table; a lost connection reads the chunk again */
-	b = started(&settings, now, id);
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	backfill_error(b, low.s.ticket, "server closed the connection", true, now);
-	wmstmt low2 = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low2.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	backfill_error(b, c.ticket, "ERROR:  permission denied for table a", false, now);
-	bf_table_info ti;
-	backfill_table_info(b, 0, 0, now, &ti);
-	CHECK_INT(ti.state, BF_FAILED);
-	CHECK_STR(ti.error, "ERROR:  permission denied for table a");
-	backfill_set_free(b);
-
-	/* the sink's failure comes back from the stream's watermark */
-	b = started(&settings, now, id);
-	fake_sink k = {.fail = true};
-	low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	c = next(b, BF_STMT_CHUNK, now);
-	answer(b, &c, 1, 3, rows(1), now);
-	wmstmt high = next_wm(b, BF_STMT_HIGH, now);
-	deliver(b, &low, 1, &k, now);
-	CHECK(!backfill_on_message(b, high.wm, strlen(high.wm), 2, now, emit, &k, err, sizeof(err)));
-	CHECK_STR(err, "the sink is full");
-	backfill_set_free(b);
-}
-
-static void test_cancel_restart(void)
-{
-	char err[256], id[BF_ID_SIZE];
-	bf_now now = {1000, 9};
-	bf_set *b = started(&settings, now, id);
-	fake_sink k = {0};
-	/* chunk 1 emitted, not durable; the stream reconnects: chunk 1 is read again */
-	wmstmt low, high;
-	read_chunk(b, 2, 0, &now, &low, &high);
-	answer(b, &high.s, 1, 1, (const char *[]){"0/1"}, now);
-	deliver(b, &low, 1, &k, now);
-	deliver(b, &high, 2, &k, now);
-	CHECK_STR(k.got.data, "public.a:id=1,v=v;public.a:id=2,v=v;");
-	backfill_restart(b);
-	low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt c = next(b, BF_STMT_CHUNK, now);
-	CHECK_INT(c.nparams, 0);
-	/* cancelled: its watermarks are ignored, it never runs again */
-	CHECK(!backfill_cancel(b, "other", id, now, err, sizeof(err)));
-	CHECK(backfill_cancel(b, "s", id, now, err, sizeof(err)));
-	CHECK(!backfill_cancel(b, "s", id, now, err, sizeof(err)));
-	CHECK(strstr(err, " has finished already (cancelled)") != NULL);
-	answer(b, &c, 1, 3, rows(1), now);
-	nothing_due(b, now, 0);
-	buf_reset(&k.got);
-	deliver(b, &low, 3, &k, now);
-	CHECK(k.got.len == 0);
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_INT(info.state, BF_CANCELLED);
-	CHECK(!backfill_watching(b, "public", "a"));
-	buf_free(&k.got);
-	backfill_set_free(b);
-}
-
-/* Changes the stream reports: the key by column name, from the old tuple when there is one; a key
- * change drops both rows; a change lacking a column reads the chunk again. */
-static void test_changes(void)
-{
-	static const struct {
-		const char *from, *to;
-		const char *survivors;
-	} cases[] = {
-	    {"1", "1", "2 3"},
-	    {"3", "7", "1 2"},
-	    {"7", "2", "1 3"},
-	    {"9", "9", "1 2 3"},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bf_settings st = settings;
-		st.max_rows = 3;
-		st.min_rows = 3;
-		char id[BF_ID_SIZE];
-		bf_now now = {1000, 9};
-		bf_set *b = started(&st, now, id);
+	bf_now now = {1000, 1};
+	static const char *const pats[] = {"public.k"}, *const tables[] = {
+							    TABLE_ROW("k", "16400", "r", NULL, "t")};
+	for (int full = 0; full < 2; full++) {
+		const char *ri = full ? "f" : "d";
+		const char *describe[] = {
+		    "id", "23", "pg_catalog", "int4", NULL, NULL, "r", "t", "2", "-1", ri, "16400",
+		    "v",  "25", "pg_catalog", "text", NULL, NULL, "r", "t", "2", "-1", ri, "16400",
+		};
+		bf_settings s = settings;
+		s.parallel = 1;
+		s.max_rows = 10;
+		bf_set *b = started(&s, NULL, pats, 1, tables, 1, now, id);
+		st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+		answer(b, &x, 2, 12, describe, now);
+		x = next_on(b, 0, BF_STMT_LEAVES, now);
+		answer(b, &x, 1, 7, (const char *[]){"16400", "public", "k", "1", "1", "2", "t"}, now);
+		st low = next_on(b, 0, BF_STMT_LOW, now);
+		written(b, &low, now);
+		st c = next_on(b, 0, BF_STMT_CHUNK, now);
 		fake_sink k = {0};
-		wmstmt low, high;
-		read_chunk(b, 3, 0, &now, &low, &high);
-		deliver(b, &low, 1, &k, now);
-		update(b, "a", cases[i].from, cases[i].to, 5);
-		update(b, "other", "2", "2", 5);
-		deliver(b, &high, 2, &k, now);
-		buf want = {0};
-		char *copy = strdup(cases[i].survivors), *save = NULL;
-		for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save))
-			buf_printf(&want, "public.a:id=%s,v=v;", t);
-		CHECK_STR(k.got.data ? k.got.data : "", want.data ? want.data : "");
-		free(copy);
-		buf_free(&want);
+		deliver(b, low.wm, 10, &k, now);
+		/* the row (1, x) changes inside the window (its old row whole): that read is dropped; (1, y)
+		 * is another row */
+		const char *names[] = {"id", "v"};
+		bf_datum oldv[] = {{"1", 1}, {"x", 1}}, newv[] = {{"1", 1}, {"x2", 2}};
+		bf_change ch = {.schema = "public",
+				.table = "k",
+				.xid = 5,
+				.ncols = 2,
+				.names = names,
+				.old_values = oldv,
+				.new_values = newv};
+		backfill_on_change(b, &ch);
+		copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t1\ty\n", "4:4:\t\\N\t\\N\n", NULL}, now);
+		st h = next_on(b, 0, BF_STMT_HIGH, now);
+		written(b, &h, now);
+		deliver(b, h.wm, 20, &k, now);
+		CHECK_STR(k.got.data, "k:id=1,v=y;");
+		CHECK_INT(k.nkeys, full ? 2 : 0);
+		bf_table_info ti;
+		backfill_table_info(b, 0, 0, now, &ti);
+		CHECK(ti.key == NULL);
+		CHECK_INT(ti.p.dropped, 1);
 		buf_free(&k.got);
 		backfill_set_free(b);
 	}
-	/* unchanged TOAST in the new row: the chunk is read again */
-	char id[BF_ID_SIZE];
-	bf_now now = {1000, 9};
-	bf_set *b = started(&settings, now, id);
+}
+
+/* A row the stream carries incomplete (unchanged TOAST) while a range is still to be read may have
+ * moved into a range read already: its key is read again once the ranges are read, kept in the
+ * state file until then. A change inside that chunk's window marks it once more. */
+static void test_read_again(void)
+{
+	char *path = state_path(), err[512], id[BF_ID_SIZE];
+	bf_now now = {1000, 1};
+	bf_settings s = settings;
+	s.parallel = 1;
+	bf_set *b = reading_a(&s, path, now, id);
 	fake_sink k = {0};
-	wmstmt low, high;
-	read_chunk(b, 2, 0, &now, &low, &high);
-	deliver(b, &low, 1, &k, now);
-	const char *names[] = {"id", "v"};
-	bf_datum newv[] = {{"1", 1}, {NULL, BF_ABSENT}};
-	bf_change ch = {
-	    .schema = "public", .table = "a", .xid = 9, .ncols = 2, .names = names, .new_values = newv};
-	backfill_on_change(b, &ch);
-	answer(b, &high.s, 1, 1, (const char *[]){"0/2"}, now);
-	deliver(b, &high, 2, &k, now);
-	CHECK(k.got.len == 0);
-	next(b, BF_STMT_LOW, now);
-	bf_info info;
-	backfill_info(b, 0, now, &info);
-	CHECK_INT(info.p.retries, 1);
+	/* range [0, 2) read */
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	deliver(b, low.wm, 10, &k, now);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty\n", "9:9:\t\\N\t\\N\n", NULL}, now);
+	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	/* the lane's next range is read at once: its window opens at this high watermark */
+	st c2 = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c2.sql, "ctid >= '(2,0)'") != NULL);
+	deliver(b, h.wm, 20, &k, now);
+	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
+	/* row 3, not read yet, moves (say into block 0) with its v unchanged, and 9 with it */
+	change(b, "a", "3", "3", 30, true);
+	change(b, "a", "9", "9", 31, true);
+	CHECK(backfill_delivered(b, 21, now, err, sizeof(err)));
+	CHECK(strstr(slurp(path), "\"read_again\":[") != NULL);
+	CHECK(strstr(slurp(path), "\"0000000133\"") != NULL && strstr(slurp(path), "\"0000000139\"") != NULL);
+	copy(b, &c2, (const char *[]){"\\N\t4\tw\n", "9:9:\t\\N\t\\N\n", NULL}, now);
+	h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	deliver(b, h.wm, 40, &k, now);
+	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y;a:id=4,v=w;");
+	CHECK(backfill_delivered(b, 40, now, err, sizeof(err)));
+	/* every range read: the keys come next, and a change after that needs no reading again */
+	change(b, "a", "4", "4", 41, true);
+	c = next_on(b, 0, BF_STMT_CHUNK, now); /* the lane's last high watermark came: open at once */
+	CHECK(strstr(c.sql, "FROM \"public\".\"a\" WHERE \"id\" IN (VALUES ('") != NULL);
+	CHECK(strstr(c.sql, "'3'::\"pg_catalog\".\"int4\"") != NULL &&
+	      strstr(c.sql, "'9'::\"pg_catalog\".\"int4\"") != NULL);
+	CHECK(strstr(c.sql, "'4'") == NULL);
+	change(b, "a", "9", "9", 51, true); /* inside this chunk's window: 9 once more */
+	copy(b, &c, (const char *[]){"\\N\t3\tz\n", "\\N\t9\tq\n", "50:50:\t\\N\t\\N\n", NULL}, now);
+	h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	buf_reset(&k.got);
+	deliver(b, h.wm, 60, &k, now);
+	CHECK_STR(k.got.data, "a:id=3,v=z;");
+	CHECK(backfill_delivered(b, 60, now, err, sizeof(err)));
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_RUNNING);
+	CHECK(strstr(slurp(path), "\"read_again\":[\"0000000139\"]") != NULL);
+	/* a crash now: the key is read again after the restart */
+	backfill_set_free(b);
+	b = backfill_set_new(&s, path, 9);
+	CHECK(backfill_set_load(b, err, sizeof(err)));
+	st x = next_on(b, 0, BF_STMT_CHECK, now);
+	answer(b, &x, 1, 3, check_ok, now);
+	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe_a, now);
+	st kc = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &kc, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "\"id\" IN (VALUES ('9'::\"pg_catalog\".\"int4\"))") != NULL);
+	deliver(b, kc.wm, 70, &k, now);
+	copy(b, &c, (const char *[]){"\\N\t9\tq2\n", "60:60:\t\\N\t\\N\n", NULL}, now);
+	h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	buf_reset(&k.got);
+	deliver(b, h.wm, 80, &k, now);
+	CHECK_STR(k.got.data, "a:id=9,v=q2;");
+	CHECK(backfill_delivered(b, 80, now, err, sizeof(err)));
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_DONE);
+	CHECK_INT(ti.p.read, 6);
+	buf_free(&k.got);
 	backfill_set_free(b);
 }
 
-/* The translatable parts of the subscription's and the request's `where` go into the chunk query. */
-static void test_where(void)
+/* A chunk is read again: a change without its key in its window (in halves), rows past max_bytes
+ * (no high watermark: its range goes back), a commit its snapshot did not see that the stream
+ * brought before its low watermark. */
+static void test_retries(void)
 {
 	char id[BF_ID_SIZE];
+	bf_now now = {1000, 1};
+	bf_settings s = settings;
+	s.parallel = 1;
+	s.max_rows = 4;
+	bf_set *b = reading_a(&s, NULL, now, id);
+	fake_sink k = {0};
+
+	/* a change without its key */
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "ctid < '(4,0)'") != NULL);
+	deliver(b, low.wm, 10, &k, now);
+	const char *names[] = {"v"};
+	bf_datum newv[] = {{"x", 1}};
+	bf_change nokey = {
+	    .schema = "public", .table = "a", .xid = 5, .ncols = 1, .names = names, .new_values = newv};
+	backfill_on_change(b, &nokey);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "9:9:\t\\N\t\\N\n", NULL}, now);
+	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	deliver(b, h.wm, 20, &k, now);
+	CHECK_STR(k.got.data ? k.got.data : "", "");
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.retries, 1);
+	CHECK_INT(ti.p.read, 0);
+
+	/* read again in halves (blocks 0 and 1 first), at once after the high watermark; a commit the
+	 * stream brought before it that the chunk's snapshot still saw in progress */
+	change(b, "a", "7", "7", 95, false);
+	st again = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(again.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(2,0)'") != NULL);
+	copy(b, &again, (const char *[]){"\\N\t1\tx\n", "90:100:95\t\\N\t\\N\n", NULL}, now);
+	h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	deliver(b, h.wm, 30, &k, now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.retries, 2);
+	st third = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(third.sql, "ctid >= '(0,0)'") != NULL);
+	backfill_set_free(b);
+
+	/* rows past max_bytes: no high watermark, smaller next time */
+	s.max_bytes = 40;
+	b = reading_a(&s, NULL, now, id);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	copy(b, &c,
+	     (const char *[]){"\\N\t1\txxxxxxxxxxxxxxxx\n", "\\N\t2\tyyyyyyyyyyyyyyyyyy\n", "\\N\t3\tz\n",
+			      NULL},
+	     now);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.retries, 1);
+	backfill_set_free(b);
+}
+
+/* Failures: a statement that fails (the table with it), one that loses its connection (done again),
+ * one whose table changed under it (described again), rows that are not what the COPY asked for,
+ * a leaf the role may not read. */
+static void test_failures(void)
+{
+	char id[BF_ID_SIZE];
+	bf_now now = {1000, 5};
+	bf_settings s = settings;
+	s.parallel = 1;
+	bf_set *b = reading_a(&s, NULL, now, id);
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	backfill_error(b, 0, low.s.ticket, "server closed the connection", true, false, now);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	CHECK(strstr(low.wm, ":low") != NULL);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	backfill_error(b, 0, c.s.ticket, "column \"v\" does not exist", false, true, now);
+	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe_a, now);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "ctid >= '(0,0)'") != NULL);
+	backfill_error(b, 0, c.s.ticket, "ERROR:  canceling statement due to statement timeout", false, false,
+		       now);
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_FAILED);
+	CHECK_STR(ti.error, "ERROR:  canceling statement due to statement timeout");
+	bf_info info;
+	backfill_info(b, 0, now, &info);
+	CHECK_INT(info.state, BF_FAILED);
+	nothing_on(b, 0, now);
+	backfill_set_free(b);
+
+	/* a row of three fields where two were asked for */
+	b = reading_a(&s, NULL, now, id);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\tmore\n", NULL}, now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_FAILED);
+	CHECK_STR(ti.error, "a row of a chunk of public.a: the row has more than 3 fields");
+	backfill_set_free(b);
+
+	/* a leaf the role may not read */
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a_2026", "4", "4", "4", "f"});
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_STR(
+	    ti.error,
+	    "role cdc may not read public.a_2026: run GRANT SELECT ON \"public\".\"a_2026\" TO \"cdc\"");
+	backfill_set_free(b);
+
+	/* refused by the checks */
+	static const struct {
+		const char *tables[6];
+		int n;
+		const char *error;
+	} refused[] = {
+	    {{0}, 0, "subscription s has no table in publication pub"},
+	    {{TABLE_ROW("a", "16384", "r", "a_pkey", "f")},
+	     1,
+	     "role cdc may not read public.a: run GRANT SELECT ON \"public\".\"a\" TO \"cdc\""},
+	    {{TABLE_ROW("a", "16384", "v", NULL, "t")}, 1, "public.a is not a table (relkind 'v')"},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		b = started(&s, NULL, only_a, 1, refused[i].tables, refused[i].n, now, id);
+		const char *why;
+		CHECK_INT(backfill_verdict(b, id, &why), BF_REFUSED);
+		CHECK_STR(why, refused[i].error);
+		backfill_set_free(b);
+	}
+}
+
+/* Estimates: from the statistics (rows per page times the blocks now), from the rows read per block
+ * read (a table never analyzed: after its first chunk), and none before that. */
+static void test_estimates(void)
+{
+	char id[BF_ID_SIZE], err[256];
+	bf_now now = {1000, 5};
+	bf_settings s = settings;
+	s.parallel = 1;
+	s.max_rows = 1000;
+	bf_set *b = started(&s, NULL, only_a, 1, table_a, 1, now, id);
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.estimate, -1);
+	CHECK(ti.p.estimate_from == NULL);
+	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	static const char *const never[] = {
+	    "id", "23", "pg_catalog", "int4", "1",  "a_pkey", "r", "t", "-1", "-1", "d", "16384",
+	    "v",  "25", "pg_catalog", "text", NULL, "a_pkey", "r", "t", "-1", "-1", "d", "16384",
+	};
+	answer(b, &x, 2, 12, never, now);
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	answer(b, &x, 1, 7, (const char *[]){"16384", "public", "a", "1000", "0", "-1", "t"}, now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.estimate, -1);
+	CHECK_INT(ti.p.blocks, 1000);
+	/* the first chunk is one block (how many rows a block holds is not known yet) */
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK(strstr(c.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
+	fake_sink k = {0};
+	deliver(b, low.wm, 10, &k, now);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\tx\n", "\\N\t3\tx\n", "9:9:\t\\N\t\\N\n", NULL},
+	     now);
+	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	written(b, &h, now);
+	deliver(b, h.wm, 20, &k, now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.estimate, 3000);
+	CHECK_STR(ti.p.estimate_from, "size");
+	buf j = {0};
+	backfill_json(b, &j, NULL, now);
+	CHECK(strstr(j.data,
+		     "\"estimate\":3000,\"estimate_from\":\"size\",\"blocks\":1000,\"blocks_read\":1") !=
+	      NULL);
+	buf_free(&j);
+	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
+	buf_free(&k.got);
+	backfill_set_free(b);
+
+	/* with statistics: 4 rows in 2 pages, the table 10 blocks now */
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a", "10", "2", "4", "t"});
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.p.estimate, 20);
+	CHECK_STR(ti.p.estimate_from, "statistics");
+	backfill_set_free(b);
+
+	/* an empty table: nothing to read, done at once */
+	b = listed_a(&s, NULL, now, id, (const char *[]){"16384", "public", "a", "0", "0", "-1", "t"});
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_DONE);
+	CHECK_INT(ti.p.estimate, 0);
+	backfill_set_free(b);
+}
+
+/* A partitioned table: read by its leaves' block ranges, each COPY only while the leaf is still one
+ * of its partitions, the rows under the root's name; its leaves listed once more when all it knew
+ * are read (one attached meanwhile is read too, one detached is not). */
+static void test_partitioned(void)
+{
+	char id[BF_ID_SIZE], err[256];
+	bf_now now = {1000, 5};
+	bf_settings s = settings;
+	s.parallel = 1;
+	s.max_rows = 10;
+	static const char *const pats[] = {"public.ev"};
+	static const char *const tables[] = {TABLE_ROW("ev", "16500", "p", "ev_pkey", "t")};
+	static const char *const describe[] = {
+	    "id", "23", "pg_catalog", "int4", "1",  "ev_pkey", "p", "t", "0", "-1", "d", "16500",
+	    "v",  "25", "pg_catalog", "text", NULL, "ev_pkey", "p", "t", "0", "-1", "d", "16500",
+	};
+	bf_set *b = started(&s, NULL, pats, 1, tables, 1, now, id);
+	st x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe, now);
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	CHECK_STR(x.s.params[0], "16500");
+	answer(b, &x, 2, 7,
+	       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16502", "part", "ev_2", "1",
+				"1", "5", "t"},
+	       now);
+	fake_sink k = {0};
+	uint64_t lsn = 10;
+	static const char *const expect[] = {"ev_1", "ev_2", "ev_3"};
+	for (int i = 0; i < 3; i++) {
+		if (i == 2) {
+			/* all it knew is durable: its leaves once more; ev_3 was attached, ev_2 detached */
+			x = next_on(b, 0, BF_STMT_LEAVES, now);
+			answer(b, &x, 2, 7,
+			       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16503", "part",
+						"ev_3", "1", "1", "5", "t"},
+			       now);
+		}
+		/* the second chunk is the lane's next after a high watermark that came: no low one */
+		st low = {0};
+		if (i != 1) {
+			low = next_on(b, 0, BF_STMT_LOW, now);
+			written(b, &low, now);
+		}
+		st c = next_on(b, 0, BF_STMT_CHUNK, now);
+		char want[512];
+		snprintf(want, sizeof(want),
+			 "FROM ONLY \"part\".\"%s\" WHERE ctid >= '(0,0)'::pg_catalog.tid AND ctid < "
+			 "'(1,0)'::pg_catalog.tid AND EXISTS (WITH RECURSIVE up(rel) AS (SELECT "
+			 "%d::pg_catalog.oid",
+			 expect[i], 16501 + i);
+		CHECK(strstr(c.sql, want) != NULL);
+		CHECK(strstr(c.sql, "WHERE up.rel = 16500::pg_catalog.oid)") != NULL);
+		if (i != 1)
+			deliver(b, low.wm, lsn++, &k, now);
+		char row[32];
+		snprintf(row, sizeof(row), "\\N\t%d\tx\n", i + 1);
+		copy(b, &c, (const char *[]){row, "9:9:\t\\N\t\\N\n", NULL}, now);
+		st h = next_on(b, 0, BF_STMT_HIGH, now);
+		written(b, &h, now);
+		deliver(b, h.wm, lsn, &k, now);
+		CHECK(backfill_delivered(b, lsn++, now, err, sizeof(err)));
+	}
+	/* the rows under the root's name */
+	CHECK_STR(k.got.data, "ev:id=1,v=x;ev:id=2,v=x;ev:id=3,v=x;");
+	bf_table_info ti;
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_RUNNING); /* listed once more after ev_3 */
+	CHECK_INT(ti.p.blocks, 3);	 /* ev_2's one block read before it went */
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	answer(b, &x, 2, 7,
+	       (const char *[]){"16501", "part", "ev_1", "1", "1", "5", "t", "16503", "part", "ev_3", "1",
+				"1", "5", "t"},
+	       now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_DONE);
+	CHECK_INT(ti.p.read, 3);
+	buf_free(&k.got);
+	backfill_set_free(b);
+}
+
+/* The sets underneath: block ranges and keys. */
+static void test_sets(void)
+{
+	rset a = {0}, t = {0};
+	rset_add(&a, 4, 6);
+	rset_add(&a, 0, 2);
+	rset_add(&a, 2, 3); /* joins [0, 2) */
+	CHECK_INT(a.n, 4);
+	CHECK_INT(a.v[0], 0);
+	CHECK_INT(a.v[1], 3);
+	CHECK_INT(rset_blocks(&a, 10), 5);
+	CHECK_INT(rset_blocks(&a, 5), 4);
+	uint32_t lo, hi;
+	CHECK(rset_first_gap(&a, &t, 0, 10, 100, &lo, &hi));
+	CHECK_INT(lo, 3);
+	CHECK_INT(hi, 4);
+	rset_add(&t, 3, 4);
+	CHECK(rset_first_gap(&a, &t, 0, 10, 2, &lo, &hi));
+	CHECK_INT(lo, 6);
+	CHECK_INT(hi, 8);
+	CHECK(!rset_first_gap(&a, &t, 0, 6, 2, &lo, &hi));
+	rset_remove(&a, 1, 5); /* [0, 1) and [5, 6) stay */
+	CHECK_INT(a.n, 4);
+	CHECK_INT(a.v[1], 1);
+	CHECK_INT(a.v[2], 5);
+	rset_free(&a);
+	rset_free(&t);
+
+	keyset ks = {0};
+	for (int i = 0; i < 200; i++) {
+		char key[8];
+		int n = snprintf(key, sizeof(key), "k%d", i);
+		keys_add(&ks, key, (size_t)n);
+		keys_add(&ks, key, (size_t)n);
+	}
+	CHECK_INT(ks.n, 200);
+	CHECK_INT(ks.waiting, 200);
+	buf taken = {0};
+	CHECK_INT(keys_take(&ks, 150, &taken), 150);
+	CHECK_INT(ks.waiting, 50);
+	keys_give_back(&ks, &taken);
+	CHECK_INT(ks.waiting, 200);
+	buf_reset(&taken);
+	CHECK_INT(keys_take(&ks, 500, &taken), 200);
+	keys_add(&ks, "k7", 2); /* marked again while taken: it stays */
+	keys_done(&ks, &taken);
+	CHECK_INT(ks.n, 1);
+	CHECK_INT(ks.waiting, 1);
+	buf_free(&taken);
+	keys_free(&ks);
+}
+
+/* The `where`s' parts that translate go into the COPY. */
+static void test_where(void)
+{
+	char id[BF_ID_SIZE], err[256];
 	bf_now now = {1000, 9};
+	bf_settings s = settings;
+	s.parallel = 1;
+	bf_set *b = backfill_set_new(&s, NULL, 3);
 	bf_request req = {.subscription = "s",
 			  .sub_tables = only_a,
 			  .nsub_tables = 1,
 			  .sub_where = "new.v = 'x'",
 			  .where = "new.id > 1 and new.v <> new.id"};
-	bf_set *b = start_request(&settings, &req, now, id);
-	wmstmt low = next_wm(b, BF_STMT_LOW, now);
-	answer(b, &low.s, 1, 1, (const char *[]){"0/1"}, now);
-	bf_stmt s = next(b, BF_STMT_CHUNK, now);
-	CHECK_STR(s.sql,
-		  "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"v\" FROM "
-		  "\"public\".\"a\" WHERE ((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1)) ORDER BY "
-		  "\"id\" LIMIT 2");
+	CHECK(backfill_add(b, &req, now, id, err, sizeof(err)));
+	st x = next_on(b, 0, BF_STMT_CHECK, now);
+	answer(b, &x, 1, 3, check_ok, now);
+	x = next_on(b, 0, BF_STMT_TABLES, now);
+	answer(b, &x, 1, 6, table_a, now);
+	x = next_on(b, 0, BF_STMT_COLUMNS, now);
+	answer(b, &x, 2, 4, (const char *[]){"16384", "id", "23", "int4", "16384", "v", "25", "text"}, now);
+	x = next_on(b, 0, BF_STMT_DESCRIBE, now);
+	answer(b, &x, 2, 12, describe_a, now);
+	x = next_on(b, 0, BF_STMT_LEAVES, now);
+	answer(b, &x, 1, 7, leaves_a, now);
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	CHECK_STR(
+	    c.sql,
+	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"v\" FROM ONLY \"public\".\"a\" WHERE ctid >= "
+	    "'(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid AND ((\"v\" COLLATE \"C\" = 'x') "
+	    "AND (\"id\" > 1)) UNION ALL SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, "
+	    "NULL) TO STDOUT");
 	backfill_set_free(b);
 }
 
@@ -912,9 +897,11 @@ static void test_progress(void)
 	    "{\"id\":\"4f2a\",\"subscription\":\"orders\",\"state\":\"running\",\"where\":null,"
 	    "\"error\":null,\"rows_read\":12345,\"rows_delivered\":12000,\"rows_dropped\":345,\"chunks_"
 	    "retried\":0,"
-	    "\"estimate\":50000,\"rows_per_second\":1234,\"eta_seconds\":31,\"tables\":["
+	    "\"estimate\":50000,\"estimate_from\":\"size\",\"rows_per_second\":1234,\"eta_seconds\":31,"
+	    "\"tables\":["
 	    "{\"schema\":\"public\",\"table\":\"orders\",\"state\":\"running\",\"key\":\"orders_pkey\","
 	    "\"error\":null,\"rows_read\":12345,\"rows_delivered\":12000,\"estimate\":50000,"
+	    "\"estimate_from\":\"size\","
 	    "\"rows_per_second\":1234,\"eta_seconds\":31},"
 	    "{\"schema\":\"public\",\"table\":\"items\",\"state\":\"queued\",\"key\":null,\"error\":null,"
 	    "\"rows_read\":0,\"estimate\":null,\"rows_per_second\":0,\"eta_seconds\":null},"
@@ -928,10 +915,10 @@ static void test_progress(void)
 	CHECK_STR(state, "running");
 	CHECK_STR(
 	    out.data,
-	    "backfill 4f2a of orders: running, 12,345 of 50,000 rows read (24%), 12,000 delivered, "
+	    "backfill 4f2a of orders: running, 12,345 of about 50,000 rows read (24%), 12,000 delivered, "
 	    "1,234 rows/s, ETA 0:31\n"
-	    "  public.orders  running, 12,345 of 50,000 rows read (24%), 12,000 delivered, 1,234 rows/s, "
-	    "ETA 0:31\n"
+	    "  public.orders  running, 12,345 of about 50,000 rows read (24%), 12,000 delivered, 1,234 "
+	    "rows/s, ETA 0:31\n"
 	    "  public.items  queued, 0 rows read, 0 delivered\n"
 	    "  public.log  failed, 0 rows read, 0 delivered\n"
 	    "    no key\n");
@@ -1003,16 +990,17 @@ static void test_change_encoding(void)
 
 int main(void)
 {
+	test_sets();
 	test_change_encoding();
 	test_progress();
 	test_request();
 	test_where();
 	test_life();
-	test_chunk_size();
-	test_rate_limit();
-	test_read_ahead();
+	test_keyless();
+	test_read_again();
+	test_retries();
 	test_failures();
-	test_cancel_restart();
-	test_changes();
+	test_estimates();
+	test_partitioned();
 	return TEST_SUMMARY("test_backfill");
 }

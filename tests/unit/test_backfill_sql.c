@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cdc/backfill/sql.h"
+#include "cdc/backfill/window.h"
 #include "test.h"
 
 static void test_quoting(void)
@@ -47,7 +48,8 @@ static void test_quoting(void)
 	}
 }
 
-static void test_chunk(void)
+/* A chunk's COPY: by block range (of a table, or of a leaf while it is a partition), or by key. */
+static void test_copy(void)
 {
 	bfsql_col cols[] = {
 	    {"id", 23, "pg_catalog", "int4"},
@@ -55,37 +57,87 @@ static void test_chunk(void)
 	    {"region", 25, "pg_catalog", "text"},
 	    {"kind", 16500, "app", "Kind"},
 	};
-	static const size_t one[] = {0}, two[] = {2, 3};
 	static const char head[] =
-	    "SELECT (SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text), \"id\", \"Odd \"\"Col\", "
-	    "\"region\", \"kind\" FROM \"public\".\"Orders\"";
-	static const struct {
-		const size_t *keys;
-		size_t nkeys;
-		bool cursor;
-		const char *where;
-		uint64_t limit;
-		const char *sql;
-	} cases[] = {
-	    {one, 1, false, NULL, 1000, " ORDER BY \"id\" LIMIT 1000"},
-	    {one, 1, true, NULL, 250,
-	     " WHERE \"id\" > $1::\"pg_catalog\".\"int4\" ORDER BY \"id\" LIMIT 250"},
-	    {one, 1, false, "\"region\" = 'eu'", 10, " WHERE (\"region\" = 'eu') ORDER BY \"id\" LIMIT 10"},
-	    {two, 2, true, "\"id\" > 5", 10,
-	     " WHERE (\"region\", \"kind\") > ($1::\"pg_catalog\".\"text\", $2::\"app\".\"Kind\") AND "
-	     "(\"id\" > 5) "
-	     "ORDER BY \"region\", \"kind\" LIMIT 10"},
-	    {two, 2, false, NULL, 1, " ORDER BY \"region\", \"kind\" LIMIT 1"},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		buf b = {0}, want = {0};
-		bfsql_chunk(&b, "public", "Orders", cols, 4, cases[i].keys, cases[i].nkeys, cases[i].cursor,
-			    cases[i].where, cases[i].limit);
-		buf_printf(&want, "%s%s", head, cases[i].sql);
-		CHECK_STR(b.data, want.data);
-		buf_free(&b);
-		buf_free(&want);
+	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"Odd \"\"Col\", \"region\", \"kind\" FROM ";
+	static const char tail[] =
+	    " UNION ALL SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, NULL, NULL, "
+	    "NULL) TO STDOUT";
+	buf b = {0}, want = {0};
+	bfsql_read r = {.schema = "public",
+			.table = "Orders",
+			.cols = cols,
+			.ncols = 4,
+			.leaf_schema = "public",
+			.leaf_name = "Orders",
+			.leaf_oid = 16384,
+			.lo = 128,
+			.hi = 256};
+	CHECK(bfsql_copy(&b, &r));
+	buf_printf(&want,
+		   "%sONLY \"public\".\"Orders\" WHERE ctid >= '(128,0)'::pg_catalog.tid AND ctid < "
+		   "'(256,0)'::pg_catalog.tid%s",
+		   head, tail);
+	CHECK_STR(b.data, want.data);
+
+	/* a leaf of a partitioned table, with a where */
+	r.leaf_schema = "part";
+	r.leaf_name = "Orders 2026";
+	r.root_oid = 16380;
+	r.where = "\"region\" = 'eu'";
+	buf_reset(&b);
+	buf_reset(&want);
+	CHECK(bfsql_copy(&b, &r));
+	buf_printf(
+	    &want,
+	    "%sONLY \"part\".\"Orders 2026\" WHERE ctid >= '(128,0)'::pg_catalog.tid AND ctid < "
+	    "'(256,0)'::pg_catalog.tid AND EXISTS (WITH RECURSIVE up(rel) AS (SELECT 16384::pg_catalog.oid "
+	    "UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.rel WHERE NOT "
+	    "i.inhdetachpending) SELECT FROM up WHERE up.rel = 16380::pg_catalog.oid) AND (\"region\" = "
+	    "'eu')%s",
+	    head, tail);
+	CHECK_STR(b.data, want.data);
+
+	/* by key: two of two columns, a quote and a backslash in them */
+	static const size_t two[] = {2, 3};
+	bf_datum k1[] = {{"eu", 2}, {"a'b", 3}}, k2[] = {{"us", 2}, {"c\\d", 3}};
+	buf keys = {0}, one = {0};
+	for (int i = 0; i < 2; i++) {
+		buf_reset(&one);
+		bf_encode(&one, i ? k2 : k1, 2);
+		uint8_t len[4] = {0, 0, 0, (uint8_t)one.len};
+		buf_append(&keys, len, 4);
+		buf_append(&keys, one.data, one.len);
 	}
+	r = (bfsql_read){.schema = "public",
+			 .table = "Orders",
+			 .cols = cols,
+			 .ncols = 4,
+			 .keys = two,
+			 .nkeys = 2,
+			 .keyvals = keys.data,
+			 .keyvals_len = keys.len,
+			 .nkeyvals = 2};
+	buf_reset(&b);
+	buf_reset(&want);
+	CHECK(bfsql_copy(&b, &r));
+	buf_printf(
+	    &want,
+	    "%s\"public\".\"Orders\" WHERE (\"region\", \"kind\") IN (VALUES ('eu'::\"pg_catalog\".\"text\", "
+	    "'a''b'::\"app\".\"Kind\"), ('us'::\"pg_catalog\".\"text\", E'c\\\\d'::\"app\".\"Kind\"))%s",
+	    head, tail);
+	CHECK_STR(b.data, want.data);
+	/* keys that do not hold what they say are refused */
+	r.nkeyvals = 3;
+	buf_reset(&b);
+	CHECK(!bfsql_copy(&b, &r));
+	r.nkeyvals = 2;
+	r.keyvals_len--;
+	buf_reset(&b);
+	CHECK(!bfsql_copy(&b, &r));
+	buf_free(&keys);
+	buf_free(&one);
+	buf_free(&b);
+	buf_free(&want);
 }
 
 static void test_messages(void)
@@ -101,16 +153,13 @@ static void test_messages(void)
 	    b.data,
 	    "role cdc may not read public.Orders: run GRANT SELECT ON \"public\".\"Orders\" TO \"cdc\"");
 	buf_reset(&b);
-	pg_no_key(&b, "public", "events");
-	CHECK_STR(b.data,
-		  "public.events has neither a primary key nor a unique index on NOT NULL columns, and a "
-		  "backfill reads a table in key order: add one (ALTER TABLE \"public\".\"events\" ADD "
-		  "PRIMARY KEY (...))");
+	bfsql_keyless(&b, "public", "events");
+	CHECK_STR(
+	    b.data,
+	    "public.events has no key, so a consumer of its backfill can apply its updates and deletes "
+	    "only with REPLICA IDENTITY FULL: run ALTER TABLE \"public\".\"events\" REPLICA IDENTITY FULL");
 	buf_reset(&b);
-	pg_not_table(&b, "public", "m", 'p');
-	CHECK_STR(b.data, "public.m is a partitioned table: backfill its partitions");
-	buf_reset(&b);
-	pg_not_table(&b, "public", "v", 'v');
+	bfsql_not_table(&b, "public", "v", 'v');
 	CHECK_STR(b.data, "public.v is not a table (relkind 'v')");
 	buf_reset(&b);
 	bfsql_no_table(&b, "public", "gone");
@@ -218,7 +267,7 @@ int main(void)
 {
 	test_where();
 	test_quoting();
-	test_chunk();
+	test_copy();
 	test_messages();
 	test_watermarks();
 	return TEST_SUMMARY("test_backfill_sql");

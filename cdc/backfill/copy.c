@@ -1,0 +1,115 @@
+/* copy.c: COPY's text format, the way the server writes it (CopyAttributeOutText) and reads it
+ * (CopyReadAttributesText): a backslash escapes the next character, b f n r t v name control
+ * characters, digits and x give a byte in octal or hex, \N alone is NULL. */
+#include "cdc/backfill/copy.h"
+
+#include <string.h>
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* The field [p, end) unescaped onto dst, which has room for end - p bytes; returns its length,
+ * or -1 for a backslash at the end. */
+static long unescape(const char *p, const char *end, char *dst)
+{
+	char *o = dst;
+	while (p < end) {
+		const char *bs = memchr(p, '\\', (size_t)(end - p));
+		size_t run = bs ? (size_t)(bs - p) : (size_t)(end - p);
+		memcpy(o, p, run);
+		o += run;
+		p += run;
+		if (!bs)
+			break;
+		if (++p == end)
+			return -1;
+		char c = *p++;
+		switch (c) {
+		case 'b':
+			*o++ = '\b';
+			break;
+		case 'f':
+			*o++ = '\f';
+			break;
+		case 'n':
+			*o++ = '\n';
+			break;
+		case 'r':
+			*o++ = '\r';
+			break;
+		case 't':
+			*o++ = '\t';
+			break;
+		case 'v':
+			*o++ = '\v';
+			break;
+		case 'x':
+			if (p < end && hex_value(*p) >= 0) {
+				int v = hex_value(*p++);
+				if (p < end && hex_value(*p) >= 0)
+					v = v * 16 + hex_value(*p++);
+				*o++ = (char)v;
+			} else {
+				*o++ = 'x';
+			}
+			break;
+		default:
+			if (c >= '0' && c <= '7') {
+				int v = c - '0';
+				for (int i = 0; i < 2 && p < end && *p >= '0' && *p <= '7'; i++)
+					v = v * 8 + (*p++ - '0');
+				*o++ = (char)v;
+			} else {
+				*o++ = c;
+			}
+			break;
+		}
+	}
+	return (long)(o - dst);
+}
+
+bool bf_copy_split(const char *line, size_t len, bf_datum *out, size_t n, buf *scratch, char *err,
+		   size_t errlen)
+{
+	if (len && line[len - 1] == '\n')
+		len--;
+	if (len > INT32_MAX)
+		return errf(err, errlen, "a row of %zu bytes is too long", len);
+	buf_reset(scratch);
+	buf_reserve(scratch, len + 1);
+	const char *p = line, *end = line + len;
+	size_t i = 0;
+	for (;;) {
+		const char *tab = memchr(p, '\t', (size_t)(end - p)), *stop = tab ? tab : end;
+		if (i == n)
+			return errf(err, errlen, "the row has more than %zu fields", n);
+		size_t flen = (size_t)(stop - p);
+		if (!memchr(p, '\\', flen)) {
+			out[i] = (bf_datum){.data = p, .len = (int32_t)flen};
+		} else if (flen == 2 && p[1] == 'N') {
+			out[i] = (bf_datum){.data = NULL, .len = -1};
+		} else {
+			char *dst = scratch->data + scratch->len;
+			long ulen = unescape(p, stop, dst);
+			if (ulen < 0)
+				return errf(err, errlen, "field %zu ends in a lone backslash", i + 1);
+			out[i] = (bf_datum){.data = dst, .len = (int32_t)ulen};
+			scratch->len += (size_t)ulen;
+		}
+		i++;
+		if (!tab)
+			break;
+		p = tab + 1;
+	}
+	if (i != n)
+		return errf(err, errlen, "the row has %zu fields, not %zu", i, n);
+	return true;
+}

@@ -72,6 +72,10 @@ typedef struct kafka_sink {
 	char run_id[37];      /* Debezium's __debezium.context.runId: this sink's start */
 	/* the renderer's scratch: nothing is allocated per event once they have grown */
 	buf topic, key, prev_key, hdr, key_out;
+	/* what topic was made of ("SCHEMA\0TABLE\0TAG"), for subscription topic_sub: events come in
+	 * runs of one table, and the name is made again only when these change (bind resets it) */
+	buf topic_of;
+	uint32_t topic_sub;
 	dbz_scratch dbz;
 	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
 	buf value;	     /* one message value: rendered head + commit tail */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 #include "cdc/match/match.h"
 #include "decoder/base/json.h"
 
@@ -60,18 +60,50 @@ static const struct {
 static const char *const status_names[] = {
     [DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
 
-void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+static void say_v(doctor *d, doctor_status st, const char *fix, const char *fmt, va_list ap)
 {
 	char detail[2048];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
 	pg_redact(&d->secrets, detail, sizeof(detail));
 	doctor_report *r = d->r;
 	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
 	r->lines[r->n++] = (doctor_line){
 	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
+}
+
+void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say_v(d, st, fix, fmt, ap);
+	va_end(ap);
+}
+
+void doctor_sql(doctor *d, const char *sql)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	free(l->sql);
+	l->sql = sql && *sql ? xstrdup(sql) : NULL;
+}
+
+void doctor_command(doctor *d, const char *command)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	buf b = {0};
+	if (l->run)
+		buf_printf(&b, "%s\n", l->run);
+	buf_puts(&b, command);
+	free(l->run);
+	l->run = b.data;
+}
+
+void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say_v(d, st, fix->words.data ? fix->words.data : "", fmt, ap);
+	va_end(ap);
+	doctor_sql(d, fix->sql.data);
 }
 
 size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
@@ -141,6 +173,11 @@ static void module_say(sink_doctor *dr, sink_verdict verdict, const char *fix, c
 	static const doctor_status status_of[] = {
 	    [SINK_PASS] = DOCTOR_PASS, [SINK_WARN] = DOCTOR_WARN, [SINK_FAIL] = DOCTOR_FAIL};
 	doctor_say(doctor_of(dr), status_of[verdict], fix, "%s", detail);
+}
+
+static void module_command(sink_doctor *dr, const char *command)
+{
+	doctor_command(doctor_of(dr), command);
 }
 
 typedef struct table_call {
@@ -253,6 +290,7 @@ static void run_modules(doctor *d)
 				   .tables = module_tables,
 				   .columns = module_columns,
 				   .say = module_say,
+				   .command = module_command,
 				   .socket_path = module_socket_path,
 				   .socket_access = module_socket_access},
 				  d};
@@ -292,6 +330,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
+	strlist_clear(&d.unit.dirs);
 	catalog_free(&d.cat);
 }
 
@@ -318,6 +357,10 @@ void doctor_print_text(const doctor_report *r, FILE *out)
 		fprintf(out, "%s  %s: %s\n", status_names[l->status], l->check, l->detail);
 		if (l->fix)
 			fprintf(out, "      fix: %s\n", l->fix);
+		if (l->sql)
+			fprintf(out, "      sql: %s\n", l->sql);
+		for (const char *p = l->run; p && *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != '\0'))
+			fprintf(out, "      run: %.*s\n", (int)strcspn(p, "\n"), p);
 	}
 	size_t n[3];
 	count(r, n);
@@ -351,6 +394,8 @@ void doctor_print_json(const doctor_report *r, buf *out)
 		json_key_str(out, &lfirst, "status", status_names[l->status]);
 		json_key_str(out, &lfirst, "detail", l->detail);
 		json_key_str(out, &lfirst, "fix", l->fix);
+		json_key_str(out, &lfirst, "sql", l->sql);
+		json_key_str(out, &lfirst, "run", l->run);
 		buf_putc(out, '}');
 	}
 	buf_puts(out, "]}\n");
@@ -361,6 +406,8 @@ void doctor_report_free(doctor_report *r)
 	for (size_t i = 0; i < r->n; i++) {
 		free(r->lines[i].detail);
 		free(r->lines[i].fix);
+		free(r->lines[i].sql);
+		free(r->lines[i].run);
 	}
 	free(r->lines);
 	r->lines = NULL;

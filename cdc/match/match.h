@@ -26,17 +26,35 @@ enum match_op {
 
 /* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
  * at most MATCH_NAME_MAX bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier
- * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if s is
+ * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if text is
  * such a pattern, else why not (static text, or why filled in). */
-const char *match_table_problem(const char *s, char *why, size_t whylen);
+const char *match_table_problem(const char *text, char *why, size_t whylen);
 /* One table's name: a pattern (match_table_problem) without globs, so it matches exactly one
- * schema.table. NULL if s is such a name, else why not. */
-const char *match_table_name_problem(const char *s, char *why, size_t whylen);
+ * schema.table. NULL if text is such a name, else why not. */
+const char *match_table_name_problem(const char *text, char *why, size_t whylen);
 /* A table's name (match_table_name_problem passed) into its two parts, unquoted. False if it is
  * not one. */
 bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char table[MATCH_NAME_MAX + 1]);
 /* Whether pattern matches the relation schema.table: an unquoted part is a glob (* and ?), a
  * "quoted" part matches exactly. False for a malformed pattern. */
 bool match_table(const char *pattern, const char *schema, const char *table);
+/* Whether a well-formed pattern names one table: no * or ? outside double quotes. */
+bool match_table_literal(const char *pattern);
+
+/* The tables closest to a literal pattern that names none: fed every table there is, it keeps the
+ * MATCH_SUGGEST nearest by edit distance (two letters swapped count as one edit), those within a
+ * quarter of the name's length (one edit at least). */
+#define MATCH_SUGGEST 3
+#define MATCH_QUALIFIED_MAX (2 * (2 * MATCH_NAME_MAX + 2) + 2) /* "schema"."table", quotes doubled */
+typedef struct match_suggest {
+	char want[2 * MATCH_NAME_MAX + 2]; /* schema.table, unquoted */
+	char best[MATCH_SUGGEST][MATCH_QUALIFIED_MAX];
+	unsigned dist[MATCH_SUGGEST];
+	size_t n;
+} match_suggest;
+void match_suggest_start(match_suggest *suggest, const char *pattern);
+void match_suggest_add(match_suggest *suggest, const char *schema, const char *table);
+/* "did you mean public.orders?" (names as patterns write them), or "" when none is close. */
+const char *match_suggest_text(const match_suggest *suggest, char *out, size_t outlen);
 
 #endif

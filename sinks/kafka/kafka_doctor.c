@@ -129,6 +129,19 @@ static void check_brokers(sink_doctor *dr)
 			d->probe.brokers == 1 ? "" : "s");
 }
 
+/* What a fix with Kafka's tools says: what, and that the tool needs kafka.properties' security
+ * settings too when the brokers ask for them (its --command-config file). */
+static void topics_words(const kafka_conf *c, char *out, size_t outlen, const char *what)
+{
+	bool secured = false;
+	for (size_t i = 0; i < c->properties.count; i++)
+		secured |= strncmp(c->properties.items[i].key, "security.", 9) == 0 ||
+			   strncmp(c->properties.items[i].key, "sasl.", 5) == 0 ||
+			   strncmp(c->properties.items[i].key, "ssl.", 4) == 0;
+	snprintf(out, outlen, "%s%s", what,
+		 secured ? " (add --command-config FILE with kafka.properties' security settings)" : "");
+}
+
 static void check_topics(sink_doctor *dr)
 {
 	doctor_state *d = probe(dr);
@@ -141,7 +154,7 @@ static void check_topics(sink_doctor *dr)
 		return;
 	}
 	const kafka_probe_config *ac = &d->probe.auto_create;
-	buf missing = {0}, fix = {0};
+	buf missing = {0};
 	size_t n = 0, present = 0;
 	for (size_t i = 0; i < d->probe.ntopics; i++) {
 		const kafka_probe_topic *t = &d->probe.topics[i];
@@ -153,8 +166,9 @@ static void check_topics(sink_doctor *dr)
 		if (c->exactly_once && strcmp(t->name, c->positions_topic) == 0)
 			continue;
 		buf_printf(&missing, "%s%s", n++ ? ", " : "", t->name);
-		buf_printf(&fix, "%skafka-topics.sh --create --topic %s", fix.len ? "; " : "", t->name);
 	}
+	char words[256];
+	topics_words(c, words, sizeof(words), "create them with Kafka's tool");
 	if (!n)
 		dr->say(dr, SINK_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
 	else if (ac->known && strcmp(ac->value, "true") == 0)
@@ -164,16 +178,24 @@ static void check_topics(sink_doctor *dr)
 			n, missing.data);
 	else if (ac->known)
 		dr->say(
-		    dr, SINK_FAIL, fix.data,
+		    dr, SINK_FAIL, words,
 		    "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
 		    n, missing.data, ac->value);
 	else
-		dr->say(dr, SINK_WARN, fix.data,
+		dr->say(dr, SINK_WARN, words,
 			"%zu missing (%s), and whether the brokers create topics on first use is unknown "
 			"(auto.create.topics.enable: %s): create them, or make sure they do",
 			n, missing.data, ac->error);
+	for (size_t i = 0; n && !(ac->known && strcmp(ac->value, "true") == 0) && i < d->probe.ntopics; i++) {
+		const kafka_probe_topic *t = &d->probe.topics[i];
+		if (t->exists || (c->exactly_once && strcmp(t->name, c->positions_topic) == 0))
+			continue;
+		char cmd[1024];
+		snprintf(cmd, sizeof(cmd), "kafka-topics.sh --bootstrap-server %s --create --topic %s",
+			 c->brokers, t->name);
+		dr->command(dr, cmd);
+	}
 	buf_free(&missing);
-	buf_free(&fix);
 }
 
 static void check_transactions(sink_doctor *dr)
@@ -219,30 +241,37 @@ static void check_positions(sink_doctor *dr)
 	for (size_t i = 0; i < d->probe.ntopics; i++)
 		if (strcmp(d->probe.topics[i].name, name) == 0)
 			t = &d->probe.topics[i];
-	char fix[512];
+	const char *brokers = ((const kafka_conf *)dr->section)->brokers;
+	char words[256], cmd[1024];
 	if (!t || !t->exists) {
-		snprintf(fix, sizeof(fix),
-			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
-			 name);
-		dr->say(dr, SINK_FAIL, fix,
+		topics_words(dr->section, words, sizeof(words), "create it, compacted, with Kafka's tool");
+		dr->say(dr, SINK_FAIL, words,
 			"%s does not exist (one the brokers create on first use is not compacted, and the "
 			"position is read back from its beginning at every start)",
 			name);
+		snprintf(cmd, sizeof(cmd),
+			 "kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions 1 --config "
+			 "cleanup.policy=compact",
+			 brokers, name);
+		dr->command(dr, cmd);
 		return;
 	}
-	snprintf(fix, sizeof(fix),
-		 "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config "
-		 "cleanup.policy=compact",
-		 name);
-	if (!t->cleanup_policy.known)
-		dr->say(dr, SINK_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
+	topics_words(dr->section, words, sizeof(words), "make it compacted with Kafka's tool");
+	snprintf(cmd, sizeof(cmd),
+		 "kafka-configs.sh --bootstrap-server %s --alter --entity-type topics --entity-name %s "
+		 "--add-config cleanup.policy=compact",
+		 brokers, name);
+	if (!t->cleanup_policy.known) {
+		dr->say(dr, SINK_WARN, words, "%s exists; its cleanup.policy is unknown (%s)", name,
 			t->cleanup_policy.error);
-	else if (!strstr(t->cleanup_policy.value, "compact"))
-		dr->say(dr, SINK_FAIL, fix,
+		dr->command(dr, cmd);
+	} else if (!strstr(t->cleanup_policy.value, "compact")) {
+		dr->say(dr, SINK_FAIL, words,
 			"%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
 			"all",
 			name, t->cleanup_policy.value);
-	else
+		dr->command(dr, cmd);
+	} else
 		dr->say(dr, SINK_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
 			t->cleanup_policy.value);
 }

@@ -8,7 +8,7 @@
 
 #include "decoder/base/log.h"
 #include "decoder/pgoutput.h"
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/position.h"
 
 /* Exactly once: the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and

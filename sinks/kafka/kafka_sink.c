@@ -2,7 +2,7 @@
  * reports come through librdkafka's main queue, which signals a pipe the daemon's event loop
  * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
  * count of unacknowledged messages. */
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/probe.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * rendered as it arrives, before its transaction commits, into one to three records (the event; a
  * tombstone; for Debezium a key change's delete and create); deliver() completes each value with
  * the commit's fields (kafka_record_value). And the records of the transactions topic. */
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * JSON of sink: stdout. */
 #include <stdlib.h>
 
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "test.h"
 
 typedef struct record {

@@ -182,7 +182,7 @@ def test_man_pages_render_and_cover_the_commands(root):
     yaml_page = man(root, "man5/cdc.yaml.5.gz")
     reference = run([cdc, "config-reference"])
     keys = re.findall(r"^### `([^`]+)`\n\n\*(.*?)\* · default", reference, re.M)
-    assert len(keys) > 50 and ("source.dsn", "libpq connection string") in keys
+    assert len(keys) > 50 and ("source.dsn", "libpq connection string, secret") in keys
     for key, kind in keys:
         assert re.search(r"^ {7}%s\n {14}%s " % (re.escape(key), re.escape(kind.split()[0])), yaml_page, re.M), key
 

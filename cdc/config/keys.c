@@ -227,6 +227,7 @@ void keys_copy(void *dst, const void *src, const keys *t)
 	}
 }
 
+/* Whether an optional key is set: a string or list given, a section with one of those given. */
 static bool is_set(const void *base, const key *k)
 {
 	if (k->type->store == ST_STR)
@@ -235,6 +236,15 @@ static bool is_set(const void *base, const key *k)
 		return CFIELD(base, k, cfg_strlist)->n != 0;
 	if (k->type->store == ST_IDS)
 		return CFIELD(base, k, id_list)->n != 0;
+	if (k->type->store == ST_SECTION) {
+		const keys *t = k->arg;
+		for (const key *c = t->k; c < t->k + t->n; c++)
+			if ((c->type->store == ST_STR || c->type->store == ST_LIST ||
+			     c->type->store == ST_SECTION) &&
+			    is_set(base, c))
+				return true;
+		return false;
+	}
 	return true;
 }
 
@@ -332,7 +342,8 @@ static key sub_k[] = {
 		    "decoding messages, `pg_logical_emit_message`), `schema` (a table's columns before its "
 		    "rows, [events.md](events.md#schema-events); needs a row operation) and `ddl` (DDL "
 		    "commands, with `source.ddl`, [events.md](events.md#ddl-events)). Every one but "
-		    "`message` by default."},
+		    "`message` by default, and with Kafka's `format: debezium` and `avro` but `truncate` too "
+		    "(Debezium's `skipped.operations`); list them to have them."},
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
 		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
 		       "`{tag}` in topic templates)."},
@@ -380,6 +391,22 @@ static void report_problem(sink_problems *problems, size_t key_index, const char
 	err_key(p->x, n ? n : p->fallback, sub_built[p->first + key_index].name, "%s", message);
 }
 
+/* The operations of a subscription as its sink's settings change them (sink_module's ops hooks). */
+static unsigned match_ops(unsigned bits)
+{
+	return ((bits & SINK_OP_TRUNCATE) ? MATCH_OP_TRUNCATE : 0u) |
+	       ((bits & SINK_OP_SCHEMA) ? MATCH_OP_SCHEMA : 0u);
+}
+
+static void module_ops(const sink_module *m, cfg_subscription *s, bool given)
+{
+	const void *settings = s->sink_settings[s->sink];
+	if (m->ops_not_default && !given)
+		s->ops &= ~match_ops(m->ops_not_default(settings));
+	if (m->ops_needed && (s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
+		s->ops |= match_ops(m->ops_needed(settings));
+}
+
 static void check_sub(ctx *x, void *base, const pair *seen)
 {
 	cfg_subscription *s = base;
@@ -400,14 +427,16 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
 		err_key(x, seen[SK_OPS].k, "operations",
 			"schema events come before rows: schema needs insert, update or delete too");
-	if (!sink_ok || !m->check_sub)
+	if (!sink_ok)
 		return;
 	bool given[CFG_MAX_KEYS] = {0};
 	size_t first = sub_first[s->sink];
 	for (size_t i = 0; i < m->sub_keys.count; i++)
 		given[i] = seen[first + i].k != NULL;
 	sub_problems p = {{report_problem}, x, seen, first, sv ? sv : seen[SK_NAME].k};
-	m->check_sub(s->sink_settings[s->sink], given, &p.base);
+	if (m->check_sub)
+		m->check_sub(s->sink_settings[s->sink], given, &p.base);
+	module_ops(m, s, seen[SK_OPS].k != NULL);
 }
 
 /* Keys of another sink are refused by the parser: only this sink's are printed, as its module says;

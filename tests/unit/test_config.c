@@ -630,16 +630,34 @@ static const struct {
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, format: json}\n",
 	    "t.yaml:2:44: subscriptions[0].format: only valid with sink: kafka (this subscription's sink is "
 	    "stdout)\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: xml}\n",
+	    "t.yaml:3:51: subscriptions[0].format: invalid value \"xml\" (expected protobuf, json, debezium, avro)\n"),
+	/* format avro: a registry, every column in a record, and only its keys */
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: avro}\n",
-	    "t.yaml:3:51: subscriptions[0].format: invalid value \"avro\" (expected protobuf, json, debezium)\n"),
+	    "t.yaml:3:5: subscription a has format: avro, which registers its schemas in a schema registry: set "
+	    "kafka.schema_registry.url\n"),
+	BAD("kafka: {brokers: k, schema_registry: {url: \"ftp://r\"}}\nsubscriptions:\n  - {name: a, tables: [a.b], "
+	    "sink: kafka, format: avro, unchanged_toast: omit, schemas: true}\n",
+	    "t.yaml:1:44: kafka.schema_registry.url: invalid URL \"ftp://r\": a URL that starts with http:// or "
+	    "https://\n"
+	    "t.yaml:3:80: subscriptions[0].schemas: only valid with format: debezium (this subscription's format is "
+	    "avro)\n"
+	    "t.yaml:3:57: subscriptions[0].unchanged_toast: omit is not possible with format: avro (a record has every "
+	    "field of its schema): use placeholder\n"
+	    "t.yaml:3:5: subscription a has format: avro, which registers its schemas in a schema registry: set "
+	    "kafka.schema_registry.url\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium, "
+	    "subject_strategy: record}\n",
+	    "t.yaml:3:61: subscriptions[0].subject_strategy: only valid with format: avro (this subscription's format "
+	    "is debezium)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: json, schemas: true,"
 	    " server_name: x, unchanged_toast: omit}\n",
 	    "t.yaml:3:57: subscriptions[0].schemas: only valid with format: debezium (this subscription's format is "
 	    "json)\n"
-	    "t.yaml:3:72: subscriptions[0].server_name: only valid with format: debezium (this subscription's format "
-	    "is json)\n"
-	    "t.yaml:3:88: subscriptions[0].unchanged_toast: only valid with format: debezium (this subscription's "
-	    "format is json)\n"),
+	    "t.yaml:3:72: subscriptions[0].server_name: only valid with format: debezium and avro (this "
+	    "subscription's format is json)\n"
+	    "t.yaml:3:88: subscriptions[0].unchanged_toast: only valid with format: debezium and avro (this "
+	    "subscription's format is json)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium,"
 	    " server_name: \"a b\", unchanged_toast: null}\n",
 	    "t.yaml:3:74: subscriptions[0].server_name: invalid name \"a b\": a Kafka topic name "
@@ -706,7 +724,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "allow, topic, tombstones, format, schemas, server_name, unchanged_toast, subject, snapshot)\n"),
+	    "allow, topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -1220,7 +1238,8 @@ static void test_parse_subscription(void)
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, allow, topic, "
 	     "tombstones, "
-	     "format, schemas, server_name, unchanged_toast, subject, snapshot)\n"},
+	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, "
+	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1505,6 +1524,52 @@ static void test_format_defaults(void)
 	cfg_subscription_free(put);
 	cfg_free(c);
 	buf_free(&e);
+}
+
+/* Debezium's formats leave truncates out unless the operations list names them (its
+ * skipped.operations default), and avro receives schema events whatever the list says. */
+static void test_format_operations(void)
+{
+	static const unsigned rows = MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE;
+	static const struct {
+		const char *sub;
+		unsigned ops;
+	} cases[] = {
+	    {"{name: a, tables: [a.b], sink: kafka}", MATCH_OPS_DEFAULT},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium}",
+	     MATCH_OPS_DEFAULT & ~MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium, operations: [insert, truncate]}",
+	     MATCH_OP_INSERT | MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro}", MATCH_OPS_DEFAULT & ~MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro, operations: [insert, update, delete, "
+	     "truncate]}",
+	     rows | MATCH_OP_TRUNCATE | MATCH_OP_SCHEMA},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro, operations: [message]}", MATCH_OP_MESSAGE},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		buf y = {0}, e = {0};
+		buf_printf(&y,
+			   "kafka: {brokers: k, schema_registry: {url: \"http://r\"}}\nsubscriptions: [%s]\n",
+			   cases[i].sub);
+		cfg *c = parse(y.data, &e);
+		CHECK(c != NULL);
+		if (c) {
+			CHECK_INT(c->subs[0].ops, cases[i].ops);
+			/* the same from a PUT body */
+			const char *body = strchr(cases[i].sub, ',') + 1;
+			buf b = {0};
+			buf_printf(&b, "{%s", body);
+			cfg_subscription *put = cfg_parse_subscription(c, "a", b.data, b.len, &e);
+			CHECK(put && put->ops == cases[i].ops);
+			cfg_subscription_free(put);
+			buf_free(&b);
+		} else {
+			fprintf(stderr, "case %zu: %s", i, e.data);
+		}
+		cfg_free(c);
+		buf_free(&y);
+		buf_free(&e);
+	}
 }
 
 static void note_key(const char *key, void *arg)
@@ -2031,6 +2096,7 @@ int main(void)
 	test_overlay();
 	test_sink_defaults();
 	test_format_defaults();
+	test_format_operations();
 	test_restart_keys();
 	test_enum_names();
 	test_nats_keys();

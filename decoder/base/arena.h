@@ -9,11 +9,11 @@
 typedef struct arena arena;
 
 arena *arena_new(size_t chunk_size);
-void arena_free(arena *a);
+void arena_free(arena *ar);
 /* Returns zeroed memory aligned for any type; aborts on out-of-memory like the rest of cdc. */
-void *arena_alloc(arena *a, size_t size);
-char *arena_strndup(arena *a, const char *s, size_t len);
+void *arena_alloc(arena *ar, size_t size);
+char *arena_strndup(arena *ar, const char *text, size_t len);
 /* Releases everything; keeps the first chunk for reuse. */
-void arena_reset(arena *a);
+void arena_reset(arena *ar);
 
 #endif

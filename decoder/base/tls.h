@@ -18,12 +18,12 @@ tls_conn *tls_open(int fd, const char *host, const char *cafile, char *err, size
 /* The check of the server's certificate against cafile, and of its names against host when
  * check_host: false when it passes; else true with why in out ("certificate has expired: the
  * certificate CN=db, issued by CN=ca, valid from ... to ..."). */
-bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen);
-/* Writes all n bytes of p: false on an error. */
-bool tls_write_all(tls_conn *t, const void *p, size_t n) CDC_MUST_CHECK;
-/* Reads up to n bytes: how many, 0 once the peer closed (cleanly or not: an answer's length tells
- * whether it is whole), -1 on an error. */
-long tls_read(tls_conn *t, void *p, size_t n);
-void tls_close(tls_conn *t);
+bool tls_verdict(tls_conn *conn, bool check_host, char *out, size_t outlen);
+/* Writes all count bytes of data: false on an error. */
+bool tls_write_all(tls_conn *conn, const void *data, size_t count) CDC_MUST_CHECK;
+/* Reads up to count bytes into data: how many, 0 once the peer closed (cleanly or not: an answer's
+ * length tells whether it is whole), -1 on an error. */
+long tls_read(tls_conn *conn, void *data, size_t count);
+void tls_close(tls_conn *conn);
 
 #endif

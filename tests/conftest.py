@@ -33,7 +33,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg import TempPostgres  # noqa: E402
-from kafka_fixtures import kafka, kafka_mock, kafka_reader, proto  # noqa: E402,F401
+from kafka_fixtures import kafka, kafka_mock, kafka_reader, kafka_sasl, proto  # noqa: E402,F401
 from nats_fixtures import nats_server  # noqa: E402,F401
 from schema_check import SchemaCheck, wants_schema  # noqa: E402
 

@@ -156,6 +156,11 @@ TEST_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/integration
 
+# make check runs the suite in two halves side by side, every other test each (its tests mostly
+# wait on servers, not on the CPU): check-integration-half-1 and -2.
+check-integration-half-%: $(B)/cdc $(B)/tests/kafka_mock
+	$(Q)$(TEST_ENV) CDC_SHARD=$*/2 CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/integration
+
 check-matrix: $(PG_VERSIONS:%=check-matrix-%)
 check-matrix-%: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(TEST_ENV) CDC_PG_VERSION=$* $(PYTHON) -m pytest -q -m matrix tests/integration

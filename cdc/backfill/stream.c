@@ -93,16 +93,9 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 		if (t->state != BF_RUNNING)
 			continue;
 		chunk *c = NULL;
-		for (size_t i = 0; i < t->nchunks; i++) {
-			chunk *x = t->chunks[i];
-			/* the chunk the lane read after this one opens here */
-			if (high && strcmp(x->after, nonce) == 0) {
-				bfw_open(x->w);
-				x->after[0] = '\0';
-			}
-			if (strcmp(x->nonce, nonce) == 0)
-				c = x;
-		}
+		for (size_t i = 0; i < t->nchunks && !c; i++)
+			if (strcmp(t->chunks[i]->nonce, nonce) == 0)
+				c = t->chunks[i];
 		if (!c)
 			continue;
 		switch (bfw_watermark(c->w, nonce, high)) {

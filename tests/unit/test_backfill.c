@@ -403,10 +403,12 @@ static void test_read_again(void)
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty\n", "9:9:\t\\N\t\\N\n", NULL}, now);
 	st h = next_on(b, 0, BF_STMT_HIGH, now);
 	written(b, &h, now);
-	/* the lane's next range is read at once: its window opens at this high watermark */
+	/* the lane waits for the stream to bring its high watermark, then reads its next range at
+	 * once: that watermark stands for the next chunk's low one */
+	nothing_on(b, 0, now);
+	deliver(b, h.wm, 20, &k, now);
 	st c2 = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c2.sql, "ctid >= '(2,0)'") != NULL);
-	deliver(b, h.wm, 20, &k, now);
 	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
 	/* row 3, not read yet, moves (say into block 0) with its v unchanged, and 9 with it */
 	change(b, "a", "3", "3", 30, true);

@@ -1236,9 +1236,10 @@ def trigger_worker(dsn, sub_id, batch):
     print(f"count {n}", flush=True)
 
 
-SECTIONS = ("drain", "latency", "backfill", "trigger", "subscriptions", "consumers", "tables")
+SECTIONS = ("drain", "latency", "backfill", "trigger", "subscriptions", "consumers", "tables", "scale")
+# scale (backfill_scale.py: a 10 GB table) only when asked for
 ALIASES = {"peers": ("drain", "trigger"), "growth": ("subscriptions", "consumers", "tables"),
-           "all": SECTIONS}
+           "all": SECTIONS[:-1]}
 
 
 def sections_of(spec):
@@ -1291,6 +1292,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"),
                     help="where results.md, results.json and the PNGs go")
     ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
+    ap.add_argument("--scale-rows", type=int, default=50_000_000,
+                    help="rows of the scale section's table (about 200 bytes each)")
+    ap.add_argument("--scale-rate", type=int, default=500,
+                    help="transactions/s into another table while the scale section's backfill runs")
     ap.add_argument("--pg-version", type=int, default=None,
                     help="PostgreSQL major version (tests/pg.py: 14 to 18; default Debian's, the one "
                          "with wal2json)")
@@ -1346,6 +1351,9 @@ def main():
                 results["consumers"] = growth_consumers(args, pg, work)
             if "tables" in sections:
                 results["tables"] = growth_tables(args, pg, work)
+            if "scale" in sections:
+                import backfill_scale
+                results["scale"] = backfill_scale.run(args, pg, work)
     finally:
         mock.stdin.close()
         mock.wait(30)

@@ -141,6 +141,9 @@ def markdown(r):
                f"run (median of {len(x['runs'])} runs; backfills during each: "
                f"{', '.join(str(y['backfills']) for y in x['runs'])}): {n0(x['tps'])} tps, p50 "
                f"{x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max {x['max']:.2f} ms.", ""]
+    if "scale" in r:
+        import backfill_scale
+        md += backfill_scale.markdown(r["scale"])
     if "trigger" in r:
         t = r["trigger"]
         w = t["wal"]

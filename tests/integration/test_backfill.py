@@ -287,9 +287,16 @@ def table_rows(pg, table):
     return {r[0]: {"id": r[0], "v": r[1], "n": r[2]} for r in pg.sql(f"select id, v, n from {table}")}
 
 
-def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
+@pytest.mark.parametrize("shape", ["plain", "partitioned"])
+def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader, shape):
+    """The table plain, or partitioned (by hash: a key change moves its row to another partition)."""
     t = f"{schema}.t"
-    pg.sql(f"create table {t} (id int primary key, v text not null, n int not null)")
+    if shape == "plain":
+        pg.sql(f"create table {t} (id int primary key, v text not null, n int not null)")
+    else:
+        pg.sql(f"create table {t} (id int primary key, v text not null, n int not null) partition by hash (id)")
+        for i in range(4):
+            pg.sql(f"create table {t}_{i} partition of {t} for values with (modulus 4, remainder {i})")
     pg.sql(f"insert into {t} select g, 'v' || g, 0 from generate_series(1, {ROWS}) g")
     pg.sql(f"analyze {t}")
     topic = f"bf.{schema}"

@@ -51,7 +51,7 @@ LIB_SRCS := \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c cdc/config/secret.c \
 	cdc/daemon/sinks_setup.c cdc/daemon/setup.c cdc/daemon/sidecar.c cdc/daemon/reload.c cdc/daemon/figures.c cdc/daemon/daemon.c \
-	cdc/daemon/backfills.c cdc/daemon/notify.c \
+	cdc/daemon/backfills.c cdc/daemon/signals.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
@@ -64,9 +64,9 @@ FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire a
 # Backfills (cdc/backfill/): snapshots read by block ranges, each a COPY between watermarks, while the stream flows.
 LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/keys.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
 	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
-	cdc/backfill/request.c cdc/cli/backfill_cmd.c
-UNIT_TESTS += backfill_window backfill_sql backfill
-FUZZERS += backfill copy
+	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
+UNIT_TESTS += backfill_window backfill_sql backfill signal
+FUZZERS += backfill signal copy
 
 LIB_OBJS := $(PROTO_C:build/%.c=$(B)/obj/%.o) $(LIB_SRCS:%.c=$(B)/obj/%.o)
 FUZZ_REPLAYS := $(FUZZERS:%=$(B)/tests/fuzz/replay_%)
@@ -274,10 +274,17 @@ demo: deps
 # (--scale-rows 50000000; --scale-rows 2000000 for a short run).
 # Debian's PostgreSQL 15 (the server with wal2json, a peer in the tables) unless PG_VERSION is
 # given: PG_VERSION=18 make bench.
+# make bench BENCH_BASE=<git rev> also builds that revision's cdc (build/bench-base/<rev>/, once) and
+# runs it beside the new one: every drain and latency run, before and after in one run.
+BENCH_BASE_BIN = build/bench-base/$(BENCH_BASE)/build/cdc
 bench:
 	$(Q)deploy/deps.sh build bench
 	$(Q)$(MAKE) --no-print-directory all build/tests/kafka_mock
-	$(Q)$(PYTHON) tests/bench/bench.py $(if $(filter-out file,$(origin PG_VERSION)),--pg-version $(PG_VERSION)) $(BENCH_ARGS)
+	$(Q)$(if $(BENCH_BASE),test -x $(BENCH_BASE_BIN) || { rm -rf build/bench-base/$(BENCH_BASE) && \
+	  mkdir -p build/bench-base/$(BENCH_BASE) && git archive $(BENCH_BASE) | tar -x -C build/bench-base/$(BENCH_BASE) && \
+	  $(MAKE) --no-print-directory -C build/bench-base/$(BENCH_BASE) all; })
+	$(Q)$(PYTHON) tests/bench/bench.py $(if $(filter-out file,$(origin PG_VERSION)),--pg-version $(PG_VERSION)) \
+	  $(if $(BENCH_BASE),--baseline $(BENCH_BASE_BIN)) $(BENCH_ARGS)
 
 # make soak DURATION=1800: a steady 2,000 transactions/s into stdout, Kafka (at least once and exactly
 # once) and a shared socket subscription for DURATION seconds, a backfill and a restart on the way;

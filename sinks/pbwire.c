@@ -73,10 +73,17 @@ size_t pb_commit_size(const sink_commit *c)
  * a oneof member is written whenever it is the one set, but for a string that is NULL or
  * protobuf-c's own empty default and a NULL message. */
 
-static void put_varint(buf *b, uint64_t v)
+/* Inline, with the one-byte case first: an event of four columns writes about 60 varints, most of
+ * them tags and short lengths, and the calls were a tenth of the Kafka sink's thread (callgrind). */
+static inline __attribute__((always_inline)) void put_varint(buf *b, uint64_t v)
 {
 	buf_reserve(b, 10);
 	uint8_t *p = (uint8_t *)b->data + b->len;
+	if (v < 0x80) {
+		*p = (uint8_t)v;
+		b->len++;
+		return;
+	}
 	size_t n = 0;
 	while (v >= 0x80) {
 		p[n++] = (uint8_t)(v | 0x80);
@@ -86,7 +93,7 @@ static void put_varint(buf *b, uint64_t v)
 	b->len += n;
 }
 
-static void put_tag(buf *b, unsigned field, unsigned wire)
+static inline void put_tag(buf *b, unsigned field, unsigned wire)
 {
 	put_varint(b, tag(field, wire));
 }

@@ -398,6 +398,38 @@ static void summary_subscriptions(buf *out, json_object *root)
 	free(cells);
 }
 
+/* source.signal_table: the counts, and the last signal with what came of it. */
+static void summary_signals(buf *out, json_object *root)
+{
+	json_object *g = member(root, "signals", json_type_object);
+	json_object *last = member(g, "last", json_type_object);
+	json_object *bfs = member(last, "backfills", json_type_array);
+	char f[5][128], why[1024];
+	if (!g)
+		return;
+	buf_printf(out, "signals %s: %s received, %s refused, %s backfills started, %s stopped\n",
+		   field(g, "table", f[0], 128), field(g, "received", f[1], 128),
+		   field(g, "refused", f[2], 128), field(g, "backfills_started", f[3], 128),
+		   field(g, "backfills_stopped", f[4], 128));
+	if (!last)
+		return;
+	bool stop = strcmp(field(last, "type", f[1], 128), "stop-snapshot") == 0;
+	buf_printf(out, "  last %s (%s at %s): ", field(last, "id", f[0], 128), f[1],
+		   field(last, "lsn", f[2], 128));
+	if (member(last, "error", json_type_string))
+		buf_printf(out, "refused: %s\n", field(last, "error", why, sizeof(why)));
+	else if (!bfs || !json_object_array_length(bfs))
+		buf_puts(out, stop ? "no backfill to stop\n" : "no backfill\n");
+	for (size_t i = 0; bfs && i < json_object_array_length(bfs); i++) {
+		json_object *b = json_object_array_get_idx(bfs, i);
+		bool failed = member(b, "error", json_type_string) != NULL;
+		buf_printf(out, "%s%s %s of %s%s%s", i ? ", " : "", stop ? "stopped backfill" : "backfill",
+			   field(b, "backfill", f[3], 128), field(b, "subscription", f[4], 128),
+			   failed ? ": " : "", failed ? field(b, "error", why, sizeof(why)) : "");
+		buf_puts(out, i + 1 == json_object_array_length(bfs) ? "\n" : "");
+	}
+}
+
 bool status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen)
 {
 	json_tokener *tok = json_tokener_new();
@@ -424,6 +456,7 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
 		backfill_summary(backfills, out);
+	summary_signals(out, root);
 	for (const sink_module *const *m = sink_modules; *m; m++) {
 		json_object *figures = member(root, (*m)->name, json_type_object);
 		if (figures && (*m)->status_text)

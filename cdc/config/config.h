@@ -76,6 +76,7 @@ typedef struct cfg {
 		char *primary_dsn;		 /* writes when dsn is a standby; NULL if none */
 		bool ddl; /* capture DDL with an event trigger (docs/events.md); default false */
 		bool publish_generated_columns; /* PostgreSQL 18+; default false */
+		char *signal_table; /* "schema.table" whose inserts ask for backfills; NULL: none */
 	} source;
 	char *state_dir; /* default "/var/lib/cdc" */
 	struct {

@@ -242,7 +242,8 @@ static inline char *key_field(const void *base, const key *k)
 
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
 extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
-    t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids, t_props;
+    t_table, t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids,
+    t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
 /* status.control_uids' default, in force until the file names others (an empty list too): root and

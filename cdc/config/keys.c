@@ -560,6 +560,12 @@ static const key source_k[] = {
 	    "start on an earlier server, which never publishes them. A publication that exists is left as "
 	    "it is (cdc warns when it does not publish them). See "
 	    "[events.md](events.md#generated-columns)."},
+    {"signal_table", &t_table, TOP(source.signal_table), NULL, K_OPTIONAL, .restart = true,
+     .doc = "A table (`schema.table`, with the columns `id`, `type` and `data`) whose inserts ask for "
+	    "backfills, in the shape of Debezium's signals: an `execute-snapshot` row starts backfills of "
+	    "the tables it names, a `stop-snapshot` row stops them. cdc reads the rows from the WAL as "
+	    "they commit, and with `create` adds the table to the publication. See "
+	    "[backfills.md](backfills.md#backfills-asked-for-from-sql)."},
 };
 
 enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };

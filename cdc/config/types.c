@@ -119,6 +119,21 @@ static void set_ident(ctx *x, const node *v, void *base, const key *k)
 	set_string(x, v, base, k);
 }
 
+/* One table's name, "schema.table" without globs (match_table_name_problem). */
+static void set_table(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = scalar(x, v, "a \"schema.table\" name");
+	char why[160];
+	const char *problem = s ? match_table_name_problem(s, why, sizeof why) : NULL;
+	if (!s)
+		return;
+	if (problem) {
+		err_at(x, v, "invalid table name %s: %s", qnode(x, v), problem);
+		return;
+	}
+	set_string(x, v, base, k);
+}
+
 static void set_bool(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = scalar(x, v, "true or false");
@@ -777,6 +792,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_path = {set_path, print_string, ST_STR, .name = "path"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
+	    t_table = {set_table, print_string, ST_STR, .name = "table name"},
 	    t_checked = {set_checked, print_string, ST_STR, .name = "string"},
 	    t_bool = {set_bool, print_bool, ST_VALUE, sizeof(bool), .name = "boolean"},
 	    t_duration = {set_duration, print_duration, ST_VALUE, sizeof(uint64_t), .name = "duration"},

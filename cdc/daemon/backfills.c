@@ -35,9 +35,8 @@ static bf_now now(void)
 	return (bf_now){.ms = now_ms(), .wall_ms = wall_ms()};
 }
 
-/* Queues a backfill of s: every table, or those of req. */
-static bool queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
-		  char id[BF_ID_SIZE], char *err, size_t errlen)
+bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
+		     char id[BF_ID_SIZE], char *err, size_t errlen)
 {
 	bf_request r = {.subscription = s->name,
 			.sub_tables = (const char *const *)s->tables.v,
@@ -62,7 +61,7 @@ bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen)
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *s = &d->cfg->subs[i];
 		char id[BF_ID_SIZE];
-		if (!queue(d, s, NULL, false, id, err, errlen))
+		if (!backfills_queue(d, s, NULL, false, id, err, errlen))
 			return false;
 		bool f = true;
 		json_sep(ids, &first);
@@ -82,7 +81,7 @@ static void snapshots(sidecar *d)
 		const cfg_subscription *s = &d->cfg->subs[i];
 		char id[BF_ID_SIZE];
 		if (s->snapshot && !backfill_has_snapshot(d->bf, s->name) &&
-		    !queue(d, s, NULL, true, id, d->err, sizeof(d->err)))
+		    !backfills_queue(d, s, NULL, true, id, d->err, sizeof(d->err)))
 			log_warn("cannot queue the subscription's snapshot", "subscription=%s error=\"%s\"",
 				 s->name, d->err);
 	}
@@ -246,7 +245,8 @@ void backfills_tables_added(sidecar *d, const cfg_strlist *added)
 			for (size_t p = 0; p < s->tables.n && !has; p++)
 				has = match_table(s->tables.v[p], added->v[i], added->v[i + 1]);
 			char id[BF_ID_SIZE];
-			if (s->snapshot && has && !queue(d, s, &req, false, id, d->err, sizeof(d->err)))
+			if (s->snapshot && has &&
+			    !backfills_queue(d, s, &req, false, id, d->err, sizeof(d->err)))
 				log_warn("cannot queue the backfill of a table added to the publication",
 					 "subscription=%s table=%s error=\"%s\"", s->name, pattern.data,
 					 d->err);
@@ -369,7 +369,7 @@ void backfills_on_control(sidecar *d, status_request *req)
 			sidecar_answer_error(d, req, 400, err, NULL);
 			return;
 		}
-		bool ok = queue(d, s, &body, false, id, err, sizeof(err));
+		bool ok = backfills_queue(d, s, &body, false, id, err, sizeof(err));
 		bf_request_free(&body);
 		if (!ok) {
 			sidecar_answer_error(d, req, 400, err, NULL);

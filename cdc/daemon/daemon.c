@@ -637,7 +637,7 @@ static int setup(sidecar *d, uint64_t endpos)
 		log_error("cannot serve the status socket", "error=\"%s\"", d->err);
 		return 1;
 	}
-	return backfills_init(d) ? 0 : 1;
+	return backfills_init(d) && signals_init(d) ? 0 : 1;
 }
 
 int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
@@ -685,6 +685,7 @@ out:
 	state_writer_free(d.sw); /* after what it has left to write */
 	/* Whatever has events on the loop goes before the loop. */
 	reload_free(&d);
+	signals_free(&d);
 	backfills_free(&d);
 	status_free(d.status);
 	sink_set_free(&d.sinks);

@@ -204,6 +204,7 @@ void figures_publish(sidecar *d, bool force)
 	buf status = {0}, metrics = {0}, list = {0}, backfills = {0};
 	report_backfill *bf_rows = NULL;
 	r.nbackfills = backfills_report(d, &bf_rows, &backfills);
+	signals_report(d, &r);
 	r.backfills = bf_rows;
 	r.backfills_json = backfills.data;
 	report_status_json(&r, &status);

@@ -39,5 +39,6 @@ source_settings setup_source(const cfg *c)
 				 .generated_columns = c->source.publish_generated_columns,
 				 .heartbeat = c->source.heartbeat_ms != 0,
 				 .publish = (const char *const *)c->source.publish.v,
-				 .npublish = c->source.publish.n};
+				 .npublish = c->source.publish.n,
+				 .signal_table = c->source.signal_table};
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cdc/backfill/reader.h"
+#include "cdc/backfill/request.h"
 #include "cdc/config/config.h"
 #include "cdc/daemon/sinks_setup.h"
 #include "cdc/pipeline/pipeline.h"
@@ -81,6 +82,23 @@ typedef struct figures {
 	char not_ready[192];	  /* /readyz's reason when it is made up */
 } figures;
 
+/* Backfills asked for from SQL: rows of source.signal_table (signals.c). */
+typedef struct signals {
+	/* the last signal acted on, by its position: the stream may bring it again after a crash */
+	bool done;
+	uint64_t done_lsn;
+	uint32_t done_index;
+	/* the backfills signals started, which a stop-snapshot signal may cancel */
+	struct signal_started {
+		char *signal, *subscription;
+		char id[BF_ID_SIZE];
+		cfg_strlist tables; /* the signal's names of the tables it reads */
+	} * started;
+	size_t nstarted;
+	uint64_t received, refused, backfills_started, backfills_stopped;
+	buf last; /* the last signal and what came of it, a JSON object ("" before the first) */
+} signals;
+
 typedef struct sidecar {
 	cfg *cfg;
 	const char *cfg_path;
@@ -102,6 +120,7 @@ typedef struct sidecar {
 		uint64_t since_ms;
 	} * bf_waiting;
 	size_t nbf_waiting;
+	signals sig;
 	connection conn;
 	reloads rl;
 	figures fig;
@@ -154,6 +173,10 @@ void backfills_removed(sidecar *d, const char *name);
 /* Tables were added to the publication (schema, table pairs): the `snapshot: true` subscriptions
  * that have them backfill them, since the stream has none of their rows from before. */
 void backfills_tables_added(sidecar *d, const cfg_strlist *added);
+/* Queues a backfill of s: every table, or those of req; id gets its id. False with a message. Its
+ * checks run on the reader's connection: a refused one fails with the reason in GET /backfills. */
+bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
+		     char id[BF_ID_SIZE], char *err, size_t errlen) CDC_MUST_CHECK;
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
 void backfills_on_control(sidecar *d, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),
@@ -179,6 +202,14 @@ void backfills_publish(sidecar *d);
 /* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON
  * array (published as GET /backfills too). Returns the rows' count. */
 size_t backfills_report(sidecar *d, report_backfill **rows, buf *json);
+
+/* signals.c */
+/* With source.signal_table: what signals did before (state_dir/signals.json), and the pipeline
+ * hands each signal row on from now. False (logged) if the file is unusable. */
+bool signals_init(sidecar *d);
+void signals_free(sidecar *d);
+/* Their figures for /status and /metrics. */
+void signals_report(const sidecar *d, report *r);
 
 /* resync.c */
 typedef enum resync_result { RESYNC_DONE, RESYNC_RETRY, RESYNC_STOP } resync_result;

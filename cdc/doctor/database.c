@@ -8,6 +8,7 @@
 
 #include "cdc/backfill/sql.h"
 #include "cdc/doctor/internal.h"
+#include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 #include "cdc/source/catalog.h"
 #include "cdc/source/ddl_trigger.h"
@@ -561,6 +562,80 @@ void doctor_backfill(doctor *d)
 				   "subscription %s (%s): role %s may read its %zu tables", s->name,
 				   s->snapshot ? "snapshot: true" : "re-sync", d->role, bt.n);
 	}
+}
+
+/* source.signal_table: the table, its columns, that the publication holds it (or cdc adds it) and
+ * who may insert signals. */
+void doctor_signal_table(doctor *d)
+{
+	char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
+	const char *name = d->c->source.signal_table;
+	if (!match_table_split(name, schema, table))
+		return; /* the configuration refused it */
+	const char *params[] = {schema, table};
+	PGresult *res = doctor_ask(
+	    d, "the signal table",
+	    "SELECT pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.pg_has_role(c.relowner, 'USAGE'), "
+	    "(SELECT pg_catalog.string_agg(a.attname, ' ') FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+	    "c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attname IN ('id', 'type', 'data')), "
+	    "(SELECT pg_catalog.string_agg(DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE "
+	    "pg_catalog.pg_get_userbyid(x.grantee) END, ', ') FROM pg_catalog.aclexplode(c.relacl) x WHERE "
+	    "x.privilege_type = 'INSERT' AND x.grantee <> c.relowner), EXISTS (SELECT FROM "
+	    "pg_catalog.aclexplode(c.relacl) x WHERE "
+	    "x.privilege_type = 'INSERT' AND x.grantee = 0) "
+	    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+	    "WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+	    2, params);
+	buf q = {0}, fix = {0};
+	if (!res)
+		return;
+	qualified(&q, schema, table);
+	if (PQntuples(res) != 1) {
+		buf_printf(&fix, "CREATE TABLE %s (id text PRIMARY KEY, type text NOT NULL, data text)",
+			   q.data);
+		doctor_say(d, DOCTOR_FAIL, fix.data, "%s does not exist, so no signal reaches cdc", q.data);
+		goto out;
+	}
+	const char *owner = PQgetvalue(res, 0, 0), *cols = PQgetvalue(res, 0, 2),
+		   *who = PQgetvalue(res, 0, 3);
+	bool owned = PQgetvalue(res, 0, 1)[0] == 't', everyone = PQgetvalue(res, 0, 4)[0] == 't';
+	static const char *const need[] = {"id", "type", "data"};
+	for (int i = 0; i < 3; i++) {
+		size_t len = strlen(need[i]);
+		const char *at = strstr(cols, need[i]);
+		if (at && (at == cols || at[-1] == ' ') && (at[len] == ' ' || !at[len]))
+			continue;
+		buf_printf(&fix, "ALTER TABLE %s ADD COLUMN %s text", q.data, need[i]);
+		doctor_say(d, DOCTOR_FAIL, fix.data, "%s has no column %s: every signal would be refused",
+			   q.data, need[i]);
+		goto out;
+	}
+	const doctor_table *t = find_table(d, schema, table);
+	bool held = t && published(d, t), adds = d->c->source.create && (owned || d->superuser);
+	if (!held && !adds) {
+		buf_puts(&fix, "ALTER PUBLICATION ");
+		bfsql_quote_ident(&fix, d->c->source.publication);
+		buf_printf(&fix, " ADD TABLE %s (as its owner %s or a superuser)", q.data, owner);
+		doctor_say(d, DOCTOR_FAIL, fix.data,
+			   "%s is not in publication %s and cdc cannot add it, so no signal reaches cdc",
+			   q.data, d->c->source.publication);
+		goto out;
+	}
+	if (everyone) {
+		buf_printf(&fix, "REVOKE INSERT ON %s FROM PUBLIC; GRANT INSERT ON %s TO the roles that may",
+			   q.data, q.data);
+		doctor_say(d, DOCTOR_WARN, fix.data,
+			   "%s: every role may insert into it, so anyone who can connect may start backfills",
+			   q.data);
+		goto out;
+	}
+	doctor_say(d, DOCTOR_PASS, NULL,
+		   "%s: columns id, type and data; %s publication %s; who may insert signals: %s%s%s", q.data,
+		   held ? "in" : "cdc adds it to", d->c->source.publication, owner, *who ? ", " : "", who);
+out:
+	buf_free(&q);
+	buf_free(&fix);
+	PQclear(res);
 }
 
 void doctor_emit_message(doctor *d)

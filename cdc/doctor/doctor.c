@@ -20,6 +20,7 @@ enum {
 	NEEDS_STANDBY = 1 << 6,	 /* source.dsn is a standby (pg_is_in_recovery()) */
 	NEEDS_PG17 = 1 << 7,	 /* PostgreSQL 17 or later */
 	NEEDS_DDL = 1 << 8,	 /* source.ddl */
+	NEEDS_SIGNALS = 1 << 9,	 /* source.signal_table */
 };
 
 static const struct {
@@ -36,6 +37,7 @@ static const struct {
     {"tables", NEEDS_DB, doctor_tables},
     {"replica_identity", NEEDS_DB, doctor_identity},
     {"backfill", NEEDS_DB, doctor_backfill},
+    {"signal_table", NEEDS_DB | NEEDS_SIGNALS, doctor_signal_table},
     {"pg_logical_emit_message", NEEDS_DB, doctor_emit_message},
     {"ddl_trigger", NEEDS_DB | NEEDS_DDL, doctor_ddl_trigger},
     {"slot", NEEDS_DB, doctor_slot},
@@ -102,6 +104,8 @@ static bool applies(const doctor *d, unsigned needs)
 	if ((needs & NEEDS_STANDBY) && !d->in_recovery)
 		return false;
 	if ((needs & NEEDS_DDL) && !d->c->source.ddl)
+		return false;
+	if ((needs & NEEDS_SIGNALS) && !d->c->source.signal_table)
 		return false;
 	return true;
 }

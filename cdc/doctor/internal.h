@@ -69,6 +69,7 @@ void doctor_publication(doctor *d);
 void doctor_tables(doctor *d);
 void doctor_identity(doctor *d);
 void doctor_backfill(doctor *d);
+void doctor_signal_table(doctor *d);
 void doctor_emit_message(doctor *d);
 void doctor_ddl_trigger(doctor *d);
 void doctor_slot(doctor *d);

@@ -88,6 +88,29 @@ const char *match_table_problem(const char *s, char *why, size_t whylen)
 	return NULL;
 }
 
+const char *match_table_name_problem(const char *s, char *why, size_t whylen)
+{
+	const char *problem = match_table_problem(s, why, whylen);
+	if (problem)
+		return problem;
+	bool inq = false;
+	for (const char *p = s; *p; p++)
+		if (*p == '"')
+			inq = !inq; /* a doubled quote flips twice */
+		else if (!inq && (*p == '*' || *p == '?'))
+			return "a table's name, without * or ? (write the glob's character in double quotes)";
+	return NULL;
+}
+
+bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char table[MATCH_NAME_MAX + 1])
+{
+	bool quoted;
+	char why[80];
+	const char *p = name;
+	return !match_table_name_problem(name, why, sizeof why) && pattern_part(&p, schema, &quoted) &&
+	       *p++ == '.' && pattern_part(&p, table, &quoted) && !*p;
+}
+
 /* * and ? globs, byte-wise; linear backtracking, so no pattern can make it slow. */
 static bool glob_match(const char *pat, const char *s)
 {

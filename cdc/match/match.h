@@ -29,6 +29,12 @@ enum match_op {
  * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if s is
  * such a pattern, else why not (static text, or why filled in). */
 const char *match_table_problem(const char *s, char *why, size_t whylen);
+/* One table's name: a pattern (match_table_problem) without globs, so it matches exactly one
+ * schema.table. NULL if s is such a name, else why not. */
+const char *match_table_name_problem(const char *s, char *why, size_t whylen);
+/* A table's name (match_table_name_problem passed) into its two parts, unquoted. False if it is
+ * not one. */
+bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char table[MATCH_NAME_MAX + 1]);
 /* Whether pattern matches the relation schema.table: an unquoted part is a glob (* and ?), a
  * "quoted" part matches exactly. False for a malformed pattern. */
 bool match_table(const char *pattern, const char *schema, const char *table);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 #include "cdc/pipeline/progress.h"
 #include "cdc/pipeline/schema_track.h"
@@ -49,9 +50,14 @@ struct pipeline {
 	progress prog;
 
 	pipeline_backfills bf; /* no change hook: no backfills */
-	pgo_msg *read_msg;     /* a backfill's read, as an Insert for evt_from_change */
-	bool past_endpos;      /* a transaction committing after endpos arrived: deliver nothing more */
-	bool ddl;	       /* pipeline_deliver_ddl */
+	struct {
+		char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
+		pipeline_signal_fn fn; /* NULL: no signal table */
+		void *ctx;
+	} sig;
+	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
+	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
+	bool ddl;	   /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint32_t held_xid; /* the held transaction whose change is being rendered */
@@ -99,6 +105,9 @@ bool pipeline_between_txns(const pipeline *p)
 /* A DDL message's content, what it tells of its table taken at the replay (an aborted
  * transaction's DDL never happened). */
 #define HOLD_DDL (UINT32_MAX - 2)
+/* A signal row's columns (pipeline_signal), handed on at the replay: [u32 length or UINT32_MAX for
+ * NULL][bytes] for id, type and data. */
+#define HOLD_SIGNAL (UINT32_MAX - 3)
 /* In an entry's slot: a schema event, which comes before the change at that slot (sink_commit's
  * before_change). */
 #define SLOT_BEFORE (UINT32_C(1) << 31)
@@ -423,6 +432,81 @@ void pipeline_set_backfills(pipeline *p, const pipeline_backfills *b)
 	p->bf = b ? *b : (pipeline_backfills){0};
 }
 
+void pipeline_set_signals(pipeline *p, const char *table, pipeline_signal_fn fn, void *ctx)
+{
+	p->sig.fn = table && match_table_split(table, p->sig.schema, p->sig.table) ? fn : NULL;
+	p->sig.ctx = ctx;
+}
+
+/* A signal row's column by name, as text: NULL for SQL NULL or no such column. */
+static const pgo_datum *signal_column(const pgo_rel *rel, const pgo_msg *m, const char *name)
+{
+	for (size_t i = 0; i < rel->ncols && i < m->change.new.ncols; i++)
+		if (strcmp(rel->cols[i].name, name) == 0)
+			return m->change.new.cols[i].kind == PGO_TEXT ? &m->change.new.cols[i] : NULL;
+	return NULL;
+}
+
+/* An insert into the signal table: handed on now in a plain transaction, kept in a held one's
+ * record until its replay. */
+static void report_signal(pipeline *p, const txn_info *t, const pgo_rel *rel, const pgo_msg *m, buf *hold,
+			  uint32_t tx_index)
+{
+	const pgo_datum *col[3] = {signal_column(rel, m, "id"), signal_column(rel, m, "type"),
+				   signal_column(rel, m, "data")};
+	if (hold) {
+		size_t at = hold->len;
+		buf_reserve(hold, HOLD_ENTRY);
+		hold->len += HOLD_ENTRY;
+		for (int i = 0; i < 3; i++) {
+			char n[4];
+			store_u32(n, col[i] ? col[i]->len : UINT32_MAX);
+			buf_append(hold, n, 4);
+			if (col[i])
+				buf_append(hold, col[i]->data, col[i]->len);
+		}
+		store_u32(hold->data + at, HOLD_SIGNAL);
+		store_u32(hold->data + at + 4, 0);
+		store_u32(hold->data + at + 8, (uint32_t)(hold->len - at - HOLD_ENTRY));
+		return;
+	}
+	pipeline_signal s = {.commit_lsn = t->commit_lsn, .tx_index = tx_index};
+	const char **text[3] = {&s.id, &s.type, &s.data};
+	size_t *len[3] = {&s.id_len, &s.type_len, &s.data_len};
+	for (int i = 0; i < 3; i++)
+		if (col[i]) {
+			*text[i] = col[i]->data;
+			*len[i] = col[i]->len;
+		}
+	p->sig.fn(p->sig.ctx, &s);
+}
+
+/* A held signal row at its transaction's commit; false if the entry is malformed. */
+static bool replay_signal(pipeline *p, const txn_info *t, const uint8_t *data, size_t len, uint32_t tx_index)
+{
+	pipeline_signal s = {.commit_lsn = t->commit_lsn, .tx_index = tx_index};
+	const char **text[3] = {&s.id, &s.type, &s.data};
+	size_t *lens[3] = {&s.id_len, &s.type_len, &s.data_len}, pos = 0;
+	for (int i = 0; i < 3; i++) {
+		if (len - pos < 4)
+			return false;
+		uint32_t n = load_u32(data + pos);
+		pos += 4;
+		if (n == UINT32_MAX)
+			continue;
+		if (n > len - pos)
+			return false;
+		*text[i] = (const char *)data + pos;
+		*lens[i] = n;
+		pos += n;
+	}
+	if (pos != len)
+		return false;
+	if (p->sig.fn)
+		p->sig.fn(p->sig.ctx, &s);
+	return true;
+}
+
 /* What a DDL event tells of its table, from a DDL message's content, at its commit. */
 static void learn_ddl(pipeline *p, const char *content, size_t len)
 {
@@ -494,6 +578,9 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			change_of(p, rel, m, &bc);
 			report_change(p, t, &bc, hold);
 		}
+		if (m->type == PGO_INSERT && p->sig.fn && t && strcmp(rel->relname, p->sig.table) == 0 &&
+		    strcmp(rel->nspname, p->sig.schema) == 0)
+			report_signal(p, t, rel, m, hold, c.tx_index);
 		if ((n = rules_match(p->rules, rel, change_op[m->type], &subs)) == 0)
 			break;
 		if (!evt_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
@@ -640,7 +727,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		uint32_t sub = whole ? load_u32(rec + pos) : 0, slot = whole ? load_u32(rec + pos + 4) : 0;
 		uint32_t n = whole ? load_u32(rec + pos + 8) : 0;
 		const uint8_t *data = rec + pos + HOLD_ENTRY;
-		if (!whole || n > len - pos - HOLD_ENTRY || (sub >= p->nsubs && sub < HOLD_DDL) ||
+		if (!whole || n > len - pos - HOLD_ENTRY || (sub >= p->nsubs && sub < HOLD_SIGNAL) ||
 		    (sub == HOLD_SCHEMA && (n != HOLD_SCHEMA_LEN || slot >= p->nsubs)))
 			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
 				    t->xid, pos);
@@ -657,6 +744,13 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		}
 		if (sub == HOLD_DDL) {
 			learn_ddl(p, (const char *)data, n);
+			continue;
+		}
+		if (sub == HOLD_SIGNAL) {
+			if (!replay_signal(p, t, data, n, p->tx_index))
+				return errf(err, errlen,
+					    "spill record of transaction %u: a malformed signal entry",
+					    t->xid);
 			continue;
 		}
 		c.tx_index = p->tx_index + (slot & ~SLOT_BEFORE);

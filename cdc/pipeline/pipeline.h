@@ -109,6 +109,20 @@ typedef struct pipeline_backfills {
 /* The hooks are copied; NULL: no backfills. */
 void pipeline_set_backfills(pipeline *p, const pipeline_backfills *b);
 
+/* Signals (source.signal_table): each row inserted into that table is handed on where the insert
+ * is delivered, at its commit (a held transaction's at its replay, so an aborted one's never), with
+ * its commit LSN and tx_index. The row still goes to the subscriptions that match the table. */
+typedef struct pipeline_signal {
+	uint64_t commit_lsn;
+	uint32_t tx_index;
+	/* the columns id, type and data as text; NULL: SQL NULL, or the table has no such column */
+	const char *id, *type, *data;
+	size_t id_len, type_len, data_len;
+} pipeline_signal;
+typedef void (*pipeline_signal_fn)(void *ctx, const pipeline_signal *s);
+/* table: one table's name (match_table_name_problem), NULL for none; copied. */
+void pipeline_set_signals(pipeline *p, const char *table, pipeline_signal_fn fn, void *ctx);
+
 pipeline_figures pipeline_get_figures(const pipeline *p);
 pipeline_count pipeline_sub_count(const pipeline *p, size_t sub);
 /* The transaction assembler's figures (zeros before the first stream). */

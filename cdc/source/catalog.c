@@ -216,7 +216,7 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 			    s->name, q.data, publication, q.data);
 			buf_printf(&fix, "ALTER PUBLICATION %s SET (publish_via_partition_root = true)",
 				   pub.data);
-		} else if (t->as_name && !arrives_elsewhere(t) && !matches(s, t) &&
+		} else if (t->relkind == 'p' && t->as_name && !arrives_elsewhere(t) && !matches(s, t) &&
 			   missed_partitions(c, s, t, &names)) {
 			buf_printf(
 			    warnings,

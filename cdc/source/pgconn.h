@@ -130,12 +130,13 @@ bool pg_slot_being_created(const pg_slot_row *row);
 		     "JOIN pg_catalog.pg_publication_namespace pn ON pn.pnnspid = sc.relnamespace "          \
 		     "JOIN pub ON pub.oid = pn.pnpubid")
 #define PG_PUB_JOIN                                                                                          \
-	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR EXISTS (SELECT "      \
-	"FROM pub_member m WHERE m.relid = c.oid OR m.relid IN (SELECT relid FROM "                          \
-	"pg_catalog.pg_partition_ancestors(c.oid))) AS member, (SELECT l.relid FROM pub_listed l JOIN "      \
-	"(SELECT c.oid AS relid, 0 AS depth UNION ALL SELECT a.relid, a.depth FROM "                         \
-	"pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, depth)) up ON up.relid = "        \
-	"l.relid ORDER BY up.depth DESC LIMIT 1) AS arrives) pub_c "
+	"CROSS JOIN LATERAL (SELECT EXISTS (SELECT FROM pub WHERE pub.puballtables) OR c.oid IN (SELECT "    \
+	"relid FROM pub_member) OR (c.relispartition AND EXISTS (SELECT FROM "                               \
+	"pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid IN (SELECT relid FROM pub_member))) AS "   \
+	"member, CASE WHEN NOT c.relispartition THEN CASE WHEN c.oid IN (SELECT relid FROM pub_listed) "     \
+	"THEN c.oid END ELSE (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) WITH ORDINALITY " \
+	"a(relid, depth) WHERE a.relid IN (SELECT relid FROM pub_listed) ORDER BY a.depth DESC LIMIT 1) "    \
+	"END AS arrives) pub_c "
 
 /* The tables cdc looks at, for a query over pg_class c and pg_namespace n: plain and partitioned,
  * outside the system schemas. */

@@ -103,10 +103,10 @@ source *source_new(const source_settings *set)
 	s->ddl = set->ddl;
 	s->state_dir = xstrdup(set->state_dir ? set->state_dir : ".");
 	s->generated_columns = set->generated_columns;
-	s->publish.n = set->npublish;
-	s->publish.v = xcalloc(s->publish.n, sizeof(char *));
-	for (size_t i = 0; i < s->publish.n; i++)
-		s->publish.v[i] = xstrdup(set->publish[i]);
+	for (size_t i = 0; i < set->npublish; i++)
+		cfg_strlist_push(&s->publish, set->publish[i]);
+	if (set->signal_table) /* a pattern of one table: it is published like those of publish */
+		cfg_strlist_push(&s->publish, set->signal_table);
 	return s;
 }
 

@@ -53,6 +53,7 @@ typedef struct source_settings {
 	bool heartbeat;		    /* source.heartbeat is set */
 	const char *const *publish; /* source.publish's patterns */
 	size_t npublish;
+	const char *signal_table; /* published too (source.signal_table); NULL: none */
 } source_settings;
 
 /* Copies what it needs from set. */

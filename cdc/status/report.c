@@ -73,6 +73,7 @@ static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 	json_key_u64(out, &f, "count", h->count);
 	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
 	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
+	j_double3(out, &f, "p999", h->count > 0, (double)hist_quantile(h, 0.999) / 1000);
 	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
 	buf_putc(out, '}');
 }
@@ -192,8 +193,11 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  * {"name", "pid", "uid", "mode", "active", "reading", "in_flight", "delivered", "acked", "connected_since"}),
  *  "backfills": GET /backfills' array (left out when empty),
  *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
+ *  "signals": {"table", "received", "refused", "backfills_started", "backfills_stopped", "last": {"id",
+ *              "type", "lsn", "error", "backfills": [{"subscription", "backfill", "error"}]} or null}
+ *             (only with source.signal_table),
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
- *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "max"}} (commit to
+ *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to
  *  delivery, by sink)} */
 void report_status_json(const report *r, buf *out)
 {
@@ -231,6 +235,19 @@ void report_status_json(const report *r, buf *out)
 			buf_putc(out, '}');
 		}
 		buf_putc(out, ']');
+	}
+	if (r->signals.table) {
+		bool fg = true;
+		json_key(out, &f, "signals");
+		buf_putc(out, '{');
+		json_key_str(out, &fg, "table", r->signals.table);
+		json_key_u64(out, &fg, "received", r->signals.received);
+		json_key_u64(out, &fg, "refused", r->signals.refused);
+		json_key_u64(out, &fg, "backfills_started", r->signals.started);
+		json_key_u64(out, &fg, "backfills_stopped", r->signals.stopped);
+		json_key(out, &fg, "last");
+		buf_puts(out, r->signals.last_json ? r->signals.last_json : "null");
+		buf_putc(out, '}');
 	}
 	for (size_t m = 0; m < r->nsinks; m++)
 		if (r->sinks[m].status_json) {
@@ -528,6 +545,18 @@ void report_metrics(const report *r, buf *out)
 
 	metrics_subs(r, out);
 	metrics_backfills(r, out);
+	if (r->signals.table) {
+		m_u64(out, "cdc_signals_received_total", "counter",
+		      "Rows inserted into source.signal_table that cdc read from the stream.",
+		      r->signals.received);
+		m_u64(out, "cdc_signals_refused_total", "counter",
+		      "Signals cdc could not act on (the log and /status signals.last say why).",
+		      r->signals.refused);
+		m_u64(out, "cdc_signal_backfills_started_total", "counter",
+		      "Backfills that execute-snapshot signals started.", r->signals.started);
+		m_u64(out, "cdc_signal_backfills_stopped_total", "counter",
+		      "Backfills that stop-snapshot signals cancelled.", r->signals.stopped);
+	}
 	if (r->nfailed)
 		family(out, "cdc_subscription_failed", "gauge",
 		       "1 for each subscription cdc runs without: changed over the status socket, it cannot "

@@ -107,6 +107,14 @@ typedef struct report {
 	const char *backfills_json;
 	const report_backfill *backfills;
 	size_t nbackfills;
+	/* source.signal_table (table NULL: none, rendered as null / left out of /metrics): signals
+	 * received and refused, the backfills they started and stopped, and the last one with what came
+	 * of it (a JSON object; NULL before the first) */
+	struct {
+		const char *table;
+		uint64_t received, refused, started, stopped;
+		const char *last_json;
+	} signals;
 	/* /status's "failed_subscriptions" and /metrics' cdc_subscription_failed (none: left out) */
 	const report_failed_sub *failed;
 	size_t nfailed;

@@ -24,6 +24,36 @@ bool file_write_all(int fd, const void *data, size_t len)
 	return true;
 }
 
+bool file_read(const char *path, size_t max, buf *out, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		errf(err, errlen, "cannot read %s: %s", path, strerror(e));
+		errno = e;
+		return false;
+	}
+	char chunk[8192];
+	size_t total = 0;
+	ssize_t n;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || total + (size_t)n > max) {
+			int e = n < 0 ? errno : EFBIG;
+			close(fd);
+			errf(err, errlen, "cannot read %s: %s", path,
+			     n < 0 ? strerror(e) : "larger than expected");
+			errno = e;
+			return false;
+		}
+		buf_append(out, chunk, (size_t)n);
+		total += (size_t)n;
+	}
+	close(fd);
+	return true;
+}
+
 bool file_replace(const char *path, const void *data, size_t len, mode_t mode, char *err, size_t errlen)
 {
 	size_t plen = strlen(path);

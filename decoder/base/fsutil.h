@@ -11,6 +11,9 @@
 
 /* Writes all len bytes of data to fd, through short writes and signals; false with errno set. */
 bool file_write_all(int fd, const void *data, size_t len) CDC_MUST_CHECK;
+/* Appends the whole file at path to out, at most max bytes. False with a message naming the file in
+ * err and errno set (ENOENT: there is none; EFBIG: larger than max). */
+bool file_read(const char *path, size_t max, buf *out, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Replaces path with len bytes of data, atomically and durably: writes path.tmp in the same
  * directory (mode), fsyncs it, renames it over path and fsyncs the directory. False with a message
  * naming the file in err; the temporary file does not stay behind. */

@@ -38,10 +38,8 @@ char *xstrdup(const char *s)
 	return memcpy(xmalloc(n), s, n);
 }
 
-void buf_reserve(buf *b, size_t extra)
+void buf_grow(buf *b, size_t extra)
 {
-	if (b->cap - b->len > extra)
-		return;
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap - b->len <= extra)
 		cap *= 2;
@@ -61,13 +59,6 @@ void buf_append(buf *b, const void *p, size_t n)
 void buf_puts(buf *b, const char *s)
 {
 	buf_append(b, s, strlen(s));
-}
-
-void buf_putc(buf *b, char c)
-{
-	buf_reserve(b, 1);
-	b->data[b->len++] = c;
-	b->data[b->len] = '\0';
 }
 
 void buf_printf(buf *b, const char *fmt, ...)

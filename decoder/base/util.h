@@ -23,10 +23,22 @@ typedef struct buf {
 	size_t len, cap;
 } buf;
 
-void buf_reserve(buf *b, size_t extra);
+/* Room for extra more bytes (and the NUL). The check is inline: the writers call it for every few
+ * bytes, and the call alone was 9% of the Kafka sink's thread (callgrind). */
+void buf_grow(buf *b, size_t extra);
+static inline void buf_reserve(buf *b, size_t extra)
+{
+	if (b->cap - b->len <= extra)
+		buf_grow(b, extra);
+}
 void buf_append(buf *b, const void *p, size_t n);
 void buf_puts(buf *b, const char *s);
-void buf_putc(buf *b, char c);
+static inline void buf_putc(buf *b, char c)
+{
+	buf_reserve(b, 1);
+	b->data[b->len++] = c;
+	b->data[b->len] = '\0';
+}
 void buf_printf(buf *b, const char *fmt, ...) CDC_PRINTF(2, 3);
 void buf_reset(buf *b);
 void buf_free(buf *b);

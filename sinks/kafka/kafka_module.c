@@ -356,11 +356,12 @@ static void log_figures(const sink *s)
 	const kafka_stats *k = kafka_sink_stats(s);
 	log_info("kafka",
 		 "in_flight=%llu delivered=%llu errors=%llu restarts=%llu latency_p50_ms=%.2f "
-		 "latency_p99_ms=%.2f latency_max_ms=%.2f",
+		 "latency_p99_ms=%.2f latency_p999_ms=%.2f latency_max_ms=%.2f",
 		 (unsigned long long)k->in_flight, (unsigned long long)k->delivered,
 		 (unsigned long long)k->errors, (unsigned long long)k->restarts,
 		 (double)hist_quantile(&k->latency, 0.5) / 1000,
-		 (double)hist_quantile(&k->latency, 0.99) / 1000, (double)k->latency.max / 1000);
+		 (double)hist_quantile(&k->latency, 0.99) / 1000,
+		 (double)hist_quantile(&k->latency, 0.999) / 1000, (double)k->latency.max / 1000);
 }
 
 /* cdc status: the producer's counters, and with exactly once its position. */

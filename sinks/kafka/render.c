@@ -209,7 +209,10 @@ static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 
 void kafka_schema_id_text(uint64_t id, char out[17])
 {
-	snprintf(out, 17, "%016" PRIx64, id);
+	/* by hand: snprintf was 5% of the Kafka sink's thread (callgrind), once per record */
+	for (int i = 15; i >= 0; i--, id >>= 4)
+		out[i] = "0123456789abcdef"[id & 15];
+	out[16] = '\0';
 }
 
 /* A schema or DDL event: one record in the subscription's format for kafka.schemas_topic, keyed

@@ -384,7 +384,11 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 
 /* Group commit off the event loop ---------------------------------------------------------- */
 
-/* On the syncer's worker: a batch's fsyncs (the loop leaves the batch alone while it is busy). */
+/* The acked cursors are fsynced apart, at most this often: a batch of events waits for one fsync,
+ * not two (an ack that is not durable yet is delivered again after a power loss, as before). */
+#define ACKS_SYNC_MS 100
+
+/* On a syncer's worker: a batch's fsyncs (the loop leaves the batch alone while it is busy). */
 static void run_batch(void *arg)
 {
 	struct syncer *y = arg;
@@ -392,18 +396,19 @@ static void run_batch(void *arg)
 		spool_sync_run(&y->jobs[i]);
 }
 
-/* The batch is back: its spools' events up to where it began are visible (and dispatched), its
- * transactions delivered; commit to durable latency is counted for its events. */
-static void sync_finish(socket_sink *s)
+/* An events batch is back: its spools' events up to where it began are visible (and
+ * dispatched), its transactions delivered; commit to durable latency is counted for its events.
+ * An acks batch is back: the cursors are durable. */
+static void sync_finish(socket_sink *s, struct syncer *y)
 {
-	struct syncer *y = &s->sync;
 	y->busy = false;
 	for (size_t i = 0; i < y->n; i++) {
 		if (!spool_sync_end(y->subs[i]->q.sp, &y->jobs[i], y->err, sizeof(y->err)))
 			y->failed = true;
-		sq_dispatch(s, &y->subs[i]->q);
+		if (y == &s->sync)
+			sq_dispatch(s, &y->subs[i]->q);
 	}
-	if (y->failed)
+	if (y->failed || y != &s->sync)
 		return;
 	s->durable_seq = y->ended;
 	int64_t now_us = wall_ms() * 1000;
@@ -416,95 +421,124 @@ static void sync_finish(socket_sink *s)
 	y->runs = 0;
 }
 
-/* The eventfd: a batch is back (the daemon flushes again, which starts the next one). */
-static void on_synced(evutil_socket_t fd, short what, void *arg)
+/* A worker's eventfd: a batch is back (after events, the daemon flushes again, which starts the
+ * next one). */
+static void on_synced(socket_sink *s, struct syncer *y)
 {
-	(void)what;
-	socket_sink *s = arg;
-	struct syncer *y = &s->sync;
-	(void)fd;
 	worker_clear(y->w);
 	if (!y->busy || !worker_idle(y->w))
 		return; /* sync_wait took that batch already; this one is not back yet */
-	sync_finish(s);
-	if (s->durable)
+	sync_finish(s, y);
+	if (y == &s->sync && s->durable)
 		s->durable(s->wake_ctx);
 }
 
-/* Blocks until the batch in flight, if any, is back, and takes it. */
-static void sync_wait(socket_sink *s)
+static void on_events_synced(evutil_socket_t fd, short what, void *arg)
 {
-	struct syncer *y = &s->sync;
-	if (!y->busy)
-		return;
-	worker_wait(y->w);
-	sync_finish(s);
+	(void)fd, (void)what;
+	socket_sink *s = arg;
+	on_synced(s, &s->sync);
 }
 
-/* Starts a batch of the spools written since the last one: their buffers are written here, their
- * fsyncs run on the syncer thread while the loop goes on. With nothing to sync, what has ended is
- * delivered at once. */
-static bool sync_start(socket_sink *s, char *err, size_t errlen)
+static void on_acks_synced(evutil_socket_t fd, short what, void *arg)
 {
-	struct syncer *y = &s->sync;
+	(void)fd, (void)what;
+	socket_sink *s = arg;
+	on_synced(s, &s->acks);
+}
+
+/* Blocks until the batches in flight, if any, are back, and takes them. */
+static void sync_wait(socket_sink *s)
+{
+	struct syncer *ys[] = {&s->sync, &s->acks};
+	for (size_t i = 0; i < 2; i++)
+		if (ys[i]->busy) {
+			worker_wait(ys[i]->w);
+			sync_finish(s, ys[i]);
+		}
+}
+
+/* Starts a batch on syncer y of the spools that have something to sync: their events (the
+ * buffers are written here) or their acked cursors. The fsyncs run on y's thread while the loop
+ * goes on. With no events to sync, what has ended is delivered at once. */
+static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errlen)
+{
+	bool events = y == &s->sync;
 	y->n = 0;
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
-		if (!sub->dirty)
+		if (events ? !sub->dirty : !spool_cursor_dirty(sub->q.sp))
 			continue;
 		if (y->n == y->cap) {
 			y->cap = y->cap ? 2 * y->cap : 8;
 			y->subs = xrealloc(y->subs, y->cap * sizeof(*y->subs));
 			y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
 		}
-		if (!spool_sync_begin(sub->q.sp, &y->jobs[y->n], err, errlen)) {
+		if (!spool_sync_begin(sub->q.sp, &y->jobs[y->n],
+				      events ? SPOOL_SYNC_EVENTS : SPOOL_SYNC_CURSOR, err, errlen)) {
 			y->n = 0; /* cdc stops on this: the descriptors of the jobs begun close then */
 			return false;
 		}
 		y->subs[y->n++] = sub;
-		sub->dirty = sub->in_txn;
+		if (events)
+			sub->dirty = sub->in_txn;
 	}
-	if (!y->n) {
+	if (!events) {
+		s->acks_synced_ms = now_ms();
+	} else if (!y->n) {
 		s->durable_seq = s->ended_seq;
 		return true;
+	} else {
+		y->ended = s->ended_seq;
+		y->runs = s->nruns;
 	}
-	y->ended = s->ended_seq;
-	y->runs = s->nruns;
+	if (!y->n)
+		return true;
 	y->busy = true;
 	worker_kick(y->w);
 	return true;
 }
 
+/* Starts whatever batch is due: the events' whenever the last one is back, the cursors' at most
+ * every ACKS_SYNC_MS (force: now). */
+static bool sync_due(socket_sink *s, bool force)
+{
+	struct syncer *y = &s->sync;
+	if (!y->failed && !y->busy && !sync_start(s, y, y->err, sizeof(y->err)))
+		y->failed = true;
+	y = &s->acks;
+	if (!y->failed && !y->busy && (force || now_ms() - s->acks_synced_ms >= ACKS_SYNC_MS) &&
+	    !sync_start(s, y, y->err, sizeof(y->err)))
+		y->failed = true;
+	return !s->sync.failed && !s->acks.failed;
+}
+
 static sink_status socket_flush(sink *base, char *err, size_t errlen)
 {
 	socket_sink *s = (socket_sink *)base;
-	if (!s->sync.failed && !s->sync.busy && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
-		s->sync.failed = true;
-	if (s->sync.failed) {
-		errf(err, errlen, "%s", s->sync.err);
-		return SINK_FATAL;
-	}
-	return SINK_OK;
+	if (sync_due(s, false))
+		return SINK_OK;
+	errf(err, errlen, "%s", s->sync.failed ? s->sync.err : s->acks.err);
+	return SINK_FATAL;
 }
 
-/* At a stop: the batch in flight, then one of what is left. */
+/* At a stop: the batches in flight, then one of what is left. */
 static bool socket_finish(sink *base, int timeout_ms)
 {
 	(void)timeout_ms; /* fsyncs are not abandoned */
 	socket_sink *s = (socket_sink *)base;
 	sync_wait(s);
-	if (!s->sync.failed && !sync_start(s, s->sync.err, sizeof(s->sync.err)))
-		s->sync.failed = true;
+	sync_due(s, true);
 	sync_wait(s);
-	return !s->sync.failed;
+	return !s->sync.failed && !s->acks.failed;
 }
 
-static bool syncer_start(socket_sink *s, char *err, size_t errlen)
+static bool syncer_start(socket_sink *s, struct syncer *y, const char *what,
+			 void (*on_back)(evutil_socket_t, short, void *), char *err, size_t errlen)
 {
-	struct syncer *y = &s->sync;
-	if (!(y->w = worker_new("syncs the spools", run_batch, y, err, errlen)))
+	if (!(y->w = worker_new(what, run_batch, y, err, errlen)))
 		return false;
-	y->ev = event_new(s->evb, worker_fd(y->w), EV_READ | EV_PERSIST, on_synced, s);
+	y->ev = event_new(s->evb, worker_fd(y->w), EV_READ | EV_PERSIST, on_back, s);
 	if (!y->ev || event_add(y->ev, NULL) != 0)
 		return errf(err, errlen, "socket sink: cannot watch its syncer's eventfd");
 	return true;
@@ -512,14 +546,15 @@ static bool syncer_start(socket_sink *s, char *err, size_t errlen)
 
 static void syncer_stop(socket_sink *s)
 {
-	struct syncer *y = &s->sync;
-	if (y->w)
-		sync_wait(s);
-	if (y->ev)
-		event_free(y->ev);
-	worker_free(y->w);
-	free(y->subs);
-	free(y->jobs);
+	sync_wait(s);
+	struct syncer *ys[] = {&s->sync, &s->acks};
+	for (size_t i = 0; i < 2; i++) {
+		if (ys[i]->ev)
+			event_free(ys[i]->ev);
+		worker_free(ys[i]->w);
+		free(ys[i]->subs);
+		free(ys[i]->jobs);
+	}
 }
 
 static uint64_t socket_delivered(const sink *base)
@@ -603,7 +638,8 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 	s->wake = wake_fn;
 	s->durable = durable_fn;
 	s->wake_ctx = ctx;
-	if (!syncer_start(s, err, errlen))
+	if (!syncer_start(s, &s->sync, "syncs the spools", on_events_synced, err, errlen) ||
+	    !syncer_start(s, &s->acks, "syncs the acked cursors", on_acks_synced, err, errlen))
 		goto fail;
 	snprintf(s->path, sizeof(s->path), "%s", settings->socket_path);
 	char why[512];

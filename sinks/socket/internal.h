@@ -146,7 +146,7 @@ struct socket_sink {
 	uint64_t ended_seq, durable_seq, last_trim_ms;
 	/* Group commit off the event loop (durable.c): the fsyncs of one batch of spools at a time
 	 * run on the syncer thread; their events become visible, and their transactions delivered,
-	 * when it is back. */
+	 * when it is back. The acked cursors are fsynced apart, on a thread of their own (acks). */
 	struct syncer {
 		worker *w;	  /* runs a batch's fsyncs */
 		struct event *ev; /* the worker's eventfd: a batch is back */
@@ -155,11 +155,12 @@ struct socket_sink {
 		size_t n, cap;
 		subscription **subs;
 		spool_sync_job *jobs;
-		uint64_t ended; /* it makes the transactions up to this seq durable */
+		uint64_t ended; /* events: it makes the transactions up to this seq durable */
 		size_t runs;	/* and the first runs of commit times */
 		bool failed;	/* a batch failed: the sink cannot go on */
 		char err[512];
-	} sync;
+	} sync, acks;
+	uint64_t acks_synced_ms; /* when the last acks batch began */
 	void (*durable)(void *); /* called with wake_ctx when a batch is back */
 	buf scratch, events;
 	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one

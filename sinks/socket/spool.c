@@ -1185,21 +1185,31 @@ bool spool_commit(spool *s, char *err, size_t errlen)
 	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
 }
 
-bool spool_sync_begin(spool *s, spool_sync_job *j, char *err, size_t errlen)
+bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen)
 {
-	*j = (spool_sync_job){.fd = {-1, -1}, .head = s->marked};
-	if (!check_broken(s, err, errlen) || !flush_wbuf(s, err, errlen))
+	bool events = what & SPOOL_SYNC_EVENTS, cursor = what & SPOOL_SYNC_CURSOR;
+	*j = (spool_sync_job){.fd = {-1, -1}, .head = events ? s->marked : 0};
+	if (!check_broken(s, err, errlen) || (events && !flush_wbuf(s, err, errlen)))
 		return false;
 	/* descriptors of the job's own: the segment may be closed (rolled, adopted) meanwhile */
-	if (s->unsynced && (j->fd[0] = dup(s->wfd)) < 0)
+	if (events && s->unsynced && (j->fd[0] = dup(s->wfd)) < 0)
 		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
-	if (s->cursor_dirty && (j->fd[1] = dup(s->cfd)) < 0) {
-		close(j->fd[0]);
+	if (cursor && s->cursor_dirty && (j->fd[1] = dup(s->cfd)) < 0) {
+		if (j->fd[0] >= 0)
+			close(j->fd[0]);
 		j->fd[0] = -1;
 		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
 	}
-	s->unsynced = s->cursor_dirty = false;
+	if (events)
+		s->unsynced = false;
+	if (cursor)
+		s->cursor_dirty = false;
 	return true;
+}
+
+bool spool_cursor_dirty(const spool *s)
+{
+	return s->cursor_dirty;
 }
 
 void spool_sync_run(spool_sync_job *j)
@@ -1230,7 +1240,7 @@ bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen)
 bool spool_sync(spool *s, char *err, size_t errlen)
 {
 	spool_sync_job j;
-	if (!spool_sync_begin(s, &j, err, errlen))
+	if (!spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, errlen))
 		return false;
 	spool_sync_run(&j);
 	return spool_sync_end(s, &j, err, errlen);

@@ -67,14 +67,19 @@ bool spool_sync(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
  * appending: spool_sync_begin writes what is buffered and notes what is to be fsynced (descriptors
  * of the job's own) and the offset it makes visible; spool_sync_run fsyncs them (on any thread: it
  * touches nothing but the job); spool_sync_end, back on the spool's thread, makes the events up to
- * that offset visible, or reports the failure (of the segment: the spool must be reopened). A
- * spool has one job at most in flight. */
+ * that offset visible, or reports the failure (of the segment: the spool must be reopened). what
+ * is SPOOL_SYNC_EVENTS (the appended events), SPOOL_SYNC_CURSOR (the acked cursor) or both: a
+ * caller may fsync the cursor apart, so that the events' wait is one fsync. A spool has one job
+ * at most in flight of each. */
+enum { SPOOL_SYNC_EVENTS = 1, SPOOL_SYNC_CURSOR = 2 };
 typedef struct spool_sync_job {
-	int fd[2];    /* the write segment, the cursor file (-1: nothing to fsync) */
-	int error[2]; /* their fsync's errno, 0 if it succeeded */
-	uint64_t head;
+	int fd[2];     /* the write segment, the cursor file (-1: nothing to fsync) */
+	int error[2];  /* their fsync's errno, 0 if it succeeded */
+	uint64_t head; /* 0 for the cursor alone */
 } spool_sync_job;
-bool spool_sync_begin(spool *s, spool_sync_job *j, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Whether the acked cursor moved since its last fsync. */
+bool spool_cursor_dirty(const spool *s);
 void spool_sync_run(spool_sync_job *j);
 bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The identity of the newest appended event (after spool_open: of the newest committed one): after
@@ -117,7 +122,7 @@ uint64_t spool_head(const spool *s);
 /* Every offset up to this is acknowledged (or dropped, or dead). */
 uint64_t spool_acked(const spool *s);
 /* Moves the acked cursor forward (never back); recorded in the cursor file at once (a write that
- * survives the process being killed; fsynced at the next spool_sync). */
+ * survives the process being killed; fsynced by the next spool_sync or SPOOL_SYNC_CURSOR job). */
 bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* Delivery counts, kept beside the events so that max_deliveries holds across a restart of cdc:

@@ -121,12 +121,12 @@ def run(args, pg, work):
     sampler.stop()
     load.terminate()
     load.wait(30)
-    peak = bench.stop_cdc(p, err)
+    peak, cpu = bench.stop_cdc(p, err)
     bench.drop_slot(pg, slot)
     samples = sampler.rows
     first = [s["rss"] for s in samples if s["t"] <= 60] or [samples[0]["rss"]]
     later = [s["rss"] for s in samples if s["t"] > 60]
-    return {"rows": rows, "bytes": size, "copy_secs": copy_secs, "secs": secs, "peak_rss": peak,
+    return {"rows": rows, "bytes": size, "copy_secs": copy_secs, "secs": secs, "peak_rss": peak, "cpu": cpu,
             "rss_first_minute": max(first), "rss_after": max(later) if later else None,
             "longest_xact": max(s["xact"] for s in samples),
             "max_held": max(s["held"] for s in samples), "rate": args.scale_rate, "samples": samples}
@@ -140,7 +140,7 @@ def markdown(s):
             f"subscription (to /dev/null) while {s['rate']:,} single-row transactions/s go to another table "
             f"of the publication: {int(rows / s['secs']):,} "
             f"rows/s, **{s['copy_secs'] / s['secs']:.2f}** of psql \\copy's {int(rows / s['copy_secs']):,} "
-            f"rows/s. cdc's RSS: at most {s['rss_first_minute']:.1f} MiB in the first minute, {after} after "
+            f"rows/s; cdc's CPU {s['cpu'] / rows * 1e6:.2f} µs per row. cdc's RSS: at most {s['rss_first_minute']:.1f} MiB in the first minute, {after} after "
             f"it ({'flat' if flat else 'NOT flat'}: within 10%), peak {s['peak_rss']:.1f} MiB. The longest "
             f"transaction of cdc's backfill connections: {s['longest_xact']:.2f} s. The most WAL the slot "
             f"held back: {s['max_held'] / 2**20:.1f} MiB (sampled every 2 s).", ""]

@@ -116,23 +116,107 @@ def pgoutput_options(server_version):
     return {"proto_version": "1"}
 
 
-def timed_run(args, stdout, stderr_path):
-    """Runs args to completion; returns (exit code, seconds, peak RSS in MiB).
+# GNU time's report of the program it ran: peak RSS (KiB), then user and system CPU seconds (all
+# its threads). Written to "<stderr path>.rss".
+TIME_FORMAT = "%M %U %S"
 
-    The peak RSS comes from GNU time (%M), not from os.wait4(): Linux carries a process's RSS
-    high-water mark across execve(), so a direct child of this Python process would report at
-    least Python's own RSS. GNU time is small, so what it measures is the program's own."""
+
+def time_report(path):
+    """(peak RSS in MiB, CPU seconds) from GNU time's report at path."""
+    with open(path) as f:
+        # GNU time writes "Command exited with non-zero status N" before the figures on failure.
+        kib, user, system = f.read().split()[-3:]
+    return int(kib) / 1024.0, float(user) + float(system)
+
+
+def timed_run(args, stdout, stderr_path):
+    """Runs args to completion; returns (exit code, seconds, peak RSS in MiB, CPU seconds).
+
+    The peak RSS and CPU come from GNU time (%M, %U + %S), not from os.wait4(): Linux carries a
+    process's RSS high-water mark across execve(), so a direct child of this Python process would
+    report at least Python's own RSS. GNU time is small, so what it measures is the program's own."""
     rss_path = stderr_path + ".rss"
     with open(stderr_path, "wb") as err:
         start = time.monotonic()
-        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", rss_path] + args, stdout=stdout,
+        p = subprocess.Popen([GNU_TIME, "-f", TIME_FORMAT, "-o", rss_path] + args, stdout=stdout,
                              stderr=err, stdin=subprocess.DEVNULL)
         rc = p.wait()
         elapsed = time.monotonic() - start
-    with open(rss_path) as f:
-        # GNU time writes "Command exited with non-zero status N" before %M on failure.
-        kib = int(f.read().split()[-1])
-    return rc, elapsed, kib / 1024.0
+    return (rc, elapsed) + time_report(rss_path)
+
+
+class ServerCPU:
+    """The CPU the server spends on one drain, from the postmaster's reaped children's CPU
+    (cutime + cstime in /proc/<postmaster>/stat) before and after: it grows when a backend exits
+    and the postmaster waits for it, so every process the drain started must be gone first.
+    A thread samples the postmaster's children meanwhile (every 50 ms), so that the CPU of those
+    that are not walsenders (cdc's second, non-replication connection; psql's backend for the
+    server's own decoding) is told apart: walsender = reaped - others."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pg):
+        with open(os.path.join(pg.datadir, "postmaster.pid")) as f:
+            self.pid = int(f.readline())
+
+    def _reaped(self):
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / self.TICK  # cutime, cstime
+
+    def _children(self):
+        with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+            return set(f.read().split())
+
+    @staticmethod
+    def _sample(child):
+        """(walsender?, CPU seconds) of a child, or None once it is gone (or a zombie)."""
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{child}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        if not cmd:  # a zombie: its last sample stands
+            return None
+        return cmd.startswith(b"postgres: walsender"), (int(fields[11]) + int(fields[12])) / ServerCPU.TICK
+
+    def start(self):
+        import threading
+        self.before = self._children()
+        self.seen = {}
+        self.cpu0 = self._reaped()
+        self.running = True
+
+        def sample():
+            while self.running:
+                try:
+                    kids = self._children() - self.before
+                except OSError:
+                    return
+                for k in kids:
+                    s = self._sample(k)
+                    if s:
+                        self.seen[k] = s
+                time.sleep(0.05)
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout=30):
+        """(walsender CPU seconds, other backends' CPU seconds) once every process the drain
+        started has exited and been reaped."""
+        deadline = time.monotonic() + timeout
+        while self._children() - self.before:
+            if time.monotonic() > deadline:
+                sys.exit(f"bench: the server's processes {sorted(self._children() - self.before)} "
+                         f"did not exit within {timeout}s of the drain's end")
+            time.sleep(0.01)
+        self.running = False
+        self.thread.join()
+        total = self._reaped() - self.cpu0
+        others = sum(cpu for walsender, cpu in self.seen.values() if not walsender)
+        return max(0.0, total - others), others
 
 
 def child_pid(pid):
@@ -156,7 +240,7 @@ def child_pid(pid):
 
 def stop_cdc(p, err_path, timeout=120):
     """SIGTERM to the cdc that GNU time process p runs; exits the bench unless cdc exits 0.
-    Returns cdc's peak RSS in MiB."""
+    Returns (cdc's peak RSS in MiB, its CPU seconds)."""
     os.kill(child_pid(p.pid), signal.SIGTERM)
     try:
         rc = p.wait(timeout)
@@ -165,8 +249,7 @@ def stop_cdc(p, err_path, timeout=120):
         sys.exit(f"bench: cdc did not exit within {timeout}s of SIGTERM:\n{tail(err_path)}")
     if rc != 0:
         sys.exit(f"bench: cdc exited {rc} on SIGTERM:\n{tail(err_path)}")
-    with open(err_path + ".rss") as f:
-        return int(f.read().split()[-1]) / 1024.0
+    return time_report(err_path + ".rss")
 
 
 def wait_socket(path, p, err_path, since, timeout=60):
@@ -180,16 +263,16 @@ def wait_socket(path, p, err_path, since, timeout=60):
 
 
 def socket_run(cdc_cmd, sock, rows, err_path):
-    """Starts cdc_cmd (under GNU time) and, once sock exists, `cdc tail --count rows`; returns
-    (seconds from cdc's start until tail exits with every event, cdc's peak RSS in MiB) after
-    stopping cdc with SIGTERM."""
+    """Starts cdc_cmd (under GNU time) and, once sock exists, `cdc tail --count rows` of the same
+    binary; returns (seconds from cdc's start until tail exits with every event, cdc's peak RSS in
+    MiB, cdc's CPU seconds) after stopping cdc with SIGTERM."""
     tail_err = err_path + ".tail"
     with open(err_path, "wb") as err:
         start = time.monotonic()
-        cdc = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err_path + ".rss"] + cdc_cmd,
+        cdc = subprocess.Popen([GNU_TIME, "-f", TIME_FORMAT, "-o", err_path + ".rss"] + cdc_cmd,
                                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     timeout = 120
-    cmd = [CDC_BIN, "tail", "-s", sock, "bench", "--count", str(rows), "--timeout", str(timeout)]
+    cmd = [cdc_cmd[0], "tail", "-s", sock, "bench", "--count", str(rows), "--timeout", str(timeout)]
     for attempt in range(100):
         wait_socket(sock, cdc, err_path, start)
         with open(tail_err, "wb") as terr:
@@ -212,7 +295,7 @@ def socket_run(cdc_cmd, sock, rows, err_path):
     if time.monotonic() - tail_start >= timeout:
         cdc.kill()
         sys.exit(f"bench: cdc tail timed out before {rows} events:\n{tail(err_path)}")
-    return secs, stop_cdc(cdc, err_path)
+    return (secs,) + stop_cdc(cdc, err_path)
 
 
 def tail(path, n=15):
@@ -278,8 +361,7 @@ def start_kafka_mock(work):
 
 # Created before any run, as a deployment's topics are: the mock creates a topic on its first use,
 # which held the first run of a backlog up to a second.
-BENCH_TOPICS = ("cdc.public.bench_a", "cdc.public.bench_b", "cdc.public.bench_l", "cdc.public.bench_le",
-                "cdc.positions")
+BENCH_TOPICS = ("cdc.public.bench_a", "cdc.public.bench_b", "cdc.positions")
 
 
 def create_topics(mock, names):
@@ -328,8 +410,33 @@ def plugin_of(consumer):
     return "wal2json" if consumer == "wal2json" else "pgoutput"
 
 
+# The cdc paths every backlog is drained through over both connections; with --baseline, the
+# older binary's run each of them too, as base_<path>.
+CDC_PATHS = ("cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_socket")
+
+
+def base_of(consumer):
+    """cdc_kafka -> base_kafka: the same path through the --baseline binary."""
+    return "base_" + consumer[len("cdc_"):]
+
+
+def drain_consumers(pg, baseline):
+    """Every consumer of the drain section, in the order they take turns."""
+    consumers = ("server", "pg_recvlogical", "wal2json") + CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium",
+                                                                       "cdc_nats")
+    if baseline:
+        consumers += tuple(base_of(c) for c in CDC_PATHS)
+    if not has_wal2json(pg):
+        progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
+        consumers = tuple(c for c in consumers if c != "wal2json")
+    return consumers
+
+
 def drain_backlogs(args, pg, work, kafka, nats):
-    """Creates both backlogs, then drains each with every consumer, --repeat times, taking turns."""
+    """Creates both backlogs, then drains each with every consumer, --repeat times, taking turns.
+    Each drain records its wall time, the consumer's peak RSS and CPU (GNU time: user + system of
+    all its threads) and the server's CPU for it (ServerCPU: the walsender's, and the other
+    backends' the consumer had)."""
     big_rows = int(1_000_000 * args.scale)
     small_txns = int(100_000 * args.scale)
     opts = pgoutput_options(int(pg.sql("show server_version_num")[0][0]))
@@ -346,11 +453,7 @@ def drain_backlogs(args, pg, work, kafka, nats):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = ("server", "pg_recvlogical", "wal2json", "cdc_stdout", "cdc_kafka", "cdc_kafka_eo",
-                 "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats", "cdc_socket")
-    if not has_wal2json(pg):
-        progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
-        consumers = tuple(c for c in consumers if c != "wal2json")
+    consumers = drain_consumers(pg, args.baseline)
     # Compared on one connection: another plugin, other record formats.
     tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
@@ -363,8 +466,11 @@ def drain_backlogs(args, pg, work, kafka, nats):
     plan = []
     for name, label, rows, gen in backlogs:
         table, pub = f"bench_{name}", f"bench_pub_{name}"
+        # No autovacuum worker may start (and exit) during a drain: its CPU would count as the
+        # server's.
         pg.sql(f"create table {table} (id int8 primary key, name text not null, "
-               "amount numeric(12,2), created timestamptz not null)")
+               "amount numeric(12,2), created timestamptz not null) "
+               "with (autovacuum_enabled = off, toast.autovacuum_enabled = off)")
         pg.sql(f"create publication {pub} for table {table}")
         slots = [{(c, conn): f"bench_{name}_{c}_{conn}_{i}" for c in consumers for conn, _ in conns
                   if c not in tcp_only or conn == "tcp"}
@@ -379,6 +485,7 @@ def drain_backlogs(args, pg, work, kafka, nats):
         progress(f"backlog {name}: written in {time.monotonic() - t:.1f}s, up to {endpos}")
         plan.append((name, label, rows, table, pub, slots, endpos))
 
+    meter = ServerCPU(pg)
     results = []
     for name, label, rows, table, pub, slots, endpos in plan:
         runs = {key: [] for key in slots[0]}
@@ -387,6 +494,7 @@ def drain_backlogs(args, pg, work, kafka, nats):
                 dsn = dict(conns)[conn]
                 tag = f"{c}_{conn}_{name}_{i}"
                 err = os.path.join(work, f"{tag}.stderr")
+                binary = args.baseline if c.startswith("base_") else CDC_BIN
                 if c == "server":
                     cmd = [os.path.join(pg.client_bindir, "psql"), "-X", "-q", "-d", dsn,
                            "-v", "ON_ERROR_STOP=1", "-c",
@@ -411,18 +519,22 @@ def drain_backlogs(args, pg, work, kafka, nats):
                     # NATS: a stream per run (the same changes have the same Nats-Msg-Id in every
                     # run, which one stream's duplicate window would drop)
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
-                                        kafka if sink == "kafka" else None, c == "cdc_kafka_eo",
+                                        kafka if sink == "kafka" else None, c.endswith("_kafka_eo"),
                                         FORMATS.get(c), dsn=dsn,
                                         nats=(nats.url, tag.upper()) if sink == "nats" else None)
-                    cmd = [CDC_BIN, "run", "-c", cfg, "--endpos", endpos]
-                if c == "cdc_socket":
+                    cmd = [binary, "run", "-c", cfg, "--endpos", endpos]
+                meter.start()
+                if c.endswith("_socket"):
                     # No --endpos: cdc serves the spool until the consumer has every event.
-                    secs, rss = socket_run([CDC_BIN, "run", "-c", cfg], sock, rows, err)
+                    secs, rss, cpu = socket_run([binary, "run", "-c", cfg], sock, rows, err)
                 else:
-                    rc, secs, rss = timed_run(cmd, subprocess.DEVNULL, err)
+                    rc, secs, rss, cpu = timed_run(cmd, subprocess.DEVNULL, err)
                     if rc != 0:
                         sys.exit(f"bench: {c} over {conn} exited {rc}:\n{tail(err)}")
-                runs[(c, conn)].append((secs, rss))
+                walsender, others = meter.stop()
+                # The server's own decoding runs in psql's backend, not a walsender.
+                runs[(c, conn)].append({"secs": secs, "rss": rss, "cpu": cpu,
+                                        "server_cpu": others if c == "server" else walsender})
                 if c == "cdc_nats":  # every message is in the stream: its disk goes
                     held = nats.admin("info", tag.upper())["state"]["messages"]
                     if held != rows:
@@ -434,13 +546,26 @@ def drain_backlogs(args, pg, work, kafka, nats):
                 if left:
                     sys.exit(f"bench: slot {slot} still has {left} messages before {endpos}")
             progress(f"backlog {name}, run {i + 1}/{len(slots)}: " +
-                     ", ".join(f"{c}/{conn} {runs[(c, conn)][-1][0]:.2f}s" for c, conn in run))
+                     ", ".join(f"{c}/{conn} {runs[(c, conn)][-1]['secs']:.2f}s" for c, conn in run))
         for conn, _ in conns:
             got = {c: r for (c, cn), r in runs.items() if cn == conn}
-            results.append((name, label, rows, conn,
-                            {c: {"secs": median(x[0] for x in r), "rss": max(x[1] for x in r),
-                                 "runs": [x[0] for x in r]} for c, r in got.items()}))
+            results.append((name, label, rows, conn, {c: drain_figures(r, got.get("pg_recvlogical"))
+                                                      for c, r in got.items()}))
     return results
+
+
+def drain_figures(runs, recvlogical):
+    """A consumer's figures over its runs on one backlog and connection: medians of the wall time
+    and CPU, the highest peak RSS, and the two ratios per round (run i of this consumer against
+    run i of pg_recvlogical on the same connection), their medians: speed (pg_recvlogical's seconds
+    / this consumer's) and cost (this consumer's CPU / the server's CPU for the same drain)."""
+    out = {"secs": median(x["secs"] for x in runs), "rss": max(x["rss"] for x in runs),
+           "cpu": median(x["cpu"] for x in runs), "server_cpu": median(x["server_cpu"] for x in runs),
+           "runs": [x["secs"] for x in runs], "rounds": runs,
+           "cost": median(x["cpu"] / x["server_cpu"] if x["server_cpu"] else math.inf for x in runs)}
+    if recvlogical:
+        out["speed"] = median(p["secs"] / x["secs"] for p, x in zip(recvlogical, runs))
+    return out
 
 
 def http_request(sock_path, method, path, body=None, timeout=10):
@@ -493,7 +618,29 @@ def wait_published(status_sock, sink, count, timeout=10):
         time.sleep(0.2)
 
 
-LATENCY_RE = re.compile(r"latency_p50_ms=([0-9.]+) latency_p99_ms=([0-9.]+) latency_max_ms=([0-9.]+)")
+# cdc's Kafka log line at its stop (latency_p999_ms since perf35; an older --baseline has none).
+LATENCY_RE = re.compile(r"latency_p50_ms=([0-9.]+) latency_p99_ms=([0-9.]+)(?: latency_p999_ms=([0-9.]+))? "
+                        r"latency_max_ms=([0-9.]+)")
+
+
+def wait_ready(status_sock, p, err_path, timeout=60):
+    """Waits until cdc (process p) says ready on GET /readyz: streaming, every sink able to take
+    changes."""
+    import socket
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(status_sock)
+                s.sendall(b"GET /readyz HTTP/1.0\r\nHost: cdc\r\n\r\n")
+                if s.recv(64).split(b"\r\n")[0].split()[1:2] == [b"200"]:
+                    return
+        except (FileNotFoundError, ConnectionRefusedError):  # not listening yet
+            pass
+        if p.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"bench: cdc not ready within {timeout}s:\n{tail(err_path)}")
+        time.sleep(0.02)
 
 
 def run_pgbench(pg, work, table, rate, seconds):
@@ -513,11 +660,14 @@ def run_pgbench(pg, work, table, rate, seconds):
     return float(tps.group(1)) if tps else float("nan")
 
 
-def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10, exactly_once=False):
+def kafka_latency(args, pg, work, kafka, tag, binary, rate=5000, seconds=10, exactly_once=False):
     """Commit time to delivery report (exactly once: to the Kafka commit, when a read-committed
     consumer can see it) at a steady rate of single-row transactions (pgbench --rate), measured by
-    cdc itself (its kafka log line at stop)."""
-    t = "bench_le" if exactly_once else "bench_l"
+    cdc itself (its kafka log line at stop), into table tag (its topic made before the run). The
+    warm-up transaction is written once cdc is ready, so that the run's maximum is not cdc's start
+    (it was, before: 206-222 ms in every run); its latency is kept apart (warmup_max), and the
+    maximum is the run's when it is higher."""
+    t = tag
     pg.sql(f"create table {t} (id bigserial primary key, name text not null, "
            "amount numeric(12,2), created timestamptz not null)")
     pg.sql(f"create publication {t}_pub for table {t}")
@@ -527,8 +677,8 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10, exactly_once=Fal
     cfg = os.path.join(work, f"cdc_{t}.yaml")
     sock_l = write_config(cfg, pg, t, f"{t}_pub", t, state, "kafka", kafka, exactly_once)
     err_path = os.path.join(work, f"cdc_{t}.stderr")
-    cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg], stdout=subprocess.DEVNULL,
-                           stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
+    cdc = subprocess.Popen([GNU_TIME, "-f", TIME_FORMAT, "-o", err_path + ".rss", binary, "run", "-c", cfg],
+                           stdout=subprocess.DEVNULL, stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
 
     def confirmed_past(lsn):
         row = pg.sql("select confirmed_flush_lsn >= %s::pg_lsn from pg_replication_slots "
@@ -542,29 +692,60 @@ def kafka_latency(args, pg, work, kafka, rate=5000, seconds=10, exactly_once=Fal
                 sys.exit(f"bench: cdc did not confirm {lsn}:\n{tail(err_path)}")
             time.sleep(0.05)
 
+    status_sock = os.path.join(os.path.dirname(sock_l), "status.sock")
+    wait_ready(status_sock, cdc, err_path)
     # Warm up: topic metadata and the idempotent producer's id, before the clock runs.
     pg.sql(f"insert into {t} (name, amount, created) values ('warm-up', 0, now())")
     wait_confirmed(pg.current_wal_lsn(), 60)
     # The histogram behind cdc's latency line, before and after the run: the difference is the
     # distribution of the run's events (16 buckets; kept for the CDF in results).
-    status_sock = os.path.join(os.path.dirname(sock_l), "status.sock")
     before = wait_published(status_sock, "kafka", 1)
-    progress(f"latency: {rate} transactions/s for {seconds}s through cdc into the mock cluster"
-             f"{' (exactly once)' if exactly_once else ''}")
+    warmup_max = json.loads(http_get(status_sock, "/status"))["latency_ms"]["kafka"]["max"]
+    progress(f"latency: {rate} transactions/s for {seconds}s through {os.path.basename(binary)} into the "
+             f"mock cluster{' (exactly once)' if exactly_once else ''}")
     tps = run_pgbench(pg, work, t, rate, seconds)
     wait_confirmed(pg.current_wal_lsn(), 120)
     total = pg.sql(f"select count(*) from {t}")[0][0]
     after = wait_published(status_sock, "kafka", total)
     buckets = [(le, n - n0) for (le, n), (_, n0) in zip(after, before)]
-    cdc.send_signal(signal.SIGTERM)
-    if cdc.wait(60) != 0:
-        sys.exit(f"bench: cdc exited {cdc.returncode}:\n{tail(err_path)}")
+    rss, cpu = stop_cdc(cdc, err_path, 60)
     with open(err_path) as f:
         m = LATENCY_RE.findall(f.read())
     if not m:
         sys.exit(f"bench: no latency line from cdc:\n{tail(err_path)}")
-    p50, p99, mx = (float(x) for x in m[-1])
-    return (tps, p50, p99, mx), buckets
+    p50, p99, p999, mx = (float(x) if x else None for x in m[-1])
+    return {"tps": tps, "p50": p50, "p99": p99, "p999": p999, "max": mx, "warmup_max": warmup_max,
+            "buckets": buckets, "rss": rss, "cpu": cpu}
+
+
+def latency_runs(args):
+    """The latency runs in the order they take turns: (table, binary, path) for each run of each
+    path, the --baseline binary's beside the new one's."""
+    binaries = [("", CDC_BIN)] + ([("b", args.baseline)] if args.baseline else [])
+    return [(f"bench_{b}{kind}{i}", binary, path)
+            for i in range(args.latency_runs) for b, binary in binaries
+            for kind, path in (("l", "kafka"), ("le", "kafka_eo"), ("s", "socket"))]
+
+
+def latencies(args, pg, work, kafka):
+    """--latency-runs runs of each latency path (Kafka, Kafka exactly once, socket), taking turns;
+    with --baseline, the older binary's runs beside each. Returns {path: [run figures]} (the
+    baseline's paths as base_<path>) and the socket consumer's samples of the last run."""
+    out = {}
+    for table, binary, path in latency_runs(args):
+        key = path if binary == CDC_BIN else "base_" + path
+        if path == "socket":
+            x, samples, _ = socket_latency(args, pg, work, tag=table[len("bench_"):], binary=binary)
+            if binary == CDC_BIN:  # the consumer's samples (µs), kept for the CDF
+                with open(os.path.join(args.out, "latency_socket_us.txt"), "w") as f:
+                    f.writelines(f"{us}\n" for us in samples)
+                out["socket_samples_file"] = "latency_socket_us.txt"
+        else:
+            x = kafka_latency(args, pg, work, kafka, table, binary, exactly_once=path == "kafka_eo")
+        out.setdefault(key, []).append(x)
+        progress(f"latency {key} run {len(out[key])}: p50 {x['p50']:.2f} ms, p99 {x['p99']:.2f} ms, "
+                 f"max {x['max']:.2f} ms")
+    return out
 
 
 def read_line(p, timeout, what, err_path):
@@ -583,14 +764,15 @@ def percentile(sorted_values, q):
 
 
 def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", also=(), extra_yaml="",
-                   during=None):
+                   binary=None, during=None):
     """Commit time to a Python consumer of the subscriber socket at a steady rate of single-row
     transactions (pgbench --rate): the consumer (latency_consumer, a process of its own) notes
     the time each Delivery is read, acks it, and reports every event's receive time minus its
     commit_time. The first warmup events (connection, first spool segment) are left out. also:
     more tables for the publication, extra_yaml: appended to the config (more subscriptions),
     during: called with the status socket once warm, what it returns stopped (stop()) when the
-    load ends and returned third."""
+    load ends. Returns ({tps, p50, p99, p999, max, rss, cpu}, the latencies in µs sorted, what
+    during returned)."""
     table, pub = f"bench_{tag}", f"bench_pub_{tag}"
     pg.sql(f"create table {table} (id bigserial primary key, name text not null, "
            "amount numeric(12,2), created timestamptz not null)")
@@ -606,8 +788,9 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
     cons_err = os.path.join(work, f"latency_consumer_{tag}.stderr")
     out_path = os.path.join(work, f"latency_consumer_{tag}.txt")
     start = time.monotonic()
-    cdc = subprocess.Popen([CDC_BIN, "run", "-c", cfg], stdout=subprocess.DEVNULL,
-                           stderr=open(err_path, "wb"), stdin=subprocess.DEVNULL)
+    cdc = subprocess.Popen([GNU_TIME, "-f", TIME_FORMAT, "-o", err_path + ".rss", binary or CDC_BIN, "run",
+                            "-c", cfg], stdout=subprocess.DEVNULL, stderr=open(err_path, "wb"),
+                           stdin=subprocess.DEVNULL)
     consumer = None
     try:
         wait_socket(sock, cdc, err_path, start)
@@ -621,7 +804,8 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         pg.sql(f"do $$ begin for i in 1..{warmup} loop insert into {table} (name, amount, created) "
                f"values ('warm-up', 0, now()); commit; end loop; end $$")
         read_line(consumer, 60, "warm-up events", cons_err)
-        progress(f"latency: {rate} transactions/s for {seconds}s through cdc to a socket consumer")
+        progress(f"latency: {rate} transactions/s for {seconds}s through "
+                 f"{os.path.basename(binary or CDC_BIN)} to a socket consumer")
         status_sock = os.path.join(os.path.dirname(sock), "status.sock")
         beside = during(status_sock) if during else None
         tps = run_pgbench(pg, work, table, rate, seconds)
@@ -633,9 +817,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         done = dict(kv.split("=") for kv in read_line(consumer, 120, "end of the events", cons_err)[1:])
         if consumer.wait(30) != 0:
             sys.exit(f"bench: latency consumer exited {consumer.returncode}:\n{tail(cons_err)}")
-        cdc.send_signal(signal.SIGTERM)
-        if cdc.wait(60) != 0:
-            sys.exit(f"bench: cdc exited {cdc.returncode}:\n{tail(err_path)}")
+        rss, cpu = stop_cdc(cdc, err_path, 60)
     finally:  # on failure: nothing left running
         for p in (consumer, cdc):
             if p is not None and p.poll() is None:
@@ -650,10 +832,11 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         sys.exit(f"bench: latency consumer got {len(lat)} distinct events past the warm-up, "
                  f"not offsets {warmup + 1}..{total}")
     v = sorted(lat.values())
-    p50, p99, mx = (percentile(v, 0.5) / 1000, percentile(v, 0.99) / 1000, v[-1] / 1000)
     progress(f"latency: socket consumer used {float(done['cpu']):.1f}s of CPU in "
              f"{float(done['wall']):.1f}s for {len(v)} events in {done['deliveries']} deliveries")
-    return (tps, p50, p99, mx), v, beside
+    return ({"tps": tps, "p50": percentile(v, 0.5) / 1000, "p99": percentile(v, 0.99) / 1000,
+             "p999": percentile(v, 0.999) / 1000, "max": v[-1] / 1000, "rss": rss, "cpu": cpu},
+            v, beside)
 
 
 def latency_consumer(sock, warmup, out_path):
@@ -778,7 +961,7 @@ def stdout_run(pg, work, tag, slot, pub, endpos, subscriptions):
     cfg = os.path.join(work, f"{tag}.yaml")
     cdc_config(cfg, pg, slot, pub, state, subscriptions)
     err = os.path.join(work, f"{tag}.stderr")
-    rc, secs, rss = timed_run([CDC_BIN, "run", "-c", cfg, "--endpos", endpos], subprocess.DEVNULL, err)
+    rc, secs, rss, _ = timed_run([CDC_BIN, "run", "-c", cfg, "--endpos", endpos], subprocess.DEVNULL, err)
     if rc != 0:
         sys.exit(f"bench: cdc ({tag}) exited {rc}:\n{tail(err)}")
     return secs, rss
@@ -795,7 +978,7 @@ def timed_cdc(pg, work, tag, slot, pub, subscriptions, backfill=None):
     err = os.path.join(work, f"{tag}.stderr")
     start = time.monotonic()
     with open(err, "wb") as e:
-        p = subprocess.Popen([GNU_TIME, "-f", "%M", "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
+        p = subprocess.Popen([GNU_TIME, "-f", TIME_FORMAT, "-o", err + ".rss", CDC_BIN, "run", "-c", cfg],
                              stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
     return p, sock, status_sock, err, start
 
@@ -851,7 +1034,7 @@ def shared_run(pg, work, tag, slot, pub, table, rows, consumers):
             t.stdout.close()
         if cdc.poll() is not None and cdc.returncode != 0:
             sys.exit(f"bench: cdc ({tag}) exited {cdc.returncode}:\n{tail(err)}")
-    return secs, stop_cdc(cdc, err), got
+    return secs, stop_cdc(cdc, err)[0], got
 
 
 # --- growth ---------------------------------------------------------------------------------------
@@ -1041,8 +1224,7 @@ def backfill_run(pg, work, tag, table, extra=None):
             sys.exit(f"bench: backfill {states}:\n{tail(err)}")
         time.sleep(0.02)
     secs = time.monotonic() - start
-    cpu = proc_cpu(child_pid(p.pid))
-    rss = stop_cdc(p, err)
+    rss, cpu = stop_cdc(p, err)
     drop_slot(pg, slot)
     return secs, rss, cpu, server.stop()
 
@@ -1108,13 +1290,12 @@ def backfills(args, pg, work):
     extra = "  - name: snapshot\n    tables: [\"public.bf_big\"]\n    sink: stdout\n"
     lats = []
     for i in range(args.repeat):
-        (tps, p50, p99, mx), _, again = socket_latency(args, pg, work, rate=1000, tag=f"lb{i}",
-                                                       also=("bf_big",), extra_yaml=extra,
-                                                       during=lambda sock: Rebackfill(sock, "snapshot"))
-        lats.append({"tps": tps, "p50": p50, "p99": p99, "max": mx, "backfills": again.done,
-                     "backfill_rows": again.rows})
-        progress(f"backfill latency run {i + 1}/{args.repeat}: p99 {p99:.2f} ms, max {mx:.2f} ms, "
-                 f"{again.done} backfills ({again.rows:,} rows) meanwhile")
+        lat, _, again = socket_latency(args, pg, work, rate=1000, tag=f"lb{i}", also=("bf_big",),
+                                       extra_yaml=extra, during=lambda sock: Rebackfill(sock, "snapshot"))
+        lats.append({k: lat[k] for k in ("tps", "p50", "p99", "p999", "max")} |
+                    {"backfills": again.done, "backfill_rows": again.rows})
+        progress(f"backfill latency run {i + 1}/{args.repeat}: p99 {lat['p99']:.2f} ms, max "
+                 f"{lat['max']:.2f} ms, {again.done} backfills ({again.rows:,} rows) meanwhile")
     big = sizes["bf_big"]
     return {"rows": sizes, "repeat": args.repeat, "copy_secs": median(copy),
             "copy_server_cpu_us": median(c / big * 1e6 for c in copy_cpu),
@@ -1122,7 +1303,7 @@ def backfills(args, pg, work):
                         "cpu_us": median(r[2] / sizes[t] * 1e6 for r in runs[t]),
                         "server_cpu_us": median(r[3] / sizes[t] * 1e6 for r in runs[t])}
                     for t in sizes},
-            "latency": {k: median(x[k] for x in lats) for k in ("tps", "p50", "p99", "max")}
+            "latency": {k: median(x[k] for x in lats) for k in ("tps", "p50", "p99", "p999", "max")}
             | {"runs": lats}}
 
 
@@ -1292,6 +1473,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"),
                     help="where results.md, results.json and the PNGs go")
     ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
+    ap.add_argument("--latency-runs", type=int, default=5,
+                    help="runs of each latency path, taking turns (the table shows each)")
+    ap.add_argument("--baseline", default=None, metavar="CDC",
+                    help="an older cdc binary that also drains each backlog and runs the latency "
+                         "paths, in turn with the new one (make bench BENCH_BASE=<git rev> builds one)")
     ap.add_argument("--scale-rows", type=int, default=50_000_000,
                     help="rows of the scale section's table (about 200 bytes each)")
     ap.add_argument("--scale-rate", type=int, default=500,
@@ -1301,7 +1487,7 @@ def main():
                          "with wal2json)")
     args = ap.parse_args()
     sections = sections_of(args.only)
-    for binary in (CDC_BIN, KAFKA_MOCK_BIN, GNU_TIME):
+    for binary in (CDC_BIN, KAFKA_MOCK_BIN, GNU_TIME) + ((args.baseline,) if args.baseline else ()):
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             sys.exit(f"bench: {binary} missing (make bench builds and installs what it needs)")
     os.makedirs(args.out, exist_ok=True)
@@ -1311,14 +1497,14 @@ def main():
              f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
     nats = NatsServer()
-    create_topics(mock, BENCH_TOPICS)
+    create_topics(mock, BENCH_TOPICS + tuple(f"cdc.public.{t}" for t, _, _ in latency_runs(args)))
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
         # backlog and connection (15 x 3 x 2 by default), three for latency, and the growth
         # sections' (dropped after use, at most 4 per subscription variant at a time).
-        slots = 15 * args.repeat * 2 + 4 + 4 * len(SUBSCRIPTION_VARIANTS)
+        slots = 25 * args.repeat * 2 + 3 * args.latency_runs * 2 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(version=args.pg_version, max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)
@@ -1328,17 +1514,7 @@ def main():
                     {"name": name, "label": label, "rows": rows, "conn": conn, "consumers": r}
                     for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka, nats)]
             if "latency" in sections:
-                (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka)
-                lat = {"kafka": {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}}
-                (tps, p50, p99, mx), buckets = kafka_latency(args, pg, work, kafka, exactly_once=True)
-                lat["kafka_eo"] = {"tps": tps, "p50": p50, "p99": p99, "max": mx, "buckets": buckets}
-                (tps, p50, p99, mx), _, _ = socket_latency(args, pg, work)
-                # The consumer's samples (offset, microseconds), kept for the CDF.
-                shutil.copy(os.path.join(work, "latency_consumer_s.txt"),
-                            os.path.join(args.out, "latency_socket_us.txt"))
-                lat["socket"] = {"tps": tps, "p50": p50, "p99": p99, "max": mx}
-                lat["socket_samples_file"] = "latency_socket_us.txt"
-                results["latency"] = lat
+                results["latency"] = latencies(args, pg, work, kafka)
             if "backfill" in sections:
                 results["backfill"] = backfills(args, pg, work)
             if "trigger" in sections:

@@ -14,7 +14,17 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
              ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
              ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
              ("cdc_nats", "cdc → NATS JetStream (nats-server)"),
-             ("cdc_socket", "cdc → socket → cdc tail"))
+             ("cdc_socket", "cdc → socket → cdc tail"),
+             ("base_stdout", "baseline cdc → stdout"), ("base_kafka", "baseline cdc → Kafka (mock)"),
+             ("base_kafka_eo", "baseline cdc → Kafka exactly once (mock)"),
+             ("base_socket", "baseline cdc → socket → cdc tail"))
+# The paths of the speed and cost table, each with its baseline's beside it when there is one.
+PATHS = (("cdc_stdout", "stdout"), ("cdc_socket", "socket → spool → cdc tail"), ("cdc_kafka", "Kafka (mock)"),
+         ("cdc_kafka_eo", "Kafka exactly once (mock)"), ("cdc_kafka_json", "Kafka, format json"),
+         ("cdc_kafka_debezium", "Kafka, format debezium"), ("cdc_nats", "NATS JetStream (nats-server)"))
+LATENCY_PATHS = (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
+                 ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),
+                 ("socket", "socket, read by a Python consumer that acks"))
 # The Kafka record formats, each beside the default (protobuf) of the same run.
 FORMATS = (("cdc_kafka", "protobuf"), ("cdc_kafka_json", "json"), ("cdc_kafka_debezium", "debezium"))
 
@@ -28,6 +38,81 @@ def table(hdr, rows, align=None):
 
 def n0(x):
     return f"{x:,.0f}"
+
+
+def speed_and_cost(r):
+    """The drain section's first table: for every path and connection, speed (pg_recvlogical's
+    seconds / the path's, same connection, same round) and cost (cdc's CPU / the walsender's CPU for
+    the same drain), medians of the rounds, with the CPU seconds, wall time and peak RSS."""
+    md = ["### Speed and cost", "",
+          "**speed**: pg_recvlogical's seconds (to /dev/null, cdc's pgoutput options) / the path's "
+          "seconds, on the same connection in the same round; 1 or more: cdc drains as fast as the "
+          "walsender sends. **cost**: the consumer's CPU seconds (user + system, all its threads; for "
+          "the socket path cdc's, not `cdc tail`'s) / the walsender's CPU seconds for the same drain "
+          "(the postmaster's reaped children's CPU before and after, less the consumer's other "
+          "backends); below 1, the consumer needs less CPU than the server spends sending, so with a "
+          "core for each it is never the limit. Both are medians of the per-round ratios. "
+          "**walsender busy**: its CPU / the drain's wall time (near 100%: the walsender is the "
+          "limit). The server's decoding (SQL, no client) is a figure, not a goal: it sends nothing.",
+          ""]
+    hdr = ["backlog", "conn", "path", "speed", "cost", "CPU (s)", "walsender CPU (s)", "walsender busy",
+           "seconds", "peak RSS"]
+    rows = []
+    for b in r["drain"]:
+        c = b["consumers"]
+        if "cpu" not in c.get("pg_recvlogical", {}):
+            return []  # a saved run from before the CPU was measured
+        lead = [f"{b['name']}: {b['label']}", b.get("conn", "tcp")]
+
+        def row(key, label):
+            x = c[key]
+            speed = f"{x['speed']:.2f}" if "speed" in x else "—"
+            return lead + [label, speed, f"{x['cost']:.2f}", f"{x['cpu']:.2f}", f"{x['server_cpu']:.2f}",
+                           f"{100 * x['server_cpu'] / x['secs']:.0f}%", f"{x['secs']:.2f}",
+                           f"{x['rss']:.1f} MiB"]
+        if "server" in c:
+            x = c["server"]
+            rows.append(lead + ["server's decoding (SQL, no client; its backend's CPU)", "—", "—", "—",
+                                f"{x['server_cpu']:.2f}", "—", f"{x['secs']:.2f}", "—"])
+        rows.append(row("pg_recvlogical", "pg_recvlogical"))
+        for key, label in PATHS:
+            if key in c:
+                rows.append(row(key, "cdc → " + label))
+            base = "base_" + key[len("cdc_"):]
+            if base in c:
+                rows.append(row(base, "baseline cdc → " + label))
+    return md + [table(hdr, rows, ["---"] * 3 + ["---:"] * 7), ""]
+
+
+def latency_tables(lat):
+    """Each latency run of each path (p50, p99, p99.9, max), and a line per path with the runs'
+    p99s and maxima side by side."""
+    md = ["## Latency, commit to delivery", "",
+          "Single-row transactions at a steady rate (pgbench --rate, synchronous_commit=on), each path "
+          "in turn, run after run. Kafka's figures are cdc's own histogram (a p99 reads as its "
+          "bucket's upper bound, within 6%); the warm-up transaction is written once cdc says ready, "
+          "and where the maximum is the warm-up's it shows as ≤ (warm-up). The socket's are every "
+          "event's latency as its consumer read it, less the first 200.", ""]
+    rows = []
+    keys = [(k, lb) for k, lb in LATENCY_PATHS] + [("base_" + k, "baseline: " + lb) for k, lb in LATENCY_PATHS]
+    for key, label in keys:
+        runs = lat.get(key)
+        if isinstance(runs, dict):  # a saved run from before there were several runs
+            runs = [runs]
+        for i, x in enumerate(runs or []):
+            mx = f"{x['max']:.2f} ms"
+            if x.get("warmup_max") is not None and x["max"] <= x["warmup_max"] + 0.01:
+                mx = f"≤ {x['max']:.2f} ms (warm-up)"
+            rows.append([label if i == 0 else "", i + 1, n0(x["tps"]), f"{x['p50']:.2f} ms", f"{x['p99']:.2f} ms",
+                         f"{x['p999']:.2f} ms" if x.get("p999") is not None else "—", mx,
+                         f"{x['rss']:.1f} MiB" if "rss" in x else "—"])
+    md += [table(["path", "run", "rate (pgbench tps)", "p50", "p99", "p99.9", "max", "peak RSS"], rows), ""]
+    for key, label in keys:
+        runs = lat.get(key)
+        if isinstance(runs, list) and len(runs) > 1:
+            md += [f"- {label}: p99 " + ", ".join(f"{x['p99']:.2f}" for x in runs) + " ms; max " +
+                   ", ".join(f"{x['max']:.1f}" for x in runs) + " ms."]
+    return md + ["", "![latency CDF](latency_cdf.png)", ""]
 
 
 def markdown(r):
@@ -50,6 +135,7 @@ def markdown(r):
                "127.0.0.1." + (" wal2json: format-version 2 (one JSON document per change), add-tables "
                               "on the backlog's table, through pg_recvlogical to /dev/null, over TCP "
                               "only." if wal2json else ""), ""]
+        md += speed_and_cost(r)
         # A saved run from before a consumer was added has no column for it.
         consumers = [(k, lb) for k, lb in CONSUMERS if any(k in b["consumers"] for b in r["drain"])]
 
@@ -101,19 +187,7 @@ def markdown(r):
                 rows.append(row)
             md += [table(hdr, rows), ""]
     if "latency" in r:
-        lat = r["latency"]
-        md += ["## Latency, commit to delivery", "",
-               "Single-row transactions at a steady rate (pgbench --rate, synchronous_commit=on).", ""]
-        rows = []
-        for key, label in (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
-                           ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),
-                           ("socket", "socket, read by a Python consumer that acks")):
-            if key in lat:
-                x = lat[key]
-                rows.append([label, n0(x["tps"]), f"{x['p50']:.2f} ms", f"{x['p99']:.2f} ms",
-                             f"{x['max']:.2f} ms"])
-        md += [table(["path", "rate (pgbench tps)", "p50", "p99", "max"], rows), "",
-               "![latency CDF](latency_cdf.png)", ""]
+        md += latency_tables(r["latency"])
     if "backfill" in r:
         b = r["backfill"]
         big, small = b["rows"]["bf_big"], b["rows"]["bf_small"]
@@ -264,11 +338,13 @@ def plots(r, out_dir):
         lat = r["latency"]
         if lat.get("socket_samples_file"):
             with open(os.path.join(out_dir, lat["socket_samples_file"])) as f:
-                v = sorted(int(line.split()[1]) / 1000 for line in f if line.strip())
+                v = sorted(int(line.split()[-1]) / 1000 for line in f if line.strip())
             ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], color="#2ca02c",
                     label=f"socket → Python consumer ({len(v):,} events)")
-        if lat.get("kafka", {}).get("buckets"):
-            b = lat["kafka"]["buckets"]
+        kafka = lat.get("kafka")
+        kafka = kafka[0] if isinstance(kafka, list) else kafka
+        if kafka and kafka.get("buckets"):
+            b = kafka["buckets"]
             total = b[-1][1]
             pts = []
             for le, n in b:  # up to the first bucket holding every event

@@ -420,7 +420,12 @@ static const struct {
 	    "nats, log, backfill, subscriptions)\n"),
 	BAD("source:\n  slott: x\n",
 	    "t.yaml:2:3: source: unknown key \"slott\" (allowed: dsn, password, slot, publication, create, publish, heartbeat, "
-	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns)\n"),
+	    "status_interval, on_slot_lost, on_publication_newer, failover, primary_dsn, ddl, publish_generated_columns, signal_table)\n"),
+	BAD("source:\n  signal_table: public.*\n",
+	    "t.yaml:2:17: source.signal_table: invalid table name \"public.*\": a table's name, without * or ? "
+	    "(write the glob's character in double quotes)\n"),
+	BAD("source:\n  signal_table: signals\n",
+	    "t.yaml:2:17: source.signal_table: invalid table name \"signals\": expected schema.table (no dot)\n"),
 	BAD("source:\n  on_slot_lost: recreate\n",
 	    "t.yaml:2:17: source.on_slot_lost: invalid value \"recreate\" (expected fail, resync)\n"),
 	BAD("source:\n  slot: a\n  slot: b\n", "t.yaml:3:3: source.slot: duplicate key (first at line 2, column 3)\n"),

@@ -209,8 +209,38 @@ static void test_debezium(void)
 	sink_done(k);
 }
 
+/* A topic template: its variables filled, bytes Kafka refuses in a name as '_', a '{' that starts no
+ * variable kept as it is. */
+static void test_topic_name(void)
+{
+	static const struct {
+		const char *tmpl, *want;
+	} cases[] = {
+	    {"cdc.{schema}.{table}", "cdc.public.order_lines"},
+	    {"{table}", "order_lines"},
+	    {"x{tag}y{subscription}z", "xhotyaudit_1z"},
+	    {"{tag}.{schema}", "hot.public"},
+	    {"a{b}{", "a{b}{"},
+	    {"{", "{"},
+	    {"{{table}}", "{order_lines}"},
+	    {"", ""},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		buf b = {0};
+		kafka_topic_name(&b, cases[i].tmpl, "public", "order lines", "audit/1", "hot");
+		CHECK_STR(b.len ? b.data : "", cases[i].want);
+		CHECK_INT(b.len, strlen(cases[i].want));
+		buf_free(&b);
+	}
+	buf b = {0};
+	kafka_topic_name(&b, "{tag}-{table}", "s", "t", "sub", NULL); /* no tag: nothing */
+	CHECK_STR(b.data, "-t");
+	buf_free(&b);
+}
+
 int main(void)
 {
+	test_topic_name();
 	test_protobuf();
 	test_json();
 	test_debezium();

@@ -278,6 +278,16 @@ static bool bf_log_watermark(void *ctx, const char *content, size_t len, uint64_
 	return true;
 }
 
+/* Logs "signal: commit=LSN tx=I id=.. type=.. data=.." (~ for NULL). */
+static void log_signal(void *ctx, const pipeline_signal *s)
+{
+	buf *log = &((fixture *)ctx)->log;
+	buf_printf(log, "signal: commit=0x%llx tx=%u id=%.*s type=%.*s data=%.*s\n",
+		   (unsigned long long)s->commit_lsn, s->tx_index, s->id ? (int)s->id_len : 1,
+		   s->id ? s->id : "~", s->type ? (int)s->type_len : 1, s->type ? s->type : "~",
+		   s->data ? (int)s->data_len : 1, s->data ? s->data : "~");
+}
+
 static void count_boundary(void *ctx)
 {
 	((fixture *)ctx)->boundaries++;
@@ -426,6 +436,9 @@ static bool step(fixture *f, const char *line, int no)
 								   .replay = bf_log_replay,
 								   .watermark = bf_log_watermark,
 								   .next_read = bf_batch_next});
+		return true;
+	case 'G': /* G: public.sig is the signal table from now on */
+		pipeline_set_signals(f->p, "public.sig", log_signal, f);
 		return true;
 	case 'O': /* O: without source.ddl */
 		pipeline_deliver_ddl(f->p, false);
@@ -674,6 +687,21 @@ static const struct pipeline_case {
 	 "A#0 seq=3 commit=0/200 tx=0: all update orders new(id=1,status=paid,amount=10) old(id=1,status=new,amount=10)\n"
 	 "B commit xid=9 seq=3 commit=0/200\n",
 	 2},
+	{"signals: each insert into the signal table at its commit, a held one's at its replay, never an aborted one's",
+	 "  - {name: all, tables: [public.orders], sink: stdout}\n",
+	 RELATIONS "G\nR 3 sig id,type,data\nB 0x100 7\nI 1 1,new,10\nI 3 a,execute-snapshot,{}\nU 3 a,x,y\n"
+	 "I 3 b,stop-snapshot,~\nC 0x100 0x108\n"
+	 "S 9 1\nI 3 c,execute-snapshot,d\nE\nS 10 1\nI 3 lost,execute-snapshot,d\nE\nA 10 10\ns 9 0x200 0x208\n"
+	 "R 4 sig id,type\nB 0x300 11\nI 4 e,stop-snapshot\nC 0x300 0x308\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all insert orders new(id=1,status=new,amount=10)\n"
+	 "signal: commit=0x100 tx=1 id=a type=execute-snapshot data={}\n"
+	 "signal: commit=0x100 tx=3 id=b type=stop-snapshot data=~\n"
+	 "B abort xid=10\n"
+	 "signal: commit=0x200 tx=0 id=c type=execute-snapshot data=d\n"
+	 "B commit xid=9 seq=2 commit=0/200\n"
+	 "signal: commit=0x300 tx=0 id=e type=stop-snapshot data=~\n",
+	 3},
     /* clang-format on */
 };
 

@@ -206,8 +206,9 @@ static void test_status_full(void)
 	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
 	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
-	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"max\":3.000},"
-	    "\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"max\":60000.001}}}\n");
+	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"p999\":3.000,"
+	    "\"max\":3.000},\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"p999\":60000.001,"
+	    "\"max\":60000.001}}}\n");
 	CHECK(json_ok(b.data));
 
 	/* What `cdc status` makes of it. */
@@ -818,6 +819,64 @@ static void test_failed_subscriptions(void)
 	buf_free(&b);
 }
 
+/* source.signal_table: in /status with the last signal as given, in /metrics, and in cdc status;
+ * nothing of it without a signal table. */
+static void test_signals(void)
+{
+	report r = empty_report;
+	buf b = {0}, s = {0};
+	char err[256];
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "signals") == NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "cdc_signal") == NULL);
+	r.signals.table = "public.cdc_signal";
+	r.signals.received = 3;
+	r.signals.refused = 1;
+	r.signals.started = 2;
+	r.signals.last_json = "{\"id\":\"ad-hoc-2\",\"type\":\"execute-snapshot\",\"lsn\":\"0/1A2B3C8\","
+			      "\"error\":null,\"backfills\":[{\"subscription\":\"orders\",\"backfill\":"
+			      "\"4f2a9c1e0b3d5e7f\",\"error\":null},{\"subscription\":\"audit\",\"backfill\":"
+			      "null,\"error\":\"where: ...\"}]}";
+	buf_reset(&b);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data,
+		     ",\"signals\":{\"table\":\"public.cdc_signal\",\"received\":3,\"refused\":1,"
+		     "\"backfills_started\":2,\"backfills_stopped\":0,\"last\":{\"id\":\"ad-hoc-2\",") !=
+	      NULL);
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data,
+		     "signals public.cdc_signal: 3 received, 1 refused, 2 backfills started, 0 stopped\n"
+		     "  last ad-hoc-2 (execute-snapshot at 0/1A2B3C8): backfill 4f2a9c1e0b3d5e7f of orders, "
+		     "backfill - of audit: where: ...\n") != NULL);
+	buf_reset(&b);
+	report_metrics(&r, &b);
+	CHECK(strstr(b.data, "# TYPE cdc_signals_received_total counter\ncdc_signals_received_total 3\n") !=
+	      NULL);
+	CHECK(strstr(b.data, "cdc_signals_refused_total 1\n") != NULL);
+	CHECK(strstr(b.data, "cdc_signal_backfills_started_total 2\n") != NULL);
+	CHECK(strstr(b.data, "cdc_signal_backfills_stopped_total 0\n") != NULL);
+	/* a refused last signal, and none yet */
+	r.signals.last_json = "{\"id\":\"bad\",\"type\":\"log\",\"lsn\":\"0/1\",\"error\":\"type: 'log' is "
+			      "not a signal cdc acts on\",\"backfills\":[]}";
+	buf_reset(&b);
+	buf_reset(&s);
+	report_status_json(&r, &b);
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data, "  last bad (log at 0/1): refused: type: 'log' is not a signal cdc acts on\n") !=
+	      NULL);
+	r.signals.last_json = NULL;
+	buf_reset(&b);
+	buf_reset(&s);
+	report_status_json(&r, &b);
+	CHECK(strstr(b.data, "\"backfills_stopped\":0,\"last\":null}") != NULL);
+	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(strstr(s.data, "  last") == NULL);
+	buf_free(&b);
+	buf_free(&s);
+}
+
 /* Backfills: in /status as given, and per table in /metrics (the estimate only when known). */
 static void test_backfills(void)
 {
@@ -875,6 +934,7 @@ static void test_backfills(void)
 int main(void)
 {
 	test_backfills();
+	test_signals();
 	test_failed_subscriptions();
 	test_status_full();
 	test_status_nulls();

@@ -246,7 +246,7 @@ static void test_sync_in_steps(void)
 	add(s, 1, 2);
 	CHECK(spool_commit(s, err, sizeof(err)));
 	spool_sync_job j;
-	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, sizeof(err)));
 	CHECK(j.fd[0] >= 0);
 	CHECK_INT(j.fd[1], -1); /* the cursor did not move */
 	CHECK_INT(j.head, 2);
@@ -262,28 +262,49 @@ static void test_sync_in_steps(void)
 	check_range(s, 1, 2);
 	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
 	CHECK(spool_set_acked(s, 1, err, sizeof(err)));
-	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
-	CHECK(j.fd[1] >= 0); /* the cursor moved */
-	CHECK_INT(j.head, 12);
+	CHECK(spool_cursor_dirty(s));
+	/* the events alone: the cursor stays to be fsynced */
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS, err, sizeof(err)));
+	CHECK(j.fd[0] >= 0);
+	CHECK_INT(j.fd[1], -1);
+	CHECK(spool_cursor_dirty(s));
 	spool_sync_run(&j);
 	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
 	CHECK_INT(spool_head(s), 12);
-	check_range(s, 2, 12);
+	/* the cursor alone: it makes nothing visible */
 	add(s, 13, 13);
 	CHECK(spool_commit(s, err, sizeof(err)));
-	CHECK(spool_sync_begin(s, &j, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_CURSOR, err, sizeof(err)));
+	CHECK_INT(j.fd[0], -1);
+	CHECK(j.fd[1] >= 0);
+	CHECK_INT(j.head, 0);
+	CHECK(!spool_cursor_dirty(s));
+	spool_sync_run(&j);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 12);
+	CHECK(!spool_read(s, 13, &r, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, sizeof(err)));
+	CHECK_INT(j.fd[1], -1); /* the cursor is durable already */
+	CHECK_INT(j.head, 13);
+	spool_sync_run(&j);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(spool_head(s), 13);
+	check_range(s, 2, 13);
+	add(s, 14, 14);
+	CHECK(spool_commit(s, err, sizeof(err)));
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, sizeof(err)));
 	spool_sync_run(&j);
 	j.error[0] = EIO;
 	CHECK(!spool_sync_end(s, &j, err, sizeof(err)));
-	CHECK_INT(spool_head(s), 12);
+	CHECK_INT(spool_head(s), 13);
 	uint64_t off;
 	CHECK(!spool_append(s, 1, 0, 0, "x", 1, 0, &off, err, sizeof(err)) &&
 	      strstr(err, "cannot fsync its write segment") && strstr(err, "must be reopened"));
 	spool_close(s);
 	s = sp_open(dir, &lim, NULL); /* what was written is there: only its fsync is in doubt */
-	CHECK_INT(spool_head(s), 13);
+	CHECK_INT(spool_head(s), 14);
 	CHECK_INT(spool_acked(s), 1);
-	check_range(s, 2, 13);
+	check_range(s, 2, 14);
 	spool_close(s);
 	CHECK(spool_destroy(dir, err, sizeof(err)));
 }

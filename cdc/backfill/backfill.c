@@ -362,7 +362,8 @@ bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SI
 	f->created_ms = now.wall_ms;
 	bf_append(b, f);
 	memcpy(id, f->id, BF_ID_SIZE);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
+	return true;
 }
 
 /* A backfill whose tables all finished: done, or failed if one failed. */
@@ -413,15 +414,16 @@ bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, cha
 		return errf(err, errlen, "backfill %s has finished already (%s)", id,
 			    bf_state_name(f->state));
 	end_backfill(f, NULL, now);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
+	return true;
 }
 
-bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen)
+void backfill_forget(bf_set *b, const char *sub)
 {
 	for (size_t i = b->n; i-- > 0;)
 		if (strcmp(b->list[i]->sub, sub) == 0)
 			remove_at(b, i);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
 }
 
 bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
@@ -433,12 +435,12 @@ bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
 	return (f->checked && f->vetted) || bf_finished(f->state) ? BF_PASSED : BF_CHECKING;
 }
 
-bool backfill_drop(bf_set *b, const char *id, char *err, size_t errlen)
+void backfill_drop(bf_set *b, const char *id)
 {
 	long i = backfill_find(b, id);
 	if (i >= 0)
 		remove_at(b, (size_t)i);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
 }
 
 bool backfill_has_snapshot(const bf_set *b, const char *sub)

@@ -203,7 +203,6 @@ struct bf_set {
 	size_t nat;
 };
 
-bool bf_save(bf_set *b, char *err, size_t errlen);
 void bf_append(bf_set *b, backfill *f);
 void bf_free(backfill *f);
 void bf_rewind_table(table *t);

@@ -279,9 +279,9 @@ static bool res_isnull(void *ctx, int row, int col)
 }
 
 /* A COPY's rows as far as they have arrived, at most COPY_ROWS_AT_ONCE of them (the event loop
- * turns between: the stream waits no longer): false while more are to come, *yielded when some are
+ * turns between, so the stream waits less): false while more are to come, *yielded when some are
  * here already. */
-#define COPY_ROWS_AT_ONCE 1000
+#define COPY_ROWS_AT_ONCE 250
 static bool copy_rows(rconn *c, bool *yielded)
 {
 	for (int i = 0;; i++) {

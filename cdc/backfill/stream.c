@@ -284,7 +284,7 @@ void backfill_change_free(bf_change *c)
 	*c = (bf_change){0};
 }
 
-bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen)
+void backfill_delivered(bf_set *b, uint64_t flushed, bf_now now)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		backfill *f = b->list[i];
@@ -311,12 +311,6 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 		}
 		bf_settle(f, now);
 	}
-	if (!b->dirty)
-		return true;
-	if (!bf_save(b, err, errlen))
-		return false;
-	b->dirty = false;
-	return true;
 }
 
 bool backfill_draining(const bf_set *b)

@@ -107,16 +107,7 @@ def run(args, pg, work):
                              "-T", "86400", "-c", "2", "-j", "1", "-f", script, pg.dsn],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PGOPTIONS="-c synchronous_commit=on"))
-    while True:
-        try:
-            states = [b["state"] for b in bench.json.loads(bench.http_get(status_sock, "/backfills"))]
-        except ConnectionRefusedError:
-            states = []
-        if states and all(st == "done" for st in states):
-            break
-        if p.poll() is not None or any(st in ("failed", "cancelled") for st in states):
-            sys.exit(f"bench: scale backfill {states}:\n{bench.tail(err)}")
-        time.sleep(0.5)
+    bench.backfills_done(status_sock, p, err, pause=0.5)
     secs = time.monotonic() - start
     sampler.stop()
     load.terminate()

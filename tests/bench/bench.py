@@ -1213,20 +1213,26 @@ def backfill_run(pg, work, tag, table, extra=None):
                                               [{"name": "bench", "tables": [f"public.{table}"],
                                                 "sink": "stdout", "snapshot": "true"}], backfill=extra)
     wait_socket(status_sock, p, err, start)
+    backfills_done(status_sock, p, err)
+    secs = time.monotonic() - start
+    rss, cpu = stop_cdc(p, err)
+    drop_slot(pg, slot)
+    return secs, rss, cpu, server.stop()
+
+
+def backfills_done(status_sock, p, err, pause=0.02):
+    """Waits until every backfill of the cdc that p runs is done; exits the bench if one fails or
+    is cancelled, or cdc exits."""
     while True:
         try:
             states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]
         except ConnectionRefusedError:  # the socket file exists a moment before it listens
             states = []
         if states and all(st == "done" for st in states):
-            break
+            return
         if p.poll() is not None or any(st in ("failed", "cancelled") for st in states):
             sys.exit(f"bench: backfill {states}:\n{tail(err)}")
-        time.sleep(0.02)
-    secs = time.monotonic() - start
-    rss, cpu = stop_cdc(p, err)
-    drop_slot(pg, slot)
-    return secs, rss, cpu, server.stop()
+        time.sleep(pause)
 
 
 class Rebackfill:

@@ -8,7 +8,7 @@ V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
 PYTHON := /usr/bin/python3
 
-PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl
+PKGS := libpq rdkafka libprotobuf-c libevent yaml-0.1 libmicrohttpd json-c libsystemd libnats openssl libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -46,7 +46,7 @@ LIB_SRCS := \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	$(SINK_SRCS) \
 	cdc/match/match.c cdc/match/predicate.c cdc/match/rules.c \
-	cdc/source/pgconn.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
+	cdc/source/pgconn.c cdc/source/fixes.c cdc/source/failover.c cdc/source/ddl_trigger.c cdc/source/source.c cdc/source/state.c \
 	cdc/source/catalog.c cdc/pipeline/progress.c cdc/pipeline/schema_track.c cdc/pipeline/pipeline.c \
 	cdc/config/tree.c cdc/config/values.c cdc/config/types.c cdc/config/keys.c cdc/config/print.c \
 	cdc/config/overlay.c cdc/config/reference.c cdc/config/secret.c \
@@ -55,7 +55,7 @@ LIB_SRCS := \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
 	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c \
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c cdc/doctor/unit.c \
 	cdc/doctor/access.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \

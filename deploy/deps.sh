@@ -5,8 +5,8 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-dev protobuf-c-compiler
-	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev libssl-dev clang libavro-dev
-	libnats-dev)
+	libevent-dev libyaml-dev libjemalloc-dev libmicrohttpd-dev libjson-c-dev libsystemd-dev libssl-dev
+	libcurl4-openssl-dev clang libavro-dev libnats-dev)
 # python3-yaml and nodejs (npm runs tests/deploy's pinned validator) for tests/integration/test_deploy.py;
 # openssl makes the certificates of tests/integration/test_security.py; clang-format checks the C sources;
 # prometheus (promtool and the server) checks deploy/monitoring's rules and dashboard queries.
@@ -15,8 +15,10 @@ build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-de
 # (python3-venv; built with python3-setuptools, python3-wheel and python3-build). gdb holds a
 # PostgreSQL backend in the middle of creating a slot (tests/integration/test_failures.py).
 # nats-server (with JetStream) is the server of sink: nats's tests; they read it with the nats npm
-# package (tests/nats, pinned in its package-lock.json), which runs on nodejs.
-test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka
+# package (tests/nats, pinned in its package-lock.json), which runs on nodejs. python3-avro (Apache
+# Avro's own library) decodes format: avro's records and checks schemas' compatibility in
+# tests/registry_double.py.
+test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka python3-avro
 	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
 	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build gdb nats-server)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
@@ -27,7 +29,7 @@ bench_pkgs=(postgresql postgresql-contrib postgresql-15-wal2json python3-psycopg
 # make deb: Debian's packaging tools (dpkg-buildpackage, debhelper, lintian).
 package_pkgs=(dpkg-dev debhelper lintian)
 runtime_pkgs=(libpq5 librdkafka1 libprotobuf-c1 libevent-2.1-7 libyaml-0-2 libjemalloc2 libmicrohttpd12 libjson-c5
-	libsystemd0 libnats3.4 libssl3)
+	libsystemd0 libnats3.4 libssl3 libcurl4)
 
 usage() {
 	echo "usage: $0 [build] [test] [bench] [package] [runtime]" >&2

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "decoder/base/hist.h"
 #include "decoder/base/util.h"
@@ -34,6 +35,9 @@ typedef enum sink_key_type {
 	 * of the property names a reload applies (for a key with SINK_KEY_RESTART), or NULL */
 	SINK_KEY_PROPERTIES,
 	SINK_KEY_SECTION, /* a mapping of the keys in arg (a sink_keys), stored in the same struct */
+	/* id_list: user ids, each written as a number or a name looked up when the file is read */
+	SINK_KEY_UIDS,
+	SINK_KEY_GIDS, /* the same for groups */
 } sink_key_type;
 
 enum {
@@ -86,6 +90,9 @@ typedef struct sink_properties {
 	size_t count;
 } sink_properties;
 
+/* Operations, as a module's hooks name them (the configuration maps them to its own). */
+enum { SINK_OP_TRUNCATE = 1 << 0, SINK_OP_SCHEMA = 1 << 1 };
+
 /* How a module's check of a subscription reports a problem with its key number key_index. */
 typedef struct sink_problems {
 	void (*report)(struct sink_problems *problems, size_t key_index, const char *message);
@@ -131,11 +138,22 @@ typedef struct sink_doctor {
 	/* Calls fn with each table of the database that subscription sub reads; returns how many. */
 	size_t (*tables)(struct sink_doctor *dr, size_t sub,
 			 void (*fn)(void *arg, const char *schema, const char *table), void *arg);
+	/* Calls fn with each column of schema.table that subscription sub delivers now (its columns:
+	 * projection, the key columns kept; key: in the record's key, as cdc keys it); returns how many
+	 * (0 when they cannot be read: the doctor says why). */
+	size_t (*columns)(struct sink_doctor *dr, size_t sub, const char *schema, const char *table,
+			  void (*fn)(void *arg, const char *name, uint32_t type_oid, int32_t typmod,
+				     bool key),
+			  void *arg);
 	/* A line for the running check; fix NULL for a pass. */
 	void (*say)(struct sink_doctor *dr, sink_verdict verdict, const char *fix, const char *fmt, ...)
 	    CDC_PRINTF(4, 5);
+	/* A shell command that carries out the last line's fix, as printed (each a "run:" line). */
+	void (*command)(struct sink_doctor *dr, const char *command);
 	/* The verdict on a path where cdc binds a Unix socket, under the key that sets it. */
 	void (*socket_path)(struct sink_doctor *dr, const char *key, const char *path);
+	/* Who may connect to that socket: its mode and owner (or those cdc gives it, before it exists). */
+	void (*socket_access)(struct sink_doctor *dr, const char *key, const char *path, mode_t mode);
 	void *state; /* the module's own, kept from one of its checks to the next */
 	void *ctx;   /* the doctor's */
 } sink_doctor;
@@ -172,6 +190,12 @@ typedef struct sink_module {
 	void (*check_sub)(void *settings, const bool *given, sink_problems *problems);
 	/* Whether sub_keys' key i of these settings is printed (NULL: all). */
 	bool (*sub_shown)(const void *settings, size_t key_index);
+	/* How a subscription's settings change its operations (SINK_OP_* bits): those left out of the
+	 * default when the file lists none (ops_not_default: Debezium writes no truncate unless asked),
+	 * and those it receives whatever the list says (ops_needed: the schema events a format needs
+	 * to write rows; only with a row operation). NULL: none. */
+	unsigned (*ops_not_default)(const void *settings);
+	unsigned (*ops_needed)(const void *settings);
 	/* Checks the subscriptions of this sink together (section: NULL when the file has none):
 	 * false with *first and *second the indexes of two that cannot go together, why in why. */
 	bool (*check_together)(const void *section, const void *const *subs, const char *const *names,

@@ -187,7 +187,8 @@ class TempPostgres:
 
     Attributes: ``port`` (TCP port on ``host``), ``host`` ("127.0.0.1"), ``datadir``, ``bindir``,
     ``basedir`` (the temp dir holding everything), ``sockdir`` (Unix socket directory),
-    ``logfile`` (server log). ``dsn`` is "host=127.0.0.1 port=N dbname=postgres user=postgres".
+    ``logfile`` (server log), ``options`` (set before start: the server's command line, pg_ctl -o,
+    e.g. "-c wal_level=replica"). ``dsn`` is "host=127.0.0.1 port=N dbname=postgres user=postgres".
     """
 
     host = "127.0.0.1"
@@ -223,6 +224,7 @@ class TempPostgres:
         self.sockdir = os.path.join(basedir, "sock")
         self.logfile = os.path.join(basedir, "server.log")
         self.port = None
+        self.options = ""  # the server's command line (pg_ctl -o), e.g. "-c wal_level=replica"
         self.running = False
         self._conn = None
         self._initialized = False
@@ -316,7 +318,8 @@ class TempPostgres:
             self._write_conf()
             p = subprocess.run(
                 self._cmd([os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-l",
-                           self.logfile, "-w", "-t", "120", "start"]),
+                           self.logfile, "-w", "-t", "120"] + (["-o", self.options] if self.options else [])
+                          + ["start"]),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180, env=self._env())
             if p.returncode == 0:
                 self.running = True

@@ -27,6 +27,8 @@ class Subscriber(Connection):
     """One connection to the subscriber socket, subscribed on construction.
 
     start: 'acked', 'earliest', 'latest', 'offset' (with start_offset), or an int offset.
+    sock: a socket already connected to path (by another process: its uid is the peer's), else
+    one is made.
     With expect_subscribed (the default) the answer is read at once: .subscribed is the Subscribed
     message, and an Error answer raises ServerError. Without it .subscribed is None and the answer
     is the first recv(). recv() returns None once the server has closed the connection, and
@@ -34,8 +36,12 @@ class Subscriber(Connection):
     """
 
     def __init__(self, path, subscription, consumer=None, start="acked", start_offset=0, max_unacked=0,
-                 dead_letters=False, heartbeat_ms=0, timeout=10.0, expect_subscribed=True):
-        Connection.__init__(self, path, send_timeout=timeout)  # bounds sends; receiving polls
+                 dead_letters=False, heartbeat_ms=0, timeout=10.0, expect_subscribed=True, sock=None):
+        if sock is None:
+            Connection.__init__(self, path, send_timeout=timeout)  # bounds sends; receiving polls
+        else:
+            self.path, self.closed, self._buf, self.sock = path, False, bytearray(), sock
+            sock.settimeout(timeout)
         self._init_helpers(dead_letters)
         try:
             opts = dict(consumer=consumer, start=start, start_offset=start_offset, max_unacked=max_unacked,

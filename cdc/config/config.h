@@ -83,8 +83,7 @@ typedef struct cfg {
 		char *socket; /* default "/run/cdc/status.sock" */
 		char *listen; /* NULL if none */
 		bool tcp_control;
-		uid_t *control_uids;
-		size_t ncontrol_uids;
+		id_list control_uids; /* default: root and cdc's own uid */
 	} status;
 	/* Each sink module's section struct (sink_module.section_keys; NULL for a module without
 	 * one), and whether the file has the section. */

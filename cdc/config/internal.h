@@ -158,6 +158,7 @@ typedef enum kstore {
 	ST_VALUE,   /* size bytes held in place */
 	ST_STR,	    /* char *, NULL when unset */
 	ST_LIST,    /* cfg_strlist */
+	ST_IDS,	    /* id_list: user or group ids */
 	ST_SECTION, /* a mapping whose keys (arg) are fields of the same base */
 	ST_OWN,	    /* the type's clear and same know where the value is */
 } kstore;
@@ -243,7 +244,7 @@ static inline char *key_field(const void *base, const key *k)
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
 extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
     t_table, t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids,
-    t_props;
+    t_gids, t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
 /* status.control_uids' default, in force until the file names others (an empty list too): root and

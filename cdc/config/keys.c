@@ -119,6 +119,8 @@ static void key_default(void *base, const key *k)
 	case ST_STR:
 		*FIELD(base, k, char *) = k->def.s ? xstrdup(k->def.s) : NULL;
 		break;
+	case ST_IDS: /* starts empty */
+		break;
 	case ST_LIST:
 		if (k->def.s) {
 			cfg_strlist *l = FIELD(base, k, cfg_strlist);
@@ -156,6 +158,9 @@ static void keys_clear_fields(void *base, const keys *t)
 			break;
 		case ST_LIST:
 			cfg_strlist_free(FIELD(base, k, cfg_strlist));
+			break;
+		case ST_IDS:
+			id_list_free(FIELD(base, k, id_list));
 			break;
 		case ST_SECTION:
 			keys_clear_fields(base, k->arg);
@@ -209,6 +214,9 @@ void keys_copy(void *dst, const void *src, const keys *t)
 		case ST_LIST:
 			strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
 			break;
+		case ST_IDS:
+			id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
+			break;
 		case ST_SECTION:
 			keys_copy(dst, src, k->arg);
 			break;
@@ -219,12 +227,24 @@ void keys_copy(void *dst, const void *src, const keys *t)
 	}
 }
 
+/* Whether an optional key is set: a string or list given, a section with one of those given. */
 static bool is_set(const void *base, const key *k)
 {
 	if (k->type->store == ST_STR)
 		return *CFIELD(base, k, char *) != NULL;
 	if (k->type->store == ST_LIST)
 		return CFIELD(base, k, cfg_strlist)->n != 0;
+	if (k->type->store == ST_IDS)
+		return CFIELD(base, k, id_list)->n != 0;
+	if (k->type->store == ST_SECTION) {
+		const keys *t = k->arg;
+		for (const key *c = t->k; c < t->k + t->n; c++)
+			if ((c->type->store == ST_STR || c->type->store == ST_LIST ||
+			     c->type->store == ST_SECTION) &&
+			    is_set(base, c))
+				return true;
+		return false;
+	}
 	return true;
 }
 
@@ -268,6 +288,8 @@ static bool key_same(const void *a, const void *b, const key *k)
 				return false;
 		return true;
 	}
+	case ST_IDS:
+		return id_list_same(CFIELD(a, k, id_list), CFIELD(b, k, id_list));
 	case ST_OWN:
 		return k->type->same(a, b, k);
 	case ST_SECTION:
@@ -320,7 +342,8 @@ static key sub_k[] = {
 		    "decoding messages, `pg_logical_emit_message`), `schema` (a table's columns before its "
 		    "rows, [events.md](events.md#schema-events); needs a row operation) and `ddl` (DDL "
 		    "commands, with `source.ddl`, [events.md](events.md#ddl-events)). Every one but "
-		    "`message` by default."},
+		    "`message` by default, and with Kafka's `format: debezium` and `avro` but `truncate` too "
+		    "(Debezium's `skipped.operations`); list them to have them."},
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
 		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
 		       "`{tag}` in topic templates)."},
@@ -368,6 +391,22 @@ static void report_problem(sink_problems *problems, size_t key_index, const char
 	err_key(p->x, n ? n : p->fallback, sub_built[p->first + key_index].name, "%s", message);
 }
 
+/* The operations of a subscription as its sink's settings change them (sink_module's ops hooks). */
+static unsigned match_ops(unsigned bits)
+{
+	return ((bits & SINK_OP_TRUNCATE) ? MATCH_OP_TRUNCATE : 0u) |
+	       ((bits & SINK_OP_SCHEMA) ? MATCH_OP_SCHEMA : 0u);
+}
+
+static void module_ops(const sink_module *m, cfg_subscription *s, bool given)
+{
+	const void *settings = s->sink_settings[s->sink];
+	if (m->ops_not_default && !given)
+		s->ops &= ~match_ops(m->ops_not_default(settings));
+	if (m->ops_needed && (s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
+		s->ops |= match_ops(m->ops_needed(settings));
+}
+
 static void check_sub(ctx *x, void *base, const pair *seen)
 {
 	cfg_subscription *s = base;
@@ -388,14 +427,16 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
 		err_key(x, seen[SK_OPS].k, "operations",
 			"schema events come before rows: schema needs insert, update or delete too");
-	if (!sink_ok || !m->check_sub)
+	if (!sink_ok)
 		return;
 	bool given[CFG_MAX_KEYS] = {0};
 	size_t first = sub_first[s->sink];
 	for (size_t i = 0; i < m->sub_keys.count; i++)
 		given[i] = seen[first + i].k != NULL;
 	sub_problems p = {{report_problem}, x, seen, first, sv ? sv : seen[SK_NAME].k};
-	m->check_sub(s->sink_settings[s->sink], given, &p.base);
+	if (m->check_sub)
+		m->check_sub(s->sink_settings[s->sink], given, &p.base);
+	module_ops(m, s, seen[SK_OPS].k != NULL);
 }
 
 /* Keys of another sink are refused by the parser: only this sink's are printed, as its module says;
@@ -584,7 +625,7 @@ static const key status_k[] = {
 			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
 			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
     [ST_CONTROL_UIDS] =
-	{"control_uids", &t_uids, 0, .restart = true,
+	{"control_uids", &t_uids, TOP(status.control_uids), .restart = true,
 	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
 		"start backfills over the Unix socket. An empty list is the default. `check-config` "
 		"prints the default as it applies to the user who runs it: `[0]` for root, "
@@ -596,6 +637,8 @@ static void check_status(ctx *x, void *base, const pair *seen)
 	cfg *c = base;
 	if (c->status.tcp_control && !seen[ST_LISTEN].k)
 		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+	if (!c->status.control_uids.n) /* an empty list: the default */
+		uids_default(c);
 }
 
 static const key log_k[] = {
@@ -733,7 +776,8 @@ static const ktype *const type_of[] = {
     [SINK_KEY_STRING] = &t_string,    [SINK_KEY_BOOL] = &t_bool,	 [SINK_KEY_U32] = &t_u32,
     [SINK_KEY_U64] = &t_u64,	      [SINK_KEY_DURATION] = &t_duration, [SINK_KEY_SIZE] = &t_size,
     [SINK_KEY_ENUM] = &t_enum,	      [SINK_KEY_MODE] = &t_mode,	 [SINK_KEY_PATH] = &t_socket,
-    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,
+    [SINK_KEY_PROPERTIES] = &t_props, [SINK_KEY_SECTION] = &t_section,	 [SINK_KEY_UIDS] = &t_uids,
+    [SINK_KEY_GIDS] = &t_gids,
 };
 
 static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_size, int module);

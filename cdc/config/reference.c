@@ -52,9 +52,14 @@ static void default_text(buf *out, const void *base, const key *k)
 			buf_puts(out, "none");
 		return;
 	}
-	if ((k->type->store == ST_LIST && !CFIELD(base, k, cfg_strlist)->n) ||
+	if (k->type == &t_uids && !k->module) { /* status.control_uids: filled in for the uid that reads it */
+		buf_puts(out, "root and cdc's own uid");
+		return;
+	}
+	if ((k->type->store == ST_IDS && !CFIELD(base, k, id_list)->n) ||
+	    (k->type->store == ST_LIST && !CFIELD(base, k, cfg_strlist)->n) ||
 	    (k->type->store == ST_OWN && !k->def.n && !k->def.s)) {
-		buf_puts(out, k->type == &t_uids ? "root and cdc's own uid" : "none");
+		buf_puts(out, "none");
 		return;
 	}
 	buf v = {0};

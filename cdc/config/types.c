@@ -4,7 +4,9 @@
 
 #include "cdc/match/predicate.h"
 
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
@@ -415,38 +417,84 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 void uids_default(cfg *c)
 {
 	uid_t self = geteuid();
-	free(c->status.control_uids);
-	c->status.ncontrol_uids = self == 0 ? 1 : 2;
-	c->status.control_uids = xcalloc(c->status.ncontrol_uids, sizeof(uid_t));
-	c->status.control_uids[c->status.ncontrol_uids - 1] = self; /* root first */
+	id_list_free(&c->status.control_uids);
+	c->status.control_uids.n = self == 0 ? 1 : 2;
+	c->status.control_uids.v = xcalloc(c->status.control_uids.n, sizeof(uint32_t));
+	c->status.control_uids.v[c->status.control_uids.n - 1] = self; /* root first */
 }
 
-static void set_uids(ctx *x, const node *v, void *base, const key *k)
+#define IDS_MAX 256    /* ids in one list: more is a mistake, or hostile */
+#define ID_NAME_MAX 32 /* a user's or group's name, as useradd allows */
+
+/* A user's or group's name into its id, looked up now (getpwnam, getgrnam): false if there is none. */
+static bool id_of_name(const char *name, bool group, uint32_t *id)
 {
-	cfg *c = base;
-	(void)k;
+	char scratch[16384];
+	if (group) {
+		struct group gr, *found = NULL;
+		if (getgrnam_r(name, &gr, scratch, sizeof scratch, &found) != 0 || !found)
+			return false;
+		*id = gr.gr_gid;
+	} else {
+		struct passwd pw, *found = NULL;
+		if (getpwnam_r(name, &pw, scratch, sizeof scratch, &found) != 0 || !found)
+			return false;
+		*id = pw.pw_uid;
+	}
+	return true;
+}
+
+/* One item of a list of ids: a number (not (uint32_t)-1, which means "no id"), or the name of one
+ * of this machine's users (groups, with group) looked up when the file is read. */
+static bool get_id(ctx *x, const node *it, bool group, uint32_t *id)
+{
+	const char *what = group ? "group" : "user";
+	const char *s = scalar(x, it, group ? "a group id or name" : "a user id or name");
+	if (!s)
+		return false;
+	if ((*s >= '0' && *s <= '9') || *s == '-') {
+		uint64_t n;
+		if (!get_uint(x, it, 0, UINT32_MAX - 1, &n))
+			return false;
+		*id = (uint32_t)n;
+		return true;
+	}
+	size_t len = strlen(s);
+	if (len > ID_NAME_MAX || strspn(s, LOWER UPPER DIGIT "_.-$") != len) {
+		err_at(x, it, "invalid %s %s (expected an id, or a name of 1 to %d letters, digits, _ . -)",
+		       what, qnode(x, it), ID_NAME_MAX);
+		return false;
+	}
+	if (!id_of_name(s, group, id)) {
+		err_at(x, it, "no %s named %s on this machine", what, qnode(x, it));
+		return false;
+	}
+	return true;
+}
+
+/* A list of user ids (t_uids) or group ids (t_gids), each a number or a name. */
+static void set_ids(ctx *x, const node *v, void *base, const key *k)
+{
+	bool group = k->type == &t_gids;
 	if (v->kind != N_SEQ) {
-		wrong_kind(x, v, "a list of user ids");
+		wrong_kind(x, v, group ? "a list of group ids or names" : "a list of user ids or names");
 		return;
 	}
-	if (v->n == 0) {
-		uids_default(c);
+	if (v->n > IDS_MAX) {
+		err_at(x, v, "%zu ids: at most %d in one list", v->n, IDS_MAX);
 		return;
 	}
-	uid_t *uids = xcalloc(v->n, sizeof *uids);
-	size_t n = 0;
-	for (size_t i = 0; i < v->n; i++) {
-		uint64_t u;
-		if (get_uint(x, v->kids[i], 0, UINT32_MAX - 1, &u)) /* (uid_t)-1 means "no uid" */
-			uids[n++] = (uid_t)u;
-	}
-	if (n != v->n) {
-		free(uids);
+	id_list l = {.v = v->n ? xcalloc(v->n, sizeof(uint32_t)) : NULL};
+	for (size_t i = 0; i < v->n; i++)
+		if (get_id(x, v->kids[i], group, &l.v[l.n]))
+			l.n++;
+	if (l.n != v->n) {
+		id_list_free(&l);
 		return;
 	}
-	free(c->status.control_uids);
-	c->status.control_uids = uids;
-	c->status.ncontrol_uids = n;
+	id_list *f = FIELD(base, k, id_list);
+	id_list_free(f);
+	*f = l;
 }
 
 /* A string a sink module checks: k->arg is its sink_key. */
@@ -675,14 +723,13 @@ static void print_ops(emit *e, const void *base, const key *k)
 	emit_close(e, ']', &saved);
 }
 
-static void print_uids(emit *e, const void *base, const key *k)
+static void print_ids(emit *e, const void *base, const key *k)
 {
-	const cfg *c = base;
-	(void)k;
+	const id_list *l = CFIELD(base, k, id_list);
 	emit saved = emit_open(e, '[');
-	for (size_t i = 0; i < c->status.ncontrol_uids; i++) {
+	for (size_t i = 0; i < l->n; i++) {
 		emit_item(e, i);
-		emit_u64(e, c->status.control_uids[i]);
+		emit_u64(e, l->v[i]);
 	}
 	emit_close(e, ']', &saved);
 }
@@ -723,22 +770,6 @@ static void print_props(emit *e, const void *base, const key *k)
 }
 
 /* ---- values held apart from their key's offset ---- */
-
-static void clear_uids(void *base, const key *k)
-{
-	cfg *c = base;
-	(void)k;
-	free(c->status.control_uids);
-}
-
-static bool same_uids(const void *a, const void *b, const key *k)
-{
-	const cfg *x = a, *y = b;
-	(void)k;
-	return x->status.ncontrol_uids == y->status.ncontrol_uids &&
-	       (!x->status.ncontrol_uids || memcmp(x->status.control_uids, y->status.control_uids,
-						   x->status.ncontrol_uids * sizeof(uid_t)) == 0);
-}
 
 static void clear_props(void *base, const key *k)
 {
@@ -804,6 +835,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_strlist = {set_strlist, print_strlist, ST_LIST, .name = "list"},
 	    t_ops = {set_ops, print_ops, ST_VALUE, sizeof(unsigned), .name = "list of operations"},
 	    t_names = {set_names, print_strlist, ST_LIST, .name = "list of names"},
-	    t_uids = {set_uids, print_uids, ST_OWN, 0, clear_uids, same_uids, .name = "list of user ids"},
+	    t_uids = {set_ids, print_ids, ST_IDS, .name = "list of user ids or names"},
+	    t_gids = {set_ids, print_ids, ST_IDS, .name = "list of group ids or names"},
 	    t_props = {
 		set_props, print_props, ST_OWN, 0, clear_props, same_props, .name = "mapping of strings"};

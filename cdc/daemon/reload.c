@@ -334,7 +334,8 @@ static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *
 			continue;
 		buf one = {0}, warnings = {0};
 		struct live_change *ch = put_of(d, s->name);
-		bool ok = catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
+		bool ok = catalog_check_exists(d->rl.catalog, s, &one);
+		ok &= catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
 		for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
 			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
 		if (ch && ok)
@@ -489,9 +490,13 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *s = &d->cfg->subs[i];
 		buf one = {0}, warnings = {0};
+		/* a table named that is gone fails a start; at a reconnect it may have been dropped
+		 * meanwhile, and the subscription goes on with the others */
+		bool named = catalog_check_exists(cat, s, first ? &one : &warnings);
 		/* a snapshot that cannot run fails as a backfill (GET /backfills): the subscription
 		 * itself works */
-		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings)) {
+		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings) ||
+		    (first && !named)) {
 			if (in_overlay(d->rl.overlay, s->name))
 				aside_add(&out, s->name, one.data);
 			else

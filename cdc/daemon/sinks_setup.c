@@ -69,7 +69,7 @@ void sink_set_watch(sink_set *s)
 		int ms = sink_modules[m]->wake_ms(s->k[m]);
 		if (ms == s->wake_ms[m])
 			continue;
-		struct timeval tv = {0, ms * 1000};
+		struct timeval tv = {ms / 1000, (ms % 1000) * 1000}; /* a second or more: tv_sec */
 		event_del(s->ev[m]); /* event_add keeps a timeout it is not given a new one for */
 		event_add(s->ev[m], ms ? &tv : NULL);
 		s->wake_ms[m] = ms;

@@ -1,10 +1,49 @@
-/* access.c: cdc doctor's report of the access model it sees: where each secret of the configuration
- * comes from (a file, and who may read it, or the configuration itself, in clear). It only looks:
- * stat on the files the configuration names. */
+/* access.c: cdc doctor's report of the access model it sees: who may connect to each socket (its
+ * mode and owner), who may change subscriptions, and where each secret of the configuration comes
+ * from (a file, and who may read it, or the configuration itself, in clear). It only looks: stat
+ * on the paths the configuration names. */
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cdc/doctor/internal.h"
+#include "decoder/base/net.h"
+
+void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t mode)
+{
+	struct stat st;
+	buf owner = {0}, group = {0};
+	bool there = lstat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+	uint32_t uid = there ? st.st_uid : geteuid(), gid = there ? st.st_gid : getegid();
+	if (there)
+		mode = st.st_mode & 0777;
+	net_ids_text(&(id_list){&uid, 1}, false, &owner);
+	net_ids_text(&(id_list){&gid, 1}, true, &group);
+	const char *who = (mode & 0002)	  ? "every user of this machine"
+			  : (mode & 0020) ? "its owner and the members of its group"
+					  : "its owner only";
+	doctor_say(d, (mode & 0002) ? DOCTOR_WARN : DOCTOR_PASS,
+		   (mode & 0002) ? "chmod o-w the socket" : NULL,
+		   "%s %s: %smode %04o, owner uid %s, group %s: %s may connect%s", key, path,
+		   there ? "" : "not there yet; cdc makes it with ", (unsigned)mode, owner.data, group.data,
+		   who, there ? "" : " (cdc's own uid and group: here, the uid running cdc doctor)");
+	buf_free(&owner);
+	buf_free(&group);
+}
+
+/* The status socket: who may connect, who may change subscriptions. */
+void doctor_access(doctor *d)
+{
+	doctor_socket_access(d, "status.socket", d->c->status.socket,
+			     cfg_get_number(d->c, "subscribers.mode"));
+	buf uids = {0};
+	net_ids_text(&d->c->status.control_uids, false, &uids);
+	doctor_say(
+	    d, DOCTOR_PASS, NULL,
+	    "status.control_uids: uids %s may change subscriptions and start backfills over status.socket",
+	    uids.data);
+	buf_free(&uids);
+}
 
 void doctor_secrets(doctor *d)
 {

@@ -136,28 +136,50 @@ void doctor_server(doctor *d)
 	load_tables(d);
 }
 
+void doctor_fix_failed(doctor *d, const char *err)
+{
+	doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn on a reachable server", "%s",
+		   err);
+}
+
 void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
-			   doctor_status st, const char *fix, const char *why)
+			   doctor_status st, const char *more, const char *why)
 {
 	const char *params[] = {name};
 	PGresult *res = doctor_ask(d, name, "SELECT pg_catalog.current_setting($1)", 1, params);
 	if (!res)
 		return;
 	const char *v = PQgetvalue(res, 0, 0);
+	char err[512];
+	pg_fix f = {0};
 	if (strcmp(v, want) == 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "%s", pass_detail);
-	else
-		doctor_say(d, st, fix, "is %s%s", v, why);
+	else if (!pg_fix_setting(d->conn, name, want, false, &f, err, sizeof(err)))
+		doctor_fix_failed(d, err);
+	else {
+		buf_puts(&f.words, more ? more : "");
+		doctor_fix(d, st, &f, "is %s%s", v, why);
+	}
+	pg_fix_free(&f);
 	PQclear(res);
 }
 
 void doctor_wal_level(doctor *d)
 {
-	doctor_expect_setting(
-	    d, "wal_level", "logical", "logical", DOCTOR_FAIL,
-	    "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, "
-	    "its logical replication parameter, e.g. rds.logical_replication = 1)",
-	    ", and logical decoding needs logical");
+	PGresult *res = doctor_ask(d, "wal_level", "SELECT pg_catalog.current_setting('wal_level')", 0, NULL);
+	if (!res)
+		return;
+	char err[512];
+	pg_fix f = {0};
+	if (strcmp(PQgetvalue(res, 0, 0), "logical") == 0)
+		doctor_say(d, DOCTOR_PASS, NULL, "logical");
+	else if (!pg_fix_wal_level(d->conn, &f, err, sizeof(err)))
+		doctor_fix_failed(d, err);
+	else
+		doctor_fix(d, DOCTOR_FAIL, &f, "is %s, and logical decoding needs logical",
+			   PQgetvalue(res, 0, 0));
+	pg_fix_free(&f);
+	PQclear(res);
 }
 
 void doctor_slots_free(doctor *d)
@@ -173,20 +195,19 @@ void doctor_slots_free(doctor *d)
 		return;
 	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
 	bool mine = PQgetvalue(res, 0, 2)[0] == 't';
-	char fix[256];
-	snprintf(fix, sizeof(fix),
-		 "ALTER SYSTEM SET max_replication_slots = %ld; then restart PostgreSQL (or drop a slot "
-		 "nothing uses: SELECT pg_drop_replication_slot('NAME'))",
-		 used + 1);
+	char err[512];
+	pg_fix f = {0};
 	if (mine)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use, slot %s among them", used, max,
 			   d->c->source.slot);
 	else if (used < max)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use: room for slot %s", used, max,
 			   d->c->source.slot);
+	else if (!pg_fix_slots_full(d->conn, false, &f, err, sizeof(err)))
+		doctor_fix_failed(d, err);
 	else
-		doctor_say(d, DOCTOR_FAIL, fix, "all %ld in use: no room for slot %s", max,
-			   d->c->source.slot);
+		doctor_fix(d, DOCTOR_FAIL, &f, "all %ld in use: no room for slot %s", max, d->c->source.slot);
+	pg_fix_free(&f);
 	PQclear(res);
 }
 
@@ -199,14 +220,16 @@ void doctor_senders_free(doctor *d)
 	if (!res)
 		return;
 	long max = atol(PQgetvalue(res, 0, 0)), used = atol(PQgetvalue(res, 0, 1));
-	char fix[160];
-	snprintf(fix, sizeof(fix), "ALTER SYSTEM SET max_wal_senders = %ld; then restart PostgreSQL",
-		 used + 1);
+	char err[512];
+	pg_fix f = {0};
 	if (used < max)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use", used, max);
+	else if (!pg_fix_slots_full(d->conn, true, &f, err, sizeof(err)))
+		doctor_fix_failed(d, err);
 	else
-		doctor_say(d, DOCTOR_FAIL, fix,
+		doctor_fix(d, DOCTOR_FAIL, &f,
 			   "all %ld in use: cdc's replication connection would be refused", max);
+	pg_fix_free(&f);
 	PQclear(res);
 }
 
@@ -221,19 +244,17 @@ void doctor_role(doctor *d)
 		return;
 	bool replication = PQgetvalue(res, 0, 0)[0] == 't', login = PQgetvalue(res, 0, 1)[0] == 't';
 	PQclear(res);
-	buf fix = {0};
-	buf_puts(&fix, "as a superuser: ALTER ROLE ");
-	bfsql_quote_ident(&fix, d->role);
-	buf_puts(&fix, " REPLICATION");
+	pg_fix f = {0};
+	pg_fix_role_replication(d->role, &f);
 	if (replication || d->superuser)
 		doctor_say(d, DOCTOR_PASS, NULL, "role %s: %s%s", d->role, login ? "LOGIN " : "",
 			   d->superuser ? "SUPERUSER" : "REPLICATION");
 	else
-		doctor_say(d, DOCTOR_FAIL, fix.data,
+		doctor_fix(d, DOCTOR_FAIL, &f,
 			   "role %s lacks REPLICATION: the replication connection (and creating the slot) "
 			   "would be refused",
 			   d->role);
-	buf_free(&fix);
+	pg_fix_free(&f);
 }
 
 /* Publishing FOR TABLE needs the role to own each table and CREATE on the database. */
@@ -249,19 +270,15 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 	PQclear(res);
 	buf fix = {0};
 	if (!create && !d->superuser) {
-		buf_puts(&fix, "GRANT CREATE ON DATABASE ");
 		PGresult *db = doctor_ask(d, "the database", "SELECT pg_catalog.current_database()", 0, NULL);
 		if (!db)
 			goto out;
-		bfsql_quote_ident(&fix, PQgetvalue(db, 0, 0));
+		pg_fix f = {0};
+		pg_fix_create_on_database(PQgetvalue(db, 0, 0), role[0], p->sql.data, &f);
 		PQclear(db);
-		buf_puts(&fix, " TO ");
-		bfsql_quote_ident(&fix, role[0]);
-		buf_printf(&fix, "; or create the publication beforehand as its tables' owner: %s",
-			   p->sql.data);
-		doctor_say(d, DOCTOR_FAIL, fix.data,
-			   "cdc would run %s, and role %s lacks CREATE on the database", p->sql.data,
-			   d->role);
+		doctor_fix(d, DOCTOR_FAIL, &f, "cdc would run %s, and role %s lacks CREATE on the database",
+			   p->sql.data, d->role);
+		pg_fix_free(&f);
 		goto out;
 	}
 	size_t bad = 0;
@@ -282,10 +299,15 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 		qualified(&fix, params[0], params[1]);
 		buf_puts(&fix, " OWNER TO ");
 		bfsql_quote_ident(&fix, d->role);
-		buf_printf(&fix, "; or create the publication beforehand as the owner: %s", p->sql.data);
-		doctor_say(d, DOCTOR_FAIL, fix.data,
+		buf_putc(&fix, ';');
+		char words[2048];
+		snprintf(words, sizeof(words),
+			 "as a superuser; or create the publication beforehand as the owner: %s",
+			 p->sql.data);
+		doctor_say(d, DOCTOR_FAIL, words,
 			   "cdc would publish %s.%s FOR TABLE, which needs its owner (%s), not role %s",
 			   params[0], params[1], PQgetvalue(res, 0, 0), d->role);
+		doctor_sql(d, fix.data);
 		PQclear(res);
 		bad++;
 	}
@@ -310,6 +332,9 @@ static void plan_publication(doctor *d)
 	for (size_t i = 0; i < p.no_match.n; i++)
 		doctor_say(d, DOCTOR_WARN, "create the tables, or correct source.publish",
 			   "source.publish pattern %s matches no table yet", p.no_match.v[i]);
+	for (size_t i = 0; i < p.missing.n; i++) /* cdc run stops on it */
+		doctor_say(d, DOCTOR_FAIL, "correct the name in source.publish, or create the table first",
+			   "%s", p.missing.v[i]);
 	for (size_t i = 0; i < d->ntables; i++) {
 		const doctor_table *t = &d->tables[i];
 		bool in = p.all_tables;
@@ -324,9 +349,12 @@ static void plan_publication(doctor *d)
 		char why[1024];
 		buf fix = {0};
 		pg_publication_refusal(&p, d->c->source.publication, why, sizeof(why));
-		buf_printf(&fix, "create it beforehand as a superuser: %s; or make role %s the tables' owner",
-			   p.superuser_sql.data, d->role);
+		buf_printf(&fix, "create it beforehand, as a superuser; or make role %s the tables' owner",
+			   d->role);
 		doctor_say(d, DOCTOR_FAIL, fix.data, "does not exist, and cdc would stop: %s", why);
+		buf_reset(&fix);
+		buf_printf(&fix, "%s;", p.superuser_sql.data);
+		doctor_sql(d, fix.data);
 		buf_free(&fix);
 		pg_publication_plan_free(&p);
 		return;
@@ -341,6 +369,23 @@ static void plan_publication(doctor *d)
 		buf_free(&line);
 	}
 	check_ownership(d, &p);
+	pg_publication_plan_free(&p);
+}
+
+/* No publication, and cdc may not create it: the statement for this role and source.publish. */
+static void missing_publication(doctor *d)
+{
+	char err[512];
+	pg_publication_plan p;
+	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
+				      d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
+		doctor_fix_failed(d, err);
+	} else {
+		pg_fix f = {0};
+		pg_fix_create_publication(p.refused ? p.superuser_sql.data : p.sql.data, &f);
+		doctor_fix(d, DOCTOR_FAIL, &f, "%s does not exist", d->c->source.publication);
+		pg_fix_free(&f);
+	}
 	pg_publication_plan_free(&p);
 }
 
@@ -383,16 +428,8 @@ void doctor_publication(doctor *d)
 			   PQgetvalue(exists, 0, 1)[0] == 't' ? "on" : "off");
 	else if (d->c->source.create)
 		plan_publication(d);
-	else {
-		buf fix = {0};
-		buf_puts(&fix, "CREATE PUBLICATION ");
-		bfsql_quote_ident(&fix, d->c->source.publication);
-		buf_puts(
-		    &fix,
-		    " FOR TABLE ... WITH (publish_via_partition_root = true); or set source.create: true");
-		doctor_say(d, DOCTOR_FAIL, fix.data, "%s does not exist", d->c->source.publication);
-		buf_free(&fix);
-	}
+	else
+		missing_publication(d);
 	PQclear(exists);
 }
 
@@ -410,6 +447,23 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 	if (tt->missing++)
 		buf_puts(&tt->names, ", ");
 	qualified(&tt->names, t->schema, t->name);
+}
+
+/* The tables a subscription names one by one that do not exist: cdc run's check, its message. */
+static bool named_tables_exist(doctor *d, const cfg_subscription *s)
+{
+	buf missing = {0};
+	bool ok = !read_catalog(d) || catalog_check_exists(&d->cat, s, &missing);
+	for (char *line = missing.data; line && *line;) {
+		char *end = strchr(line, '\n');
+		*end = '\0';
+		doctor_say(d, DOCTOR_FAIL,
+			   "correct the name in the subscription's tables, or create the table first",
+			   "%s: cdc refuses it", line);
+		line = end + 1;
+	}
+	buf_free(&missing);
+	return ok;
 }
 
 /* One warning per line of w, its fix the same line of f; then w and f are freed. */
@@ -431,28 +485,30 @@ void doctor_tables(doctor *d)
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
 		table_tally tt = {0};
+		bool named = named_tables_exist(d, s);
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
 		/* partitioned tables: whether their changes arrive under the names s matches (cdc run
 		 * logs the same warnings at its start) */
 		buf w = {0}, f = {0};
 		if (d->publication_exists)
 			catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
-		if (!n)
+		if (!n && named) /* (when a name is wrong, its failure says enough) */
 			doctor_say(d, DOCTOR_WARN,
 				   "create the tables, or correct the subscription's tables: key",
 				   "subscription %s: its tables match no table yet", s->name);
-		else if (tt.missing) {
+		else if (n && tt.missing) {
 			buf fix = {0};
 			buf_puts(&fix, "ALTER PUBLICATION ");
 			bfsql_quote_ident(&fix, d->c->source.publication);
-			buf_printf(&fix, " ADD TABLE %s", tt.names.data);
+			buf_printf(&fix, " ADD TABLE %s;", tt.names.data);
 			doctor_say(
-			    d, DOCTOR_WARN, fix.data,
+			    d, DOCTOR_WARN, "as the publication's and the tables' owner, or a superuser",
 			    "subscription %s: %zu of its %zu tables are not in publication %s, so their "
 			    "changes never reach cdc: %s",
 			    s->name, tt.missing, n, d->c->source.publication, tt.names.data);
+			doctor_sql(d, fix.data);
 			buf_free(&fix);
-		} else if (!w.len)
+		} else if (n && !w.len)
 			doctor_say(d, DOCTOR_PASS, NULL, "subscription %s: %zu table%s, all published",
 				   s->name, n, n == 1 ? "" : "s");
 		buf_free(&tt.names);
@@ -494,8 +550,13 @@ void doctor_identity(doctor *d)
 			*end = '\0';
 			if (fix && fix < end)
 				*fix = '\0';
-			doctor_say(d, DOCTOR_FAIL, fix ? fix + 2 : "see the message", "%s: cdc refuses it",
-				   line);
+			doctor_say(d, DOCTOR_FAIL, fix ? "as the table's owner" : "see the message",
+				   "%s: cdc refuses it", line);
+			if (fix) {
+				char sql[1024];
+				snprintf(sql, sizeof(sql), "%s;", fix + 2);
+				doctor_sql(d, sql);
+			}
 			line = end + 1;
 		}
 		buf_free(&problems);
@@ -506,10 +567,15 @@ void doctor_identity(doctor *d)
 static void say_bfsql(doctor *d, doctor_status status, buf *msg)
 {
 	char *at = strstr(msg->data, ": run ");
-	const char *fix = at ? at + 6 : NULL;
-	if (at)
-		*at = '\0';
-	doctor_say(d, status, fix ? fix : "see the message", "%s", msg->data);
+	if (!at) {
+		doctor_say(d, status, "see the message", "%s", msg->data);
+		return;
+	}
+	*at = '\0'; /* what follows is a statement that runs as it is */
+	doctor_say(d, status, "as a superuser", "%s", msg->data);
+	char sql[1024];
+	snprintf(sql, sizeof(sql), "%s;", at + 6);
+	doctor_sql(d, sql);
 }
 
 typedef struct backfill_tally {
@@ -709,21 +775,19 @@ void doctor_slot(doctor *d)
 	PQclear(res);
 	char fix[512];
 	if (!row.exists) {
-		snprintf(fix, sizeof(fix),
-			 "SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set "
-			 "source.create: true",
-			 slot);
+		pg_fix f = {0};
+		pg_fix_create_slot(slot, &f);
 		if (d->c->source.create)
 			doctor_say(d, DOCTOR_PASS, NULL,
 				   "%s does not exist; cdc will create it (plugin pgoutput)", slot);
 		else
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist", slot);
+			doctor_fix(d, DOCTOR_FAIL, &f, "%s does not exist", slot);
+		pg_fix_free(&f);
 		return;
 	}
-	snprintf(fix, sizeof(fix),
-		 "choose another source.slot, or drop this one if nothing else uses it: SELECT "
-		 "pg_drop_replication_slot('%s')",
-		 slot);
+	char drop[256]; /* slot names are [a-z0-9_]: nothing to escape */
+	snprintf(drop, sizeof(drop), "SELECT pg_catalog.pg_drop_replication_slot('%s');", slot);
+	snprintf(fix, sizeof(fix), "choose another source.slot, or drop this one if nothing else uses it");
 	if (pg_slot_being_created(&row)) {
 		doctor_say(d, DOCTOR_WARN, "run cdc doctor again once it is created",
 			   "%s is being created by another session (PID %d)", slot, row.active_pid);
@@ -733,22 +797,24 @@ void doctor_slot(doctor *d)
 		doctor_say(d, DOCTOR_FAIL, fix,
 			   "%s is a %s slot with plugin %s, and cdc needs plugin pgoutput", slot, row.type,
 			   row.plugin[0] ? row.plugin : "none");
+		doctor_sql(d, drop);
 		return;
 	}
 	if (strcmp(row.database, row.current_database) != 0) {
 		doctor_say(d, DOCTOR_FAIL, fix, "%s belongs to database %s, but source.dsn connects to %s",
 			   slot, row.database, row.current_database);
+		doctor_sql(d, drop);
 		return;
 	}
 	char state[256];
 	snprintf(state, sizeof(state), "wal_status %s, %" PRId64 " bytes behind the server%s", row.wal_status,
 		 row.lag_bytes, row.active_pid ? ", streamed now by a walsender" : "");
 	if (strcmp(row.wal_status, "lost") == 0) {
-		snprintf(fix, sizeof(fix),
-			 "set source.on_slot_lost: resync (cdc recreates the slot and backfills), or drop it "
-			 "(SELECT pg_drop_replication_slot('%s')) and resynchronise consumers",
-			 slot);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s has lost WAL it needed (%s)", slot, state);
+		doctor_say(d, DOCTOR_FAIL,
+			   "set source.on_slot_lost: resync (cdc recreates the slot and backfills), or drop "
+			   "it and resynchronise consumers",
+			   "%s has lost WAL it needed (%s)", slot, state);
+		doctor_sql(d, drop);
 	} else if (strcmp(row.wal_status, "reserved") != 0)
 		doctor_say(d, DOCTOR_WARN,
 			   "let cdc catch up (find what holds it back: cdc status), and raise "
@@ -775,26 +841,30 @@ void doctor_keep_size(doctor *d)
 		       0, NULL);
 	if (!res)
 		return;
-	if (atoll(PQgetvalue(res, 0, 1)) < 0)
-		doctor_say(
-		    d, DOCTOR_WARN,
-		    "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (what the disk can spare); SELECT "
-		    "pg_reload_conf(); and alert on cdc_source_safe_wal_size_bytes "
-		    "(deploy/monitoring)",
-		    "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its disk "
-		    "is full");
-	else
+	char err[512];
+	pg_fix f = {0};
+	if (atoll(PQgetvalue(res, 0, 1)) >= 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "%s: the server keeps at most this much WAL for the slot",
 			   PQgetvalue(res, 0, 0));
+	else if (!pg_fix_setting(d->conn, "max_slot_wal_keep_size", "50GB", false, &f, err, sizeof(err)))
+		doctor_fix_failed(d, err);
+	else {
+		buf_puts(&f.words,
+			 " (50GB: what the disk can spare), and alert on cdc_source_safe_wal_size_bytes "
+			 "(deploy/monitoring)");
+		doctor_fix(
+		    d, DOCTOR_WARN, &f,
+		    "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its "
+		    "disk is full");
+	}
+	pg_fix_free(&f);
 	PQclear(res);
 }
 
 void doctor_idle_timeout(doctor *d)
 {
-	doctor_expect_setting(
-	    d, "idle_replication_slot_timeout", "0", "0 (off)", DOCTOR_WARN,
-	    "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
-	    "source.on_slot_lost: resync",
-	    ": the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
-	    "loses its slot");
+	doctor_expect_setting(d, "idle_replication_slot_timeout", "0", "0 (off)", DOCTOR_WARN,
+			      "; or set source.on_slot_lost: resync",
+			      ": the server invalidates a slot nobody streamed that long, so a cdc stopped "
+			      "longer loses its slot");
 }

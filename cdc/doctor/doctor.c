@@ -54,23 +54,56 @@ static const struct {
     {"state_dir", 0, doctor_state_dir},
     {"sockets", 0, doctor_sockets},
     {"secrets", 0, doctor_secrets},
+    {"access", 0, doctor_access},
 };
 
 static const char *const status_names[] = {
     [DOCTOR_PASS] = "pass", [DOCTOR_WARN] = "warn", [DOCTOR_FAIL] = "fail"};
 
-void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+static void say_v(doctor *d, doctor_status st, const char *fix, const char *fmt, va_list ap)
 {
 	char detail[2048];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
 	pg_redact(&d->secrets, detail, sizeof(detail));
 	doctor_report *r = d->r;
 	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
 	r->lines[r->n++] = (doctor_line){
 	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
+}
+
+void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say_v(d, st, fix, fmt, ap);
+	va_end(ap);
+}
+
+void doctor_sql(doctor *d, const char *sql)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	free(l->sql);
+	l->sql = sql && *sql ? xstrdup(sql) : NULL;
+}
+
+void doctor_command(doctor *d, const char *command)
+{
+	doctor_line *l = &d->r->lines[d->r->n - 1];
+	buf b = {0};
+	if (l->run)
+		buf_printf(&b, "%s\n", l->run);
+	buf_puts(&b, command);
+	free(l->run);
+	l->run = b.data;
+}
+
+void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	say_v(d, st, fix->words.data ? fix->words.data : "", fmt, ap);
+	va_end(ap);
+	doctor_sql(d, fix->sql.data);
 }
 
 size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
@@ -142,6 +175,11 @@ static void module_say(sink_doctor *dr, sink_verdict verdict, const char *fix, c
 	doctor_say(doctor_of(dr), status_of[verdict], fix, "%s", detail);
 }
 
+static void module_command(sink_doctor *dr, const char *command)
+{
+	doctor_command(doctor_of(dr), command);
+}
+
 typedef struct table_call {
 	void (*fn)(void *arg, const char *schema, const char *table);
 	void *arg;
@@ -162,9 +200,66 @@ static size_t module_tables(sink_doctor *dr, size_t sub,
 	return doctor_sub_tables(d, &d->c->subs[sub], call_table, &call);
 }
 
+/* A table's columns as the stream describes them: published ones (a virtual generated column
+ * never, a stored one with source.publish_generated_columns), keyed as cdc keys them (the primary
+ * key, the replica identity index, or under FULL the primary key or else the whole row). */
+static const char columns_sql[] =
+    "SELECT a.attname, a.atttypid, a.atttypmod, CASE c.relreplident "
+    "WHEN 'd' THEN coalesce(a.attnum = ANY (pk.indkey::pg_catalog.int2[]), false) "
+    "WHEN 'i' THEN coalesce(a.attnum = ANY (ri.indkey::pg_catalog.int2[]), false) "
+    "WHEN 'f' THEN coalesce(a.attnum = ANY (pk.indkey::pg_catalog.int2[]), pk.indkey IS NULL) ELSE false "
+    "END, "
+    "a.attgenerated::text "
+    "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_catalog.pg_index pk ON pk.indrelid = c.oid AND pk.indisprimary "
+    "LEFT JOIN pg_catalog.pg_index ri ON ri.indrelid = c.oid AND ri.indisreplident "
+    "WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+static bool projected(const cfg_subscription *s, const char *name)
+{
+	if (!s->columns.n)
+		return true;
+	for (size_t i = 0; i < s->columns.n; i++)
+		if (strcmp(s->columns.v[i], name) == 0)
+			return true;
+	return false;
+}
+
+static size_t module_columns(sink_doctor *dr, size_t sub, const char *schema, const char *table,
+			     void (*fn)(void *arg, const char *name, uint32_t type_oid, int32_t typmod,
+					bool key),
+			     void *arg)
+{
+	doctor *d = doctor_of(dr);
+	if (!d->conn)
+		return 0;
+	const char *params[] = {schema, table};
+	PGresult *res = doctor_ask(d, "a table's columns", columns_sql, 2, params);
+	size_t n = 0;
+	for (int i = 0; res && i < PQntuples(res); i++) {
+		const char *name = PQgetvalue(res, i, 0), *generated = PQgetvalue(res, i, 4);
+		bool key = strcmp(PQgetvalue(res, i, 3), "t") == 0;
+		if (generated[0] == 'v' || (generated[0] == 's' && !d->c->source.publish_generated_columns))
+			continue;
+		if (!key && !projected(&d->c->subs[sub], name))
+			continue;
+		fn(arg, name, (uint32_t)strtoul(PQgetvalue(res, i, 1), NULL, 10),
+		   (int32_t)strtol(PQgetvalue(res, i, 2), NULL, 10), key);
+		n++;
+	}
+	PQclear(res);
+	return n;
+}
+
 static void module_socket_path(sink_doctor *dr, const char *key, const char *path)
 {
 	doctor_socket_path(doctor_of(dr), key, path);
+}
+
+static void module_socket_access(sink_doctor *dr, const char *key, const char *path, mode_t mode)
+{
+	doctor_socket_access(doctor_of(dr), key, path, mode);
 }
 
 /* A module's checks run when the file has its section (one it may leave out) or a subscription
@@ -193,8 +288,11 @@ static void run_modules(doctor *d)
 				   .timeout_ms = d->r->timeout_ms,
 				   .database_read = d->conn != NULL,
 				   .tables = module_tables,
+				   .columns = module_columns,
 				   .say = module_say,
-				   .socket_path = module_socket_path},
+				   .command = module_command,
+				   .socket_path = module_socket_path,
+				   .socket_access = module_socket_access},
 				  d};
 		for (const sink_check *k = mod->checks; k->name; k++) {
 			if (k->applies && !k->applies(&run.base))
@@ -232,6 +330,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	}
 	free(d.tables);
 	strlist_clear(&d.published);
+	strlist_clear(&d.unit.dirs);
 	catalog_free(&d.cat);
 }
 
@@ -258,6 +357,10 @@ void doctor_print_text(const doctor_report *r, FILE *out)
 		fprintf(out, "%s  %s: %s\n", status_names[l->status], l->check, l->detail);
 		if (l->fix)
 			fprintf(out, "      fix: %s\n", l->fix);
+		if (l->sql)
+			fprintf(out, "      sql: %s\n", l->sql);
+		for (const char *p = l->run; p && *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] != '\0'))
+			fprintf(out, "      run: %.*s\n", (int)strcspn(p, "\n"), p);
 	}
 	size_t n[3];
 	count(r, n);
@@ -291,6 +394,8 @@ void doctor_print_json(const doctor_report *r, buf *out)
 		json_key_str(out, &lfirst, "status", status_names[l->status]);
 		json_key_str(out, &lfirst, "detail", l->detail);
 		json_key_str(out, &lfirst, "fix", l->fix);
+		json_key_str(out, &lfirst, "sql", l->sql);
+		json_key_str(out, &lfirst, "run", l->run);
 		buf_putc(out, '}');
 	}
 	buf_puts(out, "]}\n");
@@ -301,6 +406,8 @@ void doctor_report_free(doctor_report *r)
 	for (size_t i = 0; i < r->n; i++) {
 		free(r->lines[i].detail);
 		free(r->lines[i].fix);
+		free(r->lines[i].sql);
+		free(r->lines[i].run);
 	}
 	free(r->lines);
 	r->lines = NULL;

@@ -15,6 +15,8 @@ typedef struct doctor_line {
 	doctor_status status;
 	char *detail; /* what was found */
 	char *fix;    /* what to do; NULL for a pass */
+	char *sql;    /* statements that run as printed in psql (as fix says whom), or NULL */
+	char *run;    /* shell commands that run as printed, one a line, or NULL */
 } doctor_line;
 
 typedef struct doctor_report {
@@ -28,11 +30,12 @@ typedef struct doctor_report {
 void doctor_run(const cfg *c, doctor_report *r);
 /* 0 when every line passed, 1 with warnings only, 2 with a failure. */
 int doctor_exit_code(const doctor_report *r);
-/* One line per finding ("pass  check: detail", "fail  check: detail" and "      fix: ..."), then a
- * summary line. */
+/* One line per finding ("pass  check: detail", "fail  check: detail", then "      fix: ...",
+ * "      sql: ..." and a "      run: ..." per command), then a summary line. */
 void doctor_print_text(const doctor_report *r, FILE *out);
 /* {"status":"fail","exit":2,"counts":{"pass":N,"warn":N,"fail":N},
- *  "checks":[{"check":"...","status":"pass|warn|fail","detail":"...","fix":"..." or null},...]} */
+ *  "checks":[{"check":"...","status":"pass|warn|fail","detail":"...","fix":"..." or null,
+ *             "sql":"..." or null,"run":"..." or null},...]} */
 void doctor_print_json(const doctor_report *r, buf *out);
 void doctor_report_free(doctor_report *r);
 

@@ -92,29 +92,32 @@ void doctor_standby_slots(doctor *d)
 	const char *setting = PQgetvalue(res, 0, 0);
 	char why[1024];
 	failover_reason r = failover_judge(d->c->source.slot, true, setting, slots, k, why, sizeof(why));
-	buf fix = {0};
-	if (usable.len)
-		buf_printf(&fix,
-			   "ALTER SYSTEM SET synchronized_standby_slots = '%s'; SELECT pg_reload_conf() (the "
-			   "physical slots standbys stream from now: name those of the standbys that may be "
-			   "promoted)",
-			   usable.data);
-	else
-		buf_puts(&fix, "create a physical slot for each standby that may be promoted (SELECT "
-			       "pg_create_physical_replication_slot('standby_slot'), and primary_slot_name = "
-			       "'standby_slot' on that standby), then ALTER SYSTEM SET "
-			       "synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf()");
+	pg_fix f = {0};
+	char err[512];
+	/* Empty, cdc streams (a promotion may hand consumers phantoms); otherwise its stream waits. */
+	doctor_status st = r == FAILOVER_UNSET ? DOCTOR_WARN : DOCTOR_FAIL;
 	if (r == FAILOVER_READY)
 		doctor_say(d, DOCTOR_PASS, NULL,
 			   "%s: active physical slots, so cdc receives only what those standbys have (a "
 			   "promotion of one loses nothing)",
 			   setting);
-	else
-		/* Empty, cdc streams (a promotion may hand consumers phantoms); otherwise its stream
-		 * waits. */
-		doctor_say(d, r == FAILOVER_UNSET ? DOCTOR_WARN : DOCTOR_FAIL, fix.data, "%s (%s)", why,
-			   failover_reason_name(r));
-	buf_free(&fix);
+	else if (!usable.len)
+		doctor_say(d, st,
+			   "create a physical slot for each standby that may be promoted (SELECT "
+			   "pg_create_physical_replication_slot('standby_slot'), and primary_slot_name = "
+			   "'standby_slot' on that standby), then ALTER SYSTEM SET "
+			   "synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf()",
+			   "%s (%s)", why, failover_reason_name(r));
+	else if (!pg_fix_setting(d->conn, "synchronized_standby_slots", usable.data, false, &f, err,
+				 sizeof(err)))
+		doctor_fix_failed(d, err);
+	else {
+		buf_puts(&f.words,
+			 " (the physical slots standbys stream from now: name those of the standbys "
+			 "that may be promoted)");
+		doctor_fix(d, st, &f, "%s (%s)", why, failover_reason_name(r));
+	}
+	pg_fix_free(&f);
 	buf_free(&usable);
 	free(slots);
 	PQclear(res);
@@ -132,8 +135,7 @@ void doctor_hot_standby_feedback(doctor *d)
 	bool target = failover_target(d);
 	doctor_expect_setting(
 	    d, "hot_standby_feedback", "on", "on", target ? DOCTOR_FAIL : DOCTOR_WARN,
-	    "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf() (on this standby, which "
-	    "should stream from a physical slot: primary_slot_name)",
+	    ", on this standby (which should stream from a physical slot: primary_slot_name)",
 	    target ? ", and slot synchronization does not run without it: this standby keeps no copy of "
 		     "cdc's slot, and a promotion of it loses the slot"
 		   : ", so the primary may remove catalog rows the slot here needs: the slot is then "
@@ -146,7 +148,7 @@ void doctor_sync_slots(doctor *d)
 	    d, "sync_replication_slots", "on",
 	    "on: this standby keeps copies of the "
 	    "primary's failover slots",
-	    DOCTOR_FAIL, "ALTER SYSTEM SET sync_replication_slots = on; SELECT pg_reload_conf()",
+	    DOCTOR_FAIL, ", on this standby",
 	    ", so this standby keeps no copy of the primary's failover slots: a promotion of "
 	    "it loses cdc's slot");
 }
@@ -162,9 +164,11 @@ static PGresult *standby_setting(doctor *d, const char *name)
 		buf fix = {0};
 		buf_puts(&fix, "GRANT pg_read_all_settings TO ");
 		bfsql_quote_ident(&fix, d->role);
-		buf_printf(&fix, "; or read %s on this standby as a superuser", name);
-		doctor_say(d, DOCTOR_WARN, fix.data,
+		buf_putc(&fix, ';');
+		doctor_say(d, DOCTOR_WARN,
+			   "as a superuser (on the primary); or read it on this standby as a superuser",
 			   "role %s may not read it (a superuser or pg_read_all_settings may)", d->role);
+		doctor_sql(d, fix.data);
 		buf_free(&fix);
 		PQclear(res);
 		return NULL;
@@ -207,8 +211,9 @@ void doctor_primary_conninfo(doctor *d)
 			dbname = true;
 	char fix[512];
 	snprintf(fix, sizeof(fix),
-		 "add dbname=%s (a database of the primary) to primary_conninfo: ALTER SYSTEM SET "
-		 "primary_conninfo = '... dbname=%s'; SELECT pg_reload_conf()",
+		 "add dbname=%s (a database of the primary) to primary_conninfo on this standby (ALTER "
+		 "SYSTEM SET primary_conninfo to its connection string with dbname=%s, then SELECT "
+		 "pg_reload_conf())",
 		 PQdb(d->conn), PQdb(d->conn));
 	if (!opts)
 		doctor_say(d, DOCTOR_FAIL, fix, "is not a valid connection string");

@@ -7,6 +7,7 @@
 
 #include "cdc/doctor/doctor.h"
 #include "cdc/source/catalog.h"
+#include "cdc/source/fixes.h"
 #include "cdc/source/pgconn.h"
 #include "sinks/modules.h"
 
@@ -31,7 +32,13 @@ typedef struct doctor {
 	size_t ntables;
 	bool publication_exists;
 	cfg_strlist published; /* pairs of schema, table the publication has (or cdc's would have) */
-	catalog cat;	       /* what cdc run checks subscriptions against (catalog_sql) */
+	/* the systemd unit that runs this file (unit.c), looked for when a directory is missing */
+	struct {
+		bool looked;
+		char name[128];	  /* "cdc.service", "cdc@main.service"; empty: none runs it */
+		cfg_strlist dirs; /* pairs: a directory systemd makes when it starts, and the directive */
+	} unit;
+	catalog cat; /* what cdc run checks subscriptions against (catalog_sql) */
 	bool cat_read;
 } doctor;
 
@@ -39,13 +46,23 @@ typedef struct doctor {
  * secrets redaction. */
 void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
+/* What the last line's fix runs, exactly as printed: SQL statements (its sql: line), or a shell
+ * command (a run: line each). */
+void doctor_sql(doctor *d, const char *sql);
+void doctor_command(doctor *d, const char *command);
+/* A fix that could not be made (what it reads was unreadable): a warning saying so. */
+void doctor_fix_failed(doctor *d, const char *err);
+/* doctor_say with a fix written once for cdc doctor and cdc run (cdc/source/fixes.c). */
+void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
+
 /* A query's answer, or NULL after a warning naming what could not be asked. */
 PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params);
 
-/* A setting that should have one value: pass saying pass_detail, else st with the fix and the detail
- * "is VALUE" followed by why. */
+/* A setting that should have one value (a reload applies it): pass saying pass_detail, else st with
+ * the detail "is VALUE" followed by why, and pg_fix_setting's fix with more (NULL: nothing) after
+ * its words. */
 void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
-			   doctor_status st, const char *fix, const char *why);
+			   doctor_status st, const char *more, const char *why);
 
 /* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
  * each of d->tables that one of its patterns matches; returns how many). */
@@ -55,6 +72,10 @@ size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
 
 /* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
 bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
+
+/* The directive of the unit that runs this configuration file ("RuntimeDirectory=cdc" of
+ * cdc.service) that makes directory dir when the unit starts, or NULL (unit.c). */
+const char *doctor_unit_makes(doctor *d, const char *dir);
 
 /* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
 void doctor_socket_path(doctor *d, const char *key, const char *path);
@@ -83,6 +104,10 @@ void doctor_primary_slot_name(doctor *d);
 void doctor_primary_conninfo(doctor *d);
 void doctor_primary_dsn(doctor *d);
 void doctor_secrets(doctor *d);
+void doctor_access(doctor *d);
+/* Who may connect to the socket at path (key: the setting that names it): its mode and owner, or
+ * those cdc gives it before it exists. */
+void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t mode);
 void doctor_state_dir(doctor *d);
 void doctor_sockets(doctor *d);
 

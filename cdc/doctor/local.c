@@ -27,6 +27,46 @@ static char *parent_of(const char *path)
 	return p;
 }
 
+/* s for a shell: as it is when it has only safe characters, else in single quotes. */
+static void shell_word(buf *b, const char *s)
+{
+	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") ==
+		      strlen(s)) {
+		buf_puts(b, s);
+		return;
+	}
+	buf_putc(b, '\'');
+	for (const char *p = s; *p; p++)
+		buf_puts(b, *p == '\'' ? "'\\''" : (char[]){*p, '\0'});
+	buf_putc(b, '\'');
+}
+
+/* A directory cdc needs is missing (create true) or not writable: the line, with the commands that
+ * make it this uid's (cdc doctor runs as cdc's user, or as root for cdc run as root). */
+static void dir_fix(doctor *d, bool create, const char *dir, const char *key, const char *detail)
+{
+	unsigned uid = (unsigned)geteuid();
+	char words[512];
+	if (uid)
+		snprintf(words, sizeof(words),
+			 "as root, for uid %u (cdc's user, which cdc doctor runs as), or set %s", uid, key);
+	else
+		snprintf(words, sizeof(words), "as root, or set %s", key);
+	doctor_say(d, DOCTOR_FAIL, words, "%s", detail);
+	buf cmd = {0};
+	if (create) {
+		buf_puts(&cmd, "mkdir -p ");
+		shell_word(&cmd, dir);
+	}
+	if (uid) {
+		buf_printf(&cmd, "%schown %u ", create ? " && " : "", uid);
+		shell_word(&cmd, dir);
+	}
+	if (cmd.len)
+		doctor_command(d, cmd.data);
+	buf_free(&cmd);
+}
+
 static void size_text(uint64_t bytes, char *out, size_t len)
 {
 	if (bytes >= 1ull << 30)
@@ -35,25 +75,41 @@ static void size_text(uint64_t bytes, char *out, size_t len)
 		snprintf(out, len, "%.1f MiB", (double)bytes / (1ull << 20));
 }
 
+/* The nearest directory of path that exists (path itself, a parent, "/"); the caller frees it. */
+static char *existing_ancestor(const char *path)
+{
+	char *p = xstrdup(path);
+	struct stat st;
+	while (stat(p, &st) != 0 && strcmp(p, "/") != 0 && strcmp(p, ".") != 0) {
+		char *up = parent_of(p);
+		free(p);
+		p = up;
+	}
+	return p;
+}
+
 void doctor_state_dir(doctor *d)
 {
 	const char *dir = d->c->state_dir;
-	char fix[1024], need[32], free_text[32];
+	char fix[1024], need[32], free_text[32], made[256] = "";
 	struct stat st;
 	const char *probe = dir; /* the directory whose disk holds it: it, or its parent before it exists */
-	char *parent = parent_of(dir);
-	if (stat(dir, &st) != 0) {
+	char *parent = parent_of(dir), *ancestor = NULL;
+	const char *by = NULL;
+	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir))) {
+		/* a fresh package install: the unit's StateDirectory= makes it, owned by cdc's user */
+		snprintf(made, sizeof(made), ", made by systemd when %s starts (%s)", d->unit.name, by);
+		probe = ancestor = existing_ancestor(parent);
+	} else if (stat(dir, &st) != 0) {
 		if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set state_dir",
-				 dir);
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, nor its parent %s", dir, parent);
+			snprintf(fix, sizeof(fix), "%s does not exist, nor its parent %s", dir, parent);
+			dir_fix(d, true, dir, "state_dir", fix);
 			goto out;
 		}
 		if (!writable_dir(parent)) {
-			snprintf(fix, sizeof(fix),
-				 "mkdir %s and give it to cdc's user (chown), or set state_dir", dir);
-			doctor_say(d, DOCTOR_FAIL, fix, "%s does not exist, and cdc may not create it in %s",
-				   dir, parent);
+			snprintf(fix, sizeof(fix), "%s does not exist, and cdc may not create it in %s", dir,
+				 parent);
+			dir_fix(d, true, dir, "state_dir", fix);
 			goto out;
 		}
 		probe = parent;
@@ -62,9 +118,8 @@ void doctor_state_dir(doctor *d)
 		doctor_say(d, DOCTOR_FAIL, fix, "%s is not a directory", dir);
 		goto out;
 	} else if (!writable_dir(dir)) {
-		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set state_dir", dir,
-			 (unsigned)geteuid());
-		doctor_say(d, DOCTOR_FAIL, fix, "%s is not writable by uid %u", dir, (unsigned)geteuid());
+		snprintf(fix, sizeof(fix), "%s is not writable by uid %u", dir, (unsigned)geteuid());
+		dir_fix(d, false, dir, "state_dir", fix);
 		goto out;
 	}
 	/* What a sink keeps in state_dir (a socket subscription's spool) grows up to its limit. */
@@ -101,10 +156,12 @@ void doctor_state_dir(doctor *d)
 			   "%s has %s free, less than the %s the %s subscriptions' %s allow", dir, free_text,
 			   need, kind, limit);
 	} else
-		doctor_say(d, DOCTOR_PASS, NULL, "%s: writable, %s free, %s sum to %s%s", dir, free_text,
-			   limit, need, unbounded ? " (some of them have none)" : "");
+		doctor_say(d, DOCTOR_PASS, NULL, "%s: %s%s, %s free, %s sum to %s%s", dir,
+			   *made ? "does not exist yet" : "writable", made, free_text, limit, need,
+			   unbounded ? " (some of them have none)" : "");
 out:
 	free(parent);
+	free(ancestor);
 }
 
 /* One socket path: its directory exists and is writable, and the path is free or a socket. */
@@ -113,14 +170,19 @@ void doctor_socket_path(doctor *d, const char *key, const char *path)
 	char fix[1024];
 	char *dir = parent_of(path);
 	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(fix, sizeof(fix), "mkdir -p %s (writable by cdc's user), or set %s", dir, key);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s does not exist", key, path, dir);
+	const char *by = NULL;
+	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir)))
+		/* a fresh package install: the unit's RuntimeDirectory= makes it, owned by cdc's user */
+		doctor_say(d, DOCTOR_PASS, NULL,
+			   "%s %s: directory %s does not exist yet, made by systemd when %s starts (%s)", key,
+			   path, dir, d->unit.name, by);
+	else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(fix, sizeof(fix), "%s %s: directory %s does not exist", key, path, dir);
+		dir_fix(d, true, dir, key, fix);
 	} else if (!writable_dir(dir)) {
-		snprintf(fix, sizeof(fix), "chown %s to cdc's user (uid %u), or set %s", dir,
-			 (unsigned)geteuid(), key);
-		doctor_say(d, DOCTOR_FAIL, fix, "%s %s: directory %s is not writable by uid %u", key, path,
-			   dir, (unsigned)geteuid());
+		snprintf(fix, sizeof(fix), "%s %s: directory %s is not writable by uid %u", key, path, dir,
+			 (unsigned)geteuid());
+		dir_fix(d, false, dir, key, fix);
 	} else if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
 		snprintf(fix, sizeof(fix), "remove %s, or set %s to another path", path, key);
 		doctor_say(d, DOCTOR_FAIL, fix,

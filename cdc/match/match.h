@@ -38,5 +38,23 @@ bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char t
 /* Whether pattern matches the relation schema.table: an unquoted part is a glob (* and ?), a
  * "quoted" part matches exactly. False for a malformed pattern. */
 bool match_table(const char *pattern, const char *schema, const char *table);
+/* Whether a well-formed pattern names one table: no * or ? outside double quotes. */
+bool match_table_literal(const char *pattern);
+
+/* The tables closest to a literal pattern that names none: fed every table there is, it keeps the
+ * MATCH_SUGGEST nearest by edit distance (two letters swapped count as one edit), those within a
+ * quarter of the name's length (one edit at least). */
+#define MATCH_SUGGEST 3
+#define MATCH_QUALIFIED_MAX (2 * (2 * MATCH_NAME_MAX + 2) + 2) /* "schema"."table", quotes doubled */
+typedef struct match_suggest {
+	char want[2 * MATCH_NAME_MAX + 2]; /* schema.table, unquoted */
+	char best[MATCH_SUGGEST][MATCH_QUALIFIED_MAX];
+	unsigned dist[MATCH_SUGGEST];
+	size_t n;
+} match_suggest;
+void match_suggest_start(match_suggest *m, const char *pattern);
+void match_suggest_add(match_suggest *m, const char *schema, const char *table);
+/* "did you mean public.orders?" (names as patterns write them), or "" when none is close. */
+const char *match_suggest_text(const match_suggest *m, char *out, size_t outlen);
 
 #endif

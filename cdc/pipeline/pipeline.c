@@ -176,9 +176,10 @@ static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t su
 	return e;
 }
 
-/* Before subscription sub's row of rel (the change of ev): a schema event, unless its consumers
- * have rel's schema already, or in a held transaction unless that transaction has it already (its
- * events are delivered at its commit, after whatever comes meanwhile). Sets ev's schema_id. */
+/* Before subscription sub's row of rel (the change of ev), or its truncate of rel: a schema event,
+ * unless its consumers have rel's schema already, or in a held transaction unless that transaction
+ * has it already (its events are delivered at its commit, after whatever comes meanwhile). Sets
+ * a row's schema_id (a truncate has no row, and names no schema). */
 static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__Event *ev, uint32_t sub,
 		     const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
 {
@@ -190,7 +191,8 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 		id = se->schema_id;
 		strack_set_id(p->track, sub, relid, rel->version, gen, id);
 	}
-	ev->schema_id = id;
+	if (ev->op != CDC__V1__OP__OP_TRUNCATE)
+		ev->schema_id = id;
 	if (!rules_wants(p->rules, sub, MATCH_OP_SCHEMA))
 		return true;
 	uint64_t had = strack_delivered(p->track, sub, relid, &since);
@@ -600,7 +602,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			if ((n = rules_match(p->rules, rel, MATCH_OP_TRUNCATE, &subs)) > 0) {
 				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
 				stamp(ev, t, lsn);
-				ok = emit(p, ev, NULL, 0, subs, n, &c, i, hold, err, errlen);
+				ok = emit(p, ev, rel, rel->relid, subs, n, &c, i, hold, err, errlen);
 			}
 		}
 		break;

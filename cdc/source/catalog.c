@@ -172,6 +172,34 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 	return problems->len == before;
 }
 
+/* Whether some table of c, published or not, matches pattern. */
+static bool any_table(const catalog *c, const char *pattern)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (match_table(pattern, c->t[i].schema, c->t[i].name))
+			return true;
+	return false;
+}
+
+bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems)
+{
+	size_t before = problems->len;
+	for (size_t p = 0; p < s->tables.n; p++) {
+		const char *pattern = s->tables.v[p];
+		if (!match_table_literal(pattern) || any_table(c, pattern))
+			continue;
+		match_suggest m;
+		match_suggest_start(&m, pattern);
+		for (size_t i = 0; i < c->n; i++)
+			match_suggest_add(&m, c->t[i].schema, c->t[i].name);
+		char closest[MATCH_SUGGEST * MATCH_QUALIFIED_MAX + 32];
+		match_suggest_text(&m, closest, sizeof(closest));
+		buf_printf(problems, "subscription %s names table %s, which does not exist%s%s\n", s->name,
+			   pattern, m.n ? ": " : " (nor a table of a similar name)", closest);
+	}
+	return problems->len == before;
+}
+
 /* The partitions of root that s matches although it does not match root: into names (up to
  * three, quoted), counted. */
 static size_t missed_partitions(const catalog *c, const cfg_subscription *s, const catalog_table *root,
@@ -255,7 +283,8 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)
 			hit = c->t[i].published && match_table(s->tables.v[p], c->t[i].schema, c->t[i].name);
-		if (!hit)
+		/* a table named that does not exist: catalog_check_exists says so */
+		if (!hit && (!match_table_literal(s->tables.v[p]) || any_table(c, s->tables.v[p])))
 			buf_printf(warnings,
 				   "subscription %s: table pattern %s matches no table of publication %s, so "
 				   "nothing of it is streamed until one is added\n",

@@ -47,6 +47,11 @@ bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
  * each of its partitions', when they arrive under its name); one line per problem, each "...: ALTER
  * TABLE "s"."t" REPLICA IDENTITY FULL". True if none. */
 bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
+/* The tables subscription s names one by one (a pattern without globs) that do not exist: one line
+ * each in problems, with the closest names c has ("subscription orders names table public.ordres,
+ * which does not exist: did you mean public.orders?"). True if none. A start and a new
+ * subscription fail on it; a reconnect only warns (the table may have been dropped meanwhile). */
+bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems);
 /* The warnings about partitioned tables, one line each: s matches a partitioned table whose changes
  * arrive under its partitions' names, or partitions whose changes arrive under the name of a
  * partitioned table s does not match. With fixes, each line's way out goes to fixes (a line each,

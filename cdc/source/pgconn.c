@@ -514,6 +514,22 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 	}
 }
 
+/* Why source.publish names a table that does not exist, with the closest names of rows. */
+static void missing_table(cfg_strlist *out, const char *pattern, const pg_table_row *rows, size_t n)
+{
+	match_suggest m;
+	match_suggest_start(&m, pattern);
+	for (size_t k = 0; k < n; k++)
+		match_suggest_add(&m, rows[k].schema, rows[k].name);
+	char closest[MATCH_SUGGEST * MATCH_QUALIFIED_MAX + 32];
+	buf why = {0};
+	buf_printf(&why, "source.publish names table %s, which does not exist%s%s", pattern,
+		   m.n ? ": " : " (nor a table of a similar name)",
+		   match_suggest_text(&m, closest, sizeof(closest)));
+	cfg_strlist_push(out, why.data);
+	buf_free(&why);
+}
+
 void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
 			       const pg_table_row *rows, size_t n, bool superuser, int server_version,
 			       bool generated_columns)
@@ -523,8 +539,10 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 		bool hit = false;
 		for (size_t k = 0; k < n && !hit; k++)
 			hit = match_table(publish->v[i], rows[k].schema, rows[k].name);
-		if (!hit)
+		if (!hit && !match_table_literal(publish->v[i]))
 			cfg_strlist_push(&p->no_match, publish->v[i]);
+		else if (!hit)
+			missing_table(&p->missing, publish->v[i], rows, n);
 	}
 	superuser_sql(&p->superuser_sql, publication, publish, rows, n, server_version, superuser ? p : NULL);
 	const char *with = generated_columns ? WITH_VIA_ROOT_GENERATED : WITH_VIA_ROOT;
@@ -615,6 +633,7 @@ void pg_publication_plan_free(pg_publication_plan *p)
 	cfg_strlist_free(&p->tables);
 	cfg_strlist_free(&p->not_owned);
 	cfg_strlist_free(&p->no_match);
+	cfg_strlist_free(&p->missing);
 }
 
 void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,

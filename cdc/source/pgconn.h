@@ -177,7 +177,8 @@ typedef struct pg_publication_plan {
 	cfg_strlist schemas;   /* TABLES IN SCHEMA: superuser only */
 	cfg_strlist tables;    /* FOR TABLE: pairs of schema, table; the role must own each */
 	cfg_strlist not_owned; /* matching tables left out (pairs): the role does not own them */
-	cfg_strlist no_match;  /* patterns that match no table yet */
+	cfg_strlist no_match;  /* patterns with globs that match no table yet */
+	cfg_strlist missing;   /* tables named one by one that do not exist: why, with the closest names */
 	bool refused;	       /* tables match, and the role may publish none of them */
 } pg_publication_plan;
 /* The plan from the tables' rows: the pure part of pg_publication_plan_make. */

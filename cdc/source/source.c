@@ -14,6 +14,7 @@
 #include <sys/time.h>
 
 #include "cdc/source/ddl_trigger.h"
+#include "cdc/source/fixes.h"
 #include "cdc/source/pgconn.h"
 #include "decoder/base/fsutil.h"
 #include "decoder/base/log.h"
@@ -187,6 +188,32 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 	return conn;
 }
 
+/* err, then the fix of the database's problem, worded as cdc doctor words it: the log says what
+ * doctor says. */
+static void add_fix(char *err, size_t errlen, pg_fix *f)
+{
+	buf b = {0};
+	pg_fix_text(f, &b);
+	size_t n = strlen(err);
+	snprintf(err + n, errlen > n ? errlen - n : 0, ". %s", b.data);
+	buf_free(&b);
+	pg_fix_free(f);
+}
+
+/* The replication connection refused: the role lacks REPLICATION, or every WAL sender is taken. */
+static void repl_refused(source *s, char *err, size_t errlen)
+{
+	pg_fix f = {0};
+	char why[256];
+	if (strstr(err, "replication role") || strstr(err, "permission denied to start WAL sender")) {
+		pg_fix_role_replication(PQuser(s->admin), &f);
+		add_fix(err, errlen, &f);
+	} else if (strstr(err, "max_wal_senders") && pg_fix_slots_full(s->admin, true, &f, why, sizeof(why)))
+		add_fix(err, errlen, &f);
+	else
+		pg_fix_free(&f);
+}
+
 /* A failed query: transient if the connection is gone or the object is busy, else fatal. */
 static source_result query_failed(PGconn *conn, PGresult *res, const char *what, char *err, size_t errlen)
 {
@@ -195,6 +222,28 @@ static source_result query_failed(PGconn *conn, PGresult *res, const char *what,
 	errf(err, errlen, "%s failed: %s", what, pg_one_line(PQerrorMessage(conn)));
 	PQclear(res);
 	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
+}
+
+/* Before anything is created: logical decoding needs wal_level logical, and a slot or publication
+ * made before that fails would be left behind. */
+static source_result check_wal_level(source *s, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(s->admin, "SELECT pg_catalog.current_setting('wal_level')");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return query_failed(s->admin, res, "reading wal_level", err, errlen);
+	char level[64];
+	snprintf(level, sizeof(level), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	if (strcmp(level, "logical") == 0)
+		return SOURCE_OK;
+	pg_fix f = {0};
+	char why[256];
+	errf(err, errlen, "wal_level is %s, and logical decoding needs logical", level);
+	if (pg_fix_wal_level(s->admin, &f, why, sizeof(why)))
+		add_fix(err, errlen, &f);
+	else
+		pg_fix_free(&f);
+	return SOURCE_FATAL;
 }
 
 static void promotion_note(const source *s, buf *b);
@@ -258,22 +307,23 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	PQclear(res);
 	if (exists || r != SOURCE_OK)
 		return r;
-	if (!s->create) {
-		buf q = {0};
-		pg_append_quoted(&q, s->publication, '"');
-		errf(err, errlen,
-		     "publication %s does not exist: create it (CREATE PUBLICATION %s FOR TABLE ... WITH "
-		     "(publish_via_partition_root = true)%s) or set source.create: true",
-		     q.data, q.data,
-		     s->server.in_recovery ? ", on the primary: this server is a standby" : "");
-		buf_free(&q);
-		return SOURCE_FATAL;
-	}
 	pg_publication_plan plan;
 	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, s->generated_columns, &plan, err,
 				      errlen)) {
 		pg_publication_plan_free(&plan);
 		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
+	}
+	if (!s->create) {
+		pg_fix f = {0};
+		pg_fix_create_publication(plan.refused ? plan.superuser_sql.data : plan.sql.data, &f);
+		buf q = {0};
+		pg_append_quoted(&q, s->publication, '"');
+		errf(err, errlen, "publication %s does not exist%s", q.data,
+		     s->server.in_recovery ? " (create it on the primary: this server is a standby)" : "");
+		add_fix(err, errlen, &f);
+		buf_free(&q);
+		pg_publication_plan_free(&plan);
+		return SOURCE_FATAL;
 	}
 	if (s->server.in_recovery) {
 		/* The catalog is the primary's: a standby cannot create it, and shows it once made. */
@@ -286,6 +336,11 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	}
 	if (plan.refused) {
 		pg_publication_refusal(&plan, s->publication, err, errlen);
+		pg_publication_plan_free(&plan);
+		return SOURCE_FATAL;
+	}
+	if (plan.missing.n) { /* a misspelt name: nothing would ever arrive under it */
+		errf(err, errlen, "%s: correct it, or create the table first", plan.missing.v[0]);
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
@@ -309,9 +364,18 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		PQclear(res);
 		log_info("publication created by another process meanwhile; using it", "publication=%s",
 			 s->publication);
-	} else if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	} else if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		bool denied =
+		    sqlstate && strcmp(sqlstate, "42501") == 0 && !plan.superuser; /* CREATE on it */
 		r = query_failed(s->admin, res, "creating the publication", err, errlen);
-	else {
+		pg_fix f = {0};
+		pg_fix_create_on_database(PQdb(s->admin), PQuser(s->admin), plan.sql.data, &f);
+		if (denied)
+			add_fix(err, errlen, &f);
+		else
+			pg_fix_free(&f);
+	} else {
 		PQclear(res);
 		log_info("created publication", "publication=%s sql=\"%s\"", s->publication, plan.sql.data);
 	}
@@ -550,8 +614,18 @@ static source_result create_slot(source *s, bool exists_ok, char *err, size_t er
 			 s->slot);
 		return SOURCE_OK;
 	}
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return query_failed(s->admin, res, "creating the replication slot", err, errlen);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		bool full = sqlstate && strcmp(sqlstate, "53400") == 0; /* configuration_limit_exceeded */
+		source_result r = query_failed(s->admin, res, "creating the replication slot", err, errlen);
+		pg_fix f = {0};
+		char why[256];
+		if (full && pg_fix_slots_full(s->admin, false, &f, why, sizeof(why)))
+			add_fix(err, errlen, &f);
+		else
+			pg_fix_free(&f);
+		return r;
+	}
 	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s failover=%s on=%s", s->slot,
 		 PQgetvalue(res, 0, 0), params[2], s->server.in_recovery ? "standby" : "primary");
 	PQclear(res);
@@ -893,15 +967,19 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	source_disconnect(s);
 	source_result r = SOURCE_RETRY;
 	slot_row row;
-	if (!(s->admin = connect_db(s, false, err, errlen)) ||
-	    !(s->repl = connect_db(s, true, err, errlen))) {
+	if (!(s->admin = connect_db(s, false, err, errlen))) {
 		if (s->dsn_invalid)
 			r = SOURCE_FATAL;
+		goto out;
+	}
+	if (!(s->repl = connect_db(s, true, err, errlen))) {
+		repl_refused(s, err, errlen);
 		goto out;
 	}
 	PQsetNoticeReceiver(s->repl, repl_notice, s);
 	if ((r = identify(s, st, have_st, err, errlen)) != SOURCE_OK ||
 	    (r = server_role(s, err, errlen)) != SOURCE_OK ||
+	    (r = check_wal_level(s, err, errlen)) != SOURCE_OK ||
 	    (r = ensure_publication(s, err, errlen)) != SOURCE_OK ||
 	    (r = read_catalog(s, cat, err, errlen)) != SOURCE_OK ||
 	    (s->ddl && (r = ensure_ddl_trigger(s, err, errlen)) != SOURCE_OK) ||
@@ -929,11 +1007,10 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 			goto out;
 		}
 		if (!s->create) {
-			errf(err, errlen,
-			     "replication slot %s does not exist: create it with "
-			     "SELECT pg_create_logical_replication_slot('%s', 'pgoutput') or set "
-			     "source.create: true",
-			     s->slot, s->slot);
+			pg_fix f = {0};
+			pg_fix_create_slot(s->slot, &f);
+			errf(err, errlen, "replication slot %s does not exist", s->slot);
+			add_fix(err, errlen, &f);
 			r = SOURCE_FATAL;
 			goto out;
 		}

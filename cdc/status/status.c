@@ -62,8 +62,7 @@ struct status_server {
 	bool closing;
 
 	/* Set up before the listeners start; read-only afterwards. */
-	uid_t *uids;
-	size_t nuids;
+	id_list uids; /* status.control_uids */
 	bool tcp_control;
 	char *socket_path;
 	dev_t sock_dev;
@@ -321,17 +320,17 @@ static const char *refusal(const listener *l, struct MHD_Connection *conn, uid_t
 		return "changing subscriptions over TCP needs status.tcp_control: true; use the Unix socket";
 	}
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+	net_peer peer;
+	if (ci)
+		net_peer_of(ci->connect_fd, &peer);
+	if (!ci || !peer.known)
 		return "cannot identify the peer (SO_PEERCRED failed)";
-	*uid = cred.uid;
-	*pid = cred.pid;
-	for (size_t i = 0; i < l->s->nuids; i++)
-		if (l->s->uids[i] == cred.uid)
-			return NULL;
+	*uid = peer.uid;
+	*pid = peer.pid;
+	if (net_peer_in(&peer, &l->s->uids, &(id_list){0}))
+		return NULL;
 	snprintf(why, whylen, "uid %lu may not change subscriptions (status.control_uids)",
-		 (unsigned long)cred.uid);
+		 (unsigned long)peer.uid);
 	return why;
 }
 
@@ -633,9 +632,7 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 /* The configuration holds them, its default (root and cdc's own uid) included. */
 static void copy_uids(status_server *s, const cfg *c)
 {
-	s->nuids = c->status.ncontrol_uids;
-	s->uids = xcalloc(s->nuids, sizeof(uid_t));
-	memcpy(s->uids, c->status.control_uids, s->nuids * sizeof(uid_t));
+	id_list_copy(&s->uids, &c->status.control_uids);
 }
 
 static bool open_pipe(status_server *s, struct event_base *base, char *err, size_t errlen)
@@ -760,7 +757,7 @@ void status_free(status_server *s)
 	free(s->subs_json);
 	free(s->reason);
 	free(s->backfills_json);
-	free(s->uids);
+	id_list_free(&s->uids);
 	free(s->socket_path);
 	free(s);
 }

@@ -3,7 +3,9 @@
 #include "decoder/base/net.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -173,4 +175,68 @@ int net_tcp_listen(const char *host, const char *port, int backlog, char *err, s
 int net_unix_connect(const char *path, char *err, size_t errlen)
 {
 	return net_unix_connect_timeout(path, 0, err, errlen);
+}
+
+void net_peer_of(int fd, net_peer *p)
+{
+	*p = (net_peer){.uid = (uid_t)-1, .gid = (gid_t)-1};
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		return;
+	p->known = true;
+	p->pid = cred.pid;
+	p->uid = cred.uid;
+	p->gid = cred.gid;
+	/* Its supplementary groups, as when it connected (Linux 4.13+); more than fit: the first ones. */
+	gid_t groups[NET_PEER_GROUPS];
+	len = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 || errno == ERANGE) {
+		p->ngroups = len / sizeof *groups;
+		if (p->ngroups > NET_PEER_GROUPS)
+			p->ngroups = NET_PEER_GROUPS;
+		memcpy(p->groups, groups, p->ngroups * sizeof *groups);
+	}
+}
+
+bool net_peer_in(const net_peer *p, const id_list *uids, const id_list *gids)
+{
+	if (!p->known)
+		return false;
+	if (id_list_has(uids, p->uid) || id_list_has(gids, p->gid))
+		return true;
+	for (size_t i = 0; i < p->ngroups; i++)
+		if (id_list_has(gids, p->groups[i]))
+			return true;
+	return false;
+}
+
+void net_peer_text(const net_peer *p, buf *out)
+{
+	if (!p->known) {
+		buf_puts(out, "an unknown peer (SO_PEERCRED failed)");
+		return;
+	}
+	buf_printf(out, "uid %lu (group %lu", (unsigned long)p->uid, (unsigned long)p->gid);
+	for (size_t i = 0, n = 0; i < p->ngroups; i++)
+		if (p->groups[i] != p->gid)
+			buf_printf(out, "%s%lu", n++ ? ", " : "; supplementary groups ",
+				   (unsigned long)p->groups[i]);
+	buf_putc(out, ')');
+}
+
+void net_ids_text(const id_list *ids, bool groups, buf *out)
+{
+	char scratch[16384];
+	for (size_t i = 0; i < ids->n; i++) {
+		const char *name = NULL;
+		struct passwd pw, *user = NULL;
+		struct group gr, *grp = NULL;
+		if (groups ? getgrgid_r(ids->v[i], &gr, scratch, sizeof scratch, &grp) == 0 && grp
+			   : getpwuid_r(ids->v[i], &pw, scratch, sizeof scratch, &user) == 0 && user)
+			name = groups ? grp->gr_name : user->pw_name;
+		buf_printf(out, "%s%lu", i ? ", " : "", (unsigned long)ids->v[i]);
+		if (name)
+			buf_printf(out, " (%s)", name);
+	}
 }

@@ -4,6 +4,7 @@
 #ifndef CDC_NET_H
 #define CDC_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -27,5 +28,25 @@ int net_tcp_connect_timeout(const char *host, const char *port, int timeout_ms, 
 /* A TCP socket bound to host (a name or an address; "" or NULL: not accepted) and port (a number)
  * and listening with backlog, SO_REUSEADDR set; -1 with err as above. */
 int net_tcp_listen(const char *host, const char *port, int backlog, char *err, size_t errlen) CDC_MUST_CHECK;
+
+/* The process at the other end of a Unix socket, as it was when it connected: SO_PEERCRED, and its
+ * supplementary groups (SO_PEERGROUPS, at most NET_PEER_GROUPS of them). */
+#define NET_PEER_GROUPS 64
+typedef struct net_peer {
+	bool known; /* false: the kernel did not say (the ids are then (uid_t)-1, no group) */
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	gid_t groups[NET_PEER_GROUPS];
+	size_t ngroups;
+} net_peer;
+void net_peer_of(int fd, net_peer *p);
+/* Whether p's uid is in uids, or its group or one of its supplementary groups in gids. An unknown
+ * peer never is. */
+bool net_peer_in(const net_peer *p, const id_list *uids, const id_list *gids);
+/* "uid 1001 (groups 1001, 27)" for messages. */
+void net_peer_text(const net_peer *p, buf *out);
+/* User (group, with groups) ids with their names where this machine has them: "10002 (app), 42". */
+void net_ids_text(const id_list *ids, bool groups, buf *out);
 
 #endif

@@ -97,6 +97,33 @@ void buf_free(buf *b)
 	b->len = b->cap = 0;
 }
 
+bool id_list_has(const id_list *l, uint32_t id)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i] == id)
+			return true;
+	return false;
+}
+
+void id_list_copy(id_list *dst, const id_list *src)
+{
+	dst->n = src->n;
+	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof *dst->v);
+}
+
+bool id_list_same(const id_list *a, const id_list *b)
+{
+	return a->n == b->n && (!a->n || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
+}
+
+void id_list_free(id_list *l)
+{
+	free(l->v);
+	*l = (id_list){0};
+}
+
 /* v in upper-case hex without leading zeros at p; returns the end. */
 static char *hex32(char *p, uint32_t v)
 {

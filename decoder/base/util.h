@@ -43,6 +43,16 @@ void buf_printf(buf *b, const char *fmt, ...) CDC_PRINTF(2, 3);
 void buf_reset(buf *b);
 void buf_free(buf *b);
 
+/* A list of user or group ids: an allow list. */
+typedef struct id_list {
+	uint32_t *v;
+	size_t n;
+} id_list;
+bool id_list_has(const id_list *l, uint32_t id);
+void id_list_copy(id_list *dst, const id_list *src); /* dst's old list is not freed */
+bool id_list_same(const id_list *a, const id_list *b);
+void id_list_free(id_list *l);
+
 /* Adds one to an eventfd: how a thread wakes the event loop (aborts on overflow, which takes
  * 2^64 - 1 signals unread). */
 void efd_signal(int fd);

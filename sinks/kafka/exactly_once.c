@@ -340,40 +340,9 @@ bool kafka_eo_holding(const kafka_sink *k)
 	return k->eo.committing || k->held.len;
 }
 
-void kafka_eo_hold(kafka_sink *k, const held_hdr *h, const char *data)
-{
-	buf_append(&k->held, h, sizeof(*h));
-	if (h->len)
-		buf_append(&k->held, data, h->len);
-}
-
-/* After a commit: what was held goes out, in a new Kafka transaction. false: a delivery failed
- * for good (err). */
-static bool eo_release(kafka_sink *k, char *err, size_t errlen)
-{
-	buf h = k->held;
-	k->held = (buf){0};
-	bool ok = true;
-	for (size_t off = 0; ok && off < h.len && !k->failed;) {
-		held_hdr hd;
-		memcpy(&hd, h.data + off, sizeof(hd));
-		off += sizeof(hd);
-		if (hd.end)
-			kafka_end_txn(&k->base, hd.seq);
-		else
-			ok =
-			    kafka_deliver(&k->base, hd.sub, h.data + off, hd.len, &hd.c, hd.seq, err, errlen);
-		off += hd.len;
-	}
-	buf_free(&k->held);
-	buf_reset(&h);
-	k->held = h; /* its room, for the next commit */
-	return ok;
-}
-
 /* The exactly-once cycle, as far as it goes now: a due Kafka transaction starts its commit, a
  * commit whose messages are all acknowledged ends, and what was held meanwhile goes out in the
- * next transaction, which may be due at once. */
+ * next transaction, which may be due at once (unless it waits for a schema's id). */
 bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
 {
 	for (;;) {
@@ -381,9 +350,9 @@ bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
 			eo_commit_start(k);
 		if (k->eo.committing)
 			eo_commit_end(k);
-		if (k->eo.committing || k->failed || !k->held.len)
+		if (k->eo.committing || k->failed || !k->held.len || k->registry_wait)
 			return true;
-		if (!eo_release(k, err, errlen))
+		if (!kafka_release(k, err, errlen))
 			return false;
 	}
 }

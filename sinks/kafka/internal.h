@@ -36,6 +36,7 @@ typedef struct kafka_sink {
 	rd_kafka_t *rk;
 	int pipe[2];		     /* the main queue's event signal */
 	uint64_t request_timeout_ms; /* the producer's request.timeout.ms */
+	uint64_t message_max_bytes;  /* ... and message.max.bytes */
 	size_t busy_at, busy_bytes;
 	uint64_t queued_bytes; /* keys and values in librdkafka's queue, as its kbytes limit counts */
 	bool own_gapless;      /* cdc set enable.gapless.guarantee, not kafka.properties */
@@ -46,6 +47,7 @@ typedef struct kafka_sink {
 	uint64_t last_ended;
 
 	bool failed;
+	bool for_good; /* the failure recurs whatever is retried: the sink stops cdc */
 	char failure[1100];
 	kafka_stats stats;
 
@@ -61,8 +63,15 @@ typedef struct kafka_sink {
 	uint64_t cur_events;
 
 	char *database; /* kafka_sink_set_database */
+	/* format avro: the schemas and their ids; while records wait for an id (registry_wait), the
+	 * index of the one the first of them needs; the transactions topic's schemas */
+	kafka_subjects *subjects;
+	bool registry_wait;
+	uint32_t wait_schema, txn_key_schema, txn_value_schema;
+	unsigned wait_logged; /* the failed attempts logged */
+	char run_id[37];      /* Debezium's __debezium.context.runId: this sink's start */
 	/* the renderer's scratch: nothing is allocated per event once they have grown */
-	buf topic, key, prev_key, hdr;
+	buf topic, key, prev_key, hdr, key_out;
 	dbz_scratch dbz;
 	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
 	buf value;	     /* one message value: rendered head + commit tail */
@@ -112,7 +121,8 @@ typedef struct kafka_sink {
 
 /* The rendered form of an event (sink-private, may be spilled to disk): this header, the topic,
  * subscription, schema and table, then nrecords Kafka records, each a rendered_record followed by
- * its key, its value without the commit's fields, and an extra header ("name\0value"). */
+ * its key, its value without the commit's fields, and its extra headers (each "name\0", a u32
+ * length, the value). */
 typedef struct rendered {
 	uint32_t topic_len, sub_len, schema_len, table_len;
 	uint32_t xid;
@@ -123,15 +133,19 @@ typedef struct rendered {
 } rendered;
 
 /* What deliver() adds to a record's value: cdc.v1.Event's commit fields (REC_PROTOBUF), the event
- * JSON's (REC_JSON), Debezium's marks filled (REC_DEBEZIUM); REC_TOMBSTONE has no value. */
-enum { REC_PROTOBUF, REC_JSON, REC_DEBEZIUM, REC_TOMBSTONE };
+ * JSON's (REC_JSON), Debezium's marks filled (REC_DEBEZIUM), the wire format's header and the
+ * commit's fields (REC_AVRO); REC_TOMBSTONE has no value; REC_ERROR's value says why the event
+ * cannot be written (the sink fails with it). */
+enum { REC_PROTOBUF, REC_JSON, REC_DEBEZIUM, REC_AVRO, REC_TOMBSTONE, REC_ERROR };
 typedef struct rendered_record {
 	uint32_t key_len, value_len, header_len;
+	uint32_t key_schema, value_schema; /* format avro: the schemas' indexes (KAFKA_NO_SCHEMA: none) */
 	uint8_t kind;
 	bool has_key; /* else a null key (Debezium's truncate) */
 } rendered_record;
 
-/* Exactly once: one delivery (or, with end set, one end_txn) held while a commit is under way. */
+/* One delivery (or, with end set, one end_txn) held while an exactly-once commit is under way, or
+ * while a record waits for its schema's id. */
 typedef struct held_hdr {
 	uint64_t seq;
 	sink_commit c;
@@ -158,6 +172,7 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 #define CONTENT_TYPE_EVENT "application/x-protobuf; messageType=cdc.v1.Event"
 #define CONTENT_TYPE_TRANSACTION "application/x-protobuf; messageType=cdc.v1.Transaction"
 #define CONTENT_TYPE_JSON "application/json"
+#define CONTENT_TYPE_AVRO "application/vnd.confluent.avro"
 
 /* render.c. The sink's render(). */
 void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
@@ -165,20 +180,23 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
 void kafka_render_free(kafka_sink *k);
 /* The value of record kind of an event rendered in format (head: what render() wrote) into
  * k->value, for transaction c, as the total-th record of the transaction and the nth of its table. */
-void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,
-			const sink_commit *c, uint64_t total, uint64_t nth);
+void kafka_record_value(kafka_sink *k, int kind, uint32_t schema_id, const char *head, size_t len,
+			const rendered *r, const sink_commit *c, uint64_t total, uint64_t nth);
 /* The records of the transactions topic in format: the transaction's one record (protobuf, json),
- * or Debezium's BEGIN (end false) or END; key and value into k->key and k->value. */
+ * or Debezium's BEGIN (end false) or END (debezium, avro); key and value into k->key and
+ * k->value. */
 void kafka_txn_record(kafka_sink *k, kafka_format format, bool end);
 /* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
 		   uint64_t seq, char *err, size_t errlen);
 void kafka_end_txn(sink *base, uint64_t seq);
 
-/* exactly_once.c. Whether deliveries and ends are held now (a commit is under way, or what it held is
- * not sent yet). */
+/* What was held goes out, in order (what must wait again is held again). false: a delivery failed
+ * for good (err). */
+bool kafka_release(kafka_sink *k, char *err, size_t errlen);
+
+/* exactly_once.c. Whether a commit is under way or what it held is not sent yet. */
 bool kafka_eo_holding(const kafka_sink *k);
-void kafka_eo_hold(kafka_sink *k, const held_hdr *h, const char *data);
 /* Before producing an event of source transaction seq (commit c): false to leave it out (Kafka
  * holds it, or the sink failed). */
 bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq);

@@ -1,12 +1,15 @@
 /* kafka_doctor.c: cdc doctor's checks of the Kafka side. The brokers are asked once
  * (sinks/kafka/probe.c: metadata and DescribeConfigs, nothing produced) for every topic cdc would
- * write to. */
+ * write to. With format: avro, the schema registry: that it answers, and whether each table's
+ * schemas as cdc would register them now may be their subjects' next versions. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sinks/kafka/avro.h"
 #include "sinks/kafka/kafka_sink.h"
 #include "sinks/kafka/probe.h"
+#include "sinks/kafka/registry.h"
 
 #define DEFAULT_TIMEOUT_MS 5000
 
@@ -126,6 +129,19 @@ static void check_brokers(sink_doctor *dr)
 			d->probe.brokers == 1 ? "" : "s");
 }
 
+/* What a fix with Kafka's tools says: what, and that the tool needs kafka.properties' security
+ * settings too when the brokers ask for them (its --command-config file). */
+static void topics_words(const kafka_conf *c, char *out, size_t outlen, const char *what)
+{
+	bool secured = false;
+	for (size_t i = 0; i < c->properties.count; i++)
+		secured |= strncmp(c->properties.items[i].key, "security.", 9) == 0 ||
+			   strncmp(c->properties.items[i].key, "sasl.", 5) == 0 ||
+			   strncmp(c->properties.items[i].key, "ssl.", 4) == 0;
+	snprintf(out, outlen, "%s%s", what,
+		 secured ? " (add --command-config FILE with kafka.properties' security settings)" : "");
+}
+
 static void check_topics(sink_doctor *dr)
 {
 	doctor_state *d = probe(dr);
@@ -138,7 +154,7 @@ static void check_topics(sink_doctor *dr)
 		return;
 	}
 	const kafka_probe_config *ac = &d->probe.auto_create;
-	buf missing = {0}, fix = {0};
+	buf missing = {0};
 	size_t n = 0, present = 0;
 	for (size_t i = 0; i < d->probe.ntopics; i++) {
 		const kafka_probe_topic *t = &d->probe.topics[i];
@@ -150,8 +166,9 @@ static void check_topics(sink_doctor *dr)
 		if (c->exactly_once && strcmp(t->name, c->positions_topic) == 0)
 			continue;
 		buf_printf(&missing, "%s%s", n++ ? ", " : "", t->name);
-		buf_printf(&fix, "%skafka-topics.sh --create --topic %s", fix.len ? "; " : "", t->name);
 	}
+	char words[256];
+	topics_words(c, words, sizeof(words), "create them with Kafka's tool");
 	if (!n)
 		dr->say(dr, SINK_PASS, NULL, "%zu topic%s present", present, present == 1 ? "" : "s");
 	else if (ac->known && strcmp(ac->value, "true") == 0)
@@ -161,16 +178,24 @@ static void check_topics(sink_doctor *dr)
 			n, missing.data);
 	else if (ac->known)
 		dr->say(
-		    dr, SINK_FAIL, fix.data,
+		    dr, SINK_FAIL, words,
 		    "%zu missing (%s), and the brokers do not create topics (auto.create.topics.enable=%s)",
 		    n, missing.data, ac->value);
 	else
-		dr->say(dr, SINK_WARN, fix.data,
+		dr->say(dr, SINK_WARN, words,
 			"%zu missing (%s), and whether the brokers create topics on first use is unknown "
 			"(auto.create.topics.enable: %s): create them, or make sure they do",
 			n, missing.data, ac->error);
+	for (size_t i = 0; n && !(ac->known && strcmp(ac->value, "true") == 0) && i < d->probe.ntopics; i++) {
+		const kafka_probe_topic *t = &d->probe.topics[i];
+		if (t->exists || (c->exactly_once && strcmp(t->name, c->positions_topic) == 0))
+			continue;
+		char cmd[1024];
+		snprintf(cmd, sizeof(cmd), "kafka-topics.sh --bootstrap-server %s --create --topic %s",
+			 c->brokers, t->name);
+		dr->command(dr, cmd);
+	}
 	buf_free(&missing);
-	buf_free(&fix);
 }
 
 static void check_transactions(sink_doctor *dr)
@@ -216,30 +241,37 @@ static void check_positions(sink_doctor *dr)
 	for (size_t i = 0; i < d->probe.ntopics; i++)
 		if (strcmp(d->probe.topics[i].name, name) == 0)
 			t = &d->probe.topics[i];
-	char fix[512];
+	const char *brokers = ((const kafka_conf *)dr->section)->brokers;
+	char words[256], cmd[1024];
 	if (!t || !t->exists) {
-		snprintf(fix, sizeof(fix),
-			 "kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact",
-			 name);
-		dr->say(dr, SINK_FAIL, fix,
+		topics_words(dr->section, words, sizeof(words), "create it, compacted, with Kafka's tool");
+		dr->say(dr, SINK_FAIL, words,
 			"%s does not exist (one the brokers create on first use is not compacted, and the "
 			"position is read back from its beginning at every start)",
 			name);
+		snprintf(cmd, sizeof(cmd),
+			 "kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions 1 --config "
+			 "cleanup.policy=compact",
+			 brokers, name);
+		dr->command(dr, cmd);
 		return;
 	}
-	snprintf(fix, sizeof(fix),
-		 "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config "
-		 "cleanup.policy=compact",
-		 name);
-	if (!t->cleanup_policy.known)
-		dr->say(dr, SINK_WARN, fix, "%s exists; its cleanup.policy is unknown (%s)", name,
+	topics_words(dr->section, words, sizeof(words), "make it compacted with Kafka's tool");
+	snprintf(cmd, sizeof(cmd),
+		 "kafka-configs.sh --bootstrap-server %s --alter --entity-type topics --entity-name %s "
+		 "--add-config cleanup.policy=compact",
+		 brokers, name);
+	if (!t->cleanup_policy.known) {
+		dr->say(dr, SINK_WARN, words, "%s exists; its cleanup.policy is unknown (%s)", name,
 			t->cleanup_policy.error);
-	else if (!strstr(t->cleanup_policy.value, "compact"))
-		dr->say(dr, SINK_FAIL, fix,
+		dr->command(dr, cmd);
+	} else if (!strstr(t->cleanup_policy.value, "compact")) {
+		dr->say(dr, SINK_FAIL, words,
 			"%s has cleanup.policy=%s: it keeps every position record, and each start reads them "
 			"all",
 			name, t->cleanup_policy.value);
-	else
+		dr->command(dr, cmd);
+	} else
 		dr->say(dr, SINK_PASS, NULL, "%s is compacted (cleanup.policy=%s)", name,
 			t->cleanup_policy.value);
 }
@@ -249,10 +281,164 @@ static bool exactly_once(const sink_doctor *dr)
 	return ((const kafka_conf *)dr->section)->exactly_once;
 }
 
+/* ---- the schema registry (format avro) ---- */
+
+static bool avro(const sink_doctor *dr)
+{
+	for (size_t i = 0; i < dr->nsubs; i++)
+		if (dr->subs[i].mine && ((const kafka_sub_conf *)dr->subs[i].settings)->format == KAFKA_AVRO)
+			return true;
+	return false;
+}
+
+static kafka_registry_conf registry_conf(const sink_doctor *dr)
+{
+	const kafka_conf *c = dr->section;
+	kafka_setup k = kafka_setup_make(c, dr->slot);
+	kafka_registry_conf conf = k.set.registry;
+	kafka_setup_free(&k);
+	return conf;
+}
+
+#define REGISTRY_FIX                                                                                         \
+	"check kafka.schema_registry: url (with the REST API's path prefix), username and password, "        \
+	"ca_file "                                                                                           \
+	"for a private CA; and that the registry runs and this host reaches it"
+
+static void check_registry(sink_doctor *dr)
+{
+	kafka_registry_conf conf = registry_conf(dr);
+	char level[64], err[800];
+	if (kafka_registry_level(&conf, NULL, level, sizeof(level), err, sizeof(err)) != REGISTRY_OK)
+		dr->say(dr, SINK_FAIL, REGISTRY_FIX, "%s", err);
+	else
+		dr->say(dr, SINK_PASS, NULL, "the schema registry answers; its compatibility level is %s",
+			level);
+}
+
+/* One table of an Avro subscription: its columns now, its key's and envelope's subjects. */
+typedef struct table_columns {
+	dbz_column *cols;
+	size_t n;
+} table_columns;
+
+static void add_column(void *arg, const char *name, uint32_t type_oid, int32_t typmod, bool key)
+{
+	table_columns *t = arg;
+	t->cols = xrealloc(t->cols, (t->n + 1) * sizeof(*t->cols));
+	t->cols[t->n++] = (dbz_column){xstrdup(name), type_oid, typmod, key};
+}
+
+typedef struct table_names {
+	name_list schemas, tables;
+} table_names;
+
+static void add_table(void *arg, const char *schema, const char *table)
+{
+	table_names *l = arg;
+	l->schemas.v = xrealloc(l->schemas.v, (l->schemas.n + 1) * sizeof(char *));
+	l->tables.v = xrealloc(l->tables.v, (l->tables.n + 1) * sizeof(char *));
+	l->schemas.v[l->schemas.n++] = xstrdup(schema);
+	l->tables.v[l->tables.n++] = xstrdup(table);
+}
+
+/* Whether schema may be subject's next version: a line for a refusal or an unanswered request;
+ * *checked counts the subjects that could be asked. */
+static void check_subject(sink_doctor *dr, const kafka_registry_conf *conf, const char *subject,
+			  const char *schema, size_t *checked, size_t *bad)
+{
+	bool ok;
+	char why[1200], err[800], level[64], fix[1024];
+	kafka_registry_status st =
+	    kafka_registry_compatible(conf, subject, schema, &ok, why, sizeof(why), err, sizeof(err));
+	if (st == REGISTRY_OK && ok) {
+		(*checked)++;
+		return;
+	}
+	(*bad)++;
+	if (st != REGISTRY_OK) {
+		dr->say(dr, SINK_FAIL, REGISTRY_FIX, "%s", err);
+		return;
+	}
+	if (kafka_registry_level(conf, subject, level, sizeof(level), err, sizeof(err)) != REGISTRY_OK)
+		snprintf(level, sizeof(level), "unknown");
+	snprintf(fix, sizeof(fix),
+		 "change the table back, or the subject's compatibility level: curl -X PUT -H 'Content-Type: "
+		 "application/vnd.schemaregistry.v1+json' -d '{\"compatibility\":\"NONE\"}' %s/config/%s",
+		 conf->url, subject);
+	dr->say(dr, SINK_FAIL, fix,
+		"subject %s (compatibility %s) refuses the schema cdc registers for the table as it is now: "
+		"cdc would hold its rows until it is accepted: %s",
+		subject, level, why);
+}
+
+static void check_subjects(sink_doctor *dr)
+{
+	if (!dr->database_read) {
+		dr->say(dr, SINK_WARN, "make the server check pass, then run cdc doctor again",
+			"the subjects follow the subscriptions' tables, and the database could not be read");
+		return;
+	}
+	kafka_registry_conf conf = registry_conf(dr);
+	dbz_schemas sc = {0};
+	buf text = {0}, subject = {0}, topic = {0};
+	size_t checked = 0, bad = 0;
+	for (size_t i = 0; i < dr->nsubs; i++) {
+		const kafka_sub_conf *c = dr->subs[i].settings;
+		if (!dr->subs[i].mine || c->format != KAFKA_AVRO)
+			continue;
+		table_names l = {0};
+		dr->tables(dr, i, add_table, &l);
+		for (size_t t = 0; t < l.tables.n; t++) {
+			table_columns tc = {0};
+			dr->columns(dr, i, l.schemas.v[t], l.tables.v[t], add_column, &tc);
+			buf_reset(&topic);
+			kafka_topic_name(&topic, c->topic ? c->topic : KAFKA_DEFAULT_TOPIC, l.schemas.v[t],
+					 l.tables.v[t], dr->subs[i].name, dr->subs[i].tag);
+			const char *server = c->server_name ? c->server_name : "cdc";
+			for (int key = 1; key >= 0 && tc.n; key--) {
+				const dbz_schema *s =
+				    dbz_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t], topic.data,
+						     tc.cols, tc.n, key);
+				if (key && !s->nfields)
+					continue; /* no key columns: a null key, no key schema */
+				buf_reset(&text);
+				dbz_avro_schema(&text, s);
+				buf_putc(&text, '\0');
+				buf_reset(&subject);
+				kafka_subject_name(&subject, (kafka_subject_strategy)c->subject_strategy,
+						   topic.data, key, s->name);
+				buf_putc(&subject, '\0');
+				check_subject(dr, &conf, subject.data, text.data, &checked, &bad);
+			}
+			for (size_t k = 0; k < tc.n; k++)
+				free((char *)tc.cols[k].name);
+			free(tc.cols);
+		}
+		for (size_t t = 0; t < l.tables.n; t++) {
+			free(l.schemas.v[t]);
+			free(l.tables.v[t]);
+		}
+		free(l.schemas.v);
+		free(l.tables.v);
+	}
+	if (!bad)
+		dr->say(
+		    dr, SINK_PASS, NULL,
+		    "%zu subject%s may take the schemas cdc would register for the tables as they are now",
+		    checked, checked == 1 ? "" : "s");
+	dbz_schemas_free(&sc);
+	buf_free(&text);
+	buf_free(&subject);
+	buf_free(&topic);
+}
+
 const sink_check kafka_checks[] = {
     {"kafka_brokers", NULL, check_brokers},
     {"kafka_topics", NULL, check_topics},
     {"kafka_transactions", exactly_once, check_transactions},
     {"kafka_positions_topic", exactly_once, check_positions},
+    {"kafka_schema_registry", avro, check_registry},
+    {"kafka_schema_subjects", avro, check_subjects},
     {NULL, NULL, NULL},
 };

@@ -71,6 +71,15 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 	    "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "         \
 	    "does not allow become `_`"
 
+/* A registry's URL: http or https. NULL if fine. */
+static const char *url_problem(const char *value, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	if (strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0)
+		return "a URL that starts with http:// or https://";
+	return NULL;
+}
+
 /* ---- keys ---- */
 
 #define SECTION(f) offsetof(kafka_conf, f)
@@ -79,6 +88,44 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 /* What a reload applies of kafka.properties: the SASL credentials (kafka_sink_bind hands them to
  * rd_kafka_sasl_set_credentials). */
 static const char *const reloaded_properties[] = {"sasl.username", "sasl.password", NULL};
+
+/* The registry's names of the levels, in kafka_compatibility_names' order. */
+static const char *const kafka_compatibility_levels[] = {
+    "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE"};
+const char *const kafka_compatibility_names[] = {
+    "backward", "backward_transitive", "forward", "forward_transitive",
+    "full",	"full_transitive",     "none",	  "registry",
+    NULL};
+enum { COMPATIBILITY_REGISTRY = 7 };
+static const sink_key registry_k[] = {
+    {"url", SINK_KEY_STRING, SECTION(registry.url), .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY,
+     .check = url_problem, .noun = "URL", .value_type = "URL",
+     .value_doc = "`http://` or `https://`, host, port",
+     .doc =
+	 "The registry's URL, with the path prefix of its REST API if it has one (`https://registry:8081`)."},
+    {"username", SINK_KEY_STRING, SECTION(registry.username), .flags = SINK_KEY_OPTIONAL,
+     .doc = "Basic authentication: the user (Confluent's `basic.auth.user.info` before the colon)."},
+    {"password", SINK_KEY_STRING, SECTION(registry.password), .flags = SINK_KEY_OPTIONAL | SINK_KEY_SECRET,
+     .doc = "Basic authentication: the password, best as `{file: PATH}` (a reload reads the file again). A "
+	    "secret: masked wherever cdc prints it."},
+    {"ca_file", SINK_KEY_STRING, SECTION(registry.ca_file), .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY,
+     .doc = "TLS: the CA certificates (PEM) that the registry's certificate is checked against (default: the "
+	    "system's)."},
+    {"cert_file", SINK_KEY_STRING, SECTION(registry.cert_file),
+     .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY,
+     .doc = "TLS: a client certificate (PEM), for a registry that asks for one."},
+    {"key_file", SINK_KEY_STRING, SECTION(registry.key_file), .flags = SINK_KEY_OPTIONAL | SINK_KEY_NONEMPTY,
+     .doc = "TLS: the client certificate's private key (PEM)."},
+    {"timeout", SINK_KEY_DURATION, SECTION(registry.timeout_ms), .flags = SINK_KEY_POSITIVE,
+     .def_number = 10000, .doc = "How long one request may take, connecting included."},
+    {"compatibility", SINK_KEY_ENUM, SECTION(registry.compatibility), kafka_compatibility_names,
+     .doc =
+	 "The compatibility level cdc sets on a subject it creates, before its first version: "
+	 "`backward` (Confluent's default), `backward_transitive`, `forward`, `forward_transitive`, `full`, "
+	 "`full_transitive`, `none`; `registry` leaves the registry's. A subject that has versions keeps "
+	 "its own."},
+};
+static const sink_keys registry_keys = SINK_KEYS(registry_k);
 
 static const sink_key section_keys[] = {
     {"brokers", SINK_KEY_STRING, SECTION(brokers),
@@ -111,11 +158,24 @@ static const sink_key section_keys[] = {
 	    "more latency). `0`: commit as soon as the source transaction is in."},
     {"commit_events", SINK_KEY_U64, SECTION(commit_events),
      .doc = "Exactly once: commit early once a Kafka transaction holds this many events (0: no limit)."},
+    {"schema_registry", SINK_KEY_SECTION, 0, &registry_keys, .flags = SINK_KEY_OPTIONAL,
+     .doc = "`format: avro`: the schema registry where cdc registers each record's key and value schemas "
+	    "(Confluent's REST API). See [kafka-formats.md](kafka-formats.md#avro-records)."},
 };
 
-static const char *const format_names[] = {"protobuf", "json", "debezium", NULL};
+static const char *const format_names[] = {"protobuf", "json", "debezium", "avro", NULL};
 static const char *const toast_names[] = {"placeholder", "omit", NULL};
-enum { KEY_TOPIC, KEY_TOMBSTONES, KEY_FORMAT, KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST };
+static const char *const strategy_names[] = {"topic", "record", "topic_record", NULL};
+enum {
+	KEY_TOPIC,
+	KEY_TOMBSTONES,
+	KEY_FORMAT,
+	KEY_SCHEMAS,
+	KEY_SERVER_NAME,
+	KEY_UNCHANGED_TOAST,
+	KEY_CONTEXT_HEADERS,
+	KEY_SUBJECT_STRATEGY
+};
 static const sink_key sub_keys[] = {
     [KEY_TOPIC] = {"topic", SINK_KEY_STRING, SUB(topic), .flags = SINK_KEY_NONEMPTY,
 		   .def_text = KAFKA_DEFAULT_TOPIC, TOPIC_TEMPLATE,
@@ -125,14 +185,15 @@ static const sink_key sub_keys[] = {
 			.doc =
 			    "Kafka only: after each delete, a record with the same key and a null value (for "
 			    "log compaction), and after an update that changed the key one for the old key. "
-			    "Default: `false`, `true` with `format: debezium` (Debezium's "
+			    "Default: `false`, `true` with `format: debezium` and `avro` (Debezium's "
 			    "`tombstones.on.delete`)."},
     [KEY_FORMAT] = {"format", SINK_KEY_ENUM, SUB(format), format_names, .def_number = KAFKA_PROTOBUF,
-		    .doc =
-			"Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
-			"`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
-			"prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
-			"through Kafka Connect's JsonConverter. See [kafka-formats.md](kafka-formats.md)."},
+		    .doc = "Kafka only: how records are written. `protobuf`: key `cdc.v1.Key`, value "
+			   "`cdc.v1.Event`. `json`: the key columns' JSON and the event JSON `sink: stdout` "
+			   "prints. `debezium`: key and value as Debezium's PostgreSQL connector writes them "
+			   "through Kafka Connect's JsonConverter. `avro`: the same through Confluent's "
+			   "AvroConverter, the schemas in `kafka.schema_registry`. See "
+			   "[kafka-formats.md](kafka-formats.md)."},
     [KEY_SCHEMAS] = {"schemas", SINK_KEY_BOOL, SUB(schemas),
 		     .doc =
 			 "`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
@@ -141,43 +202,96 @@ static const sink_key sub_keys[] = {
 			 .check = topic_name_problem, .noun = "name", .value_type = "topic name",
 			 .value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters",
 			 .doc =
-			     "`format: debezium` only: Debezium's `topic.prefix` (the logical server name): "
-			     "`source.name` and the prefix of the key's and rows' schema names. The default "
-			     "matches the default topic template's `cdc.`."},
+			     "`format: debezium` and `avro`: Debezium's `topic.prefix` (the logical server "
+			     "name): `source.name` and the prefix of the key's and rows' schema names. The "
+			     "default matches the default topic template's `cdc.`."},
     [KEY_UNCHANGED_TOAST] =
 	{"unchanged_toast", SINK_KEY_ENUM, SUB(unchanged_toast), toast_names,
 	 .def_number = KAFKA_TOAST_PLACEHOLDER,
-	 .doc = "`format: debezium` only: a TOASTed value an update left unchanged (the server "
+	 .doc = "`format: debezium` and `avro`: a TOASTed value an update left unchanged (the server "
 		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
-		"(its bytes, or lists of it, by type). `omit`: the column is left out of the "
-		"row."},
+		"(its bytes, or lists of it, by type). `omit` (`debezium` only): the column is left out "
+		"of the row."},
+    [KEY_CONTEXT_HEADERS] =
+	{"context_headers", SINK_KEY_BOOL, SUB(context_headers), .def_number = 1,
+	 .doc = "`format: debezium` and `avro`: Debezium's `__debezium.context.*` headers on "
+		"each data change record and its tombstone (Debezium's "
+		"`extended.headers.enabled`). See "
+		"[kafka-formats.md](kafka-formats.md#headers)."},
+    [KEY_SUBJECT_STRATEGY] =
+	{"subject_strategy", SINK_KEY_ENUM, SUB(subject_strategy), strategy_names,
+	 .def_number = KAFKA_SUBJECT_TOPIC,
+	 .doc =
+	     "`format: avro`: the subjects its schemas are registered under, as Confluent's strategies name "
+	     "them. `topic` (TopicNameStrategy): `TOPIC-key` and `TOPIC-value`. `record` "
+	     "(RecordNameStrategy): "
+	     "the record's full name. `topic_record` (TopicRecordNameStrategy): `TOPIC-FULLNAME`."},
 };
 
-/* The keys only format: debezium takes. */
-static bool debezium_key(size_t i)
+/* Debezium's records: in JSON (format debezium) or Avro. */
+static bool debezium_format(int format)
 {
-	return i == KEY_SCHEMAS || i == KEY_SERVER_NAME || i == KEY_UNCHANGED_TOAST;
+	return format == KAFKA_DEBEZIUM || format == KAFKA_AVRO;
+}
+
+/* The formats key i goes with: "" for every one. */
+static const char *key_formats(size_t i)
+{
+	switch (i) {
+	case KEY_SCHEMAS:
+		return "debezium";
+	case KEY_SERVER_NAME:
+	case KEY_UNCHANGED_TOAST:
+	case KEY_CONTEXT_HEADERS:
+		return "debezium and avro";
+	case KEY_SUBJECT_STRATEGY:
+		return "avro";
+	}
+	return "";
+}
+
+static bool key_valid(size_t i, int format)
+{
+	const char *formats = key_formats(i);
+	return !*formats || (strstr(formats, format_names[format]) != NULL);
 }
 
 static void check_sub(void *settings, const bool *given, sink_problems *problems)
 {
 	kafka_sub_conf *c = settings;
+	char msg[160];
 	for (size_t i = 0; i < sizeof sub_keys / sizeof *sub_keys; i++)
-		if (given[i] && debezium_key(i) && c->format != KAFKA_DEBEZIUM) {
-			char msg[128];
+		if (given[i] && !key_valid(i, c->format)) {
 			snprintf(msg, sizeof msg,
-				 "only valid with format: debezium (this subscription's format is %s)",
-				 format_names[c->format]);
+				 "only valid with format: %s (this subscription's format is %s)",
+				 key_formats(i), format_names[c->format]);
 			problems->report(problems, i, msg);
 		}
+	if (c->format == KAFKA_AVRO && c->unchanged_toast == KAFKA_TOAST_OMIT)
+		problems->report(
+		    problems, KEY_UNCHANGED_TOAST,
+		    "omit is not possible with format: avro (a record has every field of its schema): "
+		    "use placeholder");
 	/* Debezium follows each delete with a tombstone unless told otherwise (tombstones.on.delete). */
-	if (c->format == KAFKA_DEBEZIUM && !given[KEY_TOMBSTONES])
+	if (debezium_format(c->format) && !given[KEY_TOMBSTONES])
 		c->tombstones = true;
 }
 
 static bool sub_shown(const void *settings, size_t key_index)
 {
-	return !debezium_key(key_index) || ((const kafka_sub_conf *)settings)->format == KAFKA_DEBEZIUM;
+	return key_valid(key_index, ((const kafka_sub_conf *)settings)->format);
+}
+
+/* Debezium writes no truncate record unless asked (skipped.operations=t); format avro learns a
+ * table's shape from its schema events. */
+static unsigned ops_not_default(const void *settings)
+{
+	return debezium_format(((const kafka_sub_conf *)settings)->format) ? SINK_OP_TRUNCATE : 0;
+}
+
+static unsigned ops_needed(const void *settings)
+{
+	return ((const kafka_sub_conf *)settings)->format == KAFKA_AVRO ? SINK_OP_SCHEMA : 0;
 }
 
 /* With kafka.transactions_topic set, the transaction records of every Kafka subscription go to one
@@ -186,6 +300,18 @@ static bool check_together(const void *section, const void *const *subs, const c
 			   size_t *first, size_t *second, buf *why)
 {
 	const kafka_conf *c = section;
+	for (size_t i = 0; i < n; i++) {
+		const kafka_sub_conf *o = subs[i];
+		if (o->format != KAFKA_AVRO || (c && c->registry.url))
+			continue;
+		*first = *second = i;
+		buf_printf(
+		    why,
+		    "subscription %s has format: avro, which registers its schemas in a schema registry: "
+		    "set kafka.schema_registry.url",
+		    names[i]);
+		return false;
+	}
 	if (!c || !c->transactions_topic)
 		return true;
 	for (size_t i = 1; i < n; i++) {
@@ -225,7 +351,18 @@ kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot)
 				      .positions_topic = conf->positions_topic,
 				      .transactional_id = k.transactional_id,
 				      .commit_interval_ms = conf->commit_interval_ms,
-				      .commit_events = conf->commit_events};
+				      .commit_events = conf->commit_events,
+				      .registry = {.url = conf->registry.url,
+						   .username = conf->registry.username,
+						   .password = conf->registry.password,
+						   .ca_file = conf->registry.ca_file,
+						   .cert_file = conf->registry.cert_file,
+						   .key_file = conf->registry.key_file,
+						   .timeout_ms = conf->registry.timeout_ms},
+				      .compatibility =
+					  conf->registry.compatibility == COMPATIBILITY_REGISTRY
+					      ? NULL
+					      : kafka_compatibility_levels[conf->registry.compatibility]};
 	return k;
 }
 
@@ -245,7 +382,9 @@ static kafka_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 					    .format = (kafka_format)c->format,
 					    .schemas = c->schemas,
 					    .server_name = c->server_name,
-					    .placeholder = c->unchanged_toast == KAFKA_TOAST_PLACEHOLDER};
+					    .placeholder = c->unchanged_toast == KAFKA_TOAST_PLACEHOLDER,
+					    .context_headers = c->context_headers,
+					    .subjects = (kafka_subject_strategy)c->subject_strategy};
 	}
 	return v;
 }
@@ -302,6 +441,17 @@ void kafka_status_json(const kafka_stats *stats, bool exactly_once, buf *out)
 		json_key_u64(out, &f, "transactions_skipped", stats->skipped);
 		json_key_lsn(out, &f, "position", stats->position);
 	}
+	if (stats->registry) {
+		bool r = true;
+		json_key(out, &f, "schema_registry");
+		buf_putc(out, '{');
+		json_key_u64(out, &r, "schemas_registered", stats->schemas_registered);
+		json_key_u64(out, &r, "errors", stats->registry_errors);
+		json_key_boolean(out, &r, "waiting", stats->registry_waiting);
+		json_key_str(out, &r, "subject", stats->registry_waiting ? stats->registry_subject : NULL);
+		json_key_str(out, &r, "error", stats->registry_waiting ? stats->registry_error : NULL);
+		buf_putc(out, '}');
+	}
 	buf_putc(out, '}');
 }
 
@@ -315,6 +465,18 @@ void kafka_metrics(const kafka_stats *stats, bool exactly_once, buf *out)
 		 stats->errors);
 	prom_u64(out, "cdc_kafka_restarts_total", "counter",
 		 "Producer restarts (after a fatal error, from the last flushed position).", stats->restarts);
+	if (stats->registry) {
+		prom_u64(out, "cdc_kafka_schemas_registered", "gauge",
+			 "format avro: schemas the schema registry gave an id (each once per process).",
+			 stats->schemas_registered);
+		prom_u64(
+		    out, "cdc_kafka_registry_errors_total", "counter",
+		    "format avro: requests to register a schema that the registry refused or did not answer.",
+		    stats->registry_errors);
+		prom_u64(out, "cdc_kafka_registry_waiting", "gauge",
+			 "format avro: 1 while records wait for a schema the registry has not accepted.",
+			 stats->registry_waiting);
+	}
 	if (!exactly_once)
 		return;
 	prom_family(out, "cdc_kafka_transactions_total", "counter",
@@ -347,6 +509,9 @@ static const hist *latency(const sink *s)
 static const char *not_ready(const sink *s)
 {
 	const kafka_stats *k = kafka_sink_stats(s);
+	if (k->registry_waiting)
+		return "kafka: records wait for the schema registry to accept their schema (see "
+		       "schema_registry)";
 	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight"
 					       : NULL;
 }
@@ -379,6 +544,20 @@ static void status_text(struct json_object *figures, buf *out)
 			   json_field_text(figures, "position", f[0], 64),
 			   json_field_text(figures, "transactions_committed", f[1], 64),
 			   json_field_text(figures, "transactions_aborted", f[2], 64));
+	json_object *registry = NULL, *waiting = NULL;
+	if (json_object_object_get_ex(figures, "schema_registry", &registry) &&
+	    json_object_is_type(registry, json_type_object)) {
+		buf_printf(out, "kafka   schema registry: registered=%s  errors=%s\n",
+			   json_field_text(registry, "schemas_registered", f[0], 64),
+			   json_field_text(registry, "errors", f[1], 64));
+		if (json_object_object_get_ex(registry, "waiting", &waiting) &&
+		    json_object_get_boolean(waiting)) {
+			char subject[256], error[700];
+			buf_printf(out, "kafka   waiting for the registry: subject %s: %s\n",
+				   json_field_text(registry, "subject", subject, sizeof(subject)),
+				   json_field_text(registry, "error", error, sizeof(error)));
+		}
+	}
 }
 
 const sink_module kafka_module = {
@@ -396,6 +575,8 @@ const sink_module kafka_module = {
     .sub_size = sizeof(kafka_sub_conf),
     .check_sub = check_sub,
     .sub_shown = sub_shown,
+    .ops_not_default = ops_not_default,
+    .ops_needed = ops_needed,
     .check_together = check_together,
     .create = create_sink,
     .bind = bind_sink,

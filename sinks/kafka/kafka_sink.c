@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "decoder/base/log.h"
+#include "sinks/kafka/avro.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
  * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
@@ -316,6 +318,9 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	if (rd_kafka_conf_get(conf, "request.timeout.ms", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->request_timeout_ms = strtoull(max, NULL, 10);
 	maxlen = sizeof(max);
+	if (rd_kafka_conf_get(conf, "message.max.bytes", max, &maxlen) == RD_KAFKA_CONF_OK)
+		k->message_max_bytes = strtoull(max, NULL, 10);
+	maxlen = sizeof(max);
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.messages", max, &maxlen) == RD_KAFKA_CONF_OK)
 		k->busy_at = strtoull(max, NULL, 10) / BUSY_SHARE;
 	maxlen = sizeof(max);
@@ -377,9 +382,21 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 			rd_kafka_poll(k->rk, 100);
 	}
 	rd_kafka_headers_destroy(h);
-	/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
-	if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k))
+	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+		/* Refused before it is sent, as again after any restart: cdc stops rather than loop. */
+		char why[600];
+		snprintf(
+		    why, sizeof(why),
+		    "%zu bytes for topic %s, more than message.max.bytes (%llu): raise message.max.bytes "
+		    "in kafka.properties and max.message.bytes of the topic on the brokers, or leave the "
+		    "large columns out (subscriptions[].columns)",
+		    key_len + value_len, topic, (unsigned long long)k->message_max_bytes);
+		kafka_fail(k, "a message is larger than the producer sends", why);
+		k->for_good = true;
+	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
+		/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
 		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
+	}
 	return false;
 }
 
@@ -442,7 +459,8 @@ static uint64_t count_table(kafka_sink *k, const char *schema, size_t slen, cons
 
 static const char *const content_types[] = {[KAFKA_PROTOBUF] = CONTENT_TYPE_EVENT,
 					    [KAFKA_JSON] = CONTENT_TYPE_JSON,
-					    [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON};
+					    [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON,
+					    [KAFKA_AVRO] = CONTENT_TYPE_AVRO};
 
 /* A record on the transactions topic: all in partition 0, in commit order like the transactions
  * they describe. */
@@ -450,10 +468,100 @@ static void produce_txn_record(kafka_sink *k, kafka_format format, bool end, uin
 {
 	kafka_txn_record(k, format, end);
 	rendered r = {.xid = k->cur_xid};
-	kafka_produce(k, k->set.transactions_topic, 0, k->key.data, k->key.len, k->value.data, k->value.len,
-		      kafka_headers(k, &r, "", k->cur_commit.commit_lsn, false,
-				    format == KAFKA_PROTOBUF ? CONTENT_TYPE_TRANSACTION : CONTENT_TYPE_JSON),
-		      seq);
+	kafka_produce(
+	    k, k->set.transactions_topic, 0, k->key.data, k->key.len, k->value.data, k->value.len,
+	    kafka_headers(k, &r, "", k->cur_commit.commit_lsn, false,
+			  format == KAFKA_PROTOBUF ? CONTENT_TYPE_TRANSACTION : content_types[format]),
+	    seq);
+}
+
+/* Deliveries and ends wait while an exactly-once commit is under way, or a record for a schema's
+ * id, and after them everything that comes (it keeps its order). */
+static bool holding(const kafka_sink *k)
+{
+	return kafka_eo_holding(k) || k->registry_wait;
+}
+
+static void hold(kafka_sink *k, const held_hdr *h, const char *data)
+{
+	buf_append(&k->held, h, sizeof(*h));
+	if (h->len)
+		buf_append(&k->held, data, h->len);
+}
+
+bool kafka_release(kafka_sink *k, char *err, size_t errlen)
+{
+	buf h = k->held;
+	k->held = (buf){0};
+	bool ok = true;
+	for (size_t off = 0; ok && off < h.len && !k->failed;) {
+		held_hdr hd;
+		memcpy(&hd, h.data + off, sizeof(hd));
+		off += sizeof(hd);
+		if (hd.end)
+			kafka_end_txn(&k->base, hd.seq);
+		else
+			ok =
+			    kafka_deliver(&k->base, hd.sub, h.data + off, hd.len, &hd.c, hd.seq, err, errlen);
+		off += hd.len;
+	}
+	if (k->held.len) { /* some waits again, with all that came after it */
+		buf_free(&h);
+		return ok;
+	}
+	buf_free(&k->held);
+	buf_reset(&h);
+	k->held = h; /* its room, for the next time */
+	return ok;
+}
+
+/* How long a record may hold the event loop for its schema's id, asked for at its schema event
+ * moments before (a registry nearby answers in a few milliseconds); then it waits with what
+ * follows it, and the loop goes on. */
+#define REGISTRY_AWAIT_MS 100
+
+/* Format avro: whether every schema the event's records (from p to end) and the transactions
+ * topic need has its id. If not, records wait for the first that has none (registry_wait). */
+static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned nrecords)
+{
+	uint32_t need[2] = {k->txn_key_schema, k->txn_value_schema};
+	for (unsigned i = 0; i < (k->set.transactions_topic ? 2u : 0u); i++)
+		if (!kafka_subjects_await(k->subjects, need[i], REGISTRY_AWAIT_MS)) {
+			k->wait_schema = need[i];
+			return !(k->registry_wait = true);
+		}
+	for (unsigned i = 0; i < nrecords && (size_t)(end - p) >= sizeof(rendered_record); i++) {
+		rendered_record rec;
+		memcpy(&rec, p, sizeof(rec));
+		p += sizeof(rec) + (size_t)rec.key_len + rec.value_len + rec.header_len;
+		need[0] = rec.key_schema;
+		need[1] = rec.value_schema;
+		for (int j = 0; j < 2; j++)
+			if (need[j] != KAFKA_NO_SCHEMA &&
+			    !kafka_subjects_await(k->subjects, need[j], REGISTRY_AWAIT_MS)) {
+				k->wait_schema = need[j];
+				return !(k->registry_wait = true);
+			}
+	}
+	return true;
+}
+
+/* A record's extra headers: each "name\0", a u32 length, the value. */
+static void add_headers(rd_kafka_headers_t *h, const char *p, size_t len)
+{
+	const char *end = p + len;
+	while (p < end) {
+		size_t name_len = strnlen(p, (size_t)(end - p));
+		uint32_t n;
+		if ((size_t)(end - p) < name_len + 1 + sizeof(n))
+			return;
+		memcpy(&n, p + name_len + 1, sizeof(n));
+		const char *value = p + name_len + 1 + sizeof(n);
+		if ((size_t)(end - value) < n)
+			return;
+		rd_kafka_header_add(h, p, (ssize_t)name_len, value, (ssize_t)n);
+		p = value + n;
+	}
 }
 
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
@@ -463,16 +571,16 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	rendered r;
 	if (k->failed)
 		return true; /* a restart is coming: the slot will send this again */
-	if (kafka_eo_holding(k)) {
-		kafka_eo_hold(k, &(held_hdr){.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len},
-			      data);
+	held_hdr held = {.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len};
+	if (holding(k)) {
+		hold(k, &held, data);
 		return true;
 	}
 	if (len < sizeof(r))
 		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
 	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.sub_len + r.schema_len + r.table_len;
-	if (fixed > len || r.format > KAFKA_DEBEZIUM)
+	if (fixed > len || r.format > KAFKA_AVRO || (r.format == KAFKA_AVRO && !k->subjects))
 		return errf(err, errlen, "kafka sink: rendered event is corrupt");
 	const char *topic_p = data + sizeof(r), *sub = topic_p + r.topic_len;
 	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *p = table + r.table_len;
@@ -481,6 +589,10 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	size_t topic_len = r.topic_len < sizeof(topic) ? r.topic_len : sizeof(topic) - 1;
 	memcpy(topic, topic_p, topic_len);
 	topic[topic_len] = '\0';
+	if (r.format == KAFKA_AVRO && !avro_ready(k, p, end, r.nrecords)) {
+		hold(k, &held, data);
+		return true;
+	}
 
 	if (k->set.exactly_once && !kafka_eo_admit(k, c, r.xid, seq))
 		return true;
@@ -499,26 +611,40 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 		memcpy(&rec, p, sizeof(rec));
 		const char *key = p + sizeof(rec), *value = key + rec.key_len, *hdr = value + rec.value_len;
 		if ((size_t)(end - key) < (size_t)rec.key_len + rec.value_len + rec.header_len ||
-		    rec.kind > REC_TOMBSTONE)
+		    rec.kind > REC_ERROR)
 			return errf(err, errlen, "kafka sink: rendered event is corrupt");
 		p = hdr + rec.header_len;
+		if (rec.kind == REC_ERROR) { /* the stream holds here until the cause is gone */
+			char why[600];
+			snprintf(why, sizeof(why), "%.*s", (int)rec.value_len, value);
+			kafka_fail(k, "an event cannot be written in Avro", why);
+			return true;
+		}
 		uint64_t nth = 0;
 		/* Only the transactions topic's records need the counts (and Debezium's transaction
 		 * block, there only with one); schema and DDL events are not events of the data topics. */
 		bool about_table = kafka_table_event(r.op);
 		if (k->set.transactions_topic && rec.kind != REC_TOMBSTONE && !about_table) {
-			if (r.format == KAFKA_DEBEZIUM && r.xid && !k->cur_events)
-				produce_txn_record(k, KAFKA_DEBEZIUM, false, seq); /* BEGIN */
+			if ((r.format == KAFKA_DEBEZIUM || r.format == KAFKA_AVRO) && r.xid && !k->cur_events)
+				produce_txn_record(k, (kafka_format)r.format, false, seq); /* BEGIN */
 			nth = count_table(k, schema, r.schema_len, table, r.table_len);
 		}
 		rd_kafka_headers_t *h =
 		    kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format]);
-		size_t name_len = rec.header_len ? strnlen(hdr, rec.header_len) : 0;
-		if (name_len && name_len < rec.header_len)
-			rd_kafka_header_add(h, hdr, (ssize_t)name_len, hdr + name_len + 1,
-					    (ssize_t)(rec.header_len - name_len - 1));
+		add_headers(h, hdr, rec.header_len);
 		if (rec.kind != REC_TOMBSTONE)
-			kafka_record_value(k, rec.kind, value, rec.value_len, &r, c, k->cur_events, nth);
+			kafka_record_value(k, rec.kind,
+					   rec.value_schema == KAFKA_NO_SCHEMA
+					       ? 0
+					       : kafka_subjects_id(k->subjects, rec.value_schema),
+					   value, rec.value_len, &r, c, k->cur_events, nth);
+		if (rec.has_key && rec.key_schema != KAFKA_NO_SCHEMA) { /* Avro: the wire format's header */
+			buf_reset(&k->key_out);
+			dbz_avro_header(&k->key_out, kafka_subjects_id(k->subjects, rec.key_schema));
+			buf_append(&k->key_out, key, rec.key_len);
+			key = k->key_out.data;
+			rec.key_len = (uint32_t)k->key_out.len;
+		}
 		/* Partitioned by key (the Java partitioner, producer_defaults): one row's changes stay in
 		 * order. Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
 		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
@@ -536,15 +662,15 @@ static void transaction_record(kafka_sink *k, uint64_t seq)
 {
 	if (!k->set.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
 		return;
-	if (k->cur_format != KAFKA_DEBEZIUM || k->cur_xid)
+	if ((k->cur_format != KAFKA_DEBEZIUM && k->cur_format != KAFKA_AVRO) || k->cur_xid)
 		produce_txn_record(k, k->cur_format, true, seq);
 }
 
 void kafka_end_txn(sink *base, uint64_t seq)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	if (kafka_eo_holding(k)) {
-		kafka_eo_hold(k, &(held_hdr){.seq = seq, .end = true}, NULL);
+	if (holding(k)) {
+		hold(k, &(held_hdr){.seq = seq, .end = true}, NULL);
 		return;
 	}
 	transaction_record(k, seq);
@@ -563,16 +689,54 @@ static void kafka_poll(sink *base)
 	rd_kafka_poll(k->rk, 0);
 }
 
+/* Format avro: while records wait for a schema's id, whether it came; a failure is logged once per
+ * attempt, with what to do. Records go out again once it came (exactly once: at the next step). */
+static void registry_check(kafka_sink *k)
+{
+	bool refused;
+	char why[700];
+	if (kafka_subjects_id(k->subjects, k->wait_schema)) {
+		k->stats.registry_error[0] = k->stats.registry_subject[0] = '\0';
+		k->registry_wait = false;
+		k->stats.registry_waiting = false;
+		k->wait_logged = 0;
+		return;
+	}
+	kafka_subjects_error(k->subjects, k->wait_schema, why, sizeof(why), &refused);
+	if (!why[0] || strcmp(why, k->stats.registry_error) == 0)
+		return; /* no answer yet, or the same answer again */
+	k->stats.registry_waiting = true;
+	snprintf(k->stats.registry_subject, sizeof(k->stats.registry_subject), "%s",
+		 kafka_subjects_subject(k->subjects, k->wait_schema));
+	snprintf(k->stats.registry_error, sizeof(k->stats.registry_error), "%s", why);
+	log_warn(refused
+		     ? "the schema registry refused a schema: its records and every change after them wait"
+		     : "the schema registry cannot be asked: records that need a schema wait",
+		 "subject=%s error=\"%s\" next=\"%s\"", k->stats.registry_subject, why,
+		 refused ? "make the schema compatible (the table's change, or the subject's compatibility "
+			   "level: PUT /config/SUBJECT); cdc asks again at least once a minute, and at once "
+			   "after a reload (SIGHUP)"
+			 : "cdc asks again at least once a minute, and at once after a reload (SIGHUP)");
+}
+
 static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	rd_kafka_poll(k->rk, 0);
+	if (k->registry_wait)
+		registry_check(k);
+	if (k->subjects) {
+		k->stats.registry = true;
+		kafka_subjects_counts(k->subjects, &k->stats.schemas_registered, &k->stats.registry_errors);
+	}
+	if (!k->set.exactly_once && !k->registry_wait && k->held.len && !kafka_release(k, err, errlen))
+		return SINK_FATAL;
 	if (k->set.exactly_once && !kafka_eo_step(k, false, err, errlen))
 		return SINK_FATAL;
 	if (!k->failed)
 		return SINK_OK;
 	errf(err, errlen, "kafka: %s", k->failure);
-	return SINK_RESTART;
+	return k->for_good ? SINK_FATAL : SINK_RESTART;
 }
 
 static uint64_t kafka_delivered(const sink *base)
@@ -594,7 +758,11 @@ bool kafka_sink_exactly_once(const sink *base)
 int kafka_sink_wake_ms(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;
-	return k->set.exactly_once ? kafka_eo_wake_ms(k) : 0;
+	int ms = k->set.exactly_once ? kafka_eo_wake_ms(k) : 0;
+	uint64_t retry = k->registry_wait ? kafka_subjects_retry_ms(k->subjects) : 0;
+	if (retry && (!ms || retry < (uint64_t)ms))
+		ms = (int)retry;
+	return ms;
 }
 
 static int kafka_fd(const sink *base)
@@ -605,7 +773,7 @@ static int kafka_fd(const sink *base)
 static bool kafka_busy(const sink *base)
 {
 	const kafka_sink *k = (const kafka_sink *)base;
-	return (k->eo.committing && k->held.len >= k->busy_bytes) ||
+	return (k->held.len && k->held.len >= k->busy_bytes) ||
 	       (k->busy_at && (size_t)rd_kafka_outq_len(k->rk) >= k->busy_at) ||
 	       (k->busy_bytes && k->queued_bytes >= k->busy_bytes);
 }
@@ -615,7 +783,7 @@ static bool kafka_finish(sink *base, int timeout_ms)
 	kafka_sink *k = (kafka_sink *)base;
 	char err[512];
 	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
-	     (k->eo.open || k->held.len) && !k->failed && now_ms() < until;) {
+	     (k->eo.open || (k->held.len && !k->registry_wait)) && !k->failed && now_ms() < until;) {
 		if (!kafka_eo_can_finish(k))
 			break;
 		if (!kafka_eo_step(k, true, err, sizeof(err)))
@@ -638,6 +806,7 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 		rd_kafka_flush(k->rk, 5000);
 	ring_clear(&k->q);
 	buf_reset(&k->held);
+	k->registry_wait = false; /* what waited comes again from the slot */
 	k->failed = false;
 	k->stats.in_flight = 0;
 	k->queued_bytes = 0;
@@ -653,6 +822,45 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	return producer_new(k, err, errlen);
 }
 
+/* Format avro: the registry's worker, once a subscription needs it, told the registry in force;
+ * the transactions topic's schemas. */
+static void avro_bind(kafka_sink *k)
+{
+	bool avro = false;
+	for (size_t i = 0; i < k->nsubs; i++)
+		avro |= k->subs[i].format == KAFKA_AVRO;
+	char err[256];
+	if (avro && !k->subjects && !(k->subjects = kafka_subjects_new(k->pipe[1], err, sizeof(err))))
+		log_error("format: avro cannot write records", "error=\"%s\"", err);
+	if (!k->subjects)
+		return;
+	kafka_subjects_bind(k->subjects, &k->set.registry, k->set.compatibility);
+	if (avro && k->set.transactions_topic) {
+		kafka_subject_strategy strategy = KAFKA_SUBJECT_TOPIC;
+		for (size_t i = 0; i < k->nsubs; i++)
+			if (k->subs[i].format == KAFKA_AVRO)
+				strategy = k->subs[i].subjects;
+		k->txn_key_schema = kafka_subjects_fixed(k->subjects, &dbz_txn_key_schema,
+							 k->set.transactions_topic, true, strategy);
+		k->txn_value_schema = kafka_subjects_fixed(k->subjects, &dbz_txn_value_schema,
+							   k->set.transactions_topic, false, strategy);
+	}
+}
+
+/* Debezium's runId: a random (version 4) UUID for this sink's life. */
+static void new_run_id(char out[37])
+{
+	uint8_t u[16] = {0};
+	if (getrandom(u, sizeof(u), 0) != (ssize_t)sizeof(u)) {
+		uint64_t t = (uint64_t)wall_us() ^ ((uint64_t)getpid() << 32);
+		memcpy(u, &t, sizeof(t));
+	}
+	u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);
+	u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
+	snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
 static void free_settings(kafka_sink *k)
 {
 	for (size_t i = 0; i < k->set.nproperties; i++) {
@@ -665,6 +873,13 @@ static void free_settings(kafka_sink *k)
 	free((char *)k->set.schemas_topic);
 	free((char *)k->set.positions_topic);
 	free((char *)k->set.transactional_id);
+	free((char *)k->set.registry.url);
+	free((char *)k->set.registry.username);
+	free((char *)k->set.registry.password);
+	free((char *)k->set.registry.ca_file);
+	free((char *)k->set.registry.cert_file);
+	free((char *)k->set.registry.key_file);
+	free((char *)k->set.compatibility);
 	for (size_t i = 0; i < k->nsubs; i++) {
 		free((char *)k->subs[i].topic);
 		free((char *)k->subs[i].server_name);
@@ -719,7 +934,15 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 				       .positions_topic = dup_or_null(settings->positions_topic),
 				       .transactional_id = dup_or_null(settings->transactional_id),
 				       .commit_interval_ms = settings->commit_interval_ms,
-				       .commit_events = settings->commit_events};
+				       .commit_events = settings->commit_events,
+				       .registry = {.url = dup_or_null(settings->registry.url),
+						    .username = dup_or_null(settings->registry.username),
+						    .password = dup_or_null(settings->registry.password),
+						    .ca_file = dup_or_null(settings->registry.ca_file),
+						    .cert_file = dup_or_null(settings->registry.cert_file),
+						    .key_file = dup_or_null(settings->registry.key_file),
+						    .timeout_ms = settings->registry.timeout_ms},
+				       .compatibility = dup_or_null(settings->compatibility)};
 	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
 	for (size_t i = 0; i < settings->nproperties; i++)
 		props[i] = (kafka_property){xstrdup(settings->properties[i].key),
@@ -732,6 +955,7 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 		k->subs[i].topic = dup_or_null(subs[i].topic);
 		k->subs[i].server_name = dup_or_null(subs[i].server_name);
 	}
+	avro_bind(k);
 }
 
 void kafka_sink_set_database(sink *s, const char *name)
@@ -756,6 +980,7 @@ static void kafka_free(sink *base)
 	free(k->database);
 	free(k->eo.sources);
 	buf_free(&k->held);
+	kafka_subjects_free(k->subjects); /* before the pipe its worker writes to */
 	close(k->pipe[0]);
 	close(k->pipe[1]);
 	free(k);
@@ -782,13 +1007,13 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 	kafka_sink *k = xcalloc(1, sizeof(*k));
 	k->q = RING_INIT(kafka_txn);
 	k->base.ops = &kafka_ops;
-	kafka_sink_bind(&k->base, settings, subs, nsubs);
+	new_run_id(k->run_id);
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
 		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
-		free_settings(k);
 		free(k);
 		return NULL;
 	}
+	kafka_sink_bind(&k->base, settings, subs, nsubs);
 	if (!producer_new(k, err, errlen)) {
 		kafka_free(&k->base);
 		return NULL;

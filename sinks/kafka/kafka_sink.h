@@ -8,6 +8,7 @@
 #define CDC_KAFKA_SINK_H
 
 #include "decoder/base/hist.h"
+#include "sinks/kafka/subjects.h"
 #include "sinks/module.h"
 #include "sinks/sink.h"
 
@@ -33,6 +34,10 @@ typedef struct kafka_sink_settings {
 	const char *transactional_id; /* unless kafka.properties set transactional.id */
 	uint64_t commit_interval_ms;  /* a Kafka transaction stays open at least this long ... */
 	uint64_t commit_events;	      /* ... unless it holds this many events (0: no limit) */
+	/* format avro: the schema registry (url NULL: none), and the compatibility level of the
+	 * subjects cdc creates (NULL: the registry's) */
+	kafka_registry_conf registry;
+	const char *compatibility;
 } kafka_sink_settings;
 
 /* A subscription's topic when it names none. */
@@ -51,6 +56,7 @@ typedef enum kafka_format {
 	KAFKA_PROTOBUF, /* key cdc.v1.Key, value cdc.v1.Event */
 	KAFKA_JSON,	/* key the key columns' JSON, value the event JSON of sink: stdout */
 	KAFKA_DEBEZIUM, /* as Debezium's PostgreSQL connector through JsonConverter (debezium.h) */
+	KAFKA_AVRO,	/* the same through Confluent's AvroConverter and a schema registry (avro.h) */
 } kafka_format;
 
 /* One subscription, at the index render() and deliver() receive. */
@@ -58,10 +64,14 @@ typedef struct kafka_sub_settings {
 	const char *topic; /* template: {schema} {table} {subscription} {tag}; NULL: cdc.{schema}.{table} */
 	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
 	kafka_format format;
-	/* KAFKA_DEBEZIUM: */
-	bool schemas;		 /* {schema, payload} */
+	/* KAFKA_DEBEZIUM and KAFKA_AVRO: */
 	const char *server_name; /* source.name; NULL: "cdc" */
-	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder (else left out) */
+	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder (else left out; Avro: always) */
+	bool context_headers;	 /* Debezium's __debezium.context.* headers on data change records */
+	/* KAFKA_DEBEZIUM: */
+	bool schemas; /* {schema, payload} */
+	/* KAFKA_AVRO: */
+	kafka_subject_strategy subjects;
 } kafka_sub_settings;
 
 /* NULL with err on a property librdkafka refuses. subs[i] is subscription index i. */
@@ -96,6 +106,12 @@ typedef struct kafka_stats {
 	uint64_t commits, aborts, skipped, position;
 	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
+	/* format avro (registry): schemas the registry gave an id, the requests it refused or did not
+	 * answer, and while records wait for an id, the subject and why (the registry's words) */
+	bool registry;
+	uint64_t schemas_registered, registry_errors;
+	bool registry_waiting;
+	char registry_subject[256], registry_error[700];
 } kafka_stats;
 const kafka_stats *kafka_sink_stats(const sink *s);
 /* Whether the sink was made with exactly_once. */
@@ -109,18 +125,27 @@ typedef struct kafka_conf {
 	char *transactions_topic; /* NULL if none */
 	char *schemas_topic;	  /* schema and DDL events of Kafka subscriptions; NULL: none */
 	bool exactly_once;
-	char *positions_topic;	     /* default "cdc.positions" */
-	uint64_t commit_interval_ms; /* default 0: as soon as whole transactions are in */
-	uint64_t commit_events;	     /* default 0: no limit */
+	char *positions_topic;		/* default "cdc.positions" */
+	uint64_t commit_interval_ms;	/* default 0: as soon as whole transactions are in */
+	uint64_t commit_events;		/* default 0: no limit */
+	struct kafka_registry_section { /* format avro: the schema registry */
+		char *url, *username, *password, *ca_file, *cert_file, *key_file;
+		uint64_t timeout_ms;
+		int compatibility; /* an index of kafka_compatibility_names */
+	} registry;
 } kafka_conf;
+/* The compatibility levels a subject cdc creates may get ("registry": the registry's own). */
+extern const char *const kafka_compatibility_names[];
 typedef enum kafka_toast { KAFKA_TOAST_PLACEHOLDER, KAFKA_TOAST_OMIT } kafka_toast;
 typedef struct kafka_sub_conf {
-	char *topic;	     /* template, default "cdc.{schema}.{table}" */
-	bool tombstones;     /* default: on with format debezium */
-	int format;	     /* kafka_format; default protobuf */
-	bool schemas;	     /* format debezium: {schema, payload} records */
-	char *server_name;   /* format debezium: source.name; default "cdc" */
-	int unchanged_toast; /* kafka_toast; format debezium: default placeholder */
+	char *topic;	      /* template, default "cdc.{schema}.{table}" */
+	bool tombstones;      /* default: on with format debezium and avro */
+	int format;	      /* kafka_format; default protobuf */
+	bool schemas;	      /* format debezium: {schema, payload} records */
+	char *server_name;    /* format debezium and avro: source.name; default "cdc" */
+	int unchanged_toast;  /* kafka_toast; format debezium and avro: default placeholder */
+	bool context_headers; /* format debezium and avro: default on */
+	int subject_strategy; /* kafka_subject_strategy; format avro */
 } kafka_sub_conf;
 
 /* The producer's settings from conf and the slot (the transactional id is "cdc-SLOT"): set borrows

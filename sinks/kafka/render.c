@@ -11,6 +11,7 @@
 
 #include "decoder/base/json.h"
 #include "decoder/pgoutput.h"
+#include "sinks/kafka/avro.h"
 #include "sinks/pbwire.h"
 
 /* The key columns as the new row has them (an update may change the key); a key column the row
@@ -36,32 +37,52 @@ static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Colum
 static size_t record_begin(buf *out, int kind, const buf *key, bool has_key)
 {
 	size_t at = out->len;
-	rendered_record rec = {
-	    .key_len = has_key ? (uint32_t)key->len : 0, .kind = (uint8_t)kind, .has_key = has_key};
+	rendered_record rec = {.key_len = has_key ? (uint32_t)key->len : 0,
+			       .key_schema = KAFKA_NO_SCHEMA,
+			       .value_schema = KAFKA_NO_SCHEMA,
+			       .kind = (uint8_t)kind,
+			       .has_key = has_key};
 	buf_append(out, &rec, sizeof(rec));
 	if (has_key)
 		buf_append(out, key->data, key->len);
 	return at;
 }
 
-/* Ends the record started at at: its value is what came after its key; an extra header name with
- * value hval if name is not NULL. */
-static void record_end(buf *out, size_t at, const char *name, const buf *hval)
+/* An extra header of a record: after its value, before record_end(). */
+static void record_header(buf *out, const char *name, const char *value, size_t len)
+{
+	uint32_t n = (uint32_t)len;
+	buf_append(out, name, strlen(name) + 1);
+	buf_append(out, &n, sizeof(n));
+	buf_append(out, value, len);
+}
+
+/* Ends the record started at at: its value is what came after its key, up to value_end (its
+ * headers follow); value_end 0: the record has no headers. */
+static void record_end(buf *out, size_t at, size_t value_end)
 {
 	rendered_record rec;
 	memcpy(&rec, out->data + at, sizeof(rec));
-	rec.value_len = (uint32_t)(out->len - at - sizeof(rec) - rec.key_len);
-	if (name) {
-		buf_append(out, name, strlen(name) + 1);
-		buf_append(out, hval->data, hval->len);
-		rec.header_len = (uint32_t)(strlen(name) + 1 + hval->len);
-	}
+	if (!value_end)
+		value_end = out->len;
+	rec.value_len = (uint32_t)(value_end - at - sizeof(rec) - rec.key_len);
+	rec.header_len = (uint32_t)(out->len - value_end);
+	memcpy(out->data + at, &rec, sizeof(rec));
+}
+
+/* The schemas of the record started at at (format avro). */
+static void record_schemas(buf *out, size_t at, uint32_t key, uint32_t value)
+{
+	rendered_record rec;
+	memcpy(&rec, out->data + at, sizeof(rec));
+	rec.key_schema = key;
+	rec.value_schema = value;
 	memcpy(out->data + at, &rec, sizeof(rec));
 }
 
 static void tombstone(buf *out, const buf *key)
 {
-	record_end(out, record_begin(out, REC_TOMBSTONE, key, true), NULL, NULL);
+	record_end(out, record_begin(out, REC_TOMBSTONE, key, true), 0);
 }
 
 static bool same(const buf *a, const buf *b)
@@ -93,7 +114,7 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_PROTOBUF, &k->key, true);
 	pb_put_event(out, e);
-	record_end(out, at, NULL, NULL);
+	record_end(out, at, 0);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;
 	tombstone(out, moved ? &k->prev_key : &k->key);
@@ -123,88 +144,212 @@ static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_JSON, &k->key, true);
 	json_event_head(out, e);
-	record_end(out, at, NULL, NULL);
+	record_end(out, at, 0);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;
 	tombstone(out, moved ? &k->prev_key : &k->key);
 	return 2;
 }
 
-/* Debezium's records: an update that changed the key is a delete of the old key (with a tombstone)
- * and a create under the new one, each naming the other key in a header, as Debezium writes it. */
-static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
+/* Debezium's records of one event, while they are rendered: in JSON (format debezium) or Avro. */
+typedef struct dbz_event {
+	kafka_sink *k;
+	const kafka_sub_settings *s;
+	const Cdc__V1__Event *e;
+	dbz_options o;
+	bool avro;
+	const dbz_column *cols; /* avro: the table's shape, and its schemas */
+	size_t ncols;
+	uint32_t key_schema, value_schema;
+	char err[512]; /* avro: why the event cannot be written */
+} dbz_event;
+
+/* The key of columns cols[0..n) into out; false (d->err) when Avro cannot write it. */
+static bool put_key(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t n)
 {
-	dbz_options o = {.server_name = s->server_name ? s->server_name : "cdc",
-			 .database = k->database ? k->database : "",
-			 .topic = k->topic.data,
-			 .schemas = s->schemas,
-			 .placeholder = s->placeholder,
-			 .transaction = k->set.transactions_topic != NULL};
-	dbz_options payload = o;
+	buf_reset(out);
+	if (!d->avro) {
+		dbz_key(out, &d->k->dbz, &d->o, d->e, cols, n);
+		return true;
+	}
+	if (d->e->op == CDC__V1__OP__OP_MESSAGE) {
+		dbz_avro_message_key(out, d->e->message ? d->e->message->prefix : "");
+		return true;
+	}
+	return dbz_avro_key(out, &d->k->dbz, d->cols, d->ncols, cols, n, d->err, sizeof(d->err));
+}
+
+/* The JSON of a key's payload, for __debezium.newkey and __debezium.oldkey (in both formats). */
+static void key_json(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t n)
+{
+	dbz_options payload = d->o;
 	payload.schemas = false;
+	buf_reset(out);
+	dbz_key(out, &d->k->dbz, &payload, d->e, cols, n);
+}
+
+/* Debezium's context headers (extended.headers.enabled, Debezium 3.3 and later; runId since 3.4):
+ * on every data change record and its tombstone, not on messages or transaction records. */
+static void context_headers(dbz_event *d, buf *out)
+{
+	if (!d->s->context_headers || d->e->op == CDC__V1__OP__OP_MESSAGE)
+		return;
+	record_header(out, "__debezium.context.connectorLogicalName", d->o.server_name,
+		      strlen(d->o.server_name));
+	record_header(out, "__debezium.context.taskId", "0", 1);
+	record_header(out, "__debezium.context.connectorName", "postgresql", 10);
+	record_header(out, "__debezium.context.runId", d->k->run_id, strlen(d->k->run_id));
+}
+
+/* One record: key, the value of op with rows before and after, the other key in a header named
+ * other (unless NULL), then the context headers. false (d->err) when Avro cannot write it. */
+static bool put_record(dbz_event *d, buf *out, const buf *key, bool has_key, char op,
+		       const Cdc__V1__Row *before, const Cdc__V1__Row *after, const char *other)
+{
+	size_t at = record_begin(out, d->avro ? REC_AVRO : REC_DEBEZIUM, key, has_key);
+	if (!d->avro) {
+		dbz_value(out, &d->k->dbz, &d->o, d->e, op, before, after);
+	} else if (dbz_avro_value(out, &d->k->dbz, &d->o, d->cols, d->ncols, d->e, op, before, after, d->err,
+				  sizeof(d->err))) {
+		record_schemas(out, at, has_key ? d->key_schema : KAFKA_NO_SCHEMA, d->value_schema);
+	} else {
+		out->len = at;
+		return false;
+	}
+	size_t value_end = out->len;
+	if (other)
+		record_header(out, other, d->k->hdr.data, d->k->hdr.len);
+	context_headers(d, out);
+	record_end(out, at, value_end);
+	return true;
+}
+
+/* The tombstone after a delete: its key and its headers, as Debezium copies them. */
+static void put_tombstone(dbz_event *d, buf *out, const buf *key, const char *other)
+{
+	size_t at = record_begin(out, REC_TOMBSTONE, key, true);
+	if (d->avro)
+		record_schemas(out, at, d->key_schema, KAFKA_NO_SCHEMA);
+	size_t value_end = out->len;
+	if (other)
+		record_header(out, other, d->k->hdr.data, d->k->hdr.len);
+	context_headers(d, out);
+	record_end(out, at, value_end);
+}
+
+/* The event's records; -1 (d->err) when Avro cannot write them. An update that changed the key is
+ * a delete of the old key (with a tombstone) and a create under the new one, each naming the other
+ * key in a header, as Debezium writes it. */
+static int debezium_records(dbz_event *d, buf *out)
+{
+	kafka_sink *k = d->k;
+	const Cdc__V1__Event *e = d->e;
 	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
-	size_t n = e->key ? e->key->n_columns : 0, at;
+	size_t n = e->key ? e->key->n_columns : 0;
 	bool has_key = e->key || e->op == CDC__V1__OP__OP_MESSAGE;
 	buf_reset(&k->key);
 	switch (e->op) {
 	case CDC__V1__OP__OP_UPDATE:
-		if (e->key) {
-			dbz_key(&k->key, &k->dbz, &o, e, new_key_columns(e, cols), n);
-			buf_reset(&k->prev_key);
-			dbz_key(&k->prev_key, &k->dbz, &o, e, e->key->columns, n);
-		}
+		if (e->key && (!put_key(d, &k->key, new_key_columns(e, cols), n) ||
+			       !put_key(d, &k->prev_key, e->key->columns, n)))
+			return -1;
 		if (e->key && e->old_row && !same(&k->key, &k->prev_key)) {
-			buf_reset(&k->hdr);
-			dbz_key(&k->hdr, &k->dbz, &payload, e, cols, n);
-			at = record_begin(out, REC_DEBEZIUM, &k->prev_key, true);
-			dbz_value(out, &k->dbz, &o, e, DBZ_DELETE, e->old_row, NULL);
-			record_end(out, at, "__debezium.newkey", &k->hdr);
+			key_json(d, &k->hdr, cols, n);
+			if (!put_record(d, out, &k->prev_key, true, DBZ_DELETE, e->old_row, NULL,
+					"__debezium.newkey"))
+				return -1;
 			int nrec = 1;
-			if (s->tombstones) {
-				tombstone(out, &k->prev_key);
+			if (d->s->tombstones) {
+				put_tombstone(d, out, &k->prev_key, "__debezium.newkey");
 				nrec++;
 			}
-			buf_reset(&k->hdr);
-			dbz_key(&k->hdr, &k->dbz, &payload, e, e->key->columns, n);
-			at = record_begin(out, REC_DEBEZIUM, &k->key, true);
-			dbz_value(out, &k->dbz, &o, e, DBZ_CREATE, NULL, e->new_row);
-			record_end(out, at, "__debezium.oldkey", &k->hdr);
+			key_json(d, &k->hdr, e->key->columns, n);
+			if (!put_record(d, out, &k->key, true, DBZ_CREATE, NULL, e->new_row,
+					"__debezium.oldkey"))
+				return -1;
 			return nrec + 1;
 		}
-		at = record_begin(out, REC_DEBEZIUM, &k->key, has_key);
-		dbz_value(out, &k->dbz, &o, e, DBZ_UPDATE, e->old_row, e->new_row);
-		record_end(out, at, NULL, NULL);
-		return 1;
+		return put_record(d, out, &k->key, has_key, DBZ_UPDATE, e->old_row, e->new_row, NULL) ? 1
+												      : -1;
 	case CDC__V1__OP__OP_DELETE:
-		if (e->key)
-			dbz_key(&k->key, &k->dbz, &o, e, e->key->columns, n);
-		at = record_begin(out, REC_DEBEZIUM, &k->key, has_key);
-		dbz_value(out, &k->dbz, &o, e, DBZ_DELETE, e->old_row, NULL);
-		record_end(out, at, NULL, NULL);
-		if (!s->tombstones || !has_key)
+		if ((e->key && !put_key(d, &k->key, e->key->columns, n)) ||
+		    !put_record(d, out, &k->key, has_key, DBZ_DELETE, e->old_row, NULL, NULL))
+			return -1;
+		if (!d->s->tombstones || !has_key)
 			return 1;
-		tombstone(out, &k->key);
+		put_tombstone(d, out, &k->key, NULL);
 		return 2;
 	case CDC__V1__OP__OP_TRUNCATE:
-		at = record_begin(out, REC_DEBEZIUM, &k->key, false);
-		dbz_value(out, &k->dbz, &o, e, DBZ_TRUNCATE, NULL, NULL);
-		record_end(out, at, NULL, NULL);
-		return 1;
+		return put_record(d, out, &k->key, false, DBZ_TRUNCATE, NULL, NULL, NULL) ? 1 : -1;
 	case CDC__V1__OP__OP_MESSAGE:
-		dbz_key(&k->key, &k->dbz, &o, e, NULL, 0);
-		at = record_begin(out, REC_DEBEZIUM, &k->key, true);
-		dbz_value(out, &k->dbz, &o, e, DBZ_MESSAGE, NULL, NULL);
-		record_end(out, at, NULL, NULL);
-		return 1;
+		return put_key(d, &k->key, NULL, 0) &&
+			       put_record(d, out, &k->key, true, DBZ_MESSAGE, NULL, NULL, NULL)
+			   ? 1
+			   : -1;
 	default: /* insert, read */
-		if (e->key)
-			dbz_key(&k->key, &k->dbz, &o, e, e->key->columns, n);
-		at = record_begin(out, REC_DEBEZIUM, &k->key, has_key);
-		dbz_value(out, &k->dbz, &o, e, e->op == CDC__V1__OP__OP_READ ? DBZ_READ : DBZ_CREATE, NULL,
-			  e->new_row);
-		record_end(out, at, NULL, NULL);
-		return 1;
+		if (e->key && !put_key(d, &k->key, e->key->columns, n))
+			return -1;
+		return put_record(d, out, &k->key, has_key,
+				  e->op == CDC__V1__OP__OP_READ ? DBZ_READ : DBZ_CREATE, NULL, e->new_row,
+				  NULL)
+			   ? 1
+			   : -1;
 	}
+}
+
+/* Format avro: the shape and schemas of the event's table (a message: Debezium's fixed schemas).
+ * false (d->err) when no schema event described the table. */
+static bool avro_schemas(dbz_event *d)
+{
+	kafka_sink *k = d->k;
+	const Cdc__V1__Event *e = d->e;
+	if (e->op == CDC__V1__OP__OP_MESSAGE) {
+		d->key_schema = kafka_subjects_fixed(k->subjects, &dbz_message_key_schema, k->topic.data,
+						     true, d->s->subjects);
+		d->value_schema = kafka_subjects_fixed(k->subjects, &dbz_message_value_schema, k->topic.data,
+						       false, d->s->subjects);
+		return true;
+	}
+	bool found = e->op == CDC__V1__OP__OP_TRUNCATE
+			 ? kafka_subjects_latest(k->subjects, e->subscription, e->schema, e->table,
+						 k->topic.data, d->o.server_name, d->s->subjects, &d->cols,
+						 &d->ncols, &d->key_schema, &d->value_schema)
+			 : kafka_subjects_shape(k->subjects, e->subscription, e->schema_id, k->topic.data,
+						d->o.server_name, d->s->subjects, &d->cols, &d->ncols,
+						&d->key_schema, &d->value_schema);
+	if (!found)
+		snprintf(d->err, sizeof(d->err),
+			 "no schema event described %s.%s before its %s (schema id %016" PRIx64 ")",
+			 e->schema, e->table, e->op == CDC__V1__OP__OP_TRUNCATE ? "truncate" : "row",
+			 e->schema_id);
+	return found;
+}
+
+/* Debezium's records, in JSON (format debezium) or in Avro (format avro). An event Avro cannot
+ * write becomes one REC_ERROR record that says why: delivering it fails the sink, and the stream
+ * holds there. */
+static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
+{
+	dbz_event d = {.k = k,
+		       .s = s,
+		       .e = e,
+		       .o = {.server_name = s->server_name ? s->server_name : "cdc",
+			     .database = k->database ? k->database : "",
+			     .topic = k->topic.data,
+			     .schemas = s->schemas,
+			     .placeholder = s->placeholder || s->format == KAFKA_AVRO,
+			     .transaction = k->set.transactions_topic != NULL},
+		       .avro = s->format == KAFKA_AVRO};
+	size_t start = out->len;
+	int n = !d.avro || avro_schemas(&d) ? debezium_records(&d, out) : -1;
+	if (n >= 0)
+		return n;
+	out->len = start;
+	buf_reset(&k->key);
+	size_t at = record_begin(out, REC_ERROR, &k->key, false);
+	buf_puts(out, d.err);
+	record_end(out, at, 0);
+	return 1;
 }
 
 void kafka_schema_id_text(uint64_t id, char out[17])
@@ -217,10 +362,25 @@ void kafka_schema_id_text(uint64_t id, char out[17])
 
 /* A schema or DDL event: one record in the subscription's format for kafka.schemas_topic, keyed
  * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps each schema) or "SUBSCRIPTION/ddl/LSN"; none
- * without a schemas topic, and none in Debezium's format, whose records carry their schemas. */
+ * without a schemas topic, and none in Debezium's formats, whose records carry their schemas (in
+ * JSON) or name them in the registry (Avro: a schema event tells the sink the rows' shape). */
 static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
 {
-	if (!k->set.schemas_topic || s->format == KAFKA_DEBEZIUM)
+	if (s->format == KAFKA_AVRO && e->op == CDC__V1__OP__OP_SCHEMA && k->subjects) {
+		/* the shape of the rows that follow: their schemas are registered from now on */
+		const dbz_column *cols;
+		size_t ncols;
+		uint32_t key, value;
+		buf topic = {0};
+		kafka_topic_name(&topic, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
+				 e->subscription, e->tag);
+		kafka_subjects_learn(k->subjects, e->subscription, e);
+		kafka_subjects_shape(k->subjects, e->subscription, e->schema_id, topic.data,
+				     s->server_name ? s->server_name : "cdc", s->subjects, &cols, &ncols,
+				     &key, &value);
+		buf_free(&topic);
+	}
+	if (!k->set.schemas_topic || s->format == KAFKA_DEBEZIUM || s->format == KAFKA_AVRO)
 		return 0;
 	char text[LSN_STRLEN + 17];
 	buf_reset(&k->key);
@@ -240,7 +400,7 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 		buf_reserve(out, cdc__v1__event__get_packed_size(e));
 		out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
 	}
-	record_end(out, at, NULL, NULL);
+	record_end(out, at, 0);
 	return 1;
 }
 
@@ -274,10 +434,11 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	buf_append(out, e->subscription, r.sub_len);
 	buf_append(out, e->schema, r.schema_len);
 	buf_append(out, e->table, r.table_len);
-	r.nrecords = (uint8_t)(table			     ? render_table_event(k, s, e, out)
-			       : s->format == KAFKA_DEBEZIUM ? render_debezium(k, s, e, out)
-			       : s->format == KAFKA_JSON     ? render_json(k, s, e, out)
-							     : render_protobuf(k, s, e, out));
+	r.nrecords =
+	    (uint8_t)(table ? render_table_event(k, s, e, out)
+		      : s->format == KAFKA_DEBEZIUM || s->format == KAFKA_AVRO ? render_debezium(k, s, e, out)
+		      : s->format == KAFKA_JSON				       ? render_json(k, s, e, out)
+						: render_protobuf(k, s, e, out));
 	memcpy(out->data + at, &r, sizeof(r));
 }
 
@@ -287,6 +448,7 @@ void kafka_render_free(kafka_sink *k)
 	buf_free(&k->key);
 	buf_free(&k->prev_key);
 	buf_free(&k->hdr);
+	buf_free(&k->key_out);
 	buf_free(&k->value);
 	dbz_scratch_free(&k->dbz);
 	json_commit_free(&k->jcommit);
@@ -294,10 +456,16 @@ void kafka_render_free(kafka_sink *k)
 
 /* Completing values ------------------------------------------------------------------------------ */
 
-void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, const rendered *r,
-			const sink_commit *c, uint64_t total, uint64_t nth)
+void kafka_record_value(kafka_sink *k, int kind, uint32_t schema_id, const char *head, size_t len,
+			const rendered *r, const sink_commit *c, uint64_t total, uint64_t nth)
 {
 	buf_reset(&k->value);
+	dbz_fill f = {.commit_lsn = c->commit_lsn,
+		      .commit_time = c->commit_time,
+		      .now = wall_us(),
+		      .xid = r->xid,
+		      .total_order = total,
+		      .collection_order = nth};
 	switch (kind) {
 	case REC_PROTOBUF:
 		buf_append(&k->value, head, len);
@@ -309,13 +477,10 @@ void kafka_record_value(kafka_sink *k, int kind, const char *head, size_t len, c
 		k->value.data[--k->value.len] = '\0'; /* one object, not a line */
 		break;
 	case REC_DEBEZIUM:
-		dbz_complete(&k->value, head, len,
-			     &(dbz_fill){.commit_lsn = c->commit_lsn,
-					 .commit_time = c->commit_time,
-					 .now = wall_us(),
-					 .xid = r->xid,
-					 .total_order = total,
-					 .collection_order = nth});
+		dbz_complete(&k->value, head, len, &f);
+		break;
+	case REC_AVRO:
+		dbz_avro_complete(&k->value, schema_id, head, len, &f);
 		break;
 	}
 }
@@ -351,6 +516,14 @@ void kafka_txn_record(kafka_sink *k, kafka_format format, bool end)
 {
 	buf_reset(&k->key);
 	buf_reset(&k->value);
+	if (format == KAFKA_AVRO) {
+		dbz_avro_header(&k->key, kafka_subjects_id(k->subjects, k->txn_key_schema));
+		dbz_avro_txn_key(&k->key, k->cur_xid, k->cur_commit.commit_lsn);
+		dbz_avro_header(&k->value, kafka_subjects_id(k->subjects, k->txn_value_schema));
+		dbz_avro_txn_value(&k->value, end, k->cur_xid, k->cur_commit.commit_lsn,
+				   k->cur_commit.commit_time, k->cur_events, k->tables, k->ntables);
+		return;
+	}
 	if (format == KAFKA_DEBEZIUM) {
 		dbz_txn_key(&k->key, k->cur_schemas, k->cur_xid, k->cur_commit.commit_lsn);
 		dbz_txn_value(&k->value, k->cur_schemas, end, k->cur_xid, k->cur_commit.commit_lsn,

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "decoder/base/log.h"
+#include "decoder/base/net.h"
 #include "sinks/pbwire.h"
 #include "sinks/socket/frame.h"
 
@@ -295,6 +296,39 @@ static subscription *find(socket_sink *s, const char *name)
 	return NULL;
 }
 
+/* Whether c's peer may read sub's events (its dead letters with dead_letters): always without an
+ * allow list, else when its uid or one of its groups is listed (again, after a reload). A peer
+ * refused gets PERMISSION_DENIED naming its uid and the subscription, and is counted. */
+static bool admitted(consumer *c, subscription *sub, bool dead_letters, bool again)
+{
+	const socket_sub_settings *set = sub->set;
+	net_peer peer;
+	if (!set->restricted)
+		return true;
+	net_peer_of(bufferevent_getfd(c->bev), &peer);
+	if (net_peer_in(&peer, &set->allow_uids, &set->allow_gids))
+		return true;
+	sub->denied += !again;
+	buf msg = {0};
+	net_peer_text(&peer, &msg);
+	buf_printf(&msg,
+		   " %s read %ssubscription %s: neither its uid nor its groups are in the subscription's "
+		   "allow list (allow: uids, gids)",
+		   again ? "no longer may" : "may not", dead_letters ? "the dead letters of " : "",
+		   sub->name);
+	consumer_error(c, CDC__V1__ERROR__CODE__PERMISSION_DENIED, msg.data);
+	buf_free(&msg);
+	return false;
+}
+
+void sc_recheck_access(queue *q)
+{
+	for (consumer *c = q->consumers, *next; c; c = next) {
+		next = c->next; /* a refused one leaves the list */
+		admitted(c, q->sub, q->dead_letters, true);
+	}
+}
+
 static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscribe *m)
 {
 	subscription *sub = find(s, m->subscription);
@@ -313,6 +347,8 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 			       msg);
 		return;
 	}
+	if (!admitted(c, sub, m->dead_letters, false))
+		return;
 	queue *q = m->dead_letters ? &sub->dead : &sub->q;
 	if (m->consumer && m->consumer[0])
 		snprintf(c->name, sizeof(c->name), "%s", m->consumer);
@@ -492,10 +528,8 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 {
 	(void)l, (void)addr, (void)len;
 	socket_sink *s = arg;
-	struct ucred cred = {0};
-	socklen_t cl = sizeof(cred);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
-		cred.pid = 0;
+	net_peer cred;
+	net_peer_of(fd, &cred); /* unknown: uid and gid (uid_t)-1, which no allow list holds */
 	if (s->nconnections >= s->max_connections + MAX_CLOSING)
 		shed_closing(s);
 	consumer *c = xcalloc(1, sizeof(*c));

@@ -98,8 +98,11 @@ static subscription *open_subscription(socket_sink *s, const socket_sub_settings
 
 static void free_settings(socket_sink *s)
 {
-	for (size_t i = 0; i < s->nindex; i++)
+	for (size_t i = 0; i < s->nindex; i++) {
 		free((char *)s->settings[i].name);
+		id_list_free(&s->settings[i].allow_uids);
+		id_list_free(&s->settings[i].allow_gids);
+	}
 	free(s->settings);
 	free(s->by_index);
 }
@@ -116,6 +119,8 @@ bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs,
 	for (size_t i = 0; i < nsubs; i++) {
 		s->settings[i] = subs[i];
 		s->settings[i].name = xstrdup(subs[i].name);
+		id_list_copy(&s->settings[i].allow_uids, &subs[i].allow_uids);
+		id_list_copy(&s->settings[i].allow_gids, &subs[i].allow_gids);
 	}
 	for (size_t i = 0; i < nsubs; i++) {
 		const socket_sub_settings *set = &s->settings[i];
@@ -141,6 +146,9 @@ bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs,
 					   "the subscription was removed from the configuration");
 			sc_close_consumers(&s->subs[i]->dead,
 					   "the subscription was removed from the configuration");
+		} else {
+			sc_recheck_access(&s->subs[i]->q);
+			sc_recheck_access(&s->subs[i]->dead);
 		}
 	return true;
 }
@@ -726,6 +734,7 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	    .nacked = sub->nacked,
 	    .progressed = sub->progressed,
 	    .refused = sub->refused,
+	    .denied = sub->denied,
 	    .head_offset = spool_head(sub->q.sp),
 	    .acked_offset = spool_acked(sub->q.sp),
 	    .first_offset = spool_first(sub->q.sp),

@@ -78,6 +78,7 @@ struct subscription {
 			   * event never is (its row follows it in the same transaction) */
 	uint64_t matched, delivered, redelivered;
 	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
+	uint64_t denied;			     /* Subscribes refused by its allow list */
 };
 
 struct consumer {
@@ -220,5 +221,8 @@ void sc_consumer_release(consumer *c);
 void sc_check_first_frames(socket_sink *s, uint64_t now);
 void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg);
 void sc_close_consumers(queue *q, const char *why);
+/* After a bind: the consumers of q that its subscription's allow list no longer admits are told so
+ * (PERMISSION_DENIED) and disconnected. */
+void sc_recheck_access(queue *q);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "decoder/base/json.h"
+#include "decoder/base/net.h"
 #include "decoder/base/prom.h"
 #include "sinks/module.h"
 #include "sinks/socket/socket_sink.h"
@@ -48,8 +49,19 @@ static const sink_key retention_k[] = {
 };
 static const sink_keys retention_keys = SINK_KEYS(retention_k);
 
+static const sink_key allow_k[] = {
+    {"uids", SINK_KEY_UIDS, SUB(allow.uids), .flags = SINK_KEY_OPTIONAL,
+     .doc = "The user ids (or names) whose consumers may subscribe, by their peer credentials "
+	    "(`SO_PEERCRED`)."},
+    {"gids", SINK_KEY_GIDS, SUB(allow.gids), .flags = SINK_KEY_OPTIONAL,
+     .doc = "The group ids (or names) whose consumers may subscribe: the peer's group or one of its "
+	    "supplementary groups."},
+};
+static const sink_keys allow_keys = SINK_KEYS(allow_k);
+
 static const char *const consumers_names[] = {"failover", "shared", "key_shared", NULL};
 static const char *const batch_names[] = {"none", "transaction", NULL};
+enum { SUB_ALLOW = 6 };
 static const sink_key sub_keys[] = {
     {"consumers", SINK_KEY_ENUM, SUB(consumers), consumers_names, .def_number = SOCKET_FAILOVER,
      .doc = "Socket only: how its consumers share the events. `failover`: the first one receives everything, "
@@ -71,7 +83,16 @@ static const sink_key sub_keys[] = {
 	    "transaction's events for the subscription in one frame (split only past 16 MiB)."},
     {"retention", SINK_KEY_SECTION, 0, &retention_keys, SINK_KEY_FLOW,
      .doc = "Socket only: limits on the subscription's unacknowledged events, and what happens at a limit."},
+    [SUB_ALLOW] = {"allow", SINK_KEY_SECTION, 0, &allow_keys, SINK_KEY_FLOW,
+		   .doc = "Socket only: who may read the subscription, its events and its dead letters: a "
+			  "consumer whose uid is in `uids` or whose group (or a supplementary group) is in "
+			  "`gids`. Any other consumer's `Subscribe` is refused with `PERMISSION_DENIED`, "
+			  "and a reload that takes a consumer off the list disconnects it. Without it, "
+			  "whoever can connect to `subscribers.socket` (its mode and owner decide) may "
+			  "read the subscription. See [security.md](security.md#the-subscriber-socket)."},
 };
+
+_Static_assert(sizeof sub_keys / sizeof *sub_keys == SUB_ALLOW + 1, "allow is the last subscription key");
 
 /* What the sink takes of each subscription (serve: whether it is a socket one). */
 static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
@@ -91,9 +112,28 @@ static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 				  .max_age_ms = c->retention.max_age_ms,
 				  .max_bytes = c->retention.max_bytes,
 				  .drop_oldest = c->retention.when_full == SOCKET_FULL_DROP_OLDEST},
+		    .restricted = c->allow.uids.n || c->allow.gids.n,
+		    .allow_uids = c->allow.uids, /* copied by the sink */
+		    .allow_gids = c->allow.gids,
 		};
 	}
 	return v;
+}
+
+/* An allow list with neither uids nor gids would let no consumer in: a mistake, refused. */
+static void check_sub(void *settings, const bool *given, sink_problems *problems)
+{
+	const socket_sub_conf *c = settings;
+	if (given[SUB_ALLOW] && !c->allow.uids.n && !c->allow.gids.n)
+		problems->report(problems, SUB_ALLOW,
+				 "needs uids or gids (an empty allow list would let no consumer subscribe)");
+}
+
+/* allow is printed when it holds something. */
+static bool sub_shown(const void *settings, size_t key_index)
+{
+	const socket_sub_conf *c = settings;
+	return key_index != SUB_ALLOW || c->allow.uids.n || c->allow.gids.n;
 }
 
 static sink *create_sink(const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
@@ -127,24 +167,11 @@ static bool bind_sink(sink *k, const sink_env *env, const void *section, const s
 static const char *const mode_names[] = {
     [SOCKET_FAILOVER] = "failover", [SOCKET_SHARED] = "shared", [SOCKET_KEY_SHARED] = "key_shared"};
 
-static const char *const sub_fields[] = {"head_offset",
-					 "acked_offset",
-					 "first_offset",
-					 "pending",
-					 "consumers",
-					 "dead",
-					 "dropped",
-					 "redelivered",
-					 "in_flight",
-					 "acked",
-					 "nacked",
-					 "progressed",
-					 "refused",
-					 "spool_bytes",
-					 "full",
-					 "attached",
-					 "dead_letter_readers",
-					 NULL};
+static const char *const sub_fields[] = {
+    "head_offset", "acked_offset", "first_offset", "pending", "consumers", "dead",
+    "dropped",	   "redelivered",  "in_flight",	   "acked",   "nacked",	   "progressed",
+    "refused",	   "denied",	   "spool_bytes",  "full",    "attached",  "dead_letter_readers",
+    NULL};
 
 /* The consumers of one subscription that read its dead letters (or its events), as a JSON array. */
 static void consumers_json(const socket_consumer_stats *v, size_t n, bool dead_letters, buf *out)
@@ -191,6 +218,7 @@ void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *co
 	json_key_u64(out, &f, "nacked", st->nacked);
 	json_key_u64(out, &f, "progressed", st->progressed);
 	json_key_u64(out, &f, "refused", st->refused);
+	json_key_u64(out, &f, "denied", st->denied);
 	json_key_u64(out, &f, "spool_bytes", st->spool_bytes);
 	json_key_boolean(out, &f, "full", st->full);
 	json_key(out, &f, "attached");
@@ -244,6 +272,10 @@ static const struct {
     {"cdc_subscription_refused_total", "counter",
      "Offsets in Ack, Nack or Progress frames refused: not in flight to the consumer that sent them.",
      offsetof(socket_sub_stats, refused), false},
+    {"cdc_subscription_denied_subscribes_total", "counter",
+     "Subscribes refused because the subscription's allow list holds neither the consumer's uid nor its "
+     "groups.",
+     offsetof(socket_sub_stats, denied), false},
     {"cdc_subscription_head_offset", "gauge", "Newest durable offset in the subscription's spool.",
      offsetof(socket_sub_stats, head_offset), false},
     {"cdc_subscription_acked_offset", "gauge", "Offset up to which everything is acknowledged.",
@@ -310,7 +342,34 @@ static void check_socket(sink_doctor *dr)
 	dr->socket_path(dr, "subscribers.socket", c->socket);
 }
 
-static const sink_check checks[] = {{"sockets", NULL, check_socket}, {NULL, NULL, NULL}};
+/* Who may connect to the socket, and who may read each subscription (its allow list). */
+static void check_access(sink_doctor *dr)
+{
+	const socket_conf *c = dr->section;
+	dr->socket_access(dr, "subscribers.socket", c->socket, c->mode);
+	for (size_t i = 0; i < dr->nsubs; i++) {
+		const socket_sub_conf *s = dr->subs[i].settings;
+		if (!dr->subs[i].mine)
+			continue;
+		if (!s->allow.uids.n && !s->allow.gids.n) {
+			dr->say(dr, SINK_PASS, NULL,
+				"subscription %s: no allow list: whoever may connect to subscribers.socket "
+				"may read it",
+				dr->subs[i].name);
+			continue;
+		}
+		buf uids = {0}, gids = {0};
+		net_ids_text(&s->allow.uids, false, &uids);
+		net_ids_text(&s->allow.gids, true, &gids);
+		dr->say(dr, SINK_PASS, NULL, "subscription %s: only uids %s and the groups %s may read it",
+			dr->subs[i].name, uids.len ? uids.data : "(none)", gids.len ? gids.data : "(none)");
+		buf_free(&uids);
+		buf_free(&gids);
+	}
+}
+
+static const sink_check checks[] = {
+    {"sockets", NULL, check_socket}, {"access", NULL, check_access}, {NULL, NULL, NULL}};
 
 static bool state_bytes(const void *settings, uint64_t *bytes)
 {
@@ -327,6 +386,8 @@ const sink_module socket_module = {
     .section_size = sizeof(socket_conf),
     .sub_keys = SINK_KEYS(sub_keys),
     .sub_size = sizeof(socket_sub_conf),
+    .check_sub = check_sub,
+    .sub_shown = sub_shown,
     .create = create_sink,
     .bind = bind_sink,
     .forget = forget,

@@ -36,6 +36,10 @@ typedef struct socket_sub_settings {
 	uint32_t max_unacked;	 /* the most a consumer may ask for */
 	bool batch_transaction;	 /* a transaction's events go out in one delivery */
 	spool_limits retention;	 /* drop_oldest false: a full spool blocks (busy()) */
+	/* Who may Subscribe to it (its events and its dead letters), by the peer's SO_PEERCRED: uids,
+	 * or gids (its group or a supplementary one). restricted false: whoever can connect. */
+	bool restricted;
+	id_list allow_uids, allow_gids;
 } socket_sub_settings;
 
 /* What the configuration file sets (the module's tables, socket_module.c): the subscribers
@@ -59,6 +63,9 @@ typedef struct socket_sub_conf {
 		uint64_t max_events, max_age_ms, max_bytes; /* 0: no limit */
 		int when_full;				    /* socket_when_full; default block */
 	} retention;
+	struct {
+		id_list uids, gids; /* both empty: no allow list */
+	} allow;
 } socket_sub_conf;
 #define SOCKET_DEFAULT_PATH "/run/cdc/events.sock"
 
@@ -88,6 +95,7 @@ typedef struct socket_sub_stats {
 	/* offsets acknowledged, given back (Nack), kept in progress (Progress), and refused (not in
 	 * flight to the consumer that sent them) */
 	uint64_t acked, nacked, progressed, refused;
+	uint64_t denied; /* Subscribes refused by its allow list */
 	uint64_t head_offset, acked_offset, first_offset;
 	uint64_t consumers;
 	uint64_t not_reading; /* consumers (events and dead letters) that stopped reading their socket */

@@ -14,8 +14,8 @@ connection and run; afterwards they are drained by
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
-    format: protobuf (the default; also with kafka.exactly_once), json and debezium (these two
-    over TCP only),
+    format: protobuf (the default; also with kafka.exactly_once), json, debezium and avro (these
+    three over TCP only; avro's schemas in tests/registry_double.py, run as a process of its own),
   - `cdc run --endpos` with a NATS subscription into Debian's nats-server with JetStream (a stream
     of its own per run, created by cdc, checked to hold every row, deleted after; over TCP only),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
@@ -317,11 +317,11 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 fmt=None, dsn=None, nats=None):
+                 fmt=None, dsn=None, nats=None, registry=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked and the record format fmt, nats with nats = (server
-    url, stream name), or socket), connecting with dsn (pg.dsn, loopback TCP, unless given). Returns
-    the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the record format fmt (avro: its schemas in the
+    registry at URL registry), nats with nats = (server url, stream name), or socket), connecting
+    with dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -338,6 +338,7 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             f"  socket: {events_sock}\n"
             + (f'kafka:\n  brokers: "{kafka}"\n' if kafka else "")
             + ("  exactly_once: true\n" if exactly_once else "")
+            + (f'  schema_registry: {{url: "{registry}"}}\n' if fmt == "avro" else "")
             + (f'nats:\n  servers: "{nats[0]}"\n  stream: {nats[1]}\n  create: true\n' if nats else "")
             + "subscriptions:\n"
             "  - name: bench\n"
@@ -403,7 +404,18 @@ def has_wal2json(pg):
 
 
 # The Kafka runs in a record format other than protobuf (format: ...).
-FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium"}
+FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium", "cdc_kafka_avro": "avro"}
+
+
+def start_registry(work):
+    """tests/registry_double.py as a process of its own (format avro's schemas); (process, url)."""
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "registry_double.py"), "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=open(os.path.join(work, "registry.stderr"), "wb"),
+                         text=True)
+    url = p.stdout.readline().strip()
+    if not url.startswith("http://"):
+        sys.exit(f"bench: the schema registry double did not start: {url!r}")
+    return p, url
 
 
 def plugin_of(consumer):
@@ -423,7 +435,7 @@ def base_of(consumer):
 def drain_consumers(pg, baseline):
     """Every consumer of the drain section, in the order they take turns."""
     consumers = ("server", "pg_recvlogical", "wal2json") + CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium",
-                                                                       "cdc_nats")
+                                                                       "cdc_kafka_avro", "cdc_nats")
     if baseline:
         consumers += tuple(base_of(c) for c in CDC_PATHS)
     if not has_wal2json(pg):
@@ -432,7 +444,7 @@ def drain_consumers(pg, baseline):
     return consumers
 
 
-def drain_backlogs(args, pg, work, kafka, nats):
+def drain_backlogs(args, pg, work, kafka, nats, registry):
     """Creates both backlogs, then drains each with every consumer, --repeat times, taking turns.
     Each drain records its wall time, the consumer's peak RSS and CPU (GNU time: user + system of
     all its threads) and the server's CPU for it (ServerCPU: the walsender's, and the other
@@ -455,7 +467,7 @@ def drain_backlogs(args, pg, work, kafka, nats):
     ]
     consumers = drain_consumers(pg, args.baseline)
     # Compared on one connection: another plugin, other record formats.
-    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_nats")
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
     # of every client. The same options as the others, streaming included.
     server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
@@ -521,7 +533,8 @@ def drain_backlogs(args, pg, work, kafka, nats):
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c.endswith("_kafka_eo"),
                                         FORMATS.get(c), dsn=dsn,
-                                        nats=(nats.url, tag.upper()) if sink == "nats" else None)
+                                        nats=(nats.url, tag.upper()) if sink == "nats" else None,
+                                        registry=registry)
                     cmd = [binary, "run", "-c", cfg, "--endpos", endpos]
                 meter.start()
                 if c.endswith("_socket"):
@@ -1502,13 +1515,14 @@ def main():
     progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
              f"(work dir {work})")
     mock, kafka = start_kafka_mock(work)
+    registry_proc, registry = start_registry(work)
     nats = NatsServer()
     create_topics(mock, BENCH_TOPICS + tuple(f"cdc.public.{t}" for t, _, _ in latency_runs(args)))
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
         # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog and connection (15 x 3 x 2 by default), three for latency, and the growth
+        # backlog and connection (16 x 3 x 2 by default), three for latency, and the growth
         # sections' (dropped after use, at most 4 per subscription variant at a time).
         slots = 25 * args.repeat * 2 + 3 * args.latency_runs * 2 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(version=args.pg_version, max_wal_size="4GB", checkpoint_timeout="30min",
@@ -1518,7 +1532,7 @@ def main():
             if "drain" in sections:
                 results["drain"] = [
                     {"name": name, "label": label, "rows": rows, "conn": conn, "consumers": r}
-                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka, nats)]
+                    for name, label, rows, conn, r in drain_backlogs(args, pg, work, kafka, nats, registry)]
             if "latency" in sections:
                 results["latency"] = latencies(args, pg, work, kafka)
             if "backfill" in sections:
@@ -1539,6 +1553,8 @@ def main():
     finally:
         mock.stdin.close()
         mock.wait(30)
+        registry_proc.terminate()
+        registry_proc.wait(30)
         nats.close()
 
     if args.keep:

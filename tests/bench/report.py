@@ -13,6 +13,7 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
              ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
              ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
              ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
+             ("cdc_kafka_avro", "cdc → Kafka format avro (mock, registry double)"),
              ("cdc_nats", "cdc → NATS JetStream (nats-server)"),
              ("cdc_socket", "cdc → socket → cdc tail"),
              ("base_stdout", "baseline cdc → stdout"), ("base_kafka", "baseline cdc → Kafka (mock)"),
@@ -26,7 +27,8 @@ LATENCY_PATHS = (("kafka", "Kafka delivery report (mock cluster), measured by cd
                  ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),
                  ("socket", "socket, read by a Python consumer that acks"))
 # The Kafka record formats, each beside the default (protobuf) of the same run.
-FORMATS = (("cdc_kafka", "protobuf"), ("cdc_kafka_json", "json"), ("cdc_kafka_debezium", "debezium"))
+FORMATS = (("cdc_kafka", "protobuf"), ("cdc_kafka_json", "json"), ("cdc_kafka_debezium", "debezium"),
+           ("cdc_kafka_avro", "avro"))
 
 
 def table(hdr, rows, align=None):
@@ -169,7 +171,9 @@ def markdown(r):
                cells(lambda b, k: f"{b['consumers'][k]['rss']:.1f} MiB"), ""]
         if wal2json:
             md += ["(wal2json's RSS is pg_recvlogical's; the plugin runs in the server's walsender.)", ""]
-        formats = [(k, f) for k, f in FORMATS if all(k in b["consumers"] for b in r["drain"])]
+        # The other formats drain over TCP only: the rows of the connections that have them.
+        formats = [(k, f) for k, f in FORMATS if any(k in b["consumers"] for b in r["drain"])]
+        with_formats = [b for b in r["drain"] if all(k in b["consumers"] for k, _ in formats)]
         if len(formats) > 1:
             md += ["Kafka record formats (`format:`), each beside protobuf of the same run: events/s, "
                    "the ratio to protobuf's, and peak RSS.", ""]
@@ -177,7 +181,7 @@ def markdown(r):
                                  for h in ((f"{f} ev/s",) + (() if k == "cdc_kafka" else (f"{f} / protobuf",))
                                            + (f"{f} RSS",))]
             rows = []
-            for b in r["drain"]:
+            for b in with_formats:
                 base = b["consumers"]["cdc_kafka"]["secs"]
                 row = [f"{b['name']}: {b['label']} ({b.get('conn', 'tcp')})"]
                 for k, _ in formats:

@@ -14,6 +14,14 @@ interval for Kafka (to the delivery report; exactly once: to the commit) and the
 (to durably spooled), from cdc's own histograms on /metrics, are sampled (their buckets are coarse:
 a p99 reads as the bucket's upper bound).
 
+To tell where a latency jump comes from, each sample also has pgbench's mean commit latency over
+the interval (`lat_pgbench`, start to commit without pgbench's schedule lag: the server's side),
+and the run lists the server's autovacuums and
+checkpoints (log_autovacuum_min_duration=0, log_checkpoints) and A's spool segment turnovers (a
+drop of the spool's size). A jump is a sample whose p99 is more than one histogram bucket above the
+run's median for that sink; soak.md lists each with what happened in its interval, and the picture
+marks them (red: autovacuum of soak_t, blue: a spool turnover, black: a checkpoint).
+
 Writes OUT/soak.md (the samples as a table and the verdict), soak.json and soak.png (matplotlib).
 Flat means: after the warm-up (the first --warmup seconds, 60), the median of the last quarter of
 the run is within 10% of the first quarter's (or within a small absolute slack: 2 MiB of RSS, 4
@@ -51,7 +59,13 @@ LATENCY_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le=
 FIGURES = [("rss_a", "MiB", 2.0), ("rss_b", "MiB", 2.0), ("fds_a", "", 4), ("fds_b", "", 4),
            ("spool_a", "MiB", 1.0), ("lag_a", "MiB", 1.0), ("lag_b", "MiB", 1.0),
            ("p99_kafka", "ms", 5.0), ("p99_socket", "ms", 5.0),
-           ("p99_kafka_eo", "ms", 5.0)]
+           ("p99_kafka_eo", "ms", 5.0), ("lat_pgbench", "ms", 5.0)]
+P99S = ("p99_kafka", "p99_socket", "p99_kafka_eo")
+PGBENCH_RE = re.compile(r"^progress: ([\d.]+) s, [\d.]+ tps, lat ([\d.]+) ms .*?, lag ([\d.]+) ms", re.M)
+# The server log's lines about what may stall it, and their kinds.
+SERVER_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) UTC .*?(automatic (?:aggressive )?vacuum of table "
+                       r'"postgres\.public\.soak_t"|automatic analyze of table "postgres\.public\.soak_t"|'
+                       r"checkpoint starting|checkpoint complete)", re.M)
 
 
 def progress(msg):
@@ -130,6 +144,50 @@ def p99_ms(before, after):
         if n >= want:
             return le * 1000.0 if le != float("inf") else float("inf")
     return None
+
+
+def pgbench_latency(path):
+    """[(seconds since pgbench started, mean latency in ms over its last progress interval)]: from
+    a transaction's start to its commit, without pgbench's own schedule lag (-R)."""
+    try:
+        with open(path, errors="replace") as f:
+            return [(float(t), round(float(ms) - float(lag), 3)) for t, ms, lag in PGBENCH_RE.findall(f.read())]
+    except OSError:
+        return []
+
+
+def server_events(logfile, wall0):
+    """[(seconds since the load started, kind)] of the autovacuums of soak_t and the checkpoints."""
+    import calendar
+    out = []
+    with open(logfile, errors="replace") as f:
+        for stamp, what in SERVER_RE.findall(f.read()):
+            day, frac = stamp.split(".")
+            at = calendar.timegm(time.strptime(day, "%Y-%m-%d %H:%M:%S")) + float("0." + frac)
+            kind = "checkpoint" if what.startswith("checkpoint") else \
+                "autovacuum" if "vacuum" in what else "autoanalyze"
+            out.append((round(at - wall0, 1), kind))
+    return out
+
+
+def jumps(rows, events, interval, bounds):
+    """The samples whose p99 (some sink) is more than one bucket above that sink's median, each with
+    what happened in its interval: [(t, {sink: p99}, [event kinds])]. bounds: the histogram's bucket
+    bounds (ms). A spool turnover is a drop of A's spool by more than 10 MiB."""
+    def bucket(ms):
+        return next((i for i, b in enumerate(bounds) if ms <= b), len(bounds))
+    med = {k: median(bucket(r[k]) for r in rows if r.get(k) is not None) for k in P99S
+           if any(r.get(k) is not None for r in rows)}
+    turns = [r["t"] for i, r in enumerate(rows) if i and r["spool_a"] < rows[i - 1]["spool_a"] - 10]
+    out = []
+    for r in rows:
+        high = {k: r[k] for k in med if r.get(k) is not None and bucket(r[k]) > med[k] + 1}
+        if not high:
+            continue
+        near = sorted({kind for at, kind in events if r["t"] - interval < at <= r["t"]} |
+                      ({"spool turnover"} if r["t"] in turns else set()))
+        out.append((r["t"], high, near))
+    return out, turns
 
 
 class Tails:
@@ -217,7 +275,7 @@ def flat_verdict(rows, warmup):
     return out
 
 
-def write_results(out, rows, verdict, meta):
+def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "soak.json"), "w") as f:
         json.dump({"meta": meta, "samples": rows, "verdict": verdict}, f, indent=1)
@@ -234,6 +292,16 @@ def write_results(out, rows, verdict, meta):
         v = verdict[fig]
         lines.append(f"| {fig} ({unit or 'count'}) | {v['first']} | {v['last']} | "
                      f"{'yes' if v['flat'] else 'no' if v['flat'] is False else 'n/a'} |")
+    lines += ["", f"p99 more than one bucket above its median (sink by sink): {len(found)} of {len(rows)} samples. "
+              f"Server events in the run: {sum(k == 'autovacuum' for _, k in events)} autovacuums and "
+              f"{sum(k == 'autoanalyze' for _, k in events)} autoanalyzes of soak_t, "
+              f"{sum(k == 'checkpoint' for _, k in events) // 2} checkpoints; {len(turns)} spool turnovers.", ""]
+    if found:
+        lines += ["| t | p99 above (ms) | pgbench latency (ms) | in the interval |", "|---:|---|---:|---|"]
+        lat = {r["t"]: r.get("lat_pgbench") for r in rows}
+        for t, high, near in found:
+            lines.append(f"| {t} | {', '.join(f'{k}={v}' for k, v in high.items())} | {lat.get(t)} | "
+                         f"{', '.join(near) or '-'} |")
     lines += ["", "Samples (MiB, ms):", "", "| " + " | ".join(cols) + " |",
               "|" + "---:|" * len(cols)]
     for r in rows:
@@ -245,7 +313,7 @@ def write_results(out, rows, verdict, meta):
     import matplotlib.pyplot as plt
     panels = [("RSS (MiB)", ["rss_a", "rss_b"]), ("open descriptors", ["fds_a", "fds_b"]),
               ("spool (MiB)", ["spool_a"]), ("slot lag (MiB)", ["lag_a", "lag_b"]),
-              ("p99 commit to delivery (ms)", ["p99_kafka", "p99_socket", "p99_kafka_eo"])]
+              ("p99 commit to delivery (ms)", ["p99_kafka", "p99_socket", "p99_kafka_eo", "lat_pgbench"])]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.2 * len(panels)), sharex=True)
     for ax, (title, keys) in zip(axes, panels):
         for k in keys:
@@ -254,6 +322,12 @@ def write_results(out, rows, verdict, meta):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=k, linewidth=1)
         for at, what in ((meta["backfill_at"], "backfill"), (meta["restart_at"], "restart")):
             ax.axvline(at / 60, color="grey", linestyle=":", linewidth=1)
+        if keys[0].startswith("p99"):  # what may cause a jump: autovacuum, spool turnover, checkpoint
+            for at, kind in events:
+                if kind != "autoanalyze":
+                    ax.axvline(at / 60, color="red" if kind == "autovacuum" else "black", alpha=0.25, linewidth=1)
+            for at in turns:
+                ax.axvline(at / 60, color="blue", alpha=0.25, linewidth=1)
         ax.set_ylabel(title, fontsize=8)
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
@@ -281,7 +355,8 @@ def main():
     cdcs = []
     pgb = None
     try:
-        with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min") as pg:
+        with TempPostgres(max_wal_size="4GB", checkpoint_timeout="30min", log_checkpoints=True,
+                          log_autovacuum_min_duration=0) as pg:
             keys = 100_000
             pg.sql("create table soak_t (id bigserial primary key, k int not null, v int not null, "
                    "created timestamptz not null)")
@@ -313,15 +388,16 @@ def main():
             tails.keep_running()
             script = pgbench_script(work, "soak_t", keys)
             progress(f"load: {args.rate} transactions/s for {args.duration} s")
-            start_load = time.monotonic()
+            start_load, wall0 = time.monotonic(), time.time()
             pgb = subprocess.Popen([os.path.join(pg.client_bindir, "pgbench"), "-n", "-R", str(args.rate),
-                                    "-T", str(args.duration), "-c", "4", "-j", "2", "-f", script, pg.dsn],
+                                    "-T", str(args.duration), "-c", "4", "-j", "2",
+                                    f"--progress={max(1, round(args.interval))}", "-f", script, pg.dsn],
                                    stdout=open(os.path.join(work, "pgbench.out"), "wb"),
                                    stderr=subprocess.STDOUT,
                                    env=dict(os.environ, PGOPTIONS="-c synchronous_commit=on"))
             backfill_at, restart_at = 0.4 * args.duration, 0.6 * args.duration
             backfilled = restarted = False
-            rows = []
+            rows, bounds = [], []
             last = {"a": a.buckets(), "b": b.buckets()}
             next_sample = time.monotonic() + args.interval
             while pgb.poll() is None:
@@ -352,6 +428,10 @@ def main():
                 for sink, key in (("kafka", "p99_kafka"), ("socket", "p99_socket")):
                     row[key] = p99_ms(last["a"].get(sink), now["a"].get(sink))
                 row["p99_kafka_eo"] = p99_ms(last["b"].get("kafka"), now["b"].get("kafka"))
+                lat = [ms for t, ms in pgbench_latency(os.path.join(work, "pgbench.out")) if t <= row["t"] + 0.5]
+                row["lat_pgbench"] = lat[-1] if lat else None
+                if now["a"].get("kafka"):
+                    bounds = [le * 1000.0 for le, _ in now["a"]["kafka"] if le != float("inf")]
                 last = now
                 rows.append(row)
                 progress(" ".join(f"{k}={v}" for k, v in row.items()))
@@ -364,6 +444,8 @@ def main():
             b.stop()
             cdcs = []
             verdict = flat_verdict(rows, args.warmup)
+            logged = server_events(pg.logfile, wall0)
+            found, turns = jumps(rows, logged, args.interval, bounds)
             git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                                  text=True).stdout.strip()
             meta = {"duration": args.duration, "rate": args.rate, "interval": args.interval,
@@ -371,7 +453,8 @@ def main():
                     "restart_at": round(restart_at), "events": events, "pg_version": pg.version,
                     "git": git, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "backfills": [(x.get("state"), x.get("rows_delivered", x.get("rows_emitted"))) for x in backfills]}
-            write_results(args.out, rows, verdict, meta)
+            write_results(args.out, rows, verdict, meta, found, turns, logged)
+            progress(f"p99 more than one bucket above its median in {len(found)} of {len(rows)} samples")
             for fig, v in verdict.items():
                 progress(f"{fig}: first quarter {v['first']}, last quarter {v['last']}: "
                          f"{'flat' if v['flat'] else 'NOT flat' if v['flat'] is False else 'no samples'}")

@@ -20,13 +20,13 @@ import uuid
 
 import pytest
 
-from conftest import wait_for
+from conftest import CDC_BIN, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_CLIENT = os.path.join(ROOT, "proto", "clients", "python")
 sys.path.insert(0, PY_CLIENT)
-from cdc_client import (Connection, Consumer, Ddl, DdlColumn, Refused, SchemaColumn, ServerError,  # noqa: E402
-                        TableSchema, pb)
+from cdc_client import (Connection, Consumer, Ddl, DdlColumn, PermissionDenied, Refused, SchemaColumn,  # noqa: E402
+                        ServerError, TableSchema, pb)
 
 # The example worker imports cdc_client as an installed package would be: from the repository here
 # (tests/clients/test_packages.py runs it from a virtualenv the package is installed in).
@@ -215,6 +215,32 @@ def test_error_frame_is_raised_with_its_code(pg, schema, cdc):
     assert err.value.code == "UNKNOWN_SUBSCRIPTION"
     assert conn.recv(10) is None and conn.closed
     conn.close()
+    assert p.terminate() == 0
+
+
+def test_a_refused_subscribe_raises_permission_denied_at_once(pg, schema, cdc):
+    """The subscription's allow list does not hold this process's uid: PermissionDenied (a
+    ServerError), raised at once although the consumer reconnects on other errors; the example
+    worker says it and exits 1."""
+    make_jobs(pg, schema)
+    me = os.geteuid()
+    c, p = cdc.start(subscriptions=[socket_sub(schema, allow={"uids": [me + 1]})])
+    with pytest.raises(PermissionDenied) as err:
+        with Consumer(sock(c), "jobs") as con:
+            next(iter(con))
+    assert isinstance(err.value, ServerError) and err.value.code == "PERMISSION_DENIED"
+    assert re.fullmatch(rf"PERMISSION_DENIED: uid {me} \(group {os.getegid()}[^)]*\) may not read subscription jobs: "
+                        r"neither its uid nor its groups are in the subscription's allow list \(allow: uids, gids\)",
+                        str(err.value)), str(err.value)
+    w = subprocess.run(WORKER + [sock(c), "jobs", "--idle", "5"], capture_output=True, text=True, timeout=60,
+                       env=WORKER_ENV)
+    assert (w.returncode, w.stdout) == (1, "")
+    assert w.stderr == f"worker: {err.value}\n"
+    # Both raised, so neither connected again (a retried error loops); the two refusals are counted.
+    def denied():
+        out = subprocess.run([CDC_BIN, "status", "-c", c.path, "--json"], capture_output=True, text=True, timeout=30)
+        return json.loads(out.stdout)["subscriptions"][0]["denied"]
+    wait_for(lambda: denied() == 2, 10, what="two refusals in /status")
     assert p.terminate() == 0
 
 

@@ -43,7 +43,8 @@ def test_typescript_client(pg, schema, cdc, ts_client):
                            socket_sub(schema, "nacked", "nacked", max_deliveries=2),
                            socket_sub(schema, "long", "long", consumers="shared", ack_timeout="1s"),
                            socket_sub(schema, "refusals", "refusals"),
-                           socket_sub(schema, "shaped", "shaped", operations=["insert", "schema", "ddl"])],
+                           socket_sub(schema, "shaped", "shaped", operations=["insert", "schema", "ddl"]),
+                           socket_sub(schema, "locked", "jobs", allow={"uids": [os.geteuid() + 1]})],
            source={"ddl": True})
     env = dict(os.environ, CDC_BIN=CDC_BIN, CDC_CONFIG=c.path, CDC_SOCKET=c.config["subscribers"]["socket"],
                CDC_SLOT=c.slot, CDC_SCHEMA=schema, PSQL=os.path.join(client_bindir(), "psql"), PG_DSN=pg.dsn)

@@ -36,7 +36,9 @@ What running "exactly as rendered" cannot keep, and how it is remapped (nothing 
 - the base's dsn names the pod's loopback on port 5432; the test server has a free port of its own,
   so the dsn's port is rewritten (the managed overlay's dsn is empty: its PG* variables come
   from the Secret, whose values this test provides, as a user would);
-- managed-ha's kafka.brokers, a placeholder, becomes the mock Kafka cluster's bootstrap servers.
+- managed-ha's kafka.brokers, a placeholder, becomes the mock Kafka cluster's bootstrap servers;
+- every container runs as the test's own uid, so an allow list's uids (the application's uid in the
+  pod) become that uid.
 """
 
 import http.client
@@ -360,6 +362,11 @@ def test_pod_specs(rendered, which):
         assert volume_of(pod, claims, app, sockdir) == volume_of(pod, claims, cdc, sockdir)
         assert app["args"][:3] == ["tail", "-s", cfg["subscribers"]["socket"]]
         assert app["args"][3] in [s["name"] for s in cfg["subscriptions"]]
+        # The application runs as a uid of its own, the only one its subscription's allow list names.
+        app_uid = app["securityContext"]["runAsUser"]
+        assert app_uid != cdc["securityContext"]["runAsUser"]
+        sub = next(s for s in cfg["subscriptions"] if s["name"] == app["args"][3])
+        assert sub["allow"] == {"uids": [app_uid]}, sub
 
     # No password in a ConfigMap: the connection string has none, the SQL takes it from the environment,
     # cdc from a file of a Secret (source.password: {file: PATH}); no PASSWORD in cdc's environment.
@@ -590,6 +597,9 @@ class Pod:
         for key in ("state_dir",):
             cfg[key] = self.remap(cfg[key], mounts)
             assert cfg[key].startswith(self.tmp), f"{key} {cfg[key]} is not on a volume"
+        for sub in cfg.get("subscriptions", []):
+            if "allow" in sub:
+                sub["allow"] = {"uids": [os.geteuid()]}
         password = cfg["source"]["password"]
         password["file"] = self.remap(password["file"], mounts)
         assert password["file"].startswith(self.tmp), f"the password {password['file']} is not on a volume"

@@ -9,10 +9,12 @@ here only as unknown (a warning naming why). PostgreSQL 18's idle_replication_sl
 on an 18 server of its own (TempPostgres(version=18)).
 """
 
+import argparse
 import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -69,30 +71,75 @@ def config(server, sp, dsn=None, source=None, subscriptions=None, **top):
     return path
 
 
+class Finding(tuple):
+    """(status, check, detail, fix, sql, run): equal to a 4-tuple (status, check, detail, fix) too,
+    when it has neither sql nor run."""
+
+    def __eq__(self, other):
+        if isinstance(other, tuple) and len(other) == 4:
+            return tuple(self[:4]) == other and self[4] is None and self[5] is None
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+
 def doctor(path, *extra, user=None):
-    """Runs cdc doctor; returns (exit code, the findings as (status, check, detail, fix) tuples, the
-    text)."""
+    """Runs cdc doctor; returns (exit code, the findings as (status, check, detail, fix, sql, run)
+    tuples, the text). sql is the statements of the fix's "sql:" line, run its "run:" lines (shell
+    commands) joined by newlines; None when there are none."""
     args = [CDC_BIN, "doctor", "-c", path] + list(extra)
     if user:
         args = ["runuser", "-u", user, "--"] + args
     p = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert p.stderr == "", p.stderr
-    lines, found = p.stdout.splitlines(), []
-    for i, line in enumerate(lines[:-1]):
-        if line.startswith("      fix: "):
+    found = []
+    for ln in p.stdout.splitlines()[:-1]:
+        label = ln[6:11] if ln.startswith("      ") else None
+        if label in ("fix: ", "sql: ", "run: "):
+            i = {"fix: ": 3, "sql: ": 4, "run: ": 5}[label]
+            f = list(found[-1])
+            f[i] = ln[11:] if f[i] is None else f[i] + "\n" + ln[11:]
+            found[-1] = tuple(f)
             continue
-        status, rest = line.split("  ", 1)
+        status, rest = ln.split("  ", 1)
         check, detail = rest.split(": ", 1)
-        fix = lines[i + 1][len("      fix: "):] if lines[i + 1].startswith("      fix: ") else None
-        found.append((status, check, detail, fix))
-    assert lines[-1].startswith("doctor: "), p.stdout
-    return p.returncode, found, p.stdout
+        found.append((status, check, detail, None, None, None))
+    assert p.stdout.splitlines()[-1].startswith("doctor: "), p.stdout
+    return p.returncode, [Finding(f) for f in found], p.stdout
+
+
+def cdc_run_says(path, timeout=60):
+    """cdc run's stderr once it logged an error with a fix (issue 31: it says what doctor says), or
+    exited; cdc is stopped then."""
+    err = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([CDC_BIN, "run", "-c", path], stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        def said():
+            err.seek(0)
+            text = err.read()
+            return text if ". fix: " in text or p.poll() is not None else None
+        return wait_for(said, timeout, what="cdc run to say what to fix")
+    finally:
+        p.kill()
+        p.wait()
+        err.close()
+
+
+def run_sql(pg, sql):
+    """A fix's sql: line, pasted into psql as a superuser (psql sends each statement on its own, so
+    ALTER SYSTEM runs outside a transaction block, as in a terminal)."""
+    p = subprocess.run([os.path.join(pg.client_bindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", pg.dsn],
+                       input=sql + "\n", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"{sql}\n{p.stdout}{p.stderr}"
 
 
 def steady(found):
     """The findings with the free space of state_dir's disk (a figure of the moment) left out."""
-    return [(st, check, re.sub(r"writable, [0-9.]+ [MG]iB free", "writable, ... free", detail), fix)
-            for st, check, detail, fix in found]
+    return [(st, check, re.sub(r"writable, [0-9.]+ [MG]iB free", "writable, ... free", detail), fix, sql, run)
+            for st, check, detail, fix, sql, run in found]
 
 
 def line(found, check, status=None):
@@ -112,9 +159,9 @@ def test_a_healthy_setup_passes_every_check_and_changes_nothing(server, space):
         assert c in checks, text
     assert ("pass", "publication",
             f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{space["pub"]}" '
-            f'FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true)', None) in found
+            f'FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true)', None, None, None) in found
     assert ("pass", "slot", f"{space['slot']} does not exist; cdc will create it (plugin pgoutput)",
-            None) in found
+            None, None, None) in found
     # read only: neither the slot nor the publication it would create exists, nor state_dir
     assert not server.sql("select 1 from pg_replication_slots where slot_name = %s", (space["slot"],))
     assert not server.sql("select 1 from pg_publication where pubname = %s", (space["pub"],))
@@ -125,7 +172,8 @@ def test_a_healthy_setup_passes_every_check_and_changes_nothing(server, space):
     assert p.returncode == 0 and doc["exit"] == 0 and doc["status"] == "pass"
     assert doc["counts"] == {"pass": len(found), "warn": 0, "fail": 0}
     # The state_dir's free space is the disk's now: other processes write to it between the runs.
-    assert steady([(c["status"], c["check"], c["detail"], c["fix"]) for c in doc["checks"]]) == steady(found)
+    assert steady([(c["status"], c["check"], c["detail"], c["fix"], c["sql"], c["run"]) for c in doc["checks"]]) == \
+        steady(found)
 
 
 def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
@@ -147,25 +195,35 @@ def test_the_readme_least_privilege_role_with_a_schema_glob(server, space):
             f'run CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH (publish_via_partition_root = true); or '
             f'make cdc\'s role their owner (ALTER '
             f"TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
-            f'create it beforehand as a superuser: CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH '
-            f'(publish_via_partition_root = true); or '
-            f"make role {role} the tables' owner")], text
-        assert line(found, "role") == [("pass", "role", f"role {role}: LOGIN REPLICATION", None)]
+            f"create it beforehand, as a superuser; or make role {role} the tables' owner",
+            f'CREATE PUBLICATION "{p}" FOR TABLES IN SCHEMA "{s}" WITH (publish_via_partition_root = true);', None)], text
+        assert line(found, "role") == [("pass", "role", f"role {role}: LOGIN REPLICATION", None, None, None)]
         assert rc == 2
-        # owning orders (and not extra): FOR TABLE orders, extra named with its owner's statement
+        # owning orders, without CREATE on the database: doctor and cdc run name the same GRANT
         server.sql(f"alter table {s}.orders owner to {role}")
+        rc, found, text = doctor(path)
+        words = ("as a superuser or the database's owner; or create the publication beforehand as its tables' "
+                 f'owner: CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders" WITH (publish_via_partition_root = true)')
+        grant = f'GRANT CREATE ON DATABASE "postgres" TO "{role}";'
+        assert line(found, "publication") == [(
+            "fail", "publication", f'cdc would run CREATE PUBLICATION "{p}" FOR TABLE "{s}"."orders" WITH (publish_via_partition_root = true), and role '
+            f"{role} lacks CREATE on the database", words, grant, None)], text
+        said = cdc_run_says(path)
+        assert "creating the publication failed: ERROR:  permission denied for database postgres" in said, said
+        assert f". fix: {words}; sql: {grant}" in said, said
+        run_sql(server, grant)  # the fix, as printed
+        # owning orders (and not extra): FOR TABLE orders, extra named with its owner's statement
         server.sql(f"create table {s}.extra (id int primary key)")
-        server.sql(f"grant create on database postgres to {role}")
         rc, found, text = doctor(path)
         assert line(found, "publication") == [
             ("warn", "publication",
              f'table "{s}"."extra" matches source.publish, but cdc\'s role does not own it, so cdc cannot add '
              f'it to publication "{p}": its owner or a superuser can run ALTER PUBLICATION "{p}" ADD TABLE '
              f'"{s}"."extra"',
-             "have the table's owner or a superuser add it, or make it role's own"),
+             "have the table's owner or a superuser add it, or make it role's own", None, None),
             ("pass", "publication",
              f'does not exist; cdc will create it at its first start: CREATE PUBLICATION "{p}" FOR TABLE '
-             f'"{s}"."orders" WITH (publish_via_partition_root = true)', None)], text
+             f'"{s}"."orders" WITH (publish_via_partition_root = true)', None, None, None)], text
     finally:
         server.sql(f"alter table {s}.orders owner to postgres")
         server.sql(f"drop table if exists {s}.extra")
@@ -184,8 +242,13 @@ def test_a_role_without_replication(server, space):
         assert line(found, "role") == [(
             "fail", "role",
             f"role {role} lacks REPLICATION: the replication connection (and creating the slot) would be "
-            f"refused", f"as a superuser: ALTER ROLE \"{role}\" REPLICATION")], text
+            f"refused", "as a superuser", f'ALTER ROLE "{role}" REPLICATION;', None)], text
         assert rc == 2
+        # cdc run's replication connection is refused; it says what doctor says (and retries)
+        assert f'. fix: as a superuser; sql: ALTER ROLE "{role}" REPLICATION;' in cdc_run_says(path)
+        run_sql(server, line(found, "role")[0][4])  # the fix, as printed
+        rc, found, text = doctor(path)
+        assert [f[0] for f in line(found, "role")] == ["pass"], text
     finally:
         server.sql(f"drop role {role}")
 
@@ -201,9 +264,10 @@ def test_a_table_without_a_key_that_a_snapshot_reads(server, space):
     assert line(found, "backfill") == [(
         "warn", "backfill",
         f"{s}.nokey has no key, so a consumer of its backfill can apply its updates and deletes only "
-        f"with REPLICA IDENTITY FULL", f'ALTER TABLE "{s}"."nokey" REPLICA IDENTITY FULL')], text
+        f"with REPLICA IDENTITY FULL", "as a superuser", f'ALTER TABLE "{s}"."nokey" REPLICA IDENTITY FULL;',
+        None)], text
     assert rc == 1
-    server.sql(f"alter table {s}.nokey replica identity full")
+    run_sql(server, line(found, "backfill")[0][4])  # the fix, as printed
     rc, found, text = doctor(path)
     assert [x[0] for x in line(found, "backfill")] == ["pass"], text
 
@@ -222,18 +286,19 @@ def test_replica_identity_default_with_changed(server, space):
     assert line(found, "replica_identity") == [
         ("fail", "replica_identity",
          f"subscription paid uses changed: on table {q}, whose replica identity does not send the old row of an "
-         f"update: cdc refuses it", f"ALTER TABLE {q} REPLICA IDENTITY FULL"),
+         f"update: cdc refuses it", "as the table's owner", f"ALTER TABLE {q} REPLICA IDENTITY FULL;", None),
         ("fail", "replica_identity",
          f"subscription was reads old.status in its where on table {q}, whose replica identity does not send "
-         f"that column in the old row: cdc refuses it", f"ALTER TABLE {q} REPLICA IDENTITY FULL"),
+         f"that column in the old row: cdc refuses it", "as the table's owner",
+         f"ALTER TABLE {q} REPLICA IDENTITY FULL;", None),
         ("pass", "replica_identity", "subscription key uses old. in where: its 1 tables send the old row it reads",
-         None)], text
+         None, None, None)], text
     assert rc == 2
-    server.sql(f"alter table {s}.orders replica identity full")
+    run_sql(server, line(found, "replica_identity")[0][4])  # the fix, as printed
     rc, found, text = doctor(path)
     assert [f[0] for f in line(found, "replica_identity")] == ["pass"] * 3, text
     assert ("pass", "replica_identity",
-            "subscription paid uses changed:: its 1 tables send the old row it reads", None) in found
+            "subscription paid uses changed:: its 1 tables send the old row it reads", None, None, None) in found
     assert rc == 0
 
 
@@ -243,9 +308,14 @@ def test_a_missing_slot_without_create(server, space):
     rc, found, text = doctor(path)
     slot = space["slot"]
     assert line(found, "slot") == [(
-        "fail", "slot", f"{slot} does not exist",
-        f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set source.create: true")], text
+        "fail", "slot", f"{slot} does not exist", "as the role of source.dsn, or set source.create: true",
+        f"SELECT pg_catalog.pg_create_logical_replication_slot('{slot}', 'pgoutput');", None)], text
     assert rc == 2
+    assert (f"replication slot {slot} does not exist. fix: as the role of source.dsn, or set source.create: true; "
+            f"sql: SELECT pg_catalog.pg_create_logical_replication_slot('{slot}', 'pgoutput');") in cdc_run_says(path)
+    run_sql(server, line(found, "slot")[0][4])  # the fix, as printed
+    rc, found, text = doctor(path)
+    assert line(found, "slot")[0][0] == "pass" and rc == 0, text
 
 
 def test_a_missing_publication_without_create(server, space):
@@ -254,9 +324,13 @@ def test_a_missing_publication_without_create(server, space):
     rc, found, text = doctor(path)
     assert line(found, "publication") == [(
         "fail", "publication", f"{space['pub']} does not exist",
-        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLE ... WITH (publish_via_partition_root = true); or set '
-        "source.create: true")], text
+        "as the tables' owner or a superuser, or set source.create: true",
+        f'CREATE PUBLICATION "{space["pub"]}" FOR TABLES IN SCHEMA "{space["schema"]}" WITH (publish_via_partition_root = true);', None)], text
     assert rc == 2
+    run_sql(server, line(found, "publication")[0][4])  # the fix, as printed (it read FOR TABLE ...)
+    rc, found, text = doctor(path)
+    assert line(found, "publication") == [("pass", "publication", f"{space['pub']} exists (1 tables; "
+                                           "publish_via_partition_root on)", None, None, None)] and rc == 0, text
 
 
 def test_a_subscription_table_not_in_the_publication(server, space):
@@ -268,8 +342,12 @@ def test_a_subscription_table_not_in_the_publication(server, space):
     assert line(found, "tables") == [(
         "warn", "tables",
         f"subscription all: 1 of its 2 tables are not in publication {space['pub']}, so their changes never "
-        f'reach cdc: "{s}"."other"', f'ALTER PUBLICATION "{space["pub"]}" ADD TABLE "{s}"."other"')], text
+        f'reach cdc: "{s}"."other"', "as the publication's and the tables' owner, or a superuser",
+        f'ALTER PUBLICATION "{space["pub"]}" ADD TABLE "{s}"."other";', None)], text
     assert rc == 1
+    run_sql(server, line(found, "tables")[0][4])  # the fix, as printed
+    rc, found, text = doctor(path)
+    assert line(found, "tables")[0][0] == "pass" and rc == 0, text
 
 
 def test_a_slot_with_another_plugin(server, space):
@@ -278,9 +356,12 @@ def test_a_slot_with_another_plugin(server, space):
     rc, found, text = doctor(config(server, space))
     assert line(found, "slot") == [(
         "fail", "slot", f"{slot} is a logical slot with plugin test_decoding, and cdc needs plugin pgoutput",
-        f"choose another source.slot, or drop this one if nothing else uses it: SELECT "
-        f"pg_drop_replication_slot('{slot}')")], text
+        "choose another source.slot, or drop this one if nothing else uses it",
+        f"SELECT pg_catalog.pg_drop_replication_slot('{slot}');", None)], text
     assert rc == 2
+    run_sql(server, line(found, "slot")[0][4])  # the fix, as printed
+    rc, found, text = doctor(config(server, space))
+    assert line(found, "slot")[0][0] == "pass" and rc == 0, text
 
 
 def test_a_healthy_slot_shows_its_state(server, space):
@@ -305,8 +386,13 @@ def test_heartbeat_without_execute_on_pg_logical_emit_message(server, space):
         assert line(found, "pg_logical_emit_message") == [(
             "fail", "pg_logical_emit_message",
             f"role {role} may not execute pg_logical_emit_message, which writes a backfill's watermarks",
-            f'GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message({sig}) TO "{role}"')], text
+            "as a superuser",
+            f'GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message({sig}) TO "{role}";', None)], text
         assert rc == 2
+        run_sql(server, line(found, "pg_logical_emit_message")[0][4])  # the fix, as printed
+        rc, found, text = doctor(path)
+        assert line(found, "pg_logical_emit_message")[0][0] == "pass", text
+        server.sql(f"revoke execute on function pg_logical_emit_message({sig}) from {role}")
     finally:
         server.sql(f"grant execute on function pg_logical_emit_message({sig}) to public")
         server.sql(f"drop role {role}")
@@ -320,25 +406,61 @@ def test_max_slot_wal_keep_size_unlimited(server, space):
         assert line(found, "max_slot_wal_keep_size") == [(
             "warn", "max_slot_wal_keep_size",
             "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its disk is full",
-            "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (what the disk can spare); SELECT "
-            "pg_reload_conf(); and alert on cdc_source_safe_wal_size_bytes (deploy/monitoring)")], text
+            "as a superuser (50GB: what the disk can spare), and alert on cdc_source_safe_wal_size_bytes "
+            "(deploy/monitoring)",
+            "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB'; SELECT pg_catalog.pg_reload_conf();", None)], text
         assert rc == 1
+        run_sql(server, line(found, "max_slot_wal_keep_size")[0][4])  # the fix, as printed
+        rc, found, text = doctor(config(server, space))
+        assert line(found, "max_slot_wal_keep_size") == [(
+            "pass", "max_slot_wal_keep_size", "50GB: the server keeps at most this much WAL for the slot", None,
+            None, None)], text
     finally:
         server.sql("alter system reset max_slot_wal_keep_size")
         server.sql("select pg_reload_conf()")
 
 
+WAL_LEVEL_WORDS = (" (on a managed service, its logical replication parameter instead, e.g. "
+                   "rds.logical_replication = 1)")
+
+
 def test_wal_level_replica():
+    """wal_level from postgresql.conf: the fix runs as printed (then a restart). Issue 31: from the
+    server's command line, where ALTER SYSTEM does nothing, doctor says where to change it; cdc run
+    says the same and creates nothing first (it created the publication, then failed on the slot)."""
     with TempPostgres(wal_level="replica") as other:
         sp = {"n": 0, "schema": "public", "dir": tempfile.mkdtemp(prefix="cdc-doctor-"), "slot": "s",
               "pub": "p"}
         try:
-            rc, found, text = doctor(config(other, sp, source={"create": False}))
+            path = config(other, sp)
+            rc, found, text = doctor(path)
+            sql = "ALTER SYSTEM SET wal_level = 'logical';"
             assert line(found, "wal_level") == [(
                 "fail", "wal_level", "is replica, and logical decoding needs logical",
-                "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on a managed service, its "
-                "logical replication parameter, e.g. rds.logical_replication = 1)")], text
+                "as a superuser, then restart PostgreSQL" + WAL_LEVEL_WORDS, sql, None)], text
             assert rc == 2
+            # cdc run: the same words, and nothing created
+            out = subprocess.run([CDC_BIN, "run", "-c", path], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 1
+            assert ("wal_level is replica, and logical decoding needs logical. fix: as a superuser, then restart "
+                    f"PostgreSQL{WAL_LEVEL_WORDS}; sql: {sql}") in out.stderr, out.stderr
+            assert not other.sql("select 1 from pg_publication") and not other.sql("select 1 from pg_replication_slots")
+            run_sql(other, sql)  # the fix, as printed
+            other.restart()
+            rc, found, text = doctor(path)
+            assert line(found, "wal_level") == [("pass", "wal_level", "logical", None, None, None)], text
+            # set on the server's command line: ALTER SYSTEM is overridden, and doctor says where instead
+            other.stop()
+            other.options = "-c wal_level=replica"
+            other.start()
+            rc, found, text = doctor(path)
+            assert line(found, "wal_level") == [(
+                "fail", "wal_level", "is replica, and logical decoding needs logical",
+                "wal_level comes from the server's command line (wal_level=replica), which ALTER SYSTEM does not "
+                "override: set wal_level = logical where the server is started (postgres -c, pg_ctl -o, its "
+                "service's options), then restart PostgreSQL" + WAL_LEVEL_WORDS, None, None)], text
+            out = subprocess.run([CDC_BIN, "run", "-c", path], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 1 and "fix: wal_level comes from the server's command line" in out.stderr
         finally:
             shutil.rmtree(sp["dir"], ignore_errors=True)
 
@@ -352,17 +474,20 @@ def test_idle_replication_slot_timeout_on_18():
             # (this test is about one line: other checks of a bare 18 server may warn)
             rc, found, text = doctor(config(other, sp))
             assert line(found, "idle_replication_slot_timeout") == [(
-                "pass", "idle_replication_slot_timeout", "0 (off)", None)], text
+                "pass", "idle_replication_slot_timeout", "0 (off)", None, None, None)], text
             other.sql("alter system set idle_replication_slot_timeout = '1h'")
             other.sql("select pg_reload_conf()")
             rc, found, text = doctor(config(other, sp))
             assert line(found, "idle_replication_slot_timeout") == [(
                 "warn", "idle_replication_slot_timeout",
                 "is 1h: the server invalidates a slot nobody streamed that long, so a cdc stopped longer "
-                "loses its slot",
-                "ALTER SYSTEM SET idle_replication_slot_timeout = 0; SELECT pg_reload_conf(); or set "
-                "source.on_slot_lost: resync")], text
+                "loses its slot", "as a superuser; or set source.on_slot_lost: resync",
+                "ALTER SYSTEM SET idle_replication_slot_timeout = '0'; SELECT pg_catalog.pg_reload_conf();",
+                None)], text
             assert rc == 1, text  # a warning, no failure
+            run_sql(other, line(found, "idle_replication_slot_timeout")[0][4])  # the fix, as printed
+            rc, found, text = doctor(config(other, sp))
+            assert line(found, "idle_replication_slot_timeout")[0][0] == "pass", text
         finally:
             shutil.rmtree(sp["dir"], ignore_errors=True)
 
@@ -373,12 +498,22 @@ def test_no_free_replication_slot():
         sp = {"n": 0, "schema": "public", "dir": tempfile.mkdtemp(prefix="cdc-doctor-"), "slot": "s",
               "pub": "p"}
         try:
-            rc, found, text = doctor(config(other, sp))
+            path = config(other, sp)
+            rc, found, text = doctor(path)
+            words = "as a superuser, then restart PostgreSQL; or drop a slot nothing uses (pg_drop_replication_slot)"
+            sql = "ALTER SYSTEM SET max_replication_slots = '2';"
             assert line(found, "max_replication_slots") == [(
-                "fail", "max_replication_slots", "all 1 in use: no room for slot s",
-                "ALTER SYSTEM SET max_replication_slots = 2; then restart PostgreSQL (or drop a slot "
-                "nothing uses: SELECT pg_drop_replication_slot('NAME'))")], text
+                "fail", "max_replication_slots", "all 1 in use: no room for slot s", words, sql, None)], text
             assert rc == 2
+            # cdc run fails creating the slot, saying what doctor says (issue 31)
+            out = subprocess.run([CDC_BIN, "run", "-c", path], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 1 and f"all replication slots are in use" in out.stderr, out.stderr
+            assert f". fix: {words}; sql: {sql}" in out.stderr, out.stderr
+            other.sql("drop publication if exists p")
+            run_sql(other, sql)  # the fix, as printed
+            other.restart()
+            rc, found, text = doctor(path)
+            assert line(found, "max_replication_slots")[0][0] == "pass", text
         finally:
             shutil.rmtree(sp["dir"], ignore_errors=True)
 
@@ -393,10 +528,15 @@ def test_a_state_dir_that_is_not_writable(server, space):
         os.chmod(state, 0o555)
     uid = pwd.getpwnam(user).pw_uid if user else os.geteuid()
     rc, found, text = doctor(config(server, space), user=user)
+    words = (f"as root, for uid {uid} (cdc's user, which cdc doctor runs as), or set state_dir" if uid
+             else "as root, or set state_dir")
     assert line(found, "state_dir") == [(
-        "fail", "state_dir", f"{state} is not writable by uid {uid}",
-        f"chown {state} to cdc's user (uid {uid}), or set state_dir")], text
+        "fail", "state_dir", f"{state} is not writable by uid {uid}", words, None, f"chown {uid} {state}")], text
     assert rc == 2
+    if os.geteuid() == 0:  # the fix, as printed, as root
+        subprocess.run(["sh", "-c", line(found, "state_dir")[0][5]], check=True)
+        rc, found, text = doctor(config(server, space), user=user)
+        assert line(found, "state_dir")[0][0] == "pass", text
     os.chmod(state, 0o755)
 
 
@@ -408,7 +548,7 @@ def test_a_socket_path_that_is_not_a_socket(server, space):
     assert line(found, "sockets", "fail") == [(
         "fail", "sockets",
         f"status.socket {path} exists and is not a socket (cdc never replaces what is not a socket)",
-        f"remove {path}, or set status.socket to another path")], text
+        f"remove {path}, or set status.socket to another path", None, None)], text
     assert rc == 2
     assert stat.S_ISREG(os.stat(path).st_mode)
 
@@ -419,10 +559,41 @@ def test_a_socket_directory_that_does_not_exist(server, space):
         {"name": "q", "tables": [f"{space['schema']}.orders"], "sink": "socket"}],
         subscribers={"socket": os.path.join(d, "events.sock")})
     rc, found, text = doctor(path)
+    uid = os.geteuid()
+    words = (f"as root, for uid {uid} (cdc's user, which cdc doctor runs as), or set subscribers.socket" if uid
+             else "as root, or set subscribers.socket")
     assert line(found, "sockets", "fail") == [(
-        "fail", "sockets", f"subscribers.socket {d}/events.sock: directory {d} does not exist",
-        f"mkdir -p {d} (writable by cdc's user), or set subscribers.socket")], text
+        "fail", "sockets", f"subscribers.socket {d}/events.sock: directory {d} does not exist", words, None,
+        f"mkdir -p {d}" + (f" && chown {uid} {d}" if uid else ""))], text
     assert rc == 2
+    subprocess.run(["sh", "-c", line(found, "sockets", "fail")[0][5]], check=True)  # the fix, as printed
+    rc, found, text = doctor(path)
+    assert not line(found, "sockets", "fail") and rc == 0, text
+
+
+def kafka_tool(kafka, command):
+    """Runs a fix's kafka-topics.sh or kafka-configs.sh line against the mock broker. No JVM here, so a
+    stand-in takes the tool's place: it parses the line with the options Kafka 3 documents for it
+    (--bootstrap-server is required since 3.0 dropped --zookeeper; the line failed on that), checks
+    that it names the configuration's brokers, and does what the tool would: creates the topic."""
+    argv = shlex.split(command)
+    ap = argparse.ArgumentParser(prog=argv[0], exit_on_error=False)
+    ap.add_argument("--bootstrap-server", required=True)
+    if argv[0] == "kafka-topics.sh":
+        ap.add_argument("--create", action="store_true", required=True)
+        ap.add_argument("--topic", required=True)
+        ap.add_argument("--partitions", type=int, default=1)
+        ap.add_argument("--config", action="append", default=[])
+    else:
+        assert argv[0] == "kafka-configs.sh", command
+        ap.add_argument("--alter", action="store_true", required=True)
+        ap.add_argument("--entity-type", choices=["topics"], required=True)
+        ap.add_argument("--entity-name", required=True)
+        ap.add_argument("--add-config", required=True)
+    a = ap.parse_args(argv[1:])
+    assert a.bootstrap_server == kafka.bootstrap, command
+    if argv[0] == "kafka-topics.sh":
+        kafka.create_topic(a.topic, a.partitions)
 
 
 def kafka_config(server, space, kafka, **kw):
@@ -447,16 +618,17 @@ def test_kafka_topic_missing_and_auto_create_unknown(server, space, kafka):
     topic = f"cdc.{space['schema']}.orders"
     rc, found, text = doctor(kafka_config(server, space, kafka))
     assert line(found, "kafka_brokers") == [("pass", "kafka_brokers", f"{kafka.bootstrap}: 3 brokers answered",
-                                             None)], text
+                                             None, None, None)], text
     (f,) = line(found, "kafka_topics")
     assert f[0] == "warn" and f[2].startswith(
         f"1 missing ({topic}), and whether the brokers create topics on first use is unknown "
         "(auto.create.topics.enable: DescribeConfigs: "), text
-    assert f[3] == f"kafka-topics.sh --create --topic {topic}"
+    assert f[3:] == ("create them with Kafka's tool", None,
+                     f"kafka-topics.sh --bootstrap-server {kafka.bootstrap} --create --topic {topic}")
     assert rc == 1
-    kafka.create_topic(topic, 1)
+    kafka_tool(kafka, f[5])  # the fix, as printed (issue 31: it lacked --bootstrap-server)
     rc, found, text = doctor(kafka_config(server, space, kafka))
-    assert line(found, "kafka_topics") == [("pass", "kafka_topics", "1 topic present", None)], text
+    assert line(found, "kafka_topics") == [("pass", "kafka_topics", "1 topic present", None, None, None)], text
     assert rc == 0
 
 
@@ -468,20 +640,23 @@ def test_kafka_exactly_once_positions_topic_and_transaction_timeout(server, spac
     assert line(found, "kafka_positions_topic") == [(
         "fail", "kafka_positions_topic",
         f"{positions} does not exist (one the brokers create on first use is not compacted, and the "
-        "position is read back from its beginning at every start)",
-        f"kafka-topics.sh --create --topic {positions} --partitions 1 --config cleanup.policy=compact")], text
+        "position is read back from its beginning at every start)", "create it, compacted, with Kafka's tool", None,
+        f"kafka-topics.sh --bootstrap-server {kafka.bootstrap} --create --topic {positions} --partitions 1 "
+        "--config cleanup.policy=compact")], text
     (f,) = line(found, "kafka_transactions")
     assert f[0] == "warn" and f[2].startswith(
         "the producer's transaction.timeout.ms is 600000; the brokers' transaction.max.timeout.ms is "
         "unknown (DescribeConfigs: "), text
     assert rc == 2
-    kafka.create_topic(positions, 1)
+    kafka_tool(kafka, line(found, "kafka_positions_topic")[0][5])  # the fix, as printed
     rc, found, text = doctor(path)
     (f,) = line(found, "kafka_positions_topic")
     assert f[0] == "warn" and f[2].startswith(f"{positions} exists; its cleanup.policy is unknown "
                                               "(DescribeConfigs: "), text
-    assert f[3] == (f"kafka-configs.sh --alter --entity-type topics --entity-name {positions} "
-                    "--add-config cleanup.policy=compact")
+    assert f[3:] == ("make it compacted with Kafka's tool", None,
+                     f"kafka-configs.sh --bootstrap-server {kafka.bootstrap} --alter --entity-type topics "
+                     f"--entity-name {positions} --add-config cleanup.policy=compact")
+    kafka_tool(kafka, f[5])  # parses as the tool's options (the mock keeps no topic configs)
     assert rc == 1
 
 
@@ -597,8 +772,9 @@ def test_failover_on_a_healthy_17_primary_through_a_multi_host_dsn(pair17, fspac
     assert not line(found, "failover") and not line(found, "synchronized_standby_slots"), text
 
 
-SET_IT = ("ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf() (the physical "
-          "slots standbys stream from now: name those of the standbys that may be promoted)")
+SET_IT = ("as a superuser (the physical slots standbys stream from now: name those of the standbys that may be "
+          "promoted)", "ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT "
+          "pg_catalog.pg_reload_conf();", None)
 WHAT_TO_SET = ("set synchronized_standby_slots on the primary to the physical slot of each standby that may be "
                "promoted (its primary_slot_name)")
 
@@ -611,7 +787,7 @@ def test_synchronized_standby_slots_empty(pair17, fspace):
             "warn", "synchronized_standby_slots",
             "synchronized_standby_slots is empty on the primary: a promotion now may hand consumers changes "
             "the promoted server never had (the primary sends cdc changes its standbys may not have yet); "
-            f"{WHAT_TO_SET} (synchronized_standby_slots_empty)", SET_IT)], text
+            f"{WHAT_TO_SET} (synchronized_standby_slots_empty)", *SET_IT)], text
         assert rc >= 1
         # no standby streams from a physical slot: the fix starts with making one
         pair17.standby.set(primary_slot_name="")
@@ -642,7 +818,7 @@ def test_synchronized_standby_slots_naming_the_logical_slot(pair17, fspace):
             "fail", "synchronized_standby_slots",
             f"synchronized_standby_slots names {slot}, a logical slot (cdc's own): it must name physical "
             f"slots, and cdc's stream waits meanwhile; {WHAT_TO_SET}, not the logical slot "
-            "(standby_slot_logical)", SET_IT)], text
+            "(standby_slot_logical)", *SET_IT)], text
         assert rc == 2
     finally:
         restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
@@ -658,7 +834,7 @@ def test_synchronized_standby_slots_naming_a_slot_nobody_streams_then_one_droppe
             "fail", "synchronized_standby_slots",
             "no standby streams from slot spare_slot (synchronized_standby_slots): cdc's stream waits until "
             "one does, and a promotion now finds the slot's copy behind; start the standby, or remove the "
-            "slot from synchronized_standby_slots (standby_slot_inactive)", SET_IT)], text
+            "slot from synchronized_standby_slots (standby_slot_inactive)", *SET_IT)], text
         assert rc == 2
         pair17.sql("select pg_drop_replication_slot('spare_slot')")
         rc, found, text = doctor(path)
@@ -666,8 +842,12 @@ def test_synchronized_standby_slots_naming_a_slot_nobody_streams_then_one_droppe
             "fail", "synchronized_standby_slots",
             "synchronized_standby_slots names slot spare_slot, which does not exist on the primary: cdc's "
             f"stream waits for it; create the standby's physical slot, or {WHAT_TO_SET} "
-            "(standby_slot_missing)", SET_IT)], text
+            "(standby_slot_missing)", *SET_IT)], text
+        run_sql(pair17.primary, SET_IT[1])  # the fix, as printed
+        rc, found, text = doctor(path)
+        assert line(found, "synchronized_standby_slots")[0][0] == "pass", text
     finally:
+        pair17.primary.sql("alter system reset synchronized_standby_slots")
         restore(pair17, pair17.primary, synchronized_standby_slots=STANDBY_SLOT)
         drop_slot(pair17.primary, "spare_slot")
 
@@ -706,13 +886,13 @@ def test_a_17_standby_for_failover(pair17, fspace):
         "fail", "hot_standby_feedback",
         "is off, and slot synchronization does not run without it: this standby keeps no copy of cdc's slot, "
         "and a promotion of it loses the slot",
-        "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf() (on this standby, which should "
-        "stream from a physical slot: primary_slot_name)")),
+        "as a superuser, on this standby (which should stream from a physical slot: primary_slot_name)",
+        "ALTER SYSTEM SET hot_standby_feedback = 'on'; SELECT pg_catalog.pg_reload_conf();", None)),
     ("sync_replication_slots", False, (
         "fail", "sync_replication_slots",
         "is off, so this standby keeps no copy of the primary's failover slots: a promotion of it loses "
-        "cdc's slot",
-        "ALTER SYSTEM SET sync_replication_slots = on; SELECT pg_reload_conf()")),
+        "cdc's slot", "as a superuser, on this standby",
+        "ALTER SYSTEM SET sync_replication_slots = 'on'; SELECT pg_catalog.pg_reload_conf();", None)),
     ("primary_slot_name", "", (
         "fail", "primary_slot_name",
         "is empty, and slot synchronization needs the physical slot this standby streams from: this standby "
@@ -724,8 +904,8 @@ def test_a_17_standby_for_failover(pair17, fspace):
         "fail", "primary_conninfo",
         "has no dbname, and slot synchronization connects to a database of the primary: this standby keeps "
         "no copy of cdc's slot",
-        "add dbname=postgres (a database of the primary) to primary_conninfo: ALTER SYSTEM SET "
-        "primary_conninfo = '... dbname=postgres'; SELECT pg_reload_conf()")),
+        "add dbname=postgres (a database of the primary) to primary_conninfo on this standby (ALTER SYSTEM SET "
+        "primary_conninfo to its connection string with dbname=postgres, then SELECT pg_reload_conf())")),
 ])
 def test_a_17_standby_set_up_wrong_for_failover(pair17, fspace, setting, bad, want):
     """One setting of the standby wrong at a time: its line fails with the fix, the others pass."""
@@ -741,7 +921,12 @@ def test_a_17_standby_set_up_wrong_for_failover(pair17, fspace, setting, bad, wa
             if name != setting:
                 assert line(found, name) == [other], text
         assert rc == 2
+        if len(want) == 6:  # the fix, as printed, on the standby
+            run_sql(pair17.standby, want[4])
+            rc, found, text = doctor(config(pair17.standby, fspace, source={"failover": True}))
+            assert line(found, setting) == [STANDBY_LINES[setting]], text
     finally:
+        pair17.standby.sql(f"alter system reset {setting}")
         restore(pair17, pair17.standby, **{setting: good})
 
 
@@ -755,7 +940,8 @@ def test_a_standby_role_that_may_not_read_primary_conninfo(pair17, fspace):
         rc, found, text = doctor(config(None, fspace, dsn=dsn, source={"failover": True}))
         assert line(found, "primary_conninfo") == [(
             "warn", "primary_conninfo", f"role {role} may not read it (a superuser or pg_read_all_settings may)",
-            f'GRANT pg_read_all_settings TO "{role}"; or read primary_conninfo on this standby as a superuser')], text
+            "as a superuser (on the primary); or read it on this standby as a superuser",
+            f'GRANT pg_read_all_settings TO "{role}";', None)], text
         assert line(found, "primary_slot_name") == [STANDBY_LINES["primary_slot_name"]], text  # readable by all
     finally:
         pair17.sql(f"drop role {role}")
@@ -801,8 +987,8 @@ def test_decoding_on_a_standby_needs_primary_dsn_for_heartbeats_and_backfills(pa
             "warn", "hot_standby_feedback",
             "is off, so the primary may remove catalog rows the slot here needs: the slot is then invalidated "
             "(source.on_slot_lost applies)",
-            "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf() (on this standby, which should "
-            "stream from a physical slot: primary_slot_name)")], text
+            "as a superuser, on this standby (which should stream from a physical slot: primary_slot_name)",
+            "ALTER SYSTEM SET hot_standby_feedback = 'on'; SELECT pg_catalog.pg_reload_conf();", None)], text
     finally:
         restore(pair17, standby, hot_standby_feedback=True)
 
@@ -843,3 +1029,70 @@ def test_source_ddl_and_the_event_trigger(server, space):
         server.sql("drop event trigger if exists cdc_ddl_command_end")
         server.sql("drop event trigger if exists cdc_sql_drop")
         server.sql("drop schema if exists cdc cascade")
+
+
+def test_kafka_schema_registry_answers_and_takes_the_tables_schemas(server, space, kafka):
+    """format: avro: the registry answers (its level), and each table's schemas as cdc would register
+    them now may be their subjects' next versions; after a change the registry would refuse (integer
+    to text under BACKWARD), the check fails with the registry's reason and the command that
+    changes the subject's level."""
+    from registry_double import RegistryDouble
+    schema = space["schema"]
+    topic = f"cdc.{schema}.orders"
+    kafka.create_topic(topic, 1)
+    with RegistryDouble() as reg:
+        path = config(server, space, subscriptions=[
+            {"name": "k", "tables": [f"{schema}.orders"], "sink": "kafka", "format": "avro"}],
+            kafka={"brokers": kafka.bootstrap, "schema_registry": {"url": reg.url}})
+        rc, found, text = doctor(path)
+        assert line(found, "kafka_schema_registry") == [
+            ("pass", "kafka_schema_registry", "the schema registry answers; its compatibility level is BACKWARD",
+             None)], text
+        assert line(found, "kafka_schema_subjects") == [
+            ("pass", "kafka_schema_subjects",
+             "2 subjects may take the schemas cdc would register for the tables as they are now", None)], text
+        assert reg.subjects() == {}  # the doctor registers nothing
+        # the value's schema the doctor asked about, as it was when status was an integer
+        asked = next(json.loads(r["body"])["schema"] for r in reg.requests
+                     if r["path"].startswith(f"/compatibility/subjects/{topic}-value/"))
+        old = asked.replace('{"name":"status","type":["null","string"]', '{"name":"status","type":["null","int"]')
+        assert old != asked
+        reg.registry.register(f"{topic}-value", old)
+        rc, found, text = doctor(path)
+        (f,) = line(found, "kafka_schema_subjects")
+        assert f[0] == "fail" and f[2].startswith(
+            f"subject {topic}-value (compatibility BACKWARD) refuses the schema cdc registers for the table as it "
+            "is now: cdc would hold its rows until it is accepted: "), text
+        assert "{errorType:'MISSING_UNION_BRANCH', description:'reader union lacking writer type: RECORD'" in f[2], text
+        assert f[3] == ("change the table back, or the subject's compatibility level: curl -X PUT -H "
+                        "'Content-Type: application/vnd.schemaregistry.v1+json' -d '{\"compatibility\":\"NONE\"}' "
+                        f"{reg.url}/config/{topic}-value")
+        assert rc == 2
+        # a registry that does not answer
+    rc, found, text = doctor(path)
+    (f,) = line(found, "kafka_schema_registry")
+    assert f[0] == "fail" and f[2].startswith(f"schema registry {reg.url}: GET /config: "), text
+    assert f[3].startswith("check kafka.schema_registry: url")
+
+
+def test_a_misspelt_table_fails_with_the_closest_names(server, space):
+    """Issue 31: public.ordres in source.publish and in a subscription's tables was a warning without
+    a suggestion; a table named one by one that does not exist is a failure (cdc run stops on it),
+    with the closest names; a glob that matches nothing yet stays a warning."""
+    s = space["schema"]
+    path = config(server, space, source={"publish": [f"{s}.ordres", f"{s}.new_*"]},
+                  subscriptions=[{"name": "orders", "tables": [f"{s}.ordres"], "sink": "stdout"},
+                                 {"name": "later", "tables": [f"{s}.new_*"], "sink": "stdout"}])
+    rc, found, text = doctor(path)
+    assert line(found, "publication", "fail") == [(
+        "fail", "publication", f"source.publish names table {s}.ordres, which does not exist: did you mean "
+        f"{s}.orders?", "correct the name in source.publish, or create the table first")], text
+    assert line(found, "publication", "warn") == [(
+        "warn", "publication", f"source.publish pattern {s}.new_* matches no table yet",
+        "create the tables, or correct source.publish")], text
+    assert line(found, "tables") == [
+        ("fail", "tables", f"subscription orders names table {s}.ordres, which does not exist: did you mean "
+         f"{s}.orders?: cdc refuses it", "correct the name in the subscription's tables, or create the table first"),
+        ("warn", "tables", "subscription later: its tables match no table yet",
+         "create the tables, or correct the subscription's tables: key")], text
+    assert rc == 2

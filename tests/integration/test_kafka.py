@@ -13,6 +13,7 @@ import collections
 import datetime
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import wait_for  # noqa: E402
+from conftest import to_yaml, wait_for  # noqa: E402
 from kafka_fixtures import (CONTENT_TYPE_EVENT, CONTENT_TYPE_TXN, kcat, lsn_text,  # noqa: E402
                             row_plain, row_typed)
 from pg import lsn_to_int  # noqa: E402
@@ -696,6 +697,34 @@ def test_a_transaction_larger_than_the_queue_waits_for_room_and_loses_nothing(pg
     err = p.stderr()
     assert "could not be queued" not in err and RESTART_LOG not in err, p.describe()
     assert len(kcat(kafka.bootstrap, topic)) == 2001
+
+
+def test_a_row_larger_than_message_max_bytes_stops_cdc_with_what_to_do(pg, schema, cdc, kafka, kafka_reader):
+    """A row whose event is over the producer's message.max.bytes (1 MB by default) cannot be sent
+    however often the sink restarts: cdc used to restart and read the slot again every half
+    second, saying only 'Message size too large'. It stops (exit 1), naming the topic, the size and
+    the settings to raise; with message.max.bytes raised the row arrives, nothing lost."""
+    pg.sql(f"create table {schema}.t (id int primary key, doc text)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic], group=False)
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=kafka_section(kafka))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1, 'small')")
+    pg.sql(f"insert into {schema}.t select 2, string_agg(md5(g::text), '') from generate_series(1, 40000) g")
+    assert p.wait_exit(30) == 1, p.describe()
+    err = p.stderr()
+    assert re.search(rf"a message is larger than the producer sends: \d+ bytes for topic {topic}, more than "
+                     r"message.max.bytes \(1000000\): raise message.max.bytes in kafka.properties", err), err
+    assert RESTART_LOG not in err, err
+    c.config["kafka"]["properties"]["message.max.bytes"] = "4000000"
+    with open(c.path, "w") as f:
+        f.write(to_yaml(c.config))
+    p2 = c.start()
+    msgs = reader.wait(2, describe=p2.describe)
+    assert [row_plain(m.event.new_row)["id"] for m in msgs] == [1, 2]
+    assert len(row_plain(msgs[1].event.new_row)["doc"]) == 40000 * 32
+    assert p2.terminate() == 0, p2.describe()
 
 
 def test_no_experimental_warning_for_the_gapless_guarantee_cdc_sets(pg, schema, cdc, kafka):

@@ -98,3 +98,29 @@ def test_a_role_that_owns_none_of_the_tables_is_told_the_ways_out(pg, schema, cd
         assert f'have a superuser run CREATE PUBLICATION "{c.publication}" FOR TABLES IN SCHEMA "{schema}"' in err
     finally:
         role.drop()
+
+
+def test_a_misspelt_table_stops_cdc_with_the_closest_names(pg, schema, cdc):
+    """Issue 31: a table named one by one (no glob) that does not exist, in source.publish or in a
+    subscription's tables, stops cdc at start with the closest names; a glob that matches nothing
+    yet stays a warning, since its tables may come later."""
+    pg.sql(f"create table {schema}.orders (id int primary key)")
+    subs = [{"name": "orders", "tables": [f"{schema}.ordres"], "sink": "stdout"}]
+    # in source.publish: the publication is not created
+    p = cdc(subscriptions=subs, publish=[f"{schema}.ordres"]).run()
+    assert p.wait_exit(30) == 1, p.describe()
+    assert (f"source.publish names table {schema}.ordres, which does not exist: did you mean {schema}.orders?: "
+            "correct it, or create the table first") in p.stderr(), p.stderr()
+    # in a subscription's tables (the publication holds the schema): cdc stops before it delivers
+    c = cdc(subscriptions=subs)
+    p = c.run()
+    assert p.wait_exit(30) == 1, p.describe()
+    assert (f"subscription orders names table {schema}.ordres, which does not exist: did you mean "
+            f"{schema}.orders?") in p.stderr(), p.stderr()
+    assert "a subscription of the configuration file cannot work on its tables" in p.stderr()
+    # a glob: a warning, and cdc streams
+    c = cdc(subscriptions=[{"name": "later", "tables": [f"{schema}.invoice*"], "sink": "stdout"},
+                           {"name": "orders", "tables": [f"{schema}.orders"], "sink": "stdout"}])
+    p = c.start()
+    assert f"table pattern {schema}.invoice* matches no table of publication" in p.stderr()
+    assert p.terminate() == 0

@@ -244,12 +244,21 @@ def test_hostile_publication_and_table_names(spg, scdc, weird_tables, publicatio
 
 
 def test_missing_publication_hint_is_quoted(spg, scdc, weird_tables):
+    """The CREATE PUBLICATION that cdc (and cdc doctor) print works when pasted, whatever the names
+    (issue 31: it read FOR TABLE ...)."""
     c = scdc(source={"publication": "Pub With Space", "create": False}, publish=WEIRD_PATTERNS)
     spg.sql(f"select pg_create_logical_replication_slot('{c.slot}', 'pgoutput')")
     p = c.run()
     assert p.wait_exit() == 1
-    assert ('publication "Pub With Space" does not exist: create it (CREATE PUBLICATION "Pub With Space" '
-            "FOR TABLE ... WITH (publish_via_partition_root = true)) or set source.create: true") in p.stderr()
+    m = re.search(r'publication "Pub With Space" does not exist\. fix: as the tables\' owner or a superuser, '
+                  r'or set source\.create: true; sql: (CREATE PUBLICATION "Pub With Space" .*?;)"$', p.stderr(), re.M)
+    assert m, p.describe()
+    try:
+        spg.sql(m.group(1))
+        p = c.start()
+        assert p.terminate() == 0, p.describe()
+    finally:
+        spg.sql('drop publication if exists "Pub With Space"')
 
 
 def test_replica_identity_hint_runs_as_it_is(spg, scdc, weird_tables):

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import psycopg2
 import psycopg2.errors
@@ -615,6 +616,53 @@ def test_idle_slot_advances(pg, schema, cdc):
     assert p.events() == []
 
 
+def wal_segments(server):
+    return server.sql("select count(*) from pg_ls_waldir() where name ~ '^[0-9A-F]{24}$'")[0][0]
+
+
+@pytest.mark.parametrize("heartbeat", ["1s", None])
+def test_heartbeat_lets_a_quiet_server_remove_old_wal(tmp_path, heartbeat):
+    """A server where nothing else writes (one of its own, so no other test's slot holds WAL): the
+    WAL moves to a new segment and a checkpoint runs every 1.5 s, as archive_timeout would make it.
+    cdc's heartbeat is a transactional logical message: the checkpoints remove the old segments.
+    Without one the slot's restart_lsn still follows, but the server does not recompute the
+    position its slots need, and every old segment stays (PeerDB #3904 saw the same with a
+    non-transactional heartbeat; measured on PostgreSQL 18: 21 segments after 20 cycles, 4 with the
+    heartbeat). The case without a heartbeat asserts the server's side, so that this test shows what
+    it guards."""
+    from conftest import CdcProcess, to_yaml
+    from pg import TempPostgres
+    with TempPostgres() as server:
+        server.sql("create table quiet (id int primary key)")
+        source = {"dsn": server.dsn, "slot": "quiet", "publication": "quiet", "create": True,
+                  "publish": ["public.quiet"], "status_interval": "500ms"}
+        if heartbeat:
+            source["heartbeat"] = heartbeat
+        cfg = tmp_path / "cdc.yaml"
+        cfg.write_text(to_yaml({"source": source, "state_dir": str(tmp_path / "state"),
+                                "status": {"socket": str(tmp_path / "status.sock")},
+                                "subscriptions": [{"name": "all", "tables": ["public.quiet"], "sink": "stdout"}]}))
+        p = CdcProcess([CDC_BIN, "run", "-c", str(cfg)], str(tmp_path / "out"), str(tmp_path / "err"))
+        try:
+            wait_for(lambda: (server.sql("select active from pg_replication_slots") or [[False]])[0][0], 30,
+                     what=f"cdc to stream\n{p.describe()}")
+            for _ in range(6):
+                time.sleep(1.5)
+                server.sql("select pg_switch_wal()")
+                server.sql("checkpoint")
+            segments = wal_segments(server)
+            held = server.sql("select pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) from pg_replication_slots")
+            assert held[0][0] < 32 << 20, held  # the slot itself holds about one segment
+            if heartbeat:
+                assert segments <= 5, f"{segments} WAL segments kept\n{p.describe()}"
+                assert "heartbeat failed" not in p.stderr(), p.describe()
+            else:
+                assert segments >= 6, segments
+            assert p.terminate() == 0, p.describe()
+        finally:
+            p.close()
+
+
 def test_endpos_delivers_up_to_lsn_and_confirms(pg, schema, cdc):
     pg.sql(f"create table {schema}.t (id int primary key)")
     c = cdc()
@@ -636,6 +684,61 @@ def test_endpos_delivers_up_to_lsn_and_confirms(pg, schema, cdc):
     p2 = c.start()
     events = finish(p2, 1)
     assert [e["new"] for e in events] == [{"id": 4}]
+
+
+@pytest.mark.matrix
+def test_restart_where_a_commit_ends_at_the_next_change(pg, schema, cdc, kafka, kafka_reader):
+    """Transaction B's first change starts exactly where transaction A's commit record ends (its
+    end LSN, what cdc confirms), and cdc stops exactly between them: --endpos at A's end. Debezium
+    lost B on restart through a false match there (it took B's first change, at the stored
+    position, for one it had delivered; noticed with PostgreSQL 17). cdc confirms A's end, the
+    server sends again every transaction whose commit record starts at or after it, and cdc's own
+    skips (the socket spool's, exactly once's) compare commit LSNs, never a change's LSN with a
+    commit's end: B comes on every sink, once. The test asserts the positions meet (a test_decoding
+    slot shows A's COMMIT and B's BEGIN and first change at one LSN) and that the slot holds
+    exactly that position between the runs."""
+    from subscriber_helpers import Subscriber
+    from test_kafka import kafka_section, ksub
+    from kafka_fixtures import row_plain
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic], group=False)
+    c = cdc(subscriptions=[{"name": "out", "tables": [f"{schema}.t"], "sink": "stdout"},
+                           {"name": "s", "tables": [f"{schema}.t"], "sink": "socket"},
+                           ksub("k", [f"{schema}.t"])],
+            kafka=kafka_section(kafka, exactly_once=True))
+    p0 = c.start()  # creates the slot and the publication, and delivers a first row
+    pg.sql(f"insert into {schema}.t values (0)")
+    reader.wait(1, describe=p0.describe)
+    assert p0.terminate() == 0, p0.describe()
+    helper = f"h_{c.slot}"
+    pg.sql("select pg_create_logical_replication_slot(%s, 'test_decoding')", (helper,))
+    try:
+        pg.sql(f"insert into {schema}.t values (1)")  # A
+        a_end = pg.current_wal_lsn()
+        pg.sql(f"insert into {schema}.t values (2)")  # B, right after it
+        # The WAL is flushed a moment later (synchronous_commit=off), and only flushed WAL decodes.
+        rows = wait_for(lambda: (lambda r: len(r) == 6 and r)(
+            pg.sql("select lsn::text, data from pg_logical_slot_peek_changes(%s, NULL, NULL)", (helper,))),
+            what="A and B decoded by the test_decoding slot")
+    finally:
+        pg.sql("select pg_drop_replication_slot(%s)", (helper,))
+    (a_commit, a_data), (b_begin, b_data), (b_change, _) = rows[2], rows[3], rows[4]
+    assert a_data.startswith("COMMIT") and b_data.startswith("BEGIN"), rows
+    assert a_commit == b_begin == b_change == a_end, rows
+    p1 = c.run(endpos=a_end)
+    assert p1.wait_exit(60) == 0, p1.describe()
+    assert [e["new"]["id"] for e in p1.events()] == [1]
+    assert c.slot_row()[1] == a_end, "the restart is not exactly between A and B"
+    p2 = c.start()
+    p2.wait_events(1)
+    with Subscriber(c.config["subscribers"]["socket"], "s", start="earliest") as sub:
+        got = [e for d in sub.deliveries(2) for e in d if e.HasField("new_row")]
+    assert [row_plain(e.new_row)["id"] for e in got] == [0, 1, 2]
+    reader.wait(3, describe=p2.describe)
+    assert [e["new"]["id"] for e in finish(p2, 1)] == [2]
+    assert sorted(row_plain(m.event.new_row)["id"] for m in reader.snapshot()) == [0, 1, 2]
 
 
 # --- subscriptions ------------------------------------------------------------------------------

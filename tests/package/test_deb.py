@@ -72,7 +72,7 @@ def test_package_files_and_control(deb):
     # shlibs: every library the binary links, as a dependency on its Debian package.
     depends = {d.split()[0] for d in field(deb, "Depends").split(", ")}
     assert {"libpq5", "librdkafka1", "libprotobuf-c1", "libevent-2.1-7", "libyaml-0-2", "libmicrohttpd12",
-            "libjson-c5", "libjemalloc2", "libsystemd0", "libc6"} <= depends
+            "libjson-c5", "libcurl4", "libjemalloc2", "libsystemd0", "libc6"} <= depends
     # The example configuration is a conffile: an administrator's edits survive upgrades.
     assert run(["dpkg-deb", "--info", deb, "conffiles"]).split() == ["/etc/cdc/cdc.yaml"]
 
@@ -182,7 +182,7 @@ def test_man_pages_render_and_cover_the_commands(root):
     yaml_page = man(root, "man5/cdc.yaml.5.gz")
     reference = run([cdc, "config-reference"])
     keys = re.findall(r"^### `([^`]+)`\n\n\*(.*?)\* · default", reference, re.M)
-    assert len(keys) > 50 and ("source.dsn", "libpq connection string") in keys
+    assert len(keys) > 50 and ("source.dsn", "libpq connection string, secret") in keys
     for key, kind in keys:
         assert re.search(r"^ {7}%s\n {14}%s " % (re.escape(key), re.escape(kind.split()[0])), yaml_page, re.M), key
 
@@ -294,3 +294,74 @@ def test_maintainer_scripts_stop_on_remove_restart_on_upgrade(maint):
     assert not (maint.root / "var" / "lib" / "cdc").exists() and not (maint.root / "run" / "cdc").exists()
     assert not [c for c in purge if c.split()[0] in ("userdel", "deluser", "groupdel", "delgroup")]
     assert "cdc:x:999:999:" in (maint.root / "etc" / "passwd").read_text()
+
+
+@pytest.fixture(scope="module")
+def fresh(deb, tmp_path_factory):
+    """A fresh install of the package as a root of its own to chroot(8) into: its files, the shared
+    libraries its cdc links, and the cdc user and group systemd-sysusers would add (uid 999). No
+    /run/cdc, no /var/lib/cdc: systemd makes them when the unit first starts."""
+    r = tmp_path_factory.mktemp("fresh")
+    run(["dpkg", "-x", deb, str(r)])
+    cdc = r / "usr" / "bin" / "cdc"
+    for lib in re.findall(r"(/\S+) \(0x", run(["ldd", str(cdc)])):
+        for name in {lib, os.path.realpath(lib)}:
+            dest = r / os.path.relpath(name, "/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                shutil.copy(os.path.realpath(lib), dest)
+    for d in ("run", "var/lib", "tmp"):
+        (r / d).mkdir(parents=True, exist_ok=True)
+    (r / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\ncdc:x:999:999::/var/lib/cdc:/usr/sbin/nologin\n")
+    (r / "etc" / "group").write_text("root:x:0:\ncdc:x:999:\n")
+    assert not (r / "run" / "cdc").exists() and not (r / "var" / "lib" / "cdc").exists()
+    return r
+
+
+def doctor_in(root, config, uid):
+    """cdc doctor of the root's configuration file, run by chroot as uid (and its group)."""
+    p = subprocess.run(["chroot", f"--userspec={uid}:{uid}", str(root), "/usr/bin/cdc", "doctor", "-c", config],
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/"})
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_doctor_on_a_fresh_install_knows_what_systemd_makes(fresh, pg, schema):
+    """Issue 31: before `systemctl enable`, as the README says, doctor failed on /run/cdc (twice) and,
+    as user cdc, on /var/lib/cdc: the unit's RuntimeDirectory= and StateDirectory= make them. The
+    shipped example, pointed at a real server, now exits 0 or 1 (a real warning), as root and as cdc."""
+    pg.sql(f"create table {schema}.orders (id int primary key)")
+    example = (fresh / "etc" / "cdc" / "cdc.yaml").read_text()
+    dsn = re.search(r'^  dsn: "(.*)"$', example, re.M).group(1)
+    sound = example.replace(dsn, pg.dsn).replace('"public.*"', f'"{schema}.*"')
+    assert sound != example and f'"{schema}.*"' in sound
+    conf = fresh / "etc" / "cdc" / "cdc.yaml"
+    conf.write_text(sound)
+    os.chown(conf, 0, 999)
+    conf.chmod(0o640)
+    for uid in (0, 999):
+        rc, out = doctor_in(fresh, "/etc/cdc/cdc.yaml", uid)
+        assert rc in (0, 1) and "\nfail  " not in "\n" + out, out
+        lines = out.splitlines()
+        assert [ln for ln in lines if ln.startswith("pass  sockets: ")] == [
+            f"pass  sockets: {key} /run/cdc/{name}: directory /run/cdc does not exist yet, made by systemd when "
+            "cdc.service starts (RuntimeDirectory=cdc)"
+            for key, name in (("status.socket", "status.sock"), ("subscribers.socket", "events.sock"))], out
+        assert re.search(r"^pass  state_dir: /var/lib/cdc: does not exist yet, made by systemd when cdc.service "
+                         r"starts \(StateDirectory=cdc\), [0-9.]+ [MG]iB free", out, re.M), out
+    # An instance of cdc@.service: /etc/cdc/NAME.yaml, its own directories under them.
+    main = fresh / "etc" / "cdc" / "main.yaml"
+    main.write_text(sound.replace("/var/lib/cdc", "/var/lib/cdc/main").replace("/run/cdc/", "/run/cdc/main/"))
+    main.chmod(0o644)
+    rc, out = doctor_in(fresh, "/etc/cdc/main.yaml", 999)
+    assert rc in (0, 1) and "\nfail  " not in "\n" + out, out
+    assert ("pass  sockets: status.socket /run/cdc/main/status.sock: directory /run/cdc/main does not exist yet, "
+            "made by systemd when cdc@main.service starts (RuntimeDirectory=cdc/%i)") in out.splitlines(), out
+    assert re.search(r"^pass  state_dir: /var/lib/cdc/main: does not exist yet, made by systemd when "
+                     r"cdc@main.service starts \(StateDirectory=cdc/%i\)", out, re.M), out
+    # A file no unit runs is judged as before: the directories must be there.
+    other = fresh / "tmp" / "other.yaml"
+    other.write_text(sound)
+    other.chmod(0o644)
+    rc, out = doctor_in(fresh, "/tmp/other.yaml", 0)
+    assert rc == 2 and "fail  sockets: status.socket /run/cdc/status.sock: directory /run/cdc does not exist" in out

@@ -57,9 +57,9 @@ static void expect_errors(int line, const char *yaml, const char *want)
  * check-config prints it, not []). */
 static void check_default_uids(const cfg *c)
 {
-	CHECK_INT(c->status.ncontrol_uids, geteuid() == 0 ? 1 : 2);
-	CHECK_INT(c->status.control_uids[0], 0);
-	CHECK_INT(c->status.control_uids[c->status.ncontrol_uids - 1], geteuid());
+	CHECK_INT(c->status.control_uids.n, geteuid() == 0 ? 1 : 2);
+	CHECK_INT(c->status.control_uids.v[0], 0);
+	CHECK_INT(c->status.control_uids.v[c->status.control_uids.n - 1], geteuid());
 }
 
 /* check-config's line for that default. */
@@ -379,8 +379,8 @@ static void test_everything(void)
 	CHECK_STR(c->state_dir, "/tmp/cdc state");
 	CHECK_STR(c->status.listen, "[::1]:9187");
 	CHECK(c->status.tcp_control);
-	CHECK_INT(c->status.ncontrol_uids, 3);
-	CHECK_INT(c->status.control_uids[2], 4294967294u);
+	CHECK_INT(c->status.control_uids.n, 3);
+	CHECK_INT(c->status.control_uids.v[2], 4294967294u);
 	CHECK_INT(SUBSCRIBERS(c)->mode, 0600);
 	CHECK_INT(KAFKA(c)->properties.count, 7);
 	CHECK_STR(KAFKA(c)->properties.items[4].value, "5");
@@ -505,10 +505,13 @@ static const struct {
 	BAD("status:\n  listen: \"[]:80\"\n", "t.yaml:2:11: status.listen: invalid address \"[]:80\": expected "
 					  "[IPv6]:PORT\n"),
 	BAD("status:\n  tcp_control: true\n", "t.yaml:2:3: status.tcp_control: needs status.listen\n"),
-	BAD("status:\n  listen: \"0.0.0.0:9000\"\n  control_uids: [0, -1, 4294967295, x]\n",
+	BAD("status:\n  listen: \"0.0.0.0:9000\"\n  control_uids: [0, -1, 4294967295, no-such-user-x, a/b, 2x]\n",
 	    "t.yaml:3:21: status.control_uids: must not be negative, got \"-1\"\n"
 	    "t.yaml:3:25: status.control_uids: \"4294967295\" is out of range (0 to 4294967294)\n"
-	    "t.yaml:3:37: status.control_uids: expected a non-negative integer, got \"x\"\n"),
+	    "t.yaml:3:37: status.control_uids: no user named \"no-such-user-x\" on this machine\n"
+	    "t.yaml:3:53: status.control_uids: invalid user \"a/b\" (expected an id, or a name of 1 to 32 letters, "
+	    "digits, _ . -)\n"
+	    "t.yaml:3:58: status.control_uids: expected a non-negative integer, got \"2x\"\n"),
 	BAD("status:\n  socket: "
 	    "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	    "aaaaaaa\n",
@@ -525,7 +528,7 @@ static const struct {
 	    "t.yaml:2:9: subscribers.mode: invalid mode \"0680\" (expected an octal mode like \"0660\")\n"),
 	BAD("status:\n  listen: \"[::1]80\"\n  control_uids: 5\n",
 	    "t.yaml:2:11: status.listen: invalid address \"[::1]80\": expected [IPv6]:PORT\n"
-	    "t.yaml:3:17: status.control_uids: expected a list of user ids, got \"5\"\n"),
+	    "t.yaml:3:17: status.control_uids: expected a list of user ids or names, got \"5\"\n"),
 	BAD("status:\n  listen: \"[zz]:80\"\n", "t.yaml:2:11: status.listen: invalid address \"[zz]:80\": "
 	    "expected an IPv6 address inside [ ]\n"),
 	BAD("status:\n  listen: \"h st:80\"\n", "t.yaml:2:11: status.listen: invalid address \"h st:80\": "
@@ -624,16 +627,34 @@ static const struct {
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, format: json}\n",
 	    "t.yaml:2:44: subscriptions[0].format: only valid with sink: kafka (this subscription's sink is "
 	    "stdout)\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: xml}\n",
+	    "t.yaml:3:51: subscriptions[0].format: invalid value \"xml\" (expected protobuf, json, debezium, avro)\n"),
+	/* format avro: a registry, every column in a record, and only its keys */
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: avro}\n",
-	    "t.yaml:3:51: subscriptions[0].format: invalid value \"avro\" (expected protobuf, json, debezium)\n"),
+	    "t.yaml:3:5: subscription a has format: avro, which registers its schemas in a schema registry: set "
+	    "kafka.schema_registry.url\n"),
+	BAD("kafka: {brokers: k, schema_registry: {url: \"ftp://r\"}}\nsubscriptions:\n  - {name: a, tables: [a.b], "
+	    "sink: kafka, format: avro, unchanged_toast: omit, schemas: true}\n",
+	    "t.yaml:1:44: kafka.schema_registry.url: invalid URL \"ftp://r\": a URL that starts with http:// or "
+	    "https://\n"
+	    "t.yaml:3:80: subscriptions[0].schemas: only valid with format: debezium (this subscription's format is "
+	    "avro)\n"
+	    "t.yaml:3:57: subscriptions[0].unchanged_toast: omit is not possible with format: avro (a record has every "
+	    "field of its schema): use placeholder\n"
+	    "t.yaml:3:5: subscription a has format: avro, which registers its schemas in a schema registry: set "
+	    "kafka.schema_registry.url\n"),
+	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium, "
+	    "subject_strategy: record}\n",
+	    "t.yaml:3:61: subscriptions[0].subject_strategy: only valid with format: avro (this subscription's format "
+	    "is debezium)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: json, schemas: true,"
 	    " server_name: x, unchanged_toast: omit}\n",
 	    "t.yaml:3:57: subscriptions[0].schemas: only valid with format: debezium (this subscription's format is "
 	    "json)\n"
-	    "t.yaml:3:72: subscriptions[0].server_name: only valid with format: debezium (this subscription's format "
-	    "is json)\n"
-	    "t.yaml:3:88: subscriptions[0].unchanged_toast: only valid with format: debezium (this subscription's "
-	    "format is json)\n"),
+	    "t.yaml:3:72: subscriptions[0].server_name: only valid with format: debezium and avro (this "
+	    "subscription's format is json)\n"
+	    "t.yaml:3:88: subscriptions[0].unchanged_toast: only valid with format: debezium and avro (this "
+	    "subscription's format is json)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium,"
 	    " server_name: \"a b\", unchanged_toast: null}\n",
 	    "t.yaml:3:74: subscriptions[0].server_name: invalid name \"a b\": a Kafka topic name "
@@ -700,7 +721,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "topic, tombstones, format, schemas, server_name, unchanged_toast, subject, snapshot)\n"),
+	    "allow, topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -1212,8 +1233,10 @@ static void test_parse_subscription(void)
 	    {"{\"tables\": [\"x.y\"], \"colour\": 1}",
 	     "body:1:21: unknown key \"colour\" (allowed: name, tables, operations, tag, sink, changed, "
 	     "where, columns, "
-	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, topic, tombstones, "
-	     "format, schemas, server_name, unchanged_toast, subject, snapshot)\n"},
+	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, allow, topic, "
+	     "tombstones, "
+	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, "
+	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},
 	    {"", "body:1:1: must be one JSON object with the keys of a subscription\n"},
@@ -1498,6 +1521,52 @@ static void test_format_defaults(void)
 	cfg_subscription_free(put);
 	cfg_free(c);
 	buf_free(&e);
+}
+
+/* Debezium's formats leave truncates out unless the operations list names them (its
+ * skipped.operations default), and avro receives schema events whatever the list says. */
+static void test_format_operations(void)
+{
+	static const unsigned rows = MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE;
+	static const struct {
+		const char *sub;
+		unsigned ops;
+	} cases[] = {
+	    {"{name: a, tables: [a.b], sink: kafka}", MATCH_OPS_DEFAULT},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium}",
+	     MATCH_OPS_DEFAULT & ~MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: debezium, operations: [insert, truncate]}",
+	     MATCH_OP_INSERT | MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro}", MATCH_OPS_DEFAULT & ~MATCH_OP_TRUNCATE},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro, operations: [insert, update, delete, "
+	     "truncate]}",
+	     rows | MATCH_OP_TRUNCATE | MATCH_OP_SCHEMA},
+	    {"{name: a, tables: [a.b], sink: kafka, format: avro, operations: [message]}", MATCH_OP_MESSAGE},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		buf y = {0}, e = {0};
+		buf_printf(&y,
+			   "kafka: {brokers: k, schema_registry: {url: \"http://r\"}}\nsubscriptions: [%s]\n",
+			   cases[i].sub);
+		cfg *c = parse(y.data, &e);
+		CHECK(c != NULL);
+		if (c) {
+			CHECK_INT(c->subs[0].ops, cases[i].ops);
+			/* the same from a PUT body */
+			const char *body = strchr(cases[i].sub, ',') + 1;
+			buf b = {0};
+			buf_printf(&b, "{%s", body);
+			cfg_subscription *put = cfg_parse_subscription(c, "a", b.data, b.len, &e);
+			CHECK(put && put->ops == cases[i].ops);
+			cfg_subscription_free(put);
+			buf_free(&b);
+		} else {
+			fprintf(stderr, "case %zu: %s", i, e.data);
+		}
+		cfg_free(c);
+		buf_free(&y);
+		buf_free(&e);
+	}
 }
 
 static void note_key(const char *key, void *arg)
@@ -1843,6 +1912,70 @@ static void test_secret_files(void)
 	buf_free(&e);
 }
 
+/* allow: {uids, gids} of a socket subscription: numbers and names (looked up when the file is read),
+ * printed as numbers, copied with the subscription, in a PUT body too; the lengths checked. */
+static void test_allow_lists(void)
+{
+	buf e = {0};
+	cfg *c = parse("subscriptions:\n"
+		       "  - {name: a, tables: [x.y], allow: {uids: [root, 1001], gids: [root, 27]}}\n"
+		       "  - {name: b, tables: [x.y], allow: {gids: [4294967294]}}\n"
+		       "  - {name: c, tables: [x.y]}\n",
+		       &e);
+	CHECK(c != NULL);
+	if (c) {
+		const socket_sub_conf *a = SOCK(&c->subs[0]), *b = SOCK(&c->subs[1]), *o = SOCK(&c->subs[2]);
+		CHECK(a->allow.uids.n == 2 && a->allow.uids.v[0] == 0 && a->allow.uids.v[1] == 1001);
+		CHECK(a->allow.gids.n == 2 && a->allow.gids.v[0] == 0 && a->allow.gids.v[1] == 27);
+		CHECK(b->allow.uids.n == 0 && b->allow.gids.n == 1 && b->allow.gids.v[0] == 4294967294u);
+		CHECK(o->allow.uids.n == 0 && o->allow.gids.n == 0);
+		char *p = print(c);
+		CHECK(strstr(p, "    allow: {uids: [0, 1001], gids: [0, 27]}\n  - name: b") != NULL);
+		CHECK(strstr(p, "    allow: {gids: [4294967294]}\n  - name: c") != NULL);
+		CHECK(strstr(strstr(p, "name: c"), "allow") == NULL); /* none: not printed */
+		free(p);
+		cfg_subscription *copy = cfg_subscription_copy(&c->subs[0]);
+		CHECK(SOCK(copy)->allow.uids.v != a->allow.uids.v && SOCK(copy)->allow.uids.v[1] == 1001);
+		cfg_subscription_free(copy);
+		buf j = {0};
+		cfg_subscription_json(&c->subs[0], &j);
+		CHECK(strstr(j.data, "\"allow\":{\"uids\":[0,1001],\"gids\":[0,27]}") != NULL);
+		buf_free(&j);
+		static const char body[] = "{\"tables\": [\"x.y\"], \"allow\": {\"uids\": [5]}}";
+		cfg_subscription *put = cfg_parse_subscription(c, "d", body, strlen(body), &e);
+		CHECK(put && SOCK(put)->allow.uids.n == 1 && SOCK(put)->allow.uids.v[0] == 5);
+		cfg_subscription_free(put);
+	}
+	cfg_free(c);
+	buf big = {0};
+	buf_puts(&big, "subscriptions:\n  - {name: a, tables: [x.y], allow: {uids: [");
+	for (int i = 0; i < 257; i++)
+		buf_printf(&big, "%s%d", i ? ", " : "", i);
+	buf_puts(&big, "]}}\n");
+	expect_errors(
+	    __LINE__, big.data,
+	    "t.yaml:2:44: subscriptions[0].allow.uids: 257 ids: at most 256 in one list\n"
+	    "t.yaml:2:30: subscriptions[0].allow: needs uids or gids (an empty allow list would let no "
+	    "consumer subscribe)\n");
+	buf_free(&big);
+	expect_errors(
+	    __LINE__, "subscriptions:\n  - {name: a, tables: [x.y], allow: {gids: [no-such-group-x]}}\n",
+	    "t.yaml:2:45: subscriptions[0].allow.gids: no group named \"no-such-group-x\" on this machine\n"
+	    "t.yaml:2:30: subscriptions[0].allow: needs uids or gids (an empty allow list would let no "
+	    "consumer subscribe)\n");
+	expect_errors(
+	    __LINE__, "subscriptions:\n  - {name: a, tables: [x.y], allow: {uids: [], gids: []}}\n",
+	    "t.yaml:2:30: subscriptions[0].allow: needs uids or gids (an empty allow list would let no "
+	    "consumer subscribe)\n");
+	expect_errors(
+	    __LINE__,
+	    "subscriptions:\n  - {name: a, tables: [x.y], allow: {uids: [1], user: [2]}, sink: stdout}\n",
+	    "t.yaml:2:49: subscriptions[0].allow: unknown key \"user\" (allowed: uids, gids)\n"
+	    "t.yaml:2:30: subscriptions[0].allow: only valid with sink: socket (this subscription's sink "
+	    "is stdout)\n");
+	buf_free(&e);
+}
+
 /* The reference (docs/configuration.md) is written from the key table: every key documented, its
  * default and range as the parser has them. */
 static void test_reference(void)
@@ -1959,12 +2092,14 @@ int main(void)
 	test_overlay();
 	test_sink_defaults();
 	test_format_defaults();
+	test_format_operations();
 	test_restart_keys();
 	test_enum_names();
 	test_nats_keys();
 	test_file_replace();
 	test_reference();
 	test_secret_files();
+	test_allow_lists();
 	test_relative_paths();
 	return TEST_SUMMARY("test_config");
 }

@@ -116,6 +116,8 @@ static void test_types(void)
 	     "{\"type\":\"bytes\",\"optional\":true,\"name\":\"org.apache.kafka.connect.data.Decimal\","
 	     "\"version\":1,\"parameters\":{\"scale\":\"2\"}"},
 	    {PGT_MONEY, -1, "-$1,234.11", "\"/h3t\"", NULL},
+	    /* other locales' text: null (German: a comma for the point, the sign after) */
+	    {PGT_MONEY, -1, "1.234,56 \xe2\x82\xac", "null", NULL},
 	    {PGT_TEXT, -1, "a\"b\n", "\"a\\\"b\\n\"", "{\"type\":\"string\",\"optional\":true"},
 	    {PGT_VARCHAR, 24, "x", "\"x\"", "{\"type\":\"string\",\"optional\":true"},
 	    {PGT_BPCHAR, 8, "ab  ", "\"ab  \"", "{\"type\":\"string\",\"optional\":true"},

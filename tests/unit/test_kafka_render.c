@@ -38,6 +38,22 @@ static size_t records(const buf *out, rendered *r, record *recs)
 	return r->nrecords;
 }
 
+/* A record's extra headers as "name=value,name=value". */
+static const char *headers(const record *rec)
+{
+	static buf b;
+	buf_reset(&b);
+	for (const char *p = rec->header, *end = p + rec->r.header_len; p < end;) {
+		uint32_t n;
+		size_t name_len = strlen(p);
+		memcpy(&n, p + name_len + 1, sizeof(n));
+		buf_printf(&b, "%s%s=%.*s", b.len ? "," : "", p, (int)n, p + name_len + 1 + sizeof(n));
+		p += name_len + 1 + sizeof(n) + n;
+	}
+	buf_putc(&b, '\0');
+	return b.data;
+}
+
 static Cdc__V1__Value ints[4];
 static Cdc__V1__Column cols[4];
 static Cdc__V1__Column *pcols[4];
@@ -117,7 +133,7 @@ static void test_protobuf(void)
 	CHECK_INT(rec[0].r.kind, REC_PROTOBUF);
 	/* the value completed reads as the event with its commit fields (appended: protobuf merges
 	 * fields in any order, so it packs again to what protobuf-c makes of the whole event) */
-	kafka_record_value(k, rec[0].r.kind, rec[0].value, rec[0].r.value_len, &r, &COMMIT, 0, 0);
+	kafka_record_value(k, rec[0].r.kind, 0, rec[0].value, rec[0].r.value_len, &r, &COMMIT, 0, 0);
 	Cdc__V1__Event full = e;
 	full.commit_lsn = COMMIT.commit_lsn;
 	full.commit_time = COMMIT.commit_time;
@@ -158,7 +174,7 @@ static void test_json(void)
 	CHECK(rec[0].r.key_len == 8 && memcmp(rec[0].key, "{\"id\":2}", 8) == 0);
 	CHECK(rec[1].r.kind == REC_TOMBSTONE && rec[1].r.key_len == 8 &&
 	      memcmp(rec[1].key, "{\"id\":1}", 8) == 0);
-	kafka_record_value(k, rec[0].r.kind, rec[0].value, rec[0].r.value_len, &r, &COMMIT, 0, 0);
+	kafka_record_value(k, rec[0].r.kind, 0, rec[0].value, rec[0].r.value_len, &r, &COMMIT, 0, 0);
 	/* the value is the line sink: stdout prints, without its newline */
 	Cdc__V1__Event full = e;
 	full.commit_lsn = COMMIT.commit_lsn;
@@ -188,19 +204,46 @@ static void test_debezium(void)
 	record rec[3];
 	CHECK_INT(render(k, &e, &out, &r, rec), 3);
 	CHECK(rec[0].r.kind == REC_DEBEZIUM && memcmp(rec[0].key, "{\"id\":1}", 8) == 0);
-	CHECK(rec[0].r.header_len == 26 && memcmp(rec[0].header, "__debezium.newkey\0{\"id\":2}", 26) == 0);
+	CHECK_STR(headers(&rec[0]), "__debezium.newkey={\"id\":2}");
 	CHECK(strstr(rec[0].value, "\"op\":\"d\"") != NULL);
+	/* the tombstone carries the delete's headers (Debezium copies them) */
 	CHECK(rec[1].r.kind == REC_TOMBSTONE && memcmp(rec[1].key, "{\"id\":1}", 8) == 0);
+	CHECK_STR(headers(&rec[1]), "__debezium.newkey={\"id\":2}");
 	CHECK(rec[2].r.kind == REC_DEBEZIUM && memcmp(rec[2].key, "{\"id\":2}", 8) == 0);
-	CHECK(rec[2].r.header_len == 26 && memcmp(rec[2].header, "__debezium.oldkey\0{\"id\":1}", 26) == 0);
-	kafka_record_value(k, rec[2].r.kind, rec[2].value, rec[2].r.value_len, &r, &COMMIT, 2, 2);
+	CHECK_STR(headers(&rec[2]), "__debezium.oldkey={\"id\":1}");
+	kafka_record_value(k, rec[2].r.kind, 0, rec[2].value, rec[2].r.value_len, &r, &COMMIT, 2, 2);
 	CHECK(strncmp(k->value.data, "{\"before\":null,\"after\":{\"id\":2},\"source\":{", 42) == 0);
 	CHECK(memchr(k->value.data, '\x01', k->value.len) == NULL); /* every mark filled */
 
-	/* a truncate: no key */
+	/* Debezium's context headers after the other key's, on the tombstone too */
+	k->subs[0].context_headers = true;
+	k->subs[0].server_name = "srv";
+	strcpy(k->run_id, "0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b");
+	CHECK_INT(render(k, &e, &out, &r, rec), 3);
+	static const char context[] =
+	    "__debezium.context.connectorLogicalName=srv,__debezium.context.taskId=0,"
+	    "__debezium.context.connectorName=postgresql,"
+	    "__debezium.context.runId=0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b";
+	static const char newkey[] =
+	    "__debezium.newkey={\"id\":2},__debezium.context.connectorLogicalName=srv,"
+	    "__debezium.context.taskId=0,__debezium.context.connectorName=postgresql,"
+	    "__debezium.context.runId=0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b";
+	CHECK_STR(headers(&rec[0]), newkey);
+	CHECK_STR(headers(&rec[1]), newkey);
+	CHECK(strstr(headers(&rec[2]), context) != NULL);
+	/* a truncate: no key, the context headers */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
 	CHECK_INT(render(k, &e, &out, &r, rec), 1);
 	CHECK(!rec[0].r.has_key);
+	CHECK_STR(headers(&rec[0]), context);
+	/* a logical message: none (Debezium's come from another emitter) */
+	Cdc__V1__LogicalMessage msg = CDC__V1__LOGICAL_MESSAGE__INIT;
+	msg.prefix = "p";
+	e = event(CDC__V1__OP__OP_MESSAGE, NULL, NULL, NULL);
+	e.message = &msg;
+	CHECK_INT(render(k, &e, &out, &r, rec), 1);
+	CHECK_INT(rec[0].r.header_len, 0);
+	k->subs[0].context_headers = false;
 	/* tombstones: false */
 	k->subs[0].tombstones = false;
 	e = event(CDC__V1__OP__OP_DELETE, &key, NULL, &old);

@@ -392,6 +392,9 @@ static bool step(fixture *f, const char *line, int no)
 		wire(&m, sx, "cxi", 'D', (uint32_t)x);
 		wire_tuple(&m, 'O', b);
 		break;
+	case 'T': /* T RELID: a truncate of one table */
+		wire(&m, sx, "cxici", 'T', 1, 0, (uint32_t)x);
+		break;
 	case 'S': /* S XID FIRST: stream start */
 		wire(&m, 0, "cic", 'S', (uint32_t)x, (int)y);
 		f->stream_xid = (uint32_t)x;
@@ -624,6 +627,15 @@ static const struct pipeline_case {
 	 "A#1 seq=5 commit=0/500 tx=0<: slim schema orders cols(id)\n"
 	 "A#1 seq=5 commit=0/500 tx=0: slim insert orders new(id=5)\n",
 	 5},
+	{"truncates: a schema event before a subscription's first truncate of a table (the truncate names "
+	 "none), none before the next truncate or row",
+	 "  - {name: all, tables: [public.*], sink: stdout}\n",
+	 RELATIONS "B 0x100 7\nT 1\nC 0x100 0x108\nB 0x200 8\nT 1\nI 1 1,new,10\nC 0x200 0x208\n",
+	 "A#0 seq=1 commit=0/100 tx=0<: all schema orders cols(id,status,amount)\n"
+	 "A#0 seq=1 commit=0/100 tx=0: all truncate orders\n"
+	 "A#0 seq=2 commit=0/200 tx=0: all truncate orders\n"
+	 "A#0 seq=2 commit=0/200 tx=1: all insert orders new(id=1,status=new,amount=10)\n",
+	 2},
 	{"DDL events: delivered in the transaction's order to its table's subscriptions; a rename, and a "
 	 "column dropped and one of the old name added, told apart by column number; NOT NULL",
 	 "  - {name: all, tables: [public.*], sink: stdout}\n"

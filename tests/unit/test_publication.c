@@ -48,8 +48,28 @@ static void create(const char *pattern, bool superuser, int version, const pg_ta
 	"it to publication \"pub\": its owner or a superuser can run ALTER PUBLICATION \"pub\" ADD TABLE "   \
 	"\"app\".\"theirs\"\n"
 
+/* A table named one by one that does not exist is missing, with the closest names; a glob that
+ * matches nothing yet waits for its tables (issue 31). */
+static void misspelt(void)
+{
+	char *pats[] = {"app.ordres", "app.new_*", "app.invoices"};
+	cfg_strlist publish = {pats, 3};
+	pg_publication_plan p;
+	pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, true, 150000, false);
+	CHECK_INT(p.no_match.n, 1);
+	CHECK_STR(p.no_match.v[0], "app.new_*");
+	CHECK_INT(p.missing.n, 2);
+	CHECK_STR(p.missing.v[0], "source.publish names table app.ordres, which does not exist: did you mean "
+				  "app.orders?");
+	CHECK_STR(p.missing.v[1],
+		  "source.publish names table app.invoices, which does not exist (nor a table "
+		  "of a similar name)");
+	pg_publication_plan_free(&p);
+}
+
 int main(void)
 {
+	misspelt();
 	/* a superuser: the schema follows new tables by itself on 15+; on 14 the tables are listed */
 	create("app.*", true, 150000, ROWS, NROWS,
 	       "CREATE PUBLICATION \"pub\" FOR TABLES IN SCHEMA \"app\"" VIA_ROOT, "", NULL);

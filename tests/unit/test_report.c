@@ -57,6 +57,7 @@ static const socket_sub_stats orders_stats = {.head_offset = 120,
 					      .nacked = 6,
 					      .progressed = 7,
 					      .refused = 8,
+					      .denied = 9,
 					      .spool_bytes = 1048576,
 					      .full = true,
 					      .not_reading = 1};
@@ -190,7 +191,7 @@ static void test_status_full(void)
 	    "{\"name\":\"orders\",\"sink\":\"socket\",\"matched\":120,\"delivered\":118,\"bytes\":40960,"
 	    "\"head_offset\":120,\"acked_offset\":100,\"first_offset\":90,\"pending\":20,\"consumers\":2,"
 	    "\"dead\":1,\"dropped\":3,\"redelivered\":4,\"in_flight\":5,\"acked\":100,\"nacked\":6,"
-	    "\"progressed\":7,\"refused\":8,\"spool_bytes\":1048576,\"full\":true,"
+	    "\"progressed\":7,\"refused\":8,\"denied\":9,\"spool_bytes\":1048576,\"full\":true,"
 	    "\"attached\":[{\"name\":\"worker-1\",\"pid\":4242,\"uid\":1000,\"mode\":\"failover\","
 	    "\"active\":true,\"reading\":true,\"in_flight\":5,\"delivered\":118,\"acked\":100,"
 	    "\"connected_since\":\"2024-05-01T12:34:56.000123Z\"},"
@@ -203,7 +204,8 @@ static void test_status_full(void)
 	    "{\"name\":\"audit\",\"sink\":\"kafka\",\"matched\":7,\"delivered\":6,\"bytes\":700,"
 	    "\"head_offset\":null,\"acked_offset\":null,\"first_offset\":null,\"pending\":null,"
 	    "\"consumers\":null,\"dead\":null,\"dropped\":null,\"redelivered\":null,\"in_flight\":null,"
-	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"spool_bytes\":null,"
+	    "\"acked\":null,\"nacked\":null,\"progressed\":null,\"refused\":null,\"denied\":null,\"spool_"
+	    "bytes\":null,"
 	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
 	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"p999\":3.000,"
@@ -451,6 +453,7 @@ static void test_metrics(void)
 	    "\ncdc_subscription_nacked_events_total{subscription=\"orders\"} 6\n#",
 	    "\ncdc_subscription_progress_total{subscription=\"orders\"} 7\n#",
 	    "\ncdc_subscription_refused_total{subscription=\"orders\"} 8\n#",
+	    "\ncdc_subscription_denied_subscribes_total{subscription=\"orders\"} 9\n#",
 	    "\ncdc_subscription_head_offset{subscription=\"orders\"} 120\n#",
 	    "\ncdc_subscription_acked_offset{subscription=\"orders\"} 100\n#",
 	    "\ncdc_subscription_full{subscription=\"orders\"} 1\n#",

@@ -66,6 +66,39 @@ static void test_table_match(void)
 	}
 }
 
+/* A literal pattern that names no table: the closest names (issue 31: public.ordres). */
+static void test_suggest(void)
+{
+	static const char *const tables[][2] = {
+	    {"public", "orders"},     {"public", "order_lines"}, {"public", "customers"},
+	    {"public", "ordres_old"}, {"sales", "orders"},	 {"public", "Orders"},
+	    {"odd", "my-table"},      {"public", "x"},
+	};
+	static const struct {
+		const char *pattern, *want;
+	} t[] = {
+	    {"public.ordres", "did you mean public.orders or public.Orders?"},
+	    {"public.order", "did you mean public.orders or public.Orders?"},
+	    {"sales.ordres", "did you mean sales.orders?"},
+	    {"publik.customer", "did you mean public.customers?"},
+	    {"odd.my_table", "did you mean odd.\"my-table\"?"},
+	    {"\"odd\".\"my-tabel\"", "did you mean odd.\"my-table\"?"},
+	    {"public.invoices", ""},
+	    {"public.y", "did you mean public.x?"},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+		match_suggest m;
+		match_suggest_start(&m, t[i].pattern);
+		for (size_t k = 0; k < sizeof tables / sizeof *tables; k++)
+			match_suggest_add(&m, tables[k][0], tables[k][1]);
+		char out[512];
+		CHECK_STR(match_suggest_text(&m, out, sizeof(out)), t[i].want);
+	}
+	CHECK(match_table_literal("public.orders") && match_table_literal("\"a*\".\"b?\""));
+	CHECK(!match_table_literal("public.*") && !match_table_literal("p?.t") &&
+	      !match_table_literal("\"a\".b*"));
+}
+
 static void test_matching(void)
 {
 	char *orders[] = {"public.orders"}, *all_public[] = {"public.*"}, *two[] = {"app.job?", "*.audit_*"};
@@ -348,6 +381,7 @@ int main(void)
 {
 	test_hist();
 	test_table_match();
+	test_suggest();
 	test_matching();
 	test_where_shared();
 	test_progress();

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
-const { Consumer, Connection, ServerError } = require(path.join(here, "../../../proto/clients/typescript/dist/src"));
+const { Consumer, Connection, PermissionDenied, ServerError } = require(path.join(here, "../../../proto/clients/typescript/dist/src"));
 
 const env = (k) => {
   if (!process.env[k]) throw new Error(`${k} not set: run through tests/clients/test_typescript_client.py`);
@@ -218,6 +218,18 @@ test("an Error frame becomes a ServerError with its code, and the server closes 
   await assert.rejects(conn.subscribe("nope"), (e) => e instanceof ServerError && e.code === "UNKNOWN_SUBSCRIPTION");
   assert.equal(await conn.next(10000), null);
   assert.equal(conn.closed, true);
+});
+
+test("PERMISSION_DENIED (the allow list does not hold this uid) becomes a PermissionDenied at once, not retried", async () => {
+  const c = new Consumer(SOCKET, "locked"); // reconnects on other errors
+  await assert.rejects(take(c.events(), 1), (e) => {
+    assert.ok(e instanceof PermissionDenied && e instanceof ServerError);
+    assert.deepEqual([e.code, e.codeValue], ["PERMISSION_DENIED", 8]);
+    assert.match(e.serverMessage, new RegExp(`^uid ${process.getuid()} \\(group ${process.getgid()}[^)]*\\) may not read ` +
+      "subscription locked: neither its uid nor its groups are in the subscription's allow list \\(allow: uids, gids\\)$"));
+    return true;
+  });
+  c.close();
 });
 
 test("nack with a delay and a reason: delivered again later, then a dead letter carrying the reason", async () => {

@@ -11,13 +11,13 @@
 Consumer is the worker's API; Connection is one raw connection (framing, Subscribe, Ack, Nack,
 Progress) for tools and tests; pb holds the generated messages and enums."""
 from ._proto import pb
-from .connection import (FRAME_MAX, FRAME_SERVER_MAX, Connection, ConnectionClosed, ProtocolError,
-                         ServerError, encode_frame, subscribe_frame)
+from .connection import (FRAME_MAX, FRAME_SERVER_MAX, Connection, ConnectionClosed, PermissionDenied,
+                         ProtocolError, ServerError, encode_frame, subscribe_frame)
 from .consumer import Consumer
 from .events import (DeadLetter, Ddl, DdlColumn, Event, Refused, SchemaColumn, TableSchema, format_lsn,
                      op_name, row, schema_id_text, value)
 
 __all__ = ["Consumer", "Connection", "Event", "DeadLetter", "Refused", "TableSchema", "SchemaColumn", "Ddl",
-           "DdlColumn", "schema_id_text", "ServerError", "ConnectionClosed",
+           "DdlColumn", "schema_id_text", "ServerError", "PermissionDenied", "ConnectionClosed",
            "ProtocolError", "pb", "row", "value", "op_name", "format_lsn", "encode_frame", "subscribe_frame",
            "FRAME_MAX", "FRAME_SERVER_MAX"]

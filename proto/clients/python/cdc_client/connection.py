@@ -42,6 +42,17 @@ class ServerError(Exception):
         super().__init__("%s: %s" % (self.code, self.message))
 
 
+class PermissionDenied(ServerError):
+    """PERMISSION_DENIED: the subscription's allow list (allow: uids, gids in cdc's configuration) holds
+    neither this process's uid nor its groups; the message names the uid and the subscription.
+    Connecting again cannot help: run the consumer as a user the list names, or have it added."""
+
+
+def server_error(error):
+    """The exception an Error frame raises: PermissionDenied, or ServerError for the other codes."""
+    return PermissionDenied(error) if error.code == pb.Error.PERMISSION_DENIED else ServerError(error)
+
+
 def encode_frame(msg) -> bytes:
     """A message as one frame: 4-byte big-endian length, then its bytes."""
     data = msg.SerializeToString()
@@ -97,7 +108,7 @@ class Connection:
             raise TimeoutError("no answer to Subscribe within %ss" % timeout)
         kind = f.WhichOneof("kind")
         if kind == "error":
-            raise ServerError(f.error)
+            raise server_error(f.error)
         if kind != "subscribed":
             raise ProtocolError("expected Subscribed, got %s" % kind)
         return f.subscribed

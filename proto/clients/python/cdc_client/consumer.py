@@ -10,7 +10,7 @@ import time
 from typing import Callable, Iterable, Iterator, List, Optional, Union
 
 from ._proto import pb
-from .connection import MODES, ConnectionClosed, Connection, ProtocolError, ServerError
+from .connection import MODES, ConnectionClosed, Connection, ProtocolError, ServerError, server_error
 from .events import DeadLetter, Event, Refused
 
 log = logging.getLogger("cdc_client")
@@ -361,7 +361,7 @@ class Consumer:
         if self.reconnect and m.code in RETRYABLE_CODES:
             log.info("cdc_client: %s: %s; connecting again", pb.Error.Code.Name(m.code), m.message)
             return None
-        raise ServerError(m)
+        raise server_error(m)
 
     def _log_dropped(self, first, last):
         log.warning("cdc_client: subscription %s: events %d..%d were dropped by retention before "

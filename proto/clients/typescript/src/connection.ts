@@ -3,7 +3,7 @@
 // (consumer.ts) adds reconnection, heartbeats, answers to acks and typed events on top.
 import * as net from "node:net";
 import * as os from "node:os";
-import { ConnectionClosed, ProtocolError, ServerError } from "./errors";
+import { ConnectionClosed, ProtocolError, serverError } from "./errors";
 import { ClientFrame, ServerFrame, StartFrom, long } from "./proto";
 
 export const FRAME_MAX = 16 * 1024 * 1024; // what a client may send
@@ -103,7 +103,7 @@ export class Connection {
       throw new ConnectionClosed(this.closed ? "the server closed the connection instead of answering Subscribe"
         : `no answer to Subscribe within ${timeoutMs} ms`);
     }
-    if (f.kind === "error") throw new ServerError(f.error.code, f.error.message);
+    if (f.kind === "error") throw serverError(f.error.code, f.error.message);
     if (f.kind !== "subscribed") throw new ProtocolError(`expected Subscribed, got ${f.kind}`);
     return f.subscribed;
   }

@@ -2,7 +2,7 @@
 // nacks and progress; reconnects with exponential backoff when cdc restarts or the connection
 // breaks, handles heartbeats and the Acked answers to acks. Built on Connection (connection.ts).
 import { Connection, Start, SubscribeOptions } from "./connection";
-import { ConnectionClosed, ProtocolError, ServerError, TimeoutError } from "./errors";
+import { ConnectionClosed, ProtocolError, ServerError, TimeoutError, serverError } from "./errors";
 import { DeadLetter, Event, Refused, deadLetterFromMessage, fromMessage, refusedFromMessage } from "./events";
 import { ConsumerMode, ErrorCode, big, long } from "./proto";
 
@@ -147,7 +147,7 @@ export class Consumer implements AsyncIterable<Event> {
         this.log(`${ErrorCode.valuesById[m.code]}: ${m.message}; connecting again`);
         return null;
       }
-      throw new ServerError(m.code, m.message);
+      throw serverError(m.code, m.message);
     },
   };
 

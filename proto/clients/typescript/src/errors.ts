@@ -17,6 +17,23 @@ export class ServerError extends Error {
   }
 }
 
+/** PERMISSION_DENIED: the subscription's allow list (allow: uids, gids in cdc's configuration)
+ * holds neither this process's uid nor its groups; the message names the uid and the subscription.
+ * Connecting again cannot help: run the consumer as a user the list names, or have it added. */
+export class PermissionDenied extends ServerError {
+  constructor(codeValue: number, message: string) {
+    super(codeValue, message);
+    this.name = "PermissionDenied";
+  }
+}
+
+/** The error an Error frame raises: PermissionDenied, or ServerError for the other codes. */
+export function serverError(codeValue: number, message: string): ServerError {
+  return codeValue === ErrorCode.values.PERMISSION_DENIED
+    ? new PermissionDenied(codeValue, message)
+    : new ServerError(codeValue, message);
+}
+
 /** The server broke the protocol (bad framing, an unexpected frame). */
 export class ProtocolError extends Error {
   constructor(message: string) {

@@ -21,5 +21,5 @@ export {
   schemaIdText,
   value,
 } from "./events";
-export { ConnectionClosed, ProtocolError, ServerError, TimeoutError } from "./errors";
+export { ConnectionClosed, PermissionDenied, ProtocolError, ServerError, TimeoutError } from "./errors";
 export { root, ClientFrame, ServerFrame, protoDir } from "./proto";

@@ -14,7 +14,6 @@ WAL held back.
 
 import os
 import subprocess
-import sys
 import threading
 import time
 

@@ -54,16 +54,16 @@ LIB_SRCS := \
 	cdc/daemon/backfills.c cdc/daemon/signals.c cdc/daemon/notify.c \
 	cdc/daemon/resync.c \
 	cdc/status/status.c cdc/status/report.c \
-	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor.c \
-	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover.c cdc/doctor/local.c cdc/doctor/unit.c \
+	cdc/cli/cli.c cdc/cli/tail.c cdc/cli/status_cmd.c cdc/cli/doctor_cmd.c \
+	cdc/doctor/doctor.c cdc/doctor/database.c cdc/doctor/failover_checks.c cdc/doctor/local.c cdc/doctor/unit.c \
 	cdc/doctor/access.c
 MAIN_SRCS := cdc/main.c
 UNIT_TESTS := pgoutput pgtypes schema txn event config predicate rules frame spool status report log source net json pipeline \
 	ring kafka_eo failover debezium avro kafka_render catalog publication nats
 FUZZERS := pgoutput config predicate frame http redact put ddl debezium pbwire avro
 # Backfills (cdc/backfill/): snapshots read by block ranges, each a COPY between watermarks, while the stream flows.
-LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/keys.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
-	cdc/backfill/stream.c cdc/backfill/progress.c cdc/backfill/reader.c \
+LIB_SRCS += cdc/backfill/window.c cdc/backfill/copy.c cdc/backfill/read_sets.c cdc/backfill/sql.c cdc/backfill/backfill.c cdc/backfill/state_file.c \
+	cdc/backfill/stream.c cdc/backfill/backfill_progress.c cdc/backfill/reader.c \
 	cdc/backfill/request.c cdc/backfill/signal.c cdc/cli/backfill_cmd.c
 UNIT_TESTS += backfill_window backfill_sql backfill signal
 FUZZERS += backfill signal copy

@@ -5,7 +5,7 @@
 
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
-#include "cdc/cli/doctor.h"
+#include "cdc/cli/doctor_cmd.h"
 #include "cdc/cli/status_cmd.h"
 #include "cdc/cli/tail.h"
 #include "cdc/config/config.h"

@@ -40,10 +40,10 @@ typedef struct ddl_msg {
 /* Parses one message's content; strings and columns go into a. False with err naming the field
  * and what is wrong ("columns[2].attnum: expected an integer from 1 to 32767"). Keys it does not
  * know are ignored (a newer trigger may add some); a newer "v" is read as far as it goes. */
-bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *err,
+bool ddl_parse(arena *ar, const char *content, size_t len, ddl_msg *out, char *err,
 	       size_t errlen) CDC_MUST_CHECK;
 
-/* The OP_DDL event of m (schema, table, relation_id, ddl); the transaction fields are the caller's. */
-Cdc__V1__Event *ddl_event(arena *a, const ddl_msg *m);
+/* The OP_DDL event of msg (schema, table, relation_id, ddl); the transaction fields are the caller's. */
+Cdc__V1__Event *ddl_event(arena *ar, const ddl_msg *msg);
 
 #endif

@@ -162,7 +162,7 @@ typedef struct pgo_options {
 bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_stream, pgo_msg *out,
 	       char *err, size_t errlen) CDC_MUST_CHECK;
 
-uint32_t pgo_truncate_relid(const pgo_msg *m, uint32_t i);
+uint32_t pgo_truncate_relid(const pgo_msg *msg, uint32_t index);
 
 /* The relation cache. Entries own copies of their strings. */
 typedef struct pgo_rel {
@@ -179,23 +179,24 @@ typedef struct pgo_rel {
 typedef struct pgo_relcache pgo_relcache;
 
 pgo_relcache *pgo_relcache_new(void);
-void pgo_relcache_free(pgo_relcache *c);
+void pgo_relcache_free(pgo_relcache *relcache);
 /* Adds or replaces the entry for a PGO_RELATION message. */
-void pgo_relcache_put(pgo_relcache *c, const pgo_msg *relation);
-const pgo_rel *pgo_relcache_get(const pgo_relcache *c, uint32_t relid);
+void pgo_relcache_put(pgo_relcache *relcache, const pgo_msg *relation);
+const pgo_rel *pgo_relcache_get(const pgo_relcache *relcache, uint32_t relid);
 /* The entry of table nspname.relname, looked for among all (not for every row), or NULL. */
-const pgo_rel *pgo_relcache_find(const pgo_relcache *c, const char *nspname, const char *relname);
+const pgo_rel *pgo_relcache_find(const pgo_relcache *relcache, const char *nspname, const char *relname);
 /* The primary key of relation relid. Under REPLICA IDENTITY FULL the server marks every column as
  * identity; the cache then marks only these (for event keys, Kafka keys and projections). */
-void pgo_relcache_set_primary_key(pgo_relcache *c, uint32_t relid, const char *const *names, size_t n);
+void pgo_relcache_set_primary_key(pgo_relcache *relcache, uint32_t relid, const char *const *names,
+				  size_t count);
 /* Records a PGO_TYPE message: the name of a non-built-in type. */
-void pgo_relcache_put_type(pgo_relcache *c, const pgo_msg *type);
+void pgo_relcache_put_type(pgo_relcache *relcache, const pgo_msg *type);
 /* "schema.name" for types announced by Type messages, the built-in name (int4, text, _int4, ...)
  * for built-in types, NULL if unknown. */
-const char *pgo_type_name_of(const pgo_relcache *c, uint32_t oid);
+const char *pgo_type_name_of(const pgo_relcache *relcache, uint32_t oid);
 /* Appends a column's type as PostgreSQL's format_type(oid, typmod) prints it (see
  * pgtypes_format; a type a Type message announced: pgtypes_format_named); "???" for a type neither
  * built in nor announced. */
-void pgo_format_type(const pgo_relcache *c, uint32_t oid, int32_t typmod, buf *out);
+void pgo_format_type(const pgo_relcache *relcache, uint32_t oid, int32_t typmod, buf *out);
 
 #endif

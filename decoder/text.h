@@ -14,31 +14,31 @@ typedef struct cur {
 	const char *p, *end;
 } cur;
 
-static inline bool cur_eat(cur *c, char ch)
+static inline bool cur_eat(cur *cursor, char ch)
 {
-	if (c->p < c->end && *c->p == ch) {
-		c->p++;
+	if (cursor->p < cursor->end && *cursor->p == ch) {
+		cursor->p++;
 		return true;
 	}
 	return false;
 }
 
-static inline bool cur_lit(cur *c, const char *lit, size_t n)
+static inline bool cur_lit(cur *cursor, const char *lit, size_t count)
 {
-	if ((size_t)(c->end - c->p) >= n && memcmp(c->p, lit, n) == 0) {
-		c->p += n;
+	if ((size_t)(cursor->end - cursor->p) >= count && memcmp(cursor->p, lit, count) == 0) {
+		cursor->p += count;
 		return true;
 	}
 	return false;
 }
 
 /* Between min and max decimal digits (max <= 18, so no overflow). */
-static inline bool cur_digits(cur *c, int min, int max, int64_t *out)
+static inline bool cur_digits(cur *cursor, int min, int max, int64_t *out)
 {
 	int64_t v = 0;
 	int n = 0;
-	while (n < max && c->p < c->end && (unsigned char)(*c->p - '0') <= 9) {
-		v = v * 10 + (*c->p++ - '0');
+	while (n < max && cursor->p < cursor->end && (unsigned char)(*cursor->p - '0') <= 9) {
+		v = v * 10 + (*cursor->p++ - '0');
 		n++;
 	}
 	*out = v;
@@ -47,17 +47,17 @@ static inline bool cur_digits(cur *c, int min, int max, int64_t *out)
 
 /* "HH:MM:SS[.f{1,6}]" as microseconds: hours of 2 to hour_digits digits (an interval's exceed 24),
  * minutes and seconds below 60. */
-static inline bool cur_hms(cur *c, int hour_digits, int64_t *us)
+static inline bool cur_hms(cur *cursor, int hour_digits, int64_t *us)
 {
 	int64_t h, mi, s, frac = 0;
-	if (!cur_digits(c, 2, hour_digits, &h) || !cur_eat(c, ':') || !cur_digits(c, 2, 2, &mi) ||
-	    !cur_eat(c, ':') || !cur_digits(c, 2, 2, &s))
+	if (!cur_digits(cursor, 2, hour_digits, &h) || !cur_eat(cursor, ':') ||
+	    !cur_digits(cursor, 2, 2, &mi) || !cur_eat(cursor, ':') || !cur_digits(cursor, 2, 2, &s))
 		return false;
-	if (cur_eat(c, '.')) {
-		const char *start = c->p;
-		if (!cur_digits(c, 1, 6, &frac))
+	if (cur_eat(cursor, '.')) {
+		const char *start = cursor->p;
+		if (!cur_digits(cursor, 1, 6, &frac))
 			return false;
-		for (ptrdiff_t k = c->p - start; k < 6; k++)
+		for (ptrdiff_t k = cursor->p - start; k < 6; k++)
 			frac *= 10;
 	}
 	*us = ((h * 60 + mi) * 60 + s) * TEXT_USECS_PER_SEC + frac;
@@ -65,17 +65,17 @@ static inline bool cur_hms(cur *c, int hour_digits, int64_t *us)
 }
 
 /* A zone offset "+HH[:MM[:SS]]" or "-...", as signed microseconds east of UTC. */
-static inline bool cur_offset(cur *c, int64_t *us)
+static inline bool cur_offset(cur *cursor, int64_t *us)
 {
-	if (c->p == c->end || (*c->p != '+' && *c->p != '-'))
+	if (cursor->p == cursor->end || (*cursor->p != '+' && *cursor->p != '-'))
 		return false;
-	int64_t sign = *c->p++ == '-' ? -1 : 1, oh, om = 0, os = 0;
-	if (!cur_digits(c, 2, 2, &oh))
+	int64_t sign = *cursor->p++ == '-' ? -1 : 1, oh, om = 0, os = 0;
+	if (!cur_digits(cursor, 2, 2, &oh))
 		return false;
-	if (cur_eat(c, ':')) {
-		if (!cur_digits(c, 2, 2, &om))
+	if (cur_eat(cursor, ':')) {
+		if (!cur_digits(cursor, 2, 2, &om))
 			return false;
-		if (cur_eat(c, ':') && !cur_digits(c, 2, 2, &os))
+		if (cur_eat(cursor, ':') && !cur_digits(cursor, 2, 2, &os))
 			return false;
 	}
 	*us = sign * ((oh * 60 + om) * 60 + os) * TEXT_USECS_PER_SEC;

@@ -32,20 +32,20 @@ typedef struct txn_handler {
 	void *ctx;
 	/* Transaction start, once the commit is known: plain transactions at Begin (end_lsn still 0
 	 * then), held ones at their Stream Commit / Commit Prepared, before their replay() calls. */
-	bool (*begin)(void *ctx, const txn_info *t, char *err, size_t errlen);
+	bool (*begin)(void *ctx, const txn_info *info, char *err, size_t errlen);
 	/* A change (PGO_INSERT/UPDATE/DELETE/TRUNCATE/MESSAGE) at WAL position lsn, as it arrives;
-	 * the relation cache is current for it. t is NULL for a non-transactional message. hold is
-	 * NULL in a plain transaction: the change is committed, deliver it. In a held transaction t
+	 * the relation cache is current for it. info is NULL for a non-transactional message. hold is
+	 * NULL in a plain transaction: the change is committed, deliver it. In a held transaction info
 	 * has only xid (the top-level one), origin, gid, tx_index and savepoint, what the handler
 	 * appends to hold is this change's record (possibly empty), replayed if the transaction
 	 * commits, and *positions (0 unless set; positions is NULL outside a held transaction) how many
 	 * tx_index values the change takes. */
-	bool (*change)(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
+	bool (*change)(void *ctx, const txn_info *info, const pgo_msg *msg, pgo_lsn lsn, buf *hold,
 		       uint32_t *positions, char *err, size_t errlen);
 	/* One record of a held transaction, in the order the changes arrived. */
-	bool (*replay)(void *ctx, const txn_info *t, const uint8_t *rec, size_t len, char *err,
+	bool (*replay)(void *ctx, const txn_info *info, const uint8_t *rec, size_t len, char *err,
 		       size_t errlen);
-	bool (*commit)(void *ctx, const txn_info *t, char *err, size_t errlen);
+	bool (*commit)(void *ctx, const txn_info *info, char *err, size_t errlen);
 	/* Optional. Held transaction xid's changes from the savepoint at tx_index on are discarded (a
 	 * subtransaction rolled back); the transaction goes on. */
 	bool (*rollback)(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
@@ -64,20 +64,20 @@ typedef struct txn_stats {
 typedef struct txn_assembler txn_assembler;
 
 /* spill_dir must exist; stale spill files in it are removed (the slot will resend them). */
-txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc, const txn_handler *h,
-		       char *err, size_t errlen);
-void txn_free(txn_assembler *a);
+txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc,
+		       const txn_handler *handler, char *err, size_t errlen);
+void txn_free(txn_assembler *assembler);
 
 /* Feeds one XLogData payload received at WAL position lsn. Errors (malformed message, protocol
  * violation, handler failure, spill I/O) return false with a message naming what happened. */
-bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+bool txn_feed(txn_assembler *assembler, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
 	      size_t errlen) CDC_MUST_CHECK;
 
 /* True between Begin and Commit of a plain transaction or inside a stream block. */
-bool txn_in_progress(const txn_assembler *a);
+bool txn_in_progress(const txn_assembler *assembler);
 /* Lowest prepare LSN of the prepared transactions held, or 0 if none. The slot must not be
  * confirmed past it: the server would not send the prepared changes again. */
-pgo_lsn txn_oldest_prepared(const txn_assembler *a);
-txn_stats txn_get_stats(const txn_assembler *a);
+pgo_lsn txn_oldest_prepared(const txn_assembler *assembler);
+txn_stats txn_get_stats(const txn_assembler *assembler);
 
 #endif

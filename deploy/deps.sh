@@ -17,10 +17,10 @@ build_pkgs=(build-essential pkg-config libpq-dev librdkafka-dev libprotobuf-c-de
 # nats-server (with JetStream) is the server of sink: nats's tests; they read it with the nats npm
 # package (tests/nats, pinned in its package-lock.json), which runs on nodejs. python3-avro (Apache
 # Avro's own library) decodes format: avro's records and checks schemas' compatibility in
-# tests/registry_double.py.
+# tests/registry_double.py. curl runs cdc doctor's fix of a registry subject as printed (test_doctor.py).
 test_pkgs=(postgresql python3-pytest python3-psycopg2 python3-protobuf python3-confluent-kafka python3-avro
 	python3-prometheus-client protobuf-compiler jq kcat valgrind python3-yaml nodejs openssl clang-format prometheus
-	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build gdb nats-server)
+	systemd man-db groff-base python3-venv python3-setuptools python3-wheel python3-build gdb nats-server curl)
 # bench drives the same server and client tools as the tests (pg_recvlogical comes with
 # postgresql), the subscriber client (python3-protobuf, protoc), GNU time for peak RSS, and
 # nats-server with the nats npm client (nodejs) for the NATS drain.

@@ -199,39 +199,39 @@ typedef struct sink_module {
 	/* Checks the subscriptions of this sink together (section: NULL when the file has none):
 	 * false with *first and *second the indexes of two that cannot go together, why in why. */
 	bool (*check_together)(const void *section, const void *const *subs, const char *const *names,
-			       size_t n, size_t *first, size_t *second, buf *why);
+			       size_t count, size_t *first, size_t *second, buf *why);
 
 	/* Makes the sink, then binds subs as bind() does. NULL with err when it cannot. */
 	sink *(*create)(const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
 			char *err, size_t errlen);
 	/* After every reload: the subscriptions to take (copied), and the section's settings that a
 	 * restart of its client takes. False with err when it cannot. */
-	bool (*bind)(sink *k, const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
+	bool (*bind)(sink *sk, const sink_env *env, const void *section, const sink_sub *subs, size_t nsubs,
 		     char *err, size_t errlen);
 
 	/* The daemon's calls that a sink may need. Every hook is optional. */
 	/* Within how many milliseconds flush() should run again even if nothing happens (0: no need). */
-	int (*wake_ms)(const sink *k);
+	int (*wake_ms)(const sink *sk);
 	/* Whether flush() should run every second while streaming (a timed commit may be due). */
-	bool (*ticks)(const sink *k);
+	bool (*ticks)(const sink *sk);
 	/* The name of the database the slot streams, once cdc connected (copied). */
-	void (*database)(sink *k, const char *name);
+	void (*database)(sink *sk, const char *name);
 	/* A subscription was deleted for good: what the sink keeps of it goes. */
-	bool (*forget)(sink *k, const char *name, char *err, size_t errlen);
+	bool (*forget)(sink *sk, const char *name, char *err, size_t errlen);
 
 	/* /status and /metrics. Every hook is optional. */
-	void (*status_json)(const sink *k, buf *out); /* its object, shown under its name */
-	void (*metrics)(const sink *k, buf *out);     /* its families */
-	const hist *(*latency)(const sink *k);	      /* commit to delivery, microseconds */
-	const char *(*not_ready)(const sink *k);      /* why /readyz answers 503, or NULL */
-	void (*log_figures)(const sink *k);	      /* a log line, beside each progress line */
+	void (*status_json)(const sink *sk, buf *out); /* its object, shown under its name */
+	void (*metrics)(const sink *sk, buf *out);     /* its families */
+	const hist *(*latency)(const sink *sk);	       /* commit to delivery, microseconds */
+	const char *(*not_ready)(const sink *sk);      /* why /readyz answers 503, or NULL */
+	void (*log_figures)(const sink *sk);	       /* a log line, beside each progress line */
 	/* Its subscriptions' own members of /status (after "bytes"), shown as null for others. */
 	const char *const *sub_fields;
-	/* Appends subscription sub's sub_fields as JSON members (",\"k\":v" each) and may correct
+	/* Appends subscription sub's sub_fields as JSON members (",\"sk\":v" each) and may correct
 	 * what the pipeline counted as delivered. False: it does not serve sub (null members). */
-	bool (*sub_status)(const sink *k, uint32_t sub, uint64_t *delivered, buf *members);
+	bool (*sub_status)(const sink *sk, uint32_t sub, uint64_t *delivered, buf *members);
 	/* Its subscriptions' families; names[i] NULL for a subscription of another sink. */
-	void (*sub_metrics)(const sink *k, const char *const *names, size_t n, buf *out);
+	void (*sub_metrics)(const sink *sk, const char *const *names, size_t count, buf *out);
 	/* cdc status: lines from its /status object. */
 	void (*status_text)(struct json_object *figures, buf *out);
 

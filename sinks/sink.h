@@ -43,26 +43,26 @@ typedef struct sink_ops {
 	const char *name;
 	/* Appends the event of subscription sub (the index of the subscription in the settings the
 	 * sink was bound with), without its commit fields, in the sink's format to out. */
-	void (*render)(sink *s, uint32_t sub, const Cdc__V1__Event *e, buf *out);
+	void (*render)(sink *sk, uint32_t sub, const Cdc__V1__Event *event, buf *out);
 	/* Takes one event of subscription sub rendered by render(), of transaction seq, with its
 	 * commit fields. false: a permanent, local failure (the daemon exits); failures a restart can
 	 * cure are reported by flush(). */
-	bool (*deliver)(sink *s, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,
+	bool (*deliver)(sink *sk, uint32_t sub, const char *rendered, size_t len, const sink_commit *commit,
 			uint64_t seq, char *err, size_t errlen);
 	/* Transaction seq has no more events for this sink (and every earlier one has ended too). */
-	void (*end_txn)(sink *s, uint64_t seq);
+	void (*end_txn)(sink *sk, uint64_t seq);
 	/* Called when the input is drained: push out what is buffered, report failures. */
-	sink_status (*flush)(sink *s, char *err, size_t errlen);
+	sink_status (*flush)(sink *sk, char *err, size_t errlen);
 	/* The highest seq such that every transaction up to it is safely delivered. */
-	uint64_t (*delivered)(const sink *s);
-	void (*free)(sink *s);
+	uint64_t (*delivered)(const sink *sk);
+	void (*free)(sink *sk);
 
 	/* Optional, for sinks that deliver asynchronously (NULL otherwise). */
-	int (*fd)(const sink *s); /* readable when poll() has work (delivery reports) */
-	void (*poll)(sink *s);
-	bool (*busy)(const sink *s);		 /* too much in flight: stop reading the slot for now */
-	bool (*finish)(sink *s, int timeout_ms); /* waits for everything in flight; false on timeout */
-	bool (*restart)(sink *s, char *err, size_t errlen); /* after SINK_RESTART: a fresh client */
+	int (*fd)(const sink *sk); /* readable when poll() has work (delivery reports) */
+	void (*poll)(sink *sk);
+	bool (*busy)(const sink *sk);		  /* too much in flight: stop reading the slot for now */
+	bool (*finish)(sink *sk, int timeout_ms); /* waits for everything in flight; false on timeout */
+	bool (*restart)(sink *sk, char *err, size_t errlen); /* after SINK_RESTART: a fresh client */
 
 	/* Optional, all or none: the sink keeps the events of a held (streamed or prepared)
 	 * transaction xid itself, invisible until its commit. hold() takes one, rendered by render(),
@@ -71,12 +71,12 @@ typedef struct sink_ops {
 	 * rolled back); hold_abort() all of them (xid 0: of every held transaction, for a new stream).
 	 * hold_commit() makes them transaction seq's, with c's commit_lsn and commit_time, before
 	 * end_txn(seq). */
-	bool (*hold)(sink *s, uint32_t sub, uint32_t xid, uint32_t tx_index, const char *rendered, size_t len,
-		     char *err, size_t errlen);
-	void (*hold_savepoint)(sink *s, uint32_t xid, uint32_t tx_index);
-	bool (*hold_rollback)(sink *s, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
-	void (*hold_abort)(sink *s, uint32_t xid);
-	bool (*hold_commit)(sink *s, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
+	bool (*hold)(sink *sk, uint32_t sub, uint32_t xid, uint32_t tx_index, const char *rendered,
+		     size_t len, char *err, size_t errlen);
+	void (*hold_savepoint)(sink *sk, uint32_t xid, uint32_t tx_index);
+	bool (*hold_rollback)(sink *sk, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
+	void (*hold_abort)(sink *sk, uint32_t xid);
+	bool (*hold_commit)(sink *sk, uint32_t xid, const sink_commit *commit, uint64_t seq, char *err,
 			    size_t errlen);
 } sink_ops;
 

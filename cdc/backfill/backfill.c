@@ -6,7 +6,7 @@
  * durable is what the state file keeps: the ranges read, the keys still to read again, and the
  * counters. A table is done when every range of every relation and every key is durable (a
  * partitioned table's leaves are listed once more first: one attached meanwhile is read too). */
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -30,7 +30,7 @@ typedef struct bf_now {
 } bf_now;
 
 typedef enum bf_state { BF_QUEUED, BF_RUNNING, BF_DONE, BF_CANCELLED, BF_FAILED } bf_state;
-const char *bf_state_name(bf_state s);
+const char *bf_state_name(bf_state state);
 
 typedef struct bf_settings {
 	uint64_t chunk_ms;	     /* a chunk's COPY should take about this long */
@@ -47,12 +47,12 @@ typedef struct bf_set bf_set;
 /* path: the state file to load (backfill_set_load), NULL for none. seed: randomness
  * for ids and chunk nonces; a restarted daemon must use another, so the watermarks it replays
  * from before are foreign. The settings are copied. */
-bf_set *backfill_set_new(const bf_settings *s, const char *path, uint64_t seed);
-void backfill_set_free(bf_set *b);
+bf_set *backfill_set_new(const bf_settings *settings, const char *path, uint64_t seed);
+void backfill_set_free(bf_set *set);
 /* Reads the state file, if there is one; backfills that were running resume from their last
  * durable chunk. False with a message naming the file if it cannot be read or parsed. */
-bool backfill_set_load(bf_set *b, char *err, size_t errlen) CDC_MUST_CHECK;
-void backfill_set_settings(bf_set *b, const bf_settings *s);
+bool backfill_set_load(bf_set *set, char *err, size_t errlen) CDC_MUST_CHECK;
+void backfill_set_settings(bf_set *set, const bf_settings *settings);
 
 /* What a backfill reads: the publication's tables that sub_tables (the subscription's patterns,
  * "schema.table" with globs) match and, given any, one of tables (the request's); the rows that
@@ -71,17 +71,17 @@ typedef struct bf_request {
 
 /* Queues a backfill; id gets its id. False with a message for a `where` that does not parse.
  * Recorded with the next position (backfill_state). */
-bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err,
+bool backfill_add(bf_set *set, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err,
 		  size_t errlen) CDC_MUST_CHECK;
 /* Cancels backfill id of sub. False with a message when there is no such backfill or it has
  * finished already. */
-bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, char *err,
+bool backfill_cancel(bf_set *set, const char *sub, const char *id, bf_now now, char *err,
 		     size_t errlen) CDC_MUST_CHECK;
 /* The subscription is gone: its backfills stop and are forgotten, so one added again later under
  * the same name counts as new. */
-void backfill_forget(bf_set *b, const char *sub);
+void backfill_forget(bf_set *set, const char *sub);
 /* Whether sub had its `snapshot: true` backfill already (whatever became of it). */
-bool backfill_has_snapshot(const bf_set *b, const char *sub);
+bool backfill_has_snapshot(const bf_set *set, const char *sub);
 
 /* A backfill's checks, which run before its first table (each as a statement of the reader): the
  * role's privileges, the tables (each one the request names among the subscription's in the
@@ -92,9 +92,9 @@ typedef enum bf_verdict {
 	BF_PASSED,   /* it runs (or ran) */
 	BF_REFUSED,  /* *why says why: it failed before reading anything */
 } bf_verdict;
-bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why);
+bf_verdict backfill_verdict(const bf_set *set, const char *id, const char **why);
 /* Forgets backfill id as if it had never been added (a refused request). */
-void backfill_drop(bf_set *b, const char *id);
+void backfill_drop(bf_set *set, const char *id);
 
 /* ---- the reader: statements on a connection of its own ---- */
 
@@ -118,11 +118,11 @@ typedef struct bf_stmt {
 } bf_stmt;
 
 /* The lanes: connections of the reader, each running one statement at a time. */
-unsigned backfill_lanes(const bf_set *b);
+unsigned backfill_lanes(const bf_set *set);
 /* The next statement for lane, if one is due: false if none, with *wake_ms the time one becomes due
  * (0: none until something else happens). Report a statement's result before asking for the lane's
  * next. */
-bool backfill_next(bf_set *b, unsigned lane, bf_now now, bf_stmt *out, uint64_t *wake_ms);
+bool backfill_next(bf_set *set, unsigned lane, bf_now now, bf_stmt *out, uint64_t *wake_ms);
 
 /* A statement's rows, text format. */
 typedef struct bf_result {
@@ -135,14 +135,14 @@ typedef struct bf_result {
 
 /* One row of a chunk's COPY (a CopyData message, text format) on lane, for the statement of
  * ticket (a stale ticket is ignored). */
-void backfill_copy_row(bf_set *b, unsigned lane, uint64_t ticket, const char *data, size_t len);
-/* The result of the statement of ticket on lane (a stale ticket is ignored); for a COPY, r has no
+void backfill_copy_row(bf_set *set, unsigned lane, uint64_t ticket, const char *data, size_t len);
+/* The result of the statement of ticket on lane (a stale ticket is ignored); for a COPY, result has no
  * rows: its rows came before. */
-void backfill_result(bf_set *b, unsigned lane, uint64_t ticket, const bf_result *r, bf_now now);
+void backfill_result(bf_set *set, unsigned lane, uint64_t ticket, const bf_result *result, bf_now now);
 /* The statement of ticket failed. lost: the connection went away (the work is done again on a
  * new one); retry: the table changed under it (sqlstate 42703, 42P01): it is described again;
  * otherwise the table (or, for the checks, the backfill) fails with message. */
-void backfill_error(bf_set *b, unsigned lane, uint64_t ticket, const char *message, bool lost, bool retry,
+void backfill_error(bf_set *set, unsigned lane, uint64_t ticket, const char *message, bool lost, bool retry,
 		    bf_now now);
 
 /* ---- the stream ---- */
@@ -171,7 +171,7 @@ typedef bool (*bf_emit_fn)(void *ctx, const bf_batch *batch, size_t *delivered, 
 /* A logical message with prefix BFSQL_PREFIX delivered at lsn. At a chunk's high watermark emit
  * gets its surviving rows (not called when none survive); its failure is returned. Watermarks
  * of unknown backfills and other chunks are ignored. */
-bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t lsn, bf_now now,
+bool backfill_on_message(bf_set *set, const char *content, size_t len, uint64_t lsn, bf_now now,
 			 bf_emit_fn emit, void *ctx, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* A change as the stream delivers it, at its transaction's commit: the names and values of (at
@@ -190,27 +190,27 @@ typedef struct bf_change {
 
 /* A change as bytes, for a streamed or prepared transaction's spill record (xid not included), and
  * back: out points into p, its arrays are allocated (backfill_change_free). */
-void backfill_change_encode(const bf_change *c, buf *out);
-bool backfill_change_decode(const void *p, size_t len, bf_change *out) CDC_MUST_CHECK;
-void backfill_change_free(bf_change *c);
+void backfill_change_encode(const bf_change *change, buf *out);
+bool backfill_change_decode(const void *data, size_t len, bf_change *out) CDC_MUST_CHECK;
+void backfill_change_free(bf_change *change);
 
 /* Whether any backfill reads schema.table now (only those changes need reporting). */
-bool backfill_watching(const bf_set *b, const char *schema, const char *table);
-void backfill_on_change(bf_set *b, const bf_change *c);
+bool backfill_watching(const bf_set *set, const char *schema, const char *table);
+void backfill_on_change(bf_set *set, const bf_change *change);
 
 /* The sinks made everything up to flushed durable: chunks whose high watermark lies at or before
  * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). */
-void backfill_delivered(bf_set *b, uint64_t flushed, bf_now now);
+void backfill_delivered(bf_set *set, uint64_t flushed, bf_now now);
 /* The state file's contents, appended to out, when anything a restart must know changed since it
  * was last asked for (false: nothing to write). It must be on disk before the position that
  * follows is recorded: it holds the keys to read again of the changes before it. */
-bool backfill_state(bf_set *b, buf *out);
+bool backfill_state(bf_set *set, buf *out);
 /* Whether a table waits only for its last chunks to become durable (backfill_delivered finishes
  * it, or starts its next round, and the next table may start). */
-bool backfill_draining(const bf_set *b);
+bool backfill_draining(const bf_set *set);
 /* The stream starts again from its last durable position (a reconnect): chunks not yet durable are
  * read again, since what the stream delivers again would otherwise overtake their reads. */
-void backfill_restart(bf_set *b);
+void backfill_restart(bf_set *set);
 
 /* ---- progress ---- */
 
@@ -241,15 +241,15 @@ typedef struct bf_table_info {
 	bf_progress p;
 } bf_table_info;
 
-size_t backfill_count(const bf_set *b);
+size_t backfill_count(const bf_set *set);
 /* Whether a backfill is queued or running. */
-bool backfill_active(const bf_set *b);
+bool backfill_active(const bf_set *set);
 /* Backfill i (oldest first); NULL-safe strings. */
-void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out);
-void backfill_table_info(const bf_set *b, size_t i, size_t t, bf_now now, bf_table_info *out);
+void backfill_info(const bf_set *set, size_t index, bf_now now, bf_info *out);
+void backfill_table_info(const bf_set *set, size_t index, size_t count, bf_now now, bf_table_info *out);
 /* Index of backfill id, or -1. */
-long backfill_find(const bf_set *b, const char *id);
+long backfill_find(const bf_set *set, const char *id);
 /* The backfills as JSON (GET /backfills): an array, oldest first; only sub's when sub is given. */
-void backfill_json(const bf_set *b, buf *out, const char *sub, bf_now now);
+void backfill_json(const bf_set *set, buf *out, const char *sub, bf_now now);
 
 #endif

@@ -22,8 +22,8 @@ typedef struct bf_request_body {
  * "unknown key 'x'"); out is then empty. */
 bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *err,
 		      size_t errlen) CDC_MUST_CHECK;
-void bf_request_free(bf_request_body *r);
+void bf_request_free(bf_request_body *body);
 /* The body as JSON, the form bf_request_parse reads. */
-void bf_request_json(const bf_request_body *r, buf *out);
+void bf_request_json(const bf_request_body *body, buf *out);
 
 #endif

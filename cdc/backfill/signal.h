@@ -46,10 +46,10 @@ typedef struct bf_signal {
  * is cdc's where language (new.color = 'blue'): SQL is never passed to the database. */
 bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t type_len, const char *data,
 		     size_t data_len, bf_signal *out, char *err, size_t errlen) CDC_MUST_CHECK;
-void bf_signal_free(bf_signal *s);
+void bf_signal_free(bf_signal *signal);
 /* The type's name as a signal writes it. */
 const char *bf_signal_type(bf_signal_kind kind);
 /* The signal's data as JSON, the form bf_signal_parse reads. */
-void bf_signal_json(const bf_signal *s, buf *out);
+void bf_signal_json(const bf_signal *signal, buf *out);
 
 #endif

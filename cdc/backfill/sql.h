@@ -33,7 +33,7 @@ bool bfsql_ident_ok(const char *name, const char *what, char *err, size_t errlen
 void bfsql_quote_ident(buf *out, const char *name);
 /* 'text' with every ' doubled; E'...' with backslashes doubled if it holds one, so the literal
  * means the same whatever standard_conforming_strings is. */
-void bfsql_quote_literal(buf *out, const char *s, size_t len);
+void bfsql_quote_literal(buf *out, const char *text, size_t len);
 
 /* Requirements of the role, no parameters; one row: current_user, whether it may execute
  * pg_logical_emit_message with a text message, and that function's signature as the server names
@@ -99,17 +99,18 @@ typedef struct bfsql_read {
 /* COPY (...) TO STDOUT in text format: its first column is NULL on every row but one, which holds
  * pg_current_snapshot() as text and NULL in the others; then cols. By block range, or by key when
  * r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values. */
-bool bfsql_copy(buf *out, const bfsql_read *r) CDC_MUST_CHECK;
+bool bfsql_copy(buf *out, const bfsql_read *read) CDC_MUST_CHECK;
 
-/* The `where` p as SQL for a table of columns cols, for the chunk query: the conjuncts of p (its
- * top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).
+/* The `where` predicate as SQL for a table of columns cols, for the chunk query: the conjuncts of predicate
+ * (its top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).
  * Exactly means the SQL is true for a row exactly when pred_eval is true for the row's read:
  * comparisons of a new.column with a literal of a kind its type compares alike in both (integers
  * and numeric with numbers, text and varchar with strings in byte order, boolean with true and
  * false), null literals, `in` lists of those, `is [not] null`, and/or/not of translatable parts.
  * old.columns (a read has no old row), columns the table lacks, column-to-column comparisons and
- * other types do not translate. Returns whether all of p did; if not, cdc evaluates p itself. */
-bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols);
+ * other types do not translate. Returns whether all of predicate did; if not, cdc evaluates predicate itself.
+ */
+bool bfsql_where(buf *out, const pred *predicate, const bfsql_col *cols, size_t ncols);
 
 /* Watermark contents: "<backfill id>:<chunk nonce>:low" or ":high". Neither id nor nonce holds a
  * ':'. */

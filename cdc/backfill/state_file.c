@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/fsutil.h"
 #include "decoder/base/json.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/bytes.h"
 
 /* ---- the stream ---- */

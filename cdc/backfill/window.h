@@ -23,11 +23,11 @@ typedef struct bf_datum {
  * value), then the bytes.
  * The same values encode to the same bytes wherever they came from, so a change's key compares
  * with a read row's key by memcmp. */
-void bf_encode(buf *out, const bf_datum *d, size_t n);
+void bf_encode(buf *out, const bf_datum *datum, size_t count);
 /* A hash of key bytes (FNV-1a), for the sets of keys. */
-uint64_t bf_hash(const void *p, size_t n);
-/* Splits bytes made by bf_encode into n datums pointing into p. False if they do not hold n. */
-bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n) CDC_MUST_CHECK;
+uint64_t bf_hash(const void *data, size_t count);
+/* Splits bytes made by bf_encode into count datums pointing into data. False if they do not hold count. */
+bool bf_decode(const void *data, size_t len, bf_datum *datum, size_t count) CDC_MUST_CHECK;
 
 /* The snapshot a chunk's SELECT ran under (pg_current_snapshot(): "xmin:xmax:xip,..."), xids cut
  * to the 32 bits the stream carries. */
@@ -39,9 +39,9 @@ typedef struct bf_snapshot {
 
 bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err,
 		       size_t errlen) CDC_MUST_CHECK;
-void bf_snapshot_free(bf_snapshot *s);
-/* Whether a committed transaction's changes are visible under s. */
-bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid);
+void bf_snapshot_free(bf_snapshot *snapshot);
+/* Whether a committed transaction's changes are visible under snapshot. */
+bool bf_snapshot_sees(const bf_snapshot *snapshot, uint32_t xid);
 
 /* What a watermark did to the window. */
 typedef enum bfw_mark {
@@ -70,63 +70,64 @@ typedef struct bf_recent {
 	uint32_t lost_min, lost_max;
 } bf_recent;
 
-void bf_recent_add(bf_recent *r, uint32_t xid);
-/* Forgets the commits that s sees by its xmin: every snapshot taken after s sees them too. */
-void bf_recent_settle(bf_recent *r, const bf_snapshot *s);
-void bf_recent_free(bf_recent *r);
+void bf_recent_add(bf_recent *recent, uint32_t xid);
+/* Forgets the commits that snapshot sees by its xmin: every snapshot taken after snapshot sees them too. */
+void bf_recent_settle(bf_recent *recent, const bf_snapshot *snapshot);
+void bf_recent_free(bf_recent *recent);
 
 typedef struct bf_window bf_window;
 
 /* max_bytes bounds the rows and changed keys of one chunk together. */
 bf_window *bfw_new(size_t max_bytes);
-void bfw_free(bf_window *w);
+void bfw_free(bf_window *window);
 
 /* Starts a chunk: forgets the previous chunk's rows and keys and waits for the low watermark of
  * nonce (copied). seed: the table's recent commits, copied; from here on the window records every
  * commit of the table itself (bfw_change). A commit the chunk's snapshot does not see that reached
  * the stream before the low watermark makes the chunk read again. The seed may leave out commits
  * that a snapshot known when this is called saw by its xmin: this chunk's snapshot comes later. */
-void bfw_begin(bf_window *w, const char *nonce, const bf_recent *seed);
+void bfw_begin(bf_window *window, const char *nonce, const bf_recent *seed);
 /* Forgets the chunk in progress (cancel, a failed statement): its watermarks become foreign. */
-void bfw_reset(bf_window *w);
+void bfw_reset(bf_window *window);
 /* The nonce of the chunk in progress, or NULL. */
-const char *bfw_nonce(const bf_window *w);
+const char *bfw_nonce(const bf_window *window);
 
 /* A row the chunk's COPY read; key and row bytes from bf_encode (copied; a key that is the row
  * itself, same pointer and length, is kept once). False when it would pass max_bytes and the
  * window holds a row already: read a smaller chunk. */
-bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen) CDC_MUST_CHECK;
+bool bfw_add_row(bf_window *window, const void *key, size_t keylen, const void *row,
+		 size_t rowlen) CDC_MUST_CHECK;
 /* The snapshot the SELECT ran under (takes ownership). Without one no snapshot check is made. */
-void bfw_set_snapshot(bf_window *w, bf_snapshot *s);
+void bfw_set_snapshot(bf_window *window, bf_snapshot *snapshot);
 
 /* The chunk's low watermark passed in the stream: changes count from here. Another chunk's high
  * watermark may stand for it (written before this chunk's SELECT began). False if the window was
  * not waiting for it. */
-bool bfw_open(bf_window *w);
+bool bfw_open(bf_window *window);
 /* A watermark of the chunk's backfill: nonce and whether it is the high one. */
-bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high);
+bfw_mark bfw_watermark(bf_window *window, const char *nonce, bool high);
 
 /* A change of the table delivered by the stream (at its transaction's commit), by top-level
  * transaction xid. key: the row's key (bf_encode) before and, with key2 (may be NULL), after the
  * change. key NULL: the window cannot tell which row it touched, so a chunk open now is read
  * again. partial: the row's new version lacks a column's value (unchanged TOAST): its key is
  * marked, for bfw_partial_key. */
-void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
-		bool partial);
+void bfw_change(bf_window *window, uint32_t xid, const void *key, size_t keylen, const void *key2,
+		size_t key2len, bool partial);
 /* A truncate of the table delivered by the stream: every row of an open chunk is dropped. */
-void bfw_truncate(bf_window *w, uint32_t xid);
+void bfw_truncate(bf_window *window, uint32_t xid);
 
 /* After BFW_CLOSED: the rows read, and row i in read order with whether the rule dropped it. */
-size_t bfw_rows(const bf_window *w);
-void bfw_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped);
-size_t bfw_dropped(const bf_window *w);
+size_t bfw_rows(const bf_window *window);
+void bfw_row(const bf_window *window, size_t index, const void **row, size_t *rowlen, bool *dropped);
+size_t bfw_dropped(const bf_window *window);
 /* After BFW_CLOSED: the keys of the changes inside the window whose new row was partial, one by
  * one from *pos = 0; false when there are no more. */
-bool bfw_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *len);
+bool bfw_partial_key(const bf_window *window, size_t *pos, const void **key, size_t *len);
 /* Bytes of rows held in the chunk in progress. */
-size_t bfw_bytes(const bf_window *w);
+size_t bfw_bytes(const bf_window *window);
 /* After BFW_RETRY: why. */
-bfw_retry bfw_retry_reason(const bf_window *w);
-const char *bfw_retry_name(bfw_retry r);
+bfw_retry bfw_retry_reason(const bf_window *window);
+const char *bfw_retry_name(bfw_retry retry);
 
 #endif

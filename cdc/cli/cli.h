@@ -65,7 +65,7 @@ typedef enum cli_socket { CLI_STATUS_SOCKET, CLI_SUBSCRIBER_SOCKET } cli_socket;
 /* The socket to talk to: -s, else -c FILE's status.socket or subscribers.socket, else
  * $CDC_STATUS_SOCKET or $CDC_SUBSCRIBER_SOCKET, else the configuration's default. NULL after
  * printing FILE's errors (exit 2). The caller frees it. */
-char *cli_socket_path(const cli_args *a, cli_socket which);
+char *cli_socket_path(const cli_args *args, cli_socket which);
 /* Connects to the socket at path (timeout_ms > 0: on the connect and every send and receive).
  * -1 with err saying why in terms of what the user can do about it. */
 int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen) CDC_MUST_CHECK;

@@ -27,10 +27,10 @@ typedef struct cfg_strlist {
 	char **v;
 	size_t n;
 } cfg_strlist;
-/* Appends a copy of s. */
-void cfg_strlist_push(cfg_strlist *l, const char *s);
-/* Frees the strings and the array: l is empty after. */
-void cfg_strlist_free(cfg_strlist *l);
+/* Appends a copy of text. */
+void cfg_strlist_push(cfg_strlist *list, const char *text);
+/* Frees the strings and the array: list is empty after. */
+void cfg_strlist_free(cfg_strlist *list);
 
 /* Where the value of a secret key came from (keys flagged K_SECRET, or SINK_KEY_SECRET in a sink
  * module): a file that {file: PATH} names, read again at every load (a SIGHUP), or the
@@ -118,16 +118,16 @@ cfg *cfg_load(const char *path, buf *errors);
 cfg *cfg_load_no_secrets(const char *path, buf *errors);
 /* The same from a string (path is used in messages only): for tests and fuzzing. */
 cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors);
-void cfg_free(cfg *c);
+void cfg_free(cfg *conf);
 /* A subscription from the body of PUT /subscriptions/NAME: a JSON (or YAML) object with the keys
- * of a subscription in the file; "name" may be left out and must be NAME if present. c is the
+ * of a subscription in the file; "name" may be left out and must be NAME if present. conf is the
  * running configuration (a sink may need its section there). NULL after appending one
  * "PUT /subscriptions/NAME:LINE:COL: key: message" line per problem to errors. */
-cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const char *text, size_t len,
+cfg_subscription *cfg_parse_subscription(const cfg *conf, const char *name, const char *text, size_t len,
 					 buf *errors);
-void cfg_subscription_free(cfg_subscription *s); /* frees s too */
+void cfg_subscription_free(cfg_subscription *sub); /* frees sub too */
 /* A copy that owns its strings. */
-cfg_subscription *cfg_subscription_copy(const cfg_subscription *s);
+cfg_subscription *cfg_subscription_copy(const cfg_subscription *sub);
 
 /* Subscriptions changed over the status socket, kept in state_dir (CFG_OVERLAY_FILE) and laid over
  * the file's subscriptions at every start and reload: a put adds or replaces the subscription of
@@ -142,30 +142,31 @@ typedef struct cfg_overlay {
  * errors to errors. */
 cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors);
 /* Writes it to state_dir atomically and durably (file_replace). */
-bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, size_t errlen) CDC_MUST_CHECK;
-/* Records a PUT (takes s) or a DELETE of name. */
-void cfg_overlay_put(cfg_overlay *o, cfg_subscription *s);
-void cfg_overlay_delete(cfg_overlay *o, const char *name);
-/* Applies o to c's subscriptions. A put that needs what c lacks (a sink's section, or settings
- * that go with c's other subscriptions) is left out: its name appended to left_out (if not NULL) and one line
- * to errors, in the same order. False if one was. */
-bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf *errors);
-cfg_overlay *cfg_overlay_copy(const cfg_overlay *o);
-void cfg_overlay_free(cfg_overlay *o);
-/* The subscription named name in c, or NULL. */
-cfg_subscription *cfg_find_subscription(const cfg *c, const char *name);
+bool cfg_overlay_save(const cfg_overlay *overlay, const char *state_dir, char *err,
+		      size_t errlen) CDC_MUST_CHECK;
+/* Records a PUT (takes sub) or a DELETE of name. */
+void cfg_overlay_put(cfg_overlay *overlay, cfg_subscription *sub);
+void cfg_overlay_delete(cfg_overlay *overlay, const char *name);
+/* Applies overlay to conf's subscriptions. A put that needs what conf lacks (a sink's section, or settings
+ * that go with conf's other subscriptions) is left out: its name appended to left_out (if not NULL) and one
+ * line to errors, in the same order. False if one was. */
+bool cfg_overlay_apply(const cfg_overlay *overlay, cfg *conf, cfg_strlist *left_out, buf *errors);
+cfg_overlay *cfg_overlay_copy(const cfg_overlay *overlay);
+void cfg_overlay_free(cfg_overlay *overlay);
+/* The subscription named name in conf, or NULL. */
+cfg_subscription *cfg_find_subscription(const cfg *conf, const char *name);
 
 /* Prints the effective configuration (defaults filled in) as YAML that cfg_parse accepts again; the
  * DSN's password, secret keys and secret-looking properties (*password*, *secret*, sasl.*, *.key,
  * *key*.pem) are masked as "********". */
-void cfg_print(const cfg *c, FILE *out);
+void cfg_print(const cfg *conf, FILE *out);
 
 /* docs/configuration.md: every key's documentation, type, default, range and whether a reload applies
  * it, from the key tables (Markdown). False, with the keys named in err, while a key has no doc. */
 bool cfg_reference(buf *out, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* A subscription as the JSON object of GET /subscriptions: the keys cfg_print prints for it. */
-void cfg_subscription_json(const cfg_subscription *s, buf *out);
+void cfg_subscription_json(const cfg_subscription *sub, buf *out);
 
 /* Calls fn with the dotted name ("source.dsn", "kafka.properties") of every key whose value differs
  * between old and next and that a reload does not apply (it takes effect at the next restart), in
@@ -174,18 +175,18 @@ size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *
 
 /* The name of a subscription's sink ("?" for a value out of range). */
 const char *cfg_sink_name(int module);
-/* What the sink module at index module gets of c's subscriptions: one sink_sub per subscription, at its index
- * (a malloc'd array; its strings and settings are c's). */
-sink_sub *cfg_sink_subs(const cfg *c, size_t module);
+/* What the sink module at index module gets of conf's subscriptions: one sink_sub per subscription, at its
+ * index (a malloc'd array; its strings and settings are conf's). */
+sink_sub *cfg_sink_subs(const cfg *conf, size_t module);
 /* A key's value by its dotted name ("subscribers.socket"): a string (NULL when unset or not a
  * string key), a number, duration, size, mode or boolean (0 when not such a key). */
-const char *cfg_get_string(const cfg *c, const char *name);
-uint64_t cfg_get_number(const cfg *c, const char *name);
+const char *cfg_get_string(const cfg *conf, const char *name);
+uint64_t cfg_get_number(const cfg *conf, const char *name);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
-bool cfg_parse_duration(const char *s, uint64_t *ms) CDC_MUST_CHECK;
-/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see size_problem). */
-bool cfg_parse_size(const char *s, uint64_t *bytes) CDC_MUST_CHECK;
+bool cfg_parse_duration(const char *text, uint64_t *ms) CDC_MUST_CHECK;
+/* "512", "512B", "64KiB", "64MiB", "1GiB", "2TiB": binary units only (no "1GB": see cfg_size_problem). */
+bool cfg_parse_size(const char *text, uint64_t *bytes) CDC_MUST_CHECK;
 /* The connection string with any password replaced by ********, for logs and status. */
 char *cfg_mask_dsn(const char *dsn);
 

@@ -1,7 +1,7 @@
 /* keys.c: the configuration's schema: one table of keys per section, each key with its type, its
  * default and whether a reload applies it, and the generic walks over those tables that parse,
  * default, free, copy, print and compare a configuration (cf. pgbouncer's bouncer_params[]). */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +18,14 @@ static void set_key(ctx *x, const node *v, void *base, const key *k)
 	node *made;
 	const char *file;
 	unsigned before = x->nerr;
-	const node *value = secret_value(x, v, &made, &file);
+	const node *value = cfg_secret_value(x, v, &made, &file);
 	if (value)
 		k->type->set(x, value, base, k);
 	const char *s = *FIELD(base, k, char *);
 	/* a file not read (secrets_unread) leaves the key unset, and is recorded all the same */
-	if (x->nerr == before && (file || (s && (k->type == &t_dsn ? dsn_has_secret(s) : *s != '\0'))))
-		secret_record(x, file);
-	node_free(made);
+	if (x->nerr == before && (file || (s && (k->type == &t_dsn ? cfg_dsn_has_secret(s) : *s != '\0'))))
+		cfg_secret_record(x, file);
+	cfg_node_free(made);
 }
 
 /* Whether key a is the first of t with its name (two sinks may each have a key of one name). */
@@ -53,18 +53,18 @@ static size_t key_index(const ctx *x, const keys *t, const node *kn)
 	return found;
 }
 
-void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
+void cfg_walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
-	if (is_null(m))
+	if (cfg_is_null(m))
 		goto check; /* "kafka:" with everything commented out: an empty mapping */
 	if (m->kind != N_MAP) {
-		wrong_kind(x, m, "a mapping");
+		cfg_wrong_kind(x, m, "a mapping");
 		return;
 	}
 	for (size_t i = 0; i + 1 < m->n; i += 2) {
 		const node *kn = m->kids[i], *v = m->kids[i + 1];
 		if (kn->kind != N_SCALAR) {
-			wrong_kind(x, kn, "a string key");
+			cfg_wrong_kind(x, kn, "a string key");
 			continue;
 		}
 		size_t j = key_index(x, t, kn);
@@ -73,17 +73,17 @@ void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 			for (size_t a = 0; a < t->n; a++)
 				if (first_named(t, a))
 					buf_printf(&allowed, "%s%s", allowed.len ? ", " : "", t->k[a].name);
-			err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
-			       qnode(x, kn), allowed.data);
+			cfg_err_at(x, kn, "unknown %skey %s (allowed: %s)", t->top ? "top-level " : "",
+				   cfg_qnode(x, kn), allowed.data);
 			buf_free(&allowed);
 		} else if (seen[j].k) {
-			err_key(x, kn, t->k[j].name, "duplicate key (first at line %d, column %d)",
-				seen[j].k->line, seen[j].k->col);
+			cfg_err_key(x, kn, t->k[j].name, "duplicate key (first at line %d, column %d)",
+				    seen[j].k->line, seen[j].k->col);
 		} else {
 			seen[j] = (pair){kn, v};
-			size_t old = path_push(x, t->k[j].name);
+			size_t old = cfg_path_push(x, t->k[j].name);
 			set_key(x, v, base, &t->k[j]);
-			path_pop(x, old);
+			cfg_path_pop(x, old);
 		}
 	}
 check:
@@ -91,7 +91,7 @@ check:
 		t->present(base, t->module);
 	for (size_t j = 0; j < t->n; j++)
 		if ((t->k[j].flags & K_REQUIRED) && !seen[j].k)
-			err_at(x, m, "missing required key \"%s\"", t->k[j].name);
+			cfg_err_at(x, m, "missing required key \"%s\"", t->k[j].name);
 	if (t->check)
 		t->check(x, base, seen);
 }
@@ -130,14 +130,14 @@ static void key_default(void *base, const key *k)
 		}
 		break;
 	case ST_SECTION:
-		keys_default(base, k->arg);
+		cfg_keys_default(base, k->arg);
 		break;
 	case ST_OWN:
 		break;
 	}
 }
 
-void keys_default(void *base, const keys *t)
+void cfg_keys_default(void *base, const keys *t)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		void **held = (void **)(void *)((char *)base + k->via);
@@ -188,13 +188,13 @@ static void keys_free_held(void *base, const keys *t)
 	}
 }
 
-void keys_clear(void *base, const keys *t)
+void cfg_keys_clear(void *base, const keys *t)
 {
 	keys_clear_fields(base, t);
 	keys_free_held(base, t);
 }
 
-void keys_copy(void *dst, const void *src, const keys *t)
+void cfg_keys_copy(void *dst, const void *src, const keys *t)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		void **held = (void **)(void *)((char *)dst + k->via);
@@ -212,13 +212,13 @@ void keys_copy(void *dst, const void *src, const keys *t)
 			break;
 		}
 		case ST_LIST:
-			strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
+			cfg_strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
 			break;
 		case ST_IDS:
 			id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
 			break;
 		case ST_SECTION:
-			keys_copy(dst, src, k->arg);
+			cfg_keys_copy(dst, src, k->arg);
 			break;
 		case ST_VALUE: /* copied with the struct */
 		case ST_OWN:   /* not in a subscription, the one thing copied */
@@ -248,19 +248,19 @@ static bool is_set(const void *base, const key *k)
 	return true;
 }
 
-void keys_print(emit *e, const void *base, const keys *t)
+void cfg_keys_print(emit *e, const void *base, const keys *t)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		if ((t->shown && !t->shown(base, k)) || ((k->flags & K_OPTIONAL) && !is_set(base, k)))
 			continue;
-		emit_key(e, k->name);
+		cfg_emit_key(e, k->name);
 		size_t old = e->path ? e->path->len : 0;
 		if (e->path)
 			buf_printf(e->path, "%s%s", old ? "." : "", k->name);
 		/* a secret from a file prints as {file: PATH}; its type masks one written in clear */
-		const char *file = e->path ? secret_file(e->secrets_of, e->path->data) : NULL;
+		const char *file = e->path ? cfg_secret_file(e->secrets_of, e->path->data) : NULL;
 		if (file)
-			emit_secret_file(e, file);
+			cfg_emit_secret_file(e, file);
 		else
 			k->type->print(e, base, k);
 		if (e->path) {
@@ -388,7 +388,7 @@ static void report_problem(sink_problems *problems, size_t key_index, const char
 {
 	sub_problems *p = (sub_problems *)problems;
 	const node *n = p->seen[p->first + key_index].k;
-	err_key(p->x, n ? n : p->fallback, sub_built[p->first + key_index].name, "%s", message);
+	cfg_err_key(p->x, n ? n : p->fallback, sub_built[p->first + key_index].name, "%s", message);
 }
 
 /* The operations of a subscription as its sink's settings change them (sink_module's ops hooks). */
@@ -413,20 +413,20 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	const node *sv = seen[SK_SINK].v;
 	const sink_module *m = sink_modules[s->sink];
 	if (m->section_needed && !x->have_section[s->sink])
-		err_key(x, sv, "sink", "sink %s needs a top-level %s section (%s)", m->name, m->section,
-			m->section_needed);
+		cfg_err_key(x, sv, "sink", "sink %s needs a top-level %s section (%s)", m->name, m->section,
+			    m->section_needed);
 	/* an invalid sink was reported already: what goes with it is unknown */
-	bool sink_ok = !sv || (sv->kind == N_SCALAR && ename_find(sink_names, sv->text));
+	bool sink_ok = !sv || (sv->kind == N_SCALAR && cfg_ename_find(sink_names, sv->text));
 	for (size_t i = 0; i < sub_keys.n && sink_ok; i++)
 		if (seen[i].k && is_module_key(&sub_built[i]) && sub_built[i].module - 1 != s->sink)
-			err_key(x, seen[i].k, sub_built[i].name,
-				"only valid with sink: %s (this subscription's sink is %s)",
-				cfg_sink_name(sub_built[i].module - 1), cfg_sink_name(s->sink));
+			cfg_err_key(x, seen[i].k, sub_built[i].name,
+				    "only valid with sink: %s (this subscription's sink is %s)",
+				    cfg_sink_name(sub_built[i].module - 1), cfg_sink_name(s->sink));
 	if (seen[SK_CHANGED].k && !(s->ops & MATCH_OP_UPDATE))
-		err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
+		cfg_err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
 	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))
-		err_key(x, seen[SK_OPS].k, "operations",
-			"schema events come before rows: schema needs insert, update or delete too");
+		cfg_err_key(x, seen[SK_OPS].k, "operations",
+			    "schema events come before rows: schema needs insert, update or delete too");
 	if (!sink_ok)
 		return;
 	bool given[CFG_MAX_KEYS] = {0};
@@ -457,14 +457,14 @@ static bool sub_shown(const void *base, const key *k)
 
 keys sub_keys;
 
-int sink_named(const node *m)
+int cfg_sink_named(const node *m)
 {
 	if (!m || m->kind != N_MAP)
 		return -1;
 	for (size_t i = 0; i + 1 < m->n; i += 2)
 		if (m->kids[i]->kind == N_SCALAR && strcmp(m->kids[i]->text, "sink") == 0 &&
 		    m->kids[i + 1]->kind == N_SCALAR) {
-			const ename *e = ename_find(sink_names, m->kids[i + 1]->text);
+			const ename *e = cfg_ename_find(sink_names, m->kids[i + 1]->text);
 			return e ? e->value : -1;
 		}
 	return -1;
@@ -473,10 +473,10 @@ int sink_named(const node *m)
 static void set_subs(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg *c = FIELD(base, k, cfg);
-	if (is_null(v))
+	if (cfg_is_null(v))
 		return;
 	if (v->kind != N_SEQ) {
-		wrong_kind(x, v, "a list of subscriptions");
+		cfg_wrong_kind(x, v, "a list of subscriptions");
 		return;
 	}
 	c->nsubs = v->n;
@@ -486,26 +486,26 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 	for (size_t i = 0; i < v->n; i++) {
 		cfg_subscription *s = &c->subs[i];
 		pair seen[CFG_MAX_KEYS] = {0};
-		size_t old = path_index(x, i);
-		keys_default(s, &sub_keys);
+		size_t old = cfg_path_index(x, i);
+		cfg_keys_default(s, &sub_keys);
 		s->line = v->kids[i]->line;
 		s->col = v->kids[i]->col;
-		x->sink_hint = sink_named(v->kids[i]);
-		walk_map(x, v->kids[i], s, &sub_keys, seen);
+		x->sink_hint = cfg_sink_named(v->kids[i]);
+		cfg_walk_map(x, v->kids[i], s, &sub_keys, seen);
 		x->sink_hint = -1;
 		names[i] = (named){s->name, i};
 		name_nodes[i] = seen[SK_NAME].v;
-		path_pop(x, old);
+		cfg_path_pop(x, old);
 	}
-	size_t *first = first_of(names, v->n);
+	size_t *first = cfg_first_of(names, v->n);
 	for (size_t i = 0; i < v->n; i++) {
 		if (first[i] == i)
 			continue;
-		size_t old = path_index(x, i);
-		err_key(x, name_nodes[i], "name",
-			"duplicate subscription name %s (first at line %d, column %d)",
-			qnode(x, name_nodes[i]), name_nodes[first[i]]->line, name_nodes[first[i]]->col);
-		path_pop(x, old);
+		size_t old = cfg_path_index(x, i);
+		cfg_err_key(
+		    x, name_nodes[i], "name", "duplicate subscription name %s (first at line %d, column %d)",
+		    cfg_qnode(x, name_nodes[i]), name_nodes[first[i]]->line, name_nodes[first[i]]->col);
+		cfg_path_pop(x, old);
 	}
 	free(first);
 	free(names);
@@ -516,17 +516,17 @@ static void print_subs(emit *e, const void *base, const key *k)
 {
 	const cfg *c = CFIELD(base, k, cfg);
 	if (!c->nsubs) {
-		emit_raw(e, "[]");
+		cfg_emit_raw(e, "[]");
 		return;
 	}
 	e->space = false;
 	int indent = e->indent;
 	for (size_t i = 0; i < c->nsubs; i++) {
-		emit_line(e, indent + 2);
+		cfg_emit_line(e, indent + 2);
 		buf_puts(e->b, "- ");
 		e->indent = indent + 4;
 		e->inline_key = true;
-		keys_print(e, &c->subs[i], &sub_keys);
+		cfg_keys_print(e, &c->subs[i], &sub_keys);
 	}
 	e->indent = indent;
 }
@@ -535,7 +535,7 @@ static void clear_subs(void *base, const key *k)
 {
 	cfg *c = FIELD(base, k, cfg);
 	for (size_t i = 0; i < c->nsubs; i++)
-		keys_clear(&c->subs[i], &sub_keys);
+		cfg_keys_clear(&c->subs[i], &sub_keys);
 	free(c->subs);
 }
 
@@ -636,9 +636,9 @@ static void check_status(ctx *x, void *base, const pair *seen)
 {
 	cfg *c = base;
 	if (c->status.tcp_control && !seen[ST_LISTEN].k)
-		err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+		cfg_err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
 	if (!c->status.control_uids.n) /* an empty list: the default */
-		uids_default(c);
+		cfg_uids_default(c);
 }
 
 static const key log_k[] = {
@@ -679,11 +679,13 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 	/* the defaults are in order: one of the two was given */
 	int i = seen[BK_MAX_ROWS].k ? BK_MAX_ROWS : BK_MIN_ROWS;
 	if (c->backfill.min_rows > c->backfill.max_rows)
-		err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
-			(unsigned long long)c->backfill.min_rows, (unsigned long long)c->backfill.max_rows);
+		cfg_err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
+			    (unsigned long long)c->backfill.min_rows,
+			    (unsigned long long)c->backfill.max_rows);
 	if (c->backfill.parallel > 64)
-		err_key(x, seen[BK_PARALLEL].k, backfill_k[BK_PARALLEL].name,
-			"%u connections is more than 64 (each is a server backend)", c->backfill.parallel);
+		cfg_err_key(x, seen[BK_PARALLEL].k, backfill_k[BK_PARALLEL].name,
+			    "%u connections is more than 64 (each is a server backend)",
+			    c->backfill.parallel);
 }
 
 static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
@@ -716,7 +718,7 @@ static const key top_k[] = {
 };
 static key top_built[TK_N + SINK_MODULES_MAX];
 
-bool subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscription **second, buf *why)
+bool cfg_subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscription **second, buf *why)
 {
 	for (size_t m = 0; sink_modules[m]; m++) {
 		const sink_module *mod = sink_modules[m];
@@ -752,8 +754,8 @@ static void check_top(ctx *x, void *base, const pair *seen)
 	(void)seen;
 	const cfg_subscription *o;
 	buf why = {0};
-	if (!subs_together(base, NULL, &o, &why))
-		err_pos(x, o->line, o->col, "%s", why.data);
+	if (!cfg_subs_together(base, NULL, &o, &why))
+		cfg_err_pos(x, o->line, o->col, "%s", why.data);
 	buf_free(&why);
 }
 
@@ -901,15 +903,15 @@ static cfg *cfg_new(const char *path)
 {
 	cfg *c = xcalloc(1, sizeof *c);
 	c->path = xstrdup(path);
-	keys_default(c, &top_keys);
-	uids_default(c);
+	cfg_keys_default(c, &top_keys);
+	cfg_uids_default(c);
 	return c;
 }
 
 void cfg_subscription_free(cfg_subscription *s)
 {
 	if (s)
-		keys_clear(s, &sub_keys);
+		cfg_keys_clear(s, &sub_keys);
 	free(s);
 }
 
@@ -918,8 +920,8 @@ void cfg_free(cfg *c)
 	if (!c)
 		return;
 	free(c->path);
-	keys_clear(c, &top_keys);
-	secrets_free(c);
+	cfg_keys_clear(c, &top_keys);
+	cfg_secrets_free(c);
 	free(c);
 }
 
@@ -934,7 +936,7 @@ static cfg *parse_config(const char *path, const char *text, size_t len, bool re
 
 	if (!text)
 		text = "", len = 0;
-	if (!build_tree(&x, text, len, &root))
+	if (!cfg_build_tree(&x, text, len, &root))
 		goto out;
 	c = cfg_new(x.file);
 	x.secrets_of = c;
@@ -947,10 +949,10 @@ static cfg *parse_config(const char *path, const char *text, size_t len, bool re
 				    strcmp(root->kids[i]->text, sink_modules[m]->section) == 0)
 					x.have_section[m] = true;
 	pair seen[CFG_MAX_KEYS] = {0};
-	walk_map(&x, root, c, &top_keys, seen);
+	cfg_walk_map(&x, root, c, &top_keys, seen);
 out:
-	node_free(root);
-	ctx_free(&x);
+	cfg_node_free(root);
+	cfg_ctx_free(&x);
 	if (x.nerr) {
 		cfg_free(c);
 		return NULL;
@@ -966,7 +968,7 @@ cfg *cfg_parse(const char *path, const char *text, size_t len, buf *errors)
 static cfg *load(const char *path, bool read_secrets, buf *errors)
 {
 	buf text = {0};
-	cfg *c = read_text(path, &text, errors)
+	cfg *c = cfg_read_text(path, &text, errors)
 		     ? parse_config(path, text.data ? text.data : "", text.len, read_secrets, errors)
 		     : NULL;
 	buf_free(&text);

@@ -1,6 +1,6 @@
 /* overlay.c: subscriptions changed over the status socket: the body of PUT /subscriptions/NAME,
  * and the overlay of puts and deletes kept in state_dir and laid over the file's subscriptions. */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include "decoder/base/fsutil.h"
 
@@ -16,12 +16,12 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 	memcpy(x.have_section, c->sink_present, sizeof x.have_section);
 	node *root = NULL;
 	cfg_subscription *s = xcalloc(1, sizeof *s);
-	keys_default(s, &sub_keys);
+	cfg_keys_default(s, &sub_keys);
 	s->line = s->col = 1;
-	if (!build_tree(&x, text ? text : "", text ? len : 0, &root))
+	if (!cfg_build_tree(&x, text ? text : "", text ? len : 0, &root))
 		goto out;
 	if (!root || root->kind != N_MAP) {
-		err_pos(&x, 1, 1, "must be one JSON object with the keys of a subscription");
+		cfg_err_pos(&x, 1, 1, "must be one JSON object with the keys of a subscription");
 		goto out;
 	}
 	const node *given = NULL;
@@ -29,24 +29,24 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 		if (root->kids[i]->kind == N_SCALAR && strcmp(root->kids[i]->text, "name") == 0)
 			given = root->kids[i + 1];
 	if (given && (given->kind != N_SCALAR || strcmp(given->text, name) != 0)) {
-		err_key(&x, given, "name", "must be %s (the name in the path) or left out",
-			quoted(&x, name, strlen(name)));
+		cfg_err_key(&x, given, "name", "must be %s (the name in the path) or left out",
+			    cfg_quoted(&x, name, strlen(name)));
 		goto out;
 	}
 	if (!given) {
-		node_add(root, scalar_node("name", root->line, root->col));
-		node_add(root, scalar_node(name, root->line, root->col));
+		cfg_node_add(root, cfg_scalar_node("name", root->line, root->col));
+		cfg_node_add(root, cfg_scalar_node(name, root->line, root->col));
 	}
 	pair seen[CFG_MAX_KEYS] = {0};
-	x.sink_hint = sink_named(root);
-	walk_map(&x, root, s, &sub_keys, seen);
+	x.sink_hint = cfg_sink_named(root);
+	cfg_walk_map(&x, root, s, &sub_keys, seen);
 	buf why = {0};
-	if (!x.nerr && !subs_together(c, s, NULL, &why))
-		err_pos(&x, 1, 1, "%s", why.data);
+	if (!x.nerr && !cfg_subs_together(c, s, NULL, &why))
+		cfg_err_pos(&x, 1, 1, "%s", why.data);
 	buf_free(&why);
 out:
-	node_free(root);
-	ctx_free(&x);
+	cfg_node_free(root);
+	cfg_ctx_free(&x);
 	if (x.nerr) {
 		cfg_subscription_free(s);
 		return NULL;
@@ -84,15 +84,15 @@ cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
 	ctx x = {.file = path.data, .errors = errors, .sink_hint = -1};
 	memset(x.have_section, 1, sizeof x.have_section);
 	buf text = {0};
-	if (!read_text(path.data, &text, errors))
+	if (!cfg_read_text(path.data, &text, errors))
 		x.nerr++;
 	node *root = NULL;
-	if (!x.nerr && build_tree(&x, text.data ? text.data : "", text.len, &root) && root) {
+	if (!x.nerr && cfg_build_tree(&x, text.data ? text.data : "", text.len, &root) && root) {
 		pair seen[CFG_MAX_KEYS] = {0};
-		walk_map(&x, root, &doc, &overlay_keys, seen);
+		cfg_walk_map(&x, root, &doc, &overlay_keys, seen);
 	}
-	node_free(root);
-	ctx_free(&x);
+	cfg_node_free(root);
+	cfg_ctx_free(&x);
 	buf_free(&text);
 	buf_free(&path);
 	o->put = doc.puts.subs;
@@ -117,7 +117,7 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 	    "# stopped) to go back to the file's subscriptions alone.\n");
 	overlay_doc doc = {.puts = {.subs = o->put, .nsubs = o->nput}, .deleted = o->deleted};
 	emit e = {.b = &text, .first = true};
-	keys_print(&e, &doc, &overlay_keys);
+	cfg_keys_print(&e, &doc, &overlay_keys);
 	buf_putc(&text, '\n');
 	bool ok = file_replace(path.data, text.data, text.len, 0600, err, errlen);
 	buf_free(&path);
@@ -129,7 +129,7 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 static void sub_copy(cfg_subscription *dst, const cfg_subscription *src)
 {
 	*dst = *src;
-	keys_copy(dst, src, &sub_keys);
+	cfg_keys_copy(dst, src, &sub_keys);
 }
 
 static void strlist_remove(cfg_strlist *l, const char *s)
@@ -156,7 +156,7 @@ static bool subs_remove(cfg_subscription *v, size_t *n, const char *name)
 {
 	for (size_t i = 0; i < *n; i++)
 		if (strcmp(v[i].name, name) == 0) {
-			keys_clear(&v[i], &sub_keys);
+			cfg_keys_clear(&v[i], &sub_keys);
 			memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof *v);
 			(*n)--;
 			return true;
@@ -169,7 +169,7 @@ static void subs_set(cfg_subscription **v, size_t *n, cfg_subscription *s)
 {
 	for (size_t i = 0; i < *n; i++)
 		if (strcmp((*v)[i].name, s->name) == 0) {
-			keys_clear(&(*v)[i], &sub_keys);
+			cfg_keys_clear(&(*v)[i], &sub_keys);
 			(*v)[i] = *s;
 			return;
 		}
@@ -200,7 +200,7 @@ bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf 
 		const sink_module *m = sink_modules[p->sink];
 		bool no_section = m->section_needed && !c->sink_present[p->sink];
 		buf why = {0};
-		bool conflict = !no_section && !subs_together(c, p, NULL, &why);
+		bool conflict = !no_section && !cfg_subs_together(c, p, NULL, &why);
 		if (no_section || conflict) {
 			buf_printf(errors, "%s/%s: ", c->state_dir, CFG_OVERLAY_FILE);
 			if (no_section)
@@ -239,7 +239,7 @@ cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)
 	d->put = o->nput ? xcalloc(o->nput, sizeof *d->put) : NULL;
 	for (size_t i = 0; i < o->nput; i++)
 		sub_copy(&d->put[i], &o->put[i]);
-	strlist_copy(&d->deleted, &o->deleted);
+	cfg_strlist_copy(&d->deleted, &o->deleted);
 	return d;
 }
 
@@ -248,7 +248,7 @@ void cfg_overlay_free(cfg_overlay *o)
 	if (!o)
 		return;
 	for (size_t i = 0; i < o->nput; i++)
-		keys_clear(&o->put[i], &sub_keys);
+		cfg_keys_clear(&o->put[i], &sub_keys);
 	free(o->put);
 	cfg_strlist_free(&o->deleted);
 	free(o);

@@ -1,7 +1,7 @@
 /* print.c: the configuration written back, from the key tables: YAML that cfg_parse accepts again
  * (check-config, the overlay file in state_dir) and the JSON of a subscription (GET /subscriptions);
  * secrets (the DSN's password, secret-looking kafka properties) are masked. */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include "decoder/base/json.h"
 
@@ -15,7 +15,7 @@
 
 /* Secret values proper, among the properties masked: sasl.username or sasl.mechanism are masked
  * (every sasl.* is), but cdc doctor does not call them secrets written in clear. */
-bool prop_holds_secret(const char *k)
+bool cfg_prop_holds_secret(const char *k)
 {
 	size_t n = strlen(k);
 	return strcasestr(k, "password") || strcasestr(k, "secret") ||
@@ -24,9 +24,9 @@ bool prop_holds_secret(const char *k)
 	       (n >= 4 && strcasecmp(k + n - 4, ".pem") == 0 && strcasestr(k, "key")); /* ssl.key.pem */
 }
 
-bool prop_is_secret(const char *k)
+bool cfg_prop_is_secret(const char *k)
 {
-	return prop_holds_secret(k) || strncasecmp(k, "sasl.", 5) == 0;
+	return cfg_prop_holds_secret(k) || strncasecmp(k, "sasl.", 5) == 0;
 }
 
 /* Whether the URI query parameter at p (n bytes up to its '=') is want, %-escapes decoded as
@@ -171,7 +171,7 @@ char *cfg_mask_dsn(const char *dsn)
 	return out.data ? out.data : xstrdup("");
 }
 
-bool dsn_has_secret(const char *dsn)
+bool cfg_dsn_has_secret(const char *dsn)
 {
 	char *masked = cfg_mask_dsn(dsn);
 	bool secret = strcmp(masked, dsn) != 0;
@@ -248,14 +248,14 @@ static void lead(emit *e)
 	e->space = false;
 }
 
-void emit_line(emit *e, int indent)
+void cfg_emit_line(emit *e, int indent)
 {
 	if (e->b->len && e->b->data[e->b->len - 1] != '\n')
 		buf_putc(e->b, '\n');
 	buf_printf(e->b, "%*s", indent, "");
 }
 
-void emit_key(emit *e, const char *name)
+void cfg_emit_key(emit *e, const char *name)
 {
 	if (e->json) {
 		json_key(e->b, &e->first, name);
@@ -264,7 +264,7 @@ void emit_key(emit *e, const char *name)
 		e->space = true;
 	} else {
 		if (!e->inline_key)
-			emit_line(e, e->indent);
+			cfg_emit_line(e, e->indent);
 		e->inline_key = false;
 		buf_printf(e->b, "%s:", name);
 		e->space = true;
@@ -272,7 +272,7 @@ void emit_key(emit *e, const char *name)
 	e->first = false;
 }
 
-void emit_str(emit *e, const char *s)
+void cfg_emit_str(emit *e, const char *s)
 {
 	lead(e);
 	if (e->json)
@@ -281,7 +281,7 @@ void emit_str(emit *e, const char *s)
 		yaml_str(e->b, s);
 }
 
-void emit_word(emit *e, const char *s)
+void cfg_emit_word(emit *e, const char *s)
 {
 	lead(e);
 	if (e->json)
@@ -290,19 +290,19 @@ void emit_word(emit *e, const char *s)
 		buf_puts(e->b, s);
 }
 
-void emit_raw(emit *e, const char *s)
+void cfg_emit_raw(emit *e, const char *s)
 {
 	lead(e);
 	buf_puts(e->b, s);
 }
 
-void emit_u64(emit *e, uint64_t v)
+void cfg_emit_u64(emit *e, uint64_t v)
 {
 	lead(e);
 	json_u64(e->b, v); /* a number is written the same in YAML */
 }
 
-emit emit_open(emit *e, char c)
+emit cfg_emit_open(emit *e, char c)
 {
 	lead(e);
 	buf_putc(e->b, c);
@@ -312,14 +312,14 @@ emit emit_open(emit *e, char c)
 	return saved;
 }
 
-void emit_close(emit *e, char c, const emit *saved)
+void cfg_emit_close(emit *e, char c, const emit *saved)
 {
 	buf_putc(e->b, c);
 	e->flow = saved->flow;
 	e->first = saved->first;
 }
 
-void emit_item(emit *e, size_t i)
+void cfg_emit_item(emit *e, size_t i)
 {
 	if (i)
 		buf_puts(e->b, e->json ? "," : ", ");
@@ -331,7 +331,7 @@ void cfg_print(const cfg *c, FILE *out)
 {
 	buf b = {0}, path = {0};
 	emit e = {.b = &b, .first = true, .path = &path, .secrets_of = c};
-	keys_print(&e, c, &top_keys);
+	cfg_keys_print(&e, c, &top_keys);
 	buf_putc(&b, '\n');
 	fwrite(b.data, 1, b.len, out);
 	buf_free(&b);
@@ -342,6 +342,6 @@ void cfg_subscription_json(const cfg_subscription *s, buf *out)
 {
 	emit e = {.b = out, .json = true, .first = true};
 	buf_putc(out, '{');
-	keys_print(&e, s, &sub_keys);
+	cfg_keys_print(&e, s, &sub_keys);
 	buf_putc(out, '}');
 }

@@ -1,7 +1,7 @@
 /* reference.c: docs/configuration.md, written from the key tables (cf. librdkafka's CONFIGURATION.md
  * from its property table): each key's documentation, type, default, range or values, and whether a
  * reload applies it. The text lives beside the keys in keys.c, so the reference cannot drift. */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -88,15 +88,15 @@ static void type_text(buf *out, const key *k)
 	    k->type == &t_ops)
 		return;
 	uint64_t lo, hi;
-	key_range(k, &lo, &hi);
+	cfg_key_range(k, &lo, &hi);
 	bool top = hi == (k->type->size == sizeof(uint32_t) ? UINT32_MAX : UINT64_MAX);
 	if (!lo && top)
 		return;
 	buf_puts(out, top ? ", at least " : ", ");
-	key_value_text(out, k, lo);
+	cfg_key_value_text(out, k, lo);
 	if (!top) {
 		buf_puts(out, " to ");
-		key_value_text(out, k, hi);
+		cfg_key_value_text(out, k, hi);
 	}
 }
 
@@ -116,10 +116,10 @@ static void one_key(buf *out, const void *base, const key *k, const char *prefix
 	}
 	if (k->type == &t_subs) {
 		cfg_subscription s = {0};
-		keys_default(&s, &sub_keys);
+		cfg_keys_default(&s, &sub_keys);
 		buf_printf(out, "\n## `%s`\n\n%s\n", path, k->doc ? k->doc : "");
 		section(out, &s, &sub_keys, "subscriptions[].", depth + 1);
-		keys_clear(&s, &sub_keys);
+		cfg_keys_clear(&s, &sub_keys);
 		return;
 	}
 	buf_printf(out, "\n### `%s`\n\n", path);

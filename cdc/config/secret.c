@@ -1,7 +1,7 @@
 /* secret.c: secret keys (K_SECRET) given as {file: PATH}: the file read at every load, so that a
  * SIGHUP picks up a rotated secret; where each secret value came from, for check-config (which
  * prints {file: PATH}, never the value) and cdc doctor (which names the secrets written in clear). */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +52,7 @@ static void buf_wipe(buf *b)
 	buf_free(b);
 }
 
-const node *secret_value(ctx *x, const node *v, node **made, const char **file)
+const node *cfg_secret_value(ctx *x, const node *v, node **made, const char **file)
 {
 	*made = NULL;
 	*file = NULL;
@@ -62,21 +62,21 @@ const node *secret_value(ctx *x, const node *v, node **made, const char **file)
 			     ? v->kids[1]
 			     : NULL;
 	if (!pv) {
-		err_at(x, v, "expected the value, or {file: PATH} naming a file that holds it");
+		cfg_err_at(x, v, "expected the value, or {file: PATH} naming a file that holds it");
 		return NULL;
 	}
-	const char *path = scalar(x, pv, "a file's path");
+	const char *path = cfg_scalar(x, pv, "a file's path");
 	if (!path)
 		return NULL;
 	if (!*path || strlen(path) > 4095) {
-		err_at(x, pv, "a file's path is 1 to 4095 bytes long");
+		cfg_err_at(x, pv, "a file's path is 1 to 4095 bytes long");
 		return NULL;
 	}
 	if (x->secrets_unread) {
 		*file = path;
 		return NULL;
 	}
-	char *full = resolved(x, path);
+	char *full = cfg_resolved(x, path);
 	buf text = {0};
 	const char *why = read_secret(full, &text);
 	if (!why && text.len && text.data[text.len - 1] == '\n')
@@ -88,8 +88,8 @@ const node *secret_value(ctx *x, const node *v, node **made, const char **file)
 	if (why) {
 		/* a relative path: which file was looked for */
 		bool where = why == NO_FILE && strcmp(full, path) != 0;
-		err_at(x, pv, "{file: %s}: %s%s%s%s", qnode(x, pv), why, where ? " (" : "", where ? full : "",
-		       where ? ", relative to the configuration's directory)" : "");
+		cfg_err_at(x, pv, "{file: %s}: %s%s%s%s", cfg_qnode(x, pv), why, where ? " (" : "",
+			   where ? full : "", where ? ", relative to the configuration's directory)" : "");
 		free(full);
 		buf_wipe(&text);
 		return NULL;
@@ -110,17 +110,17 @@ const node *secret_value(ctx *x, const node *v, node **made, const char **file)
 	return n;
 }
 
-void secret_record(ctx *x, const char *file)
+void cfg_secret_record(ctx *x, const char *file)
 {
 	cfg *c = x->secrets_of;
 	if (!c)
 		return;
 	c->secrets = xrealloc(c->secrets, (c->nsecrets + 1) * sizeof *c->secrets);
 	c->secrets[c->nsecrets++] =
-	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? resolved(x, file) : NULL};
+	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? cfg_resolved(x, file) : NULL};
 }
 
-const char *secret_file(const cfg *c, const char *name)
+const char *cfg_secret_file(const cfg *c, const char *name)
 {
 	for (size_t i = 0; c && name && i < c->nsecrets; i++)
 		if (strcmp(c->secrets[i].key, name) == 0)
@@ -128,15 +128,15 @@ const char *secret_file(const cfg *c, const char *name)
 	return NULL;
 }
 
-void emit_secret_file(emit *e, const char *file)
+void cfg_emit_secret_file(emit *e, const char *file)
 {
-	emit saved = emit_open(e, '{');
-	emit_key(e, "file");
-	emit_str(e, file);
-	emit_close(e, '}', &saved);
+	emit saved = cfg_emit_open(e, '{');
+	cfg_emit_key(e, "file");
+	cfg_emit_str(e, file);
+	cfg_emit_close(e, '}', &saved);
 }
 
-void secrets_free(cfg *c)
+void cfg_secrets_free(cfg *c)
 {
 	for (size_t i = 0; i < c->nsecrets; i++) {
 		free(c->secrets[i].key);

@@ -1,6 +1,6 @@
 /* tree.c: libyaml's events become a small node tree that keeps every node's line and column, and
  * every problem is reported as "FILE:LINE:COL: key.path: message" (at most CFG_MAX_ERRORS). */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,12 +11,12 @@
 #define CFG_MAX_FILE (16u << 20) /* a config file, not a data set */
 #define CFG_MAX_ERRORS 100	 /* a wrong file (a binary, a log) would otherwise give megabytes */
 
-void node_free(node *n)
+void cfg_node_free(node *n)
 {
 	if (!n)
 		return;
 	for (size_t i = 0; i < n->n; i++)
-		node_free(n->kids[i]);
+		cfg_node_free(n->kids[i]);
 	free(n->kids);
 	if (n->secret)
 		explicit_bzero(n->text, n->len);
@@ -24,7 +24,7 @@ void node_free(node *n)
 	free(n);
 }
 
-bool is_null(const node *n)
+bool cfg_is_null(const node *n)
 {
 	static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
 	if (n->kind != N_SCALAR || !n->plain)
@@ -37,7 +37,7 @@ bool is_null(const node *n)
 
 /* ---- error reporting ---- */
 
-void ctx_free(ctx *x)
+void cfg_ctx_free(ctx *x)
 {
 	buf_free(&x->path);
 	buf_free(&x->quote);
@@ -66,7 +66,7 @@ static void CDC_PRINTF(4, 0) verr(ctx *x, int line, int col, const char *fmt, va
 	buf_putc(x->errors, '\n');
 }
 
-void err_pos(ctx *x, int line, int col, const char *fmt, ...)
+void cfg_err_pos(ctx *x, int line, int col, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -74,7 +74,7 @@ void err_pos(ctx *x, int line, int col, const char *fmt, ...)
 	va_end(ap);
 }
 
-void err_at(ctx *x, const node *n, const char *fmt, ...)
+void cfg_err_at(ctx *x, const node *n, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -82,7 +82,7 @@ void err_at(ctx *x, const node *n, const char *fmt, ...)
 	va_end(ap);
 }
 
-size_t path_push(ctx *x, const char *name)
+size_t cfg_path_push(ctx *x, const char *name)
 {
 	size_t old = x->path.len;
 	if (old)
@@ -91,30 +91,30 @@ size_t path_push(ctx *x, const char *name)
 	return old;
 }
 
-size_t path_index(ctx *x, size_t i)
+size_t cfg_path_index(ctx *x, size_t i)
 {
 	size_t old = x->path.len;
 	buf_printf(&x->path, "[%zu]", i);
 	return old;
 }
 
-void path_pop(ctx *x, size_t old)
+void cfg_path_pop(ctx *x, size_t old)
 {
 	x->path.len = old;
 	x->path.data[old] = '\0';
 }
 
-void err_key(ctx *x, const node *n, const char *name, const char *fmt, ...)
+void cfg_err_key(ctx *x, const node *n, const char *name, const char *fmt, ...)
 {
-	size_t old = path_push(x, name);
+	size_t old = cfg_path_push(x, name);
 	va_list ap;
 	va_start(ap, fmt);
 	verr(x, n->line, n->col, fmt, ap);
 	va_end(ap);
-	path_pop(x, old);
+	cfg_path_pop(x, old);
 }
 
-const char *quoted(ctx *x, const char *s, size_t len)
+const char *cfg_quoted(ctx *x, const char *s, size_t len)
 {
 	buf *q = &x->quote;
 	buf_reset(q);
@@ -135,33 +135,33 @@ const char *quoted(ctx *x, const char *s, size_t len)
 	return q->data;
 }
 
-const char *qnode(ctx *x, const node *n)
+const char *cfg_qnode(ctx *x, const node *n)
 {
 	if (n->secret)
-		return quoted(x, CFG_MASK, strlen(CFG_MASK));
-	return quoted(x, n->text, n->len);
+		return cfg_quoted(x, CFG_MASK, strlen(CFG_MASK));
+	return cfg_quoted(x, n->text, n->len);
 }
 
-void wrong_kind(ctx *x, const node *n, const char *want)
+void cfg_wrong_kind(ctx *x, const node *n, const char *want)
 {
 	if (n->kind == N_MAP)
-		err_at(x, n, "expected %s, got a mapping", want);
+		cfg_err_at(x, n, "expected %s, got a mapping", want);
 	else if (n->kind == N_SEQ)
-		err_at(x, n, "expected %s, got a list", want);
-	else if (is_null(n))
-		err_at(x, n, "expected %s, got %s", want, n->len ? "null" : "an empty value");
+		cfg_err_at(x, n, "expected %s, got a list", want);
+	else if (cfg_is_null(n))
+		cfg_err_at(x, n, "expected %s, got %s", want, n->len ? "null" : "an empty value");
 	else
-		err_at(x, n, "expected %s, got %s", want, qnode(x, n));
+		cfg_err_at(x, n, "expected %s, got %s", want, cfg_qnode(x, n));
 }
 
-const char *scalar(ctx *x, const node *v, const char *want)
+const char *cfg_scalar(ctx *x, const node *v, const char *want)
 {
-	if (v->kind != N_SCALAR || is_null(v)) {
-		wrong_kind(x, v, want);
+	if (v->kind != N_SCALAR || cfg_is_null(v)) {
+		cfg_wrong_kind(x, v, want);
 		return NULL;
 	}
 	if (strlen(v->text) != v->len) {
-		err_at(x, v, "must not contain a NUL character");
+		cfg_err_at(x, v, "must not contain a NUL character");
 		return NULL;
 	}
 	return v->text;
@@ -173,7 +173,7 @@ static void yaml_error(ctx *x, yaml_parser_t *p, const char *text, size_t len)
 {
 	const char *problem = p->problem ? p->problem : "invalid YAML";
 	if (p->error == YAML_MEMORY_ERROR) {
-		err_pos(x, 1, 1, "out of memory while parsing");
+		cfg_err_pos(x, 1, 1, "out of memory while parsing");
 	} else if (p->error == YAML_READER_ERROR) {
 		/* The reader reports a byte offset, not a mark: count lines and characters up to it. */
 		size_t off = p->problem_offset < len ? p->problem_offset : len;
@@ -185,20 +185,21 @@ static void yaml_error(ctx *x, yaml_parser_t *p, const char *text, size_t len)
 				col++;
 		}
 		if (p->problem_value != -1)
-			err_pos(x, line, col, "syntax error: %s (#%X)", problem, (unsigned)p->problem_value);
+			cfg_err_pos(x, line, col, "syntax error: %s (#%X)", problem,
+				    (unsigned)p->problem_value);
 		else
-			err_pos(x, line, col, "syntax error: %s", problem);
+			cfg_err_pos(x, line, col, "syntax error: %s", problem);
 	} else if (p->context) {
-		err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,
-			"syntax error: %s (%s at %zu:%zu)", problem, p->context, p->context_mark.line + 1,
-			p->context_mark.column + 1);
+		cfg_err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,
+			    "syntax error: %s (%s at %zu:%zu)", problem, p->context, p->context_mark.line + 1,
+			    p->context_mark.column + 1);
 	} else {
-		err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1, "syntax error: %s",
-			problem);
+		cfg_err_pos(x, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,
+			    "syntax error: %s", problem);
 	}
 }
 
-void node_add(node *parent, node *kid)
+void cfg_node_add(node *parent, node *kid)
 {
 	if (parent->n == parent->cap) {
 		parent->cap = parent->cap ? parent->cap * 2 : 8;
@@ -209,7 +210,7 @@ void node_add(node *parent, node *kid)
 
 /* Parses one YAML document into *root (NULL for an empty stream). Rejects aliases (their expansion
  * is the "billion laughs" attack), explicit tags, several documents and absurd nesting. */
-bool build_tree(ctx *x, const char *text, size_t len, node **root)
+bool cfg_build_tree(ctx *x, const char *text, size_t len, node **root)
 {
 	yaml_parser_t p;
 	yaml_event_t ev;
@@ -220,7 +221,7 @@ bool build_tree(ctx *x, const char *text, size_t len, node **root)
 
 	*root = NULL;
 	if (!yaml_parser_initialize(&p)) {
-		err_pos(x, 1, 1, "out of memory while parsing");
+		cfg_err_pos(x, 1, 1, "out of memory while parsing");
 		return false;
 	}
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -238,14 +239,14 @@ bool build_tree(ctx *x, const char *text, size_t len, node **root)
 			break;
 		case YAML_DOCUMENT_START_EVENT:
 			if (docs++) {
-				err_pos(x, line, col, "only one YAML document is allowed");
+				cfg_err_pos(x, line, col, "only one YAML document is allowed");
 				yaml_event_delete(&ev);
 				goto out;
 			}
 			break;
 		case YAML_ALIAS_EVENT:
-			err_pos(x, line, col, "aliases (*%s) are not allowed",
-				(const char *)ev.data.alias.anchor);
+			cfg_err_pos(x, line, col, "aliases (*%s) are not allowed",
+				    (const char *)ev.data.alias.anchor);
 			yaml_event_delete(&ev);
 			goto out;
 		case YAML_SCALAR_EVENT:
@@ -273,9 +274,9 @@ bool build_tree(ctx *x, const char *text, size_t len, node **root)
 			break;
 		}
 		if (tag) {
-			err_pos(x, line, col, "explicit tags (%s) are not allowed",
-				quoted(x, (const char *)tag, strlen((const char *)tag)));
-			node_free(n);
+			cfg_err_pos(x, line, col, "explicit tags (%s) are not allowed",
+				    cfg_quoted(x, (const char *)tag, strlen((const char *)tag)));
+			cfg_node_free(n);
 			yaml_event_delete(&ev);
 			goto out;
 		}
@@ -285,12 +286,12 @@ bool build_tree(ctx *x, const char *text, size_t len, node **root)
 		n->line = line;
 		n->col = col;
 		if (depth)
-			node_add(stack[depth - 1], n);
+			cfg_node_add(stack[depth - 1], n);
 		else
 			*root = n;
 		if (n->kind != N_SCALAR) {
 			if (depth == CFG_MAX_DEPTH) {
-				err_pos(x, line, col, "nested deeper than %d levels", CFG_MAX_DEPTH);
+				cfg_err_pos(x, line, col, "nested deeper than %d levels", CFG_MAX_DEPTH);
 				goto out;
 			}
 			stack[depth++] = n;
@@ -300,13 +301,13 @@ bool build_tree(ctx *x, const char *text, size_t len, node **root)
 out:
 	yaml_parser_delete(&p);
 	if (!ok) {
-		node_free(*root);
+		cfg_node_free(*root);
 		*root = NULL;
 	}
 	return ok;
 }
 
-node *scalar_node(const char *text, int line, int col)
+node *cfg_scalar_node(const char *text, int line, int col)
 {
 	node *n = xcalloc(1, sizeof *n);
 	n->kind = N_SCALAR;
@@ -317,7 +318,7 @@ node *scalar_node(const char *text, int line, int col)
 	return n;
 }
 
-bool read_text(const char *path, buf *text, buf *errors)
+bool cfg_read_text(const char *path, buf *text, buf *errors)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f) {

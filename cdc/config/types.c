@@ -1,6 +1,6 @@
 /* types.c: the value types of the key tables: for each, a setter that checks a node and stores it
  * (reporting FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include "cdc/match/predicate.h"
 
@@ -22,16 +22,16 @@ _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(mode_t) == sizeof(uin
 static void set_section(ctx *x, const node *v, void *base, const key *k)
 {
 	pair seen[CFG_MAX_KEYS] = {0};
-	walk_map(x, v, base, k->arg, seen);
+	cfg_walk_map(x, v, base, k->arg, seen);
 }
 
 static void set_string(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a string");
+	const char *s = cfg_scalar(x, v, "a string");
 	if (!s)
 		return;
 	if ((k->flags & K_NONEMPTY) && !*s) {
-		err_at(x, v, "must not be empty");
+		cfg_err_at(x, v, "must not be empty");
 		return;
 	}
 	char **f = FIELD(base, k, char *);
@@ -42,13 +42,13 @@ static void set_string(ctx *x, const node *v, void *base, const key *k)
 /* A where predicate: parsed here too, so check-config reports it where it stands. */
 static void set_where(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a predicate");
+	const char *s = cfg_scalar(x, v, "a predicate");
 	if (!s)
 		return;
 	char why[256];
 	pred *p = *s ? pred_parse(s, why, sizeof(why)) : NULL;
 	if (*s && !p) {
-		err_at(x, v, "%s", why);
+		cfg_err_at(x, v, "%s", why);
 		return;
 	}
 	pred_free(p);
@@ -59,7 +59,7 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
  * files: every command that reads the file finds the same path wherever it runs. The result is
  * relative to the current directory when the file's path is: "./x" read from "cdc.yaml" stays
  * "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
-char *resolved(const ctx *x, const char *s)
+char *cfg_resolved(const ctx *x, const char *s)
 {
 	const char *slash = strrchr(x->file, '/');
 	if (*s == '/' || !slash || (slash == x->file + 1 && x->file[0] == '.'))
@@ -77,29 +77,30 @@ char *resolved(const ctx *x, const char *s)
 /* A path: a string, resolved against the file's directory (see resolved). */
 static void set_path(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a path");
+	const char *s = cfg_scalar(x, v, "a path");
 	if (!s)
 		return;
 	if (!*s) {
-		err_at(x, v, "must not be empty");
+		cfg_err_at(x, v, "must not be empty");
 		return;
 	}
 	char **f = FIELD(base, k, char *);
 	free(*f);
-	*f = resolved(x, s);
+	*f = cfg_resolved(x, s);
 }
 
 static void set_socket(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a socket path");
+	const char *s = cfg_scalar(x, v, "a socket path");
 	if (!s)
 		return;
-	char *path = *s ? resolved(x, s) : NULL;
+	char *path = *s ? cfg_resolved(x, s) : NULL;
 	if (!path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
 		bool moved = path && strcmp(path, s) != 0;
-		err_at(x, v, "a socket path must be 1 to %zu bytes long%s%s%s",
-		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1, moved ? " (resolved against " : "",
-		       moved ? x->file : "", moved ? "'s directory)" : "");
+		cfg_err_at(x, v, "a socket path must be 1 to %zu bytes long%s%s%s",
+			   sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
+			   moved ? " (resolved against " : "", moved ? x->file : "",
+			   moved ? "'s directory)" : "");
 		free(path);
 		return;
 	}
@@ -111,11 +112,11 @@ static void set_socket(ctx *x, const node *v, void *base, const key *k)
 static void set_ident(ctx *x, const node *v, void *base, const key *k)
 {
 	const ident_rule *r = k->arg;
-	const char *s = scalar(x, v, "a name");
+	const char *s = cfg_scalar(x, v, "a name");
 	if (!s)
 		return;
-	if (!ident_ok(s, r)) {
-		err_at(x, v, "invalid name %s (expected %s)", qnode(x, v), r->expect);
+	if (!cfg_ident_ok(s, r)) {
+		cfg_err_at(x, v, "invalid name %s (expected %s)", cfg_qnode(x, v), r->expect);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -124,13 +125,13 @@ static void set_ident(ctx *x, const node *v, void *base, const key *k)
 /* One table's name, "schema.table" without globs (match_table_name_problem). */
 static void set_table(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a \"schema.table\" name");
+	const char *s = cfg_scalar(x, v, "a \"schema.table\" name");
 	char why[160];
 	const char *problem = s ? match_table_name_problem(s, why, sizeof why) : NULL;
 	if (!s)
 		return;
 	if (problem) {
-		err_at(x, v, "invalid table name %s: %s", qnode(x, v), problem);
+		cfg_err_at(x, v, "invalid table name %s: %s", cfg_qnode(x, v), problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -138,30 +139,31 @@ static void set_table(ctx *x, const node *v, void *base, const key *k)
 
 static void set_bool(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "true or false");
+	const char *s = cfg_scalar(x, v, "true or false");
 	if (!s)
 		return;
 	if (strcmp(s, "true") && strcmp(s, "false")) {
-		err_at(x, v,
-		       "expected true or false, got %s (YAML 1.2 booleans: yes/no/on/off are not accepted)",
-		       qnode(x, v));
+		cfg_err_at(
+		    x, v,
+		    "expected true or false, got %s (YAML 1.2 booleans: yes/no/on/off are not accepted)",
+		    cfg_qnode(x, v));
 		return;
 	}
 	*FIELD(base, k, bool) = strcmp(s, "true") == 0;
 }
 
-void key_range(const key *k, uint64_t *lo, uint64_t *hi)
+void cfg_key_range(const key *k, uint64_t *lo, uint64_t *hi)
 {
 	*lo = k->min ? k->min : (k->flags & K_POSITIVE) ? 1 : 0;
 	*hi = k->max ? k->max : k->type->size == sizeof(uint32_t) ? UINT32_MAX : UINT64_MAX;
 }
 
-void key_value_text(buf *b, const key *k, uint64_t v)
+void cfg_key_value_text(buf *b, const key *k, uint64_t v)
 {
 	if (k->type == &t_duration)
-		fmt_duration(b, v);
+		cfg_fmt_duration(b, v);
 	else if (k->type == &t_size)
-		fmt_size(b, v);
+		cfg_fmt_size(b, v);
 	else
 		buf_printf(b, "%" PRIu64, v);
 }
@@ -170,17 +172,17 @@ void key_value_text(buf *b, const key *k, uint64_t v)
 static bool in_range(ctx *x, const node *v, const key *k, uint64_t n)
 {
 	uint64_t lo, hi;
-	key_range(k, &lo, &hi);
+	cfg_key_range(k, &lo, &hi);
 	if (n >= lo && n <= hi)
 		return true;
 	if (k->type == &t_duration && lo == 1 && n == 0) {
-		err_at(x, v, "must be longer than 0");
+		cfg_err_at(x, v, "must be longer than 0");
 		return false;
 	}
 	buf a = {0}, z = {0};
-	key_value_text(&a, k, lo);
-	key_value_text(&z, k, hi);
-	err_at(x, v, "%s is out of range (%s to %s)", qnode(x, v), a.data, z.data);
+	cfg_key_value_text(&a, k, lo);
+	cfg_key_value_text(&z, k, hi);
+	cfg_err_at(x, v, "%s is out of range (%s to %s)", cfg_qnode(x, v), a.data, z.data);
 	buf_free(&a);
 	buf_free(&z);
 	return false;
@@ -189,11 +191,12 @@ static bool in_range(ctx *x, const node *v, const key *k, uint64_t n)
 static void set_duration(ctx *x, const node *v, void *base, const key *k)
 {
 	uint64_t ms;
-	const char *s = scalar(x, v, "a duration");
+	const char *s = cfg_scalar(x, v, "a duration");
 	if (!s)
 		return;
 	if (!cfg_parse_duration(s, &ms)) {
-		err_at(x, v, "invalid duration %s (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)", qnode(x, v));
+		cfg_err_at(x, v, "invalid duration %s (expected e.g. 250ms, 10s, 5m, 24h or 1h30m)",
+			   cfg_qnode(x, v));
 		return;
 	}
 	if (in_range(x, v, k, ms))
@@ -203,12 +206,13 @@ static void set_duration(ctx *x, const node *v, void *base, const key *k)
 static void set_size(ctx *x, const node *v, void *base, const key *k)
 {
 	uint64_t n;
-	const char *s = scalar(x, v, "a size");
+	const char *s = cfg_scalar(x, v, "a size");
 	if (!s)
 		return;
 	if (!cfg_parse_size(s, &n)) {
 		char why[160];
-		err_at(x, v, "invalid size %s (%s)", qnode(x, v), size_problem(s, why, sizeof(why)));
+		cfg_err_at(x, v, "invalid size %s (%s)", cfg_qnode(x, v),
+			   cfg_size_problem(s, why, sizeof(why)));
 		return;
 	}
 	if (in_range(x, v, k, n))
@@ -218,17 +222,17 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 /* A decimal integer within [min, max]; false after reporting an error. */
 static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t *out)
 {
-	const char *s = scalar(x, v, "an integer");
+	const char *s = cfg_scalar(x, v, "an integer");
 	if (!s)
 		return false;
 	uint64_t n = 0;
 	bool big = false;
 	if (*s == '-' && s[1]) {
-		err_at(x, v, "must not be negative, got %s", qnode(x, v));
+		cfg_err_at(x, v, "must not be negative, got %s", cfg_qnode(x, v));
 		return false;
 	}
 	if (!*s || strspn(s, DIGIT) != strlen(s)) {
-		err_at(x, v, "expected a non-negative integer, got %s", qnode(x, v));
+		cfg_err_at(x, v, "expected a non-negative integer, got %s", cfg_qnode(x, v));
 		return false;
 	}
 	for (; *s; s++) {
@@ -238,7 +242,8 @@ static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t
 			n = n * 10 + (uint64_t)(*s - '0');
 	}
 	if (big || n < min || n > max) {
-		err_at(x, v, "%s is out of range (%" PRIu64 " to %" PRIu64 ")", qnode(x, v), min, max);
+		cfg_err_at(x, v, "%s is out of range (%" PRIu64 " to %" PRIu64 ")", cfg_qnode(x, v), min,
+			   max);
 		return false;
 	}
 	*out = n;
@@ -248,7 +253,7 @@ static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t
 static void set_u32(ctx *x, const node *v, void *base, const key *k)
 {
 	uint64_t n, lo, hi;
-	key_range(k, &lo, &hi);
+	cfg_key_range(k, &lo, &hi);
 	if (get_uint(x, v, lo, hi, &n))
 		*FIELD(base, k, uint32_t) = (uint32_t)n;
 }
@@ -256,35 +261,35 @@ static void set_u32(ctx *x, const node *v, void *base, const key *k)
 static void set_u64(ctx *x, const node *v, void *base, const key *k)
 {
 	uint64_t n, lo, hi;
-	key_range(k, &lo, &hi);
+	cfg_key_range(k, &lo, &hi);
 	if (get_uint(x, v, lo, hi, &n))
 		*FIELD(base, k, uint64_t) = n;
 }
 
 static void set_enum(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "a name");
+	const char *s = cfg_scalar(x, v, "a name");
 	if (!s)
 		return;
-	const ename *e = ename_find(k->arg, s);
+	const ename *e = cfg_ename_find(k->arg, s);
 	if (e) {
 		*FIELD(base, k, int) = e->value;
 		return;
 	}
 	buf names = {0};
-	ename_list(&names, k->arg);
-	err_at(x, v, "invalid value %s (expected %s)", qnode(x, v), names.data);
+	cfg_ename_list(&names, k->arg);
+	cfg_err_at(x, v, "invalid value %s (expected %s)", cfg_qnode(x, v), names.data);
 	buf_free(&names);
 }
 
 static void set_listen(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "HOST:PORT");
+	const char *s = cfg_scalar(x, v, "HOST:PORT");
 	if (!s)
 		return;
-	const char *why = listen_problem(s);
+	const char *why = cfg_listen_problem(s);
 	if (why) {
-		err_at(x, v, "invalid address %s: %s", qnode(x, v), why);
+		cfg_err_at(x, v, "invalid address %s: %s", cfg_qnode(x, v), why);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -292,25 +297,25 @@ static void set_listen(ctx *x, const node *v, void *base, const key *k)
 
 static void set_mode(ctx *x, const node *v, void *base, const key *k)
 {
-	const char *s = scalar(x, v, "an octal mode like \"0660\"");
+	const char *s = cfg_scalar(x, v, "an octal mode like \"0660\"");
 	if (!s)
 		return;
 	unsigned long m = 0;
 	if (!*s || strspn(s, "01234567") != strlen(s)) {
-		err_at(x, v, "invalid mode %s (expected an octal mode like \"0660\")", qnode(x, v));
+		cfg_err_at(x, v, "invalid mode %s (expected an octal mode like \"0660\")", cfg_qnode(x, v));
 		return;
 	}
 	for (; *s; s++)
 		if ((m = m * 8 + (unsigned long)(*s - '0')) > 07777)
 			break;
 	if (m & ~0777ul) {
-		err_at(x, v, "mode %s has bits outside 0777", qnode(x, v));
+		cfg_err_at(x, v, "mode %s has bits outside 0777", cfg_qnode(x, v));
 		return;
 	}
 	if (m & 0002) {
-		err_at(x, v,
-		       "mode %s lets any local user write to the sockets (use e.g. \"0660\" and a group)",
-		       qnode(x, v));
+		cfg_err_at(x, v,
+			   "mode %s lets any local user write to the sockets (use e.g. \"0660\" and a group)",
+			   cfg_qnode(x, v));
 		return;
 	}
 	*FIELD(base, k, mode_t) = (mode_t)m;
@@ -331,7 +336,7 @@ void cfg_strlist_push(cfg_strlist *l, const char *s)
 	l->v[l->n++] = xstrdup(s);
 }
 
-void strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
+void cfg_strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
 {
 	dst->n = src->n;
 	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
@@ -343,11 +348,11 @@ void strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
 static const node *list(ctx *x, const node *v)
 {
 	if (v->kind != N_SEQ) {
-		wrong_kind(x, v, "a list");
+		cfg_wrong_kind(x, v, "a list");
 		return NULL;
 	}
 	if (!v->n) {
-		err_at(x, v, "must not be empty");
+		cfg_err_at(x, v, "must not be empty");
 		return NULL;
 	}
 	return v;
@@ -364,7 +369,7 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 	for (size_t i = 0; i < v->n; i++) {
 		const node *it = v->kids[i];
 		bool pat = k->flags & K_PATTERNS;
-		const char *s = scalar(x, it, pat ? "a \"schema.table\" pattern" : "a column name");
+		const char *s = cfg_scalar(x, it, pat ? "a \"schema.table\" pattern" : "a column name");
 		char why[160];
 		const char *problem = NULL;
 		if (!s)
@@ -374,8 +379,8 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 		else if (!*s || strlen(s) > MATCH_NAME_MAX)
 			problem = "a column name is 1 to 63 bytes long";
 		if (problem) {
-			err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name",
-			       qnode(x, it), problem);
+			cfg_err_at(x, it, "invalid %s %s: %s", pat ? "table pattern" : "column name",
+				   cfg_qnode(x, it), problem);
 			continue;
 		}
 		l.v[l.n++] = xstrdup(s);
@@ -396,17 +401,17 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 		return;
 	for (size_t i = 0; i < v->n; i++) {
 		const node *it = v->kids[i];
-		const char *s = scalar(x, it, "an operation");
+		const char *s = cfg_scalar(x, it, "an operation");
 		if (!s)
 			continue;
-		const ename *e = ename_find(op_names, s);
+		const ename *e = cfg_ename_find(op_names, s);
 		if (!e) {
 			buf names = {0};
-			ename_list(&names, op_names);
-			err_at(x, it, "unknown operation %s (expected %s)", qnode(x, it), names.data);
+			cfg_ename_list(&names, op_names);
+			cfg_err_at(x, it, "unknown operation %s (expected %s)", cfg_qnode(x, it), names.data);
 			buf_free(&names);
 		} else if (ops & (unsigned)e->value) {
-			err_at(x, it, "operation %s is listed twice", qnode(x, it));
+			cfg_err_at(x, it, "operation %s is listed twice", cfg_qnode(x, it));
 		}
 		ops |= e ? (unsigned)e->value : 0;
 	}
@@ -414,7 +419,7 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 		*FIELD(base, k, unsigned) = ops;
 }
 
-void uids_default(cfg *c)
+void cfg_uids_default(cfg *c)
 {
 	uid_t self = geteuid();
 	id_list_free(&c->status.control_uids);
@@ -449,7 +454,7 @@ static bool id_of_name(const char *name, bool group, uint32_t *id)
 static bool get_id(ctx *x, const node *it, bool group, uint32_t *id)
 {
 	const char *what = group ? "group" : "user";
-	const char *s = scalar(x, it, group ? "a group id or name" : "a user id or name");
+	const char *s = cfg_scalar(x, it, group ? "a group id or name" : "a user id or name");
 	if (!s)
 		return false;
 	if ((*s >= '0' && *s <= '9') || *s == '-') {
@@ -461,12 +466,13 @@ static bool get_id(ctx *x, const node *it, bool group, uint32_t *id)
 	}
 	size_t len = strlen(s);
 	if (len > ID_NAME_MAX || strspn(s, LOWER UPPER DIGIT "_.-$") != len) {
-		err_at(x, it, "invalid %s %s (expected an id, or a name of 1 to %d letters, digits, _ . -)",
-		       what, qnode(x, it), ID_NAME_MAX);
+		cfg_err_at(x, it,
+			   "invalid %s %s (expected an id, or a name of 1 to %d letters, digits, _ . -)",
+			   what, cfg_qnode(x, it), ID_NAME_MAX);
 		return false;
 	}
 	if (!id_of_name(s, group, id)) {
-		err_at(x, it, "no %s named %s on this machine", what, qnode(x, it));
+		cfg_err_at(x, it, "no %s named %s on this machine", what, cfg_qnode(x, it));
 		return false;
 	}
 	return true;
@@ -477,11 +483,11 @@ static void set_ids(ctx *x, const node *v, void *base, const key *k)
 {
 	bool group = k->type == &t_gids;
 	if (v->kind != N_SEQ) {
-		wrong_kind(x, v, group ? "a list of group ids or names" : "a list of user ids or names");
+		cfg_wrong_kind(x, v, group ? "a list of group ids or names" : "a list of user ids or names");
 		return;
 	}
 	if (v->n > IDS_MAX) {
-		err_at(x, v, "%zu ids: at most %d in one list", v->n, IDS_MAX);
+		cfg_err_at(x, v, "%zu ids: at most %d in one list", v->n, IDS_MAX);
 		return;
 	}
 	id_list l = {.v = v->n ? xcalloc(v->n, sizeof(uint32_t)) : NULL};
@@ -502,16 +508,17 @@ static void set_checked(ctx *x, const node *v, void *base, const key *k)
 {
 	const sink_key *sk = k->arg;
 	char why[160];
-	const char *s = scalar(x, v, "a string");
+	const char *s = cfg_scalar(x, v, "a string");
 	if (!s)
 		return;
 	if (!*s && (k->flags & K_NONEMPTY)) {
-		err_at(x, v, "must not be empty");
+		cfg_err_at(x, v, "must not be empty");
 		return;
 	}
 	const char *problem = sk->check(s, why, sizeof why);
 	if (problem) {
-		err_at(x, v, "invalid %s %s: %s", sk->noun ? sk->noun : "value", qnode(x, v), problem);
+		cfg_err_at(x, v, "invalid %s %s: %s", sk->noun ? sk->noun : "value", cfg_qnode(x, v),
+			   problem);
 		return;
 	}
 	set_string(x, v, base, k);
@@ -524,7 +531,7 @@ static int named_cmp(const void *a, const void *b)
 	return r ? r : (p->i > q->i) - (p->i < q->i);
 }
 
-size_t *first_of(named *v, size_t n)
+size_t *cfg_first_of(named *v, size_t n)
 {
 	size_t *first = xcalloc(n, sizeof *first);
 	for (size_t i = 0; i < n; i++)
@@ -541,10 +548,10 @@ size_t *first_of(named *v, size_t n)
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
 	sink_properties *props = FIELD(base, k, sink_properties);
-	if (is_null(v))
+	if (cfg_is_null(v))
 		return;
 	if (v->kind != N_MAP) {
-		wrong_kind(x, v, "a mapping of properties");
+		cfg_wrong_kind(x, v, "a mapping of properties");
 		return;
 	}
 	size_t n = v->n / 2;
@@ -557,33 +564,33 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 		const node *kn = v->kids[2 * i], *val = v->kids[2 * i + 1];
 		names[i].i = i;
 		if (kn->kind != N_SCALAR || !kn->len || strlen(kn->text) != kn->len) {
-			wrong_kind(x, kn, "a property name");
+			cfg_wrong_kind(x, kn, "a property name");
 			continue;
 		}
 		names[i].s = kn->text;
 		if (k->flags & K_SECRET) {
-			size_t old = path_push(x, kn->text);
-			val = secret_value(x, val, &made[i], &files[i]);
-			path_pop(x, old);
+			size_t old = cfg_path_push(x, kn->text);
+			val = cfg_secret_value(x, val, &made[i], &files[i]);
+			cfg_path_pop(x, old);
 			if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
-				val = made[i] = scalar_node("", kn->line, kn->col);
+				val = made[i] = cfg_scalar_node("", kn->line, kn->col);
 			if (!val)
 				continue;
 		}
 		values[i] = val;
 		if (val->kind != N_SCALAR)
-			err_at(x, val, "property %s: expected a scalar value%s, got a %s", qnode(x, kn),
-			       (k->flags & K_SECRET) ? " or {file: PATH}" : "",
-			       val->kind == N_MAP ? "mapping" : "list");
+			cfg_err_at(x, val, "property %s: expected a scalar value%s, got a %s",
+				   cfg_qnode(x, kn), (k->flags & K_SECRET) ? " or {file: PATH}" : "",
+				   val->kind == N_MAP ? "mapping" : "list");
 		else if (strlen(val->text) != val->len)
-			err_at(x, val, "property %s: must not contain a NUL character", qnode(x, kn));
+			cfg_err_at(x, val, "property %s: must not contain a NUL character", cfg_qnode(x, kn));
 	}
-	size_t *first = first_of(names, n);
+	size_t *first = cfg_first_of(names, n);
 	for (size_t i = 0; i < n; i++)
 		if (first[i] != i)
-			err_at(x, v->kids[2 * i], "duplicate property %s (first at line %d, column %d)",
-			       qnode(x, v->kids[2 * i]), v->kids[2 * first[i]]->line,
-			       v->kids[2 * first[i]]->col);
+			cfg_err_at(x, v->kids[2 * i], "duplicate property %s (first at line %d, column %d)",
+				   cfg_qnode(x, v->kids[2 * i]), v->kids[2 * first[i]]->line,
+				   v->kids[2 * first[i]]->col);
 	free(first);
 	free(names);
 	if (x->nerr == before) {
@@ -591,16 +598,16 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 		for (size_t i = 0; i < n; i++) {
 			const char *name = v->kids[2 * i]->text;
 			props->items[i] = (sink_property){xstrdup(name), xstrdup(values[i]->text)};
-			if ((k->flags & K_SECRET) && (files[i] || prop_holds_secret(name))) {
-				size_t old = path_push(x, name);
-				secret_record(x, files[i]);
-				path_pop(x, old);
+			if ((k->flags & K_SECRET) && (files[i] || cfg_prop_holds_secret(name))) {
+				size_t old = cfg_path_push(x, name);
+				cfg_secret_record(x, files[i]);
+				cfg_path_pop(x, old);
 			}
 		}
 		props->count = n;
 	}
 	for (size_t i = 0; i < n; i++)
-		node_free(made[i]);
+		cfg_node_free(made[i]);
 	free(made);
 	free(values);
 	free(files);
@@ -611,16 +618,16 @@ static void set_names(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg_strlist *l = FIELD(base, k, cfg_strlist);
 	if (v->kind != N_SEQ) {
-		wrong_kind(x, v, "a list of subscription names");
+		cfg_wrong_kind(x, v, "a list of subscription names");
 		return;
 	}
 	cfg_strlist_free(l);
 	l->v = xcalloc(v->n ? v->n : 1, sizeof *l->v);
 	for (size_t i = 0; i < v->n; i++) {
-		const char *s = scalar(x, v->kids[i], "a subscription name");
-		if (s && !ident_ok(s, &sub_rule))
-			err_at(x, v->kids[i], "invalid name %s (expected %s)", qnode(x, v->kids[i]),
-			       sub_rule.expect);
+		const char *s = cfg_scalar(x, v->kids[i], "a subscription name");
+		if (s && !cfg_ident_ok(s, &sub_rule))
+			cfg_err_at(x, v->kids[i], "invalid name %s (expected %s)", cfg_qnode(x, v->kids[i]),
+				   sub_rule.expect);
 		else if (s)
 			l->v[l->n++] = xstrdup(s);
 	}
@@ -631,107 +638,107 @@ static void set_names(ctx *x, const node *v, void *base, const key *k)
 static void print_section(emit *e, const void *base, const key *k)
 {
 	if (e->json || (k->flags & K_FLOW)) {
-		emit saved = emit_open(e, '{');
-		keys_print(e, base, k->arg);
-		emit_close(e, '}', &saved);
+		emit saved = cfg_emit_open(e, '{');
+		cfg_keys_print(e, base, k->arg);
+		cfg_emit_close(e, '}', &saved);
 		return;
 	}
 	e->space = false;
 	e->indent += 2;
-	keys_print(e, base, k->arg);
+	cfg_keys_print(e, base, k->arg);
 	e->indent -= 2;
 }
 
 static void print_string(emit *e, const void *base, const key *k)
 {
 	const char *v = *CFIELD(base, k, char *);
-	emit_str(e, v && (k->flags & K_SECRET) ? CFG_MASK : v);
+	cfg_emit_str(e, v && (k->flags & K_SECRET) ? CFG_MASK : v);
 }
 
 static void print_dsn(emit *e, const void *base, const key *k)
 {
 	char *dsn = cfg_mask_dsn(*CFIELD(base, k, char *));
-	emit_str(e, dsn);
+	cfg_emit_str(e, dsn);
 	free(dsn);
 }
 
 static void print_bool(emit *e, const void *base, const key *k)
 {
-	emit_raw(e, *CFIELD(base, k, bool) ? "true" : "false");
+	cfg_emit_raw(e, *CFIELD(base, k, bool) ? "true" : "false");
 }
 
 static void print_duration(emit *e, const void *base, const key *k)
 {
 	buf b = {0};
-	fmt_duration(&b, *CFIELD(base, k, uint64_t));
-	emit_word(e, b.data);
+	cfg_fmt_duration(&b, *CFIELD(base, k, uint64_t));
+	cfg_emit_word(e, b.data);
 	buf_free(&b);
 }
 
 static void print_size(emit *e, const void *base, const key *k)
 {
 	buf b = {0};
-	fmt_size(&b, *CFIELD(base, k, uint64_t));
-	emit_word(e, b.data);
+	cfg_fmt_size(&b, *CFIELD(base, k, uint64_t));
+	cfg_emit_word(e, b.data);
 	buf_free(&b);
 }
 
 static void print_u32(emit *e, const void *base, const key *k)
 {
-	emit_u64(e, *CFIELD(base, k, uint32_t));
+	cfg_emit_u64(e, *CFIELD(base, k, uint32_t));
 }
 
 static void print_u64(emit *e, const void *base, const key *k)
 {
-	emit_u64(e, *CFIELD(base, k, uint64_t));
+	cfg_emit_u64(e, *CFIELD(base, k, uint64_t));
 }
 
 static void print_enum(emit *e, const void *base, const key *k)
 {
-	emit_word(e, ename_of(k->arg, *CFIELD(base, k, int)));
+	cfg_emit_word(e, cfg_ename_of(k->arg, *CFIELD(base, k, int)));
 }
 
 static void print_mode(emit *e, const void *base, const key *k)
 {
 	char mode[8];
 	snprintf(mode, sizeof mode, "%04o", (unsigned)*CFIELD(base, k, mode_t));
-	emit_str(e, mode);
+	cfg_emit_str(e, mode);
 }
 
 static void print_strlist(emit *e, const void *base, const key *k)
 {
 	const cfg_strlist *l = CFIELD(base, k, cfg_strlist);
-	emit saved = emit_open(e, '[');
+	emit saved = cfg_emit_open(e, '[');
 	for (size_t i = 0; i < l->n; i++) {
-		emit_item(e, i);
-		emit_str(e, l->v[i]);
+		cfg_emit_item(e, i);
+		cfg_emit_str(e, l->v[i]);
 	}
-	emit_close(e, ']', &saved);
+	cfg_emit_close(e, ']', &saved);
 }
 
 static void print_ops(emit *e, const void *base, const key *k)
 {
 	unsigned ops = *CFIELD(base, k, unsigned);
 	size_t n = 0;
-	emit saved = emit_open(e, '[');
+	emit saved = cfg_emit_open(e, '[');
 	for (const ename *o = op_names; o->name; o++) {
 		if (ops & (unsigned)o->value) {
-			emit_item(e, n++);
-			emit_word(e, o->name);
+			cfg_emit_item(e, n++);
+			cfg_emit_word(e, o->name);
 		}
 	}
-	emit_close(e, ']', &saved);
+	cfg_emit_close(e, ']', &saved);
 }
 
 static void print_ids(emit *e, const void *base, const key *k)
 {
 	const id_list *l = CFIELD(base, k, id_list);
-	emit saved = emit_open(e, '[');
+	emit saved = cfg_emit_open(e, '[');
 	for (size_t i = 0; i < l->n; i++) {
-		emit_item(e, i);
-		emit_u64(e, l->v[i]);
+		cfg_emit_item(e, i);
+		cfg_emit_u64(e, l->v[i]);
 	}
-	emit_close(e, ']', &saved);
+	cfg_emit_close(e, ']', &saved);
 }
 
 /* A block mapping, one property a line; secret-looking values masked. */
@@ -739,7 +746,7 @@ static void print_props(emit *e, const void *base, const key *k)
 {
 	const sink_properties *props = CFIELD(base, k, sink_properties);
 	if (!props->count) {
-		emit_raw(e, "{}");
+		cfg_emit_raw(e, "{}");
 		return;
 	}
 	e->space = false;
@@ -747,25 +754,25 @@ static void print_props(emit *e, const void *base, const key *k)
 		const sink_property *kv = &props->items[i];
 		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
 		bool explicit_key = strlen(kv->key) > 100;
-		emit_line(e, e->indent + 2);
+		cfg_emit_line(e, e->indent + 2);
 		if (explicit_key)
 			buf_puts(e->b, "? ");
-		emit_str(e, kv->key);
+		cfg_emit_str(e, kv->key);
 		if (explicit_key)
-			emit_line(e, e->indent + 2);
+			cfg_emit_line(e, e->indent + 2);
 		buf_puts(e->b, ": ");
 		const char *file = NULL;
 		if (e->path) {
 			size_t old = e->path->len;
 			buf_printf(e->path, ".%s", kv->key);
-			file = secret_file(e->secrets_of, e->path->data);
+			file = cfg_secret_file(e->secrets_of, e->path->data);
 			e->path->len = old;
 			e->path->data[old] = '\0';
 		}
 		if (file)
-			emit_secret_file(e, file);
+			cfg_emit_secret_file(e, file);
 		else
-			emit_str(e, prop_is_secret(kv->key) ? CFG_MASK : kv->value);
+			cfg_emit_str(e, cfg_prop_is_secret(kv->key) ? CFG_MASK : kv->value);
 	}
 }
 

@@ -1,7 +1,7 @@
 /* values.c: the values a configuration holds, each read and written by one implementation here:
  * durations, sizes, addresses, topics, names, and the names of enums (the parser's tables, which
  * cfg_sink_name and the like also answer from). "schema.table" patterns are cdc/match's (match.h). */
-#include "cdc/config/internal.h"
+#include "cdc/config/config_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -53,7 +53,7 @@ bool cfg_parse_duration(const char *s, uint64_t *ms)
 
 /* Largest first: the printer takes the first unit that divides a size exactly. Binary units only:
  * PostgreSQL reads "1GB" as 1024^3 bytes, other tools as 10^9, so cdc takes neither reading of the
- * decimal-looking units (size_problem explains). */
+ * decimal-looking units (cfg_size_problem explains). */
 static const struct {
 	const char *unit;
 	uint64_t mult;
@@ -93,7 +93,7 @@ bool cfg_parse_size(const char *s, uint64_t *bytes)
 	return false;
 }
 
-const char *size_problem(const char *s, char *why, size_t whylen)
+const char *cfg_size_problem(const char *s, char *why, size_t whylen)
 {
 	/* PostgreSQL's spellings first: it reads them as 1024-based */
 	static const char *const decimal[] = {"kB", "MB", "GB", "TB", "KB", "kb", "mb", "gb", "tb"};
@@ -116,7 +116,7 @@ const char *size_problem(const char *s, char *why, size_t whylen)
 	return "expected bytes, or e.g. 64KiB, 64MiB, 1GiB; at most 2^64-1";
 }
 
-void fmt_duration(buf *b, uint64_t ms)
+void cfg_fmt_duration(buf *b, uint64_t ms)
 {
 	static const struct {
 		const char *unit;
@@ -132,7 +132,7 @@ void fmt_duration(buf *b, uint64_t ms)
 	}
 }
 
-void fmt_size(buf *b, uint64_t n)
+void cfg_fmt_size(buf *b, uint64_t n)
 {
 	for (size_t i = 0; n && size_units[i].mult > 1; i++) {
 		if (n % size_units[i].mult == 0) {
@@ -144,7 +144,7 @@ void fmt_size(buf *b, uint64_t n)
 }
 
 /* "HOST:PORT" or "[IPv6]:PORT", port 1-65535. NULL if ok. */
-const char *listen_problem(const char *s)
+const char *cfg_listen_problem(const char *s)
 {
 	const char *port;
 	if (*s == '[') {
@@ -192,7 +192,7 @@ const ident_rule pub_rule = {NULL, NULL, 63, "1 to 63 bytes without control char
 const ident_rule sub_rule = {LOWER UPPER DIGIT "_.-", LOWER UPPER DIGIT "_.-", 64,
 			     "1 to 64 characters from [A-Za-z0-9_.-]"};
 
-bool ident_ok(const char *s, const ident_rule *r)
+bool cfg_ident_ok(const char *s, const ident_rule *r)
 {
 	size_t n = strlen(s);
 	if (n < 1 || n > r->max)
@@ -204,7 +204,7 @@ bool ident_ok(const char *s, const ident_rule *r)
 	return true;
 }
 
-const ename *ename_find(const ename *e, const char *name)
+const ename *cfg_ename_find(const ename *e, const char *name)
 {
 	for (; e->name; e++)
 		if (strcmp(e->name, name) == 0)
@@ -212,7 +212,7 @@ const ename *ename_find(const ename *e, const char *name)
 	return NULL;
 }
 
-const char *ename_of(const ename *e, int value)
+const char *cfg_ename_of(const ename *e, int value)
 {
 	for (; e->name; e++)
 		if (e->value == value)
@@ -220,7 +220,7 @@ const char *ename_of(const ename *e, int value)
 	return "?";
 }
 
-void ename_list(buf *b, const ename *e)
+void cfg_ename_list(buf *b, const ename *e)
 {
 	for (const ename *p = e; p->name; p++)
 		buf_printf(b, "%s%s", p == e ? "" : ", ", p->name);
@@ -238,7 +238,7 @@ const ename level_names[] = {LOG_LEVELS(LEVEL_ENAME){NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
 const char *cfg_sink_name(int module)
 {
-	return ename_of(sink_names, module);
+	return cfg_ename_of(sink_names, module);
 }
 
 sink_sub *cfg_sink_subs(const cfg *c, size_t module)

@@ -6,9 +6,9 @@
 
 #include "cdc/config/config.h"
 
-/* Takes ownership of c. endpos: stop once everything up to this LSN is confirmed (0: never).
+/* Takes ownership of conf. endpos: stop once everything up to this LSN is confirmed (0: never).
  * Returns the process exit code: 0 after a clean stop, 1 on a runtime failure, 2 on a config
  * the build cannot serve. */
-int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos);
+int daemon_run(cfg *conf, const char *cfg_path, uint64_t endpos);
 
 #endif

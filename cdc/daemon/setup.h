@@ -7,10 +7,10 @@
 #include "cdc/match/rules.h"
 #include "cdc/source/source.h"
 
-/* The rules of c's subscriptions, at their indexes in c (c must outlive them: they borrow its
+/* The rules of conf's subscriptions, at their indexes in conf (conf must outlive them: they borrow its
  * strings). NULL with a message naming the subscription when a where predicate does not parse. */
-rules *setup_rules(const cfg *c, char *err, size_t errlen);
-/* What the source takes of c (borrowing its strings: source_new copies them). */
-source_settings setup_source(const cfg *c);
+rules *setup_rules(const cfg *conf, char *err, size_t errlen);
+/* What the source takes of conf (borrowing its strings: source_new copies them). */
+source_settings setup_source(const cfg *conf);
 
 #endif

@@ -129,114 +129,114 @@ typedef struct sidecar {
 
 /* sidecar.c: what the other files call and which calls none of them */
 /* Logs d->err under what and stops the loop with exit code code. */
-void sidecar_fail(sidecar *d, int code, const char *what);
-/* Binds the sinks and the pipeline to d->cfg with rules r (taken), creating the sinks it needs
+void sidecar_fail(sidecar *sc, int code, const char *what);
+/* Binds the sinks and the pipeline to d->cfg with rules rs (taken), creating the sinks it needs
  * first. False with d->err when a sink cannot start. */
-bool sidecar_bind(sidecar *d, rules *r) CDC_MUST_CHECK;
+bool sidecar_bind(sidecar *sc, rules *rs) CDC_MUST_CHECK;
 /* Tells the sinks the database's name (Debezium's source.db), once connected. */
-void sidecar_tell_database(sidecar *d);
+void sidecar_tell_database(sidecar *sc);
 /* Answers req with an error: {"error": error, "details": [lines of details]} (details may be NULL). */
-void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+void sidecar_answer_error(sidecar *sc, status_request *req, unsigned code, const char *error,
 			  const char *details);
 
 /* daemon.c */
 /* Records st in state_dir now (waiting for the writer's thread), before what follows relies on it;
  * false with d->err. */
-bool sidecar_record(sidecar *d, const state *st) CDC_MUST_CHECK;
+bool sidecar_record(sidecar *sc, const state *st) CDC_MUST_CHECK;
 /* Hands the writer's thread the position flushed when it passed the last one handed, and the
  * backfills' state file when it changed, which the thread writes first: it holds the keys to read
  * again that changes before the position marked, which a restart from there would not replay. */
-void sidecar_post(sidecar *d, uint64_t flushed);
+void sidecar_post(sidecar *sc, uint64_t flushed);
 
 /* reload.c */
 /* The overlay of state_dir laid over d->cfg at the start (a subscription of it that the
  * configuration cannot take is set aside): false (exit code 2) if the file is unusable. */
-bool reload_init(sidecar *d);
+bool reload_init(sidecar *sc);
 /* At every connect, before streaming: the running subscriptions against the catalog (taken). One of
  * the overlay's that fails is set aside (cdc runs without it, /status says why); one of the file's
  * stops cdc: false with d->err naming the problem and its fix. first: the first connect (its
  * warnings are logged). */
-bool reload_connected(sidecar *d, catalog *cat, bool first);
-void reload_free(sidecar *d);
+bool reload_connected(sidecar *sc, catalog *cat, bool first);
+void reload_free(sidecar *sc);
 /* SIGHUP: reloads now if at a transaction boundary, else at the next one. */
-void reload_request(sidecar *d);
+void reload_request(sidecar *sc);
 /* Applies a pending reload if at a transaction boundary. */
-void reload_maybe(sidecar *d);
+void reload_maybe(sidecar *sc);
 /* PUT and DELETE /subscriptions/NAME (the status server's control callback, ctx = d). */
 void reload_on_control(void *ctx, status_request *req);
 
 /* backfills.c */
 /* The backfills kept in state_dir, their reader, and the `snapshot: true` subscriptions seen for
  * the first time: false (logged) if state_dir's backfill file is unusable. */
-bool backfills_init(sidecar *d);
-void backfills_free(sidecar *d);
+bool backfills_init(sidecar *sc);
+void backfills_free(sidecar *sc);
 /* After a reload (old: the configuration before): settings, removed and added subscriptions. */
-void backfills_reloaded(sidecar *d, const cfg *old);
+void backfills_reloaded(sidecar *sc, const cfg *old);
 /* Subscription name is gone from the running configuration: its backfills are forgotten. */
-void backfills_removed(sidecar *d, const char *name);
+void backfills_removed(sidecar *sc, const char *name);
 /* Tables were added to the publication (schema, table pairs): the `snapshot: true` subscriptions
  * that have them backfill them, since the stream has none of their rows from before. */
-void backfills_tables_added(sidecar *d, const cfg_strlist *added);
-/* Queues a backfill of s: every table, or those of req; id gets its id. False with a message. Its
+void backfills_tables_added(sidecar *sc, const cfg_strlist *added);
+/* Queues a backfill of sub: every table, or those of req; id gets its id. False with a message. Its
  * checks run on the reader's connection: a refused one fails with the reason in GET /backfills. */
-bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
+bool backfills_queue(sidecar *sc, const cfg_subscription *sub, const bf_request_body *req, bool snapshot,
 		     char id[BF_ID_SIZE], char *err, size_t errlen) CDC_MUST_CHECK;
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
-void backfills_on_control(sidecar *d, status_request *req);
+void backfills_on_control(sidecar *sc, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),
  * appending [{"subscription", "backfill": ID}] to ids. */
-bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen);
+bool backfills_resync(sidecar *sc, buf *ids, char *err, size_t errlen);
 /* The sinks made everything before flushed durable. */
-void backfills_delivered(sidecar *d, uint64_t flushed);
+void backfills_delivered(sidecar *sc, uint64_t flushed);
 /* The path of the backfills' state file, with its new contents appended to out, when it changed;
  * NULL when it did not. */
-const char *backfills_state(sidecar *d, buf *out);
+const char *backfills_state(sidecar *sc, buf *out);
 /* Whether a backfill's table waits only for its last chunks to be durable. */
-bool backfills_draining(const sidecar *d);
+bool backfills_draining(const sidecar *sc);
 /* The stream starts again from the slot's confirmed position. */
-void backfills_restart(sidecar *d);
+void backfills_restart(sidecar *sc);
 /* The backfills read from the primary (source.primary_dsn) while the source is a standby, else from
  * source.dsn: at each start, and when a standby cdc streams from is promoted. */
-void backfills_follow(sidecar *d);
+void backfills_follow(sidecar *sc);
 /* Something may be due for the reader. */
-void backfills_kick(sidecar *d);
+void backfills_kick(sidecar *sc);
 /* Every tick: requests whose checks take too long (the database does not answer) are refused. */
-void backfills_tick(sidecar *d, uint64_t now);
+void backfills_tick(sidecar *sc, uint64_t now);
 /* GET /backfills from now on. */
-void backfills_publish(sidecar *d);
+void backfills_publish(sidecar *sc);
 /* For /status and /metrics: one row per table of every backfill (*rows, to free) and the JSON
  * array (published as GET /backfills too). Returns the rows' count. */
-size_t backfills_report(sidecar *d, report_backfill **rows, buf *json);
+size_t backfills_report(sidecar *sc, report_backfill **rows, buf *json);
 
 /* signals.c */
 /* With source.signal_table: what signals did before (state_dir/signals.json), and the pipeline
  * hands each signal row on from now. False (logged) if the file is unusable. */
-bool signals_init(sidecar *d);
-void signals_free(sidecar *d);
+bool signals_init(sidecar *sc);
+void signals_free(sidecar *sc);
 /* Their figures for /status and /metrics. */
-void signals_report(const sidecar *d, report *r);
+void signals_report(const sidecar *sc, report *rep);
 
 /* resync.c */
 typedef enum resync_result { RESYNC_DONE, RESYNC_RETRY, RESYNC_STOP } resync_result;
 /* The slot cannot send what follows cdc's position (SOURCE_GAP): STOP unless the matching
  * source.on_* setting says resync; else the slot is moved on, the marker written after its new
  * position and the position recorded (DONE), or a step failed and d->err says why (RETRY). */
-resync_result resync(sidecar *d);
+resync_result resync(sidecar *sc);
 /* The stream passed a re-sync marker: every subscription is backfilled (pipeline_on_resync). */
 void resync_reached(void *ctx);
 
 /* figures.c */
 /* Renders the figures for the status socket: every second, or now with force. */
-void figures_publish(sidecar *d, bool force);
+void figures_publish(sidecar *sc, bool force);
 /* While changes flow, a progress line every 30 s. */
-void figures_log_progress(sidecar *d, uint64_t now);
+void figures_log_progress(sidecar *sc, uint64_t now);
 /* The sinks' counters and their commit-to-delivery latency since the start, in the log. */
-void figures_log_sinks(sidecar *d);
+void figures_log_sinks(sidecar *sc);
 /* Every few seconds: the slot's wal_status and safe_wal_size, warned about while in danger. */
-void figures_slot_health(sidecar *d, uint64_t now);
+void figures_slot_health(sidecar *sc, uint64_t now);
 /* Every 5 s (and at once after each start): whether the server is a standby, its timeline (a
  * standby promoted under cdc), and with source.failover whether a promotion now is safe, which
  * the log says once, then on each change. */
-void figures_server(sidecar *d, uint64_t now);
+void figures_server(sidecar *sc, uint64_t now);
 
 #endif

@@ -24,20 +24,20 @@ typedef struct sink_set {
 	int wake_ms[SINK_MODULES_MAX];
 } sink_set;
 
-/* Points each subscription of c at its sink, creating sinks on first use, and hands every sink
- * that exists the settings c gives it (even with none of its subscriptions left: a sink must not
+/* Points each subscription of conf at its sink, creating sinks on first use, and hands every sink
+ * that exists the settings conf gives it (even with none of its subscriptions left: a sink must not
  * keep an old configuration). */
-bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen) CDC_MUST_CHECK;
-void sink_set_free(sink_set *s);
+bool sink_set_bind(sink_set *sinks, const cfg *conf, char *err, size_t errlen) CDC_MUST_CHECK;
+void sink_set_free(sink_set *sinks);
 /* Hands each sink that has a file descriptor its work (delivery reports). */
-void sink_set_poll(sink_set *s);
+void sink_set_poll(sink_set *sinks);
 /* Gives each sink's event the timeout its module asks for (wake_ms). */
-void sink_set_watch(sink_set *s);
+void sink_set_watch(sink_set *sinks);
 /* Whether a sink wants a flush every second while streaming. */
-bool sink_set_ticks(const sink_set *s);
+bool sink_set_ticks(const sink_set *sinks);
 /* Tells every sink the database's name. */
-void sink_set_database(sink_set *s, const char *name);
+void sink_set_database(sink_set *sinks, const char *name);
 /* A subscription deleted for good: every sink lets go of what it keeps of it. False with err. */
-bool sink_set_forget(sink_set *s, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
+bool sink_set_forget(sink_set *sinks, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
 
 #endif

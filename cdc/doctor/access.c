@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 #include "decoder/base/net.h"
 
 void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t mode)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cdc/backfill/sql.h"
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 #include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
 #include "cdc/source/catalog.h"

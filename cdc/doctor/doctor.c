@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 #include "cdc/match/match.h"
 #include "decoder/base/json.h"
 

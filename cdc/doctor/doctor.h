@@ -25,18 +25,18 @@ typedef struct doctor_report {
 	int timeout_ms; /* how long a sink's servers get to answer; set before doctor_run */
 } doctor_report;
 
-/* Runs every check that applies to c (the table in doctor.c, then each sink module's), in order,
- * appending its lines to r. */
-void doctor_run(const cfg *c, doctor_report *r);
+/* Runs every check that applies to conf (the table in doctor.c, then each sink module's), in order,
+ * appending its lines to rep. */
+void doctor_run(const cfg *conf, doctor_report *rep);
 /* 0 when every line passed, 1 with warnings only, 2 with a failure. */
-int doctor_exit_code(const doctor_report *r);
+int doctor_exit_code(const doctor_report *rep);
 /* One line per finding ("pass  check: detail", "fail  check: detail", then "      fix: ...",
  * "      sql: ..." and a "      run: ..." per command), then a summary line. */
-void doctor_print_text(const doctor_report *r, FILE *out);
+void doctor_print_text(const doctor_report *rep, FILE *out);
 /* {"status":"fail","exit":2,"counts":{"pass":N,"warn":N,"fail":N},
  *  "checks":[{"check":"...","status":"pass|warn|fail","detail":"...","fix":"..." or null,
  *             "sql":"..." or null,"run":"..." or null},...]} */
-void doctor_print_json(const doctor_report *r, buf *out);
-void doctor_report_free(doctor_report *r);
+void doctor_print_json(const doctor_report *rep, buf *out);
+void doctor_report_free(doctor_report *rep);
 
 #endif

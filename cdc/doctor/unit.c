@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 
 /* Where systemd reads units, in its order: the first directory with the unit's file wins. */
 static const char *const UNIT_DIRS[] = {"/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",

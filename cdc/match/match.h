@@ -26,12 +26,12 @@ enum match_op {
 
 /* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
  * at most MATCH_NAME_MAX bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier
- * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if s is
+ * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if text is
  * such a pattern, else why not (static text, or why filled in). */
-const char *match_table_problem(const char *s, char *why, size_t whylen);
+const char *match_table_problem(const char *text, char *why, size_t whylen);
 /* One table's name: a pattern (match_table_problem) without globs, so it matches exactly one
- * schema.table. NULL if s is such a name, else why not. */
-const char *match_table_name_problem(const char *s, char *why, size_t whylen);
+ * schema.table. NULL if text is such a name, else why not. */
+const char *match_table_name_problem(const char *text, char *why, size_t whylen);
 /* A table's name (match_table_name_problem passed) into its two parts, unquoted. False if it is
  * not one. */
 bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char table[MATCH_NAME_MAX + 1]);
@@ -52,9 +52,9 @@ typedef struct match_suggest {
 	unsigned dist[MATCH_SUGGEST];
 	size_t n;
 } match_suggest;
-void match_suggest_start(match_suggest *m, const char *pattern);
-void match_suggest_add(match_suggest *m, const char *schema, const char *table);
+void match_suggest_start(match_suggest *suggest, const char *pattern);
+void match_suggest_add(match_suggest *suggest, const char *schema, const char *table);
 /* "did you mean public.orders?" (names as patterns write them), or "" when none is close. */
-const char *match_suggest_text(const match_suggest *m, char *out, size_t outlen);
+const char *match_suggest_text(const match_suggest *suggest, char *out, size_t outlen);
 
 #endif

@@ -28,13 +28,13 @@ typedef struct pred pred;
  * (UTF-8 code point) where the problem starts: the offending token, or for "... after 'X'"
  * messages the X that lacks what should follow it. */
 pred *pred_parse(const char *text, char *err, size_t errlen) CDC_MUST_CHECK;
-void pred_free(pred *p);
+void pred_free(pred *predicate);
 
-/* True only if the predicate is true for e; false when it is false or unknown (a comparison with
+/* True only if the predicate is true for event; false when it is false or unknown (a comparison with
  * NULL, an absent column or row, unchanged TOAST, a type mismatch or a literal that does not
  * convert to the column's type). new.X reads e->new_row, old.X e->old_row. Scratch memory (literals
  * converted to a column's type) comes from a; nothing else is allocated. */
-bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a);
+bool pred_eval(const pred *predicate, const Cdc__V1__Event *event, arena *ar);
 
 /* A column of the table a predicate is checked against. */
 typedef struct pred_column {
@@ -43,14 +43,14 @@ typedef struct pred_column {
 	const char *type_name; /* for messages: pg_type.typname ("int4", "text") */
 } pred_column;
 
-/* Whether every comparison of p could be true for some row of a table of these columns. False, with
+/* Whether every comparison of predicate could be true for some row of a table of these columns. False, with
  * the first that never can in err ("new.val = 5 is never true: column val is of type text and 5 is
  * a number; write '5'"): a column the table lacks, a literal of a kind the column's type never
  * compares with (pred_eval has no coercion) or that is not a value of the type, a comparison with
  * null, and with reads (a backfill's rows, which have no old row) any old.column. Column-to-column
  * comparisons are checked only for the columns' existence. Scratch memory from a. */
-bool pred_check_columns(const pred *p, const pred_column *cols, size_t ncols, bool reads, arena *a, char *err,
-			size_t errlen) CDC_MUST_CHECK;
+bool pred_check_columns(const pred *predicate, const pred_column *cols, size_t ncols, bool reads, arena *ar,
+			char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* A read-only view of the parsed tree, for translators (a backfill pushes `where` into its SQL).
  * Nodes are numbered from 0; pred_root() is the top one. The enums follow the grammar above. */
@@ -78,12 +78,12 @@ typedef struct pred_node {
 	const char *s; /* PRED_COL: name; PRED_STR: text; PRED_NUM: as written */
 	size_t len;
 } pred_node;
-int32_t pred_root(const pred *p);
+int32_t pred_root(const pred *predicate);
 /* How many nodes there are: 0 .. pred_count() - 1 are all the tree's. */
-size_t pred_count(const pred *p);
+size_t pred_count(const pred *predicate);
 /* Whether the predicate reads an old.column anywhere (it then needs the old row of updates and
  * deletes: REPLICA IDENTITY FULL, unless it reads key columns only). */
-bool pred_reads_old(const pred *p);
-pred_node pred_node_at(const pred *p, int32_t i);
+bool pred_reads_old(const pred *predicate);
+pred_node pred_node_at(const pred *predicate, int32_t value);
 
 #endif

@@ -31,30 +31,30 @@ typedef struct match_sub {
 /* The array is copied; the strings stay owned by the caller and must outlive the rules. Fails with
  * a message naming the subscription when a where predicate does not parse. */
 rules *rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen);
-void rules_free(rules *r);
+void rules_free(rules *rs);
 
 /* Indexes (into subs) of the subscriptions that want operation op (one enum match_op bit) on rel,
  * or, with rel NULL, a logical message. Returns the count; *out stays valid until the next call. */
-size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out);
+size_t rules_match(rules *rs, const pgo_rel *rel, unsigned op, const uint32_t **out);
 
 /* Indexes of the subscriptions that want operation op on the table schema.table, matched by name
  * (not cached: for DDL events, which are rare). *out stays valid until the next call. */
-size_t rules_match_table(rules *r, const char *schema, const char *table, unsigned op, const uint32_t **out);
+size_t rules_match_table(rules *rs, const char *schema, const char *table, unsigned op, const uint32_t **out);
 /* Whether subscription sub's operations include op. */
-bool rules_wants(const rules *r, uint32_t sub, unsigned op);
+bool rules_wants(const rules *rs, uint32_t sub, unsigned op);
 
 /* Starts a new event for rules_accept: call it once per event, before asking about it. */
-void rules_event(rules *r);
+void rules_event(rules *rs);
 
-/* Whether subscription sub (an index rules_match returned) wants event e, the one since the last
+/* Whether subscription sub (an index rules_match returned) wants event event, the one since the last
  * rules_event: with `changed`, an update matches only if one of those columns differs between the
  * old and the new row (an update without an old row, or whose value is unchanged TOAST, changed
  * nothing it can see); with `where`, only if the predicate is true (scratch memory from a).
  * Subscriptions with the same `where` text share one evaluation per event. */
-bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a);
+bool rules_accept(rules *rs, uint32_t sub, const Cdc__V1__Event *event, arena *ar);
 
-/* e as subscription sub delivers it: with `columns`, its rows (or a schema event's columns) hold
- * only those columns and the key columns (a copy in arena a); otherwise e itself. */
-Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a);
+/* event as subscription sub delivers it: with `columns`, its rows (or a schema event's columns) hold
+ * only those columns and the key columns (a copy in arena a); otherwise event itself. */
+Cdc__V1__Event *rules_project(const rules *rs, uint32_t sub, Cdc__V1__Event *event, arena *ar);
 
 #endif

@@ -35,55 +35,55 @@ typedef struct pipeline_figures {
  * not delivered (0: none). at_boundary(ctx) is called after every commit, the moment a change of
  * the subscriptions may be applied (see pipeline_between_txns). */
 pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx);
-void pipeline_free(pipeline *p);
+void pipeline_free(pipeline *pipe);
 /* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after it
  * went to every subscription: what a re-sync backfills is read after it. */
-void pipeline_on_resync(pipeline *p, void (*reached)(void *ctx));
+void pipeline_on_resync(pipeline *pipe, void (*reached)(void *ctx));
 /* With source.ddl: the DDL trigger's messages become DDL events. Without, they are only what
  * they tell of their tables (renames, NOT NULL): another cdc of the database installed the trigger. */
-void pipeline_deliver_ddl(pipeline *p, bool on);
+void pipeline_deliver_ddl(pipeline *pipe, bool on);
 /* The relation cache the decoder keeps; the source adds the keys of REPLICA IDENTITY FULL tables. */
-pgo_relcache *pipeline_relcache(pipeline *p);
+pgo_relcache *pipeline_relcache(pipeline *pipe);
 
-/* The subscriptions from now on: takes r; subs parallel to r's subscriptions; sinks: every sink
+/* The subscriptions from now on: takes rs; subs parallel to rs's subscriptions; sinks: every sink
  * instance (NULLs skipped), including ones no subscription uses any more but whose deliveries
  * still hold the flushed position. The counts of subscriptions of the same name carry over. */
-void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
+void pipeline_bind(pipeline *pipe, rules *rs, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
 		   size_t nsinks);
 /* A new stream from start_lsn (the slot's confirmed position) with protocol opt: what was held
  * or queued for the last stream is forgotten (the server sends it again). */
-bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err,
+bool pipeline_start(pipeline *pipe, const pgo_options *opt, uint64_t start_lsn, char *err,
 		    size_t errlen) CDC_MUST_CHECK;
 /* One XLogData payload that starts at WAL position lsn. */
-bool pipeline_feed(pipeline *p, const uint8_t *data, size_t len, uint64_t lsn, char *err,
+bool pipeline_feed(pipeline *pipe, const uint8_t *data, size_t len, uint64_t lsn, char *err,
 		   size_t errlen) CDC_MUST_CHECK;
 /* A keepalive: the server has sent everything up to wal_end. With nothing in flight anywhere, the
  * flushed position moves to wal_end, so an idle slot never pins WAL. */
-void pipeline_keepalive(pipeline *p, uint64_t wal_end);
+void pipeline_keepalive(pipeline *pipe, uint64_t wal_end);
 
 /* Flushes every sink, then moves the flushed position as far as every sink has delivered (never
  * past a held prepared transaction). Not SINK_OK: *failed is the sink, err says why. */
-sink_status pipeline_flush(pipeline *p, sink **failed, char *err, size_t errlen);
-/* After SINK_RESTART: forgets every transaction not yet confirmed and gives k a fresh client; the
+sink_status pipeline_flush(pipeline *pipe, sink **failed, char *err, size_t errlen);
+/* After SINK_RESTART: forgets every transaction not yet confirmed and gives sk a fresh client; the
  * caller streams again from the slot's confirmed position. */
-bool pipeline_restart_sink(pipeline *p, sink *k, char *err, size_t errlen) CDC_MUST_CHECK;
+bool pipeline_restart_sink(pipeline *pipe, sink *sk, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Whether a sink has too much in flight: stop feeding until it drains. */
-bool pipeline_busy(const pipeline *p);
+bool pipeline_busy(const pipeline *pipe);
 /* At a stop: waits for every asynchronous sink's messages in flight, up to timeout_ms each. */
-void pipeline_finish(pipeline *p, int timeout_ms);
+void pipeline_finish(pipeline *pipe, int timeout_ms);
 
 /* Between transactions, and no streamed or prepared transaction held (their records were
  * rendered for the subscriptions in force when their changes arrived): pipeline_bind() may run. */
-bool pipeline_between_txns(const pipeline *p);
+bool pipeline_between_txns(const pipeline *pipe);
 /* Inside a transaction (or a stream block) of the current stream. */
-bool pipeline_in_txn(const pipeline *p);
+bool pipeline_in_txn(const pipeline *pipe);
 /* The position every sink has delivered up to: may be recorded and confirmed to the slot. */
-uint64_t pipeline_flushed(const pipeline *p);
+uint64_t pipeline_flushed(const pipeline *pipe);
 /* Where the last transaction ended (or the idle server's position): a change of the subscriptions
  * bound now applies to every transaction committing at or after it. */
-uint64_t pipeline_boundary(const pipeline *p);
+uint64_t pipeline_boundary(const pipeline *pipe);
 /* With endpos: everything up to it is flushed, or a transaction beyond it arrived. */
-bool pipeline_at_endpos(const pipeline *p);
+bool pipeline_at_endpos(const pipeline *pipe);
 
 /* Backfills (cdc/backfill): the stream's watermarks (logical messages with prefix BFSQL_PREFIX)
  * close their chunks, whose reads are delivered to the subscription's sink at the watermark's
@@ -94,20 +94,20 @@ bool pipeline_at_endpos(const pipeline *p);
 typedef struct pipeline_backfills {
 	void *ctx;
 	/* A change's keys where it is delivered (c->xid: its top-level transaction's). */
-	void (*change)(void *ctx, const bf_change *c);
+	void (*change)(void *ctx, const bf_change *change);
 	/* A change of a held transaction as bytes appended to its spill record (xid not included),
 	 * and those bytes at the transaction's commit: false if they are malformed. */
-	void (*hold)(const bf_change *c, buf *out);
+	void (*hold)(const bf_change *change, buf *out);
 	bool (*replay)(void *ctx, const void *data, size_t len, uint32_t xid);
 	/* A watermark at lsn: emit(emit_ctx, ...) gets the reads of a chunk whose window it closes;
 	 * emit's failure is returned. */
 	bool (*watermark)(void *ctx, const char *content, size_t len, uint64_t lsn, bf_emit_fn emit,
 			  void *emit_ctx, char *err, size_t errlen);
 	/* The next read of a batch emit was given: values gets its columns. *pos starts at 0. */
-	bool (*next_read)(const bf_batch *b, size_t *pos, bf_datum *values);
+	bool (*next_read)(const bf_batch *batch, size_t *pos, bf_datum *values);
 } pipeline_backfills;
 /* The hooks are copied; NULL: no backfills. */
-void pipeline_set_backfills(pipeline *p, const pipeline_backfills *b);
+void pipeline_set_backfills(pipeline *pipe, const pipeline_backfills *backfills);
 
 /* Signals (source.signal_table): each row inserted into that table is handed on where the insert
  * is delivered, at its commit (a held transaction's at its replay, so an aborted one's never), with
@@ -119,13 +119,13 @@ typedef struct pipeline_signal {
 	const char *id, *type, *data;
 	size_t id_len, type_len, data_len;
 } pipeline_signal;
-typedef void (*pipeline_signal_fn)(void *ctx, const pipeline_signal *s);
+typedef void (*pipeline_signal_fn)(void *ctx, const pipeline_signal *signal);
 /* table: one table's name (match_table_name_problem), NULL for none; copied. */
-void pipeline_set_signals(pipeline *p, const char *table, pipeline_signal_fn fn, void *ctx);
+void pipeline_set_signals(pipeline *pipe, const char *table, pipeline_signal_fn fn, void *ctx);
 
-pipeline_figures pipeline_get_figures(const pipeline *p);
-pipeline_count pipeline_sub_count(const pipeline *p, size_t sub);
+pipeline_figures pipeline_get_figures(const pipeline *pipe);
+pipeline_count pipeline_sub_count(const pipeline *pipe, size_t sub);
 /* The transaction assembler's figures (zeros before the first stream). */
-txn_stats pipeline_held(const pipeline *p);
+txn_stats pipeline_held(const pipeline *pipe);
 
 #endif

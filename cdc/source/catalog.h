@@ -37,33 +37,33 @@ typedef struct catalog {
 
 /* Adds one row of catalog_sql's result, its cells as text (NULL for SQL NULL). False if a cell is
  * malformed. */
-bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS]) CDC_MUST_CHECK;
-void catalog_free(catalog *c);
+bool catalog_add(catalog *cat, const char *const cells[CATALOG_COLS]) CDC_MUST_CHECK;
+void catalog_free(catalog *cat);
 /* Every row of res, catalog_sql's answer (tuples); false if one is malformed. */
-bool catalog_add_result(catalog *c, const PGresult *res) CDC_MUST_CHECK;
+bool catalog_add_result(catalog *cat, const PGresult *res) CDC_MUST_CHECK;
 
 /* The part of catalog_check about the old row: `changed` and old.columns against the replica
- * identities of the tables whose changes arrive under a name s matches (a partitioned table's and
+ * identities of the tables whose changes arrive under a name sub matches (a partitioned table's and
  * each of its partitions', when they arrive under its name); one line per problem, each "...: ALTER
- * TABLE "s"."t" REPLICA IDENTITY FULL". True if none. */
-bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems);
-/* The tables subscription s names one by one (a pattern without globs) that do not exist: one line
- * each in problems, with the closest names c has ("subscription orders names table public.ordres,
+ * TABLE "sub"."t" REPLICA IDENTITY FULL". True if none. */
+bool catalog_check_identity(const catalog *cat, const cfg_subscription *sub, buf *problems);
+/* The tables subscription sub names one by one (a pattern without globs) that do not exist: one line
+ * each in problems, with the closest names cat has ("subscription orders names table public.ordres,
  * which does not exist: did you mean public.orders?"). True if none. A start and a new
  * subscription fail on it; a reconnect only warns (the table may have been dropped meanwhile). */
-bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems);
-/* The warnings about partitioned tables, one line each: s matches a partitioned table whose changes
+bool catalog_check_exists(const catalog *cat, const cfg_subscription *sub, buf *problems);
+/* The warnings about partitioned tables, one line each: sub matches a partitioned table whose changes
  * arrive under its partitions' names, or partitions whose changes arrive under the name of a
- * partitioned table s does not match. With fixes, each line's way out goes to fixes (a line each,
+ * partitioned table sub does not match. With fixes, each line's way out goes to fixes (a line each,
  * in the same order); without, it ends the line after ": ". */
-void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
+void catalog_check_partitions(const catalog *cat, const cfg_subscription *sub, const char *publication,
 			      buf *warnings, buf *fixes);
-/* What keeps subscription s from working against c: one line per problem appended to problems,
+/* What keeps subscription sub from working against cat: one line per problem appended to problems,
  * each naming the table and the statement that fixes it (catalog_check_identity's); one line per
  * warning (a table pattern that no table of the publication matches: nothing of it is streamed; a
  * matched table whose changes arrive under another name, with the way out). True if no problem.
  * Its `snapshot: true` reads any table the publication has (a backfill that cannot fails as one). */
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+bool catalog_check(const catalog *cat, const cfg_subscription *sub, const char *publication, buf *problems,
 		   buf *warnings);
 
 #endif

@@ -22,7 +22,7 @@ typedef enum failover_reason {
 	FAILOVER_STANDBY_SLOT_LOST, /* the standby's slot was invalidated (wal_status lost) */
 } failover_reason;
 
-const char *failover_reason_name(failover_reason r);
+const char *failover_reason_name(failover_reason reason);
 
 /* One row of pg_replication_slots, borrowed. */
 typedef struct failover_slot {

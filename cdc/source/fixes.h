@@ -14,29 +14,29 @@ typedef struct pg_fix {
 	buf sql;   /* statements that run as printed, each ending with ';' (empty: none) */
 } pg_fix;
 
-void pg_fix_free(pg_fix *f);
+void pg_fix_free(pg_fix *fix);
 /* "fix: WORDS; sql: SQL", as cdc doctor's lines say them: what cdc run's errors end with. */
-void pg_fix_text(const pg_fix *f, buf *out);
+void pg_fix_text(const pg_fix *fix, buf *out);
 
 /* A server setting to change to value: ALTER SYSTEM, then a reload or (restart) a restart, when
  * that takes effect; when pg_settings says the value comes from the server's command line (or
  * another place ALTER SYSTEM does not override), where to change it instead, and no SQL. False
  * with err when the setting cannot be read. */
-bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool restart, pg_fix *f, char *err,
+bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool restart, pg_fix *fix, char *err,
 		    size_t errlen) CDC_MUST_CHECK;
 /* wal_level is not logical: pg_fix_setting's fix, and what a managed service has instead. */
-bool pg_fix_wal_level(PGconn *conn, pg_fix *f, char *err, size_t errlen) CDC_MUST_CHECK;
+bool pg_fix_wal_level(PGconn *conn, pg_fix *fix, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Every replication slot is in use (or every WAL sender, senders true): one more, or a slot freed. */
-bool pg_fix_slots_full(PGconn *conn, bool senders, pg_fix *f, char *err, size_t errlen) CDC_MUST_CHECK;
+bool pg_fix_slots_full(PGconn *conn, bool senders, pg_fix *fix, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The role lacks REPLICATION: ALTER ROLE, as a superuser. */
-void pg_fix_role_replication(const char *role, pg_fix *f);
+void pg_fix_role_replication(const char *role, pg_fix *fix);
 /* The slot does not exist and cdc may not create it. */
-void pg_fix_create_slot(const char *slot, pg_fix *f);
+void pg_fix_create_slot(const char *slot, pg_fix *fix);
 /* The publication does not exist and cdc may not create it: create_sql is the statement for the
  * role (pg_publication_plan's). */
-void pg_fix_create_publication(const char *create_sql, pg_fix *f);
+void pg_fix_create_publication(const char *create_sql, pg_fix *fix);
 /* The role may not CREATE in the database, which a publication needs: GRANT it, or have the tables'
  * owner create the publication (create_sql) beforehand. */
-void pg_fix_create_on_database(const char *database, const char *role, const char *create_sql, pg_fix *f);
+void pg_fix_create_on_database(const char *database, const char *role, const char *create_sql, pg_fix *fix);
 
 #endif

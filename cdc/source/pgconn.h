@@ -19,15 +19,15 @@ typedef struct pg_secrets {
 	char *v[PG_MAX_SECRETS];
 	size_t n;
 } pg_secrets;
-void pg_secrets_init(pg_secrets *s, const char *dsn);
+void pg_secrets_init(pg_secrets *secrets, const char *dsn);
 /* Adds the secrets of another connection string (source.primary_dsn). */
-void pg_secrets_add(pg_secrets *s, const char *dsn);
+void pg_secrets_add(pg_secrets *secrets, const char *dsn);
 /* Adds one secret value (source.password). */
-void pg_secrets_add_value(pg_secrets *s, const char *secret);
-void pg_secrets_free(pg_secrets *s);
+void pg_secrets_add_value(pg_secrets *secrets, const char *secret);
+void pg_secrets_free(pg_secrets *secrets);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
-void pg_redact(const pg_secrets *s, char *err, size_t errlen);
+void pg_redact(const pg_secrets *secrets, char *err, size_t errlen);
 
 typedef enum pg_conn_kind {
 	PG_CONN_ORDINARY,
@@ -51,14 +51,14 @@ int pg_protocol_for(int server_version);
 
 /* The first line of a libpq or server message (in a static buffer: use it before the next call). */
 const char *pg_one_line(const char *msg);
-/* s between quote characters q, each q inside doubled: an SQL identifier ('"'), an SQL or
+/* text between quote characters quote, each quote inside doubled: an SQL identifier ('"'), an SQL or
  * replication-command string literal ('\'', standard_conforming_strings as walsenders parse them). */
-void pg_append_quoted(buf *b, const char *s, char q);
+void pg_append_quoted(buf *buffer, const char *text, char quote);
 /* "schema"."table": each part between double quotes, a quote inside doubled (a statement naming it
  * runs as it is, whatever the names; it is also a pattern match_table takes exactly). */
-void pg_append_table(buf *b, const char *schema, const char *table);
+void pg_append_table(buf *buffer, const char *schema, const char *table);
 /* An SQL identifier, quoted by libpq for conn's encoding. */
-void pg_append_ident(buf *b, PGconn *conn, const char *name);
+void pg_append_ident(buf *buffer, PGconn *conn, const char *name);
 
 /* The key a backfill reads a table by, for a query over pg_class c: k.name, the index (NULL: none),
  * and k.cols, its columns' attnums in order. The primary key, else the replica identity index, else
@@ -156,7 +156,7 @@ typedef struct pg_table_row {
 	const char *parent_schema, *parent_name; /* NULL: not a partition */
 } pg_table_row;
 /* pg_publication_tables_sql's answer as rows pointing into res (the caller frees the array). */
-pg_table_row *pg_table_rows(const PGresult *res, size_t *n);
+pg_table_row *pg_table_rows(const PGresult *res, size_t *count);
 
 /* What a CREATE PUBLICATION for source.publish is: the statement cdc runs with source.create, and
  * what it needs of the role. PostgreSQL lets a superuser create any publication and others only one
@@ -182,18 +182,19 @@ typedef struct pg_publication_plan {
 	bool refused;	       /* tables match, and the role may publish none of them */
 } pg_publication_plan;
 /* The plan from the tables' rows: the pure part of pg_publication_plan_make. */
-void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
-			       const pg_table_row *rows, size_t n, bool superuser, int server_version,
+void pg_publication_plan_build(pg_publication_plan *plan, const char *publication, const cfg_strlist *publish,
+			       const pg_table_row *rows, size_t count, bool superuser, int server_version,
 			       bool generated_columns);
 /* Lists the tables and makes the plan for conn's role and server. False with err (the connection's
  * message) if listing the tables failed. */
 bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      bool generated_columns, pg_publication_plan *p, char *err,
+			      bool generated_columns, pg_publication_plan *plan, char *err,
 			      size_t errlen) CDC_MUST_CHECK;
-void pg_publication_plan_free(pg_publication_plan *p);
+void pg_publication_plan_free(pg_publication_plan *plan);
 /* Why a refused plan cannot be, and the ways out: the exact CREATE PUBLICATION a superuser can run,
  * making the role the tables' owner, or listing in source.publish tables it owns. */
-void pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err, size_t errlen);
+void pg_publication_refusal(const pg_publication_plan *plan, const char *publication, char *err,
+			    size_t errlen);
 /* One line (no newline) naming a table the role may not add and the statement its owner runs. */
 void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table);
 /* ALTER PUBLICATION ... ADD TABLE for the tables publish matches that the publication lacks and the
@@ -202,7 +203,7 @@ void pg_publication_not_owned(buf *out, const char *publication, const char *sch
  * the role does not own and that is not in warned yet ("schema"."table") goes to warned and, as a
  * line of pg_publication_not_owned, to warnings. */
 void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
-			      const pg_table_row *rows, size_t n, cfg_strlist *added, cfg_strlist *warned,
+			      const pg_table_row *rows, size_t count, cfg_strlist *added, cfg_strlist *warned,
 			      buf *warnings);
 
 #endif

@@ -58,34 +58,34 @@ typedef struct source_settings {
 
 /* Copies what it needs from set. */
 source *source_new(const source_settings *set);
-void source_free(source *s);
+void source_free(source *src);
 /* source.password read again (a reload): the next connection uses it (NULL: none). */
-void source_set_password(source *s, const char *password);
+void source_set_password(source *src, const char *password);
 
 /* Replaces in err (NUL-terminated, errlen bytes) every password of source.dsn (password and
  * sslpassword, also inside a dbname that is a connection string) and of PGPASSWORD, when 4 bytes or
  * longer, by "********", cutting the message short if it must. Every error the source returns has
  * been through it already; for messages about the source made elsewhere. */
-void source_redact(const source *s, char *err, size_t errlen);
+void source_redact(const source *src, char *err, size_t errlen);
 
 /* Connects and starts streaming. st is the recorded position (have_st false on a first run); on
  * success it holds the position streaming starts from, to be recorded by the caller. The primary
  * keys of published REPLICA IDENTITY FULL tables go to rc, the catalog the subscriptions are
  * checked against (catalog_check) to cat (the caller's to free, also after a failure). */
-source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
+source_result source_start(source *src, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
 			   size_t errlen);
 /* The replication connection's socket while streaming, else -1. */
-int source_fd(const source *s);
+int source_fd(const source *src);
 /* False once the server closed the replication connection, although what it sent last is not read
  * yet (a walsender ended while this process was stopped, say): asks the kernel, reads nothing. */
-bool source_connected(const source *s);
-const pgo_options *source_protocol(const source *s);
+bool source_connected(const source *src);
+const pgo_options *source_protocol(const source *src);
 /* The server's version number (150008 for 15.8) while connected, else 0. */
-int source_server_version(const source *s);
+int source_server_version(const source *src);
 /* The database the slot streams (the connection's, defaults applied), NULL before a connect. */
-const char *source_database(const source *s);
-/* Drains everything the server has sent, calling h for each message. */
-source_result source_read(source *s, const source_handler *h, char *err, size_t errlen);
+const char *source_database(const source *src);
+/* Drains everything the server has sent, calling handler for each message. */
+source_result source_read(source *src, const source_handler *handler, char *err, size_t errlen);
 /* Reading a backlog in larger pieces: the server sends one message per write, so a reader faster
  * than its decoding wakes for every few hundred bytes (a drain of 1,000,000 rows woke cdc 120,000
  * to 350,000 times, and those wake-ups doubled its CPU). While on, the socket is readable only
@@ -94,19 +94,19 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
  * milliseconds, for what stays below the mark. */
 #define SOURCE_BATCH_BYTES (64 * 1024)
 #define SOURCE_BATCH_READS 16
-void source_batch(source *s, bool on);
+void source_batch(source *src, bool on);
 /* Sends a standby status update: received up to write_lsn, durable up to flush_lsn. */
-source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
+source_result source_send_status(source *src, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
 				 size_t errlen);
 /* True while output is queued in libpq (wait for the socket to be writable, then call again). */
-bool source_output_pending(source *s);
+bool source_output_pending(source *src);
 /* The PID (on the server) of the walsender that held the slot at the last SOURCE_BUSY. */
-int source_holder(const source *s);
+int source_holder(const source *src);
 /* A standby saw another process stream the slot: the slot's position may then be ahead of the
  * one recorded in state_dir (the other cdc moved it), which a start otherwise refuses. */
-void source_after_standby(source *s, bool yes);
+void source_after_standby(source *src, bool yes);
 /* Why the last SOURCE_GAP came. */
-source_gap_kind source_gap(const source *s);
+source_gap_kind source_gap(const source *src);
 /* Re-syncs after a gap: recreates a lost slot, or moves the slot to the server's current WAL
  * position (past the publication's creation); *lsn gets the slot's new position, which is after
  * every position cdc has recorded (*st) or read: on a promoted server whose history forked
@@ -114,26 +114,26 @@ source_gap_kind source_gap(const source *s);
  * sinks (which skip what they hold by commit LSN) and consumers. st->timeline becomes the
  * server's. Changes before it are skipped: the caller backfills the tables, then writes the
  * marker (source_resync_marker). */
-source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t *lsn, char *err,
+source_result source_resync(source *src, source_gap_kind gap, state *st, uint64_t *lsn, char *err,
 			    size_t errlen);
 /* Writes the marker, a non-transactional logical message SOURCE_RESYNC_PREFIX with content json,
  * into the WAL after the slot's new position, so every consumer sees where the re-sync happened. */
-source_result source_resync_marker(source *s, const char *json, char *err, size_t errlen);
+source_result source_resync_marker(source *src, const char *json, char *err, size_t errlen);
 /* Keeps the publication holding the tables source.publish matches (with source.create): lists, when
  * due, the matching tables it lacks, and on a later call adds those cdc's role owns (ALTER
  * PUBLICATION ... ADD TABLE); one it may not add is warned about once, with the statement its owner
  * runs. Without blocking: call it from every tick while streaming. The tables added since the last
  * call are appended to added, schema then table. False with err when a step failed. */
-bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
+bool source_keep_publication(source *src, bool due, cfg_strlist *added, char *err,
 			     size_t errlen) CDC_MUST_CHECK;
 /* Reads the catalog (catalog_sql) through the ordinary connection without blocking: call again
  * until *out gets it (the caller's to free), one whose query went out at or after asked_ms. False
  * with err if the connection or the query failed. */
-bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err,
+bool source_read_catalog(source *src, uint64_t asked_ms, catalog **out, char *err,
 			 size_t errlen) CDC_MUST_CHECK;
 /* Writes a heartbeat message through the ordinary connection, without blocking; reports the
  * outcome of the previous one by its return value (false: it failed, err says why). */
-bool source_heartbeat(source *s, char *err, size_t errlen);
+bool source_heartbeat(source *src, char *err, size_t errlen);
 
 /* The server the last start reached. */
 typedef struct source_server {
@@ -145,7 +145,7 @@ typedef struct source_server {
 	uint32_t promoted_from;
 	char previous_host[128]; /* the host:port of the stream before, if this process had one */
 } source_server;
-const source_server *source_server_info(const source *s);
+const source_server *source_server_info(const source *src);
 
 /* source.failover: whether a promotion now is safe (the primary's synchronized_standby_slots). */
 typedef struct source_failover {
@@ -158,10 +158,10 @@ typedef struct source_failover {
 /* Every few seconds: whether the server is still a standby (one promoted while cdc streams from
  * it goes on streaming), its timeline, and with source.failover on PostgreSQL 17+ whether a
  * promotion now is safe. Collects the answer of the last question (without blocking) and, with
- * *ask, sends the next; *ask becomes whether it went out (not while another query runs). *f gets
+ * *ask, sends the next; *ask becomes whether it went out (not while another query runs). *failover gets
  * the last failover answer (unknown without source.failover); source_server_info() the rest.
  * False with err if the ordinary connection failed. */
-bool source_poll_server(source *s, bool *ask, source_failover *f, char *err, size_t errlen);
+bool source_poll_server(source *src, bool *ask, source_failover *failover, char *err, size_t errlen);
 
 /* The slot's health as pg_replication_slots tells it. */
 typedef struct source_slot_health {
@@ -178,9 +178,9 @@ typedef struct source_slot_health {
 	int64_t inactive_since_us; /* µs since the Unix epoch */
 	int64_t idle_timeout_s;	   /* PostgreSQL 18+: idle_replication_slot_timeout (0 off); -1 before */
 } source_slot_health;
-/* Asks for the slot's health through the ordinary connection without blocking; *h gets the last
+/* Asks for the slot's health through the ordinary connection without blocking; *health gets the last
  * answer (known false until one came). False with err if the connection failed. */
-bool source_poll_slot_health(source *s, source_slot_health *h, char *err, size_t errlen);
-void source_disconnect(source *s);
+bool source_poll_slot_health(source *src, source_slot_health *health, char *err, size_t errlen);
+void source_disconnect(source *src);
 
 #endif

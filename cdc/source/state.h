@@ -35,16 +35,17 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen) CDC
  * disk; nothing may be confirmed to the slot beyond it. */
 typedef struct state_writer state_writer;
 state_writer *state_writer_new(const char *dir, char *err, size_t errlen);
-void state_writer_free(state_writer *w);
-int state_writer_fd(const state_writer *w);
+void state_writer_free(state_writer *writer);
+int state_writer_fd(const state_writer *writer);
 /* Writes st after the write under way, if any; a newer post replaces one not yet begun. With path,
  * the same run first replaces that file with data (copied): what must be on disk before the
  * position (the backfills' state). A post without path keeps the file of one not yet begun. */
-void state_writer_post(state_writer *w, const state *st, const char *path, const void *data, size_t len);
+void state_writer_post(state_writer *writer, const state *st, const char *path, const void *data, size_t len);
 /* The newest record written (*found false before the first), after a read of fd() or at any time;
  * false with err once a write failed (cdc stops: the disk is not to be trusted). */
-bool state_writer_durable(state_writer *w, state *st, bool *found, char *err, size_t errlen) CDC_MUST_CHECK;
+bool state_writer_durable(state_writer *writer, state *st, bool *found, char *err,
+			  size_t errlen) CDC_MUST_CHECK;
 /* Until nothing is posted or under way (before a write of its own, and at a stop). */
-void state_writer_wait(state_writer *w);
+void state_writer_wait(state_writer *writer);
 
 #endif

@@ -122,14 +122,14 @@ typedef struct report {
 
 /* GET /status: one JSON object and a newline (see the comment above report_status_json in
  * report.c for every field). Appends to out. */
-void report_status_json(const report *r, buf *out);
+void report_status_json(const report *rep, buf *out);
 /* GET /metrics: Prometheus text format 0.0.4. Appends to out. */
-void report_metrics(const report *r, buf *out);
+void report_metrics(const report *rep, buf *out);
 /* GET /subscriptions: {"subscriptions":[...]} with one object per subscription holding the keys of
  * its YAML (defaults filled in; keys that do not apply to its sink or are unset left out, so that
  * an object can be PUT back as it is), durations as "30s", sizes as "1GiB". Appends to out. */
-void report_subscriptions_json(const cfg *c, buf *out);
+void report_subscriptions_json(const cfg *conf, buf *out);
 /* One subscription's object, as in report_subscriptions_json(). */
-void report_subscription_json(const cfg_subscription *s, buf *out);
+void report_subscription_json(const cfg_subscription *sub, buf *out);
 
 #endif

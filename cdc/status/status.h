@@ -31,29 +31,30 @@ typedef struct status_request {
 
 /* Called on the daemon's loop for each mutating request from an allowed peer; the daemon answers
  * it with status_answer(), at once or later (at the next transaction boundary). */
-typedef void (*status_request_fn)(void *ctx, status_request *r);
+typedef void (*status_request_fn)(void *ctx, status_request *request);
 
 /* Binds status.socket (mode subscribers.mode; a stale socket file is replaced, a live one refused)
  * and status.listen if set, and starts serving. Call on the loop's thread; base must outlive it. */
-status_server *status_new(const cfg *c, struct event_base *base, status_request_fn on_request, void *ctx,
+status_server *status_new(const cfg *conf, struct event_base *base, status_request_fn on_request, void *ctx,
 			  char *err, size_t errlen) CDC_MUST_CHECK;
 /* Stops serving, removes the socket file. Requests not yet answered get 503: the daemon must drop
  * every status_request pointer it still holds. */
-void status_free(status_server *s);
+void status_free(status_server *server);
 /* The TCP port status.listen is bound to (useful with port 0 in tests), or 0 without a listener. */
-int status_tcp_port(const status_server *s);
+int status_tcp_port(const status_server *server);
 
 /* What GET answers from now on (copied; callable only from the daemon's loop):
  * /status: status_json; /metrics: metrics (Prometheus text); /subscriptions: subscriptions_json;
  * /readyz: 200 "ready\n" if ready, else 503 with reason; /healthz: 200 while the loop publishes
  * (a snapshot older than 10 s means the loop is stuck: 503). */
-void status_publish(status_server *s, const char *status_json, const char *metrics,
+void status_publish(status_server *server, const char *status_json, const char *metrics,
 		    const char *subscriptions_json, bool ready, const char *reason);
 /* What GET /backfills answers from now on (copied; from the daemon's loop): backfill_json's array
  * and a newline. "[]\n" until first published. */
-void status_publish_backfills(status_server *s, const char *json);
-/* Answers r (from the daemon's loop) with an HTTP status and a JSON body; r is freed. */
-void status_answer(status_server *s, status_request *r, unsigned http_status, const char *json_body);
+void status_publish_backfills(status_server *server, const char *json);
+/* Answers request (from the daemon's loop) with an HTTP status and a JSON body; request is freed. */
+void status_answer(status_server *server, status_request *request, unsigned http_status,
+		   const char *json_body);
 
 /* The routing of one request, a pure function of its method, path and body (exposed for tests and
  * the fuzzer). The server checks the route first, then who asks (403), then the body. */
@@ -85,9 +86,9 @@ typedef struct status_match {
 
 /* Routes method and path (as libmicrohttpd passes them: query string removed, %XX decoded).
  * HEAD is routed like GET. False with http_status and message set if there is no such route. */
-bool status_route_request(const char *method, const char *path, status_match *m);
+bool status_route_request(const char *method, const char *path, status_match *match);
 /* A PUT body must be at most STATUS_BODY_MAX bytes (413) holding one JSON object (400). */
-bool status_check_body(const char *body, size_t len, status_match *m);
+bool status_check_body(const char *body, size_t len, status_match *match);
 /* 1..63 characters of [A-Za-z0-9_.-]. */
 bool status_name_valid(const char *name, size_t len);
 

@@ -19,12 +19,12 @@ typedef struct hist {
 	uint64_t le[HIST_LE_N]; /* le[i]: samples in (hist_le_us[i-1], hist_le_us[i]]; not cumulative */
 } hist;
 
-void hist_add(hist *h, uint64_t us);
-/* n samples of the same duration. */
-void hist_add_n(hist *h, uint64_t us, uint64_t n);
-/* The value at or below which the fraction q (0..1) of samples lie (a bucket's upper bound). */
-uint64_t hist_quantile(const hist *h, double q);
+void hist_add(hist *histogram, uint64_t us);
+/* count samples of the same duration. */
+void hist_add_n(hist *histogram, uint64_t us, uint64_t count);
+/* The value at or below which the fraction quantile (0..1) of samples lie (a bucket's upper bound). */
+uint64_t hist_quantile(const hist *histogram, double quantile);
 /* Samples at or below hist_le_us[i]. */
-uint64_t hist_count_le(const hist *h, unsigned i);
+uint64_t hist_count_le(const hist *histogram, unsigned value);
 
 #endif

@@ -9,21 +9,21 @@
 
 struct json_object;
 
-/* Appends s as a JSON string literal (quotes included), escaping as RFC 8259 requires.
+/* Appends text as a JSON string literal (quotes included), escaping as RFC 8259 requires.
  * Invalid UTF-8 bytes are replaced with U+FFFD so the output is always valid JSON. */
-void json_string(buf *out, const char *s, size_t len);
+void json_string(buf *out, const char *text, size_t len);
 /* The same without the quotes: the inside of a string literal written in parts. */
-void json_escape(buf *out, const char *s, size_t len);
+void json_escape(buf *out, const char *text, size_t len);
 /* A NUL-terminated string as a literal; NULL is null. */
-void json_str(buf *out, const char *s);
-void json_u64(buf *out, uint64_t v);
-void json_i64(buf *out, int64_t v);
+void json_str(buf *out, const char *text);
+void json_u64(buf *out, uint64_t value);
+void json_i64(buf *out, int64_t value);
 /* A double that is not finite as the JSON string "NaN", "Infinity" or "-Infinity" (JSON has no
  * number for them); false, writing nothing, for a finite one. */
-bool json_nonfinite(buf *out, double v);
+bool json_nonfinite(buf *out, double value);
 /* Bytes as a JSON string of their base64 (RFC 4648, with padding). */
-void json_base64(buf *out, const uint8_t *d, size_t n);
-void json_boolean(buf *out, bool v);
+void json_base64(buf *out, const uint8_t *bytes, size_t count);
+void json_boolean(buf *out, bool value);
 void json_null(buf *out);
 
 /* Members of an object and elements of an array: *first is true before the first one; every
@@ -32,18 +32,18 @@ void json_sep(buf *out, bool *first);
 /* A member's key and colon, after the comma it needs. */
 void json_key(buf *out, bool *first, const char *key);
 /* A whole member: "key":value. */
-void json_key_str(buf *out, bool *first, const char *key, const char *v);
-void json_key_u64(buf *out, bool *first, const char *key, uint64_t v);
-void json_key_i64(buf *out, bool *first, const char *key, int64_t v);
-void json_key_boolean(buf *out, bool *first, const char *key, bool v);
+void json_key_str(buf *out, bool *first, const char *key, const char *text);
+void json_key_u64(buf *out, bool *first, const char *key, uint64_t value);
+void json_key_i64(buf *out, bool *first, const char *key, int64_t value);
+void json_key_boolean(buf *out, bool *first, const char *key, bool value);
 /* An LSN as PostgreSQL prints it ("16/B374D848"); 0 (InvalidXLogRecPtr) is unknown: null. */
 void json_key_lsn(buf *out, bool *first, const char *key, uint64_t lsn);
 /* RFC 3339 in UTC with microseconds ("2024-05-01T12:34:56.000123Z"); 0 is unknown: null. */
 void json_key_time(buf *out, bool *first, const char *key, int64_t us);
 
-/* A member of object o as text for a terminal: "-" when missing or null, a boolean as yes or no,
+/* A member of object object as text for a terminal: "-" when missing or null, a boolean as yes or no,
  * control characters (a terminal's escapes) as '?'. Returns out. */
-const char *json_field_text(struct json_object *o, const char *key, char *out, size_t n);
+const char *json_field_text(struct json_object *object, const char *key, char *out, size_t count);
 
 /* Parses text[0..len) as one JSON document (whitespace around it allowed), nested at most depth
  * levels: its root (the caller json_object_put()s it), or NULL with err "not JSON (what is wrong)". */

@@ -40,12 +40,12 @@ typedef struct net_peer {
 	gid_t groups[NET_PEER_GROUPS];
 	size_t ngroups;
 } net_peer;
-void net_peer_of(int fd, net_peer *p);
-/* Whether p's uid is in uids, or its group or one of its supplementary groups in gids. An unknown
+void net_peer_of(int fd, net_peer *peer);
+/* Whether peer's uid is in uids, or its group or one of its supplementary groups in gids. An unknown
  * peer never is. */
-bool net_peer_in(const net_peer *p, const id_list *uids, const id_list *gids);
+bool net_peer_in(const net_peer *peer, const id_list *uids, const id_list *gids);
 /* "uid 1001 (groups 1001, 27)" for messages. */
-void net_peer_text(const net_peer *p, buf *out);
+void net_peer_text(const net_peer *peer, buf *out);
 /* User (group, with groups) ids with their names where this machine has them: "10002 (app), 42". */
 void net_ids_text(const id_list *ids, bool groups, buf *out);
 

@@ -15,16 +15,16 @@ typedef struct ring {
 #define RING_INIT(type) ((ring){.size = sizeof(type)})
 
 /* The i-th element from the front (i < len). */
-static inline void *ring_at(const ring *r, size_t i)
+static inline void *ring_at(const ring *rg, size_t index)
 {
-	return r->v + ((r->head + i) & (r->cap - 1)) * r->size;
+	return rg->v + ((rg->head + index) & (rg->cap - 1)) * rg->size;
 }
 /* Appends one element at the back and returns it, zeroed. */
-void *ring_push(ring *r);
-/* Drops n elements (n <= len) from the front. */
-void ring_pop(ring *r, size_t n);
+void *ring_push(ring *rg);
+/* Drops count elements (count <= len) from the front. */
+void ring_pop(ring *rg, size_t count);
 /* Empties the ring, keeping its array. */
-void ring_clear(ring *r);
-void ring_free(ring *r);
+void ring_clear(ring *rg);
+void ring_free(ring *rg);
 
 #endif

@@ -17,7 +17,7 @@ tls_conn *tls_open(int fd, const char *host, const char *cafile, char *err, size
 /* The check of the server's certificate against cafile, and of its names against host when
  * check_host: false when it passes; else true with why in out ("certificate has expired: the
  * certificate CN=db, issued by CN=ca, valid from ... to ..."). */
-bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen);
-void tls_close(tls_conn *t);
+bool tls_verdict(tls_conn *conn, bool check_host, char *out, size_t outlen);
+void tls_close(tls_conn *conn);
 
 #endif

@@ -12,10 +12,10 @@
 #define CDC_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
 /* Out of memory is not recoverable for a CDC daemon: these abort with a message. */
-void *xmalloc(size_t n);
-void *xcalloc(size_t n, size_t size);
-void *xrealloc(void *p, size_t n);
-char *xstrdup(const char *s);
+void *xmalloc(size_t count);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *data, size_t count);
+char *xstrdup(const char *text);
 
 /* A growable byte buffer; data is always NUL-terminated (not counted in len). */
 typedef struct buf {
@@ -25,33 +25,33 @@ typedef struct buf {
 
 /* Room for extra more bytes (and the NUL). The check is inline: the writers call it for every few
  * bytes, and the call alone was 9% of the Kafka sink's thread (callgrind). */
-void buf_grow(buf *b, size_t extra);
-static inline void buf_reserve(buf *b, size_t extra)
+void buf_grow(buf *buffer, size_t extra);
+static inline void buf_reserve(buf *buffer, size_t extra)
 {
-	if (b->cap - b->len <= extra)
-		buf_grow(b, extra);
+	if (buffer->cap - buffer->len <= extra)
+		buf_grow(buffer, extra);
 }
-void buf_append(buf *b, const void *p, size_t n);
-void buf_puts(buf *b, const char *s);
-static inline void buf_putc(buf *b, char c)
+void buf_append(buf *buffer, const void *data, size_t count);
+void buf_puts(buf *buffer, const char *text);
+static inline void buf_putc(buf *buffer, char ch)
 {
-	buf_reserve(b, 1);
-	b->data[b->len++] = c;
-	b->data[b->len] = '\0';
+	buf_reserve(buffer, 1);
+	buffer->data[buffer->len++] = ch;
+	buffer->data[buffer->len] = '\0';
 }
-void buf_printf(buf *b, const char *fmt, ...) CDC_PRINTF(2, 3);
-void buf_reset(buf *b);
-void buf_free(buf *b);
+void buf_printf(buf *buffer, const char *fmt, ...) CDC_PRINTF(2, 3);
+void buf_reset(buf *buffer);
+void buf_free(buf *buffer);
 
 /* A list of user or group ids: an allow list. */
 typedef struct id_list {
 	uint32_t *v;
 	size_t n;
 } id_list;
-bool id_list_has(const id_list *l, uint32_t id);
+bool id_list_has(const id_list *list, uint32_t id);
 void id_list_copy(id_list *dst, const id_list *src); /* dst's old list is not freed */
-bool id_list_same(const id_list *a, const id_list *b);
-void id_list_free(id_list *l);
+bool id_list_same(const id_list *list, const id_list *list2);
+void id_list_free(id_list *list);
 
 /* Adds one to an eventfd: how a thread wakes the event loop (aborts on overflow, which takes
  * 2^64 - 1 signals unread). */
@@ -60,16 +60,16 @@ void efd_signal(int fd);
 /* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. */
 #define LSN_STRLEN 18
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
-bool lsn_parse(const char *s, uint64_t *lsn) CDC_MUST_CHECK;
+bool lsn_parse(const char *text, uint64_t *lsn) CDC_MUST_CHECK;
 
-/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
+/* Length of the well-formed UTF-8 sequence at text (Unicode table 3-7: no overlongs, surrogates or
  * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
- * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
-size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip);
-/* Whether s[0..len) is well-formed UTF-8 without NUL bytes. */
-bool utf8_valid(const char *s, size_t len);
-/* The code point of a well-formed sequence of n bytes (as utf8_seq measured it). */
-uint32_t utf8_codepoint(const unsigned char *p, size_t n);
+ * (at least 1), which is what one U+FFFD replaces. text[0] >= 0x80. */
+size_t utf8_seq(const unsigned char *text, size_t avail, size_t *skip);
+/* Whether text[0..len) is well-formed UTF-8 without NUL bytes. */
+bool utf8_valid(const char *text, size_t len);
+/* The code point of a well-formed sequence of count bytes (as utf8_seq measured it). */
+uint32_t utf8_codepoint(const unsigned char *text, size_t count);
 
 /* Milliseconds of CLOCK_MONOTONIC: for timeouts and intervals, which a clock step must not bend. */
 uint64_t now_ms(void);
@@ -78,8 +78,8 @@ uint64_t now_ms(void);
 int64_t wall_ms(void);
 /* The same in microseconds, the unit of commit times: commit-to-delivery latency. */
 int64_t wall_us(void);
-/* a / d rounded toward minus infinity (d > 0): the days or milliseconds of a time before 1970. */
-int64_t floor_div(int64_t a, int64_t d);
+/* a / value2 rounded toward minus infinity (value2 > 0): the days or milliseconds of a time before 1970. */
+int64_t floor_div(int64_t value, int64_t value2);
 
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */
 bool errf(char *err, size_t errlen, const char *fmt, ...) CDC_PRINTF(3, 4);

@@ -22,17 +22,17 @@ void dbz_avro_fullname(buf *out, const char *name);
 
 /* A key record: the key columns of cols[0..n) (the table's schema), valued from vals[0..nvals) by
  * name. false with err when a column has no value (Avro's record needs every field). */
-bool dbz_avro_key(buf *out, dbz_scratch *s, const dbz_column *cols, size_t n, Cdc__V1__Column *const *vals,
-		  size_t nvals, char *err, size_t errlen);
+bool dbz_avro_key(buf *out, dbz_scratch *scratch, const dbz_column *cols, size_t count,
+		  Cdc__V1__Column *const *vals, size_t nvals, char *err, size_t errlen);
 /* An envelope (or, for op DBZ_MESSAGE, Debezium's MessageValue) of table shape cols[0..n), without
  * the fields dbz_avro_complete() fills; an unchanged TOASTed value is the old row's, else Debezium's
  * placeholder. false with err when a required field has no value. */
-bool dbz_avro_value(buf *out, dbz_scratch *s, const dbz_options *o, const dbz_column *cols, size_t n,
-		    const Cdc__V1__Event *e, char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after,
-		    char *err, size_t errlen);
+bool dbz_avro_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const dbz_column *cols,
+		    size_t count, const Cdc__V1__Event *event, char op, const Cdc__V1__Row *before,
+		    const Cdc__V1__Row *after, char *err, size_t errlen);
 /* Appends the record dbz_avro_value() rendered (len bytes) in the wire format with schema id, its
- * commit fields filled from f. */
-void dbz_avro_complete(buf *out, uint32_t id, const char *rendered, size_t len, const dbz_fill *f);
+ * commit fields filled from fill. */
+void dbz_avro_complete(buf *out, uint32_t id, const char *rendered, size_t len, const dbz_fill *fill);
 /* The wire format's header before a record of schema id. */
 void dbz_avro_header(buf *out, uint32_t id);
 

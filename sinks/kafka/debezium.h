@@ -115,7 +115,7 @@ void dbz_schemas_free(dbz_schemas *sc);
  * its envelope ("<topic>.Envelope", before and after "<server>.<schema>.<table>.Value"), in sc
  * until its next use. cols[0..n): the columns, key columns required, the others optional. */
 const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
-				   const char *topic, const dbz_column *cols, size_t n, bool key);
+				   const char *topic, const dbz_column *cols, size_t count, bool key);
 /* Writes schema as JsonConverter does: {"type":...,"optional":...}; with "field" when field is not
  * NULL (a struct's field). */
 void dbz_schema_json(buf *out, const dbz_schema *schema, const char *field);
@@ -132,7 +132,7 @@ typedef struct dbz_scratch {
 	dbz_column *cols;    /* its columns, for them */
 	size_t capcols;
 } dbz_scratch;
-void dbz_scratch_free(dbz_scratch *s);
+void dbz_scratch_free(dbz_scratch *scratch);
 
 /* A value as Debezium holds it, in Kafka Connect's terms: what the JSON and the Avro writers write.
  * Text and bytes point into the scratch (or the event) until the next conversion. */
@@ -158,24 +158,24 @@ typedef struct dbz_datum {
 	dbz_type element; /* DD_ARRAY: their type, and its OID */
 	uint32_t oid;
 } dbz_datum;
-/* A column's value v (NULL: null) of type t. A value that does not convert (NaN in a Decimal, text
+/* A column's value val (NULL: null) of type type. A value that does not convert (NaN in a Decimal, text
  * that does not read) is DD_NULL. */
-void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum *out);
-/* What Debezium writes for an unchanged TOASTed value of type t. */
-void dbz_placeholder(dbz_type t, dbz_datum *out);
+void dbz_convert(dbz_scratch *scratch, dbz_type type, const Cdc__V1__Value *val, dbz_datum *out);
+/* What Debezium writes for an unchanged TOASTed value of type type. */
+void dbz_placeholder(dbz_type type, dbz_datum *out);
 /* Element i of an array, converted (the previous element's text and bytes are gone). */
-void dbz_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *out);
+void dbz_element(dbz_scratch *scratch, const dbz_datum *array, size_t index, dbz_datum *out);
 /* An unchanged TOASTed column (its value is not in the row). */
-bool dbz_unchanged(const Cdc__V1__Column *c);
+bool dbz_unchanged(const Cdc__V1__Column *column);
 
 /* The key of a row: columns cols[0..n) as an object ({"id":1}); for a logical message (e->op
  * OP_MESSAGE) {"prefix":...}. */
-void dbz_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e,
-	     Cdc__V1__Column *const *cols, size_t n);
+void dbz_key(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event,
+	     Cdc__V1__Column *const *cols, size_t count);
 
-/* The value of e as Debezium's op (DBZ_*) with rows before and after (NULL: null), marks left for
+/* The value of event as Debezium's op (DBZ_*) with rows before and after (NULL: null), marks left for
  * dbz_complete(). A logical message's value is Debezium's MessageValue. */
-void dbz_value(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e, char op,
+void dbz_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event, char op,
 	       const Cdc__V1__Row *before, const Cdc__V1__Row *after);
 
 /* What fills a value's marks. */
@@ -187,7 +187,7 @@ typedef struct dbz_fill {
 	uint64_t total_order, collection_order; /* 1-based, of the record in its transaction */
 } dbz_fill;
 /* Appends a value dbz_value() rendered (len bytes) with its marks filled. */
-void dbz_complete(buf *out, const char *rendered, size_t len, const dbz_fill *f);
+void dbz_complete(buf *out, const char *rendered, size_t len, const dbz_fill *fill);
 
 /* A transaction's records on the transactions topic: the key ({"id":"XID:LSN"}) and the BEGIN or
  * END value (with the events per table). */

@@ -362,14 +362,21 @@ static void check_subject(sink_doctor *dr, const kafka_registry_conf *conf, cons
 	}
 	if (kafka_registry_level(conf, subject, level, sizeof(level), err, sizeof(err)) != REGISTRY_OK)
 		snprintf(level, sizeof(level), "unknown");
-	snprintf(fix, sizeof(fix),
-		 "change the table back, or the subject's compatibility level: curl -X PUT -H 'Content-Type: "
-		 "application/vnd.schemaregistry.v1+json' -d '{\"compatibility\":\"NONE\"}' %s/config/%s",
-		 conf->url, subject);
-	dr->say(dr, SINK_FAIL, fix,
+	dr->say(dr, SINK_FAIL, "change the table back, or the subject's compatibility level",
 		"subject %s (compatibility %s) refuses the schema cdc registers for the table as it is now: "
 		"cdc would hold its rows until it is accepted: %s",
 		subject, level, why);
+	/* the registry's own options: curl asks for the password of -u USER */
+	int n = snprintf(fix, sizeof(fix),
+			 "curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json'");
+	if (conf->username && n > 0 && (size_t)n < sizeof(fix))
+		n += snprintf(fix + n, sizeof(fix) - (size_t)n, " -u '%s'", conf->username);
+	if (conf->ca_file && n > 0 && (size_t)n < sizeof(fix))
+		n += snprintf(fix + n, sizeof(fix) - (size_t)n, " --cacert '%s'", conf->ca_file);
+	if (n > 0 && (size_t)n < sizeof(fix))
+		snprintf(fix + n, sizeof(fix) - (size_t)n,
+			 " -d '{\"compatibility\":\"NONE\"}' '%s/config/%s'", conf->url, subject);
+	dr->command(dr, fix);
 }
 
 static void check_subjects(sink_doctor *dr)

@@ -2,7 +2,7 @@
  * reports come through librdkafka's main queue, which signals a pipe the daemon's event loop
  * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
  * count of unacknowledged messages. */
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/probe.h"
 
 #include <errno.h>
@@ -926,6 +926,7 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	kafka_sink *k = (kafka_sink *)s;
 	renew_credentials(k, settings);
 	free_settings(k);
+	k->topic_sub = UINT32_MAX; /* the topics may be others now */
 	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,
 				       .transactions_topic = dup_or_null(settings->transactions_topic),

@@ -45,7 +45,7 @@ typedef struct kafka_sink_settings {
 
 /* The topic of a change: tmpl with {schema} {table} {subscription} {tag} replaced, every byte Kafka
  * does not allow in a topic name ([A-Za-z0-9._-]) of those replaced by '_'. tag may be NULL. */
-void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
+void kafka_topic_name(buf *buffer, const char *tmpl, const char *schema, const char *table,
 		      const char *subscription, const char *tag);
 /* The value the producer gets for a librdkafka property: kafka.properties', else cdc's default (with
  * exactly_once, its transactional ones too), else NULL (librdkafka's own default). */
@@ -79,12 +79,12 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 		     char *err, size_t errlen);
 /* After a reload: the settings a restart of the producer takes, and the subscriptions to take
  * topics and tombstones from (copied). */
-void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
+void kafka_sink_bind(sink *sk, const kafka_sink_settings *settings, const kafka_sub_settings *subs,
 		     size_t nsubs);
 
 /* The name of the database the slot streams (source.db of Debezium's records): known once cdc
  * connected; copied. */
-void kafka_sink_set_database(sink *s, const char *name);
+void kafka_sink_set_database(sink *sk, const char *name);
 
 /* Exactly once: which stream of the slot this process holds now, asked before each Kafka commit: a
  * number that changes with every new stream, 0 while none is held or its connection is closed. A
@@ -94,10 +94,10 @@ void kafka_sink_set_database(sink *s, const char *name);
  * took over commits nothing when it resumes, even where the broker does not fence it. Unset: the
  * stream is always held. */
 typedef uint64_t (*kafka_stream_fn)(void *ctx);
-void kafka_sink_watch_stream(sink *s, kafka_stream_fn fn, void *ctx);
+void kafka_sink_watch_stream(sink *sk, kafka_stream_fn fn, void *ctx);
 /* Within how many milliseconds flush() should run again even if no delivery report comes: a few
  * while an exactly-once commit waits for the brokers, else 0 (only delivery reports need it). */
-int kafka_sink_wake_ms(const sink *s);
+int kafka_sink_wake_ms(const sink *sk);
 
 typedef struct kafka_stats {
 	uint64_t in_flight, delivered, errors, restarts;
@@ -113,9 +113,9 @@ typedef struct kafka_stats {
 	bool registry_waiting;
 	char registry_subject[256], registry_error[700];
 } kafka_stats;
-const kafka_stats *kafka_sink_stats(const sink *s);
+const kafka_stats *kafka_sink_stats(const sink *sk);
 /* Whether the sink was made with exactly_once. */
-bool kafka_sink_exactly_once(const sink *s);
+bool kafka_sink_exactly_once(const sink *sk);
 
 /* What the configuration file sets (kafka_module.c's tables): the kafka section, and each Kafka
  * subscription's keys. */

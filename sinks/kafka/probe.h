@@ -19,7 +19,7 @@ bool kafka_conf_set(struct rd_kafka_conf_s *conf, const char *key, const char *v
 /* A client's configuration reaching the producer's brokers: bootstrap.servers, client.id, and those
  * of properties that say how to connect (security.*, ssl.*, sasl.*, socket.*, broker.*). NULL with
  * err on a property librdkafka refuses (named, its value not repeated: it may be a secret). */
-struct rd_kafka_conf_s *kafka_client_conf(const char *brokers, const kafka_property *properties, size_t n,
+struct rd_kafka_conf_s *kafka_client_conf(const char *brokers, const kafka_property *properties, size_t count,
 					  const char *client_id, char *err, size_t errlen);
 
 /* A setting as DescribeConfigs answered it. */
@@ -50,8 +50,9 @@ typedef struct kafka_probe {
  * timeout_ms, whether each of topics exists, the brokers' settings above, and the cleanup.policy of
  * topics[i] where configs[i]. False (err) only when the client cannot be made (a property
  * librdkafka refuses); unreachable brokers are p->reachable false. */
-bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, const bool *configs, size_t n,
-		     int timeout_ms, kafka_probe *p, char *err, size_t errlen) CDC_MUST_CHECK;
-void kafka_probe_free(kafka_probe *p);
+bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, const bool *configs,
+		     size_t count, int timeout_ms, kafka_probe *probe, char *err,
+		     size_t errlen) CDC_MUST_CHECK;
+void kafka_probe_free(kafka_probe *probe);
 
 #endif

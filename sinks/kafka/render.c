@@ -2,7 +2,7 @@
  * rendered as it arrives, before its transaction commits, into one to three records (the event; a
  * tombstone; for Debezium a key change's delete and create); deliver() completes each value with
  * the commit's fields (kafka_record_value). And the records of the transactions topic. */
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -404,23 +404,48 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 	return 1;
 }
 
+/* Whether k->topic is the topic of e for subscription sub already; if not, notes what the next
+ * one is made of. */
+static bool same_topic(kafka_sink *k, uint32_t sub, const Cdc__V1__Event *e, size_t schema_len,
+		       size_t table_len)
+{
+	const char *tag = e->tag ? e->tag : "";
+	size_t tag_len = strlen(tag), n = schema_len + table_len + tag_len + 2;
+	const char *p = k->topic_of.data;
+	if (k->topic_sub == sub && k->topic_of.len == n && memcmp(p, e->schema, schema_len) == 0 &&
+	    memcmp(p + schema_len + 1, e->table, table_len) == 0 &&
+	    memcmp(p + schema_len + table_len + 2, tag, tag_len) == 0)
+		return true;
+	k->topic_sub = sub;
+	buf_reset(&k->topic_of);
+	buf_append(&k->topic_of, e->schema, schema_len + 1);
+	buf_append(&k->topic_of, e->table, table_len + 1);
+	buf_append(&k->topic_of, tag, tag_len);
+	return false;
+}
+
 void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	static const kafka_sub_settings defaults = {0};
 	kafka_sink *k = (kafka_sink *)base;
 	const kafka_sub_settings *s = sub < k->nsubs ? &k->subs[sub] : &defaults;
 	bool table = kafka_table_event(e->op);
-	buf_reset(&k->topic);
-	if (table && k->set.schemas_topic)
-		buf_puts(&k->topic, k->set.schemas_topic);
-	else if (!table)
+	size_t schema_len = strlen(e->schema), table_len = strlen(e->table);
+	if (table) {
+		buf_reset(&k->topic);
+		if (k->set.schemas_topic)
+			buf_puts(&k->topic, k->set.schemas_topic);
+		k->topic_sub = UINT32_MAX;
+	} else if (!same_topic(k, sub, e, schema_len, table_len)) {
+		buf_reset(&k->topic);
 		kafka_topic_name(&k->topic, s->topic ? s->topic : KAFKA_DEFAULT_TOPIC, e->schema, e->table,
 				 e->subscription, e->tag);
+	}
 	rendered r = {
 	    .topic_len = (uint32_t)k->topic.len,
 	    .sub_len = (uint32_t)strlen(e->subscription),
-	    .schema_len = (uint32_t)strlen(e->schema),
-	    .table_len = (uint32_t)strlen(e->table),
+	    .schema_len = (uint32_t)schema_len,
+	    .table_len = (uint32_t)table_len,
 	    .xid = e->xid,
 	    .lsn = e->lsn,
 	    .schema_id = e->schema_id,
@@ -445,6 +470,7 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 void kafka_render_free(kafka_sink *k)
 {
 	buf_free(&k->topic);
+	buf_free(&k->topic_of);
 	buf_free(&k->key);
 	buf_free(&k->prev_key);
 	buf_free(&k->hdr);

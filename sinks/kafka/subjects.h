@@ -38,7 +38,7 @@ void kafka_subjects_bind(kafka_subjects *ks, const kafka_registry_conf *conf, co
 
 /* A schema event of subscription sub (its table_schema, e->schema_id): the shape of the rows that
  * follow it. */
-void kafka_subjects_learn(kafka_subjects *ks, const char *sub, const Cdc__V1__Event *e);
+void kafka_subjects_learn(kafka_subjects *ks, const char *sub, const Cdc__V1__Event *event);
 /* The shape subscription sub's rows of schema schema_id have: its columns, and its key and value
  * schemas' indexes (registered, or on their way) for topic, server name and strategy. false if no
  * schema event described it. */
@@ -56,15 +56,15 @@ uint32_t kafka_subjects_fixed(kafka_subjects *ks, const dbz_schema *schema, cons
 
 /* The registry's id of schema index i: 0 while it is not known. Asks again a schema whose last
  * attempt failed once its backoff is over. */
-uint32_t kafka_subjects_id(kafka_subjects *ks, uint32_t i);
+uint32_t kafka_subjects_id(kafka_subjects *ks, uint32_t index);
 /* The same, waiting up to wait_ms for the registry's answer to a request under way (a new shape's
  * first record: its schema was asked for at its schema event, moments before). */
-uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t i, uint64_t wait_ms);
+uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t index, uint64_t wait_ms);
 /* Why schema i has no id yet, into out ("" while the registry has not answered): the registry's
  * words; *refused: the registry refused it (else it could not be asked). */
-void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outlen, bool *refused);
+void kafka_subjects_error(kafka_subjects *ks, uint32_t index, char *out, size_t outlen, bool *refused);
 /* Its subject, for messages. */
-const char *kafka_subjects_subject(const kafka_subjects *ks, uint32_t i);
+const char *kafka_subjects_subject(const kafka_subjects *ks, uint32_t index);
 /* How many schemas have their id, and how many requests to register one failed (refused or
  * unanswered), since the sink started. */
 void kafka_subjects_counts(kafka_subjects *ks, uint64_t *registered, uint64_t *failures);

@@ -53,7 +53,7 @@ void nats_subject_filter(buf *out, const char *tmpl);
 /* Makes the sink; it connects in the background (and again after every loss). */
 sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen);
 /* The subscriptions to take from now on (copied). */
-void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs);
+void nats_sink_bind(sink *sk, const sink_sub *subs, size_t nsubs);
 
 typedef struct nats_stats {
 	uint64_t in_flight, delivered, duplicates, errors, restarts, reconnects;
@@ -61,7 +61,7 @@ typedef struct nats_stats {
 	hist latency;	 /* commit time to JetStream's acknowledgement, microseconds */
 	char error[512]; /* why the last publish failed ("" when none since the last success) */
 } nats_stats;
-const nats_stats *nats_sink_stats(const sink *s);
+const nats_stats *nats_sink_stats(const sink *sk);
 
 /* cdc doctor's checks of the server and the stream (nats_doctor.c). */
 extern const sink_check nats_checks[];

@@ -3,7 +3,7 @@
  * shared and key_shared), acks, Nacks and Progress, ack timeouts and consumers that stop reading,
  * redelivery, dead letters, retention. */
 #include "decoder/base/bytes.h"
-#include "sinks/socket/internal.h"
+#include "sinks/socket/socket_internal.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

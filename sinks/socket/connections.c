@@ -2,7 +2,7 @@
  * deadline, making room when the table is full, closing with a readable Error and draining, bounded
  * output (and withdrawing Deliveries not written yet), watching that the peer reads, reading frames,
  * the Subscribe handshake, Acked answers and heartbeats. */
-#include "sinks/socket/internal.h"
+#include "sinks/socket/socket_internal.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

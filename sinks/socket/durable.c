@@ -1,7 +1,7 @@
 /* durable.c: see socket_sink.h. The sink interface (render, deliver to the spools, hold the
  * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
  * the tick timer; the queues' delivery state is in acked.c, the connections in connections.c
- * (their shared structs: internal.h). */
+ * (their shared structs: socket_internal.h). */
 #include "decoder/base/bytes.h"
 #include "sinks/socket/socket_sink.h"
 
@@ -18,7 +18,7 @@
 #include "decoder/base/log.h"
 #include "decoder/base/net.h"
 #include "sinks/pbwire.h"
-#include "sinks/socket/internal.h"
+#include "sinks/socket/socket_internal.h"
 
 #define TICK_MS 100
 #define TRIM_EVERY_MS 1000

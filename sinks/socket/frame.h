@@ -28,8 +28,8 @@ frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uin
 #define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay: an hour at most */
 #define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
 
-/* The FRAME_HEADER bytes before a message of n bytes (n at most FRAME_SERVER_MAX). */
-void frame_put_header(uint8_t *hdr, size_t n);
+/* The FRAME_HEADER bytes before a message of count bytes (count at most FRAME_SERVER_MAX). */
+void frame_put_header(uint8_t *hdr, size_t count);
 /* The whole size of the frame whose first FRAME_HEADER bytes are hdr. */
 size_t frame_size(const uint8_t *hdr);
 
@@ -38,16 +38,17 @@ size_t frame_size(const uint8_t *hdr);
  * 1..65536 offsets, none 0; a Nack's delay and reason within the limits above. NULL with err naming
  * the problem otherwise. Free with frame_client_free. */
 Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
-void frame_client_free(Cdc__V1__ClientFrame *f);
+void frame_client_free(Cdc__V1__ClientFrame *ClientFrame);
 /* Decodes a server's message (for clients: cdc tail, tests); NULL with err if malformed. Free with
  * frame_server_free; or, decoded into arena a (a client decoding one Delivery after another, without
  * a malloc and free per message), with arena_reset: then a Delivery of events is read by
  * pb_read_delivery (sinks/socket/pbread.h), the rest by protobuf-c. */
-Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen);
-void frame_server_free(Cdc__V1__ServerFrame *f);
+Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *ar, char *err,
+					  size_t errlen);
+void frame_server_free(Cdc__V1__ServerFrame *ServerFrame);
 
 /* Appends one whole frame (header and message). */
-void frame_put_client(buf *out, const Cdc__V1__ClientFrame *f);
-void frame_put_server(buf *out, const Cdc__V1__ServerFrame *f);
+void frame_put_client(buf *out, const Cdc__V1__ClientFrame *ClientFrame);
+void frame_put_server(buf *out, const Cdc__V1__ServerFrame *ServerFrame);
 
 #endif

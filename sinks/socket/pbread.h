@@ -18,6 +18,6 @@
 #include "decoder/base/arena.h"
 
 /* The frame, allocated in a (released with arena_reset); NULL: declined. */
-Cdc__V1__ServerFrame *pb_read_delivery(const uint8_t *msg, size_t len, arena *a);
+Cdc__V1__ServerFrame *pb_read_delivery(const uint8_t *msg, size_t len, arena *ar);
 
 #endif

@@ -80,12 +80,12 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 /* (Re)binds the subscriptions (copied; subs[i] is subscription index i): opens the spool of each
  * new one it serves in state_dir/spool/NAME, recovering it; consumers of a subscription that is
  * gone are told so and disconnected (its spool stays on disk). */
-bool socket_sink_bind(sink *s, const socket_sub_settings *subs, size_t nsubs, char *err,
+bool socket_sink_bind(sink *sk, const socket_sub_settings *subs, size_t nsubs, char *err,
 		      size_t errlen) CDC_MUST_CHECK;
 /* Closes the spools of a subscription the last bind removed and deletes state_dir/spool/NAME. */
-bool socket_sink_forget(sink *s, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
+bool socket_sink_forget(sink *sk, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Commit time to durably spooled, per event, in microseconds. */
-const hist *socket_sink_latency(const sink *s);
+const hist *socket_sink_latency(const sink *sk);
 
 typedef struct socket_sub_stats {
 	uint64_t matched;   /* events appended since the start */
@@ -105,7 +105,7 @@ typedef struct socket_sub_stats {
 	bool full; /* when_full: block and at a limit */
 } socket_sub_stats;
 /* Stats of subscription index sub; false when the sink does not serve it. */
-bool socket_sink_stats(const sink *s, uint32_t sub, socket_sub_stats *out);
+bool socket_sink_stats(const sink *sk, uint32_t sub, socket_sub_stats *out);
 
 /* One consumer attached to a subscription, to its events or its dead letters. */
 typedef struct socket_consumer_stats {
@@ -122,13 +122,14 @@ typedef struct socket_consumer_stats {
 	int64_t connected_us; /* when it connected, µs since the Unix epoch */
 } socket_consumer_stats;
 /* The consumers attached to subscription index sub: its events' in order (failover: the active
- * one first), then its dead letters' readers. A malloc'd array of *n (NULL when none). */
-socket_consumer_stats *socket_sink_consumers(const sink *s, uint32_t sub, size_t *n);
+ * one first), then its dead letters' readers. A malloc'd array of *count (NULL when none). */
+socket_consumer_stats *socket_sink_consumers(const sink *sk, uint32_t sub, size_t *count);
 
 /* The figures' renderers (socket_module.c), pure so that tests compare them byte for byte: one
  * subscription's /status members after "bytes" (",\"head_offset\":..." up to its consumers), and
  * the spool's /metrics families for the subscriptions whose names[i] is not NULL. */
-void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *consumers, size_t n, buf *out);
-void socket_sub_metrics(const socket_sub_stats *stats, const char *const *names, size_t n, buf *out);
+void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *consumers, size_t count,
+		     buf *out);
+void socket_sub_metrics(const socket_sub_stats *stats, const char *const *names, size_t count, buf *out);
 
 #endif

@@ -49,20 +49,20 @@ typedef struct spool_recovery {
  * cuts off a torn or corrupt tail at the last good record and the events of a transaction that did
  * not end, finds the durable head, and removes the files of held transactions. */
 spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err, size_t errlen);
-void spool_close(spool *s);
+void spool_close(spool *sp);
 /* Limits may change on reload. */
-void spool_set_limits(spool *s, const spool_limits *lim);
+void spool_set_limits(spool *sp, const spool_limits *lim);
 /* Removes the directory and everything in it (a deleted subscription). */
 bool spool_destroy(const char *dir, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* Appends one event (buffered; not durable until spool_sync). Returns its offset in *offset. */
-bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data,
+bool spool_append(spool *sp, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data,
 		  size_t len, int64_t now_ms, uint64_t *offset, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Ends the transaction the appended events belong to (a marker record; nothing if none since the
  * last one). Its events become visible at the next spool_sync. */
-bool spool_commit(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_commit(spool *sp, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Writes what is buffered and fsyncs it (and the cursor, if it moved). */
-bool spool_sync(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_sync(spool *sp, char *err, size_t errlen) CDC_MUST_CHECK;
 /* spool_sync in three steps, for a caller that fsyncs on a thread of its own while it goes on
  * appending: spool_sync_begin writes what is buffered and notes what is to be fsynced (descriptors
  * of the job's own) and the offset it makes visible; spool_sync_run fsyncs them (on any thread: it
@@ -77,15 +77,15 @@ typedef struct spool_sync_job {
 	int error[2];  /* their fsync's errno, 0 if it succeeded */
 	uint64_t head; /* 0 for the cursor alone */
 } spool_sync_job;
-bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_sync_begin(spool *sp, spool_sync_job *job, int what, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Whether the acked cursor moved since its last fsync. */
-bool spool_cursor_dirty(const spool *s);
-void spool_sync_run(spool_sync_job *j);
-bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_cursor_dirty(const spool *sp);
+void spool_sync_run(spool_sync_job *job);
+bool spool_sync_end(spool *sp, const spool_sync_job *job, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The identity of the newest appended event (after spool_open: of the newest committed one): after
  * a restart the slot resends changes the spool may already hold; the caller skips those at or
  * before this. false if empty. */
-bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index);
+bool spool_last_id(const spool *sp, uint64_t *commit_lsn, uint32_t *tx_index);
 
 /* A held (streamed or prepared) transaction's events, appended as they arrive to a file of their own
  * in the spool's directory, invisible until spool_held_commit. Memory: one write buffer. */
@@ -98,32 +98,32 @@ typedef struct spool_held_point {
 } spool_held_point;
 
 /* Starts holding transaction xid (its file is created empty). */
-spool_held *spool_hold(spool *s, uint32_t xid, char *err, size_t errlen);
+spool_held *spool_hold(spool *sp, uint32_t xid, char *err, size_t errlen);
 /* Appends one event without its commit fields (see spool_record.held); tx_index is final. */
-bool spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
+bool spool_held_append(spool_held *held, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
 		       int64_t now_ms, char *err, size_t errlen) CDC_MUST_CHECK;
-spool_held_point spool_held_at(const spool_held *h);
-bool spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen) CDC_MUST_CHECK;
-/* Deletes the file and frees h: its transaction aborted, or the spool holds it already. */
-void spool_held_discard(spool_held *h);
+spool_held_point spool_held_at(const spool_held *held);
+bool spool_held_cut(spool_held *held, spool_held_point at, char *err, size_t errlen) CDC_MUST_CHECK;
+/* Deletes the file and frees held: its transaction aborted, or the spool holds it already. */
+void spool_held_discard(spool_held *held);
 /* The transaction committed: its file, made durable, becomes the next segment, its events the next
  * offsets (visible at the next spool_sync), between transactions only (no spool_append since the
- * last spool_commit). Frees h, also on failure (then the spool must be reopened). */
-bool spool_held_commit(spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err,
+ * last spool_commit). Frees held, also on failure (then the spool must be reopened). */
+bool spool_held_commit(spool_held *held, uint64_t commit_lsn, int64_t commit_time, char *err,
 		       size_t errlen) CDC_MUST_CHECK;
 
 /* Reads the event at offset (first <= offset <= head). */
-bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_read(spool *sp, uint64_t offset, spool_record *record, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* The oldest retained offset (head + 1 when none is retained). */
-uint64_t spool_first(const spool *s);
+uint64_t spool_first(const spool *sp);
 /* The newest visible (durable, transaction complete) offset; 0 when none. */
-uint64_t spool_head(const spool *s);
+uint64_t spool_head(const spool *sp);
 /* Every offset up to this is acknowledged (or dropped, or dead). */
-uint64_t spool_acked(const spool *s);
+uint64_t spool_acked(const spool *sp);
 /* Moves the acked cursor forward (never back); recorded in the cursor file at once (a write that
  * survives the process being killed; fsynced by the next spool_sync or SPOOL_SYNC_CURSOR job). */
-bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_set_acked(spool *sp, uint64_t acked, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* Delivery counts, kept beside the events so that max_deliveries holds across a restart of cdc:
  * each delivery of an offset after the acked cursor is noted and written by spool_save_deliveries.
@@ -131,19 +131,19 @@ bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen) CDC_MUS
  * fsync per delivery batch would cost the socket path a fifth of its throughput; after a power loss
  * the latest counts may be lower (max_deliveries then allows a few more). Memory and file are
  * bounded by the offsets delivered and not acknowledged. */
-void spool_note_delivery(spool *s, uint64_t offset, uint32_t count);
-bool spool_save_deliveries(spool *s, char *err, size_t errlen) CDC_MUST_CHECK;
+void spool_note_delivery(spool *sp, uint64_t offset, uint32_t count);
+bool spool_save_deliveries(spool *sp, char *err, size_t errlen) CDC_MUST_CHECK;
 /* How often offset was delivered (as last noted); 0: never, or acknowledged. */
-uint32_t spool_deliveries(const spool *s, uint64_t offset);
+uint32_t spool_deliveries(const spool *sp, uint64_t offset);
 
 /* block: whether the unacknowledged events exceed a limit (stop reading the slot until they don't). */
-bool spool_full(const spool *s, int64_t now_ms);
+bool spool_full(const spool *sp, int64_t now_ms);
 /* drop_oldest: discards the oldest events beyond the limits, acknowledged or not, and returns the
  * discarded range in [*from, *to] (both 0 when nothing was). Both modes: deletes segment files
  * that hold only acknowledged or discarded events, except those holding an offset from keep on
  * that is not discarded (acknowledged events a consumer is reading again). false with err on an
  * I/O error. */
-bool spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
+bool spool_trim(spool *sp, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
 		size_t errlen) CDC_MUST_CHECK;
 
 typedef struct spool_stats {
@@ -153,6 +153,6 @@ typedef struct spool_stats {
 	uint64_t segments;
 	int64_t oldest_ms; /* time_ms of the oldest retained event, 0 if none */
 } spool_stats;
-spool_stats spool_get_stats(const spool *s);
+spool_stats spool_get_stats(const spool *sp);
 
 #endif

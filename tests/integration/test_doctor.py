@@ -1064,10 +1064,13 @@ def test_kafka_schema_registry_answers_and_takes_the_tables_schemas(server, spac
             f"subject {topic}-value (compatibility BACKWARD) refuses the schema cdc registers for the table as it "
             "is now: cdc would hold its rows until it is accepted: "), text
         assert "{errorType:'MISSING_UNION_BRANCH', description:'reader union lacking writer type: RECORD'" in f[2], text
-        assert f[3] == ("change the table back, or the subject's compatibility level: curl -X PUT -H "
-                        "'Content-Type: application/vnd.schemaregistry.v1+json' -d '{\"compatibility\":\"NONE\"}' "
-                        f"{reg.url}/config/{topic}-value")
+        assert f[3:] == ("change the table back, or the subject's compatibility level", None,
+                         "curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' -d "
+                         f"'{{\"compatibility\":\"NONE\"}}' '{reg.url}/config/{topic}-value'")
         assert rc == 2
+        subprocess.run(["sh", "-c", f[5]], check=True, capture_output=True, timeout=60)  # the fix, as printed
+        rc, found, text = doctor(path)
+        assert line(found, "kafka_schema_subjects")[0][0] == "pass", text
         # a registry that does not answer
     rc, found, text = doctor(path)
     (f,) = line(found, "kafka_schema_registry")

@@ -469,29 +469,34 @@ def test_basic_auth_and_tls(pg, schema, cdc, kafka, tmp_path):
                  what=f"the TLS failure logged\n{p.describe()}")
         assert p.terminate() == 0, p.describe()
         assert kcat(kafka.bootstrap, topic) == []
-        # a wrong password: 401, said, nothing written
+        # the password from a file, a wrong one: 401, said, nothing written, the stream held...
+        pwfile = os.path.join(d, "registry-password")
+        with open(pwfile, "w") as f:
+            f.write("wrong\n")
+        os.chmod(pwfile, 0o600)
         c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro")],
-                kafka=avro_section(kafka, reg, {"username": "cdc", "password": "wrong", "ca_file": ca[0]}))
+                kafka=avro_section(kafka, reg, {"username": "cdc", "password": {"file": pwfile},
+                                                "ca_file": ca[0]}))
         p = c.start()
         pg.sql(f"insert into {schema}.t values (1)")
         wait_for(lambda: "HTTP 401" in p.stderr(), timeout=30, what=f"the 401 logged\n{p.describe()}")
-        assert p.terminate() == 0, p.describe()
         assert kcat(kafka.bootstrap, topic) == []
-        # the right one, the CA: every record, and the password in no log line or status answer
-        c = cdc(subscriptions=[ksub("k", [f"{schema}.t"], format="avro")],
-                kafka=avro_section(kafka, reg, {"username": "cdc", "password": password, "ca_file": ca[0]}))
-        p = c.start()
+        # ...until the file holds the right one and a SIGHUP reads it again: the held row, then the
+        # next, and the password in no log line or status answer
+        with open(pwfile, "w") as f:
+            f.write(password + "\n")
+        p.signal(signal.SIGHUP)
         pg.sql(f"insert into {schema}.t values (2)")
         ctx = ssl.create_default_context(cafile=ca[0])
-        msgs = wait_for(lambda: (lambda m: m if len(m) >= 1 else None)(kcat(kafka.bootstrap, topic)),
-                        timeout=30, what=f"a record\n{p.describe()}")
+        msgs = wait_for(lambda: (lambda m: m if len(m) >= 2 else None)(kcat(kafka.bootstrap, topic)),
+                        timeout=30, what=f"two records\n{p.describe()}")
         vals = [decode_avro(m["value"], reg.url, auth=("cdc", password), context=ctx)[0] for m in msgs]
         status = get(c, "/status")[1]
         assert p.terminate() == 0, p.describe()
-        assert [v["after"]["id"] for v in vals] == [2]  # a new slot: the first run's row is not in it
+        assert [v["after"]["id"] for v in vals] == [1, 2]  # a new slot: the first run's row is not in it
         assert password not in p.stderr() and password not in status
         out = subprocess.run([CDC_BIN, "check-config", "-c", c.path], capture_output=True, text=True).stdout
-        assert password not in out and "********" in out
+        assert password not in out and f"password: {{file: {pwfile}}}" in out, out
 
 
 # --- the double itself ---------------------------------------------------------------------------

@@ -246,3 +246,43 @@ def test_json_transaction_records(pg, schema, cdc, kafka):
     assert r["value"] == {"xid": e["xid"], "commit_lsn": e["commit_lsn"], "commit_time": e["commit_time"],
                           "events": 2, "tables": [{"schema": schema, "table": "t", "events": 2}]}
     assert r["key"] == e["commit_lsn"]  # the commit LSN as a JSON string
+
+
+def test_a_debezium_record_as_kcat_reads_it(pg, schema, cdc, kafka):
+    """One record, read with kcat from a topic of 4 partitions: the partition Debezium (Kafka
+    Connect's Java producer) puts the key {"id":1} in (0), every header in order (cdc's, then
+    Debezium's context headers, docs/kafka-formats.md#headers), the key and the value as
+    Debezium's documentation shows them ('Change event keys', 'create events')."""
+    pg.sql(f"create table {schema}.customers (id int primary key, first_name text)")
+    topic = f"dbserver1.{schema}.customers"
+    kafka.create_topic(topic, 4)
+    bare = f"bare.{schema}.customers"
+    kafka.create_topic(bare, 4)
+    c = cdc(subscriptions=[ksub("dbz", [f"{schema}.customers"], format="debezium", server_name="dbserver1",
+                                topic="dbserver1.{schema}.{table}"),
+                           ksub("bare", [f"{schema}.customers"], format="debezium", server_name="dbserver1",
+                                topic="bare.{schema}.{table}", context_headers=False)],
+            kafka=kafka_section(kafka))
+    p = c.start()
+    pg.sql(f"insert into {schema}.customers values (1, 'Anne')")
+    (m,) = read_topic(kafka, topic, 1, p.describe)
+    (b,) = read_topic(kafka, bare, 1, p.describe)
+    assert p.terminate() == 0, p.describe()
+    # context_headers: false (Debezium's extended.headers.enabled=false): cdc's headers only
+    assert [h for h, _ in b["headers"]] == ["cdc-op", "cdc-lsn", "cdc-subscription", "cdc-schema-id",
+                                           "cdc-commit-lsn", "cdc-xid", "content-type"]
+    assert m["partition"] == 0
+    assert m["key"] == b'{"id":1}'
+    names = [h for h, _ in m["headers"]]
+    assert names == ["cdc-op", "cdc-lsn", "cdc-subscription", "cdc-schema-id", "cdc-commit-lsn", "cdc-xid",
+                     "content-type", "__debezium.context.connectorLogicalName", "__debezium.context.taskId",
+                     "__debezium.context.connectorName", "__debezium.context.runId"], m["headers"]
+    h = dict(m["headers"])
+    assert (h["__debezium.context.connectorLogicalName"], h["__debezium.context.taskId"],
+            h["__debezium.context.connectorName"]) == ("dbserver1", "0", "postgresql")
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+                        h["__debezium.context.runId"])
+    value = json.loads(m["value"])
+    assert list(value) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
+    assert (value["before"], value["after"], value["op"]) == (None, {"id": 1, "first_name": "Anne"}, "c")
+    assert value["source"]["name"] == "dbserver1" and value["source"]["table"] == "customers"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cdc/backfill/backfill.h"
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 #include "cdc/backfill/request.h"
 #include "cdc/cli/backfill_cmd.h"
 #include "decoder/base/fsutil.h"

@@ -17,6 +17,9 @@
 static sink *k;
 static char err[1100];
 
+/* The commit time of the source transactions delivered (0: now, a live stream). */
+static int64_t commit_time;
+
 /* Renders and delivers one insert of row id in source transaction seq (commit LSN lsn). */
 static void deliver(uint64_t seq, uint64_t lsn, int id)
 {
@@ -32,7 +35,9 @@ static void deliver(uint64_t seq, uint64_t lsn, int id)
 	e.tag = v; /* a value that differs per row, for the byte count */
 	buf out = {0};
 	k->ops->render(k, 0, &e, &out);
-	sink_commit c = {.commit_lsn = lsn, .commit_time = 1, .tx_index = (uint32_t)id};
+	sink_commit c = {.commit_lsn = lsn,
+			 .commit_time = commit_time ? commit_time : wall_us(),
+			 .tx_index = (uint32_t)id};
 	CHECK(k->ops->deliver(k, 0, out.data, out.len, &c, seq, err, sizeof(err)));
 	buf_free(&out);
 }
@@ -192,6 +197,18 @@ int main(void)
 	whole(10, 0x9000);
 	CHECK_INT(settle_to(10), SINK_OK);
 	CHECK_INT(st->skipped, 2);
+
+	/* A backlog (commits older than a second): a Kafka transaction holds 100 ms of the stream at
+	 * least, so these two go in one. */
+	commit_time = wall_us() - 5000000;
+	uint64_t commits = st->commits, t0 = now_ms();
+	whole(11, 0xA000);
+	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_OK);
+	whole(12, 0xB000);
+	CHECK_INT(settle_to(12), SINK_OK);
+	CHECK_INT(st->commits, commits + 1);
+	CHECK(now_ms() - t0 >= 100);
+	CHECK_INT(st->position, 0xB000);
 
 	k->ops->free(k);
 	rd_kafka_mock_cluster_destroy(mc);

@@ -4,7 +4,7 @@
  * JSON of sink: stdout. */
 #include <stdlib.h>
 
-#include "sinks/kafka/internal.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "test.h"
 
 typedef struct record {
@@ -281,9 +281,41 @@ static void test_topic_name(void)
 	buf_free(&b);
 }
 
+/* The topic each event's records go to, event after event: made again when the table, the schema
+ * or the tag changes, kept when they do not. */
+static void test_topic_per_event(void)
+{
+	kafka_sink *k = sink_with((kafka_sub_settings){.topic = "x.{schema}.{table}.{tag}"});
+	Cdc__V1__Row key = CDC__V1__ROW__INIT;
+	icol(0, "id", 1);
+	key.n_columns = 1;
+	key.columns = pcols;
+	static const struct {
+		const char *schema, *table, *tag, *topic;
+	} seq[] = {{"public", "t", NULL, "x.public.t."},   {"public", "t", NULL, "x.public.t."},
+		   {"public", "u", NULL, "x.public.u."},   {"other", "u", NULL, "x.other.u."},
+		   {"other", "u", "hot", "x.other.u.hot"}, {"other", "u", "ho", "x.other.u.ho"},
+		   {"othe", "ru", "ho", "x.othe.ru.ho"},   {"public", "t", NULL, "x.public.t."}};
+	buf out = {0};
+	rendered r;
+	record rec[3];
+	for (size_t i = 0; i < sizeof(seq) / sizeof(*seq); i++) {
+		Cdc__V1__Event e = event(CDC__V1__OP__OP_INSERT, &key, &key, NULL);
+		e.schema = (char *)seq[i].schema;
+		e.table = (char *)seq[i].table;
+		e.tag = (char *)seq[i].tag;
+		CHECK_INT(render(k, &e, &out, &r, rec), 1);
+		CHECK_INT(r.topic_len, strlen(seq[i].topic));
+		CHECK(memcmp(out.data + sizeof(r), seq[i].topic, r.topic_len) == 0);
+	}
+	buf_free(&out);
+	sink_done(k);
+}
+
 int main(void)
 {
 	test_topic_name();
+	test_topic_per_event();
 	test_protobuf();
 	test_json();
 	test_debezium();

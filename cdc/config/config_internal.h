@@ -1,4 +1,4 @@
-/* internal.h: what the files of cdc/config share, and nothing outside cdc/config uses: the YAML node
+/* config_internal.h: what the files of cdc/config share, and nothing outside cdc/config uses: the YAML node
  * tree with FILE:LINE:COL marks (tree.c), value checks and formats (values.c), the printer (print.c),
  * the value types (types.c) and the key tables that drive parsing, defaults, printing and reloads
  * (keys.c). */
@@ -31,10 +31,10 @@ typedef struct node {
 	size_t n, cap;
 } node;
 
-void node_free(node *n);
-bool is_null(const node *n);
-void node_add(node *parent, node *kid);
-node *scalar_node(const char *text, int line, int col);
+void cfg_node_free(node *nd);
+bool cfg_is_null(const node *nd);
+void cfg_node_add(node *parent, node *kid);
+node *cfg_scalar_node(const char *text, int line, int col);
 
 /* The state of one check: where messages go and the key path they name. */
 typedef struct ctx {
@@ -49,24 +49,24 @@ typedef struct ctx {
 	int sink_hint;	     /* the sink the subscription being read names (-1: none or unknown) */
 } ctx;
 
-void ctx_free(ctx *x);
-void err_pos(ctx *x, int line, int col, const char *fmt, ...) CDC_PRINTF(4, 5);
-void err_at(ctx *x, const node *n, const char *fmt, ...) CDC_PRINTF(3, 4);
+void cfg_ctx_free(ctx *cx);
+void cfg_err_pos(ctx *cx, int line, int col, const char *fmt, ...) CDC_PRINTF(4, 5);
+void cfg_err_at(ctx *cx, const node *nd, const char *fmt, ...) CDC_PRINTF(3, 4);
 /* An error about key `name` of the mapping being checked. */
-void err_key(ctx *x, const node *n, const char *name, const char *fmt, ...) CDC_PRINTF(4, 5);
-size_t path_push(ctx *x, const char *name);
-size_t path_index(ctx *x, size_t i);
-void path_pop(ctx *x, size_t old);
+void cfg_err_key(ctx *cx, const node *nd, const char *name, const char *fmt, ...) CDC_PRINTF(4, 5);
+size_t cfg_path_push(ctx *cx, const char *name);
+size_t cfg_path_index(ctx *cx, size_t index);
+void cfg_path_pop(ctx *cx, size_t old);
 /* User text for a message: double-quoted, escaped so that it stays on one line, shortened. */
-const char *quoted(ctx *x, const char *s, size_t len);
-const char *qnode(ctx *x, const node *n);
-void wrong_kind(ctx *x, const node *n, const char *want);
+const char *cfg_quoted(ctx *cx, const char *text, size_t len);
+const char *cfg_qnode(ctx *cx, const node *nd);
+void cfg_wrong_kind(ctx *cx, const node *nd, const char *want);
 /* The text of a scalar value, or NULL (and an error) for anything else, null included. */
-const char *scalar(ctx *x, const node *v, const char *want);
+const char *cfg_scalar(ctx *cx, const node *nd, const char *want);
 /* Parses one YAML document into *root (NULL for an empty stream). */
-bool build_tree(ctx *x, const char *text, size_t len, node **root);
+bool cfg_build_tree(ctx *cx, const char *text, size_t len, node **root);
 /* A file's text, up to 16 MiB; false after a "FILE:1:1: ..." line in errors. */
-bool read_text(const char *path, buf *text, buf *errors);
+bool cfg_read_text(const char *path, buf *text, buf *errors);
 
 /* ---- values (values.c) ---- */
 
@@ -76,9 +76,9 @@ typedef struct ename {
 } ename;
 
 extern const ename op_names[], gap_names[], level_names[], format_names[];
-const ename *ename_find(const ename *e, const char *name);
-const char *ename_of(const ename *e, int value);
-void ename_list(buf *b, const ename *e);
+const ename *cfg_ename_find(const ename *names, const char *name);
+const char *cfg_ename_of(const ename *names, int value);
+void cfg_ename_list(buf *buffer, const ename *names);
 
 typedef struct ident_rule {
 	const char *first, *rest; /* allowed characters; NULL: any but control characters */
@@ -87,14 +87,14 @@ typedef struct ident_rule {
 } ident_rule;
 
 extern const ident_rule slot_rule, pub_rule, sub_rule;
-bool ident_ok(const char *s, const ident_rule *r);
+bool cfg_ident_ok(const char *text, const ident_rule *rule);
 /* NULL if ok, else why not (static text, or why filled in). */
-const char *listen_problem(const char *s);
-/* Why s is not a size cfg_parse_size takes (static text, or why filled in). */
-const char *size_problem(const char *s, char *why, size_t whylen);
+const char *cfg_listen_problem(const char *text);
+/* Why text is not a size cfg_parse_size takes (static text, or why filled in). */
+const char *cfg_size_problem(const char *text, char *why, size_t whylen);
 /* As cfg_parse_duration and cfg_parse_size read them back: "1h30m", "0"; "1GiB", "1000001". */
-void fmt_duration(buf *b, uint64_t ms);
-void fmt_size(buf *b, uint64_t n);
+void cfg_fmt_duration(buf *buffer, uint64_t ms);
+void cfg_fmt_size(buf *buffer, uint64_t count);
 
 /* ---- the printer (print.c): YAML for check-config and the overlay file, JSON for the API ---- */
 
@@ -110,39 +110,40 @@ typedef struct emit {
 	int indent;	 /* YAML block: spaces before a key */
 } emit;
 
-void emit_key(emit *e, const char *name);
-void emit_str(emit *e, const char *s);	/* a string, quoted when YAML needs it */
-void emit_word(emit *e, const char *s); /* a token YAML reads as itself (10s, key_shared): a string in JSON */
-void emit_raw(emit *e, const char *s);	/* the same in YAML and JSON: true, 5, [] */
-void emit_u64(emit *e, uint64_t v);
-/* [ or { (a flow mapping); returns the state that emit_close restores */
-emit emit_open(emit *e, char c);
-void emit_close(emit *e, char c, const emit *saved);
-void emit_item(emit *e, size_t i);     /* before the i-th item of a list */
-void emit_line(emit *e, int indent);   /* YAML block: a new line at this indent */
-bool prop_is_secret(const char *k);    /* masked when printed */
-bool prop_holds_secret(const char *k); /* recorded as a secret (cfg->secrets) */
+void cfg_emit_key(emit *em, const char *name);
+void cfg_emit_str(emit *em, const char *text); /* a string, quoted when YAML needs it */
+void cfg_emit_word(emit *em,
+		   const char *text); /* a token YAML reads as itself (10s, key_shared): a string in JSON */
+void cfg_emit_raw(emit *em, const char *text); /* the same in YAML and JSON: true, 5, [] */
+void cfg_emit_u64(emit *em, uint64_t value);
+/* [ or { (a flow mapping); returns the state that cfg_emit_close restores */
+emit cfg_emit_open(emit *em, char ch);
+void cfg_emit_close(emit *em, char ch, const emit *saved);
+void cfg_emit_item(emit *em, size_t index);   /* before the i-th item of a list */
+void cfg_emit_line(emit *em, int indent);     /* YAML block: a new line at this indent */
+bool cfg_prop_is_secret(const char *text);    /* masked when printed */
+bool cfg_prop_holds_secret(const char *text); /* recorded as a secret (cfg->secrets) */
 /* Whether a connection string holds a password (password or sslpassword, also in a URI). */
-bool dsn_has_secret(const char *dsn);
+bool cfg_dsn_has_secret(const char *dsn);
 
 /* ---- secrets (secret.c) ---- */
 
 #define CFG_SECRET_MAX (64 * 1024) /* a secret file: a password, a token, a connection string */
-/* v, or for {file: PATH} a scalar node with the file's content (one final newline removed), which
+/* nd, or for {file: PATH} a scalar node with the file's content (one final newline removed), which
  * *made owns; *file gets PATH. NULL after an error (a mapping that is not {file: PATH}, a file that
  * cannot be read, is empty, larger than CFG_SECRET_MAX or holds a NUL), and with x->secrets_unread
  * for a well-formed {file: PATH} (*file set, no error). */
-const node *secret_value(ctx *x, const node *v, node **made, const char **file);
+const node *cfg_secret_value(ctx *cx, const node *nd, node **made, const char **file);
 /* A path as cdc uses it: a relative one taken from the configuration file's directory (types.c; the
  * caller frees it). */
-char *resolved(const ctx *x, const char *s);
-/* Records the secret value at x's key path (file NULL: in clear). */
-void secret_record(ctx *x, const char *file);
+char *cfg_resolved(const ctx *cx, const char *text);
+/* Records the secret value at cx's key path (file NULL: in clear). */
+void cfg_secret_record(ctx *cx, const char *file);
 /* The file the secret at name (dotted) was read from, NULL when none (or not a secret). */
-const char *secret_file(const cfg *c, const char *name);
+const char *cfg_secret_file(const cfg *conf, const char *name);
 /* {file: PATH} as the configuration writes it. */
-void emit_secret_file(emit *e, const char *file);
-void secrets_free(cfg *c);
+void cfg_emit_secret_file(emit *em, const char *file);
+void cfg_secrets_free(cfg *conf);
 
 /* ---- keys and value types (types.c, keys.c) ---- */
 
@@ -150,8 +151,8 @@ typedef struct key key;
 typedef struct pair {
 	const node *k, *v;
 } pair;
-/* Checks v and stores it into the field at base + k->off. */
-typedef void (*setter)(ctx *x, const node *v, void *base, const key *k);
+/* Checks nd and stores it into the field at base + k->off. */
+typedef void (*setter)(ctx *cx, const node *nd, void *base, const key *entry);
 
 /* How a type holds its value: what giving the default, freeing, copying and comparing do. */
 typedef enum kstore {
@@ -165,11 +166,11 @@ typedef enum kstore {
 
 typedef struct ktype {
 	setter set;
-	void (*print)(emit *e, const void *base, const key *k);
+	void (*print)(emit *em, const void *base, const key *entry);
 	kstore store;
-	size_t size;						  /* ST_VALUE */
-	void (*clear)(void *base, const key *k);		  /* ST_OWN */
-	bool (*same)(const void *a, const void *b, const key *k); /* ST_OWN, for restart keys */
+	size_t size;							     /* ST_VALUE */
+	void (*clear)(void *base, const key *entry);			     /* ST_OWN */
+	bool (*same)(const void *data, const void *data2, const key *entry); /* ST_OWN, for restart keys */
 	const char *name; /* what a value is, for the reference: "duration", "list of table patterns" */
 } ktype;
 
@@ -209,30 +210,30 @@ struct key {
 
 /* The range a number, duration or size key accepts: [min, max] of the key, else 1 (K_POSITIVE) or 0
  * and the type's largest value. The setters enforce it and the reference prints it. */
-void key_range(const key *k, uint64_t *lo, uint64_t *hi);
-/* A value of key k as the configuration writes it: "10s", "64MiB", "5". */
-void key_value_text(buf *b, const key *k, uint64_t v);
+void cfg_key_range(const key *entry, uint64_t *lo, uint64_t *hi);
+/* A value of key entry as the configuration writes it: "10s", "64MiB", "5". */
+void cfg_key_value_text(buf *buffer, const key *entry, uint64_t value);
 
 typedef struct keys {
 	const key *k;
 	size_t n;
 	bool top; /* the top level, for "unknown top-level key" */
 	/* cross-field checks once every key of the mapping is stored; seen[i] is keys k[i], if present */
-	void (*check)(ctx *x, void *base, const pair *seen);
-	/* whether key k of base is printed (NULL: all) */
-	bool (*shown)(const void *base, const key *k);
+	void (*check)(ctx *cx, void *base, const pair *seen);
+	/* whether key entry of base is printed (NULL: all) */
+	bool (*shown)(const void *base, const key *entry);
 	/* a sink module's section: called with its index when the file has it */
 	void (*present)(void *base, size_t module);
 	size_t module;
 } keys;
 
-/* Where key k's value is in base. */
-static inline char *key_field(const void *base, const key *k)
+/* Where key entry's value is in base. */
+static inline char *key_field(const void *base, const key *entry)
 {
-	char *b = (char *)(uintptr_t)base;
-	if (k->flags & K_VIA)
-		b = *(char **)(void *)(b + k->via);
-	return b + k->off;
+	char *at = (char *)(uintptr_t)base;
+	if (entry->flags & K_VIA)
+		at = *(char **)(void *)(at + entry->via);
+	return at + entry->off;
 }
 #define FIELD(base, k, type) ((type *)(void *)key_field(base, k))
 #define CFIELD(base, k, type) ((const type *)(const void *)key_field(base, k))
@@ -249,30 +250,31 @@ extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_iden
 extern keys top_keys, sub_keys;
 /* status.control_uids' default, in force until the file names others (an empty list too): root and
  * the uid of the process that reads the file, which is cdc's own for `cdc run`. */
-void uids_default(cfg *c);
+void cfg_uids_default(cfg *conf);
 /* The file names of sink_modules' values of a subscription's sink: key. */
 extern const ename *sink_names;
 
 /* The sink module a subscription's mapping names in its sink: key (-1: none, or not a sink). */
-int sink_named(const node *m);
+int cfg_sink_named(const node *nd);
 
-/* Whether subscription s (NULL: none) goes with c's other subscriptions of its sink (those named
- * like s left out). False with the message in why: s against one of c's, or (s NULL) two of c's,
+/* Whether subscription sub (NULL: none) goes with conf's other subscriptions of its sink (those named
+ * like sub left out). False with the message in why: sub against one of conf's, or (sub NULL) two of conf's,
  * the second of which into *second. */
-bool subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscription **second, buf *why);
+bool cfg_subs_together(const cfg *conf, const cfg_subscription *sub, const cfg_subscription **second,
+		       buf *why);
 
-/* Checks mapping m against the keys t: unknown, duplicate, missing keys; each value goes to its
+/* Checks mapping nd against the keys table: unknown, duplicate, missing keys; each value goes to its
  * setter, then t->check sees the whole mapping. */
-void walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen);
-void keys_default(void *base, const keys *t);
-void keys_clear(void *base, const keys *t);
-void keys_copy(void *dst, const void *src, const keys *t); /* after *dst = *src: owns its copies */
-void keys_print(emit *e, const void *base, const keys *t);
+void cfg_walk_map(ctx *cx, const node *nd, void *base, const keys *table, pair *seen);
+void cfg_keys_default(void *base, const keys *table);
+void cfg_keys_clear(void *base, const keys *table);
+void cfg_keys_copy(void *dst, const void *src, const keys *table); /* after *dst = *src: owns its copies */
+void cfg_keys_print(emit *em, const void *base, const keys *table);
 /* A list of subscriptions (sub_keys), held in a cfg's subs and nsubs: the top level's and the
  * overlay file's. */
 extern const ktype t_subs;
 
-void strlist_copy(cfg_strlist *dst, const cfg_strlist *src);
+void cfg_strlist_copy(cfg_strlist *dst, const cfg_strlist *src);
 
 /* For each entry (by its i), the i of the first entry with the same name: itself if none. Entries
  * without a name (s == NULL) are skipped. O(n log n), so that a huge file cannot make it quadratic. */
@@ -280,6 +282,6 @@ typedef struct named {
 	const char *s;
 	size_t i;
 } named;
-size_t *first_of(named *v, size_t n);
+size_t *cfg_first_of(named *names, size_t count);
 
 #endif

@@ -1,5 +1,5 @@
-/* doctor.c: `cdc doctor`: the command line of cdc/doctor/. */
-#include "cdc/cli/doctor.h"
+/* doctor_cmd.c: `cdc doctor`: the command line of cdc/doctor/. */
+#include "cdc/cli/doctor_cmd.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* doctor.h: `cdc doctor -c FILE [--json]`: checks the database, Kafka and the local setup against
+/* doctor_cmd.h: `cdc doctor -c FILE [--json]`: checks the database, Kafka and the local setup against
  * FILE (cdc/doctor/), changing nothing, and prints the checklist. */
 #ifndef CDC_CLI_DOCTOR_H
 #define CDC_CLI_DOCTOR_H

@@ -1,4 +1,4 @@
-/* internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
+/* socket_internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
  * nothing else includes. Per subscription two queues, its events and its dead
  * letters, each a spool plus the consumers attached to it and a window of per-offset delivery state
  * for the offsets from the first unacknowledged one to the first never sent. */
@@ -176,53 +176,54 @@ struct socket_sink {
 };
 
 /* acked.c */
-socket_consumers sq_mode(const queue *q);
-void sq_unlink_consumer(consumer **list, consumer *c);
-void sq_append_consumer(consumer **list, consumer *c);
-bool sq_is_active(const consumer *c);
-bool sq_out_full(consumer *c);
-void sq_update_window(consumer *c, uint64_t now);
-uint64_t sq_resume_at(const queue *q);
-void sq_dispatch(socket_sink *s, queue *q);
-void sq_wake(socket_sink *s);
+socket_consumers sq_mode(const queue *qu);
+void sq_unlink_consumer(consumer **list, consumer *cons);
+void sq_append_consumer(consumer **list, consumer *cons);
+bool sq_is_active(const consumer *cons);
+bool sq_out_full(consumer *cons);
+void sq_update_window(consumer *cons, uint64_t now);
+uint64_t sq_resume_at(const queue *qu);
+void sq_dispatch(socket_sink *ss, queue *qu);
+void sq_wake(socket_sink *ss);
 /* An Ack's or Nack's effect on the window; sq_settle, once after the frames of a read, records it
  * and dispatches what it freed. */
-void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a);
-void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n);
-void sq_settle(socket_sink *s, queue *q);
-void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p);
-void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now);
-void sq_trim(socket_sink *s, queue *q);
-void sq_detach(consumer *c);
-uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub);
-bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen);
-void sq_free_queue(queue *q);
+void sq_handle_ack(consumer *cons, const Cdc__V1__Ack *Ack);
+void sq_handle_nack(socket_sink *ss, consumer *cons, const Cdc__V1__Nack *Nack);
+void sq_settle(socket_sink *ss, queue *qu);
+void sq_handle_progress(consumer *cons, const Cdc__V1__Progress *Progress);
+void sq_check_timeouts(socket_sink *ss, queue *qu, uint64_t now);
+void sq_trim(socket_sink *ss, queue *qu);
+void sq_detach(consumer *cons);
+uint64_t sq_position(socket_sink *ss, queue *qu, const Cdc__V1__Subscribe *sub);
+bool sq_open_queue(socket_sink *ss, subscription *sub, queue *qu, bool dead, char *err, size_t errlen);
+void sq_free_queue(queue *qu);
 
-/* c has not read its socket for ack_timeout: what it holds goes to the others. */
-void sq_not_reading(socket_sink *s, consumer *c);
+/* cons has not read its socket for ack_timeout: what it holds goes to the others. */
+void sq_not_reading(socket_sink *ss, consumer *cons);
 
 /* connections.c */
-/* Queues one frame, given in two pieces (b may be empty), to c's output. */
-void sc_write_frame(consumer *c, const void *a, size_t alen, const void *b, size_t blen);
-void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f);
-/* The bytes of c's output written to its socket so far (a position in the stream of its frames). */
-uint64_t sc_written(consumer *c);
-/* Removes from c's output every Delivery frame none of whose bytes is written yet, keeping the
+/* Queues one frame, given in two pieces (data2 may be empty), to cons's output. */
+void sc_write_frame(consumer *cons, const void *data, size_t alen, const void *data2, size_t blen);
+void sc_send_frame(consumer *cons, const Cdc__V1__ServerFrame *ServerFrame);
+/* The bytes of cons's output written to its socket so far (a position in the stream of its frames). */
+uint64_t sc_written(consumer *cons);
+/* Removes from cons's output every Delivery frame none of whose bytes is written yet, keeping the
  * other frames in order. Returns the position the first of them had (the Deliveries that started
  * there or later were withdrawn), or UINT64_MAX when there was none. */
-uint64_t sc_withdraw(consumer *c);
-/* Once a tick: whether c's peer reads its socket; after ack_timeout (timeout_ms) without, the
- * queue takes back what c holds (sq_not_reading), and dispatches to it again once it reads. */
-void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms);
-void sc_heartbeat(consumer *c);
+uint64_t sc_withdraw(consumer *cons);
+/* Once a tick: whether cons's peer reads its socket; after ack_timeout (timeout_ms) without, the
+ * queue takes back what cons holds (sq_not_reading), and dispatches to it again once it reads. */
+void sc_watch_reading(consumer *cons, uint64_t now, uint64_t timeout_ms);
+void sc_heartbeat(consumer *cons);
 /* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
-void sc_flush_reply(consumer *c);
-void sc_consumer_release(consumer *c);
-void sc_check_first_frames(socket_sink *s, uint64_t now);
-void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg);
-void sc_close_consumers(queue *q, const char *why);
-/* After a bind: the consumers of q that its subscription's allow list no longer admits are told so
+void sc_flush_reply(consumer *cons);
+void sc_consumer_release(consumer *cons);
+void sc_check_first_frames(socket_sink *ss, uint64_t now);
+void sc_on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr, int len,
+		  void *arg);
+void sc_close_consumers(queue *qu, const char *why);
+/* After a bind: the consumers of qu that its subscription's allow list no longer admits are told so
  * (PERMISSION_DENIED) and disconnected. */
-void sc_recheck_access(queue *q);
+void sc_recheck_access(queue *qu);
 
 #endif

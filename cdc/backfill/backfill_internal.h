@@ -1,8 +1,8 @@
-/* internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
+/* backfill_internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
  * its tables, their leaves, ranges and chunks, the reader's lanes) and the few steps more than one
  * of them takes. backfill.c creates, plans and runs backfills; state_file.c keeps them in
- * state_dir; stream.c closes chunks at their watermarks; progress.c renders their figures; keys.c
- * keeps the keys to read again. Not for use outside cdc/backfill. */
+ * state_dir; stream.c closes chunks at their watermarks; backfill_progress.c renders their figures;
+ * read_sets.c keeps the keys to read again. Not for use outside cdc/backfill. */
 #ifndef CDC_BACKFILL_INTERNAL_H
 #define CDC_BACKFILL_INTERNAL_H
 
@@ -26,17 +26,17 @@ typedef struct rset {
 	size_t n, cap; /* n: numbers in v (twice the ranges) */
 } rset;
 
-void rset_add(rset *s, uint32_t lo, uint32_t hi);
-void rset_remove(rset *s, uint32_t lo, uint32_t hi);
-/* The first range from `from` on that neither a nor b covers, below end, at most max blocks long.
+void rset_add(rset *ranges, uint32_t lo, uint32_t hi);
+void rset_remove(rset *ranges, uint32_t lo, uint32_t hi);
+/* The first range from `from` on that neither ranges nor ranges2 covers, below end, at most max blocks long.
  * False if there is none. */
-bool rset_first_gap(const rset *a, const rset *b, uint32_t from, uint32_t end, uint32_t max, uint32_t *lo,
-		    uint32_t *hi);
-/* Blocks in s below end. */
-uint64_t rset_blocks(const rset *s, uint32_t end);
-void rset_free(rset *s);
+bool rset_first_gap(const rset *ranges, const rset *ranges2, uint32_t from, uint32_t end, uint32_t max,
+		    uint32_t *lo, uint32_t *hi);
+/* Blocks in ranges below end. */
+uint64_t rset_blocks(const rset *ranges, uint32_t end);
+void rset_free(rset *ranges);
 
-/* The keys to read again (keys.c): rows a change left incomplete in the stream (unchanged TOAST)
+/* The keys to read again (read_sets.c): rows a change left incomplete in the stream (unchanged TOAST)
  * while a chunk of the table could have missed them. A key waits for a chunk, is taken by one,
  * and is done once that chunk is durable; a chunk that fails gives its keys back. */
 enum key_state { KEY_WAIT, KEY_TAKEN, KEY_TAKEN_AGAIN };
@@ -54,16 +54,16 @@ typedef struct keyset {
 	size_t cap, n, waiting, bytes;
 } keyset;
 
-void keys_add(keyset *s, const void *key, size_t len);
+void keys_add(keyset *keys, const void *key, size_t len);
 /* Takes up to max waiting keys into out (each a 4-byte length, then the key); returns how many. */
-size_t keys_take(keyset *s, size_t max, buf *out);
+size_t keys_take(keyset *keys, size_t max, buf *out);
 /* Keys that a chunk took (out of keys_take): back to waiting, or done (forgotten, unless one came
  * again meanwhile). */
-void keys_give_back(keyset *s, const buf *taken);
-void keys_done(keyset *s, const buf *taken);
+void keys_give_back(keyset *keys, const buf *taken);
+void keys_done(keyset *keys, const buf *taken);
 /* Every key, taken or not, one by one: *pos starts at 0. */
-const keyent *keys_next(const keyset *s, size_t *pos, const keyent *prev);
-void keys_free(keyset *s);
+const keyent *keys_next(const keyset *keys, size_t *pos, const keyent *prev);
+void keys_free(keyset *keys);
 
 /* A relation a table's rows are read from: the table itself, or a leaf partition of a
  * partitioned one. */
@@ -203,30 +203,30 @@ struct bf_set {
 	size_t nat;
 };
 
-void bf_append(bf_set *b, backfill *f);
-void bf_free(backfill *f);
-void bf_rewind_table(table *t);
-bool bf_state_parse(const char *s, bf_state *out);
-void bf_trim_history(bf_set *b);
-backfill *bf_find(const bf_set *b, const char *id);
-void bf_settle(backfill *f, bf_now now);
-void bf_stop_run(table *t);
+void bf_append(bf_set *set, backfill *bf);
+void bf_free(backfill *bf);
+void bf_rewind_table(table *tab);
+bool bf_state_parse(const char *text, bf_state *out);
+void bf_trim_history(bf_set *set);
+backfill *bf_find(const bf_set *set, const char *id);
+void bf_settle(backfill *bf, bf_now now);
+void bf_stop_run(table *tab);
 /* Forgets what is in flight (chunks, ranges taken, keys taken, what waits to be durable) and the
- * lanes' hold on t; what is durable stays. */
-void bf_drop_run(table *t);
-bool bf_finished(bf_state s);
+ * lanes' hold on tab; what is durable stays. */
+void bf_drop_run(table *tab);
+bool bf_finished(bf_state state);
 /* The chunk is over: its window back to the spare ones, its lane told, and it is freed. */
-void bf_chunk_free(chunk *c);
+void bf_chunk_free(chunk *ck);
 /* The chunk is read again: its range or keys go back, then bf_chunk_free. half: in two halves (its
  * rows did not fit, or a change without its key keeps hitting it). */
-void bf_chunk_retry(chunk *c, bool half);
-/* Whether some range of t is not yet closed (read and emitted at its high watermark): a row may
+void bf_chunk_retry(chunk *ck, bool half);
+/* Whether some range of tab is not yet closed (read and emitted at its high watermark): a row may
  * still move from such a range into one already read. */
-bool bf_ranges_open(const table *t);
+bool bf_ranges_open(const table *tab);
 /* A table whose chunks are all durable: done, or another round (keys to read again, a partitioned
  * table's leaves listed again). */
-void bf_table_progress(table *t, bf_now now);
-void bf_table_set_keys(table *t, char **names, size_t n);
-uint64_t bf_clamp_rows(const bf_set *b, uint64_t n);
+void bf_table_progress(table *tab, bf_now now);
+void bf_table_set_keys(table *tab, char **names, size_t count);
+uint64_t bf_clamp_rows(const bf_set *set, uint64_t count);
 
 #endif

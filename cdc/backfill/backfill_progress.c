@@ -1,10 +1,10 @@
-/* progress.c: the backfills' figures for /status, /metrics, GET /backfills and `cdc status`: rows
+/* backfill_progress.c: the backfills' figures for /status, /metrics, GET /backfills and `cdc status`: rows
  * read, delivered, dropped and filtered, blocks read, the estimate (and what it comes from), rate
  * and ETA, per backfill and per table. */
 #include <stdio.h>
 #include <string.h>
 
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/json.h"
 
 /* ---- progress ---- */

@@ -1,4 +1,4 @@
-/* internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
+/* doctor_internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
  * signature, and how a check reports. Not for other folders: they use doctor.h. */
 #ifndef CDC_DOCTOR_INTERNAL_H
 #define CDC_DOCTOR_INTERNAL_H
@@ -44,71 +44,72 @@ typedef struct doctor {
 
 /* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
  * secrets redaction. */
-void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
+void doctor_say(doctor *doc, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
 /* What the last line's fix runs, exactly as printed: SQL statements (its sql: line), or a shell
  * command (a run: line each). */
-void doctor_sql(doctor *d, const char *sql);
-void doctor_command(doctor *d, const char *command);
+void doctor_sql(doctor *doc, const char *sql);
+void doctor_command(doctor *doc, const char *command);
 /* A fix that could not be made (what it reads was unreadable): a warning saying so. */
-void doctor_fix_failed(doctor *d, const char *err);
+void doctor_fix_failed(doctor *doc, const char *err);
 /* doctor_say with a fix written once for cdc doctor and cdc run (cdc/source/fixes.c). */
-void doctor_fix(doctor *d, doctor_status st, const pg_fix *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
+void doctor_fix(doctor *doc, doctor_status st, const pg_fix *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
 /* A query's answer, or NULL after a warning naming what could not be asked. */
-PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const char *const *params);
+PGresult *doctor_ask(doctor *doc, const char *what, const char *sql, int count, const char *const *params);
 
 /* A setting that should have one value (a reload applies it): pass saying pass_detail, else st with
  * the detail "is VALUE" followed by why, and pg_fix_setting's fix with more (NULL: nothing) after
  * its words. */
-void doctor_expect_setting(doctor *d, const char *name, const char *want, const char *pass_detail,
+void doctor_expect_setting(doctor *doc, const char *name, const char *want, const char *pass_detail,
 			   doctor_status st, const char *more, const char *why);
 
 /* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
  * each of d->tables that one of its patterns matches; returns how many). */
-size_t doctor_sub_tables(const doctor *d, const cfg_subscription *s,
-			 void (*fn)(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg),
+size_t doctor_sub_tables(const doctor *doc, const cfg_subscription *sub,
+			 void (*fn)(doctor *doc, const cfg_subscription *sub, const doctor_table *table,
+				    void *arg),
 			 void *arg);
 
-/* Whether a backfill reads s's tables without being asked: snapshot: true, or a re-sync. */
-bool doctor_backfilled(const doctor *d, const cfg_subscription *s);
+/* Whether a backfill reads sub's tables without being asked: snapshot: true, or a re-sync. */
+bool doctor_backfilled(const doctor *doc, const cfg_subscription *sub);
 
 /* The directive of the unit that runs this configuration file ("RuntimeDirectory=cdc" of
  * cdc.service) that makes directory dir when the unit starts, or NULL (unit.c). */
-const char *doctor_unit_makes(doctor *d, const char *dir);
+const char *doctor_unit_makes(doctor *doc, const char *dir);
 
 /* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
-void doctor_socket_path(doctor *d, const char *key, const char *path);
+void doctor_socket_path(doctor *doc, const char *key, const char *path);
 
-/* The checks, one function each (database.c, failover.c, local.c); the sink modules' follow. */
-void doctor_server(doctor *d);
-void doctor_wal_level(doctor *d);
-void doctor_slots_free(doctor *d);
-void doctor_senders_free(doctor *d);
-void doctor_role(doctor *d);
-void doctor_publication(doctor *d);
-void doctor_tables(doctor *d);
-void doctor_identity(doctor *d);
-void doctor_backfill(doctor *d);
-void doctor_signal_table(doctor *d);
-void doctor_emit_message(doctor *d);
-void doctor_ddl_trigger(doctor *d);
-void doctor_slot(doctor *d);
-void doctor_keep_size(doctor *d);
-void doctor_idle_timeout(doctor *d);
-void doctor_failover(doctor *d);
-void doctor_standby_slots(doctor *d);
-void doctor_hot_standby_feedback(doctor *d);
-void doctor_sync_slots(doctor *d);
-void doctor_primary_slot_name(doctor *d);
-void doctor_primary_conninfo(doctor *d);
-void doctor_primary_dsn(doctor *d);
-void doctor_secrets(doctor *d);
-void doctor_access(doctor *d);
+/* The checks, one function each (database.c, failover_checks.c, local.c); the sink modules' follow. */
+void doctor_server(doctor *doc);
+void doctor_wal_level(doctor *doc);
+void doctor_slots_free(doctor *doc);
+void doctor_senders_free(doctor *doc);
+void doctor_role(doctor *doc);
+void doctor_publication(doctor *doc);
+void doctor_tables(doctor *doc);
+void doctor_identity(doctor *doc);
+void doctor_backfill(doctor *doc);
+void doctor_signal_table(doctor *doc);
+void doctor_emit_message(doctor *doc);
+void doctor_ddl_trigger(doctor *doc);
+void doctor_slot(doctor *doc);
+void doctor_keep_size(doctor *doc);
+void doctor_idle_timeout(doctor *doc);
+void doctor_failover(doctor *doc);
+void doctor_standby_slots(doctor *doc);
+void doctor_hot_standby_feedback(doctor *doc);
+void doctor_sync_slots(doctor *doc);
+void doctor_primary_slot_name(doctor *doc);
+void doctor_primary_conninfo(doctor *doc);
+void doctor_primary_dsn(doctor *doc);
+void doctor_secrets(doctor *doc);
+void doctor_access(doctor *doc);
 /* Who may connect to the socket at path (key: the setting that names it): its mode and owner, or
  * those cdc gives it before it exists. */
-void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t mode);
-void doctor_state_dir(doctor *d);
-void doctor_sockets(doctor *d);
+void doctor_socket_access(doctor *doc, const char *key, const char *path, mode_t mode);
+void doctor_state_dir(doctor *doc);
+void doctor_sockets(doctor *doc);
 
 #endif

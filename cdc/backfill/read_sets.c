@@ -1,9 +1,9 @@
-/* keys.c: the two small sets a table's reading keeps: block ranges (which parts of a relation are
+/* read_sets.c: the two small sets a table's reading keeps: block ranges (which parts of a relation are
  * read, taken or durable) and the keys of rows to read again, each with the chunk's hold on it. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cdc/backfill/internal.h"
+#include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/bytes.h"
 
 /* ---- block ranges ---- */

@@ -1,4 +1,4 @@
-/* internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
+/* kafka_internal.h: what the Kafka sink's files share: its state, the rendered form of an event, and the
  * helpers that produce. kafka_sink.c is the sink (producing, delivery reports, the producer's life);
  * render.c renders events and transaction records in each format; exactly_once.c is the
  * exactly-once cycle (kafka.exactly_once). Not for other rooms: they use kafka_sink.h. */
@@ -72,6 +72,10 @@ typedef struct kafka_sink {
 	char run_id[37];      /* Debezium's __debezium.context.runId: this sink's start */
 	/* the renderer's scratch: nothing is allocated per event once they have grown */
 	buf topic, key, prev_key, hdr, key_out;
+	/* what topic was made of ("SCHEMA\0TABLE\0TAG"), for subscription topic_sub: events come in
+	 * runs of one table, and the name is made again only when these change (bind resets it) */
+	buf topic_of;
+	uint32_t topic_sub;
 	dbz_scratch dbz;
 	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
 	buf value;	     /* one message value: rendered head + commit tail */
@@ -153,11 +157,11 @@ typedef struct held_hdr {
 	bool end;
 } held_hdr;
 
-void kafka_fail(kafka_sink *k, const char *what, const char *reason);
+void kafka_fail(kafka_sink *ks, const char *what, const char *reason);
 /* Produces one message of transaction seq (waiting while librdkafka's queue is full); false after
- * kafka_fail(). Takes h. */
-bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const void *key, size_t key_len,
-		   const void *value, size_t value_len, rd_kafka_headers_t *h, uint64_t seq);
+ * kafka_fail(). Takes headers. */
+bool kafka_produce(kafka_sink *ks, const char *topic, int32_t partition, const void *key, size_t key_len,
+		   const void *value, size_t value_len, rd_kafka_headers_t *headers, uint64_t seq);
 /* The cdc-* headers of an event (event) or of a record about a transaction, and content_type. */
 /* A schema or DDL event: about a table, not a row (kafka.schemas_topic). */
 static inline bool kafka_table_event(int op)
@@ -166,7 +170,7 @@ static inline bool kafka_table_event(int op)
 }
 /* A schema id as the cdc-schema-id header and the schemas topic's keys write it: 16 hex digits. */
 void kafka_schema_id_text(uint64_t id, char out[17]);
-rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
+rd_kafka_headers_t *kafka_headers(kafka_sink *ks, const rendered *rec, const char *sub, uint64_t commit_lsn,
 				  bool event, const char *content_type);
 /* The content types of the records in each format. */
 #define CONTENT_TYPE_EVENT "application/x-protobuf; messageType=cdc.v1.Event"
@@ -175,43 +179,43 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 #define CONTENT_TYPE_AVRO "application/vnd.confluent.avro"
 
 /* render.c. The sink's render(). */
-void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out);
-/* Frees what the renderer keeps in k (its scratch buffers, k->value). */
-void kafka_render_free(kafka_sink *k);
+void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *event, buf *out);
+/* Frees what the renderer keeps in ks (its scratch buffers, k->value). */
+void kafka_render_free(kafka_sink *ks);
 /* The value of record kind of an event rendered in format (head: what render() wrote) into
- * k->value, for transaction c, as the total-th record of the transaction and the nth of its table. */
-void kafka_record_value(kafka_sink *k, int kind, uint32_t schema_id, const char *head, size_t len,
-			const rendered *r, const sink_commit *c, uint64_t total, uint64_t nth);
+ * k->value, for transaction commit, as the total-th record of the transaction and the nth of its table. */
+void kafka_record_value(kafka_sink *ks, int kind, uint32_t schema_id, const char *head, size_t len,
+			const rendered *rec, const sink_commit *commit, uint64_t total, uint64_t nth);
 /* The records of the transactions topic in format: the transaction's one record (protobuf, json),
  * or Debezium's BEGIN (end false) or END (debezium, avro); key and value into k->key and
  * k->value. */
-void kafka_txn_record(kafka_sink *k, kafka_format format, bool end);
+void kafka_txn_record(kafka_sink *ks, kafka_format format, bool end);
 /* The sink's deliver() and end_txn(), for what the exactly-once cycle held. */
-bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
+bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *commit,
 		   uint64_t seq, char *err, size_t errlen);
 void kafka_end_txn(sink *base, uint64_t seq);
 
 /* What was held goes out, in order (what must wait again is held again). false: a delivery failed
  * for good (err). */
-bool kafka_release(kafka_sink *k, char *err, size_t errlen);
+bool kafka_release(kafka_sink *ks, char *err, size_t errlen);
 
 /* exactly_once.c. Whether a commit is under way or what it held is not sent yet. */
-bool kafka_eo_holding(const kafka_sink *k);
-/* Before producing an event of source transaction seq (commit c): false to leave it out (Kafka
+bool kafka_eo_holding(const kafka_sink *ks);
+/* Before producing an event of source transaction seq (commit commit): false to leave it out (Kafka
  * holds it, or the sink failed). */
-bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq);
+bool kafka_eo_admit(kafka_sink *ks, const sink_commit *commit, uint32_t xid, uint64_t seq);
 /* As far as the cycle goes now (from flush(); force at a stop): false with err when a held delivery
  * failed for good. */
-bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen);
+bool kafka_eo_step(kafka_sink *ks, bool force, char *err, size_t errlen);
 /* Aborts the open Kafka transaction (its messages are purged). */
-void kafka_eo_abort(kafka_sink *k);
+void kafka_eo_abort(kafka_sink *ks);
 /* Whether librdkafka failed the open Kafka transaction (abortable or fatal): if so, the sink
  * fails with librdkafka's reason. */
-bool kafka_eo_failed(kafka_sink *k);
+bool kafka_eo_failed(kafka_sink *ks);
 /* At a stop: false if the open Kafka transaction cannot commit (a source transaction is partly in
  * it, or the stream is lost) and was aborted. */
-bool kafka_eo_can_finish(kafka_sink *k);
+bool kafka_eo_can_finish(kafka_sink *ks);
 /* kafka_sink_wake_ms: NUDGE_MS while a commit is under way, else 0. */
-int kafka_eo_wake_ms(const kafka_sink *k);
+int kafka_eo_wake_ms(const kafka_sink *ks);
 
 #endif

@@ -1,11 +1,11 @@
-/* failover.c: the checks of source.failover (the primary's failover slot and its
+/* failover_checks.c: the checks of source.failover (the primary's failover slot and its
  * synchronized_standby_slots, judged by cdc/source/failover.c as the daemon judges them) and of a
  * standby in source.dsn (decoding there, or keeping a copy of the slot for a promotion). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cdc/backfill/sql.h"
-#include "cdc/doctor/internal.h"
+#include "cdc/doctor/doctor_internal.h"
 #include "cdc/source/failover.h"
 
 #define PG_FAILOVER_SLOTS 170000 /* failover slots, sync_replication_slots */

@@ -105,7 +105,7 @@ typedef struct cfg {
 	struct {
 		bool present;		     /* a backfill: section is in the file (it is printed then) */
 		uint64_t chunk_time_ms;	     /* a chunk's COPY aims at this; default 250ms */
-		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 5000 */
+		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 2000 */
 		uint64_t max_bytes;	     /* a chunk's rows and changed keys; default 64MiB */
 		uint64_t rate_limit;	     /* rows read per second; default 0: none */
 		uint32_t tables;	     /* tables read at once; default 1 */

@@ -7,10 +7,11 @@ then a summary: each part's counts and time, and a last line saying all passed o
 The parts are the Makefile's targets, run by make: first in turn (their output passes through as
 it comes) format, build, unit, fuzz corpus, monitoring (the alert rules), docs; then three lanes side
 by side (each part's output printed whole when it ends): the integration suite on --pg-version in
-two halves (every other test each), and the tests marked matrix on every other version of --pg-versions (check-matrix-N), the client
-libraries, the Debian package, the fault harness and the socket model, these on --pg-version too.
-A failed build ends the run there: nothing else can run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
-harness's "fault: N passed, M failed") and from pytest's JUnit XML (build/check/PART.xml, asked for
+two halves (every other test each), each half followed by the tests marked matrix on half of the
+other versions of --pg-versions (check-matrix-N); and the client libraries, the Debian package,
+the fault harness and the socket model, these on --pg-version too. A failed build ends the run
+there: nothing else can run. Counts come from what each part prints (the C programs' "NAME: N
+passed, M failed", the fault harness's "fault: N passed, M failed") and from pytest's JUnit XML (build/check/PART.xml, asked for
 through PYTEST_ADDOPTS). Exits 1 if any part failed.
 """
 
@@ -121,12 +122,13 @@ def main():
     first = [Part("format", "check-format"), Part("build", "all build/tests/kafka_mock"),
              Part("unit", "check-unit", unit="checks"), Part("fuzz corpus", "check-fuzz-corpus", unit="inputs"),
              Part("monitoring", "check-monitoring"), Part("docs", "check-docs")]
-    # Then three lanes side by side, each part after the other in its lane: the integration
-    # suite's two halves, and the rest (about as long together). Each part has its own servers, Kafka mock and
-    # temporary directories; its output is printed whole when it ends.
-    lanes = [[Part("integration 1/2", "check-integration-half-1", a.pg_version)],
-             [Part("integration 2/2", "check-integration-half-2", a.pg_version)],
-             [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version] +
+    # Then three lanes side by side, each part after the other in its lane: each half of the
+    # integration suite followed by half of the matrix's versions, and the rest (about as long
+    # each). Each part has its own servers, Kafka mock and temporary directories; its output is
+    # printed whole when it ends.
+    matrix = [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version]
+    lanes = [[Part("integration 1/2", "check-integration-half-1", a.pg_version)] + matrix[0::2],
+             [Part("integration 2/2", "check-integration-half-2", a.pg_version)] + matrix[1::2],
              [Part("clients", "check-clients", a.pg_version), Part("package", "check-package", a.pg_version),
               Part("fault", "check-fault", a.pg_version), Part("model", "check-model", a.pg_version)]]
     parts = first + [p for lane in lanes for p in lane]

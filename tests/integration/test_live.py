@@ -199,15 +199,12 @@ def test_control_uids_and_tcp(pg, schema, cdc):
     assert names(c) == ["all"]
     assert p.terminate() == 0
 
-    # With tcp_control: true, anyone who can reach the port may.
-    port = free_port()
-    c, p = cdc.start(subscriptions=subs, status={"socket": cdc.sockdir + "/st-tcp.sock",
-                                                 "listen": f"127.0.0.1:{port}", "tcp_control": True})
-    code, text = tcp(port, "/subscriptions/x", "PUT", json.dumps(body))
-    assert code == 200 and json.loads(text)["subscription"] == "x", text
-    assert tcp(port, "/subscriptions/x", "DELETE")[0] == 200
-    assert names(c) == ["all"]
-    assert p.terminate() == 0
+    # tcp_control: true without status.token is refused when the file is read: anyone who could
+    # reach the port could change subscriptions (test_status_listener.py: a PUT with the token).
+    c = cdc(subscriptions=subs, status={"socket": cdc.sockdir + "/st-tcp.sock",
+                                        "listen": f"127.0.0.1:{free_port()}", "tcp_control": True})
+    r = subprocess.run([CDC_BIN, "check-config", "-c", c.path], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "status.tcp_control: needs status.token" in r.stderr, r
 
 
 def test_malformed_and_slow_http_never_stall_streaming(pg, schema, cdc):

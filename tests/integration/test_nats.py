@@ -21,6 +21,8 @@ from conftest import CDC_BIN, wait_for  # noqa: E402
 from kafka_fixtures import lsn_text, row_plain, row_typed  # noqa: E402
 from nats_fixtures import read_stream  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
+from test_kafka import kafka_section  # noqa: E402
+from test_kafka_formats import read_topic  # noqa: E402
 from test_status import get  # noqa: E402
 
 CONTENT_TYPE_EVENT = "application/x-protobuf; messageType=cdc.v1.Event"
@@ -183,6 +185,95 @@ def test_every_op_and_type_headers_and_msg_id(pg, schema, cdc, nats_server, prot
         assert {k: v[k] for k in v if k != "subscription"} == {k: s[k] for k in s if k != "subscription"}
         assert v["subscription"] == "j" and m.header("cdc-schema-id") == v.get("schema_id")
         assert m.header("Nats-Msg-Id") == f"j:{v['commit_lsn']}:{v['tx_index']}"
+
+
+def test_debezium_messages_are_kafkas_debezium_values(pg, schema, cdc, kafka, nats_server):
+    """format: debezium: each NATS message's data is the value of the record that Kafka's format:
+    debezium writes for the same change, field by field (the envelope's ts_ms, ts_us and ts_ns are
+    the time each sink wrote it), and its headers are that record's (cdc-*, Debezium's context
+    headers, a key change's __debezium.newkey and __debezium.oldkey) with the subscription's name
+    and Nats-Msg-Id. No keys and no tombstones, as Debezium Server's NATS JetStream sink publishes
+    them. Every op (insert, update with a TOASTed value left unchanged, a key change, delete,
+    truncate, message), with and without schemas; the subject is the envelope schema's topic."""
+    pg.sql(f"create table {schema}.t (id int primary key, name text, big text)")
+    pg.sql(f"alter table {schema}.t alter column big set storage external")  # out of line, uncompressed
+    ops = ["insert", "update", "delete", "truncate", "message"]
+    subs = []
+    for prefix, schemas in (("plain", False), ("schemas", True)):
+        common = dict(format="debezium", server_name="dbserver1", schemas=schemas, operations=ops)
+        subs.append(dict({"name": "k" + prefix, "tables": [f"{schema}.t"], "sink": "kafka",
+                          "topic": prefix + ".{schema}.{table}"}, **common))
+        subs.append(nsub("n" + prefix, [f"{schema}.t"], subject=prefix + ".{schema}.{table}", **common))
+        for topic in (f"{prefix}.{schema}.t", f"{prefix}.."):
+            kafka.create_topic(topic, 1)
+    c = cdc(subscriptions=subs, nats=nats_section(nats_server), kafka=kafka_section(kafka))
+    p = c.start()
+    conn = pg.connect()
+    cur = conn.cursor()
+    cur.execute("begin")
+    cur.execute(f"insert into {schema}.t values (1, 'one', repeat('x', 4000)), (2, 'two', null)")
+    cur.execute("commit")
+    cur.execute(f"update {schema}.t set name = 'uno' where id = 1")  # big: unchanged TOAST
+    cur.execute(f"update {schema}.t set id = 10 where id = 1")  # a key change
+    cur.execute(f"delete from {schema}.t where id = 2")
+    cur.execute("select pg_logical_emit_message(true, 'cdc-test', 'hello')")
+    cur.execute(f"truncate {schema}.t")
+    conn.close()
+
+    # Kafka: 2 inserts, update, the key change (delete, tombstone, create), delete, tombstone,
+    # truncate on the table's topic; the message on its own. NATS: the same without tombstones.
+    msgs = wait_stream(nats_server, 16, describe=p.describe)
+    kafka_records = {prefix: [dict(r, topic=t) for t in (f"{prefix}.{schema}.t", f"{prefix}..")
+                              for r in read_topic(kafka, t, 9 if t.endswith(".t") else 1, p.describe)]
+                     for prefix in ("plain", "schemas")}
+    assert p.terminate() == 0, p.describe()
+    msgs = read_stream(nats_server)
+    assert len(msgs) == 16, [(m.subject, m.headers) for m in msgs]
+
+    def masked(value):
+        """value with the envelope's times (a message has ts_ms only) as <now>."""
+        payload = value.get("payload", value)
+        assert isinstance(payload["ts_ms"], int), value
+        for k in ("ts_ms", "ts_us", "ts_ns"):
+            if k in payload:
+                assert isinstance(payload[k], int), (k, value)
+                payload[k] = "<now>"
+        return value
+
+    runs = set()
+    for prefix in ("plain", "schemas"):
+        mine = [m for m in msgs if m.header("cdc-subscription") == "n" + prefix]
+        kafka_values = [r for r in kafka_records[prefix] if r["value"] is not None]
+        assert [r["topic"] for r in kafka_records[prefix]].count(f"{prefix}.{schema}.t") == 9
+        assert len(mine) == len(kafka_values) == 8, (prefix, [m.headers for m in mine])
+        # table changes in commit order, then the message (on a subject of its own)
+        mine.sort(key=lambda m: m.subject.endswith("._._"))
+        for m, r in zip(mine, kafka_values):
+            want = json.loads(r["value"])
+            got = json.loads(m.data)
+            assert masked(got) == masked(want), (prefix, got, want)
+            assert m.subject == (f"{prefix}.{schema}.t" if r["topic"].endswith(".t") else f"{prefix}._._")
+            kh = dict(r["headers"])
+            assert kh.pop("cdc-subscription") == "k" + prefix
+            nh = dict(m.headers)
+            assert nh.pop("cdc-subscription") == "n" + prefix
+            msg_id = nh.pop("Nats-Msg-Id")
+            assert nh == kh, (prefix, nh, kh)
+            runs.add(nh.get("__debezium.context.runId"))
+            payload = got.get("payload", got)
+            commit = lsn_text(int(json.loads(payload["source"]["sequence"])[0]))
+            assert msg_id.startswith(f"n{prefix}:{commit}:"), msg_id
+            # the key change's create is the change's second message
+            assert msg_id.endswith(":2") == ("__debezium.oldkey" in nh), (msg_id, nh)
+        ops = [(json.loads(m.data).get("payload", json.loads(m.data))["op"], m.header("cdc-op")) for m in mine]
+        assert ops == [("c", "insert"), ("c", "insert"), ("u", "update"), ("d", "update"), ("c", "update"),
+                       ("d", "delete"), ("t", "truncate"), ("m", "message")], ops
+        after = json.loads(mine[2].data).get("payload", json.loads(mine[2].data))["after"]
+        assert after == {"id": 1, "name": "uno", "big": "__debezium_unavailable_value"}, after
+        assert mine[3].header("__debezium.newkey") == '{"id":10}'
+        assert mine[4].header("__debezium.oldkey") == '{"id":1}'
+        assert {m.header("content-type") for m in mine} == {"application/json"}
+    assert len(runs - {None}) == 1, runs  # one runId for the process, on both sinks
 
 
 # --- failures ----------------------------------------------------------------------------------

@@ -156,6 +156,11 @@ TEST_ENV = CDC_BIN=$(abspath $(B)/cdc) KAFKA_MOCK_BIN=$(abspath $(B)/tests/kafka
 check-integration: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(TEST_ENV) CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/integration
 
+# make check runs the suite in two halves side by side, every other test each (its tests mostly
+# wait on servers, not on the CPU): check-integration-half-1 and -2.
+check-integration-half-%: $(B)/cdc $(B)/tests/kafka_mock
+	$(Q)$(TEST_ENV) CDC_SHARD=$*/2 CDC_PG_VERSION=$(PG_VERSION) $(PYTHON) -m pytest -q tests/integration
+
 check-matrix: $(PG_VERSIONS:%=check-matrix-%)
 check-matrix-%: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(TEST_ENV) CDC_PG_VERSION=$* $(PYTHON) -m pytest -q -m matrix tests/integration
@@ -215,7 +220,8 @@ torture: deps
 	$(Q)$(MAKE) --no-print-directory torture-backfill torture-model
 
 # The backfill-under-load test (three subscriptions: stdout, Kafka, socket; cdc killed with -9
-# twice while they run) at BACKFILL_ROWS rows instead of make check's 3,000.
+# twice while they run; chunks on four connections; a plain and a partitioned table) at
+# BACKFILL_ROWS rows instead of make check's 3,000.
 BACKFILL_ROWS ?= 100000
 torture-backfill: $(B)/cdc $(B)/tests/kafka_mock
 	$(Q)$(FAULT_ENV) CDC_BACKFILL_ROWS=$(BACKFILL_ROWS) $(PYTHON) -m pytest -q -s \
@@ -267,8 +273,10 @@ demo: deps
 	$(Q)$(PYTHON) tests/demo.py
 
 # make bench: 19 minutes on 2 busy cores (load 9-15), less on quiet ones; build/bench/results.md and PNGs. Quicker or partial:
-# make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency trigger subscriptions
-# consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
+# make bench BENCH_ARGS="--scale 0.1 --only growth" (sections: drain latency backfill trigger
+# subscriptions consumers tables; peers = drain,trigger; growth = subscriptions,consumers,tables).
+# The scale section is not in all: make bench BENCH_ARGS="--only scale" backfills a 10 GB table
+# (--scale-rows 50000000; --scale-rows 2000000 for a short run).
 # Debian's PostgreSQL 15 (the server with wal2json, a peer in the tables) unless PG_VERSION is
 # given: PG_VERSION=18 make bench.
 # make bench BENCH_BASE=<git rev> also builds that revision's cdc (build/bench-base/<rev>/, once) and

@@ -466,7 +466,7 @@ Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid)
 
 Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
-	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
+	Cdc__V1__Event *e = arena_alloc_raw(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
 	e->op = op;
 	if (rel) {
@@ -484,8 +484,9 @@ static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const p
 {
 	size_t ncols = rel->ncols, n = keys_only ? nkeys : ncols;
 	Cdc__V1__Column **cols = arena_alloc(a, ncols * sizeof(*cols));
-	Cdc__V1__Column *c = arena_alloc(a, n * sizeof(*c));
-	Cdc__V1__Value *v = arena_alloc(a, n * sizeof(*v));
+	/* each assigned whole below */
+	Cdc__V1__Column *c = arena_alloc_raw(a, n * sizeof(*c));
+	Cdc__V1__Value *v = arena_alloc_raw(a, n * sizeof(*v));
 	for (size_t i = 0; i < ncols; i++) {
 		if (keys_only && !(rel->cols[i].flags & 1))
 			continue;

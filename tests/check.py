@@ -5,9 +5,9 @@ then a summary: each part's counts and time, and a last line saying all passed o
     /usr/bin/python3 tests/check.py --pg-version 18 --pg-versions "14 15 16 17 18"
 
 The parts are the Makefile's targets, run by make: first in turn (their output passes through as
-it comes) format, build, unit, fuzz corpus, monitoring (the alert rules), docs; then two lanes side
-by side (each part's output printed whole when it ends): the integration suite on --pg-version, and
-the tests marked matrix on every other version of --pg-versions (check-matrix-N), the client
+it comes) format, build, unit, fuzz corpus, monitoring (the alert rules), docs; then three lanes side
+by side (each part's output printed whole when it ends): the integration suite on --pg-version in
+two halves (every other test each), and the tests marked matrix on every other version of --pg-versions (check-matrix-N), the client
 libraries, the Debian package, the fault harness and the socket model, these on --pg-version too.
 A failed build ends the run there: nothing else can run. Counts come from what each part prints (the C programs' "NAME: N passed, M failed", the fault
 harness's "fault: N passed, M failed") and from pytest's JUnit XML (build/check/PART.xml, asked for
@@ -121,10 +121,11 @@ def main():
     first = [Part("format", "check-format"), Part("build", "all build/tests/kafka_mock"),
              Part("unit", "check-unit", unit="checks"), Part("fuzz corpus", "check-fuzz-corpus", unit="inputs"),
              Part("monitoring", "check-monitoring"), Part("docs", "check-docs")]
-    # Then two lanes side by side, each part after the other in its lane: the integration suite,
-    # and the rest (about as long together). Each part has its own servers, Kafka mock and
+    # Then three lanes side by side, each part after the other in its lane: the integration
+    # suite's two halves, and the rest (about as long together). Each part has its own servers, Kafka mock and
     # temporary directories; its output is printed whole when it ends.
-    lanes = [[Part("integration", "check-integration", a.pg_version)],
+    lanes = [[Part("integration 1/2", "check-integration-half-1", a.pg_version)],
+             [Part("integration 2/2", "check-integration-half-2", a.pg_version)],
              [Part("matrix", f"check-matrix-{v}", v) for v in versions if v != a.pg_version] +
              [Part("clients", "check-clients", a.pg_version), Part("package", "check-package", a.pg_version),
               Part("fault", "check-fault", a.pg_version), Part("model", "check-model", a.pg_version)]]

@@ -33,7 +33,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg import TempPostgres  # noqa: E402
-from kafka_fixtures import kafka, kafka_mock, kafka_reader, proto  # noqa: E402,F401
+from kafka_fixtures import kafka, kafka_mock, kafka_reader, kafka_sasl, proto  # noqa: E402,F401
 from nats_fixtures import nats_server  # noqa: E402,F401
 from schema_check import SchemaCheck, wants_schema  # noqa: E402
 
@@ -360,6 +360,20 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "matrix: runs on every PostgreSQL version of make check's PG_VERSIONS, not only on "
         "the newest (make check-matrix; select with -m matrix, the server with CDC_PG_VERSION)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """CDC_SHARD=I/N (make check runs the integration suite in halves side by side): every N-th
+    test from the I-th on, in collection order; the others are deselected."""
+    shard = os.environ.get("CDC_SHARD")
+    if not shard:
+        return
+    m = re.fullmatch(r"(\d+)/(\d+)", shard)
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise pytest.UsageError(f"CDC_SHARD={shard!r}: expected I/N with 1 <= I <= N, such as 1/2")
+    i, n = int(m[1]) - 1, int(m[2])
+    config.hook.pytest_deselected(items=[t for k, t in enumerate(items) if k % n != i])
+    items[:] = items[i::n]
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,9 @@ Fixtures (conftest.py imports them):
   proto         event_pb2, compiled from proto/cdc/v1/event.proto by cdc_client (once a process)
   kafka_reader  a factory: kafka_reader(topics, transactions_topic=None, group=True) returns a
                 running KafkaReader; every reader is closed when the test ends.
+  kafka_sasl    a factory: kafka_sasl(user, password_file) starts tests/kafka/sasl_gateway.py in front
+                of the mock (SASL/PLAIN and SCRAM-SHA-256, which librdkafka 2.0.2's mock lacks):
+                .bootstrap, .drop() (closes its clients' connections), .log(); stopped at the end.
 
 Waiting is polling against a deadline. The mock binary is $KAFKA_MOCK_BIN, else
 build/tests/kafka_mock at the repository root.
@@ -20,6 +23,8 @@ build/tests/kafka_mock at the repository root.
 import os
 import select
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +42,8 @@ CONTENT_TYPE_TXN = "application/x-protobuf; messageType=cdc.v1.Transaction"
 # Kafka protocol numbers the tests use.
 API_PRODUCE = 0
 
-__all__ = ["kafka_mock", "kafka", "proto", "kafka_reader"]
+__all__ = ["kafka_mock", "kafka", "proto", "kafka_reader", "kafka_sasl"]
+SASL_GATEWAY = os.path.join(ROOT, "tests", "kafka", "sasl_gateway.py")
 
 
 # --- the mock cluster ---------------------------------------------------------------------------
@@ -471,6 +477,57 @@ def proto():
     # One compile per process, shared with the subscriber client: protobuf's descriptor pool takes
     # each .proto file once.
     return protos()[0]
+
+
+class SaslGateway:
+    """tests/kafka/sasl_gateway.py in front of the mock: SASL/PLAIN and SCRAM-SHA-256 for user, the
+    password read from password_file at every authentication."""
+
+    def __init__(self, mock, user, password_file):
+        self._err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, SASL_GATEWAY, "--upstream", mock.bootstrap, "--user", user,
+                                      "--password-file", password_file], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._err, text=True)
+        first = self.proc.stdout.readline().strip()
+        if not first.startswith("bootstrap="):
+            self.close()
+            raise RuntimeError(f"sasl_gateway: unexpected first line {first!r}\n{self.log()}")
+        self.bootstrap = first[len("bootstrap="):]
+
+    def log(self):
+        """What it said: one line per authentication ("auth ok user=U mechanism=M", "auth failed ...")."""
+        self._err.seek(0)
+        return self._err.read().decode(errors="replace")
+
+    def drop(self):
+        """Closes its clients' connections: they connect and authenticate again."""
+        self.proc.stdin.write("drop\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._err.close()
+
+
+@pytest.fixture
+def kafka_sasl(kafka):
+    gateways = []
+
+    def make(user, password_file):
+        g = SaslGateway(kafka, user, password_file)
+        gateways.append(g)
+        return g
+
+    yield make
+    for g in gateways:
+        g.close()
 
 
 @pytest.fixture

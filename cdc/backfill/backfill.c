@@ -17,6 +17,7 @@
 #include "cdc/backfill/copy.h"
 #include "cdc/match/match.h"
 #include "cdc/match/predicate.h"
+#include "decoder/base/bytes.h"
 
 const char *bf_state_name(bf_state s)
 {
@@ -278,10 +279,9 @@ void backfill_set_free(bf_set *b)
 	for (size_t i = 0; i < b->nspare; i++)
 		bfw_free(b->spare[i]);
 	free(b->spare);
-	buf_free(&b->unescaped);
 	buf_free(&b->key);
 	buf_free(&b->row);
-	free(b->vals);
+	free(b->at);
 	free(b->publication);
 	free(b->path);
 	free(b);
@@ -362,7 +362,8 @@ bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SI
 	f->created_ms = now.wall_ms;
 	bf_append(b, f);
 	memcpy(id, f->id, BF_ID_SIZE);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
+	return true;
 }
 
 /* A backfill whose tables all finished: done, or failed if one failed. */
@@ -413,15 +414,16 @@ bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, cha
 		return errf(err, errlen, "backfill %s has finished already (%s)", id,
 			    bf_state_name(f->state));
 	end_backfill(f, NULL, now);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
+	return true;
 }
 
-bool backfill_forget(bf_set *b, const char *sub, char *err, size_t errlen)
+void backfill_forget(bf_set *b, const char *sub)
 {
 	for (size_t i = b->n; i-- > 0;)
 		if (strcmp(b->list[i]->sub, sub) == 0)
 			remove_at(b, i);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
 }
 
 bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
@@ -433,12 +435,12 @@ bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
 	return (f->checked && f->vetted) || bf_finished(f->state) ? BF_PASSED : BF_CHECKING;
 }
 
-bool backfill_drop(bf_set *b, const char *id, char *err, size_t errlen)
+void backfill_drop(bf_set *b, const char *id)
 {
 	long i = backfill_find(b, id);
 	if (i >= 0)
 		remove_at(b, (size_t)i);
-	return bf_save(b, err, errlen);
+	b->dirty = true;
 }
 
 bool backfill_has_snapshot(const bf_set *b, const char *sub)
@@ -684,22 +686,24 @@ static chunk *chunk_of(const table *t, const char *nonce)
 	return NULL;
 }
 
-/* The lane wrote a high watermark of a chunk of t: the next chunk of t, if one is due now, is read
- * at once, its window opening at that watermark (or now, if the stream brought it already): the
- * COPY starts after it was written. */
-static bool chain(bf_set *b, lane *L, uint64_t now_ms, bf_stmt *out)
+/* The lane wrote a high watermark of a chunk of t. It waits (*wait) until the stream closed that
+ * chunk: a lane has one chunk the stream has yet to close at most, so the reads a live change
+ * waits behind are a chunk per lane at most. Then the next chunk of t, if one is due now, is read
+ * at once, its window opening now: the COPY starts after the watermark was written, and the stream
+ * has brought it, which is what a low watermark would do. */
+static bool chain(bf_set *b, lane *L, uint64_t now_ms, bf_stmt *out, bool *wait)
 {
 	table *t = L->chain_t;
+	if (t && chunk_of(t, L->chain_nonce)) {
+		*wait = true;
+		return false;
+	}
 	L->chain_t = NULL;
 	uint64_t wake = 0;
 	chunk *c = t ? pick(b, t, now_ms, &wake) : NULL;
 	if (!c)
 		return false;
-	chunk *prev = chunk_of(t, L->chain_nonce);
-	if (prev && prev->step == C_WRITTEN)
-		memcpy(c->after, L->chain_nonce, BF_ID_SIZE);
-	else
-		bfw_open(c->w);
+	bfw_open(c->w);
 	c->step = C_COPY;
 	L->c = c;
 	chunk_stmt(b, L, out, now_ms);
@@ -757,8 +761,9 @@ bool backfill_next(bf_set *b, unsigned lane_index, bf_now now, bf_stmt *out, uin
 		if (backfill_step(b, L, b->list[i], out))
 			return true;
 	start_tables(b, now.ms);
-	if (chain(b, L, now.ms, out))
-		return true;
+	bool wait = false;
+	if (chain(b, L, now.ms, out, &wait) || wait)
+		return !wait;
 	/* Round robin over the backfills, so that one does not starve the others' tables: their own
 	 * statements first, then chunks. */
 	for (int pass = 0; pass < 2; pass++)
@@ -1067,16 +1072,6 @@ static bool leaves_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 
 /* ---- a chunk's COPY ---- */
 
-/* The key bytes of a row (vals in column order) into out. */
-static void row_key(const table *t, const bf_datum *vals, buf *out)
-{
-	bf_datum k[t->nkeys ? t->nkeys : 1];
-	for (size_t i = 0; i < t->nkeys; i++)
-		k[i] = vals[t->keys[i]];
-	buf_reset(out);
-	bf_encode(out, k, t->nkeys);
-}
-
 void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const char *data, size_t len)
 {
 	if (lane_index >= b->nlanes)
@@ -1086,19 +1081,23 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 	if (!L->busy || L->ticket != ticket || L->kind != BF_STMT_CHUNK || !c || c->overflow)
 		return;
 	table *t = c->t;
-	if (b->nvals < t->ncols + 1) {
-		b->nvals = t->ncols + 1;
-		b->vals = xrealloc(b->vals, b->nvals * sizeof(*b->vals));
+	size_t n = t->ncols + 1;
+	if (b->nat < n + 1) {
+		b->nat = n + 1;
+		b->at = xrealloc(b->at, b->nat * sizeof(*b->at));
 	}
 	char err[256];
-	if (!bf_copy_split(data, len, b->vals, t->ncols + 1, &b->unescaped, err, sizeof(err))) {
+	buf_reset(&b->row);
+	if (!bf_copy_encode(data, len, n, &b->row, b->at, err, sizeof(err))) {
 		c->error = xstrdup(err);
 		c->overflow = true;
 		return;
 	}
-	if (b->vals[0].len >= 0) {
+	/* Column 0 is NULL but in the row of the snapshot the COPY ran under. */
+	const char *row = b->row.data;
+	if (get_be32((const uint8_t *)row) != UINT32_MAX) {
 		bf_snapshot snap;
-		if (!bf_snapshot_parse(b->vals[0].data, (size_t)b->vals[0].len, &snap, err, sizeof(err))) {
+		if (!bf_snapshot_parse(row + 4, b->at[1] - 4, &snap, err, sizeof(err))) {
 			c->error = xstrdup(err);
 			c->overflow = true;
 			return;
@@ -1107,16 +1106,22 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 		bfw_set_snapshot(c->w, &snap);
 		return;
 	}
-	const bf_datum *vals = b->vals + 1;
-	buf_reset(&b->row);
-	bf_encode(&b->row, vals, t->ncols);
-	const buf *key = &b->row;
+	/* The row is the encoded columns after column 0; the key, its key columns' slices of it. */
+	const char *cols = row + b->at[1];
+	size_t rowlen = b->at[n] - b->at[1];
+	const char *key = cols;
+	size_t keylen = rowlen;
 	if (!t->keyless) {
-		row_key(t, vals, &b->key);
-		key = &b->key;
+		buf_reset(&b->key);
+		for (size_t k = 0; k < t->nkeys; k++) {
+			size_t col = t->keys[k] + 1;
+			buf_append(&b->key, row + b->at[col], b->at[col + 1] - b->at[col]);
+		}
+		key = b->key.data;
+		keylen = b->key.len;
 	}
-	t->bytes_read += b->row.len;
-	if (!bfw_add_row(c->w, key->data, key->len, b->row.data, b->row.len))
+	t->bytes_read += rowlen;
+	if (!bfw_add_row(c->w, key, keylen, cols, rowlen))
 		c->overflow = true;
 }
 

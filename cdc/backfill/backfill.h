@@ -44,7 +44,7 @@ typedef struct bf_settings {
 
 typedef struct bf_set bf_set;
 
-/* path: the state file (written with an atomic replace), NULL to keep nothing. seed: randomness
+/* path: the state file to load (backfill_set_load), NULL for none. seed: randomness
  * for ids and chunk nonces; a restarted daemon must use another, so the watermarks it replays
  * from before are foreign. The settings are copied. */
 bf_set *backfill_set_new(const bf_settings *settings, const char *path, uint64_t seed);
@@ -70,7 +70,7 @@ typedef struct bf_request {
 } bf_request;
 
 /* Queues a backfill; id gets its id. False with a message for a `where` that does not parse.
- * Persisted. */
+ * Recorded with the next position (backfill_state). */
 bool backfill_add(bf_set *set, const bf_request *req, bf_now now, char id[BF_ID_SIZE], char *err,
 		  size_t errlen) CDC_MUST_CHECK;
 /* Cancels backfill id of sub. False with a message when there is no such backfill or it has
@@ -79,7 +79,7 @@ bool backfill_cancel(bf_set *set, const char *sub, const char *id, bf_now now, c
 		     size_t errlen) CDC_MUST_CHECK;
 /* The subscription is gone: its backfills stop and are forgotten, so one added again later under
  * the same name counts as new. */
-bool backfill_forget(bf_set *set, const char *sub, char *err, size_t errlen) CDC_MUST_CHECK;
+void backfill_forget(bf_set *set, const char *sub);
 /* Whether sub had its `snapshot: true` backfill already (whatever became of it). */
 bool backfill_has_snapshot(const bf_set *set, const char *sub);
 
@@ -94,7 +94,7 @@ typedef enum bf_verdict {
 } bf_verdict;
 bf_verdict backfill_verdict(const bf_set *set, const char *id, const char **why);
 /* Forgets backfill id as if it had never been added (a refused request). */
-bool backfill_drop(bf_set *set, const char *id, char *err, size_t errlen) CDC_MUST_CHECK;
+void backfill_drop(bf_set *set, const char *id);
 
 /* ---- the reader: statements on a connection of its own ---- */
 
@@ -199,11 +199,12 @@ bool backfill_watching(const bf_set *set, const char *schema, const char *table)
 void backfill_on_change(bf_set *set, const bf_change *change);
 
 /* The sinks made everything up to flushed durable: chunks whose high watermark lies at or before
- * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). Writes the
- * state file when anything changed since it was last written (also a failure reported by backfill_result or
- * backfill_error). False if it cannot be written (the message names it); the state stays in memory and is
- * written next time. */
-bool backfill_delivered(bf_set *set, uint64_t flushed, bf_now now, char *err, size_t errlen) CDC_MUST_CHECK;
+ * it (a watermark's LSN is the end of its record) are finished (the last one finishes its table). */
+void backfill_delivered(bf_set *set, uint64_t flushed, bf_now now);
+/* The state file's contents, appended to out, when anything a restart must know changed since it
+ * was last asked for (false: nothing to write). It must be on disk before the position that
+ * follows is recorded: it holds the keys to read again of the changes before it. */
+bool backfill_state(bf_set *set, buf *out);
 /* Whether a table waits only for its last chunks to become durable (backfill_delivered finishes
  * it, or starts its next round, and the next table may start). */
 bool backfill_draining(const bf_set *set);

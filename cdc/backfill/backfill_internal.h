@@ -89,7 +89,6 @@ typedef struct chunk {
 	int leaf; /* index into t->leaves; -1: keys read again (keys) */
 	uint32_t lo, hi;
 	char nonce[BF_ID_SIZE];
-	char after[BF_ID_SIZE]; /* opens at this nonce's high watermark ("" if not) */
 	bf_window *w;
 	enum cstep step; /* the statement it waits to send or to finish */
 	bool overflow;	 /* its rows passed max_bytes: read again, smaller */
@@ -177,8 +176,8 @@ typedef struct lane {
 	backfill *f; /* CHECK, TABLES, COLUMNS */
 	table *t;    /* DESCRIBE, PLAN; with c, the chunk's table */
 	chunk *c;    /* LOW, CHUNK, HIGH; NULL once the chunk is gone */
-	/* The high watermark this lane wrote last (or is writing), which the next chunk of chain_t
-	 * may open at. */
+	/* The high watermark this lane wrote last (or is writing): the lane's next chunk of chain_t
+	 * starts once the stream brought it. */
 	table *chain_t;
 	char chain_nonce[BF_ID_SIZE];
 	buf sql, wm;
@@ -198,13 +197,12 @@ struct bf_set {
 	unsigned nlanes;
 	bf_window **spare; /* windows of finished chunks, for the next ones */
 	size_t nspare;
-	/* a COPY row's scratch */
-	buf unescaped, key, row;
-	bf_datum *vals;
-	size_t nvals;
+	/* a COPY row's scratch: its encoding, the offsets of its fields, its key */
+	buf row, key;
+	size_t *at;
+	size_t nat;
 };
 
-bool bf_save(bf_set *set, char *err, size_t errlen);
 void bf_append(bf_set *set, backfill *bf);
 void bf_free(backfill *bf);
 void bf_rewind_table(table *tab);

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "decoder/base/bytes.h"
+
 static int hex_value(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -76,15 +78,14 @@ static long unescape(const char *p, const char *end, char *dst)
 	return (long)(o - dst);
 }
 
-bool bf_copy_split(const char *line, size_t len, bf_datum *out, size_t n, buf *scratch, char *err,
-		   size_t errlen)
+bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at, char *err, size_t errlen)
 {
 	if (len && line[len - 1] == '\n')
 		len--;
 	if (len > INT32_MAX)
 		return errf(err, errlen, "a row of %zu bytes is too long", len);
-	buf_reset(scratch);
-	buf_reserve(scratch, len + 1);
+	/* Room for every field's length and the bytes, which unescaping only shortens. */
+	buf_reserve(out, 4 * n + len + 1);
 	const char *p = line, *end = line + len;
 	size_t i = 0;
 	for (;;) {
@@ -92,23 +93,29 @@ bool bf_copy_split(const char *line, size_t len, bf_datum *out, size_t n, buf *s
 		if (i == n)
 			return errf(err, errlen, "the row has more than %zu fields", n);
 		size_t flen = (size_t)(stop - p);
+		uint8_t *head = (uint8_t *)out->data + out->len;
+		at[i] = out->len;
+		out->len += 4;
 		if (!memchr(p, '\\', flen)) {
-			out[i] = (bf_datum){.data = p, .len = (int32_t)flen};
+			put_be32(head, (uint32_t)flen);
+			memcpy(out->data + out->len, p, flen);
+			out->len += flen;
 		} else if (flen == 2 && p[1] == 'N') {
-			out[i] = (bf_datum){.data = NULL, .len = -1};
+			put_be32(head, UINT32_MAX);
 		} else {
-			char *dst = scratch->data + scratch->len;
-			long ulen = unescape(p, stop, dst);
+			long ulen = unescape(p, stop, out->data + out->len);
 			if (ulen < 0)
 				return errf(err, errlen, "field %zu ends in a lone backslash", i + 1);
-			out[i] = (bf_datum){.data = dst, .len = (int32_t)ulen};
-			scratch->len += (size_t)ulen;
+			put_be32(head, (uint32_t)ulen);
+			out->len += (size_t)ulen;
 		}
 		i++;
 		if (!tab)
 			break;
 		p = tab + 1;
 	}
+	out->data[out->len] = '\0';
+	at[i] = out->len;
 	if (i != n)
 		return errf(err, errlen, "the row has %zu fields, not %zu", i, n);
 	return true;

@@ -10,11 +10,11 @@
 #include "cdc/backfill/window.h"
 #include "decoder/base/util.h"
 
-/* Splits line (one CopyData message: a row and its newline) into exactly count datums. A field with no
- * escape points into line; an escaped one is unescaped into scratch (reset first), which then
- * holds at most len bytes and is not moved. False with a message naming the field when the row has
- * another number of fields or a bad escape. */
-bool bf_copy_split(const char *line, size_t len, bf_datum *out, size_t count, buf *scratch, char *err,
-		   size_t errlen) CDC_MUST_CHECK;
+/* Appends line's fields (one CopyData message: a row and its newline), exactly count of them, to out
+ * in bf_encode's format, unescaped, in one pass; at[i] gets the offset in out where field i starts
+ * (its 4-byte length), at[count] the end. False with a message naming the field when the row has
+ * another number of fields or a bad escape (out then holds a part of it). */
+bool bf_copy_encode(const char *line, size_t len, size_t count, buf *out, size_t *at, char *err,
+		    size_t errlen) CDC_MUST_CHECK;
 
 #endif

@@ -278,10 +278,17 @@ static bool res_isnull(void *ctx, int row, int col)
 	return PQgetisnull(ctx, row, col) != 0;
 }
 
-/* A COPY's rows as far as they have arrived: false while more are to come. */
-static bool copy_rows(rconn *c)
+/* A COPY's rows as far as they have arrived, at most COPY_ROWS_AT_ONCE of them (the event loop
+ * turns between, so the stream waits less): false while more are to come, *yielded when some are
+ * here already. */
+#define COPY_ROWS_AT_ONCE 250
+static bool copy_rows(rconn *c, bool *yielded)
 {
-	for (;;) {
+	for (int i = 0;; i++) {
+		if (i == COPY_ROWS_AT_ONCE) {
+			*yielded = true;
+			return false;
+		}
 		char *row;
 		int n = PQgetCopyData(c->conn, &row, 1);
 		if (n > 0) {
@@ -331,8 +338,9 @@ static void finish(rconn *c)
 /* The statement's results: for a COPY its rows, then one PGresult, then NULL. */
 static void take_results(rconn *c)
 {
+	bool yielded = false;
 	for (;;) {
-		if (c->copying && !copy_rows(c))
+		if (c->copying && !copy_rows(c, &yielded))
 			break;
 		if (PQisBusy(c->conn))
 			break;
@@ -350,6 +358,8 @@ static void take_results(rconn *c)
 		c->res = res;
 	}
 	watch(c, false);
+	if (yielded)
+		event_active(c->ev_io, EV_READ, 1);
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg)

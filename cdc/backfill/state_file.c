@@ -1,8 +1,8 @@
-/* state_file.c: the backfills kept in state_dir/backfills.json: written atomically whenever one
- * changes in a way a restart must know (a chunk made durable, a key to read again, a state
- * change), read at start. What a restart resumes from: a table's relations with the ranges durably
- * read, the keys still to read again, the key's columns and the counters. A file of version 1
- * (before ranges) resumes its running tables from the start. */
+/* state_file.c: the backfills kept in state_dir/backfills.json: rendered whenever one changes in a
+ * way a restart must know (a chunk made durable, a key to read again, a state change), for the
+ * daemon's writer thread to write before the position it records next; read at start. What a restart resumes
+ * from: a table's relations with the ranges durably read, the keys still to read again, the key's columns and
+ * the counters. A file of version 1 (before ranges) resumes its running tables from the start. */
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -112,26 +112,24 @@ static void save_backfill(buf *out, const backfill *f)
 	buf_puts(out, "]}");
 }
 
-bool bf_save(bf_set *b, char *err, size_t errlen)
+bool backfill_state(bf_set *b, buf *out)
 {
-	if (!b->path)
-		return true;
+	if (!b->dirty)
+		return false;
 	bf_trim_history(b);
-	buf out = {0};
 	bool first = true;
-	buf_putc(&out, '{');
-	json_key_u64(&out, &first, "version", BF_FILE_VERSION);
-	json_key(&out, &first, "backfills");
-	buf_putc(&out, '[');
+	buf_putc(out, '{');
+	json_key_u64(out, &first, "version", BF_FILE_VERSION);
+	json_key(out, &first, "backfills");
+	buf_putc(out, '[');
 	bool bf = true;
 	for (size_t i = 0; i < b->n; i++) {
-		json_sep(&out, &bf);
-		save_backfill(&out, b->list[i]);
+		json_sep(out, &bf);
+		save_backfill(out, b->list[i]);
 	}
-	buf_puts(&out, "]}\n");
-	bool ok = file_replace(b->path, out.data, out.len, 0600, err, errlen);
-	buf_free(&out);
-	return ok;
+	buf_puts(out, "]}\n");
+	b->dirty = false;
+	return true;
 }
 
 /* Members of the state file, by type; NULL when absent or of another type. */

@@ -93,16 +93,9 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 		if (t->state != BF_RUNNING)
 			continue;
 		chunk *c = NULL;
-		for (size_t i = 0; i < t->nchunks; i++) {
-			chunk *x = t->chunks[i];
-			/* the chunk the lane read after this one opens here */
-			if (high && strcmp(x->after, nonce) == 0) {
-				bfw_open(x->w);
-				x->after[0] = '\0';
-			}
-			if (strcmp(x->nonce, nonce) == 0)
-				c = x;
-		}
+		for (size_t i = 0; i < t->nchunks && !c; i++)
+			if (strcmp(t->chunks[i]->nonce, nonce) == 0)
+				c = t->chunks[i];
 		if (!c)
 			continue;
 		switch (bfw_watermark(c->w, nonce, high)) {
@@ -291,7 +284,7 @@ void backfill_change_free(bf_change *c)
 	*c = (bf_change){0};
 }
 
-bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size_t errlen)
+void backfill_delivered(bf_set *b, uint64_t flushed, bf_now now)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		backfill *f = b->list[i];
@@ -318,12 +311,6 @@ bool backfill_delivered(bf_set *b, uint64_t flushed, bf_now now, char *err, size
 		}
 		bf_settle(f, now);
 	}
-	if (!b->dirty)
-		return true;
-	if (!bf_save(b, err, errlen))
-		return false;
-	b->dirty = false;
-	return true;
 }
 
 bool backfill_draining(const bf_set *b)

@@ -282,7 +282,7 @@ const char *bfw_nonce(const bf_window *w)
 static uint8_t *copy_in(bf_window *w, const void *p, size_t n)
 {
 	w->bytes += n;
-	return memcpy(arena_alloc(w->mem, n ? n : 1), p, n);
+	return memcpy(arena_alloc_raw(w->mem, n ? n : 1), p, n);
 }
 
 bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)

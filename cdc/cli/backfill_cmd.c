@@ -17,8 +17,8 @@
 #define BAR 30
 
 static const char usage[] =
-    "usage: cdc backfill [-c FILE | -s SOCKET] SUBSCRIPTION [--table T]... [--where EXPR] [--wait | "
-    "--no-wait]\n"
+    "usage: cdc backfill [-c FILE | -s SOCKET | -s URL [--token-file FILE] [--cacert FILE]] SUBSCRIPTION\n"
+    "                    [--table T]... [--where EXPR] [--wait | --no-wait]\n"
     "\n"
     "Asks a running cdc to backfill SUBSCRIPTION: its tables are read in key order, in chunks, while\n"
     "the stream keeps flowing, and every row arrives in the subscription's sink as an event with op\n"
@@ -29,6 +29,10 @@ static const char usage[] =
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
     "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
     ")\n"
+    "  -s, --socket URL    status.listen instead, http://HOST:PORT or https://HOST:PORT (it needs\n"
+    "                      status.tcp_control and the token)\n"
+    "      --token-file FILE  send the bearer token in FILE (status.token) to status.listen\n"
+    "      --cacert FILE   the CA certificates that signed status.listen's (https; default: the system's)\n"
     "  -t, --table T       only this table of the subscription (schema.table, globs); repeatable\n"
     "  -w, --where EXPR    only rows for which EXPR holds (the where language of subscriptions)\n"
     "      --wait          show the progress until the backfill finishes (the default on a terminal)\n"
@@ -226,7 +230,7 @@ void backfill_summary(json_object *backfills, buf *out)
 }
 
 /* Polls GET /backfills until the backfill finishes; on a terminal the lines are redrawn. */
-static int wait_for(const char *sock, const char *id, bool tty)
+static int wait_for(const cli_endpoint *ep, const char *id, bool tty)
 {
 	buf body = {0}, out = {0};
 	char err[512], state[32];
@@ -235,7 +239,7 @@ static int wait_for(const char *sock, const char *id, bool tty)
 		unsigned code = 0;
 		buf_reset(&body);
 		buf_reset(&out);
-		if (!status_http_get(sock, "/backfills", &code, &body, err, sizeof(err)) ||
+		if (!status_http_get(ep, "/backfills", &code, &body, err, sizeof(err)) ||
 		    (code != 200 && errf(err, sizeof(err), "GET /backfills answered %u", code)) ||
 		    !backfill_progress(body.data ? body.data : "", body.len, id, tty, &out, state,
 				       sizeof(state), err, sizeof(err))) {
@@ -269,7 +273,7 @@ static int wait_for(const char *sock, const char *id, bool tty)
 	return rc;
 }
 
-static int start(const char *sock, opts *o)
+static int start(const cli_endpoint *ep, opts *o)
 {
 	buf path = {0}, req = {0}, body = {0};
 	char err[512], id[64] = "";
@@ -279,7 +283,7 @@ static int start(const char *sock, opts *o)
 	path_segment(&path, o->sub);
 	buf_puts(&path, "/backfill");
 	bf_request_json(&o->req, &req);
-	if (!status_http_request(sock, "POST", path.data, req.data, &code, &body, err, sizeof(err))) {
+	if (!status_http_request(ep, "POST", path.data, req.data, &code, &body, err, sizeof(err))) {
 		fprintf(stderr, "cdc backfill: %s\n", err);
 		goto out;
 	}
@@ -295,7 +299,7 @@ static int start(const char *sock, opts *o)
 	bool tty = isatty(STDOUT_FILENO);
 	printf("backfill %s of subscription %s queued\n", id, o->sub);
 	fflush(stdout);
-	rc = (o->wait < 0 ? tty : o->wait) ? wait_for(sock, id, tty) : 0;
+	rc = (o->wait < 0 ? tty : o->wait) ? wait_for(ep, id, tty) : 0;
 out:
 	buf_free(&path);
 	buf_free(&req);
@@ -308,6 +312,8 @@ int backfill_main(int argc, char **argv)
 	static const struct option longopts[] = {
 	    CLI_OPT_CONFIG,
 	    CLI_OPT_SOCKET,
+	    CLI_OPT_TOKEN_FILE,
+	    CLI_OPT_CACERT,
 	    {"table", required_argument, NULL, 't'},
 	    {"where", required_argument, NULL, 'w'},
 	    {"wait", no_argument, NULL, 'W'},
@@ -328,7 +334,8 @@ int backfill_main(int argc, char **argv)
 		rc = cli_usage(&cmd, "which subscription?%s", "");
 	if (rc == CLI_GO_ON) {
 		char *sock = cli_socket_path(&args, CLI_STATUS_SOCKET);
-		rc = sock ? start(sock, &o) : 2;
+		cli_endpoint ep = {sock, args.token_file, args.cacert};
+		rc = sock ? start(&ep, &o) : 2;
 		free(sock);
 	}
 	bf_request_free(&o.req);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "decoder/base/net.h"
@@ -45,6 +46,12 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 		case 's':
 			args->socket = optarg;
 			break;
+		case CLI_TOKEN_FILE:
+			args->token_file = optarg;
+			break;
+		case CLI_CACERT:
+			args->cacert = optarg;
+			break;
 		case 'h':
 			fputs(cmd->usage, stdout);
 			return 0;
@@ -60,6 +67,12 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, voi
 		rc = operand(cmd, ctx, argv[optind]);
 	if (rc == CLI_GO_ON && args->config && args->socket)
 		return cli_usage(cmd, "%s", "-c and -s are exclusive");
+	if (rc == CLI_GO_ON && (args->token_file || args->cacert) &&
+	    !(args->socket && cli_is_url(args->socket)))
+		return cli_usage(
+		    cmd, "%s", "--token-file and --cacert go with -s http://HOST:PORT or https://HOST:PORT");
+	if (rc == CLI_GO_ON && args->cacert && strncmp(args->socket, "https://", 8) != 0)
+		return cli_usage(cmd, "%s", "--cacert goes with -s https://HOST:PORT");
 	if (rc == CLI_GO_ON && cmd->needs_config && !args->config)
 		return cli_usage(cmd, "%s", "missing -c FILE");
 	return rc;
@@ -75,6 +88,11 @@ bool cli_seconds(const char *arg, bool zero_ok, int *ms)
 		return false;
 	*ms = (int)ceil(s * 1000);
 	return true;
+}
+
+bool cli_is_url(const char *where)
+{
+	return strncmp(where, "http://", 7) == 0 || strncmp(where, "https://", 8) == 0;
 }
 
 cfg *cli_load_config(const char *path, bool secrets)

@@ -25,10 +25,21 @@
 	{                                                                                                    \
 		"help", no_argument, NULL, 'h'                                                               \
 	}
+/* The status endpoints over status.listen: the bearer token's file, and the CAs of an https one. */
+enum { CLI_TOKEN_FILE = 0x100, CLI_CACERT };
+#define CLI_OPT_TOKEN_FILE                                                                                   \
+	{                                                                                                    \
+		"token-file", required_argument, NULL, CLI_TOKEN_FILE                                        \
+	}
+#define CLI_OPT_CACERT                                                                                       \
+	{                                                                                                    \
+		"cacert", required_argument, NULL, CLI_CACERT                                                \
+	}
 
-/* What the shared options gave: -c FILE and -s SOCKET (NULL when not given). */
+/* What the shared options gave: -c FILE, -s SOCKET, --token-file, --cacert (NULL when not given). */
 typedef struct cli_args {
 	const char *config, *socket;
+	const char *token_file, *cacert;
 } cli_args;
 
 typedef struct cli_command cli_command;
@@ -61,6 +72,16 @@ bool cli_seconds(const char *arg, bool zero_ok, int *ms);
 cfg *cli_load_config(const char *path, bool secrets);
 
 typedef enum cli_socket { CLI_STATUS_SOCKET, CLI_SUBSCRIBER_SOCKET } cli_socket;
+
+/* Where a client reaches the status endpoints: a Unix socket's path, or status.listen as
+ * http://HOST:PORT or https://HOST:PORT, with the bearer token read from token_file (NULL: none)
+ * and, for https, the CAs that signed its certificate in cacert (NULL: the system's). */
+typedef struct cli_endpoint {
+	const char *where;
+	const char *token_file, *cacert;
+} cli_endpoint;
+/* Whether where is http://... or https://... rather than a socket's path. */
+bool cli_is_url(const char *where);
 
 /* The socket to talk to: -s, else -c FILE's status.socket or subscribers.socket, else
  * $CDC_STATUS_SOCKET or $CDC_SUBSCRIBER_SOCKET, else the configuration's default. NULL after

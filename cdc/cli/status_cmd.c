@@ -16,13 +16,16 @@
 #include "cdc/cli/backfill_cmd.h"
 #include "cdc/cli/cli.h"
 #include "decoder/base/json.h"
+#include "decoder/base/net.h"
+#include "decoder/base/tls.h"
 #include "sinks/modules.h"
 
 #define TIMEOUT_S 10
 #define ANSWER_MAX (64u << 20) /* a /status this large means something is wrong */
 
 static const char usage[] =
-    "usage: cdc status [-c FILE | -s SOCKET] [--json] [--wait SECONDS]\n"
+    "usage: cdc status [-c FILE | -s SOCKET | -s URL [--token-file FILE] [--cacert FILE]] [--json]\n"
+    "                  [--wait SECONDS]\n"
     "\n"
     "Asks a running cdc for its status (GET /status on the status socket) and prints a summary:\n"
     "the source (streaming, slot, server, positions, lag), one row per subscription, and Kafka.\n"
@@ -31,6 +34,9 @@ static const char usage[] =
     "  -c, --config FILE   take the socket from FILE's status.socket\n"
     "  -s, --socket PATH   the status socket (default: $CDC_STATUS_SOCKET, else " CFG_DEFAULT_STATUS_SOCKET
     ")\n"
+    "  -s, --socket URL    status.listen instead: http://HOST:PORT or https://HOST:PORT\n"
+    "      --token-file FILE  send the bearer token in FILE (status.token) to status.listen\n"
+    "      --cacert FILE   the CA certificates that signed status.listen's (https; default: the system's)\n"
     "      --json          print the JSON of GET /status as it is\n"
     "      --wait SECONDS  first wait up to SECONDS for cdc to stream (its status socket, then\n"
     "                      GET /readyz); exit 1 if it does not in time\n";
@@ -118,18 +124,100 @@ bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf 
 	return true;
 }
 
-static bool read_all(int fd, buf *resp, char *err, size_t errlen)
+/* One connection to the status endpoints: a Unix socket, or status.listen over TCP, maybe TLS. */
+typedef struct http_conn {
+	int fd;
+	tls_conn *tls;	/* https */
+	char host[300]; /* the Host header: HOST:PORT over TCP */
+} http_conn;
+
+/* http[s]://HOST:PORT[/] (HOST a name, an IPv4 address or [IPv6]) into host and port; false with
+ * err when url is not one. */
+static bool parse_url(const char *url, char *host, size_t hostlen, char *port, bool *tls, char *err,
+		      size_t errlen)
 {
-	for (;;) {
-		buf_reserve(resp, 65536);
-		ssize_t n = read(fd, resp->data + resp->len, resp->cap - resp->len - 1);
-		if (n == 0)
-			return true;
+	*tls = strncmp(url, "https://", 8) == 0;
+	const char *h = url + (*tls ? 8 : 7), *end;
+	if (*h == '[')
+		end = strchr(h, ']'), h++;
+	else
+		end = strrchr(h, ':');
+	const char *colon = end && *end == ']' ? end + 1 : end;
+	size_t hn = end ? (size_t)(end - h) : 0,
+	       pn = colon && *colon == ':' ? strspn(colon + 1, "0123456789") : 0;
+	const char *rest = pn ? colon + 1 + pn : NULL;
+	if (!hn || hn >= hostlen || !pn || pn > 5 || (*rest && strcmp(rest, "/") != 0))
+		return errf(err, errlen, "%s: expected http://HOST:PORT or https://HOST:PORT (status.listen)",
+			    url);
+	memcpy(host, h, hn);
+	host[hn] = '\0';
+	memcpy(port, colon + 1, pn);
+	port[pn] = '\0';
+	return true;
+}
+
+static bool http_open(const cli_endpoint *ep, http_conn *c, char *err, size_t errlen)
+{
+	*c = (http_conn){.fd = -1};
+	if (!cli_is_url(ep->where)) {
+		snprintf(c->host, sizeof c->host, "cdc");
+		c->fd = cli_connect(ep->where, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, err, errlen);
+		return c->fd >= 0;
+	}
+	char host[256], port[6], why[1024];
+	bool tls;
+	if (!parse_url(ep->where, host, sizeof host, port, &tls, err, errlen))
+		return false;
+	snprintf(c->host, sizeof c->host, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+	if ((c->fd = net_tcp_connect_timeout(host, port, TIMEOUT_S * 1000, why, sizeof why)) < 0)
+		return errf(err, errlen, "cannot connect to status.listen at %s", why);
+	if (tls && !(c->tls = tls_open(c->fd, host, ep->cacert, why, sizeof why)))
+		return errf(err, errlen, "%s: %s", ep->where, why);
+	if (c->tls && tls_verdict(c->tls, true, why, sizeof why))
+		return errf(err, errlen,
+			    "%s: status.listen's certificate is refused: %s (--cacert names its CA)",
+			    ep->where, why);
+	return true;
+}
+
+static void http_close(http_conn *c)
+{
+	tls_close(c->tls);
+	if (c->fd >= 0)
+		close(c->fd);
+}
+
+static bool http_send(http_conn *c, const buf *req)
+{
+	if (c->tls)
+		return tls_write_all(c->tls, req->data, req->len);
+	for (size_t off = 0; off < req->len;) {
+		ssize_t n = send(c->fd, req->data + off, req->len - off, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
+			return false;
+		off += (size_t)n;
+	}
+	return true;
+}
+
+static bool read_all(http_conn *c, buf *resp, char *err, size_t errlen)
+{
+	for (;;) {
+		buf_reserve(resp, 65536);
+		size_t room = resp->cap - resp->len - 1;
+		ssize_t n = c->tls ? tls_read(c->tls, resp->data + resp->len, room)
+				   : read(c->fd, resp->data + resp->len, room);
+		if (n == 0)
+			return true;
+		if (n < 0 && !c->tls && errno == EINTR)
+			continue;
+		if (n < 0)
 			return errf(err, errlen, "reading the answer: %s",
-				    errno == EAGAIN ? "timed out" : strerror(errno));
+				    c->tls	      ? "TLS error"
+				    : errno == EAGAIN ? "timed out"
+						      : strerror(errno));
 		resp->len += (size_t)n;
 		resp->data[resp->len] = '\0';
 		if (resp->len > ANSWER_MAX)
@@ -137,41 +225,45 @@ static bool read_all(int fd, buf *resp, char *err, size_t errlen)
 	}
 }
 
-bool status_http_get(const char *socket_path, const char *path, unsigned *http_status, buf *body, char *err,
+bool status_http_get(const cli_endpoint *ep, const char *path, unsigned *http_status, buf *body, char *err,
 		     size_t errlen)
 {
-	return status_http_request(socket_path, "GET", path, NULL, http_status, body, err, errlen);
+	return status_http_request(ep, "GET", path, NULL, http_status, body, err, errlen);
 }
 
-bool status_http_request(const char *socket_path, const char *method, const char *path, const char *req_body,
+bool status_http_request(const cli_endpoint *ep, const char *method, const char *path, const char *req_body,
 			 unsigned *http_status, buf *body, char *err, size_t errlen)
 {
-	int fd = cli_connect(socket_path, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, err, errlen);
-	if (fd < 0)
-		return false;
+	http_conn c;
+	char *token = NULL;
 	buf req = {0}, resp = {0};
-	buf_printf(&req, "%s %s HTTP/1.1\r\nHost: cdc\r\nConnection: close\r\n", method, path);
+	bool ok = false;
+	if (ep->token_file && !(token = cfg_secret_read(ep->token_file, err, errlen)))
+		return false;
+	if (!http_open(ep, &c, err, errlen))
+		goto out;
+	buf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", method, path, c.host);
+	if (token)
+		buf_printf(&req, "Authorization: Bearer %s\r\n", token);
 	if (req_body)
 		buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
 			   strlen(req_body), req_body);
 	else
 		buf_puts(&req, "\r\n");
-	bool ok = false;
-	for (size_t off = 0; off < req.len;) {
-		ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			errf(err, errlen, "sending to %s: %s", socket_path, strerror(errno));
-			goto out;
-		}
-		off += (size_t)n;
+	if (!http_send(&c, &req)) {
+		errf(err, errlen, "sending to %s: %s", ep->where, c.tls ? "TLS error" : strerror(errno));
+		goto out;
 	}
-	if (!read_all(fd, &resp, err, errlen))
+	if (!read_all(&c, &resp, err, errlen))
 		goto out;
 	ok = status_http_parse(resp.data ? resp.data : "", resp.len, http_status, body, err, errlen);
 out:
-	close(fd);
+	http_close(&c);
+	if (token)
+		explicit_bzero(token, strlen(token));
+	free(token);
+	if (req.data)
+		explicit_bzero(req.data, req.len); /* it holds the token */
 	buf_free(&req);
 	buf_free(&resp);
 	return ok;
@@ -468,18 +560,18 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 
 /* ---- the command ---- */
 
-static int show(const char *sock, bool json)
+static int show(const cli_endpoint *ep, bool json)
 {
 	unsigned code = 0;
 	buf body = {0}, out = {0};
 	char err[512];
 	int rc = 1;
-	if (!status_http_get(sock, "/status", &code, &body, err, sizeof(err))) {
+	if (!status_http_get(ep, "/status", &code, &body, err, sizeof(err))) {
 		fprintf(stderr, "cdc status: %s\n", err);
 		goto out;
 	}
 	if (code != 200) {
-		fprintf(stderr, "cdc status: %s answered %u: %s%s", sock, code,
+		fprintf(stderr, "cdc status: %s answered %u: %s%s", ep->where, code,
 			body.len ? body.data : "(no body)\n",
 			body.len && body.data[body.len - 1] == '\n' ? "" : "\n");
 		goto out;
@@ -499,24 +591,27 @@ out:
 	return rc;
 }
 
-/* --wait: the status socket, then GET /readyz until it answers 200, for up to wait_ms. */
-static bool wait_streaming(const char *sock, int wait_ms)
+/* --wait: the status socket (status.listen: its first answer), then GET /readyz until it answers
+ * 200, for up to wait_ms. */
+static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 {
 	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
-	char err[512];
-	int fd = cli_connect_wait("cdc status", sock, CLI_STATUS_SOCKET, TIMEOUT_S * 1000, wait_ms, err,
-				  sizeof(err));
-	if (fd < 0) {
+	char err[1024];
+	int fd = cli_is_url(ep->where) ? -1
+				       : cli_connect_wait("cdc status", ep->where, CLI_STATUS_SOCKET,
+							  TIMEOUT_S * 1000, wait_ms, err, sizeof(err));
+	if (fd < 0 && !cli_is_url(ep->where)) {
 		fprintf(stderr, "cdc status: %s\n", err);
 		return false;
 	}
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	buf body = {0};
 	bool ready = false;
 	for (bool told = false;; told = true) {
 		unsigned code = 0;
 		body.len = 0;
-		if (!status_http_get(sock, "/readyz", &code, &body, err, sizeof(err))) {
+		if (!status_http_get(ep, "/readyz", &code, &body, err, sizeof(err))) {
 			fprintf(stderr, "cdc status: %s\n", err);
 			break;
 		}
@@ -558,6 +653,8 @@ int status_main(int argc, char **argv)
 	static const struct option longopts[] = {
 	    CLI_OPT_CONFIG,
 	    CLI_OPT_SOCKET,
+	    CLI_OPT_TOKEN_FILE,
+	    CLI_OPT_CACERT,
 	    {"json", no_argument, NULL, 'j'},
 	    {"wait", required_argument, NULL, 'W'},
 	    CLI_OPT_HELP,
@@ -576,7 +673,8 @@ int status_main(int argc, char **argv)
 	char *path = cli_socket_path(&args, CLI_STATUS_SOCKET);
 	if (!path)
 		return 2;
-	rc = o.wait_ms >= 0 && !wait_streaming(path, o.wait_ms) ? 1 : show(path, o.json);
+	cli_endpoint ep = {path, args.token_file, args.cacert};
+	rc = o.wait_ms >= 0 && !wait_streaming(&ep, o.wait_ms) ? 1 : show(&ep, o.json);
 	free(path);
 	return rc;
 }

@@ -22,6 +22,12 @@
 /* What cdc does when the slot cannot send what follows its position (lost, or older than the
  * publication): fail, saying what to do, or re-sync (move the slot on and backfill). */
 typedef enum cfg_on_gap { CFG_GAP_FAIL, CFG_GAP_RESYNC } cfg_on_gap;
+/* Who may GET the status endpoints over status.listen: anyone who reaches the port; anyone for
+ * /healthz and /readyz (the probes) and the token's holders for the rest; the token's holders. */
+typedef enum cfg_tcp_read { CFG_TCP_READ_OPEN, CFG_TCP_READ_PROBES, CFG_TCP_READ_TOKEN } cfg_tcp_read;
+/* A bearer token: its bounds (status.token). */
+#define CFG_TOKEN_MIN 16
+#define CFG_TOKEN_MAX 1024
 
 typedef struct cfg_strlist {
 	char **v;
@@ -83,7 +89,10 @@ typedef struct cfg {
 		char *socket; /* default "/run/cdc/status.sock" */
 		char *listen; /* NULL if none */
 		bool tcp_control;
-		id_list control_uids; /* default: root and cdc's own uid */
+		char *token;		  /* secret: the bearer token status.listen asks for; NULL if none */
+		cfg_tcp_read tcp_read;	  /* default open */
+		char *tls_cert, *tls_key; /* PEM files: status.listen speaks HTTPS; NULL: plain HTTP */
+		id_list control_uids;	  /* default: root and cdc's own uid */
 	} status;
 	/* Each sink module's section struct (sink_module.section_keys; NULL for a module without
 	 * one), and whether the file has the section. */
@@ -96,7 +105,7 @@ typedef struct cfg {
 	struct {
 		bool present;		     /* a backfill: section is in the file (it is printed then) */
 		uint64_t chunk_time_ms;	     /* a chunk's COPY aims at this; default 250ms */
-		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 5000 */
+		uint64_t min_rows, max_rows; /* a chunk's size; default 100 and 2000 */
 		uint64_t max_bytes;	     /* a chunk's rows and changed keys; default 64MiB */
 		uint64_t rate_limit;	     /* rows read per second; default 0: none */
 		uint32_t tables;	     /* tables read at once; default 1 */
@@ -182,6 +191,11 @@ sink_sub *cfg_sink_subs(const cfg *conf, size_t module);
  * string key), a number, duration, size, mode or boolean (0 when not such a key). */
 const char *cfg_get_string(const cfg *conf, const char *name);
 uint64_t cfg_get_number(const cfg *conf, const char *name);
+
+/* A secret's file as {file: PATH} reads it (at most 64 KiB, one final newline dropped, not empty,
+ * no NUL), for clients that read a secret themselves (cdc status --token-file). The caller frees
+ * *out (it wipes it first); NULL with why in err. */
+char *cfg_secret_read(const char *path, char *err, size_t errlen);
 
 /* "250ms", "10s", "5m", "24h" (also "1h30m"); false on anything else. */
 bool cfg_parse_duration(const char *text, uint64_t *ms) CDC_MUST_CHECK;

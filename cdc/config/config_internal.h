@@ -75,7 +75,7 @@ typedef struct ename {
 	int value;
 } ename;
 
-extern const ename op_names[], gap_names[], level_names[], format_names[];
+extern const ename op_names[], gap_names[], level_names[], format_names[], tcp_read_names[];
 const ename *cfg_ename_find(const ename *names, const char *name);
 const char *cfg_ename_of(const ename *names, int value);
 void cfg_ename_list(buf *buffer, const ename *names);
@@ -245,7 +245,7 @@ static inline char *key_field(const void *base, const key *entry)
 /* t_checked: a string a sink module checks (arg: its sink_key, with the check and the noun). */
 extern const ktype t_section, t_string, t_dsn, t_where, t_socket, t_path, t_ident, t_listen, t_checked,
     t_table, t_bool, t_duration, t_size, t_u32, t_u64, t_enum, t_mode, t_strlist, t_ops, t_names, t_uids,
-    t_gids, t_props;
+    t_gids, t_token, t_props;
 /* Built from cdc's own keys and the sink modules' before main() runs. */
 extern keys top_keys, sub_keys;
 /* status.control_uids' default, in force until the file names others (an empty list too): root and

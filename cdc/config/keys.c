@@ -609,7 +609,16 @@ static const key source_k[] = {
 	    "[backfills.md](backfills.md#backfills-asked-for-from-sql)."},
 };
 
-enum { ST_SOCKET, ST_LISTEN, ST_TCP_CONTROL, ST_CONTROL_UIDS };
+enum {
+	ST_SOCKET,
+	ST_LISTEN,
+	ST_TCP_CONTROL,
+	ST_CONTROL_UIDS,
+	ST_TOKEN,
+	ST_TCP_READ,
+	ST_TLS_CERT,
+	ST_TLS_KEY
+};
 static const key status_k[] = {
     [ST_SOCKET] =
 	{"socket", &t_socket, TOP(status.socket), .def.s = CFG_DEFAULT_STATUS_SOCKET, .restart = true,
@@ -622,14 +631,38 @@ static const key status_k[] = {
 			  "`127.0.0.1:9187` or `[::]:9187`."},
     [ST_TCP_CONTROL] = {"tcp_control", &t_bool, TOP(status.tcp_control), .restart = true,
 			.doc =
-			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen` "
-			    "(anyone who reaches the port may change subscriptions). Needs `status.listen`."},
+			    "Allow `PUT`/`DELETE /subscriptions` and backfill requests over `status.listen`, "
+			    "to requests that carry `status.token` (`Authorization: Bearer TOKEN`). Needs "
+			    "`status.listen` and `status.token`."},
     [ST_CONTROL_UIDS] =
 	{"control_uids", &t_uids, TOP(status.control_uids), .restart = true,
 	 .doc = "The peer uids (`SO_PEERCRED`) that may `PUT`/`DELETE` subscriptions and "
 		"start backfills over the Unix socket. An empty list is the default. `check-config` "
 		"prints the default as it applies to the user who runs it: `[0]` for root, "
 		"`[0, 999]` for a user of uid 999 such as `cdc`."},
+    [ST_TOKEN] =
+	{"token", &t_token, TOP(status.token), NULL, K_SECRET | K_OPTIONAL,
+	 .doc =
+	     "The bearer token that `status.listen` asks for (`Authorization: Bearer TOKEN`): always for "
+	     "`tcp_control`'s changes, and for reading as `tcp_read` says. 16 to 1024 visible ASCII "
+	     "characters (`openssl rand -hex 32`), compared in constant time; best given as `{file: PATH}`. "
+	     "A reload reads it again. Unused on the Unix socket, whose file mode and "
+	     "`control_uids` decide. Needs `status.listen`."},
+    [ST_TCP_READ] =
+	{"tcp_read", &t_enum, TOP(status.tcp_read), tcp_read_names, .def.n = CFG_TCP_READ_OPEN,
+	 .doc =
+	     "Who may read the status endpoints over `status.listen`: `open`, anyone who reaches the port; "
+	     "`probes`, anyone for `/healthz` and `/readyz` (a kubelet's probes send no token) and "
+	     "`status.token`'s holders for `/metrics`, `/status`, `/subscriptions` and `/backfills`; "
+	     "`token`, the token's holders only. A request without the token gets 401. `probes` and "
+	     "`token` need `status.token`."},
+    [ST_TLS_CERT] = {"tls_cert", &t_path, TOP(status.tls_cert), NULL, K_OPTIONAL,
+		     .doc =
+			 "A PEM file with the certificate (and its chain) that `status.listen` presents: it "
+			 "then speaks HTTPS only. A reload reads it again. Needs `status.tls_key`."},
+    [ST_TLS_KEY] = {"tls_key", &t_path, TOP(status.tls_key), NULL, K_OPTIONAL,
+		    .doc = "The PEM file of `tls_cert`'s private key (unencrypted; keep it readable by cdc's "
+			   "user only). A reload reads it again."},
 };
 
 static void check_status(ctx *x, void *base, const pair *seen)
@@ -637,6 +670,19 @@ static void check_status(ctx *x, void *base, const pair *seen)
 	cfg *c = base;
 	if (c->status.tcp_control && !seen[ST_LISTEN].k)
 		cfg_err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control", "needs status.listen");
+	else if (c->status.tcp_control && !seen[ST_TOKEN].k)
+		cfg_err_key(x, seen[ST_TCP_CONTROL].k, "tcp_control",
+			    "needs status.token: changes over TCP must carry a bearer token");
+	if (c->status.tcp_read != CFG_TCP_READ_OPEN && !seen[ST_TOKEN].k)
+		cfg_err_key(x, seen[ST_TCP_READ].k, "tcp_read", "%s needs status.token",
+			    cfg_ename_of(tcp_read_names, c->status.tcp_read));
+	for (int i = ST_TOKEN; i <= ST_TLS_KEY; i++)
+		if (seen[i].k && i != ST_TCP_READ && !seen[ST_LISTEN].k)
+			cfg_err_key(x, seen[i].k, status_k[i].name, "is for status.listen, which is not set");
+	if (!seen[ST_TLS_CERT].k != !seen[ST_TLS_KEY].k)
+		cfg_err_key(x, seen[seen[ST_TLS_CERT].k ? ST_TLS_CERT : ST_TLS_KEY].k,
+			    seen[ST_TLS_CERT].k ? "tls_cert" : "tls_key", "needs status.%s as well",
+			    seen[ST_TLS_CERT].k ? "tls_key" : "tls_cert");
 	if (!c->status.control_uids.n) /* an empty list: the default */
 		cfg_uids_default(c);
 }
@@ -655,9 +701,9 @@ static const key backfill_k[] = {
 	    "and `max_rows`."},
     {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100,
      .doc = "The smallest chunk."},
-    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 5000,
+    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 2000,
      .doc = "The largest chunk: a chunk's reads go out in one turn of the event loop, so a larger chunk "
-	    "delays the live stream longer."},
+	    "delays the live stream longer (a live change waits behind one chunk per connection at most)."},
     {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20,
      .doc = "The memory a chunk may hold: its rows and the keys changed while it is open; a chunk that would "
 	    "pass it is split."},
@@ -688,7 +734,15 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 			    c->backfill.parallel);
 }
 
-static const keys source_keys = KEYS(source_k), status_keys = KEYS(status_k, .check = check_status),
+/* What goes with status.listen is printed with it. */
+static bool status_shown(const void *base, const key *k)
+{
+	const cfg *c = base;
+	return c->status.listen || k < &status_k[ST_TOKEN];
+}
+
+static const keys source_keys = KEYS(source_k),
+		  status_keys = KEYS(status_k, .check = check_status, .shown = status_shown),
 		  log_keys = KEYS(log_k), backfill_keys = KEYS(backfill_k, .check = check_backfill);
 
 /* cdc's own top-level keys; the sink modules' sections come after status. */

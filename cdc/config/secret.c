@@ -13,13 +13,13 @@
 static const char NO_FILE[] = "no such file";
 
 /* The file's bytes into text, at most CFG_SECRET_MAX; NULL, or why not. */
-static const char *read_secret(const char *path, buf *text)
+static const char *read_file(const char *path, buf *text)
 {
 	/* O_NONBLOCK: a FIFO at the path must not hang the load; it is refused below. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return errno == ENOENT	 ? NO_FILE
-		       : errno == EACCES ? "permission denied: cdc's user may not read it"
+		       : errno == EACCES ? "permission denied: this user may not read it"
 					 : strerror(errno);
 	struct stat st;
 	const char *why = NULL;
@@ -52,6 +52,35 @@ static void buf_wipe(buf *b)
 	buf_free(b);
 }
 
+/* A secret's file into text: read_file, one final newline dropped, neither empty nor holding a NUL;
+ * NULL, or why not (text wiped). */
+static const char *read_secret(const char *path, buf *text)
+{
+	const char *why = read_file(path, text);
+	if (!why && text->len && text->data[text->len - 1] == '\n')
+		text->len -= 1 + (text->len > 1 && text->data[text->len - 2] == '\r');
+	if (!why && !text->len)
+		why = "the file is empty";
+	else if (!why && memchr(text->data, '\0', text->len))
+		why = "the file holds a NUL byte";
+	if (why)
+		buf_wipe(text);
+	else
+		text->data[text->len] = '\0';
+	return why;
+}
+
+char *cfg_secret_read(const char *path, char *err, size_t errlen)
+{
+	buf text = {0};
+	const char *why = read_secret(path, &text);
+	if (why) {
+		errf(err, errlen, "%s: %s", path, why);
+		return NULL;
+	}
+	return text.data;
+}
+
 const node *cfg_secret_value(ctx *x, const node *v, node **made, const char **file)
 {
 	*made = NULL;
@@ -79,19 +108,12 @@ const node *cfg_secret_value(ctx *x, const node *v, node **made, const char **fi
 	char *full = cfg_resolved(x, path);
 	buf text = {0};
 	const char *why = read_secret(full, &text);
-	if (!why && text.len && text.data[text.len - 1] == '\n')
-		text.len -= 1 + (text.len > 1 && text.data[text.len - 2] == '\r');
-	if (!why && !text.len)
-		why = "the file is empty";
-	else if (!why && memchr(text.data, '\0', text.len))
-		why = "the file holds a NUL byte";
 	if (why) {
 		/* a relative path: which file was looked for */
 		bool where = why == NO_FILE && strcmp(full, path) != 0;
 		cfg_err_at(x, pv, "{file: %s}: %s%s%s%s", cfg_qnode(x, pv), why, where ? " (" : "",
 			   where ? full : "", where ? ", relative to the configuration's directory)" : "");
 		free(full);
-		buf_wipe(&text);
 		return NULL;
 	}
 	free(full);

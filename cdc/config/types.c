@@ -74,6 +74,38 @@ char *cfg_resolved(const ctx *x, const char *s)
 	return b.data;
 }
 
+/* A bearer token: CFG_TOKEN_MIN to CFG_TOKEN_MAX visible ASCII characters (what an Authorization
+ * header carries as it is). The messages never quote it. */
+static void set_token(ctx *x, const node *v, void *base, const key *k)
+{
+	const char *s = cfg_scalar(x, v, "a token");
+	if (!s)
+		return;
+	size_t n = strlen(s), ok = 0;
+	while (ok < n && s[ok] > ' ' && s[ok] < 0x7f)
+		ok++;
+	if (n < CFG_TOKEN_MIN || n > CFG_TOKEN_MAX)
+		cfg_err_at(x, v, "a token of %zu bytes: it takes %d to %d (openssl rand -hex 32 makes one)",
+			   n, CFG_TOKEN_MIN, CFG_TOKEN_MAX);
+	else if (ok < n)
+		cfg_err_at(
+		    x, v,
+		    "byte %zu of the token is not a visible ASCII character (openssl rand -hex 32 makes one)",
+		    ok + 1);
+	else
+		set_string(x, v, base, k);
+}
+
+/* A token in clear is masked, as long as the shortest token (so that the printed file reads again). */
+static void print_token(emit *e, const void *base, const key *k)
+{
+	char mask[CFG_TOKEN_MIN + 1];
+	memset(mask, '*', CFG_TOKEN_MIN);
+	mask[CFG_TOKEN_MIN] = '\0';
+	(void)base, (void)k;
+	cfg_emit_str(e, mask);
+}
+
 /* A path: a string, resolved against the file's directory (see resolved). */
 static void set_path(ctx *x, const node *v, void *base, const key *k)
 {
@@ -828,6 +860,7 @@ const ktype t_section = {set_section, print_section, ST_SECTION, .name = "sectio
 	    t_where = {set_where, print_string, ST_STR, .name = "condition"},
 	    t_socket = {set_socket, print_string, ST_STR, .name = "socket path"},
 	    t_path = {set_path, print_string, ST_STR, .name = "path"},
+	    t_token = {set_token, print_token, ST_STR, .name = "token"},
 	    t_ident = {set_ident, print_string, ST_STR, .name = "name"},
 	    t_listen = {set_listen, print_string, ST_STR, .name = "HOST:PORT"},
 	    t_table = {set_table, print_string, ST_STR, .name = "table name"},

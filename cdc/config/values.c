@@ -233,6 +233,8 @@ const ename op_names[] = {
     {"ddl", MATCH_OP_DDL},	   {NULL, 0},
 };
 const ename gap_names[] = {{"fail", CFG_GAP_FAIL}, {"resync", CFG_GAP_RESYNC}, {NULL, 0}};
+const ename tcp_read_names[] = {
+    {"open", CFG_TCP_READ_OPEN}, {"probes", CFG_TCP_READ_PROBES}, {"token", CFG_TCP_READ_TOKEN}, {NULL, 0}};
 #define LEVEL_ENAME(v, name) {name, v},
 const ename level_names[] = {LOG_LEVELS(LEVEL_ENAME){NULL, 0}};
 const ename format_names[] = {{"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};

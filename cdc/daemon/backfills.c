@@ -11,6 +11,7 @@
 #include "cdc/backfill/request.h"
 #include "cdc/daemon/sidecar.h"
 #include "cdc/match/match.h"
+#include "decoder/base/fsutil.h"
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
@@ -48,6 +49,7 @@ bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_bod
 			.snapshot = snapshot};
 	if (!backfill_add(d->bf, &r, now(), id, err, errlen))
 		return false;
+	sidecar_post(d, d->conn.handled_lsn);
 	log_info("backfill queued", "subscription=%s backfill=%s snapshot=%s", s->name, id,
 		 snapshot ? "true" : "false");
 	bf_reader_kick(d->bf_reader);
@@ -108,7 +110,6 @@ static void answer_backfill(sidecar *d, status_request *req, const char *id, con
 static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
 {
 	const char *why;
-	char err[512];
 	bf_verdict v = backfill_verdict(d->bf, w->id, &why);
 	if (v == BF_CHECKING && !expired)
 		return false;
@@ -127,8 +128,8 @@ static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
 			   CHECK_TIMEOUT_MS / 1000);
 	log_warn("backfill refused", "subscription=%s backfill=%s error=\"%s\"", w->req->name, w->id,
 		 msg.data);
-	if (!backfill_drop(d->bf, w->id, err, sizeof(err)))
-		log_warn("cannot record the backfills", "error=\"%s\"", err);
+	backfill_drop(d->bf, w->id);
+	sidecar_post(d, d->conn.handled_lsn);
 	backfills_publish(d);
 	sidecar_answer_error(d, w->req, v == BF_REFUSED ? 400 : 503, msg.data, NULL);
 	buf_free(&msg);
@@ -190,10 +191,11 @@ bool backfills_init(sidecar *d)
 	uint64_t seed;
 	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
 		seed = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/" BACKFILL_FILE, d->cfg->state_dir);
+	buf path = {0};
+	buf_printf(&path, "%s/" BACKFILL_FILE, d->cfg->state_dir);
+	d->bf_path = path.data;
 	bf_settings s = settings_of(d->cfg);
-	d->bf = backfill_set_new(&s, path, seed);
+	d->bf = backfill_set_new(&s, d->bf_path, seed);
 	if (!backfill_set_load(d->bf, d->err, sizeof(d->err))) {
 		log_error("cannot use the backfills' state", "error=\"%s\"", d->err);
 		return false;
@@ -212,13 +214,22 @@ bool backfills_init(sidecar *d)
 
 void backfills_free(sidecar *d)
 {
+	/* What changed since the last position recorded (the writer's thread is done by now). */
+	buf left = {0};
+	char err[512];
+	if (d->bf && backfill_state(d->bf, &left) &&
+	    !file_replace(d->bf_path, left.data, left.len, 0600, err, sizeof(err)))
+		log_warn("cannot record the backfills at the stop", "error=\"%s\"", err);
+	buf_free(&left);
 	free(d->bf_waiting); /* status_free answers their requests */
 	d->bf_waiting = NULL;
 	d->nbf_waiting = 0;
 	bf_reader_free(d->bf_reader);
 	backfill_set_free(d->bf);
+	free(d->bf_path);
 	d->bf_reader = NULL;
 	d->bf = NULL;
+	d->bf_path = NULL;
 }
 
 void backfills_reloaded(sidecar *d, const cfg *old)
@@ -257,25 +268,24 @@ void backfills_tables_added(sidecar *d, const cfg_strlist *added)
 
 void backfills_removed(sidecar *d, const char *name)
 {
-	if (!backfill_forget(d->bf, name, d->err, sizeof(d->err)))
-		log_warn("cannot record the backfills of a removed subscription", "error=\"%s\"", d->err);
+	backfill_forget(d->bf, name);
+	sidecar_post(d, d->conn.handled_lsn);
 }
 
-bool backfills_delivered(sidecar *d, uint64_t flushed)
+void backfills_delivered(sidecar *d, uint64_t flushed)
 {
-	char err[512];
 	bool active = backfill_active(d->bf);
-	bool ok = backfill_delivered(d->bf, flushed, now(), err, sizeof(err));
-	if (!ok && !d->bf_warned)
-		log_warn("cannot record the backfills' progress; the position waits for it, retrying",
-			 "error=\"%s\"", err);
-	d->bf_warned = !ok;
+	backfill_delivered(d->bf, flushed, now());
 	/* GET /backfills follows a running backfill's durable chunks now, not at the next figures
 	 * (up to a second later): `cdc backfill --wait` sees it done when it is. */
 	if (active)
 		backfills_publish(d);
 	bf_reader_kick(d->bf_reader);
-	return ok;
+}
+
+const char *backfills_state(sidecar *d, buf *out)
+{
+	return d->bf && backfill_state(d->bf, out) ? d->bf_path : NULL;
 }
 
 bool backfills_draining(const sidecar *d)
@@ -360,6 +370,7 @@ void backfills_on_control(sidecar *d, status_request *req)
 			sidecar_answer_error(d, req, 404, err, NULL);
 			return;
 		}
+		sidecar_post(d, d->conn.handled_lsn);
 		log_info("backfill cancelled", "subscription=%s backfill=%s", req->name, req->id);
 		backfills_publish(d);
 		answer_backfill(d, req, req->id, "cancelled");

@@ -55,17 +55,27 @@ static bool send_feedback(sidecar *d, bool force)
 	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
-	/* The backfills' state first: it holds the keys to read again that changes before flushed
-	 * marked, which a restart from the new position would not replay. */
-	if (moved && !backfills_delivered(d, flushed))
-		return send_status(d);
-	if (flushed > c->handled_lsn) {
-		state next = c->st;
-		next.flushed_lsn = flushed;
-		state_writer_post(d->sw, &next);
-	}
-	c->handled_lsn = flushed;
+	if (moved)
+		backfills_delivered(d, flushed);
+	sidecar_post(d, flushed);
 	return send_status(d);
+}
+
+void sidecar_post(sidecar *d, uint64_t flushed)
+{
+	connection *c = &d->conn;
+	if (!c->st.slot[0])
+		return; /* no record yet (before the first connection): the next one takes it */
+	buf bf = {0};
+	const char *path = backfills_state(d, &bf);
+	if (flushed > c->handled_lsn || path) {
+		state next = c->st;
+		next.flushed_lsn = flushed > c->handled_lsn ? flushed : c->handled_lsn;
+		state_writer_post(d->sw, &next, path, bf.data, bf.len);
+	}
+	buf_free(&bf);
+	if (flushed > c->handled_lsn)
+		c->handled_lsn = flushed;
 }
 
 /* What the writer has on disk becomes what may be confirmed; false with d->err if a write failed. */
@@ -86,7 +96,7 @@ static bool absorb_recorded(sidecar *d)
 
 bool sidecar_record(sidecar *d, const state *st)
 {
-	state_writer_post(d->sw, st);
+	state_writer_post(d->sw, st, NULL, NULL, 0);
 	state_writer_wait(d->sw);
 	state done;
 	bool found;

@@ -189,6 +189,7 @@ void figures_publish(sidecar *d, bool force)
 	    .nsubs = d->cfg->nsubs,
 	    .sinks = sinks,
 	    .nsinks = nsinks,
+	    .status_unauthorized = d->status ? status_unauthorized(d->status) : 0,
 	};
 	const char *warnings[2];
 	if (f->slot_warning[0])

@@ -178,12 +178,15 @@ static void note_restart(const char *key, void *arg)
 }
 
 /* Secrets a reload applies without a restart (their files were read again): source.password at the
- * next connection to the database. The Kafka sink takes its SASL credentials when it is bound. */
+ * next connection to the database; status.token and status.tcp_read at once, status.listen's TLS
+ * files for its new connections. The Kafka sink takes its SASL credentials when it is bound. */
 static void apply_secrets(sidecar *d)
 {
 	source_set_password(d->conn.src, d->cfg->source.password);
 	if (d->bf_reader)
 		bf_reader_password(d->bf_reader, d->cfg->source.password);
+	if (d->status)
+		status_reload(d->status, d->cfg);
 }
 
 /* The configuration file with the subscriptions of ov laid over it (those it cannot take set

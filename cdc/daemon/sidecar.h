@@ -112,7 +112,7 @@ typedef struct sidecar {
 	status_server *status;
 	bf_set *bf; /* backfills (backfills.c) */
 	bf_reader *bf_reader;
-	bool bf_warned; /* the backfills' state file could not be written */
+	char *bf_path; /* the backfills' state file */
 	/* POST /subscriptions/NAME/backfill requests answered once their backfill's checks are done */
 	struct bf_waiting {
 		status_request *req;
@@ -143,6 +143,10 @@ void sidecar_answer_error(sidecar *sc, status_request *req, unsigned code, const
 /* Records st in state_dir now (waiting for the writer's thread), before what follows relies on it;
  * false with d->err. */
 bool sidecar_record(sidecar *sc, const state *st) CDC_MUST_CHECK;
+/* Hands the writer's thread the position flushed when it passed the last one handed, and the
+ * backfills' state file when it changed, which the thread writes first: it holds the keys to read
+ * again that changes before the position marked, which a restart from there would not replay. */
+void sidecar_post(sidecar *sc, uint64_t flushed);
 
 /* reload.c */
 /* The overlay of state_dir laid over d->cfg at the start (a subscription of it that the
@@ -182,10 +186,11 @@ void backfills_on_control(sidecar *sc, status_request *req);
 /* A re-sync marker reached: queues a backfill of every subscription (every table of it),
  * appending [{"subscription", "backfill": ID}] to ids. */
 bool backfills_resync(sidecar *sc, buf *ids, char *err, size_t errlen);
-/* The sinks made everything before flushed durable: the backfills' state file is written first.
- * False if it cannot be: the position must not move past changes it would forget (the keys a
- * backfill reads again). */
-bool backfills_delivered(sidecar *sc, uint64_t flushed);
+/* The sinks made everything before flushed durable. */
+void backfills_delivered(sidecar *sc, uint64_t flushed);
+/* The path of the backfills' state file, with its new contents appended to out, when it changed;
+ * NULL when it did not. */
+const char *backfills_state(sidecar *sc, buf *out);
 /* Whether a backfill's table waits only for its last chunks to be durable. */
 bool backfills_draining(const sidecar *sc);
 /* The stream starts again from the slot's confirmed position. */

@@ -31,7 +31,40 @@ void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t m
 	buf_free(&group);
 }
 
-/* The status socket: who may connect, who may change subscriptions. */
+/* Whether status.listen's address is the loopback's (reachable from this machine only: in a pod,
+ * from its containers). */
+static bool loopback(const char *listen)
+{
+	return strncmp(listen, "127.", 4) == 0 || strncmp(listen, "localhost:", 10) == 0 ||
+	       strncmp(listen, "[::1]:", 6) == 0;
+}
+
+/* status.listen: plain or HTTPS, who may read, who may change. Reading open beyond the loopback, or
+ * a token sent in clear beyond it, warns. */
+static void listener_access(doctor *d)
+{
+	const cfg *c = d->c;
+	bool local = loopback(c->status.listen), tls = c->status.tls_cert != NULL;
+	static const char *const reading[] = {
+	    [CFG_TCP_READ_OPEN] = "reading open to whoever reaches the port",
+	    [CFG_TCP_READ_PROBES] =
+		"/healthz and /readyz open, the other reading endpoints need status.token",
+	    [CFG_TCP_READ_TOKEN] = "every endpoint needs status.token"};
+	const char *fix = NULL;
+	if (!local && c->status.tcp_read == CFG_TCP_READ_OPEN)
+		fix = "set status.tcp_read: probes (or token) with status.token: {file: PATH}, or listen on "
+		      "127.0.0.1; a NetworkPolicy can keep others from the port";
+	else if (!local && c->status.token && !tls)
+		fix = "set status.tls_cert and status.tls_key (the token travels in clear), or listen on "
+		      "127.0.0.1";
+	doctor_say(d, fix ? DOCTOR_WARN : DOCTOR_PASS, fix, "status.listen %s (%s, %s): %s; changes %s",
+		   c->status.listen, tls ? "HTTPS" : "plain HTTP",
+		   local ? "this machine's processes only (in a pod: its containers)"
+			 : "whoever the network lets in",
+		   reading[c->status.tcp_read], c->status.tcp_control ? "need status.token" : "off");
+}
+
+/* The status socket: who may connect, who may change subscriptions; status.listen. */
 void doctor_access(doctor *d)
 {
 	doctor_socket_access(d, "status.socket", d->c->status.socket,
@@ -43,6 +76,8 @@ void doctor_access(doctor *d)
 	    "status.control_uids: uids %s may change subscriptions and start backfills over status.socket",
 	    uids.data);
 	buf_free(&uids);
+	if (d->c->status.listen)
+		listener_access(d);
 }
 
 void doctor_secrets(doctor *d)

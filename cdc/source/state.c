@@ -100,19 +100,29 @@ struct state_writer {
 	worker *w;
 	/* under the worker's lock */
 	state next, done;
+	char *file;   /* to replace before next: its path, NULL for none */
+	buf contents; /* and what it is to hold */
 	bool have_done, failed;
 	char err[512];
 };
 
-/* On the worker: writes the latest state posted, and records what is durable or why not. */
+/* On the worker: writes the latest file and state posted, and records what is durable or why not. */
 static void write_latest(void *arg)
 {
 	state_writer *sw = arg;
 	worker_lock(sw->w);
 	state st = sw->next;
+	char *file = sw->file;
+	buf contents = sw->contents;
+	sw->file = NULL;
+	sw->contents = (buf){0};
 	worker_unlock(sw->w);
 	char err[512];
-	bool ok = state_write(sw->dir, &st, err, sizeof(err));
+	bool ok = !file || file_replace(file, contents.data ? contents.data : "", contents.len, 0600, err,
+					sizeof(err));
+	ok = ok && state_write(sw->dir, &st, err, sizeof(err));
+	free(file);
+	buf_free(&contents);
 	worker_lock(sw->w);
 	if (ok) {
 		sw->done = st;
@@ -141,6 +151,8 @@ void state_writer_free(state_writer *sw)
 	if (!sw)
 		return;
 	worker_free(sw->w);
+	free(sw->file);
+	buf_free(&sw->contents);
 	free(sw->dir);
 	free(sw);
 }
@@ -150,10 +162,16 @@ int state_writer_fd(const state_writer *sw)
 	return worker_fd(sw->w);
 }
 
-void state_writer_post(state_writer *sw, const state *st)
+void state_writer_post(state_writer *sw, const state *st, const char *path, const void *data, size_t len)
 {
 	worker_lock(sw->w);
 	sw->next = *st;
+	if (path) {
+		free(sw->file);
+		sw->file = xstrdup(path);
+		buf_reset(&sw->contents);
+		buf_append(&sw->contents, data, len);
+	}
 	worker_unlock(sw->w);
 	worker_kick(sw->w);
 }

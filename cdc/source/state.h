@@ -37,8 +37,10 @@ typedef struct state_writer state_writer;
 state_writer *state_writer_new(const char *dir, char *err, size_t errlen);
 void state_writer_free(state_writer *writer);
 int state_writer_fd(const state_writer *writer);
-/* Writes st after the write under way, if any; a newer post replaces one not yet begun. */
-void state_writer_post(state_writer *writer, const state *st);
+/* Writes st after the write under way, if any; a newer post replaces one not yet begun. With path,
+ * the same run first replaces that file with data (copied): what must be on disk before the
+ * position (the backfills' state). A post without path keeps the file of one not yet begun. */
+void state_writer_post(state_writer *writer, const state *st, const char *path, const void *data, size_t len);
 /* The newest record written (*found false before the first), after a read of fd() or at any time;
  * false with err once a write failed (cdc stops: the disk is not to be trusted). */
 bool state_writer_durable(state_writer *writer, state *st, bool *found, char *err,

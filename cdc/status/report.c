@@ -442,6 +442,8 @@ void report_metrics(const report *r, buf *out)
 	m_seconds(out, "cdc_uptime_seconds", "Seconds since cdc started.", true, r->uptime_s);
 	m_bool(out, "cdc_ready", "1 while streaming from the slot with healthy sinks (as /readyz).",
 	       r->ready);
+	m_u64(out, "cdc_status_unauthorized_requests_total", "counter",
+	      "Requests over status.listen refused (401) for want of status.token.", r->status_unauthorized);
 
 	m_bool(out, "cdc_source_connected", "1 while the replication connection streams.",
 	       r->source.connected);

@@ -118,6 +118,8 @@ typedef struct report {
 	/* /status's "failed_subscriptions" and /metrics' cdc_subscription_failed (none: left out) */
 	const report_failed_sub *failed;
 	size_t nfailed;
+	/* Requests over status.listen refused for want of status.token (/metrics only). */
+	uint64_t status_unauthorized;
 } report;
 
 /* GET /status: one JSON object and a newline (see the comment above report_status_json in

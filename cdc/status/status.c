@@ -34,12 +34,19 @@ typedef struct listener {
 	status_server *s;
 	bool unix_socket; /* else TCP */
 	struct MHD_Daemon *mhd;
+	char *tls_cert, *tls_key; /* PEM, while the daemon lives (HTTPS); NULL: plain HTTP */
+	/* retiring (a reload gave the port to a listener with new TLS files): its listening socket,
+	 * which MHD gave back, closed once the daemon is stopped (-1: none), and by when it stops */
+	int quiesced_fd;
+	uint64_t retire_ms;
+	struct listener *next;
 } listener;
 
 /* One HTTP request, from the access handler's first call to MHD's completion callback. */
 typedef struct conn_ctx {
 	status_request req; /* what the daemon sees; conn_ctx is found from it by container_of */
 	status_server *s;
+	listener *l; /* whose daemon serves it (a retiring one stops only once none is pending) */
 	struct MHD_Connection *conn;
 	status_match m;
 	buf body;
@@ -60,6 +67,10 @@ struct status_server {
 	conn_ctx *pending; /* suspended connections waiting for status_answer() */
 	size_t in_flight;  /* handed to the loop and not yet completed by MHD */
 	bool closing;
+	/* status.listen's access, which a reload changes */
+	char *token; /* NULL: none (then tcp_read is open and tcp_control false) */
+	cfg_tcp_read tcp_read;
+	uint64_t unauthorized; /* requests over TCP refused for want of the token */
 
 	/* Set up before the listeners start; read-only afterwards. */
 	id_list uids; /* status.control_uids */
@@ -68,7 +79,9 @@ struct status_server {
 	dev_t sock_dev;
 	ino_t sock_ino;
 	int tcp_port;
-	listener unix_l, tcp_l;
+	listener unix_l;
+	listener *tcp_l;    /* status.listen's (NULL: none); swapped by a reload of its TLS files */
+	listener *retiring; /* former TCP listeners finishing their connections (loop only) */
 	int pipe_rd, pipe_wr;
 
 	/* Loop-only. */
@@ -224,10 +237,30 @@ bool status_check_body(const char *body, size_t len, status_match *m)
 	return true;
 }
 
+bool status_bearer_ok(const char *header, const char *token)
+{
+	if (!header || !token)
+		return false;
+	size_t hn = strnlen(header, STATUS_AUTH_MAX + 1);
+	if (hn > STATUS_AUTH_MAX || hn < 7 || strncasecmp(header, "Bearer", 6) != 0 ||
+	    (header[6] != ' ' && header[6] != '\t'))
+		return false;
+	const char *given = header + 6;
+	while (*given == ' ' || *given == '\t')
+		given++;
+	size_t gn = strlen(given), tn = strlen(token);
+	/* Every byte of the token compared, whatever was given: the time says nothing about it. */
+	unsigned char diff = gn != tn;
+	for (size_t i = 0; i < tn; i++)
+		diff |= (unsigned char)((unsigned char)token[i] ^ (unsigned char)(i < gn ? given[i] : 0));
+	return diff == 0;
+}
+
 /* ---- responses (MHD's thread) ---- */
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type, const char *body,
-			     const char *allow)
+/* An answer with one more header (name NULL: none). */
+static enum MHD_Result reply_with(struct MHD_Connection *conn, unsigned code, const char *type,
+				  const char *body, const char *name, const char *value)
 {
 	size_t len = body ? strlen(body) : 0;
 	struct MHD_Response *r =
@@ -236,11 +269,17 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const c
 		return MHD_NO;
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	if (allow)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+	if (name)
+		MHD_add_response_header(r, name, value);
 	enum MHD_Result ret = MHD_queue_response(conn, code, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type, const char *body,
+			     const char *allow)
+{
+	return reply_with(conn, code, type, body, allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
 }
 
 static const char JSON_TYPE[] = "application/json";
@@ -303,6 +342,52 @@ static enum MHD_Result reply_get(status_server *s, struct MHD_Connection *conn, 
 	pthread_mutex_unlock(&s->mu);
 	enum MHD_Result ret = reply(conn, code, type, body, NULL);
 	free(body);
+	return ret;
+}
+
+/* ---- who may read and mutate over TCP ---- */
+
+static bool is_control(status_route route)
+{
+	return route == STATUS_ROUTE_PUT || route == STATUS_ROUTE_DELETE || route == STATUS_ROUTE_BACKFILL ||
+	       route == STATUS_ROUTE_BACKFILL_CANCEL;
+}
+
+/* Over status.listen, a request the token must come with lacks it, or brings another: 401 with
+ * WWW-Authenticate (RFC 6750), counted; NULL when it may go on. */
+static const char *unauthorized(listener *l, struct MHD_Connection *conn, status_route route)
+{
+	status_server *s = l->s;
+	if (l->unix_socket)
+		return NULL;
+	const char *header =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	pthread_mutex_lock(&s->mu);
+	bool probe = route == STATUS_ROUTE_HEALTHZ || route == STATUS_ROUTE_READYZ;
+	bool needed = s->token && (is_control(route) || s->tcp_read == CFG_TCP_READ_TOKEN ||
+				   (s->tcp_read == CFG_TCP_READ_PROBES && !probe));
+	bool ok = !needed || status_bearer_ok(header, s->token);
+	s->unauthorized += !ok;
+	pthread_mutex_unlock(&s->mu);
+	if (ok)
+		return NULL;
+	return header
+		   ? "the bearer token is not status.token"
+		   : "this endpoint needs status.token over status.listen: send Authorization: Bearer TOKEN";
+}
+
+static enum MHD_Result reply_unauthorized(struct MHD_Connection *conn, const char *why)
+{
+	buf b = {0};
+	bool first = true;
+	buf_putc(&b, '{');
+	json_key_str(&b, &first, "error", why);
+	buf_puts(&b, "}\n");
+	/* no detail on a wrong token (RFC 6750 3.1): invalid_token names only the kind of failure */
+	enum MHD_Result ret = reply_with(
+	    conn, 401, JSON_TYPE, b.data, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+	    strstr(why, "is not") ? "Bearer realm=\"cdc\", error=\"invalid_token\"" : "Bearer realm=\"cdc\"");
+	buf_free(&b);
 	return ret;
 }
 
@@ -468,19 +553,29 @@ static enum MHD_Result first_call(listener *l, struct MHD_Connection *conn, cons
 	status_match m;
 	if (!status_route_request(method, url, &m))
 		return reply_error(conn, m.http_status, m.message, m.allow);
-	if (m.route != STATUS_ROUTE_PUT && m.route != STATUS_ROUTE_DELETE &&
-	    m.route != STATUS_ROUTE_BACKFILL && m.route != STATUS_ROUTE_BACKFILL_CANCEL)
+	const char *no_token = is_control(m.route) && !l->unix_socket && !l->s->tcp_control
+				   ? NULL /* refused below, whatever it carries */
+				   : unauthorized(l, conn, m.route);
+	if (!is_control(m.route)) {
+		if (no_token) {
+			char addr[NI_MAXHOST];
+			log_debug("status request refused", "path=%s peer=%s reason=\"%s\"", url,
+				  peer_addr(conn, addr, sizeof addr), no_token);
+			return reply_unauthorized(conn, no_token);
+		}
 		return reply_get(l->s, conn, m.route);
+	}
 	conn_ctx *c = xcalloc(1, sizeof(*c));
 	c->s = l->s;
+	c->l = l;
 	c->conn = conn;
 	c->m = m;
 	*con_cls = c;
 	char why[128];
 	const char *refused = refusal(l, conn, &c->req.uid, &c->req.pid, why, sizeof(why));
-	if (refused) {
-		log_control(l, conn, c, refused);
-		return reply_error(conn, 403, refused, NULL);
+	if (refused || no_token) {
+		log_control(l, conn, c, refused ? refused : no_token);
+		return refused ? reply_error(conn, 403, refused, NULL) : reply_unauthorized(conn, no_token);
 	}
 	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl && strtoull(cl, NULL, 10) > STATUS_BODY_MAX)
@@ -609,24 +704,74 @@ static int bind_tcp(const char *listen_s, int *port, char *err, size_t errlen)
 	return fd;
 }
 
-/* Takes ownership of fd: MHD closes it when it stops, and so do we if it does not start. */
-static bool start_listener(listener *l, status_server *s, bool unix_socket, int fd, char *err, size_t errlen)
+/* Takes ownership of fd: MHD closes it when it stops, and so do we if it does not start. With cert
+ * and key (PEM, taken), HTTPS. */
+static bool start_listener(listener *l, status_server *s, bool unix_socket, int fd, char *cert, char *key,
+			   char *err, size_t errlen)
 {
 	l->s = s;
 	l->unix_socket = unix_socket;
+	l->tls_cert = cert;
+	l->tls_key = key;
+	l->quiesced_fd = -1;
+	unsigned flags =
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	/* MHD takes the PEM when it starts (GnuTLS copies it); l keeps it while the daemon lives. */
 	l->mhd = MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
-	    NULL, NULL, on_http, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
-	    fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
+	    flags | (cert ? MHD_USE_TLS : 0), 0, NULL, NULL, on_http, l, MHD_OPTION_EXTERNAL_LOGGER,
+	    on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
 	    /* One TCP peer cannot take every slot (0: no limit; a Unix peer has no address to count). */
-	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT, MHD_OPTION_END);
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT,
+	    cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
+	    MHD_OPTION_END);
 	if (!l->mhd) {
 		close(fd);
-		return errf(err, errlen, "status: cannot start the HTTP server on %s",
-			    unix_socket ? s->socket_path : "status.listen");
+		return errf(err, errlen, "status: cannot start the HTTP server on %s%s",
+			    unix_socket ? s->socket_path : "status.listen",
+			    cert ? " (check status.tls_cert and status.tls_key: a PEM certificate and its "
+				   "unencrypted key)"
+				 : "");
 	}
 	return true;
+}
+
+/* status.tls_cert and status.tls_key, read (NULL both when not set); false with err. */
+static bool read_tls(const cfg *c, char **cert, char **key, char *err, size_t errlen)
+{
+	char why[640];
+	*cert = *key = NULL;
+	if (!c->status.tls_cert)
+		return true;
+	if (!(*cert = cfg_secret_read(c->status.tls_cert, why, sizeof why)))
+		return errf(err, errlen, "status.tls_cert %s", why);
+	if (!(*key = cfg_secret_read(c->status.tls_key, why, sizeof why))) {
+		free(*cert);
+		*cert = NULL;
+		return errf(err, errlen, "status.tls_key %s", why);
+	}
+	return true;
+}
+
+static void free_pem(char *pem)
+{
+	if (pem)
+		explicit_bzero(pem, strlen(pem));
+	free(pem);
+}
+
+/* Stops l's daemon (MHD closes the connections still open), then frees l. */
+static void stop_listener(listener *l)
+{
+	if (l->mhd)
+		MHD_stop_daemon(l->mhd);
+	if (l->quiesced_fd >= 0)
+		close(l->quiesced_fd); /* MHD gave it back when it quiesced, and is done with it now */
+	free_pem(l->tls_cert);
+	free_pem(l->tls_key);
+	if (l != &l->s->unix_l)
+		free(l);
 }
 
 /* The configuration holds them, its default (root and cdc's own uid) included. */
@@ -664,6 +809,8 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	s->published_ms = now_ms();
 	s->reason = xstrdup("starting");
 	s->tcp_control = c->status.tcp_control;
+	s->token = c->status.token ? xstrdup(c->status.token) : NULL;
+	s->tcp_read = c->status.tcp_read;
 	copy_uids(s, c);
 	if (!open_pipe(s, base, err, errlen))
 		goto fail;
@@ -675,16 +822,26 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	s->socket_path = xstrdup(c->status.socket);
 	s->sock_dev = st.st_dev;
 	s->sock_ino = st.st_ino;
-	if (!start_listener(&s->unix_l, s, true, fd, err, errlen))
+	if (!start_listener(&s->unix_l, s, true, fd, NULL, NULL, err, errlen))
 		goto fail;
 	if (c->status.listen) {
+		char *cert, *key;
+		if (!read_tls(c, &cert, &key, err, errlen))
+			goto fail;
+		s->tcp_l = xcalloc(1, sizeof(*s->tcp_l));
 		fd = bind_tcp(c->status.listen, &s->tcp_port, err, errlen);
-		if (fd < 0 || !start_listener(&s->tcp_l, s, false, fd, err, errlen))
+		if (fd < 0) {
+			free_pem(cert);
+			free_pem(key);
+			goto fail;
+		}
+		if (!start_listener(s->tcp_l, s, false, fd, cert, key, err, errlen))
 			goto fail;
 	}
-	log_info("status socket listening", "path=%s mode=%04o listen=%s tcp_control=%s", s->socket_path,
-		 (unsigned)mode, c->status.listen ? c->status.listen : "-",
-		 s->tcp_control ? "true" : "false");
+	log_info("status socket listening", "path=%s mode=%04o listen=%s tls=%s tcp_control=%s tcp_read=%s",
+		 s->socket_path, (unsigned)mode, c->status.listen ? c->status.listen : "-",
+		 c->status.listen && c->status.tls_cert ? "true" : "false", s->tcp_control ? "true" : "false",
+		 c->status.listen ? (const char *[]){"open", "probes", "token"}[c->status.tcp_read] : "-");
 	return s;
 fail:
 	status_free(s);
@@ -739,8 +896,13 @@ void status_free(status_server *s)
 	if (!s)
 		return;
 	fail_pending(s);
-	if (s->tcp_l.mhd)
-		MHD_stop_daemon(s->tcp_l.mhd);
+	while (s->retiring) {
+		listener *l = s->retiring;
+		s->retiring = l->next;
+		stop_listener(l);
+	}
+	if (s->tcp_l)
+		stop_listener(s->tcp_l);
 	if (s->unix_l.mhd)
 		MHD_stop_daemon(s->unix_l.mhd);
 	remove_socket(s);
@@ -759,7 +921,97 @@ void status_free(status_server *s)
 	free(s->backfills_json);
 	id_list_free(&s->uids);
 	free(s->socket_path);
+	free_pem(s->token);
 	free(s);
+}
+
+/* ---- reloads ---- */
+
+/* A retiring listener stops once it has no connection left, or at its deadline, and never while a
+ * request of its waits for the loop (MHD must not stop with a connection suspended). */
+static void retire(status_server *s, uint64_t now)
+{
+	for (listener **p = &s->retiring; *p;) {
+		listener *l = *p;
+		const union MHD_DaemonInfo *info =
+		    MHD_get_daemon_info(l->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+		bool waiting = false;
+		pthread_mutex_lock(&s->mu);
+		for (const conn_ctx *c = s->pending; c && !waiting; c = c->next)
+			waiting = c->l == l;
+		pthread_mutex_unlock(&s->mu);
+		if (waiting || (now < l->retire_ms && info && info->num_connections)) {
+			p = &l->next;
+			continue;
+		}
+		*p = l->next;
+		stop_listener(l);
+	}
+}
+
+/* New TLS files for status.listen: a listener with them takes the listening socket over (a dup of
+ * it: both accept until the old one quiesces), and the old one finishes its connections. Files that
+ * cannot be read or used leave the old listener as it is. */
+static void reload_tls(status_server *s, const cfg *c)
+{
+	char *cert, *key, err[768];
+	if (!read_tls(c, &cert, &key, err, sizeof err)) {
+		log_error("status.listen keeps its certificate: the new one cannot be read", "error=\"%s\"",
+			  err);
+		return;
+	}
+	listener *old = s->tcp_l;
+	bool same = !cert == !old->tls_cert &&
+		    (!cert || (strcmp(cert, old->tls_cert) == 0 && strcmp(key, old->tls_key) == 0));
+	if (same || !cert != !old->tls_cert) { /* turning HTTPS on or off needs a restart */
+		if (!same)
+			log_warn("status.tls_cert and status.tls_key: HTTPS on or off takes effect at the "
+				 "next restart",
+				 "listen=on");
+		free_pem(cert);
+		free_pem(key);
+		return;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(old->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+	int fd = info ? fcntl(info->listen_fd, F_DUPFD_CLOEXEC, 0) : -1;
+	listener *l = xcalloc(1, sizeof(*l));
+	if (fd < 0 || !start_listener(l, s, false, fd, cert, key, err, sizeof err)) {
+		if (fd < 0) {
+			free_pem(cert);
+			free_pem(key);
+		}
+		free(l);
+		log_error("status.listen keeps its certificate: the new one cannot be used", "error=\"%s\"",
+			  fd < 0 ? strerror(errno) : err);
+		return;
+	}
+	old->quiesced_fd = MHD_quiesce_daemon(old->mhd);
+	old->retire_ms = now_ms() + (CONNECTION_TIMEOUT_S + 1) * 1000;
+	old->next = s->retiring;
+	s->retiring = old;
+	s->tcp_l = l;
+	log_info("status.listen serves the new certificate", "listen=%s", c->status.listen);
+}
+
+void status_reload(status_server *s, const cfg *c)
+{
+	char *token = c->status.token ? xstrdup(c->status.token) : NULL, *old;
+	pthread_mutex_lock(&s->mu);
+	old = s->token;
+	s->token = token;
+	s->tcp_read = c->status.tcp_read;
+	pthread_mutex_unlock(&s->mu);
+	free_pem(old);
+	if (s->tcp_l)
+		reload_tls(s, c);
+}
+
+uint64_t status_unauthorized(status_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	uint64_t n = s->unauthorized;
+	pthread_mutex_unlock(&s->mu);
+	return n;
 }
 
 void status_publish_backfills(status_server *s, const char *json)
@@ -786,6 +1038,7 @@ void status_publish(status_server *s, const char *status_json, const char *metri
 	s->ready = ready;
 	s->published_ms = now_ms();
 	pthread_mutex_unlock(&s->mu);
+	retire(s, now_ms());
 	for (int i = 0; i < 4; i++)
 		free(old[i]);
 }

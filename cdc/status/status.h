@@ -42,6 +42,12 @@ status_server *status_new(const cfg *conf, struct event_base *base, status_reque
 void status_free(status_server *server);
 /* The TCP port status.listen is bound to (useful with port 0 in tests), or 0 without a listener. */
 int status_tcp_port(const status_server *server);
+/* A reload (from the daemon's loop): status.token and status.tcp_read at once; status.tls_cert and
+ * status.tls_key read again, a new certificate served to new connections (what cannot be read or
+ * used is logged, and the one in force stays). */
+void status_reload(status_server *server, const cfg *conf);
+/* Requests over status.listen refused for want of the token (401), since the start. */
+uint64_t status_unauthorized(status_server *server);
 
 /* What GET answers from now on (copied; callable only from the daemon's loop):
  * /status: status_json; /metrics: metrics (Prometheus text); /subscriptions: subscriptions_json;
@@ -91,5 +97,10 @@ bool status_route_request(const char *method, const char *path, status_match *ma
 bool status_check_body(const char *body, size_t len, status_match *match);
 /* 1..63 characters of [A-Za-z0-9_.-]. */
 bool status_name_valid(const char *name, size_t len);
+/* Whether an Authorization header's value carries token: "Bearer TOKEN", the scheme in any case,
+ * then spaces; TOKEN compared in constant time (every byte of token, whatever was given). A value
+ * longer than STATUS_AUTH_MAX is refused unread; header or token NULL: false. */
+#define STATUS_AUTH_MAX (CFG_TOKEN_MAX + 64)
+bool status_bearer_ok(const char *header, const char *token);
 
 #endif

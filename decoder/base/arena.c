@@ -46,7 +46,7 @@ void arena_free(arena *a)
 	free(a);
 }
 
-void *arena_alloc(arena *a, size_t size)
+void *arena_alloc_raw(arena *a, size_t size)
 {
 	size_t align = _Alignof(max_align_t);
 	size = (size + align - 1) & ~(align - 1);
@@ -59,13 +59,17 @@ void *arena_alloc(arena *a, size_t size)
 	}
 	void *p = (char *)c->data + c->used;
 	c->used += size;
-	memset(p, 0, size);
 	return p;
+}
+
+void *arena_alloc(arena *a, size_t size)
+{
+	return memset(arena_alloc_raw(a, size), 0, size);
 }
 
 char *arena_strndup(arena *a, const char *s, size_t len)
 {
-	char *p = arena_alloc(a, len + 1);
+	char *p = arena_alloc_raw(a, len + 1);
 	memcpy(p, s, len);
 	p[len] = '\0';
 	return p;

@@ -12,6 +12,8 @@ arena *arena_new(size_t chunk_size);
 void arena_free(arena *ar);
 /* Returns zeroed memory aligned for any type; aborts on out-of-memory like the rest of cdc. */
 void *arena_alloc(arena *ar, size_t size);
+/* The same, not zeroed: for memory the caller writes whole at once (a copy, a struct assigned). */
+void *arena_alloc_raw(arena *ar, size_t size);
 char *arena_strndup(arena *ar, const char *text, size_t len);
 /* Releases everything; keeps the first chunk for reuse. */
 void arena_reset(arena *ar);

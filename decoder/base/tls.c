@@ -6,6 +6,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,7 @@ tls_conn *tls_open(int fd, const char *host, const char *cafile, char *err, size
 		goto fail;
 	}
 	SSL_CTX_set_verify(t->ctx, SSL_VERIFY_NONE, NULL);
+	SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 	if (!(t->ssl = SSL_new(t->ctx)) || SSL_set_fd(t->ssl, fd) != 1) {
 		ssl_err("cannot start TLS", err, errlen);
 		goto fail;
@@ -110,6 +112,28 @@ bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen)
 	     from, to);
 	X509_free(peer);
 	return true;
+}
+
+bool tls_write_all(tls_conn *t, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		int w = SSL_write(t->ssl, c, n > INT32_MAX ? INT32_MAX : (int)n);
+		if (w <= 0)
+			return false;
+		c += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+long tls_read(tls_conn *t, void *p, size_t n)
+{
+	int r = SSL_read(t->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n);
+	if (r > 0)
+		return r;
+	int e = SSL_get_error(t->ssl, r);
+	return e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL ? 0 : -1;
 }
 
 void tls_close(tls_conn *t)

@@ -489,6 +489,9 @@ static const char *not_ready(const sink *s)
 	if (k->registry_waiting)
 		return "kafka: records wait for the schema registry to accept their schema (see "
 		       "schema_registry)";
+	if (k->auth_failed)
+		return "kafka: a broker refused cdc's SASL credentials (kafka.properties sasl.username and "
+		       "sasl.password)";
 	return k->brokers_down && k->in_flight ? "kafka: every broker is down; messages wait in flight"
 					       : NULL;
 }

@@ -234,7 +234,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		return;
 	}
 	k->stats.delivered++;
-	k->stats.brokers_down = false;
+	k->stats.brokers_down = k->stats.auth_failed = false;
 	if (t && !k->set.exactly_once) { /* exactly once: visible at the Kafka commit, counted there */
 		int64_t us = wall_us() - t->commit_time;
 		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
@@ -255,6 +255,19 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		k->stats.brokers_down = true;
+	if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+		/* said once until a delivery succeeds: librdkafka retries each broker every few seconds */
+		if (!k->stats.auth_failed)
+			log_error(
+			    "kafka: a broker refused cdc's credentials; cdc retries and delivers nothing to "
+			    "Kafka meanwhile: check sasl.mechanism, sasl.username and sasl.password in "
+			    "kafka.properties (a reload applies the username and password)",
+			    "reason=\"%s\"", reason);
+		else
+			log_debug("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
+		k->stats.auth_failed = true;
+		return;
+	}
 	log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
 }
 
@@ -899,6 +912,7 @@ static void renew_credentials(kafka_sink *k, const kafka_sink_settings *next)
 			 "error=\"%s\"", rd_kafka_error_string(e));
 		rd_kafka_error_destroy(e);
 	} else {
+		k->stats.auth_failed = false; /* a refusal of the new ones is said again */
 		log_info("kafka: SASL credentials changed; the next authentication uses them",
 			 "username_changed=%s",
 			 same_setting(&k->set, next, "sasl.username") ? "false" : "true");

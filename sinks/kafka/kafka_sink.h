@@ -106,6 +106,7 @@ typedef struct kafka_stats {
 	uint64_t commits, aborts, skipped, position;
 	hist latency;	   /* commit time to delivery report, microseconds */
 	bool brokers_down; /* every broker was reported down, and nothing was delivered since */
+	bool auth_failed;  /* a broker refused the SASL credentials, and nothing was delivered since */
 	/* format avro (registry): schemas the registry gave an id, the requests it refused or did not
 	 * answer, and while records wait for an id, the subject and why (the registry's words) */
 	bool registry;

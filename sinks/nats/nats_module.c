@@ -246,9 +246,12 @@ static const hist *latency(const sink *s)
 
 static const char *not_ready(const sink *s)
 {
+	static char text[sizeof(((nats_stats *)0)->error) + 8]; /* the loop's thread only */
 	const nats_stats *n = nats_sink_stats(s);
-	if (n->error[0])
-		return n->error;
+	if (n->error[0]) {
+		snprintf(text, sizeof(text), "nats: %s", n->error);
+		return text;
+	}
 	return n->connected ? NULL : "nats: not connected to any server; the slot waits";
 }
 

@@ -56,6 +56,7 @@ typedef struct nats_sink {
 	nats_sub *subs;
 	size_t nsubs;
 	natsConnection *nc;
+	natsStatistics *ncstats; /* nc's, read before each publish (same_connection) */
 	jsCtx *js;
 	nats_link *link; /* the connection's; older ones are kept until free */
 	nats_link **links;
@@ -247,6 +248,9 @@ static natsStatus set_options(nats_sink *k, natsOptions *o)
 		s = natsOptions_SetMaxReconnect(o, -1); /* for ever: the slot waits meanwhile */
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectWait(o, 1000);
+	if (s == NATS_OK) /* a publish while reconnecting fails rather than waits for the next
+			   * connection (see same_connection) */
+		s = natsOptions_SetReconnectBufSize(o, 1);
 	if (s == NATS_OK)
 		s = natsOptions_SetRetryOnFailedConnect(o, true, on_connected, k->link);
 	if (s == NATS_OK)
@@ -407,6 +411,26 @@ static bool ensure_stream(nats_sink *k)
 	return true;
 }
 
+static void fail_lost(nats_sink *k)
+{
+	fail(k, "the connection to the NATS server was lost",
+	     "what was in flight may be lost with it: cdc sends again from what JetStream acknowledged");
+}
+
+/* Whether a publish now goes out on the connection the ones before it went out on. libnats
+ * reconnects on its own, and publishes in flight when a connection is lost may be lost with it
+ * while later ones, sent on the next connection, are stored: a key's changes out of order. So
+ * nothing is published on a connection that was lost once (libnats counts its reconnections);
+ * the sink restarts and the slot sends again from what JetStream acknowledged. */
+static bool same_connection(nats_sink *k)
+{
+	uint64_t reconnects = 0;
+	return natsConnection_Status(k->nc) == NATS_CONN_STATUS_CONNECTED &&
+	       natsConnection_GetStats(k->nc, k->ncstats) == NATS_OK &&
+	       natsStatistics_GetCounts(k->ncstats, NULL, NULL, NULL, NULL, &reconnects) == NATS_OK &&
+	       reconnects == 0;
+}
+
 /* ---- transactions in flight ---- */
 
 static nats_txn *txn_for(nats_sink *k, uint64_t seq, const sink_commit *c)
@@ -472,6 +496,8 @@ static void take_acks(nats_sink *k)
 	for (size_t i = 0; i < n; i++)
 		count_ack(k, &acks[i]);
 	free(acks);
+	if (!k->stats.connected && k->stats.in_flight && !k->failed)
+		fail_lost(k); /* rather than wait ack_timeout for what it took */
 	settle(k);
 }
 
@@ -680,6 +706,11 @@ static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const
 	jsPubOptions po;
 	jsPubOptions_Init(&po);
 	po.MsgId = k->msgid.data;
+	if (s == NATS_OK && !same_connection(k)) {
+		natsMsg_Destroy(m);
+		fail_lost(k);
+		return false;
+	}
 	if (s == NATS_OK)
 		s = js_PublishMsgAsync(k->js, &m, &po);
 	natsMsg_Destroy(m); /* NULL once libnats took it */
@@ -862,6 +893,8 @@ static void nats_free(sink *base)
 	json_commit_free(&k->jcommit);
 	dbz_scratch_free(&k->dbz);
 	free(k->database);
+	if (k->ncstats)
+		natsStatistics_Destroy(k->ncstats);
 	close(k->pipe[0]);
 	close(k->pipe[1]);
 	pthread_mutex_destroy(&k->mu);
@@ -913,6 +946,12 @@ sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, c
 	conf_copy(&k->conf, conf);
 	pthread_mutex_init(&k->mu, NULL);
 	nats_sink_bind(&k->base, subs, nsubs);
+	if (natsStatistics_Create(&k->ncstats) != NATS_OK) {
+		errf(err, errlen, "nats sink: out of memory");
+		k->pipe[0] = k->pipe[1] = -1;
+		nats_free(&k->base);
+		return NULL;
+	}
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
 		errf(err, errlen, "nats sink: pipe: %s", strerror(errno));
 		k->pipe[0] = k->pipe[1] = -1;

@@ -411,10 +411,10 @@ static void sync_finish(socket_sink *s, struct syncer *y)
 {
 	y->busy = false;
 	for (size_t i = 0; i < y->n; i++) {
-		if (!spool_sync_end(y->subs[i]->q.sp, &y->jobs[i], y->err, sizeof(y->err)))
+		if (!spool_sync_end(y->qs[i]->sp, &y->jobs[i], y->err, sizeof(y->err)))
 			y->failed = true;
 		if (y == &s->sync)
-			sq_dispatch(s, &y->subs[i]->q);
+			sq_dispatch(s, y->qs[i]);
 	}
 	if (y->failed || y != &s->sync)
 		return;
@@ -466,31 +466,39 @@ static void sync_wait(socket_sink *s)
 		}
 }
 
+/* Adds queue q's spool to the batch y begins, if it has something to sync. */
+static bool sync_add(struct syncer *y, queue *q, bool events, char *err, size_t errlen)
+{
+	if (events ? !q->sub->dirty : !spool_cursor_pending(q->sp))
+		return true;
+	if (y->n == y->cap) {
+		y->cap = y->cap ? 2 * y->cap : 8;
+		y->qs = xrealloc(y->qs, y->cap * sizeof(*y->qs));
+		y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
+	}
+	if (!spool_sync_begin(q->sp, &y->jobs[y->n], events ? SPOOL_SYNC_EVENTS : SPOOL_SYNC_CURSOR, err,
+			      errlen))
+		return false;
+	y->qs[y->n++] = q;
+	if (events)
+		q->sub->dirty = q->sub->in_txn;
+	return true;
+}
+
 /* Starts a batch on syncer y of the spools that have something to sync: their events (the
- * buffers are written here) or their acked cursors. The fsyncs run on y's thread while the loop
- * goes on. With no events to sync, what has ended is delivered at once. */
+ * buffers are written here), or their acked cursors and the segments retention let go (of the
+ * dead letters' spools too). The fsyncs run on y's thread while the loop goes on. With no events
+ * to sync, what has ended is delivered at once. */
 static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errlen)
 {
 	bool events = y == &s->sync;
 	y->n = 0;
-	for (size_t i = 0; i < s->nsubs; i++) {
-		subscription *sub = s->subs[i];
-		if (events ? !sub->dirty : !spool_cursor_dirty(sub->q.sp))
-			continue;
-		if (y->n == y->cap) {
-			y->cap = y->cap ? 2 * y->cap : 8;
-			y->subs = xrealloc(y->subs, y->cap * sizeof(*y->subs));
-			y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
-		}
-		if (!spool_sync_begin(sub->q.sp, &y->jobs[y->n],
-				      events ? SPOOL_SYNC_EVENTS : SPOOL_SYNC_CURSOR, err, errlen)) {
+	for (size_t i = 0; i < s->nsubs; i++)
+		if (!sync_add(y, &s->subs[i]->q, events, err, errlen) ||
+		    (!events && !sync_add(y, &s->subs[i]->dead, false, err, errlen))) {
 			y->n = 0; /* cdc stops on this: the descriptors of the jobs begun close then */
 			return false;
 		}
-		y->subs[y->n++] = sub;
-		if (events)
-			sub->dirty = sub->in_txn;
-	}
 	if (!events) {
 		s->acks_synced_ms = now_ms();
 	} else if (!y->n) {
@@ -560,7 +568,7 @@ static void syncer_stop(socket_sink *s)
 		if (ys[i]->ev)
 			event_free(ys[i]->ev);
 		worker_free(ys[i]->w);
-		free(ys[i]->subs);
+		free(ys[i]->qs);
 		free(ys[i]->jobs);
 	}
 }

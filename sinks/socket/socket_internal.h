@@ -154,7 +154,7 @@ struct socket_sink {
 		/* the batch in flight (the loop leaves it alone meanwhile) */
 		bool busy;
 		size_t n, cap;
-		subscription **subs;
+		queue **qs; /* jobs[i] is qs[i]'s spool's */
 		spool_sync_job *jobs;
 		uint64_t ended; /* events: it makes the transactions up to this seq durable */
 		size_t runs;	/* and the first runs of commit times */

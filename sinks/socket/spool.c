@@ -92,6 +92,7 @@ struct spool {
 	int cfd;
 	uint64_t cseq;
 	bool cursor_dirty; /* written since its last fsync */
+	buf doomed;	   /* acknowledged segments to delete ("PATH\0" each), by the next cursor sync */
 	uint64_t next, head, marked, acked, first, dropped;
 	bool pending; /* events appended since the last marker */
 	bool have_last;
@@ -1033,6 +1034,7 @@ void spool_close(spool *s)
 	free(s->segs);
 	buf_free(&s->wbuf);
 	free(s->broken);
+	buf_free(&s->doomed); /* what is left is deleted again by the next trim after a restart */
 	free(s->dir);
 	free(s);
 }
@@ -1188,7 +1190,7 @@ bool spool_commit(spool *s, char *err, size_t errlen)
 bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen)
 {
 	bool events = what & SPOOL_SYNC_EVENTS, cursor = what & SPOOL_SYNC_CURSOR;
-	*j = (spool_sync_job){.fd = {-1, -1}, .head = events ? s->marked : 0};
+	*j = (spool_sync_job){.fd = {-1, -1}, .dirfd = -1, .head = events ? s->marked : 0};
 	if (!check_broken(s, err, errlen) || (events && !flush_wbuf(s, err, errlen)))
 		return false;
 	/* descriptors of the job's own: the segment may be closed (rolled, adopted) meanwhile */
@@ -1202,14 +1204,18 @@ bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t e
 	}
 	if (events)
 		s->unsynced = false;
+	if (cursor && s->doomed.len && (j->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		j->doomed = s->doomed; /* the job's now */
+		s->doomed = (buf){0};
+	}
 	if (cursor)
 		s->cursor_dirty = false;
 	return true;
 }
 
-bool spool_cursor_dirty(const spool *s)
+bool spool_cursor_pending(const spool *s)
 {
-	return s->cursor_dirty;
+	return s->cursor_dirty || s->doomed.len;
 }
 
 void spool_sync_run(spool_sync_job *j)
@@ -1220,10 +1226,21 @@ void spool_sync_run(spool_sync_job *j)
 			close(j->fd[i]);
 			j->fd[i] = -1;
 		}
+	/* acknowledged segments, once the cursor that acknowledges them is durable */
+	for (size_t at = 0; !j->error[1] && at < j->doomed.len; at += strlen(j->doomed.data + at) + 1)
+		if (unlink(j->doomed.data + at) != 0 && errno != ENOENT && !j->delete_error)
+			j->delete_error = errno;
+	if (j->dirfd >= 0) {
+		if (!j->error[1] && !j->delete_error && fsync(j->dirfd) != 0)
+			j->delete_error = errno;
+		close(j->dirfd);
+		j->dirfd = -1;
+	}
 }
 
-bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen)
+bool spool_sync_end(spool *s, spool_sync_job *j, char *err, size_t errlen)
 {
+	buf_free(&j->doomed);
 	if (j->error[0]) {
 		errf(err, errlen, "spool %s: cannot fsync its write segment: %s", s->dir,
 		     strerror(j->error[0]));
@@ -1234,6 +1251,9 @@ bool spool_sync_end(spool *s, const spool_sync_job *j, char *err, size_t errlen)
 	if (j->error[1])
 		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
 			    strerror(j->error[1]));
+	if (j->delete_error)
+		return errf(err, errlen, "spool %s: cannot delete acknowledged segments: %s", s->dir,
+			    strerror(j->delete_error));
 	return true;
 }
 
@@ -1415,24 +1435,19 @@ static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 		n++;
 	if (!n)
 		return true;
-	if (s->cursor_dirty && fsync(s->cfd) != 0)
-		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
-			    strerror(errno));
-	s->cursor_dirty = false;
 	reader_close(&s->rd);
 	reader_close(&s->meta);
+	/* The files go at the next cursor sync, after the cursor's fsync (spool_sync_run): unlinking a
+	 * 64 MiB file took 60-90 ms on a disk mounted with discard, on the event loop. */
 	for (size_t i = 0; i < n; i++) {
 		char path[4200];
 		seg_path(s, s->segs[i].first, path, sizeof(path));
-		if (unlink(path) != 0 && errno != ENOENT)
-			return errf(err, errlen, "spool %s: cannot delete: %s", path, strerror(errno));
+		buf_append(&s->doomed, path, strlen(path) + 1);
 		free(s->segs[i].idx);
 		s->segs[i].idx = NULL;
 	}
 	memmove(s->segs, s->segs + n, (s->nsegs - n) * sizeof(*s->segs));
 	s->nsegs -= n;
-	if (!fsync_dir(s->dir, err, errlen))
-		return false;
 	if (s->first >= s->segs[0].first)
 		return true;
 	/* acked events that were kept only because they shared a file: no longer retained */

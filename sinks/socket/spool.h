@@ -68,20 +68,25 @@ bool spool_sync(spool *sp, char *err, size_t errlen) CDC_MUST_CHECK;
  * of the job's own) and the offset it makes visible; spool_sync_run fsyncs them (on any thread: it
  * touches nothing but the job); spool_sync_end, back on the spool's thread, makes the events up to
  * that offset visible, or reports the failure (of the segment: the spool must be reopened). what
- * is SPOOL_SYNC_EVENTS (the appended events), SPOOL_SYNC_CURSOR (the acked cursor) or both: a
- * caller may fsync the cursor apart, so that the events' wait is one fsync. A spool has one job
- * at most in flight of each. */
+ * is SPOOL_SYNC_EVENTS (the appended events), SPOOL_SYNC_CURSOR (the acked cursor, then the
+ * acknowledged segments retention let go: deleted once the cursor is durable) or both: a caller
+ * may fsync the cursor apart, so that the events' wait is one fsync. A spool has one job at most
+ * in flight of each. */
 enum { SPOOL_SYNC_EVENTS = 1, SPOOL_SYNC_CURSOR = 2 };
 typedef struct spool_sync_job {
-	int fd[2];     /* the write segment, the cursor file (-1: nothing to fsync) */
-	int error[2];  /* their fsync's errno, 0 if it succeeded */
-	uint64_t head; /* 0 for the cursor alone */
+	int fd[2];	  /* the write segment, the cursor file (-1: nothing to fsync) */
+	int error[2];	  /* their fsync's errno, 0 if it succeeded */
+	uint64_t head;	  /* 0 for the cursor alone */
+	buf doomed;	  /* segments to delete ("PATH\0" each) */
+	int dirfd;	  /* the spool's directory, fsynced after they are (-1: none) */
+	int delete_error; /* errno of the first deletion that failed */
 } spool_sync_job;
 bool spool_sync_begin(spool *sp, spool_sync_job *job, int what, char *err, size_t errlen) CDC_MUST_CHECK;
-/* Whether the acked cursor moved since its last fsync. */
-bool spool_cursor_dirty(const spool *sp);
+/* Whether a SPOOL_SYNC_CURSOR job has something to do: the cursor moved, or segments wait to be
+ * deleted. */
+bool spool_cursor_pending(const spool *sp);
 void spool_sync_run(spool_sync_job *job);
-bool spool_sync_end(spool *sp, const spool_sync_job *job, char *err, size_t errlen) CDC_MUST_CHECK;
+bool spool_sync_end(spool *sp, spool_sync_job *job, char *err, size_t errlen) CDC_MUST_CHECK;
 /* The identity of the newest appended event (after spool_open: of the newest committed one): after
  * a restart the slot resends changes the spool may already hold; the caller skips those at or
  * before this. false if empty. */

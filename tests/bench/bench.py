@@ -67,6 +67,7 @@ Options: --scale 0.1 for a quick run (every workload), --only SECTIONS, --repeat
 """
 
 import argparse
+import io
 import json
 import math
 import re
@@ -79,6 +80,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -579,23 +581,31 @@ def drain_figures(runs, recvlogical):
     return out
 
 
-def http_get(sock_path, path, timeout=10):
-    """GET path on cdc's status socket (HTTP/1.0: the server closes after the answer)."""
+def http_request(sock_path, method, path, body=None, timeout=10):
+    """method path (with body) on cdc's status socket (HTTP/1.0: the server closes after the
+    answer); exits the bench unless the answer is 200. Returns the answer's body."""
     import socket
+    data = (body or "").encode()
+    length = f"Content-Length: {len(data)}\r\n" if body is not None else ""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(sock_path)
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: cdc\r\n\r\n".encode())
+        s.sendall(f"{method} {path} HTTP/1.0\r\nHost: cdc\r\n{length}\r\n".encode() + data)
         chunks = []
         while True:
             b = s.recv(65536)
             if not b:
                 break
             chunks.append(b)
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    head, _, answer = b"".join(chunks).partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.") or b" 200 " not in head.split(b"\r\n")[0]:
-        sys.exit(f"bench: GET {path} on {sock_path}: {head[:200]!r}")
-    return body.decode()
+        sys.exit(f"bench: {method} {path} on {sock_path}: {head[:200]!r} {answer[:300]!r}")
+    return answer.decode()
+
+
+def http_get(sock_path, path, timeout=10):
+    """GET path on cdc's status socket."""
+    return http_request(sock_path, "GET", path, timeout=timeout)
 
 
 BUCKET_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
@@ -767,13 +777,15 @@ def percentile(sorted_values, q):
 
 
 def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", also=(), extra_yaml="",
-                   binary=None):
+                   binary=None, during=None):
     """Commit time to a Python consumer of the subscriber socket at a steady rate of single-row
     transactions (pgbench --rate): the consumer (latency_consumer, a process of its own) notes
     the time each Delivery is read, acks it, and reports every event's receive time minus its
     commit_time. The first warmup events (connection, first spool segment) are left out. also:
-    more tables for the publication, extra_yaml: appended to the config (more subscriptions).
-    Returns ({tps, p50, p99, p999, max, rss, cpu}, the latencies in µs sorted, the backfills)."""
+    more tables for the publication, extra_yaml: appended to the config (more subscriptions),
+    during: called with the status socket once warm, what it returns stopped (stop()) when the
+    load ends. Returns ({tps, p50, p99, p999, max, rss, cpu}, the latencies in µs sorted, what
+    during returned)."""
     table, pub = f"bench_{tag}", f"bench_pub_{tag}"
     pg.sql(f"create table {table} (id bigserial primary key, name text not null, "
            "amount numeric(12,2), created timestamptz not null)")
@@ -807,9 +819,11 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         read_line(consumer, 60, "warm-up events", cons_err)
         progress(f"latency: {rate} transactions/s for {seconds}s through "
                  f"{os.path.basename(binary or CDC_BIN)} to a socket consumer")
-        tps = run_pgbench(pg, work, table, rate, seconds)
         status_sock = os.path.join(os.path.dirname(sock), "status.sock")
-        during = json.loads(http_get(status_sock, "/backfills")) if also else []
+        beside = during(status_sock) if during else None
+        tps = run_pgbench(pg, work, table, rate, seconds)
+        if beside:
+            beside.stop()
         total = pg.sql(f"select count(*) from {table}")[0][0]
         consumer.stdin.write(f"{total}\n")
         consumer.stdin.flush()
@@ -835,7 +849,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
              f"{float(done['wall']):.1f}s for {len(v)} events in {done['deliveries']} deliveries")
     return ({"tps": tps, "p50": percentile(v, 0.5) / 1000, "p99": percentile(v, 0.99) / 1000,
              "p999": percentile(v, 0.999) / 1000, "max": v[-1] / 1000, "rss": rss, "cpu": cpu},
-            v, during)
+            v, beside)
 
 
 def latency_consumer(sock, warmup, out_path):
@@ -904,9 +918,9 @@ def latency_consumer(sock, warmup, out_path):
 BENCH_COLUMNS = "(id int8 primary key, name text not null, amount numeric(12,2), created timestamptz not null)"
 
 
-def cdc_config(path, pg, slot, pub, state_dir, subscriptions):
+def cdc_config(path, pg, slot, pub, state_dir, subscriptions, backfill=None):
     """A cdc config on slot/pub with the given subscriptions (dicts of YAML scalars, lists as
-    Python lists). Returns (subscriber socket, status socket)."""
+    Python lists) and backfill section (a dict). Returns (subscriber socket, status socket)."""
     socks = socket_dir(state_dir)
     lines = ["source:", f'  dsn: "{pg.dsn}"', f"  slot: {slot}", f"  publication: {pub}",
              "  create: false", f"state_dir: {state_dir}", "status:",
@@ -922,6 +936,8 @@ def cdc_config(path, pg, slot, pub, state_dir, subscriptions):
                 v = f'"{v}"'
             lines.append(("  - " if first else "    ") + f"{k}: {v}")
             first = False
+    if backfill:
+        lines += ["backfill:"] + [f"  {k}: {v}" for k, v in backfill.items()]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return os.path.join(socks, "events.sock"), os.path.join(socks, "status.sock")
@@ -964,13 +980,14 @@ def stdout_run(pg, work, tag, slot, pub, endpos, subscriptions):
     return secs, rss
 
 
-def timed_cdc(pg, work, tag, slot, pub, subscriptions):
-    """Starts `cdc run` (under GNU time, for its peak RSS) with subscriptions on slot/pub; returns
-    (the process, subscriber socket, status socket, stderr path, start time)."""
+def timed_cdc(pg, work, tag, slot, pub, subscriptions, backfill=None):
+    """Starts `cdc run` (under GNU time, for its peak RSS) with subscriptions (and a backfill
+    section) on slot/pub; returns (the process, subscriber socket, status socket, stderr path, start
+    time)."""
     state = os.path.join(work, f"state_{tag}")
     os.makedirs(state)
     cfg = os.path.join(work, f"{tag}.yaml")
-    sock, status_sock = cdc_config(cfg, pg, slot, pub, state, subscriptions)
+    sock, status_sock = cdc_config(cfg, pg, slot, pub, state, subscriptions, backfill)
     err = os.path.join(work, f"{tag}.stderr")
     start = time.monotonic()
     with open(err, "wb") as e:
@@ -1137,35 +1154,134 @@ end $$;
 """
 
 
-def backfill_run(pg, work, tag, table):
+def proc_cpu(pid):
+    """User plus system CPU seconds of process pid so far (/proc/PID/stat), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BackendCPU:
+    """The CPU of the server's backends whose application_name is name, sampled every 20 ms while
+    it runs (a backend's last sample stands for it once it exits): their sum in seconds."""
+
+    def __init__(self, pg, name):
+        self.conn = psycopg2.connect(pg.dsn)
+        self.conn.autocommit = True
+        self.name, self.last = name, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            with self.conn.cursor() as cur:
+                cur.execute("select pid from pg_stat_activity where application_name = %s", (self.name,))
+                for (pid,) in cur.fetchall():
+                    cpu = proc_cpu(pid)
+                    if cpu is not None:
+                        self.last[pid] = cpu
+            self._stop.wait(0.02)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+        self.conn.close()
+        return sum(self.last.values())
+
+
+def copy_server_cpu(pg, table):
+    """The server's CPU seconds for `COPY (SELECT * FROM table) TO STDOUT` (psql \\copy's statement),
+    from its backend's /proc/PID/stat before and after, the rows thrown away by the client."""
+    conn = psycopg2.connect(pg.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("select pg_backend_pid()")
+            pid = cur.fetchone()[0]
+            before = proc_cpu(pid)
+
+            class Null(io.RawIOBase):
+                def writable(self):
+                    return True
+
+                def write(self, b):
+                    return len(b)
+            cur.copy_expert(f"copy (select * from {table}) to stdout", Null())
+            return proc_cpu(pid) - before
+    finally:
+        conn.close()
+
+
+def backfill_run(pg, work, tag, table, extra=None):
     """`cdc run` with one stdout subscription (to /dev/null) on table with `snapshot: true`, until
-    its backfill is done; returns (seconds from cdc's start, cdc's peak RSS in MiB)."""
+    its backfill is done: (seconds from cdc's start, cdc's peak RSS in MiB, cdc's CPU seconds, the
+    CPU seconds of the server's backends that read for it). extra: the config's backfill section."""
     slot = f"bench_{tag}"
     new_slot(pg, slot)
+    server = BackendCPU(pg, "cdc backfill")
     p, _, status_sock, err, start = timed_cdc(pg, work, tag, slot, f"bench_pub_{table}",
                                               [{"name": "bench", "tables": [f"public.{table}"],
-                                                "sink": "stdout", "snapshot": "true"}])
+                                                "sink": "stdout", "snapshot": "true"}], backfill=extra)
     wait_socket(status_sock, p, err, start)
+    backfills_done(status_sock, p, err)
+    secs = time.monotonic() - start
+    rss, cpu = stop_cdc(p, err)
+    drop_slot(pg, slot)
+    return secs, rss, cpu, server.stop()
+
+
+def backfills_done(status_sock, p, err, pause=0.02):
+    """Waits until every backfill of the cdc that p runs is done; exits the bench if one fails or
+    is cancelled, or cdc exits."""
     while True:
         try:
             states = [b["state"] for b in json.loads(http_get(status_sock, "/backfills"))]
         except ConnectionRefusedError:  # the socket file exists a moment before it listens
             states = []
         if states and all(st == "done" for st in states):
-            break
+            return
         if p.poll() is not None or any(st in ("failed", "cancelled") for st in states):
             sys.exit(f"bench: backfill {states}:\n{tail(err)}")
-        time.sleep(0.02)
-    secs = time.monotonic() - start
-    rss = stop_cdc(p, err)[0]
-    drop_slot(pg, slot)
-    return secs, rss
+        time.sleep(pause)
 
 
-def backfills(args, pg, work, rate_limit=50_000):
+class Rebackfill:
+    """While running: a backfill of subscription sub at full speed at every moment, a new one
+    asked for (POST) as soon as the last is done. Counts the backfills and their rows."""
+
+    def __init__(self, status_sock, sub):
+        self.sock, self.sub, self.done, self.rows = status_sock, sub, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        seen = set()
+        while not self._stop.is_set():
+            bfs = json.loads(http_get(self.sock, "/backfills"))
+            for b in bfs:
+                if b["state"] == "done" and b["id"] not in seen:
+                    seen.add(b["id"])
+                    self.done += 1
+                    self.rows += b["rows_read"]
+            if not any(b["state"] in ("queued", "running") for b in bfs):
+                http_request(self.sock, "POST", f"/subscriptions/{self.sub}/backfill", "{}")
+            self._stop.wait(0.02)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(30)
+
+
+def backfills(args, pg, work):
     """A backfill of a table into the stdout sink against reading it with psql's \\copy (the cost of
-    just reading it), peak RSS on a table 10 times smaller, and the socket latency of live
-    single-row transactions at 1,000/s while a rate-limited backfill of the large table runs."""
+    just reading it), with the CPU per row of cdc, of the server's backends that read for it, and of
+    the server for psql's COPY; peak RSS on a table 10 times smaller; and the socket latency of live
+    single-row transactions at 1,000/s while backfills of the large table run at full speed, one
+    after another, for the whole run. Medians of args.repeat."""
     sizes = {"bf_small": int(100_000 * args.scale), "bf_big": int(1_000_000 * args.scale)}
     for table, rows in sizes.items():
         pg.sql(f"create table {table} (id int8 primary key, name text not null, "
@@ -1175,28 +1291,39 @@ def backfills(args, pg, work, rate_limit=50_000):
         pg.sql(f"vacuum analyze {table}")
         pg.sql(f"create publication bench_pub_{table} for table {table}")
     psql = os.path.join(pg.client_bindir, "psql")
-    copy, runs = [], {t: [] for t in sizes}
+    copy, copy_cpu, runs = [], [], {t: [] for t in sizes}
     for i in range(args.repeat):
         t = time.monotonic()
         subprocess.run([psql, "-d", pg.dsn, "-qAtc", r"\copy (select * from bf_big) to /dev/null"],
                        check=True)
         copy.append(time.monotonic() - t)
+        copy_cpu.append(copy_server_cpu(pg, "bf_big"))
         for table in sizes:
             runs[table].append(backfill_run(pg, work, f"{table}_{i}", table))
-        progress(f"backfill, run {i + 1}/{args.repeat}: psql \\copy {copy[-1]:.2f}s, " +
-                 ", ".join(f"{t} {runs[t][-1][0]:.2f}s" for t in sizes))
-    progress(f"backfill: live transactions at 1000/s to a socket consumer while bf_big is backfilled "
-             f"(rate_limit {rate_limit} rows/s)")
-    extra = ("  - name: snapshot\n    tables: [\"public.bf_big\"]\n    sink: stdout\n    snapshot: true\n"
-             f"backfill:\n  rate_limit: {rate_limit}\n")
-    lat, _, during = socket_latency(args, pg, work, rate=1000, tag="lb", also=("bf_big",),
-                                    extra_yaml=extra)
-    return {"rows": sizes, "copy_secs": median(copy),
-            "cdc": {t: {"secs": median(r[0] for r in runs[t]), "rss": max(r[1] for r in runs[t])}
+        big = runs["bf_big"][-1]
+        progress(f"backfill, run {i + 1}/{args.repeat}: psql \\copy {copy[-1]:.2f}s (server CPU "
+                 f"{copy_cpu[-1]:.2f}s), " + ", ".join(f"{t} {runs[t][-1][0]:.2f}s" for t in sizes) +
+                 f" (bf_big: cdc CPU {big[2]:.2f}s, its server backends {big[3]:.2f}s)")
+    progress("backfill: live transactions at 1000/s to a socket consumer while bf_big is backfilled "
+             "at full speed, again and again")
+    extra = "  - name: snapshot\n    tables: [\"public.bf_big\"]\n    sink: stdout\n"
+    lats = []
+    for i in range(args.repeat):
+        lat, _, again = socket_latency(args, pg, work, rate=1000, tag=f"lb{i}", also=("bf_big",),
+                                       extra_yaml=extra, during=lambda sock: Rebackfill(sock, "snapshot"))
+        lats.append({k: lat[k] for k in ("tps", "p50", "p99", "p999", "max")} |
+                    {"backfills": again.done, "backfill_rows": again.rows})
+        progress(f"backfill latency run {i + 1}/{args.repeat}: p99 {lat['p99']:.2f} ms, max "
+                 f"{lat['max']:.2f} ms, {again.done} backfills ({again.rows:,} rows) meanwhile")
+    big = sizes["bf_big"]
+    return {"rows": sizes, "repeat": args.repeat, "copy_secs": median(copy),
+            "copy_server_cpu_us": median(c / big * 1e6 for c in copy_cpu),
+            "cdc": {t: {"secs": median(r[0] for r in runs[t]), "rss": max(r[1] for r in runs[t]),
+                        "cpu_us": median(r[2] / sizes[t] * 1e6 for r in runs[t]),
+                        "server_cpu_us": median(r[3] / sizes[t] * 1e6 for r in runs[t])}
                     for t in sizes},
-            "latency": {"tps": lat["tps"], "p50": lat["p50"], "p99": lat["p99"], "max": lat["max"],
-                        "rate_limit": rate_limit,
-                        "backfill_state": [b["state"] for b in during]}}
+            "latency": {k: median(x[k] for x in lats) for k in ("tps", "p50", "p99", "p999", "max")}
+            | {"runs": lats}}
 
 
 def wal_of(pg, sql):
@@ -1309,9 +1436,10 @@ def trigger_worker(dsn, sub_id, batch):
     print(f"count {n}", flush=True)
 
 
-SECTIONS = ("drain", "latency", "backfill", "trigger", "subscriptions", "consumers", "tables")
+SECTIONS = ("drain", "latency", "backfill", "trigger", "subscriptions", "consumers", "tables", "scale")
+# scale (backfill_scale.py: a 10 GB table) only when asked for
 ALIASES = {"peers": ("drain", "trigger"), "growth": ("subscriptions", "consumers", "tables"),
-           "all": SECTIONS}
+           "all": SECTIONS[:-1]}
 
 
 def sections_of(spec):
@@ -1369,6 +1497,10 @@ def main():
     ap.add_argument("--baseline", default=None, metavar="CDC",
                     help="an older cdc binary that also drains each backlog and runs the latency "
                          "paths, in turn with the new one (make bench BENCH_BASE=<git rev> builds one)")
+    ap.add_argument("--scale-rows", type=int, default=50_000_000,
+                    help="rows of the scale section's table (about 200 bytes each)")
+    ap.add_argument("--scale-rate", type=int, default=500,
+                    help="transactions/s into another table while the scale section's backfill runs")
     ap.add_argument("--pg-version", type=int, default=None,
                     help="PostgreSQL major version (tests/pg.py: 14 to 18; default Debian's, the one "
                          "with wal2json)")
@@ -1415,6 +1547,9 @@ def main():
                 results["consumers"] = growth_consumers(args, pg, work)
             if "tables" in sections:
                 results["tables"] = growth_tables(args, pg, work)
+            if "scale" in sections:
+                import backfill_scale
+                results["scale"] = backfill_scale.run(args, pg, work)
     finally:
         mock.stdin.close()
         mock.wait(30)

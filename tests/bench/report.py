@@ -195,23 +195,33 @@ def markdown(r):
     if "backfill" in r:
         b = r["backfill"]
         big, small = b["rows"]["bf_big"], b["rows"]["bf_small"]
+        c = b["cdc"]["bf_big"]
         md += ["## Backfills", "",
                f"A `snapshot: true` stdout subscription (to /dev/null) on a table of {big:,} rows "
                "(4 columns), timed from cdc's start until `GET /backfills` says done, against `psql "
                "-c \"\\copy (select * from t) to /dev/null\"` on the same table (the cost of just "
-               f"reading it); median of {r['args']['repeat']}. Peak RSS also on a table of "
-               f"{small:,} rows.", ""]
+               f"reading it); median of {b['repeat']}. CPU per row: cdc's own (user and system, all "
+               "its threads), the server's backends that read for it (`application_name` `cdc "
+               "backfill`, sampled every 20 ms), and the server's for the same `COPY` psql runs "
+               f"(its backend's). Peak RSS also on a table of {small:,} rows.", ""]
         rows = [[f"{b['rows'][t]:,} rows", n0(b["rows"][t] / b["cdc"][t]["secs"]),
+                 f"{b['cdc'][t]['cpu_us']:.2f} µs", f"{b['cdc'][t]['server_cpu_us']:.2f} µs",
                  f"{b['cdc'][t]['rss']:.1f} MiB"] for t in ("bf_small", "bf_big")]
-        md += [table(["table", "cdc backfill rows/s", "cdc peak RSS"], rows), "",
-               f"psql \\copy: {n0(big / b['copy_secs'])} rows/s; cdc backfill / copy: "
-               f"**{b['copy_secs'] / b['cdc']['bf_big']['secs']:.2f}**.", ""]
+        md += [table(["table", "cdc backfill rows/s", "cdc CPU per row", "its server backends' CPU per row",
+                      "cdc peak RSS"], rows), "",
+               f"psql \\copy: {n0(big / b['copy_secs'])} rows/s, the server's CPU per row for its `COPY` "
+               f"{b['copy_server_cpu_us']:.2f} µs. cdc backfill / copy: "
+               f"**{b['copy_secs'] / c['secs']:.2f}**; cdc's CPU per row / the server's for the copy: "
+               f"**{c['cpu_us'] / b['copy_server_cpu_us']:.2f}**.", ""]
         x = b["latency"]
-        md += [f"Live single-row transactions at 1,000/s to a socket consumer while a backfill of the "
-               f"{big:,}-row table (rate_limit {x['rate_limit']:,} rows/s) runs in the same cdc "
-               f"(backfill state when the load ended: {', '.join(x['backfill_state']) or 'none'}): "
-               f"{n0(x['tps'])} tps, p50 {x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max "
-               f"{x['max']:.2f} ms.", ""]
+        md += [f"Live single-row transactions at 1,000/s to a socket consumer while backfills of the "
+               f"{big:,}-row table run at full speed in the same cdc, one after another for the whole "
+               f"run (median of {len(x['runs'])} runs; backfills during each: "
+               f"{', '.join(str(y['backfills']) for y in x['runs'])}): {n0(x['tps'])} tps, p50 "
+               f"{x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max {x['max']:.2f} ms.", ""]
+    if "scale" in r:
+        import backfill_scale
+        md += backfill_scale.markdown(r["scale"])
     if "trigger" in r:
         t = r["trigger"]
         w = t["wal"]

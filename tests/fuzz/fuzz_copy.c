@@ -1,6 +1,7 @@
-/* fuzz_copy.c: libFuzzer harness for a chunk's COPY rows (bf_copy_split): the first byte says how
- * many fields to ask for, the rest is the row. A refusal always says why; an accepted row's fields
- * lie inside the row or the scratch, and written back in COPY's text format they split the same. */
+/* fuzz_copy.c: libFuzzer harness for a chunk's COPY rows (bf_copy_encode): the first byte says how
+ * many fields to ask for, the rest is the row. A refusal always says why; an accepted row's
+ * encoding decodes into exactly its fields at the offsets given, and written back in COPY's text
+ * format it encodes to the same bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,37 +35,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	size_t n = data[0] % 16 + 1;
-	const char *line = (const char *)data + 1;
-	size_t len = size - 1;
-	bf_datum out[16], again[16];
-	buf scratch = {0}, scratch2 = {0}, row = {0};
+	size_t n = data[0] % 16 + 1, at[17], again_at[17];
+	bf_datum fields[16];
+	buf enc = {0}, again = {0}, row = {0};
 	char err[256] = "";
-	if (!bf_copy_split(line, len, out, n, &scratch, err, sizeof(err))) {
+	if (!bf_copy_encode((const char *)data + 1, size - 1, n, &enc, at, err, sizeof(err))) {
 		if (!err[0])
 			abort();
 		goto done;
 	}
+	if (at[0] != 0 || at[n] != enc.len || !bf_decode(enc.data, enc.len, fields, n))
+		abort();
 	for (size_t i = 0; i < n; i++) {
-		const char *p = out[i].data;
-		bool in_line = p >= line && p + out[i].len <= line + len;
-		bool in_scratch = p >= scratch.data && p + out[i].len <= scratch.data + scratch.len;
-		if (out[i].len >= 0 && !in_line && !in_scratch)
+		/* field i's encoding starts at at[i] */
+		bf_datum one;
+		if (at[i] > at[i + 1] || !bf_decode(enc.data + at[i], at[i + 1] - at[i], &one, 1) ||
+		    one.len != fields[i].len)
 			abort();
 		if (i)
 			buf_putc(&row, '\t');
-		put_field(&row, &out[i]);
+		put_field(&row, &fields[i]);
 	}
 	buf_putc(&row, '\n');
-	if (!bf_copy_split(row.data, row.len, again, n, &scratch2, err, sizeof(err)))
+	if (!bf_copy_encode(row.data, row.len, n, &again, again_at, err, sizeof(err)) ||
+	    again.len != enc.len || memcmp(again.data, enc.data, enc.len) != 0 ||
+	    memcmp(again_at, at, (n + 1) * sizeof(*at)) != 0)
 		abort();
-	for (size_t i = 0; i < n; i++)
-		if (again[i].len != out[i].len ||
-		    (out[i].len > 0 && memcmp(again[i].data, out[i].data, (size_t)out[i].len) != 0))
-			abort();
 done:
-	buf_free(&scratch);
-	buf_free(&scratch2);
+	buf_free(&enc);
+	buf_free(&again);
 	buf_free(&row);
 	return 0;
 }

@@ -1,10 +1,12 @@
 /* fuzz_http.c: libFuzzer harness for what the status socket decides from a request's bytes:
  * "METHOD\nPATH\nBODY" through status_route_request and (for PUT) status_check_body, which must
  * agree with each other and never echo the request; the same bytes also go through `cdc status`'s
- * HTTP answer parser and summary, which read what a socket peer sends. */
+ * HTTP answer parser and summary, which read what a socket peer sends, and, as an Authorization
+ * header, through status_bearer_ok, which accepts exactly "Bearer" (any case), blanks, the token. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cdc/cli/status_cmd.h"
 #include "cdc/status/status.h"
@@ -72,6 +74,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	buf_free(&body);
 	buf_free(&out);
+
+	/* An Authorization header (up to the first NUL) against a fixed token. */
+	static const char token[] = "fuzz-token-0123456789";
+	bool ok = status_bearer_ok(resp, token);
+	size_t n = strlen(resp), sp = 6;
+	while (sp < n && (resp[sp] == ' ' || resp[sp] == '\t'))
+		sp++;
+	bool want = n <= STATUS_AUTH_MAX && n > 6 && strncasecmp(resp, "Bearer", 6) == 0 && sp > 6 &&
+		    strcmp(resp + sp, token) == 0;
+	ASSERT(ok == want);
 	free(resp);
 	return 0;
 }

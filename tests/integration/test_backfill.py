@@ -287,9 +287,16 @@ def table_rows(pg, table):
     return {r[0]: {"id": r[0], "v": r[1], "n": r[2]} for r in pg.sql(f"select id, v, n from {table}")}
 
 
-def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader):
+@pytest.mark.parametrize("shape", ["plain", "partitioned"])
+def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader, shape):
+    """The table plain, or partitioned (by hash: a key change moves its row to another partition)."""
     t = f"{schema}.t"
-    pg.sql(f"create table {t} (id int primary key, v text not null, n int not null)")
+    if shape == "plain":
+        pg.sql(f"create table {t} (id int primary key, v text not null, n int not null)")
+    else:
+        pg.sql(f"create table {t} (id int primary key, v text not null, n int not null) partition by hash (id)")
+        for i in range(4):
+            pg.sql(f"create table {t}_{i} partition of {t} for values with (modulus 4, remainder {i})")
     pg.sql(f"insert into {t} select g, 'v' || g, 0 from generate_series(1, {ROWS}) g")
     pg.sql(f"analyze {t}")
     topic = f"bf.{schema}"
@@ -820,3 +827,37 @@ def test_partitioned_root_backfill_with_attach_and_detach(pg, schema, cdc):
         if not writer.stopped():
             writer.stop()
         pg.sql(f"drop schema if exists {outside} cascade")
+
+
+def test_a_table_that_shrinks_and_grows_while_it_is_read(pg, schema, cdc):
+    """The ranges are the table's size when its reading starts. Its last blocks emptied and cut off
+    by VACUUM while it is read (the ranges past its end read nothing), then rows added (past the
+    ranges: the stream carries them): a consumer applying the events ends with exactly the table."""
+    t = f"{schema}.t"
+    rows = 20000
+    pg.sql(f"create table {t} (id int primary key, v text not null, n int not null) "
+           "with (autovacuum_enabled = false)")
+    pg.sql(f"insert into {t} select g, 'v' || g, 0 from generate_series(1, {rows}) g")
+    c = cdc(subscriptions=[{"name": "so", "tables": [t], "sink": "stdout", "snapshot": True}],
+            backfill={"rate_limit": 4000, "max_rows": 500})
+    p = c.start()
+    wait_for(lambda: backfills(c) and backfills(c)[0]["rows_read"] >= rows // 5, timeout=60,
+             what=f"a fifth of the rows read\n{p.describe()}")
+    blocks = backfills(c)[0]["blocks"]
+    size = pg.sql(f"select pg_relation_size('{t}')")[0][0]
+    pg.sql(f"delete from {t} where id > {rows * 6 // 10}")
+    pg.sql(f"vacuum {t}")
+    assert pg.sql(f"select pg_relation_size('{t}')")[0][0] < size * 7 // 10  # cut off
+    pg.sql(f"update {t} set n = n + 1 where id % 7 = 0")
+    pg.sql(f"insert into {t} select g, 'new' || g, 0 from generate_series({rows + 1}, {rows + 5000}) g")
+    wait_for(lambda: [b["state"] for b in backfills(c)] == ["done"], timeout=60,
+             what=f"the backfill to finish\n{p.describe()}")
+    want = table_rows(pg, t)
+    wait_confirmed(pg, c, p)
+    model = {}
+    for e in p.events():
+        apply_event(model, e)
+    assert model == want, diff(model, want)
+    b = backfills(c)[0]
+    assert b["blocks"] == blocks and b["blocks_read"] == blocks, (b, blocks)  # the ranges of the start
+    assert p.terminate() == 0

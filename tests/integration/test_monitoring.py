@@ -202,11 +202,15 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
                                                       "listen": listen["c"]})
         pa, pb, pc = a.start(), b.start(), c.start()
         # broken's backfill fails: an administrator cancels its COPY (a statement that fails is
-        # not done again, unlike a connection lost)
-        wait_for(lambda: pg.sql("select count(pg_cancel_backend(pid)) from pg_stat_activity where "
-                                "application_name = 'cdc backfill' and query like %s",
-                                (f"COPY %{schema}%slow%",))[0][0] > 0,
-                 30, interval=0.005, what=f"broken's COPY to cancel\n{pa.describe()}")
+        # not done again, unlike a connection lost). Cancelled again until it says failed, since a
+        # cancel that comes between two statements does nothing.
+        def broken_failed():
+            pg.sql("select pg_cancel_backend(pid) from pg_stat_activity where application_name = "
+                   "'cdc backfill' and state = 'active' and query like %s", (f"COPY %{schema}%slow%",))
+            code, body = get(a, "/backfills")
+            assert code == 200, body
+            return any(x["subscription"] == "broken" and x["state"] == "failed" for x in json.loads(body))
+        wait_for(broken_failed, 60, interval=0.005, what=f"broken's backfill to fail\n{pa.describe()}")
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,

@@ -13,6 +13,7 @@
 #include "cdc/backfill/backfill_internal.h"
 #include "cdc/backfill/request.h"
 #include "cdc/cli/backfill_cmd.h"
+#include "decoder/base/fsutil.h"
 #include "test.h"
 
 /* A result: nrows x ncols cells, NULL for SQL NULL. */
@@ -193,6 +194,18 @@ static char *slurp(const char *path)
 	return text;
 }
 
+/* The sinks made everything up to flushed durable; the state file written as the daemon does (when
+ * path is given). */
+static void delivered(bf_set *b, uint64_t flushed, bf_now now, const char *path)
+{
+	backfill_delivered(b, flushed, now);
+	buf state = {0};
+	char err[256];
+	if (backfill_state(b, &state) && path)
+		CHECK(file_replace(path, state.data, state.len, 0600, err, sizeof(err)));
+	buf_free(&state);
+}
+
 /* A set with one backfill of subscription s over public.a (or what pats says), its checks
  * answered with tables (ntables rows of bfsql_tables). */
 static bf_set *started(const bf_settings *s, const char *path, const char *const *pats, size_t npats,
@@ -279,7 +292,7 @@ static void test_life(void)
 	CHECK(backfill_draining(b));
 
 	/* only lane 1's range is durable when cdc dies */
-	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
+	delivered(b, 20, now, path);
 	bf_info info;
 	backfill_info(b, 0, now, &info);
 	CHECK_INT(info.state, BF_RUNNING);
@@ -318,7 +331,7 @@ static void test_life(void)
 	written(b, &h, now);
 	deliver(b, h.wm, 40, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y2;");
-	CHECK(backfill_delivered(b, 40, now, err, sizeof(err)));
+	delivered(b, 40, now, path);
 	bf_table_info ti;
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
@@ -403,15 +416,17 @@ static void test_read_again(void)
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty\n", "9:9:\t\\N\t\\N\n", NULL}, now);
 	st h = next_on(b, 0, BF_STMT_HIGH, now);
 	written(b, &h, now);
-	/* the lane's next range is read at once: its window opens at this high watermark */
+	/* the lane waits for the stream to bring its high watermark, then reads its next range at
+	 * once: that watermark stands for the next chunk's low one */
+	nothing_on(b, 0, now);
+	deliver(b, h.wm, 20, &k, now);
 	st c2 = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c2.sql, "ctid >= '(2,0)'") != NULL);
-	deliver(b, h.wm, 20, &k, now);
-	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
+	delivered(b, 20, now, path);
 	/* row 3, not read yet, moves (say into block 0) with its v unchanged, and 9 with it */
 	change(b, "a", "3", "3", 30, true);
 	change(b, "a", "9", "9", 31, true);
-	CHECK(backfill_delivered(b, 21, now, err, sizeof(err)));
+	delivered(b, 21, now, path);
 	CHECK(strstr(slurp(path), "\"read_again\":[") != NULL);
 	CHECK(strstr(slurp(path), "\"0000000133\"") != NULL && strstr(slurp(path), "\"0000000139\"") != NULL);
 	copy(b, &c2, (const char *[]){"\\N\t4\tw\n", "9:9:\t\\N\t\\N\n", NULL}, now);
@@ -419,7 +434,7 @@ static void test_read_again(void)
 	written(b, &h, now);
 	deliver(b, h.wm, 40, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y;a:id=4,v=w;");
-	CHECK(backfill_delivered(b, 40, now, err, sizeof(err)));
+	delivered(b, 40, now, path);
 	/* every range read: the keys come next, and a change after that needs no reading again */
 	change(b, "a", "4", "4", 41, true);
 	c = next_on(b, 0, BF_STMT_CHUNK, now); /* the lane's last high watermark came: open at once */
@@ -434,7 +449,7 @@ static void test_read_again(void)
 	buf_reset(&k.got);
 	deliver(b, h.wm, 60, &k, now);
 	CHECK_STR(k.got.data, "a:id=3,v=z;");
-	CHECK(backfill_delivered(b, 60, now, err, sizeof(err)));
+	delivered(b, 60, now, path);
 	bf_table_info ti;
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_RUNNING);
@@ -458,7 +473,7 @@ static void test_read_again(void)
 	buf_reset(&k.got);
 	deliver(b, h.wm, 80, &k, now);
 	CHECK_STR(k.got.data, "a:id=9,v=q2;");
-	CHECK(backfill_delivered(b, 80, now, err, sizeof(err)));
+	delivered(b, 80, now, path);
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_DONE);
 	CHECK_INT(ti.p.read, 6);
@@ -613,7 +628,7 @@ static void test_failures(void)
  * read (a table never analyzed: after its first chunk), and none before that. */
 static void test_estimates(void)
 {
-	char id[BF_ID_SIZE], err[256];
+	char id[BF_ID_SIZE];
 	bf_now now = {1000, 5};
 	bf_settings s = settings;
 	s.parallel = 1;
@@ -655,7 +670,7 @@ static void test_estimates(void)
 		     "\"estimate\":3000,\"estimate_from\":\"size\",\"blocks\":1000,\"blocks_read\":1") !=
 	      NULL);
 	buf_free(&j);
-	CHECK(backfill_delivered(b, 20, now, err, sizeof(err)));
+	delivered(b, 20, now, NULL);
 	buf_free(&k.got);
 	backfill_set_free(b);
 
@@ -679,7 +694,7 @@ static void test_estimates(void)
  * are read (one attached meanwhile is read too, one detached is not). */
 static void test_partitioned(void)
 {
-	char id[BF_ID_SIZE], err[256];
+	char id[BF_ID_SIZE];
 	bf_now now = {1000, 5};
 	bf_settings s = settings;
 	s.parallel = 1;
@@ -734,7 +749,7 @@ static void test_partitioned(void)
 		st h = next_on(b, 0, BF_STMT_HIGH, now);
 		written(b, &h, now);
 		deliver(b, h.wm, lsn, &k, now);
-		CHECK(backfill_delivered(b, lsn++, now, err, sizeof(err)));
+		delivered(b, lsn++, now, NULL);
 	}
 	/* the rows under the root's name */
 	CHECK_STR(k.got.data, "ev:id=1,v=x;ev:id=2,v=x;ev:id=3,v=x;");

@@ -305,6 +305,8 @@ static const char everything[] =
 	"  listen: \"[::1]:9187\"\n"
 	"  tcp_control: true\n"
 	"  control_uids: [0, 1000, 4294967294]\n"
+	"  token: 0123456789abcdef0123\n"
+	"  tcp_read: probes\n"
 	"subscribers:\n"
 	"  socket: /tmp/e.sock\n"
 	"  mode: \"0600\"\n"
@@ -606,7 +608,8 @@ static const struct {
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, where: \"new.x >= and\"}\n",
 	    "t.yaml:2:51: subscriptions[0].where: position 7: expected a value after '>='\n"),
 	BAD("status: {tcp_control: true, listen: \"bad\"}\n",
-	    "t.yaml:1:37: status.listen: invalid address \"bad\": expected HOST:PORT or [IPv6]:PORT\n"),
+	    "t.yaml:1:37: status.listen: invalid address \"bad\": expected HOST:PORT or [IPv6]:PORT\n"
+	    "t.yaml:1:10: status.tcp_control: needs status.token: changes over TCP must carry a bearer token\n"),
 	BAD("subscriptions:\n  - name: a\n    tables: [a.b]\n    changed: []\n    columns: [\"\"]\n    where: \"\"\n",
 	    "t.yaml:4:14: subscriptions[0].changed: must not be empty\n"
 	    "t.yaml:5:15: subscriptions[0].columns: invalid column name \"\": a column name is 1 to 63 bytes long\n"
@@ -1610,7 +1613,8 @@ static void test_restart_keys(void)
 	     "        transactions_topic: tx}\n",
 	     "kafka.properties"},
 	    {"source: {dsn: \"host=a\", heartbeat: 1s}\n"
-	     "status: {control_uids: [1], socket: /tmp/s, listen: \"127.0.0.1:1\", tcp_control: true}\n"
+	     "status: {control_uids: [1], socket: /tmp/s, listen: \"127.0.0.1:1\", tcp_control: true,\n"
+	     "         token: 0123456789abcdef0123, tcp_read: token}\n"
 	     "subscribers: {socket: /tmp/e, mode: \"0600\"}\nlog: {level: debug, format: json}\n"
 	     "kafka: {brokers: k, properties: {acks: all}, transactions_topic: tx}\n",
 	     "status.socket,status.listen,status.tcp_control,subscribers.socket,subscribers.mode,log.level,"

@@ -1,8 +1,11 @@
 /* test_json.c: the base JSON writer: numbers at their limits, strings escaped (invalid UTF-8
- * replaced), null for a missing string, and commas only between members. */
+ * replaced; eight plain bytes at a time, checked against a byte-by-byte escape on random strings),
+ * null for a missing string, and commas only between members. */
 #include "decoder/base/json.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "test.h"
 
@@ -31,6 +34,71 @@ static void test_scalars(void)
 	buf_free(&b);
 }
 
+/* json_escape one byte at a time, as it was before its fast path. */
+static void escape_slowly(buf *out, const unsigned char *p, size_t len)
+{
+	const unsigned char *end = p + len;
+	while (p < end) {
+		unsigned c = *p;
+		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+			buf_putc(out, (char)c);
+			p++;
+		} else if (c == '"' || c == '\\') {
+			buf_putc(out, '\\');
+			buf_putc(out, (char)c);
+			p++;
+		} else if (c < 0x20) {
+			const char *named = c == '\n'	? "\\n"
+					    : c == '\r' ? "\\r"
+					    : c == '\t' ? "\\t"
+					    : c == '\b' ? "\\b"
+					    : c == '\f' ? "\\f"
+							: NULL;
+			if (named)
+				buf_puts(out, named);
+			else
+				buf_printf(out, "\\u%04x", c);
+			p++;
+		} else {
+			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			if (n) {
+				buf_append(out, p, n);
+				p += n;
+			} else {
+				buf_puts(out, "\xEF\xBF\xBD");
+				p += skip;
+			}
+		}
+	}
+}
+
+static void test_escape_fast_path(void)
+{
+	/* bytes that need escaping, and plain ones, mixed at every length and position */
+	static const unsigned char alphabet[] = {'a',  'Z',  '0',  ' ',	 '~',  '"',  '\\', '\n', 0x01, 0x1f,
+						 0x7f, 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xff, 0x80, 0x20, 0x21};
+	unsigned seed = 12345;
+	int mismatches = 0;
+	for (int round = 0; round < 20000; round++) {
+		unsigned char s[64];
+		size_t len = (size_t)(round % 41);
+		for (size_t i = 0; i < len; i++) {
+			seed = seed * 1103515245u + 12345u;
+			/* mostly plain runs, so that the eight-byte path is taken */
+			s[i] = (seed >> 16) % 4 ? (unsigned char)('a' + (seed >> 20) % 26)
+						: alphabet[(seed >> 20) % sizeof(alphabet)];
+		}
+		buf fast = {0}, slow = {0};
+		json_escape(&fast, (const char *)s, len);
+		escape_slowly(&slow, s, len);
+		if (fast.len != slow.len || (fast.len && memcmp(fast.data, slow.data, fast.len) != 0))
+			mismatches++;
+		buf_free(&fast);
+		buf_free(&slow);
+	}
+	CHECK_INT(mismatches, 0);
+}
+
 static void test_members(void)
 {
 	buf b = {0};
@@ -55,6 +123,7 @@ static void test_members(void)
 int main(void)
 {
 	test_scalars();
+	test_escape_fast_path();
 	test_members();
 	return TEST_SUMMARY("test_json");
 }

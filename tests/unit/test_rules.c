@@ -280,9 +280,14 @@ static void test_state(void)
 	CHECK(sw != NULL);
 	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	CHECK(!found); /* nothing written by it yet */
+	char path[600], other[600];
+	snprintf(other, sizeof(other), "%s/backfills.json", dir);
 	for (uint64_t i = 1; i <= 100; i++) {
 		w.flushed_lsn = 0x5000 + i;
-		state_writer_post(sw, &w);
+		/* a file to write before the position: a later post without one keeps it */
+		char text[32];
+		int n = snprintf(text, sizeof(text), "file %d", (int)i);
+		state_writer_post(sw, &w, i % 10 == 1 ? other : NULL, text, (size_t)n);
 	}
 	state_writer_wait(sw);
 	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
@@ -290,16 +295,22 @@ static void test_state(void)
 	CHECK_INT(st.flushed_lsn, 0x5064);
 	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK_INT(st.flushed_lsn, 0x5064);
-	char path[600];
+	FILE *of = fopen(other, "r");
+	char got[32] = "";
+	CHECK(of && fgets(got, sizeof(got), of));
+	CHECK_STR(got, "file 91");
+	if (of)
+		fclose(of);
+	unlink(other);
 	snprintf(path, sizeof(path), "%s/position.tmp", dir);
 	CHECK(mkdir(path, 0700) == 0); /* the temp file cannot be made: the write fails, and stays failed */
 	w.flushed_lsn = 0x6000;
-	state_writer_post(sw, &w);
+	state_writer_post(sw, &w, NULL, NULL, 0);
 	state_writer_wait(sw);
 	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	CHECK(strstr(err, "position.tmp") != NULL);
 	CHECK(rmdir(path) == 0);
-	state_writer_post(sw, &w);
+	state_writer_post(sw, &w, NULL, NULL, 0);
 	state_writer_wait(sw);
 	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	state_writer_free(sw);

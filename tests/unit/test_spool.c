@@ -262,12 +262,12 @@ static void test_sync_in_steps(void)
 	check_range(s, 1, 2);
 	CHECK(!spool_read(s, 3, &r, err, sizeof(err)));
 	CHECK(spool_set_acked(s, 1, err, sizeof(err)));
-	CHECK(spool_cursor_dirty(s));
+	CHECK(spool_cursor_pending(s));
 	/* the events alone: the cursor stays to be fsynced */
 	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS, err, sizeof(err)));
 	CHECK(j.fd[0] >= 0);
 	CHECK_INT(j.fd[1], -1);
-	CHECK(spool_cursor_dirty(s));
+	CHECK(spool_cursor_pending(s));
 	spool_sync_run(&j);
 	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
 	CHECK_INT(spool_head(s), 12);
@@ -278,7 +278,7 @@ static void test_sync_in_steps(void)
 	CHECK_INT(j.fd[0], -1);
 	CHECK(j.fd[1] >= 0);
 	CHECK_INT(j.head, 0);
-	CHECK(!spool_cursor_dirty(s));
+	CHECK(!spool_cursor_pending(s));
 	spool_sync_run(&j);
 	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
 	CHECK_INT(spool_head(s), 12);
@@ -680,13 +680,26 @@ static void test_delete_acked(void)
 	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
 	CHECK_INT(count_segs(dir), segs); /* nothing acked */
 	CHECK(spool_set_acked(s, 50, err, sizeof(err)));
-	/* a consumer reading again from 20: the segment holding 20 and those after it stay */
+	/* a consumer reading again from 20: the segment holding 20 and those after it stay; the
+	 * files of the others go at the next sync of the cursor (after its fsync), not on the loop */
 	CHECK(spool_trim(s, 0, 20, &from, &to, err, sizeof(err)));
 	uint64_t kept = spool_first(s);
 	CHECK(kept <= 20 && kept > 10);
+	CHECK_INT(count_segs(dir), segs);
+	CHECK(spool_cursor_pending(s));
+	spool_sync_job j;
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS, err, sizeof(err))); /* events only: not yet */
+	spool_sync_run(&j);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
+	CHECK_INT(count_segs(dir), segs);
+	CHECK(spool_sync_begin(s, &j, SPOOL_SYNC_CURSOR, err, sizeof(err)));
+	CHECK(!spool_cursor_pending(s));
+	spool_sync_run(&j);
+	CHECK(spool_sync_end(s, &j, err, sizeof(err)));
 	CHECK(count_segs(dir) < segs);
 	check_range(s, kept, 100);
 	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
+	CHECK(spool_sync(s, err, sizeof(err)));
 	CHECK_INT(from, 0);
 	CHECK_INT(spool_get_stats(s).dropped, 0);
 	/* the oldest remaining segment holds 51, and first is where it starts */
@@ -705,8 +718,9 @@ static void test_delete_acked(void)
 	/* everything acked: the write segment stays */
 	CHECK(spool_set_acked(s, 100, err, sizeof(err)));
 	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
-	CHECK_INT(count_segs(dir), 1);
 	CHECK_INT(spool_get_stats(s).segments, 1);
+	CHECK(spool_sync(s, err, sizeof(err)));
+	CHECK_INT(count_segs(dir), 1);
 	add(s, 101, 101);
 	commit_sync(s);
 	check_read(s, 101);
@@ -908,6 +922,7 @@ static void test_held(void)
 	CHECK(spool_set_acked(s, 14, err, sizeof(err)));
 	uint64_t from, to;
 	CHECK(spool_trim(s, 0, UINT64_MAX, &from, &to, err, sizeof(err)));
+	CHECK(spool_sync(s, err, sizeof(err)));
 	CHECK_INT(count_segs(dir), 1);
 	CHECK_INT(spool_first(s), 15);
 	spool_close(s);

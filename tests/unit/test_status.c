@@ -283,10 +283,14 @@ static unsigned raw_request(int port, const char *req, size_t len, answer *a)
 	return a->code;
 }
 
-static unsigned request(int port, const char *method, const char *path, const char *body, answer *a)
+/* With an Authorization header when auth is not NULL. */
+static unsigned request_auth(int port, const char *method, const char *path, const char *body,
+			     const char *auth, answer *a)
 {
 	buf req = {0};
 	buf_printf(&req, "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n", method, path);
+	if (auth)
+		buf_printf(&req, "Authorization: %s\r\n", auth);
 	if (body)
 		buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
 	buf_puts(&req, "\r\n");
@@ -295,6 +299,11 @@ static unsigned request(int port, const char *method, const char *path, const ch
 	raw_request(port, req.data, req.len, a);
 	buf_free(&req);
 	return a->code;
+}
+
+static unsigned request(int port, const char *method, const char *path, const char *body, answer *a)
+{
+	return request_auth(port, method, path, body, NULL, a);
 }
 
 static bool has_header(const answer *a, const char *line)
@@ -425,7 +434,9 @@ static void fixture_run(void *(*client)(void *))
 static void finish(int port)
 {
 	answer a = {0};
-	CHECK_INT(request(port, "DELETE", "/subscriptions/hang", NULL, &a), 503);
+	CHECK_INT(
+	    request_auth(port, "DELETE", "/subscriptions/hang", NULL, "Bearer 0123456789abcdef-token", &a),
+	    503);
 	CHECK_STR(a.body.data, "{\"error\":\"shutting down\"}\n");
 	answer_free(&a);
 }
@@ -602,7 +613,7 @@ static void *client_a(void *arg)
 	unsigned code = 0;
 	buf body = {0};
 	char err[256];
-	CHECK(status_http_get(sock_path, "/status", &code, &body, err, sizeof(err)));
+	CHECK(status_http_get(&(cli_endpoint){sock_path}, "/status", &code, &body, err, sizeof(err)));
 	CHECK_INT(code, 200);
 	CHECK_STR(body.data, STATUS_JSON);
 	buf_free(&body);
@@ -635,7 +646,10 @@ static void test_server_default(void)
 	fixture_run(client_a);
 }
 
-/* control_uids excludes us; tcp_control lets TCP mutate; not ready. */
+#define TOKEN "0123456789abcdef-token"
+
+/* control_uids excludes us; tcp_control lets TCP mutate with the token; tcp_read: probes (the probes
+ * without it, the rest with it); not ready. */
 static void *client_b(void *arg)
 {
 	(void)arg;
@@ -650,21 +664,124 @@ static void *client_b(void *arg)
 	CHECK_INT(request(0, "DELETE", "/subscriptions/jobs", NULL, &a), 403);
 	answer_free(&a);
 	CHECK_INT(F.nrequests, 0);
-	CHECK_INT(request(F.tcp_port, "PUT", "/subscriptions/jobs", "{}", &a), 200);
+	/* Over TCP: without the token, or with another, 401 before the loop sees it. */
+	CHECK_INT(request(F.tcp_port, "PUT", "/subscriptions/jobs", "{}", &a), 401);
+	CHECK_STR(a.body.data, "{\"error\":\"this endpoint needs status.token over status.listen: send "
+			       "Authorization: Bearer TOKEN\"}\n");
+	CHECK(has_header(&a, "WWW-Authenticate: Bearer realm=\"cdc\""));
+	answer_free(&a);
+	CHECK_INT(request_auth(F.tcp_port, "DELETE", "/subscriptions/jobs", NULL, "Bearer " TOKEN "x", &a),
+		  401);
+	CHECK_STR(a.body.data, "{\"error\":\"the bearer token is not status.token\"}\n");
+	CHECK(has_header(&a, "WWW-Authenticate: Bearer realm=\"cdc\", error=\"invalid_token\""));
+	answer_free(&a);
+	CHECK_INT(request_auth(F.tcp_port, "PUT", "/subscriptions/jobs", "{}", "Basic " TOKEN, &a), 401);
+	answer_free(&a);
+	CHECK_INT(F.nrequests, 0);
+	CHECK_INT(request_auth(F.tcp_port, "PUT", "/subscriptions/jobs", "{}", "bearer   " TOKEN, &a), 200);
 	CHECK_INT(F.nrequests, 1);
 	CHECK_INT(F.uid, (uid_t)-1);
 	answer_free(&a);
+	/* The Unix socket asks for no token (its mode and control_uids decide). */
 	check_get(0, "/readyz", 503, "text/plain; charset=utf-8",
 		  "source not connected: connection refused\n");
+	check_get(0, "/metrics", 200, "text/plain; version=0.0.4; charset=utf-8", METRICS);
+	/* tcp_read: probes: the probes without the token, the rest with it. */
 	check_get(F.tcp_port, "/healthz", 200, "text/plain; charset=utf-8", "ok\n");
+	CHECK_INT(request(F.tcp_port, "GET", "/readyz", NULL, &a), 503);
+	answer_free(&a);
+	static const char *const guarded[] = {"/metrics", "/status", "/subscriptions", "/backfills"};
+	for (size_t i = 0; i < sizeof guarded / sizeof *guarded; i++) {
+		CHECK_INT(request(F.tcp_port, "GET", guarded[i], NULL, &a), 401);
+		answer_free(&a);
+		CHECK_INT(request_auth(F.tcp_port, "GET", guarded[i], NULL, "Bearer " TOKEN, &a), 200);
+		answer_free(&a);
+	}
+	CHECK_INT(status_unauthorized(F.s), 7);
+
+	/* `cdc status -s http://HOST:PORT --token-file FILE`'s client: the token from the file. */
+	char url[64], tokfile[] = "/tmp/cdc-test-token-XXXXXX", err[512];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", F.tcp_port);
+	int fd = mkstemp(tokfile);
+	CHECK(fd >= 0 && write(fd, TOKEN "\n", strlen(TOKEN) + 1) == (ssize_t)strlen(TOKEN) + 1);
+	close(fd);
+	unsigned code = 0;
+	buf body = {0};
+	CHECK(status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
+	CHECK_INT(code, 200);
+	CHECK_STR(body.data, METRICS);
+	buf_reset(&body);
+	CHECK(status_http_get(&(cli_endpoint){url}, "/metrics", &code, &body, err, sizeof err));
+	CHECK_INT(code, 401);
+	buf_reset(&body);
+	unlink(tokfile);
+	CHECK(!status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
+	char want_err[128];
+	snprintf(want_err, sizeof want_err, "%s: no such file", tokfile);
+	CHECK_STR(err, want_err);
+	static const char *const bad_urls[] = {"http://127.0.0.1", "http://:80", "http://[::1]80",
+					       "http://h:123456", "https://h:80/x"};
+	for (size_t i = 0; i < sizeof bad_urls / sizeof *bad_urls; i++) {
+		CHECK(!status_http_get(&(cli_endpoint){bad_urls[i]}, "/metrics", &code, &body, err,
+				       sizeof err));
+		snprintf(want_err, sizeof want_err,
+			 "%s: expected http://HOST:PORT or https://HOST:PORT (status.listen)", bad_urls[i]);
+		CHECK_STR(err, want_err);
+	}
+	buf_free(&body);
 	finish(F.tcp_port);
 	return NULL;
 }
 
+/* Authorization header values against a token: the scheme in any case, spaces, the length checked
+ * before anything is compared. */
+static void test_bearer(void)
+{
+	static const char token[] = "s3cr3t-token-0123456789";
+	static const struct {
+		const char *header;
+		bool ok;
+	} T[] = {
+	    {"Bearer s3cr3t-token-0123456789", true},
+	    {"bearer s3cr3t-token-0123456789", true},
+	    {"BEARER \t s3cr3t-token-0123456789", true},
+	    {"Bearer s3cr3t-token-012345678", false},
+	    {"Bearer s3cr3t-token-01234567890", false},
+	    {"Bearer S3cr3t-token-0123456789", false},
+	    {"Bearer  ", false},
+	    {"Bearer", false},
+	    {"Bearers3cr3t-token-0123456789", false},
+	    {"Basic s3cr3t-token-0123456789", false},
+	    {"s3cr3t-token-0123456789", false},
+	    {"", false},
+	};
+	for (size_t i = 0; i < sizeof T / sizeof *T; i++)
+		if (status_bearer_ok(T[i].header, token) != T[i].ok) {
+			test_failed++;
+			fprintf(stderr, "status_bearer_ok(\"%s\") is not %d\n", T[i].header, T[i].ok);
+		} else {
+			test_passed++;
+		}
+	CHECK(!status_bearer_ok(NULL, token) && !status_bearer_ok("Bearer x", NULL));
+	buf big = {0};
+	buf_puts(&big, "Bearer ");
+	while (big.len <= STATUS_AUTH_MAX)
+		buf_putc(&big, 'a');
+	char *long_token = xstrdup(big.data + 7);
+	CHECK(!status_bearer_ok(big.data, long_token)); /* refused unread: over STATUS_AUTH_MAX */
+	big.len = STATUS_AUTH_MAX;
+	big.data[big.len] = '\0';
+	long_token[STATUS_AUTH_MAX - 7] = '\0';
+	CHECK(status_bearer_ok(big.data, long_token)); /* at the limit */
+	free(long_token);
+	buf_free(&big);
+}
+
 static void test_server_restricted(void)
 {
-	char extra[64];
-	snprintf(extra, sizeof(extra), "  tcp_control: true\n  control_uids: [%lu]\n",
+	char extra[160];
+	snprintf(extra, sizeof(extra),
+		 "  tcp_control: true\n  token: " TOKEN "\n  tcp_read: probes\n  control_uids: [%lu]\n",
 		 (unsigned long)geteuid() + 4242);
 	if (!fixture_start(extra, 1))
 		return;
@@ -727,6 +844,7 @@ int main(void)
 	test_routes();
 	test_body();
 	test_http_parse();
+	test_bearer();
 	test_summary();
 	test_socket_files();
 	test_server_restricted();

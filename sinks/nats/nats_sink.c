@@ -741,12 +741,12 @@ static bool nats_deliver(sink *base, uint32_t subscription, const char *data, si
 	const char *end = data + len;
 	if (!ensure_stream(k))
 		return true;
-	wait_room(k);
-	if (k->failed)
-		return true;
 	buf_reset(&k->subject);
 	buf_append(&k->subject, subject, r.subject_len);
 	for (unsigned i = 0; i < r.count; i++) {
+		wait_room(k); /* each message counts against max_in_flight */
+		if (k->failed)
+			return true;
 		nats_part part;
 		if ((size_t)(end - p) < sizeof(part))
 			return errf(err, errlen, "nats sink: rendered event is corrupt");

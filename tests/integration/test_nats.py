@@ -11,10 +11,13 @@ that refuses publishes (cdc holds the slot and says why, then goes on), a missin
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import CDC_BIN, wait_for  # noqa: E402
@@ -22,7 +25,7 @@ from kafka_fixtures import lsn_text, row_plain, row_typed  # noqa: E402
 from nats_fixtures import read_stream  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
 from test_kafka import kafka_section  # noqa: E402
-from test_kafka_formats import read_topic  # noqa: E402
+from test_kafka_formats import ROOT, Window, check_records, read_topic, substitute  # noqa: E402
 from test_status import get  # noqa: E402
 
 CONTENT_TYPE_EVENT = "application/x-protobuf; messageType=cdc.v1.Event"
@@ -274,6 +277,51 @@ def test_debezium_messages_are_kafkas_debezium_values(pg, schema, cdc, kafka, na
         assert mine[4].header("__debezium.oldkey") == '{"id":1}'
         assert {m.header("content-type") for m in mine} == {"application/json"}
     assert len(runs - {None}) == 1, runs  # one runId for the process, on both sinks
+
+
+# Debezium's documented shapes (tests/fixtures/debezium, which test_kafka_formats.py checks Kafka's
+# records against): an insert, an update, a delete, and an update of the key.
+DEBEZIUM_FIXTURES = ["create", "update_default", "delete_default", "update_key"]
+
+
+@pytest.mark.parametrize("name", DEBEZIUM_FIXTURES)
+def test_debezium_fixture(pg, schema, cdc, nats_server, name):
+    """format: debezium through nats-server -js: the fixture's SQL, then each message against the
+    fixture's Kafka records as Debezium Server's NATS JetStream sink would publish them. The value
+    field by field, on the subject of the record's topic, with the headers the fixture names. No key
+    and no tombstone: a delete is one message, a key change two (delete, then create). Each message
+    also carries cdc's headers, which agree with its value, and a Nats-Msg-Id from the change's
+    position (the key change's create adds :2). Nothing else is in the stream."""
+    fx = json.load(open(os.path.join(ROOT, "tests", "fixtures", "debezium", name + ".json")))
+    names = {"schema": schema}
+    window = Window()
+    for sql in substitute(fx["setup"], names):
+        pg.sql(sql)
+    want = [dict(r, key=None) for r in substitute(fx["records"], names) if r["value"] is not None]
+    sub = dict({"name": "dbz", "sink": "nats", "format": "debezium"}, **substitute(fx["subscription"], names))
+    c = cdc(subscriptions=[sub], nats=nats_section(nats_server))
+    p = c.start()
+    for sql in substitute(fx["sql"], names):
+        pg.sql(sql)
+    wait_stream(nats_server, len(want), describe=p.describe)
+    assert p.terminate() == 0, p.describe()
+    msgs = read_stream(nats_server)
+    got = [{"topic": m.subject, "key": None, "value": json.loads(m.data), "headers": m.headers} for m in msgs]
+    assert len(got) == len(want), [(g["topic"], g["value"] and g["value"]["op"]) for g in got]
+    check_records(want, got, window)
+    for w, m in zip(want, msgs):
+        assert set(m.headers) == set(w["headers"]) | {"cdc-lsn", "cdc-commit-lsn", "cdc-xid", "cdc-subscription",
+                                                      "cdc-schema-id", "Nats-Msg-Id"}, m.headers
+        assert re.fullmatch(r"[0-9a-f]{16}", m.header("cdc-schema-id")), m.headers
+        source = json.loads(m.data)["source"]
+        commit = lsn_text(int(json.loads(source["sequence"])[0]))
+        assert m.header("cdc-commit-lsn") == commit, (m.headers, source)
+        assert m.header("cdc-lsn") == lsn_text(source["lsn"]), (m.headers, source)
+        assert m.header("cdc-xid") == str(source["txId"]), (m.headers, source)
+        assert m.header("cdc-subscription") == "dbz"
+        # one row per transaction: the change's index is 0
+        second = "__debezium.oldkey" in w["headers"]
+        assert m.header("Nats-Msg-Id") == f"dbz:{commit}:0" + (":2" if second else ""), m.headers
 
 
 # --- failures ----------------------------------------------------------------------------------

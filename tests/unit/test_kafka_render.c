@@ -219,7 +219,7 @@ static void test_debezium(void)
 	k->subs[0].context_headers = true;
 	k->subs[0].server_name = "srv";
 	CHECK_INT(render(k, &e, &out, &r, rec), 3);
-	char context[256], newkey[256];
+	char context[256], newkey[sizeof context + 32];
 	snprintf(context, sizeof context,
 		 "__debezium.context.connectorLogicalName=srv,__debezium.context.taskId=0,"
 		 "__debezium.context.connectorName=postgresql,__debezium.context.runId=%s",

@@ -30,20 +30,8 @@ static doctor_state *connect_once(sink_doctor *dr)
 		s = natsOptions_SetTimeout(o, dr->timeout_ms > 0 ? dr->timeout_ms : 5000);
 	if (s == NATS_OK)
 		s = natsOptions_SetMaxReconnect(o, 0);
-	if (s == NATS_OK && c->credentials)
-		s = natsOptions_SetUserCredentialsFromFiles(o, c->credentials, NULL);
-	if (s == NATS_OK && c->nkey_seed)
-		s = natsOptions_SetNKeyFromSeed(o, NULL, c->nkey_seed);
-	if (s == NATS_OK && c->user)
-		s = natsOptions_SetUserInfo(o, c->user, c->password);
-	if (s == NATS_OK && c->token)
-		s = natsOptions_SetToken(o, c->token);
-	if (s == NATS_OK && (c->tls || c->tls_ca || c->tls_cert))
-		s = natsOptions_SetSecure(o, true);
-	if (s == NATS_OK && c->tls_ca)
-		s = natsOptions_LoadCATrustedCertificates(o, c->tls_ca);
-	if (s == NATS_OK && c->tls_cert)
-		s = natsOptions_LoadCertificatesChain(o, c->tls_cert, c->tls_key);
+	if (s == NATS_OK)
+		s = nats_set_access(o, c);
 	if (s == NATS_OK)
 		s = natsConnection_Connect(&d->nc, o);
 	if (s == NATS_OK)

@@ -238,6 +238,26 @@ static const char *status_text(natsStatus s, char *out, size_t n)
 	return out;
 }
 
+natsStatus nats_set_access(natsOptions *opts, const nats_conf *conf)
+{
+	natsStatus s = NATS_OK;
+	if (conf->credentials)
+		s = natsOptions_SetUserCredentialsFromFiles(opts, conf->credentials, NULL);
+	if (s == NATS_OK && conf->nkey_seed)
+		s = natsOptions_SetNKeyFromSeed(opts, NULL, conf->nkey_seed);
+	if (s == NATS_OK && conf->user)
+		s = natsOptions_SetUserInfo(opts, conf->user, conf->password);
+	if (s == NATS_OK && conf->token)
+		s = natsOptions_SetToken(opts, conf->token);
+	if (s == NATS_OK && (conf->tls || conf->tls_ca || conf->tls_cert))
+		s = natsOptions_SetSecure(opts, true);
+	if (s == NATS_OK && conf->tls_ca)
+		s = natsOptions_LoadCATrustedCertificates(opts, conf->tls_ca);
+	if (s == NATS_OK && conf->tls_cert)
+		s = natsOptions_LoadCertificatesChain(opts, conf->tls_cert, conf->tls_key);
+	return s;
+}
+
 static natsStatus set_options(nats_sink *k, natsOptions *o)
 {
 	const nats_conf *c = &k->conf;
@@ -257,21 +277,7 @@ static natsStatus set_options(nats_sink *k, natsOptions *o)
 		s = natsOptions_SetReconnectedCB(o, on_connected, k->link);
 	if (s == NATS_OK)
 		s = natsOptions_SetDisconnectedCB(o, on_disconnected, k->link);
-	if (s == NATS_OK && c->credentials)
-		s = natsOptions_SetUserCredentialsFromFiles(o, c->credentials, NULL);
-	if (s == NATS_OK && c->nkey_seed)
-		s = natsOptions_SetNKeyFromSeed(o, NULL, c->nkey_seed);
-	if (s == NATS_OK && c->user)
-		s = natsOptions_SetUserInfo(o, c->user, c->password);
-	if (s == NATS_OK && c->token)
-		s = natsOptions_SetToken(o, c->token);
-	if (s == NATS_OK && (c->tls || c->tls_ca || c->tls_cert))
-		s = natsOptions_SetSecure(o, true);
-	if (s == NATS_OK && c->tls_ca)
-		s = natsOptions_LoadCATrustedCertificates(o, c->tls_ca);
-	if (s == NATS_OK && c->tls_cert)
-		s = natsOptions_LoadCertificatesChain(o, c->tls_cert, c->tls_key);
-	return s;
+	return s == NATS_OK ? nats_set_access(o, c) : s;
 }
 
 static bool connect_nats(nats_sink *k, char *err, size_t errlen)

@@ -6,6 +6,8 @@
 #ifndef CDC_NATS_SINK_H
 #define CDC_NATS_SINK_H
 
+#include <nats/nats.h>
+
 #include "decoder/base/hist.h"
 #include "sinks/debezium.h"
 #include "sinks/module.h"
@@ -53,6 +55,8 @@ bool nats_subject_covers(const char *stream_filter, const char *filter);
 void nats_subject_filter(buf *out, const char *tmpl);
 
 /* Makes the sink; it connects in the background (and again after every loss). */
+/* The connection's credentials and TLS from conf (the sink's and doctor's connections). */
+natsStatus nats_set_access(natsOptions *opts, const nats_conf *conf);
 sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen);
 /* The subscriptions to take from now on (copied). */
 void nats_sink_bind(sink *sk, const sink_sub *subs, size_t nsubs);

@@ -654,3 +654,17 @@ const char *evt_op_name(Cdc__V1__Op op)
 		return NULL;
 	}
 }
+
+Cdc__V1__Column **evt_new_key(const Cdc__V1__Event *event, Cdc__V1__Column **cols)
+{
+	for (size_t i = 0; i < event->key->n_columns; i++) {
+		cols[i] = event->key->columns[i];
+		for (size_t j = 0; event->new_row && j < event->new_row->n_columns; j++) {
+			const Cdc__V1__Column *c = event->new_row->columns[j];
+			if (strcmp(c->name, cols[i]->name) == 0 && c->value &&
+			    c->value->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST)
+				cols[i] = (Cdc__V1__Column *)c;
+		}
+	}
+	return cols;
+}

@@ -33,6 +33,11 @@ Cdc__V1__Event *evt_from_truncate(arena *ar, const pgo_rel *rel, uint8_t flags);
  * a value the schema does not have. */
 const char *evt_op_name(Cdc__V1__Op op);
 
+/* The key columns of an event as its new row has them, into cols (room for the key's columns).
+ * An update may change the key. A key column the new row lacks, or holds as unchanged TOAST, keeps
+ * its old value. Returns cols. */
+Cdc__V1__Column **evt_new_key(const Cdc__V1__Event *event, Cdc__V1__Column **cols);
+
 /* The event of a PGO_MESSAGE message (schema and table empty, lsn the message's own). */
 Cdc__V1__Event *evt_from_message(arena *ar, const pgo_msg *msg);
 

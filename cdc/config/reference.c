@@ -139,10 +139,21 @@ static void one_key(buf *out, const void *base, const key *k, const char *prefix
 		   k->doc ? k->doc : "");
 }
 
+/* Whether an earlier key of t has k's name and documentation. Two sink modules may share a key
+ * (the same row in both tables): it is documented once. */
+static bool documented_before(const keys *t, const key *k)
+{
+	for (const key *o = t->k; o < k; o++)
+		if (strcmp(o->name, k->name) == 0 && o->doc && k->doc && strcmp(o->doc, k->doc) == 0)
+			return true;
+	return false;
+}
+
 static void section(buf *out, const void *base, const keys *t, const char *prefix, int depth)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++)
-		one_key(out, base, k, prefix, depth);
+		if (!documented_before(t, k))
+			one_key(out, base, k, prefix, depth);
 }
 
 /* The rows of the table of how values are written for the sink modules' own value types, each

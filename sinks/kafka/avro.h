@@ -6,7 +6,7 @@
 #ifndef CDC_AVRO_H
 #define CDC_AVRO_H
 
-#include "sinks/kafka/debezium.h"
+#include "sinks/debezium.h"
 
 /* The wire format's header: the magic byte and the schema id. */
 #define DBZ_AVRO_HEADER 5

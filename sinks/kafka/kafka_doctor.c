@@ -402,7 +402,7 @@ static void check_subjects(sink_doctor *dr)
 			buf_reset(&topic);
 			kafka_topic_name(&topic, c->topic ? c->topic : KAFKA_DEFAULT_TOPIC, l.schemas.v[t],
 					 l.tables.v[t], dr->subs[i].name, dr->subs[i].tag);
-			const char *server = c->server_name ? c->server_name : "cdc";
+			const char *server = c->dbz.server_name ? c->dbz.server_name : "cdc";
 			for (int key = 1; key >= 0 && tc.n; key--) {
 				const dbz_schema *s =
 				    dbz_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t], topic.data,

@@ -8,8 +8,8 @@
 #include <librdkafka/rdkafka.h>
 
 #include "decoder/base/ring.h"
+#include "sinks/debezium.h"
 #include "sinks/event_json.h"
-#include "sinks/kafka/debezium.h"
 #include "sinks/kafka/kafka_sink.h"
 
 /* A transaction with messages in flight. */
@@ -69,9 +69,8 @@ typedef struct kafka_sink {
 	bool registry_wait;
 	uint32_t wait_schema, txn_key_schema, txn_value_schema;
 	unsigned wait_logged; /* the failed attempts logged */
-	char run_id[37];      /* Debezium's __debezium.context.runId: this sink's start */
 	/* the renderer's scratch: nothing is allocated per event once they have grown */
-	buf topic, key, prev_key, hdr, key_out;
+	buf topic, key, prev_key, key_out;
 	/* what topic was made of ("SCHEMA\0TABLE\0TAG"), for subscription topic_sub: events come in
 	 * runs of one table, and the name is made again only when these change (bind resets it) */
 	buf topic_of;

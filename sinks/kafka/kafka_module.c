@@ -164,7 +164,6 @@ static const sink_key section_keys[] = {
 };
 
 static const char *const format_names[] = {"protobuf", "json", "debezium", "avro", NULL};
-static const char *const toast_names[] = {"placeholder", "omit", NULL};
 static const char *const strategy_names[] = {"topic", "record", "topic_record", NULL};
 enum {
 	KEY_TOPIC,
@@ -194,30 +193,8 @@ static const sink_key sub_keys[] = {
 			   "through Kafka Connect's JsonConverter. `avro`: the same through Confluent's "
 			   "AvroConverter, the schemas in `kafka.schema_registry`. See "
 			   "[kafka-formats.md](kafka-formats.md)."},
-    [KEY_SCHEMAS] = {"schemas", SINK_KEY_BOOL, SUB(schemas),
-		     .doc =
-			 "`format: debezium` only: keys and values as `{\"schema\": ..., \"payload\": ...}`, "
-			 "as JsonConverter writes them with `schemas.enable=true`."},
-    [KEY_SERVER_NAME] = {"server_name", SINK_KEY_STRING, SUB(server_name), .def_text = "cdc",
-			 .check = topic_name_problem, .noun = "name", .value_type = "topic name",
-			 .value_doc = "a Kafka topic: `[a-zA-Z0-9._-]`, 1 to 249 characters",
-			 .doc =
-			     "`format: debezium` and `avro`: Debezium's `topic.prefix` (the logical server "
-			     "name): `source.name` and the prefix of the key's and rows' schema names. The "
-			     "default matches the default topic template's `cdc.`."},
-    [KEY_UNCHANGED_TOAST] =
-	{"unchanged_toast", SINK_KEY_ENUM, SUB(unchanged_toast), toast_names,
-	 .def_number = KAFKA_TOAST_PLACEHOLDER,
-	 .doc = "`format: debezium` and `avro`: a TOASTed value an update left unchanged (the server "
-		"does not send it). `placeholder`: Debezium's `__debezium_unavailable_value` "
-		"(its bytes, or lists of it, by type). `omit` (`debezium` only): the column is left out "
-		"of the row."},
-    [KEY_CONTEXT_HEADERS] =
-	{"context_headers", SINK_KEY_BOOL, SUB(context_headers), .def_number = 1,
-	 .doc = "`format: debezium` and `avro`: Debezium's `__debezium.context.*` headers on "
-		"each data change record and its tombstone (Debezium's "
-		"`extended.headers.enabled`). See "
-		"[kafka-formats.md](kafka-formats.md#headers)."},
+    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS: */
+    DBZ_SUB_KEYS(kafka_sub_conf, dbz),
     [KEY_SUBJECT_STRATEGY] =
 	{"subject_strategy", SINK_KEY_ENUM, SUB(subject_strategy), strategy_names,
 	 .def_number = KAFKA_SUBJECT_TOPIC,
@@ -267,7 +244,7 @@ static void check_sub(void *settings, const bool *given, sink_problems *problems
 				 key_formats(i), format_names[c->format]);
 			problems->report(problems, i, msg);
 		}
-	if (c->format == KAFKA_AVRO && c->unchanged_toast == KAFKA_TOAST_OMIT)
+	if (c->format == KAFKA_AVRO && c->dbz.unchanged_toast == DBZ_TOAST_OMIT)
 		problems->report(
 		    problems, KEY_UNCHANGED_TOAST,
 		    "omit is not possible with format: avro (a record has every field of its schema): "
@@ -380,10 +357,10 @@ static kafka_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 		v[i] = (kafka_sub_settings){.topic = c->topic,
 					    .tombstones = c->tombstones,
 					    .format = (kafka_format)c->format,
-					    .schemas = c->schemas,
-					    .server_name = c->server_name,
-					    .placeholder = c->unchanged_toast == KAFKA_TOAST_PLACEHOLDER,
-					    .context_headers = c->context_headers,
+					    .schemas = c->dbz.schemas,
+					    .server_name = c->dbz.server_name,
+					    .placeholder = c->dbz.unchanged_toast == DBZ_TOAST_PLACEHOLDER,
+					    .context_headers = c->dbz.context_headers,
 					    .subjects = (kafka_subject_strategy)c->subject_strategy};
 	}
 	return v;

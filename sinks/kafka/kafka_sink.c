@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "decoder/base/log.h"
@@ -860,20 +859,6 @@ static void avro_bind(kafka_sink *k)
 	}
 }
 
-/* Debezium's runId: a random (version 4) UUID for this sink's life. */
-static void new_run_id(char out[37])
-{
-	uint8_t u[16] = {0};
-	if (getrandom(u, sizeof(u), 0) != (ssize_t)sizeof(u)) {
-		uint64_t t = (uint64_t)wall_us() ^ ((uint64_t)getpid() << 32);
-		memcpy(u, &t, sizeof(t));
-	}
-	u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);
-	u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
-	snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
-
 static void free_settings(kafka_sink *k)
 {
 	for (size_t i = 0; i < k->set.nproperties; i++) {
@@ -1022,7 +1007,6 @@ sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settin
 	kafka_sink *k = xcalloc(1, sizeof(*k));
 	k->q = RING_INIT(kafka_txn);
 	k->base.ops = &kafka_ops;
-	new_run_id(k->run_id);
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
 		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
 		free(k);

@@ -137,15 +137,11 @@ typedef struct kafka_conf {
 } kafka_conf;
 /* The compatibility levels a subject cdc creates may get ("registry": the registry's own). */
 extern const char *const kafka_compatibility_names[];
-typedef enum kafka_toast { KAFKA_TOAST_PLACEHOLDER, KAFKA_TOAST_OMIT } kafka_toast;
 typedef struct kafka_sub_conf {
 	char *topic;	      /* template, default "cdc.{schema}.{table}" */
 	bool tombstones;      /* default: on with format debezium and avro */
 	int format;	      /* kafka_format; default protobuf */
-	bool schemas;	      /* format debezium: {schema, payload} records */
-	char *server_name;    /* format debezium and avro: source.name; default "cdc" */
-	int unchanged_toast;  /* kafka_toast; format debezium and avro: default placeholder */
-	bool context_headers; /* format debezium and avro: default on */
+	dbz_sub_conf dbz;     /* format debezium and avro (schemas: debezium only) */
 	int subject_strategy; /* kafka_subject_strategy; format avro */
 } kafka_sub_conf;
 

@@ -10,25 +10,10 @@
 #include <string.h>
 
 #include "decoder/base/json.h"
+#include "decoder/event.h"
 #include "decoder/pgoutput.h"
 #include "sinks/kafka/avro.h"
 #include "sinks/pbwire.h"
-
-/* The key columns as the new row has them (an update may change the key); a key column the row
- * does not carry, or carries as unchanged TOAST, keeps its old value. */
-static Cdc__V1__Column **new_key_columns(const Cdc__V1__Event *e, Cdc__V1__Column **cols)
-{
-	for (size_t i = 0; i < e->key->n_columns; i++) {
-		cols[i] = e->key->columns[i];
-		for (size_t j = 0; e->new_row && j < e->new_row->n_columns; j++) {
-			const Cdc__V1__Column *c = e->new_row->columns[j];
-			if (strcmp(c->name, cols[i]->name) == 0 && c->value &&
-			    c->value->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST)
-				cols[i] = (Cdc__V1__Column *)c;
-		}
-	}
-	return cols;
-}
 
 /* Records ---------------------------------------------------------------------------------------- */
 
@@ -103,7 +88,7 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	if (e->key) {
 		prev.n_columns = key.n_columns = e->key->n_columns;
 		prev.columns = e->key->columns;
-		key.columns = update ? new_key_columns(e, cols) : e->key->columns;
+		key.columns = update ? evt_new_key(e, cols) : e->key->columns;
 	}
 	buf_reset(&k->key);
 	pb_put_key(&k->key, &key);
@@ -137,7 +122,7 @@ static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1
 	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
 	bool update = e->op == CDC__V1__OP__OP_UPDATE && e->key;
 	size_t n = e->key ? e->key->n_columns : 0;
-	json_key_of(&k->key, update ? new_key_columns(e, cols) : e->key ? e->key->columns : NULL, n);
+	json_key_of(&k->key, update ? evt_new_key(e, cols) : e->key ? e->key->columns : NULL, n);
 	buf_reset(&k->prev_key);
 	if (update)
 		json_key_of(&k->prev_key, e->key->columns, n);
@@ -179,122 +164,61 @@ static bool put_key(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t
 	return dbz_avro_key(out, &d->k->dbz, d->cols, d->ncols, cols, n, d->err, sizeof(d->err));
 }
 
-/* The JSON of a key's payload, for __debezium.newkey and __debezium.oldkey (in both formats). */
-static void key_json(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t n)
-{
-	dbz_options payload = d->o;
-	payload.schemas = false;
-	buf_reset(out);
-	dbz_key(out, &d->k->dbz, &payload, d->e, cols, n);
-}
-
-/* Debezium's context headers (extended.headers.enabled, Debezium 3.3 and later; runId since 3.4):
- * on every data change record and its tombstone, not on messages or transaction records. */
+/* Debezium's context headers, unless the subscription leaves them out. */
 static void context_headers(dbz_event *d, buf *out)
 {
-	if (!d->s->context_headers || d->e->op == CDC__V1__OP__OP_MESSAGE)
-		return;
-	record_header(out, "__debezium.context.connectorLogicalName", d->o.server_name,
-		      strlen(d->o.server_name));
-	record_header(out, "__debezium.context.taskId", "0", 1);
-	record_header(out, "__debezium.context.connectorName", "postgresql", 10);
-	record_header(out, "__debezium.context.runId", d->k->run_id, strlen(d->k->run_id));
+	dbz_header h[DBZ_CONTEXT_HEADERS];
+	size_t n = d->s->context_headers ? dbz_context_headers(d->e, d->o.server_name, h) : 0;
+	for (size_t i = 0; i < n; i++)
+		record_header(out, h[i].name, h[i].value, strlen(h[i].value));
 }
 
-/* One record: key, the value of op with rows before and after, the other key in a header named
- * other (unless NULL), then the context headers. false (d->err) when Avro cannot write it. */
-static bool put_record(dbz_event *d, buf *out, const buf *key, bool has_key, char op,
-		       const Cdc__V1__Row *before, const Cdc__V1__Row *after, const char *other)
+/* One record of the event: its key (in d->k->key), its value, the other key's header, then the
+ * context headers. false (d->err) when Avro cannot write it. */
+static bool put_record(dbz_event *d, buf *out, const dbz_record *r)
 {
-	size_t at = record_begin(out, d->avro ? REC_AVRO : REC_DEBEZIUM, key, has_key);
-	if (!d->avro) {
-		dbz_value(out, &d->k->dbz, &d->o, d->e, op, before, after);
-	} else if (dbz_avro_value(out, &d->k->dbz, &d->o, d->cols, d->ncols, d->e, op, before, after, d->err,
-				  sizeof(d->err))) {
-		record_schemas(out, at, has_key ? d->key_schema : KAFKA_NO_SCHEMA, d->value_schema);
+	const buf *key = &d->k->key;
+	size_t at = record_begin(out,
+				 r->op == DBZ_TOMBSTONE ? REC_TOMBSTONE
+				 : d->avro		? REC_AVRO
+							: REC_DEBEZIUM,
+				 key, r->has_key);
+	if (r->op == DBZ_TOMBSTONE) {
+		if (d->avro)
+			record_schemas(out, at, d->key_schema, KAFKA_NO_SCHEMA);
+	} else if (!d->avro) {
+		dbz_value(out, &d->k->dbz, &d->o, d->e, r->op, r->before, r->after);
+	} else if (dbz_avro_value(out, &d->k->dbz, &d->o, d->cols, d->ncols, d->e, r->op, r->before, r->after,
+				  d->err, sizeof(d->err))) {
+		record_schemas(out, at, r->has_key ? d->key_schema : KAFKA_NO_SCHEMA, d->value_schema);
 	} else {
 		out->len = at;
 		return false;
 	}
 	size_t value_end = out->len;
-	if (other)
-		record_header(out, other, d->k->hdr.data, d->k->hdr.len);
+	if (r->key_header)
+		record_header(out, r->key_header, r->key_header_value->data, r->key_header_value->len);
 	context_headers(d, out);
 	record_end(out, at, value_end);
 	return true;
 }
 
-/* The tombstone after a delete: its key and its headers, as Debezium copies them. */
-static void put_tombstone(dbz_event *d, buf *out, const buf *key, const char *other)
-{
-	size_t at = record_begin(out, REC_TOMBSTONE, key, true);
-	if (d->avro)
-		record_schemas(out, at, d->key_schema, KAFKA_NO_SCHEMA);
-	size_t value_end = out->len;
-	if (other)
-		record_header(out, other, d->k->hdr.data, d->k->hdr.len);
-	context_headers(d, out);
-	record_end(out, at, value_end);
-}
-
-/* The event's records; -1 (d->err) when Avro cannot write them. An update that changed the key is
- * a delete of the old key (with a tombstone) and a create under the new one, each naming the other
- * key in a header, as Debezium writes it. */
+/* The event's records as dbz_records() says; -1 (d->err) when Avro cannot write them. A key is
+ * written once for the records that share it (a delete and its tombstone). */
 static int debezium_records(dbz_event *d, buf *out)
 {
-	kafka_sink *k = d->k;
-	const Cdc__V1__Event *e = d->e;
-	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
-	size_t n = e->key ? e->key->n_columns : 0;
-	bool has_key = e->key || e->op == CDC__V1__OP__OP_MESSAGE;
-	buf_reset(&k->key);
-	switch (e->op) {
-	case CDC__V1__OP__OP_UPDATE:
-		if (e->key && (!put_key(d, &k->key, new_key_columns(e, cols), n) ||
-			       !put_key(d, &k->prev_key, e->key->columns, n)))
+	dbz_record recs[DBZ_RECORDS_MAX];
+	size_t n = dbz_records(&d->k->dbz, d->e, d->s->tombstones, recs);
+	buf_reset(&d->k->key);
+	for (size_t i = 0; i < n; i++) {
+		const dbz_record *r = &recs[i];
+		bool written = i > 0 && recs[i - 1].has_key && recs[i - 1].key == r->key;
+		if (r->has_key && !written && !put_key(d, &d->k->key, r->key, r->nkey))
 			return -1;
-		if (e->key && e->old_row && !same(&k->key, &k->prev_key)) {
-			key_json(d, &k->hdr, cols, n);
-			if (!put_record(d, out, &k->prev_key, true, DBZ_DELETE, e->old_row, NULL,
-					"__debezium.newkey"))
-				return -1;
-			int nrec = 1;
-			if (d->s->tombstones) {
-				put_tombstone(d, out, &k->prev_key, "__debezium.newkey");
-				nrec++;
-			}
-			key_json(d, &k->hdr, e->key->columns, n);
-			if (!put_record(d, out, &k->key, true, DBZ_CREATE, NULL, e->new_row,
-					"__debezium.oldkey"))
-				return -1;
-			return nrec + 1;
-		}
-		return put_record(d, out, &k->key, has_key, DBZ_UPDATE, e->old_row, e->new_row, NULL) ? 1
-												      : -1;
-	case CDC__V1__OP__OP_DELETE:
-		if ((e->key && !put_key(d, &k->key, e->key->columns, n)) ||
-		    !put_record(d, out, &k->key, has_key, DBZ_DELETE, e->old_row, NULL, NULL))
+		if (!put_record(d, out, r))
 			return -1;
-		if (!d->s->tombstones || !has_key)
-			return 1;
-		put_tombstone(d, out, &k->key, NULL);
-		return 2;
-	case CDC__V1__OP__OP_TRUNCATE:
-		return put_record(d, out, &k->key, false, DBZ_TRUNCATE, NULL, NULL, NULL) ? 1 : -1;
-	case CDC__V1__OP__OP_MESSAGE:
-		return put_key(d, &k->key, NULL, 0) &&
-			       put_record(d, out, &k->key, true, DBZ_MESSAGE, NULL, NULL, NULL)
-			   ? 1
-			   : -1;
-	default: /* insert, read */
-		if (e->key && !put_key(d, &k->key, e->key->columns, n))
-			return -1;
-		return put_record(d, out, &k->key, has_key,
-				  e->op == CDC__V1__OP__OP_READ ? DBZ_READ : DBZ_CREATE, NULL, e->new_row,
-				  NULL)
-			   ? 1
-			   : -1;
 	}
+	return (int)n;
 }
 
 /* Format avro: the shape and schemas of the event's table (a message: Debezium's fixed schemas).
@@ -473,7 +397,6 @@ void kafka_render_free(kafka_sink *k)
 	buf_free(&k->topic_of);
 	buf_free(&k->key);
 	buf_free(&k->prev_key);
-	buf_free(&k->hdr);
 	buf_free(&k->key_out);
 	buf_free(&k->value);
 	dbz_scratch_free(&k->dbz);

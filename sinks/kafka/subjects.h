@@ -8,7 +8,7 @@
 #ifndef CDC_SUBJECTS_H
 #define CDC_SUBJECTS_H
 
-#include "sinks/kafka/debezium.h"
+#include "sinks/debezium.h"
 #include "sinks/kafka/registry.h"
 
 /* How a schema's subject is named (Confluent's subject name strategies). */

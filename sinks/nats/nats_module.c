@@ -124,16 +124,51 @@ static const sink_key section_keys[] = {
      .doc = "The client certificate's private key (PEM)."},
 };
 
-static const char *const format_names[] = {"protobuf", "json", NULL};
+static const char *const format_names[] = {"protobuf", "json", "debezium", NULL};
+enum { KEY_SUBJECT, KEY_FORMAT, KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS };
 static const sink_key sub_keys[] = {
-    {"subject", SINK_KEY_STRING, SUB(subject), .flags = SINK_KEY_NONEMPTY, .def_text = NATS_DEFAULT_SUBJECT,
-     SUBJECT,
-     .doc = "NATS only: the subject of each event, a template with `{schema}`, `{table}`, "
-	    "`{subscription}`, `{tag}`."},
-    {"format", SINK_KEY_ENUM, SUB(format), format_names, .def_number = NATS_PROTOBUF,
-     .doc = "NATS only: how messages are written: `protobuf` (`cdc.v1.Event`) or `json` (the event JSON "
-	    "`sink: stdout` prints), as Kafka's records."},
+    [KEY_SUBJECT] = {"subject", SINK_KEY_STRING, SUB(subject), .flags = SINK_KEY_NONEMPTY,
+		     .def_text = NATS_DEFAULT_SUBJECT, SUBJECT,
+		     .doc = "NATS only: the subject of each event, a template with `{schema}`, `{table}`, "
+			    "`{subscription}`, `{tag}`."},
+    [KEY_FORMAT] =
+	{"format", SINK_KEY_ENUM, SUB(format), format_names, .def_number = NATS_PROTOBUF,
+	 .doc = "NATS only: how messages are written. `protobuf`: `cdc.v1.Event`. `json`: the event "
+		"JSON `sink: stdout` prints. `debezium`: the value of Debezium's record, as Debezium "
+		"Server's NATS JetStream sink publishes it. See [nats.md](nats.md#debezium-messages)."},
+    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS: */
+    DBZ_SUB_KEYS(nats_sub_conf, dbz),
 };
+
+/* The keys of Debezium's records go only with format: debezium. */
+static bool key_valid(size_t key_index, int format)
+{
+	return key_index < KEY_SCHEMAS || format == NATS_DEBEZIUM;
+}
+
+static void check_sub(void *settings, const bool *given, sink_problems *problems)
+{
+	const nats_sub_conf *conf = settings;
+	char msg[160];
+	for (size_t i = 0; i < sizeof sub_keys / sizeof *sub_keys; i++)
+		if (given[i] && !key_valid(i, conf->format)) {
+			snprintf(msg, sizeof msg,
+				 "only valid with format: debezium (this subscription's format is %s)",
+				 format_names[conf->format]);
+			problems->report(problems, i, msg);
+		}
+}
+
+static bool sub_shown(const void *settings, size_t key_index)
+{
+	return key_valid(key_index, ((const nats_sub_conf *)settings)->format);
+}
+
+/* Debezium writes no truncate record unless asked (skipped.operations=t). */
+static unsigned ops_not_default(const void *settings)
+{
+	return ((const nats_sub_conf *)settings)->format == NATS_DEBEZIUM ? SINK_OP_TRUNCATE : 0;
+}
 
 /* ---- the sink ---- */
 
@@ -150,6 +185,11 @@ static bool bind_sink(sink *s, const sink_env *env, const void *section, const s
 	(void)env, (void)section, (void)err, (void)errlen;
 	nats_sink_bind(s, subs, nsubs);
 	return true;
+}
+
+static void database(sink *sk, const char *name)
+{
+	nats_sink_set_database(sk, name);
 }
 
 /* ---- figures ---- */
@@ -254,8 +294,12 @@ const sink_module nats_module = {
     .section_needed = "servers",
     .sub_keys = SINK_KEYS(sub_keys),
     .sub_size = sizeof(nats_sub_conf),
+    .check_sub = check_sub,
+    .sub_shown = sub_shown,
+    .ops_not_default = ops_not_default,
     .create = create_sink,
     .bind = bind_sink,
+    .database = database,
     .status_json = status_json,
     .metrics = metrics,
     .latency = latency,

@@ -17,6 +17,7 @@
 #include "decoder/base/log.h"
 #include "decoder/base/ring.h"
 #include "decoder/event.h"
+#include "sinks/debezium.h"
 #include "sinks/event_json.h"
 #include "sinks/pbwire.h"
 
@@ -44,6 +45,9 @@ typedef struct nats_sub {
 	char *name, *tag, *subject;
 	int format;
 	bool mine; /* a NATS subscription (the others' are never published) */
+	/* format debezium: */
+	char *server_name;
+	bool schemas, placeholder, context_headers;
 } nats_sub;
 
 typedef struct nats_sink {
@@ -76,19 +80,29 @@ typedef struct nats_sink {
 	nats_stats stats;
 	buf subject, value, msgid;
 	json_commit jcommit;
+	/* format debezium: */
+	dbz_scratch dbz;
+	char *database; /* source.db */
 } nats_sink;
 
-/* The rendered form of an event: this header, the subject (empty: nothing is published), the
- * subscription's name, then the value without the commit's fields. */
+/* The rendered form of an event: this header, the subject, the subscription's name, then count
+ * messages. count 0: nothing is published. */
 typedef struct nats_rendered {
 	uint32_t subject_len, sub_len;
 	uint64_t lsn, schema_id;
 	uint32_t xid;
-	uint8_t op, format;
+	uint8_t op, format, count;
 } nats_rendered;
+/* One message of a rendered event: this, its value without the commit's fields, then its own
+ * headers ("NAME\0VALUE\0" each). */
+typedef struct nats_part {
+	uint32_t value_len, headers_len;
+} nats_part;
 
-static const char *const content_types[] = {
-    [NATS_PROTOBUF] = "application/x-protobuf; messageType=cdc.v1.Event", [NATS_JSON] = "application/json"};
+static const char *const content_types[] = {[NATS_PROTOBUF] =
+						"application/x-protobuf; messageType=cdc.v1.Event",
+					    [NATS_JSON] = "application/json",
+					    [NATS_DEBEZIUM] = "application/json"};
 
 /* ---- subjects ---- */
 
@@ -520,6 +534,59 @@ static void wait_room(nats_sink *k)
 
 /* ---- the sink ---- */
 
+/* Starts a message of a rendered event: its value follows. Returns where it starts. */
+static size_t part_begin(buf *out)
+{
+	size_t at = out->len;
+	nats_part part = {0};
+	buf_append(out, &part, sizeof(part));
+	return at;
+}
+
+/* A header of the message being rendered, after its value. */
+static void part_header(buf *out, const char *name, const char *value, size_t len)
+{
+	buf_append(out, name, strlen(name) + 1);
+	buf_append(out, value, len);
+	buf_putc(out, '\0');
+}
+
+/* Ends the message started at at: its value ends at value_end, its headers follow. */
+static void part_end(buf *out, size_t at, size_t value_end)
+{
+	nats_part part = {.value_len = (uint32_t)(value_end - at - sizeof(part)),
+			  .headers_len = (uint32_t)(out->len - value_end)};
+	memcpy(out->data + at, &part, sizeof(part));
+}
+
+/* Debezium's records of an event as messages: their values and Debezium's headers. NATS has no
+ * keys and no compaction: the key is in no message, and there are no tombstones. Returns how many
+ * messages. */
+static uint8_t render_debezium(nats_sink *k, const nats_sub *s, const Cdc__V1__Event *e, buf *out)
+{
+	dbz_options o = {.server_name = s->server_name ? s->server_name : "cdc",
+			 .database = k->database ? k->database : "",
+			 .topic = k->subject.data,
+			 .schemas = s->schemas,
+			 .placeholder = s->placeholder};
+	dbz_record recs[DBZ_RECORDS_MAX];
+	size_t n = dbz_records(&k->dbz, e, false, recs);
+	dbz_header context[DBZ_CONTEXT_HEADERS];
+	size_t ncontext = s->context_headers ? dbz_context_headers(e, o.server_name, context) : 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t at = part_begin(out);
+		dbz_value(out, &k->dbz, &o, e, recs[i].op, recs[i].before, recs[i].after);
+		size_t value_end = out->len;
+		if (recs[i].key_header)
+			part_header(out, recs[i].key_header, recs[i].key_header_value->data,
+				    recs[i].key_header_value->len);
+		for (size_t j = 0; j < ncontext; j++)
+			part_header(out, context[j].name, context[j].value, strlen(context[j].value));
+		part_end(out, at, value_end);
+	}
+	return (uint8_t)n;
+}
+
 static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	nats_sink *k = (nats_sink *)base;
@@ -527,7 +594,8 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	const nats_sub *s = sub < k->nsubs ? &k->subs[sub] : &defaults;
 	bool table_event = e->op == CDC__V1__OP__OP_SCHEMA || e->op == CDC__V1__OP__OP_DDL;
 	buf_reset(&k->subject);
-	if (table_event && k->conf.schemas_subject)
+	/* Debezium's records carry their schemas: its subscriptions publish no schema or DDL events. */
+	if (table_event && k->conf.schemas_subject && s->format != NATS_DEBEZIUM)
 		nats_subject_name(&k->subject, k->conf.schemas_subject, e->schema, e->table, e->subscription,
 				  e->tag);
 	else if (!table_event)
@@ -540,19 +608,30 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 			   .xid = e->xid,
 			   .op = (uint8_t)e->op,
 			   .format = (uint8_t)s->format};
+	size_t at = out->len;
 	buf_append(out, &r, sizeof(r));
 	buf_append(out, k->subject.data, k->subject.len);
 	buf_append(out, e->subscription, r.sub_len);
 	if (!r.subject_len)
 		return;
-	if (s->format == NATS_JSON)
-		json_event_head(out, e);
-	else
-		pb_put_event(out, e);
+	if (s->format == NATS_DEBEZIUM) {
+		r.count = render_debezium(k, s, e, out);
+	} else {
+		size_t part = part_begin(out);
+		if (s->format == NATS_JSON)
+			json_event_head(out, e);
+		else
+			pb_put_event(out, e);
+		part_end(out, part, out->len);
+		r.count = 1;
+	}
+	memcpy(out->data + at, &r, sizeof(r));
 }
 
-/* The message's headers: Kafka's cdc-* headers and content-type. */
-static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *sub, const sink_commit *c)
+/* The message's headers: Kafka's cdc-* headers, content-type, then its own ("NAME\0VALUE\0" each,
+ * checked by deliver). */
+static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *sub, const sink_commit *c,
+			      const char *own, size_t own_len)
 {
 	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16], id[17], name[128];
 	const char *op = evt_op_name((Cdc__V1__Op)r->op);
@@ -575,7 +654,78 @@ static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *su
 		s = natsMsgHeader_Set(m, "cdc-xid", xid);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "content-type", content_types[r->format]);
+	for (const char *p = own, *end = own + own_len; s == NATS_OK && p < end;) {
+		const char *value = p + strlen(p) + 1;
+		s = natsMsgHeader_Set(m, p, value);
+		p = value + strlen(value) + 1;
+	}
 	return s;
+}
+
+/* Whether a message's own headers are whole: pairs of NUL-terminated names and values. */
+static bool headers_whole(const char *p, size_t len)
+{
+	size_t nuls = 0;
+	for (size_t i = 0; i < len; i++)
+		nuls += p[i] == '\0';
+	return len == 0 || (p[len - 1] == '\0' && nuls % 2 == 0);
+}
+
+/* The value of a message with the commit's fields, in k->value. */
+static void complete_value(nats_sink *k, int format, const char *head, size_t len, const nats_rendered *r,
+			   const sink_commit *c)
+{
+	buf_reset(&k->value);
+	if (format == NATS_DEBEZIUM) {
+		dbz_fill fill = {.commit_lsn = c->commit_lsn,
+				 .commit_time = c->commit_time,
+				 .now = wall_us(),
+				 .xid = r->xid};
+		dbz_complete(&k->value, head, len, &fill);
+		return;
+	}
+	buf_append(&k->value, head, len);
+	if (format == NATS_JSON) {
+		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
+		k->value.len--; /* one object, not a line */
+	} else {
+		pb_put_commit(&k->value, c);
+	}
+}
+
+/* Publishes message nth (0 first) of an event: its id is the change's position, so the same change
+ * sent again after a restart has the same id. */
+static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const sink_commit *c, unsigned nth,
+		    const char *own, size_t own_len)
+{
+	char commit[LSN_STRLEN];
+	lsn_format(c->commit_lsn, commit);
+	buf_reset(&k->msgid);
+	buf_printf(&k->msgid, "%.*s:%s:%" PRIu32 "%s", (int)r->sub_len, sub, commit, c->tx_index,
+		   c->before_change ? ":schema" : "");
+	if (nth)
+		buf_printf(&k->msgid, ":%u", nth + 1);
+	natsMsg *m = NULL;
+	natsStatus s = natsMsg_Create(&m, k->subject.data, NULL, k->value.data, (int)k->value.len);
+	if (s == NATS_OK)
+		s = set_headers(m, r, sub, c, own, own_len);
+	jsPubOptions po;
+	jsPubOptions_Init(&po);
+	po.MsgId = k->msgid.data;
+	if (s == NATS_OK && !same_connection(k)) {
+		natsMsg_Destroy(m);
+		fail_lost(k);
+		return false;
+	}
+	if (s == NATS_OK)
+		s = js_PublishMsgAsync(k->js, &m, &po);
+	natsMsg_Destroy(m); /* NULL once libnats took it */
+	if (s != NATS_OK) {
+		char why[512];
+		fail(k, "a message could not be published", status_text(s, why, sizeof(why)));
+		return false;
+	}
+	return true;
 }
 
 static bool nats_deliver(sink *base, uint32_t subscription, const char *data, size_t len,
@@ -589,57 +739,37 @@ static bool nats_deliver(sink *base, uint32_t subscription, const char *data, si
 	if (len < sizeof(r))
 		return errf(err, errlen, "nats sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
-	if (sizeof(r) + (size_t)r.subject_len + r.sub_len > len || r.format > NATS_JSON)
+	if (sizeof(r) + (size_t)r.subject_len + r.sub_len > len || r.format > NATS_DEBEZIUM)
 		return errf(err, errlen, "nats sink: rendered event is corrupt");
-	if (!r.subject_len)
+	if (!r.count)
 		return true; /* a schema or DDL event without nats.schemas_subject */
-	const char *subject = data + sizeof(r), *sub = subject + r.subject_len, *head = sub + r.sub_len;
-	size_t head_len = len - (size_t)(head - data);
+	const char *subject = data + sizeof(r), *sub = subject + r.subject_len, *p = sub + r.sub_len;
+	const char *end = data + len;
 	if (!ensure_stream(k))
 		return true;
-	wait_room(k);
-	if (k->failed)
-		return true;
-	buf_reset(&k->value);
-	buf_append(&k->value, head, head_len);
-	if (r.format == NATS_JSON) {
-		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
-		k->value.len--; /* one object, not a line */
-	} else
-		pb_put_commit(&k->value, c);
-	/* The change's position: the same change sent again after a restart has the same id. */
-	char commit[LSN_STRLEN];
-	lsn_format(c->commit_lsn, commit);
-	buf_reset(&k->msgid);
-	buf_printf(&k->msgid, "%.*s:%s:%" PRIu32 "%s", (int)r.sub_len, sub, commit, c->tx_index,
-		   c->before_change ? ":schema" : "");
 	buf_reset(&k->subject);
 	buf_append(&k->subject, subject, r.subject_len);
-	buf_putc(&k->subject, '\0');
-	natsMsg *m = NULL;
-	natsStatus s = natsMsg_Create(&m, k->subject.data, NULL, k->value.data, (int)k->value.len);
-	if (s == NATS_OK)
-		s = set_headers(m, &r, sub, c);
-	jsPubOptions po;
-	jsPubOptions_Init(&po);
-	po.MsgId = k->msgid.data;
-	if (s == NATS_OK && !same_connection(k)) {
-		natsMsg_Destroy(m);
-		fail_lost(k);
-		return true;
+	for (unsigned i = 0; i < r.count; i++) {
+		wait_room(k); /* each message counts against max_in_flight */
+		if (k->failed)
+			return true;
+		nats_part part;
+		if ((size_t)(end - p) < sizeof(part))
+			return errf(err, errlen, "nats sink: rendered event is corrupt");
+		memcpy(&part, p, sizeof(part));
+		const char *value = p + sizeof(part), *own = value + part.value_len;
+		if ((size_t)(end - value) < (size_t)part.value_len + part.headers_len ||
+		    !headers_whole(own, part.headers_len))
+			return errf(err, errlen, "nats sink: rendered event is corrupt");
+		p = own + part.headers_len;
+		complete_value(k, r.format, value, part.value_len, &r, c);
+		if (!publish(k, &r, sub, c, i, own, part.headers_len))
+			return true;
+		nats_txn *t = txn_for(k, seq, c);
+		t->outstanding++;
+		t->sent_ms = now_ms();
+		k->stats.in_flight++;
 	}
-	if (s == NATS_OK)
-		s = js_PublishMsgAsync(k->js, &m, &po);
-	natsMsg_Destroy(m); /* NULL once libnats took it */
-	if (s != NATS_OK) {
-		char why[512];
-		fail(k, "a message could not be published", status_text(s, why, sizeof(why)));
-		return true;
-	}
-	nats_txn *t = txn_for(k, seq, c);
-	t->outstanding++;
-	t->sent_ms = now_ms();
-	k->stats.in_flight++;
 	return true;
 }
 
@@ -745,6 +875,7 @@ static void subs_free(nats_sink *k)
 		free(k->subs[i].name);
 		free(k->subs[i].tag);
 		free(k->subs[i].subject);
+		free(k->subs[i].server_name);
 	}
 	free(k->subs);
 	k->subs = NULL;
@@ -766,6 +897,8 @@ static void nats_free(sink *base)
 	buf_free(&k->value);
 	buf_free(&k->msgid);
 	json_commit_free(&k->jcommit);
+	dbz_scratch_free(&k->dbz);
+	free(k->database);
 	if (k->ncstats)
 		natsStatistics_Destroy(k->ncstats);
 	close(k->pipe[0]);
@@ -797,11 +930,16 @@ void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
 	k->nsubs = nsubs;
 	for (size_t i = 0; i < nsubs; i++) {
 		const nats_sub_conf *c = subs[i].settings;
-		k->subs[i] = (nats_sub){.name = xstrdup(subs[i].name),
-					.tag = subs[i].tag ? xstrdup(subs[i].tag) : NULL,
-					.subject = xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
-					.format = c->format,
-					.mine = subs[i].mine};
+		k->subs[i] =
+		    (nats_sub){.name = xstrdup(subs[i].name),
+			       .tag = subs[i].tag ? xstrdup(subs[i].tag) : NULL,
+			       .subject = xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
+			       .format = c->format,
+			       .mine = subs[i].mine,
+			       .server_name = c->dbz.server_name ? xstrdup(c->dbz.server_name) : NULL,
+			       .schemas = c->dbz.schemas,
+			       .placeholder = c->dbz.unchanged_toast == DBZ_TOAST_PLACEHOLDER,
+			       .context_headers = c->dbz.context_headers};
 	}
 	k->stream_ready = false; /* new subjects: the stream is checked again */
 }
@@ -831,6 +969,13 @@ sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, c
 		return NULL;
 	}
 	return &k->base;
+}
+
+void nats_sink_set_database(sink *sk, const char *name)
+{
+	nats_sink *k = (nats_sink *)sk;
+	free(k->database);
+	k->database = name ? xstrdup(name) : NULL;
 }
 
 const nats_stats *nats_sink_stats(const sink *s)

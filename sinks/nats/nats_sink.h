@@ -9,6 +9,7 @@
 #include <nats/nats.h>
 
 #include "decoder/base/hist.h"
+#include "sinks/debezium.h"
 #include "sinks/module.h"
 #include "sinks/sink.h"
 
@@ -30,12 +31,13 @@ typedef struct nats_conf {
 } nats_conf;
 
 /* How a subscription's messages are written (as Kafka's formats). */
-typedef enum nats_format { NATS_PROTOBUF, NATS_JSON } nats_format;
+typedef enum nats_format { NATS_PROTOBUF, NATS_JSON, NATS_DEBEZIUM } nats_format;
 
 /* Each NATS subscription's keys. */
 typedef struct nats_sub_conf {
-	char *subject; /* template: {schema} {table} {subscription} {tag} */
-	int format;    /* nats_format */
+	char *subject;	  /* template: {schema} {table} {subscription} {tag} */
+	int format;	  /* nats_format */
+	dbz_sub_conf dbz; /* format debezium */
 } nats_sub_conf;
 
 #define NATS_DEFAULT_SUBJECT "cdc.{schema}.{table}"
@@ -58,6 +60,9 @@ natsStatus nats_set_access(natsOptions *opts, const nats_conf *conf);
 sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen);
 /* The subscriptions to take from now on (copied). */
 void nats_sink_bind(sink *sk, const sink_sub *subs, size_t nsubs);
+/* The name of the database the slot streams (source.db of Debezium's records), once cdc knows it
+ * (copied). */
+void nats_sink_set_database(sink *sk, const char *name);
 
 typedef struct nats_stats {
 	uint64_t in_flight, delivered, duplicates, errors, restarts, reconnects;

@@ -11,7 +11,7 @@
 #include "decoder/base/arena.h"
 #include "decoder/event.h"
 #include "decoder/pgtypes.h"
-#include "sinks/kafka/debezium.h"
+#include "sinks/debezium.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

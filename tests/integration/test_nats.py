@@ -11,16 +11,21 @@ that refuses publishes (cdc holds the slot and says why, then goes on), a missin
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import CDC_BIN, wait_for  # noqa: E402
 from kafka_fixtures import lsn_text, row_plain, row_typed  # noqa: E402
 from nats_fixtures import read_stream  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
+from test_kafka import kafka_section  # noqa: E402
+from test_kafka_formats import ROOT, Window, check_records, read_topic, substitute  # noqa: E402
 from test_status import get  # noqa: E402
 
 CONTENT_TYPE_EVENT = "application/x-protobuf; messageType=cdc.v1.Event"
@@ -183,6 +188,140 @@ def test_every_op_and_type_headers_and_msg_id(pg, schema, cdc, nats_server, prot
         assert {k: v[k] for k in v if k != "subscription"} == {k: s[k] for k in s if k != "subscription"}
         assert v["subscription"] == "j" and m.header("cdc-schema-id") == v.get("schema_id")
         assert m.header("Nats-Msg-Id") == f"j:{v['commit_lsn']}:{v['tx_index']}"
+
+
+def test_debezium_messages_are_kafkas_debezium_values(pg, schema, cdc, kafka, nats_server):
+    """format: debezium: each NATS message's data is the value of the record that Kafka's format:
+    debezium writes for the same change, field by field (the envelope's ts_ms, ts_us and ts_ns are
+    the time each sink wrote it), and its headers are that record's (cdc-*, Debezium's context
+    headers, a key change's __debezium.newkey and __debezium.oldkey) with the subscription's name
+    and Nats-Msg-Id. No keys and no tombstones, as Debezium Server's NATS JetStream sink publishes
+    them. Every op (insert, update with a TOASTed value left unchanged, a key change, delete,
+    truncate, message), with and without schemas; the subject is the envelope schema's topic."""
+    pg.sql(f"create table {schema}.t (id int primary key, name text, big text)")
+    pg.sql(f"alter table {schema}.t alter column big set storage external")  # out of line, uncompressed
+    ops = ["insert", "update", "delete", "truncate", "message"]
+    subs = []
+    for prefix, schemas in (("plain", False), ("schemas", True)):
+        common = dict(format="debezium", server_name="dbserver1", schemas=schemas, operations=ops)
+        subs.append(dict({"name": "k" + prefix, "tables": [f"{schema}.t"], "sink": "kafka",
+                          "topic": prefix + ".{schema}.{table}"}, **common))
+        subs.append(nsub("n" + prefix, [f"{schema}.t"], subject=prefix + ".{schema}.{table}", **common))
+        for topic in (f"{prefix}.{schema}.t", f"{prefix}.."):
+            kafka.create_topic(topic, 1)
+    c = cdc(subscriptions=subs, nats=nats_section(nats_server), kafka=kafka_section(kafka))
+    p = c.start()
+    conn = pg.connect()
+    cur = conn.cursor()
+    cur.execute("begin")
+    cur.execute(f"insert into {schema}.t values (1, 'one', repeat('x', 4000)), (2, 'two', null)")
+    cur.execute("commit")
+    cur.execute(f"update {schema}.t set name = 'uno' where id = 1")  # big: unchanged TOAST
+    cur.execute(f"update {schema}.t set id = 10 where id = 1")  # a key change
+    cur.execute(f"delete from {schema}.t where id = 2")
+    cur.execute("select pg_logical_emit_message(true, 'cdc-test', 'hello')")
+    cur.execute(f"truncate {schema}.t")
+    conn.close()
+
+    # Kafka: 2 inserts, update, the key change (delete, tombstone, create), delete, tombstone,
+    # truncate on the table's topic; the message on its own. NATS: the same without tombstones.
+    msgs = wait_stream(nats_server, 16, describe=p.describe)
+    kafka_records = {prefix: [dict(r, topic=t) for t in (f"{prefix}.{schema}.t", f"{prefix}..")
+                              for r in read_topic(kafka, t, 9 if t.endswith(".t") else 1, p.describe)]
+                     for prefix in ("plain", "schemas")}
+    assert p.terminate() == 0, p.describe()
+    msgs = read_stream(nats_server)
+    assert len(msgs) == 16, [(m.subject, m.headers) for m in msgs]
+
+    def masked(value):
+        """value with the envelope's times (a message has ts_ms only) as <now>."""
+        payload = value.get("payload", value)
+        assert isinstance(payload["ts_ms"], int), value
+        for k in ("ts_ms", "ts_us", "ts_ns"):
+            if k in payload:
+                assert isinstance(payload[k], int), (k, value)
+                payload[k] = "<now>"
+        return value
+
+    runs = set()
+    for prefix in ("plain", "schemas"):
+        mine = [m for m in msgs if m.header("cdc-subscription") == "n" + prefix]
+        kafka_values = [r for r in kafka_records[prefix] if r["value"] is not None]
+        assert [r["topic"] for r in kafka_records[prefix]].count(f"{prefix}.{schema}.t") == 9
+        assert len(mine) == len(kafka_values) == 8, (prefix, [m.headers for m in mine])
+        # table changes in commit order, then the message (on a subject of its own)
+        mine.sort(key=lambda m: m.subject.endswith("._._"))
+        for m, r in zip(mine, kafka_values):
+            want = json.loads(r["value"])
+            got = json.loads(m.data)
+            assert masked(got) == masked(want), (prefix, got, want)
+            assert m.subject == (f"{prefix}.{schema}.t" if r["topic"].endswith(".t") else f"{prefix}._._")
+            kh = dict(r["headers"])
+            assert kh.pop("cdc-subscription") == "k" + prefix
+            nh = dict(m.headers)
+            assert nh.pop("cdc-subscription") == "n" + prefix
+            msg_id = nh.pop("Nats-Msg-Id")
+            assert nh == kh, (prefix, nh, kh)
+            runs.add(nh.get("__debezium.context.runId"))
+            payload = got.get("payload", got)
+            commit = lsn_text(int(json.loads(payload["source"]["sequence"])[0]))
+            assert msg_id.startswith(f"n{prefix}:{commit}:"), msg_id
+            # the key change's create is the change's second message
+            assert msg_id.endswith(":2") == ("__debezium.oldkey" in nh), (msg_id, nh)
+        ops = [(json.loads(m.data).get("payload", json.loads(m.data))["op"], m.header("cdc-op")) for m in mine]
+        assert ops == [("c", "insert"), ("c", "insert"), ("u", "update"), ("d", "update"), ("c", "update"),
+                       ("d", "delete"), ("t", "truncate"), ("m", "message")], ops
+        after = json.loads(mine[2].data).get("payload", json.loads(mine[2].data))["after"]
+        assert after == {"id": 1, "name": "uno", "big": "__debezium_unavailable_value"}, after
+        assert mine[3].header("__debezium.newkey") == '{"id":10}'
+        assert mine[4].header("__debezium.oldkey") == '{"id":1}'
+        assert {m.header("content-type") for m in mine} == {"application/json"}
+    assert len(runs - {None}) == 1, runs  # one runId for the process, on both sinks
+
+
+# Debezium's documented shapes (tests/fixtures/debezium, which test_kafka_formats.py checks Kafka's
+# records against): an insert, an update, a delete, and an update of the key.
+DEBEZIUM_FIXTURES = ["create", "update_default", "delete_default", "update_key"]
+
+
+@pytest.mark.parametrize("name", DEBEZIUM_FIXTURES)
+def test_debezium_fixture(pg, schema, cdc, nats_server, name):
+    """format: debezium through nats-server -js: the fixture's SQL, then each message against the
+    fixture's Kafka records as Debezium Server's NATS JetStream sink would publish them. The value
+    field by field, on the subject of the record's topic, with the headers the fixture names. No key
+    and no tombstone: a delete is one message, a key change two (delete, then create). Each message
+    also carries cdc's headers, which agree with its value, and a Nats-Msg-Id from the change's
+    position (the key change's create adds :2). Nothing else is in the stream."""
+    fx = json.load(open(os.path.join(ROOT, "tests", "fixtures", "debezium", name + ".json")))
+    names = {"schema": schema}
+    window = Window()
+    for sql in substitute(fx["setup"], names):
+        pg.sql(sql)
+    want = [dict(r, key=None) for r in substitute(fx["records"], names) if r["value"] is not None]
+    sub = dict({"name": "dbz", "sink": "nats", "format": "debezium"}, **substitute(fx["subscription"], names))
+    c = cdc(subscriptions=[sub], nats=nats_section(nats_server))
+    p = c.start()
+    for sql in substitute(fx["sql"], names):
+        pg.sql(sql)
+    wait_stream(nats_server, len(want), describe=p.describe)
+    assert p.terminate() == 0, p.describe()
+    msgs = read_stream(nats_server)
+    got = [{"topic": m.subject, "key": None, "value": json.loads(m.data), "headers": m.headers} for m in msgs]
+    assert len(got) == len(want), [(g["topic"], g["value"] and g["value"]["op"]) for g in got]
+    check_records(want, got, window)
+    for w, m in zip(want, msgs):
+        assert set(m.headers) == set(w["headers"]) | {"cdc-lsn", "cdc-commit-lsn", "cdc-xid", "cdc-subscription",
+                                                      "cdc-schema-id", "Nats-Msg-Id"}, m.headers
+        assert re.fullmatch(r"[0-9a-f]{16}", m.header("cdc-schema-id")), m.headers
+        source = json.loads(m.data)["source"]
+        commit = lsn_text(int(json.loads(source["sequence"])[0]))
+        assert m.header("cdc-commit-lsn") == commit, (m.headers, source)
+        assert m.header("cdc-lsn") == lsn_text(source["lsn"]), (m.headers, source)
+        assert m.header("cdc-xid") == str(source["txId"]), (m.headers, source)
+        assert m.header("cdc-subscription") == "dbz"
+        # one row per transaction: the change's index is 0
+        second = "__debezium.oldkey" in w["headers"]
+        assert m.header("Nats-Msg-Id") == f"dbz:{commit}:0" + (":2" if second else ""), m.headers
 
 
 # --- failures ----------------------------------------------------------------------------------

@@ -660,8 +660,8 @@ static const struct {
 	    "subscription's format is json)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: debezium,"
 	    " server_name: \"a b\", unchanged_toast: null}\n",
-	    "t.yaml:3:74: subscriptions[0].server_name: invalid name \"a b\": a Kafka topic name "
-	    "[a-zA-Z0-9._-]{1,249}\n"
+	    "t.yaml:3:74: subscriptions[0].server_name: invalid name \"a b\": a server name "
+	    "[a-zA-Z0-9._-]{1,249}, as Debezium's topic.prefix\n"
 	    "t.yaml:3:98: subscriptions[0].unchanged_toast: expected a name, got null\n"),
 	BAD("kafka: {brokers: k, transactions_topic: tx}\nsubscriptions:\n"
 	    "  - {name: a, tables: [a.b], sink: kafka, format: debezium}\n"
@@ -1486,7 +1486,7 @@ static void test_format_defaults(void)
 		const cfg_subscription *s = &c->subs[0];
 		CHECK_INT(KAF(s)->format, cases[i].format);
 		CHECK_INT(KAF(s)->tombstones, cases[i].tombstones);
-		CHECK_INT(KAF(s)->schemas, cases[i].schemas);
+		CHECK_INT(KAF(s)->dbz.schemas, cases[i].schemas);
 		char *p = roundtrip(y.data, "format");
 		CHECK(p && strstr(p, cases[i].printed));
 		if (p && !strstr(p, cases[i].printed))
@@ -1674,9 +1674,10 @@ static void test_nats_keys(void)
 	expect_errors(
 	    __LINE__,
 	    "kafka: {brokers: k}\nsubscriptions:\n"
-	    "  - {name: a, tables: [a.b], sink: nats, topic: t, format: debezium}\n"
+	    "  - {name: a, tables: [a.b], sink: nats, topic: t, format: avro}\n"
 	    "  - {name: b, tables: [a.b], sink: kafka, subject: s}\n",
-	    "t.yaml:3:60: subscriptions[0].format: invalid value \"debezium\" (expected protobuf, json)\n"
+	    "t.yaml:3:60: subscriptions[0].format: invalid value \"avro\" (expected protobuf, json, "
+	    "debezium)\n"
 	    "t.yaml:3:36: subscriptions[0].sink: sink nats needs a top-level nats section (servers)\n"
 	    "t.yaml:3:42: subscriptions[0].topic: only valid with sink: kafka (this subscription's sink is "
 	    "nats)\n"
@@ -1695,6 +1696,52 @@ static void test_nats_keys(void)
 	    "not be empty (no leading, trailing or double dots)\n"
 	    "t.yaml:4:51: subscriptions[1].subject: invalid subject \"x.{tab}\": unknown placeholder "
 	    "\"{tab}\" (expected {schema}, {table}, {subscription}, {tag})\n");
+}
+
+/* format: debezium on NATS: Debezium's keys (the same rows as Kafka's) fill each sink's own struct,
+ * are refused with another format, and truncates are left out unless listed. */
+static void test_nats_debezium_keys(void)
+{
+	buf e = {0};
+	cfg *c = parse("kafka: {brokers: k}\nnats: {servers: \"nats://n:4222\"}\n"
+		       "subscriptions:\n"
+		       "  - {name: k, tables: [a.b], sink: kafka, format: debezium, server_name: kserver}\n"
+		       "  - {name: n, tables: [a.b], sink: nats, format: debezium, server_name: nserver,"
+		       " schemas: true, unchanged_toast: omit, context_headers: false}\n"
+		       "  - {name: p, tables: [a.b], sink: nats}\n",
+		       &e);
+	CHECK(c != NULL);
+	if (c) {
+		const nats_sub_conf *n = c->subs[1].sink_settings[SINK_NATS];
+		CHECK_STR(KAF(&c->subs[0])->dbz.server_name, "kserver");
+		CHECK_INT(n->format, NATS_DEBEZIUM);
+		CHECK_STR(n->dbz.server_name, "nserver");
+		CHECK(n->dbz.schemas && !n->dbz.context_headers);
+		CHECK_INT(n->dbz.unchanged_toast, DBZ_TOAST_OMIT);
+		CHECK_INT(c->subs[1].ops &
+			      (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE | MATCH_OP_TRUNCATE),
+			  MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE);
+		const nats_sub_conf *p = c->subs[2].sink_settings[SINK_NATS];
+		CHECK_STR(p->dbz.server_name, "cdc");
+		CHECK(p->dbz.context_headers && !p->dbz.schemas);
+		CHECK(c->subs[2].ops & MATCH_OP_TRUNCATE);
+		char *out = print(c);
+		CHECK(strstr(out, "    server_name: nserver\n    unchanged_toast: omit\n") != NULL);
+		/* the protobuf subscription shows none of them */
+		const char *third = strstr(out, "  - name: p\n");
+		CHECK(third && !strstr(third, "server_name"));
+		free(out);
+	}
+	cfg_free(c);
+	buf_free(&e);
+	expect_errors(
+	    __LINE__,
+	    "nats: {servers: n}\nsubscriptions:\n"
+	    "  - {name: a, tables: [a.b], sink: nats, format: json, server_name: x, schemas: true}\n",
+	    "t.yaml:3:72: subscriptions[0].schemas: only valid with format: debezium (this "
+	    "subscription's format is json)\n"
+	    "t.yaml:3:56: subscriptions[0].server_name: only valid with format: debezium (this "
+	    "subscription's format is json)\n");
 }
 
 static void test_enum_names(void)
@@ -2100,6 +2147,7 @@ int main(void)
 	test_restart_keys();
 	test_enum_names();
 	test_nats_keys();
+	test_nats_debezium_keys();
 	test_file_replace();
 	test_reference();
 	test_secret_files();

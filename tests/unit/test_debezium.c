@@ -3,7 +3,7 @@
  * type's value and schema, the envelope of each op with and without schemas, keys, the TOAST
  * placeholders, the marks' filling and the transaction records. Expected values that Debezium's
  * own tests assert are marked with where (AbstractRecordsProducerTest, Debezium 3.6). */
-#include "sinks/kafka/debezium.h"
+#include "sinks/debezium.h"
 
 #include <stdlib.h>
 
@@ -429,6 +429,79 @@ static void test_toast(void)
 	arena_reset(A);
 }
 
+/* Which records an event becomes (dbz_records), and the headers they carry: the plan both
+ * Kafka's records and NATS's messages follow. */
+static void test_records(void)
+{
+	Cdc__V1__Column *id7 = col("id", PGT_INT4, -1, "7"), *id8 = col("id", PGT_INT4, -1, "8");
+	Cdc__V1__Column *v = col("v", PGT_TEXT, -1, "x");
+	Cdc__V1__Row *key7 = row(1, id7), *full7 = row(2, id7, v), *full8 = row(2, id8, v);
+	dbz_record r[DBZ_RECORDS_MAX];
+
+	/* an insert: a create under its key */
+	Cdc__V1__Event *e = event(CDC__V1__OP__OP_INSERT, key7, full7, NULL);
+	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK(r[0].op == DBZ_CREATE && r[0].has_key && r[0].nkey == 1 && r[0].key[0] == id7);
+	CHECK(r[0].before == NULL && r[0].after == full7 && r[0].key_header == NULL);
+
+	/* an update under REPLICA IDENTITY FULL that kept the key: one update */
+	e = event(CDC__V1__OP__OP_UPDATE, key7, full7, full7);
+	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK(r[0].op == DBZ_UPDATE && r[0].before == full7 && r[0].after == full7 &&
+	      r[0].key_header == NULL);
+	CHECK(r[0].key[0] == id7);
+
+	/* an update that moved the row from key 7 to 8: delete, tombstone, create */
+	e = event(CDC__V1__OP__OP_UPDATE, key7, full8, key7);
+	CHECK_INT(dbz_records(&S, e, true, r), 3);
+	CHECK(r[0].op == DBZ_DELETE && r[0].before == key7 && r[0].after == NULL && r[0].key[0] == id7);
+	CHECK_STR(r[0].key_header, "__debezium.newkey");
+	CHECK_STR(r[0].key_header_value->data, "{\"id\":8}");
+	CHECK(r[1].op == DBZ_TOMBSTONE && r[1].key[0] == id7);
+	CHECK_STR(r[1].key_header, "__debezium.newkey");
+	CHECK(r[2].op == DBZ_CREATE && r[2].before == NULL && r[2].after == full8 && r[2].key[0] == id8);
+	CHECK_STR(r[2].key_header, "__debezium.oldkey");
+	CHECK_STR(r[2].key_header_value->data, "{\"id\":7}");
+	/* ... and without tombstones (NATS): delete and create */
+	CHECK_INT(dbz_records(&S, e, false, r), 2);
+	CHECK(r[0].op == DBZ_DELETE && r[1].op == DBZ_CREATE && r[1].key[0] == id8);
+
+	/* a delete: its tombstone only when asked, and only with a key */
+	e = event(CDC__V1__OP__OP_DELETE, key7, NULL, key7);
+	CHECK_INT(dbz_records(&S, e, true, r), 2);
+	CHECK(r[0].op == DBZ_DELETE && r[1].op == DBZ_TOMBSTONE && r[1].has_key);
+	CHECK_INT(dbz_records(&S, e, false, r), 1);
+	e = event(CDC__V1__OP__OP_DELETE, NULL, NULL, full7);
+	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK(r[0].op == DBZ_DELETE && !r[0].has_key);
+
+	/* a truncate has a null key; a message is keyed by its prefix (dbz_key) */
+	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
+	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK(r[0].op == DBZ_TRUNCATE && !r[0].has_key);
+	e = event(CDC__V1__OP__OP_MESSAGE, NULL, NULL, NULL);
+	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK(r[0].op == DBZ_MESSAGE && r[0].has_key && r[0].nkey == 0);
+
+	/* Debezium's context headers: on data changes, none on a message */
+	dbz_header h[DBZ_CONTEXT_HEADERS];
+	CHECK_INT(dbz_context_headers(e, "srv", h), 0);
+	e = event(CDC__V1__OP__OP_INSERT, key7, full7, NULL);
+	CHECK_INT(dbz_context_headers(e, "srv", h), 4);
+	CHECK(strcmp(h[0].name, "__debezium.context.connectorLogicalName") == 0 &&
+	      strcmp(h[0].value, "srv") == 0);
+	CHECK(strcmp(h[1].name, "__debezium.context.taskId") == 0 && strcmp(h[1].value, "0") == 0);
+	CHECK(strcmp(h[2].name, "__debezium.context.connectorName") == 0 &&
+	      strcmp(h[2].value, "postgresql") == 0);
+	CHECK(strcmp(h[3].name, "__debezium.context.runId") == 0 && h[3].value == dbz_run_id());
+
+	/* the run id: a version 4 UUID, the same for the whole process */
+	const char *id = dbz_run_id();
+	CHECK(strlen(id) == 36 && id[8] == '-' && id[14] == '4' && strchr("89ab", id[19]) &&
+	      id == dbz_run_id());
+	arena_reset(A);
+}
+
 /* BEGIN and END on the transactions topic (Debezium's transaction metadata). */
 static void test_transaction_records(void)
 {
@@ -463,6 +536,7 @@ int main(void)
 	test_names_escaped();
 	test_ops();
 	test_toast();
+	test_records();
 	test_transaction_records();
 	dbz_scratch_free(&S);
 	arena_free(A);

@@ -218,16 +218,13 @@ static void test_debezium(void)
 	/* Debezium's context headers after the other key's, on the tombstone too */
 	k->subs[0].context_headers = true;
 	k->subs[0].server_name = "srv";
-	strcpy(k->run_id, "0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b");
 	CHECK_INT(render(k, &e, &out, &r, rec), 3);
-	static const char context[] =
-	    "__debezium.context.connectorLogicalName=srv,__debezium.context.taskId=0,"
-	    "__debezium.context.connectorName=postgresql,"
-	    "__debezium.context.runId=0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b";
-	static const char newkey[] =
-	    "__debezium.newkey={\"id\":2},__debezium.context.connectorLogicalName=srv,"
-	    "__debezium.context.taskId=0,__debezium.context.connectorName=postgresql,"
-	    "__debezium.context.runId=0f5c1e8a-6d2b-4c2e-9a57-3c1d2e4f5a6b";
+	char context[256], newkey[sizeof context + 32];
+	snprintf(context, sizeof context,
+		 "__debezium.context.connectorLogicalName=srv,__debezium.context.taskId=0,"
+		 "__debezium.context.connectorName=postgresql,__debezium.context.runId=%s",
+		 dbz_run_id());
+	snprintf(newkey, sizeof newkey, "__debezium.newkey={\"id\":2},%s", context);
 	CHECK_STR(headers(&rec[0]), newkey);
 	CHECK_STR(headers(&rec[1]), newkey);
 	CHECK(strstr(headers(&rec[2]), context) != NULL);

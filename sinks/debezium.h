@@ -1,8 +1,10 @@
-/* debezium.h: Kafka records as Debezium's PostgreSQL connector writes them through Kafka Connect's
- * JsonConverter (`format: debezium`): keys, envelope values and transaction metadata records, with
- * or without their schemas. Pure: an event in, bytes out. What is known only once the event's
- * transaction commits (source.ts_ms, the sequence, the transaction block) and the time a record is
- * produced are left as marks in a rendered value, which dbz_complete() fills. */
+/* debezium.h: Debezium's records, as its PostgreSQL connector writes them through Kafka Connect's
+ * JsonConverter. Kafka's `format: debezium` and `avro` write them, and so does NATS's `format:
+ * debezium`. Here: which records an event becomes, keys, envelope values, headers and
+ * transaction metadata, with or without their schemas. Pure: an event in, bytes out. Some values
+ * are known only once the event's transaction commits (source.ts_ms, the sequence, the transaction
+ * block). Those and the time a record is produced are left as marks in a rendered value.
+ * dbz_complete() fills them. */
 #ifndef CDC_DEBEZIUM_H
 #define CDC_DEBEZIUM_H
 
@@ -11,6 +13,43 @@
 
 #include "cdc/v1/event.pb-c.h"
 #include "decoder/base/util.h"
+
+/* ---- a subscription's settings: the same keys on every sink that writes these records ---- */
+
+/* What an unchanged TOASTed value becomes: Debezium's placeholder, or nothing (left out). */
+typedef enum dbz_toast { DBZ_TOAST_PLACEHOLDER, DBZ_TOAST_OMIT } dbz_toast;
+extern const char *const dbz_toast_names[]; /* NULL-terminated */
+typedef struct dbz_sub_conf {
+	bool schemas;	      /* {schema, payload} records */
+	char *server_name;    /* source.name and the schemas' names; default "cdc" */
+	int unchanged_toast;  /* dbz_toast; default placeholder */
+	bool context_headers; /* default on */
+} dbz_sub_conf;
+/* A server name: what Debezium allows in topic.prefix. NULL if fine. */
+const char *dbz_server_name_problem(const char *value, char *why, size_t whylen);
+/* The rows of a sink module's subscription keys (sinks/module.h) that fill the dbz_sub_conf
+ * member of the module's struct type. */
+/* clang-format off */
+#define DBZ_SUB_KEYS(type, member)                                                                           \
+	{"schemas", SINK_KEY_BOOL, offsetof(type, member.schemas),                                           \
+	 .doc = "`format: debezium` only: records as `{\"schema\": ..., \"payload\": ...}`, as "             \
+		"JsonConverter writes them with `schemas.enable=true`."},                                    \
+	{"server_name", SINK_KEY_STRING, offsetof(type, member.server_name), .def_text = "cdc",              \
+	 .check = dbz_server_name_problem, .noun = "name", .value_type = "server name",                     \
+	 .value_doc = "Debezium's `topic.prefix`: `[a-zA-Z0-9._-]`, 1 to 249 characters",                   \
+	 .doc = "Debezium's records (`format: debezium`, and Kafka's `avro`): Debezium's `topic.prefix` "    \
+		"(the logical server name). It is `source.name` and the prefix of the key's and rows' "     \
+		"schema names. The default matches the default templates' `cdc.`."},                        \
+	{"unchanged_toast", SINK_KEY_ENUM, offsetof(type, member.unchanged_toast), dbz_toast_names,         \
+	 .def_number = DBZ_TOAST_PLACEHOLDER,                                                               \
+	 .doc = "Debezium's records: a TOASTed value an update left unchanged (the server does not "        \
+		"send it). `placeholder`: Debezium's `__debezium_unavailable_value` (its bytes, or lists "  \
+		"of it, by type). `omit` (not with Kafka's `avro`): the column is left out of the row."},   \
+	{"context_headers", SINK_KEY_BOOL, offsetof(type, member.context_headers), .def_number = 1,         \
+	 .doc = "Debezium's records: Debezium's `__debezium.context.*` headers on each data change "        \
+		"record (Debezium's `extended.headers.enabled`). See "                                      \
+		"[kafka-formats.md](kafka-formats.md#headers)."}
+/* clang-format on */
 
 /* Debezium's envelope op codes. */
 #define DBZ_CREATE 'c'
@@ -131,6 +170,9 @@ typedef struct dbz_scratch {
 	dbz_schemas schemas; /* a record's, with schemas */
 	dbz_column *cols;    /* its columns, for them */
 	size_t capcols;
+	Cdc__V1__Column **key_after; /* dbz_records(): the key's columns after an update */
+	size_t capkey;
+	buf new_key, old_key; /* dbz_records(): the keys' payloads, to compare and name */
 } dbz_scratch;
 void dbz_scratch_free(dbz_scratch *scratch);
 
@@ -167,6 +209,45 @@ void dbz_placeholder(dbz_type type, dbz_datum *out);
 void dbz_element(dbz_scratch *scratch, const dbz_datum *array, size_t index, dbz_datum *out);
 /* An unchanged TOASTed column (its value is not in the row). */
 bool dbz_unchanged(const Cdc__V1__Column *column);
+
+/* A tombstone: a record with a null value (a dbz_record's op). */
+#define DBZ_TOMBSTONE '\0'
+/* The most records one event becomes: a key change's delete, its tombstone and the create. */
+#define DBZ_RECORDS_MAX 3
+
+/* One of the records Debezium writes for an event. */
+typedef struct dbz_record {
+	char op;			    /* DBZ_*, or DBZ_TOMBSTONE */
+	const Cdc__V1__Row *before, *after; /* its value's rows (NULL: null) */
+	bool has_key;			    /* false: a null key */
+	Cdc__V1__Column *const *key;	    /* the key's columns (a message has none: dbz_key) */
+	size_t nkey;
+	/* A key change names the other key in a header: "__debezium.newkey" on the delete and its
+	 * tombstone, "__debezium.oldkey" on the create. NULL: no such header. */
+	const char *key_header;
+	const buf *key_header_value; /* the other key's payload, as JSON */
+} dbz_record;
+
+/* The records of an event, in order. Returns how many. An update that changed the key is a
+ * delete under the old key and a create under the new one. With tombstones, a tombstone follows
+ * each delete. The records point into the event and the scratch until the next call. */
+size_t dbz_records(dbz_scratch *scratch, const Cdc__V1__Event *event, bool tombstones,
+		   dbz_record out[DBZ_RECORDS_MAX]);
+
+/* A header of a record. */
+typedef struct dbz_header {
+	const char *name, *value;
+} dbz_header;
+/* Debezium's context headers: how many a record has at most. */
+#define DBZ_CONTEXT_HEADERS 4
+/* The context headers of a record of event (Debezium's extended.headers.enabled, 3.3 and later).
+ * Data change records and their tombstones have them. Logical messages have none. Returns how
+ * many. */
+size_t dbz_context_headers(const Cdc__V1__Event *event, const char *server_name,
+			   dbz_header out[DBZ_CONTEXT_HEADERS]);
+/* Debezium's runId: a random (version 4) UUID, made once for the life of the process. Debezium
+ * makes one each time its task starts. */
+const char *dbz_run_id(void);
 
 /* The key of a row: columns cols[0..n) as an object ({"id":1}); for a logical message (e->op
  * OP_MESSAGE) {"prefix":...}. */

@@ -3,13 +3,16 @@
  * interval.handling.mode=numeric) as Kafka Connect's JsonConverter writes them: README "Debezium-
  * compatible records" has the mapping and what differs. Values the decoder left as text (timetz,
  * interval, bit, money, point) are read here; anything that does not read becomes null. */
-#include "sinks/kafka/debezium.h"
+#include "sinks/debezium.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "decoder/base/arena.h"
 #include "decoder/base/json.h"
@@ -46,6 +49,9 @@ void dbz_scratch_free(dbz_scratch *s)
 {
 	free(s->limbs);
 	free(s->cols);
+	free(s->key_after);
+	buf_free(&s->new_key);
+	buf_free(&s->old_key);
 	dbz_schemas_free(&s->schemas);
 	buf_free(&s->digits);
 	buf_free(&s->bytes);
@@ -1282,6 +1288,139 @@ void dbz_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Even
 	}
 	if (o->schemas)
 		buf_putc(out, '}');
+}
+
+/* Records ---------------------------------------------------------------------------------------- */
+
+/* A key's payload: its columns as an object, without a schema. */
+static void key_payload(buf *out, dbz_scratch *s, const Cdc__V1__Event *e, Cdc__V1__Column *const *cols,
+			size_t n)
+{
+	static const dbz_options payload = {.schemas = false};
+	buf_reset(out);
+	dbz_key(out, s, &payload, e, cols, n);
+}
+
+static dbz_record record_of(char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after, bool has_key,
+			    Cdc__V1__Column *const *key, size_t n)
+{
+	return (dbz_record){
+	    .op = op, .before = before, .after = after, .has_key = has_key, .key = key, .nkey = n};
+}
+
+/* An update: a key change (the old row's key payload differs) is a delete, maybe its tombstone,
+ * and a create, each naming the other key. Debezium compares the keys as its records hold them. */
+static size_t update_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones, dbz_record *out)
+{
+	size_t n = e->key ? e->key->n_columns : 0;
+	Cdc__V1__Column *const *old = e->key ? e->key->columns : NULL, *const *now = old;
+	if (e->key) {
+		if (s->capkey < n) {
+			s->capkey = n;
+			s->key_after = xrealloc(s->key_after, n * sizeof(*s->key_after));
+		}
+		now = evt_new_key(e, s->key_after);
+	}
+	if (e->key && e->old_row) {
+		key_payload(&s->new_key, s, e, now, n);
+		key_payload(&s->old_key, s, e, old, n);
+	}
+	if (!e->key || !e->old_row ||
+	    (s->new_key.len == s->old_key.len &&
+	     memcmp(s->new_key.data, s->old_key.data, s->new_key.len) == 0)) {
+		out[0] = record_of(DBZ_UPDATE, e->old_row, e->new_row, e->key != NULL, now, n);
+		return 1;
+	}
+	size_t count = 0;
+	out[count] = record_of(DBZ_DELETE, e->old_row, NULL, true, old, n);
+	out[count].key_header = "__debezium.newkey";
+	out[count++].key_header_value = &s->new_key;
+	if (tombstones) {
+		out[count] = record_of(DBZ_TOMBSTONE, NULL, NULL, true, old, n);
+		out[count].key_header = "__debezium.newkey";
+		out[count++].key_header_value = &s->new_key;
+	}
+	out[count] = record_of(DBZ_CREATE, NULL, e->new_row, true, now, n);
+	out[count].key_header = "__debezium.oldkey";
+	out[count++].key_header_value = &s->old_key;
+	return count;
+}
+
+size_t dbz_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones, dbz_record out[DBZ_RECORDS_MAX])
+{
+	size_t n = e->key ? e->key->n_columns : 0;
+	Cdc__V1__Column *const *key = e->key ? e->key->columns : NULL;
+	switch (e->op) {
+	case CDC__V1__OP__OP_UPDATE:
+		return update_records(s, e, tombstones, out);
+	case CDC__V1__OP__OP_DELETE:
+		out[0] = record_of(DBZ_DELETE, e->old_row, NULL, e->key != NULL, key, n);
+		if (!tombstones || !e->key)
+			return 1;
+		out[1] = record_of(DBZ_TOMBSTONE, NULL, NULL, true, key, n);
+		return 2;
+	case CDC__V1__OP__OP_TRUNCATE:
+		out[0] = record_of(DBZ_TRUNCATE, NULL, NULL, false, NULL, 0);
+		return 1;
+	case CDC__V1__OP__OP_MESSAGE:
+		out[0] = record_of(DBZ_MESSAGE, NULL, NULL, true, NULL, 0);
+		return 1;
+	default: /* insert, read */
+		out[0] = record_of(e->op == CDC__V1__OP__OP_READ ? DBZ_READ : DBZ_CREATE, NULL, e->new_row,
+				   e->key != NULL, key, n);
+		return 1;
+	}
+}
+
+/* Headers ---------------------------------------------------------------------------------------- */
+
+size_t dbz_context_headers(const Cdc__V1__Event *e, const char *server_name,
+			   dbz_header out[DBZ_CONTEXT_HEADERS])
+{
+	if (e->op == CDC__V1__OP__OP_MESSAGE)
+		return 0;
+	out[0] = (dbz_header){"__debezium.context.connectorLogicalName", server_name};
+	out[1] = (dbz_header){"__debezium.context.taskId", "0"};
+	out[2] = (dbz_header){"__debezium.context.connectorName", "postgresql"};
+	out[3] = (dbz_header){"__debezium.context.runId", dbz_run_id()};
+	return 4;
+}
+
+static pthread_once_t run_id_once = PTHREAD_ONCE_INIT;
+static char run_id[37];
+
+static void make_run_id(void)
+{
+	uint8_t u[16] = {0};
+	if (getrandom(u, sizeof(u), 0) != (ssize_t)sizeof(u)) {
+		uint64_t t = (uint64_t)wall_us() ^ ((uint64_t)getpid() << 32);
+		memcpy(u, &t, sizeof(t));
+	}
+	u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);
+	u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
+	snprintf(run_id, sizeof(run_id),
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+const char *dbz_run_id(void)
+{
+	pthread_once(&run_id_once, make_run_id);
+	return run_id;
+}
+
+/* Settings --------------------------------------------------------------------------------------- */
+
+const char *const dbz_toast_names[] = {"placeholder", "omit", NULL};
+
+const char *dbz_server_name_problem(const char *value, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	size_t n = strlen(value);
+	if (n < 1 || n > 249 ||
+	    strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+		return "a server name [a-zA-Z0-9._-]{1,249}, as Debezium's topic.prefix";
+	return NULL;
 }
 
 /* Values ----------------------------------------------------------------------------------------- */

@@ -202,15 +202,25 @@ def test_dashboard_queries_and_alerts_in_a_real_prometheus(pg, cdc, schema, tmp_
                                                       "listen": listen["c"]})
         pa, pb, pc = a.start(), b.start(), c.start()
         # broken's backfill fails: an administrator cancels its COPY (a statement that fails is
-        # not done again, unlike a connection lost). Cancelled again until it says failed, since a
-        # cancel that comes between two statements does nothing.
-        def broken_failed():
-            pg.sql("select pg_cancel_backend(pid) from pg_stat_activity where application_name = "
-                   "'cdc backfill' and state = 'active' and query like %s", (f"COPY %{schema}%slow%",))
+        # not done again, unlike a connection lost). Once it has read a chunk, a lock makes its
+        # next COPY wait, and the cancel finds it waiting (a cancel between two statements, which
+        # take milliseconds each, would do nothing).
+        def broken():
             code, body = get(a, "/backfills")
             assert code == 200, body
-            return any(x["subscription"] == "broken" and x["state"] == "failed" for x in json.loads(body))
-        wait_for(broken_failed, 60, interval=0.005, what=f"broken's backfill to fail\n{pa.describe()}")
+            return next((x for x in json.loads(body) if x["subscription"] == "broken"), {})
+        wait_for(lambda: broken().get("rows_read", 0) > 0, 30, what=f"broken's first chunk\n{pa.describe()}")
+        locker = pg.connect()
+        try:
+            locker.cursor().execute(f"begin; lock table {schema}.slow in access exclusive mode")
+            wait_for(lambda: pg.sql("select count(pg_cancel_backend(a.pid)) from pg_stat_activity a join "
+                                    "pg_locks l on l.pid = a.pid where a.application_name = 'cdc backfill' "
+                                    "and l.relation = %s::regclass and not l.granted",
+                                    (f"{schema}.slow",))[0][0] > 0,
+                     30, what=f"broken's next COPY to wait for the lock\n{pa.describe()}")
+        finally:
+            locker.close()
+        wait_for(lambda: broken().get("state") == "failed", 30, what=f"broken's backfill to fail\n{pa.describe()}")
         # b's spool fills: its slot stays, and the server keeps all the WAL written from here on
         pg.sql(f"insert into {schema}.held select generate_series(1, 3)")
         wait_for(lambda: json.loads(get(b, "/status")[1])["subscriptions"][0]["full"], 30,

@@ -1521,10 +1521,12 @@ def main():
     results = {"args": {"scale": args.scale, "repeat": args.repeat, "only": sections}}
     try:
         # Server defaults but for logical decoding and crash safety we do not need in a benchmark;
-        # logical_decoding_work_mem stays at its default (64MB). Slots: one per consumer, run and
-        # backlog and connection (16 x 3 x 2 by default), three for latency, and the growth
-        # sections' (dropped after use, at most 4 per subscription variant at a time).
-        slots = 25 * args.repeat * 2 + 3 * args.latency_runs * 2 + 4 * len(SUBSCRIPTION_VARIANTS)
+        # logical_decoding_work_mem stays at its default (64MB). Slots: one per drain consumer, run
+        # and backlog (25 with --baseline), three per latency run and binary, 16 for the backfill
+        # and trigger sections' cdc runs (a run with --baseline ran out of slots in the growth
+        # sections without them), and the growth sections' (dropped after use, at most 4 per
+        # subscription variant at a time).
+        slots = 25 * args.repeat * 2 + 3 * args.latency_runs * 2 + 16 + 4 * len(SUBSCRIPTION_VARIANTS)
         with TempPostgres(version=args.pg_version, max_wal_size="4GB", checkpoint_timeout="30min",
                           max_replication_slots=max(20, slots)) as pg:
             results["machine"] = machine(pg)

@@ -55,6 +55,8 @@ typedef struct keyset {
 } keyset;
 
 void keys_add(keyset *keys, const void *key, size_t len);
+/* Whether key is in keys, waiting or taken by a chunk. */
+bool keys_has(const keyset *keys, const void *key, size_t len);
 /* Takes up to max waiting keys into out (each a 4-byte length, then the key); returns how many. */
 size_t keys_take(keyset *keys, size_t max, buf *out);
 /* Keys that a chunk took (out of keys_take): back to waiting, or done (forgotten, unless one came

@@ -120,6 +120,11 @@ static keyent **key_find(const keyset *s, uint64_t h, const void *key, size_t le
 	return e;
 }
 
+bool keys_has(const keyset *s, const void *key, size_t len)
+{
+	return s->cap && *key_find(s, bf_hash(key, len), key, len);
+}
+
 void keys_add(keyset *s, const void *key, size_t len)
 {
 	if (2 * (s->n + 1) > s->cap) {

@@ -179,8 +179,11 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 				bfw_change(t->chunks[j]->w, c->xid, has1 || has2 ? key->data : NULL, key->len,
 					   key2 ? key2->data : NULL, key2 ? key2->len : 0, partial);
 			/* The stream's copy of the row is incomplete: if the row moved out of a range not
-			 * read yet into one read already, no chunk reads it whole. Read it again. */
-			if (partial && !t->keyless && has2 && bf_ranges_open(t)) {
+			 * read yet into one read already, no chunk reads it whole. Read it again. So too
+			 * when its key changed while the old key waits to be read again: that read finds
+			 * nothing under the old key (the ranges may all be read by then). */
+			if (partial && !t->keyless && has2 &&
+			    (bf_ranges_open(t) || (key2 && keys_has(&t->again, k1.data, k1.len)))) {
 				keys_add(&t->again, k2.data, k2.len);
 				b->dirty = true;
 			}

@@ -798,6 +798,7 @@ static void test_sets(void)
 	rset_free(&t);
 
 	keyset ks = {0};
+	CHECK(!keys_has(&ks, "k1", 2)); /* an empty set has no table yet */
 	for (int i = 0; i < 200; i++) {
 		char key[8];
 		int n = snprintf(key, sizeof(key), "k%d", i);
@@ -806,6 +807,7 @@ static void test_sets(void)
 	}
 	CHECK_INT(ks.n, 200);
 	CHECK_INT(ks.waiting, 200);
+	CHECK(keys_has(&ks, "k199", 4) && !keys_has(&ks, "k200", 4) && !keys_has(&ks, "k1", 1));
 	buf taken = {0};
 	CHECK_INT(keys_take(&ks, 150, &taken), 150);
 	CHECK_INT(ks.waiting, 50);
@@ -817,6 +819,7 @@ static void test_sets(void)
 	keys_done(&ks, &taken);
 	CHECK_INT(ks.n, 1);
 	CHECK_INT(ks.waiting, 1);
+	CHECK(keys_has(&ks, "k7", 2) && !keys_has(&ks, "k8", 2)); /* taken and done: forgotten */
 	buf_free(&taken);
 	keys_free(&ks);
 }

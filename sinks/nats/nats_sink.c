@@ -698,6 +698,10 @@ static void complete_value(nats_sink *k, int format, const char *head, size_t le
 static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const sink_commit *c, unsigned nth,
 		    const char *own, size_t own_len)
 {
+	if (!same_connection(k)) {
+		fail_lost(k);
+		return false;
+	}
 	char commit[LSN_STRLEN];
 	lsn_format(c->commit_lsn, commit);
 	buf_reset(&k->msgid);
@@ -712,11 +716,6 @@ static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const
 	jsPubOptions po;
 	jsPubOptions_Init(&po);
 	po.MsgId = k->msgid.data;
-	if (s == NATS_OK && !same_connection(k)) {
-		natsMsg_Destroy(m);
-		fail_lost(k);
-		return false;
-	}
 	if (s == NATS_OK)
 		s = js_PublishMsgAsync(k->js, &m, &po);
 	natsMsg_Destroy(m); /* NULL once libnats took it */

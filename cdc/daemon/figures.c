@@ -56,18 +56,22 @@ static const char *not_ready(sidecar *d)
 			 d->cfg->source.slot, d->conn.standby);
 		return d->fig.not_ready;
 	}
+	const char *sink_why = NULL;
+	for (size_t m = 0; sink_modules[m] && !sink_why; m++)
+		sink_why = d->sinks.k[m] && sink_modules[m]->not_ready
+			       ? sink_modules[m]->not_ready(d->sinks.k[m])
+			       : NULL;
+	if (!d->conn.streaming && d->fig.last_progress_ms && sink_why) {
+		/* a sink's restart reconnects the slot: its reason is the one to read */
+		snprintf(d->fig.not_ready, sizeof(d->fig.not_ready),
+			 "not streaming from the slot (reconnecting): %s", sink_why);
+		return d->fig.not_ready;
+	}
 	if (!d->conn.streaming)
 		return d->fig.last_progress_ms ? "not streaming from the slot (reconnecting)" : "starting";
 	if (d->conn.paused)
 		return "paused: a sink is busy or a spool is full (when_full: block)";
-	for (size_t m = 0; sink_modules[m]; m++) {
-		const char *why = d->sinks.k[m] && sink_modules[m]->not_ready
-				      ? sink_modules[m]->not_ready(d->sinks.k[m])
-				      : NULL;
-		if (why)
-			return why;
-	}
-	return NULL;
+	return sink_why;
 }
 
 /* Per subscription: what the pipeline handed its sink, and its sink's own members (members[i]:

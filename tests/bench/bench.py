@@ -432,12 +432,16 @@ def base_of(consumer):
     return "base_" + consumer[len("cdc_"):]
 
 
-def drain_consumers(pg, baseline):
-    """Every consumer of the drain section, in the order they take turns."""
-    consumers = ("server", "pg_recvlogical", "wal2json") + CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium",
-                                                                       "cdc_kafka_avro", "cdc_nats")
+DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
+
+
+def drain_consumers(pg, baseline, paths=None):
+    """Every consumer of the drain section, in the order they take turns: the yardsticks, then the
+    cdc paths (only those named in paths, if given)."""
+    consumers = ("server", "pg_recvlogical", "wal2json") + tuple(c for c in DRAIN_PATHS
+                                                                 if not paths or c in paths)
     if baseline:
-        consumers += tuple(base_of(c) for c in CDC_PATHS)
+        consumers += tuple(base_of(c) for c in CDC_PATHS if not paths or c in paths)
     if not has_wal2json(pg):
         progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
         consumers = tuple(c for c in consumers if c != "wal2json")
@@ -465,7 +469,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
          f"values (i, 'customer ' || i, (i % 100000) / 100.0, now()); commit; "
          f"end loop; end $$"),
     ]
-    consumers = drain_consumers(pg, args.baseline)
+    consumers = drain_consumers(pg, args.baseline, args.paths)
     # Compared on one connection: another plugin, other record formats.
     tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
@@ -1492,6 +1496,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"),
                     help="where results.md, results.json and the PNGs go")
     ap.add_argument("--note", default="", help="a line for results.md (e.g. how busy the machine was)")
+    ap.add_argument("--paths", type=lambda v: v.split(","), default=None,
+                    help="comma-separated cdc paths the drain section runs (default all: " +
+                         ", ".join(DRAIN_PATHS) + "); pg_recvlogical and the others always run")
     ap.add_argument("--latency-runs", type=int, default=5,
                     help="runs of each latency path, taking turns (the table shows each)")
     ap.add_argument("--baseline", default=None, metavar="CDC",
@@ -1511,6 +1518,9 @@ def main():
             sys.exit(f"bench: {binary} missing (make bench builds and installs what it needs)")
     os.makedirs(args.out, exist_ok=True)
 
+    unknown = [c for c in args.paths or () if c not in DRAIN_PATHS]
+    if unknown:
+        sys.exit(f"bench: unknown path {unknown[0]!r} (paths: {', '.join(DRAIN_PATHS)})")
     work = tempfile.mkdtemp(prefix="cdc-bench-")
     progress(f"sections {','.join(sections)}; starting PostgreSQL and the Kafka mock cluster "
              f"(work dir {work})")

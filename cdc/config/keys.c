@@ -1,6 +1,6 @@
-/* keys.c: the configuration's schema: one table of keys per section, each key with its type, its
- * default and whether a reload applies it, and the generic walks over those tables that parse,
- * default, free, copy, print and compare a configuration (cf. pgbouncer's bouncer_params[]). */
+/* The configuration's schema, one table of keys per section, each key with its type, its default and
+ * whether a reload applies it. Generic walks over those tables parse, default, free, copy, print and
+ * compare a configuration (cf. pgbouncer's bouncer_params[]). */
 #include "cdc/config/config_internal.h"
 
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 /* ---- the walks ---- */
 
-/* Stores v through k's setter; a secret key's value may be {file: PATH}, and is recorded. */
+/* Stores v through k's setter. A secret key's value may be {file: PATH}, and is recorded. */
 static void set_key(ctx *x, const node *v, void *base, const key *k)
 {
 	if (!(k->flags & K_SECRET) || k->type->store != ST_STR) {
@@ -37,7 +37,7 @@ static bool first_named(const keys *t, size_t a)
 	return true;
 }
 
-/* The key of t named like kn (t->n: none). Of two sinks' keys of one name, the one of the sink
+/* The key of t named like kn (t->n if none). Of two sinks' keys of one name, the one of the sink
  * the mapping names (x->sink_hint), else the first. */
 static size_t key_index(const ctx *x, const keys *t, const node *kn)
 {
@@ -56,7 +56,7 @@ static size_t key_index(const ctx *x, const keys *t, const node *kn)
 void cfg_walk_map(ctx *x, const node *m, void *base, const keys *t, pair *seen)
 {
 	if (cfg_is_null(m))
-		goto check; /* "kafka:" with everything commented out: an empty mapping */
+		goto check; /* "kafka:" with everything commented out is an empty mapping */
 	if (m->kind != N_MAP) {
 		cfg_wrong_kind(x, m, "a mapping");
 		return;
@@ -227,7 +227,7 @@ void cfg_keys_copy(void *dst, const void *src, const keys *t)
 	}
 }
 
-/* Whether an optional key is set: a string or list given, a section with one of those given. */
+/* Whether an optional key is set, as a string or list given, or a section with one of those given. */
 static bool is_set(const void *base, const key *k)
 {
 	if (k->type->store == ST_STR)
@@ -257,7 +257,7 @@ void cfg_keys_print(emit *e, const void *base, const keys *t)
 		size_t old = e->path ? e->path->len : 0;
 		if (e->path)
 			buf_printf(e->path, "%s%s", old ? "." : "", k->name);
-		/* a secret from a file prints as {file: PATH}; its type masks one written in clear */
+		/* A secret from a file prints as {file: PATH}. Its type masks one written in clear. */
 		const char *file = e->path ? cfg_secret_file(e->secrets_of, e->path->data) : NULL;
 		if (file)
 			cfg_emit_secret_file(e, file);
@@ -326,9 +326,9 @@ size_t cfg_restart_keys(const cfg *old, const cfg *next, void (*fn)(const char *
 #define SUB(f) offsetof(cfg_subscription, f)
 #define TOP(f) offsetof(cfg, f)
 
-/* cdc's own keys of a subscription; the sink modules' come between columns and snapshot. */
+/* cdc's own keys of a subscription. The sink modules' come between columns and snapshot. */
 enum sub_key { SK_NAME, SK_TABLES, SK_OPS, SK_TAG, SK_SINK, SK_CHANGED, SK_WHERE, SK_COLUMNS, SK_SNAPSHOT };
-/* A subscription's keys apply at the next transaction boundary after a reload: none needs a restart. */
+/* A subscription's keys apply at the next transaction boundary after a reload. None needs a restart. */
 static key sub_k[] = {
     [SK_NAME] = {"name", &t_ident, SUB(name), &sub_rule, K_REQUIRED,
 		 .doc = "The subscription's name: in events, status, metrics, the spool's directory and the "
@@ -347,7 +347,7 @@ static key sub_k[] = {
     [SK_TAG] = {"tag", &t_string, SUB(tag), NULL, K_OPTIONAL,
 		.doc = "Free text carried on every event of the subscription (`tag` in JSON and protobuf; "
 		       "`{tag}` in topic templates)."},
-    [SK_SINK] = {"sink", &t_enum, SUB(sink), NULL, .def.n = 0}, /* names and doc: the modules' */
+    [SK_SINK] = {"sink", &t_enum, SUB(sink), NULL, .def.n = 0}, /* the modules' give names and doc */
     [SK_CHANGED] = {"changed", &t_strlist, SUB(changed), NULL, K_OPTIONAL,
 		    .doc = "An update matches only if one of these columns changed. Needs the old row: the "
 			   "table must be `REPLICA IDENTITY FULL`, which cdc checks."},
@@ -363,7 +363,7 @@ static key sub_k[] = {
 		"`PUT` that adds it), while the stream runs. See [backfills.md](backfills.md)."},
 };
 
-/* The built tables: cdc's keys with the sink modules' among them. */
+/* The built tables, cdc's keys with the sink modules' among them. */
 static key sub_built[CFG_MAX_KEYS];
 static size_t sub_first[SINK_MODULES_MAX]; /* where each module's keys start in sub_built */
 static const key *snapshot_key;
@@ -415,7 +415,7 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	if (m->section_needed && !x->have_section[s->sink])
 		cfg_err_key(x, sv, "sink", "sink %s needs a top-level %s section (%s)", m->name, m->section,
 			    m->section_needed);
-	/* an invalid sink was reported already: what goes with it is unknown */
+	/* an invalid sink was reported already, and what goes with it is unknown */
 	bool sink_ok = !sv || (sv->kind == N_SCALAR && cfg_ename_find(sink_names, sv->text));
 	for (size_t i = 0; i < sub_keys.n && sink_ok; i++)
 		if (seen[i].k && is_module_key(&sub_built[i]) && sub_built[i].module - 1 != s->sink)
@@ -439,8 +439,8 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	module_ops(m, s, seen[SK_OPS].k != NULL);
 }
 
-/* Keys of another sink are refused by the parser: only this sink's are printed, as its module says;
- * snapshot only when on (configurations without it print as they did before it existed). */
+/* The parser refuses keys of another sink, so only this sink's are printed, as its module says.
+ * snapshot is printed only when on, so configurations without it print as they did before it existed. */
 static bool sub_shown(const void *base, const key *k)
 {
 	const cfg_subscription *s = base;
@@ -683,7 +683,7 @@ static void check_status(ctx *x, void *base, const pair *seen)
 		cfg_err_key(x, seen[seen[ST_TLS_CERT].k ? ST_TLS_CERT : ST_TLS_KEY].k,
 			    seen[ST_TLS_CERT].k ? "tls_cert" : "tls_key", "needs status.%s as well",
 			    seen[ST_TLS_CERT].k ? "tls_key" : "tls_cert");
-	if (!c->status.control_uids.n) /* an empty list: the default */
+	if (!c->status.control_uids.n) /* an empty list means the default */
 		cfg_uids_default(c);
 }
 
@@ -694,7 +694,7 @@ static const key log_k[] = {
      .doc = "`text`: one `LEVEL message key=value...` line per event; `json`: one JSON object per line."},
 };
 
-/* Backfills (cdc/backfill): a reload applies these to the chunks that follow. */
+/* Backfills (cdc/backfill). A reload applies these to the chunks that follow. */
 static const key backfill_k[] = {
     {"chunk_time", &t_duration, TOP(backfill.chunk_time_ms), NULL, K_POSITIVE, .def.n = 250,
      .doc = "A chunk's `COPY` aims at taking this long: the chunk size adapts to it, between `min_rows` "
@@ -722,7 +722,7 @@ static void check_backfill(ctx *x, void *base, const pair *seen)
 {
 	cfg *c = base;
 	c->backfill.present = true;
-	/* the defaults are in order: one of the two was given */
+	/* the defaults are in order, so one of the two was given */
 	int i = seen[BK_MAX_ROWS].k ? BK_MAX_ROWS : BK_MIN_ROWS;
 	if (c->backfill.min_rows > c->backfill.max_rows)
 		cfg_err_key(x, seen[i].k, backfill_k[i].name, "min_rows (%llu) is above max_rows (%llu)",
@@ -745,7 +745,7 @@ static const keys source_keys = KEYS(source_k),
 		  status_keys = KEYS(status_k, .check = check_status, .shown = status_shown),
 		  log_keys = KEYS(log_k), backfill_keys = KEYS(backfill_k, .check = check_backfill);
 
-/* cdc's own top-level keys; the sink modules' sections come after status. */
+/* cdc's own top-level keys. The sink modules' sections come after status. */
 enum { TK_SOURCE, TK_STATE_DIR, TK_STATUS, TK_LOG, TK_BACKFILL, TK_SUBSCRIPTIONS, TK_N };
 static const key top_k[] = {
     [TK_SOURCE] = {"source", &t_section, 0, &source_keys,
@@ -891,7 +891,7 @@ static void convert_keys(const sink_keys *from, key *to, size_t via, size_t via_
 		to[i] = convert_key(&from->keys[i], via, via_size, module);
 }
 
-/* The sink key's documentation: each module's phrase. */
+/* The sink key's documentation, from each module's phrase. */
 static char *sink_doc(void)
 {
 	buf b = {0};
@@ -908,7 +908,7 @@ static void section_present(void *base, size_t module)
 	((cfg *)base)->sink_present[module] = true;
 }
 
-/* Builds top_keys and sub_keys before main() runs: the tables never change after. */
+/* Builds top_keys and sub_keys before main() runs. The tables never change after. */
 __attribute__((constructor)) static void build_tables(void)
 {
 	size_t n = 0, nmod = sink_modules_count();
@@ -995,7 +995,7 @@ static cfg *parse_config(const char *path, const char *text, size_t len, bool re
 	c = cfg_new(x.file);
 	x.secrets_of = c;
 	if (!root)
-		goto out; /* an empty file: every default */
+		goto out; /* an empty file gives every default */
 	if (root->kind == N_MAP)
 		for (size_t i = 0; i + 1 < root->n; i += 2)
 			for (size_t m = 0; sink_modules[m]; m++)
@@ -1047,7 +1047,7 @@ cfg_subscription *cfg_find_subscription(const cfg *c, const char *name)
 	return NULL;
 }
 
-/* The key named by a dotted path, and the base its field is in; NULL if none. */
+/* The key named by a dotted path, and the base its field is in. NULL if none. */
 static const key *key_named(const keys *t, const char *name)
 {
 	const char *dot = strchr(name, '.');

@@ -1,5 +1,5 @@
-/* overlay.c: subscriptions changed over the status socket: the body of PUT /subscriptions/NAME,
- * and the overlay of puts and deletes kept in state_dir and laid over the file's subscriptions. */
+/* Subscriptions changed over the status socket. It reads the body of PUT /subscriptions/NAME. It keeps
+ * the overlay of puts and deletes in state_dir and lays it over the file's subscriptions. */
 #include "cdc/config/config_internal.h"
 
 #include "decoder/base/fsutil.h"
@@ -54,7 +54,7 @@ out:
 	return s;
 }
 
-/* The overlay file: {subscriptions: [...], deleted: [names]}. */
+/* The overlay file, as in {subscriptions: [...], deleted: [names]}. */
 typedef struct overlay_doc {
 	cfg puts; /* only subs and nsubs */
 	cfg_strlist deleted;
@@ -151,7 +151,7 @@ static void strlist_add(cfg_strlist *l, const char *s)
 	cfg_strlist_push(l, s);
 }
 
-/* Removes the subscription of that name from an array; true if there was one. */
+/* Removes the subscription of that name from an array. True if there was one. */
 static bool subs_remove(cfg_subscription *v, size_t *n, const char *name)
 {
 	for (size_t i = 0; i < *n; i++)
@@ -164,7 +164,7 @@ static bool subs_remove(cfg_subscription *v, size_t *n, const char *name)
 	return false;
 }
 
-/* Replaces the subscription of s's name in place, or appends s; takes s's contents. */
+/* Replaces the subscription of s's name in place, or appends s. Takes s's contents. */
 static void subs_set(cfg_subscription **v, size_t *n, cfg_subscription *s)
 {
 	for (size_t i = 0; i < *n; i++)

@@ -1,6 +1,6 @@
-/* print.c: the configuration written back, from the key tables: YAML that cfg_parse accepts again
- * (check-config, the overlay file in state_dir) and the JSON of a subscription (GET /subscriptions);
- * secrets (the DSN's password, secret-looking kafka properties) are masked. */
+/* The configuration written back from the key tables, as YAML that cfg_parse accepts again
+ * (check-config, the overlay file) and as a subscription's JSON (GET /subscriptions). Secrets (the
+ * DSN's password, secret-looking kafka properties) are masked. */
 #include "cdc/config/config_internal.h"
 
 #include "decoder/base/json.h"
@@ -13,7 +13,7 @@
 
 /* ---- masking ---- */
 
-/* Secret values proper, among the properties masked: sasl.username or sasl.mechanism are masked
+/* Secret values proper, among the properties masked. sasl.username or sasl.mechanism are masked
  * (every sasl.* is), but cdc doctor does not call them secrets written in clear. */
 bool cfg_prop_holds_secret(const char *k)
 {
@@ -48,17 +48,17 @@ static bool uri_param_is(const char *p, size_t n, const char *want)
 	return i == n && j == wn;
 }
 
-/* libpq's secrets: the password, and the passphrase of the client key (sslpassword). */
+/* libpq's secrets, the password and the passphrase of the client key (sslpassword). */
 static bool uri_param_is_password(const char *p, size_t n)
 {
 	return uri_param_is(p, n, "password") || uri_param_is(p, n, "sslpassword");
 }
 
-/* postgresql://user:PASSWORD@host/db?password=PASSWORD&...: user info before an '@' that comes
- * before any '/' or '?', the password after its first ':', the query after the next '?', its
- * parameters split at '&'. libpq ends the user info at the first '@'; this masks up to the last one,
- * so that a password with a raw '@' (a common mistake) does not leak its end. A raw '/' or '?' in a
- * password (RFC 3986 wants them %-encoded) is not recognised: stopping there keeps masking
+/* A URI, postgresql://user:PASSWORD@host/db?password=PASSWORD&... The user info is before an '@' that
+ * comes before any '/' or '?'. The password is after its first ':'. The query is after the next '?',
+ * its parameters split at '&'. libpq ends the user info at the first '@'. This masks up to the last
+ * one, so that a password with a raw '@' (a common mistake) does not leak its end. A raw '/' or '?' in
+ * a password (RFC 3986 wants them %-encoded) is not recognised. Stopping there keeps masking
  * idempotent, since masking a query value can remove a '/' or an '@'. */
 static void mask_uri(buf *out, const char *s)
 {
@@ -96,7 +96,7 @@ static bool is_uri(const char *s)
 	return strncmp(s, "postgresql://", 13) == 0 || strncmp(s, "postgres://", 11) == 0;
 }
 
-/* key=value key='quoted \' value' ...: libpq's keyword form. */
+/* libpq's keyword form, key=value key='quoted \' value' ... */
 static void mask_kv(buf *out, const char *s)
 {
 	const char *p = s;
@@ -114,7 +114,7 @@ static void mask_kv(buf *out, const char *s)
 		buf_append(out, p, ws);
 		p += ws;
 		if (*p != '=')
-			continue; /* not a valid conninfo: libpq will say so */
+			continue; /* not a valid conninfo, and libpq will say so */
 		buf_putc(out, *p++);
 		ws = strspn(p, " \t\n\r\f\v");
 		buf_append(out, p, ws);
@@ -138,7 +138,7 @@ static void mask_kv(buf *out, const char *s)
 		}
 		if ((keylen == 8 && strncmp(kw, "password", 8) == 0) ||
 		    (keylen == 11 && strncmp(kw, "sslpassword", 11) == 0)) {
-			/* keep the quotes: what follows a quoted value must stay apart from the mask */
+			/* keep the quotes, since what follows a quoted value must stay apart from the mask */
 			buf_puts(out, *val == '\'' ? "'" CFG_MASK "'" : CFG_MASK);
 		} else if (keylen == 6 && strncmp(kw, "dbname", 6) == 0 && raw.data &&
 			   (is_uri(raw.data) || strchr(raw.data, '='))) {
@@ -195,7 +195,7 @@ static bool plain_ok(const char *s)
 	return true;
 }
 
-/* A YAML double-quoted string; anything that is not printable, or that YAML would fold as a line
+/* A YAML double-quoted string. Anything that is not printable, or that YAML would fold as a line
  * break, is escaped. */
 static void yaml_str(buf *out, const char *s)
 {
@@ -211,7 +211,7 @@ static void yaml_str(buf *out, const char *s)
 		size_t n = 1, skip;
 		if (cp >= 0x80) {
 			if (!(n = utf8_seq(p, (size_t)(end - p), &skip))) {
-				/* not UTF-8: cannot come from libyaml, but never print it raw */
+				/* not UTF-8, which cannot come from libyaml, but never print it raw */
 				buf_printf(out, "\\x%02X", *p++);
 				continue;
 			}

@@ -1,5 +1,5 @@
-/* reference.c: docs/configuration.md, written from the key tables (cf. librdkafka's CONFIGURATION.md
- * from its property table): each key's documentation, type, default, range or values, and whether a
+/* docs/configuration.md, written from the key tables, as librdkafka's CONFIGURATION.md is from its
+ * property table. It gives each key's documentation, type, default, range or values, and whether a
  * reload applies it. The text lives beside the keys in keys.c, so the reference cannot drift. */
 #include "cdc/config/config_internal.h"
 
@@ -52,7 +52,7 @@ static void default_text(buf *out, const void *base, const key *k)
 			buf_puts(out, "none");
 		return;
 	}
-	if (k->type == &t_uids && !k->module) { /* status.control_uids: filled in for the uid that reads it */
+	if (k->type == &t_uids && !k->module) { /* status.control_uids, filled in for the reader's uid */
 		buf_puts(out, "root and cdc's own uid");
 		return;
 	}
@@ -107,7 +107,7 @@ static void one_key(buf *out, const void *base, const key *k, const char *prefix
 	char path[128];
 	snprintf(path, sizeof path, "%s%s", prefix, k->name);
 	if (k->type->store == ST_SECTION && depth == 0) {
-		/* a top-level section: a heading of its own, its keys below */
+		/* a top-level section gets a heading of its own, its keys below */
 		buf_printf(out, "\n## `%s`\n\n%s\n", path, k->doc ? k->doc : "");
 		char inner[130];
 		snprintf(inner, sizeof inner, "%s.", path);
@@ -140,7 +140,7 @@ static void one_key(buf *out, const void *base, const key *k, const char *prefix
 }
 
 /* Whether an earlier key of t has k's name and documentation. Two sink modules may share a key
- * (the same row in both tables): it is documented once. */
+ * (the same row in both tables). It is documented once. */
 static bool documented_before(const keys *t, const key *k)
 {
 	for (const key *o = t->k; o < k; o++)
@@ -173,7 +173,7 @@ static void value_rows(buf *out, const keys *t)
 	}
 }
 
-/* Every key with no documentation, by path: the reference would have a hole there. */
+/* Every key with no documentation, by path. The reference would have a hole there. */
 static void undocumented(buf *out, const keys *t, const char *prefix)
 {
 	for (const key *k = t->k; k < t->k + t->n; k++) {

@@ -1,6 +1,5 @@
-/* secret.c: secret keys (K_SECRET) given as {file: PATH}: the file read at every load, so that a
- * SIGHUP picks up a rotated secret; where each secret value came from, for check-config (which
- * prints {file: PATH}, never the value) and cdc doctor (which names the secrets written in clear). */
+/* Secret keys (K_SECRET) given as {file: PATH}. The file is read at every load, so that a SIGHUP
+ * picks up a rotated secret. Where each secret value came from is kept for check-config and cdc doctor. */
 #include "cdc/config/config_internal.h"
 
 #include <errno.h>
@@ -12,10 +11,12 @@
 
 static const char NO_FILE[] = "no such file";
 
-/* The file's bytes into text, at most CFG_SECRET_MAX; NULL, or why not. */
+/* check-config prints {file: PATH}, never the value. cdc doctor names the secrets written in clear. */
+
+/* The file's bytes into text, at most CFG_SECRET_MAX. NULL, or why not. */
 static const char *read_file(const char *path, buf *text)
 {
-	/* O_NONBLOCK: a FIFO at the path must not hang the load; it is refused below. */
+	/* O_NONBLOCK, because a FIFO at the path must not hang the load. It is refused below. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return errno == ENOENT	 ? NO_FILE
@@ -44,7 +45,7 @@ static const char *read_file(const char *path, buf *text)
 	return why;
 }
 
-/* Wipes and frees: a secret does not stay behind in freed memory. */
+/* Wipes and frees, so that a secret does not stay behind in freed memory. */
 static void buf_wipe(buf *b)
 {
 	if (b->data)
@@ -52,8 +53,8 @@ static void buf_wipe(buf *b)
 	buf_free(b);
 }
 
-/* A secret's file into text: read_file, one final newline dropped, neither empty nor holding a NUL;
- * NULL, or why not (text wiped). */
+/* A secret's file into text, read by read_file, with one final newline dropped. It must be neither
+ * empty nor hold a NUL. NULL, or why not (text wiped). */
 static const char *read_secret(const char *path, buf *text)
 {
 	const char *why = read_file(path, text);
@@ -109,7 +110,7 @@ const node *cfg_secret_value(ctx *x, const node *v, node **made, const char **fi
 	buf text = {0};
 	const char *why = read_secret(full, &text);
 	if (why) {
-		/* a relative path: which file was looked for */
+		/* for a relative path, say which file was looked for */
 		bool where = why == NO_FILE && strcmp(full, path) != 0;
 		cfg_err_at(x, pv, "{file: %s}: %s%s%s%s", cfg_qnode(x, pv), why, where ? " (" : "",
 			   where ? full : "", where ? ", relative to the configuration's directory)" : "");

@@ -1,5 +1,5 @@
-/* tree.c: libyaml's events become a small node tree that keeps every node's line and column, and
- * every problem is reported as "FILE:LINE:COL: key.path: message" (at most CFG_MAX_ERRORS). */
+/* libyaml's events become a small node tree that keeps every node's line and column. Every problem is
+ * reported as "FILE:LINE:COL: key.path: message" (at most CFG_MAX_ERRORS). */
 #include "cdc/config/config_internal.h"
 
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#define CFG_MAX_DEPTH 32	 /* our schema needs 5; deeper input is hostile or a mistake */
+#define CFG_MAX_DEPTH 32	 /* our schema needs 5, deeper input is hostile or a mistake */
 #define CFG_MAX_FILE (16u << 20) /* a config file, not a data set */
 #define CFG_MAX_ERRORS 100	 /* a wrong file (a binary, a log) would otherwise give megabytes */
 
@@ -175,7 +175,7 @@ static void yaml_error(ctx *x, yaml_parser_t *p, const char *text, size_t len)
 	if (p->error == YAML_MEMORY_ERROR) {
 		cfg_err_pos(x, 1, 1, "out of memory while parsing");
 	} else if (p->error == YAML_READER_ERROR) {
-		/* The reader reports a byte offset, not a mark: count lines and characters up to it. */
+		/* The reader reports a byte offset, not a mark. So count lines and characters up to it. */
 		size_t off = p->problem_offset < len ? p->problem_offset : len;
 		int line = 1, col = 1;
 		for (size_t i = 0; i < off; i++) {

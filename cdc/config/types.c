@@ -1,5 +1,5 @@
-/* types.c: the value types of the key tables: for each, a setter that checks a node and stores it
- * (reporting FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
+/* The value types of the key tables. Each has a setter that checks a node and stores it (reporting
+ * FILE:LINE:COL problems), and a printer that writes it back as cfg_parse reads it. */
 #include "cdc/config/config_internal.h"
 
 #include "cdc/match/predicate.h"
@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Setters store enums through an int pointer: make sure that is what they are. */
+/* Setters store enums through an int pointer. Make sure that is what they are. */
 _Static_assert(sizeof(cfg_on_gap) == sizeof(int) && sizeof(log_format) == sizeof(int) &&
 		   sizeof(log_level) == sizeof(int),
 	       "enums are stored as int");
@@ -39,7 +39,7 @@ static void set_string(ctx *x, const node *v, void *base, const key *k)
 	*f = xstrdup(s);
 }
 
-/* A where predicate: parsed here too, so check-config reports it where it stands. */
+/* A where predicate, parsed here too, so check-config reports it where it stands. */
 static void set_where(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = cfg_scalar(x, v, "a predicate");
@@ -56,9 +56,9 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
 }
 
 /* A relative path of the file is taken from the file's own directory, as Prometheus takes its rule
- * files: every command that reads the file finds the same path wherever it runs. The result is
- * relative to the current directory when the file's path is: "./x" read from "cdc.yaml" stays
- * "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
+ * files. So every command that reads the file finds the same path wherever it runs. The result is
+ * relative to the current directory when the file's path is. For example, "./x" read from "cdc.yaml"
+ * stays "./x", from "etc/cdc.yaml" it is "etc/x", from "/etc/cdc/cdc.yaml" "/etc/cdc/x". */
 char *cfg_resolved(const ctx *x, const char *s)
 {
 	const char *slash = strrchr(x->file, '/');
@@ -74,7 +74,7 @@ char *cfg_resolved(const ctx *x, const char *s)
 	return b.data;
 }
 
-/* A bearer token: CFG_TOKEN_MIN to CFG_TOKEN_MAX visible ASCII characters (what an Authorization
+/* A bearer token, CFG_TOKEN_MIN to CFG_TOKEN_MAX visible ASCII characters (what an Authorization
  * header carries as it is). The messages never quote it. */
 static void set_token(ctx *x, const node *v, void *base, const key *k)
 {
@@ -106,7 +106,7 @@ static void print_token(emit *e, const void *base, const key *k)
 	cfg_emit_str(e, mask);
 }
 
-/* A path: a string, resolved against the file's directory (see resolved). */
+/* A path, a string resolved against the file's directory (see resolved). */
 static void set_path(ctx *x, const node *v, void *base, const key *k)
 {
 	const char *s = cfg_scalar(x, v, "a path");
@@ -200,7 +200,7 @@ void cfg_key_value_text(buf *b, const key *k, uint64_t v)
 		buf_printf(b, "%" PRIu64, v);
 }
 
-/* Whether v is in k's range; else an error that gives the range in the key's own units. */
+/* Whether v is in k's range. Else an error that gives the range in the key's own units. */
 static bool in_range(ctx *x, const node *v, const key *k, uint64_t n)
 {
 	uint64_t lo, hi;
@@ -251,7 +251,7 @@ static void set_size(ctx *x, const node *v, void *base, const key *k)
 		*FIELD(base, k, uint64_t) = n;
 }
 
-/* A decimal integer within [min, max]; false after reporting an error. */
+/* A decimal integer within [min, max]. False after reporting an error. */
 static bool get_uint(ctx *x, const node *v, uint64_t min, uint64_t max, uint64_t *out)
 {
 	const char *s = cfg_scalar(x, v, "an integer");
@@ -390,7 +390,7 @@ static const node *list(ctx *x, const node *v)
 	return v;
 }
 
-/* A list of strings: table patterns (K_PATTERNS) or column names. */
+/* A list of strings, table patterns (K_PATTERNS) or column names. */
 static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 {
 	cfg_strlist l = {0};
@@ -460,10 +460,10 @@ void cfg_uids_default(cfg *c)
 	c->status.control_uids.v[c->status.control_uids.n - 1] = self; /* root first */
 }
 
-#define IDS_MAX 256    /* ids in one list: more is a mistake, or hostile */
+#define IDS_MAX 256    /* ids in one list, more is a mistake or hostile */
 #define ID_NAME_MAX 32 /* a user's or group's name, as useradd allows */
 
-/* A user's or group's name into its id, looked up now (getpwnam, getgrnam): false if there is none. */
+/* A user's or group's name into its id, looked up now (getpwnam, getgrnam). False if there is none. */
 static bool id_of_name(const char *name, bool group, uint32_t *id)
 {
 	char scratch[16384];
@@ -481,8 +481,8 @@ static bool id_of_name(const char *name, bool group, uint32_t *id)
 	return true;
 }
 
-/* One item of a list of ids: a number (not (uint32_t)-1, which means "no id"), or the name of one
- * of this machine's users (groups, with group) looked up when the file is read. */
+/* One item of a list of ids. It is a number (not (uint32_t)-1, which means "no id"). Or it is the
+ * name of one of this machine's users (groups, with group), looked up when the file is read. */
 static bool get_id(ctx *x, const node *it, bool group, uint32_t *id)
 {
 	const char *what = group ? "group" : "user";
@@ -535,7 +535,7 @@ static void set_ids(ctx *x, const node *v, void *base, const key *k)
 	*f = l;
 }
 
-/* A string a sink module checks: k->arg is its sink_key. */
+/* A string a sink module checks. k->arg is its sink_key. */
 static void set_checked(ctx *x, const node *v, void *base, const key *k)
 {
 	const sink_key *sk = k->arg;
@@ -575,8 +575,8 @@ size_t *cfg_first_of(named *v, size_t n)
 	return first;
 }
 
-/* A mapping of strings for a client library; with K_SECRET a value may be {file: PATH}, and the
- * secret-looking ones (and those from files) are recorded as secrets. */
+/* A mapping of strings for a client library. With K_SECRET a value may be {file: PATH}. The
+ * secret-looking ones, and those from files, are recorded as secrets. */
 static void set_props(ctx *x, const node *v, void *base, const key *k)
 {
 	sink_properties *props = FIELD(base, k, sink_properties);
@@ -604,7 +604,7 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 			size_t old = cfg_path_push(x, kn->text);
 			val = cfg_secret_value(x, val, &made[i], &files[i]);
 			cfg_path_pop(x, old);
-			if (!val && files[i]) /* not read (secrets_unread): an empty value stands for it */
+			if (!val && files[i]) /* not read (secrets_unread), so an empty value stands in */
 				val = made[i] = cfg_scalar_node("", kn->line, kn->col);
 			if (!val)
 				continue;
@@ -773,7 +773,7 @@ static void print_ids(emit *e, const void *base, const key *k)
 	cfg_emit_close(e, ']', &saved);
 }
 
-/* A block mapping, one property a line; secret-looking values masked. */
+/* A block mapping, one property a line, secret-looking values masked. */
 static void print_props(emit *e, const void *base, const key *k)
 {
 	const sink_properties *props = CFIELD(base, k, sink_properties);
@@ -784,7 +784,7 @@ static void print_props(emit *e, const void *base, const key *k)
 	e->space = false;
 	for (size_t i = 0; i < props->count; i++) {
 		const sink_property *kv = &props->items[i];
-		/* YAML limits implicit keys to 1024 characters: long ones need the explicit "? key" */
+		/* YAML limits implicit keys to 1024 characters, so long ones need the explicit "? key" */
 		bool explicit_key = strlen(kv->key) > 100;
 		cfg_emit_line(e, e->indent + 2);
 		if (explicit_key)
@@ -821,8 +821,8 @@ static void clear_props(void *base, const key *k)
 	*props = (sink_properties){0};
 }
 
-/* Whether a reload applies property name: the key's arg lists those (a NULL-terminated list of
- * names, from the sink module), which a restart does not need. */
+/* Whether a reload applies property name. The key's arg lists those, which a restart does not need
+ * (a NULL-terminated list of names, from the sink module). */
 static bool prop_reloads(const key *k, const char *name)
 {
 	for (const char *const *r = k->arg; r && *r; r++)
@@ -831,7 +831,7 @@ static bool prop_reloads(const key *k, const char *name)
 	return false;
 }
 
-/* The next property of props, from *from on, that a reload does not apply; NULL past the last. */
+/* The next property of props, from *from on, that a reload does not apply. NULL past the last. */
 static const sink_property *restart_prop(const key *k, const sink_properties *props, size_t *from)
 {
 	while (*from < props->count && prop_reloads(k, props->items[*from].key))

@@ -1,6 +1,6 @@
-/* values.c: the values a configuration holds, each read and written by one implementation here:
- * durations, sizes, addresses, topics, names, and the names of enums (the parser's tables, which
- * cfg_sink_name and the like also answer from). "schema.table" patterns are cdc/match's (match.h). */
+/* The values a configuration holds, each read and written by one implementation here: durations,
+ * sizes, addresses, topics, names, and the names of enums. cfg_sink_name and the like also answer from
+ * the parser's enum tables. "schema.table" patterns are cdc/match's (match.h). */
 #include "cdc/config/config_internal.h"
 
 #include <inttypes.h>
@@ -15,7 +15,7 @@ bool cfg_parse_duration(const char *s, uint64_t *ms)
 		uint64_t ms;
 	} units[] = {{"h", 3600000}, {"ms", 1}, {"m", 60000}, {"s", 1000}};
 	uint64_t total = 0;
-	int last = -1; /* units must come in decreasing order, each once: "1h30m", not "30m1h" */
+	int last = -1; /* units must come in decreasing order, each once ("1h30m", not "30m1h") */
 
 	if (!s || !*s)
 		return false;
@@ -51,9 +51,9 @@ bool cfg_parse_duration(const char *s, uint64_t *ms)
 	return true;
 }
 
-/* Largest first: the printer takes the first unit that divides a size exactly. Binary units only:
- * PostgreSQL reads "1GB" as 1024^3 bytes, other tools as 10^9, so cdc takes neither reading of the
- * decimal-looking units (cfg_size_problem explains). */
+/* Largest first, since the printer takes the first unit that divides a size exactly. Binary units
+ * only. PostgreSQL reads "1GB" as 1024^3 bytes, other tools as 10^9. So cdc takes neither reading of
+ * the decimal-looking units (cfg_size_problem explains). */
 static const struct {
 	const char *unit;
 	uint64_t mult;
@@ -61,7 +61,7 @@ static const struct {
     {"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}, {"", 1},
 };
 
-/* The digits of s into *v; s then points past them. False if there are none or they overflow. */
+/* The digits of s into *v. s then points past them. False if there are none or they overflow. */
 static bool size_number(const char **s, uint64_t *v)
 {
 	const char *p = *s;
@@ -95,7 +95,7 @@ bool cfg_parse_size(const char *s, uint64_t *bytes)
 
 const char *cfg_size_problem(const char *s, char *why, size_t whylen)
 {
-	/* PostgreSQL's spellings first: it reads them as 1024-based */
+	/* PostgreSQL's spellings first, which it reads as 1024-based */
 	static const char *const decimal[] = {"kB", "MB", "GB", "TB", "KB", "kb", "mb", "gb", "tb"};
 	static const char binary[] = "KMGTKKMGT"; /* the binary unit's letter for each of decimal[] */
 	uint64_t v;

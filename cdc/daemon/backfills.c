@@ -1,7 +1,4 @@
-/* backfills.c: `cdc run`'s side of backfills (cdc/backfill): the set of backfills kept in state_dir
- * and their reader connection, the `snapshot: true` subscriptions seen for the first time, the
- * control requests (POST /subscriptions/NAME/backfill, DELETE .../backfill/ID), the durable
- * position handed on, and GET /backfills. The stream's side is the pipeline's. */
+/* `cdc run`'s side of backfills (cdc/backfill). The stream's side is the pipeline's. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -15,6 +12,10 @@
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
+/* It keeps the set of backfills in state_dir and their reader connection. It finds the
+ * `snapshot: true` subscriptions seen for the first time. It answers the control requests (POST
+ * /subscriptions/NAME/backfill, DELETE .../backfill/ID). It hands the durable position on, and
+ * publishes GET /backfills. */
 #define BACKFILL_FILE "backfills.json"
 /* A request whose checks the database has not answered after this long is refused. */
 #define CHECK_TIMEOUT_MS 10000
@@ -76,7 +77,7 @@ bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen)
 	return true;
 }
 
-/* `snapshot: true` subscriptions without their snapshot yet: first seen. */
+/* `snapshot: true` subscriptions without their snapshot yet, seen for the first time. */
 static void snapshots(sidecar *d)
 {
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
@@ -89,8 +90,8 @@ static void snapshots(sidecar *d)
 	}
 }
 
-/* {"id":...,"subscription":...,"state":...}. GET /backfills is published first: a client that
- * asks for it right after the answer finds the backfill there. */
+/* Answers {"id":...,"subscription":...,"state":...}. GET /backfills is published first, so a client
+ * that asks for it right after the answer finds the backfill there. */
 static void answer_backfill(sidecar *d, status_request *req, const char *id, const char *what)
 {
 	buf b = {0};
@@ -104,9 +105,9 @@ static void answer_backfill(sidecar *d, status_request *req, const char *id, con
 	buf_free(&b);
 }
 
-/* A request waiting for its backfill's checks, answered if they are done (or expired: the database
- * did not answer in time): 200, or 4xx/503 with the reason, the backfill then forgotten as if never
- * asked. False while it still waits. */
+/* A request waiting for its backfill's checks, answered if they are done. They may also have
+ * expired, when the database did not answer in time. The answer is 200, or 4xx/503 with the reason,
+ * and the backfill is then forgotten as if never asked. False while it still waits. */
 static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
 {
 	const char *why;
@@ -147,7 +148,7 @@ static void settle_all(sidecar *d, bool expire, uint64_t now)
 	d->nbf_waiting = kept;
 }
 
-/* The reader handed a result on: checks may have ended. */
+/* The reader handed a result on, so checks may have ended. */
 static void checks_answered(void *ctx)
 {
 	settle_all(ctx, false, 0);
@@ -159,7 +160,7 @@ void backfills_tick(sidecar *d, uint64_t now)
 		settle_all(d, true, now);
 }
 
-/* The pipeline's hooks (pipeline_backfills): the stream's side of the backfills. */
+/* The pipeline's hooks (pipeline_backfills), the stream's side of the backfills. */
 static void stream_change(void *ctx, const bf_change *c)
 {
 	if (backfill_watching(ctx, c->schema, c->table))
@@ -169,7 +170,7 @@ static void stream_change(void *ctx, const bf_change *c)
 static bool stream_replay(void *ctx, const void *data, size_t len, uint32_t xid)
 {
 	bf_change c;
-	/* Only a backfill in progress can watch a table: without one, nothing to decode. */
+	/* Only a backfill in progress can watch a table. Without one, there is nothing to decode. */
 	if (!backfill_active(ctx))
 		return true;
 	if (!backfill_change_decode(data, len, &c))
@@ -277,7 +278,7 @@ void backfills_delivered(sidecar *d, uint64_t flushed)
 	bool active = backfill_active(d->bf);
 	backfill_delivered(d->bf, flushed, now());
 	/* GET /backfills follows a running backfill's durable chunks now, not at the next figures
-	 * (up to a second later): `cdc backfill --wait` sees it done when it is. */
+	 * (up to a second later). So `cdc backfill --wait` sees it done when it is. */
 	if (active)
 		backfills_publish(d);
 	bf_reader_kick(d->bf_reader);

@@ -1,7 +1,6 @@
-/* daemon.c: `cdc run`'s event loop: the replication connection (connect, reconnect with backoff,
- * standby status updates, heartbeats), the wiring of the pipeline, sinks, status server and
- * signals, and the stop. Changes move one way, source -> pipeline -> sinks; the flushed position
- * comes back, is recorded in state_dir and then confirmed to the slot. */
+/* `cdc run`'s event loop: the replication connection, the wiring of the pipeline, sinks, status
+ * server and signals, and the stop. Changes move one way, source -> pipeline -> sinks. The flushed
+ * position comes back, is recorded in state_dir and then confirmed to the slot. */
 #include "cdc/daemon/daemon.h"
 
 #include <errno.h>
@@ -42,8 +41,12 @@ static bool send_status(sidecar *d)
 	return true;
 }
 
-/* Hands the sinks' new position to the writer (confirmed once it is on disk: on_state_written),
- * tells the backfills, and sends a status update; at most every FEEDBACK_MIN_MS unless forced. */
+/* The replication connection connects, reconnects with backoff, and sends standby status updates and
+ * heartbeats. */
+
+/* Hands the sinks' new position to the writer, which confirms it once it is on disk
+ * (on_state_written). It tells the backfills and sends a status update. It does so at most every
+ * FEEDBACK_MIN_MS unless forced. */
 static bool send_feedback(sidecar *d, bool force)
 {
 	connection *c = &d->conn;
@@ -65,7 +68,7 @@ void sidecar_post(sidecar *d, uint64_t flushed)
 {
 	connection *c = &d->conn;
 	if (!c->st.slot[0])
-		return; /* no record yet (before the first connection): the next one takes it */
+		return; /* no record yet (before the first connection), so the next one takes it */
 	buf bf = {0};
 	const char *path = backfills_state(d, &bf);
 	if (flushed > c->handled_lsn || path) {
@@ -78,7 +81,7 @@ void sidecar_post(sidecar *d, uint64_t flushed)
 		c->handled_lsn = flushed;
 }
 
-/* What the writer has on disk becomes what may be confirmed; false with d->err if a write failed. */
+/* What the writer has on disk becomes what may be confirmed. False with d->err if a write failed. */
 static bool absorb_recorded(sidecar *d)
 {
 	state st;
@@ -152,8 +155,8 @@ static void schedule_retry(sidecar *d)
 	event_add(c->ev_retry, &tv);
 }
 
-/* Another process streams the slot: wait as a standby, asking again every STANDBY_POLL_MS (not
- * backing off: the takeover should come within seconds of the active one's end), quietly. */
+/* Another process streams the slot. Wait as a standby, quietly, asking again every STANDBY_POLL_MS.
+ * It does not back off, since the takeover should come within seconds of the active one's end. */
 static void standby(sidecar *d)
 {
 	connection *c = &d->conn;
@@ -173,7 +176,7 @@ static void standby(sidecar *d)
 	event_add(c->ev_retry, &tv);
 }
 
-/* The slot cannot send what follows cdc's position: stop, or re-sync and stream again. */
+/* The slot cannot send what follows cdc's position. Stop, or re-sync and stream again. */
 static void on_gap(sidecar *d)
 {
 	switch (resync(d)) {
@@ -191,9 +194,9 @@ static void on_gap(sidecar *d)
 	}
 }
 
-/* Pushes out what sinks buffered and moves the flushed position; false when streaming stops. A
- * sink that lost messages in flight restarts, and streaming resumes from the slot's confirmed
- * position, which the server resends from. */
+/* Pushes out what sinks buffered and moves the flushed position. False when streaming stops. A sink
+ * that lost messages in flight restarts. Streaming then resumes from the slot's confirmed position,
+ * which the server resends from. */
 static bool flush_sinks(sidecar *d)
 {
 	sink *k = NULL;
@@ -217,10 +220,10 @@ static bool flush_sinks(sidecar *d)
 	return false;
 }
 
-/* Reading a backlog in larger pieces (source_batch): the socket is then also read every
+/* Reading a backlog in larger pieces (source_batch). The socket is then also read every
  * BATCH_POLL_MS. A backlog is a streamed transaction still open (one larger than the server's
  * logical_decoding_work_mem), or commits that were older than BATCH_AGE_MS when they were read.
- * A live stream's commits are fresh, and a read that brings nothing ends it: a transaction that
+ * A live stream's commits are fresh, and a read that brings nothing ends it. So a transaction that
  * comes after a backlog waits BATCH_POLL_MS at most, once. */
 #define BATCH_POLL_MS 2
 #define BATCH_AGE_MS 1000
@@ -250,7 +253,7 @@ static void choose_batching(sidecar *d, uint64_t transactions_before)
 		watch_read(c);
 }
 
-/* Stops reading the slot while a sink is busy (memory stays bounded by the sink's queue); the
+/* Stops reading the slot while a sink is busy, so memory stays bounded by the sink's queue. The
  * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
 static void pause_or_resume(sidecar *d)
 {
@@ -271,7 +274,7 @@ static void pause_or_resume(sidecar *d)
 	c->paused = busy;
 }
 
-/* Status update (a lost connection is retried); false when streaming stopped. */
+/* Status update (a lost connection is retried). False when streaming stopped. */
 static bool feedback(sidecar *d, bool force)
 {
 	if (send_feedback(d, force))
@@ -281,7 +284,7 @@ static bool feedback(sidecar *d, bool force)
 	return false;
 }
 
-/* After input from the slot or a sink: report progress, pause or resume reading, stop at endpos. */
+/* After input from the slot or a sink, report progress, pause or resume reading, stop at endpos. */
 static void progressed(sidecar *d, bool force)
 {
 	if (!feedback(d, force))
@@ -299,9 +302,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	sidecar *d = arg;
 	connection *c = &d->conn;
 	if (!source_connected(c->src)) {
-		/* What the server sent before it closed the connection is left unread: the slot sends it
-		 * again to whoever streams next, and a process resumed after a long pause acts on none
-		 * of it. */
+		/* What the server sent before it closed the connection is left unread. The slot sends it
+		 * again to whoever streams next. A process resumed after a long pause acts on none of
+		 * it. */
 		errf(d->err, sizeof(d->err),
 		     "the server closed the replication connection; what it sent last is read again from the "
 		     "slot");
@@ -336,7 +339,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	c->backoff_ms = 0;
 	choose_batching(d, transactions);
 	progressed(d, reply);
-	backfills_kick(d); /* a watermark may have closed a chunk: the next one is due */
+	backfills_kick(d); /* a watermark may have closed a chunk, so the next one is due */
 }
 
 /* Delivery reports of an asynchronous sink. */
@@ -357,7 +360,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 		event_add(d->conn.ev_write, NULL);
 }
 
-/* A position is on disk: it is confirmed to the server at once. */
+/* A position is on disk. It is confirmed to the server at once. */
 static void on_state_written(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -380,7 +383,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		sidecar_fail(d, 1, "cannot read the recorded position");
 		return;
 	}
-	if (have_st && st.shared) /* this state_dir's process was a standby: the slot may be ahead */
+	if (have_st && st.shared) /* this state_dir's process was a standby, so the slot may be ahead */
 		source_after_standby(c->src, true);
 	catalog cat = {0};
 	uint32_t recorded_timeline = st.timeline;
@@ -414,7 +417,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		standby(d);
 		return;
 	}
-	/* Before anything streams: the subscriptions against the tables as they are now. */
+	/* Before anything streams, check the subscriptions against the tables as they are now. */
 	if (!reload_connected(d, &cat, c->streams == 0)) {
 		sidecar_fail(d, 1, "a subscription of the configuration file cannot work on its tables");
 		return;
@@ -424,8 +427,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 			 d->cfg->source.slot);
 		c->standby = 0;
 	}
-	source_after_standby(c->src, false); /* streaming it: from now on the slot moves only with cdc */
-	/* A new timeline (a promotion) is recorded at once: the position is on it from now on. */
+	source_after_standby(c->src, false); /* streaming it, so from now on the slot moves only with cdc */
+	/* A new timeline (a promotion) is recorded at once. The position is on it from now on. */
 	if ((!have_st || st.timeline != recorded_timeline) && !sidecar_record(d, &st)) {
 		sidecar_fail(d, 1, "cannot record the position in state_dir");
 		return;
@@ -435,7 +438,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	c->st = st;
-	c->st.shared = false; /* this process streams the slot now: the next record is its own */
+	c->st.shared = false; /* this process streams the slot now, so the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	c->publication_ms = 0; /* tables created while cdc was away join the publication now */
 	backfills_restart(d);
@@ -443,7 +446,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	f->promotions += source_server_info(c->src)->promoted_from != 0;
-	f->last_server_ms = 0; /* asked again at once: the server may be another one */
+	f->last_server_ms = 0; /* asked again at once, since the server may be another one */
 	snprintf(f->server_version, sizeof(f->server_version), "%d.%d", source_server_version(c->src) / 10000,
 		 source_server_version(c->src) % 10000);
 	c->streaming = true;
@@ -539,7 +542,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* Wiring -------------------------------------------------------------------------------- */
 
-/* Consumers made room in a spool that was full: reading the slot may resume. */
+/* Consumers made room in a spool that was full. Reading the slot may resume. */
 static void on_consumers_acked(void *ctx)
 {
 	sidecar *d = ctx;
@@ -547,10 +550,10 @@ static void on_consumers_acked(void *ctx)
 		pause_or_resume(d);
 }
 
-/* The stream this process holds now (sink_env.stream, asked before an exactly-once commit). Asks the kernel
- * too: a process resumed after a pause commits nothing before it has read that its stream ended. A stream
- * found closed is handed to on_read at once, even while reading is paused for a sink that is busy with the
- * very commit that waits for it. */
+/* The stream this process holds now (sink_env.stream, asked before an exactly-once commit). It asks
+ * the kernel too. So a process resumed after a pause commits nothing before it has read that its
+ * stream ended. A stream found closed is handed to on_read at once. That holds even while reading is
+ * paused for a sink that is busy with the very commit that waits for it. */
 static uint64_t held_stream(void *ctx)
 {
 	connection *c = &((sidecar *)ctx)->conn;
@@ -562,7 +565,7 @@ static uint64_t held_stream(void *ctx)
 	return 0;
 }
 
-/* The socket sink's group commit is back: the flushed position may move (and the next one starts). */
+/* The socket sink's group commit is back. The flushed position may move, and the next one starts. */
 static void on_spooled(void *ctx)
 {
 	sidecar *d = ctx;
@@ -598,7 +601,7 @@ static void shutdown_flush(sidecar *d)
 	log_info("stopped", "flushed_lsn=%s", lsn);
 }
 
-/* Everything up to the loop: 0, or the exit code of what failed (logged). */
+/* Everything up to the loop. Returns 0, or the exit code of what failed (logged). */
 static int setup(sidecar *d, uint64_t endpos)
 {
 	cfg *c = d->cfg;

@@ -1,6 +1,6 @@
-/* figures.c: what `cdc run` tells about itself: the status socket's /status, /metrics and
- * /subscriptions (rendered by cdc/status/report.c from the figures gathered here and those the
- * sink modules render), the progress and sinks' log lines, and the replication slot's health. */
+/* What `cdc run` tells about itself: the status socket's /status, /metrics and /subscriptions, the
+ * progress and sinks' log lines, and the replication slot's health. cdc/status/report.c renders the
+ * documents from the figures gathered here and those the sink modules render. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +62,7 @@ static const char *not_ready(sidecar *d)
 			       ? sink_modules[m]->not_ready(d->sinks.k[m])
 			       : NULL;
 	if (!d->conn.streaming && d->fig.last_progress_ms && sink_why) {
-		/* a sink's restart reconnects the slot: its reason is the one to read */
+		/* a sink's restart reconnects the slot, so its reason is the one to read */
 		snprintf(d->fig.not_ready, sizeof(d->fig.not_ready),
 			 "not streaming from the slot (reconnecting): %s", sink_why);
 		return d->fig.not_ready;
@@ -74,8 +74,8 @@ static const char *not_ready(sidecar *d)
 	return sink_why;
 }
 
-/* Per subscription: what the pipeline handed its sink, and its sink's own members (members[i]:
- * what subscription i's point into). */
+/* Per subscription, what the pipeline handed its sink, and its sink's own members. Subscription i's
+ * point into members[i]. */
 static report_sub *sub_figures(const sidecar *d, buf *members)
 {
 	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
@@ -95,7 +95,7 @@ static report_sub *sub_figures(const sidecar *d, buf *members)
 	return subs;
 }
 
-/* Each module's figures, as its sink renders them (texts[3 * m ...]: what they point into). */
+/* Each module's figures, as its sink renders them. Module m's point into texts[3 * m ...]. */
 static report_sink *sink_figures(const sidecar *d, buf *texts)
 {
 	size_t n = sink_modules_count();
@@ -247,9 +247,9 @@ void figures_slot_health(sidecar *d, uint64_t now)
 	const source_slot_health *h = &f->health;
 	if (!h->known)
 		return;
-	/* Keepalives bring the server's position only while the slot is read: while a sink holds
-	 * reading paused, this one keeps the lag growing. (Not otherwise: it may be ahead of the last
-	 * keepalive for a moment, and lag_s would then count from the last commit.) */
+	/* Keepalives bring the server's position only while the slot is read. While a sink holds
+	 * reading paused, this one keeps the lag growing. It is not used otherwise. It may be ahead of
+	 * the last keepalive for a moment, and lag_s would then count from the last commit. */
 	if (d->conn.paused && h->server_lsn > f->server_wal_lsn)
 		f->server_wal_lsn = h->server_lsn;
 	if (strcmp(h->wal_status, "lost") == 0 && h->invalidation_reason[0])
@@ -283,8 +283,8 @@ void figures_slot_health(sidecar *d, uint64_t now)
 	memcpy(f->slot_warning, warning, sizeof(warning));
 }
 
-/* A standby cdc streams from was promoted meanwhile: the positions recorded from now on are on
- * its new timeline, and writes go to it. */
+/* A standby cdc streams from was promoted meanwhile. The positions recorded from now on are on its
+ * new timeline, and writes go to it. */
 static void promoted_under_us(sidecar *d, const source_server *sv)
 {
 	connection *c = &d->conn;

@@ -1,5 +1,5 @@
-/* notify.c: see notify.h. libsystemd's sd_notify, which does nothing when $NOTIFY_SOCKET is unset.
- * The state here is the process's own: it was started once, by one service manager. */
+/* See notify.h. libsystemd's sd_notify, which does nothing when $NOTIFY_SOCKET is unset.
+ * The state here is the process's own. It was started once, by one service manager. */
 #include "cdc/daemon/notify.h"
 
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <time.h>
 
 static bool ready_sent;
-static int watchdog_state; /* 0: not asked yet, 1: on, -1: off */
+static int watchdog_state; /* 0 not asked yet, 1 on, -1 off */
 static uint64_t watchdog_every_ms, watchdog_last_ms;
 
 /* Sends head (READY=1 and the like, or "") and a STATUS= line made of fmt. */
@@ -17,7 +17,7 @@ static void send_status(const char *head, const char *fmt, va_list ap)
 {
 	char status[512];
 	vsnprintf(status, sizeof(status), fmt, ap);
-	/* A STATUS= value ends at a newline: one line, as in the log. */
+	/* A STATUS= value ends at a newline. It is one line, as in the log. */
 	for (char *p = status; *p; p++)
 		if (*p == '\n')
 			*p = ' ';

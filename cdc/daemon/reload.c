@@ -1,10 +1,6 @@
-/* reload.c: changes of the subscriptions while `cdc run` runs: SIGHUP reads the file again, PUT and
- * DELETE /subscriptions/NAME change the overlay kept in state_dir. Each is checked at once, then the
- * subscriptions it adds or changes against the catalog (read on the source's ordinary connection
- * without blocking, or at the next connect), and applied at the next transaction boundary
- * (pipeline_between_txns), answering with the LSN it applies from. A subscription of the overlay
- * that stops working (the database or the file changed under it) is set aside, never a reason not
- * to start. Which other settings need a restart comes from the config's key tables. */
+/* Changes of the subscriptions while `cdc run` runs. SIGHUP reads the file again. PUT and DELETE
+ * /subscriptions/NAME change the overlay kept in state_dir. Which other settings need a restart comes
+ * from the config's key tables. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +11,13 @@
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
-/* One log line per problem of lines (each ends with a newline): a line of the log is one event. */
+/* Each change is checked at once. Then the subscriptions it adds or changes are checked against the
+ * catalog, read on the source's ordinary connection without blocking, or at the next connect. The
+ * change applies at the next transaction boundary (pipeline_between_txns), and the answer gives the
+ * LSN it applies from. A subscription of the overlay that stops working (the database or the file
+ * changed under it) is set aside. It is never a reason not to start. */
+
+/* One log line per problem of lines (each ends with a newline). A line of the log is one event. */
 static void log_problems(const char *lines)
 {
 	for (const char *p = lines; p && *p;) {
@@ -51,8 +53,8 @@ static void aside_free(aside_list *l)
 	*l = (aside_list){0};
 }
 
-/* names[i] set aside for the i-th line of lines (cfg_overlay_apply's left_out and errors); names is
- * emptied. */
+/* names[i] is set aside for the i-th line of lines (cfg_overlay_apply's left_out and errors). names
+ * is emptied. */
 static void aside_lines(aside_list *l, cfg_strlist *names, const char *lines)
 {
 	const char *p = lines;
@@ -158,8 +160,8 @@ static void drop_catalog(sidecar *d)
 	d->rl.catalog = NULL;
 }
 
-/* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for: the source's,
- * a sink module's section's (bit RESTART_SINK << its index), or the others'. */
+/* Which warning a key that changed but needs a restart (cfg_restart_keys) calls for. It is the
+ * source's, a sink module's section's (bit RESTART_SINK << its index), or the others'. */
 enum { RESTART_SOURCE = 1, RESTART_OTHER = 2, RESTART_SINK = 4 };
 static void note_restart(const char *key, void *arg)
 {
@@ -177,9 +179,10 @@ static void note_restart(const char *key, void *arg)
 		*restart |= RESTART_OTHER;
 }
 
-/* Secrets a reload applies without a restart (their files were read again): source.password at the
- * next connection to the database; status.token and status.tcp_read at once, status.listen's TLS
- * files for its new connections. The Kafka sink takes its SASL credentials when it is bound. */
+/* Secrets a reload applies without a restart, since their files were read again. source.password
+ * applies at the next connection to the database. status.token and status.tcp_read apply at once, and
+ * status.listen's TLS files for its new connections. The Kafka sink takes its SASL credentials when it
+ * is bound. */
 static void apply_secrets(sidecar *d)
 {
 	source_set_password(d->conn.src, d->cfg->source.password);
@@ -189,9 +192,9 @@ static void apply_secrets(sidecar *d)
 		status_reload(d->status, d->cfg);
 }
 
-/* The configuration file with the subscriptions of ov laid over it (those it cannot take set
- * aside, into aside). NULL with the problems in errors and the HTTP status a change waiting for it
- * gets: 500 when the file itself is broken. */
+/* The configuration file with the subscriptions of ov laid over it. Those it cannot take are set
+ * aside, into aside. NULL with the problems in errors and the HTTP status a change waiting for it
+ * gets, which is 500 when the file itself is broken. */
 static cfg *load_config(sidecar *d, const cfg_overlay *ov, aside_list *aside, buf *errors, unsigned *code)
 {
 	cfg *next = cfg_load(d->cfg_path, errors);
@@ -206,7 +209,7 @@ static cfg *load_config(sidecar *d, const cfg_overlay *ov, aside_list *aside, bu
 	return next;
 }
 
-/* Answers the changes that waited for the reload: 200 with the LSN they apply from, or the error. */
+/* Answers the changes that waited for the reload, with 200 and the LSN they apply from, or the error. */
 static void settle_changes(sidecar *d, unsigned code, const char *error, const char *details)
 {
 	char lsn[LSN_STRLEN];
@@ -275,7 +278,7 @@ static struct live_change *put_of(sidecar *d, const char *name)
 	return put;
 }
 
-/* Refuses the change ch (400 with its problems) and forgets it: the reload goes on without it. */
+/* Refuses the change ch (400 with its problems) and forgets it. The reload goes on without it. */
 static void refuse_change(sidecar *d, struct live_change *ch, const char *problems)
 {
 	log_warn("subscription refused", "subscription=%s", ch->req->name);
@@ -303,9 +306,9 @@ static bool running_as(const sidecar *d, const cfg_subscription *s)
 	return same;
 }
 
-/* The catalog for the reload under way: true once d->rl.catalog holds one. While streaming it is
- * read on the source's ordinary connection without blocking (asked again from the loop's tick),
- * otherwise the next connect brings it. False with *failed and d->err when reading it failed. */
+/* The catalog for the reload under way. True once d->rl.catalog holds one. While streaming it is read
+ * on the source's ordinary connection without blocking (asked again from the loop's tick). Otherwise
+ * the next connect brings it. False with *failed and d->err when reading it failed. */
 static bool catalog_ready(sidecar *d, bool *failed)
 {
 	*failed = false;
@@ -324,9 +327,9 @@ static bool catalog_ready(sidecar *d, bool *failed)
 	return d->rl.catalog != NULL;
 }
 
-/* Checks the subscriptions of next that the running configuration does not have as they are:
- * a PUT's that fails is refused (*again: the reload is built anew without it); one of the
- * overlay's that fails is set aside (into aside); one of the file's fails the reload (problems). */
+/* Checks the subscriptions of next that the running configuration does not have as they are. A PUT's
+ * that fails is refused, and *again says the reload is built anew without it. One of the overlay's
+ * that fails is set aside (into aside). One of the file's fails the reload (problems). */
 static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *aside, buf *problems,
 		      bool *again)
 {
@@ -357,7 +360,7 @@ static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *
 	}
 }
 
-/* Refuses the reload: the running configuration stays, the changes waiting get code. */
+/* Refuses the reload. The running configuration stays, and the changes waiting get code. */
 static void refuse(sidecar *d, unsigned code, const char *errors)
 {
 	log_error("reload refused; keeping the running configuration", "config=%s", d->cfg_path);
@@ -374,8 +377,8 @@ static void refuse(sidecar *d, unsigned code, const char *errors)
 	drop_catalog(d);
 }
 
-/* Builds the next configuration, checks what it adds or changes (asking for the catalog first if
- * it must: the reload then stays pending), and swaps it in at this transaction boundary. */
+/* Builds the next configuration, checks what it adds or changes, and swaps it in at this transaction
+ * boundary. It asks for the catalog first if it must, and the reload then stays pending. */
 static bool apply_reload(sidecar *d)
 {
 	d->rl.pending = false;
@@ -451,7 +454,7 @@ static bool apply_reload(sidecar *d)
 	cfg *old = d->cfg;
 	d->cfg = next;
 	apply_secrets(d);
-	/* The pipeline carries its counts over by name: old's names are still valid here. */
+	/* The pipeline carries its counts over by name. old's names are still valid here. */
 	bool bound = sidecar_bind(d, r);
 	if (bound)
 		backfills_reloaded(d, old);
@@ -493,11 +496,11 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *s = &d->cfg->subs[i];
 		buf one = {0}, warnings = {0};
-		/* a table named that is gone fails a start; at a reconnect it may have been dropped
-		 * meanwhile, and the subscription goes on with the others */
+		/* A table named that is gone fails a start. At a reconnect it may have been dropped
+		 * meanwhile, and the subscription goes on with the others. */
 		bool named = catalog_check_exists(cat, s, first ? &one : &warnings);
-		/* a snapshot that cannot run fails as a backfill (GET /backfills): the subscription
-		 * itself works */
+		/* A snapshot that cannot run fails as a backfill (GET /backfills). The subscription
+		 * itself works. */
 		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings) ||
 		    (first && !named)) {
 			if (in_overlay(d->rl.overlay, s->name))
@@ -512,11 +515,11 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 	}
 	bool ok = !problems.len;
 	if (!ok) {
-		/* the file's own: the operator fixes the table or the file (one problem, the first) */
+		/* the file's own, so the operator fixes the table or the file (one problem, the first) */
 		errf(d->err, sizeof(d->err), "%.*s", (int)strcspn(problems.data, "\n"), problems.data);
 		log_problems(problems.data);
 	} else if (out.n) {
-		/* at a connect the stream starts again: a transaction boundary */
+		/* at a connect the stream starts again, which is a transaction boundary */
 		remove_subs(d->cfg, &out);
 		aside_list all = {0};
 		for (size_t i = 0; i < d->rl.aside.n; i++)
@@ -541,11 +544,11 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 	return ok;
 }
 
-/* Not while a streamed or prepared transaction is held: its records were rendered for the
+/* Not while a streamed or prepared transaction is held. Its records were rendered for the
  * subscriptions in force when its changes arrived. */
 void reload_maybe(sidecar *d)
 {
-	/* waiting for the database: the next connect brings the catalog (reload_connected) */
+	/* waiting for the database, whose next connect brings the catalog (reload_connected) */
 	bool waits = d->rl.waits_for_db && !d->conn.streaming && !d->rl.catalog;
 	if (d->rl.pending && !waits && pipeline_between_txns(d->pipe))
 		apply_reload(d);

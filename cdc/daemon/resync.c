@@ -1,13 +1,13 @@
-/* resync.c: what `cdc run` does when the slot cannot send what follows its position (a lost slot,
- * or a publication newer than it: SOURCE_GAP): stop and say why (the default), or re-sync: move
- * the slot on, write the marker into the WAL right after its new position, and record that
- * position; when the stream reaches the marker, every subscription is backfilled. The marker is
- * the durable record of the re-sync: a crash at any step finds either the gap again (the slot is
- * still behind, or ahead of the recorded position) or the marker in the stream. */
+/* What `cdc run` does when the slot cannot send what follows its position (SOURCE_GAP), after a lost
+ * slot or a publication newer than it. It stops and says why (the default), or it re-syncs. */
 #include "cdc/daemon/sidecar.h"
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
+/* A re-sync moves the slot on, writes the marker into the WAL right after its new position, and
+ * records that position. When the stream reaches the marker, every subscription is backfilled. The
+ * marker is the durable record of the re-sync. A crash at any step finds either the gap again (the
+ * slot is still behind, or ahead of the recorded position) or the marker in the stream. */
 resync_result resync(sidecar *d)
 {
 	connection *c = &d->conn;
@@ -38,7 +38,7 @@ resync_result resync(sidecar *d)
 	json_key_str(&marker, &f, "resumed_at", to);
 	buf_putc(&marker, '}');
 	if (source_resync_marker(c->src, marker.data, d->err, sizeof(d->err)) != SOURCE_OK)
-		goto out; /* the slot is ahead of the recorded position: the next start finds a gap */
+		goto out; /* the slot is ahead of the recorded position, and the next start finds a gap */
 	if (have_st) {
 		st.flushed_lsn = lsn;
 		if (!sidecar_record(d, &st))

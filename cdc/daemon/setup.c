@@ -1,4 +1,4 @@
-/* setup.c: the stages' settings from the configuration; see setup.h. */
+/* The stages' settings from the configuration (see setup.h). */
 #include "cdc/daemon/setup.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* setup.h: what the stages of the data path take from the configuration, derived here so that no
- * stage reads the daemon's config (the sinks' settings: sinks_setup.h). */
+/* What the stages of the data path take from the configuration. It is derived here so that no stage
+ * reads the daemon's config. The sinks' settings are in sinks_setup.h. */
 #ifndef CDC_SETUP_H
 #define CDC_SETUP_H
 
@@ -7,10 +7,10 @@
 #include "cdc/match/rules.h"
 #include "cdc/source/source.h"
 
-/* The rules of conf's subscriptions, at their indexes in conf (conf must outlive them: they borrow its
- * strings). NULL with a message naming the subscription when a where predicate does not parse. */
+/* The rules of conf's subscriptions, at their indexes in conf. They borrow conf's strings, so conf must
+ * outlive them. NULL with a message naming the subscription when a where predicate does not parse. */
 rules *setup_rules(const cfg *conf, char *err, size_t errlen);
-/* What the source takes of conf (borrowing its strings: source_new copies them). */
+/* What the source takes of conf. It borrows conf's strings, and source_new copies them. */
 source_settings setup_source(const cfg *conf);
 
 #endif

@@ -1,6 +1,6 @@
-/* sidecar.c: what the files of cdc/daemon/ share and call, never calling back into them: binding
- * the sinks and the pipeline to the configuration in force, answering a control request with an
- * error, and stopping with one. */
+/* What the files of cdc/daemon/ share and call, never calling back into them: binding the sinks and
+ * the pipeline to the configuration in force, answering a control request with an error, and stopping
+ * with one. */
 #include "cdc/daemon/sidecar.h"
 
 #include <event2/event.h>
@@ -17,7 +17,7 @@ void sidecar_fail(sidecar *d, int code, const char *what)
 	event_base_loopbreak(d->base);
 }
 
-/* A record may name the database (Debezium's source.db): the sinks learn it once connected. */
+/* A record may name the database (Debezium's source.db). The sinks learn it once connected. */
 void sidecar_tell_database(sidecar *d)
 {
 	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;

@@ -1,10 +1,6 @@
-/* signals.c: backfills asked for from SQL. The pipeline hands on each row inserted into
- * source.signal_table where the stream delivers it (at its commit); cdc/backfill/signal.c checks
- * it, and it goes through the daemon's backfill requests: execute-snapshot queues a backfill for
- * each subscription that has one of its tables, stop-snapshot cancels what signals started. A bad
- * signal is logged with the reason and counted, and the stream goes on. state_dir/signals.json
- * keeps the position of the last signal acted on and the backfills signals started, so a signal
- * the stream brings again after a crash is not acted on twice. */
+/* Backfills asked for from SQL. The pipeline hands on each row inserted into source.signal_table
+ * where the stream delivers it (at its commit). A bad signal is logged with the reason and counted,
+ * and the stream goes on. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -18,6 +14,11 @@
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
+/* cdc/backfill/signal.c checks a signal, and it goes through the daemon's backfill requests.
+ * execute-snapshot queues a backfill for each subscription that has one of its tables. stop-snapshot
+ * cancels what signals started. state_dir/signals.json keeps the position of the last signal acted
+ * on and the backfills signals started. So a signal the stream brings again after a crash is not
+ * acted on twice. */
 #define SIGNALS_FILE "signals.json"
 /* A state file larger than this is not cdc's. */
 #define SIGNALS_FILE_MAX (16u << 20)
@@ -100,7 +101,7 @@ static json_object *member(json_object *o, const char *key, json_type type)
 	return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, type) ? v : NULL;
 }
 
-/* One backfill of the file into g; false if it is malformed. */
+/* One backfill of the file into g. False if it is malformed. */
 static bool load_started(signals *g, json_object *o)
 {
 	json_object *sig = member(o, "signal", json_type_string),
@@ -174,7 +175,7 @@ static bool has_table(const cfg_subscription *s, const char *name)
 	return false;
 }
 
-/* Whether the signal lets subscription s take part: it names no subscription, or s. */
+/* Whether the signal lets subscription s take part, by naming no subscription, or s. */
 static bool names_sub(const bf_signal *sg, const char *sub)
 {
 	for (size_t i = 0; i < sg->nsubscriptions; i++)
@@ -183,8 +184,8 @@ static bool names_sub(const bf_signal *sg, const char *sub)
 	return sg->nsubscriptions == 0;
 }
 
-/* Why the signal cannot be acted on as a whole, or NULL: a subscription it names that does not
- * exist, a table none of its subscriptions has. */
+/* Why the signal cannot be acted on as a whole, or NULL. It may name a subscription that does not
+ * exist, or a table none of its subscriptions has. */
 static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, size_t whylen)
 {
 	for (size_t i = 0; i < sg->nsubscriptions; i++)
@@ -207,8 +208,8 @@ static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, si
 	return NULL;
 }
 
-/* Queues one backfill of s for the signal's tables t[0..n) (all with the same where); appends it
- * to the outcome. */
+/* Queues one backfill of s for the signal's tables t[0..n) (all with the same where). Appends it to
+ * the outcome. */
 static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, const bf_signal_table *const *t,
 		  size_t n, buf *out, bool *first)
 {
@@ -242,7 +243,7 @@ static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, co
 	free(names);
 }
 
-/* execute-snapshot: for each subscription it lets take part, one backfill of the tables it has
+/* execute-snapshot. For each subscription it lets take part, one backfill of the tables it has
  * without a condition, and one per table with a condition of its own. */
 static void execute(sidecar *d, const bf_signal *sg, buf *out)
 {
@@ -268,7 +269,7 @@ static void execute(sidecar *d, const bf_signal *sg, buf *out)
 	free(plain);
 }
 
-/* Whether a backfill a signal started reads one of the stop signal's tables (none named: any). */
+/* Whether a backfill a signal started reads one of the stop signal's tables (any, if none named). */
 static bool reads_one(const struct signal_started *g, const bf_signal *sg)
 {
 	for (size_t t = 0; t < sg->ntables; t++) {
@@ -282,7 +283,7 @@ static bool reads_one(const struct signal_started *g, const bf_signal *sg)
 	return sg->ntables == 0;
 }
 
-/* stop-snapshot: cancels the backfills signals started that it names (all, without names). */
+/* stop-snapshot cancels the backfills signals started that it names (all, without names). */
 static void stop(sidecar *d, const bf_signal *sg, buf *out)
 {
 	bool first = true;
@@ -308,7 +309,7 @@ static void stop(sidecar *d, const bf_signal *sg, buf *out)
 	}
 }
 
-/* The last signal as /status shows it: {"id", "type", "lsn", "error", "backfills": [...]}. */
+/* The last signal as /status shows it, {"id", "type", "lsn", "error", "backfills": [...]}. */
 static void outcome(sidecar *d, const pipeline_signal *s, const char *error, const buf *backfills)
 {
 	buf *o = &d->sig.last;
@@ -336,7 +337,7 @@ static void outcome(sidecar *d, const pipeline_signal *s, const char *error, con
 	buf_puts(o, "]}");
 }
 
-/* The pipeline's hook: one signal row, at its commit. */
+/* The pipeline's hook, for one signal row at its commit. */
 static void on_signal(void *ctx, const pipeline_signal *s)
 {
 	sidecar *d = ctx;
@@ -344,7 +345,7 @@ static void on_signal(void *ctx, const pipeline_signal *s)
 	char err[512], lsn[LSN_STRLEN];
 	if (g->done &&
 	    (s->commit_lsn < g->done_lsn || (s->commit_lsn == g->done_lsn && s->tx_index <= g->done_index)))
-		return; /* acted on before a crash: the stream brings it again */
+		return; /* acted on before a crash, and the stream brings it again */
 	g->received++;
 	lsn_format(s->commit_lsn, lsn);
 	bf_signal sg;

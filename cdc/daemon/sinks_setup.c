@@ -1,4 +1,4 @@
-/* sinks_setup.c: see sinks_setup.h. It walks the module list: a new sink needs no line here. */
+/* See sinks_setup.h. It walks the module list, so a new sink needs no line here. */
 #include "cdc/daemon/sinks_setup.h"
 
 #include <stdlib.h>
@@ -69,7 +69,7 @@ void sink_set_watch(sink_set *s)
 		int ms = sink_modules[m]->wake_ms(s->k[m]);
 		if (ms == s->wake_ms[m])
 			continue;
-		struct timeval tv = {ms / 1000, (ms % 1000) * 1000}; /* a second or more: tv_sec */
+		struct timeval tv = {ms / 1000, (ms % 1000) * 1000}; /* a second or more goes in tv_sec */
 		event_del(s->ev[m]); /* event_add keeps a timeout it is not given a new one for */
 		event_add(s->ev[m], ms ? &tv : NULL);
 		s->wake_ms[m] = ms;

@@ -1,5 +1,5 @@
-/* doctor_internal.h: what the files of cdc/doctor/ share: the state of one run, the table of checks'
- * signature, and how a check reports. Not for other folders: they use doctor.h. */
+/* What the files of cdc/doctor/ share: the state of one run, the signature of the table of checks, and
+ * how a check reports. Other folders use doctor.h instead. */
 #ifndef CDC_DOCTOR_INTERNAL_H
 #define CDC_DOCTOR_INTERNAL_H
 
@@ -14,15 +14,15 @@
 /* A table of the database, as the checks look at it. */
 typedef struct doctor_table {
 	char *schema, *name;
-	char replident;			   /* pg_class.relreplident: d, n, f, i */
-	char *parent_schema, *parent_name; /* the partitioned table it is a partition of; NULL: none */
+	char replident;			   /* pg_class.relreplident, one of d, n, f, i */
+	char *parent_schema, *parent_name; /* the partitioned table it is a partition of, or NULL */
 } doctor_table;
 
 typedef struct doctor {
 	const cfg *c;
 	doctor_report *r;
-	const char *check; /* the check running: its lines carry its name */
-	/* the database: NULL when the connection failed (the checks that need it are skipped) */
+	const char *check; /* the check running, whose name its lines carry */
+	/* the database, NULL when the connection failed (the checks that need it are skipped) */
 	PGconn *conn;
 	pg_secrets secrets;
 	int server_version;
@@ -35,22 +35,22 @@ typedef struct doctor {
 	/* the systemd unit that runs this file (unit.c), looked for when a directory is missing */
 	struct {
 		bool looked;
-		char name[128];	  /* "cdc.service", "cdc@main.service"; empty: none runs it */
-		cfg_strlist dirs; /* pairs: a directory systemd makes when it starts, and the directive */
+		char name[128];	  /* "cdc.service", "cdc@main.service", empty if none runs it */
+		cfg_strlist dirs; /* pairs of a directory systemd makes when it starts and the directive */
 	} unit;
 	catalog cat; /* what cdc run checks subscriptions against (catalog_sql) */
 	bool cat_read;
 } doctor;
 
-/* Appends a line for the running check; fix NULL for a pass. The detail passes through the DSN's
- * secrets redaction. */
+/* Appends a line for the running check, with fix NULL for a pass. The detail passes through the
+ * DSN's secrets redaction. */
 void doctor_say(doctor *doc, doctor_status st, const char *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
 
-/* What the last line's fix runs, exactly as printed: SQL statements (its sql: line), or a shell
- * command (a run: line each). */
+/* What the last line's fix runs, exactly as printed. doctor_sql gives SQL statements (its "sql" line).
+ * doctor_command gives a shell command (a "run" line each). */
 void doctor_sql(doctor *doc, const char *sql);
 void doctor_command(doctor *doc, const char *command);
-/* A fix that could not be made (what it reads was unreadable): a warning saying so. */
+/* A fix could not be made, because what it reads was unreadable. Adds a warning saying so. */
 void doctor_fix_failed(doctor *doc, const char *err);
 /* doctor_say with a fix written once for cdc doctor and cdc run (cdc/source/fixes.c). */
 void doctor_fix(doctor *doc, doctor_status st, const pg_fix *fix, const char *fmt, ...) CDC_PRINTF(4, 5);
@@ -58,20 +58,20 @@ void doctor_fix(doctor *doc, doctor_status st, const pg_fix *fix, const char *fm
 /* A query's answer, or NULL after a warning naming what could not be asked. */
 PGresult *doctor_ask(doctor *doc, const char *what, const char *sql, int count, const char *const *params);
 
-/* A setting that should have one value (a reload applies it): pass saying pass_detail, else st with
- * the detail "is VALUE" followed by why, and pg_fix_setting's fix with more (NULL: nothing) after
- * its words. */
+/* Checks a setting that should have one value (a reload applies it). It passes saying pass_detail.
+ * Otherwise it reports st with the detail "is VALUE" followed by why. The fix is pg_fix_setting's, with
+ * more (NULL for nothing) after its words. */
 void doctor_expect_setting(doctor *doc, const char *name, const char *want, const char *pass_detail,
 			   doctor_status st, const char *more, const char *why);
 
-/* Whether a subscription's tables include the table; the tables a subscription reads (calls fn for
- * each of d->tables that one of its patterns matches; returns how many). */
+/* The tables sub reads. Calls fn, if not NULL, for each of doc->tables that one of sub's patterns
+ * matches. Returns how many, so it also says whether sub reads a table. */
 size_t doctor_sub_tables(const doctor *doc, const cfg_subscription *sub,
 			 void (*fn)(doctor *doc, const cfg_subscription *sub, const doctor_table *table,
 				    void *arg),
 			 void *arg);
 
-/* Whether a backfill reads sub's tables without being asked: snapshot: true, or a re-sync. */
+/* Whether a backfill reads sub's tables without being asked, by `snapshot: true` or a re-sync. */
 bool doctor_backfilled(const doctor *doc, const cfg_subscription *sub);
 
 /* The directive of the unit that runs this configuration file ("RuntimeDirectory=cdc" of
@@ -81,7 +81,7 @@ const char *doctor_unit_makes(doctor *doc, const char *dir);
 /* The verdict on a path where cdc binds a Unix socket, under the key that sets it (local.c). */
 void doctor_socket_path(doctor *doc, const char *key, const char *path);
 
-/* The checks, one function each (database.c, failover_checks.c, local.c); the sink modules' follow. */
+/* The checks, one function each (database.c, failover_checks.c, local.c). The sink modules' follow. */
 void doctor_server(doctor *doc);
 void doctor_wal_level(doctor *doc);
 void doctor_slots_free(doctor *doc);
@@ -106,7 +106,7 @@ void doctor_primary_conninfo(doctor *doc);
 void doctor_primary_dsn(doctor *doc);
 void doctor_secrets(doctor *doc);
 void doctor_access(doctor *doc);
-/* Who may connect to the socket at path (key: the setting that names it): its mode and owner, or
+/* Who may connect to the socket at path, which setting key names. It checks the mode and owner, or
  * those cdc gives it before it exists. */
 void doctor_socket_access(doctor *doc, const char *key, const char *path, mode_t mode);
 void doctor_state_dir(doctor *doc);

@@ -1,7 +1,6 @@
-/* match.h: what a subscription's rules are made of, apart from `where` (predicate.h): the kinds of
- * change it wants and the "schema.table" patterns of its tables, checked and matched by one
- * implementation here (the configuration checks them with it, the source, the backfills and
- * cdc doctor match them with it). */
+/* What a subscription's rules are made of, apart from `where` (predicate.h): the kinds of change it
+ * wants and the "schema.table" patterns of its tables. One implementation here checks and matches them
+ * for the configuration, the source, the backfills and cdc doctor. */
 #ifndef CDC_MATCH_H
 #define CDC_MATCH_H
 
@@ -17,33 +16,33 @@ enum match_op {
 	MATCH_OP_SCHEMA = 1 << 5, /* schema events before rows (docs/events.md) */
 	MATCH_OP_DDL = 1 << 6,	  /* DDL events (source.ddl) */
 };
-/* Without `operations:`: every kind but logical messages. */
+/* The kinds a subscription without `operations` wants, every kind but logical messages. */
 #define MATCH_OPS_DEFAULT                                                                                    \
 	(MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE | MATCH_OP_TRUNCATE | MATCH_OP_SCHEMA |         \
 	 MATCH_OP_DDL)
 
 #define MATCH_NAME_MAX 63 /* PostgreSQL's NAMEDATALEN - 1 */
 
-/* "schema.table" with * and ? globs: exactly one dot outside double quotes, both parts non-empty and
- * at most MATCH_NAME_MAX bytes once unquoted. A part is either unquoted, in PostgreSQL's identifier
- * characters plus the globs, or wholly in double quotes ("" for a quote), as in SQL. NULL if text is
- * such a pattern, else why not (static text, or why filled in). */
+/* Checks a "schema.table" pattern with * and ? globs. It has exactly one dot outside double quotes.
+ * Both parts are non-empty and at most MATCH_NAME_MAX bytes once unquoted. A part is either unquoted,
+ * in PostgreSQL's identifier characters plus the globs, or wholly in double quotes ("" for a quote),
+ * as in SQL. NULL if text is such a pattern, else why not (static text, or why filled in). */
 const char *match_table_problem(const char *text, char *why, size_t whylen);
-/* One table's name: a pattern (match_table_problem) without globs, so it matches exactly one
+/* Checks one table's name, a pattern (match_table_problem) without globs. It matches exactly one
  * schema.table. NULL if text is such a name, else why not. */
 const char *match_table_name_problem(const char *text, char *why, size_t whylen);
-/* A table's name (match_table_name_problem passed) into its two parts, unquoted. False if it is
- * not one. */
+/* Splits a table's name (match_table_name_problem passed) into its two parts, unquoted. False if it
+ * is not one. */
 bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char table[MATCH_NAME_MAX + 1]);
-/* Whether pattern matches the relation schema.table: an unquoted part is a glob (* and ?), a
- * "quoted" part matches exactly. False for a malformed pattern. */
+/* Whether pattern matches the relation schema.table. An unquoted part is a glob (* and ?). A "quoted"
+ * part matches exactly. False for a malformed pattern. */
 bool match_table(const char *pattern, const char *schema, const char *table);
-/* Whether a well-formed pattern names one table: no * or ? outside double quotes. */
+/* Whether a well-formed pattern names one table, with no * or ? outside double quotes. */
 bool match_table_literal(const char *pattern);
 
-/* The tables closest to a literal pattern that names none: fed every table there is, it keeps the
- * MATCH_SUGGEST nearest by edit distance (two letters swapped count as one edit), those within a
- * quarter of the name's length (one edit at least). */
+/* The tables closest to a literal pattern that names none. Fed every table there is, it keeps the
+ * MATCH_SUGGEST nearest by edit distance (two letters swapped count as one edit). It keeps only those
+ * within a quarter of the name's length, and within one edit at least. */
 #define MATCH_SUGGEST 3
 #define MATCH_QUALIFIED_MAX (2 * (2 * MATCH_NAME_MAX + 2) + 2) /* "schema"."table", quotes doubled */
 typedef struct match_suggest {

@@ -1,8 +1,6 @@
-/* pipeline.h: the data path of `cdc run`, apart from the replication connection and the event
- * loop: pgoutput messages in (pipeline_feed), matched against the subscriptions, built into events,
- * rendered and delivered to the sinks; streamed and prepared transactions rendered as their changes
- * arrive and delivered at their commit; and the flushed position, how far every sink has delivered:
- * the slot may be confirmed up to it. Unit tests drive it with a fake source and sink. */
+/* The data path of `cdc run`, apart from the replication connection and the event loop. pgoutput
+ * messages come in (pipeline_feed) and are matched against the subscriptions, built into events,
+ * rendered and delivered to the sinks. Unit tests drive it with a fake source and sink. */
 #ifndef CDC_PIPELINE_H
 #define CDC_PIPELINE_H
 
@@ -11,16 +9,19 @@
 #include "decoder/txn.h"
 #include "sinks/sink.h"
 
+/* Streamed and prepared transactions are rendered as their changes arrive and delivered at their
+ * commit. The flushed position is how far every sink has delivered. The slot may be confirmed up to
+ * it. */
 typedef struct pipeline pipeline;
 
 /* One subscription as the pipeline sees it, at the index rules_match() returns. name and tag are
  * borrowed and must stay valid until the next pipeline_bind(). */
 typedef struct pipeline_sub {
-	const char *name, *tag; /* tag NULL: none */
+	const char *name, *tag; /* tag NULL if none */
 	sink *sink;
 } pipeline_sub;
 
-/* What a subscription's sink was handed since the start: events and rendered bytes. */
+/* What a subscription's sink was handed since the start, in events and rendered bytes. */
 typedef struct pipeline_count {
 	uint64_t events, bytes;
 } pipeline_count;
@@ -31,96 +32,100 @@ typedef struct pipeline_figures {
 	int64_t last_commit_time;
 } pipeline_figures;
 
-/* spill_dir must exist. endpos: like pg_recvlogical --endpos, a transaction committing after it is
- * not delivered (0: none). at_boundary(ctx) is called after every commit, the moment a change of
- * the subscriptions may be applied (see pipeline_between_txns). */
+/* spill_dir must exist. endpos works like pg_recvlogical --endpos. A transaction committing after it
+ * is not delivered (0 for no end). at_boundary(ctx) is called after every commit, the moment a change
+ * of the subscriptions may be applied (see pipeline_between_txns). */
 pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx);
 void pipeline_free(pipeline *pipe);
-/* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after it
- * went to every subscription: what a re-sync backfills is read after it. */
+/* reached(ctx) is called when the stream passes a re-sync marker (SOURCE_RESYNC_PREFIX), after the
+ * marker went to every subscription. What a re-sync backfills is read after the marker. */
 void pipeline_on_resync(pipeline *pipe, void (*reached)(void *ctx));
-/* With source.ddl: the DDL trigger's messages become DDL events. Without, they are only what
- * they tell of their tables (renames, NOT NULL): another cdc of the database installed the trigger. */
+/* With source.ddl, the DDL trigger's messages become DDL events. Without it, only what they tell of
+ * their tables (renames, NOT NULL) is used. In that case another cdc of the database installed the
+ * trigger. */
 void pipeline_deliver_ddl(pipeline *pipe, bool on);
-/* The relation cache the decoder keeps; the source adds the keys of REPLICA IDENTITY FULL tables. */
+/* The relation cache the decoder keeps. The source adds the keys of REPLICA IDENTITY FULL tables. */
 pgo_relcache *pipeline_relcache(pipeline *pipe);
 
-/* The subscriptions from now on: takes rs; subs parallel to rs's subscriptions; sinks: every sink
- * instance (NULLs skipped), including ones no subscription uses any more but whose deliveries
- * still hold the flushed position. The counts of subscriptions of the same name carry over. */
+/* Sets the subscriptions from now on. It takes rs. subs run parallel to rs's subscriptions. sinks is
+ * every sink instance (NULLs skipped), including ones no subscription uses any more but whose
+ * deliveries still hold the flushed position. The counts of subscriptions of the same name carry over. */
 void pipeline_bind(pipeline *pipe, rules *rs, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
 		   size_t nsinks);
-/* A new stream from start_lsn (the slot's confirmed position) with protocol opt: what was held
- * or queued for the last stream is forgotten (the server sends it again). */
+/* A new stream from start_lsn (the slot's confirmed position) with protocol opt. What was held or
+ * queued for the last stream is forgotten, because the server sends it again. */
 bool pipeline_start(pipeline *pipe, const pgo_options *opt, uint64_t start_lsn, char *err,
 		    size_t errlen) CDC_MUST_CHECK;
 /* One XLogData payload that starts at WAL position lsn. */
 bool pipeline_feed(pipeline *pipe, const uint8_t *data, size_t len, uint64_t lsn, char *err,
 		   size_t errlen) CDC_MUST_CHECK;
-/* A keepalive: the server has sent everything up to wal_end. With nothing in flight anywhere, the
+/* A keepalive says the server has sent everything up to wal_end. With nothing in flight anywhere, the
  * flushed position moves to wal_end, so an idle slot never pins WAL. */
 void pipeline_keepalive(pipeline *pipe, uint64_t wal_end);
 
-/* Flushes every sink, then moves the flushed position as far as every sink has delivered (never
- * past a held prepared transaction). Not SINK_OK: *failed is the sink, err says why. */
+/* Flushes every sink, then moves the flushed position as far as every sink has delivered (never past
+ * a held prepared transaction). When it returns other than SINK_OK, *failed is the sink and err says
+ * why. */
 sink_status pipeline_flush(pipeline *pipe, sink **failed, char *err, size_t errlen);
-/* After SINK_RESTART: forgets every transaction not yet confirmed and gives sk a fresh client; the
+/* After SINK_RESTART, forgets every transaction not yet confirmed and gives sk a fresh client. The
  * caller streams again from the slot's confirmed position. */
 bool pipeline_restart_sink(pipeline *pipe, sink *sk, char *err, size_t errlen) CDC_MUST_CHECK;
-/* Whether a sink has too much in flight: stop feeding until it drains. */
+/* Whether a sink has too much in flight. Stop feeding until it drains. */
 bool pipeline_busy(const pipeline *pipe);
-/* At a stop: waits for every asynchronous sink's messages in flight, up to timeout_ms each. */
+/* At a stop, waits for every asynchronous sink's messages in flight, up to timeout_ms each. */
 void pipeline_finish(pipeline *pipe, int timeout_ms);
 
-/* Between transactions, and no streamed or prepared transaction held (their records were
- * rendered for the subscriptions in force when their changes arrived): pipeline_bind() may run. */
+/* Whether pipeline_bind() may run. That is between transactions, with no streamed or prepared
+ * transaction held. Their records were rendered for the subscriptions in force when their changes
+ * arrived. */
 bool pipeline_between_txns(const pipeline *pipe);
 /* Inside a transaction (or a stream block) of the current stream. */
 bool pipeline_in_txn(const pipeline *pipe);
-/* The position every sink has delivered up to: may be recorded and confirmed to the slot. */
+/* The position every sink has delivered up to. It may be recorded and confirmed to the slot. */
 uint64_t pipeline_flushed(const pipeline *pipe);
-/* Where the last transaction ended (or the idle server's position): a change of the subscriptions
+/* Where the last transaction ended (or the idle server's position). A change of the subscriptions
  * bound now applies to every transaction committing at or after it. */
 uint64_t pipeline_boundary(const pipeline *pipe);
-/* With endpos: everything up to it is flushed, or a transaction beyond it arrived. */
+/* With endpos, whether everything up to it is flushed, or a transaction beyond it arrived. */
 bool pipeline_at_endpos(const pipeline *pipe);
 
-/* Backfills (cdc/backfill): the stream's watermarks (logical messages with prefix BFSQL_PREFIX)
- * close their chunks, whose reads are delivered to the subscription's sink at the watermark's
- * place as a transaction of their own, durable once the flushed position passes the watermark; the
- * keys of every change are reported where it is delivered, at its commit (a held transaction's in
- * its spill record). The pipeline asks the backfills only through these hooks, which the daemon
- * sets (cdc/daemon/backfills.c); ctx is theirs. */
+/* Backfills (cdc/backfill). The stream's watermarks (logical messages with prefix BFSQL_PREFIX) close
+ * their chunks. A chunk's reads are delivered to the subscription's sink at the watermark's place, as
+ * a transaction of their own. They are durable once the flushed position passes the watermark. The
+ * keys of every change are reported where it is delivered, at its commit. A held transaction's keys
+ * are in its spill record. The pipeline asks the backfills only through these hooks, which the daemon
+ * sets (cdc/daemon/backfills.c). ctx is theirs. */
 typedef struct pipeline_backfills {
 	void *ctx;
-	/* A change's keys where it is delivered (c->xid: its top-level transaction's). */
+	/* A change's keys where it is delivered. change->xid is its top-level transaction's. */
 	void (*change)(void *ctx, const bf_change *change);
-	/* A change of a held transaction as bytes appended to its spill record (xid not included),
-	 * and those bytes at the transaction's commit: false if they are malformed. */
+	/* hold appends a change of a held transaction as bytes to its spill record (xid not
+	 * included). replay gets those bytes at the transaction's commit, false if they are malformed. */
 	void (*hold)(const bf_change *change, buf *out);
 	bool (*replay)(void *ctx, const void *data, size_t len, uint32_t xid);
-	/* A watermark at lsn: emit(emit_ctx, ...) gets the reads of a chunk whose window it closes;
+	/* A watermark at lsn. emit(emit_ctx, ...) gets the reads of a chunk whose window it closes.
 	 * emit's failure is returned. */
 	bool (*watermark)(void *ctx, const char *content, size_t len, uint64_t lsn, bf_emit_fn emit,
 			  void *emit_ctx, char *err, size_t errlen);
-	/* The next read of a batch emit was given: values gets its columns. *pos starts at 0. */
+	/* The next read of a batch emit was given. values gets its columns. *pos starts at 0. */
 	bool (*next_read)(const bf_batch *batch, size_t *pos, bf_datum *values);
 } pipeline_backfills;
-/* The hooks are copied; NULL: no backfills. */
+/* The hooks are copied. NULL for no backfills. */
 void pipeline_set_backfills(pipeline *pipe, const pipeline_backfills *backfills);
 
-/* Signals (source.signal_table): each row inserted into that table is handed on where the insert
- * is delivered, at its commit (a held transaction's at its replay, so an aborted one's never), with
- * its commit LSN and tx_index. The row still goes to the subscriptions that match the table. */
+/* Signals (source.signal_table). Each row inserted into that table is handed on where the insert is
+ * delivered, at its commit, with its commit LSN and tx_index. A held transaction's rows are handed on
+ * at its replay, so an aborted one's never are. The row still goes to the subscriptions that match the
+ * table. */
 typedef struct pipeline_signal {
 	uint64_t commit_lsn;
 	uint32_t tx_index;
-	/* the columns id, type and data as text; NULL: SQL NULL, or the table has no such column */
+	/* the columns id, type and data as text, NULL for SQL NULL or when the table has no such column */
 	const char *id, *type, *data;
 	size_t id_len, type_len, data_len;
 } pipeline_signal;
 typedef void (*pipeline_signal_fn)(void *ctx, const pipeline_signal *signal);
-/* table: one table's name (match_table_name_problem), NULL for none; copied. */
+/* table is one table's name (match_table_name_problem), NULL for none. It is copied. */
 void pipeline_set_signals(pipeline *pipe, const char *table, pipeline_signal_fn fn, void *ctx);
 
 pipeline_figures pipeline_get_figures(const pipeline *pipe);

@@ -1,7 +1,6 @@
-/* progress.h: which WAL position may be confirmed to the slot.
- * Committed transactions are queued with their end LSN in commit order; once every sink has
- * delivered up to a transaction, it and all before it leave the queue and its end LSN becomes
- * confirmable. Memory: one entry per transaction still in flight in some sink. */
+/* Which WAL position may be confirmed to the slot. Committed transactions are queued with their end
+ * LSN in commit order. Once every sink has delivered up to a transaction, it and all before it leave
+ * the queue, and its end LSN may be confirmed. One entry per transaction still in flight in a sink. */
 #ifndef CDC_PROGRESS_H
 #define CDC_PROGRESS_H
 
@@ -21,7 +20,7 @@ typedef struct progress {
 #define PROGRESS_INIT ((progress){.q = RING_INIT(struct progress_entry)})
 
 void progress_push(progress *prog, uint64_t seq, uint64_t end_lsn);
-/* Drops the transactions with seq <= delivered; returns the highest end LSN dropped, or 0. */
+/* Drops the transactions with seq <= delivered. Returns the highest end LSN dropped, or 0. */
 uint64_t progress_advance(progress *prog, uint64_t delivered);
 static inline size_t progress_pending(const progress *prog)
 {

@@ -1,4 +1,4 @@
-/* catalog.c: the tables a subscription needs, checked against the catalog; see catalog.h. */
+/* The tables a subscription needs, checked against the catalog (see catalog.h). */
 #include "cdc/source/catalog.h"
 
 #include <json-c/json.h>
@@ -27,7 +27,7 @@ const char *catalog_sql(int server_version)
 	return server_version >= 150000 ? sql15 : sql14;
 }
 
-/* A JSON array of strings into l; NULL is an empty list. */
+/* A JSON array of strings into l. NULL is an empty list. */
 static bool take_names(const char *json, cfg_strlist *l)
 {
 	if (!json)
@@ -108,8 +108,8 @@ static bool matches(const cfg_subscription *s, const catalog_table *t)
 	return matches_name(s, t->schema, t->name);
 }
 
-/* s gets t's changes: it matches the name they arrive under (t's own when the publication does not
- * hold t, so that a check names what s will need once it does). */
+/* s gets t's changes, by matching the name they arrive under. That is t's own when the publication
+ * does not hold t, so that a check names what s will need once it does. */
 static bool receives(const cfg_subscription *s, const catalog_table *t)
 {
 	return t->as_name ? matches_name(s, t->as_schema, t->as_name) : matches(s, t);
@@ -129,8 +129,8 @@ static bool listed(const cfg_strlist *l, const char *name, size_t len)
 	return false;
 }
 
-/* The old.columns of where that t's old rows never carry (it is not REPLICA IDENTITY FULL and they
- * are not identity columns): one problem line for the first. */
+/* The old.columns of where that t's old rows never carry, because t is not REPLICA IDENTITY FULL and
+ * they are not identity columns. One problem line for the first. */
 static void old_columns(const cfg_subscription *s, const pred *where, const catalog_table *t, buf *problems)
 {
 	for (size_t i = 0; where && i < pred_count(where); i++) {
@@ -200,8 +200,8 @@ bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *prob
 	return problems->len == before;
 }
 
-/* The partitions of root that s matches although it does not match root: into names (up to
- * three, quoted), counted. */
+/* The partitions of root that s matches although it does not match root. They go into names (up to
+ * three, quoted), and are counted. */
 static size_t missed_partitions(const catalog *c, const cfg_subscription *s, const catalog_table *root,
 				buf *names)
 {
@@ -283,7 +283,7 @@ bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publ
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)
 			hit = c->t[i].published && match_table(s->tables.v[p], c->t[i].schema, c->t[i].name);
-		/* a table named that does not exist: catalog_check_exists says so */
+		/* a table named that does not exist, which catalog_check_exists reports */
 		if (!hit && (!match_table_literal(s->tables.v[p]) || any_table(c, s->tables.v[p])))
 			buf_printf(warnings,
 				   "subscription %s: table pattern %s matches no table of publication %s, so "

@@ -1,11 +1,5 @@
-/* ddl_trigger.c: see ddl_trigger.h. The function is SECURITY DEFINER (its owner, the superuser who
- * created it, writes the message: the role running the DDL needs no grant), with a fixed
- * search_path, and never makes a command fail: an error inside it becomes a WARNING.
- * Each message is followed by an empty non-transactional heartbeat message (which cdc skips): the
- * server decodes a transactional message at the end of its WAL record, and the function runs in
- * a subtransaction (its EXCEPTION block), so without a record after it the message and the next
- * change of the transaction (an INSERT right after an ALTER TABLE ... ADD COLUMN) had the same
- * position, in two subtransactions, and were sent in either order. */
+/* See ddl_trigger.h. The function is SECURITY DEFINER with a fixed search_path. It never makes a
+ * command fail, since an error inside it becomes a WARNING. */
 #include "cdc/source/ddl_trigger.h"
 
 #include <stdlib.h>
@@ -15,9 +9,16 @@
 #include "decoder/base/util.h"
 #include "decoder/ddl.h"
 
+/* The function's owner, the superuser who created it, writes the message, so the role running the
+ * DDL needs no grant. Each message is followed by an empty non-transactional heartbeat message, which
+ * cdc skips. The server decodes a transactional message at the end of its WAL record. The function
+ * runs in a subtransaction (its EXCEPTION block). Without a record after it, the message and the next
+ * change of the transaction (an INSERT right after an ALTER TABLE ... ADD COLUMN) had the same
+ * position, in two subtransactions. They were then sent in either order. */
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
-/* Raised with every change of the function's body: a body of another revision is replaced. */
+/* Raised with every change of the function's body. A body of another revision is replaced. */
 #define REVISION 2
 /* In the function's body, so that cdc can tell its revision. */
 #define VERSION_MARK "cdc ddl capture v" STR(DDL_VERSION) " r" STR(REVISION)
@@ -82,8 +83,8 @@ const char ddl_trigger_sql[] =
     "COMMIT;\n";
 /* clang-format on */
 
-/* Per trigger: whether cdc's function is there in this version, the trigger's name (NULL: it is
- * not there), whether it is enabled ('D': disabled) and whether it calls cdc's function. */
+/* Per trigger, whether cdc's function is there in this version, and the trigger's name (NULL if it
+ * is not there). Then whether it is enabled ('D' when disabled) and whether it calls cdc's function. */
 static const char check_sql[] =
     "WITH f AS (SELECT p.oid, p.prosrc LIKE '%" VERSION_MARK ":%' AS current FROM pg_catalog.pg_proc p "
     "JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "

@@ -1,4 +1,4 @@
-/* failover.c: see failover.h. */
+/* See failover.h. */
 #include "cdc/source/failover.h"
 
 #include <ctype.h>
@@ -30,9 +30,9 @@ const char *failover_reason_name(failover_reason r)
 	return "unknown";
 }
 
-/* The next name of a list as PostgreSQL's SplitIdentifierString reads it: separated by commas,
- * spaces around ignored, "double quoted" kept as written ("" a quote), else folded to lower case.
- * False at the end of the list. */
+/* The next name of a list as PostgreSQL's SplitIdentifierString reads it. Names are separated by
+ * commas, and spaces around them are ignored. A "double quoted" name is kept as written ("" is a
+ * quote), any other is folded to lower case. False at the end of the list. */
 static bool next_name(const char **p, char *name, size_t size)
 {
 	const char *s = *p;

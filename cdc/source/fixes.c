@@ -1,5 +1,5 @@
-/* fixes.c: see fixes.h. Every statement here runs as printed: names are quoted, values are
- * literals, and nothing stands for a part the reader must fill in. */
+/* See fixes.h. Every statement here runs as printed. Names are quoted, values are literals, and
+ * nothing stands for a part the reader must fill in. */
 #include "cdc/source/fixes.h"
 
 #include <stdio.h>
@@ -38,7 +38,7 @@ bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool rest
 	const char *now = PQgetvalue(res, 0, 0), *source = PQgetvalue(res, 0, 1),
 		   *file = PQgetvalue(res, 0, 2);
 	/* postgresql.auto.conf, which ALTER SYSTEM writes, is read after the other files and overrides
-	 * them; a value given on the command line (postgres -c, pg_ctl -o) overrides it in turn */
+	 * them. A value given on the command line (postgres -c, pg_ctl -o) overrides it in turn. */
 	size_t n = strlen(file);
 	bool auto_conf = n >= 20 && strcmp(file + n - 20, "postgresql.auto.conf") == 0;
 	if (strcmp(source, "default") == 0 || strcmp(source, "configuration file") == 0 || auto_conf) {

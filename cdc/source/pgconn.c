@@ -1,5 +1,5 @@
-/* pgconn.c: see pgconn.h. Connecting follows what the daemon has always done; `cdc doctor` asks the
- * same catalog questions through the same functions, so both read the server alike. */
+/* See pgconn.h. Connecting follows what the daemon has always done. `cdc doctor` asks the same
+ * catalog questions through the same functions, so both read the server alike. */
 #include "cdc/source/pgconn.h"
 
 #include <pwd.h>
@@ -12,16 +12,16 @@
 #include "decoder/base/net.h"
 #include "decoder/base/tls.h"
 
-/* Session settings of the walsender: output functions then produce the text forms that
+/* Session settings of the walsender. Output functions then produce the text forms that
  * decoder/event.c parses, whatever the server's defaults. */
 #define WALSENDER_OPTIONS                                                                                    \
 	"-c datestyle=ISO -c timezone=UTC -c intervalstyle=postgres -c extra_float_digits=3 -c "             \
 	"bytea_output=hex"
-/* Set once connected, not as a startup option: libpq's target_session_attrs=read-write (the
- * multi-host connection string that follows the primary) would then find every host read only. */
+/* Set once connected, not as a startup option. Otherwise libpq's target_session_attrs=read-write (the
+ * multi-host connection string that follows the primary) would find every host read only. */
 #define READ_ONLY_SET "SET default_transaction_read_only = on"
 
-/* Secrets shorter than this are not redacted from messages: replacing every "ab" would garble them. */
+/* Secrets shorter than this are not redacted from messages. Replacing every "ab" would garble them. */
 #define SECRET_MIN 4
 #define SECRET_MASK "********" /* as check-config masks them */
 
@@ -80,7 +80,7 @@ void pg_redact(const pg_secrets *s, char *err, size_t errlen)
 		const char *secret = s->v[i], *p = err, *at;
 		if (!strstr(err, secret))
 			continue;
-		/* one pass into a copy: a mask that contains the secret is not searched again */
+		/* one pass into a copy, so a mask that contains the secret is not searched again */
 		buf out = {0};
 		while ((at = strstr(p, secret))) {
 			buf_append(&out, p, (size_t)(at - p));
@@ -93,8 +93,8 @@ void pg_redact(const pg_secrets *s, char *err, size_t errlen)
 	}
 }
 
-/* What to do about a failed connection, for the failures whose fix is in source.dsn or on the server:
- * the first hint whose words the message holds (libpq's, the server's, or tls_why's). */
+/* What to do about a failed connection, for the failures whose fix is in source.dsn or on the server.
+ * It is the first hint whose words the message holds (libpq's, the server's, or tls_why's). */
 #define TRUST_HINT                                                                                           \
 	" (sslrootcert in source.dsn must name the CA that signed the server's certificate, or the root of " \
 	"its chain)"
@@ -129,7 +129,7 @@ static const char *connect_hint(const char *msg, const char *why)
 	return "";
 }
 
-/* The CA file libpq trusted: sslrootcert, else ~/.postgresql/root.crt; NULL for "system" (16+). */
+/* The CA file libpq trusted, sslrootcert, else ~/.postgresql/root.crt. NULL for "system" (16+). */
 static void root_cert(PGconn *conn, char *out, size_t outlen, bool *verify_full)
 {
 	const char *rootcert = NULL;
@@ -148,10 +148,10 @@ static void root_cert(PGconn *conn, char *out, size_t outlen, bool *verify_full)
 	}
 }
 
-/* Why the server's certificate failed libpq's check (libpq 15 says only "certificate verify
- * failed"): cdc asks the server itself, as libpq did (PostgreSQL's SSLRequest, then a TLS handshake
- * trusting the same CA file), and says what OpenSSL finds wrong with the certificate. "" when it
- * cannot tell. */
+/* Why the server's certificate failed libpq's check, since libpq 15 says only "certificate verify
+ * failed". cdc asks the server itself, as libpq did, with PostgreSQL's SSLRequest, then a TLS handshake
+ * trusting the same CA file. It says what OpenSSL finds wrong with the certificate. "" when it cannot
+ * tell. */
 static void tls_why(PGconn *conn, char *out, size_t outlen)
 {
 	*out = '\0';
@@ -179,7 +179,7 @@ static void tls_why(PGconn *conn, char *out, size_t outlen)
 }
 
 /* libpq quotes the part of a connection string it could not parse, or a whole URI, password
- * included: the message comes from the masked string instead. */
+ * included. So the message comes from the masked string instead. */
 static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
 {
 	char *perr = NULL;
@@ -215,7 +215,8 @@ PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, boo
 	const char **vals = xcalloc(n + 6, sizeof(char *));
 	size_t k = 0;
 	if (password && *password) {
-		/* first: the last non-empty value of a keyword wins, so dsn's own password overrides it */
+		/* It goes first. The last non-empty value of a keyword wins, so dsn's own password
+		 * overrides it. */
 		keys[k] = "password";
 		vals[k++] = password;
 	}
@@ -313,7 +314,7 @@ void pg_append_ident(buf *b, PGconn *conn, const char *name)
 	if (q)
 		buf_puts(b, q);
 	else
-		pg_append_quoted(b, name, '"'); /* not valid in the client encoding: the server will say so */
+		pg_append_quoted(b, name, '"'); /* invalid in the client encoding (the server says so) */
 	PQfreemem(q);
 }
 
@@ -324,7 +325,7 @@ const char pg_slot_sql[] =
     "safe_wal_size, pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')), "
     "coalesce((CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
     "ELSE pg_catalog.pg_current_wal_lsn() END)::text, '0/0'), "
-    /* failover and synced exist from PostgreSQL 17 on: read by name, false before */
+    /* failover and synced exist from PostgreSQL 17 on, read by name, false before */
     "coalesce((pg_catalog.to_jsonb(s) ->> 'failover')::bool, false), "
     "coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false), "
     "pg_catalog.to_jsonb(s) ? 'invalidation_reason', "
@@ -422,7 +423,7 @@ static bool matched(const cfg_strlist *publish, const pg_table_row *r)
 	return matched_name(publish, r->schema, r->name);
 }
 
-/* The row of schema.name: rows are sorted as strcmp orders schema, then table. */
+/* The row of schema.name. Rows are sorted as strcmp orders schema, then table. */
 static const pg_table_row *find_row(const pg_table_row *rows, size_t n, const char *schema, const char *name)
 {
 	size_t lo = 0, hi = n;
@@ -440,7 +441,7 @@ static const pg_table_row *find_row(const pg_table_row *rows, size_t n, const ch
 	return NULL;
 }
 
-/* A partitioned ancestor of r matches publish: publishing it publishes r. */
+/* A partitioned ancestor of r matches publish, and publishing it publishes r. */
 static bool ancestor_matched(const cfg_strlist *publish, const pg_table_row *rows, size_t n,
 			     const pg_table_row *r)
 {
@@ -452,29 +453,29 @@ static bool ancestor_matched(const cfg_strlist *publish, const pg_table_row *row
 	return false;
 }
 
-/* "schema.*" with a plain schema name: the schema's length, else 0. */
+/* For "schema.*" with a plain schema name, the schema's length, else 0. */
 static size_t whole_schema(const char *pattern)
 {
 	size_t len = strspn(pattern, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
 	return len > 0 && strcmp(pattern + len, ".*") == 0 ? len : 0;
 }
 
-/* Every publication cdc creates sends a partition's changes under its partitioned table's name;
- * with source.publish_generated_columns (PostgreSQL 18) it also sends stored generated columns. */
+/* Every publication cdc creates sends a partition's changes under its partitioned table's name. With
+ * source.publish_generated_columns (PostgreSQL 18) it also sends stored generated columns. */
 #define WITH_VIA_ROOT " WITH (publish_via_partition_root = true)"
 #define WITH_VIA_ROOT_GENERATED                                                                              \
 	" WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
 
-/* Before a table of FOR TABLE: PostgreSQL 15 repeats TABLE after a comma (a name alone would go on
- * the list before it, which may be TABLES IN SCHEMA); 14 knows tables only and lists them after one
- * TABLE. */
+/* Before a table of FOR TABLE. PostgreSQL 15 repeats TABLE after a comma, since a name alone would
+ * go on the list before it, which may be TABLES IN SCHEMA. 14 knows tables only and lists them after
+ * one TABLE. */
 static const char *table_separator(bool first, int server_version)
 {
 	return first ? " FOR TABLE " : server_version >= 150000 ? ", TABLE " : ", ";
 }
 
-/* What a superuser creates: the forms that follow new tables by themselves where they exist;
- * with holds, what it holds goes into p. */
+/* What a superuser creates, the forms that follow new tables by themselves where they exist. With
+ * holds, what it holds goes into p. */
 static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *publish,
 			  const pg_table_row *rows, size_t n, int server_version, pg_publication_plan *holds)
 {

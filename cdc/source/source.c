@@ -1,5 +1,5 @@
-/* source.c: the PostgreSQL connections; see source.h. The replication loop follows
- * pg_recvlogical: 'w' XLogData and 'k' keepalive in, 'r' standby status updates out. */
+/* The PostgreSQL connections (see source.h). The replication loop follows pg_recvlogical, with 'w'
+ * XLogData and 'k' keepalive in, and 'r' standby status updates out. */
 #include "cdc/source/source.h"
 #include "decoder/base/bytes.h"
 
@@ -32,31 +32,31 @@ enum admin_kind {
 
 struct source {
 	char *dsn, *slot, *publication;
-	char *password;		  /* source.password; NULL: none */
-	char *primary_dsn;	  /* source.primary_dsn: writes while the server is a standby; "" none */
+	char *password;		  /* source.password, NULL if none */
+	char *primary_dsn;	  /* source.primary_dsn, for writes on a standby, "" if none */
 	bool primary_dsn_invalid; /* libpq cannot parse it */
-	/* Passwords in source.dsn (and PGPASSWORD): never in a message, whatever libpq or the server
-	 * quotes back. */
+	/* Passwords in source.dsn (and PGPASSWORD). They are never in a message, whatever libpq or the
+	 * server quotes back. */
 	pg_secrets secrets;
-	bool dsn_invalid; /* libpq cannot parse source.dsn: no retry will help */
+	bool dsn_invalid; /* libpq cannot parse source.dsn, so no retry will help */
 	bool create;
-	bool failover;		/* source.failover: the slot is a failover slot (17+) */
-	bool heartbeat;		/* source.heartbeat is set: a standby needs primary_dsn for it */
+	bool failover;		/* source.failover, the slot is a failover slot (17+) */
+	bool heartbeat;		/* source.heartbeat is set, and a standby needs primary_dsn for it */
 	bool generated_columns; /* source.publish_generated_columns */
-	bool ddl;		/* source.ddl: cdc's DDL event trigger must be there */
+	bool ddl;		/* source.ddl, cdc's DDL event trigger must be there */
 	char *state_dir;	/* where the trigger's statements go when cdc cannot create it */
 	cfg_strlist publish;
 	PGconn *repl; /* replication=database, streaming */
-	/* ordinary: setup queries, then heartbeats, slot health, the server, the catalog and the
+	/* ordinary, for setup queries, then heartbeats, slot health, the server, the catalog and the
 	 * publication's tables, one at a time */
 	PGconn *admin;
 	int admin_busy; /* the kind of query in flight (admin_kind) */
-	/* to source.primary_dsn while the server is a standby: heartbeats (one at a time, like admin) */
+	/* to source.primary_dsn while the server is a standby, for heartbeats (one at a time, like admin) */
 	PGconn *primary;
 	int primary_busy;
 	source_server server;		/* what the last start found */
 	source_failover failover_state; /* the last answer about synchronized_standby_slots */
-	/* The timeline of the last stream, and the newest position it sent: a start on a newer
+	/* The timeline of the last stream, and the newest position it sent. A start on a newer
 	 * timeline checks that the promoted server's history passed through it. */
 	uint32_t stream_tli;
 	uint64_t stream_max;
@@ -64,8 +64,8 @@ struct source {
 	catalog *catalog;	   /* source_read_catalog's answer, once in */
 	uint64_t catalog_sent_ms;  /* when its query went out */
 	char catalog_error[512];   /* its failure, not reported yet */
-	/* keeping the publication current (source_keep_publication): the ALTER to send, the tables it
-	 * adds and those added (schema, table pairs), the tables warned about */
+	/* for keeping the publication current (source_keep_publication), the ALTER to send, the tables
+	 * it adds and those added (schema, table pairs), the tables warned about */
 	buf pub_sql;
 	bool pub_due; /* the tables are to be listed when the connection is free */
 	cfg_strlist pub_adding, pub_added, pub_warned;
@@ -75,7 +75,7 @@ struct source {
 	char system_id[32];
 	source_gap_kind gap; /* why the last SOURCE_GAP came */
 	int holder;	     /* who held the slot at the last SOURCE_BUSY */
-	bool after_standby;  /* another process streamed the slot: it may be ahead of the record */
+	bool after_standby;  /* another process streamed the slot, which may be ahead of the record */
 	bool batching;	     /* source_batch */
 	bool skipped;	     /* the server skipped changes for want of the publication (repl_notice) */
 };
@@ -106,7 +106,7 @@ source *source_new(const source_settings *set)
 	s->generated_columns = set->generated_columns;
 	for (size_t i = 0; i < set->npublish; i++)
 		cfg_strlist_push(&s->publish, set->publish[i]);
-	if (set->signal_table) /* a pattern of one table: it is published like those of publish */
+	if (set->signal_table) /* a pattern of one table, published like those of publish */
 		cfg_strlist_push(&s->publish, set->signal_table);
 	return s;
 }
@@ -162,8 +162,8 @@ void source_set_password(source *s, const char *password)
 	pg_secrets_add_value(&s->secrets, password);
 }
 
-/* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say):
- * into cdc's log as one line, not onto stderr as libpq's default would. */
+/* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say). It
+ * goes into cdc's log as one line, not onto stderr as libpq's default would. */
 static void on_notice(void *arg, const PGresult *res)
 {
 	(void)arg;
@@ -188,7 +188,7 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 	return conn;
 }
 
-/* err, then the fix of the database's problem, worded as cdc doctor words it: the log says what
+/* err, then the fix of the database's problem, worded as cdc doctor words it. The log says what
  * doctor says. */
 static void add_fix(char *err, size_t errlen, pg_fix *f)
 {
@@ -200,7 +200,7 @@ static void add_fix(char *err, size_t errlen, pg_fix *f)
 	pg_fix_free(f);
 }
 
-/* The replication connection refused: the role lacks REPLICATION, or every WAL sender is taken. */
+/* The replication connection was refused. The role lacks REPLICATION, or every WAL sender is taken. */
 static void repl_refused(source *s, char *err, size_t errlen)
 {
 	pg_fix f = {0};
@@ -214,18 +214,18 @@ static void repl_refused(source *s, char *err, size_t errlen)
 		pg_fix_free(&f);
 }
 
-/* A failed query: transient if the connection is gone or the object is busy, else fatal. */
+/* A failed query, transient if the connection is gone or the object is busy, else fatal. */
 static source_result query_failed(PGconn *conn, PGresult *res, const char *what, char *err, size_t errlen)
 {
 	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's: before PQclear */
+	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's (before PQclear) */
 	errf(err, errlen, "%s failed: %s", what, pg_one_line(PQerrorMessage(conn)));
 	PQclear(res);
 	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
 }
 
-/* Before anything is created: logical decoding needs wal_level logical, and a slot or publication
- * made before that fails would be left behind. */
+/* Checked before anything is created. Logical decoding needs wal_level logical, and a slot or
+ * publication made before that fails would be left behind. */
 static source_result check_wal_level(source *s, char *err, size_t errlen)
 {
 	PGresult *res = PQexec(s->admin, "SELECT pg_catalog.current_setting('wal_level')");
@@ -253,19 +253,19 @@ static PGresult *exec_params(PGconn *conn, const char *sql, int n, const char *c
 	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
 }
 
-/* A CREATE failed because another process created the object between our look and our CREATE:
- * a second cdc on the same slot (a standby replica) starting at the same moment. The slot's
- * creation checks under a lock (duplicate_object); CREATE PUBLICATION fails with duplicate_object
- * if the other one committed first, else on the catalog's unique index (unique_violation). */
+/* A CREATE failed because another process created the object between our look and our CREATE. That
+ * is a second cdc on the same slot (a standby replica) starting at the same moment. The slot's
+ * creation checks under a lock (duplicate_object). CREATE PUBLICATION fails with duplicate_object if
+ * the other one committed first, else on the catalog's unique index (unique_violation). */
 static bool created_meanwhile(const PGresult *res)
 {
 	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	return sqlstate && (strcmp(sqlstate, "42710") == 0 || strcmp(sqlstate, "23505") == 0);
 }
 
-/* source.publish_generated_columns: PostgreSQL 18 publishes stored generated columns when the
- * publication says so; earlier servers never do, so the setting is refused there. A publication
- * that exists already is the user's: a difference is only pointed out. */
+/* source.publish_generated_columns. PostgreSQL 18 publishes stored generated columns when the
+ * publication says so. Earlier servers never do, so the setting is refused there. A publication that
+ * exists already is the user's, so a difference is only pointed out. */
 static source_result generated_columns(source *s, const char *pubgencols, char *err, size_t errlen)
 {
 	int v = PQserverVersion(s->admin);
@@ -326,7 +326,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		return SOURCE_FATAL;
 	}
 	if (s->server.in_recovery) {
-		/* The catalog is the primary's: a standby cannot create it, and shows it once made. */
+		/* The catalog is the primary's. A standby cannot create it, and shows it once made. */
 		errf(err, errlen,
 		     "publication %s does not exist, and this server (%s) is a standby: create it on the "
 		     "primary (%s); source.create makes only the slot on a standby",
@@ -339,7 +339,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
-	if (plan.missing.n) { /* a misspelt name: nothing would ever arrive under it */
+	if (plan.missing.n) { /* a misspelt name, under which nothing would ever arrive */
 		errf(err, errlen, "%s: correct it, or create the table first", plan.missing.v[0]);
 		pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
@@ -349,7 +349,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		    "source.publish pattern matches no table yet; cdc adds the tables it matches as they "
 		    "are created",
 		    "pattern=%s", plan.no_match.v[i]);
-	/* the tables left out, once: keeping the publication current warns about the others */
+	/* the tables left out, once. Keeping the publication current warns about the others. */
 	for (size_t i = 0; i + 1 < plan.not_owned.n; i += 2) {
 		buf w = {0}, q = {0};
 		pg_publication_not_owned(&w, s->publication, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
@@ -383,7 +383,7 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	return r;
 }
 
-/* What the subscriptions need of the tables, read now (a start: blocking like the rest of it). */
+/* What the subscriptions need of the tables, read now (at a start, blocking like the rest of it). */
 static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
@@ -400,9 +400,9 @@ static source_result read_catalog(source *s, catalog *c, char *err, size_t errle
 	return SOURCE_OK;
 }
 
-/* source.ddl: cdc's event trigger is there, or is created; else a message says exactly what a
- * superuser must run (the statements go to state_dir/ddl-trigger.sql), and cdc stops: it does not
- * run without the DDL events it was told to deliver. */
+/* source.ddl. cdc's event trigger is there, or is created. Else a message says exactly what a
+ * superuser must run (the statements go to state_dir/ddl-trigger.sql), and cdc stops. It does not run
+ * without the DDL events it was told to deliver. */
 static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 {
 	ddl_trigger_state st = ddl_trigger_check(s->admin, err, errlen);
@@ -451,8 +451,8 @@ static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 	return SOURCE_FATAL;
 }
 
-/* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache:
- * the server marks all their columns as identity, but a row's key is its primary key. */
+/* The primary keys of the publication's REPLICA IDENTITY FULL tables, for the relation cache. The
+ * server marks all their columns as identity, but a row's key is its primary key. */
 static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
@@ -501,8 +501,8 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 	return SOURCE_OK;
 }
 
-/* The ordinary connection for what a standby cannot do: the primary's (source.primary_dsn) while
- * the server is a standby, else the admin one. NULL with err when there is none. */
+/* The ordinary connection for what a standby cannot do. It is the primary's (source.primary_dsn)
+ * while the server is a standby, else the admin one. NULL with err when there is none. */
 static PGconn *writer(source *s, char *err, size_t errlen)
 {
 	if (!s->server.in_recovery)
@@ -531,10 +531,10 @@ static PGconn *writer(source *s, char *err, size_t errlen)
 	return s->primary;
 }
 
-/* A slot made on a standby waits until the primary logs the transactions running (a
- * running-transactions record, every 15 s while the primary writes): pg_log_standby_snapshot() on
- * the primary writes one now. */
-#define STANDBY_SNAPSHOT_WAIT_MS 8000 /* under /healthz's 10 s: the loop waits meanwhile */
+/* A slot made on a standby waits until the primary logs the transactions running, in a
+ * running-transactions record, every 15 s while the primary writes. pg_log_standby_snapshot() on the
+ * primary writes one now. */
+#define STANDBY_SNAPSHOT_WAIT_MS 8000 /* under /healthz's 10 s, since the loop waits meanwhile */
 
 static PGresult *create_on_standby(source *s, const char *sql, int n, const char *const *params, char *err,
 				   size_t errlen)
@@ -587,11 +587,11 @@ static PGresult *create_on_standby(source *s, const char *sql, int n, const char
 	return res;
 }
 
-/* exists_ok: a slot another process created meanwhile will do (at a start; a re-sync must create
- * its own). */
+/* With exists_ok, a slot another process created meanwhile will do. That is at a start. A re-sync
+ * must create its own. */
 static source_result create_slot(source *s, bool exists_ok, char *err, size_t errlen)
 {
-	/* Two-phase decoding needs protocol 3 (PostgreSQL 15); failover slots 17, on a primary. */
+	/* Two-phase decoding needs protocol 3 (PostgreSQL 15). Failover slots need 17, on a primary. */
 	int v = PQserverVersion(s->admin);
 	const char *params[] = {s->slot, v >= 150000 ? "true" : "false",
 				s->failover && !s->server.in_recovery ? "true" : "false"};
@@ -632,7 +632,7 @@ static source_result create_slot(source *s, bool exists_ok, char *err, size_t er
 	return SOURCE_OK;
 }
 
-/* PostgreSQL lets one connection stream a slot: whoever holds it is active, this cdc a standby. */
+/* PostgreSQL lets one connection stream a slot. Whoever holds it is active, and this cdc a standby. */
 static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
 {
 	errf(err, errlen, "replication slot %s is streamed by another process (walsender PID %d)", s->slot,
@@ -662,8 +662,9 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	char rec[LSN_STRLEN], cur[LSN_STRLEN];
 	lsn_format(have_st ? st->flushed_lsn : 0, rec);
 	lsn_format(row->confirmed_flush, cur);
-	/* Another process (a cdc started at the same moment) is creating it (PostgreSQL lists the slot
-	 * before its plugin): wait as a standby and look again, as for a slot another process streams. */
+	/* Another process (a cdc started at the same moment) is creating it, since PostgreSQL lists the
+	 * slot before its plugin. Wait as a standby and look again, as for a slot another process
+	 * streams. */
 	if (pg_slot_being_created(row)) {
 		log_info("replication slot being created by another process; waiting for it",
 			 "slot=%s pid=%d", s->slot, row->active_pid);
@@ -691,7 +692,7 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		return SOURCE_GAP;
 	}
 	if (s->server.in_recovery && row->synced) {
-		/* retried: the standby may be promoted, or the next connection reach the primary */
+		/* retried, since the standby may be promoted, or the next connection reach the primary */
 		errf(
 		    err, errlen,
 		    "replication slot %s on %s, a standby, is a copy synchronized from the primary, which "
@@ -700,7 +701,7 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		    s->slot, s->server.host);
 		return SOURCE_RETRY;
 	}
-	/* Before the position: a standby's record is behind a slot that another cdc streams. */
+	/* Before the position. A standby's record is behind a slot that another cdc streams. */
 	if (row->active_pid)
 		return slot_busy(s, row->active_pid, err, errlen);
 	if (have_st && row->confirmed_flush > st->flushed_lsn && !s->after_standby) {
@@ -714,14 +715,14 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 		     "consumers, then remove %s to accept the slot's position",
 		     s->slot, cur, rec, note.len ? note.data : "", "state_dir/position");
 		buf_free(&note);
-		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost: what it skipped is gone */
+		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost, since what it skipped is gone */
 		return SOURCE_GAP;
 	}
 	return SOURCE_OK;
 }
 
-/* source.failover on a slot that is not yet a failover slot (made by hand, or by a cdc without
- * it): turned on, on the replication connection, before the slot is streamed. */
+/* source.failover on a slot that is not yet a failover slot (made by hand, or by a cdc without it).
+ * It is turned on, on the replication connection, before the slot is streamed. */
 static source_result turn_on_failover(source *s, const slot_row *row, char *err, size_t errlen)
 {
 	if (!s->failover || row->failover || s->server.in_recovery)
@@ -767,7 +768,7 @@ static source_result identify(source *s, state *st, bool have_st, char *err, siz
 }
 
 /* Which server the connections reached, and whether it is a standby. With several hosts in
- * source.dsn each connection picks its own: both must be on the same server. */
+ * source.dsn each connection picks its own. Both must be on the same server. */
 static source_result server_role(source *s, char *err, size_t errlen)
 {
 	source_server *v = &s->server;
@@ -798,7 +799,7 @@ static source_result server_role(source *s, char *err, size_t errlen)
 	}
 	if (!v->in_recovery)
 		return SOURCE_OK;
-	/* A standby: retried (it may be promoted, or the next connection may reach the primary). */
+	/* A standby is retried. It may be promoted, or the next connection may reach the primary. */
 	if (s->failover) {
 		errf(err, errlen,
 		     "%s is a standby, and source.failover needs the primary (a failover slot is made on "
@@ -848,13 +849,13 @@ static void promotion_note(const source *s, buf *b)
 			 "cdc status before a switchover).");
 }
 
-/* The timeline moved on since the position cdc recorded (st) or the last stream: a promotion of a
- * standby (or a point-in-time recovery). Fine while the server's history left the old timeline
- * after every position cdc had; else changes cdc may have delivered never happened here, and
- * positions repeat (sinks and consumers tell changes apart by commit LSN): a gap. Also fine when
- * the slot here (confirmed at slot_lsn) moved past where the old timeline ended: only cdc moves it,
- * so cdc streamed this very server after its promotion (a standby promoted under it, whose new
- * timeline a crash kept out of the record). A synchronized copy is never past that point. */
+/* The timeline moved on since the position cdc recorded (st) or the last stream. That means a
+ * promotion of a standby (or a point-in-time recovery). It is fine while the server's history left the
+ * old timeline after every position cdc had. Else changes cdc may have delivered never happened here,
+ * and positions repeat, which is a gap (sinks and consumers tell changes apart by commit LSN). It is
+ * also fine when the slot here (confirmed at slot_lsn) moved past where the old timeline ended. Only
+ * cdc moves it, so cdc streamed this very server after its promotion. That was a standby promoted under
+ * it, whose new timeline a crash kept out of the record. A synchronized copy is never past that point. */
 static source_result check_timeline(source *s, const state *st, bool have_st, uint64_t slot_lsn, char *err,
 				    size_t errlen)
 {
@@ -931,9 +932,9 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 	s->proto.stream_abort_info = s->proto.proto_version >= 4;
 	char lsn[LSN_STRLEN];
 	lsn_format(start, lsn);
-	/* The slot is a quoted identifier of the replication grammar; publication_names is a string
-	 * literal holding a list of identifiers that pgoutput splits at commas, so the publication is
-	 * quoted twice: as an identifier ("" for a quote), then as a literal ('' for a quote). */
+	/* The slot is a quoted identifier of the replication grammar. publication_names is a string
+	 * literal holding a list of identifiers that pgoutput splits at commas. So the publication is
+	 * quoted twice, as an identifier ("" for a quote), then as a literal ('' for a quote). */
 	buf pubs = {0}, sql = {0};
 	pg_append_quoted(&pubs, s->publication, '"');
 	buf_puts(&sql, "START_REPLICATION SLOT ");
@@ -1025,7 +1026,7 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		char rec[LSN_STRLEN], cur[LSN_STRLEN];
 		lsn_format(st->flushed_lsn, rec);
 		lsn_format(row.confirmed_flush, cur);
-		/* The server saves confirmed positions lazily; after its crash the slot can be behind.
+		/* The server saves confirmed positions lazily. After its crash the slot can be behind.
 		 * A failover slot's copy on a standby is synchronized every few seconds. */
 		log_info(
 		    s->server.promoted_from
@@ -1085,10 +1086,10 @@ const pgo_options *source_protocol(const source *s)
 	return &s->proto;
 }
 
-/* The walsender decodes each change with the catalog as of that change: a publication created
- * after the slot's position does not exist there yet, and every start fails the same way. Up to
- * PostgreSQL 17 the stream ends with an error (publication_newer); 18 skips the changes with a
- * warning instead (repl_notice), which cdc treats the same rather than lose them without a word. */
+/* The walsender decodes each change with the catalog as of that change. A publication created after
+ * the slot's position does not exist there yet, and every start fails the same way. Up to PostgreSQL
+ * 17 the stream ends with an error (publication_newer). 18 skips the changes with a warning instead
+ * (repl_notice). cdc treats that the same, rather than lose them without a word. */
 static bool publication_gap(source *s, const char *msg, char *err, size_t errlen)
 {
 	errf(err, errlen,
@@ -1127,7 +1128,7 @@ static source_result publication_skipped(source *s, char *err, size_t errlen)
 }
 
 /* Notices on the replication connection. The walsender sends PostgreSQL 18's "skipped loading
- * publication" warning ahead of every message that follows the skipped changes: source_read looks
+ * publication" warning ahead of every message that follows the skipped changes. So source_read looks
  * at s->skipped after each message it takes, before handling it. Others go to the log. */
 static void repl_notice(void *arg, const PGresult *res)
 {
@@ -1161,9 +1162,9 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 {
 	if (!PQconsumeInput(s->repl))
 		return lost(s, "read", err, errlen);
-	/* libpq reads one buffer (16 kB or so) at a time: batching, read on while that brings messages,
-	 * up to SOURCE_BATCH_READS buffers, so that the event loop (sinks, timers, the status socket)
-	 * has its turn however fast the server sends */
+	/* libpq reads one buffer (16 kB or so) at a time. While batching, read on while that brings
+	 * messages, up to SOURCE_BATCH_READS buffers. So the event loop (sinks, timers, the status
+	 * socket) has its turn however fast the server sends. */
 	int more = s->batching ? SOURCE_BATCH_READS : 0;
 	for (bool got = false;;) {
 		char *msg = NULL;
@@ -1217,8 +1218,8 @@ source_result source_send_status(source *s, uint64_t write_lsn, uint64_t flush_l
 	uint8_t m[34];
 	m[0] = 'r';
 	put_be64(m + 1, write_lsn);	 /* received and written */
-	put_be64(m + 9, flush_lsn);	 /* delivered to every sink that wants it: the slot may move here */
-	put_be64(m + 17, flush_lsn);	 /* applied: the same as flushed, cdc applies nothing itself */
+	put_be64(m + 9, flush_lsn);	 /* delivered to every sink that wants it (the slot may move here) */
+	put_be64(m + 17, flush_lsn);	 /* applied, as flushed (cdc applies nothing itself) */
 	put_be64(m + 25, (uint64_t)now); /* client clock, microseconds since 2000-01-01 */
 	m[33] = reply ? 1 : 0;		 /* ask for an immediate keepalive back */
 	if (PQputCopyData(s->repl, (const char *)m, sizeof(m)) != 1 || PQflush(s->repl) < 0)
@@ -1231,14 +1232,14 @@ bool source_output_pending(source *s)
 	return s->repl && PQflush(s->repl) == 1;
 }
 
-/* The answer of source_poll_server's query (SERVER_SQL): whether the server is a standby, its
- * timeline while a primary (the first 8 hex digits of a WAL file's name), and with source.failover
- * synchronized_standby_slots, the slot's failover flag and one row per slot (or one of NULLs). A
- * standby promoted while cdc streams from it shows here: its walsenders go on. */
+/* The answer of source_poll_server's query (SERVER_SQL). It says whether the server is a standby, and
+ * its timeline while a primary (the first 8 hex digits of a WAL file's name). With source.failover, it
+ * gives synchronized_standby_slots, the slot's failover flag and one row per slot (or one of NULLs).
+ * A standby promoted while cdc streams from it shows here, since its walsenders go on. */
 static void server_result(source *s, PGresult *res)
 {
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1)
-		return; /* the connection failed: asked again */
+		return; /* the connection failed, so it is asked again */
 	source_server *v = &s->server;
 	v->in_recovery = PQgetvalue(res, 0, 0)[0] == 't';
 	char hex[9];
@@ -1264,7 +1265,8 @@ static void server_result(source *s, PGresult *res)
 	free(slots);
 }
 
-/* The tables the publication lacks: the statement that adds those the role owns, for the next turn. */
+/* The tables the publication lacks, and the statement that adds those the role owns, for the next
+ * turn. */
 static void pub_listed(source *s, PGresult *res)
 {
 	size_t n;
@@ -1332,7 +1334,7 @@ static void admin_result(source *s, int kind, PGresult *res)
 	pg_slot_row row;
 	pg_slot_parse(res, &row);
 	if (!row.exists)
-		return; /* no such slot any more: streaming will say so */
+		return; /* no such slot any more, and streaming will say so */
 	s->health.known = true;
 	snprintf(s->health.wal_status, sizeof(s->health.wal_status), "%s", row.wal_status);
 	s->health.safe_wal_size_known = row.safe_wal_size_known;
@@ -1348,7 +1350,7 @@ static void admin_result(source *s, int kind, PGresult *res)
 
 /* Collects the answer of the query in flight on an ordinary connection (the admin one, or the
  * primary's while the server is a standby), without waiting. False (err set) if the connection
- * failed; *idle whether it can take the next query. */
+ * failed. *idle says whether it can take the next query. */
 static bool admin_collect(source *s, PGconn *conn, int *busy, bool *idle, char *err, size_t errlen)
 {
 	*idle = *busy == ADMIN_IDLE;
@@ -1357,7 +1359,7 @@ static bool admin_collect(source *s, PGconn *conn, int *busy, bool *idle, char *
 	if (!PQconsumeInput(conn))
 		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(conn)));
 	if (PQisBusy(conn))
-		return true; /* still running: do not pile up */
+		return true; /* still running, so do not pile up */
 	PGresult *res;
 	while ((res = PQgetResult(conn))) {
 		admin_result(s, *busy, res);
@@ -1368,9 +1370,9 @@ static bool admin_collect(source *s, PGconn *conn, int *busy, bool *idle, char *
 	return true;
 }
 
-/* Sends a query without waiting, after collecting the answer of the previous one: on the admin
- * connection, or with to_writer on writer()'s. False (err set) if the connection failed; *sent
- * false while the previous one runs. */
+/* Sends a query without waiting, after collecting the answer of the previous one. It goes on the
+ * admin connection, or with to_writer on writer()'s. False (err set) if the connection failed. *sent
+ * is false while the previous one runs. */
 static bool admin_send(source *s, bool to_writer, int kind, const char *sql, int nparams,
 		       const char *const *params, bool *sent, char *err, size_t errlen)
 {
@@ -1524,12 +1526,9 @@ source_gap_kind source_gap(const source *s)
 	return s->gap;
 }
 
-/* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
- * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
- * publication does not matter). */
-/* Writes the WAL up past `past` with non-transactional heartbeat messages (no cdc delivers
- * them), so that a slot made next starts after every position cdc may have handed out: after a
- * promotion whose history left cdc's timeline before them, positions would otherwise repeat. */
+/* Writes the WAL up past `past` with non-transactional heartbeat messages, which no cdc delivers.
+ * So a slot made next starts after every position cdc may have handed out. After a promotion whose
+ * history left cdc's timeline before them, positions would otherwise repeat. */
 #define PAD_MAX_BYTES (16u << 20)
 
 static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t errlen)
@@ -1567,9 +1566,9 @@ static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t er
 	}
 }
 
-/* A lost slot is dropped (an invalidated one still exists) and made again; a slot older than the
- * publication moves to the current WAL position (fast-forward: no output plugin, so the missing
- * publication does not matter). */
+/* A lost slot is dropped (an invalidated one still exists) and made again. A slot older than the
+ * publication moves to the current WAL position. That is a fast-forward with no output plugin, so the
+ * missing publication does not matter. */
 source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t *lsn, char *err,
 			    size_t errlen)
 {
@@ -1612,7 +1611,7 @@ source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t 
 	}
 	if (r == SOURCE_OK && (r = read_slot(s, &row, err, errlen)) == SOURCE_OK) {
 		*lsn = row.confirmed_flush;
-		/* the new slot starts past every position cdc had: nothing to check at the next start */
+		/* the new slot starts past every position cdc had, so nothing to check at the next start */
 		st->timeline = s->stream_tli = s->server.timeline;
 		s->stream_max = row.confirmed_flush;
 	}

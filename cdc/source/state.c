@@ -1,4 +1,4 @@
-/* state.c: see state.h. The file is a few "key value" lines, easy to read by a human. */
+/* See state.h. The file is a few "key value" lines, easy to read by a human. */
 #include "cdc/source/state.h"
 
 #include "decoder/base/fsutil.h"
@@ -100,13 +100,13 @@ struct state_writer {
 	worker *w;
 	/* under the worker's lock */
 	state next, done;
-	char *file;   /* to replace before next: its path, NULL for none */
+	char *file;   /* the path of a file to replace before next, or NULL */
 	buf contents; /* and what it is to hold */
 	bool have_done, failed;
 	char err[512];
 };
 
-/* On the worker: writes the latest file and state posted, and records what is durable or why not. */
+/* On the worker, writes the latest file and state posted, and records what is durable or why not. */
 static void write_latest(void *arg)
 {
 	state_writer *sw = arg;

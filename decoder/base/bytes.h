@@ -1,6 +1,6 @@
-/* bytes.h: integers read from and written to byte buffers, in one place: big-endian (the wire of
- * PostgreSQL and of the subscriber socket's frames), little-endian (the spool's records) and the
- * machine's own order (records that never leave this process). Unaligned access is fine. */
+/* Integers read from and written to byte buffers, in one place: big-endian (PostgreSQL's wire, the
+ * subscriber socket's frames), little-endian (the spool's records) and the machine's own order
+ * (records that never leave this process). Unaligned access is fine. */
 #ifndef CDC_BYTES_H
 #define CDC_BYTES_H
 

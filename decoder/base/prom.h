@@ -1,6 +1,6 @@
-/* prom.h: the Prometheus text format 0.0.4, as /metrics writes it: "# HELP" and "# TYPE" before
- * every family, label values escaped and always valid UTF-8. cdc/status and the sinks' figures
- * write their families with it. */
+/* The Prometheus text format 0.0.4, as /metrics writes it, with "# HELP" and "# TYPE" before every
+ * family. Label values are escaped and always valid UTF-8. cdc/status and the sinks' figures write
+ * their families with it. */
 #ifndef CDC_PROM_H
 #define CDC_PROM_H
 
@@ -10,11 +10,12 @@
 
 /* "# HELP name help" and "# TYPE name type". */
 void prom_family(buf *out, const char *name, const char *type, const char *help);
-/* name{k1="v1",k2="v2"} (k2 NULL: one label; k1 NULL: none); the caller appends " value\n". */
+/* name{k1="v1",k2="v2"}, with one label when label2 is NULL and none when label1 is NULL. The caller
+ * appends " value\n". */
 void prom_sample(buf *out, const char *name, const char *label1, const char *value1, const char *label2,
 		 const char *value2);
-/* A label value in quotes: backslash, quote and newline escaped; bytes that are not UTF-8 replaced
- * with U+FFFD, as the format requires UTF-8. */
+/* A label value in quotes, with backslash, quote and newline escaped. Bytes that are not UTF-8 are
+ * replaced with U+FFFD, as the format requires UTF-8. */
 void prom_label_value(buf *out, const char *value);
 /* A family of one sample without labels. */
 void prom_u64(buf *out, const char *name, const char *type, const char *help, uint64_t value);

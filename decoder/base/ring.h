@@ -1,6 +1,6 @@
-/* ring.h: a FIFO of fixed-size elements in one growable circular array, for queues that are pushed
- * at the back and drained from the front in order (transactions awaiting delivery). Grows by
- * doubling; never shrinks until freed. */
+/* A FIFO of fixed-size elements in one growable circular array, for queues pushed at the back and
+ * drained from the front in order (transactions awaiting delivery). It grows by doubling and never
+ * shrinks until freed. */
 #ifndef CDC_RING_H
 #define CDC_RING_H
 
@@ -14,7 +14,7 @@ typedef struct ring {
 
 #define RING_INIT(type) ((ring){.size = sizeof(type)})
 
-/* The i-th element from the front (i < len). */
+/* The index-th element from the front (index < len). */
 static inline void *ring_at(const ring *rg, size_t index)
 {
 	return rg->v + ((rg->head + index) & (rg->cap - 1)) * rg->size;

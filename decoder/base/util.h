@@ -1,5 +1,5 @@
-/* util.h: allocation that cannot fail silently, a growable byte buffer, LSN formatting and the
- * clocks. The lowest layer of cdc: every module may use it. */
+/* Allocation that cannot fail silently, a growable byte buffer, LSN formatting and the clocks. It is
+ * the lowest layer of cdc, and every module may use it. */
 #ifndef CDC_UTIL_H
 #define CDC_UTIL_H
 
@@ -11,19 +11,19 @@
 #define CDC_MUST_CHECK __attribute__((warn_unused_result))
 #define CDC_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
-/* Out of memory is not recoverable for a CDC daemon: these abort with a message. */
+/* Out of memory is not recoverable for a CDC daemon. These abort with a message. */
 void *xmalloc(size_t count);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *data, size_t count);
 char *xstrdup(const char *text);
 
-/* A growable byte buffer; data is always NUL-terminated (not counted in len). */
+/* A growable byte buffer. data is always NUL-terminated (not counted in len). */
 typedef struct buf {
 	char *data;
 	size_t len, cap;
 } buf;
 
-/* Room for extra more bytes (and the NUL). The check is inline: the writers call it for every few
+/* Room for extra more bytes (and the NUL). The check is inline. The writers call it for every few
  * bytes, and the call alone was 9% of the Kafka sink's thread (callgrind). */
 void buf_grow(buf *buffer, size_t extra);
 static inline void buf_reserve(buf *buffer, size_t extra)
@@ -43,7 +43,7 @@ void buf_printf(buf *buffer, const char *fmt, ...) CDC_PRINTF(2, 3);
 void buf_reset(buf *buffer);
 void buf_free(buf *buffer);
 
-/* A list of user or group ids: an allow list. */
+/* A list of user or group ids, an allow list. */
 typedef struct id_list {
 	uint32_t *v;
 	size_t n;
@@ -53,8 +53,8 @@ void id_list_copy(id_list *dst, const id_list *src); /* dst's old list is not fr
 bool id_list_same(const id_list *list, const id_list *list2);
 void id_list_free(id_list *list);
 
-/* Adds one to an eventfd: how a thread wakes the event loop (aborts on overflow, which takes
- * 2^64 - 1 signals unread). */
+/* Adds one to an eventfd, which is how a thread wakes the event loop. Aborts on overflow, which
+ * takes 2^64 - 1 signals unread. */
 void efd_signal(int fd);
 
 /* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. */
@@ -62,23 +62,24 @@ void efd_signal(int fd);
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
 bool lsn_parse(const char *text, uint64_t *lsn) CDC_MUST_CHECK;
 
-/* Length of the well-formed UTF-8 sequence at text (Unicode table 3-7: no overlongs, surrogates or
- * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
- * (at least 1), which is what one U+FFFD replaces. text[0] >= 0x80. */
+/* Length of the well-formed UTF-8 sequence at text, by Unicode table 3-7 (no overlongs, surrogates or
+ * code points past U+10FFFF). Or 0, with *skip set to the bytes of its maximal ill-formed prefix (at
+ * least 1), which is what one U+FFFD replaces. text[0] >= 0x80. */
 size_t utf8_seq(const unsigned char *text, size_t avail, size_t *skip);
 /* Whether text[0..len) is well-formed UTF-8 without NUL bytes. */
 bool utf8_valid(const char *text, size_t len);
 /* The code point of a well-formed sequence of count bytes (as utf8_seq measured it). */
 uint32_t utf8_codepoint(const unsigned char *text, size_t count);
 
-/* Milliseconds of CLOCK_MONOTONIC: for timeouts and intervals, which a clock step must not bend. */
+/* Milliseconds of CLOCK_MONOTONIC, for timeouts and intervals, which a clock step must not bend. */
 uint64_t now_ms(void);
-/* Milliseconds since the Unix epoch (CLOCK_REALTIME): for what is compared with commit times and
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME), for what is compared with commit times and
  * stored (spool retention by age). */
 int64_t wall_ms(void);
-/* The same in microseconds, the unit of commit times: commit-to-delivery latency. */
+/* The same in microseconds, the unit of commit times, for commit-to-delivery latency. */
 int64_t wall_us(void);
-/* a / value2 rounded toward minus infinity (value2 > 0): the days or milliseconds of a time before 1970. */
+/* value / value2 rounded toward minus infinity (value2 > 0), for the days or milliseconds of a time
+ * before 1970. */
 int64_t floor_div(int64_t value, int64_t value2);
 
 /* Error text into a caller's buffer, snprintf-style. Returns false so callers can `return errf(...)`. */

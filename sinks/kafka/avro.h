@@ -1,32 +1,33 @@
-/* avro.h: Debezium's records as Debezium writes them through Confluent's AvroConverter (`format:
- * avro`): each Kafka Connect schema as AvroConverter registers it, and each record in the Confluent
- * wire format (a zero byte, the schema's id in the registry as 4 bytes big-endian, the Avro
- * binary). Pure: schemas and events in, bytes out. What is known only at the commit is filled in
- * by dbz_avro_complete(), as dbz_complete() does for JSON. */
+/* Debezium's records as Debezium writes them through Confluent's AvroConverter (`format: avro`). The
+ * functions are pure, with schemas and events in and bytes out. What is known only at the commit is
+ * filled in by dbz_avro_complete(), as dbz_complete() does for JSON. */
 #ifndef CDC_AVRO_H
 #define CDC_AVRO_H
 
 #include "sinks/debezium.h"
 
-/* The wire format's header: the magic byte and the schema id. */
+/* Each Kafka Connect schema is written as AvroConverter registers it. Each record is in the Confluent
+ * wire format: a zero byte, the schema's id in the registry as 4 bytes big-endian, the Avro binary. */
+
+/* The wire format's header, the magic byte and the schema id. */
 #define DBZ_AVRO_HEADER 5
 
-/* schema as Avro schema JSON, as Confluent's AvroData writes a Connect schema (connect.meta.data
- * on): Connect's names split into namespace and name and made valid Avro names, named types
+/* schema as Avro schema JSON, as Confluent's AvroData writes a Connect schema (connect.meta.data on).
+ * Connect's names are split into namespace and name and made valid Avro names. Named types are
  * written once and named after. */
 void dbz_avro_schema(buf *out, const dbz_schema *schema);
-/* A Connect name as a valid Avro full name (Debezium's schema.name.adjustment.mode=avro): a byte
- * outside [A-Za-z0-9_] (or a digit opening a part) becomes '_', a character outside ASCII one '_'
- * per UTF-16 unit, as Java counts it. */
+/* A Connect name as a valid Avro full name (Debezium's schema.name.adjustment.mode=avro). A byte
+ * outside [A-Za-z0-9_] (or a digit opening a part) becomes '_'. A character outside ASCII becomes one
+ * '_' per UTF-16 unit, as Java counts it. */
 void dbz_avro_fullname(buf *out, const char *name);
 
-/* A key record: the key columns of cols[0..n) (the table's schema), valued from vals[0..nvals) by
- * name. false with err when a column has no value (Avro's record needs every field). */
+/* A key record, the key columns of cols[0..count) (the table's schema), valued from vals[0..nvals) by
+ * name. False with err when a column has no value, since Avro's record needs every field. */
 bool dbz_avro_key(buf *out, dbz_scratch *scratch, const dbz_column *cols, size_t count,
 		  Cdc__V1__Column *const *vals, size_t nvals, char *err, size_t errlen);
-/* An envelope (or, for op DBZ_MESSAGE, Debezium's MessageValue) of table shape cols[0..n), without
- * the fields dbz_avro_complete() fills; an unchanged TOASTed value is the old row's, else Debezium's
- * placeholder. false with err when a required field has no value. */
+/* An envelope (or, for op DBZ_MESSAGE, Debezium's MessageValue) of table shape cols[0..count), without
+ * the fields dbz_avro_complete() fills. An unchanged TOASTed value is the old row's, else Debezium's
+ * placeholder. False with err when a required field has no value. */
 bool dbz_avro_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const dbz_column *cols,
 		    size_t count, const Cdc__V1__Event *event, char op, const Cdc__V1__Row *before,
 		    const Cdc__V1__Row *after, char *err, size_t errlen);

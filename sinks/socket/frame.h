@@ -1,6 +1,6 @@
-/* frame.h: framing of the subscriber socket (proto/cdc/v1/subscriber.proto): a 4-byte big-endian
- * length, then one protobuf message. Used by the daemon's socket sink and by `cdc tail`; every
- * length is checked before it is trusted. */
+/* Framing of the subscriber socket (proto/cdc/v1/subscriber.proto), a 4-byte big-endian length and
+ * then one protobuf message. The daemon's socket sink and `cdc tail` use it. Every length is checked
+ * before it is trusted. */
 #ifndef CDC_FRAME_H
 #define CDC_FRAME_H
 
@@ -18,14 +18,14 @@
 
 typedef enum frame_result { FRAME_OK, FRAME_MORE, FRAME_BAD } frame_result;
 
-/* Looks at the first len bytes received: FRAME_OK with the message in [*msg, *msg + *msglen) and
- * the frame's whole size in *consumed; FRAME_MORE when the frame is not complete yet; FRAME_BAD
- * (with err) when its length is over max: FRAME_MAX for what clients send. The server splits
- * batches at FRAME_MAX, but one event can be larger: clients accept up to FRAME_SERVER_MAX. */
+/* Looks at the first len bytes received. FRAME_OK puts the message in [*msg, *msg + *msglen) and
+ * the frame's whole size in *consumed. FRAME_MORE says the frame is not complete yet. FRAME_BAD (with
+ * err) says its length is over max, which is FRAME_MAX for what clients send. The server splits
+ * batches at FRAME_MAX, but one event can be larger. So clients accept up to FRAME_SERVER_MAX. */
 frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
 			size_t *consumed, char *err, size_t errlen);
 
-#define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay: an hour at most */
+#define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay, an hour at most */
 #define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
 
 /* The FRAME_HEADER bytes before a message of count bytes (count at most FRAME_SERVER_MAX). */
@@ -33,16 +33,16 @@ void frame_put_header(uint8_t *hdr, size_t count);
 /* The whole size of the frame whose first FRAME_HEADER bytes are hdr. */
 size_t frame_size(const uint8_t *hdr);
 
-/* Decodes and validates a client's message: exactly one kind set; Subscribe with a subscription
- * name of 1..255 bytes, a consumer name under 256 bytes, a known start; Ack, Nack and Progress with
- * 1..65536 offsets, none 0; a Nack's delay and reason within the limits above. NULL with err naming
- * the problem otherwise. Free with frame_client_free. */
+/* Decodes and validates a client's message. It must have exactly one kind set. Subscribe needs a
+ * subscription name of 1..255 bytes, a consumer name under 256 bytes, and a known start. Ack, Nack and
+ * Progress need 1..65536 offsets, none 0. A Nack's delay and reason must be within the limits above.
+ * NULL with err naming the problem otherwise. Free with frame_client_free. */
 Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
 void frame_client_free(Cdc__V1__ClientFrame *ClientFrame);
-/* Decodes a server's message (for clients: cdc tail, tests); NULL with err if malformed. Free with
- * frame_server_free; or, decoded into arena a (a client decoding one Delivery after another, without
- * a malloc and free per message), with arena_reset: then a Delivery of events is read by
- * pb_read_delivery (sinks/socket/pbread.h), the rest by protobuf-c. */
+/* Decodes a server's message, for clients (cdc tail, tests). NULL with err if malformed. Free with
+ * frame_server_free. Or decode into arena ar and free with arena_reset. That serves a client decoding
+ * one Delivery after another, without a malloc and free per message. Then pb_read_delivery
+ * (sinks/socket/pbread.h) reads a Delivery of events, and protobuf-c the rest. */
 Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *ar, char *err,
 					  size_t errlen);
 void frame_server_free(Cdc__V1__ServerFrame *ServerFrame);

@@ -1,7 +1,5 @@
-/* socket_internal.h: what the files of the socket sink share (durable.c, acked.c, connections.c) and
- * nothing else includes. Per subscription two queues, its events and its dead
- * letters, each a spool plus the consumers attached to it and a window of per-offset delivery state
- * for the offsets from the first unacknowledged one to the first never sent. */
+/* What the files of the socket sink share (durable.c, acked.c, connections.c) and nothing else
+ * includes. Each subscription has two queues, its events and its dead letters. */
 #ifndef CDC_SOCKET_INTERNAL_H
 #define CDC_SOCKET_INTERNAL_H
 
@@ -26,12 +24,13 @@ struct event_base;
 struct evconnlistener;
 struct sockaddr;
 
+/* A queue is a spool plus the consumers attached to it and a window of per-offset delivery state.
+ * The window covers the offsets from the first unacknowledged one to the first never sent. */
+
 #define KEY_BUCKETS 256
-/* Output buffered for one connection: above the high mark nothing more is dispatched to it (nor a
- * heartbeat) until it drains to the low mark. */
-/* shared and key_shared: a consumer is handed at most what it can start on before its deadline,
- * its window: the acks it made per ack_timeout / 2, measured over RATE_PERIOD_MS (at most
- * max_unacked, at least WINDOW_MIN); a new consumer starts at WINDOW_START. */
+/* In shared and key_shared, a consumer is handed at most what it can start on before its deadline.
+ * That is its window, the acks it made per ack_timeout / 2, measured over RATE_PERIOD_MS. The window
+ * is at most max_unacked and at least WINDOW_MIN. A new consumer starts at WINDOW_START. */
 #define WINDOW_START 16
 #define WINDOW_MIN 1
 #define RATE_PERIOD_MS 500
@@ -41,7 +40,7 @@ typedef struct subscription subscription;
 typedef struct socket_sink socket_sink;
 typedef struct slot slot; /* one offset's delivery state (acked.c) */
 
-/* Delivery state of the offsets [base, next): a ring that grows by doubling. */
+/* Delivery state of the offsets [base, next), a ring that grows by doubling. */
 typedef struct window {
 	slot *v;
 	size_t cap, head; /* v[head] is base's slot */
@@ -52,16 +51,16 @@ typedef struct queue {
 	subscription *sub;
 	bool dead_letters;
 	spool *sp;
-	consumer *consumers; /* in attach order; failover: the first one is active */
+	consumer *consumers; /* in attach order (in failover, the first one is active) */
 	size_t nconsumers;
 	window w;
 	uint64_t next;	   /* the lowest offset not sent yet (offsets from here on are implicitly unsent) */
 	uint64_t returned; /* slots in the window back to UNSENT, waiting for redelivery */
 	uint64_t min_deadline;
-	uint64_t drop_from, drop_to; /* a discarded range the next consumer is told of (drop_to 0: none) */
+	uint64_t drop_from, drop_to; /* a discarded range the next consumer is told of (drop_to 0 if none) */
 	consumer *bucket[KEY_BUCKETS];
-	/* key_shared: the consumer a bucket was taken from after an ack timeout; it does not get the
-	 * bucket back while another consumer can take it */
+	/* In key_shared, the consumer a bucket was taken from after an ack timeout. It does not get the
+	 * bucket back while another consumer can take it. */
 	consumer *avoid[KEY_BUCKETS];
 	size_t rr;
 } queue;
@@ -69,13 +68,13 @@ typedef struct queue {
 struct subscription {
 	socket_sink *s;
 	char *name;
-	const socket_sub_settings *set; /* NULL: no longer bound */
+	const socket_sub_settings *set; /* NULL when no longer bound */
 	queue q, dead;
 	bool in_txn, dirty, have_last;
 	uint64_t last_lsn;
 	uint32_t last_txi;
-	bool last_before; /* the last event was a schema event (sink_commit.before_change); a spool's last
-			   * event never is (its row follows it in the same transaction) */
+	bool last_before; /* the last event was a schema event (sink_commit.before_change). A spool's last
+			   * event never is, since its row follows it in the same transaction. */
 	uint64_t matched, delivered, redelivered;
 	uint64_t acked, nacked, progressed, refused; /* offsets in consumers' Ack, Nack, Progress frames */
 	uint64_t denied;			     /* Subscribes refused by its allow list */
@@ -90,7 +89,7 @@ struct consumer {
 	uid_t uid;
 	pid_t pid;
 	uint32_t max_unacked, in_flight;
-	uint32_t window; /* shared modes: in flight at most (see WINDOW_START) */
+	uint32_t window; /* in shared modes, in flight at most (see WINDOW_START) */
 	uint32_t acks;	 /* of its deliveries since rate_since_ms */
 	uint64_t rate_since_ms;
 	bool window_full; /* in_flight reached the window since rate_since_ms */
@@ -99,20 +98,20 @@ struct consumer {
 	int64_t connected_us;	   /* wall clock, for status */
 	uint64_t delivered, acked; /* its deliveries (withdrawn ones not counted) and the offsets it acked */
 	bool closing;
-	bool stalled; /* its output reached out_high: dispatch waits for the drain to out_low */
-	/* It has not read its socket for ack_timeout (sc_watch_reading): what it held went to the
+	bool stalled; /* its output reached out_high, so dispatch waits for the drain to out_low */
+	/* It has not read its socket for ack_timeout (sc_watch_reading). What it held went to the
 	 * others, and nothing is dispatched to it until it reads again. */
 	bool not_reading;
-	/* Its output (connections.c): the bytes ever queued, and the start of every frame that may not
-	 * be wholly written yet, oldest first: a Delivery frame none of which is written can still be
+	/* Its output (connections.c), the bytes ever queued, and the start of every frame that may not
+	 * be wholly written yet, oldest first. A Delivery frame none of which is written can still be
 	 * withdrawn (sc_withdraw). */
 	uint64_t out_added;
 	struct frame_starts {
 		uint64_t *v;
 		size_t head, n, cap;
 	} starts;
-	/* What the last reading check saw: bytes written, bytes unread by the peer (SIOCOUTQ); when it
-	 * last saw the peer read, and when a frame from it last arrived. */
+	/* What the last reading check saw. These are bytes written and bytes unread by the peer
+	 * (SIOCOUTQ), when it last saw the peer read, and when a frame from it last arrived. */
 	uint64_t seen_written, read_ms, heard_ms;
 	int seen_unread;
 	/* The Acked owed for the Ack, Nack and Progress frames read since the last one. */
@@ -129,7 +128,9 @@ struct socket_sink {
 	char *state_dir;
 	uint64_t first_frame_timeout_ms;
 	uint32_t max_connections;
-	size_t out_high, out_low; /* a consumer's output: dispatch stops at high, resumes at low */
+	/* Output buffered for one connection. Above out_high nothing more is dispatched to it (nor a
+	 * heartbeat) until it drains to out_low. */
+	size_t out_high, out_low;
 	struct event_base *evb;
 	struct evconnlistener *listener;
 	struct event *ev_tick;
@@ -139,33 +140,33 @@ struct socket_sink {
 	subscription **subs; /* every subscription ever bound, by name */
 	size_t nsubs;
 	socket_sub_settings *settings; /* copies of the last bind's, by subscription index */
-	subscription **by_index;       /* subscription index -> subscription (NULL: not a socket one) */
+	subscription **by_index;       /* subscription index -> subscription (NULL if not a socket one) */
 	size_t nindex;
 	consumer *pending;     /* connected, not subscribed yet (and closing ones), oldest first */
 	struct held_txn *held; /* held transactions' events, per subscription (durable.c) */
 	size_t nconnections, nclosing;
 	uint64_t ended_seq, durable_seq, last_trim_ms;
-	/* Group commit off the event loop (durable.c): the fsyncs of one batch of spools at a time
-	 * run on the syncer thread; their events become visible, and their transactions delivered,
-	 * when it is back. The acked cursors are fsynced apart, on a thread of their own (acks). */
+	/* Group commit off the event loop (durable.c). The fsyncs of one batch of spools at a time run
+	 * on the syncer thread. Their events become visible, and their transactions delivered, when it
+	 * is back. The acked cursors are fsynced apart, on a thread of their own (acks). */
 	struct syncer {
 		worker *w;	  /* runs a batch's fsyncs */
-		struct event *ev; /* the worker's eventfd: a batch is back */
+		struct event *ev; /* the worker's eventfd, which says a batch is back */
 		/* the batch in flight (the loop leaves it alone meanwhile) */
 		bool busy;
 		size_t n, cap;
 		queue **qs; /* jobs[i] is qs[i]'s spool's */
 		spool_sync_job *jobs;
-		uint64_t ended; /* events: it makes the transactions up to this seq durable */
+		uint64_t ended; /* for events, it makes the transactions up to this seq durable */
 		size_t runs;	/* and the first runs of commit times */
-		bool failed;	/* a batch failed: the sink cannot go on */
+		bool failed;	/* a batch failed, and the sink cannot go on */
 		char err[512];
 	} sync, acks;
 	uint64_t acks_synced_ms; /* when the last acks batch began */
 	void (*durable)(void *); /* called with wake_ctx when a batch is back */
 	buf scratch, events;
-	/* commit times (µs) of the events appended since the last sync, for the latency histogram: one
-	 * run per transaction, since its events share their commit time */
+	/* commit times (µs) of the events appended since the last sync, for the latency histogram. One
+	 * run per transaction, since its events share their commit time. */
 	struct commit_run {
 		int64_t commit_time;
 		uint64_t events;
@@ -185,7 +186,7 @@ void sq_update_window(consumer *cons, uint64_t now);
 uint64_t sq_resume_at(const queue *qu);
 void sq_dispatch(socket_sink *ss, queue *qu);
 void sq_wake(socket_sink *ss);
-/* An Ack's or Nack's effect on the window; sq_settle, once after the frames of a read, records it
+/* An Ack's or Nack's effect on the window. sq_settle, once after the frames of a read, records it
  * and dispatches what it freed. */
 void sq_handle_ack(consumer *cons, const Cdc__V1__Ack *Ack);
 void sq_handle_nack(socket_sink *ss, consumer *cons, const Cdc__V1__Nack *Nack);
@@ -198,7 +199,7 @@ uint64_t sq_position(socket_sink *ss, queue *qu, const Cdc__V1__Subscribe *sub);
 bool sq_open_queue(socket_sink *ss, subscription *sub, queue *qu, bool dead, char *err, size_t errlen);
 void sq_free_queue(queue *qu);
 
-/* cons has not read its socket for ack_timeout: what it holds goes to the others. */
+/* cons has not read its socket for ack_timeout. What it holds goes to the others. */
 void sq_not_reading(socket_sink *ss, consumer *cons);
 
 /* connections.c */
@@ -211,8 +212,8 @@ uint64_t sc_written(consumer *cons);
  * other frames in order. Returns the position the first of them had (the Deliveries that started
  * there or later were withdrawn), or UINT64_MAX when there was none. */
 uint64_t sc_withdraw(consumer *cons);
-/* Once a tick: whether cons's peer reads its socket; after ack_timeout (timeout_ms) without, the
- * queue takes back what cons holds (sq_not_reading), and dispatches to it again once it reads. */
+/* Once a tick, checks whether cons's peer reads its socket. After ack_timeout (timeout_ms) without,
+ * the queue takes back what cons holds (sq_not_reading). It dispatches to it again once it reads. */
 void sc_watch_reading(consumer *cons, uint64_t now, uint64_t timeout_ms);
 void sc_heartbeat(consumer *cons);
 /* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
@@ -222,7 +223,7 @@ void sc_check_first_frames(socket_sink *ss, uint64_t now);
 void sc_on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr, int len,
 		  void *arg);
 void sc_close_consumers(queue *qu, const char *why);
-/* After a bind: the consumers of qu that its subscription's allow list no longer admits are told so
+/* After a bind, the consumers of qu that its subscription's allow list no longer admits are told so
  * (PERMISSION_DENIED) and disconnected. */
 void sc_recheck_access(queue *qu);
 

@@ -1,5 +1,5 @@
-/* backfill_cmd.c: see backfill_cmd.h. The request body is the one bf_request_json writes and the
- * daemon's parser reads; the progress comes from the same JSON that GET /backfills serves. */
+/* See backfill_cmd.h. The request body is the one bf_request_json writes and the daemon's parser reads. The
+ * progress comes from the same JSON that GET /backfills serves. */
 #include "cdc/cli/backfill_cmd.h"
 
 #include <json-c/json.h>
@@ -41,7 +41,7 @@ static const char usage[] =
 typedef struct opts {
 	const char *sub;
 	bf_request_body req;
-	int wait; /* -1: as stdout is a terminal */
+	int wait; /* -1 to follow whether stdout is a terminal */
 } opts;
 
 static int backfill_option(const cli_command *cmd, void *ctx, int ch, const char *arg)
@@ -115,9 +115,9 @@ static uint64_t count_member(json_object *o, const char *key)
 	return v ? (uint64_t)json_object_get_int64(v) : 0;
 }
 
-/* "12,345 of about 50,000 rows read (24%), 11,000 delivered, 1,234 rows/s, ETA 0:31" while it runs
- * (with what is known), "1,696 rows read, 83 delivered" once it finished: the share and the
- * estimate only mean something while it runs. */
+/* "12,345 of about 50,000 rows read (24%), 11,000 delivered, 1,234 rows/s, ETA 0:31" while it runs (with what
+ * is known). "1,696 rows read, 83 delivered" once it finished. The share and the estimate only mean something
+ * while it runs. */
 static void put_figures(buf *out, json_object *o, bool open)
 {
 	json_object *est = member(o, "estimate", json_type_int);
@@ -126,7 +126,7 @@ static void put_figures(buf *out, json_object *o, bool open)
 	uint64_t r = count_member(o, "rows_read"), e = est ? (uint64_t)json_object_get_int64(est) : 0;
 	put_count(out, r);
 	if (open && e) {
-		/* from the statistics or the size: an estimate either way */
+		/* from the statistics or the size, an estimate either way */
 		buf_puts(out, member(o, "estimate_from", json_type_string) ? " of about " : " of ");
 		put_count(out, e);
 		buf_printf(out, " rows read (%u%%), ", (unsigned)(r * 100 / (e > r ? e : r)));
@@ -165,7 +165,7 @@ static const char *str_member(json_object *o, const char *key)
 	return v ? json_object_get_string(v) : NULL;
 }
 
-/* A string member for display: "-" when missing. */
+/* A string member for display, "-" when missing. */
 static const char *txt(json_object *o, const char *key)
 {
 	const char *s = str_member(o, key);
@@ -179,7 +179,7 @@ static bool is_open(json_object *o)
 	return strcmp(st, "queued") == 0 || strcmp(st, "running") == 0;
 }
 
-/* One backfill: a line of figures, then one per table. */
+/* One backfill, as a line of figures and then one line per table. */
 static void render(json_object *bf, bool bars, buf *out)
 {
 	buf_printf(out, "backfill %s of %s: %s, ", txt(bf, "id"), txt(bf, "subscription"), txt(bf, "state"));
@@ -229,7 +229,7 @@ void backfill_summary(json_object *backfills, buf *out)
 		render(json_object_array_get_idx(backfills, i), false, out);
 }
 
-/* Polls GET /backfills until the backfill finishes; on a terminal the lines are redrawn. */
+/* Polls GET /backfills until the backfill finishes. On a terminal the lines are redrawn. */
 static int wait_for(const cli_endpoint *ep, const char *id, bool tty)
 {
 	buf body = {0}, out = {0};

@@ -1,4 +1,4 @@
-/* cli.c: see cli.h. */
+/* See cli.h. */
 #include "cdc/cli/cli.h"
 
 #include <errno.h>
@@ -29,8 +29,8 @@ static int operand(const cli_command *cmd, void *ctx, const char *arg)
 int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *args, void *ctx)
 {
 	char shortopts[32];
-	/* A leading '-': operands come back as option 1, so they may stand among the options (as
-	 * the contract writes `cdc tail SUBSCRIPTION [OPTIONS]`) whatever POSIXLY_CORRECT says. */
+	/* With a leading '-', operands come back as option 1. So they may stand among the options (as the
+	 * contract writes `cdc tail SUBSCRIPTION [OPTIONS]`), whatever POSIXLY_CORRECT says. */
 	snprintf(shortopts, sizeof(shortopts), "-%s", cmd->shortopts);
 	int ch, rc = CLI_GO_ON;
 	optind = 1;
@@ -83,7 +83,7 @@ bool cli_seconds(const char *arg, bool zero_ok, int *ms)
 	char *end;
 	errno = 0;
 	double s = strtod(arg, &end);
-	/* poll() takes an int of milliseconds: about 24 days at most */
+	/* poll() takes an int of milliseconds, so about 24 days at most */
 	if (errno || end == arg || *end || !(s > 0 || (zero_ok && s == 0)) || s * 1000 > 2e9)
 		return false;
 	*ms = (int)ceil(s * 1000);
@@ -130,7 +130,7 @@ char *cli_socket_path(const cli_args *a, cli_socket which)
 	return xstrdup(env && *env ? env : SOCKETS[which].fallback);
 }
 
-/* What the user can do about connect(2)'s error e on path (why: net's message). */
+/* What the user can do about connect(2)'s error e on path. why is net's message. */
 static void explain(const char *path, cli_socket which, int e, const char *why, char *err, size_t errlen)
 {
 	if (e == ENOENT)

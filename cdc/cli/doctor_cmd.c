@@ -1,4 +1,4 @@
-/* doctor_cmd.c: `cdc doctor`: the command line of cdc/doctor/. */
+/* `cdc doctor`, the command line of cdc/doctor/. */
 #include "cdc/cli/doctor_cmd.h"
 
 #include <stdio.h>

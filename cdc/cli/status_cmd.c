@@ -1,5 +1,5 @@
-/* status_cmd.c: see status_cmd.h. The server always sends Content-Length, but the client also
- * reads chunked answers and answers without a length (read to EOF), as any HTTP/1.1 peer may send. */
+/* See status_cmd.h. The server always sends Content-Length. The client also reads chunked answers and answers
+ * without a length (read to EOF), as any HTTP/1.1 peer may send them. */
 #include "cdc/cli/status_cmd.h"
 
 #include <errno.h>
@@ -48,7 +48,7 @@ static const char *find(const char *p, size_t len, const char *needle)
 	return memmem(p, len, needle, strlen(needle));
 }
 
-/* The value of header name in the header block [p, end), or NULL; *vlen gets its length. */
+/* The value of header name in the header block [p, end), or NULL. *vlen gets its length. */
 static const char *header(const char *p, const char *end, const char *name, size_t *vlen)
 {
 	size_t n = strlen(name);
@@ -76,7 +76,7 @@ static int hexval(char ch)
 					: -1;
 }
 
-/* Chunks: HEX[;ext]\r\n DATA\r\n ... 0\r\n; trailers after the last chunk are ignored. */
+/* Chunks are HEX[;ext]\r\n DATA\r\n ... 0\r\n. Trailers after the last chunk are ignored. */
 static bool dechunk(const char *p, const char *end, buf *body, char *err, size_t errlen)
 {
 	for (;;) {
@@ -124,15 +124,15 @@ bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf 
 	return true;
 }
 
-/* One connection to the status endpoints: a Unix socket, or status.listen over TCP, maybe TLS. */
+/* One connection to the status endpoints. It is a Unix socket, or status.listen over TCP, maybe TLS. */
 typedef struct http_conn {
 	int fd;
 	tls_conn *tls;	/* https */
-	char host[300]; /* the Host header: HOST:PORT over TCP */
+	char host[300]; /* the Host header, HOST:PORT over TCP */
 } http_conn;
 
-/* http[s]://HOST:PORT[/] (HOST a name, an IPv4 address or [IPv6]) into host and port; false with
- * err when url is not one. */
+/* http[s]://HOST:PORT[/] (HOST a name, an IPv4 address or [IPv6]) into host and port. False with err when url
+ * is not one. */
 static bool parse_url(const char *url, char *host, size_t hostlen, char *port, bool *tls, char *err,
 		      size_t errlen)
 {
@@ -410,7 +410,7 @@ static void put_row(buf *out, char cells[NCOLS][64], const int width[NCOLS])
 		buf_printf(out, c < 2 ? "%-*s%s" : "%*s%s", width[c], cells[c], c + 1 < NCOLS ? "  " : "\n");
 }
 
-/* Under a socket subscription's row: its consumers, then its dead letters' readers. */
+/* Under a socket subscription's row come its consumers, then its dead letters' readers. */
 #define NCCOLS 10
 static const char *const CHEADS[NCCOLS] = {"CONSUMER", "PID",	    "UID",	 "READS", "MODE",
 					   "STATE",    "IN_FLIGHT", "DELIVERED", "ACKED", "CONNECTED"};
@@ -490,7 +490,7 @@ static void summary_subscriptions(buf *out, json_object *root)
 	free(cells);
 }
 
-/* source.signal_table: the counts, and the last signal with what came of it. */
+/* source.signal_table's counts, and the last signal with what came of it. */
 static void summary_signals(buf *out, json_object *root)
 {
 	json_object *g = member(root, "signals", json_type_object);
@@ -591,8 +591,8 @@ out:
 	return rc;
 }
 
-/* --wait: the status socket (status.listen: its first answer), then GET /readyz until it answers
- * 200, for up to wait_ms. */
+/* --wait. It waits for the status socket (status.listen's first answer), then polls GET /readyz until it
+ * answers 200, for up to wait_ms. */
 static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 {
 	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
@@ -635,7 +635,7 @@ static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 
 typedef struct status_opts {
 	bool json;
-	int wait_ms; /* -1: no --wait */
+	int wait_ms; /* -1 without --wait */
 } status_opts;
 
 static int status_option(const cli_command *cmd, void *ctx, int ch, const char *arg)

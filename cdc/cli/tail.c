@@ -1,6 +1,6 @@
-/* tail.c: `cdc tail`, a client of the subscriber socket: subscribes, prints every delivered event
- * as one JSON line on stdout and acknowledges it only once the line is written (and synced when
- * stdout is a file), so an event is never acknowledged that did not reach its reader. */
+/* `cdc tail`, a client of the subscriber socket. It subscribes and prints every delivered event as one JSON
+ * line on stdout. It acknowledges an event only once the line is written (and synced when stdout is a file).
+ * So no event is acknowledged that did not reach its reader. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -16,11 +16,11 @@
 #include "sinks/socket/frame.h"
 #include "sinks/socket/socket_sink.h"
 
-#define TAIL_MAX_UNACKED 1000 /* events in flight to us: enough to stream, few to redeliver */
+#define TAIL_MAX_UNACKED 1000 /* events in flight to us, enough to stream and few to redeliver */
 #define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
 #define TAIL_ARENA_CHUNK 65536
-#define TAIL_WAIT_MS 10000 /* --wait's default: cdc makes its sockets before it connects to PostgreSQL */
+#define TAIL_WAIT_MS 10000 /* --wait's default. cdc makes its sockets before it connects to PostgreSQL. */
 
 static const char usage_tail[] =
     "usage: cdc tail [-c FILE | -s SOCKET] SUBSCRIPTION [OPTIONS]\n"
@@ -48,8 +48,8 @@ typedef struct tail_opts {
 	const char *subscription, *consumer;
 	Cdc__V1__StartFrom start;
 	uint64_t start_offset;
-	uint64_t count; /* 0: no limit */
-	int timeout_ms; /* -1: none */
+	uint64_t count; /* 0 for no limit */
+	int timeout_ms; /* -1 for none */
 	int wait_ms;	/* for a subscriber socket that is not there yet */
 	bool no_ack, dead;
 } tail_opts;
@@ -59,16 +59,16 @@ typedef struct tail {
 	const tail_opts *o;
 	const char *path;
 	int fd;
-	buf in;	    /* bytes received; [in_pos, in.len) is not yet a whole frame */
+	buf in;	    /* bytes received, [in_pos, in.len) not yet a whole frame */
 	arena *mem; /* the frame being handled, decoded (reset after each) */
 	size_t in_pos;
-	buf out;	 /* scratch: an outgoing frame */
+	buf out;	 /* scratch space for an outgoing frame */
 	bool cumulative; /* acks name the highest offset (failover, dead letters) */
-	bool sync_out;	 /* stdout is a regular file: fdatasync before acking */
+	bool sync_out;	 /* stdout is a regular file, to fdatasync before acking */
 	uint64_t printed;
-	int64_t deadline_ms; /* monotonic; -1: none */
-	/* The deliveries read since the last flush (tail_flush): their JSON lines, not written yet, and
-	 * the offsets to acknowledge once they are. At most what cdc keeps in flight to us. */
+	int64_t deadline_ms; /* monotonic, -1 for none */
+	/* The deliveries read since the last flush (tail_flush). These are their JSON lines, not written yet,
+	 * and the offsets to acknowledge once they are. They are at most what cdc keeps in flight to us. */
 	buf lines;
 	json_commit commit; /* the commit fields, rendered once per transaction */
 	uint64_t *offsets;
@@ -180,7 +180,7 @@ static int parse_tail_options(int argc, char **argv, cli_args *args, tail_opts *
 static bool write_all(int fd, const char *p, size_t n, bool socket)
 {
 	while (n > 0) {
-		/* MSG_NOSIGNAL: a daemon gone away is an error to report, not a SIGPIPE */
+		/* With MSG_NOSIGNAL, a daemon gone away is an error to report, not a SIGPIPE. */
 		ssize_t w = socket ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
 		if (w < 0) {
 			if (errno == EINTR)
@@ -209,7 +209,7 @@ static bool send_subscribe(tail *t)
 	char consumer[32];
 	snprintf(consumer, sizeof(consumer), "tail-%ld", (long)getpid());
 	uint64_t max_unacked = TAIL_MAX_UNACKED;
-	/* no more in flight than we will print: the rest stays free for other consumers */
+	/* No more in flight than we will print. The rest stays free for other consumers. */
 	if (o->count && o->count < max_unacked)
 		max_unacked = o->count;
 	Cdc__V1__Subscribe s = CDC__V1__SUBSCRIBE__INIT;
@@ -225,8 +225,8 @@ static bool send_subscribe(tail *t)
 	return send_frame(t, &f);
 }
 
-/* Acknowledges the offsets of t->offsets: the highest one when acks are cumulative, else every one,
- * in as many frames as the per-frame limit needs. */
+/* Acknowledges the offsets of t->offsets. That is the highest one when acks are cumulative, else every one.
+ * It sends as many frames as the per-frame limit needs. */
 static bool send_ack(tail *t)
 {
 	size_t k = t->noffsets;
@@ -249,9 +249,9 @@ static bool send_ack(tail *t)
 	return ok;
 }
 
-/* Writes the lines of the deliveries read so far, then acknowledges their events: once per batch of
- * frames that arrived together rather than once per delivery, as a consumer that commits its work
- * in batches does (a send and an fdatasync per event cost more than printing it). */
+/* Writes the lines of the deliveries read so far, then acknowledges their events. It acknowledges once per
+ * batch of frames that arrived together rather than once per delivery. A consumer that commits its work in
+ * batches does the same, since a send and an fdatasync per event cost more than printing it. */
 static bool tail_flush(tail *t)
 {
 	if (!t->lines.len && !t->noffsets)
@@ -261,7 +261,7 @@ static bool tail_flush(tail *t)
 		return false;
 	}
 	buf_reset(&t->lines);
-	/* Acking tells cdc it may forget the events: into a file, only once they are on disk. */
+	/* Acking tells cdc it may forget the events. Into a file, that is only once they are on disk. */
 	if (t->sync_out && fdatasync(STDOUT_FILENO) != 0) {
 		fprintf(stderr, "cdc tail: syncing stdout: %s\n", strerror(errno));
 		return false;
@@ -295,7 +295,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 			}
 			return NEXT_FRAME;
 		}
-		/* Everything that arrived is handled: print and acknowledge it before waiting for more. */
+		/* Everything that arrived is handled. Print and acknowledge it before waiting for more. */
 		if (!tail_flush(t))
 			return NEXT_FAIL;
 		/* Keep the partial frame at the front so the buffer never grows past one frame. */
@@ -337,7 +337,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 	}
 }
 
-/* Reading dead letters: the history of the event at index i (one DeadLetter per event, in order). */
+/* Reading dead letters gives the history of the event at index i (one DeadLetter per event, in order). */
 static const Cdc__V1__DeadLetter *dead_letter_of(const Cdc__V1__Delivery *d, size_t i, uint64_t offset)
 {
 	if (i < d->n_dead_letters && d->dead_letters[i]->offset == offset)
@@ -348,7 +348,7 @@ static const Cdc__V1__DeadLetter *dead_letter_of(const Cdc__V1__Delivery *d, siz
 	return NULL;
 }
 
-/* Takes up to the events still wanted: their lines and offsets wait for the next tail_flush. */
+/* Takes up to the events still wanted. Their lines and offsets wait for the next tail_flush. */
 static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 {
 	size_t n = d->n_events;

@@ -1,7 +1,7 @@
-/* access.c: cdc doctor's report of the access model it sees: who may connect to each socket (its
- * mode and owner), who may change subscriptions, and where each secret of the configuration comes
- * from (a file, and who may read it, or the configuration itself, in clear). It only looks: stat
- * on the paths the configuration names. */
+/* cdc doctor's report of the access model it sees. It says who may connect to each socket (its mode and
+ * owner) and who may change subscriptions. It also says where each secret of the configuration comes from: a
+ * file (and who may read it), or the configuration itself, in clear. It only looks, with stat on the paths
+ * the configuration names. */
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,16 +31,16 @@ void doctor_socket_access(doctor *d, const char *key, const char *path, mode_t m
 	buf_free(&group);
 }
 
-/* Whether status.listen's address is the loopback's (reachable from this machine only: in a pod,
- * from its containers). */
+/* Whether status.listen's address is the loopback's. That address is reachable from this machine only (in a
+ * pod, from its containers). */
 static bool loopback(const char *listen)
 {
 	return strncmp(listen, "127.", 4) == 0 || strncmp(listen, "localhost:", 10) == 0 ||
 	       strncmp(listen, "[::1]:", 6) == 0;
 }
 
-/* status.listen: plain or HTTPS, who may read, who may change. Reading open beyond the loopback, or
- * a token sent in clear beyond it, warns. */
+/* status.listen, plain or HTTPS, who may read and who may change. Reading open beyond the loopback, or a
+ * token sent in clear beyond it, warns. */
 static void listener_access(doctor *d)
 {
 	const cfg *c = d->c;
@@ -64,7 +64,7 @@ static void listener_access(doctor *d)
 		   reading[c->status.tcp_read], c->status.tcp_control ? "need status.token" : "off");
 }
 
-/* The status socket: who may connect, who may change subscriptions; status.listen. */
+/* The status socket (who may connect, who may change subscriptions), then status.listen. */
 void doctor_access(doctor *d)
 {
 	doctor_socket_access(d, "status.socket", d->c->status.socket,

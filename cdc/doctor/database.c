@@ -1,7 +1,6 @@
-/* database.c: the checks of the PostgreSQL side. The connection is opened with
- * default_transaction_read_only = on (PG_CONN_READ_ONLY), so every statement runs in a read-only
- * transaction, and the statements are SELECTs of catalog views, settings and privilege functions:
- * nothing here can write, create or drop. */
+/* The checks of the PostgreSQL side. The connection is opened with default_transaction_read_only = on
+ * (PG_CONN_READ_ONLY), so every statement runs in a read-only transaction. The statements are SELECTs of
+ * catalog views, settings and privilege functions. Nothing here can write, create or drop. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,7 +317,8 @@ out:
 	buf_free(&fix);
 }
 
-/* The publication cdc would create: whether this role may, and which tables it would hold. */
+/* The publication cdc would create. It says whether this role may create it, and which tables it would hold.
+ */
 static void plan_publication(doctor *d)
 {
 	char err[512];
@@ -372,7 +372,7 @@ static void plan_publication(doctor *d)
 	pg_publication_plan_free(&p);
 }
 
-/* No publication, and cdc may not create it: the statement for this role and source.publish. */
+/* No publication, and cdc may not create it. The fix is the statement for this role and source.publish. */
 static void missing_publication(doctor *d)
 {
 	char err[512];
@@ -449,7 +449,7 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 	qualified(&tt->names, t->schema, t->name);
 }
 
-/* The tables a subscription names one by one that do not exist: cdc run's check, its message. */
+/* The tables a subscription names one by one that do not exist. This is cdc run's check, with its message. */
 static bool named_tables_exist(doctor *d, const cfg_subscription *s)
 {
 	buf missing = {0};
@@ -466,7 +466,7 @@ static bool named_tables_exist(doctor *d, const cfg_subscription *s)
 	return ok;
 }
 
-/* One warning per line of w, its fix the same line of f; then w and f are freed. */
+/* One warning per line of w, its fix the same line of f. Then w and f are freed. */
 static void say_pairs(doctor *d, buf *w, buf *f)
 {
 	for (char *line = w->data, *fix = f->data; line && *line && fix && *fix;) {
@@ -487,8 +487,8 @@ void doctor_tables(doctor *d)
 		table_tally tt = {0};
 		bool named = named_tables_exist(d, s);
 		size_t n = doctor_sub_tables(d, s, not_published, &tt);
-		/* partitioned tables: whether their changes arrive under the names s matches (cdc run
-		 * logs the same warnings at its start) */
+		/* Partitioned tables, and whether their changes arrive under the names s matches. cdc run
+		 * logs the same warnings at its start. */
 		buf w = {0}, f = {0};
 		if (d->publication_exists)
 			catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
@@ -522,9 +522,9 @@ static void count_table(doctor *d, const cfg_subscription *s, const doctor_table
 	(*(size_t *)arg)++;
 }
 
-/* `changed` needs the old row of updates, and so does an old.column in `where` that is not an
- * identity column; cdc refuses a subscription that could never match (catalog_check_identity: the
- * same check, the same messages). */
+/* `changed` needs the old row of updates. So does an old.column in `where` that is not an identity column.
+ * cdc refuses a subscription that could never match. catalog_check_identity makes the same check, with the
+ * same messages. */
 void doctor_identity(doctor *d)
 {
 	for (size_t i = 0; i < d->c->nsubs; i++) {
@@ -582,8 +582,8 @@ typedef struct backfill_tally {
 	size_t bad, n;
 } backfill_tally;
 
-/* A table a backfill reads: it needs SELECT; one without a key is read too, but only REPLICA
- * IDENTITY FULL lets a consumer apply its updates and deletes (docs/backfills.md). */
+/* A table a backfill reads, which needs SELECT. One without a key is read too. But only REPLICA IDENTITY FULL
+ * lets a consumer apply its updates and deletes (docs/backfills.md). */
 static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t, void *arg)
 {
 	(void)s;
@@ -630,8 +630,8 @@ void doctor_backfill(doctor *d)
 	}
 }
 
-/* source.signal_table: the table, its columns, that the publication holds it (or cdc adds it) and
- * who may insert signals. */
+/* source.signal_table. It checks the table and its columns, and that the publication holds it (or cdc adds
+ * it). It also says who may insert signals. */
 void doctor_signal_table(doctor *d)
 {
 	char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
@@ -732,7 +732,7 @@ void doctor_emit_message(doctor *d)
 	}
 }
 
-/* source.ddl: cdc's event trigger (only a superuser can create it). */
+/* source.ddl, cdc's event trigger (only a superuser can create it). */
 void doctor_ddl_trigger(doctor *d)
 {
 	char err[512];
@@ -785,7 +785,7 @@ void doctor_slot(doctor *d)
 		pg_fix_free(&f);
 		return;
 	}
-	char drop[256]; /* slot names are [a-z0-9_]: nothing to escape */
+	char drop[256]; /* slot names are [a-z0-9_], with nothing to escape */
 	snprintf(drop, sizeof(drop), "SELECT pg_catalog.pg_drop_replication_slot('%s');", slot);
 	snprintf(fix, sizeof(fix), "choose another source.slot, or drop this one if nothing else uses it");
 	if (pg_slot_being_created(&row)) {

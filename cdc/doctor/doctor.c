@@ -1,6 +1,6 @@
-/* doctor.c: the table of checks, running them and the sink modules' checks, and the report in text
- * and JSON. Adding a check is a row here and a function in database.c, failover.c, local.c or
- * access.c; a sink's checks are its module's. */
+/* The table of checks, running them and the sink modules' checks, and the report in text and JSON. Adding a
+ * check is a row here and a function in database.c, failover_checks.c, local.c or access.c. A sink's checks
+ * are its module's. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,8 @@
 #include "cdc/match/match.h"
 #include "decoder/base/json.h"
 
-/* What a check needs before it runs; a check whose needs are not met prints nothing (the database's
- * checks after a failed connection). */
+/* What a check needs before it runs. A check whose needs are not met prints nothing (the database's checks
+ * after a failed connection). */
 enum {
 	NEEDS_DB = 1 << 0,	 /* a connection to source.dsn */
 	NEEDS_PG18 = 1 << 1,	 /* PostgreSQL 18 or later */
@@ -200,9 +200,10 @@ static size_t module_tables(sink_doctor *dr, size_t sub,
 	return doctor_sub_tables(d, &d->c->subs[sub], call_table, &call);
 }
 
-/* A table's columns as the stream describes them: published ones (a virtual generated column
- * never, a stored one with source.publish_generated_columns), keyed as cdc keys them (the primary
- * key, the replica identity index, or under FULL the primary key or else the whole row). */
+/* A table's columns as the stream describes them. Only published columns count. A virtual generated
+ * column never is, and a stored one only with source.publish_generated_columns. They are keyed as cdc
+ * keys them: the primary key, the replica identity index, or under FULL the primary key or else the
+ * whole row. */
 static const char columns_sql[] =
     "SELECT a.attname, a.atttypid, a.atttypmod, CASE c.relreplident "
     "WHEN 'd' THEN coalesce(a.attnum = ANY (pk.indkey::pg_catalog.int2[]), false) "

@@ -1,6 +1,6 @@
-/* failover_checks.c: the checks of source.failover (the primary's failover slot and its
- * synchronized_standby_slots, judged by cdc/source/failover.c as the daemon judges them) and of a
- * standby in source.dsn (decoding there, or keeping a copy of the slot for a promotion). */
+/* The checks of source.failover and of a standby in source.dsn. For the primary, that is its failover slot
+ * and its synchronized_standby_slots, judged by cdc/source/failover.c as the daemon judges them. A standby
+ * either decodes there or keeps a copy of the slot for a promotion. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,8 +64,8 @@ void doctor_failover(doctor *d)
 	PQclear(res);
 }
 
-/* The primary's synchronized_standby_slots, judged by failover_judge() as `cdc run` judges it every
- * few seconds. The slot's own failover flag is the failover line's: cdc creates it or turns it on. */
+/* The primary's synchronized_standby_slots, judged by failover_judge() as `cdc run` judges it every few
+ * seconds. The slot's own failover flag is the failover line's, and cdc creates it or turns it on. */
 void doctor_standby_slots(doctor *d)
 {
 	PGresult *res = doctor_ask(
@@ -79,7 +79,7 @@ void doctor_standby_slots(doctor *d)
 	int n = PQntuples(res);
 	failover_slot *slots = xcalloc((size_t)n, sizeof(*slots));
 	size_t k = 0;
-	buf usable = {0}; /* the physical slots standbys stream from now: what the setting should name */
+	buf usable = {0}; /* the physical slots standbys stream from now, which the setting should name */
 	for (int i = 0; i < n; i++) {
 		if (PQgetisnull(res, i, 1))
 			continue;
@@ -94,7 +94,8 @@ void doctor_standby_slots(doctor *d)
 	failover_reason r = failover_judge(d->c->source.slot, true, setting, slots, k, why, sizeof(why));
 	pg_fix f = {0};
 	char err[512];
-	/* Empty, cdc streams (a promotion may hand consumers phantoms); otherwise its stream waits. */
+	/* When the setting is empty, cdc streams (a promotion may hand consumers phantoms). Otherwise its
+	 * stream waits. */
 	doctor_status st = r == FAILOVER_UNSET ? DOCTOR_WARN : DOCTOR_FAIL;
 	if (r == FAILOVER_READY)
 		doctor_say(d, DOCTOR_PASS, NULL,
@@ -153,7 +154,7 @@ void doctor_sync_slots(doctor *d)
 	    "it loses cdc's slot");
 }
 
-/* A setting of the standby, or NULL (after a line) when this role may not read it: pg_settings shows
+/* A setting of the standby, or NULL (after a line) when this role may not read it. pg_settings shows
  * primary_conninfo (it may hold a password) only to superusers and pg_read_all_settings. */
 static PGresult *standby_setting(doctor *d, const char *name)
 {
@@ -198,7 +199,7 @@ void doctor_primary_slot_name(doctor *d)
 	PQclear(res);
 }
 
-/* primary_conninfo may hold a password: the lines say only whether it names a database. */
+/* primary_conninfo may hold a password. So the lines say only whether it names a database. */
 void doctor_primary_conninfo(doctor *d)
 {
 	PGresult *res = standby_setting(d, "primary_conninfo");
@@ -233,8 +234,8 @@ void doctor_primary_conninfo(doctor *d)
 	PQclear(res);
 }
 
-/* What cdc is configured to write into the WAL, which a standby cannot take: heartbeats and
- * backfills (their watermarks) go to source.primary_dsn. */
+/* What cdc is configured to write into the WAL, which a standby cannot take. Heartbeats and backfills (their
+ * watermarks) go to source.primary_dsn. */
 static void writers(const doctor *d, buf *b)
 {
 	if (d->c->source.heartbeat_ms > 0)

@@ -1,5 +1,5 @@
-/* local.c: the checks of this machine: state_dir and the sockets' paths. They look (stat, access
- * with the effective uid, statvfs, a connect to a socket that exists) and create nothing. */
+/* The checks of this machine, for state_dir and the sockets' paths. They look (stat, access with the
+ * effective uid, statvfs, a connect to a socket that exists) and create nothing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -27,7 +27,7 @@ static char *parent_of(const char *path)
 	return p;
 }
 
-/* s for a shell: as it is when it has only safe characters, else in single quotes. */
+/* s for a shell. It is as it is when it has only safe characters, else in single quotes. */
 static void shell_word(buf *b, const char *s)
 {
 	if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") ==
@@ -41,8 +41,8 @@ static void shell_word(buf *b, const char *s)
 	buf_putc(b, '\'');
 }
 
-/* A directory cdc needs is missing (create true) or not writable: the line, with the commands that
- * make it this uid's (cdc doctor runs as cdc's user, or as root for cdc run as root). */
+/* A directory cdc needs is missing (create true) or not writable. The line gives the commands that make it
+ * this uid's. cdc doctor runs as cdc's user, or as root for cdc run as root. */
 static void dir_fix(doctor *d, bool create, const char *dir, const char *key, const char *detail)
 {
 	unsigned uid = (unsigned)geteuid();
@@ -75,7 +75,7 @@ static void size_text(uint64_t bytes, char *out, size_t len)
 		snprintf(out, len, "%.1f MiB", (double)bytes / (1ull << 20));
 }
 
-/* The nearest directory of path that exists (path itself, a parent, "/"); the caller frees it. */
+/* The nearest directory of path that exists (path itself, a parent, "/"). The caller frees it. */
 static char *existing_ancestor(const char *path)
 {
 	char *p = xstrdup(path);
@@ -93,11 +93,11 @@ void doctor_state_dir(doctor *d)
 	const char *dir = d->c->state_dir;
 	char fix[1024], need[32], free_text[32], made[256] = "";
 	struct stat st;
-	const char *probe = dir; /* the directory whose disk holds it: it, or its parent before it exists */
+	const char *probe = dir; /* the directory whose disk holds it (it, or its parent before it exists) */
 	char *parent = parent_of(dir), *ancestor = NULL;
 	const char *by = NULL;
 	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir))) {
-		/* a fresh package install: the unit's StateDirectory= makes it, owned by cdc's user */
+		/* A fresh package install. The unit's StateDirectory= makes it, owned by cdc's user. */
 		snprintf(made, sizeof(made), ", made by systemd when %s starts (%s)", d->unit.name, by);
 		probe = ancestor = existing_ancestor(parent);
 	} else if (stat(dir, &st) != 0) {
@@ -164,7 +164,7 @@ out:
 	free(ancestor);
 }
 
-/* One socket path: its directory exists and is writable, and the path is free or a socket. */
+/* One socket path. Its directory exists and is writable, and the path is free or a socket. */
 void doctor_socket_path(doctor *d, const char *key, const char *path)
 {
 	char fix[1024];
@@ -172,7 +172,7 @@ void doctor_socket_path(doctor *d, const char *key, const char *path)
 	struct stat st;
 	const char *by = NULL;
 	if (stat(dir, &st) != 0 && (by = doctor_unit_makes(d, dir)))
-		/* a fresh package install: the unit's RuntimeDirectory= makes it, owned by cdc's user */
+		/* A fresh package install. The unit's RuntimeDirectory= makes it, owned by cdc's user. */
 		doctor_say(d, DOCTOR_PASS, NULL,
 			   "%s %s: directory %s does not exist yet, made by systemd when %s starts (%s)", key,
 			   path, dir, d->unit.name, by);
@@ -204,7 +204,7 @@ void doctor_socket_path(doctor *d, const char *key, const char *path)
 	free(dir);
 }
 
-/* The status socket's; a sink's socket is its module's check. */
+/* The status socket's path. A sink's socket is its module's check. */
 void doctor_sockets(doctor *d)
 {
 	doctor_socket_path(d, "status.socket", d->c->status.socket);

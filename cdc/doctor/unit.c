@@ -1,6 +1,6 @@
-/* unit.c: the systemd unit that runs this configuration file, and the directories systemd makes for
- * it when it starts. On a fresh package install /run/cdc and /var/lib/cdc are not there yet: they
- * are the unit's RuntimeDirectory= and StateDirectory=, and doctor says so instead of failing. */
+/* The systemd unit that runs this configuration file, and the directories systemd makes for it when it
+ * starts. On a fresh package install /run/cdc and /var/lib/cdc are not there yet. They are the unit's
+ * RuntimeDirectory= and StateDirectory=, and doctor says so instead of failing. */
 #include <ctype.h>
 #include <dirent.h>
 #include <limits.h>
@@ -10,7 +10,7 @@
 
 #include "cdc/doctor/doctor_internal.h"
 
-/* Where systemd reads units, in its order: the first directory with the unit's file wins. */
+/* Where systemd reads units, in its order. The first directory with the unit's file wins. */
 static const char *const UNIT_DIRS[] = {"/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
 					"/usr/lib/systemd/system"};
 #define NUNIT_DIRS (sizeof(UNIT_DIRS) / sizeof(UNIT_DIRS[0]))
@@ -21,7 +21,7 @@ typedef struct unit_text {
 	cfg_strlist runtime, state;
 } unit_text;
 
-/* A directive's values into l: space-separated; an empty value resets the list, as in systemd. */
+/* A directive's values into l, space-separated. An empty value resets the list, as in systemd. */
 static void values(cfg_strlist *l, char *v)
 {
 	if (!*v)
@@ -30,7 +30,7 @@ static void values(cfg_strlist *l, char *v)
 		cfg_strlist_push(l, tok);
 }
 
-/* ExecStart='s -c FILE (or --config FILE, --config=FILE), its prefixes (-@+!:) skipped. */
+/* ExecStart='s -c FILE (or --config FILE, --config=FILE), with its prefixes (-@+!:) skipped. */
 static void exec_config(unit_text *u, char *v)
 {
 	char *prev = NULL;
@@ -107,7 +107,7 @@ static void read_dropins(unit_text *u, const char *name)
 	cfg_strlist_free(&dropins);
 }
 
-/* The unit's file (the first directory that has it), then its drop-ins. False: no such unit. */
+/* The unit's file (the first directory that has it), then its drop-ins. False if there is no such unit. */
 static bool read_unit(unit_text *u, const char *name)
 {
 	char path[PATH_MAX];

@@ -1,4 +1,4 @@
-/* match.c: "schema.table" patterns, checked and matched; see match.h. */
+/* "schema.table" patterns, checked and matched (see match.h). */
 #include "cdc/match/match.h"
 
 #include <stdio.h>
@@ -6,7 +6,7 @@
 
 #include "decoder/base/util.h"
 
-/* One part of a pattern, unquoted into out; false if it is not a well-formed part. */
+/* One part of a pattern, unquoted into out. False if it is not a well-formed part. */
 static bool pattern_part(const char **pp, char out[MATCH_NAME_MAX + 1], bool *quoted)
 {
 	const char *p = *pp;
@@ -111,7 +111,7 @@ bool match_table_split(const char *name, char schema[MATCH_NAME_MAX + 1], char t
 	       *p++ == '.' && pattern_part(&p, table, &quoted) && !*p;
 }
 
-/* * and ? globs, byte-wise; linear backtracking, so no pattern can make it slow. */
+/* * and ? globs, byte-wise. The backtracking is linear, so no pattern can make it slow. */
 static bool glob_match(const char *pat, const char *s)
 {
 	const char *star = NULL, *resume = NULL;
@@ -186,7 +186,7 @@ static unsigned distance(const char *a, const char *b)
 	return prev[m];
 }
 
-/* A name as a pattern writes it: as it is when every character may stand unquoted, else quoted. */
+/* A name as a pattern writes it. It is as it is when every character may stand unquoted, else quoted. */
 static void pattern_name(char *out, size_t outlen, const char *name)
 {
 	bool plain = true;

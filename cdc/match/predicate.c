@@ -1,6 +1,6 @@
-/* predicate.c: the `where` predicate: a one-token lexer, a recursive-descent parser into one node
- * array, and an evaluator with SQL's three-valued logic. Literals and names point into the pred's
- * own copy of the text (unescaped and folded in place); evaluation allocates only in the arena. */
+/* The `where` predicate. It has a one-token lexer, a recursive-descent parser into one node array, and an
+ * evaluator with SQL's three-valued logic. Literals and names point into the pred's own copy of the text
+ * (unescaped and folded in place). Evaluation allocates only in the arena. */
 #include "cdc/match/predicate.h"
 
 #include <errno.h>
@@ -17,9 +17,9 @@
 /* Decimal exponents beyond this are refused in literals (PostgreSQL's numeric stops far sooner). */
 #define DEC_MAX_EXP 1000000
 
-/* An exact decimal: 0.d1d2...dn x 10^exp with d1 != 0, n = 0 for zero. The digits are read from
- * [dig, end), skipping a '.', so neither a literal nor a column's text is copied. Classes are in
- * PostgreSQL's order: -Infinity < numbers < Infinity < NaN, and NaN equals NaN. */
+/* An exact decimal, 0.d1d2...dn x 10^exp with d1 != 0, and n = 0 for zero. The digits are read from [dig,
+ * end), skipping a '.', so neither a literal nor a column's text is copied. Classes are in PostgreSQL's order
+ * (-Infinity < numbers < Infinity < NaN), and NaN equals NaN. */
 enum { DEC_NEG_INF, DEC_FINITE, DEC_POS_INF, DEC_NAN };
 typedef struct dec {
 	int cls;
@@ -41,19 +41,23 @@ typedef struct tok {
 	size_t len;
 	dec num;     /* T_NUM */
 	double dbl;  /* T_NUM as a double, for float columns */
-	bool dbl_ok; /* false: out of double's range */
+	bool dbl_ok; /* false when out of double's range */
 } tok;
 
 enum node_kind { N_OR, N_AND, N_NOT, N_CMP, N_IN, N_ISNULL, N_COL, N_NUM, N_STR, N_BOOL, N_NULL };
 
+/* What flag, a, b and s hold depends on the kind.
+ * - flag is "not in" for N_IN, "is not null" for N_ISNULL, "old." for N_COL and the value for N_BOOL.
+ * - a is the first child of N_OR, N_AND and N_NOT, and the operand of N_IN and N_ISNULL.
+ * - a and b are the operands of N_CMP. b is the first item of N_IN.
+ * - s is the name of N_COL and the text of N_STR. */
 typedef struct node {
 	enum node_kind kind;
 	enum cmp_op op; /* N_CMP */
-	bool flag;	/* N_IN: not in; N_ISNULL: is not null; N_COL: old.; N_BOOL: the value */
-	int32_t a, b;	/* N_OR, N_AND, N_NOT: first child; N_CMP: operands; N_IN: operand, first
-			 * item; N_ISNULL: operand */
-	int32_t next;	/* the next child of the same parent, or -1 */
-	const char *s;	/* N_COL: name; N_STR: text */
+	bool flag;
+	int32_t a, b;
+	int32_t next; /* the next child of the same parent, or -1 */
+	const char *s;
 	size_t len;
 	dec num; /* N_NUM */
 	double dbl;
@@ -142,7 +146,7 @@ static int dec_parse(const char *s, size_t n, dec *d)
 	}
 	if (p != end)
 		return -1;
-	/* The first significant digit sets the exponent; trailing zeros are not significant. */
+	/* The first significant digit sets the exponent. Trailing zeros are not significant. */
 	const char *q = int0;
 	while (q < int1 && *q == '0')
 		q++;
@@ -199,7 +203,7 @@ static int dec_cmp(const dec *x, const dec *y)
 	return sx > 0 ? m : -m;
 }
 
-/* PostgreSQL's float order: NaN equals NaN and is above everything. */
+/* PostgreSQL's float order, where NaN equals NaN and is above everything. */
 static int dbl_cmp(double x, double y)
 {
 	if (isnan(x) || isnan(y))
@@ -297,7 +301,7 @@ static bool lex_quoted(parser *ps, size_t i)
 	return true;
 }
 
-/* A number from s[i] on: -?digits[.digits][e[+-]digits] or -?.digits... */
+/* A number from s[i] on, as -?digits[.digits][e[+-]digits] or -?.digits... */
 static bool lex_number(parser *ps, size_t i)
 {
 	char *s = ps->s;
@@ -325,7 +329,7 @@ static bool lex_number(parser *ps, size_t i)
 		return perr(ps, i, "number out of range");
 	if (rc < 0)
 		return perr(ps, i, "malformed number");
-	/* strtod needs a terminator: borrow the next byte of our copy for a moment. */
+	/* strtod needs a terminator. So borrow the next byte of our copy for a moment. */
 	char saved = s[j];
 	s[j] = '\0';
 	t->dbl_ok = str_dbl(s + i, &t->dbl);
@@ -442,7 +446,7 @@ static int tok_srclen(const parser *ps)
 	return ps->t.srclen > 64 ? 64 : (int)ps->t.srclen;
 }
 
-/* A column reference or a literal; if the current token is neither, the error is msg at off. */
+/* A column reference or a literal. If the current token is neither, the error is msg at off. */
 static int32_t parse_operand(parser *ps, size_t off, const char *msg)
 {
 	tok t = ps->t;
@@ -688,7 +692,7 @@ typedef struct ev {
 	arena *a;
 } ev;
 
-/* An operand for one event: a column (with a value), a literal, or neither (absent). */
+/* An operand for one event. It is a column (with a value), a literal, or neither (absent). */
 typedef struct opnd {
 	const Cdc__V1__Column *col;
 	const node *lit;
@@ -734,7 +738,7 @@ static bool is_number(const Cdc__V1__Value *v)
 	       v->kind_case == CDC__V1__VALUE__KIND_NUMERIC_VALUE;
 }
 
-/* An int or numeric value as an exact decimal; digits holds an int's text. */
+/* An int or numeric value as an exact decimal. digits holds an int's text. */
 static bool value_dec(const Cdc__V1__Value *v, char digits[24], dec *d)
 {
 	if (v->kind_case == CDC__V1__VALUE__KIND_INT_VALUE) {
@@ -813,7 +817,7 @@ static int same_cmp(const Cdc__V1__Value *x, const Cdc__V1__Value *y)
 	}
 }
 
-/* A column's value against a literal; strings are converted to the column's type. */
+/* A column's value against a literal. Strings are converted to the column's type. */
 static int col_lit_cmp(const ev *x, const Cdc__V1__Column *c, const node *lit)
 {
 	const Cdc__V1__Value *v = c->value;
@@ -843,7 +847,7 @@ static int col_lit_cmp(const ev *x, const Cdc__V1__Column *c, const node *lit)
 		case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		case CDC__V1__VALUE__KIND_JSON_VALUE:
 		case CDC__V1__VALUE__KIND_OTHER_VALUE: {
-			/* As if the server had sent the literal for this column: the same conversion. */
+			/* As if the server had sent the literal for this column, with the same conversion. */
 			pgo_datum dm = {.kind = PGO_TEXT, .len = (uint32_t)lit->len, .data = lit->s};
 			const Cdc__V1__Value *lv = evt_value(x->a, NULL, c->type_oid, &dm);
 			if (lv->kind_case != v->kind_case)
@@ -931,7 +935,7 @@ static int holds(enum cmp_op op, int c)
 	return TV_UNKNOWN;
 }
 
-/* is null: unchanged TOAST is a value the server did not resend, never NULL. */
+/* is null. Unchanged TOAST is a value the server did not resend, never NULL. */
 static int is_null(opnd o)
 {
 	if (o.lit)
@@ -960,7 +964,7 @@ static int eval(const ev *x, int32_t i)
 	switch (nd->kind) {
 	case N_OR:
 	case N_AND: {
-		/* or: true wins, else unknown beats false; and: the mirror image */
+		/* With or, true wins, else unknown beats false. And is the mirror image. */
 		int stop = nd->kind == N_OR ? TV_TRUE : TV_FALSE;
 		r = nd->kind == N_OR ? TV_FALSE : TV_TRUE;
 		for (int32_t k = nd->a; k >= 0; k = nodes[k].next) {
@@ -994,7 +998,7 @@ static int eval(const ev *x, int32_t i)
 		r = is_null(resolve(x, nd->a));
 		return nd->flag ? negate(r) : r;
 	default:
-		return TV_UNKNOWN; /* a bare operand is never a root: the parser wants a comparison */
+		return TV_UNKNOWN; /* a bare operand is never a root, as the parser wants a comparison */
 	}
 }
 
@@ -1008,7 +1012,7 @@ bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
 
 static const char *const op_text[] = {"=", "<>", "<", "<=", ">", ">="};
 
-/* An operand as it could be written: new.name, 'text', 42, true, null. */
+/* An operand as it could be written, like new.name, 'text', 42, true or null. */
 static void put_operand(buf *b, const node *nd)
 {
 	switch (nd->kind) {
@@ -1086,7 +1090,7 @@ static void literal_problem(const pred_column *c, const node *lit, arena *a, buf
 		if (k == CDC__V1__VALUE__KIND_TEXT_VALUE || k == CDC__V1__VALUE__KIND_JSON_VALUE ||
 		    k == CDC__V1__VALUE__KIND_OTHER_VALUE)
 			break;
-		/* As the comparison converts it: into the column's type, as if the server had sent it. */
+		/* As the comparison converts it, into the column's type as if the server had sent it. */
 		pgo_datum dm = {.kind = PGO_TEXT, .len = (uint32_t)lit->len, .data = lit->s};
 		if (evt_value(a, NULL, c->type_oid, &dm)->kind_case != k)
 			buf_printf(
@@ -1102,7 +1106,7 @@ static void literal_problem(const pred_column *c, const node *lit, arena *a, buf
 	buf_free(&w);
 }
 
-/* The column a column operand names: NULL with the reason in why when it never has a value. */
+/* The column a column operand names. NULL with the reason in why when it never has a value. */
 static const pred_column *operand_column(const node *nd, const pred_column *cols, size_t ncols, bool reads,
 					 buf *why)
 {
@@ -1114,7 +1118,7 @@ static const pred_column *operand_column(const node *nd, const pred_column *cols
 	return why->len ? NULL : c;
 }
 
-/* Where comparison nd of p is never true, why (nothing if it can be); what gets it as written. */
+/* Where comparison nd of p is never true, why (nothing if it can be). what gets it as written. */
 static void comparison_problem(const pred *p, const node *nd, const pred_column *cols, size_t ncols,
 			       bool reads, arena *a, buf *what, buf *why)
 {
@@ -1142,8 +1146,9 @@ static void comparison_problem(const pred *p, const node *nd, const pred_column 
 		return;
 	}
 	if (nd->kind == N_IN) {
-		/* Each item as an =: `in` is never true when no item can match, `not in` when one never
-		 * does (it is then unknown or false, as in SQL); the first item's reason is told. */
+		/* Each item counts as an =. `in` is never true when no item can match. `not in` is never true
+		 * when one item never does (it is then unknown or false, as in SQL). The first item's reason
+		 * is told. */
 		buf first = {0};
 		bool any = false, all = true;
 		for (int32_t k = nd->b; k >= 0 && lc; k = p->nodes[k].next) {

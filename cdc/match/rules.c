@@ -1,4 +1,4 @@
-/* rules.c: subscription matching; see rules.h. */
+/* Subscription matching (see rules.h). */
 #include "cdc/match/rules.h"
 
 #include "cdc/match/predicate.h"
@@ -11,14 +11,14 @@
 #define NO_WHERE UINT32_MAX
 
 typedef struct rel_match {
-	uint32_t relid; /* 0: empty slot */
+	uint32_t relid; /* 0 for an empty slot */
 	uint64_t version;
 	uint32_t *idx[NOPS];
 	size_t n[NOPS];
 } rel_match;
 
-/* One compiled `where` for every subscription with the same text, evaluated at most once per
- * event: many subscriptions with the same condition cost one evaluation, not one each. */
+/* One compiled `where` for every subscription with the same text, evaluated at most once per event. Many
+ * subscriptions with the same condition cost one evaluation, not one each. */
 typedef struct where {
 	pred *pred;
 	uint64_t event; /* the event `verdict` is for (rules_event's count) */
@@ -31,7 +31,7 @@ struct rules {
 	uint32_t *where_of; /* per subscription, an index into wheres, or NO_WHERE */
 	where *wheres;
 	size_t nwheres;
-	uint64_t event; /* counts rules_event calls; 0: none yet */
+	uint64_t event; /* counts rules_event calls, 0 if none yet */
 	rel_match *tab; /* open addressing on relid */
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */
@@ -208,7 +208,7 @@ static bool same_bytes(const ProtobufCBinaryData *a, const ProtobufCBinaryData *
 	return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
 }
 
-/* Two values as sent are the same: same kind and same content. */
+/* Two values as sent are the same when they have the same kind and the same content. */
 static bool same_value(const Cdc__V1__Value *a, const Cdc__V1__Value *b)
 {
 	if (a->kind_case != b->kind_case)
@@ -241,7 +241,7 @@ static bool same_value(const Cdc__V1__Value *a, const Cdc__V1__Value *b)
 		return same_bytes(&a->uuid_value, &b->uuid_value);
 	case CDC__V1__VALUE__KIND_BINARY_VALUE:
 		return same_bytes(&a->binary_value, &b->binary_value);
-	default: /* null: the same; unchanged TOAST: the same value by definition */
+	default: /* null is the same, and unchanged TOAST is the same value by definition */
 		return true;
 	}
 }
@@ -279,7 +279,7 @@ bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
 	return w->verdict;
 }
 
-/* The columns of row that the projection keeps: listed ones and key ones. */
+/* The columns of row that the projection keeps, listed ones and key ones. */
 static Cdc__V1__Row *project_row(const match_names *cols, const Cdc__V1__Row *key, const Cdc__V1__Row *row,
 				 arena *a)
 {
@@ -296,7 +296,7 @@ static Cdc__V1__Row *project_row(const match_names *cols, const Cdc__V1__Row *ke
 	return out;
 }
 
-/* A schema event's columns that the projection keeps: listed ones and key ones. */
+/* A schema event's columns that the projection keeps, listed ones and key ones. */
 static Cdc__V1__Schema *project_schema(const match_names *cols, const Cdc__V1__Schema *s, arena *a)
 {
 	Cdc__V1__Schema *out = arena_alloc(a, sizeof(*out));

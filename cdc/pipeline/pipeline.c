@@ -1,8 +1,8 @@
-/* pipeline.c: see pipeline.h. Plain transactions are delivered change by change; a held one's
- * changes are matched and rendered as they arrive, handed to the sinks that hold events themselves
- * (sink.h's hold operations) or put into records the transaction assembler spills, and replayed
- * with their commit fields at its commit. Transactions are numbered in commit order; progress.h
- * turns what the sinks report delivered into a position. */
+/* See pipeline.h. Plain transactions are delivered change by change. A held one's changes are matched and
+ * rendered as they arrive. They are handed to the sinks that hold events themselves (sink.h's hold
+ * operations), or put into records the transaction assembler spills. They are replayed with their commit
+ * fields at its commit. Transactions are numbered in commit order. progress.h turns what the sinks report
+ * delivered into a position. */
 #include "cdc/pipeline/pipeline.h"
 #include "decoder/base/bytes.h"
 
@@ -43,26 +43,26 @@ struct pipeline {
 	pgo_relcache *rc;
 	sch_tables *tables;  /* what DDL events told of the tables */
 	strack *track;	     /* which schema each subscription's consumers have */
-	txn_assembler *asm_; /* per stream: it depends on the negotiated protocol */
+	txn_assembler *asm_; /* per stream, as it depends on the negotiated protocol */
 	txn_handler handler;
 	arena *arena;
 	buf scratch; /* one rendered event of a plain transaction */
 	progress prog;
 
-	pipeline_backfills bf; /* no change hook: no backfills */
+	pipeline_backfills bf; /* no backfills without a change hook */
 	struct {
 		char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
-		pipeline_signal_fn fn; /* NULL: no signal table */
+		pipeline_signal_fn fn; /* NULL if no signal table */
 		void *ctx;
 	} sig;
 	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
-	bool past_endpos;  /* a transaction committing after endpos arrived: deliver nothing more */
+	bool past_endpos;  /* a transaction committing after endpos arrived, so deliver nothing more */
 	bool ddl;	   /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
 	uint32_t tx_index;
 	uint32_t held_xid; /* the held transaction whose change is being rendered */
 	uint64_t flushed_lsn, boundary_lsn;
-	uint64_t reads; /* chunks of reads delivered: their relations' versions */
+	uint64_t reads; /* chunks of reads delivered, their relations' versions */
 	uint64_t events, large_txn_start_ms;
 	int64_t last_commit_time;
 };
@@ -91,24 +91,24 @@ bool pipeline_between_txns(const pipeline *p)
 
 /* Delivery -------------------------------------------------------------------------------- */
 
-/* A held change's record (see decoder/txn.h): [u32 slots: how many tx_index values the change
- * takes], then per rendered event [u32 subscription][u32 slot within the change][u32 length][bytes].
- * Events are rendered as they arrive; replay only adds the commit fields. */
+/* A held change's record (see decoder/txn.h) starts with [u32 slots], how many tx_index values the change
+ * takes. Then comes, per rendered event, [u32 subscription][u32 slot within the change][u32 length][bytes].
+ * Events are rendered as they arrive. Replay only adds the commit fields. */
 #define HOLD_ENTRY 12
 /* An entry whose subscription is this holds a change's keys for the backfills
  * (the backfills' hold hook), reported at the replay, where the change is delivered. */
 #define HOLD_BACKFILL UINT32_MAX
-/* A schema event delivered at the replay: its slot is the subscription, its bytes [u32 relid][u64
- * id][u64 DDL generation], what the subscription's consumers have of the table from then on. */
+/* A schema event delivered at the replay. Its slot is the subscription. Its bytes are [u32 relid][u64 id][u64
+ * DDL generation], what the subscription's consumers have of the table from then on. */
 #define HOLD_SCHEMA (UINT32_MAX - 1)
 #define HOLD_SCHEMA_LEN 20
 /* A DDL message's content, what it tells of its table taken at the replay (an aborted
  * transaction's DDL never happened). */
 #define HOLD_DDL (UINT32_MAX - 2)
-/* A signal row's columns (pipeline_signal), handed on at the replay: [u32 length or UINT32_MAX for
- * NULL][bytes] for id, type and data. */
+/* A signal row's columns (pipeline_signal), handed on at the replay. For each of id, type and data, they are
+ * [u32 length or UINT32_MAX for NULL][bytes]. */
 #define HOLD_SIGNAL (UINT32_MAX - 3)
-/* In an entry's slot: a schema event, which comes before the change at that slot (sink_commit's
+/* In an entry's slot, this marks a schema event. It comes before the change at that slot (sink_commit's
  * before_change). */
 #define SLOT_BEFORE (UINT32_C(1) << 31)
 
@@ -123,8 +123,8 @@ static void hold_entry(buf *hold, uint32_t kind, uint32_t slot, const void *data
 	buf_append(hold, data, len);
 }
 
-/* Hands e to subscription sub's sink: delivered now with commit fields c in a plain transaction;
- * in a held one (c has only tx_index), held by a sink that holds events, else rendered into the
+/* Hands e to subscription sub's sink. In a plain transaction it is delivered now with commit fields c. In a
+ * held one (c has only tx_index), a sink that holds events holds it. Otherwise it is rendered into the
  * change's record. */
 static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_commit *c, uint32_t slot,
 		    buf *hold, char *err, size_t errlen)
@@ -159,7 +159,7 @@ static bool emit_to(pipeline *p, Cdc__V1__Event *e, uint32_t sub, const sink_com
 	return k->ops->deliver(k, sub, p->scratch.data, p->scratch.len, &at, p->cur_seq, err, errlen);
 }
 
-/* The fields known when the change arrives; the commit fields are the sinks' to add. */
+/* The fields known when the change arrives. The commit fields are the sinks' to add. */
 static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn)
 {
 	ev->lsn = lsn;
@@ -176,10 +176,10 @@ static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t su
 	return e;
 }
 
-/* Before subscription sub's row of rel (the change of ev), or its truncate of rel: a schema event,
- * unless its consumers have rel's schema already, or in a held transaction unless that transaction
- * has it already (its events are delivered at its commit, after whatever comes meanwhile). Sets
- * a row's schema_id (a truncate has no row, and names no schema). */
+/* A schema event before subscription sub's row of rel (the change of ev), or before its truncate of rel. It
+ * is skipped when its consumers have rel's schema already. In a held transaction it is skipped when that
+ * transaction has it already (its events are delivered at its commit, after whatever comes meanwhile). Sets a
+ * row's schema_id (a truncate has no row, and names no schema). */
 static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__Event *ev, uint32_t sub,
 		     const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
 {
@@ -212,8 +212,8 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 	}
 	if (!se)
 		se = schema_event(p, rel, sub);
-	/* Renames since the consumers' previous schema event; a held transaction's is delivered after
-	 * events not known yet: it names none. */
+	/* Renames since the consumers' previous schema event. A held transaction's event is delivered after
+	 * events not known yet, so it names none. */
 	for (size_t i = 0; had && !hold && i < se->table_schema->n_columns; i++) {
 		const char *from =
 		    sch_renamed_from(p->tables, relid, since, se->table_schema->columns[i]->name);
@@ -230,9 +230,9 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 	return emit_to(p, se, sub, c, slot | SLOT_BEFORE, hold, err, errlen);
 }
 
-/* ev to subscription sub with its projection, if its rules accept it (*taken says whether they did;
- * rules_event first); a row of rel (relid: what the tracking knows the table by) after its schema
- * event (announce). */
+/* ev to subscription sub with its projection, if its rules accept it. *taken says whether they did
+ * (rules_event first). A row of rel comes after its schema event (announce). relid is what the tracking knows
+ * the table by. */
 static bool emit_sub(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t relid, uint32_t sub,
 		     const sink_commit *c, uint32_t slot, buf *hold, bool *taken, char *err, size_t errlen)
 {
@@ -304,8 +304,8 @@ static void change_of(pipeline *p, const pgo_rel *rel, const pgo_msg *m, bf_chan
 	c->new_values = has_new ? newv : NULL;
 }
 
-/* A change's keys to the backfills where it is delivered: now in a plain transaction, into the
- * spill record of a held one (replayed at its commit; a backfill may start before that). */
+/* A change's keys to the backfills where it is delivered. In a plain transaction that is now. In a held one
+ * they go into its spill record, replayed at its commit (a backfill may start before that). */
 static void report_change(pipeline *p, const txn_info *t, const bf_change *c, buf *hold)
 {
 	if (!p->bf.change)
@@ -337,7 +337,7 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 	return true;
 }
 
-/* Versions of the relations the reads describe: never those of the relation cache's entries. */
+/* Versions of the relations the reads describe, never those of the relation cache's entries. */
 #define READ_VERSION (UINT64_C(1) << 63)
 
 static uint32_t name_id(const char *schema, const char *table)
@@ -351,12 +351,12 @@ static uint32_t name_id(const char *schema, const char *table)
 	return h | UINT32_C(0x80000000);
 }
 
-/* The reads of a chunk whose window closed: one event each, for the backfill's subscription only,
- * with its `where`, `columns` and the backfill's own `where` applied, at the high watermark. Their
- * commit_lsn is the watermark's LSN (the end of its record) minus one: inside the watermark's
- * record, so no transaction's commit_lsn (a record's start) nor another message's can equal it,
- * and (commit_lsn, tx_index) stays unique and in stream order: a transaction whose commit record
- * starts right after the watermark has the watermark's LSN, and comes after the reads. */
+/* The reads of a chunk whose window closed, at the high watermark. Each is one event, for the backfill's
+ * subscription only. Its `where`, `columns` and the backfill's own `where` apply. Their commit_lsn is the
+ * watermark's LSN (the end of its record) minus one. That is inside the watermark's record, so no
+ * transaction's commit_lsn (a record's start) nor another message's can equal it. So (commit_lsn, tx_index)
+ * stays unique and in stream order. A transaction whose commit record starts right after the watermark has
+ * the watermark's LSN, and comes after the reads. */
 static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
@@ -440,7 +440,7 @@ void pipeline_set_signals(pipeline *p, const char *table, pipeline_signal_fn fn,
 	p->sig.ctx = ctx;
 }
 
-/* A signal row's column by name, as text: NULL for SQL NULL or no such column. */
+/* A signal row's column by name, as text. NULL for SQL NULL or no such column. */
 static const pgo_datum *signal_column(const pgo_rel *rel, const pgo_msg *m, const char *name)
 {
 	for (size_t i = 0; i < rel->ncols && i < m->change.new.ncols; i++)
@@ -449,8 +449,8 @@ static const pgo_datum *signal_column(const pgo_rel *rel, const pgo_msg *m, cons
 	return NULL;
 }
 
-/* An insert into the signal table: handed on now in a plain transaction, kept in a held one's
- * record until its replay. */
+/* An insert into the signal table. It is handed on now in a plain transaction. In a held one it is kept in
+ * the transaction's record until its replay. */
 static void report_signal(pipeline *p, const txn_info *t, const pgo_rel *rel, const pgo_msg *m, buf *hold,
 			  uint32_t tx_index)
 {
@@ -483,7 +483,7 @@ static void report_signal(pipeline *p, const txn_info *t, const pgo_rel *rel, co
 	p->sig.fn(p->sig.ctx, &s);
 }
 
-/* A held signal row at its transaction's commit; false if the entry is malformed. */
+/* A held signal row at its transaction's commit. False if the entry is malformed. */
 static bool replay_signal(pipeline *p, const txn_info *t, const uint8_t *data, size_t len, uint32_t tx_index)
 {
 	pipeline_signal s = {.commit_lsn = t->commit_lsn, .tx_index = tx_index};
@@ -519,10 +519,10 @@ static void learn_ddl(pipeline *p, const char *content, size_t len)
 	arena_reset(p->arena);
 }
 
-/* A message of cdc's DDL trigger: with source.ddl an OP_DDL event to the subscriptions of its
- * table that want ddl (where and changed are about rows: they do not apply), and what it tells of
- * the table for the schema events that follow. False if it does not parse: it is then an
- * ordinary message (a warning says why), nothing is lost. */
+/* A message of cdc's DDL trigger. With source.ddl, it becomes an OP_DDL event to the subscriptions of its
+ * table that want ddl. where and changed are about rows, so they do not apply. What it tells of the table is
+ * kept for the schema events that follow. False if it does not parse. It is then an ordinary message (a
+ * warning says why), and nothing is lost. */
 static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, const sink_commit *c,
 		       buf *hold, bool *ok, char *err, size_t errlen)
 {
@@ -551,18 +551,18 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 static const unsigned change_op[] = {
     [PGO_INSERT] = MATCH_OP_INSERT, [PGO_UPDATE] = MATCH_OP_UPDATE, [PGO_DELETE] = MATCH_OP_DELETE};
 
-/* One change: match it, build its event only if some subscription wants it, emit it. Sets *slots
- * to the number of tx_index values it takes (one per truncated relation; none for a heartbeat). */
+/* One change. Match it, build its event only if some subscription wants it, and emit it. Sets *slots to the
+ * number of tx_index values it takes (one per truncated relation, none for a heartbeat). */
 static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
 			  uint32_t *slots, char *err, size_t errlen)
 {
 	const uint32_t *subs;
 	size_t n;
 	Cdc__V1__Event *ev;
-	/* A non-transactional message's commit_lsn is its LSN (the end of its record) minus one: inside
-	 * its record, so it never equals the commit_lsn (a record's start) of a transaction committing
-	 * right after it, and (commit_lsn, tx_index) stays unique: the spool skips what it already
-	 * holds by it after a restart. */
+	/* A non-transactional message's commit_lsn is its LSN (the end of its record) minus one. That is
+	 * inside its record. So it never equals the commit_lsn (a record's start) of a transaction committing
+	 * right after it, and (commit_lsn, tx_index) stays unique. The spool relies on that to skip what it
+	 * already holds after a restart. */
 	sink_commit c = {.commit_lsn = t ? t->commit_lsn : lsn - 1,
 			 .commit_time = t ? t->commit_time : 0,
 			 .tx_index = hold ? t->tx_index : p->tx_index};
@@ -612,14 +612,14 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 			break;
 		}
 		if (strcmp(m->message.prefix, BFSQL_PREFIX) == 0) {
-			*slots = 0; /* a watermark, not a change; only a non-transactional one is ours */
+			*slots = 0; /* a watermark, not a change. Only a non-transactional one is ours. */
 			if (!t && !hold && p->bf.change)
 				ok = p->bf.watermark(p->bf.ctx, m->message.content, m->message.len, lsn,
 						     emit_reads, p, err, errlen);
 			break;
 		}
 		if (strcmp(m->message.prefix, SOURCE_RESYNC_PREFIX) == 0 && !t && !hold) {
-			/* The re-sync marker cdc wrote (non-transactional): every subscription gets it,
+			/* The re-sync marker cdc wrote (non-transactional). Every subscription gets it,
 			 * whatever its operations and where, so every consumer learns of the gap. */
 			ev = evt_from_message(p->arena, m);
 			stamp(ev, t, lsn);
@@ -655,7 +655,7 @@ static void end_txn(pipeline *p, uint64_t end_lsn)
 		p->sinks[i]->ops->end_txn(p->sinks[i], p->cur_seq);
 }
 
-/* Like pg_recvlogical --endpos: a transaction that commits after endpos is not delivered. */
+/* Like pg_recvlogical --endpos, a transaction that commits after endpos is not delivered. */
 static bool beyond_endpos(pipeline *p, uint64_t commit_lsn)
 {
 	if (p->endpos && commit_lsn > p->endpos)
@@ -705,8 +705,8 @@ static bool on_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn ls
 		p->tx_index += slots;
 		return true;
 	}
-	/* A non-transactional message is a transaction of its own, positioned at its LSN (the end of
-	 * its record: a restart from there does not decode it again). A backfill's reads are such a
+	/* A non-transactional message is a transaction of its own, positioned at its LSN. That is the end of
+	 * its record, so a restart from there does not decode it again. A backfill's reads are such a
 	 * transaction too, durable once the flushed position reaches the watermark. */
 	on_begin(ctx, NULL, err, errlen);
 	if (!change_events(p, NULL, m, lsn, NULL, &slots, err, errlen))
@@ -769,7 +769,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 	return true;
 }
 
-/* A held transaction's events that sinks hold: discarded (xid 0: every transaction's). */
+/* A held transaction's events that sinks hold are discarded (xid 0 for every transaction's). */
 static void on_abort(void *ctx, uint32_t xid)
 {
 	pipeline *p = ctx;
@@ -856,8 +856,8 @@ void pipeline_keepalive(pipeline *p, uint64_t wal_end)
 	if (!pipeline_in_txn(p) && wal_end > p->boundary_lsn)
 		p->boundary_lsn = wal_end;
 	advance(p);
-	/* Nothing in flight anywhere: everything up to wal_end is delivered, so an idle slot (or one
-	 * whose WAL is all other databases' or unpublished tables') never pins WAL. */
+	/* Nothing is in flight anywhere, so everything up to wal_end is delivered. So an idle slot never pins
+	 * WAL, nor one whose WAL is all other databases' or unpublished tables'. */
 	if (!pipeline_in_txn(p) && progress_pending(&p->prog) == 0 && !oldest_prepared(p) &&
 	    sinks_delivered(p) == p->seq && wal_end > p->flushed_lsn)
 		p->flushed_lsn = wal_end;
@@ -981,8 +981,8 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 				map[k] = (uint32_t)i;
 			}
 	}
-	/* what a subscription's consumers have goes with its name (its new `columns` may differ: the
-	 * schema ids say so) */
+	/* What a subscription's consumers have goes with its name. Its new `columns` may differ, and the
+	 * schema ids say so. */
 	strack_renumber(p->track, map, p->nsubs);
 	free(map);
 	free(p->subs);
@@ -1000,7 +1000,7 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err, size_t errlen)
 {
 	on_abort(p, 0);		/* the server sends every held transaction again */
-	strack_clear(p->track); /* ... and what was not confirmed: announce every table again */
+	strack_clear(p->track); /* ... and what was not confirmed, so announce every table again */
 	txn_free(p->asm_);
 	if (!(p->asm_ = txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
 		return false;

@@ -1,4 +1,4 @@
-/* progress.c: see progress.h. */
+/* See progress.h. */
 #include "cdc/pipeline/progress.h"
 
 void progress_push(progress *p, uint64_t seq, uint64_t end_lsn)

@@ -1,6 +1,6 @@
-/* schema_track.c: see schema_track.h. One open-addressing table on (subscription, relation) for
- * what is asked for every row; the held transactions' schema events in a short list, with the last
- * one found looked at first (a large transaction's rows are mostly of one table). */
+/* See schema_track.h. What is asked for every row is in one open-addressing table on (subscription,
+ * relation). The held transactions' schema events are in a short list. The last one found is looked at first,
+ * since a large transaction's rows are mostly of one table. */
 #include "cdc/pipeline/schema_track.h"
 
 #include <stdlib.h>
@@ -159,7 +159,7 @@ void strack_hold(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t
 	t->held[t->nheld++] = (held){xid, sub, relid, tx_index, id};
 }
 
-/* Drops xid's entries (xid 0: every transaction's) from tx_index on, or all of them. */
+/* Drops xid's entries (xid 0 for every transaction's) from tx_index on, or all of them. */
 static void held_filter(strack *t, uint32_t xid, uint32_t tx_index, bool all)
 {
 	size_t k = 0;

@@ -1,6 +1,6 @@
-/* report.c: see report.h. /status and /subscriptions are compact JSON (strings escaped by
- * json_string), /metrics the Prometheus text format 0.0.4: "# HELP" and "# TYPE" before every
- * family, counters named *_total, label values escaped and always valid UTF-8. */
+/* See report.h. /status and /subscriptions are compact JSON, with strings escaped by json_string. /metrics is
+ * the Prometheus text format 0.0.4. It puts "# HELP" and "# TYPE" before every family and names counters
+ * *_total. Label values are escaped and always valid UTF-8. */
 #include "cdc/status/report.h"
 
 #include <inttypes.h>
@@ -14,7 +14,7 @@
 
 /* ---- shared formatting ---- */
 
-/* µs as seconds, exactly: 2500 -> "0.0025", 1000000 -> "1". */
+/* µs as seconds, exactly, as in 2500 -> "0.0025" and 1000000 -> "1". */
 static const char *us_as_s(uint64_t us, char out[32])
 {
 	int n = snprintf(out, 32, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
@@ -55,7 +55,7 @@ static void j_bool_or_null(buf *out, bool *first, const char *key, bool known, b
 		json_null(out);
 }
 
-/* Always with a decimal point, so that JSON readers see a double; null when not finite. */
+/* Always with a decimal point, so that JSON readers see a double. null when not finite. */
 static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
 {
 	json_key(out, first, key);
@@ -78,8 +78,8 @@ static void j_latency(buf *out, bool *first, const char *key, const hist *h)
 	buf_putc(out, '}');
 }
 
-/* source.failover: null unless configured; ready, reason, slot_failover and
- * synchronized_standby_slots null until checked. */
+/* source.failover, null unless configured. ready, reason, slot_failover and synchronized_standby_slots are
+ * null until checked. */
 static void status_failover(const report *r, buf *out)
 {
 	if (!r->source.failover.configured) {
@@ -179,8 +179,8 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *             "server_wal_lsn" (LSNs as "X/X", null unknown), "lag_bytes" (server_wal_lsn -
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
  *             "wal_status", "safe_wal_size" (null unknown), "invalidation_reason" (PostgreSQL 17+,
- *             null while valid), "inactive_since" (17+, RFC 3339; null while streamed),
- *             "idle_replication_slot_timeout_s" (18+; null unknown), "reconnects", "resyncs", "server"
+ *             null while valid), "inactive_since" (17+, RFC 3339, null while streamed),
+ *             "idle_replication_slot_timeout_s" (18+, null unknown), "reconnects", "resyncs", "server"
  *             (host:port), "server_role" ("primary" or "standby"), "timeline" (null unknown),
  *             "promotions", "failover" (null unless source.failover: {"ready", "reason",
  *             "slot_failover", "synchronized_standby_slots", "message"}), "transactions", "events",
@@ -189,7 +189,7 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
  *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",
  *                     "full", "attached", "dead_letter_readers"}] (from head_offset on: null
- *                     unless a socket sink, each sink module's sub_fields; the last two are arrays of
+ *                     unless a socket sink, each sink module's sub_fields. The last two are arrays of
  * {"name", "pid", "uid", "mode", "active", "reading", "in_flight", "delivered", "acked", "connected_since"}),
  *  "backfills": GET /backfills' array (left out when empty),
  *  "failed_subscriptions": [{"name", "reason"}] (left out when none),
@@ -303,7 +303,7 @@ static void m_bool(buf *out, const char *name, const char *help, bool v)
 	m_u64(out, name, "gauge", help, v ? 1 : 0);
 }
 
-/* A gauge in seconds with millisecond precision; no sample when unknown. */
+/* A gauge in seconds with millisecond precision. No sample when unknown. */
 static void m_seconds(buf *out, const char *name, const char *help, bool known, double v)
 {
 	family(out, name, "gauge", help);
@@ -311,7 +311,7 @@ static void m_seconds(buf *out, const char *name, const char *help, bool known, 
 		buf_printf(out, "%s %.3f\n", name, v);
 }
 
-/* Per-subscription families of every sink, by subscription and sink; then each sink's own. */
+/* Per-subscription families of every sink, by subscription and sink. Then each sink's own. */
 static const struct {
 	const char *name, *type, *help;
 } sub_metrics[] = {
@@ -359,9 +359,9 @@ static const char *const wal_statuses[] = {"reserved", "extended", "unreserved",
 static const char *const invalidation_reasons[] = {"wal_removed", "rows_removed", "wal_level_insufficient",
 						   "idle_timeout"};
 
-/* A gauge labelled by state: each known state (0, or 1 for the current one), and the current one on
- * a series of its own when it is not among them. No sample when current is NULL (unknown); "" is
- * none of them. */
+/* A gauge labelled by state. Each known state gets a sample (1 for the current one, else 0). The current one
+ * gets a series of its own when it is not among them. No sample when current is NULL (unknown). "" is none of
+ * them. */
 static void m_state(buf *out, const char *name, const char *help, const char *label, const char *const *known,
 		    size_t n, const char *current)
 {
@@ -385,8 +385,9 @@ static void metrics_backfills(const report *r, buf *out)
 {
 	static const struct {
 		const char *name, *type, *help;
-		size_t field; /* offset of a uint64_t in report_backfill; SIZE_MAX: the estimate; SIZE_MAX -
-			       1, - 2: whether running, failed */
+		/* The offset of a uint64_t in report_backfill. SIZE_MAX stands for the estimate,
+		 * SIZE_MAX - 1 for whether it runs and SIZE_MAX - 2 for whether it failed. */
+		size_t field;
 	} M[] = {
 	    {"cdc_backfill_rows_read_total", "counter", "Rows a backfill read from the table.",
 	     offsetof(report_backfill, read)},

@@ -1,6 +1,6 @@
-/* status.c: see status.h. libmicrohttpd serves both listeners from its own threads; GETs read the
- * last published snapshot under a mutex, and PUT/DELETE suspend their connection until the
- * daemon's loop (reached through a pipe watched by its event_base) answers them. */
+/* See status.h. libmicrohttpd serves both listeners from its own threads. GETs read the last published
+ * snapshot under a mutex. PUT and DELETE suspend their connection until the daemon's loop answers them. They
+ * reach the loop through a pipe watched by its event_base. */
 #include "cdc/status/status.h"
 
 #include <errno.h>
@@ -26,17 +26,18 @@
 #define CONNECTION_LIMIT 64
 #define PER_IP_LIMIT 16
 #define CONNECTION_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
-#define PENDING_MAX 32		/* mutating requests waiting for the loop; well below a pipe's capacity */
-#define STALL_MS 10000		/* /healthz: a loop that has not published for this long is stuck */
-#define FREE_WAIT_MS 2000	/* status_free: how long pending 503s get to reach their clients */
+#define PENDING_MAX 32		/* mutating requests waiting for the loop, well below a pipe's capacity */
+#define STALL_MS 10000		/* for /healthz, a loop that has not published for this long is stuck */
+#define FREE_WAIT_MS 2000	/* how long status_free gives pending 503s to reach their clients */
 
 typedef struct listener {
 	status_server *s;
 	bool unix_socket; /* else TCP */
 	struct MHD_Daemon *mhd;
-	char *tls_cert, *tls_key; /* PEM, while the daemon lives (HTTPS); NULL: plain HTTP */
-	/* retiring (a reload gave the port to a listener with new TLS files): its listening socket,
-	 * which MHD gave back, closed once the daemon is stopped (-1: none), and by when it stops */
+	char *tls_cert, *tls_key; /* PEM, while the daemon lives (HTTPS). NULL for plain HTTP. */
+	/* Set when retiring (a reload gave the port to a listener with new TLS files). quiesced_fd is its
+	 * listening socket, which MHD gave back, closed once the daemon is stopped (-1 if none). retire_ms is
+	 * by when it stops. */
 	int quiesced_fd;
 	uint64_t retire_ms;
 	struct listener *next;
@@ -44,15 +45,15 @@ typedef struct listener {
 
 /* One HTTP request, from the access handler's first call to MHD's completion callback. */
 typedef struct conn_ctx {
-	status_request req; /* what the daemon sees; conn_ctx is found from it by container_of */
+	status_request req; /* what the daemon sees. conn_ctx is found from it by container_of. */
 	status_server *s;
 	listener *l; /* whose daemon serves it (a retiring one stops only once none is pending) */
 	struct MHD_Connection *conn;
 	status_match m;
 	buf body;
 	bool too_large;
-	bool pending;  /* handed to the loop, not yet answered: on the server's pending list */
-	bool answered; /* status_answer() ran: the next handler call sends the answer */
+	bool pending;  /* handed to the loop, not yet answered, and on the server's pending list */
+	bool answered; /* status_answer() ran, so the next handler call sends the answer */
 	unsigned answer_status;
 	char *answer_body;
 	struct conn_ctx *prev, *next;
@@ -68,11 +69,11 @@ struct status_server {
 	size_t in_flight;  /* handed to the loop and not yet completed by MHD */
 	bool closing;
 	/* status.listen's access, which a reload changes */
-	char *token; /* NULL: none (then tcp_read is open and tcp_control false) */
+	char *token; /* NULL if none (then tcp_read is open and tcp_control false) */
 	cfg_tcp_read tcp_read;
 	uint64_t unauthorized; /* requests over TCP refused for want of the token */
 
-	/* Set up before the listeners start; read-only afterwards. */
+	/* Set up before the listeners start. Read-only afterwards. */
 	id_list uids; /* status.control_uids */
 	bool tcp_control;
 	char *socket_path;
@@ -80,7 +81,7 @@ struct status_server {
 	ino_t sock_ino;
 	int tcp_port;
 	listener unix_l;
-	listener *tcp_l;    /* status.listen's (NULL: none); swapped by a reload of its TLS files */
+	listener *tcp_l;    /* status.listen's (NULL if none), swapped by a reload of its TLS files */
 	listener *retiring; /* former TCP listeners finishing their connections (loop only) */
 	int pipe_rd, pipe_wr;
 
@@ -95,7 +96,7 @@ static conn_ctx *ctx_of(status_request *r)
 	return (conn_ctx *)((char *)r - offsetof(conn_ctx, req));
 }
 
-/* ---- routing: pure functions ---- */
+/* ---- routing, pure functions ---- */
 
 bool status_name_valid(const char *name, size_t len)
 {
@@ -131,7 +132,7 @@ static const struct {
     {"/backfills", STATUS_ROUTE_BACKFILLS},
 };
 
-/* /subscriptions/NAME/backfill[/ID]: rest is what follows NAME. */
+/* /subscriptions/NAME/backfill[/ID], where rest is what follows NAME. */
 static bool route_backfill(const char *method, const char *rest, status_match *m)
 {
 	static const char seg[] = "/backfill";
@@ -212,7 +213,7 @@ bool status_check_body(const char *body, size_t len, status_match *m)
 		return route_error(m, 400, NULL, "invalid body: contains a NUL byte");
 	if (only_space(body, len))
 		return route_error(m, 400, NULL, "missing body: expected a JSON object");
-	/* Strict, depth-limited: the daemon parses it again, and must only ever see plain JSON. */
+	/* Strict and depth-limited. The daemon parses it again, and must only ever see plain JSON. */
 	json_tokener *tok = json_tokener_new_ex(32);
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 	json_object *o = json_tokener_parse_ex(tok, body, (int)len);
@@ -249,7 +250,7 @@ bool status_bearer_ok(const char *header, const char *token)
 	while (*given == ' ' || *given == '\t')
 		given++;
 	size_t gn = strlen(given), tn = strlen(token);
-	/* Every byte of the token compared, whatever was given: the time says nothing about it. */
+	/* Every byte of the token is compared, whatever was given. So the time says nothing about it. */
 	unsigned char diff = gn != tn;
 	for (size_t i = 0; i < tn; i++)
 		diff |= (unsigned char)((unsigned char)token[i] ^ (unsigned char)(i < gn ? given[i] : 0));
@@ -258,7 +259,7 @@ bool status_bearer_ok(const char *header, const char *token)
 
 /* ---- responses (MHD's thread) ---- */
 
-/* An answer with one more header (name NULL: none). */
+/* An answer with one more header (name NULL for none). */
 static enum MHD_Result reply_with(struct MHD_Connection *conn, unsigned code, const char *type,
 				  const char *body, const char *name, const char *value)
 {
@@ -353,8 +354,8 @@ static bool is_control(status_route route)
 	       route == STATUS_ROUTE_BACKFILL_CANCEL;
 }
 
-/* Over status.listen, a request the token must come with lacks it, or brings another: 401 with
- * WWW-Authenticate (RFC 6750), counted; NULL when it may go on. */
+/* Over status.listen, a request the token must come with may lack it or bring another. It gets 401 with
+ * WWW-Authenticate (RFC 6750), and is counted. NULL when it may go on. */
 static const char *unauthorized(listener *l, struct MHD_Connection *conn, status_route route)
 {
 	status_server *s = l->s;
@@ -383,7 +384,7 @@ static enum MHD_Result reply_unauthorized(struct MHD_Connection *conn, const cha
 	buf_putc(&b, '{');
 	json_key_str(&b, &first, "error", why);
 	buf_puts(&b, "}\n");
-	/* no detail on a wrong token (RFC 6750 3.1): invalid_token names only the kind of failure */
+	/* No detail on a wrong token (RFC 6750 3.1). invalid_token names only the kind of failure. */
 	enum MHD_Result ret = reply_with(
 	    conn, 401, JSON_TYPE, b.data, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 	    strstr(why, "is not") ? "Bearer realm=\"cdc\", error=\"invalid_token\"" : "Bearer realm=\"cdc\"");
@@ -472,7 +473,7 @@ static void pending_unlink(status_server *s, conn_ctx *c)
 	c->pending = false;
 }
 
-/* The request is complete and allowed: suspend it and wake the loop. */
+/* The request is complete and allowed. Suspend it and wake the loop. */
 static enum MHD_Result hand_to_loop(status_server *s, conn_ctx *c)
 {
 	pthread_mutex_lock(&s->mu);
@@ -519,8 +520,8 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Stores the answer; the caller then resumes the connection (outside s->mu: MHD takes its own locks)
- * and the handler sends the answer on MHD's thread. False if c was answered already. */
+/* Stores the answer. The caller then resumes the connection outside s->mu, since MHD takes its own locks. The
+ * handler sends the answer on MHD's thread. False if c was answered already. */
 static bool answer_locked(status_server *s, conn_ctx *c, unsigned code, const char *body)
 {
 	if (!c->pending || c->answered)
@@ -545,8 +546,8 @@ void status_answer(status_server *s, status_request *r, unsigned http_status, co
 
 /* ---- the access handler ---- */
 
-/* First call: route and authorise on the headers alone, so that a refused or oversized request is
- * answered before its body is read. */
+/* The first call routes and authorises on the headers alone. So a refused or oversized request is answered
+ * before its body is read. */
 static enum MHD_Result first_call(listener *l, struct MHD_Connection *conn, const char *url,
 				  const char *method, void **con_cls)
 {
@@ -596,7 +597,7 @@ static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn, const cha
 	if (c->answered)
 		return reply(conn, c->answer_status, JSON_TYPE, c->answer_body, NULL);
 	if (*upload_data_size) {
-		/* A chunked body has no Content-Length to refuse up front: discard past the limit and
+		/* A chunked body has no Content-Length to refuse up front. So discard past the limit and
 		 * answer 413 once it ends (MHD cannot queue a response in the middle of a body). */
 		if (c->body.len + *upload_data_size > STATUS_BODY_MAX)
 			c->too_large = true;
@@ -607,7 +608,7 @@ static enum MHD_Result on_http(void *cls, struct MHD_Connection *conn, const cha
 	}
 	if (c->too_large)
 		return reply_error(conn, 413, "request body too large: at most 64 KiB", NULL);
-	/* A backfill's body is optional: none asks for every table. */
+	/* A backfill's body is optional. None asks for every table. */
 	bool body_needed = c->m.route == STATUS_ROUTE_PUT ||
 			   (c->m.route == STATUS_ROUTE_BACKFILL && !only_space(c->body.data, c->body.len));
 	if (body_needed && !status_check_body(c->body.data ? c->body.data : "", c->body.len, &c->m))
@@ -704,8 +705,8 @@ static int bind_tcp(const char *listen_s, int *port, char *err, size_t errlen)
 	return fd;
 }
 
-/* Takes ownership of fd: MHD closes it when it stops, and so do we if it does not start. With cert
- * and key (PEM, taken), HTTPS. */
+/* Takes ownership of fd. MHD closes it when it stops, and so do we if it does not start. With cert and key
+ * (PEM, taken), it serves HTTPS. */
 static bool start_listener(listener *l, status_server *s, bool unix_socket, int fd, char *cert, char *key,
 			   char *err, size_t errlen)
 {
@@ -716,13 +717,14 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	l->quiesced_fd = -1;
 	unsigned flags =
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	/* MHD takes the PEM when it starts (GnuTLS copies it); l keeps it while the daemon lives. */
+	/* MHD takes the PEM when it starts (GnuTLS copies it). l keeps it while the daemon lives. */
 	l->mhd = MHD_start_daemon(
 	    flags | (cert ? MHD_USE_TLS : 0), 0, NULL, NULL, on_http, l, MHD_OPTION_EXTERNAL_LOGGER,
 	    on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
 	    (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
-	    /* One TCP peer cannot take every slot (0: no limit; a Unix peer has no address to count). */
+	    /* One TCP peer cannot take every slot. 0 means no limit, and a Unix peer has no address to count.
+	     */
 	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT,
 	    cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
 	    MHD_OPTION_END);
@@ -737,7 +739,7 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	return true;
 }
 
-/* status.tls_cert and status.tls_key, read (NULL both when not set); false with err. */
+/* status.tls_cert and status.tls_key, read (both NULL when not set). False with err. */
 static bool read_tls(const cfg *c, char **cert, char **key, char *err, size_t errlen)
 {
 	char why[640];
@@ -853,8 +855,8 @@ int status_tcp_port(const status_server *s)
 	return s->tcp_port;
 }
 
-/* Answers every request the loop has not answered with 503, then gives the answers a moment to
- * reach their clients: MHD must not stop with a connection still suspended. */
+/* Answers with 503 every request the loop has not answered. Then gives the answers a moment to reach their
+ * clients, since MHD must not stop with a connection still suspended. */
 static void fail_pending(status_server *s)
 {
 	pthread_mutex_lock(&s->mu);
@@ -863,7 +865,7 @@ static void fail_pending(status_server *s)
 	while (s->pending) {
 		conn_ctx *c = s->pending;
 		answer_locked(s, c, 503, "{\"error\":\"shutting down\"}\n");
-		c->next = resume; /* off the pending list now: reuse the link */
+		c->next = resume; /* off the pending list now, so reuse the link */
 		resume = c;
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -885,7 +887,7 @@ static void fail_pending(status_server *s)
 static void remove_socket(status_server *s)
 {
 	struct stat st;
-	/* Only our own file: another process may have replaced it since. */
+	/* Only our own file, since another process may have replaced it since. */
 	if (s->socket_path && stat(s->socket_path, &st) == 0 && st.st_dev == s->sock_dev &&
 	    st.st_ino == s->sock_ino)
 		unlink(s->socket_path);
@@ -949,9 +951,9 @@ static void retire(status_server *s, uint64_t now)
 	}
 }
 
-/* New TLS files for status.listen: a listener with them takes the listening socket over (a dup of
- * it: both accept until the old one quiesces), and the old one finishes its connections. Files that
- * cannot be read or used leave the old listener as it is. */
+/* New TLS files for status.listen. A listener with them takes the listening socket over (a dup of it, so both
+ * accept until the old one quiesces). The old one finishes its connections. Files that cannot be read or used
+ * leave the old listener as it is. */
 static void reload_tls(status_server *s, const cfg *c)
 {
 	char *cert, *key, err[768];

@@ -1,8 +1,8 @@
-/* avro.c: see avro.h. The schemas follow Confluent's AvroData (fromConnectSchema) with its
- * defaults; the binary follows the Avro specification: ints and longs as zigzag varints, floats
- * and doubles little-endian, bytes and strings after their length, a union's branch index before
- * its value, arrays in one block and an empty one. tests/fuzz/fuzz_avro.c checks every record byte
- * for byte against Apache Avro's C library. */
+/* See avro.h. The schemas follow Confluent's AvroData (fromConnectSchema) with its defaults. The binary
+ * follows the Avro specification. Ints and longs are zigzag varints, and floats and doubles are
+ * little-endian. Bytes and strings come after their length, and a union's branch index before its value.
+ * Arrays are one block and an empty one. tests/fuzz/fuzz_avro.c checks every record byte for byte against
+ * Apache Avro's C library. */
 #include "sinks/kafka/avro.h"
 
 #include <stdio.h>
@@ -14,8 +14,8 @@
 
 /* The binary ------------------------------------------------------------------------------------- */
 
-/* Written in place, room made first: a record is many small values, and a call per byte was a
- * tenth of cdc's CPU on a large transaction (perf). The buf stays NUL-terminated, as util.c's. */
+/* Written in place, with room made first. A record is many small values, and a call per byte was a tenth of
+ * cdc's CPU on a large transaction (perf). The buf stays NUL-terminated, as util.c's. */
 static inline char *room(buf *b, size_t n)
 {
 	if (b->cap - b->len <= n)
@@ -39,7 +39,7 @@ static inline char *varint(char *w, uint64_t z)
 	return w;
 }
 
-/* An int or a long: zigzag, then a varint. */
+/* An int or a long, zigzag and then a varint. */
 static void put_long(buf *b, int64_t v)
 {
 	done(b, varint(room(b, 10), ((uint64_t)v << 1) ^ (uint64_t)(v >> 63)));
@@ -76,7 +76,7 @@ static void put_float(buf *b, float v)
 	buf_append(b, tmp, 4);
 }
 
-/* An optional value: the union ["null", T]'s branch. */
+/* An optional value, as the union ["null", T]'s branch. */
 static inline void put_byte(buf *b, char c)
 {
 	char *w = room(b, 1);
@@ -106,7 +106,7 @@ static void put_opt_str(buf *b, const char *s)
 	put_str(b, s);
 }
 
-/* A value: its union branch when the field is optional, then the value as its kind says. Array
+/* A value, with its union branch first when the field is optional. Then the value as its kind says. Array
  * elements are optional (Debezium's array schemas). false for a required field without a value. */
 static bool put_datum(buf *b, dbz_scratch *s, const dbz_datum *d, bool optional)
 {
@@ -188,8 +188,8 @@ static bool missing(const dbz_column *c, const char *what, char *err, size_t err
 		    what);
 }
 
-/* A row as the schema's record: every column, in the schema's order. A column the row does not
- * carry is null; an unchanged TOASTed one the other row's value, else the placeholder. */
+/* A row as the schema's record, with every column in the schema's order. A column the row does not carry is
+ * null. An unchanged TOASTed one gets the other row's value, else the placeholder. */
 static bool put_row(buf *b, dbz_scratch *s, const dbz_column *cols, size_t n, const Cdc__V1__Row *r,
 		    const Cdc__V1__Row *other, bool key, const char *what, char *err, size_t errlen)
 {
@@ -229,10 +229,10 @@ void dbz_avro_message_key(buf *out, const char *prefix)
 	put_opt_str(out, prefix);
 }
 
-/* Values: parts, and the fields filled at the commit ------------------------------------------- */
+/* Values, as parts, and the fields filled at the commit ------------------------------------------ */
 
-/* A rendered value is parts: a u32 length, that many bytes, then a fill (F_SEQUENCE followed by the
- * event's LSN as a u64), up to F_END. */
+/* A rendered value is parts, up to F_END. Each is a u32 length, that many bytes, then a fill (F_SEQUENCE
+ * followed by the event's LSN as a u64). */
 enum {
 	F_END,
 	F_SOURCE_MS,
@@ -266,7 +266,7 @@ static void put_source(buf *b, size_t *part, const dbz_options *o, const Cdc__V1
 	put_str(b, "postgresql");
 	put_str(b, o->server_name);
 	part_end(b, part, F_SOURCE_MS, 0);
-	buf_putc(b, 0); /* snapshot: ["string", "null"], it has a default */
+	buf_putc(b, 0); /* snapshot is ["string", "null"], and it has a default */
 	put_str(b, read ? "incremental" : "false");
 	put_str(b, o->database ? o->database : "");
 	part_end(b, part, F_SEQUENCE, e->lsn);
@@ -337,8 +337,8 @@ bool dbz_avro_value(buf *out, dbz_scratch *s, const dbz_options *o, const dbz_co
 	return true;
 }
 
-/* A string of at most 63 bytes written in place: its length is one byte of varint, set when it
- * ends (no printf per record). short_begin returns where the length goes. */
+/* A string of at most 63 bytes written in place. Its length is one byte of varint, set when it ends (no
+ * printf per record). short_begin returns where the length goes. */
 static size_t short_begin(buf *b)
 {
 	buf_putc(b, 0);
@@ -462,7 +462,7 @@ void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, i
 
 /* Schemas ---------------------------------------------------------------------------------------- */
 
-/* Debezium's ReplacementFunction: [A-Za-z_] first, then [A-Za-z0-9_] (and '.' in a full name). A
+/* Debezium's ReplacementFunction. It wants [A-Za-z_] first, then [A-Za-z0-9_] (and '.' in a full name). A
  * replaced digit that opens a name is kept after the '_', as Debezium keeps it. */
 static bool name_char(unsigned char c, bool first)
 {
@@ -470,8 +470,8 @@ static bool name_char(unsigned char c, bool first)
 	       (!first && c >= '0' && c <= '9');
 }
 
-/* name made valid: full (a full name: '.' separates parts) or a field's name. Java's chars are
- * UTF-16 units: a character outside the BMP (4 bytes in UTF-8) is two. */
+/* name made valid, as a full name (full, where '.' separates parts) or a field's name. Java's chars are
+ * UTF-16 units, so a character outside the BMP (4 bytes in UTF-8) is two. */
 static void put_adjusted(buf *out, const char *name, bool full)
 {
 	const unsigned char *p = (const unsigned char *)name;
@@ -481,7 +481,7 @@ static void put_adjusted(buf *out, const char *name, bool full)
 		if (full && c == '.' && !first) {
 			buf_putc(out, '.');
 			p++;
-			first = true; /* each part is a name: Avro parses them so */
+			first = true; /* each part is a name, as Avro parses them */
 			continue;
 		}
 		if (c < 0x80) {
@@ -494,7 +494,7 @@ static void put_adjusted(buf *out, const char *name, bool full)
 			p++;
 		} else {
 			size_t skip, n = utf8_seq(p, strlen((const char *)p), &skip);
-			buf_puts(out, n == 4 ? "__" : "_"); /* past the BMP: a surrogate pair */
+			buf_puts(out, n == 4 ? "__" : "_"); /* past the BMP, a surrogate pair */
 			p += n ? n : skip;
 		}
 		first = false;
@@ -601,7 +601,7 @@ static void put_type(buf *b, names *ns, const dbz_schema *s)
 		put_schema(b, ns, s->items, s->items->optional);
 		put_meta(b, s, name);
 		buf_putc(b, '}');
-	} else if (seen(ns, name)) { /* a struct written before: its name */
+	} else if (seen(ns, name)) { /* a struct written before, by its name */
 		json_str(b, name);
 	} else {
 		const char *dot = strrchr(name, '.');
@@ -635,8 +635,8 @@ static void put_type(buf *b, names *ns, const dbz_schema *s)
 	buf_free(&adjusted);
 }
 
-/* An optional schema is a union with null: null first, unless it has a default (which must be
- * the union's first branch's). */
+/* An optional schema is a union with null. null comes first, unless it has a default (which must be the
+ * union's first branch's). */
 static void put_schema(buf *b, names *ns, const dbz_schema *s, bool optional)
 {
 	if (!optional) {

@@ -1,8 +1,7 @@
-/* exactly_once.c: the Kafka sink's exactly-once cycle (kafka.exactly_once; README "Exactly once"). A
- * Kafka transaction opens at the first event a source transaction has for Kafka, holds whole
- * source transactions, and commits once they are whole (and old or big enough): first its events
- * are acknowledged, then its position record goes out and is acknowledged, then EndTxn. What
- * arrives meanwhile is held and goes out in the next one. */
+/* The Kafka sink's exactly-once cycle (kafka.exactly_once, README "Exactly once"). A Kafka transaction opens
+ * at the first event a source transaction has for Kafka. It holds whole source transactions, and commits once
+ * they are whole (and old or big enough). First its events are acknowledged, then its position record goes
+ * out and is acknowledged, then EndTxn. What arrives meanwhile is held and goes out in the next one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,27 +10,26 @@
 #include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/position.h"
 
-/* Exactly once: the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and
- * resumes at the next flush (the event loop is never held longer); the start waits for the
- * brokers as long as a producer would for a message. */
+/* Exactly once, the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and resumes at
+ * the next flush, so the event loop is never held longer. The start waits for the brokers as long as a
+ * producer would for a message. */
 #define INIT_TIMEOUT_MS 30000
 #define COMMIT_CALL_MS 100
 #define ABORT_TIMEOUT_MS 30000
-/* While a commit waits for acknowledgements, the brokers' threads are woken this often
- * (kafka_eo_wake_ms): a message can wait for a wake-up that never comes (eo_commit_end). */
+/* While a commit waits for acknowledgements, the brokers' threads are woken this often (kafka_eo_wake_ms). A
+ * message can wait for a wake-up that never comes (eo_commit_end). */
 #define NUDGE_MS 2
 /* ... and librdkafka is asked this often whether the transaction failed (kafka_eo_failed). */
 #define ASK_MS 50
-/* A Kafka transaction whose newest source transaction committed more than BACKLOG_AGE_MS ago is
- * part of a backlog: nobody waits for it, and each Kafka transaction costs librdkafka 2.0.2 about
- * 2 ms of a busy thread (its main thread waits for the 1 ms timer that registers the
- * transaction's partitions in whole milliseconds, so as 0, and spins). It then holds BACKLOG_MS of
- * the stream at least: on 100,000 single-row transactions, cdc's CPU went from 4.6-4.9 s to 1.3-1.7
- * s (bench's drain, 100 ms). */
+/* A Kafka transaction whose newest source transaction committed more than BACKLOG_AGE_MS ago is part of a
+ * backlog. Nobody waits for it, and each Kafka transaction costs librdkafka 2.0.2 about 2 ms of a busy
+ * thread. Its main thread waits for the 1 ms timer that registers the transaction's partitions. It counts in
+ * whole milliseconds, so as 0, and spins. Such a transaction then holds BACKLOG_MS of the stream at least. On
+ * 100,000 single-row transactions, cdc's CPU went from 4.6-4.9 s to 1.3-1.7 s (bench's drain, 100 ms). */
 #define BACKLOG_AGE_MS 1000
 #define BACKLOG_MS 100
 
-/* How far Kafka holds the stream: the newest position record of this transactional.id. */
+/* How far Kafka holds the stream, by the newest position record of this transactional.id. */
 static bool read_back(kafka_sink *k, uint64_t *position)
 {
 	char why[700];
@@ -42,9 +40,8 @@ static bool read_back(kafka_sink *k, uint64_t *position)
 	return false;
 }
 
-/* Once per producer, before its first message: fences every older producer with the same
- * transactional.id (the broker aborts what it left open) and reads back how far Kafka holds the
- * stream. */
+/* Once per producer, before its first message. It fences every older producer with the same transactional.id
+ * (the broker aborts what it left open). It reads back how far Kafka holds the stream. */
 static bool eo_prepare(kafka_sink *k)
 {
 	if (k->eo.ready)
@@ -79,8 +76,8 @@ static uint64_t stream_now(const kafka_sink *k)
 	return k->stream_fn ? k->stream_fn(k->stream_ctx) : 1;
 }
 
-/* Whether the open Kafka transaction may end now (kafka_sink_watch_stream): not while the stream
- * is lost; under a newer stream, once Kafka's position is read back unmoved. */
+/* Whether the open Kafka transaction may end now (kafka_sink_watch_stream). It may not while the stream is
+ * lost. Under a newer stream, it may once Kafka's position is read back unmoved. */
 static bool eo_stream_held(kafka_sink *k)
 {
 	uint64_t now = stream_now(k);
@@ -101,9 +98,9 @@ static bool eo_stream_held(kafka_sink *k)
 	return true;
 }
 
-/* A source transaction Kafka holds already, or the open Kafka transaction does: the slot sends it
- * again after a crash between the Kafka commit and the slot's confirmation, or after the stream
- * broke while a Kafka transaction was open. Nothing of it is produced again. */
+/* A source transaction Kafka holds already, or the open Kafka transaction does. The slot sends it again after
+ * a crash between the Kafka commit and the slot's confirmation. It also does after the stream broke while a
+ * Kafka transaction was open. Nothing of it is produced again. */
 static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
 {
 	uint64_t held = k->eo.open ? k->eo.last.commit_lsn : k->eo.position;
@@ -141,11 +138,10 @@ static void eo_committed(kafka_sink *k)
 	k->stats.commits++;
 }
 
-/* A Kafka transaction's end (EndTxn) that failed or took longer than a request may take could
- * have reached the coordinator late, or twice: librdkafka 2.0.2 keeps the producer's epoch from
- * one transaction to the next (no KIP-890), so such a copy could end the next transaction. So the
- * producer goes: the next one fences this one's epoch and reads the position back (Jepsen's advice
- * for Kafka transactions). */
+/* A Kafka transaction's end (EndTxn) that failed, or took longer than a request may take, could have reached
+ * the coordinator late, or twice. librdkafka 2.0.2 keeps the producer's epoch from one transaction to the
+ * next (no KIP-890). Such a copy could then end the next transaction. So the producer goes. The next one
+ * fences this one's epoch and reads the position back (Jepsen's advice for Kafka transactions). */
 static void eo_renew(kafka_sink *k, const char *what, const char *reason)
 {
 	char why[600];
@@ -196,18 +192,18 @@ bool kafka_eo_failed(kafka_sink *k)
 	return failed;
 }
 
-/* Sends what is queued at once, not after linger.ms or librdkafka's wait to register the
- * transaction's partitions (about 45 ms against the mock, measured): a flush that does not wait
- * wakes the brokers' threads. */
+/* Sends what is queued at once. Otherwise it waits for linger.ms, or for librdkafka's wait to register the
+ * transaction's partitions (about 45 ms against the mock, measured). A flush that does not wait wakes the
+ * brokers' threads. */
 static void send_now(kafka_sink *k)
 {
 	rd_kafka_flush(k->rk, 0);
 	k->eo.woken_ms = now_ms();
 }
 
-/* The position record: the last of the Kafka transaction, produced once every other message of it
- * is acknowledged, so that wherever it can be read (a broker without transactions' isolation, as
- * the mock), every event before it can be too. */
+/* The position record, the last of the Kafka transaction. It is produced once every other message of it is
+ * acknowledged. So wherever it can be read (a broker without transactions' isolation, as the mock), every
+ * event before it can be too. */
 static void eo_position_record(kafka_sink *k)
 {
 	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
@@ -226,8 +222,8 @@ static void eo_position_record(kafka_sink *k)
 	send_now(k);
 }
 
-/* Starts the commit of the open Kafka transaction. From now on nothing may be produced into it
- * until it ends: what arrives is held. */
+/* Starts the commit of the open Kafka transaction. From now on nothing may be produced into it until it ends,
+ * and what arrives is held. */
 static void eo_commit_start(kafka_sink *k)
 {
 	k->eo.committing = true;
@@ -245,25 +241,25 @@ static bool end_timed_out(const rd_kafka_error_t *e)
 	       code == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
 }
 
-/* Once the brokers acknowledged every event, the position record; once they acknowledged that, ends
- * the Kafka transaction (one round trip; a call that times out is resumed by the next, for up to
- * request.timeout.ms). An abortable failure aborts; a fatal one (fenced: a newer cdc with the same
- * transactional.id took over), or an end that timed out, fails the producer; either way the sink
- * restarts. */
+/* Once the brokers acknowledged every event, produces the position record. Once they acknowledged that, ends
+ * the Kafka transaction. That is one round trip, and a call that times out is resumed by the next, for up to
+ * request.timeout.ms. An abortable failure aborts. A fatal one fails the producer, and so does an end that
+ * timed out. Fenced is fatal, and means a newer cdc with the same transactional.id took over. Either way the
+ * sink restarts. */
 static void eo_commit_end(kafka_sink *k)
 {
 	if (k->stats.in_flight) {
-		/* Their delivery reports call flush() again, and so does the daemon's tick. A broker
-		 * thread of librdkafka that finds a partition not yet registered with the transaction
-		 * sets itself no wake-up, and the registration wakes none (its source), so the message
-		 * waits for whatever wakes that thread next; nothing may, while what arrives is held
-		 * (debug log: a position record produced 43 ms after its registration). The daemon
-		 * flushes every NUDGE_MS meanwhile (kafka_sink_wake_ms). */
+		/* Their delivery reports call flush() again, and so does the daemon's tick. A broker thread
+		 * of librdkafka that finds a partition not yet registered with the transaction sets itself no
+		 * wake-up. The registration wakes none (its source). So the message waits for whatever wakes
+		 * that thread next. Nothing may, while what arrives is held (debug log, a position record
+		 * produced 43 ms after its registration). The daemon flushes every NUDGE_MS meanwhile
+		 * (kafka_sink_wake_ms). */
 		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
 			send_now(k);
-		/* A transaction librdkafka failed while messages were in flight (an abortable error
-		 * that needs an epoch bump, say) sends nothing more: what it holds gets no delivery
-		 * report until the abort, so waiting for them would wait for good. */
+		/* A transaction librdkafka failed while messages were in flight sends nothing more. That can
+		 * be an abortable error that needs an epoch bump. What it holds gets no delivery report until
+		 * the abort, so waiting for them would wait for good. */
 		if (now_ms() - k->eo.asked_ms >= ASK_MS && kafka_eo_failed(k))
 			log_warn(
 			    "exactly once: the Kafka transaction failed while its messages were in flight "
@@ -309,9 +305,9 @@ static void eo_commit_end(kafka_sink *k)
 	rd_kafka_error_destroy(e);
 }
 
-/* Whether the open Kafka transaction should start its commit: it holds only whole source
- * transactions, and it is old or big enough (by default at once: transactions pile up while one
- * commits, so under load they grow by themselves), or force (a stop). */
+/* Whether the open Kafka transaction should start its commit. It holds only whole source transactions, and it
+ * is old or big enough, or force is set (a stop). By default it is due at once. Transactions pile up while
+ * one commits, so under load they grow by themselves. */
 static bool eo_due(const kafka_sink *k, bool force)
 {
 	if (!k->eo.open || k->eo.committing || k->failed)
@@ -352,9 +348,9 @@ bool kafka_eo_holding(const kafka_sink *k)
 	return k->eo.committing || k->held.len;
 }
 
-/* The exactly-once cycle, as far as it goes now: a due Kafka transaction starts its commit, a
- * commit whose messages are all acknowledged ends, and what was held meanwhile goes out in the
- * next transaction, which may be due at once (unless it waits for a schema's id). */
+/* The exactly-once cycle, as far as it goes now. A due Kafka transaction starts its commit. A commit whose
+ * messages are all acknowledged ends. What was held meanwhile goes out in the next transaction. That one may
+ * be due at once (unless it waits for a schema's id). */
 bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
 {
 	for (;;) {
@@ -372,7 +368,7 @@ bool kafka_eo_step(kafka_sink *k, bool force, char *err, size_t errlen)
 bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t seq)
 {
 	if (seq != k->cur_seq && k->eo.open && k->eo.last_seq == k->cur_seq && k->cur_seq > k->last_ended) {
-		/* A new source transaction while the last one never ended: the stream broke inside it, and
+		/* A new source transaction while the last one never ended. The stream broke inside it, and
 		 * the slot sends it again whole. The Kafka transaction holding part of it cannot commit. */
 		kafka_fail(k, "the stream broke inside a source transaction",
 			   "the Kafka transaction holding part of it is aborted; the slot sends it again");

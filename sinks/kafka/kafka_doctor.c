@@ -1,7 +1,7 @@
-/* kafka_doctor.c: cdc doctor's checks of the Kafka side. The brokers are asked once
- * (sinks/kafka/probe.c: metadata and DescribeConfigs, nothing produced) for every topic cdc would
- * write to. With format: avro, the schema registry: that it answers, and whether each table's
- * schemas as cdc would register them now may be their subjects' next versions. */
+/* cdc doctor's checks of the Kafka side. The brokers are asked once for every topic cdc would write to
+ * (sinks/kafka/probe.c, metadata and DescribeConfigs, nothing produced). With format avro, it checks that the
+ * schema registry answers. It also checks whether each table's schemas, as cdc would register them now, may
+ * be their subjects' next versions. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ typedef struct name_list {
 	size_t n;
 } name_list;
 
-/* What the checks keep from one to the next: the brokers' answer, asked once. */
+/* What the checks keep from one to the next, the brokers' answer, asked once. */
 typedef struct doctor_state {
 	kafka_probe probe;
 	char probe_error[512];
@@ -26,7 +26,7 @@ typedef struct doctor_state {
 
 typedef struct topic_list {
 	name_list names;
-	bool *configs; /* parallel: whether its cleanup.policy matters */
+	bool *configs; /* parallel to names, whether its cleanup.policy matters */
 } topic_list;
 
 static void add_topic(topic_list *l, const char *name, bool config)
@@ -59,7 +59,7 @@ static void sub_topic(void *arg, const char *schema, const char *table)
 	buf_free(&name);
 }
 
-/* Every topic cdc would write to: its subscriptions' for the tables that exist now, the
+/* Every topic cdc would write to. These are its subscriptions' for the tables that exist now, the
  * transactions topic, and with exactly once the positions topic. */
 static void topics_of(sink_doctor *dr, topic_list *l)
 {
@@ -129,8 +129,8 @@ static void check_brokers(sink_doctor *dr)
 			d->probe.brokers == 1 ? "" : "s");
 }
 
-/* What a fix with Kafka's tools says: what, and that the tool needs kafka.properties' security
- * settings too when the brokers ask for them (its --command-config file). */
+/* What a fix with Kafka's tools says. It gives what to do, and says that the tool needs kafka.properties'
+ * security settings too when the brokers ask for them (its --command-config file). */
 static void topics_words(const kafka_conf *c, char *out, size_t outlen, const char *what)
 {
 	bool secured = false;
@@ -162,7 +162,7 @@ static void check_topics(sink_doctor *dr)
 			present++;
 			continue;
 		}
-		/* the positions topic has a check of its own: an auto-created one is not compacted */
+		/* The positions topic has a check of its own, as an auto-created one is not compacted. */
 		if (c->exactly_once && strcmp(t->name, c->positions_topic) == 0)
 			continue;
 		buf_printf(&missing, "%s%s", n++ ? ", " : "", t->name);
@@ -316,7 +316,7 @@ static void check_registry(sink_doctor *dr)
 			level);
 }
 
-/* One table of an Avro subscription: its columns now, its key's and envelope's subjects. */
+/* One table of an Avro subscription, with its columns now and its key's and envelope's subjects. */
 typedef struct table_columns {
 	dbz_column *cols;
 	size_t n;
@@ -342,8 +342,8 @@ static void add_table(void *arg, const char *schema, const char *table)
 	l->tables.v[l->tables.n++] = xstrdup(table);
 }
 
-/* Whether schema may be subject's next version: a line for a refusal or an unanswered request;
- * *checked counts the subjects that could be asked. */
+/* Whether schema may be subject's next version. A line for a refusal or an unanswered request. *checked
+ * counts the subjects that could be asked. */
 static void check_subject(sink_doctor *dr, const kafka_registry_conf *conf, const char *subject,
 			  const char *schema, size_t *checked, size_t *bad)
 {
@@ -366,7 +366,7 @@ static void check_subject(sink_doctor *dr, const kafka_registry_conf *conf, cons
 		"subject %s (compatibility %s) refuses the schema cdc registers for the table as it is now: "
 		"cdc would hold its rows until it is accepted: %s",
 		subject, level, why);
-	/* the registry's own options: curl asks for the password of -u USER */
+	/* The registry's own options. curl asks for the password of -u USER. */
 	int n = snprintf(fix, sizeof(fix),
 			 "curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json'");
 	if (conf->username && n > 0 && (size_t)n < sizeof(fix))
@@ -408,7 +408,7 @@ static void check_subjects(sink_doctor *dr)
 				    dbz_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t], topic.data,
 						     tc.cols, tc.n, key);
 				if (key && !s->nfields)
-					continue; /* no key columns: a null key, no key schema */
+					continue; /* no key columns, so a null key and no key schema */
 				buf_reset(&text);
 				dbz_avro_schema(&text, s);
 				buf_putc(&text, '\0');

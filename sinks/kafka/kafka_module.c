@@ -1,6 +1,5 @@
-/* kafka_module.c: `sink: kafka` declared once: the kafka section and a subscription's keys, how the
- * producer is made from them, and its figures in /status, /metrics and the log. Its doctor checks
- * are in kafka_doctor.c. */
+/* `sink: kafka` declared once. It gives the kafka section and a subscription's keys, how the producer is made
+ * from them, and its figures in /status, /metrics and the log. Its doctor checks are in kafka_doctor.c. */
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -15,7 +14,7 @@
 
 /* ---- values ---- */
 
-/* A topic name: the names Kafka allows. NULL if fine. */
+/* A topic name, with the names Kafka allows. NULL if fine. */
 static const char *topic_name_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;
@@ -26,7 +25,7 @@ static const char *topic_name_problem(const char *value, char *why, size_t whyle
 	return NULL;
 }
 
-/* A topic template: the names Kafka allows, and the placeholders cdc expands. NULL if fine. */
+/* A topic template, with the names Kafka allows and the placeholders cdc expands. NULL if fine. */
 static const char *topic_template_problem(const char *value, char *why, size_t whylen)
 {
 	static const char *const placeholders[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
@@ -71,7 +70,7 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 	    "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "         \
 	    "does not allow become `_`"
 
-/* A registry's URL: http or https. NULL if fine. */
+/* A registry's URL, http or https. NULL if fine. */
 static const char *url_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;
@@ -85,8 +84,8 @@ static const char *url_problem(const char *value, char *why, size_t whylen)
 #define SECTION(f) offsetof(kafka_conf, f)
 #define SUB(f) offsetof(kafka_sub_conf, f)
 
-/* What a reload applies of kafka.properties: the SASL credentials (kafka_sink_bind hands them to
- * rd_kafka_sasl_set_credentials). */
+/* What a reload applies of kafka.properties, the SASL credentials. kafka_sink_bind hands them to
+ * rd_kafka_sasl_set_credentials. */
 static const char *const reloaded_properties[] = {"sasl.username", "sasl.password", NULL};
 
 /* The registry's names of the levels, in kafka_compatibility_names' order. */
@@ -193,7 +192,7 @@ static const sink_key sub_keys[] = {
 			   "through Kafka Connect's JsonConverter. `avro`: the same through Confluent's "
 			   "AvroConverter, the schemas in `kafka.schema_registry`. See "
 			   "[kafka-formats.md](kafka-formats.md)."},
-    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS: */
+    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS */
     DBZ_SUB_KEYS(kafka_sub_conf, dbz),
     [KEY_SUBJECT_STRATEGY] =
 	{"subject_strategy", SINK_KEY_ENUM, SUB(subject_strategy), strategy_names,
@@ -205,13 +204,13 @@ static const sink_key sub_keys[] = {
 	     "the record's full name. `topic_record` (TopicRecordNameStrategy): `TOPIC-FULLNAME`."},
 };
 
-/* Debezium's records: in JSON (format debezium) or Avro. */
+/* Debezium's records, in JSON (format debezium) or Avro. */
 static bool debezium_format(int format)
 {
 	return format == KAFKA_DEBEZIUM || format == KAFKA_AVRO;
 }
 
-/* The formats key i goes with: "" for every one. */
+/* The formats key i goes with, "" for every one. */
 static const char *key_formats(size_t i)
 {
 	switch (i) {
@@ -259,8 +258,8 @@ static bool sub_shown(const void *settings, size_t key_index)
 	return key_valid(key_index, ((const kafka_sub_conf *)settings)->format);
 }
 
-/* Debezium writes no truncate record unless asked (skipped.operations=t); format avro learns a
- * table's shape from its schema events. */
+/* Debezium writes no truncate record unless asked (skipped.operations=t). Format avro learns a table's shape
+ * from its schema events. */
 static unsigned ops_not_default(const void *settings)
 {
 	return debezium_format(((const kafka_sub_conf *)settings)->format) ? SINK_OP_TRUNCATE : 0;
@@ -315,7 +314,7 @@ kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot)
 	kafka_setup k = {
 	    .props = xcalloc(conf->properties.count ? conf->properties.count : 1, sizeof(kafka_property)),
 	    .transactional_id = xmalloc(strlen(slot) + 5)};
-	/* Stable for the slot: the producer that streams it next fences this one. */
+	/* Stable for the slot, so the producer that streams it next fences this one. */
 	sprintf(k.transactional_id, "cdc-%s", slot);
 	for (size_t i = 0; i < conf->properties.count; i++)
 		k.props[i] = (kafka_property){conf->properties.items[i].key, conf->properties.items[i].value};
@@ -509,7 +508,7 @@ static void log_figures(const sink *s)
 		 (double)hist_quantile(&k->latency, 0.999) / 1000, (double)k->latency.max / 1000);
 }
 
-/* cdc status: the producer's counters, and with exactly once its position. */
+/* cdc status shows the producer's counters, and with exactly once its position. */
 static void status_text(struct json_object *figures, buf *out)
 {
 	char f[3][64];

@@ -1,7 +1,6 @@
-/* kafka_sink.c: the Kafka sink; see kafka_sink.h (its exactly-once cycle is exactly_once.c). Delivery
- * reports come through librdkafka's main queue, which signals a pipe the daemon's event loop
- * watches: no thread, no busy poll. Transactions in flight are tracked in commit order with a
- * count of unacknowledged messages. */
+/* The Kafka sink (see kafka_sink.h). Its exactly-once cycle is exactly_once.c. Delivery reports come through
+ * librdkafka's main queue, which signals a pipe the daemon's event loop watches. So there is no thread and no
+ * busy poll. Transactions in flight are tracked in commit order with a count of unacknowledged messages. */
 #include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/probe.h"
 
@@ -20,17 +19,17 @@
 #include "sinks/kafka/avro.h"
 
 /* Stop reading the slot once this share of librdkafka's queue (queue.buffering.max.messages or
- * queue.buffering.max.kbytes) is in use; a transaction being delivered may still fill the rest. */
+ * queue.buffering.max.kbytes) is in use. A transaction being delivered may still fill the rest. */
 #define BUSY_SHARE 2
 
-/* cdc's producer defaults (kafka.properties override each): Kafka's Java partitioner (murmur2 of
- * the key, as Kafka Connect and so Debezium place records; librdkafka's own default hashes with
- * CRC32, which puts a key in another partition), a queue bounded in messages and bytes,
- * so memory stays flat whatever the size of a transaction (librdkafka's own limits, 100,000
- * messages and 1 GiB, let one large transaction take hundreds of MiB), and a short linger, so a
- * busy stream fills batches while a quiet one is not held back. No compression: lz4 cost 2.5 CPU
- * seconds per million events on the broker threads, the bottleneck of a large transaction's
- * delivery (bench, mock cluster). README "Kafka" documents them. */
+/* cdc's producer defaults, which kafka.properties override each. README "Kafka" documents them.
+ * - Kafka's Java partitioner (murmur2 of the key), as Kafka Connect and so Debezium place records.
+ *   librdkafka's own default hashes with CRC32, which puts a key in another partition.
+ * - A queue bounded in messages and bytes, so memory stays flat whatever the size of a transaction.
+ *   librdkafka's own limits (100,000 messages and 1 GiB) let one large transaction take hundreds of MiB.
+ * - A short linger, so a busy stream fills batches while a quiet one is not held back.
+ * - No compression. lz4 cost 2.5 CPU seconds per million events on the broker threads, the bottleneck of a
+ *   large transaction's delivery (bench, mock cluster). */
 static const kafka_property producer_defaults[] = {
     {"enable.idempotence", "true"},
     {"acks", "all"},
@@ -38,23 +37,23 @@ static const kafka_property producer_defaults[] = {
     {"partitioner", "murmur2_random"},
     {"linger.ms", "5"},
     {"batch.num.messages", "10000"},
-    /* What the throughput needs: the queue holds what arrives during linger.ms and a round trip
-     * (a few thousand messages at a few hundred thousand a second), at about 1.8 KiB each with
-     * the headers. 10,000 messages and 16 MiB took cdc to 45 MiB resident (bench, 1,000,000-row
-     * transaction), 6,000 and 4 MiB to 26 MiB, as fast. */
+    /* What the throughput needs. The queue holds what arrives during linger.ms and a round trip (a few
+     * thousand messages at a few hundred thousand a second), at about 1.8 KiB each with the headers. 10,000
+     * messages and 16 MiB took cdc to 45 MiB resident (bench, 1,000,000-row transaction). 6,000 and 4 MiB
+     * took it to 26 MiB, as fast. */
     {"queue.buffering.max.messages", "6000"},
     {"queue.buffering.max.kbytes", "4096"},
 };
 
-/* Exactly once: added to the defaults. A Kafka transaction holds at least one whole source
- * transaction, so its timeout bounds the largest one; the brokers' transaction.max.timeout.ms
- * (15 minutes by default) must allow it. */
+/* Exactly once adds these to the defaults. A Kafka transaction holds at least one whole source transaction,
+ * so its timeout bounds the largest one. The brokers' transaction.max.timeout.ms (15 minutes by default) must
+ * allow it. */
 static const kafka_property transactional_defaults[] = {
     {"transaction.timeout.ms", "600000"},
-    /* A commit waits for its events, then its position record, to be acknowledged: a linger holds
-     * each of the two that long (with 5 ms, a commit's median was 12 ms at 5,000 transactions/s).
-     * 0 would make a large transaction's burst go out in small requests (three times slower in
-     * the bench); 1 ms was as fast as 5 there. */
+    /* A commit waits for its events, then its position record, to be acknowledged. A linger holds each of the
+     * two that long (with 5 ms, a commit's median was 12 ms at 5,000 transactions/s). 0 would make a large
+     * transaction's burst go out in small requests (three times slower in the bench). 1 ms was as fast as 5
+     * there. */
     {"linger.ms", "1"},
 };
 
@@ -75,7 +74,7 @@ const char *kafka_producer_setting(const kafka_sink_settings *set, const char *k
 
 /* ---- small helpers ---- */
 
-/* Kafka topic names allow [A-Za-z0-9._-]; other bytes of schema or table names become '_'. */
+/* Kafka topic names allow [A-Za-z0-9._-]. Other bytes of schema or table names become '_'. */
 static void put_topic_part(buf *b, const char *s)
 {
 	size_t n = strlen(s);
@@ -91,8 +90,8 @@ static void put_topic_part(buf *b, const char *s)
 	b->data[b->len] = '\0';
 }
 
-/* Made for every event: the text between variables is copied in one piece, and only a '{' is
- * compared with the variables' names. */
+/* Made for every event. The text between variables is copied in one piece, and only a '{' is compared with
+ * the variables' names. */
 void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *table,
 		      const char *subscription, const char *tag)
 {
@@ -120,8 +119,8 @@ void kafka_topic_name(buf *b, const char *tmpl, const char *schema, const char *
 
 /* ---- in-flight transactions ---- */
 
-/* The in-flight entry of transaction seq. Entries are in seq order: producing appends to the
- * newest, delivery reports mostly come for the oldest, so look at both ends, then bisect. */
+/* The in-flight entry of transaction seq. Entries are in seq order. Producing appends to the newest, and
+ * delivery reports mostly come for the oldest. So look at both ends, then bisect. */
 static kafka_txn *txn_find(kafka_sink *k, uint64_t seq)
 {
 	size_t lo = 0, hi = k->q.len;
@@ -162,11 +161,10 @@ static void settle(kafka_sink *k)
 
 /* ---- topic handles ---- */
 
-/* The handle of topic name, made at its first use. librdkafka 2.0.2 asks the brokers for a topic's
- * leaders when rd_kafka_topic_new() makes its handle, but not when rd_kafka_producev() is given the
- * name: its messages then waited for the next periodic metadata refresh, up to a second (the bench
- * paused about 0.9 s at every start). A handle also spares each message librdkafka's lookup by
- * name. */
+/* The handle of topic name, made at its first use. librdkafka 2.0.2 asks the brokers for a topic's leaders
+ * when rd_kafka_topic_new() makes its handle. It does not when rd_kafka_producev() is given the name. Its
+ * messages then waited for the next periodic metadata refresh, up to a second (the bench paused about 0.9 s
+ * at every start). A handle also spares each message librdkafka's lookup by name. */
 static rd_kafka_topic_t *topic_handle(kafka_sink *k, const char *name)
 {
 	size_t lo = 0, hi = k->ntopics;
@@ -193,7 +191,7 @@ static rd_kafka_topic_t *topic_handle(kafka_sink *k, const char *name)
 	return rkt;
 }
 
-/* Before the producer goes: its topic handles. */
+/* Before the producer goes, its topic handles go. */
 static void topics_clear(kafka_sink *k)
 {
 	for (size_t i = 0; i < k->ntopics; i++) {
@@ -223,19 +221,20 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		t->outstanding--;
 	k->stats.in_flight--;
 	k->queued_bytes -= m->len + m->key_len;
-	/* Exactly once, a purge is cdc's own abort (the slot sends it again); at least once, a failure. */
+	/* Exactly once, a purge is cdc's own abort (the slot sends it again). At least once, it is a failure.
+	 */
 	if (k->set.exactly_once &&
 	    (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
 		return;
 	if (m->err) {
-		/* librdkafka has retried already: this message is lost to the broker. */
+		/* librdkafka has retried already, so this message is lost to the broker. */
 		k->stats.errors++;
 		kafka_fail(k, "a message could not be delivered", rd_kafka_err2str(m->err));
 		return;
 	}
 	k->stats.delivered++;
 	k->stats.brokers_down = k->stats.auth_failed = false;
-	if (t && !k->set.exactly_once) { /* exactly once: visible at the Kafka commit, counted there */
+	if (t && !k->set.exactly_once) { /* exactly once, visible and counted at the Kafka commit */
 		int64_t us = wall_us() - t->commit_time;
 		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
 	}
@@ -247,16 +246,17 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	kafka_sink *k = opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
 		char why[512];
-		/* A failed batch stops the producer by design (enable.gapless.guarantee): say so. */
+		/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. */
 		bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
 		kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
 		return;
 	}
-	/* Transient (brokers down, ...): librdkafka retries; the slot waits for delivery reports. */
+	/* Transient (brokers down, ...). librdkafka retries, and the slot waits for delivery reports. */
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		k->stats.brokers_down = true;
 	if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
-		/* said once until a delivery succeeds: librdkafka retries each broker every few seconds */
+		/* Said once until a delivery succeeds, since librdkafka retries each broker every few
+		 * seconds. */
 		if (!k->stats.auth_failed)
 			log_error(
 			    "kafka: a broker refused cdc's credentials; cdc retries and delivers nothing to "
@@ -275,8 +275,8 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
 {
 	const kafka_sink *k = rd_kafka_opaque(rk);
 	/* librdkafka 2.0.2 calls every set experimental property out at each start. cdc sets
-	 * enable.gapless.guarantee itself, on purpose (see producer_new and the README): a warning the
-	 * user can do nothing about is noise. Set in kafka.properties, it is the user's, and warned. */
+	 * enable.gapless.guarantee itself, on purpose (see producer_new and the README). A warning the user
+	 * can do nothing about is noise. Set in kafka.properties, it is the user's, and warned. */
 	if (k && k->own_gapless && strcmp(fac, "CONFWARN") == 0 &&
 	    strstr(text, "enable.gapless.guarantee is experimental"))
 		return;
@@ -292,7 +292,7 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 {
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	/* cdc's defaults first; kafka.properties override them. */
+	/* cdc's defaults first, which kafka.properties override. */
 	bool ok = kafka_conf_set(conf, "bootstrap.servers", k->set.brokers, err, errlen);
 	for (size_t i = 0; ok && i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++)
 		ok = kafka_conf_set(conf, producer_defaults[i].key, producer_defaults[i].value, err, errlen);
@@ -308,11 +308,10 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 		ok = kafka_conf_set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
 		gapless_set |= strcmp(k->set.properties[i].key, "enable.gapless.guarantee") == 0;
 	}
-	/* A batch that fails for good must stop the producer (a fatal error: the sink restarts and the
-	 * slot sends the failed messages again). Otherwise librdkafka goes on delivering the batches
-	 * queued behind it, and the failed messages, sent again, land after later changes of the same
-	 * rows: a row's versions would go backwards in its partition. A transactional producer aborts
-	 * instead. */
+	/* A batch that fails for good must stop the producer. That is a fatal error, so the sink restarts and
+	 * the slot sends the failed messages again. Otherwise librdkafka goes on delivering the batches
+	 * queued behind it. The failed messages, sent again, would land after later changes of the same rows.
+	 * A row's versions would go backwards in its partition. A transactional producer aborts instead. */
 	char idem[16];
 	size_t idemlen = sizeof(idem);
 	if (ok && !gapless_set && !k->set.exactly_once &&
@@ -395,7 +394,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 	}
 	rd_kafka_headers_destroy(h);
 	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-		/* Refused before it is sent, as again after any restart: cdc stops rather than loop. */
+		/* Refused before it is sent, as it would be again after any restart. So cdc stops rather than
+		 * loop. */
 		char why[600];
 		snprintf(
 		    why, sizeof(why),
@@ -406,7 +406,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 		kafka_fail(k, "a message is larger than the producer sends", why);
 		k->for_good = true;
 	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
-		/* Exactly once, librdkafka refuses messages once it failed the transaction: its reason. */
+		/* Exactly once, librdkafka refuses messages once it failed the transaction. Give its reason.
+		 */
 		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 	}
 	return false;
@@ -415,8 +416,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *sub, uint64_t commit_lsn,
 				  bool event, const char *content_type)
 {
-	/* The commit's values are the same for every message of a transaction: formatted once. For
-	 * each message, the formatting was about 8% of cdc's thread while it delivered a large
+	/* The commit's values are the same for every message of a transaction, so they are formatted once.
+	 * Formatted for each message, they were about 8% of cdc's thread while it delivered a large
 	 * transaction (perf, 1,000,000 rows). */
 	if (!k->hdr_cache.set || k->hdr_cache.commit_lsn != commit_lsn || k->hdr_cache.xid != r->xid) {
 		k->hdr_cache.set = true;
@@ -444,8 +445,8 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 	return h;
 }
 
-/* Counts one more event of schema.table in the transaction being delivered; returns how many the
- * table has now. */
+/* Counts one more event of schema.table in the transaction being delivered. Returns how many the table has
+ * now. */
 static uint64_t count_table(kafka_sink *k, const char *schema, size_t slen, const char *table, size_t tlen)
 {
 	k->cur_events++;
@@ -474,8 +475,8 @@ static const char *const content_types[] = {[KAFKA_PROTOBUF] = CONTENT_TYPE_EVEN
 					    [KAFKA_DEBEZIUM] = CONTENT_TYPE_JSON,
 					    [KAFKA_AVRO] = CONTENT_TYPE_AVRO};
 
-/* A record on the transactions topic: all in partition 0, in commit order like the transactions
- * they describe. */
+/* A record on the transactions topic. All are in partition 0, in commit order like the transactions they
+ * describe. */
 static void produce_txn_record(kafka_sink *k, kafka_format format, bool end, uint64_t seq)
 {
 	kafka_txn_record(k, format, end);
@@ -527,13 +528,13 @@ bool kafka_release(kafka_sink *k, char *err, size_t errlen)
 	return ok;
 }
 
-/* How long a record may hold the event loop for its schema's id, asked for at its schema event
- * moments before (a registry nearby answers in a few milliseconds); then it waits with what
- * follows it, and the loop goes on. */
+/* How long a record may hold the event loop for its schema's id. It was asked for at its schema event moments
+ * before, and a registry nearby answers in a few milliseconds. Then the record waits with what follows it,
+ * and the loop goes on. */
 #define REGISTRY_AWAIT_MS 100
 
-/* Format avro: whether every schema the event's records (from p to end) and the transactions
- * topic need has its id. If not, records wait for the first that has none (registry_wait). */
+/* Format avro. Whether every schema the event's records (from p to end) and the transactions topic need has
+ * its id. If not, records wait for the first that has none (registry_wait). */
 static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned nrecords)
 {
 	uint32_t need[2] = {k->txn_key_schema, k->txn_value_schema};
@@ -558,7 +559,7 @@ static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned n
 	return true;
 }
 
-/* A record's extra headers: each "name\0", a u32 length, the value. */
+/* A record's extra headers, each as "name\0", a u32 length and the value. */
 static void add_headers(rd_kafka_headers_t *h, const char *p, size_t len)
 {
 	const char *end = p + len;
@@ -582,7 +583,7 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	kafka_sink *k = (kafka_sink *)base;
 	rendered r;
 	if (k->failed)
-		return true; /* a restart is coming: the slot will send this again */
+		return true; /* a restart is coming, and the slot will send this again */
 	held_hdr held = {.seq = seq, .c = *c, .sub = subscription, .len = (uint32_t)len};
 	if (holding(k)) {
 		hold(k, &held, data);
@@ -633,8 +634,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 			return true;
 		}
 		uint64_t nth = 0;
-		/* Only the transactions topic's records need the counts (and Debezium's transaction
-		 * block, there only with one); schema and DDL events are not events of the data topics. */
+		/* Only the transactions topic's records need the counts (and Debezium's transaction block,
+		 * there only with one). Schema and DDL events are not events of the data topics. */
 		bool about_table = kafka_table_event(r.op);
 		if (k->set.transactions_topic && rec.kind != REC_TOMBSTONE && !about_table) {
 			if ((r.format == KAFKA_DEBEZIUM || r.format == KAFKA_AVRO) && r.xid && !k->cur_events)
@@ -650,15 +651,15 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					       ? 0
 					       : kafka_subjects_id(k->subjects, rec.value_schema),
 					   value, rec.value_len, &r, c, k->cur_events, nth);
-		if (rec.has_key && rec.key_schema != KAFKA_NO_SCHEMA) { /* Avro: the wire format's header */
+		if (rec.has_key && rec.key_schema != KAFKA_NO_SCHEMA) { /* Avro, the wire format's header */
 			buf_reset(&k->key_out);
 			dbz_avro_header(&k->key_out, kafka_subjects_id(k->subjects, rec.key_schema));
 			buf_append(&k->key_out, key, rec.key_len);
 			key = k->key_out.data;
 			rec.key_len = (uint32_t)k->key_out.len;
 		}
-		/* Partitioned by key (the Java partitioner, producer_defaults): one row's changes stay in
-		 * order. Schema and DDL events: kafka.schemas_topic's partition 0, in stream order. */
+		/* Partitioned by key (the Java partitioner, producer_defaults), so one row's changes stay in
+		 * order. Schema and DDL events go to kafka.schemas_topic's partition 0, in stream order. */
 		if (!kafka_produce(k, topic, about_table ? 0 : RD_KAFKA_PARTITION_UA,
 				   rec.has_key ? key : NULL, rec.key_len,
 				   rec.kind == REC_TOMBSTONE ? NULL : k->value.data,
@@ -668,8 +669,8 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	return true;
 }
 
-/* The transactions_topic record of the transaction that just ended, if it had Kafka events:
- * Debezium's END for a transaction it gave a BEGIN. */
+/* The transactions_topic record of the transaction that just ended, if it had Kafka events. It is Debezium's
+ * END for a transaction it gave a BEGIN. */
 static void transaction_record(kafka_sink *k, uint64_t seq)
 {
 	if (!k->set.transactions_topic || k->cur_seq != seq || !k->cur_events || k->failed)
@@ -701,8 +702,8 @@ static void kafka_poll(sink *base)
 	rd_kafka_poll(k->rk, 0);
 }
 
-/* Format avro: while records wait for a schema's id, whether it came; a failure is logged once per
- * attempt, with what to do. Records go out again once it came (exactly once: at the next step). */
+/* Format avro. While records wait for a schema's id, whether it came. A failure is logged once per attempt,
+ * with what to do. Records go out again once it came (exactly once, at the next step). */
 static void registry_check(kafka_sink *k)
 {
 	bool refused;
@@ -808,8 +809,8 @@ static bool kafka_finish(sink *base, int timeout_ms)
 static bool kafka_restart(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	/* Exactly once: what the open Kafka transaction holds is aborted, and a producer that can go
-	 * on (the failure was abortable) is kept. */
+	/* Exactly once, what the open Kafka transaction holds is aborted. A producer that can go on (the
+	 * failure was abortable) is kept. */
 	if (k->eo.open)
 		kafka_eo_abort(k);
 	bool keep = k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) &&
@@ -834,8 +835,8 @@ static bool kafka_restart(sink *base, char *err, size_t errlen)
 	return producer_new(k, err, errlen);
 }
 
-/* Format avro: the registry's worker, once a subscription needs it, told the registry in force;
- * the transactions topic's schemas. */
+/* Format avro. It starts the registry's worker once a subscription needs it, and tells it the registry in
+ * force. It also adds the transactions topic's schemas. */
 static void avro_bind(kafka_sink *k)
 {
 	bool avro = false;
@@ -896,8 +897,8 @@ static bool same_setting(const kafka_sink_settings *a, const kafka_sink_settings
 	return x == y || (x && y && strcmp(x, y) == 0);
 }
 
-/* A reload read sasl.username or sasl.password again (from their files, say): librdkafka takes them
- * at its next authentication, without a restart. The other properties wait for one. */
+/* A reload read sasl.username or sasl.password again (from their files, say). librdkafka takes them at its
+ * next authentication, without a restart. The other properties wait for one. */
 static void renew_credentials(kafka_sink *k, const kafka_sink_settings *next)
 {
 	if (!k->rk ||

@@ -1,6 +1,6 @@
-/* position.c: see kafka_position.h. A consumer without a group: it assigns itself partition
- * 0 from the beginning and stops at its end (partition EOF, which for a read-committed consumer is
- * the last stable offset). A compacted positions topic keeps this short. */
+/* See position.h. A consumer without a group. It assigns itself partition 0 from the beginning and stops at
+ * its end (partition EOF, which for a read-committed consumer is the last stable offset). A compacted
+ * positions topic keeps this short. */
 #include "sinks/kafka/position.h"
 
 #include <librdkafka/rdkafka.h>

@@ -1,5 +1,5 @@
-/* probe.c: see probe.h. A plain producer (not idempotent, not transactional: it asks
- * for no producer id) that never produces: it only reads metadata and describes configurations. */
+/* See probe.h. A plain producer that never produces. It is not idempotent and not transactional, so it asks
+ * for no producer id. It only reads metadata and describes configurations. */
 #include "sinks/kafka/probe.h"
 
 #include <librdkafka/rdkafka.h>
@@ -25,7 +25,7 @@ bool kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, c
 	char why[512];
 	if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
 		return true;
-	return errf(err, errlen, "kafka property %s: %s", key, why); /* not the value: it may be a secret */
+	return errf(err, errlen, "kafka property %s: %s", key, why); /* not the value (it may be a secret) */
 }
 
 rd_kafka_conf_t *kafka_client_conf(const char *brokers, const kafka_property *properties, size_t n,
@@ -56,7 +56,7 @@ static void config_error(kafka_probe_config *c, const char *why)
 	snprintf(c->error, sizeof(c->error), "%s", why);
 }
 
-/* One DescribeConfigs request for resources of one type; the answers go through found(). */
+/* One DescribeConfigs request for resources of one type. The answers go through found(). */
 static void describe(rd_kafka_t *rk, rd_kafka_ResourceType_t type, const char *const *names, size_t n,
 		     int timeout_ms, kafka_probe *p,
 		     void (*found)(kafka_probe *p, const char *resource, const char *name, const char *value),

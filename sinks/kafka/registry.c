@@ -1,6 +1,6 @@
-/* registry.c: see registry.h. One libcurl easy handle per request: registrations are rare (once per
- * table shape and subject, then cached), so nothing is kept between them. Bodies and answers are
- * JSON (json-c); the registry's errors are {"error_code":N,"message":"..."}. */
+/* See registry.h. One libcurl easy handle per request. Registrations are rare (once per table shape and
+ * subject, then cached), so nothing is kept between them. Bodies and answers are JSON (json-c). The
+ * registry's errors are {"error_code":N,"message":"..."}. */
 #include "sinks/kafka/registry.h"
 
 #include <curl/curl.h>
@@ -12,7 +12,7 @@
 #include "decoder/base/json.h"
 #include "decoder/base/util.h"
 
-/* An answer larger than this is not the registry's: the request fails. */
+/* An answer larger than this is not the registry's, and the request fails. */
 #define ANSWER_MAX (4 << 20)
 #define CONTENT_TYPE "Content-Type: application/vnd.schemaregistry.v1+json"
 
@@ -67,8 +67,8 @@ static void error_text(buf *out, const buf *answer)
 	json_object_put(o);
 }
 
-/* One request: method to path (already escaped) with body (NULL: none). The answer's JSON into
- * *root (the caller json_object_put()s it) when it is a 2xx. */
+/* One request, method to path (already escaped) with body (NULL if none). The answer's JSON goes into *root
+ * when it is a 2xx, and the caller json_object_put()s it. */
 static kafka_registry_status request(const kafka_registry_conf *conf, const char *method, const char *path,
 				     const char *body, json_object **root, char *err, size_t errlen)
 {
@@ -94,7 +94,7 @@ static kafka_registry_status request(const kafka_registry_conf *conf, const char
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_err);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)conf->timeout_ms);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)conf->timeout_ms);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* on a worker thread: no SIGALRM for timeouts */
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* on a worker thread, so no SIGALRM for timeouts */
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (body) {
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
@@ -170,7 +170,7 @@ static void schema_body(buf *b, const char *schema)
 	buf_putc(b, '}');
 }
 
-/* An integer member of the answer: false (err) without it. */
+/* An integer member of the answer. False (err) without it. */
 static bool member_int(json_object *root, const char *name, int64_t *v, char *err, size_t errlen)
 {
 	json_object *m;
@@ -269,7 +269,7 @@ kafka_registry_status kafka_registry_compatible(const kafka_registry_conf *conf,
 	*compatible = true;
 	if (why && whylen)
 		why[0] = '\0';
-	if (st == REGISTRY_NOT_FOUND) { /* no version yet: anything may be the first */
+	if (st == REGISTRY_NOT_FOUND) { /* no version yet, so anything may be the first */
 		st = REGISTRY_OK;
 	} else if (st == REGISTRY_OK && json_object_object_get_ex(root, "is_compatible", &m)) {
 		*compatible = json_object_get_boolean(m);

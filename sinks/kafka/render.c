@@ -1,7 +1,7 @@
-/* kafka_render.c: the Kafka sink's records in each format (see kafka_internal.h). An event is
- * rendered as it arrives, before its transaction commits, into one to three records (the event; a
- * tombstone; for Debezium a key change's delete and create); deliver() completes each value with
- * the commit's fields (kafka_record_value). And the records of the transactions topic. */
+/* The Kafka sink's records in each format (see kafka_internal.h), and the records of the transactions topic.
+ * An event is rendered as it arrives, before its transaction commits. It becomes one to three records: the
+ * event, a tombstone, and for Debezium a key change's delete and create. deliver() completes each value with
+ * the commit's fields (kafka_record_value). */
 #include "sinks/kafka/kafka_internal.h"
 
 #include <inttypes.h>
@@ -17,8 +17,8 @@
 
 /* Records ---------------------------------------------------------------------------------------- */
 
-/* Starts a record of kind with key (has_key: else a null key); the caller appends its value, then
- * record_end() completes it. Returns where it starts. */
+/* Starts a record of kind with key (else a null key, when has_key is false). The caller appends its value,
+ * then record_end() completes it. Returns where it starts. */
 static size_t record_begin(buf *out, int kind, const buf *key, bool has_key)
 {
 	size_t at = out->len;
@@ -33,7 +33,7 @@ static size_t record_begin(buf *out, int kind, const buf *key, bool has_key)
 	return at;
 }
 
-/* An extra header of a record: after its value, before record_end(). */
+/* An extra header of a record, after its value and before record_end(). */
 static void record_header(buf *out, const char *name, const char *value, size_t len)
 {
 	uint32_t n = (uint32_t)len;
@@ -42,8 +42,8 @@ static void record_header(buf *out, const char *name, const char *value, size_t 
 	buf_append(out, value, len);
 }
 
-/* Ends the record started at at: its value is what came after its key, up to value_end (its
- * headers follow); value_end 0: the record has no headers. */
+/* Ends the record started at at. Its value is what came after its key, up to value_end (its headers follow).
+ * value_end 0 means the record has no headers. */
 static void record_end(buf *out, size_t at, size_t value_end)
 {
 	rendered_record rec;
@@ -75,9 +75,8 @@ static bool same(const buf *a, const buf *b)
 	return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
 }
 
-/* cdc.v1.Key and cdc.v1.Event. The message is keyed by the row's key after the change, so a
- * compacted topic holds each row under its current key; an update that changed the key also
- * tombstones the old one. */
+/* cdc.v1.Key and cdc.v1.Event. The message is keyed by the row's key after the change. So a compacted topic
+ * holds each row under its current key. An update that changed the key also tombstones the old one. */
 static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
 {
 	Cdc__V1__Key key = CDC__V1__KEY__INIT, prev = CDC__V1__KEY__INIT;
@@ -92,7 +91,7 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	}
 	buf_reset(&k->key);
 	pb_put_key(&k->key, &key);
-	/* Only an update can move a row to another key: only then is the key before it packed too. */
+	/* Only an update can move a row to another key. Only then is the key before it packed too. */
 	buf_reset(&k->prev_key);
 	if (update)
 		pb_put_key(&k->prev_key, &prev);
@@ -106,7 +105,7 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	return 2;
 }
 
-/* The key columns' JSON ({} without any) and the event JSON of sink: stdout; tombstones as for
+/* The key columns' JSON ({} without any) and the event JSON of `sink: stdout`. Tombstones are as for
  * protobuf. */
 static void json_key_of(buf *b, Cdc__V1__Column **cols, size_t n)
 {
@@ -136,20 +135,20 @@ static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1
 	return 2;
 }
 
-/* Debezium's records of one event, while they are rendered: in JSON (format debezium) or Avro. */
+/* Debezium's records of one event, while they are rendered, in JSON (format debezium) or Avro. */
 typedef struct dbz_event {
 	kafka_sink *k;
 	const kafka_sub_settings *s;
 	const Cdc__V1__Event *e;
 	dbz_options o;
 	bool avro;
-	const dbz_column *cols; /* avro: the table's shape, and its schemas */
+	const dbz_column *cols; /* for avro, the table's shape and its schemas */
 	size_t ncols;
 	uint32_t key_schema, value_schema;
-	char err[512]; /* avro: why the event cannot be written */
+	char err[512]; /* for avro, why the event cannot be written */
 } dbz_event;
 
-/* The key of columns cols[0..n) into out; false (d->err) when Avro cannot write it. */
+/* The key of columns cols[0..n) into out. False (d->err) when Avro cannot write it. */
 static bool put_key(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t n)
 {
 	buf_reset(out);
@@ -173,8 +172,8 @@ static void context_headers(dbz_event *d, buf *out)
 		record_header(out, h[i].name, h[i].value, strlen(h[i].value));
 }
 
-/* One record of the event: its key (in d->k->key), its value, the other key's header, then the
- * context headers. false (d->err) when Avro cannot write it. */
+/* One record of the event, with its key (in d->k->key), its value, the other key's header, then the context
+ * headers. False (d->err) when Avro cannot write it. */
 static bool put_record(dbz_event *d, buf *out, const dbz_record *r)
 {
 	const buf *key = &d->k->key;
@@ -203,8 +202,8 @@ static bool put_record(dbz_event *d, buf *out, const dbz_record *r)
 	return true;
 }
 
-/* The event's records as dbz_records() says; -1 (d->err) when Avro cannot write them. A key is
- * written once for the records that share it (a delete and its tombstone). */
+/* The event's records as dbz_records() says. -1 (d->err) when Avro cannot write them. A key is written once
+ * for the records that share it (a delete and its tombstone). */
 static int debezium_records(dbz_event *d, buf *out)
 {
 	dbz_record recs[DBZ_RECORDS_MAX];
@@ -221,8 +220,8 @@ static int debezium_records(dbz_event *d, buf *out)
 	return (int)n;
 }
 
-/* Format avro: the shape and schemas of the event's table (a message: Debezium's fixed schemas).
- * false (d->err) when no schema event described the table. */
+/* Format avro. The shape and schemas of the event's table (for a message, Debezium's fixed schemas). False
+ * (d->err) when no schema event described the table. */
 static bool avro_schemas(dbz_event *d)
 {
 	kafka_sink *k = d->k;
@@ -249,9 +248,8 @@ static bool avro_schemas(dbz_event *d)
 	return found;
 }
 
-/* Debezium's records, in JSON (format debezium) or in Avro (format avro). An event Avro cannot
- * write becomes one REC_ERROR record that says why: delivering it fails the sink, and the stream
- * holds there. */
+/* Debezium's records, in JSON (format debezium) or in Avro (format avro). An event Avro cannot write becomes
+ * one REC_ERROR record that says why. Delivering it fails the sink, and the stream holds there. */
 static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
 {
 	dbz_event d = {.k = k,
@@ -278,20 +276,20 @@ static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 
 void kafka_schema_id_text(uint64_t id, char out[17])
 {
-	/* by hand: snprintf was 5% of the Kafka sink's thread (callgrind), once per record */
+	/* by hand, since snprintf was 5% of the Kafka sink's thread (callgrind), once per record */
 	for (int i = 15; i >= 0; i--, id >>= 4)
 		out[i] = "0123456789abcdef"[id & 15];
 	out[16] = '\0';
 }
 
-/* A schema or DDL event: one record in the subscription's format for kafka.schemas_topic, keyed
- * "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps each schema) or "SUBSCRIPTION/ddl/LSN"; none
- * without a schemas topic, and none in Debezium's formats, whose records carry their schemas (in
- * JSON) or name them in the registry (Avro: a schema event tells the sink the rows' shape). */
+/* A schema or DDL event. It becomes one record in the subscription's format for kafka.schemas_topic. That is
+ * keyed "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps each schema) or "SUBSCRIPTION/ddl/LSN". There is
+ * none without a schemas topic. There is none in Debezium's formats either, whose records carry their schemas
+ * (in JSON) or name them in the registry. With Avro, a schema event tells the sink the rows' shape. */
 static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
 {
 	if (s->format == KAFKA_AVRO && e->op == CDC__V1__OP__OP_SCHEMA && k->subjects) {
-		/* the shape of the rows that follow: their schemas are registered from now on */
+		/* The shape of the rows that follow. Their schemas are registered from now on. */
 		const dbz_column *cols;
 		size_t ncols;
 		uint32_t key, value;
@@ -328,8 +326,8 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 	return 1;
 }
 
-/* Whether k->topic is the topic of e for subscription sub already; if not, notes what the next
- * one is made of. */
+/* Whether k->topic is the topic of e for subscription sub already. If not, notes what the next one is made
+ * of. */
 static bool same_topic(kafka_sink *k, uint32_t sub, const Cdc__V1__Event *e, size_t schema_len,
 		       size_t table_len)
 {

@@ -1,7 +1,6 @@
-/* subjects.c: see subjects.h. The main thread learns shapes and adds schemas; the worker registers
- * what has no id yet, one request at a time. A schema's subject and text never change once it is
- * added, so the worker reads them without the lock; its id, error and state are read and written
- * under the worker's lock. */
+/* See subjects.h. The main thread learns shapes and adds schemas. The worker registers what has no id yet,
+ * one request at a time. A schema's subject and text never change once it is added, so the worker reads them
+ * without the lock. Its id, error and state are read and written under the worker's lock. */
 #include "sinks/kafka/subjects.h"
 
 #include <stdio.h>
@@ -43,15 +42,15 @@ typedef struct shape {
 struct kafka_subjects {
 	worker *w;
 	int wake_fd;
-	entry **all; /* realloc'd under the lock; entries stay where they are */
+	entry **all; /* realloc'd under the lock, while entries stay where they are */
 	size_t n, cap;
 	shape **shapes;
 	size_t nshapes, capshapes, last;
-	/* under the lock: what the worker uses */
+	/* Under the lock, what the worker uses. */
 	kafka_registry_conf conf;
 	char *compatibility;
 	uint64_t failures; /* under the lock */
-	/* the worker's: subjects whose compatibility it set or found set */
+	/* The worker's own, the subjects whose compatibility it set or found set. */
 	char **configured;
 	size_t nconfigured;
 	dbz_schemas sc;
@@ -87,8 +86,8 @@ static void conf_copy(kafka_registry_conf *to, const kafka_registry_conf *from)
 
 /* The worker ------------------------------------------------------------------------------------- */
 
-/* A subject cdc creates gets the configured compatibility level before its first version; a
- * subject that has versions keeps its own. Once per subject and process. */
+/* A subject cdc creates gets the configured compatibility level before its first version. A subject that has
+ * versions keeps its own. Once per subject and process. */
 static void configure(kafka_subjects *ks, const kafka_registry_conf *conf, const char *level,
 		      const char *subject)
 {
@@ -156,7 +155,7 @@ static void run(void *arg)
 		conf_free(&conf);
 		free(level);
 		if (write(ks->wake_fd, "s", 1) < 0) {
-			/* the pipe is full: the loop has a wake-up waiting already */
+			/* The pipe is full, so the loop has a wake-up waiting already. */
 		}
 	}
 }
@@ -220,11 +219,11 @@ void kafka_subjects_bind(kafka_subjects *ks, const kafka_registry_conf *conf, co
 	conf_copy(&ks->conf, conf);
 	free(ks->compatibility);
 	ks->compatibility = dup_or_null(compatibility);
-	/* a reload asks again at once what failed: the registry may be fixed */
+	/* a reload asks again at once what failed, as the registry may be fixed */
 	bool again = false;
 	for (size_t i = 0; i < ks->n; i++) {
 		entry *e = ks->all[i];
-		if (!e->id && e->error[0]) { /* busy: once more after the request under way */
+		if (!e->id && e->error[0]) { /* busy, so once more after the request under way */
 			e->asked = again = true;
 			e->attempts = 0;
 		}
@@ -410,7 +409,7 @@ uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t i, uint64_t wait_ms)
 		bool pending = (ks->all[i]->asked || ks->all[i]->busy) && !ks->all[i]->error[0];
 		worker_unlock(ks->w);
 		if (!pending)
-			return 0; /* it failed: the records wait, and it is asked again later */
+			return 0; /* it failed, so the records wait and it is asked again later */
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}

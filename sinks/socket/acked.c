@@ -1,7 +1,7 @@
-/* acked.c: the delivery state of one queue of the socket sink (a subscription's events or its
- * dead letters): the window of per-offset state, dispatch to the attached consumers (fair windows for
- * shared and key_shared), acks, Nacks and Progress, ack timeouts and consumers that stop reading,
- * redelivery, dead letters, retention. */
+/* The delivery state of one queue of the socket sink (a subscription's events or its dead letters). It holds
+ * the window of per-offset state and dispatches to the attached consumers (fair windows for shared and
+ * key_shared). It handles acks, Nacks and Progress, ack timeouts and consumers that stop reading, redelivery,
+ * dead letters and retention. */
 #include "decoder/base/bytes.h"
 #include "sinks/socket/socket_internal.h"
 
@@ -14,12 +14,12 @@
 #include "sinks/pbwire.h"
 #include "sinks/socket/frame.h"
 
-/* A dead letter's record in the dead letters' spool: a 0 byte (never the first byte of a packed
- * Event, whose field numbers start at 1: records from before have the Event alone), the length of
- * the packed DeadLetter (u32, little-endian), the DeadLetter without its offset (known only once
- * it is read), then the Event. */
+/* A dead letter's record in the dead letters' spool. It starts with a 0 byte, never the first byte of a
+ * packed Event, whose field numbers start at 1 (records from before have the Event alone). Then come the
+ * length of the packed DeadLetter (u32, little-endian), the DeadLetter without its offset (known only once it
+ * is read), and the Event. */
 #define DEAD_HEADER 5
-/* Refused offsets one Acked lists at most; more are answered but not listed. */
+/* Refused offsets one Acked lists at most. More are answered but not listed. */
 #define REPLY_MAX_REFUSED 65536
 
 enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
@@ -28,18 +28,25 @@ enum slot_state { SLOT_UNSENT, SLOT_SENT, SLOT_ACKED };
  * that stopped reading) the event does not go back to that consumer while another can take it. */
 enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK, BACK_NOT_READING };
 
+/* What a slot's fields mean depends on its state.
+ * - When SENT, it is redelivered after deadline_ms. When UNSENT, it is not delivered before then.
+ * - When SENT, pos is where its Delivery frame starts in c's output (sc_write_frame).
+ * - When SENT, c is to whom it went. When UNSENT, c is who had it last (NULL if nobody, or gone).
+ * - With BACK_NACK, reason is the Nack's reason (owned).
+ * - why is why it was last given back (an enum back_why).
+ * - With key_shared, bucket is its key's bucket. */
 struct slot {
-	uint64_t deadline_ms; /* SENT: redelivered after this; UNSENT: not delivered before this */
-	uint64_t pos;	      /* SENT: where its Delivery frame starts in c's output (sc_write_frame) */
-	consumer *c;	      /* SENT: to whom; UNSENT: who had it last (NULL if nobody, or gone) */
-	char *reason;	      /* BACK_NACK: the Nack's reason (owned) */
+	uint64_t deadline_ms;
+	uint64_t pos;
+	consumer *c;
+	char *reason;
 	uint32_t deliveries;
 	uint8_t state;
-	uint8_t why;	/* enum back_why: why it was last given back */
-	uint8_t bucket; /* key_shared: its key's bucket */
+	uint8_t why;
+	uint8_t bucket;
 };
 
-/* A deadline ms from now, rounded up: never before ms have passed (now_ms() truncates). */
+/* A deadline ms from now, rounded up. It is never before ms have passed (now_ms() truncates). */
 static uint64_t deadline_in(uint64_t ms)
 {
 	return now_ms() + ms + 1;
@@ -52,7 +59,7 @@ static slot *window_at(window *w, uint64_t off)
 	return &w->v[(w->head + (off - w->base)) & (w->cap - 1)];
 }
 
-/* Makes room for the slots up to off (exclusive end: off + 1), new ones unsent. */
+/* Makes room for the slots up to off (exclusive end off + 1), new ones unsent. */
 static void window_extend(window *w, uint64_t next, uint64_t end)
 {
 	size_t need = (size_t)(end - w->base);
@@ -85,9 +92,9 @@ socket_consumers sq_mode(const queue *q)
 	return q->dead_letters || !q->sub->set ? SOCKET_FAILOVER : q->sub->set->consumers;
 }
 
-/* A connection is on exactly one list: the pending ones (not subscribed) or one queue's consumers.
- * Both share c->next, so a connection leaves a list with its link cleared: a stale link would make
- * the connection after it on the old list a member of the new one. */
+/* A connection is on exactly one list, the pending ones (not subscribed) or one queue's consumers. Both share
+ * c->next, so a connection leaves a list with its link cleared. A stale link would make the connection after
+ * it on the old list a member of the new one. */
 void sq_unlink_consumer(consumer **list, consumer *c)
 {
 	for (consumer **p = list; *p; p = &(*p)->next)
@@ -106,7 +113,7 @@ void sq_append_consumer(consumer **list, consumer *c)
 	c->next = NULL;
 }
 
-/* failover: only the first consumer receives; the others wait their turn. */
+/* With failover, only the first consumer receives. The others wait their turn. */
 bool sq_is_active(const consumer *c)
 {
 	return sq_mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
@@ -123,7 +130,7 @@ static bool another_can_take(const queue *q, const consumer *c)
 
 /* Dispatch ------------------------------------------------------------------------------ */
 
-/* Whether c's output is over the high-water mark; then it waits (stalled) until it drains. */
+/* Whether c's output is over the high-water mark. Then it waits (stalled) until it drains. */
 bool sq_out_full(consumer *c)
 {
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < c->s->out_high)
@@ -132,7 +139,7 @@ bool sq_out_full(consumer *c)
 	return true;
 }
 
-/* How many deliveries c may hold now: its window in the shared modes, else max_unacked. */
+/* How many deliveries c may hold now. That is its window in the shared modes, else max_unacked. */
 static uint32_t limit(const consumer *c)
 {
 	return sq_mode(c->q) == SOCKET_FAILOVER || c->window > c->max_unacked ? c->max_unacked : c->window;
@@ -168,8 +175,8 @@ static consumer *least_loaded(queue *q)
 	return most_room(q, NULL);
 }
 
-/* The consumer with the most room other than avoid; avoid itself if it has room and nobody else
- * does, but after a timeout (hard) only if nobody else could take the event at all. */
+/* The consumer with the most room other than avoid. avoid itself if it has room and nobody else does. But
+ * after a timeout (hard), avoid only if nobody else could take the event at all. */
 static consumer *pick(queue *q, consumer *avoid, bool hard)
 {
 	consumer *c = most_room(q, avoid);
@@ -185,7 +192,7 @@ static bool hard_avoid(enum back_why why)
 	return why == BACK_TIMEOUT || why == BACK_NOT_READING;
 }
 
-/* Whether a given-back slot must not go to c now: it timed out there (or c stopped reading) and
+/* Whether a given-back slot must not go to c now. That is when it timed out there (or c stopped reading) and
  * another consumer can take it. */
 static bool kept_from(const queue *q, const slot *sl, const consumer *c)
 {
@@ -193,10 +200,10 @@ static bool kept_from(const queue *q, const slot *sl, const consumer *c)
 	       another_can_take(q, c);
 }
 
-/* Every RATE_PERIOD_MS: a shared consumer's window becomes what it acknowledged per
- * ack_timeout / 2, so that what it is handed can be started on before its deadline, however slow
- * or fast its work. It grows with the consumer's pace; it shrinks only if the consumer was held
- * by its window (a consumer that had little to do says nothing of its pace). */
+/* Every RATE_PERIOD_MS, a shared consumer's window becomes what it acknowledged per ack_timeout / 2. So what
+ * it is handed can be started on before its deadline, however slow or fast its work. It grows with the
+ * consumer's pace. It shrinks only if the consumer was held by its window, since a consumer that had little
+ * to do says nothing of its pace. */
 void sq_update_window(consumer *c, uint64_t now)
 {
 	uint64_t elapsed = now - c->rate_since_ms;
@@ -214,9 +221,9 @@ void sq_update_window(consumer *c, uint64_t now)
 	c->rate_since_ms = now;
 }
 
-/* Whom a group of events starting with a record of key hash h goes to; NULL: nobody can take it
- * now. shared: the most room first (the round robin decides between equals); a redelivery goes to
- * another consumer than the last one (why it came back: see pick). */
+/* Whom a group of events starting with a record of key hash h goes to. NULL if nobody can take it now. shared
+ * gives the most room first (the round robin decides between equals). A redelivery goes to another consumer
+ * than the last one (pick says why it came back). */
 static consumer *choose(queue *q, uint32_t key_hash, consumer *last, enum back_why why)
 {
 	switch (sq_mode(q)) {
@@ -228,8 +235,8 @@ static consumer *choose(queue *q, uint32_t key_hash, consumer *last, enum back_w
 		return c;
 	}
 	case SOCKET_KEY_SHARED: {
-		/* A key's bucket keeps its consumer while it is connected (and reads, and acknowledges
-		 * in time): per-key order holds. */
+		/* A key's bucket keeps its consumer while it is connected (and reads, and acknowledges in
+		 * time). So per-key order holds. */
 		size_t b = key_hash % KEY_BUCKETS;
 		if (!q->bucket[b])
 			q->bucket[b] = pick(q, q->avoid[b], true);
@@ -239,8 +246,8 @@ static consumer *choose(queue *q, uint32_t key_hash, consumer *last, enum back_w
 	return NULL;
 }
 
-/* key_shared: whether c may take an event of this key hash (its bucket is c's, or nobody's and
- * now c's, unless it was taken from c and another can take it). */
+/* With key_shared, whether c may take an event of this key hash. It may if its bucket is c's, or nobody's and
+ * now c's. It may not if the bucket was taken from c and another can take it. */
 static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
 {
 	size_t b = key_hash % KEY_BUCKETS;
@@ -249,13 +256,14 @@ static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
 	return q->bucket[b] == c;
 }
 
-/* Where the next delivery comes from: returned offsets first, then those never sent. */
+/* Where the next delivery comes from, returned offsets first, then those never sent. */
 uint64_t sq_resume_at(const queue *q)
 {
 	return q->returned ? q->w.base : q->next;
 }
 
-/* Whether off can be delivered now: never sent, or given back and not held back by a Nack's delay. */
+/* Whether off can be delivered now. It can if never sent, or given back and not held back by a Nack's delay.
+ */
 static bool slot_ready(queue *q, uint64_t off, uint64_t now)
 {
 	if (off >= q->next)
@@ -271,9 +279,9 @@ static void note_deadline(queue *q, uint64_t t)
 		q->min_deadline = t;
 }
 
-/* A dead letter's record (see dead_record): the packed DeadLetter and the Event. A record from
- * before dead letters had a history is the Event alone (no DeadLetter). false if the lengths do
- * not add up (then the record is taken as an Event). */
+/* A dead letter's record (see dead_record), the packed DeadLetter and the Event. A record from before dead
+ * letters had a history is the Event alone (no DeadLetter). false if the lengths do not add up (then the
+ * record is taken as an Event). */
 static bool dead_split(const spool_record *r, const uint8_t **dead, size_t *deadlen, const uint8_t **ev,
 		       size_t *evlen)
 {
@@ -313,8 +321,8 @@ static size_t commit_size(const spool_record *r)
 	return r->held ? pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
 }
 
-/* Marks off sent to c in the Delivery frame that starts at c's out_added; appends its Event to
- * s->events (the Delivery's repeated field). */
+/* Marks off sent to c in the Delivery frame that starts at c's out_added. Appends its Event to s->events (the
+ * Delivery's repeated field). */
 static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record *r, uint64_t deadline)
 {
 	if (r->offset >= q->next)
@@ -349,7 +357,7 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
 	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
 	if (q->dead_letters) {
-		/* one DeadLetter per Event, in the same order; its offset goes last (any order is valid) */
+		/* one DeadLetter per Event, in the same order. Its offset goes last (any order is valid). */
 		pb_put_len_header(&s->events, DELIVERY_DEAD_LETTERS,
 				  deadlen + pb_varint_field_size(DEAD_LETTER_OFFSET, r->offset));
 		buf_append(&s->events, dead, deadlen);
@@ -357,8 +365,8 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	}
 }
 
-/* A discarded range goes to the consumer of the next Delivery, before it (and before its events
- * are marked sent: their Delivery frame starts after this one). */
+/* A discarded range goes to the consumer of the next Delivery, before it. It also goes before its events are
+ * marked sent, since their Delivery frame starts after this one. */
 static void tell_dropped(queue *q, consumer *c)
 {
 	if (!q->drop_to)
@@ -398,11 +406,11 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 {
 	const slot *was = off < q->next ? window_at(&q->w, off) : NULL;
 	bool by_key = sq_mode(q) == SOCKET_KEY_SHARED;
-	/* Who takes it, before reading it: only key_shared needs the event (its key) to choose. */
+	/* Who takes it, before reading it. Only key_shared needs the event (its key) to choose. */
 	consumer *c = by_key ? NULL : choose(q, 0, was ? was->c : NULL, was ? was->why : BACK_NONE);
 	if (!by_key && (!c || !has_room(c)))
-		/* shared: a redelivery kept from its last consumer waits for another; later offsets
-		 * may go on (failover keeps the order) */
+		/* With shared, a redelivery kept from its last consumer waits for another. Later offsets may
+		 * go on (failover keeps the order). */
 		return was && sq_mode(q) == SOCKET_SHARED && least_loaded(q) ? off + 1 : 0;
 	spool_record r;
 	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
@@ -410,7 +418,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 		return 0;
 	}
 	if (by_key && (!(c = choose(q, r.key_hash, NULL, BACK_NONE)) || !has_room(c))) {
-		/* This key's consumer is full; other keys may go on. */
+		/* This key's consumer is full. Other keys may go on. */
 		if (!least_loaded(q))
 			return 0;
 		if (off >= q->next) {
@@ -428,10 +436,10 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 			fatal_read(s, q);
 			break;
 		}
-		/* A transaction's batch is split where a frame would pass FRAME_MAX, and in key_shared
-		 * where the next event's key is another consumer's: sending it along to c put one key in
-		 * flight to two consumers (c received a row's later change while the other still held
-		 * an earlier one). The rest of the transaction is dispatched key by key. */
+		/* A transaction's batch is split where a frame would pass FRAME_MAX. In key_shared it is also
+		 * split where the next event's key is another consumer's. Sending it along to c put one key
+		 * in flight to two consumers (c received a row's later change while the other still held an
+		 * earlier one). The rest of the transaction is dispatched key by key. */
 		if (r.commit_lsn != commit_lsn || s->events.len + r.len + 64 > FRAME_MAX ||
 		    (by_key && !claim_key(q, r.key_hash, c)) ||
 		    (off < q->next && kept_from(q, window_at(&q->w, off), c)))
@@ -442,11 +450,11 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 	return off;
 }
 
-/* Pushes what the consumers have room for: returned offsets first (in order), then new ones. */
+/* Pushes what the consumers have room for, returned offsets first (in order), then new ones. */
 void sq_dispatch(socket_sink *s, queue *q)
 {
 	if (!q->sub->set || !q->consumers || (sq_mode(q) == SOCKET_FAILOVER && q->consumers->closing))
-		return; /* removed from the configuration: nothing more is sent */
+		return; /* removed from the configuration, so nothing more is sent */
 	uint64_t head = spool_head(q->sp), now = now_ms();
 	uint64_t off = sq_resume_at(q);
 	while (off && off <= head) {
@@ -470,7 +478,7 @@ void sq_wake(socket_sink *s)
 		s->wake(s->wake_ctx);
 }
 
-/* Moves the window's start over the acknowledged slots there (in memory: see advance_base). */
+/* Moves the window's start over the acknowledged slots there (in memory, see advance_base). */
 static void window_advance(queue *q)
 {
 	window *w = &q->w;
@@ -511,9 +519,8 @@ static void ack_slot(queue *q, slot *sl)
 
 static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl);
 
-/* A delivery that was not acknowledged in time, whose consumer went away or that it gave back
- * (why): sent again from not_before on, or moved to the dead letters once it was delivered
- * max_deliveries times. */
+/* A delivery that was not acknowledged in time, whose consumer went away, or that it gave back (why). It is
+ * sent again from not_before on. It moves to the dead letters once it was delivered max_deliveries times. */
 static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum back_why why,
 			uint64_t not_before)
 {
@@ -524,7 +531,7 @@ static void return_slot(socket_sink *s, queue *q, uint64_t off, slot *sl, enum b
 	if (not_before)
 		note_deadline(q, not_before);
 	q->returned++;
-	uint32_t max = q->sub->set ? q->sub->set->max_deliveries : 0; /* no settings: being removed */
+	uint32_t max = q->sub->set ? q->sub->set->max_deliveries : 0; /* no settings when being removed */
 	if (!q->dead_letters && max && sl->deliveries >= max)
 		move_to_dead(s, q, off, sl);
 }
@@ -593,8 +600,8 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	sq_dispatch(s, &sub->dead);
 }
 
-/* The Deliveries to c not written to its socket yet leave its output: their events were never
- * delivered, so they go back without counting (nobody had them). */
+/* The Deliveries to c not written to its socket yet leave its output. Their events were never delivered, so
+ * they go back without counting (nobody had them). */
 static void withdraw(socket_sink *s, queue *q, consumer *c)
 {
 	uint64_t from = sc_withdraw(c);
@@ -620,8 +627,8 @@ static void withdraw(socket_sink *s, queue *q, consumer *c)
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
 
-/* Takes back every delivery c holds (it went away, lost the failover or stopped reading): those
- * not written yet are withdrawn, the others given back as delivered. */
+/* Takes back every delivery c holds (it went away, lost the failover or stopped reading). Those not written
+ * yet are withdrawn, and the others given back as delivered. */
 static void take_back(socket_sink *s, queue *q, consumer *c, enum back_why why)
 {
 	withdraw(s, q, c);
@@ -635,9 +642,9 @@ static void take_back(socket_sink *s, queue *q, consumer *c, enum back_why why)
 	advance_base(s, q);
 }
 
-/* key_shared: c loses a bucket (it timed out on an event of it, or stopped reading): its other
- * deliveries of that bucket come back with it, so that a key is never in flight to two consumers,
- * and the bucket goes to another consumer while one can take it. */
+/* With key_shared, c loses a bucket (it timed out on an event of it, or stopped reading). Its other
+ * deliveries of that bucket come back with it, so that a key is never in flight to two consumers. The bucket
+ * goes to another consumer while one can take it. */
 static void lose_bucket(socket_sink *s, queue *q, consumer *c, uint8_t b, enum back_why why)
 {
 	withdraw(s, q, c);
@@ -655,9 +662,9 @@ static void lose_bucket(socket_sink *s, queue *q, consumer *c, uint8_t b, enum b
 
 /* Acks, Nacks and Progress ---------------------------------------------------------------- */
 
-/* Whether off is in flight to c (0), else why an Ack, Nack or Progress of it has no effect. An
- * Ack (late_ok) also counts for a delivery given back after c's ack timeout that nobody else has
- * had since: the work is done, sending it again would only repeat it. */
+/* Whether off is in flight to c (0), else why an Ack, Nack or Progress of it has no effect. An Ack (late_ok)
+ * also counts for a delivery given back after c's ack timeout that nobody else has had since. The work is
+ * done, and sending it again would only repeat it. */
 static Cdc__V1__Refused__Reason refusal(queue *q, const consumer *c, uint64_t off, bool late_ok)
 {
 	if (off < q->w.base)
@@ -705,10 +712,10 @@ static void ack_range(consumer *c, uint64_t from, uint64_t to)
 	}
 }
 
-/* failover (and dead letters): one request, every offset up to the highest listed, from the active
- * consumer only. It takes effect whole or not at all: if an offset of it is refused for another
- * reason than ALREADY_ACKED (never delivered, another consumer's, not active), nothing is
- * acknowledged, and each offset is listed with its own reason, the others as IN_REFUSED_ACK. */
+/* With failover (and dead letters), one request acknowledges every offset up to the highest listed, from the
+ * active consumer only. It takes effect whole or not at all. An offset of it may be refused for another
+ * reason than ALREADY_ACKED (never delivered, another consumer's, not active). Then nothing is acknowledged.
+ * Each such offset is listed with its own reason, the others as IN_REFUSED_ACK. */
 static void ack_cumulative(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
@@ -736,7 +743,7 @@ static void ack_cumulative(consumer *c, const Cdc__V1__Ack *a)
 		ack_range(c, q->w.base, top);
 }
 
-/* failover (and dead letters): cumulative; shared modes: each offset by itself. */
+/* Failover (and dead letters) acknowledge cumulatively. Shared modes acknowledge each offset by itself. */
 void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
@@ -773,9 +780,9 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 	window_advance(q);
 }
 
-/* After the Acks and Nacks of one read: the acked cursor is written once for all of them (not per
- * frame: a consumer acking event by event made a write per event), then what they freed is
- * dispatched, and the daemon told that a full spool may have room again. */
+/* After the Acks and Nacks of one read, the acked cursor is written once for all of them. It is not written
+ * per frame, since a consumer acking event by event made a write per event. Then what they freed is
+ * dispatched, and the daemon is told that a full spool may have room again. */
 void sq_settle(socket_sink *s, queue *q)
 {
 	advance_base(s, q);
@@ -798,8 +805,8 @@ void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
 	}
 }
 
-/* failover: the active consumer held a delivery past its deadline, or stopped reading (why); the
- * next one that reads takes over. false if there is none. */
+/* With failover, the active consumer held a delivery past its deadline, or stopped reading (why). The next
+ * one that reads takes over. false if there is none. */
 static bool hand_over(socket_sink *s, queue *q, enum back_why why)
 {
 	consumer *active = q->consumers;
@@ -818,12 +825,13 @@ static bool hand_over(socket_sink *s, queue *q, enum back_why why)
 	return true;
 }
 
-/* ack_timeout: shared redelivers the late event (to another consumer while one can take it);
- * key_shared moves the late event's bucket, with what the consumer holds of it, to another one
- * (or redelivers it to the same one if none can take it); failover hands over to a waiting
- * consumer. A late Delivery not even written to the consumer's socket is withdrawn (with the
- * others not written), not counted. Deliveries held back by a Nack's delay are dispatched once it
- * has passed. */
+/* On ack_timeout, each mode acts as follows.
+ * - shared redelivers the late event (to another consumer while one can take it).
+ * - key_shared moves the late event's bucket, with what the consumer holds of it, to another one. It
+ *   redelivers it to the same one if none can take it.
+ * - failover hands over to a waiting consumer.
+ * A late Delivery not even written to the consumer's socket is withdrawn (with the others not
+ * written), not counted. Deliveries held back by a Nack's delay are dispatched once it has passed. */
 void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 {
 	socket_consumers mode = sq_mode(q);
@@ -887,9 +895,9 @@ void sq_not_reading(socket_sink *s, consumer *c)
 	sq_dispatch(s, q);
 }
 
-/* Retention: drop_oldest discards; both modes delete segments nobody needs any more. Those from
- * the window's start on stay: a consumer that started from `earliest` or an offset reads
- * acknowledged events again, and the spool must not delete them under it. */
+/* Retention. drop_oldest discards. Both modes delete segments nobody needs any more. Those from the window's
+ * start on stay. A consumer that started from `earliest` or an offset reads acknowledged events again, and
+ * the spool must not delete them under it. */
 void sq_trim(socket_sink *s, queue *q)
 {
 	uint64_t from, to;
@@ -904,7 +912,7 @@ void sq_trim(socket_sink *s, queue *q)
 		 (unsigned long long)to);
 	q->drop_from = q->drop_to ? q->drop_from : from;
 	q->drop_to = to;
-	/* Deliveries in flight of discarded events are forgotten: acks for them change nothing. */
+	/* Deliveries in flight of discarded events are forgotten. Acks for them change nothing. */
 	for (uint64_t o = q->w.base; o < q->next && o <= to; o++) {
 		slot *sl = window_at(&q->w, o);
 		if (sl->state != SLOT_ACKED)
@@ -938,7 +946,7 @@ void sq_detach(consumer *c)
 			q->avoid[i] = NULL;
 	}
 	take_back(c->s, q, c, BACK_GONE);
-	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone: nobody had those last */
+	for (uint64_t o = q->w.base; o < q->next; o++) /* it is gone, and nobody had those last */
 		if (window_at(&q->w, o)->c == c)
 			window_at(&q->w, o)->c = NULL;
 	c->q = NULL;
@@ -949,7 +957,7 @@ void sq_detach(consumer *c)
 	sq_dispatch(c->s, q);
 }
 
-/* Positions a queue for a consumer that attaches while no other is: the start it asked for. */
+/* Positions a queue for a consumer that attaches while no other is, at the start it asked for. */
 uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 {
 	uint64_t first = spool_first(q->sp), head = spool_head(q->sp), acked = spool_acked(q->sp);
@@ -965,7 +973,7 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 		start = sub->start_offset < first      ? first
 			: sub->start_offset > head + 1 ? head + 1
 						       : sub->start_offset;
-		/* offsets are given as events are spooled: none past the next one can be skipped yet */
+		/* Offsets are given as events are spooled. None past the next one can be skipped yet. */
 		if (start != sub->start_offset)
 			log_warn("start_offset is out of the spool's range; starting at its nearest end",
 				 "subscription=%s start_offset=%llu first_offset=%llu head_offset=%llu "
@@ -980,7 +988,7 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 		start = acked + 1; /* after a replay that did not get that far */
 		break;
 	}
-	/* Skipping forward acknowledges what is skipped; going back replays acknowledged events. */
+	/* Skipping forward acknowledges what is skipped. Going back replays acknowledged events. */
 	if (start - 1 > acked && !spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
 		log_error("cannot record acknowledged offsets", "subscription=%s error=\"%s\"", q->sub->name,
 			  s->err);

@@ -1,7 +1,7 @@
-/* connections.c: the connections of the socket sink's subscribers: accepting them, the first-frame
- * deadline, making room when the table is full, closing with a readable Error and draining, bounded
- * output (and withdrawing Deliveries not written yet), watching that the peer reads, reading frames,
- * the Subscribe handshake, Acked answers and heartbeats. */
+/* The connections of the socket sink's subscribers. It accepts them and keeps the first-frame deadline. It
+ * makes room when the table is full, and closes with a readable Error and draining. It bounds the output (and
+ * withdraws Deliveries not written yet), and watches that the peer reads. It reads frames, and handles the
+ * Subscribe handshake, Acked answers and heartbeats. */
 #include "sinks/socket/socket_internal.h"
 
 #include <errno.h>
@@ -24,11 +24,11 @@
 /* A connection closed with an Error stays this long (at most, between reads or writes) to let the
  * client finish sending and read the Error, instead of meeting a reset or a broken pipe. */
 #define CLOSE_LINGER_MS 2000
-/* Closing connections beyond subscribers.max_connections; past this a new connection is closed without a
+/* Closing connections beyond subscribers.max_connections. Past this, a new connection is closed without a
  * word. */
 #define MAX_CLOSING 256
 
-/* The first byte of a Delivery frame's message: ServerFrame's delivery field, length-delimited. */
+/* The first byte of a Delivery frame's message, ServerFrame's delivery field, length-delimited. */
 #define DELIVERY_TAG (SF_DELIVERY << 3 | PB_WIRE_LEN)
 
 /* Output ------------------------------------------------------------------------------------ */
@@ -43,7 +43,7 @@ uint64_t sc_written(consumer *c)
 	return c->out_added - evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
-/* Forgets the frames wholly written: the first one kept is the one being written, if any. */
+/* Forgets the frames wholly written. The first one kept is the one being written, if any. */
 static void forget_written(consumer *c)
 {
 	struct frame_starts *f = &c->starts;
@@ -120,15 +120,14 @@ uint64_t sc_withdraw(consumer *c)
 	evbuffer_free(keep);
 	c->out_added = pos;
 	if (evbuffer_get_length(out) <= c->s->out_low)
-		c->stalled = false; /* drained by the withdrawal: no write will say so */
+		c->stalled = false; /* drained by the withdrawal, and no write will say so */
 	return from;
 }
 
-/* Whether the peer reads: it did since the last check if what it has not read (the kernel counts
- * the size of its buffers, at least the bytes in them) grew by less than cdc wrote meanwhile.
- * Its frames show it alive too (a worker busy with a long job sends Progress without reading):
- * only a peer that neither reads nor sends for ack_timeout is taken for one that stopped reading,
- * and it is dispatched to again once it reads. */
+/* Whether the peer reads. It did since the last check if what it has not read grew by less than cdc wrote
+ * meanwhile. The kernel counts the size of its buffers, at least the bytes in them. Its frames show it alive
+ * too, since a worker busy with a long job sends Progress without reading. Only a peer that neither reads nor
+ * sends for ack_timeout is taken for one that stopped reading. It is dispatched to again once it reads. */
 void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
 {
 	int unread = 0;
@@ -155,9 +154,9 @@ void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
 
 static void consumer_free(consumer *c);
 
-/* A closing connection: what the client still sends is read and dropped, so that it is not met
- * with a broken pipe before it reads the Error, and so that closing with unread input does not
- * reset the connection; within CLOSE_LINGER_MS. */
+/* A closing connection, within CLOSE_LINGER_MS. What the client still sends is read and dropped. So it is not
+ * met with a broken pipe before it reads the Error. And closing with unread input does not reset the
+ * connection. */
 static void on_closing_read(struct bufferevent *bev, void *arg)
 {
 	consumer *c = arg;
@@ -167,7 +166,7 @@ static void on_closing_read(struct bufferevent *bev, void *arg)
 		consumer_free(c);
 }
 
-/* The Error is written: the client reads it, then the end of the stream. */
+/* The Error is written. The client reads it, then the end of the stream. */
 static void on_closing_written(struct bufferevent *bev, void *arg)
 {
 	(void)arg;
@@ -187,7 +186,7 @@ static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
 	size_t partial = evbuffer_get_length(bufferevent_get_input(bev));
 	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
 		return;
-	/* every whole frame before it was handled; the start of a frame cannot be */
+	/* Every whole frame before it was handled. The start of a frame cannot be. */
 	if (partial)
 		log_warn(
 		    "a subscriber's connection ended in the middle of a frame; the partial frame is dropped",
@@ -195,10 +194,10 @@ static void on_consumer_event(struct bufferevent *bev, short what, void *arg)
 	consumer_free(c);
 }
 
-/* Answers with an Error frame and closes once the client has had it; this connection only. It
- * leaves its queue at once, so what it holds goes to the others now rather than when (if ever) its
- * peer reads the Error; and a peer that hangs up first still frees it (on_closing_event): a closing
- * connection that stayed forever, as the failover's active consumer, stalled the subscription. */
+/* Answers with an Error frame and closes once the client has had it, on this connection only. It leaves its
+ * queue at once, so what it holds goes to the others now. Otherwise that would wait until (if ever) its peer
+ * reads the Error. A peer that hangs up first still frees it (on_closing_event). A closing connection that
+ * stayed forever, as the failover's active consumer, stalled the subscription. */
 static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *msg)
 {
 	if (c->closing)
@@ -267,7 +266,7 @@ void sc_flush_reply(consumer *c)
 	r->n = 0;
 }
 
-/* The connection and what the consumer owns; nothing else is told. */
+/* The connection and what the consumer owns. Nothing else is told. */
 void sc_consumer_release(consumer *c)
 {
 	bufferevent_free(c->bev);
@@ -296,9 +295,9 @@ static subscription *find(socket_sink *s, const char *name)
 	return NULL;
 }
 
-/* Whether c's peer may read sub's events (its dead letters with dead_letters): always without an
- * allow list, else when its uid or one of its groups is listed (again, after a reload). A peer
- * refused gets PERMISSION_DENIED naming its uid and the subscription, and is counted. */
+/* Whether c's peer may read sub's events (its dead letters with dead_letters). It always may without an allow
+ * list. Else it may when its uid or one of its groups is listed (again, after a reload). A peer refused gets
+ * PERMISSION_DENIED naming its uid and the subscription, and is counted. */
 static bool admitted(consumer *c, subscription *sub, bool dead_letters, bool again)
 {
 	const socket_sub_settings *set = sub->set;
@@ -384,7 +383,7 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	sq_dispatch(s, q);
 }
 
-/* *settle: the queue an Ack or Nack changed, for sq_settle once the read's frames are handled. */
+/* *settle gets the queue an Ack or Nack changed, for sq_settle once the read's frames are handled. */
 static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len, queue **settle)
 {
 	char err[256];
@@ -431,7 +430,7 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
 		const uint8_t *msg;
 		size_t msglen, consumed, avail = evbuffer_get_length(in);
-		/* The length is checked before the frame is waited for: an oversized one is refused now. */
+		/* The length is checked before the frame is waited for. An oversized one is refused now. */
 		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX, &msg,
 					    &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_MORE) {
@@ -450,20 +449,20 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 		if (!go_on)
 			break;
 	}
-	/* also when c closed after its acks: the queue outlives the connection */
+	/* Also when c closed after its acks, since the queue outlives the connection. */
 	if (settle)
 		sq_settle(c->s, settle);
 	if (c->closing)
 		return;
 	/* Answered at once when the consumer may be waiting for it (nothing else in flight to it, or
-	 * something refused); else with the next tick: a consumer acking a stream of events one by one
-	 * would otherwise be sent an Acked per ack, a fifth of the socket path's throughput. */
+	 * something refused). Else it is answered with the next tick. A consumer acking a stream of events
+	 * one by one would otherwise be sent an Acked per ack, a fifth of the socket path's throughput. */
 	if (!c->in_flight || c->reply.n)
 		sc_flush_reply(c);
 }
 
-/* The output drained to out_low: a stalled consumer is dispatched to again. Its input is
- * read all along: a client that waits to send its acks before it reads must not deadlock. */
+/* The output drained to out_low, so a stalled consumer is dispatched to again. Its input is read all along. A
+ * client that waits to send its acks before it reads must not deadlock. */
 static void on_consumer_written(struct bufferevent *bev, void *arg)
 {
 	(void)bev;
@@ -476,8 +475,8 @@ static void on_consumer_written(struct bufferevent *bev, void *arg)
 		sq_dispatch(c->s, c->q);
 }
 
-/* Closing connections fill their share of the table: one of them loses the rest of its linger
- * (its Error is written, or as much of it as it would read), a new connection counts more. */
+/* Closing connections fill their share of the table. One of them loses the rest of its linger (its Error is
+ * written, or as much of it as it would read). A new connection counts more. */
 static void shed_closing(socket_sink *s)
 {
 	consumer *c = s->pending; /* a closing connection has left its queue */
@@ -485,8 +484,8 @@ static void shed_closing(socket_sink *s)
 		c = c->next;
 	if (!c)
 		return;
-	/* What is still buffered (the Error, usually) gets the one write the socket takes now; the
-	 * bufferevent keeps its output to itself (frozen: no evbuffer_write), but it can be peeked. */
+	/* What is still buffered (the Error, usually) gets the one write the socket takes now. The
+	 * bufferevent keeps its output to itself (frozen, so no evbuffer_write), but it can be peeked. */
 	struct evbuffer_iovec v[4]; /* the same layout as struct iovec where there is one */
 	struct msghdr m = {.msg_iov = (struct iovec *)v};
 	m.msg_iovlen = (size_t)evbuffer_peek(bufferevent_get_output(c->bev), -1, NULL, v, 4);
@@ -498,8 +497,8 @@ static void shed_closing(socket_sink *s)
 	consumer_free(c);
 }
 
-/* The table is full: the oldest connection that has not subscribed yet gives way to c; if every
- * other one has subscribed, c is refused. Either is told so in an Error it can read. */
+/* The table is full. The oldest connection that has not subscribed yet gives way to c. If every other one has
+ * subscribed, c is refused. Either is told so in an Error it can read. */
 static void make_room(socket_sink *s, consumer *c)
 {
 	consumer *old = s->pending;
@@ -529,7 +528,7 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	(void)l, (void)addr, (void)len;
 	socket_sink *s = arg;
 	net_peer cred;
-	net_peer_of(fd, &cred); /* unknown: uid and gid (uid_t)-1, which no allow list holds */
+	net_peer_of(fd, &cred); /* unknown is uid and gid (uid_t)-1, which no allow list holds */
 	if (s->nconnections >= s->max_connections + MAX_CLOSING)
 		shed_closing(s);
 	consumer *c = xcalloc(1, sizeof(*c));

@@ -1,7 +1,7 @@
-/* durable.c: see socket_sink.h. The sink interface (render, deliver to the spools, hold the
- * events of held transactions in them, flush, busy), binding and forgetting subscriptions, stats and
- * the tick timer; the queues' delivery state is in acked.c, the connections in connections.c
- * (their shared structs: socket_internal.h). */
+/* See socket_sink.h. The sink interface (render, deliver to the spools, hold the events of held transactions
+ * in them, flush, busy). Binding and forgetting subscriptions, stats and the tick timer. The queues' delivery
+ * state is in acked.c, and the connections in connections.c. Their shared structs are in socket_internal.h.
+ */
 #include "decoder/base/bytes.h"
 #include "sinks/socket/socket_sink.h"
 
@@ -24,7 +24,7 @@
 #define TRIM_EVERY_MS 1000
 #define RENDER_HEADER 4 /* [u32 key hash] before the packed event */
 
-/* Timer: consumers that stopped reading, ack timeouts, heartbeats, retention. */
+/* Timer for consumers that stopped reading, ack timeouts, heartbeats and retention. */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
@@ -40,7 +40,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			continue;
 		queue *qs[2] = {&sub->q, &sub->dead};
 		for (int k = 0; k < 2; k++) {
-			/* a failover consumer that stops reading goes last: one may be seen twice */
+			/* A failover consumer that stops reading goes last, so one may be seen twice. */
 			for (consumer *c = qs[k]->consumers, *next; c; c = next) {
 				next = c->next;
 				sc_watch_reading(c, now, sub->set->ack_timeout_ms);
@@ -48,8 +48,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			sq_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
 				sc_flush_reply(c); /* answers held back while c had events in flight */
-				/* an idle connection's heartbeat; one that has not read what it was sent
-				 * has frames to read already */
+				/* An idle connection's heartbeat. One that has not read what it was sent has
+				 * frames to read already. */
 				if (!c->closing && !c->seen_unread &&
 				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
 					sc_heartbeat(c);
@@ -155,7 +155,7 @@ bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs,
 
 /* The sink interface --------------------------------------------------------------------- */
 
-/* FNV-1a over the packed key: the same row key always lands in the same bucket. */
+/* FNV-1a over the packed key, so the same row key always lands in the same bucket. */
 static uint32_t key_hash(const Cdc__V1__Event *e)
 {
 	if (!e->key)
@@ -205,7 +205,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
 		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
 	subscription *sub = s->by_index[idx];
-	/* After a restart the slot resends what the spool may already hold: skip that. A schema event
+	/* After a restart the slot resends what the spool may already hold, so skip that. A schema event
 	 * comes before the row of the same tx_index. */
 	if (sub->have_last && (c->commit_lsn < sub->last_lsn ||
 			       (c->commit_lsn == sub->last_lsn &&
@@ -244,8 +244,8 @@ static void socket_end_txn(sink *base, uint64_t seq)
 
 /* Held transactions ---------------------------------------------------------------------- */
 
-/* A held transaction's events: one spool_held per subscription that has some (in the order they
- * came), and the savepoints, each with where those files stood (files created later stood empty). */
+/* A held transaction's events. There is one spool_held per subscription that has some (in the order they
+ * came). The savepoints each keep where those files stood (files created later stood empty). */
 typedef struct held_txn {
 	uint32_t xid;
 	spool_held **files;
@@ -274,7 +274,7 @@ static held_txn *held_find(socket_sink *s, uint32_t xid, bool create)
 	return h;
 }
 
-/* Frees h; its files are deleted unless committed (then NULL). */
+/* Frees h. Its files are deleted unless committed (then NULL). */
 static void held_free(socket_sink *s, held_txn *h)
 {
 	for (held_txn **p = &s->held; *p; p = &(*p)->next)
@@ -332,8 +332,8 @@ static void socket_hold_savepoint(sink *base, uint32_t xid, uint32_t tx_index)
 		sp->at[i] = spool_held_at(h->files[i]);
 }
 
-/* Back to the first savepoint at or after tx_index, which stays: an enclosing subtransaction that
- * started at the same position may roll back to it later. */
+/* Back to the first savepoint at or after tx_index, which stays. An enclosing subtransaction that started at
+ * the same position may roll back to it later. */
 static bool socket_hold_rollback(sink *base, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
 {
 	held_txn *h = held_find((socket_sink *)base, xid, false);
@@ -360,8 +360,8 @@ static void socket_hold_abort(sink *base, uint32_t xid)
 		held_free(s, h);
 }
 
-/* The held events become the next offsets of each subscription's spool, unless the spool has the
- * transaction already (it was spooled before a restart: the slot resends what was not confirmed). */
+/* The held events become the next offsets of each subscription's spool. That is skipped if the spool has the
+ * transaction already. It was then spooled before a restart, and the slot resends what was not confirmed. */
 static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, uint64_t seq, char *err,
 			       size_t errlen)
 {
@@ -392,11 +392,11 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 
 /* Group commit off the event loop ---------------------------------------------------------- */
 
-/* The acked cursors are fsynced apart, at most this often: a batch of events waits for one fsync,
- * not two (an ack that is not durable yet is delivered again after a power loss, as before). */
+/* The acked cursors are fsynced apart, at most this often. So a batch of events waits for one fsync, not two.
+ * An ack that is not durable yet is delivered again after a power loss, as before. */
 #define ACKS_SYNC_MS 100
 
-/* On a syncer's worker: a batch's fsyncs (the loop leaves the batch alone while it is busy). */
+/* On a syncer's worker, a batch's fsyncs (the loop leaves the batch alone while it is busy). */
 static void run_batch(void *arg)
 {
 	struct syncer *y = arg;
@@ -404,9 +404,9 @@ static void run_batch(void *arg)
 		spool_sync_run(&y->jobs[i]);
 }
 
-/* An events batch is back: its spools' events up to where it began are visible (and
- * dispatched), its transactions delivered; commit to durable latency is counted for its events.
- * An acks batch is back: the cursors are durable. */
+/* An events batch is back. Its spools' events up to where it began are visible (and dispatched), and its
+ * transactions delivered. Commit to durable latency is counted for its events. When an acks batch is back,
+ * the cursors are durable. */
 static void sync_finish(socket_sink *s, struct syncer *y)
 {
 	y->busy = false;
@@ -429,13 +429,13 @@ static void sync_finish(socket_sink *s, struct syncer *y)
 	y->runs = 0;
 }
 
-/* A worker's eventfd: a batch is back (after events, the daemon flushes again, which starts the
- * next one). */
+/* A worker's eventfd, when a batch is back. After events, the daemon flushes again, which starts the next
+ * one. */
 static void on_synced(socket_sink *s, struct syncer *y)
 {
 	worker_clear(y->w);
 	if (!y->busy || !worker_idle(y->w))
-		return; /* sync_wait took that batch already; this one is not back yet */
+		return; /* sync_wait took that batch already, or this one is not back yet */
 	sync_finish(s, y);
 	if (y == &s->sync && s->durable)
 		s->durable(s->wake_ctx);
@@ -485,10 +485,10 @@ static bool sync_add(struct syncer *y, queue *q, bool events, char *err, size_t 
 	return true;
 }
 
-/* Starts a batch on syncer y of the spools that have something to sync: their events (the
- * buffers are written here), or their acked cursors and the segments retention let go (of the
- * dead letters' spools too). The fsyncs run on y's thread while the loop goes on. With no events
- * to sync, what has ended is delivered at once. */
+/* Starts a batch on syncer y of the spools that have something to sync. That is their events (the buffers are
+ * written here), or their acked cursors and the segments retention let go (of the dead letters' spools too).
+ * The fsyncs run on y's thread while the loop goes on. With no events to sync, what has ended is delivered at
+ * once. */
 static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errlen)
 {
 	bool events = y == &s->sync;
@@ -496,7 +496,7 @@ static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errle
 	for (size_t i = 0; i < s->nsubs; i++)
 		if (!sync_add(y, &s->subs[i]->q, events, err, errlen) ||
 		    (!events && !sync_add(y, &s->subs[i]->dead, false, err, errlen))) {
-			y->n = 0; /* cdc stops on this: the descriptors of the jobs begun close then */
+			y->n = 0; /* cdc stops on this, and the descriptors of the jobs begun close then */
 			return false;
 		}
 	if (!events) {
@@ -515,8 +515,8 @@ static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errle
 	return true;
 }
 
-/* Starts whatever batch is due: the events' whenever the last one is back, the cursors' at most
- * every ACKS_SYNC_MS (force: now). */
+/* Starts whatever batch is due. The events' batch starts whenever the last one is back. The cursors' starts
+ * at most every ACKS_SYNC_MS (or now with force). */
 static bool sync_due(socket_sink *s, bool force)
 {
 	struct syncer *y = &s->sync;
@@ -538,7 +538,7 @@ static sink_status socket_flush(sink *base, char *err, size_t errlen)
 	return SINK_FATAL;
 }
 
-/* At a stop: the batches in flight, then one of what is left. */
+/* At a stop, the batches in flight, then one of what is left. */
 static bool socket_finish(sink *base, int timeout_ms)
 {
 	(void)timeout_ms; /* fsyncs are not abandoned */

@@ -1,6 +1,6 @@
-/* frame.c: the subscriber socket's framing and client-frame validation (see frame.h). Bytes from a
- * peer are untrusted: the length is checked before the body is awaited, and a decoded ClientFrame
- * is checked field by field so the socket sink only ever sees well-formed requests. */
+/* The subscriber socket's framing and client-frame validation (see frame.h). Bytes from a peer are untrusted.
+ * The length is checked before the body is awaited. A decoded ClientFrame is checked field by field, so the
+ * socket sink only ever sees well-formed requests. */
 #include <string.h>
 
 #include "decoder/base/bytes.h"
@@ -26,7 +26,7 @@ frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uin
 	if (len < FRAME_HEADER)
 		return FRAME_MORE;
 	uint32_t n = get_be32(data);
-	/* Checked before waiting for the body: a peer must not make us buffer more than max. */
+	/* Checked before waiting for the body. A peer must not make us buffer more than max. */
 	if (n > max) {
 		errf(err, errlen, "frame of %u bytes is over the %u MiB limit", n, max >> 20);
 		return FRAME_BAD;
@@ -51,7 +51,7 @@ static bool check_subscribe(const Cdc__V1__Subscribe *s, char *err, size_t errle
 	if (n > NAME_MAX_BYTES)
 		return errf(err, errlen, "Subscribe: consumer name of %zu bytes is over %d", n,
 			    NAME_MAX_BYTES);
-	/* proto3 enums are open: protobuf-c keeps any number it reads. */
+	/* proto3 enums are open, so protobuf-c keeps any number it reads. */
 	switch (s->start) {
 	case CDC__V1__START_FROM__START_ACKED:
 	case CDC__V1__START_FROM__START_EARLIEST:
@@ -163,7 +163,7 @@ void frame_server_free(Cdc__V1__ServerFrame *f)
 		cdc__v1__server_frame__free_unpacked(f, NULL);
 }
 
-/* Packs msg straight into out behind its header: one reservation, no intermediate copy. */
+/* Packs msg straight into out behind its header, with one reservation and no intermediate copy. */
 static void put_frame(buf *out, const ProtobufCMessage *msg)
 {
 	size_t n = protobuf_c_message_get_packed_size(msg);

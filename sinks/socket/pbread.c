@@ -1,5 +1,5 @@
-/* pbread.c: see pbread.h. Field numbers are those of proto/cdc/v1/event.proto and
- * subscriber.proto; every reader returns false to decline. */
+/* See pbread.h. Field numbers are those of proto/cdc/v1/event.proto and subscriber.proto. Every reader
+ * returns false to decline. */
 #include "sinks/socket/pbread.h"
 
 #include <stdbool.h>
@@ -31,7 +31,7 @@ static bool varint_long(reader *r, uint64_t *v)
 	return false;
 }
 
-/* A varint: tags, small numbers and lengths take one byte, read here. */
+/* A varint. Tags, small numbers and lengths take one byte, read here. */
 static inline bool varint(reader *r, uint64_t *v)
 {
 	if (r->p < r->end && *r->p < 0x80) {
@@ -41,7 +41,7 @@ static inline bool varint(reader *r, uint64_t *v)
 	return varint_long(r, v);
 }
 
-/* A field's tag: field numbers up to 2^25 (4 bytes), never 0. */
+/* A field's tag, with field numbers up to 2^25 (4 bytes), never 0. */
 static bool tag(reader *r, unsigned *field, unsigned *wire)
 {
 	const uint8_t *start = r->p;
@@ -90,8 +90,8 @@ static bool u64(reader *r, unsigned wire, uint64_t *v)
 	return wire == PB_WIRE_VARINT && varint(r, v);
 }
 
-/* The other varint fields: the value as the field's type (32-bit ones take its low 32 bits, as
- * protobuf-c does; a bool is any bit set). */
+/* The other varint fields, the value as the field's type. 32-bit ones take its low 32 bits, as protobuf-c
+ * does. A bool is any bit set. */
 #define VARINT_FIELD(name, type, value)                                                                      \
 	static bool name(reader *r, unsigned wire, type *v)                                                  \
 	{                                                                                                    \
@@ -150,8 +150,8 @@ static bool binary(reader *r, unsigned wire, ProtobufCBinaryData *v)
 
 typedef bool (*field_fn)(reader *r, void *msg, unsigned field, unsigned wire);
 
-/* How to read one message type: its size and INIT value, its known fields 1..known, the one that
- * repeats (0: none), and what reads a known field. */
+/* How to read one message type. It gives its size and INIT value, its known fields 1..known, the one that
+ * repeats (0 if none), and what reads a known field. */
 typedef struct kind {
 	size_t size;
 	const void *init;
@@ -186,8 +186,8 @@ static void *message(reader *r, unsigned wire, const kind *k)
 	return m;
 }
 
-/* The array of a repeated field with room for one more than its n items: it grows in powers of
- * two from 4 (the arena keeps the old one until its reset). */
+/* The array of a repeated field with room for one more than its n items. It grows in powers of two from 4
+ * (the arena keeps the old one until its reset). */
 static void *grow(arena *a, void *items, size_t n, size_t size)
 {
 	if (n && (n < 4 || (n & (n - 1))))
@@ -361,14 +361,14 @@ static bool event_field(reader *r, void *msg, unsigned f, unsigned w)
 		return str(r, w, &e->origin);
 	case 22:
 		return fixed64(r, w, &e->schema_id);
-	default: /* 20 and 21: a schema or DDL event (rare), protobuf-c's */
+	default: /* 20 and 21, a schema or DDL event (rare), are protobuf-c's */
 		return false;
 	}
 }
 static const Cdc__V1__Event event_init = CDC__V1__EVENT__INIT;
 static const kind event_kind = {sizeof(Cdc__V1__Event), &event_init, 22, 0, event_field};
 
-/* Events only: dead letters (field 2) are protobuf-c's. */
+/* Events only. Dead letters (field 2) are protobuf-c's. */
 static bool delivery_field(reader *r, void *msg, unsigned f, unsigned w)
 {
 	Cdc__V1__Delivery *d = msg;
@@ -391,7 +391,7 @@ Cdc__V1__ServerFrame *pb_read_delivery(const uint8_t *msg, size_t len, arena *a)
 	if (!tag(&r, &f, &w) || f != SF_DELIVERY)
 		return NULL;
 	Cdc__V1__Delivery *d = message(&r, w, &delivery_kind);
-	if (!d || r.p != r.end) /* anything after it: protobuf-c's */
+	if (!d || r.p != r.end) /* anything after it is protobuf-c's */
 		return NULL;
 	Cdc__V1__ServerFrame *sf = arena_alloc(a, sizeof(*sf));
 	*sf = (Cdc__V1__ServerFrame)CDC__V1__SERVER_FRAME__INIT;

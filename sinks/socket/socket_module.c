@@ -1,5 +1,5 @@
-/* socket_module.c: `sink: socket` declared once: the subscribers section and a subscription's keys,
- * how the sink is made from them, its figures in /status and /metrics, and its doctor check. */
+/* `sink: socket` declared once. It gives the subscribers section and a subscription's keys, how the sink is
+ * made from them, its figures in /status and /metrics, and its doctor check. */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -94,7 +94,7 @@ static const sink_key sub_keys[] = {
 
 _Static_assert(sizeof sub_keys / sizeof *sub_keys == SUB_ALLOW + 1, "allow is the last subscription key");
 
-/* What the sink takes of each subscription (serve: whether it is a socket one). */
+/* What the sink takes of each subscription. serve says whether it is a socket one. */
 static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 {
 	socket_sub_settings *v = xcalloc(n ? n : 1, sizeof(*v));
@@ -120,7 +120,7 @@ static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 	return v;
 }
 
-/* An allow list with neither uids nor gids would let no consumer in: a mistake, refused. */
+/* An allow list with neither uids nor gids would let no consumer in. It is a mistake, refused. */
 static void check_sub(void *settings, const bool *given, sink_problems *problems)
 {
 	const socket_sub_conf *c = settings;
@@ -200,7 +200,7 @@ static void consumers_json(const socket_consumer_stats *v, size_t n, bool dead_l
 	buf_putc(out, ']');
 }
 
-/* Renders one subscription's spool figures and consumers; pure, so tests compare it byte for byte. */
+/* Renders one subscription's spool figures and consumers. It is pure, so tests compare it byte for byte. */
 void socket_sub_json(const socket_sub_stats *st, const socket_consumer_stats *consumers, size_t n, buf *out)
 {
 	bool f = false; /* members follow "bytes" */
@@ -243,7 +243,7 @@ static bool sub_status(const sink *k, uint32_t sub, uint64_t *delivered, buf *me
 /* The spool's families, by subscription. */
 static const struct {
 	const char *name, *type, *help;
-	size_t offset; /* in socket_sub_stats; SIZE_MAX: pending */
+	size_t offset; /* in socket_sub_stats, SIZE_MAX for pending */
 	bool flag;
 } sub_metrics_table[] = {
     {"cdc_subscription_pending_events", "gauge", "Events spooled and not yet acknowledged.", SIZE_MAX, false},

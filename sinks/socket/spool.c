@@ -1,8 +1,7 @@
-/* spool.c: see spool.h. Segment files of CRC-32C checked records named by their first offset, an
- * in-memory write buffer that spool_sync writes and fsyncs (group commit), a sparse in-memory index
- * per segment for random reads, and a two-slot cursor file so that a torn write never loses both.
- * A held transaction's file ("held-<xid>") is written in the records of a segment and renamed into
- * place at its commit. */
+/* See spool.h. Segment files hold CRC-32C checked records and are named by their first offset. An in-memory
+ * write buffer is written and fsynced by spool_sync (group commit). A sparse in-memory index per segment
+ * serves random reads. A two-slot cursor file means a torn write never loses both. A held transaction's file
+ * ("held-<xid>") is written in the records of a segment and renamed into place at its commit. */
 #include "sinks/socket/spool.h"
 #include "decoder/base/bytes.h"
 
@@ -18,13 +17,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A record: magic u8, type u8, zero u16, crc u32 (of every other header byte and the payload), len
- * u32, offset u64, commit_lsn u64, tx_index u32, key_hash u32, time_ms i64; then len payload bytes.
- * Little-endian. A marker's offset is the last event offset it declares committed; its id fields
- * repeat the newest committed event, so a segment that starts with one still knows the last id.
- * A held transaction's segment has REC_HELD events, whose offset is their index in the segment
- * (the segment's name gives the first) and whose commit_lsn is 0, then one REC_TXN: offset the
- * number of events, commit_lsn, tx_index of the last event, time_ms the commit time in µs. */
+/* A record is little-endian. Its header is as follows, and len payload bytes come after it.
+ * - magic u8, type u8, zero u16
+ * - crc u32, of every other header byte and the payload
+ * - len u32, offset u64, commit_lsn u64, tx_index u32, key_hash u32, time_ms i64
+ * A marker's offset is the last event offset it declares committed. Its id fields repeat the newest
+ * committed event, so a segment that starts with one still knows the last id. A held transaction's
+ * segment has REC_HELD events, whose offset is their index in the segment (the segment's name gives
+ * the first) and whose commit_lsn is 0. One REC_TXN follows them. Its offset is the number of events,
+ * its commit_lsn and tx_index are the last event's, and its time_ms is the commit time in µs. */
 #define REC_HDR 44
 #define REC_MAGIC 0xC5
 #define REC_EVENT 1
@@ -36,14 +37,14 @@
 
 #define INDEX_EVERY 128	      /* index the file position of every 128th event of a segment */
 #define WBUF_EARLY (1u << 20) /* write (not fsync) the buffer once it holds this much */
-#define WIN_BYTES (64u << 10) /* read-ahead: one pread serves the next records in order */
+#define WIN_BYTES (64u << 10) /* read-ahead, one pread serving the next records in order */
 #define SEGMENT_DEFAULT (64ull << 20)
 #define SEG_DIGITS 20
 #define CURSOR_FILE "cursor"
-#define CURSOR_SLOT 64 /* two slots: seq, acked, first, dropped, crc */
-/* Delivery counts: records of from u64, n u32, count u32, zero u32, crc u32 (of the 20 bytes
- * before): offsets from..from+n-1 were delivered count times. Appended as deliveries are made;
- * the newest record of an offset wins; rewritten with only the offsets after acked once it is
+#define CURSOR_SLOT 64 /* two slots of seq, acked, first, dropped, crc */
+/* Delivery counts. Each record is from u64, n u32, count u32, zero u32, crc u32 (of the 20 bytes before). It
+ * says offsets from..from+n-1 were delivered count times. Records are appended as deliveries are made, and
+ * the newest record of an offset wins. The file is rewritten with only the offsets after acked once it is
  * COUNTS_COMPACT times larger than that (and at least COUNTS_COMPACT_MIN). */
 #define COUNTS_FILE "deliveries"
 #define COUNTS_REC 24
@@ -59,11 +60,12 @@ typedef struct rec_hdr {
 } rec_hdr;
 
 typedef struct seg {
-	uint64_t first; /* its name: the offset of its first event */
+	uint64_t first; /* its name, the offset of its first event */
 	uint64_t bytes; /* in the file (the last segment's buffered bytes are not counted) */
-	uint64_t *idx;	/* idx[k]: file position of event first + k * INDEX_EVERY; a prefix, grown lazily */
+	/* idx[k] is the file position of event first + k * INDEX_EVERY (a prefix, grown lazily). */
+	uint64_t *idx;
 	size_t nidx, cidx;
-	bool txn_known; /* a held transaction's segment: its REC_TXN read into the two below */
+	bool txn_known; /* a held transaction's segment, with its REC_TXN read into the two below */
 	uint64_t commit_lsn;
 	int64_t commit_time;
 } seg;
@@ -71,8 +73,8 @@ typedef struct seg {
 /* A read-ahead window over one segment plus where the last record read ended, so that reading
  * offsets in order neither searches nor preads per record. */
 typedef struct reader {
-	uint64_t seg_first; /* the segment of fd, window and cursor; 0: none */
-	int fd;		    /* own descriptor for a closed segment; -1 for the write segment */
+	uint64_t seg_first; /* the segment of fd, window and cursor, 0 if none */
+	int fd;		    /* own descriptor for a closed segment, -1 for the write segment */
 	uint8_t *win;
 	size_t win_len, win_cap;
 	uint64_t win_pos;
@@ -83,7 +85,7 @@ typedef struct reader {
 struct spool {
 	char *dir;
 	spool_limits lim;
-	seg *segs; /* oldest first; the last is the one appended to */
+	seg *segs; /* oldest first, the last being the one appended to */
 	size_t nsegs, csegs;
 	int wfd;
 	uint64_t written; /* == segs[nsegs - 1].bytes */
@@ -101,24 +103,24 @@ struct spool {
 	int64_t first_ms, ack_ms;      /* time_ms of event first and of event acked + 1, when appended */
 	uint64_t first_seg, first_pos; /* where event first is (or will be) */
 	uint64_t ack_seg, ack_pos;     /* where event acked + 1 is, when appended */
-	reader rd, meta;	       /* rd serves spool_read; meta the lookups that must not move r->data */
-	char *broken;		       /* a failed write left the file in an unknown state: reopen */
-	/* delivery counts of the offsets dc_base..dc_base + dc_len - 1 (0: never delivered), and the
-	 * file they are kept in */
+	reader rd, meta;	       /* rd serves spool_read, meta the lookups that must not move r->data */
+	char *broken;		       /* a failed write left the file in an unknown state, to reopen */
+	/* Delivery counts of the offsets dc_base..dc_base + dc_len - 1 (0 if never delivered), and the file
+	 * they are kept in. */
 	uint32_t *dc;
 	size_t dc_len, dc_cap;
 	uint64_t dc_base;
 	int dfd;
 	buf dc_out;	   /* records not written yet */
 	uint64_t dc_bytes; /* the file's size */
-	bool dc_empty;	   /* every count was acknowledged: the file can be emptied */
+	bool dc_empty;	   /* every count was acknowledged, so the file can be emptied */
 };
 
 /* ---- encoding ---- */
 
-/* CRC-32C over bytes, continuing from crc as it is inside the loop (not inverted): the table
- * version, or the SSE4.2 instruction where the CPU has it (a fifth of the socket path's CPU went to
- * checksumming byte by byte). Chosen by spool_open, which the daemon calls from its main thread. */
+/* CRC-32C over bytes, continuing from crc as it is inside the loop (not inverted). It uses the table version,
+ * or the SSE4.2 instruction where the CPU has it (a fifth of the socket path's CPU went to checksumming byte
+ * by byte). Chosen by spool_open, which the daemon calls from its main thread. */
 static uint32_t crc_table[256];
 static uint32_t (*crc_update)(uint32_t crc, const uint8_t *p, size_t n);
 
@@ -163,7 +165,7 @@ static void crc_init(void)
 #endif
 }
 
-/* CRC-32C; pass the previous result as crc to continue over more bytes (0 to start). */
+/* CRC-32C. Pass the previous result as crc to continue over more bytes (0 to start). */
 static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
 {
 	return ~crc_update(~crc, p, n);
@@ -192,7 +194,7 @@ static void rec_encode(uint8_t *p, const rec_hdr *h, const void *payload)
 	put_le32(p + 4, rec_crc(p, p + REC_HDR, h->len));
 }
 
-/* Header fields only; NULL if sane, else what is wrong. The CRC is checked once the payload is in. */
+/* Header fields only. NULL if sane, else what is wrong. The CRC is checked once the payload is in. */
 static const char *rec_decode(const uint8_t *p, rec_hdr *h)
 {
 	if (p[0] != REC_MAGIC)
@@ -216,7 +218,7 @@ static bool rec_is_event(const rec_hdr *h)
 	return h->type == REC_EVENT || h->type == REC_HELD;
 }
 
-/* An event record's offset: a held transaction's events count from the segment's first. */
+/* An event record's offset. A held transaction's events count from the segment's first. */
 static uint64_t rec_offset(uint64_t seg_first, const rec_hdr *h)
 {
 	return h->type == REC_HELD ? seg_first + h->offset : h->offset;
@@ -257,7 +259,7 @@ static bool pread_full(int fd, void *dst, size_t n, uint64_t pos)
 	return true;
 }
 
-/* mkdir -p, mode 0700: state_dir/spool may not exist yet. */
+/* mkdir -p, mode 0700, since state_dir/spool may not exist yet. */
 static bool make_dirs(const char *dir, char *err, size_t errlen)
 {
 	char path[4096];
@@ -301,7 +303,7 @@ static uint64_t seg_last(const spool *s, const seg *sg)
 	return is_current(s, sg) ? s->next - 1 : sg[1].first - 1;
 }
 
-/* The segment holding offset: the last whose first is <= offset. */
+/* The segment holding offset, the last whose first is <= offset. */
 static seg *seg_find(spool *s, uint64_t offset)
 {
 	size_t lo = 0, hi = s->nsegs;
@@ -366,8 +368,8 @@ static bool reader_use(spool *s, reader *r, const seg *sg, char *err, size_t err
 	return true;
 }
 
-/* Makes bytes [pos, pos + n) of sg available at *p. 1: done; 0: the segment ends before; -1: error.
- * The write segment's bytes past what is written come from the write buffer. */
+/* Makes bytes [pos, pos + n) of sg available at *p. Returns 1 when done, 0 when the segment ends before, -1
+ * on error. The write segment's bytes past what is written come from the write buffer. */
 static int win_get(spool *s, reader *r, const seg *sg, uint64_t pos, size_t n, const uint8_t **p, char *err,
 		   size_t errlen)
 {
@@ -406,8 +408,8 @@ static int win_get(spool *s, reader *r, const seg *sg, uint64_t pos, size_t n, c
 	return 1;
 }
 
-/* The record at pos, checksum verified. 1: *h and *payload set; 0: *why says what is wrong (a
- * short record says "truncated record"); -1: I/O error in err. */
+/* The record at pos, checksum verified. Returns 1 with *h and *payload set. Returns 0 with *why saying what
+ * is wrong (a short record says "truncated record"). Returns -1 on an I/O error, in err. */
 static int rec_at(spool *s, reader *r, const seg *sg, uint64_t pos, rec_hdr *h, const uint8_t **payload,
 		  const char **why, char *err, size_t errlen)
 {
@@ -439,7 +441,7 @@ static bool corrupt(spool *s, const seg *sg, uint64_t pos, const char *why, char
 	return errf(err, errlen, "spool %s: record at byte %" PRIu64 ": %s", path, pos, why);
 }
 
-/* Where to start scanning for offset in sg: the nearest index entry or the reader's cursor. */
+/* Where to start scanning for offset in sg, the nearest index entry or the reader's cursor. */
 static void scan_start(const seg *sg, const reader *r, uint64_t offset, uint64_t *off, uint64_t *pos)
 {
 	uint64_t k = (offset - sg->first) / INDEX_EVERY;
@@ -453,11 +455,11 @@ static void scan_start(const seg *sg, const reader *r, uint64_t offset, uint64_t
 		return;
 	if (r->next_off <= offset && r->next_off > *off)
 		*off = r->next_off, *pos = r->next_pos;
-	else if (r->next_off - 1 == offset) /* the same one again: a consumer that had no room before */
+	else if (r->next_off - 1 == offset) /* the same one again, for a consumer that had no room before */
 		*off = offset, *pos = r->last_pos;
 }
 
-/* Finds event offset (which must exist): seeks near it with the index, scans forward through the
+/* Finds event offset (which must exist). It seeks near it with the index, scans forward through the
  * read-ahead window and extends the index on the way. */
 static bool locate(spool *s, reader *r, uint64_t offset, rec_hdr *h, const uint8_t **payload, seg **where,
 		   uint64_t *at, char *err, size_t errlen)
@@ -511,8 +513,8 @@ static bool cursor_write(spool *s, char *err, size_t errlen)
 	return true;
 }
 
-/* Opens the cursor file and loads the valid slot with the higher sequence; *found is false when
- * neither slot is valid (a new spool, or both torn: then the caller derives the cursor). */
+/* Opens the cursor file and loads the valid slot with the higher sequence. *found is false when neither slot
+ * is valid (a new spool, or both torn). The caller then derives the cursor. */
 static bool cursor_open(spool *s, bool *found, char *err, size_t errlen)
 {
 	char path[4200];
@@ -545,9 +547,9 @@ static bool cursor_open(spool *s, bool *found, char *err, size_t errlen)
 typedef struct scan {
 	uint64_t end;  /* position after the last good record */
 	uint64_t next; /* the offset after the last event */
-	bool marked;   /* a marker was seen; mark is the last one's offset */
+	bool marked;   /* a marker was seen, and mark is the last one's offset */
 	uint64_t mark;
-	bool have_id; /* id of the newest committed event (a marker repeats it; a REC_TXN has it) */
+	bool have_id; /* id of the newest committed event (a marker repeats it, a REC_TXN has it) */
 	uint64_t lsn;
 	uint32_t tx;
 	uint64_t mark_end; /* position after the last marker (or REC_TXN) */
@@ -555,8 +557,8 @@ typedef struct scan {
 	const char *why;   /* the first bad record, NULL if the segment ended cleanly */
 } scan;
 
-/* Validates every record of sg from the start, building its index. An I/O error fails; a bad
- * record stops the scan with sc->why set and sc->end at its position. */
+/* Validates every record of sg from the start, building its index. An I/O error fails. A bad record stops the
+ * scan with sc->why set and sc->end at its position. */
 static bool scan_seg(spool *s, seg *sg, scan *sc, char *err, size_t errlen)
 {
 	*sc = (scan){.next = sg->first};
@@ -619,7 +621,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Parses "<20 digits>.seg"; -1 for another file, 0 for a malformed segment name. */
+/* Parses "<20 digits>.seg". -1 for another file, 0 for a malformed segment name. */
 static int seg_name(const char *name, uint64_t *first)
 {
 	size_t n = strlen(name);
@@ -648,7 +650,7 @@ static bool list_segs(spool *s, char *err, size_t errlen)
 	struct dirent *e;
 	while (ok && (e = readdir(d)) != NULL) {
 		uint64_t first;
-		/* a held transaction of the last run: the slot resends it */
+		/* A held transaction of the last run, which the slot resends. */
 		if (strncmp(e->d_name, HELD_PREFIX, strlen(HELD_PREFIX)) == 0 &&
 		    unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
 			ok = errf(err, errlen, "spool %s: cannot remove %s: %s", s->dir, e->d_name,
@@ -704,8 +706,8 @@ static bool open_last(spool *s, char *err, size_t errlen)
 	return true;
 }
 
-/* The head and the last id when the write segment holds no marker (a crash in a transaction that
- * spans a rollover, or an empty new segment): the newest marker of an earlier, intact segment. */
+/* The head and the last id when the write segment holds no marker (a crash in a transaction that spans a
+ * rollover, or an empty new segment). They come from the newest marker of an earlier, intact segment. */
 static bool scan_back(spool *s, scan *last, char *err, size_t errlen)
 {
 	for (size_t i = s->nsegs - 1; i-- > 0 && (!last->marked || !last->have_id);) {
@@ -732,9 +734,9 @@ static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst
 static bool acked_moved(spool *s, char *err, size_t errlen);
 static void put_marker(spool *s, uint64_t offset);
 
-/* Cuts off the events after the head: a transaction a crash cut short, never confirmed to the slot,
- * which resends it whole. Its first event may be in an earlier segment than the last (it spanned a
- * rollover): the segments after that one go. */
+/* Cuts off the events after the head. They are a transaction a crash cut short, never confirmed to the slot,
+ * which resends it whole. Its first event may be in an earlier segment than the last (it spanned a rollover).
+ * The segments after that one go. */
 static bool cut_uncommitted(spool *s, char *err, size_t errlen)
 {
 	int64_t ms;
@@ -770,8 +772,8 @@ static bool cut_uncommitted(spool *s, char *err, size_t errlen)
 	return fsync_dir(s->dir, err, errlen);
 }
 
-/* Reconciles the cursor with what the segments hold: nothing below the oldest segment is retained
- * and nothing above head can be acked or dropped. */
+/* Reconciles the cursor with what the segments hold. Nothing below the oldest segment is retained, and
+ * nothing above head can be acked or dropped. */
 static bool settle_cursor(spool *s, bool found, char *err, size_t errlen)
 {
 	uint64_t oldest = s->segs[0].first;
@@ -818,7 +820,7 @@ static bool recover(spool *s, spool_recovery *rec, char *err, size_t errlen)
 	rec->uncommitted = s->next - 1 - s->head;
 	if (!cut_uncommitted(s, err, errlen))
 		return false;
-	/* A held transaction's segment is never appended to: a crash came before the next one. */
+	/* A held transaction's segment is never appended to. A crash came before the next one. */
 	if (txn) {
 		close(s->wfd);
 		if (!create_seg(s, s->next, err, errlen))
@@ -859,7 +861,7 @@ static void counts_set(spool *s, uint64_t offset, uint32_t count)
 	s->dc_empty = false;
 }
 
-/* The acked cursor moved: counts at or before it are of no use any more. */
+/* The acked cursor moved. Counts at or before it are of no use any more. */
 static void counts_prune(spool *s)
 {
 	if (!s->dc_len || s->acked < s->dc_base)
@@ -909,7 +911,7 @@ static bool counts_compact(spool *s, char *err, size_t errlen)
 	return ok;
 }
 
-/* Loads the counts of the offsets after acked; a torn or corrupt tail is cut off. */
+/* Loads the counts of the offsets after acked. A torn or corrupt tail is cut off. */
 static bool counts_open(spool *s, char *err, size_t errlen)
 {
 	char path[4200];
@@ -927,7 +929,7 @@ static bool counts_open(spool *s, char *err, size_t errlen)
 			break;
 		uint64_t from = get_le64(r);
 		uint32_t n = get_le32(r + 8), count = get_le32(r + 12);
-		/* only what the spool holds: a count for an offset it never had is noise */
+		/* Only what the spool holds. A count for an offset it never had is noise. */
 		for (uint64_t o = from; o - from < n && o < s->next; o++)
 			counts_set(s, o, count);
 	}
@@ -965,7 +967,7 @@ uint32_t spool_deliveries(const spool *s, uint64_t offset)
 bool spool_save_deliveries(spool *s, char *err, size_t errlen)
 {
 	if (s->dc_empty && !s->dc_len) {
-		/* every delivery it counted is acknowledged: nothing in it is needed any more */
+		/* Every delivery it counted is acknowledged, so nothing in it is needed any more. */
 		buf_reset(&s->dc_out);
 		if (s->dc_bytes && ftruncate(s->dfd, 0) != 0)
 			return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir,
@@ -1083,8 +1085,8 @@ static bool check_broken(const spool *s, char *err, size_t errlen)
 	return s->broken ? errf(err, errlen, "%s (the spool must be reopened)", s->broken) : true;
 }
 
-/* Writes the buffer to the write segment (no fsync). A failed write leaves an unknown tail: the
- * spool refuses further writes and the next spool_open cuts it. */
+/* Writes the buffer to the write segment (no fsync). A failed write leaves an unknown tail. The spool then
+ * refuses further writes, and the next spool_open cuts it. */
 static bool flush_wbuf(spool *s, char *err, size_t errlen)
 {
 	if (!s->wbuf.len)
@@ -1136,9 +1138,9 @@ static bool close_write_seg(spool *s, bool durable, char *err, size_t errlen)
 	return true;
 }
 
-/* Closes the write segment durably before starting the next, so that only the last segment can
- * have a torn tail; the new one starts with a marker repeating the (now durable) committed offset
- * and the last id, so recovery rarely needs to look at an earlier segment. */
+/* Closes the write segment durably before starting the next, so that only the last segment can have a torn
+ * tail. The new one starts with a marker repeating the (now durable) committed offset and the last id. So
+ * recovery rarely needs to look at an earlier segment. */
 static bool roll(spool *s, char *err, size_t errlen)
 {
 	if (!close_write_seg(s, true, err, errlen))
@@ -1193,7 +1195,7 @@ bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t e
 	*j = (spool_sync_job){.fd = {-1, -1}, .dirfd = -1, .head = events ? s->marked : 0};
 	if (!check_broken(s, err, errlen) || (events && !flush_wbuf(s, err, errlen)))
 		return false;
-	/* descriptors of the job's own: the segment may be closed (rolled, adopted) meanwhile */
+	/* The job's own descriptors, since the segment may be closed (rolled, adopted) meanwhile. */
 	if (events && s->unsynced && (j->fd[0] = dup(s->wfd)) < 0)
 		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
 	if (cursor && s->cursor_dirty && (j->fd[1] = dup(s->cfd)) < 0) {
@@ -1351,7 +1353,7 @@ uint64_t spool_acked(const spool *s)
 	return s->acked;
 }
 
-/* acked moved: keep the time of the oldest unacknowledged event for max_age. */
+/* acked moved. Keep the time of the oldest unacknowledged event for max_age. */
 static bool acked_moved(spool *s, char *err, size_t errlen)
 {
 	if (s->acked + 1 < s->next)
@@ -1384,7 +1386,7 @@ static uint64_t bytes_from(const spool *s, uint64_t segfirst, uint64_t pos)
 
 bool spool_full(const spool *s, int64_t now_ms)
 {
-	uint64_t unacked = s->next - 1 - s->acked; /* uncommitted too: a huge transaction counts */
+	uint64_t unacked = s->next - 1 - s->acked; /* uncommitted too, as a huge transaction counts */
 	if (!unacked)
 		return false;
 	if (s->lim.max_events && unacked >= s->lim.max_events)
@@ -1407,7 +1409,7 @@ static bool drop_oldest(spool *s, int64_t now_ms, char *err, size_t errlen)
 {
 	uint64_t first = s->first;
 	if (s->lim.max_events && s->next - first > s->lim.max_events)
-		first = s->next - s->lim.max_events; /* skip ahead: no need to visit each one */
+		first = s->next - s->lim.max_events; /* skip ahead, with no need to visit each one */
 	if (first > s->head + 1)
 		first = s->head + 1;
 	for (;;) {
@@ -1423,9 +1425,9 @@ static bool drop_oldest(spool *s, int64_t now_ms, char *err, size_t errlen)
 	}
 }
 
-/* Deletes the oldest segments whose every event is acknowledged (or discarded) and below keep
- * (never the write segment); the cursor is made durable first so that a crash cannot bring back an
- * acked position below them. */
+/* Deletes the oldest segments whose every event is acknowledged (or discarded) and below keep (never the
+ * write segment). The cursor is made durable first, so that a crash cannot bring back an acked position below
+ * them. */
 static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 {
 	if (keep < s->first)
@@ -1437,8 +1439,8 @@ static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 		return true;
 	reader_close(&s->rd);
 	reader_close(&s->meta);
-	/* The files go at the next cursor sync, after the cursor's fsync (spool_sync_run): unlinking a
-	 * 64 MiB file took 60-90 ms on a disk mounted with discard, on the event loop. */
+	/* The files go at the next cursor sync, after the cursor's fsync (spool_sync_run). Unlinking a 64 MiB
+	 * file took 60-90 ms on a disk mounted with discard, on the event loop. */
 	for (size_t i = 0; i < n; i++) {
 		char path[4200];
 		seg_path(s, s->segs[i].first, path, sizeof(path));
@@ -1450,7 +1452,7 @@ static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 	s->nsegs -= n;
 	if (s->first >= s->segs[0].first)
 		return true;
-	/* acked events that were kept only because they shared a file: no longer retained */
+	/* Acked events that were kept only because they shared a file are no longer retained. */
 	s->first = s->segs[0].first;
 	if (s->first >= s->next) {
 		s->first_seg = s->first, s->first_pos = seg_size(s, last_seg(s));
@@ -1494,10 +1496,10 @@ spool_stats spool_get_stats(const spool *s)
 
 struct spool_held {
 	spool *s;
-	int fd; /* O_APPEND: writes go to the end, also after a cut */
+	int fd; /* O_APPEND, so writes go to the end, also after a cut */
 	char *path;
 	buf wbuf;
-	uint64_t flushed; /* bytes in the file; wbuf's come after */
+	uint64_t flushed; /* bytes in the file, with wbuf's after them */
 	uint64_t events;
 	uint32_t last_tx;
 	int64_t first_ms; /* time_ms of the first event */
@@ -1574,7 +1576,7 @@ void spool_held_discard(spool_held *h)
 	if (!h)
 		return;
 	close(h->fd);
-	(void)unlink(h->path); /* best effort: the next spool_open removes what is left */
+	(void)unlink(h->path); /* best effort, as the next spool_open removes what is left */
 	buf_free(&h->wbuf);
 	free(h->path);
 	free(h);
@@ -1625,7 +1627,7 @@ static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_t
 	s->have_last = true;
 	s->last_lsn = s->mark_lsn = commit_lsn;
 	s->last_tx = s->mark_tx = h->last_tx;
-	/* the next appends go to a new segment; its creation makes the rename durable too */
+	/* The next appends go to a new segment. Its creation makes the rename durable too. */
 	if (!create_seg(s, s->next, err, errlen))
 		return fail(s, err);
 	put_marker(s, s->marked); /* spool_sync writes it and moves the head */

@@ -1,6 +1,6 @@
-/* nats_doctor.c: cdc doctor's checks of the NATS side: the servers answer and have JetStream, and
- * the stream exists (or cdc creates it), holds every subject cdc publishes to, and drops a copy
- * sent again within the duplicate window. It reads and changes nothing. */
+/* cdc doctor's checks of the NATS side. They check that the servers answer and have JetStream. They check
+ * that the stream exists (or cdc creates it) and holds every subject cdc publishes to. They also check that
+ * it drops a copy sent again within the duplicate window. They read and change nothing. */
 #include <inttypes.h>
 #include <nats/nats.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "sinks/nats/nats_sink.h"
 
-/* What the checks keep from one to the next: the connection, made by the first. */
+/* What the checks keep from one to the next, the connection made by the first. */
 typedef struct doctor_state {
 	natsConnection *nc;
 	jsCtx *js;

@@ -1,6 +1,5 @@
-/* nats_module.c: `sink: nats` declared once: the nats section and a subscription's keys, how the
- * sink is made from them, and its figures in /status, /metrics and the log. Its doctor checks are
- * in nats_doctor.c. */
+/* `sink: nats` declared once. It gives the nats section and a subscription's keys, how the sink is made from
+ * them, and its figures in /status, /metrics and the log. Its doctor checks are in nats_doctor.c. */
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -14,8 +13,8 @@
 
 /* ---- values ---- */
 
-/* A subject template: tokens of printable bytes without white space, no wildcards, and only
- * cdc's placeholders. NULL if fine. */
+/* A subject template. It has tokens of printable bytes without white space, no wildcards, and only cdc's
+ * placeholders. NULL if fine. */
 static const char *subject_problem(const char *value, char *why, size_t whylen)
 {
 	static const char *const placeholders[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
@@ -49,7 +48,7 @@ static const char *subject_problem(const char *value, char *why, size_t whylen)
 	return NULL;
 }
 
-/* A stream name: what JetStream allows. NULL if fine. */
+/* A stream name, as JetStream allows it. NULL if fine. */
 static const char *stream_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;
@@ -136,11 +135,11 @@ static const sink_key sub_keys[] = {
 	 .doc = "NATS only: how messages are written. `protobuf`: `cdc.v1.Event`. `json`: the event "
 		"JSON `sink: stdout` prints. `debezium`: the value of Debezium's record, as Debezium "
 		"Server's NATS JetStream sink publishes it. See [nats.md](nats.md#debezium-messages)."},
-    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS: */
+    /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS */
     DBZ_SUB_KEYS(nats_sub_conf, dbz),
 };
 
-/* The keys of Debezium's records go only with format: debezium. */
+/* The keys of Debezium's records go only with `format: debezium`. */
 static bool key_valid(size_t key_index, int format)
 {
 	return key_index < KEY_SCHEMAS || format == NATS_DEBEZIUM;
@@ -266,7 +265,7 @@ static void log_figures(const sink *s)
 		 (double)hist_quantile(&n->latency, 0.99) / 1000);
 }
 
-/* cdc status: the connection and its counters, and why publishes fail. */
+/* cdc status shows the connection and its counters, and why publishes fail. */
 static void status_text(struct json_object *figures, buf *out)
 {
 	char f[5][512];

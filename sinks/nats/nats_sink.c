@@ -1,6 +1,6 @@
-/* nats_sink.c: the NATS JetStream sink; see nats_sink.h. libnats acknowledges publishes on its own
- * threads: the acknowledgements queue up under a mutex and a pipe wakes the event loop, which
- * counts them (poll) against the transactions in flight, in commit order. */
+/* The NATS JetStream sink (see nats_sink.h). libnats acknowledges publishes on its own threads. The
+ * acknowledgements queue up under a mutex, and a pipe wakes the event loop. The loop counts them (poll)
+ * against the transactions in flight, in commit order. */
 #include "sinks/nats/nats_sink.h"
 
 #include <errno.h>
@@ -35,7 +35,7 @@ typedef struct nats_ack {
 	char error[200];
 } nats_ack;
 
-/* One connection's closure: acknowledgements of an older connection are not counted. */
+/* One connection's closure. Acknowledgements of an older connection are not counted. */
 typedef struct nats_link {
 	struct nats_sink *k;
 	uint64_t generation;
@@ -45,7 +45,7 @@ typedef struct nats_sub {
 	char *name, *tag, *subject;
 	int format;
 	bool mine; /* a NATS subscription (the others' are never published) */
-	/* format debezium: */
+	/* for format debezium */
 	char *server_name;
 	bool schemas, placeholder, context_headers;
 } nats_sub;
@@ -58,13 +58,13 @@ typedef struct nats_sink {
 	natsConnection *nc;
 	natsStatistics *ncstats; /* nc's, read before each publish (same_connection) */
 	jsCtx *js;
-	nats_link *link; /* the connection's; older ones are kept until free */
+	nats_link *link; /* the connection's, while older ones are kept until free */
 	nats_link **links;
 	size_t nlinks;
 	bool stream_ready; /* the stream was checked (or created) on this connection */
 	int pipe[2];	   /* acknowledgements and connection events wake the loop */
 	pthread_mutex_t mu;
-	/* under mu: what libnats' threads hand over */
+	/* Under mu, what libnats' threads hand over. */
 	nats_ack *acks;
 	size_t nacks, capacks;
 	bool connected, ever_connected;
@@ -72,29 +72,29 @@ typedef struct nats_sink {
 	/* the loop's */
 	ring q; /* of nats_txn, in seq order */
 	uint64_t last_ended;
-	/* After a restart: what was delivered before it (floor) until a transaction after it ends
-	 * (last_ended > restart_seq). The slot sends the rest again under new numbers. */
+	/* After a restart, floor is what was delivered before it. That holds until a transaction after it
+	 * ends (last_ended > restart_seq). The slot sends the rest again under new numbers. */
 	uint64_t floor, restart_seq;
 	bool failed;
 	char failure[600];
 	nats_stats stats;
 	buf subject, value, msgid;
 	json_commit jcommit;
-	/* format debezium: */
+	/* for format debezium */
 	dbz_scratch dbz;
 	char *database; /* source.db */
 } nats_sink;
 
-/* The rendered form of an event: this header, the subject, the subscription's name, then count
- * messages. count 0: nothing is published. */
+/* The rendered form of an event. It is this header, the subject, the subscription's name, then count
+ * messages. With count 0, nothing is published. */
 typedef struct nats_rendered {
 	uint32_t subject_len, sub_len;
 	uint64_t lsn, schema_id;
 	uint32_t xid;
 	uint8_t op, format, count;
 } nats_rendered;
-/* One message of a rendered event: this, its value without the commit's fields, then its own
- * headers ("NAME\0VALUE\0" each). */
+/* One message of a rendered event. It is this, its value without the commit's fields, then its own headers
+ * ("NAME\0VALUE\0" each). */
 typedef struct nats_part {
 	uint32_t value_len, headers_len;
 } nats_part;
@@ -106,8 +106,8 @@ static const char *const content_types[] = {[NATS_PROTOBUF] =
 
 /* ---- subjects ---- */
 
-/* What replaces a placeholder: the bytes a token cannot hold become '_', and so does nothing (a
- * logical message has no table). */
+/* What replaces a placeholder. The bytes a token cannot hold become '_', and so does nothing (a logical
+ * message has no table). */
 static void put_token(buf *out, const char *s)
 {
 	if (!s || !*s)
@@ -265,7 +265,7 @@ static natsStatus set_options(nats_sink *k, natsOptions *o)
 	if (s == NATS_OK)
 		s = natsOptions_SetName(o, "cdc");
 	if (s == NATS_OK)
-		s = natsOptions_SetMaxReconnect(o, -1); /* for ever: the slot waits meanwhile */
+		s = natsOptions_SetMaxReconnect(o, -1); /* for ever, while the slot waits */
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectWait(o, 1000);
 	if (s == NATS_OK) /* a publish while reconnecting fails rather than waits for the next
@@ -345,7 +345,7 @@ static void disconnect(nats_sink *k)
 	k->nc = NULL;
 }
 
-/* The stream must hold what cdc publishes: created when asked (create), else it must exist. */
+/* The stream must hold what cdc publishes. It is created when asked (create), else it must exist. */
 static bool ensure_stream(nats_sink *k)
 {
 	if (k->stream_ready)
@@ -370,8 +370,8 @@ static bool ensure_stream(nats_sink *k)
 		fail(k, "the stream is missing", why);
 		return false;
 	}
-	/* Its subjects: each subscription's template and the schemas subject, each once (a filter
-	 * another one covers is left out: JetStream refuses overlapping subjects). */
+	/* Its subjects are each subscription's template and the schemas subject, each once. A filter another
+	 * one covers is left out, since JetStream refuses overlapping subjects. */
 	buf filters = {0};
 	size_t n = 0, all = 0;
 	const char **subjects = xcalloc(k->nsubs + 2, sizeof(*subjects));
@@ -423,11 +423,11 @@ static void fail_lost(nats_sink *k)
 	     "what was in flight may be lost with it: cdc sends again from what JetStream acknowledged");
 }
 
-/* Whether a publish now goes out on the connection the ones before it went out on. libnats
- * reconnects on its own, and publishes in flight when a connection is lost may be lost with it
- * while later ones, sent on the next connection, are stored: a key's changes out of order. So
- * nothing is published on a connection that was lost once (libnats counts its reconnections);
- * the sink restarts and the slot sends again from what JetStream acknowledged. */
+/* Whether a publish now goes out on the connection the ones before it went out on. libnats reconnects on its
+ * own. Publishes in flight when a connection is lost may be lost with it, while later ones, sent on the next
+ * connection, are stored. A key's changes would then be out of order. So nothing is published on a connection
+ * that was lost once (libnats counts its reconnections). The sink restarts and the slot sends again from what
+ * JetStream acknowledged. */
 static bool same_connection(nats_sink *k)
 {
 	uint64_t reconnects = 0;
@@ -507,8 +507,8 @@ static void take_acks(nats_sink *k)
 	settle(k);
 }
 
-/* An acknowledgement that takes longer than ack_timeout fails the publish: the server may have
- * lost it (a restart sends it again, and the duplicate window drops a copy it kept). */
+/* An acknowledgement that takes longer than ack_timeout fails the publish. The server may have lost it (a
+ * restart sends it again, and the duplicate window drops a copy it kept). */
 static void check_timeouts(nats_sink *k)
 {
 	const nats_txn *t = k->q.len ? ring_at(&k->q, 0) : NULL;
@@ -534,7 +534,7 @@ static void wait_room(nats_sink *k)
 
 /* ---- the sink ---- */
 
-/* Starts a message of a rendered event: its value follows. Returns where it starts. */
+/* Starts a message of a rendered event, and its value follows. Returns where it starts. */
 static size_t part_begin(buf *out)
 {
 	size_t at = out->len;
@@ -551,7 +551,7 @@ static void part_header(buf *out, const char *name, const char *value, size_t le
 	buf_putc(out, '\0');
 }
 
-/* Ends the message started at at: its value ends at value_end, its headers follow. */
+/* Ends the message started at at. Its value ends at value_end, and its headers follow. */
 static void part_end(buf *out, size_t at, size_t value_end)
 {
 	nats_part part = {.value_len = (uint32_t)(value_end - at - sizeof(part)),
@@ -559,9 +559,8 @@ static void part_end(buf *out, size_t at, size_t value_end)
 	memcpy(out->data + at, &part, sizeof(part));
 }
 
-/* Debezium's records of an event as messages: their values and Debezium's headers. NATS has no
- * keys and no compaction: the key is in no message, and there are no tombstones. Returns how many
- * messages. */
+/* Debezium's records of an event as messages, with their values and Debezium's headers. NATS has no keys and
+ * no compaction. So the key is in no message, and there are no tombstones. Returns how many messages. */
 static uint8_t render_debezium(nats_sink *k, const nats_sub *s, const Cdc__V1__Event *e, buf *out)
 {
 	dbz_options o = {.server_name = s->server_name ? s->server_name : "cdc",
@@ -594,7 +593,7 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	const nats_sub *s = sub < k->nsubs ? &k->subs[sub] : &defaults;
 	bool table_event = e->op == CDC__V1__OP__OP_SCHEMA || e->op == CDC__V1__OP__OP_DDL;
 	buf_reset(&k->subject);
-	/* Debezium's records carry their schemas: its subscriptions publish no schema or DDL events. */
+	/* Debezium's records carry their schemas. So its subscriptions publish no schema or DDL events. */
 	if (table_event && k->conf.schemas_subject && s->format != NATS_DEBEZIUM)
 		nats_subject_name(&k->subject, k->conf.schemas_subject, e->schema, e->table, e->subscription,
 				  e->tag);
@@ -628,7 +627,7 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	memcpy(out->data + at, &r, sizeof(r));
 }
 
-/* The message's headers: Kafka's cdc-* headers, content-type, then its own ("NAME\0VALUE\0" each,
+/* The message's headers. They are Kafka's cdc-* headers, content-type, then its own ("NAME\0VALUE\0" each,
  * checked by deliver). */
 static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *sub, const sink_commit *c,
 			      const char *own, size_t own_len)
@@ -662,7 +661,7 @@ static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *su
 	return s;
 }
 
-/* Whether a message's own headers are whole: pairs of NUL-terminated names and values. */
+/* Whether a message's own headers are whole, as pairs of NUL-terminated names and values. */
 static bool headers_whole(const char *p, size_t len)
 {
 	size_t nuls = 0;
@@ -693,8 +692,8 @@ static void complete_value(nats_sink *k, int format, const char *head, size_t le
 	}
 }
 
-/* Publishes message nth (0 first) of an event: its id is the change's position, so the same change
- * sent again after a restart has the same id. */
+/* Publishes message nth (0 first) of an event. Its id is the change's position, so the same change sent again
+ * after a restart has the same id. */
 static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const sink_commit *c, unsigned nth,
 		    const char *own, size_t own_len)
 {
@@ -734,7 +733,7 @@ static bool nats_deliver(sink *base, uint32_t subscription, const char *data, si
 	nats_sink *k = (nats_sink *)base;
 	nats_rendered r;
 	if (k->failed)
-		return true; /* a restart is coming: the slot sends this again */
+		return true; /* a restart is coming, and the slot sends this again */
 	if (len < sizeof(r))
 		return errf(err, errlen, "nats sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
@@ -837,8 +836,8 @@ static bool nats_finish(sink *base, int timeout_ms)
 static bool nats_restart(sink *base, char *err, size_t errlen)
 {
 	nats_sink *k = (nats_sink *)base;
-	/* what was not acknowledged is not delivered: not even when a keepalive comes before the
-	 * slot sends it again */
+	/* What was not acknowledged is not delivered. Not even when a keepalive comes before the slot sends
+	 * it again. */
 	if (k->last_ended > k->restart_seq)
 		k->floor = delivered_now(k);
 	k->restart_seq = k->last_ended;
@@ -940,7 +939,7 @@ void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
 			       .placeholder = c->dbz.unchanged_toast == DBZ_TOAST_PLACEHOLDER,
 			       .context_headers = c->dbz.context_headers};
 	}
-	k->stream_ready = false; /* new subjects: the stream is checked again */
+	k->stream_ready = false; /* new subjects, so the stream is checked again */
 }
 
 sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen)

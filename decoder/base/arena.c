@@ -1,4 +1,4 @@
-/* arena.c: chunked bump allocator; see arena.h. */
+/* A chunked bump allocator (see arena.h). */
 #include "decoder/base/arena.h"
 
 #include <stdint.h>
@@ -77,7 +77,7 @@ char *arena_strndup(arena *a, const char *s, size_t len)
 
 void arena_reset(arena *a)
 {
-	/* Keep the oldest chunk (the tail): it has the configured size. */
+	/* Keep the oldest chunk (the tail), since it has the configured size. */
 	chunk *c = a->head;
 	while (c->next) {
 		chunk *next = c->next;

@@ -1,5 +1,4 @@
-/* fsutil.c: see fsutil.h. The directory is synced too: a rename is durable only once the directory
- * entry is. */
+/* See fsutil.h. The directory is synced too, since a rename is durable only once the directory entry is. */
 #include "decoder/base/fsutil.h"
 
 #include <errno.h>
@@ -60,7 +59,7 @@ bool file_replace(const char *path, const void *data, size_t len, mode_t mode, c
 	char *tmp = xmalloc(plen + sizeof ".tmp");
 	memcpy(tmp, path, plen);
 	memcpy(tmp + plen, ".tmp", sizeof ".tmp");
-	/* the directory: what comes before the last '/', "." without one, "/" for a file in / */
+	/* The directory is what comes before the last '/', "." without one, and "/" for a file in /. */
 	const char *slash = strrchr(path, '/');
 	char *dir = slash ? xmalloc((size_t)(slash - path) + 2) : xstrdup(".");
 	if (slash) {

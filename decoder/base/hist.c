@@ -1,4 +1,4 @@
-/* hist.c: see hist.h. Values below 16 have a bucket each; above, 16 buckets per power of two. */
+/* See hist.h. Values below 16 have a bucket each. Above, there are 16 buckets per power of two. */
 #include "decoder/base/hist.h"
 
 const uint64_t hist_le_us[HIST_LE_N] = {
@@ -54,7 +54,7 @@ uint64_t hist_quantile(const hist *h, double q)
 	for (unsigned i = 0; i < HIST_BUCKETS; i++) {
 		seen += h->buckets[i];
 		if (seen >= want) {
-			/* The last bucket is open-ended: its samples are bounded by the maximum only. */
+			/* The last bucket is open-ended. Its samples are bounded by the maximum only. */
 			uint64_t ub = i == HIST_BUCKETS - 1 ? h->max : upper_bound(i);
 			return ub < h->max ? ub : h->max;
 		}

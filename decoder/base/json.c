@@ -1,5 +1,5 @@
-/* json.c: see json.h. The one JSON writer: the event renderer, the status documents and the JSON
- * log lines all write their text through it. */
+/* See json.h. This is the one JSON writer. The event renderer, the status documents and the JSON log lines
+ * all write their text through it. */
 #include "decoder/base/json.h"
 
 #include <inttypes.h>
@@ -16,14 +16,14 @@ static inline void reserve(buf *b, size_t n)
 		buf_reserve(b, n);
 }
 
-/* Bytes that go into a JSON string as they are: printable ASCII but '"' and '\\'. */
+/* Bytes that go into a JSON string as they are, the printable ASCII ones but '"' and '\\'. */
 static inline bool plain(unsigned char c)
 {
 	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
 }
 
-/* Whether none of the 8 bytes of v needs escaping: no byte below 0x20 or from 0x80 on, no '"' and
- * no '\\'. Each term has a byte's high bit set if the byte hits (exact for any byte at all). */
+/* Whether none of the 8 bytes of v needs escaping. That is no byte below 0x20 or from 0x80 on, no '"' and no
+ * '\\'. Each term has a byte's high bit set if the byte hits (exact for any byte at all). */
 static inline bool plain8(uint64_t v)
 {
 	const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
@@ -36,10 +36,10 @@ void json_escape(buf *out, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *p = (const unsigned char *)s, *end = p + len;
-	/* Invariant: room for the rest of the input unescaped, a closing quote and the NUL. */
+	/* The invariant is room for the rest of the input unescaped, a closing quote and the NUL. */
 	reserve(out, len + 2);
 	while (p < end) {
-		/* Plain bytes are copied as they are checked: eight at a time, then one by one. */
+		/* Plain bytes are copied as they are checked, eight at a time, then one by one. */
 		char *o = out->data + out->len;
 		while (end - p >= 8) {
 			uint64_t v;
@@ -117,7 +117,7 @@ void json_str(buf *out, const char *s)
 
 void json_u64(buf *out, uint64_t v)
 {
-	/* Digits backwards into a scratch: no printf on the event renderer's path. */
+	/* Digits backwards into a scratch, with no printf on the event renderer's path. */
 	char tmp[20], *p = tmp + sizeof(tmp);
 	do {
 		*--p = (char)('0' + v % 10);

@@ -1,6 +1,6 @@
-/* log.c: see log.h. Lines are written with one write(2) so concurrent writers never interleave.
- * In text form, control characters (a newline in a server's error, a name or a reload's error list)
- * are escaped, so one event is always one line and no input can forge another. */
+/* See log.h. Lines are written with one write(2), so concurrent writers never interleave. In text form,
+ * control characters (a newline in a server's error, a name or a reload's error list) are escaped. So one
+ * event is always one line, and no input can forge another. */
 #include "decoder/base/log.h"
 
 #include <stdio.h>
@@ -39,9 +39,9 @@ static size_t key_at(const char *p)
 	return n && p[n] == '=' ? n : 0;
 }
 
-/* Context "k=v k2=\"a b\"" as JSON members ,"k":"v","k2":"a b". A quoted value ends at the quote
- * that is followed by the end or by " key=", so quotes inside a value (an error message quoting a
- * name) survive. Text that is not key=value goes to "context". */
+/* Context "k=v k2=\"a b\"" as the JSON members ,"k":"v","k2":"a b". A quoted value ends at the quote that is
+ * followed by the end or by " key=". So quotes inside a value (an error message quoting a name) survive. Text
+ * that is not key=value goes to "context". */
 static void json_fields(buf *line, bool *first, const char *ctx)
 {
 	const char *p = ctx;

@@ -1,5 +1,5 @@
-/* net.c: see net.h. Modelled on Redis's anet.c: one small module every listener and client uses,
- * with errors in the caller's buffer. */
+/* See net.h. Modelled on Redis's anet.c, as one small module every listener and client uses, with errors in
+ * the caller's buffer. */
 #include "decoder/base/net.h"
 
 #include <errno.h>
@@ -26,8 +26,8 @@ static bool unix_addr(const char *path, struct sockaddr_un *sa, char *err, size_
 	return true;
 }
 
-/* bind() found path in use: replace it only if it is a socket nobody listens on. Anything else
- * (a regular file, a directory, a live socket) may be someone's data or service: refused. */
+/* bind() found path in use. Replace it only if it is a socket nobody listens on. Anything else (a regular
+ * file, a directory, a live socket) may be someone's data or service, and is refused. */
 static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
 {
 	struct stat st;
@@ -51,7 +51,7 @@ static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *e
 	return true;
 }
 
-/* bind() under umask 0177: the file is never reachable by others, even before the chmod. */
+/* bind() under umask 0177, so the file is never reachable by others, even before the chmod. */
 static int bind_private(int fd, const struct sockaddr_un *sa)
 {
 	mode_t old = umask(0177);
@@ -84,7 +84,7 @@ int net_unix_listen(const char *path, mode_t mode, int backlog, char *err, size_
 	/* No one can connect before listen(), so the umask's mode is never exposed. */
 	if (chmod(path, mode) != 0 || listen(fd, backlog) != 0) {
 		errf(err, errlen, "%s: %s", path, strerror(errno));
-		unlink(path); /* ours: just bound */
+		unlink(path); /* ours, just bound */
 		goto fail;
 	}
 	return fd;
@@ -99,7 +99,7 @@ static void set_timeouts(int fd, int timeout_ms)
 		return;
 	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* Linux: the connect's too */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* on Linux, the connect's too */
 }
 
 int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t errlen)
@@ -122,8 +122,8 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	return -1;
 }
 
-/* A TCP socket for host and port, each address tried in turn: connected (with timeout_ms), or bound
- * and listening (listen: backlog > 0). -1 with err ("HOST:PORT: reason", [HOST] for IPv6). */
+/* A TCP socket for host and port, each address tried in turn. It is connected (with timeout_ms), or bound and
+ * listening (listen, when backlog > 0). -1 with err ("HOST:PORT: reason", [HOST] for IPv6). */
 static int tcp_open(const char *host, const char *port, int backlog, int timeout_ms, char *err, size_t errlen)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -188,7 +188,7 @@ void net_peer_of(int fd, net_peer *p)
 	p->pid = cred.pid;
 	p->uid = cred.uid;
 	p->gid = cred.gid;
-	/* Its supplementary groups, as when it connected (Linux 4.13+); more than fit: the first ones. */
+	/* Its supplementary groups, as when it connected (Linux 4.13+). If more than fit, the first ones. */
 	gid_t groups[NET_PEER_GROUPS];
 	len = sizeof groups;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 || errno == ERANGE) {

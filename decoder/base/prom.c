@@ -1,4 +1,4 @@
-/* prom.c: see prom.h. */
+/* See prom.h. */
 #include "decoder/base/prom.h"
 
 #include <inttypes.h>

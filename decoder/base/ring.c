@@ -1,4 +1,4 @@
-/* ring.c: see ring.h. */
+/* See ring.h. */
 #include "decoder/base/ring.h"
 
 #include <stdlib.h>

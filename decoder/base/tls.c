@@ -1,5 +1,5 @@
-/* tls.c: see tls.h. The handshake trusts cafile as libpq does (SSL_CTX_load_verify_locations) and
- * accepts any certificate (SSL_VERIFY_NONE), so that the certificate can be looked at afterwards. */
+/* See tls.h. The handshake trusts cafile as libpq does (SSL_CTX_load_verify_locations). It accepts any
+ * certificate (SSL_VERIFY_NONE), so that the certificate can be looked at afterwards. */
 #include "decoder/base/tls.h"
 
 #include <arpa/inet.h>

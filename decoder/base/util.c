@@ -1,4 +1,4 @@
-/* util.c: see util.h. */
+/* See util.h. */
 #include "decoder/base/util.h"
 
 #include <inttypes.h>
@@ -63,7 +63,7 @@ void buf_puts(buf *b, const char *s)
 
 void buf_printf(buf *b, const char *fmt, ...)
 {
-	/* Format into the spare room; only if it does not fit, grow and format again. */
+	/* Format into the spare room. Only if it does not fit, grow and format again. */
 	buf_reserve(b, 64);
 	for (;;) {
 		size_t room = b->cap - b->len;
@@ -124,7 +124,7 @@ void id_list_free(id_list *l)
 	*l = (id_list){0};
 }
 
-/* v in upper-case hex without leading zeros at p; returns the end. */
+/* v in upper-case hex without leading zeros at p. Returns the end. */
 static char *hex32(char *p, uint32_t v)
 {
 	int shift = 28;
@@ -135,7 +135,7 @@ static char *hex32(char *p, uint32_t v)
 	return p;
 }
 
-/* By hand, not snprintf: every event's JSON carries two LSNs, and printf cost 7% of a backfill. */
+/* By hand, not snprintf. Every event's JSON carries two LSNs, and printf cost 7% of a backfill. */
 void lsn_format(uint64_t lsn, char out[LSN_STRLEN])
 {
 	char *p = hex32(out, (uint32_t)(lsn >> 32));
@@ -189,9 +189,9 @@ bool errf(char *err, size_t errlen, const char *fmt, ...)
 	return false;
 }
 
-/* Length of the well-formed UTF-8 sequence at p (Unicode table 3-7: no overlongs, surrogates or
- * code points past U+10FFFF), or 0 with *skip set to the bytes of its maximal ill-formed prefix
- * (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
+/* Length of the well-formed UTF-8 sequence at p, or 0 with *skip set. Well-formed follows Unicode table 3-7,
+ * so no overlongs, surrogates or code points past U+10FFFF. *skip gets the bytes of the maximal ill-formed
+ * prefix (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
 size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
 {
 	unsigned c = p[0], lo = 0x80, hi = 0xBF;

@@ -1,4 +1,4 @@
-/* worker.c: see worker.h. */
+/* See worker.h. */
 #include "decoder/base/worker.h"
 
 #include <errno.h>

@@ -1,5 +1,6 @@
-/* main.c: the `cdc` command line: run, check-config, config-reference, doctor, status, tail, backfill,
- * --help, --version. Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error. */
+/* The `cdc` command line, with run, check-config, config-reference, doctor, status, tail, backfill, --help
+ * and --version. Exit codes are 0 for ok, 1 for a runtime failure, and 2 for a usage or
+ * configuration error. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,12 +12,12 @@
 #include "cdc/config/config.h"
 #include "cdc/daemon/daemon.h"
 
-/* jemalloc's options, read at its start (the daemon links it; with libc's allocator, as in the
- * sanitizer builds, this is an unused variable). With an arena per thread, librdkafka's messages,
- * made on this thread and their request buffers on the broker threads, left far more memory
- * resident than they use: 85 MiB for 10 MiB live while a large transaction went to Kafka. One
- * arena (the thread caches still spare the lock) and a background thread that returns freed pages
- * within a second keep resident memory near what is in use (31 MiB), off the event loop. */
+/* jemalloc's options, read at its start. The daemon links jemalloc. With libc's allocator, as in the
+ * sanitizer builds, this is an unused variable. With an arena per thread, librdkafka's messages left far more
+ * memory resident than they use. They are made on this thread, and their request buffers on the broker
+ * threads. That was 85 MiB for 10 MiB live while a large transaction went to Kafka. One arena (the thread
+ * caches still spare the lock) keeps resident memory near what is in use (31 MiB). So does a background
+ * thread that returns freed pages within a second, off the event loop. */
 const char *malloc_conf = "narenas:1,background_thread:true,dirty_decay_ms:1000";
 
 static const char usage_main[] =
@@ -54,7 +55,7 @@ static const char usage_check[] =
     "\n"
     "  -c, --config FILE   the configuration file (YAML)\n";
 
-/* --endpos is run's own; check-config shares the table and refuses it by name. */
+/* --endpos is run's own. check-config shares the table and refuses it by name. */
 static const struct option longopts[] = {
     CLI_OPT_CONFIG,
     {"endpos", required_argument, NULL, 'E'},
@@ -102,7 +103,7 @@ static int cmd_check_config(int argc, char **argv)
 					.needs_config = true,
 					.option = run_option};
 	cli_args args = {0};
-	int rc = cli_parse(&cmd, argc, argv, &args, NULL); /* ctx NULL: --endpos is refused */
+	int rc = cli_parse(&cmd, argc, argv, &args, NULL); /* with ctx NULL, --endpos is refused */
 	if (rc != CLI_GO_ON)
 		return rc;
 	cfg *c = cli_load_config(args.config, true);

@@ -317,8 +317,8 @@ out:
 	buf_free(&fix);
 }
 
-/* The publication cdc would create. It says whether this role may create it, and which tables it would hold.
- */
+/* The publication cdc would create. It says whether this role may create it, and which tables it would
+ * hold. */
 static void plan_publication(doctor *d)
 {
 	char err[512];

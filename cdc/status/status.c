@@ -723,8 +723,8 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	    on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
 	    (unsigned)CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
-	    /* One TCP peer cannot take every slot. 0 means no limit, and a Unix peer has no address to count.
-	     */
+	    /* One TCP peer cannot take every slot. 0 means no limit, and a Unix peer has no address to
+	     * count. */
 	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, unix_socket ? 0u : (unsigned)PER_IP_LIMIT,
 	    cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
 	    MHD_OPTION_END);

@@ -221,8 +221,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		t->outstanding--;
 	k->stats.in_flight--;
 	k->queued_bytes -= m->len + m->key_len;
-	/* Exactly once, a purge is cdc's own abort (the slot sends it again). At least once, it is a failure.
-	 */
+	/* Exactly once, a purge is cdc's own abort (the slot sends it again). At least once, it is a
+	 * failure. */
 	if (k->set.exactly_once &&
 	    (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
 		return;
@@ -406,8 +406,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 		kafka_fail(k, "a message is larger than the producer sends", why);
 		k->for_good = true;
 	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
-		/* Exactly once, librdkafka refuses messages once it failed the transaction. Give its reason.
-		 */
+		/* Exactly once, librdkafka refuses messages once it failed the transaction. Give its
+		 * reason. */
 		kafka_fail(k, "a message could not be queued", rd_kafka_err2str(err));
 	}
 	return false;

@@ -262,8 +262,8 @@ uint64_t sq_resume_at(const queue *q)
 	return q->returned ? q->w.base : q->next;
 }
 
-/* Whether off can be delivered now. It can if never sent, or given back and not held back by a Nack's delay.
- */
+/* Whether off can be delivered now. It can if never sent, or given back and not held back by a Nack's
+ * delay. */
 static bool slot_ready(queue *q, uint64_t off, uint64_t now)
 {
 	if (off >= q->next)

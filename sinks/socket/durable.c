@@ -1,7 +1,7 @@
-/* See socket_sink.h. The sink interface (render, deliver to the spools, hold the events of held transactions
- * in them, flush, busy). Binding and forgetting subscriptions, stats and the tick timer. The queues' delivery
- * state is in acked.c, and the connections in connections.c. Their shared structs are in socket_internal.h.
- */
+/* See socket_sink.h. The sink interface (render, deliver to the spools, hold the events of held
+ * transactions in them, flush, busy). Binding and forgetting subscriptions, stats and the tick timer. The
+ * queues' delivery state is in acked.c, and the connections in connections.c. Their shared structs are in
+ * socket_internal.h. */
 #include "decoder/base/bytes.h"
 #include "sinks/socket/socket_sink.h"
 

@@ -1,6 +1,6 @@
-/* The checks of source.failover and of a standby in source.dsn. For the primary, that is its failover slot
- * and its synchronized_standby_slots, judged by cdc/source/failover.c as the daemon judges them. A standby
- * either decodes there or keeps a copy of the slot for a promotion. */
+/* The checks of source.failover and of a standby in source.dsn. For the primary, they check its failover slot
+ * and its synchronized_standby_slots, judged by cdc/source/failover.c as the daemon judges them. For a
+ * standby, they check decoding there, or keeping a copy of the slot for a promotion. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -856,8 +856,8 @@ void pipeline_keepalive(pipeline *p, uint64_t wal_end)
 	if (!pipeline_in_txn(p) && wal_end > p->boundary_lsn)
 		p->boundary_lsn = wal_end;
 	advance(p);
-	/* Nothing is in flight anywhere, so everything up to wal_end is delivered. So an idle slot never pins
-	 * WAL, nor one whose WAL is all other databases' or unpublished tables'. */
+	/* Nothing is in flight anywhere, so everything up to wal_end is delivered. An idle slot thus never
+	 * pins WAL, nor one whose WAL is all other databases' or unpublished tables'. */
 	if (!pipeline_in_txn(p) && progress_pending(&p->prog) == 0 && !oldest_prepared(p) &&
 	    sinks_delivered(p) == p->seq && wal_end > p->flushed_lsn)
 		p->flushed_lsn = wal_end;

@@ -470,8 +470,8 @@ static bool name_char(unsigned char c, bool first)
 	       (!first && c >= '0' && c <= '9');
 }
 
-/* name made valid, as a full name (full, where '.' separates parts) or a field's name. Java's chars are
- * UTF-16 units, so a character outside the BMP (4 bytes in UTF-8) is two. */
+/* name made valid, as a full name when full is set ('.' separates its parts), else as a field's name. Java's
+ * chars are UTF-16 units, so a character outside the BMP (4 bytes in UTF-8) is two. */
 static void put_adjusted(buf *out, const char *name, bool full)
 {
 	const unsigned char *p = (const unsigned char *)name;

@@ -14,7 +14,7 @@
 
 /* ---- values ---- */
 
-/* A topic name, with the names Kafka allows. NULL if fine. */
+/* Checks a topic name against the names Kafka allows. NULL if fine. */
 static const char *topic_name_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;
@@ -25,7 +25,7 @@ static const char *topic_name_problem(const char *value, char *why, size_t whyle
 	return NULL;
 }
 
-/* A topic template, with the names Kafka allows and the placeholders cdc expands. NULL if fine. */
+/* Checks a topic template against the names Kafka allows and the placeholders cdc expands. NULL if fine. */
 static const char *topic_template_problem(const char *value, char *why, size_t whylen)
 {
 	static const char *const placeholders[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
@@ -70,7 +70,7 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 	    "a Kafka topic with `{schema}`, `{table}`, `{subscription}`, `{tag}`; characters Kafka "         \
 	    "does not allow become `_`"
 
-/* A registry's URL, http or https. NULL if fine. */
+/* Checks that a registry's URL is http or https. NULL if fine. */
 static const char *url_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;

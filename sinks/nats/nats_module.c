@@ -13,8 +13,8 @@
 
 /* ---- values ---- */
 
-/* A subject template. It has tokens of printable bytes without white space, no wildcards, and only cdc's
- * placeholders. NULL if fine. */
+/* Checks a subject template. It must have tokens of printable bytes without white space, no wildcards, and
+ * only cdc's placeholders. NULL if fine. */
 static const char *subject_problem(const char *value, char *why, size_t whylen)
 {
 	static const char *const placeholders[] = {"{schema}", "{table}", "{subscription}", "{tag}"};
@@ -48,7 +48,7 @@ static const char *subject_problem(const char *value, char *why, size_t whylen)
 	return NULL;
 }
 
-/* A stream name, as JetStream allows it. NULL if fine. */
+/* Checks a stream name against what JetStream allows. NULL if fine. */
 static const char *stream_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;

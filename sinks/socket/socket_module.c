@@ -120,7 +120,7 @@ static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 	return v;
 }
 
-/* An allow list with neither uids nor gids would let no consumer in. It is a mistake, refused. */
+/* An allow list with neither uids nor gids would let no consumer in. It is refused as a mistake. */
 static void check_sub(void *settings, const bool *given, sink_problems *problems)
 {
 	const socket_sub_conf *c = settings;

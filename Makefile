@@ -41,7 +41,7 @@ PROTO_H := $(PROTO_C:.c=.h)
 SINK_SRCS := $(sort $(wildcard sinks/*.c sinks/*/*.c))
 # The library: everything but main, shared by the daemon, unit tests and fuzzers.
 LIB_SRCS := \
-	decoder/base/util.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
+	decoder/base/util.c decoder/base/buf.c decoder/base/worker.c decoder/base/ring.c decoder/base/fsutil.c decoder/base/arena.c decoder/base/hist.c \
 	decoder/base/log.c decoder/base/json.c decoder/base/net.c decoder/base/prom.c decoder/base/tls.c \
 	decoder/pgoutput.c decoder/pgtypes.c decoder/txn.c decoder/event.c decoder/ddl.c decoder/schema.c \
 	$(SINK_SRCS) \

@@ -1,5 +1,6 @@
-/* Allocation that cannot fail silently, a growable byte buffer, LSN formatting and the clocks. It is
- * the lowest layer of cdc, and every module may use it. */
+/* Allocation that cannot fail silently, id lists, LSN formatting, UTF-8 and the clocks. It is the
+ * lowest layer of cdc, and every module may use it. It brings buf.h too, since every module writes
+ * into a buffer. */
 #ifndef CDC_UTIL_H
 #define CDC_UTIL_H
 
@@ -7,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "decoder/base/buf.h"
 
 #define CDC_MUST_CHECK __attribute__((warn_unused_result))
 #define CDC_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -16,32 +19,6 @@ void *xmalloc(size_t count);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *data, size_t count);
 char *xstrdup(const char *text);
-
-/* A growable byte buffer. data is always NUL-terminated (not counted in len). */
-typedef struct buf {
-	char *data;
-	size_t len, cap;
-} buf;
-
-/* Room for extra more bytes (and the NUL). The check is inline. The writers call it for every few
- * bytes, and the call alone was 9% of the Kafka sink's thread (callgrind). */
-void buf_grow(buf *buffer, size_t extra);
-static inline void buf_reserve(buf *buffer, size_t extra)
-{
-	if (buffer->cap - buffer->len <= extra)
-		buf_grow(buffer, extra);
-}
-void buf_append(buf *buffer, const void *data, size_t count);
-void buf_puts(buf *buffer, const char *text);
-static inline void buf_putc(buf *buffer, char ch)
-{
-	buf_reserve(buffer, 1);
-	buffer->data[buffer->len++] = ch;
-	buffer->data[buffer->len] = '\0';
-}
-void buf_printf(buf *buffer, const char *fmt, ...) CDC_PRINTF(2, 3);
-void buf_reset(buf *buffer);
-void buf_free(buf *buffer);
 
 /* A list of user or group ids, an allow list. */
 typedef struct id_list {

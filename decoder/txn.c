@@ -761,7 +761,7 @@ static bool on_origin(txn_assembler *a, char *err, size_t errlen)
 }
 
 /* Relation and Type are applied at once. Held changes are handled as they arrive, so each sees the schema of
- * its time. An ALTER TABLE inside a streamed transaction resends it before the next. */
+ * its time. An ALTER TABLE inside a streamed transaction resends the Relation before the next change. */
 static void on_schema(txn_assembler *a)
 {
 	const pgo_msg *m = a->msg;

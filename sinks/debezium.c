@@ -832,9 +832,9 @@ static const dbz_column *columns_of(dbz_scratch *s, const Cdc__V1__Event *e, Cdc
 
 /* Values ----------------------------------------------------------------------------------------- */
 
-/* The microseconds of timestamp infinity and -infinity as Debezium writes them (pgjdbc's
- * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds), and the day
- * numbers of date infinity and -infinity (Debezium reads them as -5877611-06-21 and -22). */
+/* The microseconds of timestamp infinity and -infinity as Debezium writes them. They are pgjdbc's
+ * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds. Then come the day
+ * numbers of date infinity and -infinity. Debezium reads them as -5877611-06-21 and -22. */
 #define TS_INFINITY INT64_C(9223372036825200000)
 #define TS_MINUS_INFINITY INT64_C(-9223372036832400000)
 #define DATE_INFINITY (-2147472693)

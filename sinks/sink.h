@@ -43,8 +43,8 @@ typedef enum sink_status {
 
 typedef struct sink_ops {
 	const char *name;
-	/* Appends the event of subscription sub (the index of the subscription in the settings the
-	 * sink was bound with), without its commit fields, in the sink's format to out. */
+	/* Appends the event of subscription sub, without its commit fields, in the sink's format to out. sub
+	 * is the index of the subscription in the settings the sink was bound with. */
 	void (*render)(sink *sk, uint32_t sub, const Cdc__V1__Event *event, buf *out);
 	/* Takes one event of subscription sub rendered by render(), of transaction seq, with its commit
 	 * fields. False means a permanent, local failure, and the daemon exits. flush() reports the failures

@@ -90,7 +90,7 @@ typedef struct leaf {
 /* The read side of a table. It is its description, the list of what to read (PLAN), then chunks. */
 enum tstep { T_NONE, T_DESCRIBE, T_PLAN, T_READ };
 
-/* One chunk. It is a block range of a leaf (or the keys to read again), read by one COPY between its own low
+/* One chunk. It is a block range of a leaf, or the keys to read again. One COPY reads it between its own low
  * and high watermark, on one of the reader's lanes. */
 enum cstep { C_LOW, C_COPY, C_HIGH, C_WRITTEN };
 

@@ -32,7 +32,7 @@ typedef struct bf_signal_table {
 typedef struct bf_signal {
 	char *id;
 	bf_signal_kind kind;
-	bf_signal_table *tables; /* at least one for execute, and for stop none stops every one */
+	bf_signal_table *tables; /* at least one for execute. For stop, none stops every one. */
 	size_t ntables;
 	char **subscriptions; /* cdc's own key, only these. With none, each subscription that has a table. */
 	size_t nsubscriptions;

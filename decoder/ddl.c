@@ -1,5 +1,5 @@
-/* ddl.c: the DDL trigger's messages; see ddl.h. json-c parses (with a small depth limit); every
- * member is then checked for its type, range and length before it is copied into the arena. */
+/* See ddl.h. json-c parses, with a small depth limit. Every member is then checked for its type, range and
+ * length before it is copied into the arena. */
 #include "decoder/ddl.h"
 
 #include <json-c/json.h>
@@ -26,8 +26,8 @@ static bool bad(reader *r, const char *key, const char *what)
 	return errf(r->err, r->errlen, "%s%s: %s", r->where, key, what);
 }
 
-/* A string member of at most max bytes of UTF-8 (no NUL), copied into the arena; absent: "" unless
- * required. */
+/* A string member of at most max bytes of UTF-8 (no NUL), copied into the arena. When absent (or null) it is
+ * "", unless required. */
 static bool get_str(reader *r, json_object *o, const char *key, size_t max, bool required, const char **out)
 {
 	json_object *v;
@@ -49,7 +49,7 @@ static bool get_str(reader *r, json_object *o, const char *key, size_t max, bool
 	return true;
 }
 
-/* An integer member from min to max; absent (or null): dflt, unless required. */
+/* An integer member from min to max. When absent (or null) it is dflt, unless required. */
 static bool get_int(reader *r, json_object *o, const char *key, int64_t min, int64_t max, bool required,
 		    int64_t dflt, int64_t *out)
 {

@@ -1,13 +1,14 @@
-/* ddl.h: the logical messages cdc's DDL event trigger writes (prefix DDL_PREFIX, source.ddl): one
- * JSON object per command on a table, parsed and checked here, and turned into an OP_DDL event.
- * The content is untrusted (any role allowed to call pg_logical_emit_message can write one):
- * every field is checked, and a message that does not parse is refused with what is wrong. */
+/* The logical messages cdc's DDL event trigger writes (prefix DDL_PREFIX, source.ddl). Each is one JSON
+ * object per command on a table, parsed and checked here, and turned into an OP_DDL event. */
 #ifndef CDC_DDL_H
 #define CDC_DDL_H
 
 #include "cdc/v1/event.pb-c.h"
 #include "decoder/base/arena.h"
 #include "decoder/base/util.h"
+
+/* The content is untrusted, as any role allowed to call pg_logical_emit_message can write one. Every
+ * field is checked, and a message that does not parse is refused with what is wrong. */
 
 #define DDL_PREFIX "cdc.ddl"
 /* The version of the message's shape that this cdc writes and reads ("v"). */
@@ -25,25 +26,25 @@ typedef struct ddl_column {
 
 typedef struct ddl_msg {
 	const char *event;	 /* "ddl_command_end" or "sql_drop" */
-	const char *tag;	 /* the command tag: "ALTER TABLE", "DROP TABLE", ... */
-	const char *object_type; /* "table", "table column" */
-	const char *identity;	 /* "public.orders", "public.orders.note" */
+	const char *tag;	 /* the command tag, e.g. "ALTER TABLE", "DROP TABLE" */
+	const char *object_type; /* e.g. "table", "table column" */
+	const char *identity;	 /* e.g. "public.orders", "public.orders.note" */
 	const char *schema, *table;
 	uint32_t relid;
-	int32_t subid; /* a column command's column number (attnum); 0 for the table */
+	int32_t subid; /* a column command's column number (attnum), 0 for the table */
 	const char *statement;
 	bool has_columns; /* a list of the table's columns after the command came (not for a drop) */
 	size_t ncols;
 	ddl_column *cols; /* in attnum order */
 } ddl_msg;
 
-/* Parses one message's content; strings and columns go into a. False with err naming the field
- * and what is wrong ("columns[2].attnum: expected an integer from 1 to 32767"). Keys it does not
- * know are ignored (a newer trigger may add some); a newer "v" is read as far as it goes. */
+/* Parses one message's content. Strings and columns go into ar. False with err naming the field and what is
+ * wrong ("columns[2].attnum: expected an integer from 1 to 32767"). Keys it does not know are ignored, as a
+ * newer trigger may add some. A newer "v" is read as far as it goes. */
 bool ddl_parse(arena *ar, const char *content, size_t len, ddl_msg *out, char *err,
 	       size_t errlen) CDC_MUST_CHECK;
 
-/* The OP_DDL event of msg (schema, table, relation_id, ddl); the transaction fields are the caller's. */
+/* The OP_DDL event of msg (schema, table, relation_id, ddl). The transaction fields are the caller's. */
 Cdc__V1__Event *ddl_event(arena *ar, const ddl_msg *msg);
 
 #endif

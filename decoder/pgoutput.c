@@ -1,6 +1,6 @@
-/* pgoutput.c: parser for pgoutput logical replication messages (protocol versions 1 to 4) and
- * the relation cache that maps relation and type ids to their latest Relation/Type message.
- * The parser is the hot path: it allocates nothing and checks every length before reading. */
+/* See pgoutput.h. A parser for pgoutput logical replication messages (protocol versions 1 to 4), and the
+ * relation cache that maps relation and type ids to their latest Relation/Type message. The parser is the hot
+ * path. It allocates nothing and checks every length before reading. */
 #include "decoder/pgoutput.h"
 #include "decoder/base/bytes.h"
 
@@ -14,8 +14,8 @@
 
 /* ---- the reader ---- */
 
-/* A cursor over one message. Every read checks the bytes left first; on failure the reader
- * writes the error, naming the message type and the offset of the field that could not be read. */
+/* A cursor over one message. Every read checks the bytes left first. On failure the reader writes the error,
+ * naming the message type and the offset of the field that could not be read. */
 typedef struct pgo_reader {
 	const uint8_t *p;
 	size_t pos, len;
@@ -35,13 +35,13 @@ __attribute__((cold, noinline, format(printf, 3, 4))) static void rd_error(pgo_r
 	errf(r->err, r->errlen, "%s message at offset %zu: %s", pgo_type_name(r->type), at, what);
 }
 
-/* The error paths are out of line; the macro's visible false lets the compiler see that nothing
- * read is used after a failure. */
+/* The error paths are out of line. The macro's visible false lets the compiler see that nothing read is used
+ * after a failure. */
 #define rd_fail(r, at, ...) (rd_error((r), (at), __VA_ARGS__), false)
 #define rd_short(r, field, need)                                                                             \
 	rd_fail((r), (r)->pos, "truncated %s: %zu of %zu bytes", (field), (r)->len - (r)->pos, (size_t)(need))
 
-/* A byte for an error message: 'x' (0x78) when printable, else 0x01. */
+/* A byte for an error message, e.g. 'x' (0x78) when printable, else 0x01. */
 typedef struct byte_text {
 	char s[16];
 } byte_text;
@@ -91,8 +91,8 @@ static inline bool rd_u64(pgo_reader *r, const char *field, uint64_t *v)
 	return true;
 }
 
-/* A TimestampTz (microseconds since 2000-01-01), converted to microseconds since the Unix epoch.
- * Values so large that the conversion would overflow are no real timestamp: rejected. */
+/* A TimestampTz (microseconds since 2000-01-01), converted to microseconds since the Unix epoch. Values so
+ * large that the conversion would overflow are no real timestamp, and are rejected. */
 static inline bool rd_time(pgo_reader *r, const char *field, int64_t *v)
 {
 	size_t at = r->pos;
@@ -106,7 +106,7 @@ static inline bool rd_time(pgo_reader *r, const char *field, int64_t *v)
 	return true;
 }
 
-/* A NUL-terminated string; the terminator must lie inside the message. */
+/* A NUL-terminated string. The terminator must lie inside the message. */
 static inline bool rd_str(pgo_reader *r, const char *field, const char **s)
 {
 	const uint8_t *start = r->p + r->pos;
@@ -146,7 +146,7 @@ static bool read_begin(pgo_reader *r, pgo_msg *m)
 	       rd_time(r, "commit_time", &m->begin.commit_time) && rd_u32(r, "xid", &m->xid);
 }
 
-/* Commit and Stream Commit share their body; the flags are unused so far and must be 0. */
+/* Commit and Stream Commit share their body. The flags are unused so far and must be 0. */
 static bool read_commit(pgo_reader *r, pgo_msg *m)
 {
 	return rd_flags(r, 0, &m->commit.flags) && rd_u64(r, "commit_lsn", &m->commit.commit_lsn) &&
@@ -236,7 +236,7 @@ static bool read_tuple(pgo_reader *r, pgo_tuple *t)
 	return true;
 }
 
-/* The tag byte before a tuple: 'N' new, 'K' old key, 'O' old row. */
+/* The tag byte before a tuple, 'N' new, 'K' old key or 'O' old row. */
 static bool rd_tag(pgo_reader *r, const char *allowed, const char *expect, uint8_t *tag)
 {
 	size_t at = r->pos;
@@ -345,7 +345,7 @@ static bool read_stream_abort(pgo_reader *r, pgo_msg *m, bool abort_info)
 	       rd_time(r, "abort_time", &m->stream_abort.abort_time);
 }
 
-/* Begin Prepare has no flags byte; Prepare and Stream Prepare have one, unused so far. */
+/* Begin Prepare has no flags byte. Prepare and Stream Prepare have one, unused so far. */
 static bool read_prepare(pgo_reader *r, pgo_msg *m, bool has_flags)
 {
 	m->prepare.flags = 0;
@@ -421,7 +421,7 @@ const char *pgo_type_name(int type)
 	}
 }
 
-/* The protocol version that introduced a message type: streaming came with 2, two-phase with 3. */
+/* The protocol version that introduced a message type. Streaming came with 2, two-phase with 3. */
 static int min_version(int type)
 {
 	switch (type) {
@@ -552,7 +552,7 @@ uint32_t pgo_truncate_relid(const pgo_msg *m, uint32_t i)
  * removed (a dropped relation just stops being used), so no tombstones are needed. */
 typedef struct pgo_map {
 	uint32_t *keys;
-	void **vals; /* NULL: empty slot */
+	void **vals; /* NULL for an empty slot */
 	size_t cap, n;
 } pgo_map;
 
@@ -684,8 +684,8 @@ static void relent_fill(relent *e, const pgo_msg *m)
 	}
 }
 
-/* Under REPLICA IDENTITY FULL the server flags every column as identity; the key is then the
- * primary key, when one was given with pgo_relcache_set_primary_key(). */
+/* Under REPLICA IDENTITY FULL the server flags every column as identity. The key is then the primary key,
+ * when one was given with pgo_relcache_set_primary_key(). */
 static void apply_primary_key(const pgo_relcache *c, relent *e)
 {
 	const char *names = e->rel.replident == 'f' ? map_get(&c->pkeys, e->rel.relid) : NULL;
@@ -705,8 +705,8 @@ void pgo_relcache_put(pgo_relcache *c, const pgo_msg *relation)
 {
 	relent *e = map_get(&c->rels, relation->relation.relid);
 	if (e) {
-		/* Replaced in place, so pointers callers hold stay valid; the version tells them
-		 * that what they derived from the old columns is stale. */
+		/* Replaced in place, so pointers callers hold stay valid. The version tells them that what
+		 * they derived from the old columns is stale. */
 		uint64_t version = e->rel.version + 1;
 		free(e->mem);
 		relent_fill(e, relation);

@@ -1,8 +1,5 @@
-/* pgoutput.h: parser for the pgoutput logical replication protocol, versions 1 to 4.
- * pgo_parse() turns one message (the payload of one XLogData 'w' frame) into a pgo_msg whose
- * strings and column data point into the caller's bytes; it allocates nothing and checks every
- * length before reading. The relation cache maps relation ids to their latest Relation message.
- * This layer knows nothing of transactions held or sinks: see txn.h for that. */
+/* A parser for the pgoutput logical replication protocol, versions 1 to 4. It allocates nothing and checks
+ * every length before reading. */
 #ifndef CDC_PGOUTPUT_H
 #define CDC_PGOUTPUT_H
 
@@ -12,10 +9,14 @@
 
 #include "decoder/base/util.h"
 
-/* PostgreSQL's MaxTupleAttributeNumber: no tuple can have more columns. */
+/* pgo_parse() turns one message (the payload of one XLogData 'w' frame) into a pgo_msg. Its strings
+ * and column data point into the caller's bytes. The relation cache maps relation ids to their latest
+ * Relation message. This layer knows nothing of transactions held or sinks (txn.h does). */
+
+/* PostgreSQL's MaxTupleAttributeNumber. No tuple can have more columns. */
 #define PGO_MAX_COLUMNS 1664
 
-/* pgoutput timestamps count from 2000-01-01; the parser converts them to the Unix epoch. */
+/* pgoutput timestamps count from 2000-01-01. The parser converts them to the Unix epoch. */
 #define PGO_EPOCH_OFFSET_US INT64_C(946684800000000)
 
 typedef uint64_t pgo_lsn;
@@ -42,13 +43,13 @@ typedef enum pgo_type {
 	PGO_STREAM_PREPARE = 'p',
 } pgo_type;
 
-/* Name of a message type for error messages ("Insert", "Stream Commit", ...; "unknown"). */
+/* Name of a message type for error messages ("Insert", "Stream Commit", ..., or "unknown"). */
 const char *pgo_type_name(int type);
 
 /* One column of a tuple, as sent. */
 typedef enum pgo_datum_kind {
 	PGO_NULL = 'n',
-	PGO_TOAST = 'u', /* unchanged TOASTed value: not sent */
+	PGO_TOAST = 'u', /* unchanged TOASTed value, not sent */
 	PGO_TEXT = 't',
 	PGO_BINARY = 'b',
 } pgo_datum_kind;
@@ -56,7 +57,7 @@ typedef enum pgo_datum_kind {
 typedef struct pgo_datum {
 	pgo_datum_kind kind;
 	uint32_t len;	  /* PGO_TEXT, PGO_BINARY */
-	const char *data; /* points into the message; not NUL-terminated */
+	const char *data; /* points into the message, not NUL-terminated */
 } pgo_datum;
 
 typedef struct pgo_tuple {
@@ -65,7 +66,7 @@ typedef struct pgo_tuple {
 } pgo_tuple;
 
 typedef struct pgo_relcol {
-	uint8_t flags;	  /* 1: part of the replica identity key */
+	uint8_t flags;	  /* 1 if part of the replica identity key */
 	const char *name; /* NUL-terminated, points into the message */
 	uint32_t type_oid;
 	int32_t typmod;
@@ -74,8 +75,8 @@ typedef struct pgo_relcol {
 /* Transaction metadata shared by several message types. Times are microseconds since the Unix epoch. */
 typedef struct pgo_msg {
 	pgo_type type;
-	/* The (sub)transaction id carried by messages inside a stream block (and by the stream,
-	 * prepare and 2PC messages themselves); 0 when the message carries none. */
+	/* The (sub)transaction id carried by messages inside a stream block, and by the stream, prepare and
+	 * 2PC messages themselves. 0 when the message carries none. */
 	uint32_t xid;
 	union {
 		struct {
@@ -110,10 +111,10 @@ typedef struct pgo_msg {
 		struct {
 			uint8_t flags; /* 1 CASCADE, 2 RESTART IDENTITY */
 			uint32_t nrels;
-			const uint8_t *relids; /* nrels big-endian uint32s: read with pgo_truncate_relid() */
+			const uint8_t *relids; /* nrels big-endian uint32s, read with pgo_truncate_relid() */
 		} truncate;
 		struct {
-			uint8_t flags; /* 1: transactional */
+			uint8_t flags; /* 1 if transactional */
 			pgo_lsn lsn;
 			const char *prefix;
 			uint32_t len;
@@ -151,14 +152,14 @@ typedef struct pgo_msg {
 
 typedef struct pgo_options {
 	int proto_version; /* 1..4 */
-	/* Protocol 4 with streaming = parallel: Stream Abort carries abort LSN and time. */
+	/* Protocol 4 with streaming = parallel. Stream Abort then carries abort LSN and time. */
 	bool stream_abort_info;
 } pgo_options;
 
-/* Parses one message. in_stream: the message arrived between Stream Start and Stream Stop, so
- * Relation, Type, Insert, Update, Delete, Truncate and Message carry a leading xid.
- * On error returns false and writes "<Type> message at offset N: what is wrong" to err.
- * The message must outlive every pointer in *out. */
+/* Parses one message. in_stream says the message arrived between Stream Start and Stream Stop. Then
+ * Relation, Type, Insert, Update, Delete, Truncate and Message carry a leading xid. On error it returns
+ * false and writes "<Type> message at offset N: what is wrong" to err. The message must outlive every
+ * pointer in *out. */
 bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_stream, pgo_msg *out,
 	       char *err, size_t errlen) CDC_MUST_CHECK;
 
@@ -185,18 +186,18 @@ void pgo_relcache_put(pgo_relcache *relcache, const pgo_msg *relation);
 const pgo_rel *pgo_relcache_get(const pgo_relcache *relcache, uint32_t relid);
 /* The entry of table nspname.relname, looked for among all (not for every row), or NULL. */
 const pgo_rel *pgo_relcache_find(const pgo_relcache *relcache, const char *nspname, const char *relname);
-/* The primary key of relation relid. Under REPLICA IDENTITY FULL the server marks every column as
- * identity; the cache then marks only these (for event keys, Kafka keys and projections). */
+/* The primary key of relation relid. Under REPLICA IDENTITY FULL the server marks every column as identity.
+ * The cache then marks only these (for event keys, Kafka keys and projections). */
 void pgo_relcache_set_primary_key(pgo_relcache *relcache, uint32_t relid, const char *const *names,
 				  size_t count);
-/* Records a PGO_TYPE message: the name of a non-built-in type. */
+/* Records a PGO_TYPE message, the name of a non-built-in type. */
 void pgo_relcache_put_type(pgo_relcache *relcache, const pgo_msg *type);
 /* "schema.name" for types announced by Type messages, the built-in name (int4, text, _int4, ...)
  * for built-in types, NULL if unknown. */
 const char *pgo_type_name_of(const pgo_relcache *relcache, uint32_t oid);
-/* Appends a column's type as PostgreSQL's format_type(oid, typmod) prints it (see
- * pgtypes_format; a type a Type message announced: pgtypes_format_named); "???" for a type neither
- * built in nor announced. */
+/* Appends a column's type as PostgreSQL's format_type(oid, typmod) prints it (see pgtypes_format). For a type
+ * a Type message announced, see pgtypes_format_named. It appends "???" for a type neither built in nor
+ * announced. */
 void pgo_format_type(const pgo_relcache *relcache, uint32_t oid, int32_t typmod, buf *out);
 
 #endif

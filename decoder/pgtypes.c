@@ -1,8 +1,4 @@
-/* pgtypes.c: the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of
- * types cdc has no typed form for, the meaning of type modifiers (as PostgreSQL's
- * numeric_typmod_precision, anybit_typmodout, timestamp's typmodout read them), and a column's type
- * as format_type() prints it (schema events). Built-in OIDs (< 10000) are fixed across server
- * versions. */
+/* See pgtypes.h. Built-in OIDs (< 10000) are fixed across server versions. */
 #include "decoder/pgtypes.h"
 
 #include <stddef.h>
@@ -10,10 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template):
+/* This file holds the names of PostgreSQL's built-in types by OID, for Other.type_name and the JSON of types
+ * cdc has no typed form for. It reads type modifiers as PostgreSQL's numeric_typmod_precision,
+ * anybit_typmodout and timestamp's typmodout read them. It prints a column's type as format_type() prints it
+ * (schema events). */
+
+/* Generated once from a fresh PostgreSQL 15.18 cluster (initdb, default template) with this query.
  *   SELECT oid, typname FROM pg_type WHERE oid < 10000 AND typtype IN ('b','r','m') ORDER BY oid
- * (base, range and multirange types and their array types; pseudo types are left out).
- * Sorted by OID for the binary search below: keep it sorted if you add rows. */
+ * These are base, range and multirange types and their array types. Pseudo types are left out. The
+ * rows are sorted by OID for the binary search below, so keep them sorted if you add rows. */
 /* clang-format off */
 static const struct builtin_type {
 	uint32_t oid;
@@ -200,9 +201,10 @@ const char *pgtypes_builtin_name(uint32_t oid)
 	return t ? t->name : NULL;
 }
 
-/* Array types and their element types, from the same cluster:
+/* Array types and their element types, from the same cluster, with this query.
  *   SELECT oid, typelem FROM pg_type WHERE oid < 10000 AND typcategory = 'A' AND typname LIKE '\_%'
- * ORDER BY oid (int2vector and oidvector, printed without braces, are not arrays here). */
+ *   ORDER BY oid
+ * int2vector and oidvector, printed without braces, are not arrays here. */
 /* clang-format off */
 static const struct array_type {
 	uint32_t array, element;
@@ -266,8 +268,8 @@ int pgtypes_length(uint32_t oid, int32_t typmod)
 	return -1;
 }
 
-/* interval's typmod: the fields (the bits of datetime.h's YEAR, MONTH, DAY, HOUR, MINUTE and
- * SECOND) in the high half, the precision of the seconds in the low one. */
+/* interval's typmod. The fields (the bits of datetime.h's YEAR, MONTH, DAY, HOUR, MINUTE and SECOND) are in
+ * the high half, the precision of the seconds in the low one. */
 static const char *interval_fields(int fields)
 {
 	enum {
@@ -305,13 +307,13 @@ static const char *interval_fields(int fields)
 		return " hour to second";
 	case MINUTE | SECOND:
 		return " minute to second";
-	default: /* 0x7fff: all of them */
+	default: /* 0x7fff, all of them */
 		return "";
 	}
 }
 
-/* A built-in type that is not an array, as format_type() prints it for a column of typmod typmod
- * (the server's typmodout functions; -1: none). */
+/* A built-in type that is not an array, as format_type() prints it for a column of typmod typmod. It follows
+ * the server's typmodout functions. typmod -1 means none. */
 static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typmod)
 {
 	bool mod = typmod >= 0;
@@ -324,7 +326,7 @@ static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typm
 		buf_puts(out, "boolean");
 		return;
 	case PGT_CHAR:
-		buf_puts(out, "\"char\""); /* a keyword: quoted, as quote_identifier() does */
+		buf_puts(out, "\"char\""); /* a keyword, quoted as quote_identifier() does */
 		return;
 	case PGT_INT2:
 		buf_puts(out, "smallint");
@@ -347,7 +349,7 @@ static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typm
 			snprintf(tmp, sizeof(tmp), "(%d)", pgtypes_length(oid, typmod));
 		else if (mod)
 			tmp[0] = '\0';
-		else { /* bpchar without a length is not character(1): format_type keeps its name */
+		else { /* bpchar without a length is not character(1), format_type keeps its name */
 			buf_puts(out, oid == PGT_BPCHAR ? "bpchar" : "character varying");
 			return;
 		}
@@ -406,7 +408,7 @@ bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod)
 		return false;
 	uint32_t elem = pgtypes_element(oid);
 	const char *elem_name = elem ? pgtypes_builtin_name(elem) : NULL;
-	if (elem && !elem_name) /* an array of a catalog's row type (pg_class[]): its name without the _ */
+	if (elem && !elem_name) /* an array of a catalog's row type (pg_class[]), its name without the _ */
 		buf_puts(out, name + 1);
 	else
 		format_scalar(out, elem ? elem : oid, elem ? elem_name : name, typmod);
@@ -415,8 +417,8 @@ bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod)
 	return true;
 }
 
-/* quote_identifier() without its keyword list: a name of lower-case letters, digits and
- * underscores not starting with a digit stays bare, anything else is quoted. */
+/* quote_identifier() without its keyword list. A name of lower-case letters, digits and underscores not
+ * starting with a digit stays bare. Anything else is quoted. */
 static void put_ident(buf *out, const char *s, size_t n)
 {
 	bool bare = n > 0 && !(s[0] >= '0' && s[0] <= '9');
@@ -437,7 +439,7 @@ static void put_ident(buf *out, const char *s, size_t n)
 
 void pgtypes_format_named(buf *out, const char *nspname, const char *typname)
 {
-	/* pgoutput names a domain by its base type: a built-in one as format_type() prints it */
+	/* pgoutput names a domain by its base type. A built-in one comes out as format_type() prints it. */
 	for (size_t i = 0;
 	     strcmp(nspname, "pg_catalog") == 0 && i < sizeof(builtin_types) / sizeof(builtin_types[0]); i++)
 		if (strcmp(builtin_types[i].name, typname) == 0 &&

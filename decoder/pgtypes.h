@@ -1,7 +1,5 @@
-/* pgtypes.h: OIDs and names of PostgreSQL's built-in types (they are fixed across versions), what
- * a column's type modifier (pg_attribute.atttypmod) says about it, read as format_type reads it:
- * numeric's precision and scale, a length, the fractional digits of a time; and a column's type as
- * format_type() prints it. */
+/* OIDs and names of PostgreSQL's built-in types, which are fixed across versions. What a column's type
+ * modifier says about it, and a column's type as format_type() prints it. */
 #ifndef CDC_PGTYPES_H
 #define CDC_PGTYPES_H
 
@@ -9,6 +7,9 @@
 #include <stdint.h>
 
 #include "decoder/base/util.h"
+
+/* A type modifier (pg_attribute.atttypmod) is read as format_type reads it. It gives numeric's
+ * precision and scale, a length, or the fractional digits of a time. */
 
 #define PGT_BOOL 16
 #define PGT_BYTEA 17
@@ -43,29 +44,32 @@
 /* The pg_type.typname of a built-in type ("int4", "_text", ...), or NULL. */
 const char *pgtypes_builtin_name(uint32_t oid);
 
-/* The element type of a built-in array type (_int4: int4, _text: text), or 0. */
+/* The element type of a built-in array type (int4 for _int4, text for _text), or 0. */
 uint32_t pgtypes_element(uint32_t oid);
 
-/* numeric's typmod: its precision and scale (the scale may be negative, or above the precision,
- * since PostgreSQL 15); false for a typmod without them (-1: numeric of any precision). */
+/* numeric's typmod, read as its precision and scale. Since PostgreSQL 15 the scale may be negative, or above
+ * the precision. False for a typmod without them (-1 is numeric of any precision). */
 bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale);
-/* The fractional-second digits of time, timetz, timestamp, timestamptz and interval (0 to 6): the
+/* The fractional-second digits of time, timetz, timestamp, timestamptz and interval (0 to 6). They are the
  * modifier's, else 6, what PostgreSQL keeps. */
 int pgtypes_time_precision(uint32_t oid, int32_t typmod);
-/* char(n), varchar(n): n characters; bit(n), varbit(n): n bits; -1 without a modifier (or for
- * another type). */
+/* The length a modifier gives, or -1 without a modifier (or for another type).
+ * - char(n) and varchar(n) have n characters.
+ * - bit(n) and varbit(n) have n bits. */
 int pgtypes_length(uint32_t oid, int32_t typmod);
 
-/* Appends a column's type as format_type(oid, typmod) prints it ("integer", "numeric(10,2)",
- * "character varying(20)", "timestamp(3) with time zone", "interval day to second(2)",
- * "integer[]": a typmod of an array column is its element's) for a built-in type; false, with
- * nothing appended, for any other OID (see pgtypes_format_named). */
+/* Appends a column's type as format_type(oid, typmod) prints it for a built-in type. Examples are "integer",
+ * "numeric(10,2)", "character varying(20)", "timestamp(3) with time zone", "interval day to second(2)" and
+ * "integer[]". A typmod of an array column is its element's. For any other OID it returns false with nothing
+ * appended (see pgtypes_format_named). */
 bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod);
-/* Appends a type of the database's own, from a Type message's schema and name, as format_type()
- * prints it under the default search_path: unqualified in public (and pg_catalog), else
- * "schema.name"; names that need it quoted ("My Type"); "_name" (an array type) as "name[]".
- * Names that are SQL keywords are not quoted (format_type() would). pgoutput names a domain by
- * its base type (the domain's name is not sent): a built-in one comes out as pgtypes_format's. */
+/* Appends a type of the database's own, from a Type message's schema and name, as format_type() prints it
+ * under the default search_path.
+ * - It is unqualified in public (and pg_catalog), else "schema.name".
+ * - Names that need it are quoted ("My Type").
+ * - "_name" (an array type) comes out as "name[]".
+ * Names that are SQL keywords are not quoted, though format_type() would quote them. pgoutput names a domain
+ * by its base type, as the domain's name is not sent. A built-in one comes out as pgtypes_format's. */
 void pgtypes_format_named(buf *out, const char *nspname, const char *typname);
 
 #endif

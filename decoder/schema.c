@@ -1,6 +1,4 @@
-/* schema.c: schema events and what DDL events tell of tables; see schema.h. A table's DDL
- * knowledge is its column list after the latest DDL event (by column number) and a short log of
- * its columns' renames, additions and drops, which answers "what was this column called then". */
+/* See schema.h. Schema events and what DDL events tell of tables. */
 #include "decoder/schema.h"
 
 #include <stdlib.h>
@@ -8,13 +6,17 @@
 
 #include "decoder/event.h"
 
-/* Changes kept per table: a subscription whose previous schema event is older than this many
- * column changes of its table gets no renamed_from. */
+/* A table's DDL knowledge is its column list after the latest DDL event (by column number). It also
+ * has a short log of its columns' renames, additions and drops. The log answers "what was this column
+ * called then". */
+
+/* Changes kept per table. A subscription whose previous schema event is older than this many column changes
+ * of its table gets no renamed_from. */
 #define LOG_MAX 256
 
 typedef struct change {
 	uint64_t gen;
-	char *from, *to; /* from NULL: added; to NULL: dropped */
+	char *from, *to; /* from NULL if added, to NULL if dropped */
 } change;
 
 typedef struct column {
@@ -31,7 +33,7 @@ typedef struct table {
 	size_t ncols;
 	change *log; /* oldest first */
 	size_t nlog;
-	uint64_t lost; /* the newest generation whose changes left the log (0: none) */
+	uint64_t lost; /* the newest generation whose changes left the log (0 if none) */
 } table;
 
 struct sch_tables {
@@ -80,7 +82,7 @@ uint64_t sch_tables_generation(const sch_tables *t)
 	return t ? t->gen : 0;
 }
 
-/* Tables with DDL events since the start: few, and looked up once per schema built. */
+/* Tables with DDL events since the start. They are few, and looked up once per schema built. */
 static table *find(const sch_tables *t, uint32_t relid)
 {
 	for (size_t i = 0; t && i < t->ntabs; i++)
@@ -111,7 +113,7 @@ static bool named(const char *const *names, size_t n, const char *name)
 	return false;
 }
 
-/* The first DDL event of a table: the columns before it are known by name only (before's). */
+/* The first DDL event of a table. The columns before it are known by name only (before's). */
 static void compare_by_name(table *tab, uint64_t gen, const ddl_msg *m, const pgo_rel *before)
 {
 	const char **post = xcalloc(m->ncols + 1, sizeof(*post)),
@@ -143,7 +145,7 @@ static void compare_by_name(table *tab, uint64_t gen, const ddl_msg *m, const pg
 	free(pre);
 }
 
-/* Later DDL events: by column number, which a rename keeps. */
+/* Later DDL events are compared by column number, which a rename keeps. */
 static void compare_by_number(table *tab, uint64_t gen, const ddl_msg *m)
 {
 	for (size_t i = 0; i < tab->ncols; i++) {

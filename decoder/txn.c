@@ -1,7 +1,6 @@
-/* txn.c: the transaction assembler (see txn.h). Plain transactions pass straight through; the
- * handler's records of streamed and prepared ones are held in one spill file each
- * ("txn-<xid>.spill") and replayed record by record when the server reports their commit, so
- * memory stays bounded whatever their size. */
+/* The transaction assembler (see txn.h). Plain transactions pass straight through. The handler's records of
+ * streamed and prepared ones are held in one spill file each ("txn-<xid>.spill"). They are replayed record by
+ * record when the server reports their commit, so memory stays bounded whatever their size. */
 #include "decoder/txn.h"
 #include "decoder/base/bytes.h"
 
@@ -17,7 +16,7 @@
 
 /* The write buffer of the one open spill file, reused as the read buffer during replay. */
 #define TXN_IO_SIZE (64 * 1024)
-/* A spill record: [length: 4 bytes][the handler's bytes for one change]. */
+/* A spill record is a 4-byte length, then the handler's bytes for one change. */
 #define TXN_REC_HDR 4
 
 /* Where a subtransaction's first message landed in its top-level transaction's file. */
@@ -37,17 +36,17 @@ typedef enum txn_held_kind {
 typedef struct txn_held {
 	uint32_t xid;
 	txn_held_kind kind;
-	/* A write or truncate failed: the file may be incomplete and must never be replayed. */
+	/* A write or truncate failed. The file may be incomplete and must never be replayed. */
 	bool broken;
 	uint64_t size;	    /* logical file size, including bytes still in the write buffer */
 	uint32_t positions; /* the handler's positions of its changes (txn_info.tx_index) */
 	char *gid;	    /* prepared only */
 	char *origin;	    /* from an Origin message inside the transaction, or NULL */
 	pgo_lsn prepare_lsn;
-	/* Streamed only: first offset of each subtransaction, in order of first appearance. */
+	/* Streamed only. The first offset of each subtransaction, in order of first appearance. */
 	txn_subxact *subs;
 	size_t nsubs, capsubs;
-	uint32_t sub_last; /* the xid of the last message: skips the lookup for runs of one xid */
+	uint32_t sub_last; /* the xid of the last message, which skips the lookup for runs of one xid */
 } txn_held;
 
 typedef enum txn_state {
@@ -61,7 +60,8 @@ struct txn_assembler {
 	pgo_options opt;
 	pgo_relcache *rc;
 	txn_handler h;
-	/* pgo_msg holds two full tuples (about 100 KB): one on the heap, reused for every message. */
+	/* pgo_msg holds two full tuples (about 100 KB). There is one on the heap, reused for every
+	 * message. */
 	pgo_msg *msg;
 	buf hold; /* the handler's record for the held change being processed */
 
@@ -70,15 +70,15 @@ struct txn_assembler {
 	txn_info info; /* the plain transaction being passed through, or the one being replayed */
 	buf origin;    /* info.origin points here when set */
 
-	/* The one open spill file: cur's, during a stream block or Begin Prepare ... Prepare. At most
+	/* The one open spill file. It is cur's, during a stream block or Begin Prepare ... Prepare. At most
 	 * one file is open at a time, so memory does not grow with the number of held transactions. */
 	txn_held *cur;
 	int fd;
-	uint64_t flushed; /* bytes of cur's file on disk; the rest of cur->size is in io */
+	uint64_t flushed; /* bytes of cur's file on disk. The rest of cur->size is in io. */
 	uint8_t *io;	  /* TXN_IO_SIZE bytes */
-	size_t iolen;	  /* writing: bytes buffered; reading: bytes loaded */
-	size_t iopos;	  /* reading: bytes of io consumed */
-	uint8_t *rec;	  /* replay: one record's payload; grows only to the largest record */
+	size_t iolen;	  /* bytes buffered when writing, bytes loaded when reading */
+	size_t iopos;	  /* bytes of io consumed when reading */
+	uint8_t *rec;	  /* one record's payload in replay. It grows only to the largest record. */
 	size_t reccap;
 
 	txn_held **held;
@@ -95,7 +95,7 @@ static const char *spill_path(txn_assembler *a, uint32_t xid)
 	return a->path;
 }
 
-/* True for the names spill_path() makes: "txn-", 1 to 10 digits, ".spill". */
+/* True for the names spill_path() makes, "txn-", 1 to 10 digits, ".spill". */
 static bool spill_name(const char *name)
 {
 	size_t digits = 0;
@@ -159,9 +159,9 @@ static bool held_drop(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 	return true;
 }
 
-/* Remembers where subtransaction xid's first message goes, the way PostgreSQL's apply worker
- * does (subxact_info_add in worker.c): a run of messages of one xid is the common case. True when
- * this is its first message. */
+/* Remembers where subtransaction xid's first message goes, the way PostgreSQL's apply worker does
+ * (subxact_info_add in worker.c). A run of messages of one xid is the common case. True when this is its
+ * first message. */
 static bool held_note_subxact(txn_held *t, uint32_t xid)
 {
 	if (xid == t->xid || xid == t->sub_last)
@@ -246,8 +246,8 @@ static bool file_write(txn_assembler *a, const void *p, size_t n, char *err, siz
 	return true;
 }
 
-/* Flushes and closes the open file. No fsync: after a crash the slot resends what was held. A
- * broken file is not flushed: it will never be replayed, and the failure was already reported. */
+/* Flushes and closes the open file. There is no fsync, as after a crash the slot resends what was held. A
+ * broken file is not flushed. It will never be replayed, and the failure was already reported. */
 static bool file_close(txn_assembler *a, char *err, size_t errlen)
 {
 	bool ok = a->cur->broken || file_flush(a, err, errlen);
@@ -261,7 +261,7 @@ static bool file_close(txn_assembler *a, char *err, size_t errlen)
 	return ok;
 }
 
-/* Closes the open file without writing what is buffered: its transaction is being discarded. */
+/* Closes the open file without writing what is buffered, as its transaction is being discarded. */
 static void file_discard(txn_assembler *a)
 {
 	if (a->fd >= 0)
@@ -274,7 +274,7 @@ static void file_discard(txn_assembler *a)
 static bool call_change(txn_assembler *a, const txn_info *t, const pgo_msg *m, pgo_lsn lsn, buf *hold,
 			uint32_t *positions, char *err, size_t errlen);
 
-/* A change of the current held transaction: the handler sees it now, its record goes to the file. */
+/* A change of the current held transaction. The handler sees it now, and its record goes to the file. */
 static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 {
 	txn_held *t = a->cur;
@@ -378,7 +378,8 @@ static bool call_commit(txn_assembler *a, const txn_info *t, char *err, size_t e
 	return a->h.commit(a->h.ctx, t, err, errlen) || handler_failed("commit", t->xid, err, errlen);
 }
 
-/* Delivers a held transaction: begin with a->info, every record in the order it arrived, commit. */
+/* Delivers a held transaction. It calls begin with a->info, then replay for every record in the order it
+ * arrived, then commit. */
 static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 {
 	bool ok = false;
@@ -434,7 +435,7 @@ out:
 	return ok;
 }
 
-/* A held transaction aborted: discarded, the handler told. */
+/* A held transaction aborted. It is discarded and the handler is told. */
 static bool held_abort(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 {
 	a->aborted++;
@@ -557,8 +558,8 @@ static bool on_stream_stop(txn_assembler *a, char *err, size_t errlen)
 	return file_close(a, err, errlen);
 }
 
-/* The held streamed transaction a Stream Commit / Abort / Prepare names, into *t; one not held is
- * an error, or *t NULL with missing_ok. */
+/* The held streamed transaction a Stream Commit / Abort / Prepare names, into *t. One not held is an error,
+ * or *t is NULL with missing_ok. */
 static bool streamed(txn_assembler *a, bool missing_ok, txn_held **t, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
@@ -590,20 +591,20 @@ static bool on_stream_commit(txn_assembler *a, char *err, size_t errlen)
 	return replay(a, t, err, errlen) && held_drop(a, t, err, errlen);
 }
 
-/* A subtransaction abort truncates the file back to where that subtransaction's first message
- * went and forgets the subtransactions first seen after it, as PostgreSQL's apply worker does
- * (stream_abort_internal in worker.c). Changes reach the stream in WAL order and subtransactions
- * nest, so until a subtransaction ends everything after its first message is its own or its
- * descendants'. One that ended by RELEASE can only abort with an ancestor, and that abort record
- * lists the released children, each of which gets its own Stream Abort (DecodeAbort): whichever
- * offset is lowest wins, in either order. A subtransaction with no messages is not found.
+/* A subtransaction abort truncates the file back to where that subtransaction's first message went. It
+ * forgets the subtransactions first seen after it, as PostgreSQL's apply worker does (stream_abort_internal
+ * in worker.c). Changes reach the stream in WAL order and subtransactions nest. So until a subtransaction
+ * ends, everything after its first message is its own or its descendants'. One that ended by RELEASE can only
+ * abort with an ancestor. That abort record lists the released children, and each of them gets its own Stream
+ * Abort (DecodeAbort). Whichever offset is lowest wins, in either order. A subtransaction with no messages is
+ * not found.
  *
- * A transaction that was never streamed has nothing to discard. PostgreSQL sends such an abort:
- * it marks a top-level transaction streamed whenever it tried to stream it, also when it found the
- * transaction aborted already before sending its first change (a concurrent abort, as when a
- * restarted slot decodes again a transaction that aborted meanwhile), so a Stream Abort can come
- * with no Stream Start before it. Its own apply worker ignores it too (the files it would delete
- * are missing_ok). */
+ * A transaction that was never streamed has nothing to discard. PostgreSQL sends such an abort. It marks a
+ * top-level transaction streamed whenever it tried to stream it. It does so also when it found the
+ * transaction aborted already before sending its first change. That is a concurrent abort, as when a
+ * restarted slot decodes again a transaction that aborted meanwhile. So a Stream Abort can come with no
+ * Stream Start before it. PostgreSQL's own apply worker ignores it too (the files it would delete are
+ * missing_ok). */
 static bool on_stream_abort(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
@@ -729,9 +730,9 @@ static bool on_commit_prepared(txn_assembler *a, char *err, size_t errlen)
 	return replay(a, t, err, errlen) && held_drop(a, t, err, errlen);
 }
 
-/* A Rollback Prepared for a transaction never seen is not an error: the server also sends it when
- * the PREPARE came before decoding reached a consistent point or two_phase was enabled, as
- * PostgreSQL's apply worker notes (apply_handle_rollback_prepared). Nothing is held to discard. */
+/* A Rollback Prepared for a transaction never seen is not an error. The server also sends it when the PREPARE
+ * came before decoding reached a consistent point or two_phase was enabled. PostgreSQL's apply worker notes
+ * so (apply_handle_rollback_prepared). Nothing is held to discard. */
 static bool on_rollback_prepared(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
@@ -759,8 +760,8 @@ static bool on_origin(txn_assembler *a, char *err, size_t errlen)
 	return true;
 }
 
-/* Relation and Type: applied at once. Held changes are handled as they arrive, so each sees the
- * schema of its time (an ALTER TABLE inside a streamed transaction resends it before the next). */
+/* Relation and Type are applied at once. Held changes are handled as they arrive, so each sees the schema of
+ * its time. An ALTER TABLE inside a streamed transaction resends the Relation before the next change. */
 static void on_schema(txn_assembler *a)
 {
 	const pgo_msg *m = a->msg;
@@ -827,7 +828,7 @@ bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, ch
 
 /* ---- lifecycle ---- */
 
-/* Removes spill files a previous run left: the slot resends their transactions. */
+/* Removes spill files a previous run left. The slot resends their transactions. */
 static bool remove_stale(const char *dir, char *err, size_t errlen)
 {
 	bool ok = false;
@@ -881,8 +882,8 @@ static void reset(txn_assembler *a)
 	while (a->nheld > 0) {
 		uint32_t xid = a->held[a->nheld - 1]->xid;
 		held_forget(a, a->held[a->nheld - 1]);
-		/* Best effort: a file left behind is removed by the next txn_new, or truncated if its
-		 * xid is held again. */
+		/* Best effort. A file left behind is removed by the next txn_new, or truncated if its xid is
+		 * held again. */
 		(void)unlink(spill_path(a, xid));
 	}
 	a->state = TXN_IDLE;

@@ -1,8 +1,6 @@
-/* debezium.c: see debezium.h. The shapes follow Debezium 3.6's PostgreSQL connector in its default
- * modes (decimal.handling.mode=precise, time.precision.mode=adaptive, binary.handling.mode=bytes,
- * interval.handling.mode=numeric) as Kafka Connect's JsonConverter writes them: README "Debezium-
- * compatible records" has the mapping and what differs. Values the decoder left as text (timetz,
- * interval, bit, money, point) are read here; anything that does not read becomes null. */
+/* See debezium.h. The shapes follow Debezium 3.6's PostgreSQL connector in its default modes, as Kafka
+ * Connect's JsonConverter writes them. README "Debezium-compatible records" has the mapping and what
+ * differs. */
 #include "sinks/debezium.h"
 
 #include <math.h>
@@ -21,20 +19,24 @@
 #include "decoder/text.h"
 #include "sinks/event_json.h"
 
+/* The default modes are decimal.handling.mode=precise, time.precision.mode=adaptive,
+ * binary.handling.mode=bytes and interval.handling.mode=numeric. Values the decoder left as text
+ * (timetz, interval, bit, money, point) are read here. Anything that does not read becomes null. */
+
 #define LIT(b, s) buf_append((b), (s), sizeof(s) - 1)
 #define USECS_PER_SEC INT64_C(1000000)
 #define USECS_PER_DAY INT64_C(86400000000)
 
-/* A mark in a rendered value: this byte, then which value dbz_complete() writes there. JSON text
- * never holds a raw control character (strings escape them), so a mark cannot be mistaken. */
+/* A mark in a rendered value is this byte, then which value dbz_complete() writes there. JSON text never
+ * holds a raw control character (strings escape them), so a mark cannot be mistaken. */
 #define MARK '\x01'
 enum {
-	M_SOURCE_MS = 'a', /* source.ts_ms: the commit time */
-	M_SEQUENCE,	   /* the sequence's first LSN: the commit's */
+	M_SOURCE_MS = 'a', /* source.ts_ms, the commit time */
+	M_SEQUENCE,	   /* the sequence's first LSN, the commit's */
 	M_SOURCE_US,
 	M_SOURCE_NS,
 	M_TRANSACTION, /* the transaction block, or null */
-	M_NOW_MS,      /* the envelope's ts_ms: when the record is produced */
+	M_NOW_MS,      /* the envelope's ts_ms, when the record is produced */
 	M_NOW_US,
 	M_NOW_NS,
 };
@@ -65,8 +67,8 @@ void dbz_scratch_free(dbz_scratch *s)
 
 /* Numbers ---------------------------------------------------------------------------------------- */
 
-/* The shortest digits (no trailing zeros) that read back as v, as a float when single, and the
- * decimal exponent of the first: v = d[0].d[1]... x 10^*exp. */
+/* The shortest digits (no trailing zeros) that read back as v, as a float when single, and the decimal
+ * exponent of the first. So v = d[0].d[1]... x 10^*exp. */
 static size_t shortest(double v, bool single, char *d, int *exp)
 {
 	char tmp[40];
@@ -89,13 +91,14 @@ static size_t shortest(double v, bool single, char *d, int *exp)
 	return n;
 }
 
-/* v as Java's Double.toString (Float.toString when single) writes it, which is what Jackson writes
- * for Kafka Connect's float64 (float32): the shortest digits that read back as the value, plain from
- * 10^-3 up to 10^7 ("100.0", "0.001"), else d.dddE[-]n ("1.0E7", "1.5E-4"); NaN and the
- * infinities as strings, as Jackson quotes them. */
+/* v as Java's Double.toString (Float.toString when single) writes it. That is what Jackson writes for Kafka
+ * Connect's float64 (float32).
+ * - It has the shortest digits that read back as the value.
+ * - It is plain from 10^-3 up to 10^7 ("100.0", "0.001"), else d.dddE[-]n ("1.0E7", "1.5E-4").
+ * - NaN and the infinities are strings, as Jackson quotes them. */
 static void put_java_double(buf *b, double v, bool single)
 {
-	if (single) /* the float a float4 column holds (a text past its range is out of it: infinite) */
+	if (single) /* the float a float4 column holds (a text past its range is out of it, so infinite) */
 		v = (double)(float)v;
 	if (json_nonfinite(b, v))
 		return;
@@ -135,10 +138,10 @@ static void put_java_double(buf *b, double v, bool single)
 	json_i64(b, e);
 }
 
-/* The two's-complement big-endian bytes of a decimal digit string's value (negated when neg), as
- * Java's BigInteger.toByteArray() writes them (the fewest bytes, at least one), into d's p and len:
- * Kafka Connect's Decimal and Debezium's VariableScaleDecimal hold this. digits must not be in
- * s->bytes, which holds the bytes. */
+/* The two's-complement big-endian bytes of a decimal digit string's value (negated when neg), into d's p and
+ * len. They are written as Java's BigInteger.toByteArray() writes them (the fewest bytes, at least one).
+ * Kafka Connect's Decimal and Debezium's VariableScaleDecimal hold this. digits must not be in s->bytes,
+ * which holds the bytes. */
 static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz_datum *d)
 {
 	static const uint32_t pow10[] = {1,	 10,	  100,	    1000,      10000,
@@ -178,7 +181,7 @@ static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz
 	o += skip;
 	len -= skip;
 	if (len == 0) {
-		o[0] = 0; /* zero: one byte */
+		o[0] = 0; /* zero takes one byte */
 		len = 1;
 	} else if (neg) {
 		bool carry = true; /* invert and add one */
@@ -187,7 +190,7 @@ static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz
 			if (carry)
 				carry = ++o[j] == 0;
 		}
-		if (!(o[0] & 0x80)) /* the magnitude needs its top bit: a sign byte */
+		if (!(o[0] & 0x80)) /* the magnitude needs its top bit, so add a sign byte */
 			*--o = 0xff, len++;
 	} else if (o[0] & 0x80) {
 		*--o = 0, len++;
@@ -196,8 +199,8 @@ static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz
 	d->len = len;
 }
 
-/* A decimal's text as PostgreSQL prints it ([-]digits[.digits]): false for NaN, the infinities and
- * anything else. */
+/* A decimal's text as PostgreSQL prints it ([-]digits[.digits]). False for NaN, the infinities and anything
+ * else. */
 typedef struct decimal {
 	bool neg;
 	const char *in, *frac; /* the integer and fractional digits */
@@ -222,8 +225,8 @@ static bool decimal_read(const char *t, size_t n, decimal *d)
 	return p == end && d->nin + d->nfrac > 0;
 }
 
-/* Kafka Connect's Decimal at scale (DD_BYTES): false when the value does not have that scale
- * exactly (as BigDecimal.setScale() without rounding refuses it). */
+/* Kafka Connect's Decimal at scale (DD_BYTES). False when the value does not have that scale exactly (as
+ * BigDecimal.setScale() without rounding refuses it). */
 static bool decimal_bytes(dbz_scratch *s, const decimal *d, int scale, dbz_datum *out)
 {
 	size_t keep = d->nfrac;
@@ -251,7 +254,7 @@ static bool decimal_bytes(dbz_scratch *s, const decimal *d, int scale, dbz_datum
 	return true;
 }
 
-/* Debezium's VariableScaleDecimal: the scale and the value without trailing zeros. */
+/* Debezium's VariableScaleDecimal, the scale and the value without trailing zeros. */
 static void variable_decimal(dbz_scratch *s, const decimal *d, dbz_datum *out)
 {
 	size_t keep = d->nfrac;
@@ -279,9 +282,9 @@ static bool read_timetz(const char *t, size_t n, int64_t *us)
 	return true;
 }
 
-/* An interval in the postgres style ("1 year 2 mons -3 days +04:05:06.78") as Debezium's
- * MicroDuration: its parts as pgjdbc's PGInterval reads them, counted with 365.25 / 12 days a
- * month, in double arithmetic as Debezium does. */
+/* An interval in the postgres style ("1 year 2 mons -3 days +04:05:06.78") as Debezium's MicroDuration. Its
+ * parts are read as pgjdbc's PGInterval reads them. They are counted with 365.25 / 12 days a month, in double
+ * arithmetic as Debezium does. */
 static bool read_interval(const char *t, size_t n, int64_t *us)
 {
 	cur c = {t, t + n};
@@ -326,11 +329,11 @@ static bool read_interval(const char *t, size_t n, int64_t *us)
 	return true;
 }
 
-/* money as PostgreSQL prints it in the C and English locales ("$1,234.56", "-$1,234.56") as a
- * decimal's text in out (money is an int64 of cents: 32 bytes hold any). */
+/* money as PostgreSQL prints it in the C and English locales ("$1,234.56", "-$1,234.56"), as a decimal's text
+ * in out. money is an int64 of cents, so 32 bytes hold any. */
 static bool read_money(const char *t, size_t n, char out[32])
 {
-	size_t len = 1; /* out[0]: the sign */
+	size_t len = 1; /* out[0] holds the sign */
 	bool point = false;
 	out[0] = '+';
 	for (size_t i = 0; i < n; i++) {
@@ -367,9 +370,9 @@ static bool read_point(const char *t, size_t n, double *x, double *y)
 	return end != second && *end == '\0';
 }
 
-/* A one-dimensional array as PostgreSQL prints it ({1,"a b",NULL}, with "[0:1]=" in front when it
- * does not start at 1): each element's text, unescaped, into s->elems, and where it is into
- * s->spans (NULL: len -1). false for more dimensions and anything else. */
+/* A one-dimensional array as PostgreSQL prints it ({1,"a b",NULL}, with "[0:1]=" in front when it does not
+ * start at 1). Each element's text goes, unescaped, into s->elems, and where it is into s->spans (len -1 for
+ * NULL). False for more dimensions and anything else. */
 typedef struct span {
 	size_t off;
 	long len;
@@ -472,7 +475,7 @@ static const struct {
 /* The length Debezium gives bit varying without one (Integer.MAX_VALUE). */
 #define VARBIT_LENGTH 2147483647
 
-/* The arrays Debezium has no type for (it leaves such columns out): cdc writes their text. */
+/* The arrays Debezium has no type for (it leaves such columns out). cdc writes their text. */
 static bool array_known(uint32_t elem)
 {
 	switch (elem) {
@@ -523,7 +526,7 @@ dbz_type dbz_type_of(uint32_t oid, int32_t mod)
 		return (dbz_type){DK_XML};
 	case PGT_DATE:
 		return (dbz_type){DK_DATE};
-	case PGT_TIME: /* adaptive: milliseconds up to time(3) */
+	case PGT_TIME: /* adaptive, milliseconds up to time(3) */
 		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
 	case PGT_TIMESTAMP:
 		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
@@ -655,8 +658,8 @@ void dbz_schemas_free(dbz_schemas *sc)
 	*sc = (dbz_schemas){0};
 }
 
-/* A name or parameters, into sc->names: dbz_table_schema() reserves room for all of a schema's
- * first, so the buffer does not move while the schema points into it. */
+/* A name or parameters, into sc->names. dbz_table_schema() reserves room for all of a schema's first, so the
+ * buffer does not move while the schema points into it. */
 static const char *put_text(dbz_schemas *sc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *put_text(dbz_schemas *sc, const char *fmt, ...)
 {
@@ -667,7 +670,7 @@ static const char *put_text(dbz_schemas *sc, const char *fmt, ...)
 	int n = vsnprintf(at, room, fmt, ap);
 	va_end(ap);
 	if (n < 0 || (size_t)n >= room)
-		abort(); /* the room reserved was too small: a bug */
+		abort(); /* the room reserved was too small, which is a bug */
 	sc->names.len += (size_t)n + 1;
 	return at;
 }
@@ -717,7 +720,7 @@ static size_t column_schema(dbz_schemas *sc, dbz_type t, bool optional, dbz_sche
 const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
 				   const char *topic, const dbz_column *cols, size_t n, bool key)
 {
-	/* nodes: the row, then up to two per column; fields: the row's, then the envelope's */
+	/* nodes holds the row, then up to two per column. fields holds the row's, then the envelope's. */
 	size_t need = 2 * n + 2;
 	if (sc->cap < need) {
 		sc->cap = need * 2;
@@ -745,7 +748,7 @@ const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const ch
 			    .nfields = nf};
 	if (key)
 		return row;
-	/* The envelope: before and after are the row, then Debezium's fixed fields. */
+	/* The envelope. before and after are the row, then come Debezium's fixed fields. */
 	dbz_field *ef = fields + nf;
 	ef[0] = (dbz_field){"before", row};
 	ef[1] = (dbz_field){"after", row};
@@ -808,7 +811,7 @@ void dbz_schema_json(buf *b, const dbz_schema *s, const char *field)
 	buf_putc(b, '}');
 }
 
-/* The columns of a row as a schema knows them: key columns are those of e's key. */
+/* The columns of a row as a schema knows them. Key columns are those of e's key. */
 static const dbz_column *columns_of(dbz_scratch *s, const Cdc__V1__Event *e, Cdc__V1__Column *const *cols,
 				    size_t n, bool key)
 {
@@ -829,16 +832,16 @@ static const dbz_column *columns_of(dbz_scratch *s, const Cdc__V1__Event *e, Cdc
 
 /* Values ----------------------------------------------------------------------------------------- */
 
-/* The microseconds of timestamp infinity and -infinity as Debezium writes them (pgjdbc's
- * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds), and the day
- * numbers of date infinity and -infinity (Debezium reads them as -5877611-06-21 and -22). */
+/* The microseconds of timestamp infinity and -infinity as Debezium writes them. They are pgjdbc's
+ * PGStatement.DATE_POSITIVE_INFINITY and DATE_NEGATIVE_INFINITY, read as microseconds. Then come the day
+ * numbers of date infinity and -infinity. Debezium reads them as -5877611-06-21 and -22. */
 #define TS_INFINITY INT64_C(9223372036825200000)
 #define TS_MINUS_INFINITY INT64_C(-9223372036832400000)
 #define DATE_INFINITY (-2147472693)
 #define DATE_MINUS_INFINITY (-2147472692)
 
-/* "HH:MM:SS" of a time of day, and the fraction: exactly width digits, or (width 0) as few as it
- * needs, none for a whole second (as Java's ISO formats print it). */
+/* "HH:MM:SS" of a time of day, and the fraction. The fraction has exactly width digits, or (width 0) as few
+ * as it needs, none for a whole second (as Java's ISO formats print it). */
 static void put_time_of_day(buf *b, int64_t us, int width)
 {
 	int64_t s = us / USECS_PER_SEC, frac = us % USECS_PER_SEC;
@@ -877,8 +880,8 @@ static bool text_of(const Cdc__V1__Value *v, const char **s)
 	}
 }
 
-/* Kafka Connect's Decimal of a decimal's text at scale; null when it does not read or has another
- * scale (NaN, the infinities: Debezium cannot write them in precise mode either). */
+/* Kafka Connect's Decimal of a decimal's text at scale. It is null when the text does not read or has another
+ * scale. NaN and the infinities are null, as Debezium cannot write them in precise mode either. */
 static void decimal_text(dbz_scratch *s, const char *t, int scale, dbz_datum *out)
 {
 	decimal d;
@@ -1021,7 +1024,7 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
 			*out = (dbz_datum){.kind = DD_BOOL, .i = strchr(text, '1') != NULL};
 		return;
 	case DK_BITS: {
-		/* little-endian: the last character is bit 0; as many bytes as the highest 1 needs */
+		/* little-endian, the last character is bit 0, as many bytes as the highest 1 needs */
 		if (!text_of(v, &text) || strspn(text, "01") != strlen(text))
 			return;
 		size_t n = strlen(text), bits = 0;
@@ -1074,10 +1077,11 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
 	}
 }
 
-/* What Debezium writes for an unchanged TOASTed value of a type: the placeholder as a string, or
- * its bytes; for arrays (UnchangedToastedPlaceholder) a list of one placeholder string, bytes or
- * uuid (the name-based uuid of the placeholder's bytes), or the bytes as numbers for int4, date
- * and int8 arrays; null for the other types (Debezium fails to convert it and leaves null). */
+/* What Debezium writes for an unchanged TOASTed value of a type.
+ * - For most types, the placeholder as a string, or its bytes.
+ * - For arrays (UnchangedToastedPlaceholder), a list of one placeholder string, bytes or uuid (the name-based
+ *   uuid of the placeholder's bytes). For int4, date and int8 arrays, the bytes as numbers.
+ * - For the other types, null. Debezium fails to convert it and leaves null. */
 static const char placeholder[] = DBZ_PLACEHOLDER;
 
 void dbz_placeholder(dbz_type t, dbz_datum *out)
@@ -1292,7 +1296,7 @@ void dbz_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Even
 
 /* Records ---------------------------------------------------------------------------------------- */
 
-/* A key's payload: its columns as an object, without a schema. */
+/* A key's payload, its columns as an object, without a schema. */
 static void key_payload(buf *out, dbz_scratch *s, const Cdc__V1__Event *e, Cdc__V1__Column *const *cols,
 			size_t n)
 {
@@ -1308,8 +1312,8 @@ static dbz_record record_of(char op, const Cdc__V1__Row *before, const Cdc__V1__
 	    .op = op, .before = before, .after = after, .has_key = has_key, .key = key, .nkey = n};
 }
 
-/* An update: a key change (the old row's key payload differs) is a delete, maybe its tombstone,
- * and a create, each naming the other key. Debezium compares the keys as its records hold them. */
+/* An update. A key change (the old row's key payload differs) is a delete, maybe its tombstone, and a create,
+ * each naming the other key. Debezium compares the keys as its records hold them. */
 static size_t update_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones, dbz_record *out)
 {
 	size_t n = e->key ? e->key->n_columns : 0;
@@ -1425,8 +1429,8 @@ const char *dbz_server_name_problem(const char *value, char *why, size_t whylen)
 
 /* Values ----------------------------------------------------------------------------------------- */
 
-/* The source block: commit-time fields as marks; a read (an incremental snapshot's row, for
- * Debezium) without txId and lsn; a non-transactional message without txId. */
+/* The source block. Commit-time fields are marks. A read (an incremental snapshot's row, for Debezium) has no
+ * txId and lsn. A non-transactional message has no txId. */
 static void put_source(buf *b, const dbz_options *o, const Cdc__V1__Event *e)
 {
 	bool read = e->op == CDC__V1__OP__OP_READ;

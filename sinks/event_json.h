@@ -1,4 +1,4 @@
-/* event_json.h: the contract's event JSON (one object per line), used by the stdout sink and cdc tail. */
+/* The contract's event JSON (one object per line), used by the stdout sink and cdc tail. */
 #ifndef CDC_EVENT_JSON_H
 #define CDC_EVENT_JSON_H
 
@@ -21,30 +21,31 @@ typedef struct json_commit {
 	buf time_part; /* ,"commit_time":"..."}\n */
 } json_commit;
 void json_commit_free(json_commit *commit);
-/* Completes json_event_head()'s output: commit_lsn, tx_index, commit_time, "}\n". commit keeps the
+/* Completes json_event_head()'s output with commit_lsn, tx_index, commit_time and "}\n". commit keeps the
  * commit's fields rendered while they stay the same. */
 void json_event_tail(buf *out, json_commit *commit, uint64_t commit_lsn, uint32_t tx_index,
 		     int64_t commit_time);
-/* A dead letter's history, between json_event_head() and json_event_tail():
- * ,"dead_letter":{"original_offset":N,"deliveries":N,"reason":"...","dead_time":"RFC 3339"} (each
- * null when unknown: a dead letter from before cdc kept its history). */
+/* A dead letter's history, between json_event_head() and json_event_tail(). Its shape is
+ * ,"dead_letter":{"original_offset":N,"deliveries":N,"reason":"...","dead_time":"RFC 3339"}. Each member is
+ * null when unknown, as in a dead letter from before cdc kept its history. */
 void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *DeadLetter);
 
-/* A row as the event's "key", "new" and "old" have it: {"name":value,...} (null for NULL), without
+/* A row as the event's "key", "new" and "old" have it, {"name":value,...} (null for NULL). It leaves out
  * unchanged TOAST columns (the event lists those in "unchanged_toast"). */
 void json_row(buf *out, const Cdc__V1__Row *row);
 
-/* A timestamp of microseconds since the epoch as its RFC 3339 string: "Z" with_zone, the
- * microseconds when not zero or always_frac; PostgreSQL's infinities as "infinity", "-infinity". */
+/* A timestamp of microseconds since the epoch as its RFC 3339 string. It ends in "Z" when with_zone. It has
+ * the microseconds when they are not zero, or always with always_frac. PostgreSQL's infinities are "infinity"
+ * and "-infinity". */
 void json_timestamp(buf *out, int64_t us, bool with_zone, bool always_frac);
 
-/* A uuid's 16 bytes as its canonical string ("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"); other
- * lengths (cannot come from the server) as base64. */
+/* A uuid's 16 bytes as its canonical string ("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"). Other lengths (which
+ * cannot come from the server) are written as base64. */
 void json_uuid(buf *out, const ProtobufCBinaryData *uuid);
 
-/* "YYYY-MM-DD" of a day count since 1970-01-01, without quotes. ISO 8601 astronomical years, as
- * Java's ISO formats print them too: 1 BC is 0000, 44 BC is -0043; years past 9999 take the
- * expanded form's sign (+10000), as RFC 3339's four digits cannot hold them. */
+/* "YYYY-MM-DD" of a day count since 1970-01-01, without quotes. Years are ISO 8601 astronomical years, as
+ * Java's ISO formats print them too. So 1 BC is 0000 and 44 BC is -0043. Years past 9999 take the expanded
+ * form's sign (+10000), as RFC 3339's four digits cannot hold them. */
 void json_ymd(buf *out, int64_t days);
 
 #endif

@@ -1,9 +1,9 @@
-/* modules.c: the list of sink modules. A new sink is a folder under sinks/ and one line here. */
+/* The list of sink modules. A new sink is a folder under sinks/ and one line here. */
 #include "sinks/modules.h"
 
 #include <string.h>
 
-/* The list: each name declares NAME_module in sinks/NAME/. */
+/* The list. Each name declares NAME_module in sinks/NAME/. */
 #define SINK_MODULE_LIST(M) M(socket) M(kafka) M(stdout) M(nats)
 
 #define SINK_MODULE_DECLARE(name) extern const sink_module name##_module;

@@ -1,5 +1,5 @@
-/* modules.h: the list of sink modules, in the order the configuration documents them. The first
- * is the sink a subscription gets when it names none. */
+/* The list of sink modules, in the order the configuration documents them. The first is the sink a
+ * subscription gets when it names none. */
 #ifndef CDC_SINK_MODULES_H
 #define CDC_SINK_MODULES_H
 

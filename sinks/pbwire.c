@@ -1,4 +1,4 @@
-/* pbwire.c: see pbwire.h. */
+/* See pbwire.h. */
 #include "sinks/pbwire.h"
 
 #include <string.h>
@@ -66,16 +66,16 @@ size_t pb_commit_size(const sink_commit *c)
 	       pb_varint_field_size(EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
 }
 
-/* Events, keys and rows, written as protobuf-c's pack writes them (byte for byte: fuzz_pbwire
- * checks it), in one pass instead of protobuf-c's two generic walks (its size, then its bytes),
- * which took a quarter of the Kafka sink's thread. proto3 rules as protobuf-c applies them: a
- * plain field is left out at its zero value (a string empty or NULL, bytes empty, a message NULL);
- * a oneof member is written whenever it is the one set, but for a string that is NULL or
- * protobuf-c's own empty default and a NULL message. */
+/* Events, keys and rows, written as protobuf-c's pack writes them, byte for byte (fuzz_pbwire checks it).
+ * They are written in one pass instead of protobuf-c's two generic walks (its size, then its bytes), which
+ * took a quarter of the Kafka sink's thread. The proto3 rules are applied as protobuf-c applies them.
+ * - A plain field is left out at its zero value (a string empty or NULL, bytes empty, a message NULL).
+ * - A oneof member is written whenever it is the one set. The exceptions are a string that is NULL or
+ *   protobuf-c's own empty default, and a NULL message. */
 
-/* A varint at p, which has room for ten bytes; returns the byte after it. Inline, with the
- * one-byte case first: an event of four columns writes about 60 varints, most of them tags and
- * short lengths, and the calls were a tenth of the Kafka sink's thread (callgrind). */
+/* A varint at p, which has room for ten bytes. Returns the byte after it. It is inline, with the one-byte
+ * case first. An event of four columns writes about 60 varints, most of them tags and short lengths, and the
+ * calls were a tenth of the Kafka sink's thread (callgrind). */
 static inline __attribute__((always_inline)) uint8_t *w_varint(uint8_t *p, uint64_t v)
 {
 	while (v >= 0x80) {
@@ -98,7 +98,7 @@ static inline void put_tag(buf *b, unsigned field, unsigned wire)
 	put_varint(b, tag(field, wire));
 }
 
-/* int32 as protobuf-c writes it: a negative one sign-extended to ten bytes. */
+/* int32 as protobuf-c writes it. A negative one is sign-extended to ten bytes. */
 static void put_int32(buf *b, unsigned field, int32_t v)
 {
 	put_tag(b, field, PB_WIRE_VARINT);
@@ -123,7 +123,7 @@ static void put_string(buf *b, unsigned field, const char *s)
 	put_bytes(b, field, s, strlen(s));
 }
 
-/* Plain (proto3) fields: nothing at the zero value. */
+/* Plain (proto3) fields, nothing at the zero value. */
 static void opt_u64(buf *b, unsigned field, uint64_t v)
 {
 	if (v)
@@ -136,15 +136,15 @@ static void opt_string(buf *b, unsigned field, const char *s)
 		put_string(b, field, s);
 }
 
-/* A oneof string: written unless NULL or protobuf-c's default (its empty string). */
+/* A oneof string, written unless NULL or protobuf-c's default (its empty string). */
 static void oneof_string(buf *b, unsigned field, const char *s)
 {
 	if (s && s != protobuf_c_empty_string)
 		put_string(b, field, s);
 }
 
-/* A message field: its tag and a one-byte length, then its contents; the length is fixed (and the
- * contents moved, if it needs more bytes) by msg_end. */
+/* A message field is its tag and a one-byte length, then its contents. msg_end fixes the length, and moves
+ * the contents if the length needs more bytes. */
 static size_t msg_begin(buf *b, unsigned field)
 {
 	put_tag(b, field, PB_WIRE_LEN);
@@ -338,7 +338,7 @@ void pb_put_event(buf *b, const Cdc__V1__Event *e)
 		msg_end(b, at);
 	}
 	opt_string(b, 19, e->origin);
-	/* Schema and DDL events are rare: their messages go through protobuf-c. */
+	/* Schema and DDL events are rare, so their messages go through protobuf-c. */
 	if (e->table_schema)
 		packed_field(b, 20, &e->table_schema->base);
 	if (e->ddl)

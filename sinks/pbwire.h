@@ -1,6 +1,6 @@
-/* pbwire.h: the few protobuf wire-format pieces sinks write by hand: fields appended to an already
- * packed message (protobuf merges fields of a message that arrive in any order), and the headers of
- * length-delimited fields whose contents are copied as bytes instead of packed again. */
+/* The few protobuf wire-format pieces sinks write by hand. Some are fields appended to an already packed
+ * message, as protobuf merges the fields of a message that arrive in any order. Others are the headers
+ * of length-delimited fields whose contents are copied as bytes instead of packed again. */
 #ifndef CDC_PBWIRE_H
 #define CDC_PBWIRE_H
 
@@ -10,8 +10,8 @@
 #include "decoder/base/util.h"
 #include "sinks/sink.h"
 
-/* Wire types, and the field numbers (proto/cdc/v1/event.proto, subscriber.proto) of what the socket
- * sink writes and cdc tail reads by hand (pbread.c); the other fields go through protobuf-c. */
+/* Wire types, and the field numbers (proto/cdc/v1/event.proto, subscriber.proto) of what the socket sink
+ * writes and cdc tail reads by hand (pbread.c). The other fields go through protobuf-c. */
 enum { PB_WIRE_VARINT = 0, PB_WIRE_I64 = 1, PB_WIRE_LEN = 2, PB_WIRE_I32 = 5 };
 enum {
 	SF_DELIVERY = 2,
@@ -38,7 +38,7 @@ size_t pb_len_header_size(unsigned field, size_t len);
 void pb_put_event(buf *buffer, const Cdc__V1__Event *event);
 void pb_put_key(buf *buffer, const Cdc__V1__Key *key);
 void pb_put_row(buf *buffer, const Cdc__V1__Row *row);
-/* Completes an Event packed without its commit fields: commit_lsn, tx_index, commit_time. */
+/* Completes an Event packed without its commit fields (commit_lsn, tx_index, commit_time). */
 void pb_put_commit(buf *buffer, const sink_commit *commit);
 size_t pb_commit_size(const sink_commit *commit);
 

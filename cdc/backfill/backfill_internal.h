@@ -1,29 +1,37 @@
-/* backfill_internal.h: what the files of cdc/backfill share: the backfills' state (bf_set, each backfill,
- * its tables, their leaves, ranges and chunks, the reader's lanes) and the few steps more than one
- * of them takes. backfill.c creates, plans and runs backfills; state_file.c keeps them in
- * state_dir; stream.c closes chunks at their watermarks; backfill_progress.c renders their figures;
- * read_sets.c keeps the keys to read again. Not for use outside cdc/backfill. */
+/* What the files of cdc/backfill share. Not for use outside cdc/backfill. */
 #ifndef CDC_BACKFILL_INTERNAL_H
 #define CDC_BACKFILL_INTERNAL_H
 
 #include "cdc/backfill/backfill.h"
 
+/* The shared parts are the backfills' state (bf_set, each backfill, its tables, their leaves, ranges
+ * and chunks, the reader's lanes) and the few steps more than one file takes.
+ * - backfill.c creates, plans and runs backfills.
+ * - state_file.c keeps them in state_dir.
+ * - stream.c closes chunks at their watermarks.
+ * - backfill_progress.c renders their figures.
+ * - read_sets.c keeps the keys to read again. */
+
 #define BF_FILE_VERSION 2
-/* Finished backfills kept for GET /backfills; the `snapshot: true` ones are always kept, since
- * they say the subscription had its snapshot. */
+/* Finished backfills kept for GET /backfills. The `snapshot: true` ones are always kept, since they say the
+ * subscription had its snapshot. */
 #define BF_KEEP_FINISHED 50
 
-/* A table's rows so far: read by its chunks; of those, delivered to the subscription's sink,
- * dropped (a change between the chunk's watermarks: the stream carries the row's newer version) and
- * filtered (the `where`, evaluated by cdc, did not hold); and the blocks its range chunks read. */
+/* A table's rows so far.
+ * - read counts the rows its chunks read.
+ * - delivered counts those of them delivered to the subscription's sink.
+ * - dropped counts those a change came for between the chunk's watermarks. The stream carries the
+ *   row's newer version.
+ * - filtered counts those for which the `where`, evaluated by cdc, did not hold.
+ * - blocks counts the blocks its range chunks read. */
 typedef struct counters {
 	uint64_t read, delivered, dropped, filtered, blocks;
 } counters;
 
-/* A set of block ranges [lo, hi), sorted and apart: v holds lo, hi, lo, hi... */
+/* A set of block ranges [lo, hi), sorted and apart. v holds lo, hi, lo, hi... */
 typedef struct rset {
 	uint32_t *v;
-	size_t n, cap; /* n: numbers in v (twice the ranges) */
+	size_t n, cap; /* n is the count of numbers in v (twice the ranges) */
 } rset;
 
 void rset_add(rset *ranges, uint32_t lo, uint32_t hi);
@@ -36,9 +44,9 @@ bool rset_first_gap(const rset *ranges, const rset *ranges2, uint32_t from, uint
 uint64_t rset_blocks(const rset *ranges, uint32_t end);
 void rset_free(rset *ranges);
 
-/* The keys to read again (read_sets.c): rows a change left incomplete in the stream (unchanged TOAST)
- * while a chunk of the table could have missed them. A key waits for a chunk, is taken by one,
- * and is done once that chunk is durable; a chunk that fails gives its keys back. */
+/* The keys to read again (read_sets.c). They are rows a change left incomplete in the stream (unchanged
+ * TOAST) while a chunk of the table could have missed them. A key waits for a chunk, is taken by one, and is
+ * done once that chunk is durable. A chunk that fails gives its keys back. */
 enum key_state { KEY_WAIT, KEY_TAKEN, KEY_TAKEN_AGAIN };
 
 typedef struct keyent {
@@ -57,44 +65,44 @@ typedef struct keyset {
 void keys_add(keyset *keys, const void *key, size_t len);
 /* Whether key is in keys, waiting or taken by a chunk. */
 bool keys_has(const keyset *keys, const void *key, size_t len);
-/* Takes up to max waiting keys into out (each a 4-byte length, then the key); returns how many. */
+/* Takes up to max waiting keys into out (each a 4-byte length, then the key). Returns how many. */
 size_t keys_take(keyset *keys, size_t max, buf *out);
-/* Keys that a chunk took (out of keys_take): back to waiting, or done (forgotten, unless one came
- * again meanwhile). */
+/* Keys that a chunk took (out of keys_take) go back to waiting, or are done. Done keys are forgotten, unless
+ * one came again meanwhile. */
 void keys_give_back(keyset *keys, const buf *taken);
 void keys_done(keyset *keys, const buf *taken);
-/* Every key, taken or not, one by one: *pos starts at 0. */
+/* Every key, taken or not, one by one. *pos starts at 0. */
 const keyent *keys_next(const keyset *keys, size_t *pos, const keyent *prev);
 void keys_free(keyset *keys);
 
-/* A relation a table's rows are read from: the table itself, or a leaf partition of a
- * partitioned one. */
+/* A relation a table's rows are read from. That is the table itself, or a leaf partition of a partitioned
+ * one. */
 typedef struct leaf {
 	uint32_t oid;
 	char *schema, *name;
-	uint32_t blocks;       /* its size when it was planned; rows added later come with the stream */
-	double rows_per_block; /* reltuples / relpages; < 0 unknown */
+	uint32_t blocks;       /* its size when it was planned. Rows added later come with the stream. */
+	double rows_per_block; /* reltuples / relpages, < 0 if unknown */
 	rset done;	       /* durable */
 	rset taken;	       /* read now, or read and not yet durable */
 	bool gone;	       /* no longer a partition of the table */
 } leaf;
 
-/* The read side of a table: its description, the list of what to read (PLAN), then chunks. */
+/* The read side of a table. It is its description, the list of what to read (PLAN), then chunks. */
 enum tstep { T_NONE, T_DESCRIBE, T_PLAN, T_READ };
 
-/* One chunk: a block range of a leaf (or the keys to read again), read by one COPY between its own
- * low and high watermark, on one of the reader's lanes. */
+/* One chunk. It is a block range of a leaf, or the keys to read again. One COPY reads it between its own low
+ * and high watermark, on one of the reader's lanes. */
 enum cstep { C_LOW, C_COPY, C_HIGH, C_WRITTEN };
 
 typedef struct chunk {
 	struct table *t;
-	int leaf; /* index into t->leaves; -1: keys read again (keys) */
+	int leaf; /* index into t->leaves, or -1 for the keys read again (keys) */
 	uint32_t lo, hi;
 	char nonce[BF_ID_SIZE];
 	bf_window *w;
 	enum cstep step; /* the statement it waits to send or to finish */
-	bool overflow;	 /* its rows passed max_bytes: read again, smaller */
-	uint64_t expect; /* rows it was meant to hold: the rate limit's reservation */
+	bool overflow;	 /* its rows passed max_bytes, so read again, smaller */
+	uint64_t expect; /* rows it was meant to hold, the rate limit's reservation */
 	char *error;	 /* a row that is not what the COPY asked for */
 	uint64_t sent_ms;
 	buf keys; /* keys_take's, for a chunk of keys */
@@ -118,8 +126,8 @@ typedef struct table {
 	char relkind;	  /* 'r', or 'p' for a partitioned table (read by its leaves) */
 	bool keyless;	  /* the window's key is every column */
 	bool full;	  /* REPLICA IDENTITY FULL */
-	int64_t estimate; /* pg_class.reltuples as first described; -1 never counted */
-	/* The columns of the window's key, by name: known from the state file before the table is
+	int64_t estimate; /* pg_class.reltuples as first described, -1 if never counted */
+	/* The columns of the window's key, by name. They are known from the state file before the table is
 	 * described again, so that the changes the stream replays meanwhile are keyed. */
 	char **key_names;
 	size_t nkey_names;
@@ -128,7 +136,7 @@ typedef struct table {
 	leaf *leaves;
 	size_t nleaves;
 	keyset again; /* keys to read again, persisted with the rest */
-	/* live: includes chunks emitted but not yet durable */
+	/* live, including chunks emitted but not yet durable */
 	counters done;
 	uint64_t retries;
 	/* the description */
@@ -163,23 +171,24 @@ typedef struct backfill {
 	int64_t created_ms, finished_ms;
 	table *tables;
 	size_t ntables;
-	/* the checks: CHECK, then TABLES until resolved, then COLUMNS (the request's `where` against the
-	 * tables' columns) until vetted; vetted is resolved when there is no such `where` */
+	/* The checks. CHECK runs first, then TABLES until resolved, then COLUMNS until vetted. COLUMNS checks
+	 * the request's `where` against the tables' columns. vetted is resolved when there is no such
+	 * `where`. */
 	bool checked, vetted, busy;
 	const char *param[1];
 	char *oids; /* the tables' oids, "{1,2}", for COLUMNS */
 } backfill;
 
-/* One connection of the reader: the statement in flight and whose it is. */
+/* One connection of the reader, with the statement in flight and whose it is. */
 typedef struct lane {
 	bool busy;
 	uint64_t ticket;
 	bf_stmt_kind kind;
 	backfill *f; /* CHECK, TABLES, COLUMNS */
-	table *t;    /* DESCRIBE, PLAN; with c, the chunk's table */
-	chunk *c;    /* LOW, CHUNK, HIGH; NULL once the chunk is gone */
-	/* The high watermark this lane wrote last (or is writing): the lane's next chunk of chain_t
-	 * starts once the stream brought it. */
+	table *t;    /* DESCRIBE, PLAN, and with c the chunk's table */
+	chunk *c;    /* LOW, CHUNK, HIGH, NULL once the chunk is gone */
+	/* The high watermark this lane wrote last (or is writing). The lane's next chunk of chain_t starts
+	 * once the stream brought it. */
 	table *chain_t;
 	char chain_nonce[BF_ID_SIZE];
 	buf sql, wm;
@@ -199,7 +208,7 @@ struct bf_set {
 	unsigned nlanes;
 	bf_window **spare; /* windows of finished chunks, for the next ones */
 	size_t nspare;
-	/* a COPY row's scratch: its encoding, the offsets of its fields, its key */
+	/* a COPY row's scratch, with its encoding, the offsets of its fields and its key */
 	buf row, key;
 	size_t *at;
 	size_t nat;
@@ -213,19 +222,19 @@ void bf_trim_history(bf_set *set);
 backfill *bf_find(const bf_set *set, const char *id);
 void bf_settle(backfill *bf, bf_now now);
 void bf_stop_run(table *tab);
-/* Forgets what is in flight (chunks, ranges taken, keys taken, what waits to be durable) and the
- * lanes' hold on tab; what is durable stays. */
+/* Forgets what is in flight (chunks, ranges taken, keys taken, what waits to be durable) and the lanes' hold
+ * on tab. What is durable stays. */
 void bf_drop_run(table *tab);
 bool bf_finished(bf_state state);
-/* The chunk is over: its window back to the spare ones, its lane told, and it is freed. */
+/* The chunk is over. Its window goes back to the spare ones, its lane is told, and it is freed. */
 void bf_chunk_free(chunk *ck);
-/* The chunk is read again: its range or keys go back, then bf_chunk_free. half: in two halves (its
- * rows did not fit, or a change without its key keeps hitting it). */
+/* The chunk is read again. Its range or keys go back, then bf_chunk_free runs. With half it is read in two
+ * halves, as its rows did not fit or a change without its key keeps hitting it. */
 void bf_chunk_retry(chunk *ck, bool half);
-/* Whether some range of tab is not yet closed (read and emitted at its high watermark): a row may
- * still move from such a range into one already read. */
+/* Whether some range of tab is not yet closed (read and emitted at its high watermark). A row may still move
+ * from such a range into one already read. */
 bool bf_ranges_open(const table *tab);
-/* A table whose chunks are all durable: done, or another round (keys to read again, a partitioned
+/* A table whose chunks are all durable is done, or goes another round (keys to read again, a partitioned
  * table's leaves listed again). */
 void bf_table_progress(table *tab, bf_now now);
 void bf_table_set_keys(table *tab, char **names, size_t count);

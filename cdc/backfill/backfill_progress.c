@@ -1,6 +1,6 @@
-/* backfill_progress.c: the backfills' figures for /status, /metrics, GET /backfills and `cdc status`: rows
- * read, delivered, dropped and filtered, blocks read, the estimate (and what it comes from), rate
- * and ETA, per backfill and per table. */
+/* The backfills' figures for /status, /metrics, GET /backfills and `cdc status`, per backfill and per table.
+ * They are rows read, delivered, dropped and filtered, blocks read, the estimate (and what it comes from),
+ * rate and ETA. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,8 +9,8 @@
 
 /* ---- progress ---- */
 
-/* The table's blocks to read: every relation's, but of one no longer a partition only what was
- * read of it. */
+/* The table's blocks to read. That is every relation's, but of one no longer a partition only what was read
+ * of it. */
 static uint64_t table_blocks(const table *t)
 {
 	uint64_t n = 0;
@@ -20,9 +20,10 @@ static uint64_t table_blocks(const table *t)
 	return n;
 }
 
-/* The rows the table holds, estimated: from the statistics (reltuples per relpages, times the
- * blocks now) when every relation has them, else from the rows read per block read so far (times
- * the blocks), else reltuples as first described. Never below the rows read. */
+/* The rows the table holds, estimated. Never below the rows read.
+ * - From the statistics (reltuples per relpages, times the blocks now) when every relation has them.
+ * - Else from the rows read per block read so far (times the blocks).
+ * - Else reltuples as first described. */
 static void estimate(const table *t, bf_progress *p)
 {
 	p->estimate = t->estimate;
@@ -45,7 +46,7 @@ static void estimate(const table *t, bf_progress *p)
 	}
 	if (p->blocks == 0) {
 		p->estimate = 0;
-		p->estimate_from = NULL; /* nothing to read: exact */
+		p->estimate_from = NULL; /* nothing to read, so exact */
 	}
 }
 

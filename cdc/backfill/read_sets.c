@@ -1,5 +1,5 @@
-/* read_sets.c: the two small sets a table's reading keeps: block ranges (which parts of a relation are
- * read, taken or durable) and the keys of rows to read again, each with the chunk's hold on it. */
+/* The two small sets a table's reading keeps. One is block ranges (which parts of a relation are read, taken
+ * or durable). The other is the keys of rows to read again, each with the chunk's hold on it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +47,7 @@ void rset_remove(rset *s, uint32_t lo, uint32_t hi)
 			i += 2;
 			continue;
 		}
-		/* [a, b) overlaps: keep what lies outside [lo, hi). */
+		/* [a, b) overlaps, so keep what lies outside [lo, hi). */
 		memmove(s->v + i, s->v + i + 2, (s->n - i - 2) * sizeof(*s->v));
 		s->n -= 2;
 		if (b > hi)
@@ -143,7 +143,7 @@ void keys_add(keyset *s, const void *key, size_t len)
 	uint64_t h = bf_hash(key, len);
 	keyent **at = key_find(s, h, key, len);
 	if (*at) {
-		/* Taken by a chunk whose read may have come before this change: read it again after. */
+		/* Taken by a chunk whose read may have come before this change. Read it again after. */
 		if ((*at)->state == KEY_TAKEN)
 			(*at)->state = KEY_TAKEN_AGAIN;
 		return;

@@ -1,5 +1,5 @@
-/* request.c: the backfill request body; see request.h. json-c parses, with its own depth limit;
- * the parts are then checked one by one. */
+/* The backfill request body (see request.h). json-c parses, with its own depth limit. The parts are then
+ * checked one by one. */
 #include "cdc/backfill/request.h"
 
 #include <json-c/json.h>
@@ -10,8 +10,8 @@
 #include "cdc/match/predicate.h"
 #include "decoder/base/json.h"
 
-/* "schema.table": two parts of at most 63 bytes, a '.' between (a part may be "quoted", with dots
- * inside; match_table reads the globs). */
+/* "schema.table" is two parts of at most 63 bytes, a '.' between. A part may be "quoted", with dots inside.
+ * match_table reads the globs. */
 static bool pattern_ok(const char *s, size_t len)
 {
 	bool quoted = false;
@@ -80,7 +80,7 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 	while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
 		i++;
 	if (i == len)
-		return true; /* no body: every table, no further where */
+		return true; /* no body means every table, no further where */
 	char why[128];
 	json_object *root = json_parse(body, len, JSON_TOKENER_DEFAULT_DEPTH, why, sizeof(why));
 	bool ok = false;

@@ -1,5 +1,5 @@
-/* signal.c: a signal row's id, type and data, parsed and checked; see signal.h. json-c parses the
- * data with a depth limit, then each part is checked, its length first. */
+/* A signal row's id, type and data, parsed and checked (see signal.h). json-c parses the data with a depth
+ * limit. Then each part is checked, its length first. */
 #include "cdc/backfill/signal.h"
 
 #include <json-c/json.h>
@@ -10,7 +10,7 @@
 #include "cdc/match/predicate.h"
 #include "decoder/base/json.h"
 
-/* Objects in arrays in the data's object: deeper is never a signal. */
+/* Objects in arrays in the data's object. Deeper is never a signal. */
 #define DATA_DEPTH 4
 /* A quoted schema.table of two 63-byte parts, each quote doubled. */
 #define NAME_MAX_BYTES (2 * (2 * MATCH_NAME_MAX + 2) + 1)
@@ -23,8 +23,8 @@ const char *bf_signal_type(bf_signal_kind kind)
 	return type_names[kind];
 }
 
-/* Why s is not text of 1 to max bytes, valid UTF-8, without control characters (it goes into logs
- * and messages as it is); NULL if it is. why is the buffer for the message. */
+/* Why s is not text of 1 to max bytes, valid UTF-8, without control characters. It goes into logs and
+ * messages as it is. NULL if it is. why is the buffer for the message. */
 static const char *text_problem(const char *s, size_t len, size_t max, char *why, size_t whylen)
 {
 	if (!s)
@@ -58,7 +58,7 @@ static const char *json_text(json_object *v, size_t max, const char *what, size_
 	return s;
 }
 
-/* The tables: each one table's name, none twice. */
+/* The tables. Each is one table's name, none twice. */
 static bool take_tables(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
@@ -118,7 +118,7 @@ static bool where_ok(const char *s, const char *what, size_t at, char *err, size
 	return true;
 }
 
-/* [{"data-collection": "s.t", "filter": "..."}]: each of a table of data-collections, once. */
+/* The list of [{"data-collection": "s.t", "filter": "..."}]. Each names a table of data-collections, once. */
 static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
@@ -154,7 +154,7 @@ static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t er
 	return true;
 }
 
-/* "additional-condition": one condition for every table (Debezium 2.0 and 2.1). */
+/* "additional-condition" is one condition for every table (Debezium 2.0 and 2.1). */
 static bool take_condition(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	const char *f = json_text(v, PRED_MAX_TEXT, "additional-condition", 0, err, errlen);
@@ -183,7 +183,7 @@ static bool take_subscriptions(json_object *v, bf_signal *out, char *err, size_t
 	return true;
 }
 
-/* The snapshot's type: only Debezium's default, incremental, is what cdc's backfills are. */
+/* The snapshot's type. Only Debezium's default, incremental, is what cdc's backfills are. */
 static bool take_type(json_object *v, char *err, size_t errlen)
 {
 	const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;

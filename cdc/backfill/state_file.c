@@ -1,8 +1,5 @@
-/* state_file.c: the backfills kept in state_dir/backfills.json: rendered whenever one changes in a
- * way a restart must know (a chunk made durable, a key to read again, a state change), for the
- * daemon's writer thread to write before the position it records next; read at start. What a restart resumes
- * from: a table's relations with the ranges durably read, the keys still to read again, the key's columns and
- * the counters. A file of version 1 (before ranges) resumes its running tables from the start. */
+/* The backfills kept in state_dir/backfills.json. A file of version 1 (before ranges) resumes its running
+ * tables from the start. */
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -13,6 +10,11 @@
 #include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/fsutil.h"
 #include "decoder/base/json.h"
+
+/* The file is rendered whenever a backfill changes in a way a restart must know, such as a chunk made
+ * durable, a key to read again, or a state change. The daemon's writer thread writes it before the position
+ * it records next. It is read at start. A restart resumes from a table's relations with the ranges durably
+ * read, the keys still to read again, the key's columns and the counters. */
 
 /* ---- persistence ---- */
 
@@ -71,7 +73,7 @@ static void save_table(buf *out, const table *t)
 		save_leaf(out, &t->leaves[i]);
 	}
 	buf_putc(out, ']');
-	/* Every key to read again, taken by a chunk or not: none is durable yet. */
+	/* Every key to read again, taken by a chunk or not. None is durable yet. */
 	json_key(out, &first, "read_again");
 	buf_putc(out, '[');
 	size_t pos = 0;
@@ -132,7 +134,7 @@ bool backfill_state(bf_set *b, buf *out)
 	return true;
 }
 
-/* Members of the state file, by type; NULL when absent or of another type. */
+/* Members of the state file, by type. NULL when absent or of another type. */
 static json_object *member(json_object *o, const char *key, json_type type)
 {
 	json_object *v;
@@ -208,8 +210,8 @@ static bool load_table(json_object *o, table *t, int64_t version)
 		    *listed = member(o, "listed_again", json_type_boolean);
 	if (!t->schema || !t->name || !st || !bf_state_parse(json_object_get_string(st), &t->state))
 		return false;
-	/* "emitted" (before "delivered" and "filtered" were told apart): the rows that were not
-	 * dropped, the where's own included */
+	/* "emitted" (before "delivered" and "filtered" were told apart) counts the rows that were not
+	 * dropped, the where's own included. */
 	t->done_d = (counters){
 	    (uint64_t)member_i64(o, "read"),
 	    (uint64_t)member_i64(o, member(o, "delivered", json_type_int) ? "delivered" : "emitted"),
@@ -217,7 +219,7 @@ static bool load_table(json_object *o, table *t, int64_t version)
 	    (uint64_t)member_i64(o, "blocks_read")};
 	t->estimate = member(o, "estimate", json_type_int) ? member_i64(o, "estimate") : -1;
 	if (version == 1 && t->state == BF_RUNNING) {
-		/* Read by key order then: read again, by ranges, from the start. */
+		/* Read by key order then. So read again, by ranges, from the start. */
 		t->done_d = (counters){0};
 	} else if (version > 1) {
 		size_t nkeys;

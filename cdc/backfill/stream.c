@@ -1,14 +1,15 @@
-/* stream.c: the stream's side of backfills: a watermark opens or closes a chunk's window and emits
- * what is left of it; changes of a table being read mark keys in its open windows (encoded into held
- * transactions' records and decoded at their commit), and a row the stream carries incomplete while
- * a range may have missed it is marked to be read again; the sinks' durable position finishes
- * chunks. */
+/* The stream's side of backfills. The sinks' durable position finishes chunks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cdc/backfill/backfill_internal.h"
 #include "decoder/base/bytes.h"
+
+/* A watermark opens or closes a chunk's window and emits what is left of it. Changes of a table being
+ * read mark keys in its open windows. Those marks are encoded into held transactions' records and
+ * decoded at their commit. A row the stream carries incomplete while a range may have missed it is
+ * marked to be read again. */
 
 /* ---- the stream ---- */
 
@@ -36,8 +37,8 @@ static void add_counters(counters *to, const counters *d)
 	to->blocks += d->blocks;
 }
 
-/* Chunk c's window closed at lsn: emit what survived, remember the chunk until durable, and mark
- * the keys whose rows the stream left incomplete inside the window to be read again. */
+/* Chunk c's window closed at lsn. Emit what survived, and remember the chunk until durable. Mark the keys
+ * whose rows the stream left incomplete inside the window to be read again. */
 static bool chunk_closed(chunk *c, uint64_t lsn, bf_emit_fn emit, void *ctx, char *err, size_t errlen)
 {
 	table *t = c->t;
@@ -51,8 +52,8 @@ static bool chunk_closed(chunk *c, uint64_t lsn, bf_emit_fn emit, void *ctx, cha
 			  .cols = t->cols,
 			  .ncols = t->ncols,
 			  .keys = t->keys,
-			  /* a keyless table's events have the key the stream gives it: every column with
-			   * REPLICA IDENTITY FULL, none without */
+			  /* a keyless table's events have the key the stream gives it. That is every column
+			   * with REPLICA IDENTITY FULL, and none without. */
 			  .nkeys = t->keyless && !t->full ? 0 : t->nkeys,
 			  .lsn = lsn,
 			  .nrows = rows - dropped,
@@ -128,8 +129,8 @@ bool backfill_watching(const bf_set *b, const char *schema, const char *table_na
 	return false;
 }
 
-/* The key of t's row in values (by column name; a value not sent is fallback's, the same row's
- * other side, when there is one), or false if a key column is missing. */
+/* The key of t's row in values, by column name. A value not sent is fallback's, the same row's other side,
+ * when there is one. False if a key column is missing. */
 static bool change_key(const table *t, const bf_change *c, const bf_datum *values, const bf_datum *fallback,
 		       buf *out)
 {
@@ -165,7 +166,7 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 				continue;
 			}
 			if (!t->nkey_names)
-				continue; /* not described yet: no chunk is open */
+				continue; /* not described yet, so no chunk is open */
 			buf_reset(&k1);
 			buf_reset(&k2);
 			bool partial = c->partial;
@@ -178,9 +179,9 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 			for (size_t j = 0; j < t->nchunks; j++)
 				bfw_change(t->chunks[j]->w, c->xid, has1 || has2 ? key->data : NULL, key->len,
 					   key2 ? key2->data : NULL, key2 ? key2->len : 0, partial);
-			/* The stream's copy of the row is incomplete: if the row moved out of a range not
-			 * read yet into one read already, no chunk reads it whole. Read it again. So too
-			 * when its key changed while the old key waits to be read again: that read finds
+			/* The stream's copy of the row is incomplete. If the row moved out of a range not
+			 * read yet into one read already, no chunk reads it whole. Read it again. Do so too
+			 * when its key changed while the old key waits to be read again. That read finds
 			 * nothing under the old key (the ranges may all be read by then). */
 			if (partial && !t->keyless && has2 &&
 			    (bf_ranges_open(t) || (key2 && keys_has(&t->again, k1.data, k1.len)))) {
@@ -210,7 +211,7 @@ void backfill_change_encode(const bf_change *c, buf *out)
 		bf_encode(out, c->new_values, c->ncols);
 }
 
-/* A NUL-terminated string at *pos of [p, p + len); *pos moves past it. */
+/* A NUL-terminated string at *pos of [p, p + len). *pos moves past it. */
 static const char *take_cstr(const char *p, size_t len, size_t *pos)
 {
 	const char *nul = *pos < len ? memchr(p + *pos, '\0', len - *pos) : NULL;
@@ -255,7 +256,7 @@ bool backfill_change_decode(const void *data, size_t len, bf_change *out)
 		return false; /* each name takes a byte at least */
 	out->truncate = h[0] & CH_TRUNCATE;
 	out->partial = h[0] & CH_PARTIAL;
-	/* one block: the names, then the old and the new values */
+	/* one block for the names, then the old and the new values */
 	const char **names = xcalloc(1, (n + 1) * sizeof(*names) + (2 * n + 1) * sizeof(bf_datum));
 	bf_datum *vals = (bf_datum *)(names + n + 1);
 	out->owned = names;

@@ -1,5 +1,5 @@
-/* stdout_module.c: `sink: stdout` declared once. It has no keys of its own and no figures beyond
- * what every subscription shows. */
+/* `sink: stdout` declared once. It has no keys of its own and no figures beyond what every subscription
+ * shows. */
 #include <unistd.h>
 
 #include "sinks/module.h"

@@ -1,5 +1,5 @@
-/* stdout_sink.c: see stdout_sink.h. Lines are gathered in one buffer and written when the daemon
- * drains its input (or the buffer fills), so a burst of small transactions costs few syscalls. */
+/* See stdout_sink.h. Lines are gathered in one buffer and written when the daemon drains its input (or the
+ * buffer fills). So a burst of small transactions costs few syscalls. */
 #include "sinks/stdout/stdout_sink.h"
 
 #include <errno.h>
@@ -49,7 +49,7 @@ static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_
 	stdout_sink *s = (stdout_sink *)base;
 	buf_append(&s->out, rendered, len);
 	json_event_tail(&s->out, &s->commit, c->commit_lsn, c->tx_index, c->commit_time);
-	/* A transaction larger than the buffer is written in parts; it is delivered at its end. */
+	/* A transaction larger than the buffer is written in parts. It is delivered at its end. */
 	return s->out.len < STDOUT_SINK_HIGH_WATER || write_all(s, err, errlen);
 }
 

@@ -96,8 +96,8 @@ typedef struct bfsql_read {
 	size_t keyvals_len, nkeyvals;
 } bfsql_read;
 
-/* COPY (...) TO STDOUT in text format: its first column is NULL on every row but one, which holds
- * pg_current_snapshot() as text and NULL in the others; then cols. By block range, or by key when
+/* One transaction in REPEATABLE READ: a row of one column, pg_current_snapshot() as text, then
+ * COPY (...) TO STDOUT of cols in text format under that snapshot. By block range, or by key when
  * r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values. */
 bool bfsql_copy(buf *out, const bfsql_read *read) CDC_MUST_CHECK;
 

@@ -50,7 +50,7 @@ static inline void fixed_at(char *w, uint64_t v, int width)
 		w[0] = (char)('0' + v);
 }
 
-static void put_fixed(buf *b, uint64_t v, int width)
+static inline void put_fixed(buf *b, uint64_t v, int width)
 {
 	reserve(b, (size_t)width);
 	fixed_at(b->data + b->len, v, width);

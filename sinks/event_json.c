@@ -637,16 +637,19 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
-	PUT_LIT(out, ",\"offset\":");
-	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET)
+	/* a member that is null in one literal: most events have no offset and no tag */
+	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
+		PUT_LIT(out, ",\"offset\":");
 		json_u64(out, e->offset);
-	else
-		json_null(out);
-	PUT_LIT(out, ",\"tag\":");
-	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG)
+	} else {
+		PUT_LIT(out, ",\"offset\":null");
+	}
+	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG) {
+		PUT_LIT(out, ",\"tag\":");
 		put_str(out, e->tag);
-	else
-		json_null(out);
+	} else {
+		PUT_LIT(out, ",\"tag\":null");
+	}
 	PUT_LIT(out, ",\"op\":");
 	const char *op = evt_op_name(e->op);
 	if (op) {
@@ -672,11 +675,12 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	json_row(out, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
-	PUT_LIT(out, ",\"delivery_count\":");
-	if (e->delivery_count)
+	if (e->delivery_count) {
+		PUT_LIT(out, ",\"delivery_count\":");
 		json_u64(out, e->delivery_count);
-	else
-		json_null(out);
+	} else {
+		PUT_LIT(out, ",\"delivery_count\":null");
+	}
 	if (e->schema_id) {
 		PUT_LIT(out, ",\"schema_id\":");
 		put_schema_id(out, e->schema_id);

@@ -1123,7 +1123,10 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 	size_t rowlen = b->at[n];
 	const char *key = row;
 	size_t keylen = rowlen;
-	if (!t->keyless) {
+	if (!t->keyless && t->nkeys == 1) { /* the key's encoding is its column's slice of the row */
+		key = row + b->at[t->keys[0]];
+		keylen = b->at[t->keys[0] + 1] - b->at[t->keys[0]];
+	} else if (!t->keyless) {
 		buf_reset(&b->key);
 		for (size_t k = 0; k < t->nkeys; k++) {
 			size_t col = t->keys[k];

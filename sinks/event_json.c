@@ -637,7 +637,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
-	/* a member that is null in one literal: most events have no offset and no tag */
+	/* A member that is null goes in one literal. Most events have no offset and no tag. */
 	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
 		PUT_LIT(out, ",\"offset\":");
 		json_u64(out, e->offset);

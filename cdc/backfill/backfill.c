@@ -1118,7 +1118,7 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 		c->overflow = true;
 		return;
 	}
-	/* The row is the encoded columns; the key, its key columns' slices of it. */
+	/* The row is the encoded columns. The key is its key columns' slices of it. */
 	const char *row = b->row.data;
 	size_t rowlen = b->at[n];
 	const char *key = row;

@@ -133,8 +133,8 @@ typedef struct bf_result {
 	bool (*isnull)(void *ctx, int row, int col);
 } bf_result;
 
-/* The snapshot a chunk's COPY reads by (pg_current_snapshot() as text), before its rows, on lane for
- * the statement of ticket (a stale ticket is ignored). */
+/* The snapshot a chunk's COPY reads by, pg_current_snapshot() as text. It comes before the rows, on
+ * lane, for the statement of ticket. A stale ticket is ignored. */
 void backfill_copy_snapshot(bf_set *set, unsigned lane, uint64_t ticket, const char *text, size_t len);
 /* One row of a chunk's COPY (a CopyData message, text format) on lane, for the statement of
  * ticket (a stale ticket is ignored). */

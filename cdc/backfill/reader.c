@@ -25,7 +25,7 @@ typedef struct rconn {
 	bool ev_write; /* what ev_io waits for */
 	uint64_t ticket, backoff_ms;
 	bool copying; /* in a COPY's rows */
-	bool chunk;   /* the statement is a chunk's: its snapshot comes as a row before its COPY */
+	bool chunk;   /* the statement is a chunk's, whose snapshot comes as a row before its COPY */
 	PGresult *res;
 } rconn;
 

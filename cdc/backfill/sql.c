@@ -219,10 +219,10 @@ static void still_partition(buf *out, uint32_t leaf, uint32_t root)
 
 bool bfsql_copy(buf *out, const bfsql_read *r)
 {
-	/* Three statements in one query string run in one transaction: under REPEATABLE READ the
-	 * snapshot the SELECT shows is the one the COPY reads by. The rows are the table's columns
-	 * as they are: the server sends its tuples without a projection (a column of another kind in
-	 * the COPY's list, or a UNION for the snapshot, cost it about 10% more instructions). */
+	/* Three statements in one query string run in one transaction. Under REPEATABLE READ, the
+	 * snapshot that the SELECT shows is the one the COPY reads by. The COPY lists the table's
+	 * columns as they are, so the server sends its tuples without a projection. An extra column
+	 * or a UNION for the snapshot cost it about 10% more instructions. */
 	buf_puts(out, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
 		      "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text; COPY (SELECT ");
 	for (size_t i = 0; i < r->ncols; i++) {

@@ -119,8 +119,8 @@ void json_string(buf *out, const char *s, size_t len)
 	out->data[out->len] = '\0';
 }
 
-/* Bytes of a NUL-terminated string escaped as they are scanned, before its length is asked: names
- * and most values are shorter, and a strlen and a call per string cost more than the copy. */
+/* json_str escapes this many bytes of a string while it scans them, before it asks for the length.
+ * Names and most values are shorter. A strlen and a call per string cost more than the copy. */
 #define JSON_SCAN_FIRST 24
 
 void json_str(buf *out, const char *s)

@@ -470,8 +470,8 @@ Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
 	e->op = op;
 	if (rel) {
-		e->schema = arena_strndup(a, rel->nspname, strlen(rel->nspname));
-		e->table = arena_strndup(a, rel->relname, strlen(rel->relname));
+		e->schema = rel->nspname;
+		e->table = rel->relname;
 		e->relation_id = rel->relid;
 	}
 	return e;
@@ -479,7 +479,7 @@ Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 
 /* Converts tuple t into one Column per relation column, indexed like rel->cols; with keys_only,
  * only the replica identity columns (the others are NULL entries). */
-static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const pgo_rel *rel, char **names,
+static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const pgo_rel *rel,
 				       const pgo_tuple *t, bool keys_only, size_t nkeys)
 {
 	size_t ncols = rel->ncols, n = keys_only ? nkeys : ncols;
@@ -492,7 +492,7 @@ static Cdc__V1__Column **convert_tuple(arena *a, const pgo_relcache *rc, const p
 			continue;
 		*c = (Cdc__V1__Column)CDC__V1__COLUMN__INIT;
 		*v = (Cdc__V1__Value)CDC__V1__VALUE__INIT;
-		c->name = names[i];
+		c->name = (char *)rel->cols[i].name; /* borrowed: see event.h */
 		c->type_oid = rel->cols[i].type_oid;
 		if (rel->cols[i].typmod >= 0) {
 			c->type_modifier_present_case = CDC__V1__COLUMN__TYPE_MODIFIER_PRESENT_TYPE_MODIFIER;
@@ -565,21 +565,17 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 
 	Cdc__V1__Event *e = evt_alloc(a, op, rel);
 	size_t ncols = rel->ncols, nkeys = 0;
-	/* Names are copied: the relation cache may replace the entry while the event still lives. */
-	char **names = arena_alloc(a, (ncols ? ncols : 1) * sizeof(*names));
-	for (size_t i = 0; i < ncols; i++) {
-		names[i] = arena_strndup(a, rel->cols[i].name, strlen(rel->cols[i].name));
+	for (size_t i = 0; i < ncols; i++)
 		nkeys += rel->cols[i].flags & 1;
-	}
 
 	Cdc__V1__Column **newc = NULL, **oldc = NULL;
 	if (has_new) {
-		newc = convert_tuple(a, rc, rel, names, &m->change.new, false, nkeys);
+		newc = convert_tuple(a, rc, rel, &m->change.new, false, nkeys);
 		e->new_row = make_row(a, newc, ncols, ncols);
 	}
 	if (has_old) {
 		bool keys_only = old_kind == 'K'; /* the other columns were sent as NULLs: not values */
-		oldc = convert_tuple(a, rc, rel, names, &m->change.old, keys_only, nkeys);
+		oldc = convert_tuple(a, rc, rel, &m->change.old, keys_only, nkeys);
 		e->old_row = make_row(a, oldc, ncols, keys_only ? nkeys : ncols);
 	}
 

@@ -1,6 +1,7 @@
 /* event.h: builds cdc.v1.Event messages from decoded changes, converting each column from
  * PostgreSQL's text form to a typed value (see proto/cdc/v1/event.proto).
- * Everything is allocated in the caller's arena; nothing here outlives arena_reset(). */
+ * Everything is allocated in the caller's arena; nothing here outlives arena_reset(). An event
+ * borrows its relation's names (schema, table, columns), so the relation must outlive it. */
 #ifndef CDC_EVENT_H
 #define CDC_EVENT_H
 

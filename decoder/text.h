@@ -33,7 +33,7 @@ static inline bool cur_lit(cur *cursor, const char *lit, size_t count)
 }
 
 /* Between min and max decimal digits (max <= 18, so no overflow). */
-static inline bool cur_digits(cur *cursor, int min, int max, int64_t *out)
+static inline __attribute__((always_inline)) bool cur_digits(cur *cursor, int min, int max, int64_t *out)
 {
 	int64_t v = 0;
 	int n = 0;

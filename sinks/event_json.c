@@ -38,22 +38,28 @@ static inline void put_c(buf *b, char c)
 	b->data[b->len++] = c;
 }
 
-/* v in exactly width digits (v < 10^width). */
-static void put_fixed(buf *b, uint64_t v, int width)
+/* v in exactly width digits (v < 10^width) at w, two at a time. */
+static inline void fixed_at(char *w, uint64_t v, int width)
+{
+	int i = width;
+	for (; i >= 2; i -= 2) {
+		memcpy(w + i - 2, json_digit_pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (i)
+		w[0] = (char)('0' + v);
+}
+
+static inline void put_fixed(buf *b, uint64_t v, int width)
 {
 	reserve(b, (size_t)width);
-	for (int i = width - 1; i >= 0; i--) {
-		b->data[b->len + (size_t)i] = (char)('0' + v % 10);
-		v /= 10;
-	}
+	fixed_at(b->data + b->len, v, width);
 	b->len += (size_t)width;
 }
 
 static void put_str(buf *b, const char *s)
 {
-	if (!s)
-		s = "";
-	json_string(b, s, strlen(s));
+	json_str(b, s ? s : "");
 }
 
 /* Embedded json/jsonb --------------------------------------------------------------------------- */
@@ -334,10 +340,14 @@ void json_ymd(buf *b, int64_t days)
 		json_u64(b, (uint64_t)y);
 	else
 		put_fixed(b, (uint64_t)y, 4);
-	put_c(b, '-');
-	put_fixed(b, (uint64_t)m, 2);
-	put_c(b, '-');
-	put_fixed(b, (uint64_t)d, 2);
+	/* "-MM-DD" after one reserve */
+	reserve(b, 6);
+	char *w = b->data + b->len;
+	w[0] = '-';
+	fixed_at(w + 1, (uint64_t)m, 2);
+	w[3] = '-';
+	fixed_at(w + 4, (uint64_t)d, 2);
+	b->len += 6;
 }
 
 /* "HH:MM:SS", then ".ffffff" when the microseconds are not zero or always_frac. */
@@ -348,13 +358,18 @@ static void put_hms(buf *b, uint64_t us, bool always_frac)
 		json_u64(b, s / 3600);
 	else
 		put_fixed(b, s / 3600, 2);
-	put_c(b, ':');
-	put_fixed(b, s / 60 % 60, 2);
-	put_c(b, ':');
-	put_fixed(b, s % 60, 2);
+	/* ":MM:SS" and ".ffffff" after one reserve */
+	reserve(b, 13);
+	char *w = b->data + b->len;
+	w[0] = ':';
+	fixed_at(w + 1, s / 60 % 60, 2);
+	w[3] = ':';
+	fixed_at(w + 4, s % 60, 2);
+	b->len += 6;
 	if (frac || always_frac) {
-		put_c(b, '.');
-		put_fixed(b, frac, 6);
+		w[6] = '.';
+		fixed_at(w + 7, frac, 6);
+		b->len += 7;
 	}
 }
 
@@ -526,11 +541,12 @@ static void put_toast_names(buf *b, const Cdc__V1__Event *e)
 
 static void put_lsn(buf *b, uint64_t lsn)
 {
-	char tmp[LSN_STRLEN];
-	lsn_format(lsn, tmp);
-	put_c(b, '"');
-	put(b, tmp, strlen(tmp));
-	put_c(b, '"');
+	reserve(b, LSN_STRLEN + 2);
+	char *w = b->data + b->len;
+	w[0] = '"';
+	size_t n = lsn_format(lsn, w + 1);
+	w[n + 1] = '"';
+	b->len += n + 2;
 }
 
 /* A schema id as 16 hex digits, in quotes (a JSON number would lose bits). */
@@ -621,16 +637,19 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
-	PUT_LIT(out, ",\"offset\":");
-	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET)
+	/* A member that is null goes in one literal. Most events have no offset and no tag. */
+	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET) {
+		PUT_LIT(out, ",\"offset\":");
 		json_u64(out, e->offset);
-	else
-		json_null(out);
-	PUT_LIT(out, ",\"tag\":");
-	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG)
+	} else {
+		PUT_LIT(out, ",\"offset\":null");
+	}
+	if (e->tag_present_case == CDC__V1__EVENT__TAG_PRESENT_TAG) {
+		PUT_LIT(out, ",\"tag\":");
 		put_str(out, e->tag);
-	else
-		json_null(out);
+	} else {
+		PUT_LIT(out, ",\"tag\":null");
+	}
 	PUT_LIT(out, ",\"op\":");
 	const char *op = evt_op_name(e->op);
 	if (op) {
@@ -656,11 +675,12 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	json_row(out, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
-	PUT_LIT(out, ",\"delivery_count\":");
-	if (e->delivery_count)
+	if (e->delivery_count) {
+		PUT_LIT(out, ",\"delivery_count\":");
 		json_u64(out, e->delivery_count);
-	else
-		json_null(out);
+	} else {
+		PUT_LIT(out, ",\"delivery_count\":null");
+	}
 	if (e->schema_id) {
 		PUT_LIT(out, ",\"schema_id\":");
 		put_schema_id(out, e->schema_id);

@@ -1072,16 +1072,41 @@ static bool leaves_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 
 /* ---- a chunk's COPY ---- */
 
-void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const char *data, size_t len)
+/* The chunk lane_index reads for ticket, while its COPY runs and has not failed; else NULL. */
+static chunk *copying_chunk(bf_set *b, unsigned lane_index, uint64_t ticket)
 {
 	if (lane_index >= b->nlanes)
-		return;
+		return NULL;
 	lane *L = &b->lanes[lane_index];
 	chunk *c = L->c;
 	if (!L->busy || L->ticket != ticket || L->kind != BF_STMT_CHUNK || !c || c->overflow)
+		return NULL;
+	return c;
+}
+
+void backfill_copy_snapshot(bf_set *b, unsigned lane_index, uint64_t ticket, const char *text, size_t len)
+{
+	chunk *c = copying_chunk(b, lane_index, ticket);
+	if (!c)
+		return;
+	char err[256];
+	bf_snapshot snap;
+	if (!bf_snapshot_parse(text, len, &snap, err, sizeof(err))) {
+		c->error = xstrdup(err);
+		c->overflow = true;
+		return;
+	}
+	bf_recent_settle(&c->t->recent, &snap);
+	bfw_set_snapshot(c->w, &snap);
+}
+
+void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const char *data, size_t len)
+{
+	chunk *c = copying_chunk(b, lane_index, ticket);
+	if (!c)
 		return;
 	table *t = c->t;
-	size_t n = t->ncols + 1;
+	size_t n = t->ncols;
 	if (b->nat < n + 1) {
 		b->nat = n + 1;
 		b->at = xrealloc(b->at, b->nat * sizeof(*b->at));
@@ -1093,35 +1118,25 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 		c->overflow = true;
 		return;
 	}
-	/* Column 0 is NULL but in the row of the snapshot the COPY ran under. */
+	/* The row is the encoded columns. The key is its key columns' slices of it. */
 	const char *row = b->row.data;
-	if (get_be32((const uint8_t *)row) != UINT32_MAX) {
-		bf_snapshot snap;
-		if (!bf_snapshot_parse(row + 4, b->at[1] - 4, &snap, err, sizeof(err))) {
-			c->error = xstrdup(err);
-			c->overflow = true;
-			return;
-		}
-		bf_recent_settle(&t->recent, &snap);
-		bfw_set_snapshot(c->w, &snap);
-		return;
-	}
-	/* The row is the encoded columns after column 0; the key, its key columns' slices of it. */
-	const char *cols = row + b->at[1];
-	size_t rowlen = b->at[n] - b->at[1];
-	const char *key = cols;
+	size_t rowlen = b->at[n];
+	const char *key = row;
 	size_t keylen = rowlen;
-	if (!t->keyless) {
+	if (!t->keyless && t->nkeys == 1) { /* the key's encoding is its column's slice of the row */
+		key = row + b->at[t->keys[0]];
+		keylen = b->at[t->keys[0] + 1] - b->at[t->keys[0]];
+	} else if (!t->keyless) {
 		buf_reset(&b->key);
 		for (size_t k = 0; k < t->nkeys; k++) {
-			size_t col = t->keys[k] + 1;
+			size_t col = t->keys[k];
 			buf_append(&b->key, row + b->at[col], b->at[col + 1] - b->at[col]);
 		}
 		key = b->key.data;
 		keylen = b->key.len;
 	}
 	t->bytes_read += rowlen;
-	if (!bfw_add_row(c->w, key, keylen, cols, rowlen))
+	if (!bfw_add_row(c->w, key, keylen, row, rowlen))
 		c->overflow = true;
 }
 

@@ -105,7 +105,7 @@ typedef enum bf_stmt_kind {
 	BF_STMT_DESCRIBE, /* bfsql_describe */
 	BF_STMT_LEAVES,	  /* bfsql_leaves */
 	BF_STMT_LOW,	  /* bfsql_watermark */
-	BF_STMT_CHUNK,	  /* bfsql_copy: its rows come through backfill_copy_row */
+	BF_STMT_CHUNK,	  /* bfsql_copy: its snapshot and rows come through backfill_copy_* */
 	BF_STMT_HIGH,	  /* bfsql_watermark_high */
 } bf_stmt_kind;
 
@@ -133,6 +133,9 @@ typedef struct bf_result {
 	bool (*isnull)(void *ctx, int row, int col);
 } bf_result;
 
+/* The snapshot a chunk's COPY reads by, pg_current_snapshot() as text. It comes before the rows, on
+ * lane, for the statement of ticket. A stale ticket is ignored. */
+void backfill_copy_snapshot(bf_set *set, unsigned lane, uint64_t ticket, const char *text, size_t len);
 /* One row of a chunk's COPY (a CopyData message, text format) on lane, for the statement of
  * ticket (a stale ticket is ignored). */
 void backfill_copy_row(bf_set *set, unsigned lane, uint64_t ticket, const char *data, size_t len);

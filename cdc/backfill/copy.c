@@ -84,6 +84,10 @@ bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at
 		len--;
 	if (len > INT32_MAX)
 		return errf(err, errlen, "a row of %zu bytes is too long", len);
+	if (n == 0) { /* a table without columns: its rows are empty lines */
+		at[0] = out->len;
+		return len == 0 || errf(err, errlen, "the row has fields, not 0");
+	}
 	/* Room for every field's length and the bytes, which unescaping only shortens. */
 	buf_reserve(out, 4 * n + len + 1);
 	const char *p = line, *end = line + len;

@@ -34,7 +34,8 @@ void rset_add(rset *s, uint32_t lo, uint32_t hi)
 		hi = s->v[last + 1] > hi ? s->v[last + 1] : hi;
 		last += 2;
 	}
-	memmove(s->v + first, s->v + last, (s->n - last) * sizeof(*s->v));
+	if (s->n > last) /* an empty set has no array, and memmove must not see its NULL */
+		memmove(s->v + first, s->v + last, (s->n - last) * sizeof(*s->v));
 	s->n -= last - first;
 	rset_put(s, first, lo, hi);
 }

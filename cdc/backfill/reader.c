@@ -25,6 +25,7 @@ typedef struct rconn {
 	bool ev_write; /* what ev_io waits for */
 	uint64_t ticket, backoff_ms;
 	bool copying; /* in a COPY's rows */
+	bool chunk;   /* the statement is a chunk's, whose snapshot comes as a row before its COPY */
 	PGresult *res;
 } rconn;
 
@@ -159,6 +160,7 @@ static void run_next(rconn *c)
 		       ? PQsendQuery(c->conn, s.sql)
 		       : PQsendQueryParams(c->conn, s.sql, s.nparams, NULL, s.params, NULL, NULL, 0);
 	c->ticket = s.ticket;
+	c->chunk = s.kind == BF_STMT_CHUNK;
 	c->state = R_BUSY;
 	if (!sent) {
 		lost(c, PQerrorMessage(c->conn));
@@ -351,6 +353,13 @@ static void take_results(rconn *c)
 		}
 		if (PQresultStatus(res) == PGRES_COPY_OUT) {
 			c->copying = true;
+			PQclear(res);
+			continue;
+		}
+		if (c->chunk && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		    PQnfields(res) == 1) {
+			backfill_copy_snapshot(c->r->set, c->lane, c->ticket, PQgetvalue(res, 0, 0),
+					       (size_t)PQgetlength(res, 0, 0));
 			PQclear(res);
 			continue;
 		}

@@ -1,6 +1,6 @@
 /* reader.h: the backfills' own database connection: non-blocking libpq in the daemon's event loop.
- * It runs the statements backfill_next() hands out, one at a time and each in autocommit (so no
- * transaction of cdc's stays open longer than one statement), hands their results back, and
+ * It runs the statements backfill_next() hands out, one at a time and each in autocommit (a chunk's
+ * snapshot and COPY share one transaction, which ends with the chunk), hands their results back, and
  * connects again with backoff when the connection drops. Connected only while a backfill runs. */
 #ifndef CDC_BACKFILL_READER_H
 #define CDC_BACKFILL_READER_H

@@ -96,9 +96,10 @@ typedef struct bfsql_read {
 	size_t keyvals_len, nkeyvals;
 } bfsql_read;
 
-/* COPY (...) TO STDOUT in text format: its first column is NULL on every row but one, which holds
- * pg_current_snapshot() as text and NULL in the others; then cols. By block range, or by key when
- * r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values. */
+/* One transaction in REPEATABLE READ. A row of one column comes first, pg_current_snapshot() as
+ * text. Then COPY (...) TO STDOUT sends cols in text format under that snapshot. It reads by block
+ * range, or by key when r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values.
+ */
 bool bfsql_copy(buf *out, const bfsql_read *read) CDC_MUST_CHECK;
 
 /* The `where` predicate as SQL for a table of columns cols, for the chunk query: the conjuncts of predicate

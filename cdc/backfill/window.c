@@ -287,8 +287,9 @@ static uint8_t *copy_in(bf_window *w, const void *p, size_t n)
 
 bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)
 {
-	bool same = key == row && keylen == rowlen;
-	size_t need = rowlen + (same ? 0 : keylen);
+	uintptr_t k = (uintptr_t)key, r0 = (uintptr_t)row;
+	bool inside = k >= r0 && k + keylen <= r0 + rowlen;
+	size_t need = rowlen + (inside ? 0 : keylen);
 	/* The first row always fits: a chunk of one row must be possible whatever its size. */
 	if (w->nrows && w->bytes + need > w->max_bytes)
 		return false;
@@ -297,7 +298,7 @@ bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, 
 		w->rows = xrealloc(w->rows, w->rowcap * sizeof(*w->rows));
 	}
 	const uint8_t *r = copy_in(w, row, rowlen);
-	w->rows[w->nrows++] = (bfw_rowent){.key = same ? r : copy_in(w, key, keylen),
+	w->rows[w->nrows++] = (bfw_rowent){.key = inside ? r + (k - r0) : copy_in(w, key, keylen),
 					   .row = r,
 					   .keylen = (uint32_t)keylen,
 					   .rowlen = (uint32_t)rowlen};

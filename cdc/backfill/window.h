@@ -92,9 +92,10 @@ void bfw_reset(bf_window *window);
 /* The nonce of the chunk in progress, or NULL. */
 const char *bfw_nonce(const bf_window *window);
 
-/* A row the chunk's COPY read; key and row bytes from bf_encode (copied; a key that is the row
- * itself, same pointer and length, is kept once). False when it would pass max_bytes and the
- * window holds a row already: read a smaller chunk. */
+/* A row the chunk's COPY read, its key and row bytes from bf_encode. Both are copied, but a key
+ * that lies within the row's bytes is kept once, in the row. That is the whole row or one of its
+ * columns. False when it would pass max_bytes and the window holds a row already. Then a smaller
+ * chunk is read. */
 bool bfw_add_row(bf_window *window, const void *key, size_t keylen, const void *row,
 		 size_t rowlen) CDC_MUST_CHECK;
 /* The snapshot the SELECT ran under (takes ownership). Without one no snapshot check is made. */

@@ -16,10 +16,22 @@ static inline void reserve(buf *b, size_t n)
 		buf_reserve(b, n);
 }
 
-/* Bytes that go into a JSON string as they are, the printable ASCII ones but '"' and '\\'. */
+/* Bytes that go into a JSON string as they are, the printable ASCII ones and DEL but '"' and '\\'.
+ * A table costs one load per byte where three compares were. */
+static const uint8_t plain_byte[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static inline bool plain(unsigned char c)
 {
-	return (unsigned)c - 0x20u < 0x60u && c != '"' && c != '\\';
+	return plain_byte[c];
 }
 
 /* Whether none of the 8 bytes of v needs escaping. That is no byte below 0x20 or from 0x80 on, no '"' and no
@@ -107,23 +119,58 @@ void json_string(buf *out, const char *s, size_t len)
 	out->data[out->len] = '\0';
 }
 
+/* json_str escapes this many bytes of a string while it scans them, before it asks for the length.
+ * Names and most values are shorter. A strlen and a call per string cost more than the copy. */
+#define JSON_SCAN_FIRST 24
+
 void json_str(buf *out, const char *s)
 {
-	if (s)
-		json_string(out, s, strlen(s));
-	else
+	if (!s) {
 		json_null(out);
+		return;
+	}
+	reserve(out, JSON_SCAN_FIRST + 3);
+	char *o = out->data + out->len;
+	const unsigned char *p = (const unsigned char *)s, *stop = p + JSON_SCAN_FIRST;
+	*o++ = '"';
+	/* The NUL is not plain: the loop stops at it. */
+	while (plain(*p)) {
+		*o++ = (char)*p++;
+		if (p == stop)
+			break;
+	}
+	out->len = (size_t)(o - out->data);
+	if (*p)
+		json_escape(out, (const char *)p, strlen((const char *)p));
+	out->data[out->len++] = '"';
+	out->data[out->len] = '\0';
 }
+
+const char json_digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
 void json_u64(buf *out, uint64_t v)
 {
-	/* Digits backwards into a scratch, with no printf on the event renderer's path. */
-	char tmp[20], *p = tmp + sizeof(tmp);
-	do {
-		*--p = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	buf_append(out, p, (size_t)(tmp + sizeof(tmp) - p));
+	/* Digits backwards into a scratch, two at a time, with no printf on the event renderer's path.
+	 * Then 20 bytes are copied whatever the count, since a copy of known size is a few moves. */
+	char tmp[40], *end = tmp + 20, *p = end;
+	while (v >= 100) {
+		p -= 2;
+		memcpy(p, json_digit_pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		p -= 2;
+		memcpy(p, json_digit_pairs + 2 * v, 2);
+	} else {
+		*--p = (char)('0' + v);
+	}
+	reserve(out, 20);
+	memcpy(out->data + out->len, p, 20);
+	out->len += (size_t)(end - p);
+	out->data[out->len] = '\0';
 }
 
 void json_i64(buf *out, int64_t v)
@@ -182,7 +229,10 @@ void json_boolean(buf *out, bool v)
 
 void json_null(buf *out)
 {
-	buf_append(out, "null", 4);
+	reserve(out, 4);
+	memcpy(out->data + out->len, "null", 4);
+	out->len += 4;
+	out->data[out->len] = '\0';
 }
 
 void json_sep(buf *out, bool *first)

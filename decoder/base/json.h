@@ -18,6 +18,8 @@ void json_escape(buf *out, const char *text, size_t len);
 /* A NUL-terminated string as a literal. NULL is null. */
 void json_str(buf *out, const char *text);
 void json_u64(buf *out, uint64_t value);
+/* "00" to "99": two decimal digits at a time. */
+extern const char json_digit_pairs[201];
 void json_i64(buf *out, int64_t value);
 /* A double that is not finite as the JSON string "NaN", "Infinity" or "-Infinity", since JSON has no
  * number for them. False, writing nothing, for a finite one. */

@@ -34,9 +34,9 @@ void id_list_free(id_list *list);
  * takes 2^64 - 1 signals unread. */
 void efd_signal(int fd);
 
-/* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. */
+/* "X/X" with upper-case hex, as PostgreSQL prints an LSN. out needs 18 bytes. Returns the length. */
 #define LSN_STRLEN 18
-void lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
+size_t lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
 bool lsn_parse(const char *text, uint64_t *lsn) CDC_MUST_CHECK;
 
 /* Length of the well-formed UTF-8 sequence at text, by Unicode table 3-7 (no overlongs, surrogates or

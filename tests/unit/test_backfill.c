@@ -88,11 +88,17 @@ static void written(bf_set *b, const st *x, bf_now now)
 	answer(b, x, 1, 1, (const char *[]){"0/1"}, now);
 }
 
-/* A COPY's rows (each a line of COPY's text format), then its end. */
+/* A chunk's snapshot and rows, then its end. Each line is "\\N\t" and a row in COPY's text format,
+ * or the snapshot and a tab. */
 static void copy(bf_set *b, const st *x, const char *const *lines, bf_now now)
 {
-	for (size_t i = 0; lines && lines[i]; i++)
-		backfill_copy_row(b, x->lane, x->s.ticket, lines[i], strlen(lines[i]));
+	for (size_t i = 0; lines && lines[i]; i++) {
+		const char *l = lines[i];
+		if (strncmp(l, "\\N\t", 3) == 0)
+			backfill_copy_row(b, x->lane, x->s.ticket, l + 3, strlen(l + 3));
+		else
+			backfill_copy_snapshot(b, x->lane, x->s.ticket, l, strcspn(l, "\t"));
+	}
 	answer(b, x, 0, 0, NULL, now);
 }
 
@@ -264,9 +270,10 @@ static void test_life(void)
 	st c0 = next_on(b, 0, BF_STMT_CHUNK, now), c1 = next_on(b, 1, BF_STMT_CHUNK, now);
 	CHECK_STR(
 	    c0.sql,
-	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"v\" FROM ONLY \"public\".\"a\" WHERE ctid >= "
-	    "'(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid UNION ALL SELECT "
-	    "pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, NULL) TO STDOUT");
+	    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT "
+	    "pg_catalog.pg_current_snapshot()::pg_catalog.text; COPY (SELECT \"id\", \"v\" FROM ONLY "
+	    "\"public\".\"a\" WHERE ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid) TO "
+	    "STDOUT");
 	CHECK(strstr(c1.sql, "ctid >= '(2,0)'::pg_catalog.tid AND ctid < '(4,0)'::pg_catalog.tid") != NULL);
 	CHECK_INT(c0.s.nparams, 0);
 	fake_sink k = {.filter = "z"};	     /* a where that leaves v = 'z' out */
@@ -592,7 +599,7 @@ static void test_failures(void)
 	copy(b, &c, (const char *[]){"\\N\t1\tx\tmore\n", NULL}, now);
 	backfill_table_info(b, 0, 0, now, &ti);
 	CHECK_INT(ti.state, BF_FAILED);
-	CHECK_STR(ti.error, "a row of a chunk of public.a: the row has more than 3 fields");
+	CHECK_STR(ti.error, "a row of a chunk of public.a: the row has more than 2 fields");
 	backfill_set_free(b);
 
 	/* a leaf the role may not read */
@@ -853,10 +860,10 @@ static void test_where(void)
 	st c = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK_STR(
 	    c.sql,
-	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"v\" FROM ONLY \"public\".\"a\" WHERE ctid >= "
-	    "'(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid AND ((\"v\" COLLATE \"C\" = 'x') "
-	    "AND (\"id\" > 1)) UNION ALL SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, "
-	    "NULL) TO STDOUT");
+	    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT "
+	    "pg_catalog.pg_current_snapshot()::pg_catalog.text; COPY (SELECT \"id\", \"v\" FROM ONLY "
+	    "\"public\".\"a\" WHERE ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(2,0)'::pg_catalog.tid AND "
+	    "((\"v\" COLLATE \"C\" = 'x') AND (\"id\" > 1))) TO STDOUT");
 	backfill_set_free(b);
 }
 

@@ -58,10 +58,10 @@ static void test_copy(void)
 	    {"kind", 16500, "app", "Kind"},
 	};
 	static const char head[] =
-	    "COPY (SELECT NULL::pg_catalog.text, \"id\", \"Odd \"\"Col\", \"region\", \"kind\" FROM ";
-	static const char tail[] =
-	    " UNION ALL SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, NULL, NULL, NULL, "
-	    "NULL) TO STDOUT";
+	    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT "
+	    "pg_catalog.pg_current_snapshot()::pg_catalog.text; COPY (SELECT \"id\", \"Odd \"\"Col\", "
+	    "\"region\", \"kind\" FROM ";
+	static const char tail[] = ") TO STDOUT";
 	buf b = {0}, want = {0};
 	bfsql_read r = {.schema = "public",
 			.table = "Orders",

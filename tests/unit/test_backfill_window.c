@@ -239,6 +239,10 @@ static void test_reset(void)
 	bfw_begin(w, "n2", NULL);
 	CHECK(bfw_add_row(w, "row", 3, "row", 3));
 	CHECK_INT(bfw_bytes(w), 3);
+	/* and so is a key that is a column of the row (a key of one column) */
+	static const char two[] = "keyrest";
+	CHECK(bfw_add_row(w, two, 3, two, 7));
+	CHECK_INT(bfw_bytes(w), 10);
 	bfw_free(w);
 }
 

@@ -1,9 +1,11 @@
 /* test_json.c: the base JSON writer: numbers at their limits, strings escaped (invalid UTF-8
- * replaced; eight plain bytes at a time, checked against a byte-by-byte escape on random strings),
- * null for a missing string, and commas only between members. */
+ * replaced; eight plain bytes at a time, checked against a byte-by-byte escape on random strings,
+ * as json_str's scan of a string's first bytes is), integers against printf, null for a missing
+ * string, and commas only between members. */
 #include "decoder/base/json.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,13 +90,44 @@ static void test_escape_fast_path(void)
 			s[i] = (seed >> 16) % 4 ? (unsigned char)('a' + (seed >> 20) % 26)
 						: alphabet[(seed >> 20) % sizeof(alphabet)];
 		}
-		buf fast = {0}, slow = {0};
+		buf fast = {0}, slow = {0}, str = {0};
 		json_escape(&fast, (const char *)s, len);
 		escape_slowly(&slow, s, len);
 		if (fast.len != slow.len || (fast.len && memcmp(fast.data, slow.data, fast.len) != 0))
 			mismatches++;
+		/* json_str scans its first bytes before it knows the length: the same literal */
+		s[len] = '\0';
+		json_str(&str, (const char *)s);
+		if (str.len != slow.len + 2 || str.data[0] != '"' || str.data[str.len - 1] != '"' ||
+		    (slow.len && memcmp(str.data + 1, slow.data, slow.len) != 0) || str.data[str.len] != '\0')
+			mismatches++;
 		buf_free(&fast);
 		buf_free(&slow);
+		buf_free(&str);
+	}
+	CHECK_INT(mismatches, 0);
+}
+
+/* Integers two digits at a time: every count of digits, against printf. */
+static void test_integers(void)
+{
+	int mismatches = 0;
+	uint64_t v = 1;
+	for (int digits = 1; digits <= 20; digits++, v *= 10) {
+		uint64_t cases[] = {v - 1, v, v + 1, v * 3 + 7, digits == 20 ? UINT64_MAX : v * 10 - 1};
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			char want[64];
+			buf b = {0};
+			buf_puts(&b, "x");
+			json_u64(&b, cases[i]);
+			json_i64(&b, -(int64_t)(cases[i] >> 1));
+			snprintf(want, sizeof(want), "x%llu-%llu", (unsigned long long)cases[i],
+				 (unsigned long long)(cases[i] >> 1));
+			if (cases[i] >> 1 == 0)
+				snprintf(want, sizeof(want), "x%llu0", (unsigned long long)cases[i]);
+			mismatches += strcmp(b.data, want) != 0 || b.len != strlen(want);
+			buf_free(&b);
+		}
 	}
 	CHECK_INT(mismatches, 0);
 }
@@ -124,6 +157,7 @@ int main(void)
 {
 	test_scalars();
 	test_escape_fast_path();
+	test_integers();
 	test_members();
 	return TEST_SUMMARY("test_json");
 }

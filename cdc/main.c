@@ -88,7 +88,7 @@ static int cmd_run(int argc, char **argv)
 	if (rc != CLI_GO_ON)
 		return rc;
 	uint64_t endpos = 0;
-	if (endpos_text && !lsn_parse(endpos_text, &endpos))
+	if (endpos_text && !util_lsn_parse(endpos_text, &endpos))
 		return cli_usage(&cmd, "--endpos: \"%s\" is not an LSN like 0/16B3748", endpos_text);
 	cfg *c = cli_load_config(args.config, true);
 	return c ? daemon_run(c, args.config, endpos) : 2;
@@ -157,12 +157,12 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "config-reference") == 0)
 		return cmd_config_reference(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
-		return doctor_main(argc - 1, argv + 1);
+		return cli_doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
-		return status_main(argc - 1, argv + 1);
+		return cli_status_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "tail") == 0)
-		return tail_main(argc - 1, argv + 1);
+		return cli_tail_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "backfill") == 0)
-		return backfill_main(argc - 1, argv + 1);
+		return cli_backfill_main(argc - 1, argv + 1);
 	return cli_usage(&cmd_main, "unknown command \"%s\"", cmd);
 }

@@ -23,7 +23,7 @@ typedef struct reader {
 
 static bool bad(reader *r, const char *key, const char *what)
 {
-	return errf(r->err, r->errlen, "%s%s: %s", r->where, key, what);
+	return util_errf(r->err, r->errlen, "%s%s: %s", r->where, key, what);
 }
 
 /* A string member of at most max bytes of UTF-8 (no NUL), copied into the arena. When absent (or null) it is
@@ -43,7 +43,7 @@ static bool get_str(reader *r, json_object *o, const char *key, size_t max, bool
 		snprintf(why, sizeof(why), "longer than %zu bytes", max);
 		return bad(r, key, why);
 	}
-	if (!utf8_valid(s, len))
+	if (!util_utf8_valid(s, len))
 		return bad(r, key, "not valid UTF-8 text");
 	*out = arena_strndup(r->a, s, len);
 	return true;
@@ -127,7 +127,7 @@ static bool get_columns(reader *r, json_object *o, ddl_msg *m)
 	return true;
 }
 
-bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *err, size_t errlen)
+bool pgo_ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *err, size_t errlen)
 {
 	*out = (ddl_msg){0};
 	char why[128];
@@ -136,11 +136,11 @@ bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *er
 	int64_t version = 0, relid = 0, subid = 0;
 	bool ok = false;
 	if (!root) {
-		errf(err, errlen, "DDL message: %s", why);
+		util_errf(err, errlen, "DDL message: %s", why);
 		goto out;
 	}
 	if (!json_object_is_type(root, json_type_object)) {
-		errf(err, errlen, "DDL message: expected a JSON object");
+		util_errf(err, errlen, "DDL message: expected a JSON object");
 		goto out;
 	}
 	ok = get_int(&r, root, "v", 1, INT32_MAX, true, 0, &version) &&
@@ -155,7 +155,7 @@ bool ddl_parse(arena *a, const char *content, size_t len, ddl_msg *out, char *er
 	     get_str(&r, root, "statement", STATEMENT_MAX_BYTES, false, &out->statement) &&
 	     get_columns(&r, root, out);
 	if (ok && (!out->schema[0] || !out->table[0]))
-		ok = errf(err, errlen, "%s: empty", out->schema[0] ? "table" : "schema");
+		ok = util_errf(err, errlen, "%s: empty", out->schema[0] ? "table" : "schema");
 	out->relid = (uint32_t)relid;
 	out->subid = (int32_t)subid;
 	if (!ok) {
@@ -167,7 +167,7 @@ out:
 	return ok;
 }
 
-Cdc__V1__Event *ddl_event(arena *a, const ddl_msg *m)
+Cdc__V1__Event *pgo_ddl_event(arena *a, const ddl_msg *m)
 {
 	Cdc__V1__Event *e = arena_alloc(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;

@@ -41,10 +41,10 @@ typedef struct ddl_msg {
 /* Parses one message's content. Strings and columns go into ar. False with err naming the field and what is
  * wrong ("columns[2].attnum: expected an integer from 1 to 32767"). Keys it does not know are ignored, as a
  * newer trigger may add some. A newer "v" is read as far as it goes. */
-bool ddl_parse(arena *ar, const char *content, size_t len, ddl_msg *out, char *err,
-	       size_t errlen) CDC_MUST_CHECK;
+bool pgo_ddl_parse(arena *ar, const char *content, size_t len, ddl_msg *out, char *err,
+		   size_t errlen) CDC_MUST_CHECK;
 
 /* The OP_DDL event of msg (schema, table, relation_id, ddl). The transaction fields are the caller's. */
-Cdc__V1__Event *ddl_event(arena *ar, const ddl_msg *msg);
+Cdc__V1__Event *pgo_ddl_event(arena *ar, const ddl_msg *msg);
 
 #endif

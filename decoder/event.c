@@ -290,7 +290,7 @@ static char *oid_name(arena *a, uint32_t oid)
 
 static const char *type_name(arena *a, const pgo_relcache *rc, uint32_t oid)
 {
-	const char *name = pgtypes_builtin_name(oid);
+	const char *name = pgo_types_builtin_name(oid);
 	if (name)
 		return name; /* static */
 	/* Copied: the cache may replace the name before the event is sent. */
@@ -416,7 +416,7 @@ static void value_fill(arena *a, const pgo_relcache *rc, uint32_t oid, const pgo
 	set_other(a, rc, oid, d, v);
 }
 
-Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, const pgo_datum *d)
+Cdc__V1__Value *pgo_event_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, const pgo_datum *d)
 {
 	Cdc__V1__Value *v = arena_alloc(a, sizeof(*v));
 	*v = (Cdc__V1__Value)CDC__V1__VALUE__INIT;
@@ -424,7 +424,7 @@ Cdc__V1__Value *evt_value(arena *a, const pgo_relcache *rc, uint32_t type_oid, c
 	return v;
 }
 
-Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid)
+Cdc__V1__Value__KindCase pgo_event_type_kind(uint32_t type_oid)
 {
 	switch (type_oid) { /* as value_fill */
 	case PGT_INT2:
@@ -464,7 +464,7 @@ Cdc__V1__Value__KindCase evt_type_kind(uint32_t type_oid)
 	}
 }
 
-Cdc__V1__Event *evt_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
+Cdc__V1__Event *pgo_event_alloc(arena *a, Cdc__V1__Op op, const pgo_rel *rel)
 {
 	Cdc__V1__Event *e = arena_alloc_raw(a, sizeof(*e));
 	*e = (Cdc__V1__Event)CDC__V1__EVENT__INIT;
@@ -528,8 +528,8 @@ static bool is_toast(const Cdc__V1__Column *c)
 	return c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
 
-bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const pgo_msg *m,
-		     Cdc__V1__Event **out, char *err, size_t errlen)
+bool pgo_event_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const pgo_msg *m,
+			   Cdc__V1__Event **out, char *err, size_t errlen)
 {
 	Cdc__V1__Op op;
 	bool has_new, has_old;
@@ -551,19 +551,19 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 		has_old = old_kind == 'K' || old_kind == 'O';
 		break;
 	default:
-		return errf(err, errlen, "cannot build a change event from a %s message",
-			    pgo_type_name(m->type));
+		return util_errf(err, errlen, "cannot build a change event from a %s message",
+				 pgo_type_name(m->type));
 	}
 	if (has_new && m->change.new.ncols != rel->ncols)
-		return errf(err, errlen, "%s for %s.%s: new tuple has %u columns, relation has %u",
-			    pgo_type_name(m->type), rel->nspname, rel->relname, m->change.new.ncols,
-			    rel->ncols);
+		return util_errf(err, errlen, "%s for %s.%s: new tuple has %u columns, relation has %u",
+				 pgo_type_name(m->type), rel->nspname, rel->relname, m->change.new.ncols,
+				 rel->ncols);
 	if (has_old && m->change.old.ncols != rel->ncols)
-		return errf(err, errlen, "%s for %s.%s: old tuple has %u columns, relation has %u",
-			    pgo_type_name(m->type), rel->nspname, rel->relname, m->change.old.ncols,
-			    rel->ncols);
+		return util_errf(err, errlen, "%s for %s.%s: old tuple has %u columns, relation has %u",
+				 pgo_type_name(m->type), rel->nspname, rel->relname, m->change.old.ncols,
+				 rel->ncols);
 
-	Cdc__V1__Event *e = evt_alloc(a, op, rel);
+	Cdc__V1__Event *e = pgo_event_alloc(a, op, rel);
 	size_t ncols = rel->ncols, nkeys = 0;
 	for (size_t i = 0; i < ncols; i++)
 		nkeys += rel->cols[i].flags & 1;
@@ -599,9 +599,9 @@ bool evt_from_change(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const
 	return true;
 }
 
-Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags)
+Cdc__V1__Event *pgo_event_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags)
 {
-	Cdc__V1__Event *e = evt_alloc(a, CDC__V1__OP__OP_TRUNCATE, rel);
+	Cdc__V1__Event *e = pgo_event_alloc(a, CDC__V1__OP__OP_TRUNCATE, rel);
 	Cdc__V1__Truncate *t = arena_alloc(a, sizeof(*t));
 	*t = (Cdc__V1__Truncate)CDC__V1__TRUNCATE__INIT;
 	t->cascade = (flags & 1) != 0;
@@ -610,9 +610,9 @@ Cdc__V1__Event *evt_from_truncate(arena *a, const pgo_rel *rel, uint8_t flags)
 	return e;
 }
 
-Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m)
+Cdc__V1__Event *pgo_event_from_message(arena *a, const pgo_msg *m)
 {
-	Cdc__V1__Event *e = evt_alloc(a, CDC__V1__OP__OP_MESSAGE, NULL);
+	Cdc__V1__Event *e = pgo_event_alloc(a, CDC__V1__OP__OP_MESSAGE, NULL);
 	Cdc__V1__LogicalMessage *lm = arena_alloc(a, sizeof(*lm));
 	*lm = (Cdc__V1__LogicalMessage)CDC__V1__LOGICAL_MESSAGE__INIT;
 	const char *prefix = m->message.prefix ? m->message.prefix : "";
@@ -627,7 +627,7 @@ Cdc__V1__Event *evt_from_message(arena *a, const pgo_msg *m)
 	return e;
 }
 
-const char *evt_op_name(Cdc__V1__Op op)
+const char *pgo_event_op_name(Cdc__V1__Op op)
 {
 	switch (op) {
 	case CDC__V1__OP__OP_INSERT:
@@ -651,7 +651,7 @@ const char *evt_op_name(Cdc__V1__Op op)
 	}
 }
 
-Cdc__V1__Column **evt_new_key(const Cdc__V1__Event *event, Cdc__V1__Column **cols)
+Cdc__V1__Column **pgo_event_new_key(const Cdc__V1__Event *event, Cdc__V1__Column **cols)
 {
 	for (size_t i = 0; i < event->key->n_columns; i++) {
 		cols[i] = event->key->columns[i];

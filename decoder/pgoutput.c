@@ -32,7 +32,7 @@ __attribute__((cold, noinline, format(printf, 3, 4))) static void rd_error(pgo_r
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	errf(r->err, r->errlen, "%s message at offset %zu: %s", pgo_type_name(r->type), at, what);
+	util_errf(r->err, r->errlen, "%s message at offset %zu: %s", pgo_type_name(r->type), at, what);
 }
 
 /* The error paths are out of line. The macro's visible false lets the compiler see that nothing read is used
@@ -445,7 +445,7 @@ bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_
 	       char *err, size_t errlen)
 {
 	if (len == 0)
-		return errf(err, errlen, "empty message at offset 0");
+		return util_errf(err, errlen, "empty message at offset 0");
 	pgo_reader r = {.p = data, .pos = 1, .len = len, .type = data[0], .err = err, .errlen = errlen};
 	int ver = opt->proto_version;
 	bool ok;
@@ -530,7 +530,7 @@ bool pgo_parse(const uint8_t *data, size_t len, const pgo_options *opt, bool in_
 		ok = read_rollback_prepared(&r, out);
 		break;
 	default:
-		return errf(err, errlen, "unknown message type %s at offset 0", show_byte(data[0]).s);
+		return util_errf(err, errlen, "unknown message type %s at offset 0", show_byte(data[0]).s);
 	}
 	if (!ok)
 		return false;
@@ -586,8 +586,8 @@ static void map_put_new(pgo_map *m, uint32_t key, void *val);
 static void map_grow(pgo_map *m)
 {
 	pgo_map bigger = {.cap = m->cap ? m->cap * 2 : 64};
-	bigger.keys = xcalloc(bigger.cap, sizeof(*bigger.keys));
-	bigger.vals = xcalloc(bigger.cap, sizeof(*bigger.vals));
+	bigger.keys = util_xcalloc(bigger.cap, sizeof(*bigger.keys));
+	bigger.vals = util_xcalloc(bigger.cap, sizeof(*bigger.vals));
 	for (size_t i = 0; i < m->cap; i++)
 		if (m->vals[i])
 			map_put_new(&bigger, m->keys[i], m->vals[i]);
@@ -633,7 +633,7 @@ struct pgo_relcache {
 
 pgo_relcache *pgo_relcache_new(void)
 {
-	return xcalloc(1, sizeof(pgo_relcache));
+	return util_xcalloc(1, sizeof(pgo_relcache));
 }
 
 static void relent_free(void *p)
@@ -661,7 +661,7 @@ static void relent_fill(relent *e, const pgo_msg *m)
 	for (uint16_t i = 0; i < ncols; i++)
 		size += strlen(m->relation.cols[i].name) + 1;
 
-	char *mem = xmalloc(size);
+	char *mem = util_xmalloc(size);
 	pgo_relcol *cols = (pgo_relcol *)mem;
 	char *s = mem + (size_t)ncols * sizeof(pgo_relcol);
 	e->mem = mem;
@@ -714,7 +714,7 @@ void pgo_relcache_put(pgo_relcache *c, const pgo_msg *relation)
 		e->rel.version = version;
 		return;
 	}
-	e = xcalloc(1, sizeof(*e));
+	e = util_xcalloc(1, sizeof(*e));
 	relent_fill(e, relation);
 	apply_primary_key(c, e);
 	e->rel.version = 1;
@@ -726,7 +726,7 @@ void pgo_relcache_set_primary_key(pgo_relcache *c, uint32_t relid, const char *c
 	size_t size = 1;
 	for (size_t i = 0; i < n; i++)
 		size += strlen(names[i]) + 1;
-	char *list = xmalloc(size), *p = list;
+	char *list = util_xmalloc(size), *p = list;
 	for (size_t i = 0; i < n; i++)
 		p = stpcpy(p, names[i]) + 1;
 	*p = '\0';
@@ -768,7 +768,7 @@ void pgo_relcache_put_type(pgo_relcache *c, const pgo_msg *type)
 	buf_putc(&b, '.');
 	buf_puts(&b, type->typ.typname);
 	buf_putc(&b, '\0');
-	pgtypes_format_named(&b, type->typ.nspname, type->typ.typname);
+	pgo_types_format_named(&b, type->typ.nspname, type->typ.typname);
 	char *name = b.data;
 
 	void **slot = map_find(&c->types, type->typ.oid);
@@ -785,12 +785,12 @@ void pgo_format_type(const pgo_relcache *c, uint32_t oid, int32_t typmod, buf *o
 	const char *name = c ? map_get(&c->types, oid) : NULL;
 	if (name)
 		buf_puts(out, name + strlen(name) + 1);
-	else if (!pgtypes_format(out, oid, typmod))
+	else if (!pgo_types_format(out, oid, typmod))
 		buf_puts(out, "???"); /* as format_type() says of a type it does not know */
 }
 
 const char *pgo_type_name_of(const pgo_relcache *c, uint32_t oid)
 {
 	const char *name = c ? map_get(&c->types, oid) : NULL;
-	return name ? name : pgtypes_builtin_name(oid);
+	return name ? name : pgo_types_builtin_name(oid);
 }

@@ -195,8 +195,8 @@ void pgo_relcache_put_type(pgo_relcache *relcache, const pgo_msg *type);
 /* "schema.name" for types announced by Type messages, the built-in name (int4, text, _int4, ...)
  * for built-in types, NULL if unknown. */
 const char *pgo_type_name_of(const pgo_relcache *relcache, uint32_t oid);
-/* Appends a column's type as PostgreSQL's format_type(oid, typmod) prints it (see pgtypes_format). For a type
- * a Type message announced, see pgtypes_format_named. It appends "???" for a type neither built in nor
+/* Appends a column's type as PostgreSQL's format_type(oid, typmod) prints it (see pgo_types_format). For a
+ * type a Type message announced, see pgo_types_format_named. It appends "???" for a type neither built in nor
  * announced. */
 void pgo_format_type(const pgo_relcache *relcache, uint32_t oid, int32_t typmod, buf *out);
 

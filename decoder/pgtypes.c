@@ -193,7 +193,7 @@ static int by_oid(const void *key, const void *row)
 	return a < b ? -1 : a > b;
 }
 
-const char *pgtypes_builtin_name(uint32_t oid)
+const char *pgo_types_builtin_name(uint32_t oid)
 {
 	const struct builtin_type *t =
 	    bsearch(&oid, builtin_types, sizeof(builtin_types) / sizeof(*builtin_types),
@@ -225,7 +225,7 @@ static const struct array_type {
 };
 /* clang-format on */
 
-uint32_t pgtypes_element(uint32_t oid)
+uint32_t pgo_types_element(uint32_t oid)
 {
 	const struct array_type *t = bsearch(&oid, array_types, sizeof(array_types) / sizeof(*array_types),
 					     sizeof(*array_types), by_oid);
@@ -236,7 +236,7 @@ uint32_t pgtypes_element(uint32_t oid)
 #define TYPMOD_HEADER 4
 #define MAX_TIME_PRECISION 6
 
-bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale)
+bool pgo_types_numeric_typmod(int32_t typmod, int *precision, int *scale)
 {
 	if (typmod < TYPMOD_HEADER)
 		return false;
@@ -246,7 +246,7 @@ bool pgtypes_numeric_typmod(int32_t typmod, int *precision, int *scale)
 	return true;
 }
 
-int pgtypes_time_precision(uint32_t oid, int32_t typmod)
+int pgo_types_time_precision(uint32_t oid, int32_t typmod)
 {
 	if (typmod < 0)
 		return MAX_TIME_PRECISION;
@@ -255,7 +255,7 @@ int pgtypes_time_precision(uint32_t oid, int32_t typmod)
 	return typmod <= MAX_TIME_PRECISION ? (int)typmod : MAX_TIME_PRECISION;
 }
 
-int pgtypes_length(uint32_t oid, int32_t typmod)
+int pgo_types_length(uint32_t oid, int32_t typmod)
 {
 	switch (oid) {
 	case PGT_BPCHAR:
@@ -346,7 +346,7 @@ static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typm
 	case PGT_BPCHAR:
 	case PGT_VARCHAR:
 		if (typmod > TYPMOD_HEADER)
-			snprintf(tmp, sizeof(tmp), "(%d)", pgtypes_length(oid, typmod));
+			snprintf(tmp, sizeof(tmp), "(%d)", pgo_types_length(oid, typmod));
 		else if (mod)
 			tmp[0] = '\0';
 		else { /* bpchar without a length is not character(1), format_type keeps its name */
@@ -358,7 +358,7 @@ static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typm
 		return;
 	case PGT_NUMERIC:
 		buf_puts(out, "numeric");
-		if (pgtypes_numeric_typmod(typmod, &p, &s)) {
+		if (pgo_types_numeric_typmod(typmod, &p, &s)) {
 			snprintf(tmp, sizeof(tmp), "(%d,%d)", p, s);
 			buf_puts(out, tmp);
 		}
@@ -401,13 +401,13 @@ static void format_scalar(buf *out, uint32_t oid, const char *name, int32_t typm
 	}
 }
 
-bool pgtypes_format(buf *out, uint32_t oid, int32_t typmod)
+bool pgo_types_format(buf *out, uint32_t oid, int32_t typmod)
 {
-	const char *name = pgtypes_builtin_name(oid);
+	const char *name = pgo_types_builtin_name(oid);
 	if (!name)
 		return false;
-	uint32_t elem = pgtypes_element(oid);
-	const char *elem_name = elem ? pgtypes_builtin_name(elem) : NULL;
+	uint32_t elem = pgo_types_element(oid);
+	const char *elem_name = elem ? pgo_types_builtin_name(elem) : NULL;
 	if (elem && !elem_name) /* an array of a catalog's row type (pg_class[]), its name without the _ */
 		buf_puts(out, name + 1);
 	else
@@ -437,13 +437,13 @@ static void put_ident(buf *out, const char *s, size_t n)
 	buf_putc(out, '"');
 }
 
-void pgtypes_format_named(buf *out, const char *nspname, const char *typname)
+void pgo_types_format_named(buf *out, const char *nspname, const char *typname)
 {
 	/* pgoutput names a domain by its base type. A built-in one comes out as format_type() prints it. */
 	for (size_t i = 0;
 	     strcmp(nspname, "pg_catalog") == 0 && i < sizeof(builtin_types) / sizeof(builtin_types[0]); i++)
 		if (strcmp(builtin_types[i].name, typname) == 0 &&
-		    pgtypes_format(out, builtin_types[i].oid, -1))
+		    pgo_types_format(out, builtin_types[i].oid, -1))
 			return;
 	/* PostgreSQL names an array type "_" and its element's name */
 	bool array = typname[0] == '_' && typname[1];

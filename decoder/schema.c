@@ -42,9 +42,9 @@ struct sch_tables {
 	uint64_t gen;
 };
 
-sch_tables *sch_tables_new(void)
+sch_tables *pgo_schema_tables_new(void)
 {
-	return xcalloc(1, sizeof(sch_tables));
+	return util_xcalloc(1, sizeof(sch_tables));
 }
 
 static void cols_free(table *t)
@@ -67,7 +67,7 @@ static void table_free(table *t)
 	free(t->log);
 }
 
-void sch_tables_free(sch_tables *t)
+void pgo_schema_tables_free(sch_tables *t)
 {
 	if (!t)
 		return;
@@ -77,7 +77,7 @@ void sch_tables_free(sch_tables *t)
 	free(t);
 }
 
-uint64_t sch_tables_generation(const sch_tables *t)
+uint64_t pgo_schema_tables_generation(const sch_tables *t)
 {
 	return t ? t->gen : 0;
 }
@@ -101,8 +101,8 @@ static void log_change(table *tab, uint64_t gen, const char *from, const char *t
 		tab->nlog--;
 	}
 	if (!tab->log)
-		tab->log = xcalloc(LOG_MAX, sizeof(*tab->log));
-	tab->log[tab->nlog++] = (change){gen, from ? xstrdup(from) : NULL, to ? xstrdup(to) : NULL};
+		tab->log = util_xcalloc(LOG_MAX, sizeof(*tab->log));
+	tab->log[tab->nlog++] = (change){gen, from ? util_xstrdup(from) : NULL, to ? util_xstrdup(to) : NULL};
 }
 
 static bool named(const char *const *names, size_t n, const char *name)
@@ -116,8 +116,8 @@ static bool named(const char *const *names, size_t n, const char *name)
 /* The first DDL event of a table. The columns before it are known by name only (before's). */
 static void compare_by_name(table *tab, uint64_t gen, const ddl_msg *m, const pgo_rel *before)
 {
-	const char **post = xcalloc(m->ncols + 1, sizeof(*post)),
-		   **pre = xcalloc(before->ncols + 1, sizeof(*pre));
+	const char **post = util_xcalloc(m->ncols + 1, sizeof(*post)),
+		   **pre = util_xcalloc(before->ncols + 1, sizeof(*pre));
 	for (size_t i = 0; i < m->ncols; i++)
 		post[i] = m->cols[i].name;
 	for (size_t i = 0; i < before->ncols; i++)
@@ -166,7 +166,7 @@ static void compare_by_number(table *tab, uint64_t gen, const ddl_msg *m)
 	}
 }
 
-void sch_tables_ddl(sch_tables *t, const ddl_msg *m, const pgo_rel *before)
+void pgo_schema_tables_ddl(sch_tables *t, const ddl_msg *m, const pgo_rel *before)
 {
 	uint64_t gen = ++t->gen;
 	table *tab = find(t, m->relid);
@@ -180,7 +180,7 @@ void sch_tables_ddl(sch_tables *t, const ddl_msg *m, const pgo_rel *before)
 	if (!tab) {
 		if (t->ntabs == t->cap) {
 			t->cap = t->cap ? 2 * t->cap : 8;
-			t->tabs = xrealloc(t->tabs, t->cap * sizeof(*t->tabs));
+			t->tabs = util_xrealloc(t->tabs, t->cap * sizeof(*t->tabs));
 		}
 		tab = &t->tabs[t->ntabs++];
 		*tab = (table){.relid = m->relid};
@@ -190,15 +190,15 @@ void sch_tables_ddl(sch_tables *t, const ddl_msg *m, const pgo_rel *before)
 	else if (before)
 		compare_by_name(tab, gen, m, before);
 	cols_free(tab);
-	tab->cols = xcalloc(m->ncols + 1, sizeof(*tab->cols));
+	tab->cols = util_xcalloc(m->ncols + 1, sizeof(*tab->cols));
 	for (size_t i = 0; i < m->ncols; i++)
-		tab->cols[i] = (column){m->cols[i].attnum, xstrdup(m->cols[i].name), m->cols[i].type_oid,
+		tab->cols[i] = (column){m->cols[i].attnum, util_xstrdup(m->cols[i].name), m->cols[i].type_oid,
 					m->cols[i].not_null};
 	tab->ncols = m->ncols;
 	tab->known = true;
 }
 
-const char *sch_renamed_from(const sch_tables *t, uint32_t relid, uint64_t since, const char *name)
+const char *pgo_schema_renamed_from(const sch_tables *t, uint32_t relid, uint64_t since, const char *name)
 {
 	const table *tab = find(t, relid);
 	if (!tab || tab->lost > since)
@@ -244,9 +244,9 @@ static const char *replica_identity(char r)
 	}
 }
 
-Cdc__V1__Event *sch_event(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const sch_tables *t)
+Cdc__V1__Event *pgo_schema_event(arena *a, const pgo_relcache *rc, const pgo_rel *rel, const sch_tables *t)
 {
-	Cdc__V1__Event *e = evt_alloc(a, CDC__V1__OP__OP_SCHEMA, rel);
+	Cdc__V1__Event *e = pgo_event_alloc(a, CDC__V1__OP__OP_SCHEMA, rel);
 	Cdc__V1__Schema *s = arena_alloc(a, sizeof(*s));
 	*s = (Cdc__V1__Schema)CDC__V1__SCHEMA__INIT;
 	s->replica_identity = (char *)replica_identity(rel->replident);
@@ -291,7 +291,7 @@ static uint64_t mix_str(uint64_t h, const char *s)
 	return mix(h, s ? s : "", (s ? strlen(s) : 0) + 1);
 }
 
-uint64_t sch_id(const Cdc__V1__Event *e)
+uint64_t pgo_schema_id(const Cdc__V1__Event *e)
 {
 	uint64_t h = UINT64_C(14695981039346656037);
 	const Cdc__V1__Schema *s = e->table_schema;

@@ -109,7 +109,7 @@ static bool spill_name(const char *name)
 static bool io_error(txn_assembler *a, uint32_t xid, const char *op, char *err, size_t errlen)
 {
 	int e = errno;
-	return errf(err, errlen, "spill file %s: %s: %s", spill_path(a, xid), op, strerror(e));
+	return util_errf(err, errlen, "spill file %s: %s: %s", spill_path(a, xid), op, strerror(e));
 }
 
 /* ---- held transactions ---- */
@@ -126,9 +126,9 @@ static txn_held *held_add(txn_assembler *a, uint32_t xid, txn_held_kind kind)
 {
 	if (a->nheld == a->capheld) {
 		a->capheld = a->capheld ? a->capheld * 2 : 8;
-		a->held = xrealloc(a->held, a->capheld * sizeof(*a->held));
+		a->held = util_xrealloc(a->held, a->capheld * sizeof(*a->held));
 	}
-	txn_held *t = xcalloc(1, sizeof(*t));
+	txn_held *t = util_xcalloc(1, sizeof(*t));
 	t->xid = xid;
 	t->kind = kind;
 	a->held[a->nheld++] = t;
@@ -172,7 +172,7 @@ static bool held_note_subxact(txn_held *t, uint32_t xid)
 			return false;
 	if (t->nsubs == t->capsubs) {
 		t->capsubs = t->capsubs ? t->capsubs * 2 : 16;
-		t->subs = xrealloc(t->subs, t->capsubs * sizeof(*t->subs));
+		t->subs = util_xrealloc(t->subs, t->capsubs * sizeof(*t->subs));
 	}
 	t->subs[t->nsubs++] = (txn_subxact){.xid = xid, .offset = t->size, .positions = t->positions};
 	return true;
@@ -284,15 +284,16 @@ static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 	uint32_t positions = 0;
 
 	if (t->broken)
-		return errf(err, errlen,
-			    "spill file %s: an earlier write failed, transaction %" PRIu32 " cannot be held",
-			    spill_path(a, t->xid), t->xid);
+		return util_errf(err, errlen,
+				 "spill file %s: an earlier write failed, transaction %" PRIu32
+				 " cannot be held",
+				 spill_path(a, t->xid), t->xid);
 	if (a->in_stream) {
 		if (m->xid == 0)
-			return errf(err, errlen,
-				    "%s message in the stream block of transaction %" PRIu32
-				    " has invalid transaction ID 0",
-				    pgo_type_name(m->type), t->xid);
+			return util_errf(err, errlen,
+					 "%s message in the stream block of transaction %" PRIu32
+					 " has invalid transaction ID 0",
+					 pgo_type_name(m->type), t->xid);
 		savepoint = held_note_subxact(t, m->xid);
 	}
 	txn_info info = {
@@ -302,9 +303,9 @@ static bool hold_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 		return false;
 	t->positions += positions;
 	if (a->hold.len > UINT32_MAX)
-		return errf(err, errlen,
-			    "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
-			    pgo_type_name(m->type), a->hold.len, t->xid);
+		return util_errf(err, errlen,
+				 "%s record of %zu bytes in transaction %" PRIu32 " is too large to spill",
+				 pgo_type_name(m->type), a->hold.len, t->xid);
 	put_be32(hdr, (uint32_t)a->hold.len);
 	return file_write(a, hdr, sizeof(hdr), err, errlen) &&
 	       file_write(a, a->hold.data, a->hold.len, err, errlen);
@@ -326,9 +327,10 @@ static bool replay_read(txn_assembler *a, int fd, uint64_t *off, void *dst, size
 				return io_error(a, xid, "read", err, errlen);
 			}
 			if (r == 0)
-				return errf(err, errlen,
-					    "spill file %s: read: unexpected end of file at offset %" PRIu64,
-					    spill_path(a, xid), *off);
+				return util_errf(
+				    err, errlen,
+				    "spill file %s: read: unexpected end of file at offset %" PRIu64,
+				    spill_path(a, xid), *off);
 			a->iolen = (size_t)r;
 			a->iopos = 0;
 			*off += (uint64_t)r;
@@ -348,7 +350,7 @@ static bool replay_read(txn_assembler *a, int fd, uint64_t *off, void *dst, size
 static bool handler_failed(const char *what, uint32_t xid, char *err, size_t errlen)
 {
 	if (err && errlen && err[0] == '\0')
-		errf(err, errlen, "handler %s failed for transaction %" PRIu32, what, xid);
+		util_errf(err, errlen, "handler %s failed for transaction %" PRIu32, what, xid);
 	return false;
 }
 
@@ -387,10 +389,10 @@ static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 	int fd;
 
 	if (t->broken)
-		return errf(err, errlen,
-			    "spill file %s: an earlier write failed, transaction %" PRIu32
-			    " cannot be replayed",
-			    spill_path(a, t->xid), t->xid);
+		return util_errf(err, errlen,
+				 "spill file %s: an earlier write failed, transaction %" PRIu32
+				 " cannot be replayed",
+				 spill_path(a, t->xid), t->xid);
 	fd = open(spill_path(a, t->xid), O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return io_error(a, t->xid, "open", err, errlen);
@@ -410,13 +412,13 @@ static bool replay(txn_assembler *a, txn_held *t, char *err, size_t errlen)
 			len = get_be32(hdr);
 		}
 		if (t->size - pos < TXN_REC_HDR || len > t->size - pos - TXN_REC_HDR) {
-			errf(err, errlen, "spill file %s: corrupt record at offset %" PRIu64,
-			     spill_path(a, t->xid), pos);
+			util_errf(err, errlen, "spill file %s: corrupt record at offset %" PRIu64,
+				  spill_path(a, t->xid), pos);
 			goto out;
 		}
 		if (len > a->reccap) {
 			a->reccap = len;
-			a->rec = xrealloc(a->rec, a->reccap);
+			a->rec = util_xrealloc(a->rec, a->reccap);
 		}
 		if (!replay_read(a, fd, &off, a->rec, len, t->xid, err, errlen))
 			goto out;
@@ -451,18 +453,20 @@ static bool expect_idle(txn_assembler *a, char *err, size_t errlen)
 {
 	const pgo_msg *m = a->msg;
 	if (a->in_stream)
-		return errf(err, errlen,
-			    "%s for transaction %" PRIu32 " inside the stream block of transaction %" PRIu32,
-			    pgo_type_name(m->type), m->xid, a->cur->xid);
+		return util_errf(err, errlen,
+				 "%s for transaction %" PRIu32
+				 " inside the stream block of transaction %" PRIu32,
+				 pgo_type_name(m->type), m->xid, a->cur->xid);
 	if (a->state == TXN_PLAIN)
-		return errf(err, errlen,
-			    "%s for transaction %" PRIu32 " while transaction %" PRIu32 " is in progress",
-			    pgo_type_name(m->type), m->xid, a->info.xid);
+		return util_errf(err, errlen,
+				 "%s for transaction %" PRIu32 " while transaction %" PRIu32
+				 " is in progress",
+				 pgo_type_name(m->type), m->xid, a->info.xid);
 	if (a->state == TXN_PREPARING)
-		return errf(err, errlen,
-			    "%s for transaction %" PRIu32 " while prepared transaction %" PRIu32
-			    " is in progress (no Prepare yet)",
-			    pgo_type_name(m->type), m->xid, a->cur->xid);
+		return util_errf(err, errlen,
+				 "%s for transaction %" PRIu32 " while prepared transaction %" PRIu32
+				 " is in progress (no Prepare yet)",
+				 pgo_type_name(m->type), m->xid, a->cur->xid);
 	return true;
 }
 
@@ -488,20 +492,21 @@ static bool on_commit(txn_assembler *a, char *err, size_t errlen)
 	bool ok;
 
 	if (a->in_stream)
-		return errf(err, errlen, "Commit inside the stream block of transaction %" PRIu32,
-			    a->cur->xid);
+		return util_errf(err, errlen, "Commit inside the stream block of transaction %" PRIu32,
+				 a->cur->xid);
 	if (a->state == TXN_PREPARING)
-		return errf(err, errlen, "Commit inside prepared transaction %" PRIu32 " (expected Prepare)",
-			    a->cur->xid);
+		return util_errf(err, errlen,
+				 "Commit inside prepared transaction %" PRIu32 " (expected Prepare)",
+				 a->cur->xid);
 	if (a->state != TXN_PLAIN)
-		return errf(err, errlen, "Commit without Begin");
+		return util_errf(err, errlen, "Commit without Begin");
 	if (m->commit.commit_lsn != a->info.commit_lsn) {
-		lsn_format(m->commit.commit_lsn, got);
-		lsn_format(a->info.commit_lsn, want);
-		return errf(err, errlen,
-			    "Commit of transaction %" PRIu32
-			    " at %s does not match the final LSN %s of its Begin",
-			    a->info.xid, got, want);
+		util_lsn_format(m->commit.commit_lsn, got);
+		util_lsn_format(a->info.commit_lsn, want);
+		return util_errf(err, errlen,
+				 "Commit of transaction %" PRIu32
+				 " at %s does not match the final LSN %s of its Begin",
+				 a->info.xid, got, want);
 	}
 	a->state = TXN_IDLE;
 	a->info.end_lsn = m->commit.end_lsn;
@@ -519,30 +524,30 @@ static bool on_stream_start(txn_assembler *a, char *err, size_t errlen)
 	if (!expect_idle(a, err, errlen))
 		return false;
 	if (m->xid == 0)
-		return errf(err, errlen, "Stream Start with invalid transaction ID 0");
+		return util_errf(err, errlen, "Stream Start with invalid transaction ID 0");
 	t = held_find(a, m->xid);
 	if (m->stream_start.first_segment) {
 		if (t)
-			return errf(err, errlen,
-				    "Stream Start (first segment) for transaction %" PRIu32
-				    " that is already held",
-				    m->xid);
+			return util_errf(err, errlen,
+					 "Stream Start (first segment) for transaction %" PRIu32
+					 " that is already held",
+					 m->xid);
 		t = held_add(a, m->xid, TXN_HELD_STREAMED);
 	} else {
 		if (!t)
-			return errf(err, errlen,
-				    "Stream Start for transaction %" PRIu32
-				    " whose first segment was never received",
-				    m->xid);
+			return util_errf(err, errlen,
+					 "Stream Start for transaction %" PRIu32
+					 " whose first segment was never received",
+					 m->xid);
 		if (t->kind != TXN_HELD_STREAMED)
-			return errf(err, errlen,
-				    "Stream Start for transaction %" PRIu32 " that is already prepared",
-				    m->xid);
+			return util_errf(err, errlen,
+					 "Stream Start for transaction %" PRIu32 " that is already prepared",
+					 m->xid);
 		if (t->broken)
-			return errf(err, errlen,
-				    "spill file %s: an earlier write failed, transaction %" PRIu32
-				    " cannot be held",
-				    spill_path(a, t->xid), t->xid);
+			return util_errf(err, errlen,
+					 "spill file %s: an earlier write failed, transaction %" PRIu32
+					 " cannot be held",
+					 spill_path(a, t->xid), t->xid);
 	}
 	if (!file_open(a, t, m->stream_start.first_segment, err, errlen))
 		return false;
@@ -553,7 +558,7 @@ static bool on_stream_start(txn_assembler *a, char *err, size_t errlen)
 static bool on_stream_stop(txn_assembler *a, char *err, size_t errlen)
 {
 	if (!a->in_stream)
-		return errf(err, errlen, "Stream Stop outside a stream block");
+		return util_errf(err, errlen, "Stream Stop outside a stream block");
 	a->in_stream = false;
 	return file_close(a, err, errlen);
 }
@@ -568,11 +573,12 @@ static bool streamed(txn_assembler *a, bool missing_ok, txn_held **t, char *err,
 	*t = held_find(a, m->xid);
 	if (!*t)
 		return missing_ok ||
-		       errf(err, errlen, "%s for transaction %" PRIu32 " that was never streamed",
-			    pgo_type_name(m->type), m->xid);
+		       util_errf(err, errlen, "%s for transaction %" PRIu32 " that was never streamed",
+				 pgo_type_name(m->type), m->xid);
 	if ((*t)->kind != TXN_HELD_STREAMED)
-		return errf(err, errlen, "%s for transaction %" PRIu32 " that is prepared, not streaming",
-			    pgo_type_name(m->type), m->xid);
+		return util_errf(err, errlen,
+				 "%s for transaction %" PRIu32 " that is prepared, not streaming",
+				 pgo_type_name(m->type), m->xid);
 	return true;
 }
 
@@ -644,7 +650,7 @@ static bool on_stream_prepare(txn_assembler *a, char *err, size_t errlen)
 	if (!streamed(a, false, &t, err, errlen))
 		return false;
 	t->kind = TXN_HELD_PREPARED;
-	t->gid = xstrdup(m->prepare.gid);
+	t->gid = util_xstrdup(m->prepare.gid);
 	t->prepare_lsn = m->prepare.prepare_lsn;
 	free(t->subs);
 	t->subs = NULL;
@@ -659,8 +665,8 @@ static bool on_begin_prepare(txn_assembler *a, char *err, size_t errlen)
 	if (!expect_idle(a, err, errlen))
 		return false;
 	if (held_find(a, m->xid))
-		return errf(err, errlen, "Begin Prepare for transaction %" PRIu32 " that is already held",
-			    m->xid);
+		return util_errf(err, errlen,
+				 "Begin Prepare for transaction %" PRIu32 " that is already held", m->xid);
 	t = held_add(a, m->xid, TXN_HELD_PREPARING);
 	if (!file_open(a, t, true, err, errlen))
 		return false;
@@ -673,17 +679,18 @@ static bool on_prepare(txn_assembler *a, char *err, size_t errlen)
 	const pgo_msg *m = a->msg;
 	txn_held *t = a->cur;
 	if (a->in_stream)
-		return errf(err, errlen, "Prepare inside the stream block of transaction %" PRIu32,
-			    a->cur->xid);
+		return util_errf(err, errlen, "Prepare inside the stream block of transaction %" PRIu32,
+				 a->cur->xid);
 	if (a->state != TXN_PREPARING)
-		return errf(err, errlen, "Prepare for transaction %" PRIu32 " without Begin Prepare", m->xid);
+		return util_errf(err, errlen, "Prepare for transaction %" PRIu32 " without Begin Prepare",
+				 m->xid);
 	if (m->xid != t->xid)
-		return errf(err, errlen,
-			    "Prepare for transaction %" PRIu32 " inside prepared transaction %" PRIu32,
-			    m->xid, t->xid);
+		return util_errf(err, errlen,
+				 "Prepare for transaction %" PRIu32 " inside prepared transaction %" PRIu32,
+				 m->xid, t->xid);
 	a->state = TXN_IDLE;
 	t->kind = TXN_HELD_PREPARED;
-	t->gid = xstrdup(m->prepare.gid);
+	t->gid = util_xstrdup(m->prepare.gid);
 	t->prepare_lsn = m->prepare.prepare_lsn;
 	return file_close(a, err, errlen);
 }
@@ -701,12 +708,13 @@ static bool prepared(txn_assembler *a, uint32_t xid, const char *gid, txn_held *
 	if (!t)
 		return true;
 	if (t->kind != TXN_HELD_PREPARED)
-		return errf(err, errlen, "%s for transaction %" PRIu32 " that is not prepared",
-			    pgo_type_name(m->type), xid);
+		return util_errf(err, errlen, "%s for transaction %" PRIu32 " that is not prepared",
+				 pgo_type_name(m->type), xid);
 	if (strcmp(t->gid, gid) != 0)
-		return errf(err, errlen,
-			    "%s for transaction %" PRIu32 " with GID \"%s\", but it was prepared as \"%s\"",
-			    pgo_type_name(m->type), xid, gid, t->gid);
+		return util_errf(err, errlen,
+				 "%s for transaction %" PRIu32
+				 " with GID \"%s\", but it was prepared as \"%s\"",
+				 pgo_type_name(m->type), xid, gid, t->gid);
 	*out = t;
 	return true;
 }
@@ -718,8 +726,9 @@ static bool on_commit_prepared(txn_assembler *a, char *err, size_t errlen)
 	if (!prepared(a, m->xid, m->commit_prepared.gid, &t, err, errlen))
 		return false;
 	if (!t)
-		return errf(err, errlen,
-			    "Commit Prepared for transaction %" PRIu32 " that was never prepared", m->xid);
+		return util_errf(err, errlen,
+				 "Commit Prepared for transaction %" PRIu32 " that was never prepared",
+				 m->xid);
 	a->info = (txn_info){
 	    .xid = t->xid,
 	    .commit_lsn = m->commit_prepared.commit_lsn,
@@ -749,11 +758,11 @@ static bool on_origin(txn_assembler *a, char *err, size_t errlen)
 	const pgo_msg *m = a->msg;
 	if (a->in_stream || a->state == TXN_PREPARING) {
 		free(a->cur->origin);
-		a->cur->origin = xstrdup(m->origin.name);
+		a->cur->origin = util_xstrdup(m->origin.name);
 		return true;
 	}
 	if (a->state != TXN_PLAIN)
-		return errf(err, errlen, "Origin outside a transaction");
+		return util_errf(err, errlen, "Origin outside a transaction");
 	buf_reset(&a->origin);
 	buf_puts(&a->origin, m->origin.name);
 	a->info.origin = a->origin.data;
@@ -779,11 +788,11 @@ static bool on_change(txn_assembler *a, pgo_lsn lsn, char *err, size_t errlen)
 	if (a->in_stream || a->state == TXN_PREPARING)
 		return hold_change(a, lsn, err, errlen);
 	if (a->state != TXN_PLAIN)
-		return errf(err, errlen, "%s outside a transaction", pgo_type_name(m->type));
+		return util_errf(err, errlen, "%s outside a transaction", pgo_type_name(m->type));
 	return call_change(a, &a->info, m, lsn, NULL, NULL, err, errlen);
 }
 
-bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
+bool pgo_txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, char *err, size_t errlen)
 {
 	if (!pgo_parse(data, len, &a->opt, a->in_stream, a->msg, err, errlen))
 		return false;
@@ -823,7 +832,7 @@ bool txn_feed(txn_assembler *a, const uint8_t *data, size_t len, pgo_lsn lsn, ch
 	case PGO_ROLLBACK_PREPARED:
 		return on_rollback_prepared(a, err, errlen);
 	}
-	return errf(err, errlen, "unexpected %s message", pgo_type_name(a->msg->type));
+	return util_errf(err, errlen, "unexpected %s message", pgo_type_name(a->msg->type));
 }
 
 /* ---- lifecycle ---- */
@@ -835,17 +844,18 @@ static bool remove_stale(const char *dir, char *err, size_t errlen)
 	struct dirent *e;
 	DIR *d = opendir(dir);
 	if (!d)
-		return errf(err, errlen, "spill directory %s: %s", dir, strerror(errno));
+		return util_errf(err, errlen, "spill directory %s: %s", dir, strerror(errno));
 	while ((errno = 0, e = readdir(d)) != NULL) {
 		if (!spill_name(e->d_name))
 			continue;
 		if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
-			errf(err, errlen, "spill file %s/%s: unlink: %s", dir, e->d_name, strerror(errno));
+			util_errf(err, errlen, "spill file %s/%s: unlink: %s", dir, e->d_name,
+				  strerror(errno));
 			goto out;
 		}
 	}
 	if (errno != 0) {
-		errf(err, errlen, "spill directory %s: readdir: %s", dir, strerror(errno));
+		util_errf(err, errlen, "spill directory %s: readdir: %s", dir, strerror(errno));
 		goto out;
 	}
 	ok = true;
@@ -854,23 +864,23 @@ out:
 	return ok;
 }
 
-txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc, const txn_handler *h,
-		       char *err, size_t errlen)
+txn_assembler *pgo_txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc,
+			   const txn_handler *h, char *err, size_t errlen)
 {
 	txn_assembler *a;
 	if (strlen(spill_dir) + sizeof("/txn-4294967295.spill") > PATH_MAX) {
-		errf(err, errlen, "spill directory %s: path too long", spill_dir);
+		util_errf(err, errlen, "spill directory %s: path too long", spill_dir);
 		return NULL;
 	}
 	if (!remove_stale(spill_dir, err, errlen))
 		return NULL;
-	a = xcalloc(1, sizeof(*a));
-	a->dir = xstrdup(spill_dir);
+	a = util_xcalloc(1, sizeof(*a));
+	a->dir = util_xstrdup(spill_dir);
 	a->opt = *opt;
 	a->rc = rc;
 	a->h = *h;
-	a->msg = xmalloc(sizeof(*a->msg));
-	a->io = xmalloc(TXN_IO_SIZE);
+	a->msg = util_xmalloc(sizeof(*a->msg));
+	a->io = util_xmalloc(TXN_IO_SIZE);
 	a->fd = -1;
 	return a;
 }
@@ -882,8 +892,8 @@ static void reset(txn_assembler *a)
 	while (a->nheld > 0) {
 		uint32_t xid = a->held[a->nheld - 1]->xid;
 		held_forget(a, a->held[a->nheld - 1]);
-		/* Best effort. A file left behind is removed by the next txn_new, or truncated if its xid is
-		 * held again. */
+		/* Best effort. A file left behind is removed by the next pgo_txn_new, or truncated if its xid
+		 * is held again. */
 		(void)unlink(spill_path(a, xid));
 	}
 	a->state = TXN_IDLE;
@@ -892,7 +902,7 @@ static void reset(txn_assembler *a)
 	buf_reset(&a->origin);
 }
 
-void txn_free(txn_assembler *a)
+void pgo_txn_free(txn_assembler *a)
 {
 	if (!a)
 		return;
@@ -907,12 +917,12 @@ void txn_free(txn_assembler *a)
 	free(a);
 }
 
-bool txn_in_progress(const txn_assembler *a)
+bool pgo_txn_in_progress(const txn_assembler *a)
 {
 	return a->in_stream || a->state != TXN_IDLE;
 }
 
-pgo_lsn txn_oldest_prepared(const txn_assembler *a)
+pgo_lsn pgo_txn_oldest_prepared(const txn_assembler *a)
 {
 	pgo_lsn oldest = 0;
 	for (size_t i = 0; i < a->nheld; i++) {
@@ -923,7 +933,7 @@ pgo_lsn txn_oldest_prepared(const txn_assembler *a)
 	return oldest;
 }
 
-txn_stats txn_get_stats(const txn_assembler *a)
+txn_stats pgo_txn_get_stats(const txn_assembler *a)
 {
 	txn_stats s = {.aborted = a->aborted};
 	for (size_t i = 0; i < a->nheld; i++) {

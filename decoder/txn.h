@@ -51,7 +51,7 @@ typedef struct txn_handler {
 	 * subtransaction rolled back). The transaction goes on. */
 	bool (*rollback)(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen);
 	/* Optional. Held transaction xid is discarded (Stream Abort, Rollback Prepared). Not called for
-	 * those txn_free() forgets. */
+	 * those pgo_txn_free() forgets. */
 	void (*abort)(void *ctx, uint32_t xid);
 } txn_handler;
 
@@ -65,20 +65,20 @@ typedef struct txn_stats {
 typedef struct txn_assembler txn_assembler;
 
 /* spill_dir must exist. Stale spill files in it are removed (the slot will resend them). */
-txn_assembler *txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc,
-		       const txn_handler *handler, char *err, size_t errlen);
-void txn_free(txn_assembler *assembler);
+txn_assembler *pgo_txn_new(const char *spill_dir, const pgo_options *opt, pgo_relcache *rc,
+			   const txn_handler *handler, char *err, size_t errlen);
+void pgo_txn_free(txn_assembler *assembler);
 
 /* Feeds one XLogData payload received at WAL position lsn. Errors (malformed message, protocol
  * violation, handler failure, spill I/O) return false with a message naming what happened. */
-bool txn_feed(txn_assembler *assembler, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
-	      size_t errlen) CDC_MUST_CHECK;
+bool pgo_txn_feed(txn_assembler *assembler, const uint8_t *data, size_t len, pgo_lsn lsn, char *err,
+		  size_t errlen) CDC_MUST_CHECK;
 
 /* True between Begin and Commit of a plain transaction or inside a stream block. */
-bool txn_in_progress(const txn_assembler *assembler);
+bool pgo_txn_in_progress(const txn_assembler *assembler);
 /* Lowest prepare LSN of the prepared transactions held, or 0 if none. The slot must not be confirmed past it,
  * as the server would not send the prepared changes again. */
-pgo_lsn txn_oldest_prepared(const txn_assembler *assembler);
-txn_stats txn_get_stats(const txn_assembler *assembler);
+pgo_lsn pgo_txn_oldest_prepared(const txn_assembler *assembler);
+txn_stats pgo_txn_get_stats(const txn_assembler *assembler);
 
 #endif

@@ -27,8 +27,8 @@
 #define USECS_PER_SEC INT64_C(1000000)
 #define USECS_PER_DAY INT64_C(86400000000)
 
-/* A mark in a rendered value is this byte, then which value dbz_complete() writes there. JSON text never
- * holds a raw control character (strings escape them), so a mark cannot be mistaken. */
+/* A mark in a rendered value is this byte, then which value sink_debezium_complete() writes there. JSON text
+ * never holds a raw control character (strings escape them), so a mark cannot be mistaken. */
 #define MARK '\x01'
 enum {
 	M_SOURCE_MS = 'a', /* source.ts_ms, the commit time */
@@ -47,14 +47,14 @@ static void mark(buf *b, char m)
 	buf_append(b, x, 2);
 }
 
-void dbz_scratch_free(dbz_scratch *s)
+void sink_debezium_scratch_free(dbz_scratch *s)
 {
 	free(s->limbs);
 	free(s->cols);
 	free(s->key_after);
 	buf_free(&s->new_key);
 	buf_free(&s->old_key);
-	dbz_schemas_free(&s->schemas);
+	sink_debezium_schemas_free(&s->schemas);
 	buf_free(&s->digits);
 	buf_free(&s->bytes);
 	buf_free(&s->text);
@@ -151,7 +151,7 @@ static void unscaled(dbz_scratch *s, bool neg, const char *digits, size_t n, dbz
 	size_t need = n / 9 + 2;
 	if (s->cap < need) {
 		s->cap = need * 2;
-		s->limbs = xrealloc(s->limbs, s->cap * sizeof(*s->limbs));
+		s->limbs = util_xrealloc(s->limbs, s->cap * sizeof(*s->limbs));
 	}
 	size_t nl = 0; /* little-endian base-2^32 limbs */
 	for (size_t i = 0; i < n;) {
@@ -491,7 +491,7 @@ static bool array_known(uint32_t elem)
 	return true;
 }
 
-dbz_type dbz_type_of(uint32_t oid, int32_t mod)
+dbz_type sink_debezium_type_of(uint32_t oid, int32_t mod)
 {
 	int p, s;
 	uint32_t elem;
@@ -510,7 +510,7 @@ dbz_type dbz_type_of(uint32_t oid, int32_t mod)
 	case PGT_FLOAT8:
 		return (dbz_type){DK_DOUBLE};
 	case PGT_NUMERIC:
-		if (pgtypes_numeric_typmod(mod, &p, &s))
+		if (pgo_types_numeric_typmod(mod, &p, &s))
 			return (dbz_type){DK_DECIMAL, s, p};
 		return (dbz_type){DK_VARIABLE_DECIMAL};
 	case PGT_MONEY:
@@ -527,18 +527,19 @@ dbz_type dbz_type_of(uint32_t oid, int32_t mod)
 	case PGT_DATE:
 		return (dbz_type){DK_DATE};
 	case PGT_TIME: /* adaptive, milliseconds up to time(3) */
-		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
+		return (dbz_type){pgo_types_time_precision(oid, mod) <= 3 ? DK_TIME : DK_MICRO_TIME};
 	case PGT_TIMESTAMP:
-		return (dbz_type){pgtypes_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP : DK_MICRO_TIMESTAMP};
+		return (dbz_type){pgo_types_time_precision(oid, mod) <= 3 ? DK_TIMESTAMP
+									  : DK_MICRO_TIMESTAMP};
 	case PGT_TIMESTAMPTZ:
-		return (dbz_type){DK_ZONED_TIMESTAMP, pgtypes_time_precision(oid, mod)};
+		return (dbz_type){DK_ZONED_TIMESTAMP, pgo_types_time_precision(oid, mod)};
 	case PGT_TIMETZ:
 		return (dbz_type){DK_ZONED_TIME};
 	case PGT_INTERVAL:
 		return (dbz_type){DK_DURATION};
 	case PGT_BIT:
 	case PGT_VARBIT:
-		p = pgtypes_length(oid, mod);
+		p = pgo_types_length(oid, mod);
 		if (p < 0)
 			p = oid == PGT_BIT ? 1 : VARBIT_LENGTH;
 		return p > 1 ? (dbz_type){DK_BITS, p} : (dbz_type){DK_BIT};
@@ -547,14 +548,14 @@ dbz_type dbz_type_of(uint32_t oid, int32_t mod)
 	case PGT_TSVECTOR:
 		return (dbz_type){DK_TSVECTOR};
 	}
-	if ((elem = pgtypes_element(oid)) && array_known(elem))
+	if ((elem = pgo_types_element(oid)) && array_known(elem))
 		return (dbz_type){DK_ARRAY, .elem = elem, .mod = mod};
 	return (dbz_type){DK_STRING};
 }
 
 static dbz_type type_of(const Cdc__V1__Column *c)
 {
-	return dbz_type_of(c->type_oid, c->type_modifier_present_case ? c->type_modifier : -1);
+	return sink_debezium_type_of(c->type_oid, c->type_modifier_present_case ? c->type_modifier : -1);
 }
 
 /* Schemas ---------------------------------------------------------------------------------------- */
@@ -650,7 +651,7 @@ static const dbz_field envelope_tail[] = {FIELD("source", s_source),   FIELD("tr
 					  FIELD("op", s_string),       FIELD("ts_ms", s_int64_opt),
 					  FIELD("ts_us", s_int64_opt), FIELD("ts_ns", s_int64_opt)};
 
-void dbz_schemas_free(dbz_schemas *sc)
+void sink_debezium_schemas_free(dbz_schemas *sc)
 {
 	buf_free(&sc->names);
 	free(sc->nodes);
@@ -658,8 +659,8 @@ void dbz_schemas_free(dbz_schemas *sc)
 	*sc = (dbz_schemas){0};
 }
 
-/* A name or parameters, into sc->names. dbz_table_schema() reserves room for all of a schema's first, so the
- * buffer does not move while the schema points into it. */
+/* A name or parameters, into sc->names. sink_debezium_table_schema() reserves room for all of a schema's
+ * first, so the buffer does not move while the schema points into it. */
 static const char *put_text(dbz_schemas *sc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *put_text(dbz_schemas *sc, const char *fmt, ...)
 {
@@ -689,7 +690,7 @@ static size_t column_schema(dbz_schemas *sc, dbz_type t, bool optional, dbz_sche
 	switch (t.k) {
 	case DK_ARRAY:
 		node->items = node + 1;
-		return 1 + column_schema(sc, dbz_type_of(t.elem, t.mod), true, node + 1);
+		return 1 + column_schema(sc, sink_debezium_type_of(t.elem, t.mod), true, node + 1);
 	case DK_VARIABLE_DECIMAL:
 		node->fields = vdecimal_fields;
 		node->nfields = NFIELDS(vdecimal_fields);
@@ -717,16 +718,17 @@ static size_t column_schema(dbz_schemas *sc, dbz_type t, bool optional, dbz_sche
 	return 1;
 }
 
-const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
-				   const char *topic, const dbz_column *cols, size_t n, bool key)
+const dbz_schema *sink_debezium_table_schema(dbz_schemas *sc, const char *server, const char *schema,
+					     const char *table, const char *topic, const dbz_column *cols,
+					     size_t n, bool key)
 {
 	/* nodes holds the row, then up to two per column. fields holds the row's, then the envelope's. */
 	size_t need = 2 * n + 2;
 	if (sc->cap < need) {
 		sc->cap = need * 2;
-		sc->nodes = xrealloc(sc->nodes, sc->cap * sizeof(*sc->nodes));
+		sc->nodes = util_xrealloc(sc->nodes, sc->cap * sizeof(*sc->nodes));
 		sc->fields =
-		    xrealloc(sc->fields, (sc->cap + NFIELDS(envelope_tail) + 2) * sizeof(*sc->fields));
+		    util_xrealloc(sc->fields, (sc->cap + NFIELDS(envelope_tail) + 2) * sizeof(*sc->fields));
 	}
 	buf_reset(&sc->names);
 	buf_reserve(&sc->names, n * PARAMETERS_MAX + strlen(server) + strlen(schema) + strlen(table) +
@@ -738,8 +740,8 @@ const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const ch
 		if (key && !cols[i].key)
 			continue;
 		fields[nf++] = (dbz_field){cols[i].name, node};
-		node += column_schema(sc, dbz_type_of(cols[i].type_oid, cols[i].typmod), !key && !cols[i].key,
-				      node);
+		node += column_schema(sc, sink_debezium_type_of(cols[i].type_oid, cols[i].typmod),
+				      !key && !cols[i].key, node);
 	}
 	*row = (dbz_schema){.type = "struct",
 			    .optional = !key,
@@ -761,21 +763,21 @@ const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const ch
 	return node;
 }
 
-void dbz_schema_json(buf *b, const dbz_schema *s, const char *field)
+void sink_debezium_schema_json(buf *b, const dbz_schema *s, const char *field)
 {
 	LIT(b, "{\"type\":\"");
 	buf_puts(b, s->type);
 	buf_putc(b, '"');
 	if (s->items) {
 		LIT(b, ",\"items\":");
-		dbz_schema_json(b, s->items, NULL);
+		sink_debezium_schema_json(b, s->items, NULL);
 	}
 	if (strcmp(s->type, "struct") == 0) {
 		LIT(b, ",\"fields\":[");
 		for (size_t i = 0; i < s->nfields; i++) {
 			if (i)
 				buf_putc(b, ',');
-			dbz_schema_json(b, s->fields[i].schema, s->fields[i].name);
+			sink_debezium_schema_json(b, s->fields[i].schema, s->fields[i].name);
 		}
 		buf_putc(b, ']');
 	}
@@ -817,7 +819,7 @@ static const dbz_column *columns_of(dbz_scratch *s, const Cdc__V1__Event *e, Cdc
 {
 	if (s->capcols < n + 1) {
 		s->capcols = (n + 1) * 2;
-		s->cols = xrealloc(s->cols, s->capcols * sizeof(*s->cols));
+		s->cols = util_xrealloc(s->cols, s->capcols * sizeof(*s->cols));
 	}
 	for (size_t i = 0; i < n; i++) {
 		bool in_key = key;
@@ -905,7 +907,7 @@ static void text_datum(dbz_datum *out, const char *p, size_t len)
 	out->len = len;
 }
 
-void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum *out)
+void sink_debezium_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum *out)
 {
 	const char *text;
 	decimal d;
@@ -990,7 +992,7 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
 			return;
 		us = v->timestamp_value->micros;
 		us = us == INT64_MAX ? TS_INFINITY : us == INT64_MIN ? TS_MINUS_INFINITY : us;
-		*out = (dbz_datum){.kind = DD_INT, .i = t.k == DK_TIMESTAMP ? floor_div(us, 1000) : us};
+		*out = (dbz_datum){.kind = DD_INT, .i = t.k == DK_TIMESTAMP ? util_floor_div(us, 1000) : us};
 		return;
 	case DK_ZONED_TIMESTAMP:
 		if (v->kind_case != CDC__V1__VALUE__KIND_TIMESTAMP_VALUE || !v->timestamp_value)
@@ -1000,9 +1002,10 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
 		if (us == INT64_MAX || us == INT64_MIN) {
 			buf_puts(&s->text, us == INT64_MAX ? "infinity" : "-infinity");
 		} else {
-			json_ymd(&s->text, floor_div(us, USECS_PER_DAY));
+			sink_json_ymd(&s->text, util_floor_div(us, USECS_PER_DAY));
 			buf_putc(&s->text, 'T');
-			put_time_of_day(&s->text, us - floor_div(us, USECS_PER_DAY) * USECS_PER_DAY, t.a);
+			put_time_of_day(&s->text, us - util_floor_div(us, USECS_PER_DAY) * USECS_PER_DAY,
+					t.a);
 			buf_putc(&s->text, 'Z');
 		}
 		text_datum(out, s->text.data, s->text.len);
@@ -1070,7 +1073,7 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
 		*out = (dbz_datum){.kind = DD_ARRAY,
 				   .n = n,
 				   .source = ARRAY_PARSED,
-				   .element = dbz_type_of(t.elem, t.mod),
+				   .element = sink_debezium_type_of(t.elem, t.mod),
 				   .oid = t.elem};
 		return;
 	}
@@ -1084,7 +1087,7 @@ void dbz_convert(dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v, dbz_datum 
  * - For the other types, null. Debezium fails to convert it and leaves null. */
 static const char placeholder[] = DBZ_PLACEHOLDER;
 
-void dbz_placeholder(dbz_type t, dbz_datum *out)
+void sink_debezium_placeholder(dbz_type t, dbz_datum *out)
 {
 	*out = (dbz_datum){.kind = DD_NULL};
 	switch (t.k) {
@@ -1098,7 +1101,7 @@ void dbz_placeholder(dbz_type t, dbz_datum *out)
 		*out = (dbz_datum){.kind = DD_BYTES, .p = placeholder, .len = sizeof(placeholder) - 1};
 		return;
 	case DK_ARRAY:
-		*out = (dbz_datum){.kind = DD_ARRAY, .n = 1, .element = dbz_type_of(t.elem, t.mod)};
+		*out = (dbz_datum){.kind = DD_ARRAY, .n = 1, .element = sink_debezium_type_of(t.elem, t.mod)};
 		switch (t.elem) {
 		case PGT_TEXT:
 		case PGT_VARCHAR:
@@ -1127,7 +1130,7 @@ void dbz_placeholder(dbz_type t, dbz_datum *out)
 	}
 }
 
-void dbz_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *out)
+void sink_debezium_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *out)
 {
 	static const char uuid[] = "b68a35a7-17ad-35b3-af2a-ae46edb4545a";
 	switch (array->source) {
@@ -1149,10 +1152,10 @@ void dbz_element(dbz_scratch *s, const dbz_datum *array, size_t i, dbz_datum *ou
 	    sp->len < 0
 		? (pgo_datum){.kind = PGO_NULL}
 		: (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)sp->len, .data = s->elems.data + sp->off};
-	dbz_convert(s, array->element, evt_value(s->arena, NULL, array->oid, &d), out);
+	sink_debezium_convert(s, array->element, pgo_event_value(s->arena, NULL, array->oid, &d), out);
 }
 
-bool dbz_unchanged(const Cdc__V1__Column *c)
+bool sink_debezium_unchanged(const Cdc__V1__Column *c)
 {
 	return c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
@@ -1201,7 +1204,7 @@ static void put_datum(buf *b, dbz_scratch *s, const dbz_datum *d)
 			dbz_datum e;
 			if (i)
 				buf_putc(b, ',');
-			dbz_element(s, d, i, &e);
+			sink_debezium_element(s, d, i, &e);
 			put_datum(b, s, &e);
 		}
 		buf_putc(b, ']');
@@ -1212,7 +1215,7 @@ static void put_datum(buf *b, dbz_scratch *s, const dbz_datum *d)
 static void put_value(buf *b, dbz_scratch *s, dbz_type t, const Cdc__V1__Value *v)
 {
 	dbz_datum d;
-	dbz_convert(s, t, v, &d);
+	sink_debezium_convert(s, t, v, &d);
 	put_datum(b, s, &d);
 }
 
@@ -1220,7 +1223,8 @@ static void put_value(buf *b, dbz_scratch *s, dbz_type t, const Cdc__V1__Value *
 static const Cdc__V1__Column *sent(const Cdc__V1__Row *r, const char *name)
 {
 	for (size_t i = 0; r && i < r->n_columns; i++)
-		if (r->columns[i] && !dbz_unchanged(r->columns[i]) && strcmp(r->columns[i]->name, name) == 0)
+		if (r->columns[i] && !sink_debezium_unchanged(r->columns[i]) &&
+		    strcmp(r->columns[i]->name, name) == 0)
 			return r->columns[i];
 	return NULL;
 }
@@ -1240,7 +1244,7 @@ static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1_
 		const Cdc__V1__Column *c = r->columns[i];
 		if (!c)
 			continue;
-		const Cdc__V1__Column *from = dbz_unchanged(c) ? sent(other, c->name) : c;
+		const Cdc__V1__Column *from = sink_debezium_unchanged(c) ? sent(other, c->name) : c;
 		if (!from && !o->placeholder)
 			continue;
 		if (!first)
@@ -1250,9 +1254,9 @@ static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1_
 		buf_putc(b, ':');
 		dbz_datum d;
 		if (from)
-			dbz_convert(s, type_of(c), from->value, &d);
+			sink_debezium_convert(s, type_of(c), from->value, &d);
 		else
-			dbz_placeholder(type_of(c), &d);
+			sink_debezium_placeholder(type_of(c), &d);
 		put_datum(b, s, &d);
 	}
 	buf_putc(b, '}');
@@ -1260,19 +1264,20 @@ static void put_row(buf *b, dbz_scratch *s, const dbz_options *o, const Cdc__V1_
 
 /* Keys ------------------------------------------------------------------------------------------- */
 
-void dbz_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e,
-	     Cdc__V1__Column *const *cols, size_t n)
+void sink_debezium_key(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e,
+		       Cdc__V1__Column *const *cols, size_t n)
 {
 	bool message = e->op == CDC__V1__OP__OP_MESSAGE;
 	if (o->schemas) {
 		LIT(out, "{\"schema\":");
 		if (message)
-			dbz_schema_json(out, &dbz_message_key_schema, NULL);
+			sink_debezium_schema_json(out, &dbz_message_key_schema, NULL);
 		else
-			dbz_schema_json(out,
-					dbz_table_schema(&s->schemas, o->server_name, e->schema, e->table,
-							 o->topic, columns_of(s, e, cols, n, true), n, true),
-					NULL);
+			sink_debezium_schema_json(
+			    out,
+			    sink_debezium_table_schema(&s->schemas, o->server_name, e->schema, e->table,
+						       o->topic, columns_of(s, e, cols, n, true), n, true),
+			    NULL);
 		LIT(out, ",\"payload\":");
 	}
 	if (message) {
@@ -1302,7 +1307,7 @@ static void key_payload(buf *out, dbz_scratch *s, const Cdc__V1__Event *e, Cdc__
 {
 	static const dbz_options payload = {.schemas = false};
 	buf_reset(out);
-	dbz_key(out, s, &payload, e, cols, n);
+	sink_debezium_key(out, s, &payload, e, cols, n);
 }
 
 static dbz_record record_of(char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after, bool has_key,
@@ -1321,9 +1326,9 @@ static size_t update_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombs
 	if (e->key) {
 		if (s->capkey < n) {
 			s->capkey = n;
-			s->key_after = xrealloc(s->key_after, n * sizeof(*s->key_after));
+			s->key_after = util_xrealloc(s->key_after, n * sizeof(*s->key_after));
 		}
-		now = evt_new_key(e, s->key_after);
+		now = pgo_event_new_key(e, s->key_after);
 	}
 	if (e->key && e->old_row) {
 		key_payload(&s->new_key, s, e, now, n);
@@ -1350,7 +1355,8 @@ static size_t update_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombs
 	return count;
 }
 
-size_t dbz_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones, dbz_record out[DBZ_RECORDS_MAX])
+size_t sink_debezium_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones,
+			     dbz_record out[DBZ_RECORDS_MAX])
 {
 	size_t n = e->key ? e->key->n_columns : 0;
 	Cdc__V1__Column *const *key = e->key ? e->key->columns : NULL;
@@ -1378,15 +1384,15 @@ size_t dbz_records(dbz_scratch *s, const Cdc__V1__Event *e, bool tombstones, dbz
 
 /* Headers ---------------------------------------------------------------------------------------- */
 
-size_t dbz_context_headers(const Cdc__V1__Event *e, const char *server_name,
-			   dbz_header out[DBZ_CONTEXT_HEADERS])
+size_t sink_debezium_context_headers(const Cdc__V1__Event *e, const char *server_name,
+				     dbz_header out[DBZ_CONTEXT_HEADERS])
 {
 	if (e->op == CDC__V1__OP__OP_MESSAGE)
 		return 0;
 	out[0] = (dbz_header){"__debezium.context.connectorLogicalName", server_name};
 	out[1] = (dbz_header){"__debezium.context.taskId", "0"};
 	out[2] = (dbz_header){"__debezium.context.connectorName", "postgresql"};
-	out[3] = (dbz_header){"__debezium.context.runId", dbz_run_id()};
+	out[3] = (dbz_header){"__debezium.context.runId", sink_debezium_run_id()};
 	return 4;
 }
 
@@ -1397,7 +1403,7 @@ static void make_run_id(void)
 {
 	uint8_t u[16] = {0};
 	if (getrandom(u, sizeof(u), 0) != (ssize_t)sizeof(u)) {
-		uint64_t t = (uint64_t)wall_us() ^ ((uint64_t)getpid() << 32);
+		uint64_t t = (uint64_t)util_wall_us() ^ ((uint64_t)getpid() << 32);
 		memcpy(u, &t, sizeof(t));
 	}
 	u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);
@@ -1407,7 +1413,7 @@ static void make_run_id(void)
 		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-const char *dbz_run_id(void)
+const char *sink_debezium_run_id(void)
 {
 	pthread_once(&run_id_once, make_run_id);
 	return run_id;
@@ -1417,7 +1423,7 @@ const char *dbz_run_id(void)
 
 const char *const dbz_toast_names[] = {"placeholder", "omit", NULL};
 
-const char *dbz_server_name_problem(const char *value, char *why, size_t whylen)
+const char *sink_debezium_server_name_problem(const char *value, char *why, size_t whylen)
 {
 	(void)why, (void)whylen;
 	size_t n = strlen(value);
@@ -1485,7 +1491,7 @@ static void put_message_value(buf *out, const dbz_options *o, const Cdc__V1__Eve
 {
 	if (o->schemas) {
 		LIT(out, "{\"schema\":");
-		dbz_schema_json(out, &dbz_message_value_schema, NULL);
+		sink_debezium_schema_json(out, &dbz_message_value_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"op\":\"m\",\"ts_ms\":");
@@ -1506,8 +1512,8 @@ static void put_message_value(buf *out, const dbz_options *o, const Cdc__V1__Eve
 		buf_putc(out, '}');
 }
 
-void dbz_value(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e, char op,
-	       const Cdc__V1__Row *before, const Cdc__V1__Row *after)
+void sink_debezium_value(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Event *e, char op,
+			 const Cdc__V1__Row *before, const Cdc__V1__Row *after)
 {
 	if (op == DBZ_MESSAGE) {
 		put_message_value(out, o, e);
@@ -1518,10 +1524,11 @@ void dbz_value(buf *out, dbz_scratch *s, const dbz_options *o, const Cdc__V1__Ev
 		const Cdc__V1__Row *r = after ? after : before;
 		size_t n = r ? r->n_columns : 0;
 		LIT(out, "{\"schema\":");
-		dbz_schema_json(out,
-				dbz_table_schema(&s->schemas, o->server_name, e->schema, e->table, o->topic,
-						 columns_of(s, e, r ? r->columns : NULL, n, false), n, false),
-				NULL);
+		sink_debezium_schema_json(
+		    out,
+		    sink_debezium_table_schema(&s->schemas, o->server_name, e->schema, e->table, o->topic,
+					       columns_of(s, e, r ? r->columns : NULL, n, false), n, false),
+		    NULL);
 		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"before\":");
@@ -1556,7 +1563,7 @@ static void put_txn_id(buf *b, uint32_t xid, uint64_t commit_lsn)
 	buf_putc(b, '"');
 }
 
-void dbz_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
+void sink_debezium_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
 {
 	int64_t src = f->commit_time ? f->commit_time : f->now;
 	const char *end = r + len;
@@ -1569,7 +1576,7 @@ void dbz_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
 		buf_append(out, r, (size_t)(m - r));
 		switch (m[1]) {
 		case M_SOURCE_MS:
-			json_i64(out, floor_div(src, 1000));
+			json_i64(out, util_floor_div(src, 1000));
 			break;
 		case M_SEQUENCE:
 			json_u64(out, f->commit_lsn);
@@ -1594,7 +1601,7 @@ void dbz_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
 			buf_putc(out, '}');
 			break;
 		case M_NOW_MS:
-			json_i64(out, floor_div(f->now, 1000));
+			json_i64(out, util_floor_div(f->now, 1000));
 			break;
 		case M_NOW_US:
 			json_i64(out, f->now);
@@ -1609,11 +1616,11 @@ void dbz_complete(buf *out, const char *r, size_t len, const dbz_fill *f)
 
 /* Transaction metadata --------------------------------------------------------------------------- */
 
-void dbz_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn)
+void sink_debezium_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn)
 {
 	if (schemas) {
 		LIT(out, "{\"schema\":");
-		dbz_schema_json(out, &dbz_txn_key_schema, NULL);
+		sink_debezium_schema_json(out, &dbz_txn_key_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	LIT(out, "{\"id\":");
@@ -1623,12 +1630,12 @@ void dbz_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn)
 		buf_putc(out, '}');
 }
 
-void dbz_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
-		   uint64_t events, const dbz_count *tables, size_t ntables)
+void sink_debezium_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t commit_lsn,
+			     int64_t time_us, uint64_t events, const dbz_count *tables, size_t ntables)
 {
 	if (schemas) {
 		LIT(out, "{\"schema\":");
-		dbz_schema_json(out, &dbz_txn_value_schema, NULL);
+		sink_debezium_schema_json(out, &dbz_txn_value_schema, NULL);
 		LIT(out, ",\"payload\":");
 	}
 	if (end)
@@ -1660,7 +1667,7 @@ void dbz_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t comm
 		json_null(out);
 	}
 	LIT(out, ",\"ts_ms\":");
-	json_i64(out, floor_div(time_us, 1000));
+	json_i64(out, util_floor_div(time_us, 1000));
 	buf_putc(out, '}');
 	if (schemas)
 		buf_putc(out, '}');

@@ -21,7 +21,7 @@ typedef struct dbz_sub_conf {
 	bool context_headers; /* default on */
 } dbz_sub_conf;
 /* Checks a server name against what Debezium allows in topic.prefix. NULL if fine. */
-const char *dbz_server_name_problem(const char *value, char *why, size_t whylen);
+const char *sink_debezium_server_name_problem(const char *value, char *why, size_t whylen);
 /* The rows of a sink module's subscription keys (sinks/module.h) that fill the dbz_sub_conf
  * member of the module's struct type. */
 /* clang-format off */
@@ -30,7 +30,7 @@ const char *dbz_server_name_problem(const char *value, char *why, size_t whylen)
 	 .doc = "`format: debezium` only: records as `{\"schema\": ..., \"payload\": ...}`, as "             \
 		"JsonConverter writes them with `schemas.enable=true`."},                                    \
 	{"server_name", SINK_KEY_STRING, offsetof(type, member.server_name), .def_text = "cdc",              \
-	 .check = dbz_server_name_problem, .noun = "name", .value_type = "server name",                     \
+	 .check = sink_debezium_server_name_problem, .noun = "name", .value_type = "server name",                     \
 	 .value_doc = "Debezium's `topic.prefix`: `[a-zA-Z0-9._-]`, 1 to 249 characters",                   \
 	 .doc = "Debezium's records (`format: debezium`, and Kafka's `avro`): Debezium's `topic.prefix` "    \
 		"(the logical server name). It is `source.name` and the prefix of the key's and rows' "     \
@@ -104,10 +104,10 @@ typedef struct dbz_type {
 	uint32_t elem;
 	int32_t mod;
 } dbz_type;
-dbz_type dbz_type_of(uint32_t oid, int32_t typmod);
+dbz_type sink_debezium_type_of(uint32_t oid, int32_t typmod);
 
-/* A Kafka Connect schema, as data. debezium.c writes it as JsonConverter does (dbz_schema_json). avro.c
- * writes it as Confluent's AvroConverter registers it. */
+/* A Kafka Connect schema, as data. debezium.c writes it as JsonConverter does (sink_debezium_schema_json).
+ * avro.c writes it as Confluent's AvroConverter registers it. */
 typedef struct dbz_schema dbz_schema;
 typedef struct dbz_field {
 	const char *name;
@@ -144,16 +144,17 @@ typedef struct dbz_schemas {
 	dbz_field *fields; /* the row's fields, then the envelope's */
 	size_t cap;
 } dbz_schemas;
-void dbz_schemas_free(dbz_schemas *sc);
+void sink_debezium_schemas_free(dbz_schemas *sc);
 /* The schema of a table's key or of its envelope, in sc until its next use.
  * - With key true, the schema of the key columns, "<server>.<schema>.<table>.Key".
  * - Else the envelope's, "<topic>.Envelope", with before and after "<server>.<schema>.<table>.Value".
  *   cols[0..count) are the columns. The key columns are required, the others optional. */
-const dbz_schema *dbz_table_schema(dbz_schemas *sc, const char *server, const char *schema, const char *table,
-				   const char *topic, const dbz_column *cols, size_t count, bool key);
+const dbz_schema *sink_debezium_table_schema(dbz_schemas *sc, const char *server, const char *schema,
+					     const char *table, const char *topic, const dbz_column *cols,
+					     size_t count, bool key);
 /* Writes schema as JsonConverter does, e.g. {"type":...,"optional":...}. It has "field" when field is not
  * NULL (a struct's field). */
-void dbz_schema_json(buf *out, const dbz_schema *schema, const char *field);
+void sink_debezium_schema_json(buf *out, const dbz_schema *schema, const char *field);
 
 /* Memory the renderer reuses. Nothing is allocated per row once it has grown. */
 typedef struct dbz_scratch {
@@ -166,11 +167,11 @@ typedef struct dbz_scratch {
 	dbz_schemas schemas; /* a record's, with schemas */
 	dbz_column *cols;    /* its columns, for them */
 	size_t capcols;
-	Cdc__V1__Column **key_after; /* for dbz_records(), the key's columns after an update */
+	Cdc__V1__Column **key_after; /* for sink_debezium_records(), the key's columns after an update */
 	size_t capkey;
-	buf new_key, old_key; /* for dbz_records(), the keys' payloads, to compare and name */
+	buf new_key, old_key; /* for sink_debezium_records(), the keys' payloads, to compare and name */
 } dbz_scratch;
-void dbz_scratch_free(dbz_scratch *scratch);
+void sink_debezium_scratch_free(dbz_scratch *scratch);
 
 /* A value as Debezium holds it, in Kafka Connect's terms. It is what the JSON and the Avro writers write.
  * Text and bytes point into the scratch (or the event) until the next conversion. */
@@ -183,7 +184,7 @@ typedef enum dbz_datum_kind {
 	DD_BYTES,    /* p, len */
 	DD_VDECIMAL, /* VariableScaleDecimal, i the scale, p and len the unscaled value */
 	DD_POINT,    /* x, y, and p and len the WKB */
-	DD_ARRAY,    /* n elements, read with dbz_element() */
+	DD_ARRAY,    /* n elements, read with sink_debezium_element() */
 } dbz_datum_kind;
 typedef struct dbz_datum {
 	dbz_datum_kind kind;
@@ -198,13 +199,13 @@ typedef struct dbz_datum {
 } dbz_datum;
 /* A column's value val (NULL for null) of type type. A value that does not convert (NaN in a Decimal, text
  * that does not read) is DD_NULL. */
-void dbz_convert(dbz_scratch *scratch, dbz_type type, const Cdc__V1__Value *val, dbz_datum *out);
+void sink_debezium_convert(dbz_scratch *scratch, dbz_type type, const Cdc__V1__Value *val, dbz_datum *out);
 /* What Debezium writes for an unchanged TOASTed value of type type. */
-void dbz_placeholder(dbz_type type, dbz_datum *out);
+void sink_debezium_placeholder(dbz_type type, dbz_datum *out);
 /* Element index of an array, converted (the previous element's text and bytes are gone). */
-void dbz_element(dbz_scratch *scratch, const dbz_datum *array, size_t index, dbz_datum *out);
+void sink_debezium_element(dbz_scratch *scratch, const dbz_datum *array, size_t index, dbz_datum *out);
 /* An unchanged TOASTed column (its value is not in the row). */
-bool dbz_unchanged(const Cdc__V1__Column *column);
+bool sink_debezium_unchanged(const Cdc__V1__Column *column);
 
 /* A tombstone, a record with a null value (a dbz_record's op). */
 #define DBZ_TOMBSTONE '\0'
@@ -216,7 +217,7 @@ typedef struct dbz_record {
 	char op;			    /* DBZ_*, or DBZ_TOMBSTONE */
 	const Cdc__V1__Row *before, *after; /* its value's rows (NULL for null) */
 	bool has_key;			    /* false for a null key */
-	Cdc__V1__Column *const *key;	    /* the key's columns (a message has none, see dbz_key) */
+	Cdc__V1__Column *const *key; /* the key's columns (a message has none, see sink_debezium_key) */
 	size_t nkey;
 	/* A key change names the other key in a header. That is "__debezium.newkey" on the delete and its
 	 * tombstone, and "__debezium.oldkey" on the create. NULL if there is no such header. */
@@ -227,8 +228,8 @@ typedef struct dbz_record {
 /* The records of an event, in order. Returns how many. An update that changed the key is a
  * delete under the old key and a create under the new one. With tombstones, a tombstone follows
  * each delete. The records point into the event and the scratch until the next call. */
-size_t dbz_records(dbz_scratch *scratch, const Cdc__V1__Event *event, bool tombstones,
-		   dbz_record out[DBZ_RECORDS_MAX]);
+size_t sink_debezium_records(dbz_scratch *scratch, const Cdc__V1__Event *event, bool tombstones,
+			     dbz_record out[DBZ_RECORDS_MAX]);
 
 /* A header of a record. */
 typedef struct dbz_header {
@@ -239,21 +240,21 @@ typedef struct dbz_header {
 /* The context headers of a record of event (Debezium's extended.headers.enabled, 3.3 and later).
  * Data change records and their tombstones have them. Logical messages have none. Returns how
  * many. */
-size_t dbz_context_headers(const Cdc__V1__Event *event, const char *server_name,
-			   dbz_header out[DBZ_CONTEXT_HEADERS]);
+size_t sink_debezium_context_headers(const Cdc__V1__Event *event, const char *server_name,
+				     dbz_header out[DBZ_CONTEXT_HEADERS]);
 /* Debezium's runId, a random (version 4) UUID made once for the life of the process. Debezium makes one each
  * time its task starts. */
-const char *dbz_run_id(void);
+const char *sink_debezium_run_id(void);
 
 /* The key of a row, columns cols[0..count) as an object ({"id":1}). For a logical message (event->op
  * OP_MESSAGE) it is {"prefix":...}. */
-void dbz_key(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event,
-	     Cdc__V1__Column *const *cols, size_t count);
+void sink_debezium_key(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event,
+		       Cdc__V1__Column *const *cols, size_t count);
 
 /* The value of event as Debezium's op (DBZ_*) with rows before and after (NULL for null). Marks are left for
- * dbz_complete(). A logical message's value is Debezium's MessageValue. */
-void dbz_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event, char op,
-	       const Cdc__V1__Row *before, const Cdc__V1__Row *after);
+ * sink_debezium_complete(). A logical message's value is Debezium's MessageValue. */
+void sink_debezium_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const Cdc__V1__Event *event,
+			 char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after);
 
 /* What fills a value's marks. */
 typedef struct dbz_fill {
@@ -263,8 +264,8 @@ typedef struct dbz_fill {
 	uint32_t xid;	     /* 0 for no transaction block (a non-transactional message, a read) */
 	uint64_t total_order, collection_order; /* 1-based, of the record in its transaction */
 } dbz_fill;
-/* Appends a value dbz_value() rendered (len bytes) with its marks filled. */
-void dbz_complete(buf *out, const char *rendered, size_t len, const dbz_fill *fill);
+/* Appends a value sink_debezium_value() rendered (len bytes) with its marks filled. */
+void sink_debezium_complete(buf *out, const char *rendered, size_t len, const dbz_fill *fill);
 
 /* A transaction's records on the transactions topic. They are the key ({"id":"XID:LSN"}) and the BEGIN or END
  * value (with the events per table). */
@@ -272,8 +273,8 @@ typedef struct dbz_count {
 	char *schema, *table;
 	uint64_t events;
 } dbz_count;
-void dbz_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn);
-void dbz_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
-		   uint64_t events, const dbz_count *tables, size_t ntables);
+void sink_debezium_txn_key(buf *out, bool schemas, uint32_t xid, uint64_t commit_lsn);
+void sink_debezium_txn_value(buf *out, bool schemas, bool end, uint32_t xid, uint64_t commit_lsn,
+			     int64_t time_us, uint64_t events, const dbz_count *tables, size_t ntables);
 
 #endif

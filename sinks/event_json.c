@@ -16,7 +16,7 @@
 #define JSON_MAX_DEPTH 4096
 
 /* Writers below rely on buf_reserve() having made room; the NUL terminator that buf promises is
- * written once at the end of json_event() and json_string(). */
+ * written once at the end of sink_json_event() and json_string(). */
 static inline void reserve(buf *b, size_t n)
 {
 	if (b->cap - b->len <= n)
@@ -97,7 +97,7 @@ static const unsigned char *scan_string(const unsigned char *p, const unsigned c
 				return NULL;
 			}
 		} else if (c >= 0x80) {
-			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			size_t skip, n = util_utf8_seq(p, (size_t)(end - p), &skip);
 			if (!n)
 				return NULL;
 			p += n;
@@ -289,7 +289,7 @@ static void put_double(buf *b, double v)
 	put(b, tmp, (size_t)n);
 }
 
-void json_uuid(buf *b, const ProtobufCBinaryData *u)
+void sink_json_uuid(buf *b, const ProtobufCBinaryData *u)
 {
 	static const char hex[] = "0123456789abcdef";
 	if (u->len != 16) {
@@ -325,7 +325,7 @@ static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 	*y = yoe + era * 400 + (*m <= 2);
 }
 
-void json_ymd(buf *b, int64_t days)
+void sink_json_ymd(buf *b, int64_t days)
 {
 	int64_t y;
 	int m, d;
@@ -384,7 +384,7 @@ static void put_date(buf *b, int32_t days)
 		return;
 	}
 	put_c(b, '"');
-	json_ymd(b, days);
+	sink_json_ymd(b, days);
 	put_c(b, '"');
 }
 
@@ -401,7 +401,7 @@ static void put_time(buf *b, int64_t us)
 }
 
 /* RFC 3339: "YYYY-MM-DDTHH:MM:SS[.ffffff]" and "Z" for an instant; no suffix for wall-clock time. */
-void json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+void sink_json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 {
 	if (us == INT64_MAX) {
 		PUT_LIT(b, "\"infinity\"");
@@ -411,9 +411,9 @@ void json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 		PUT_LIT(b, "\"-infinity\"");
 		return;
 	}
-	int64_t days = floor_div(us, USECS_PER_DAY);
+	int64_t days = util_floor_div(us, USECS_PER_DAY);
 	put_c(b, '"');
-	json_ymd(b, days);
+	sink_json_ymd(b, days);
 	put_c(b, 'T');
 	put_hms(b, (uint64_t)(us - days * USECS_PER_DAY), always_frac);
 	if (with_zone)
@@ -448,7 +448,7 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		json_base64(b, v->bytes_value.data, v->bytes_value.len);
 		break;
 	case CDC__V1__VALUE__KIND_UUID_VALUE:
-		json_uuid(b, &v->uuid_value);
+		sink_json_uuid(b, &v->uuid_value);
 		break;
 	case CDC__V1__VALUE__KIND_DATE_VALUE:
 		put_date(b, v->date_value);
@@ -458,7 +458,8 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		break;
 	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		if (v->timestamp_value)
-			json_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone, false);
+			sink_json_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone,
+					    false);
 		else
 			json_null(b);
 		break;
@@ -486,7 +487,7 @@ static bool col_is_toast(const Cdc__V1__Column *c)
 	return c && c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
 
-void json_row(buf *b, const Cdc__V1__Row *r)
+void sink_json_row(buf *b, const Cdc__V1__Row *r)
 {
 	if (!r) {
 		json_null(b);
@@ -544,7 +545,7 @@ static void put_lsn(buf *b, uint64_t lsn)
 	reserve(b, LSN_STRLEN + 2);
 	char *w = b->data + b->len;
 	w[0] = '"';
-	size_t n = lsn_format(lsn, w + 1);
+	size_t n = util_lsn_format(lsn, w + 1);
 	w[n + 1] = '"';
 	b->len += n + 2;
 }
@@ -633,7 +634,7 @@ static void put_ddl(buf *b, const Cdc__V1__Ddl *d)
 	PUT_LIT(b, "]}");
 }
 
-void json_event_head(buf *out, const Cdc__V1__Event *e)
+void sink_json_event_head(buf *out, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
@@ -651,7 +652,7 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 		PUT_LIT(out, ",\"tag\":null");
 	}
 	PUT_LIT(out, ",\"op\":");
-	const char *op = evt_op_name(e->op);
+	const char *op = pgo_event_op_name(e->op);
 	if (op) {
 		put_c(out, '"');
 		put(out, op, strlen(op));
@@ -668,11 +669,11 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	PUT_LIT(out, ",\"xid\":");
 	json_u64(out, e->xid);
 	PUT_LIT(out, ",\"key\":");
-	json_row(out, e->key);
+	sink_json_row(out, e->key);
 	PUT_LIT(out, ",\"new\":");
-	json_row(out, e->new_row);
+	sink_json_row(out, e->new_row);
 	PUT_LIT(out, ",\"old\":");
-	json_row(out, e->old_row);
+	sink_json_row(out, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
 	if (e->delivery_count) {
@@ -710,14 +711,15 @@ void json_event_head(buf *out, const Cdc__V1__Event *e)
 	out->data[out->len] = '\0';
 }
 
-void json_commit_free(json_commit *c)
+void sink_json_commit_free(json_commit *c)
 {
 	buf_free(&c->lsn_part);
 	buf_free(&c->time_part);
 	c->valid = false;
 }
 
-void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_index, int64_t commit_time)
+void sink_json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_index,
+			  int64_t commit_time)
 {
 	/* Every event of a transaction (every read of a backfill chunk) has the same commit fields:
 	 * the timestamp alone cost 4% of a backfill's CPU rendered for each. */
@@ -728,7 +730,7 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
 		PUT_LIT(&c->lsn_part, ",\"tx_index\":");
 		buf_reset(&c->time_part);
 		PUT_LIT(&c->time_part, ",\"commit_time\":");
-		json_timestamp(&c->time_part, commit_time, true, true);
+		sink_json_timestamp(&c->time_part, commit_time, true, true);
 		PUT_LIT(&c->time_part, "}\n");
 		c->lsn = commit_lsn;
 		c->time = commit_time;
@@ -740,7 +742,7 @@ void json_event_tail(buf *out, json_commit *c, uint64_t commit_lsn, uint32_t tx_
 	out->data[out->len] = '\0';
 }
 
-void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
+void sink_json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
 {
 	PUT_LIT(out, ",\"dead_letter\":{\"original_offset\":");
 	if (d->original_offset)
@@ -759,17 +761,17 @@ void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
 		json_null(out);
 	PUT_LIT(out, ",\"dead_time\":");
 	if (d->dead_time)
-		json_timestamp(out, d->dead_time, true, true);
+		sink_json_timestamp(out, d->dead_time, true, true);
 	else
 		json_null(out);
 	put_c(out, '}');
 	out->data[out->len] = '\0';
 }
 
-void json_event(buf *out, const Cdc__V1__Event *e)
+void sink_json_event(buf *out, const Cdc__V1__Event *e)
 {
 	json_commit c = {0};
-	json_event_head(out, e);
-	json_event_tail(out, &c, e->commit_lsn, e->tx_index, e->commit_time);
-	json_commit_free(&c);
+	sink_json_event_head(out, e);
+	sink_json_event_tail(out, &c, e->commit_lsn, e->tx_index, e->commit_time);
+	sink_json_commit_free(&c);
 }

@@ -7,12 +7,12 @@
 #include "decoder/base/json.h"
 
 /* Appends the event as one JSON object and a newline. The commit fields (commit_lsn, tx_index,
- * commit_time) come last, so that json_event_head() can render an event before its transaction
- * commits and json_event_tail() complete it cheaply once it has. */
-void json_event(buf *out, const Cdc__V1__Event *event);
+ * commit_time) come last, so that sink_json_event_head() can render an event before its transaction
+ * commits and sink_json_event_tail() complete it cheaply once it has. */
+void sink_json_event(buf *out, const Cdc__V1__Event *event);
 /* Everything but the commit fields and the closing brace. */
-void json_event_head(buf *out, const Cdc__V1__Event *event);
-/* A transaction's commit fields as JSON, rendered once for all its events by json_event_tail(). */
+void sink_json_event_head(buf *out, const Cdc__V1__Event *event);
+/* A transaction's commit fields as JSON, rendered once for all its events by sink_json_event_tail(). */
 typedef struct json_commit {
 	uint64_t lsn;
 	int64_t time;
@@ -20,32 +20,32 @@ typedef struct json_commit {
 	buf lsn_part;  /* ,"commit_lsn":"...","tx_index": */
 	buf time_part; /* ,"commit_time":"..."}\n */
 } json_commit;
-void json_commit_free(json_commit *commit);
-/* Completes json_event_head()'s output with commit_lsn, tx_index, commit_time and "}\n". commit keeps the
- * commit's fields rendered while they stay the same. */
-void json_event_tail(buf *out, json_commit *commit, uint64_t commit_lsn, uint32_t tx_index,
-		     int64_t commit_time);
-/* A dead letter's history, between json_event_head() and json_event_tail(). Its shape is
+void sink_json_commit_free(json_commit *commit);
+/* Completes sink_json_event_head()'s output with commit_lsn, tx_index, commit_time and "}\n". commit keeps
+ * the commit's fields rendered while they stay the same. */
+void sink_json_event_tail(buf *out, json_commit *commit, uint64_t commit_lsn, uint32_t tx_index,
+			  int64_t commit_time);
+/* A dead letter's history, between sink_json_event_head() and sink_json_event_tail(). Its shape is
  * ,"dead_letter":{"original_offset":N,"deliveries":N,"reason":"...","dead_time":"RFC 3339"}. Each member is
  * null when unknown, as in a dead letter from before cdc kept its history. */
-void json_dead_letter(buf *out, const Cdc__V1__DeadLetter *DeadLetter);
+void sink_json_dead_letter(buf *out, const Cdc__V1__DeadLetter *DeadLetter);
 
 /* A row as the event's "key", "new" and "old" have it, {"name":value,...} (null for NULL). It leaves out
  * unchanged TOAST columns (the event lists those in "unchanged_toast"). */
-void json_row(buf *out, const Cdc__V1__Row *row);
+void sink_json_row(buf *out, const Cdc__V1__Row *row);
 
 /* A timestamp of microseconds since the epoch as its RFC 3339 string. It ends in "Z" when with_zone. It has
  * the microseconds when they are not zero, or always with always_frac. PostgreSQL's infinities are "infinity"
  * and "-infinity". */
-void json_timestamp(buf *out, int64_t us, bool with_zone, bool always_frac);
+void sink_json_timestamp(buf *out, int64_t us, bool with_zone, bool always_frac);
 
 /* A uuid's 16 bytes as its canonical string ("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"). Other lengths (which
  * cannot come from the server) are written as base64. */
-void json_uuid(buf *out, const ProtobufCBinaryData *uuid);
+void sink_json_uuid(buf *out, const ProtobufCBinaryData *uuid);
 
 /* "YYYY-MM-DD" of a day count since 1970-01-01, without quotes. Years are ISO 8601 astronomical years, as
  * Java's ISO formats print them too. So 1 BC is 0000 and 44 BC is -0043. Years past 9999 take the expanded
  * form's sign (+10000), as RFC 3339's four digits cannot hold them. */
-void json_ymd(buf *out, int64_t days);
+void sink_json_ymd(buf *out, int64_t days);
 
 #endif

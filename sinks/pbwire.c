@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-size_t pb_varint_size(uint64_t v)
+size_t sink_pb_varint_size(uint64_t v)
 {
 	size_t n = 1;
 	while (v >= 0x80) {
@@ -13,7 +13,7 @@ size_t pb_varint_size(uint64_t v)
 	return n;
 }
 
-void pb_put_varint(buf *b, uint64_t v)
+void sink_pb_put_varint(buf *b, uint64_t v)
 {
 	uint8_t tmp[10];
 	size_t n = 0;
@@ -30,40 +30,40 @@ static uint64_t tag(unsigned field, unsigned wire)
 	return (uint64_t)field << 3 | wire;
 }
 
-void pb_put_varint_field(buf *b, unsigned field, uint64_t v)
+void sink_pb_put_varint_field(buf *b, unsigned field, uint64_t v)
 {
-	pb_put_varint(b, tag(field, PB_WIRE_VARINT));
-	pb_put_varint(b, v);
+	sink_pb_put_varint(b, tag(field, PB_WIRE_VARINT));
+	sink_pb_put_varint(b, v);
 }
 
-size_t pb_varint_field_size(unsigned field, uint64_t v)
+size_t sink_pb_varint_field_size(unsigned field, uint64_t v)
 {
-	return pb_varint_size(tag(field, PB_WIRE_VARINT)) + pb_varint_size(v);
+	return sink_pb_varint_size(tag(field, PB_WIRE_VARINT)) + sink_pb_varint_size(v);
 }
 
-void pb_put_len_header(buf *b, unsigned field, size_t len)
+void sink_pb_put_len_header(buf *b, unsigned field, size_t len)
 {
-	pb_put_varint(b, tag(field, PB_WIRE_LEN));
-	pb_put_varint(b, len);
+	sink_pb_put_varint(b, tag(field, PB_WIRE_LEN));
+	sink_pb_put_varint(b, len);
 }
 
-size_t pb_len_header_size(unsigned field, size_t len)
+size_t sink_pb_len_header_size(unsigned field, size_t len)
 {
-	return pb_varint_size(tag(field, PB_WIRE_LEN)) + pb_varint_size(len);
+	return sink_pb_varint_size(tag(field, PB_WIRE_LEN)) + sink_pb_varint_size(len);
 }
 
-void pb_put_commit(buf *b, const sink_commit *c)
+void sink_pb_put_commit(buf *b, const sink_commit *c)
 {
-	pb_put_varint_field(b, EVENT_COMMIT_LSN, c->commit_lsn);
-	pb_put_varint_field(b, EVENT_TX_INDEX, c->tx_index);
-	pb_put_varint_field(b, EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
+	sink_pb_put_varint_field(b, EVENT_COMMIT_LSN, c->commit_lsn);
+	sink_pb_put_varint_field(b, EVENT_TX_INDEX, c->tx_index);
+	sink_pb_put_varint_field(b, EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
 }
 
-size_t pb_commit_size(const sink_commit *c)
+size_t sink_pb_commit_size(const sink_commit *c)
 {
-	return pb_varint_field_size(EVENT_COMMIT_LSN, c->commit_lsn) +
-	       pb_varint_field_size(EVENT_TX_INDEX, c->tx_index) +
-	       pb_varint_field_size(EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
+	return sink_pb_varint_field_size(EVENT_COMMIT_LSN, c->commit_lsn) +
+	       sink_pb_varint_field_size(EVENT_TX_INDEX, c->tx_index) +
+	       sink_pb_varint_field_size(EVENT_COMMIT_TIME, (uint64_t)c->commit_time);
 }
 
 /* Events, keys and rows, written as protobuf-c's pack writes them, byte for byte (fuzz_pbwire checks it).
@@ -154,7 +154,7 @@ static size_t msg_begin(buf *b, unsigned field)
 
 static void msg_end(buf *b, size_t start)
 {
-	size_t len = b->len - start, n = pb_varint_size(len);
+	size_t len = b->len - start, n = sink_pb_varint_size(len);
 	if (n > 1) {
 		buf_reserve(b, n - 1);
 		memmove(b->data + start + n - 1, b->data + start, len);
@@ -272,7 +272,7 @@ static void put_columns(buf *b, unsigned field, Cdc__V1__Column *const *cols, si
 		put_column(b, field, cols[i]);
 }
 
-void pb_put_row(buf *b, const Cdc__V1__Row *r)
+void sink_pb_put_row(buf *b, const Cdc__V1__Row *r)
 {
 	put_columns(b, 1, r->columns, r->n_columns);
 }
@@ -291,18 +291,18 @@ static void row_field(buf *b, unsigned field, const Cdc__V1__Row *r)
 	if (!r)
 		return;
 	size_t at = msg_begin(b, field);
-	pb_put_row(b, r);
+	sink_pb_put_row(b, r);
 	msg_end(b, at);
 }
 
-void pb_put_key(buf *b, const Cdc__V1__Key *k)
+void sink_pb_put_key(buf *b, const Cdc__V1__Key *k)
 {
 	opt_string(b, 1, k->schema);
 	opt_string(b, 2, k->table);
 	put_columns(b, 3, k->columns, k->n_columns);
 }
 
-void pb_put_event(buf *b, const Cdc__V1__Event *e)
+void sink_pb_put_event(buf *b, const Cdc__V1__Event *e)
 {
 	opt_string(b, 1, e->subscription);
 	if (e->offset_present_case == CDC__V1__EVENT__OFFSET_PRESENT_OFFSET)

@@ -26,20 +26,20 @@ enum {
 };
 
 /* Bytes of value as a varint. */
-size_t pb_varint_size(uint64_t value);
-void pb_put_varint(buf *buffer, uint64_t value);
+size_t sink_pb_varint_size(uint64_t value);
+void sink_pb_put_varint(buf *buffer, uint64_t value);
 /* A varint field (wire type 0), and its size. */
-void pb_put_varint_field(buf *buffer, unsigned field, uint64_t value);
-size_t pb_varint_field_size(unsigned field, uint64_t value);
+void sink_pb_put_varint_field(buf *buffer, unsigned field, uint64_t value);
+size_t sink_pb_varint_field_size(unsigned field, uint64_t value);
 /* The tag and length of a length-delimited field (wire type 2) of len bytes, and their size. */
-void pb_put_len_header(buf *buffer, unsigned field, size_t len);
-size_t pb_len_header_size(unsigned field, size_t len);
+void sink_pb_put_len_header(buf *buffer, unsigned field, size_t len);
+size_t sink_pb_len_header_size(unsigned field, size_t len);
 /* An Event, a Key, a Row appended as protobuf-c's pack writes them (pbwire.c says why). */
-void pb_put_event(buf *buffer, const Cdc__V1__Event *event);
-void pb_put_key(buf *buffer, const Cdc__V1__Key *key);
-void pb_put_row(buf *buffer, const Cdc__V1__Row *row);
+void sink_pb_put_event(buf *buffer, const Cdc__V1__Event *event);
+void sink_pb_put_key(buf *buffer, const Cdc__V1__Key *key);
+void sink_pb_put_row(buf *buffer, const Cdc__V1__Row *row);
 /* Completes an Event packed without its commit fields (commit_lsn, tx_index, commit_time). */
-void pb_put_commit(buf *buffer, const sink_commit *commit);
-size_t pb_commit_size(const sink_commit *commit);
+void sink_pb_put_commit(buf *buffer, const sink_commit *commit);
+size_t sink_pb_commit_size(const sink_commit *commit);
 
 #endif

@@ -19,21 +19,21 @@
 #include "cdc/match/predicate.h"
 #include "decoder/base/bytes.h"
 
-const char *bf_state_name(bf_state s)
+const char *backfill_state_name(bf_state s)
 {
 	static const char *const names[] = {"queued", "running", "done", "cancelled", "failed"};
 	return s <= BF_FAILED ? names[s] : "unknown";
 }
 
-bool bf_state_parse(const char *s, bf_state *out)
+bool backfill_state_parse(const char *s, bf_state *out)
 {
 	for (bf_state i = BF_QUEUED; i <= BF_FAILED; i++)
-		if (strcmp(s, bf_state_name(i)) == 0)
+		if (strcmp(s, backfill_state_name(i)) == 0)
 			return *out = i, true;
 	return false;
 }
 
-bool bf_finished(bf_state s)
+bool backfill_finished(bf_state s)
 {
 	return s == BF_DONE || s == BF_CANCELLED || s == BF_FAILED;
 }
@@ -49,9 +49,9 @@ static void random_hex(bf_set *b, char out[BF_ID_SIZE])
 
 static char **strv_dup(const char *const *v, size_t n)
 {
-	char **out = xcalloc(n ? n : 1, sizeof(*out));
+	char **out = util_xcalloc(n ? n : 1, sizeof(*out));
 	for (size_t i = 0; i < n; i++)
-		out[i] = xstrdup(v[i]);
+		out[i] = util_xstrdup(v[i]);
 	return out;
 }
 
@@ -65,7 +65,7 @@ static void strv_free(char **v, size_t n)
 static void set_str(char **slot, const char *s)
 {
 	free(*slot);
-	*slot = xstrdup(s);
+	*slot = util_xstrdup(s);
 }
 
 /* ---- tables ---- */
@@ -93,8 +93,8 @@ static void leaf_free(leaf *l)
 {
 	free(l->schema);
 	free(l->name);
-	rset_free(&l->done);
-	rset_free(&l->taken);
+	backfill_ranges_free(&l->done);
+	backfill_ranges_free(&l->taken);
 }
 
 static void forget_leaves(table *t)
@@ -106,14 +106,14 @@ static void forget_leaves(table *t)
 	t->nleaves = 0;
 }
 
-void bf_table_set_keys(table *t, char **names, size_t n)
+void backfill_table_set_keys(table *t, char **names, size_t n)
 {
 	strv_free(t->key_names, t->nkey_names);
 	t->key_names = names;
 	t->nkey_names = n;
 }
 
-void bf_chunk_free(chunk *c)
+void backfill_chunk_free(chunk *c)
 {
 	table *t = c->t;
 	bf_set *b = t->bf->set;
@@ -125,25 +125,25 @@ void bf_chunk_free(chunk *c)
 			t->chunks[i] = t->chunks[--t->nchunks];
 			break;
 		}
-	bfw_reset(c->w);
-	b->spare = xrealloc(b->spare, (b->nspare + 1) * sizeof(*b->spare));
+	backfill_window_reset(c->w);
+	b->spare = util_xrealloc(b->spare, (b->nspare + 1) * sizeof(*b->spare));
 	b->spare[b->nspare++] = c->w;
 	buf_free(&c->keys);
 	free(c->error);
 	free(c);
 }
 
-void bf_chunk_retry(chunk *c, bool half)
+void backfill_chunk_retry(chunk *c, bool half)
 {
 	table *t = c->t;
 	t->retries++;
 	if (c->leaf >= 0)
-		rset_remove(&t->leaves[c->leaf].taken, c->lo, c->hi);
+		backfill_ranges_remove(&t->leaves[c->leaf].taken, c->lo, c->hi);
 	else
-		keys_give_back(&t->again, &c->keys);
+		backfill_keys_give_back(&t->again, &c->keys);
 	if (half)
-		t->limit = bf_clamp_rows(t->bf->set, t->limit / 2);
-	bf_chunk_free(c);
+		t->limit = backfill_clamp_rows(t->bf->set, t->limit / 2);
+	backfill_chunk_free(c);
 }
 
 static void clear_pending(table *t)
@@ -157,17 +157,18 @@ static void clear_pending(table *t)
 
 /* Forgets everything in flight: chunks (their ranges and keys back), what waits to be durable,
  * the lanes' hold on the table. The durable state stays. */
-void bf_drop_run(table *t)
+void backfill_drop_run(table *t)
 {
 	while (t->nchunks)
-		bf_chunk_free(t->chunks[0]);
+		backfill_chunk_free(t->chunks[0]);
 	free(t->chunks);
 	t->chunks = NULL;
 	clear_pending(t);
 	for (size_t i = 0; i < t->nleaves; i++)
-		rset_free(&t->leaves[i].taken);
+		backfill_ranges_free(&t->leaves[i].taken);
 	size_t pos = 0;
-	for (const keyent *e = keys_next(&t->again, &pos, NULL); e; e = keys_next(&t->again, &pos, e))
+	for (const keyent *e = backfill_keys_next(&t->again, &pos, NULL); e;
+	     e = backfill_keys_next(&t->again, &pos, e))
 		if (e->state != KEY_WAIT) {
 			((keyent *)e)->state = KEY_WAIT;
 			t->again.waiting++;
@@ -179,31 +180,31 @@ void bf_drop_run(table *t)
 		if (b->lanes[i].chain_t == t)
 			b->lanes[i].chain_t = NULL;
 	}
-	bf_recent_free(&t->recent);
+	backfill_recent_free(&t->recent);
 	t->busy = false;
 }
 
 /* Stops the table's run: nothing in flight counts any more. */
-void bf_stop_run(table *t)
+void backfill_stop_run(table *t)
 {
-	bf_drop_run(t);
+	backfill_drop_run(t);
 	t->step = T_NONE;
 }
 
 static void table_free(table *t)
 {
-	bf_stop_run(t);
+	backfill_stop_run(t);
 	forget_description(t);
 	forget_leaves(t);
-	keys_free(&t->again);
-	bf_table_set_keys(t, NULL, 0);
+	backfill_keys_free(&t->again);
+	backfill_table_set_keys(t, NULL, 0);
 	free(t->schema);
 	free(t->name);
 	free(t->error);
 	buf_free(&t->where_sql);
 }
 
-void bf_free(backfill *f)
+void backfill_free(backfill *f)
 {
 	for (size_t i = 0; i < f->ntables; i++)
 		table_free(&f->tables[i]);
@@ -223,7 +224,7 @@ void bf_free(backfill *f)
 }
 
 /* The live figures go back to the durable ones: what is not durable is read again. */
-void bf_rewind_table(table *t)
+void backfill_rewind_table(table *t)
 {
 	t->done = t->done_d;
 }
@@ -232,12 +233,12 @@ void bf_rewind_table(table *t)
 
 bf_set *backfill_set_new(const bf_settings *s, const char *path, uint64_t seed)
 {
-	bf_set *b = xcalloc(1, sizeof(*b));
-	b->path = path ? xstrdup(path) : NULL;
+	bf_set *b = util_xcalloc(1, sizeof(*b));
+	b->path = path ? util_xstrdup(path) : NULL;
 	b->rng = seed ? seed : 0x9E3779B97F4A7C15u;
 	backfill_set_settings(b, s);
 	b->nlanes = b->s.parallel ? b->s.parallel : 1;
-	b->lanes = xcalloc(b->nlanes, sizeof(*b->lanes));
+	b->lanes = util_xcalloc(b->nlanes, sizeof(*b->lanes));
 	return b;
 }
 
@@ -248,7 +249,7 @@ void backfill_set_settings(bf_set *b, const bf_settings *s)
 	b->s = *s;
 	if (b->lanes)
 		b->s.parallel = parallel; /* the lanes stay as they were made */
-	b->publication = xstrdup(s->publication ? s->publication : "");
+	b->publication = util_xstrdup(s->publication ? s->publication : "");
 	b->s.publication = b->publication;
 	if (b->s.min_rows == 0)
 		b->s.min_rows = 1;
@@ -268,7 +269,7 @@ void backfill_set_free(bf_set *b)
 	if (!b)
 		return;
 	for (size_t i = 0; i < b->n; i++)
-		bf_free(b->list[i]);
+		backfill_free(b->list[i]);
 	free(b->list);
 	for (unsigned i = 0; i < b->nlanes; i++) {
 		clear_params(&b->lanes[i]);
@@ -277,7 +278,7 @@ void backfill_set_free(bf_set *b)
 	}
 	free(b->lanes);
 	for (size_t i = 0; i < b->nspare; i++)
-		bfw_free(b->spare[i]);
+		backfill_window_free(b->spare[i]);
 	free(b->spare);
 	buf_free(&b->key);
 	buf_free(&b->row);
@@ -287,7 +288,7 @@ void backfill_set_free(bf_set *b)
 	free(b);
 }
 
-backfill *bf_find(const bf_set *b, const char *id)
+backfill *backfill_lookup(const bf_set *b, const char *id)
 {
 	long i = backfill_find(b, id);
 	return i < 0 ? NULL : b->list[i];
@@ -301,27 +302,27 @@ long backfill_find(const bf_set *b, const char *id)
 	return -1;
 }
 
-void bf_append(bf_set *b, backfill *f)
+void backfill_append(bf_set *b, backfill *f)
 {
 	f->set = b;
-	b->list = xrealloc(b->list, (b->n + 1) * sizeof(*b->list));
+	b->list = util_xrealloc(b->list, (b->n + 1) * sizeof(*b->list));
 	b->list[b->n++] = f;
 }
 
 static void remove_at(bf_set *b, size_t i)
 {
-	bf_free(b->list[i]);
+	backfill_free(b->list[i]);
 	memmove(&b->list[i], &b->list[i + 1], (b->n - i - 1) * sizeof(*b->list));
 	b->n--;
 }
 
 /* Drops the oldest finished backfills past BF_KEEP_FINISHED (never a `snapshot: true` one). */
-void bf_trim_history(bf_set *b)
+void backfill_trim_history(bf_set *b)
 {
 	size_t kept = 0;
 	for (size_t i = b->n; i-- > 0;) {
 		backfill *f = b->list[i];
-		if (!bf_finished(f->state) || f->snapshot)
+		if (!backfill_finished(f->state) || f->snapshot)
 			continue;
 		if (++kept > BF_KEEP_FINISHED)
 			remove_at(b, i);
@@ -330,14 +331,14 @@ void bf_trim_history(bf_set *b)
 
 /* ---- creating, cancelling ---- */
 
-/* Checks a `where` as pred_parse does. */
+/* Checks a `where` as match_predicate_parse does. */
 static bool where_ok(const char *what, const char *where, char *err, size_t errlen)
 {
 	char perr[256];
-	pred *p = where ? pred_parse(where, perr, sizeof(perr)) : NULL;
+	pred *p = where ? match_predicate_parse(where, perr, sizeof(perr)) : NULL;
 	if (where && !p)
-		return errf(err, errlen, "%s: %s", what, perr);
-	pred_free(p);
+		return util_errf(err, errlen, "%s: %s", what, perr);
+	match_predicate_free(p);
 	return true;
 }
 
@@ -346,34 +347,34 @@ bool backfill_add(bf_set *b, const bf_request *req, bf_now now, char id[BF_ID_SI
 	if (!where_ok("where", req->where, err, errlen) ||
 	    !where_ok("the subscription's where", req->sub_where, err, errlen))
 		return false;
-	backfill *f = xcalloc(1, sizeof(*f));
+	backfill *f = util_xcalloc(1, sizeof(*f));
 	do
 		random_hex(b, f->id);
-	while (bf_find(b, f->id));
-	f->sub = xstrdup(req->subscription);
+	while (backfill_lookup(b, f->id));
+	f->sub = util_xstrdup(req->subscription);
 	f->sub_pat = strv_dup(req->sub_tables, req->nsub_tables);
 	f->nsub_pat = req->nsub_tables;
 	f->req_pat = strv_dup(req->tables, req->ntables);
 	f->nreq_pat = req->ntables;
-	f->sub_where = req->sub_where ? xstrdup(req->sub_where) : NULL;
-	f->where = req->where ? xstrdup(req->where) : NULL;
+	f->sub_where = req->sub_where ? util_xstrdup(req->sub_where) : NULL;
+	f->where = req->where ? util_xstrdup(req->where) : NULL;
 	f->snapshot = req->snapshot;
 	f->state = BF_QUEUED;
 	f->created_ms = now.wall_ms;
-	bf_append(b, f);
+	backfill_append(b, f);
 	memcpy(id, f->id, BF_ID_SIZE);
 	b->dirty = true;
 	return true;
 }
 
 /* A backfill whose tables all finished: done, or failed if one failed. */
-void bf_settle(backfill *f, bf_now now)
+void backfill_settle(backfill *f, bf_now now)
 {
-	if (bf_finished(f->state) || !f->resolved)
+	if (backfill_finished(f->state) || !f->resolved)
 		return;
 	bool failed = false;
 	for (size_t i = 0; i < f->ntables; i++) {
-		if (!bf_finished(f->tables[i].state))
+		if (!backfill_finished(f->tables[i].state))
 			return;
 		failed |= f->tables[i].state == BF_FAILED;
 	}
@@ -383,7 +384,7 @@ void bf_settle(backfill *f, bf_now now)
 
 static void fail_table(table *t, const char *msg)
 {
-	bf_stop_run(t);
+	backfill_stop_run(t);
 	t->state = BF_FAILED;
 	set_str(&t->error, msg);
 	t->bf->set->dirty = true;
@@ -394,8 +395,8 @@ static void fail_table(table *t, const char *msg)
 static void end_backfill(backfill *f, const char *msg, bf_now now)
 {
 	for (size_t i = 0; i < f->ntables; i++)
-		if (!bf_finished(f->tables[i].state)) {
-			bf_stop_run(&f->tables[i]);
+		if (!backfill_finished(f->tables[i].state)) {
+			backfill_stop_run(&f->tables[i]);
 			f->tables[i].state = BF_CANCELLED;
 		}
 	f->busy = false;
@@ -407,12 +408,12 @@ static void end_backfill(backfill *f, const char *msg, bf_now now)
 
 bool backfill_cancel(bf_set *b, const char *sub, const char *id, bf_now now, char *err, size_t errlen)
 {
-	backfill *f = bf_find(b, id);
+	backfill *f = backfill_lookup(b, id);
 	if (!f || strcmp(f->sub, sub) != 0)
-		return errf(err, errlen, "subscription %s has no backfill %s", sub, id);
-	if (bf_finished(f->state))
-		return errf(err, errlen, "backfill %s has finished already (%s)", id,
-			    bf_state_name(f->state));
+		return util_errf(err, errlen, "subscription %s has no backfill %s", sub, id);
+	if (backfill_finished(f->state))
+		return util_errf(err, errlen, "backfill %s has finished already (%s)", id,
+				 backfill_state_name(f->state));
 	end_backfill(f, NULL, now);
 	b->dirty = true;
 	return true;
@@ -428,11 +429,11 @@ void backfill_forget(bf_set *b, const char *sub)
 
 bf_verdict backfill_verdict(const bf_set *b, const char *id, const char **why)
 {
-	const backfill *f = bf_find(b, id);
+	const backfill *f = backfill_lookup(b, id);
 	*why = f ? f->error : "its subscription was removed meanwhile";
 	if (!f || (f->state == BF_FAILED && (!f->checked || !f->vetted)))
 		return BF_REFUSED;
-	return (f->checked && f->vetted) || bf_finished(f->state) ? BF_PASSED : BF_CHECKING;
+	return (f->checked && f->vetted) || backfill_finished(f->state) ? BF_PASSED : BF_CHECKING;
 }
 
 void backfill_drop(bf_set *b, const char *id)
@@ -453,7 +454,7 @@ bool backfill_has_snapshot(const bf_set *b, const char *sub)
 
 /* ---- the lanes' statements ---- */
 
-uint64_t bf_clamp_rows(const bf_set *b, uint64_t n)
+uint64_t backfill_clamp_rows(const bf_set *b, uint64_t n)
 {
 	return n < b->s.min_rows ? b->s.min_rows : n > b->s.max_rows ? b->s.max_rows : n;
 }
@@ -482,7 +483,7 @@ static void start_tables(bf_set *b, uint64_t now_ms)
 	unsigned running = running_tables(b);
 	for (size_t i = 0; i < b->n && running < b->s.tables; i++) {
 		backfill *f = b->list[i];
-		if (bf_finished(f->state) || !f->checked || !f->vetted)
+		if (backfill_finished(f->state) || !f->checked || !f->vetted)
 			continue;
 		for (size_t k = 0; k < f->ntables && running < b->s.tables; k++)
 			if (f->tables[k].state == BF_QUEUED) {
@@ -516,7 +517,7 @@ static void watermark_stmt(bf_set *b, lane *L, bool high, bf_stmt *out)
 {
 	chunk *c = L->c;
 	buf_reset(&L->wm);
-	bfsql_watermark_content(&L->wm, c->t->bf->id, c->nonce, high);
+	backfill_sql_watermark_content(&L->wm, c->t->bf->id, c->nonce, high);
 	if (high)
 		memcpy(L->chain_nonce, c->nonce, BF_ID_SIZE);
 	const char *p = L->wm.data;
@@ -550,7 +551,7 @@ static void copy_stmt(bf_set *b, lane *L, bf_stmt *out, uint64_t now_ms)
 		r.nkeyvals = c->nkeys;
 	}
 	buf_reset(&L->sql);
-	if (!bfsql_copy(&L->sql, &r))
+	if (!backfill_sql_copy(&L->sql, &r))
 		buf_puts(&L->sql, "SELECT 'cdc: a chunk's keys are malformed'::pg_catalog.int4");
 	clear_params(L);
 	c->sent_ms = now_ms;
@@ -583,7 +584,7 @@ static uint64_t chunk_rows(const bf_set *b, const table *t)
 		uint64_t per_row = t->bytes_read / t->done.read + 1, cap = b->s.max_bytes / 2 / per_row;
 		rows = rows < cap ? rows : cap;
 	}
-	return bf_clamp_rows(b, rows);
+	return backfill_clamp_rows(b, rows);
 }
 
 /* Blocks of leaf l that hold about rows rows: by the rows per block read so far, else the
@@ -600,13 +601,13 @@ static uint32_t chunk_blocks(const table *t, const leaf *l, uint64_t rows)
 
 static chunk *chunk_new(bf_set *b, table *t, int leaf_index)
 {
-	chunk *c = xcalloc(1, sizeof(*c));
+	chunk *c = util_xcalloc(1, sizeof(*c));
 	c->t = t;
 	c->leaf = leaf_index;
-	c->w = b->nspare ? b->spare[--b->nspare] : bfw_new(b->s.max_bytes);
+	c->w = b->nspare ? b->spare[--b->nspare] : backfill_window_new(b->s.max_bytes);
 	random_hex(b, c->nonce);
-	bfw_begin(c->w, c->nonce, &t->recent);
-	t->chunks = xrealloc(t->chunks, (t->nchunks + 1) * sizeof(*t->chunks));
+	backfill_window_begin(c->w, c->nonce, &t->recent);
+	t->chunks = util_xrealloc(t->chunks, (t->nchunks + 1) * sizeof(*t->chunks));
 	t->chunks[t->nchunks++] = c;
 	return c;
 }
@@ -616,7 +617,7 @@ static bool range_left(const table *t, size_t *li, uint32_t max, uint32_t *lo, u
 {
 	for (size_t i = 0; i < t->nleaves; i++) {
 		const leaf *l = &t->leaves[i];
-		if (!l->gone && rset_first_gap(&l->done, &l->taken, 0, l->blocks, max, lo, hi)) {
+		if (!l->gone && backfill_ranges_first_gap(&l->done, &l->taken, 0, l->blocks, max, lo, hi)) {
 			*li = i;
 			return true;
 		}
@@ -624,7 +625,7 @@ static bool range_left(const table *t, size_t *li, uint32_t max, uint32_t *lo, u
 	return false;
 }
 
-bool bf_ranges_open(const table *t)
+bool backfill_ranges_open(const table *t)
 {
 	if (t->step != T_READ)
 		return true;
@@ -656,7 +657,7 @@ static chunk *pick(bf_set *b, table *t, uint64_t now_ms, uint64_t *wake_ms)
 	chunk *c;
 	if (t->again.waiting && (!ranges || t->again.bytes > b->s.max_bytes / 4)) {
 		c = chunk_new(b, t, -1);
-		c->nkeys = keys_take(&t->again, rows, &c->keys);
+		c->nkeys = backfill_keys_take(&t->again, rows, &c->keys);
 		c->expect = c->nkeys;
 	} else if (ranges) {
 		leaf *l = &t->leaves[li];
@@ -666,7 +667,7 @@ static chunk *pick(bf_set *b, table *t, uint64_t now_ms, uint64_t *wake_ms)
 		c->lo = lo;
 		c->hi = hi;
 		c->expect = (uint64_t)((double)rows * (hi - lo) / blocks);
-		rset_add(&l->taken, lo, hi);
+		backfill_ranges_add(&l->taken, lo, hi);
 	} else {
 		return NULL;
 	}
@@ -703,7 +704,7 @@ static bool chain(bf_set *b, lane *L, uint64_t now_ms, bf_stmt *out, bool *wait)
 	chunk *c = t ? pick(b, t, now_ms, &wake) : NULL;
 	if (!c)
 		return false;
-	bfw_open(c->w);
+	backfill_window_open(c->w);
 	c->step = C_COPY;
 	L->c = c;
 	chunk_stmt(b, L, out, now_ms);
@@ -731,7 +732,7 @@ static bool table_stmt(bf_set *b, lane *L, table *t, bf_stmt *out)
 
 static bool backfill_step(bf_set *b, lane *L, backfill *f, bf_stmt *out)
 {
-	if (bf_finished(f->state) || f->busy || (f->checked && f->vetted))
+	if (backfill_finished(f->state) || f->busy || (f->checked && f->vetted))
 		return false;
 	if (!f->checked) {
 		stmt(b, L, out, BF_STMT_CHECK, bfsql_privileges, 0, NULL);
@@ -810,7 +811,7 @@ static void check_result(backfill *f, const bf_result *r, bf_now now)
 	set_str(&f->role, r->value(r->ctx, 0, 0));
 	if (!cell_true(r, 0, 1)) {
 		buf msg = {0};
-		bfsql_no_emit_message(&msg, f->role, r->value(r->ctx, 0, 2));
+		backfill_sql_no_emit_message(&msg, f->role, r->value(r->ctx, 0, 2));
 		end_backfill(f, msg.data, now);
 		buf_free(&msg);
 		return;
@@ -838,9 +839,9 @@ static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg
 	const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 	bf_datum kind = cell(r, i, 3);
 	if (kind.len != 1 || !readable_kind(kind.data[0]))
-		bfsql_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
+		backfill_sql_not_table(msg, schema, name, kind.len == 1 ? kind.data[0] : '?');
 	else if (!cell_true(r, i, 5))
-		bfsql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
+		backfill_sql_no_select(msg, f->role ? f->role : "of cdc", schema, name);
 }
 
 /* The publication's tables that the backfill reads: each asked-for pattern must match one, and each
@@ -848,7 +849,7 @@ static void table_problem(const backfill *f, const bf_result *r, int i, buf *msg
 static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now)
 {
 	buf msg = {0}, oids = {0};
-	f->tables = xcalloc((size_t)r->nrows + 1, sizeof(*f->tables));
+	f->tables = util_xcalloc((size_t)r->nrows + 1, sizeof(*f->tables));
 	for (int i = 0; i < r->nrows && r->ncols == 6; i++) {
 		const char *schema = r->value(r->ctx, i, 0), *name = r->value(r->ctx, i, 1);
 		if (!matches_any(f->sub_pat, f->nsub_pat, schema, name) ||
@@ -856,8 +857,8 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 			continue;
 		table *t = &f->tables[f->ntables++];
 		*t = (table){.bf = f,
-			     .schema = xstrdup(schema),
-			     .name = xstrdup(name),
+			     .schema = util_xstrdup(schema),
+			     .name = util_xstrdup(name),
 			     .oid = (uint32_t)strtoul(r->value(r->ctx, i, 2), NULL, 10),
 			     .estimate = -1};
 		buf_printf(&oids, "%c%u", oids.len ? ',' : '{', t->oid);
@@ -868,7 +869,7 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 		}
 	}
 	free(f->oids);
-	f->oids = oids.len ? (buf_putc(&oids, '}'), xstrdup(oids.data)) : NULL;
+	f->oids = oids.len ? (buf_putc(&oids, '}'), util_xstrdup(oids.data)) : NULL;
 	buf_free(&oids);
 	for (size_t k = 0; k < f->nreq_pat && !msg.len; k++) {
 		bool hit = false;
@@ -892,9 +893,9 @@ static void tables_result(bf_set *b, backfill *f, const bf_result *r, bf_now now
 static void columns_result(backfill *f, const bf_result *r, bf_now now)
 {
 	char perr[256], why[512];
-	pred *p = pred_parse(f->where, perr, sizeof(perr));
+	pred *p = match_predicate_parse(f->where, perr, sizeof(perr));
 	arena *a = arena_new(4096);
-	pred_column *cols = xcalloc((size_t)r->nrows + 1, sizeof(*cols));
+	pred_column *cols = util_xcalloc((size_t)r->nrows + 1, sizeof(*cols));
 	buf msg = {0};
 	for (size_t k = 0; p && k < f->ntables && !msg.len; k++) {
 		size_t n = 0;
@@ -903,7 +904,7 @@ static void columns_result(backfill *f, const bf_result *r, bf_now now)
 				cols[n++] = (pred_column){r->value(r->ctx, i, 1),
 							  (uint32_t)strtoul(r->value(r->ctx, i, 2), NULL, 10),
 							  r->value(r->ctx, i, 3)};
-		if (!pred_check_columns(p, cols, n, true, a, why, sizeof(why)))
+		if (!match_predicate_check_columns(p, cols, n, true, a, why, sizeof(why)))
 			buf_printf(&msg, "where: in table %s.%s, %s", f->tables[k].schema, f->tables[k].name,
 				   why);
 	}
@@ -913,7 +914,7 @@ static void columns_result(backfill *f, const bf_result *r, bf_now now)
 	buf_free(&msg);
 	free(cols);
 	arena_free(a);
-	pred_free(p);
+	match_predicate_free(p);
 }
 
 /* The parts of the subscription's and the request's `where` that translate, for the chunk query. */
@@ -923,13 +924,13 @@ static void where_pushdown(table *t)
 	const char *wheres[] = {t->bf->sub_where, t->bf->where};
 	buf part = {0};
 	for (size_t i = 0; i < 2; i++) {
-		pred *p = wheres[i] ? pred_parse(wheres[i], NULL, 0) : NULL;
+		pred *p = wheres[i] ? match_predicate_parse(wheres[i], NULL, 0) : NULL;
 		buf_reset(&part);
 		if (p)
-			bfsql_where(&part, p, t->cols, t->ncols);
+			backfill_sql_where(&part, p, t->cols, t->ncols);
 		if (part.len)
 			buf_printf(&t->where_sql, "%s%s", t->where_sql.len ? " AND " : "", part.data);
-		pred_free(p);
+		match_predicate_free(p);
 	}
 	buf_free(&part);
 }
@@ -938,18 +939,18 @@ static void where_pushdown(table *t)
 static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 {
 	if (r->nrows == 0) {
-		bfsql_no_table(msg, t->schema, t->name);
+		backfill_sql_no_table(msg, t->schema, t->name);
 		return false;
 	}
 	if (r->ncols != 12)
 		return buf_puts(msg, "the table's description returned an unexpected result"), false;
 	bf_datum kind = cell(r, 0, 6);
 	if (kind.len != 1 || !readable_kind(kind.data[0])) {
-		bfsql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
+		backfill_sql_not_table(msg, t->schema, t->name, kind.len == 1 ? kind.data[0] : '?');
 		return false;
 	}
 	if (!cell_true(r, 0, 7)) {
-		bfsql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", t->schema, t->name);
+		backfill_sql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", t->schema, t->name);
 		return false;
 	}
 	forget_description(t);
@@ -957,9 +958,9 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 	for (int i = 0; i < r->nrows; i++)
 		for (int c = 0; c < 4; c++)
 			room += (size_t)r->length(r->ctx, i, c) + 1;
-	t->cols = xcalloc(n, sizeof(*t->cols));
-	t->keys = xcalloc(n, sizeof(*t->keys));
-	t->strings = xmalloc(room);
+	t->cols = util_xcalloc(n, sizeof(*t->cols));
+	t->keys = util_xcalloc(n, sizeof(*t->keys));
+	t->strings = util_xmalloc(room);
 	char *p = t->strings;
 	for (int i = 0; i < r->nrows; i++) {
 		bfsql_col *c = &t->cols[i];
@@ -994,7 +995,7 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		for (size_t i = 0; i < n; i++)
 			t->keys[i] = i;
 	} else {
-		t->key_index = xstrdup(r->value(r->ctx, 0, 5));
+		t->key_index = util_xstrdup(r->value(r->ctx, 0, 5));
 	}
 	/* The same relation with the same key goes on from what is durable; another one (the table
 	 * was made again, or its key changed) is read from the start. */
@@ -1004,11 +1005,11 @@ static bool describe_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		same = strcmp(t->key_names[k], t->cols[t->keys[k]].name) == 0;
 	if (!same) {
 		forget_leaves(t);
-		keys_free(&t->again);
-		char **names = xcalloc(t->nkeys + 1, sizeof(*names));
+		backfill_keys_free(&t->again);
+		char **names = util_xcalloc(t->nkeys + 1, sizeof(*names));
 		for (size_t k = 0; k < t->nkeys; k++)
-			names[k] = xstrdup(t->cols[t->keys[k]].name);
-		bf_table_set_keys(t, names, t->nkeys);
+			names[k] = util_xstrdup(t->cols[t->keys[k]].name);
+		backfill_table_set_keys(t, names, t->nkeys);
 		t->oid = oid;
 		b->dirty = true;
 	}
@@ -1044,7 +1045,7 @@ static bool leaves_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 		uint32_t oid = (uint32_t)strtoul(r->value(r->ctx, i, 0), NULL, 10);
 		const char *schema = r->value(r->ctx, i, 1), *name = r->value(r->ctx, i, 2);
 		if (!cell_true(r, i, 6)) {
-			bfsql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", schema, name);
+			backfill_sql_no_select(msg, t->bf->role ? t->bf->role : "of cdc", schema, name);
 			return false;
 		}
 		leaf *l = find_leaf(t, oid);
@@ -1052,14 +1053,14 @@ static bool leaves_result(bf_set *b, table *t, const bf_result *r, buf *msg)
 			l->gone = false;
 			continue;
 		}
-		t->leaves = xrealloc(t->leaves, (t->nleaves + 1) * sizeof(*t->leaves));
+		t->leaves = util_xrealloc(t->leaves, (t->nleaves + 1) * sizeof(*t->leaves));
 		l = &t->leaves[t->nleaves++];
 		double pages = strtod(r->value(r->ctx, i, 4), NULL),
 		       tuples = strtod(r->value(r->ctx, i, 5), NULL);
 		unsigned long long blocks = strtoull(r->value(r->ctx, i, 3), NULL, 10);
 		*l = (leaf){.oid = oid,
-			    .schema = xstrdup(schema),
-			    .name = xstrdup(name),
+			    .schema = util_xstrdup(schema),
+			    .name = util_xstrdup(name),
 			    .blocks = blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks,
 			    .rows_per_block = pages > 0 && tuples >= 0 ? tuples / pages : -1};
 		added = true;
@@ -1091,13 +1092,13 @@ void backfill_copy_snapshot(bf_set *b, unsigned lane_index, uint64_t ticket, con
 		return;
 	char err[256];
 	bf_snapshot snap;
-	if (!bf_snapshot_parse(text, len, &snap, err, sizeof(err))) {
-		c->error = xstrdup(err);
+	if (!backfill_snapshot_parse(text, len, &snap, err, sizeof(err))) {
+		c->error = util_xstrdup(err);
 		c->overflow = true;
 		return;
 	}
-	bf_recent_settle(&c->t->recent, &snap);
-	bfw_set_snapshot(c->w, &snap);
+	backfill_recent_settle(&c->t->recent, &snap);
+	backfill_window_set_snapshot(c->w, &snap);
 }
 
 void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const char *data, size_t len)
@@ -1109,12 +1110,12 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 	size_t n = t->ncols;
 	if (b->nat < n + 1) {
 		b->nat = n + 1;
-		b->at = xrealloc(b->at, b->nat * sizeof(*b->at));
+		b->at = util_xrealloc(b->at, b->nat * sizeof(*b->at));
 	}
 	char err[256];
 	buf_reset(&b->row);
-	if (!bf_copy_encode(data, len, n, &b->row, b->at, err, sizeof(err))) {
-		c->error = xstrdup(err);
+	if (!backfill_copy_encode(data, len, n, &b->row, b->at, err, sizeof(err))) {
+		c->error = util_xstrdup(err);
 		c->overflow = true;
 		return;
 	}
@@ -1136,7 +1137,7 @@ void backfill_copy_row(bf_set *b, unsigned lane_index, uint64_t ticket, const ch
 		keylen = b->key.len;
 	}
 	t->bytes_read += rowlen;
-	if (!bfw_add_row(c->w, key, keylen, row, rowlen))
+	if (!backfill_window_add_row(c->w, key, keylen, row, rowlen))
 		c->overflow = true;
 }
 
@@ -1148,18 +1149,18 @@ static void chunk_copied(bf_set *b, lane *L, bf_now now)
 	uint64_t now_ms = now.ms;
 	chunk *c = L->c;
 	table *t = c->t;
-	size_t rows = bfw_rows(c->w);
+	size_t rows = backfill_window_rows(c->w);
 	if (c->error) {
 		buf msg = {0};
 		buf_printf(&msg, "a row of a chunk of %s.%s: %s", t->schema, t->name, c->error);
 		fail_table(t, msg.data);
-		bf_settle(t->bf, now);
+		backfill_settle(t->bf, now);
 		buf_free(&msg);
 		return;
 	}
 	if (c->overflow) {
-		t->limit = bf_clamp_rows(b, rows / 2);
-		bf_chunk_retry(c, false);
+		t->limit = backfill_clamp_rows(b, rows / 2);
+		backfill_chunk_retry(c, false);
 		return;
 	}
 	if (b->s.rate && rows != c->expect) {
@@ -1171,7 +1172,7 @@ static void chunk_copied(bf_set *b, lane *L, bf_now now)
 		uint64_t took = now_ms > c->sent_ms ? now_ms - c->sent_ms : 1;
 		uint64_t next = rows * b->s.chunk_ms / took;
 		next = next > 2 * t->limit ? 2 * t->limit : next < t->limit / 2 ? t->limit / 2 : next;
-		t->limit = bf_clamp_rows(b, next);
+		t->limit = backfill_clamp_rows(b, next);
 	}
 	c->step = C_HIGH;
 }
@@ -1221,12 +1222,12 @@ void backfill_result(bf_set *b, unsigned lane_index, uint64_t ticket, const bf_r
 		if (L->kind == BF_STMT_DESCRIBE ? !describe_result(b, t, r, &msg)
 						: !leaves_result(b, t, r, &msg)) {
 			fail_table(t, msg.data);
-			bf_settle(t->bf, now);
+			backfill_settle(t->bf, now);
 			break;
 		}
 		t->step = L->kind == BF_STMT_DESCRIBE && !t->nleaves ? T_PLAN : T_READ;
 		if (t->step == T_READ)
-			bf_table_progress(t, now);
+			backfill_table_progress(t, now);
 		break;
 	case BF_STMT_LOW:
 		if (L->c)
@@ -1270,14 +1271,14 @@ void backfill_error(bf_set *b, unsigned lane_index, uint64_t ticket, const char 
 		return;
 	t->busy = false;
 	if (c && (lost || retry))
-		bf_chunk_retry(c, false);
+		backfill_chunk_retry(c, false);
 	if (retry) {
 		/* The table changed under the backfill: described again, what is not durable read again. */
-		bf_drop_run(t);
+		backfill_drop_run(t);
 		t->step = T_DESCRIBE;
 	} else if (!lost) {
 		fail_table(t, message);
-		bf_settle(t->bf, now);
+		backfill_settle(t->bf, now);
 	}
 }
 
@@ -1288,12 +1289,12 @@ static bool all_durable(const table *t)
 		return false;
 	for (size_t i = 0; i < t->nleaves; i++)
 		if (!t->leaves[i].gone &&
-		    rset_blocks(&t->leaves[i].done, t->leaves[i].blocks) < t->leaves[i].blocks)
+		    backfill_ranges_blocks(&t->leaves[i].done, t->leaves[i].blocks) < t->leaves[i].blocks)
 			return false;
 	return true;
 }
 
-void bf_table_progress(table *t, bf_now now)
+void backfill_table_progress(table *t, bf_now now)
 {
 	if (t->state != BF_RUNNING || !all_durable(t))
 		return;
@@ -1304,7 +1305,7 @@ void bf_table_progress(table *t, bf_now now)
 		return;
 	}
 	t->state = BF_DONE;
-	bf_stop_run(t);
-	bf_settle(t->bf, now);
+	backfill_stop_run(t);
+	backfill_settle(t->bf, now);
 	t->bf->set->dirty = true;
 }

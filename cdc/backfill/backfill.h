@@ -30,7 +30,7 @@ typedef struct bf_now {
 } bf_now;
 
 typedef enum bf_state { BF_QUEUED, BF_RUNNING, BF_DONE, BF_CANCELLED, BF_FAILED } bf_state;
-const char *bf_state_name(bf_state state);
+const char *backfill_state_name(bf_state state);
 
 typedef struct bf_settings {
 	uint64_t chunk_ms;	     /* a chunk's COPY should take about this long */
@@ -57,7 +57,7 @@ void backfill_set_settings(bf_set *set, const bf_settings *settings);
 /* What a backfill reads: the publication's tables that sub_tables (the subscription's patterns,
  * "schema.table" with globs) match and, given any, one of tables (the request's); the rows that
  * satisfy sub_where (the subscription's `where`) and where (the request's), either NULL. The parts
- * of the `where`s that translate exactly go into the chunk query (bfsql_where); the daemon still
+ * of the `where`s that translate exactly go into the chunk query (backfill_sql_where); the daemon still
  * evaluates both on every read. */
 typedef struct bf_request {
 	const char *subscription;
@@ -86,7 +86,7 @@ bool backfill_has_snapshot(const bf_set *set, const char *sub);
 /* A backfill's checks, which run before its first table (each as a statement of the reader): the
  * role's privileges, the tables (each one the request names among the subscription's in the
  * publication, each a table the role may read) and the request's `where` against their columns
- * (pred_check_columns). */
+ * (match_predicate_check_columns). */
 typedef enum bf_verdict {
 	BF_CHECKING, /* not all done yet */
 	BF_PASSED,   /* it runs (or ran) */
@@ -105,7 +105,7 @@ typedef enum bf_stmt_kind {
 	BF_STMT_DESCRIBE, /* bfsql_describe */
 	BF_STMT_LEAVES,	  /* bfsql_leaves */
 	BF_STMT_LOW,	  /* bfsql_watermark */
-	BF_STMT_CHUNK,	  /* bfsql_copy: its snapshot and rows come through backfill_copy_* */
+	BF_STMT_CHUNK,	  /* backfill_sql_copy: its snapshot and rows come through backfill_copy_* */
 	BF_STMT_HIGH,	  /* bfsql_watermark_high */
 } bf_stmt_kind;
 
@@ -165,7 +165,7 @@ typedef struct bf_batch {
 } bf_batch;
 
 /* The next row to emit: values gets ncols datums. *pos starts at 0. */
-bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values);
+bool backfill_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values);
 
 /* Emits the batch's rows that satisfy the `where`s into the subscription's sink; *delivered gets how
  * many did. */
@@ -219,7 +219,7 @@ void backfill_restart(bf_set *set);
 
 /* Rows read = delivered + dropped (a newer change of the row came between the chunk's watermarks)
  * + filtered (the `where`, evaluated by cdc, did not hold: the parts of it that translate to SQL
- * never reach cdc, see bfsql_where). */
+ * never reach cdc, see backfill_sql_where). */
 typedef struct bf_progress {
 	uint64_t read, delivered, dropped, filtered, retries;
 	uint64_t blocks, blocks_read; /* the relations' blocks to read, and those read */

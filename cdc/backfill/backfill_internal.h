@@ -34,15 +34,15 @@ typedef struct rset {
 	size_t n, cap; /* n is the count of numbers in v (twice the ranges) */
 } rset;
 
-void rset_add(rset *ranges, uint32_t lo, uint32_t hi);
-void rset_remove(rset *ranges, uint32_t lo, uint32_t hi);
+void backfill_ranges_add(rset *ranges, uint32_t lo, uint32_t hi);
+void backfill_ranges_remove(rset *ranges, uint32_t lo, uint32_t hi);
 /* The first range from `from` on that neither ranges nor ranges2 covers, below end, at most max blocks long.
  * False if there is none. */
-bool rset_first_gap(const rset *ranges, const rset *ranges2, uint32_t from, uint32_t end, uint32_t max,
-		    uint32_t *lo, uint32_t *hi);
+bool backfill_ranges_first_gap(const rset *ranges, const rset *ranges2, uint32_t from, uint32_t end,
+			       uint32_t max, uint32_t *lo, uint32_t *hi);
 /* Blocks in ranges below end. */
-uint64_t rset_blocks(const rset *ranges, uint32_t end);
-void rset_free(rset *ranges);
+uint64_t backfill_ranges_blocks(const rset *ranges, uint32_t end);
+void backfill_ranges_free(rset *ranges);
 
 /* The keys to read again (read_sets.c). They are rows a change left incomplete in the stream (unchanged
  * TOAST) while a chunk of the table could have missed them. A key waits for a chunk, is taken by one, and is
@@ -62,18 +62,18 @@ typedef struct keyset {
 	size_t cap, n, waiting, bytes;
 } keyset;
 
-void keys_add(keyset *keys, const void *key, size_t len);
+void backfill_keys_add(keyset *keys, const void *key, size_t len);
 /* Whether key is in keys, waiting or taken by a chunk. */
-bool keys_has(const keyset *keys, const void *key, size_t len);
+bool backfill_keys_has(const keyset *keys, const void *key, size_t len);
 /* Takes up to max waiting keys into out (each a 4-byte length, then the key). Returns how many. */
-size_t keys_take(keyset *keys, size_t max, buf *out);
-/* Keys that a chunk took (out of keys_take) go back to waiting, or are done. Done keys are forgotten, unless
- * one came again meanwhile. */
-void keys_give_back(keyset *keys, const buf *taken);
-void keys_done(keyset *keys, const buf *taken);
+size_t backfill_keys_take(keyset *keys, size_t max, buf *out);
+/* Keys that a chunk took (out of backfill_keys_take) go back to waiting, or are done. Done keys are
+ * forgotten, unless one came again meanwhile. */
+void backfill_keys_give_back(keyset *keys, const buf *taken);
+void backfill_keys_done(keyset *keys, const buf *taken);
 /* Every key, taken or not, one by one. *pos starts at 0. */
-const keyent *keys_next(const keyset *keys, size_t *pos, const keyent *prev);
-void keys_free(keyset *keys);
+const keyent *backfill_keys_next(const keyset *keys, size_t *pos, const keyent *prev);
+void backfill_keys_free(keyset *keys);
 
 /* A relation a table's rows are read from. That is the table itself, or a leaf partition of a partitioned
  * one. */
@@ -105,7 +105,7 @@ typedef struct chunk {
 	uint64_t expect; /* rows it was meant to hold, the rate limit's reservation */
 	char *error;	 /* a row that is not what the COPY asked for */
 	uint64_t sent_ms;
-	buf keys; /* keys_take's, for a chunk of keys */
+	buf keys; /* backfill_keys_take's, for a chunk of keys */
 	size_t nkeys;
 } chunk;
 
@@ -145,7 +145,7 @@ typedef struct table {
 	size_t *keys;
 	size_t nkeys;
 	char *strings; /* the names the cols point to */
-	buf where_sql; /* the `where`s' parts that translate (bfsql_where) */
+	buf where_sql; /* the `where`s' parts that translate (backfill_sql_where) */
 	/* the run */
 	enum tstep step;
 	bool busy;	   /* DESCRIBE or PLAN in flight */
@@ -214,30 +214,30 @@ struct bf_set {
 	size_t nat;
 };
 
-void bf_append(bf_set *set, backfill *bf);
-void bf_free(backfill *bf);
-void bf_rewind_table(table *tab);
-bool bf_state_parse(const char *text, bf_state *out);
-void bf_trim_history(bf_set *set);
-backfill *bf_find(const bf_set *set, const char *id);
-void bf_settle(backfill *bf, bf_now now);
-void bf_stop_run(table *tab);
+void backfill_append(bf_set *set, backfill *bf);
+void backfill_free(backfill *bf);
+void backfill_rewind_table(table *tab);
+bool backfill_state_parse(const char *text, bf_state *out);
+void backfill_trim_history(bf_set *set);
+backfill *backfill_lookup(const bf_set *set, const char *id);
+void backfill_settle(backfill *bf, bf_now now);
+void backfill_stop_run(table *tab);
 /* Forgets what is in flight (chunks, ranges taken, keys taken, what waits to be durable) and the lanes' hold
  * on tab. What is durable stays. */
-void bf_drop_run(table *tab);
-bool bf_finished(bf_state state);
+void backfill_drop_run(table *tab);
+bool backfill_finished(bf_state state);
 /* The chunk is over. Its window goes back to the spare ones, its lane is told, and it is freed. */
-void bf_chunk_free(chunk *ck);
-/* The chunk is read again. Its range or keys go back, then bf_chunk_free runs. With half it is read in two
- * halves, as its rows did not fit or a change without its key keeps hitting it. */
-void bf_chunk_retry(chunk *ck, bool half);
+void backfill_chunk_free(chunk *ck);
+/* The chunk is read again. Its range or keys go back, then backfill_chunk_free runs. With half it is read in
+ * two halves, as its rows did not fit or a change without its key keeps hitting it. */
+void backfill_chunk_retry(chunk *ck, bool half);
 /* Whether some range of tab is not yet closed (read and emitted at its high watermark). A row may still move
  * from such a range into one already read. */
-bool bf_ranges_open(const table *tab);
+bool backfill_ranges_open(const table *tab);
 /* A table whose chunks are all durable is done, or goes another round (keys to read again, a partitioned
  * table's leaves listed again). */
-void bf_table_progress(table *tab, bf_now now);
-void bf_table_set_keys(table *tab, char **names, size_t count);
-uint64_t bf_clamp_rows(const bf_set *set, uint64_t count);
+void backfill_table_progress(table *tab, bf_now now);
+void backfill_table_set_keys(table *tab, char **names, size_t count);
+uint64_t backfill_clamp_rows(const bf_set *set, uint64_t count);
 
 #endif

@@ -15,7 +15,7 @@ static uint64_t table_blocks(const table *t)
 {
 	uint64_t n = 0;
 	for (size_t i = 0; i < t->nleaves; i++)
-		n += t->leaves[i].gone ? rset_blocks(&t->leaves[i].done, t->leaves[i].blocks)
+		n += t->leaves[i].gone ? backfill_ranges_blocks(&t->leaves[i].done, t->leaves[i].blocks)
 				       : t->leaves[i].blocks;
 	return n;
 }
@@ -82,7 +82,7 @@ size_t backfill_count(const bf_set *b)
 bool backfill_active(const bf_set *b)
 {
 	for (size_t i = 0; i < b->n; i++)
-		if (!bf_finished(b->list[i]->state))
+		if (!backfill_finished(b->list[i]->state))
 			return true;
 	return false;
 }
@@ -111,7 +111,7 @@ void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out)
 		out->p.blocks += tp.blocks;
 		out->p.blocks_read += tp.blocks_read;
 		out->p.rate += tp.rate;
-		bool open = !bf_finished(f->tables[k].state);
+		bool open = !backfill_finished(f->tables[k].state);
 		/* the whole is from the size when one open table's estimate is */
 		if (open && tp.estimate_from &&
 		    (!out->p.estimate_from || strcmp(tp.estimate_from, "size") == 0))
@@ -123,7 +123,7 @@ void backfill_info(const bf_set *b, size_t i, bf_now now, bf_info *out)
 		if (open && tp.estimate >= 0)
 			remaining += (double)((uint64_t)tp.estimate - tp.read);
 	}
-	if (bf_finished(f->state))
+	if (backfill_finished(f->state))
 		out->p.eta_s = f->state == BF_DONE ? 0 : -1;
 	else if (out->p.estimate >= 0 && out->p.rate > 0)
 		out->p.eta_s = (int64_t)(remaining / out->p.rate + 0.5);
@@ -175,7 +175,7 @@ void backfill_json(const bf_set *b, buf *out, const char *sub, bf_now now)
 		buf_putc(out, '{');
 		json_key_str(out, &m, "id", f.id);
 		json_key_str(out, &m, "subscription", f.subscription);
-		json_key_str(out, &m, "state", bf_state_name(f.state));
+		json_key_str(out, &m, "state", backfill_state_name(f.state));
 		json_key_str(out, &m, "where", f.where);
 		json_key_str(out, &m, "error", f.error);
 		json_key_i64(out, &m, "created_ms", f.created_ms);
@@ -196,7 +196,7 @@ void backfill_json(const bf_set *b, buf *out, const char *sub, bf_now now)
 			buf_putc(out, '{');
 			json_key_str(out, &n, "schema", t.schema);
 			json_key_str(out, &n, "table", t.table);
-			json_key_str(out, &n, "state", bf_state_name(t.state));
+			json_key_str(out, &n, "state", backfill_state_name(t.state));
 			json_key_str(out, &n, "key", t.key);
 			json_key_str(out, &n, "error", t.error);
 			progress_json(out, &n, &t.p);

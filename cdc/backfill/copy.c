@@ -78,15 +78,16 @@ static long unescape(const char *p, const char *end, char *dst)
 	return (long)(o - dst);
 }
 
-bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at, char *err, size_t errlen)
+bool backfill_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at, char *err,
+			  size_t errlen)
 {
 	if (len && line[len - 1] == '\n')
 		len--;
 	if (len > INT32_MAX)
-		return errf(err, errlen, "a row of %zu bytes is too long", len);
+		return util_errf(err, errlen, "a row of %zu bytes is too long", len);
 	if (n == 0) { /* a table without columns: its rows are empty lines */
 		at[0] = out->len;
-		return len == 0 || errf(err, errlen, "the row has fields, not 0");
+		return len == 0 || util_errf(err, errlen, "the row has fields, not 0");
 	}
 	/* Room for every field's length and the bytes, which unescaping only shortens. */
 	buf_reserve(out, 4 * n + len + 1);
@@ -95,7 +96,7 @@ bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at
 	for (;;) {
 		const char *tab = memchr(p, '\t', (size_t)(end - p)), *stop = tab ? tab : end;
 		if (i == n)
-			return errf(err, errlen, "the row has more than %zu fields", n);
+			return util_errf(err, errlen, "the row has more than %zu fields", n);
 		size_t flen = (size_t)(stop - p);
 		uint8_t *head = (uint8_t *)out->data + out->len;
 		at[i] = out->len;
@@ -109,7 +110,7 @@ bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at
 		} else {
 			long ulen = unescape(p, stop, out->data + out->len);
 			if (ulen < 0)
-				return errf(err, errlen, "field %zu ends in a lone backslash", i + 1);
+				return util_errf(err, errlen, "field %zu ends in a lone backslash", i + 1);
 			put_be32(head, (uint32_t)ulen);
 			out->len += (size_t)ulen;
 		}
@@ -121,6 +122,6 @@ bool bf_copy_encode(const char *line, size_t len, size_t n, buf *out, size_t *at
 	out->data[out->len] = '\0';
 	at[i] = out->len;
 	if (i != n)
-		return errf(err, errlen, "the row has %zu fields, not %zu", i, n);
+		return util_errf(err, errlen, "the row has %zu fields, not %zu", i, n);
 	return true;
 }

@@ -10,11 +10,11 @@
 #include "cdc/backfill/window.h"
 #include "decoder/base/util.h"
 
-/* Appends line's fields, exactly count of them, to out in bf_encode's format, unescaped, in one pass. line is
- * one CopyData message, a row and its newline. at[i] gets the offset in out where field i starts (its 4-byte
- * length), and at[count] the end. False with a message naming the field when the row has another number of
- * fields or a bad escape. out then holds a part of it. */
-bool bf_copy_encode(const char *line, size_t len, size_t count, buf *out, size_t *at, char *err,
-		    size_t errlen) CDC_MUST_CHECK;
+/* Appends line's fields, exactly count of them, to out in backfill_encode's format, unescaped, in one pass.
+ * line is one CopyData message, a row and its newline. at[i] gets the offset in out where field i starts (its
+ * 4-byte length), and at[count] the end. False with a message naming the field when the row has another
+ * number of fields or a bad escape. out then holds a part of it. */
+bool backfill_copy_encode(const char *line, size_t len, size_t count, buf *out, size_t *at, char *err,
+			  size_t errlen) CDC_MUST_CHECK;
 
 #endif

@@ -12,7 +12,7 @@ static void rset_put(rset *s, size_t at, uint32_t lo, uint32_t hi)
 {
 	if (s->n + 2 > s->cap) {
 		s->cap = s->cap ? 2 * s->cap : 8;
-		s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
+		s->v = util_xrealloc(s->v, s->cap * sizeof(*s->v));
 	}
 	memmove(s->v + at + 2, s->v + at, (s->n - at) * sizeof(*s->v));
 	s->v[at] = lo;
@@ -20,7 +20,7 @@ static void rset_put(rset *s, size_t at, uint32_t lo, uint32_t hi)
 	s->n += 2;
 }
 
-void rset_add(rset *s, uint32_t lo, uint32_t hi)
+void backfill_ranges_add(rset *s, uint32_t lo, uint32_t hi)
 {
 	if (lo >= hi)
 		return;
@@ -40,7 +40,7 @@ void rset_add(rset *s, uint32_t lo, uint32_t hi)
 	rset_put(s, first, lo, hi);
 }
 
-void rset_remove(rset *s, uint32_t lo, uint32_t hi)
+void backfill_ranges_remove(rset *s, uint32_t lo, uint32_t hi)
 {
 	for (size_t i = 0; i < s->n && lo < hi;) {
 		uint32_t a = s->v[i], b = s->v[i + 1];
@@ -78,8 +78,8 @@ static uint32_t next_start(const rset *s, uint32_t x, uint32_t end)
 	return end;
 }
 
-bool rset_first_gap(const rset *a, const rset *b, uint32_t from, uint32_t end, uint32_t max, uint32_t *lo,
-		    uint32_t *hi)
+bool backfill_ranges_first_gap(const rset *a, const rset *b, uint32_t from, uint32_t end, uint32_t max,
+			       uint32_t *lo, uint32_t *hi)
 {
 	uint32_t x = from;
 	for (;;) {
@@ -97,7 +97,7 @@ bool rset_first_gap(const rset *a, const rset *b, uint32_t from, uint32_t end, u
 	return true;
 }
 
-uint64_t rset_blocks(const rset *s, uint32_t end)
+uint64_t backfill_ranges_blocks(const rset *s, uint32_t end)
 {
 	uint64_t n = 0;
 	for (size_t i = 0; i < s->n && s->v[i] < end; i += 2)
@@ -105,7 +105,7 @@ uint64_t rset_blocks(const rset *s, uint32_t end)
 	return n;
 }
 
-void rset_free(rset *s)
+void backfill_ranges_free(rset *s)
 {
 	free(s->v);
 	*s = (rset){0};
@@ -121,16 +121,16 @@ static keyent **key_find(const keyset *s, uint64_t h, const void *key, size_t le
 	return e;
 }
 
-bool keys_has(const keyset *s, const void *key, size_t len)
+bool backfill_keys_has(const keyset *s, const void *key, size_t len)
 {
-	return s->cap && *key_find(s, bf_hash(key, len), key, len);
+	return s->cap && *key_find(s, backfill_hash(key, len), key, len);
 }
 
-void keys_add(keyset *s, const void *key, size_t len)
+void backfill_keys_add(keyset *s, const void *key, size_t len)
 {
 	if (2 * (s->n + 1) > s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
-		keyent **slots = xcalloc(cap, sizeof(*slots));
+		keyent **slots = util_xcalloc(cap, sizeof(*slots));
 		for (size_t i = 0; i < s->cap; i++)
 			for (keyent *e = s->slots[i], *next; e; e = next) {
 				next = e->next;
@@ -141,7 +141,7 @@ void keys_add(keyset *s, const void *key, size_t len)
 		s->slots = slots;
 		s->cap = cap;
 	}
-	uint64_t h = bf_hash(key, len);
+	uint64_t h = backfill_hash(key, len);
 	keyent **at = key_find(s, h, key, len);
 	if (*at) {
 		/* Taken by a chunk whose read may have come before this change. Read it again after. */
@@ -149,7 +149,7 @@ void keys_add(keyset *s, const void *key, size_t len)
 			(*at)->state = KEY_TAKEN_AGAIN;
 		return;
 	}
-	keyent *e = xmalloc(sizeof(*e) + len);
+	keyent *e = util_xmalloc(sizeof(*e) + len);
 	*e = (keyent){.hash = h, .len = (uint32_t)len, .state = KEY_WAIT};
 	memcpy(e->key, key, len);
 	*at = e;
@@ -158,7 +158,7 @@ void keys_add(keyset *s, const void *key, size_t len)
 	s->bytes += len;
 }
 
-size_t keys_take(keyset *s, size_t max, buf *out)
+size_t backfill_keys_take(keyset *s, size_t max, buf *out)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < s->cap && n < max && s->waiting; i++)
@@ -176,7 +176,7 @@ size_t keys_take(keyset *s, size_t max, buf *out)
 	return n;
 }
 
-/* Each key of a keys_take buffer, to fn. */
+/* Each key of a backfill_keys_take buffer, to fn. */
 static void each_taken(keyset *s, const buf *taken, bool done)
 {
 	const uint8_t *p = (const uint8_t *)taken->data, *end = p + taken->len;
@@ -185,7 +185,7 @@ static void each_taken(keyset *s, const buf *taken, bool done)
 		p += 4;
 		if ((size_t)(end - p) < len)
 			break;
-		keyent **at = key_find(s, bf_hash(p, len), p, len);
+		keyent **at = key_find(s, backfill_hash(p, len), p, len);
 		keyent *e = *at;
 		p += len;
 		if (!e || e->state == KEY_WAIT)
@@ -202,19 +202,19 @@ static void each_taken(keyset *s, const buf *taken, bool done)
 	}
 }
 
-void keys_give_back(keyset *s, const buf *taken)
+void backfill_keys_give_back(keyset *s, const buf *taken)
 {
 	if (s->cap)
 		each_taken(s, taken, false);
 }
 
-void keys_done(keyset *s, const buf *taken)
+void backfill_keys_done(keyset *s, const buf *taken)
 {
 	if (s->cap)
 		each_taken(s, taken, true);
 }
 
-const keyent *keys_next(const keyset *s, size_t *pos, const keyent *prev)
+const keyent *backfill_keys_next(const keyset *s, size_t *pos, const keyent *prev)
 {
 	if (prev && prev->next)
 		return prev->next;
@@ -226,7 +226,7 @@ const keyent *keys_next(const keyset *s, size_t *pos, const keyent *prev)
 	return NULL;
 }
 
-void keys_free(keyset *s)
+void backfill_keys_free(keyset *s)
 {
 	for (size_t i = 0; i < s->cap; i++)
 		for (keyent *e = s->slots[i], *next; e; e = next) {

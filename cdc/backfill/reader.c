@@ -42,23 +42,23 @@ struct bf_reader {
 
 static bf_now now(void)
 {
-	return (bf_now){.ms = now_ms(), .wall_ms = wall_ms()};
+	return (bf_now){.ms = util_now_ms(), .wall_ms = util_wall_ms()};
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
 static void on_timer(evutil_socket_t fd, short what, void *arg);
 
-bf_reader *bf_reader_new(struct event_base *base, const char *dsn, bf_set *set, void (*answered)(void *ctx),
-			 void *ctx)
+bf_reader *backfill_reader_new(struct event_base *base, const char *dsn, bf_set *set,
+			       void (*answered)(void *ctx), void *ctx)
 {
-	bf_reader *r = xcalloc(1, sizeof(*r));
+	bf_reader *r = util_xcalloc(1, sizeof(*r));
 	r->base = base;
 	r->answered = answered;
 	r->ctx = ctx;
-	r->dsn = xstrdup(dsn);
+	r->dsn = util_xstrdup(dsn);
 	r->set = set;
 	r->n = backfill_lanes(set);
-	r->c = xcalloc(r->n, sizeof(*r->c));
+	r->c = util_xcalloc(r->n, sizeof(*r->c));
 	for (unsigned i = 0; i < r->n; i++) {
 		r->c[i] = (rconn){.r = r, .lane = i, .backoff_ms = RETRY_MIN_MS};
 		r->c[i].ev_timer = evtimer_new(base, on_timer, &r->c[i]);
@@ -80,7 +80,7 @@ static void drop_connection(rconn *c)
 	c->copying = false;
 }
 
-void bf_reader_free(bf_reader *r)
+void backfill_reader_free(bf_reader *r)
 {
 	if (!r)
 		return;
@@ -89,7 +89,7 @@ void bf_reader_free(bf_reader *r)
 		event_free(r->c[i].ev_timer);
 	}
 	free(r->c);
-	bf_reader_password(r, NULL);
+	backfill_reader_password(r, NULL);
 	free(r->dsn);
 	free(r);
 }
@@ -194,18 +194,18 @@ static void kick_one(rconn *c)
 	}
 }
 
-void bf_reader_kick(bf_reader *r)
+void backfill_reader_kick(bf_reader *r)
 {
 	for (unsigned i = 0; i < r->n; i++)
 		kick_one(&r->c[i]);
 }
 
-void bf_reader_use(bf_reader *r, const char *dsn)
+void backfill_reader_use(bf_reader *r, const char *dsn)
 {
 	if (strcmp(r->dsn, dsn) == 0)
 		return;
 	free(r->dsn);
-	r->dsn = xstrdup(dsn);
+	r->dsn = util_xstrdup(dsn);
 	for (unsigned i = 0; i < r->n; i++) {
 		rconn *c = &r->c[i];
 		if (c->state == R_DOWN)
@@ -215,18 +215,18 @@ void bf_reader_use(bf_reader *r, const char *dsn)
 				       false, now());
 		drop_connection(c);
 	}
-	bf_reader_kick(r);
+	backfill_reader_kick(r);
 }
 
-void bf_reader_password(bf_reader *r, const char *password)
+void backfill_reader_password(bf_reader *r, const char *password)
 {
 	if (r->password)
 		explicit_bzero(r->password, strlen(r->password));
 	free(r->password);
-	r->password = password ? xstrdup(password) : NULL;
+	r->password = password ? util_xstrdup(password) : NULL;
 }
 
-bool bf_reader_idle(const bf_reader *r)
+bool backfill_reader_idle(const bf_reader *r)
 {
 	for (unsigned i = 0; i < r->n; i++) {
 		const rconn *c = &r->c[i];
@@ -334,7 +334,7 @@ static void finish(rconn *c)
 	}
 	PQclear(done);
 	c->r->answered(c->r->ctx);
-	bf_reader_kick(c->r);
+	backfill_reader_kick(c->r);
 }
 
 /* The statement's results: for a COPY its rows, then one PGresult, then NULL. */

@@ -36,20 +36,20 @@ static bool pattern_ok(const char *s, size_t len)
 static bool take_tables(json_object *v, bf_request_body *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(err, errlen, "tables: expected an array of \"schema.table\" strings");
+		return util_errf(err, errlen, "tables: expected an array of \"schema.table\" strings");
 	size_t n = json_object_array_length(v);
 	if (n > BF_REQUEST_MAX_TABLES)
-		return errf(err, errlen, "tables: more than %d", BF_REQUEST_MAX_TABLES);
-	out->tables = xcalloc(n ? n : 1, sizeof(*out->tables));
+		return util_errf(err, errlen, "tables: more than %d", BF_REQUEST_MAX_TABLES);
+	out->tables = util_xcalloc(n ? n : 1, sizeof(*out->tables));
 	for (size_t i = 0; i < n; i++) {
 		json_object *t = json_object_array_get_idx(v, i);
 		if (!json_object_is_type(t, json_type_string))
-			return errf(err, errlen, "tables[%zu]: expected a string", i);
+			return util_errf(err, errlen, "tables[%zu]: expected a string", i);
 		const char *s = json_object_get_string(t);
 		size_t len = (size_t)json_object_get_string_len(t);
-		if (!utf8_valid(s, len) || !pattern_ok(s, len))
-			return errf(err, errlen, "tables[%zu]: not of the form schema.table", i);
-		out->tables[out->ntables++] = xstrdup(s);
+		if (!util_utf8_valid(s, len) || !pattern_ok(s, len))
+			return util_errf(err, errlen, "tables[%zu]: not of the form schema.table", i);
+		out->tables[out->ntables++] = util_xstrdup(s);
 	}
 	return true;
 }
@@ -59,21 +59,21 @@ static bool take_where(json_object *v, bf_request_body *out, char *err, size_t e
 	if (json_object_is_type(v, json_type_null))
 		return true;
 	if (!json_object_is_type(v, json_type_string))
-		return errf(err, errlen, "where: expected a string");
+		return util_errf(err, errlen, "where: expected a string");
 	const char *s = json_object_get_string(v);
 	size_t len = (size_t)json_object_get_string_len(v);
-	if (!utf8_valid(s, len))
-		return errf(err, errlen, "where: not valid UTF-8 text");
+	if (!util_utf8_valid(s, len))
+		return util_errf(err, errlen, "where: not valid UTF-8 text");
 	char perr[256];
-	pred *p = pred_parse(s, perr, sizeof(perr));
+	pred *p = match_predicate_parse(s, perr, sizeof(perr));
 	if (!p)
-		return errf(err, errlen, "where: %s", perr);
-	pred_free(p);
-	out->where = xstrdup(s);
+		return util_errf(err, errlen, "where: %s", perr);
+	match_predicate_free(p);
+	out->where = util_xstrdup(s);
 	return true;
 }
 
-bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *err, size_t errlen)
+bool backfill_request_parse(const char *body, size_t len, bf_request_body *out, char *err, size_t errlen)
 {
 	*out = (bf_request_body){0};
 	size_t i = 0;
@@ -85,11 +85,11 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 	json_object *root = json_parse(body, len, JSON_TOKENER_DEFAULT_DEPTH, why, sizeof(why));
 	bool ok = false;
 	if (!root) {
-		errf(err, errlen, "body: %s", why);
+		util_errf(err, errlen, "body: %s", why);
 		goto out;
 	}
 	if (!json_object_is_type(root, json_type_object)) {
-		errf(err, errlen, "body: expected an object with \"tables\" and \"where\"");
+		util_errf(err, errlen, "body: expected an object with \"tables\" and \"where\"");
 		goto out;
 	}
 	ok = true;
@@ -102,17 +102,18 @@ bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *
 		else if (strcmp(key, "where") == 0)
 			ok = take_where(val, out, err, errlen);
 		else
-			ok = errf(err, errlen,
-				  "unknown key '%.64s' (a backfill takes \"tables\" and \"where\")", key);
+			ok =
+			    util_errf(err, errlen,
+				      "unknown key '%.64s' (a backfill takes \"tables\" and \"where\")", key);
 	}
 out:
 	json_object_put(root);
 	if (!ok)
-		bf_request_free(out);
+		backfill_request_free(out);
 	return ok;
 }
 
-void bf_request_free(bf_request_body *r)
+void backfill_request_free(bf_request_body *r)
 {
 	for (size_t i = 0; i < r->ntables; i++)
 		free(r->tables[i]);
@@ -121,7 +122,7 @@ void bf_request_free(bf_request_body *r)
 	*r = (bf_request_body){0};
 }
 
-void bf_request_json(const bf_request_body *r, buf *out)
+void backfill_request_json(const bf_request_body *r, buf *out)
 {
 	bool first = true, tf = true;
 	buf_putc(out, '{');

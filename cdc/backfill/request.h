@@ -20,10 +20,10 @@ typedef struct bf_request_body {
 
 /* False with a message in err, e.g. "tables[1]: expected a string", "where: position 5: ...", "unknown key
  * 'x'". out is then empty. */
-bool bf_request_parse(const char *body, size_t len, bf_request_body *out, char *err,
-		      size_t errlen) CDC_MUST_CHECK;
-void bf_request_free(bf_request_body *body);
-/* The body as JSON, the form bf_request_parse reads. */
-void bf_request_json(const bf_request_body *body, buf *out);
+bool backfill_request_parse(const char *body, size_t len, bf_request_body *out, char *err,
+			    size_t errlen) CDC_MUST_CHECK;
+void backfill_request_free(bf_request_body *body);
+/* The body as JSON, the form backfill_request_parse reads. */
+void backfill_request_json(const bf_request_body *body, buf *out);
 
 #endif

@@ -18,7 +18,7 @@
 static const char *const type_names[] = {
     [BF_SIGNAL_EXECUTE] = "execute-snapshot", [BF_SIGNAL_STOP] = "stop-snapshot"};
 
-const char *bf_signal_type(bf_signal_kind kind)
+const char *backfill_signal_type(bf_signal_kind kind)
 {
 	return type_names[kind];
 }
@@ -30,10 +30,10 @@ static const char *text_problem(const char *s, size_t len, size_t max, char *why
 	if (!s)
 		return "missing (NULL)";
 	if (len == 0 || len > max) {
-		errf(why, whylen, "expected 1 to %zu bytes of text, got %zu", max, len);
+		util_errf(why, whylen, "expected 1 to %zu bytes of text, got %zu", max, len);
 		return why;
 	}
-	if (!utf8_valid(s, len))
+	if (!util_utf8_valid(s, len))
 		return "not valid UTF-8 text";
 	for (size_t i = 0; i < len; i++)
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
@@ -47,12 +47,12 @@ static const char *json_text(json_object *v, size_t max, const char *what, size_
 {
 	char why[64];
 	if (!json_object_is_type(v, json_type_string)) {
-		errf(err, errlen, "data: %s[%zu]: expected a string", what, at);
+		util_errf(err, errlen, "data: %s[%zu]: expected a string", what, at);
 		return NULL;
 	}
 	const char *s = json_object_get_string(v), *problem;
 	if ((problem = text_problem(s, (size_t)json_object_get_string_len(v), max, why, sizeof(why)))) {
-		errf(err, errlen, "data: %s[%zu]: %s", what, at, problem);
+		util_errf(err, errlen, "data: %s[%zu]: %s", what, at, problem);
 		return NULL;
 	}
 	return s;
@@ -62,12 +62,13 @@ static const char *json_text(json_object *v, size_t max, const char *what, size_
 static bool take_tables(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(err, errlen,
-			    "data: data-collections: expected an array of \"schema.table\" names");
+		return util_errf(err, errlen,
+				 "data: data-collections: expected an array of \"schema.table\" names");
 	size_t n = json_object_array_length(v);
 	if (n > BF_SIGNAL_MAX_TABLES)
-		return errf(err, errlen, "data: data-collections: more than %d tables", BF_SIGNAL_MAX_TABLES);
-	out->tables = xcalloc(n ? n : 1, sizeof(*out->tables));
+		return util_errf(err, errlen, "data: data-collections: more than %d tables",
+				 BF_SIGNAL_MAX_TABLES);
+	out->tables = util_xcalloc(n ? n : 1, sizeof(*out->tables));
 	for (size_t i = 0; i < n; i++) {
 		const char *s = json_text(json_object_array_get_idx(v, i), NAME_MAX_BYTES, "data-collections",
 					  i, err, errlen);
@@ -76,19 +77,19 @@ static bool take_tables(json_object *v, bf_signal *out, char *err, size_t errlen
 		if (!s)
 			return false;
 		if (problem)
-			return errf(
+			return util_errf(
 			    err, errlen,
 			    "data: data-collections[%zu]: %.200s is not a table's name (%s): cdc takes "
 			    "schema.table names, not regular expressions",
 			    i, s, problem);
 		if (!match_table_split(s, schema, table))
-			return errf(err, errlen, "data: data-collections[%zu]: not of the form schema.table",
-				    i);
+			return util_errf(err, errlen,
+					 "data: data-collections[%zu]: not of the form schema.table", i);
 		for (size_t k = 0; k < out->ntables; k++)
 			if (match_table(out->tables[k].name, schema, table))
-				return errf(err, errlen, "data: data-collections[%zu]: %s is named twice", i,
-					    s);
-		out->tables[out->ntables++].name = xstrdup(s);
+				return util_errf(err, errlen,
+						 "data: data-collections[%zu]: %s is named twice", i, s);
+		out->tables[out->ntables++].name = util_xstrdup(s);
 	}
 	return true;
 }
@@ -109,12 +110,12 @@ static bf_signal_table *find_table(bf_signal *out, const char *name)
 static bool where_ok(const char *s, const char *what, size_t at, char *err, size_t errlen)
 {
 	char why[256];
-	pred *p = pred_parse(s, why, sizeof(why));
+	pred *p = match_predicate_parse(s, why, sizeof(why));
 	if (!p)
-		return errf(err, errlen,
-			    "data: %s[%zu]: %s (a filter is cdc's where language: new.color = 'blue')", what,
-			    at, why);
-	pred_free(p);
+		return util_errf(err, errlen,
+				 "data: %s[%zu]: %s (a filter is cdc's where language: new.color = 'blue')",
+				 what, at, why);
+	match_predicate_free(p);
 	return true;
 }
 
@@ -122,7 +123,7 @@ static bool where_ok(const char *s, const char *what, size_t at, char *err, size
 static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(
+		return util_errf(
 		    err, errlen,
 		    "data: additional-conditions: expected an array of {\"data-collection\", \"filter\"}");
 	size_t n = json_object_array_length(v);
@@ -131,10 +132,10 @@ static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t er
 		if (!json_object_is_type(c, json_type_object) || json_object_object_length(c) != 2 ||
 		    !json_object_object_get_ex(c, "data-collection", &name) ||
 		    !json_object_object_get_ex(c, "filter", &filter))
-			return errf(err, errlen,
-				    "data: additional-conditions[%zu]: expected {\"data-collection\": "
-				    "\"schema.table\", \"filter\": \"...\"}",
-				    i);
+			return util_errf(err, errlen,
+					 "data: additional-conditions[%zu]: expected {\"data-collection\": "
+					 "\"schema.table\", \"filter\": \"...\"}",
+					 i);
 		const char *t = json_text(name, NAME_MAX_BYTES, "additional-conditions", i, err, errlen);
 		const char *f =
 		    t ? json_text(filter, PRED_MAX_TEXT, "additional-conditions", i, err, errlen) : NULL;
@@ -142,14 +143,14 @@ static bool take_conditions(json_object *v, bf_signal *out, char *err, size_t er
 			return false;
 		bf_signal_table *tb = find_table(out, t);
 		if (!tb)
-			return errf(err, errlen,
-				    "data: additional-conditions[%zu]: %.200s is not one of data-collections",
-				    i, t);
+			return util_errf(
+			    err, errlen,
+			    "data: additional-conditions[%zu]: %.200s is not one of data-collections", i, t);
 		if (tb->where)
-			return errf(err, errlen,
-				    "data: additional-conditions[%zu]: a second condition for %s", i,
-				    tb->name);
-		tb->where = xstrdup(f);
+			return util_errf(err, errlen,
+					 "data: additional-conditions[%zu]: a second condition for %s", i,
+					 tb->name);
+		tb->where = util_xstrdup(f);
 	}
 	return true;
 }
@@ -161,24 +162,24 @@ static bool take_condition(json_object *v, bf_signal *out, char *err, size_t err
 	if (!f || !where_ok(f, "additional-condition", 0, err, errlen))
 		return false;
 	for (size_t k = 0; k < out->ntables; k++)
-		out->tables[k].where = xstrdup(f);
+		out->tables[k].where = util_xstrdup(f);
 	return true;
 }
 
 static bool take_subscriptions(json_object *v, bf_signal *out, char *err, size_t errlen)
 {
 	if (!json_object_is_type(v, json_type_array))
-		return errf(err, errlen, "data: subscriptions: expected an array of subscription names");
+		return util_errf(err, errlen, "data: subscriptions: expected an array of subscription names");
 	size_t n = json_object_array_length(v);
 	if (n > BF_SIGNAL_MAX_SUBS)
-		return errf(err, errlen, "data: subscriptions: more than %d", BF_SIGNAL_MAX_SUBS);
-	out->subscriptions = xcalloc(n ? n : 1, sizeof(*out->subscriptions));
+		return util_errf(err, errlen, "data: subscriptions: more than %d", BF_SIGNAL_MAX_SUBS);
+	out->subscriptions = util_xcalloc(n ? n : 1, sizeof(*out->subscriptions));
 	for (size_t i = 0; i < n; i++) {
 		const char *s = json_text(json_object_array_get_idx(v, i), BF_SIGNAL_MAX_SUB_NAME,
 					  "subscriptions", i, err, errlen);
 		if (!s)
 			return false;
-		out->subscriptions[out->nsubscriptions++] = xstrdup(s);
+		out->subscriptions[out->nsubscriptions++] = util_xstrdup(s);
 	}
 	return true;
 }
@@ -190,10 +191,10 @@ static bool take_type(json_object *v, char *err, size_t errlen)
 	if (s && strcmp(s, "incremental") == 0)
 		return true;
 	if (s && strcmp(s, "blocking") == 0)
-		return errf(err, errlen,
-			    "data: type: blocking is not done: cdc's backfills never pause the stream "
-			    "(leave type out, or write incremental)");
-	return errf(err, errlen, "data: type: expected \"incremental\"");
+		return util_errf(err, errlen,
+				 "data: type: blocking is not done: cdc's backfills never pause the stream "
+				 "(leave type out, or write incremental)");
+	return util_errf(err, errlen, "data: type: expected \"incremental\"");
 }
 
 static bool parse_data(json_object *root, bf_signal *out, char *err, size_t errlen)
@@ -208,7 +209,7 @@ static bool parse_data(json_object *root, bf_signal *out, char *err, size_t errl
 				     : strcmp(key, "type") == 0			 ? &type
 										 : NULL;
 		if (!slot)
-			return errf(
+			return util_errf(
 			    err, errlen,
 			    "data: unknown key '%.64s' (a signal's data takes data-collections, type, "
 			    "additional-conditions and subscriptions)",
@@ -216,18 +217,19 @@ static bool parse_data(json_object *root, bf_signal *out, char *err, size_t errl
 		*slot = val;
 	}
 	if (out->kind == BF_SIGNAL_EXECUTE && !tables)
-		return errf(err, errlen, "data: data-collections: missing (the tables to backfill)");
+		return util_errf(err, errlen, "data: data-collections: missing (the tables to backfill)");
 	if (out->kind == BF_SIGNAL_STOP && (conditions || condition))
-		return errf(err, errlen, "data: stop-snapshot takes no conditions");
+		return util_errf(err, errlen, "data: stop-snapshot takes no conditions");
 	if (conditions && condition)
-		return errf(err, errlen, "data: additional-condition and additional-conditions: write one");
+		return util_errf(err, errlen,
+				 "data: additional-condition and additional-conditions: write one");
 	if ((type && !take_type(type, err, errlen)) || (tables && !take_tables(tables, out, err, errlen)) ||
 	    (conditions && !take_conditions(conditions, out, err, errlen)) ||
 	    (condition && !take_condition(condition, out, err, errlen)) ||
 	    (subs && !take_subscriptions(subs, out, err, errlen)))
 		return false;
 	if (out->kind == BF_SIGNAL_EXECUTE && !out->ntables)
-		return errf(err, errlen, "data: data-collections: empty (the tables to backfill)");
+		return util_errf(err, errlen, "data: data-collections: empty (the tables to backfill)");
 	return true;
 }
 
@@ -239,14 +241,14 @@ static bool blank(const char *s, size_t len)
 	return true;
 }
 
-bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t type_len, const char *data,
-		     size_t data_len, bf_signal *out, char *err, size_t errlen)
+bool backfill_signal_parse(const char *id, size_t id_len, const char *type, size_t type_len, const char *data,
+			   size_t data_len, bf_signal *out, char *err, size_t errlen)
 {
 	char why[128];
 	const char *problem = text_problem(id, id_len, BF_SIGNAL_MAX_ID, why, sizeof(why));
 	*out = (bf_signal){0};
 	if (problem)
-		return errf(err, errlen, "id: %s", problem);
+		return util_errf(err, errlen, "id: %s", problem);
 	bool known = false;
 	for (int k = BF_SIGNAL_EXECUTE; k <= BF_SIGNAL_STOP && !known; k++)
 		if (type && type_len == strlen(type_names[k]) && memcmp(type, type_names[k], type_len) == 0) {
@@ -254,38 +256,39 @@ bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t typ
 			known = true;
 		}
 	if (!known)
-		return errf(err, errlen,
-			    "type: %s%.*s%s is not a signal cdc acts on (execute-snapshot, stop-snapshot)",
-			    type ? "'" : "NULL",
-			    type && !text_problem(type, type_len, 64, why, sizeof(why)) ? (int)type_len : 0,
-			    type ? type : "", type ? "'" : "");
-	out->id = memcpy(xcalloc(id_len + 1, 1), id, id_len);
+		return util_errf(
+		    err, errlen,
+		    "type: %s%.*s%s is not a signal cdc acts on (execute-snapshot, stop-snapshot)",
+		    type ? "'" : "NULL",
+		    type && !text_problem(type, type_len, 64, why, sizeof(why)) ? (int)type_len : 0,
+		    type ? type : "", type ? "'" : "");
+	out->id = memcpy(util_xcalloc(id_len + 1, 1), id, id_len);
 	if (!data || blank(data, data_len)) {
 		if (out->kind == BF_SIGNAL_STOP)
 			return true; /* stop every backfill signals started */
-		bf_signal_free(out);
-		return errf(err, errlen,
-			    "data: missing (execute-snapshot needs {\"data-collections\": [...]})");
+		backfill_signal_free(out);
+		return util_errf(err, errlen,
+				 "data: missing (execute-snapshot needs {\"data-collections\": [...]})");
 	}
 	json_object *root = NULL;
 	bool ok = false;
 	if (data_len > BF_SIGNAL_MAX_DATA)
-		errf(err, errlen, "data: more than %d bytes", BF_SIGNAL_MAX_DATA);
-	else if (!utf8_valid(data, data_len))
-		errf(err, errlen, "data: not valid UTF-8 text");
+		util_errf(err, errlen, "data: more than %d bytes", BF_SIGNAL_MAX_DATA);
+	else if (!util_utf8_valid(data, data_len))
+		util_errf(err, errlen, "data: not valid UTF-8 text");
 	else if (!(root = json_parse(data, data_len, DATA_DEPTH, why, sizeof(why))))
-		errf(err, errlen, "data: %s", why);
+		util_errf(err, errlen, "data: %s", why);
 	else if (!json_object_is_type(root, json_type_object))
-		errf(err, errlen, "data: expected a JSON object ({\"data-collections\": [...]})");
+		util_errf(err, errlen, "data: expected a JSON object ({\"data-collections\": [...]})");
 	else
 		ok = parse_data(root, out, err, errlen);
 	json_object_put(root);
 	if (!ok)
-		bf_signal_free(out);
+		backfill_signal_free(out);
 	return ok;
 }
 
-void bf_signal_free(bf_signal *s)
+void backfill_signal_free(bf_signal *s)
 {
 	for (size_t i = 0; i < s->ntables; i++) {
 		free(s->tables[i].name);
@@ -299,7 +302,7 @@ void bf_signal_free(bf_signal *s)
 	*s = (bf_signal){0};
 }
 
-void bf_signal_json(const bf_signal *s, buf *out)
+void backfill_signal_json(const bf_signal *s, buf *out)
 {
 	bool first = true, fa = true, fc = true, fs = true;
 	buf_putc(out, '{');

@@ -47,12 +47,12 @@ typedef struct bf_signal {
  *   stop-snapshot     {"data-collections": [...], "type": "incremental", "subscriptions": [...]}
  * "additional-condition" (one string for every table, Debezium 2.0 and 2.1) is read too. A filter is
  * cdc's where language (new.color = 'blue'). SQL is never passed to the database. */
-bool bf_signal_parse(const char *id, size_t id_len, const char *type, size_t type_len, const char *data,
-		     size_t data_len, bf_signal *out, char *err, size_t errlen) CDC_MUST_CHECK;
-void bf_signal_free(bf_signal *signal);
+bool backfill_signal_parse(const char *id, size_t id_len, const char *type, size_t type_len, const char *data,
+			   size_t data_len, bf_signal *out, char *err, size_t errlen) CDC_MUST_CHECK;
+void backfill_signal_free(bf_signal *signal);
 /* The type's name as a signal writes it. */
-const char *bf_signal_type(bf_signal_kind kind);
-/* The signal's data as JSON, the form bf_signal_parse reads. */
-void bf_signal_json(const bf_signal *signal, buf *out);
+const char *backfill_signal_type(bf_signal_kind kind);
+/* The signal's data as JSON, the form backfill_signal_parse reads. */
+void backfill_signal_json(const bf_signal *signal, buf *out);
 
 #endif

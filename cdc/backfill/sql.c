@@ -63,19 +63,19 @@ const char bfsql_watermark_high[] = "SELECT pg_catalog.pg_logical_emit_message(f
 				    "', $1), pg_catalog.set_config('synchronous_commit', 'on', true), "
 				    "pg_catalog.txid_current()";
 
-bool bfsql_ident_ok(const char *name, const char *what, char *err, size_t errlen)
+bool backfill_sql_ident_ok(const char *name, const char *what, char *err, size_t errlen)
 {
 	size_t len = strlen(name);
 	if (len == 0)
-		return errf(err, errlen, "%s is empty", what);
+		return util_errf(err, errlen, "%s is empty", what);
 	if (len > BFSQL_MAX_IDENT)
-		return errf(err, errlen, "%s '%.64s...' is longer than %d bytes", what, name,
-			    BFSQL_MAX_IDENT);
+		return util_errf(err, errlen, "%s '%.64s...' is longer than %d bytes", what, name,
+				 BFSQL_MAX_IDENT);
 	for (size_t i = 0; i < len;) {
 		const unsigned char *p = (const unsigned char *)name + i;
-		size_t skip, n = *p < 0x80 ? 1 : utf8_seq(p, len - i, &skip);
+		size_t skip, n = *p < 0x80 ? 1 : util_utf8_seq(p, len - i, &skip);
 		if (n == 0)
-			return errf(err, errlen, "%s is not valid UTF-8", what);
+			return util_errf(err, errlen, "%s is not valid UTF-8", what);
 		i += n;
 	}
 	return true;
@@ -96,12 +96,12 @@ static void quote(buf *out, char q, const char *s, size_t len)
 	buf_putc(out, q);
 }
 
-void bfsql_quote_ident(buf *out, const char *name)
+void backfill_sql_quote_ident(buf *out, const char *name)
 {
 	quote(out, '"', name, strlen(name));
 }
 
-void bfsql_quote_literal(buf *out, const char *s, size_t len)
+void backfill_sql_quote_literal(buf *out, const char *s, size_t len)
 {
 	if (!memchr(s, '\\', len)) {
 		quote(out, '\'', s, len);
@@ -120,39 +120,39 @@ void bfsql_quote_literal(buf *out, const char *s, size_t len)
 
 static void qualified(buf *out, const char *schema, const char *name)
 {
-	bfsql_quote_ident(out, schema);
+	backfill_sql_quote_ident(out, schema);
 	buf_putc(out, '.');
-	bfsql_quote_ident(out, name);
+	backfill_sql_quote_ident(out, name);
 }
 
-void bfsql_no_emit_message(buf *out, const char *role, const char *function)
+void backfill_sql_no_emit_message(buf *out, const char *role, const char *function)
 {
 	buf_printf(out,
 		   "role %s may not execute pg_logical_emit_message, which writes a backfill's "
 		   "watermarks: run GRANT EXECUTE ON FUNCTION pg_catalog.%s TO ",
 		   role, function);
-	bfsql_quote_ident(out, role);
+	backfill_sql_quote_ident(out, role);
 }
 
-void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table)
+void backfill_sql_no_select(buf *out, const char *role, const char *schema, const char *table)
 {
 	buf_printf(out, "role %s may not read %s.%s: run GRANT SELECT ON ", role, schema, table);
 	qualified(out, schema, table);
 	buf_puts(out, " TO ");
-	bfsql_quote_ident(out, role);
+	backfill_sql_quote_ident(out, role);
 }
 
-void bfsql_no_table(buf *out, const char *schema, const char *table)
+void backfill_sql_no_table(buf *out, const char *schema, const char *table)
 {
 	buf_printf(out, "table %s.%s does not exist", schema, table);
 }
 
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind)
+void backfill_sql_not_table(buf *out, const char *schema, const char *table, char relkind)
 {
 	buf_printf(out, "%s.%s is not a table (relkind '%c')", schema, table, relkind);
 }
 
-void bfsql_keyless(buf *out, const char *schema, const char *table)
+void backfill_sql_keyless(buf *out, const char *schema, const char *table)
 {
 	buf_printf(
 	    out,
@@ -169,7 +169,7 @@ static void key_list(buf *out, const bfsql_col *cols, const size_t *keys, size_t
 	for (size_t i = 0; i < nkeys; i++) {
 		if (i)
 			buf_puts(out, ", ");
-		bfsql_quote_ident(out, cols[keys[i]].name);
+		backfill_sql_quote_ident(out, cols[keys[i]].name);
 	}
 }
 
@@ -185,7 +185,7 @@ static bool keys_in(buf *out, const bfsql_read *r)
 		if (end - p < 4 || (size_t)(end - p - 4) < get_be32(p))
 			return false;
 		uint32_t len = get_be32(p);
-		if (!bf_decode(p + 4, len, d, r->nkeys))
+		if (!backfill_decode(p + 4, len, d, r->nkeys))
 			return false;
 		p += 4 + len;
 		buf_puts(out, i ? ", (" : "(");
@@ -195,7 +195,7 @@ static bool keys_in(buf *out, const bfsql_read *r)
 			if (d[k].len < 0)
 				buf_puts(out, "NULL");
 			else
-				bfsql_quote_literal(out, d[k].data, (size_t)d[k].len);
+				backfill_sql_quote_literal(out, d[k].data, (size_t)d[k].len);
 			buf_puts(out, "::");
 			qualified(out, r->cols[r->keys[k]].type_schema, r->cols[r->keys[k]].type_name);
 		}
@@ -217,7 +217,7 @@ static void still_partition(buf *out, uint32_t leaf, uint32_t root)
 	    leaf, root);
 }
 
-bool bfsql_copy(buf *out, const bfsql_read *r)
+bool backfill_sql_copy(buf *out, const bfsql_read *r)
 {
 	/* Three statements in one query string run in one transaction. Under REPEATABLE READ, the
 	 * snapshot that the SELECT shows is the one the COPY reads by. The COPY lists the table's
@@ -228,7 +228,7 @@ bool bfsql_copy(buf *out, const bfsql_read *r)
 	for (size_t i = 0; i < r->ncols; i++) {
 		if (i)
 			buf_puts(out, ", ");
-		bfsql_quote_ident(out, r->cols[i].name);
+		backfill_sql_quote_ident(out, r->cols[i].name);
 	}
 	buf_puts(out, " FROM ");
 	if (r->keyvals) {
@@ -253,7 +253,7 @@ bool bfsql_copy(buf *out, const bfsql_read *r)
 
 /* ---- where ---- */
 
-/* Whether a literal of kind k compares with a column of type oid as pred_eval compares it. */
+/* Whether a literal of kind k compares with a column of type oid as match_predicate_eval compares it. */
 static bool literal_fits(uint32_t oid, pred_kind k)
 {
 	switch (oid) {
@@ -286,7 +286,7 @@ static const bfsql_col *column(const pred_node *n, const bfsql_col *cols, size_t
 /* A column in byte order where its type is text. */
 static void sql_column(buf *out, const bfsql_col *c)
 {
-	bfsql_quote_ident(out, c->name);
+	backfill_sql_quote_ident(out, c->name);
 	if (c->type_oid == PGT_TEXT || c->type_oid == PGT_VARCHAR)
 		buf_puts(out, " COLLATE \"C\"");
 }
@@ -298,7 +298,7 @@ static void sql_literal(buf *out, const pred_node *n)
 		buf_printf(out, n->s[0] == '-' ? "(%.*s)" : "%.*s", (int)n->len, n->s);
 		break;
 	case PRED_STR:
-		bfsql_quote_literal(out, n->s, n->len);
+		backfill_sql_quote_literal(out, n->s, n->len);
 		break;
 	case PRED_BOOL:
 		buf_puts(out, n->flag ? "true" : "false");
@@ -321,7 +321,7 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out);
 static bool where_list(const where_ctx *x, int32_t first, const char *op, buf *out)
 {
 	buf_putc(out, '(');
-	for (int32_t k = first; k >= 0; k = pred_node_at(x->p, k).next) {
+	for (int32_t k = first; k >= 0; k = match_predicate_node_at(x->p, k).next) {
 		if (k != first)
 			buf_puts(out, op);
 		if (!where_node(x, k, out))
@@ -334,7 +334,7 @@ static bool where_list(const where_ctx *x, int32_t first, const char *op, buf *o
 static bool where_node(const where_ctx *x, int32_t i, buf *out)
 {
 	static const char *const ops[] = {" = ", " <> ", " < ", " <= ", " > ", " >= "};
-	pred_node n = pred_node_at(x->p, i), l, r;
+	pred_node n = match_predicate_node_at(x->p, i), l, r;
 	const bfsql_col *c;
 	switch (n.kind) {
 	case PRED_OR:
@@ -347,8 +347,8 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out)
 		buf_putc(out, ')');
 		return true;
 	case PRED_CMP: {
-		l = pred_node_at(x->p, n.a);
-		r = pred_node_at(x->p, n.b);
+		l = match_predicate_node_at(x->p, n.a);
+		r = match_predicate_node_at(x->p, n.b);
 		bool col_left = l.kind == PRED_COL;
 		c = column(col_left ? &l : &r, x->cols, x->ncols);
 		if (!c || !literal_fits(c->type_oid, col_left ? r.kind : l.kind))
@@ -367,7 +367,7 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out)
 		return true;
 	}
 	case PRED_IN:
-		l = pred_node_at(x->p, n.a);
+		l = match_predicate_node_at(x->p, n.a);
 		c = column(&l, x->cols, x->ncols);
 		if (!c)
 			return false;
@@ -375,7 +375,7 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out)
 		sql_column(out, c);
 		buf_puts(out, n.flag ? " NOT IN (" : " IN (");
 		for (int32_t k = n.b; k >= 0; k = r.next) {
-			r = pred_node_at(x->p, k);
+			r = match_predicate_node_at(x->p, k);
 			if (!literal_fits(c->type_oid, r.kind))
 				return false;
 			buf_puts(out, k == n.b ? "" : ", ");
@@ -384,12 +384,12 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out)
 		buf_puts(out, "))");
 		return true;
 	case PRED_ISNULL:
-		l = pred_node_at(x->p, n.a);
+		l = match_predicate_node_at(x->p, n.a);
 		c = column(&l, x->cols, x->ncols);
 		if (!c)
 			return false;
 		buf_putc(out, '(');
-		bfsql_quote_ident(out, c->name);
+		backfill_sql_quote_ident(out, c->name);
 		buf_puts(out, n.flag ? " IS NOT NULL)" : " IS NULL)");
 		return true;
 	default:
@@ -397,17 +397,17 @@ static bool where_node(const where_ctx *x, int32_t i, buf *out)
 	}
 }
 
-bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols)
+bool backfill_sql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols)
 {
 	where_ctx x = {p, cols, ncols};
-	int32_t root = pred_root(p);
-	pred_node n = pred_node_at(p, root);
+	int32_t root = match_predicate_root(p);
+	pred_node n = match_predicate_node_at(p, root);
 	/* The top-level conjuncts one by one: those that translate narrow the chunk, cdc checks the
 	 * rest. */
 	int32_t first = n.kind == PRED_AND ? n.a : root;
 	bool all = true, any = false;
 	buf one = {0};
-	for (int32_t k = first; k >= 0; k = n.kind == PRED_AND ? pred_node_at(p, k).next : -1) {
+	for (int32_t k = first; k >= 0; k = n.kind == PRED_AND ? match_predicate_node_at(p, k).next : -1) {
 		buf_reset(&one);
 		if (!where_node(&x, k, &one)) {
 			all = false;
@@ -422,13 +422,13 @@ bool bfsql_where(buf *out, const pred *p, const bfsql_col *cols, size_t ncols)
 	return all;
 }
 
-void bfsql_watermark_content(buf *out, const char *id, const char *nonce, bool high)
+void backfill_sql_watermark_content(buf *out, const char *id, const char *nonce, bool high)
 {
 	buf_printf(out, "%s:%s:%s", id, nonce, high ? "high" : "low");
 }
 
-bool bfsql_watermark_parse(const char *content, size_t len, char *id, size_t idlen, char *nonce,
-			   size_t noncelen, bool *high)
+bool backfill_sql_watermark_parse(const char *content, size_t len, char *id, size_t idlen, char *nonce,
+				  size_t noncelen, bool *high)
 {
 	const char *end = content + len, *c1 = memchr(content, ':', len);
 	const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;

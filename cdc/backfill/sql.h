@@ -28,12 +28,12 @@ typedef struct bfsql_col {
 
 /* A name PostgreSQL would keep as given: 1 to 63 bytes of valid UTF-8. err names what is wrong
  * ("... is longer than 63 bytes"), with what (e.g. "table name") in front. */
-bool bfsql_ident_ok(const char *name, const char *what, char *err, size_t errlen) CDC_MUST_CHECK;
+bool backfill_sql_ident_ok(const char *name, const char *what, char *err, size_t errlen) CDC_MUST_CHECK;
 /* "name" with every " doubled. */
-void bfsql_quote_ident(buf *out, const char *name);
+void backfill_sql_quote_ident(buf *out, const char *name);
 /* 'text' with every ' doubled; E'...' with backslashes doubled if it holds one, so the literal
  * means the same whatever standard_conforming_strings is. */
-void bfsql_quote_literal(buf *out, const char *text, size_t len);
+void backfill_sql_quote_literal(buf *out, const char *text, size_t len);
 
 /* Requirements of the role, no parameters; one row: current_user, whether it may execute
  * pg_logical_emit_message with a text message, and that function's signature as the server names
@@ -60,7 +60,7 @@ extern const char bfsql_describe[];
  * blocks now, 4 relpages and 5 reltuples (statistics: relpages 0 or reltuples -1 when none), 6
  * whether the role may SELECT from it. */
 extern const char bfsql_leaves[];
-/* A watermark: parameter $1 the content (bfsql_watermark_content); non-transactional, so the
+/* A watermark: parameter $1 the content (backfill_sql_watermark_content); non-transactional, so the
  * stream delivers it at its place in the WAL at once. Returns its LSN. */
 extern const char bfsql_watermark[];
 /* The same for a high watermark, which a chunk waits for: its statement also flushes the WAL. */
@@ -70,19 +70,19 @@ extern const char bfsql_watermark_high[];
  * lacks EXECUTE on pg_logical_emit_message (function: its signature, from bfsql_privileges), the
  * table it may not read, the table without a key, a relation that is not a plain table, one that
  * does not exist. */
-void bfsql_no_emit_message(buf *out, const char *role, const char *function);
-void bfsql_no_select(buf *out, const char *role, const char *schema, const char *table);
-void bfsql_no_table(buf *out, const char *schema, const char *table);
-void bfsql_not_table(buf *out, const char *schema, const char *table, char relkind);
+void backfill_sql_no_emit_message(buf *out, const char *role, const char *function);
+void backfill_sql_no_select(buf *out, const char *role, const char *schema, const char *table);
+void backfill_sql_no_table(buf *out, const char *schema, const char *table);
+void backfill_sql_not_table(buf *out, const char *schema, const char *table, char relkind);
 /* A table with neither a key nor REPLICA IDENTITY FULL: what a backfill of it can promise, with the
  * statement that makes it exact (docs/backfills.md). */
-void bfsql_keyless(buf *out, const char *schema, const char *table);
+void backfill_sql_keyless(buf *out, const char *schema, const char *table);
 
 /* What a chunk's COPY reads: the table's columns (cols, in their order), the rows that satisfy
  * where (SQL, NULL for none), either in blocks [lo, hi) of relation leaf (of the partitioned table
  * root_oid when that is not 0: the rows only while leaf is still one of its partitions under the
- * COPY's snapshot), or those whose key (columns keys, in key order) is one of keyvals (keys_take's
- * format: a 4-byte length, then bf_encode's bytes, nkeyvals of them). */
+ * COPY's snapshot), or those whose key (columns keys, in key order) is one of keyvals (backfill_keys_take's
+ * format: a 4-byte length, then backfill_encode's bytes, nkeyvals of them). */
 typedef struct bfsql_read {
 	const char *schema, *table; /* the table: its rows by key are read through it */
 	const bfsql_col *cols;
@@ -100,25 +100,25 @@ typedef struct bfsql_read {
  * text. Then COPY (...) TO STDOUT sends cols in text format under that snapshot. It reads by block
  * range, or by key when r->keyvals is given. False when keyvals does not hold nkeyvals keys of nkeys values.
  */
-bool bfsql_copy(buf *out, const bfsql_read *read) CDC_MUST_CHECK;
+bool backfill_sql_copy(buf *out, const bfsql_read *read) CDC_MUST_CHECK;
 
 /* The `where` predicate as SQL for a table of columns cols, for the chunk query: the conjuncts of predicate
  * (its top-level `and`s) that translate exactly, joined by AND, appended to out (nothing if none does).
- * Exactly means the SQL is true for a row exactly when pred_eval is true for the row's read:
+ * Exactly means the SQL is true for a row exactly when match_predicate_eval is true for the row's read:
  * comparisons of a new.column with a literal of a kind its type compares alike in both (integers
  * and numeric with numbers, text and varchar with strings in byte order, boolean with true and
  * false), null literals, `in` lists of those, `is [not] null`, and/or/not of translatable parts.
  * old.columns (a read has no old row), columns the table lacks, column-to-column comparisons and
  * other types do not translate. Returns whether all of predicate did; if not, cdc evaluates predicate itself.
  */
-bool bfsql_where(buf *out, const pred *predicate, const bfsql_col *cols, size_t ncols);
+bool backfill_sql_where(buf *out, const pred *predicate, const bfsql_col *cols, size_t ncols);
 
 /* Watermark contents: "<backfill id>:<chunk nonce>:low" or ":high". Neither id nor nonce holds a
  * ':'. */
-void bfsql_watermark_content(buf *out, const char *id, const char *nonce, bool high);
+void backfill_sql_watermark_content(buf *out, const char *id, const char *nonce, bool high);
 /* Splits a watermark's content; false if it is not one. id and nonce are copied into buffers of
  * idlen and noncelen bytes (false if they do not fit). */
-bool bfsql_watermark_parse(const char *content, size_t len, char *id, size_t idlen, char *nonce,
-			   size_t noncelen, bool *high) CDC_MUST_CHECK;
+bool backfill_sql_watermark_parse(const char *content, size_t len, char *id, size_t idlen, char *nonce,
+				  size_t noncelen, bool *high) CDC_MUST_CHECK;
 
 #endif

@@ -54,7 +54,7 @@ static void save_table(buf *out, const table *t)
 	buf_putc(out, '{');
 	json_key_str(out, &first, "schema", t->schema);
 	json_key_str(out, &first, "table", t->name);
-	json_key_str(out, &first, "state", bf_state_name(t->state));
+	json_key_str(out, &first, "state", backfill_state_name(t->state));
 	json_key_str(out, &first, "error", t->error);
 	json_key_u64(out, &first, "oid", t->oid);
 	json_strv(out, &first, "key", t->key_names, t->nkey_names);
@@ -78,7 +78,8 @@ static void save_table(buf *out, const table *t)
 	buf_putc(out, '[');
 	size_t pos = 0;
 	bool kf = true;
-	for (const keyent *e = keys_next(&t->again, &pos, NULL); e; e = keys_next(&t->again, &pos, e)) {
+	for (const keyent *e = backfill_keys_next(&t->again, &pos, NULL); e;
+	     e = backfill_keys_next(&t->again, &pos, e)) {
 		json_sep(out, &kf);
 		buf_putc(out, '"');
 		for (size_t i = 0; i < e->len; i++)
@@ -99,7 +100,7 @@ static void save_backfill(buf *out, const backfill *f)
 	json_key_str(out, &first, "subscription_where", f->sub_where);
 	json_key_str(out, &first, "where", f->where);
 	json_key_boolean(out, &first, "snapshot", f->snapshot);
-	json_key_str(out, &first, "state", bf_state_name(f->state));
+	json_key_str(out, &first, "state", backfill_state_name(f->state));
 	json_key_str(out, &first, "error", f->error);
 	json_key_i64(out, &first, "created", f->created_ms);
 	json_key_i64(out, &first, "finished", f->finished_ms);
@@ -118,7 +119,7 @@ bool backfill_state(bf_set *b, buf *out)
 {
 	if (!b->dirty)
 		return false;
-	bf_trim_history(b);
+	backfill_trim_history(b);
 	bool first = true;
 	buf_putc(out, '{');
 	json_key_u64(out, &first, "version", BF_FILE_VERSION);
@@ -144,7 +145,7 @@ static json_object *member(json_object *o, const char *key, json_type type)
 static char *member_str(json_object *o, const char *key)
 {
 	json_object *v = member(o, key, json_type_string);
-	return v ? xstrdup(json_object_get_string(v)) : NULL;
+	return v ? util_xstrdup(json_object_get_string(v)) : NULL;
 }
 
 static int64_t member_i64(json_object *o, const char *key)
@@ -157,10 +158,11 @@ static char **member_strv(json_object *o, const char *key, size_t *n)
 {
 	json_object *a = member(o, key, json_type_array);
 	*n = a ? json_object_array_length(a) : 0;
-	char **v = xcalloc(*n ? *n : 1, sizeof(*v));
+	char **v = util_xcalloc(*n ? *n : 1, sizeof(*v));
 	for (size_t i = 0; i < *n; i++) {
 		json_object *s = json_object_array_get_idx(a, i);
-		v[i] = xstrdup(json_object_is_type(s, json_type_string) ? json_object_get_string(s) : "");
+		v[i] =
+		    util_xstrdup(json_object_is_type(s, json_type_string) ? json_object_get_string(s) : "");
 	}
 	return v;
 }
@@ -196,7 +198,7 @@ static bool load_leaf(json_object *o, leaf *l)
 		int64_t hi = json_object_get_int64(json_object_array_get_idx(done, i + 1));
 		if (lo < 0 || hi < lo || hi > l->blocks)
 			return false;
-		rset_add(&l->done, (uint32_t)lo, (uint32_t)hi);
+		backfill_ranges_add(&l->done, (uint32_t)lo, (uint32_t)hi);
 	}
 	return true;
 }
@@ -208,7 +210,7 @@ static bool load_table(json_object *o, table *t, int64_t version)
 	t->error = member_str(o, "error");
 	json_object *st = member(o, "state", json_type_string),
 		    *listed = member(o, "listed_again", json_type_boolean);
-	if (!t->schema || !t->name || !st || !bf_state_parse(json_object_get_string(st), &t->state))
+	if (!t->schema || !t->name || !st || !backfill_state_parse(json_object_get_string(st), &t->state))
 		return false;
 	/* "emitted" (before "delivered" and "filtered" were told apart) counts the rows that were not
 	 * dropped, the where's own included. */
@@ -224,7 +226,7 @@ static bool load_table(json_object *o, table *t, int64_t version)
 	} else if (version > 1) {
 		size_t nkeys;
 		char **names = member_strv(o, "key", &nkeys);
-		bf_table_set_keys(t, names, nkeys);
+		backfill_table_set_keys(t, names, nkeys);
 		t->oid = (uint32_t)member_i64(o, "oid");
 		t->listed_again = listed && json_object_get_boolean(listed);
 		json_object *leaves = member(o, "leaves", json_type_array),
@@ -232,7 +234,7 @@ static bool load_table(json_object *o, table *t, int64_t version)
 		if (!leaves || !again)
 			return false;
 		t->nleaves = json_object_array_length(leaves);
-		t->leaves = xcalloc(t->nleaves ? t->nleaves : 1, sizeof(*t->leaves));
+		t->leaves = util_xcalloc(t->nleaves ? t->nleaves : 1, sizeof(*t->leaves));
 		for (size_t i = 0; i < t->nleaves; i++)
 			if (!load_leaf(json_object_array_get_idx(leaves, i), &t->leaves[i]))
 				return false;
@@ -244,19 +246,19 @@ static bool load_table(json_object *o, table *t, int64_t version)
 			ok = json_object_is_type(k, json_type_string) &&
 			     hex_bytes(json_object_get_string(k), &key);
 			if (ok)
-				keys_add(&t->again, key.data, key.len);
+				backfill_keys_add(&t->again, key.data, key.len);
 		}
 		buf_free(&key);
 		if (!ok)
 			return false;
 	}
-	bf_rewind_table(t);
+	backfill_rewind_table(t);
 	return true;
 }
 
 static backfill *load_backfill(json_object *o, int64_t version)
 {
-	backfill *f = xcalloc(1, sizeof(*f));
+	backfill *f = util_xcalloc(1, sizeof(*f));
 	json_object *id = member(o, "id", json_type_string), *st = member(o, "state", json_type_string);
 	json_object *tables = member(o, "tables", json_type_array);
 	f->sub = member_str(o, "subscription");
@@ -273,11 +275,11 @@ static backfill *load_backfill(json_object *o, int64_t version)
 	f->created_ms = member_i64(o, "created");
 	f->finished_ms = member_i64(o, "finished");
 	if (!id || strlen(json_object_get_string(id)) != BF_ID_SIZE - 1 || !f->sub || !st ||
-	    !bf_state_parse(json_object_get_string(st), &f->state) || !tables)
+	    !backfill_state_parse(json_object_get_string(st), &f->state) || !tables)
 		goto bad;
 	snprintf(f->id, sizeof(f->id), "%s", json_object_get_string(id));
 	f->ntables = json_object_array_length(tables);
-	f->tables = xcalloc(f->ntables ? f->ntables : 1, sizeof(*f->tables));
+	f->tables = util_xcalloc(f->ntables ? f->ntables : 1, sizeof(*f->tables));
 	for (size_t i = 0; i < f->ntables; i++) {
 		f->tables[i].bf = f;
 		if (!load_table(json_object_array_get_idx(tables, i), &f->tables[i], version))
@@ -285,7 +287,7 @@ static backfill *load_backfill(json_object *o, int64_t version)
 	}
 	return f;
 bad:
-	bf_free(f);
+	backfill_free(f);
 	return NULL;
 }
 
@@ -295,8 +297,9 @@ bool backfill_set_load(bf_set *b, char *err, size_t errlen)
 		return true;
 	FILE *fp = fopen(b->path, "r");
 	if (!fp)
-		return errno == ENOENT ? true
-				       : errf(err, errlen, "cannot read %s: %s", b->path, strerror(errno));
+		return errno == ENOENT
+			   ? true
+			   : util_errf(err, errlen, "cannot read %s: %s", b->path, strerror(errno));
 	buf text = {0};
 	char part[8192];
 	size_t n;
@@ -312,14 +315,14 @@ bool backfill_set_load(bf_set *b, char *err, size_t errlen)
 	for (size_t i = 0; ok && i < json_object_array_length(list); i++) {
 		backfill *f = load_backfill(json_object_array_get_idx(list, i), version);
 		if (f)
-			bf_append(b, f);
+			backfill_append(b, f);
 		ok = f != NULL;
 	}
 	json_object_put(root);
 	buf_free(&text);
 	if (!ok)
-		return errf(err, errlen, "%s: not a backfill state file of version 1 to %d", b->path,
-			    BF_FILE_VERSION);
+		return util_errf(err, errlen, "%s: not a backfill state file of version 1 to %d", b->path,
+				 BF_FILE_VERSION);
 	/* Running tables go on from what is durable once described again. */
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {

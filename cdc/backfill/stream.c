@@ -13,14 +13,14 @@
 
 /* ---- the stream ---- */
 
-bool bf_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values)
+bool backfill_batch_next(const bf_batch *batch, size_t *pos, bf_datum *values)
 {
-	for (; *pos < bfw_rows(batch->w); (*pos)++) {
+	for (; *pos < backfill_window_rows(batch->w); (*pos)++) {
 		const void *row;
 		size_t len;
 		bool dropped;
-		bfw_row(batch->w, *pos, &row, &len, &dropped);
-		if (!dropped && bf_decode(row, len, values, batch->ncols)) {
+		backfill_window_row(batch->w, *pos, &row, &len, &dropped);
+		if (!dropped && backfill_decode(row, len, values, batch->ncols)) {
 			(*pos)++;
 			return true;
 		}
@@ -43,7 +43,7 @@ static bool chunk_closed(chunk *c, uint64_t lsn, bf_emit_fn emit, void *ctx, cha
 {
 	table *t = c->t;
 	bf_window *w = c->w;
-	size_t rows = bfw_rows(w), dropped = bfw_dropped(w);
+	size_t rows = backfill_window_rows(w), dropped = backfill_window_dropped(w);
 	bf_batch batch = {.id = t->bf->id,
 			  .subscription = t->bf->sub,
 			  .where = t->bf->where,
@@ -68,15 +68,15 @@ static bool chunk_closed(chunk *c, uint64_t lsn, bf_emit_fn emit, void *ctx, cha
 		      .blocks = c->leaf >= 0 ? c->hi - c->lo : 0};
 	size_t pos = 0, len;
 	const void *key;
-	while (!t->keyless && bfw_partial_key(w, &pos, &key, &len))
-		keys_add(&t->again, key, len);
-	t->pend = xrealloc(t->pend, (t->npend + 1) * sizeof(*t->pend));
+	while (!t->keyless && backfill_window_partial_key(w, &pos, &key, &len))
+		backfill_keys_add(&t->again, key, len);
+	t->pend = util_xrealloc(t->pend, (t->npend + 1) * sizeof(*t->pend));
 	pending *p = &t->pend[t->npend++];
 	*p = (pending){.lsn = lsn, .leaf = c->leaf, .lo = c->lo, .hi = c->hi, .keys = c->keys, .delta = d};
 	c->keys = (buf){0};
 	add_counters(&t->done, &d);
 	t->bf->set->dirty = true;
-	bf_chunk_free(c);
+	backfill_chunk_free(c);
 	return true;
 }
 
@@ -86,9 +86,9 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 	char id[BF_ID_SIZE], nonce[BF_ID_SIZE];
 	bool high;
 	(void)now;
-	if (!bfsql_watermark_parse(content, len, id, sizeof(id), nonce, sizeof(nonce), &high))
+	if (!backfill_sql_watermark_parse(content, len, id, sizeof(id), nonce, sizeof(nonce), &high))
 		return true;
-	backfill *f = bf_find(b, id);
+	backfill *f = backfill_lookup(b, id);
 	for (size_t k = 0; f && k < f->ntables; k++) {
 		table *t = &f->tables[k];
 		if (t->state != BF_RUNNING)
@@ -99,15 +99,15 @@ bool backfill_on_message(bf_set *b, const char *content, size_t len, uint64_t ls
 				c = t->chunks[i];
 		if (!c)
 			continue;
-		switch (bfw_watermark(c->w, nonce, high)) {
+		switch (backfill_window_watermark(c->w, nonce, high)) {
 		case BFW_CLOSED:
 			if (chunk_closed(c, lsn, emit, ctx, err, errlen))
 				return true;
-			bf_chunk_retry(c, false);
+			backfill_chunk_retry(c, false);
 			return false;
 		case BFW_RETRY: {
-			bfw_retry why = bfw_retry_reason(c->w);
-			bf_chunk_retry(c, why == BFW_RETRY_MEMORY || why == BFW_RETRY_UNKEYED);
+			bfw_retry why = backfill_window_retry_reason(c->w);
+			backfill_chunk_retry(c, why == BFW_RETRY_MEMORY || why == BFW_RETRY_UNKEYED);
 			return true;
 		}
 		default:
@@ -146,7 +146,7 @@ static bool change_key(const table *t, const bf_change *c, const bf_datum *value
 		if (d[k].len == BF_ABSENT)
 			return false;
 	}
-	bf_encode(out, d, t->nkey_names);
+	backfill_encode(out, d, t->nkey_names);
 	return true;
 }
 
@@ -159,10 +159,10 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 			if (t->state != BF_RUNNING || strcmp(t->name, c->table) != 0 ||
 			    strcmp(t->schema, c->schema) != 0)
 				continue;
-			bf_recent_add(&t->recent, c->xid);
+			backfill_recent_add(&t->recent, c->xid);
 			if (c->truncate) {
 				for (size_t j = 0; j < t->nchunks; j++)
-					bfw_truncate(t->chunks[j]->w, c->xid);
+					backfill_window_truncate(t->chunks[j]->w, c->xid);
 				continue;
 			}
 			if (!t->nkey_names)
@@ -177,15 +177,17 @@ void backfill_on_change(bf_set *b, const bf_change *c)
 			/* The key before the change (or after it, for an insert), and after it if both. */
 			const buf *key = has1 ? &k1 : &k2, *key2 = has1 && has2 ? &k2 : NULL;
 			for (size_t j = 0; j < t->nchunks; j++)
-				bfw_change(t->chunks[j]->w, c->xid, has1 || has2 ? key->data : NULL, key->len,
-					   key2 ? key2->data : NULL, key2 ? key2->len : 0, partial);
+				backfill_window_change(
+				    t->chunks[j]->w, c->xid, has1 || has2 ? key->data : NULL, key->len,
+				    key2 ? key2->data : NULL, key2 ? key2->len : 0, partial);
 			/* The stream's copy of the row is incomplete. If the row moved out of a range not
 			 * read yet into one read already, no chunk reads it whole. Read it again. Do so too
 			 * when its key changed while the old key waits to be read again. That read finds
 			 * nothing under the old key (the ranges may all be read by then). */
 			if (partial && !t->keyless && has2 &&
-			    (bf_ranges_open(t) || (key2 && keys_has(&t->again, k1.data, k1.len)))) {
-				keys_add(&t->again, k2.data, k2.len);
+			    (backfill_ranges_open(t) ||
+			     (key2 && backfill_keys_has(&t->again, k1.data, k1.len)))) {
+				backfill_keys_add(&t->again, k2.data, k2.len);
 				b->dirty = true;
 			}
 		}
@@ -206,9 +208,9 @@ void backfill_change_encode(const bf_change *c, buf *out)
 	for (size_t i = 0; i < c->ncols; i++)
 		buf_append(out, c->names[i], strlen(c->names[i]) + 1);
 	if (c->old_values)
-		bf_encode(out, c->old_values, c->ncols);
+		backfill_encode(out, c->old_values, c->ncols);
 	if (c->new_values)
-		bf_encode(out, c->new_values, c->ncols);
+		backfill_encode(out, c->new_values, c->ncols);
 }
 
 /* A NUL-terminated string at *pos of [p, p + len). *pos moves past it. */
@@ -222,7 +224,7 @@ static const char *take_cstr(const char *p, size_t len, size_t *pos)
 	return s;
 }
 
-/* The length of n datums bf_encode wrote at p, or 0 if they do not fit in len. */
+/* The length of n datums backfill_encode wrote at p, or 0 if they do not fit in len. */
 static size_t encoded_len(const uint8_t *p, size_t len, size_t n)
 {
 	size_t off = 0;
@@ -257,7 +259,7 @@ bool backfill_change_decode(const void *data, size_t len, bf_change *out)
 	out->truncate = h[0] & CH_TRUNCATE;
 	out->partial = h[0] & CH_PARTIAL;
 	/* one block for the names, then the old and the new values */
-	const char **names = xcalloc(1, (n + 1) * sizeof(*names) + (2 * n + 1) * sizeof(bf_datum));
+	const char **names = util_xcalloc(1, (n + 1) * sizeof(*names) + (2 * n + 1) * sizeof(bf_datum));
 	bf_datum *vals = (bf_datum *)(names + n + 1);
 	out->owned = names;
 	out->names = names;
@@ -269,7 +271,7 @@ bool backfill_change_decode(const void *data, size_t len, bf_change *out)
 		if (!(h[0] & (side ? CH_NEW : CH_OLD)))
 			continue;
 		size_t used = encoded_len((const uint8_t *)p + pos, len - pos, n);
-		if ((!used && n) || !bf_decode(p + pos, used, vals + side * n, n))
+		if ((!used && n) || !backfill_decode(p + pos, used, vals + side * n, n))
 			goto bad;
 		*(side ? &out->new_values : &out->old_values) = vals + side * n;
 		pos += used;
@@ -298,10 +300,10 @@ void backfill_delivered(bf_set *b, uint64_t flushed, bf_now now)
 			while (n < t->npend && t->pend[n].lsn <= flushed) {
 				pending *p = &t->pend[n++];
 				if (p->leaf >= 0 && (size_t)p->leaf < t->nleaves) {
-					rset_add(&t->leaves[p->leaf].done, p->lo, p->hi);
-					rset_remove(&t->leaves[p->leaf].taken, p->lo, p->hi);
+					backfill_ranges_add(&t->leaves[p->leaf].done, p->lo, p->hi);
+					backfill_ranges_remove(&t->leaves[p->leaf].taken, p->lo, p->hi);
 				} else {
-					keys_done(&t->again, &p->keys);
+					backfill_keys_done(&t->again, &p->keys);
 				}
 				add_counters(&t->done_d, &p->delta);
 				buf_free(&p->keys);
@@ -311,9 +313,9 @@ void backfill_delivered(bf_set *b, uint64_t flushed, bf_now now)
 			memmove(t->pend, t->pend + n, (t->npend - n) * sizeof(*t->pend));
 			t->npend -= n;
 			b->dirty = true;
-			bf_table_progress(t, now);
+			backfill_table_progress(t, now);
 		}
-		bf_settle(f, now);
+		backfill_settle(f, now);
 	}
 }
 
@@ -323,7 +325,7 @@ bool backfill_draining(const bf_set *b)
 		for (size_t k = 0; k < b->list[i]->ntables; k++) {
 			const table *t = &b->list[i]->tables[k];
 			if (t->state == BF_RUNNING && t->step == T_READ && !t->nchunks && t->npend &&
-			    !t->again.waiting && !bf_ranges_open(t))
+			    !t->again.waiting && !backfill_ranges_open(t))
 				return true;
 		}
 	return false;
@@ -336,8 +338,8 @@ void backfill_restart(bf_set *b)
 			table *t = &b->list[i]->tables[k];
 			if (t->state != BF_RUNNING)
 				continue;
-			bf_drop_run(t);
-			bf_rewind_table(t);
+			backfill_drop_run(t);
+			backfill_rewind_table(t);
 			t->step = !t->cols ? T_DESCRIBE : !t->nleaves ? T_PLAN : T_READ;
 			t->due_ms = 0;
 		}

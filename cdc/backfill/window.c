@@ -52,7 +52,7 @@ struct bf_window {
 
 /* ---- encoding ---- */
 
-void bf_encode(buf *out, const bf_datum *d, size_t n)
+void backfill_encode(buf *out, const bf_datum *d, size_t n)
 {
 	/* Room for all of it at once: every row of every chunk goes through here. */
 	size_t size = 4 * n;
@@ -73,7 +73,7 @@ void bf_encode(buf *out, const bf_datum *d, size_t n)
 	out->data[out->len] = '\0';
 }
 
-bool bf_decode(const void *p, size_t len, bf_datum *d, size_t n)
+bool backfill_decode(const void *p, size_t len, bf_datum *d, size_t n)
 {
 	const uint8_t *s = p;
 	size_t off = 0;
@@ -119,7 +119,7 @@ static bool snap_xid(const char **p, const char *end, uint32_t *out)
 	return true;
 }
 
-bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err, size_t errlen)
+bool backfill_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err, size_t errlen)
 {
 	const char *p = text, *end = text + len;
 	*out = (bf_snapshot){0};
@@ -130,7 +130,7 @@ bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err
 	while (p < end) {
 		if (out->nxip == cap) {
 			cap = cap ? 2 * cap : 8;
-			out->xip = xrealloc(out->xip, cap * sizeof(*out->xip));
+			out->xip = util_xrealloc(out->xip, cap * sizeof(*out->xip));
 		}
 		if (!snap_xid(&p, end, &out->xip[out->nxip++]))
 			goto bad;
@@ -141,17 +141,17 @@ bool bf_snapshot_parse(const char *text, size_t len, bf_snapshot *out, char *err
 	}
 	return true;
 bad:
-	bf_snapshot_free(out);
-	return errf(err, errlen, "malformed snapshot '%.*s'", len > 64 ? 64 : (int)len, text);
+	backfill_snapshot_free(out);
+	return util_errf(err, errlen, "malformed snapshot '%.*s'", len > 64 ? 64 : (int)len, text);
 }
 
-void bf_snapshot_free(bf_snapshot *s)
+void backfill_snapshot_free(bf_snapshot *s)
 {
 	free(s->xip);
 	*s = (bf_snapshot){0};
 }
 
-bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid)
+bool backfill_snapshot_sees(const bf_snapshot *s, uint32_t xid)
 {
 	if (xid_precedes(xid, s->xmin))
 		return true;
@@ -165,7 +165,7 @@ bool bf_snapshot_sees(const bf_snapshot *s, uint32_t xid)
 
 /* ---- recent commits ---- */
 
-void bf_recent_add(bf_recent *r, uint32_t xid)
+void backfill_recent_add(bf_recent *r, uint32_t xid)
 {
 	if (r->n && r->xids[r->n - 1] == xid)
 		return;
@@ -184,12 +184,12 @@ void bf_recent_add(bf_recent *r, uint32_t xid)
 	}
 	if (r->n == r->cap) {
 		r->cap = r->cap ? 2 * r->cap : 64;
-		r->xids = xrealloc(r->xids, r->cap * sizeof(*r->xids));
+		r->xids = util_xrealloc(r->xids, r->cap * sizeof(*r->xids));
 	}
 	r->xids[r->n++] = xid;
 }
 
-void bf_recent_settle(bf_recent *r, const bf_snapshot *s)
+void backfill_recent_settle(bf_recent *r, const bf_snapshot *s)
 {
 	size_t keep = 0;
 	for (size_t i = 0; i < r->n; i++)
@@ -200,7 +200,7 @@ void bf_recent_settle(bf_recent *r, const bf_snapshot *s)
 		r->lost = false;
 }
 
-void bf_recent_free(bf_recent *r)
+void backfill_recent_free(bf_recent *r)
 {
 	free(r->xids);
 	*r = (bf_recent){0};
@@ -211,7 +211,7 @@ static void recent_copy(bf_recent *r, const bf_recent *from)
 {
 	if (r->cap < from->n) {
 		r->cap = from->n;
-		r->xids = xrealloc(r->xids, r->cap * sizeof(*r->xids));
+		r->xids = util_xrealloc(r->xids, r->cap * sizeof(*r->xids));
 	}
 	if (from->n)
 		memcpy(r->xids, from->xids, from->n * sizeof(*r->xids));
@@ -223,9 +223,9 @@ static void recent_copy(bf_recent *r, const bf_recent *from)
 
 /* ---- the window ---- */
 
-bf_window *bfw_new(size_t max_bytes)
+bf_window *backfill_window_new(size_t max_bytes)
 {
-	bf_window *w = xcalloc(1, sizeof(*w));
+	bf_window *w = util_xcalloc(1, sizeof(*w));
 	w->max_bytes = max_bytes;
 	w->mem = arena_new(64 * 1024);
 	return w;
@@ -242,26 +242,26 @@ static void forget_chunk(bf_window *w)
 	w->nkeys = w->keycap = 0;
 	w->drop_all = false;
 	w->retry = BFW_RETRY_NONE;
-	bf_snapshot_free(&w->snap);
+	backfill_snapshot_free(&w->snap);
 	w->has_snap = false;
 	w->state = BFW_IDLE;
 }
 
-void bfw_free(bf_window *w)
+void backfill_window_free(bf_window *w)
 {
 	if (!w)
 		return;
 	forget_chunk(w);
 	arena_free(w->mem);
 	free(w->rows);
-	bf_recent_free(&w->recent);
+	backfill_recent_free(&w->recent);
 	free(w);
 }
 
-void bfw_begin(bf_window *w, const char *nonce, const bf_recent *seed)
+void backfill_window_begin(bf_window *w, const char *nonce, const bf_recent *seed)
 {
 	forget_chunk(w);
-	w->nonce = xstrdup(nonce);
+	w->nonce = util_xstrdup(nonce);
 	w->state = BFW_ARMED;
 	if (seed)
 		recent_copy(&w->recent, seed);
@@ -269,12 +269,12 @@ void bfw_begin(bf_window *w, const char *nonce, const bf_recent *seed)
 		w->recent.n = 0, w->recent.lost = false;
 }
 
-void bfw_reset(bf_window *w)
+void backfill_window_reset(bf_window *w)
 {
 	forget_chunk(w);
 }
 
-const char *bfw_nonce(const bf_window *w)
+const char *backfill_window_nonce(const bf_window *w)
 {
 	return w->state == BFW_IDLE ? NULL : w->nonce;
 }
@@ -285,7 +285,7 @@ static uint8_t *copy_in(bf_window *w, const void *p, size_t n)
 	return memcpy(arena_alloc_raw(w->mem, n ? n : 1), p, n);
 }
 
-bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)
+bool backfill_window_add_row(bf_window *w, const void *key, size_t keylen, const void *row, size_t rowlen)
 {
 	uintptr_t k = (uintptr_t)key, r0 = (uintptr_t)row;
 	bool inside = k >= r0 && k + keylen <= r0 + rowlen;
@@ -295,7 +295,7 @@ bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, 
 		return false;
 	if (w->nrows == w->rowcap) {
 		w->rowcap = w->rowcap ? 2 * w->rowcap : 256;
-		w->rows = xrealloc(w->rows, w->rowcap * sizeof(*w->rows));
+		w->rows = util_xrealloc(w->rows, w->rowcap * sizeof(*w->rows));
 	}
 	const uint8_t *r = copy_in(w, row, rowlen);
 	w->rows[w->nrows++] = (bfw_rowent){.key = inside ? r + (k - r0) : copy_in(w, key, keylen),
@@ -305,15 +305,15 @@ bool bfw_add_row(bf_window *w, const void *key, size_t keylen, const void *row, 
 	return true;
 }
 
-void bfw_set_snapshot(bf_window *w, bf_snapshot *s)
+void backfill_window_set_snapshot(bf_window *w, bf_snapshot *s)
 {
-	bf_snapshot_free(&w->snap);
+	backfill_snapshot_free(&w->snap);
 	w->snap = *s;
 	w->has_snap = true;
 	*s = (bf_snapshot){0};
 }
 
-uint64_t bf_hash(const void *p, size_t n)
+uint64_t backfill_hash(const void *p, size_t n)
 {
 	const uint8_t *s = p;
 	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
@@ -333,7 +333,7 @@ static bfw_keyent *key_slot(bfw_keyent *keys, size_t cap, uint64_t h, const void
 
 static bool key_seen(const bf_window *w, const void *key, size_t len)
 {
-	return w->keycap && key_slot(w->keys, w->keycap, bf_hash(key, len), key, len)->key;
+	return w->keycap && key_slot(w->keys, w->keycap, backfill_hash(key, len), key, len)->key;
 }
 
 static void key_add(bf_window *w, const void *key, size_t len, bool partial)
@@ -342,7 +342,7 @@ static void key_add(bf_window *w, const void *key, size_t len, bool partial)
 		return;
 	if (2 * (w->nkeys + 1) > w->keycap) {
 		size_t cap = w->keycap ? 2 * w->keycap : 64;
-		bfw_keyent *keys = xcalloc(cap, sizeof(*keys));
+		bfw_keyent *keys = util_xcalloc(cap, sizeof(*keys));
 		for (size_t i = 0; i < w->keycap; i++)
 			if (w->keys[i].key)
 				*key_slot(keys, cap, w->keys[i].hash, w->keys[i].key, w->keys[i].len) =
@@ -351,7 +351,7 @@ static void key_add(bf_window *w, const void *key, size_t len, bool partial)
 		w->keys = keys;
 		w->keycap = cap;
 	}
-	uint64_t h = bf_hash(key, len);
+	uint64_t h = backfill_hash(key, len);
 	bfw_keyent *e = key_slot(w->keys, w->keycap, h, key, len);
 	if (e->key) {
 		e->partial |= partial;
@@ -365,10 +365,10 @@ static void key_add(bf_window *w, const void *key, size_t len, bool partial)
 	w->nkeys++;
 }
 
-void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2, size_t key2len,
-		bool partial)
+void backfill_window_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, const void *key2,
+			    size_t key2len, bool partial)
 {
-	bf_recent_add(&w->recent, xid);
+	backfill_recent_add(&w->recent, xid);
 	if (w->state != BFW_OPEN)
 		return;
 	if (!key) {
@@ -382,9 +382,9 @@ void bfw_change(bf_window *w, uint32_t xid, const void *key, size_t keylen, cons
 		key_add(w, key2, key2len, partial);
 }
 
-void bfw_truncate(bf_window *w, uint32_t xid)
+void backfill_window_truncate(bf_window *w, uint32_t xid)
 {
-	bf_recent_add(&w->recent, xid);
+	backfill_recent_add(&w->recent, xid);
 	if (w->state == BFW_OPEN)
 		w->drop_all = true;
 }
@@ -403,11 +403,11 @@ static bool snapshot_race(bf_window *w)
 		race =
 		    !xid_precedes(w->snap.xip[i], r->lost_min) && !xid_precedes(r->lost_max, w->snap.xip[i]);
 	for (size_t i = 0; i < w->before_low && i < r->n && !race; i++)
-		race = !bf_snapshot_sees(&w->snap, r->xids[i]);
+		race = !backfill_snapshot_sees(&w->snap, r->xids[i]);
 	return race;
 }
 
-bool bfw_open(bf_window *w)
+bool backfill_window_open(bf_window *w)
 {
 	if (w->state != BFW_ARMED)
 		return false;
@@ -416,12 +416,13 @@ bool bfw_open(bf_window *w)
 	return true;
 }
 
-bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high)
+bfw_mark backfill_window_watermark(bf_window *w, const char *nonce, bool high)
 {
 	if (w->state == BFW_IDLE || w->state == BFW_DONE || strcmp(nonce, w->nonce) != 0)
 		return BFW_FOREIGN;
 	if (!high)
-		return bfw_open(w) ? BFW_OPENED : BFW_FOREIGN; /* a low watermark delivered twice */
+		return backfill_window_open(w) ? BFW_OPENED
+					       : BFW_FOREIGN; /* a low watermark delivered twice */
 	if (w->state == BFW_ARMED)
 		w->retry = BFW_RETRY_NO_LOW;
 	w->state = BFW_DONE;
@@ -438,24 +439,24 @@ bfw_mark bfw_watermark(bf_window *w, const char *nonce, bool high)
 	return BFW_CLOSED;
 }
 
-size_t bfw_rows(const bf_window *w)
+size_t backfill_window_rows(const bf_window *w)
 {
 	return w->nrows;
 }
 
-void bfw_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped)
+void backfill_window_row(const bf_window *w, size_t i, const void **row, size_t *rowlen, bool *dropped)
 {
 	*row = w->rows[i].row;
 	*rowlen = w->rows[i].rowlen;
 	*dropped = w->rows[i].dropped;
 }
 
-size_t bfw_dropped(const bf_window *w)
+size_t backfill_window_dropped(const bf_window *w)
 {
 	return w->ndropped;
 }
 
-bool bfw_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *len)
+bool backfill_window_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *len)
 {
 	for (; *pos < w->keycap; (*pos)++)
 		if (w->keys[*pos].key && w->keys[*pos].partial) {
@@ -467,17 +468,17 @@ bool bfw_partial_key(const bf_window *w, size_t *pos, const void **key, size_t *
 	return false;
 }
 
-size_t bfw_bytes(const bf_window *w)
+size_t backfill_window_bytes(const bf_window *w)
 {
 	return w->bytes;
 }
 
-bfw_retry bfw_retry_reason(const bf_window *w)
+bfw_retry backfill_window_retry_reason(const bf_window *w)
 {
 	return w->retry;
 }
 
-const char *bfw_retry_name(bfw_retry r)
+const char *backfill_window_retry_name(bfw_retry r)
 {
 	static const char *const names[] = {
 	    [BFW_RETRY_NONE] = "none",

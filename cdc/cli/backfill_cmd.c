@@ -1,5 +1,5 @@
-/* See backfill_cmd.h. The request body is the one bf_request_json writes and the daemon's parser reads. The
- * progress comes from the same JSON that GET /backfills serves. */
+/* See backfill_cmd.h. The request body is the one backfill_request_json writes and the daemon's parser reads.
+ * The progress comes from the same JSON that GET /backfills serves. */
 #include "cdc/cli/backfill_cmd.h"
 
 #include <json-c/json.h>
@@ -54,12 +54,12 @@ static int backfill_option(const cli_command *cmd, void *ctx, int ch, const char
 		o->sub = arg;
 		return CLI_GO_ON;
 	case 't':
-		o->req.tables = xrealloc(o->req.tables, (o->req.ntables + 1) * sizeof(*o->req.tables));
-		o->req.tables[o->req.ntables++] = xstrdup(arg);
+		o->req.tables = util_xrealloc(o->req.tables, (o->req.ntables + 1) * sizeof(*o->req.tables));
+		o->req.tables[o->req.ntables++] = util_xstrdup(arg);
 		return CLI_GO_ON;
 	case 'w':
 		free(o->req.where);
-		o->req.where = xstrdup(arg);
+		o->req.where = util_xstrdup(arg);
 		return CLI_GO_ON;
 	case 'W':
 	case 'N':
@@ -201,15 +201,15 @@ static void render(json_object *bf, bool bars, buf *out)
 	}
 }
 
-bool backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
-		       size_t statelen, char *err, size_t errlen)
+bool cli_backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
+			   size_t statelen, char *err, size_t errlen)
 {
 	json_tokener *tok = json_tokener_new();
 	json_object *root = json_tokener_parse_ex(tok, json, (int)len), *bf = NULL;
 	json_tokener_free(tok);
 	if (!root || !json_object_is_type(root, json_type_array)) {
 		json_object_put(root);
-		return errf(err, errlen, "GET /backfills: not a JSON array");
+		return util_errf(err, errlen, "GET /backfills: not a JSON array");
 	}
 	for (size_t i = 0; i < json_object_array_length(root) && !bf; i++) {
 		const char *bid = str_member(json_object_array_get_idx(root, i), "id");
@@ -223,7 +223,7 @@ bool backfill_progress(const char *json, size_t len, const char *id, bool bars, 
 	return true;
 }
 
-void backfill_summary(json_object *backfills, buf *out)
+void cli_backfill_summary(json_object *backfills, buf *out)
 {
 	for (size_t i = 0; i < json_object_array_length(backfills); i++)
 		render(json_object_array_get_idx(backfills, i), false, out);
@@ -239,10 +239,10 @@ static int wait_for(const cli_endpoint *ep, const char *id, bool tty)
 		unsigned code = 0;
 		buf_reset(&body);
 		buf_reset(&out);
-		if (!status_http_get(ep, "/backfills", &code, &body, err, sizeof(err)) ||
-		    (code != 200 && errf(err, sizeof(err), "GET /backfills answered %u", code)) ||
-		    !backfill_progress(body.data ? body.data : "", body.len, id, tty, &out, state,
-				       sizeof(state), err, sizeof(err))) {
+		if (!cli_status_http_get(ep, "/backfills", &code, &body, err, sizeof(err)) ||
+		    (code != 200 && util_errf(err, sizeof(err), "GET /backfills answered %u", code)) ||
+		    !cli_backfill_progress(body.data ? body.data : "", body.len, id, tty, &out, state,
+					   sizeof(state), err, sizeof(err))) {
 			fprintf(stderr, "cdc backfill: %s\n", err);
 			break;
 		}
@@ -282,8 +282,8 @@ static int start(const cli_endpoint *ep, opts *o)
 	buf_puts(&path, "/subscriptions/");
 	path_segment(&path, o->sub);
 	buf_puts(&path, "/backfill");
-	bf_request_json(&o->req, &req);
-	if (!status_http_request(ep, "POST", path.data, req.data, &code, &body, err, sizeof(err))) {
+	backfill_request_json(&o->req, &req);
+	if (!cli_status_http_request(ep, "POST", path.data, req.data, &code, &body, err, sizeof(err))) {
 		fprintf(stderr, "cdc backfill: %s\n", err);
 		goto out;
 	}
@@ -307,7 +307,7 @@ out:
 	return rc;
 }
 
-int backfill_main(int argc, char **argv)
+int cli_backfill_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    CLI_OPT_CONFIG,
@@ -338,6 +338,6 @@ int backfill_main(int argc, char **argv)
 		rc = sock ? start(&ep, &o) : 2;
 		free(sock);
 	}
-	bf_request_free(&o.req);
+	backfill_request_free(&o.req);
 	return rc;
 }

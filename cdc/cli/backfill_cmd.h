@@ -13,15 +13,15 @@
  * argv[0] is "backfill". Returns the exit code. It is 0 once queued (with --wait, once done). It is 1
  * when cdc cannot be reached or refuses, or the backfill fails or is cancelled. It is 2 for a usage
  * error. */
-int backfill_main(int argc, char **argv);
+int cli_backfill_main(int argc, char **argv);
 
 /* The progress of backfill id from a GET /backfills body, as lines for a terminal (with bars) or a
  * log. *state gets its state ("running", "done"...), or "" if id is not in the list. */
-bool backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
-		       size_t statelen, char *err, size_t errlen) CDC_MUST_CHECK;
+bool cli_backfill_progress(const char *json, size_t len, const char *id, bool bars, buf *out, char *state,
+			   size_t statelen, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* Every backfill of a GET /status "backfills" array, for `cdc status`. */
 struct json_object;
-void backfill_summary(struct json_object *backfills, buf *out);
+void cli_backfill_summary(struct json_object *backfills, buf *out);
 
 #endif

@@ -117,34 +117,35 @@ static const struct {
 char *cli_socket_path(const cli_args *a, cli_socket which)
 {
 	if (a->socket)
-		return xstrdup(a->socket);
+		return util_xstrdup(a->socket);
 	if (a->config) {
 		cfg *c = cli_load_config(a->config, false);
 		if (!c)
 			return NULL;
-		char *p = xstrdup(cfg_get_string(c, SOCKETS[which].key));
+		char *p = util_xstrdup(cfg_get_string(c, SOCKETS[which].key));
 		cfg_free(c);
 		return p;
 	}
 	const char *env = getenv(SOCKETS[which].env);
-	return xstrdup(env && *env ? env : SOCKETS[which].fallback);
+	return util_xstrdup(env && *env ? env : SOCKETS[which].fallback);
 }
 
 /* What the user can do about connect(2)'s error e on path. why is net's message. */
 static void explain(const char *path, cli_socket which, int e, const char *why, char *err, size_t errlen)
 {
 	if (e == ENOENT)
-		errf(err, errlen,
-		     "no %s socket at %s: is cdc running? (the path comes from -s, -c FILE's %s or %s)",
-		     SOCKETS[which].what, path, SOCKETS[which].key, SOCKETS[which].env);
+		util_errf(err, errlen,
+			  "no %s socket at %s: is cdc running? (the path comes from -s, -c FILE's %s or %s)",
+			  SOCKETS[which].what, path, SOCKETS[which].key, SOCKETS[which].env);
 	else if (e == ECONNREFUSED)
-		errf(err, errlen, "nothing listens on %s: cdc is not running (the socket file is left over)",
-		     path);
+		util_errf(err, errlen,
+			  "nothing listens on %s: cdc is not running (the socket file is left over)", path);
 	else if (e == EACCES)
-		errf(err, errlen,
-		     "permission denied on %s: join the socket's group (subscribers.mode) or use sudo", path);
+		util_errf(err, errlen,
+			  "permission denied on %s: join the socket's group (subscribers.mode) or use sudo",
+			  path);
 	else
-		errf(err, errlen, "cannot connect to %s", why);
+		util_errf(err, errlen, "cannot connect to %s", why);
 }
 
 int cli_connect(const char *path, cli_socket which, int timeout_ms, char *err, size_t errlen)
@@ -166,12 +167,12 @@ int cli_connect_wait(const char *name, const char *path, cli_socket which, int t
 		     char *err, size_t errlen)
 {
 	char why[512];
-	uint64_t deadline = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+	uint64_t deadline = util_now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
 	for (bool told = false;; told = true) {
 		int fd = net_unix_connect_timeout(path, timeout_ms, why, sizeof(why));
 		if (fd >= 0)
 			return fd;
-		if (!not_there_yet(errno) || now_ms() >= deadline) {
+		if (!not_there_yet(errno) || util_now_ms() >= deadline) {
 			explain(path, which, errno, why, err, errlen);
 			return -1;
 		}

@@ -43,7 +43,7 @@ static int doctor_option(const cli_command *cmd, void *ctx, int ch, const char *
 	return CLI_GO_ON;
 }
 
-int doctor_main(int argc, char **argv)
+int cli_doctor_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    CLI_OPT_CONFIG,

@@ -5,6 +5,6 @@
 
 /* argv[0] is "doctor". Returns the exit code, 0 if all passed, 1 for warnings, 2 for failures (or a
  * usage or configuration error). */
-int doctor_main(int argc, char **argv);
+int cli_doctor_main(int argc, char **argv);
 
 #endif

@@ -85,28 +85,28 @@ static bool dechunk(const char *p, const char *end, buf *body, char *err, size_t
 		for (; eol && q < eol && hexval(*q) >= 0 && n <= ANSWER_MAX; q++)
 			n = n * 16 + (size_t)hexval(*q);
 		if (!eol || q == p || (q < eol && *q != ';') || n > ANSWER_MAX)
-			return errf(err, errlen, "malformed chunked body");
+			return util_errf(err, errlen, "malformed chunked body");
 		p = eol + 2;
 		if (n == 0)
 			return true;
 		if ((size_t)(end - p) < n + 2 || memcmp(p + n, "\r\n", 2) != 0)
-			return errf(err, errlen, "truncated chunked body");
+			return util_errf(err, errlen, "truncated chunked body");
 		buf_append(body, p, n);
 		p += n + 2;
 	}
 }
 
-bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf *body, char *err,
-		       size_t errlen)
+bool cli_status_http_parse(const char *resp, size_t len, unsigned *http_status, buf *body, char *err,
+			   size_t errlen)
 {
 	const char *end = resp + len;
 	if (len < 12 || memcmp(resp, "HTTP/1.", 7) != 0 || resp[8] != ' ' || resp[9] < '1' || resp[9] > '5' ||
 	    resp[10] < '0' || resp[10] > '9' || resp[11] < '0' || resp[11] > '9')
-		return errf(err, errlen, "not an HTTP answer");
+		return util_errf(err, errlen, "not an HTTP answer");
 	*http_status = (unsigned)((resp[9] - '0') * 100 + (resp[10] - '0') * 10 + (resp[11] - '0'));
 	const char *hdr_end = find(resp, len, "\r\n\r\n");
 	if (!hdr_end)
-		return errf(err, errlen, "truncated HTTP answer (no end of headers)");
+		return util_errf(err, errlen, "truncated HTTP answer (no end of headers)");
 	const char *p = hdr_end + 4, *hdrs = find(resp, len, "\r\n") + 2;
 	size_t vlen;
 	const char *te = header(hdrs, hdr_end + 2, "Transfer-Encoding", &vlen);
@@ -116,8 +116,8 @@ bool status_http_parse(const char *resp, size_t len, unsigned *http_status, buf 
 	if (cl) {
 		unsigned long long n = strtoull(cl, NULL, 10);
 		if (n > (unsigned long long)(end - p))
-			return errf(err, errlen, "truncated HTTP answer (%zu of %llu bytes)",
-				    (size_t)(end - p), n);
+			return util_errf(err, errlen, "truncated HTTP answer (%zu of %llu bytes)",
+					 (size_t)(end - p), n);
 		end = p + n;
 	}
 	buf_append(body, p, (size_t)(end - p));
@@ -147,8 +147,8 @@ static bool parse_url(const char *url, char *host, size_t hostlen, char *port, b
 	       pn = colon && *colon == ':' ? strspn(colon + 1, "0123456789") : 0;
 	const char *rest = pn ? colon + 1 + pn : NULL;
 	if (!hn || hn >= hostlen || !pn || pn > 5 || (*rest && strcmp(rest, "/") != 0))
-		return errf(err, errlen, "%s: expected http://HOST:PORT or https://HOST:PORT (status.listen)",
-			    url);
+		return util_errf(err, errlen,
+				 "%s: expected http://HOST:PORT or https://HOST:PORT (status.listen)", url);
 	memcpy(host, h, hn);
 	host[hn] = '\0';
 	memcpy(port, colon + 1, pn);
@@ -170,13 +170,13 @@ static bool http_open(const cli_endpoint *ep, http_conn *c, char *err, size_t er
 		return false;
 	snprintf(c->host, sizeof c->host, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
 	if ((c->fd = net_tcp_connect_timeout(host, port, TIMEOUT_S * 1000, why, sizeof why)) < 0)
-		return errf(err, errlen, "cannot connect to status.listen at %s", why);
+		return util_errf(err, errlen, "cannot connect to status.listen at %s", why);
 	if (tls && !(c->tls = tls_open(c->fd, host, ep->cacert, why, sizeof why)))
-		return errf(err, errlen, "%s: %s", ep->where, why);
+		return util_errf(err, errlen, "%s: %s", ep->where, why);
 	if (c->tls && tls_verdict(c->tls, true, why, sizeof why))
-		return errf(err, errlen,
-			    "%s: status.listen's certificate is refused: %s (--cacert names its CA)",
-			    ep->where, why);
+		return util_errf(err, errlen,
+				 "%s: status.listen's certificate is refused: %s (--cacert names its CA)",
+				 ep->where, why);
 	return true;
 }
 
@@ -214,25 +214,25 @@ static bool read_all(http_conn *c, buf *resp, char *err, size_t errlen)
 		if (n < 0 && !c->tls && errno == EINTR)
 			continue;
 		if (n < 0)
-			return errf(err, errlen, "reading the answer: %s",
-				    c->tls	      ? "TLS error"
-				    : errno == EAGAIN ? "timed out"
-						      : strerror(errno));
+			return util_errf(err, errlen, "reading the answer: %s",
+					 c->tls		   ? "TLS error"
+					 : errno == EAGAIN ? "timed out"
+							   : strerror(errno));
 		resp->len += (size_t)n;
 		resp->data[resp->len] = '\0';
 		if (resp->len > ANSWER_MAX)
-			return errf(err, errlen, "the answer is larger than %u MiB", ANSWER_MAX >> 20);
+			return util_errf(err, errlen, "the answer is larger than %u MiB", ANSWER_MAX >> 20);
 	}
 }
 
-bool status_http_get(const cli_endpoint *ep, const char *path, unsigned *http_status, buf *body, char *err,
-		     size_t errlen)
+bool cli_status_http_get(const cli_endpoint *ep, const char *path, unsigned *http_status, buf *body,
+			 char *err, size_t errlen)
 {
-	return status_http_request(ep, "GET", path, NULL, http_status, body, err, errlen);
+	return cli_status_http_request(ep, "GET", path, NULL, http_status, body, err, errlen);
 }
 
-bool status_http_request(const cli_endpoint *ep, const char *method, const char *path, const char *req_body,
-			 unsigned *http_status, buf *body, char *err, size_t errlen)
+bool cli_status_http_request(const cli_endpoint *ep, const char *method, const char *path,
+			     const char *req_body, unsigned *http_status, buf *body, char *err, size_t errlen)
 {
 	http_conn c;
 	char *token = NULL;
@@ -251,12 +251,12 @@ bool status_http_request(const cli_endpoint *ep, const char *method, const char 
 	else
 		buf_puts(&req, "\r\n");
 	if (!http_send(&c, &req)) {
-		errf(err, errlen, "sending to %s: %s", ep->where, c.tls ? "TLS error" : strerror(errno));
+		util_errf(err, errlen, "sending to %s: %s", ep->where, c.tls ? "TLS error" : strerror(errno));
 		goto out;
 	}
 	if (!read_all(&c, &resp, err, errlen))
 		goto out;
-	ok = status_http_parse(resp.data ? resp.data : "", resp.len, http_status, body, err, errlen);
+	ok = cli_status_http_parse(resp.data ? resp.data : "", resp.len, http_status, body, err, errlen);
 out:
 	http_close(&c);
 	if (token)
@@ -425,7 +425,7 @@ static void summary_consumers(buf *out, json_object *sub)
 		n += lists[k] ? json_object_array_length(lists[k]) : 0;
 	if (!n)
 		return;
-	char(*cells)[NCCOLS][64] = xcalloc(n + 1, sizeof(*cells));
+	char(*cells)[NCCOLS][64] = util_xcalloc(n + 1, sizeof(*cells));
 	int width[NCCOLS] = {0};
 	for (int col = 0; col < NCCOLS; col++)
 		snprintf(cells[0][col], sizeof(cells[0][col]), "%s", CHEADS[col]);
@@ -468,7 +468,7 @@ static void summary_subscriptions(buf *out, json_object *root)
 		buf_puts(out, "no subscriptions\n");
 		return;
 	}
-	char(*cells)[NCOLS][64] = xcalloc(n + 1, sizeof(*cells));
+	char(*cells)[NCOLS][64] = util_xcalloc(n + 1, sizeof(*cells));
 	int width[NCOLS] = {0};
 	for (int c = 0; c < NCOLS; c++)
 		snprintf(cells[0][c], sizeof(cells[0][c]), "%s", HEADS[c]);
@@ -522,7 +522,7 @@ static void summary_signals(buf *out, json_object *root)
 	}
 }
 
-bool status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen)
+bool cli_status_summary(const char *json, size_t len, buf *out, char *err, size_t errlen)
 {
 	json_tokener *tok = json_tokener_new();
 	json_object *root = json_tokener_parse_ex(tok, json, (int)len);
@@ -530,8 +530,9 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	json_tokener_free(tok);
 	if (e != json_tokener_success || !json_object_is_type(root, json_type_object)) {
 		json_object_put(root);
-		return errf(err, errlen, "the status is not a JSON object (%s)",
-			    e == json_tokener_success ? "another JSON value" : json_tokener_error_desc(e));
+		return util_errf(err, errlen, "the status is not a JSON object (%s)",
+				 e == json_tokener_success ? "another JSON value"
+							   : json_tokener_error_desc(e));
 	}
 	summary_head(out, root);
 	summary_source(out, root);
@@ -547,7 +548,7 @@ bool status_summary(const char *json, size_t len, buf *out, char *err, size_t er
 	}
 	json_object *backfills = member(root, "backfills", json_type_array);
 	if (backfills)
-		backfill_summary(backfills, out);
+		cli_backfill_summary(backfills, out);
 	summary_signals(out, root);
 	for (const sink_module *const *m = sink_modules; *m; m++) {
 		json_object *figures = member(root, (*m)->name, json_type_object);
@@ -566,7 +567,7 @@ static int show(const cli_endpoint *ep, bool json)
 	buf body = {0}, out = {0};
 	char err[512];
 	int rc = 1;
-	if (!status_http_get(ep, "/status", &code, &body, err, sizeof(err))) {
+	if (!cli_status_http_get(ep, "/status", &code, &body, err, sizeof(err))) {
 		fprintf(stderr, "cdc status: %s\n", err);
 		goto out;
 	}
@@ -579,7 +580,7 @@ static int show(const cli_endpoint *ep, bool json)
 	if (json) {
 		fwrite(body.data, 1, body.len, stdout);
 		rc = 0;
-	} else if (status_summary(body.data ? body.data : "", body.len, &out, err, sizeof(err))) {
+	} else if (cli_status_summary(body.data ? body.data : "", body.len, &out, err, sizeof(err))) {
 		fwrite(out.data, 1, out.len, stdout);
 		rc = 0;
 	} else {
@@ -595,7 +596,7 @@ out:
  * answers 200, for up to wait_ms. */
 static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 {
-	uint64_t deadline = now_ms() + (uint64_t)wait_ms;
+	uint64_t deadline = util_now_ms() + (uint64_t)wait_ms;
 	char err[1024];
 	int fd = cli_is_url(ep->where) ? -1
 				       : cli_connect_wait("cdc status", ep->where, CLI_STATUS_SOCKET,
@@ -611,7 +612,7 @@ static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 	for (bool told = false;; told = true) {
 		unsigned code = 0;
 		body.len = 0;
-		if (!status_http_get(ep, "/readyz", &code, &body, err, sizeof(err))) {
+		if (!cli_status_http_get(ep, "/readyz", &code, &body, err, sizeof(err))) {
 			fprintf(stderr, "cdc status: %s\n", err);
 			break;
 		}
@@ -619,7 +620,7 @@ static bool wait_streaming(const cli_endpoint *ep, int wait_ms)
 			break;
 		/* the body is the reason, one line */
 		int n = body.len && body.data[body.len - 1] == '\n' ? (int)body.len - 1 : (int)body.len;
-		if (now_ms() >= deadline) {
+		if (util_now_ms() >= deadline) {
 			fprintf(stderr, "cdc status: cdc does not stream after %d s: %.*s\n",
 				(wait_ms + 999) / 1000, n, body.data ? body.data : "");
 			break;
@@ -648,7 +649,7 @@ static int status_option(const cli_command *cmd, void *ctx, int ch, const char *
 	return CLI_GO_ON;
 }
 
-int status_main(int argc, char **argv)
+int cli_status_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    CLI_OPT_CONFIG,

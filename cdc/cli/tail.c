@@ -17,7 +17,7 @@
 #include "sinks/socket/socket_sink.h"
 
 #define TAIL_MAX_UNACKED 1000 /* events in flight to us, enough to stream and few to redeliver */
-#define TAIL_NAME_MAX 255     /* what frame_decode_client accepts for names */
+#define TAIL_NAME_MAX 255     /* what socket_frame_decode_client accepts for names */
 #define TAIL_ACK_MAX 65536    /* offsets one Ack frame may carry */
 #define TAIL_ARENA_CHUNK 65536
 #define TAIL_WAIT_MS 10000 /* --wait's default. cdc makes its sockets before it connects to PostgreSQL. */
@@ -196,7 +196,7 @@ static bool write_all(int fd, const char *p, size_t n, bool socket)
 static bool send_frame(tail *t, const Cdc__V1__ClientFrame *f)
 {
 	buf_reset(&t->out);
-	frame_put_client(&t->out, f);
+	socket_frame_put_client(&t->out, f);
 	if (write_all(t->fd, t->out.data, t->out.len, true))
 		return true;
 	fprintf(stderr, "cdc tail: sending to %s: %s\n", t->path, strerror(errno));
@@ -280,14 +280,15 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos,
-					    FRAME_SERVER_MAX, &msg, &msglen, &consumed, err, sizeof(err));
+		frame_result r =
+		    socket_frame_next((const uint8_t *)t->in.data + t->in_pos, t->in.len - t->in_pos,
+				      FRAME_SERVER_MAX, &msg, &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_BAD) {
 			fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
 			return NEXT_FAIL;
 		}
 		if (r == FRAME_OK) {
-			*out = frame_decode_server(msg, msglen, t->mem, err, sizeof(err));
+			*out = socket_frame_decode_server(msg, msglen, t->mem, err, sizeof(err));
 			t->in_pos += consumed;
 			if (!*out) {
 				fprintf(stderr, "cdc tail: bad frame from %s: %s\n", t->path, err);
@@ -306,7 +307,7 @@ static next_result next_frame(tail *t, Cdc__V1__ServerFrame **out)
 		}
 		int wait = -1;
 		if (t->deadline_ms >= 0) {
-			int64_t left = t->deadline_ms - (int64_t)now_ms();
+			int64_t left = t->deadline_ms - (int64_t)util_now_ms();
 			if (left <= 0)
 				return NEXT_TIMEOUT;
 			wait = (int)left;
@@ -356,7 +357,7 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 		n = (size_t)(t->o->count - t->printed);
 	if (t->noffsets + n > t->cap_offsets) {
 		t->cap_offsets = t->noffsets + n > 2 * t->cap_offsets ? t->noffsets + n : 2 * t->cap_offsets;
-		t->offsets = xrealloc(t->offsets, t->cap_offsets * sizeof(*t->offsets));
+		t->offsets = util_xrealloc(t->offsets, t->cap_offsets * sizeof(*t->offsets));
 	}
 	for (size_t i = 0; i < n; i++) {
 		const Cdc__V1__Event *e = d->events[i];
@@ -365,11 +366,11 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 			fprintf(stderr, "cdc tail: %s delivered an event without an offset\n", t->path);
 			return false;
 		}
-		json_event_head(&t->lines, e);
+		sink_json_event_head(&t->lines, e);
 		const Cdc__V1__DeadLetter *dl = t->o->dead ? dead_letter_of(d, i, e->offset) : NULL;
 		if (dl)
-			json_dead_letter(&t->lines, dl);
-		json_event_tail(&t->lines, &t->commit, e->commit_lsn, e->tx_index, e->commit_time);
+			sink_json_dead_letter(&t->lines, dl);
+		sink_json_event_tail(&t->lines, &t->commit, e->commit_lsn, e->tx_index, e->commit_time);
 		t->offsets[t->noffsets++] = e->offset;
 	}
 	t->printed += n;
@@ -378,7 +379,7 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 
 static void reset_deadline(tail *t)
 {
-	t->deadline_ms = t->o->timeout_ms >= 0 ? (int64_t)now_ms() + t->o->timeout_ms : -1;
+	t->deadline_ms = t->o->timeout_ms >= 0 ? (int64_t)util_now_ms() + t->o->timeout_ms : -1;
 }
 
 static int tail_run(tail *t)
@@ -452,7 +453,7 @@ static int tail_run(tail *t)
 	}
 }
 
-int tail_main(int argc, char **argv)
+int cli_tail_main(int argc, char **argv)
 {
 	tail_opts o = {.start = CDC__V1__START_FROM__START_ACKED, .timeout_ms = -1, .wait_ms = TAIL_WAIT_MS};
 	cli_args args = {0};
@@ -475,7 +476,7 @@ int tail_main(int argc, char **argv)
 	buf_free(&t.in);
 	buf_free(&t.out);
 	buf_free(&t.lines);
-	json_commit_free(&t.commit);
+	sink_json_commit_free(&t.commit);
 	arena_free(t.mem);
 	free(t.offsets);
 	free(path);

@@ -4,6 +4,6 @@
 #define CDC_TAIL_H
 
 /* argv[0] is "tail". Returns the exit status, 0 for ok, 1 for a runtime failure, 2 for a usage error. */
-int tail_main(int argc, char **argv);
+int cli_tail_main(int argc, char **argv);
 
 #endif

@@ -151,7 +151,7 @@ typedef struct cfg_overlay {
 /* Reads state_dir's overlay. A missing file is an empty overlay. On an error it returns NULL and
  * appends the file's errors to errors. */
 cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors);
-/* Writes it to state_dir atomically and durably (file_replace). */
+/* Writes it to state_dir atomically and durably (fsutil_replace). */
 bool cfg_overlay_save(const cfg_overlay *overlay, const char *state_dir, char *err,
 		      size_t errlen) CDC_MUST_CHECK;
 /* Records a PUT (takes sub) or a DELETE of name. */

@@ -117,15 +117,15 @@ static void key_default(void *base, const key *k)
 		store_value(FIELD(base, k, char), k->type->size, k->def.n);
 		break;
 	case ST_STR:
-		*FIELD(base, k, char *) = k->def.s ? xstrdup(k->def.s) : NULL;
+		*FIELD(base, k, char *) = k->def.s ? util_xstrdup(k->def.s) : NULL;
 		break;
 	case ST_IDS: /* starts empty */
 		break;
 	case ST_LIST:
 		if (k->def.s) {
 			cfg_strlist *l = FIELD(base, k, cfg_strlist);
-			l->v = xmalloc(sizeof *l->v);
-			l->v[0] = xstrdup(k->def.s);
+			l->v = util_xmalloc(sizeof *l->v);
+			l->v[0] = util_xstrdup(k->def.s);
 			l->n = 1;
 		}
 		break;
@@ -142,7 +142,7 @@ void cfg_keys_default(void *base, const keys *t)
 	for (const key *k = t->k; k < t->k + t->n; k++) {
 		void **held = (void **)(void *)((char *)base + k->via);
 		if ((k->flags & K_VIA) && !*held)
-			*held = xcalloc(1, k->via_size);
+			*held = util_xcalloc(1, k->via_size);
 		key_default(base, k);
 	}
 }
@@ -160,7 +160,7 @@ static void keys_clear_fields(void *base, const keys *t)
 			cfg_strlist_free(FIELD(base, k, cfg_strlist));
 			break;
 		case ST_IDS:
-			id_list_free(FIELD(base, k, id_list));
+			util_id_list_free(FIELD(base, k, id_list));
 			break;
 		case ST_SECTION:
 			keys_clear_fields(base, k->arg);
@@ -200,7 +200,7 @@ void cfg_keys_copy(void *dst, const void *src, const keys *t)
 		void **held = (void **)(void *)((char *)dst + k->via);
 		void *const *from = (void *const *)(const void *)((const char *)src + k->via);
 		if ((k->flags & K_VIA) && *from && *held == *from) {
-			*held = xmalloc(k->via_size);
+			*held = util_xmalloc(k->via_size);
 			memcpy(*held, *from, k->via_size);
 		}
 	}
@@ -208,14 +208,14 @@ void cfg_keys_copy(void *dst, const void *src, const keys *t)
 		switch (k->type->store) {
 		case ST_STR: {
 			const char *s = *CFIELD(src, k, char *);
-			*FIELD(dst, k, char *) = s ? xstrdup(s) : NULL;
+			*FIELD(dst, k, char *) = s ? util_xstrdup(s) : NULL;
 			break;
 		}
 		case ST_LIST:
 			cfg_strlist_copy(FIELD(dst, k, cfg_strlist), CFIELD(src, k, cfg_strlist));
 			break;
 		case ST_IDS:
-			id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
+			util_id_list_copy(FIELD(dst, k, id_list), CFIELD(src, k, id_list));
 			break;
 		case ST_SECTION:
 			cfg_keys_copy(dst, src, k->arg);
@@ -289,7 +289,7 @@ static bool key_same(const void *a, const void *b, const key *k)
 		return true;
 	}
 	case ST_IDS:
-		return id_list_same(CFIELD(a, k, id_list), CFIELD(b, k, id_list));
+		return util_id_list_same(CFIELD(a, k, id_list), CFIELD(b, k, id_list));
 	case ST_OWN:
 		return k->type->same(a, b, k);
 	case ST_SECTION:
@@ -480,9 +480,9 @@ static void set_subs(ctx *x, const node *v, void *base, const key *k)
 		return;
 	}
 	c->nsubs = v->n;
-	c->subs = v->n ? xcalloc(v->n, sizeof *c->subs) : NULL;
-	named *names = xcalloc(v->n, sizeof *names);
-	const node **name_nodes = xcalloc(v->n, sizeof *name_nodes);
+	c->subs = v->n ? util_xcalloc(v->n, sizeof *c->subs) : NULL;
+	named *names = util_xcalloc(v->n, sizeof *names);
+	const node **name_nodes = util_xcalloc(v->n, sizeof *name_nodes);
 	for (size_t i = 0; i < v->n; i++) {
 		cfg_subscription *s = &c->subs[i];
 		pair seen[CFG_MAX_KEYS] = {0};
@@ -778,9 +778,9 @@ bool cfg_subs_together(const cfg *c, const cfg_subscription *s, const cfg_subscr
 		const sink_module *mod = sink_modules[m];
 		if (!mod->check_together || (s && s->sink != (int)m))
 			continue;
-		const void **settings = xcalloc(c->nsubs + 1, sizeof(*settings));
-		const char **names = xcalloc(c->nsubs + 1, sizeof(*names));
-		const cfg_subscription **which = xcalloc(c->nsubs + 1, sizeof(*which));
+		const void **settings = util_xcalloc(c->nsubs + 1, sizeof(*settings));
+		const char **names = util_xcalloc(c->nsubs + 1, sizeof(*names));
+		const cfg_subscription **which = util_xcalloc(c->nsubs + 1, sizeof(*which));
 		size_t n = 0, first, other;
 		if (s)
 			settings[n] = s->sink_settings[m], names[n] = s->name, which[n++] = s;
@@ -869,16 +869,16 @@ static key convert_key(const sink_key *k, size_t via, size_t via_size, int modul
 		size_t n = 0;
 		while (names[n])
 			n++;
-		ename *e = xcalloc(n + 1, sizeof(*e));
+		ename *e = util_xcalloc(n + 1, sizeof(*e));
 		for (size_t i = 0; i < n; i++)
 			e[i] = (ename){names[i], (int)i};
 		out.arg = e;
 	}
 	if (k->type == SINK_KEY_SECTION) {
 		const sink_keys *inner = k->arg;
-		key *v = xcalloc(inner->count, sizeof(*v));
+		key *v = util_xcalloc(inner->count, sizeof(*v));
 		convert_keys(inner, v, via, via_size, module);
-		keys *t = xcalloc(1, sizeof(*t));
+		keys *t = util_xcalloc(1, sizeof(*t));
 		*t = (keys){v, inner->count};
 		out.arg = t;
 	}
@@ -938,10 +938,10 @@ __attribute__((constructor)) static void build_tables(void)
 		const sink_module *mod = sink_modules[m];
 		if (!mod->section)
 			continue;
-		key *v = xcalloc(mod->section_keys.count, sizeof(*v));
+		key *v = util_xcalloc(mod->section_keys.count, sizeof(*v));
 		convert_keys(&mod->section_keys, v, TOP(sink_sections) + m * sizeof(void *),
 			     mod->section_size, (int)m + 1);
-		keys *t = xcalloc(1, sizeof(*t));
+		keys *t = util_xcalloc(1, sizeof(*t));
 		*t = (keys){v, mod->section_keys.count, .present = section_present, .module = m};
 		top_built[n++] =
 		    (key){mod->section, &t_section, 0, t, .doc = mod->section_doc, .module = (int)m + 1};
@@ -955,8 +955,8 @@ __attribute__((constructor)) static void build_tables(void)
 
 static cfg *cfg_new(const char *path)
 {
-	cfg *c = xcalloc(1, sizeof *c);
-	c->path = xstrdup(path);
+	cfg *c = util_xcalloc(1, sizeof *c);
+	c->path = util_xstrdup(path);
 	cfg_keys_default(c, &top_keys);
 	cfg_uids_default(c);
 	return c;

@@ -15,7 +15,7 @@ cfg_subscription *cfg_parse_subscription(const cfg *c, const char *name, const c
 	ctx x = {.file = "body", .errors = errors, .sink_hint = -1};
 	memcpy(x.have_section, c->sink_present, sizeof x.have_section);
 	node *root = NULL;
-	cfg_subscription *s = xcalloc(1, sizeof *s);
+	cfg_subscription *s = util_xcalloc(1, sizeof *s);
 	cfg_keys_default(s, &sub_keys);
 	s->line = s->col = 1;
 	if (!cfg_build_tree(&x, text ? text : "", text ? len : 0, &root))
@@ -75,7 +75,7 @@ cfg_overlay *cfg_overlay_load(const char *state_dir, buf *errors)
 {
 	buf path = {0};
 	overlay_path(&path, state_dir);
-	cfg_overlay *o = xcalloc(1, sizeof *o);
+	cfg_overlay *o = util_xcalloc(1, sizeof *o);
 	if (access(path.data, F_OK) != 0 && errno == ENOENT) {
 		buf_free(&path);
 		return o;
@@ -119,7 +119,7 @@ bool cfg_overlay_save(const cfg_overlay *o, const char *state_dir, char *err, si
 	emit e = {.b = &text, .first = true};
 	cfg_keys_print(&e, &doc, &overlay_keys);
 	buf_putc(&text, '\n');
-	bool ok = file_replace(path.data, text.data, text.len, 0600, err, errlen);
+	bool ok = fsutil_replace(path.data, text.data, text.len, 0600, err, errlen);
 	buf_free(&path);
 	buf_free(&text);
 	return ok;
@@ -173,7 +173,7 @@ static void subs_set(cfg_subscription **v, size_t *n, cfg_subscription *s)
 			(*v)[i] = *s;
 			return;
 		}
-	*v = xrealloc(*v, (*n + 1) * sizeof **v);
+	*v = util_xrealloc(*v, (*n + 1) * sizeof **v);
 	(*v)[(*n)++] = *s;
 }
 
@@ -227,16 +227,16 @@ bool cfg_overlay_apply(const cfg_overlay *o, cfg *c, cfg_strlist *left_out, buf 
 
 cfg_subscription *cfg_subscription_copy(const cfg_subscription *s)
 {
-	cfg_subscription *d = xmalloc(sizeof *d);
+	cfg_subscription *d = util_xmalloc(sizeof *d);
 	sub_copy(d, s);
 	return d;
 }
 
 cfg_overlay *cfg_overlay_copy(const cfg_overlay *o)
 {
-	cfg_overlay *d = xcalloc(1, sizeof *d);
+	cfg_overlay *d = util_xcalloc(1, sizeof *d);
 	d->nput = o->nput;
-	d->put = o->nput ? xcalloc(o->nput, sizeof *d->put) : NULL;
+	d->put = o->nput ? util_xcalloc(o->nput, sizeof *d->put) : NULL;
 	for (size_t i = 0; i < o->nput; i++)
 		sub_copy(&d->put[i], &o->put[i]);
 	cfg_strlist_copy(&d->deleted, &o->deleted);

@@ -168,7 +168,7 @@ char *cfg_mask_dsn(const char *dsn)
 		mask_uri(&out, dsn);
 	else
 		mask_kv(&out, dsn);
-	return out.data ? out.data : xstrdup("");
+	return out.data ? out.data : util_xstrdup("");
 }
 
 bool cfg_dsn_has_secret(const char *dsn)
@@ -210,12 +210,12 @@ static void yaml_str(buf *out, const char *s)
 		uint32_t cp = *p;
 		size_t n = 1, skip;
 		if (cp >= 0x80) {
-			if (!(n = utf8_seq(p, (size_t)(end - p), &skip))) {
+			if (!(n = util_utf8_seq(p, (size_t)(end - p), &skip))) {
 				/* not UTF-8, which cannot come from libyaml, but never print it raw */
 				buf_printf(out, "\\x%02X", *p++);
 				continue;
 			}
-			cp = utf8_codepoint(p, n);
+			cp = util_utf8_codepoint(p, n);
 		}
 		bool printable = (cp >= 0x20 && cp < 0x7F) ||
 				 (cp >= 0xA0 && cp <= 0xD7FF && cp != 0x2028 && cp != 0x2029) ||

@@ -76,7 +76,7 @@ char *cfg_secret_read(const char *path, char *err, size_t errlen)
 	buf text = {0};
 	const char *why = read_secret(path, &text);
 	if (why) {
-		errf(err, errlen, "%s: %s", path, why);
+		util_errf(err, errlen, "%s: %s", path, why);
 		return NULL;
 	}
 	return text.data;
@@ -118,13 +118,13 @@ const node *cfg_secret_value(ctx *x, const node *v, node **made, const char **fi
 		return NULL;
 	}
 	free(full);
-	node *n = xcalloc(1, sizeof *n);
+	node *n = util_xcalloc(1, sizeof *n);
 	n->kind = N_SCALAR;
 	n->secret = true;
 	n->line = pv->line;
 	n->col = pv->col;
 	n->len = text.len;
-	n->text = xmalloc(text.len + 1);
+	n->text = util_xmalloc(text.len + 1);
 	memcpy(n->text, text.data, text.len);
 	n->text[text.len] = '\0';
 	buf_wipe(&text);
@@ -138,9 +138,9 @@ void cfg_secret_record(ctx *x, const char *file)
 	cfg *c = x->secrets_of;
 	if (!c)
 		return;
-	c->secrets = xrealloc(c->secrets, (c->nsecrets + 1) * sizeof *c->secrets);
+	c->secrets = util_xrealloc(c->secrets, (c->nsecrets + 1) * sizeof *c->secrets);
 	c->secrets[c->nsecrets++] =
-	    (cfg_secret){xstrdup(x->path.data ? x->path.data : ""), file ? cfg_resolved(x, file) : NULL};
+	    (cfg_secret){util_xstrdup(x->path.data ? x->path.data : ""), file ? cfg_resolved(x, file) : NULL};
 }
 
 const char *cfg_secret_file(const cfg *c, const char *name)

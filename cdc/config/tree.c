@@ -203,7 +203,7 @@ void cfg_node_add(node *parent, node *kid)
 {
 	if (parent->n == parent->cap) {
 		parent->cap = parent->cap ? parent->cap * 2 : 8;
-		parent->kids = xrealloc(parent->kids, parent->cap * sizeof *parent->kids);
+		parent->kids = util_xrealloc(parent->kids, parent->cap * sizeof *parent->kids);
 	}
 	parent->kids[parent->n++] = kid;
 }
@@ -251,11 +251,11 @@ bool cfg_build_tree(ctx *x, const char *text, size_t len, node **root)
 			goto out;
 		case YAML_SCALAR_EVENT:
 			tag = ev.data.scalar.tag;
-			n = xcalloc(1, sizeof *n);
+			n = util_xcalloc(1, sizeof *n);
 			n->kind = N_SCALAR;
 			n->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
 			n->len = ev.data.scalar.length;
-			n->text = xmalloc(n->len + 1);
+			n->text = util_xmalloc(n->len + 1);
 			memcpy(n->text, ev.data.scalar.value, n->len);
 			n->text[n->len] = '\0';
 			break;
@@ -263,7 +263,7 @@ bool cfg_build_tree(ctx *x, const char *text, size_t len, node **root)
 		case YAML_MAPPING_START_EVENT:
 			tag = ev.type == YAML_SEQUENCE_START_EVENT ? ev.data.sequence_start.tag
 								   : ev.data.mapping_start.tag;
-			n = xcalloc(1, sizeof *n);
+			n = util_xcalloc(1, sizeof *n);
 			n->kind = ev.type == YAML_SEQUENCE_START_EVENT ? N_SEQ : N_MAP;
 			break;
 		case YAML_SEQUENCE_END_EVENT:
@@ -309,9 +309,9 @@ out:
 
 node *cfg_scalar_node(const char *text, int line, int col)
 {
-	node *n = xcalloc(1, sizeof *n);
+	node *n = util_xcalloc(1, sizeof *n);
 	n->kind = N_SCALAR;
-	n->text = xstrdup(text);
+	n->text = util_xstrdup(text);
 	n->len = strlen(text);
 	n->line = line;
 	n->col = col;

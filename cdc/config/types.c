@@ -36,7 +36,7 @@ static void set_string(ctx *x, const node *v, void *base, const key *k)
 	}
 	char **f = FIELD(base, k, char *);
 	free(*f);
-	*f = xstrdup(s);
+	*f = util_xstrdup(s);
 }
 
 /* A where predicate, parsed here too, so check-config reports it where it stands. */
@@ -46,12 +46,12 @@ static void set_where(ctx *x, const node *v, void *base, const key *k)
 	if (!s)
 		return;
 	char why[256];
-	pred *p = *s ? pred_parse(s, why, sizeof(why)) : NULL;
+	pred *p = *s ? match_predicate_parse(s, why, sizeof(why)) : NULL;
 	if (*s && !p) {
 		cfg_err_at(x, v, "%s", why);
 		return;
 	}
-	pred_free(p);
+	match_predicate_free(p);
 	set_string(x, v, base, k); /* reports an empty one */
 }
 
@@ -63,7 +63,7 @@ char *cfg_resolved(const ctx *x, const char *s)
 {
 	const char *slash = strrchr(x->file, '/');
 	if (*s == '/' || !slash || (slash == x->file + 1 && x->file[0] == '.'))
-		return xstrdup(s);
+		return util_xstrdup(s);
 	while (s[0] == '.' && (s[1] == '/' || !s[1]))
 		for (s++; *s == '/';)
 			s++;
@@ -364,16 +364,16 @@ void cfg_strlist_free(cfg_strlist *l)
 
 void cfg_strlist_push(cfg_strlist *l, const char *s)
 {
-	l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
-	l->v[l->n++] = xstrdup(s);
+	l->v = util_xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+	l->v[l->n++] = util_xstrdup(s);
 }
 
 void cfg_strlist_copy(cfg_strlist *dst, const cfg_strlist *src)
 {
 	dst->n = src->n;
-	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	dst->v = src->n ? util_xcalloc(src->n, sizeof *dst->v) : NULL;
 	for (size_t i = 0; i < src->n; i++)
-		dst->v[i] = xstrdup(src->v[i]);
+		dst->v[i] = util_xstrdup(src->v[i]);
 }
 
 /* The items of a non-empty list, or NULL after an error. */
@@ -396,7 +396,7 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 	cfg_strlist l = {0};
 	if (!list(x, v))
 		return;
-	l.v = xcalloc(v->n, sizeof *l.v);
+	l.v = util_xcalloc(v->n, sizeof *l.v);
 	unsigned before = x->nerr;
 	for (size_t i = 0; i < v->n; i++) {
 		const node *it = v->kids[i];
@@ -415,7 +415,7 @@ static void set_strlist(ctx *x, const node *v, void *base, const key *k)
 				   cfg_qnode(x, it), problem);
 			continue;
 		}
-		l.v[l.n++] = xstrdup(s);
+		l.v[l.n++] = util_xstrdup(s);
 	}
 	if (x->nerr != before) {
 		cfg_strlist_free(&l);
@@ -454,9 +454,9 @@ static void set_ops(ctx *x, const node *v, void *base, const key *k)
 void cfg_uids_default(cfg *c)
 {
 	uid_t self = geteuid();
-	id_list_free(&c->status.control_uids);
+	util_id_list_free(&c->status.control_uids);
 	c->status.control_uids.n = self == 0 ? 1 : 2;
-	c->status.control_uids.v = xcalloc(c->status.control_uids.n, sizeof(uint32_t));
+	c->status.control_uids.v = util_xcalloc(c->status.control_uids.n, sizeof(uint32_t));
 	c->status.control_uids.v[c->status.control_uids.n - 1] = self; /* root first */
 }
 
@@ -522,16 +522,16 @@ static void set_ids(ctx *x, const node *v, void *base, const key *k)
 		cfg_err_at(x, v, "%zu ids: at most %d in one list", v->n, IDS_MAX);
 		return;
 	}
-	id_list l = {.v = v->n ? xcalloc(v->n, sizeof(uint32_t)) : NULL};
+	id_list l = {.v = v->n ? util_xcalloc(v->n, sizeof(uint32_t)) : NULL};
 	for (size_t i = 0; i < v->n; i++)
 		if (get_id(x, v->kids[i], group, &l.v[l.n]))
 			l.n++;
 	if (l.n != v->n) {
-		id_list_free(&l);
+		util_id_list_free(&l);
 		return;
 	}
 	id_list *f = FIELD(base, k, id_list);
-	id_list_free(f);
+	util_id_list_free(f);
 	*f = l;
 }
 
@@ -565,7 +565,7 @@ static int named_cmp(const void *a, const void *b)
 
 size_t *cfg_first_of(named *v, size_t n)
 {
-	size_t *first = xcalloc(n, sizeof *first);
+	size_t *first = util_xcalloc(n, sizeof *first);
 	for (size_t i = 0; i < n; i++)
 		first[i] = i;
 	qsort(v, n, sizeof *v, named_cmp);
@@ -587,10 +587,10 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 		return;
 	}
 	size_t n = v->n / 2;
-	named *names = xcalloc(n ? n : 1, sizeof *names);
-	const node **values = xcalloc(n ? n : 1, sizeof *values);
-	node **made = xcalloc(n ? n : 1, sizeof *made);
-	const char **files = xcalloc(n ? n : 1, sizeof *files);
+	named *names = util_xcalloc(n ? n : 1, sizeof *names);
+	const node **values = util_xcalloc(n ? n : 1, sizeof *values);
+	node **made = util_xcalloc(n ? n : 1, sizeof *made);
+	const char **files = util_xcalloc(n ? n : 1, sizeof *files);
 	unsigned before = x->nerr;
 	for (size_t i = 0; i < n; i++) {
 		const node *kn = v->kids[2 * i], *val = v->kids[2 * i + 1];
@@ -626,10 +626,10 @@ static void set_props(ctx *x, const node *v, void *base, const key *k)
 	free(first);
 	free(names);
 	if (x->nerr == before) {
-		props->items = xcalloc(n ? n : 1, sizeof *props->items);
+		props->items = util_xcalloc(n ? n : 1, sizeof *props->items);
 		for (size_t i = 0; i < n; i++) {
 			const char *name = v->kids[2 * i]->text;
-			props->items[i] = (sink_property){xstrdup(name), xstrdup(values[i]->text)};
+			props->items[i] = (sink_property){util_xstrdup(name), util_xstrdup(values[i]->text)};
 			if ((k->flags & K_SECRET) && (files[i] || cfg_prop_holds_secret(name))) {
 				size_t old = cfg_path_push(x, name);
 				cfg_secret_record(x, files[i]);
@@ -654,14 +654,14 @@ static void set_names(ctx *x, const node *v, void *base, const key *k)
 		return;
 	}
 	cfg_strlist_free(l);
-	l->v = xcalloc(v->n ? v->n : 1, sizeof *l->v);
+	l->v = util_xcalloc(v->n ? v->n : 1, sizeof *l->v);
 	for (size_t i = 0; i < v->n; i++) {
 		const char *s = cfg_scalar(x, v->kids[i], "a subscription name");
 		if (s && !cfg_ident_ok(s, &sub_rule))
 			cfg_err_at(x, v->kids[i], "invalid name %s (expected %s)", cfg_qnode(x, v->kids[i]),
 				   sub_rule.expect);
 		else if (s)
-			l->v[l->n++] = xstrdup(s);
+			l->v[l->n++] = util_xstrdup(s);
 	}
 }
 

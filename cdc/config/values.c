@@ -245,7 +245,7 @@ const char *cfg_sink_name(int module)
 
 sink_sub *cfg_sink_subs(const cfg *c, size_t module)
 {
-	sink_sub *v = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(*v));
+	sink_sub *v = util_xcalloc(c->nsubs ? c->nsubs : 1, sizeof(*v));
 	for (size_t i = 0; i < c->nsubs; i++)
 		v[i] = (sink_sub){.name = c->subs[i].name,
 				  .tag = c->subs[i].tag,

@@ -34,11 +34,11 @@ static bf_settings settings_of(const cfg *c)
 
 static bf_now now(void)
 {
-	return (bf_now){.ms = now_ms(), .wall_ms = wall_ms()};
+	return (bf_now){.ms = util_now_ms(), .wall_ms = util_wall_ms()};
 }
 
-bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
-		     char id[BF_ID_SIZE], char *err, size_t errlen)
+bool daemon_backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_body *req, bool snapshot,
+			    char id[BF_ID_SIZE], char *err, size_t errlen)
 {
 	bf_request r = {.subscription = s->name,
 			.sub_tables = (const char *const *)s->tables.v,
@@ -50,21 +50,21 @@ bool backfills_queue(sidecar *d, const cfg_subscription *s, const bf_request_bod
 			.snapshot = snapshot};
 	if (!backfill_add(d->bf, &r, now(), id, err, errlen))
 		return false;
-	sidecar_post(d, d->conn.handled_lsn);
+	daemon_sidecar_post(d, d->conn.handled_lsn);
 	log_info("backfill queued", "subscription=%s backfill=%s snapshot=%s", s->name, id,
 		 snapshot ? "true" : "false");
-	bf_reader_kick(d->bf_reader);
+	backfill_reader_kick(d->bf_reader);
 	return true;
 }
 
-bool backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen)
+bool daemon_backfills_resync(sidecar *d, buf *ids, char *err, size_t errlen)
 {
 	bool first = true;
 	buf_putc(ids, '[');
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *s = &d->cfg->subs[i];
 		char id[BF_ID_SIZE];
-		if (!backfills_queue(d, s, NULL, false, id, err, errlen))
+		if (!daemon_backfills_queue(d, s, NULL, false, id, err, errlen))
 			return false;
 		bool f = true;
 		json_sep(ids, &first);
@@ -84,7 +84,7 @@ static void snapshots(sidecar *d)
 		const cfg_subscription *s = &d->cfg->subs[i];
 		char id[BF_ID_SIZE];
 		if (s->snapshot && !backfill_has_snapshot(d->bf, s->name) &&
-		    !backfills_queue(d, s, NULL, true, id, d->err, sizeof(d->err)))
+		    !daemon_backfills_queue(d, s, NULL, true, id, d->err, sizeof(d->err)))
 			log_warn("cannot queue the subscription's snapshot", "subscription=%s error=\"%s\"",
 				 s->name, d->err);
 	}
@@ -115,7 +115,7 @@ static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
 	if (v == BF_CHECKING && !expired)
 		return false;
 	if (v == BF_PASSED) {
-		backfills_publish(d);
+		daemon_backfills_publish(d);
 		answer_backfill(d, w->req, w->id, "queued");
 		return true;
 	}
@@ -130,9 +130,9 @@ static bool settle(sidecar *d, const struct bf_waiting *w, bool expired)
 	log_warn("backfill refused", "subscription=%s backfill=%s error=\"%s\"", w->req->name, w->id,
 		 msg.data);
 	backfill_drop(d->bf, w->id);
-	sidecar_post(d, d->conn.handled_lsn);
-	backfills_publish(d);
-	sidecar_answer_error(d, w->req, v == BF_REFUSED ? 400 : 503, msg.data, NULL);
+	daemon_sidecar_post(d, d->conn.handled_lsn);
+	daemon_backfills_publish(d);
+	daemon_sidecar_answer_error(d, w->req, v == BF_REFUSED ? 400 : 503, msg.data, NULL);
 	buf_free(&msg);
 	return true;
 }
@@ -154,7 +154,7 @@ static void checks_answered(void *ctx)
 	settle_all(ctx, false, 0);
 }
 
-void backfills_tick(sidecar *d, uint64_t now)
+void daemon_backfills_tick(sidecar *d, uint64_t now)
 {
 	if (d->nbf_waiting)
 		settle_all(d, true, now);
@@ -187,7 +187,7 @@ static bool stream_watermark(void *ctx, const char *content, size_t len, uint64_
 	return backfill_on_message(ctx, content, len, lsn, now(), emit, emit_ctx, err, errlen);
 }
 
-bool backfills_init(sidecar *d)
+bool daemon_backfills_init(sidecar *d)
 {
 	uint64_t seed;
 	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
@@ -201,31 +201,31 @@ bool backfills_init(sidecar *d)
 		log_error("cannot use the backfills' state", "error=\"%s\"", d->err);
 		return false;
 	}
-	d->bf_reader = bf_reader_new(d->base, d->cfg->source.dsn, d->bf, checks_answered, d);
-	bf_reader_password(d->bf_reader, d->cfg->source.password);
+	d->bf_reader = backfill_reader_new(d->base, d->cfg->source.dsn, d->bf, checks_answered, d);
+	backfill_reader_password(d->bf_reader, d->cfg->source.password);
 	pipeline_set_backfills(d->pipe, &(pipeline_backfills){.ctx = d->bf,
 							      .change = stream_change,
 							      .hold = backfill_change_encode,
 							      .replay = stream_replay,
 							      .watermark = stream_watermark,
-							      .next_read = bf_batch_next});
+							      .next_read = backfill_batch_next});
 	snapshots(d);
 	return true;
 }
 
-void backfills_free(sidecar *d)
+void daemon_backfills_free(sidecar *d)
 {
 	/* What changed since the last position recorded (the writer's thread is done by now). */
 	buf left = {0};
 	char err[512];
 	if (d->bf && backfill_state(d->bf, &left) &&
-	    !file_replace(d->bf_path, left.data, left.len, 0600, err, sizeof(err)))
+	    !fsutil_replace(d->bf_path, left.data, left.len, 0600, err, sizeof(err)))
 		log_warn("cannot record the backfills at the stop", "error=\"%s\"", err);
 	buf_free(&left);
 	free(d->bf_waiting); /* status_free answers their requests */
 	d->bf_waiting = NULL;
 	d->nbf_waiting = 0;
-	bf_reader_free(d->bf_reader);
+	backfill_reader_free(d->bf_reader);
 	backfill_set_free(d->bf);
 	free(d->bf_path);
 	d->bf_reader = NULL;
@@ -233,23 +233,23 @@ void backfills_free(sidecar *d)
 	d->bf_path = NULL;
 }
 
-void backfills_reloaded(sidecar *d, const cfg *old)
+void daemon_backfills_reloaded(sidecar *d, const cfg *old)
 {
 	bf_settings s = settings_of(d->cfg);
 	backfill_set_settings(d->bf, &s);
 	for (size_t i = 0; i < old->nsubs; i++)
 		if (!cfg_find_subscription(d->cfg, old->subs[i].name))
-			backfills_removed(d, old->subs[i].name);
+			daemon_backfills_removed(d, old->subs[i].name);
 	snapshots(d);
 }
 
-void backfills_tables_added(sidecar *d, const cfg_strlist *added)
+void daemon_backfills_tables_added(sidecar *d, const cfg_strlist *added)
 {
 	for (size_t i = 0; i + 1 < added->n; i += 2) {
 		buf pattern = {0};
-		bfsql_quote_ident(&pattern, added->v[i]);
+		backfill_sql_quote_ident(&pattern, added->v[i]);
 		buf_putc(&pattern, '.');
-		bfsql_quote_ident(&pattern, added->v[i + 1]);
+		backfill_sql_quote_ident(&pattern, added->v[i + 1]);
 		bf_request_body req = {.tables = &pattern.data, .ntables = 1};
 		for (size_t k = 0; k < d->cfg->nsubs; k++) {
 			const cfg_subscription *s = &d->cfg->subs[k];
@@ -258,7 +258,7 @@ void backfills_tables_added(sidecar *d, const cfg_strlist *added)
 				has = match_table(s->tables.v[p], added->v[i], added->v[i + 1]);
 			char id[BF_ID_SIZE];
 			if (s->snapshot && has &&
-			    !backfills_queue(d, s, &req, false, id, d->err, sizeof(d->err)))
+			    !daemon_backfills_queue(d, s, &req, false, id, d->err, sizeof(d->err)))
 				log_warn("cannot queue the backfill of a table added to the publication",
 					 "subscription=%s table=%s error=\"%s\"", s->name, pattern.data,
 					 d->err);
@@ -267,62 +267,62 @@ void backfills_tables_added(sidecar *d, const cfg_strlist *added)
 	}
 }
 
-void backfills_removed(sidecar *d, const char *name)
+void daemon_backfills_removed(sidecar *d, const char *name)
 {
 	backfill_forget(d->bf, name);
-	sidecar_post(d, d->conn.handled_lsn);
+	daemon_sidecar_post(d, d->conn.handled_lsn);
 }
 
-void backfills_delivered(sidecar *d, uint64_t flushed)
+void daemon_backfills_delivered(sidecar *d, uint64_t flushed)
 {
 	bool active = backfill_active(d->bf);
 	backfill_delivered(d->bf, flushed, now());
 	/* GET /backfills follows a running backfill's durable chunks now, not at the next figures
 	 * (up to a second later). So `cdc backfill --wait` sees it done when it is. */
 	if (active)
-		backfills_publish(d);
-	bf_reader_kick(d->bf_reader);
+		daemon_backfills_publish(d);
+	backfill_reader_kick(d->bf_reader);
 }
 
-const char *backfills_state(sidecar *d, buf *out)
+const char *daemon_backfills_state(sidecar *d, buf *out)
 {
 	return d->bf && backfill_state(d->bf, out) ? d->bf_path : NULL;
 }
 
-bool backfills_draining(const sidecar *d)
+bool daemon_backfills_draining(const sidecar *d)
 {
 	return d->bf && backfill_draining(d->bf);
 }
 
-void backfills_restart(sidecar *d)
+void daemon_backfills_restart(sidecar *d)
 {
 	backfill_restart(d->bf);
-	backfills_follow(d);
-	bf_reader_kick(d->bf_reader);
+	daemon_backfills_follow(d);
+	backfill_reader_kick(d->bf_reader);
 }
 
-void backfills_follow(sidecar *d)
+void daemon_backfills_follow(sidecar *d)
 {
 	const char *primary = d->cfg->source.primary_dsn;
 	bool standby = source_server_info(d->conn.src)->in_recovery && primary && *primary;
-	bf_reader_use(d->bf_reader, standby ? primary : d->cfg->source.dsn);
+	backfill_reader_use(d->bf_reader, standby ? primary : d->cfg->source.dsn);
 }
 
-void backfills_kick(sidecar *d)
+void daemon_backfills_kick(sidecar *d)
 {
-	bf_reader_kick(d->bf_reader);
+	backfill_reader_kick(d->bf_reader);
 }
 
-void backfills_publish(sidecar *d)
+void daemon_backfills_publish(sidecar *d)
 {
 	report_backfill *rows = NULL;
 	buf b = {0};
-	backfills_report(d, &rows, &b);
+	daemon_backfills_report(d, &rows, &b);
 	free(rows);
 	buf_free(&b);
 }
 
-size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
+size_t daemon_backfills_report(sidecar *d, report_backfill **rows, buf *json)
 {
 	*rows = NULL;
 	if (!d->bf)
@@ -332,7 +332,7 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 	for (size_t i = 0; i < backfill_count(d->bf); i++) {
 		bf_info f;
 		backfill_info(d->bf, i, t, &f);
-		*rows = xrealloc(*rows, (n + f.ntables + 1) * sizeof(**rows));
+		*rows = util_xrealloc(*rows, (n + f.ntables + 1) * sizeof(**rows));
 		for (size_t k = 0; k < f.ntables; k++) {
 			bf_table_info ti;
 			backfill_table_info(d->bf, i, k, t, &ti);
@@ -340,7 +340,7 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 							 .id = f.id,
 							 .schema = ti.schema,
 							 .table = ti.table,
-							 .state = bf_state_name(ti.state),
+							 .state = backfill_state_name(ti.state),
 							 .read = ti.p.read,
 							 .delivered = ti.p.delivered,
 							 .dropped = ti.p.dropped,
@@ -355,43 +355,43 @@ size_t backfills_report(sidecar *d, report_backfill **rows, buf *json)
 	return n;
 }
 
-void backfills_on_control(sidecar *d, status_request *req)
+void daemon_backfills_on_control(sidecar *d, status_request *req)
 {
 	char err[512], id[BF_ID_SIZE];
 	const cfg_subscription *s = cfg_find_subscription(d->cfg, req->name);
 	if (!s) {
 		buf msg = {0};
 		buf_printf(&msg, "no such subscription: %s", req->name);
-		sidecar_answer_error(d, req, 404, msg.data, NULL);
+		daemon_sidecar_answer_error(d, req, 404, msg.data, NULL);
 		buf_free(&msg);
 		return;
 	}
 	if (req->route == STATUS_ROUTE_BACKFILL_CANCEL) {
 		if (!backfill_cancel(d->bf, req->name, req->id, now(), err, sizeof(err))) {
-			sidecar_answer_error(d, req, 404, err, NULL);
+			daemon_sidecar_answer_error(d, req, 404, err, NULL);
 			return;
 		}
-		sidecar_post(d, d->conn.handled_lsn);
+		daemon_sidecar_post(d, d->conn.handled_lsn);
 		log_info("backfill cancelled", "subscription=%s backfill=%s", req->name, req->id);
-		backfills_publish(d);
+		daemon_backfills_publish(d);
 		answer_backfill(d, req, req->id, "cancelled");
 	} else {
 		bf_request_body body;
-		if (!bf_request_parse(req->body, req->body_len, &body, err, sizeof(err))) {
-			sidecar_answer_error(d, req, 400, err, NULL);
+		if (!backfill_request_parse(req->body, req->body_len, &body, err, sizeof(err))) {
+			daemon_sidecar_answer_error(d, req, 400, err, NULL);
 			return;
 		}
-		bool ok = backfills_queue(d, s, &body, false, id, err, sizeof(err));
-		bf_request_free(&body);
+		bool ok = daemon_backfills_queue(d, s, &body, false, id, err, sizeof(err));
+		backfill_request_free(&body);
 		if (!ok) {
-			sidecar_answer_error(d, req, 400, err, NULL);
+			daemon_sidecar_answer_error(d, req, 400, err, NULL);
 			return;
 		}
 		/* Answered once the checks ran on the backfills' connection (settle), so that a request
 		 * that cannot succeed is refused instead of queued to fail. */
-		d->bf_waiting = xrealloc(d->bf_waiting, (d->nbf_waiting + 1) * sizeof(*d->bf_waiting));
+		d->bf_waiting = util_xrealloc(d->bf_waiting, (d->nbf_waiting + 1) * sizeof(*d->bf_waiting));
 		struct bf_waiting *w = &d->bf_waiting[d->nbf_waiting++];
-		*w = (struct bf_waiting){.req = req, .since_ms = now_ms()};
+		*w = (struct bf_waiting){.req = req, .since_ms = util_now_ms()};
 		memcpy(w->id, id, BF_ID_SIZE);
 		settle_all(d, false, 0);
 	}

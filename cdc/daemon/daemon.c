@@ -35,7 +35,7 @@ static bool send_status(sidecar *d)
 	    SOURCE_OK)
 		return false;
 	c->sent_flush_lsn = c->st.flushed_lsn;
-	c->last_feedback_ms = now_ms();
+	c->last_feedback_ms = util_now_ms();
 	if (source_output_pending(c->src))
 		event_add(c->ev_write, NULL);
 	return true;
@@ -50,31 +50,31 @@ static bool send_status(sidecar *d)
 static bool send_feedback(sidecar *d, bool force)
 {
 	connection *c = &d->conn;
-	uint64_t now = now_ms(), flushed = pipeline_flushed(d->pipe);
+	uint64_t now = util_now_ms(), flushed = pipeline_flushed(d->pipe);
 	bool moved = flushed != c->handled_lsn;
 	/* A table that waits only for its last chunks to be durable finishes (and the next one
 	 * starts) now, not after FEEDBACK_MIN_MS. */
-	bool drained = moved && backfills_draining(d);
+	bool drained = moved && daemon_backfills_draining(d);
 	if (!force && !drained && !(moved && now - c->last_feedback_ms >= FEEDBACK_MIN_MS) &&
 	    now - c->last_feedback_ms < d->cfg->source.status_interval_ms)
 		return true;
 	if (moved)
-		backfills_delivered(d, flushed);
-	sidecar_post(d, flushed);
+		daemon_backfills_delivered(d, flushed);
+	daemon_sidecar_post(d, flushed);
 	return send_status(d);
 }
 
-void sidecar_post(sidecar *d, uint64_t flushed)
+void daemon_sidecar_post(sidecar *d, uint64_t flushed)
 {
 	connection *c = &d->conn;
 	if (!c->st.slot[0])
 		return; /* no record yet (before the first connection), so the next one takes it */
 	buf bf = {0};
-	const char *path = backfills_state(d, &bf);
+	const char *path = daemon_backfills_state(d, &bf);
 	if (flushed > c->handled_lsn || path) {
 		state next = c->st;
 		next.flushed_lsn = flushed > c->handled_lsn ? flushed : c->handled_lsn;
-		state_writer_post(d->sw, &next, path, bf.data, bf.len);
+		source_state_writer_post(d->sw, &next, path, bf.data, bf.len);
 	}
 	buf_free(&bf);
 	if (flushed > c->handled_lsn)
@@ -86,8 +86,8 @@ static bool absorb_recorded(sidecar *d)
 {
 	state st;
 	bool found;
-	if (!state_writer_durable(d->sw, &st, &found, d->err, sizeof(d->err))) {
-		sidecar_fail(
+	if (!source_state_writer_durable(d->sw, &st, &found, d->err, sizeof(d->err))) {
+		daemon_sidecar_fail(
 		    d, 1,
 		    "cannot record the position in state_dir; stopping so nothing is confirmed unrecorded");
 		return false;
@@ -97,13 +97,13 @@ static bool absorb_recorded(sidecar *d)
 	return true;
 }
 
-bool sidecar_record(sidecar *d, const state *st)
+bool daemon_sidecar_record(sidecar *d, const state *st)
 {
-	state_writer_post(d->sw, st, NULL, NULL, 0);
-	state_writer_wait(d->sw);
+	source_state_writer_post(d->sw, st, NULL, NULL, 0);
+	source_state_writer_wait(d->sw);
 	state done;
 	bool found;
-	return state_writer_durable(d->sw, &done, &found, d->err, sizeof(d->err));
+	return source_state_writer_durable(d->sw, &done, &found, d->err, sizeof(d->err));
 }
 
 /* Source callbacks ---------------------------------------------------------------------- */
@@ -150,7 +150,7 @@ static void schedule_retry(sidecar *d)
 	/* Jitter keeps a fleet of sidecars from reconnecting in step. */
 	uint64_t delay = c->backoff_ms / 2 + (uint64_t)rand() % (c->backoff_ms / 2 + 1);
 	log_warn("not streaming; retrying", "in_ms=%llu error=\"%s\"", (unsigned long long)delay, d->err);
-	notify_started("not streaming; retrying in %llu ms: %s", (unsigned long long)delay, d->err);
+	daemon_notify_started("not streaming; retrying in %llu ms: %s", (unsigned long long)delay, d->err);
 	struct timeval tv = {.tv_sec = (time_t)(delay / 1000), .tv_usec = (suseconds_t)(delay % 1000) * 1000};
 	event_add(c->ev_retry, &tv);
 }
@@ -165,7 +165,7 @@ static void standby(sidecar *d)
 		log_info("standby: another process streams the replication slot; this cdc takes over when it "
 			 "lets go",
 			 "slot=%s holder_walsender_pid=%d", d->cfg->source.slot, source_holder(c->src));
-		notify_started(
+		daemon_notify_started(
 		    "standby: another process streams slot %s; this cdc takes over when it lets go",
 		    d->cfg->source.slot);
 	}
@@ -179,9 +179,10 @@ static void standby(sidecar *d)
 /* The slot cannot send what follows cdc's position. Stop, or re-sync and stream again. */
 static void on_gap(sidecar *d)
 {
-	switch (resync(d)) {
+	switch (daemon_resync(d)) {
 	case RESYNC_STOP:
-		sidecar_fail(d, 1, "the replication slot cannot send the changes that follow cdc's position");
+		daemon_sidecar_fail(
+		    d, 1, "the replication slot cannot send the changes that follow cdc's position");
 		return;
 	case RESYNC_RETRY:
 		d->fig.errors_connect++;
@@ -202,19 +203,19 @@ static bool flush_sinks(sidecar *d)
 	sink *k = NULL;
 	switch (pipeline_flush(d->pipe, &k, d->err, sizeof(d->err))) {
 	case SINK_OK:
-		sink_set_watch(&d->sinks);
+		daemon_sink_set_watch(&d->sinks);
 		return true;
 	case SINK_RESTART:
 		log_warn(
 		    "a sink failed; it restarts and streaming resumes from the slot's confirmed position",
 		    "sink=%s error=\"%s\"", k->ops->name, d->err);
 		if (!pipeline_restart_sink(d->pipe, k, d->err, sizeof(d->err)))
-			sidecar_fail(d, 1, "the sink cannot restart");
+			daemon_sidecar_fail(d, 1, "the sink cannot restart");
 		else if (d->conn.streaming)
 			schedule_retry(d);
 		return false;
 	case SINK_FATAL:
-		sidecar_fail(d, 1, "sink failed");
+		daemon_sidecar_fail(d, 1, "sink failed");
 		return false;
 	}
 	return false;
@@ -241,7 +242,7 @@ static void choose_batching(sidecar *d, uint64_t transactions_before)
 	if (c->got_data) {
 		pipeline_figures pf = pipeline_get_figures(d->pipe);
 		on = pf.transactions != transactions_before
-			 ? wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
+			 ? util_wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
 			 : c->batching;
 		on = on || pipeline_held(d->pipe).streamed_open > 0;
 	}
@@ -262,7 +263,7 @@ static void pause_or_resume(sidecar *d)
 		return;
 	bool busy = pipeline_busy(d->pipe);
 	char received[LSN_STRLEN];
-	lsn_format(c->received_lsn, received);
+	util_lsn_format(c->received_lsn, received);
 	if (busy && !c->paused) {
 		event_del(c->ev_read);
 		log_info("paused reading the slot: a sink is busy", "received_lsn=%s", received);
@@ -305,9 +306,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		/* What the server sent before it closed the connection is left unread. The slot sends it
 		 * again to whoever streams next. A process resumed after a long pause acts on none of
 		 * it. */
-		errf(d->err, sizeof(d->err),
-		     "the server closed the replication connection; what it sent last is read again from the "
-		     "slot");
+		util_errf(
+		    d->err, sizeof(d->err),
+		    "the server closed the replication connection; what it sent last is read again from the "
+		    "slot");
 		d->fig.errors_stream++;
 		schedule_retry(d);
 		return;
@@ -318,9 +320,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	uint64_t transactions = pipeline_get_figures(d->pipe).transactions;
 	source_result r = source_read(c->src, &h, d->err, sizeof(d->err));
 	if (c->got_data)
-		c->last_data_ms = now_ms();
+		c->last_data_ms = util_now_ms();
 	if (r == SOURCE_FATAL) {
-		sidecar_fail(d, 1, "cannot process the replication stream");
+		daemon_sidecar_fail(d, 1, "cannot process the replication stream");
 		return;
 	}
 	if (!flush_sinks(d))
@@ -339,7 +341,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	c->backoff_ms = 0;
 	choose_batching(d, transactions);
 	progressed(d, reply);
-	backfills_kick(d); /* a watermark may have closed a chunk, so the next one is due */
+	daemon_backfills_kick(d); /* a watermark may have closed a chunk, so the next one is due */
 }
 
 /* Delivery reports of an asynchronous sink. */
@@ -347,7 +349,7 @@ static void on_sink_event(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	sink_set_poll(&d->sinks);
+	daemon_sink_set_poll(&d->sinks);
 	if (flush_sinks(d) && d->conn.streaming)
 		progressed(d, false);
 }
@@ -378,9 +380,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	connection *c = &d->conn;
 	bool have_st = false;
 	state st;
-	state_writer_wait(d->sw); /* the newest record, not one still being written */
-	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err))) {
-		sidecar_fail(d, 1, "cannot read the recorded position");
+	source_state_writer_wait(d->sw); /* the newest record, not one still being written */
+	if (!source_state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err))) {
+		daemon_sidecar_fail(d, 1, "cannot read the recorded position");
 		return;
 	}
 	if (have_st && st.shared) /* this state_dir's process was a standby, so the slot may be ahead */
@@ -390,9 +392,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	source_result r =
 	    source_start(c->src, &st, have_st, pipeline_relcache(d->pipe), &cat, d->err, sizeof(d->err));
 	if (r != SOURCE_OK)
-		catalog_free(&cat);
+		source_catalog_free(&cat);
 	if (r == SOURCE_FATAL) {
-		sidecar_fail(d, 1, "cannot stream from the replication slot");
+		daemon_sidecar_fail(d, 1, "cannot stream from the replication slot");
 		return;
 	}
 	if (r == SOURCE_RETRY) {
@@ -409,8 +411,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		 */
 		if (have_st && !st.shared) {
 			st.shared = true;
-			if (!sidecar_record(d, &st)) {
-				sidecar_fail(d, 1, "cannot record the position in state_dir");
+			if (!daemon_sidecar_record(d, &st)) {
+				daemon_sidecar_fail(d, 1, "cannot record the position in state_dir");
 				return;
 			}
 		}
@@ -418,8 +420,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	/* Before anything streams, check the subscriptions against the tables as they are now. */
-	if (!reload_connected(d, &cat, c->streams == 0)) {
-		sidecar_fail(d, 1, "a subscription of the configuration file cannot work on its tables");
+	if (!daemon_reload_connected(d, &cat, c->streams == 0)) {
+		daemon_sidecar_fail(d, 1,
+				    "a subscription of the configuration file cannot work on its tables");
 		return;
 	}
 	if (c->standby) {
@@ -429,20 +432,20 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	}
 	source_after_standby(c->src, false); /* streaming it, so from now on the slot moves only with cdc */
 	/* A new timeline (a promotion) is recorded at once. The position is on it from now on. */
-	if ((!have_st || st.timeline != recorded_timeline) && !sidecar_record(d, &st)) {
-		sidecar_fail(d, 1, "cannot record the position in state_dir");
+	if ((!have_st || st.timeline != recorded_timeline) && !daemon_sidecar_record(d, &st)) {
+		daemon_sidecar_fail(d, 1, "cannot record the position in state_dir");
 		return;
 	}
 	if (!pipeline_start(d->pipe, source_protocol(c->src), st.flushed_lsn, d->err, sizeof(d->err))) {
-		sidecar_fail(d, 1, "cannot set up transaction spill files");
+		daemon_sidecar_fail(d, 1, "cannot set up transaction spill files");
 		return;
 	}
 	c->st = st;
 	c->st.shared = false; /* this process streams the slot now, so the next record is its own */
 	c->sent_flush_lsn = c->handled_lsn = c->received_lsn = st.flushed_lsn;
 	c->publication_ms = 0; /* tables created while cdc was away join the publication now */
-	backfills_restart(d);
-	sidecar_tell_database(d);
+	daemon_backfills_restart(d);
+	daemon_sidecar_tell_database(d);
 	figures *f = &d->fig;
 	f->reconnects += f->last_progress_ms != 0;
 	f->promotions += source_server_info(c->src)->promoted_from != 0;
@@ -452,9 +455,10 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 	c->streaming = true;
 	c->streams++;
 	if (!f->last_progress_ms)
-		f->last_progress_ms = now_ms();
-	figures_publish(d, true); /* /readyz turns 200 now, not at the next tick */
-	notify_started("streaming from slot %s (PostgreSQL %s)", d->cfg->source.slot, f->server_version);
+		f->last_progress_ms = util_now_ms();
+	daemon_figures_publish(d, true); /* /readyz turns 200 now, not at the next tick */
+	daemon_notify_started("streaming from slot %s (PostgreSQL %s)", d->cfg->source.slot,
+			      f->server_version);
 	int sock = source_fd(c->src);
 	c->ev_read = event_new(d->base, sock, EV_READ | EV_PERSIST, on_read, d);
 	event_free(c->ev_write);
@@ -481,7 +485,7 @@ static void keep_publication(sidecar *d, uint64_t now)
 		log_info("added a table to the publication", "publication=%s schema=%s table=%s",
 			 d->cfg->source.publication, added.v[i], added.v[i + 1]);
 	if (added.n)
-		backfills_tables_added(d, &added);
+		daemon_backfills_tables_added(d, &added);
 	cfg_strlist_free(&added);
 }
 
@@ -507,24 +511,24 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
-	notify_watchdog(now_ms());
-	reload_maybe(d);
-	backfills_tick(d, now_ms());
-	figures_publish(d, false);
+	daemon_notify_watchdog(util_now_ms());
+	daemon_reload_maybe(d);
+	daemon_backfills_tick(d, util_now_ms());
+	daemon_figures_publish(d, false);
 	/* A sink's transaction kept open for a while (Kafka's commit_interval) commits when it is due,
 	 * and a commit call that timed out resumes, even if nothing else arrives. */
-	if (d->conn.streaming && sink_set_ticks(&d->sinks)) {
+	if (d->conn.streaming && daemon_sink_set_ticks(&d->sinks)) {
 		if (!flush_sinks(d))
 			return;
 		pause_or_resume(d); /* a commit that ended here lets reading go on */
 	}
 	if (!d->conn.streaming || !feedback(d, false))
 		return;
-	uint64_t now = now_ms();
-	figures_log_progress(d, now);
-	figures_slot_health(d, now);
+	uint64_t now = util_now_ms();
+	daemon_figures_log_progress(d, now);
+	daemon_figures_slot_health(d, now);
 	keep_publication(d, now);
-	figures_server(d, now);
+	daemon_figures_server(d, now);
 	heartbeat(d, now);
 }
 
@@ -533,7 +537,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	(void)what;
 	sidecar *d = arg;
 	if (sig == SIGHUP) {
-		reload_request(d);
+		daemon_reload_request(d);
 		return;
 	}
 	log_info("stopping", "signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -576,7 +580,7 @@ static void on_spooled(void *ctx)
 /* A reload may apply after every commit. */
 static void at_boundary(void *ctx)
 {
-	reload_maybe(ctx);
+	daemon_reload_maybe(ctx);
 }
 
 /* Setup and teardown -------------------------------------------------------------------- */
@@ -590,14 +594,14 @@ static void shutdown_flush(sidecar *d)
 		return;
 	char lsn[LSN_STRLEN];
 	if (d->conn.streaming && send_feedback(d, true)) {
-		state_writer_wait(d->sw);
+		source_state_writer_wait(d->sw);
 		/* Let the final status update reach the server before the connection closes. */
 		if (absorb_recorded(d) && send_status(d))
 			while (source_output_pending(d->conn.src))
 				usleep(1000);
 	}
-	lsn_format(d->conn.st.flushed_lsn, lsn);
-	figures_log_sinks(d);
+	util_lsn_format(d->conn.st.flushed_lsn, lsn);
+	daemon_figures_log_sinks(d);
 	log_info("stopped", "flushed_lsn=%s", lsn);
 }
 
@@ -605,13 +609,13 @@ static void shutdown_flush(sidecar *d)
 static int setup(sidecar *d, uint64_t endpos)
 {
 	cfg *c = d->cfg;
-	if ((d->lock_fd = state_lock(c->state_dir, d->err, sizeof(d->err))) < 0) {
+	if ((d->lock_fd = source_state_lock(c->state_dir, d->err, sizeof(d->err))) < 0) {
 		log_error("cannot use state_dir", "error=\"%s\"", d->err);
 		return 1;
 	}
-	if (!reload_init(d))
+	if (!daemon_reload_init(d))
 		return 2;
-	rules *r = setup_rules(c, d->err, sizeof(d->err));
+	rules *r = daemon_setup_rules(c, d->err, sizeof(d->err));
 	if (!r) {
 		log_error("configuration not supported", "error=\"%s\"", d->err);
 		return 2;
@@ -620,21 +624,22 @@ static int setup(sidecar *d, uint64_t endpos)
 	snprintf(spill_dir, sizeof(spill_dir), "%s/spill", c->state_dir);
 	if (mkdir(spill_dir, 0700) != 0 && errno != EEXIST) {
 		log_error("cannot create spill directory", "dir=%s error=\"%s\"", spill_dir, strerror(errno));
-		rules_free(r);
+		match_rules_free(r);
 		return 1;
 	}
 	d->pipe = pipeline_new(spill_dir, endpos, at_boundary, d);
-	pipeline_on_resync(d->pipe, resync_reached);
+	pipeline_on_resync(d->pipe, daemon_resync_reached);
 	pipeline_deliver_ddl(d->pipe, c->source.ddl);
-	source_settings src = setup_source(c);
+	source_settings src = daemon_setup_source(c);
 	d->conn.src = source_new(&src);
 	d->base = event_base_new();
-	if (!(d->sw = state_writer_new(c->state_dir, d->err, sizeof(d->err)))) {
+	if (!(d->sw = source_state_writer_new(c->state_dir, d->err, sizeof(d->err)))) {
 		log_error("cannot record positions", "error=\"%s\"", d->err);
-		rules_free(r);
+		match_rules_free(r);
 		return 1;
 	}
-	d->ev_state = event_new(d->base, state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
+	d->ev_state =
+	    event_new(d->base, source_state_writer_fd(d->sw), EV_READ | EV_PERSIST, on_state_written, d);
 	event_add(d->ev_state, NULL);
 	d->sinks = (sink_set){.env = {.base = d->base,
 				      .wake = on_consumers_acked,
@@ -642,15 +647,15 @@ static int setup(sidecar *d, uint64_t endpos)
 				      .stream = held_stream,
 				      .ctx = d},
 			      .on_event = on_sink_event};
-	if (!sidecar_bind(d, r)) {
+	if (!daemon_sidecar_bind(d, r)) {
 		log_error("cannot start a sink", "error=\"%s\"", d->err);
 		return 2;
 	}
-	if (!(d->status = status_new(c, d->base, reload_on_control, d, d->err, sizeof(d->err)))) {
+	if (!(d->status = status_new(c, d->base, daemon_reload_on_control, d, d->err, sizeof(d->err)))) {
 		log_error("cannot serve the status socket", "error=\"%s\"", d->err);
 		return 1;
 	}
-	return backfills_init(d) && signals_init(d) ? 0 : 1;
+	return daemon_backfills_init(d) && daemon_signals_init(d) ? 0 : 1;
 }
 
 int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
@@ -661,8 +666,8 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	if ((d.exit_code = setup(&d, endpos)) != 0)
 		goto out;
-	d.fig.start_ms = now_ms();
-	figures_publish(&d, true);
+	d.fig.start_ms = util_now_ms();
+	daemon_figures_publish(&d, true);
 	d.conn.ev_write = event_new(d.base, -1, 0, on_write, &d);
 	d.conn.ev_retry = evtimer_new(d.base, on_retry, &d);
 	d.ev_tick = event_new(d.base, -1, EV_PERSIST, on_tick, &d);
@@ -675,11 +680,12 @@ int daemon_run(cfg *c, const char *cfg_path, uint64_t endpos)
 	event_add(d.ev_tick, &tick);
 	log_info("starting", "version=" CDC_VERSION " slot=%s state_dir=%s subscriptions=%zu", c->source.slot,
 		 c->state_dir, c->nsubs);
-	notify_status("connecting to PostgreSQL to stream slot %s", c->source.slot);
+	daemon_notify_status("connecting to PostgreSQL to stream slot %s", c->source.slot);
 	event_active(d.conn.ev_retry, EV_TIMEOUT, 0);
 	event_base_dispatch(d.base);
-	notify_stopping(d.exit_code ? "stopping after an error (see the log)"
-				    : "stopping: delivering what is in flight and confirming it to the slot");
+	daemon_notify_stopping(d.exit_code
+				   ? "stopping after an error (see the log)"
+				   : "stopping: delivering what is in flight and confirming it to the slot");
 	shutdown_flush(&d);
 out:
 	if (d.conn.ev_read)
@@ -695,13 +701,13 @@ out:
 		event_free(d.ev_tick);
 	if (d.ev_state)
 		event_free(d.ev_state);
-	state_writer_free(d.sw); /* after what it has left to write */
+	source_state_writer_free(d.sw); /* after what it has left to write */
 	/* Whatever has events on the loop goes before the loop. */
-	reload_free(&d);
-	signals_free(&d);
-	backfills_free(&d);
+	daemon_reload_free(&d);
+	daemon_signals_free(&d);
+	daemon_backfills_free(&d);
 	status_free(d.status);
-	sink_set_free(&d.sinks);
+	daemon_sink_set_free(&d.sinks);
 	if (d.base)
 		event_base_free(d.base);
 	pipeline_free(d.pipe);

@@ -15,22 +15,22 @@
 #define HEALTH_MS 5000	      /* pg_replication_slots is asked this often */
 #define SERVER_MS 5000	      /* the server's role and failover readiness are asked this often */
 
-void figures_log_sinks(sidecar *d)
+void daemon_figures_log_sinks(sidecar *d)
 {
 	for (size_t m = 0; sink_modules[m]; m++)
 		if (d->sinks.k[m] && sink_modules[m]->log_figures)
 			sink_modules[m]->log_figures(d->sinks.k[m]);
 }
 
-void figures_log_progress(sidecar *d, uint64_t now)
+void daemon_figures_log_progress(sidecar *d, uint64_t now)
 {
 	figures *f = &d->fig;
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
 	if (pf.transactions == f->logged_seq || now - f->last_progress_ms < PROGRESS_LOG_MS)
 		return;
 	char received[LSN_STRLEN], flushed[LSN_STRLEN];
-	lsn_format(d->conn.received_lsn, received);
-	lsn_format(pipeline_flushed(d->pipe), flushed);
+	util_lsn_format(d->conn.received_lsn, received);
+	util_lsn_format(pipeline_flushed(d->pipe), flushed);
 	txn_stats st = pipeline_held(d->pipe);
 	double secs = f->last_progress_ms ? (double)(now - f->last_progress_ms) / 1000 : 0;
 	log_info("progress",
@@ -44,7 +44,7 @@ void figures_log_progress(sidecar *d, uint64_t now)
 	f->logged_seq = pf.transactions;
 	f->logged_events = pf.events;
 	f->last_progress_ms = now;
-	figures_log_sinks(d);
+	daemon_figures_log_sinks(d);
 }
 
 /* Why /readyz says 503, or NULL when streaming with every sink able to take changes. */
@@ -78,7 +78,7 @@ static const char *not_ready(sidecar *d)
  * point into members[i]. */
 static report_sub *sub_figures(const sidecar *d, buf *members)
 {
-	report_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
+	report_sub *subs = util_xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (uint32_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *c = &d->cfg->subs[i];
 		const sink_module *m = sink_modules[c->sink];
@@ -99,8 +99,8 @@ static report_sub *sub_figures(const sidecar *d, buf *members)
 static report_sink *sink_figures(const sidecar *d, buf *texts)
 {
 	size_t n = sink_modules_count();
-	report_sink *v = xcalloc(n, sizeof(*v));
-	const char **names = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*names));
+	report_sink *v = util_xcalloc(n, sizeof(*v));
+	const char **names = util_xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*names));
 	for (size_t m = 0; m < n; m++) {
 		const sink_module *mod = sink_modules[m];
 		const sink *k = d->sinks.k[m];
@@ -127,19 +127,19 @@ static report_sink *sink_figures(const sidecar *d, buf *texts)
 	return v;
 }
 
-void figures_publish(sidecar *d, bool force)
+void daemon_figures_publish(sidecar *d, bool force)
 {
 	figures *f = &d->fig;
-	uint64_t now = now_ms();
+	uint64_t now = util_now_ms();
 	if (!d->status || (!force && now - f->last_publish_ms < PUBLISH_MS))
 		return;
 	f->last_publish_ms = now;
 	size_t nsinks = sink_modules_count();
-	buf *members = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*members));
-	buf *texts = xcalloc(3 * nsinks, sizeof(*texts));
+	buf *members = util_xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*members));
+	buf *texts = util_xcalloc(3 * nsinks, sizeof(*texts));
 	report_sub *subs = sub_figures(d, members);
 	report_sink *sinks = sink_figures(d, texts);
-	int64_t now_us = wall_us();
+	int64_t now_us = util_wall_us();
 	const char *why = not_ready(d);
 	pipeline_figures pf = pipeline_get_figures(d->pipe);
 	uint64_t flushed = pipeline_flushed(d->pipe);
@@ -172,7 +172,7 @@ void figures_publish(sidecar *d, bool force)
 				    .known = fo->known,
 				    .ready = fo->reason == FAILOVER_READY,
 				    .slot_failover = fo->slot_failover,
-				    .reason = failover_reason_name(fo->reason),
+				    .reason = source_failover_reason_name(fo->reason),
 				    .setting = fo->setting,
 				    .message = fo->why},
 		       .transactions = pf.transactions,
@@ -208,13 +208,13 @@ void figures_publish(sidecar *d, bool force)
 	r.nfailed = d->rl.aside.n;
 	buf status = {0}, metrics = {0}, list = {0}, backfills = {0};
 	report_backfill *bf_rows = NULL;
-	r.nbackfills = backfills_report(d, &bf_rows, &backfills);
-	signals_report(d, &r);
+	r.nbackfills = daemon_backfills_report(d, &bf_rows, &backfills);
+	daemon_signals_report(d, &r);
 	r.backfills = bf_rows;
 	r.backfills_json = backfills.data;
-	report_status_json(&r, &status);
-	report_metrics(&r, &metrics);
-	report_subscriptions_json(d->cfg, &list);
+	status_report_status_json(&r, &status);
+	status_report_metrics(&r, &metrics);
+	status_report_subscriptions_json(d->cfg, &list);
 	status_publish(d->status, status.data, metrics.data, list.data, !why, why ? why : "");
 	buf_free(&status);
 	buf_free(&metrics);
@@ -233,7 +233,7 @@ void figures_publish(sidecar *d, bool force)
 
 /* A warning in the log (once) and in /status while the slot is in danger of losing the WAL it
  * needs (max_slot_wal_keep_size). */
-void figures_slot_health(sidecar *d, uint64_t now)
+void daemon_figures_slot_health(sidecar *d, uint64_t now)
 {
 	figures *f = &d->fig;
 	if (now - f->last_health_ms < HEALTH_MS)
@@ -295,10 +295,10 @@ static void promoted_under_us(sidecar *d, const source_server *sv)
 		 c->st.timeline, sv->host);
 	c->st.timeline = sv->timeline;
 	d->fig.promotions++;
-	backfills_follow(d);
+	daemon_backfills_follow(d);
 }
 
-void figures_server(sidecar *d, uint64_t now)
+void daemon_figures_server(sidecar *d, uint64_t now)
 {
 	figures *f = &d->fig;
 	bool ask = !f->last_server_ms || now - f->last_server_ms >= SERVER_MS;
@@ -320,5 +320,5 @@ void figures_server(sidecar *d, uint64_t now)
 			 "slot=%s synchronized_standby_slots=\"%s\"", d->cfg->source.slot, fo->setting);
 	else
 		log_warn("failover: a promotion of a standby now is not safe", "slot=%s reason=%s why=\"%s\"",
-			 d->cfg->source.slot, failover_reason_name(fo->reason), fo->why);
+			 d->cfg->source.slot, source_failover_reason_name(fo->reason), fo->why);
 }

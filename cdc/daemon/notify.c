@@ -24,7 +24,7 @@ static void send_status(const char *head, const char *fmt, va_list ap)
 	sd_notifyf(0, "%sSTATUS=%s", head, status);
 }
 
-void notify_started(const char *fmt, ...)
+void daemon_notify_started(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -33,7 +33,7 @@ void notify_started(const char *fmt, ...)
 	ready_sent = true;
 }
 
-void notify_status(const char *fmt, ...)
+void daemon_notify_status(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -41,7 +41,7 @@ void notify_status(const char *fmt, ...)
 	va_end(ap);
 }
 
-void notify_reloading(void)
+void daemon_notify_reloading(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -49,7 +49,7 @@ void notify_reloading(void)
 		   (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
 }
 
-void notify_reloaded(const char *fmt, ...)
+void daemon_notify_reloaded(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -57,12 +57,12 @@ void notify_reloaded(const char *fmt, ...)
 	va_end(ap);
 }
 
-void notify_stopping(const char *status)
+void daemon_notify_stopping(const char *status)
 {
 	sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status);
 }
 
-void notify_watchdog(uint64_t now_ms)
+void daemon_notify_watchdog(uint64_t now_ms)
 {
 	if (watchdog_state == 0) {
 		uint64_t usec = 0;

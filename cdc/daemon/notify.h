@@ -8,17 +8,17 @@
 
 /* Called once the first attempt to stream has settled (streaming, standby, or retrying with backoff).
  * It sends READY=1 the first time, and the STATUS= line (a printf format) every time. */
-void notify_started(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void daemon_notify_started(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A STATUS= line alone. */
-void notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void daemon_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A SIGHUP arrived. Sends RELOADING=1 (with MONOTONIC_USEC=, as Type=notify-reload wants). */
-void notify_reloading(void);
+void daemon_notify_reloading(void);
 /* The reload it announced is done, applied or refused. Sends READY=1 and the STATUS= line. */
-void notify_reloaded(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void daemon_notify_reloaded(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* STOPPING=1 and the STATUS= line. */
-void notify_stopping(const char *status);
+void daemon_notify_stopping(const char *status);
 /* Sends WATCHDOG=1 at half the unit's WatchdogSec= (sd_watchdog_enabled). It is called from the
  * loop's tick. It does nothing when the unit sets no watchdog. */
-void notify_watchdog(uint64_t now_ms);
+void daemon_notify_watchdog(uint64_t now_ms);
 
 #endif

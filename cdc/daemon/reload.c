@@ -38,8 +38,8 @@ static void aside_add(aside_list *l, const char *name, const char *problems)
 		buf_printf(&r, "%s%.*s", r.len ? "; " : "", (int)len, p);
 		p += len + (p[len] == '\n');
 	}
-	l->v = xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
-	l->v[l->n++] = (struct aside){xstrdup(name), xstrdup(r.data ? r.data : "")};
+	l->v = util_xrealloc(l->v, (l->n + 1) * sizeof(*l->v));
+	l->v[l->n++] = (struct aside){util_xstrdup(name), util_xstrdup(r.data ? r.data : "")};
 	buf_free(&r);
 }
 
@@ -108,14 +108,14 @@ static void remove_subs(cfg *c, const aside_list *names)
 {
 	cfg_overlay del = {0};
 	for (size_t i = 0; i < names->n; i++) {
-		del.deleted.v = xrealloc(del.deleted.v, (del.deleted.n + 1) * sizeof(char *));
+		del.deleted.v = util_xrealloc(del.deleted.v, (del.deleted.n + 1) * sizeof(char *));
 		del.deleted.v[del.deleted.n++] = names->v[i].name;
 	}
 	cfg_overlay_apply(&del, c, NULL, NULL);
 	free(del.deleted.v);
 }
 
-bool reload_init(sidecar *d)
+bool daemon_reload_init(sidecar *d)
 {
 	const cfg *c = d->cfg;
 	buf errors = {0};
@@ -139,7 +139,7 @@ bool reload_init(sidecar *d)
 	return true;
 }
 
-void reload_free(sidecar *d)
+void daemon_reload_free(sidecar *d)
 {
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		cfg_subscription_free(d->rl.changes[i].put);
@@ -148,14 +148,14 @@ void reload_free(sidecar *d)
 	free(d->rl.changes);
 	cfg_overlay_free(d->rl.overlay);
 	aside_free(&d->rl.aside);
-	catalog_free(d->rl.catalog);
+	source_catalog_free(d->rl.catalog);
 	free(d->rl.catalog);
 	d->rl = (reloads){0};
 }
 
 static void drop_catalog(sidecar *d)
 {
-	catalog_free(d->rl.catalog);
+	source_catalog_free(d->rl.catalog);
 	free(d->rl.catalog);
 	d->rl.catalog = NULL;
 }
@@ -187,7 +187,7 @@ static void apply_secrets(sidecar *d)
 {
 	source_set_password(d->conn.src, d->cfg->source.password);
 	if (d->bf_reader)
-		bf_reader_password(d->bf_reader, d->cfg->source.password);
+		backfill_reader_password(d->bf_reader, d->cfg->source.password);
 	if (d->status)
 		status_reload(d->status, d->cfg);
 }
@@ -213,13 +213,13 @@ static cfg *load_config(sidecar *d, const cfg_overlay *ov, aside_list *aside, bu
 static void settle_changes(sidecar *d, unsigned code, const char *error, const char *details)
 {
 	char lsn[LSN_STRLEN];
-	lsn_format(pipeline_boundary(d->pipe), lsn);
+	util_lsn_format(pipeline_boundary(d->pipe), lsn);
 	for (size_t i = 0; i < d->rl.nchanges; i++) {
 		struct live_change *ch = &d->rl.changes[i];
 		status_request *req = ch->req;
 		cfg_subscription_free(ch->put);
 		if (code != 200) {
-			sidecar_answer_error(d, req, code, error, details);
+			daemon_sidecar_answer_error(d, req, code, error, details);
 			buf_free(&ch->warnings);
 			continue;
 		}
@@ -232,7 +232,7 @@ static void settle_changes(sidecar *d, unsigned code, const char *error, const c
 		const cfg_subscription *now = cfg_find_subscription(d->cfg, req->name);
 		if (req->put && now) {
 			buf_puts(&b, ",\"config\":");
-			report_subscription_json(now, &b);
+			status_report_subscription_json(now, &b);
 		}
 		if (ch->warnings.len) {
 			buf_puts(&b, ",\"warnings\":[");
@@ -283,7 +283,7 @@ static void refuse_change(sidecar *d, struct live_change *ch, const char *proble
 {
 	log_warn("subscription refused", "subscription=%s", ch->req->name);
 	log_problems(problems);
-	sidecar_answer_error(d, ch->req, 400, "invalid subscription", problems);
+	daemon_sidecar_answer_error(d, ch->req, 400, "invalid subscription", problems);
 	cfg_subscription_free(ch->put);
 	buf_free(&ch->warnings);
 	size_t i = (size_t)(ch - d->rl.changes);
@@ -340,8 +340,8 @@ static void check_new(sidecar *d, cfg *next, const cfg_overlay *ov, aside_list *
 			continue;
 		buf one = {0}, warnings = {0};
 		struct live_change *ch = put_of(d, s->name);
-		bool ok = catalog_check_exists(d->rl.catalog, s, &one);
-		ok &= catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
+		bool ok = source_catalog_check_exists(d->rl.catalog, s, &one);
+		ok &= source_catalog_check(d->rl.catalog, s, next->source.publication, &one, &warnings);
 		for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
 			log_warn("subscription warning", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
 		if (ch && ok)
@@ -366,7 +366,7 @@ static void refuse(sidecar *d, unsigned code, const char *errors)
 	log_error("reload refused; keeping the running configuration", "config=%s", d->cfg_path);
 	log_problems(errors);
 	if (d->rl.hup)
-		notify_reloaded("reload refused; the running configuration is kept (see the log)");
+		daemon_notify_reloaded("reload refused; the running configuration is kept (see the log)");
 	d->rl.hup = false;
 	settle_changes(
 	    d, code,
@@ -422,7 +422,7 @@ static bool apply_reload(sidecar *d)
 		goto fail;
 	}
 	remove_subs(next, &aside);
-	rules *r = setup_rules(next, d->err, sizeof(d->err));
+	rules *r = daemon_setup_rules(next, d->err, sizeof(d->err));
 	if (!r) {
 		buf_printf(&errors, "%s\n", d->err);
 		refuse(d, 400, errors.data);
@@ -430,7 +430,7 @@ static bool apply_reload(sidecar *d)
 	}
 	if (d->rl.nchanges && !cfg_overlay_save(ov, d->cfg->state_dir, d->err, sizeof(d->err))) {
 		buf_printf(&errors, "%s\n", d->err);
-		rules_free(r);
+		match_rules_free(r);
 		refuse(d, 500, errors.data);
 		goto fail;
 	}
@@ -455,13 +455,13 @@ static bool apply_reload(sidecar *d)
 	d->cfg = next;
 	apply_secrets(d);
 	/* The pipeline carries its counts over by name. old's names are still valid here. */
-	bool bound = sidecar_bind(d, r);
+	bool bound = daemon_sidecar_bind(d, r);
 	if (bound)
-		backfills_reloaded(d, old);
+		daemon_backfills_reloaded(d, old);
 	cfg_free(old);
 	if (!bound) {
 		settle_changes(d, 500, "cannot start a sink the new configuration needs", d->err);
-		sidecar_fail(d, 1, "cannot start a sink the new configuration needs");
+		daemon_sidecar_fail(d, 1, "cannot start a sink the new configuration needs");
 		return false;
 	}
 	/* What a sink keeps of a deleted subscription (a socket subscription's spool) goes with it. */
@@ -469,16 +469,17 @@ static bool apply_reload(sidecar *d)
 		const char *name = d->rl.changes[i].req->name;
 		if (!d->rl.changes[i].req->put && !cfg_find_subscription(d->cfg, name) &&
 		    !aside_find(&d->rl.aside, name) &&
-		    !sink_set_forget(&d->sinks, name, d->err, sizeof(d->err)))
+		    !daemon_sink_set_forget(&d->sinks, name, d->err, sizeof(d->err)))
 			log_warn("cannot remove what a sink keeps of a deleted subscription",
 				 "subscription=%s error=\"%s\"", name, d->err);
 	}
 	d->conn.publication_ms = 0; /* and the tables created since join the publication now */
-	figures_publish(d, true);   /* GET answers with the new subscriptions before the change is answered */
+	daemon_figures_publish(
+	    d, true); /* GET answers with the new subscriptions before the change is answered */
 	settle_changes(d, 200, NULL, NULL);
 	log_info("reloaded subscriptions", "subscriptions=%zu", d->cfg->nsubs);
 	if (d->rl.hup)
-		notify_reloaded("reloaded: %zu subscriptions", d->cfg->nsubs);
+		daemon_notify_reloaded("reloaded: %zu subscriptions", d->cfg->nsubs);
 	d->rl.hup = false;
 	return true;
 fail:
@@ -489,7 +490,7 @@ fail:
 	return false;
 }
 
-bool reload_connected(sidecar *d, catalog *cat, bool first)
+bool daemon_reload_connected(sidecar *d, catalog *cat, bool first)
 {
 	buf problems = {0};
 	aside_list out = {0};
@@ -498,10 +499,10 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 		buf one = {0}, warnings = {0};
 		/* A table named that is gone fails a start. At a reconnect it may have been dropped
 		 * meanwhile, and the subscription goes on with the others. */
-		bool named = catalog_check_exists(cat, s, first ? &one : &warnings);
+		bool named = source_catalog_check_exists(cat, s, first ? &one : &warnings);
 		/* A snapshot that cannot run fails as a backfill (GET /backfills). The subscription
 		 * itself works. */
-		if (!catalog_check(cat, s, d->cfg->source.publication, &one, &warnings) ||
+		if (!source_catalog_check(cat, s, d->cfg->source.publication, &one, &warnings) ||
 		    (first && !named)) {
 			if (in_overlay(d->rl.overlay, s->name))
 				aside_add(&out, s->name, one.data);
@@ -516,7 +517,7 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 	bool ok = !problems.len;
 	if (!ok) {
 		/* the file's own, so the operator fixes the table or the file (one problem, the first) */
-		errf(d->err, sizeof(d->err), "%.*s", (int)strcspn(problems.data, "\n"), problems.data);
+		util_errf(d->err, sizeof(d->err), "%.*s", (int)strcspn(problems.data, "\n"), problems.data);
 		log_problems(problems.data);
 	} else if (out.n) {
 		/* at a connect the stream starts again, which is a transaction boundary */
@@ -527,28 +528,28 @@ bool reload_connected(sidecar *d, catalog *cat, bool first)
 		for (size_t i = 0; i < out.n; i++)
 			aside_add(&all, out.v[i].name, out.v[i].reason);
 		aside_swap(d, &all);
-		rules *r = setup_rules(d->cfg, d->err, sizeof(d->err));
-		ok = r && sidecar_bind(d, r);
+		rules *r = daemon_setup_rules(d->cfg, d->err, sizeof(d->err));
+		ok = r && daemon_sidecar_bind(d, r);
 		for (size_t i = 0; ok && i < out.n; i++)
-			backfills_removed(d, out.v[i].name);
+			daemon_backfills_removed(d, out.v[i].name);
 	}
 	aside_free(&out);
 	buf_free(&problems);
 	/* a reload waiting for the database is checked against this catalog (its contents move) */
 	if (ok && d->rl.pending && !d->rl.catalog) {
-		d->rl.catalog = xmalloc(sizeof(*cat));
+		d->rl.catalog = util_xmalloc(sizeof(*cat));
 		*d->rl.catalog = *cat;
 		*cat = (catalog){0};
 	}
-	catalog_free(cat);
+	source_catalog_free(cat);
 	return ok;
 }
 
 /* Not while a streamed or prepared transaction is held. Its records were rendered for the
  * subscriptions in force when its changes arrived. */
-void reload_maybe(sidecar *d)
+void daemon_reload_maybe(sidecar *d)
 {
-	/* waiting for the database, whose next connect brings the catalog (reload_connected) */
+	/* waiting for the database, whose next connect brings the catalog (daemon_reload_connected) */
 	bool waits = d->rl.waits_for_db && !d->conn.streaming && !d->rl.catalog;
 	if (d->rl.pending && !waits && pipeline_between_txns(d->pipe))
 		apply_reload(d);
@@ -557,16 +558,16 @@ void reload_maybe(sidecar *d)
 static void make_pending(sidecar *d)
 {
 	if (!d->rl.pending)
-		d->rl.pending_ms = now_ms();
+		d->rl.pending_ms = util_now_ms();
 	d->rl.pending = true;
 }
 
-void reload_request(sidecar *d)
+void daemon_reload_request(sidecar *d)
 {
-	notify_reloading();
+	daemon_notify_reloading();
 	make_pending(d);
 	d->rl.hup = true;
-	reload_maybe(d);
+	daemon_reload_maybe(d);
 	if (d->rl.pending && !pipeline_between_txns(d->pipe))
 		log_info("reload waits for the transactions in progress", "config=%s", d->cfg_path);
 }
@@ -580,18 +581,18 @@ static bool pending_put(const sidecar *d, const char *name)
 	return put;
 }
 
-void reload_on_control(void *ctx, status_request *req)
+void daemon_reload_on_control(void *ctx, status_request *req)
 {
 	sidecar *d = ctx;
 	cfg_subscription *put = NULL;
 	if (req->route == STATUS_ROUTE_BACKFILL || req->route == STATUS_ROUTE_BACKFILL_CANCEL) {
-		backfills_on_control(d, req);
+		daemon_backfills_on_control(d, req);
 		return;
 	}
 	if (req->put) {
 		buf errors = {0};
 		if (!(put = cfg_parse_subscription(d->cfg, req->name, req->body, req->body_len, &errors))) {
-			sidecar_answer_error(d, req, 400, "invalid subscription", errors.data);
+			daemon_sidecar_answer_error(d, req, 400, "invalid subscription", errors.data);
 			buf_free(&errors);
 			return;
 		}
@@ -600,12 +601,12 @@ void reload_on_control(void *ctx, status_request *req)
 		   !aside_find(&d->rl.aside, req->name)) {
 		buf msg = {0};
 		buf_printf(&msg, "no such subscription: %s", req->name);
-		sidecar_answer_error(d, req, 404, msg.data, NULL);
+		daemon_sidecar_answer_error(d, req, 404, msg.data, NULL);
 		buf_free(&msg);
 		return;
 	}
-	d->rl.changes = xrealloc(d->rl.changes, (d->rl.nchanges + 1) * sizeof(*d->rl.changes));
+	d->rl.changes = util_xrealloc(d->rl.changes, (d->rl.nchanges + 1) * sizeof(*d->rl.changes));
 	d->rl.changes[d->rl.nchanges++] = (struct live_change){req, put, {0}};
 	make_pending(d);
-	reload_maybe(d);
+	daemon_reload_maybe(d);
 }

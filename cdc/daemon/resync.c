@@ -8,7 +8,7 @@
  * records that position. When the stream reaches the marker, every subscription is backfilled. The
  * marker is the durable record of the re-sync. A crash at any step finds either the gap again (the
  * slot is still behind, or ahead of the recorded position) or the marker in the stream. */
-resync_result resync(sidecar *d)
+resync_result daemon_resync(sidecar *d)
 {
 	connection *c = &d->conn;
 	bool lost = source_gap(c->src) == SOURCE_GAP_SLOT_LOST;
@@ -23,13 +23,13 @@ resync_result resync(sidecar *d)
 	uint64_t lsn = 0;
 	buf marker = {0};
 	resync_result r = RESYNC_RETRY;
-	state_writer_wait(d->sw);
-	if (!state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err)) ||
+	source_state_writer_wait(d->sw);
+	if (!source_state_read(d->cfg->state_dir, &st, &have_st, d->err, sizeof(d->err)) ||
 	    source_resync(c->src, source_gap(c->src), &st, &lsn, d->err, sizeof(d->err)) != SOURCE_OK)
 		goto out;
 	char from[LSN_STRLEN], to[LSN_STRLEN];
-	lsn_format(have_st ? st.flushed_lsn : 0, from);
-	lsn_format(lsn, to);
+	util_lsn_format(have_st ? st.flushed_lsn : 0, from);
+	util_lsn_format(lsn, to);
 	bool f = true;
 	buf_putc(&marker, '{');
 	json_key_str(&marker, &f, "reason", reason);
@@ -41,7 +41,7 @@ resync_result resync(sidecar *d)
 		goto out; /* the slot is ahead of the recorded position, and the next start finds a gap */
 	if (have_st) {
 		st.flushed_lsn = lsn;
-		if (!sidecar_record(d, &st))
+		if (!daemon_sidecar_record(d, &st))
 			goto out;
 	}
 	d->fig.resyncs++;
@@ -54,11 +54,11 @@ out:
 	return r;
 }
 
-void resync_reached(void *ctx)
+void daemon_resync_reached(void *ctx)
 {
 	sidecar *d = ctx;
 	buf ids = {0};
-	if (backfills_resync(d, &ids, d->err, sizeof(d->err)))
+	if (daemon_backfills_resync(d, &ids, d->err, sizeof(d->err)))
 		log_info("re-sync marker reached: every subscription is backfilled", "backfills=%s",
 			 ids.data);
 	else

@@ -8,9 +8,9 @@ static match_names names(const cfg_strlist *l)
 	return (match_names){l->v, l->n};
 }
 
-rules *setup_rules(const cfg *c, char *err, size_t errlen)
+rules *daemon_setup_rules(const cfg *c, char *err, size_t errlen)
 {
-	match_sub *subs = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(*subs));
+	match_sub *subs = util_xcalloc(c->nsubs ? c->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < c->nsubs; i++) {
 		const cfg_subscription *s = &c->subs[i];
 		subs[i] = (match_sub){.name = s->name,
@@ -20,12 +20,12 @@ rules *setup_rules(const cfg *c, char *err, size_t errlen)
 				      .where = s->where,
 				      .columns = names(&s->columns)};
 	}
-	rules *r = rules_new(subs, c->nsubs, err, errlen);
+	rules *r = match_rules_new(subs, c->nsubs, err, errlen);
 	free(subs);
 	return r;
 }
 
-source_settings setup_source(const cfg *c)
+source_settings daemon_setup_source(const cfg *c)
 {
 	return (source_settings){.dsn = c->source.dsn,
 				 .slot = c->source.slot,

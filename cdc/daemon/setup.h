@@ -9,8 +9,8 @@
 
 /* The rules of conf's subscriptions, at their indexes in conf. They borrow conf's strings, so conf must
  * outlive them. NULL with a message naming the subscription when a where predicate does not parse. */
-rules *setup_rules(const cfg *conf, char *err, size_t errlen);
+rules *daemon_setup_rules(const cfg *conf, char *err, size_t errlen);
 /* What the source takes of conf. It borrows conf's strings, and source_new copies them. */
-source_settings setup_source(const cfg *conf);
+source_settings daemon_setup_source(const cfg *conf);
 
 #endif

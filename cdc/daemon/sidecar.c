@@ -10,7 +10,7 @@
 #include "decoder/base/json.h"
 #include "decoder/base/log.h"
 
-void sidecar_fail(sidecar *d, int code, const char *what)
+void daemon_sidecar_fail(sidecar *d, int code, const char *what)
 {
 	log_error(what, "error=\"%s\"", d->err);
 	d->exit_code = code;
@@ -18,21 +18,21 @@ void sidecar_fail(sidecar *d, int code, const char *what)
 }
 
 /* A record may name the database (Debezium's source.db). The sinks learn it once connected. */
-void sidecar_tell_database(sidecar *d)
+void daemon_sidecar_tell_database(sidecar *d)
 {
 	const char *db = d->conn.src ? source_database(d->conn.src) : NULL;
 	if (db)
-		sink_set_database(&d->sinks, db);
+		daemon_sink_set_database(&d->sinks, db);
 }
 
-bool sidecar_bind(sidecar *d, rules *r)
+bool daemon_sidecar_bind(sidecar *d, rules *r)
 {
-	if (!sink_set_bind(&d->sinks, d->cfg, d->err, sizeof(d->err))) {
-		rules_free(r);
+	if (!daemon_sink_set_bind(&d->sinks, d->cfg, d->err, sizeof(d->err))) {
+		match_rules_free(r);
 		return false;
 	}
-	sidecar_tell_database(d);
-	pipeline_sub *subs = xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
+	daemon_sidecar_tell_database(d);
+	pipeline_sub *subs = util_xcalloc(d->cfg->nsubs ? d->cfg->nsubs : 1, sizeof(*subs));
 	for (size_t i = 0; i < d->cfg->nsubs; i++)
 		subs[i] = (pipeline_sub){d->cfg->subs[i].name, d->cfg->subs[i].tag, d->sinks.of_sub[i]};
 	pipeline_bind(d->pipe, r, subs, d->cfg->nsubs, d->sinks.k, SINK_MODULES_MAX);
@@ -40,8 +40,8 @@ bool sidecar_bind(sidecar *d, rules *r)
 	return true;
 }
 
-void sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
-			  const char *details)
+void daemon_sidecar_answer_error(sidecar *d, status_request *req, unsigned code, const char *error,
+				 const char *details)
 {
 	buf b = {0};
 	buf_puts(&b, "{\"error\":");

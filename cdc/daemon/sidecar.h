@@ -128,116 +128,116 @@ typedef struct sidecar {
 
 /* sidecar.c, what the other files call, which calls none of them */
 /* Logs sc->err under what and stops the loop with exit code code. */
-void sidecar_fail(sidecar *sc, int code, const char *what);
+void daemon_sidecar_fail(sidecar *sc, int code, const char *what);
 /* Binds the sinks and the pipeline to sc->cfg with rules rs, which it takes. It creates the sinks it
  * needs first. False with sc->err when a sink cannot start. */
-bool sidecar_bind(sidecar *sc, rules *rs) CDC_MUST_CHECK;
+bool daemon_sidecar_bind(sidecar *sc, rules *rs) CDC_MUST_CHECK;
 /* Tells the sinks the database's name (Debezium's source.db), once connected. */
-void sidecar_tell_database(sidecar *sc);
+void daemon_sidecar_tell_database(sidecar *sc);
 /* Answers req with {"error": error, "details": [lines of details]}. details may be NULL. */
-void sidecar_answer_error(sidecar *sc, status_request *req, unsigned code, const char *error,
-			  const char *details);
+void daemon_sidecar_answer_error(sidecar *sc, status_request *req, unsigned code, const char *error,
+				 const char *details);
 
 /* daemon.c */
 /* Records st in state_dir now, before what follows relies on it. It waits for the writer's thread.
  * False with sc->err. */
-bool sidecar_record(sidecar *sc, const state *st) CDC_MUST_CHECK;
+bool daemon_sidecar_record(sidecar *sc, const state *st) CDC_MUST_CHECK;
 /* Hands the writer's thread the position flushed, when it passed the last one handed. It also hands
  * the backfills' state file when that changed, and the thread writes the file first. The file holds
  * the keys to read again that changes before the marked position touched. A restart from that
  * position would not replay those changes. */
-void sidecar_post(sidecar *sc, uint64_t flushed);
+void daemon_sidecar_post(sidecar *sc, uint64_t flushed);
 
 /* reload.c */
 /* Lays the overlay of state_dir over sc->cfg at the start. A subscription of it that the
  * configuration cannot take is set aside. False (exit code 2) if the file is unusable. */
-bool reload_init(sidecar *sc);
+bool daemon_reload_init(sidecar *sc);
 /* Checks the running subscriptions against the catalog at every connect, before streaming. It takes
  * cat. A subscription of the overlay that fails is set aside, so cdc runs without it and /status says
  * why. A subscription of the file that fails stops cdc. It returns false, with sc->err naming the
  * problem and its fix. first is true at the first connect, whose warnings are logged. */
-bool reload_connected(sidecar *sc, catalog *cat, bool first);
-void reload_free(sidecar *sc);
+bool daemon_reload_connected(sidecar *sc, catalog *cat, bool first);
+void daemon_reload_free(sidecar *sc);
 /* On SIGHUP, reloads now if at a transaction boundary, else at the next one. */
-void reload_request(sidecar *sc);
+void daemon_reload_request(sidecar *sc);
 /* Applies a pending reload if at a transaction boundary. */
-void reload_maybe(sidecar *sc);
+void daemon_reload_maybe(sidecar *sc);
 /* PUT and DELETE /subscriptions/NAME (the status server's control callback, ctx is the sidecar). */
-void reload_on_control(void *ctx, status_request *req);
+void daemon_reload_on_control(void *ctx, status_request *req);
 
 /* backfills.c */
 /* Sets up the backfills kept in state_dir, their reader, and the `snapshot: true` subscriptions seen
  * for the first time. False (logged) if state_dir's backfill file is unusable. */
-bool backfills_init(sidecar *sc);
-void backfills_free(sidecar *sc);
+bool daemon_backfills_init(sidecar *sc);
+void daemon_backfills_free(sidecar *sc);
 /* Follows a reload's settings and its removed and added subscriptions. old is the configuration
  * before. */
-void backfills_reloaded(sidecar *sc, const cfg *old);
+void daemon_backfills_reloaded(sidecar *sc, const cfg *old);
 /* Subscription name is gone from the running configuration. Its backfills are forgotten. */
-void backfills_removed(sidecar *sc, const char *name);
+void daemon_backfills_removed(sidecar *sc, const char *name);
 /* Tables were added to the publication (schema, table pairs). The `snapshot: true` subscriptions
  * that have them backfill them, since the stream has none of their rows from before. */
-void backfills_tables_added(sidecar *sc, const cfg_strlist *added);
+void daemon_backfills_tables_added(sidecar *sc, const cfg_strlist *added);
 /* Queues a backfill of sub, of every table or of those of req. id gets its id. False with a message.
  * Its checks run on the reader's connection. A refused one fails with the reason in GET /backfills. */
-bool backfills_queue(sidecar *sc, const cfg_subscription *sub, const bf_request_body *req, bool snapshot,
-		     char id[BF_ID_SIZE], char *err, size_t errlen) CDC_MUST_CHECK;
+bool daemon_backfills_queue(sidecar *sc, const cfg_subscription *sub, const bf_request_body *req,
+			    bool snapshot, char id[BF_ID_SIZE], char *err, size_t errlen) CDC_MUST_CHECK;
 /* POST /subscriptions/NAME/backfill and DELETE /subscriptions/NAME/backfill/ID. */
-void backfills_on_control(sidecar *sc, status_request *req);
+void daemon_backfills_on_control(sidecar *sc, status_request *req);
 /* A re-sync marker was reached. Queues a backfill of every subscription (every table of it). It
  * appends [{"subscription", "backfill": ID}] to ids. */
-bool backfills_resync(sidecar *sc, buf *ids, char *err, size_t errlen);
+bool daemon_backfills_resync(sidecar *sc, buf *ids, char *err, size_t errlen);
 /* The sinks made everything before flushed durable. */
-void backfills_delivered(sidecar *sc, uint64_t flushed);
+void daemon_backfills_delivered(sidecar *sc, uint64_t flushed);
 /* The path of the backfills' state file, with its new contents appended to out, when it changed.
  * NULL when it did not. */
-const char *backfills_state(sidecar *sc, buf *out);
+const char *daemon_backfills_state(sidecar *sc, buf *out);
 /* Whether a backfill's table waits only for its last chunks to be durable. */
-bool backfills_draining(const sidecar *sc);
+bool daemon_backfills_draining(const sidecar *sc);
 /* The stream starts again from the slot's confirmed position. */
-void backfills_restart(sidecar *sc);
+void daemon_backfills_restart(sidecar *sc);
 /* The backfills read from the primary (source.primary_dsn) while the source is a standby, else from
  * source.dsn. This is settled at each start, and when a standby cdc streams from is promoted. */
-void backfills_follow(sidecar *sc);
+void daemon_backfills_follow(sidecar *sc);
 /* Something may be due for the reader. */
-void backfills_kick(sidecar *sc);
+void daemon_backfills_kick(sidecar *sc);
 /* Called every tick. It refuses requests whose checks take too long (the database does not answer). */
-void backfills_tick(sidecar *sc, uint64_t now);
+void daemon_backfills_tick(sidecar *sc, uint64_t now);
 /* GET /backfills from now on. */
-void backfills_publish(sidecar *sc);
+void daemon_backfills_publish(sidecar *sc);
 /* For /status and /metrics, one row per table of every backfill (*rows, to free) and the JSON array
  * (published as GET /backfills too). Returns the rows' count. */
-size_t backfills_report(sidecar *sc, report_backfill **rows, buf *json);
+size_t daemon_backfills_report(sidecar *sc, report_backfill **rows, buf *json);
 
 /* signals.c */
 /* With source.signal_table, reads what signals did before (state_dir/signals.json). The pipeline
  * hands each signal row on from now. False (logged) if the file is unusable. */
-bool signals_init(sidecar *sc);
-void signals_free(sidecar *sc);
+bool daemon_signals_init(sidecar *sc);
+void daemon_signals_free(sidecar *sc);
 /* Their figures for /status and /metrics. */
-void signals_report(const sidecar *sc, report *rep);
+void daemon_signals_report(const sidecar *sc, report *rep);
 
 /* resync.c */
 typedef enum resync_result { RESYNC_DONE, RESYNC_RETRY, RESYNC_STOP } resync_result;
 /* The slot cannot send what follows cdc's position (SOURCE_GAP). Returns STOP unless the matching
  * source.on_* setting says resync. Otherwise it moves the slot on, writes the marker after its new
  * position and records the position (DONE). RETRY means a step failed, and sc->err says why. */
-resync_result resync(sidecar *sc);
+resync_result daemon_resync(sidecar *sc);
 /* The stream passed a re-sync marker. Every subscription is backfilled (pipeline_on_resync). */
-void resync_reached(void *ctx);
+void daemon_resync_reached(void *ctx);
 
 /* figures.c */
 /* Renders the figures for the status socket every second, or now with force. */
-void figures_publish(sidecar *sc, bool force);
+void daemon_figures_publish(sidecar *sc, bool force);
 /* While changes flow, a progress line every 30 s. */
-void figures_log_progress(sidecar *sc, uint64_t now);
+void daemon_figures_log_progress(sidecar *sc, uint64_t now);
 /* The sinks' counters and their commit-to-delivery latency since the start, in the log. */
-void figures_log_sinks(sidecar *sc);
+void daemon_figures_log_sinks(sidecar *sc);
 /* Every few seconds, reads the slot's wal_status and safe_wal_size, and warns while in danger. */
-void figures_slot_health(sidecar *sc, uint64_t now);
+void daemon_figures_slot_health(sidecar *sc, uint64_t now);
 /* Every 5 s (and at once after each start), asks whether the server is a standby and its timeline
  * (a standby promoted under cdc). With source.failover it also asks whether a promotion now is safe.
  * The log says that once, then on each change. */
-void figures_server(sidecar *sc, uint64_t now);
+void daemon_figures_server(sidecar *sc, uint64_t now);
 
 #endif

@@ -25,7 +25,7 @@
 
 static bf_now now(void)
 {
-	return (bf_now){.ms = now_ms(), .wall_ms = wall_ms()};
+	return (bf_now){.ms = util_now_ms(), .wall_ms = util_wall_ms()};
 }
 
 static void path_of(const sidecar *d, char *path, size_t size)
@@ -66,7 +66,7 @@ static void save(sidecar *d)
 	buf b = {0};
 	char lsn[LSN_STRLEN], path[4096], err[512];
 	bool first = true, fs = true;
-	lsn_format(g->done_lsn, lsn);
+	util_lsn_format(g->done_lsn, lsn);
 	buf_putc(&b, '{');
 	json_key_str(&b, &first, "lsn", lsn);
 	json_key_u64(&b, &first, "tx_index", g->done_index);
@@ -89,7 +89,7 @@ static void save(sidecar *d)
 	}
 	buf_puts(&b, "]}\n");
 	path_of(d, path, sizeof(path));
-	if (!file_replace(path, b.data, b.len, 0600, err, sizeof(err)))
+	if (!fsutil_replace(path, b.data, b.len, 0600, err, sizeof(err)))
 		log_warn("cannot record the signals acted on: after a crash the stream may bring them again",
 			 "error=\"%s\"", err);
 	buf_free(&b);
@@ -110,8 +110,8 @@ static bool load_started(signals *g, json_object *o)
 		    *tables = member(o, "tables", json_type_array);
 	if (!sig || !sub || !id || !tables || json_object_get_string_len(id) != BF_ID_SIZE - 1)
 		return false;
-	struct signal_started s = {.signal = xstrdup(json_object_get_string(sig)),
-				   .subscription = xstrdup(json_object_get_string(sub))};
+	struct signal_started s = {.signal = util_xstrdup(json_object_get_string(sig)),
+				   .subscription = util_xstrdup(json_object_get_string(sub))};
 	memcpy(s.id, json_object_get_string(id), BF_ID_SIZE);
 	bool ok = true;
 	for (size_t i = 0; ok && i < json_object_array_length(tables); i++) {
@@ -120,7 +120,7 @@ static bool load_started(signals *g, json_object *o)
 		if (ok)
 			cfg_strlist_push(&s.tables, json_object_get_string(t));
 	}
-	g->started = xrealloc(g->started, (g->nstarted + 1) * sizeof(*g->started));
+	g->started = util_xrealloc(g->started, (g->nstarted + 1) * sizeof(*g->started));
 	g->started[g->nstarted++] = s;
 	return ok;
 }
@@ -130,14 +130,14 @@ static bool load(sidecar *d, char *err, size_t errlen)
 	char path[4096];
 	path_of(d, path, sizeof(path));
 	buf text = {0};
-	if (!file_read(path, SIGNALS_FILE_MAX, &text, err, errlen))
+	if (!fsutil_read(path, SIGNALS_FILE_MAX, &text, err, errlen))
 		return errno == ENOENT ? (err[0] = '\0', true) : false;
 	json_object *root = json_tokener_parse(text.data ? text.data : "");
 	json_object *lsn = root ? member(root, "lsn", json_type_string) : NULL;
 	json_object *idx = root ? member(root, "tx_index", json_type_int) : NULL;
 	json_object *list = root ? member(root, "backfills", json_type_array) : NULL;
 	signals *g = &d->sig;
-	bool ok = lsn && idx && list && lsn_parse(json_object_get_string(lsn), &g->done_lsn) &&
+	bool ok = lsn && idx && list && util_lsn_parse(json_object_get_string(lsn), &g->done_lsn) &&
 		  json_object_get_int64(idx) >= 0 && json_object_get_int64(idx) <= UINT32_MAX;
 	g->done_index = ok ? (uint32_t)json_object_get_int64(idx) : 0;
 	g->done = ok;
@@ -146,8 +146,8 @@ static bool load(sidecar *d, char *err, size_t errlen)
 	json_object_put(root);
 	buf_free(&text);
 	return ok ? true
-		  : errf(err, errlen, "%s: not a file of signals cdc acted on (move it away to start afresh)",
-			 path);
+		  : util_errf(err, errlen,
+			      "%s: not a file of signals cdc acted on (move it away to start afresh)", path);
 }
 
 /* The quoted "schema"."table" a backfill request names for one of a signal's tables. */
@@ -156,11 +156,11 @@ static char *request_table(const char *name)
 	char schema[MATCH_NAME_MAX + 1], table[MATCH_NAME_MAX + 1];
 	buf q = {0};
 	if (match_table_split(name, schema, table)) {
-		bfsql_quote_ident(&q, schema);
+		backfill_sql_quote_ident(&q, schema);
 		buf_putc(&q, '.');
-		bfsql_quote_ident(&q, table);
+		backfill_sql_quote_ident(&q, table);
 	}
-	return q.data ? q.data : xstrdup(name);
+	return q.data ? q.data : util_xstrdup(name);
 }
 
 /* Whether subscription s has the signal's table name (one of its patterns matches it). */
@@ -190,8 +190,8 @@ static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, si
 {
 	for (size_t i = 0; i < sg->nsubscriptions; i++)
 		if (!cfg_find_subscription(d->cfg, sg->subscriptions[i])) {
-			errf(why, whylen, "data: subscriptions: no such subscription: %s",
-			     sg->subscriptions[i]);
+			util_errf(why, whylen, "data: subscriptions: no such subscription: %s",
+				  sg->subscriptions[i]);
 			return why;
 		}
 	for (size_t t = 0; t < sg->ntables; t++) {
@@ -200,8 +200,8 @@ static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, si
 			any = names_sub(sg, d->cfg->subs[i].name) &&
 			      has_table(&d->cfg->subs[i], sg->tables[t].name);
 		if (!any) {
-			errf(why, whylen, "table %s is not one of the tables of %s", sg->tables[t].name,
-			     sg->nsubscriptions ? "the subscriptions it names" : "any subscription");
+			util_errf(why, whylen, "table %s is not one of the tables of %s", sg->tables[t].name,
+				  sg->nsubscriptions ? "the subscriptions it names" : "any subscription");
 			return why;
 		}
 	}
@@ -213,11 +213,11 @@ static const char *unusable(const sidecar *d, const bf_signal *sg, char *why, si
 static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, const bf_signal_table *const *t,
 		  size_t n, buf *out, bool *first)
 {
-	char **names = xcalloc(n, sizeof(*names)), id[BF_ID_SIZE], err[512];
+	char **names = util_xcalloc(n, sizeof(*names)), id[BF_ID_SIZE], err[512];
 	for (size_t i = 0; i < n; i++)
 		names[i] = request_table(t[i]->name);
 	bf_request_body req = {.tables = names, .ntables = n, .where = t[0]->where};
-	bool queued = backfills_queue(d, s, &req, false, id, err, sizeof(err));
+	bool queued = daemon_backfills_queue(d, s, &req, false, id, err, sizeof(err));
 	bool f = true;
 	json_sep(out, first);
 	buf_putc(out, '{');
@@ -226,11 +226,13 @@ static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, co
 	json_key_str(out, &f, "error", queued ? NULL : err);
 	buf_putc(out, '}');
 	if (queued) {
-		struct signal_started g = {.signal = xstrdup(sg->id), .subscription = xstrdup(s->name)};
+		struct signal_started g = {.signal = util_xstrdup(sg->id),
+					   .subscription = util_xstrdup(s->name)};
 		memcpy(g.id, id, BF_ID_SIZE);
 		for (size_t i = 0; i < n; i++)
 			cfg_strlist_push(&g.tables, t[i]->name);
-		d->sig.started = xrealloc(d->sig.started, (d->sig.nstarted + 1) * sizeof(*d->sig.started));
+		d->sig.started =
+		    util_xrealloc(d->sig.started, (d->sig.nstarted + 1) * sizeof(*d->sig.started));
 		d->sig.started[d->sig.nstarted++] = g;
 		d->sig.backfills_started++;
 		log_info("signal starts a backfill", "signal=%s subscription=%s backfill=%s", sg->id, s->name,
@@ -247,7 +249,7 @@ static void start(sidecar *d, const bf_signal *sg, const cfg_subscription *s, co
  * without a condition, and one per table with a condition of its own. */
 static void execute(sidecar *d, const bf_signal *sg, buf *out)
 {
-	const bf_signal_table **plain = xcalloc(sg->ntables, sizeof(*plain));
+	const bf_signal_table **plain = util_xcalloc(sg->ntables, sizeof(*plain));
 	bool first = true;
 	for (size_t i = 0; i < d->cfg->nsubs; i++) {
 		const cfg_subscription *s = &d->cfg->subs[i];
@@ -315,7 +317,7 @@ static void outcome(sidecar *d, const pipeline_signal *s, const char *error, con
 	buf *o = &d->sig.last;
 	bool first = true;
 	char lsn[LSN_STRLEN];
-	lsn_format(s->commit_lsn, lsn);
+	util_lsn_format(s->commit_lsn, lsn);
 	buf_reset(o);
 	buf_putc(o, '{');
 	json_key(o, &first, "id");
@@ -347,12 +349,12 @@ static void on_signal(void *ctx, const pipeline_signal *s)
 	    (s->commit_lsn < g->done_lsn || (s->commit_lsn == g->done_lsn && s->tx_index <= g->done_index)))
 		return; /* acted on before a crash, and the stream brings it again */
 	g->received++;
-	lsn_format(s->commit_lsn, lsn);
+	util_lsn_format(s->commit_lsn, lsn);
 	bf_signal sg;
 	buf backfills = {0};
 	const char *why = NULL;
-	bool parsed = bf_signal_parse(s->id, s->id_len, s->type, s->type_len, s->data, s->data_len, &sg, err,
-				      sizeof(err));
+	bool parsed = backfill_signal_parse(s->id, s->id_len, s->type, s->type_len, s->data, s->data_len, &sg,
+					    err, sizeof(err));
 	if (!parsed)
 		why = err;
 	else if (sg.kind == BF_SIGNAL_EXECUTE && (why = unusable(d, &sg, err, sizeof(err))))
@@ -375,12 +377,12 @@ static void on_signal(void *ctx, const pipeline_signal *s)
 	g->done_index = s->tx_index;
 	save(d);
 	if (parsed)
-		bf_signal_free(&sg);
+		backfill_signal_free(&sg);
 	buf_free(&backfills);
-	figures_publish(d, true); /* /status shows it now, GET /backfills too */
+	daemon_figures_publish(d, true); /* /status shows it now, GET /backfills too */
 }
 
-bool signals_init(sidecar *d)
+bool daemon_signals_init(sidecar *d)
 {
 	const char *table = d->cfg->source.signal_table;
 	char err[1024] = "";
@@ -394,7 +396,7 @@ bool signals_init(sidecar *d)
 	return true;
 }
 
-void signals_free(sidecar *d)
+void daemon_signals_free(sidecar *d)
 {
 	for (size_t i = 0; i < d->sig.nstarted; i++)
 		started_free(&d->sig.started[i]);
@@ -403,7 +405,7 @@ void signals_free(sidecar *d)
 	d->sig = (signals){0};
 }
 
-void signals_report(const sidecar *d, report *r)
+void daemon_signals_report(const sidecar *d, report *r)
 {
 	const signals *g = &d->sig;
 	r->signals.table = d->cfg->source.signal_table;

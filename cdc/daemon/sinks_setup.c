@@ -3,12 +3,12 @@
 
 #include <stdlib.h>
 
-bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
+bool daemon_sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 {
 	s->env.slot = c->source.slot;
 	s->env.state_dir = c->state_dir;
 	free(s->of_sub);
-	s->of_sub = xcalloc(c->nsubs ? c->nsubs : 1, sizeof(sink *));
+	s->of_sub = util_xcalloc(c->nsubs ? c->nsubs : 1, sizeof(sink *));
 	for (size_t i = 0; i < c->nsubs; i++) {
 		size_t m = (size_t)c->subs[i].sink;
 		if (!s->k[m]) {
@@ -40,7 +40,7 @@ bool sink_set_bind(sink_set *s, const cfg *c, char *err, size_t errlen)
 	return true;
 }
 
-void sink_set_free(sink_set *s)
+void daemon_sink_set_free(sink_set *s)
 {
 	for (size_t m = 0; m < SINK_MODULES_MAX; m++) {
 		if (s->ev[m])
@@ -52,7 +52,7 @@ void sink_set_free(sink_set *s)
 	*s = (sink_set){0};
 }
 
-void sink_set_poll(sink_set *s)
+void daemon_sink_set_poll(sink_set *s)
 {
 	for (size_t m = 0; m < SINK_MODULES_MAX; m++)
 		if (s->k[m] && s->k[m]->ops->poll)
@@ -61,7 +61,7 @@ void sink_set_poll(sink_set *s)
 
 /* Work in flight (an exactly-once commit waiting for the brokers) may need a flush every few
  * milliseconds, which the event's timeout gives. */
-void sink_set_watch(sink_set *s)
+void daemon_sink_set_watch(sink_set *s)
 {
 	for (size_t m = 0; sink_modules[m]; m++) {
 		if (!s->ev[m] || !sink_modules[m]->wake_ms)
@@ -76,7 +76,7 @@ void sink_set_watch(sink_set *s)
 	}
 }
 
-bool sink_set_ticks(const sink_set *s)
+bool daemon_sink_set_ticks(const sink_set *s)
 {
 	for (size_t m = 0; sink_modules[m]; m++)
 		if (s->k[m] && sink_modules[m]->ticks && sink_modules[m]->ticks(s->k[m]))
@@ -84,14 +84,14 @@ bool sink_set_ticks(const sink_set *s)
 	return false;
 }
 
-void sink_set_database(sink_set *s, const char *name)
+void daemon_sink_set_database(sink_set *s, const char *name)
 {
 	for (size_t m = 0; sink_modules[m]; m++)
 		if (s->k[m] && sink_modules[m]->database)
 			sink_modules[m]->database(s->k[m], name);
 }
 
-bool sink_set_forget(sink_set *s, const char *name, char *err, size_t errlen)
+bool daemon_sink_set_forget(sink_set *s, const char *name, char *err, size_t errlen)
 {
 	for (size_t m = 0; sink_modules[m]; m++)
 		if (s->k[m] && sink_modules[m]->forget &&

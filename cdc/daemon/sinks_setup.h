@@ -26,17 +26,17 @@ typedef struct sink_set {
 /* Points each subscription of conf at its sink, creating sinks on first use. It hands every sink that
  * exists the settings conf gives it, even with none of its subscriptions left. A sink must not keep an
  * old configuration. */
-bool sink_set_bind(sink_set *sinks, const cfg *conf, char *err, size_t errlen) CDC_MUST_CHECK;
-void sink_set_free(sink_set *sinks);
+bool daemon_sink_set_bind(sink_set *sinks, const cfg *conf, char *err, size_t errlen) CDC_MUST_CHECK;
+void daemon_sink_set_free(sink_set *sinks);
 /* Hands each sink that has a file descriptor its work (delivery reports). */
-void sink_set_poll(sink_set *sinks);
+void daemon_sink_set_poll(sink_set *sinks);
 /* Gives each sink's event the timeout its module asks for (wake_ms). */
-void sink_set_watch(sink_set *sinks);
+void daemon_sink_set_watch(sink_set *sinks);
 /* Whether a sink wants a flush every second while streaming. */
-bool sink_set_ticks(const sink_set *sinks);
+bool daemon_sink_set_ticks(const sink_set *sinks);
 /* Tells every sink the database's name. */
-void sink_set_database(sink_set *sinks, const char *name);
+void daemon_sink_set_database(sink_set *sinks, const char *name);
 /* A subscription was deleted for good. Every sink lets go of what it keeps of it. False with err. */
-bool sink_set_forget(sink_set *sinks, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
+bool daemon_sink_set_forget(sink_set *sinks, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
 
 #endif

@@ -18,16 +18,16 @@ PGresult *doctor_ask(doctor *d, const char *what, const char *sql, int n, const 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		return res;
 	doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn on a reachable server",
-		   "cannot read %s: %s", what, pg_one_line(PQerrorMessage(d->conn)));
+		   "cannot read %s: %s", what, source_pg_one_line(PQerrorMessage(d->conn)));
 	PQclear(res);
 	return NULL;
 }
 
 static void add_pair(cfg_strlist *l, const char *a, const char *b)
 {
-	l->v = xrealloc(l->v, (l->n + 2) * sizeof(char *));
-	l->v[l->n++] = xstrdup(a);
-	l->v[l->n++] = xstrdup(b);
+	l->v = util_xrealloc(l->v, (l->n + 2) * sizeof(char *));
+	l->v[l->n++] = util_xstrdup(a);
+	l->v[l->n++] = util_xstrdup(b);
 }
 
 static const doctor_table *find_table(const doctor *d, const char *schema, const char *name)
@@ -54,9 +54,9 @@ static bool published(const doctor *d, const doctor_table *t)
 /* "schema"."table", quoted so that a fix can be run as it is whatever the names. */
 static void qualified(buf *b, const char *schema, const char *table)
 {
-	bfsql_quote_ident(b, schema);
+	backfill_sql_quote_ident(b, schema);
 	buf_putc(b, '.');
-	bfsql_quote_ident(b, table);
+	backfill_sql_quote_ident(b, table);
 }
 
 static void load_tables(doctor *d)
@@ -75,16 +75,16 @@ static void load_tables(doctor *d)
 	if (!res)
 		return;
 	d->ntables = (size_t)PQntuples(res);
-	d->tables = xcalloc(d->ntables ? d->ntables : 1, sizeof(*d->tables));
+	d->tables = util_xcalloc(d->ntables ? d->ntables : 1, sizeof(*d->tables));
 	for (size_t i = 0; i < d->ntables; i++) {
 		int r = (int)i;
 		bool partition = !PQgetisnull(res, r, 3) && !PQgetisnull(res, r, 4);
 		d->tables[i] =
-		    (doctor_table){.schema = xstrdup(PQgetvalue(res, r, 0)),
-				   .name = xstrdup(PQgetvalue(res, r, 1)),
+		    (doctor_table){.schema = util_xstrdup(PQgetvalue(res, r, 0)),
+				   .name = util_xstrdup(PQgetvalue(res, r, 1)),
 				   .replident = PQgetvalue(res, r, 2)[0],
-				   .parent_schema = partition ? xstrdup(PQgetvalue(res, r, 3)) : NULL,
-				   .parent_name = partition ? xstrdup(PQgetvalue(res, r, 4)) : NULL};
+				   .parent_schema = partition ? util_xstrdup(PQgetvalue(res, r, 3)) : NULL,
+				   .parent_name = partition ? util_xstrdup(PQgetvalue(res, r, 4)) : NULL};
 	}
 	PQclear(res);
 }
@@ -93,8 +93,8 @@ void doctor_server(doctor *d)
 {
 	char err[1024];
 	bool invalid;
-	d->conn = pg_connect(d->c->source.dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err,
-			     sizeof(err));
+	d->conn = source_pg_connect(d->c->source.dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err,
+				    sizeof(err));
 	if (!d->conn) {
 		doctor_say(
 		    d, DOCTOR_FAIL,
@@ -128,7 +128,7 @@ void doctor_server(doctor *d)
 		    d, DOCTOR_PASS, NULL,
 		    "PostgreSQL %s%s: pgoutput protocol %d; failover slots %s; decoding on a standby %s; "
 		    "generated columns in events %s",
-		    version, d->in_recovery ? " (a standby)" : "", pg_protocol_for(v),
+		    version, d->in_recovery ? " (a standby)" : "", source_pg_protocol_for(v),
 		    v >= 170000 ? "yes" : "no (17+)", v >= 160000 ? "yes" : "no (16+)",
 		    v >= 180000 ? "yes" : "no (18+)");
 	PQclear(res);
@@ -153,13 +153,13 @@ void doctor_expect_setting(doctor *d, const char *name, const char *want, const 
 	pg_fix f = {0};
 	if (strcmp(v, want) == 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "%s", pass_detail);
-	else if (!pg_fix_setting(d->conn, name, want, false, &f, err, sizeof(err)))
+	else if (!source_fix_setting(d->conn, name, want, false, &f, err, sizeof(err)))
 		doctor_fix_failed(d, err);
 	else {
 		buf_puts(&f.words, more ? more : "");
 		doctor_fix(d, st, &f, "is %s%s", v, why);
 	}
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	PQclear(res);
 }
 
@@ -172,12 +172,12 @@ void doctor_wal_level(doctor *d)
 	pg_fix f = {0};
 	if (strcmp(PQgetvalue(res, 0, 0), "logical") == 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "logical");
-	else if (!pg_fix_wal_level(d->conn, &f, err, sizeof(err)))
+	else if (!source_fix_wal_level(d->conn, &f, err, sizeof(err)))
 		doctor_fix_failed(d, err);
 	else
 		doctor_fix(d, DOCTOR_FAIL, &f, "is %s, and logical decoding needs logical",
 			   PQgetvalue(res, 0, 0));
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	PQclear(res);
 }
 
@@ -202,11 +202,11 @@ void doctor_slots_free(doctor *d)
 	else if (used < max)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use: room for slot %s", used, max,
 			   d->c->source.slot);
-	else if (!pg_fix_slots_full(d->conn, false, &f, err, sizeof(err)))
+	else if (!source_fix_slots_full(d->conn, false, &f, err, sizeof(err)))
 		doctor_fix_failed(d, err);
 	else
 		doctor_fix(d, DOCTOR_FAIL, &f, "all %ld in use: no room for slot %s", max, d->c->source.slot);
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	PQclear(res);
 }
 
@@ -223,12 +223,12 @@ void doctor_senders_free(doctor *d)
 	pg_fix f = {0};
 	if (used < max)
 		doctor_say(d, DOCTOR_PASS, NULL, "%ld of %ld in use", used, max);
-	else if (!pg_fix_slots_full(d->conn, true, &f, err, sizeof(err)))
+	else if (!source_fix_slots_full(d->conn, true, &f, err, sizeof(err)))
 		doctor_fix_failed(d, err);
 	else
 		doctor_fix(d, DOCTOR_FAIL, &f,
 			   "all %ld in use: cdc's replication connection would be refused", max);
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	PQclear(res);
 }
 
@@ -244,7 +244,7 @@ void doctor_role(doctor *d)
 	bool replication = PQgetvalue(res, 0, 0)[0] == 't', login = PQgetvalue(res, 0, 1)[0] == 't';
 	PQclear(res);
 	pg_fix f = {0};
-	pg_fix_role_replication(d->role, &f);
+	source_fix_role_replication(d->role, &f);
 	if (replication || d->superuser)
 		doctor_say(d, DOCTOR_PASS, NULL, "role %s: %s%s", d->role, login ? "LOGIN " : "",
 			   d->superuser ? "SUPERUSER" : "REPLICATION");
@@ -253,7 +253,7 @@ void doctor_role(doctor *d)
 			   "role %s lacks REPLICATION: the replication connection (and creating the slot) "
 			   "would be refused",
 			   d->role);
-	pg_fix_free(&f);
+	source_fix_free(&f);
 }
 
 /* Publishing FOR TABLE needs the role to own each table and CREATE on the database. */
@@ -273,11 +273,11 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 		if (!db)
 			goto out;
 		pg_fix f = {0};
-		pg_fix_create_on_database(PQgetvalue(db, 0, 0), role[0], p->sql.data, &f);
+		source_fix_create_on_database(PQgetvalue(db, 0, 0), role[0], p->sql.data, &f);
 		PQclear(db);
 		doctor_fix(d, DOCTOR_FAIL, &f, "cdc would run %s, and role %s lacks CREATE on the database",
 			   p->sql.data, d->role);
-		pg_fix_free(&f);
+		source_fix_free(&f);
 		goto out;
 	}
 	size_t bad = 0;
@@ -297,7 +297,7 @@ static void check_ownership(doctor *d, const pg_publication_plan *p)
 		buf_puts(&fix, "ALTER TABLE ");
 		qualified(&fix, params[0], params[1]);
 		buf_puts(&fix, " OWNER TO ");
-		bfsql_quote_ident(&fix, d->role);
+		backfill_sql_quote_ident(&fix, d->role);
 		buf_putc(&fix, ';');
 		char words[2048];
 		snprintf(words, sizeof(words),
@@ -323,10 +323,10 @@ static void plan_publication(doctor *d)
 {
 	char err[512];
 	pg_publication_plan p;
-	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
-				      d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
+	if (!source_pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
+					     d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
 		doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.dsn", "%s", err);
-		pg_publication_plan_free(&p);
+		source_pg_publication_plan_free(&p);
 		return;
 	}
 	for (size_t i = 0; i < p.no_match.n; i++)
@@ -348,7 +348,7 @@ static void plan_publication(doctor *d)
 	if (p.refused) {
 		char why[1024];
 		buf fix = {0};
-		pg_publication_refusal(&p, d->c->source.publication, why, sizeof(why));
+		source_pg_publication_refusal(&p, d->c->source.publication, why, sizeof(why));
 		buf_printf(&fix, "create it beforehand, as a superuser; or make role %s the tables' owner",
 			   d->role);
 		doctor_say(d, DOCTOR_FAIL, fix.data, "does not exist, and cdc would stop: %s", why);
@@ -356,20 +356,20 @@ static void plan_publication(doctor *d)
 		buf_printf(&fix, "%s;", p.superuser_sql.data);
 		doctor_sql(d, fix.data);
 		buf_free(&fix);
-		pg_publication_plan_free(&p);
+		source_pg_publication_plan_free(&p);
 		return;
 	}
 	for (size_t i = 0; i + 1 < p.not_owned.n; i += 2) {
 		buf line = {0};
-		pg_publication_not_owned(&line, d->c->source.publication, p.not_owned.v[i],
-					 p.not_owned.v[i + 1]);
+		source_pg_publication_not_owned(&line, d->c->source.publication, p.not_owned.v[i],
+						p.not_owned.v[i + 1]);
 		doctor_say(d, DOCTOR_WARN,
 			   "have the table's owner or a superuser add it, or make it role's own", "%s",
 			   line.data);
 		buf_free(&line);
 	}
 	check_ownership(d, &p);
-	pg_publication_plan_free(&p);
+	source_pg_publication_plan_free(&p);
 }
 
 /* No publication, and cdc may not create it. The fix is the statement for this role and source.publish. */
@@ -377,16 +377,16 @@ static void missing_publication(doctor *d)
 {
 	char err[512];
 	pg_publication_plan p;
-	if (!pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
-				      d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
+	if (!source_pg_publication_plan_make(d->conn, d->c->source.publication, &d->c->source.publish,
+					     d->c->source.publish_generated_columns, &p, err, sizeof(err))) {
 		doctor_fix_failed(d, err);
 	} else {
 		pg_fix f = {0};
-		pg_fix_create_publication(p.refused ? p.superuser_sql.data : p.sql.data, &f);
+		source_fix_create_publication(p.refused ? p.superuser_sql.data : p.sql.data, &f);
 		doctor_fix(d, DOCTOR_FAIL, &f, "%s does not exist", d->c->source.publication);
-		pg_fix_free(&f);
+		source_fix_free(&f);
 	}
-	pg_publication_plan_free(&p);
+	source_pg_publication_plan_free(&p);
 }
 
 /* The catalog cdc run checks subscriptions against, read once. False after a warning. */
@@ -396,10 +396,10 @@ static bool read_catalog(doctor *d)
 	if (d->cat_read)
 		return true;
 	PGresult *res =
-	    doctor_ask(d, "the tables and the publication", catalog_sql(d->server_version), 1, params);
+	    doctor_ask(d, "the tables and the publication", source_catalog_sql(d->server_version), 1, params);
 	if (!res)
 		return false;
-	d->cat_read = catalog_add_result(&d->cat, res);
+	d->cat_read = source_catalog_add_result(&d->cat, res);
 	PQclear(res);
 	if (!d->cat_read)
 		doctor_say(d, DOCTOR_WARN, "see cdc's source (cdc/source/catalog.c)",
@@ -453,7 +453,7 @@ static void not_published(doctor *d, const cfg_subscription *s, const doctor_tab
 static bool named_tables_exist(doctor *d, const cfg_subscription *s)
 {
 	buf missing = {0};
-	bool ok = !read_catalog(d) || catalog_check_exists(&d->cat, s, &missing);
+	bool ok = !read_catalog(d) || source_catalog_check_exists(&d->cat, s, &missing);
 	for (char *line = missing.data; line && *line;) {
 		char *end = strchr(line, '\n');
 		*end = '\0';
@@ -491,7 +491,7 @@ void doctor_tables(doctor *d)
 		 * logs the same warnings at its start. */
 		buf w = {0}, f = {0};
 		if (d->publication_exists)
-			catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
+			source_catalog_check_partitions(&d->cat, s, d->c->source.publication, &w, &f);
 		if (!n && named) /* (when a name is wrong, its failure says enough) */
 			doctor_say(d, DOCTOR_WARN,
 				   "create the tables, or correct the subscription's tables: key",
@@ -499,7 +499,7 @@ void doctor_tables(doctor *d)
 		else if (n && tt.missing) {
 			buf fix = {0};
 			buf_puts(&fix, "ALTER PUBLICATION ");
-			bfsql_quote_ident(&fix, d->c->source.publication);
+			backfill_sql_quote_ident(&fix, d->c->source.publication);
 			buf_printf(&fix, " ADD TABLE %s;", tt.names.data);
 			doctor_say(
 			    d, DOCTOR_WARN, "as the publication's and the tables' owner, or a superuser",
@@ -523,22 +523,22 @@ static void count_table(doctor *d, const cfg_subscription *s, const doctor_table
 }
 
 /* `changed` needs the old row of updates. So does an old.column in `where` that is not an identity column.
- * cdc refuses a subscription that could never match. catalog_check_identity makes the same check, with the
- * same messages. */
+ * cdc refuses a subscription that could never match. source_catalog_check_identity makes the same check, with
+ * the same messages. */
 void doctor_identity(doctor *d)
 {
 	for (size_t i = 0; i < d->c->nsubs; i++) {
 		const cfg_subscription *s = &d->c->subs[i];
-		pred *p = s->where ? pred_parse(s->where, NULL, 0) : NULL;
-		bool old = p && pred_reads_old(p);
-		pred_free(p);
+		pred *p = s->where ? match_predicate_parse(s->where, NULL, 0) : NULL;
+		bool old = p && match_predicate_reads_old(p);
+		match_predicate_free(p);
 		if (!s->changed.n && !old)
 			continue;
 		if (!read_catalog(d))
 			return;
 		buf problems = {0};
 		size_t n = 0;
-		if (catalog_check_identity(&d->cat, s, &problems)) {
+		if (source_catalog_check_identity(&d->cat, s, &problems)) {
 			doctor_sub_tables(d, s, count_table, &n);
 			doctor_say(d, DOCTOR_PASS, NULL,
 				   "subscription %s uses %s: its %zu tables send the old row it reads",
@@ -595,13 +595,13 @@ static void readable(doctor *d, const cfg_subscription *s, const doctor_table *t
 	bt->n++;
 	buf msg = {0};
 	if (PQntuples(res) > 0 && PQgetisnull(res, 0, 5) && PQgetvalue(res, 0, 10)[0] != 'f') {
-		bfsql_keyless(&msg, t->schema, t->name);
+		backfill_sql_keyless(&msg, t->schema, t->name);
 		say_bfsql(d, DOCTOR_WARN, &msg);
 		bt->bad++;
 	}
 	if (PQntuples(res) > 0 && PQgetvalue(res, 0, 7)[0] != 't') {
 		buf_reset(&msg);
-		bfsql_no_select(&msg, d->role, t->schema, t->name);
+		backfill_sql_no_select(&msg, d->role, t->schema, t->name);
 		say_bfsql(d, DOCTOR_FAIL, &msg);
 		bt->bad++;
 	}
@@ -680,7 +680,7 @@ void doctor_signal_table(doctor *d)
 	bool held = t && published(d, t), adds = d->c->source.create && (owned || d->superuser);
 	if (!held && !adds) {
 		buf_puts(&fix, "ALTER PUBLICATION ");
-		bfsql_quote_ident(&fix, d->c->source.publication);
+		backfill_sql_quote_ident(&fix, d->c->source.publication);
 		buf_printf(&fix, " ADD TABLE %s (as its owner %s or a superuser)", q.data, owner);
 		doctor_say(d, DOCTOR_FAIL, fix.data,
 			   "%s is not in publication %s and cdc cannot add it, so no signal reaches cdc",
@@ -726,7 +726,7 @@ void doctor_emit_message(doctor *d)
 			   d->role);
 	else {
 		buf msg = {0};
-		bfsql_no_emit_message(&msg, d->role, function);
+		backfill_sql_no_emit_message(&msg, d->role, function);
 		say_bfsql(d, DOCTOR_FAIL, &msg);
 		buf_free(&msg);
 	}
@@ -736,7 +736,7 @@ void doctor_emit_message(doctor *d)
 void doctor_ddl_trigger(doctor *d)
 {
 	char err[512];
-	switch (ddl_trigger_check(d->conn, err, sizeof(err))) {
+	switch (source_ddl_trigger_check(d->conn, err, sizeof(err))) {
 	case DDL_TRIGGER_OK:
 		doctor_say(d, DOCTOR_PASS, NULL, "cdc.capture_ddl() and its event triggers are there");
 		break;
@@ -771,24 +771,24 @@ void doctor_slot(doctor *d)
 	if (!res)
 		return;
 	pg_slot_row row;
-	pg_slot_parse(res, &row);
+	source_pg_slot_parse(res, &row);
 	PQclear(res);
 	char fix[512];
 	if (!row.exists) {
 		pg_fix f = {0};
-		pg_fix_create_slot(slot, &f);
+		source_fix_create_slot(slot, &f);
 		if (d->c->source.create)
 			doctor_say(d, DOCTOR_PASS, NULL,
 				   "%s does not exist; cdc will create it (plugin pgoutput)", slot);
 		else
 			doctor_fix(d, DOCTOR_FAIL, &f, "%s does not exist", slot);
-		pg_fix_free(&f);
+		source_fix_free(&f);
 		return;
 	}
 	char drop[256]; /* slot names are [a-z0-9_], with nothing to escape */
 	snprintf(drop, sizeof(drop), "SELECT pg_catalog.pg_drop_replication_slot('%s');", slot);
 	snprintf(fix, sizeof(fix), "choose another source.slot, or drop this one if nothing else uses it");
-	if (pg_slot_being_created(&row)) {
+	if (source_pg_slot_being_created(&row)) {
 		doctor_say(d, DOCTOR_WARN, "run cdc doctor again once it is created",
 			   "%s is being created by another session (PID %d)", slot, row.active_pid);
 		return;
@@ -846,7 +846,7 @@ void doctor_keep_size(doctor *d)
 	if (atoll(PQgetvalue(res, 0, 1)) >= 0)
 		doctor_say(d, DOCTOR_PASS, NULL, "%s: the server keeps at most this much WAL for the slot",
 			   PQgetvalue(res, 0, 0));
-	else if (!pg_fix_setting(d->conn, "max_slot_wal_keep_size", "50GB", false, &f, err, sizeof(err)))
+	else if (!source_fix_setting(d->conn, "max_slot_wal_keep_size", "50GB", false, &f, err, sizeof(err)))
 		doctor_fix_failed(d, err);
 	else {
 		buf_puts(&f.words,
@@ -857,7 +857,7 @@ void doctor_keep_size(doctor *d)
 		    "is -1 (unlimited): a cdc that stops consuming makes the server keep WAL until its "
 		    "disk is full");
 	}
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	PQclear(res);
 }
 

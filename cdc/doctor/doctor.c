@@ -64,11 +64,13 @@ static void say_v(doctor *d, doctor_status st, const char *fix, const char *fmt,
 {
 	char detail[2048];
 	vsnprintf(detail, sizeof(detail), fmt, ap);
-	pg_redact(&d->secrets, detail, sizeof(detail));
+	source_pg_redact(&d->secrets, detail, sizeof(detail));
 	doctor_report *r = d->r;
-	r->lines = xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
-	r->lines[r->n++] = (doctor_line){
-	    .check = d->check, .status = st, .detail = xstrdup(detail), .fix = fix ? xstrdup(fix) : NULL};
+	r->lines = util_xrealloc(r->lines, (r->n + 1) * sizeof(*r->lines));
+	r->lines[r->n++] = (doctor_line){.check = d->check,
+					 .status = st,
+					 .detail = util_xstrdup(detail),
+					 .fix = fix ? util_xstrdup(fix) : NULL};
 }
 
 void doctor_say(doctor *d, doctor_status st, const char *fix, const char *fmt, ...)
@@ -83,7 +85,7 @@ void doctor_sql(doctor *d, const char *sql)
 {
 	doctor_line *l = &d->r->lines[d->r->n - 1];
 	free(l->sql);
-	l->sql = sql && *sql ? xstrdup(sql) : NULL;
+	l->sql = sql && *sql ? util_xstrdup(sql) : NULL;
 }
 
 void doctor_command(doctor *d, const char *command)
@@ -310,10 +312,10 @@ static void run_modules(doctor *d)
 void doctor_run(const cfg *c, doctor_report *r)
 {
 	doctor d = {.c = c, .r = r};
-	pg_secrets_init(&d.secrets, c->source.dsn);
+	source_pg_secrets_init(&d.secrets, c->source.dsn);
 	if (c->source.primary_dsn)
-		pg_secrets_add(&d.secrets, c->source.primary_dsn);
-	pg_secrets_add_value(&d.secrets, c->source.password);
+		source_pg_secrets_add(&d.secrets, c->source.primary_dsn);
+	source_pg_secrets_add_value(&d.secrets, c->source.password);
 	for (size_t i = 0; i < sizeof(checks) / sizeof(*checks); i++) {
 		if (!applies(&d, checks[i].needs))
 			continue;
@@ -322,7 +324,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	}
 	run_modules(&d);
 	PQfinish(d.conn);
-	pg_secrets_free(&d.secrets);
+	source_pg_secrets_free(&d.secrets);
 	for (size_t i = 0; i < d.ntables; i++) {
 		free(d.tables[i].schema);
 		free(d.tables[i].name);
@@ -332,7 +334,7 @@ void doctor_run(const cfg *c, doctor_report *r)
 	free(d.tables);
 	strlist_clear(&d.published);
 	strlist_clear(&d.unit.dirs);
-	catalog_free(&d.cat);
+	source_catalog_free(&d.cat);
 }
 
 int doctor_exit_code(const doctor_report *r)

@@ -38,7 +38,7 @@ typedef struct doctor {
 		char name[128];	  /* "cdc.service", "cdc@main.service", empty if none runs it */
 		cfg_strlist dirs; /* pairs of a directory systemd makes when it starts and the directive */
 	} unit;
-	catalog cat; /* what cdc run checks subscriptions against (catalog_sql) */
+	catalog cat; /* what cdc run checks subscriptions against (source_catalog_sql) */
 	bool cat_read;
 } doctor;
 
@@ -59,7 +59,7 @@ void doctor_fix(doctor *doc, doctor_status st, const pg_fix *fix, const char *fm
 PGresult *doctor_ask(doctor *doc, const char *what, const char *sql, int count, const char *const *params);
 
 /* Checks a setting that should have one value (a reload applies it). It passes saying pass_detail.
- * Otherwise it reports st with the detail "is VALUE" followed by why. The fix is pg_fix_setting's, with
+ * Otherwise it reports st with the detail "is VALUE" followed by why. The fix is source_fix_setting's, with
  * more (NULL for nothing) after its words. */
 void doctor_expect_setting(doctor *doc, const char *name, const char *want, const char *pass_detail,
 			   doctor_status st, const char *more, const char *why);

@@ -64,8 +64,8 @@ void doctor_failover(doctor *d)
 	PQclear(res);
 }
 
-/* The primary's synchronized_standby_slots, judged by failover_judge() as `cdc run` judges it every few
- * seconds. The slot's own failover flag is the failover line's, and cdc creates it or turns it on. */
+/* The primary's synchronized_standby_slots, judged by source_failover_judge() as `cdc run` judges it every
+ * few seconds. The slot's own failover flag is the failover line's, and cdc creates it or turns it on. */
 void doctor_standby_slots(doctor *d)
 {
 	PGresult *res = doctor_ask(
@@ -77,7 +77,7 @@ void doctor_standby_slots(doctor *d)
 	if (!res)
 		return;
 	int n = PQntuples(res);
-	failover_slot *slots = xcalloc((size_t)n, sizeof(*slots));
+	failover_slot *slots = util_xcalloc((size_t)n, sizeof(*slots));
 	size_t k = 0;
 	buf usable = {0}; /* the physical slots standbys stream from now, which the setting should name */
 	for (int i = 0; i < n; i++) {
@@ -91,7 +91,8 @@ void doctor_standby_slots(doctor *d)
 	}
 	const char *setting = PQgetvalue(res, 0, 0);
 	char why[1024];
-	failover_reason r = failover_judge(d->c->source.slot, true, setting, slots, k, why, sizeof(why));
+	failover_reason r =
+	    source_failover_judge(d->c->source.slot, true, setting, slots, k, why, sizeof(why));
 	pg_fix f = {0};
 	char err[512];
 	/* When the setting is empty, cdc streams (a promotion may hand consumers phantoms). Otherwise its
@@ -108,17 +109,17 @@ void doctor_standby_slots(doctor *d)
 			   "pg_create_physical_replication_slot('standby_slot'), and primary_slot_name = "
 			   "'standby_slot' on that standby), then ALTER SYSTEM SET "
 			   "synchronized_standby_slots = 'standby_slot'; SELECT pg_reload_conf()",
-			   "%s (%s)", why, failover_reason_name(r));
-	else if (!pg_fix_setting(d->conn, "synchronized_standby_slots", usable.data, false, &f, err,
-				 sizeof(err)))
+			   "%s (%s)", why, source_failover_reason_name(r));
+	else if (!source_fix_setting(d->conn, "synchronized_standby_slots", usable.data, false, &f, err,
+				     sizeof(err)))
 		doctor_fix_failed(d, err);
 	else {
 		buf_puts(&f.words,
 			 " (the physical slots standbys stream from now: name those of the standbys "
 			 "that may be promoted)");
-		doctor_fix(d, st, &f, "%s (%s)", why, failover_reason_name(r));
+		doctor_fix(d, st, &f, "%s (%s)", why, source_failover_reason_name(r));
 	}
-	pg_fix_free(&f);
+	source_fix_free(&f);
 	buf_free(&usable);
 	free(slots);
 	PQclear(res);
@@ -164,7 +165,7 @@ static PGresult *standby_setting(doctor *d, const char *name)
 	if (res && PQntuples(res) != 1) {
 		buf fix = {0};
 		buf_puts(&fix, "GRANT pg_read_all_settings TO ");
-		bfsql_quote_ident(&fix, d->role);
+		backfill_sql_quote_ident(&fix, d->role);
 		buf_putc(&fix, ';');
 		doctor_say(d, DOCTOR_WARN,
 			   "as a superuser (on the primary); or read it on this standby as a superuser",
@@ -271,7 +272,7 @@ void doctor_primary_dsn(doctor *d)
 	char err[1024], host[256];
 	bool invalid;
 	PGconn *primary =
-	    pg_connect(dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
+	    source_pg_connect(dsn, d->c->source.password, PG_CONN_READ_ONLY, &invalid, err, sizeof(err));
 	if (!primary && invalid)
 		doctor_say(d, DOCTOR_FAIL,
 			   "correct source.primary_dsn (libpq's key=value form or a "
@@ -289,7 +290,7 @@ void doctor_primary_dsn(doctor *d)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		doctor_say(d, DOCTOR_WARN, "run cdc doctor as the role of source.primary_dsn",
 			   "cannot ask %s whether it is a standby: %s", host,
-			   pg_one_line(PQerrorMessage(primary)));
+			   source_pg_one_line(PQerrorMessage(primary)));
 	else if (PQgetvalue(res, 0, 0)[0] == 't')
 		doctor_say(d, DOCTOR_FAIL,
 			   "point source.primary_dsn at the primary (with several hosts, add "

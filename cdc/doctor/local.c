@@ -21,8 +21,8 @@ static bool writable_dir(const char *dir)
 /* path's directory (the caller frees it). */
 static char *parent_of(const char *path)
 {
-	char *copy = xstrdup(path);
-	char *p = xstrdup(dirname(copy));
+	char *copy = util_xstrdup(path);
+	char *p = util_xstrdup(dirname(copy));
 	free(copy);
 	return p;
 }
@@ -78,7 +78,7 @@ static void size_text(uint64_t bytes, char *out, size_t len)
 /* The nearest directory of path that exists (path itself, a parent, "/"). The caller frees it. */
 static char *existing_ancestor(const char *path)
 {
-	char *p = xstrdup(path);
+	char *p = util_xstrdup(path);
 	struct stat st;
 	while (stat(p, &st) != 0 && strcmp(p, "/") != 0 && strcmp(p, ".") != 0) {
 		char *up = parent_of(p);

@@ -152,7 +152,7 @@ static char *instance_of(const char *template_config, const char *config)
 	if (n <= pre + post || strncmp(config, template_config, pre) != 0 ||
 	    strcmp(config + n - post, at + 2) != 0)
 		return NULL;
-	char *instance = xstrdup(config + pre);
+	char *instance = util_xstrdup(config + pre);
 	instance[n - pre - post] = '\0';
 	if (strchr(instance, '/')) {
 		free(instance);

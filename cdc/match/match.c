@@ -61,8 +61,8 @@ const char *match_table_problem(const char *s, char *why, size_t whylen)
 			continue;
 		} else if (!(c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 			     (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '*' || c == '?')) {
-			errf(why, whylen, "character '%c' is only allowed inside double quotes",
-			     c >= 0x20 && c < 0x7f ? c : '?');
+			util_errf(why, whylen, "character '%c' is only allowed inside double quotes",
+				  c >= 0x20 && c < 0x7f ? c : '?');
 			return why;
 		}
 		if (c < 0x20 || c == 0x7f)

@@ -429,7 +429,7 @@ static int32_t node_new(parser *ps, enum node_kind kind)
 	pred *p = ps->p;
 	if (p->n == p->cap) {
 		p->cap = p->cap ? 2 * p->cap : 16;
-		p->nodes = xrealloc(p->nodes, p->cap * sizeof(*p->nodes));
+		p->nodes = util_xrealloc(p->nodes, p->cap * sizeof(*p->nodes));
 	}
 	p->nodes[p->n] = (node){.kind = kind, .a = -1, .b = -1, .next = -1};
 	return (int32_t)p->n++;
@@ -648,16 +648,16 @@ static int32_t parse_or(parser *ps)
 	return parse_list(ps, KW_OR, N_OR, parse_and);
 }
 
-pred *pred_parse(const char *text, char *err, size_t errlen)
+pred *match_predicate_parse(const char *text, char *err, size_t errlen)
 {
 	size_t len = strnlen(text, PRED_MAX_TEXT + 1);
 	if (len > PRED_MAX_TEXT) {
-		errf(err, errlen, "position %zu: text longer than %d bytes", char_pos(text, PRED_MAX_TEXT),
-		     PRED_MAX_TEXT);
+		util_errf(err, errlen, "position %zu: text longer than %d bytes",
+			  char_pos(text, PRED_MAX_TEXT), PRED_MAX_TEXT);
 		return NULL;
 	}
-	pred *p = xcalloc(1, sizeof(*p));
-	p->text = xmalloc(len + 1);
+	pred *p = util_xcalloc(1, sizeof(*p));
+	p->text = util_xmalloc(len + 1);
 	memcpy(p->text, text, len + 1);
 	parser ps = {.p = p, .src = text, .s = p->text, .len = len, .err = err, .errlen = errlen};
 	if (!lex(&ps) || (p->root = parse_or(&ps)) < 0)
@@ -668,11 +668,11 @@ pred *pred_parse(const char *text, char *err, size_t errlen)
 	}
 	return p;
 fail:
-	pred_free(p);
+	match_predicate_free(p);
 	return NULL;
 }
 
-void pred_free(pred *p)
+void match_predicate_free(pred *p)
 {
 	if (!p)
 		return;
@@ -849,7 +849,7 @@ static int col_lit_cmp(const ev *x, const Cdc__V1__Column *c, const node *lit)
 		case CDC__V1__VALUE__KIND_OTHER_VALUE: {
 			/* As if the server had sent the literal for this column, with the same conversion. */
 			pgo_datum dm = {.kind = PGO_TEXT, .len = (uint32_t)lit->len, .data = lit->s};
-			const Cdc__V1__Value *lv = evt_value(x->a, NULL, c->type_oid, &dm);
+			const Cdc__V1__Value *lv = pgo_event_value(x->a, NULL, c->type_oid, &dm);
 			if (lv->kind_case != v->kind_case)
 				return CMP_UNKNOWN;
 			return same_cmp(v, lv);
@@ -1002,7 +1002,7 @@ static int eval(const ev *x, int32_t i)
 	}
 }
 
-bool pred_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
+bool match_predicate_eval(const pred *p, const Cdc__V1__Event *e, arena *a)
 {
 	ev x = {.p = p, .e = e, .a = a};
 	return p && eval(&x, p->root) == TV_TRUE;
@@ -1058,7 +1058,7 @@ static bool is_numeric_kind(Cdc__V1__Value__KindCase k)
  * nothing when it can. */
 static void literal_problem(const pred_column *c, const node *lit, arena *a, buf *why)
 {
-	Cdc__V1__Value__KindCase k = evt_type_kind(c->type_oid);
+	Cdc__V1__Value__KindCase k = pgo_event_type_kind(c->type_oid);
 	buf w = {0};
 	put_operand(&w, lit);
 	switch (lit->kind) {
@@ -1092,7 +1092,7 @@ static void literal_problem(const pred_column *c, const node *lit, arena *a, buf
 			break;
 		/* As the comparison converts it, into the column's type as if the server had sent it. */
 		pgo_datum dm = {.kind = PGO_TEXT, .len = (uint32_t)lit->len, .data = lit->s};
-		if (evt_value(a, NULL, c->type_oid, &dm)->kind_case != k)
+		if (pgo_event_value(a, NULL, c->type_oid, &dm)->kind_case != k)
 			buf_printf(
 			    why,
 			    "%s is not a value of column %s's type %s; write one as PostgreSQL prints it",
@@ -1177,8 +1177,8 @@ static void comparison_problem(const pred *p, const node *nd, const pred_column 
 	buf_puts(what, " is never true");
 }
 
-bool pred_check_columns(const pred *p, const pred_column *cols, size_t ncols, bool reads, arena *a, char *err,
-			size_t errlen)
+bool match_predicate_check_columns(const pred *p, const pred_column *cols, size_t ncols, bool reads, arena *a,
+				   char *err, size_t errlen)
 {
 	buf why = {0}, what = {0};
 	for (size_t i = 0; i < p->n && !why.len; i++) {
@@ -1189,7 +1189,7 @@ bool pred_check_columns(const pred *p, const pred_column *cols, size_t ncols, bo
 	}
 	bool ok = !why.len;
 	if (!ok)
-		errf(err, errlen, "%s: %s", what.data, why.data);
+		util_errf(err, errlen, "%s: %s", what.data, why.data);
 	buf_free(&why);
 	buf_free(&what);
 	return ok;
@@ -1201,17 +1201,17 @@ _Static_assert((int)N_NULL == (int)PRED_NULL && (int)N_COL == (int)PRED_COL,
 	       "node kinds and pred_kind differ");
 _Static_assert((int)OP_GE == (int)PRED_GE, "cmp_op and pred_op differ");
 
-int32_t pred_root(const pred *p)
+int32_t match_predicate_root(const pred *p)
 {
 	return p->root;
 }
 
-size_t pred_count(const pred *p)
+size_t match_predicate_count(const pred *p)
 {
 	return p->n;
 }
 
-pred_node pred_node_at(const pred *p, int32_t i)
+pred_node match_predicate_node_at(const pred *p, int32_t i)
 {
 	const node *nd = &p->nodes[i];
 	return (pred_node){.kind = (pred_kind)nd->kind,
@@ -1224,7 +1224,7 @@ pred_node pred_node_at(const pred *p, int32_t i)
 			   .len = nd->len};
 }
 
-bool pred_reads_old(const pred *p)
+bool match_predicate_reads_old(const pred *p)
 {
 	for (size_t i = 0; i < p->n; i++)
 		if (p->nodes[i].kind == N_COL && p->nodes[i].flag)

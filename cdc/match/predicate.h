@@ -27,14 +27,14 @@ typedef struct pred pred;
  * On error it returns NULL and writes "position N: what is wrong" to err. N is the 1-based character
  * (UTF-8 code point) where the problem starts. That is the offending token, or for "... after 'X'"
  * messages the X that lacks what should follow it. */
-pred *pred_parse(const char *text, char *err, size_t errlen) CDC_MUST_CHECK;
-void pred_free(pred *predicate);
+pred *match_predicate_parse(const char *text, char *err, size_t errlen) CDC_MUST_CHECK;
+void match_predicate_free(pred *predicate);
 
 /* True only if the predicate is true for event. False when it is false or unknown. Unknown comes from
  * a comparison with NULL, an absent column or row, unchanged TOAST, a type mismatch or a literal that
  * does not convert to the column's type. new.X reads event->new_row, old.X event->old_row. Scratch
  * memory (literals converted to a column's type) comes from ar. Nothing else is allocated. */
-bool pred_eval(const pred *predicate, const Cdc__V1__Event *event, arena *ar);
+bool match_predicate_eval(const pred *predicate, const Cdc__V1__Event *event, arena *ar);
 
 /* A column of the table a predicate is checked against. */
 typedef struct pred_column {
@@ -46,15 +46,15 @@ typedef struct pred_column {
 /* Whether every comparison of predicate could be true for some row of a table of these columns. On
  * false, err names the first that never can, as in "new.val = 5 is never true: column val is of type
  * text and 5 is a number; write '5'". A comparison never can be true with a column the table lacks.
- * The same holds for a literal of a kind the column's type never compares with (pred_eval has no
+ * The same holds for a literal of a kind the column's type never compares with (match_predicate_eval has no
  * coercion), or one that is not a value of the type. It holds for a comparison with null too. With
  * reads (a backfill's rows, which have no old row) it holds for any old.column. Column-to-column
  * comparisons are checked only for the columns' existence. Scratch memory comes from ar. */
-bool pred_check_columns(const pred *predicate, const pred_column *cols, size_t ncols, bool reads, arena *ar,
-			char *err, size_t errlen) CDC_MUST_CHECK;
+bool match_predicate_check_columns(const pred *predicate, const pred_column *cols, size_t ncols, bool reads,
+				   arena *ar, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* A read-only view of the parsed tree, for translators (a backfill pushes `where` into its SQL).
- * Nodes are numbered from 0. pred_root() is the top one. The enums follow the grammar above. */
+ * Nodes are numbered from 0. match_predicate_root() is the top one. The enums follow the grammar above. */
 typedef enum pred_kind {
 	PRED_OR,
 	PRED_AND,
@@ -84,12 +84,12 @@ typedef struct pred_node {
 	const char *s; /* see above */
 	size_t len;
 } pred_node;
-int32_t pred_root(const pred *predicate);
-/* How many nodes there are. The nodes 0 .. pred_count() - 1 are all the tree's. */
-size_t pred_count(const pred *predicate);
+int32_t match_predicate_root(const pred *predicate);
+/* How many nodes there are. The nodes 0 .. match_predicate_count() - 1 are all the tree's. */
+size_t match_predicate_count(const pred *predicate);
 /* Whether the predicate reads an old.column anywhere. It then needs the old row of updates and
  * deletes, so REPLICA IDENTITY FULL, unless it reads key columns only. */
-bool pred_reads_old(const pred *predicate);
-pred_node pred_node_at(const pred *predicate, int32_t value);
+bool match_predicate_reads_old(const pred *predicate);
+pred_node match_predicate_node_at(const pred *predicate, int32_t value);
 
 #endif

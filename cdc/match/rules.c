@@ -21,22 +21,22 @@ typedef struct rel_match {
  * subscriptions with the same condition cost one evaluation, not one each. */
 typedef struct where {
 	pred *pred;
-	uint64_t event; /* the event `verdict` is for (rules_event's count) */
+	uint64_t event; /* the event `verdict` is for (match_rules_event's count) */
 	bool verdict;
 } where;
 
 struct rules {
-	match_sub *subs; /* a copy of rules_new's */
+	match_sub *subs; /* a copy of match_rules_new's */
 	size_t nsubs;
 	uint32_t *where_of; /* per subscription, an index into wheres, or NO_WHERE */
 	where *wheres;
 	size_t nwheres;
-	uint64_t event; /* counts rules_event calls, 0 if none yet */
+	uint64_t event; /* counts match_rules_event calls, 0 if none yet */
 	rel_match *tab; /* open addressing on relid */
 	size_t cap, used;
 	uint32_t *msg_idx; /* subscriptions that want logical messages */
 	size_t msg_n;
-	uint32_t *by_name; /* rules_match_table's answer */
+	uint32_t *by_name; /* match_rules_match_table's answer */
 };
 
 static int op_index(unsigned op)
@@ -52,15 +52,15 @@ static bool table_matches(const match_sub *s, const char *schema, const char *ta
 	return false;
 }
 
-rules *rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen)
+rules *match_rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen)
 {
-	rules *r = xcalloc(1, sizeof(*r));
-	r->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*subs));
+	rules *r = util_xcalloc(1, sizeof(*r));
+	r->subs = util_xcalloc(nsubs ? nsubs : 1, sizeof(*subs));
 	if (nsubs)
 		memcpy(r->subs, subs, nsubs * sizeof(*subs));
 	r->nsubs = nsubs;
-	r->where_of = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
-	r->wheres = xcalloc(nsubs ? nsubs : 1, sizeof(where));
+	r->where_of = util_xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
+	r->wheres = util_xcalloc(nsubs ? nsubs : 1, sizeof(where));
 	for (size_t i = 0; i < nsubs; i++) {
 		char why[256];
 		r->where_of[i] = NO_WHERE;
@@ -71,17 +71,17 @@ rules *rules_new(const match_sub *subs, size_t nsubs, char *err, size_t errlen)
 				r->where_of[i] = r->where_of[k];
 		if (r->where_of[i] != NO_WHERE)
 			continue;
-		if (!(r->wheres[r->nwheres].pred = pred_parse(subs[i].where, why, sizeof(why)))) {
-			errf(err, errlen, "subscription %s: where: %s", subs[i].name, why);
-			rules_free(r);
+		if (!(r->wheres[r->nwheres].pred = match_predicate_parse(subs[i].where, why, sizeof(why)))) {
+			util_errf(err, errlen, "subscription %s: where: %s", subs[i].name, why);
+			match_rules_free(r);
 			return NULL;
 		}
 		r->where_of[i] = (uint32_t)r->nwheres++;
 	}
 	r->cap = 64;
-	r->tab = xcalloc(r->cap, sizeof(rel_match));
-	r->msg_idx = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
-	r->by_name = xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
+	r->tab = util_xcalloc(r->cap, sizeof(rel_match));
+	r->msg_idx = util_xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
+	r->by_name = util_xcalloc(nsubs ? nsubs : 1, sizeof(uint32_t));
 	for (size_t i = 0; i < nsubs; i++)
 		if (subs[i].ops & MATCH_OP_MESSAGE)
 			r->msg_idx[r->msg_n++] = (uint32_t)i;
@@ -94,14 +94,14 @@ static void entry_clear(rel_match *e)
 		free(e->idx[i]);
 }
 
-void rules_free(rules *r)
+void match_rules_free(rules *r)
 {
 	if (!r)
 		return;
 	for (size_t i = 0; i < r->cap; i++)
 		entry_clear(&r->tab[i]);
 	for (size_t i = 0; i < r->nwheres; i++)
-		pred_free(r->wheres[i].pred);
+		match_predicate_free(r->wheres[i].pred);
 	free(r->wheres);
 	free(r->where_of);
 	free(r->tab);
@@ -122,7 +122,7 @@ static rel_match *slot_for(rel_match *tab, size_t cap, uint32_t relid)
 static void grow(rules *r)
 {
 	size_t cap = r->cap * 2;
-	rel_match *tab = xcalloc(cap, sizeof(rel_match));
+	rel_match *tab = util_xcalloc(cap, sizeof(rel_match));
 	for (size_t i = 0; i < r->cap; i++)
 		if (r->tab[i].relid)
 			*slot_for(tab, cap, r->tab[i].relid) = r->tab[i];
@@ -137,7 +137,7 @@ static void compute(rules *r, rel_match *e, const pgo_rel *rel)
 	e->relid = rel->relid;
 	e->version = rel->version;
 	for (int op = 0; op < NOPS; op++) {
-		e->idx[op] = xcalloc(r->nsubs, sizeof(uint32_t));
+		e->idx[op] = util_xcalloc(r->nsubs, sizeof(uint32_t));
 		e->n[op] = 0;
 	}
 	for (size_t i = 0; i < r->nsubs; i++) {
@@ -150,7 +150,7 @@ static void compute(rules *r, rel_match *e, const pgo_rel *rel)
 	}
 }
 
-size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out)
+size_t match_rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **out)
 {
 	if (!rel) {
 		*out = r->msg_idx;
@@ -172,7 +172,8 @@ size_t rules_match(rules *r, const pgo_rel *rel, unsigned op, const uint32_t **o
 	return e->n[i];
 }
 
-size_t rules_match_table(rules *r, const char *schema, const char *table, unsigned op, const uint32_t **out)
+size_t match_rules_match_table(rules *r, const char *schema, const char *table, unsigned op,
+			       const uint32_t **out)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < r->nsubs; i++)
@@ -182,7 +183,7 @@ size_t rules_match_table(rules *r, const char *schema, const char *table, unsign
 	return n;
 }
 
-bool rules_wants(const rules *r, uint32_t sub, unsigned op)
+bool match_rules_wants(const rules *r, uint32_t sub, unsigned op)
 {
 	return (r->subs[sub].ops & op) != 0;
 }
@@ -260,12 +261,12 @@ static bool changed(const match_sub *s, const Cdc__V1__Event *e)
 	return false;
 }
 
-void rules_event(rules *r)
+void match_rules_event(rules *r)
 {
 	r->event++;
 }
 
-bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
+bool match_rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
 {
 	if (!changed(&r->subs[sub], e))
 		return false;
@@ -273,7 +274,7 @@ bool rules_accept(rules *r, uint32_t sub, const Cdc__V1__Event *e, arena *a)
 		return true;
 	where *w = &r->wheres[r->where_of[sub]];
 	if (w->event != r->event || !r->event) {
-		w->verdict = pred_eval(w->pred, e, a);
+		w->verdict = match_predicate_eval(w->pred, e, a);
 		w->event = r->event;
 	}
 	return w->verdict;
@@ -309,7 +310,7 @@ static Cdc__V1__Schema *project_schema(const match_names *cols, const Cdc__V1__S
 	return out;
 }
 
-Cdc__V1__Event *rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a)
+Cdc__V1__Event *match_rules_project(const rules *r, uint32_t sub, Cdc__V1__Event *e, arena *a)
 {
 	const match_sub *s = &r->subs[sub];
 	if (s->columns.n && e->table_schema) {

@@ -55,7 +55,7 @@ struct pipeline {
 		pipeline_signal_fn fn; /* NULL if no signal table */
 		void *ctx;
 	} sig;
-	pgo_msg *read_msg; /* a backfill's read, as an Insert for evt_from_change */
+	pgo_msg *read_msg; /* a backfill's read, as an Insert for pgo_event_from_change */
 	bool past_endpos;  /* a transaction committing after endpos arrived, so deliver nothing more */
 	bool ddl;	   /* pipeline_deliver_ddl */
 	uint64_t seq, cur_seq;
@@ -70,17 +70,17 @@ struct pipeline {
 /* Between streams nothing is held. */
 bool pipeline_in_txn(const pipeline *p)
 {
-	return p->asm_ && txn_in_progress(p->asm_);
+	return p->asm_ && pgo_txn_in_progress(p->asm_);
 }
 
 static uint64_t oldest_prepared(const pipeline *p)
 {
-	return p->asm_ ? txn_oldest_prepared(p->asm_) : 0;
+	return p->asm_ ? pgo_txn_oldest_prepared(p->asm_) : 0;
 }
 
 txn_stats pipeline_held(const pipeline *p)
 {
-	return p->asm_ ? txn_get_stats(p->asm_) : (txn_stats){0};
+	return p->asm_ ? pgo_txn_get_stats(p->asm_) : (txn_stats){0};
 }
 
 bool pipeline_between_txns(const pipeline *p)
@@ -171,8 +171,8 @@ static void stamp(Cdc__V1__Event *ev, const txn_info *t, pgo_lsn lsn)
 static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t sub)
 {
 	Cdc__V1__Event *e =
-	    rules_project(p->rules, sub, sch_event(p->arena, p->rc, rel, p->tables), p->arena);
-	e->schema_id = sch_id(e);
+	    match_rules_project(p->rules, sub, pgo_schema_event(p->arena, p->rc, rel, p->tables), p->arena);
+	e->schema_id = pgo_schema_id(e);
 	return e;
 }
 
@@ -183,23 +183,23 @@ static Cdc__V1__Event *schema_event(pipeline *p, const pgo_rel *rel, uint32_t su
 static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__Event *ev, uint32_t sub,
 		     const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
 {
-	uint64_t gen = sch_tables_generation(p->tables), since;
-	uint64_t id = strack_id(p->track, sub, relid, rel->version, gen);
+	uint64_t gen = pgo_schema_tables_generation(p->tables), since;
+	uint64_t id = pipeline_track_id(p->track, sub, relid, rel->version, gen);
 	Cdc__V1__Event *se = NULL;
 	if (!id) {
 		se = schema_event(p, rel, sub);
 		id = se->schema_id;
-		strack_set_id(p->track, sub, relid, rel->version, gen, id);
+		pipeline_track_set_id(p->track, sub, relid, rel->version, gen, id);
 	}
 	if (ev->op != CDC__V1__OP__OP_TRUNCATE)
 		ev->schema_id = id;
-	if (!rules_wants(p->rules, sub, MATCH_OP_SCHEMA))
+	if (!match_rules_wants(p->rules, sub, MATCH_OP_SCHEMA))
 		return true;
-	uint64_t had = strack_delivered(p->track, sub, relid, &since);
+	uint64_t had = pipeline_track_delivered(p->track, sub, relid, &since);
 	if (hold) {
-		if (strack_held(p->track, p->held_xid, sub, relid, id))
+		if (pipeline_track_held(p->track, p->held_xid, sub, relid, id))
 			return true;
-		strack_hold(p->track, p->held_xid, sub, relid, id, c->tx_index);
+		pipeline_track_hold(p->track, p->held_xid, sub, relid, id, c->tx_index);
 		uint8_t rec[HOLD_SCHEMA_LEN];
 		store_u32(rec, relid);
 		store_u64(rec + 4, id);
@@ -208,7 +208,7 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 	} else {
 		if (had == id)
 			return true;
-		strack_set_delivered(p->track, sub, relid, id, gen);
+		pipeline_track_set_delivered(p->track, sub, relid, id, gen);
 	}
 	if (!se)
 		se = schema_event(p, rel, sub);
@@ -216,7 +216,7 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 	 * events not known yet, so it names none. */
 	for (size_t i = 0; had && !hold && i < se->table_schema->n_columns; i++) {
 		const char *from =
-		    sch_renamed_from(p->tables, relid, since, se->table_schema->columns[i]->name);
+		    pgo_schema_renamed_from(p->tables, relid, since, se->table_schema->columns[i]->name);
 		if (from) {
 			Cdc__V1__Schema__Column *col = arena_alloc(p->arena, sizeof(*col));
 			*col = *se->table_schema->columns[i];
@@ -231,17 +231,17 @@ static bool announce(pipeline *p, const pgo_rel *rel, uint32_t relid, Cdc__V1__E
 }
 
 /* ev to subscription sub with its projection, if its rules accept it. *taken says whether they did
- * (rules_event first). A row of rel comes after its schema event (announce). relid is what the tracking knows
- * the table by. */
+ * (match_rules_event first). A row of rel comes after its schema event (announce). relid is what the tracking
+ * knows the table by. */
 static bool emit_sub(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t relid, uint32_t sub,
 		     const sink_commit *c, uint32_t slot, buf *hold, bool *taken, char *err, size_t errlen)
 {
-	*taken = rules_accept(p->rules, sub, ev, p->arena);
+	*taken = match_rules_accept(p->rules, sub, ev, p->arena);
 	if (!*taken)
 		return true;
 	if (rel && !announce(p, rel, relid, ev, sub, c, slot, hold, err, errlen))
 		return false;
-	return emit_to(p, rules_project(p->rules, sub, ev, p->arena), sub, c, slot, hold, err, errlen);
+	return emit_to(p, match_rules_project(p->rules, sub, ev, p->arena), sub, c, slot, hold, err, errlen);
 }
 
 /* ev to the matching subscriptions subs (emit_sub). */
@@ -249,7 +249,7 @@ static bool emit(pipeline *p, Cdc__V1__Event *ev, const pgo_rel *rel, uint32_t r
 		 size_t n, const sink_commit *c, uint32_t slot, buf *hold, char *err, size_t errlen)
 {
 	bool taken;
-	rules_event(p->rules);
+	match_rules_event(p->rules);
 	for (size_t i = 0; i < n; i++)
 		if (!emit_sub(p, ev, rel, relid, subs[i], c, slot, hold, &taken, err, errlen))
 			return false;
@@ -260,8 +260,8 @@ static const pgo_rel *relation(pipeline *p, const pgo_msg *m, uint32_t relid, ch
 {
 	const pgo_rel *rel = pgo_relcache_get(p->rc, relid);
 	if (!rel)
-		errf(err, errlen, "%s for relation %u that no Relation message described",
-		     pgo_type_name(m->type), relid);
+		util_errf(err, errlen, "%s for relation %u that no Relation message described",
+			  pgo_type_name(m->type), relid);
 	return rel;
 }
 
@@ -332,8 +332,8 @@ static bool replay_change(pipeline *p, const txn_info *t, const uint8_t *data, s
 			  size_t errlen)
 {
 	if (p->bf.change && !p->bf.replay(p->bf.ctx, data, len, t->xid))
-		return errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
-			    t->xid);
+		return util_errf(err, errlen, "spill record of transaction %u: a malformed backfill entry",
+				 t->xid);
 	return true;
 }
 
@@ -365,7 +365,7 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 		sub++;
 	if (sub == p->nsubs)
 		return true; /* the subscription is gone */
-	pgo_relcol *cols = xcalloc(b->ncols + 1, sizeof(*cols));
+	pgo_relcol *cols = util_xcalloc(b->ncols + 1, sizeof(*cols));
 	for (size_t i = 0; i < b->ncols; i++)
 		cols[i] = (pgo_relcol){
 		    .name = b->cols[i].name, .type_oid = b->cols[i].type_oid, .typmod = b->cols[i].typmod};
@@ -389,15 +389,15 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 		described = stream;
 	uint32_t relid = stream ? stream->relid : name_id(b->schema, b->table);
 	if (!p->read_msg)
-		p->read_msg = xmalloc(sizeof(*p->read_msg));
+		p->read_msg = util_xmalloc(sizeof(*p->read_msg));
 	pgo_msg *m = p->read_msg;
 	m->type = PGO_INSERT;
 	m->change.relid = 0;
 	m->change.old_kind = 0;
 	m->change.new.ncols = (uint16_t)b->ncols;
-	bf_datum *vals = xcalloc(b->ncols + 1, sizeof(*vals));
-	pred *where = b->where ? pred_parse(b->where, NULL, 0) : NULL;
-	sink_commit c = {.commit_lsn = b->lsn - 1, .commit_time = wall_ms() * 1000};
+	bf_datum *vals = util_xcalloc(b->ncols + 1, sizeof(*vals));
+	pred *where = b->where ? match_predicate_parse(b->where, NULL, 0) : NULL;
+	sink_commit c = {.commit_lsn = b->lsn - 1, .commit_time = util_wall_ms() * 1000};
 	uint32_t slot = 0;
 	size_t pos = 0;
 	bool ok = true;
@@ -408,14 +408,14 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 									      .len = (uint32_t)vals[i].len,
 									      .data = vals[i].data};
 		Cdc__V1__Event *ev;
-		ok = evt_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
+		ok = pgo_event_from_change(p->arena, p->rc, &rel, m, &ev, err, errlen);
 		if (ok) {
 			ev->op = CDC__V1__OP__OP_READ;
 			ev->lsn = c.commit_lsn;
 			ev->origin = "";
 			bool taken = false;
-			rules_event(p->rules);
-			if (!where || pred_eval(where, ev, p->arena))
+			match_rules_event(p->rules);
+			if (!where || match_predicate_eval(where, ev, p->arena))
 				ok = emit_sub(p, ev, described, relid, sub, &c, slot, NULL, &taken, err,
 					      errlen);
 			slot += taken;
@@ -423,7 +423,7 @@ static bool emit_reads(void *ctx, const bf_batch *b, size_t *delivered, char *er
 		}
 		arena_reset(p->arena);
 	}
-	pred_free(where);
+	match_predicate_free(where);
 	free(vals);
 	free(cols);
 	return ok;
@@ -514,8 +514,8 @@ static void learn_ddl(pipeline *p, const char *content, size_t len)
 {
 	ddl_msg d;
 	char why[256];
-	if (ddl_parse(p->arena, content, len, &d, why, sizeof(why)))
-		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+	if (pgo_ddl_parse(p->arena, content, len, &d, why, sizeof(why)))
+		pgo_schema_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
 	arena_reset(p->arena);
 }
 
@@ -528,9 +528,9 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 {
 	ddl_msg d;
 	char why[256];
-	if (!ddl_parse(p->arena, m->message.content, m->message.len, &d, why, sizeof(why))) {
+	if (!pgo_ddl_parse(p->arena, m->message.content, m->message.len, &d, why, sizeof(why))) {
 		char at[LSN_STRLEN];
-		lsn_format(lsn, at);
+		util_lsn_format(lsn, at);
 		log_warn("a DDL message that cdc cannot read is delivered as a logical message",
 			 "lsn=%s error=\"%s\"", at, why);
 		return false;
@@ -538,10 +538,10 @@ static bool ddl_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_lsn
 	if (hold)
 		hold_entry(hold, HOLD_DDL, 0, m->message.content, m->message.len);
 	else
-		sch_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
+		pgo_schema_tables_ddl(p->tables, &d, pgo_relcache_get(p->rc, d.relid));
 	const uint32_t *subs = NULL;
-	size_t n = p->ddl ? rules_match_table(p->rules, d.schema, d.table, MATCH_OP_DDL, &subs) : 0;
-	Cdc__V1__Event *ev = ddl_event(p->arena, &d);
+	size_t n = p->ddl ? match_rules_match_table(p->rules, d.schema, d.table, MATCH_OP_DDL, &subs) : 0;
+	Cdc__V1__Event *ev = pgo_ddl_event(p->arena, &d);
 	stamp(ev, t, lsn);
 	for (size_t i = 0; i < n && *ok; i++)
 		*ok = emit_to(p, ev, subs[i], c, 0, hold, err, errlen);
@@ -583,9 +583,9 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		if (m->type == PGO_INSERT && p->sig.fn && t && strcmp(rel->relname, p->sig.table) == 0 &&
 		    strcmp(rel->nspname, p->sig.schema) == 0)
 			report_signal(p, t, rel, m, hold, c.tx_index);
-		if ((n = rules_match(p->rules, rel, change_op[m->type], &subs)) == 0)
+		if ((n = match_rules_match(p->rules, rel, change_op[m->type], &subs)) == 0)
 			break;
-		if (!evt_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
+		if (!pgo_event_from_change(p->arena, p->rc, rel, m, &ev, err, errlen))
 			return false;
 		stamp(ev, t, lsn);
 		ok = emit(p, ev, rel, rel->relid, subs, n, &c, 0, hold, err, errlen);
@@ -599,8 +599,8 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 				return false;
 			bf_change bc = {.schema = rel->nspname, .table = rel->relname, .truncate = true};
 			report_change(p, t, &bc, hold);
-			if ((n = rules_match(p->rules, rel, MATCH_OP_TRUNCATE, &subs)) > 0) {
-				ev = evt_from_truncate(p->arena, rel, m->truncate.flags);
+			if ((n = match_rules_match(p->rules, rel, MATCH_OP_TRUNCATE, &subs)) > 0) {
+				ev = pgo_event_from_truncate(p->arena, rel, m->truncate.flags);
 				stamp(ev, t, lsn);
 				ok = emit(p, ev, rel, rel->relid, subs, n, &c, i, hold, err, errlen);
 			}
@@ -621,7 +621,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		if (strcmp(m->message.prefix, SOURCE_RESYNC_PREFIX) == 0 && !t && !hold) {
 			/* The re-sync marker cdc wrote (non-transactional). Every subscription gets it,
 			 * whatever its operations and where, so every consumer learns of the gap. */
-			ev = evt_from_message(p->arena, m);
+			ev = pgo_event_from_message(p->arena, m);
 			stamp(ev, t, lsn);
 			for (uint32_t i = 0; i < p->nsubs && ok; i++)
 				ok = emit_to(p, ev, i, &c, 0, NULL, err, errlen);
@@ -632,15 +632,15 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 		if (strcmp(m->message.prefix, DDL_PREFIX) == 0 &&
 		    ddl_events(p, t, m, lsn, &c, hold, &ok, err, errlen))
 			break;
-		if ((n = rules_match(p->rules, NULL, MATCH_OP_MESSAGE, &subs)) == 0)
+		if ((n = match_rules_match(p->rules, NULL, MATCH_OP_MESSAGE, &subs)) == 0)
 			break;
-		ev = evt_from_message(p->arena, m);
+		ev = pgo_event_from_message(p->arena, m);
 		stamp(ev, t, lsn);
 		ok = emit(p, ev, NULL, 0, subs, n, &c, 0, hold, err, errlen);
 		break;
 	default:
-		return errf(err, errlen, "unexpected %s message inside a transaction",
-			    pgo_type_name(m->type));
+		return util_errf(err, errlen, "unexpected %s message inside a transaction",
+				 pgo_type_name(m->type));
 	}
 	arena_reset(p->arena);
 	return ok;
@@ -648,7 +648,7 @@ static bool change_events(pipeline *p, const txn_info *t, const pgo_msg *m, pgo_
 
 static void end_txn(pipeline *p, uint64_t end_lsn)
 {
-	progress_push(&p->prog, p->cur_seq, end_lsn);
+	pipeline_progress_push(&p->prog, p->cur_seq, end_lsn);
 	if (end_lsn > p->boundary_lsn)
 		p->boundary_lsn = end_lsn;
 	for (size_t i = 0; i < p->nsinks; i++)
@@ -672,7 +672,7 @@ static bool on_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 	p->cur_seq = ++p->seq;
 	p->tx_index = 0;
 	if (t && t->held_bytes >= LARGE_TXN_BYTES) {
-		p->large_txn_start_ms = now_ms();
+		p->large_txn_start_ms = util_now_ms();
 		log_info("delivering a large transaction held until its commit", "xid=%u spilled_mib=%llu",
 			 t->xid, (unsigned long long)(t->held_bytes >> 20));
 	}
@@ -722,7 +722,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 	if (p->past_endpos)
 		return true;
 	if (len < 4)
-		return errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
+		return util_errf(err, errlen, "spill record of transaction %u: %zu bytes", t->xid, len);
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t pos = 4; pos < len;) {
 		bool whole = len - pos >= HOLD_ENTRY;
@@ -731,8 +731,8 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		const uint8_t *data = rec + pos + HOLD_ENTRY;
 		if (!whole || n > len - pos - HOLD_ENTRY || (sub >= p->nsubs && sub < HOLD_SIGNAL) ||
 		    (sub == HOLD_SCHEMA && (n != HOLD_SCHEMA_LEN || slot >= p->nsubs)))
-			return errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
-				    t->xid, pos);
+			return util_errf(err, errlen, "spill record of transaction %u is corrupt at byte %zu",
+					 t->xid, pos);
 		pos += HOLD_ENTRY + n;
 		if (sub == HOLD_BACKFILL) {
 			if (!replay_change(p, t, data, n, err, errlen))
@@ -740,8 +740,8 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 			continue;
 		}
 		if (sub == HOLD_SCHEMA) { /* what the subscription's consumers have from here on */
-			strack_set_delivered(p->track, slot, load_u32(data), load_u64(data + 4),
-					     load_u64(data + 12));
+			pipeline_track_set_delivered(p->track, slot, load_u32(data), load_u64(data + 4),
+						     load_u64(data + 12));
 			continue;
 		}
 		if (sub == HOLD_DDL) {
@@ -750,9 +750,9 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 		}
 		if (sub == HOLD_SIGNAL) {
 			if (!replay_signal(p, t, data, n, p->tx_index))
-				return errf(err, errlen,
-					    "spill record of transaction %u: a malformed signal entry",
-					    t->xid);
+				return util_errf(err, errlen,
+						 "spill record of transaction %u: a malformed signal entry",
+						 t->xid);
 			continue;
 		}
 		c.tx_index = p->tx_index + (slot & ~SLOT_BEFORE);
@@ -773,7 +773,7 @@ static bool on_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t l
 static void on_abort(void *ctx, uint32_t xid)
 {
 	pipeline *p = ctx;
-	strack_held_end(p->track, xid);
+	pipeline_track_held_end(p->track, xid);
 	for (size_t i = 0; i < p->nsinks; i++)
 		if (p->sinks[i]->ops->hold_abort)
 			p->sinks[i]->ops->hold_abort(p->sinks[i], xid);
@@ -782,7 +782,7 @@ static void on_abort(void *ctx, uint32_t xid)
 static bool on_rollback(void *ctx, uint32_t xid, uint32_t tx_index, char *err, size_t errlen)
 {
 	pipeline *p = ctx;
-	strack_held_rollback(p->track, xid, tx_index);
+	pipeline_track_held_rollback(p->track, xid, tx_index);
 	for (size_t i = 0; i < p->nsinks; i++)
 		if (p->sinks[i]->ops->hold_rollback &&
 		    !p->sinks[i]->ops->hold_rollback(p->sinks[i], xid, tx_index, err, errlen))
@@ -804,12 +804,12 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 		    !p->sinks[i]->ops->hold_commit(p->sinks[i], t->xid, &c, p->cur_seq, err, errlen))
 			return false;
 	if (t->held)
-		strack_held_end(p->track, t->xid);
+		pipeline_track_held_end(p->track, t->xid);
 	end_txn(p, t->end_lsn);
 	p->last_commit_time = t->commit_time;
 	if (t->held_bytes >= LARGE_TXN_BYTES)
 		log_info("delivered the large transaction", "xid=%u in_ms=%llu", t->xid,
-			 (unsigned long long)(now_ms() - p->large_txn_start_ms));
+			 (unsigned long long)(util_now_ms() - p->large_txn_start_ms));
 	if (p->at_boundary)
 		p->at_boundary(p->ctx);
 	return true;
@@ -819,10 +819,10 @@ bool pipeline_feed(pipeline *p, const uint8_t *data, size_t len, uint64_t lsn, c
 {
 	if (p->past_endpos)
 		return true;
-	if (txn_feed(p->asm_, data, len, lsn, err, errlen))
+	if (pgo_txn_feed(p->asm_, data, len, lsn, err, errlen))
 		return true;
 	char at[LSN_STRLEN];
-	lsn_format(lsn, at);
+	util_lsn_format(lsn, at);
 	size_t used = strlen(err);
 	snprintf(err + used, errlen - used, " (WAL position %s)", at);
 	return false;
@@ -843,7 +843,7 @@ static uint64_t sinks_delivered(const pipeline *p)
  * transaction (the server would not send its changes again). */
 static void advance(pipeline *p)
 {
-	uint64_t lsn = progress_advance(&p->prog, sinks_delivered(p));
+	uint64_t lsn = pipeline_progress_advance(&p->prog, sinks_delivered(p));
 	uint64_t prepared = oldest_prepared(p);
 	if (prepared && lsn > prepared)
 		lsn = prepared;
@@ -878,7 +878,7 @@ sink_status pipeline_flush(pipeline *p, sink **failed, char *err, size_t errlen)
 
 bool pipeline_restart_sink(pipeline *p, sink *k, char *err, size_t errlen)
 {
-	progress_clear(&p->prog);
+	pipeline_progress_clear(&p->prog);
 	return k->ops->restart && k->ops->restart(k, err, errlen);
 }
 
@@ -931,8 +931,8 @@ pipeline_count pipeline_sub_count(const pipeline *p, size_t sub)
 
 pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundary)(void *ctx), void *ctx)
 {
-	pipeline *p = xcalloc(1, sizeof(*p));
-	p->spill_dir = xstrdup(spill_dir);
+	pipeline *p = util_xcalloc(1, sizeof(*p));
+	p->spill_dir = util_xstrdup(spill_dir);
 	p->endpos = endpos;
 	p->prog = PROGRESS_INIT;
 	p->at_boundary = at_boundary;
@@ -946,8 +946,8 @@ pipeline *pipeline_new(const char *spill_dir, uint64_t endpos, void (*at_boundar
 				   .abort = on_abort};
 	p->arena = arena_new(64 * 1024);
 	p->rc = pgo_relcache_new();
-	p->tables = sch_tables_new();
-	p->track = strack_new();
+	p->tables = pgo_schema_tables_new();
+	p->track = pipeline_track_new();
 	return p;
 }
 
@@ -969,8 +969,8 @@ pgo_relcache *pipeline_relcache(pipeline *p)
 void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs, sink *const *sinks,
 		   size_t nsinks)
 {
-	sub_state *next = xcalloc(nsubs ? nsubs : 1, sizeof(*next));
-	uint32_t *map = xcalloc(p->nsubs + 1, sizeof(*map));
+	sub_state *next = util_xcalloc(nsubs ? nsubs : 1, sizeof(*next));
+	uint32_t *map = util_xcalloc(p->nsubs + 1, sizeof(*map));
 	for (size_t k = 0; k < p->nsubs; k++)
 		map[k] = UINT32_MAX;
 	for (size_t i = 0; i < nsubs; i++) {
@@ -983,15 +983,15 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 	}
 	/* What a subscription's consumers have goes with its name. Its new `columns` may differ, and the
 	 * schema ids say so. */
-	strack_renumber(p->track, map, p->nsubs);
+	pipeline_track_renumber(p->track, map, p->nsubs);
 	free(map);
 	free(p->subs);
 	p->subs = next;
 	p->nsubs = nsubs;
-	rules_free(p->rules);
+	match_rules_free(p->rules);
 	p->rules = r;
 	p->nsinks = 0;
-	p->sinks = xrealloc(p->sinks, (nsinks ? nsinks : 1) * sizeof(sink *));
+	p->sinks = util_xrealloc(p->sinks, (nsinks ? nsinks : 1) * sizeof(sink *));
 	for (size_t i = 0; i < nsinks; i++)
 		if (sinks[i])
 			p->sinks[p->nsinks++] = sinks[i];
@@ -999,15 +999,15 @@ void pipeline_bind(pipeline *p, rules *r, const pipeline_sub *subs, size_t nsubs
 
 bool pipeline_start(pipeline *p, const pgo_options *opt, uint64_t start_lsn, char *err, size_t errlen)
 {
-	on_abort(p, 0);		/* the server sends every held transaction again */
-	strack_clear(p->track); /* ... and what was not confirmed, so announce every table again */
-	txn_free(p->asm_);
-	if (!(p->asm_ = txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
+	on_abort(p, 0);			/* the server sends every held transaction again */
+	pipeline_track_clear(p->track); /* ... and what was not confirmed, so announce every table again */
+	pgo_txn_free(p->asm_);
+	if (!(p->asm_ = pgo_txn_new(p->spill_dir, opt, p->rc, &p->handler, err, errlen)))
 		return false;
 	p->flushed_lsn = start_lsn;
 	if (start_lsn > p->boundary_lsn)
 		p->boundary_lsn = start_lsn;
-	progress_clear(&p->prog);
+	pipeline_progress_clear(&p->prog);
 	return true;
 }
 
@@ -1015,15 +1015,15 @@ void pipeline_free(pipeline *p)
 {
 	if (!p)
 		return;
-	txn_free(p->asm_);
+	pgo_txn_free(p->asm_);
 	pgo_relcache_free(p->rc);
-	sch_tables_free(p->tables);
-	strack_free(p->track);
+	pgo_schema_tables_free(p->tables);
+	pipeline_track_free(p->track);
 	arena_free(p->arena);
 	free(p->read_msg);
 	buf_free(&p->scratch);
-	progress_free(&p->prog);
-	rules_free(p->rules);
+	pipeline_progress_free(&p->prog);
+	match_rules_free(p->rules);
 	free(p->subs);
 	free(p->sinks);
 	free(p->spill_dir);

@@ -14,7 +14,7 @@
  * it. */
 typedef struct pipeline pipeline;
 
-/* One subscription as the pipeline sees it, at the index rules_match() returns. name and tag are
+/* One subscription as the pipeline sees it, at the index match_rules_match() returns. name and tag are
  * borrowed and must stay valid until the next pipeline_bind(). */
 typedef struct pipeline_sub {
 	const char *name, *tag; /* tag NULL if none */

@@ -1,12 +1,12 @@
 /* See progress.h. */
 #include "cdc/pipeline/progress.h"
 
-void progress_push(progress *p, uint64_t seq, uint64_t end_lsn)
+void pipeline_progress_push(progress *p, uint64_t seq, uint64_t end_lsn)
 {
 	*(struct progress_entry *)ring_push(&p->q) = (struct progress_entry){seq, end_lsn};
 }
 
-uint64_t progress_advance(progress *p, uint64_t delivered)
+uint64_t pipeline_progress_advance(progress *p, uint64_t delivered)
 {
 	uint64_t lsn = 0;
 	size_t n = 0;
@@ -21,12 +21,12 @@ uint64_t progress_advance(progress *p, uint64_t delivered)
 	return lsn;
 }
 
-void progress_clear(progress *p)
+void pipeline_progress_clear(progress *p)
 {
 	ring_clear(&p->q);
 }
 
-void progress_free(progress *p)
+void pipeline_progress_free(progress *p)
 {
 	ring_free(&p->q);
 }

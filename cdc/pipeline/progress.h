@@ -19,14 +19,14 @@ typedef struct progress {
 
 #define PROGRESS_INIT ((progress){.q = RING_INIT(struct progress_entry)})
 
-void progress_push(progress *prog, uint64_t seq, uint64_t end_lsn);
+void pipeline_progress_push(progress *prog, uint64_t seq, uint64_t end_lsn);
 /* Drops the transactions with seq <= delivered. Returns the highest end LSN dropped, or 0. */
-uint64_t progress_advance(progress *prog, uint64_t delivered);
+uint64_t pipeline_progress_advance(progress *prog, uint64_t delivered);
 static inline size_t progress_pending(const progress *prog)
 {
 	return prog->q.len;
 }
-void progress_clear(progress *prog);
-void progress_free(progress *prog);
+void pipeline_progress_clear(progress *prog);
+void pipeline_progress_free(progress *prog);
 
 #endif

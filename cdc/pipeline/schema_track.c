@@ -27,15 +27,15 @@ struct strack {
 	size_t nheld, capheld, last;
 };
 
-strack *strack_new(void)
+strack *pipeline_track_new(void)
 {
-	strack *t = xcalloc(1, sizeof(*t));
+	strack *t = util_xcalloc(1, sizeof(*t));
 	t->cap = 64;
-	t->tab = xcalloc(t->cap, sizeof(*t->tab));
+	t->tab = util_xcalloc(t->cap, sizeof(*t->tab));
 	return t;
 }
 
-void strack_free(strack *t)
+void pipeline_track_free(strack *t)
 {
 	if (!t)
 		return;
@@ -72,7 +72,7 @@ static entry *get(strack *t, uint32_t sub, uint32_t relid)
 		entry *old = t->tab;
 		size_t oldcap = t->cap;
 		t->cap *= 2;
-		t->tab = xcalloc(t->cap, sizeof(*t->tab));
+		t->tab = util_xcalloc(t->cap, sizeof(*t->tab));
 		for (size_t k = 0; k < oldcap; k++)
 			if (old[k].used)
 				put(t->tab, t->cap, &old[k]);
@@ -84,17 +84,17 @@ static entry *get(strack *t, uint32_t sub, uint32_t relid)
 	return &t->tab[i];
 }
 
-void strack_clear(strack *t)
+void pipeline_track_clear(strack *t)
 {
 	memset(t->tab, 0, t->cap * sizeof(*t->tab));
 	t->n = 0;
 	t->nheld = t->last = 0;
 }
 
-void strack_renumber(strack *t, const uint32_t *map, size_t nold)
+void pipeline_track_renumber(strack *t, const uint32_t *map, size_t nold)
 {
 	entry *old = t->tab;
-	t->tab = xcalloc(t->cap, sizeof(*t->tab));
+	t->tab = util_xcalloc(t->cap, sizeof(*t->tab));
 	t->n = 0;
 	for (size_t k = 0; k < t->cap; k++) {
 		if (!old[k].used || old[k].sub >= nold || map[old[k].sub] == UINT32_MAX)
@@ -108,13 +108,14 @@ void strack_renumber(strack *t, const uint32_t *map, size_t nold)
 	t->nheld = t->last = 0;
 }
 
-uint64_t strack_id(const strack *t, uint32_t sub, uint32_t relid, uint64_t version, uint64_t gen)
+uint64_t pipeline_track_id(const strack *t, uint32_t sub, uint32_t relid, uint64_t version, uint64_t gen)
 {
 	const entry *e = find(t, sub, relid);
 	return e && e->version == version && e->gen == gen ? e->id : 0;
 }
 
-void strack_set_id(strack *t, uint32_t sub, uint32_t relid, uint64_t version, uint64_t gen, uint64_t id)
+void pipeline_track_set_id(strack *t, uint32_t sub, uint32_t relid, uint64_t version, uint64_t gen,
+			   uint64_t id)
 {
 	entry *e = get(t, sub, relid);
 	e->version = version;
@@ -122,21 +123,21 @@ void strack_set_id(strack *t, uint32_t sub, uint32_t relid, uint64_t version, ui
 	e->id = id;
 }
 
-uint64_t strack_delivered(const strack *t, uint32_t sub, uint32_t relid, uint64_t *gen)
+uint64_t pipeline_track_delivered(const strack *t, uint32_t sub, uint32_t relid, uint64_t *gen)
 {
 	const entry *e = find(t, sub, relid);
 	*gen = e ? e->since : 0;
 	return e ? e->delivered : 0;
 }
 
-void strack_set_delivered(strack *t, uint32_t sub, uint32_t relid, uint64_t id, uint64_t gen)
+void pipeline_track_set_delivered(strack *t, uint32_t sub, uint32_t relid, uint64_t id, uint64_t gen)
 {
 	entry *e = get(t, sub, relid);
 	e->delivered = id;
 	e->since = gen;
 }
 
-bool strack_held(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t id)
+bool pipeline_track_held(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t id)
 {
 	for (size_t n = 0; n < t->nheld; n++) {
 		size_t i = (t->last + n) % t->nheld;
@@ -149,11 +150,12 @@ bool strack_held(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t
 	return false;
 }
 
-void strack_hold(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t id, uint32_t tx_index)
+void pipeline_track_hold(strack *t, uint32_t xid, uint32_t sub, uint32_t relid, uint64_t id,
+			 uint32_t tx_index)
 {
 	if (t->nheld == t->capheld) {
 		t->capheld = t->capheld ? 2 * t->capheld : 16;
-		t->held = xrealloc(t->held, t->capheld * sizeof(*t->held));
+		t->held = util_xrealloc(t->held, t->capheld * sizeof(*t->held));
 	}
 	t->last = t->nheld;
 	t->held[t->nheld++] = (held){xid, sub, relid, tx_index, id};
@@ -173,12 +175,12 @@ static void held_filter(strack *t, uint32_t xid, uint32_t tx_index, bool all)
 	t->last = 0;
 }
 
-void strack_held_rollback(strack *t, uint32_t xid, uint32_t tx_index)
+void pipeline_track_held_rollback(strack *t, uint32_t xid, uint32_t tx_index)
 {
 	held_filter(t, xid, tx_index, false);
 }
 
-void strack_held_end(strack *t, uint32_t xid)
+void pipeline_track_held_end(strack *t, uint32_t xid)
 {
 	held_filter(t, xid, 0, true);
 }

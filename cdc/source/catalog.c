@@ -20,7 +20,7 @@
 	"LEFT JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace "                                  \
 	"WHERE " PG_USER_TABLES "ORDER BY 1, 2"
 
-const char *catalog_sql(int server_version)
+const char *source_catalog_sql(int server_version)
 {
 	static const char sql14[] = PG_PUB_WITH_14 CATALOG_SELECT;
 	static const char sql15[] = PG_PUB_WITH_15 CATALOG_SELECT;
@@ -44,7 +44,7 @@ static bool take_names(const char *json, cfg_strlist *l)
 	return ok;
 }
 
-bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
+bool source_catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 {
 	for (int i = 0; i < 5; i++)
 		if (!cells[i] || (i >= 2 && strlen(cells[i]) != 1))
@@ -56,16 +56,16 @@ bool catalog_add(catalog *c, const char *const cells[CATALOG_COLS])
 		cfg_strlist_free(&t.identity);
 		return false;
 	}
-	t.schema = xstrdup(cells[0]);
-	t.name = xstrdup(cells[1]);
-	t.as_schema = cells[6] ? xstrdup(cells[6]) : NULL;
-	t.as_name = cells[7] ? xstrdup(cells[7]) : NULL;
-	c->t = xrealloc(c->t, (c->n + 1) * sizeof(*c->t));
+	t.schema = util_xstrdup(cells[0]);
+	t.name = util_xstrdup(cells[1]);
+	t.as_schema = cells[6] ? util_xstrdup(cells[6]) : NULL;
+	t.as_name = cells[7] ? util_xstrdup(cells[7]) : NULL;
+	c->t = util_xrealloc(c->t, (c->n + 1) * sizeof(*c->t));
 	c->t[c->n++] = t;
 	return true;
 }
 
-bool catalog_add_result(catalog *c, const PGresult *res)
+bool source_catalog_add_result(catalog *c, const PGresult *res)
 {
 	if (PQnfields(res) != CATALOG_COLS)
 		return false;
@@ -73,13 +73,13 @@ bool catalog_add_result(catalog *c, const PGresult *res)
 		const char *cells[CATALOG_COLS];
 		for (int k = 0; k < CATALOG_COLS; k++)
 			cells[k] = PQgetisnull(res, i, k) ? NULL : PQgetvalue(res, i, k);
-		if (!catalog_add(c, cells))
+		if (!source_catalog_add(c, cells))
 			return false;
 	}
 	return true;
 }
 
-void catalog_free(catalog *c)
+void source_catalog_free(catalog *c)
 {
 	if (!c)
 		return;
@@ -133,12 +133,12 @@ static bool listed(const cfg_strlist *l, const char *name, size_t len)
  * they are not identity columns. One problem line for the first. */
 static void old_columns(const cfg_subscription *s, const pred *where, const catalog_table *t, buf *problems)
 {
-	for (size_t i = 0; where && i < pred_count(where); i++) {
-		pred_node n = pred_node_at(where, (int32_t)i);
+	for (size_t i = 0; where && i < match_predicate_count(where); i++) {
+		pred_node n = match_predicate_node_at(where, (int32_t)i);
 		if (n.kind != PRED_COL || !n.flag || listed(&t->identity, n.s, n.len))
 			continue;
 		buf q = {0};
-		pg_append_table(&q, t->schema, t->name);
+		source_pg_append_table(&q, t->schema, t->name);
 		buf_printf(
 		    problems,
 		    "subscription %s reads old.%.*s in its where on table %s, whose replica identity does "
@@ -149,16 +149,16 @@ static void old_columns(const cfg_subscription *s, const pred *where, const cata
 	}
 }
 
-bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems)
+bool source_catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *problems)
 {
 	size_t before = problems->len;
-	pred *where = s->where ? pred_parse(s->where, NULL, 0) : NULL;
+	pred *where = s->where ? match_predicate_parse(s->where, NULL, 0) : NULL;
 	for (size_t i = 0; i < c->n; i++) {
 		const catalog_table *t = &c->t[i];
 		if (!receives(s, t) || t->replident == 'f')
 			continue;
 		buf q = {0};
-		pg_append_table(&q, t->schema, t->name);
+		source_pg_append_table(&q, t->schema, t->name);
 		if (s->changed.n)
 			buf_printf(
 			    problems,
@@ -168,7 +168,7 @@ bool catalog_check_identity(const catalog *c, const cfg_subscription *s, buf *pr
 		old_columns(s, where, t, problems);
 		buf_free(&q);
 	}
-	pred_free(where);
+	match_predicate_free(where);
 	return problems->len == before;
 }
 
@@ -181,7 +181,7 @@ static bool any_table(const catalog *c, const char *pattern)
 	return false;
 }
 
-bool catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems)
+bool source_catalog_check_exists(const catalog *c, const cfg_subscription *s, buf *problems)
 {
 	size_t before = problems->len;
 	for (size_t p = 0; p < s->tables.n; p++) {
@@ -213,7 +213,7 @@ static size_t missed_partitions(const catalog *c, const cfg_subscription *s, con
 			continue;
 		if (n < 3) {
 			buf_puts(names, n ? ", " : "");
-			pg_append_table(names, t->schema, t->name);
+			source_pg_append_table(names, t->schema, t->name);
 		}
 		n++;
 	}
@@ -222,11 +222,11 @@ static size_t missed_partitions(const catalog *c, const cfg_subscription *s, con
 	return n;
 }
 
-void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
-			      buf *warnings, buf *fixes)
+void source_catalog_check_partitions(const catalog *c, const cfg_subscription *s, const char *publication,
+				     buf *warnings, buf *fixes)
 {
 	buf q = {0}, pub = {0}, names = {0}, fix = {0};
-	pg_append_quoted(&pub, publication, '"');
+	source_pg_append_quoted(&pub, publication, '"');
 	for (size_t i = 0; i < c->n; i++) {
 		const catalog_table *t = &c->t[i];
 		if (!t->published)
@@ -234,7 +234,7 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 		buf_reset(&q);
 		buf_reset(&names);
 		buf_reset(&fix);
-		pg_append_table(&q, t->schema, t->name);
+		source_pg_append_table(&q, t->schema, t->name);
 		if (t->relkind == 'p' && !t->as_name && matches(s, t)) {
 			buf_printf(
 			    warnings,
@@ -273,17 +273,17 @@ void catalog_check_partitions(const catalog *c, const cfg_subscription *s, const
 	buf_free(&fix);
 }
 
-bool catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
-		   buf *warnings)
+bool source_catalog_check(const catalog *c, const cfg_subscription *s, const char *publication, buf *problems,
+			  buf *warnings)
 {
 	size_t before = problems->len;
-	catalog_check_identity(c, s, problems);
-	catalog_check_partitions(c, s, publication, warnings, NULL);
+	source_catalog_check_identity(c, s, problems);
+	source_catalog_check_partitions(c, s, publication, warnings, NULL);
 	for (size_t p = 0; p < s->tables.n; p++) {
 		bool hit = false;
 		for (size_t i = 0; i < c->n && !hit; i++)
 			hit = c->t[i].published && match_table(s->tables.v[p], c->t[i].schema, c->t[i].name);
-		/* a table named that does not exist, which catalog_check_exists reports */
+		/* a table named that does not exist, which source_catalog_check_exists reports */
 		if (!hit && (!match_table_literal(s->tables.v[p]) || any_table(c, s->tables.v[p])))
 			buf_printf(warnings,
 				   "subscription %s: table pattern %s matches no table of publication %s, so "

@@ -94,11 +94,12 @@ static const char check_sql[] =
     "FROM (VALUES ('cdc_ddl_command_end'), ('cdc_sql_drop')) v(name) "
     "LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = v.name ORDER BY 2";
 
-ddl_trigger_state ddl_trigger_check(PGconn *conn, char *err, size_t errlen)
+ddl_trigger_state source_ddl_trigger_check(PGconn *conn, char *err, size_t errlen)
 {
 	PGresult *res = PQexec(conn, check_sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 2) {
-		errf(err, errlen, "looking for cdc's DDL event trigger failed: %s", PQerrorMessage(conn));
+		util_errf(err, errlen, "looking for cdc's DDL event trigger failed: %s",
+			  PQerrorMessage(conn));
 		PQclear(res);
 		return DDL_TRIGGER_FAILED;
 	}
@@ -108,16 +109,16 @@ ddl_trigger_state ddl_trigger_check(PGconn *conn, char *err, size_t errlen)
 		if (strcmp(PQgetvalue(res, i, 0), "t") != 0 || strcmp(PQgetvalue(res, i, 2), "t") != 0) {
 			st = DDL_TRIGGER_MISSING;
 		} else if (strcmp(PQgetvalue(res, i, 4), "t") != 0) {
-			errf(err, errlen,
-			     "event trigger %s does not call cdc.capture_ddl(): it is not cdc's; rename "
-			     "or drop it (DROP EVENT TRIGGER %s) so that cdc can create its own",
-			     name, name);
+			util_errf(err, errlen,
+				  "event trigger %s does not call cdc.capture_ddl(): it is not cdc's; rename "
+				  "or drop it (DROP EVENT TRIGGER %s) so that cdc can create its own",
+				  name, name);
 			st = DDL_TRIGGER_WRONG;
 		} else if (strcmp(PQgetvalue(res, i, 3), "D") == 0) {
-			errf(err, errlen,
-			     "cdc's event trigger %s is disabled, and source.ddl needs it: ALTER "
-			     "EVENT TRIGGER %s ENABLE (or set source.ddl: false)",
-			     name, name);
+			util_errf(err, errlen,
+				  "cdc's event trigger %s is disabled, and source.ddl needs it: ALTER "
+				  "EVENT TRIGGER %s ENABLE (or set source.ddl: false)",
+				  name, name);
 			st = DDL_TRIGGER_WRONG;
 		}
 	}

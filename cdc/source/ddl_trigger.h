@@ -22,6 +22,6 @@ typedef enum ddl_trigger_state {
 } ddl_trigger_state;
 
 /* Looks at the database conn is connected to (reads only). */
-ddl_trigger_state ddl_trigger_check(PGconn *conn, char *err, size_t errlen);
+ddl_trigger_state source_ddl_trigger_check(PGconn *conn, char *err, size_t errlen);
 
 #endif

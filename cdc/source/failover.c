@@ -7,7 +7,7 @@
 
 #include "decoder/base/util.h"
 
-const char *failover_reason_name(failover_reason r)
+const char *source_failover_reason_name(failover_reason r)
 {
 	switch (r) {
 	case FAILOVER_UNKNOWN:
@@ -77,15 +77,16 @@ static const failover_slot *find_slot(const failover_slot *slots, size_t n, cons
 	"set synchronized_standby_slots on the primary to the physical slot of each standby that may be "    \
 	"promoted (its primary_slot_name)"
 
-failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting,
-			       const failover_slot *slots, size_t nslots, char *why, size_t whylen)
+failover_reason source_failover_judge(const char *slot, bool slot_failover, const char *setting,
+				      const failover_slot *slots, size_t nslots, char *why, size_t whylen)
 {
 	why[0] = '\0';
 	if (!slot_failover) {
-		errf(why, whylen,
-		     "replication slot %s is not a failover slot: no standby keeps a copy, so after a "
-		     "promotion it is gone; set source.failover: true (cdc turns it on at its next start)",
-		     slot);
+		util_errf(
+		    why, whylen,
+		    "replication slot %s is not a failover slot: no standby keeps a copy, so after a "
+		    "promotion it is gone; set source.failover: true (cdc turns it on at its next start)",
+		    slot);
 		return FAILOVER_SLOT_NOT_FAILOVER;
 	}
 	const char *p = setting ? setting : "";
@@ -95,48 +96,52 @@ failover_reason failover_judge(const char *slot, bool slot_failover, const char 
 		named++;
 		const failover_slot *s = find_slot(slots, nslots, name);
 		if (!s) {
-			errf(why, whylen,
-			     "synchronized_standby_slots names slot %s, which does not exist on the primary: "
-			     "cdc's stream waits for it; create the standby's physical slot, or " WHAT_TO_SET,
-			     name);
+			util_errf(
+			    why, whylen,
+			    "synchronized_standby_slots names slot %s, which does not exist on the primary: "
+			    "cdc's stream waits for it; create the standby's physical slot, or " WHAT_TO_SET,
+			    name);
 			return FAILOVER_STANDBY_SLOT_MISSING;
 		}
 		if (strcmp(s->type, "physical") != 0) {
-			errf(why, whylen,
-			     "synchronized_standby_slots names %s, a %s slot%s: it must name physical slots, "
-			     "and cdc's stream waits meanwhile; " WHAT_TO_SET ", not the logical slot",
-			     name, s->type, strcmp(name, slot) == 0 ? " (cdc's own)" : "");
+			util_errf(
+			    why, whylen,
+			    "synchronized_standby_slots names %s, a %s slot%s: it must name physical slots, "
+			    "and cdc's stream waits meanwhile; " WHAT_TO_SET ", not the logical slot",
+			    name, s->type, strcmp(name, slot) == 0 ? " (cdc's own)" : "");
 			return FAILOVER_STANDBY_SLOT_LOGICAL;
 		}
 		if (strcmp(s->wal_status, "lost") == 0) {
-			errf(why, whylen,
-			     "the standby's slot %s (synchronized_standby_slots) has lost WAL (wal_status "
-			     "lost): "
-			     "that standby cannot catch up and cdc's stream waits for it; rebuild the "
-			     "standby, or "
-			     "remove the slot from synchronized_standby_slots",
-			     name);
+			util_errf(
+			    why, whylen,
+			    "the standby's slot %s (synchronized_standby_slots) has lost WAL (wal_status "
+			    "lost): "
+			    "that standby cannot catch up and cdc's stream waits for it; rebuild the "
+			    "standby, or "
+			    "remove the slot from synchronized_standby_slots",
+			    name);
 			return FAILOVER_STANDBY_SLOT_LOST;
 		}
 		if (!s->active) {
-			errf(why, whylen,
-			     "no standby streams from slot %s (synchronized_standby_slots): cdc's stream "
-			     "waits "
-			     "until one does, and a promotion now finds the slot's copy behind; start the "
-			     "standby, or remove the slot from synchronized_standby_slots",
-			     name);
+			util_errf(
+			    why, whylen,
+			    "no standby streams from slot %s (synchronized_standby_slots): cdc's stream "
+			    "waits "
+			    "until one does, and a promotion now finds the slot's copy behind; start the "
+			    "standby, or remove the slot from synchronized_standby_slots",
+			    name);
 			return FAILOVER_STANDBY_SLOT_INACTIVE;
 		}
 	}
 	if (!named) {
-		errf(why, whylen,
-		     "synchronized_standby_slots is empty on the primary: " PHANTOMS "; " WHAT_TO_SET);
+		util_errf(why, whylen,
+			  "synchronized_standby_slots is empty on the primary: " PHANTOMS "; " WHAT_TO_SET);
 		return FAILOVER_UNSET;
 	}
 	return FAILOVER_READY;
 }
 
-bool failover_switch_point(const char *history, size_t len, uint32_t tli, uint64_t *end)
+bool source_failover_switch_point(const char *history, size_t len, uint32_t tli, uint64_t *end)
 {
 	const char *p = history, *stop = history + len;
 	while (p < stop) {
@@ -155,7 +160,7 @@ bool failover_switch_point(const char *history, size_t len, uint32_t tli, uint64
 		if (sscanf(line, "%lu %31s", &parent, lsn) != 2)
 			return false;
 		if (parent == tli)
-			return lsn_parse(lsn, end);
+			return util_lsn_parse(lsn, end);
 	}
 	return false;
 }

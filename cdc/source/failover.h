@@ -10,7 +10,7 @@
 /* Whether the primary's synchronized_standby_slots makes a promotion safe for a failover slot (README
  * "Failover and standbys"), and where a timeline history says an older timeline ended. */
 
-/* Why a promotion now is safe or not. The names (failover_reason_name) are /status's
+/* Why a promotion now is safe or not. The names (source_failover_reason_name) are /status's
  * source.failover.reason and the reason label of cdc_source_failover_ready. */
 typedef enum failover_reason {
 	FAILOVER_UNKNOWN, /* not checked yet */
@@ -23,7 +23,7 @@ typedef enum failover_reason {
 	FAILOVER_STANDBY_SLOT_LOST, /* the standby's slot was invalidated (wal_status lost) */
 } failover_reason;
 
-const char *failover_reason_name(failover_reason reason);
+const char *source_failover_reason_name(failover_reason reason);
 
 /* One row of pg_replication_slots, borrowed. */
 typedef struct failover_slot {
@@ -36,12 +36,12 @@ typedef struct failover_slot {
  * names that PostgreSQL splits at commas and spaces, with double quotes. slots is what
  * pg_replication_slots holds, at least every slot the setting names that exists. why gets a sentence
  * for a human saying what is wrong, what it means and what to set. It is empty when ready. */
-failover_reason failover_judge(const char *slot, bool slot_failover, const char *setting,
-			       const failover_slot *slots, size_t nslots, char *why, size_t whylen);
+failover_reason source_failover_judge(const char *slot, bool slot_failover, const char *setting,
+				      const failover_slot *slots, size_t nslots, char *why, size_t whylen);
 
 /* The LSN where timeline tli ended, from the text of a timeline history file (TIMELINE_HISTORY). Its
  * lines read "parent_tli<TAB>switchpoint<TAB>reason", and comments start with '#'. False when the
  * history is malformed, or does not name tli because tli is no ancestor of the server's timeline. */
-bool failover_switch_point(const char *history, size_t len, uint32_t tli, uint64_t *end);
+bool source_failover_switch_point(const char *history, size_t len, uint32_t tli, uint64_t *end);
 
 #endif

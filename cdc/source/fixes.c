@@ -8,21 +8,21 @@
 
 #include "cdc/source/pgconn.h"
 
-void pg_fix_free(pg_fix *f)
+void source_fix_free(pg_fix *f)
 {
 	buf_free(&f->words);
 	buf_free(&f->sql);
 }
 
-void pg_fix_text(const pg_fix *f, buf *out)
+void source_fix_text(const pg_fix *f, buf *out)
 {
 	buf_printf(out, "fix: %s", f->words.data ? f->words.data : "");
 	if (f->sql.len)
 		buf_printf(out, "; sql: %s", f->sql.data);
 }
 
-bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool restart, pg_fix *f, char *err,
-		    size_t errlen)
+bool source_fix_setting(PGconn *conn, const char *name, const char *value, bool restart, pg_fix *f, char *err,
+			size_t errlen)
 {
 	const char *params[] = {name};
 	PGresult *res =
@@ -31,7 +31,8 @@ bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool rest
 			 "WHERE name = $1",
 			 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-		errf(err, errlen, "cannot read setting %s: %s", name, pg_one_line(PQerrorMessage(conn)));
+		util_errf(err, errlen, "cannot read setting %s: %s", name,
+			  source_pg_one_line(PQerrorMessage(conn)));
 		PQclear(res);
 		return false;
 	}
@@ -43,7 +44,7 @@ bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool rest
 	bool auto_conf = n >= 20 && strcmp(file + n - 20, "postgresql.auto.conf") == 0;
 	if (strcmp(source, "default") == 0 || strcmp(source, "configuration file") == 0 || auto_conf) {
 		buf_printf(&f->sql, "ALTER SYSTEM SET %s = ", name);
-		pg_append_quoted(&f->sql, value, '\'');
+		source_pg_append_quoted(&f->sql, value, '\'');
 		buf_puts(&f->sql, restart ? ";" : "; SELECT pg_catalog.pg_reload_conf();");
 		buf_printf(&f->words, "as a superuser%s", restart ? ", then restart PostgreSQL" : "");
 	} else {
@@ -57,67 +58,68 @@ bool pg_fix_setting(PGconn *conn, const char *name, const char *value, bool rest
 	return true;
 }
 
-bool pg_fix_wal_level(PGconn *conn, pg_fix *f, char *err, size_t errlen)
+bool source_fix_wal_level(PGconn *conn, pg_fix *f, char *err, size_t errlen)
 {
-	if (!pg_fix_setting(conn, "wal_level", "logical", true, f, err, errlen))
+	if (!source_fix_setting(conn, "wal_level", "logical", true, f, err, errlen))
 		return false;
 	buf_puts(&f->words, " (on a managed service, its logical replication parameter instead, e.g. "
 			    "rds.logical_replication = 1)");
 	return true;
 }
 
-bool pg_fix_slots_full(PGconn *conn, bool senders, pg_fix *f, char *err, size_t errlen)
+bool source_fix_slots_full(PGconn *conn, bool senders, pg_fix *f, char *err, size_t errlen)
 {
 	PGresult *res = PQexec(conn, senders ? "SELECT count(*) FROM pg_catalog.pg_stat_replication"
 					     : "SELECT count(*) FROM pg_catalog.pg_replication_slots");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		errf(err, errlen, "cannot count the %s: %s", senders ? "WAL senders" : "replication slots",
-		     pg_one_line(PQerrorMessage(conn)));
+		util_errf(err, errlen, "cannot count the %s: %s",
+			  senders ? "WAL senders" : "replication slots",
+			  source_pg_one_line(PQerrorMessage(conn)));
 		PQclear(res);
 		return false;
 	}
 	char more[32];
 	snprintf(more, sizeof(more), "%ld", atol(PQgetvalue(res, 0, 0)) + 1);
 	PQclear(res);
-	if (!pg_fix_setting(conn, senders ? "max_wal_senders" : "max_replication_slots", more, true, f, err,
-			    errlen))
+	if (!source_fix_setting(conn, senders ? "max_wal_senders" : "max_replication_slots", more, true, f,
+				err, errlen))
 		return false;
 	if (!senders)
 		buf_puts(&f->words, "; or drop a slot nothing uses (pg_drop_replication_slot)");
 	return true;
 }
 
-void pg_fix_role_replication(const char *role, pg_fix *f)
+void source_fix_role_replication(const char *role, pg_fix *f)
 {
 	buf_puts(&f->words, "as a superuser");
 	buf_puts(&f->sql, "ALTER ROLE ");
-	pg_append_quoted(&f->sql, role, '"');
+	source_pg_append_quoted(&f->sql, role, '"');
 	buf_puts(&f->sql, " REPLICATION;");
 }
 
-void pg_fix_create_slot(const char *slot, pg_fix *f)
+void source_fix_create_slot(const char *slot, pg_fix *f)
 {
 	buf_puts(&f->words, "as the role of source.dsn, or set source.create: true");
 	buf_puts(&f->sql, "SELECT pg_catalog.pg_create_logical_replication_slot(");
-	pg_append_quoted(&f->sql, slot, '\'');
+	source_pg_append_quoted(&f->sql, slot, '\'');
 	buf_puts(&f->sql, ", 'pgoutput');");
 }
 
-void pg_fix_create_publication(const char *create_sql, pg_fix *f)
+void source_fix_create_publication(const char *create_sql, pg_fix *f)
 {
 	buf_puts(&f->words, "as the tables' owner or a superuser, or set source.create: true");
 	buf_printf(&f->sql, "%s;", create_sql);
 }
 
-void pg_fix_create_on_database(const char *database, const char *role, const char *create_sql, pg_fix *f)
+void source_fix_create_on_database(const char *database, const char *role, const char *create_sql, pg_fix *f)
 {
 	buf_printf(&f->words,
 		   "as a superuser or the database's owner; or create the publication beforehand as its "
 		   "tables' owner: %s",
 		   create_sql);
 	buf_puts(&f->sql, "GRANT CREATE ON DATABASE ");
-	pg_append_quoted(&f->sql, database, '"');
+	source_pg_append_quoted(&f->sql, database, '"');
 	buf_puts(&f->sql, " TO ");
-	pg_append_quoted(&f->sql, role, '"');
+	source_pg_append_quoted(&f->sql, role, '"');
 	buf_puts(&f->sql, ";");
 }

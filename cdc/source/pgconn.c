@@ -28,7 +28,7 @@
 static void add_secret(pg_secrets *s, const char *v)
 {
 	if (v && strlen(v) >= SECRET_MIN && s->n < PG_MAX_SECRETS)
-		s->v[s->n++] = xstrdup(v);
+		s->v[s->n++] = util_xstrdup(v);
 }
 
 /* The password-like values of a connection string, and of a dbname that is one itself. */
@@ -50,31 +50,31 @@ static void collect_secrets(pg_secrets *s, const char *dsn, int depth)
 	PQconninfoFree(opts);
 }
 
-void pg_secrets_init(pg_secrets *s, const char *dsn)
+void source_pg_secrets_init(pg_secrets *s, const char *dsn)
 {
 	*s = (pg_secrets){0};
 	collect_secrets(s, dsn, 0);
 	add_secret(s, getenv("PGPASSWORD"));
 }
 
-void pg_secrets_add(pg_secrets *s, const char *dsn)
+void source_pg_secrets_add(pg_secrets *s, const char *dsn)
 {
 	collect_secrets(s, dsn, 0);
 }
 
-void pg_secrets_add_value(pg_secrets *s, const char *secret)
+void source_pg_secrets_add_value(pg_secrets *s, const char *secret)
 {
 	add_secret(s, secret);
 }
 
-void pg_secrets_free(pg_secrets *s)
+void source_pg_secrets_free(pg_secrets *s)
 {
 	for (size_t i = 0; i < s->n; i++)
 		free(s->v[i]);
 	*s = (pg_secrets){0};
 }
 
-void pg_redact(const pg_secrets *s, char *err, size_t errlen)
+void source_pg_redact(const pg_secrets *s, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < s->n; i++) {
 		const char *secret = s->v[i], *p = err, *at;
@@ -172,7 +172,7 @@ static void tls_why(PGconn *conn, char *out, size_t outlen)
 	    (t = tls_open(fd, host, strcmp(cafile, "system") ? cafile : NULL, err, sizeof err))) {
 		char why[1024];
 		if (tls_verdict(t, verify_full, why, sizeof why))
-			errf(out, outlen, ": %s (checked against %s)", why, cafile);
+			util_errf(out, outlen, ": %s (checked against %s)", why, cafile);
 	}
 	tls_close(t);
 	close(fd);
@@ -185,19 +185,19 @@ static void invalid_dsn_message(const char *dsn, char *err, size_t errlen)
 	char *perr = NULL;
 	char *masked = cfg_mask_dsn(dsn);
 	PQconninfoOption *again = PQconninfoParse(masked, &perr);
-	errf(err, errlen, "source.dsn is not a valid connection string: %.*s",
-	     perr ? (int)strcspn(perr, "\n") : 0, perr ? perr : "");
+	util_errf(err, errlen, "source.dsn is not a valid connection string: %.*s",
+		  perr ? (int)strcspn(perr, "\n") : 0, perr ? perr : "");
 	if (!perr)
-		errf(err, errlen,
-		     "source.dsn is not a valid connection string (check the quoting of its password: "
-		     "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
+		util_errf(err, errlen,
+			  "source.dsn is not a valid connection string (check the quoting of its password: "
+			  "'...' with \\' for a quote in key=value form, %%-escapes in a URI)");
 	PQconninfoFree(again);
 	PQfreemem(perr);
 	free(masked);
 }
 
-PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
-		   size_t errlen)
+PGconn *source_pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn,
+			  char *err, size_t errlen)
 {
 	*invalid_dsn = false;
 	char *perr = NULL;
@@ -211,8 +211,8 @@ PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, boo
 	size_t n = 0;
 	for (PQconninfoOption *o = opts; o->keyword; o++)
 		n++;
-	const char **keys = xcalloc(n + 6, sizeof(char *));
-	const char **vals = xcalloc(n + 6, sizeof(char *));
+	const char **keys = util_xcalloc(n + 6, sizeof(char *));
+	const char **vals = util_xcalloc(n + 6, sizeof(char *));
 	size_t k = 0;
 	if (password && *password) {
 		/* It goes first. The last non-empty value of a keyword wins, so dsn's own password
@@ -266,8 +266,8 @@ PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, boo
 		char *msg = PQerrorMessage(conn), why[1200] = "";
 		if (strstr(msg, "certificate verify failed"))
 			tls_why(conn, why, sizeof why);
-		errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s%s", (int)strcspn(msg, "\n"), msg, why,
-		     connect_hint(msg, why));
+		util_errf(err, errlen, "cannot connect to PostgreSQL: %.*s%s%s", (int)strcspn(msg, "\n"), msg,
+			  why, connect_hint(msg, why));
 		PQfinish(conn);
 		return NULL;
 	}
@@ -276,8 +276,8 @@ PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, boo
 		bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
 		PQclear(res);
 		if (!ok) {
-			errf(err, errlen, "cannot make the session read only (%s): %s", READ_ONLY_SET,
-			     pg_one_line(PQerrorMessage(conn)));
+			util_errf(err, errlen, "cannot make the session read only (%s): %s", READ_ONLY_SET,
+				  source_pg_one_line(PQerrorMessage(conn)));
 			PQfinish(conn);
 			return NULL;
 		}
@@ -285,19 +285,19 @@ PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, boo
 	return conn;
 }
 
-int pg_protocol_for(int v)
+int source_pg_protocol_for(int v)
 {
 	return v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
 }
 
-const char *pg_one_line(const char *msg)
+const char *source_pg_one_line(const char *msg)
 {
 	static char line[512];
 	snprintf(line, sizeof(line), "%.*s", (int)strcspn(msg, "\n"), msg);
 	return line;
 }
 
-void pg_append_quoted(buf *b, const char *s, char q)
+void source_pg_append_quoted(buf *b, const char *s, char q)
 {
 	buf_putc(b, q);
 	for (; *s; s++) {
@@ -308,13 +308,14 @@ void pg_append_quoted(buf *b, const char *s, char q)
 	buf_putc(b, q);
 }
 
-void pg_append_ident(buf *b, PGconn *conn, const char *name)
+void source_pg_append_ident(buf *b, PGconn *conn, const char *name)
 {
 	char *q = PQescapeIdentifier(conn, name, strlen(name));
 	if (q)
 		buf_puts(b, q);
 	else
-		pg_append_quoted(b, name, '"'); /* invalid in the client encoding (the server says so) */
+		source_pg_append_quoted(b, name,
+					'"'); /* invalid in the client encoding (the server says so) */
 	PQfreemem(q);
 }
 
@@ -335,7 +336,7 @@ const char pg_slot_sql[] =
     "(SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_replication_slot_timeout') "
     "FROM pg_catalog.pg_replication_slots s WHERE slot_name = $1";
 
-void pg_slot_parse(const PGresult *res, pg_slot_row *row)
+void source_pg_slot_parse(const PGresult *res, pg_slot_row *row)
 {
 	memset(row, 0, sizeof(*row));
 	row->exists = PQntuples(res) > 0;
@@ -345,14 +346,14 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	snprintf(row->type, sizeof(row->type), "%s", PQgetvalue(res, 0, 1));
 	snprintf(row->database, sizeof(row->database), "%s", PQgetvalue(res, 0, 2));
 	snprintf(row->wal_status, sizeof(row->wal_status), "%s", PQgetvalue(res, 0, 3));
-	if (!lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
+	if (!util_lsn_parse(PQgetvalue(res, 0, 4), &row->confirmed_flush))
 		row->confirmed_flush = 0;
 	row->active_pid = atoi(PQgetvalue(res, 0, 5));
 	snprintf(row->current_database, sizeof(row->current_database), "%s", PQgetvalue(res, 0, 6));
 	row->safe_wal_size_known = !PQgetisnull(res, 0, 7);
 	row->safe_wal_size = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
 	row->max_keep_size = strtoll(PQgetvalue(res, 0, 8), NULL, 10);
-	if (!lsn_parse(PQgetvalue(res, 0, 9), &row->server_lsn))
+	if (!util_lsn_parse(PQgetvalue(res, 0, 9), &row->server_lsn))
 		row->server_lsn = 0;
 	row->lag_bytes = row->confirmed_flush && row->server_lsn > row->confirmed_flush
 			     ? (int64_t)(row->server_lsn - row->confirmed_flush)
@@ -365,16 +366,16 @@ void pg_slot_parse(const PGresult *res, pg_slot_row *row)
 	row->idle_timeout_s = PQgetisnull(res, 0, 15) ? -1 : strtoll(PQgetvalue(res, 0, 15), NULL, 10);
 }
 
-bool pg_slot_being_created(const pg_slot_row *row)
+bool source_pg_slot_being_created(const pg_slot_row *row)
 {
 	return row->exists && strcmp(row->type, "logical") == 0 && !row->plugin[0] && row->active_pid;
 }
 
-void pg_append_table(buf *b, const char *schema, const char *table)
+void source_pg_append_table(buf *b, const char *schema, const char *table)
 {
-	pg_append_quoted(b, schema, '"');
+	source_pg_append_quoted(b, schema, '"');
 	buf_putc(b, '.');
-	pg_append_quoted(b, table, '"');
+	source_pg_append_quoted(b, table, '"');
 }
 
 #define PUBLICATION_TABLES                                                                                   \
@@ -386,17 +387,17 @@ void pg_append_table(buf *b, const char *schema, const char *table)
 	"LEFT JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace " PG_PUB_JOIN                       \
 	"WHERE " PG_USER_TABLES "ORDER BY n.nspname COLLATE \"C\", c.relname COLLATE \"C\""
 
-const char *pg_publication_tables_sql(int server_version)
+const char *source_pg_publication_tables_sql(int server_version)
 {
 	static const char sql14[] = PG_PUB_WITH_14 PUBLICATION_TABLES;
 	static const char sql15[] = PG_PUB_WITH_15 PUBLICATION_TABLES;
 	return server_version >= 150000 ? sql15 : sql14;
 }
 
-pg_table_row *pg_table_rows(const PGresult *res, size_t *n)
+pg_table_row *source_pg_table_rows(const PGresult *res, size_t *n)
 {
 	*n = PQnfields(res) == 6 ? (size_t)PQntuples(res) : 0;
-	pg_table_row *rows = xcalloc(*n + 1, sizeof(*rows));
+	pg_table_row *rows = util_xcalloc(*n + 1, sizeof(*rows));
 	for (size_t i = 0; i < *n; i++) {
 		int r = (int)i;
 		bool partition = !PQgetisnull(res, r, 4) && !PQgetisnull(res, r, 5);
@@ -480,7 +481,7 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			  const pg_table_row *rows, size_t n, int server_version, pg_publication_plan *holds)
 {
 	buf_puts(sql, "CREATE PUBLICATION ");
-	pg_append_quoted(sql, publication, '"');
+	source_pg_append_quoted(sql, publication, '"');
 	for (size_t i = 0; i < publish->n; i++)
 		if (strcmp(publish->v[i], "*.*") == 0) {
 			buf_puts(sql, " FOR ALL TABLES");
@@ -495,7 +496,7 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			char schema[64];
 			snprintf(schema, sizeof(schema), "%.*s", (int)len, publish->v[i]);
 			buf_puts(sql, first ? " FOR TABLES IN SCHEMA " : ", TABLES IN SCHEMA ");
-			pg_append_quoted(sql, schema, '"');
+			source_pg_append_quoted(sql, schema, '"');
 			if (holds)
 				cfg_strlist_push(&holds->schemas, schema);
 			first = false;
@@ -505,7 +506,7 @@ static void superuser_sql(buf *sql, const char *publication, const cfg_strlist *
 			if (match_table(publish->v[i], rows[k].schema, rows[k].name) &&
 			    !ancestor_matched(publish, rows, n, &rows[k])) {
 				buf_puts(sql, table_separator(first, server_version));
-				pg_append_table(sql, rows[k].schema, rows[k].name);
+				source_pg_append_table(sql, rows[k].schema, rows[k].name);
 				if (holds) {
 					cfg_strlist_push(&holds->tables, rows[k].schema);
 					cfg_strlist_push(&holds->tables, rows[k].name);
@@ -531,9 +532,9 @@ static void missing_table(cfg_strlist *out, const char *pattern, const pg_table_
 	buf_free(&why);
 }
 
-void pg_publication_plan_build(pg_publication_plan *p, const char *publication, const cfg_strlist *publish,
-			       const pg_table_row *rows, size_t n, bool superuser, int server_version,
-			       bool generated_columns)
+void source_pg_publication_plan_build(pg_publication_plan *p, const char *publication,
+				      const cfg_strlist *publish, const pg_table_row *rows, size_t n,
+				      bool superuser, int server_version, bool generated_columns)
 {
 	*p = (pg_publication_plan){.superuser = superuser};
 	for (size_t i = 0; i < publish->n; i++) {
@@ -554,7 +555,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 	}
 	size_t matching = 0;
 	buf_puts(&p->sql, "CREATE PUBLICATION ");
-	pg_append_quoted(&p->sql, publication, '"');
+	source_pg_append_quoted(&p->sql, publication, '"');
 	for (size_t k = 0; k < n; k++) {
 		if (!matched(publish, &rows[k]) || ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
@@ -562,7 +563,7 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 		cfg_strlist *to = rows[k].owned ? &p->tables : &p->not_owned;
 		if (rows[k].owned) {
 			buf_puts(&p->sql, table_separator(!p->tables.n, server_version));
-			pg_append_table(&p->sql, rows[k].schema, rows[k].name);
+			source_pg_append_table(&p->sql, rows[k].schema, rows[k].name);
 		}
 		cfg_strlist_push(to, rows[k].schema);
 		cfg_strlist_push(to, rows[k].name);
@@ -571,62 +572,64 @@ void pg_publication_plan_build(pg_publication_plan *p, const char *publication, 
 	p->refused = matching && !p->tables.n;
 }
 
-void pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err, size_t errlen)
+void source_pg_publication_refusal(const pg_publication_plan *p, const char *publication, char *err,
+				   size_t errlen)
 {
 	buf list = {0};
 	for (size_t i = 0; i + 1 < p->not_owned.n && list.len < 400; i += 2) {
 		buf_puts(&list, i ? ", " : "");
-		pg_append_table(&list, p->not_owned.v[i], p->not_owned.v[i + 1]);
+		source_pg_append_table(&list, p->not_owned.v[i], p->not_owned.v[i + 1]);
 	}
-	errf(err, errlen,
-	     "cdc's role may not create publication %s: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
-	     "superuser, and FOR TABLE the tables' ownership, but the role owns none of the %zu tables "
-	     "source.publish matches (%s%s). Ways out: have a superuser run %s; or make cdc's role their "
-	     "owner (ALTER TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
-	     publication, p->not_owned.n / 2, list.data ? list.data : "",
-	     list.len >= 400 && p->not_owned.n > 2 ? ", ..." : "", p->superuser_sql.data);
+	util_errf(
+	    err, errlen,
+	    "cdc's role may not create publication %s: FOR TABLES IN SCHEMA and FOR ALL TABLES need a "
+	    "superuser, and FOR TABLE the tables' ownership, but the role owns none of the %zu tables "
+	    "source.publish matches (%s%s). Ways out: have a superuser run %s; or make cdc's role their "
+	    "owner (ALTER TABLE ... OWNER TO ...); or list in source.publish tables the role owns",
+	    publication, p->not_owned.n / 2, list.data ? list.data : "",
+	    list.len >= 400 && p->not_owned.n > 2 ? ", ..." : "", p->superuser_sql.data);
 	buf_free(&list);
 }
 
-void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table)
+void source_pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table)
 {
 	buf q = {0};
-	pg_append_table(&q, schema, table);
+	source_pg_append_table(&q, schema, table);
 	buf_printf(out,
 		   "table %s matches source.publish, but cdc's role does not own it, so cdc cannot add it "
 		   "to publication ",
 		   q.data);
-	pg_append_quoted(out, publication, '"');
+	source_pg_append_quoted(out, publication, '"');
 	buf_puts(out, ": its owner or a superuser can run ALTER PUBLICATION ");
-	pg_append_quoted(out, publication, '"');
+	source_pg_append_quoted(out, publication, '"');
 	buf_printf(out, " ADD TABLE %s", q.data);
 	buf_free(&q);
 }
 
-bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      bool generated_columns, pg_publication_plan *p, char *err, size_t errlen)
+bool source_pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
+				     bool generated_columns, pg_publication_plan *p, char *err, size_t errlen)
 {
 	const char *params[] = {publication};
 	*p = (pg_publication_plan){0};
-	PGresult *res = PQexecParams(conn, pg_publication_tables_sql(PQserverVersion(conn)), 1, NULL, params,
-				     NULL, NULL, 0);
+	PGresult *res = PQexecParams(conn, source_pg_publication_tables_sql(PQserverVersion(conn)), 1, NULL,
+				     params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		errf(err, errlen, "listing tables for source.publish failed: %s",
-		     pg_one_line(PQerrorMessage(conn)));
+		util_errf(err, errlen, "listing tables for source.publish failed: %s",
+			  source_pg_one_line(PQerrorMessage(conn)));
 		PQclear(res);
 		return false;
 	}
 	const char *su = PQparameterStatus(conn, "is_superuser");
 	size_t n;
-	pg_table_row *rows = pg_table_rows(res, &n);
-	pg_publication_plan_build(p, publication, publish, rows, n, su && strcmp(su, "on") == 0,
-				  PQserverVersion(conn), generated_columns);
+	pg_table_row *rows = source_pg_table_rows(res, &n);
+	source_pg_publication_plan_build(p, publication, publish, rows, n, su && strcmp(su, "on") == 0,
+					 PQserverVersion(conn), generated_columns);
 	free(rows);
 	PQclear(res);
 	return true;
 }
 
-void pg_publication_plan_free(pg_publication_plan *p)
+void source_pg_publication_plan_free(pg_publication_plan *p)
 {
 	buf_free(&p->sql);
 	buf_free(&p->superuser_sql);
@@ -637,9 +640,9 @@ void pg_publication_plan_free(pg_publication_plan *p)
 	cfg_strlist_free(&p->missing);
 }
 
-void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
-			      const pg_table_row *rows, size_t n, cfg_strlist *added, cfg_strlist *warned,
-			      buf *warnings)
+void source_pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
+				     const pg_table_row *rows, size_t n, cfg_strlist *added,
+				     cfg_strlist *warned, buf *warnings)
 {
 	buf q = {0};
 	for (size_t k = 0; k < n; k++) {
@@ -647,21 +650,22 @@ void pg_publication_additions(buf *sql, const char *publication, const cfg_strli
 		    ancestor_matched(publish, rows, n, &rows[k]))
 			continue;
 		buf_reset(&q);
-		pg_append_table(&q, rows[k].schema, rows[k].name);
+		source_pg_append_table(&q, rows[k].schema, rows[k].name);
 		if (!rows[k].owned) {
 			bool known = false;
 			for (size_t i = 0; i < warned->n && !known; i++)
 				known = strcmp(warned->v[i], q.data) == 0;
 			if (!known) {
 				cfg_strlist_push(warned, q.data);
-				pg_publication_not_owned(warnings, publication, rows[k].schema, rows[k].name);
+				source_pg_publication_not_owned(warnings, publication, rows[k].schema,
+								rows[k].name);
 				buf_putc(warnings, '\n');
 			}
 			continue;
 		}
 		if (!sql->len) {
 			buf_puts(sql, "ALTER PUBLICATION ");
-			pg_append_quoted(sql, publication, '"');
+			source_pg_append_quoted(sql, publication, '"');
 			buf_puts(sql, " ADD TABLE ");
 		} else {
 			buf_puts(sql, ", ");

@@ -19,15 +19,15 @@ typedef struct pg_secrets {
 	char *v[PG_MAX_SECRETS];
 	size_t n;
 } pg_secrets;
-void pg_secrets_init(pg_secrets *secrets, const char *dsn);
+void source_pg_secrets_init(pg_secrets *secrets, const char *dsn);
 /* Adds the secrets of another connection string (source.primary_dsn). */
-void pg_secrets_add(pg_secrets *secrets, const char *dsn);
+void source_pg_secrets_add(pg_secrets *secrets, const char *dsn);
 /* Adds one secret value (source.password). */
-void pg_secrets_add_value(pg_secrets *secrets, const char *secret);
-void pg_secrets_free(pg_secrets *secrets);
+void source_pg_secrets_add_value(pg_secrets *secrets, const char *secret);
+void source_pg_secrets_free(pg_secrets *secrets);
 /* Replaces every secret in err (NUL-terminated, errlen bytes) by "********", cutting the message
  * short if it must. */
-void pg_redact(const pg_secrets *secrets, char *err, size_t errlen);
+void source_pg_redact(const pg_secrets *secrets, char *err, size_t errlen);
 
 typedef enum pg_conn_kind {
 	PG_CONN_ORDINARY,
@@ -42,25 +42,25 @@ typedef enum pg_conn_kind {
  * to libpq untouched. password (source.password, NULL if none) is used when dsn has none. It comes
  * before dsn's keywords, which libpq lets override it. On failure it returns NULL with err saying what
  * to do. *invalid_dsn then tells whether libpq could not even parse dsn, so that no retry will help. */
-PGconn *pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn, char *err,
-		   size_t errlen);
+PGconn *source_pg_connect(const char *dsn, const char *password, pg_conn_kind kind, bool *invalid_dsn,
+			  char *err, size_t errlen);
 
 /* The highest pgoutput protocol a server of this version (150008 for 15.8) speaks. That is 1, 2 (14,
  * streamed transactions), 3 (15, two-phase) or 4 (16, parallel streaming). */
-int pg_protocol_for(int server_version);
+int source_pg_protocol_for(int server_version);
 
 /* The first line of a libpq or server message. It is in a static buffer, so use it before the next
  * call. */
-const char *pg_one_line(const char *msg);
+const char *source_pg_one_line(const char *msg);
 /* text between quote characters quote, each quote inside doubled. With '"' it is an SQL identifier.
  * With '\'' it is an SQL or replication-command string literal, with standard_conforming_strings as
  * walsenders parse them. */
-void pg_append_quoted(buf *buffer, const char *text, char quote);
+void source_pg_append_quoted(buf *buffer, const char *text, char quote);
 /* "schema"."table", each part between double quotes and a quote inside doubled. A statement naming it
  * runs as it is, whatever the names. It is also a pattern match_table takes exactly. */
-void pg_append_table(buf *buffer, const char *schema, const char *table);
+void source_pg_append_table(buf *buffer, const char *schema, const char *table);
 /* An SQL identifier, quoted by libpq for conn's encoding. */
-void pg_append_ident(buf *buffer, PGconn *conn, const char *name);
+void source_pg_append_ident(buf *buffer, PGconn *conn, const char *name);
 
 /* The key a backfill reads a table by, for a query over pg_class c. k.name is the index (NULL if
  * none), and k.cols its columns' attnums in order. It is the primary key, else the replica identity
@@ -107,10 +107,10 @@ typedef struct pg_slot_row {
  * The columns 17 added are read through to_jsonb, and 18's setting from pg_settings. */
 extern const char pg_slot_sql[];
 /* Fills row from res, pg_slot_sql's answer (tuples). */
-void pg_slot_parse(const PGresult *res, pg_slot_row *row);
+void source_pg_slot_parse(const PGresult *res, pg_slot_row *row);
 /* A logical slot that another session is creating. pg_create_logical_replication_slot() lists it,
  * held by that session (active_pid), before it names the plugin (empty until then). */
-bool pg_slot_being_created(const pg_slot_row *row);
+bool source_pg_slot_being_created(const pg_slot_row *row);
 
 /* How the publication $1 holds each table, for a query over pg_class c. PG_PUB_WITH_14 or _15 opens
  * the query with its common table expressions (PostgreSQL 15 added TABLES IN SCHEMA). PG_PUB_JOIN
@@ -154,14 +154,14 @@ bool pg_slot_being_created(const pg_slot_row *row);
  * - whether the publication holds it (pub_c.member).
  * - the schema and name of the partitioned table it is a partition of (NULL when it is none).
  * Rows are sorted by schema, then table, as strcmp orders them. */
-const char *pg_publication_tables_sql(int server_version);
+const char *source_pg_publication_tables_sql(int server_version);
 typedef struct pg_table_row {
 	const char *schema, *name;
 	bool owned, published;
 	const char *parent_schema, *parent_name; /* NULL if not a partition */
 } pg_table_row;
-/* pg_publication_tables_sql's answer as rows pointing into res (the caller frees the array). */
-pg_table_row *pg_table_rows(const PGresult *res, size_t *count);
+/* source_pg_publication_tables_sql's answer as rows pointing into res (the caller frees the array). */
+pg_table_row *source_pg_table_rows(const PGresult *res, size_t *count);
 
 /* What a CREATE PUBLICATION for source.publish is. It holds the statement cdc runs with source.create,
  * and what that needs of the role. PostgreSQL lets a superuser create any publication, and others only
@@ -172,8 +172,8 @@ pg_table_row *pg_table_rows(const PGresult *res, size_t *count);
  * are expanded into FOR TABLE against the tables that exist now.
  *
  * Any other role gets FOR TABLE of the matching tables it owns, and the others are left out. With
- * none matching, it is a publication of no table, filled as they come (pg_publication_additions).
- * When tables match but it owns none, the plan is refused (pg_publication_refusal says the ways out).
+ * none matching, it is a publication of no table, filled as they come (source_pg_publication_additions).
+ * When tables match but it owns none, the plan is refused (source_pg_publication_refusal says the ways out).
  *
  * A partition whose partitioned ancestor matches is left to that ancestor. Every form publishes via
  * the partition root, so a partitioned table's changes arrive under its own name. generated_columns
@@ -190,29 +190,30 @@ typedef struct pg_publication_plan {
 	cfg_strlist missing;   /* why tables named one by one do not exist, with the closest names */
 	bool refused;	       /* tables match, and the role may publish none of them */
 } pg_publication_plan;
-/* The plan from the tables' rows, the pure part of pg_publication_plan_make. */
-void pg_publication_plan_build(pg_publication_plan *plan, const char *publication, const cfg_strlist *publish,
-			       const pg_table_row *rows, size_t count, bool superuser, int server_version,
-			       bool generated_columns);
+/* The plan from the tables' rows, the pure part of source_pg_publication_plan_make. */
+void source_pg_publication_plan_build(pg_publication_plan *plan, const char *publication,
+				      const cfg_strlist *publish, const pg_table_row *rows, size_t count,
+				      bool superuser, int server_version, bool generated_columns);
 /* Lists the tables and makes the plan for conn's role and server. False with err (the connection's
  * message) if listing the tables failed. */
-bool pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
-			      bool generated_columns, pg_publication_plan *plan, char *err,
-			      size_t errlen) CDC_MUST_CHECK;
-void pg_publication_plan_free(pg_publication_plan *plan);
+bool source_pg_publication_plan_make(PGconn *conn, const char *publication, const cfg_strlist *publish,
+				     bool generated_columns, pg_publication_plan *plan, char *err,
+				     size_t errlen) CDC_MUST_CHECK;
+void source_pg_publication_plan_free(pg_publication_plan *plan);
 /* Why a refused plan cannot be, and the ways out. They are the exact CREATE PUBLICATION a superuser
  * can run, making the role the tables' owner, or listing in source.publish tables it owns. */
-void pg_publication_refusal(const pg_publication_plan *plan, const char *publication, char *err,
-			    size_t errlen);
+void source_pg_publication_refusal(const pg_publication_plan *plan, const char *publication, char *err,
+				   size_t errlen);
 /* One line (no newline) naming a table the role may not add and the statement its owner runs. */
-void pg_publication_not_owned(buf *out, const char *publication, const char *schema, const char *table);
+void source_pg_publication_not_owned(buf *out, const char *publication, const char *schema,
+				     const char *table);
 /* ALTER PUBLICATION ... ADD TABLE for the tables publish matches that the publication lacks and the
  * role owns. sql is left empty when there are none. Each is appended to added (schema, then table). A
  * partition whose partitioned ancestor matches is left to that ancestor. A table the role does not own
  * and that is not in warned yet ("schema"."table") goes to warned. It also goes to warnings, as a line
- * of pg_publication_not_owned. */
-void pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
-			      const pg_table_row *rows, size_t count, cfg_strlist *added, cfg_strlist *warned,
-			      buf *warnings);
+ * of source_pg_publication_not_owned. */
+void source_pg_publication_additions(buf *sql, const char *publication, const cfg_strlist *publish,
+				     const pg_table_row *rows, size_t count, cfg_strlist *added,
+				     cfg_strlist *warned, buf *warnings);
 
 #endif

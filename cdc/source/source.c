@@ -84,25 +84,25 @@ static void repl_notice(void *arg, const PGresult *res);
 
 void source_redact(const source *s, char *err, size_t errlen)
 {
-	pg_redact(&s->secrets, err, errlen);
+	source_pg_redact(&s->secrets, err, errlen);
 }
 
 source *source_new(const source_settings *set)
 {
-	source *s = xcalloc(1, sizeof(*s));
-	s->dsn = xstrdup(set->dsn);
-	s->slot = xstrdup(set->slot);
-	s->publication = xstrdup(set->publication);
+	source *s = util_xcalloc(1, sizeof(*s));
+	s->dsn = util_xstrdup(set->dsn);
+	s->slot = util_xstrdup(set->slot);
+	s->publication = util_xstrdup(set->publication);
 	s->create = set->create;
 	s->failover = set->failover;
 	s->heartbeat = set->heartbeat;
-	s->primary_dsn = xstrdup(set->primary_dsn ? set->primary_dsn : "");
+	s->primary_dsn = util_xstrdup(set->primary_dsn ? set->primary_dsn : "");
 	source_set_password(s, set->password); /* and the secrets to redact */
 	PQconninfoOption *opts = s->primary_dsn[0] ? PQconninfoParse(s->primary_dsn, NULL) : NULL;
 	s->primary_dsn_invalid = s->primary_dsn[0] && !opts;
 	PQconninfoFree(opts);
 	s->ddl = set->ddl;
-	s->state_dir = xstrdup(set->state_dir ? set->state_dir : ".");
+	s->state_dir = util_xstrdup(set->state_dir ? set->state_dir : ".");
 	s->generated_columns = set->generated_columns;
 	for (size_t i = 0; i < set->npublish; i++)
 		cfg_strlist_push(&s->publish, set->publish[i]);
@@ -121,7 +121,7 @@ void source_disconnect(source *s)
 	s->admin_busy = ADMIN_IDLE;
 	s->primary_busy = ADMIN_IDLE;
 	s->health = (source_slot_health){0};
-	catalog_free(s->catalog);
+	source_catalog_free(s->catalog);
 	free(s->catalog);
 	s->catalog = NULL;
 	buf_reset(&s->pub_sql);
@@ -141,7 +141,7 @@ void source_free(source *s)
 	cfg_strlist_free(&s->pub_added);
 	cfg_strlist_free(&s->pub_warned);
 	source_set_password(s, NULL);
-	pg_secrets_free(&s->secrets);
+	source_pg_secrets_free(&s->secrets);
 	free(s->dsn);
 	free(s->primary_dsn);
 	free(s->slot);
@@ -155,11 +155,11 @@ void source_set_password(source *s, const char *password)
 	if (s->password)
 		explicit_bzero(s->password, strlen(s->password));
 	free(s->password);
-	s->password = password ? xstrdup(password) : NULL;
-	pg_secrets_free(&s->secrets);
-	pg_secrets_init(&s->secrets, s->dsn);
-	pg_secrets_add(&s->secrets, s->primary_dsn);
-	pg_secrets_add_value(&s->secrets, password);
+	s->password = password ? util_xstrdup(password) : NULL;
+	source_pg_secrets_free(&s->secrets);
+	source_pg_secrets_init(&s->secrets, s->dsn);
+	source_pg_secrets_add(&s->secrets, s->primary_dsn);
+	source_pg_secrets_add_value(&s->secrets, password);
 }
 
 /* A notice or warning the server sends (a failover slot's walsender waiting for a standby, say). It
@@ -180,8 +180,8 @@ static void on_notice(void *arg, const PGresult *res)
 static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 {
 	bool invalid = false;
-	PGconn *conn = pg_connect(s->dsn, s->password, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY,
-				  &invalid, err, errlen);
+	PGconn *conn = source_pg_connect(
+	    s->dsn, s->password, replication ? PG_CONN_REPLICATION : PG_CONN_ORDINARY, &invalid, err, errlen);
 	s->dsn_invalid |= invalid;
 	if (conn)
 		PQsetNoticeReceiver(conn, on_notice, NULL);
@@ -193,11 +193,11 @@ static PGconn *connect_db(source *s, bool replication, char *err, size_t errlen)
 static void add_fix(char *err, size_t errlen, pg_fix *f)
 {
 	buf b = {0};
-	pg_fix_text(f, &b);
+	source_fix_text(f, &b);
 	size_t n = strlen(err);
 	snprintf(err + n, errlen > n ? errlen - n : 0, ". %s", b.data);
 	buf_free(&b);
-	pg_fix_free(f);
+	source_fix_free(f);
 }
 
 /* The replication connection was refused. The role lacks REPLICATION, or every WAL sender is taken. */
@@ -206,12 +206,13 @@ static void repl_refused(source *s, char *err, size_t errlen)
 	pg_fix f = {0};
 	char why[256];
 	if (strstr(err, "replication role") || strstr(err, "permission denied to start WAL sender")) {
-		pg_fix_role_replication(PQuser(s->admin), &f);
+		source_fix_role_replication(PQuser(s->admin), &f);
 		add_fix(err, errlen, &f);
-	} else if (strstr(err, "max_wal_senders") && pg_fix_slots_full(s->admin, true, &f, why, sizeof(why)))
+	} else if (strstr(err, "max_wal_senders") &&
+		   source_fix_slots_full(s->admin, true, &f, why, sizeof(why)))
 		add_fix(err, errlen, &f);
 	else
-		pg_fix_free(&f);
+		source_fix_free(&f);
 }
 
 /* A failed query, transient if the connection is gone or the object is busy, else fatal. */
@@ -219,7 +220,7 @@ static source_result query_failed(PGconn *conn, PGresult *res, const char *what,
 {
 	const char *sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	bool busy = sqlstate && strcmp(sqlstate, "55006") == 0; /* sqlstate is res's (before PQclear) */
-	errf(err, errlen, "%s failed: %s", what, pg_one_line(PQerrorMessage(conn)));
+	util_errf(err, errlen, "%s failed: %s", what, source_pg_one_line(PQerrorMessage(conn)));
 	PQclear(res);
 	return PQstatus(conn) != CONNECTION_OK || busy ? SOURCE_RETRY : SOURCE_FATAL;
 }
@@ -238,11 +239,11 @@ static source_result check_wal_level(source *s, char *err, size_t errlen)
 		return SOURCE_OK;
 	pg_fix f = {0};
 	char why[256];
-	errf(err, errlen, "wal_level is %s, and logical decoding needs logical", level);
-	if (pg_fix_wal_level(s->admin, &f, why, sizeof(why)))
+	util_errf(err, errlen, "wal_level is %s, and logical decoding needs logical", level);
+	if (source_fix_wal_level(s->admin, &f, why, sizeof(why)))
 		add_fix(err, errlen, &f);
 	else
-		pg_fix_free(&f);
+		source_fix_free(&f);
 	return SOURCE_FATAL;
 }
 
@@ -270,16 +271,17 @@ static source_result generated_columns(source *s, const char *pubgencols, char *
 {
 	int v = PQserverVersion(s->admin);
 	if (s->generated_columns && v < 180000) {
-		errf(err, errlen,
-		     "source.publish_generated_columns: PostgreSQL %d.%d never publishes generated columns "
-		     "(18 is the first that can): remove the setting, or have consumers compute the column "
-		     "from the others",
-		     v / 10000, v % 10000);
+		util_errf(
+		    err, errlen,
+		    "source.publish_generated_columns: PostgreSQL %d.%d never publishes generated columns "
+		    "(18 is the first that can): remove the setting, or have consumers compute the column "
+		    "from the others",
+		    v / 10000, v % 10000);
 		return SOURCE_FATAL;
 	}
 	if (s->generated_columns && pubgencols && strcmp(pubgencols, "n") == 0) {
 		buf q = {0};
-		pg_append_quoted(&q, s->publication, '"');
+		source_pg_append_quoted(&q, s->publication, '"');
 		log_warn(
 		    "the publication does not publish generated columns, though "
 		    "source.publish_generated_columns is true: events carry none",
@@ -308,40 +310,42 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	if (exists || r != SOURCE_OK)
 		return r;
 	pg_publication_plan plan;
-	if (!pg_publication_plan_make(s->admin, s->publication, &s->publish, s->generated_columns, &plan, err,
-				      errlen)) {
-		pg_publication_plan_free(&plan);
+	if (!source_pg_publication_plan_make(s->admin, s->publication, &s->publish, s->generated_columns,
+					     &plan, err, errlen)) {
+		source_pg_publication_plan_free(&plan);
 		return PQstatus(s->admin) != CONNECTION_OK ? SOURCE_RETRY : SOURCE_FATAL;
 	}
 	if (!s->create) {
 		pg_fix f = {0};
-		pg_fix_create_publication(plan.refused ? plan.superuser_sql.data : plan.sql.data, &f);
+		source_fix_create_publication(plan.refused ? plan.superuser_sql.data : plan.sql.data, &f);
 		buf q = {0};
-		pg_append_quoted(&q, s->publication, '"');
-		errf(err, errlen, "publication %s does not exist%s", q.data,
-		     s->server.in_recovery ? " (create it on the primary: this server is a standby)" : "");
+		source_pg_append_quoted(&q, s->publication, '"');
+		util_errf(err, errlen, "publication %s does not exist%s", q.data,
+			  s->server.in_recovery ? " (create it on the primary: this server is a standby)"
+						: "");
 		add_fix(err, errlen, &f);
 		buf_free(&q);
-		pg_publication_plan_free(&plan);
+		source_pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
 	if (s->server.in_recovery) {
 		/* The catalog is the primary's. A standby cannot create it, and shows it once made. */
-		errf(err, errlen,
-		     "publication %s does not exist, and this server (%s) is a standby: create it on the "
-		     "primary (%s); source.create makes only the slot on a standby",
-		     s->publication, s->server.host, plan.sql.data);
-		pg_publication_plan_free(&plan);
+		util_errf(
+		    err, errlen,
+		    "publication %s does not exist, and this server (%s) is a standby: create it on the "
+		    "primary (%s); source.create makes only the slot on a standby",
+		    s->publication, s->server.host, plan.sql.data);
+		source_pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
 	if (plan.refused) {
-		pg_publication_refusal(&plan, s->publication, err, errlen);
-		pg_publication_plan_free(&plan);
+		source_pg_publication_refusal(&plan, s->publication, err, errlen);
+		source_pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
 	if (plan.missing.n) { /* a misspelt name, under which nothing would ever arrive */
-		errf(err, errlen, "%s: correct it, or create the table first", plan.missing.v[0]);
-		pg_publication_plan_free(&plan);
+		util_errf(err, errlen, "%s: correct it, or create the table first", plan.missing.v[0]);
+		source_pg_publication_plan_free(&plan);
 		return SOURCE_FATAL;
 	}
 	for (size_t i = 0; i < plan.no_match.n; i++)
@@ -352,9 +356,10 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 	/* the tables left out, once. Keeping the publication current warns about the others. */
 	for (size_t i = 0; i + 1 < plan.not_owned.n; i += 2) {
 		buf w = {0}, q = {0};
-		pg_publication_not_owned(&w, s->publication, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
+		source_pg_publication_not_owned(&w, s->publication, plan.not_owned.v[i],
+						plan.not_owned.v[i + 1]);
 		log_warn("publication", "warning=\"%s\"", w.data);
-		pg_append_table(&q, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
+		source_pg_append_table(&q, plan.not_owned.v[i], plan.not_owned.v[i + 1]);
 		cfg_strlist_push(&s->pub_warned, q.data);
 		buf_free(&w);
 		buf_free(&q);
@@ -370,16 +375,16 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 		    sqlstate && strcmp(sqlstate, "42501") == 0 && !plan.superuser; /* CREATE on it */
 		r = query_failed(s->admin, res, "creating the publication", err, errlen);
 		pg_fix f = {0};
-		pg_fix_create_on_database(PQdb(s->admin), PQuser(s->admin), plan.sql.data, &f);
+		source_fix_create_on_database(PQdb(s->admin), PQuser(s->admin), plan.sql.data, &f);
 		if (denied)
 			add_fix(err, errlen, &f);
 		else
-			pg_fix_free(&f);
+			source_fix_free(&f);
 	} else {
 		PQclear(res);
 		log_info("created publication", "publication=%s sql=\"%s\"", s->publication, plan.sql.data);
 	}
-	pg_publication_plan_free(&plan);
+	source_pg_publication_plan_free(&plan);
 	return r;
 }
 
@@ -387,15 +392,15 @@ static source_result ensure_publication(source *s, char *err, size_t errlen)
 static source_result read_catalog(source *s, catalog *c, char *err, size_t errlen)
 {
 	const char *params[] = {s->publication};
-	PGresult *res = exec_params(s->admin, catalog_sql(PQserverVersion(s->admin)), 1, params);
+	PGresult *res = exec_params(s->admin, source_catalog_sql(PQserverVersion(s->admin)), 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "reading the tables' replica identities and keys", err,
 				    errlen);
-	bool ok = catalog_add_result(c, res);
+	bool ok = source_catalog_add_result(c, res);
 	PQclear(res);
 	if (!ok)
-		return errf(err, errlen,
-			    "reading the tables' replica identities and keys: an unexpected result"),
+		return util_errf(err, errlen,
+				 "reading the tables' replica identities and keys: an unexpected result"),
 		       SOURCE_FATAL;
 	return SOURCE_OK;
 }
@@ -405,7 +410,7 @@ static source_result read_catalog(source *s, catalog *c, char *err, size_t errle
  * without the DDL events it was told to deliver. */
 static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 {
-	ddl_trigger_state st = ddl_trigger_check(s->admin, err, errlen);
+	ddl_trigger_state st = source_ddl_trigger_check(s->admin, err, errlen);
 	char why[512] = "";
 	if (st == DDL_TRIGGER_MISSING && s->create) {
 		PGresult *res = PQexec(s->admin, ddl_trigger_sql);
@@ -414,7 +419,7 @@ static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 		bool denied = sqlstate && strcmp(sqlstate, "42501") == 0;
 		bool meanwhile = !done && created_meanwhile(res); /* another cdc of the database */
 		if (!done)
-			snprintf(why, sizeof(why), "%s", pg_one_line(PQerrorMessage(s->admin)));
+			snprintf(why, sizeof(why), "%s", source_pg_one_line(PQerrorMessage(s->admin)));
 		PQclear(res);
 		if (done)
 			log_info("created cdc's DDL event trigger",
@@ -422,10 +427,10 @@ static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 		if (!done)
 			PQclear(PQexec(s->admin, "ROLLBACK"));
 		if (done || meanwhile)
-			st = ddl_trigger_check(s->admin, err, errlen);
+			st = source_ddl_trigger_check(s->admin, err, errlen);
 		else if (!denied)
 			st = DDL_TRIGGER_FAILED,
-			errf(err, errlen, "creating cdc's DDL event trigger failed: %s", why);
+			util_errf(err, errlen, "creating cdc's DDL event trigger failed: %s", why);
 	}
 	if (st == DDL_TRIGGER_OK)
 		return SOURCE_OK;
@@ -437,15 +442,16 @@ static source_result ensure_ddl_trigger(source *s, char *err, size_t errlen)
 	buf_printf(&file, "-- cdc's DDL event trigger (source.ddl): run as a superuser in database %s\n%s",
 		   PQdb(s->admin), ddl_trigger_sql);
 	char ferr[256];
-	bool written = file_replace(path.data, file.data, file.len, 0644, ferr, sizeof(ferr));
-	errf(err, errlen,
-	     "source.ddl: cdc's DDL event trigger is not in database %s%s%s, and only a superuser can "
-	     "create an event trigger: have one run `psql -d %s -f %s` (%s%s), then start cdc again, or "
-	     "set source.ddl: false",
-	     PQdb(s->admin), s->create ? " and cdc could not create it: " : " (source.create is off)",
-	     s->create ? why : "", PQdb(s->admin), written ? path.data : "FILE",
-	     written ? "the statements, written just now" : "FILE: the statements in README \"DDL events\"; ",
-	     written ? "" : ferr);
+	bool written = fsutil_replace(path.data, file.data, file.len, 0644, ferr, sizeof(ferr));
+	util_errf(err, errlen,
+		  "source.ddl: cdc's DDL event trigger is not in database %s%s%s, and only a superuser can "
+		  "create an event trigger: have one run `psql -d %s -f %s` (%s%s), then start cdc again, or "
+		  "set source.ddl: false",
+		  PQdb(s->admin), s->create ? " and cdc could not create it: " : " (source.create is off)",
+		  s->create ? why : "", PQdb(s->admin), written ? path.data : "FILE",
+		  written ? "the statements, written just now"
+			  : "FILE: the statements in README \"DDL events\"; ",
+		  written ? "" : ferr);
 	buf_free(&path);
 	buf_free(&file);
 	return SOURCE_FATAL;
@@ -468,7 +474,7 @@ static source_result load_primary_keys(source *s, pgo_relcache *rc, char *err, s
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up primary keys", err, errlen);
 	int n = PQntuples(res);
-	const char **names = xcalloc((size_t)n + 1, sizeof(char *));
+	const char **names = util_xcalloc((size_t)n + 1, sizeof(char *));
 	for (int i = 0, first = 0; i < n; i++) {
 		names[i - first] = PQgetvalue(res, i, 1);
 		if (i + 1 == n || strcmp(PQgetvalue(res, i + 1, 0), PQgetvalue(res, i, 0)) != 0) {
@@ -490,12 +496,13 @@ static source_result read_slot(source *s, slot_row *row, char *err, size_t errle
 	PGresult *res = exec_params(s->admin, pg_slot_sql, 1, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		return query_failed(s->admin, res, "looking up the replication slot", err, errlen);
-	pg_slot_parse(res, row);
+	source_pg_slot_parse(res, row);
 	PQclear(res);
 	if (row->exists && strcmp(row->database, row->current_database) != 0 &&
 	    strcmp(row->type, "logical") == 0) {
-		errf(err, errlen, "replication slot %s belongs to database %s, but source.dsn connects to %s",
-		     s->slot, row->database, row->current_database);
+		util_errf(err, errlen,
+			  "replication slot %s belongs to database %s, but source.dsn connects to %s",
+			  s->slot, row->database, row->current_database);
 		return SOURCE_FATAL;
 	}
 	return SOURCE_OK;
@@ -508,9 +515,10 @@ static PGconn *writer(source *s, char *err, size_t errlen)
 	if (!s->server.in_recovery)
 		return s->admin;
 	if (!s->primary_dsn[0]) {
-		errf(err, errlen,
-		     "the server is a standby, which cannot be written to: set source.primary_dsn to its "
-		     "primary");
+		util_errf(
+		    err, errlen,
+		    "the server is a standby, which cannot be written to: set source.primary_dsn to its "
+		    "primary");
 		return NULL;
 	}
 	if (s->primary && PQstatus(s->primary) != CONNECTION_OK) {
@@ -519,12 +527,12 @@ static PGconn *writer(source *s, char *err, size_t errlen)
 		s->primary_busy = ADMIN_IDLE;
 	}
 	if (s->primary_dsn_invalid) {
-		errf(err, errlen, "source.primary_dsn is not a valid connection string");
+		util_errf(err, errlen, "source.primary_dsn is not a valid connection string");
 		return NULL;
 	}
 	bool invalid;
-	if (!s->primary &&
-	    (s->primary = pg_connect(s->primary_dsn, s->password, PG_CONN_ORDINARY, &invalid, err, errlen)))
+	if (!s->primary && (s->primary = source_pg_connect(s->primary_dsn, s->password, PG_CONN_ORDINARY,
+							   &invalid, err, errlen)))
 		PQsetNoticeReceiver(s->primary, on_notice, NULL);
 	if (!s->primary)
 		snprintf(err + strlen(err), errlen - strlen(err), " (source.primary_dsn)");
@@ -544,40 +552,41 @@ static PGresult *create_on_standby(source *s, const char *sql, int n, const char
 		 "SELECT pg_log_standby_snapshot() on the primary writes one at once)",
 		 "slot=%s primary_dsn=%s", s->slot, s->primary_dsn[0] ? "set (cdc asks it)" : "unset");
 	if (!PQsendQueryParams(s->admin, sql, n, NULL, params, NULL, NULL, 0)) {
-		errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+		util_errf(err, errlen, "%s", source_pg_one_line(PQerrorMessage(s->admin)));
 		return NULL;
 	}
 	char why[512];
-	for (uint64_t until = now_ms() + STANDBY_SNAPSHOT_WAIT_MS;;) {
+	for (uint64_t until = util_now_ms() + STANDBY_SNAPSHOT_WAIT_MS;;) {
 		if (s->primary_dsn[0]) {
 			PGconn *p = writer(s, why, sizeof(why));
 			PGresult *r = p ? PQexec(p, "SELECT pg_catalog.pg_log_standby_snapshot()") : NULL;
 			if (!p || PQresultStatus(r) != PGRES_TUPLES_OK)
 				log_warn("cannot ask the primary for a running-transactions record",
-					 "error=\"%s\"", p ? pg_one_line(PQerrorMessage(p)) : why);
+					 "error=\"%s\"", p ? source_pg_one_line(PQerrorMessage(p)) : why);
 			PQclear(r);
 		}
 		struct pollfd pfd = {.fd = PQsocket(s->admin), .events = POLLIN};
 		if (poll(&pfd, 1, 1000) < 0 || !PQconsumeInput(s->admin)) {
-			errf(err, errlen, "%s", pg_one_line(PQerrorMessage(s->admin)));
+			util_errf(err, errlen, "%s", source_pg_one_line(PQerrorMessage(s->admin)));
 			return NULL;
 		}
 		if (!PQisBusy(s->admin))
 			break;
-		if (now_ms() >= until) {
+		if (util_now_ms() >= until) {
 			PGcancel *c = PQgetCancel(s->admin);
 			PQcancel(c, why, sizeof(why));
 			PQfreeCancel(c);
 			PGresult *r;
 			while ((r = PQgetResult(s->admin)))
 				PQclear(r);
-			errf(err, errlen,
-			     "creating replication slot %s on the standby waited %d s for a "
-			     "running-transactions "
-			     "record from the primary: run SELECT pg_log_standby_snapshot() on the primary, "
-			     "or set "
-			     "source.primary_dsn so that cdc asks it",
-			     s->slot, STANDBY_SNAPSHOT_WAIT_MS / 1000);
+			util_errf(
+			    err, errlen,
+			    "creating replication slot %s on the standby waited %d s for a "
+			    "running-transactions "
+			    "record from the primary: run SELECT pg_log_standby_snapshot() on the primary, "
+			    "or set "
+			    "source.primary_dsn so that cdc asks it",
+			    s->slot, STANDBY_SNAPSHOT_WAIT_MS / 1000);
 			return NULL;
 		}
 	}
@@ -620,10 +629,10 @@ static source_result create_slot(source *s, bool exists_ok, char *err, size_t er
 		source_result r = query_failed(s->admin, res, "creating the replication slot", err, errlen);
 		pg_fix f = {0};
 		char why[256];
-		if (full && pg_fix_slots_full(s->admin, false, &f, why, sizeof(why)))
+		if (full && source_fix_slots_full(s->admin, false, &f, why, sizeof(why)))
 			add_fix(err, errlen, &f);
 		else
-			pg_fix_free(&f);
+			source_fix_free(&f);
 		return r;
 	}
 	log_info("created replication slot", "slot=%s plugin=pgoutput lsn=%s failover=%s on=%s", s->slot,
@@ -635,8 +644,8 @@ static source_result create_slot(source *s, bool exists_ok, char *err, size_t er
 /* PostgreSQL lets one connection stream a slot. Whoever holds it is active, and this cdc a standby. */
 static source_result slot_busy(source *s, int pid, char *err, size_t errlen)
 {
-	errf(err, errlen, "replication slot %s is streamed by another process (walsender PID %d)", s->slot,
-	     pid);
+	util_errf(err, errlen, "replication slot %s is streamed by another process (walsender PID %d)",
+		  s->slot, pid);
 	s->holder = pid;
 	return SOURCE_BUSY;
 }
@@ -660,26 +669,27 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 				size_t errlen)
 {
 	char rec[LSN_STRLEN], cur[LSN_STRLEN];
-	lsn_format(have_st ? st->flushed_lsn : 0, rec);
-	lsn_format(row->confirmed_flush, cur);
+	util_lsn_format(have_st ? st->flushed_lsn : 0, rec);
+	util_lsn_format(row->confirmed_flush, cur);
 	/* Another process (a cdc started at the same moment) is creating it, since PostgreSQL lists the
 	 * slot before its plugin. Wait as a standby and look again, as for a slot another process
 	 * streams. */
-	if (pg_slot_being_created(row)) {
+	if (source_pg_slot_being_created(row)) {
 		log_info("replication slot being created by another process; waiting for it",
 			 "slot=%s pid=%d", s->slot, row->active_pid);
 		return slot_busy(s, row->active_pid, err, errlen);
 	}
 	if (strcmp(row->type, "logical") != 0 || strcmp(row->plugin, "pgoutput") != 0) {
-		errf(err, errlen,
-		     "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
-		     "pgoutput: "
-		     "choose another source.slot, or drop this one if nothing else uses it",
-		     s->slot, row->plugin[0] ? row->plugin : "none", row->type);
+		util_errf(
+		    err, errlen,
+		    "replication slot %s uses plugin %s (%s slot), but cdc needs a logical slot with plugin "
+		    "pgoutput: "
+		    "choose another source.slot, or drop this one if nothing else uses it",
+		    s->slot, row->plugin[0] ? row->plugin : "none", row->type);
 		return SOURCE_FATAL;
 	}
 	if (strcmp(row->wal_status, "lost") == 0) {
-		errf(
+		util_errf(
 		    err, errlen,
 		    "replication slot %s has lost WAL it needed (wal_status = lost%s%s%s): changes after %s "
 		    "are gone from the server. Set source.on_slot_lost: resync to have cdc recreate the slot "
@@ -693,7 +703,7 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	}
 	if (s->server.in_recovery && row->synced) {
 		/* retried, since the standby may be promoted, or the next connection reach the primary */
-		errf(
+		util_errf(
 		    err, errlen,
 		    "replication slot %s on %s, a standby, is a copy synchronized from the primary, which "
 		    "only a promotion makes usable: point source.dsn at the primary; with several hosts, add "
@@ -707,13 +717,14 @@ static source_result check_slot(source *s, const slot_row *row, const state *st,
 	if (have_st && row->confirmed_flush > st->flushed_lsn && !s->after_standby) {
 		buf note = {0};
 		promotion_note(s, &note);
-		errf(err, errlen,
-		     "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
-		     "something else consumed or advanced the slot, or it was dropped and recreated, so "
-		     "changes in between may never have been delivered.%s Set source.on_slot_lost: resync to "
-		     "have cdc recreate the slot and backfill every subscription, or resynchronise "
-		     "consumers, then remove %s to accept the slot's position",
-		     s->slot, cur, rec, note.len ? note.data : "", "state_dir/position");
+		util_errf(
+		    err, errlen,
+		    "replication slot %s is at %s, ahead of the position cdc recorded in state_dir (%s): "
+		    "something else consumed or advanced the slot, or it was dropped and recreated, so "
+		    "changes in between may never have been delivered.%s Set source.on_slot_lost: resync to "
+		    "have cdc recreate the slot and backfill every subscription, or resynchronise "
+		    "consumers, then remove %s to accept the slot's position",
+		    s->slot, cur, rec, note.len ? note.data : "", "state_dir/position");
 		buf_free(&note);
 		s->gap = SOURCE_GAP_SLOT_LOST; /* as good as lost, since what it skipped is gone */
 		return SOURCE_GAP;
@@ -729,7 +740,7 @@ static source_result turn_on_failover(source *s, const slot_row *row, char *err,
 		return SOURCE_OK;
 	buf sql = {0};
 	buf_puts(&sql, "ALTER_REPLICATION_SLOT ");
-	pg_append_quoted(&sql, s->slot, '"');
+	source_pg_append_quoted(&sql, s->slot, '"');
 	buf_puts(&sql, " ( FAILOVER true )");
 	PGresult *res = PQexec(s->repl, sql.data);
 	buf_free(&sql);
@@ -750,15 +761,16 @@ static source_result identify(source *s, state *st, bool have_st, char *err, siz
 	s->server.timeline = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
 	if (have_st && strcmp(st->system_id, s->system_id) != 0) {
-		errf(err, errlen,
-		     "state_dir belongs to database system %s, but the server is system %s: give this server "
-		     "its "
-		     "own state_dir",
-		     st->system_id, s->system_id);
+		util_errf(
+		    err, errlen,
+		    "state_dir belongs to database system %s, but the server is system %s: give this server "
+		    "its "
+		    "own state_dir",
+		    st->system_id, s->system_id);
 		return SOURCE_FATAL;
 	}
 	if (have_st && strcmp(st->slot, s->slot) != 0) {
-		errf(
+		util_errf(
 		    err, errlen,
 		    "state_dir records the position of slot %s, but source.slot is %s: use another state_dir",
 		    st->slot, s->slot);
@@ -776,10 +788,10 @@ static source_result server_role(source *s, char *err, size_t errlen)
 	snprintf(v->host, sizeof(v->host), "%s:%s", PQhost(s->repl), PQport(s->repl));
 	snprintf(admin_host, sizeof(admin_host), "%s:%s", PQhost(s->admin), PQport(s->admin));
 	if (strcmp(v->host, admin_host) != 0) {
-		errf(err, errlen,
-		     "the replication connection reached %s, the ordinary one %s: with several hosts in "
-		     "source.dsn, add target_session_attrs=read-write (or primary)",
-		     v->host, admin_host);
+		util_errf(err, errlen,
+			  "the replication connection reached %s, the ordinary one %s: with several hosts in "
+			  "source.dsn, add target_session_attrs=read-write (or primary)",
+			  v->host, admin_host);
 		return SOURCE_RETRY;
 	}
 	PGresult *res = PQexec(s->admin, "SELECT pg_catalog.pg_is_in_recovery()");
@@ -789,7 +801,7 @@ static source_result server_role(source *s, char *err, size_t errlen)
 	PQclear(res);
 	int ver = PQserverVersion(s->admin);
 	if (s->failover && ver < 170000) {
-		errf(
+		util_errf(
 		    err, errlen,
 		    "source.failover needs PostgreSQL 17 or later (failover slots), and the server is %d.%d: "
 		    "remove it; before 17 a promotion loses the slot, and source.on_slot_lost says what cdc "
@@ -801,22 +813,24 @@ static source_result server_role(source *s, char *err, size_t errlen)
 		return SOURCE_OK;
 	/* A standby is retried. It may be promoted, or the next connection may reach the primary. */
 	if (s->failover) {
-		errf(err, errlen,
-		     "%s is a standby, and source.failover needs the primary (a failover slot is made on "
-		     "the primary and synchronized to its standbys): point source.dsn at the primary; with "
-		     "several hosts, add target_session_attrs=read-write",
-		     v->host);
+		util_errf(
+		    err, errlen,
+		    "%s is a standby, and source.failover needs the primary (a failover slot is made on "
+		    "the primary and synchronized to its standbys): point source.dsn at the primary; with "
+		    "several hosts, add target_session_attrs=read-write",
+		    v->host);
 		return SOURCE_RETRY;
 	}
 	if (ver < 160000) {
-		errf(err, errlen,
-		     "%s is a standby, and PostgreSQL %d cannot decode on a standby (16 can): point "
-		     "source.dsn at the primary; with several hosts, add target_session_attrs=read-write",
-		     v->host, ver / 10000);
+		util_errf(
+		    err, errlen,
+		    "%s is a standby, and PostgreSQL %d cannot decode on a standby (16 can): point "
+		    "source.dsn at the primary; with several hosts, add target_session_attrs=read-write",
+		    v->host, ver / 10000);
 		return SOURCE_RETRY;
 	}
 	if (s->heartbeat && !s->primary_dsn[0]) {
-		errf(
+		util_errf(
 		    err, errlen,
 		    "source.heartbeat writes a message into the WAL, which a standby cannot (%s is one): set "
 		    "source.primary_dsn to its primary, where cdc then writes it, or remove source.heartbeat",
@@ -885,29 +899,30 @@ static source_result check_timeline(source *s, const state *st, bool have_st, ui
 					return query_failed(s->repl, history, "TIMELINE_HISTORY", err,
 							    errlen);
 			}
-			known = failover_switch_point(PQgetvalue(history, 0, 1),
-						      (size_t)PQgetlength(history, 0, 1), seen[i].tli, &end);
+			known = source_failover_switch_point(
+			    PQgetvalue(history, 0, 1), (size_t)PQgetlength(history, 0, 1), seen[i].tli, &end);
 		}
 		if (known && (seen[i].lsn <= end || slot_lsn > end))
 			continue;
 		char at[LSN_STRLEN], left[LSN_STRLEN];
-		lsn_format(seen[i].lsn, at);
-		lsn_format(end, left);
+		util_lsn_format(seen[i].lsn, at);
+		util_lsn_format(end, left);
 		if (known)
-			errf(err, errlen,
-			     "the server (%s) was promoted (timeline %u -> %u), and its history left "
-			     "timeline %u "
-			     "at %s, before position %s that cdc had read: what cdc delivered after %s never "
-			     "happened on this server, and its own changes from there would be skipped (the "
-			     "primary had sent cdc changes its standby did not have; on PostgreSQL 17, "
-			     "source.failover with synchronized_standby_slots on the primary prevents this). "
-			     "Set "
-			     "source.on_slot_lost: resync to have cdc recreate the slot and backfill every "
-			     "subscription (consumers replace what they hold: see the re-sync marker), or "
-			     "resynchronise consumers, then remove state_dir/position",
-			     v->host, seen[i].tli, v->timeline, seen[i].tli, left, at, left);
+			util_errf(
+			    err, errlen,
+			    "the server (%s) was promoted (timeline %u -> %u), and its history left "
+			    "timeline %u "
+			    "at %s, before position %s that cdc had read: what cdc delivered after %s never "
+			    "happened on this server, and its own changes from there would be skipped (the "
+			    "primary had sent cdc changes its standby did not have; on PostgreSQL 17, "
+			    "source.failover with synchronized_standby_slots on the primary prevents this). "
+			    "Set "
+			    "source.on_slot_lost: resync to have cdc recreate the slot and backfill every "
+			    "subscription (consumers replace what they hold: see the re-sync marker), or "
+			    "resynchronise consumers, then remove state_dir/position",
+			    v->host, seen[i].tli, v->timeline, seen[i].tli, left, at, left);
 		else
-			errf(
+			util_errf(
 			    err, errlen,
 			    "the server (%s) is on timeline %u, whose history does not pass through timeline "
 			    "%u "
@@ -928,19 +943,19 @@ static source_result check_timeline(source *s, const state *st, bool have_st, ui
 static source_result start_replication(source *s, uint64_t start, char *err, size_t errlen)
 {
 	int v = PQserverVersion(s->repl);
-	s->proto.proto_version = pg_protocol_for(v);
+	s->proto.proto_version = source_pg_protocol_for(v);
 	s->proto.stream_abort_info = s->proto.proto_version >= 4;
 	char lsn[LSN_STRLEN];
-	lsn_format(start, lsn);
+	util_lsn_format(start, lsn);
 	/* The slot is a quoted identifier of the replication grammar. publication_names is a string
 	 * literal holding a list of identifiers that pgoutput splits at commas. So the publication is
 	 * quoted twice, as an identifier ("" for a quote), then as a literal ('' for a quote). */
 	buf pubs = {0}, sql = {0};
-	pg_append_quoted(&pubs, s->publication, '"');
+	source_pg_append_quoted(&pubs, s->publication, '"');
 	buf_puts(&sql, "START_REPLICATION SLOT ");
-	pg_append_quoted(&sql, s->slot, '"');
+	source_pg_append_quoted(&sql, s->slot, '"');
 	buf_printf(&sql, " LOGICAL %s (proto_version '%d', publication_names ", lsn, s->proto.proto_version);
-	pg_append_quoted(&sql, pubs.data, '\'');
+	source_pg_append_quoted(&sql, pubs.data, '\'');
 	buf_free(&pubs);
 	if (s->proto.proto_version >= 2)
 		buf_printf(&sql, ", messages 'true', streaming '%s'",
@@ -954,7 +969,7 @@ static source_result start_replication(source *s, uint64_t start, char *err, siz
 		return query_failed(s->repl, res, "START_REPLICATION", err, errlen);
 	PQclear(res);
 	if (PQsetnonblocking(s->repl, 1) != 0) {
-		errf(err, errlen, "cannot make the replication connection non-blocking");
+		util_errf(err, errlen, "cannot make the replication connection non-blocking");
 		return SOURCE_RETRY;
 	}
 	log_info("streaming", "slot=%s publication=%s from=%s protocol=%d server=%d", s->slot, s->publication,
@@ -992,16 +1007,17 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 	if (!row.exists) {
 		if (have_st) {
 			char rec[LSN_STRLEN];
-			lsn_format(st->flushed_lsn, rec);
+			util_lsn_format(st->flushed_lsn, rec);
 			buf note = {0};
 			promotion_note(s, &note);
-			errf(err, errlen,
-			     "replication slot %s does not exist, but cdc recorded position %s in it: the "
-			     "slot was dropped and changes after %s are lost.%s cdc does not recreate it "
-			     "silently: set source.on_slot_lost: resync to have it recreate the slot and "
-			     "backfill every subscription, or resynchronise consumers, then remove "
-			     "state_dir/position to start from a new slot",
-			     s->slot, rec, rec, note.len ? note.data : "");
+			util_errf(
+			    err, errlen,
+			    "replication slot %s does not exist, but cdc recorded position %s in it: the "
+			    "slot was dropped and changes after %s are lost.%s cdc does not recreate it "
+			    "silently: set source.on_slot_lost: resync to have it recreate the slot and "
+			    "backfill every subscription, or resynchronise consumers, then remove "
+			    "state_dir/position to start from a new slot",
+			    s->slot, rec, rec, note.len ? note.data : "");
 			buf_free(&note);
 			s->gap = SOURCE_GAP_SLOT_LOST;
 			r = SOURCE_GAP;
@@ -1009,8 +1025,8 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		}
 		if (!s->create) {
 			pg_fix f = {0};
-			pg_fix_create_slot(s->slot, &f);
-			errf(err, errlen, "replication slot %s does not exist", s->slot);
+			source_fix_create_slot(s->slot, &f);
+			util_errf(err, errlen, "replication slot %s does not exist", s->slot);
 			add_fix(err, errlen, &f);
 			r = SOURCE_FATAL;
 			goto out;
@@ -1024,8 +1040,8 @@ source_result source_start(source *s, state *st, bool have_st, pgo_relcache *rc,
 		goto out;
 	if (have_st && row.confirmed_flush < st->flushed_lsn) {
 		char rec[LSN_STRLEN], cur[LSN_STRLEN];
-		lsn_format(st->flushed_lsn, rec);
-		lsn_format(row.confirmed_flush, cur);
+		util_lsn_format(st->flushed_lsn, rec);
+		util_lsn_format(row.confirmed_flush, cur);
 		/* The server saves confirmed positions lazily. After its crash the slot can be behind.
 		 * A failover slot's copy on a standby is synchronized every few seconds. */
 		log_info(
@@ -1092,15 +1108,15 @@ const pgo_options *source_protocol(const source *s)
  * (repl_notice). cdc treats that the same, rather than lose them without a word. */
 static bool publication_gap(source *s, const char *msg, char *err, size_t errlen)
 {
-	errf(err, errlen,
-	     "the server cannot decode the slot's changes: %s. The publication was created after the "
-	     "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
-	     "it was then, so every start fails the same way. Ways out: set "
-	     "source.on_publication_newer: resync to have cdc move the slot to the current WAL position "
-	     "and backfill every subscription (the changes in between arrive as reads of the rows as "
-	     "they are now); or drop the slot and remove state_dir/position to start afresh; or, if "
-	     "nothing else needs them, move the slot yourself past the publication's creation",
-	     pg_one_line(msg), s->slot);
+	util_errf(err, errlen,
+		  "the server cannot decode the slot's changes: %s. The publication was created after the "
+		  "position of replication slot %s, and the server reads the slot's WAL with the catalog as "
+		  "it was then, so every start fails the same way. Ways out: set "
+		  "source.on_publication_newer: resync to have cdc move the slot to the current WAL position "
+		  "and backfill every subscription (the changes in between arrive as reads of the rows as "
+		  "they are now); or drop the slot and remove state_dir/position to start afresh; or, if "
+		  "nothing else needs them, move the slot yourself past the publication's creation",
+		  source_pg_one_line(msg), s->slot);
 	source_redact(s, err, errlen);
 	s->gap = SOURCE_GAP_PUBLICATION_NEWER;
 	return true;
@@ -1119,7 +1135,7 @@ static source_result publication_skipped(source *s, char *err, size_t errlen)
 {
 	buf msg = {0};
 	buf_puts(&msg, "publication ");
-	pg_append_quoted(&msg, s->publication, '"');
+	source_pg_append_quoted(&msg, s->publication, '"');
 	buf_puts(&msg, " does not exist at this point in the WAL (the server skips the changes with the "
 		       "warning \"skipped loading publication\"; cdc stops rather than lose them)");
 	publication_gap(s, msg.data, err, errlen);
@@ -1144,7 +1160,8 @@ static void repl_notice(void *arg, const PGresult *res)
 
 static source_result lost(source *s, const char *what, char *err, size_t errlen)
 {
-	errf(err, errlen, "replication connection lost (%s): %s", what, pg_one_line(PQerrorMessage(s->repl)));
+	util_errf(err, errlen, "replication connection lost (%s): %s", what,
+		  source_pg_one_line(PQerrorMessage(s->repl)));
 	source_redact(s, err, errlen);
 	return SOURCE_RETRY;
 }
@@ -1199,9 +1216,9 @@ source_result source_read(source *s, const source_handler *h, char *err, size_t 
 		} else if (p[0] == 'k' && n >= 18) {
 			ok = h->keepalive(h->ctx, get_be64(p + 1), p[17] != 0, err, errlen);
 		} else {
-			ok = errf(err, errlen,
-				  "unexpected replication message '%c' of %d bytes from the server",
-				  p[0] >= 0x20 && p[0] < 0x7f ? p[0] : '?', n);
+			ok = util_errf(err, errlen,
+				       "unexpected replication message '%c' of %d bytes from the server",
+				       p[0] >= 0x20 && p[0] < 0x7f ? p[0] : '?', n);
 		}
 		PQfreemem(msg);
 		if (!ok)
@@ -1252,7 +1269,7 @@ static void server_result(source *s, PGresult *res)
 		return;
 	source_failover *f = &s->failover_state;
 	int n = PQntuples(res);
-	failover_slot *slots = xcalloc((size_t)n, sizeof(*slots));
+	failover_slot *slots = util_xcalloc((size_t)n, sizeof(*slots));
 	size_t k = 0;
 	for (int i = 0; i < n; i++)
 		if (!PQgetisnull(res, i, 4))
@@ -1261,7 +1278,8 @@ static void server_result(source *s, PGresult *res)
 	f->known = true;
 	f->slot_failover = PQgetvalue(res, 0, 3)[0] == 't';
 	snprintf(f->setting, sizeof(f->setting), "%s", PQgetvalue(res, 0, 2));
-	f->reason = failover_judge(s->slot, f->slot_failover, f->setting, slots, k, f->why, sizeof(f->why));
+	f->reason =
+	    source_failover_judge(s->slot, f->slot_failover, f->setting, slots, k, f->why, sizeof(f->why));
 	free(slots);
 }
 
@@ -1270,12 +1288,12 @@ static void server_result(source *s, PGresult *res)
 static void pub_listed(source *s, PGresult *res)
 {
 	size_t n;
-	pg_table_row *rows = pg_table_rows(res, &n);
+	pg_table_row *rows = source_pg_table_rows(res, &n);
 	buf warnings = {0};
 	cfg_strlist_free(&s->pub_adding);
 	buf_reset(&s->pub_sql);
-	pg_publication_additions(&s->pub_sql, s->publication, &s->publish, rows, n, &s->pub_adding,
-				 &s->pub_warned, &warnings);
+	source_pg_publication_additions(&s->pub_sql, s->publication, &s->publish, rows, n, &s->pub_adding,
+					&s->pub_warned, &warnings);
 	for (const char *p = warnings.data; p && *p; p += strcspn(p, "\n") + 1)
 		log_warn("publication", "warning=\"%.*s\"", (int)strcspn(p, "\n"), p);
 	buf_free(&warnings);
@@ -1287,24 +1305,24 @@ static void admin_result(source *s, int kind, PGresult *res)
 {
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (kind == ADMIN_CATALOG) {
-		catalog *c = xcalloc(1, sizeof(*c));
-		if (ok && catalog_add_result(c, res)) {
+		catalog *c = util_xcalloc(1, sizeof(*c));
+		if (ok && source_catalog_add_result(c, res)) {
 			s->catalog = c;
 			return;
 		}
-		errf(s->catalog_error, sizeof(s->catalog_error),
-		     "reading the tables' replica identities and keys: %s",
-		     ok ? "an unexpected result" : pg_one_line(PQresultErrorMessage(res)));
-		catalog_free(c);
+		util_errf(s->catalog_error, sizeof(s->catalog_error),
+			  "reading the tables' replica identities and keys: %s",
+			  ok ? "an unexpected result" : source_pg_one_line(PQresultErrorMessage(res)));
+		source_catalog_free(c);
 		free(c);
 		return;
 	}
 	if (kind == ADMIN_PUB_LIST || kind == ADMIN_PUB_ADD) {
 		bool done = ok || PQresultStatus(res) == PGRES_COMMAND_OK;
 		if (!done)
-			errf(s->pub_error, sizeof(s->pub_error), "%s the publication: %s",
-			     kind == ADMIN_PUB_LIST ? "listing the tables for" : "adding tables to",
-			     pg_one_line(PQresultErrorMessage(res)));
+			util_errf(s->pub_error, sizeof(s->pub_error), "%s the publication: %s",
+				  kind == ADMIN_PUB_LIST ? "listing the tables for" : "adding tables to",
+				  source_pg_one_line(PQresultErrorMessage(res)));
 		else if (kind == ADMIN_PUB_LIST)
 			pub_listed(s, res);
 		else
@@ -1321,18 +1339,18 @@ static void admin_result(source *s, int kind, PGresult *res)
 	if (kind == ADMIN_HEARTBEAT) {
 		/* PostgreSQL 17 added the function's fourth argument (flush boolean DEFAULT false) */
 		if (!ok)
-			errf(s->heartbeat_error, sizeof(s->heartbeat_error),
-			     "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
-			     "pg_catalog.pg_logical_emit_message(boolean, text, text%s))",
-			     pg_one_line(PQresultErrorMessage(res)),
-			     PQserverVersion(s->admin) >= 170000 ? ", boolean" : "");
+			util_errf(s->heartbeat_error, sizeof(s->heartbeat_error),
+				  "heartbeat failed: %s (the role needs GRANT EXECUTE ON FUNCTION "
+				  "pg_catalog.pg_logical_emit_message(boolean, text, text%s))",
+				  source_pg_one_line(PQresultErrorMessage(res)),
+				  PQserverVersion(s->admin) >= 170000 ? ", boolean" : "");
 		return;
 	}
 	s->health = (source_slot_health){0};
 	if (!ok)
 		return;
 	pg_slot_row row;
-	pg_slot_parse(res, &row);
+	source_pg_slot_parse(res, &row);
 	if (!row.exists)
 		return; /* no such slot any more, and streaming will say so */
 	s->health.known = true;
@@ -1357,7 +1375,7 @@ static bool admin_collect(source *s, PGconn *conn, int *busy, bool *idle, char *
 	if (*idle)
 		return true;
 	if (!PQconsumeInput(conn))
-		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(conn)));
+		return util_errf(err, errlen, "%s", source_pg_one_line(PQerrorMessage(conn)));
 	if (PQisBusy(conn))
 		return true; /* still running, so do not pile up */
 	PGresult *res;
@@ -1393,7 +1411,7 @@ static bool admin_send(source *s, bool to_writer, int kind, const char *sql, int
 	if (!idle)
 		return true;
 	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-		return errf(err, errlen, "%s", pg_one_line(PQerrorMessage(conn)));
+		return util_errf(err, errlen, "%s", source_pg_one_line(PQerrorMessage(conn)));
 	*busy = kind;
 	*sent = true;
 	return true;
@@ -1406,13 +1424,13 @@ bool source_heartbeat(source *s, char *err, size_t errlen)
 	if (!admin_send(s, true, ADMIN_HEARTBEAT,
 			"SELECT pg_catalog.pg_logical_emit_message(true, '" SOURCE_HEARTBEAT_PREFIX "', '')",
 			0, NULL, &sent, why, sizeof(why))) {
-		errf(err, errlen, "heartbeat: %s", why);
+		util_errf(err, errlen, "heartbeat: %s", why);
 		source_redact(s, err, errlen);
 		return false;
 	}
 	if (!s->heartbeat_error[0])
 		return true;
-	errf(err, errlen, "%s", s->heartbeat_error);
+	util_errf(err, errlen, "%s", s->heartbeat_error);
 	s->heartbeat_error[0] = '\0';
 	source_redact(s, err, errlen);
 	return false;
@@ -1443,16 +1461,16 @@ bool source_keep_publication(source *s, bool due, cfg_strlist *added, char *err,
 		if (ok && sent)
 			buf_reset(&s->pub_sql);
 	} else if (ok && idle && s->pub_due) {
-		ok =
-		    admin_send(s, false, ADMIN_PUB_LIST, pg_publication_tables_sql(PQserverVersion(s->admin)),
-			       1, params, &sent, err, errlen);
+		ok = admin_send(s, false, ADMIN_PUB_LIST,
+				source_pg_publication_tables_sql(PQserverVersion(s->admin)), 1, params, &sent,
+				err, errlen);
 		s->pub_due = !(ok && sent);
 	}
 	for (size_t i = 0; i < s->pub_added.n; i++)
 		cfg_strlist_push(added, s->pub_added.v[i]);
 	cfg_strlist_free(&s->pub_added);
 	if (ok && s->pub_error[0])
-		ok = errf(err, errlen, "%s", s->pub_error);
+		ok = util_errf(err, errlen, "%s", s->pub_error);
 	s->pub_error[0] = '\0';
 	if (!ok)
 		source_redact(s, err, errlen);
@@ -1465,18 +1483,18 @@ bool source_read_catalog(source *s, uint64_t asked_ms, catalog **out, char *err,
 	const char *params[] = {s->publication};
 	*out = NULL;
 	if (s->catalog && s->catalog_sent_ms < asked_ms) { /* an older one, left over */
-		catalog_free(s->catalog);
+		source_catalog_free(s->catalog);
 		free(s->catalog);
 		s->catalog = NULL;
 	}
 	bool ok = s->admin_busy == ADMIN_CATALOG || s->catalog
 		      ? admin_collect(s, s->admin, &s->admin_busy, &sent, err, errlen)
-		      : admin_send(s, false, ADMIN_CATALOG, catalog_sql(PQserverVersion(s->admin)), 1, params,
-				   &sent, err, errlen);
+		      : admin_send(s, false, ADMIN_CATALOG, source_catalog_sql(PQserverVersion(s->admin)), 1,
+				   params, &sent, err, errlen);
 	if (ok && sent && s->admin_busy == ADMIN_CATALOG)
-		s->catalog_sent_ms = now_ms();
+		s->catalog_sent_ms = util_now_ms();
 	if (ok && s->catalog_error[0])
-		ok = errf(err, errlen, "%s", s->catalog_error);
+		ok = util_errf(err, errlen, "%s", s->catalog_error);
 	s->catalog_error[0] = '\0';
 	if (!ok) {
 		source_redact(s, err, errlen);
@@ -1537,7 +1555,7 @@ static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t er
 		PGresult *res = PQexec(s->admin, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text");
 		uint64_t at;
 		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
-		    !lsn_parse(PQgetvalue(res, 0, 0), &at))
+		    !util_lsn_parse(PQgetvalue(res, 0, 0), &at))
 			return query_failed(s->admin, res, "reading the WAL position", err, errlen);
 		PQclear(res);
 		if (at > past)
@@ -1546,8 +1564,8 @@ static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t er
 		snprintf(len, sizeof(len), "%llu",
 			 (unsigned long long)(past - at + 1 < PAD_MAX_BYTES ? past - at + 1 : PAD_MAX_BYTES));
 		if (!logged) {
-			lsn_format(at, from);
-			lsn_format(past, to);
+			util_lsn_format(at, from);
+			util_lsn_format(past, to);
 			log_warn(
 			    "the promoted server's WAL is behind positions cdc read before the promotion: "
 			    "cdc writes it up past them first, so that no position repeats",

@@ -73,7 +73,7 @@ void source_redact(const source *src, char *err, size_t errlen);
 /* Connects and starts streaming. st is the recorded position (have_st false on a first run). On
  * success it holds the position streaming starts from, to be recorded by the caller. The primary keys
  * of published REPLICA IDENTITY FULL tables go to rc. The catalog the subscriptions are checked
- * against (catalog_check) goes to cat. The caller frees cat, also after a failure. */
+ * against (source_catalog_check) goes to cat. The caller frees cat, also after a failure. */
 source_result source_start(source *src, state *st, bool have_st, pgo_relcache *rc, catalog *cat, char *err,
 			   size_t errlen);
 /* The replication connection's socket while streaming, else -1. */
@@ -129,7 +129,7 @@ source_result source_resync_marker(source *src, const char *json, char *err, siz
  * the last call are appended to added, schema then table. False with err when a step failed. */
 bool source_keep_publication(source *src, bool due, cfg_strlist *added, char *err,
 			     size_t errlen) CDC_MUST_CHECK;
-/* Reads the catalog (catalog_sql) through the ordinary connection without blocking. Call again until
+/* Reads the catalog (source_catalog_sql) through the ordinary connection without blocking. Call again until
  * *out gets one whose query went out at or after asked_ms. The caller frees it. False with err if the
  * connection or the query failed. */
 bool source_read_catalog(source *src, uint64_t asked_ms, catalog **out, char *err,

@@ -16,30 +16,31 @@
 
 #define STATE_FILE "position"
 
-int state_lock(const char *dir, char *err, size_t errlen)
+int source_state_lock(const char *dir, char *err, size_t errlen)
 {
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		errf(err, errlen, "cannot create state_dir %s: %s", dir, strerror(errno));
+		util_errf(err, errlen, "cannot create state_dir %s: %s", dir, strerror(errno));
 		return -1;
 	}
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/lock", dir);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		util_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		errf(err, errlen,
-		     "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
-		     dir, strerror(errno));
+		util_errf(
+		    err, errlen,
+		    "state_dir %s is in use by another cdc process (%s); give each cdc its own state_dir",
+		    dir, strerror(errno));
 		close(fd);
 		return -1;
 	}
 	return fd;
 }
 
-bool state_read(const char *dir, state *st, bool *found, char *err, size_t errlen)
+bool source_state_read(const char *dir, state *st, bool *found, char *err, size_t errlen)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
@@ -50,7 +51,7 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 			*found = false;
 			return true;
 		}
-		return errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		return util_errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
 	}
 	char line[256], lsn[32] = "";
 	bool ok = true;
@@ -65,23 +66,25 @@ bool state_read(const char *dir, state *st, bool *found, char *err, size_t errle
 			st->shared = true;
 			continue;
 		}
-		ok = errf(err, errlen, "%s: unexpected line \"%.*s\"", path, (int)strcspn(line, "\n"), line);
+		ok = util_errf(err, errlen, "%s: unexpected line \"%.*s\"", path, (int)strcspn(line, "\n"),
+			       line);
 	}
 	fclose(f);
-	if (ok && (!st->system_id[0] || !st->slot[0] || !lsn_parse(lsn, &st->flushed_lsn)))
-		ok = errf(err, errlen,
-			  "%s is incomplete or corrupt; if the slot is intact, remove the file to start from "
-			  "the slot's position",
-			  path);
+	if (ok && (!st->system_id[0] || !st->slot[0] || !util_lsn_parse(lsn, &st->flushed_lsn)))
+		ok = util_errf(
+		    err, errlen,
+		    "%s is incomplete or corrupt; if the slot is intact, remove the file to start from "
+		    "the slot's position",
+		    path);
 	*found = ok;
 	return ok;
 }
 
-bool state_write(const char *dir, const state *st, char *err, size_t errlen)
+bool source_state_write(const char *dir, const state *st, char *err, size_t errlen)
 {
 	char path[4096], lsn[LSN_STRLEN];
 	snprintf(path, sizeof(path), "%s/" STATE_FILE, dir);
-	lsn_format(st->flushed_lsn, lsn);
+	util_lsn_format(st->flushed_lsn, lsn);
 	char text[512], tli[32] = "";
 	if (st->timeline)
 		snprintf(tli, sizeof(tli), "timeline %" PRIu32 "\n", st->timeline);
@@ -90,7 +93,7 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen)
 	    "# cdc: the last position confirmed to the replication slot (written before it is sent)\n"
 	    "system_identifier %s\nslot %s\nflushed_lsn %s\n%s%s",
 	    st->system_id, st->slot, lsn, tli, st->shared ? "streamed_by_another_process\n" : "");
-	return file_replace(path, text, (size_t)n, 0600, err, errlen);
+	return fsutil_replace(path, text, (size_t)n, 0600, err, errlen);
 }
 
 /* ---- the writer thread ---- */
@@ -118,9 +121,9 @@ static void write_latest(void *arg)
 	sw->contents = (buf){0};
 	worker_unlock(sw->w);
 	char err[512];
-	bool ok = !file || file_replace(file, contents.data ? contents.data : "", contents.len, 0600, err,
-					sizeof(err));
-	ok = ok && state_write(sw->dir, &st, err, sizeof(err));
+	bool ok = !file || fsutil_replace(file, contents.data ? contents.data : "", contents.len, 0600, err,
+					  sizeof(err));
+	ok = ok && source_state_write(sw->dir, &st, err, sizeof(err));
 	free(file);
 	buf_free(&contents);
 	worker_lock(sw->w);
@@ -134,10 +137,10 @@ static void write_latest(void *arg)
 	worker_unlock(sw->w);
 }
 
-state_writer *state_writer_new(const char *dir, char *err, size_t errlen)
+state_writer *source_state_writer_new(const char *dir, char *err, size_t errlen)
 {
-	state_writer *sw = xcalloc(1, sizeof(*sw));
-	sw->dir = xstrdup(dir);
+	state_writer *sw = util_xcalloc(1, sizeof(*sw));
+	sw->dir = util_xstrdup(dir);
 	if (!(sw->w = worker_new("records the position", write_latest, sw, err, errlen))) {
 		free(sw->dir);
 		free(sw);
@@ -146,7 +149,7 @@ state_writer *state_writer_new(const char *dir, char *err, size_t errlen)
 	return sw;
 }
 
-void state_writer_free(state_writer *sw)
+void source_state_writer_free(state_writer *sw)
 {
 	if (!sw)
 		return;
@@ -157,18 +160,19 @@ void state_writer_free(state_writer *sw)
 	free(sw);
 }
 
-int state_writer_fd(const state_writer *sw)
+int source_state_writer_fd(const state_writer *sw)
 {
 	return worker_fd(sw->w);
 }
 
-void state_writer_post(state_writer *sw, const state *st, const char *path, const void *data, size_t len)
+void source_state_writer_post(state_writer *sw, const state *st, const char *path, const void *data,
+			      size_t len)
 {
 	worker_lock(sw->w);
 	sw->next = *st;
 	if (path) {
 		free(sw->file);
-		sw->file = xstrdup(path);
+		sw->file = util_xstrdup(path);
 		buf_reset(&sw->contents);
 		buf_append(&sw->contents, data, len);
 	}
@@ -176,13 +180,13 @@ void state_writer_post(state_writer *sw, const state *st, const char *path, cons
 	worker_kick(sw->w);
 }
 
-bool state_writer_durable(state_writer *sw, state *st, bool *found, char *err, size_t errlen)
+bool source_state_writer_durable(state_writer *sw, state *st, bool *found, char *err, size_t errlen)
 {
 	worker_clear(sw->w);
 	worker_lock(sw->w);
 	bool ok = !sw->failed;
 	if (!ok)
-		errf(err, errlen, "%s", sw->err);
+		util_errf(err, errlen, "%s", sw->err);
 	*found = sw->have_done;
 	if (sw->have_done)
 		*st = sw->done;
@@ -190,7 +194,7 @@ bool state_writer_durable(state_writer *sw, state *st, bool *found, char *err, s
 	return ok;
 }
 
-void state_writer_wait(state_writer *sw)
+void source_state_writer_wait(state_writer *sw)
 {
 	worker_wait(sw->w);
 }

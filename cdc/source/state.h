@@ -22,11 +22,11 @@ typedef struct state {
 } state;
 
 /* Locks state_dir (creating it if needed) against a second cdc. Returns the lock fd or -1. */
-int state_lock(const char *dir, char *err, size_t errlen);
+int source_state_lock(const char *dir, char *err, size_t errlen);
 /* False with err on a corrupt file. When there is no file yet, *found is false and it returns true. */
-bool state_read(const char *dir, state *st, bool *found, char *err, size_t errlen) CDC_MUST_CHECK;
+bool source_state_read(const char *dir, state *st, bool *found, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Replaces the file atomically with a temp file, fsync, rename, and fsync of the directory. */
-bool state_write(const char *dir, const state *st, char *err, size_t errlen) CDC_MUST_CHECK;
+bool source_state_write(const char *dir, const state *st, char *err, size_t errlen) CDC_MUST_CHECK;
 
 /* The record written by a thread of its own, so that its two fsyncs (10 a second at most while
  * positions move) never hold the event loop. On a disk whose fsync takes 10 ms, they put the
@@ -34,18 +34,19 @@ bool state_write(const char *dir, const state *st, char *err, size_t errlen) CDC
  * newest record. fd() turns readable when a write is back. durable() says what is on disk, and nothing
  * may be confirmed to the slot beyond it. */
 typedef struct state_writer state_writer;
-state_writer *state_writer_new(const char *dir, char *err, size_t errlen);
-void state_writer_free(state_writer *writer);
-int state_writer_fd(const state_writer *writer);
+state_writer *source_state_writer_new(const char *dir, char *err, size_t errlen);
+void source_state_writer_free(state_writer *writer);
+int source_state_writer_fd(const state_writer *writer);
 /* Writes st after the write under way, if any. A newer post replaces one not yet begun. With path, the
  * same run first replaces that file with data (copied). That is what must be on disk before the
  * position (the backfills' state). A post without path keeps the file of one not yet begun. */
-void state_writer_post(state_writer *writer, const state *st, const char *path, const void *data, size_t len);
+void source_state_writer_post(state_writer *writer, const state *st, const char *path, const void *data,
+			      size_t len);
 /* The newest record written (*found false before the first), after a read of fd() or at any time.
  * False with err once a write failed. cdc then stops, because the disk is not to be trusted. */
-bool state_writer_durable(state_writer *writer, state *st, bool *found, char *err,
-			  size_t errlen) CDC_MUST_CHECK;
+bool source_state_writer_durable(state_writer *writer, state *st, bool *found, char *err,
+				 size_t errlen) CDC_MUST_CHECK;
 /* Waits until nothing is posted or under way (before a write of its own, and at a stop). */
-void state_writer_wait(state_writer *writer);
+void source_state_writer_wait(state_writer *writer);
 
 #endif

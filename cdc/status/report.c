@@ -199,7 +199,7 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
  *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to
  *  delivery, by sink)} */
-void report_status_json(const report *r, buf *out)
+void status_report_status_json(const report *r, buf *out)
 {
 	bool f = true;
 	buf_putc(out, '{');
@@ -265,18 +265,18 @@ void report_status_json(const report *r, buf *out)
 
 /* ---- /subscriptions ---- */
 
-void report_subscription_json(const cfg_subscription *s, buf *out)
+void status_report_subscription_json(const cfg_subscription *s, buf *out)
 {
 	cfg_subscription_json(s, out);
 }
 
-void report_subscriptions_json(const cfg *c, buf *out)
+void status_report_subscriptions_json(const cfg *c, buf *out)
 {
 	buf_puts(out, "{\"subscriptions\":[");
 	bool f = true;
 	for (size_t i = 0; i < c->nsubs; i++) {
 		json_sep(out, &f);
-		report_subscription_json(&c->subs[i], out);
+		status_report_subscription_json(&c->subs[i], out);
 	}
 	buf_puts(out, "]}\n");
 }
@@ -434,7 +434,7 @@ static void metrics_backfills(const report *r, buf *out)
 	}
 }
 
-void report_metrics(const report *r, buf *out)
+void status_report_metrics(const report *r, buf *out)
 {
 	m_u64(out, "cdc_up", "gauge", "1 while cdc answers.", 1);
 	family(out, "cdc_build_info", "gauge", "The running cdc's version.");

@@ -51,7 +51,7 @@ typedef struct report_failed_sub {
 } report_failed_sub;
 
 /* source.failover, when configured. It holds whether a promotion now is safe (known once checked),
- * why (failover_reason_name), the slot's own failover flag, synchronized_standby_slots, and what to do
+ * why (source_failover_reason_name), the slot's own failover flag, synchronized_standby_slots, and what to do
  * (NULL when ready). Unless configured, it is rendered as null and left out of /metrics. */
 typedef struct report_failover {
 	bool configured, known, ready, slot_failover;
@@ -124,16 +124,16 @@ typedef struct report {
 	uint64_t status_unauthorized;
 } report;
 
-/* GET /status, one JSON object and a newline. The comment above report_status_json in report.c has
+/* GET /status, one JSON object and a newline. The comment above status_report_status_json in report.c has
  * every field. Appends to out. */
-void report_status_json(const report *rep, buf *out);
+void status_report_status_json(const report *rep, buf *out);
 /* GET /metrics, in Prometheus text format 0.0.4. Appends to out. */
-void report_metrics(const report *rep, buf *out);
+void status_report_metrics(const report *rep, buf *out);
 /* GET /subscriptions, {"subscriptions":[...]} with one object per subscription. It holds the keys of
  * its YAML, defaults filled in, durations as "30s" and sizes as "1GiB". Keys that do not apply to its
  * sink or are unset are left out, so that an object can be PUT back as it is. Appends to out. */
-void report_subscriptions_json(const cfg *conf, buf *out);
-/* One subscription's object, as in report_subscriptions_json(). */
-void report_subscription_json(const cfg_subscription *sub, buf *out);
+void status_report_subscriptions_json(const cfg *conf, buf *out);
+/* One subscription's object, as in status_report_subscriptions_json(). */
+void status_report_subscription_json(const cfg_subscription *sub, buf *out);
 
 #endif

@@ -312,27 +312,27 @@ static enum MHD_Result reply_get(status_server *s, struct MHD_Connection *conn, 
 	case STATUS_ROUTE_SUBSCRIPTIONS: {
 		const char *src = route == STATUS_ROUTE_STATUS ? s->status_json : s->subs_json;
 		code = src ? 200 : 503;
-		body = xstrdup(src ? src : "{\"error\":\"starting: no status published yet\"}\n");
+		body = util_xstrdup(src ? src : "{\"error\":\"starting: no status published yet\"}\n");
 		break;
 	}
 	case STATUS_ROUTE_METRICS:
 		type = "text/plain; version=0.0.4; charset=utf-8";
 		code = s->metrics ? 200 : 503;
-		body = xstrdup(s->metrics ? s->metrics : "starting: no metrics published yet\n");
+		body = util_xstrdup(s->metrics ? s->metrics : "starting: no metrics published yet\n");
 		break;
 	case STATUS_ROUTE_BACKFILLS:
-		body = xstrdup(s->backfills_json ? s->backfills_json : "[]\n");
+		body = util_xstrdup(s->backfills_json ? s->backfills_json : "[]\n");
 		break;
 	case STATUS_ROUTE_HEALTHZ:
 		type = TEXT_TYPE;
-		code = now_ms() - s->published_ms <= STALL_MS ? 200 : 503;
-		body = xstrdup(code == 200 ? "ok\n" : "event loop stalled\n");
+		code = util_now_ms() - s->published_ms <= STALL_MS ? 200 : 503;
+		body = util_xstrdup(code == 200 ? "ok\n" : "event loop stalled\n");
 		break;
 	default: /* STATUS_ROUTE_READYZ */
 		type = TEXT_TYPE;
 		code = s->ready ? 200 : 503;
 		if (s->ready) {
-			body = xstrdup("ready\n");
+			body = util_xstrdup("ready\n");
 		} else {
 			buf b = {0};
 			buf_printf(&b, "%s\n", s->reason && *s->reason ? s->reason : "not ready");
@@ -529,7 +529,7 @@ static bool answer_locked(status_server *s, conn_ctx *c, unsigned code, const ch
 	pending_unlink(s, c);
 	c->answered = true;
 	c->answer_status = code;
-	c->answer_body = xstrdup(body ? body : "");
+	c->answer_body = util_xstrdup(body ? body : "");
 	return true;
 }
 
@@ -566,7 +566,7 @@ static enum MHD_Result first_call(listener *l, struct MHD_Connection *conn, cons
 		}
 		return reply_get(l->s, conn, m.route);
 	}
-	conn_ctx *c = xcalloc(1, sizeof(*c));
+	conn_ctx *c = util_xcalloc(1, sizeof(*c));
 	c->s = l->s;
 	c->l = l;
 	c->conn = conn;
@@ -661,9 +661,9 @@ static int bind_unix(const char *path, mode_t mode, struct stat *bound, char *er
 	char why[512];
 	int fd = net_unix_listen(path, mode, CONNECTION_LIMIT, why, sizeof(why));
 	if (fd < 0)
-		return errf(err, errlen, "status socket %s", why), -1;
+		return util_errf(err, errlen, "status socket %s", why), -1;
 	if (stat(path, bound) != 0) {
-		errf(err, errlen, "status socket %s: %s", path, strerror(errno));
+		util_errf(err, errlen, "status socket %s: %s", path, strerror(errno));
 		unlink(path);
 		close(fd);
 		return -1;
@@ -693,10 +693,12 @@ static int bind_tcp(const char *listen_s, int *port, char *err, size_t errlen)
 	char host[256], why[512];
 	const char *portstr;
 	if (!split_listen(listen_s, host, sizeof(host), &portstr))
-		return errf(err, errlen, "status.listen %s: expected HOST:PORT or [IPv6]:PORT", listen_s), -1;
+		return util_errf(err, errlen, "status.listen %s: expected HOST:PORT or [IPv6]:PORT",
+				 listen_s),
+		       -1;
 	int fd = net_tcp_listen(host, portstr, CONNECTION_LIMIT, why, sizeof why);
 	if (fd < 0)
-		return errf(err, errlen, "status.listen %s", why), -1;
+		return util_errf(err, errlen, "status.listen %s", why), -1;
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
 	getsockname(fd, (struct sockaddr *)&ss, &sslen);
@@ -730,11 +732,12 @@ static bool start_listener(listener *l, status_server *s, bool unix_socket, int 
 	    MHD_OPTION_END);
 	if (!l->mhd) {
 		close(fd);
-		return errf(err, errlen, "status: cannot start the HTTP server on %s%s",
-			    unix_socket ? s->socket_path : "status.listen",
-			    cert ? " (check status.tls_cert and status.tls_key: a PEM certificate and its "
-				   "unencrypted key)"
-				 : "");
+		return util_errf(
+		    err, errlen, "status: cannot start the HTTP server on %s%s",
+		    unix_socket ? s->socket_path : "status.listen",
+		    cert ? " (check status.tls_cert and status.tls_key: a PEM certificate and its "
+			   "unencrypted key)"
+			 : "");
 	}
 	return true;
 }
@@ -747,11 +750,11 @@ static bool read_tls(const cfg *c, char **cert, char **key, char *err, size_t er
 	if (!c->status.tls_cert)
 		return true;
 	if (!(*cert = cfg_secret_read(c->status.tls_cert, why, sizeof why)))
-		return errf(err, errlen, "status.tls_cert %s", why);
+		return util_errf(err, errlen, "status.tls_cert %s", why);
 	if (!(*key = cfg_secret_read(c->status.tls_key, why, sizeof why))) {
 		free(*cert);
 		*cert = NULL;
-		return errf(err, errlen, "status.tls_key %s", why);
+		return util_errf(err, errlen, "status.tls_key %s", why);
 	}
 	return true;
 }
@@ -779,26 +782,26 @@ static void stop_listener(listener *l)
 /* The configuration holds them, its default (root and cdc's own uid) included. */
 static void copy_uids(status_server *s, const cfg *c)
 {
-	id_list_copy(&s->uids, &c->status.control_uids);
+	util_id_list_copy(&s->uids, &c->status.control_uids);
 }
 
 static bool open_pipe(status_server *s, struct event_base *base, char *err, size_t errlen)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
-		return errf(err, errlen, "status: pipe: %s", strerror(errno));
+		return util_errf(err, errlen, "status: pipe: %s", strerror(errno));
 	s->pipe_rd = p[0];
 	s->pipe_wr = p[1];
 	s->ev = event_new(base, s->pipe_rd, EV_READ | EV_PERSIST, on_pipe, s);
 	if (!s->ev || event_add(s->ev, NULL) != 0)
-		return errf(err, errlen, "status: cannot watch the request pipe");
+		return util_errf(err, errlen, "status: cannot watch the request pipe");
 	return true;
 }
 
 status_server *status_new(const cfg *c, struct event_base *base, status_request_fn on_request, void *ctx,
 			  char *err, size_t errlen)
 {
-	status_server *s = xcalloc(1, sizeof(*s));
+	status_server *s = util_xcalloc(1, sizeof(*s));
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -808,10 +811,10 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	s->pipe_rd = s->pipe_wr = -1;
 	s->on_request = on_request;
 	s->ctx = ctx;
-	s->published_ms = now_ms();
-	s->reason = xstrdup("starting");
+	s->published_ms = util_now_ms();
+	s->reason = util_xstrdup("starting");
 	s->tcp_control = c->status.tcp_control;
-	s->token = c->status.token ? xstrdup(c->status.token) : NULL;
+	s->token = c->status.token ? util_xstrdup(c->status.token) : NULL;
 	s->tcp_read = c->status.tcp_read;
 	copy_uids(s, c);
 	if (!open_pipe(s, base, err, errlen))
@@ -821,7 +824,7 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 	int fd = bind_unix(c->status.socket, mode, &st, err, errlen);
 	if (fd < 0)
 		goto fail;
-	s->socket_path = xstrdup(c->status.socket);
+	s->socket_path = util_xstrdup(c->status.socket);
 	s->sock_dev = st.st_dev;
 	s->sock_ino = st.st_ino;
 	if (!start_listener(&s->unix_l, s, true, fd, NULL, NULL, err, errlen))
@@ -830,7 +833,7 @@ status_server *status_new(const cfg *c, struct event_base *base, status_request_
 		char *cert, *key;
 		if (!read_tls(c, &cert, &key, err, errlen))
 			goto fail;
-		s->tcp_l = xcalloc(1, sizeof(*s->tcp_l));
+		s->tcp_l = util_xcalloc(1, sizeof(*s->tcp_l));
 		fd = bind_tcp(c->status.listen, &s->tcp_port, err, errlen);
 		if (fd < 0) {
 			free_pem(cert);
@@ -921,7 +924,7 @@ void status_free(status_server *s)
 	free(s->subs_json);
 	free(s->reason);
 	free(s->backfills_json);
-	id_list_free(&s->uids);
+	util_id_list_free(&s->uids);
 	free(s->socket_path);
 	free_pem(s->token);
 	free(s);
@@ -976,7 +979,7 @@ static void reload_tls(status_server *s, const cfg *c)
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(old->mhd, MHD_DAEMON_INFO_LISTEN_FD);
 	int fd = info ? fcntl(info->listen_fd, F_DUPFD_CLOEXEC, 0) : -1;
-	listener *l = xcalloc(1, sizeof(*l));
+	listener *l = util_xcalloc(1, sizeof(*l));
 	if (fd < 0 || !start_listener(l, s, false, fd, cert, key, err, sizeof err)) {
 		if (fd < 0) {
 			free_pem(cert);
@@ -988,7 +991,7 @@ static void reload_tls(status_server *s, const cfg *c)
 		return;
 	}
 	old->quiesced_fd = MHD_quiesce_daemon(old->mhd);
-	old->retire_ms = now_ms() + (CONNECTION_TIMEOUT_S + 1) * 1000;
+	old->retire_ms = util_now_ms() + (CONNECTION_TIMEOUT_S + 1) * 1000;
 	old->next = s->retiring;
 	s->retiring = old;
 	s->tcp_l = l;
@@ -997,7 +1000,7 @@ static void reload_tls(status_server *s, const cfg *c)
 
 void status_reload(status_server *s, const cfg *c)
 {
-	char *token = c->status.token ? xstrdup(c->status.token) : NULL, *old;
+	char *token = c->status.token ? util_xstrdup(c->status.token) : NULL, *old;
 	pthread_mutex_lock(&s->mu);
 	old = s->token;
 	s->token = token;
@@ -1018,7 +1021,7 @@ uint64_t status_unauthorized(status_server *s)
 
 void status_publish_backfills(status_server *s, const char *json)
 {
-	char *copy = xstrdup(json), *old;
+	char *copy = util_xstrdup(json), *old;
 	pthread_mutex_lock(&s->mu);
 	old = s->backfills_json;
 	s->backfills_json = copy;
@@ -1030,17 +1033,18 @@ void status_publish(status_server *s, const char *status_json, const char *metri
 		    const char *subscriptions_json, bool ready, const char *reason)
 {
 	/* Copies made outside the lock keep GETs from waiting on the allocator. */
-	char *st = status_json ? xstrdup(status_json) : NULL, *me = metrics ? xstrdup(metrics) : NULL;
-	char *su = subscriptions_json ? xstrdup(subscriptions_json) : NULL,
-	     *re = reason ? xstrdup(reason) : NULL;
+	char *st = status_json ? util_xstrdup(status_json) : NULL,
+	     *me = metrics ? util_xstrdup(metrics) : NULL;
+	char *su = subscriptions_json ? util_xstrdup(subscriptions_json) : NULL,
+	     *re = reason ? util_xstrdup(reason) : NULL;
 	char *old[4];
 	pthread_mutex_lock(&s->mu);
 	old[0] = s->status_json, old[1] = s->metrics, old[2] = s->subs_json, old[3] = s->reason;
 	s->status_json = st, s->metrics = me, s->subs_json = su, s->reason = re;
 	s->ready = ready;
-	s->published_ms = now_ms();
+	s->published_ms = util_now_ms();
 	pthread_mutex_unlock(&s->mu);
-	retire(s, now_ms());
+	retire(s, util_now_ms());
 	for (int i = 0; i < 4; i++)
 		free(old[i]);
 }

@@ -20,7 +20,7 @@ struct arena {
 
 static chunk *chunk_new(size_t size)
 {
-	chunk *c = xmalloc(sizeof(chunk) + size);
+	chunk *c = util_xmalloc(sizeof(chunk) + size);
 	c->next = NULL;
 	c->size = size;
 	c->used = 0;
@@ -29,7 +29,7 @@ static chunk *chunk_new(size_t size)
 
 arena *arena_new(size_t chunk_size)
 {
-	arena *a = xmalloc(sizeof(*a));
+	arena *a = util_xmalloc(sizeof(*a));
 	a->chunk_size = chunk_size;
 	a->head = chunk_new(chunk_size);
 	return a;

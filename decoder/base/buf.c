@@ -13,7 +13,7 @@ void buf_grow(buf *b, size_t extra)
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap - b->len <= extra)
 		cap *= 2;
-	b->data = xrealloc(b->data, cap);
+	b->data = util_xrealloc(b->data, cap);
 	b->cap = cap;
 }
 

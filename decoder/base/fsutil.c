@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-bool file_write_all(int fd, const void *data, size_t len)
+bool fsutil_write_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 	while (len) {
@@ -23,12 +23,12 @@ bool file_write_all(int fd, const void *data, size_t len)
 	return true;
 }
 
-bool file_read(const char *path, size_t max, buf *out, char *err, size_t errlen)
+bool fsutil_read(const char *path, size_t max, buf *out, char *err, size_t errlen)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		errf(err, errlen, "cannot read %s: %s", path, strerror(e));
+		util_errf(err, errlen, "cannot read %s: %s", path, strerror(e));
 		errno = e;
 		return false;
 	}
@@ -41,8 +41,8 @@ bool file_read(const char *path, size_t max, buf *out, char *err, size_t errlen)
 		if (n < 0 || total + (size_t)n > max) {
 			int e = n < 0 ? errno : EFBIG;
 			close(fd);
-			errf(err, errlen, "cannot read %s: %s", path,
-			     n < 0 ? strerror(e) : "larger than expected");
+			util_errf(err, errlen, "cannot read %s: %s", path,
+				  n < 0 ? strerror(e) : "larger than expected");
 			errno = e;
 			return false;
 		}
@@ -53,15 +53,15 @@ bool file_read(const char *path, size_t max, buf *out, char *err, size_t errlen)
 	return true;
 }
 
-bool file_replace(const char *path, const void *data, size_t len, mode_t mode, char *err, size_t errlen)
+bool fsutil_replace(const char *path, const void *data, size_t len, mode_t mode, char *err, size_t errlen)
 {
 	size_t plen = strlen(path);
-	char *tmp = xmalloc(plen + sizeof ".tmp");
+	char *tmp = util_xmalloc(plen + sizeof ".tmp");
 	memcpy(tmp, path, plen);
 	memcpy(tmp + plen, ".tmp", sizeof ".tmp");
 	/* The directory is what comes before the last '/', "." without one, and "/" for a file in /. */
 	const char *slash = strrchr(path, '/');
-	char *dir = slash ? xmalloc((size_t)(slash - path) + 2) : xstrdup(".");
+	char *dir = slash ? util_xmalloc((size_t)(slash - path) + 2) : util_xstrdup(".");
 	if (slash) {
 		size_t dlen = slash == path ? 1 : (size_t)(slash - path);
 		memcpy(dir, path, dlen);
@@ -70,23 +70,23 @@ bool file_replace(const char *path, const void *data, size_t len, mode_t mode, c
 	bool ok = false;
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0) {
-		errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+		util_errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
 		goto out;
 	}
-	bool written = file_write_all(fd, data, len) && fsync(fd) == 0;
+	bool written = fsutil_write_all(fd, data, len) && fsync(fd) == 0;
 	int saved = errno;
 	if (close(fd) != 0 && written)
 		written = false, saved = errno;
 	if (!written || rename(tmp, path) != 0) {
-		errf(err, errlen, "cannot write %s: %s", written ? path : tmp,
-		     strerror(written ? errno : saved));
+		util_errf(err, errlen, "cannot write %s: %s", written ? path : tmp,
+			  strerror(written ? errno : saved));
 		unlink(tmp);
 		goto out;
 	}
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ok = dfd >= 0 && fsync(dfd) == 0;
 	if (!ok)
-		errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
+		util_errf(err, errlen, "cannot fsync %s: %s", dir, strerror(errno));
 	if (dfd >= 0)
 		close(dfd);
 out:

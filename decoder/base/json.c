@@ -95,7 +95,7 @@ void json_escape(buf *out, const char *s, size_t len)
 			}
 			p++;
 		} else {
-			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			size_t skip, n = util_utf8_seq(p, (size_t)(end - p), &skip);
 			if (n) {
 				memcpy(w, p, n);
 				out->len += n;
@@ -276,7 +276,7 @@ void json_key_boolean(buf *out, bool *first, const char *key, bool v)
 struct json_object *json_parse(const char *text, size_t len, int depth, char *err, size_t errlen)
 {
 	if (len > INT_MAX) {
-		errf(err, errlen, "not JSON (too large)");
+		util_errf(err, errlen, "not JSON (too large)");
 		return NULL;
 	}
 	json_tokener *tok = json_tokener_new_ex(depth);
@@ -286,10 +286,10 @@ struct json_object *json_parse(const char *text, size_t len, int depth, char *er
 	while (end < len && (text[end] == ' ' || text[end] == '\t' || text[end] == '\r' || text[end] == '\n'))
 		end++;
 	if (!root || jerr != json_tokener_success || end != len) {
-		errf(err, errlen, "not JSON (%s)",
-		     root			     ? "bytes after the object"
-		     : jerr == json_tokener_continue ? "unexpected end of data"
-						     : json_tokener_error_desc(jerr));
+		util_errf(err, errlen, "not JSON (%s)",
+			  root				  ? "bytes after the object"
+			  : jerr == json_tokener_continue ? "unexpected end of data"
+							  : json_tokener_error_desc(jerr));
 		json_object_put(root);
 		root = NULL;
 	}
@@ -304,7 +304,7 @@ void json_key_lsn(buf *out, bool *first, const char *key, uint64_t lsn)
 		json_key_str(out, first, key, NULL);
 		return;
 	}
-	lsn_format(lsn, s);
+	util_lsn_format(lsn, s);
 	json_key_str(out, first, key, s);
 }
 

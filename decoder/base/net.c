@@ -21,7 +21,8 @@ static bool unix_addr(const char *path, struct sockaddr_un *sa, char *err, size_
 	*sa = (struct sockaddr_un){.sun_family = AF_UNIX};
 	size_t n = strlen(path);
 	if (n >= sizeof(sa->sun_path))
-		return errf(err, errlen, "%s: path longer than %zu bytes", path, sizeof(sa->sun_path) - 1);
+		return util_errf(err, errlen, "%s: path longer than %zu bytes", path,
+				 sizeof(sa->sun_path) - 1);
 	memcpy(sa->sun_path, path, n + 1);
 	return true;
 }
@@ -32,21 +33,22 @@ static bool remove_stale(const char *path, const struct sockaddr_un *sa, char *e
 {
 	struct stat st;
 	if (lstat(path, &st) != 0)
-		return errf(err, errlen, "%s: %s", path, strerror(errno));
+		return util_errf(err, errlen, "%s: %s", path, strerror(errno));
 	if (!S_ISSOCK(st.st_mode))
-		return errf(err, errlen, "%s: exists and is not a socket", path);
+		return util_errf(err, errlen, "%s: exists and is not a socket", path);
 	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (probe < 0)
-		return errf(err, errlen, "%s: socket: %s", path, strerror(errno));
+		return util_errf(err, errlen, "%s: socket: %s", path, strerror(errno));
 	int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa)), e = errno;
 	close(probe);
 	if (rc == 0)
-		return errf(err, errlen, "%s: another process is listening on it (is cdc already running?)",
-			    path);
+		return util_errf(err, errlen,
+				 "%s: another process is listening on it (is cdc already running?)", path);
 	if (e != ECONNREFUSED)
-		return errf(err, errlen, "%s: cannot tell whether it is in use: %s", path, strerror(e));
+		return util_errf(err, errlen, "%s: cannot tell whether it is in use: %s", path, strerror(e));
 	if (unlink(path) != 0)
-		return errf(err, errlen, "%s: cannot remove the stale socket: %s", path, strerror(errno));
+		return util_errf(err, errlen, "%s: cannot remove the stale socket: %s", path,
+				 strerror(errno));
 	log_info("removed a stale socket", "path=%s", path);
 	return true;
 }
@@ -69,7 +71,7 @@ int net_unix_listen(const char *path, mode_t mode, int backlog, char *err, size_
 		return -1;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
+		return util_errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
 	int rc = bind_private(fd, &sa);
 	if (rc != 0 && errno == EADDRINUSE) {
 		if (!remove_stale(path, &sa, err, errlen))
@@ -77,13 +79,13 @@ int net_unix_listen(const char *path, mode_t mode, int backlog, char *err, size_
 		rc = bind_private(fd, &sa);
 	}
 	if (rc != 0) {
-		errf(err, errlen, "%s: %s (does its directory exist and is it writable?)", path,
-		     strerror(errno));
+		util_errf(err, errlen, "%s: %s (does its directory exist and is it writable?)", path,
+			  strerror(errno));
 		goto fail;
 	}
 	/* No one can connect before listen(), so the umask's mode is never exposed. */
 	if (chmod(path, mode) != 0 || listen(fd, backlog) != 0) {
-		errf(err, errlen, "%s: %s", path, strerror(errno));
+		util_errf(err, errlen, "%s: %s", path, strerror(errno));
 		unlink(path); /* ours, just bound */
 		goto fail;
 	}
@@ -111,13 +113,13 @@ int net_unix_connect_timeout(const char *path, int timeout_ms, char *err, size_t
 	}
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
+		return util_errf(err, errlen, "%s: socket: %s", path, strerror(errno)), -1;
 	set_timeouts(fd, timeout_ms);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 		return fd;
 	int e = errno;
 	close(fd);
-	errf(err, errlen, "%s: %s", path, strerror(e));
+	util_errf(err, errlen, "%s: %s", path, strerror(e));
 	errno = e;
 	return -1;
 }
@@ -133,8 +135,8 @@ static int tcp_open(const char *host, const char *port, int backlog, int timeout
 	bool v6 = strchr(host, ':') != NULL;
 	int rc = getaddrinfo(host, port, &hints, &res);
 	if (rc != 0)
-		return errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port,
-			    gai_strerror(rc)),
+		return util_errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port,
+				 gai_strerror(rc)),
 		       -1;
 	int fd = -1, e = 0, one = 1;
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
@@ -156,7 +158,8 @@ static int tcp_open(const char *host, const char *port, int backlog, int timeout
 	}
 	freeaddrinfo(res);
 	if (fd < 0) {
-		errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port, strerror(e));
+		util_errf(err, errlen, "%s%s%s:%s: %s", v6 ? "[" : "", host, v6 ? "]" : "", port,
+			  strerror(e));
 		errno = e;
 	}
 	return fd;
@@ -203,10 +206,10 @@ bool net_peer_in(const net_peer *p, const id_list *uids, const id_list *gids)
 {
 	if (!p->known)
 		return false;
-	if (id_list_has(uids, p->uid) || id_list_has(gids, p->gid))
+	if (util_id_list_has(uids, p->uid) || util_id_list_has(gids, p->gid))
 		return true;
 	for (size_t i = 0; i < p->ngroups; i++)
-		if (id_list_has(gids, p->groups[i]))
+		if (util_id_list_has(gids, p->groups[i]))
 			return true;
 	return false;
 }

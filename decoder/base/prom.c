@@ -23,7 +23,7 @@ void prom_label_value(buf *out, const char *v)
 			p++;
 		} else if (*p < 0x80) {
 			buf_putc(out, (char)*p++);
-		} else if ((n = utf8_seq(p, (size_t)(end - p), &skip))) {
+		} else if ((n = util_utf8_seq(p, (size_t)(end - p), &skip))) {
 			buf_append(out, p, n);
 			p += n;
 		} else {

@@ -10,7 +10,7 @@ void *ring_push(ring *r)
 {
 	if (r->len == r->cap) {
 		size_t cap = r->cap ? r->cap * 2 : 64;
-		unsigned char *v = xmalloc(cap * r->size);
+		unsigned char *v = util_xmalloc(cap * r->size);
 		for (size_t i = 0; i < r->len; i++)
 			memcpy(v + i * r->size, ring_at(r, i), r->size);
 		free(r->v);

@@ -25,7 +25,7 @@ static void ssl_err(const char *what, char *err, size_t errlen)
 	char text[256];
 	if (e)
 		ERR_error_string_n(e, text, sizeof text);
-	errf(err, errlen, "%s%s%s", what, e ? ": " : "", e ? text : "");
+	util_errf(err, errlen, "%s%s%s", what, e ? ": " : "", e ? text : "");
 	ERR_clear_error();
 }
 
@@ -37,7 +37,7 @@ static bool is_address(const char *host)
 
 tls_conn *tls_open(int fd, const char *host, const char *cafile, char *err, size_t errlen)
 {
-	tls_conn *t = xcalloc(1, sizeof *t);
+	tls_conn *t = util_xcalloc(1, sizeof *t);
 	t->host = host;
 	if (!(t->ctx = SSL_CTX_new(TLS_client_method()))) {
 		ssl_err("cannot start TLS", err, errlen);
@@ -84,7 +84,7 @@ bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen)
 {
 	X509 *peer = SSL_get1_peer_certificate(t->ssl);
 	if (!peer)
-		return errf(out, outlen, "the server sent no certificate"), true;
+		return util_errf(out, outlen, "the server sent no certificate"), true;
 	long v = SSL_get_verify_result(t->ssl);
 	bool host_ok = !check_host || !t->host || !*t->host ||
 		       (is_address(t->host) ? X509_check_ip_asc(peer, t->host, 0) == 1
@@ -108,8 +108,8 @@ bool tls_verdict(tls_conn *t, bool check_host, char *out, size_t outlen)
 			     : "");
 	else
 		snprintf(why, sizeof why, "it does not name %s", t->host);
-	errf(out, outlen, "%s: the certificate %s, issued by %s, valid from %s to %s", why, subject, issuer,
-	     from, to);
+	util_errf(out, outlen, "%s: the certificate %s, issued by %s, valid from %s to %s", why, subject,
+		  issuer, from, to);
 	X509_free(peer);
 	return true;
 }

@@ -14,31 +14,31 @@ static void *oom(size_t n)
 	abort();
 }
 
-void *xmalloc(size_t n)
+void *util_xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
 	return p ? p : oom(n);
 }
 
-void *xcalloc(size_t n, size_t size)
+void *util_xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
 	return p ? p : oom(n * size);
 }
 
-void *xrealloc(void *p, size_t n)
+void *util_xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);
 	return q ? q : oom(n);
 }
 
-char *xstrdup(const char *s)
+char *util_xstrdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
-	return memcpy(xmalloc(n), s, n);
+	return memcpy(util_xmalloc(n), s, n);
 }
 
-bool id_list_has(const id_list *l, uint32_t id)
+bool util_id_list_has(const id_list *l, uint32_t id)
 {
 	for (size_t i = 0; i < l->n; i++)
 		if (l->v[i] == id)
@@ -46,20 +46,20 @@ bool id_list_has(const id_list *l, uint32_t id)
 	return false;
 }
 
-void id_list_copy(id_list *dst, const id_list *src)
+void util_id_list_copy(id_list *dst, const id_list *src)
 {
 	dst->n = src->n;
-	dst->v = src->n ? xcalloc(src->n, sizeof *dst->v) : NULL;
+	dst->v = src->n ? util_xcalloc(src->n, sizeof *dst->v) : NULL;
 	if (src->n)
 		memcpy(dst->v, src->v, src->n * sizeof *dst->v);
 }
 
-bool id_list_same(const id_list *a, const id_list *b)
+bool util_id_list_same(const id_list *a, const id_list *b)
 {
 	return a->n == b->n && (!a->n || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
 }
 
-void id_list_free(id_list *l)
+void util_id_list_free(id_list *l)
 {
 	free(l->v);
 	*l = (id_list){0};
@@ -76,7 +76,7 @@ static char *hex32(char *p, uint32_t v)
 }
 
 /* By hand, not snprintf. Every event's JSON carries two LSNs, and printf cost 7% of a backfill. */
-size_t lsn_format(uint64_t lsn, char out[LSN_STRLEN])
+size_t util_lsn_format(uint64_t lsn, char out[LSN_STRLEN])
 {
 	char *p = hex32(out, (uint32_t)(lsn >> 32));
 	*p++ = '/';
@@ -85,7 +85,7 @@ size_t lsn_format(uint64_t lsn, char out[LSN_STRLEN])
 	return (size_t)(p - out);
 }
 
-bool lsn_parse(const char *s, uint64_t *lsn)
+bool util_lsn_parse(const char *s, uint64_t *lsn)
 {
 	unsigned int hi, lo;
 	int n = 0;
@@ -95,32 +95,32 @@ bool lsn_parse(const char *s, uint64_t *lsn)
 	return true;
 }
 
-uint64_t now_ms(void)
+uint64_t util_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int64_t wall_us(void)
+int64_t util_wall_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int64_t floor_div(int64_t a, int64_t d)
+int64_t util_floor_div(int64_t a, int64_t d)
 {
 	int64_t q = a / d;
 	return (a % d < 0) ? q - 1 : q;
 }
 
-int64_t wall_ms(void)
+int64_t util_wall_ms(void)
 {
-	return wall_us() / 1000;
+	return util_wall_us() / 1000;
 }
 
-bool errf(char *err, size_t errlen, const char *fmt, ...)
+bool util_errf(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (err && errlen) {
 		va_list ap;
@@ -134,7 +134,7 @@ bool errf(char *err, size_t errlen, const char *fmt, ...)
 /* Length of the well-formed UTF-8 sequence at p, or 0 with *skip set. Well-formed follows Unicode table 3-7,
  * so no overlongs, surrogates or code points past U+10FFFF. *skip gets the bytes of the maximal ill-formed
  * prefix (at least 1), which is what one U+FFFD replaces. p[0] >= 0x80. */
-size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
+size_t util_utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
 {
 	unsigned c = p[0], lo = 0x80, hi = 0xBF;
 	size_t need;
@@ -167,12 +167,12 @@ size_t utf8_seq(const unsigned char *p, size_t avail, size_t *skip)
 	return need + 1;
 }
 
-bool utf8_valid(const char *s, size_t len)
+bool util_utf8_valid(const char *s, size_t len)
 {
 	for (size_t i = 0; i < len;) {
 		size_t skip, n = (unsigned char)s[i] < 0x80
 				     ? (s[i] != '\0')
-				     : utf8_seq((const unsigned char *)s + i, len - i, &skip);
+				     : util_utf8_seq((const unsigned char *)s + i, len - i, &skip);
 		if (n == 0)
 			return false;
 		i += n;
@@ -180,7 +180,7 @@ bool utf8_valid(const char *s, size_t len)
 	return true;
 }
 
-uint32_t utf8_codepoint(const unsigned char *p, size_t n)
+uint32_t util_utf8_codepoint(const unsigned char *p, size_t n)
 {
 	uint32_t cp = p[0] & (0x7Fu >> n);
 	for (size_t i = 1; i < n; i++)
@@ -188,7 +188,7 @@ uint32_t utf8_codepoint(const unsigned char *p, size_t n)
 	return cp;
 }
 
-void efd_signal(int fd)
+void util_efd_signal(int fd)
 {
 	uint64_t one = 1;
 	if (write(fd, &one, sizeof(one)) != (ssize_t)sizeof(one))

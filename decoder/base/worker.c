@@ -36,7 +36,7 @@ static void *worker_main(void *p)
 		pthread_mutex_lock(&w->mu);
 		w->running = false;
 		pthread_cond_broadcast(&w->cv);
-		efd_signal(w->efd);
+		util_efd_signal(w->efd);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -44,7 +44,7 @@ static void *worker_main(void *p)
 
 worker *worker_new(const char *what, void (*run)(void *arg), void *arg, char *err, size_t errlen)
 {
-	worker *w = xcalloc(1, sizeof(*w));
+	worker *w = util_xcalloc(1, sizeof(*w));
 	w->run = run;
 	w->arg = arg;
 	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -52,7 +52,7 @@ worker *worker_new(const char *what, void (*run)(void *arg), void *arg, char *er
 	pthread_cond_init(&w->cv, NULL);
 	int e = w->efd < 0 ? errno : pthread_create(&w->thread, NULL, worker_main, w);
 	if (e) {
-		errf(err, errlen, "cannot start the thread that %s: %s", what, strerror(e));
+		util_errf(err, errlen, "cannot start the thread that %s: %s", what, strerror(e));
 		if (w->efd >= 0)
 			close(w->efd);
 		pthread_mutex_destroy(&w->mu);

@@ -152,7 +152,7 @@ static bool put_datum(buf *b, dbz_scratch *s, const dbz_datum *d, bool optional)
 			put_long(b, (int64_t)d->n);
 			for (size_t i = 0; i < d->n; i++) {
 				dbz_datum e;
-				dbz_element(s, d, i, &e);
+				sink_debezium_element(s, d, i, &e);
 				put_datum(b, s, &e, true);
 			}
 		}
@@ -162,7 +162,7 @@ static bool put_datum(buf *b, dbz_scratch *s, const dbz_datum *d, bool optional)
 	return true;
 }
 
-void dbz_avro_header(buf *out, uint32_t id)
+void kafka_avro_header(buf *out, uint32_t id)
 {
 	uint8_t h[DBZ_AVRO_HEADER] = {0, (uint8_t)(id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8),
 				      (uint8_t)id};
@@ -184,8 +184,8 @@ static const Cdc__V1__Column *column(Cdc__V1__Column *const *cols, size_t n, siz
 
 static bool missing(const dbz_column *c, const char *what, char *err, size_t errlen)
 {
-	return errf(err, errlen, "column %s has no value in the %s, but its Avro field is required", c->name,
-		    what);
+	return util_errf(err, errlen, "column %s has no value in the %s, but its Avro field is required",
+			 c->name, what);
 }
 
 /* A row as the schema's record, with every column in the schema's order. A column the row does not carry is
@@ -196,18 +196,18 @@ static bool put_row(buf *b, dbz_scratch *s, const dbz_column *cols, size_t n, co
 	for (size_t i = 0; i < n; i++) {
 		if (key && !cols[i].key)
 			continue;
-		dbz_type t = dbz_type_of(cols[i].type_oid, cols[i].typmod);
+		dbz_type t = sink_debezium_type_of(cols[i].type_oid, cols[i].typmod);
 		const Cdc__V1__Column *c = r ? column(r->columns, r->n_columns, i, cols[i].name) : NULL;
 		dbz_datum d = {.kind = DD_NULL};
-		if (c && dbz_unchanged(c)) {
+		if (c && sink_debezium_unchanged(c)) {
 			const Cdc__V1__Column *o =
 			    other ? column(other->columns, other->n_columns, i, cols[i].name) : NULL;
-			if (o && !dbz_unchanged(o))
-				dbz_convert(s, t, o->value, &d);
+			if (o && !sink_debezium_unchanged(o))
+				sink_debezium_convert(s, t, o->value, &d);
 			else
-				dbz_placeholder(t, &d);
+				sink_debezium_placeholder(t, &d);
 		} else if (c) {
-			dbz_convert(s, t, c->value, &d);
+			sink_debezium_convert(s, t, c->value, &d);
 		}
 		if (!put_datum(b, s, &d, !key && !cols[i].key))
 			return missing(&cols[i], what, err, errlen);
@@ -215,8 +215,8 @@ static bool put_row(buf *b, dbz_scratch *s, const dbz_column *cols, size_t n, co
 	return true;
 }
 
-bool dbz_avro_key(buf *out, dbz_scratch *s, const dbz_column *cols, size_t n, Cdc__V1__Column *const *vals,
-		  size_t nvals, char *err, size_t errlen)
+bool kafka_avro_key(buf *out, dbz_scratch *s, const dbz_column *cols, size_t n, Cdc__V1__Column *const *vals,
+		    size_t nvals, char *err, size_t errlen)
 {
 	Cdc__V1__Row r = CDC__V1__ROW__INIT;
 	r.columns = (Cdc__V1__Column **)vals;
@@ -224,7 +224,7 @@ bool dbz_avro_key(buf *out, dbz_scratch *s, const dbz_column *cols, size_t n, Cd
 	return put_row(out, s, cols, n, &r, NULL, true, "key", err, errlen);
 }
 
-void dbz_avro_message_key(buf *out, const char *prefix)
+void kafka_avro_message_key(buf *out, const char *prefix)
 {
 	put_opt_str(out, prefix);
 }
@@ -294,9 +294,9 @@ static void put_source(buf *b, size_t *part, const dbz_options *o, const Cdc__V1
 		put_null(b);
 }
 
-bool dbz_avro_value(buf *out, dbz_scratch *s, const dbz_options *o, const dbz_column *cols, size_t n,
-		    const Cdc__V1__Event *e, char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after,
-		    char *err, size_t errlen)
+bool kafka_avro_value(buf *out, dbz_scratch *s, const dbz_options *o, const dbz_column *cols, size_t n,
+		      const Cdc__V1__Event *e, char op, const Cdc__V1__Row *before, const Cdc__V1__Row *after,
+		      char *err, size_t errlen)
 {
 	size_t at = out->len, part = out->len;
 	uint32_t len = 0;
@@ -360,11 +360,11 @@ static void put_txn_id(buf *b, uint32_t xid, uint64_t commit_lsn)
 	short_end(b, at);
 }
 
-void dbz_avro_complete(buf *out, uint32_t id, const char *r, size_t len, const dbz_fill *f)
+void kafka_avro_complete(buf *out, uint32_t id, const char *r, size_t len, const dbz_fill *f)
 {
 	int64_t src = f->commit_time ? f->commit_time : f->now;
 	const char *end = r + len;
-	dbz_avro_header(out, id);
+	kafka_avro_header(out, id);
 	for (;;) {
 		uint32_t n;
 		if ((size_t)(end - r) < sizeof(n) + 1)
@@ -381,7 +381,7 @@ void dbz_avro_complete(buf *out, uint32_t id, const char *r, size_t len, const d
 		case F_END:
 			return;
 		case F_SOURCE_MS:
-			put_long(out, floor_div(src, 1000));
+			put_long(out, util_floor_div(src, 1000));
 			break;
 		case F_SEQUENCE:
 			if ((size_t)(end - r) < sizeof(lsn))
@@ -414,7 +414,7 @@ void dbz_avro_complete(buf *out, uint32_t id, const char *r, size_t len, const d
 			put_long(out, (int64_t)f->collection_order);
 			break;
 		case F_NOW_MS:
-			put_opt_long(out, floor_div(f->now, 1000));
+			put_opt_long(out, util_floor_div(f->now, 1000));
 			break;
 		case F_NOW_US:
 			put_opt_long(out, f->now);
@@ -428,13 +428,13 @@ void dbz_avro_complete(buf *out, uint32_t id, const char *r, size_t len, const d
 
 /* Transaction metadata --------------------------------------------------------------------------- */
 
-void dbz_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn)
+void kafka_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn)
 {
 	put_txn_id(out, xid, commit_lsn);
 }
 
-void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
-			uint64_t events, const dbz_count *tables, size_t ntables)
+void kafka_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
+			  uint64_t events, const dbz_count *tables, size_t ntables)
 {
 	put_str(out, end ? "END" : "BEGIN");
 	put_txn_id(out, xid, commit_lsn);
@@ -457,7 +457,7 @@ void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, i
 		}
 		put_long(out, 0);
 	}
-	put_long(out, floor_div(time_us, 1000));
+	put_long(out, util_floor_div(time_us, 1000));
 }
 
 /* Schemas ---------------------------------------------------------------------------------------- */
@@ -493,7 +493,7 @@ static void put_adjusted(buf *out, const char *name, bool full)
 				buf_putc(out, '_');
 			p++;
 		} else {
-			size_t skip, n = utf8_seq(p, strlen((const char *)p), &skip);
+			size_t skip, n = util_utf8_seq(p, strlen((const char *)p), &skip);
 			buf_puts(out, n == 4 ? "__" : "_"); /* past the BMP, a surrogate pair */
 			p += n ? n : skip;
 		}
@@ -501,7 +501,7 @@ static void put_adjusted(buf *out, const char *name, bool full)
 	}
 }
 
-void dbz_avro_fullname(buf *out, const char *name)
+void kafka_avro_fullname(buf *out, const char *name)
 {
 	put_adjusted(out, name, true);
 }
@@ -654,7 +654,7 @@ static void put_schema(buf *b, names *ns, const dbz_schema *s, bool optional)
 	}
 }
 
-void dbz_avro_schema(buf *out, const dbz_schema *schema)
+void kafka_avro_schema(buf *out, const dbz_schema *schema)
 {
 	names ns = {0};
 	put_schema(out, &ns, schema, false);

@@ -1,6 +1,6 @@
 /* Debezium's records as Debezium writes them through Confluent's AvroConverter (`format: avro`). The
  * functions are pure, with schemas and events in and bytes out. What is known only at the commit is
- * filled in by dbz_avro_complete(), as dbz_complete() does for JSON. */
+ * filled in by kafka_avro_complete(), as sink_debezium_complete() does for JSON. */
 #ifndef CDC_AVRO_H
 #define CDC_AVRO_H
 
@@ -15,33 +15,34 @@
 /* schema as Avro schema JSON, as Confluent's AvroData writes a Connect schema (connect.meta.data on).
  * Connect's names are split into namespace and name and made valid Avro names. Named types are
  * written once and named after. */
-void dbz_avro_schema(buf *out, const dbz_schema *schema);
+void kafka_avro_schema(buf *out, const dbz_schema *schema);
 /* A Connect name as a valid Avro full name (Debezium's schema.name.adjustment.mode=avro). A byte
  * outside [A-Za-z0-9_] (or a digit opening a part) becomes '_'. A character outside ASCII becomes one
  * '_' per UTF-16 unit, as Java counts it. */
-void dbz_avro_fullname(buf *out, const char *name);
+void kafka_avro_fullname(buf *out, const char *name);
 
 /* A key record, the key columns of cols[0..count) (the table's schema), valued from vals[0..nvals) by
  * name. False with err when a column has no value, since Avro's record needs every field. */
-bool dbz_avro_key(buf *out, dbz_scratch *scratch, const dbz_column *cols, size_t count,
-		  Cdc__V1__Column *const *vals, size_t nvals, char *err, size_t errlen);
+bool kafka_avro_key(buf *out, dbz_scratch *scratch, const dbz_column *cols, size_t count,
+		    Cdc__V1__Column *const *vals, size_t nvals, char *err, size_t errlen);
 /* An envelope (or, for op DBZ_MESSAGE, Debezium's MessageValue) of table shape cols[0..count), without
- * the fields dbz_avro_complete() fills. An unchanged TOASTed value is the old row's, else Debezium's
+ * the fields kafka_avro_complete() fills. An unchanged TOASTed value is the old row's, else Debezium's
  * placeholder. False with err when a required field has no value. */
-bool dbz_avro_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const dbz_column *cols,
-		    size_t count, const Cdc__V1__Event *event, char op, const Cdc__V1__Row *before,
-		    const Cdc__V1__Row *after, char *err, size_t errlen);
-/* Appends the record dbz_avro_value() rendered (len bytes) in the wire format with schema id, its
+bool kafka_avro_value(buf *out, dbz_scratch *scratch, const dbz_options *opts, const dbz_column *cols,
+		      size_t count, const Cdc__V1__Event *event, char op, const Cdc__V1__Row *before,
+		      const Cdc__V1__Row *after, char *err, size_t errlen);
+/* Appends the record kafka_avro_value() rendered (len bytes) in the wire format with schema id, its
  * commit fields filled from fill. */
-void dbz_avro_complete(buf *out, uint32_t id, const char *rendered, size_t len, const dbz_fill *fill);
+void kafka_avro_complete(buf *out, uint32_t id, const char *rendered, size_t len, const dbz_fill *fill);
 /* The wire format's header before a record of schema id. */
-void dbz_avro_header(buf *out, uint32_t id);
+void kafka_avro_header(buf *out, uint32_t id);
 
-/* The transaction metadata records (dbz_txn_key and dbz_txn_value in Avro), without the header. */
-void dbz_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn);
-void dbz_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
-			uint64_t events, const dbz_count *tables, size_t ntables);
+/* The transaction metadata records (sink_debezium_txn_key and sink_debezium_txn_value in Avro), without the
+ * header. */
+void kafka_avro_txn_key(buf *out, uint32_t xid, uint64_t commit_lsn);
+void kafka_avro_txn_value(buf *out, bool end, uint32_t xid, uint64_t commit_lsn, int64_t time_us,
+			  uint64_t events, const dbz_count *tables, size_t ntables);
 /* A logical message's key ({prefix}), without the header. */
-void dbz_avro_message_key(buf *out, const char *prefix);
+void kafka_avro_message_key(buf *out, const char *prefix);
 
 #endif

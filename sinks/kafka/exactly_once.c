@@ -65,7 +65,7 @@ static bool eo_prepare(kafka_sink *k)
 	k->eo.ready = true;
 	k->eo.position = k->stats.position = position;
 	char lsn[LSN_STRLEN];
-	lsn_format(position, lsn);
+	util_lsn_format(position, lsn);
 	log_info("exactly once: Kafka holds the stream up to the position read back",
 		 "transactional_id=%s positions_topic=%s position=%s", k->tid, k->set.positions_topic, lsn);
 	return true;
@@ -110,7 +110,7 @@ static bool eo_skip(kafka_sink *k, const sink_commit *c, uint64_t seq)
 	k->eo.skipped_seq = seq;
 	if (!k->eo.skip_logged) {
 		char lsn[LSN_STRLEN];
-		lsn_format(c->commit_lsn, lsn);
+		util_lsn_format(c->commit_lsn, lsn);
 		log_info("exactly once: skipping source transactions Kafka already holds", "commit_lsn=%s",
 			 lsn);
 	}
@@ -126,7 +126,7 @@ static void eo_closed(kafka_sink *k)
 
 static void eo_committed(kafka_sink *k)
 {
-	int64_t now = wall_us();
+	int64_t now = util_wall_us();
 	for (size_t i = 0; i < k->eo.nsources; i++) {
 		int64_t us = now - k->eo.sources[i].commit_time;
 		hist_add_n(&k->stats.latency, us > 0 ? (uint64_t)us : 0, k->eo.sources[i].events);
@@ -155,7 +155,7 @@ void kafka_eo_abort(kafka_sink *k)
 	k->eo.nsources = 0;
 	eo_closed(k);
 	k->stats.aborts++;
-	uint64_t started = now_ms();
+	uint64_t started = util_now_ms();
 	rd_kafka_error_t *e = rd_kafka_abort_transaction(k->rk, ABORT_TIMEOUT_MS);
 	if (e) {
 		eo_renew(k, "cannot abort the Kafka transaction", rd_kafka_error_string(e));
@@ -163,13 +163,14 @@ void kafka_eo_abort(kafka_sink *k)
 		return;
 	}
 	/* The purged messages' delivery reports, so the counts in flight come back to zero. */
-	for (uint64_t until = now_ms() + ABORT_TIMEOUT_MS; rd_kafka_outq_len(k->rk) > 0 && now_ms() < until;)
+	for (uint64_t until = util_now_ms() + ABORT_TIMEOUT_MS;
+	     rd_kafka_outq_len(k->rk) > 0 && util_now_ms() < until;)
 		rd_kafka_poll(k->rk, 10);
 	char lsn[LSN_STRLEN];
-	lsn_format(k->eo.position, lsn);
+	util_lsn_format(k->eo.position, lsn);
 	log_info("exactly once: aborted the Kafka transaction; the slot sends its source transactions again",
 		 "position=%s", lsn);
-	if (now_ms() - started >= k->request_timeout_ms)
+	if (util_now_ms() - started >= k->request_timeout_ms)
 		eo_renew(k, "the Kafka abort took longer than request.timeout.ms",
 			 "its EndTxn may have been sent more than once");
 }
@@ -179,7 +180,7 @@ bool kafka_eo_failed(kafka_sink *k)
 	/* librdkafka 2.0.2 has no call that returns a transaction's state. Beginning one while one is
 	 * open reports the open one's error when it failed, and else only a state error, which
 	 * changes nothing. */
-	k->eo.asked_ms = now_ms();
+	k->eo.asked_ms = util_now_ms();
 	rd_kafka_error_t *e = rd_kafka_begin_transaction(k->rk);
 	if (!e) {
 		kafka_fail(k, "the Kafka transaction failed", "librdkafka had none open");
@@ -198,7 +199,7 @@ bool kafka_eo_failed(kafka_sink *k)
 static void send_now(kafka_sink *k)
 {
 	rd_kafka_flush(k->rk, 0);
-	k->eo.woken_ms = now_ms();
+	k->eo.woken_ms = util_now_ms();
 }
 
 /* The position record, the last of the Kafka transaction. It is produced once every other message of it is
@@ -255,12 +256,12 @@ static void eo_commit_end(kafka_sink *k)
 		 * that thread next. Nothing may, while what arrives is held (debug log, a position record
 		 * produced 43 ms after its registration). The daemon flushes every NUDGE_MS meanwhile
 		 * (kafka_sink_wake_ms). */
-		if (now_ms() - k->eo.woken_ms >= NUDGE_MS)
+		if (util_now_ms() - k->eo.woken_ms >= NUDGE_MS)
 			send_now(k);
 		/* A transaction librdkafka failed while messages were in flight sends nothing more. That can
 		 * be an abortable error that needs an epoch bump. What it holds gets no delivery report until
 		 * the abort, so waiting for them would wait for good. */
-		if (now_ms() - k->eo.asked_ms >= ASK_MS && kafka_eo_failed(k))
+		if (util_now_ms() - k->eo.asked_ms >= ASK_MS && kafka_eo_failed(k))
 			log_warn(
 			    "exactly once: the Kafka transaction failed while its messages were in flight "
 			    "(the restart aborts it)",
@@ -274,10 +275,10 @@ static void eo_commit_end(kafka_sink *k)
 		return;
 	}
 	if (!k->eo.ending)
-		k->eo.end_ms = now_ms();
+		k->eo.end_ms = util_now_ms();
 	k->eo.ending = true;
 	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
-	bool late = now_ms() - k->eo.end_ms >= k->request_timeout_ms;
+	bool late = util_now_ms() - k->eo.end_ms >= k->request_timeout_ms;
 	if (!e) {
 		eo_committed(k);
 		if (late)
@@ -316,10 +317,10 @@ static bool eo_due(const kafka_sink *k, bool force)
 		return false;
 	if (force || (k->set.commit_events && k->eo.events >= k->set.commit_events))
 		return true;
-	uint64_t age = now_ms() - k->eo.opened_ms;
+	uint64_t age = util_now_ms() - k->eo.opened_ms;
 	if (age < k->set.commit_interval_ms)
 		return false;
-	return age >= BACKLOG_MS || wall_us() - k->eo.last.commit_time <= BACKLOG_AGE_MS * 1000;
+	return age >= BACKLOG_MS || util_wall_us() - k->eo.last.commit_time <= BACKLOG_AGE_MS * 1000;
 }
 
 int kafka_eo_wake_ms(const kafka_sink *k)
@@ -388,7 +389,7 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 			}
 			k->eo.open = true;
 			k->eo.stream = stream_now(k);
-			k->eo.opened_ms = now_ms();
+			k->eo.opened_ms = util_now_ms();
 			k->eo.events = 0;
 		}
 		k->eo.last_seq = seq;
@@ -396,7 +397,8 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 		k->eo.last_xid = xid;
 		if (k->eo.nsources == k->eo.capsources) {
 			k->eo.capsources = k->eo.capsources ? k->eo.capsources * 2 : 64;
-			k->eo.sources = xrealloc(k->eo.sources, k->eo.capsources * sizeof(*k->eo.sources));
+			k->eo.sources =
+			    util_xrealloc(k->eo.sources, k->eo.capsources * sizeof(*k->eo.sources));
 		}
 		k->eo.sources[k->eo.nsources++] = (struct eo_source){c->commit_time, 0};
 	}

@@ -36,10 +36,10 @@ static void add_topic(topic_list *l, const char *name, bool config)
 			l->configs[i] |= config;
 			return;
 		}
-	l->names.v = xrealloc(l->names.v, (l->names.n + 1) * sizeof(char *));
-	l->configs = xrealloc(l->configs, (l->names.n + 1) * sizeof(bool));
+	l->names.v = util_xrealloc(l->names.v, (l->names.n + 1) * sizeof(char *));
+	l->configs = util_xrealloc(l->configs, (l->names.n + 1) * sizeof(bool));
 	l->configs[l->names.n] = config;
-	l->names.v[l->names.n++] = xstrdup(name);
+	l->names.v[l->names.n++] = util_xstrdup(name);
 }
 
 /* One subscription's topic for each of its tables. */
@@ -90,7 +90,7 @@ static doctor_state *probe(sink_doctor *dr)
 {
 	if (dr->state)
 		return dr->state;
-	doctor_state *d = dr->state = xcalloc(1, sizeof(*d));
+	doctor_state *d = dr->state = util_xcalloc(1, sizeof(*d));
 	topic_list l = {0};
 	topics_of(dr, &l);
 	kafka_setup k = kafka_setup_make(dr->section, dr->slot);
@@ -325,8 +325,8 @@ typedef struct table_columns {
 static void add_column(void *arg, const char *name, uint32_t type_oid, int32_t typmod, bool key)
 {
 	table_columns *t = arg;
-	t->cols = xrealloc(t->cols, (t->n + 1) * sizeof(*t->cols));
-	t->cols[t->n++] = (dbz_column){xstrdup(name), type_oid, typmod, key};
+	t->cols = util_xrealloc(t->cols, (t->n + 1) * sizeof(*t->cols));
+	t->cols[t->n++] = (dbz_column){util_xstrdup(name), type_oid, typmod, key};
 }
 
 typedef struct table_names {
@@ -336,10 +336,10 @@ typedef struct table_names {
 static void add_table(void *arg, const char *schema, const char *table)
 {
 	table_names *l = arg;
-	l->schemas.v = xrealloc(l->schemas.v, (l->schemas.n + 1) * sizeof(char *));
-	l->tables.v = xrealloc(l->tables.v, (l->tables.n + 1) * sizeof(char *));
-	l->schemas.v[l->schemas.n++] = xstrdup(schema);
-	l->tables.v[l->tables.n++] = xstrdup(table);
+	l->schemas.v = util_xrealloc(l->schemas.v, (l->schemas.n + 1) * sizeof(char *));
+	l->tables.v = util_xrealloc(l->tables.v, (l->tables.n + 1) * sizeof(char *));
+	l->schemas.v[l->schemas.n++] = util_xstrdup(schema);
+	l->tables.v[l->tables.n++] = util_xstrdup(table);
 }
 
 /* Whether schema may be subject's next version. A line for a refusal or an unanswered request. *checked
@@ -405,12 +405,12 @@ static void check_subjects(sink_doctor *dr)
 			const char *server = c->dbz.server_name ? c->dbz.server_name : "cdc";
 			for (int key = 1; key >= 0 && tc.n; key--) {
 				const dbz_schema *s =
-				    dbz_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t], topic.data,
-						     tc.cols, tc.n, key);
+				    sink_debezium_table_schema(&sc, server, l.schemas.v[t], l.tables.v[t],
+							       topic.data, tc.cols, tc.n, key);
 				if (key && !s->nfields)
 					continue; /* no key columns, so a null key and no key schema */
 				buf_reset(&text);
-				dbz_avro_schema(&text, s);
+				kafka_avro_schema(&text, s);
 				buf_putc(&text, '\0');
 				buf_reset(&subject);
 				kafka_subject_name(&subject, (kafka_subject_strategy)c->subject_strategy,
@@ -434,7 +434,7 @@ static void check_subjects(sink_doctor *dr)
 		    dr, SINK_PASS, NULL,
 		    "%zu subject%s may take the schemas cdc would register for the tables as they are now",
 		    checked, checked == 1 ? "" : "s");
-	dbz_schemas_free(&sc);
+	sink_debezium_schemas_free(&sc);
 	buf_free(&text);
 	buf_free(&subject);
 	buf_free(&topic);

@@ -37,11 +37,11 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 					break;
 			if (i == 4) {
 				size_t end = strcspn(p, "}");
-				errf(why, whylen,
-				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
-				     "{subscription}, "
-				     "{tag})",
-				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
+				util_errf(why, whylen,
+					  "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+					  "{subscription}, "
+					  "{tag})",
+					  (int)(end < 40 ? end + (p[end] != 0) : 40), p);
 				return why;
 			}
 			p += n;
@@ -50,9 +50,9 @@ static const char *topic_template_problem(const char *value, char *why, size_t w
 		unsigned char c = (unsigned char)*p++;
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
 		      c == '.' || c == '_' || c == '-')) {
-			errf(why, whylen,
-			     "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
-			     c >= 0x20 && c < 0x7f ? c : '?');
+			util_errf(why, whylen,
+				  "character '%c' is not allowed in a Kafka topic name (use [a-zA-Z0-9._-])",
+				  c >= 0x20 && c < 0x7f ? c : '?');
 			return why;
 		}
 	}
@@ -311,9 +311,9 @@ static bool check_together(const void *section, const void *const *subs, const c
 
 kafka_setup kafka_setup_make(const kafka_conf *conf, const char *slot)
 {
-	kafka_setup k = {
-	    .props = xcalloc(conf->properties.count ? conf->properties.count : 1, sizeof(kafka_property)),
-	    .transactional_id = xmalloc(strlen(slot) + 5)};
+	kafka_setup k = {.props = util_xcalloc(conf->properties.count ? conf->properties.count : 1,
+					       sizeof(kafka_property)),
+			 .transactional_id = util_xmalloc(strlen(slot) + 5)};
 	/* Stable for the slot, so the producer that streams it next fences this one. */
 	sprintf(k.transactional_id, "cdc-%s", slot);
 	for (size_t i = 0; i < conf->properties.count; i++)
@@ -350,7 +350,7 @@ void kafka_setup_free(kafka_setup *setup)
 
 static kafka_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 {
-	kafka_sub_settings *v = xcalloc(n ? n : 1, sizeof(*v));
+	kafka_sub_settings *v = util_xcalloc(n ? n : 1, sizeof(*v));
 	for (size_t i = 0; i < n; i++) {
 		const kafka_sub_conf *c = subs[i].settings;
 		v[i] = (kafka_sub_settings){.topic = c->topic,

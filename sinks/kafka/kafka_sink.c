@@ -183,10 +183,10 @@ static rd_kafka_topic_t *topic_handle(kafka_sink *k, const char *name)
 		return NULL;
 	if (k->ntopics == k->captopics) {
 		k->captopics = k->captopics ? k->captopics * 2 : 8;
-		k->topics = xrealloc(k->topics, k->captopics * sizeof(*k->topics));
+		k->topics = util_xrealloc(k->topics, k->captopics * sizeof(*k->topics));
 	}
 	memmove(&k->topics[lo + 1], &k->topics[lo], (k->ntopics - lo) * sizeof(*k->topics));
-	k->topics[lo] = (kafka_topic){xstrdup(name), rkt};
+	k->topics[lo] = (kafka_topic){util_xstrdup(name), rkt};
 	k->ntopics++;
 	return rkt;
 }
@@ -235,7 +235,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	k->stats.delivered++;
 	k->stats.brokers_down = k->stats.auth_failed = false;
 	if (t && !k->set.exactly_once) { /* exactly once, visible and counted at the Kafka commit */
-		int64_t us = wall_us() - t->commit_time;
+		int64_t us = util_wall_us() - t->commit_time;
 		hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
 	}
 	settle(k);
@@ -344,7 +344,7 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!k->rk) {
 		rd_kafka_conf_destroy(conf);
-		return errf(
+		return util_errf(
 		    err, errlen,
 		    "cannot create the Kafka producer: %s (kafka.properties go to librdkafka as they are; "
 		    "its own messages above name the file or setting)",
@@ -423,14 +423,14 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		k->hdr_cache.set = true;
 		k->hdr_cache.commit_lsn = commit_lsn;
 		k->hdr_cache.xid = r->xid;
-		lsn_format(commit_lsn, k->hdr_cache.commit);
+		util_lsn_format(commit_lsn, k->hdr_cache.commit);
 		snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text), "%" PRIu32, r->xid);
 	}
 	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
 	if (event) { /* a record about a transaction has only the commit's */
 		char lsn[LSN_STRLEN], id[17];
-		lsn_format(r->lsn, lsn);
-		const char *op = evt_op_name((Cdc__V1__Op)r->op);
+		util_lsn_format(r->lsn, lsn);
+		const char *op = pgo_event_op_name((Cdc__V1__Op)r->op);
 		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
 		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
 		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
@@ -457,13 +457,13 @@ static uint64_t count_table(kafka_sink *k, const char *schema, size_t slen, cons
 			return ++k->tables[i].events;
 	if (k->ntables == k->captables) {
 		k->captables = k->captables ? k->captables * 2 : 8;
-		k->tables = xrealloc(k->tables, k->captables * sizeof(*k->tables));
+		k->tables = util_xrealloc(k->tables, k->captables * sizeof(*k->tables));
 	}
 	table_count *t = &k->tables[k->ntables++];
-	t->schema = xmalloc(slen + 1);
+	t->schema = util_xmalloc(slen + 1);
 	memcpy(t->schema, schema, slen);
 	t->schema[slen] = '\0';
-	t->table = xmalloc(tlen + 1);
+	t->table = util_xmalloc(tlen + 1);
 	memcpy(t->table, table, tlen);
 	t->table[tlen] = '\0';
 	t->events = 1;
@@ -590,11 +590,11 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 		return true;
 	}
 	if (len < sizeof(r))
-		return errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
+		return util_errf(err, errlen, "kafka sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
 	size_t fixed = sizeof(r) + (size_t)r.topic_len + r.sub_len + r.schema_len + r.table_len;
 	if (fixed > len || r.format > KAFKA_AVRO || (r.format == KAFKA_AVRO && !k->subjects))
-		return errf(err, errlen, "kafka sink: rendered event is corrupt");
+		return util_errf(err, errlen, "kafka sink: rendered event is corrupt");
 	const char *topic_p = data + sizeof(r), *sub = topic_p + r.topic_len;
 	const char *schema = sub + r.sub_len, *table = schema + r.schema_len, *p = table + r.table_len;
 	const char *end = data + len;
@@ -620,12 +620,12 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 	for (unsigned i = 0; i < r.nrecords; i++) {
 		rendered_record rec;
 		if ((size_t)(end - p) < sizeof(rec))
-			return errf(err, errlen, "kafka sink: rendered event is corrupt");
+			return util_errf(err, errlen, "kafka sink: rendered event is corrupt");
 		memcpy(&rec, p, sizeof(rec));
 		const char *key = p + sizeof(rec), *value = key + rec.key_len, *hdr = value + rec.value_len;
 		if ((size_t)(end - key) < (size_t)rec.key_len + rec.value_len + rec.header_len ||
 		    rec.kind > REC_ERROR)
-			return errf(err, errlen, "kafka sink: rendered event is corrupt");
+			return util_errf(err, errlen, "kafka sink: rendered event is corrupt");
 		p = hdr + rec.header_len;
 		if (rec.kind == REC_ERROR) { /* the stream holds here until the cause is gone */
 			char why[600];
@@ -653,7 +653,7 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 					   value, rec.value_len, &r, c, k->cur_events, nth);
 		if (rec.has_key && rec.key_schema != KAFKA_NO_SCHEMA) { /* Avro, the wire format's header */
 			buf_reset(&k->key_out);
-			dbz_avro_header(&k->key_out, kafka_subjects_id(k->subjects, rec.key_schema));
+			kafka_avro_header(&k->key_out, kafka_subjects_id(k->subjects, rec.key_schema));
 			buf_append(&k->key_out, key, rec.key_len);
 			key = k->key_out.data;
 			rec.key_len = (uint32_t)k->key_out.len;
@@ -748,7 +748,7 @@ static sink_status kafka_flush(sink *base, char *err, size_t errlen)
 		return SINK_FATAL;
 	if (!k->failed)
 		return SINK_OK;
-	errf(err, errlen, "kafka: %s", k->failure);
+	util_errf(err, errlen, "kafka: %s", k->failure);
 	return k->for_good ? SINK_FATAL : SINK_RESTART;
 }
 
@@ -795,8 +795,8 @@ static bool kafka_finish(sink *base, int timeout_ms)
 {
 	kafka_sink *k = (kafka_sink *)base;
 	char err[512];
-	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
-	     (k->eo.open || (k->held.len && !k->registry_wait)) && !k->failed && now_ms() < until;) {
+	for (uint64_t until = util_now_ms() + (uint64_t)timeout_ms;
+	     (k->eo.open || (k->held.len && !k->registry_wait)) && !k->failed && util_now_ms() < until;) {
 		if (!kafka_eo_can_finish(k))
 			break;
 		if (!kafka_eo_step(k, true, err, sizeof(err)))
@@ -888,7 +888,7 @@ static void free_settings(kafka_sink *k)
 
 static char *dup_or_null(const char *s)
 {
-	return s ? xstrdup(s) : NULL;
+	return s ? util_xstrdup(s) : NULL;
 }
 
 static bool same_setting(const kafka_sink_settings *a, const kafka_sink_settings *b, const char *key)
@@ -927,7 +927,7 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 	renew_credentials(k, settings);
 	free_settings(k);
 	k->topic_sub = UINT32_MAX; /* the topics may be others now */
-	k->set = (kafka_sink_settings){.brokers = xstrdup(settings->brokers),
+	k->set = (kafka_sink_settings){.brokers = util_xstrdup(settings->brokers),
 				       .nproperties = settings->nproperties,
 				       .transactions_topic = dup_or_null(settings->transactions_topic),
 				       .schemas_topic = dup_or_null(settings->schemas_topic),
@@ -944,13 +944,14 @@ void kafka_sink_bind(sink *s, const kafka_sink_settings *settings, const kafka_s
 						    .key_file = dup_or_null(settings->registry.key_file),
 						    .timeout_ms = settings->registry.timeout_ms},
 				       .compatibility = dup_or_null(settings->compatibility)};
-	kafka_property *props = xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
+	kafka_property *props =
+	    util_xcalloc(settings->nproperties ? settings->nproperties : 1, sizeof(*props));
 	for (size_t i = 0; i < settings->nproperties; i++)
-		props[i] = (kafka_property){xstrdup(settings->properties[i].key),
-					    xstrdup(settings->properties[i].value)};
+		props[i] = (kafka_property){util_xstrdup(settings->properties[i].key),
+					    util_xstrdup(settings->properties[i].value)};
 	k->set.properties = props;
 	k->nsubs = nsubs;
-	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
+	k->subs = util_xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
 	for (size_t i = 0; i < nsubs; i++) {
 		k->subs[i] = subs[i];
 		k->subs[i].topic = dup_or_null(subs[i].topic);
@@ -1005,11 +1006,11 @@ static const sink_ops kafka_ops = {
 sink *kafka_sink_new(const kafka_sink_settings *settings, const kafka_sub_settings *subs, size_t nsubs,
 		     char *err, size_t errlen)
 {
-	kafka_sink *k = xcalloc(1, sizeof(*k));
+	kafka_sink *k = util_xcalloc(1, sizeof(*k));
 	k->q = RING_INIT(kafka_txn);
 	k->base.ops = &kafka_ops;
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
-		errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
+		util_errf(err, errlen, "kafka sink: pipe: %s", strerror(errno));
 		free(k);
 		return NULL;
 	}

@@ -45,7 +45,7 @@ static rd_kafka_t *consumer_new(const char *brokers, const kafka_property *prope
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why));
 	if (!rk) {
 		rd_kafka_conf_destroy(conf);
-		errf(err, errlen, "cannot create the consumer that reads the position back: %s", why);
+		util_errf(err, errlen, "cannot create the consumer that reads the position back: %s", why);
 	}
 	return rk;
 }
@@ -60,7 +60,7 @@ static bool topic_exists(rd_kafka_t *rk, const char *topic, int timeout_ms, bool
 	rd_kafka_topic_destroy(t);
 	*failed = e != RD_KAFKA_RESP_ERR_NO_ERROR;
 	if (*failed) {
-		errf(err, errlen, "cannot read the metadata of %s: %s", topic, rd_kafka_err2str(e));
+		util_errf(err, errlen, "cannot read the metadata of %s: %s", topic, rd_kafka_err2str(e));
 		return false;
 	}
 	bool exists = md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
@@ -105,14 +105,14 @@ bool kafka_position_read(const char *brokers, const kafka_property *properties, 
 	rd_kafka_topic_partition_list_destroy(parts);
 	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		failed = true;
-		errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(e));
+		util_errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(e));
 	}
-	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+	uint64_t deadline = util_now_ms() + (uint64_t)timeout_ms;
 	while (!failed && !done) {
-		if (now_ms() >= deadline) {
+		if (util_now_ms() >= deadline) {
 			failed = true;
-			errf(err, errlen, "reading %s back did not reach its end within %d ms", topic,
-			     timeout_ms);
+			util_errf(err, errlen, "reading %s back did not reach its end within %d ms", topic,
+				  timeout_ms);
 			break;
 		}
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
@@ -122,7 +122,7 @@ bool kafka_position_read(const char *brokers, const kafka_property *properties, 
 			done = true;
 		} else if (m->err) {
 			failed = true;
-			errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_message_errstr(m));
+			util_errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_message_errstr(m));
 		} else {
 			uint64_t lsn = record_lsn(m, key);
 			if (lsn)

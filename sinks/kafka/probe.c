@@ -25,7 +25,8 @@ bool kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, c
 	char why[512];
 	if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
 		return true;
-	return errf(err, errlen, "kafka property %s: %s", key, why); /* not the value (it may be a secret) */
+	return util_errf(err, errlen, "kafka property %s: %s", key,
+			 why); /* not the value (it may be a secret) */
 }
 
 rd_kafka_conf_t *kafka_client_conf(const char *brokers, const kafka_property *properties, size_t n,
@@ -63,7 +64,7 @@ static void describe(rd_kafka_t *rk, rd_kafka_ResourceType_t type, const char *c
 		     void (*failed)(kafka_probe *p, const char *resource, const char *why))
 {
 	char why[512];
-	rd_kafka_ConfigResource_t **res = xcalloc(n, sizeof(*res));
+	rd_kafka_ConfigResource_t **res = util_xcalloc(n, sizeof(*res));
 	for (size_t i = 0; i < n; i++)
 		res[i] = rd_kafka_ConfigResource_new(type, names[i]);
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
@@ -150,9 +151,9 @@ bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, 
 		     int timeout_ms, kafka_probe *p, char *err, size_t errlen)
 {
 	char why[512];
-	*p = (kafka_probe){.topics = xcalloc(n ? n : 1, sizeof(kafka_probe_topic)), .ntopics = n};
+	*p = (kafka_probe){.topics = util_xcalloc(n ? n : 1, sizeof(kafka_probe_topic)), .ntopics = n};
 	for (size_t i = 0; i < n; i++) {
-		p->topics[i].name = xstrdup(topics[i]);
+		p->topics[i].name = util_xstrdup(topics[i]);
 		config_error(&p->topics[i].cleanup_policy, "not asked");
 	}
 	config_error(&p->auto_create, "not asked");
@@ -165,7 +166,7 @@ bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, 
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!rk) {
 		rd_kafka_conf_destroy(conf);
-		return errf(err, errlen, "cannot create a Kafka client: %s", why);
+		return util_errf(err, errlen, "cannot create a Kafka client: %s", why);
 	}
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms);
@@ -187,7 +188,7 @@ bool kafka_probe_run(const kafka_sink_settings *set, const char *const *topics, 
 		const char *names[] = {id};
 		describe(rk, RD_KAFKA_RESOURCE_BROKER, names, 1, timeout_ms, p, broker_found, broker_failed);
 	}
-	const char **asked = xcalloc(n ? n : 1, sizeof(char *));
+	const char **asked = util_xcalloc(n ? n : 1, sizeof(char *));
 	size_t nasked = 0;
 	for (size_t i = 0; i < n; i++)
 		if (configs[i] && p->topics[i].exists)

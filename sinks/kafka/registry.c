@@ -134,7 +134,7 @@ static kafka_registry_status request(const kafka_registry_conf *conf, const char
 		}
 	}
 	if (out != REGISTRY_OK)
-		errf(err, errlen, "schema registry %s", msg.data);
+		util_errf(err, errlen, "schema registry %s", msg.data);
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(h);
 	buf_free(&url);
@@ -175,7 +175,7 @@ static bool member_int(json_object *root, const char *name, int64_t *v, char *er
 {
 	json_object *m;
 	if (!json_object_object_get_ex(root, name, &m) || !json_object_is_type(m, json_type_int))
-		return errf(err, errlen, "schema registry: the answer has no %s", name);
+		return util_errf(err, errlen, "schema registry: the answer has no %s", name);
 	*v = json_object_get_int64(m);
 	return true;
 }
@@ -233,7 +233,7 @@ kafka_registry_status kafka_registry_level(const kafka_registry_conf *conf, cons
 	if (st == REGISTRY_OK && json_object_object_get_ex(root, "compatibilityLevel", &m))
 		snprintf(level, levellen, "%s", json_object_get_string(m));
 	else if (st == REGISTRY_OK) {
-		errf(err, errlen, "schema registry: the answer has no compatibilityLevel");
+		util_errf(err, errlen, "schema registry: the answer has no compatibilityLevel");
 		st = REGISTRY_UNREACHABLE;
 	}
 	json_object_put(root);
@@ -277,7 +277,7 @@ kafka_registry_status kafka_registry_compatible(const kafka_registry_conf *conf,
 			snprintf(why, whylen, "%s",
 				 json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN));
 	} else if (st == REGISTRY_OK) {
-		errf(err, errlen, "schema registry: the answer has no is_compatible");
+		util_errf(err, errlen, "schema registry: the answer has no is_compatible");
 		st = REGISTRY_UNREACHABLE;
 	}
 	json_object_put(root);

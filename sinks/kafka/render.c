@@ -87,17 +87,17 @@ static int render_protobuf(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	if (e->key) {
 		prev.n_columns = key.n_columns = e->key->n_columns;
 		prev.columns = e->key->columns;
-		key.columns = update ? evt_new_key(e, cols) : e->key->columns;
+		key.columns = update ? pgo_event_new_key(e, cols) : e->key->columns;
 	}
 	buf_reset(&k->key);
-	pb_put_key(&k->key, &key);
+	sink_pb_put_key(&k->key, &key);
 	/* Only an update can move a row to another key. Only then is the key before it packed too. */
 	buf_reset(&k->prev_key);
 	if (update)
-		pb_put_key(&k->prev_key, &prev);
+		sink_pb_put_key(&k->prev_key, &prev);
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_PROTOBUF, &k->key, true);
-	pb_put_event(out, e);
+	sink_pb_put_event(out, e);
 	record_end(out, at, 0);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;
@@ -113,7 +113,7 @@ static void json_key_of(buf *b, Cdc__V1__Column **cols, size_t n)
 	row.columns = cols;
 	row.n_columns = n;
 	buf_reset(b);
-	json_row(b, &row);
+	sink_json_row(b, &row);
 }
 
 static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1__Event *e, buf *out)
@@ -121,13 +121,13 @@ static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1
 	Cdc__V1__Column *cols[PGO_MAX_COLUMNS];
 	bool update = e->op == CDC__V1__OP__OP_UPDATE && e->key;
 	size_t n = e->key ? e->key->n_columns : 0;
-	json_key_of(&k->key, update ? evt_new_key(e, cols) : e->key ? e->key->columns : NULL, n);
+	json_key_of(&k->key, update ? pgo_event_new_key(e, cols) : e->key ? e->key->columns : NULL, n);
 	buf_reset(&k->prev_key);
 	if (update)
 		json_key_of(&k->prev_key, e->key->columns, n);
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_JSON, &k->key, true);
-	json_event_head(out, e);
+	sink_json_event_head(out, e);
 	record_end(out, at, 0);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;
@@ -153,21 +153,21 @@ static bool put_key(dbz_event *d, buf *out, Cdc__V1__Column *const *cols, size_t
 {
 	buf_reset(out);
 	if (!d->avro) {
-		dbz_key(out, &d->k->dbz, &d->o, d->e, cols, n);
+		sink_debezium_key(out, &d->k->dbz, &d->o, d->e, cols, n);
 		return true;
 	}
 	if (d->e->op == CDC__V1__OP__OP_MESSAGE) {
-		dbz_avro_message_key(out, d->e->message ? d->e->message->prefix : "");
+		kafka_avro_message_key(out, d->e->message ? d->e->message->prefix : "");
 		return true;
 	}
-	return dbz_avro_key(out, &d->k->dbz, d->cols, d->ncols, cols, n, d->err, sizeof(d->err));
+	return kafka_avro_key(out, &d->k->dbz, d->cols, d->ncols, cols, n, d->err, sizeof(d->err));
 }
 
 /* Debezium's context headers, unless the subscription leaves them out. */
 static void context_headers(dbz_event *d, buf *out)
 {
 	dbz_header h[DBZ_CONTEXT_HEADERS];
-	size_t n = d->s->context_headers ? dbz_context_headers(d->e, d->o.server_name, h) : 0;
+	size_t n = d->s->context_headers ? sink_debezium_context_headers(d->e, d->o.server_name, h) : 0;
 	for (size_t i = 0; i < n; i++)
 		record_header(out, h[i].name, h[i].value, strlen(h[i].value));
 }
@@ -186,9 +186,9 @@ static bool put_record(dbz_event *d, buf *out, const dbz_record *r)
 		if (d->avro)
 			record_schemas(out, at, d->key_schema, KAFKA_NO_SCHEMA);
 	} else if (!d->avro) {
-		dbz_value(out, &d->k->dbz, &d->o, d->e, r->op, r->before, r->after);
-	} else if (dbz_avro_value(out, &d->k->dbz, &d->o, d->cols, d->ncols, d->e, r->op, r->before, r->after,
-				  d->err, sizeof(d->err))) {
+		sink_debezium_value(out, &d->k->dbz, &d->o, d->e, r->op, r->before, r->after);
+	} else if (kafka_avro_value(out, &d->k->dbz, &d->o, d->cols, d->ncols, d->e, r->op, r->before,
+				    r->after, d->err, sizeof(d->err))) {
 		record_schemas(out, at, r->has_key ? d->key_schema : KAFKA_NO_SCHEMA, d->value_schema);
 	} else {
 		out->len = at;
@@ -202,12 +202,12 @@ static bool put_record(dbz_event *d, buf *out, const dbz_record *r)
 	return true;
 }
 
-/* The event's records as dbz_records() says. -1 (d->err) when Avro cannot write them. A key is written once
- * for the records that share it (a delete and its tombstone). */
+/* The event's records as sink_debezium_records() says. -1 (d->err) when Avro cannot write them. A key is
+ * written once for the records that share it (a delete and its tombstone). */
 static int debezium_records(dbz_event *d, buf *out)
 {
 	dbz_record recs[DBZ_RECORDS_MAX];
-	size_t n = dbz_records(&d->k->dbz, d->e, d->s->tombstones, recs);
+	size_t n = sink_debezium_records(&d->k->dbz, d->e, d->s->tombstones, recs);
 	buf_reset(&d->k->key);
 	for (size_t i = 0; i < n; i++) {
 		const dbz_record *r = &recs[i];
@@ -311,13 +311,13 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 		kafka_schema_id_text(e->schema_id, text);
 		buf_putc(&k->key, '/');
 	} else {
-		lsn_format(e->lsn, text);
+		util_lsn_format(e->lsn, text);
 		buf_puts(&k->key, "/ddl/");
 	}
 	buf_puts(&k->key, text);
 	size_t at = record_begin(out, s->format == KAFKA_JSON ? REC_JSON : REC_PROTOBUF, &k->key, true);
 	if (s->format == KAFKA_JSON) {
-		json_event_head(out, e);
+		sink_json_event_head(out, e);
 	} else {
 		buf_reserve(out, cdc__v1__event__get_packed_size(e));
 		out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);
@@ -397,8 +397,8 @@ void kafka_render_free(kafka_sink *k)
 	buf_free(&k->prev_key);
 	buf_free(&k->key_out);
 	buf_free(&k->value);
-	dbz_scratch_free(&k->dbz);
-	json_commit_free(&k->jcommit);
+	sink_debezium_scratch_free(&k->dbz);
+	sink_json_commit_free(&k->jcommit);
 }
 
 /* Completing values ------------------------------------------------------------------------------ */
@@ -409,25 +409,25 @@ void kafka_record_value(kafka_sink *k, int kind, uint32_t schema_id, const char 
 	buf_reset(&k->value);
 	dbz_fill f = {.commit_lsn = c->commit_lsn,
 		      .commit_time = c->commit_time,
-		      .now = wall_us(),
+		      .now = util_wall_us(),
 		      .xid = r->xid,
 		      .total_order = total,
 		      .collection_order = nth};
 	switch (kind) {
 	case REC_PROTOBUF:
 		buf_append(&k->value, head, len);
-		pb_put_commit(&k->value, c);
+		sink_pb_put_commit(&k->value, c);
 		break;
 	case REC_JSON:
 		buf_append(&k->value, head, len);
-		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
+		sink_json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
 		k->value.data[--k->value.len] = '\0'; /* one object, not a line */
 		break;
 	case REC_DEBEZIUM:
-		dbz_complete(&k->value, head, len, &f);
+		sink_debezium_complete(&k->value, head, len, &f);
 		break;
 	case REC_AVRO:
-		dbz_avro_complete(&k->value, schema_id, head, len, &f);
+		kafka_avro_complete(&k->value, schema_id, head, len, &f);
 		break;
 	}
 }
@@ -438,13 +438,13 @@ void kafka_record_value(kafka_sink *k, int kind, uint32_t schema_id, const char 
 static void json_transaction(kafka_sink *k, buf *b)
 {
 	char lsn[LSN_STRLEN];
-	lsn_format(k->cur_commit.commit_lsn, lsn);
+	util_lsn_format(k->cur_commit.commit_lsn, lsn);
 	bool first = true;
 	buf_putc(b, '{');
 	json_key_u64(b, &first, "xid", k->cur_xid);
 	json_key_str(b, &first, "commit_lsn", lsn);
 	json_key(b, &first, "commit_time");
-	json_timestamp(b, k->cur_commit.commit_time, true, true);
+	sink_json_timestamp(b, k->cur_commit.commit_time, true, true);
 	json_key_u64(b, &first, "events", k->cur_events);
 	json_key(b, &first, "tables");
 	buf_putc(b, '[');
@@ -464,21 +464,21 @@ void kafka_txn_record(kafka_sink *k, kafka_format format, bool end)
 	buf_reset(&k->key);
 	buf_reset(&k->value);
 	if (format == KAFKA_AVRO) {
-		dbz_avro_header(&k->key, kafka_subjects_id(k->subjects, k->txn_key_schema));
-		dbz_avro_txn_key(&k->key, k->cur_xid, k->cur_commit.commit_lsn);
-		dbz_avro_header(&k->value, kafka_subjects_id(k->subjects, k->txn_value_schema));
-		dbz_avro_txn_value(&k->value, end, k->cur_xid, k->cur_commit.commit_lsn,
-				   k->cur_commit.commit_time, k->cur_events, k->tables, k->ntables);
+		kafka_avro_header(&k->key, kafka_subjects_id(k->subjects, k->txn_key_schema));
+		kafka_avro_txn_key(&k->key, k->cur_xid, k->cur_commit.commit_lsn);
+		kafka_avro_header(&k->value, kafka_subjects_id(k->subjects, k->txn_value_schema));
+		kafka_avro_txn_value(&k->value, end, k->cur_xid, k->cur_commit.commit_lsn,
+				     k->cur_commit.commit_time, k->cur_events, k->tables, k->ntables);
 		return;
 	}
 	if (format == KAFKA_DEBEZIUM) {
-		dbz_txn_key(&k->key, k->cur_schemas, k->cur_xid, k->cur_commit.commit_lsn);
-		dbz_txn_value(&k->value, k->cur_schemas, end, k->cur_xid, k->cur_commit.commit_lsn,
-			      k->cur_commit.commit_time, k->cur_events, k->tables, k->ntables);
+		sink_debezium_txn_key(&k->key, k->cur_schemas, k->cur_xid, k->cur_commit.commit_lsn);
+		sink_debezium_txn_value(&k->value, k->cur_schemas, end, k->cur_xid, k->cur_commit.commit_lsn,
+					k->cur_commit.commit_time, k->cur_events, k->tables, k->ntables);
 		return;
 	}
 	char lsn[LSN_STRLEN];
-	lsn_format(k->cur_commit.commit_lsn, lsn);
+	util_lsn_format(k->cur_commit.commit_lsn, lsn);
 	if (format == KAFKA_JSON) { /* keyed by the commit LSN, as text in JSON */
 		json_str(&k->key, lsn);
 		json_transaction(k, &k->value);
@@ -490,8 +490,8 @@ void kafka_txn_record(kafka_sink *k, kafka_format format, bool end)
 	t.commit_lsn = k->cur_commit.commit_lsn;
 	t.commit_time = k->cur_commit.commit_time;
 	t.events = k->cur_events;
-	Cdc__V1__Transaction__TableCount *counts = xcalloc(k->ntables ? k->ntables : 1, sizeof(*counts));
-	Cdc__V1__Transaction__TableCount **ptrs = xcalloc(k->ntables ? k->ntables : 1, sizeof(*ptrs));
+	Cdc__V1__Transaction__TableCount *counts = util_xcalloc(k->ntables ? k->ntables : 1, sizeof(*counts));
+	Cdc__V1__Transaction__TableCount **ptrs = util_xcalloc(k->ntables ? k->ntables : 1, sizeof(*ptrs));
 	for (size_t i = 0; i < k->ntables; i++) {
 		cdc__v1__transaction__table_count__init(&counts[i]);
 		counts[i].schema = k->tables[i].schema;

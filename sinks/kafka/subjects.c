@@ -70,7 +70,7 @@ static void conf_free(kafka_registry_conf *c)
 
 static char *dup_or_null(const char *s)
 {
-	return s ? xstrdup(s) : NULL;
+	return s ? util_xstrdup(s) : NULL;
 }
 
 static void conf_copy(kafka_registry_conf *to, const kafka_registry_conf *from)
@@ -106,8 +106,8 @@ static void configure(kafka_subjects *ks, const kafka_registry_conf *conf, const
 			 "subject=%s compatibility=%s error=\"%s\"", subject, level, err);
 		return;
 	}
-	ks->configured = xrealloc(ks->configured, (ks->nconfigured + 1) * sizeof(*ks->configured));
-	ks->configured[ks->nconfigured++] = xstrdup(subject);
+	ks->configured = util_xrealloc(ks->configured, (ks->nconfigured + 1) * sizeof(*ks->configured));
+	ks->configured[ks->nconfigured++] = util_xstrdup(subject);
 }
 
 static void run(void *arg)
@@ -147,7 +147,7 @@ static void run(void *arg)
 			snprintf(e->error, sizeof(e->error), "%s", err);
 			e->refused = st == REGISTRY_REFUSED || st == REGISTRY_NOT_FOUND;
 			uint64_t wait = e->attempts < 6 ? (uint64_t)1000 << e->attempts : RETRY_MAX_MS;
-			e->retry_at = now_ms() + (wait < RETRY_MAX_MS ? wait : RETRY_MAX_MS);
+			e->retry_at = util_now_ms() + (wait < RETRY_MAX_MS ? wait : RETRY_MAX_MS);
 			e->attempts++;
 			ks->failures++;
 		}
@@ -164,7 +164,7 @@ static void run(void *arg)
 
 kafka_subjects *kafka_subjects_new(int wake_fd, char *err, size_t errlen)
 {
-	kafka_subjects *ks = xcalloc(1, sizeof(*ks));
+	kafka_subjects *ks = util_xcalloc(1, sizeof(*ks));
 	ks->wake_fd = wake_fd;
 	kafka_registry_init();
 	if (!(ks->w = worker_new("registers Avro schemas", run, ks, err, errlen))) {
@@ -206,7 +206,7 @@ void kafka_subjects_free(kafka_subjects *ks)
 	free(ks->configured);
 	conf_free(&ks->conf);
 	free(ks->compatibility);
-	dbz_schemas_free(&ks->sc);
+	sink_debezium_schemas_free(&ks->sc);
 	buf_free(&ks->text);
 	buf_free(&ks->name);
 	free(ks);
@@ -239,14 +239,14 @@ static uint32_t intern(kafka_subjects *ks, const char *subject, const char *sche
 	for (size_t i = 0; i < ks->n; i++)
 		if (strcmp(ks->all[i]->subject, subject) == 0 && strcmp(ks->all[i]->schema, schema) == 0)
 			return (uint32_t)i;
-	entry *e = xcalloc(1, sizeof(*e));
-	e->subject = xstrdup(subject);
-	e->schema = xstrdup(schema);
+	entry *e = util_xcalloc(1, sizeof(*e));
+	e->subject = util_xstrdup(subject);
+	e->schema = util_xstrdup(schema);
 	e->asked = true;
 	worker_lock(ks->w);
 	if (ks->n == ks->cap) {
 		ks->cap = ks->cap ? ks->cap * 2 : 16;
-		ks->all = xrealloc(ks->all, ks->cap * sizeof(*ks->all));
+		ks->all = util_xrealloc(ks->all, ks->cap * sizeof(*ks->all));
 	}
 	ks->all[ks->n++] = e;
 	worker_unlock(ks->w);
@@ -264,14 +264,14 @@ void kafka_subject_name(buf *out, kafka_subject_strategy strategy, const char *t
 	if (strategy == KAFKA_SUBJECT_TOPIC)
 		buf_puts(out, key ? "key" : "value");
 	else
-		dbz_avro_fullname(out, name);
+		kafka_avro_fullname(out, name);
 }
 
 static uint32_t add(kafka_subjects *ks, const dbz_schema *schema, const char *topic, bool key,
 		    kafka_subject_strategy strategy)
 {
 	buf_reset(&ks->text);
-	dbz_avro_schema(&ks->text, schema);
+	kafka_avro_schema(&ks->text, schema);
 	buf_putc(&ks->text, '\0');
 	buf_reset(&ks->name);
 	kafka_subject_name(&ks->name, strategy, topic, key, schema->name);
@@ -302,20 +302,20 @@ void kafka_subjects_learn(kafka_subjects *ks, const char *sub, const Cdc__V1__Ev
 {
 	if (!e->table_schema || find(ks, sub, e->schema_id))
 		return;
-	shape *s = xcalloc(1, sizeof(*s));
-	s->sub = xstrdup(sub);
-	s->schema = xstrdup(e->schema);
-	s->table = xstrdup(e->table);
+	shape *s = util_xcalloc(1, sizeof(*s));
+	s->sub = util_xstrdup(sub);
+	s->schema = util_xstrdup(e->schema);
+	s->table = util_xstrdup(e->table);
 	s->schema_id = e->schema_id;
 	s->ncols = e->table_schema->n_columns;
-	s->cols = xcalloc(s->ncols ? s->ncols : 1, sizeof(*s->cols));
+	s->cols = util_xcalloc(s->ncols ? s->ncols : 1, sizeof(*s->cols));
 	for (size_t i = 0; i < s->ncols; i++) {
 		const Cdc__V1__Schema__Column *c = e->table_schema->columns[i];
-		s->cols[i] = (dbz_column){xstrdup(c->name), c->type_oid, c->typmod, c->key};
+		s->cols[i] = (dbz_column){util_xstrdup(c->name), c->type_oid, c->typmod, c->key};
 	}
 	if (ks->nshapes == ks->capshapes) {
 		ks->capshapes = ks->capshapes ? ks->capshapes * 2 : 16;
-		ks->shapes = xrealloc(ks->shapes, ks->capshapes * sizeof(*ks->shapes));
+		ks->shapes = util_xrealloc(ks->shapes, ks->capshapes * sizeof(*ks->shapes));
 	}
 	ks->shapes[ks->nshapes++] = s;
 }
@@ -335,21 +335,21 @@ bool kafka_subjects_shape(kafka_subjects *ks, const char *sub, uint64_t schema_i
 	if (!same(s->topic, topic) || !same(s->server, server) || s->strategy != strategy) {
 		free(s->topic);
 		free(s->server);
-		s->topic = xstrdup(topic);
-		s->server = xstrdup(server);
+		s->topic = util_xstrdup(topic);
+		s->server = util_xstrdup(server);
 		s->strategy = strategy;
 		bool has_key = false;
 		for (size_t i = 0; i < s->ncols; i++)
 			has_key |= s->cols[i].key;
 		s->key = has_key ? add(ks,
-				       dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols,
-							s->ncols, true),
+				       sink_debezium_table_schema(&ks->sc, server, s->schema, s->table, topic,
+								  s->cols, s->ncols, true),
 				       topic, true, strategy)
 				 : KAFKA_NO_SCHEMA;
-		s->value = add(
-		    ks,
-		    dbz_table_schema(&ks->sc, server, s->schema, s->table, topic, s->cols, s->ncols, false),
-		    topic, false, strategy);
+		s->value = add(ks,
+			       sink_debezium_table_schema(&ks->sc, server, s->schema, s->table, topic,
+							  s->cols, s->ncols, false),
+			       topic, false, strategy);
 	}
 	*cols = s->cols;
 	*ncols = s->ncols;
@@ -381,7 +381,7 @@ uint32_t kafka_subjects_id(kafka_subjects *ks, uint32_t i)
 		return e->known;
 	worker_lock(ks->w);
 	e->known = e->id;
-	bool again = !e->id && !e->asked && !e->busy && e->error[0] && now_ms() >= e->retry_at;
+	bool again = !e->id && !e->asked && !e->busy && e->error[0] && util_now_ms() >= e->retry_at;
 	if (again)
 		e->asked = true;
 	worker_unlock(ks->w);
@@ -400,10 +400,10 @@ void kafka_subjects_error(kafka_subjects *ks, uint32_t i, char *out, size_t outl
 
 uint32_t kafka_subjects_await(kafka_subjects *ks, uint32_t i, uint64_t wait_ms)
 {
-	uint64_t until = now_ms() + wait_ms;
+	uint64_t until = util_now_ms() + wait_ms;
 	for (;;) {
 		uint32_t id = kafka_subjects_id(ks, i);
-		if (id || i >= ks->n || now_ms() >= until)
+		if (id || i >= ks->n || util_now_ms() >= until)
 			return id;
 		worker_lock(ks->w);
 		bool pending = (ks->all[i]->asked || ks->all[i]->busy) && !ks->all[i]->error[0];
@@ -433,7 +433,7 @@ void kafka_subjects_counts(kafka_subjects *ks, uint64_t *registered, uint64_t *f
 
 uint64_t kafka_subjects_retry_ms(kafka_subjects *ks)
 {
-	uint64_t now = now_ms(), soonest = 0;
+	uint64_t now = util_now_ms(), soonest = 0;
 	worker_lock(ks->w);
 	for (size_t i = 0; i < ks->n; i++) {
 		entry *e = ks->all[i];

@@ -20,7 +20,7 @@ static doctor_state *connect_once(sink_doctor *dr)
 {
 	if (dr->state)
 		return dr->state;
-	doctor_state *d = dr->state = xcalloc(1, sizeof(*d));
+	doctor_state *d = dr->state = util_xcalloc(1, sizeof(*d));
 	const nats_conf *c = dr->section;
 	natsOptions *o = NULL;
 	natsStatus s = natsOptions_Create(&o);
@@ -101,7 +101,7 @@ static void check_stream(sink_doctor *dr)
 		return;
 	}
 	/* the subjects cdc publishes to, as filters */
-	size_t n = 0, *at = xcalloc(dr->nsubs + 1, sizeof(*at));
+	size_t n = 0, *at = util_xcalloc(dr->nsubs + 1, sizeof(*at));
 	for (size_t i = 0; i <= dr->nsubs; i++) {
 		const char *tmpl = i == dr->nsubs     ? c->schemas_subject
 				   : dr->subs[i].mine ? ((const nats_sub_conf *)dr->subs[i].settings)->subject

@@ -27,11 +27,11 @@ static const char *subject_problem(const char *value, char *why, size_t whylen)
 				;
 			if (i == 4) {
 				size_t end = strcspn(p, "}");
-				errf(why, whylen,
-				     "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
-				     "{subscription}, "
-				     "{tag})",
-				     (int)(end < 40 ? end + (p[end] != 0) : 40), p);
+				util_errf(why, whylen,
+					  "unknown placeholder \"%.*s\" (expected {schema}, {table}, "
+					  "{subscription}, "
+					  "{tag})",
+					  (int)(end < 40 ? end + (p[end] != 0) : 40), p);
 				return why;
 			}
 			p += strlen(placeholders[i]);
@@ -39,9 +39,9 @@ static const char *subject_problem(const char *value, char *why, size_t whylen)
 		}
 		unsigned char c = (unsigned char)*p++;
 		if (c <= ' ' || c == 0x7f || c == '*' || c == '>') {
-			errf(why, whylen, "a published subject cannot hold %s",
-			     c == '*' || c == '>' ? "the wildcards * and >"
-						  : "white space or control characters");
+			util_errf(why, whylen, "a published subject cannot hold %s",
+				  c == '*' || c == '>' ? "the wildcards * and >"
+						       : "white space or control characters");
 			return why;
 		}
 	}

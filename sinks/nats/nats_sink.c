@@ -175,7 +175,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 	nats_sink *k = link->k;
 	const char *lsn = NULL;
 	nats_ack a = {.ok = pa != NULL, .duplicate = pa && pa->Duplicate};
-	if (natsMsgHeader_Get(msg, "cdc-commit-lsn", &lsn) != NATS_OK || !lsn_parse(lsn, &a.commit_lsn))
+	if (natsMsgHeader_Get(msg, "cdc-commit-lsn", &lsn) != NATS_OK || !util_lsn_parse(lsn, &a.commit_lsn))
 		a.commit_lsn = 0;
 	if (pae)
 		snprintf(a.error, sizeof(a.error), "%s%s(%s, error code %d)",
@@ -186,7 +186,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 	if (link == k->link) {
 		if (k->nacks == k->capacks) {
 			k->capacks = k->capacks ? 2 * k->capacks : 256;
-			k->acks = xrealloc(k->acks, k->capacks * sizeof(*k->acks));
+			k->acks = util_xrealloc(k->acks, k->capacks * sizeof(*k->acks));
 		}
 		k->acks[k->nacks++] = a;
 	}
@@ -283,9 +283,9 @@ static natsStatus set_options(nats_sink *k, natsOptions *o)
 static bool connect_nats(nats_sink *k, char *err, size_t errlen)
 {
 	char why[512];
-	nats_link *link = xcalloc(1, sizeof(*link));
+	nats_link *link = util_xcalloc(1, sizeof(*link));
 	*link = (nats_link){k, k->nlinks};
-	k->links = xrealloc(k->links, (k->nlinks + 1) * sizeof(*k->links));
+	k->links = util_xrealloc(k->links, (k->nlinks + 1) * sizeof(*k->links));
 	k->links[k->nlinks++] = link;
 	pthread_mutex_lock(&k->mu);
 	k->link = link;
@@ -317,8 +317,8 @@ static bool connect_nats(nats_sink *k, char *err, size_t errlen)
 			on_connection(k->nc, link, true);
 		return true;
 	}
-	errf(err, errlen, "nats: cannot set up the connection to %s: %s", k->conf.servers,
-	     status_text(s, why, sizeof(why)));
+	util_errf(err, errlen, "nats: cannot set up the connection to %s: %s", k->conf.servers,
+		  status_text(s, why, sizeof(why)));
 	return false;
 }
 
@@ -374,8 +374,8 @@ static bool ensure_stream(nats_sink *k)
 	 * one covers is left out, since JetStream refuses overlapping subjects. */
 	buf filters = {0};
 	size_t n = 0, all = 0;
-	const char **subjects = xcalloc(k->nsubs + 2, sizeof(*subjects));
-	size_t *at = xcalloc(k->nsubs + 2, sizeof(*at));
+	const char **subjects = util_xcalloc(k->nsubs + 2, sizeof(*subjects));
+	size_t *at = util_xcalloc(k->nsubs + 2, sizeof(*at));
 	for (size_t i = 0; i <= k->nsubs; i++) {
 		const char *tmpl = i == k->nsubs     ? k->conf.schemas_subject
 				   : k->subs[i].mine ? k->subs[i].subject
@@ -481,7 +481,7 @@ static void count_ack(nats_sink *k, const nats_ack *a)
 	k->stats.delivered++;
 	k->stats.duplicates += a->duplicate;
 	k->stats.error[0] = '\0';
-	int64_t us = wall_us() - t->commit_time;
+	int64_t us = util_wall_us() - t->commit_time;
 	hist_add(&k->stats.latency, us > 0 ? (uint64_t)us : 0);
 }
 
@@ -512,7 +512,7 @@ static void take_acks(nats_sink *k)
 static void check_timeouts(nats_sink *k)
 {
 	const nats_txn *t = k->q.len ? ring_at(&k->q, 0) : NULL;
-	if (!t || !t->outstanding || k->failed || now_ms() - t->sent_ms < k->conf.ack_timeout_ms)
+	if (!t || !t->outstanding || k->failed || util_now_ms() - t->sent_ms < k->conf.ack_timeout_ms)
 		return;
 	char why[160];
 	snprintf(why, sizeof(why), "%" PRIu64 " publish%s not acknowledged within %" PRIu64 " ms%s",
@@ -569,12 +569,12 @@ static uint8_t render_debezium(nats_sink *k, const nats_sub *s, const Cdc__V1__E
 			 .schemas = s->schemas,
 			 .placeholder = s->placeholder};
 	dbz_record recs[DBZ_RECORDS_MAX];
-	size_t n = dbz_records(&k->dbz, e, false, recs);
+	size_t n = sink_debezium_records(&k->dbz, e, false, recs);
 	dbz_header context[DBZ_CONTEXT_HEADERS];
-	size_t ncontext = s->context_headers ? dbz_context_headers(e, o.server_name, context) : 0;
+	size_t ncontext = s->context_headers ? sink_debezium_context_headers(e, o.server_name, context) : 0;
 	for (size_t i = 0; i < n; i++) {
 		size_t at = part_begin(out);
-		dbz_value(out, &k->dbz, &o, e, recs[i].op, recs[i].before, recs[i].after);
+		sink_debezium_value(out, &k->dbz, &o, e, recs[i].op, recs[i].before, recs[i].after);
 		size_t value_end = out->len;
 		if (recs[i].key_header)
 			part_header(out, recs[i].key_header, recs[i].key_header_value->data,
@@ -618,9 +618,9 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	} else {
 		size_t part = part_begin(out);
 		if (s->format == NATS_JSON)
-			json_event_head(out, e);
+			sink_json_event_head(out, e);
 		else
-			pb_put_event(out, e);
+			sink_pb_put_event(out, e);
 		part_end(out, part, out->len);
 		r.count = 1;
 	}
@@ -633,9 +633,9 @@ static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *su
 			      const char *own, size_t own_len)
 {
 	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16], id[17], name[128];
-	const char *op = evt_op_name((Cdc__V1__Op)r->op);
-	lsn_format(r->lsn, lsn);
-	lsn_format(c->commit_lsn, commit);
+	const char *op = pgo_event_op_name((Cdc__V1__Op)r->op);
+	util_lsn_format(r->lsn, lsn);
+	util_lsn_format(c->commit_lsn, commit);
 	snprintf(xid, sizeof(xid), "%" PRIu32, r->xid);
 	snprintf(name, sizeof(name), "%.*s", (int)r->sub_len, sub);
 	natsStatus s = natsMsgHeader_Set(m, "cdc-op", op ? op : "unknown");
@@ -678,17 +678,17 @@ static void complete_value(nats_sink *k, int format, const char *head, size_t le
 	if (format == NATS_DEBEZIUM) {
 		dbz_fill fill = {.commit_lsn = c->commit_lsn,
 				 .commit_time = c->commit_time,
-				 .now = wall_us(),
+				 .now = util_wall_us(),
 				 .xid = r->xid};
-		dbz_complete(&k->value, head, len, &fill);
+		sink_debezium_complete(&k->value, head, len, &fill);
 		return;
 	}
 	buf_append(&k->value, head, len);
 	if (format == NATS_JSON) {
-		json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
+		sink_json_event_tail(&k->value, &k->jcommit, c->commit_lsn, c->tx_index, c->commit_time);
 		k->value.len--; /* one object, not a line */
 	} else {
-		pb_put_commit(&k->value, c);
+		sink_pb_put_commit(&k->value, c);
 	}
 }
 
@@ -702,7 +702,7 @@ static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const
 		return false;
 	}
 	char commit[LSN_STRLEN];
-	lsn_format(c->commit_lsn, commit);
+	util_lsn_format(c->commit_lsn, commit);
 	buf_reset(&k->msgid);
 	buf_printf(&k->msgid, "%.*s:%s:%" PRIu32 "%s", (int)r->sub_len, sub, commit, c->tx_index,
 		   c->before_change ? ":schema" : "");
@@ -735,10 +735,10 @@ static bool nats_deliver(sink *base, uint32_t subscription, const char *data, si
 	if (k->failed)
 		return true; /* a restart is coming, and the slot sends this again */
 	if (len < sizeof(r))
-		return errf(err, errlen, "nats sink: rendered event of %zu bytes", len);
+		return util_errf(err, errlen, "nats sink: rendered event of %zu bytes", len);
 	memcpy(&r, data, sizeof(r));
 	if (sizeof(r) + (size_t)r.subject_len + r.sub_len > len || r.format > NATS_DEBEZIUM)
-		return errf(err, errlen, "nats sink: rendered event is corrupt");
+		return util_errf(err, errlen, "nats sink: rendered event is corrupt");
 	if (!r.count)
 		return true; /* a schema or DDL event without nats.schemas_subject */
 	const char *subject = data + sizeof(r), *sub = subject + r.subject_len, *p = sub + r.sub_len;
@@ -753,19 +753,19 @@ static bool nats_deliver(sink *base, uint32_t subscription, const char *data, si
 			return true;
 		nats_part part;
 		if ((size_t)(end - p) < sizeof(part))
-			return errf(err, errlen, "nats sink: rendered event is corrupt");
+			return util_errf(err, errlen, "nats sink: rendered event is corrupt");
 		memcpy(&part, p, sizeof(part));
 		const char *value = p + sizeof(part), *own = value + part.value_len;
 		if ((size_t)(end - value) < (size_t)part.value_len + part.headers_len ||
 		    !headers_whole(own, part.headers_len))
-			return errf(err, errlen, "nats sink: rendered event is corrupt");
+			return util_errf(err, errlen, "nats sink: rendered event is corrupt");
 		p = own + part.headers_len;
 		complete_value(k, r.format, value, part.value_len, &r, c);
 		if (!publish(k, &r, sub, c, i, own, part.headers_len))
 			return true;
 		nats_txn *t = txn_for(k, seq, c);
 		t->outstanding++;
-		t->sent_ms = now_ms();
+		t->sent_ms = util_now_ms();
 		k->stats.in_flight++;
 	}
 	return true;
@@ -786,7 +786,7 @@ static sink_status nats_flush(sink *base, char *err, size_t errlen)
 	check_timeouts(k);
 	if (!k->failed)
 		return SINK_OK;
-	errf(err, errlen, "nats: %s", k->failure);
+	util_errf(err, errlen, "nats: %s", k->failure);
 	return SINK_RESTART;
 }
 
@@ -824,8 +824,8 @@ static bool nats_busy(const sink *base)
 static bool nats_finish(sink *base, int timeout_ms)
 {
 	nats_sink *k = (nats_sink *)base;
-	for (uint64_t until = now_ms() + (uint64_t)timeout_ms;
-	     k->stats.in_flight && !k->failed && now_ms() < until;) {
+	for (uint64_t until = util_now_ms() + (uint64_t)timeout_ms;
+	     k->stats.in_flight && !k->failed && util_now_ms() < until;) {
 		struct pollfd p = {.fd = k->pipe[0], .events = POLLIN};
 		poll(&p, 1, 50);
 		take_acks(k);
@@ -856,7 +856,7 @@ static void conf_copy(nats_conf *to, const nats_conf *from)
 			    &to->nkey_seed, &to->user,	   &to->password,	 &to->token,
 			    &to->tls_ca,    &to->tls_cert, &to->tls_key};
 	for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
-		*strings[i] = *strings[i] ? xstrdup(*strings[i]) : NULL;
+		*strings[i] = *strings[i] ? util_xstrdup(*strings[i]) : NULL;
 }
 
 static void conf_free(nats_conf *c)
@@ -894,8 +894,8 @@ static void nats_free(sink *base)
 	buf_free(&k->subject);
 	buf_free(&k->value);
 	buf_free(&k->msgid);
-	json_commit_free(&k->jcommit);
-	dbz_scratch_free(&k->dbz);
+	sink_json_commit_free(&k->jcommit);
+	sink_debezium_scratch_free(&k->dbz);
 	free(k->database);
 	if (k->ncstats)
 		natsStatistics_Destroy(k->ncstats);
@@ -924,17 +924,17 @@ void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
 {
 	nats_sink *k = (nats_sink *)s;
 	subs_free(k);
-	k->subs = xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
+	k->subs = util_xcalloc(nsubs ? nsubs : 1, sizeof(*k->subs));
 	k->nsubs = nsubs;
 	for (size_t i = 0; i < nsubs; i++) {
 		const nats_sub_conf *c = subs[i].settings;
 		k->subs[i] =
-		    (nats_sub){.name = xstrdup(subs[i].name),
-			       .tag = subs[i].tag ? xstrdup(subs[i].tag) : NULL,
-			       .subject = xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
+		    (nats_sub){.name = util_xstrdup(subs[i].name),
+			       .tag = subs[i].tag ? util_xstrdup(subs[i].tag) : NULL,
+			       .subject = util_xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
 			       .format = c->format,
 			       .mine = subs[i].mine,
-			       .server_name = c->dbz.server_name ? xstrdup(c->dbz.server_name) : NULL,
+			       .server_name = c->dbz.server_name ? util_xstrdup(c->dbz.server_name) : NULL,
 			       .schemas = c->dbz.schemas,
 			       .placeholder = c->dbz.unchanged_toast == DBZ_TOAST_PLACEHOLDER,
 			       .context_headers = c->dbz.context_headers};
@@ -944,20 +944,20 @@ void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
 
 sink *nats_sink_new(const nats_conf *conf, const sink_sub *subs, size_t nsubs, char *err, size_t errlen)
 {
-	nats_sink *k = xcalloc(1, sizeof(*k));
+	nats_sink *k = util_xcalloc(1, sizeof(*k));
 	k->base.ops = &nats_ops;
 	k->q = RING_INIT(nats_txn);
 	conf_copy(&k->conf, conf);
 	pthread_mutex_init(&k->mu, NULL);
 	nats_sink_bind(&k->base, subs, nsubs);
 	if (natsStatistics_Create(&k->ncstats) != NATS_OK) {
-		errf(err, errlen, "nats sink: out of memory");
+		util_errf(err, errlen, "nats sink: out of memory");
 		k->pipe[0] = k->pipe[1] = -1;
 		nats_free(&k->base);
 		return NULL;
 	}
 	if (pipe2(k->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
-		errf(err, errlen, "nats sink: pipe: %s", strerror(errno));
+		util_errf(err, errlen, "nats sink: pipe: %s", strerror(errno));
 		k->pipe[0] = k->pipe[1] = -1;
 		nats_free(&k->base);
 		return NULL;
@@ -973,7 +973,7 @@ void nats_sink_set_database(sink *sk, const char *name)
 {
 	nats_sink *k = (nats_sink *)sk;
 	free(k->database);
-	k->database = name ? xstrdup(name) : NULL;
+	k->database = name ? util_xstrdup(name) : NULL;
 }
 
 const nats_stats *nats_sink_stats(const sink *s)

@@ -30,7 +30,7 @@ enum back_why { BACK_NONE, BACK_TIMEOUT, BACK_GONE, BACK_NACK, BACK_NOT_READING 
 
 /* What a slot's fields mean depends on its state.
  * - When SENT, it is redelivered after deadline_ms. When UNSENT, it is not delivered before then.
- * - When SENT, pos is where its Delivery frame starts in c's output (sc_write_frame).
+ * - When SENT, pos is where its Delivery frame starts in c's output (socket_conn_write_frame).
  * - When SENT, c is to whom it went. When UNSENT, c is who had it last (NULL if nobody, or gone).
  * - With BACK_NACK, reason is the Nack's reason (owned).
  * - why is why it was last given back (an enum back_why).
@@ -46,10 +46,10 @@ struct slot {
 	uint8_t bucket;
 };
 
-/* A deadline ms from now, rounded up. It is never before ms have passed (now_ms() truncates). */
+/* A deadline ms from now, rounded up. It is never before ms have passed (util_now_ms() truncates). */
 static uint64_t deadline_in(uint64_t ms)
 {
-	return now_ms() + ms + 1;
+	return util_now_ms() + ms + 1;
 }
 
 /* Window ------------------------------------------------------------------------------- */
@@ -67,7 +67,7 @@ static void window_extend(window *w, uint64_t next, uint64_t end)
 		size_t cap = w->cap ? w->cap : 64;
 		while (cap < need)
 			cap *= 2;
-		slot *v = xcalloc(cap, sizeof(slot));
+		slot *v = util_xcalloc(cap, sizeof(slot));
 		for (uint64_t o = w->base; o < next; o++)
 			v[o - w->base] = *window_at(w, o);
 		free(w->v);
@@ -87,7 +87,7 @@ static void window_reset(window *w, uint64_t base)
 
 /* Consumers ---------------------------------------------------------------------------- */
 
-socket_consumers sq_mode(const queue *q)
+socket_consumers socket_queue_mode(const queue *q)
 {
 	return q->dead_letters || !q->sub->set ? SOCKET_FAILOVER : q->sub->set->consumers;
 }
@@ -95,7 +95,7 @@ socket_consumers sq_mode(const queue *q)
 /* A connection is on exactly one list, the pending ones (not subscribed) or one queue's consumers. Both share
  * c->next, so a connection leaves a list with its link cleared. A stale link would make the connection after
  * it on the old list a member of the new one. */
-void sq_unlink_consumer(consumer **list, consumer *c)
+void socket_queue_unlink_consumer(consumer **list, consumer *c)
 {
 	for (consumer **p = list; *p; p = &(*p)->next)
 		if (*p == c) {
@@ -105,7 +105,7 @@ void sq_unlink_consumer(consumer **list, consumer *c)
 	c->next = NULL;
 }
 
-void sq_append_consumer(consumer **list, consumer *c)
+void socket_queue_append_consumer(consumer **list, consumer *c)
 {
 	while (*list)
 		list = &(*list)->next;
@@ -114,9 +114,9 @@ void sq_append_consumer(consumer **list, consumer *c)
 }
 
 /* With failover, only the first consumer receives. The others wait their turn. */
-bool sq_is_active(const consumer *c)
+bool socket_queue_is_active(const consumer *c)
 {
-	return sq_mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
+	return socket_queue_mode(c->q) != SOCKET_FAILOVER || c->q->consumers == c;
 }
 
 /* Whether a consumer other than c could take events (one that reads its socket). */
@@ -131,7 +131,7 @@ static bool another_can_take(const queue *q, const consumer *c)
 /* Dispatch ------------------------------------------------------------------------------ */
 
 /* Whether c's output is over the high-water mark. Then it waits (stalled) until it drains. */
-bool sq_out_full(consumer *c)
+bool socket_queue_out_full(consumer *c)
 {
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) < c->s->out_high)
 		return false;
@@ -142,12 +142,13 @@ bool sq_out_full(consumer *c)
 /* How many deliveries c may hold now. That is its window in the shared modes, else max_unacked. */
 static uint32_t limit(const consumer *c)
 {
-	return sq_mode(c->q) == SOCKET_FAILOVER || c->window > c->max_unacked ? c->max_unacked : c->window;
+	return socket_queue_mode(c->q) == SOCKET_FAILOVER || c->window > c->max_unacked ? c->max_unacked
+											: c->window;
 }
 
 static bool has_room(consumer *c)
 {
-	if (c->closing || c->not_reading || c->stalled || sq_out_full(c))
+	if (c->closing || c->not_reading || c->stalled || socket_queue_out_full(c))
 		return false;
 	if (c->in_flight < limit(c))
 		return true;
@@ -204,7 +205,7 @@ static bool kept_from(const queue *q, const slot *sl, const consumer *c)
  * it is handed can be started on before its deadline, however slow or fast its work. It grows with the
  * consumer's pace. It shrinks only if the consumer was held by its window, since a consumer that had little
  * to do says nothing of its pace. */
-void sq_update_window(consumer *c, uint64_t now)
+void socket_queue_update_window(consumer *c, uint64_t now)
 {
 	uint64_t elapsed = now - c->rate_since_ms;
 	if (elapsed < RATE_PERIOD_MS)
@@ -226,7 +227,7 @@ void sq_update_window(consumer *c, uint64_t now)
  * than the last one (pick says why it came back). */
 static consumer *choose(queue *q, uint32_t key_hash, consumer *last, enum back_why why)
 {
-	switch (sq_mode(q)) {
+	switch (socket_queue_mode(q)) {
 	case SOCKET_FAILOVER:
 		return q->consumers;
 	case SOCKET_SHARED: {
@@ -257,7 +258,7 @@ static bool claim_key(queue *q, uint32_t key_hash, consumer *c)
 }
 
 /* Where the next delivery comes from, returned offsets first, then those never sent. */
-uint64_t sq_resume_at(const queue *q)
+uint64_t socket_queue_resume_at(const queue *q)
 {
 	return q->returned ? q->w.base : q->next;
 }
@@ -272,7 +273,7 @@ static bool slot_ready(queue *q, uint64_t off, uint64_t now)
 	return sl->state == SLOT_UNSENT && sl->deadline_ms <= now;
 }
 
-/* The next time sq_check_timeouts has something to do. */
+/* The next time socket_queue_check_timeouts has something to do. */
 static void note_deadline(queue *q, uint64_t t)
 {
 	if (!q->min_deadline || t < q->min_deadline)
@@ -305,7 +306,7 @@ static void extend_to(queue *q, uint64_t off)
 {
 	window_extend(&q->w, q->next, off + 1);
 	for (uint64_t o = q->next; o <= off; o++)
-		window_at(&q->w, o)->deliveries = spool_deliveries(q->sp, o);
+		window_at(&q->w, o)->deliveries = socket_spool_deliveries(q->sp, o);
 	q->next = off + 1;
 }
 
@@ -313,12 +314,12 @@ static void extend_to(queue *q, uint64_t off)
 static void put_commit(buf *b, const spool_record *r)
 {
 	if (r->held)
-		pb_put_commit(b, &(sink_commit){r->commit_lsn, r->commit_time, r->tx_index});
+		sink_pb_put_commit(b, &(sink_commit){r->commit_lsn, r->commit_time, r->tx_index});
 }
 
 static size_t commit_size(const spool_record *r)
 {
-	return r->held ? pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
+	return r->held ? sink_pb_commit_size(&(sink_commit){r->commit_lsn, r->commit_time, r->tx_index}) : 0;
 }
 
 /* Marks off sent to c in the Delivery frame that starts at c's out_added. Appends its Event to s->events (the
@@ -335,7 +336,7 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	sl->pos = c->out_added;
 	sl->bucket = (uint8_t)(r->key_hash % KEY_BUCKETS);
 	sl->deliveries++;
-	spool_note_delivery(q->sp, r->offset, sl->deliveries);
+	socket_spool_note_delivery(q->sp, r->offset, sl->deliveries);
 	sl->deadline_ms = deadline;
 	note_deadline(q, sl->deadline_ms);
 	c->in_flight++;
@@ -349,19 +350,19 @@ static void put_event(socket_sink *s, queue *q, consumer *c, const spool_record 
 	if (q->dead_letters && !dead_split(r, &dead, &deadlen, &ev, &evlen))
 		log_warn("a dead letter's history is unreadable; it is delivered without",
 			 "subscription=%s offset=%llu", q->sub->name, (unsigned long long)r->offset);
-	size_t len = evlen + commit_size(r) + pb_varint_field_size(EVENT_OFFSET, r->offset) +
-		     pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
-	pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
+	size_t len = evlen + commit_size(r) + sink_pb_varint_field_size(EVENT_OFFSET, r->offset) +
+		     sink_pb_varint_field_size(EVENT_DELIVERY_COUNT, sl->deliveries);
+	sink_pb_put_len_header(&s->events, DELIVERY_EVENTS, len);
 	buf_append(&s->events, ev, evlen);
 	put_commit(&s->events, r);
-	pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
-	pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
+	sink_pb_put_varint_field(&s->events, EVENT_OFFSET, r->offset);
+	sink_pb_put_varint_field(&s->events, EVENT_DELIVERY_COUNT, sl->deliveries);
 	if (q->dead_letters) {
 		/* one DeadLetter per Event, in the same order. Its offset goes last (any order is valid). */
-		pb_put_len_header(&s->events, DELIVERY_DEAD_LETTERS,
-				  deadlen + pb_varint_field_size(DEAD_LETTER_OFFSET, r->offset));
+		sink_pb_put_len_header(&s->events, DELIVERY_DEAD_LETTERS,
+				       deadlen + sink_pb_varint_field_size(DEAD_LETTER_OFFSET, r->offset));
 		buf_append(&s->events, dead, deadlen);
-		pb_put_varint_field(&s->events, DEAD_LETTER_OFFSET, r->offset);
+		sink_pb_put_varint_field(&s->events, DEAD_LETTER_OFFSET, r->offset);
 	}
 }
 
@@ -377,20 +378,20 @@ static void tell_dropped(queue *q, consumer *c)
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_DROPPED;
 	f.dropped = &dr;
-	sc_send_frame(c, &f);
+	socket_conn_send_frame(c, &f);
 	q->drop_from = q->drop_to = 0;
 }
 
 /* Writes the Delivery gathered in s->events to c. */
 static void push_delivery(socket_sink *s, consumer *c)
 {
-	size_t len = pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
+	size_t len = sink_pb_len_header_size(SF_DELIVERY, s->events.len) + s->events.len;
 	uint8_t hdr[FRAME_HEADER];
-	frame_put_header(hdr, len);
+	socket_frame_put_header(hdr, len);
 	buf_reset(&s->scratch);
 	buf_append(&s->scratch, hdr, sizeof(hdr));
-	pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
-	sc_write_frame(c, s->scratch.data, s->scratch.len, s->events.data, s->events.len);
+	sink_pb_put_len_header(&s->scratch, SF_DELIVERY, s->events.len);
+	socket_conn_write_frame(c, s->scratch.data, s->scratch.len, s->events.data, s->events.len);
 	buf_reset(&s->events);
 }
 
@@ -405,15 +406,15 @@ static void fatal_read(socket_sink *s, queue *q)
 static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head, uint64_t now)
 {
 	const slot *was = off < q->next ? window_at(&q->w, off) : NULL;
-	bool by_key = sq_mode(q) == SOCKET_KEY_SHARED;
+	bool by_key = socket_queue_mode(q) == SOCKET_KEY_SHARED;
 	/* Who takes it, before reading it. Only key_shared needs the event (its key) to choose. */
 	consumer *c = by_key ? NULL : choose(q, 0, was ? was->c : NULL, was ? was->why : BACK_NONE);
 	if (!by_key && (!c || !has_room(c)))
 		/* With shared, a redelivery kept from its last consumer waits for another. Later offsets may
 		 * go on (failover keeps the order). */
-		return was && sq_mode(q) == SOCKET_SHARED && least_loaded(q) ? off + 1 : 0;
+		return was && socket_queue_mode(q) == SOCKET_SHARED && least_loaded(q) ? off + 1 : 0;
 	spool_record r;
-	if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+	if (!socket_spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 		fatal_read(s, q);
 		return 0;
 	}
@@ -432,7 +433,7 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 	tell_dropped(q, c);
 	put_event(s, q, c, &r, deadline);
 	for (off++; batch && off <= head && slot_ready(q, off, now); off++) {
-		if (!spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
+		if (!socket_spool_read(q->sp, off, &r, s->err, sizeof(s->err))) {
 			fatal_read(s, q);
 			break;
 		}
@@ -451,12 +452,13 @@ static uint64_t send_group(socket_sink *s, queue *q, uint64_t off, uint64_t head
 }
 
 /* Pushes what the consumers have room for, returned offsets first (in order), then new ones. */
-void sq_dispatch(socket_sink *s, queue *q)
+void socket_queue_dispatch(socket_sink *s, queue *q)
 {
-	if (!q->sub->set || !q->consumers || (sq_mode(q) == SOCKET_FAILOVER && q->consumers->closing))
+	if (!q->sub->set || !q->consumers ||
+	    (socket_queue_mode(q) == SOCKET_FAILOVER && q->consumers->closing))
 		return; /* removed from the configuration, so nothing more is sent */
-	uint64_t head = spool_head(q->sp), now = now_ms();
-	uint64_t off = sq_resume_at(q);
+	uint64_t head = socket_spool_head(q->sp), now = util_now_ms();
+	uint64_t off = socket_queue_resume_at(q);
 	while (off && off <= head) {
 		if (!slot_ready(q, off, now)) {
 			off++;
@@ -465,14 +467,14 @@ void sq_dispatch(socket_sink *s, queue *q)
 		off = send_group(s, q, off, head, now);
 	}
 	/* the counts go to disk before the deliveries go out (written when the loop runs again) */
-	if (!spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
+	if (!socket_spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
 		log_error("cannot record delivery counts; after a restart they may start again from 1",
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
 
 /* Acknowledgement and redelivery ------------------------------------------------------- */
 
-void sq_wake(socket_sink *s)
+void socket_queue_wake(socket_sink *s)
 {
 	if (s->wake)
 		s->wake(s->wake_ctx);
@@ -495,7 +497,8 @@ static void advance_base(socket_sink *s, queue *q)
 {
 	window_advance(q);
 	window *w = &q->w;
-	if (w->base - 1 > spool_acked(q->sp) && !spool_set_acked(q->sp, w->base - 1, s->err, sizeof(s->err)))
+	if (w->base - 1 > socket_spool_acked(q->sp) &&
+	    !socket_spool_set_acked(q->sp, w->base - 1, s->err, sizeof(s->err)))
 		log_error("cannot record acknowledged offsets; they may be delivered again after a restart",
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
@@ -560,7 +563,7 @@ static void dead_record(buf *out, const spool_record *r, uint64_t off, const slo
 	d.original_offset = off;
 	d.deliveries = sl->deliveries;
 	d.reason = (char *)back_reason(sl);
-	d.dead_time = wall_ms() * 1000;
+	d.dead_time = util_wall_ms() * 1000;
 	uint32_t n = (uint32_t)cdc__v1__dead_letter__get_packed_size(&d);
 	uint8_t hdr[DEAD_HEADER] = {0};
 	put_le32(hdr + 1, n);
@@ -578,14 +581,14 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 	spool_record r;
 	uint64_t dead_off;
 	buf rec = {0};
-	bool ok = spool_read(q->sp, off, &r, s->err, sizeof(s->err));
+	bool ok = socket_spool_read(q->sp, off, &r, s->err, sizeof(s->err));
 	if (ok)
 		dead_record(&rec, &r, off, sl);
 	if (!ok ||
-	    !spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len, wall_ms(),
-			  &dead_off, s->err, sizeof(s->err)) ||
-	    !spool_commit(sub->dead.sp, s->err, sizeof(s->err)) ||
-	    !spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
+	    !socket_spool_append(sub->dead.sp, r.commit_lsn, r.tx_index, r.key_hash, rec.data, rec.len,
+				 util_wall_ms(), &dead_off, s->err, sizeof(s->err)) ||
+	    !socket_spool_commit(sub->dead.sp, s->err, sizeof(s->err)) ||
+	    !socket_spool_sync(sub->dead.sp, s->err, sizeof(s->err))) {
 		log_error("cannot move an event to the dead letters; it stays in the subscription",
 			  "subscription=%s offset=%llu error=\"%s\"", sub->name, (unsigned long long)off,
 			  s->err);
@@ -597,20 +600,20 @@ static void move_to_dead(socket_sink *s, queue *q, uint64_t off, slot *sl)
 		 "subscription=%s offset=%llu deliveries=%u dead_offset=%llu reason=\"%s\"", sub->name,
 		 (unsigned long long)off, sl->deliveries, (unsigned long long)dead_off, back_reason(sl));
 	ack_slot(q, sl);
-	sq_dispatch(s, &sub->dead);
+	socket_queue_dispatch(s, &sub->dead);
 }
 
 /* The Deliveries to c not written to its socket yet leave its output. Their events were never delivered, so
  * they go back without counting (nobody had them). */
 static void withdraw(socket_sink *s, queue *q, consumer *c)
 {
-	uint64_t from = sc_withdraw(c);
+	uint64_t from = socket_conn_withdraw(c);
 	for (uint64_t o = q->w.base; o < q->next && from != UINT64_MAX; o++) {
 		slot *sl = window_at(&q->w, o);
 		if (sl->state != SLOT_SENT || sl->c != c || sl->pos < from)
 			continue;
 		sl->deliveries--;
-		spool_note_delivery(q->sp, o, sl->deliveries);
+		socket_spool_note_delivery(q->sp, o, sl->deliveries);
 		c->in_flight--;
 		c->delivered--;
 		if (!q->dead_letters) {
@@ -622,7 +625,7 @@ static void withdraw(socket_sink *s, queue *q, consumer *c)
 		sl->deadline_ms = 0;
 		q->returned++;
 	}
-	if (from != UINT64_MAX && !spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
+	if (from != UINT64_MAX && !socket_spool_save_deliveries(q->sp, s->err, sizeof(s->err)))
 		log_error("cannot record delivery counts; after a restart they may be higher",
 			  "subscription=%s error=\"%s\"", q->sub->name, s->err);
 }
@@ -690,8 +693,8 @@ static void refuse(consumer *c, uint64_t off, Cdc__V1__Refused__Reason why)
 		return;
 	if (r->n == r->cap) {
 		r->cap = r->cap ? 2 * r->cap : 16;
-		r->offsets = xrealloc(r->offsets, r->cap * sizeof(*r->offsets));
-		r->reasons = xrealloc(r->reasons, r->cap * sizeof(*r->reasons));
+		r->offsets = util_xrealloc(r->offsets, r->cap * sizeof(*r->offsets));
+		r->reasons = util_xrealloc(r->reasons, r->cap * sizeof(*r->reasons));
 	}
 	r->offsets[r->n] = off;
 	r->reasons[r->n++] = (uint8_t)why;
@@ -719,7 +722,7 @@ static void ack_range(consumer *c, uint64_t from, uint64_t to)
 static void ack_cumulative(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
-	bool active = sq_is_active(c), whole = true;
+	bool active = socket_queue_is_active(c), whole = true;
 	uint64_t top = 0;
 	for (size_t i = 0; i < a->n_offsets; i++) {
 		uint64_t off = a->offsets[i];
@@ -744,10 +747,10 @@ static void ack_cumulative(consumer *c, const Cdc__V1__Ack *a)
 }
 
 /* Failover (and dead letters) acknowledge cumulatively. Shared modes acknowledge each offset by itself. */
-void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
+void socket_queue_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 {
 	queue *q = c->q;
-	if (sq_mode(q) == SOCKET_FAILOVER) {
+	if (socket_queue_mode(q) == SOCKET_FAILOVER) {
 		ack_cumulative(c, a);
 	} else {
 		for (size_t i = 0; i < a->n_offsets; i++) {
@@ -761,7 +764,7 @@ void sq_handle_ack(consumer *c, const Cdc__V1__Ack *a)
 	window_advance(q);
 }
 
-void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
+void socket_queue_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 {
 	queue *q = c->q;
 	for (size_t i = 0; i < n->n_offsets; i++) {
@@ -773,7 +776,7 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 		}
 		slot *sl = window_at(&q->w, off);
 		slot_forget_reason(sl);
-		sl->reason = xstrdup(n->reason[0] ? n->reason : "nack");
+		sl->reason = util_xstrdup(n->reason[0] ? n->reason : "nack");
 		return_slot(s, q, off, sl, BACK_NACK, n->delay_ms ? deadline_in(n->delay_ms) : 0);
 		q->sub->nacked++;
 	}
@@ -783,14 +786,14 @@ void sq_handle_nack(socket_sink *s, consumer *c, const Cdc__V1__Nack *n)
 /* After the Acks and Nacks of one read, the acked cursor is written once for all of them. It is not written
  * per frame, since a consumer acking event by event made a write per event. Then what they freed is
  * dispatched, and the daemon is told that a full spool may have room again. */
-void sq_settle(socket_sink *s, queue *q)
+void socket_queue_settle(socket_sink *s, queue *q)
 {
 	advance_base(s, q);
-	sq_dispatch(s, q);
-	sq_wake(s);
+	socket_queue_dispatch(s, q);
+	socket_queue_wake(s);
 }
 
-void sq_handle_progress(consumer *c, const Cdc__V1__Progress *p)
+void socket_queue_handle_progress(consumer *c, const Cdc__V1__Progress *p)
 {
 	queue *q = c->q;
 	uint64_t deadline = deadline_in(q->sub->set->ack_timeout_ms);
@@ -814,8 +817,8 @@ static bool hand_over(socket_sink *s, queue *q, enum back_why why)
 		return false;
 	do { /* the active one goes last, and so does each one that does not read */
 		consumer *first = q->consumers;
-		sq_unlink_consumer(&q->consumers, first);
-		sq_append_consumer(&q->consumers, first);
+		socket_queue_unlink_consumer(&q->consumers, first);
+		socket_queue_append_consumer(&q->consumers, first);
 	} while (q->consumers->not_reading);
 	log_warn(why == BACK_TIMEOUT
 		     ? "the active consumer did not acknowledge in time; the next one takes over"
@@ -832,12 +835,12 @@ static bool hand_over(socket_sink *s, queue *q, enum back_why why)
  * - failover hands over to a waiting consumer.
  * A late Delivery not even written to the consumer's socket is withdrawn (with the others not
  * written), not counted. Deliveries held back by a Nack's delay are dispatched once it has passed. */
-void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
+void socket_queue_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 {
-	socket_consumers mode = sq_mode(q);
+	socket_consumers mode = socket_queue_mode(q);
 	if (mode == SOCKET_FAILOVER && q->consumers && q->consumers->not_reading &&
 	    hand_over(s, q, BACK_NOT_READING))
-		sq_dispatch(s, q);
+		socket_queue_dispatch(s, q);
 	if (!q->min_deadline || q->min_deadline > now)
 		return;
 	q->min_deadline = 0;
@@ -847,7 +850,7 @@ void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 		if (sl->state == SLOT_SENT && sl->deadline_ms <= now) {
 			if (mode == SOCKET_FAILOVER) {
 				late = true;
-			} else if (sl->pos >= sc_written(sl->c)) {
+			} else if (sl->pos >= socket_conn_written(sl->c)) {
 				withdraw(s, q, sl->c);
 			} else if (mode == SOCKET_KEY_SHARED && another_can_take(q, sl->c)) {
 				lose_bucket(s, q, sl->c, sl->bucket, BACK_TIMEOUT);
@@ -862,16 +865,16 @@ void sq_check_timeouts(socket_sink *s, queue *q, uint64_t now)
 	if (late && q->consumers && !hand_over(s, q, BACK_TIMEOUT))
 		note_deadline(q, now + q->sub->set->ack_timeout_ms); /* nobody to hand over to */
 	advance_base(s, q);
-	sq_dispatch(s, q);
+	socket_queue_dispatch(s, q);
 }
 
-void sq_not_reading(socket_sink *s, consumer *c)
+void socket_queue_not_reading(socket_sink *s, consumer *c)
 {
 	queue *q = c->q;
 	uint32_t held = c->in_flight;
 	uint64_t delivered = c->delivered; /* what is withdrawn is no delivery */
 	size_t unsent = evbuffer_get_length(bufferevent_get_output(c->bev));
-	switch (sq_mode(q)) {
+	switch (socket_queue_mode(q)) {
 	case SOCKET_FAILOVER:
 		if (q->consumers == c)
 			hand_over(s, q, BACK_NOT_READING);
@@ -892,16 +895,16 @@ void sq_not_reading(socket_sink *s, consumer *c)
 	    c->name, (long)c->pid, q->sub->name, held, held - c->in_flight,
 	    (unsigned long long)(delivered - c->delivered), unsent);
 	advance_base(s, q);
-	sq_dispatch(s, q);
+	socket_queue_dispatch(s, q);
 }
 
 /* Retention. drop_oldest discards. Both modes delete segments nobody needs any more. Those from the window's
  * start on stay. A consumer that started from `earliest` or an offset reads acknowledged events again, and
  * the spool must not delete them under it. */
-void sq_trim(socket_sink *s, queue *q)
+void socket_queue_trim(socket_sink *s, queue *q)
 {
 	uint64_t from, to;
-	if (!spool_trim(q->sp, wall_ms(), q->w.base, &from, &to, s->err, sizeof(s->err))) {
+	if (!socket_spool_trim(q->sp, util_wall_ms(), q->w.base, &from, &to, s->err, sizeof(s->err))) {
 		log_error("cannot apply retention", "subscription=%s error=\"%s\"", q->sub->name, s->err);
 		return;
 	}
@@ -928,15 +931,15 @@ void sq_trim(socket_sink *s, queue *q)
 
 /* Queues ---------------------------------------------------------------------------------- */
 
-void sq_detach(consumer *c)
+void socket_queue_detach(consumer *c)
 {
 	queue *q = c->q;
 	if (!q) {
-		sq_unlink_consumer(&c->s->pending, c);
+		socket_queue_unlink_consumer(&c->s->pending, c);
 		return;
 	}
 	bool was_active = q->consumers == c;
-	sq_unlink_consumer(&q->consumers, c);
+	socket_queue_unlink_consumer(&q->consumers, c);
 	q->nconsumers--;
 	q->rr = 0;
 	for (size_t i = 0; i < KEY_BUCKETS; i++) {
@@ -950,17 +953,18 @@ void sq_detach(consumer *c)
 		if (window_at(&q->w, o)->c == c)
 			window_at(&q->w, o)->c = NULL;
 	c->q = NULL;
-	if (was_active && q->consumers && sq_mode(q) == SOCKET_FAILOVER)
+	if (was_active && q->consumers && socket_queue_mode(q) == SOCKET_FAILOVER)
 		log_info("failover: another consumer is active now",
 			 "subscription=%s consumer=%s from_offset=%llu", q->sub->name, q->consumers->name,
 			 (unsigned long long)q->w.base);
-	sq_dispatch(c->s, q);
+	socket_queue_dispatch(c->s, q);
 }
 
 /* Positions a queue for a consumer that attaches while no other is, at the start it asked for. */
-uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
+uint64_t socket_queue_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 {
-	uint64_t first = spool_first(q->sp), head = spool_head(q->sp), acked = spool_acked(q->sp);
+	uint64_t first = socket_spool_first(q->sp), head = socket_spool_head(q->sp),
+		 acked = socket_spool_acked(q->sp);
 	uint64_t start;
 	switch (sub->start) {
 	case CDC__V1__START_FROM__START_EARLIEST:
@@ -984,12 +988,12 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 		break;
 	default:
 		if (q->w.base > acked)
-			return sq_resume_at(q);
+			return socket_queue_resume_at(q);
 		start = acked + 1; /* after a replay that did not get that far */
 		break;
 	}
 	/* Skipping forward acknowledges what is skipped. Going back replays acknowledged events. */
-	if (start - 1 > acked && !spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
+	if (start - 1 > acked && !socket_spool_set_acked(q->sp, start - 1, s->err, sizeof(s->err)))
 		log_error("cannot record acknowledged offsets", "subscription=%s error=\"%s\"", q->sub->name,
 			  s->err);
 	for (uint64_t o = q->w.base; o < q->next; o++)
@@ -1000,7 +1004,7 @@ uint64_t sq_position(socket_sink *s, queue *q, const Cdc__V1__Subscribe *sub)
 	return start;
 }
 
-bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen)
+bool socket_queue_open(socket_sink *s, subscription *sub, queue *q, bool dead, char *err, size_t errlen)
 {
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/spool/%s/%s", s->state_dir, sub->name, dead ? "dead" : "events");
@@ -1008,25 +1012,25 @@ bool sq_open_queue(socket_sink *s, subscription *sub, queue *q, bool dead, char 
 	spool_recovery rec = {0};
 	q->sub = sub;
 	q->dead_letters = dead;
-	if (!(q->sp = spool_open(dir, dead ? &none : &sub->set->retention, &rec, err, errlen)))
+	if (!(q->sp = socket_spool_open(dir, dead ? &none : &sub->set->retention, &rec, err, errlen)))
 		return false;
 	if (rec.torn_bytes || rec.uncommitted)
 		log_warn("spool recovered",
 			 "subscription=%s dir=%s torn_bytes_cut=%llu uncommitted_events=%llu", sub->name, dir,
 			 (unsigned long long)rec.torn_bytes, (unsigned long long)rec.uncommitted);
-	q->next = spool_acked(q->sp) + 1;
+	q->next = socket_spool_acked(q->sp) + 1;
 	window_reset(&q->w, q->next);
 	return true;
 }
 
-void sq_free_queue(queue *q)
+void socket_queue_free(queue *q)
 {
 	while (q->consumers) {
 		consumer *c = q->consumers;
 		q->consumers = c->next;
-		sc_consumer_release(c);
+		socket_conn_consumer_release(c);
 	}
-	spool_close(q->sp);
+	socket_spool_close(q->sp);
 	for (uint64_t o = q->w.base; o < q->next; o++)
 		slot_forget_reason(window_at(&q->w, o));
 	free(q->w.v);

@@ -38,7 +38,7 @@ static uint64_t *start_at(struct frame_starts *f, size_t i)
 	return &f->v[(f->head + i) & (f->cap - 1)];
 }
 
-uint64_t sc_written(consumer *c)
+uint64_t socket_conn_written(consumer *c)
 {
 	return c->out_added - evbuffer_get_length(bufferevent_get_output(c->bev));
 }
@@ -47,20 +47,20 @@ uint64_t sc_written(consumer *c)
 static void forget_written(consumer *c)
 {
 	struct frame_starts *f = &c->starts;
-	uint64_t written = sc_written(c);
+	uint64_t written = socket_conn_written(c);
 	while (f->n && (f->n > 1 ? *start_at(f, 1) : c->out_added) <= written) {
 		f->head = (f->head + 1) & (f->cap - 1);
 		f->n--;
 	}
 }
 
-void sc_write_frame(consumer *c, const void *a, size_t alen, const void *b, size_t blen)
+void socket_conn_write_frame(consumer *c, const void *a, size_t alen, const void *b, size_t blen)
 {
 	struct frame_starts *f = &c->starts;
 	forget_written(c);
 	if (f->n == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 16;
-		uint64_t *v = xmalloc(cap * sizeof(*v));
+		uint64_t *v = util_xmalloc(cap * sizeof(*v));
 		for (size_t i = 0; i < f->n; i++)
 			v[i] = *start_at(f, i);
 		free(f->v);
@@ -72,22 +72,22 @@ void sc_write_frame(consumer *c, const void *a, size_t alen, const void *b, size
 	if (blen)
 		evbuffer_add(out, b, blen);
 	c->out_added += alen + blen;
-	c->last_send_ms = now_ms();
+	c->last_send_ms = util_now_ms();
 }
 
-void sc_send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
+void socket_conn_send_frame(consumer *c, const Cdc__V1__ServerFrame *f)
 {
 	buf b = {0};
-	frame_put_server(&b, f);
-	sc_write_frame(c, b.data, b.len, NULL, 0);
+	socket_frame_put_server(&b, f);
+	socket_conn_write_frame(c, b.data, b.len, NULL, 0);
 	buf_free(&b);
 }
 
-uint64_t sc_withdraw(consumer *c)
+uint64_t socket_conn_withdraw(consumer *c)
 {
 	struct frame_starts *f = &c->starts;
 	forget_written(c);
-	uint64_t written = sc_written(c), from = UINT64_MAX, pos;
+	uint64_t written = socket_conn_written(c), from = UINT64_MAX, pos;
 	size_t k = 0, kept;
 	while (k < f->n && *start_at(f, k) < written)
 		k++; /* the frame being written stays whole */
@@ -128,12 +128,12 @@ uint64_t sc_withdraw(consumer *c)
  * meanwhile. The kernel counts the size of its buffers, at least the bytes in them. Its frames show it alive
  * too, since a worker busy with a long job sends Progress without reading. Only a peer that neither reads nor
  * sends for ack_timeout is taken for one that stopped reading. It is dispatched to again once it reads. */
-void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
+void socket_conn_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
 {
 	int unread = 0;
 	if (ioctl(bufferevent_getfd(c->bev), SIOCOUTQ, &unread) != 0)
 		unread = 0;
-	uint64_t written = sc_written(c);
+	uint64_t written = socket_conn_written(c);
 	bool reads = unread == 0 || (int64_t)unread - c->seen_unread < (int64_t)(written - c->seen_written);
 	c->seen_unread = unread;
 	c->seen_written = written;
@@ -143,12 +143,12 @@ void sc_watch_reading(consumer *c, uint64_t now, uint64_t timeout_ms)
 			c->not_reading = false;
 			log_info("a consumer reads its socket again", "consumer=%s pid=%ld subscription=%s",
 				 c->name, (long)c->pid, c->q->sub->name);
-			sq_dispatch(c->s, c->q);
+			socket_queue_dispatch(c->s, c->q);
 		}
 	} else if (!c->not_reading &&
 		   now - (c->read_ms > c->heard_ms ? c->read_ms : c->heard_ms) >= timeout_ms) {
 		c->not_reading = true;
-		sq_not_reading(c->s, c);
+		socket_queue_not_reading(c->s, c);
 	}
 }
 
@@ -162,7 +162,7 @@ static void on_closing_read(struct bufferevent *bev, void *arg)
 	consumer *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
 	evbuffer_drain(in, evbuffer_get_length(in));
-	if (now_ms() - c->last_send_ms >= CLOSE_LINGER_MS)
+	if (util_now_ms() - c->last_send_ms >= CLOSE_LINGER_MS)
 		consumer_free(c);
 }
 
@@ -211,12 +211,12 @@ static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *m
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ERROR;
 	f.error = &e;
-	sc_send_frame(c, &f);
+	socket_conn_send_frame(c, &f);
 	c->closing = true;
 	c->s->nclosing++;
 	if (c->q) {
-		sq_detach(c);
-		sq_append_consumer(&c->s->pending, c);
+		socket_queue_detach(c);
+		socket_queue_append_consumer(&c->s->pending, c);
 	}
 	struct timeval linger = {.tv_sec = CLOSE_LINGER_MS / 1000, .tv_usec = CLOSE_LINGER_MS % 1000 * 1000};
 	bufferevent_setcb(c->bev, on_closing_read, on_closing_written, on_closing_event, c);
@@ -225,26 +225,26 @@ static void consumer_error(consumer *c, Cdc__V1__Error__Code code, const char *m
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 
-void sc_heartbeat(consumer *c)
+void socket_conn_heartbeat(consumer *c)
 {
 	Cdc__V1__Heartbeat h = CDC__V1__HEARTBEAT__INIT;
-	h.head_offset = spool_head(c->q->sp);
-	h.acked_offset = spool_acked(c->q->sp);
-	h.active = sq_is_active(c);
+	h.head_offset = socket_spool_head(c->q->sp);
+	h.acked_offset = socket_spool_acked(c->q->sp);
+	h.active = socket_queue_is_active(c);
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_HEARTBEAT;
 	f.heartbeat = &h;
-	sc_send_frame(c, &f);
+	socket_conn_send_frame(c, &f);
 }
 
 /* Sends the Acked owed, unless c's output is over the high-water mark (then once it drains). */
-void sc_flush_reply(consumer *c)
+void socket_conn_flush_reply(consumer *c)
 {
 	struct reply *r = &c->reply;
-	if (!r->answered || !c->q || c->closing || sq_out_full(c))
+	if (!r->answered || !c->q || c->closing || socket_queue_out_full(c))
 		return;
-	Cdc__V1__Refused *v = xcalloc(r->n ? r->n : 1, sizeof(*v));
-	Cdc__V1__Refused **pv = xcalloc(r->n ? r->n : 1, sizeof(*pv));
+	Cdc__V1__Refused *v = util_xcalloc(r->n ? r->n : 1, sizeof(*v));
+	Cdc__V1__Refused **pv = util_xcalloc(r->n ? r->n : 1, sizeof(*pv));
 	for (size_t i = 0; i < r->n; i++) {
 		v[i] = (Cdc__V1__Refused)CDC__V1__REFUSED__INIT;
 		v[i].offset = r->offsets[i];
@@ -252,14 +252,14 @@ void sc_flush_reply(consumer *c)
 		pv[i] = &v[i];
 	}
 	Cdc__V1__Acked a = CDC__V1__ACKED__INIT;
-	a.acked_offset = spool_acked(c->q->sp);
+	a.acked_offset = socket_spool_acked(c->q->sp);
 	a.answered = r->answered;
 	a.n_refused = r->n;
 	a.refused = pv;
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_ACKED;
 	f.acked = &a;
-	sc_send_frame(c, &f);
+	socket_conn_send_frame(c, &f);
 	free(v);
 	free(pv);
 	r->answered = 0;
@@ -267,7 +267,7 @@ void sc_flush_reply(consumer *c)
 }
 
 /* The connection and what the consumer owns. Nothing else is told. */
-void sc_consumer_release(consumer *c)
+void socket_conn_consumer_release(consumer *c)
 {
 	bufferevent_free(c->bev);
 	free(c->starts.v);
@@ -281,10 +281,10 @@ static void consumer_free(consumer *c)
 	log_info("subscriber disconnected", "consumer=%s pid=%ld subscription=%s in_flight=%u", c->name,
 		 (long)c->pid, c->q ? c->q->sub->name : "-", c->in_flight);
 	socket_sink *s = c->s;
-	sq_detach(c);
+	socket_queue_detach(c);
 	s->nconnections--;
 	s->nclosing -= c->closing;
-	sc_consumer_release(c);
+	socket_conn_consumer_release(c);
 }
 
 static subscription *find(socket_sink *s, const char *name)
@@ -320,7 +320,7 @@ static bool admitted(consumer *c, subscription *sub, bool dead_letters, bool aga
 	return false;
 }
 
-void sc_recheck_access(queue *q)
+void socket_conn_recheck_access(queue *q)
 {
 	for (consumer *c = q->consumers, *next; c; c = next) {
 		next = c->next; /* a refused one leaves the list */
@@ -355,39 +355,40 @@ static void handle_subscribe(socket_sink *s, consumer *c, const Cdc__V1__Subscri
 	c->max_unacked = m->max_unacked && m->max_unacked < max ? m->max_unacked : max;
 	c->heartbeat_ms = m->heartbeat_ms ? m->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
 	c->window = WINDOW_START;
-	c->rate_since_ms = now_ms();
-	sq_unlink_consumer(&s->pending, c);
-	uint64_t next = q->consumers ? sq_resume_at(q) : sq_position(s, q, m);
+	c->rate_since_ms = util_now_ms();
+	socket_queue_unlink_consumer(&s->pending, c);
+	uint64_t next = q->consumers ? socket_queue_resume_at(q) : socket_queue_position(s, q, m);
 	c->q = q;
-	sq_append_consumer(&q->consumers, c);
+	socket_queue_append_consumer(&q->consumers, c);
 	q->nconsumers++;
 
 	Cdc__V1__Subscribed a = CDC__V1__SUBSCRIBED__INIT;
 	a.subscription = sub->name;
-	a.mode = (Cdc__V1__ConsumerMode)sq_mode(q);
-	a.first_offset = spool_first(q->sp);
-	a.head_offset = spool_head(q->sp);
-	a.acked_offset = spool_acked(q->sp);
+	a.mode = (Cdc__V1__ConsumerMode)socket_queue_mode(q);
+	a.first_offset = socket_spool_first(q->sp);
+	a.head_offset = socket_spool_head(q->sp);
+	a.acked_offset = socket_spool_acked(q->sp);
 	a.next_offset = next;
 	a.max_unacked = c->max_unacked;
-	a.active = sq_is_active(c);
+	a.active = socket_queue_is_active(c);
 	a.batch_transaction = !q->dead_letters && sub->set->batch_transaction;
 	Cdc__V1__ServerFrame f = CDC__V1__SERVER_FRAME__INIT;
 	f.kind_case = CDC__V1__SERVER_FRAME__KIND_SUBSCRIBED;
 	f.subscribed = &a;
-	sc_send_frame(c, &f);
+	socket_conn_send_frame(c, &f);
 	log_info("subscriber attached",
 		 "consumer=%s pid=%ld uid=%ld subscription=%s dead_letters=%s next_offset=%llu active=%s",
 		 c->name, (long)c->pid, (long)c->uid, sub->name, m->dead_letters ? "true" : "false",
 		 (unsigned long long)next, a.active ? "true" : "false");
-	sq_dispatch(s, q);
+	socket_queue_dispatch(s, q);
 }
 
-/* *settle gets the queue an Ack or Nack changed, for sq_settle once the read's frames are handled. */
+/* *settle gets the queue an Ack or Nack changed, for socket_queue_settle once the read's frames are handled.
+ */
 static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t len, queue **settle)
 {
 	char err[256];
-	Cdc__V1__ClientFrame *f = frame_decode_client(msg, len, err, sizeof(err));
+	Cdc__V1__ClientFrame *f = socket_frame_decode_client(msg, len, err, sizeof(err));
 	if (!f) {
 		consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
 		return false;
@@ -407,16 +408,16 @@ static bool handle_frame(socket_sink *s, consumer *c, const uint8_t *msg, size_t
 	} else {
 		c->reply.answered++;
 		if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_PROGRESS) {
-			sq_handle_progress(c, f->progress);
+			socket_queue_handle_progress(c, f->progress);
 		} else {
 			*settle = c->q;
 			if (f->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK)
-				sq_handle_ack(c, f->ack);
+				socket_queue_handle_ack(c, f->ack);
 			else
-				sq_handle_nack(s, c, f->nack);
+				socket_queue_handle_nack(s, c, f->nack);
 		}
 	}
-	frame_client_free(f);
+	socket_frame_client_free(f);
 	return !c->closing;
 }
 
@@ -426,19 +427,19 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	struct evbuffer *in = bufferevent_get_input(bev);
 	char err[256];
 	queue *settle = NULL;
-	c->heard_ms = now_ms();
+	c->heard_ms = util_now_ms();
 	while (!c->closing && evbuffer_get_length(in) >= FRAME_HEADER) {
 		const uint8_t *msg;
 		size_t msglen, consumed, avail = evbuffer_get_length(in);
 		/* The length is checked before the frame is waited for. An oversized one is refused now. */
-		frame_result r = frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX, &msg,
-					    &msglen, &consumed, err, sizeof(err));
+		frame_result r = socket_frame_next(evbuffer_pullup(in, FRAME_HEADER), FRAME_HEADER, FRAME_MAX,
+						   &msg, &msglen, &consumed, err, sizeof(err));
 		if (r == FRAME_MORE) {
-			size_t whole = frame_size(evbuffer_pullup(in, FRAME_HEADER));
+			size_t whole = socket_frame_size(evbuffer_pullup(in, FRAME_HEADER));
 			if (avail < whole)
 				break;
-			r = frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg, &msglen,
-				       &consumed, err, sizeof(err));
+			r = socket_frame_next(evbuffer_pullup(in, (ssize_t)whole), whole, FRAME_MAX, &msg,
+					      &msglen, &consumed, err, sizeof(err));
 		}
 		if (r != FRAME_OK) {
 			consumer_error(c, CDC__V1__ERROR__CODE__BAD_FRAME, err);
@@ -451,14 +452,14 @@ static void on_consumer_read(struct bufferevent *bev, void *arg)
 	}
 	/* Also when c closed after its acks, since the queue outlives the connection. */
 	if (settle)
-		sq_settle(c->s, settle);
+		socket_queue_settle(c->s, settle);
 	if (c->closing)
 		return;
 	/* Answered at once when the consumer may be waiting for it (nothing else in flight to it, or
 	 * something refused). Else it is answered with the next tick. A consumer acking a stream of events
 	 * one by one would otherwise be sent an Acked per ack, a fifth of the socket path's throughput. */
 	if (!c->in_flight || c->reply.n)
-		sc_flush_reply(c);
+		socket_conn_flush_reply(c);
 }
 
 /* The output drained to out_low, so a stalled consumer is dispatched to again. Its input is read all along. A
@@ -470,9 +471,9 @@ static void on_consumer_written(struct bufferevent *bev, void *arg)
 	if (!c->stalled)
 		return;
 	c->stalled = false;
-	sc_flush_reply(c);
+	socket_conn_flush_reply(c);
 	if (c->q && !c->closing)
-		sq_dispatch(c->s, c->q);
+		socket_queue_dispatch(c->s, c->q);
 }
 
 /* Closing connections fill their share of the table. One of them loses the rest of its linger (its Error is
@@ -513,7 +514,7 @@ static void make_room(socket_sink *s, consumer *c)
 
 /* Connections that did not subscribe within subscribers.first_frame_timeout are closed, so
  * connections that never subscribe cannot fill the table. */
-void sc_check_first_frames(socket_sink *s, uint64_t now)
+void socket_conn_check_first_frames(socket_sink *s, uint64_t now)
 {
 	char msg[96];
 	snprintf(msg, sizeof(msg), "no Subscribe within %llu ms (subscribers.first_frame_timeout)",
@@ -523,7 +524,8 @@ void sc_check_first_frames(socket_sink *s, uint64_t now)
 			consumer_error(c, CDC__V1__ERROR__CODE__SUBSCRIBE_TIMEOUT, msg);
 }
 
-void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len, void *arg)
+void socket_conn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr, int len,
+			   void *arg)
 {
 	(void)l, (void)addr, (void)len;
 	socket_sink *s = arg;
@@ -531,18 +533,18 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	net_peer_of(fd, &cred); /* unknown is uid and gid (uid_t)-1, which no allow list holds */
 	if (s->nconnections >= s->max_connections + MAX_CLOSING)
 		shed_closing(s);
-	consumer *c = xcalloc(1, sizeof(*c));
+	consumer *c = util_xcalloc(1, sizeof(*c));
 	c->s = s;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	c->accepted_ms = c->last_send_ms = c->read_ms = c->heard_ms = now_ms();
-	c->connected_us = wall_us();
+	c->accepted_ms = c->last_send_ms = c->read_ms = c->heard_ms = util_now_ms();
+	c->connected_us = util_wall_us();
 	snprintf(c->name, sizeof(c->name), "pid-%ld", (long)cred.pid);
 	c->bev = bufferevent_socket_new(s->evb, fd, BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(c->bev, on_consumer_read, on_consumer_written, on_consumer_event, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, s->out_low, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-	sq_append_consumer(&s->pending, c);
+	socket_queue_append_consumer(&s->pending, c);
 	s->nconnections++;
 	log_info("subscriber connected", "pid=%ld uid=%ld gid=%ld", (long)cred.pid, (long)cred.uid,
 		 (long)cred.gid);
@@ -550,7 +552,7 @@ void sc_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 		make_room(s, c);
 }
 
-void sc_close_consumers(queue *q, const char *why)
+void socket_conn_close_consumers(queue *q, const char *why)
 {
 	while (q->consumers)
 		consumer_error(q->consumers, CDC__V1__ERROR__CODE__SUBSCRIPTION_REMOVED,

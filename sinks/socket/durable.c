@@ -29,11 +29,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	socket_sink *s = arg;
-	uint64_t now = now_ms();
+	uint64_t now = util_now_ms();
 	bool trim_now = now - s->last_trim_ms >= TRIM_EVERY_MS;
 	if (trim_now)
 		s->last_trim_ms = now;
-	sc_check_first_frames(s, now);
+	socket_conn_check_first_frames(s, now);
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
 		if (!sub->set)
@@ -43,24 +43,25 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 			/* A failover consumer that stops reading goes last, so one may be seen twice. */
 			for (consumer *c = qs[k]->consumers, *next; c; c = next) {
 				next = c->next;
-				sc_watch_reading(c, now, sub->set->ack_timeout_ms);
+				socket_conn_watch_reading(c, now, sub->set->ack_timeout_ms);
 			}
-			sq_check_timeouts(s, qs[k], now);
+			socket_queue_check_timeouts(s, qs[k], now);
 			for (consumer *c = qs[k]->consumers; c; c = c->next) {
-				sc_flush_reply(c); /* answers held back while c had events in flight */
+				socket_conn_flush_reply(
+				    c); /* answers held back while c had events in flight */
 				/* An idle connection's heartbeat. One that has not read what it was sent has
 				 * frames to read already. */
 				if (!c->closing && !c->seen_unread &&
-				    now - c->last_send_ms >= c->heartbeat_ms && !sq_out_full(c))
-					sc_heartbeat(c);
-				sq_update_window(c, now);
+				    now - c->last_send_ms >= c->heartbeat_ms && !socket_queue_out_full(c))
+					socket_conn_heartbeat(c);
+				socket_queue_update_window(c, now);
 			}
 			if (trim_now)
-				sq_trim(s, qs[k]);
+				socket_queue_trim(s, qs[k]);
 		}
 	}
 	if (trim_now)
-		sq_wake(s);
+		socket_queue_wake(s);
 }
 
 /* Subscriptions ------------------------------------------------------------------------- */
@@ -68,7 +69,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static bool make_dir(const char *path, char *err, size_t errlen)
 {
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
-		return errf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+		return util_errf(err, errlen, "cannot create %s: %s", path, strerror(errno));
 	return true;
 }
 
@@ -81,18 +82,18 @@ static subscription *open_subscription(socket_sink *s, const socket_sub_settings
 	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, c->name);
 	if (!make_dir(dir, err, errlen))
 		return NULL;
-	subscription *sub = xcalloc(1, sizeof(*sub));
+	subscription *sub = util_xcalloc(1, sizeof(*sub));
 	sub->s = s;
-	sub->name = xstrdup(c->name);
+	sub->name = util_xstrdup(c->name);
 	sub->set = c;
-	if (!sq_open_queue(s, sub, &sub->q, false, err, errlen) ||
-	    !sq_open_queue(s, sub, &sub->dead, true, err, errlen)) {
-		spool_close(sub->q.sp);
+	if (!socket_queue_open(s, sub, &sub->q, false, err, errlen) ||
+	    !socket_queue_open(s, sub, &sub->dead, true, err, errlen)) {
+		socket_spool_close(sub->q.sp);
 		free(sub->name);
 		free(sub);
 		return NULL;
 	}
-	sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+	sub->have_last = socket_spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
 	return sub;
 }
 
@@ -100,8 +101,8 @@ static void free_settings(socket_sink *s)
 {
 	for (size_t i = 0; i < s->nindex; i++) {
 		free((char *)s->settings[i].name);
-		id_list_free(&s->settings[i].allow_uids);
-		id_list_free(&s->settings[i].allow_gids);
+		util_id_list_free(&s->settings[i].allow_uids);
+		util_id_list_free(&s->settings[i].allow_gids);
 	}
 	free(s->settings);
 	free(s->by_index);
@@ -114,13 +115,13 @@ bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs,
 		s->subs[i]->set = NULL;
 	free_settings(s);
 	s->nindex = nsubs;
-	s->settings = xcalloc(nsubs ? nsubs : 1, sizeof(*s->settings));
-	s->by_index = xcalloc(nsubs ? nsubs : 1, sizeof(subscription *));
+	s->settings = util_xcalloc(nsubs ? nsubs : 1, sizeof(*s->settings));
+	s->by_index = util_xcalloc(nsubs ? nsubs : 1, sizeof(subscription *));
 	for (size_t i = 0; i < nsubs; i++) {
 		s->settings[i] = subs[i];
-		s->settings[i].name = xstrdup(subs[i].name);
-		id_list_copy(&s->settings[i].allow_uids, &subs[i].allow_uids);
-		id_list_copy(&s->settings[i].allow_gids, &subs[i].allow_gids);
+		s->settings[i].name = util_xstrdup(subs[i].name);
+		util_id_list_copy(&s->settings[i].allow_uids, &subs[i].allow_uids);
+		util_id_list_copy(&s->settings[i].allow_gids, &subs[i].allow_gids);
 	}
 	for (size_t i = 0; i < nsubs; i++) {
 		const socket_sub_settings *set = &s->settings[i];
@@ -133,22 +134,22 @@ bool socket_sink_bind(sink *base, const socket_sub_settings *subs, size_t nsubs,
 		if (!sub) {
 			if (!(sub = open_subscription(s, set, err, errlen)))
 				return false;
-			s->subs = xrealloc(s->subs, (s->nsubs + 1) * sizeof(subscription *));
+			s->subs = util_xrealloc(s->subs, (s->nsubs + 1) * sizeof(subscription *));
 			s->subs[s->nsubs++] = sub;
 		}
 		sub->set = set;
-		spool_set_limits(sub->q.sp, &set->retention);
+		socket_spool_set_limits(sub->q.sp, &set->retention);
 		s->by_index[i] = sub;
 	}
 	for (size_t i = 0; i < s->nsubs; i++)
 		if (!s->subs[i]->set) {
-			sc_close_consumers(&s->subs[i]->q,
-					   "the subscription was removed from the configuration");
-			sc_close_consumers(&s->subs[i]->dead,
-					   "the subscription was removed from the configuration");
+			socket_conn_close_consumers(&s->subs[i]->q,
+						    "the subscription was removed from the configuration");
+			socket_conn_close_consumers(&s->subs[i]->dead,
+						    "the subscription was removed from the configuration");
 		} else {
-			sc_recheck_access(&s->subs[i]->q);
-			sc_recheck_access(&s->subs[i]->dead);
+			socket_conn_recheck_access(&s->subs[i]->q);
+			socket_conn_recheck_access(&s->subs[i]->dead);
 		}
 	return true;
 }
@@ -161,7 +162,7 @@ static uint32_t key_hash(const Cdc__V1__Event *e)
 	if (!e->key)
 		return 0;
 	size_t n = cdc__v1__row__get_packed_size(e->key);
-	uint8_t stack[512], *p = n <= sizeof(stack) ? stack : xmalloc(n);
+	uint8_t stack[512], *p = n <= sizeof(stack) ? stack : util_xmalloc(n);
 	cdc__v1__row__pack(e->key, p);
 	uint32_t h = 2166136261u;
 	for (size_t i = 0; i < n; i++)
@@ -178,7 +179,7 @@ static void socket_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf
 	buf_reserve(out, RENDER_HEADER);
 	memcpy(out->data + out->len, &h, 4);
 	out->len += RENDER_HEADER;
-	pb_put_event(out, e);
+	sink_pb_put_event(out, e);
 }
 
 /* n more events committed at commit_time (µs), for the latency histogram at the next sync. */
@@ -192,7 +193,7 @@ static void count_commits(socket_sink *s, int64_t commit_time, uint64_t n)
 	}
 	if (s->nruns == s->runs_cap) {
 		s->runs_cap = s->runs_cap ? 2 * s->runs_cap : 64;
-		s->runs = xrealloc(s->runs, s->runs_cap * sizeof(*s->runs));
+		s->runs = util_xrealloc(s->runs, s->runs_cap * sizeof(*s->runs));
 	}
 	s->runs[s->nruns++] = (struct commit_run){commit_time, n};
 }
@@ -203,7 +204,7 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 	(void)seq;
 	socket_sink *s = (socket_sink *)base;
 	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
-		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+		return util_errf(err, errlen, "socket sink: rendered event for an unknown subscription");
 	subscription *sub = s->by_index[idx];
 	/* After a restart the slot resends what the spool may already hold, so skip that. A schema event
 	 * comes before the row of the same tx_index. */
@@ -214,10 +215,10 @@ static bool socket_deliver(sink *base, uint32_t idx, const char *rendered, size_
 		return true;
 	buf_reset(&s->scratch);
 	buf_append(&s->scratch, rendered + RENDER_HEADER, len - RENDER_HEADER);
-	pb_put_commit(&s->scratch, c);
+	sink_pb_put_commit(&s->scratch, c);
 	uint64_t off;
-	if (!spool_append(sub->q.sp, c->commit_lsn, c->tx_index, load_u32(rendered), s->scratch.data,
-			  s->scratch.len, wall_ms(), &off, err, errlen))
+	if (!socket_spool_append(sub->q.sp, c->commit_lsn, c->tx_index, load_u32(rendered), s->scratch.data,
+				 s->scratch.len, util_wall_ms(), &off, err, errlen))
 		return false;
 	sub->have_last = true;
 	sub->last_lsn = c->commit_lsn;
@@ -234,7 +235,7 @@ static void socket_end_txn(sink *base, uint64_t seq)
 	socket_sink *s = (socket_sink *)base;
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
-		if (sub->in_txn && !spool_commit(sub->q.sp, s->err, sizeof(s->err)))
+		if (sub->in_txn && !socket_spool_commit(sub->q.sp, s->err, sizeof(s->err)))
 			log_error("cannot end a transaction in the spool", "subscription=%s error=\"%s\"",
 				  sub->name, s->err);
 		sub->in_txn = false;
@@ -267,7 +268,7 @@ static held_txn *held_find(socket_sink *s, uint32_t xid, bool create)
 			return h;
 	if (!create)
 		return NULL;
-	held_txn *h = xcalloc(1, sizeof(*h));
+	held_txn *h = util_xcalloc(1, sizeof(*h));
 	h->xid = xid;
 	h->next = s->held;
 	s->held = h;
@@ -283,7 +284,7 @@ static void held_free(socket_sink *s, held_txn *h)
 			break;
 		}
 	for (size_t i = 0; i < h->nfiles; i++)
-		spool_held_discard(h->files[i]);
+		socket_spool_held_discard(h->files[i]);
 	for (size_t i = 0; i < h->nsp; i++)
 		free(h->sp[i].at);
 	free(h->files);
@@ -297,24 +298,24 @@ static bool socket_hold(sink *base, uint32_t idx, uint32_t xid, uint32_t tx_inde
 {
 	socket_sink *s = (socket_sink *)base;
 	if (len < RENDER_HEADER || idx >= s->nindex || !s->by_index[idx])
-		return errf(err, errlen, "socket sink: rendered event for an unknown subscription");
+		return util_errf(err, errlen, "socket sink: rendered event for an unknown subscription");
 	subscription *sub = s->by_index[idx];
 	held_txn *h = held_find(s, xid, true);
 	size_t i = 0;
 	while (i < h->nfiles && h->subs[i] != sub)
 		i++;
 	if (i == h->nfiles) {
-		spool_held *f = spool_hold(sub->q.sp, xid, err, errlen);
+		spool_held *f = socket_spool_hold(sub->q.sp, xid, err, errlen);
 		if (!f)
 			return false;
-		h->files = xrealloc(h->files, (i + 1) * sizeof(*h->files));
-		h->subs = xrealloc(h->subs, (i + 1) * sizeof(*h->subs));
+		h->files = util_xrealloc(h->files, (i + 1) * sizeof(*h->files));
+		h->subs = util_xrealloc(h->subs, (i + 1) * sizeof(*h->subs));
 		h->files[i] = f;
 		h->subs[i] = sub;
 		h->nfiles++;
 	}
-	return spool_held_append(h->files[i], tx_index, load_u32(rendered), rendered + RENDER_HEADER,
-				 len - RENDER_HEADER, wall_ms(), err, errlen);
+	return socket_spool_held_append(h->files[i], tx_index, load_u32(rendered), rendered + RENDER_HEADER,
+					len - RENDER_HEADER, util_wall_ms(), err, errlen);
 }
 
 static void socket_hold_savepoint(sink *base, uint32_t xid, uint32_t tx_index)
@@ -322,14 +323,14 @@ static void socket_hold_savepoint(sink *base, uint32_t xid, uint32_t tx_index)
 	held_txn *h = held_find((socket_sink *)base, xid, true);
 	if (h->nsp == h->capsp) {
 		h->capsp = h->capsp ? 2 * h->capsp : 8;
-		h->sp = xrealloc(h->sp, h->capsp * sizeof(*h->sp));
+		h->sp = util_xrealloc(h->sp, h->capsp * sizeof(*h->sp));
 	}
 	struct savepoint *sp = &h->sp[h->nsp++];
 	*sp = (struct savepoint){tx_index, h->nfiles, NULL};
 	if (h->nfiles)
-		sp->at = xmalloc(h->nfiles * sizeof(*sp->at));
+		sp->at = util_xmalloc(h->nfiles * sizeof(*sp->at));
 	for (size_t i = 0; i < h->nfiles; i++)
-		sp->at[i] = spool_held_at(h->files[i]);
+		sp->at[i] = socket_spool_held_at(h->files[i]);
 }
 
 /* Back to the first savepoint at or after tx_index, which stays. An enclosing subtransaction that started at
@@ -343,8 +344,9 @@ static bool socket_hold_rollback(sink *base, uint32_t xid, uint32_t tx_index, ch
 	if (!h || k == h->nsp)
 		return true;
 	for (size_t i = 0; i < h->nfiles; i++)
-		if (!spool_held_cut(h->files[i], i < h->sp[k].nfiles ? h->sp[k].at[i] : (spool_held_point){0},
-				    err, errlen))
+		if (!socket_spool_held_cut(h->files[i],
+					   i < h->sp[k].nfiles ? h->sp[k].at[i] : (spool_held_point){0}, err,
+					   errlen))
 			return false;
 	for (size_t j = k + 1; j < h->nsp; j++)
 		free(h->sp[j].at);
@@ -372,14 +374,14 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 	for (size_t i = 0; h && ok && i < h->nfiles; i++) {
 		subscription *sub = h->subs[i];
 		spool_held *f = h->files[i];
-		uint64_t events = spool_held_at(f).events;
+		uint64_t events = socket_spool_held_at(f).events;
 		h->files[i] = NULL;
 		if (sub->have_last && c->commit_lsn <= sub->last_lsn) {
-			spool_held_discard(f);
+			socket_spool_held_discard(f);
 			continue;
 		}
-		ok = spool_held_commit(f, c->commit_lsn, c->commit_time, err, errlen);
-		sub->have_last = spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
+		ok = socket_spool_held_commit(f, c->commit_lsn, c->commit_time, err, errlen);
+		sub->have_last = socket_spool_last_id(sub->q.sp, &sub->last_lsn, &sub->last_txi);
 		sub->last_before = false;
 		sub->dirty = true;
 		sub->matched += events;
@@ -401,7 +403,7 @@ static void run_batch(void *arg)
 {
 	struct syncer *y = arg;
 	for (size_t i = 0; i < y->n; i++)
-		spool_sync_run(&y->jobs[i]);
+		socket_spool_sync_run(&y->jobs[i]);
 }
 
 /* An events batch is back. Its spools' events up to where it began are visible (and dispatched), and its
@@ -411,15 +413,15 @@ static void sync_finish(socket_sink *s, struct syncer *y)
 {
 	y->busy = false;
 	for (size_t i = 0; i < y->n; i++) {
-		if (!spool_sync_end(y->qs[i]->sp, &y->jobs[i], y->err, sizeof(y->err)))
+		if (!socket_spool_sync_end(y->qs[i]->sp, &y->jobs[i], y->err, sizeof(y->err)))
 			y->failed = true;
 		if (y == &s->sync)
-			sq_dispatch(s, y->qs[i]);
+			socket_queue_dispatch(s, y->qs[i]);
 	}
 	if (y->failed || y != &s->sync)
 		return;
 	s->durable_seq = y->ended;
-	int64_t now_us = wall_ms() * 1000;
+	int64_t now_us = util_wall_ms() * 1000;
 	for (size_t i = 0; i < y->runs; i++)
 		hist_add_n(&s->latency,
 			   now_us > s->runs[i].commit_time ? (uint64_t)(now_us - s->runs[i].commit_time) : 0,
@@ -469,15 +471,15 @@ static void sync_wait(socket_sink *s)
 /* Adds queue q's spool to the batch y begins, if it has something to sync. */
 static bool sync_add(struct syncer *y, queue *q, bool events, char *err, size_t errlen)
 {
-	if (events ? !q->sub->dirty : !spool_cursor_pending(q->sp))
+	if (events ? !q->sub->dirty : !socket_spool_cursor_pending(q->sp))
 		return true;
 	if (y->n == y->cap) {
 		y->cap = y->cap ? 2 * y->cap : 8;
-		y->qs = xrealloc(y->qs, y->cap * sizeof(*y->qs));
-		y->jobs = xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
+		y->qs = util_xrealloc(y->qs, y->cap * sizeof(*y->qs));
+		y->jobs = util_xrealloc(y->jobs, y->cap * sizeof(*y->jobs));
 	}
-	if (!spool_sync_begin(q->sp, &y->jobs[y->n], events ? SPOOL_SYNC_EVENTS : SPOOL_SYNC_CURSOR, err,
-			      errlen))
+	if (!socket_spool_sync_begin(q->sp, &y->jobs[y->n], events ? SPOOL_SYNC_EVENTS : SPOOL_SYNC_CURSOR,
+				     err, errlen))
 		return false;
 	y->qs[y->n++] = q;
 	if (events)
@@ -500,7 +502,7 @@ static bool sync_start(socket_sink *s, struct syncer *y, char *err, size_t errle
 			return false;
 		}
 	if (!events) {
-		s->acks_synced_ms = now_ms();
+		s->acks_synced_ms = util_now_ms();
 	} else if (!y->n) {
 		s->durable_seq = s->ended_seq;
 		return true;
@@ -523,7 +525,7 @@ static bool sync_due(socket_sink *s, bool force)
 	if (!y->failed && !y->busy && !sync_start(s, y, y->err, sizeof(y->err)))
 		y->failed = true;
 	y = &s->acks;
-	if (!y->failed && !y->busy && (force || now_ms() - s->acks_synced_ms >= ACKS_SYNC_MS) &&
+	if (!y->failed && !y->busy && (force || util_now_ms() - s->acks_synced_ms >= ACKS_SYNC_MS) &&
 	    !sync_start(s, y, y->err, sizeof(y->err)))
 		y->failed = true;
 	return !s->sync.failed && !s->acks.failed;
@@ -534,7 +536,7 @@ static sink_status socket_flush(sink *base, char *err, size_t errlen)
 	socket_sink *s = (socket_sink *)base;
 	if (sync_due(s, false))
 		return SINK_OK;
-	errf(err, errlen, "%s", s->sync.failed ? s->sync.err : s->acks.err);
+	util_errf(err, errlen, "%s", s->sync.failed ? s->sync.err : s->acks.err);
 	return SINK_FATAL;
 }
 
@@ -556,7 +558,7 @@ static bool syncer_start(socket_sink *s, struct syncer *y, const char *what,
 		return false;
 	y->ev = event_new(s->evb, worker_fd(y->w), EV_READ | EV_PERSIST, on_back, s);
 	if (!y->ev || event_add(y->ev, NULL) != 0)
-		return errf(err, errlen, "socket sink: cannot watch its syncer's eventfd");
+		return util_errf(err, errlen, "socket sink: cannot watch its syncer's eventfd");
 	return true;
 }
 
@@ -581,10 +583,10 @@ static uint64_t socket_delivered(const sink *base)
 static bool socket_busy(const sink *base)
 {
 	const socket_sink *s = (const socket_sink *)base;
-	int64_t now = wall_ms();
+	int64_t now = util_wall_ms();
 	for (size_t i = 0; i < s->nsubs; i++) {
 		const subscription *sub = s->subs[i];
-		if (sub->set && !sub->set->retention.drop_oldest && spool_full(sub->q.sp, now))
+		if (sub->set && !sub->set->retention.drop_oldest && socket_spool_full(sub->q.sp, now))
 			return true;
 	}
 	return false;
@@ -598,12 +600,12 @@ static void socket_free(sink *base)
 	while (s->pending) {
 		consumer *c = s->pending;
 		s->pending = c->next;
-		sc_consumer_release(c);
+		socket_conn_consumer_release(c);
 	}
 	for (size_t i = 0; i < s->nsubs; i++) {
 		subscription *sub = s->subs[i];
-		sq_free_queue(&sub->q);
-		sq_free_queue(&sub->dead);
+		socket_queue_free(&sub->q);
+		socket_queue_free(&sub->dead);
 		free(sub->name);
 		free(sub);
 	}
@@ -643,9 +645,9 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 		      struct event_base *base, void (*wake_fn)(void *), void (*durable_fn)(void *), void *ctx,
 		      char *err, size_t errlen)
 {
-	socket_sink *s = xcalloc(1, sizeof(*s));
+	socket_sink *s = util_xcalloc(1, sizeof(*s));
 	s->base.ops = &socket_ops;
-	s->state_dir = xstrdup(settings->state_dir);
+	s->state_dir = util_xstrdup(settings->state_dir);
 	s->first_frame_timeout_ms = settings->first_frame_timeout_ms;
 	s->max_connections = settings->max_connections;
 	s->out_high = settings->max_output;
@@ -661,14 +663,14 @@ sink *socket_sink_new(const socket_sink_settings *settings, const socket_sub_set
 	char why[512];
 	int fd = net_unix_listen(settings->socket_path, settings->mode, 128, why, sizeof(why));
 	if (fd < 0) {
-		errf(err, errlen, "subscribers.socket %s", why);
+		util_errf(err, errlen, "subscribers.socket %s", why);
 		goto fail;
 	}
 	evutil_make_socket_nonblocking(fd);
-	s->listener = evconnlistener_new(base, sc_on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	s->listener = evconnlistener_new(base, socket_conn_on_accept, s, LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (!s->listener) {
 		close(fd);
-		errf(err, errlen, "subscribers.socket %s: cannot listen", settings->socket_path);
+		util_errf(err, errlen, "subscribers.socket %s: cannot listen", settings->socket_path);
 		goto fail;
 	}
 	s->ev_tick = event_new(base, -1, EV_PERSIST, on_tick, s);
@@ -698,8 +700,8 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 		if (sub->set || strcmp(sub->name, name) != 0)
 			continue;
 		sync_wait(s); /* the batch in flight may have its spool */
-		sq_free_queue(&sub->q);
-		sq_free_queue(&sub->dead);
+		socket_queue_free(&sub->q);
+		socket_queue_free(&sub->dead);
 		free(sub->name);
 		free(sub);
 		memmove(&s->subs[i], &s->subs[i + 1], (s->nsubs - i - 1) * sizeof(*s->subs));
@@ -709,7 +711,7 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/spool/%s", s->state_dir, name);
 	if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-		return errf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
+		return util_errf(err, errlen, "cannot remove %s: %s", dir, strerror(errno));
 	log_info("removed the spool of a deleted subscription", "subscription=%s dir=%s", name, dir);
 	return true;
 }
@@ -725,7 +727,7 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	const subscription *sub = i < s->nindex ? s->by_index[i] : NULL;
 	if (!sub)
 		return false;
-	spool_stats st = spool_get_stats(sub->q.sp);
+	spool_stats st = socket_spool_get_stats(sub->q.sp);
 	uint64_t in_flight = 0, not_reading = 0;
 	for (const consumer *c = sub->q.consumers; c; c = c->next) {
 		in_flight += c->in_flight;
@@ -743,15 +745,15 @@ bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)
 	    .progressed = sub->progressed,
 	    .refused = sub->refused,
 	    .denied = sub->denied,
-	    .head_offset = spool_head(sub->q.sp),
-	    .acked_offset = spool_acked(sub->q.sp),
-	    .first_offset = spool_first(sub->q.sp),
+	    .head_offset = socket_spool_head(sub->q.sp),
+	    .acked_offset = socket_spool_acked(sub->q.sp),
+	    .first_offset = socket_spool_first(sub->q.sp),
 	    .consumers = sub->q.nconsumers,
 	    .not_reading = not_reading,
-	    .dead = spool_head(sub->dead.sp) - spool_acked(sub->dead.sp),
+	    .dead = socket_spool_head(sub->dead.sp) - socket_spool_acked(sub->dead.sp),
 	    .dropped = st.dropped,
 	    .spool_bytes = st.bytes,
-	    .full = !sub->set->retention.drop_oldest && spool_full(sub->q.sp, wall_ms()),
+	    .full = !sub->set->retention.drop_oldest && socket_spool_full(sub->q.sp, util_wall_ms()),
 	};
 	return true;
 }
@@ -763,7 +765,7 @@ socket_consumer_stats *socket_sink_consumers(const sink *base, uint32_t i, size_
 	*n = 0;
 	if (!sub || !(sub->q.nconsumers + sub->dead.nconsumers))
 		return NULL;
-	socket_consumer_stats *out = xcalloc(sub->q.nconsumers + sub->dead.nconsumers, sizeof(*out));
+	socket_consumer_stats *out = util_xcalloc(sub->q.nconsumers + sub->dead.nconsumers, sizeof(*out));
 	const queue *qs[2] = {&sub->q, &sub->dead};
 	for (int k = 0; k < 2; k++)
 		for (const consumer *c = qs[k]->consumers; c; c = c->next) {
@@ -771,9 +773,9 @@ socket_consumer_stats *socket_sink_consumers(const sink *base, uint32_t i, size_
 			snprintf(o->name, sizeof(o->name), "%s", c->name);
 			o->pid = c->pid;
 			o->uid = c->uid;
-			o->mode = sq_mode(qs[k]);
+			o->mode = socket_queue_mode(qs[k]);
 			o->dead_letters = qs[k]->dead_letters;
-			o->active = sq_is_active(c);
+			o->active = socket_queue_is_active(c);
 			o->reading = !c->not_reading;
 			o->in_flight = c->in_flight;
 			o->delivered = c->delivered;

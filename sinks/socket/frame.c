@@ -10,25 +10,25 @@
 #define NAME_MAX_BYTES 255     /* subscription and consumer names */
 #define ACK_MAX_OFFSETS 65536u /* bounds the work one Ack can ask of the server */
 
-void frame_put_header(uint8_t *hdr, size_t n)
+void socket_frame_put_header(uint8_t *hdr, size_t n)
 {
 	put_be32(hdr, (uint32_t)n);
 }
 
-size_t frame_size(const uint8_t *hdr)
+size_t socket_frame_size(const uint8_t *hdr)
 {
 	return FRAME_HEADER + (size_t)get_be32(hdr);
 }
 
-frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
-			size_t *consumed, char *err, size_t errlen)
+frame_result socket_frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg,
+			       size_t *msglen, size_t *consumed, char *err, size_t errlen)
 {
 	if (len < FRAME_HEADER)
 		return FRAME_MORE;
 	uint32_t n = get_be32(data);
 	/* Checked before waiting for the body. A peer must not make us buffer more than max. */
 	if (n > max) {
-		errf(err, errlen, "frame of %u bytes is over the %u MiB limit", n, max >> 20);
+		util_errf(err, errlen, "frame of %u bytes is over the %u MiB limit", n, max >> 20);
 		return FRAME_BAD;
 	}
 	if (len - FRAME_HEADER < n)
@@ -43,14 +43,14 @@ static bool check_subscribe(const Cdc__V1__Subscribe *s, char *err, size_t errle
 {
 	size_t n = strlen(s->subscription);
 	if (n == 0)
-		return errf(err, errlen, "Subscribe: subscription name is empty");
+		return util_errf(err, errlen, "Subscribe: subscription name is empty");
 	if (n > NAME_MAX_BYTES)
-		return errf(err, errlen, "Subscribe: subscription name of %zu bytes is over %d", n,
-			    NAME_MAX_BYTES);
+		return util_errf(err, errlen, "Subscribe: subscription name of %zu bytes is over %d", n,
+				 NAME_MAX_BYTES);
 	n = strlen(s->consumer);
 	if (n > NAME_MAX_BYTES)
-		return errf(err, errlen, "Subscribe: consumer name of %zu bytes is over %d", n,
-			    NAME_MAX_BYTES);
+		return util_errf(err, errlen, "Subscribe: consumer name of %zu bytes is over %d", n,
+				 NAME_MAX_BYTES);
 	/* proto3 enums are open, so protobuf-c keeps any number it reads. */
 	switch (s->start) {
 	case CDC__V1__START_FROM__START_ACKED:
@@ -59,7 +59,7 @@ static bool check_subscribe(const Cdc__V1__Subscribe *s, char *err, size_t errle
 	case CDC__V1__START_FROM__START_OFFSET:
 		break;
 	default:
-		return errf(err, errlen, "Subscribe: unknown start %d", (int)s->start);
+		return util_errf(err, errlen, "Subscribe: unknown start %d", (int)s->start);
 	}
 	return true;
 }
@@ -68,13 +68,13 @@ static bool check_subscribe(const Cdc__V1__Subscribe *s, char *err, size_t errle
 static bool check_offsets(const char *what, const uint64_t *offsets, size_t n, char *err, size_t errlen)
 {
 	if (n == 0)
-		return errf(err, errlen, "%s: no offsets", what);
+		return util_errf(err, errlen, "%s: no offsets", what);
 	if (n > ACK_MAX_OFFSETS)
-		return errf(err, errlen, "%s: %zu offsets, at most %u in one frame", what, n,
-			    ACK_MAX_OFFSETS);
+		return util_errf(err, errlen, "%s: %zu offsets, at most %u in one frame", what, n,
+				 ACK_MAX_OFFSETS);
 	for (size_t i = 0; i < n; i++)
 		if (offsets[i] == 0)
-			return errf(err, errlen, "%s: offset 0", what);
+			return util_errf(err, errlen, "%s: offset 0", what);
 	return true;
 }
 
@@ -83,25 +83,26 @@ static bool check_nack(const Cdc__V1__Nack *n, char *err, size_t errlen)
 	if (!check_offsets("Nack", n->offsets, n->n_offsets, err, errlen))
 		return false;
 	if (n->delay_ms > FRAME_NACK_MAX_DELAY_MS)
-		return errf(err, errlen, "Nack: delay_ms %u is over %u", n->delay_ms,
-			    FRAME_NACK_MAX_DELAY_MS);
+		return util_errf(err, errlen, "Nack: delay_ms %u is over %u", n->delay_ms,
+				 FRAME_NACK_MAX_DELAY_MS);
 	size_t len = strlen(n->reason);
 	if (len > FRAME_REASON_MAX_BYTES)
-		return errf(err, errlen, "Nack: reason of %zu bytes is over %d", len, FRAME_REASON_MAX_BYTES);
+		return util_errf(err, errlen, "Nack: reason of %zu bytes is over %d", len,
+				 FRAME_REASON_MAX_BYTES);
 	/* protobuf-c does not check it, and the reason goes out again in a dead letter's string field,
 	 * which other clients' parsers reject if it is not UTF-8 */
 	const unsigned char *p = (const unsigned char *)n->reason;
 	for (size_t i = 0, seq, skip; i < len; i += seq)
-		if (!(seq = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i, &skip)))
-			return errf(err, errlen, "Nack: reason is not UTF-8 (byte %zu)", i);
+		if (!(seq = p[i] < 0x80 ? 1 : util_utf8_seq(p + i, len - i, &skip)))
+			return util_errf(err, errlen, "Nack: reason is not UTF-8 (byte %zu)", i);
 	return true;
 }
 
-Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen)
+Cdc__V1__ClientFrame *socket_frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen)
 {
 	Cdc__V1__ClientFrame *f = cdc__v1__client_frame__unpack(NULL, len, msg);
 	if (!f) {
-		errf(err, errlen, "malformed ClientFrame protobuf");
+		util_errf(err, errlen, "malformed ClientFrame protobuf");
 		return NULL;
 	}
 	bool ok;
@@ -119,17 +120,17 @@ Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *
 		ok = check_offsets("Progress", f->progress->offsets, f->progress->n_offsets, err, errlen);
 		break;
 	default:
-		ok = errf(err, errlen, "frame has no message kind");
+		ok = util_errf(err, errlen, "frame has no message kind");
 		break;
 	}
 	if (!ok) {
-		frame_client_free(f);
+		socket_frame_client_free(f);
 		return NULL;
 	}
 	return f;
 }
 
-void frame_client_free(Cdc__V1__ClientFrame *f)
+void socket_frame_client_free(Cdc__V1__ClientFrame *f)
 {
 	if (f)
 		cdc__v1__client_frame__free_unpacked(f, NULL);
@@ -145,19 +146,20 @@ static void arena_pb_free(void *a, void *p)
 	(void)a, (void)p; /* freed with the arena */
 }
 
-Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err, size_t errlen)
+Cdc__V1__ServerFrame *socket_frame_decode_server(const uint8_t *msg, size_t len, arena *a, char *err,
+						 size_t errlen)
 {
-	Cdc__V1__ServerFrame *f = a ? pb_read_delivery(msg, len, a) : NULL;
+	Cdc__V1__ServerFrame *f = a ? socket_pb_read_delivery(msg, len, a) : NULL;
 	if (f)
 		return f;
 	ProtobufCAllocator in_arena = {arena_pb_alloc, arena_pb_free, a};
 	f = cdc__v1__server_frame__unpack(a ? &in_arena : NULL, len, msg);
 	if (!f)
-		errf(err, errlen, "malformed ServerFrame protobuf");
+		util_errf(err, errlen, "malformed ServerFrame protobuf");
 	return f;
 }
 
-void frame_server_free(Cdc__V1__ServerFrame *f)
+void socket_frame_server_free(Cdc__V1__ServerFrame *f)
 {
 	if (f)
 		cdc__v1__server_frame__free_unpacked(f, NULL);
@@ -169,18 +171,18 @@ static void put_frame(buf *out, const ProtobufCMessage *msg)
 	size_t n = protobuf_c_message_get_packed_size(msg);
 	buf_reserve(out, FRAME_HEADER + n);
 	uint8_t *p = (uint8_t *)out->data + out->len;
-	frame_put_header(p, n);
+	socket_frame_put_header(p, n);
 	protobuf_c_message_pack(msg, p + FRAME_HEADER);
 	out->len += FRAME_HEADER + n;
 	out->data[out->len] = '\0';
 }
 
-void frame_put_client(buf *out, const Cdc__V1__ClientFrame *f)
+void socket_frame_put_client(buf *out, const Cdc__V1__ClientFrame *f)
 {
 	put_frame(out, &f->base);
 }
 
-void frame_put_server(buf *out, const Cdc__V1__ServerFrame *f)
+void socket_frame_put_server(buf *out, const Cdc__V1__ServerFrame *f)
 {
 	put_frame(out, &f->base);
 }

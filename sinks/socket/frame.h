@@ -22,33 +22,33 @@ typedef enum frame_result { FRAME_OK, FRAME_MORE, FRAME_BAD } frame_result;
  * the frame's whole size in *consumed. FRAME_MORE says the frame is not complete yet. FRAME_BAD (with
  * err) says its length is over max, which is FRAME_MAX for what clients send. The server splits
  * batches at FRAME_MAX, but one event can be larger. So clients accept up to FRAME_SERVER_MAX. */
-frame_result frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg, size_t *msglen,
-			size_t *consumed, char *err, size_t errlen);
+frame_result socket_frame_next(const uint8_t *data, size_t len, uint32_t max, const uint8_t **msg,
+			       size_t *msglen, size_t *consumed, char *err, size_t errlen);
 
 #define FRAME_NACK_MAX_DELAY_MS 3600000u /* a Nack's delay, an hour at most */
 #define FRAME_REASON_MAX_BYTES 1024	 /* a Nack's reason, kept with the event */
 
 /* The FRAME_HEADER bytes before a message of count bytes (count at most FRAME_SERVER_MAX). */
-void frame_put_header(uint8_t *hdr, size_t count);
+void socket_frame_put_header(uint8_t *hdr, size_t count);
 /* The whole size of the frame whose first FRAME_HEADER bytes are hdr. */
-size_t frame_size(const uint8_t *hdr);
+size_t socket_frame_size(const uint8_t *hdr);
 
 /* Decodes and validates a client's message. It must have exactly one kind set. Subscribe needs a
  * subscription name of 1..255 bytes, a consumer name under 256 bytes, and a known start. Ack, Nack and
  * Progress need 1..65536 offsets, none 0. A Nack's delay and reason must be within the limits above.
- * NULL with err naming the problem otherwise. Free with frame_client_free. */
-Cdc__V1__ClientFrame *frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
-void frame_client_free(Cdc__V1__ClientFrame *ClientFrame);
+ * NULL with err naming the problem otherwise. Free with socket_frame_client_free. */
+Cdc__V1__ClientFrame *socket_frame_decode_client(const uint8_t *msg, size_t len, char *err, size_t errlen);
+void socket_frame_client_free(Cdc__V1__ClientFrame *ClientFrame);
 /* Decodes a server's message, for clients (cdc tail, tests). NULL with err if malformed. Free with
- * frame_server_free. Or decode into arena ar and free with arena_reset. That serves a client decoding
- * one Delivery after another, without a malloc and free per message. Then pb_read_delivery
+ * socket_frame_server_free. Or decode into arena ar and free with arena_reset. That serves a client decoding
+ * one Delivery after another, without a malloc and free per message. Then socket_pb_read_delivery
  * (sinks/socket/pbread.h) reads a Delivery of events, and protobuf-c the rest. */
-Cdc__V1__ServerFrame *frame_decode_server(const uint8_t *msg, size_t len, arena *ar, char *err,
-					  size_t errlen);
-void frame_server_free(Cdc__V1__ServerFrame *ServerFrame);
+Cdc__V1__ServerFrame *socket_frame_decode_server(const uint8_t *msg, size_t len, arena *ar, char *err,
+						 size_t errlen);
+void socket_frame_server_free(Cdc__V1__ServerFrame *ServerFrame);
 
 /* Appends one whole frame (header and message). */
-void frame_put_client(buf *out, const Cdc__V1__ClientFrame *ClientFrame);
-void frame_put_server(buf *out, const Cdc__V1__ServerFrame *ServerFrame);
+void socket_frame_put_client(buf *out, const Cdc__V1__ClientFrame *ClientFrame);
+void socket_frame_put_server(buf *out, const Cdc__V1__ServerFrame *ServerFrame);
 
 #endif

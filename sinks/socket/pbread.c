@@ -384,7 +384,7 @@ static bool delivery_field(reader *r, void *msg, unsigned f, unsigned w)
 static const Cdc__V1__Delivery delivery_init = CDC__V1__DELIVERY__INIT;
 static const kind delivery_kind = {sizeof(Cdc__V1__Delivery), &delivery_init, 2, 1, delivery_field};
 
-Cdc__V1__ServerFrame *pb_read_delivery(const uint8_t *msg, size_t len, arena *a)
+Cdc__V1__ServerFrame *socket_pb_read_delivery(const uint8_t *msg, size_t len, arena *a)
 {
 	reader r = {msg, msg + len, a};
 	unsigned f, w;

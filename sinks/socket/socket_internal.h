@@ -99,12 +99,12 @@ struct consumer {
 	uint64_t delivered, acked; /* its deliveries (withdrawn ones not counted) and the offsets it acked */
 	bool closing;
 	bool stalled; /* its output reached out_high, so dispatch waits for the drain to out_low */
-	/* It has not read its socket for ack_timeout (sc_watch_reading). What it held went to the
+	/* It has not read its socket for ack_timeout (socket_conn_watch_reading). What it held went to the
 	 * others, and nothing is dispatched to it until it reads again. */
 	bool not_reading;
 	/* Its output (connections.c), the bytes ever queued, and the start of every frame that may not
 	 * be wholly written yet, oldest first. A Delivery frame none of which is written can still be
-	 * withdrawn (sc_withdraw). */
+	 * withdrawn (socket_conn_withdraw). */
 	uint64_t out_added;
 	struct frame_starts {
 		uint64_t *v;
@@ -177,54 +177,55 @@ struct socket_sink {
 };
 
 /* acked.c */
-socket_consumers sq_mode(const queue *qu);
-void sq_unlink_consumer(consumer **list, consumer *cons);
-void sq_append_consumer(consumer **list, consumer *cons);
-bool sq_is_active(const consumer *cons);
-bool sq_out_full(consumer *cons);
-void sq_update_window(consumer *cons, uint64_t now);
-uint64_t sq_resume_at(const queue *qu);
-void sq_dispatch(socket_sink *ss, queue *qu);
-void sq_wake(socket_sink *ss);
-/* An Ack's or Nack's effect on the window. sq_settle, once after the frames of a read, records it
+socket_consumers socket_queue_mode(const queue *qu);
+void socket_queue_unlink_consumer(consumer **list, consumer *cons);
+void socket_queue_append_consumer(consumer **list, consumer *cons);
+bool socket_queue_is_active(const consumer *cons);
+bool socket_queue_out_full(consumer *cons);
+void socket_queue_update_window(consumer *cons, uint64_t now);
+uint64_t socket_queue_resume_at(const queue *qu);
+void socket_queue_dispatch(socket_sink *ss, queue *qu);
+void socket_queue_wake(socket_sink *ss);
+/* An Ack's or Nack's effect on the window. socket_queue_settle, once after the frames of a read, records it
  * and dispatches what it freed. */
-void sq_handle_ack(consumer *cons, const Cdc__V1__Ack *Ack);
-void sq_handle_nack(socket_sink *ss, consumer *cons, const Cdc__V1__Nack *Nack);
-void sq_settle(socket_sink *ss, queue *qu);
-void sq_handle_progress(consumer *cons, const Cdc__V1__Progress *Progress);
-void sq_check_timeouts(socket_sink *ss, queue *qu, uint64_t now);
-void sq_trim(socket_sink *ss, queue *qu);
-void sq_detach(consumer *cons);
-uint64_t sq_position(socket_sink *ss, queue *qu, const Cdc__V1__Subscribe *sub);
-bool sq_open_queue(socket_sink *ss, subscription *sub, queue *qu, bool dead, char *err, size_t errlen);
-void sq_free_queue(queue *qu);
+void socket_queue_handle_ack(consumer *cons, const Cdc__V1__Ack *Ack);
+void socket_queue_handle_nack(socket_sink *ss, consumer *cons, const Cdc__V1__Nack *Nack);
+void socket_queue_settle(socket_sink *ss, queue *qu);
+void socket_queue_handle_progress(consumer *cons, const Cdc__V1__Progress *Progress);
+void socket_queue_check_timeouts(socket_sink *ss, queue *qu, uint64_t now);
+void socket_queue_trim(socket_sink *ss, queue *qu);
+void socket_queue_detach(consumer *cons);
+uint64_t socket_queue_position(socket_sink *ss, queue *qu, const Cdc__V1__Subscribe *sub);
+bool socket_queue_open(socket_sink *ss, subscription *sub, queue *qu, bool dead, char *err, size_t errlen);
+void socket_queue_free(queue *qu);
 
 /* cons has not read its socket for ack_timeout. What it holds goes to the others. */
-void sq_not_reading(socket_sink *ss, consumer *cons);
+void socket_queue_not_reading(socket_sink *ss, consumer *cons);
 
 /* connections.c */
 /* Queues one frame, given in two pieces (data2 may be empty), to cons's output. */
-void sc_write_frame(consumer *cons, const void *data, size_t alen, const void *data2, size_t blen);
-void sc_send_frame(consumer *cons, const Cdc__V1__ServerFrame *ServerFrame);
+void socket_conn_write_frame(consumer *cons, const void *data, size_t alen, const void *data2, size_t blen);
+void socket_conn_send_frame(consumer *cons, const Cdc__V1__ServerFrame *ServerFrame);
 /* The bytes of cons's output written to its socket so far (a position in the stream of its frames). */
-uint64_t sc_written(consumer *cons);
+uint64_t socket_conn_written(consumer *cons);
 /* Removes from cons's output every Delivery frame none of whose bytes is written yet, keeping the
  * other frames in order. Returns the position the first of them had (the Deliveries that started
  * there or later were withdrawn), or UINT64_MAX when there was none. */
-uint64_t sc_withdraw(consumer *cons);
+uint64_t socket_conn_withdraw(consumer *cons);
 /* Once a tick, checks whether cons's peer reads its socket. After ack_timeout (timeout_ms) without,
- * the queue takes back what cons holds (sq_not_reading). It dispatches to it again once it reads. */
-void sc_watch_reading(consumer *cons, uint64_t now, uint64_t timeout_ms);
-void sc_heartbeat(consumer *cons);
+ * the queue takes back what cons holds (socket_queue_not_reading). It dispatches to it again once it reads.
+ */
+void socket_conn_watch_reading(consumer *cons, uint64_t now, uint64_t timeout_ms);
+void socket_conn_heartbeat(consumer *cons);
 /* Sends the Acked owed for the Ack, Nack and Progress frames read since the last one, if any. */
-void sc_flush_reply(consumer *cons);
-void sc_consumer_release(consumer *cons);
-void sc_check_first_frames(socket_sink *ss, uint64_t now);
-void sc_on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr, int len,
-		  void *arg);
-void sc_close_consumers(queue *qu, const char *why);
+void socket_conn_flush_reply(consumer *cons);
+void socket_conn_consumer_release(consumer *cons);
+void socket_conn_check_first_frames(socket_sink *ss, uint64_t now);
+void socket_conn_on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr,
+			   int len, void *arg);
+void socket_conn_close_consumers(queue *qu, const char *why);
 /* After a bind, the consumers of qu that its subscription's allow list no longer admits are told so
  * (PERMISSION_DENIED) and disconnected. */
-void sc_recheck_access(queue *qu);
+void socket_conn_recheck_access(queue *qu);
 
 #endif

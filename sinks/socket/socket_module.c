@@ -97,7 +97,7 @@ _Static_assert(sizeof sub_keys / sizeof *sub_keys == SUB_ALLOW + 1, "allow is th
 /* What the sink takes of each subscription. serve says whether it is a socket one. */
 static socket_sub_settings *sub_settings(const sink_sub *subs, size_t n)
 {
-	socket_sub_settings *v = xcalloc(n ? n : 1, sizeof(*v));
+	socket_sub_settings *v = util_xcalloc(n ? n : 1, sizeof(*v));
 	for (size_t i = 0; i < n; i++) {
 		const socket_sub_conf *c = subs[i].settings;
 		v[i] = (socket_sub_settings){
@@ -314,8 +314,8 @@ void socket_sub_metrics(const socket_sub_stats *stats, const char *const *names,
 
 static void sub_metrics(const sink *k, const char *const *names, size_t n, buf *out)
 {
-	socket_sub_stats *stats = xcalloc(n ? n : 1, sizeof(*stats));
-	const char **served = xcalloc(n ? n : 1, sizeof(*served));
+	socket_sub_stats *stats = util_xcalloc(n ? n : 1, sizeof(*stats));
+	const char **served = util_xcalloc(n ? n : 1, sizeof(*served));
 	for (size_t i = 0; i < n; i++)
 		if (names[i] && socket_sink_stats(k, (uint32_t)i, &stats[i]))
 			served[i] = names[i];

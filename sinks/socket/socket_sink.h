@@ -116,7 +116,7 @@ typedef struct socket_consumer_stats {
 	socket_consumers mode; /* always failover for dead letters */
 	bool dead_letters;
 	bool active;  /* in failover, the one receiving while the others wait (always in shared modes) */
-	bool reading; /* false if it stopped reading its socket (see sc_watch_reading) */
+	bool reading; /* false if it stopped reading its socket (see socket_conn_watch_reading) */
 	uint32_t in_flight;
 	uint64_t delivered;   /* deliveries to it (withdrawn ones, never written, not counted) */
 	uint64_t acked;	      /* offsets its acks acknowledged */

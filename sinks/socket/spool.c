@@ -1,6 +1,7 @@
 /* See spool.h. Segment files hold CRC-32C checked records and are named by their first offset. An in-memory
- * write buffer is written and fsynced by spool_sync (group commit). A sparse in-memory index per segment
- * serves random reads. A two-slot cursor file means a torn write never loses both. A held transaction's file
+ * write buffer is written and fsynced by socket_spool_sync (group commit). A sparse in-memory index per
+ * segment serves random reads. A two-slot cursor file means a torn write never loses both. A held
+ * transaction's file
  * ("held-<xid>") is written in the records of a segment and renamed into place at its commit. */
 #include "sinks/socket/spool.h"
 #include "decoder/base/bytes.h"
@@ -103,8 +104,8 @@ struct spool {
 	int64_t first_ms, ack_ms;      /* time_ms of event first and of event acked + 1, when appended */
 	uint64_t first_seg, first_pos; /* where event first is (or will be) */
 	uint64_t ack_seg, ack_pos;     /* where event acked + 1 is, when appended */
-	reader rd, meta;	       /* rd serves spool_read, meta the lookups that must not move r->data */
-	char *broken;		       /* a failed write left the file in an unknown state, to reopen */
+	reader rd, meta; /* rd serves socket_spool_read, meta the lookups that must not move r->data */
+	char *broken;	 /* a failed write left the file in an unknown state, to reopen */
 	/* Delivery counts of the offsets dc_base..dc_base + dc_len - 1 (0 if never delivered), and the file
 	 * they are kept in. */
 	uint32_t *dc;
@@ -120,7 +121,7 @@ struct spool {
 
 /* CRC-32C over bytes, continuing from crc as it is inside the loop (not inverted). It uses the table version,
  * or the SSE4.2 instruction where the CPU has it (a fifth of the socket path's CPU went to checksumming byte
- * by byte). Chosen by spool_open, which the daemon calls from its main thread. */
+ * by byte). Chosen by socket_spool_open, which the daemon calls from its main thread. */
 static uint32_t crc_table[256];
 static uint32_t (*crc_update)(uint32_t crc, const uint8_t *p, size_t n);
 
@@ -239,7 +240,7 @@ static bool fsync_dir(const char *dir, char *err, size_t errlen)
 	if (fd >= 0)
 		close(fd);
 	return ok ? true
-		  : errf(err, errlen, "spool %s: cannot fsync the directory: %s", dir, strerror(saved));
+		  : util_errf(err, errlen, "spool %s: cannot fsync the directory: %s", dir, strerror(saved));
 }
 
 static bool pread_full(int fd, void *dst, size_t n, uint64_t pos)
@@ -264,15 +265,15 @@ static bool make_dirs(const char *dir, char *err, size_t errlen)
 {
 	char path[4096];
 	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
-		return errf(err, errlen, "spool %s: path too long", dir);
+		return util_errf(err, errlen, "spool %s: path too long", dir);
 	for (char *p = path + 1;; p++) {
 		if (*p && *p != '/')
 			continue;
 		char c = *p;
 		*p = '\0';
 		if (mkdir(path, 0700) != 0 && errno != EEXIST)
-			return errf(err, errlen, "spool %s: cannot create %s: %s", dir, path,
-				    strerror(errno));
+			return util_errf(err, errlen, "spool %s: cannot create %s: %s", dir, path,
+					 strerror(errno));
 		if (!c)
 			return true;
 		*p = c;
@@ -321,7 +322,7 @@ static void seg_push(spool *s, uint64_t first, uint64_t bytes)
 {
 	if (s->nsegs == s->csegs) {
 		s->csegs = s->csegs ? 2 * s->csegs : 8;
-		s->segs = xrealloc(s->segs, s->csegs * sizeof(*s->segs));
+		s->segs = util_xrealloc(s->segs, s->csegs * sizeof(*s->segs));
 	}
 	s->segs[s->nsegs++] = (seg){.first = first, .bytes = bytes};
 }
@@ -334,7 +335,7 @@ static void idx_note(seg *sg, uint64_t offset, uint64_t pos)
 		return;
 	if (sg->nidx == sg->cidx) {
 		sg->cidx = sg->cidx ? 2 * sg->cidx : 16;
-		sg->idx = xrealloc(sg->idx, sg->cidx * sizeof(*sg->idx));
+		sg->idx = util_xrealloc(sg->idx, sg->cidx * sizeof(*sg->idx));
 	}
 	sg->idx[sg->nidx++] = pos;
 }
@@ -361,7 +362,7 @@ static bool reader_use(spool *s, reader *r, const seg *sg, char *err, size_t err
 		seg_path(s, sg->first, path, sizeof(path));
 		r->fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (r->fd < 0)
-			return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+			return util_errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
 	}
 	r->seg_first = sg->first;
 	r->next_off = 0;
@@ -387,7 +388,7 @@ static int win_get(spool *s, reader *r, const seg *sg, uint64_t pos, size_t n, c
 		want = (size_t)(size - pos);
 	if (want > r->win_cap) {
 		free(r->win);
-		r->win = xmalloc(want);
+		r->win = util_xmalloc(want);
 		r->win_cap = want;
 	}
 	r->win_len = 0;
@@ -396,8 +397,8 @@ static int win_get(spool *s, reader *r, const seg *sg, uint64_t pos, size_t n, c
 	if (from_disk && !pread_full(r->fd >= 0 ? r->fd : s->wfd, r->win, from_disk, pos)) {
 		char path[4200];
 		seg_path(s, sg->first, path, sizeof(path));
-		errf(err, errlen, "spool %s: cannot read at byte %" PRIu64 ": %s", path, pos,
-		     strerror(errno));
+		util_errf(err, errlen, "spool %s: cannot read at byte %" PRIu64 ": %s", path, pos,
+			  strerror(errno));
 		return -1;
 	}
 	if (want > from_disk)
@@ -438,7 +439,7 @@ static bool corrupt(spool *s, const seg *sg, uint64_t pos, const char *why, char
 {
 	char path[4200];
 	seg_path(s, sg->first, path, sizeof(path));
-	return errf(err, errlen, "spool %s: record at byte %" PRIu64 ": %s", path, pos, why);
+	return util_errf(err, errlen, "spool %s: record at byte %" PRIu64 ": %s", path, pos, why);
 }
 
 /* Where to start scanning for offset in sg, the nearest index entry or the reader's cursor. */
@@ -507,8 +508,8 @@ static bool cursor_write(spool *s, char *err, size_t errlen)
 	put_le32(slot + 32, crc32c(0, slot, 32));
 	off_t at = (off_t)(s->cseq & 1) * CURSOR_SLOT;
 	if (pwrite(s->cfd, slot, sizeof(slot), at) != (ssize_t)sizeof(slot))
-		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot write: %s", s->dir,
-			    strerror(errno));
+		return util_errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot write: %s", s->dir,
+				 strerror(errno));
 	s->cursor_dirty = true;
 	return true;
 }
@@ -521,11 +522,11 @@ static bool cursor_open(spool *s, bool *found, char *err, size_t errlen)
 	snprintf(path, sizeof(path), "%s/" CURSOR_FILE, s->dir);
 	s->cfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (s->cfd < 0)
-		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
 	uint8_t d[2 * CURSOR_SLOT] = {0};
 	ssize_t n = pread(s->cfd, d, sizeof(d), 0);
 	if (n < 0)
-		return errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
 	*found = false;
 	for (int i = 0; i < 2; i++) {
 		const uint8_t *p = d + i * CURSOR_SLOT;
@@ -607,8 +608,8 @@ static bool cut_tail(spool *s, const scan *sc, spool_recovery *rec, char *err, s
 	char path[4200];
 	seg_path(s, sg->first, path, sizeof(path));
 	if (ftruncate(s->wfd, (off_t)sc->end) != 0 || fsync(s->wfd) != 0)
-		return errf(err, errlen, "spool %s: cannot cut the torn tail at byte %" PRIu64 ": %s", path,
-			    sc->end, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot cut the torn tail at byte %" PRIu64 ": %s",
+				 path, sc->end, strerror(errno));
 	rec->torn_bytes = sg->bytes - sc->end;
 	sg->bytes = s->written = sc->end;
 	reader_close(&s->meta);
@@ -643,7 +644,7 @@ static bool list_segs(spool *s, char *err, size_t errlen)
 {
 	DIR *d = opendir(s->dir);
 	if (!d)
-		return errf(err, errlen, "spool %s: cannot list: %s", s->dir, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot list: %s", s->dir, strerror(errno));
 	uint64_t *firsts = NULL;
 	size_t n = 0, cap = 0;
 	bool ok = true;
@@ -653,18 +654,18 @@ static bool list_segs(spool *s, char *err, size_t errlen)
 		/* A held transaction of the last run, which the slot resends. */
 		if (strncmp(e->d_name, HELD_PREFIX, strlen(HELD_PREFIX)) == 0 &&
 		    unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
-			ok = errf(err, errlen, "spool %s: cannot remove %s: %s", s->dir, e->d_name,
-				  strerror(errno));
+			ok = util_errf(err, errlen, "spool %s: cannot remove %s: %s", s->dir, e->d_name,
+				       strerror(errno));
 		int kind = seg_name(e->d_name, &first);
 		if (kind == 0)
-			ok = errf(
+			ok = util_errf(
 			    err, errlen,
 			    "spool %s: malformed segment name \"%s\" (want %d digits, from 1, then .seg)",
 			    s->dir, e->d_name, SEG_DIGITS);
 		if (kind != 1)
 			continue;
 		if (n == cap)
-			firsts = xrealloc(firsts, (cap = cap ? 2 * cap : 16) * sizeof(*firsts));
+			firsts = util_xrealloc(firsts, (cap = cap ? 2 * cap : 16) * sizeof(*firsts));
 		firsts[n++] = first;
 	}
 	closedir(d);
@@ -675,7 +676,7 @@ static bool list_segs(spool *s, char *err, size_t errlen)
 		struct stat st;
 		seg_path(s, firsts[i], path, sizeof(path));
 		if (stat(path, &st) != 0)
-			ok = errf(err, errlen, "spool %s: %s", path, strerror(errno));
+			ok = util_errf(err, errlen, "spool %s: %s", path, strerror(errno));
 		else
 			seg_push(s, firsts[i], (uint64_t)st.st_size);
 	}
@@ -689,7 +690,7 @@ static bool create_seg(spool *s, uint64_t first, char *err, size_t errlen)
 	seg_path(s, first, path, sizeof(path));
 	s->wfd = open(path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (s->wfd < 0)
-		return errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
 	seg_push(s, first, 0);
 	s->written = 0;
 	return fsync_dir(s->dir, err, errlen);
@@ -701,7 +702,7 @@ static bool open_last(spool *s, char *err, size_t errlen)
 	seg_path(s, last_seg(s)->first, path, sizeof(path));
 	s->wfd = open(path, O_RDWR | O_APPEND | O_CLOEXEC);
 	if (s->wfd < 0)
-		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
 	s->written = last_seg(s)->bytes;
 	return true;
 }
@@ -753,14 +754,14 @@ static bool cut_uncommitted(spool *s, char *err, size_t errlen)
 	for (; last_seg(s)->first > segfirst; s->nsegs--) {
 		seg_path(s, last_seg(s)->first, path, sizeof(path));
 		if (unlink(path) != 0)
-			return errf(err, errlen, "spool %s: cannot delete: %s", path, strerror(errno));
+			return util_errf(err, errlen, "spool %s: cannot delete: %s", path, strerror(errno));
 		free(last_seg(s)->idx);
 	}
 	seg *sg = last_seg(s);
 	seg_path(s, sg->first, path, sizeof(path));
 	if (truncate(path, (off_t)pos) != 0)
-		return errf(err, errlen, "spool %s: cannot cut at byte %" PRIu64 ": %s", path, pos,
-			    strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot cut at byte %" PRIu64 ": %s", path, pos,
+				 strerror(errno));
 	sg->bytes = pos;
 	if (sg->nidx > (s->head + 1 - sg->first + INDEX_EVERY - 1) / INDEX_EVERY)
 		sg->nidx = (s->head + 1 - sg->first + INDEX_EVERY - 1) / INDEX_EVERY;
@@ -768,7 +769,7 @@ static bool cut_uncommitted(spool *s, char *err, size_t errlen)
 	if (!open_last(s, err, errlen))
 		return false;
 	if (fsync(s->wfd) != 0)
-		return errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
 	return fsync_dir(s->dir, err, errlen);
 }
 
@@ -844,7 +845,7 @@ static void counts_set(spool *s, uint64_t offset, uint32_t count)
 		s->dc_cap = s->dc_cap ? s->dc_cap : 64;
 		while (s->dc_cap < end - base)
 			s->dc_cap *= 2;
-		s->dc = xrealloc(s->dc, s->dc_cap * sizeof(*s->dc));
+		s->dc = util_xrealloc(s->dc, s->dc_cap * sizeof(*s->dc));
 	}
 	if (base < s->dc_base) {
 		size_t shift = (size_t)(s->dc_base - base);
@@ -899,12 +900,12 @@ static bool counts_compact(spool *s, char *err, size_t errlen)
 	}
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/" COUNTS_FILE, s->dir);
-	bool ok = file_replace(path, out.data ? out.data : "", out.len, 0600, err, errlen);
+	bool ok = fsutil_replace(path, out.data ? out.data : "", out.len, 0600, err, errlen);
 	if (ok) {
 		close(s->dfd);
 		s->dfd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
 		if (s->dfd < 0)
-			ok = errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+			ok = util_errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
 		s->dc_bytes = out.len;
 	}
 	buf_free(&out);
@@ -919,8 +920,8 @@ static bool counts_open(spool *s, char *err, size_t errlen)
 	s->dfd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	struct stat st;
 	if (s->dfd < 0 || fstat(s->dfd, &st) != 0)
-		return errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
-	uint8_t *d = xmalloc((size_t)st.st_size + 1);
+		return util_errf(err, errlen, "spool %s: cannot open: %s", path, strerror(errno));
+	uint8_t *d = util_xmalloc((size_t)st.st_size + 1);
 	bool ok = pread_full(s->dfd, d, (size_t)st.st_size, 0);
 	size_t good = 0;
 	for (; ok && good + COUNTS_REC <= (size_t)st.st_size; good += COUNTS_REC) {
@@ -935,14 +936,15 @@ static bool counts_open(spool *s, char *err, size_t errlen)
 	}
 	free(d);
 	if (!ok)
-		return errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot read: %s", path, strerror(errno));
 	s->dc_bytes = good;
 	if (good < (uint64_t)st.st_size && ftruncate(s->dfd, (off_t)good) != 0)
-		return errf(err, errlen, "spool %s: cannot cut its torn tail: %s", path, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot cut its torn tail: %s", path,
+				 strerror(errno));
 	return true;
 }
 
-void spool_note_delivery(spool *s, uint64_t offset, uint32_t count)
+void socket_spool_note_delivery(spool *s, uint64_t offset, uint32_t count)
 {
 	counts_set(s, offset, count);
 	/* deliveries of consecutive offsets (a batch, the first delivery of a backlog) share a record */
@@ -959,28 +961,28 @@ void spool_note_delivery(spool *s, uint64_t offset, uint32_t count)
 	counts_put(o, offset, 1, count);
 }
 
-uint32_t spool_deliveries(const spool *s, uint64_t offset)
+uint32_t socket_spool_deliveries(const spool *s, uint64_t offset)
 {
 	return offset >= s->dc_base && offset - s->dc_base < s->dc_len ? s->dc[offset - s->dc_base] : 0;
 }
 
-bool spool_save_deliveries(spool *s, char *err, size_t errlen)
+bool socket_spool_save_deliveries(spool *s, char *err, size_t errlen)
 {
 	if (s->dc_empty && !s->dc_len) {
 		/* Every delivery it counted is acknowledged, so nothing in it is needed any more. */
 		buf_reset(&s->dc_out);
 		if (s->dc_bytes && ftruncate(s->dfd, 0) != 0)
-			return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir,
-				    strerror(errno));
+			return util_errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot empty: %s", s->dir,
+					 strerror(errno));
 		s->dc_bytes = 0;
 		s->dc_empty = false;
 		return true;
 	}
 	if (!s->dc_out.len)
 		return true;
-	if (!file_write_all(s->dfd, s->dc_out.data, s->dc_out.len))
-		return errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
-			    strerror(errno));
+	if (!fsutil_write_all(s->dfd, s->dc_out.data, s->dc_out.len))
+		return util_errf(err, errlen, "spool %s/" COUNTS_FILE ": cannot write: %s", s->dir,
+				 strerror(errno));
 	s->dc_bytes += s->dc_out.len;
 	buf_reset(&s->dc_out);
 	if (s->dc_bytes >= COUNTS_COMPACT_MIN &&
@@ -998,24 +1000,25 @@ static void set_limits(spool *s, const spool_limits *lim)
 		s->lim.segment_bytes = SEGMENT_DEFAULT;
 }
 
-spool *spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err, size_t errlen)
+spool *socket_spool_open(const char *dir, const spool_limits *lim, spool_recovery *rec, char *err,
+			 size_t errlen)
 {
 	crc_init();
 	*rec = (spool_recovery){0};
 	if (!make_dirs(dir, err, errlen))
 		return NULL;
-	spool *s = xcalloc(1, sizeof(*s));
-	s->dir = xstrdup(dir);
+	spool *s = util_xcalloc(1, sizeof(*s));
+	s->dir = util_xstrdup(dir);
 	s->wfd = s->cfd = s->dfd = s->rd.fd = s->meta.fd = -1;
 	set_limits(s, lim);
 	if (!recover(s, rec, err, errlen) || !counts_open(s, err, errlen)) {
-		spool_close(s);
+		socket_spool_close(s);
 		return NULL;
 	}
 	return s;
 }
 
-void spool_close(spool *s)
+void socket_spool_close(spool *s)
 {
 	if (!s)
 		return;
@@ -1041,18 +1044,18 @@ void spool_close(spool *s)
 	free(s);
 }
 
-void spool_set_limits(spool *s, const spool_limits *lim)
+void socket_spool_set_limits(spool *s, const spool_limits *lim)
 {
 	set_limits(s, lim);
 }
 
-bool spool_destroy(const char *dir, char *err, size_t errlen)
+bool socket_spool_destroy(const char *dir, char *err, size_t errlen)
 {
 	DIR *d = opendir(dir);
 	if (!d) {
 		if (errno == ENOENT)
 			return true;
-		return errf(err, errlen, "spool %s: cannot list: %s", dir, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot list: %s", dir, strerror(errno));
 	}
 	bool ok = true;
 	struct dirent *e;
@@ -1062,12 +1065,13 @@ bool spool_destroy(const char *dir, char *err, size_t errlen)
 		char path[4200];
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (unlink(path) != 0)
-			ok = errf(err, errlen, "spool %s: cannot remove %s: %s", dir, e->d_name,
-				  strerror(errno));
+			ok = util_errf(err, errlen, "spool %s: cannot remove %s: %s", dir, e->d_name,
+				       strerror(errno));
 	}
 	closedir(d);
 	if (ok && rmdir(dir) != 0)
-		ok = errf(err, errlen, "spool %s: cannot remove the directory: %s", dir, strerror(errno));
+		ok =
+		    util_errf(err, errlen, "spool %s: cannot remove the directory: %s", dir, strerror(errno));
 	return ok;
 }
 
@@ -1076,25 +1080,25 @@ bool spool_destroy(const char *dir, char *err, size_t errlen)
 static bool fail(spool *s, const char *err)
 {
 	if (!s->broken)
-		s->broken = xstrdup(err);
+		s->broken = util_xstrdup(err);
 	return false;
 }
 
 static bool check_broken(const spool *s, char *err, size_t errlen)
 {
-	return s->broken ? errf(err, errlen, "%s (the spool must be reopened)", s->broken) : true;
+	return s->broken ? util_errf(err, errlen, "%s (the spool must be reopened)", s->broken) : true;
 }
 
 /* Writes the buffer to the write segment (no fsync). A failed write leaves an unknown tail. The spool then
- * refuses further writes, and the next spool_open cuts it. */
+ * refuses further writes, and the next socket_spool_open cuts it. */
 static bool flush_wbuf(spool *s, char *err, size_t errlen)
 {
 	if (!s->wbuf.len)
 		return true;
-	if (!file_write_all(s->wfd, s->wbuf.data, s->wbuf.len)) {
+	if (!fsutil_write_all(s->wfd, s->wbuf.data, s->wbuf.len)) {
 		char path[4200];
 		seg_path(s, last_seg(s)->first, path, sizeof(path));
-		errf(err, errlen, "spool %s: cannot write: %s", path, strerror(errno));
+		util_errf(err, errlen, "spool %s: cannot write: %s", path, strerror(errno));
 		return fail(s, err);
 	}
 	s->written += s->wbuf.len;
@@ -1126,7 +1130,7 @@ static bool close_write_seg(spool *s, bool durable, char *err, size_t errlen)
 		if (fsync(s->wfd) != 0) {
 			char path[4200];
 			seg_path(s, last_seg(s)->first, path, sizeof(path));
-			errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
+			util_errf(err, errlen, "spool %s: cannot fsync: %s", path, strerror(errno));
 			return fail(s, err);
 		}
 	}
@@ -1151,13 +1155,14 @@ static bool roll(spool *s, char *err, size_t errlen)
 	return true;
 }
 
-bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash, const void *data,
-		  size_t len, int64_t now_ms, uint64_t *offset, char *err, size_t errlen)
+bool socket_spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key_hash,
+			 const void *data, size_t len, int64_t now_ms, uint64_t *offset, char *err,
+			 size_t errlen)
 {
 	if (!check_broken(s, err, errlen))
 		return false;
 	if (len > REC_MAX_LEN)
-		return errf(err, errlen, "spool %s: event of %zu bytes is too large", s->dir, len);
+		return util_errf(err, errlen, "spool %s: event of %zu bytes is too large", s->dir, len);
 	seg *sg = last_seg(s);
 	if (s->next > sg->first && seg_size(s, sg) >= s->lim.segment_bytes && !roll(s, err, errlen))
 		return false;
@@ -1176,7 +1181,7 @@ bool spool_append(spool *s, uint64_t commit_lsn, uint32_t tx_index, uint32_t key
 	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
 }
 
-bool spool_commit(spool *s, char *err, size_t errlen)
+bool socket_spool_commit(spool *s, char *err, size_t errlen)
 {
 	if (!check_broken(s, err, errlen))
 		return false;
@@ -1189,7 +1194,7 @@ bool spool_commit(spool *s, char *err, size_t errlen)
 	return s->wbuf.len < WBUF_EARLY || flush_wbuf(s, err, errlen);
 }
 
-bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen)
+bool socket_spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t errlen)
 {
 	bool events = what & SPOOL_SYNC_EVENTS, cursor = what & SPOOL_SYNC_CURSOR;
 	*j = (spool_sync_job){.fd = {-1, -1}, .dirfd = -1, .head = events ? s->marked : 0};
@@ -1197,12 +1202,12 @@ bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t e
 		return false;
 	/* The job's own descriptors, since the segment may be closed (rolled, adopted) meanwhile. */
 	if (events && s->unsynced && (j->fd[0] = dup(s->wfd)) < 0)
-		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
 	if (cursor && s->cursor_dirty && (j->fd[1] = dup(s->cfd)) < 0) {
 		if (j->fd[0] >= 0)
 			close(j->fd[0]);
 		j->fd[0] = -1;
-		return errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
+		return util_errf(err, errlen, "spool %s: cannot dup: %s", s->dir, strerror(errno));
 	}
 	if (events)
 		s->unsynced = false;
@@ -1215,12 +1220,12 @@ bool spool_sync_begin(spool *s, spool_sync_job *j, int what, char *err, size_t e
 	return true;
 }
 
-bool spool_cursor_pending(const spool *s)
+bool socket_spool_cursor_pending(const spool *s)
 {
 	return s->cursor_dirty || s->doomed.len;
 }
 
-void spool_sync_run(spool_sync_job *j)
+void socket_spool_sync_run(spool_sync_job *j)
 {
 	for (int i = 0; i < 2; i++)
 		if (j->fd[i] >= 0) {
@@ -1240,35 +1245,35 @@ void spool_sync_run(spool_sync_job *j)
 	}
 }
 
-bool spool_sync_end(spool *s, spool_sync_job *j, char *err, size_t errlen)
+bool socket_spool_sync_end(spool *s, spool_sync_job *j, char *err, size_t errlen)
 {
 	buf_free(&j->doomed);
 	if (j->error[0]) {
-		errf(err, errlen, "spool %s: cannot fsync its write segment: %s", s->dir,
-		     strerror(j->error[0]));
+		util_errf(err, errlen, "spool %s: cannot fsync its write segment: %s", s->dir,
+			  strerror(j->error[0]));
 		return fail(s, err); /* after a failed fsync the page cache cannot be trusted */
 	}
 	if (j->head > s->head)
 		s->head = j->head;
 	if (j->error[1])
-		return errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
-			    strerror(j->error[1]));
+		return util_errf(err, errlen, "spool %s/" CURSOR_FILE ": cannot fsync: %s", s->dir,
+				 strerror(j->error[1]));
 	if (j->delete_error)
-		return errf(err, errlen, "spool %s: cannot delete acknowledged segments: %s", s->dir,
-			    strerror(j->delete_error));
+		return util_errf(err, errlen, "spool %s: cannot delete acknowledged segments: %s", s->dir,
+				 strerror(j->delete_error));
 	return true;
 }
 
-bool spool_sync(spool *s, char *err, size_t errlen)
+bool socket_spool_sync(spool *s, char *err, size_t errlen)
 {
 	spool_sync_job j;
-	if (!spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, errlen))
+	if (!socket_spool_sync_begin(s, &j, SPOOL_SYNC_EVENTS | SPOOL_SYNC_CURSOR, err, errlen))
 		return false;
-	spool_sync_run(&j);
-	return spool_sync_end(s, &j, err, errlen);
+	socket_spool_sync_run(&j);
+	return socket_spool_sync_end(s, &j, err, errlen);
 }
 
-bool spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index)
+bool socket_spool_last_id(const spool *s, uint64_t *commit_lsn, uint32_t *tx_index)
 {
 	if (!s->have_last)
 		return false;
@@ -1299,13 +1304,13 @@ static bool seg_txn(spool *s, seg *sg, char *err, size_t errlen)
 	return true;
 }
 
-bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen)
+bool socket_spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t errlen)
 {
 	if (offset < s->first || offset > s->head)
-		return errf(err, errlen,
-			    "spool %s: offset %" PRIu64 " is not readable (retained and committed: %" PRIu64
-			    "..%" PRIu64 ")",
-			    s->dir, offset, s->first, s->head);
+		return util_errf(err, errlen,
+				 "spool %s: offset %" PRIu64
+				 " is not readable (retained and committed: %" PRIu64 "..%" PRIu64 ")",
+				 s->dir, offset, s->first, s->head);
 	rec_hdr h;
 	const uint8_t *payload;
 	seg *sg;
@@ -1322,7 +1327,7 @@ bool spool_read(spool *s, uint64_t offset, spool_record *r, char *err, size_t er
 	return true;
 }
 
-/* time_ms and position of an appended event, through the reader that spool_read does not use. */
+/* time_ms and position of an appended event, through the reader that socket_spool_read does not use. */
 static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst, uint64_t *pos, char *err,
 		      size_t errlen)
 {
@@ -1338,17 +1343,17 @@ static bool read_time(spool *s, uint64_t offset, int64_t *ms, uint64_t *segfirst
 	return true;
 }
 
-uint64_t spool_first(const spool *s)
+uint64_t socket_spool_first(const spool *s)
 {
 	return s->first;
 }
 
-uint64_t spool_head(const spool *s)
+uint64_t socket_spool_head(const spool *s)
 {
 	return s->head;
 }
 
-uint64_t spool_acked(const spool *s)
+uint64_t socket_spool_acked(const spool *s)
 {
 	return s->acked;
 }
@@ -1361,11 +1366,12 @@ static bool acked_moved(spool *s, char *err, size_t errlen)
 	return true;
 }
 
-bool spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen)
+bool socket_spool_set_acked(spool *s, uint64_t acked, char *err, size_t errlen)
 {
 	if (acked > s->head)
-		return errf(err, errlen, "spool %s: cannot acknowledge %" PRIu64 " beyond the head %" PRIu64,
-			    s->dir, acked, s->head);
+		return util_errf(err, errlen,
+				 "spool %s: cannot acknowledge %" PRIu64 " beyond the head %" PRIu64, s->dir,
+				 acked, s->head);
 	if (acked <= s->acked)
 		return true;
 	s->acked = acked;
@@ -1384,7 +1390,7 @@ static uint64_t bytes_from(const spool *s, uint64_t segfirst, uint64_t pos)
 	return n - pos;
 }
 
-bool spool_full(const spool *s, int64_t now_ms)
+bool socket_spool_full(const spool *s, int64_t now_ms)
 {
 	uint64_t unacked = s->next - 1 - s->acked; /* uncommitted too, as a huge transaction counts */
 	if (!unacked)
@@ -1439,8 +1445,8 @@ static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 		return true;
 	reader_close(&s->rd);
 	reader_close(&s->meta);
-	/* The files go at the next cursor sync, after the cursor's fsync (spool_sync_run). Unlinking a 64 MiB
-	 * file took 60-90 ms on a disk mounted with discard, on the event loop. */
+	/* The files go at the next cursor sync, after the cursor's fsync (socket_spool_sync_run). Unlinking a
+	 * 64 MiB file took 60-90 ms on a disk mounted with discard, on the event loop. */
 	for (size_t i = 0; i < n; i++) {
 		char path[4200];
 		seg_path(s, s->segs[i].first, path, sizeof(path));
@@ -1461,8 +1467,8 @@ static bool delete_acked(spool *s, uint64_t keep, char *err, size_t errlen)
 	return read_time(s, s->first, &s->first_ms, &s->first_seg, &s->first_pos, err, errlen);
 }
 
-bool spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
-		size_t errlen)
+bool socket_spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_t *to, char *err,
+		       size_t errlen)
 {
 	*from = *to = 0;
 	uint64_t before = s->first;
@@ -1482,7 +1488,7 @@ bool spool_trim(spool *s, int64_t now_ms, uint64_t keep, uint64_t *from, uint64_
 	return delete_acked(s, keep, err, errlen);
 }
 
-spool_stats spool_get_stats(const spool *s)
+spool_stats socket_spool_get_stats(const spool *s)
 {
 	spool_stats st = {.dropped = s->dropped, .segments = s->nsegs};
 	if (s->head >= s->first)
@@ -1507,39 +1513,39 @@ struct spool_held {
 
 static bool held_error(spool_held *h, const char *op, char *err, size_t errlen)
 {
-	return errf(err, errlen, "spool %s: cannot %s: %s", h->path, op, strerror(errno));
+	return util_errf(err, errlen, "spool %s: cannot %s: %s", h->path, op, strerror(errno));
 }
 
 static bool held_flush(spool_held *h, char *err, size_t errlen)
 {
-	if (h->wbuf.len && !file_write_all(h->fd, h->wbuf.data, h->wbuf.len))
+	if (h->wbuf.len && !fsutil_write_all(h->fd, h->wbuf.data, h->wbuf.len))
 		return held_error(h, "write", err, errlen);
 	h->flushed += h->wbuf.len;
 	buf_reset(&h->wbuf);
 	return true;
 }
 
-spool_held *spool_hold(spool *s, uint32_t xid, char *err, size_t errlen)
+spool_held *socket_spool_hold(spool *s, uint32_t xid, char *err, size_t errlen)
 {
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/" HELD_PREFIX "%" PRIu32, s->dir, xid);
 	int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
+		util_errf(err, errlen, "spool %s: cannot create: %s", path, strerror(errno));
 		return NULL;
 	}
-	spool_held *h = xcalloc(1, sizeof(*h));
+	spool_held *h = util_xcalloc(1, sizeof(*h));
 	h->s = s;
 	h->fd = fd;
-	h->path = xstrdup(path);
+	h->path = util_xstrdup(path);
 	return h;
 }
 
-bool spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, const void *data, size_t len,
-		       int64_t now_ms, char *err, size_t errlen)
+bool socket_spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, const void *data,
+			      size_t len, int64_t now_ms, char *err, size_t errlen)
 {
 	if (len > REC_MAX_LEN)
-		return errf(err, errlen, "spool %s: event of %zu bytes is too large", h->path, len);
+		return util_errf(err, errlen, "spool %s: event of %zu bytes is too large", h->path, len);
 	rec_hdr r = {REC_HELD, (uint32_t)len, h->events, 0, tx_index, key_hash, now_ms};
 	buf_reserve(&h->wbuf, REC_HDR + len);
 	rec_encode((uint8_t *)h->wbuf.data + h->wbuf.len, &r, data);
@@ -1551,12 +1557,12 @@ bool spool_held_append(spool_held *h, uint32_t tx_index, uint32_t key_hash, cons
 	return h->wbuf.len < WBUF_EARLY || held_flush(h, err, errlen);
 }
 
-spool_held_point spool_held_at(const spool_held *h)
+spool_held_point socket_spool_held_at(const spool_held *h)
 {
 	return (spool_held_point){h->flushed + h->wbuf.len, h->events, h->last_tx};
 }
 
-bool spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen)
+bool socket_spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen)
 {
 	if (at.bytes >= h->flushed) {
 		h->wbuf.len = (size_t)(at.bytes - h->flushed);
@@ -1571,12 +1577,12 @@ bool spool_held_cut(spool_held *h, spool_held_point at, char *err, size_t errlen
 	return true;
 }
 
-void spool_held_discard(spool_held *h)
+void socket_spool_held_discard(spool_held *h)
 {
 	if (!h)
 		return;
 	close(h->fd);
-	(void)unlink(h->path); /* best effort, as the next spool_open removes what is left */
+	(void)unlink(h->path); /* best effort, as the next socket_spool_open removes what is left */
 	buf_free(&h->wbuf);
 	free(h->path);
 	free(h);
@@ -1597,7 +1603,7 @@ static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_t
 	if (!check_broken(s, err, errlen))
 		return false;
 	if (s->pending)
-		return errf(err, errlen, "spool %s: a held transaction commits inside another", s->dir);
+		return util_errf(err, errlen, "spool %s: a held transaction commits inside another", s->dir);
 	uint64_t first = s->next;
 	bool replace = s->next == last_seg(s)->first;
 	if (replace)
@@ -1607,7 +1613,7 @@ static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_t
 	char path[4200];
 	seg_path(s, first, path, sizeof(path));
 	if (rename(h->path, path) != 0) {
-		errf(err, errlen, "spool %s: cannot rename to %s: %s", h->path, path, strerror(errno));
+		util_errf(err, errlen, "spool %s: cannot rename to %s: %s", h->path, path, strerror(errno));
 		return fail(s, err);
 	}
 	if (replace) {
@@ -1630,13 +1636,14 @@ static bool adopt(spool *s, spool_held *h, uint64_t commit_lsn, int64_t commit_t
 	/* The next appends go to a new segment. Its creation makes the rename durable too. */
 	if (!create_seg(s, s->next, err, errlen))
 		return fail(s, err);
-	put_marker(s, s->marked); /* spool_sync writes it and moves the head */
+	put_marker(s, s->marked); /* socket_spool_sync writes it and moves the head */
 	return true;
 }
 
-bool spool_held_commit(spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err, size_t errlen)
+bool socket_spool_held_commit(spool_held *h, uint64_t commit_lsn, int64_t commit_time, char *err,
+			      size_t errlen)
 {
 	bool ok = !h->events || adopt(h->s, h, commit_lsn, commit_time, err, errlen);
-	spool_held_discard(h);
+	socket_spool_held_discard(h);
 	return ok;
 }

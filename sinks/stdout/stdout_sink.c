@@ -29,7 +29,7 @@ static bool write_all(stdout_sink *s, char *err, size_t errlen)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return errf(err, errlen, "stdout sink: write: %s", strerror(errno));
+			return util_errf(err, errlen, "stdout sink: write: %s", strerror(errno));
 		off += (size_t)n;
 	}
 	buf_reset(&s->out);
@@ -39,7 +39,7 @@ static bool write_all(stdout_sink *s, char *err, size_t errlen)
 static void stdout_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
 	(void)base, (void)sub;
-	json_event_head(out, e);
+	sink_json_event_head(out, e);
 }
 
 static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,
@@ -48,7 +48,7 @@ static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_
 	(void)sub, (void)seq;
 	stdout_sink *s = (stdout_sink *)base;
 	buf_append(&s->out, rendered, len);
-	json_event_tail(&s->out, &s->commit, c->commit_lsn, c->tx_index, c->commit_time);
+	sink_json_event_tail(&s->out, &s->commit, c->commit_lsn, c->tx_index, c->commit_time);
 	/* A transaction larger than the buffer is written in parts. It is delivered at its end. */
 	return s->out.len < STDOUT_SINK_HIGH_WATER || write_all(s, err, errlen);
 }
@@ -76,7 +76,7 @@ static void stdout_free(sink *base)
 {
 	stdout_sink *s = (stdout_sink *)base;
 	buf_free(&s->out);
-	json_commit_free(&s->commit);
+	sink_json_commit_free(&s->commit);
 	free(s);
 }
 
@@ -92,7 +92,7 @@ static const sink_ops stdout_ops = {
 
 sink *stdout_sink_new(int fd)
 {
-	stdout_sink *s = xcalloc(1, sizeof(*s));
+	stdout_sink *s = util_xcalloc(1, sizeof(*s));
 	s->base.ops = &stdout_ops;
 	s->fd = fd;
 	buf_reserve(&s->out, STDOUT_SINK_HIGH_WATER + 4096);

@@ -117,7 +117,7 @@ static Cdc__V1__Column *column(arena *a, const dbz_column *c, input *in)
 		      : how % 8 == 1 ? (pgo_datum){.kind = PGO_TOAST}
 				     : (pgo_datum){.kind = PGO_TEXT, .len = len, .data = (const char *)in->p};
 	in->p += len;
-	col->value = evt_value(a, NULL, c->type_oid, &d);
+	col->value = pgo_event_value(a, NULL, c->type_oid, &d);
 	return col;
 }
 
@@ -180,10 +180,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[256];
 	buf body = {0}, rec = {0}, json = {0};
 
-	const dbz_schema *ks = dbz_table_schema(&sc, "srv", "public", "t-1", o.topic, cols, n, true);
-	dbz_avro_schema(&json, ks);
-	if (dbz_avro_key(&body, &s, cols, n, key, nkey, err, sizeof(err))) {
-		dbz_avro_header(&rec, 7);
+	const dbz_schema *ks =
+	    sink_debezium_table_schema(&sc, "srv", "public", "t-1", o.topic, cols, n, true);
+	kafka_avro_schema(&json, ks);
+	if (kafka_avro_key(&body, &s, cols, n, key, nkey, err, sizeof(err))) {
+		kafka_avro_header(&rec, 7);
 		buf_append(&rec, body.data, body.len);
 		check(json.data, json.len, &rec);
 	} else {
@@ -193,14 +194,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	buf_reset(&json);
 	buf_reset(&body);
 	buf_reset(&rec);
-	const dbz_schema *vs = op == DBZ_MESSAGE
-				   ? &dbz_message_value_schema
-				   : dbz_table_schema(&sc, "srv", "public", "t-1", o.topic, cols, n, false);
-	dbz_avro_schema(&json, vs);
+	const dbz_schema *vs = op == DBZ_MESSAGE ? &dbz_message_value_schema
+						 : sink_debezium_table_schema(&sc, "srv", "public", "t-1",
+									      o.topic, cols, n, false);
+	kafka_avro_schema(&json, vs);
 	const Cdc__V1__Row *b = op == DBZ_UPDATE || op == DBZ_DELETE ? &old_row : NULL;
 	const Cdc__V1__Row *af = op == DBZ_DELETE || op == DBZ_TRUNCATE ? NULL : &new_row;
-	if (dbz_avro_value(&body, &s, &o, cols, n, &e, op, b, af, err, sizeof(err))) {
-		dbz_avro_complete(&rec, 7, body.data, body.len, &f);
+	if (kafka_avro_value(&body, &s, &o, cols, n, &e, op, b, af, err, sizeof(err))) {
+		kafka_avro_complete(&rec, 7, body.data, body.len, &f);
 		check(json.data, json.len, &rec);
 	} else {
 		check(json.data, json.len, NULL);
@@ -209,23 +210,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* the fixed records */
 	buf_reset(&json);
 	buf_reset(&rec);
-	dbz_avro_schema(&json, &dbz_txn_value_schema);
+	kafka_avro_schema(&json, &dbz_txn_value_schema);
 	dbz_count tables[2] = {{"public", "t", 3}, {"s\xc3\xa9", "u", 1}};
-	dbz_avro_header(&rec, 1);
-	dbz_avro_txn_value(&rec, f.total_order % 2, e.xid, f.commit_lsn, f.commit_time, 4, tables,
-			   f.total_order % 3);
+	kafka_avro_header(&rec, 1);
+	kafka_avro_txn_value(&rec, f.total_order % 2, e.xid, f.commit_lsn, f.commit_time, 4, tables,
+			     f.total_order % 3);
 	check(json.data, json.len, &rec);
 	buf_reset(&json);
 	buf_reset(&rec);
-	dbz_avro_schema(&json, &dbz_txn_key_schema);
-	dbz_avro_header(&rec, 1);
-	dbz_avro_txn_key(&rec, e.xid, f.commit_lsn);
+	kafka_avro_schema(&json, &dbz_txn_key_schema);
+	kafka_avro_header(&rec, 1);
+	kafka_avro_txn_key(&rec, e.xid, f.commit_lsn);
 	check(json.data, json.len, &rec);
 	buf_reset(&json);
 	buf_reset(&rec);
-	dbz_avro_schema(&json, &dbz_message_key_schema);
-	dbz_avro_header(&rec, 1);
-	dbz_avro_message_key(&rec, msg.prefix);
+	kafka_avro_schema(&json, &dbz_message_key_schema);
+	kafka_avro_header(&rec, 1);
+	kafka_avro_message_key(&rec, msg.prefix);
 	check(json.data, json.len, &rec);
 
 	buf_free(&json);

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!devnull && !(devnull = fopen("/dev/null", "w")))
 		abort();
 	/* The bytes as a DSN: masking is idempotent, or cfg_print's output would not print the same. */
-	char *dsn = xmalloc(size + 1);
+	char *dsn = util_xmalloc(size + 1);
 	memcpy(dsn, data, size);
 	dsn[size] = '\0';
 	char *m1 = cfg_mask_dsn(dsn), *m2 = cfg_mask_dsn(m1);

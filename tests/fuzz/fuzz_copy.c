@@ -1,4 +1,4 @@
-/* fuzz_copy.c: libFuzzer harness for a chunk's COPY rows (bf_copy_encode): the first byte says how
+/* fuzz_copy.c: libFuzzer harness for a chunk's COPY rows (backfill_copy_encode): the first byte says how
  * many fields to ask for, the rest is the row. A refusal always says why; an accepted row's
  * encoding decodes into exactly its fields at the offsets given, and written back in COPY's text
  * format it encodes to the same bytes. */
@@ -39,17 +39,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bf_datum fields[16];
 	buf enc = {0}, again = {0}, row = {0};
 	char err[256] = "";
-	if (!bf_copy_encode((const char *)data + 1, size - 1, n, &enc, at, err, sizeof(err))) {
+	if (!backfill_copy_encode((const char *)data + 1, size - 1, n, &enc, at, err, sizeof(err))) {
 		if (!err[0])
 			abort();
 		goto done;
 	}
-	if (at[0] != 0 || at[n] != enc.len || !bf_decode(enc.data, enc.len, fields, n))
+	if (at[0] != 0 || at[n] != enc.len || !backfill_decode(enc.data, enc.len, fields, n))
 		abort();
 	for (size_t i = 0; i < n; i++) {
 		/* field i's encoding starts at at[i] */
 		bf_datum one;
-		if (at[i] > at[i + 1] || !bf_decode(enc.data + at[i], at[i + 1] - at[i], &one, 1) ||
+		if (at[i] > at[i + 1] || !backfill_decode(enc.data + at[i], at[i + 1] - at[i], &one, 1) ||
 		    one.len != fields[i].len)
 			abort();
 		if (i)
@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		put_field(&row, &fields[i]);
 	}
 	buf_putc(&row, '\n');
-	if (!bf_copy_encode(row.data, row.len, n, &again, again_at, err, sizeof(err)) ||
+	if (!backfill_copy_encode(row.data, row.len, n, &again, again_at, err, sizeof(err)) ||
 	    again.len != enc.len || memcmp(again.data, enc.data, enc.len) != 0 ||
 	    memcmp(again_at, at, (n + 1) * sizeof(*at)) != 0)
 		abort();

@@ -1,7 +1,7 @@
-/* fuzz_ddl.c: libFuzzer harness for the messages of cdc's DDL event trigger (ddl_parse): arbitrary
+/* fuzz_ddl.c: libFuzzer harness for the messages of cdc's DDL event trigger (pgo_ddl_parse): arbitrary
  * bytes as a message's content. A refusal always says why; what is accepted holds only valid UTF-8,
  * columns in attnum order, and makes an event that packs and unpacks to the same bytes; and it
- * goes through what the pipeline does with it (sch_tables_ddl, renames, a schema event). */
+ * goes through what the pipeline does with it (pgo_schema_tables_ddl, renames, a schema event). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_text(const char *s)
 {
-	if (!s || !utf8_valid(s, strlen(s)))
+	if (!s || !util_utf8_valid(s, strlen(s)))
 		abort();
 }
 
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	arena *a = arena_new(4096);
 	ddl_msg m;
 	char err[256] = "";
-	if (!ddl_parse(a, (const char *)data, size, &m, err, sizeof(err))) {
+	if (!pgo_ddl_parse(a, (const char *)data, size, &m, err, sizeof(err))) {
 		if (!err[0])
 			abort(); /* a refusal always says why */
 		arena_free(a);
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.cols[i].attnum < 1 || (i && m.cols[i].attnum <= m.cols[i - 1].attnum))
 			abort();
 	}
-	Cdc__V1__Event *e = ddl_event(a, &m);
+	Cdc__V1__Event *e = pgo_ddl_event(a, &m);
 	size_t n = cdc__v1__event__get_packed_size(e);
 	uint8_t *packed = malloc(n + 1), *again = malloc(n + 1);
 	cdc__v1__event__pack(e, packed);
@@ -60,18 +60,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	r.relation.cols[0] = (pgo_relcol){1, "id", 23, -1};
 	r.relation.cols[1] = (pgo_relcol){0, "note", 25, -1};
 	pgo_relcache_put(rc, &r);
-	sch_tables *t = sch_tables_new();
-	sch_tables_ddl(t, &m, pgo_relcache_get(rc, m.relid));
-	sch_tables_ddl(t, &m, NULL); /* twice: by number the second time */
+	sch_tables *t = pgo_schema_tables_new();
+	pgo_schema_tables_ddl(t, &m, pgo_relcache_get(rc, m.relid));
+	pgo_schema_tables_ddl(t, &m, NULL); /* twice: by number the second time */
 	for (size_t i = 0; i < m.ncols; i++) {
-		const char *from = sch_renamed_from(t, m.relid, 0, m.cols[i].name);
+		const char *from = pgo_schema_renamed_from(t, m.relid, 0, m.cols[i].name);
 		if (from && strcmp(from, m.cols[i].name) == 0)
 			abort(); /* a column is never renamed from its own name */
 	}
-	Cdc__V1__Event *s = sch_event(a, rc, pgo_relcache_get(rc, m.relid), t);
-	if (!s || s->table_schema->n_columns != 2 || !sch_id(s))
+	Cdc__V1__Event *s = pgo_schema_event(a, rc, pgo_relcache_get(rc, m.relid), t);
+	if (!s || s->table_schema->n_columns != 2 || !pgo_schema_id(s))
 		abort();
-	sch_tables_free(t);
+	pgo_schema_tables_free(t);
 	pgo_relcache_free(rc);
 	arena_free(a);
 	return 0;

@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		c.type_modifier_present_case = CDC__V1__COLUMN__TYPE_MODIFIER_PRESENT_TYPE_MODIFIER;
 		c.type_modifier = mod;
 	}
-	c.value = evt_value(a, NULL, oid, &d);
+	c.value = pgo_event_value(a, NULL, oid, &d);
 	Cdc__V1__Row row = CDC__V1__ROW__INIT;
 	row.n_columns = 1;
 	row.columns = cols;
@@ -94,10 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				 .placeholder = true,
 				 .transaction = true};
 		buf tmpl = {0}, out = {0}, key = {0};
-		dbz_value(&tmpl, &s, &o, &e, DBZ_CREATE, NULL, &row);
-		dbz_complete(&out, tmpl.data, tmpl.len, &fill);
+		sink_debezium_value(&tmpl, &s, &o, &e, DBZ_CREATE, NULL, &row);
+		sink_debezium_complete(&out, tmpl.data, tmpl.len, &fill);
 		check_json(&out);
-		dbz_key(&key, &s, &o, &e, cols, 1);
+		sink_debezium_key(&key, &s, &o, &e, cols, 1);
 		check_json(&key);
 		buf_free(&tmpl);
 		buf_free(&out);

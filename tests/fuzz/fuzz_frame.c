@@ -1,8 +1,8 @@
 /* fuzz_frame.c: libFuzzer harness for the subscriber socket's framing: arbitrary bytes as a client
- * would send them, cut into frames by frame_next and decoded by frame_decode_client (Subscribe, Ack,
- * Nack, Progress) in a loop as the socket sink does, until a bad frame (which closes a connection)
- * or the bytes run out. The same bytes as a server's message: protobuf-c and pb_read_delivery
- * (cdc tail's reader of Deliveries) must agree wherever the latter reads one. */
+ * would send them, cut into frames by socket_frame_next and decoded by socket_frame_decode_client (Subscribe,
+ * Ack, Nack, Progress) in a loop as the socket sink does, until a bad frame (which closes a connection) or
+ * the bytes run out. The same bytes as a server's message: protobuf-c and socket_pb_read_delivery (cdc tail's
+ * reader of Deliveries) must agree wherever the latter reads one. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +50,13 @@ static const uint64_t *offsets_of(const Cdc__V1__ClientFrame *f, size_t *n)
 }
 
 /* The server side of the same bytes (cdc tail decodes them): protobuf-c must not crash, and
- * where pb_read_delivery reads a Delivery, protobuf-c reads the same events (as JSON). */
+ * where socket_pb_read_delivery reads a Delivery, protobuf-c reads the same events (as JSON). */
 static void server_side(const uint8_t *msg, size_t len)
 {
 	char err[128];
-	Cdc__V1__ServerFrame *ref = frame_decode_server(msg, len, NULL, err, sizeof(err));
+	Cdc__V1__ServerFrame *ref = socket_frame_decode_server(msg, len, NULL, err, sizeof(err));
 	arena *a = arena_new(4096);
-	const Cdc__V1__ServerFrame *fast = pb_read_delivery(msg, len, a);
+	const Cdc__V1__ServerFrame *fast = socket_pb_read_delivery(msg, len, a);
 	if (fast) {
 		if (!ref || ref->kind_case != CDC__V1__SERVER_FRAME__KIND_DELIVERY ||
 		    ref->delivery->n_events != fast->delivery->n_events || ref->delivery->n_dead_letters)
@@ -65,8 +65,8 @@ static void server_side(const uint8_t *msg, size_t len)
 		for (size_t i = 0; i < fast->delivery->n_events; i++) {
 			buf_reset(&x);
 			buf_reset(&y);
-			json_event(&x, ref->delivery->events[i]);
-			json_event(&y, fast->delivery->events[i]);
+			sink_json_event(&x, ref->delivery->events[i]);
+			sink_json_event(&y, fast->delivery->events[i]);
 			if (x.len != y.len || memcmp(x.data, y.data, x.len) != 0)
 				fail("pb_read_delivery", "an event differs from protobuf-c's");
 		}
@@ -74,7 +74,7 @@ static void server_side(const uint8_t *msg, size_t len)
 		buf_free(&y);
 	}
 	arena_free(a);
-	frame_server_free(ref);
+	socket_frame_server_free(ref);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -84,8 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128] = "";
-		frame_result r =
-		    frame_next(data + pos, size - pos, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err));
+		frame_result r = socket_frame_next(data + pos, size - pos, FRAME_MAX, &msg, &msglen,
+						   &consumed, err, sizeof(err));
 		if (r == FRAME_MORE)
 			break;
 		if (r == FRAME_BAD) {
@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (consumed != FRAME_HEADER + msglen || consumed > size - pos || msglen > FRAME_MAX)
 			fail("frame_next", "inconsistent sizes");
-		Cdc__V1__ClientFrame *f = frame_decode_client(msg, msglen, err, sizeof(err));
+		Cdc__V1__ClientFrame *f = socket_frame_decode_client(msg, msglen, err, sizeof(err));
 		if (!f) {
 			if (!err[0])
 				fail("rejected without a message", err);
@@ -146,14 +146,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			c.progress = &progress;
 		}
 		buf b = {0};
-		frame_put_client(&b, &c);
+		socket_frame_put_client(&b, &c);
 		const uint8_t *m2;
 		size_t l2, c2;
-		if (frame_next((const uint8_t *)b.data, b.len, FRAME_MAX, &m2, &l2, &c2, err, sizeof(err)) !=
-			FRAME_OK ||
+		if (socket_frame_next((const uint8_t *)b.data, b.len, FRAME_MAX, &m2, &l2, &c2, err,
+				      sizeof(err)) != FRAME_OK ||
 		    c2 != b.len)
 			fail("re-encoded frame", err);
-		Cdc__V1__ClientFrame *g = frame_decode_client(m2, l2, err, sizeof(err));
+		Cdc__V1__ClientFrame *g = socket_frame_decode_client(m2, l2, err, sizeof(err));
 		if (!g || g->kind_case != f->kind_case)
 			fail("re-encoded frame does not decode", err);
 		size_t n1, n2;
@@ -169,9 +169,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			       (g->nack->delay_ms != nack.delay_ms ||
 				strcmp(g->nack->reason, nack.reason) != 0)))
 			fail("re-encoded frame differs", "");
-		frame_client_free(g);
+		socket_frame_client_free(g);
 		buf_free(&b);
-		frame_client_free(f);
+		socket_frame_client_free(f);
 		pos += consumed;
 	}
 	if (size >= FRAME_HEADER)

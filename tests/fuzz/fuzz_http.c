@@ -66,10 +66,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned code = 0;
 	buf body = {0}, out = {0};
 	char err[256];
-	if (status_http_parse(resp, size, &code, &body, err, sizeof(err))) {
+	if (cli_status_http_parse(resp, size, &code, &body, err, sizeof(err))) {
 		ASSERT(code >= 100 && code <= 599);
 		ASSERT(body.len <= size);
-		if (status_summary(body.data ? body.data : "", body.len, &out, err, sizeof(err)))
+		if (cli_status_summary(body.data ? body.data : "", body.len, &out, err, sizeof(err)))
 			ASSERT(out.len > 0);
 	}
 	buf_free(&body);

@@ -1,7 +1,7 @@
 /* fuzz_pbwire.c: libFuzzer harness for the sinks' own protobuf writer of events (pbwire.c): the
  * bytes are read by protobuf-c as an Event, a Key and a Row; wherever it reads one (without fields
- * it does not know, which protobuf-c writes back and the sinks never have), pb_put_event,
- * pb_put_key and pb_put_row must write exactly the bytes protobuf-c's pack does. */
+ * it does not know, which protobuf-c writes back and the sinks never have), sink_pb_put_event,
+ * sink_pb_put_key and sink_pb_put_row must write exactly the bytes protobuf-c's pack does. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,17 +54,17 @@ static void same(const char *what, const ProtobufCMessage *m, const buf *mine)
 
 static void put_event(buf *b, const void *m)
 {
-	pb_put_event(b, m);
+	sink_pb_put_event(b, m);
 }
 
 static void put_key(buf *b, const void *m)
 {
-	pb_put_key(b, m);
+	sink_pb_put_key(b, m);
 }
 
 static void put_row(buf *b, const void *m)
 {
-	pb_put_row(b, m);
+	sink_pb_put_row(b, m);
 }
 
 static const struct {

@@ -1,8 +1,8 @@
 /* fuzz_predicate.c: libFuzzer harness for `where` predicates: arbitrary bytes (up to the first NUL)
- * through pred_parse; a rejection must say where, and what parses is evaluated against a fixed
+ * through match_predicate_parse; a rejection must say where, and what parses is evaluated against a fixed
  * event of every value kind, along with its negation, which must never match at the same time, and
- * checked against the event's columns (pred_check_columns): a single comparison it calls never true
- * must not match. */
+ * checked against the event's columns (match_predicate_check_columns): a single comparison it calls never
+ * true must not match. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,7 @@ static Cdc__V1__Event *fixed_event(arena *a)
 			pgo_datum d = {.kind = (pgo_datum_kind)COLS[i].kind,
 				       .len = (uint32_t)strlen(COLS[i].text),
 				       .data = COLS[i].text};
-			c->value = evt_value(a, NULL, COLS[i].oid, &d);
+			c->value = pgo_event_value(a, NULL, COLS[i].oid, &d);
 			r->columns[r->n_columns++] = c;
 		}
 		rows[k] = r;
@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data, size);
 	text[size] = '\0';
 	err[0] = '\0';
-	pred *p = pred_parse(text, err, sizeof(err));
+	pred *p = match_predicate_parse(text, err, sizeof(err));
 	if (!p) {
 		if (strncmp(err, "position ", 9) != 0) {
 			fprintf(stderr, "rejected without a position: \"%s\"\n", err);
@@ -101,33 +101,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(text);
 		return 0;
 	}
-	bool t = pred_eval(p, e, scratch), ti = pred_eval(p, insert, scratch);
+	bool t = match_predicate_eval(p, e, scratch), ti = match_predicate_eval(p, insert, scratch);
 	/* Its negation parses too (unless that passes a limit) and is never true alongside it. */
 	size_t n = strlen(text);
 	char *neg = malloc(n + 8);
 	if (!neg)
 		abort();
 	snprintf(neg, n + 8, "not (%s)", text);
-	pred *q = pred_parse(neg, err, sizeof(err));
+	pred *q = match_predicate_parse(neg, err, sizeof(err));
 	if (!q && n + 6 <= PRED_MAX_TEXT && !strstr(err, "nesting deeper")) {
 		fprintf(stderr, "\"%s\" parses, \"%s\" does not: %s\n", text, neg, err);
 		abort();
 	}
-	if (q && ((t && pred_eval(q, e, scratch)) || (ti && pred_eval(q, insert, scratch)))) {
+	if (q && ((t && match_predicate_eval(q, e, scratch)) ||
+		  (ti && match_predicate_eval(q, insert, scratch)))) {
 		fprintf(stderr, "\"%s\" and its negation both match\n", text);
 		abort();
 	}
-	pred_free(q);
+	match_predicate_free(q);
 	pred_column cols[NCOLS];
 	for (size_t i = 0; i < NCOLS; i++)
-		cols[i] = (pred_column){COLS[i].name, COLS[i].oid, pgtypes_builtin_name(COLS[i].oid)};
-	pred_kind root = pred_node_at(p, pred_root(p)).kind;
-	if (!pred_check_columns(p, cols, NCOLS, false, scratch, err, sizeof(err)) &&
+		cols[i] = (pred_column){COLS[i].name, COLS[i].oid, pgo_types_builtin_name(COLS[i].oid)};
+	pred_kind root = match_predicate_node_at(p, match_predicate_root(p)).kind;
+	if (!match_predicate_check_columns(p, cols, NCOLS, false, scratch, err, sizeof(err)) &&
 	    (root == PRED_CMP || root == PRED_IN || root == PRED_ISNULL) && (t || ti)) {
 		fprintf(stderr, "\"%s\" matches, but the check says: %s\n", text, err);
 		abort();
 	}
-	pred_free(p);
+	match_predicate_free(p);
 	arena_reset(scratch);
 	free(neg);
 	free(text);

@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (s) {
 		if (strcmp(s->name, "a") != 0)
 			abort();
-		cfg_overlay *o = xcalloc(1, sizeof *o);
+		cfg_overlay *o = util_xcalloc(1, sizeof *o);
 		cfg_overlay_put(o, s); /* takes s */
 		if (!cfg_overlay_apply(o, c, NULL, &errors))
 			abort(); /* the base has a kafka section: nothing to refuse */

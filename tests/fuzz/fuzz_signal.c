@@ -1,4 +1,4 @@
-/* fuzz_signal.c: libFuzzer harness for a signal row (bf_signal_parse): the input is the id, a
+/* fuzz_signal.c: libFuzzer harness for a signal row (backfill_signal_parse): the input is the id, a
  * newline, the type, a newline and the data; a part that the input stops before is SQL's NULL. A
  * refusal always says why and leaves nothing behind; an accepted signal prints its data as JSON
  * that parses again and prints the same. */
@@ -25,23 +25,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	bf_signal s, again;
 	char err[512] = "";
-	if (!bf_signal_parse(part[0], len[0], part[1], len[1], part[2], len[2], &s, err, sizeof(err))) {
+	if (!backfill_signal_parse(part[0], len[0], part[1], len[1], part[2], len[2], &s, err, sizeof(err))) {
 		if (!err[0] || s.id || s.tables || s.ntables || s.subscriptions || s.nsubscriptions)
 			abort();
 		return 0;
 	}
 	buf one = {0}, two = {0};
-	const char *type = bf_signal_type(s.kind);
-	bf_signal_json(&s, &one);
-	if (!bf_signal_parse(s.id, strlen(s.id), type, strlen(type), one.data, one.len, &again, err,
-			     sizeof(err)))
+	const char *type = backfill_signal_type(s.kind);
+	backfill_signal_json(&s, &one);
+	if (!backfill_signal_parse(s.id, strlen(s.id), type, strlen(type), one.data, one.len, &again, err,
+				   sizeof(err)))
 		abort();
-	bf_signal_json(&again, &two);
+	backfill_signal_json(&again, &two);
 	if (one.len != two.len || memcmp(one.data, two.data, one.len) != 0 || again.kind != s.kind ||
 	    strcmp(again.id, s.id) != 0)
 		abort();
-	bf_signal_free(&s);
-	bf_signal_free(&again);
+	backfill_signal_free(&s);
+	backfill_signal_free(&again);
 	buf_free(&one);
 	buf_free(&two);
 	return 0;

@@ -25,7 +25,7 @@ static Cdc__V1__Column *col(const char *name, uint32_t oid, int32_t typmod, cons
 	pgo_datum d = text == TOAST ? (pgo_datum){.kind = PGO_TOAST}
 		      : text ? (pgo_datum){.kind = PGO_TEXT, .len = (uint32_t)strlen(text), .data = text}
 			     : (pgo_datum){.kind = PGO_NULL};
-	c->value = evt_value(A, NULL, oid, &d);
+	c->value = pgo_event_value(A, NULL, oid, &d);
 	return c;
 }
 

@@ -23,18 +23,19 @@ static const char *schema_of(const dbz_schema *s)
 {
 	static buf b;
 	buf_reset(&b);
-	dbz_avro_schema(&b, s);
+	kafka_avro_schema(&b, s);
 	buf_putc(&b, '\0');
 	return b.data;
 }
 
 static void test_schemas(void)
 {
-	CHECK_STR(schema_of(dbz_table_schema(&SC, "srv", "public", "t", "srv.public.t", COLS, 3, true)),
-		  "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":["
-		  "{\"name\":\"id\",\"type\":\"int\"}],\"connect.name\":\"srv.public.t.Key\"}");
+	CHECK_STR(
+	    schema_of(sink_debezium_table_schema(&SC, "srv", "public", "t", "srv.public.t", COLS, 3, true)),
+	    "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":["
+	    "{\"name\":\"id\",\"type\":\"int\"}],\"connect.name\":\"srv.public.t.Key\"}");
 	const char *v =
-	    schema_of(dbz_table_schema(&SC, "srv", "public", "t", "srv.public.t", COLS, 3, false));
+	    schema_of(sink_debezium_table_schema(&SC, "srv", "public", "t", "srv.public.t", COLS, 3, false));
 	static const char *parts[] = {
 	    /* the envelope, named after the topic; before defines Value, after names it */
 	    "{\"type\":\"record\",\"name\":\"Envelope\",\"namespace\":\"srv.public.t\",\"fields\":["
@@ -70,7 +71,7 @@ static void test_schemas(void)
 	/* a named type a second time: its full name; int16 keeps its Connect type */
 	static const dbz_column two[] = {
 	    {"id", PGT_INT2, -1, true}, {"a", PGT_NUMERIC, -1, false}, {"b", PGT_NUMERIC, -1, false}};
-	v = schema_of(dbz_table_schema(&SC, "srv", "public", "t", "srv.public.t", two, 3, false));
+	v = schema_of(sink_debezium_table_schema(&SC, "srv", "public", "t", "srv.public.t", two, 3, false));
 	CHECK(strstr(v, "{\"name\":\"id\",\"type\":{\"type\":\"int\",\"connect.type\":\"int16\"}}") != NULL);
 	CHECK(strstr(
 		  v,
@@ -83,13 +84,14 @@ static void test_schemas(void)
 			"\"default\":null}") != NULL);
 	/* money: Decimal at scale 2 without a precision (AvroData's default, 64) */
 	static const dbz_column money[] = {{"m", PGT_MONEY, -1, true}};
-	CHECK_STR(schema_of(dbz_table_schema(&SC, "srv", "public", "t", "srv.public.t", money, 1, true)),
-		  "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":[{"
-		  "\"name\":\"m\","
-		  "\"type\":{\"type\":\"bytes\",\"scale\":2,\"precision\":64,\"connect.version\":1,"
-		  "\"connect.parameters\":{\"scale\":\"2\"},\"connect.name\":\"org.apache.kafka.connect.data."
-		  "Decimal\","
-		  "\"logicalType\":\"decimal\"}}],\"connect.name\":\"srv.public.t.Key\"}");
+	CHECK_STR(
+	    schema_of(sink_debezium_table_schema(&SC, "srv", "public", "t", "srv.public.t", money, 1, true)),
+	    "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":[{"
+	    "\"name\":\"m\","
+	    "\"type\":{\"type\":\"bytes\",\"scale\":2,\"precision\":64,\"connect.version\":1,"
+	    "\"connect.parameters\":{\"scale\":\"2\"},\"connect.name\":\"org.apache.kafka.connect.data."
+	    "Decimal\","
+	    "\"logicalType\":\"decimal\"}}],\"connect.name\":\"srv.public.t.Key\"}");
 }
 
 /* Connect names as Avro names (Debezium's avro adjustment), and field names. */
@@ -107,16 +109,17 @@ static void test_names(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
 		buf b = {0};
-		dbz_avro_fullname(&b, cases[i].in);
+		kafka_avro_fullname(&b, cases[i].in);
 		buf_putc(&b, '\0');
 		CHECK_STR(b.data, cases[i].out);
 		buf_free(&b);
 	}
 	static const dbz_column odd[] = {{"a.b", PGT_INT4, -1, true}, {"9x", PGT_INT4, -1, true}};
-	CHECK_STR(schema_of(dbz_table_schema(&SC, "srv", "public", "t", "srv.public.t", odd, 2, true)),
-		  "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":["
-		  "{\"name\":\"a_b\",\"type\":\"int\"},{\"name\":\"_9x\",\"type\":\"int\"}],"
-		  "\"connect.name\":\"srv.public.t.Key\"}");
+	CHECK_STR(
+	    schema_of(sink_debezium_table_schema(&SC, "srv", "public", "t", "srv.public.t", odd, 2, true)),
+	    "{\"type\":\"record\",\"name\":\"Key\",\"namespace\":\"srv.public.t\",\"fields\":["
+	    "{\"name\":\"a_b\",\"type\":\"int\"},{\"name\":\"_9x\",\"type\":\"int\"}],"
+	    "\"connect.name\":\"srv.public.t.Key\"}");
 }
 
 /* got is want[0..n); else both in hex. */
@@ -143,8 +146,8 @@ static void test_records(void)
 	Cdc__V1__Row *after =
 	    row(3, id, col("name", PGT_TEXT, -1, "Anne"), col("amount", PGT_NUMERIC, NUMERIC_10_2, "12.50"));
 	/* the key: magic byte, id 7 big-endian, id 1 as a zigzag varint */
-	dbz_avro_header(&b, 7);
-	CHECK(dbz_avro_key(&b, &S, COLS, 3, after->columns, 3, err, sizeof(err)));
+	kafka_avro_header(&b, 7);
+	CHECK(kafka_avro_key(&b, &S, COLS, 3, after->columns, 3, err, sizeof(err)));
 	check_bytes(&b, (const uint8_t[]){0, 0, 0, 0, 7, 2}, 6, "key");
 
 	Cdc__V1__Event e = CDC__V1__EVENT__INIT;
@@ -158,10 +161,10 @@ static void test_records(void)
 	dbz_options o = {
 	    .server_name = "srv", .database = "db", .topic = "srv.public.t", .placeholder = true};
 	buf r = {0};
-	CHECK(dbz_avro_value(&r, &S, &o, COLS, 3, &e, DBZ_CREATE, NULL, after, err, sizeof(err)));
+	CHECK(kafka_avro_value(&r, &S, &o, COLS, 3, &e, DBZ_CREATE, NULL, after, err, sizeof(err)));
 	buf_reset(&b);
 	dbz_fill f = {.commit_lsn = 200, .commit_time = 3000000, .now = 5000000, .xid = 5};
-	dbz_avro_complete(&b, 0x01020304, r.data, r.len, &f);
+	kafka_avro_complete(&b, 0x01020304, r.data, r.len, &f);
 	static const char version[] = "cdc-" CDC_VERSION;
 	buf want = {0};
 	buf_append(&want, "\0\x01\x02\x03\x04", 5);
@@ -198,13 +201,13 @@ static void test_records(void)
 	/* a key column without a value cannot be written: the field is required */
 	buf_reset(&b);
 	Cdc__V1__Row *nokey = row(1, col("name", PGT_TEXT, -1, "x"));
-	CHECK(!dbz_avro_key(&b, &S, COLS, 3, nokey->columns, 1, err, sizeof(err)));
+	CHECK(!kafka_avro_key(&b, &S, COLS, 3, nokey->columns, 1, err, sizeof(err)));
 	CHECK_STR(err, "column id has no value in the key, but its Avro field is required");
 
 	/* the transaction metadata: END with its collections */
 	buf_reset(&b);
 	dbz_count tables[] = {{"public", "t", 2}};
-	dbz_avro_txn_value(&b, true, 5, 200, 3000000, 2, tables, 1);
+	kafka_avro_txn_value(&b, true, 5, 200, 3000000, 2, tables, 1);
 	check_bytes(&b,
 		    (const uint8_t *)"\x06"
 				     "END"
@@ -226,8 +229,8 @@ int main(void)
 	test_schemas();
 	test_names();
 	test_records();
-	dbz_scratch_free(&S);
-	dbz_schemas_free(&SC);
+	sink_debezium_scratch_free(&S);
+	sink_debezium_schemas_free(&SC);
 	arena_free(A);
 	return TEST_SUMMARY("test_avro");
 }

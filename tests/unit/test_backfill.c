@@ -119,7 +119,7 @@ static bool emit(void *ctx, const bf_batch *batch, size_t *delivered, char *err,
 	s->nkeys = batch->nkeys;
 	bf_datum v[8];
 	size_t pos = 0, n = 0;
-	while (bf_batch_next(batch, &pos, v)) {
+	while (backfill_batch_next(batch, &pos, v)) {
 		n++;
 		if (s->filter && v[1].len == (int32_t)strlen(s->filter) &&
 		    memcmp(v[1].data, s->filter, strlen(s->filter)) == 0)
@@ -208,7 +208,7 @@ static void delivered(bf_set *b, uint64_t flushed, bf_now now, const char *path)
 	buf state = {0};
 	char err[256];
 	if (backfill_state(b, &state) && path)
-		CHECK(file_replace(path, state.data, state.len, 0600, err, sizeof(err)));
+		CHECK(fsutil_replace(path, state.data, state.len, 0600, err, sizeof(err)));
 	buf_free(&state);
 }
 
@@ -780,55 +780,57 @@ static void test_partitioned(void)
 static void test_sets(void)
 {
 	rset a = {0}, t = {0};
-	rset_add(&a, 4, 6);
-	rset_add(&a, 0, 2);
-	rset_add(&a, 2, 3); /* joins [0, 2) */
+	backfill_ranges_add(&a, 4, 6);
+	backfill_ranges_add(&a, 0, 2);
+	backfill_ranges_add(&a, 2, 3); /* joins [0, 2) */
 	CHECK_INT(a.n, 4);
 	CHECK_INT(a.v[0], 0);
 	CHECK_INT(a.v[1], 3);
-	CHECK_INT(rset_blocks(&a, 10), 5);
-	CHECK_INT(rset_blocks(&a, 5), 4);
+	CHECK_INT(backfill_ranges_blocks(&a, 10), 5);
+	CHECK_INT(backfill_ranges_blocks(&a, 5), 4);
 	uint32_t lo, hi;
-	CHECK(rset_first_gap(&a, &t, 0, 10, 100, &lo, &hi));
+	CHECK(backfill_ranges_first_gap(&a, &t, 0, 10, 100, &lo, &hi));
 	CHECK_INT(lo, 3);
 	CHECK_INT(hi, 4);
-	rset_add(&t, 3, 4);
-	CHECK(rset_first_gap(&a, &t, 0, 10, 2, &lo, &hi));
+	backfill_ranges_add(&t, 3, 4);
+	CHECK(backfill_ranges_first_gap(&a, &t, 0, 10, 2, &lo, &hi));
 	CHECK_INT(lo, 6);
 	CHECK_INT(hi, 8);
-	CHECK(!rset_first_gap(&a, &t, 0, 6, 2, &lo, &hi));
-	rset_remove(&a, 1, 5); /* [0, 1) and [5, 6) stay */
+	CHECK(!backfill_ranges_first_gap(&a, &t, 0, 6, 2, &lo, &hi));
+	backfill_ranges_remove(&a, 1, 5); /* [0, 1) and [5, 6) stay */
 	CHECK_INT(a.n, 4);
 	CHECK_INT(a.v[1], 1);
 	CHECK_INT(a.v[2], 5);
-	rset_free(&a);
-	rset_free(&t);
+	backfill_ranges_free(&a);
+	backfill_ranges_free(&t);
 
 	keyset ks = {0};
-	CHECK(!keys_has(&ks, "k1", 2)); /* an empty set has no table yet */
+	CHECK(!backfill_keys_has(&ks, "k1", 2)); /* an empty set has no table yet */
 	for (int i = 0; i < 200; i++) {
 		char key[8];
 		int n = snprintf(key, sizeof(key), "k%d", i);
-		keys_add(&ks, key, (size_t)n);
-		keys_add(&ks, key, (size_t)n);
+		backfill_keys_add(&ks, key, (size_t)n);
+		backfill_keys_add(&ks, key, (size_t)n);
 	}
 	CHECK_INT(ks.n, 200);
 	CHECK_INT(ks.waiting, 200);
-	CHECK(keys_has(&ks, "k199", 4) && !keys_has(&ks, "k200", 4) && !keys_has(&ks, "k1", 1));
+	CHECK(backfill_keys_has(&ks, "k199", 4) && !backfill_keys_has(&ks, "k200", 4) &&
+	      !backfill_keys_has(&ks, "k1", 1));
 	buf taken = {0};
-	CHECK_INT(keys_take(&ks, 150, &taken), 150);
+	CHECK_INT(backfill_keys_take(&ks, 150, &taken), 150);
 	CHECK_INT(ks.waiting, 50);
-	keys_give_back(&ks, &taken);
+	backfill_keys_give_back(&ks, &taken);
 	CHECK_INT(ks.waiting, 200);
 	buf_reset(&taken);
-	CHECK_INT(keys_take(&ks, 500, &taken), 200);
-	keys_add(&ks, "k7", 2); /* marked again while taken: it stays */
-	keys_done(&ks, &taken);
+	CHECK_INT(backfill_keys_take(&ks, 500, &taken), 200);
+	backfill_keys_add(&ks, "k7", 2); /* marked again while taken: it stays */
+	backfill_keys_done(&ks, &taken);
 	CHECK_INT(ks.n, 1);
 	CHECK_INT(ks.waiting, 1);
-	CHECK(keys_has(&ks, "k7", 2) && !keys_has(&ks, "k8", 2)); /* taken and done: forgotten */
+	CHECK(backfill_keys_has(&ks, "k7", 2) &&
+	      !backfill_keys_has(&ks, "k8", 2)); /* taken and done: forgotten */
 	buf_free(&taken);
-	keys_free(&ks);
+	backfill_keys_free(&ks);
 }
 
 /* The `where`s' parts that translate go into the COPY. */
@@ -895,17 +897,17 @@ static void test_request(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		bf_request_body r;
 		char err[256] = "";
-		bool ok = bf_request_parse(cases[i].body, strlen(cases[i].body), &r, err, sizeof(err));
+		bool ok = backfill_request_parse(cases[i].body, strlen(cases[i].body), &r, err, sizeof(err));
 		CHECK_INT(ok, cases[i].err == NULL);
 		if (!ok) {
 			CHECK_STR(err, cases[i].err);
 			continue;
 		}
 		buf j = {0};
-		bf_request_json(&r, &j);
+		backfill_request_json(&r, &j);
 		CHECK_STR(j.data, cases[i].json);
 		buf_free(&j);
-		bf_request_free(&r);
+		backfill_request_free(&r);
 	}
 }
 
@@ -935,8 +937,8 @@ static void test_progress(void)
 	    "\"eta_seconds\":null}]}]";
 	buf out = {0};
 	char state[32], err[128];
-	CHECK(backfill_progress(json, strlen(json), "4f2a", false, &out, state, sizeof(state), err,
-				sizeof(err)));
+	CHECK(cli_backfill_progress(json, strlen(json), "4f2a", false, &out, state, sizeof(state), err,
+				    sizeof(err)));
 	CHECK_STR(state, "running");
 	CHECK_STR(
 	    out.data,
@@ -948,24 +950,24 @@ static void test_progress(void)
 	    "  public.log  failed, 0 rows read, 0 delivered\n"
 	    "    no key\n");
 	buf_reset(&out);
-	CHECK(
-	    backfill_progress(json, strlen(json), "aa", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK(cli_backfill_progress(json, strlen(json), "aa", false, &out, state, sizeof(state), err,
+				    sizeof(err)));
 	CHECK_STR(state, "done");
 	CHECK_STR(out.data, "backfill aa of s: done, 1,696 rows read, 83 delivered\n");
 	buf_reset(&out);
-	CHECK(
-	    backfill_progress(json, strlen(json), "bb", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK(cli_backfill_progress(json, strlen(json), "bb", false, &out, state, sizeof(state), err,
+				    sizeof(err)));
 	CHECK_STR(out.data, "backfill bb of s: failed, 0 rows read, 0 delivered\n  no table\n");
 	buf_reset(&out);
-	CHECK(backfill_progress(json, strlen(json), "4f2a", true, &out, state, sizeof(state), err,
-				sizeof(err)));
+	CHECK(cli_backfill_progress(json, strlen(json), "4f2a", true, &out, state, sizeof(state), err,
+				    sizeof(err)));
 	CHECK(strstr(out.data, "  public.orders  [#######.......................] running") != NULL);
 	CHECK(strstr(out.data, "  public.items  [..............................] queued") != NULL);
 	buf_reset(&out);
-	CHECK(backfill_progress(json, strlen(json), "gone", false, &out, state, sizeof(state), err,
-				sizeof(err)));
+	CHECK(cli_backfill_progress(json, strlen(json), "gone", false, &out, state, sizeof(state), err,
+				    sizeof(err)));
 	CHECK_STR(state, "");
-	CHECK(!backfill_progress("{}", 2, "x", false, &out, state, sizeof(state), err, sizeof(err)));
+	CHECK(!cli_backfill_progress("{}", 2, "x", false, &out, state, sizeof(state), err, sizeof(err)));
 	CHECK_STR(err, "GET /backfills: not a JSON array");
 	buf_free(&out);
 }

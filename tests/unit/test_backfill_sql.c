@@ -20,10 +20,10 @@ static void test_quoting(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		buf b = {0};
-		bfsql_quote_ident(&b, cases[i].in);
+		backfill_sql_quote_ident(&b, cases[i].in);
 		CHECK_STR(b.data, cases[i].ident);
 		buf_reset(&b);
-		bfsql_quote_literal(&b, cases[i].in, strlen(cases[i].in));
+		backfill_sql_quote_literal(&b, cases[i].in, strlen(cases[i].in));
 		CHECK_STR(b.data, cases[i].literal);
 		buf_free(&b);
 	}
@@ -41,7 +41,7 @@ static void test_quoting(void)
 	};
 	for (size_t i = 0; i < sizeof(idents) / sizeof(idents[0]); i++) {
 		char err[256] = "";
-		bool ok = bfsql_ident_ok(idents[i].name, "table name", err, sizeof(err));
+		bool ok = backfill_sql_ident_ok(idents[i].name, "table name", err, sizeof(err));
 		CHECK_INT(ok, idents[i].err == NULL);
 		if (idents[i].err)
 			CHECK_STR(err, idents[i].err);
@@ -72,7 +72,7 @@ static void test_copy(void)
 			.leaf_oid = 16384,
 			.lo = 128,
 			.hi = 256};
-	CHECK(bfsql_copy(&b, &r));
+	CHECK(backfill_sql_copy(&b, &r));
 	buf_printf(&want,
 		   "%sONLY \"public\".\"Orders\" WHERE ctid >= '(128,0)'::pg_catalog.tid AND ctid < "
 		   "'(256,0)'::pg_catalog.tid%s",
@@ -86,7 +86,7 @@ static void test_copy(void)
 	r.where = "\"region\" = 'eu'";
 	buf_reset(&b);
 	buf_reset(&want);
-	CHECK(bfsql_copy(&b, &r));
+	CHECK(backfill_sql_copy(&b, &r));
 	buf_printf(
 	    &want,
 	    "%sONLY \"part\".\"Orders 2026\" WHERE ctid >= '(128,0)'::pg_catalog.tid AND ctid < "
@@ -103,7 +103,7 @@ static void test_copy(void)
 	buf keys = {0}, one = {0};
 	for (int i = 0; i < 2; i++) {
 		buf_reset(&one);
-		bf_encode(&one, i ? k2 : k1, 2);
+		backfill_encode(&one, i ? k2 : k1, 2);
 		uint8_t len[4] = {0, 0, 0, (uint8_t)one.len};
 		buf_append(&keys, len, 4);
 		buf_append(&keys, one.data, one.len);
@@ -119,7 +119,7 @@ static void test_copy(void)
 			 .nkeyvals = 2};
 	buf_reset(&b);
 	buf_reset(&want);
-	CHECK(bfsql_copy(&b, &r));
+	CHECK(backfill_sql_copy(&b, &r));
 	buf_printf(
 	    &want,
 	    "%s\"public\".\"Orders\" WHERE (\"region\", \"kind\") IN (VALUES ('eu'::\"pg_catalog\".\"text\", "
@@ -129,11 +129,11 @@ static void test_copy(void)
 	/* keys that do not hold what they say are refused */
 	r.nkeyvals = 3;
 	buf_reset(&b);
-	CHECK(!bfsql_copy(&b, &r));
+	CHECK(!backfill_sql_copy(&b, &r));
 	r.nkeyvals = 2;
 	r.keyvals_len--;
 	buf_reset(&b);
-	CHECK(!bfsql_copy(&b, &r));
+	CHECK(!backfill_sql_copy(&b, &r));
 	buf_free(&keys);
 	buf_free(&one);
 	buf_free(&b);
@@ -143,26 +143,26 @@ static void test_copy(void)
 static void test_messages(void)
 {
 	buf b = {0};
-	bfsql_no_emit_message(&b, "cdc", "pg_logical_emit_message(boolean,text,text,boolean)");
+	backfill_sql_no_emit_message(&b, "cdc", "pg_logical_emit_message(boolean,text,text,boolean)");
 	CHECK_STR(b.data, "role cdc may not execute pg_logical_emit_message, which writes a backfill's "
 			  "watermarks: run GRANT EXECUTE ON FUNCTION "
 			  "pg_catalog.pg_logical_emit_message(boolean,text,text,boolean) TO \"cdc\"");
 	buf_reset(&b);
-	bfsql_no_select(&b, "cdc", "public", "Orders");
+	backfill_sql_no_select(&b, "cdc", "public", "Orders");
 	CHECK_STR(
 	    b.data,
 	    "role cdc may not read public.Orders: run GRANT SELECT ON \"public\".\"Orders\" TO \"cdc\"");
 	buf_reset(&b);
-	bfsql_keyless(&b, "public", "events");
+	backfill_sql_keyless(&b, "public", "events");
 	CHECK_STR(
 	    b.data,
 	    "public.events has no key, so a consumer of its backfill can apply its updates and deletes "
 	    "only with REPLICA IDENTITY FULL: run ALTER TABLE \"public\".\"events\" REPLICA IDENTITY FULL");
 	buf_reset(&b);
-	bfsql_not_table(&b, "public", "v", 'v');
+	backfill_sql_not_table(&b, "public", "v", 'v');
 	CHECK_STR(b.data, "public.v is not a table (relkind 'v')");
 	buf_reset(&b);
-	bfsql_no_table(&b, "public", "gone");
+	backfill_sql_no_table(&b, "public", "gone");
 	CHECK_STR(b.data, "table public.gone does not exist");
 	buf_free(&b);
 	CHECK_STR(bfsql_watermark, "SELECT pg_catalog.pg_logical_emit_message(false, 'cdc.backfill', $1)");
@@ -172,10 +172,10 @@ static void test_messages(void)
 static void test_watermarks(void)
 {
 	buf b = {0};
-	bfsql_watermark_content(&b, "4f2a", "9c1e-7", true);
+	backfill_sql_watermark_content(&b, "4f2a", "9c1e-7", true);
 	CHECK_STR(b.data, "4f2a:9c1e-7:high");
 	buf_reset(&b);
-	bfsql_watermark_content(&b, "4f2a", "9c1e-7", false);
+	backfill_sql_watermark_content(&b, "4f2a", "9c1e-7", false);
 	CHECK_STR(b.data, "4f2a:9c1e-7:low");
 	buf_free(&b);
 	static const struct {
@@ -198,8 +198,8 @@ static void test_watermarks(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char id[17], nonce[17];
 		bool high = false;
-		bool ok = bfsql_watermark_parse(cases[i].content, strlen(cases[i].content), id, sizeof(id),
-						nonce, sizeof(nonce), &high);
+		bool ok = backfill_sql_watermark_parse(cases[i].content, strlen(cases[i].content), id,
+						       sizeof(id), nonce, sizeof(nonce), &high);
 		CHECK_INT(ok, cases[i].ok);
 		if (ok && cases[i].ok) {
 			CHECK_STR(id, cases[i].id);
@@ -237,11 +237,11 @@ static void test_where(void)
 	    /* conjuncts that do not translate are left to cdc */
 	    {"new.id > 5 and old.id < 5", "(\"id\" > 5)", false},
 	    {"new.ratio > 0.1 and new.id = 1", "(\"id\" = 1)", false},
-	    {"new.id = '5'", "", false},	  /* a string for an integer: pred_eval says unknown */
-	    {"new.status = 5", "", false},	  /* a number for text */
-	    {"new.paid = 't'", "", false},	  /* a string for a boolean */
-	    {"new.doc = null", "", false},	  /* jsonb has no = */
-	    {"new.missing = 1", "", false},	  /* no such column */
+	    {"new.id = '5'", "", false},    /* a string for an integer: match_predicate_eval says unknown */
+	    {"new.status = 5", "", false},  /* a number for text */
+	    {"new.paid = 't'", "", false},  /* a string for a boolean */
+	    {"new.doc = null", "", false},  /* jsonb has no = */
+	    {"new.missing = 1", "", false}, /* no such column */
 	    {"new.id = new.amount", "", false},	  /* column to column */
 	    {"1 = 1", "", false},		  /* literals only */
 	    {"new.id in (1, new.id)", "", false}, /* a column in the list */
@@ -250,16 +250,16 @@ static void test_where(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char err[256];
-		pred *p = pred_parse(cases[i].where, err, sizeof(err));
+		pred *p = match_predicate_parse(cases[i].where, err, sizeof(err));
 		CHECK(p != NULL);
 		if (!p)
 			continue;
 		buf b = {0};
-		bool all = bfsql_where(&b, p, cols, sizeof(cols) / sizeof(cols[0]));
+		bool all = backfill_sql_where(&b, p, cols, sizeof(cols) / sizeof(cols[0]));
 		CHECK_STR(b.data ? b.data : "", cases[i].sql);
 		CHECK_INT(all, cases[i].all);
 		buf_free(&b);
-		pred_free(p);
+		match_predicate_free(p);
 	}
 }
 

@@ -12,13 +12,13 @@ static void key_of(buf *b, const char *k, size_t n)
 {
 	bf_datum d = {.data = k, .len = (int32_t)n};
 	buf_reset(b);
-	bf_encode(b, &d, 1);
+	backfill_encode(b, &d, 1);
 }
 
 /* Runs a script against a window begun with nonce "n1"; tokens separated by spaces:
  *   Rk       the SELECT read the row of key k
  *   L / Lx   the low watermark of n1 / of the foreign nonce x
- *   O        the previous chunk's high watermark, standing for n1's low one (bfw_open)
+ *   O        the previous chunk's high watermark, standing for n1's low one (backfill_window_open)
  *   H / Hx   the high watermark of n1 / of x
  *   Ck@x     a change of key k committed by xid x (@x optional: xid 100)
  *   Mk>j@x   a change moving key k to j
@@ -36,7 +36,7 @@ static bfw_mark run(bf_window *w, const char *script, char *out, size_t outlen)
 	bfw_mark last = BFW_FOREIGN;
 	buf k = {0}, k2 = {0};
 	bf_recent table = {0};
-	bfw_begin(w, "n1", NULL);
+	backfill_window_begin(w, "n1", NULL);
 	for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
 		char *at = strchr(t, '@');
 		uint32_t xid = at ? (uint32_t)strtoul(at + 1, NULL, 10) : 100;
@@ -48,61 +48,61 @@ static bfw_mark run(bf_window *w, const char *script, char *out, size_t outlen)
 			snprintf(row, sizeof(row), "row-%.*s", (int)n, t + 1);
 			bf_datum d = {.data = row, .len = (int32_t)strlen(row)};
 			buf r = {0};
-			bf_encode(&r, &d, 1);
+			backfill_encode(&r, &d, 1);
 			key_of(&k, t + 1, n);
-			CHECK(bfw_add_row(w, k.data, k.len, r.data, r.len));
+			CHECK(backfill_window_add_row(w, k.data, k.len, r.data, r.len));
 			buf_free(&r);
 			break;
 		}
 		case 'L':
 		case 'H':
-			last = bfw_watermark(w, n ? t + 1 : "n1", t[0] == 'H');
+			last = backfill_window_watermark(w, n ? t + 1 : "n1", t[0] == 'H');
 			break;
 		case 'C':
 		case 'U':
 			key_of(&k, t + 1, n);
-			bfw_change(w, xid, k.data, k.len, NULL, 0, t[0] == 'U');
-			bf_recent_add(&table, xid);
+			backfill_window_change(w, xid, k.data, k.len, NULL, 0, t[0] == 'U');
+			backfill_recent_add(&table, xid);
 			break;
 		case 'M':
 			key_of(&k, t + 1, (size_t)(gt - t - 1));
 			key_of(&k2, gt + 1, n - (size_t)(gt - t));
-			bfw_change(w, xid, k.data, k.len, k2.data, k2.len, false);
-			bf_recent_add(&table, xid);
+			backfill_window_change(w, xid, k.data, k.len, k2.data, k2.len, false);
+			backfill_recent_add(&table, xid);
 			break;
 		case 'N':
-			bfw_change(w, xid, NULL, 0, NULL, 0, false);
-			bf_recent_add(&table, xid);
+			backfill_window_change(w, xid, NULL, 0, NULL, 0, false);
+			backfill_recent_add(&table, xid);
 			break;
 		case 'T':
-			bfw_truncate(w, xid);
-			bf_recent_add(&table, xid);
+			backfill_window_truncate(w, xid);
+			backfill_recent_add(&table, xid);
 			break;
 		case 'P': {
 			bf_snapshot s;
 			char err[128];
-			CHECK(bf_snapshot_parse(t + 1, strlen(t + 1), &s, err, sizeof(err)));
-			bf_recent_settle(&table, &s);
-			bfw_set_snapshot(w, &s);
+			CHECK(backfill_snapshot_parse(t + 1, strlen(t + 1), &s, err, sizeof(err)));
+			backfill_recent_settle(&table, &s);
+			backfill_window_set_snapshot(w, &s);
 			break;
 		}
 		case 'B':
-			bfw_begin(w, "n1", &table);
+			backfill_window_begin(w, "n1", &table);
 			break;
 		case 'O':
-			last = bfw_open(w) ? BFW_OPENED : BFW_FOREIGN;
+			last = backfill_window_open(w) ? BFW_OPENED : BFW_FOREIGN;
 			break;
 		}
 	}
 	out[0] = '\0';
 	if (last == BFW_CLOSED) {
-		for (size_t i = 0; i < bfw_rows(w); i++) {
+		for (size_t i = 0; i < backfill_window_rows(w); i++) {
 			const void *row;
 			size_t len;
 			bool dropped;
-			bfw_row(w, i, &row, &len, &dropped);
+			backfill_window_row(w, i, &row, &len, &dropped);
 			bf_datum d;
-			CHECK(bf_decode(row, len, &d, 1));
+			CHECK(backfill_decode(row, len, &d, 1));
 			if (!dropped)
 				snprintf(out + strlen(out), outlen - strlen(out), "%s%.*s", out[0] ? " " : "",
 					 d.len - 4, d.data + 4);
@@ -110,15 +110,15 @@ static bfw_mark run(bf_window *w, const char *script, char *out, size_t outlen)
 		size_t pos = 0, len;
 		const void *key;
 		bool any = false;
-		while (bfw_partial_key(w, &pos, &key, &len)) {
+		while (backfill_window_partial_key(w, &pos, &key, &len)) {
 			bf_datum d;
-			CHECK(bf_decode(key, len, &d, 1));
+			CHECK(backfill_decode(key, len, &d, 1));
 			snprintf(out + strlen(out), outlen - strlen(out), "%s%.*s",
 				 any ? " " : " partial:", d.len, d.data);
 			any = true;
 		}
 	}
-	bf_recent_free(&table);
+	backfill_recent_free(&table);
 	buf_free(&k);
 	buf_free(&k2);
 	free(copy);
@@ -190,15 +190,15 @@ static void test_rule(void)
 	    {"C1@150 R1 R2 P140:160:150 O H", BFW_RETRY, "", BFW_RETRY_SNAPSHOT},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bf_window *w = bfw_new(1 << 20);
+		bf_window *w = backfill_window_new(1 << 20);
 		char got[256];
 		bfw_mark m = run(w, cases[i].script, got, sizeof(got));
 		if (m != cases[i].mark)
 			fprintf(stderr, "case %zu: %s\n", i, cases[i].script);
 		CHECK_INT(m, cases[i].mark);
 		CHECK_STR(got, cases[i].survivors);
-		CHECK_INT(bfw_retry_reason(w), cases[i].why);
-		bfw_free(w);
+		CHECK_INT(backfill_window_retry_reason(w), cases[i].why);
+		backfill_window_free(w);
 	}
 }
 
@@ -206,44 +206,44 @@ static void test_rule(void)
  * chunk be read again. */
 static void test_memory(void)
 {
-	bf_window *w = bfw_new(40);
+	bf_window *w = backfill_window_new(40);
 	char got[256];
 	CHECK_INT(run(w, "R1 R2 L H", got, sizeof(got)), BFW_CLOSED);
 	CHECK_STR(got, "1 2");
-	CHECK_INT(bfw_bytes(w), 2 * (5 + 9));
+	CHECK_INT(backfill_window_bytes(w), 2 * (5 + 9));
 	buf k = {0};
 	key_of(&k, "3", 1);
-	CHECK(!bfw_add_row(w, k.data, k.len, "0123456789abc", 13));
-	bfw_begin(w, "n1", NULL);
-	CHECK(bfw_add_row(w, k.data, k.len, "a row far longer than the cap of forty bytes", 44));
+	CHECK(!backfill_window_add_row(w, k.data, k.len, "0123456789abc", 13));
+	backfill_window_begin(w, "n1", NULL);
+	CHECK(backfill_window_add_row(w, k.data, k.len, "a row far longer than the cap of forty bytes", 44));
 	CHECK_INT(run(w, "R1 L C5 C6 C7 C8 C9 Ca Cb H", got, sizeof(got)), BFW_RETRY);
-	CHECK_INT(bfw_retry_reason(w), BFW_RETRY_MEMORY);
+	CHECK_INT(backfill_window_retry_reason(w), BFW_RETRY_MEMORY);
 	buf_free(&k);
-	bfw_free(w);
+	backfill_window_free(w);
 }
 
 static void test_reset(void)
 {
-	bf_window *w = bfw_new(1 << 20);
+	bf_window *w = backfill_window_new(1 << 20);
 	char got[256];
-	bfw_begin(w, "n1", NULL);
-	CHECK_STR(bfw_nonce(w), "n1");
-	bfw_reset(w);
-	CHECK(bfw_nonce(w) == NULL);
-	CHECK_INT(bfw_watermark(w, "n1", false), BFW_FOREIGN);
-	CHECK_INT(bfw_watermark(w, "n1", true), BFW_FOREIGN);
+	backfill_window_begin(w, "n1", NULL);
+	CHECK_STR(backfill_window_nonce(w), "n1");
+	backfill_window_reset(w);
+	CHECK(backfill_window_nonce(w) == NULL);
+	CHECK_INT(backfill_window_watermark(w, "n1", false), BFW_FOREIGN);
+	CHECK_INT(backfill_window_watermark(w, "n1", true), BFW_FOREIGN);
 	/* a closed window ignores its own watermarks replayed */
 	CHECK_INT(run(w, "R1 L H", got, sizeof(got)), BFW_CLOSED);
-	CHECK_INT(bfw_watermark(w, "n1", true), BFW_FOREIGN);
+	CHECK_INT(backfill_window_watermark(w, "n1", true), BFW_FOREIGN);
 	/* a key that is the row itself (a table without a key) is kept once */
-	bfw_begin(w, "n2", NULL);
-	CHECK(bfw_add_row(w, "row", 3, "row", 3));
-	CHECK_INT(bfw_bytes(w), 3);
+	backfill_window_begin(w, "n2", NULL);
+	CHECK(backfill_window_add_row(w, "row", 3, "row", 3));
+	CHECK_INT(backfill_window_bytes(w), 3);
 	/* and so is a key that is a column of the row (a key of one column) */
 	static const char two[] = "keyrest";
-	CHECK(bfw_add_row(w, two, 3, two, 7));
-	CHECK_INT(bfw_bytes(w), 10);
-	bfw_free(w);
+	CHECK(backfill_window_add_row(w, two, 3, two, 7));
+	CHECK_INT(backfill_window_bytes(w), 10);
+	backfill_window_free(w);
 }
 
 /* The table's record of recent commits past its cap: the span forgotten still counts when a
@@ -253,7 +253,7 @@ static void test_recent(void)
 {
 	bf_recent r = {0};
 	for (uint32_t x = 1000; x < 1000 + 70000; x++)
-		bf_recent_add(&r, x);
+		backfill_recent_add(&r, x);
 	CHECK(r.lost);
 	CHECK_INT(r.lost_min, 1000);
 	CHECK_INT(r.lost_max, 1000 + 32767);
@@ -268,40 +268,40 @@ static void test_recent(void)
 	    {"100000:200000:", false},	    /* every xid before xmin */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		bf_window *w = bfw_new(1 << 20);
+		bf_window *w = backfill_window_new(1 << 20);
 		bf_snapshot s;
-		CHECK(bf_snapshot_parse(cases[i].snap, strlen(cases[i].snap), &s, NULL, 0));
-		bfw_begin(w, "n", &r);
-		bfw_set_snapshot(w, &s);
-		CHECK_INT(bfw_watermark(w, "n", false), BFW_OPENED);
-		bfw_mark m = bfw_watermark(w, "n", true);
+		CHECK(backfill_snapshot_parse(cases[i].snap, strlen(cases[i].snap), &s, NULL, 0));
+		backfill_window_begin(w, "n", &r);
+		backfill_window_set_snapshot(w, &s);
+		CHECK_INT(backfill_window_watermark(w, "n", false), BFW_OPENED);
+		bfw_mark m = backfill_window_watermark(w, "n", true);
 		if ((m == BFW_RETRY) != cases[i].race)
 			fprintf(stderr, "recent case %zu: %s\n", i, cases[i].snap);
 		CHECK_INT(m == BFW_RETRY, cases[i].race);
-		bfw_free(w);
+		backfill_window_free(w);
 	}
 	/* a snapshot's xmin past every xid: all forgotten */
 	bf_snapshot s;
-	CHECK(bf_snapshot_parse("500000:500000:", 14, &s, NULL, 0));
-	bf_recent_settle(&r, &s);
+	CHECK(backfill_snapshot_parse("500000:500000:", 14, &s, NULL, 0));
+	backfill_recent_settle(&r, &s);
 	CHECK(!r.lost);
 	CHECK_INT(r.n, 0);
-	bf_snapshot_free(&s);
-	bf_recent_free(&r);
+	backfill_snapshot_free(&s);
+	backfill_recent_free(&r);
 }
 
 static void test_encoding(void)
 {
 	bf_datum in[] = {{"abc", 3}, {NULL, -1}, {"", 0}}, out[3];
 	buf b = {0};
-	bf_encode(&b, in, 3);
+	backfill_encode(&b, in, 3);
 	CHECK_INT(b.len, 4 + 3 + 4 + 4);
 	CHECK(memcmp(b.data, "\0\0\0\3abc\377\377\377\377\0\0\0\0", b.len) == 0);
-	CHECK(bf_decode(b.data, b.len, out, 3));
+	CHECK(backfill_decode(b.data, b.len, out, 3));
 	CHECK(out[0].len == 3 && memcmp(out[0].data, "abc", 3) == 0 && out[1].len == -1 && out[2].len == 0);
-	CHECK(!bf_decode(b.data, b.len, out, 2));     /* bytes left over */
-	CHECK(!bf_decode(b.data, b.len - 1, out, 3)); /* cut short */
-	CHECK(!bf_decode(b.data, 6, out, 1));
+	CHECK(!backfill_decode(b.data, b.len, out, 2));	    /* bytes left over */
+	CHECK(!backfill_decode(b.data, b.len - 1, out, 3)); /* cut short */
+	CHECK(!backfill_decode(b.data, 6, out, 1));
 	buf_free(&b);
 
 	static const struct {
@@ -322,7 +322,7 @@ static void test_encoding(void)
 	for (size_t i = 0; i < sizeof(snaps) / sizeof(snaps[0]); i++) {
 		bf_snapshot s;
 		char err[128];
-		bool ok = bf_snapshot_parse(snaps[i].text, strlen(snaps[i].text), &s, err, sizeof(err));
+		bool ok = backfill_snapshot_parse(snaps[i].text, strlen(snaps[i].text), &s, err, sizeof(err));
 		CHECK_INT(ok, snaps[i].ok);
 		if (ok) {
 			CHECK_INT(s.xmin, snaps[i].xmin);
@@ -331,19 +331,19 @@ static void test_encoding(void)
 		} else {
 			CHECK(strstr(err, "malformed snapshot") != NULL);
 		}
-		bf_snapshot_free(&s);
+		backfill_snapshot_free(&s);
 	}
 	/* visibility, across the wrap of 32-bit xids */
 	bf_snapshot s;
 	char err[128];
-	CHECK(bf_snapshot_parse("4294967290:4294967300:4294967295", 32, &s, err, sizeof(err)));
-	CHECK(bf_snapshot_sees(&s, 4294967280u));
-	CHECK(bf_snapshot_sees(&s, 4294967294u));
-	CHECK(!bf_snapshot_sees(&s, 4294967295u));
-	CHECK(bf_snapshot_sees(&s, 2));
-	CHECK(!bf_snapshot_sees(&s, 4));
-	CHECK(!bf_snapshot_sees(&s, 5000));
-	bf_snapshot_free(&s);
+	CHECK(backfill_snapshot_parse("4294967290:4294967300:4294967295", 32, &s, err, sizeof(err)));
+	CHECK(backfill_snapshot_sees(&s, 4294967280u));
+	CHECK(backfill_snapshot_sees(&s, 4294967294u));
+	CHECK(!backfill_snapshot_sees(&s, 4294967295u));
+	CHECK(backfill_snapshot_sees(&s, 2));
+	CHECK(!backfill_snapshot_sees(&s, 4));
+	CHECK(!backfill_snapshot_sees(&s, 5000));
+	backfill_snapshot_free(&s);
 }
 
 int main(void)

@@ -40,7 +40,7 @@ static cfg_subscription sub(const char *name, const char *table)
 static void check(const catalog *c, const cfg_subscription *s, const char *problems, const char *warnings)
 {
 	buf p = {0}, w = {0};
-	bool ok = catalog_check(c, s, "pub", &p, &w);
+	bool ok = source_catalog_check(c, s, "pub", &p, &w);
 	CHECK_INT(ok, problems[0] == '\0');
 	CHECK_STR(p.data ? p.data : "", problems);
 	CHECK_STR(w.data ? w.data : "", warnings);
@@ -52,16 +52,17 @@ int main(void)
 {
 	catalog c = {0};
 	for (size_t i = 0; i < NROWS; i++)
-		CHECK(catalog_add(&c, ROWS[i]));
+		CHECK(source_catalog_add(&c, ROWS[i]));
 	CHECK_INT(c.n, NROWS);
 	CHECK_INT(c.t[3].identity.n, 2);
 	CHECK_STR(c.t[3].identity.v[1], "b");
 	/* malformed rows are refused */
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "{\"id\"}", NULL, NULL}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "[1]", NULL, NULL}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", NULL, "r", "d", "t", NULL, NULL, NULL}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "rr", "d", "t", NULL, NULL, NULL}));
-	CHECK(!catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", NULL, "s", NULL}));
+	CHECK(
+	    !source_catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "{\"id\"}", NULL, NULL}));
+	CHECK(!source_catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", "[1]", NULL, NULL}));
+	CHECK(!source_catalog_add(&c, (const char *const[]){"s", NULL, "r", "d", "t", NULL, NULL, NULL}));
+	CHECK(!source_catalog_add(&c, (const char *const[]){"s", "t", "rr", "d", "t", NULL, NULL, NULL}));
+	CHECK(!source_catalog_add(&c, (const char *const[]){"s", "t", "r", "d", "t", NULL, "s", NULL}));
 	CHECK_INT(c.n, NROWS);
 
 	cfg_subscription s = sub("plain", "public.*");
@@ -139,7 +140,7 @@ int main(void)
 	/* the doctor's form: the way out on a line of its own */
 	{
 		buf w = {0}, f = {0};
-		catalog_check_partitions(&c, &s, "pub", &w, &f);
+		source_catalog_check_partitions(&c, &s, "pub", &w, &f);
 		CHECK_STR(f.data, "ALTER PUBLICATION \"pub\" SET (publish_via_partition_root = true)\n");
 		CHECK(w.data && strstr(w.data, "none arrives under \"other\".\"parted\"\n"));
 		buf_free(&w);
@@ -153,24 +154,25 @@ int main(void)
 	      "it "
 	      "is streamed until one is added\n");
 	/* a table named one by one that does not exist: a problem with the closest names (issue 31);
-	 * catalog_check leaves it to catalog_check_exists; a glob that matches nothing stays a warning */
+	 * source_catalog_check leaves it to source_catalog_check_exists; a glob that matches nothing stays a
+	 * warning */
 	buf p = {0};
 	s = sub("typo", "public.ordres");
-	CHECK(!catalog_check_exists(&c, &s, &p));
+	CHECK(!source_catalog_check_exists(&c, &s, &p));
 	CHECK_STR(p.data, "subscription typo names table public.ordres, which does not exist: did you mean "
 			  "public.orders?\n");
 	check(&c, &s, "", "");
 	buf_reset(&p);
 	s = sub("none", "public.invoices");
-	CHECK(!catalog_check_exists(&c, &s, &p));
+	CHECK(!source_catalog_check_exists(&c, &s, &p));
 	CHECK_STR(p.data, "subscription none names table public.invoices, which does not exist (nor a table "
 			  "of a similar name)\n");
 	buf_reset(&p);
 	s = sub("glob", "public.invoice*");
-	CHECK(catalog_check_exists(&c, &s, &p) && p.len == 0);
+	CHECK(source_catalog_check_exists(&c, &s, &p) && p.len == 0);
 	s = sub("unpublished", "public.quiet");
-	CHECK(catalog_check_exists(&c, &s, &p) && p.len == 0);
+	CHECK(source_catalog_check_exists(&c, &s, &p) && p.len == 0);
 	buf_free(&p);
-	catalog_free(&c);
+	source_catalog_free(&c);
 	return TEST_SUMMARY("test_catalog");
 }

@@ -1752,14 +1752,14 @@ static void test_enum_names(void)
 	CHECK_STR(cfg_sink_name(7), "?");
 }
 
-/* file_replace (decoder/base/fsutil.c), which the overlay file is written with. */
+/* fsutil_replace (decoder/base/fsutil.c), which the overlay file is written with. */
 static void test_file_replace(void)
 {
 	char dir[] = "/tmp/test_config_XXXXXX", path[64], got[16] = "", err[256] = "";
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(path, sizeof path, "%s/f", dir);
-	CHECK(file_replace(path, "one", 3, 0600, err, sizeof err));
-	CHECK(file_replace(path, "two", 3, 0600, err, sizeof err));
+	CHECK(fsutil_replace(path, "one", 3, 0600, err, sizeof err));
+	CHECK(fsutil_replace(path, "two", 3, 0600, err, sizeof err));
 	FILE *f = fopen(path, "r");
 	CHECK(f != NULL);
 	if (f) {
@@ -1768,7 +1768,7 @@ static void test_file_replace(void)
 	}
 	CHECK_STR(got, "two");
 	snprintf(path, sizeof path, "%s/no/f", dir);
-	CHECK(!file_replace(path, "x", 1, 0600, err, sizeof err));
+	CHECK(!fsutil_replace(path, "x", 1, 0600, err, sizeof err));
 	char want[128];
 	snprintf(want, sizeof want, "cannot write %s/no/f.tmp: No such file or directory", dir);
 	CHECK_STR(err, want);
@@ -1802,7 +1802,7 @@ static void test_secret_files(void)
 	put_file(dir, "empty", "", 0);
 	put_file(dir, "newline", "\n", 1);
 	put_file(dir, "nul", "a\0b", 3);
-	char *big = xmalloc(64 * 1024 + 1);
+	char *big = util_xmalloc(64 * 1024 + 1);
 	memset(big, 'x', 64 * 1024 + 1);
 	put_file(dir, "big", big, 64 * 1024 + 1);
 	put_file(dir, "max", big, 64 * 1024);

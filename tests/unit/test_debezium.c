@@ -41,15 +41,15 @@ static const dbz_fill FILL = {.commit_lsn = 24023128,
 static dbz_options OPTS = {
     .server_name = "srv", .database = "postgres", .topic = "srv.public.t", .placeholder = true};
 
-/* dbz_value() then dbz_complete() with FILL. */
+/* sink_debezium_value() then sink_debezium_complete() with FILL. */
 static const char *render(const dbz_options *o, const Cdc__V1__Event *e, char op, const Cdc__V1__Row *before,
 			  const Cdc__V1__Row *after)
 {
 	static buf out;
 	buf tmpl = {0};
-	dbz_value(&tmpl, &S, o, e, op, before, after);
+	sink_debezium_value(&tmpl, &S, o, e, op, before, after);
 	buf_reset(&out);
-	dbz_complete(&out, tmpl.data, tmpl.len, &FILL);
+	sink_debezium_complete(&out, tmpl.data, tmpl.len, &FILL);
 	buf_free(&tmpl);
 	return out.data;
 }
@@ -301,13 +301,13 @@ static void test_envelope_with_schemas(void)
 
 	/* the key: Key schema, the key columns required */
 	buf k = {0};
-	dbz_key(&k, &S, &o, e, e->key->columns, e->key->n_columns);
+	sink_debezium_key(&k, &S, &o, e, e->key->columns, e->key->n_columns);
 	CHECK_STR(k.data,
 		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
 		  "\"field\":\"id\"}],\"optional\":false,\"name\":\"srv.public.t.Key\"},"
 		  "\"payload\":{\"id\":1}}");
 	buf_reset(&k);
-	dbz_key(&k, &S, &OPTS, e, e->key->columns, e->key->n_columns);
+	sink_debezium_key(&k, &S, &OPTS, e, e->key->columns, e->key->n_columns);
 	CHECK_STR(k.data, "{\"id\":1}");
 	buf_free(&k);
 	arena_reset(A);
@@ -322,7 +322,7 @@ static void test_names_escaped(void)
 	dbz_options o = OPTS;
 	o.schemas = true;
 	buf k = {0};
-	dbz_key(&k, &S, &o, e, e->key->columns, 1);
+	sink_debezium_key(&k, &S, &o, e, e->key->columns, 1);
 	CHECK_STR(k.data,
 		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\",\"optional\":false,"
 		  "\"field\":\"a\\\"b\"}],\"optional\":false,\"name\":\"srv.s\\\\x.t.Key\"},"
@@ -378,11 +378,11 @@ static void test_ops(void)
 	e->xid = 0;
 	e->origin = "replica1";
 	buf tmpl = {0}, out = {0};
-	dbz_value(&tmpl, &S, &OPTS, e, DBZ_MESSAGE, NULL, NULL);
+	sink_debezium_value(&tmpl, &S, &OPTS, e, DBZ_MESSAGE, NULL, NULL);
 	dbz_fill f = FILL;
 	f.commit_time = 0;
 	f.xid = 0;
-	dbz_complete(&out, tmpl.data, tmpl.len, &f);
+	sink_debezium_complete(&out, tmpl.data, tmpl.len, &f);
 	CHECK_STR(out.data, "{\"op\":\"m\",\"ts_ms\":1559033904961,\"source\":{\"version\":\"cdc-" CDC_VERSION
 			    "\",\"connector\":\"postgresql\",\"name\":\"srv\",\"ts_ms\":1559033904961,"
 			    "\"snapshot\":\"false\",\"db\":\"postgres\","
@@ -391,7 +391,7 @@ static void test_ops(void)
 			    "\"lsn\":24023120,\"xmin\":null,\"origin\":\"replica1\",\"origin_lsn\":null},"
 			    "\"transaction\":null,\"message\":{\"prefix\":\"foo\",\"content\":\"YmFy\"}}");
 	buf k = {0};
-	dbz_key(&k, &S, &OPTS, e, NULL, 0);
+	sink_debezium_key(&k, &S, &OPTS, e, NULL, 0);
 	CHECK_STR(k.data, "{\"prefix\":\"foo\"}");
 	buf_free(&k);
 	buf_free(&tmpl);
@@ -429,7 +429,7 @@ static void test_toast(void)
 	arena_reset(A);
 }
 
-/* Which records an event becomes (dbz_records), and the headers they carry: the plan both
+/* Which records an event becomes (sink_debezium_records), and the headers they carry: the plan both
  * Kafka's records and NATS's messages follow. */
 static void test_records(void)
 {
@@ -440,20 +440,20 @@ static void test_records(void)
 
 	/* an insert: a create under its key */
 	Cdc__V1__Event *e = event(CDC__V1__OP__OP_INSERT, key7, full7, NULL);
-	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 1);
 	CHECK(r[0].op == DBZ_CREATE && r[0].has_key && r[0].nkey == 1 && r[0].key[0] == id7);
 	CHECK(r[0].before == NULL && r[0].after == full7 && r[0].key_header == NULL);
 
 	/* an update under REPLICA IDENTITY FULL that kept the key: one update */
 	e = event(CDC__V1__OP__OP_UPDATE, key7, full7, full7);
-	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 1);
 	CHECK(r[0].op == DBZ_UPDATE && r[0].before == full7 && r[0].after == full7 &&
 	      r[0].key_header == NULL);
 	CHECK(r[0].key[0] == id7);
 
 	/* an update that moved the row from key 7 to 8: delete, tombstone, create */
 	e = event(CDC__V1__OP__OP_UPDATE, key7, full8, key7);
-	CHECK_INT(dbz_records(&S, e, true, r), 3);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 3);
 	CHECK(r[0].op == DBZ_DELETE && r[0].before == key7 && r[0].after == NULL && r[0].key[0] == id7);
 	CHECK_STR(r[0].key_header, "__debezium.newkey");
 	CHECK_STR(r[0].key_header_value->data, "{\"id\":8}");
@@ -463,42 +463,42 @@ static void test_records(void)
 	CHECK_STR(r[2].key_header, "__debezium.oldkey");
 	CHECK_STR(r[2].key_header_value->data, "{\"id\":7}");
 	/* ... and without tombstones (NATS): delete and create */
-	CHECK_INT(dbz_records(&S, e, false, r), 2);
+	CHECK_INT(sink_debezium_records(&S, e, false, r), 2);
 	CHECK(r[0].op == DBZ_DELETE && r[1].op == DBZ_CREATE && r[1].key[0] == id8);
 
 	/* a delete: its tombstone only when asked, and only with a key */
 	e = event(CDC__V1__OP__OP_DELETE, key7, NULL, key7);
-	CHECK_INT(dbz_records(&S, e, true, r), 2);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 2);
 	CHECK(r[0].op == DBZ_DELETE && r[1].op == DBZ_TOMBSTONE && r[1].has_key);
-	CHECK_INT(dbz_records(&S, e, false, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, false, r), 1);
 	e = event(CDC__V1__OP__OP_DELETE, NULL, NULL, full7);
-	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 1);
 	CHECK(r[0].op == DBZ_DELETE && !r[0].has_key);
 
-	/* a truncate has a null key; a message is keyed by its prefix (dbz_key) */
+	/* a truncate has a null key; a message is keyed by its prefix (sink_debezium_key) */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
-	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 1);
 	CHECK(r[0].op == DBZ_TRUNCATE && !r[0].has_key);
 	e = event(CDC__V1__OP__OP_MESSAGE, NULL, NULL, NULL);
-	CHECK_INT(dbz_records(&S, e, true, r), 1);
+	CHECK_INT(sink_debezium_records(&S, e, true, r), 1);
 	CHECK(r[0].op == DBZ_MESSAGE && r[0].has_key && r[0].nkey == 0);
 
 	/* Debezium's context headers: on data changes, none on a message */
 	dbz_header h[DBZ_CONTEXT_HEADERS];
-	CHECK_INT(dbz_context_headers(e, "srv", h), 0);
+	CHECK_INT(sink_debezium_context_headers(e, "srv", h), 0);
 	e = event(CDC__V1__OP__OP_INSERT, key7, full7, NULL);
-	CHECK_INT(dbz_context_headers(e, "srv", h), 4);
+	CHECK_INT(sink_debezium_context_headers(e, "srv", h), 4);
 	CHECK(strcmp(h[0].name, "__debezium.context.connectorLogicalName") == 0 &&
 	      strcmp(h[0].value, "srv") == 0);
 	CHECK(strcmp(h[1].name, "__debezium.context.taskId") == 0 && strcmp(h[1].value, "0") == 0);
 	CHECK(strcmp(h[2].name, "__debezium.context.connectorName") == 0 &&
 	      strcmp(h[2].value, "postgresql") == 0);
-	CHECK(strcmp(h[3].name, "__debezium.context.runId") == 0 && h[3].value == dbz_run_id());
+	CHECK(strcmp(h[3].name, "__debezium.context.runId") == 0 && h[3].value == sink_debezium_run_id());
 
 	/* the run id: a version 4 UUID, the same for the whole process */
-	const char *id = dbz_run_id();
+	const char *id = sink_debezium_run_id();
 	CHECK(strlen(id) == 36 && id[8] == '-' && id[14] == '4' && strchr("89ab", id[19]) &&
-	      id == dbz_run_id());
+	      id == sink_debezium_run_id());
 	arena_reset(A);
 }
 
@@ -506,20 +506,20 @@ static void test_records(void)
 static void test_transaction_records(void)
 {
 	buf b = {0};
-	dbz_txn_key(&b, false, 571, 53195832);
+	sink_debezium_txn_key(&b, false, 571, 53195832);
 	CHECK_STR(b.data, "{\"id\":\"571:53195832\"}");
 	buf_reset(&b);
-	dbz_txn_value(&b, false, false, 571, 53195832, INT64_C(1486500577125000), 0, NULL, 0);
+	sink_debezium_txn_value(&b, false, false, 571, 53195832, INT64_C(1486500577125000), 0, NULL, 0);
 	CHECK_STR(b.data, "{\"status\":\"BEGIN\",\"id\":\"571:53195832\",\"event_count\":null,"
 			  "\"data_collections\":null,\"ts_ms\":1486500577125}");
 	buf_reset(&b);
 	dbz_count counts[] = {{"s1", "a", 1}, {"s2", "a", 1}};
-	dbz_txn_value(&b, false, true, 571, 53195832, INT64_C(1486500577691000), 2, counts, 2);
+	sink_debezium_txn_value(&b, false, true, 571, 53195832, INT64_C(1486500577691000), 2, counts, 2);
 	CHECK_STR(b.data, "{\"status\":\"END\",\"id\":\"571:53195832\",\"event_count\":2,"
 			  "\"data_collections\":[{\"data_collection\":\"s1.a\",\"event_count\":1},"
 			  "{\"data_collection\":\"s2.a\",\"event_count\":1}],\"ts_ms\":1486500577691}");
 	buf_reset(&b);
-	dbz_txn_key(&b, true, 571, 53195832);
+	sink_debezium_txn_key(&b, true, 571, 53195832);
 	CHECK_STR(b.data,
 		  "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":false,"
 		  "\"field\":\"id\"}],\"optional\":false,"
@@ -538,7 +538,7 @@ int main(void)
 	test_toast();
 	test_records();
 	test_transaction_records();
-	dbz_scratch_free(&S);
+	sink_debezium_scratch_free(&S);
 	arena_free(A);
 	return TEST_SUMMARY("test_debezium");
 }

@@ -47,7 +47,7 @@ static const char *value_json(const Cdc__V1__Value *v)
 	Cdc__V1__Event e = CDC__V1__EVENT__INIT;
 	e.new_row = &r;
 	buf_reset(&b);
-	json_event(&b, &e);
+	sink_json_event(&b, &e);
 	const char *start = strstr(b.data, ",\"new\":{"), *end = strstr(b.data, "},\"old\":null");
 	if (!start || !end)
 		return "(no new row)";
@@ -313,13 +313,13 @@ static void test_values(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const vcase *c = &cases[i];
 		pgo_datum d = datum_of(c);
-		Cdc__V1__Value *v = evt_value(A, RC, c->oid, &d);
-		/* evt_type_kind says what a value of the type becomes when its text parses */
+		Cdc__V1__Value *v = pgo_event_value(A, RC, c->oid, &d);
+		/* pgo_event_type_kind says what a value of the type becomes when its text parses */
 		if (v->kind_case != CDC__V1__VALUE__KIND_OTHER_VALUE &&
 		    v->kind_case != CDC__V1__VALUE__KIND_NULL_VALUE &&
 		    v->kind_case != CDC__V1__VALUE__KIND_UNCHANGED_TOAST &&
 		    v->kind_case != CDC__V1__VALUE__KIND_BINARY_VALUE)
-			CHECK_INT(evt_type_kind(c->oid), v->kind_case);
+			CHECK_INT(pgo_event_type_kind(c->oid), v->kind_case);
 		if (check_typed(c, v)) {
 			test_passed++;
 		} else {
@@ -358,7 +358,7 @@ static void test_bytea_all_bytes(void)
 			text[3 + 2 * i] = digits[i & 15];
 		}
 		pgo_datum d = {.kind = PGO_TEXT, .len = sizeof(text), .data = text};
-		Cdc__V1__Value *v = evt_value(A, RC, PGT_BYTEA, &d);
+		Cdc__V1__Value *v = pgo_event_value(A, RC, PGT_BYTEA, &d);
 		CHECK_INT(v->kind_case, CDC__V1__VALUE__KIND_BYTES_VALUE);
 		CHECK_INT(v->bytes_value.len, 256);
 		bool all = v->bytes_value.len == 256;
@@ -428,12 +428,12 @@ static void test_json_deep(void)
 	memset(s + depth, ']', depth);
 	s[2 * depth] = '\0';
 	pgo_datum d = {.kind = PGO_TEXT, .len = (uint32_t)(2 * depth), .data = s};
-	Cdc__V1__Value *v = evt_value(A, RC, PGT_JSON, &d);
+	Cdc__V1__Value *v = pgo_event_value(A, RC, PGT_JSON, &d);
 	const char *js = value_json(v);
 	CHECK(js[0] == '"' && js[1] == '[');
 	d.len = 2 * 4000;
 	memmove(s + 4000, s + depth, 4000); /* 4000 deep: embedded */
-	v = evt_value(A, RC, PGT_JSON, &d);
+	v = pgo_event_value(A, RC, PGT_JSON, &d);
 	CHECK(value_json(v)[0] == '[');
 	free(s);
 	arena_reset(A);
@@ -464,16 +464,16 @@ static void test_builtin_names(void)
 	    {6157, "_int8multirange"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		CHECK_STR(pgtypes_builtin_name(names[i].oid), names[i].name);
-	CHECK(pgtypes_builtin_name(0) == NULL);
-	CHECK(pgtypes_builtin_name(2249) == NULL); /* record: a pseudo type */
-	CHECK(pgtypes_builtin_name(9999) == NULL);
-	CHECK(pgtypes_builtin_name(MOOD_OID) == NULL);
-	CHECK(pgtypes_builtin_name(UINT32_MAX) == NULL);
+		CHECK_STR(pgo_types_builtin_name(names[i].oid), names[i].name);
+	CHECK(pgo_types_builtin_name(0) == NULL);
+	CHECK(pgo_types_builtin_name(2249) == NULL); /* record: a pseudo type */
+	CHECK(pgo_types_builtin_name(9999) == NULL);
+	CHECK(pgo_types_builtin_name(MOOD_OID) == NULL);
+	CHECK(pgo_types_builtin_name(UINT32_MAX) == NULL);
 	/* Every row of the table is found, so it is sorted: 163 types on PostgreSQL 15. */
 	int found = 0;
 	for (uint32_t oid = 0; oid < 10000; oid++)
-		found += pgtypes_builtin_name(oid) != NULL;
+		found += pgo_types_builtin_name(oid) != NULL;
 	CHECK_INT(found, 163);
 }
 
@@ -556,7 +556,7 @@ static void check_roundtrip(const Cdc__V1__Event *e, const char *json)
 	CHECK(u != NULL);
 	if (u) {
 		buf b = {0};
-		json_event(&b, u);
+		sink_json_event(&b, u);
 		CHECK_STR(b.data, json);
 		CHECK_INT(u->relation_id, e->relation_id);
 		CHECK_INT(u->op, e->op);
@@ -574,7 +574,7 @@ static void check_roundtrip(const Cdc__V1__Event *e, const char *json)
 static void check_event(int line, const Cdc__V1__Event *e, const char *want)
 {
 	buf b = {0};
-	json_event(&b, e);
+	sink_json_event(&b, e);
 	if (strcmp(b.data, want) == 0) {
 		test_passed++;
 	} else {
@@ -589,7 +589,7 @@ static Cdc__V1__Event *build(int line)
 {
 	Cdc__V1__Event *e = NULL;
 	char err[256] = "";
-	if (!evt_from_change(A, RC, &orders, &M, &e, err, sizeof(err)) || !e) {
+	if (!pgo_event_from_change(A, RC, &orders, &M, &e, err, sizeof(err)) || !e) {
 		test_failed++;
 		fprintf(stderr, "%s:%d: evt_from_change: %s\n", __FILE__, line, err);
 		return NULL;
@@ -699,7 +699,7 @@ static void test_events(void)
 	arena_reset(A);
 
 	/* truncate */
-	e = evt_from_truncate(A, &orders, 1);
+	e = pgo_event_from_truncate(A, &orders, 1);
 	stamp(e, false);
 	e->delivery_count = 2;
 	CHECK_INT(e->relation_id, 16384);
@@ -707,7 +707,7 @@ static void test_events(void)
 		    HEAD_BARE
 		    "\"truncate\"," TX "\"key\":null,\"new\":null,\"old\":null,\"unchanged_toast\":[],"
 		    "\"delivery_count\":2,\"truncate\":{\"cascade\":true,\"restart_identity\":false}" TAIL);
-	e = evt_from_truncate(A, &orders, 2);
+	e = pgo_event_from_truncate(A, &orders, 2);
 	CHECK(!e->truncate->cascade && e->truncate->restart_identity);
 	arena_reset(A);
 
@@ -719,7 +719,7 @@ static void test_events(void)
 	M.message.prefix = "app";
 	M.message.content = "hello\0world";
 	M.message.len = 11;
-	e = evt_from_message(A, &M);
+	e = pgo_event_from_message(A, &M);
 	stamp(e, true);
 	CHECK_INT(e->lsn, 0x1A2B3C8);
 	check_event(
@@ -732,9 +732,9 @@ static void test_events(void)
 	M.message.flags = 0;
 	M.message.len = 0;
 	M.message.content = NULL;
-	e = evt_from_message(A, &M);
+	e = pgo_event_from_message(A, &M);
 	buf b = {0};
-	json_event(&b, e);
+	sink_json_event(&b, e);
 	CHECK(
 	    strstr(
 		b.data,
@@ -747,9 +747,9 @@ static void test_events(void)
 /* Schema and DDL events, and a row naming its schema event, as JSON. */
 static void test_schema_events(void)
 {
-	Cdc__V1__Event *e = sch_event(A, RC, &orders, NULL);
+	Cdc__V1__Event *e = pgo_schema_event(A, RC, &orders, NULL);
 	stamp(e, false);
-	e->schema_id = sch_id(e);
+	e->schema_id = pgo_schema_id(e);
 	e->table_schema->columns[1]->renamed_from = "state";
 	e->table_schema->columns[2]->nullable_present_case =
 	    CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE;
@@ -806,7 +806,7 @@ static void test_schema_events(void)
 		     .has_columns = true,
 		     .ncols = 2,
 		     .cols = cols};
-	e = ddl_event(A, &m);
+	e = pgo_ddl_event(A, &m);
 	stamp(e, false);
 	check_event(__LINE__, e,
 		    HEAD_BARE
@@ -858,11 +858,11 @@ static void test_roundtrip_all_kinds(void)
 	M.change.new.cols[16] = (pgo_datum){.kind = PGO_BINARY, .len = 4, .data = "\0\0\0\1"};
 	Cdc__V1__Event *e = NULL;
 	char err[128];
-	CHECK(evt_from_change(A, RC, &rel, &M, &e, err, sizeof(err)));
+	CHECK(pgo_event_from_change(A, RC, &rel, &M, &e, err, sizeof(err)));
 	if (e) {
 		e->origin = "origin_1";
 		buf b = {0};
-		json_event(&b, e);
+		sink_json_event(&b, e);
 		CHECK_STR(
 		    b.data,
 		    "{\"subscription\":\"\",\"offset\":null,\"tag\":null,\"op\":\"insert\","
@@ -909,17 +909,17 @@ static void test_errors(void)
 	/* the tuple does not match the relation */
 	change(PGO_INSERT, 0, NULL, (const char *const[]){"7", "new", "1", "n", NULL});
 	M.change.new.ncols = 4;
-	CHECK(!evt_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
+	CHECK(!pgo_event_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
 	CHECK_STR(err, "Insert for public.orders: new tuple has 4 columns, relation has 5");
 	change(PGO_UPDATE, 'O', (const char *const[]){"7", "new", "1", "n", NULL},
 	       (const char *const[]){"7", "new", "1", "n", NULL});
 	M.change.old.ncols = 6;
-	CHECK(!evt_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
+	CHECK(!pgo_event_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
 	CHECK(strstr(err, "old tuple has 6 columns") != NULL);
 	/* not a change */
 	memset(&M, 0, sizeof(M));
 	M.type = PGO_BEGIN;
-	CHECK(!evt_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
+	CHECK(!pgo_event_from_change(A, RC, &orders, &M, &e, err, sizeof(err)));
 	CHECK(strstr(err, "Begin") != NULL);
 	arena_reset(A);
 }
@@ -932,7 +932,7 @@ static void test_json_odd_events(void)
 	e.op = 77;
 	e.commit_time = INT64_C(-62135596800000001); /* 1 us before 0001-01-01 */
 	buf b = {0};
-	json_event(&b, &e);
+	sink_json_event(&b, &e);
 	CHECK_STR(b.data,
 		  "{\"subscription\":\"\",\"offset\":null,\"tag\":null,\"op\":null,\"schema\":\"\","
 		  "\"table\":\"\",\"lsn\":\"0/0\",\"xid\":0,\"key\":null,\"new\":null,\"old\":null,"
@@ -941,22 +941,22 @@ static void test_json_odd_events(void)
 	/* truncate and message without their sub-messages */
 	buf_reset(&b);
 	e.op = CDC__V1__OP__OP_TRUNCATE;
-	json_event(&b, &e);
+	sink_json_event(&b, &e);
 	CHECK(strstr(b.data, "\"truncate\":{\"cascade\":false,\"restart_identity\":false},\"commit_lsn\"") !=
 	      NULL);
 	buf_free(&b);
 }
 
-/* json_event_tail with one json_commit over several transactions: rendered anew when the commit
+/* sink_json_event_tail with one json_commit over several transactions: rendered anew when the commit
  * changes, tx_index always the event's. */
 static void test_commit_tail(void)
 {
 	json_commit c = {0};
 	buf b = {0};
-	json_event_tail(&b, &c, 0x1A2B400, 0, TSTZ_2026);
-	json_event_tail(&b, &c, 0x1A2B400, 1, TSTZ_2026);
-	json_event_tail(&b, &c, 0x1A2B500, 0, TSTZ_2026);
-	json_event_tail(&b, &c, 0x1A2B500, 1, 0);
+	sink_json_event_tail(&b, &c, 0x1A2B400, 0, TSTZ_2026);
+	sink_json_event_tail(&b, &c, 0x1A2B400, 1, TSTZ_2026);
+	sink_json_event_tail(&b, &c, 0x1A2B500, 0, TSTZ_2026);
+	sink_json_event_tail(&b, &c, 0x1A2B500, 1, 0);
 	CHECK_STR(
 	    b.data,
 	    ",\"commit_lsn\":\"0/1A2B400\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
@@ -964,7 +964,7 @@ static void test_commit_tail(void)
 	    ",\"commit_lsn\":\"0/1A2B500\",\"tx_index\":0,\"commit_time\":\"2026-11-22T10:00:00.123456Z\"}\n"
 	    ",\"commit_lsn\":\"0/"
 	    "1A2B500\",\"tx_index\":1,\"commit_time\":\"1970-01-01T00:00:00.000000Z\"}\n");
-	json_commit_free(&c);
+	sink_json_commit_free(&c);
 	buf_free(&b);
 }
 

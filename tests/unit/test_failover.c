@@ -40,9 +40,9 @@ static void test_judge(void)
 {
 	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
 		char why[512];
-		failover_reason r = failover_judge("cdc_slot", cases[i].slot_failover, cases[i].setting,
-						   slots, NSLOTS, why, sizeof(why));
-		CHECK_STR(failover_reason_name(r), failover_reason_name(cases[i].want));
+		failover_reason r = source_failover_judge("cdc_slot", cases[i].slot_failover,
+							  cases[i].setting, slots, NSLOTS, why, sizeof(why));
+		CHECK_STR(source_failover_reason_name(r), source_failover_reason_name(cases[i].want));
 		if (cases[i].why && !strstr(why, cases[i].why)) {
 			test_failed++;
 			fprintf(stderr, "case %zu (%s): \"%s\" not in \"%s\"\n", i, cases[i].setting,
@@ -51,9 +51,10 @@ static void test_judge(void)
 		CHECK(cases[i].want != FAILOVER_READY || why[0] == '\0');
 	}
 	char why[64];
-	failover_judge("cdc_slot", true, NULL, NULL, 0, why, sizeof(why)); /* cut short, still a string */
+	source_failover_judge("cdc_slot", true, NULL, NULL, 0, why,
+			      sizeof(why)); /* cut short, still a string */
 	CHECK(strlen(why) == sizeof(why) - 1);
-	CHECK_STR(failover_reason_name(FAILOVER_UNKNOWN), "unknown");
+	CHECK_STR(source_failover_reason_name(FAILOVER_UNKNOWN), "unknown");
 }
 
 static void test_switch_point(void)
@@ -63,24 +64,24 @@ static void test_switch_point(void)
 				"\n"
 				"2\t1/A0000000\tno recovery target specified\n";
 	uint64_t end = 0;
-	CHECK(failover_switch_point(h, sizeof(h) - 1, 1, &end));
+	CHECK(source_failover_switch_point(h, sizeof(h) - 1, 1, &end));
 	CHECK_INT(end, 0x3000158);
-	CHECK(failover_switch_point(h, sizeof(h) - 1, 2, &end));
+	CHECK(source_failover_switch_point(h, sizeof(h) - 1, 2, &end));
 	CHECK_INT(end, 0x1A0000000);
-	CHECK(!failover_switch_point(h, sizeof(h) - 1, 3, &end)); /* the server's own: no end */
-	CHECK(!failover_switch_point(h, sizeof(h) - 1, 7, &end));
+	CHECK(!source_failover_switch_point(h, sizeof(h) - 1, 3, &end)); /* the server's own: no end */
+	CHECK(!source_failover_switch_point(h, sizeof(h) - 1, 7, &end));
 	static const char comments[] = "# a comment\n1\t0/5000000\treason";
-	CHECK(failover_switch_point(comments, sizeof(comments) - 1, 1, &end));
+	CHECK(source_failover_switch_point(comments, sizeof(comments) - 1, 1, &end));
 	CHECK_INT(end, 0x5000000);
 	static const char bad[] = "1 not-an-lsn\n";
-	CHECK(!failover_switch_point(bad, sizeof(bad) - 1, 1, &end));
+	CHECK(!source_failover_switch_point(bad, sizeof(bad) - 1, 1, &end));
 	static const char junk[] = "garbage\n1\t0/1\tr\n";
-	CHECK(!failover_switch_point(junk, sizeof(junk) - 1, 1, &end)); /* malformed: not trusted */
-	CHECK(!failover_switch_point("", 0, 1, &end));
+	CHECK(!source_failover_switch_point(junk, sizeof(junk) - 1, 1, &end)); /* malformed: not trusted */
+	CHECK(!source_failover_switch_point("", 0, 1, &end));
 	/* not NUL-terminated: the length is what counts */
 	static const char cut[] = "1\t0/3000158\tr\n2\t0/4000000";
-	CHECK(failover_switch_point(cut, 14, 1, &end));
-	CHECK(!failover_switch_point(cut, 14, 2, &end));
+	CHECK(source_failover_switch_point(cut, 14, 1, &end));
+	CHECK(!source_failover_switch_point(cut, 14, 2, &end));
 }
 
 int main(void)

@@ -1,7 +1,7 @@
 /* test_frame.c: unit tests for the subscriber socket's framing (sinks/socket/frame.c): partial and
- * oversized frames, every validation error of frame_decode_client with its exact message, and
+ * oversized frames, every validation error of socket_frame_decode_client with its exact message, and
  * round trips of every ClientFrame and ServerFrame kind through frame_put_* and the decoders, and
- * pb_read_delivery (sinks/socket/pbread.c) against protobuf-c on the same Deliveries. */
+ * socket_pb_read_delivery (sinks/socket/pbread.c) against protobuf-c on the same Deliveries. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,18 +20,18 @@ static uint64_t many_offsets[65537];
 static buf client_bytes(const Cdc__V1__ClientFrame *f)
 {
 	buf b = {0};
-	frame_put_client(&b, f);
+	socket_frame_put_client(&b, f);
 	return b;
 }
 
-/* Runs frame_next on one complete frame: must be OK and span all of it. Returns the message. */
+/* Runs socket_frame_next on one complete frame: must be OK and span all of it. Returns the message. */
 static const uint8_t *whole(const buf *b, size_t *msglen)
 {
 	const uint8_t *msg = NULL;
 	size_t consumed = 0;
 	char err[128] = "";
-	frame_result r = frame_next((const uint8_t *)b->data, b->len, FRAME_MAX, &msg, msglen, &consumed, err,
-				    sizeof(err));
+	frame_result r = socket_frame_next((const uint8_t *)b->data, b->len, FRAME_MAX, &msg, msglen,
+					   &consumed, err, sizeof(err));
 	CHECK_INT(r, FRAME_OK);
 	CHECK_INT(consumed, b->len);
 	CHECK_INT(*msglen, b->len - FRAME_HEADER);
@@ -54,13 +54,13 @@ static void test_partial(void)
 		const uint8_t *msg = NULL;
 		size_t msglen = 0, consumed = 0;
 		char err[128] = "";
-		CHECK_INT(frame_next((const uint8_t *)b.data, len, FRAME_MAX, &msg, &msglen, &consumed, err,
-				     sizeof(err)),
+		CHECK_INT(socket_frame_next((const uint8_t *)b.data, len, FRAME_MAX, &msg, &msglen, &consumed,
+					    err, sizeof(err)),
 			  FRAME_MORE);
 		CHECK_STR(err, "");
 	}
 	/* Two frames back to back, then half a third: the server's read loop. */
-	frame_put_client(&b, &f);
+	socket_frame_put_client(&b, &f);
 	buf_append(&b, b.data, 5);
 	size_t pos = 0;
 	int frames = 0;
@@ -68,17 +68,17 @@ static void test_partial(void)
 		const uint8_t *msg;
 		size_t msglen, consumed;
 		char err[128];
-		frame_result r = frame_next((const uint8_t *)b.data + pos, b.len - pos, FRAME_MAX, &msg,
-					    &msglen, &consumed, err, sizeof(err));
+		frame_result r = socket_frame_next((const uint8_t *)b.data + pos, b.len - pos, FRAME_MAX,
+						   &msg, &msglen, &consumed, err, sizeof(err));
 		if (r != FRAME_OK) {
 			CHECK_INT(r, FRAME_MORE);
 			break;
 		}
 		CHECK_INT(consumed, n);
-		Cdc__V1__ClientFrame *d = frame_decode_client(msg, msglen, err, sizeof(err));
+		Cdc__V1__ClientFrame *d = socket_frame_decode_client(msg, msglen, err, sizeof(err));
 		CHECK(d && d->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK && d->ack->n_offsets == 3 &&
 		      d->ack->offsets[2] == 300);
-		frame_client_free(d);
+		socket_frame_client_free(d);
 		pos += consumed;
 		frames++;
 	}
@@ -106,9 +106,9 @@ static void test_length(void)
 		const uint8_t *msg = NULL;
 		size_t msglen = 99, consumed = 99;
 		char err[128] = "";
-		CHECK_INT(
-		    frame_next(cases[i].header, 4, FRAME_MAX, &msg, &msglen, &consumed, err, sizeof(err)),
-		    cases[i].want);
+		CHECK_INT(socket_frame_next(cases[i].header, 4, FRAME_MAX, &msg, &msglen, &consumed, err,
+					    sizeof(err)),
+			  cases[i].want);
 		CHECK_STR(err, cases[i].err);
 		if (cases[i].want == FRAME_OK) {
 			CHECK_INT(msglen, 0);
@@ -234,7 +234,7 @@ static void test_client_validation(void)
 		size_t msglen;
 		const uint8_t *msg = whole(&b, &msglen);
 		char err[128] = "";
-		Cdc__V1__ClientFrame *d = frame_decode_client(msg, msglen, err, sizeof(err));
+		Cdc__V1__ClientFrame *d = socket_frame_decode_client(msg, msglen, err, sizeof(err));
 		if (c->err) {
 			if (d)
 				fprintf(stderr, "case \"%s\": accepted\n", c->what);
@@ -245,7 +245,7 @@ static void test_client_validation(void)
 				fprintf(stderr, "case \"%s\": %s\n", c->what, err);
 			CHECK(d && d->kind_case == c->frame.kind_case);
 		}
-		frame_client_free(d);
+		socket_frame_client_free(d);
 		buf_free(&b);
 	}
 }
@@ -286,8 +286,8 @@ static void test_client_bytes(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char err[128] = "";
-		Cdc__V1__ClientFrame *d =
-		    frame_decode_client((const uint8_t *)cases[i].bytes, cases[i].len, err, sizeof(err));
+		Cdc__V1__ClientFrame *d = socket_frame_decode_client((const uint8_t *)cases[i].bytes,
+								     cases[i].len, err, sizeof(err));
 		if (cases[i].err) {
 			if (d)
 				fprintf(stderr, "case \"%s\": accepted\n", cases[i].what);
@@ -298,10 +298,10 @@ static void test_client_bytes(void)
 				fprintf(stderr, "case \"%s\": %s\n", cases[i].what, err);
 			CHECK(d && (int)d->kind_case == cases[i].kind);
 		}
-		frame_client_free(d);
+		socket_frame_client_free(d);
 	}
 	char err[128] = "";
-	CHECK(!frame_decode_server((const uint8_t *)"\x0a\x05\x08", 3, NULL, err, sizeof(err)));
+	CHECK(!socket_frame_decode_server((const uint8_t *)"\x0a\x05\x08", 3, NULL, err, sizeof(err)));
 	CHECK_STR(err, "malformed ServerFrame protobuf");
 }
 
@@ -310,16 +310,16 @@ static void test_client_bytes(void)
 static Cdc__V1__ServerFrame *server_round_trip(const Cdc__V1__ServerFrame *f)
 {
 	buf b = {0};
-	frame_put_server(&b, f);
+	socket_frame_put_server(&b, f);
 	size_t msglen;
 	const uint8_t *msg = whole(&b, &msglen);
 	char err[128] = "";
-	Cdc__V1__ServerFrame *d = frame_decode_server(msg, msglen, NULL, err, sizeof(err));
+	Cdc__V1__ServerFrame *d = socket_frame_decode_server(msg, msglen, NULL, err, sizeof(err));
 	CHECK_STR(err, "");
 	if (d) {
 		CHECK_INT(d->kind_case, f->kind_case);
 		buf again = {0};
-		frame_put_server(&again, d);
+		socket_frame_put_server(&again, d);
 		CHECK(again.len == b.len && memcmp(again.data, b.data, b.len) == 0);
 		buf_free(&again);
 	}
@@ -348,7 +348,7 @@ static void test_server_round_trips(void)
 	      d->subscribed->mode == CDC__V1__CONSUMER_MODE__KEY_SHARED &&
 	      d->subscribed->head_offset == 1ull << 40 && d->subscribed->max_unacked == 1000 &&
 	      d->subscribed->active && d->subscribed->batch_transaction);
-	frame_server_free(d);
+	socket_frame_server_free(d);
 
 	/* A delivery of two events; the JSON a client prints from them carries offset and count. */
 	Cdc__V1__Column col = CDC__V1__COLUMN__INIT;
@@ -394,7 +394,7 @@ static void test_server_round_trips(void)
 		CHECK_INT(e->delivery_count, 2);
 		CHECK_INT(e->new_row->columns[0]->value->int_value, 7);
 	}
-	frame_server_free(d);
+	socket_frame_server_free(d);
 
 	Cdc__V1__Heartbeat hb = CDC__V1__HEARTBEAT__INIT;
 	hb.head_offset = 99;
@@ -405,7 +405,7 @@ static void test_server_round_trips(void)
 	d = server_round_trip(&f);
 	CHECK(d && d->heartbeat->head_offset == 99 && d->heartbeat->acked_offset == 98 &&
 	      d->heartbeat->active);
-	frame_server_free(d);
+	socket_frame_server_free(d);
 
 	Cdc__V1__Error er = CDC__V1__ERROR__INIT;
 	er.code = CDC__V1__ERROR__CODE__UNKNOWN_SUBSCRIPTION;
@@ -415,7 +415,7 @@ static void test_server_round_trips(void)
 	d = server_round_trip(&f);
 	CHECK(d && d->error->code == CDC__V1__ERROR__CODE__UNKNOWN_SUBSCRIPTION &&
 	      strcmp(d->error->message, "no subscription \"nope\"") == 0);
-	frame_server_free(d);
+	socket_frame_server_free(d);
 
 	Cdc__V1__Dropped dr = CDC__V1__DROPPED__INIT;
 	dr.from_offset = 10;
@@ -424,7 +424,7 @@ static void test_server_round_trips(void)
 	f.dropped = &dr;
 	d = server_round_trip(&f);
 	CHECK(d && d->dropped->from_offset == 10 && d->dropped->to_offset == 20);
-	frame_server_free(d);
+	socket_frame_server_free(d);
 }
 
 static void test_client_round_trips(void)
@@ -444,7 +444,7 @@ static void test_client_round_trips(void)
 	size_t msglen;
 	const uint8_t *msg = whole(&b, &msglen);
 	char err[128] = "";
-	Cdc__V1__ClientFrame *d = frame_decode_client(msg, msglen, err, sizeof(err));
+	Cdc__V1__ClientFrame *d = socket_frame_decode_client(msg, msglen, err, sizeof(err));
 	CHECK(d && d->kind_case == CDC__V1__CLIENT_FRAME__KIND_SUBSCRIBE);
 	if (d) {
 		Cdc__V1__Subscribe *g = d->subscribe;
@@ -456,7 +456,7 @@ static void test_client_round_trips(void)
 		CHECK(g->dead_letters);
 		CHECK_INT(g->heartbeat_ms, 250);
 	}
-	frame_client_free(d);
+	socket_frame_client_free(d);
 	buf_free(&b);
 
 	uint64_t offs[] = {UINT64_MAX, 1, 1ull << 33};
@@ -467,12 +467,12 @@ static void test_client_round_trips(void)
 	f.ack = &a;
 	b = client_bytes(&f);
 	msg = whole(&b, &msglen);
-	d = frame_decode_client(msg, msglen, err, sizeof(err));
+	d = socket_frame_decode_client(msg, msglen, err, sizeof(err));
 	CHECK(d && d->kind_case == CDC__V1__CLIENT_FRAME__KIND_ACK && d->ack->n_offsets == 3);
 	if (d && d->ack->n_offsets == 3)
 		CHECK(d->ack->offsets[0] == UINT64_MAX && d->ack->offsets[1] == 1 &&
 		      d->ack->offsets[2] == 1ull << 33);
-	frame_client_free(d);
+	socket_frame_client_free(d);
 	buf_free(&b);
 }
 
@@ -577,8 +577,8 @@ static void check_same_events(const Cdc__V1__ServerFrame *a, const Cdc__V1__Serv
 	CHECK_INT(b->delivery->n_events, a->delivery->n_events);
 	for (size_t i = 0; i < a->delivery->n_events && i < b->delivery->n_events; i++) {
 		buf ja = {0}, jb = {0};
-		json_event(&ja, a->delivery->events[i]);
-		json_event(&jb, b->delivery->events[i]);
+		sink_json_event(&ja, a->delivery->events[i]);
+		sink_json_event(&jb, b->delivery->events[i]);
 		buf_append(&ja, "", 1);
 		buf_append(&jb, "", 1);
 		CHECK_STR(jb.data, ja.data);
@@ -591,15 +591,15 @@ static void check_same_events(const Cdc__V1__ServerFrame *a, const Cdc__V1__Serv
 static void wrap_event(buf *out, const buf *event)
 {
 	buf d = {0};
-	pb_put_len_header(&d, 1, event->len);
+	sink_pb_put_len_header(&d, 1, event->len);
 	buf_append(&d, event->data, event->len);
 	buf_reset(out);
-	pb_put_len_header(out, 2, d.len);
+	sink_pb_put_len_header(out, 2, d.len);
 	buf_append(out, d.data, d.len);
 	buf_free(&d);
 }
 
-/* pb_read_delivery reads what cdc sends as protobuf-c does, and declines what it leaves to it. */
+/* socket_pb_read_delivery reads what cdc sends as protobuf-c does, and declines what it leaves to it. */
 static void test_delivery_read(void)
 {
 	arena *a = arena_new(4096);
@@ -609,15 +609,15 @@ static void test_delivery_read(void)
 	buf_reserve(&b, cdc__v1__server_frame__get_packed_size(sample));
 	b.len = cdc__v1__server_frame__pack(sample, (uint8_t *)b.data);
 	Cdc__V1__ServerFrame *ref =
-	    frame_decode_server((const uint8_t *)b.data, b.len, NULL, err, sizeof(err));
-	Cdc__V1__ServerFrame *fast = pb_read_delivery((const uint8_t *)b.data, b.len, a);
+	    socket_frame_decode_server((const uint8_t *)b.data, b.len, NULL, err, sizeof(err));
+	Cdc__V1__ServerFrame *fast = socket_pb_read_delivery((const uint8_t *)b.data, b.len, a);
 	check_same_events(ref, fast);
 	CHECK(fast && fast->delivery->events[0]->new_row->n_columns == 15 &&
 	      fast->delivery->events[0]->offset == (1ull << 40) &&
 	      fast->delivery->events[2]->message->content.len == 9);
 	/* a truncated frame: both refuse */
-	CHECK(!pb_read_delivery((const uint8_t *)b.data, b.len - 1, a));
-	CHECK(!frame_decode_server((const uint8_t *)b.data, b.len - 1, a, err, sizeof(err)));
+	CHECK(!socket_pb_read_delivery((const uint8_t *)b.data, b.len - 1, a));
+	CHECK(!socket_frame_decode_server((const uint8_t *)b.data, b.len - 1, a, err, sizeof(err)));
 
 	buf ev = {0}, frame = {0};
 	const Cdc__V1__Event *e0 = sample->delivery->events[0];
@@ -629,17 +629,17 @@ static void test_delivery_read(void)
 	buf_append(&ev, "\xf0\x01\x07\xfa\x01\x02hi", 8);
 	wrap_event(&frame, &ev);
 	Cdc__V1__ServerFrame *r2 =
-	    frame_decode_server((const uint8_t *)frame.data, frame.len, NULL, err, sizeof(err));
-	check_same_events(r2, pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
-	frame_server_free(r2);
-	/* a field set twice is protobuf-c's (the last one wins): declined, and frame_decode_server still
-	 * decodes it */
+	    socket_frame_decode_server((const uint8_t *)frame.data, frame.len, NULL, err, sizeof(err));
+	check_same_events(r2, socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	socket_frame_server_free(r2);
+	/* a field set twice is protobuf-c's (the last one wins): declined, and socket_frame_decode_server
+	 * still decodes it */
 	ev.len = packed;
 	buf_append(&ev, "\x0a\x05other", 7);
 	wrap_event(&frame, &ev);
-	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	CHECK(!socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
 	Cdc__V1__ServerFrame *r3 =
-	    frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
+	    socket_frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
 	CHECK(r3 && r3->delivery->n_events == 1 &&
 	      strcmp(r3->delivery->events[0]->subscription, "other") == 0);
 	/* declined: two members of Value's oneof (new_row: a column: null and bool), a group (field 23),
@@ -651,13 +651,13 @@ static void test_delivery_read(void)
 		ev.len = 0;
 		buf_append(&ev, bad[i], badlen[i]);
 		wrap_event(&frame, &ev);
-		CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+		CHECK(!socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
 	}
 	/* and the same oneof member by itself is read */
 	ev.len = 0;
 	buf_append(&ev, "\x72\x06\x0a\x04\x1a\x02\x08\x01", 8);
 	wrap_event(&frame, &ev);
-	Cdc__V1__ServerFrame *one = pb_read_delivery((const uint8_t *)frame.data, frame.len, a);
+	Cdc__V1__ServerFrame *one = socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a);
 	CHECK(one && one->delivery->events[0]->new_row->columns[0]->value->kind_case ==
 			 CDC__V1__VALUE__KIND_NULL_VALUE);
 	/* a schema event is protobuf-c's, which reads its columns */
@@ -679,9 +679,9 @@ static void test_delivery_read(void)
 	buf_reserve(&ev, cdc__v1__event__get_packed_size(&se));
 	ev.len = cdc__v1__event__pack(&se, (uint8_t *)ev.data);
 	wrap_event(&frame, &ev);
-	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	CHECK(!socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
 	Cdc__V1__ServerFrame *r4 =
-	    frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
+	    socket_frame_decode_server((const uint8_t *)frame.data, frame.len, a, err, sizeof(err));
 	CHECK(r4 && r4->delivery->events[0]->table_schema &&
 	      r4->delivery->events[0]->table_schema->n_columns == 1 &&
 	      r4->delivery->events[0]->schema_id == 0x9f86d081884c7d65);
@@ -694,8 +694,8 @@ static void test_delivery_read(void)
 	df.delivery = &dd;
 	buf_reserve(&frame, cdc__v1__server_frame__get_packed_size(&df));
 	frame.len = cdc__v1__server_frame__pack(&df, (uint8_t *)frame.data);
-	CHECK(!pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
-	frame_server_free(ref);
+	CHECK(!socket_pb_read_delivery((const uint8_t *)frame.data, frame.len, a));
+	socket_frame_server_free(ref);
 	buf_free(&ev);
 	buf_free(&frame);
 	buf_free(&b);

@@ -62,7 +62,7 @@ static void escape_slowly(buf *out, const unsigned char *p, size_t len)
 				buf_printf(out, "\\u%04x", c);
 			p++;
 		} else {
-			size_t skip, n = utf8_seq(p, (size_t)(end - p), &skip);
+			size_t skip, n = util_utf8_seq(p, (size_t)(end - p), &skip);
 			if (n) {
 				buf_append(out, p, n);
 				p += n;

@@ -36,7 +36,7 @@ static void deliver(uint64_t seq, uint64_t lsn, int id)
 	buf out = {0};
 	k->ops->render(k, 0, &e, &out);
 	sink_commit c = {.commit_lsn = lsn,
-			 .commit_time = commit_time ? commit_time : wall_us(),
+			 .commit_time = commit_time ? commit_time : util_wall_us(),
 			 .tx_index = (uint32_t)id};
 	CHECK(k->ops->deliver(k, 0, out.data, out.len, &c, seq, err, sizeof(err)));
 	buf_free(&out);
@@ -200,14 +200,14 @@ int main(void)
 
 	/* A backlog (commits older than a second): a Kafka transaction holds 100 ms of the stream at
 	 * least, so these two go in one. */
-	commit_time = wall_us() - 5000000;
-	uint64_t commits = st->commits, t0 = now_ms();
+	commit_time = util_wall_us() - 5000000;
+	uint64_t commits = st->commits, t0 = util_now_ms();
 	whole(11, 0xA000);
 	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_OK);
 	whole(12, 0xB000);
 	CHECK_INT(settle_to(12), SINK_OK);
 	CHECK_INT(st->commits, commits + 1);
-	CHECK(now_ms() - t0 >= 100);
+	CHECK(util_now_ms() - t0 >= 100);
 	CHECK_INT(st->position, 0xB000);
 
 	k->ops->free(k);

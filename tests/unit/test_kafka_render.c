@@ -91,7 +91,7 @@ static kafka_sink *sink_with(kafka_sub_settings s)
 {
 	static kafka_sub_settings sub;
 	sub = s;
-	kafka_sink *k = xcalloc(1, sizeof(*k));
+	kafka_sink *k = util_xcalloc(1, sizeof(*k));
 	k->nsubs = 1;
 	k->subs = &sub;
 	return k;
@@ -181,7 +181,7 @@ static void test_json(void)
 	full.commit_time = COMMIT.commit_time;
 	full.tx_index = COMMIT.tx_index;
 	buf line = {0};
-	json_event(&line, &full);
+	sink_json_event(&line, &full);
 	CHECK(line.len == k->value.len + 1 && memcmp(line.data, k->value.data, k->value.len) == 0);
 	/* a truncate has no key columns: {} */
 	e = event(CDC__V1__OP__OP_TRUNCATE, NULL, NULL, NULL);
@@ -223,7 +223,7 @@ static void test_debezium(void)
 	snprintf(context, sizeof context,
 		 "__debezium.context.connectorLogicalName=srv,__debezium.context.taskId=0,"
 		 "__debezium.context.connectorName=postgresql,__debezium.context.runId=%s",
-		 dbz_run_id());
+		 sink_debezium_run_id());
 	snprintf(newkey, sizeof newkey, "__debezium.newkey={\"id\":2},%s", context);
 	CHECK_STR(headers(&rec[0]), newkey);
 	CHECK_STR(headers(&rec[1]), newkey);

@@ -260,7 +260,7 @@ static void check_table(const want *w, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		buf b = {0};
-		CHECK(pgtypes_format(&b, w[i].oid, w[i].typmod));
+		CHECK(pgo_types_format(&b, w[i].oid, w[i].typmod));
 		if (!b.data || strcmp(b.data, w[i].text) != 0)
 			fprintf(stderr, "oid %u typmod %d\n", w[i].oid, w[i].typmod);
 		CHECK_STR(b.data, w[i].text);
@@ -273,7 +273,7 @@ static void test_builtin(void)
 	check_table(columns, sizeof(columns) / sizeof(columns[0]));
 	check_table(all_types, sizeof(all_types) / sizeof(all_types[0]));
 	buf b = {0};
-	CHECK(!pgtypes_format(&b, 16385, -1)); /* not built in: nothing appended */
+	CHECK(!pgo_types_format(&b, 16385, -1)); /* not built in: nothing appended */
 	CHECK_INT(b.len, 0);
 	buf_free(&b);
 }
@@ -281,21 +281,21 @@ static void test_builtin(void)
 static void test_numeric_typmod(void)
 {
 	int p = 0, s = 0;
-	CHECK(pgtypes_numeric_typmod(655366, &p, &s));
+	CHECK(pgo_types_numeric_typmod(655366, &p, &s));
 	CHECK_INT(p, 10);
 	CHECK_INT(s, 2);
-	CHECK(pgtypes_numeric_typmod(198658, &p, &s)); /* numeric(3,-2) */
+	CHECK(pgo_types_numeric_typmod(198658, &p, &s)); /* numeric(3,-2) */
 	CHECK_INT(p, 3);
 	CHECK_INT(s, -2);
-	CHECK(pgtypes_numeric_typmod(262154, &p, &s)); /* numeric(4,6) */
+	CHECK(pgo_types_numeric_typmod(262154, &p, &s)); /* numeric(4,6) */
 	CHECK_INT(s, 6);
-	CHECK(!pgtypes_numeric_typmod(-1, &p, &s));
+	CHECK(!pgo_types_numeric_typmod(-1, &p, &s));
 }
 
 static void named(const char *nsp, const char *typ, const char *expect)
 {
 	buf b = {0};
-	pgtypes_format_named(&b, nsp, typ);
+	pgo_types_format_named(&b, nsp, typ);
 	CHECK_STR(b.data, expect);
 	buf_free(&b);
 }

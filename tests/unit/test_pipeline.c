@@ -73,7 +73,7 @@ static bool rec_deliver(sink *s, uint32_t sub, const char *rendered, size_t len,
 	if (r->hold && !r->in_flight)
 		r->in_flight = seq;
 	char lsn[LSN_STRLEN];
-	lsn_format(c->commit_lsn, lsn);
+	util_lsn_format(c->commit_lsn, lsn);
 	buf_printf(r->log, "%s#%u seq=%llu commit=%s tx=%u%s: %.*s\n", r->name, sub, (unsigned long long)seq,
 		   lsn, c->tx_index, c->before_change ? "<" : "", (int)len, rendered);
 	return true;
@@ -139,7 +139,7 @@ static bool rec_hold_commit(sink *s, uint32_t xid, const sink_commit *c, uint64_
 	(void)err, (void)errlen;
 	rec_sink *r = (rec_sink *)s;
 	char lsn[LSN_STRLEN];
-	lsn_format(c->commit_lsn, lsn);
+	util_lsn_format(c->commit_lsn, lsn);
 	buf_printf(r->log, "%s commit xid=%u seq=%llu commit=%s\n", r->name, xid, (unsigned long long)seq,
 		   lsn);
 	return true;
@@ -307,7 +307,7 @@ static bool setup(fixture *f, const char *subscriptions)
 		return false;
 	}
 	buf_free(&errors);
-	rules *r = setup_rules(f->cfg, err, sizeof(err));
+	rules *r = daemon_setup_rules(f->cfg, err, sizeof(err));
 	if (!r) {
 		fprintf(stderr, "setup: %s\n", err);
 		return false;
@@ -438,7 +438,7 @@ static bool step(fixture *f, const char *line, int no)
 								   .hold = backfill_change_encode,
 								   .replay = bf_log_replay,
 								   .watermark = bf_log_watermark,
-								   .next_read = bf_batch_next});
+								   .next_read = backfill_batch_next});
 		return true;
 	case 'G': /* G: public.sig is the signal table from now on */
 		pipeline_set_signals(f->p, "public.sig", log_signal, f);

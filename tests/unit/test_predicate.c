@@ -46,7 +46,7 @@ static Cdc__V1__Row *row(const colspec *cs, size_t n)
 			d.data = cs[i].text;
 			d.len = (uint32_t)strlen(cs[i].text);
 		}
-		c->value = evt_value(A, NULL, cs[i].oid, &d);
+		c->value = pgo_event_value(A, NULL, cs[i].oid, &d);
 		r->columns[r->n_columns++] = c;
 	}
 	return r;
@@ -440,17 +440,17 @@ static void check_case(size_t i, const Cdc__V1__Event *upd, const Cdc__V1__Event
 {
 	char err[256] = "", neg[4200];
 	const Cdc__V1__Event *e = CASES[i].ev == UPD ? upd : ins;
-	pred *p = pred_parse(CASES[i].expr, err, sizeof(err));
+	pred *p = match_predicate_parse(CASES[i].expr, err, sizeof(err));
 	snprintf(neg, sizeof(neg), "not (%s)", CASES[i].expr);
-	pred *n = pred_parse(neg, err, sizeof(err));
+	pred *n = match_predicate_parse(neg, err, sizeof(err));
 	if (!p || !n) {
 		test_failed++;
 		fprintf(stderr, "case %zu: %s: %s\n", i, CASES[i].expr, err);
-		pred_free(p);
-		pred_free(n);
+		match_predicate_free(p);
+		match_predicate_free(n);
 		return;
 	}
-	bool t = pred_eval(p, e, A), f = pred_eval(n, e, A);
+	bool t = match_predicate_eval(p, e, A), f = match_predicate_eval(n, e, A);
 	int got = t && !f ? T : !t && f ? F : !t && !f ? U : -1;
 	if (got == CASES[i].want) {
 		test_passed++;
@@ -460,30 +460,30 @@ static void check_case(size_t i, const Cdc__V1__Event *upd, const Cdc__V1__Event
 		fprintf(stderr, "case %zu: %s: got %s, want %s\n", i, CASES[i].expr,
 			got < 0 ? "true and its negation true" : names[got], names[CASES[i].want]);
 	}
-	pred_free(p);
-	pred_free(n);
+	match_predicate_free(p);
+	match_predicate_free(n);
 	arena_reset(A);
 }
 
 static void check_error(const char *expr, const char *want)
 {
 	char err[256] = "";
-	pred *p = pred_parse(expr, err, sizeof(err));
+	pred *p = match_predicate_parse(expr, err, sizeof(err));
 	CHECK(p == NULL);
-	pred_free(p);
+	match_predicate_free(p);
 	if (strcmp(err, want) != 0)
 		fprintf(stderr, "expression: %s\n", expr);
 	CHECK_STR(err, want);
 }
 
-/* NEW_COLS as a table's columns, for pred_check_columns. */
+/* NEW_COLS as a table's columns, for match_predicate_check_columns. */
 static pred_column TABLE[sizeof(NEW_COLS) / sizeof(NEW_COLS[0])];
 
 static void table_init(void)
 {
 	for (size_t i = 0; i < sizeof(NEW_COLS) / sizeof(NEW_COLS[0]); i++)
 		TABLE[i] =
-		    (pred_column){NEW_COLS[i].name, NEW_COLS[i].oid, pgtypes_builtin_name(NEW_COLS[i].oid)};
+		    (pred_column){NEW_COLS[i].name, NEW_COLS[i].oid, pgo_types_builtin_name(NEW_COLS[i].oid)};
 }
 
 /* The comparisons that can never be true for the columns' types, each named with the column, its
@@ -539,12 +539,12 @@ static void test_never_true(void)
 {
 	for (size_t i = 0; i < sizeof(NEVER) / sizeof(NEVER[0]); i++) {
 		char perr[256] = "", err[512] = "";
-		pred *p = pred_parse(NEVER[i].expr, perr, sizeof(perr));
+		pred *p = match_predicate_parse(NEVER[i].expr, perr, sizeof(perr));
 		CHECK(p != NULL);
 		if (!p)
 			continue;
-		bool ok = pred_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]), NEVER[i].reads, A,
-					     err, sizeof(err));
+		bool ok = match_predicate_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]),
+							NEVER[i].reads, A, err, sizeof(err));
 		if (ok != (NEVER[i].err == NULL) || (!ok && strcmp(err, NEVER[i].err) != 0)) {
 			test_failed++;
 			fprintf(stderr, "check of %s: got %s\n  want %s\n", NEVER[i].expr, ok ? "ok" : err,
@@ -552,13 +552,14 @@ static void test_never_true(void)
 		} else {
 			test_passed++;
 		}
-		pred_free(p);
+		match_predicate_free(p);
 		arena_reset(A);
 	}
 }
 
 /* A single comparison that evaluates true for the cases' events is never refused by
- * pred_check_columns, and one it refuses is never true there: the checker and the evaluator agree. */
+ * match_predicate_check_columns, and one it refuses is never true there: the checker and the evaluator agree.
+ */
 static void test_check_agrees_with_eval(const Cdc__V1__Event *upd, const Cdc__V1__Event *ins)
 {
 	for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
@@ -567,19 +568,19 @@ static void test_check_agrees_with_eval(const Cdc__V1__Event *upd, const Cdc__V1
 		    strstr(x, "AND") || strstr(x, "OR"))
 			continue;
 		char err[512];
-		pred *p = pred_parse(x, err, sizeof(err));
+		pred *p = match_predicate_parse(x, err, sizeof(err));
 		if (!p)
 			continue;
-		bool ok = pred_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]), false, A, err,
-					     sizeof(err));
-		bool t = pred_eval(p, CASES[i].ev == UPD ? upd : ins, A);
+		bool ok = match_predicate_check_columns(p, TABLE, sizeof(TABLE) / sizeof(TABLE[0]), false, A,
+							err, sizeof(err));
+		bool t = match_predicate_eval(p, CASES[i].ev == UPD ? upd : ins, A);
 		if (!ok && t) {
 			test_failed++;
 			fprintf(stderr, "case %zu: %s is true, but refused: %s\n", i, x, err);
 		} else {
 			test_passed++;
 		}
-		pred_free(p);
+		match_predicate_free(p);
 		arena_reset(A);
 	}
 }
@@ -594,12 +595,12 @@ static void test_limits(const Cdc__V1__Event *e)
 	memset(text, ' ', sizeof(text));
 	memcpy(text, "new.id = 42", 11);
 	text[PRED_MAX_TEXT] = '\0';
-	p = pred_parse(text, err, sizeof(err));
-	CHECK(p && pred_eval(p, e, A));
-	pred_free(p);
+	p = match_predicate_parse(text, err, sizeof(err));
+	CHECK(p && match_predicate_eval(p, e, A));
+	match_predicate_free(p);
 	text[PRED_MAX_TEXT] = ' ';
 	text[PRED_MAX_TEXT + 1] = '\0';
-	CHECK(!pred_parse(text, err, sizeof(err)));
+	CHECK(!match_predicate_parse(text, err, sizeof(err)));
 	CHECK_STR(err, "position 4097: text longer than 4096 bytes");
 
 	/* 64 levels of parentheses or nots, not 65 */
@@ -611,23 +612,23 @@ static void test_limits(const Cdc__V1__Event *e)
 		for (int i = 0; i < depth; i++)
 			text[n++] = ')';
 		text[n] = '\0';
-		p = pred_parse(text, err, sizeof(err));
+		p = match_predicate_parse(text, err, sizeof(err));
 		if (depth == 64)
-			CHECK(p && pred_eval(p, e, A));
+			CHECK(p && match_predicate_eval(p, e, A));
 		else
 			CHECK_STR(p ? "parsed" : err, "position 65: nesting deeper than 64");
-		pred_free(p);
+		match_predicate_free(p);
 
 		n = 0;
 		for (int i = 0; i < depth; i++)
 			n += (size_t)sprintf(text + n, "not ");
 		sprintf(text + n, "new.id = 42");
-		p = pred_parse(text, err, sizeof(err));
+		p = match_predicate_parse(text, err, sizeof(err));
 		if (depth == 64)
-			CHECK(p && pred_eval(p, e, A)); /* an even number of nots */
+			CHECK(p && match_predicate_eval(p, e, A)); /* an even number of nots */
 		else
 			CHECK_STR(p ? "parsed" : err, "position 257: nesting deeper than 64");
-		pred_free(p);
+		match_predicate_free(p);
 	}
 	/* mixed: 32 nots each with parentheses is 64 */
 	size_t n = 0;
@@ -637,35 +638,35 @@ static void test_limits(const Cdc__V1__Event *e)
 	for (int i = 0; i < 32; i++)
 		text[n++] = ')';
 	text[n] = '\0';
-	p = pred_parse(text, err, sizeof(err));
-	CHECK(p && !pred_eval(p, e, A));
-	pred_free(p);
+	p = match_predicate_parse(text, err, sizeof(err));
+	CHECK(p && !match_predicate_eval(p, e, A));
+	match_predicate_free(p);
 
 	/* 256 terms (128 comparisons of two), not 257 */
 	n = 0;
 	for (int i = 0; i < 128; i++)
 		n += (size_t)sprintf(text + n, "%snew.id=%d", i ? " or " : "", i == 127 ? 42 : i);
-	p = pred_parse(text, err, sizeof(err));
-	CHECK(p && pred_eval(p, e, A));
-	pred_free(p);
+	p = match_predicate_parse(text, err, sizeof(err));
+	CHECK(p && match_predicate_eval(p, e, A));
+	match_predicate_free(p);
 	sprintf(text + n, " or new.id");
-	p = pred_parse(text, err, sizeof(err));
+	p = match_predicate_parse(text, err, sizeof(err));
 	CHECK_STR(p ? "parsed" : err, "position 1682: more than 256 terms");
 	CHECK_INT(strlen(text) - strlen("new.id") + 1, 1682);
-	pred_free(p);
+	match_predicate_free(p);
 	/* an in list counts each item */
 	n = (size_t)sprintf(text, "new.id in (");
 	for (int i = 0; i < 255; i++)
 		n += (size_t)sprintf(text + n, "%s%d", i ? "," : "", i);
 	sprintf(text + n, ")");
-	p = pred_parse(text, err, sizeof(err));
-	CHECK(p && pred_eval(p, e, A));
-	pred_free(p);
+	p = match_predicate_parse(text, err, sizeof(err));
+	CHECK(p && match_predicate_eval(p, e, A));
+	match_predicate_free(p);
 	sprintf(text + n, ",255)");
-	p = pred_parse(text, err, sizeof(err));
+	p = match_predicate_parse(text, err, sizeof(err));
 	CHECK_STR(p ? "parsed" : err, "position 922: more than 256 terms");
 	CHECK_INT(n + 2, 922);
-	pred_free(p);
+	match_predicate_free(p);
 	arena_reset(A);
 }
 
@@ -673,32 +674,33 @@ static void test_limits(const Cdc__V1__Event *e)
 static void test_odd(void)
 {
 	char err[64];
-	pred *p = pred_parse("new.id = 1 or new.id is null or old.id is not null", err, sizeof(err));
+	pred *p =
+	    match_predicate_parse("new.id = 1 or new.id is null or old.id is not null", err, sizeof(err));
 	CHECK(p != NULL);
 	Cdc__V1__Event e = CDC__V1__EVENT__INIT;
-	CHECK(!pred_eval(p, &e, A));
-	CHECK(!pred_eval(p, NULL, A));
+	CHECK(!match_predicate_eval(p, &e, A));
+	CHECK(!match_predicate_eval(p, NULL, A));
 	Cdc__V1__Column c = CDC__V1__COLUMN__INIT, *cp = &c;
 	c.name = "id";
 	Cdc__V1__Row r = CDC__V1__ROW__INIT;
 	r.n_columns = 1;
 	r.columns = &cp;
 	e.new_row = &r;
-	CHECK(!pred_eval(p, &e, A)); /* no value: absent */
+	CHECK(!match_predicate_eval(p, &e, A)); /* no value: absent */
 	Cdc__V1__Value v = CDC__V1__VALUE__INIT;
 	c.value = &v;
-	CHECK(!pred_eval(p, &e, A)); /* nothing set in the value: unknown */
+	CHECK(!match_predicate_eval(p, &e, A)); /* nothing set in the value: unknown */
 	v.kind_case = CDC__V1__VALUE__KIND_NUMERIC_VALUE;
 	v.numeric_value = "1.0.0";
-	CHECK(!pred_eval(p, &e, A)); /* not a decimal: unknown */
+	CHECK(!match_predicate_eval(p, &e, A)); /* not a decimal: unknown */
 	v.numeric_value = "1.0";
-	CHECK(pred_eval(p, &e, A));
-	pred_free(p);
-	CHECK(pred_parse("(", NULL, 0) == NULL);
+	CHECK(match_predicate_eval(p, &e, A));
+	match_predicate_free(p);
+	CHECK(match_predicate_parse("(", NULL, 0) == NULL);
 	char small[12];
-	CHECK(pred_parse("new.id = 1 or", small, sizeof(small)) == NULL);
+	CHECK(match_predicate_parse("new.id = 1 or", small, sizeof(small)) == NULL);
 	CHECK_STR(small, "position 14");
-	pred_free(NULL);
+	match_predicate_free(NULL);
 	arena_reset(A);
 }
 

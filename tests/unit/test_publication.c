@@ -21,23 +21,23 @@ static void create(const char *pattern, bool superuser, int version, const pg_ta
 	char *pats[] = {(char *)pattern};
 	cfg_strlist publish = {pats, 1};
 	pg_publication_plan p;
-	pg_publication_plan_build(&p, "pub", &publish, rows, n, superuser, version, false);
+	source_pg_publication_plan_build(&p, "pub", &publish, rows, n, superuser, version, false);
 	CHECK_INT(p.refused, want_err != NULL);
 	if (!p.refused) {
 		CHECK_STR(p.sql.data, want_sql);
 	} else {
 		char err[1024];
-		pg_publication_refusal(&p, "pub", err, sizeof(err));
+		source_pg_publication_refusal(&p, "pub", err, sizeof(err));
 		CHECK_STR(err, want_err);
 	}
 	buf nw = {0};
 	for (size_t i = 0; !p.refused && i + 1 < p.not_owned.n; i += 2) {
-		pg_publication_not_owned(&nw, "pub", p.not_owned.v[i], p.not_owned.v[i + 1]);
+		source_pg_publication_not_owned(&nw, "pub", p.not_owned.v[i], p.not_owned.v[i + 1]);
 		buf_putc(&nw, '\n');
 	}
 	CHECK_STR(nw.data ? nw.data : "", want_not_owned);
 	buf_free(&nw);
-	pg_publication_plan_free(&p);
+	source_pg_publication_plan_free(&p);
 }
 
 #define VIA_ROOT " WITH (publish_via_partition_root = true)"
@@ -55,7 +55,7 @@ static void misspelt(void)
 	char *pats[] = {"app.ordres", "app.new_*", "app.invoices"};
 	cfg_strlist publish = {pats, 3};
 	pg_publication_plan p;
-	pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, true, 150000, false);
+	source_pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, true, 150000, false);
 	CHECK_INT(p.no_match.n, 1);
 	CHECK_STR(p.no_match.v[0], "app.new_*");
 	CHECK_INT(p.missing.n, 2);
@@ -64,7 +64,7 @@ static void misspelt(void)
 	CHECK_STR(p.missing.v[1],
 		  "source.publish names table app.invoices, which does not exist (nor a table "
 		  "of a similar name)");
-	pg_publication_plan_free(&p);
+	source_pg_publication_plan_free(&p);
 }
 
 int main(void)
@@ -87,14 +87,14 @@ int main(void)
 		char *pats[] = {"app.*"};
 		cfg_strlist publish = {pats, 1};
 		pg_publication_plan p;
-		pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, false, 180000, true);
+		source_pg_publication_plan_build(&p, "pub", &publish, ROWS, NROWS, false, 180000, true);
 		CHECK_STR(p.sql.data,
 			  "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"orders\", TABLE \"app\".\"items\" "
 			  "WITH (publish_via_partition_root = true, publish_generated_columns = stored)");
 		CHECK_STR(p.superuser_sql.data,
 			  "CREATE PUBLICATION \"pub\" FOR TABLES IN SCHEMA \"app\" WITH "
 			  "(publish_via_partition_root = true, publish_generated_columns = stored)");
-		pg_publication_plan_free(&p);
+		source_pg_publication_plan_free(&p);
 	}
 	/* another role: the tables it owns, the others named with what their owner runs */
 	create("app.*", false, 150000, ROWS, NROWS,
@@ -129,7 +129,7 @@ int main(void)
 	char *pats[] = {"app.*"};
 	cfg_strlist publish = {pats, 1}, added = {0}, warned = {0};
 	buf sql = {0}, warnings = {0};
-	pg_publication_additions(&sql, "pub", &publish, ROWS, NROWS, &added, &warned, &warnings);
+	source_pg_publication_additions(&sql, "pub", &publish, ROWS, NROWS, &added, &warned, &warnings);
 	CHECK_STR(sql.data, "ALTER PUBLICATION \"pub\" ADD TABLE \"app\".\"orders\"");
 	CHECK_INT(added.n, 2);
 	CHECK_STR(added.v[0], "app");
@@ -138,7 +138,7 @@ int main(void)
 	buf_reset(&sql);
 	buf_reset(&warnings);
 	pg_table_row now[] = {{"app", "orders", true, true}, {"app", "theirs", false, false}};
-	pg_publication_additions(&sql, "pub", &publish, now, 2, &added, &warned, &warnings);
+	source_pg_publication_additions(&sql, "pub", &publish, now, 2, &added, &warned, &warnings);
 	CHECK_INT(sql.len, 0);
 	CHECK_INT(warnings.len, 0);
 	CHECK_INT(added.n, 2);
@@ -162,7 +162,7 @@ int main(void)
 	create("*.*", false, 170000, TREE, ntree,
 	       "CREATE PUBLICATION \"pub\" FOR TABLE \"app\".\"ev\", TABLE \"other\".\"root\"" VIA_ROOT, "",
 	       NULL);
-	pg_publication_additions(&sql, "pub", &publish, TREE, ntree, &added, &warned, &warnings);
+	source_pg_publication_additions(&sql, "pub", &publish, TREE, ntree, &added, &warned, &warnings);
 	CHECK_STR(sql.data, "ALTER PUBLICATION \"pub\" ADD TABLE \"app\".\"ev\", \"app\".\"lone\"");
 	buf_reset(&sql);
 	/* once the root is in the publication, so are its partitions: nothing is added again (cdc
@@ -171,7 +171,7 @@ int main(void)
 	memcpy(held, TREE, sizeof(TREE));
 	for (size_t i = 0; i < 5; i++)
 		held[i].published = true;
-	pg_publication_additions(&sql, "pub", &publish, held, ntree, &added, &warned, &warnings);
+	source_pg_publication_additions(&sql, "pub", &publish, held, ntree, &added, &warned, &warnings);
 	CHECK_INT(sql.len, 0);
 	buf_free(&sql);
 	buf_free(&warnings);

@@ -169,7 +169,7 @@ static void test_status_full(void)
 {
 	report r = full_report();
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK_STR(
 	    b.data,
 	    "{\"version\":\"0.1.0\",\"uptime_s\":3725,\"ready\":true,\"reason\":null,"
@@ -216,7 +216,7 @@ static void test_status_full(void)
 	/* What `cdc status` makes of it. */
 	buf s = {0};
 	char err[256];
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK_STR(
 	    s.data,
 	    "cdc 0.1.0  up 1h02m  ready\n"
@@ -246,7 +246,7 @@ static void test_status_full(void)
 static void test_status_nulls(void)
 {
 	buf b = {0};
-	report_status_json(&empty_report, &b);
+	status_report_status_json(&empty_report, &b);
 	CHECK_STR(
 	    b.data,
 	    "{\"version\":\"0.1.0\",\"uptime_s\":0,\"ready\":false,\"reason\":\"connecting to PostgreSQL\","
@@ -262,7 +262,7 @@ static void test_status_nulls(void)
 	CHECK(json_ok(b.data));
 	buf s = {0};
 	char err[256];
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK_STR(s.data, "cdc 0.1.0  up 0s  not ready: connecting to PostgreSQL\n"
 			  "source  not streaming  slot=-  server=-  received=-  flushed=-  lag=0 B/-  "
 			  "wal_status=-\n"
@@ -281,7 +281,7 @@ static void test_status_nulls(void)
 	r.source.last_commit_time_us = -1;
 	r.source.lag_s = INFINITY;
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"reason\":\"unknown\"") != NULL);
 	CHECK(strstr(b.data,
 		     "\"flushed_lsn\":\"0/200\",\"server_wal_lsn\":\"0/100\",\"lag_bytes\":0,\"lag_s\":null,"
@@ -314,7 +314,7 @@ static void test_escaping(void)
 	r.nsinks = 1;
 	r.source.wal_status = "weird\"status";
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(json_ok(b.data));
 	CHECK(strstr(b.data, "\"name\":\"we\\\"ird\\\\name\\nx\xef\xbf\xbd\"") != NULL);
 	CHECK(strstr(b.data, "\"name\":\"caf\xc3\xa9\\t\"") != NULL);
@@ -323,7 +323,7 @@ static void test_escaping(void)
 	      NULL);
 
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(
 	    strstr(
 		b.data,
@@ -403,7 +403,7 @@ static void test_metrics(void)
 {
 	report r = full_report();
 	buf b = {0};
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	check_exposition(b.data);
 	static const char *const lines[] = {
 	    "# HELP cdc_up 1 while cdc answers.\n# TYPE cdc_up gauge\ncdc_up 1\n",
@@ -504,7 +504,7 @@ static void test_metrics(void)
 	/* Nothing known: families are all declared, unknown gauges have no sample (absent, not 0), Kafka
 	 * families and histogram series are left out. */
 	buf_reset(&b);
-	report_metrics(&empty_report, &b);
+	status_report_metrics(&empty_report, &b);
 	check_exposition(b.data);
 	CHECK(strstr(b.data, "\ncdc_ready 0\n") != NULL);
 	CHECK(strstr(b.data, "\ncdc_source_connected 0\n") != NULL);
@@ -537,20 +537,20 @@ static void test_slot_health(void)
 	r.source.idle_timeout_known = true;
 	r.source.idle_timeout_s = 3600;
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"wal_status\":\"lost\",\"safe_wal_size\":null,\"invalidation_reason\":"
 			     "\"wal_removed\",\"inactive_since\":\"2024-05-01T12:34:56.000123Z\","
 			     "\"idle_replication_slot_timeout_s\":3600,\"reconnects\":2,") != NULL);
 	buf s = {0};
 	char err[256];
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data,
 		     "\nsource  streaming  slot=cdc_slot  server=18.4  received=0/16B3748  "
 		     "flushed=0/16B3700  lag=1024.0 GiB/0.2s  wal_status=lost  timeline=3  promotions=1  "
 		     "invalidated=wal_removed  inactive_since=2024-05-01T12:34:56.000123Z  "
 		     "idle_timeout=1h00m\n") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	check_exposition(b.data);
 	CHECK(strstr(b.data, "\ncdc_source_slot_invalidation_reason{reason=\"wal_removed\"} 1\n"
 			     "cdc_source_slot_invalidation_reason{reason=\"rows_removed\"} 0\n"
@@ -566,14 +566,14 @@ static void test_slot_health(void)
 	r.source.inactive_since_us = 0;
 	r.source.idle_timeout_s = 0;
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"invalidation_reason\":null,\"inactive_since\":null,"
 			     "\"idle_replication_slot_timeout_s\":0,") != NULL);
 	buf_reset(&s);
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data, "  wal_status=reserved  timeline=3  promotions=1\n") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "\ncdc_source_slot_invalidation_reason{reason=\"wal_removed\"} 0\n"
 			     "cdc_source_slot_invalidation_reason{reason=\"rows_removed\"} 0\n"
 			     "cdc_source_slot_invalidation_reason{reason=\"wal_level_insufficient\"} 0\n"
@@ -584,14 +584,14 @@ static void test_slot_health(void)
 	/* A reason this cdc does not know gets a series of its own. */
 	r.source.invalidation_reason = "some_new_reason";
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "cdc_source_slot_invalidation_reason{reason=\"idle_timeout\"} 0\n"
 			     "cdc_source_slot_invalidation_reason{reason=\"some_new_reason\"} 1\n") != NULL);
 
 	/* Before PostgreSQL 17: the families, no samples. */
 	r = full_report();
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "\n# TYPE cdc_source_slot_invalidation_reason gauge\n# HELP "
 			     "cdc_source_slot_inactive_since_timestamp_seconds ") != NULL);
 	CHECK(strstr(b.data, "\n# TYPE cdc_source_idle_replication_slot_timeout_seconds gauge\n# HELP ") !=
@@ -610,12 +610,12 @@ static void test_exactly_once(void)
 	k.position = 0x16B3700;
 	render_sinks(&k, true);
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,"
 			     "\"exactly_once\":true,\"transactions_committed\":12,\"transactions_aborted\":1,"
 			     "\"transactions_skipped\":3,\"position\":\"0/16B3700\"}") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	check_exposition(b.data);
 	CHECK(strstr(b.data, "\ncdc_kafka_transactions_total{outcome=\"committed\"} 12\n"
 			     "cdc_kafka_transactions_total{outcome=\"aborted\"} 1\n") != NULL);
@@ -638,33 +638,33 @@ static void test_failover(void)
 	r.source.in_recovery = true;
 	r.nwarnings = 0;
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"server\":\"db-1:5432\",\"server_role\":\"standby\",\"timeline\":3,"
 			     "\"promotions\":1,\"failover\":{\"ready\":true,\"reason\":\"ready\","
 			     "\"slot_failover\":true,\"synchronized_standby_slots\":\"sb1, sb2\","
 			     "\"message\":null},") != NULL);
 	buf s = {0};
 	char err[256];
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data, "wal_status=reserved  reading a standby  timeline=3  promotions=1\n"
 			     "failover  ready  synchronized_standby_slots=sb1, sb2\n"
 			     "SUBSCRIPTION") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	check_exposition(b.data);
 	CHECK(strstr(b.data, "\ncdc_source_failover_ready{reason=\"ready\"} 1\n") != NULL);
 	CHECK(strstr(b.data, "\ncdc_source_server_in_recovery 1\n") != NULL);
 
 	r.source.failover.known = false;
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"failover\":{\"ready\":null,\"reason\":null,\"slot_failover\":null,"
 			     "\"synchronized_standby_slots\":null,\"message\":null},") != NULL);
 	buf_reset(&s);
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data, "\nfailover  not checked yet\n") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	check_exposition(b.data);
 	/* the family is described, with no sample until the first answer */
 	CHECK(strstr(b.data, "# TYPE cdc_source_failover_ready gauge\n# HELP") != NULL ||
@@ -744,7 +744,7 @@ static void test_subscriptions(void)
 		buf_free(&e);
 		return;
 	}
-	report_subscriptions_json(c, &b);
+	status_report_subscriptions_json(c, &b);
 	CHECK_STR(
 	    b.data,
 	    "{\"subscriptions\":["
@@ -776,7 +776,7 @@ static void test_subscriptions(void)
 	cfg *c2 = cfg_parse("again.yaml", yaml.data, yaml.len, &e);
 	CHECK(c2 != NULL);
 	if (c2) {
-		report_subscriptions_json(c2, &again);
+		status_report_subscriptions_json(c2, &again);
 		CHECK_STR(again.data, b.data);
 	} else {
 		fprintf(stderr, "%s", e.data ? e.data : "");
@@ -786,7 +786,7 @@ static void test_subscriptions(void)
 	/* No subscriptions at all. */
 	cfg empty = {0};
 	buf_reset(&b);
-	report_subscriptions_json(&empty, &b);
+	status_report_subscriptions_json(&empty, &b);
 	CHECK_STR(b.data, "{\"subscriptions\":[]}\n");
 
 	cfg_free(c);
@@ -802,20 +802,20 @@ static void test_failed_subscriptions(void)
 	static const report_failed_sub failed[] = {{"chg", "subscription chg uses changed: on table \"t\""}};
 	report r = empty_report;
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "failed_subscriptions") == NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "cdc_subscription_failed") == NULL);
 	r.failed = failed;
 	r.nfailed = 1;
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data,
 		     ",\"failed_subscriptions\":[{\"name\":\"chg\",\"reason\":\"subscription chg uses "
 		     "changed: on table \\\"t\\\"\"}]") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(
 	    b.data,
 	    "# TYPE cdc_subscription_failed gauge\ncdc_subscription_failed{subscription=\"chg\"} 1\n"));
@@ -829,10 +829,10 @@ static void test_signals(void)
 	report r = empty_report;
 	buf b = {0}, s = {0};
 	char err[256];
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "signals") == NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "cdc_signal") == NULL);
 	r.signals.table = "public.cdc_signal";
 	r.signals.received = 3;
@@ -843,18 +843,18 @@ static void test_signals(void)
 			      "\"4f2a9c1e0b3d5e7f\",\"error\":null},{\"subscription\":\"audit\",\"backfill\":"
 			      "null,\"error\":\"where: ...\"}]}";
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data,
 		     ",\"signals\":{\"table\":\"public.cdc_signal\",\"received\":3,\"refused\":1,"
 		     "\"backfills_started\":2,\"backfills_stopped\":0,\"last\":{\"id\":\"ad-hoc-2\",") !=
 	      NULL);
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data,
 		     "signals public.cdc_signal: 3 received, 1 refused, 2 backfills started, 0 stopped\n"
 		     "  last ad-hoc-2 (execute-snapshot at 0/1A2B3C8): backfill 4f2a9c1e0b3d5e7f of orders, "
 		     "backfill - of audit: where: ...\n") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "# TYPE cdc_signals_received_total counter\ncdc_signals_received_total 3\n") !=
 	      NULL);
 	CHECK(strstr(b.data, "cdc_signals_refused_total 1\n") != NULL);
@@ -865,16 +865,16 @@ static void test_signals(void)
 			      "not a signal cdc acts on\",\"backfills\":[]}";
 	buf_reset(&b);
 	buf_reset(&s);
-	report_status_json(&r, &b);
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	status_report_status_json(&r, &b);
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data, "  last bad (log at 0/1): refused: type: 'log' is not a signal cdc acts on\n") !=
 	      NULL);
 	r.signals.last_json = NULL;
 	buf_reset(&b);
 	buf_reset(&s);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "\"backfills_stopped\":0,\"last\":null}") != NULL);
-	CHECK(status_summary(b.data, b.len, &s, err, sizeof(err)));
+	CHECK(cli_status_summary(b.data, b.len, &s, err, sizeof(err)));
 	CHECK(strstr(s.data, "  last") == NULL);
 	buf_free(&b);
 	buf_free(&s);
@@ -894,10 +894,10 @@ static void test_backfills(void)
 	r.backfills = rows;
 	r.nbackfills = 3;
 	buf b = {0};
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, ",\"backfills\":[{\"id\":\"4f2a\"}]") != NULL);
 	buf_reset(&b);
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "# TYPE cdc_backfill_rows_read_total counter\n"
 			     "cdc_backfill_rows_read_total{subscription=\"orders\",backfill=\"4f2a\",table="
 			     "\"public.orders\"} 1200\n"
@@ -926,10 +926,10 @@ static void test_backfills(void)
 	buf_reset(&b);
 	r.nbackfills = 0;
 	r.backfills_json = "[]";
-	report_metrics(&r, &b);
+	status_report_metrics(&r, &b);
 	CHECK(strstr(b.data, "cdc_backfill") == NULL);
 	buf_reset(&b);
-	report_status_json(&r, &b);
+	status_report_status_json(&r, &b);
 	CHECK(strstr(b.data, "backfills") == NULL);
 	buf_free(&b);
 }

@@ -109,7 +109,7 @@ static void test_matching(void)
 	    sub("globs", two, 2, MATCH_OP_DELETE),
 	};
 	char err[256];
-	rules *r = rules_new(subs, 3, err, sizeof(err));
+	rules *r = match_rules_new(subs, 3, err, sizeof(err));
 	CHECK(r != NULL);
 	const uint32_t *idx;
 	static const struct {
@@ -131,7 +131,7 @@ static void test_matching(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		pgo_rel x = rel(cases[i].relid, cases[i].schema, cases[i].table, 1);
-		size_t n = rules_match(r, &x, cases[i].op, &idx);
+		size_t n = match_rules_match(r, &x, cases[i].op, &idx);
 		CHECK_INT(n, cases[i].n);
 		if (n >= 1)
 			CHECK_INT(idx[0], cases[i].first);
@@ -140,33 +140,33 @@ static void test_matching(void)
 	}
 	/* A relation id whose schema changed (new version) is matched again by its new name. */
 	pgo_rel renamed = rel(1, "public", "orders_v2", 2);
-	CHECK_INT(rules_match(r, &renamed, MATCH_OP_INSERT, &idx), 1);
+	CHECK_INT(match_rules_match(r, &renamed, MATCH_OP_INSERT, &idx), 1);
 	CHECK_INT(idx[0], 1);
 	/* Logical messages: the subscriptions with the message operation. */
-	CHECK_INT(rules_match(r, NULL, MATCH_OP_MESSAGE, &idx), 1);
+	CHECK_INT(match_rules_match(r, NULL, MATCH_OP_MESSAGE, &idx), 1);
 	CHECK_INT(idx[0], 1);
 	/* Many relations: the cache grows and keeps answering right. */
 	for (uint32_t id = 100; id < 1100; id++) {
 		pgo_rel x = rel(id, id % 2 ? "public" : "other", "t", 1);
-		CHECK_INT(rules_match(r, &x, MATCH_OP_INSERT, &idx), id % 2 ? 1 : 0);
+		CHECK_INT(match_rules_match(r, &x, MATCH_OP_INSERT, &idx), id % 2 ? 1 : 0);
 	}
-	rules_free(r);
+	match_rules_free(r);
 
 	/* Quoted parts match exactly: a schema with a dot, a table with a literal star. */
 	char *quoted[] = {"\"my.app\".\"t*\""};
 	match_sub q = sub("quoted", quoted, 1, MATCH_OP_INSERT);
-	r = rules_new(&q, 1, err, sizeof(err));
+	r = match_rules_new(&q, 1, err, sizeof(err));
 	pgo_rel dotted = rel(7, "my.app", "t*", 1), starry = rel(8, "my.app", "tx", 1),
 		other = rel(9, "myXapp", "t*", 1);
-	CHECK_INT(rules_match(r, &dotted, MATCH_OP_INSERT, &idx), 1);
-	CHECK_INT(rules_match(r, &starry, MATCH_OP_INSERT, &idx), 0);
-	CHECK_INT(rules_match(r, &other, MATCH_OP_INSERT, &idx), 0);
-	rules_free(r);
+	CHECK_INT(match_rules_match(r, &dotted, MATCH_OP_INSERT, &idx), 1);
+	CHECK_INT(match_rules_match(r, &starry, MATCH_OP_INSERT, &idx), 0);
+	CHECK_INT(match_rules_match(r, &other, MATCH_OP_INSERT, &idx), 0);
+	match_rules_free(r);
 
 	/* A where that does not parse is refused with its subscription's name and the position. */
 	match_sub w = sub("paid", orders, 1, MATCH_OP_UPDATE);
 	w.where = "new.status = ";
-	CHECK(rules_new(&w, 1, err, sizeof(err)) == NULL);
+	CHECK(match_rules_new(&w, 1, err, sizeof(err)) == NULL);
 	CHECK_STR(err, "subscription paid: where: position 12: expected a value after '='");
 }
 
@@ -194,7 +194,7 @@ static Cdc__V1__Event *amount_event(arena *a, int64_t amount)
 	return e;
 }
 
-/* Subscriptions with the same where text share one evaluation per event (rules_event starts the
+/* Subscriptions with the same where text share one evaluation per event (match_rules_event starts the
  * next one); a different text is its own; one without a where takes every event. */
 static void test_where_shared(void)
 {
@@ -205,7 +205,7 @@ static void test_where_shared(void)
 	subs[0].where = subs[1].where = subs[4].where = "new.amount < 0";
 	subs[2].where = "new.amount > 100";
 	char err[256];
-	rules *r = rules_new(subs, 5, err, sizeof(err));
+	rules *r = match_rules_new(subs, 5, err, sizeof(err));
 	CHECK(r != NULL);
 	arena *a = arena_new(4096);
 	static const struct {
@@ -219,36 +219,36 @@ static void test_where_shared(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		Cdc__V1__Event *e = amount_event(a, cases[i].amount);
-		rules_event(r);
+		match_rules_event(r);
 		for (uint32_t k = 0; k < 5; k++)
-			CHECK_INT(rules_accept(r, k, e, a), cases[i].want[k]);
+			CHECK_INT(match_rules_accept(r, k, e, a), cases[i].want[k]);
 		arena_reset(a);
 	}
 	arena_free(a);
-	rules_free(r);
+	match_rules_free(r);
 }
 
 static void test_progress(void)
 {
 	progress p = PROGRESS_INIT;
-	CHECK_INT(progress_advance(&p, 10), 0);
+	CHECK_INT(pipeline_progress_advance(&p, 10), 0);
 	/* More than the initial capacity, with the ring wrapping. */
 	for (uint64_t seq = 1; seq <= 3000; seq++)
-		progress_push(&p, seq, 1000 + seq * 10);
+		pipeline_progress_push(&p, seq, 1000 + seq * 10);
 	CHECK_INT(progress_pending(&p), 3000);
-	CHECK_INT(progress_advance(&p, 0), 0);
-	CHECK_INT(progress_advance(&p, 5), 1050);
+	CHECK_INT(pipeline_progress_advance(&p, 0), 0);
+	CHECK_INT(pipeline_progress_advance(&p, 5), 1050);
 	CHECK_INT(progress_pending(&p), 2995);
 	for (uint64_t seq = 3001; seq <= 4000; seq++)
-		progress_push(&p, seq, 1000 + seq * 10);
-	CHECK_INT(progress_advance(&p, 3999), 1000 + 3999 * 10);
+		pipeline_progress_push(&p, seq, 1000 + seq * 10);
+	CHECK_INT(pipeline_progress_advance(&p, 3999), 1000 + 3999 * 10);
 	CHECK_INT(progress_pending(&p), 1);
 	/* Transactions skipped by seq (none of the sinks saw them) do not block the queue. */
-	progress_push(&p, 4100, 99999);
-	CHECK_INT(progress_advance(&p, 4050), 1000 + 4000 * 10);
-	CHECK_INT(progress_advance(&p, 4100), 99999);
+	pipeline_progress_push(&p, 4100, 99999);
+	CHECK_INT(pipeline_progress_advance(&p, 4050), 1000 + 4000 * 10);
+	CHECK_INT(pipeline_progress_advance(&p, 4100), 99999);
 	CHECK_INT(progress_pending(&p), 0);
-	progress_free(&p);
+	pipeline_progress_free(&p);
 }
 
 static void test_state(void)
@@ -256,29 +256,29 @@ static void test_state(void)
 	char dir[] = "/tmp/cdc-test-state-XXXXXX";
 	CHECK(mkdtemp(dir) != NULL);
 	char err[512];
-	int lock = state_lock(dir, err, sizeof(err));
+	int lock = source_state_lock(dir, err, sizeof(err));
 	CHECK(lock >= 0);
-	CHECK(state_lock(dir, err, sizeof(err)) < 0);
+	CHECK(source_state_lock(dir, err, sizeof(err)) < 0);
 	CHECK(strstr(err, "is in use by another cdc process") != NULL);
 
 	state st;
 	bool found = true;
-	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(source_state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(!found);
 	state w = {.system_id = "7312345678901234567",
 		   .slot = "cdc_slot",
 		   .flushed_lsn = 0x1A2B3C4DULL | (3ULL << 32)};
-	CHECK(state_write(dir, &w, err, sizeof(err)));
-	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(source_state_write(dir, &w, err, sizeof(err)));
+	CHECK(source_state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(found);
 	CHECK_STR(st.system_id, "7312345678901234567");
 	CHECK_STR(st.slot, "cdc_slot");
 	CHECK_INT(st.flushed_lsn, w.flushed_lsn);
 
 	/* The writer's thread: posts coalesce, what is durable is what it wrote last. */
-	state_writer *sw = state_writer_new(dir, err, sizeof(err));
+	state_writer *sw = source_state_writer_new(dir, err, sizeof(err));
 	CHECK(sw != NULL);
-	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	CHECK(source_state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	CHECK(!found); /* nothing written by it yet */
 	char path[600], other[600];
 	snprintf(other, sizeof(other), "%s/backfills.json", dir);
@@ -287,13 +287,13 @@ static void test_state(void)
 		/* a file to write before the position: a later post without one keeps it */
 		char text[32];
 		int n = snprintf(text, sizeof(text), "file %d", (int)i);
-		state_writer_post(sw, &w, i % 10 == 1 ? other : NULL, text, (size_t)n);
+		source_state_writer_post(sw, &w, i % 10 == 1 ? other : NULL, text, (size_t)n);
 	}
-	state_writer_wait(sw);
-	CHECK(state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	source_state_writer_wait(sw);
+	CHECK(source_state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	CHECK(found);
 	CHECK_INT(st.flushed_lsn, 0x5064);
-	CHECK(state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(source_state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK_INT(st.flushed_lsn, 0x5064);
 	FILE *of = fopen(other, "r");
 	char got[32] = "";
@@ -305,26 +305,26 @@ static void test_state(void)
 	snprintf(path, sizeof(path), "%s/position.tmp", dir);
 	CHECK(mkdir(path, 0700) == 0); /* the temp file cannot be made: the write fails, and stays failed */
 	w.flushed_lsn = 0x6000;
-	state_writer_post(sw, &w, NULL, NULL, 0);
-	state_writer_wait(sw);
-	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	source_state_writer_post(sw, &w, NULL, NULL, 0);
+	source_state_writer_wait(sw);
+	CHECK(!source_state_writer_durable(sw, &st, &found, err, sizeof(err)));
 	CHECK(strstr(err, "position.tmp") != NULL);
 	CHECK(rmdir(path) == 0);
-	state_writer_post(sw, &w, NULL, NULL, 0);
-	state_writer_wait(sw);
-	CHECK(!state_writer_durable(sw, &st, &found, err, sizeof(err)));
-	state_writer_free(sw);
+	source_state_writer_post(sw, &w, NULL, NULL, 0);
+	source_state_writer_wait(sw);
+	CHECK(!source_state_writer_durable(sw, &st, &found, err, sizeof(err)));
+	source_state_writer_free(sw);
 
 	snprintf(path, sizeof(path), "%s/position", dir);
 	FILE *f = fopen(path, "w");
 	fputs("system_identifier 1\nslot s\nflushed_lsn nonsense\n", f);
 	fclose(f);
-	CHECK(!state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(!source_state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(strstr(err, "is incomplete or corrupt") != NULL);
 	f = fopen(path, "w");
 	fputs("garbage here\n", f);
 	fclose(f);
-	CHECK(!state_read(dir, &st, &found, err, sizeof(err)));
+	CHECK(!source_state_read(dir, &st, &found, err, sizeof(err)));
 	CHECK(strstr(err, "unexpected line \"garbage here\"") != NULL);
 
 	close(lock);
@@ -337,21 +337,21 @@ static void test_state(void)
 static void test_lsn(void)
 {
 	char s[LSN_STRLEN];
-	lsn_format(0x16B3748, s);
+	util_lsn_format(0x16B3748, s);
 	CHECK_STR(s, "0/16B3748");
-	lsn_format(0xFFFFFFFFFFFFFFFFULL, s);
+	util_lsn_format(0xFFFFFFFFFFFFFFFFULL, s);
 	CHECK_STR(s, "FFFFFFFF/FFFFFFFF");
-	lsn_format(0, s);
+	util_lsn_format(0, s);
 	CHECK_STR(s, "0/0");
-	lsn_format(0x100000000ULL, s);
+	util_lsn_format(0x100000000ULL, s);
 	CHECK_STR(s, "1/0");
 	uint64_t v;
-	CHECK(lsn_parse("1A/2B3C", &v));
+	CHECK(util_lsn_parse("1A/2B3C", &v));
 	CHECK_INT(v, 0x1A00002B3CLL);
-	CHECK(!lsn_parse("1A/", &v));
-	CHECK(!lsn_parse("1A/2B3C ", &v));
-	CHECK(!lsn_parse("x/1", &v));
-	CHECK(!lsn_parse("", &v));
+	CHECK(!util_lsn_parse("1A/", &v));
+	CHECK(!util_lsn_parse("1A/2B3C ", &v));
+	CHECK(!util_lsn_parse("x/1", &v));
+	CHECK(!util_lsn_parse("", &v));
 }
 
 static void test_hist(void)

@@ -39,7 +39,7 @@ static void test_event(void)
 	arena *a = arena_new(4096);
 	pgo_relcache *rc = cache();
 	const pgo_rel *rel = pgo_relcache_get(rc, 16385);
-	Cdc__V1__Event *e = sch_event(a, rc, rel, NULL);
+	Cdc__V1__Event *e = pgo_schema_event(a, rc, rel, NULL);
 	CHECK_INT(e->op, CDC__V1__OP__OP_SCHEMA);
 	CHECK_STR(e->schema, "public");
 	CHECK_STR(e->table, "orders");
@@ -58,26 +58,26 @@ static void test_event(void)
 		CHECK_STR(s->columns[i]->renamed_from, "");
 	}
 	/* The id: stable across runs and machines (consumers keep it), and it changes with the shape. */
-	uint64_t id = sch_id(e);
+	uint64_t id = pgo_schema_id(e);
 	CHECK(id == UINT64_C(0xc45f990b11c2f9fb) ||
 	      (fprintf(stderr, "id %016llx\n", (unsigned long long)id), 0));
 	s->columns[1]->typmod = 655370; /* numeric(10,6) */
-	CHECK(sch_id(e) != id);
+	CHECK(pgo_schema_id(e) != id);
 	s->columns[1]->typmod = 655366;
 	s->columns[0]->key = false;
-	CHECK(sch_id(e) != id);
+	CHECK(pgo_schema_id(e) != id);
 	s->columns[0]->key = true;
 	s->columns[2]->renamed_from = "memo"; /* not part of the shape */
-	CHECK(sch_id(e) == id);
+	CHECK(pgo_schema_id(e) == id);
 	s->replica_identity = "full";
-	CHECK(sch_id(e) != id);
+	CHECK(pgo_schema_id(e) != id);
 	pgo_relcache_free(rc);
 	arena_free(a);
 }
 
 static bool parse(arena *a, const char *json, ddl_msg *m, char *err, size_t errlen)
 {
-	return ddl_parse(a, json, strlen(json), m, err, errlen);
+	return pgo_ddl_parse(a, json, strlen(json), m, err, errlen);
 }
 
 static void test_parse(void)
@@ -109,7 +109,7 @@ static void test_parse(void)
 	CHECK_STR(m.cols[1].name, "note");
 	CHECK_INT(m.cols[1].typmod, -1); /* absent: none */
 	CHECK(m.cols[0].not_null && !m.cols[1].not_null);
-	Cdc__V1__Event *e = ddl_event(a, &m);
+	Cdc__V1__Event *e = pgo_ddl_event(a, &m);
 	CHECK_INT(e->op, CDC__V1__OP__OP_DDL);
 	CHECK_STR(e->ddl->command_tag, "ALTER TABLE");
 	CHECK_STR(e->ddl->statement, "ALTER TABLE orders RENAME memo TO note");
@@ -197,12 +197,12 @@ static void ddl(sch_tables *t, arena *a, const pgo_rel *before, int subid, const
 			if (strcmp(order_cols[i].name, name) == 0)
 				d->type_oid = order_cols[i].type_oid;
 	}
-	sch_tables_ddl(t, &m, before);
+	pgo_schema_tables_ddl(t, &m, before);
 }
 
 static const char *from(const sch_tables *t, uint64_t since, const char *name)
 {
-	const char *f = sch_renamed_from(t, 16385, since, name);
+	const char *f = pgo_schema_renamed_from(t, 16385, since, name);
 	return f ? f : "(none)";
 }
 
@@ -211,14 +211,14 @@ static void test_renames(void)
 	arena *a = arena_new(4096);
 	pgo_relcache *rc = cache();
 	const pgo_rel *rel = pgo_relcache_get(rc, 16385);
-	sch_tables *t = sch_tables_new();
-	CHECK_INT(sch_tables_generation(t), 0);
+	sch_tables *t = pgo_schema_tables_new();
+	CHECK_INT(pgo_schema_tables_generation(t), 0);
 	CHECK_STR(from(t, 0, "note"), "(none)");
 
 	/* The table's first DDL event: the columns before it by name (the Relation message's); the one
 	 * that went is the one the RENAME COLUMN named by number (3). */
 	ddl(t, a, rel, 3, "1:id!,2:amount,3:memo,4:mood");
-	CHECK_INT(sch_tables_generation(t), 1);
+	CHECK_INT(pgo_schema_tables_generation(t), 1);
 	CHECK_STR(from(t, 0, "memo"), "note");
 	CHECK_STR(from(t, 0, "id"), "(none)");
 	CHECK_STR(from(t, 1, "memo"), "(none)"); /* not since generation 1 */
@@ -239,34 +239,34 @@ static void test_renames(void)
 	CHECK_STR(from(t, 4, "text"), "mood");
 
 	/* a schema event takes NOT NULL from a DDL event that lists its columns, names and types */
-	Cdc__V1__Event *e = sch_event(a, rc, rel, t);
+	Cdc__V1__Event *e = pgo_schema_event(a, rc, rel, t);
 	CHECK_INT(e->table_schema->columns[0]->nullable_present_case, 0); /* other names now */
-	sch_tables *t2 = sch_tables_new();
+	sch_tables *t2 = pgo_schema_tables_new();
 	ddl(t2, a, rel, 0, "1:id!,2:amount,3:note,4:mood");
-	e = sch_event(a, rc, rel, t2);
+	e = pgo_schema_event(a, rc, rel, t2);
 	CHECK_INT(e->table_schema->columns[0]->nullable_present_case,
 		  CDC__V1__SCHEMA__COLUMN__NULLABLE_PRESENT_NULLABLE);
 	CHECK(!e->table_schema->columns[0]->nullable && e->table_schema->columns[1]->nullable);
 	/* the table dropped: what was known of it goes */
 	ddl_msg drop = {
 	    .event = "sql_drop", .tag = "DROP TABLE", .schema = "public", .table = "orders", .relid = 16385};
-	sch_tables_ddl(t2, &drop, rel);
-	e = sch_event(a, rc, rel, t2);
+	pgo_schema_tables_ddl(t2, &drop, rel);
+	e = pgo_schema_event(a, rc, rel, t2);
 	CHECK_INT(e->table_schema->columns[0]->nullable_present_case, 0);
 
 	/* a first DDL event with no Relation message before it tells nothing of renames */
-	sch_tables *t3 = sch_tables_new();
+	sch_tables *t3 = pgo_schema_tables_new();
 	ddl(t3, a, NULL, 3, "1:id,3:note");
-	CHECK_STR(sch_renamed_from(t3, 16385, 0, "note") ? "?" : "(none)", "(none)");
+	CHECK_STR(pgo_schema_renamed_from(t3, 16385, 0, "note") ? "?" : "(none)", "(none)");
 	/* a subscription whose schema event is older than the log keeps gets no renamed_from */
 	for (int i = 0; i < 300; i++)
 		ddl(t3, a, NULL, 3, i % 2 ? "1:id,3:note" : "1:id,3:memo");
-	CHECK_STR(sch_renamed_from(t3, 16385, 1, "note") ? "?" : "(none)", "(none)");
-	CHECK_STR(from(t3, sch_tables_generation(t3) - 1, "note"), "memo");
+	CHECK_STR(pgo_schema_renamed_from(t3, 16385, 1, "note") ? "?" : "(none)", "(none)");
+	CHECK_STR(from(t3, pgo_schema_tables_generation(t3) - 1, "note"), "memo");
 
-	sch_tables_free(t);
-	sch_tables_free(t2);
-	sch_tables_free(t3);
+	pgo_schema_tables_free(t);
+	pgo_schema_tables_free(t2);
+	pgo_schema_tables_free(t3);
 	pgo_relcache_free(rc);
 	arena_free(a);
 }

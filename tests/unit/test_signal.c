@@ -13,25 +13,26 @@ static void row(const char *id, const char *type, const char *data, const char *
 {
 	bf_signal s;
 	char err[512] = "";
-	bool ok = bf_signal_parse(id, id ? strlen(id) : 0, type, type ? strlen(type) : 0, data,
-				  data ? strlen(data) : 0, &s, err, sizeof(err));
+	bool ok = backfill_signal_parse(id, id ? strlen(id) : 0, type, type ? strlen(type) : 0, data,
+					data ? strlen(data) : 0, &s, err, sizeof(err));
 	CHECK_STR(ok ? "" : err, want_err);
 	if (!ok) {
 		CHECK(!s.id && !s.tables && !s.subscriptions);
 		return;
 	}
 	buf j = {0};
-	bf_signal_json(&s, &j);
+	backfill_signal_json(&s, &j);
 	CHECK_STR(j.data, want_json);
 	/* what it prints parses again to the same */
 	bf_signal again;
-	CHECK(bf_signal_parse(s.id, strlen(s.id), bf_signal_type(s.kind), strlen(bf_signal_type(s.kind)),
-			      j.data, j.len, &again, err, sizeof(err)));
+	CHECK(backfill_signal_parse(s.id, strlen(s.id), backfill_signal_type(s.kind),
+				    strlen(backfill_signal_type(s.kind)), j.data, j.len, &again, err,
+				    sizeof(err)));
 	buf k = {0};
-	bf_signal_json(&again, &k);
+	backfill_signal_json(&again, &k);
 	CHECK_STR(k.data, j.data);
-	bf_signal_free(&again);
-	bf_signal_free(&s);
+	backfill_signal_free(&again);
+	backfill_signal_free(&s);
 	buf_free(&j);
 	buf_free(&k);
 }

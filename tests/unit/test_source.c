@@ -24,7 +24,7 @@ static source *source_for(const char *dsn)
 		fprintf(stderr, "%s", e.data);
 		abort();
 	}
-	source_settings set = setup_source(c);
+	source_settings set = daemon_setup_source(c);
 	source *s = source_new(&set);
 	cfg_free(c);
 	buf_free(&y);
@@ -87,7 +87,7 @@ int main(void)
 		    &y,
 		    "source:\n  dsn: \"host=standby\"\n  primary_dsn: \"host=p password=Primary-pw-7\"\n");
 		cfg *c = cfg_parse("t.yaml", y.data, y.len, &e);
-		source_settings set = setup_source(c);
+		source_settings set = daemon_setup_source(c);
 		source *ps = source_new(&set);
 		char err[64] = "FATAL: Primary-pw-7 at p";
 		source_redact(ps, err, sizeof(err));

@@ -110,7 +110,7 @@ static void test_body(void)
 	status_match m = {0};
 	CHECK(!status_check_body("{}\0", 3, &m));
 	CHECK_STR(m.message, "invalid body: contains a NUL byte");
-	char *big = xmalloc(STATUS_BODY_MAX + 1);
+	char *big = util_xmalloc(STATUS_BODY_MAX + 1);
 	memset(big, ' ', STATUS_BODY_MAX + 1);
 	big[0] = '{', big[STATUS_BODY_MAX - 1] = '}';
 	CHECK(status_check_body(big, STATUS_BODY_MAX, &m));
@@ -150,7 +150,7 @@ static void test_http_parse(void)
 		unsigned code = 0;
 		buf body = {0};
 		char err[128] = "";
-		bool ok = status_http_parse(T[i].resp, strlen(T[i].resp), &code, &body, err, sizeof(err));
+		bool ok = cli_status_http_parse(T[i].resp, strlen(T[i].resp), &code, &body, err, sizeof(err));
 		CHECK_INT(ok, T[i].ok);
 		if (ok) {
 			CHECK_INT(code, T[i].code);
@@ -181,7 +181,7 @@ static void test_summary(void)
 {
 	buf out = {0};
 	char err[128];
-	CHECK(status_summary(STATUS_JSON, strlen(STATUS_JSON), &out, err, sizeof(err)));
+	CHECK(cli_status_summary(STATUS_JSON, strlen(STATUS_JSON), &out, err, sizeof(err)));
 	CHECK_STR(out.data,
 		  "cdc 0.3.0  up 1h02m  ready\n"
 		  "source  streaming  slot=cdc_slot  server=15.8  received=0/1A2B3C8  flushed=0/1A2B3C8  "
@@ -198,16 +198,16 @@ static void test_summary(void)
 	buf_reset(&out);
 	static const char sparse[] = "{\"ready\":false,\"reason\":\"source: connection \\u001b[31mrefused\","
 				     "\"source\":{\"connected\":false,\"lag_bytes\":5368709120}}";
-	CHECK(status_summary(sparse, strlen(sparse), &out, err, sizeof(err)));
+	CHECK(cli_status_summary(sparse, strlen(sparse), &out, err, sizeof(err)));
 	CHECK_STR(
 	    out.data,
 	    "cdc -  not ready: source: connection ?[31mrefused\n"
 	    "source  not streaming  slot=-  server=-  received=-  flushed=-  lag=5.0 GiB/-  wal_status=-\n"
 	    "no subscriptions\n");
 	buf_reset(&out);
-	CHECK(!status_summary("[1]", 3, &out, err, sizeof(err)));
+	CHECK(!cli_status_summary("[1]", 3, &out, err, sizeof(err)));
 	CHECK_STR(err, "the status is not a JSON object (another JSON value)");
-	CHECK(!status_summary("{", 1, &out, err, sizeof(err)));
+	CHECK(!cli_status_summary("{", 1, &out, err, sizeof(err)));
 	buf_free(&out);
 }
 
@@ -268,8 +268,8 @@ static void receive(int fd, answer *a)
 		buf_append(&a->raw, chunk, (size_t)n);
 	close(fd);
 	char err[128];
-	if (!status_http_parse(a->raw.data ? a->raw.data : "", a->raw.len, &a->code, &a->body, err,
-			       sizeof(err)))
+	if (!cli_status_http_parse(a->raw.data ? a->raw.data : "", a->raw.len, &a->code, &a->body, err,
+				   sizeof(err)))
 		a->code = 0;
 	if (!a->body.data)
 		buf_puts(&a->body, "");
@@ -348,7 +348,7 @@ static void on_request(void *ctx, status_request *r)
 	F.put = r->put;
 	snprintf(F.name, sizeof(F.name), "%s", r->name);
 	free(F.body);
-	F.body = r->body ? xstrdup(r->body) : NULL;
+	F.body = r->body ? util_xstrdup(r->body) : NULL;
 	F.body_len = r->body_len;
 	F.uid = r->uid;
 	F.pid = r->pid;
@@ -386,7 +386,7 @@ static cfg *make_cfg(const char *extra_status, int tcp)
 		fprintf(stderr, "%s", errors.data);
 	else if (tcp) {
 		free(c->status.listen); /* port 0, which the config refuses, so that any free port will do */
-		c->status.listen = xstrdup("127.0.0.1:0");
+		c->status.listen = util_xstrdup("127.0.0.1:0");
 	}
 	buf_free(&y);
 	buf_free(&errors);
@@ -613,7 +613,7 @@ static void *client_a(void *arg)
 	unsigned code = 0;
 	buf body = {0};
 	char err[256];
-	CHECK(status_http_get(&(cli_endpoint){sock_path}, "/status", &code, &body, err, sizeof(err)));
+	CHECK(cli_status_http_get(&(cli_endpoint){sock_path}, "/status", &code, &body, err, sizeof(err)));
 	CHECK_INT(code, 200);
 	CHECK_STR(body.data, STATUS_JSON);
 	buf_free(&body);
@@ -707,23 +707,23 @@ static void *client_b(void *arg)
 	close(fd);
 	unsigned code = 0;
 	buf body = {0};
-	CHECK(status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
+	CHECK(cli_status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
 	CHECK_INT(code, 200);
 	CHECK_STR(body.data, METRICS);
 	buf_reset(&body);
-	CHECK(status_http_get(&(cli_endpoint){url}, "/metrics", &code, &body, err, sizeof err));
+	CHECK(cli_status_http_get(&(cli_endpoint){url}, "/metrics", &code, &body, err, sizeof err));
 	CHECK_INT(code, 401);
 	buf_reset(&body);
 	unlink(tokfile);
-	CHECK(!status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
+	CHECK(!cli_status_http_get(&(cli_endpoint){url, tokfile}, "/metrics", &code, &body, err, sizeof err));
 	char want_err[128];
 	snprintf(want_err, sizeof want_err, "%s: no such file", tokfile);
 	CHECK_STR(err, want_err);
 	static const char *const bad_urls[] = {"http://127.0.0.1", "http://:80", "http://[::1]80",
 					       "http://h:123456", "https://h:80/x"};
 	for (size_t i = 0; i < sizeof bad_urls / sizeof *bad_urls; i++) {
-		CHECK(!status_http_get(&(cli_endpoint){bad_urls[i]}, "/metrics", &code, &body, err,
-				       sizeof err));
+		CHECK(!cli_status_http_get(&(cli_endpoint){bad_urls[i]}, "/metrics", &code, &body, err,
+					   sizeof err));
 		snprintf(want_err, sizeof want_err,
 			 "%s: expected http://HOST:PORT or https://HOST:PORT (status.listen)", bad_urls[i]);
 		CHECK_STR(err, want_err);
@@ -767,7 +767,7 @@ static void test_bearer(void)
 	buf_puts(&big, "Bearer ");
 	while (big.len <= STATUS_AUTH_MAX)
 		buf_putc(&big, 'a');
-	char *long_token = xstrdup(big.data + 7);
+	char *long_token = util_xstrdup(big.data + 7);
 	CHECK(!status_bearer_ok(big.data, long_token)); /* refused unread: over STATUS_AUTH_MAX */
 	big.len = STATUS_AUTH_MAX;
 	big.data[big.len] = '\0';

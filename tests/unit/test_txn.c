@@ -294,8 +294,8 @@ static bool h_begin(void *ctx, const txn_info *t, char *err, size_t errlen)
 	char c[LSN_STRLEN], e[LSN_STRLEN];
 	(void)err;
 	(void)errlen;
-	lsn_format(t->commit_lsn, c);
-	lsn_format(t->end_lsn, e);
+	util_lsn_format(t->commit_lsn, c);
+	util_lsn_format(t->end_lsn, e);
 	buf_printf(&f->log, "B%u c%s e%s t%lld", t->xid, c, e, (long long)t->commit_time);
 	log_info_tail(&f->log, t);
 	return true;
@@ -307,8 +307,8 @@ static bool h_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 	char c[LSN_STRLEN], e[LSN_STRLEN];
 	(void)err;
 	(void)errlen;
-	lsn_format(t->commit_lsn, c);
-	lsn_format(t->end_lsn, e);
+	util_lsn_format(t->commit_lsn, c);
+	util_lsn_format(t->end_lsn, e);
 	buf_printf(&f->log, "C%u c%s e%s", t->xid, c, e);
 	log_info_tail(&f->log, t);
 	return true;
@@ -347,7 +347,7 @@ static bool refuse(const char *row, size_t len, char *err, size_t errlen, bool *
 {
 	*refused = true;
 	if (len == 4 && memcmp(row, "fail", 4) == 0)
-		return errf(err, errlen, "handler refuses row 'fail'");
+		return util_errf(err, errlen, "handler refuses row 'fail'");
 	if (len == 6 && memcmp(row, "silent", 6) == 0)
 		return false;
 	*refused = false;
@@ -375,7 +375,7 @@ static bool h_change(void *ctx, const txn_info *t, const pgo_msg *m, pgo_lsn lsn
 		if (refused)
 			return ok;
 	}
-	lsn_format(lsn, l);
+	util_lsn_format(lsn, l);
 	buf_puts(b, t ? "  " : "");
 	switch (m->type) {
 	case PGO_INSERT:
@@ -413,7 +413,7 @@ static bool h_replay(void *ctx, const txn_info *t, const uint8_t *rec, size_t le
 	if (f->big) {
 		pgo_lsn lsn;
 		if (len != sizeof(lsn))
-			return errf(err, errlen, "record of %zu bytes", len);
+			return util_errf(err, errlen, "record of %zu bytes", len);
 		memcpy(&lsn, rec, sizeof(lsn));
 		if (lsn <= f->last_replayed)
 			f->bad_rows++;
@@ -466,7 +466,7 @@ static void fx_init(fixture *f)
 	f->rc = pgo_relcache_new();
 	txn_handler h = handler;
 	h.ctx = f;
-	f->a = txn_new(f->dir, &opts, f->rc, &h, err, sizeof(err));
+	f->a = pgo_txn_new(f->dir, &opts, f->rc, &h, err, sizeof(err));
 	if (!f->a) {
 		fprintf(stderr, "txn_new: %s\n", err);
 		exit(2);
@@ -492,10 +492,10 @@ static int fx_files(const fixture *f)
 static void fx_restart(fixture *f)
 {
 	char err[256];
-	txn_free(f->a);
+	pgo_txn_free(f->a);
 	txn_handler h = handler;
 	h.ctx = f;
-	f->a = txn_new(f->dir, &opts, f->rc, &h, err, sizeof(err));
+	f->a = pgo_txn_new(f->dir, &opts, f->rc, &h, err, sizeof(err));
 	if (!f->a) {
 		fprintf(stderr, "txn_new: %s\n", err);
 		exit(2);
@@ -504,7 +504,7 @@ static void fx_restart(fixture *f)
 
 static void fx_done(fixture *f)
 {
-	txn_free(f->a);
+	pgo_txn_free(f->a);
 	pgo_relcache_free(f->rc);
 	buf_free(&f->log);
 	buf_free(&f->calls);
@@ -524,7 +524,7 @@ static const char *fx_log(fixture *f)
 static bool feed_at(fixture *f, const msg *m, pgo_lsn lsn, int line)
 {
 	char err[512];
-	if (txn_feed(f->a, m->d, m->n, lsn, err, sizeof(err)))
+	if (pgo_txn_feed(f->a, m->d, m->n, lsn, err, sizeof(err)))
 		return true;
 	fprintf(stderr, "%s:%d: txn_feed failed: %s\n", __FILE__, line, err);
 	return false;
@@ -536,7 +536,7 @@ static bool feed_at(fixture *f, const msg *m, pgo_lsn lsn, int line)
 static const char *feed_err(fixture *f, const msg *m, pgo_lsn lsn)
 {
 	static char err[512];
-	if (txn_feed(f->a, m->d, m->n, lsn, err, sizeof(err)))
+	if (pgo_txn_feed(f->a, m->d, m->n, lsn, err, sizeof(err)))
 		return "(succeeded)";
 	return err;
 }
@@ -550,7 +550,7 @@ static void test_plain(void)
 	fixture f;
 	fx_init(&f);
 	FEED(&f, 0x100, enc_begin(0x200, 1000, 700));
-	CHECK(txn_in_progress(f.a));
+	CHECK(pgo_txn_in_progress(f.a));
 	FEED(&f, 0x108, enc_relation(0, 1, "t1", 2, COLS2));
 	FEED(&f, 0x110, enc_insert(0, 1, ROW2("1", "a")));
 	FEED(&f, 0x120, enc_update(0, 1, ROW2("1", "~")));
@@ -558,7 +558,7 @@ static void test_plain(void)
 	FEED(&f, 0x140, enc_truncate(0, 1, 2));
 	FEED(&f, 0x150, enc_message(0, true, 0x150, "app", "hello"));
 	FEED(&f, 0x200, enc_commit(0x200, 0x208, 1000));
-	CHECK(!txn_in_progress(f.a));
+	CHECK(!pgo_txn_in_progress(f.a));
 	CHECK_STR(fx_log(&f), "B700 c0/200 e0/0 t1000\n"
 			      "  I r1 2/2 1,a @0/110\n"
 			      "  U r1 2/2 1,~ @0/120\n"
@@ -611,9 +611,9 @@ static void test_streams_interleaved(void)
 	FEED(&f, 0x101, enc_origin(0x9000, "up"));
 	FEED(&f, 0x108, enc_relation(701, 1, "t1", 2, COLS2));
 	FEED(&f, 0x110, enc_insert(701, 1, ROW2("1", "a")));
-	CHECK(txn_in_progress(f.a));
+	CHECK(pgo_txn_in_progress(f.a));
 	FEED(&f, 0x118, enc_stream_stop());
-	CHECK(!txn_in_progress(f.a));
+	CHECK(!pgo_txn_in_progress(f.a));
 	FEED(&f, 0x120, enc_stream_start(702, true));
 	FEED(&f, 0x128, enc_relation(702, 1, "t1", 2, COLS2));
 	FEED(&f, 0x130, enc_insert(702, 1, ROW2("2", "b")));
@@ -631,7 +631,7 @@ static void test_streams_interleaved(void)
 	CHECK_STR(fx_log(&f), "B703 c0/180 e0/0 t1500\n"
 			      "  I r1 2/2 3,plain @0/150\n"
 			      "C703 c0/180 e0/188\n");
-	txn_stats s = txn_get_stats(f.a);
+	txn_stats s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.streamed_open, 2);
 	CHECK_INT(s.prepared_open, 0);
 	CHECK(s.spilled_bytes > 0);
@@ -648,7 +648,7 @@ static void test_streams_interleaved(void)
 			      "  I r1 2/2 1,a @0/110 o=up\n"
 			      "  U r1 2/2 1,aa @0/198 o=up\n"
 			      "C701 c0/5F0 e0/600 o=up\n");
-	s = txn_get_stats(f.a);
+	s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.streamed_open, 0);
 	CHECK_INT(s.spilled_bytes, 0);
 	CHECK_INT(fx_files(&f), 0);
@@ -669,7 +669,7 @@ static void test_stream_abort(void)
 	buf_putc(&f.calls, '\0');
 	CHECK_STR(f.calls.data, "0 A710 ");
 	CHECK_INT(fx_files(&f), 0);
-	txn_stats s = txn_get_stats(f.a);
+	txn_stats s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.streamed_open, 0);
 	CHECK_INT(s.aborted, 1);
 	CHECK_INT(s.spilled_bytes, 0);
@@ -682,13 +682,13 @@ static void test_stream_abort(void)
 	FEED(&f, 0x308, enc_stream_abort(712, 713));
 	CHECK_STR(fx_log(&f), "");
 	CHECK_INT(f.calls.len, calls);
-	CHECK_INT(txn_get_stats(f.a).aborted, 1);
+	CHECK_INT(pgo_txn_get_stats(f.a).aborted, 1);
 	/* the stream goes on */
 	FEED(&f, 0x400, enc_stream_start(714, true));
 	FEED(&f, 0x408, enc_insert(714, 1, ROW2("2", "b")));
 	FEED(&f, 0x410, enc_stream_stop());
 	FEED(&f, 0x500, enc_stream_abort(714, 714));
-	CHECK_INT(txn_get_stats(f.a).aborted, 2);
+	CHECK_INT(pgo_txn_get_stats(f.a).aborted, 2);
 	fx_done(&f);
 }
 
@@ -704,9 +704,9 @@ static void test_subxact_abort(void)
 	FEED(&f, 0x120, enc_insert(721, 1, ROW1("b")));
 	FEED(&f, 0x130, enc_insert(722, 1, ROW1("c")));
 	FEED(&f, 0x138, enc_stream_stop());
-	uint64_t before = txn_get_stats(f.a).spilled_bytes;
+	uint64_t before = pgo_txn_get_stats(f.a).spilled_bytes;
 	FEED(&f, 0x140, enc_stream_abort(720, 722));
-	CHECK(txn_get_stats(f.a).spilled_bytes < before);
+	CHECK(pgo_txn_get_stats(f.a).spilled_bytes < before);
 	FEED(&f, 0x150, enc_stream_start(720, false));
 	FEED(&f, 0x160, enc_insert(721, 1, ROW1("d")));
 	FEED(&f, 0x168, enc_stream_stop());
@@ -729,7 +729,7 @@ static void test_subxact_abort(void)
 	/* positions count only what is kept; each subtransaction's first change is a savepoint */
 	buf_putc(&f.calls, '\0');
 	CHECK_STR(f.calls.data, "0 1s 2s R2 2 R1 1 2s 3 ");
-	CHECK_INT(txn_get_stats(f.a).aborted, 0);
+	CHECK_INT(pgo_txn_get_stats(f.a).aborted, 0);
 	CHECK_INT(fx_files(&f), 0);
 	fx_done(&f);
 }
@@ -835,13 +835,13 @@ static void test_prepared(void)
 	FEED(&f, 0x100, enc_relation(0, 1, "t1", 1, COLS2));
 	/* Prepared, then committed. */
 	FEED(&f, 0x700, enc_prepare('b', 0x700, 0x708, 100, 760, "g1"));
-	CHECK(txn_in_progress(f.a));
+	CHECK(pgo_txn_in_progress(f.a));
 	FEED(&f, 0x701, enc_origin(0x42, "far"));
 	FEED(&f, 0x710, enc_insert(0, 1, ROW1("p1")));
 	FEED(&f, 0x720, enc_insert(0, 1, ROW1("p2")));
 	FEED(&f, 0x730, enc_prepare('P', 0x700, 0x708, 100, 760, "g1"));
-	CHECK(!txn_in_progress(f.a));
-	CHECK_INT(txn_oldest_prepared(f.a), 0x700);
+	CHECK(!pgo_txn_in_progress(f.a));
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0x700);
 	/* Prepared, to be rolled back. */
 	FEED(&f, 0x900, enc_prepare('b', 0x900, 0x908, 200, 761, "g2"));
 	FEED(&f, 0x910, enc_insert(0, 1, ROW1("r1")));
@@ -852,29 +852,29 @@ static void test_prepared(void)
 	FEED(&f, 0xa18, enc_stream_stop());
 	FEED(&f, 0xb00, enc_prepare('p', 0xb00, 0xb08, 300, 762, "g3"));
 	CHECK_STR(fx_log(&f), "");
-	txn_stats s = txn_get_stats(f.a);
+	txn_stats s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.prepared_open, 3);
 	CHECK_INT(s.streamed_open, 0);
 	CHECK_INT(fx_files(&f), 3);
-	CHECK_INT(txn_oldest_prepared(f.a), 0x700);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0x700);
 
 	FEED(&f, 0xc00, enc_commit_prepared(0xbf0, 0xc00, 400, 760, "g1"));
 	CHECK_STR(fx_log(&f), "B760 c0/BF0 e0/C00 t400 o=far g=g1\n"
 			      "  I r1 1/1 p1 @0/710 o=far\n"
 			      "  I r1 1/1 p2 @0/720 o=far\n"
 			      "C760 c0/BF0 e0/C00 o=far g=g1\n");
-	CHECK_INT(txn_oldest_prepared(f.a), 0x900);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0x900);
 	FEED(&f, 0xd00, enc_rollback_prepared(0x908, 0xd00, 761, "g2"));
 	CHECK_STR(fx_log(&f), "");
-	CHECK_INT(txn_oldest_prepared(f.a), 0xb00);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0xb00);
 	/* A rollback of a transaction never seen prepared: nothing to discard. */
 	FEED(&f, 0xd10, enc_rollback_prepared(0x100, 0xd10, 4242, "gx"));
 	FEED(&f, 0xe00, enc_commit_prepared(0xdf0, 0xe00, 500, 762, "g3"));
 	CHECK_STR(fx_log(&f), "B762 c0/DF0 e0/E00 t500 g=g3\n"
 			      "  I r1 1/1 s1 @0/A10\n"
 			      "C762 c0/DF0 e0/E00 g=g3\n");
-	CHECK_INT(txn_oldest_prepared(f.a), 0);
-	s = txn_get_stats(f.a);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0);
+	s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.prepared_open, 0);
 	CHECK_INT(s.aborted, 1);
 	CHECK_INT(fx_files(&f), 0);
@@ -895,7 +895,7 @@ static void test_protocol_errors(void)
 	CHECK_STR(feed_err(&f, enc_stream_start(5, true), 0x120),
 		  "Stream Start for transaction 5 while transaction 800 is in progress");
 	fx_restart(&f);
-	CHECK(!txn_in_progress(f.a));
+	CHECK(!pgo_txn_in_progress(f.a));
 
 	CHECK_STR(feed_err(&f, enc_commit(0x200, 0x208, 1), 0x200), "Commit without Begin");
 	CHECK_STR(feed_err(&f, enc_insert(0, 1, ROW1("x")), 0x200), "Insert outside a transaction");
@@ -952,12 +952,12 @@ static void test_protocol_errors(void)
 	msg *b = enc_begin(0x900, 1, 60);
 	b->n -= 2;
 	CHECK_STR(feed_err(&f, b, 0x800), "Begin message at offset 17: truncated xid: 2 of 4 bytes");
-	CHECK(!txn_in_progress(f.a));
+	CHECK(!pgo_txn_in_progress(f.a));
 
 	CHECK_INT(fx_files(&f), 2);
 	fx_restart(&f);
 	CHECK_INT(fx_files(&f), 0);
-	CHECK_INT(txn_oldest_prepared(f.a), 0);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0);
 	CHECK_STR(fx_log(&f), "B800 c0/200 e0/0 t1\n");
 	fx_done(&f);
 }
@@ -982,14 +982,14 @@ static void test_handler_errors(void)
 	fx_done(&f);
 }
 
-/* Spill files: stale ones removed by txn_new (only those matching the naming), none left after
+/* Spill files: stale ones removed by pgo_txn_new (only those matching the naming), none left after
  * commit, abort, reset or free. */
 static void test_spill_files(void)
 {
 	char err[256], path[128];
 	fixture f;
 	fx_init(&f);
-	txn_free(f.a);
+	pgo_txn_free(f.a);
 	static const char *const names[] = {"txn-99.spill", "txn-abc.spill", "keep.txt", "txn-1.spill.bak"};
 	for (int i = 0; i < 4; i++) {
 		snprintf(path, sizeof(path), "%s/%s", f.dir, names[i]);
@@ -1000,13 +1000,13 @@ static void test_spill_files(void)
 	}
 	txn_handler h = handler;
 	h.ctx = &f;
-	f.a = txn_new(f.dir, &opts, f.rc, &h, err, sizeof(err));
+	f.a = pgo_txn_new(f.dir, &opts, f.rc, &h, err, sizeof(err));
 	CHECK(f.a != NULL);
 	if (!f.a)
 		return;
 	snprintf(path, sizeof(path), "%s/txn-99.spill", f.dir);
 	CHECK(access(path, F_OK) != 0);
-	CHECK(txn_new("/nonexistent/spill", &opts, f.rc, &h, err, sizeof(err)) == NULL);
+	CHECK(pgo_txn_new("/nonexistent/spill", &opts, f.rc, &h, err, sizeof(err)) == NULL);
 	CHECK_STR(err, "spill directory /nonexistent/spill: No such file or directory");
 	CHECK_INT(fx_files(&f), 2); /* txn-abc.spill and txn-1.spill.bak are not ours */
 	for (int i = 1; i < 4; i++) {
@@ -1022,12 +1022,12 @@ static void test_spill_files(void)
 	FEED(&f, 0x140, enc_stream_start(3, true));
 	FEED(&f, 0x148, enc_relation(3, 1, "t1", 1, COLS2));
 	CHECK_INT(fx_files(&f), 3);
-	CHECK_INT(txn_oldest_prepared(f.a), 0x200);
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0x200);
 	fx_restart(&f);
 	CHECK_INT(fx_files(&f), 0);
-	CHECK(!txn_in_progress(f.a));
-	CHECK_INT(txn_oldest_prepared(f.a), 0);
-	txn_stats s = txn_get_stats(f.a);
+	CHECK(!pgo_txn_in_progress(f.a));
+	CHECK_INT(pgo_txn_oldest_prepared(f.a), 0);
+	txn_stats s = pgo_txn_get_stats(f.a);
 	CHECK_INT(s.streamed_open + s.prepared_open + s.spilled_bytes, 0);
 	/* After a reset the server resends from the start: the same xids are held again. */
 	FEED(&f, 0x100, enc_stream_start(1, true));
@@ -1068,7 +1068,7 @@ static void test_spill_write_error(void)
 		msg *m = enc_insert(950, 1, ROW1(v));
 		char e[512];
 		static char saved[512];
-		if (!txn_feed(f.a, m->d, m->n, 0x2000 + (pgo_lsn)i, e, sizeof(e))) {
+		if (!pgo_txn_feed(f.a, m->d, m->n, 0x2000 + (pgo_lsn)i, e, sizeof(e))) {
 			snprintf(saved, sizeof(saved), "%s", e);
 			err = saved;
 		}
@@ -1130,7 +1130,7 @@ static void test_large_stream(void)
 	}
 	CHECK(ok);
 	/* One record a row: a 4-byte length and the handler's 8 bytes. */
-	CHECK_INT(txn_get_stats(f.a).spilled_bytes, (uint64_t)ROWS * 12);
+	CHECK_INT(pgo_txn_get_stats(f.a).spilled_bytes, (uint64_t)ROWS * 12);
 	int plain = 0;
 	for (const char *p = f.log.data; (p = strstr(p, "C961 ")) != NULL; p++)
 		plain++;
@@ -1143,8 +1143,8 @@ static void test_large_stream(void)
 	CHECK_INT(f.replayed, ROWS);
 	CHECK_INT(f.bad_rows, 0);
 	char c[LSN_STRLEN], e[LSN_STRLEN], want[128];
-	lsn_format(lsn, c);
-	lsn_format(lsn + 0x10, e);
+	util_lsn_format(lsn, c);
+	util_lsn_format(lsn + 0x10, e);
 	snprintf(want, sizeof(want), "B960 c%s e%s t1\nC960 c%s e%s\n", c, e, c, e);
 	CHECK_STR(fx_log(&f), want);
 	if (growth >= 8 * 1024 || getenv("TEST_VERBOSE"))

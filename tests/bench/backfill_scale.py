@@ -10,10 +10,12 @@ WAL held back.
 
     make bench BENCH_ARGS="--only scale"                          # 50,000,000 rows (the full run)
     make bench BENCH_ARGS="--only scale --scale-rows 2000000"     # a short run, about a minute
+    make bench BENCH_ARGS="--only scale --scale-backfill max_rows=20000"   # other backfill settings
 """
 
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -102,7 +104,8 @@ def run(args, pg, work):
     p, _, status_sock, err, start = bench.timed_cdc(
         pg, work, "scale", slot, "bench_pub_scale",
         [{"name": "scale", "tables": [f"public.{table}"], "sink": "stdout", "snapshot": "true"},
-         {"name": "live", "tables": [f"public.{side}"], "sink": "stdout"}])
+         {"name": "live", "tables": [f"public.{side}"], "sink": "stdout"}],
+        backfill=settings(args.scale_backfill))
     bench.wait_socket(status_sock, p, err, start)
     sampler = Sampler(pg, bench.child_pid(p.pid), slot, status_sock)
     script = os.path.join(work, "scale_load.sql")
@@ -127,7 +130,15 @@ def run(args, pg, work):
             "rss_after_min": min(later) if later else None, "longest_xact": max(s["xact"] for s in samples),
             "spanning": sum(s["spanning"] for s in samples), "active": sum(s["active"] for s in samples),
             "max_held": max(s["held"] for s in samples), "held_by_quarter": quarters(samples, "held"),
-            "rate": args.scale_rate, "samples": samples}
+            "rate": args.scale_rate, "backfill": args.scale_backfill, "samples": samples}
+
+
+def settings(spec):
+    """--scale-backfill's KEY=VALUE,... as a dict (None when empty: cdc's defaults)."""
+    pairs = [p.split("=", 1) for p in spec.split(",") if p]
+    if any(len(p) != 2 for p in pairs):
+        sys.exit(f"bench: --scale-backfill wants KEY=VALUE,...: {spec!r}")
+    return dict(pairs) or None
 
 
 def quarters(samples, key):
@@ -156,7 +167,8 @@ def markdown(s):
     held = ", ".join(f"{h / 2**20:.1f}" for h in s["held_by_quarter"])
     return ["## A large table", "",
             f"A backfill of {rows:,} rows ({s['bytes'] / 2**30:.1f} GiB with its index) into a stdout "
-            f"subscription (to /dev/null) while {s['rate']:,} single-row transactions/s go to another table "
+            f"subscription (to /dev/null{'; backfill: ' + s['backfill'] if s.get('backfill') else ''}) while "
+            f"{s['rate']:,} single-row transactions/s go to another table "
             f"of the publication: {int(rows / s['secs']):,} rows/s, **{s['copy_secs'] / s['secs']:.2f}** of "
             f"psql \\copy's {int(rows / s['copy_secs']):,} rows/s; cdc's CPU {s['cpu'] / rows * 1e6:.2f} µs "
             f"per row. cdc's RSS: {rss}, peak {s['peak_rss']:.1f} MiB. The longest transaction of cdc's "

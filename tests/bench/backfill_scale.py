@@ -10,10 +10,12 @@ WAL held back.
 
     make bench BENCH_ARGS="--only scale"                          # 50,000,000 rows (the full run)
     make bench BENCH_ARGS="--only scale --scale-rows 2000000"     # a short run, about a minute
+    make bench BENCH_ARGS="--only scale --scale-backfill max_rows=20000"   # other backfill settings
 """
 
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -52,9 +54,15 @@ class Sampler:
         with open(f"/proc/{self.pid}/status") as f:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
         with self.pg_conn.cursor() as cur:
-            cur.execute("select coalesce(max(extract(epoch from clock_timestamp() - xact_start)), 0) "
+            # A chunk is one COPY in a transaction of its own: a transaction that began before its
+            # statement, or one left open between statements, would hold more than one chunk.
+            cur.execute("select coalesce(max(extract(epoch from clock_timestamp() - xact_start)), 0), "
+                        "count(*) filter (where state like 'idle in transaction%' or state = 'active' "
+                        "and query like 'COPY%' and xact_start < query_start), "
+                        "count(*) filter (where state = 'active' and query like 'COPY%') "
                         "from pg_stat_activity where application_name = 'cdc backfill'")
-            xact = float(cur.fetchone()[0])
+            xact, spanning, active = cur.fetchone()
+            xact = float(xact)
             cur.execute("select pg_current_wal_lsn() - restart_lsn from pg_replication_slots "
                         "where slot_name = %s", (self.slot,))
             held = int(cur.fetchone()[0])
@@ -62,8 +70,8 @@ class Sampler:
             read = sum(b["rows_read"] for b in bench.json.loads(bench.http_get(self.sock, "/backfills")))
         except (OSError, ValueError):
             read = None
-        self.rows.append({"t": time.monotonic() - self.t0, "rss": rss, "xact": xact, "held": held,
-                          "read": read})
+        self.rows.append({"t": time.monotonic() - self.t0, "rss": rss, "xact": xact, "spanning": spanning,
+                          "active": active, "held": held, "read": read})
 
     def _run(self):
         while not self._stop.is_set():
@@ -96,7 +104,8 @@ def run(args, pg, work):
     p, _, status_sock, err, start = bench.timed_cdc(
         pg, work, "scale", slot, "bench_pub_scale",
         [{"name": "scale", "tables": [f"public.{table}"], "sink": "stdout", "snapshot": "true"},
-         {"name": "live", "tables": [f"public.{side}"], "sink": "stdout"}])
+         {"name": "live", "tables": [f"public.{side}"], "sink": "stdout"}],
+        backfill=settings(args.scale_backfill))
     bench.wait_socket(status_sock, p, err, start)
     sampler = Sampler(pg, bench.child_pid(p.pid), slot, status_sock)
     script = os.path.join(work, "scale_load.sql")
@@ -118,19 +127,51 @@ def run(args, pg, work):
     later = [s["rss"] for s in samples if s["t"] > 60]
     return {"rows": rows, "bytes": size, "copy_secs": copy_secs, "secs": secs, "peak_rss": peak, "cpu": cpu,
             "rss_first_minute": max(first), "rss_after": max(later) if later else None,
-            "longest_xact": max(s["xact"] for s in samples),
-            "max_held": max(s["held"] for s in samples), "rate": args.scale_rate, "samples": samples}
+            "rss_after_min": min(later) if later else None, "longest_xact": max(s["xact"] for s in samples),
+            "spanning": sum(s["spanning"] for s in samples), "active": sum(s["active"] for s in samples),
+            "max_held": max(s["held"] for s in samples), "held_by_quarter": quarters(samples, "held"),
+            "rate": args.scale_rate, "backfill": args.scale_backfill, "samples": samples}
+
+
+def settings(spec):
+    """--scale-backfill's KEY=VALUE,... as a dict (None when empty: cdc's defaults)."""
+    pairs = [p.split("=", 1) for p in spec.split(",") if p]
+    if any(len(p) != 2 for p in pairs):
+        sys.exit(f"bench: --scale-backfill wants KEY=VALUE,...: {spec!r}")
+    return dict(pairs) or None
+
+
+def quarters(samples, key):
+    """The largest value of key in each quarter of the run (bounded: the last no larger than the
+    first's order)."""
+    n = len(samples)
+    return [max(s[key] for s in samples[n * i // 4:max(n * (i + 1) // 4, n * i // 4 + 1)]) for i in range(4)]
 
 
 def markdown(s):
-    rows, flat = s["rows"], s["rss_after"] is None or s["rss_after"] <= 1.1 * s["rss_first_minute"]
-    after = f"{s['rss_after']:.1f} MiB" if s["rss_after"] is not None else "(the run took less than a minute)"
+    rows = s["rows"]
+    if s["rss_after"] is None:
+        rss = f"at most {s['rss_first_minute']:.1f} MiB (the run took less than a minute)"
+    else:
+        flat = s["rss_after"] <= 1.1 * s["rss_first_minute"] and s["rss_after"] <= 1.1 * s["rss_after_min"]
+        rss = (f"at most {s['rss_first_minute']:.1f} MiB in the first minute, {s['rss_after_min']:.1f} to "
+               f"{s['rss_after']:.1f} MiB after it ({'flat' if flat else 'NOT flat'}: within 10%)")
+    if s["spanning"] == 0:
+        xacts = (f"none of the {s['active']:,} chunk COPYs seen running was in a transaction begun before it, "
+                 "and no backfill connection was seen idle in a transaction: each transaction was one "
+                 "chunk's COPY")
+    else:
+        xacts = (f"{s['spanning']:,} times a backfill connection was seen idle in a transaction or running a "
+                 f"COPY in a transaction begun before it ({s['active']:,} COPYs seen): a transaction longer "
+                 "than one chunk")
+    held = ", ".join(f"{h / 2**20:.1f}" for h in s["held_by_quarter"])
     return ["## A large table", "",
             f"A backfill of {rows:,} rows ({s['bytes'] / 2**30:.1f} GiB with its index) into a stdout "
-            f"subscription (to /dev/null) while {s['rate']:,} single-row transactions/s go to another table "
-            f"of the publication: {int(rows / s['secs']):,} "
-            f"rows/s, **{s['copy_secs'] / s['secs']:.2f}** of psql \\copy's {int(rows / s['copy_secs']):,} "
-            f"rows/s; cdc's CPU {s['cpu'] / rows * 1e6:.2f} µs per row. cdc's RSS: at most {s['rss_first_minute']:.1f} MiB in the first minute, {after} after "
-            f"it ({'flat' if flat else 'NOT flat'}: within 10%), peak {s['peak_rss']:.1f} MiB. The longest "
-            f"transaction of cdc's backfill connections: {s['longest_xact']:.2f} s. The most WAL the slot "
-            f"held back: {s['max_held'] / 2**20:.1f} MiB (sampled every 2 s).", ""]
+            f"subscription (to /dev/null{'; backfill: ' + s['backfill'] if s.get('backfill') else ''}) while "
+            f"{s['rate']:,} single-row transactions/s go to another table "
+            f"of the publication: {int(rows / s['secs']):,} rows/s, **{s['copy_secs'] / s['secs']:.2f}** of "
+            f"psql \\copy's {int(rows / s['copy_secs']):,} rows/s; cdc's CPU {s['cpu'] / rows * 1e6:.2f} µs "
+            f"per row. cdc's RSS: {rss}, peak {s['peak_rss']:.1f} MiB. The longest transaction of cdc's "
+            f"backfill connections: {s['longest_xact']:.2f} s; {xacts}. The most WAL the slot held back: "
+            f"{s['max_held'] / 2**20:.1f} MiB (the most in each quarter of the run: {held} MiB). Sampled "
+            "every 2 s.", ""]

@@ -1508,6 +1508,9 @@ def main():
                     help="rows of the scale section's table (about 200 bytes each)")
     ap.add_argument("--scale-rate", type=int, default=500,
                     help="transactions/s into another table while the scale section's backfill runs")
+    ap.add_argument("--scale-backfill", default="", metavar="KEY=VALUE,...",
+                    help="the scale section's backfill settings (e.g. max_rows=20000,parallel=2; "
+                         "default cdc's)")
     ap.add_argument("--pg-version", type=int, default=None,
                     help="PostgreSQL major version (tests/pg.py: 14 to 18; default Debian's, the one "
                          "with wal2json)")

@@ -1007,6 +1007,8 @@ def parse_args(argv=None):
         p.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULTS)}")
     if not a.standby and set(a.faults) & NEEDS_STANDBY:
         p.error(f"{', '.join(sorted(set(a.faults) & NEEDS_STANDBY))} needs --standby")
+    if a.standby and a.pg_version and int(a.pg_version) < 17:
+        p.error(f"--standby needs PostgreSQL 17 or later (failover slots), not {a.pg_version}")
     return a
 
 

@@ -313,10 +313,12 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader, sh
     consumer = SocketConsumer(c.config["subscribers"]["socket"], "sk")
     try:
         p = c.start()
-        # killed with -9 twice while the backfills run, each time once they made progress
+        # Killed with -9 twice while the backfills run, each time once the fastest made progress.
+        # Not the slowest: a sink slow after a restart (Kafka's producer reconnecting) can hold its
+        # backfill back so long that another finishes first (PG 17 torture at load 6, once).
         for fraction in (0.25, 0.6):
             wait_for(lambda: len(backfills(c)) == 3 and
-                     min(b["rows_read"] for b in backfills(c)) >= fraction * ROWS,
+                     max(b["rows_read"] for b in backfills(c)) >= fraction * ROWS,
                      timeout=120, what=f"{fraction:.0%} of the rows read\n{p.describe()}")
             assert all(b["state"] == "running" for b in backfills(c)), backfills(c)
             p.kill()

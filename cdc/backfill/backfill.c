@@ -120,6 +120,8 @@ void backfill_chunk_free(chunk *c)
 	for (unsigned i = 0; i < b->nlanes; i++)
 		if (b->lanes[i].c == c)
 			b->lanes[i].c = NULL;
+		else if (b->lanes[i].ahead == c)
+			b->lanes[i].ahead = NULL;
 	for (size_t i = 0; i < t->nchunks; i++)
 		if (t->chunks[i] == c) {
 			t->chunks[i] = t->chunks[--t->nchunks];
@@ -518,8 +520,10 @@ static void watermark_stmt(bf_set *b, lane *L, bool high, bf_stmt *out)
 	chunk *c = L->c;
 	buf_reset(&L->wm);
 	backfill_sql_watermark_content(&L->wm, c->t->bf->id, c->nonce, high);
-	if (high)
-		memcpy(L->chain_nonce, c->nonce, BF_ID_SIZE);
+	if (high && strcmp(L->chain_nonce[1], c->nonce) != 0) {
+		memcpy(L->chain_nonce[0], L->chain_nonce[1], BF_ID_SIZE);
+		memcpy(L->chain_nonce[1], c->nonce, BF_ID_SIZE);
+	}
 	const char *p = L->wm.data;
 	stmt_params(b, L, out, high ? BF_STMT_HIGH : BF_STMT_LOW,
 		    high ? bfsql_watermark_high : bfsql_watermark, &p, 1);
@@ -687,26 +691,41 @@ static chunk *chunk_of(const table *t, const char *nonce)
 	return NULL;
 }
 
-/* The lane wrote a high watermark of a chunk of t. It waits (*wait) until the stream closed that
- * chunk: a lane has one chunk the stream has yet to close at most, so the reads a live change
- * waits behind are a chunk per lane at most. Then the next chunk of t, if one is due now, is read
- * at once, its window opening now: the COPY starts after the watermark was written, and the stream
- * has brought it, which is what a low watermark would do. */
+/* The next chunk of t, if one is due now, with its window open from now on. */
+static chunk *open_next(bf_set *b, table *t, uint64_t now_ms)
+{
+	uint64_t wake = 0;
+	chunk *c = pick(b, t, now_ms, &wake);
+	if (c)
+		backfill_window_open(c->w);
+	return c;
+}
+
+/* The lane wrote a high watermark of a chunk of t. When its next chunk is ahead (its window open already),
+ * that chunk's COPY goes once the stream closed the lane's chunk before the last. Else the lane waits (*wait)
+ * until the stream closed the last, and the next chunk's window opens then. So the reads a live change waits
+ * behind are two chunks per lane at most. A window open before its chunk's COPY starts does what a low
+ * watermark would do. Every change the stream brings from then on is in it. Every change it brought before
+ * was committed before the COPY's snapshot. The chunk after is picked as the COPY goes, so it is ahead when
+ * its turn comes. */
 static bool chain(bf_set *b, lane *L, uint64_t now_ms, bf_stmt *out, bool *wait)
 {
 	table *t = L->chain_t;
-	if (t && chunk_of(t, L->chain_nonce)) {
+	if (!t)
+		return false;
+	if (chunk_of(t, L->chain_nonce[L->ahead ? 0 : 1])) {
 		*wait = true;
 		return false;
 	}
-	L->chain_t = NULL;
-	uint64_t wake = 0;
-	chunk *c = t ? pick(b, t, now_ms, &wake) : NULL;
-	if (!c)
+	chunk *c = L->ahead ? L->ahead : open_next(b, t, now_ms);
+	L->ahead = NULL;
+	if (!c) {
+		L->chain_t = NULL;
 		return false;
-	backfill_window_open(c->w);
+	}
 	c->step = C_COPY;
 	L->c = c;
+	L->ahead = open_next(b, t, now_ms);
 	chunk_stmt(b, L, out, now_ms);
 	return true;
 }

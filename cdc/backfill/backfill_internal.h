@@ -187,10 +187,11 @@ typedef struct lane {
 	backfill *f; /* CHECK, TABLES, COLUMNS */
 	table *t;    /* DESCRIBE, PLAN, and with c the chunk's table */
 	chunk *c;    /* LOW, CHUNK, HIGH, NULL once the chunk is gone */
-	/* The high watermark this lane wrote last (or is writing). The lane's next chunk of chain_t starts
-	 * once the stream brought it. */
+	/* The lane's chunks of chain_t in a row. chain_nonce holds the last two high watermarks it wrote (or is
+	 * writing), the older first. ahead is its next chunk, its window open since the COPY before it went. */
 	table *chain_t;
-	char chain_nonce[BF_ID_SIZE];
+	char chain_nonce[2][BF_ID_SIZE];
+	struct chunk *ahead;
 	buf sql, wm;
 	char **params;
 	size_t nparams;

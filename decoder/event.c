@@ -199,6 +199,30 @@ static bool date_valid(int64_t y, int64_t m, int64_t d)
 	return !(m == 2 && d == 29 && !is_leap(y));
 }
 
+/* "YYYY-MM-DD HH:MM:SS" read at fixed places, the layout PostgreSQL prints for the years 1 to 9999 (as
+ * 0001 to 9999). It is what nearly every timestamp looks like, and reads in a third of the general
+ * parser's instructions. False when s does not start so (a longer year, a field out of range), and the
+ * general parser reads it then. The same checks as cur_date's and cur_hms's. */
+static bool fixed_date_time(cur *c, int64_t *y, int64_t *m, int64_t *d, int64_t *tod)
+{
+	static const int8_t mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	const char *s = c->p;
+	if (c->end - s < 19 || s[4] != '-' || s[7] != '-' || s[10] != ' ' || s[13] != ':' || s[16] != ':')
+		return false;
+	int yh = text_two_digits(s), yl = text_two_digits(s + 2), mo = text_two_digits(s + 5),
+		dd = text_two_digits(s + 8), hh = text_two_digits(s + 11), mi = text_two_digits(s + 14),
+		ss = text_two_digits(s + 17);
+	if ((yh | yl | mo | dd | hh | mi | ss) < 0 || mo < 1 || mo > 12 || dd < 1 || dd > mdays[mo - 1] ||
+		mi > 59 || ss > 59 || (yh | yl) == 0)
+		return false;
+	*y = yh * 100 + yl;
+	*m = mo;
+	*d = dd;
+	*tod = ((int64_t)(hh * 60 + mi) * 60 + ss) * USECS_PER_SEC;
+	c->p = s + 19;
+	return true;
+}
+
 /* "HH:MM:SS[.f{1,6}]", 24:00:00 allowed as PostgreSQL allows it. */
 static bool cur_time(cur *c, int64_t *us)
 {
@@ -249,9 +273,13 @@ static bool parse_timestamp(const char *s, size_t n, bool with_zone, int64_t *ou
 		return true;
 	}
 	cur c = {s, s + n};
-	int64_t y, m, d, tod, off = 0;
-	if (!cur_date(&c, &y, &m, &d) || !cur_eat(&c, ' ') || !cur_time(&c, &tod))
+	int64_t y, m, d, tod, frac, off = 0;
+	if (fixed_date_time(&c, &y, &m, &d, &tod)) {
+		if (!cur_fraction(&c, &frac) || (tod += frac) > USECS_PER_DAY)
+			return false;
+	} else if (!cur_date(&c, &y, &m, &d) || !cur_eat(&c, ' ') || !cur_time(&c, &tod)) {
 		return false;
+	}
 	if (c.p < c.end && (*c.p == '+' || *c.p == '-')) {
 		if (!with_zone || !cur_offset(&c, &off))
 			return false;

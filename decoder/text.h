@@ -45,21 +45,37 @@ static inline __attribute__((always_inline)) bool cur_digits(cur *cursor, int mi
 	return n >= min;
 }
 
+/* "[.f{1,6}]" after the seconds, as microseconds: 0 when there is no '.'. */
+static inline bool cur_fraction(cur *cursor, int64_t *us)
+{
+	*us = 0;
+	if (!cur_eat(cursor, '.'))
+		return true;
+	const char *start = cursor->p;
+	if (!cur_digits(cursor, 1, 6, us))
+		return false;
+	for (ptrdiff_t k = cursor->p - start; k < 6; k++)
+		*us *= 10;
+	return true;
+}
+
+/* The two decimal digits at p as a number, or -1 when they are not both digits. */
+static inline int text_two_digits(const char *p)
+{
+	unsigned hi = (unsigned char)p[0] - '0', lo = (unsigned char)p[1] - '0';
+	return hi <= 9 && lo <= 9 ? (int)(hi * 10 + lo) : -1;
+}
+
 /* "HH:MM:SS[.f{1,6}]" as microseconds: hours of 2 to hour_digits digits (an interval's exceed 24),
  * minutes and seconds below 60. */
 static inline bool cur_hms(cur *cursor, int hour_digits, int64_t *us)
 {
-	int64_t h, mi, s, frac = 0;
+	int64_t h, mi, s, frac;
 	if (!cur_digits(cursor, 2, hour_digits, &h) || !cur_eat(cursor, ':') ||
 	    !cur_digits(cursor, 2, 2, &mi) || !cur_eat(cursor, ':') || !cur_digits(cursor, 2, 2, &s))
 		return false;
-	if (cur_eat(cursor, '.')) {
-		const char *start = cursor->p;
-		if (!cur_digits(cursor, 1, 6, &frac))
-			return false;
-		for (ptrdiff_t k = cursor->p - start; k < 6; k++)
-			frac *= 10;
-	}
+	if (!cur_fraction(cursor, &frac))
+		return false;
 	*us = ((h * 60 + mi) * 60 + s) * TEXT_USECS_PER_SEC + frac;
 	return mi < 60 && s < 60;
 }

@@ -86,6 +86,7 @@ typedef struct kafka_sink {
 		uint64_t commit_lsn;
 		uint32_t xid;
 		char commit[LSN_STRLEN], xid_text[16];
+		size_t commit_len, xid_len;
 	} hdr_cache;
 
 	kafka_stream_fn stream_fn; /* kafka_sink_watch_stream */

@@ -423,25 +423,29 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		k->hdr_cache.set = true;
 		k->hdr_cache.commit_lsn = commit_lsn;
 		k->hdr_cache.xid = r->xid;
-		util_lsn_format(commit_lsn, k->hdr_cache.commit);
-		snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text), "%" PRIu32, r->xid);
+		k->hdr_cache.commit_len = util_lsn_format(commit_lsn, k->hdr_cache.commit);
+		k->hdr_cache.xid_len =
+			(size_t)snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text), "%" PRIu32, r->xid);
 	}
+	/* Every length is given, so that librdkafka does not measure seven names and values per record. */
+#define ADD(name, value, len) rd_kafka_header_add(h, name, sizeof(name) - 1, value, (ssize_t)(len))
 	rd_kafka_headers_t *h = rd_kafka_headers_new(7);
 	if (event) { /* a record about a transaction has only the commit's */
 		char lsn[LSN_STRLEN], id[17];
-		util_lsn_format(r->lsn, lsn);
 		const char *op = pgo_event_op_name((Cdc__V1__Op)r->op);
-		rd_kafka_header_add(h, "cdc-op", -1, op ? op : "unknown", -1);
-		rd_kafka_header_add(h, "cdc-lsn", -1, lsn, -1);
-		rd_kafka_header_add(h, "cdc-subscription", -1, sub, (ssize_t)r->sub_len);
+		op = op ? op : "unknown";
+		ADD("cdc-op", op, strlen(op));
+		ADD("cdc-lsn", lsn, util_lsn_format(r->lsn, lsn));
+		ADD("cdc-subscription", sub, r->sub_len);
 		if (r->schema_id) {
 			kafka_schema_id_text(r->schema_id, id);
-			rd_kafka_header_add(h, "cdc-schema-id", -1, id, -1);
+			ADD("cdc-schema-id", id, 16);
 		}
 	}
-	rd_kafka_header_add(h, "cdc-commit-lsn", -1, k->hdr_cache.commit, -1);
-	rd_kafka_header_add(h, "cdc-xid", -1, k->hdr_cache.xid_text, -1);
-	rd_kafka_header_add(h, "content-type", -1, content_type, -1);
+	ADD("cdc-commit-lsn", k->hdr_cache.commit, k->hdr_cache.commit_len);
+	ADD("cdc-xid", k->hdr_cache.xid_text, k->hdr_cache.xid_len);
+	ADD("content-type", content_type, strlen(content_type));
+#undef ADD
 	return h;
 }
 

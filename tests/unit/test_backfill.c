@@ -250,6 +250,16 @@ static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, cha
 	return listed_a(s, path, now, id, leaves_a);
 }
 
+/* Lane 0's first chunk: its low watermark written and brought by the stream at lsn, its COPY sent. */
+static st first_chunk(bf_set *b, uint64_t lsn, fake_sink *k, bf_now now)
+{
+	st low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	deliver(b, low.wm, lsn, k, now);
+	return c;
+}
+
 /* Two block ranges of public.a read at once on two lanes, each between its own watermarks; a change
  * inside both windows; a crash with one range durable, and the resume that reads only the other. */
 static void test_life(void)
@@ -416,10 +426,7 @@ static void test_read_again(void)
 	bf_set *b = reading_a(&s, path, now, id);
 	fake_sink k = {0};
 	/* range [0, 2) read */
-	st low = next_on(b, 0, BF_STMT_LOW, now);
-	written(b, &low, now);
-	st c = next_on(b, 0, BF_STMT_CHUNK, now);
-	deliver(b, low.wm, 10, &k, now);
+	st c = first_chunk(b, 10, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty\n", "9:9:\t\\N\t\\N\n", NULL}, now);
 	st h = next_on(b, 0, BF_STMT_HIGH, now);
 	written(b, &h, now);
@@ -500,11 +507,8 @@ static void test_ahead(void)
 	s.max_rows = 1;
 	bf_set *b = reading_a(&s, NULL, now, id);
 	fake_sink k = {0};
-	st low = next_on(b, 0, BF_STMT_LOW, now);
-	written(b, &low, now);
-	st c0 = next_on(b, 0, BF_STMT_CHUNK, now);
+	st c0 = first_chunk(b, 10, &k, now);
 	CHECK(strstr(c0.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
-	deliver(b, low.wm, 10, &k, now);
 	copy(b, &c0, (const char *[]){"\\N\t1\tx\n", NULL}, now);
 	st h0 = next_on(b, 0, BF_STMT_HIGH, now);
 	written(b, &h0, now);
@@ -557,11 +561,8 @@ static void test_retries(void)
 	fake_sink k = {0};
 
 	/* a change without its key */
-	st low = next_on(b, 0, BF_STMT_LOW, now);
-	written(b, &low, now);
-	st c = next_on(b, 0, BF_STMT_CHUNK, now);
+	st c = first_chunk(b, 10, &k, now);
 	CHECK(strstr(c.sql, "ctid < '(4,0)'") != NULL);
-	deliver(b, low.wm, 10, &k, now);
 	const char *names[] = {"v"};
 	bf_datum newv[] = {{"x", 1}};
 	bf_change nokey = {
@@ -601,14 +602,12 @@ static void test_retries(void)
 	/* rows past max_bytes: no high watermark, smaller next time */
 	s.max_bytes = 40;
 	b = reading_a(&s, NULL, now, id);
-	low = next_on(b, 0, BF_STMT_LOW, now);
-	written(b, &low, now);
-	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	c = first_chunk(b, 10, &k, now);
 	copy(b, &c,
 	     (const char *[]){"\\N\t1\txxxxxxxxxxxxxxxx\n", "\\N\t2\tyyyyyyyyyyyyyyyyyy\n", "\\N\t3\tz\n",
 			      NULL},
 	     now);
-	low = next_on(b, 0, BF_STMT_LOW, now);
+	st low = next_on(b, 0, BF_STMT_LOW, now);
 	written(b, &low, now);
 	c = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);

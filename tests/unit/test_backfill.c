@@ -250,6 +250,16 @@ static bf_set *reading_a(const bf_settings *s, const char *path, bf_now now, cha
 	return listed_a(s, path, now, id, leaves_a);
 }
 
+/* public.a read on one lane, in chunks of max_rows rows at most and max_bytes. */
+static bf_set *one_lane(uint64_t max_rows, size_t max_bytes, bf_now now, char id[BF_ID_SIZE])
+{
+	bf_settings s = settings;
+	s.parallel = 1;
+	s.max_rows = max_rows;
+	s.max_bytes = max_bytes;
+	return reading_a(&s, NULL, now, id);
+}
+
 /* Lane 0's first chunk: its low watermark written and brought by the stream at lsn, its COPY sent. */
 static st first_chunk(bf_set *b, uint64_t lsn, fake_sink *k, bf_now now)
 {
@@ -502,10 +512,7 @@ static void test_ahead(void)
 {
 	char id[BF_ID_SIZE];
 	bf_now now = {1000, 1};
-	bf_settings s = settings;
-	s.parallel = 1;
-	s.max_rows = 1;
-	bf_set *b = reading_a(&s, NULL, now, id);
+	bf_set *b = one_lane(1, settings.max_bytes, now, id);
 	fake_sink k = {0};
 	st c0 = first_chunk(b, 10, &k, now);
 	CHECK(strstr(c0.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
@@ -554,10 +561,7 @@ static void test_retries(void)
 {
 	char id[BF_ID_SIZE];
 	bf_now now = {1000, 1};
-	bf_settings s = settings;
-	s.parallel = 1;
-	s.max_rows = 4;
-	bf_set *b = reading_a(&s, NULL, now, id);
+	bf_set *b = one_lane(4, settings.max_bytes, now, id);
 	fake_sink k = {0};
 
 	/* a change without its key */
@@ -600,8 +604,7 @@ static void test_retries(void)
 	backfill_set_free(b);
 
 	/* rows past max_bytes: no high watermark, smaller next time */
-	s.max_bytes = 40;
-	b = reading_a(&s, NULL, now, id);
+	b = one_lane(4, 40, now, id);
 	c = first_chunk(b, 10, &k, now);
 	copy(b, &c,
 	     (const char *[]){"\\N\t1\txxxxxxxxxxxxxxxx\n", "\\N\t2\tyyyyyyyyyyyyyyyyyy\n", "\\N\t3\tz\n",

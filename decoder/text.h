@@ -59,10 +59,10 @@ static inline bool cur_fraction(cur *cursor, int64_t *us)
 	return true;
 }
 
-/* The two decimal digits at p as a number, or -1 when they are not both digits. */
-static inline int text_two_digits(const char *p)
+/* The two decimal digits at digits as a number, or -1 when they are not both digits. */
+static inline int text_two_digits(const char *digits)
 {
-	unsigned hi = (unsigned char)p[0] - '0', lo = (unsigned char)p[1] - '0';
+	unsigned hi = (unsigned char)digits[0] - '0', lo = (unsigned char)digits[1] - '0';
 	return hi <= 9 && lo <= 9 ? (int)(hi * 10 + lo) : -1;
 }
 

@@ -210,10 +210,10 @@ static bool fixed_date_time(cur *c, int64_t *y, int64_t *m, int64_t *d, int64_t 
 	if (c->end - s < 19 || s[4] != '-' || s[7] != '-' || s[10] != ' ' || s[13] != ':' || s[16] != ':')
 		return false;
 	int yh = text_two_digits(s), yl = text_two_digits(s + 2), mo = text_two_digits(s + 5),
-		dd = text_two_digits(s + 8), hh = text_two_digits(s + 11), mi = text_two_digits(s + 14),
-		ss = text_two_digits(s + 17);
+	    dd = text_two_digits(s + 8), hh = text_two_digits(s + 11), mi = text_two_digits(s + 14),
+	    ss = text_two_digits(s + 17);
 	if ((yh | yl | mo | dd | hh | mi | ss) < 0 || mo < 1 || mo > 12 || dd < 1 || dd > mdays[mo - 1] ||
-		mi > 59 || ss > 59 || (yh | yl) == 0)
+	    mi > 59 || ss > 59 || (yh | yl) == 0)
 		return false;
 	*y = yh * 100 + yl;
 	*m = mo;

@@ -187,8 +187,9 @@ typedef struct lane {
 	backfill *f; /* CHECK, TABLES, COLUMNS */
 	table *t;    /* DESCRIBE, PLAN, and with c the chunk's table */
 	chunk *c;    /* LOW, CHUNK, HIGH, NULL once the chunk is gone */
-	/* The lane's chunks of chain_t in a row. chain_nonce holds the last two high watermarks it wrote (or is
-	 * writing), the older first. ahead is its next chunk, its window open since the COPY before it went. */
+	/* The lane's chunks of chain_t in a row. chain_nonce holds the last two high watermarks it wrote (or
+	 * is writing), the older first. ahead is its next chunk, its window open since the COPY before it
+	 * went. */
 	table *chain_t;
 	char chain_nonce[2][BF_ID_SIZE];
 	struct chunk *ahead;

@@ -424,8 +424,8 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		k->hdr_cache.commit_lsn = commit_lsn;
 		k->hdr_cache.xid = r->xid;
 		k->hdr_cache.commit_len = util_lsn_format(commit_lsn, k->hdr_cache.commit);
-		k->hdr_cache.xid_len =
-			(size_t)snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text), "%" PRIu32, r->xid);
+		k->hdr_cache.xid_len = (size_t)snprintf(k->hdr_cache.xid_text, sizeof(k->hdr_cache.xid_text),
+							"%" PRIu32, r->xid);
 	}
 	/* Every length is given, so that librdkafka does not measure seven names and values per record. */
 #define ADD(name, value, len) rd_kafka_header_add(h, name, sizeof(name) - 1, value, (ssize_t)(len))

@@ -1584,6 +1584,11 @@ static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t er
 	}
 }
 
+/* Select items that make a statement which writes a WAL record flush the WAL up to it: an xid and
+ * synchronous_commit on for its transaction (whatever the server's setting). A transaction that wrote no WAL
+ * before its commit record commits without a flush, so the statement must write one. */
+#define FLUSH_SQL "pg_catalog.set_config('synchronous_commit', 'on', true), pg_catalog.txid_current()"
+
 /* A lost slot is dropped (an invalidated one still exists) and made again. A slot older than the
  * publication moves to the current WAL position. That is a fast-forward with no output plugin, so the
  * missing publication does not matter. */
@@ -1617,6 +1622,22 @@ source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t 
 	if (gap == SOURCE_GAP_SLOT_LOST)
 		r = create_slot(s, false, err, errlen);
 	else {
+		/* pg_replication_slot_advance stops at the flushed WAL. With synchronous_commit off the
+		 * changes that failed, or the publication's creation, may not be flushed yet. The slot would
+		 * stop before them, and the next start would fail the same way: a second re-sync and marker
+		 * (seen on PostgreSQL 14 and 16). So the WAL is flushed first. */
+		if (!s->server.in_recovery) {
+			res = PQexec(
+			    s->admin,
+			    "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_HEARTBEAT_PREFIX
+			    "', ''), " FLUSH_SQL);
+			if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+				r = query_failed(s->admin, res, "flushing the WAL", err, errlen);
+				res = NULL;
+				goto out;
+			}
+			PQclear(res);
+		}
 		res = exec_params(s->admin,
 				  "SELECT end_lsn FROM pg_catalog.pg_replication_slot_advance($1, "
 				  "pg_catalog.pg_current_wal_lsn())",
@@ -1647,9 +1668,10 @@ source_result source_resync_marker(source *s, const char *json, char *err, size_
 	const char *params[] = {json};
 	PGconn *w = writer(s, err, errlen);
 	PGresult *res =
-	    w ? exec_params(
-		    w, "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX "', $1)", 1,
-		    params)
+	    w ? exec_params(w,
+			    "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX
+			    "', $1), " FLUSH_SQL,
+			    1, params)
 	      : NULL;
 	source_result r = !w ? SOURCE_RETRY
 			  : PQresultStatus(res) == PGRES_TUPLES_OK

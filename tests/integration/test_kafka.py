@@ -727,6 +727,34 @@ def test_a_row_larger_than_message_max_bytes_stops_cdc_with_what_to_do(pg, schem
     assert p2.terminate() == 0, p2.describe()
 
 
+def test_a_row_larger_than_the_queue_is_sent_when_message_max_bytes_allows_it(pg, schema, cdc, kafka, kafka_reader):
+    """librdkafka answers QUEUE_FULL to a record larger than queue.buffering.max.kbytes even into an
+    empty queue, so with message.max.bytes raised past the queue (as cdc's own error advises) such a
+    row used to wait for good, the slot held and nothing said. cdc sizes the queue to hold one record
+    of message.max.bytes, and refuses at the start kafka.properties that set both the other way."""
+    pg.sql(f"create table {schema}.t (id int primary key, doc text)")
+    topic = f"cdc.{schema}.t"
+    kafka.create_topic(topic, 1)
+    reader = kafka_reader([topic], group=False)
+    section = kafka_section(kafka)
+    section["properties"].update({"message.max.bytes": "6000000", "queue.buffering.max.kbytes": "2048"})
+    c = cdc(subscriptions=[ksub("k", [f"{schema}.t"])], kafka=section)
+    p = c.run()
+    assert p.wait_exit(30) == 2, p.describe()  # a configuration that cannot work
+    assert ("kafka.properties: queue.buffering.max.kbytes 2048 holds less than one record of message.max.bytes "
+            "6000000, so such a record could never be queued: raise queue.buffering.max.kbytes to 5860 or more"
+            in p.stderr()), p.describe()
+    del c.config["kafka"]["properties"]["queue.buffering.max.kbytes"]
+    with open(c.path, "w") as f:
+        f.write(to_yaml(c.config))
+    p2 = c.start()
+    # 4.6 MiB of text: past both the 2 MiB queue cdc starts from and the 4 MiB one it had before
+    pg.sql(f"insert into {schema}.t select 1, string_agg(md5(g::text), '') from generate_series(1, 150000) g")
+    (m,) = reader.wait(1, describe=p2.describe)
+    assert len(row_plain(m.event.new_row)["doc"]) == 150000 * 32
+    assert p2.terminate() == 0, p2.describe()
+
+
 def test_no_experimental_warning_for_the_gapless_guarantee_cdc_sets(pg, schema, cdc, kafka):
     """cdc turns enable.gapless.guarantee on itself: librdkafka's "experimental" warning about it,
     printed at every start, is not passed on; set in kafka.properties, it is the user's and is."""

@@ -48,8 +48,10 @@ static const kafka_property producer_defaults[] = {
 };
 
 /* librdkafka answers QUEUE_FULL to a record larger than queue.buffering.max.kbytes even when the queue is
- * empty, so such a record would wait for good. The queue holds the largest record message.max.bytes allows:
- * raised to it when kafka.properties leave the queue's size to cdc, refused when they set both. */
+ * empty, so such a record would wait for good. So the queue holds the largest record that message.max.bytes
+ * allows. kafka.properties that set neither or only message.max.bytes get the queue raised to it. Those that
+ * set only the queue get message.max.bytes lowered to it, so a larger record stops cdc with what to raise.
+ * Those that set both the other way are refused. */
 static bool queue_fits_largest(const kafka_sink *k, rd_kafka_conf_t *conf, char *err, size_t errlen)
 {
 	char v[32];
@@ -61,14 +63,22 @@ static bool queue_fits_largest(const kafka_sink *k, rd_kafka_conf_t *conf, char 
 	if (rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", v, &len) != RD_KAFKA_CONF_OK ||
 	    strtoull(v, NULL, 10) >= need)
 		return true;
-	for (size_t i = 0; i < k->set.nproperties; i++)
-		if (strcmp(k->set.properties[i].key, "queue.buffering.max.kbytes") == 0)
-			return util_errf(
-			    err, errlen,
-			    "kafka.properties: queue.buffering.max.kbytes %s holds less than one record of "
-			    "message.max.bytes %llu, so such a record could never be queued: raise "
-			    "queue.buffering.max.kbytes to %llu or more, or leave it out (cdc then sizes it)",
-			    v, (unsigned long long)largest, (unsigned long long)need);
+	bool queue_set = false, largest_set = false;
+	for (size_t i = 0; i < k->set.nproperties; i++) {
+		queue_set |= strcmp(k->set.properties[i].key, "queue.buffering.max.kbytes") == 0;
+		largest_set |= strcmp(k->set.properties[i].key, "message.max.bytes") == 0;
+	}
+	if (queue_set && largest_set)
+		return util_errf(
+		    err, errlen,
+		    "kafka.properties: queue.buffering.max.kbytes %s holds less than one record of "
+		    "message.max.bytes %llu, so such a record could never be queued: raise "
+		    "queue.buffering.max.kbytes to %llu or more, or leave it out (cdc then sizes it)",
+		    v, (unsigned long long)largest, (unsigned long long)need);
+	if (queue_set) {
+		snprintf(v, sizeof(v), "%llu", strtoull(v, NULL, 10) * 1024);
+		return kafka_conf_set(conf, "message.max.bytes", v, err, errlen);
+	}
 	snprintf(v, sizeof(v), "%llu", (unsigned long long)need);
 	return kafka_conf_set(conf, "queue.buffering.max.kbytes", v, err, errlen);
 }

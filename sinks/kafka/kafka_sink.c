@@ -41,7 +41,7 @@ static const kafka_property producer_defaults[] = {
      * thousand messages at a few hundred thousand a second), at about 1.8 KiB each with the headers. 10,000
      * messages and 16 MiB took cdc to 45 MiB resident (bench, 1,000,000-row transaction). 6,000 and 4 MiB
      * took it to 26 MiB, as fast. 2 MiB and batches of 256 KiB (librdkafka's default is 1 MB) took the
-     * Debezium format from 34-35 MiB to 26-27 and JSON from 30 to 26, as fast (three runs each). */
+     * Debezium format from 34-38 MiB to 26-27 and JSON from 30 to 26, as fast (two to six runs each). */
     {"queue.buffering.max.messages", "6000"},
     {"queue.buffering.max.kbytes", "2048"},
     {"batch.size", "262144"},

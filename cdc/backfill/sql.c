@@ -57,11 +57,9 @@ const char bfsql_leaves[] =
 const char bfsql_watermark[] = "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX "', $1)";
 /* A non-transactional message is not flushed by itself: the walsender would send it only after the
  * WAL writer's next round (wal_writer_delay, 200 ms), and every chunk would wait that long for its
- * high watermark. An xid makes the statement's commit write a record and, with synchronous_commit
- * on for this transaction (whatever the server's setting), flush the WAL up to it. */
-const char bfsql_watermark_high[] = "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX
-				    "', $1), pg_catalog.set_config('synchronous_commit', 'on', true), "
-				    "pg_catalog.txid_current()";
+ * high watermark. So the statement flushes the WAL up to it (PG_FLUSH_ITEMS). */
+const char bfsql_watermark_high[] =
+    "SELECT pg_catalog.pg_logical_emit_message(false, '" BFSQL_PREFIX "', $1), " PG_FLUSH_ITEMS;
 
 bool backfill_sql_ident_ok(const char *name, const char *what, char *err, size_t errlen)
 {

@@ -13,6 +13,12 @@
 
 #define PG_MAX_SECRETS 8
 
+/* Select items that make a statement which writes a WAL record flush the WAL up to it: an xid and
+ * synchronous_commit on for its transaction (whatever the server's setting). A transaction that wrote no WAL
+ * before its commit record commits without a flush, so the statement must write one. The backfills' high
+ * watermarks and the re-sync take it. */
+#define PG_FLUSH_ITEMS "pg_catalog.set_config('synchronous_commit', 'on', true), pg_catalog.txid_current()"
+
 /* The password-like values of source.dsn (password and sslpassword, also inside a dbname that is a
  * connection string) and of PGPASSWORD, when 4 bytes or longer. */
 typedef struct pg_secrets {

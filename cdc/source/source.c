@@ -1584,11 +1584,6 @@ static source_result pad_wal_past(source *s, uint64_t past, char *err, size_t er
 	}
 }
 
-/* Select items that make a statement which writes a WAL record flush the WAL up to it: an xid and
- * synchronous_commit on for its transaction (whatever the server's setting). A transaction that wrote no WAL
- * before its commit record commits without a flush, so the statement must write one. */
-#define FLUSH_SQL "pg_catalog.set_config('synchronous_commit', 'on', true), pg_catalog.txid_current()"
-
 /* A lost slot is dropped (an invalidated one still exists) and made again. A slot older than the
  * publication moves to the current WAL position. That is a fast-forward with no output plugin, so the
  * missing publication does not matter. */
@@ -1630,7 +1625,7 @@ source_result source_resync(source *s, source_gap_kind gap, state *st, uint64_t 
 			res = PQexec(
 			    s->admin,
 			    "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_HEARTBEAT_PREFIX
-			    "', ''), " FLUSH_SQL);
+			    "', ''), " PG_FLUSH_ITEMS);
 			if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 				r = query_failed(s->admin, res, "flushing the WAL", err, errlen);
 				res = NULL;
@@ -1670,7 +1665,7 @@ source_result source_resync_marker(source *s, const char *json, char *err, size_
 	PGresult *res =
 	    w ? exec_params(w,
 			    "SELECT pg_catalog.pg_logical_emit_message(false, '" SOURCE_RESYNC_PREFIX
-			    "', $1), " FLUSH_SQL,
+			    "', $1), " PG_FLUSH_ITEMS,
 			    1, params)
 	      : NULL;
 	source_result r = !w ? SOURCE_RETRY

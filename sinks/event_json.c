@@ -62,6 +62,46 @@ static void put_str(buf *b, const char *s)
 	json_str(b, s ? s : "");
 }
 
+/* put_name()'s miss: renders name and keeps it in one of set's ways, one that holds a name of another
+ * schema id if there is one, when it fits. */
+static __attribute__((noinline)) void name_miss(buf *b, json_cache *cache, json_name *set, uint64_t schema_id,
+						const char *name)
+{
+	json_name *n = &set[cache->evict++ % JSON_NAME_WAYS];
+	for (int i = 0; i < JSON_NAME_WAYS; i++)
+		if (set[i].schema_id != schema_id)
+			n = &set[i];
+	size_t at = b->len;
+	json_str(b, name);
+	size_t len = b->len - at;
+	if (len <= sizeof(n->text)) {
+		memcpy(n->text, b->data + at, len);
+		n->len = (uint32_t)len;
+		n->name = name;
+		n->schema_id = schema_id;
+	}
+}
+
+_Static_assert(JSON_NAME_SETS == 16, "put_name() takes the address hash's top four bits");
+
+/* A name of an event with schema id schema_id, from cache when it has it (see json_cache). A name's set is
+ * chosen by Fibonacci hashing of its address. */
+static inline void put_name(buf *b, json_cache *cache, uint64_t schema_id, const char *name)
+{
+	if (!cache || !schema_id || !name) {
+		put_str(b, name);
+		return;
+	}
+	json_name *set = cache->names[((uintptr_t)name * UINT64_C(0x9E3779B97F4A7C15)) >> 60];
+	for (int i = 0; i < JSON_NAME_WAYS; i++) {
+		if (set[i].name == name && set[i].schema_id == schema_id) {
+			put(b, set[i].text, set[i].len);
+			return;
+		}
+	}
+	name_miss(b, cache, set, schema_id, name);
+}
+
 /* Embedded json/jsonb --------------------------------------------------------------------------- */
 
 static const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end)
@@ -350,6 +390,29 @@ void sink_json_ymd(buf *b, int64_t days)
 	b->len += 6;
 }
 
+/* sink_json_ymd(), from cache when its last day is this one: the rows of a table read in order, or
+ * written at about the same time, mostly share their dates. */
+static void put_ymd(buf *b, json_cache *cache, int64_t days)
+{
+	if (!cache) {
+		sink_json_ymd(b, days);
+		return;
+	}
+	if (cache->day_valid && cache->day == days) {
+		put(b, cache->day_text, cache->day_len);
+		return;
+	}
+	size_t at = b->len;
+	sink_json_ymd(b, days);
+	size_t len = b->len - at;
+	cache->day_valid = len <= sizeof(cache->day_text);
+	if (cache->day_valid) {
+		memcpy(cache->day_text, b->data + at, len);
+		cache->day_len = (uint32_t)len;
+		cache->day = days;
+	}
+}
+
 /* "HH:MM:SS", then ".ffffff" when the microseconds are not zero or always_frac. */
 static void put_hms(buf *b, uint64_t us, bool always_frac)
 {
@@ -373,7 +436,7 @@ static void put_hms(buf *b, uint64_t us, bool always_frac)
 	}
 }
 
-static void put_date(buf *b, int32_t days)
+static void put_date(buf *b, json_cache *cache, int32_t days)
 {
 	if (days == INT32_MAX) {
 		PUT_LIT(b, "\"infinity\"");
@@ -384,7 +447,7 @@ static void put_date(buf *b, int32_t days)
 		return;
 	}
 	put_c(b, '"');
-	sink_json_ymd(b, days);
+	put_ymd(b, cache, days);
 	put_c(b, '"');
 }
 
@@ -401,7 +464,7 @@ static void put_time(buf *b, int64_t us)
 }
 
 /* RFC 3339: "YYYY-MM-DDTHH:MM:SS[.ffffff]" and "Z" for an instant; no suffix for wall-clock time. */
-void sink_json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+static void put_timestamp(buf *b, json_cache *cache, int64_t us, bool with_zone, bool always_frac)
 {
 	if (us == INT64_MAX) {
 		PUT_LIT(b, "\"infinity\"");
@@ -413,7 +476,7 @@ void sink_json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 	}
 	int64_t days = util_floor_div(us, USECS_PER_DAY);
 	put_c(b, '"');
-	sink_json_ymd(b, days);
+	put_ymd(b, cache, days);
 	put_c(b, 'T');
 	put_hms(b, (uint64_t)(us - days * USECS_PER_DAY), always_frac);
 	if (with_zone)
@@ -422,7 +485,12 @@ void sink_json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
 	b->data[b->len] = '\0';
 }
 
-static void put_value(buf *b, const Cdc__V1__Value *v)
+void sink_json_timestamp(buf *b, int64_t us, bool with_zone, bool always_frac)
+{
+	put_timestamp(b, NULL, us, with_zone, always_frac);
+}
+
+static void put_value(buf *b, json_cache *cache, const Cdc__V1__Value *v)
 {
 	if (!v) {
 		json_null(b);
@@ -451,15 +519,15 @@ static void put_value(buf *b, const Cdc__V1__Value *v)
 		sink_json_uuid(b, &v->uuid_value);
 		break;
 	case CDC__V1__VALUE__KIND_DATE_VALUE:
-		put_date(b, v->date_value);
+		put_date(b, cache, v->date_value);
 		break;
 	case CDC__V1__VALUE__KIND_TIME_VALUE:
 		put_time(b, v->time_value);
 		break;
 	case CDC__V1__VALUE__KIND_TIMESTAMP_VALUE:
 		if (v->timestamp_value)
-			sink_json_timestamp(b, v->timestamp_value->micros, v->timestamp_value->with_zone,
-					    false);
+			put_timestamp(b, cache, v->timestamp_value->micros, v->timestamp_value->with_zone,
+				      false);
 		else
 			json_null(b);
 		break;
@@ -487,7 +555,7 @@ static bool col_is_toast(const Cdc__V1__Column *c)
 	return c && c->value && c->value->kind_case == CDC__V1__VALUE__KIND_UNCHANGED_TOAST;
 }
 
-void sink_json_row(buf *b, const Cdc__V1__Row *r)
+static void put_row(buf *b, json_cache *cache, uint64_t schema_id, const Cdc__V1__Row *r)
 {
 	if (!r) {
 		json_null(b);
@@ -502,12 +570,17 @@ void sink_json_row(buf *b, const Cdc__V1__Row *r)
 		if (!first)
 			put_c(b, ',');
 		first = false;
-		put_str(b, c->name);
+		put_name(b, cache, schema_id, c->name);
 		put_c(b, ':');
-		put_value(b, c->value);
+		put_value(b, cache, c->value);
 	}
 	put_c(b, '}');
 	b->data[b->len] = '\0';
+}
+
+void sink_json_row(buf *b, const Cdc__V1__Row *r)
+{
+	put_row(b, NULL, 0, r);
 }
 
 static bool row_has_toast(const Cdc__V1__Row *r, const char *name)
@@ -551,15 +624,24 @@ static void put_lsn(buf *b, uint64_t lsn)
 }
 
 /* A schema id as 16 hex digits, in quotes (a JSON number would lose bits). */
-static void put_schema_id(buf *b, uint64_t id)
+static void put_schema_id(buf *b, json_cache *cache, uint64_t id)
 {
 	static const char hex[] = "0123456789abcdef";
+	if (cache && cache->schema_id == id) {
+		put(b, cache->schema_id_text, 18);
+		return;
+	}
 	reserve(b, 18);
-	b->data[b->len] = '"';
+	char *w = b->data + b->len;
+	w[0] = '"';
 	for (int i = 0; i < 16; i++)
-		b->data[b->len + 1 + (size_t)i] = hex[(id >> (60 - 4 * i)) & 15];
-	b->data[b->len + 17] = '"';
+		w[1 + i] = hex[(id >> (60 - 4 * i)) & 15];
+	w[17] = '"';
 	b->len += 18;
+	if (cache) {
+		memcpy(cache->schema_id_text, w, 18);
+		cache->schema_id = id;
+	}
 }
 
 /* A column's "name", "type", "type_oid" and "typmod" members (schema and DDL events). */
@@ -634,7 +716,9 @@ static void put_ddl(buf *b, const Cdc__V1__Ddl *d)
 	PUT_LIT(b, "]}");
 }
 
-void sink_json_event_head(buf *out, const Cdc__V1__Event *e)
+/* The event's members up to its table:
+ * {"subscription":...,"offset":...,"tag":...,"op":...,"schema":...,"table":... */
+static void put_head(buf *out, json_cache *cache, const Cdc__V1__Event *e)
 {
 	PUT_LIT(out, "{\"subscription\":");
 	put_str(out, e->subscription);
@@ -661,19 +745,53 @@ void sink_json_event_head(buf *out, const Cdc__V1__Event *e)
 		json_null(out);
 	}
 	PUT_LIT(out, ",\"schema\":");
-	put_str(out, e->schema);
+	put_name(out, cache, e->schema_id, e->schema);
 	PUT_LIT(out, ",\"table\":");
-	put_str(out, e->table);
+	put_name(out, cache, e->schema_id, e->table);
+}
+
+/* put_head(), from cache for an event without offset and tag whose schema id (which covers the schema's and
+ * the table's names), op and subscription are the last one's. */
+static void put_head_cached(buf *out, json_cache *cache, const Cdc__V1__Event *e)
+{
+	bool plain = cache && e->schema_id &&
+		     e->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET &&
+		     e->tag_present_case != CDC__V1__EVENT__TAG_PRESENT_TAG && e->subscription;
+	if (plain && cache->head_len && cache->head_schema_id == e->schema_id && cache->head_op == e->op &&
+	    strcmp(cache->head_subscription, e->subscription) == 0) {
+		put(out, cache->head, cache->head_len);
+		return;
+	}
+	size_t at = out->len;
+	put_head(out, cache, e);
+	size_t len = out->len - at;
+	cache->head_len = 0;
+	if (plain && len <= sizeof(cache->head) &&
+	    strlen(e->subscription) < sizeof(cache->head_subscription)) {
+		memcpy(cache->head, out->data + at, len);
+		cache->head_len = (uint32_t)len;
+		strcpy(cache->head_subscription, e->subscription);
+		cache->head_schema_id = e->schema_id;
+		cache->head_op = e->op;
+	}
+}
+
+void sink_json_event_head(buf *out, json_cache *cache, const Cdc__V1__Event *e)
+{
+	if (cache)
+		put_head_cached(out, cache, e);
+	else
+		put_head(out, NULL, e);
 	PUT_LIT(out, ",\"lsn\":");
 	put_lsn(out, e->lsn);
 	PUT_LIT(out, ",\"xid\":");
 	json_u64(out, e->xid);
 	PUT_LIT(out, ",\"key\":");
-	sink_json_row(out, e->key);
+	put_row(out, cache, e->schema_id, e->key);
 	PUT_LIT(out, ",\"new\":");
-	sink_json_row(out, e->new_row);
+	put_row(out, cache, e->schema_id, e->new_row);
 	PUT_LIT(out, ",\"old\":");
-	sink_json_row(out, e->old_row);
+	put_row(out, cache, e->schema_id, e->old_row);
 	PUT_LIT(out, ",\"unchanged_toast\":");
 	put_toast_names(out, e);
 	if (e->delivery_count) {
@@ -684,7 +802,7 @@ void sink_json_event_head(buf *out, const Cdc__V1__Event *e)
 	}
 	if (e->schema_id) {
 		PUT_LIT(out, ",\"schema_id\":");
-		put_schema_id(out, e->schema_id);
+		put_schema_id(out, cache, e->schema_id);
 	}
 	if (e->op == CDC__V1__OP__OP_SCHEMA) {
 		put_schema(out, e->table_schema);
@@ -771,7 +889,7 @@ void sink_json_dead_letter(buf *out, const Cdc__V1__DeadLetter *d)
 void sink_json_event(buf *out, const Cdc__V1__Event *e)
 {
 	json_commit c = {0};
-	sink_json_event_head(out, e);
+	sink_json_event_head(out, NULL, e);
 	sink_json_event_tail(out, &c, e->commit_lsn, e->tx_index, e->commit_time);
 	sink_json_commit_free(&c);
 }

@@ -10,8 +10,43 @@
  * commit_time) come last, so that sink_json_event_head() can render an event before its transaction
  * commits and sink_json_event_tail() complete it cheaply once it has. */
 void sink_json_event(buf *out, const Cdc__V1__Event *event);
-/* Everything but the commit fields and the closing brace. */
-void sink_json_event_head(buf *out, const Cdc__V1__Event *event);
+
+/* What a sink's renderer keeps from one event to the next: names (of the schema, the table and the
+ * columns) and the schema id as JSON, and the date of the last timestamp. Escaping a name costs more than
+ * finding it here: a backfill's row has seven. Starts zeroed; holds no memory of its own.
+ *
+ * A name is known by its address and the event's schema_id. That holds for the events the pipeline builds,
+ * whose names are their relation's own (decoder/event.h), and the schema id covers every name. It does not
+ * hold for events from elsewhere (cdc tail's, unpacked from the wire), which are rendered without one. */
+#define JSON_NAME_SETS 16
+#define JSON_NAME_WAYS 4
+typedef struct json_name {
+	uint64_t schema_id;
+	const char *name;
+	uint32_t len;
+	char text[44]; /* quoted; a longer name is not kept */
+} json_name;
+typedef struct json_cache {
+	json_name names[JSON_NAME_SETS][JSON_NAME_WAYS];
+	uint32_t evict;		 /* the way a miss takes when every way of its set has its schema id */
+	uint64_t schema_id;	 /* the id in schema_id_text */
+	char schema_id_text[18]; /* "0123456789abcdef" */
+	/* put_head_cached()'s: the head of the last event without offset and tag, for its schema id, op and
+	 * subscription (head_len 0: none) */
+	char head[192];
+	uint32_t head_len;
+	Cdc__V1__Op head_op;
+	uint64_t head_schema_id;
+	char head_subscription[64];
+	bool day_valid;
+	int64_t day;
+	uint32_t day_len;
+	char day_text[24]; /* YYYY-MM-DD, or an expanded year's longer form */
+} json_cache;
+
+/* Everything but the commit fields and the closing brace. cache is NULL for an event that does not borrow its
+ * relation's names. */
+void sink_json_event_head(buf *out, json_cache *cache, const Cdc__V1__Event *event);
 /* A transaction's commit fields as JSON, rendered once for all its events by sink_json_event_tail(). */
 typedef struct json_commit {
 	uint64_t lsn;

@@ -366,7 +366,7 @@ static bool handle_delivery(tail *t, const Cdc__V1__Delivery *d)
 			fprintf(stderr, "cdc tail: %s delivered an event without an offset\n", t->path);
 			return false;
 		}
-		sink_json_event_head(&t->lines, e);
+		sink_json_event_head(&t->lines, NULL, e);
 		const Cdc__V1__DeadLetter *dl = t->o->dead ? dead_letter_of(d, i, e->offset) : NULL;
 		if (dl)
 			sink_json_dead_letter(&t->lines, dl);

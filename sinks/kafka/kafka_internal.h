@@ -80,6 +80,7 @@ typedef struct kafka_sink {
 	uint32_t topic_sub;
 	dbz_scratch dbz;
 	json_commit jcommit; /* the JSON format's commit fields, rendered once a transaction */
+	json_cache json;     /* the JSON format's names */
 	buf value;	     /* one message value, rendered head + commit tail */
 	struct kafka_hdr {   /* the commit's header values, of the last message's transaction */
 		bool set;

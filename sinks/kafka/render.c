@@ -127,7 +127,7 @@ static int render_json(kafka_sink *k, const kafka_sub_settings *s, const Cdc__V1
 		json_key_of(&k->prev_key, e->key->columns, n);
 	bool moved = update && !same(&k->key, &k->prev_key);
 	size_t at = record_begin(out, REC_JSON, &k->key, true);
-	sink_json_event_head(out, e);
+	sink_json_event_head(out, &k->json, e);
 	record_end(out, at, 0);
 	if (!s->tombstones || !(moved || e->op == CDC__V1__OP__OP_DELETE))
 		return 1;
@@ -317,7 +317,7 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 	buf_puts(&k->key, text);
 	size_t at = record_begin(out, s->format == KAFKA_JSON ? REC_JSON : REC_PROTOBUF, &k->key, true);
 	if (s->format == KAFKA_JSON) {
-		sink_json_event_head(out, e);
+		sink_json_event_head(out, &k->json, e);
 	} else {
 		buf_reserve(out, cdc__v1__event__get_packed_size(e));
 		out->len += cdc__v1__event__pack(e, (uint8_t *)out->data + out->len);

@@ -80,6 +80,7 @@ typedef struct nats_sink {
 	nats_stats stats;
 	buf subject, value, msgid;
 	json_commit jcommit;
+	json_cache json;
 	/* for format debezium */
 	dbz_scratch dbz;
 	char *database; /* source.db */
@@ -618,7 +619,7 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	} else {
 		size_t part = part_begin(out);
 		if (s->format == NATS_JSON)
-			sink_json_event_head(out, e);
+			sink_json_event_head(out, &k->json, e);
 		else
 			sink_pb_put_event(out, e);
 		part_end(out, part, out->len);

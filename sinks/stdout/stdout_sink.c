@@ -19,6 +19,7 @@ typedef struct stdout_sink {
 	uint64_t ended;	    /* last transaction whose events are all in out */
 	uint64_t delivered; /* last transaction written out */
 	json_commit commit;
+	json_cache json;
 } stdout_sink;
 
 static bool write_all(stdout_sink *s, char *err, size_t errlen)
@@ -38,8 +39,8 @@ static bool write_all(stdout_sink *s, char *err, size_t errlen)
 
 static void stdout_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 {
-	(void)base, (void)sub;
-	sink_json_event_head(out, e);
+	(void)sub;
+	sink_json_event_head(out, &((stdout_sink *)base)->json, e);
 }
 
 static bool stdout_deliver(sink *base, uint32_t sub, const char *rendered, size_t len, const sink_commit *c,

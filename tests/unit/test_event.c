@@ -987,6 +987,103 @@ static void test_commit_tail(void)
 	buf_free(&b);
 }
 
+/* One event as rendered with the cache and as rendered without: the same bytes. */
+static void check_cached(json_cache *cache, const Cdc__V1__Event *e)
+{
+	buf with = {0}, without = {0};
+	sink_json_event_head(&with, cache, e);
+	sink_json_event_head(&without, NULL, e);
+	CHECK_STR(with.data, without.data);
+	buf_free(&with);
+	buf_free(&without);
+}
+
+/* json_cache knows a name by its address and the event's schema id, and a head by the schema id, the op and
+ * the subscription's name: names rewritten in place under a new schema id (as a relation freed and another
+ * allocated where it was), another subscription, an offset or a tag, names too long to keep, and the day of a
+ * timestamp changing all render as without the cache. */
+static void test_json_cache(void)
+{
+	char schema[8] = "public", table[8] = "t", id[8] = "id", name[8] = "name", sub[80] = "s";
+	char longname[64];
+	memset(longname, 'c', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	Cdc__V1__Timestamp ts = CDC__V1__TIMESTAMP__INIT;
+	ts.micros = TSTZ_2026;
+	ts.with_zone = true;
+	Cdc__V1__Value v_id = CDC__V1__VALUE__INIT, v_name = CDC__V1__VALUE__INIT,
+		       v_at = CDC__V1__VALUE__INIT;
+	v_id.kind_case = CDC__V1__VALUE__KIND_INT_VALUE;
+	v_id.int_value = 7;
+	v_name.kind_case = CDC__V1__VALUE__KIND_TEXT_VALUE;
+	v_name.text_value = "x\"y";
+	v_at.kind_case = CDC__V1__VALUE__KIND_TIMESTAMP_VALUE;
+	v_at.timestamp_value = &ts;
+	Cdc__V1__Column c_id = CDC__V1__COLUMN__INIT, c_name = CDC__V1__COLUMN__INIT,
+			c_at = CDC__V1__COLUMN__INIT;
+	c_id.name = id;
+	c_id.value = &v_id;
+	c_name.name = name;
+	c_name.value = &v_name;
+	c_at.name = "at";
+	c_at.value = &v_at;
+	Cdc__V1__Column *new_cols[] = {&c_id, &c_name, &c_at}, *key_cols[] = {&c_id};
+	Cdc__V1__Row new_row = CDC__V1__ROW__INIT, key = CDC__V1__ROW__INIT;
+	new_row.columns = new_cols;
+	new_row.n_columns = 3;
+	key.columns = key_cols;
+	key.n_columns = 1;
+	Cdc__V1__Event e = CDC__V1__EVENT__INIT;
+	e.subscription = sub;
+	e.op = CDC__V1__OP__OP_INSERT;
+	e.schema = schema;
+	e.table = table;
+	e.schema_id = 1;
+	e.key = &key;
+	e.new_row = &new_row;
+	json_cache *cache = calloc(1, sizeof(*cache));
+
+	check_cached(cache, &e);
+	v_id.int_value = 8;
+	ts.micros += INT64_C(86400000000); /* the next day */
+	check_cached(cache, &e);
+	/* the same addresses, other names, another schema id */
+	strcpy(table, "u");
+	strcpy(name, "nom");
+	strcpy(id, "key");
+	e.schema_id = 2;
+	check_cached(cache, &e);
+	e.op = CDC__V1__OP__OP_UPDATE;
+	check_cached(cache, &e);
+	strcpy(sub, "s2");
+	check_cached(cache, &e);
+	e.offset_present_case = CDC__V1__EVENT__OFFSET_PRESENT_OFFSET;
+	e.offset = 42;
+	check_cached(cache, &e);
+	e.offset_present_case = CDC__V1__EVENT__OFFSET_PRESENT__NOT_SET;
+	e.tag_present_case = CDC__V1__EVENT__TAG_PRESENT_TAG;
+	e.tag = "tagged";
+	check_cached(cache, &e);
+	e.tag_present_case = CDC__V1__EVENT__TAG_PRESENT__NOT_SET;
+	c_name.name = longname;
+	memset(sub, 'S', sizeof(sub) - 1);
+	sub[sizeof(sub) - 1] = '\0';
+	check_cached(cache, &e);
+	check_cached(cache, &e);
+	/* the first names again, at their first addresses, under the first schema id */
+	strcpy(table, "t");
+	strcpy(name, "name");
+	strcpy(id, "id");
+	strcpy(sub, "s");
+	c_name.name = name;
+	e.schema_id = 1;
+	e.op = CDC__V1__OP__OP_INSERT;
+	ts.micros = TSTZ_2026;
+	check_cached(cache, &e);
+	check_cached(cache, &e);
+	free(cache);
+}
+
 int main(void)
 {
 	A = arena_new(64 * 1024);
@@ -1008,6 +1105,7 @@ int main(void)
 	test_errors();
 	test_json_odd_events();
 	test_commit_tail();
+	test_json_cache();
 
 	pgo_relcache_free(RC);
 	arena_free(A);

@@ -782,10 +782,21 @@ void sink_json_event_head(buf *out, json_cache *cache, const Cdc__V1__Event *e)
 		put_head_cached(out, cache, e);
 	else
 		put_head(out, NULL, e);
-	PUT_LIT(out, ",\"lsn\":");
-	put_lsn(out, e->lsn);
-	PUT_LIT(out, ",\"xid\":");
-	json_u64(out, e->xid);
+	if (cache && cache->lsn_len && cache->lsn == e->lsn && cache->xid == e->xid) {
+		put(out, cache->lsn_text, cache->lsn_len);
+	} else {
+		size_t at = out->len;
+		PUT_LIT(out, ",\"lsn\":");
+		put_lsn(out, e->lsn);
+		PUT_LIT(out, ",\"xid\":");
+		json_u64(out, e->xid);
+		if (cache) {
+			cache->lsn_len = (uint32_t)(out->len - at);
+			memcpy(cache->lsn_text, out->data + at, cache->lsn_len);
+			cache->lsn = e->lsn;
+			cache->xid = e->xid;
+		}
+	}
 	PUT_LIT(out, ",\"key\":");
 	put_row(out, cache, e->schema_id, e->key);
 	PUT_LIT(out, ",\"new\":");

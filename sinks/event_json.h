@@ -12,8 +12,8 @@
 void sink_json_event(buf *out, const Cdc__V1__Event *event);
 
 /* What a sink's renderer keeps from one event to the next: names (of the schema, the table and the
- * columns) and the schema id as JSON, and the date of the last timestamp. Escaping a name costs more than
- * finding it here: a backfill's row has seven. Starts zeroed; holds no memory of its own.
+ * columns), the schema id, the LSN and the xid as JSON, and the date of the last timestamp. Escaping a name
+ * costs more than finding it here: a backfill's row has seven. Starts zeroed; holds no memory of its own.
  *
  * A name is known by its address and the event's schema_id. That holds for the events the pipeline builds,
  * whose names are their relation's own (decoder/event.h), and the schema id covers every name. It does not
@@ -38,6 +38,11 @@ typedef struct json_cache {
 	Cdc__V1__Op head_op;
 	uint64_t head_schema_id;
 	char head_subscription[64];
+	/* ,"lsn":"...","xid":N of the last event (lsn_len 0: none): every read of a backfill's chunk has its
+	 * LSN */
+	uint64_t lsn, xid;
+	uint32_t lsn_len;
+	char lsn_text[56];
 	bool day_valid;
 	int64_t day;
 	uint32_t day_len;

@@ -1000,8 +1000,8 @@ static void check_cached(json_cache *cache, const Cdc__V1__Event *e)
 
 /* json_cache knows a name by its address and the event's schema id, and a head by the schema id, the op and
  * the subscription's name: names rewritten in place under a new schema id (as a relation freed and another
- * allocated where it was), another subscription, an offset or a tag, names too long to keep, and the day of a
- * timestamp changing all render as without the cache. */
+ * allocated where it was), another subscription, an offset or a tag, names too long to keep, another LSN or
+ * xid, and the day of a timestamp changing all render as without the cache. */
 static void test_json_cache(void)
 {
 	char schema[8] = "public", table[8] = "t", id[8] = "id", name[8] = "name", sub[80] = "s";
@@ -1046,6 +1046,10 @@ static void test_json_cache(void)
 	check_cached(cache, &e);
 	v_id.int_value = 8;
 	ts.micros += INT64_C(86400000000); /* the next day */
+	check_cached(cache, &e);
+	e.lsn = UINT64_C(0x16B3748);
+	check_cached(cache, &e);
+	e.xid = 741;
 	check_cached(cache, &e);
 	/* the same addresses, other names, another schema id */
 	strcpy(table, "u");

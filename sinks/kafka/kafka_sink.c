@@ -38,11 +38,14 @@ static const kafka_property producer_defaults[] = {
     {"linger.ms", "5"},
     {"batch.num.messages", "10000"},
     /* What the throughput needs. The queue holds what arrives during linger.ms and a round trip (a few
-     * thousand messages at a few hundred thousand a second), at about 1.8 KiB each with the headers. 10,000
-     * messages and 16 MiB took cdc to 45 MiB resident (bench, 1,000,000-row transaction). 6,000 and 4 MiB
-     * took it to 26 MiB, as fast. 2 MiB and batches of 256 KiB (librdkafka's default is 1 MB) took the
-     * Debezium format from 34-38 MiB to 26-27 and JSON from 30 to 26, as fast (two to six runs each). */
-    {"queue.buffering.max.messages", "6000"},
+     * thousand messages at a few hundred thousand a second). A queued message costs 1.3-2.7 KiB at the
+     * peak, most of it its headers (allocated one by one), whatever its size. 10,000 messages and 16 MiB took
+     * cdc to 45 MiB resident (bench, 1,000,000-row transaction). 6,000 and 4 MiB took it to 26 MiB, as fast.
+     * 2 MiB and batches of 256 KiB (librdkafka's default is 1 MB) took the Debezium format from 34-38 MiB
+     * to 26-27 and JSON from 30 to 26, as fast (two to six runs each). Small records (Avro's, about 200
+     * bytes) fill 6,000 messages first: Avro's peak was 32-37 MiB. 3,000, about what 2 MiB holds of
+     * Debezium's records, took Avro to 26-27 and protobuf from 25-26 to 21, as fast (five to nine runs). */
+    {"queue.buffering.max.messages", "3000"},
     {"queue.buffering.max.kbytes", "2048"},
     {"batch.size", "262144"},
 };

@@ -62,8 +62,18 @@ static void put_str(buf *b, const char *s)
 	json_str(b, s ? s : "");
 }
 
+/* json_cache's entries: what b holds from at on, kept in text (of cap bytes) when it fits. *len is its
+ * length, or 0 (the entry holds nothing) when it does not fit. */
+static bool keep(const buf *b, size_t at, char *text, size_t cap, uint32_t *len)
+{
+	size_t n = b->len - at;
+	*len = n <= cap ? (uint32_t)n : 0;
+	memcpy(text, b->data + at, *len);
+	return *len != 0;
+}
+
 /* put_name()'s miss: renders name and keeps it in one of set's ways, one that holds a name of another
- * schema id if there is one, when it fits. */
+ * schema id if there is one. */
 static __attribute__((noinline)) void name_miss(buf *b, json_cache *cache, json_name *set, uint64_t schema_id,
 						const char *name)
 {
@@ -73,10 +83,7 @@ static __attribute__((noinline)) void name_miss(buf *b, json_cache *cache, json_
 			n = &set[i];
 	size_t at = b->len;
 	json_str(b, name);
-	size_t len = b->len - at;
-	if (len <= sizeof(n->text)) {
-		memcpy(n->text, b->data + at, len);
-		n->len = (uint32_t)len;
+	if (keep(b, at, n->text, sizeof(n->text), &n->len)) {
 		n->name = name;
 		n->schema_id = schema_id;
 	}
@@ -398,19 +405,14 @@ static void put_ymd(buf *b, json_cache *cache, int64_t days)
 		sink_json_ymd(b, days);
 		return;
 	}
-	if (cache->day_valid && cache->day == days) {
+	if (cache->day_len && cache->day == days) {
 		put(b, cache->day_text, cache->day_len);
 		return;
 	}
 	size_t at = b->len;
 	sink_json_ymd(b, days);
-	size_t len = b->len - at;
-	cache->day_valid = len <= sizeof(cache->day_text);
-	if (cache->day_valid) {
-		memcpy(cache->day_text, b->data + at, len);
-		cache->day_len = (uint32_t)len;
+	if (keep(b, at, cache->day_text, sizeof(cache->day_text), &cache->day_len))
 		cache->day = days;
-	}
 }
 
 /* "HH:MM:SS", then ".ffffff" when the microseconds are not zero or always_frac. */
@@ -754,8 +756,7 @@ static void put_head(buf *out, json_cache *cache, const Cdc__V1__Event *e)
  * the table's names), op and subscription are the last one's. */
 static void put_head_cached(buf *out, json_cache *cache, const Cdc__V1__Event *e)
 {
-	bool plain = cache && e->schema_id &&
-		     e->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET &&
+	bool plain = e->schema_id && e->offset_present_case != CDC__V1__EVENT__OFFSET_PRESENT_OFFSET &&
 		     e->tag_present_case != CDC__V1__EVENT__TAG_PRESENT_TAG && e->subscription;
 	if (plain && cache->head_len && cache->head_schema_id == e->schema_id && cache->head_op == e->op &&
 	    strcmp(cache->head_subscription, e->subscription) == 0) {
@@ -764,15 +765,30 @@ static void put_head_cached(buf *out, json_cache *cache, const Cdc__V1__Event *e
 	}
 	size_t at = out->len;
 	put_head(out, cache, e);
-	size_t len = out->len - at;
 	cache->head_len = 0;
-	if (plain && len <= sizeof(cache->head) &&
-	    strlen(e->subscription) < sizeof(cache->head_subscription)) {
-		memcpy(cache->head, out->data + at, len);
-		cache->head_len = (uint32_t)len;
+	if (plain && strlen(e->subscription) < sizeof(cache->head_subscription) &&
+	    keep(out, at, cache->head, sizeof(cache->head), &cache->head_len)) {
 		strcpy(cache->head_subscription, e->subscription);
 		cache->head_schema_id = e->schema_id;
 		cache->head_op = e->op;
+	}
+}
+
+/* ,"lsn":"...","xid":N, from cache when the last event had them. */
+static void put_lsn_xid(buf *out, json_cache *cache, const Cdc__V1__Event *e)
+{
+	if (cache && cache->lsn_len && cache->lsn == e->lsn && cache->xid == e->xid) {
+		put(out, cache->lsn_text, cache->lsn_len);
+		return;
+	}
+	size_t at = out->len;
+	PUT_LIT(out, ",\"lsn\":");
+	put_lsn(out, e->lsn);
+	PUT_LIT(out, ",\"xid\":");
+	json_u64(out, e->xid);
+	if (cache && keep(out, at, cache->lsn_text, sizeof(cache->lsn_text), &cache->lsn_len)) {
+		cache->lsn = e->lsn;
+		cache->xid = e->xid;
 	}
 }
 
@@ -782,21 +798,7 @@ void sink_json_event_head(buf *out, json_cache *cache, const Cdc__V1__Event *e)
 		put_head_cached(out, cache, e);
 	else
 		put_head(out, NULL, e);
-	if (cache && cache->lsn_len && cache->lsn == e->lsn && cache->xid == e->xid) {
-		put(out, cache->lsn_text, cache->lsn_len);
-	} else {
-		size_t at = out->len;
-		PUT_LIT(out, ",\"lsn\":");
-		put_lsn(out, e->lsn);
-		PUT_LIT(out, ",\"xid\":");
-		json_u64(out, e->xid);
-		if (cache) {
-			cache->lsn_len = (uint32_t)(out->len - at);
-			memcpy(cache->lsn_text, out->data + at, cache->lsn_len);
-			cache->lsn = e->lsn;
-			cache->xid = e->xid;
-		}
-	}
+	put_lsn_xid(out, cache, e);
 	PUT_LIT(out, ",\"key\":");
 	put_row(out, cache, e->schema_id, e->key);
 	PUT_LIT(out, ",\"new\":");

@@ -43,7 +43,7 @@ typedef struct json_cache {
 	uint64_t lsn, xid;
 	uint32_t lsn_len;
 	char lsn_text[56];
-	bool day_valid;
+	/* the date of the last timestamp (day_len 0: none) */
 	int64_t day;
 	uint32_t day_len;
 	char day_text[24]; /* YYYY-MM-DD, or an expanded year's longer form */

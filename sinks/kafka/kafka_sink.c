@@ -50,6 +50,15 @@ static const kafka_property producer_defaults[] = {
     {"batch.size", "262144"},
 };
 
+/* Whether kafka.properties set key. */
+static bool user_set(const kafka_sink *k, const char *key)
+{
+	for (size_t i = 0; i < k->set.nproperties; i++)
+		if (strcmp(k->set.properties[i].key, key) == 0)
+			return true;
+	return false;
+}
+
 /* librdkafka answers QUEUE_FULL to a record larger than queue.buffering.max.kbytes even when the queue is
  * empty, so such a record would wait for good. So the queue holds the largest record that message.max.bytes
  * allows. kafka.properties that set neither or only message.max.bytes get the queue raised to it. Those that
@@ -63,23 +72,21 @@ static bool queue_fits_largest(const kafka_sink *k, rd_kafka_conf_t *conf, char 
 		return true;
 	uint64_t largest = strtoull(v, NULL, 10), need = (largest + 1023) / 1024;
 	len = sizeof(v);
-	if (rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", v, &len) != RD_KAFKA_CONF_OK ||
-	    strtoull(v, NULL, 10) >= need)
+	if (rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", v, &len) != RD_KAFKA_CONF_OK)
 		return true;
-	bool queue_set = false, largest_set = false;
-	for (size_t i = 0; i < k->set.nproperties; i++) {
-		queue_set |= strcmp(k->set.properties[i].key, "queue.buffering.max.kbytes") == 0;
-		largest_set |= strcmp(k->set.properties[i].key, "message.max.bytes") == 0;
-	}
-	if (queue_set && largest_set)
+	uint64_t queue = strtoull(v, NULL, 10);
+	if (queue >= need)
+		return true;
+	bool queue_set = user_set(k, "queue.buffering.max.kbytes");
+	if (queue_set && user_set(k, "message.max.bytes"))
 		return util_errf(
 		    err, errlen,
-		    "kafka.properties: queue.buffering.max.kbytes %s holds less than one record of "
+		    "kafka.properties: queue.buffering.max.kbytes %llu holds less than one record of "
 		    "message.max.bytes %llu, so such a record could never be queued: raise "
 		    "queue.buffering.max.kbytes to %llu or more, or leave it out (cdc then sizes it)",
-		    v, (unsigned long long)largest, (unsigned long long)need);
+		    (unsigned long long)queue, (unsigned long long)largest, (unsigned long long)need);
 	if (queue_set) {
-		snprintf(v, sizeof(v), "%llu", strtoull(v, NULL, 10) * 1024);
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)queue * 1024);
 		return kafka_conf_set(conf, "message.max.bytes", v, err, errlen);
 	}
 	snprintf(v, sizeof(v), "%llu", (unsigned long long)need);
@@ -344,11 +351,8 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 			ok = kafka_conf_set(conf, transactional_defaults[i].key,
 					    transactional_defaults[i].value, err, errlen);
 	}
-	bool gapless_set = false;
-	for (size_t i = 0; ok && i < k->set.nproperties; i++) {
+	for (size_t i = 0; ok && i < k->set.nproperties; i++)
 		ok = kafka_conf_set(conf, k->set.properties[i].key, k->set.properties[i].value, err, errlen);
-		gapless_set |= strcmp(k->set.properties[i].key, "enable.gapless.guarantee") == 0;
-	}
 	ok = ok && queue_fits_largest(k, conf, err, errlen);
 	/* A batch that fails for good must stop the producer. That is a fatal error, so the sink restarts and
 	 * the slot sends the failed messages again. Otherwise librdkafka goes on delivering the batches
@@ -356,7 +360,7 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	 * A row's versions would go backwards in its partition. A transactional producer aborts instead. */
 	char idem[16];
 	size_t idemlen = sizeof(idem);
-	if (ok && !gapless_set && !k->set.exactly_once &&
+	if (ok && !user_set(k, "enable.gapless.guarantee") && !k->set.exactly_once &&
 	    rd_kafka_conf_get(conf, "enable.idempotence", idem, &idemlen) == RD_KAFKA_CONF_OK &&
 	    strcmp(idem, "true") == 0) {
 		ok = kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen);

@@ -137,12 +137,20 @@ class KafkaMock:
     def set_rtt(self, ms, broker=-1):
         return self.command(f"rtt {broker} {ms}")
 
-    def create_topic(self, name, partitions):
-        return self.command(f"topic {name} {partitions}")
+    def create_topic(self, name, partitions, exist_ok=False):
+        try:
+            return self.command(f"topic {name} {partitions}")
+        except AssertionError as e:
+            if not exist_ok or "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise
 
     def set_coordinator(self, broker, transactional_id):
         """Makes broker the transaction coordinator of transactional_id."""
         return self.command(f"coordinator {broker} {transactional_id}")
+
+    def set_leader(self, topic, partition, broker):
+        """Makes broker the leader of partition of topic (which exists)."""
+        return self.command(f"leader {topic} {partition} {broker}")
 
     def leaders(self, topics, timeout=10.0):
         """The ids of the brokers that lead a partition of one of topics (from the metadata)."""

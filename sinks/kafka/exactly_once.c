@@ -1,7 +1,8 @@
 /* The Kafka sink's exactly-once cycle (kafka.exactly_once, README "Exactly once"). A Kafka transaction opens
- * at the first event a source transaction has for Kafka. It holds whole source transactions, and commits once
- * they are whole (and old or big enough). First its events are acknowledged, then its position record goes
- * out and is acknowledged, then EndTxn. What arrives meanwhile is held and goes out in the next one. */
+ * at the first event a source transaction has for Kafka, with a record of the position it goes on from. It
+ * holds whole source transactions, and commits once they are whole (and old or big enough). First its events
+ * are acknowledged, then its position record goes out and is acknowledged, then EndTxn. What arrives
+ * meanwhile is held and goes out in the next one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,30 @@ static void send_now(kafka_sink *k)
 	k->eo.woken_ms = util_now_ms();
 }
 
+/* A record of the positions topic: t, keyed by the transactional.id. */
+static bool eo_produce_position(kafka_sink *k, const Cdc__V1__Transaction *t, uint64_t seq)
+{
+	buf_reset(&k->value);
+	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(t));
+	k->value.len = cdc__v1__transaction__pack(t, (uint8_t *)k->value.data);
+	rendered r = {.xid = t->xid};
+	return kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
+			     kafka_headers(k, &r, "", t->commit_lsn, false, CONTENT_TYPE_TRANSACTION), seq);
+}
+
+/* The first record of a Kafka transaction (seq its first source transaction's): the position it goes on
+ * from, commit_lsn alone. librdkafka 2.0.2 registers a transaction's partitions 1 ms after the first
+ * message of one, with its main thread spinning meanwhile. Produced with the first event, the positions
+ * topic's partition is registered with the events'. Else the position record registers it at the commit,
+ * which then waits for another timer and round trip (0.9 ms less CPU and wait per Kafka transaction, see
+ * docs/performance.md). None before the first position (0 is no position to read back). */
+static bool eo_start_record(kafka_sink *k, uint64_t seq)
+{
+	Cdc__V1__Transaction t = CDC__V1__TRANSACTION__INIT;
+	t.commit_lsn = k->eo.position;
+	return !t.commit_lsn || eo_produce_position(k, &t, seq);
+}
+
 /* The position record, the last of the Kafka transaction. It is produced once every other message of it is
  * acknowledged. So wherever it can be read (a broker without transactions' isolation, as the mock), every
  * event before it can be too. */
@@ -212,13 +237,7 @@ static void eo_position_record(kafka_sink *k)
 	t.commit_lsn = k->eo.last.commit_lsn;
 	t.commit_time = k->eo.last.commit_time;
 	t.events = k->eo.events;
-	buf_reset(&k->value);
-	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(&t));
-	k->value.len = cdc__v1__transaction__pack(&t, (uint8_t *)k->value.data);
-	rendered r = {.xid = t.xid};
-	if (kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
-			  kafka_headers(k, &r, "", t.commit_lsn, false, CONTENT_TYPE_TRANSACTION),
-			  k->last_ended))
+	if (eo_produce_position(k, &t, k->last_ended))
 		k->eo.position_sent = true;
 	send_now(k);
 }
@@ -391,6 +410,8 @@ bool kafka_eo_admit(kafka_sink *k, const sink_commit *c, uint32_t xid, uint64_t 
 			k->eo.stream = stream_now(k);
 			k->eo.opened_ms = util_now_ms();
 			k->eo.events = 0;
+			if (!eo_start_record(k, seq))
+				return false;
 		}
 		k->eo.last_seq = seq;
 		k->eo.last = *c;

@@ -46,16 +46,23 @@ def copies(msgs):
     return {k: n for k, n in collections.Counter(event_id(m) for m in msgs).items() if n > 1}
 
 
-def positions(kafka_reader, slot, last):
-    """The commit LSNs of the position records of slot's producer, in partition order, once the
-    last one read holds last."""
+def position_records(kafka_reader, slot, last):
+    """(commit LSN, events) of each record of slot's producer in the positions topic, in partition
+    order, once the last one read holds last. A Kafka transaction's last record holds its newest
+    source transaction (events > 0); its first restates the position it goes on from (events 0)."""
     key = f"cdc-{slot}".encode()
     reader = kafka_reader(["cdc.positions"], transactions_topic="cdc.positions", group=False)
 
     def mine(ms):
-        return [m.txn.commit_lsn for m in ms if m.key == key]
-    reader.wait_until(lambda ms: mine(ms)[-1:] == [last], what=f"a position record holding {lsn_text(last)}")
+        return [(m.txn.commit_lsn, m.txn.events) for m in ms if m.key == key]
+    reader.wait_until(lambda ms: [lsn for lsn, _ in mine(ms)[-1:]] == [last],
+                      what=f"a position record holding {lsn_text(last)}")
     return mine(reader.snapshot())
+
+
+def positions(kafka_reader, slot, last):
+    """The commit LSNs of the Kafka transactions' last records (position_records)."""
+    return [lsn for lsn, events in position_records(kafka_reader, slot, last) if events]
 
 
 def copies_only_after(msgs, position):
@@ -88,8 +95,14 @@ def test_each_change_once_across_sigterm_and_the_position_follows(pg, schema, cd
     assert copies(msgs) == {}
     check_counters(msgs, load, strict=True)
     commit_lsns = sorted({m.event.commit_lsn for m in msgs})
-    pos = positions(kafka_reader, c.slot, commit_lsns[-1])
+    records = position_records(kafka_reader, c.slot, commit_lsns[-1])
+    # Each Kafka transaction but the very first starts with the position the one before it ended at
+    # (the first of the second run with the one it read back).
+    assert records[0][1] > 0 and all(events or records[i - 1] == (lsn, records[i - 1][1]) > (lsn, 0)
+                                     for i, (lsn, events) in enumerate(records)), records
+    pos = [lsn for lsn, events in records if events]
     assert pos == sorted(set(pos)), "position records not strictly increasing"
+    assert len(records) == 2 * len(pos) - 1, records
     assert set(pos) <= set(commit_lsns), "a position record names a commit that sent no event"
     # Several source transactions per Kafka transaction under load.
     assert len(pos) < len(commit_lsns), (len(pos), len(commit_lsns))
@@ -211,7 +224,7 @@ def test_a_paused_active_one_resumed_after_a_takeover_writes_nothing(pg, schema,
     seen = collections.Counter(event_id(m) for m in msgs)
     late_copies = [m for m in msgs if m.timestamp >= resumed_ms and seen[event_id(m)] > 1]
     assert late_copies == [], f"made after the resume and already on Kafka: {late_copies[:3]}\n{pa.describe()}"
-    records = positions(kafka_reader, a.slot, max(m.event.commit_lsn for m in msgs))
+    records = [lsn for lsn, _ in position_records(kafka_reader, a.slot, max(m.event.commit_lsn for m in msgs))]
     assert records == sorted(records), f"the positions went back\n{pa.describe()}"
     assert pa.terminate() == 0, pa.describe()
     assert pb.terminate() == 0, pb.describe()
@@ -262,7 +275,9 @@ def test_commit_interval_batches_source_transactions_and_commits_when_quiet(pg, 
     c, p, reader = five_in_one_kafka_transaction(pg, schema, cdc, kafka, kafka_reader, "5s")
     msgs = reader.wait(5, describe=p.describe)
     last = max(m.event.commit_lsn for m in msgs)
-    assert positions(kafka_reader, c.slot, last) == [last]
+    # One record: a first Kafka transaction has no position before it to restate.
+    [(lsn, events)] = position_records(kafka_reader, c.slot, last)
+    assert lsn == last and events >= 5, (lsn, events)
     wait_for(lambda: json.loads(get(c, "/status")[1])["kafka"]["position"] == lsn_text(last), 10,
              what="the status figures (published every second)")
     st = json.loads(get(c, "/status")[1])["kafka"]
@@ -314,6 +329,10 @@ def test_an_abortable_error_while_messages_are_in_flight_aborts_instead_of_waiti
     c = cdc(subscriptions=[ksub("k", [f"{schema}.a", f"{schema}.{other}"])], kafka=section)
     (coordinator,) = {1, 2, 3} - {leaders["a"], leaders[other]}
     kafka.set_coordinator(coordinator, f"cdc-{c.slot}")
+    # The positions topic's leader too: a Kafka transaction's first record goes there, and on a's
+    # leader its request would take the injected errors meant for a's messages.
+    kafka.create_topic("cdc.positions", 1, exist_ok=True)  # an earlier test's producer may have made it
+    kafka.set_leader("cdc.positions", 0, coordinator)
     p = c.start()
     pg.sql(f"begin; insert into {schema}.a values (0); insert into {schema}.{other} values (0); commit")
     reader.wait(2, describe=p.describe)  # the producer's connections to both leaders are up

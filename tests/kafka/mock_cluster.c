@@ -19,6 +19,7 @@
  *   rtt ID MS                 delay every response of broker ID (-1: all) by MS milliseconds
  *   topic NAME [PARTITIONS]   create a topic (default: --partitions, else 4)
  *   coordinator ID TXNID      make broker ID the transaction coordinator of transactional.id TXNID
+ *   leader TOPIC PARTITION ID make broker ID the leader of a partition of an existing topic
  *   quit
  *
  * A broker that was given errors of its own for an api key ("brokererror") keeps an error stack for
@@ -245,6 +246,15 @@ static bool run_command(mock *m, char *line)
 		else
 			reply_err(
 			    rd_kafka_mock_coordinator_set(m->mcluster, "transaction", argv[2], (int32_t)id));
+	} else if (strcmp(argv[0], "leader") == 0 && argc == 4) {
+		long partition;
+		if (!parse_int(argv[2], 0, 99999, &partition))
+			reply("error: partition must be 0..99999");
+		else if (!parse_int(argv[3], 1, m->brokers, &id))
+			reply("error: broker id must be 1..%d", m->brokers);
+		else
+			reply_err(rd_kafka_mock_partition_set_leader(m->mcluster, argv[1], (int32_t)partition,
+								    (int32_t)id));
 	} else {
 		reply("error: unknown command or wrong arguments: %s", argv[0]);
 	}

@@ -511,6 +511,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd, (void)what;
 	sidecar *d = arg;
+	daemon_figures_tick(d, util_now_us(), TICK_MS * 1000);
 	daemon_notify_watchdog(util_now_ms());
 	daemon_reload_maybe(d);
 	daemon_backfills_tick(d, util_now_ms());

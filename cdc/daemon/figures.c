@@ -127,6 +127,16 @@ static report_sink *sink_figures(const sidecar *d, buf *texts)
 	return v;
 }
 
+void daemon_figures_tick(sidecar *d, uint64_t now_us, uint64_t interval_us)
+{
+	figures *f = &d->fig;
+	if (f->last_tick_us) {
+		uint64_t due = f->last_tick_us + interval_us;
+		hist_add(&f->loop_lag, now_us > due ? now_us - due : 0);
+	}
+	f->last_tick_us = now_us;
+}
+
 void daemon_figures_publish(sidecar *d, bool force)
 {
 	figures *f = &d->fig;
@@ -194,6 +204,7 @@ void daemon_figures_publish(sidecar *d, bool force)
 	    .sinks = sinks,
 	    .nsinks = nsinks,
 	    .status_unauthorized = d->status ? status_unauthorized(d->status) : 0,
+	    .loop_lag = &f->loop_lag,
 	};
 	const char *warnings[2];
 	if (f->slot_warning[0])

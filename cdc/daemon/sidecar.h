@@ -79,6 +79,10 @@ typedef struct figures {
 	uint64_t last_server_ms;  /* the server's role last asked (0 to ask now) */
 	source_failover failover; /* its last answer (source.failover) */
 	char not_ready[192];	  /* /readyz's reason when it is made up */
+	/* How late each tick of the event loop came (after the one before, plus its interval): the time
+	 * the loop spent elsewhere, or waiting for a core. */
+	hist loop_lag;
+	uint64_t last_tick_us;
 } figures;
 
 /* Backfills asked for from SQL, as rows of source.signal_table (signals.c). */
@@ -227,6 +231,8 @@ resync_result daemon_resync(sidecar *sc);
 void daemon_resync_reached(void *ctx);
 
 /* figures.c */
+/* A tick of the event loop, every interval_us: how late it came goes into the loop's lag histogram. */
+void daemon_figures_tick(sidecar *sc, uint64_t now_us, uint64_t interval_us);
 /* Renders the figures for the status socket every second, or now with force. */
 void daemon_figures_publish(sidecar *sc, bool force);
 /* While changes flow, a progress line every 30 s. */

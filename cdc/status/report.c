@@ -198,7 +198,8 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *             (only with source.signal_table),
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
  *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to
- *  delivery, by sink)} */
+ *  delivery, by sink), "event_loop_lag_ms": {"count", "p50", "p99", "p999", "max"} (how late each 100 ms
+ *  tick of the event loop came; left out when NULL)} */
 void status_report_status_json(const report *r, buf *out)
 {
 	bool f = true;
@@ -260,7 +261,10 @@ void status_report_status_json(const report *r, buf *out)
 	for (size_t m = 0; m < r->nsinks; m++)
 		if (r->sinks[m].latency)
 			j_latency(out, &fl, r->sinks[m].name, r->sinks[m].latency);
-	buf_puts(out, "}}\n");
+	buf_putc(out, '}');
+	if (r->loop_lag)
+		j_latency(out, &f, "event_loop_lag_ms", r->loop_lag);
+	buf_puts(out, "}\n");
 }
 
 /* ---- /subscriptions ---- */
@@ -337,21 +341,25 @@ static void metrics_subs(const report *r, buf *out)
 			buf_puts(out, r->sinks[m].sub_metrics);
 }
 
+/* A histogram's samples, labelled sink=sink_name, or by le alone when sink_name is NULL. */
 static void histogram(buf *out, const char *name, const char *sink_name, const hist *h)
 {
 	char metric[128], le[32];
+	const char *label = sink_name ? "sink" : NULL;
 	snprintf(metric, sizeof(metric), "%s_bucket", name);
-	for (unsigned i = 0; i < HIST_LE_N; i++) {
-		sample(out, metric, "sink", sink_name, "le", us_as_s(hist_le_us[i], le));
-		buf_printf(out, " %" PRIu64 "\n", hist_count_le(h, i));
+	for (unsigned i = 0; i <= HIST_LE_N; i++) {
+		const char *bound = i < HIST_LE_N ? us_as_s(hist_le_us[i], le) : "+Inf";
+		if (label)
+			sample(out, metric, label, sink_name, "le", bound);
+		else
+			sample(out, metric, "le", bound, NULL, NULL);
+		buf_printf(out, " %" PRIu64 "\n", i < HIST_LE_N ? hist_count_le(h, i) : h->count);
 	}
-	sample(out, metric, "sink", sink_name, "le", "+Inf");
-	buf_printf(out, " %" PRIu64 "\n", h->count);
 	snprintf(metric, sizeof(metric), "%s_sum", name);
-	sample(out, metric, "sink", sink_name, NULL, NULL);
+	sample(out, metric, label, sink_name, NULL, NULL);
 	buf_printf(out, " %s\n", us_as_s(h->sum, le));
 	snprintf(metric, sizeof(metric), "%s_count", name);
-	sample(out, metric, "sink", sink_name, NULL, NULL);
+	sample(out, metric, label, sink_name, NULL, NULL);
 	buf_printf(out, " %" PRIu64 "\n", h->count);
 }
 
@@ -580,4 +588,11 @@ void status_report_metrics(const report *r, buf *out)
 	for (size_t m = 0; m < r->nsinks; m++)
 		if (r->sinks[m].latency)
 			histogram(out, "cdc_delivery_latency_seconds", r->sinks[m].name, r->sinks[m].latency);
+	if (r->loop_lag) {
+		family(
+		    out, "cdc_event_loop_lag_seconds", "histogram",
+		    "How late each tick of cdc's event loop (every 100 ms) came: time the loop spent in one "
+		    "piece of work, or waiting for a core.");
+		histogram(out, "cdc_event_loop_lag_seconds", NULL, r->loop_lag);
+	}
 }

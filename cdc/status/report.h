@@ -122,6 +122,8 @@ typedef struct report {
 	size_t nfailed;
 	/* Requests over status.listen refused for want of status.token (/metrics only). */
 	uint64_t status_unauthorized;
+	/* How late each tick of the event loop came, microseconds (NULL: none). */
+	const hist *loop_lag;
 } report;
 
 /* GET /status, one JSON object and a newline. The comment above status_report_status_json in report.c has

@@ -97,9 +97,14 @@ bool util_lsn_parse(const char *s, uint64_t *lsn)
 
 uint64_t util_now_ms(void)
 {
+	return util_now_us() / 1000;
+}
+
+uint64_t util_now_us(void)
+{
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 int64_t util_wall_us(void)

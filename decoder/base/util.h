@@ -50,6 +50,8 @@ uint32_t util_utf8_codepoint(const unsigned char *text, size_t count);
 
 /* Milliseconds of CLOCK_MONOTONIC, for timeouts and intervals, which a clock step must not bend. */
 uint64_t util_now_ms(void);
+/* The same in microseconds. */
+uint64_t util_now_us(void);
 /* Milliseconds since the Unix epoch (CLOCK_REALTIME), for what is compared with commit times and
  * stored (spool retention by age). */
 int64_t util_wall_ms(void);

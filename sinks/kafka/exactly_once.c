@@ -210,7 +210,8 @@ static bool eo_produce_position(kafka_sink *k, const Cdc__V1__Transaction *t, ui
 	buf_reserve(&k->value, cdc__v1__transaction__get_packed_size(t));
 	k->value.len = cdc__v1__transaction__pack(t, (uint8_t *)k->value.data);
 	rendered r = {.xid = t->xid};
-	return kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data, k->value.len,
+	return kafka_produce(k, k->set.positions_topic, 0, k->tid, strlen(k->tid), k->value.data,
+			     k->value.len,
 			     kafka_headers(k, &r, "", t->commit_lsn, false, CONTENT_TYPE_TRANSACTION), seq);
 }
 

@@ -16,6 +16,8 @@ a p99 reads as the bucket's upper bound).
 
 To tell where a latency jump comes from, each sample also has pgbench's mean commit latency over
 the interval (`lat_pgbench`, start to commit without pgbench's schedule lag: the server's side),
+the most any tick of each cdc's event loop came late in it (`loop_a`, `loop_b`: from
+cdc_event_loop_lag_seconds; a jump with the loops on time was not cdc's loop holding them up),
 and the run lists the server's autovacuums and
 checkpoints (log_autovacuum_min_duration=0, log_checkpoints) and A's spool segment turnovers (a
 drop of the spool's size). A jump is a sample whose p99 is more than one histogram bucket above the
@@ -55,6 +57,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = bench.CDC_BIN
 T0 = time.monotonic()
 LATENCY_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
+LOOP_RE = re.compile(r'^cdc_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
+# Per process, the most its event loop's ticks came late in the interval (ms, the bucket's upper bound):
+# a latency jump with the loop on time was not cdc's loop.
+LOOPS = ("loop_a", "loop_b")
 # Figures, their unit and the absolute slack under which a difference is not a trend.
 FIGURES = [("rss_a", "MiB", 2.0), ("rss_b", "MiB", 2.0), ("fds_a", "", 4), ("fds_b", "", 4),
            ("spool_a", "MiB", 1.0), ("lag_a", "MiB", 1.0), ("lag_b", "MiB", 1.0),
@@ -126,12 +132,14 @@ class Cdc:
         out = {}
         for sink, le, n in LATENCY_RE.findall(text):
             out.setdefault(sink, []).append((float(le), int(n)))
+        out["event loop"] = [(float(le), int(n)) for le, n in LOOP_RE.findall(text)]
         return out
 
 
-def p99_ms(before, after):
-    """The p99 of the samples between two cumulative histograms, as the upper bound of the bucket
-    it falls in (ms); None when the interval has no sample."""
+def p99_ms(before, after, q=0.99):
+    """The q-quantile (p99) of the samples between two cumulative histograms, as the upper bound of
+    the bucket it falls in (ms); None when the interval has no sample. q=1: the highest bucket with
+    a sample."""
     if not after:
         return None
     counts = [(le, n - (before[i][1] if before and len(before) == len(after) else 0))
@@ -139,7 +147,7 @@ def p99_ms(before, after):
     total = counts[-1][1]
     if total <= 0:
         return None
-    want = 0.99 * total
+    want = q * total
     for le, n in counts:
         if n >= want:
             return le * 1000.0 if le != float("inf") else float("inf")
@@ -279,7 +287,7 @@ def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "soak.json"), "w") as f:
         json.dump({"meta": meta, "samples": rows, "verdict": verdict}, f, indent=1)
-    cols = ["t"] + [f for f, _, _ in FIGURES]
+    cols = ["t"] + [f for f, _, _ in FIGURES] + list(LOOPS)
     lines = [f"# Soak: {meta['duration']} s at {meta['rate']} transactions/s",
              "",
              f"{meta['date']}, git {meta['git']}, PostgreSQL {meta['pg_version']}, "
@@ -297,11 +305,12 @@ def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
               f"{sum(k == 'autoanalyze' for _, k in events)} autoanalyzes of soak_t, "
               f"{sum(k == 'checkpoint' for _, k in events) // 2} checkpoints; {len(turns)} spool turnovers.", ""]
     if found:
-        lines += ["| t | p99 above (ms) | pgbench latency (ms) | in the interval |", "|---:|---|---:|---|"]
-        lat = {r["t"]: r.get("lat_pgbench") for r in rows}
+        lines += ["| t | p99 above (ms) | pgbench latency (ms) | event loop late, A / B (ms) | in the interval |",
+                  "|---:|---|---:|---:|---|"]
+        at = {r["t"]: r for r in rows}
         for t, high, near in found:
-            lines.append(f"| {t} | {', '.join(f'{k}={v}' for k, v in high.items())} | {lat.get(t)} | "
-                         f"{', '.join(near) or '-'} |")
+            lines.append(f"| {t} | {', '.join(f'{k}={v}' for k, v in high.items())} | {at[t].get('lat_pgbench')} | "
+                         f"{at[t].get('loop_a')} / {at[t].get('loop_b')} | {', '.join(near) or '-'} |")
     lines += ["", "Samples (MiB, ms):", "", "| " + " | ".join(cols) + " |",
               "|" + "---:|" * len(cols)]
     for r in rows:
@@ -313,7 +322,8 @@ def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
     import matplotlib.pyplot as plt
     panels = [("RSS (MiB)", ["rss_a", "rss_b"]), ("open descriptors", ["fds_a", "fds_b"]),
               ("spool (MiB)", ["spool_a"]), ("slot lag (MiB)", ["lag_a", "lag_b"]),
-              ("p99 commit to delivery (ms)", ["p99_kafka", "p99_socket", "p99_kafka_eo", "lat_pgbench"])]
+              ("p99 commit to delivery (ms)", ["p99_kafka", "p99_socket", "p99_kafka_eo", "lat_pgbench"]),
+              ("event loop ticks late, most in the interval (ms)", list(LOOPS))]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.2 * len(panels)), sharex=True)
     for ax, (title, keys) in zip(axes, panels):
         for k in keys:
@@ -428,6 +438,8 @@ def main():
                 for sink, key in (("kafka", "p99_kafka"), ("socket", "p99_socket")):
                     row[key] = p99_ms(last["a"].get(sink), now["a"].get(sink))
                 row["p99_kafka_eo"] = p99_ms(last["b"].get("kafka"), now["b"].get("kafka"))
+                for name, key in (("a", "loop_a"), ("b", "loop_b")):
+                    row[key] = p99_ms(last[name].get("event loop"), now[name].get("event loop"), q=1)
                 lat = [ms for t, ms in pgbench_latency(os.path.join(work, "pgbench.out")) if t <= row["t"] + 0.5]
                 row["lat_pgbench"] = lat[-1] if lat else None
                 if now["a"].get("kafka"):

@@ -4,6 +4,7 @@ across a PostgreSQL outage, `cdc status`, and no password anywhere."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -111,6 +112,28 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
 
     everything = p.stderr() + json.dumps(st) + body
     assert "hunter2-secret" not in everything
+    assert p.terminate() == 0
+
+
+def test_event_loop_lag_shows_a_stopped_loop(pg, schema, cdc):
+    """cdc stopped (SIGSTOP) for half a second: the first tick of its event loop after it goes on
+    comes at least 0.4 s late (its ticks are 100 ms apart), in /status and in /metrics."""
+    c, p = cdc.start()
+    wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 10, what="ready")
+
+    def late_over(seconds):
+        """(ticks in all, ticks more than seconds late) from /metrics."""
+        fam = {f.name: f for f in text_string_to_metric_families(get(c, "/metrics")[1])}["cdc_event_loop_lag_seconds"]
+        le = {s_.labels["le"]: s_.value for s_ in fam.samples if s_.name.endswith("_bucket")}
+        return le["+Inf"], le["+Inf"] - le[seconds]
+    wait_for(lambda: late_over("0.25")[0] >= 5, 10, what="five ticks")
+    _, before = late_over("0.25")
+    os.kill(p.pid, signal.SIGSTOP)
+    time.sleep(0.5)
+    os.kill(p.pid, signal.SIGCONT)
+    wait_for(lambda: late_over("0.25")[1] > before, 10, what="a tick more than 0.25 s late")
+    lag = json.loads(get(c, "/status")[1])["event_loop_lag_ms"]
+    assert lag["max"] >= 400 and lag["count"] >= 5, lag
     assert p.terminate() == 0
 
 

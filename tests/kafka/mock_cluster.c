@@ -254,7 +254,7 @@ static bool run_command(mock *m, char *line)
 			reply("error: broker id must be 1..%d", m->brokers);
 		else
 			reply_err(rd_kafka_mock_partition_set_leader(m->mcluster, argv[1], (int32_t)partition,
-								    (int32_t)id));
+								     (int32_t)id));
 	} else {
 		reply("error: unknown command or wrong arguments: %s", argv[0]);
 	}

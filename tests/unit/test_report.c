@@ -15,7 +15,7 @@
 #include "sinks/socket/socket_sink.h"
 #include "test.h"
 
-static hist kafka_h, socket_h;
+static hist kafka_h, socket_h, loop_h;
 /* Two consumers of the events (a failover one active, one waiting that stopped reading; a name
  * with a quote and a terminal escape) and a dead letters' reader. */
 static const socket_consumer_stats consumers[] = {
@@ -106,6 +106,11 @@ static report full_report(void)
 	for (size_t i = 0; i < sizeof(kafka_samples) / sizeof(*kafka_samples); i++)
 		hist_add(&kafka_h, kafka_samples[i]);
 	hist_add(&socket_h, 3000);
+	memset(&loop_h, 0, sizeof(loop_h));
+	hist_add_n(&loop_h, 0, 97);
+	hist_add(&loop_h, 2000);
+	hist_add(&loop_h, 40000);
+	hist_add(&loop_h, 450000);
 	render_sinks(&kafka_figures, false);
 	return (report){
 	    .version = "0.1.0",
@@ -147,6 +152,7 @@ static report full_report(void)
 	    .nsinks = 3,
 	    .warnings = warnings,
 	    .nwarnings = 1,
+	    .loop_lag = &loop_h,
 	};
 }
 
@@ -210,7 +216,8 @@ static void test_status_full(void)
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
 	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"p999\":3.000,"
 	    "\"max\":3.000},\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"p999\":60000.001,"
-	    "\"max\":60000.001}}}\n");
+	    "\"max\":60000.001}},\"event_loop_lag_ms\":{\"count\":100,\"p50\":0.000,\"p99\":40.959,"
+	    "\"p999\":450.000,\"max\":450.000}}\n");
 	CHECK(json_ok(b.data));
 
 	/* What `cdc status` makes of it. */
@@ -488,6 +495,20 @@ static void test_metrics(void)
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"+Inf\"} 8\n"
 	    "cdc_delivery_latency_seconds_sum{sink=\"kafka\"} 122.503003\n"
 	    "cdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n",
+	    "\n# TYPE cdc_event_loop_lag_seconds histogram\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.0005\"} 97\n",
+	    "\ncdc_event_loop_lag_seconds_bucket{le=\"0.001\"} 97\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.0025\"} 98\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.005\"} 98\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.01\"} 98\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.025\"} 98\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.05\"} 99\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.1\"} 99\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.25\"} 99\n"
+	    "cdc_event_loop_lag_seconds_bucket{le=\"0.5\"} 100\n",
+	    "\ncdc_event_loop_lag_seconds_bucket{le=\"+Inf\"} 100\n"
+	    "cdc_event_loop_lag_seconds_sum 0.492\n"
+	    "cdc_event_loop_lag_seconds_count 100\n",
 	};
 	for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++) {
 		if (strstr(b.data, lines[i])) {
@@ -497,8 +518,8 @@ static void test_metrics(void)
 			fprintf(stderr, "%s:%d: /metrics lacks:\n%s\n", __FILE__, __LINE__, lines[i]);
 		}
 	}
-	/* The histogram ends the exposition (nothing after the Kafka series). */
-	const char *tail = "\ncdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n";
+	/* The event loop's histogram ends the exposition. */
+	const char *tail = "\ncdc_event_loop_lag_seconds_count 100\n";
 	CHECK(b.len >= strlen(tail) && strcmp(b.data + b.len - strlen(tail), tail) == 0);
 
 	/* Nothing known: families are all declared, unknown gauges have no sample (absent, not 0), Kafka

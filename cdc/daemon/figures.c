@@ -205,6 +205,7 @@ void daemon_figures_publish(sidecar *d, bool force)
 	    .nsinks = nsinks,
 	    .status_unauthorized = d->status ? status_unauthorized(d->status) : 0,
 	    .loop_lag = &f->loop_lag,
+	    .received = pf.received,
 	};
 	const char *warnings[2];
 	if (f->slot_warning[0])

@@ -65,6 +65,7 @@ struct pipeline {
 	uint64_t reads; /* chunks of reads delivered, their relations' versions */
 	uint64_t events, large_txn_start_ms;
 	int64_t last_commit_time;
+	hist received; /* commit time to its commit read from the slot, microseconds */
 };
 
 /* Between streams nothing is held. */
@@ -798,6 +799,8 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 			on_abort(p, t->xid);
 		return true;
 	}
+	int64_t us = util_wall_us() - t->commit_time;
+	hist_add(&p->received, us > 0 ? (uint64_t)us : 0);
 	sink_commit c = {.commit_lsn = t->commit_lsn, .commit_time = t->commit_time};
 	for (size_t i = 0; t->held && i < p->nsinks; i++)
 		if (p->sinks[i]->ops->hold_commit &&
@@ -918,8 +921,10 @@ bool pipeline_at_endpos(const pipeline *p)
 
 pipeline_figures pipeline_get_figures(const pipeline *p)
 {
-	return (pipeline_figures){
-	    .transactions = p->seq, .events = p->events, .last_commit_time = p->last_commit_time};
+	return (pipeline_figures){.transactions = p->seq,
+				  .events = p->events,
+				  .last_commit_time = p->last_commit_time,
+				  .received = &p->received};
 }
 
 pipeline_count pipeline_sub_count(const pipeline *p, size_t sub)

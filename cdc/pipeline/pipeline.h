@@ -6,6 +6,7 @@
 
 #include "cdc/backfill/backfill.h"
 #include "cdc/match/rules.h"
+#include "decoder/base/hist.h"
 #include "decoder/txn.h"
 #include "sinks/sink.h"
 
@@ -30,6 +31,7 @@ typedef struct pipeline_figures {
 	uint64_t transactions; /* numbered in commit order (the sinks' seq) */
 	uint64_t events;       /* delivered to some sink */
 	int64_t last_commit_time;
+	const hist *received; /* commit time to its commit read from the slot, microseconds */
 } pipeline_figures;
 
 /* spill_dir must exist. endpos works like pg_recvlogical --endpos. A transaction committing after it

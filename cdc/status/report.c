@@ -197,9 +197,10 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *              "type", "lsn", "error", "backfills": [{"subscription", "backfill", "error"}]} or null}
  *             (only with source.signal_table),
  *  a running sink's object under its module's name ("kafka": {"in_flight", "delivered", "errors",
- *  "restarts", ...}), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99", "p999", "max"}} (commit to
- *  delivery, by sink), "event_loop_lag_ms": {"count", "p50", "p99", "p999", "max"} (how late each 100 ms
- *  tick of the event loop came; left out when NULL)} */
+ *  "restarts", ...}), "receive_latency_ms": {"count", "p50", "p99", "p999", "max"} (commit to cdc reading
+ *  the commit from the slot; left out when NULL), "latency_ms": {"kafka"/"socket": {"count", "p50", "p99",
+ *  "p999", "max"}} (commit to delivery, by sink), "event_loop_lag_ms": {"count", "p50", "p99", "p999", "max"}
+ * (how late each 100 ms tick of the event loop came; left out when NULL)} */
 void status_report_status_json(const report *r, buf *out)
 {
 	bool f = true;
@@ -255,6 +256,8 @@ void status_report_status_json(const report *r, buf *out)
 			json_key(out, &f, r->sinks[m].name);
 			buf_puts(out, r->sinks[m].status_json);
 		}
+	if (r->received)
+		j_latency(out, &f, "receive_latency_ms", r->received);
 	bool fl = true;
 	json_key(out, &f, "latency_ms");
 	buf_putc(out, '{');
@@ -582,6 +585,12 @@ void status_report_metrics(const report *r, buf *out)
 		if (r->sinks[m].metrics)
 			buf_puts(out, r->sinks[m].metrics);
 
+	if (r->received) {
+		family(out, "cdc_source_receive_latency_seconds", "histogram",
+		       "Seconds from a transaction's commit to cdc reading its commit from the slot (the "
+		       "server's decoding and sending, and cdc's reading).");
+		histogram(out, "cdc_source_receive_latency_seconds", NULL, r->received);
+	}
 	family(out, "cdc_delivery_latency_seconds", "histogram",
 	       "Seconds from a change's commit to its delivery (kafka: delivery report; socket: durably "
 	       "spooled).");

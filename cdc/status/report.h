@@ -124,6 +124,9 @@ typedef struct report {
 	uint64_t status_unauthorized;
 	/* How late each tick of the event loop came, microseconds (NULL: none). */
 	const hist *loop_lag;
+	/* From each transaction's commit to cdc reading its commit from the slot, microseconds (NULL: none).
+	 */
+	const hist *received;
 } report;
 
 /* GET /status, one JSON object and a newline. The comment above status_report_status_json in report.c has

@@ -115,11 +115,15 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     assert p.terminate() == 0
 
 
-def test_event_loop_lag_shows_a_stopped_loop(pg, schema, cdc):
-    """cdc stopped (SIGSTOP) for half a second: the first tick of its event loop after it goes on
-    comes at least 0.4 s late (its ticks are 100 ms apart), in /status and in /metrics."""
+def test_event_loop_lag_and_receive_latency_show_a_stopped_process(pg, schema, cdc):
+    """cdc stopped (SIGSTOP) for half a second, a transaction committed meanwhile: the first tick of
+    its event loop after it goes on comes at least 0.4 s late (its ticks are 100 ms apart), and that
+    transaction was read from the slot at least 0.5 s after its commit, in /status and /metrics."""
+    pg.sql(f"create table {schema}.t (id int primary key)")
     c, p = cdc.start()
     wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 10, what="ready")
+    pg.sql(f"insert into {schema}.t values (0)")
+    n = len(p.wait_events(1, 20))
 
     def late_over(seconds):
         """(ticks in all, ticks more than seconds late) from /metrics."""
@@ -128,12 +132,24 @@ def test_event_loop_lag_shows_a_stopped_loop(pg, schema, cdc):
         return le["+Inf"], le["+Inf"] - le[seconds]
     wait_for(lambda: late_over("0.25")[0] >= 5, 10, what="five ticks")
     _, before = late_over("0.25")
+    received = json.loads(get(c, "/status")[1])["receive_latency_ms"]
+    assert received["count"] >= 1 and received["max"] < 500, received
     os.kill(p.pid, signal.SIGSTOP)
-    time.sleep(0.5)
-    os.kill(p.pid, signal.SIGCONT)
+    try:
+        pg.sql(f"insert into {schema}.t values (1)")
+        time.sleep(0.5)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+    p.wait_events(n + 1, 20)
     wait_for(lambda: late_over("0.25")[1] > before, 10, what="a tick more than 0.25 s late")
-    lag = json.loads(get(c, "/status")[1])["event_loop_lag_ms"]
-    assert lag["max"] >= 400 and lag["count"] >= 5, lag
+
+    def status():  # once published with the transaction read (figures are up to a second old)
+        st = json.loads(get(c, "/status")[1])
+        return st if st["receive_latency_ms"]["count"] > received["count"] else None
+    wait_for(status, 10, what="the transaction's receive latency")
+    st = status()
+    assert st["event_loop_lag_ms"]["max"] >= 400 and st["event_loop_lag_ms"]["count"] >= 5, st
+    assert st["receive_latency_ms"]["max"] >= 500, st
     assert p.terminate() == 0
 
 

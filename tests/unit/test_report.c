@@ -15,7 +15,7 @@
 #include "sinks/socket/socket_sink.h"
 #include "test.h"
 
-static hist kafka_h, socket_h, loop_h;
+static hist kafka_h, socket_h, loop_h, recv_h;
 /* Two consumers of the events (a failover one active, one waiting that stopped reading; a name
  * with a quote and a terminal escape) and a dead letters' reader. */
 static const socket_consumer_stats consumers[] = {
@@ -111,6 +111,9 @@ static report full_report(void)
 	hist_add(&loop_h, 2000);
 	hist_add(&loop_h, 40000);
 	hist_add(&loop_h, 450000);
+	memset(&recv_h, 0, sizeof(recv_h));
+	hist_add(&recv_h, 1000);
+	hist_add(&recv_h, 3000);
 	render_sinks(&kafka_figures, false);
 	return (report){
 	    .version = "0.1.0",
@@ -153,6 +156,7 @@ static report full_report(void)
 	    .warnings = warnings,
 	    .nwarnings = 1,
 	    .loop_lag = &loop_h,
+	    .received = &recv_h,
 	};
 }
 
@@ -214,6 +218,7 @@ static void test_status_full(void)
 	    "bytes\":null,"
 	    "\"full\":null,\"attached\":null,\"dead_letter_readers\":null}],"
 	    "\"kafka\":{\"in_flight\":5,\"delivered\":6,\"errors\":1,\"restarts\":0,\"exactly_once\":false},"
+	    "\"receive_latency_ms\":{\"count\":2,\"p50\":1.023,\"p99\":3.000,\"p999\":3.000,\"max\":3.000},"
 	    "\"latency_ms\":{\"socket\":{\"count\":1,\"p50\":3.000,\"p99\":3.000,\"p999\":3.000,"
 	    "\"max\":3.000},\"kafka\":{\"count\":8,\"p50\":1.023,\"p99\":60000.001,\"p999\":60000.001,"
 	    "\"max\":60000.001}},\"event_loop_lag_ms\":{\"count\":100,\"p50\":0.000,\"p99\":40.959,"
@@ -495,6 +500,12 @@ static void test_metrics(void)
 	    "cdc_delivery_latency_seconds_bucket{sink=\"kafka\",le=\"+Inf\"} 8\n"
 	    "cdc_delivery_latency_seconds_sum{sink=\"kafka\"} 122.503003\n"
 	    "cdc_delivery_latency_seconds_count{sink=\"kafka\"} 8\n",
+	    "\n# TYPE cdc_source_receive_latency_seconds histogram\n"
+	    "cdc_source_receive_latency_seconds_bucket{le=\"0.0005\"} 0\n"
+	    "cdc_source_receive_latency_seconds_bucket{le=\"0.001\"} 1\n",
+	    "\ncdc_source_receive_latency_seconds_bucket{le=\"0.005\"} 2\n",
+	    "\ncdc_source_receive_latency_seconds_sum 0.004\ncdc_source_receive_latency_seconds_count 2\n"
+	    "# HELP cdc_delivery_latency_seconds ",
 	    "\n# TYPE cdc_event_loop_lag_seconds histogram\n"
 	    "cdc_event_loop_lag_seconds_bucket{le=\"0.0005\"} 97\n",
 	    "\ncdc_event_loop_lag_seconds_bucket{le=\"0.001\"} 97\n"

@@ -719,9 +719,15 @@ def test_restart_where_a_commit_ends_at_the_next_change(pg, schema, cdc, kafka, 
         a_end = pg.current_wal_lsn()
         pg.sql(f"insert into {schema}.t values (2)")  # B, right after it
         # The WAL is flushed a moment later (synchronous_commit=off), and only flushed WAL decodes.
-        rows = wait_for(lambda: (lambda r: len(r) == 6 and r)(
-            pg.sql("select lsn::text, data from pg_logical_slot_peek_changes(%s, NULL, NULL)", (helper,))),
-            what="A and B decoded by the test_decoding slot")
+        # The rows of A's and B's transactions (those that insert into t), whatever else the
+        # database committed meanwhile: whether it came between them, the LSNs below tell.
+        def a_and_b():
+            r = pg.sql("select lsn::text, xid::text, data from pg_logical_slot_peek_changes(%s, NULL, NULL)",
+                       (helper,))
+            mine = {x for _, x, d in r if d.startswith(f"table {schema}.t: INSERT")}
+            r = [(lsn, d) for lsn, x, d in r if x in mine]
+            return len(r) == 6 and r
+        rows = wait_for(a_and_b, what="A and B decoded by the test_decoding slot")
     finally:
         pg.sql("select pg_drop_replication_slot(%s)", (helper,))
     (a_commit, a_data), (b_begin, b_data), (b_change, _) = rows[2], rows[3], rows[4]

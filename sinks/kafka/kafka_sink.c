@@ -289,14 +289,21 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	settle(k);
 }
 
+/* The producer failed for good. Seen first by the error callback or by a refused message, whichever
+ * comes first: the same words either way. */
+static void fail_fatal(kafka_sink *k, rd_kafka_t *rk)
+{
+	char why[512];
+	/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. */
+	bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+	kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
+}
+
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	kafka_sink *k = opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
-		char why[512];
-		/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. */
-		bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
-		kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
+		fail_fatal(k, rk);
 		return;
 	}
 	/* Transient (brokers down, ...). librdkafka retries, and the slot waits for delivery reports. */
@@ -451,6 +458,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 		    key_len + value_len, topic, (unsigned long long)k->message_max_bytes);
 		kafka_fail(k, "a message is larger than the producer sends", why);
 		k->for_good = true;
+	} else if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		fail_fatal(k, k->rk);
 	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
 		/* Exactly once, librdkafka refuses messages once it failed the transaction. Give its
 		 * reason. */

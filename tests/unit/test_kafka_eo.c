@@ -1,9 +1,10 @@
-/* test_exactly_once.c: the exactly-once cycle of the Kafka sink (sinks/kafka/kafka_sink.c) against
+/* test_kafka_eo.c: the exactly-once cycle of the Kafka sink (sinks/kafka/kafka_sink.c) against
  * librdkafka's mock cluster in this process: commits and the position record, what arrives during
  * a commit held and sent in the next Kafka transaction, a source transaction Kafka holds skipped,
  * a stream that broke inside a source transaction aborting the Kafka one, and a Kafka transaction
  * that waits while the stream is lost, commits under a new one, and is aborted if another process
- * committed meanwhile. */
+ * committed meanwhile; then, without exactly once, a fatal producer error that a message meets
+ * first. */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 #include <unistd.h>
 
 #include "decoder/base/log.h"
-#include "sinks/kafka/kafka_sink.h"
+#include "sinks/kafka/kafka_internal.h"
 #include "test.h"
 
 static sink *k;
@@ -210,6 +211,24 @@ int main(void)
 	CHECK(util_now_ms() - t0 >= 100);
 	CHECK_INT(st->position, 0xB000);
 
+	k->ops->free(k);
+
+	/* A fatal error of the producer that a message meets before the error callback is served: the
+	 * sink names it as the callback would (CI saw "a message could not be queued: Local: Fatal
+	 * error" in test_kafka.py's restart test). */
+	set.exactly_once = false;
+	k = kafka_sink_new(&set, &sub, 1, err, sizeof(err));
+	CHECK(k != NULL);
+	whole(1, 0x1000);
+	CHECK_INT(settle_to(1), SINK_OK);
+	CHECK_INT(rd_kafka_test_fatal_error(((kafka_sink *)k)->rk,
+					    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+					    "sequence desynchronised"),
+		  RD_KAFKA_RESP_ERR_NO_ERROR);
+	whole(2, 0x2000); /* no poll in between */
+	CHECK_INT(k->ops->flush(k, err, sizeof(err)), SINK_RESTART);
+	CHECK(strstr(err, "fatal producer error") != NULL);
+	CHECK(strstr(err, "sequence desynchronised") != NULL);
 	k->ops->free(k);
 	rd_kafka_mock_cluster_destroy(mc);
 	rd_kafka_destroy(mrk);

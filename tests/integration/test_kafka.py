@@ -107,6 +107,16 @@ def slot_confirmed(c):
     return lsn_to_int(row[1]) if row and row[1] else 0
 
 
+def wait_slot_past(c, p, end, timeout):
+    """Waits until the slot's confirmed position reaches end; else fails saying where the slot, cdc's
+    sinks (/status, read then) and its log stand."""
+    try:
+        wait_for(lambda: slot_confirmed(c) >= end, timeout=timeout, what=f"the slot to pass {lsn_text(end)}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: it is at {lsn_text(slot_confirmed(c))}\n/status: {get(c, '/status')[1]}\n"
+                             f"{p.describe()}") from None
+
+
 class Load:
     """Commits small transactions in a thread until stop(): transaction i inserts row i into
     SCHEMA.rows and sets counters.n = i on key i % keys, so every key's values increase."""
@@ -533,7 +543,7 @@ def test_all_brokers_down_holds_the_slot(pg, schema, cdc, kafka, kafka_reader):
     msgs = drain(load, p, reader, schema, timeout=90)
     check_counters(msgs, load, strict=RESTART_LOG not in p.stderr())
     end = lsn_to_int(pg.current_wal_lsn())
-    wait_for(lambda: slot_confirmed(c) >= end, timeout=60, what=f"the slot to pass {lsn_text(end)}\n{p.describe()}")
+    wait_slot_past(c, p, end, timeout=60)
     wait_for(lambda: get(c, "/readyz") == (200, "ready\n"), 10, what="ready again")
     assert p.terminate() == 0, p.describe()
 
@@ -600,7 +610,7 @@ def test_failed_producer_is_rebuilt_and_nothing_lost(pg, schema, cdc, kafka, kaf
     # and each key's last message is its final value.
     check_counters(msgs, load, strict=False)
     end = lsn_to_int(pg.current_wal_lsn())
-    wait_for(lambda: slot_confirmed(c) >= end, timeout=30, what=f"the slot to pass {lsn_text(end)}\n{p.describe()}")
+    wait_slot_past(c, p, end, timeout=60)
     assert p.terminate() == 0, p.describe()
 
 
@@ -691,8 +701,7 @@ def test_a_transaction_larger_than_the_queue_waits_for_room_and_loses_nothing(pg
     assert [row_plain(m.event.new_row)["id"] for m in msgs] == list(range(1, 2001)) + [7]
     assert [row_plain(m.event.new_row)["n"] for m in msgs[:3]] == [2, 4, 6]
     assert [m.event.tx_index for m in msgs[:2000]] == list(range(2000))
-    wait_for(lambda: slot_confirmed(c) >= end, timeout=60,
-             what=f"the slot to pass {lsn_text(end)}\n{p.describe()}")
+    wait_slot_past(c, p, end, timeout=60)
     assert p.terminate() == 0, p.describe()
     err = p.stderr()
     assert "could not be queued" not in err and RESTART_LOG not in err, p.describe()

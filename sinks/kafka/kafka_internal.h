@@ -137,7 +137,8 @@ typedef struct rendered {
 	uint64_t lsn;
 	uint64_t schema_id; /* cdc-schema-id (0 if none) */
 	uint8_t op, format, nrecords;
-	bool schemas; /* format debezium with schemas */
+	bool schemas;	  /* format debezium with schemas */
+	bool cdc_headers; /* kafka_sub_settings.cdc_headers */
 } rendered;
 
 /* What deliver() adds to a record's value, by kind:
@@ -166,7 +167,7 @@ typedef struct held_hdr {
 
 void kafka_fail(kafka_sink *ks, const char *what, const char *reason);
 /* Produces one message of transaction seq, waiting while librdkafka's queue is full. False after
- * kafka_fail(). Takes headers. */
+ * kafka_fail(). Takes headers (NULL: none). */
 bool kafka_produce(kafka_sink *ks, const char *topic, int32_t partition, const void *key, size_t key_len,
 		   const void *value, size_t value_len, rd_kafka_headers_t *headers, uint64_t seq);
 /* A schema or DDL event, about a table, not a row (kafka.schemas_topic). */

@@ -445,7 +445,8 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			rd_kafka_poll(k->rk, 100);
 	}
-	rd_kafka_headers_destroy(h);
+	if (h)
+		rd_kafka_headers_destroy(h);
 	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
 		/* Refused before it is sent, as it would be again after any restart. So cdc stops rather than
 		 * loop. */
@@ -619,21 +620,25 @@ static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned n
 }
 
 /* A record's extra headers, each as "name\0", a u32 length and the value. */
-static void add_headers(rd_kafka_headers_t *h, const char *p, size_t len)
+/* h (a new list if NULL and there are any) with the headers the renderer wrote at p. */
+static rd_kafka_headers_t *add_headers(rd_kafka_headers_t *h, const char *p, size_t len)
 {
+	if (!h && len)
+		h = rd_kafka_headers_new(4);
 	const char *end = p + len;
 	while (p < end) {
 		size_t name_len = strnlen(p, (size_t)(end - p));
 		uint32_t n;
 		if ((size_t)(end - p) < name_len + 1 + sizeof(n))
-			return;
+			break;
 		memcpy(&n, p + name_len + 1, sizeof(n));
 		const char *value = p + name_len + 1 + sizeof(n);
 		if ((size_t)(end - value) < n)
-			return;
+			break;
 		rd_kafka_header_add(h, p, (ssize_t)name_len, value, (ssize_t)n);
 		p = value + n;
 	}
+	return h;
 }
 
 bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t len, const sink_commit *c,
@@ -702,8 +707,9 @@ bool kafka_deliver(sink *base, uint32_t subscription, const char *data, size_t l
 			nth = count_table(k, schema, r.schema_len, table, r.table_len);
 		}
 		rd_kafka_headers_t *h =
-		    kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format]);
-		add_headers(h, hdr, rec.header_len);
+		    r.cdc_headers ? kafka_headers(k, &r, sub, c->commit_lsn, true, content_types[r.format])
+				  : NULL;
+		h = add_headers(h, hdr, rec.header_len);
 		if (rec.kind != REC_TOMBSTONE)
 			kafka_record_value(k, rec.kind,
 					   rec.value_schema == KAFKA_NO_SCHEMA

@@ -65,6 +65,7 @@ typedef struct kafka_sub_settings {
 	const char *topic; /* template ({schema} {table} {subscription} {tag}), NULL for the default */
 	bool tombstones;   /* a tombstone after a delete (and after an update that moved the key) */
 	kafka_format format;
+	bool cdc_headers; /* the cdc-* headers and content-type on its records */
 	/* for KAFKA_DEBEZIUM and KAFKA_AVRO */
 	const char *server_name; /* source.name, NULL for "cdc" */
 	bool placeholder;	 /* unchanged TOAST as Debezium's placeholder, else left out (Avro always) */
@@ -144,6 +145,7 @@ typedef struct kafka_sub_conf {
 	int format;	      /* kafka_format, default protobuf */
 	dbz_sub_conf dbz;     /* format debezium and avro (schemas for debezium only) */
 	int subject_strategy; /* kafka_subject_strategy, for format avro */
+	bool cdc_headers;     /* default on */
 } kafka_sub_conf;
 
 /* The producer's settings from conf and the slot (the transactional id is "cdc-SLOT"). set borrows

@@ -374,6 +374,7 @@ void kafka_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *out)
 	    .op = (uint8_t)e->op,
 	    .format = (uint8_t)s->format,
 	    .schemas = s->schemas,
+	    .cdc_headers = s->cdc_headers,
 	};
 	size_t at = out->len;
 	buf_append(out, &r, sizeof(r));

@@ -343,6 +343,40 @@ def test_events_topic_key_headers_value(pg, schema, cdc, kafka, kafka_reader, pr
     assert evs[5].key == expected_key(proto, schema, "t", 30)
 
 
+def test_cdc_headers_false_leaves_them_out_and_the_value_says_the_same(pg, schema, cdc, kafka, kafka_reader):
+    """cdc_headers: false: a row's record has none of cdc's headers, and its value says what they
+    would have; Debezium's context headers have a key of their own and stay."""
+    pg.sql(f"create table {schema}.t (id int primary key, name text)")
+    topics = {n: f"{n}.{schema}.t" for n in ("k", "bare", "dbz")}
+    for t in topics.values():
+        kafka.create_topic(t, 1)
+    reader = kafka_reader(list(topics.values()))
+    c = cdc(subscriptions=[ksub(n, [f"{schema}.t"], topic=n + ".{schema}.{table}",
+                                **({} if n == "k" else {"cdc_headers": False}),
+                                **({"format": "debezium"} if n == "dbz" else {}))
+                           for n in topics],
+            kafka=kafka_section(kafka))
+    p = c.start()
+    pg.sql(f"insert into {schema}.t values (1, 'one')")
+    pg.sql(f"update {schema}.t set name = 'uno' where id = 1")
+    msgs = reader.wait(6, timeout=30, describe=p.describe)
+    assert p.terminate() == 0, p.describe()
+    got = {n: [m for m in msgs if m.topic == t] for n, t in topics.items()}
+    assert [len(v) for v in got.values()] == [2, 2, 2], msgs
+    ops = {1: "insert", 2: "update"}
+    for m, b in zip(got["k"], got["bare"]):
+        assert sorted(m.header_names()) == sorted(ROW_HEADERS) and b.headers == []
+        e = b.event
+        assert (m.header("cdc-op"), m.header("cdc-lsn"), m.header("cdc-commit-lsn"), m.header("cdc-xid"),
+                m.header("cdc-schema-id")) == \
+            (ops[e.op], lsn_text(e.lsn), lsn_text(e.commit_lsn), str(e.xid), f"{e.schema_id:016x}")
+        assert (m.header("cdc-subscription"), e.subscription) == ("k", "bare")
+        assert b.key == m.key and b.partition == m.partition
+    for d in got["dbz"]:
+        assert d.header_names() == ["__debezium.context.connectorLogicalName", "__debezium.context.taskId",
+                                    "__debezium.context.connectorName", "__debezium.context.runId"]
+
+
 def test_updates_to_one_row_arrive_in_order(pg, schema, cdc, kafka, kafka_reader):
     pg.sql(f"create table {schema}.c (id int primary key, n int)")
     topic = f"cdc.{schema}.c"

@@ -317,11 +317,13 @@ def socket_dir(state_dir):
 
 
 def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=None, exactly_once=False,
-                 fmt=None, dsn=None, nats=None, registry=None):
+                 sub=None, dsn=None, nats=None, registry=None):
     """A cdc config with one subscription bench on table, to sink (stdout, kafka at bootstrap
-    kafka, with kafka.exactly_once if asked and the record format fmt (avro: its schemas in the
-    registry at URL registry), nats with nats = (server url, stream name), or socket), connecting
-    with dsn (pg.dsn, loopback TCP, unless given). Returns the subscriber socket's path."""
+    kafka, with kafka.exactly_once if asked and the subscription's keys sub, e.g. a record format
+    (format avro: its schemas in the registry at URL registry), nats with nats = (server url, stream
+    name), or socket), connecting with dsn (pg.dsn, loopback TCP, unless given). Returns the
+    subscriber socket's path."""
+    sub = sub or {}
     socks = socket_dir(state_dir)
     events_sock = os.path.join(socks, "events.sock")
     with open(path, "w") as f:
@@ -338,14 +340,14 @@ def write_config(path, pg, slot, pub, table, state_dir, sink="stdout", kafka=Non
             f"  socket: {events_sock}\n"
             + (f'kafka:\n  brokers: "{kafka}"\n' if kafka else "")
             + ("  exactly_once: true\n" if exactly_once else "")
-            + (f'  schema_registry: {{url: "{registry}"}}\n' if fmt == "avro" else "")
+            + (f'  schema_registry: {{url: "{registry}"}}\n' if sub.get("format") == "avro" else "")
             + (f'nats:\n  servers: "{nats[0]}"\n  stream: {nats[1]}\n  create: true\n' if nats else "")
             + "subscriptions:\n"
             "  - name: bench\n"
             f'    tables: ["public.{table}"]\n'
             f"    operations: [{ROW_OPS}]\n"
             f"    sink: {sink}\n"
-            + (f"    format: {fmt}\n" if fmt else "")
+            + "".join(f"    {k}: {v}\n" for k, v in sub.items())
             + (f'    subject: "{nats[1]}.{{table}}"\n' if nats else ""))
     return events_sock
 
@@ -404,7 +406,10 @@ def has_wal2json(pg):
 
 
 # The Kafka runs in a record format other than protobuf (format: ...).
-FORMATS = {"cdc_kafka_json": "json", "cdc_kafka_debezium": "debezium", "cdc_kafka_avro": "avro"}
+# The Kafka paths' subscription keys other than the default's: record formats, and protobuf without
+# cdc's headers.
+SUB_KEYS = {"cdc_kafka_json": {"format": "json"}, "cdc_kafka_debezium": {"format": "debezium"},
+            "cdc_kafka_avro": {"format": "avro"}, "cdc_kafka_bare": {"cdc_headers": "false"}}
 
 
 def start_registry(work):
@@ -432,7 +437,7 @@ def base_of(consumer):
     return "base_" + consumer[len("cdc_"):]
 
 
-DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
+DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_bare", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
 
 
 def drain_consumers(pg, baseline, paths=None):
@@ -536,7 +541,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
                     # run, which one stream's duplicate window would drop)
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c.endswith("_kafka_eo"),
-                                        FORMATS.get(c), dsn=dsn,
+                                        SUB_KEYS.get(c), dsn=dsn,
                                         nats=(nats.url, tag.upper()) if sink == "nats" else None,
                                         registry=registry)
                     cmd = [binary, "run", "-c", cfg, "--endpos", endpos]

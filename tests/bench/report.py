@@ -10,6 +10,7 @@ import sys
 
 CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvlogical (pgoutput)"), ("wal2json", "pg_recvlogical (wal2json)"),
              ("cdc_stdout", "cdc → stdout"), ("cdc_kafka", "cdc → Kafka (mock)"),
+             ("cdc_kafka_bare", "cdc → Kafka without cdc_headers (mock)"),
              ("cdc_kafka_eo", "cdc → Kafka exactly once (mock)"),
              ("cdc_kafka_json", "cdc → Kafka format json (mock)"),
              ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
@@ -21,7 +22,7 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
              ("base_socket", "baseline cdc → socket → cdc tail"))
 # The paths of the speed and cost table, each with its baseline's beside it when there is one.
 PATHS = (("cdc_stdout", "stdout"), ("cdc_socket", "socket → spool → cdc tail"), ("cdc_kafka", "Kafka (mock)"),
-         ("cdc_kafka_eo", "Kafka exactly once (mock)"), ("cdc_kafka_json", "Kafka, format json"),
+         ("cdc_kafka_bare", "Kafka, `cdc_headers: false`"), ("cdc_kafka_eo", "Kafka exactly once (mock)"), ("cdc_kafka_json", "Kafka, format json"),
          ("cdc_kafka_debezium", "Kafka, format debezium"), ("cdc_nats", "NATS JetStream (nats-server)"))
 LATENCY_PATHS = (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
                  ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),

@@ -724,7 +724,7 @@ static const struct {
 	    "[A-Za-z0-9_.-])\n"
 	    "t.yaml:4:5: subscriptions[0]: unknown key \"bogus\" (allowed: name, tables, operations, tag, sink, "
 	    "changed, where, columns, consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, "
-	    "allow, topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, snapshot)\n"),
+	    "allow, topic, tombstones, format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, cdc_headers, subject, snapshot)\n"),
 };
 /* clang-format on */
 
@@ -1238,7 +1238,8 @@ static void test_parse_subscription(void)
 	     "where, columns, "
 	     "consumers, ack_timeout, max_deliveries, max_unacked, batch, retention, allow, topic, "
 	     "tombstones, "
-	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, subject, "
+	     "format, schemas, server_name, unchanged_toast, context_headers, subject_strategy, cdc_headers, "
+	     "subject, "
 	     "snapshot)\n"},
 	    {"{\"sink\": \"stdout\"}", "body:1:1: missing required key \"tables\"\n"},
 	    {"[1]", "body:1:1: must be one JSON object with the keys of a subscription\n"},

@@ -790,7 +790,7 @@ static void test_subscriptions(void)
 	    "{\"name\":\"audit\",\"tables\":[\"audit.*\"],\"operations\":[\"insert\",\"update\",\"delete\","
 	    "\"truncate\",\"schema\",\"ddl\"],\"sink\":\"kafka\",\"topic\":\"audit.{table}\",\"tombstones\":"
 	    "true,\"format\":"
-	    "\"protobuf\"},"
+	    "\"protobuf\",\"cdc_headers\":true},"
 	    "{\"name\":\"plain\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","
 	    "\"truncate\",\"schema\",\"ddl\"],\"sink\":\"stdout\"},"
 	    "{\"name\":\"defaults\",\"tables\":[\"a.b\"],\"operations\":[\"insert\",\"update\",\"delete\","

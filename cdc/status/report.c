@@ -14,17 +14,6 @@
 
 /* ---- shared formatting ---- */
 
-/* µs as seconds, exactly, as in 2500 -> "0.0025" and 1000000 -> "1". */
-static const char *us_as_s(uint64_t us, char out[32])
-{
-	int n = snprintf(out, 32, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
-	while (n > 0 && out[n - 1] == '0')
-		out[--n] = '\0';
-	if (n > 0 && out[n - 1] == '.')
-		out[--n] = '\0';
-	return out;
-}
-
 /* ---- JSON ---- */
 
 /* v, or null when !known. */
@@ -56,28 +45,6 @@ static void j_bool_or_null(buf *out, bool *first, const char *key, bool known, b
 }
 
 /* Always with a decimal point, so that JSON readers see a double. null when not finite. */
-static void j_double3(buf *out, bool *first, const char *key, bool known, double v)
-{
-	json_key(out, first, key);
-	if (known && isfinite(v))
-		buf_printf(out, "%.3f", v);
-	else
-		json_null(out);
-}
-
-static void j_latency(buf *out, bool *first, const char *key, const hist *h)
-{
-	json_key(out, first, key);
-	bool f = true;
-	buf_putc(out, '{');
-	json_key_u64(out, &f, "count", h->count);
-	j_double3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
-	j_double3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
-	j_double3(out, &f, "p999", h->count > 0, (double)hist_quantile(h, 0.999) / 1000);
-	j_double3(out, &f, "max", h->count > 0, (double)h->max / 1000);
-	buf_putc(out, '}');
-}
-
 /* source.failover, null unless configured. ready, reason, slot_failover and synchronized_standby_slots are
  * null until checked. */
 static void status_failover(const report *r, buf *out)
@@ -110,7 +77,7 @@ static void status_source(const report *r, buf *out)
 	json_key_lsn(out, &f, "server_wal_lsn", r->source.server_wal_lsn);
 	uint64_t wal = r->source.server_wal_lsn, flushed = r->source.flushed_lsn;
 	json_key_u64(out, &f, "lag_bytes", wal && flushed && wal > flushed ? wal - flushed : 0);
-	j_double3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
+	json_key_fixed3(out, &f, "lag_s", r->source.lag_s >= 0, r->source.lag_s);
 	json_key_time(out, &f, "last_commit_time", r->source.last_commit_time_us);
 	json_key_str(out, &f, "wal_status", r->source.wal_status);
 	j_i64_or_null(out, &f, "safe_wal_size", r->source.safe_wal_size_known, r->source.safe_wal_size);
@@ -257,16 +224,16 @@ void status_report_status_json(const report *r, buf *out)
 			buf_puts(out, r->sinks[m].status_json);
 		}
 	if (r->received)
-		j_latency(out, &f, "receive_latency_ms", r->received);
+		json_key_hist_ms(out, &f, "receive_latency_ms", r->received);
 	bool fl = true;
 	json_key(out, &f, "latency_ms");
 	buf_putc(out, '{');
 	for (size_t m = 0; m < r->nsinks; m++)
 		if (r->sinks[m].latency)
-			j_latency(out, &fl, r->sinks[m].name, r->sinks[m].latency);
+			json_key_hist_ms(out, &fl, r->sinks[m].name, r->sinks[m].latency);
 	buf_putc(out, '}');
 	if (r->loop_lag)
-		j_latency(out, &f, "event_loop_lag_ms", r->loop_lag);
+		json_key_hist_ms(out, &f, "event_loop_lag_ms", r->loop_lag);
 	buf_puts(out, "}\n");
 }
 
@@ -345,27 +312,6 @@ static void metrics_subs(const report *r, buf *out)
 }
 
 /* A histogram's samples, labelled sink=sink_name, or by le alone when sink_name is NULL. */
-static void histogram(buf *out, const char *name, const char *sink_name, const hist *h)
-{
-	char metric[128], le[32];
-	const char *label = sink_name ? "sink" : NULL;
-	snprintf(metric, sizeof(metric), "%s_bucket", name);
-	for (unsigned i = 0; i <= HIST_LE_N; i++) {
-		const char *bound = i < HIST_LE_N ? us_as_s(hist_le_us[i], le) : "+Inf";
-		if (label)
-			sample(out, metric, label, sink_name, "le", bound);
-		else
-			sample(out, metric, "le", bound, NULL, NULL);
-		buf_printf(out, " %" PRIu64 "\n", i < HIST_LE_N ? hist_count_le(h, i) : h->count);
-	}
-	snprintf(metric, sizeof(metric), "%s_sum", name);
-	sample(out, metric, label, sink_name, NULL, NULL);
-	buf_printf(out, " %s\n", us_as_s(h->sum, le));
-	snprintf(metric, sizeof(metric), "%s_count", name);
-	sample(out, metric, label, sink_name, NULL, NULL);
-	buf_printf(out, " %" PRIu64 "\n", h->count);
-}
-
 static const char *const wal_statuses[] = {"reserved", "extended", "unreserved", "lost"};
 static const char *const invalidation_reasons[] = {"wal_removed", "rows_removed", "wal_level_insufficient",
 						   "idle_timeout"};
@@ -491,7 +437,7 @@ void status_report_metrics(const report *r, buf *out)
 	char secs[32];
 	if (r->source.last_commit_time_us > 0)
 		buf_printf(out, "cdc_source_last_commit_timestamp_seconds %s\n",
-			   us_as_s((uint64_t)r->source.last_commit_time_us, secs));
+			   prom_seconds((uint64_t)r->source.last_commit_time_us, secs));
 	m_state(out, "cdc_source_wal_status",
 		"The slot's wal_status in pg_replication_slots (1 for the current one).", "status",
 		wal_statuses, sizeof(wal_statuses) / sizeof(*wal_statuses), r->source.wal_status);
@@ -514,7 +460,7 @@ void status_report_metrics(const report *r, buf *out)
 	       "Since when no process streams the slot (Unix time; PostgreSQL 17+; none while one does).");
 	if (r->source.inactive_since_us > 0)
 		buf_printf(out, "cdc_source_slot_inactive_since_timestamp_seconds %s\n",
-			   us_as_s((uint64_t)r->source.inactive_since_us, secs));
+			   prom_seconds((uint64_t)r->source.inactive_since_us, secs));
 	family(out, "cdc_source_idle_replication_slot_timeout_seconds", "gauge",
 	       "The server's idle_replication_slot_timeout (PostgreSQL 18+; 0: off): the server invalidates "
 	       "a slot no process streamed for that long.");
@@ -589,19 +535,20 @@ void status_report_metrics(const report *r, buf *out)
 		family(out, "cdc_source_receive_latency_seconds", "histogram",
 		       "Seconds from a transaction's commit to cdc reading its commit from the slot (the "
 		       "server's decoding and sending, and cdc's reading).");
-		histogram(out, "cdc_source_receive_latency_seconds", NULL, r->received);
+		prom_histogram(out, "cdc_source_receive_latency_seconds", NULL, NULL, r->received);
 	}
 	family(out, "cdc_delivery_latency_seconds", "histogram",
 	       "Seconds from a change's commit to its delivery (kafka: delivery report; socket: durably "
 	       "spooled).");
 	for (size_t m = 0; m < r->nsinks; m++)
 		if (r->sinks[m].latency)
-			histogram(out, "cdc_delivery_latency_seconds", r->sinks[m].name, r->sinks[m].latency);
+			prom_histogram(out, "cdc_delivery_latency_seconds", "sink", r->sinks[m].name,
+				       r->sinks[m].latency);
 	if (r->loop_lag) {
 		family(
 		    out, "cdc_event_loop_lag_seconds", "histogram",
 		    "How late each tick of cdc's event loop (every 100 ms) came: time the loop spent in one "
 		    "piece of work, or waiting for a core.");
-		histogram(out, "cdc_event_loop_lag_seconds", NULL, r->loop_lag);
+		prom_histogram(out, "cdc_event_loop_lag_seconds", NULL, NULL, r->loop_lag);
 	}
 }

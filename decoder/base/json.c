@@ -353,3 +353,25 @@ const char *json_field_text(struct json_object *o, const char *key, char *out, s
 			*p = '?';
 	return out;
 }
+
+void json_key_fixed3(buf *out, bool *first, const char *key, bool known, double v)
+{
+	json_key(out, first, key);
+	if (known && isfinite(v))
+		buf_printf(out, "%.3f", v);
+	else
+		json_null(out);
+}
+
+void json_key_hist_ms(buf *out, bool *first, const char *key, const hist *h)
+{
+	json_key(out, first, key);
+	bool f = true;
+	buf_putc(out, '{');
+	json_key_u64(out, &f, "count", h->count);
+	json_key_fixed3(out, &f, "p50", h->count > 0, (double)hist_quantile(h, 0.5) / 1000);
+	json_key_fixed3(out, &f, "p99", h->count > 0, (double)hist_quantile(h, 0.99) / 1000);
+	json_key_fixed3(out, &f, "p999", h->count > 0, (double)hist_quantile(h, 0.999) / 1000);
+	json_key_fixed3(out, &f, "max", h->count > 0, (double)h->max / 1000);
+	buf_putc(out, '}');
+}

@@ -4,6 +4,7 @@
 #ifndef CDC_JSON_H
 #define CDC_JSON_H
 
+#include "decoder/base/hist.h"
 #include "decoder/base/util.h"
 
 /* The writers give string literals escaped as RFC 8259 requires, numbers, literals, and the commas
@@ -43,6 +44,10 @@ void json_key_boolean(buf *out, bool *first, const char *key, bool value);
 void json_key_lsn(buf *out, bool *first, const char *key, uint64_t lsn);
 /* RFC 3339 in UTC with microseconds ("2024-05-01T12:34:56.000123Z"). 0 is unknown, written null. */
 void json_key_time(buf *out, bool *first, const char *key, int64_t us);
+/* key: value with three decimals, or null when !known or not finite. */
+void json_key_fixed3(buf *out, bool *first, const char *key, bool known, double value);
+/* key: {"count", "p50", "p99", "p999", "max"} of a histogram of µs, in milliseconds (null when empty). */
+void json_key_hist_ms(buf *out, bool *first, const char *key, const hist *histogram);
 
 /* A member of object as text for a terminal. It is "-" when missing or null, a boolean is yes or no,
  * and control characters (a terminal's escapes) are '?'. Returns out. */

@@ -2,6 +2,7 @@
 #include "decoder/base/prom.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 void prom_family(buf *out, const char *name, const char *type, const char *help)
@@ -53,4 +54,34 @@ void prom_u64(buf *out, const char *name, const char *type, const char *help, ui
 {
 	prom_family(out, name, type, help);
 	buf_printf(out, "%s %" PRIu64 "\n", name, value);
+}
+
+const char *prom_seconds(uint64_t us, char out[32])
+{
+	int n = snprintf(out, 32, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
+	while (n > 0 && out[n - 1] == '0')
+		out[--n] = '\0';
+	if (n > 0 && out[n - 1] == '.')
+		out[--n] = '\0';
+	return out;
+}
+
+void prom_histogram(buf *out, const char *name, const char *label, const char *value, const hist *h)
+{
+	char metric[128], le[32];
+	snprintf(metric, sizeof(metric), "%s_bucket", name);
+	for (unsigned i = 0; i <= HIST_LE_N; i++) {
+		const char *bound = i < HIST_LE_N ? prom_seconds(hist_le_us[i], le) : "+Inf";
+		if (label)
+			prom_sample(out, metric, label, value, "le", bound);
+		else
+			prom_sample(out, metric, "le", bound, NULL, NULL);
+		buf_printf(out, " %" PRIu64 "\n", i < HIST_LE_N ? hist_count_le(h, i) : h->count);
+	}
+	snprintf(metric, sizeof(metric), "%s_sum", name);
+	prom_sample(out, metric, label, value, NULL, NULL);
+	buf_printf(out, " %s\n", prom_seconds(h->sum, le));
+	snprintf(metric, sizeof(metric), "%s_count", name);
+	prom_sample(out, metric, label, value, NULL, NULL);
+	buf_printf(out, " %" PRIu64 "\n", h->count);
 }

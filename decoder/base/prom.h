@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "decoder/base/hist.h"
 #include "decoder/base/util.h"
 
 /* "# HELP name help" and "# TYPE name type". */
@@ -19,5 +20,10 @@ void prom_sample(buf *out, const char *name, const char *label1, const char *val
 void prom_label_value(buf *out, const char *value);
 /* A family of one sample without labels. */
 void prom_u64(buf *out, const char *name, const char *type, const char *help, uint64_t value);
+/* µs as seconds, exactly, as in 2500 -> "0.0025" and 1000000 -> "1". */
+const char *prom_seconds(uint64_t us, char out[32]);
+/* The samples of histogram family name (its _bucket at hist_le_us in seconds, _sum and _count), with
+ * the label label=value, or none when label is NULL. */
+void prom_histogram(buf *out, const char *name, const char *label, const char *value, const hist *histogram);
 
 #endif

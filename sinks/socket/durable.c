@@ -402,8 +402,10 @@ static bool socket_hold_commit(sink *base, uint32_t xid, const sink_commit *c, u
 static void run_batch(void *arg)
 {
 	struct syncer *y = arg;
+	uint64_t start = util_now_us();
 	for (size_t i = 0; i < y->n; i++)
 		socket_spool_sync_run(&y->jobs[i]);
+	y->took_us = util_now_us() - start;
 }
 
 /* An events batch is back. Its spools' events up to where it began are visible (and dispatched), and its
@@ -421,6 +423,7 @@ static void sync_finish(socket_sink *s, struct syncer *y)
 	if (y->failed || y != &s->sync)
 		return;
 	s->durable_seq = y->ended;
+	hist_add(&s->spool_sync, y->took_us);
 	int64_t now_us = util_wall_ms() * 1000;
 	for (size_t i = 0; i < y->runs; i++)
 		hist_add_n(&s->latency,
@@ -719,6 +722,11 @@ bool socket_sink_forget(sink *base, const char *name, char *err, size_t errlen)
 const hist *socket_sink_latency(const sink *base)
 {
 	return &((const socket_sink *)base)->latency;
+}
+
+const hist *socket_sink_spool_sync(const sink *base)
+{
+	return &((const socket_sink *)base)->spool_sync;
 }
 
 bool socket_sink_stats(const sink *base, uint32_t i, socket_sub_stats *out)

@@ -157,9 +157,10 @@ struct socket_sink {
 		size_t n, cap;
 		queue **qs; /* jobs[i] is qs[i]'s spool's */
 		spool_sync_job *jobs;
-		uint64_t ended; /* for events, it makes the transactions up to this seq durable */
-		size_t runs;	/* and the first runs of commit times */
-		bool failed;	/* a batch failed, and the sink cannot go on */
+		uint64_t ended;	  /* for events, it makes the transactions up to this seq durable */
+		uint64_t took_us; /* how long the worker took for the batch's writes and fsyncs */
+		size_t runs;	  /* and the first runs of commit times */
+		bool failed;	  /* a batch failed, and the sink cannot go on */
 		char err[512];
 	} sync, acks;
 	uint64_t acks_synced_ms; /* when the last acks batch began */
@@ -173,6 +174,7 @@ struct socket_sink {
 	} * runs;
 	size_t nruns, runs_cap;
 	hist latency;
+	hist spool_sync; /* each events batch's took_us: what the disk's fsync costs a transaction */
 	char err[512];
 };
 

@@ -1,6 +1,8 @@
 /* `sink: socket` declared once. It gives the subscribers section and a subscription's keys, how the sink is
  * made from them, its figures in /status and /metrics, and its doctor check. */
 #include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "decoder/base/json.h"
@@ -329,6 +331,33 @@ static const hist *latency(const sink *k)
 	return socket_sink_latency(k);
 }
 
+/* The group commits: what a slow disk costs each transaction on the way to consumers. */
+static void status_json(const sink *k, buf *out)
+{
+	bool f = true;
+	buf_putc(out, '{');
+	json_key_hist_ms(out, &f, "spool_sync_ms", socket_sink_spool_sync(k));
+	buf_putc(out, '}');
+}
+
+static void metrics(const sink *k, buf *out)
+{
+	prom_family(out, "cdc_socket_spool_sync_seconds", "histogram",
+		    "Seconds one group commit of the socket sink's spools took (their writes and fsyncs); a "
+		    "transaction waits for one.");
+	prom_histogram(out, "cdc_socket_spool_sync_seconds", NULL, NULL, socket_sink_spool_sync(k));
+}
+
+static void status_text(struct json_object *figures, buf *out)
+{
+	json_object *sync = NULL;
+	char f[4][64];
+	if (json_object_object_get_ex(figures, "spool_sync_ms", &sync))
+		buf_printf(out, "socket  spool group commits=%s  p50=%s ms  p99=%s ms  max=%s ms\n",
+			   json_field_text(sync, "count", f[0], 64), json_field_text(sync, "p50", f[1], 64),
+			   json_field_text(sync, "p99", f[2], 64), json_field_text(sync, "max", f[3], 64));
+}
+
 static bool forget(sink *k, const char *name, char *err, size_t errlen)
 {
 	return socket_sink_forget(k, name, err, errlen);
@@ -391,7 +420,10 @@ const sink_module socket_module = {
     .create = create_sink,
     .bind = bind_sink,
     .forget = forget,
+    .status_json = status_json,
+    .metrics = metrics,
     .latency = latency,
+    .status_text = status_text,
     .sub_fields = sub_fields,
     .sub_status = sub_status,
     .sub_metrics = sub_metrics,

@@ -87,6 +87,8 @@ bool socket_sink_bind(sink *sk, const socket_sub_settings *subs, size_t nsubs, c
 bool socket_sink_forget(sink *sk, const char *name, char *err, size_t errlen) CDC_MUST_CHECK;
 /* Commit time to durably spooled, per event, in microseconds. */
 const hist *socket_sink_latency(const sink *sk);
+/* How long each group commit took (the writes and fsyncs of one batch of spools), µs. */
+const hist *socket_sink_spool_sync(const sink *sk);
 
 typedef struct socket_sub_stats {
 	uint64_t matched;   /* events appended since the start */

@@ -19,8 +19,9 @@ the interval (`lat_pgbench`, start to commit without pgbench's schedule lag: the
 the most any tick of each cdc's event loop came late in it (`loop_a`, `loop_b`: from
 cdc_event_loop_lag_seconds; a jump with the loops on time was not cdc's loop holding them up), and
 the p99 from a commit to cdc reading it from the slot (`recv_a`, `recv_b`: from
-cdc_source_receive_latency_seconds; a jump there came late from the server),
-and the run lists the server's autovacuums and
+cdc_source_receive_latency_seconds; a jump there came late from the server), the longest group
+commit of A's spools (`sync_a`: from cdc_socket_spool_sync_seconds, the writes and fsyncs a socket
+transaction waits for; a socket jump with it is the disk's), and the run lists the server's autovacuums and
 checkpoints (log_autovacuum_min_duration=0, log_checkpoints) and A's spool segment turnovers (a
 drop of the spool's size). A jump is a sample whose p99 is more than one histogram bucket above the
 run's median for that sink; soak.md lists each with what happened in its interval, and the picture
@@ -61,10 +62,12 @@ T0 = time.monotonic()
 LATENCY_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
 LOOP_RE = re.compile(r'^cdc_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 RECV_RE = re.compile(r'^cdc_source_receive_latency_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
+SYNC_RE = re.compile(r'^cdc_socket_spool_sync_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 # Per process, the most its event loop's ticks came late in the interval, and the p99 from a commit to
 # cdc reading it from the slot (ms, the buckets' upper bounds): a latency jump with the loop on time
-# was not cdc's loop; one whose commits were read late came late from the server.
-LOOPS = ("loop_a", "loop_b", "recv_a", "recv_b")
+# was not cdc's loop; one whose commits were read late came late from the server. And the longest group
+# commit of A's spools (ms).
+LOOPS = ("loop_a", "loop_b", "recv_a", "recv_b", "sync_a")
 # Figures, their unit and the absolute slack under which a difference is not a trend.
 FIGURES = [("rss_a", "MiB", 2.0), ("rss_b", "MiB", 2.0), ("fds_a", "", 4), ("fds_b", "", 4),
            ("spool_a", "MiB", 1.0), ("lag_a", "MiB", 1.0), ("lag_b", "MiB", 1.0),
@@ -138,6 +141,7 @@ class Cdc:
             out.setdefault(sink, []).append((float(le), int(n)))
         out["event loop"] = [(float(le), int(n)) for le, n in LOOP_RE.findall(text)]
         out["received"] = [(float(le), int(n)) for le, n in RECV_RE.findall(text)]
+        out["spool sync"] = [(float(le), int(n)) for le, n in SYNC_RE.findall(text)]
         return out
 
 
@@ -311,12 +315,14 @@ def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
               f"{sum(k == 'checkpoint' for _, k in events) // 2} checkpoints; {len(turns)} spool turnovers.", ""]
     if found:
         lines += ["| t | p99 above (ms) | pgbench latency (ms) | event loop late, A / B (ms) | "
-                  "commit to read, p99 A / B (ms) | in the interval |", "|---:|---|---:|---:|---:|---|"]
+                  "commit to read, p99 A / B (ms) | A's longest spool group commit (ms) | in the interval |",
+                  "|---:|---|---:|---:|---:|---:|---|"]
         at = {r["t"]: r for r in rows}
         for t, high, near in found:
             lines.append(f"| {t} | {', '.join(f'{k}={v}' for k, v in high.items())} | {at[t].get('lat_pgbench')} | "
                          f"{at[t].get('loop_a')} / {at[t].get('loop_b')} | "
-                         f"{at[t].get('recv_a')} / {at[t].get('recv_b')} | {', '.join(near) or '-'} |")
+                         f"{at[t].get('recv_a')} / {at[t].get('recv_b')} | {at[t].get('sync_a')} | "
+                         f"{', '.join(near) or '-'} |")
     lines += ["", "Samples (MiB, ms):", "", "| " + " | ".join(cols) + " |",
               "|" + "---:|" * len(cols)]
     for r in rows:
@@ -330,7 +336,8 @@ def write_results(out, rows, verdict, meta, found=(), turns=(), events=()):
               ("spool (MiB)", ["spool_a"]), ("slot lag (MiB)", ["lag_a", "lag_b"]),
               ("p99 commit to delivery (ms)", ["p99_kafka", "p99_socket", "p99_kafka_eo", "lat_pgbench"]),
               ("event loop ticks late, most in the interval (ms)", ["loop_a", "loop_b"]),
-              ("p99 commit to read from the slot (ms)", ["recv_a", "recv_b"])]
+              ("p99 commit to read from the slot (ms)", ["recv_a", "recv_b"]),
+              ("longest spool group commit of A (ms)", ["sync_a"])]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.2 * len(panels)), sharex=True)
     for ax, (title, keys) in zip(axes, panels):
         for k in keys:
@@ -448,6 +455,7 @@ def main():
                 for name in ("a", "b"):
                     row[f"loop_{name}"] = p99_ms(last[name].get("event loop"), now[name].get("event loop"), q=1)
                     row[f"recv_{name}"] = p99_ms(last[name].get("received"), now[name].get("received"))
+                row["sync_a"] = p99_ms(last["a"].get("spool sync"), now["a"].get("spool sync"), q=1)
                 lat = [ms for t, ms in pgbench_latency(os.path.join(work, "pgbench.out")) if t <= row["t"] + 0.5]
                 row["lat_pgbench"] = lat[-1] if lat else None
                 if now["a"].get("kafka"):

@@ -80,6 +80,10 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     # all: the rows and the schema event before them (an event like the others)
     assert subs["all"]["sink"] == "stdout" and subs["all"]["matched"] == 6 and subs["all"]["head_offset"] is None
     assert "kafka" not in st
+    # The socket sink's group commits: the transaction's five events waited for one at least (one
+    # fsync per batch, not per event), and each took some time.
+    sync = st["socket"]["spool_sync_ms"]
+    assert 1 <= sync["count"] <= 5 and 0 < sync["p50"] <= sync["p99"] <= sync["max"] < 10_000, sync
 
     code, body = get(c, "/metrics")
     assert code == 200
@@ -94,6 +98,8 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
         subs["all"]["bytes"]
     assert fams["cdc_delivery_latency_seconds"].samples  # socket: commit to durably spooled
     assert samples[("cdc_delivery_latency_seconds_count", (("sink", "socket"),))] == 5
+    assert samples[("cdc_socket_spool_sync_seconds_count", ())] == sync["count"]
+    assert samples[("cdc_socket_spool_sync_seconds_bucket", (("le", "+Inf"),))] == sync["count"]
 
     assert get(c, "/healthz") == (200, "ok\n")
     assert get(c, "/readyz") == (200, "ready\n")
@@ -106,6 +112,7 @@ def test_status_metrics_and_cdc_status(pg, schema, cdc):
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("jobs "))
     assert line.split()[:9] == ["jobs", "socket", "5", "5", "2", "2", "3", "1", "0"]
+    assert f"socket  spool group commits={sync['count']}  p50=" in out.stdout, out.stdout
     out = subprocess.run([CDC_BIN, "status", "-s", status_sock(c), "--json"], capture_output=True, text=True,
                          timeout=30)
     assert json.loads(out.stdout)["source"]["slot"] == c.slot

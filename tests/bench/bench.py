@@ -1078,6 +1078,9 @@ def growth_subscriptions(args, pg, work, counts=(1, 10, 100, 1000)):
     rows = max(1000, int(50_000 * args.scale))
     pg.sql(f"create table bench_gs {BENCH_COLUMNS}")
     pg.sql("create publication bench_pub_gs for table bench_gs")
+    # variant "other"'s tables: they exist (cdc refuses a subscription to a table that does not)
+    # and get no rows
+    pg.sql("; ".join(f"create table other_{i} (id int primary key)" for i in range(1, max(counts))))
     for v in SUBSCRIPTION_VARIANTS:
         for n in counts:
             new_slot(pg, f"bench_gs_{v}_{n}")

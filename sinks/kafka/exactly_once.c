@@ -31,11 +31,11 @@
 #define BACKLOG_MS 100
 
 /* How far Kafka holds the stream, by the newest position record of this transactional.id. */
-static bool read_back(kafka_sink *k, uint64_t *position)
+static bool read_back(kafka_sink *k, uint64_t *position, uint64_t *records)
 {
 	char why[700];
 	if (kafka_position_read(k->set.brokers, k->set.properties, k->set.nproperties, k->set.positions_topic,
-				k->tid, INIT_TIMEOUT_MS, position, why, sizeof(why)))
+				k->tid, INIT_TIMEOUT_MS, position, records, why, sizeof(why)))
 		return true;
 	kafka_fail(k, "cannot read the committed position back from Kafka", why);
 	return false;
@@ -53,8 +53,8 @@ static bool eo_prepare(kafka_sink *k)
 		rd_kafka_error_destroy(e);
 		return false;
 	}
-	uint64_t position;
-	if (!read_back(k, &position))
+	uint64_t position, records;
+	if (!read_back(k, &position, &records))
 		return false;
 	/* The positions topic's leader now (a broker that may creates the topic), not at the first
 	 * commit, which would wait for it after every event is acknowledged. */
@@ -68,7 +68,8 @@ static bool eo_prepare(kafka_sink *k)
 	char lsn[LSN_STRLEN];
 	util_lsn_format(position, lsn);
 	log_info("exactly once: Kafka holds the stream up to the position read back",
-		 "transactional_id=%s positions_topic=%s position=%s", k->tid, k->set.positions_topic, lsn);
+		 "transactional_id=%s positions_topic=%s position=%s records_read=%" PRIu64, k->tid,
+		 k->set.positions_topic, lsn, records);
 	return true;
 }
 
@@ -84,8 +85,8 @@ static bool eo_stream_held(kafka_sink *k)
 	uint64_t now = stream_now(k);
 	if (!now || now == k->eo.stream)
 		return now != 0;
-	uint64_t position;
-	if (!read_back(k, &position))
+	uint64_t position, records;
+	if (!read_back(k, &position, &records))
 		return false;
 	if (position != k->eo.position) {
 		k->eo.position = k->stats.position = position;

@@ -247,7 +247,7 @@ static void check_positions(sink_doctor *dr)
 		topics_words(dr->section, words, sizeof(words), "create it, compacted, with Kafka's tool");
 		dr->say(dr, SINK_FAIL, words,
 			"%s does not exist (one the brokers create on first use is not compacted, and the "
-			"position is read back from its beginning at every start)",
+			"topic grows without end)",
 			name);
 		snprintf(cmd, sizeof(cmd),
 			 "kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions 1 --config "

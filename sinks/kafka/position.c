@@ -1,6 +1,6 @@
-/* See position.h. A consumer without a group. It assigns itself partition 0 from the beginning and stops at
- * its end (partition EOF, which for a read-committed consumer is the last stable offset). A compacted
- * positions topic keeps this short. */
+/* See position.h. A consumer without a group. It assigns itself partition 0 a window of offsets before its
+ * end and reads to the end (partition EOF, which for a read-committed consumer is the last stable offset),
+ * from further back each time until the key's record is found or the partition read whole. */
 #include "sinks/kafka/position.h"
 
 #include <librdkafka/rdkafka.h>
@@ -86,33 +86,28 @@ static uint64_t record_lsn(const rd_kafka_message_t *m, const char *key)
 	return lsn;
 }
 
-bool kafka_position_read(const char *brokers, const kafka_property *properties, size_t nproperties,
-			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn, char *err,
-			 size_t errlen)
+/* The offsets read back first, before the end of the partition; each further try reads WIDEN times as many.
+ */
+#define WINDOW 1000
+#define WIDEN 8
+
+/* Reads partition 0 of topic from offset from to its end (read committed). Sets *lsn from the last record
+ * keyed key (unchanged if none) and counts the records read in *records. */
+static bool read_from(rd_kafka_t *rk, const char *topic, int64_t from, const char *key, uint64_t deadline,
+		      int timeout_ms, uint64_t *lsn, uint64_t *records, char *err, size_t errlen)
 {
-	*commit_lsn = 0;
-	rd_kafka_t *rk = consumer_new(brokers, properties, nproperties, key, err, errlen);
-	if (!rk)
-		return false;
-	bool failed = false, done = false;
-	if (!topic_exists(rk, topic, timeout_ms, &failed, err, errlen)) {
-		rd_kafka_destroy(rk);
-		return !failed;
-	}
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = from;
 	rd_kafka_resp_err_t e = rd_kafka_assign(rk, parts);
 	rd_kafka_topic_partition_list_destroy(parts);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		failed = true;
-		util_errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(e));
-	}
-	uint64_t deadline = util_now_ms() + (uint64_t)timeout_ms;
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return util_errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(e));
+	bool failed = false, done = false;
 	while (!failed && !done) {
 		if (util_now_ms() >= deadline) {
-			failed = true;
 			util_errf(err, errlen, "reading %s back did not reach its end within %d ms", topic,
 				  timeout_ms);
+			failed = true;
 			break;
 		}
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
@@ -124,11 +119,45 @@ bool kafka_position_read(const char *brokers, const kafka_property *properties, 
 			failed = true;
 			util_errf(err, errlen, "cannot read %s: %s", topic, rd_kafka_message_errstr(m));
 		} else {
-			uint64_t lsn = record_lsn(m, key);
-			if (lsn)
-				*commit_lsn = lsn;
+			uint64_t v = record_lsn(m, key);
+			(*records)++;
+			if (v)
+				*lsn = v;
 		}
 		rd_kafka_message_destroy(m);
+	}
+	rd_kafka_assign(rk, NULL);
+	return !failed;
+}
+
+bool kafka_position_read(const char *brokers, const kafka_property *properties, size_t nproperties,
+			 const char *topic, const char *key, int timeout_ms, uint64_t *commit_lsn,
+			 uint64_t *records, char *err, size_t errlen)
+{
+	*commit_lsn = *records = 0;
+	rd_kafka_t *rk = consumer_new(brokers, properties, nproperties, key, err, errlen);
+	if (!rk)
+		return false;
+	bool failed = false;
+	if (!topic_exists(rk, topic, timeout_ms, &failed, err, errlen)) {
+		rd_kafka_destroy(rk);
+		return !failed;
+	}
+	/* From the end backwards: the key's last record is near the end unless other producers wrote much
+	 * since, and the active segment, which compaction never shortens, may hold millions of records. */
+	int64_t low = 0, high = 0;
+	rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, topic, 0, &low, &high, timeout_ms);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		failed = true;
+		util_errf(err, errlen, "cannot read the offsets of %s: %s", topic, rd_kafka_err2str(e));
+	}
+	uint64_t deadline = util_now_ms() + (uint64_t)timeout_ms;
+	for (int64_t window = WINDOW; !failed; window *= WIDEN) {
+		int64_t from = high - low > window ? high - window : low;
+		failed =
+		    !read_from(rk, topic, from, key, deadline, timeout_ms, commit_lsn, records, err, errlen);
+		if (*commit_lsn || from == low)
+			break;
 	}
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);

@@ -640,7 +640,7 @@ def test_kafka_exactly_once_positions_topic_and_transaction_timeout(server, spac
     assert line(found, "kafka_positions_topic") == [(
         "fail", "kafka_positions_topic",
         f"{positions} does not exist (one the brokers create on first use is not compacted, and the "
-        "position is read back from its beginning at every start)", "create it, compacted, with Kafka's tool", None,
+        "topic grows without end)", "create it, compacted, with Kafka's tool", None,
         f"kafka-topics.sh --bootstrap-server {kafka.bootstrap} --create --topic {positions} --partitions 1 "
         "--config cleanup.policy=compact")], text
     (f,) = line(found, "kafka_transactions")

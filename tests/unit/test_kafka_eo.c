@@ -3,8 +3,8 @@
  * a commit held and sent in the next Kafka transaction, a source transaction Kafka holds skipped,
  * a stream that broke inside a source transaction aborting the Kafka one, and a Kafka transaction
  * that waits while the stream is lost, commits under a new one, and is aborted if another process
- * committed meanwhile; then, without exactly once, a fatal producer error that a message meets
- * first. */
+ * committed meanwhile; the position read back from the end of a long positions topic; then, without
+ * exactly once, a fatal producer error that a message meets first. */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 
 #include "decoder/base/log.h"
 #include "sinks/kafka/kafka_internal.h"
+#include "sinks/kafka/position.h"
 #include "test.h"
 
 static sink *k;
@@ -64,8 +65,9 @@ static sink_status linger(void)
 	return st;
 }
 
-/* Another producer's position record for cdc-test, as a cdc that took over would write. */
-static void position_from_elsewhere(const char *brokers, uint64_t lsn)
+/* count position records keyed key, each with commit LSN lsn, as another producer writes them (a cdc that
+ * took over, or others sharing the topic). */
+static void positions_from_elsewhere(const char *brokers, const char *key, uint64_t lsn, int count)
 {
 	char why[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -75,9 +77,12 @@ static void position_from_elsewhere(const char *brokers, uint64_t lsn)
 	t.commit_lsn = lsn;
 	uint8_t v[64];
 	size_t n = cdc__v1__transaction__pack(&t, v);
-	CHECK_INT(rd_kafka_producev(p, RD_KAFKA_V_TOPIC("cdc.positions"), RD_KAFKA_V_PARTITION(0),
-				    RD_KAFKA_V_KEY("cdc-test", 8), RD_KAFKA_V_VALUE(v, n), RD_KAFKA_V_END),
-		  RD_KAFKA_RESP_ERR_NO_ERROR);
+	for (int i = 0; i < count; i++)
+		while (rd_kafka_producev(p, RD_KAFKA_V_TOPIC("cdc.positions"), RD_KAFKA_V_PARTITION(0),
+					 RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(v, n),
+					 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+					 RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(p, 10);
 	CHECK_INT(rd_kafka_flush(p, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
 	rd_kafka_destroy(p);
 }
@@ -186,7 +191,7 @@ int main(void)
 	whole(9, 0x9000);
 	stream_no = 0;
 	CHECK_INT(linger(), SINK_OK);
-	position_from_elsewhere(set.brokers, 0x9500);
+	positions_from_elsewhere(set.brokers, "cdc-test", 0x9500, 1);
 	stream_no = 3;
 	CHECK_INT(settle_to(9), SINK_RESTART);
 	CHECK(strstr(err, "another process streamed the slot and committed to Kafka") != NULL);
@@ -212,6 +217,26 @@ int main(void)
 	CHECK_INT(st->position, 0xB000);
 
 	k->ops->free(k);
+
+	/* The position is read back from the end: behind 5,000 records of other keys, a key's last record
+	 * is found in the first 1,000 offsets before the end, an older one by reading further back, and
+	 * a key without a record reads the partition whole. */
+	positions_from_elsewhere(set.brokers, "others", 0x1, 5000);
+	positions_from_elsewhere(set.brokers, "near", 0xC000, 1);
+	uint64_t lsn, records;
+	CHECK(kafka_position_read(set.brokers, NULL, 0, "cdc.positions", "near", 10000, &lsn, &records, err,
+				  sizeof(err)));
+	CHECK_INT(lsn, 0xC000);
+	CHECK(records >= 1 && records <= 1000);
+	CHECK(kafka_position_read(set.brokers, NULL, 0, "cdc.positions", "cdc-test", 10000, &lsn, &records,
+				  err, sizeof(err)));
+	CHECK_INT(lsn, 0xB000);
+	CHECK(records > 5000);
+	uint64_t all;
+	CHECK(kafka_position_read(set.brokers, NULL, 0, "cdc.positions", "nobody", 10000, &lsn, &all, err,
+				  sizeof(err)));
+	CHECK_INT(lsn, 0);
+	CHECK(all >= records);
 
 	/* A fatal error of the producer that a message meets before the error callback is served: the
 	 * sink names it as the callback would (CI saw "a message could not be queued: Local: Fatal

@@ -291,19 +291,20 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 /* The producer failed for good. Seen first by the error callback or by a refused message, whichever
  * comes first: the same words either way. */
-static void fail_fatal(kafka_sink *k, rd_kafka_t *rk)
+static void fail_fatal(kafka_sink *k)
 {
 	char why[512];
 	/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. */
-	bool gap = rd_kafka_fatal_error(rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+	bool gap = rd_kafka_fatal_error(k->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
 	kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+	(void)rk; /* k->rk */
 	kafka_sink *k = opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
-		fail_fatal(k, rk);
+		fail_fatal(k);
 		return;
 	}
 	/* Transient (brokers down, ...). librdkafka retries, and the slot waits for delivery reports. */
@@ -460,7 +461,7 @@ bool kafka_produce(kafka_sink *k, const char *topic, int32_t partition, const vo
 		kafka_fail(k, "a message is larger than the producer sends", why);
 		k->for_good = true;
 	} else if (err == RD_KAFKA_RESP_ERR__FATAL) {
-		fail_fatal(k, k->rk);
+		fail_fatal(k);
 	} else if (err != RD_KAFKA_RESP_ERR__STATE || !k->set.exactly_once || !kafka_eo_failed(k)) {
 		/* Exactly once, librdkafka refuses messages once it failed the transaction. Give its
 		 * reason. */
@@ -619,8 +620,8 @@ static bool avro_ready(kafka_sink *k, const char *p, const char *end, unsigned n
 	return true;
 }
 
-/* A record's extra headers, each as "name\0", a u32 length and the value. */
-/* h (a new list if NULL and there are any) with the headers the renderer wrote at p. */
+/* h (a new list if NULL and there are any) with a record's extra headers the renderer wrote at p, each as
+ * "name\0", a u32 length and the value. */
 static rd_kafka_headers_t *add_headers(rd_kafka_headers_t *h, const char *p, size_t len)
 {
 	if (!h && len)

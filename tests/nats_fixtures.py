@@ -111,12 +111,18 @@ class NatsMessage:
         return self.headers.get(name)
 
 
+class NoStream(AssertionError):
+    """The stream does not exist (yet: the NATS sink creates it before its first publish)."""
+
+
 def read_stream(server, stream="CDC", from_seq=1):
     """Every message of the stream from sequence from_seq on, in order, read by the nats client's
     ordered consumer."""
     npm_ci(CONSUMER_DIR)
     p = subprocess.run(["node", os.path.join(CONSUMER_DIR, "consumer.mjs"), server.url, stream, str(from_seq)],
                        capture_output=True, text=True, timeout=120)
+    if p.returncode == 3:
+        raise NoStream(f"no stream {stream} on {server.url}")
     if p.returncode != 0:
         raise AssertionError(f"consumer.mjs failed:\n{p.stdout}\n{p.stderr}")
     return [NatsMessage(json.loads(line)) for line in p.stdout.splitlines() if line.strip()]

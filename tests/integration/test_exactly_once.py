@@ -244,9 +244,17 @@ def test_the_stream_ends_while_reading_is_paused_for_a_commit(pg, schema, cdc, k
     kafka.set_rtt(1000)  # each step of a commit takes a second: the pause lasts
     try:
         wait_for(lambda: p.stderr().count("paused reading the slot: a sink is busy") > paused, 30, what=p.describe())
-        pg.sql("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = %s", (c.slot,))
-        wait_for(lambda: "the server closed the replication connection" in p.stderr(), 30,
-                 what=f"cdc to see that the stream ended\n{p.describe()}")
+        [(walsender,)] = pg.sql("select active_pid from pg_replication_slots where slot_name = %s", (c.slot,))
+        pg.sql("select pg_terminate_backend(%s)", (walsender,))
+        kafka_then = json.loads(get(c, "/status")[1])["kafka"]
+        try:
+            wait_for(lambda: "the server closed the replication connection" in p.stderr(), 60,
+                     what="cdc to see that the stream ended")
+        except AssertionError as e:  # the Kafka sink's figures say whether its commits went on
+            alive = pg.sql("select count(*) from pg_stat_activity where pid = %s", (walsender,))[0][0]
+            raise AssertionError(f"{e}; walsender {walsender} "
+                                 f"{'still runs' if alive else 'ended'}\nkafka at the terminate: {kafka_then}\n"
+                                 f"/status now: {get(c, '/status')[1]}\n{p.describe()}") from None
     finally:
         kafka.set_rtt(0)
     wait_for(lambda: p.stderr().count(" streaming slot=") == 2, 30, what=f"cdc to stream again\n{p.describe()}")

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from conftest import CDC_BIN, wait_for  # noqa: E402
 from kafka_fixtures import lsn_text, row_plain, row_typed  # noqa: E402
-from nats_fixtures import read_stream  # noqa: E402
+from nats_fixtures import NoStream, read_stream  # noqa: E402
 from pg import lsn_to_int  # noqa: E402
 from test_kafka import kafka_section  # noqa: E402
 from test_kafka_formats import ROOT, Window, check_records, read_topic, substitute  # noqa: E402
@@ -97,11 +97,14 @@ class Load:
 
 
 def wait_stream(server, n, timeout=60, stream="CDC", describe=lambda: ""):
-    """The stream's messages once it holds at least n."""
+    """The stream's messages once it holds at least n. A stream not created yet holds none."""
     got = []
 
     def enough():
-        got[:] = read_stream(server, stream)
+        try:
+            got[:] = read_stream(server, stream)
+        except NoStream:
+            got[:] = []
         return len(got) >= n
     wait_for(enough, timeout, interval=0.5, what=f"{n} messages in stream {stream} (have {len(got)})\n{describe()}")
     return got

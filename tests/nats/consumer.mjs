@@ -2,6 +2,7 @@
 // official nats client (not cdc's code) and prints one JSON line per message: its stream sequence,
 // subject, headers and data (base64). It stops at the stream's last message as its info said at
 // the start. Usage: node consumer.mjs SERVER STREAM [FROM_SEQ] (from the first message by default).
+// A stream that does not exist (JetStream's error 10059) exits with code 3.
 import { connect } from "nats";
 
 const [server, stream, from] = process.argv.slice(2);
@@ -9,7 +10,11 @@ const start = Number(from ?? 1);
 const nc = await connect({ servers: server, timeout: 10000 });
 try {
   const jsm = await nc.jetstreamManager();
-  const info = await jsm.streams.info(stream);
+  const info = await jsm.streams.info(stream).catch((e) => {
+    if (e.api_error?.err_code !== 10059) throw e;
+    process.stderr.write(`no stream ${stream}\n`);
+    process.exit(3);
+  });
   const last = info.state.last_seq;
   if (info.state.messages > 0 && start <= last) {
     const consumer = await nc.jetstream().consumers.get(stream, { opt_start_seq: start });

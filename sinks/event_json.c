@@ -628,7 +628,6 @@ static void put_lsn(buf *b, uint64_t lsn)
 /* A schema id as 16 hex digits, in quotes (a JSON number would lose bits). */
 static void put_schema_id(buf *b, json_cache *cache, uint64_t id)
 {
-	static const char hex[] = "0123456789abcdef";
 	if (cache && cache->schema_id == id) {
 		put(b, cache->schema_id_text, 18);
 		return;
@@ -636,9 +635,8 @@ static void put_schema_id(buf *b, json_cache *cache, uint64_t id)
 	reserve(b, 18);
 	char *w = b->data + b->len;
 	w[0] = '"';
-	for (int i = 0; i < 16; i++)
-		w[1 + i] = hex[(id >> (60 - 4 * i)) & 15];
-	w[17] = '"';
+	util_hex64(id, w + 1);
+	w[17] = '"'; /* over the NUL */
 	b->len += 18;
 	if (cache) {
 		memcpy(cache->schema_id_text, w, 18);

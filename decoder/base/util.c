@@ -85,13 +85,40 @@ size_t util_lsn_format(uint64_t lsn, char out[LSN_STRLEN])
 	return (size_t)(p - out);
 }
 
+void util_hex64(uint64_t v, char out[17])
+{
+	/* by hand, since snprintf was 5% of the Kafka sink's thread (callgrind), once per record */
+	for (int i = 15; i >= 0; i--, v >>= 4)
+		out[i] = "0123456789abcdef"[v & 15];
+	out[16] = '\0';
+}
+
+/* One half of an LSN: 1 to 8 hex digits, then stop. NULL if there are none or more than 8. */
+static const char *hex_half(const char *s, char stop, uint32_t *v)
+{
+	uint32_t x = 0;
+	int n = 0;
+	for (; *s != stop; s++, n++) {
+		int d = *s >= '0' && *s <= '9'	 ? *s - '0'
+			: *s >= 'a' && *s <= 'f' ? *s - 'a' + 10
+			: *s >= 'A' && *s <= 'F' ? *s - 'A' + 10
+						 : -1;
+		if (d < 0 || n == 8)
+			return NULL;
+		x = x << 4 | (uint32_t)d;
+	}
+	*v = x;
+	return n ? s : NULL;
+}
+
+/* As PostgreSQL's pg_lsn reads it: no sign, space or 0x, which sscanf's %X took. */
 bool util_lsn_parse(const char *s, uint64_t *lsn)
 {
-	unsigned int hi, lo;
-	int n = 0;
-	if (sscanf(s, "%8X/%8X%n", &hi, &lo, &n) != 2 || s[n] != '\0')
+	uint32_t hi, lo;
+	const char *slash = hex_half(s, '/', &hi);
+	if (!slash || !hex_half(slash + 1, '\0', &lo))
 		return false;
-	*lsn = ((uint64_t)hi << 32) | lo;
+	*lsn = (uint64_t)hi << 32 | lo;
 	return true;
 }
 

@@ -38,6 +38,8 @@ void util_efd_signal(int fd);
 #define LSN_STRLEN 18
 size_t util_lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
 bool util_lsn_parse(const char *text, uint64_t *lsn) CDC_MUST_CHECK;
+/* value as 16 lower-case hex digits and a NUL (how a schema id is shown). */
+void util_hex64(uint64_t value, char out[17]);
 
 /* Length of the well-formed UTF-8 sequence at text, by Unicode table 3-7 (no overlongs, surrogates or
  * code points past U+10FFFF). Or 0, with *skip set to the bytes of its maximal ill-formed prefix (at

@@ -175,8 +175,6 @@ static inline bool kafka_table_event(int op)
 {
 	return op == CDC__V1__OP__OP_SCHEMA || op == CDC__V1__OP__OP_DDL;
 }
-/* A schema id as the cdc-schema-id header and the schemas topic's keys write it, in 16 hex digits. */
-void kafka_schema_id_text(uint64_t id, char out[17]);
 /* The cdc-* headers of an event (event) or of a record about a transaction, and content_type. */
 rd_kafka_headers_t *kafka_headers(kafka_sink *ks, const rendered *rec, const char *sub, uint64_t commit_lsn,
 				  bool event, const char *content_type);

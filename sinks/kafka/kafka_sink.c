@@ -495,7 +495,7 @@ rd_kafka_headers_t *kafka_headers(kafka_sink *k, const rendered *r, const char *
 		ADD("cdc-lsn", lsn, util_lsn_format(r->lsn, lsn));
 		ADD("cdc-subscription", sub, r->sub_len);
 		if (r->schema_id) {
-			kafka_schema_id_text(r->schema_id, id);
+			util_hex64(r->schema_id, id);
 			ADD("cdc-schema-id", id, 16);
 		}
 	}

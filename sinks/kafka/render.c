@@ -274,14 +274,6 @@ static int render_debezium(kafka_sink *k, const kafka_sub_settings *s, const Cdc
 	return 1;
 }
 
-void kafka_schema_id_text(uint64_t id, char out[17])
-{
-	/* by hand, since snprintf was 5% of the Kafka sink's thread (callgrind), once per record */
-	for (int i = 15; i >= 0; i--, id >>= 4)
-		out[i] = "0123456789abcdef"[id & 15];
-	out[16] = '\0';
-}
-
 /* A schema or DDL event. It becomes one record in the subscription's format for kafka.schemas_topic. That is
  * keyed "SUBSCRIPTION/SCHEMA_ID" (a compacted topic keeps each schema) or "SUBSCRIPTION/ddl/LSN". There is
  * none without a schemas topic. There is none in Debezium's formats either, whose records carry their schemas
@@ -308,7 +300,7 @@ static int render_table_event(kafka_sink *k, const kafka_sub_settings *s, const 
 	buf_reset(&k->key);
 	buf_puts(&k->key, e->subscription);
 	if (e->op == CDC__V1__OP__OP_SCHEMA) {
-		kafka_schema_id_text(e->schema_id, text);
+		util_hex64(e->schema_id, text);
 		buf_putc(&k->key, '/');
 	} else {
 		util_lsn_format(e->lsn, text);

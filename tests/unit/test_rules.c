@@ -352,6 +352,18 @@ static void test_lsn(void)
 	CHECK(!util_lsn_parse("1A/2B3C ", &v));
 	CHECK(!util_lsn_parse("x/1", &v));
 	CHECK(!util_lsn_parse("", &v));
+	CHECK(util_lsn_parse("ffffffff/0a", &v));
+	CHECK_INT(v, (long long)0xFFFFFFFF0000000AULL);
+	/* what sscanf's %X took: a sign, spaces, 0x, a ninth digit left for the next field */
+	CHECK(!util_lsn_parse("-1/0", &v));
+	CHECK(!util_lsn_parse(" 1/0", &v));
+	CHECK(!util_lsn_parse("1/ 0", &v));
+	CHECK(!util_lsn_parse("0x1/0", &v));
+	CHECK(!util_lsn_parse("1/+2", &v));
+	CHECK(!util_lsn_parse("123456789/0", &v));
+	CHECK(!util_lsn_parse("0/123456789", &v));
+	CHECK(!util_lsn_parse("/1", &v));
+	CHECK(!util_lsn_parse("1/2/3", &v));
 }
 
 static void test_hist(void)

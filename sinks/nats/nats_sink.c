@@ -79,6 +79,12 @@ typedef struct nats_sink {
 	char failure[600];
 	nats_stats stats;
 	buf subject, value, msgid;
+	struct {
+		bool set;
+		uint64_t commit_lsn;
+		uint32_t xid_value;
+		char lsn[LSN_STRLEN], xid[11];
+	} commit; /* commit_texts */
 	json_commit jcommit;
 	json_cache json;
 	/* for format debezium */
@@ -183,6 +189,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 			 pae->ErrText ? pae->ErrText : "", pae->ErrText ? " " : "",
 			 natsStatus_GetText(pae->Err), (int)pae->ErrCode);
 	natsMsg_Destroy(msg);
+	bool first = false;
 	pthread_mutex_lock(&k->mu);
 	if (link == k->link) {
 		if (k->nacks == k->capacks) {
@@ -190,9 +197,14 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
 			k->acks = util_xrealloc(k->acks, k->capacks * sizeof(*k->acks));
 		}
 		k->acks[k->nacks++] = a;
+		first = k->nacks == 1;
 	}
 	pthread_mutex_unlock(&k->mu);
-	wake(k);
+	/* Only the first of those the loop has not taken wakes it. A wake-up for each cost a write, a read
+	 * and often a switch (perf stat, 200,000 publishes, three runs each: cdc's CPU 3.79-4.09 s against
+	 * 3.52-3.68 s). */
+	if (first)
+		wake(k);
 }
 
 static void on_connection(natsConnection *nc, void *closure, bool up)
@@ -630,28 +642,28 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 
 /* The message's headers. They are Kafka's cdc-* headers, content-type, then its own ("NAME\0VALUE\0" each,
  * checked by deliver). */
-static natsStatus set_headers(natsMsg *m, const nats_rendered *r, const char *sub, const sink_commit *c,
+static natsStatus set_headers(nats_sink *k, natsMsg *m, const nats_rendered *r, const char *sub,
 			      const char *own, size_t own_len)
 {
-	char lsn[LSN_STRLEN], commit[LSN_STRLEN], xid[16], id[17], name[128];
+	char lsn[LSN_STRLEN], id[17], name[128];
 	const char *op = pgo_event_op_name((Cdc__V1__Op)r->op);
 	util_lsn_format(r->lsn, lsn);
-	util_lsn_format(c->commit_lsn, commit);
-	snprintf(xid, sizeof(xid), "%" PRIu32, r->xid);
-	snprintf(name, sizeof(name), "%.*s", (int)r->sub_len, sub);
+	size_t n = r->sub_len < sizeof(name) - 1 ? r->sub_len : sizeof(name) - 1;
+	memcpy(name, sub, n);
+	name[n] = '\0';
 	natsStatus s = natsMsgHeader_Set(m, "cdc-op", op ? op : "unknown");
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "cdc-lsn", lsn);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "cdc-subscription", name);
 	if (s == NATS_OK && r->schema_id) {
-		snprintf(id, sizeof(id), "%016" PRIx64, r->schema_id);
+		util_hex64(r->schema_id, id);
 		s = natsMsgHeader_Set(m, "cdc-schema-id", id);
 	}
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(m, "cdc-commit-lsn", commit);
+		s = natsMsgHeader_Set(m, "cdc-commit-lsn", k->commit.lsn);
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(m, "cdc-xid", xid);
+		s = natsMsgHeader_Set(m, "cdc-xid", k->commit.xid);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "content-type", content_types[r->format]);
 	for (const char *p = own, *end = own + own_len; s == NATS_OK && p < end;) {
@@ -693,8 +705,21 @@ static void complete_value(nats_sink *k, int format, const char *head, size_t le
 	}
 }
 
+/* The commit's fields as header values, formatted once per transaction. With the message id's, printf was 7%
+ * of the NATS path's instructions (callgrind). */
+static void commit_texts(nats_sink *k, const sink_commit *c, uint32_t xid)
+{
+	if (k->commit.set && k->commit.commit_lsn == c->commit_lsn && k->commit.xid_value == xid)
+		return;
+	k->commit.set = true;
+	k->commit.commit_lsn = c->commit_lsn;
+	k->commit.xid_value = xid;
+	util_lsn_format(c->commit_lsn, k->commit.lsn);
+	snprintf(k->commit.xid, sizeof(k->commit.xid), "%" PRIu32, xid);
+}
+
 /* Publishes message nth (0 first) of an event. Its id is the change's position, so the same change sent again
- * after a restart has the same id. */
+ * after a restart has the same id: SUBSCRIPTION:COMMIT_LSN:TX_INDEX[:schema][:N]. */
 static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const sink_commit *c, unsigned nth,
 		    const char *own, size_t own_len)
 {
@@ -702,17 +727,23 @@ static bool publish(nats_sink *k, const nats_rendered *r, const char *sub, const
 		fail_lost(k);
 		return false;
 	}
-	char commit[LSN_STRLEN];
-	util_lsn_format(c->commit_lsn, commit);
+	commit_texts(k, c, r->xid);
 	buf_reset(&k->msgid);
-	buf_printf(&k->msgid, "%.*s:%s:%" PRIu32 "%s", (int)r->sub_len, sub, commit, c->tx_index,
-		   c->before_change ? ":schema" : "");
-	if (nth)
-		buf_printf(&k->msgid, ":%u", nth + 1);
+	buf_append(&k->msgid, sub, r->sub_len);
+	buf_putc(&k->msgid, ':');
+	buf_puts(&k->msgid, k->commit.lsn);
+	buf_putc(&k->msgid, ':');
+	json_u64(&k->msgid, c->tx_index);
+	if (c->before_change)
+		buf_puts(&k->msgid, ":schema");
+	if (nth) {
+		buf_putc(&k->msgid, ':');
+		json_u64(&k->msgid, nth + 1);
+	}
 	natsMsg *m = NULL;
 	natsStatus s = natsMsg_Create(&m, k->subject.data, NULL, k->value.data, (int)k->value.len);
 	if (s == NATS_OK)
-		s = set_headers(m, r, sub, c, own, own_len);
+		s = set_headers(k, m, r, sub, own, own_len);
 	jsPubOptions po;
 	jsPubOptions_Init(&po);
 	po.MsgId = k->msgid.data;

@@ -427,8 +427,7 @@ def plugin_of(consumer):
     return "wal2json" if consumer == "wal2json" else "pgoutput"
 
 
-# The cdc paths every backlog is drained through over both connections; with --baseline, the
-# older binary's run each of them too, as base_<path>.
+# The cdc paths every backlog is drained through over both connections.
 CDC_PATHS = ("cdc_stdout", "cdc_kafka", "cdc_kafka_eo", "cdc_socket")
 
 
@@ -437,6 +436,13 @@ def base_of(consumer):
     return "base_" + consumer[len("cdc_"):]
 
 
+def path_of(consumer):
+    """base_kafka -> cdc_kafka: the path a baseline consumer runs (others are their own)."""
+    return "cdc_" + consumer[len("base_"):] if consumer.startswith("base_") else consumer
+
+
+# ... and the drain section's others. With --baseline, the older binary runs each of them too, as
+# base_<path>.
 DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_bare", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
 
 
@@ -446,7 +452,7 @@ def drain_consumers(pg, baseline, paths=None):
     consumers = ("server", "pg_recvlogical", "wal2json") + tuple(c for c in DRAIN_PATHS
                                                                  if not paths or c in paths)
     if baseline:
-        consumers += tuple(base_of(c) for c in CDC_PATHS if not paths or c in paths)
+        consumers += tuple(base_of(c) for c in DRAIN_PATHS if not paths or c in paths)
     if not has_wal2json(pg):
         progress(f"no wal2json on PostgreSQL {pg.version} (Debian's 15 has it): drained without it")
         consumers = tuple(c for c in consumers if c != "wal2json")
@@ -494,7 +500,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
                "with (autovacuum_enabled = off, toast.autovacuum_enabled = off)")
         pg.sql(f"create publication {pub} for table {table}")
         slots = [{(c, conn): f"bench_{name}_{c}_{conn}_{i}" for c in consumers for conn, _ in conns
-                  if c not in tcp_only or conn == "tcp"}
+                  if path_of(c) not in tcp_only or conn == "tcp"}
                  for i in range(args.repeat)]
         for run in slots:
             for (c, _), slot in run.items():
@@ -541,7 +547,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
                     # run, which one stream's duplicate window would drop)
                     sock = write_config(cfg, pg, slot, pub, table, state, sink,
                                         kafka if sink == "kafka" else None, c.endswith("_kafka_eo"),
-                                        SUB_KEYS.get(c), dsn=dsn,
+                                        SUB_KEYS.get(path_of(c)), dsn=dsn,
                                         nats=(nats.url, tag.upper()) if sink == "nats" else None,
                                         registry=registry)
                     cmd = [binary, "run", "-c", cfg, "--endpos", endpos]
@@ -557,7 +563,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
                 # The server's own decoding runs in psql's backend, not a walsender.
                 runs[(c, conn)].append({"secs": secs, "rss": rss, "cpu": cpu,
                                         "server_cpu": others if c == "server" else walsender})
-                if c == "cdc_nats":  # every message is in the stream: its disk goes
+                if path_of(c) == "cdc_nats":  # every message is in the stream: its disk goes
                     held = nats.admin("info", tag.upper())["state"]["messages"]
                     if held != rows:
                         sys.exit(f"bench: stream {tag.upper()} holds {held} messages, not {rows}")

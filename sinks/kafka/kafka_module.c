@@ -206,7 +206,7 @@ static const sink_key sub_keys[] = {
     [KEY_CDC_HEADERS] =
 	{"cdc_headers", SINK_KEY_BOOL, SUB(cdc_headers), .def_number = 1,
 	 .doc =
-	     "Kafka only: the `cdc-*` headers and `content-type` on the records of rows and schema "
+	     "Kafka: the `cdc-*` headers and `content-type` on the records of rows and schema "
 	     "events (default `true`). `false` leaves them out, for about a quarter less of cdc's CPU on a "
 	     "large transaction; the value says the same (the protobuf and JSON events have the op, LSNs, "
 	     "xid, subscription and schema id). Debezium's own headers are `context_headers`. See "

@@ -44,7 +44,8 @@ typedef struct nats_link {
 typedef struct nats_sub {
 	char *name, *tag, *subject;
 	int format;
-	bool mine; /* a NATS subscription (the others' are never published) */
+	bool mine;	  /* a NATS subscription (the others' are never published) */
+	bool cdc_headers; /* nats_sub_conf.cdc_headers */
 	/* for format debezium */
 	char *server_name;
 	bool schemas, placeholder, context_headers;
@@ -99,6 +100,7 @@ typedef struct nats_rendered {
 	uint64_t lsn, schema_id;
 	uint32_t xid;
 	uint8_t op, format, count;
+	bool cdc_headers;
 } nats_rendered;
 /* One message of a rendered event. It is this, its value without the commit's fields, then its own headers
  * ("NAME\0VALUE\0" each). */
@@ -175,15 +177,28 @@ static void wake(nats_sink *k)
 	(void)n; /* a full pipe wakes the loop already */
 }
 
+/* The commit LSN of a published message, from its Nats-Msg-Id (publish), which every message has; 0 if
+ * none. */
+static uint64_t published_commit(natsMsg *m)
+{
+	const char *id = NULL, *from, *to;
+	char lsn[LSN_STRLEN];
+	uint64_t v;
+	if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || !(from = strchr(id, ':')) ||
+	    !(to = strchr(++from, ':')) || (size_t)(to - from) >= sizeof(lsn))
+		return 0;
+	memcpy(lsn, from, (size_t)(to - from));
+	lsn[to - from] = '\0';
+	return util_lsn_parse(lsn, &v) ? v : 0;
+}
+
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 {
 	(void)js;
 	nats_link *link = closure;
 	nats_sink *k = link->k;
-	const char *lsn = NULL;
-	nats_ack a = {.ok = pa != NULL, .duplicate = pa && pa->Duplicate};
-	if (natsMsgHeader_Get(msg, "cdc-commit-lsn", &lsn) != NATS_OK || !util_lsn_parse(lsn, &a.commit_lsn))
-		a.commit_lsn = 0;
+	nats_ack a = {
+	    .ok = pa != NULL, .duplicate = pa && pa->Duplicate, .commit_lsn = published_commit(msg)};
 	if (pae)
 		snprintf(a.error, sizeof(a.error), "%s%s(%s, error code %d)",
 			 pae->ErrText ? pae->ErrText : "", pae->ErrText ? " " : "",
@@ -619,7 +634,8 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 			   .schema_id = e->schema_id,
 			   .xid = e->xid,
 			   .op = (uint8_t)e->op,
-			   .format = (uint8_t)s->format};
+			   .format = (uint8_t)s->format,
+			   .cdc_headers = s->cdc_headers};
 	size_t at = out->len;
 	buf_append(out, &r, sizeof(r));
 	buf_append(out, k->subject.data, k->subject.len);
@@ -640,10 +656,8 @@ static void nats_render(sink *base, uint32_t sub, const Cdc__V1__Event *e, buf *
 	memcpy(out->data + at, &r, sizeof(r));
 }
 
-/* The message's headers. They are Kafka's cdc-* headers, content-type, then its own ("NAME\0VALUE\0" each,
- * checked by deliver). */
-static natsStatus set_headers(nats_sink *k, natsMsg *m, const nats_rendered *r, const char *sub,
-			      const char *own, size_t own_len)
+/* The cdc-* headers and content-type, as Kafka's records have them. */
+static natsStatus set_cdc_headers(nats_sink *k, natsMsg *m, const nats_rendered *r, const char *sub)
 {
 	char lsn[LSN_STRLEN], id[17], name[128];
 	const char *op = pgo_event_op_name((Cdc__V1__Op)r->op);
@@ -666,6 +680,15 @@ static natsStatus set_headers(nats_sink *k, natsMsg *m, const nats_rendered *r, 
 		s = natsMsgHeader_Set(m, "cdc-xid", k->commit.xid);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(m, "content-type", content_types[r->format]);
+	return s;
+}
+
+/* The message's headers: cdc's (unless the subscription has cdc_headers off), then its own ("NAME\0VALUE\0"
+ * each, checked by deliver). */
+static natsStatus set_headers(nats_sink *k, natsMsg *m, const nats_rendered *r, const char *sub,
+			      const char *own, size_t own_len)
+{
+	natsStatus s = r->cdc_headers ? set_cdc_headers(k, m, r, sub) : NATS_OK;
 	for (const char *p = own, *end = own + own_len; s == NATS_OK && p < end;) {
 		const char *value = p + strlen(p) + 1;
 		s = natsMsgHeader_Set(m, p, value);
@@ -966,6 +989,7 @@ void nats_sink_bind(sink *s, const sink_sub *subs, size_t nsubs)
 			       .subject = util_xstrdup(c->subject ? c->subject : NATS_DEFAULT_SUBJECT),
 			       .format = c->format,
 			       .mine = subs[i].mine,
+			       .cdc_headers = c->cdc_headers,
 			       .server_name = c->dbz.server_name ? util_xstrdup(c->dbz.server_name) : NULL,
 			       .schemas = c->dbz.schemas,
 			       .placeholder = c->dbz.unchanged_toast == DBZ_TOAST_PLACEHOLDER,

@@ -37,6 +37,7 @@ typedef enum nats_format { NATS_PROTOBUF, NATS_JSON, NATS_DEBEZIUM } nats_format
 typedef struct nats_sub_conf {
 	char *subject;	  /* template with {schema} {table} {subscription} {tag} */
 	int format;	  /* nats_format */
+	bool cdc_headers; /* the cdc-* headers and content-type on its messages (default on) */
 	dbz_sub_conf dbz; /* format debezium */
 } nats_sub_conf;
 

@@ -14,10 +14,12 @@ connection and run; afterwards they are drained by
   - pg_recvlogical (output to /dev/null),
   - `cdc run --endpos` with a stdout subscription on the table (stdout to /dev/null),
   - `cdc run --endpos` with a Kafka subscription into the librdkafka mock cluster, in each record
-    format: protobuf (the default; also with kafka.exactly_once), json, debezium and avro (these
-    three over TCP only; avro's schemas in tests/registry_double.py, run as a process of its own),
+    format: protobuf (the default; also with kafka.exactly_once, and without cdc's headers), json,
+    debezium and avro (these three over TCP only; avro's schemas in tests/registry_double.py, run
+    as a process of its own),
   - `cdc run --endpos` with a NATS subscription into Debian's nats-server with JetStream (a stream
-    of its own per run, created by cdc, checked to hold every row, deleted after; over TCP only),
+    of its own per run, created by cdc, checked to hold every row, deleted after; over TCP only;
+    also without cdc's headers),
   - `cdc run` with a socket subscription (spooled under state_dir) and, started as soon as the
     subscriber socket exists, `cdc tail --count ROWS` (stdout to /dev/null) acking every event;
     timed from cdc's start until tail exits with every event, then cdc gets SIGTERM,
@@ -409,7 +411,8 @@ def has_wal2json(pg):
 # The Kafka paths' subscription keys other than the default's: record formats, and protobuf without
 # cdc's headers.
 SUB_KEYS = {"cdc_kafka_json": {"format": "json"}, "cdc_kafka_debezium": {"format": "debezium"},
-            "cdc_kafka_avro": {"format": "avro"}, "cdc_kafka_bare": {"cdc_headers": "false"}}
+            "cdc_kafka_avro": {"format": "avro"}, "cdc_kafka_bare": {"cdc_headers": "false"},
+            "cdc_nats_bare": {"cdc_headers": "false"}}
 
 
 def start_registry(work):
@@ -443,7 +446,8 @@ def path_of(consumer):
 
 # ... and the drain section's others. With --baseline, the older binary runs each of them too, as
 # base_<path>.
-DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_bare", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
+DRAIN_PATHS = CDC_PATHS + ("cdc_kafka_bare", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats",
+                            "cdc_nats_bare")
 
 
 def drain_consumers(pg, baseline, paths=None):
@@ -482,7 +486,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
     ]
     consumers = drain_consumers(pg, args.baseline, args.paths)
     # Compared on one connection: another plugin, other record formats.
-    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats")
+    tcp_only = ("wal2json", "cdc_kafka_json", "cdc_kafka_debezium", "cdc_kafka_avro", "cdc_nats", "cdc_nats_bare")
     # What the server pays to decode a backlog in its own process, with nothing sent: the ceiling
     # of every client. The same options as the others, streaming included.
     server_sql = ("set work_mem = '1GB'; select count(*) from pg_logical_slot_get_binary_changes("
@@ -563,7 +567,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
                 # The server's own decoding runs in psql's backend, not a walsender.
                 runs[(c, conn)].append({"secs": secs, "rss": rss, "cpu": cpu,
                                         "server_cpu": others if c == "server" else walsender})
-                if path_of(c) == "cdc_nats":  # every message is in the stream: its disk goes
+                if path_of(c).startswith("cdc_nats"):  # every message is in the stream: its disk goes
                     held = nats.admin("info", tag.upper())["state"]["messages"]
                     if held != rows:
                         sys.exit(f"bench: stream {tag.upper()} holds {held} messages, not {rows}")

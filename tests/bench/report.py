@@ -16,6 +16,7 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
              ("cdc_kafka_debezium", "cdc → Kafka format debezium (mock)"),
              ("cdc_kafka_avro", "cdc → Kafka format avro (mock, registry double)"),
              ("cdc_nats", "cdc → NATS JetStream (nats-server)"),
+             ("cdc_nats_bare", "cdc → NATS JetStream without cdc_headers (nats-server)"),
              ("cdc_socket", "cdc → socket → cdc tail"),
              ("base_stdout", "baseline cdc → stdout"), ("base_kafka", "baseline cdc → Kafka (mock)"),
              ("base_kafka_eo", "baseline cdc → Kafka exactly once (mock)"),
@@ -23,7 +24,8 @@ CONSUMERS = (("server", "server's decoding (SQL)"), ("pg_recvlogical", "pg_recvl
 # The paths of the speed and cost table, each with its baseline's beside it when there is one.
 PATHS = (("cdc_stdout", "stdout"), ("cdc_socket", "socket → spool → cdc tail"), ("cdc_kafka", "Kafka (mock)"),
          ("cdc_kafka_bare", "Kafka, `cdc_headers: false`"), ("cdc_kafka_eo", "Kafka exactly once (mock)"), ("cdc_kafka_json", "Kafka, format json"),
-         ("cdc_kafka_debezium", "Kafka, format debezium"), ("cdc_nats", "NATS JetStream (nats-server)"))
+         ("cdc_kafka_debezium", "Kafka, format debezium"), ("cdc_nats", "NATS JetStream (nats-server)"),
+         ("cdc_nats_bare", "NATS, `cdc_headers: false`"))
 LATENCY_PATHS = (("kafka", "Kafka delivery report (mock cluster), measured by cdc"),
                  ("kafka_eo", "Kafka exactly once: to the Kafka commit (mock cluster), measured by cdc"),
                  ("socket", "socket, read by a Python consumer that acks"))

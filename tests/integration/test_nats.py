@@ -327,6 +327,41 @@ def test_debezium_fixture(pg, schema, cdc, nats_server, name):
         assert m.header("Nats-Msg-Id") == f"dbz:{commit}:0" + (":2" if second else ""), m.headers
 
 
+def test_cdc_headers_false_leaves_them_out_and_acknowledgements_still_count(pg, schema, cdc, nats_server, proto):
+    """subscriptions[].cdc_headers: false: a message carries Nats-Msg-Id alone, its value the same
+    event; the sink still matches each acknowledgement to its transaction (by Nats-Msg-Id, which every
+    message has), so nothing stays in flight and the slot moves past them all."""
+    pg.sql(f"create table {schema}.t (id int primary key, name text)")
+    c = cdc(subscriptions=[nsub("bare", [f"{schema}.t"], cdc_headers=False),
+                           nsub("full", [f"{schema}.t"], subject="full.{table}")],
+            nats=nats_section(nats_server))
+    p = c.start()
+    for i in range(3):
+        pg.sql(f"insert into {schema}.t values (%s, %s)", (i, f"n{i}"))
+    pg.sql(f"update {schema}.t set name = 'x' where id = 1")
+    end = pg.current_wal_lsn()
+    msgs = wait_stream(nats_server, 8, describe=p.describe)
+    bare = [m for m in msgs if m.subject == f"cdc.{schema}.t"]
+    full = [m for m in msgs if m.subject == "full.t"]
+    assert len(bare) == len(full) == 4, [(m.subject, m.headers) for m in msgs]
+    for b, f in zip(bare, full):
+        assert set(b.headers) == {"Nats-Msg-Id"}, b.headers
+        assert set(f.headers) == HEADERS | {"cdc-schema-id"}, f.headers
+        eb, ef = decode(proto, b), decode(proto, f)
+        assert b.header("Nats-Msg-Id") == f"bare:{lsn_text(eb.commit_lsn)}:{eb.tx_index}"
+        assert eb.subscription == "bare" and ef.subscription == "full"
+        ef.subscription = "bare"
+        assert eb == ef  # the same event: the value says all the headers said
+    assert [row_plain(decode(proto, m).new_row) for m in bare] == [
+        {"id": 0, "name": "n0"}, {"id": 1, "name": "n1"}, {"id": 2, "name": "n2"}, {"id": 1, "name": "x"}]
+    st = wait_for(lambda: (lambda s: s["delivered"] == 8 and s)(status(c)["nats"]), 10,
+                  what=f"8 acknowledged\n{p.describe()}")
+    assert st["in_flight"] == 0 and st["errors"] == 0, st
+    wait_for(lambda: lsn_to_int(c.slot_row()[1]) >= lsn_to_int(end), 30,
+             what=f"the slot to pass {end}\n{p.describe()}")
+    assert p.terminate() == 0, p.describe()
+
+
 # --- failures ----------------------------------------------------------------------------------
 
 def load_run(pg, schema, cdc, nats_server, **nats):

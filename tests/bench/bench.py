@@ -408,8 +408,8 @@ def has_wal2json(pg):
 
 
 # The Kafka runs in a record format other than protobuf (format: ...).
-# The Kafka paths' subscription keys other than the default's: record formats, and protobuf without
-# cdc's headers.
+# The paths' subscription keys other than the default's: Kafka's record formats, and Kafka and NATS
+# without cdc's headers.
 SUB_KEYS = {"cdc_kafka_json": {"format": "json"}, "cdc_kafka_debezium": {"format": "debezium"},
             "cdc_kafka_avro": {"format": "avro"}, "cdc_kafka_bare": {"cdc_headers": "false"},
             "cdc_nats_bare": {"cdc_headers": "false"}}

@@ -407,6 +407,17 @@ static void module_ops(const sink_module *m, cfg_subscription *s, bool given)
 		s->ops |= match_ops(m->ops_needed(settings));
 }
 
+/* The sinks that take a subscription key named name: "kafka", or "kafka or nats" for one two have. */
+static void sinks_taking(const char *name, char *out, size_t size)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	for (size_t j = 0; j < sub_keys.n && len < size; j++)
+		if (is_module_key(&sub_built[j]) && strcmp(sub_built[j].name, name) == 0)
+			len += (size_t)snprintf(out + len, size - len, "%s%s", len ? " or " : "",
+						cfg_sink_name(sub_built[j].module - 1));
+}
+
 static void check_sub(ctx *x, void *base, const pair *seen)
 {
 	cfg_subscription *s = base;
@@ -418,10 +429,13 @@ static void check_sub(ctx *x, void *base, const pair *seen)
 	/* an invalid sink was reported already, and what goes with it is unknown */
 	bool sink_ok = !sv || (sv->kind == N_SCALAR && cfg_ename_find(sink_names, sv->text));
 	for (size_t i = 0; i < sub_keys.n && sink_ok; i++)
-		if (seen[i].k && is_module_key(&sub_built[i]) && sub_built[i].module - 1 != s->sink)
+		if (seen[i].k && is_module_key(&sub_built[i]) && sub_built[i].module - 1 != s->sink) {
+			char sinks[128];
+			sinks_taking(sub_built[i].name, sinks, sizeof(sinks));
 			cfg_err_key(x, seen[i].k, sub_built[i].name,
-				    "only valid with sink: %s (this subscription's sink is %s)",
-				    cfg_sink_name(sub_built[i].module - 1), cfg_sink_name(s->sink));
+				    "only valid with sink: %s (this subscription's sink is %s)", sinks,
+				    cfg_sink_name(s->sink));
+		}
 	if (seen[SK_CHANGED].k && !(s->ops & MATCH_OP_UPDATE))
 		cfg_err_key(x, seen[SK_CHANGED].k, "changed", "only valid when operations include update");
 	if ((s->ops & MATCH_OP_SCHEMA) && !(s->ops & (MATCH_OP_INSERT | MATCH_OP_UPDATE | MATCH_OP_DELETE)))

@@ -628,8 +628,13 @@ static const struct {
 	    "t.yaml:6:5: subscriptions[0].changed: only valid when operations include update\n"),
 	/* record formats */
 	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: stdout, format: json}\n",
-	    "t.yaml:2:44: subscriptions[0].format: only valid with sink: kafka (this subscription's sink is "
-	    "stdout)\n"),
+	    "t.yaml:2:44: subscriptions[0].format: only valid with sink: kafka or nats (this subscription's sink "
+	    "is stdout)\n"),
+	BAD("subscriptions:\n  - {name: a, tables: [a.b], sink: socket, cdc_headers: false, topic: t}\n",
+	    "t.yaml:2:64: subscriptions[0].topic: only valid with sink: kafka (this subscription's sink is "
+	    "socket)\n"
+	    "t.yaml:2:44: subscriptions[0].cdc_headers: only valid with sink: kafka or nats (this subscription's "
+	    "sink is socket)\n"),
 	BAD("kafka: {brokers: k}\nsubscriptions:\n  - {name: a, tables: [a.b], sink: kafka, format: xml}\n",
 	    "t.yaml:3:51: subscriptions[0].format: invalid value \"xml\" (expected protobuf, json, debezium, avro)\n"),
 	/* format avro: a registry, every column in a record, and only its keys */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decoder/base/util.h"
 #include "decoder/pgtypes.h"
 #include "decoder/text.h"
 
@@ -117,16 +118,6 @@ static bool parse_float(const char *s, size_t n, double *out)
 	return true;
 }
 
-static int hexval(unsigned char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	ch |= 0x20;
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	return -1;
-}
-
 /* bytea in hex output: "\x" and two hex digits per byte. */
 static bool parse_bytea(arena *a, const char *s, size_t n, ProtobufCBinaryData *out)
 {
@@ -135,7 +126,7 @@ static bool parse_bytea(arena *a, const char *s, size_t n, ProtobufCBinaryData *
 	size_t len = (n - 2) / 2;
 	uint8_t *d = len ? arena_alloc(a, len) : NULL;
 	for (size_t i = 0; i < len; i++) {
-		int hi = hexval((unsigned char)s[2 + 2 * i]), lo = hexval((unsigned char)s[3 + 2 * i]);
+		int hi = util_hex_digit(s[2 + 2 * i]), lo = util_hex_digit(s[3 + 2 * i]);
 		if (hi < 0 || lo < 0)
 			return false; /* the arena keeps the bytes until reset: harmless */
 		d[i] = (uint8_t)(hi << 4 | lo);
@@ -155,7 +146,7 @@ static bool parse_uuid(arena *a, const char *s, size_t n, ProtobufCBinaryData *o
 	for (size_t i = 0; i < 36 && j < 16; i++) {
 		if (i == 8 || i == 13 || i == 18 || i == 23)
 			continue;
-		int hi = hexval((unsigned char)s[i]), lo = hexval((unsigned char)s[i + 1]);
+		int hi = util_hex_digit(s[i]), lo = util_hex_digit(s[i + 1]);
 		if (hi < 0 || lo < 0)
 			return false;
 		b[j++] = (uint8_t)(hi << 4 | lo);

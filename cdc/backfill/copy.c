@@ -6,17 +6,7 @@
 #include <string.h>
 
 #include "decoder/base/bytes.h"
-
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
+#include "decoder/base/util.h"
 
 /* The field [p, end) unescaped onto dst, which has room for end - p bytes; returns its length,
  * or -1 for a backslash at the end. */
@@ -54,10 +44,10 @@ static long unescape(const char *p, const char *end, char *dst)
 			*o++ = '\v';
 			break;
 		case 'x':
-			if (p < end && hex_value(*p) >= 0) {
-				int v = hex_value(*p++);
-				if (p < end && hex_value(*p) >= 0)
-					v = v * 16 + hex_value(*p++);
+			if (p < end && util_hex_digit(*p) >= 0) {
+				int v = util_hex_digit(*p++);
+				if (p < end && util_hex_digit(*p) >= 0)
+					v = v * 16 + util_hex_digit(*p++);
 				*o++ = (char)v;
 			} else {
 				*o++ = 'x';

@@ -18,6 +18,7 @@
 #include "decoder/base/json.h"
 #include "decoder/base/net.h"
 #include "decoder/base/tls.h"
+#include "decoder/base/util.h"
 #include "sinks/modules.h"
 
 #define TIMEOUT_S 10
@@ -68,22 +69,14 @@ static const char *header(const char *p, const char *end, const char *name, size
 	return NULL;
 }
 
-static int hexval(char ch)
-{
-	return ch >= '0' && ch <= '9'	? ch - '0'
-	       : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-	       : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
-					: -1;
-}
-
 /* Chunks are HEX[;ext]\r\n DATA\r\n ... 0\r\n. Trailers after the last chunk are ignored. */
 static bool dechunk(const char *p, const char *end, buf *body, char *err, size_t errlen)
 {
 	for (;;) {
 		const char *eol = find(p, (size_t)(end - p), "\r\n"), *q = p;
 		size_t n = 0;
-		for (; eol && q < eol && hexval(*q) >= 0 && n <= ANSWER_MAX; q++)
-			n = n * 16 + (size_t)hexval(*q);
+		for (; eol && q < eol && util_hex_digit(*q) >= 0 && n <= ANSWER_MAX; q++)
+			n = n * 16 + (size_t)util_hex_digit(*q);
 		if (!eol || q == p || (q < eol && *q != ';') || n > ANSWER_MAX)
 			return util_errf(err, errlen, "malformed chunked body");
 		p = eol + 2;

@@ -99,10 +99,7 @@ static const char *hex_half(const char *s, char stop, uint32_t *v)
 	uint32_t x = 0;
 	int n = 0;
 	for (; *s != stop; s++, n++) {
-		int d = *s >= '0' && *s <= '9'	 ? *s - '0'
-			: *s >= 'a' && *s <= 'f' ? *s - 'a' + 10
-			: *s >= 'A' && *s <= 'F' ? *s - 'A' + 10
-						 : -1;
+		int d = util_hex_digit(*s);
 		if (d < 0 || n == 8)
 			return NULL;
 		x = x << 4 | (uint32_t)d;

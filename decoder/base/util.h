@@ -40,6 +40,14 @@ size_t util_lsn_format(uint64_t lsn, char out[LSN_STRLEN]);
 bool util_lsn_parse(const char *text, uint64_t *lsn) CDC_MUST_CHECK;
 /* value as 16 lower-case hex digits and a NUL (how a schema id is shown). */
 void util_hex64(uint64_t value, char out[17]);
+/* The value of a hex digit (either case), or -1. */
+static inline int util_hex_digit(char digit)
+{
+	return digit >= '0' && digit <= '9'   ? digit - '0'
+	       : digit >= 'a' && digit <= 'f' ? digit - 'a' + 10
+	       : digit >= 'A' && digit <= 'F' ? digit - 'A' + 10
+					      : -1;
+}
 
 /* Length of the well-formed UTF-8 sequence at text, by Unicode table 3-7 (no overlongs, surrogates or
  * code points past U+10FFFF). Or 0, with *skip set to the bytes of its maximal ill-formed prefix (at

@@ -307,7 +307,8 @@ def test_backfill_under_load_with_kills(pg, schema, cdc, kafka, kafka_reader, sh
         {"name": "so", "tables": [t], "sink": "stdout", "snapshot": True},
         {"name": "other", "tables": [t], "sink": "stdout"}],
         kafka=kafka_section(kafka),
-        backfill={"min_rows": 50, "max_rows": 200, "rate_limit": max(ROWS // 4, 500), "tables": 3})
+        backfill={"min_rows": 50, "max_rows": 200, "rate_limit": max(ROWS // 4, 500), "tables": 3,
+                  "parallel": 4})
     watch = LongestTransaction(pg)
     load = Load(pg, t, ROWS + 1)
     consumer = SocketConsumer(c.config["subscribers"]["socket"], "sk")
@@ -553,7 +554,7 @@ def full_rows(pg, t):
 
 
 def test_parallel_backfill_exact_under_moves(pg, schema, cdc):
-    """A backfill of 200,000 rows by block ranges on four connections at once (the default) while a writer
+    """A backfill of 200,000 rows by block ranges on four connections at once while a writer
     inserts, updates (rows moving from blocks not read yet into blocks read already, their TOAST
     value unchanged, so that the stream's copy is incomplete), changes keys and deletes: a consumer
     applying the events in order by key ends with exactly the table, TOAST values included. No
@@ -562,7 +563,7 @@ def test_parallel_backfill_exact_under_moves(pg, schema, cdc):
     rows = 200_000
     big = big_table(pg, t, rows)
     c = cdc(subscriptions=[{"name": "so", "tables": [t], "sink": "stdout", "snapshot": True}],
-            backfill={"max_rows": 2000, "rate_limit": 40_000})
+            backfill={"max_rows": 2000, "rate_limit": 40_000, "parallel": 4})
     watch = LongestTransaction(pg)
     mover = Mover(pg, t, rows + 1, big)
     try:

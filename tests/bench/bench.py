@@ -628,26 +628,51 @@ def http_get(sock_path, path, timeout=10):
 
 
 BUCKET_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
+RECV_RE = re.compile(r'^cdc_source_receive_latency_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 
 
 def latency_buckets(status_sock, sink):
-    """cdc's commit-to-delivery histogram for sink from GET /metrics: [(le seconds, cumulative
-    count)], the last le being inf."""
-    return [(float(le), int(n)) for s, le, n in BUCKET_RE.findall(http_get(status_sock, "/metrics"))
-            if s == sink]
+    """A histogram of cdc's from GET /metrics: [(le seconds, cumulative count)], the last le being
+    inf. sink's from a transaction's commit to its delivery; with sink None, from the commit to cdc
+    reading it from the slot (the server's share of every sink's latency)."""
+    text = http_get(status_sock, "/metrics")
+    if sink is None:
+        return [(float(le), int(n)) for le, n in RECV_RE.findall(text)]
+    return [(float(le), int(n)) for s, le, n in BUCKET_RE.findall(text) if s == sink]
 
 
 def wait_published(status_sock, sink, count, timeout=10):
-    """cdc publishes its figures every second: waits until the histogram holds count samples."""
+    """cdc publishes its figures every second: waits until the histogram holds count samples. The
+    commit-to-read one (sink None) is None from a cdc too old to have it (a --baseline)."""
     deadline = time.monotonic() + timeout
     while True:
         b = latency_buckets(status_sock, sink)
         if b and b[-1][1] >= count:
             return b
         if time.monotonic() > deadline:
-            sys.exit(f"bench: /metrics shows {b[-1][1] if b else 0} {sink} latency samples, "
-                     f"not {count}")
+            if sink is None and not b:
+                return None
+            sys.exit(f"bench: /metrics shows {b[-1][1] if b else 0} {sink or 'commit-to-read'} "
+                     f"latency samples, not {count}")
         time.sleep(0.2)
+
+
+def p99_ms(before, after, q=0.99):
+    """The q-quantile (p99) of the samples between two cumulative histograms, as the upper bound of
+    the bucket it falls in (ms); None when the interval has no sample. q=1: the highest bucket with
+    a sample."""
+    if not after:
+        return None
+    counts = [(le, n - (before[i][1] if before and len(before) == len(after) else 0))
+              for i, (le, n) in enumerate(after)]
+    total = counts[-1][1]
+    if total <= 0:
+        return None
+    want = q * total
+    for le, n in counts:
+        if n >= want:
+            return le * 1000.0 if le != float("inf") else float("inf")
+    return None
 
 
 # cdc's Kafka log line at its stop (latency_p999_ms since perf35; an older --baseline has none).
@@ -732,6 +757,7 @@ def kafka_latency(args, pg, work, kafka, tag, binary, rate=5000, seconds=10, exa
     # The histogram behind cdc's latency line, before and after the run: the difference is the
     # distribution of the run's events (16 buckets; kept for the CDF in results).
     before = wait_published(status_sock, "kafka", 1)
+    read_before = wait_published(status_sock, None, 1)
     warmup_max = json.loads(http_get(status_sock, "/status"))["latency_ms"]["kafka"]["max"]
     progress(f"latency: {rate} transactions/s for {seconds}s through {os.path.basename(binary)} into the "
              f"mock cluster{' (exactly once)' if exactly_once else ''}")
@@ -739,6 +765,7 @@ def kafka_latency(args, pg, work, kafka, tag, binary, rate=5000, seconds=10, exa
     wait_confirmed(pg.current_wal_lsn(), 120)
     total = pg.sql(f"select count(*) from {t}")[0][0]
     after = wait_published(status_sock, "kafka", total)
+    read_p99 = p99_ms(read_before, wait_published(status_sock, None, total)) if read_before else None
     buckets = [(le, n - n0) for (le, n), (_, n0) in zip(after, before)]
     rss, cpu = stop_cdc(cdc, err_path, 60)
     with open(err_path) as f:
@@ -747,7 +774,7 @@ def kafka_latency(args, pg, work, kafka, tag, binary, rate=5000, seconds=10, exa
         sys.exit(f"bench: no latency line from cdc:\n{tail(err_path)}")
     p50, p99, p999, mx = (float(x) if x else None for x in m[-1])
     return {"tps": tps, "p50": p50, "p99": p99, "p999": p999, "max": mx, "warmup_max": warmup_max,
-            "buckets": buckets, "rss": rss, "cpu": cpu}
+            "read_p99": read_p99, "buckets": buckets, "rss": rss, "cpu": cpu}
 
 
 def latency_runs(args):
@@ -839,6 +866,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         progress(f"latency: {rate} transactions/s for {seconds}s through "
                  f"{os.path.basename(binary or CDC_BIN)} to a socket consumer")
         status_sock = os.path.join(os.path.dirname(sock), "status.sock")
+        read_before = wait_published(status_sock, None, warmup)
         beside = during(status_sock) if during else None
         tps = run_pgbench(pg, work, table, rate, seconds)
         if beside:
@@ -849,6 +877,7 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
         done = dict(kv.split("=") for kv in read_line(consumer, 120, "end of the events", cons_err)[1:])
         if consumer.wait(30) != 0:
             sys.exit(f"bench: latency consumer exited {consumer.returncode}:\n{tail(cons_err)}")
+        read_p99 = p99_ms(read_before, wait_published(status_sock, None, total)) if read_before else None
         rss, cpu = stop_cdc(cdc, err_path, 60)
     finally:  # on failure: nothing left running
         for p in (consumer, cdc):
@@ -867,7 +896,8 @@ def socket_latency(args, pg, work, rate=5000, seconds=10, warmup=200, tag="s", a
     progress(f"latency: socket consumer used {float(done['cpu']):.1f}s of CPU in "
              f"{float(done['wall']):.1f}s for {len(v)} events in {done['deliveries']} deliveries")
     return ({"tps": tps, "p50": percentile(v, 0.5) / 1000, "p99": percentile(v, 0.99) / 1000,
-             "p999": percentile(v, 0.999) / 1000, "max": v[-1] / 1000, "rss": rss, "cpu": cpu},
+             "p999": percentile(v, 0.999) / 1000, "max": v[-1] / 1000, "read_p99": read_p99,
+             "rss": rss, "cpu": cpu},
             v, beside)
 
 

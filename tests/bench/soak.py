@@ -59,9 +59,7 @@ from pg import TempPostgres  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CDC_BIN = bench.CDC_BIN
 T0 = time.monotonic()
-LATENCY_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="([^"]+)"\} (\d+)$', re.M)
 LOOP_RE = re.compile(r'^cdc_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
-RECV_RE = re.compile(r'^cdc_source_receive_latency_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 SYNC_RE = re.compile(r'^cdc_socket_spool_sync_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 # Per process, the most its event loop's ticks came late in the interval, and the p99 from a commit to
 # cdc reading it from the slot (ms, the buckets' upper bounds): a latency jump with the loop on time
@@ -137,30 +135,12 @@ class Cdc:
         except OSError:
             return {}
         out = {}
-        for sink, le, n in LATENCY_RE.findall(text):
+        for sink, le, n in bench.BUCKET_RE.findall(text):
             out.setdefault(sink, []).append((float(le), int(n)))
         out["event loop"] = [(float(le), int(n)) for le, n in LOOP_RE.findall(text)]
-        out["received"] = [(float(le), int(n)) for le, n in RECV_RE.findall(text)]
+        out["received"] = [(float(le), int(n)) for le, n in bench.RECV_RE.findall(text)]
         out["spool sync"] = [(float(le), int(n)) for le, n in SYNC_RE.findall(text)]
         return out
-
-
-def p99_ms(before, after, q=0.99):
-    """The q-quantile (p99) of the samples between two cumulative histograms, as the upper bound of
-    the bucket it falls in (ms); None when the interval has no sample. q=1: the highest bucket with
-    a sample."""
-    if not after:
-        return None
-    counts = [(le, n - (before[i][1] if before and len(before) == len(after) else 0))
-              for i, (le, n) in enumerate(after)]
-    total = counts[-1][1]
-    if total <= 0:
-        return None
-    want = q * total
-    for le, n in counts:
-        if n >= want:
-            return le * 1000.0 if le != float("inf") else float("inf")
-    return None
 
 
 def pgbench_latency(path):
@@ -450,12 +430,12 @@ def main():
                 row = sample(pg, a, b, state_a, start_load)
                 now = {"a": a.buckets(), "b": b.buckets()}
                 for sink, key in (("kafka", "p99_kafka"), ("socket", "p99_socket")):
-                    row[key] = p99_ms(last["a"].get(sink), now["a"].get(sink))
-                row["p99_kafka_eo"] = p99_ms(last["b"].get("kafka"), now["b"].get("kafka"))
+                    row[key] = bench.p99_ms(last["a"].get(sink), now["a"].get(sink))
+                row["p99_kafka_eo"] = bench.p99_ms(last["b"].get("kafka"), now["b"].get("kafka"))
                 for name in ("a", "b"):
-                    row[f"loop_{name}"] = p99_ms(last[name].get("event loop"), now[name].get("event loop"), q=1)
-                    row[f"recv_{name}"] = p99_ms(last[name].get("received"), now[name].get("received"))
-                row["sync_a"] = p99_ms(last["a"].get("spool sync"), now["a"].get("spool sync"), q=1)
+                    row[f"loop_{name}"] = bench.p99_ms(last[name].get("event loop"), now[name].get("event loop"), q=1)
+                    row[f"recv_{name}"] = bench.p99_ms(last[name].get("received"), now[name].get("received"))
+                row["sync_a"] = bench.p99_ms(last["a"].get("spool sync"), now["a"].get("spool sync"), q=1)
                 lat = [ms for t, ms in pgbench_latency(os.path.join(work, "pgbench.out")) if t <= row["t"] + 0.5]
                 row["lat_pgbench"] = lat[-1] if lat else None
                 if now["a"].get("kafka"):

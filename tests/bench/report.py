@@ -223,11 +223,16 @@ def markdown(r):
                f"**{b['copy_secs'] / c['secs']:.2f}**; cdc's CPU per row / the server's for the copy: "
                f"**{c['cpu_us'] / b['copy_server_cpu_us']:.2f}**.", ""]
         x = b["latency"]
+        p99s = ", ".join(f"{y['p99']:.1f}" for y in x["runs"])
+        reads = [y.get("read_p99") for y in x["runs"]]
+        read = ("; their read p99 (commit to cdc's read, the server's share) ≤ " +
+                ", ".join(f"{r:g}" for r in reads) + " ms") if None not in reads else ""
         md += [f"Live single-row transactions at 1,000/s to a socket consumer while backfills of the "
                f"{big:,}-row table run at full speed in the same cdc, one after another for the whole "
                f"run (median of {len(x['runs'])} runs; backfills during each: "
                f"{', '.join(str(y['backfills']) for y in x['runs'])}): {n0(x['tps'])} tps, p50 "
-               f"{x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max {x['max']:.2f} ms.", ""]
+               f"{x['p50']:.2f} ms, p99 **{x['p99']:.2f} ms**, max {x['max']:.2f} ms. The runs' p99 "
+               f"{p99s} ms{read}.", ""]
     if "scale" in r:
         import backfill_scale
         md += backfill_scale.markdown(r["scale"])

@@ -370,6 +370,7 @@ def main():
             pg.sql(f"insert into soak_bf select g, 'customer ' || g, (g % 100000) / 100.0, now() "
                    f"from generate_series(1, {args.backfill_rows}) g")
             pg.sql("create publication soak_pub for table soak_t, soak_bf")
+            bench.settle(pg)
             for slot in ("soak_a", "soak_b"):
                 pg.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             state_a, state_b = os.path.join(work, "state_a"), os.path.join(work, "state_b")

@@ -515,6 +515,7 @@ def drain_backlogs(args, pg, work, kafka, nats, registry):
         endpos = pg.current_wal_lsn()
         progress(f"backlog {name}: written in {time.monotonic() - t:.1f}s, up to {endpos}")
         plan.append((name, label, rows, table, pub, slots, endpos))
+    settle(pg)
 
     meter = ServerCPU(pg)
     results = []
@@ -631,27 +632,28 @@ BUCKET_RE = re.compile(r'^cdc_delivery_latency_seconds_bucket\{sink="(\w+)",le="
 RECV_RE = re.compile(r'^cdc_source_receive_latency_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.M)
 
 
-def latency_buckets(status_sock, sink):
-    """A histogram of cdc's from GET /metrics: [(le seconds, cumulative count)], the last le being
-    inf. sink's from a transaction's commit to its delivery; with sink None, from the commit to cdc
-    reading it from the slot (the server's share of every sink's latency)."""
-    text = http_get(status_sock, "/metrics")
+def latency_buckets(metrics, sink):
+    """A histogram of cdc's in the text of GET /metrics: [(le seconds, cumulative count)], the last
+    le being inf. sink's from a transaction's commit to its delivery; with sink None, from the
+    commit to cdc reading it from the slot (the server's share of every sink's latency)."""
     if sink is None:
-        return [(float(le), int(n)) for le, n in RECV_RE.findall(text)]
-    return [(float(le), int(n)) for s, le, n in BUCKET_RE.findall(text) if s == sink]
+        return [(float(le), int(n)) for le, n in RECV_RE.findall(metrics)]
+    return [(float(le), int(n)) for s, le, n in BUCKET_RE.findall(metrics) if s == sink]
 
 
 def wait_published(status_sock, sink, count, timeout=10):
     """cdc publishes its figures every second: waits until the histogram holds count samples. The
-    commit-to-read one (sink None) is None from a cdc too old to have it (a --baseline)."""
+    commit-to-read one (sink None) is None from a cdc too old to have it (a --baseline), whose
+    figures are out without it."""
     deadline = time.monotonic() + timeout
     while True:
-        b = latency_buckets(status_sock, sink)
+        metrics = http_get(status_sock, "/metrics")
+        b = latency_buckets(metrics, sink)
         if b and b[-1][1] >= count:
             return b
+        if sink is None and not b and BUCKET_RE.search(metrics):
+            return None
         if time.monotonic() > deadline:
-            if sink is None and not b:
-                return None
             sys.exit(f"bench: /metrics shows {b[-1][1] if b else 0} {sink or 'commit-to-read'} "
                      f"latency samples, not {count}")
         time.sleep(0.2)

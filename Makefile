@@ -260,6 +260,7 @@ check-docs: $(B)/cdc
 	$(Q)$(B)/cdc config-reference | diff -u docs/configuration.md - || \
 		{ echo "docs/configuration.md differs from the key table: run make docs" >&2; exit 1; }
 	$(Q)$(PYTHON) tests/docs/check_links.py
+	$(Q)$(PYTHON) tests/docs/example_defaults.py
 	$(Q)$(PYTHON) tests/docs/names.py --check
 
 docs: $(B)/cdc

@@ -147,8 +147,7 @@ static const sink_key sub_keys[] = {
 	{"cdc_headers", SINK_KEY_BOOL, SUB(cdc_headers), .def_number = 1,
 	 .doc = "NATS: the `cdc-*` headers and `content-type` on its messages (default `true`). `false` "
 		"leaves them out (`Nats-Msg-Id` stays), for about a quarter less of cdc's CPU; the value "
-		"says the "
-		"same. See [nats.md](nats.md#headers)."},
+		"says the same. See [nats.md](nats.md#headers)."},
     /* KEY_SCHEMAS, KEY_SERVER_NAME, KEY_UNCHANGED_TOAST, KEY_CONTEXT_HEADERS */
     DBZ_SUB_KEYS(nats_sub_conf, dbz),
 };

@@ -407,7 +407,6 @@ def has_wal2json(pg):
     return True
 
 
-# The Kafka runs in a record format other than protobuf (format: ...).
 # The paths' subscription keys other than the default's: Kafka's record formats, and Kafka and NATS
 # without cdc's headers.
 SUB_KEYS = {"cdc_kafka_json": {"format": "json"}, "cdc_kafka_debezium": {"format": "debezium"},

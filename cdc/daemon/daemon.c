@@ -225,7 +225,9 @@ static bool flush_sinks(sidecar *d)
  * BATCH_POLL_MS. A backlog is a streamed transaction still open (one larger than the server's
  * logical_decoding_work_mem), or commits that were older than BATCH_AGE_MS when they were read.
  * A live stream's commits are fresh, and a read that brings nothing ends it. So a transaction that
- * comes after a backlog waits BATCH_POLL_MS at most, once. */
+ * comes after a backlog waits BATCH_POLL_MS at most, once. Only commits count: a non-transactional
+ * message has no commit time, and a backfill's watermarks, two a chunk, had it batch after every
+ * chunk while the stream was quiet, each high watermark then waiting for the poll. */
 #define BATCH_POLL_MS 2
 #define BATCH_AGE_MS 1000
 
@@ -235,20 +237,20 @@ static void watch_read(connection *c)
 	event_add(c->ev_read, c->batching ? &poll : NULL);
 }
 
-static void choose_batching(sidecar *d, uint64_t transactions_before)
+static void choose_batching(sidecar *d, uint64_t commits_before)
 {
 	connection *c = &d->conn;
 	bool on = false;
 	if (c->got_data) {
 		pipeline_figures pf = pipeline_get_figures(d->pipe);
-		on = pf.transactions != transactions_before
-			 ? util_wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
-			 : c->batching;
+		on = pf.commits != commits_before ? util_wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
+						  : c->batching;
 		on = on || pipeline_held(d->pipe).streamed_open > 0;
 	}
 	if (on == c->batching)
 		return;
 	c->batching = on;
+	d->fig.backlog_reads += on;
 	source_batch(c->src, on);
 	if (!c->paused)
 		watch_read(c);
@@ -317,7 +319,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	source_handler h = source_callbacks;
 	h.ctx = d;
 	c->got_data = false;
-	uint64_t transactions = pipeline_get_figures(d->pipe).transactions;
+	uint64_t commits = pipeline_get_figures(d->pipe).commits;
 	source_result r = source_read(c->src, &h, d->err, sizeof(d->err));
 	if (c->got_data)
 		c->last_data_ms = util_now_ms();
@@ -339,7 +341,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	bool reply = c->reply_requested;
 	c->reply_requested = false;
 	c->backoff_ms = 0;
-	choose_batching(d, transactions);
+	choose_batching(d, commits);
 	progressed(d, reply);
 	daemon_backfills_kick(d); /* a watermark may have closed a chunk, so the next one is due */
 }

@@ -174,6 +174,7 @@ void daemon_figures_publish(sidecar *d, bool force)
 							       : (double)(now_us - pf.last_commit_time) / 1e6,
 		       .reconnects = f->reconnects,
 		       .resyncs = f->resyncs,
+		       .backlog_reads = f->backlog_reads,
 		       .server = sv->host[0] ? sv->host : NULL,
 		       .in_recovery = sv->host[0] && sv->in_recovery,
 		       .timeline = sv->timeline,

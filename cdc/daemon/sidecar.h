@@ -68,8 +68,9 @@ typedef struct reloads {
 /* Figures no other part keeps (figures.c). */
 typedef struct figures {
 	uint64_t start_ms, last_publish_ms, server_wal_lsn, reconnects, errors_stream, errors_connect;
-	uint64_t resyncs;    /* re-syncs after a lost slot or a publication newer than it */
-	uint64_t promotions; /* starts that followed a promotion (a newer timeline) */
+	uint64_t resyncs;	/* re-syncs after a lost slot or a publication newer than it */
+	uint64_t backlog_reads; /* times the slot began to be read as a backlog (daemon.c, choose_batching) */
+	uint64_t promotions;	/* starts that followed a promotion (a newer timeline) */
 	char server_version[32];
 	/* what the last progress line reported */
 	uint64_t logged_events, logged_seq, last_progress_ms;

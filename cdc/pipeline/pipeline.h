@@ -30,6 +30,9 @@ typedef struct pipeline_count {
 typedef struct pipeline_figures {
 	uint64_t transactions; /* numbered in commit order (the sinks' seq) */
 	uint64_t events;       /* delivered to some sink */
+	/* the stream's transactions committed: not its non-transactional messages (a backfill's watermarks
+	 * among them) nor a backfill's reads, which transactions counts too */
+	uint64_t commits;
 	int64_t last_commit_time;
 	const hist *received; /* commit time to its commit read from the slot, microseconds */
 } pipeline_figures;

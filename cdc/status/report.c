@@ -88,6 +88,7 @@ static void status_source(const report *r, buf *out)
 		      r->source.idle_timeout_s);
 	json_key_u64(out, &f, "reconnects", r->source.reconnects);
 	json_key_u64(out, &f, "resyncs", r->source.resyncs);
+	json_key_u64(out, &f, "backlog_reads", r->source.backlog_reads);
 	json_key_str(out, &f, "server", r->source.server);
 	json_key(out, &f, "server_role");
 	if (r->source.server)
@@ -147,8 +148,9 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *             flushed_lsn, 0 unknown), "lag_s" (null unknown), "last_commit_time" (RFC 3339 or null),
  *             "wal_status", "safe_wal_size" (null unknown), "invalidation_reason" (PostgreSQL 17+,
  *             null while valid), "inactive_since" (17+, RFC 3339, null while streamed),
- *             "idle_replication_slot_timeout_s" (18+, null unknown), "reconnects", "resyncs", "server"
- *             (host:port), "server_role" ("primary" or "standby"), "timeline" (null unknown),
+ *             "idle_replication_slot_timeout_s" (18+, null unknown), "reconnects", "resyncs",
+ *             "backlog_reads", "server" (host:port), "server_role" ("primary" or "standby"),
+ *             "timeline" (null unknown),
  *             "promotions", "failover" (null unless source.failover: {"ready", "reason",
  *             "slot_failover", "synchronized_standby_slots", "message"}), "transactions", "events",
  *             "errors": {"stream", "connect"}, "warnings": [...]},
@@ -473,6 +475,10 @@ void status_report_metrics(const report *r, buf *out)
 	      "Re-syncs (source.on_slot_lost or on_publication_newer: resync): the slot moved on and every "
 	      "subscription was backfilled.",
 	      r->source.resyncs);
+	m_u64(out, "cdc_source_backlog_reads_total", "counter",
+	      "Times cdc began reading the slot as a backlog, in large pieces (a streamed transaction open, "
+	      "or commits older than a second when read).",
+	      r->source.backlog_reads);
 	m_bool(out, "cdc_source_server_in_recovery",
 	       "1 while the server cdc reads is a hot standby (the slot was made there).",
 	       r->source.in_recovery);

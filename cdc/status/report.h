@@ -86,7 +86,8 @@ typedef struct report {
 		bool idle_timeout_known;
 		int64_t idle_timeout_s;
 		uint64_t reconnects;
-		uint64_t resyncs; /* re-syncs after a lost slot or a publication newer than it */
+		uint64_t resyncs;	/* re-syncs after a lost slot or a publication newer than it */
+		uint64_t backlog_reads; /* times the slot began to be read as a backlog, in large pieces */
 		/* The server cdc reads. These are its host:port (NULL if unknown), whether it is a hot
 		 * standby, its timeline (0 if unknown), and the starts that followed a promotion (a newer
 		 * timeline). */

@@ -479,6 +479,39 @@ def test_snapshot_once(pg, schema, cdc):
     assert p.terminate() == 0
 
 
+def test_a_backfill_on_a_quiet_stream_is_not_read_as_a_backlog(pg, schema, cdc):
+    """A backfill's watermarks (two non-transactional messages a chunk) are not commits. On a quiet
+    stream they used to switch cdc to reading the slot as a backlog after every chunk (SO_RCVLOWAT
+    and a 2 ms poll), so that each next high watermark waited for the poll: a backfill on one
+    connection took twice as long. Commits older than a second are a backlog, and are counted."""
+    t = f"{schema}.q"
+    pg.sql(f"create table {t} (id int primary key, v text)")
+    pg.sql(f"insert into {t} select g, 'v' || g from generate_series(1, 6000) g")
+    c = cdc(subscriptions=[{"name": "a", "tables": [t], "sink": "stdout", "snapshot": True}],
+            backfill={"max_rows": 500, "parallel": 1})
+    p = c.start()
+    wait_for(lambda: [b["state"] for b in backfills(c)] == ["done"], what=f"the backfill\n{p.describe()}")
+    assert backfills(c)[0]["rows_delivered"] == 6000
+
+    def source():
+        code, body = status(c, "/status")
+        assert code == 200, body
+        return json.loads(body)["source"]
+    # the figures are published every second: once they have the reads, they have the watermarks
+    wait_for(lambda: source()["events"] >= 6000, what="the figures of the backfill")
+    assert source()["backlog_reads"] == 0, source()
+    assert p.terminate() == 0
+    pg.sql(f"insert into {t} values (0, 'old')")
+    time.sleep(1.5)
+    p = c.start()
+    p.wait_events(1, pred=lambda e: e["op"] == "insert")
+    wait_for(lambda: source()["events"] >= 1, what="the figures of the insert")
+    assert source()["backlog_reads"] >= 1, source()
+    code, body = status(c, "/metrics")
+    assert re.search(r"^cdc_source_backlog_reads_total [1-9]", body, re.M), body
+    assert p.terminate() == 0
+
+
 # --- block ranges read at once ------------------------------------------------------------------
 
 MISSING = "<the stream left it out and no read gave it>"

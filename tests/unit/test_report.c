@@ -135,6 +135,7 @@ static report full_report(void)
 		       .safe_wal_size_known = true,
 		       .reconnects = 2,
 		       .resyncs = 1,
+		       .backlog_reads = 4,
 		       .server = "db-1:5432",
 		       .timeline = 3,
 		       .promotions = 1,
@@ -189,7 +190,8 @@ static void test_status_full(void)
 	    "\"server_wal_lsn\":\"100/16B3800\",\"lag_bytes\":1099511628032,\"lag_s\":0.250,"
 	    "\"last_commit_time\":\"2024-05-01T12:34:56.000123Z\",\"wal_status\":\"reserved\","
 	    "\"safe_wal_size\":10485760,\"invalidation_reason\":null,\"inactive_since\":null,"
-	    "\"idle_replication_slot_timeout_s\":null,\"reconnects\":2,\"resyncs\":1,\"server\":\"db-1:"
+	    "\"idle_replication_slot_timeout_s\":null,\"reconnects\":2,\"resyncs\":1,\"backlog_reads\":4,"
+	    "\"server\":\"db-1:"
 	    "5432\","
 	    "\"server_role\":\"primary\",\"timeline\":3,\"promotions\":1,\"failover\":{\"ready\":false,"
 	    "\"reason\":\"synchronized_standby_slots_empty\",\"slot_failover\":true,"
@@ -267,7 +269,8 @@ static void test_status_nulls(void)
 	    "\"received_lsn\":null,\"flushed_lsn\":null,\"server_wal_lsn\":null,\"lag_bytes\":0,"
 	    "\"lag_s\":null,\"last_commit_time\":null,\"wal_status\":null,\"safe_wal_size\":null,"
 	    "\"invalidation_reason\":null,\"inactive_since\":null,\"idle_replication_slot_timeout_s\":null,"
-	    "\"reconnects\":0,\"resyncs\":0,\"server\":null,\"server_role\":null,\"timeline\":null,"
+	    "\"reconnects\":0,\"resyncs\":0,\"backlog_reads\":0,\"server\":null,\"server_role\":null,"
+	    "\"timeline\":null,"
 	    "\"promotions\":0,\"failover\":null,\"transactions\":0,\"events\":0,\"errors\":{\"stream\":0,"
 	    "\"connect\":0},"
 	    "\"warnings\":[]},\"subscriptions\":[],\"latency_ms\":{}}\n");
@@ -437,6 +440,7 @@ static void test_metrics(void)
 	    "\ncdc_source_max_slot_wal_keep_size_bytes 1073741824\n",
 	    "\n# TYPE cdc_source_reconnects_total counter\ncdc_source_reconnects_total 2\n",
 	    "\ncdc_source_resyncs_total 1\n",
+	    "\n# TYPE cdc_source_backlog_reads_total counter\ncdc_source_backlog_reads_total 4\n",
 	    "\ncdc_source_server_in_recovery 0\n",
 	    "\ncdc_source_timeline 3\n",
 	    "\ncdc_source_promotions_total 1\n",

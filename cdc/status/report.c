@@ -150,10 +150,9 @@ static void status_sub(const report *r, const report_sub *s, buf *out)
  *             null while valid), "inactive_since" (17+, RFC 3339, null while streamed),
  *             "idle_replication_slot_timeout_s" (18+, null unknown), "reconnects", "resyncs",
  *             "backlog_reads", "server" (host:port), "server_role" ("primary" or "standby"),
- *             "timeline" (null unknown),
- *             "promotions", "failover" (null unless source.failover: {"ready", "reason",
- *             "slot_failover", "synchronized_standby_slots", "message"}), "transactions", "events",
- *             "errors": {"stream", "connect"}, "warnings": [...]},
+ *             "timeline" (null unknown), "promotions", "failover" (null unless source.failover:
+ *             {"ready", "reason", "slot_failover", "synchronized_standby_slots", "message"}),
+ *             "transactions", "events", "errors": {"stream", "connect"}, "warnings": [...]},
  *  "subscriptions": [{"name", "sink", "matched", "delivered", "bytes", "head_offset", "acked_offset",
  *                     "first_offset", "pending", "consumers", "dead", "dropped", "redelivered",
  *                     "in_flight", "acked", "nacked", "progressed", "refused", "spool_bytes",

@@ -226,7 +226,7 @@ static bool flush_sinks(sidecar *d)
  * logical_decoding_work_mem), or commits that were older than BATCH_AGE_MS when they were read.
  * A live stream's commits are fresh, and a read that brings nothing ends it. So a transaction that
  * comes after a backlog waits BATCH_POLL_MS at most, once. Only commits count: a non-transactional
- * message has no commit time. A backfill writes two a chunk; counted as old commits, they would
+ * message has no commit time. A backfill writes one a chunk; counted as old commits, they would
  * switch the mode on after every chunk on a quiet stream, and each high watermark would wait for
  * the poll. */
 #define BATCH_POLL_MS 2

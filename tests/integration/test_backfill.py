@@ -480,7 +480,7 @@ def test_snapshot_once(pg, schema, cdc):
 
 
 def test_a_backfill_on_a_quiet_stream_is_not_read_as_a_backlog(pg, schema, cdc):
-    """A backfill's watermarks (two non-transactional messages a chunk) are not commits. On a quiet
+    """A backfill's watermarks (a non-transactional message a chunk) are not commits. On a quiet
     stream they used to switch cdc to reading the slot as a backlog after every chunk (SO_RCVLOWAT
     and a 2 ms poll), so that each next high watermark waited for the poll: a backfill on one
     connection took twice as long. Commits older than a second are a backlog, and are counted."""

@@ -244,14 +244,16 @@ static void choose_batching(sidecar *d, uint64_t commits_before)
 	bool on = false;
 	if (c->got_data) {
 		pipeline_figures pf = pipeline_get_figures(d->pipe);
-		on = pf.commits != commits_before ? util_wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
-						  : c->batching;
+		on = pf.received->count != commits_before
+			 ? util_wall_us() - pf.last_commit_time > BATCH_AGE_MS * 1000
+			 : c->batching;
 		on = on || pipeline_held(d->pipe).streamed_open > 0;
 	}
 	if (on == c->batching)
 		return;
 	c->batching = on;
-	d->fig.backlog_reads += on;
+	if (on)
+		d->fig.backlog_reads++;
 	source_batch(c->src, on);
 	if (!c->paused)
 		watch_read(c);
@@ -320,7 +322,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	source_handler h = source_callbacks;
 	h.ctx = d;
 	c->got_data = false;
-	uint64_t commits = pipeline_get_figures(d->pipe).commits;
+	uint64_t commits = pipeline_get_figures(d->pipe).received->count;
 	source_result r = source_read(c->src, &h, d->err, sizeof(d->err));
 	if (c->got_data)
 		c->last_data_ms = util_now_ms();

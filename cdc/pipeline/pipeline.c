@@ -64,7 +64,6 @@ struct pipeline {
 	uint64_t flushed_lsn, boundary_lsn;
 	uint64_t reads; /* chunks of reads delivered, their relations' versions */
 	uint64_t events, large_txn_start_ms;
-	uint64_t commits; /* the stream's transactions committed */
 	int64_t last_commit_time;
 	hist received; /* commit time to its commit read from the slot, microseconds */
 };
@@ -810,7 +809,6 @@ static bool on_commit(void *ctx, const txn_info *t, char *err, size_t errlen)
 	if (t->held)
 		pipeline_track_held_end(p->track, t->xid);
 	end_txn(p, t->end_lsn);
-	p->commits++;
 	p->last_commit_time = t->commit_time;
 	if (t->held_bytes >= LARGE_TXN_BYTES)
 		log_info("delivered the large transaction", "xid=%u in_ms=%llu", t->xid,
@@ -925,7 +923,6 @@ pipeline_figures pipeline_get_figures(const pipeline *p)
 {
 	return (pipeline_figures){.transactions = p->seq,
 				  .events = p->events,
-				  .commits = p->commits,
 				  .last_commit_time = p->last_commit_time,
 				  .received = &p->received};
 }

@@ -30,11 +30,11 @@ typedef struct pipeline_count {
 typedef struct pipeline_figures {
 	uint64_t transactions; /* numbered in commit order (the sinks' seq) */
 	uint64_t events;       /* delivered to some sink */
-	/* the stream's transactions committed: not its non-transactional messages (a backfill's watermarks
-	 * among them) nor a backfill's reads, which transactions counts too */
-	uint64_t commits;
 	int64_t last_commit_time;
-	const hist *received; /* commit time to its commit read from the slot, microseconds */
+	/* commit time to its commit read from the slot, microseconds: a sample per commit, so its count is
+	 * the stream's commits (not its non-transactional messages, a backfill's watermarks among them,
+	 * nor a backfill's reads, which transactions counts too) */
+	const hist *received;
 } pipeline_figures;
 
 /* spill_dir must exist. endpos works like pg_recvlogical --endpos. A transaction committing after it

@@ -89,9 +89,14 @@ def speed_and_cost(r):
     return md + [table(hdr, rows, ["---"] * 3 + ["---:"] * 7), ""]
 
 
-def warmup_max(x):
-    """Whether a Kafka run's maximum (cdc's, over the whole process) is its warm-up's."""
-    return x.get("warmup_max") is not None and x["max"] <= x["warmup_max"] + 0.01
+def run_max(x, digits=2):
+    """A latency run's maximum as the report writes it (to digits decimals), in ms without the unit. A Kafka run's is cdc's,
+    over the whole process: where that is its warm-up's, the run's own is bounded by the highest bucket
+    its events fell in (run_max; a saved run from before has the warm-up's alone). (text, whether it
+    is the warm-up's)."""
+    if x.get("warmup_max") is None or x["max"] > x["warmup_max"] + 0.01:
+        return f"{x['max']:.{digits}f}", False
+    return (f"≤ {x['run_max']:g}" if x.get("run_max") is not None else f"≤ {x['max']:.{digits}f}"), True
 
 
 def latency_tables(lat):
@@ -113,11 +118,9 @@ def latency_tables(lat):
         if isinstance(runs, dict):  # a saved run from before there were several runs
             runs = [runs]
         for i, x in enumerate(runs or []):
-            mx = f"{x['max']:.2f} ms"
-            if warmup_max(x) and x.get("run_max") is not None:
-                mx = f"≤ {x['run_max']:g} ms (warm-up {x['max']:.0f} ms)"
-            elif warmup_max(x):
-                mx = f"≤ {x['max']:.2f} ms (warm-up)"
+            text, warmup = run_max(x)
+            mx = f"{text} ms" + (f" (warm-up {x['max']:.0f} ms)" if warmup and x.get("run_max") is not None
+                                 else " (warm-up)" if warmup else "")
             rows.append([label if i == 0 else "", i + 1, n0(x["tps"]), f"{x['p50']:.2f} ms", f"{x['p99']:.2f} ms",
                          f"{x['p999']:.2f} ms" if x.get("p999") is not None else "—", mx,
                          f"≤ {x['read_p99']:g} ms" if x.get("read_p99") is not None else "—",
@@ -129,8 +132,7 @@ def latency_tables(lat):
         if isinstance(runs, list) and len(runs) > 1:
             reads = [x.get("read_p99") for x in runs]
             md += [f"- {label}: p99 " + ", ".join(f"{x['p99']:.2f}" for x in runs) + " ms; max " +
-                   ", ".join(f"≤ {x['run_max']:g}" if warmup_max(x) and x.get("run_max") is not None
-                             else f"{x['max']:.1f}" for x in runs) + " ms" +
+                   ", ".join(run_max(x, 1)[0] for x in runs) + " ms" +
                    ("; read p99 ≤ " + ", ".join(f"{r:g}" for r in reads) + " ms" if None not in reads else "") + "."]
     return md + ["", "![latency CDF](latency_cdf.png)", ""]
 

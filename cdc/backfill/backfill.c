@@ -1,7 +1,8 @@
 /* backfill.c: the backfills of the daemon; see backfill.h. A backfill's checks run first; then
  * each of its tables is described (DESCRIBE), its relations listed with their sizes (LEAVES), and
  * read in chunks: a block range of a relation, or keys to read again, each LOW -> CHUNK (a COPY)
- * -> HIGH on one lane, a chunk's HIGH standing for the LOW of the lane's next one. The stream
+ * on one lane, a chunk's window opened before its COPY standing for the LOW of the lane's next one,
+ * and its HIGH on the writer (the last lane, which writes every high watermark). The stream
  * closes each chunk's window (stream.c) and the sinks' durable position finishes chunks; what is
  * durable is what the state file keeps: the ranges read, the keys still to read again, and the
  * counters. A table is done when every range of every relation and every key is durable (a
@@ -239,7 +240,7 @@ bf_set *backfill_set_new(const bf_settings *s, const char *path, uint64_t seed)
 	b->path = path ? util_xstrdup(path) : NULL;
 	b->rng = seed ? seed : 0x9E3779B97F4A7C15u;
 	backfill_set_settings(b, s);
-	b->nlanes = b->s.parallel ? b->s.parallel : 1;
+	b->nlanes = (b->s.parallel ? b->s.parallel : 1) + 1; /* and the writer */
 	b->lanes = util_xcalloc(b->nlanes, sizeof(*b->lanes));
 	return b;
 }
@@ -520,10 +521,6 @@ static void watermark_stmt(bf_set *b, lane *L, bool high, bf_stmt *out)
 	chunk *c = L->c;
 	buf_reset(&L->wm);
 	backfill_sql_watermark_content(&L->wm, c->t->bf->id, c->nonce, high);
-	if (high && strcmp(L->chain_nonce[1], c->nonce) != 0) {
-		memcpy(L->chain_nonce[0], L->chain_nonce[1], BF_ID_SIZE);
-		memcpy(L->chain_nonce[1], c->nonce, BF_ID_SIZE);
-	}
 	const char *p = L->wm.data;
 	stmt_params(b, L, out, high ? BF_STMT_HIGH : BF_STMT_LOW,
 		    high ? bfsql_watermark_high : bfsql_watermark, &p, 1);
@@ -562,21 +559,36 @@ static void copy_stmt(bf_set *b, lane *L, bf_stmt *out, uint64_t now_ms)
 	stmt(b, L, out, BF_STMT_CHUNK, L->sql.data, 0, NULL);
 }
 
-/* The next statement of L's chunk. */
+/* The next statement of L's chunk: its low watermark or its COPY. */
 static void chunk_stmt(bf_set *b, lane *L, bf_stmt *out, uint64_t now_ms)
 {
 	L->t = L->c->t;
-	switch (L->c->step) {
-	case C_LOW:
+	if (L->c->step == C_LOW)
 		watermark_stmt(b, L, false, out);
-		break;
-	case C_COPY:
+	else
 		copy_stmt(b, L, out, now_ms);
-		break;
-	default:
-		watermark_stmt(b, L, true, out);
-		break;
-	}
+}
+
+/* The writer's next statement: the high watermark of the chunk read first of those that wait for
+ * theirs. */
+static bool writer_stmt(bf_set *b, lane *L, bf_stmt *out)
+{
+	chunk *first = NULL;
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < b->list[i]->ntables; k++) {
+			const table *t = &b->list[i]->tables[k];
+			for (size_t j = 0; j < t->nchunks; j++) {
+				chunk *c = t->chunks[j];
+				if (c->step == C_HIGH && (!first || c->read_seq < first->read_seq))
+					first = c;
+			}
+		}
+	if (!first)
+		return false;
+	L->c = first;
+	L->t = first->t;
+	watermark_stmt(b, L, true, out);
+	return true;
 }
 
 /* Rows a chunk of t should hold: towards chunk_time, within min_rows and max_rows, and half of
@@ -701,7 +713,7 @@ static chunk *open_next(bf_set *b, table *t, uint64_t now_ms)
 	return c;
 }
 
-/* The lane wrote a high watermark of a chunk of t. When its next chunk is ahead (its window open already),
+/* The lane read a chunk of t. When its next chunk is ahead (its window open already),
  * that chunk's COPY goes once the stream closed the lane's chunk before the last. Else the lane waits (*wait)
  * until the stream closed the last, and the next chunk's window opens then. So the reads a live change waits
  * behind are two chunks per lane at most. A window open before its chunk's COPY starts does what a low
@@ -773,6 +785,8 @@ bool backfill_next(bf_set *b, unsigned lane_index, bf_now now, bf_stmt *out, uin
 	if (lane_index >= b->nlanes || b->lanes[lane_index].busy)
 		return false;
 	lane *L = &b->lanes[lane_index];
+	if (lane_index == b->nlanes - 1)
+		return writer_stmt(b, L, out);
 	if (L->c) {
 		chunk_stmt(b, L, out, now.ms);
 		return true;
@@ -1193,17 +1207,12 @@ static void chunk_copied(bf_set *b, lane *L, bf_now now)
 		next = next > 2 * t->limit ? 2 * t->limit : next < t->limit / 2 ? t->limit / 2 : next;
 		t->limit = backfill_clamp_rows(b, next);
 	}
+	/* Its rows are all here: its high watermark is the writer's to write, and the lane reads on. */
 	c->step = C_HIGH;
-}
-
-/* The chunk's high watermark is written: it waits for the stream to bring it. */
-static void chunk_written(lane *L)
-{
-	chunk *c = L->c;
-	if (c)
-		c->step = C_WRITTEN;
-	/* the chunk's table; L->t alone when the stream closed the chunk already */
-	L->chain_t = c ? c->t : L->t;
+	c->read_seq = ++b->reads;
+	L->chain_t = t;
+	memcpy(L->chain_nonce[0], L->chain_nonce[1], BF_ID_SIZE);
+	memcpy(L->chain_nonce[1], c->nonce, BF_ID_SIZE);
 	L->c = NULL;
 }
 
@@ -1256,8 +1265,10 @@ void backfill_result(bf_set *b, unsigned lane_index, uint64_t ticket, const bf_r
 		if (L->c)
 			chunk_copied(b, L, now);
 		break;
-	case BF_STMT_HIGH:
-		chunk_written(L);
+	case BF_STMT_HIGH: /* it waits for the stream to bring it (NULL: brought already) */
+		if (L->c)
+			L->c->step = C_WRITTEN;
+		L->c = NULL;
 		break;
 	}
 	if (!L->c)

@@ -38,8 +38,8 @@ typedef struct bf_settings {
 	size_t max_bytes;	     /* a chunk's rows and the keys changed while it is open */
 	uint64_t rate;		     /* rows read per second at most, 0: no limit */
 	unsigned tables;	     /* tables read at once, over all backfills */
-	unsigned parallel;	     /* the reader's lanes (connections); fixed when the set is made */
-	const char *publication;     /* the stream's: a backfill reads only its tables */
+	unsigned parallel;	 /* the reader's lanes that read (connections); fixed when the set is made */
+	const char *publication; /* the stream's: a backfill reads only its tables */
 } bf_settings;
 
 typedef struct bf_set bf_set;
@@ -106,7 +106,7 @@ typedef enum bf_stmt_kind {
 	BF_STMT_LEAVES,	  /* bfsql_leaves */
 	BF_STMT_LOW,	  /* bfsql_watermark */
 	BF_STMT_CHUNK,	  /* backfill_sql_copy: its snapshot and rows come through backfill_copy_* */
-	BF_STMT_HIGH,	  /* bfsql_watermark_high */
+	BF_STMT_HIGH,	  /* bfsql_watermark_high, on the writer */
 } bf_stmt_kind;
 
 typedef struct bf_stmt {
@@ -117,7 +117,8 @@ typedef struct bf_stmt {
 	uint64_t ticket;	   /* hands the result back */
 } bf_stmt;
 
-/* The lanes: connections of the reader, each running one statement at a time. */
+/* The lanes: connections of the reader, each running one statement at a time: parallel that read, and
+ * the writer (the last), which writes the high watermarks (BF_STMT_HIGH) of the chunks they read. */
 unsigned backfill_lanes(const bf_set *set);
 /* The next statement for lane, if one is due: false if none, with *wake_ms the time one becomes due
  * (0: none until something else happens). Report a statement's result before asking for the lane's

@@ -91,7 +91,8 @@ typedef struct leaf {
 enum tstep { T_NONE, T_DESCRIBE, T_PLAN, T_READ };
 
 /* One chunk. It is a block range of a leaf, or the keys to read again. One COPY reads it between its own low
- * and high watermark, on one of the reader's lanes. */
+ * and high watermark, on one of the reader's lanes; the writer writes the high watermark once its rows are
+ * all read (C_HIGH). */
 enum cstep { C_LOW, C_COPY, C_HIGH, C_WRITTEN };
 
 typedef struct chunk {
@@ -105,7 +106,8 @@ typedef struct chunk {
 	uint64_t expect; /* rows it was meant to hold, the rate limit's reservation */
 	char *error;	 /* a row that is not what the COPY asked for */
 	uint64_t sent_ms;
-	buf keys; /* backfill_keys_take's, for a chunk of keys */
+	uint64_t read_seq; /* the order in which chunks were read, for the writer */
+	buf keys;	   /* backfill_keys_take's, for a chunk of keys */
 	size_t nkeys;
 } chunk;
 
@@ -179,7 +181,8 @@ typedef struct backfill {
 	char *oids; /* the tables' oids, "{1,2}", for COLUMNS */
 } backfill;
 
-/* One connection of the reader, with the statement in flight and whose it is. */
+/* One connection of the reader, with the statement in flight and whose it is. The last one, the writer,
+ * writes the chunks' high watermarks; the others read. */
 typedef struct lane {
 	bool busy;
 	uint64_t ticket;
@@ -187,9 +190,8 @@ typedef struct lane {
 	backfill *f; /* CHECK, TABLES, COLUMNS */
 	table *t;    /* DESCRIBE, PLAN, and with c the chunk's table */
 	chunk *c;    /* LOW, CHUNK, HIGH, NULL once the chunk is gone */
-	/* The lane's chunks of chain_t in a row. chain_nonce holds the last two high watermarks it wrote (or
-	 * is writing), the older first. ahead is its next chunk, its window open since the COPY before it
-	 * went. */
+	/* The lane's chunks of chain_t in a row. chain_nonce holds the nonces of the last two it read, the
+	 * older first. ahead is its next chunk, its window open since the COPY before it went. */
 	table *chain_t;
 	char chain_nonce[2][BF_ID_SIZE];
 	struct chunk *ahead;
@@ -201,7 +203,7 @@ typedef struct lane {
 struct bf_set {
 	bf_settings s;
 	char *publication, *path;
-	uint64_t rng, tickets;
+	uint64_t rng, tickets, reads;
 	backfill **list;
 	size_t n;
 	size_t rr;  /* where backfill_next's round starts */

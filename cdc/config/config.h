@@ -17,7 +17,7 @@
 /* Where the status socket is when neither the config nor the environment says. */
 #define CFG_DEFAULT_STATUS_SOCKET "/run/cdc/status.sock"
 /* The default of backfill.parallel. docs/backfills.md#speed has the measurements it comes from. */
-#define CFG_DEFAULT_BACKFILL_PARALLEL 2
+#define CFG_DEFAULT_BACKFILL_PARALLEL 1
 
 /* What cdc does when the slot cannot send what follows its position (lost, or older than the
  * publication). It fails and says what to do, or it re-syncs (moves the slot on and backfills). */

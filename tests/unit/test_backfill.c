@@ -65,6 +65,12 @@ static st next_on(bf_set *b, unsigned ln, bf_stmt_kind kind, bf_now now)
 	return x;
 }
 
+/* The lane that writes the high watermarks: the last. */
+static unsigned writer(const bf_set *b)
+{
+	return backfill_lanes(b) - 1;
+}
+
 static void nothing_on(bf_set *b, unsigned ln, bf_now now)
 {
 	bf_stmt s;
@@ -279,7 +285,8 @@ static void test_life(void)
 	bf_set *b = reading_a(&settings, path, now, id);
 	CHECK(backfill_watching(b, "public", "a"));
 	CHECK(!backfill_watching(b, "public", "b"));
-	CHECK_INT(backfill_lanes(b), 2);
+	CHECK_INT(backfill_lanes(b), 3); /* two read, one writes the high watermarks */
+	nothing_on(b, writer(b), now);
 
 	st low0 = next_on(b, 0, BF_STMT_LOW, now), low1 = next_on(b, 1, BF_STMT_LOW, now);
 	CHECK(strncmp(low0.wm, id, 16) == 0 && strstr(low0.wm, ":low") != NULL);
@@ -303,17 +310,23 @@ static void test_life(void)
 	change(b, "a", "2", "2", 91, false); /* inside both windows: row 2 is dropped */
 	copy(b, &c0, (const char *[]){"\\N\t1\tx\n", "95:95:\t\\N\t\\N\n", "\\N\t2\ty\n", NULL}, now);
 	copy(b, &c1, (const char *[]){"95:95:\t\\N\t\\N\n", "\\N\t3\tz\n", "\\N\t4\tw\\tx\n", NULL}, now);
-	st h0 = next_on(b, 0, BF_STMT_HIGH, now), h1 = next_on(b, 1, BF_STMT_HIGH, now);
+	/* the writer writes the high watermarks one at a time, of the chunk read first first */
+	st h0 = next_on(b, writer(b), BF_STMT_HIGH, now);
 	CHECK(strstr(h0.wm, ":high") != NULL);
-	/* lane 1's high watermark reaches the stream first; lane 0's before its statement returns */
-	written(b, &h1, now);
+	CHECK(strncmp(h0.wm, low0.wm, 33) == 0); /* the id and lane 0's chunk's nonce */
+	nothing_on(b, writer(b), now);		 /* busy */
+	written(b, &h0, now);
+	st h1 = next_on(b, writer(b), BF_STMT_HIGH, now);
+	/* lane 1's reaches the stream first (a stream that replays from before, say); lane 0's before
+	 * its statement returns */
 	deliver(b, h1.wm, 20, &k, now);
 	CHECK_STR(k.got.data, "a:id=4,v=w\tx;");
 	CHECK_INT(k.lsn, 20);
 	CHECK_INT(k.nkeys, 1);
 	deliver(b, h0.wm, 21, &k, now);
-	written(b, &h0, now);
+	written(b, &h1, now);
 	CHECK_STR(k.got.data, "a:id=4,v=w\tx;a:id=1,v=x;");
+	nothing_on(b, writer(b), now);
 	nothing_on(b, 0, now);
 	nothing_on(b, 1, now);
 	CHECK(backfill_draining(b));
@@ -354,7 +367,7 @@ static void test_life(void)
 	deliver(b, h0.wm, 21, &k, now); /* replayed from before the crash */
 	deliver(b, low.wm, 30, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty2\n", "97:97:\t\\N\t\\N\n", NULL}, now);
-	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	deliver(b, h.wm, 40, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y2;");
@@ -410,7 +423,7 @@ static void test_keyless(void)
 				.new_values = newv};
 		backfill_on_change(b, &ch);
 		copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t1\ty\n", "4:4:\t\\N\t\\N\n", NULL}, now);
-		st h = next_on(b, 0, BF_STMT_HIGH, now);
+		st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 		written(b, &h, now);
 		deliver(b, h.wm, 20, &k, now);
 		CHECK_STR(k.got.data, "k:id=1,v=y;");
@@ -438,7 +451,7 @@ static void test_read_again(void)
 	/* range [0, 2) read */
 	st c = first_chunk(b, 10, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\ty\n", "9:9:\t\\N\t\\N\n", NULL}, now);
-	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	/* the lane waits for the stream to bring its high watermark, then reads its next range at
 	 * once: that watermark stands for the next chunk's low one */
@@ -454,7 +467,7 @@ static void test_read_again(void)
 	CHECK(strstr(slurp(path), "\"read_again\":[") != NULL);
 	CHECK(strstr(slurp(path), "\"0000000133\"") != NULL && strstr(slurp(path), "\"0000000139\"") != NULL);
 	copy(b, &c2, (const char *[]){"\\N\t4\tw\n", "9:9:\t\\N\t\\N\n", NULL}, now);
-	h = next_on(b, 0, BF_STMT_HIGH, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	deliver(b, h.wm, 40, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y;a:id=4,v=w;");
@@ -468,7 +481,7 @@ static void test_read_again(void)
 	CHECK(strstr(c.sql, "'4'") == NULL);
 	change(b, "a", "9", "9", 51, true); /* inside this chunk's window: 9 once more */
 	copy(b, &c, (const char *[]){"\\N\t3\tz\n", "\\N\t9\tq\n", "50:50:\t\\N\t\\N\n", NULL}, now);
-	h = next_on(b, 0, BF_STMT_HIGH, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	buf_reset(&k.got);
 	deliver(b, h.wm, 60, &k, now);
@@ -492,7 +505,7 @@ static void test_read_again(void)
 	CHECK(strstr(c.sql, "\"id\" IN (VALUES ('9'::\"pg_catalog\".\"int4\"))") != NULL);
 	deliver(b, kc.wm, 70, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t9\tq2\n", "60:60:\t\\N\t\\N\n", NULL}, now);
-	h = next_on(b, 0, BF_STMT_HIGH, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	buf_reset(&k.got);
 	deliver(b, h.wm, 80, &k, now);
@@ -506,41 +519,45 @@ static void test_read_again(void)
 }
 
 /* One lane, a chunk a block: the lane's next chunk is ahead, its window open from the moment the COPY
- * before it went. Its COPY goes as soon as the high watermark before it is written, once the stream
- * brought the one before that. A change that comes while it waits drops its row. */
+ * before it went. Its COPY goes as soon as the chunk before it is read, once the stream brought the
+ * high watermark of the one before that (the writer writes them). A change that comes while it waits
+ * drops its row. */
 static void test_ahead(void)
 {
 	char id[BF_ID_SIZE];
 	bf_now now = {1000, 1};
 	bf_set *b = one_lane(1, settings.max_bytes, now, id);
+	const unsigned w = writer(b);
 	fake_sink k = {0};
 	st c0 = first_chunk(b, 10, &k, now);
 	CHECK(strstr(c0.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(1,0)'") != NULL);
 	copy(b, &c0, (const char *[]){"\\N\t1\tx\n", NULL}, now);
-	st h0 = next_on(b, 0, BF_STMT_HIGH, now);
+	nothing_on(b, 0, now); /* no chunk ahead yet: the stream brings c0's high watermark first */
+	st h0 = next_on(b, w, BF_STMT_HIGH, now);
 	written(b, &h0, now);
-	nothing_on(b, 0, now); /* no chunk ahead yet: the stream brings h0 first */
+	nothing_on(b, 0, now);
 	deliver(b, h0.wm, 20, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;");
 	st c1 = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c1.sql, "ctid >= '(1,0)'::pg_catalog.tid AND ctid < '(2,0)'") != NULL);
 	change(b, "a", "3", "3", 91, false); /* in the window of the chunk ahead, blocks 2 to 3 */
 	copy(b, &c1, (const char *[]){"\\N\t2\ty\n", NULL}, now);
-	st h1 = next_on(b, 0, BF_STMT_HIGH, now);
-	written(b, &h1, now);
-	st c2 = next_on(b, 0, BF_STMT_CHUNK, now); /* at once: h0 is through */
+	st c2 = next_on(b, 0, BF_STMT_CHUNK, now); /* at once: c0 is through, c1's high watermark due */
 	CHECK(strstr(c2.sql, "ctid >= '(2,0)'::pg_catalog.tid AND ctid < '(3,0)'") != NULL);
+	st h1 = next_on(b, w, BF_STMT_HIGH, now);
+	written(b, &h1, now);
 	copy(b, &c2, (const char *[]){"\\N\t3\tz\n", NULL}, now);
-	st h2 = next_on(b, 0, BF_STMT_HIGH, now);
+	nothing_on(b, 0, now); /* c1 is not through: two chunks the stream has yet to close at most */
+	st h2 = next_on(b, w, BF_STMT_HIGH, now);
 	written(b, &h2, now);
-	nothing_on(b, 0, now); /* h1 is not through: two chunks the stream has yet to close at most */
 	deliver(b, h1.wm, 30, &k, now);
 	st c3 = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(c3.sql, "ctid >= '(3,0)'::pg_catalog.tid AND ctid < '(4,0)'") != NULL);
 	deliver(b, h2.wm, 40, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y;"); /* row 3 dropped: the stream carries it */
 	copy(b, &c3, (const char *[]){"\\N\t4\tw\n", NULL}, now);
-	st h3 = next_on(b, 0, BF_STMT_HIGH, now);
+	nothing_on(b, 0, now); /* nothing left to read */
+	st h3 = next_on(b, w, BF_STMT_HIGH, now);
 	written(b, &h3, now);
 	deliver(b, h3.wm, 50, &k, now);
 	CHECK_STR(k.got.data, "a:id=1,v=x;a:id=2,v=y;a:id=4,v=w;");
@@ -573,7 +590,7 @@ static void test_retries(void)
 	    .schema = "public", .table = "a", .xid = 5, .ncols = 1, .names = names, .new_values = newv};
 	backfill_on_change(b, &nokey);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "9:9:\t\\N\t\\N\n", NULL}, now);
-	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	deliver(b, h.wm, 20, &k, now);
 	CHECK_STR(k.got.data ? k.got.data : "", "");
@@ -588,7 +605,7 @@ static void test_retries(void)
 	st again = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(again.sql, "ctid >= '(0,0)'::pg_catalog.tid AND ctid < '(2,0)'") != NULL);
 	copy(b, &again, (const char *[]){"\\N\t1\tx\n", "90:100:95\t\\N\t\\N\n", NULL}, now);
-	h = next_on(b, 0, BF_STMT_HIGH, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	deliver(b, h.wm, 30, &k, now);
 	backfill_table_info(b, 0, 0, now, &ti);
@@ -597,7 +614,7 @@ static void test_retries(void)
 	st third = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(third.sql, "ctid >= '(2,0)'") != NULL);
 	copy(b, &third, NULL, now);
-	h = next_on(b, 0, BF_STMT_HIGH, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	st fourth = next_on(b, 0, BF_STMT_CHUNK, now);
 	CHECK(strstr(fourth.sql, "ctid >= '(0,0)'") != NULL);
@@ -652,6 +669,31 @@ static void test_failures(void)
 	backfill_info(b, 0, now, &info);
 	CHECK_INT(info.state, BF_FAILED);
 	nothing_on(b, 0, now);
+	backfill_set_free(b);
+
+	/* the writer loses its connection writing a chunk's high watermark: the chunk is read again;
+	 * a high watermark that fails otherwise fails the table */
+	b = reading_a(&s, NULL, now, id);
+	low = next_on(b, 0, BF_STMT_LOW, now);
+	written(b, &low, now);
+	c = next_on(b, 0, BF_STMT_CHUNK, now);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", NULL}, now);
+	st h = next_on(b, writer(b), BF_STMT_HIGH, now);
+	backfill_error(b, writer(b), h.s.ticket, "server closed the connection", true, false, now);
+	nothing_on(b, writer(b), now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_RUNNING);
+	CHECK_INT(ti.p.retries, 1);
+	c = next_on(b, 0, BF_STMT_CHUNK, now); /* at once, its window open before the COPY */
+	CHECK(strstr(c.sql, "ctid >= '(0,0)'") != NULL);
+	copy(b, &c, (const char *[]){"\\N\t1\tx\n", NULL}, now);
+	h = next_on(b, writer(b), BF_STMT_HIGH, now);
+	backfill_error(b, writer(b), h.s.ticket,
+		       "ERROR:  permission denied for function pg_logical_emit_message", false, false, now);
+	backfill_table_info(b, 0, 0, now, &ti);
+	CHECK_INT(ti.state, BF_FAILED);
+	CHECK_STR(ti.error, "ERROR:  permission denied for function pg_logical_emit_message");
+	nothing_on(b, writer(b), now);
 	backfill_set_free(b);
 
 	/* a row of three fields where two were asked for */
@@ -728,7 +770,7 @@ static void test_estimates(void)
 	deliver(b, low.wm, 10, &k, now);
 	copy(b, &c, (const char *[]){"\\N\t1\tx\n", "\\N\t2\tx\n", "\\N\t3\tx\n", "9:9:\t\\N\t\\N\n", NULL},
 	     now);
-	st h = next_on(b, 0, BF_STMT_HIGH, now);
+	st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 	written(b, &h, now);
 	deliver(b, h.wm, 20, &k, now);
 	backfill_table_info(b, 0, 0, now, &ti);
@@ -816,7 +858,7 @@ static void test_partitioned(void)
 		char row[32];
 		snprintf(row, sizeof(row), "\\N\t%d\tx\n", i + 1);
 		copy(b, &c, (const char *[]){row, "9:9:\t\\N\t\\N\n", NULL}, now);
-		st h = next_on(b, 0, BF_STMT_HIGH, now);
+		st h = next_on(b, writer(b), BF_STMT_HIGH, now);
 		written(b, &h, now);
 		deliver(b, h.wm, lsn, &k, now);
 		delivered(b, lsn++, now, NULL);

@@ -727,7 +727,8 @@ static const key backfill_k[] = {
     {"parallel", &t_u32, TOP(backfill.parallel), NULL, K_POSITIVE, .def.n = CFG_DEFAULT_BACKFILL_PARALLEL,
      .restart = true,
      .doc = "Connections that read chunks at once (1 to 64), each a chunk between its own watermarks: the "
-	    "chunks of one table too. See [backfills.md](backfills.md#speed)."},
+	    "chunks of one table too; one more writes their high watermarks. See "
+	    "[backfills.md](backfills.md#speed)."},
 };
 
 enum { BK_MIN_ROWS = 1, BK_MAX_ROWS = 2, BK_PARALLEL = 6 };

@@ -260,13 +260,16 @@ static void choose_batching(sidecar *d, uint64_t commits_before)
 }
 
 /* Stops reading the slot while a sink is busy, so memory stays bounded by the sink's queue. The
- * sink's delivery reports resume it. Status updates go on from the timer meanwhile. */
+ * sink's delivery reports resume it. Status updates go on from the timer meanwhile. A change of the
+ * subscriptions waits for a transaction boundary: while one waits, reading goes on to the end of
+ * the transaction it stopped in (the sink takes that one past its limit), the change applies
+ * there, and reading stops again. */
 static void pause_or_resume(sidecar *d)
 {
 	connection *c = &d->conn;
 	if (!c->ev_read)
 		return;
-	bool busy = pipeline_busy(d->pipe);
+	bool busy = pipeline_busy(d->pipe) && !(d->rl.pending && pipeline_in_txn(d->pipe));
 	char received[LSN_STRLEN];
 	util_lsn_format(c->received_lsn, received);
 	if (busy && !c->paused) {
@@ -519,6 +522,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	daemon_figures_tick(d, util_now_us(), TICK_MS * 1000);
 	daemon_notify_watchdog(util_now_ms());
 	daemon_reload_maybe(d);
+	if (d->conn.paused && d->rl.pending)
+		pause_or_resume(d); /* a change waits for the end of the transaction reading stopped in */
 	daemon_backfills_tick(d, util_now_ms());
 	daemon_figures_publish(d, false);
 	/* A sink's transaction kept open for a while (Kafka's commit_interval) commits when it is due,

@@ -16,6 +16,7 @@ import psycopg2
 from conftest import CDC_BIN, to_yaml, wait_for
 from pg import free_port, lsn_to_int
 from subscriber_helpers import Subscriber, pb
+from test_socket import row
 from test_status import get, http, status_sock
 
 
@@ -108,6 +109,56 @@ def test_put_under_load_then_restart_and_delete(pg, schema, cdc):
     p.wait_events(1, 30, pred=lambda e: e["new"]["id"] == -3)
     time.sleep(0.3)
     assert [e["subscription"] for e in p.events() if e["new"]["id"] == -3] == ["all"]
+    assert p.terminate() == 0
+
+
+def test_a_put_while_reading_is_paused_inside_a_transaction_applies_at_its_end(pg, schema, cdc):
+    """A socket subscription without consumers whose spool is full (when_full: block) pauses reading
+    the slot after the read that filled it, which may have brought the start of the next transaction.
+    A change waits for a transaction boundary, which a stream paused inside a transaction would never
+    reach (the answer never came): reading goes on to the transaction's end, the change applies
+    there, and reading pauses again."""
+    pg.sql(f"create table {schema}.q (id int primary key)")
+    pg.sql(f"create table {schema}.pad (id int primary key)")
+    pg.sql(f"create table {schema}.t (id int primary key)")
+    c, p = cdc.start(subscriptions=[{"name": "jobs", "tables": [f"{schema}.q"], "sink": "socket",
+                                     "consumers": "shared",
+                                     "retention": {"max_events": 10, "when_full": "block"}}])
+    assert p.terminate() == 0
+    # a backlog: the transaction that fills the spool, and right after it one that is not subscribed
+    pg.sql(f"insert into {schema}.q select generate_series(1, 20000)")
+    pg.sql(f"insert into {schema}.pad select generate_series(1, 20000)")
+    end = lsn_to_int(pg.sql("select pg_current_wal_insert_lsn()")[0][0])
+    p = c.start()
+
+    def status():
+        code, body = get(c, "/status")
+        assert code == 200, body
+        return json.loads(body)
+    wait_for(lambda: status()["reason"] and status()["reason"].startswith("paused"), 30,
+             what=f"reading paused\n{p.describe()}")
+    time.sleep(0.3)
+    st = status()
+    assert st["reason"].startswith("paused: a sink is busy or a spool is full"), st["reason"]
+    assert lsn_to_int(st["source"]["received_lsn"]) < end, "paused inside the second transaction"
+    code, text = http((status_sock(c), "/subscriptions/late"), "PUT",
+                      json.dumps({"tables": [f"{schema}.t"], "sink": "stdout"}), timeout=20)
+    assert code == 200, text
+    assert lsn_to_int(json.loads(text)["applied_lsn"]) <= end
+    wait_for(lambda: status()["reason"] and status()["reason"].startswith("paused"), 30,
+             what=f"reading paused again\n{p.describe()}")
+    assert names(c) == ["jobs", "late"]
+    sock = c.config["subscribers"]["socket"]
+    with Subscriber(sock, "jobs", consumer="w") as sub:  # nothing lost: every row once
+        got = []
+        while len(got) < 20000:
+            evs = sub.events(1, 30)
+            got += [int(row(e.new_row)["id"]) for e in evs if e.op == 1]
+            sub.ack_events(evs)
+        assert sorted(got) == list(range(1, 20001))
+    pg.sql(f"insert into {schema}.t values (7)")
+    evs = p.wait_events(1, 30, pred=lambda e: e["new"]["id"] == 7)
+    assert [e["subscription"] for e in evs] == ["late"]
     assert p.terminate() == 0
 
 

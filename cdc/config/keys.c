@@ -715,7 +715,7 @@ static const key backfill_k[] = {
 	    "and `max_rows`."},
     {"min_rows", &t_u64, TOP(backfill.min_rows), NULL, K_POSITIVE, .def.n = 100,
      .doc = "The smallest chunk."},
-    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 2000,
+    {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 4000,
      .doc = "The largest chunk: a chunk's reads go out in one turn of the event loop, so a larger chunk "
 	    "delays the live stream longer (a live change waits behind two chunks per connection at most)."},
     {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20,

@@ -54,12 +54,15 @@ class Sampler:
         with open(f"/proc/{self.pid}/status") as f:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
         with self.pg_conn.cursor() as cur:
-            # A chunk is one COPY in a transaction of its own: a transaction that began before its
-            # statement, or one left open between statements, would hold more than one chunk.
+            # A chunk is one query string (its snapshot, then its COPY) in a transaction of its own:
+            # a transaction that began before its statement, or one left open between statements,
+            # would hold more than one chunk. (Until 2026-11-29 this looked for a query that begins
+            # with COPY, which a chunk's no longer does: it counted none.)
+            chunk = "query like '%; COPY (SELECT %'"
             cur.execute("select coalesce(max(extract(epoch from clock_timestamp() - xact_start)), 0), "
                         "count(*) filter (where state like 'idle in transaction%' or state = 'active' "
-                        "and query like 'COPY%' and xact_start < query_start), "
-                        "count(*) filter (where state = 'active' and query like 'COPY%') "
+                        f"and {chunk} and xact_start < query_start), "
+                        f"count(*) filter (where state = 'active' and {chunk}) "
                         "from pg_stat_activity where application_name = 'cdc backfill'")
             xact, spanning, active = cur.fetchone()
             xact = float(xact)

@@ -259,6 +259,14 @@ static void choose_batching(sidecar *d, uint64_t commits_before)
 		watch_read(c);
 }
 
+/* Whether a change of the subscriptions waits for the end of a transaction that reading stopped in:
+ * inside it, or between the blocks of a streamed one. (A prepared transaction's end may never come:
+ * not for that.) */
+static bool reload_waits_for_txn_end(const sidecar *d)
+{
+	return d->rl.pending && (pipeline_in_txn(d->pipe) || pipeline_held(d->pipe).streamed_open > 0);
+}
+
 /* Stops reading the slot while a sink is busy, so memory stays bounded by the sink's queue. The
  * sink's delivery reports resume it. Status updates go on from the timer meanwhile. A change of the
  * subscriptions waits for a transaction boundary: while one waits, reading goes on to the end of
@@ -269,7 +277,7 @@ static void pause_or_resume(sidecar *d)
 	connection *c = &d->conn;
 	if (!c->ev_read)
 		return;
-	bool busy = pipeline_busy(d->pipe) && !(d->rl.pending && pipeline_in_txn(d->pipe));
+	bool busy = pipeline_busy(d->pipe) && !reload_waits_for_txn_end(d);
 	char received[LSN_STRLEN];
 	util_lsn_format(c->received_lsn, received);
 	if (busy && !c->paused) {

@@ -717,7 +717,8 @@ static const key backfill_k[] = {
      .doc = "The smallest chunk."},
     {"max_rows", &t_u64, TOP(backfill.max_rows), NULL, K_POSITIVE, .def.n = 4000,
      .doc = "The largest chunk: a chunk's reads go out in one turn of the event loop, so a larger chunk "
-	    "delays the live stream longer (a live change waits behind two chunks per connection at most)."},
+	    "delays the live stream longer (a live change waits behind two chunks per reading connection at "
+	    "most)."},
     {"max_bytes", &t_size, TOP(backfill.max_bytes), NULL, K_POSITIVE, .def.n = 64u << 20,
      .doc = "The memory a chunk may hold: its rows and the keys changed while it is open; a chunk that would "
 	    "pass it is split."},

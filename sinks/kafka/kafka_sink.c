@@ -348,25 +348,34 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
  * producer arms such a timer twice a Kafka transaction (to register its partitions), so its main
  * thread spins for about 2 ms each, a fifth of a 2-core machine at a couple of hundred transactions a
  * second (docs/performance.md). On those versions that thread runs at the lowest priority: it spins
- * on CPU time nothing else wants, and the server's walsenders and cdc's own thread go first. */
+ * on CPU time nothing else wants, and the server's walsenders and cdc's own thread go first. Lowered
+ * once transactions are initialised, since a thread it starts inherits its priority, and it starts
+ * the transaction coordinator's thread as it begins. */
 #define SPIN_FIXED_IN 0x02040000 /* rd_kafka_version() of 2.4.0 */
 #define SPIN_NICE 19
 
 static rd_kafka_resp_err_t on_thread_start(rd_kafka_t *rk, rd_kafka_thread_type_t type, const char *name,
 					   void *opaque)
 {
-	(void)rk, (void)opaque;
-	if (type == RD_KAFKA_THREAD_MAIN && setpriority(PRIO_PROCESS, (id_t)gettid(), SPIN_NICE) != 0)
-		log_warn("cannot lower the priority of librdkafka's main thread", "thread=%s error=\"%s\"",
-			 name, strerror(errno));
+	(void)rk, (void)name;
+	if (type == RD_KAFKA_THREAD_MAIN)
+		((kafka_sink *)opaque)->spin_tid = gettid();
 	return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
 				  size_t errlen)
 {
-	(void)conf, (void)opaque, (void)errstr, (void)errlen;
-	return rd_kafka_interceptor_add_on_thread_start(rk, "cdc", on_thread_start, NULL);
+	(void)conf, (void)errstr, (void)errlen;
+	return rd_kafka_interceptor_add_on_thread_start(rk, "cdc", on_thread_start, opaque);
+}
+
+void kafka_lower_spin(kafka_sink *k)
+{
+	if (k->spin_tid && setpriority(PRIO_PROCESS, (id_t)k->spin_tid, SPIN_NICE) != 0)
+		log_warn("cannot lower the priority of librdkafka's main thread", "error=\"%s\"",
+			 strerror(errno));
+	k->spin_tid = 0;
 }
 
 static bool producer_new(kafka_sink *k, char *err, size_t errlen)
@@ -421,7 +430,7 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, on_log);
 	if (k->set.exactly_once && rd_kafka_version() < SPIN_FIXED_IN)
-		rd_kafka_conf_interceptor_add_on_new(conf, "cdc", on_new, NULL);
+		rd_kafka_conf_interceptor_add_on_new(conf, "cdc", on_new, k);
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!k->rk) {
 		rd_kafka_conf_destroy(conf);

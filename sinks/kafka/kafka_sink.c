@@ -10,10 +10,10 @@
 #include <librdkafka/rdkafka.h>
 
 #include "decoder/event.h"
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "decoder/base/log.h"
@@ -347,12 +347,13 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
  * timer due within one it waits 0 ms, again and again, until the timer fires. A transactional
  * producer arms such a timer twice a Kafka transaction (to register its partitions), so its main
  * thread spins for about 2 ms each, a fifth of a 2-core machine at a couple of hundred transactions a
- * second (docs/performance.md). On those versions that thread runs at the lowest priority: it spins
- * on CPU time nothing else wants, and the server's walsenders and cdc's own thread go first. Lowered
- * once transactions are initialised, since a thread it starts inherits its priority, and it starts
- * the transaction coordinator's thread as it begins. */
+ * second (docs/performance.md). On those versions that thread runs as SCHED_IDLE: it spins on CPU
+ * time nothing else wants, and any other thread that wakes takes the CPU from it, the server's
+ * walsenders too. A nice value would not do: it orders threads within their session or cgroup only,
+ * and each PostgreSQL backend is a session of its own (a 19 left the walsenders waiting 20 to 200 ms
+ * for a CPU the spinning thread had). Lowered once transactions are initialised, since a thread it
+ * starts inherits its policy, and it starts the transaction coordinator's thread as it begins. */
 #define SPIN_FIXED_IN 0x02040000 /* rd_kafka_version() of 2.4.0 */
-#define SPIN_NICE 19
 
 static rd_kafka_resp_err_t on_thread_start(rd_kafka_t *rk, rd_kafka_thread_type_t type, const char *name,
 					   void *opaque)
@@ -372,7 +373,8 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
 
 void kafka_lower_spin(kafka_sink *k)
 {
-	if (k->spin_tid && setpriority(PRIO_PROCESS, (id_t)k->spin_tid, SPIN_NICE) != 0)
+	struct sched_param none = {0};
+	if (k->spin_tid && sched_setscheduler(k->spin_tid, SCHED_IDLE, &none) != 0)
 		log_warn("cannot lower the priority of librdkafka's main thread", "error=\"%s\"",
 			 strerror(errno));
 	k->spin_tid = 0;

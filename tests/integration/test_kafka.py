@@ -217,14 +217,16 @@ def start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=None, **sub
 
 
 def lowered_threads(pid):
-    """(name, nice) of each thread of process pid whose nice value is not 0."""
+    """(name, nice, scheduling policy) of each thread of process pid with a nice value or policy
+    other than 0 (SCHED_OTHER)."""
     out = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
             stat = f.read()
-        nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19
-        if nice:
-            out.append((stat[stat.index("(") + 1:stat.rindex(")")], nice))
+        fields = stat[stat.rindex(")") + 2:].split()  # from field 3, state
+        nice, policy = int(fields[16]), int(fields[38])  # fields 19 and 41
+        if nice or policy:
+            out.append((stat[stat.index("(") + 1:stat.rindex(")")], nice, policy))
     return sorted(out)
 
 

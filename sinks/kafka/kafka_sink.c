@@ -347,12 +347,11 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
  * timer due within one it waits 0 ms, again and again, until the timer fires. A transactional
  * producer arms such a timer twice a Kafka transaction (to register its partitions), so its main
  * thread spins for about 2 ms each, a fifth of a 2-core machine at a couple of hundred transactions a
- * second (docs/performance.md). On those versions that thread runs as SCHED_IDLE: it spins on CPU
- * time nothing else wants, and any other thread that wakes takes the CPU from it, the server's
- * walsenders too. A nice value would not do: it orders threads within their session or cgroup only,
- * and each PostgreSQL backend is a session of its own (a 19 left the walsenders waiting 20 to 200 ms
- * for a CPU the spinning thread had). Lowered once transactions are initialised, since a thread it
- * starts inherits its policy, and it starts the transaction coordinator's thread as it begins. */
+ * second (docs/performance.md). On those versions that thread runs as SCHED_IDLE: cdc's own threads
+ * go first, and a thread that wakes takes the CPU from it. (Against the server's walsenders it helps
+ * less: the kernel shares a CPU between sessions or cgroups first, and each PostgreSQL backend is a
+ * session of its own.) Lowered once transactions are initialised, since a thread it starts inherits
+ * its policy, and it starts the transaction coordinator's thread as it begins. */
 #define SPIN_FIXED_IN 0x02040000 /* rd_kafka_version() of 2.4.0 */
 
 static rd_kafka_resp_err_t on_thread_start(rd_kafka_t *rk, rd_kafka_thread_type_t type, const char *name,

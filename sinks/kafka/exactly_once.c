@@ -53,7 +53,6 @@ static bool eo_prepare(kafka_sink *k)
 		rd_kafka_error_destroy(e);
 		return false;
 	}
-	kafka_lower_spin(k);
 	uint64_t position, records;
 	if (!read_back(k, &position, &records))
 		return false;

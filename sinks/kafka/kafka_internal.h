@@ -5,7 +5,6 @@
 #define CDC_KAFKA_INTERNAL_H
 
 #include <librdkafka/rdkafka.h>
-#include <sys/types.h>
 
 #include "decoder/base/ring.h"
 #include "sinks/debezium.h"
@@ -96,10 +95,7 @@ typedef struct kafka_sink {
 
 	/* Exactly once (set.exactly_once). */
 	char tid[256]; /* the producer's transactional.id */
-	/* librdkafka's main thread, to lower once transactions are initialised (kafka_lower_spin). Set by
-	 * that thread before it serves rd_kafka_init_transactions, which returns through its queue. */
-	pid_t spin_tid;
-	buf held; /* what arrived while a commit was under way (held_hdr, data), in order */
+	buf held;      /* what arrived while a commit was under way (held_hdr, data), in order */
 	struct kafka_eo {
 		bool ready;		/* transactions initialised, position read back */
 		bool open;		/* a Kafka transaction is open */
@@ -170,8 +166,6 @@ typedef struct held_hdr {
 } held_hdr;
 
 void kafka_fail(kafka_sink *ks, const char *what, const char *reason);
-/* Lowers librdkafka's main thread, where its loop spins (kafka_sink.c), once. */
-void kafka_lower_spin(kafka_sink *ks);
 /* Produces one message of transaction seq, waiting while librdkafka's queue is full. False after
  * kafka_fail(). Takes headers (NULL: none). */
 bool kafka_produce(kafka_sink *ks, const char *topic, int32_t partition, const void *key, size_t key_len,

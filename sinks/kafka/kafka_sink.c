@@ -10,7 +10,6 @@
 #include <librdkafka/rdkafka.h>
 
 #include "decoder/event.h"
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,42 +342,6 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
 
 /* ---- producer lifecycle ---- */
 
-/* librdkafka before 2.4.0 waits for its main thread's next timer in whole milliseconds, so for a
- * timer due within one it waits 0 ms, again and again, until the timer fires. A transactional
- * producer arms such a timer twice a Kafka transaction (to register its partitions), so its main
- * thread spins for about 2 ms each, a fifth of a 2-core machine at a couple of hundred transactions a
- * second (docs/performance.md). On those versions that thread runs as SCHED_IDLE: cdc's own threads
- * go first, and a thread that wakes takes the CPU from it. (Against the server's walsenders it helps
- * less: the kernel shares a CPU between sessions or cgroups first, and each PostgreSQL backend is a
- * session of its own.) Lowered once transactions are initialised, since a thread it starts inherits
- * its policy, and it starts the transaction coordinator's thread as it begins. */
-#define SPIN_FIXED_IN 0x02040000 /* rd_kafka_version() of 2.4.0 */
-
-static rd_kafka_resp_err_t on_thread_start(rd_kafka_t *rk, rd_kafka_thread_type_t type, const char *name,
-					   void *opaque)
-{
-	(void)rk, (void)name;
-	if (type == RD_KAFKA_THREAD_MAIN)
-		((kafka_sink *)opaque)->spin_tid = gettid();
-	return RD_KAFKA_RESP_ERR_NO_ERROR;
-}
-
-static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
-				  size_t errlen)
-{
-	(void)conf, (void)errstr, (void)errlen;
-	return rd_kafka_interceptor_add_on_thread_start(rk, "cdc", on_thread_start, opaque);
-}
-
-void kafka_lower_spin(kafka_sink *k)
-{
-	struct sched_param none = {0};
-	if (k->spin_tid && sched_setscheduler(k->spin_tid, SCHED_IDLE, &none) != 0)
-		log_warn("cannot lower the priority of librdkafka's main thread", "error=\"%s\"",
-			 strerror(errno));
-	k->spin_tid = 0;
-}
-
 static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 {
 	char why[512];
@@ -430,8 +393,6 @@ static bool producer_new(kafka_sink *k, char *err, size_t errlen)
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, on_log);
-	if (k->set.exactly_once && rd_kafka_version() < SPIN_FIXED_IN)
-		rd_kafka_conf_interceptor_add_on_new(conf, "cdc", on_new, k);
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
 	if (!k->rk) {
 		rd_kafka_conf_destroy(conf);

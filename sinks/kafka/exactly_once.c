@@ -5,17 +5,16 @@
  * meanwhile is held and goes out in the next one. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "decoder/base/log.h"
 #include "decoder/pgoutput.h"
 #include "sinks/kafka/kafka_internal.h"
 #include "sinks/kafka/position.h"
 
-/* Exactly once, the blocking calls' limits. A commit call returns after COMMIT_CALL_MS at most and resumes at
- * the next flush, so the event loop is never held longer. The start waits for the brokers as long as a
- * producer would for a message. */
+/* Exactly once, the blocking calls' limits. The start waits for the brokers as long as a producer would for a
+ * message. A commit's end is not held to these: it has a thread of its own (eo_end_start). */
 #define INIT_TIMEOUT_MS 30000
-#define COMMIT_CALL_MS 100
 #define ABORT_TIMEOUT_MS 30000
 /* While a commit waits for acknowledgements, the brokers' threads are woken this often (kafka_eo_wake_ms). A
  * message can wait for a wake-up that never comes (eo_commit_end). */
@@ -263,13 +262,101 @@ static bool end_timed_out(const rd_kafka_error_t *e)
 	       code == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
 }
 
+/* Set on a commit's end's thread. */
+static _Thread_local bool on_end_thread;
+
+static void *end_main(void *arg)
+{
+	kafka_sink *k = arg;
+	on_end_thread = true;
+	k->eo.end_error = rd_kafka_commit_transaction(k->rk, (int)k->request_timeout_ms);
+	atomic_store(&k->eo.end_done, true);
+	ssize_t n = write(k->pipe[1], "1", 1); /* wakes the event loop (kafka_fd) */
+	(void)n;			       /* a full pipe wakes it already */
+	return NULL;
+}
+
+bool kafka_eo_defer_error(kafka_sink *k, int err, const char *reason)
+{
+	if (!on_end_thread)
+		return false;
+	/* Only the event loop changes the sink. Past the few kept, the rest are only logged. */
+	if (k->eo.nend_errors == sizeof(k->eo.end_errors) / sizeof(k->eo.end_errors[0])) {
+		log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
+		return true;
+	}
+	struct eo_deferred *d = &k->eo.end_errors[k->eo.nend_errors++];
+	d->err = err;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+	return true;
+}
+
+/* The end of the Kafka transaction (flush, EndTxn, its answer), called once, on a thread of its own, for
+ * request.timeout.ms. The event loop goes on meanwhile, and the thread wakes it as the call returns. A call
+ * with a shorter limit, called again to resume, is what librdkafka 2.0.2 gets wrong when its main thread runs
+ * late (a busy node, a container at its CPU limit): a resumed call whose first step times out forgets the
+ * commit under way. It then takes the commit's answer for an abort's, and asserts. Or it never completes the
+ * commit, and refuses every transaction after. */
+static void eo_end_start(kafka_sink *k)
+{
+	k->eo.ending = true;
+	k->eo.end_ms = util_now_ms();
+	k->eo.nend_errors = 0;
+	atomic_store(&k->eo.end_done, false);
+	int rc = pthread_create(&k->eo.end_thread, NULL, end_main, k);
+	if (rc != 0) {
+		k->eo.ending = false;
+		kafka_fail(k, "cannot start the Kafka commit's thread", strerror(rc));
+	}
+}
+
+/* Once the commit's end returned. A commit that took longer than a request may take, or timed out, makes a
+ * new producer (eo_renew), and so does any other failure but two. An abortable one aborts. A fatal one
+ * (fenced, say) fails the producer. Either way the sink restarts. */
+static void eo_end_result(kafka_sink *k)
+{
+	pthread_join(k->eo.end_thread, NULL);
+	for (size_t i = 0; i < k->eo.nend_errors; i++)
+		kafka_error(k, k->eo.end_errors[i].err, k->eo.end_errors[i].reason);
+	rd_kafka_error_t *e = k->eo.end_error;
+	k->eo.end_error = NULL;
+	bool late = util_now_ms() - k->eo.end_ms >= k->request_timeout_ms;
+	if (!e) {
+		eo_committed(k);
+		if (late)
+			eo_renew(k, "the Kafka commit took longer than request.timeout.ms",
+				 "its EndTxn may have been sent more than once");
+		return;
+	}
+	if (late || end_timed_out(e)) {
+		eo_renew(k, "the Kafka commit timed out", rd_kafka_error_string(e));
+	} else if (rd_kafka_error_txn_requires_abort(e)) {
+		kafka_fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
+		kafka_eo_abort(k);
+	} else if (rd_kafka_error_is_fatal(e)) {
+		kafka_error(k, RD_KAFKA_RESP_ERR__FATAL, rd_kafka_error_string(e));
+	} else {
+		eo_renew(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
+	}
+	eo_closed(k);
+	rd_kafka_error_destroy(e);
+}
+
+void kafka_eo_settle(kafka_sink *k)
+{
+	if (k->eo.ending)
+		eo_end_result(k);
+}
+
 /* Once the brokers acknowledged every event, produces the position record. Once they acknowledged that, ends
- * the Kafka transaction. That is one round trip, and a call that times out is resumed by the next, for up to
- * request.timeout.ms. An abortable failure aborts. A fatal one fails the producer, and so does an end that
- * timed out. Fenced is fatal, and means a newer cdc with the same transactional.id took over. Either way the
- * sink restarts. */
+ * the Kafka transaction (eo_end_start), and takes the end's result once it returned. */
 static void eo_commit_end(kafka_sink *k)
 {
+	if (k->eo.ending) {
+		if (atomic_load(&k->eo.end_done))
+			eo_end_result(k);
+		return;
+	}
 	if (k->stats.in_flight) {
 		/* Their delivery reports call flush() again, and so does the daemon's tick. A broker thread
 		 * of librdkafka that finds a partition not yet registered with the transaction sets itself no
@@ -289,42 +376,13 @@ static void eo_commit_end(kafka_sink *k)
 			    "in_flight=%llu", (unsigned long long)k->stats.in_flight);
 		return;
 	}
-	if (!k->eo.ending && !eo_stream_held(k))
+	if (!eo_stream_held(k))
 		return; /* a new stream, or a restart, comes */
 	if (!k->eo.position_sent) {
 		eo_position_record(k);
 		return;
 	}
-	if (!k->eo.ending)
-		k->eo.end_ms = util_now_ms();
-	k->eo.ending = true;
-	rd_kafka_error_t *e = rd_kafka_commit_transaction(k->rk, COMMIT_CALL_MS);
-	bool late = util_now_ms() - k->eo.end_ms >= k->request_timeout_ms;
-	if (!e) {
-		eo_committed(k);
-		if (late)
-			eo_renew(k, "the Kafka commit took longer than request.timeout.ms",
-				 "its EndTxn may have been sent more than once");
-		return;
-	}
-	if (rd_kafka_error_is_retriable(e) && !late) {
-		rd_kafka_error_destroy(e);
-		return;
-	}
-	if (late || end_timed_out(e)) {
-		eo_renew(k, "the Kafka commit timed out", rd_kafka_error_string(e));
-	} else if (rd_kafka_error_txn_requires_abort(e)) {
-		kafka_fail(k, "the Kafka transaction failed and is aborted", rd_kafka_error_string(e));
-		kafka_eo_abort(k);
-	} else if (rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__FENCED) {
-		/* another cdc on this slot took over */
-		kafka_fail(k, "fenced: a newer producer with the same transactional.id took over",
-			   rd_kafka_error_string(e));
-	} else {
-		kafka_fail(k, "the Kafka transaction cannot commit", rd_kafka_error_string(e));
-	}
-	eo_closed(k);
-	rd_kafka_error_destroy(e);
+	eo_end_start(k);
 }
 
 /* Whether the open Kafka transaction should start its commit. It holds only whole source transactions, and it
@@ -346,7 +404,7 @@ static bool eo_due(const kafka_sink *k, bool force)
 
 int kafka_eo_wake_ms(const kafka_sink *k)
 {
-	return k->eo.committing ? NUDGE_MS : 0;
+	return k->eo.committing && !k->eo.ending ? NUDGE_MS : 0;
 }
 
 bool kafka_eo_can_finish(kafka_sink *k)

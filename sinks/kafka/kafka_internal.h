@@ -5,6 +5,8 @@
 #define CDC_KAFKA_INTERNAL_H
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "decoder/base/ring.h"
 #include "sinks/debezium.h"
@@ -101,7 +103,7 @@ typedef struct kafka_sink {
 		bool open;		/* a Kafka transaction is open */
 		bool committing;	/* its commit is under way, and nothing may be produced */
 		bool position_sent;	/* ... and its position record is produced */
-		bool ending;		/* ... and EndTxn is called, which cannot be called back */
+		bool ending;		/* ... and its end is called, on end_thread (eo_end_start) */
 		uint64_t stream;	/* the stream its source transactions came on (stream_fn) */
 		uint64_t position;	/* commit LSN of the newest source transaction Kafka holds */
 		uint64_t committed_seq; /* every seq up to it is committed (or had nothing for Kafka) */
@@ -109,7 +111,16 @@ typedef struct kafka_sink {
 		uint64_t opened_ms, events;
 		uint64_t woken_ms; /* the brokers' threads last woken (send_now) */
 		uint64_t asked_ms; /* librdkafka last asked whether the transaction failed */
-		uint64_t end_ms;   /* the first EndTxn call of the commit under way */
+		uint64_t end_ms;   /* the commit's end called */
+		pthread_t end_thread;
+		atomic_bool end_done; /* ... returned, with end_error */
+		rd_kafka_error_t *end_error;
+		/* the errors librdkafka reported on end_thread (kafka_eo_defer_error), for the event loop */
+		struct eo_deferred {
+			int err;
+			char reason[256];
+		} end_errors[4];
+		size_t nend_errors;
 		/* The transaction's end timed out. The next restart makes a new producer. */
 		bool renew;
 		/* the newest source transaction in the open Kafka transaction */
@@ -166,6 +177,9 @@ typedef struct held_hdr {
 } held_hdr;
 
 void kafka_fail(kafka_sink *ks, const char *what, const char *reason);
+/* An error librdkafka reports (its error callback): logged, and the sink fails (fatal) or its status
+ * says the brokers are down or refused cdc's credentials. */
+void kafka_error(kafka_sink *ks, int err, const char *reason);
 /* Produces one message of transaction seq, waiting while librdkafka's queue is full. False after
  * kafka_fail(). Takes headers (NULL: none). */
 bool kafka_produce(kafka_sink *ks, const char *topic, int32_t partition, const void *key, size_t key_len,
@@ -222,7 +236,13 @@ bool kafka_eo_failed(kafka_sink *ks);
 /* At a stop, false if the open Kafka transaction cannot commit and was aborted. It cannot when a
  * source transaction is partly in it, or the stream is lost. */
 bool kafka_eo_can_finish(kafka_sink *ks);
-/* For kafka_sink_wake_ms, NUDGE_MS while a commit is under way, else 0. */
+/* For kafka_sink_wake_ms, NUDGE_MS while a commit waits for acknowledgements, else 0. */
 int kafka_eo_wake_ms(const kafka_sink *ks);
+/* Waits for a commit's end under way on its thread, and takes its result: before the producer is
+ * restarted or destroyed. */
+void kafka_eo_settle(kafka_sink *ks);
+/* True if called on a commit's end's thread, where librdkafka serves callbacks too (the commit call
+ * polls): the error is kept for the event loop, which takes it once the call returned. */
+bool kafka_eo_defer_error(kafka_sink *ks, int err, const char *reason);
 
 #endif

@@ -292,15 +292,19 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 static void fail_fatal(kafka_sink *k)
 {
 	char why[512];
-	/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. */
-	bool gap = rd_kafka_fatal_error(k->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
-	kafka_fail(k, gap ? "a message could not be delivered" : "fatal producer error", why);
+	rd_kafka_resp_err_t code = rd_kafka_fatal_error(k->rk, why, sizeof(why));
+	/* A failed batch stops the producer by design (enable.gapless.guarantee). Say so. Exactly once,
+	 * fenced means another cdc on this slot took over. */
+	if (code == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE)
+		kafka_fail(k, "a message could not be delivered", why);
+	else if (code == RD_KAFKA_RESP_ERR__FENCED)
+		kafka_fail(k, "fenced: a newer producer with the same transactional.id took over", why);
+	else
+		kafka_fail(k, "fatal producer error", why);
 }
 
-static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+void kafka_error(kafka_sink *k, int err, const char *reason)
 {
-	(void)rk; /* k->rk */
-	kafka_sink *k = opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL) {
 		fail_fatal(k);
 		return;
@@ -323,6 +327,14 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		return;
 	}
 	log_warn("kafka", "error=%s reason=\"%s\"", rd_kafka_err2name(err), reason);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	(void)rk; /* k->rk */
+	kafka_sink *k = opaque;
+	if (!kafka_eo_defer_error(k, err, reason))
+		kafka_error(k, err, reason);
 }
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *text)
@@ -873,8 +885,9 @@ static bool kafka_finish(sink *base, int timeout_ms)
 static bool kafka_restart(sink *base, char *err, size_t errlen)
 {
 	kafka_sink *k = (kafka_sink *)base;
-	/* Exactly once, what the open Kafka transaction holds is aborted. A producer that can go on (the
-	 * failure was abortable) is kept. */
+	/* Exactly once, a commit's end under way is waited for, and what the open Kafka transaction holds
+	 * is aborted. A producer that can go on (the failure was abortable) is kept. */
+	kafka_eo_settle(k);
 	if (k->eo.open)
 		kafka_eo_abort(k);
 	bool keep = k->set.exactly_once && k->eo.ready && !rd_kafka_fatal_error(k->rk, NULL, 0) &&
@@ -1036,6 +1049,7 @@ static void kafka_free(sink *base)
 	kafka_sink *k = (kafka_sink *)base;
 	topics_clear(k);
 	free(k->topics);
+	kafka_eo_settle(k);
 	if (k->rk)
 		rd_kafka_destroy(k->rk);
 	free_settings(k);

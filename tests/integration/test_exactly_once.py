@@ -425,3 +425,72 @@ def test_a_commit_slower_than_a_request_ends_the_producer(pg, schema, cdc, kafka
              what=f"row 3 committed\n{p.describe()}")
     assert copies(reader.snapshot()) == {}  # the late commit held row 2: the new producer skips it
     assert p.terminate() == 0, p.describe()
+
+
+
+class ThreadStopper:
+    """Stops one thread of another process now and then (ptrace: a seized thread stops alone, its
+    process runs on), as a thread that gets no CPU for that long would be."""
+    SEIZE, INTERRUPT, CONT, DETACH = 0x4206, 0x4207, 7, 17
+
+    def __init__(self, tid):
+        import ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        self.tid = tid
+        self.call(self.SEIZE)
+
+    def call(self, request):
+        import ctypes
+        if self.libc.ptrace(request, self.tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), f"ptrace {request:#x} of thread {self.tid}")
+
+    def stop(self, seconds):
+        """False if the thread is gone (its process ended)."""
+        try:
+            self.call(self.INTERRUPT)
+        except ProcessLookupError:
+            return False
+        os.waitpid(self.tid, 0x40000000)  # __WALL: until it stopped
+        time.sleep(seconds)
+        return True
+
+    def run(self, seconds):
+        self.call(self.CONT)
+        time.sleep(seconds)
+
+    def detach(self):
+        self.call(self.INTERRUPT)
+        os.waitpid(self.tid, 0x40000000)
+        self.call(self.DETACH)
+
+
+def rdkafka_main_thread(p):
+    """The thread id of librdkafka's main thread in p's cdc (the producer's)."""
+    tasks = f"/proc/{p.pid}/task"
+    [tid] = [int(t) for t in os.listdir(tasks) if open(f"{tasks}/{t}/comm").read().strip() == "rdk:main"]
+    return tid
+
+
+def test_a_starved_librdkafka_thread_slows_the_commits_and_loses_nothing(pg, schema, cdc, kafka, kafka_reader):
+    """librdkafka's main thread short of CPU (a container at its CPU limit, a busy node) answers the
+    transactional calls late. cdc used to call each commit for 100 ms at a time and call it again:
+    librdkafka 2.0.2 gives up a resumed call whose first step timed out, forgets that a commit is
+    under way, takes the commit's answer for an abort's and asserts ("Invalid transaction state
+    transition attempted: CommittingTransaction -> AbortedNotAcked"). Here that thread runs 5 ms
+    out of every 205, under load, for 10 s: cdc runs throughout, and once the thread runs again
+    every change arrives, once."""
+    load, c, p, reader = start_load_run(pg, schema, cdc, kafka, kafka_reader, kafka_extra=EO)
+    committed_some(c)
+    thread = ThreadStopper(rdkafka_main_thread(p))
+    try:
+        for _ in range(50):
+            assert thread.stop(0.2), p.describe()
+            thread.run(0.005)
+    finally:
+        thread.detach()
+    load.wait_more(100)
+    msgs = drain(load, p, reader, schema)
+    assert copies(msgs) == {}
+    check_counters(msgs, load, strict=True)
+    assert p.terminate() == 0, p.describe()

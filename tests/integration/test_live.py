@@ -145,9 +145,11 @@ def test_a_put_while_reading_is_paused_inside_a_transaction_applies_at_its_end(p
     code, text = http((status_sock(c), "/subscriptions/late"), "PUT",
                       json.dumps({"tables": [f"{schema}.t"], "sink": "stdout"}), timeout=20)
     assert code == 200, text
-    # past where reading had stopped: it stopped inside the transaction, and the change applied at
-    # its end (or a later boundary: other tests' writes share the server)
-    assert lsn_to_int(json.loads(text)["applied_lsn"]) > paused_at
+    # at or past where reading had stopped: it stopped inside the transaction, and the change applied
+    # at its end (or a later boundary: other tests' writes share the server). Once in CI (37ab3c6,
+    # beside the other tests) the pause fell on a boundary itself, and the change applied right
+    # there. The hang this test is for makes the PUT above time out whichever it is.
+    assert lsn_to_int(json.loads(text)["applied_lsn"]) >= paused_at
     wait_for(lambda: status()["reason"] and status()["reason"].startswith("paused"), 30,
              what=f"reading paused again\n{p.describe()}")
     assert names(c) == ["jobs", "late"]

@@ -1175,6 +1175,14 @@ void source_batch(source *s, bool on)
 	s->batching = on;
 }
 
+bool source_unix_socket(const source *s)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+	return s->repl && getsockname(PQsocket(s->repl), (struct sockaddr *)&sa, &len) == 0 &&
+	       sa.ss_family == AF_UNIX;
+}
+
 source_result source_read(source *s, const source_handler *h, char *err, size_t errlen)
 {
 	if (!PQconsumeInput(s->repl))

@@ -98,6 +98,9 @@ source_result source_read(source *src, const source_handler *handler, char *err,
 #define SOURCE_BATCH_BYTES (64 * 1024)
 #define SOURCE_BATCH_READS 16
 void source_batch(source *src, bool on);
+/* Whether the replication connection is a Unix socket, whose readiness ignores SO_RCVLOWAT: the caller
+ * then reads a backlog on a timer instead (daemon.c, watch_read). */
+bool source_unix_socket(const source *src);
 /* Sends a standby status update, saying received up to write_lsn and durable up to flush_lsn. */
 source_result source_send_status(source *src, uint64_t write_lsn, uint64_t flush_lsn, bool reply, char *err,
 				 size_t errlen);

@@ -23,9 +23,10 @@ typedef struct connection {
 	state st; /* st.flushed_lsn is recorded in state_dir and may be sent */
 	struct event *ev_read, *ev_write, *ev_retry;
 	bool streaming, reply_requested;
-	bool paused;   /* a sink is busy, so the slot is not read until it catches up */
-	bool got_data; /* XLogData in the current drain (last_data_ms is set once per drain) */
-	bool batching; /* reading a backlog in larger pieces (source_batch, daemon.c) */
+	bool paused;	 /* a sink is busy, so the slot is not read until it catches up */
+	bool got_data;	 /* XLogData in the current drain (last_data_ms is set once per drain) */
+	bool batching;	 /* reading a backlog in larger pieces (source_batch, daemon.c) */
+	int batch_timer; /* a timerfd: its ticks read a backlog over a Unix socket (watch_read), or -1 */
 	uint64_t backoff_ms;
 	uint64_t streams; /* how many times streaming started, the stream's number */
 	int standby;	  /* the PID of the walsender that streams the slot for another process, or 0 */

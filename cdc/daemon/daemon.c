@@ -276,8 +276,11 @@ static void choose_batching(sidecar *d, uint64_t commits_before)
 			 : c->batching;
 		on = on || pipeline_held(d->pipe).streamed_open > 0;
 	}
-	if (on == c->batching)
+	if (on == c->batching) {
+		if (on && event_get_fd(c->ev_read) == c->batch_timer)
+			batch_tick(c, true); /* the next read, BATCH_UNIX_US after this one */
 		return;
+	}
 	c->batching = on;
 	if (on)
 		d->fig.backlog_reads++;
@@ -390,8 +393,6 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	choose_batching(d, commits);
 	progressed(d, reply);
 	daemon_backfills_kick(d); /* a watermark may have closed a chunk, so the next one is due */
-	if (c->batching && event_get_fd(c->ev_read) == c->batch_timer)
-		batch_tick(c, true);
 }
 
 /* Delivery reports of an asynchronous sink. */
